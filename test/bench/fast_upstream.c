@@ -1,0 +1,628 @@
+/*
+ * fast_upstream — a minimal MCP Streamable-HTTP server used as the upstream
+ * of every benchmark target (direct, nginx, tollgate).
+ *
+ * It must cost as little CPU as possible so that the benchmark measures the
+ * proxy in front of it, not this process: one libuv loop, llhttp for framing,
+ * no JSON library, no per-request allocation on the fast path (replies are
+ * built in a per-connection buffer and written with uv_try_write, falling back
+ * to a queued uv_write only when the socket is full).
+ *
+ * Replies (always application/json with Content-Length):
+ *   initialize   protocolVersion echoed from params.protocolVersion,
+ *                capabilities {tools:{}}, serverInfo, plus Mcp-Session-Id
+ *   tools/call   {"content":[{"type":"text","text":"ok"}]}
+ *   tools/list   one tool, "echo"
+ *   ping         {}
+ *   other        JSON-RPC error -32601
+ *   no id        (notification or client response) 202 with an empty body
+ * The reply's id is the request's top-level "id" token copied byte for byte.
+ *
+ * Usage: fast_upstream PORT     (0 picks a free port)
+ * Prints "LISTENING <port>" on stdout once it accepts connections.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "llhttp.h"
+
+#define MAX_BODY (4u * 1024u * 1024u)
+#define READ_CHUNK 65536u
+/* Stop reading from a client whose unsent replies pass this many bytes. */
+#define OUT_HIGH_WATER (1u * 1024u * 1024u)
+
+struct buf {
+    char *base;
+    size_t len;
+    size_t cap;
+};
+
+struct slice {
+    const char *ptr;
+    size_t len;
+};
+
+/* One client connection. Owned by the loop; freed in on_close. */
+struct conn {
+    uv_tcp_t tcp;
+    uv_shutdown_t shutdown;
+    llhttp_t parser;
+    struct buf in;   /* read buffer handed to libuv by on_alloc */
+    struct buf body; /* body of the request being parsed, accumulated */
+    struct buf out;  /* replies produced by the current read, not yet written */
+    int too_large;   /* current body passed MAX_BODY */
+    int closing;     /* shutdown or close already started */
+    int close_after; /* a request said Connection: close (or HTTP/1.0) */
+    int reading;     /* uv_read_start is in effect */
+};
+
+/* A queued write: the bytes follow the struct and belong to it until on_write. */
+struct wreq {
+    uv_write_t req;
+    size_t len;
+    char data[];
+};
+
+static llhttp_settings_t parser_settings;
+static unsigned long long session_counter;
+
+/* ---- buffers ------------------------------------------------------------ */
+
+static void buf_reserve(struct buf *b, size_t extra)
+{
+    if (b->cap - b->len >= extra)
+        return;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap - b->len < extra)
+        cap *= 2;
+    char *p = realloc(b->base, cap);
+    if (p == NULL) {
+        fputs("fast_upstream: out of memory\n", stderr);
+        abort();
+    }
+    b->base = p;
+    b->cap = cap;
+}
+
+static void buf_append(struct buf *b, const void *p, size_t n)
+{
+    buf_reserve(b, n);
+    memcpy(b->base + b->len, p, n);
+    b->len += n;
+}
+
+#define buf_lit(b, s) buf_append((b), (s), sizeof(s) - 1)
+
+static void buf_slice(struct buf *b, struct slice s)
+{
+    buf_append(b, s.ptr, s.len);
+}
+
+/* ---- a tiny JSON scanner: finds top-level members, validates nothing more
+ * than it needs to skip values correctly ----------------------------------- */
+
+static const char *skip_ws(const char *p, const char *e)
+{
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+        p++;
+    return p;
+}
+
+/* p points at the opening quote; returns the byte after the closing one. */
+static const char *skip_string(const char *p, const char *e)
+{
+    for (p++; p < e; p++) {
+        if (*p == '\\') {
+            p++;
+            continue;
+        }
+        if (*p == '"')
+            return p + 1;
+    }
+    return NULL;
+}
+
+static const char *skip_value(const char *p, const char *e)
+{
+    if (p >= e)
+        return NULL;
+    if (*p == '"')
+        return skip_string(p, e);
+    if (*p == '{' || *p == '[') {
+        int depth = 0;
+        while (p < e) {
+            char c = *p;
+            if (c == '"') {
+                p = skip_string(p, e);
+                if (p == NULL)
+                    return NULL;
+                continue;
+            }
+            if (c == '{' || c == '[')
+                depth++;
+            else if (c == '}' || c == ']')
+                depth--;
+            p++;
+            if (depth == 0)
+                return p;
+        }
+        return NULL;
+    }
+    /* number, true, false, null */
+    const char *start = p;
+    while (p < e && *p != ',' && *p != '}' && *p != ']' && *p != ' ' &&
+           *p != '\t' && *p != '\r' && *p != '\n')
+        p++;
+    return p > start ? p : NULL;
+}
+
+static int key_is(struct slice key, const char *lit, size_t n)
+{
+    return key.len == n && memcmp(key.ptr, lit, n) == 0;
+}
+
+#define KEY_IS(k, s) key_is((k), (s), sizeof(s) - 1)
+
+struct rpc {
+    struct slice id;     /* raw token, empty when absent */
+    struct slice method; /* string contents without quotes, empty when absent */
+    struct slice params; /* raw value, empty when absent */
+    int has_id;
+    int has_method;
+};
+
+/*
+ * Calls on_member for each member of the object at [p, e). Keys are the raw
+ * bytes between the quotes (escaped keys never match, which is fine for the
+ * names looked up here). Returns 0, or -1 when the input is not an object.
+ */
+typedef void (*member_cb)(void *ud, struct slice key, struct slice val);
+
+static int scan_object(const char *p, const char *e, member_cb on_member, void *ud)
+{
+    p = skip_ws(p, e);
+    if (p >= e || *p != '{')
+        return -1;
+    p = skip_ws(p + 1, e);
+    if (p < e && *p == '}')
+        return 0;
+    for (;;) {
+        if (p >= e || *p != '"')
+            return -1;
+        const char *kend = skip_string(p, e);
+        if (kend == NULL)
+            return -1;
+        struct slice key = { p + 1, (size_t)(kend - p - 2) };
+        p = skip_ws(kend, e);
+        if (p >= e || *p != ':')
+            return -1;
+        p = skip_ws(p + 1, e);
+        const char *vend = skip_value(p, e);
+        if (vend == NULL)
+            return -1;
+        on_member(ud, key, (struct slice){ p, (size_t)(vend - p) });
+        p = skip_ws(vend, e);
+        if (p < e && *p == ',') {
+            p = skip_ws(p + 1, e);
+            continue;
+        }
+        if (p < e && *p == '}')
+            return 0;
+        return -1;
+    }
+}
+
+static void on_rpc_member(void *ud, struct slice key, struct slice val)
+{
+    struct rpc *r = ud;
+    if (KEY_IS(key, "id")) {
+        r->id = val;
+        r->has_id = 1;
+    } else if (KEY_IS(key, "method")) {
+        if (val.len >= 2 && val.ptr[0] == '"') {
+            r->method = (struct slice){ val.ptr + 1, val.len - 2 };
+            r->has_method = 1;
+        }
+    } else if (KEY_IS(key, "params")) {
+        r->params = val;
+    }
+}
+
+static void on_params_member(void *ud, struct slice key, struct slice val)
+{
+    struct slice *pv = ud;
+    if (KEY_IS(key, "protocolVersion") && val.len >= 2 && val.ptr[0] == '"')
+        *pv = val;
+}
+
+/* ---- replies ------------------------------------------------------------ */
+
+static void reply(struct conn *c, const char *status, const char *extra_headers,
+                  const char *body, size_t body_len)
+{
+    char head[256];
+    int keep_alive = llhttp_should_keep_alive(&c->parser);
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 %s\r\n"
+                     "%s"
+                     "%s"
+                     "Content-Length: %zu\r\n"
+                     "%s"
+                     "\r\n",
+                     status,
+                     body_len ? "Content-Type: application/json\r\n" : "",
+                     extra_headers ? extra_headers : "",
+                     body_len,
+                     !keep_alive ? "Connection: close\r\n"
+                     : c->parser.http_minor == 0 ? "Connection: keep-alive\r\n"
+                                                 : "");
+    if (n < 0 || (size_t)n >= sizeof head)
+        abort(); /* cannot happen: every input is ours */
+    buf_append(&c->out, head, (size_t)n);
+    buf_append(&c->out, body, body_len);
+}
+
+static void reply_rpc(struct conn *c, const struct rpc *r)
+{
+    static const struct slice default_pv = { "\"2025-06-18\"", 12 };
+    /* Only initialize, tools/list and the rare others come here, so a
+     * temporary body buffer costs nothing that matters. */
+    struct buf b = { 0 };
+    char extra[96];
+    extra[0] = '\0';
+
+    buf_lit(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
+    buf_slice(&b, r->id);
+
+    if (KEY_IS(r->method, "tools/call")) {
+        buf_lit(&b, ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}");
+    } else if (KEY_IS(r->method, "tools/list")) {
+        buf_lit(&b, ",\"result\":{\"tools\":[{\"name\":\"echo\","
+                    "\"description\":\"Replies ok.\","
+                    "\"inputSchema\":{\"type\":\"object\","
+                    "\"properties\":{\"text\":{\"type\":\"string\"}}}}]}}");
+    } else if (KEY_IS(r->method, "initialize")) {
+        struct slice pv = default_pv;
+        if (r->params.len)
+            scan_object(r->params.ptr, r->params.ptr + r->params.len,
+                        on_params_member, &pv);
+        buf_lit(&b, ",\"result\":{\"protocolVersion\":");
+        buf_slice(&b, pv);
+        buf_lit(&b, ",\"capabilities\":{\"tools\":{}},"
+                    "\"serverInfo\":{\"name\":\"tg-bench-upstream\",\"version\":\"1.0\"}}}");
+        snprintf(extra, sizeof extra, "Mcp-Session-Id: fu-%016llx\r\n",
+                 ++session_counter);
+    } else if (KEY_IS(r->method, "ping")) {
+        buf_lit(&b, ",\"result\":{}}");
+    } else {
+        buf_lit(&b, ",\"error\":{\"code\":-32601,\"message\":\"Method not found\"}}");
+    }
+    reply(c, "200 OK", extra[0] ? extra : NULL, b.base, b.len);
+    free(b.base);
+    b.base = NULL;
+}
+
+/* Fast path for the call the benchmark repeats: no temporary buffer. */
+static void reply_tools_call(struct conn *c, struct slice id)
+{
+    static const char pre[] = "{\"jsonrpc\":\"2.0\",\"id\":";
+    static const char post[] =
+        ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}";
+    size_t body_len = sizeof pre - 1 + id.len + sizeof post - 1;
+    char head[160];
+    int keep_alive = llhttp_should_keep_alive(&c->parser);
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 200 OK\r\n"
+                     "Content-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n"
+                     "%s\r\n",
+                     body_len,
+                     !keep_alive ? "Connection: close\r\n"
+                     : c->parser.http_minor == 0 ? "Connection: keep-alive\r\n"
+                                                 : "");
+    if (n < 0 || (size_t)n >= sizeof head)
+        abort();
+    buf_reserve(&c->out, (size_t)n + body_len);
+    buf_append(&c->out, head, (size_t)n);
+    buf_append(&c->out, pre, sizeof pre - 1);
+    buf_slice(&c->out, id);
+    buf_append(&c->out, post, sizeof post - 1);
+}
+
+static const char parse_error_body[] =
+    "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"Parse error\"}}";
+
+static void handle_request(struct conn *c)
+{
+    llhttp_method_t method = (llhttp_method_t)llhttp_get_method(&c->parser);
+
+    if (method == HTTP_DELETE) {
+        reply(c, "200 OK", NULL, "", 0);
+        return;
+    }
+    if (method != HTTP_POST) {
+        /* No standalone SSE stream is offered, which the spec allows. */
+        reply(c, "405 Method Not Allowed", "Allow: POST, DELETE\r\n", "", 0);
+        return;
+    }
+    if (c->too_large) {
+        reply(c, "413 Content Too Large", NULL, "", 0);
+        return;
+    }
+
+    struct rpc r = { 0 };
+    if (scan_object(c->body.base, c->body.base + c->body.len, on_rpc_member, &r) != 0) {
+        reply(c, "400 Bad Request", NULL, parse_error_body, sizeof parse_error_body - 1);
+        return;
+    }
+    if (!r.has_id || !r.has_method) {
+        /* A notification, or a response to a server request: accepted. */
+        reply(c, "202 Accepted", NULL, "", 0);
+        return;
+    }
+    if (KEY_IS(r.method, "tools/call"))
+        reply_tools_call(c, r.id);
+    else
+        reply_rpc(c, &r);
+}
+
+/* ---- llhttp callbacks ----------------------------------------------------- */
+
+static int on_message_begin(llhttp_t *p)
+{
+    struct conn *c = p->data;
+    c->body.len = 0;
+    c->too_large = 0;
+    return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t len)
+{
+    struct conn *c = p->data;
+    if (c->too_large || c->body.len + len > MAX_BODY) {
+        c->too_large = 1;
+        return 0;
+    }
+    buf_append(&c->body, at, len);
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    struct conn *c = p->data;
+    handle_request(c);
+    if (!llhttp_should_keep_alive(p))
+        c->close_after = 1;
+    return 0;
+}
+
+/* ---- connection I/O -------------------------------------------------------- */
+
+static void on_close(uv_handle_t *h)
+{
+    struct conn *c = (struct conn *)h;
+    free(c->in.base);
+    c->in.base = NULL;
+    free(c->body.base);
+    c->body.base = NULL;
+    free(c->out.base);
+    c->out.base = NULL;
+    free(c);
+}
+
+static void conn_close(struct conn *c)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    uv_close((uv_handle_t *)&c->tcp, on_close);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    (void)status;
+    struct conn *c = req->data;
+    c->closing = 0; /* shutdown done; let conn_close run */
+    conn_close(c);
+}
+
+/* Ends the connection after the queued replies have been written. */
+static void conn_finish(struct conn *c)
+{
+    if (c->closing)
+        return;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->shutdown.data = c;
+    if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown) == 0)
+        c->closing = 1;
+    else
+        conn_close(c);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b);
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b)
+{
+    (void)suggested;
+    struct conn *c = (struct conn *)h;
+    if (c->in.base == NULL) {
+        c->in.base = malloc(READ_CHUNK);
+        if (c->in.base == NULL)
+            abort();
+        c->in.cap = READ_CHUNK;
+    }
+    *b = uv_buf_init(c->in.base, (unsigned int)c->in.cap);
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    struct wreq *w = (struct wreq *)req;
+    struct conn *c = req->data;
+    free(w);
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    if (!c->reading && !c->closing &&
+        c->tcp.write_queue_size < OUT_HIGH_WATER / 2) {
+        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+            c->reading = 1;
+    }
+}
+
+static int conn_flush(struct conn *c)
+{
+    size_t off = 0;
+    if (c->out.len == 0)
+        return 0;
+    if (c->tcp.write_queue_size == 0) {
+        uv_buf_t b = uv_buf_init(c->out.base, (unsigned int)c->out.len);
+        int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+        if (n >= 0)
+            off = (size_t)n;
+        else if (n != UV_EAGAIN)
+            return n;
+    }
+    if (off < c->out.len) {
+        size_t rest = c->out.len - off;
+        struct wreq *w = malloc(sizeof *w + rest);
+        if (w == NULL)
+            abort();
+        memcpy(w->data, c->out.base + off, rest);
+        w->len = rest;
+        w->req.data = c;
+        uv_buf_t b = uv_buf_init(w->data, (unsigned int)rest);
+        int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+        if (rc < 0) {
+            free(w);
+            return rc;
+        }
+    }
+    c->out.len = 0;
+    return 0;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
+{
+    struct conn *c = (struct conn *)s;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+
+    /* Every complete request in this read (pipelining) is answered into
+     * c->out by on_message_complete; partial ones stay in the parser. */
+    llhttp_errno_t err = llhttp_execute(&c->parser, b->base, (size_t)nread);
+    int done = 0;
+    if (err != HPE_OK) {
+        if (err != HPE_CLOSED_CONNECTION) {
+            static const char bad[] =
+                "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+            buf_append(&c->out, bad, sizeof bad - 1);
+        }
+        done = 1;
+    } else if (c->close_after) {
+        done = 1;
+    }
+
+    if (conn_flush(c) < 0) {
+        conn_close(c);
+        return;
+    }
+    if (done) {
+        conn_finish(c);
+        return;
+    }
+    if (c->tcp.write_queue_size > OUT_HIGH_WATER) {
+        uv_read_stop(s);
+        c->reading = 0;
+    }
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    if (status < 0)
+        return;
+    struct conn *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        abort();
+    uv_tcp_init(server->loop, &c->tcp);
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+        conn_close(c);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
+    c->parser.data = c;
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->reading = 1;
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    (void)signum;
+    uv_stop(h->loop);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PORT   (0 picks a free port)\n", argv[0]);
+        return 2;
+    }
+    char *end;
+    errno = 0;
+    long port = strtol(argv[1], &end, 10);
+    if (errno || *end || port < 0 || port > 65535) {
+        fprintf(stderr, "fast_upstream: bad port '%s'\n", argv[1]);
+        return 2;
+    }
+
+    signal(SIGPIPE, SIG_IGN);
+
+    llhttp_settings_init(&parser_settings);
+    parser_settings.on_message_begin = on_message_begin;
+    parser_settings.on_body = on_body;
+    parser_settings.on_message_complete = on_message_complete;
+
+    uv_loop_t *loop = uv_default_loop();
+    uv_tcp_t server;
+    struct sockaddr_in addr;
+    uv_ip4_addr("127.0.0.1", (int)port, &addr);
+    uv_tcp_init(loop, &server);
+    int rc = uv_tcp_bind(&server, (const struct sockaddr *)&addr, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&server, 1024, on_connection);
+    if (rc != 0) {
+        fprintf(stderr, "fast_upstream: listen on 127.0.0.1:%ld: %s\n", port,
+                uv_strerror(rc));
+        return 1;
+    }
+
+    struct sockaddr_storage bound;
+    int len = (int)sizeof bound;
+    uv_tcp_getsockname(&server, (struct sockaddr *)&bound, &len);
+    printf("LISTENING %u\n", (unsigned)ntohs(((struct sockaddr_in *)&bound)->sin_port));
+    fflush(stdout);
+
+    uv_signal_t sigint, sigterm;
+    uv_signal_init(loop, &sigint);
+    uv_signal_start(&sigint, on_signal, SIGINT);
+    uv_signal_init(loop, &sigterm);
+    uv_signal_start(&sigterm, on_signal, SIGTERM);
+
+    uv_run(loop, UV_RUN_DEFAULT);
+    return 0;
+}
