@@ -616,8 +616,7 @@ export function withLogs(getLogs, fn) {
         extra += `\n--- ${name} (tail) ---\n${tail(String(text), 80)}`;
       }
       if (extra) {
-        process.stderr.write(`# failure context for "${t?.name ?? 'test'}":${extra}\n`);
-        try { e.message += extra; } catch { /* frozen */ }
+        try { e.message += extra; } catch { process.stderr.write(`# failure context:${extra}\n`); }
       }
       throw e;
     }
