@@ -11,6 +11,8 @@ import assert from 'node:assert/strict';
 import tls from 'node:tls';
 import * as H from './lib/harness.mjs';
 
+H.requireNodeModules(); // fails the file with 'npm ci --prefix test' when the packages are missing
+
 const DIRECT = !!process.env.INTEROP_DIRECT;
 const gatewayOnly = DIRECT ? 'INTEROP_DIRECT: gateway-specific check' : false;
 
