@@ -1,0 +1,262 @@
+#include "core/buf.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/random.h>
+
+void *tg_xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (p == NULL)
+        abort();
+    return p;
+}
+
+void *tg_xcalloc(size_t n, size_t sz)
+{
+    void *p = calloc(n ? n : 1, sz ? sz : 1);
+    if (p == NULL)
+        abort();
+    return p;
+}
+
+void *tg_xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (q == NULL)
+        abort();
+    return q;
+}
+
+char *tg_xstrdup(const char *s)
+{
+    size_t n = strlen(s);
+    char *p = tg_xmalloc(n + 1);
+    memcpy(p, s, n + 1);
+    return p;
+}
+
+void tg_buf_init(struct tg_buf *b)
+{
+    b->base = NULL;
+    b->len = b->cap = 0;
+}
+
+void tg_buf_dispose(struct tg_buf *b)
+{
+    free(b->base);
+    b->base = NULL;
+    b->len = b->cap = 0;
+}
+
+int tg_buf_try_reserve(struct tg_buf *b, size_t extra, size_t ceiling)
+{
+    if (extra > SIZE_MAX - b->len)
+        return TG_ENOMEM;
+    size_t need = b->len + extra;
+    if (ceiling != 0 && need > ceiling)
+        return TG_ELIMIT;
+    if (need <= b->cap)
+        return 0;
+    size_t ncap = b->cap ? b->cap : 256;
+    while (ncap < need)
+        ncap = ncap > SIZE_MAX / 2 ? need : ncap * 2;
+    if (ceiling != 0 && ncap > ceiling && need <= ceiling)
+        ncap = ceiling;
+    char *p = realloc(b->base, ncap);
+    if (p == NULL)
+        return TG_ENOMEM;
+    b->base = p;
+    b->cap = ncap;
+    return 0;
+}
+
+void tg_buf_append(struct tg_buf *b, const void *p, size_t n)
+{
+    if (tg_buf_try_reserve(b, n, 0) != 0)
+        abort();
+    if (n)
+        memcpy(b->base + b->len, p, n);
+    b->len += n;
+}
+
+int tg_buf_try_append(struct tg_buf *b, const void *p, size_t n, size_t ceiling)
+{
+    int r = tg_buf_try_reserve(b, n, ceiling);
+    if (r != 0)
+        return r;
+    if (n)
+        memcpy(b->base + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+void tg_buf_appends(struct tg_buf *b, const char *s) { tg_buf_append(b, s, strlen(s)); }
+
+void tg_buf_appendf(struct tg_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if (tg_buf_try_reserve(b, (size_t)n + 1, 0) != 0)
+        abort();
+    va_start(ap, fmt);
+    vsnprintf(b->base + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+void tg_buf_append_u64(struct tg_buf *b, uint64_t v)
+{
+    char tmp[24];
+    int i = 24;
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    tg_buf_append(b, tmp + i, (size_t)(24 - i));
+}
+
+void tg_buf_consume(struct tg_buf *b, size_t n)
+{
+    if (n >= b->len) {
+        b->len = 0;
+        return;
+    }
+    memmove(b->base, b->base + n, b->len - n);
+    b->len -= n;
+}
+
+char *tg_buf_release(struct tg_buf *b)
+{
+    char *p = b->base;
+    tg_buf_init(b);
+    return p;
+}
+
+int tg_slice_eq(struct tg_slice a, struct tg_slice b)
+{
+    return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
+}
+
+int tg_slice_eq_nocase(struct tg_slice a, const char *lit)
+{
+    size_t n = strlen(lit);
+    return a.len == n && strncasecmp(a.ptr, lit, n) == 0;
+}
+
+int tg_slice_starts_with(struct tg_slice a, const char *lit)
+{
+    size_t n = strlen(lit);
+    return a.len >= n && memcmp(a.ptr, lit, n) == 0;
+}
+
+int tg_slice_has_token(struct tg_slice h, const char *token)
+{
+    size_t tn = strlen(token);
+    size_t i = 0;
+    while (i < h.len) {
+        while (i < h.len && (h.ptr[i] == ' ' || h.ptr[i] == '\t' || h.ptr[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < h.len && h.ptr[i] != ',' && h.ptr[i] != ';')
+            i++;
+        size_t end = i;
+        while (end > start && (h.ptr[end - 1] == ' ' || h.ptr[end - 1] == '\t'))
+            end--;
+        if (end - start == tn && strncasecmp(h.ptr + start, token, tn) == 0)
+            return 1;
+        while (i < h.len && h.ptr[i] != ',')
+            i++;
+    }
+    return 0;
+}
+
+char *tg_slice_dup(struct tg_slice s)
+{
+    char *p = tg_xmalloc(s.len + 1);
+    if (s.len)
+        memcpy(p, s.ptr, s.len);
+    p[s.len] = '\0';
+    return p;
+}
+
+void tg_hex_encode(const uint8_t *in, size_t n, char *out)
+{
+    static const char hx[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hx[in[i] >> 4];
+        out[2 * i + 1] = hx[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = tolower(c);
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+int tg_hex_decode(const char *in, size_t n, uint8_t *out)
+{
+    if (n % 2)
+        return TG_EINVAL;
+    for (size_t i = 0; i < n; i += 2) {
+        int h = hexval((unsigned char)in[i]), l = hexval((unsigned char)in[i + 1]);
+        if (h < 0 || l < 0)
+            return TG_EINVAL;
+        out[i / 2] = (uint8_t)(h << 4 | l);
+    }
+    return 0;
+}
+
+size_t tg_b64url_encode(const uint8_t *in, size_t n, char *out)
+{
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    size_t o = 0, i = 0;
+    for (; i + 2 < n; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        out[o++] = al[v >> 18 & 63];
+        out[o++] = al[v >> 12 & 63];
+        out[o++] = al[v >> 6 & 63];
+        out[o++] = al[v & 63];
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)in[i] << 16;
+        out[o++] = al[v >> 18 & 63];
+        out[o++] = al[v >> 12 & 63];
+    } else if (n - i == 2) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
+        out[o++] = al[v >> 18 & 63];
+        out[o++] = al[v >> 12 & 63];
+        out[o++] = al[v >> 6 & 63];
+    }
+    out[o] = '\0';
+    return o;
+}
+
+int tg_random(void *out, size_t n)
+{
+    uint8_t *p = out;
+    while (n > 0) {
+        ssize_t r = getrandom(p, n, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}

@@ -1,0 +1,103 @@
+/* tg_buf: the one growable byte buffer; tg_slice: a view into bytes owned elsewhere.
+ *
+ * Wire data is never assumed to end in NUL. A tg_buf owns its storage and is
+ * released with tg_buf_dispose(). Growth on behalf of a peer goes through
+ * tg_buf_try_reserve(), which refuses to pass a caller-given ceiling so that a
+ * peer can never make a buffer grow without bound. */
+#ifndef TG_BUF_H
+#define TG_BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define TG_WUR __attribute__((warn_unused_result))
+
+/* Error codes: 0 is success; negatives below -4000 are ours, libuv's errno values pass through. */
+enum {
+    TG_EAGAIN = -4001,   /* incomplete input: call again with more bytes */
+    TG_ENOMEM = -4002,   /* allocation failed or a configured ceiling was hit */
+    TG_EINVAL = -4003,   /* malformed input */
+    TG_ELIMIT = -4004,   /* a configured limit was exceeded */
+    TG_ETIMEDOUT = -4005,
+    TG_ECLOSED = -4006,
+};
+
+struct tg_slice {
+    const char *ptr;
+    size_t len;
+};
+
+#define TG_SLICE(lit) ((struct tg_slice){(lit), sizeof(lit) - 1})
+#define TG_SLICE_NULL ((struct tg_slice){NULL, 0})
+
+struct tg_buf {
+    char *base;
+    size_t len;
+    size_t cap;
+};
+
+void tg_buf_init(struct tg_buf *b);
+void tg_buf_dispose(struct tg_buf *b);
+/* Make room for at least `extra` more bytes without passing `ceiling` total (0 = no ceiling). */
+TG_WUR int tg_buf_try_reserve(struct tg_buf *b, size_t extra, size_t ceiling);
+/* Append; aborts on OOM (for sizes we chose, not the peer). */
+void tg_buf_append(struct tg_buf *b, const void *p, size_t n);
+TG_WUR int tg_buf_try_append(struct tg_buf *b, const void *p, size_t n, size_t ceiling);
+void tg_buf_appends(struct tg_buf *b, const char *s);
+void tg_buf_appendf(struct tg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tg_buf_append_u64(struct tg_buf *b, uint64_t v);
+/* Drop the first n bytes. */
+void tg_buf_consume(struct tg_buf *b, size_t n);
+/* Hand the storage to the caller (who frees it with free()) and reset the buffer. */
+char *tg_buf_release(struct tg_buf *b);
+
+static inline struct tg_slice tg_slice_of(const char *p, size_t n) { return (struct tg_slice){p, n}; }
+static inline struct tg_slice tg_slice_cstr(const char *s) { return (struct tg_slice){s, s ? strlen(s) : 0}; }
+int tg_slice_eq(struct tg_slice a, struct tg_slice b);
+int tg_slice_eq_nocase(struct tg_slice a, const char *lit);
+int tg_slice_starts_with(struct tg_slice a, const char *lit);
+/* Case-insensitive search of a token in a comma-separated header value (media types ignore parameters). */
+int tg_slice_has_token(struct tg_slice header, const char *token);
+/* Returns a malloc'd NUL-terminated copy. */
+char *tg_slice_dup(struct tg_slice s);
+
+/* Allocation helpers that abort on OOM (fixed, small sizes only). */
+void *tg_xmalloc(size_t n);
+void *tg_xcalloc(size_t n, size_t sz);
+void *tg_xrealloc(void *p, size_t n);
+char *tg_xstrdup(const char *s);
+
+/* Hex and base64url helpers. */
+void tg_hex_encode(const uint8_t *in, size_t n, char *out /* 2n+1 */);
+int tg_hex_decode(const char *in, size_t n, uint8_t *out /* n/2 */);
+size_t tg_b64url_encode(const uint8_t *in, size_t n, char *out /* 4n/3+4 */);
+/* Fill with cryptographically random bytes (getrandom). */
+int tg_random(void *out, size_t n);
+
+#define tg_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+/* Intrusive doubly linked list (h2o linklist / libuv queue). */
+struct tg_list {
+    struct tg_list *prev, *next;
+};
+static inline void tg_list_init(struct tg_list *l) { l->prev = l->next = l; }
+static inline int tg_list_empty(const struct tg_list *l) { return l->next == l; }
+static inline int tg_list_linked(const struct tg_list *n) { return n->next != NULL && n->next != n; }
+static inline void tg_list_insert_tail(struct tg_list *head, struct tg_list *n)
+{
+    n->prev = head->prev;
+    n->next = head;
+    head->prev->next = n;
+    head->prev = n;
+}
+static inline void tg_list_unlink(struct tg_list *n)
+{
+    if (n->next == NULL)
+        return;
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+    n->prev = n->next = n;
+}
+
+#endif

@@ -1,0 +1,106 @@
+/* Configuration: libconfig file -> immutable struct tg_conf.
+ *
+ * tg_conf_load() reads and validates the whole file; on error it returns NULL
+ * and writes "file:line: directive: reason" lines into err. Scalar directives
+ * are declared in tables (name, offset, range, default) in conf.c. A loaded
+ * conf is never modified; it is refcounted so that work started under one
+ * conf can finish under it after a reload. */
+#ifndef TG_CONF_H
+#define TG_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/buf.h"
+
+struct tg_listen_conf {
+    char *address;
+    int port;
+    int tls;
+    char *cert, *key;
+    char **origins; /* extra allowed Origin values besides loopback ones */
+    size_t norigins;
+    int any_origin;
+};
+
+struct tg_admin_conf {
+    int enabled;
+    char *address;
+    int port;
+    int has_token;
+    uint8_t token_sha256[32];
+};
+
+struct tg_limits {
+    int max_connections;
+    int header_bytes;
+    int body_bytes;
+    int response_bytes;
+    int json_depth;
+    int header_timeout_ms;
+    int idle_timeout_ms;
+    int session_idle_timeout_ms;
+    int sessions_per_grant;
+    int inflight_per_session;
+    int output_high_water;
+    int drain_timeout_ms;
+};
+
+struct tg_grant_conf {
+    char *name;
+    int has_token;
+    uint8_t token_sha256[32];
+    int anonymous;
+};
+
+struct tg_header {
+    char *name;
+    char *value;
+};
+
+struct tg_upstream_conf {
+    char *name;
+    char *url;
+    char *host;      /* connect host (literal or name) */
+    int port;
+    char *path;      /* request target, e.g. "/mcp" */
+    char *authority; /* Host header value */
+    int is_default;
+    int init_local;
+    struct tg_header *headers;
+    size_t nheaders;
+    int connect_timeout_ms;
+    int call_timeout_ms;
+    int pool_size;
+    int pool_idle_timeout_ms;
+    int queue_max;
+    int queue_timeout_ms;
+};
+
+struct tg_conf {
+    int refcnt;
+    char *path;
+    int log_level;
+    int log_format;
+    char *log_file;
+    struct tg_listen_conf *listeners;
+    size_t nlisteners;
+    struct tg_admin_conf admin;
+    struct tg_limits limits;
+    struct tg_grant_conf *grants;
+    size_t ngrants;
+    struct tg_upstream_conf *upstreams;
+    size_t nupstreams;
+    int default_upstream; /* index or -1 */
+};
+
+struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err);
+struct tg_conf *tg_conf_ref(struct tg_conf *c);
+void tg_conf_unref(struct tg_conf *c);
+
+/* Expand ${VAR} and ${VAR:-default} from the environment. Returns a malloc'd string or NULL with *why set. */
+char *tg_conf_expand_env(const char *in, const char **why, char *varname, size_t varname_sz);
+
+const struct tg_upstream_conf *tg_conf_find_upstream(const struct tg_conf *c, struct tg_slice name, int *index);
+
+#endif

@@ -1,0 +1,585 @@
+#include "core/json.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct parser {
+    const unsigned char *p, *end, *start;
+    int max_depth;
+    int build;
+    const char *err;
+    const unsigned char *err_at;
+    struct tg_slice id_raw;
+};
+
+static int fail(struct parser *ps, const char *why)
+{
+    if (ps->err == NULL) {
+        ps->err = why;
+        ps->err_at = ps->p;
+    }
+    return TG_EINVAL;
+}
+
+static void skip_ws(struct parser *ps)
+{
+    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
+        ps->p++;
+}
+
+static int parse_value(struct parser *ps, int depth, cJSON **out);
+
+static int hex4(const unsigned char *p, unsigned *v)
+{
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned c = p[i], d;
+        if (c >= '0' && c <= '9')
+            d = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            d = c - 'A' + 10;
+        else
+            return -1;
+        r = r << 4 | d;
+    }
+    *v = r;
+    return 0;
+}
+
+static size_t put_utf8(unsigned char *o, unsigned cp)
+{
+    if (cp < 0x80) {
+        o[0] = (unsigned char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (unsigned char)(0xC0 | cp >> 6);
+        o[1] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (unsigned char)(0xE0 | cp >> 12);
+        o[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+        o[2] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (unsigned char)(0xF0 | cp >> 18);
+    o[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F));
+    o[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
+    o[3] = (unsigned char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Length of a valid UTF-8 sequence starting at p (RFC 3629 table), or 0. */
+static size_t utf8_seq(const unsigned char *p, const unsigned char *end)
+{
+    unsigned c = p[0];
+    size_t n;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F; /* U+D800..DFFF encoded directly are not characters */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else
+        return 0;
+    if ((size_t)(end - p) < n)
+        return 0;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xBF)
+            return 0;
+    return n;
+}
+
+/* Parses a string at ps->p (on the opening quote). When out != NULL, stores a
+ * malloc'd decoded copy (NUL-terminated) and its length. */
+static int parse_string(struct parser *ps, char **out, size_t *outlen)
+{
+    ps->p++; /* opening quote */
+    const unsigned char *s = ps->p;
+    /* First pass: validate and measure. */
+    size_t dlen = 0;
+    int has_escape = 0;
+    while (1) {
+        if (ps->p >= ps->end)
+            return fail(ps, "unterminated string");
+        unsigned c = *ps->p;
+        if (c == '"')
+            break;
+        if (c < 0x20)
+            return fail(ps, "control character in string");
+        if (c == '\\') {
+            has_escape = 1;
+            if (ps->end - ps->p < 2)
+                return fail(ps, "unterminated string");
+            unsigned e = ps->p[1];
+            if (e == 'u') {
+                unsigned cp, lo;
+                if (ps->end - ps->p < 6 || hex4(ps->p + 2, &cp) != 0)
+                    return fail(ps, "invalid \\u escape");
+                ps->p += 6;
+                if (cp >= 0xDC00 && cp <= 0xDFFF)
+                    return fail(ps, "lone low surrogate");
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    if (ps->end - ps->p < 6 || ps->p[0] != '\\' || ps->p[1] != 'u' || hex4(ps->p + 2, &lo) != 0 ||
+                        lo < 0xDC00 || lo > 0xDFFF)
+                        return fail(ps, "lone high surrogate");
+                    ps->p += 6;
+                    dlen += 4;
+                } else if (cp == 0) {
+                    return fail(ps, "NUL character in string");
+                } else {
+                    dlen += cp < 0x80 ? 1 : cp < 0x800 ? 2 : 3;
+                }
+                continue;
+            }
+            if (!(e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't'))
+                return fail(ps, "invalid escape");
+            ps->p += 2;
+            dlen++;
+            continue;
+        }
+        if (c < 0x80) {
+            ps->p++;
+            dlen++;
+            continue;
+        }
+        size_t n = utf8_seq(ps->p, ps->end);
+        if (n == 0)
+            return fail(ps, "invalid UTF-8 in string");
+        ps->p += n;
+        dlen += n;
+    }
+    const unsigned char *e = ps->p;
+    ps->p++; /* closing quote */
+    if (out == NULL)
+        return 0;
+    unsigned char *d = malloc(dlen + 1);
+    if (d == NULL)
+        return fail(ps, "out of memory");
+    if (!has_escape) {
+        memcpy(d, s, dlen);
+    } else {
+        size_t o = 0;
+        for (const unsigned char *q = s; q < e;) {
+            if (*q != '\\') {
+                d[o++] = *q++;
+                continue;
+            }
+            unsigned x = q[1];
+            if (x == 'u') {
+                unsigned cp, lo;
+                hex4(q + 2, &cp);
+                q += 6;
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    hex4(q + 2, &lo);
+                    q += 6;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                }
+                o += put_utf8(d + o, cp);
+                continue;
+            }
+            q += 2;
+            switch (x) {
+            case 'b': d[o++] = '\b'; break;
+            case 'f': d[o++] = '\f'; break;
+            case 'n': d[o++] = '\n'; break;
+            case 'r': d[o++] = '\r'; break;
+            case 't': d[o++] = '\t'; break;
+            default: d[o++] = (unsigned char)x; break;
+            }
+        }
+    }
+    d[dlen] = '\0';
+    *out = (char *)d;
+    if (outlen)
+        *outlen = dlen;
+    return 0;
+}
+
+static int parse_number(struct parser *ps, cJSON **out)
+{
+    const unsigned char *s = ps->p;
+    if (ps->p < ps->end && *ps->p == '-')
+        ps->p++;
+    if (ps->p >= ps->end)
+        return fail(ps, "invalid number");
+    if (*ps->p == '0') {
+        ps->p++;
+    } else if (*ps->p >= '1' && *ps->p <= '9') {
+        while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9')
+            ps->p++;
+    } else {
+        return fail(ps, "invalid number");
+    }
+    if (ps->p < ps->end && *ps->p == '.') {
+        ps->p++;
+        if (ps->p >= ps->end || !(*ps->p >= '0' && *ps->p <= '9'))
+            return fail(ps, "invalid number");
+        while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9')
+            ps->p++;
+    }
+    if (ps->p < ps->end && (*ps->p == 'e' || *ps->p == 'E')) {
+        ps->p++;
+        if (ps->p < ps->end && (*ps->p == '+' || *ps->p == '-'))
+            ps->p++;
+        if (ps->p >= ps->end || !(*ps->p >= '0' && *ps->p <= '9'))
+            return fail(ps, "invalid number");
+        while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9')
+            ps->p++;
+    }
+    if (out != NULL) {
+        *out = tg_json_number_raw((const char *)s, (size_t)(ps->p - s));
+        if (*out == NULL)
+            return fail(ps, "out of memory");
+    }
+    return 0;
+}
+
+cJSON *tg_json_number_raw(const char *text, size_t n)
+{
+    cJSON *item = cJSON_CreateNumber(0);
+    if (item == NULL)
+        return NULL;
+    char *raw = malloc(n + 1);
+    if (raw == NULL) {
+        cJSON_Delete(item);
+        return NULL;
+    }
+    memcpy(raw, text, n);
+    raw[n] = '\0';
+    double d = strtod(raw, NULL);
+    cJSON_SetNumberValue(item, d);
+    item->valuestring = raw;
+    return item;
+}
+
+static int cmp_keys(const void *a, const void *b)
+{
+    const cJSON *x = *(const cJSON *const *)a, *y = *(const cJSON *const *)b;
+    return strcmp(x->string, y->string);
+}
+
+static int check_dup_keys(struct parser *ps, cJSON *obj, size_t count)
+{
+    if (count < 2)
+        return 0;
+    if (count <= 12) {
+        for (cJSON *a = obj->child; a; a = a->next)
+            for (cJSON *b = a->next; b; b = b->next)
+                if (strcmp(a->string, b->string) == 0)
+                    return fail(ps, "duplicate object key");
+        return 0;
+    }
+    cJSON **v = malloc(count * sizeof(*v));
+    if (v == NULL)
+        return fail(ps, "out of memory");
+    size_t i = 0;
+    for (cJSON *a = obj->child; a; a = a->next)
+        v[i++] = a;
+    qsort(v, count, sizeof(*v), cmp_keys);
+    int r = 0;
+    for (i = 1; i < count; i++)
+        if (strcmp(v[i - 1]->string, v[i]->string) == 0) {
+            r = fail(ps, "duplicate object key");
+            break;
+        }
+    free(v);
+    return r;
+}
+
+static void append_child(cJSON *parent, cJSON **last, cJSON *item)
+{
+    if (*last == NULL) {
+        parent->child = item;
+        item->prev = item; /* cJSON keeps the tail in child->prev */
+    } else {
+        (*last)->next = item;
+        item->prev = *last;
+        parent->child->prev = item;
+    }
+    *last = item;
+}
+
+static int parse_object(struct parser *ps, int depth, cJSON **out)
+{
+    ps->p++;
+    cJSON *obj = NULL, *last = NULL;
+    size_t count = 0;
+    if (out) {
+        obj = cJSON_CreateObject();
+        if (obj == NULL)
+            return fail(ps, "out of memory");
+        *out = obj;
+    }
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == '}') {
+        ps->p++;
+        return 0;
+    }
+    while (1) {
+        skip_ws(ps);
+        if (ps->p >= ps->end || *ps->p != '"')
+            return fail(ps, "expected object key");
+        char *key = NULL;
+        size_t klen = 0;
+        /* Root keys are decoded even without a tree: the root's "id" must be found. */
+        if (parse_string(ps, (out || depth == 1) ? &key : NULL, &klen) != 0)
+            return TG_EINVAL;
+        skip_ws(ps);
+        if (ps->p >= ps->end || *ps->p != ':') {
+            free(key);
+            return fail(ps, "expected ':'");
+        }
+        ps->p++;
+        skip_ws(ps);
+        const unsigned char *vstart = ps->p;
+        cJSON *val = NULL;
+        if (parse_value(ps, depth + 1, out ? &val : NULL) != 0) {
+            free(key);
+            cJSON_Delete(val);
+            return TG_EINVAL;
+        }
+        if (depth == 1 && key != NULL && klen == 2 && memcmp(key, "id", 2) == 0)
+            ps->id_raw = tg_slice_of((const char *)vstart, (size_t)(ps->p - vstart));
+        if (out) {
+            val->string = key;
+            append_child(obj, &last, val);
+        } else {
+            free(key);
+        }
+        count++;
+        skip_ws(ps);
+        if (ps->p < ps->end && *ps->p == ',') {
+            ps->p++;
+            continue;
+        }
+        if (ps->p < ps->end && *ps->p == '}') {
+            ps->p++;
+            break;
+        }
+        return fail(ps, "expected ',' or '}'");
+    }
+    if (out)
+        return check_dup_keys(ps, obj, count);
+    return 0;
+}
+
+static int parse_array(struct parser *ps, int depth, cJSON **out)
+{
+    ps->p++;
+    cJSON *arr = NULL, *last = NULL;
+    if (out) {
+        arr = cJSON_CreateArray();
+        if (arr == NULL)
+            return fail(ps, "out of memory");
+        *out = arr;
+    }
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == ']') {
+        ps->p++;
+        return 0;
+    }
+    while (1) {
+        skip_ws(ps);
+        cJSON *val = NULL;
+        if (parse_value(ps, depth + 1, out ? &val : NULL) != 0) {
+            cJSON_Delete(val);
+            return TG_EINVAL;
+        }
+        if (out)
+            append_child(arr, &last, val);
+        skip_ws(ps);
+        if (ps->p < ps->end && *ps->p == ',') {
+            ps->p++;
+            continue;
+        }
+        if (ps->p < ps->end && *ps->p == ']') {
+            ps->p++;
+            return 0;
+        }
+        return fail(ps, "expected ',' or ']'");
+    }
+}
+
+static int literal(struct parser *ps, const char *lit, size_t n)
+{
+    if ((size_t)(ps->end - ps->p) < n || memcmp(ps->p, lit, n) != 0)
+        return fail(ps, "invalid literal");
+    ps->p += n;
+    return 0;
+}
+
+static int parse_value(struct parser *ps, int depth, cJSON **out)
+{
+    if (ps->p >= ps->end)
+        return fail(ps, "unexpected end of input");
+    switch (*ps->p) {
+    case '{':
+    case '[':
+        if (depth > ps->max_depth)
+            return fail(ps, "nesting too deep");
+        return *ps->p == '{' ? parse_object(ps, depth, out) : parse_array(ps, depth, out);
+    case '"': {
+        char *s = NULL;
+        if (parse_string(ps, out ? &s : NULL, NULL) != 0)
+            return TG_EINVAL;
+        if (out) {
+            cJSON *item = cJSON_CreateString("");
+            if (item == NULL) {
+                free(s);
+                return fail(ps, "out of memory");
+            }
+            free(item->valuestring);
+            item->valuestring = s;
+            *out = item;
+        }
+        return 0;
+    }
+    case 't':
+        if (literal(ps, "true", 4) != 0)
+            return TG_EINVAL;
+        if (out && (*out = cJSON_CreateTrue()) == NULL)
+            return fail(ps, "out of memory");
+        return 0;
+    case 'f':
+        if (literal(ps, "false", 5) != 0)
+            return TG_EINVAL;
+        if (out && (*out = cJSON_CreateFalse()) == NULL)
+            return fail(ps, "out of memory");
+        return 0;
+    case 'n':
+        if (literal(ps, "null", 4) != 0)
+            return TG_EINVAL;
+        if (out && (*out = cJSON_CreateNull()) == NULL)
+            return fail(ps, "out of memory");
+        return 0;
+    default:
+        if (*ps->p == '-' || (*ps->p >= '0' && *ps->p <= '9'))
+            return parse_number(ps, out);
+        return fail(ps, "unexpected character");
+    }
+}
+
+int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_json_doc *doc, const char **err,
+                  size_t *err_off)
+{
+    struct parser ps = {(const unsigned char *)p, (const unsigned char *)p + n, (const unsigned char *)p,
+                        max_depth, build, NULL, NULL, TG_SLICE_NULL};
+    doc->root = NULL;
+    doc->id_raw = TG_SLICE_NULL;
+    cJSON *root = NULL;
+    skip_ws(&ps);
+    int r = parse_value(&ps, 1, build ? &root : NULL);
+    if (r == 0) {
+        skip_ws(&ps);
+        if (ps.p != ps.end)
+            r = fail(&ps, "trailing data after JSON value");
+    }
+    if (r != 0) {
+        cJSON_Delete(root);
+        if (err)
+            *err = ps.err ? ps.err : "invalid JSON";
+        if (err_off)
+            *err_off = ps.err_at ? (size_t)(ps.err_at - ps.start) : 0;
+        return TG_EINVAL;
+    }
+    doc->root = root;
+    doc->id_raw = ps.id_raw;
+    return 0;
+}
+
+void tg_json_write_string(struct tg_buf *b, const char *s, size_t n)
+{
+    static const char hx[] = "0123456789abcdef";
+    if (tg_buf_try_reserve(b, n + 2, 0) != 0)
+        abort();
+    b->base[b->len++] = '"';
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        tg_buf_append(b, s + run, i - run);
+        run = i + 1;
+        char esc[7] = {'\\', 0};
+        size_t en = 2;
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\f': esc[1] = 'f'; break;
+        default:
+            esc[1] = 'u';
+            esc[2] = '0';
+            esc[3] = '0';
+            esc[4] = hx[c >> 4];
+            esc[5] = hx[c & 15];
+            en = 6;
+        }
+        tg_buf_append(b, esc, en);
+    }
+    tg_buf_append(b, s + run, n - run);
+    tg_buf_append(b, "\"", 1);
+}
+
+void tg_json_write(struct tg_buf *b, const cJSON *item)
+{
+    switch (item->type & 0xFF) {
+    case cJSON_False: tg_buf_append(b, "false", 5); return;
+    case cJSON_True: tg_buf_append(b, "true", 4); return;
+    case cJSON_NULL: tg_buf_append(b, "null", 4); return;
+    case cJSON_Raw: tg_buf_appends(b, item->valuestring ? item->valuestring : "null"); return;
+    case cJSON_String: tg_json_write_string(b, item->valuestring, strlen(item->valuestring)); return;
+    case cJSON_Number:
+        if (item->valuestring != NULL) {
+            tg_buf_appends(b, item->valuestring);
+        } else {
+            double d = item->valuedouble;
+            if (d == (double)(long long)d && d > -9e15 && d < 9e15)
+                tg_buf_appendf(b, "%lld", (long long)d);
+            else if (d != d || d - d != 0)
+                tg_buf_append(b, "null", 4);
+            else
+                tg_buf_appendf(b, "%.17g", d);
+        }
+        return;
+    case cJSON_Array:
+        tg_buf_append(b, "[", 1);
+        for (const cJSON *c = item->child; c; c = c->next) {
+            tg_json_write(b, c);
+            if (c->next)
+                tg_buf_append(b, ",", 1);
+        }
+        tg_buf_append(b, "]", 1);
+        return;
+    case cJSON_Object:
+        tg_buf_append(b, "{", 1);
+        for (const cJSON *c = item->child; c; c = c->next) {
+            tg_json_write_string(b, c->string, strlen(c->string));
+            tg_buf_append(b, ":", 1);
+            tg_json_write(b, c);
+            if (c->next)
+                tg_buf_append(b, ",", 1);
+        }
+        tg_buf_append(b, "}", 1);
+        return;
+    default: tg_buf_append(b, "null", 4); return;
+    }
+}

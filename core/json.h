@@ -1,0 +1,38 @@
+/* Strict JSON: one pass that validates and builds a cJSON tree, and a writer.
+ *
+ * cJSON's own parser accepts duplicate keys, invalid UTF-8 and lone
+ * surrogates, and turns every number into a double (ids like
+ * 12345678901234567890 would be rounded). tollgate must decide on exactly
+ * what it forwards, so it parses with this module instead:
+ *   - exactly one value, optional surrounding whitespace, nothing after it;
+ *   - strings: valid UTF-8 (no overlongs, no encoded surrogates), escapes per
+ *     RFC 8259, surrogate pairs joined, lone surrogates and U+0000 rejected;
+ *   - numbers per the JSON grammar; the node keeps its original text in
+ *     valuestring so tg_json_write() prints it unchanged;
+ *   - duplicate object keys (compared after decoding) rejected;
+ *   - nesting deeper than max_depth rejected.
+ * The tree is made of ordinary cJSON nodes (free with cJSON_Delete). */
+#ifndef TG_JSON_H
+#define TG_JSON_H
+
+#include <cjson/cJSON.h>
+
+#include "core/buf.h"
+
+struct tg_json_doc {
+    cJSON *root;            /* NULL when parsed with build = 0 */
+    struct tg_slice id_raw; /* raw token of the root object's "id" member (points into the input), or empty */
+};
+
+/* Returns 0, or TG_EINVAL with *err set to a static description and *err_off to the byte offset. */
+int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_json_doc *doc, const char **err,
+                  size_t *err_off);
+
+/* Serialize compactly. Numbers with original text are printed from it. */
+void tg_json_write(struct tg_buf *b, const cJSON *item);
+void tg_json_write_string(struct tg_buf *b, const char *s, size_t n);
+
+/* A number node that prints exactly as `text` (which must be a valid JSON number). */
+cJSON *tg_json_number_raw(const char *text, size_t n);
+
+#endif

@@ -1,0 +1,137 @@
+/* tollgate — an MCP policy gateway. Command line and process lifecycle. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/conf.h"
+#include "core/log.h"
+#include "core/server.h"
+#include "policy/auth.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage:\n"
+               "  tollgate [-c FILE]            run (default FILE: conf/tollgate.conf)\n"
+               "  tollgate -t [-c FILE]         check the configuration, print errors, exit 0/1\n"
+               "  tollgate hash-token [TOKEN]   print the SHA-256 of a bearer token for the configuration\n"
+               "                                (reads one line from stdin when TOKEN is omitted)\n"
+               "  tollgate -V                   print the version\n"
+               "  tollgate -h                   this help\n");
+}
+
+static int hash_token(int argc, char **argv)
+{
+    char line[4096];
+    const char *tok;
+    if (argc >= 3) {
+        tok = argv[2];
+    } else {
+        if (fgets(line, sizeof(line), stdin) == NULL) {
+            fprintf(stderr, "tollgate: hash-token: no token given\n");
+            return 1;
+        }
+        line[strcspn(line, "\r\n")] = '\0';
+        tok = line;
+    }
+    if (tok[0] == '\0') {
+        fprintf(stderr, "tollgate: hash-token: empty token\n");
+        return 1;
+    }
+    uint8_t h[32];
+    char hex[65];
+    tg_auth_sha256(tok, strlen(tok), h);
+    tg_hex_encode(h, 32, hex);
+    printf("%s\n", hex);
+    return 0;
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct tg_server *srv = h->data;
+    switch (signum) {
+    case SIGTERM:
+    case SIGINT: tg_server_drain(srv); break;
+    case SIGUSR1:
+        if (tg_log_reopen() != 0)
+            tg_log(TG_LOG_ERROR, "cannot reopen log file", NULL);
+        else
+            tg_log(TG_LOG_INFO, "log reopened", NULL);
+        break;
+    case SIGHUP:
+        /* Hot reload comes with the policy engine; until then the running configuration stays. */
+        tg_log(TG_LOG_WARN, "SIGHUP: reload is not supported yet; configuration unchanged", NULL);
+        break;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *conf_path = "conf/tollgate.conf";
+    int check_only = 0;
+    if (argc >= 2 && strcmp(argv[1], "hash-token") == 0)
+        return hash_token(argc, argv);
+    int opt;
+    while ((opt = getopt(argc, argv, "c:tVh")) != -1) {
+        switch (opt) {
+        case 'c': conf_path = optarg; break;
+        case 't': check_only = 1; break;
+        case 'V': printf("tollgate %s\n", TG_VERSION); return 0;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "tollgate: unexpected argument: %s\n", argv[optind]);
+        usage(stderr);
+        return 1;
+    }
+    struct tg_buf err;
+    tg_buf_init(&err);
+    struct tg_conf *conf = tg_conf_load(conf_path, &err);
+    if (conf == NULL) {
+        fwrite(err.base, 1, err.len, stderr);
+        tg_buf_dispose(&err);
+        if (check_only)
+            fprintf(stderr, "tollgate: configuration %s is invalid\n", conf_path);
+        return 1;
+    }
+    tg_buf_dispose(&err);
+    if (check_only) {
+        printf("tollgate: configuration %s is ok (%zu listener(s), %zu grant(s), %zu upstream(s))\n", conf_path,
+               conf->nlisteners, conf->ngrants, conf->nupstreams);
+        tg_conf_unref(conf);
+        return 0;
+    }
+    if (tg_log_setup(conf->log_level, conf->log_format, conf->log_file) != 0) {
+        fprintf(stderr, "tollgate: cannot open log file %s\n", conf->log_file);
+        tg_conf_unref(conf);
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    uv_loop_t *loop = uv_default_loop();
+    struct tg_server *srv = tg_xcalloc(1, sizeof(*srv));
+    int rc = 0;
+    if (tg_server_init(srv, loop, conf) != 0 || tg_server_start(srv) != 0) {
+        rc = 1;
+        srv->draining = 1;
+        tg_server_drain(srv);
+    } else {
+        int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
+        uv_signal_t *hs[] = {&srv->sigterm, &srv->sigint, &srv->sighup, &srv->sigusr1};
+        for (int i = 0; i < 4; i++) {
+            uv_signal_init(loop, hs[i]);
+            hs[i]->data = srv;
+            uv_signal_start(hs[i], on_signal, sigs[i]);
+        }
+        tg_log(TG_LOG_INFO, "started", "version=%s conf=%s pid=%d", TG_VERSION, conf_path, (int)getpid());
+    }
+    uv_run(loop, UV_RUN_DEFAULT);
+    tg_server_dispose(srv);
+    free(srv);
+    tg_conf_unref(conf);
+    uv_loop_close(loop);
+    tg_log(TG_LOG_INFO, "stopped", NULL);
+    tg_log_setup(TG_LOG_INFO, 0, NULL);
+    return rc;
+}

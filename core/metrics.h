@@ -1,0 +1,27 @@
+/* Counters and gauges, exposed in Prometheus text format on the admin listener. */
+#ifndef TG_METRICS_H
+#define TG_METRICS_H
+
+#include <stdint.h>
+
+#include "core/buf.h"
+
+struct tg_metrics {
+    uint64_t conns_accepted, conns_rejected, conns_open, tls_handshake_failures;
+    uint64_t http_requests, http_status[6]; /* by class 1xx..5xx */
+    uint64_t limit_header_bytes, limit_body_bytes, limit_json, limit_inflight, limit_sessions, limit_output;
+    uint64_t sessions_open, sessions_created, sessions_expired;
+    uint64_t rpc_requests, rpc_notifications, rpc_responses, rpc_refused_nonstandard;
+    uint64_t upstream_calls, upstream_errors, upstream_timeouts, upstream_connects, upstream_queue_timeouts;
+    uint64_t sse_events_relayed;
+    /* upstream latency histogram (ms buckets) */
+    uint64_t lat_buckets[12];
+    uint64_t lat_count;
+    double lat_sum;
+};
+
+void tg_metrics_observe_latency(struct tg_metrics *m, double ms);
+struct tg_server;
+void tg_metrics_render(struct tg_server *srv, struct tg_buf *out);
+
+#endif

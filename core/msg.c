@@ -1,0 +1,188 @@
+#include "core/msg.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/json.h"
+
+void tg_msg_dispose(struct tg_msg *m)
+{
+    cJSON_Delete(m->root);
+    m->root = NULL;
+    free(m->id_raw);
+    m->id_raw = NULL;
+    m->method = NULL;
+}
+
+int tg_msg_decode(const char *p, size_t n, int max_depth, struct tg_msg *m, const char **why)
+{
+    memset(m, 0, sizeof(*m));
+    struct tg_json_doc doc;
+    const char *err = NULL;
+    size_t off = 0;
+    if (tg_json_parse(p, n, max_depth, 1, &doc, &err, &off) != 0) {
+        *why = err;
+        return TG_RPC_PARSE_ERROR;
+    }
+    m->root = doc.root;
+    cJSON *root = doc.root;
+    if (!cJSON_IsObject(root)) {
+        *why = "a JSON-RPC message must be an object";
+        return TG_RPC_INVALID_REQUEST;
+    }
+    cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
+    if (id != NULL && (cJSON_IsString(id) || cJSON_IsNumber(id))) {
+        m->id_raw = tg_slice_dup(doc.id_raw);
+        m->id_len = doc.id_raw.len;
+    }
+    cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "jsonrpc");
+    if (!cJSON_IsString(ver) || strcmp(ver->valuestring, "2.0") != 0) {
+        *why = "\"jsonrpc\" must be \"2.0\"";
+        return TG_RPC_INVALID_REQUEST;
+    }
+    if (id != NULL && !cJSON_IsString(id) && !cJSON_IsNumber(id) && !cJSON_IsNull(id)) {
+        *why = "\"id\" must be a string or a number";
+        return TG_RPC_INVALID_REQUEST;
+    }
+    if (cJSON_IsNumber(id) && (strchr(id->valuestring, '.') || strchr(id->valuestring, 'e') ||
+                               strchr(id->valuestring, 'E'))) {
+        *why = "a numeric \"id\" must be an integer";
+        return TG_RPC_INVALID_REQUEST;
+    }
+    cJSON *method = cJSON_GetObjectItemCaseSensitive(root, "method");
+    cJSON *result = cJSON_GetObjectItemCaseSensitive(root, "result");
+    cJSON *error = cJSON_GetObjectItemCaseSensitive(root, "error");
+    if (method != NULL) {
+        if (!cJSON_IsString(method) || method->valuestring[0] == '\0') {
+            *why = "\"method\" must be a non-empty string";
+            return TG_RPC_INVALID_REQUEST;
+        }
+        if (result != NULL || error != NULL) {
+            *why = "a request must not carry \"result\" or \"error\"";
+            return TG_RPC_INVALID_REQUEST;
+        }
+        cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
+        if (params != NULL && !cJSON_IsObject(params) && !cJSON_IsArray(params)) {
+            *why = "\"params\" must be an object or an array";
+            return TG_RPC_INVALID_REQUEST;
+        }
+        for (cJSON *c = root->child; c; c = c->next)
+            if (strcmp(c->string, "jsonrpc") && strcmp(c->string, "id") && strcmp(c->string, "method") &&
+                strcmp(c->string, "params")) {
+                *why = "unexpected member in a JSON-RPC request";
+                return TG_RPC_INVALID_REQUEST;
+            }
+        m->method = method->valuestring;
+        if (id == NULL) {
+            m->kind = TG_MSG_NOTIFICATION;
+        } else if (cJSON_IsNull(id)) {
+            *why = "a request \"id\" must not be null";
+            return TG_RPC_INVALID_REQUEST;
+        } else {
+            m->kind = TG_MSG_REQUEST;
+        }
+        return 0;
+    }
+    if ((result == NULL) == (error == NULL)) {
+        *why = "a message needs \"method\", or exactly one of \"result\" and \"error\"";
+        return TG_RPC_INVALID_REQUEST;
+    }
+    if (id == NULL) {
+        *why = "a response needs an \"id\"";
+        return TG_RPC_INVALID_REQUEST;
+    }
+    if (error != NULL) {
+        cJSON *code = cJSON_GetObjectItemCaseSensitive(error, "code");
+        cJSON *msg = cJSON_GetObjectItemCaseSensitive(error, "message");
+        if (!cJSON_IsObject(error) || !cJSON_IsNumber(code) || !cJSON_IsString(msg)) {
+            *why = "\"error\" needs a numeric \"code\" and a string \"message\"";
+            return TG_RPC_INVALID_REQUEST;
+        }
+    }
+    for (cJSON *c = root->child; c; c = c->next)
+        if (strcmp(c->string, "jsonrpc") && strcmp(c->string, "id") && strcmp(c->string, "result") &&
+            strcmp(c->string, "error")) {
+            *why = "unexpected member in a JSON-RPC response";
+            return TG_RPC_INVALID_REQUEST;
+        }
+    m->kind = TG_MSG_RESPONSE;
+    return 0;
+}
+
+void tg_msg_write_with_id(struct tg_buf *out, struct tg_msg *m, uint64_t gid)
+{
+    /* Written member by member so the original order is kept and only the id changes. */
+    tg_buf_append(out, "{", 1);
+    for (cJSON *c = m->root->child; c; c = c->next) {
+        tg_json_write_string(out, c->string, strlen(c->string));
+        tg_buf_append(out, ":", 1);
+        if (strcmp(c->string, "id") == 0)
+            tg_buf_append_u64(out, gid);
+        else
+            tg_json_write(out, c);
+        if (c->next)
+            tg_buf_append(out, ",", 1);
+    }
+    tg_buf_append(out, "}", 1);
+}
+
+/* Methods and notifications a client may send, from the MCP specification
+ * (2024-11-05 through 2025-11-25). Anything else is refused unless a policy names it. */
+static const char *const standard_methods[] = {
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "logging/setLevel",
+    "tasks/get",
+    "tasks/result",
+    "tasks/list",
+    "tasks/cancel",
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/roots/list_changed",
+    "notifications/tasks/status",
+    NULL,
+};
+
+int tg_msg_is_standard_client_method(const char *method)
+{
+    for (int i = 0; standard_methods[i]; i++)
+        if (strcmp(method, standard_methods[i]) == 0)
+            return 1;
+    return 0;
+}
+
+void tg_rpc_error(struct tg_buf *out, const char *id_raw, size_t id_len, int code, const char *message,
+                  const char *data_json)
+{
+    tg_buf_appends(out, "{\"jsonrpc\":\"2.0\",\"id\":");
+    if (id_raw)
+        tg_buf_append(out, id_raw, id_len);
+    else
+        tg_buf_appends(out, "null");
+    tg_buf_appendf(out, ",\"error\":{\"code\":%d,\"message\":", code);
+    tg_json_write_string(out, message, strlen(message));
+    if (data_json) {
+        tg_buf_appends(out, ",\"data\":");
+        tg_buf_appends(out, data_json);
+    }
+    tg_buf_appends(out, "}}");
+}
+
+void tg_msg_splice_id(struct tg_buf *out, const char *in, size_t n, size_t id_off, size_t id_old, const char *id,
+                      size_t id_len)
+{
+    tg_buf_append(out, in, id_off);
+    tg_buf_append(out, id, id_len);
+    tg_buf_append(out, in + id_off + id_old, n - id_off - id_old);
+}

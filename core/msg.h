@@ -1,0 +1,55 @@
+/* JSON-RPC 2.0 messages as MCP uses them.
+ *
+ * tg_msg_decode() parses strictly (core/json.h) and classifies one message.
+ * The tree and the copy of the raw id belong to the tg_msg and are released
+ * by tg_msg_dispose(). */
+#ifndef TG_MSG_H
+#define TG_MSG_H
+
+#include <cjson/cJSON.h>
+
+#include "core/buf.h"
+
+enum tg_msg_kind { TG_MSG_REQUEST, TG_MSG_NOTIFICATION, TG_MSG_RESPONSE };
+
+/* JSON-RPC and tollgate error codes (ARCHITECTURE.md "Policy files"). */
+enum {
+    TG_RPC_PARSE_ERROR = -32700,
+    TG_RPC_INVALID_REQUEST = -32600,
+    TG_RPC_METHOD_NOT_FOUND = -32601,
+    TG_RPC_INVALID_PARAMS = -32602,
+    TG_RPC_INTERNAL = -32603,
+    TG_RPC_DENIED = -32001,
+    TG_RPC_LIMITED = -32002,
+    TG_RPC_APPROVAL = -32003,
+    TG_RPC_UPSTREAM = -32004,
+};
+
+struct tg_msg {
+    cJSON *root;
+    enum tg_msg_kind kind;
+    const char *method; /* requests and notifications; points into root */
+    char *id_raw;       /* the id token exactly as the peer sent it (NUL-terminated), or NULL */
+    size_t id_len;
+};
+
+/* Decode one message. On error returns TG_RPC_PARSE_ERROR or TG_RPC_INVALID_REQUEST and sets *why;
+ * if the body was valid JSON with an id, that id is copied into m->id_raw so the error can carry it. */
+int tg_msg_decode(const char *p, size_t n, int max_depth, struct tg_msg *m, const char **why);
+void tg_msg_dispose(struct tg_msg *m);
+
+/* Serialize m with its id replaced by the decimal gateway id `gid` (requests only). */
+void tg_msg_write_with_id(struct tg_buf *out, struct tg_msg *m, uint64_t gid);
+
+/* Is `method` a method or notification defined by the MCP specification for a client to send? */
+int tg_msg_is_standard_client_method(const char *method);
+
+/* Append a JSON-RPC error object. id_raw NULL means "null". data_json may be NULL (raw JSON text). */
+void tg_rpc_error(struct tg_buf *out, const char *id_raw, size_t id_len, int code, const char *message,
+                  const char *data_json);
+
+/* Replace the bytes of the id token span [id_off, id_off+id_old) in `in` with `id` into `out`. */
+void tg_msg_splice_id(struct tg_buf *out, const char *in, size_t n, size_t id_off, size_t id_old, const char *id,
+                      size_t id_len);
+
+#endif

@@ -1,0 +1,1044 @@
+#include "core/router.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/json.h"
+#include "core/log.h"
+#include "core/msg.h"
+#include "core/session.h"
+#include "policy/auth.h"
+#include "upstream/sse.h"
+#include "upstream/upstream.h"
+
+/* What a call is relaying, decided when the upstream's head arrives. */
+enum call_mode {
+    MODE_WAIT,     /* no upstream head yet */
+    MODE_JSON,     /* application/json body being collected */
+    MODE_SSE,      /* text/event-stream relayed event by event */
+    MODE_ACCEPTED, /* 202 for a notification or response */
+    MODE_GONE,     /* upstream says the session does not exist */
+    MODE_ERROR,    /* any other status */
+};
+
+enum call_kind {
+    KIND_REQUEST,   /* a client request; the answer goes back with the client's id */
+    KIND_FORWARD,   /* a notification or a response from the client; answered 202 */
+    KIND_GET,       /* the session's GET stream */
+    KIND_DELETE,    /* session teardown sent upstream; no client waits */
+};
+
+/* One client message in flight to the upstream. Owner: the router; freed by
+ * call_free() after the upstream request is done or cancelled. Holds a
+ * session reference. */
+struct tg_call {
+    struct tg_server *srv;
+    struct tg_session *sess;
+    struct tg_conn *conn; /* NULL once the client has gone */
+    struct tg_upreq *up;
+    enum call_kind kind;
+    enum call_mode mode;
+    int is_init;
+    int got_response;
+    int in_cb;
+    int abort_pending;
+    uint64_t gid;
+    char gid_str[24];
+    size_t gid_len;
+    char *client_id;
+    size_t client_id_len;
+    struct tg_buf body;
+    struct tg_sse_parser sse;
+    struct tg_list slink;
+};
+
+static const char *const supported_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL};
+
+int tg_proto_supported(struct tg_slice v)
+{
+    for (int i = 0; supported_versions[i]; i++)
+        if (tg_slice_eq(v, tg_slice_cstr(supported_versions[i])))
+            return 1;
+    return 0;
+}
+
+static uint64_t now_ms(struct tg_server *srv) { return uv_now(srv->loop); }
+
+/* ---- small answers --------------------------------------------------------- */
+
+static void respond_rpc(struct tg_conn *c, int status, const char *extra, const char *id, size_t id_len, int code,
+                        const char *msg, const char *data)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_rpc_error(&b, id, id_len, code, msg, data);
+    tg_http_respond(c, status, extra, "application/json", b.base, b.len);
+    tg_buf_dispose(&b);
+}
+
+static void upstream_data(struct tg_buf *b, const char *upstream)
+{
+    tg_buf_appends(b, "{\"upstream\":");
+    tg_json_write_string(b, upstream, strlen(upstream));
+    tg_buf_appends(b, "}");
+}
+
+/* ---- origin ----------------------------------------------------------------- */
+
+static int origin_allowed(const struct tg_listen_conf *lc, struct tg_slice o)
+{
+    if (o.ptr == NULL)
+        return 1; /* non-browser clients send no Origin */
+    if (lc && lc->any_origin)
+        return 1;
+    if (lc)
+        for (size_t i = 0; i < lc->norigins; i++)
+            if (tg_slice_eq(o, tg_slice_cstr(lc->origins[i])))
+                return 1;
+    const char *p = o.ptr;
+    size_t n = o.len;
+    size_t skip = 0;
+    if (n > 7 && strncasecmp(p, "http://", 7) == 0)
+        skip = 7;
+    else if (n > 8 && strncasecmp(p, "https://", 8) == 0)
+        skip = 8;
+    else
+        return 0;
+    p += skip;
+    n -= skip;
+    size_t hl;
+    if (n > 0 && p[0] == '[') {
+        const char *e = memchr(p, ']', n);
+        if (e == NULL)
+            return 0;
+        hl = (size_t)(e - p) + 1;
+    } else {
+        hl = 0;
+        while (hl < n && p[hl] != ':' && p[hl] != '/')
+            hl++;
+    }
+    struct tg_slice host = tg_slice_of(p, hl);
+    /* What follows the host may only be a port. */
+    size_t i = hl;
+    if (i < n) {
+        if (p[i] != ':' || i + 1 == n)
+            return 0;
+        for (i++; i < n; i++)
+            if (p[i] < '0' || p[i] > '9')
+                return 0;
+    }
+    return tg_slice_eq_nocase(host, "localhost") || tg_slice_eq(host, TG_SLICE("127.0.0.1")) ||
+           tg_slice_eq(host, TG_SLICE("[::1]"));
+}
+
+/* ---- calls --------------------------------------------------------------------- */
+
+static void call_free(struct tg_call *k)
+{
+    if (k->sess) {
+        if (k->kind == KIND_REQUEST && k->sess->inflight > 0)
+            k->sess->inflight--;
+        if (k->sess->get_stream == k)
+            k->sess->get_stream = NULL;
+        tg_list_unlink(&k->slink);
+        k->sess->last_active_ms = now_ms(k->srv);
+        tg_session_unref(k->sess);
+    }
+    if (k->conn && k->conn->exchange == k) {
+        k->conn->exchange = NULL;
+        k->conn->on_abort = NULL;
+        k->conn->on_drain = NULL;
+    }
+    tg_buf_dispose(&k->body);
+    tg_sse_dispose(&k->sse);
+    free(k->client_id);
+    free(k);
+}
+
+static void on_client_abort(struct tg_conn *c, void *ex)
+{
+    struct tg_call *k = ex;
+    k->conn = NULL;
+    if (k->in_cb) {
+        k->abort_pending = 1;
+        return;
+    }
+    if (k->up) {
+        tg_upreq_cancel(k->up);
+        k->up = NULL;
+    }
+    call_free(k);
+}
+
+static void on_client_drain(struct tg_conn *c, void *ex)
+{
+    struct tg_call *k = ex;
+    if (k->up)
+        tg_upreq_resume(k->up);
+}
+
+/* After a callback into the transport, the client may have gone: finish the abort. */
+static int call_check_abort(struct tg_call *k)
+{
+    if (!k->abort_pending)
+        return 0;
+    if (k->up) {
+        tg_upreq_cancel(k->up);
+        k->up = NULL;
+    }
+    call_free(k);
+    return 1;
+}
+
+/* Write one SSE "message" event; data lines must not contain raw newlines. */
+static void sse_write_message(struct tg_call *k, const char *p, size_t n)
+{
+    if (k->conn == NULL)
+        return;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    if (tg_buf_try_reserve(&b, n + 32, 0) != 0)
+        abort();
+    tg_buf_appends(&b, "event: message\n");
+    size_t s = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i == n || p[i] == '\n' || p[i] == '\r') {
+            tg_buf_appends(&b, "data: ");
+            tg_buf_append(&b, p + s, i - s);
+            tg_buf_append(&b, "\n", 1);
+            s = i + 1;
+        }
+    }
+    tg_buf_append(&b, "\n", 1);
+    tg_http_stream_write(k->conn, b.base, b.len);
+    tg_buf_dispose(&b);
+    k->srv->metrics.sse_events_relayed++;
+    if (k->conn && k->conn->out_pending > (size_t)k->srv->conf->limits.output_high_water && k->up) {
+        k->srv->metrics.limit_output++;
+        tg_upreq_pause(k->up);
+    }
+}
+
+/* Learn the negotiated protocol version from an initialize result. */
+static void note_init_result(struct tg_call *k, const char *p, size_t n)
+{
+    struct tg_json_doc doc;
+    if (tg_json_parse(p, n, k->srv->conf->limits.json_depth + 16, 1, &doc, NULL, NULL) != 0)
+        return;
+    cJSON *res = cJSON_GetObjectItemCaseSensitive(doc.root, "result");
+    cJSON *pv = cJSON_GetObjectItemCaseSensitive(res, "protocolVersion");
+    if (cJSON_IsString(pv) && strlen(pv->valuestring) < sizeof(k->sess->proto)) {
+        strcpy(k->sess->proto, pv->valuestring);
+        k->sess->initialized = 1;
+    }
+    cJSON_Delete(doc.root);
+}
+
+/* Rewrite an upstream message for the client: our id back to the client's, byte for byte.
+ * Returns 1 if the message was the answer to this call. out receives the bytes to send. */
+static int restore_id(struct tg_call *k, const char *p, size_t n, struct tg_buf *out, int *valid)
+{
+    struct tg_json_doc doc;
+    *valid = 0;
+    if (tg_json_parse(p, n, 1000, 0, &doc, NULL, NULL) != 0)
+        return 0;
+    *valid = 1;
+    if (k->kind == KIND_REQUEST && doc.id_raw.len == k->gid_len && memcmp(doc.id_raw.ptr, k->gid_str, k->gid_len) == 0) {
+        tg_msg_splice_id(out, p, n, (size_t)(doc.id_raw.ptr - p), doc.id_raw.len, k->client_id, k->client_id_len);
+        return 1;
+    }
+    tg_buf_append(out, p, n);
+    return 0;
+}
+
+static void on_sse_event(void *ud, const struct tg_sse_event *ev)
+{
+    struct tg_call *k = ud;
+    if (k->conn == NULL)
+        return;
+    if (ev->event.len != 0 && !tg_slice_eq(ev->event, TG_SLICE("message")))
+        return; /* only JSON-RPC messages are relayed */
+    if (ev->data.len == 0)
+        return; /* priming events carry no message */
+    struct tg_buf out;
+    tg_buf_init(&out);
+    int valid;
+    int mine = restore_id(k, ev->data.ptr, ev->data.len, &out, &valid);
+    if (!valid) {
+        tg_log(TG_LOG_WARN, "upstream sent a non-JSON SSE event; dropped", "upstream=%s session=%s",
+               tg_upstream_conf(k->srv->upstreams[k->sess->upstream])->name, k->sess->id_str);
+        tg_buf_dispose(&out);
+        return;
+    }
+    if (mine) {
+        k->got_response = 1;
+        if (k->is_init)
+            note_init_result(k, ev->data.ptr, ev->data.len);
+    }
+    sse_write_message(k, out.base, out.len);
+    tg_buf_dispose(&out);
+    if (k->up)
+        tg_upreq_touch(k->up); /* progress keeps a long call alive */
+}
+
+static void session_header(struct tg_call *k, char *hdr, size_t sz)
+{
+    if (k->is_init)
+        snprintf(hdr, sz, "Mcp-Session-Id: %s\r\n", k->sess->id_str);
+    else
+        hdr[0] = '\0';
+}
+
+static void on_up_head(struct tg_upreq *r, int status, void *ud)
+{
+    struct tg_call *k = ud;
+    struct tg_slice ct = tg_upreq_content_type(r);
+    if (k->is_init) {
+        struct tg_slice sid = tg_upreq_session_id(r);
+        if (sid.len > 0 && k->sess->up_session == NULL)
+            k->sess->up_session = tg_slice_dup(sid);
+    }
+    if (status == 200 && tg_slice_has_token(ct, "text/event-stream") && k->kind != KIND_FORWARD) {
+        k->mode = MODE_SSE;
+        tg_sse_init(&k->sse, (size_t)k->srv->conf->limits.response_bytes);
+        if (k->conn) {
+            char hdr[96];
+            session_header(k, hdr, sizeof(hdr));
+            k->in_cb++;
+            tg_http_stream_begin(k->conn, 200, hdr, "text/event-stream");
+            k->in_cb--;
+            if (call_check_abort(k))
+                return;
+        }
+        return;
+    }
+    if (status >= 200 && status < 300 && k->kind == KIND_FORWARD) {
+        k->mode = MODE_ACCEPTED;
+        return;
+    }
+    if (status == 200 && k->kind == KIND_REQUEST) {
+        k->mode = MODE_JSON;
+        return;
+    }
+    if (status == 404 && k->sess->up_session != NULL && !k->is_init) {
+        k->mode = MODE_GONE;
+        return;
+    }
+    k->mode = MODE_ERROR;
+}
+
+static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
+{
+    struct tg_call *k = ud;
+    switch (k->mode) {
+    case MODE_SSE: {
+        k->in_cb++;
+        int e = tg_sse_feed(&k->sse, p, n, on_sse_event, k);
+        k->in_cb--;
+        if (call_check_abort(k))
+            return;
+        if (e != 0) {
+            tg_log(TG_LOG_WARN, "upstream SSE event too large; stream cut", "upstream=%s limit=%d",
+                   tg_upstream_conf(k->srv->upstreams[k->sess->upstream])->name,
+                   k->srv->conf->limits.response_bytes);
+            tg_upreq_cancel(k->up);
+            k->up = NULL;
+            if (k->conn)
+                tg_http_stream_end(k->conn);
+            call_free(k);
+        }
+        return;
+    }
+    case MODE_JSON:
+        if (tg_buf_try_append(&k->body, p, n, (size_t)k->srv->conf->limits.response_bytes) != 0) {
+            tg_log(TG_LOG_WARN, "upstream response too large", "upstream=%s limit=%d",
+                   tg_upstream_conf(k->srv->upstreams[k->sess->upstream])->name,
+                   k->srv->conf->limits.response_bytes);
+            tg_upreq_cancel(k->up);
+            k->up = NULL;
+            if (k->conn) {
+                struct tg_buf d;
+                tg_buf_init(&d);
+                upstream_data(&d, tg_upstream_conf(k->srv->upstreams[k->sess->upstream])->name);
+                tg_buf_append(&d, "", 1);
+                respond_rpc(k->conn, 200, NULL, k->client_id, k->client_id_len, TG_RPC_UPSTREAM,
+                            "upstream response exceeds limits.response_bytes", d.base);
+                tg_buf_dispose(&d);
+            }
+            call_free(k);
+        }
+        return;
+    default:
+        /* Error bodies are kept short, only for the log. */
+        if (k->body.len < 512)
+            tg_buf_append(&k->body, p, n < 512 - k->body.len ? n : 512 - k->body.len);
+        return;
+    }
+}
+
+static void answer_upstream_error(struct tg_call *k, const char *why)
+{
+    if (k->conn == NULL)
+        return;
+    const char *name = tg_upstream_conf(k->srv->upstreams[k->sess->upstream])->name;
+    struct tg_buf d;
+    tg_buf_init(&d);
+    upstream_data(&d, name);
+    tg_buf_append(&d, "", 1);
+    if (k->kind == KIND_REQUEST) {
+        char hdr[96];
+        session_header(k, hdr, sizeof(hdr));
+        if (k->is_init) {
+            /* No session was made after all. */
+            hdr[0] = '\0';
+            tg_session_remove(k->srv->sessions, k->sess);
+        }
+        respond_rpc(k->conn, 200, hdr, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, d.base);
+    } else {
+        respond_rpc(k->conn, strstr(why, "timed out") ? 504 : 502, NULL, NULL, 0, TG_RPC_UPSTREAM, why, d.base);
+    }
+    tg_buf_dispose(&d);
+}
+
+static void on_up_done(struct tg_upreq *r, int err, void *ud)
+{
+    struct tg_call *k = ud;
+    k->up = NULL;
+    const struct tg_upstream_conf *uc = tg_upstream_conf(k->srv->upstreams[k->sess->upstream]);
+    struct tg_conn *c = k->conn;
+    if (c == NULL || k->kind == KIND_DELETE) {
+        call_free(k);
+        return;
+    }
+    /* Answering may close the client (write error) or start its next request:
+     * hold off aborts, and leave the connection's exchange to whoever owns it next. */
+    k->in_cb++;
+    char why[160];
+    if (err != 0) {
+        if (err == TG_ETIMEDOUT)
+            snprintf(why, sizeof(why), "upstream %s timed out", uc->name);
+        else if (err == TG_ELIMIT)
+            snprintf(why, sizeof(why), "upstream %s is busy (pool and queue full)", uc->name);
+        else
+            snprintf(why, sizeof(why), "upstream %s is unavailable", uc->name);
+    }
+    switch (k->mode) {
+    case MODE_SSE:
+        if (!k->got_response && k->kind == KIND_REQUEST) {
+            /* The stream ended without the answer: give the client a clean error on the same stream. */
+            struct tg_buf b;
+            tg_buf_init(&b);
+            struct tg_buf d;
+            tg_buf_init(&d);
+            upstream_data(&d, uc->name);
+            tg_buf_append(&d, "", 1);
+            tg_rpc_error(&b, k->client_id, k->client_id_len, TG_RPC_UPSTREAM,
+                         err ? why : "upstream ended the stream without answering", d.base);
+            sse_write_message(k, b.base, b.len);
+            tg_buf_dispose(&b);
+            tg_buf_dispose(&d);
+        }
+        if (k->conn)
+            tg_http_stream_end(k->conn);
+        break;
+    case MODE_JSON: {
+        if (err != 0) {
+            answer_upstream_error(k, why);
+            break;
+        }
+        struct tg_buf out;
+        tg_buf_init(&out);
+        int valid;
+        int mine = restore_id(k, k->body.base ? k->body.base : "", k->body.len, &out, &valid);
+        if (!mine) {
+            char esc[200];
+            tg_log(TG_LOG_WARN, "upstream answered with something that is not the answer", "upstream=%s body=%s",
+                   uc->name, tg_log_esc(esc, sizeof(esc), tg_slice_of(k->body.base, k->body.len)));
+            answer_upstream_error(k, "upstream sent an invalid response");
+        } else {
+            if (k->is_init)
+                note_init_result(k, k->body.base, k->body.len);
+            char hdr[96];
+            session_header(k, hdr, sizeof(hdr));
+            tg_http_respond(c, 200, hdr, "application/json", out.base, out.len);
+        }
+        tg_buf_dispose(&out);
+        break;
+    }
+    case MODE_ACCEPTED:
+        if (err != 0)
+            answer_upstream_error(k, why);
+        else
+            tg_http_respond(c, 202, NULL, NULL, "", 0);
+        break;
+    case MODE_GONE:
+        tg_log(TG_LOG_INFO, "upstream ended the session", "upstream=%s session=%s", uc->name, k->sess->id_str);
+        tg_session_remove(k->srv->sessions, k->sess);
+        respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+        break;
+    case MODE_ERROR: {
+        int st = tg_upreq_status(r);
+        if (k->kind == KIND_GET && (st == 405 || st == 404)) {
+            tg_http_respond(c, 405, "Allow: POST, DELETE\r\n", NULL, "", 0);
+            break;
+        }
+        char esc[200];
+        tg_log(TG_LOG_WARN, "upstream error status", "upstream=%s status=%d body=%s", uc->name, st,
+               tg_log_esc(esc, sizeof(esc), tg_slice_of(k->body.base, k->body.len)));
+        if (err == 0)
+            snprintf(why, sizeof(why), "upstream %s answered HTTP %d", uc->name, st);
+        answer_upstream_error(k, why);
+        break;
+    }
+    case MODE_WAIT:
+        answer_upstream_error(k, err ? why : "upstream closed without answering");
+        break;
+    }
+    k->in_cb--;
+    call_free(k);
+}
+
+static const struct tg_upreq_cbs call_cbs = {on_up_head, on_up_data, on_up_done};
+
+static struct tg_call *call_new(struct tg_server *srv, struct tg_session *s, struct tg_conn *c, enum call_kind kind)
+{
+    struct tg_call *k = tg_xcalloc(1, sizeof(*k));
+    k->srv = srv;
+    k->sess = tg_session_ref(s);
+    k->conn = c;
+    k->kind = kind;
+    tg_buf_init(&k->body);
+    tg_list_init(&k->slink);
+    tg_list_insert_tail(&s->calls, &k->slink);
+    s->last_active_ms = now_ms(srv);
+    if (c) {
+        c->exchange = k;
+        c->on_abort = on_client_abort;
+        c->on_drain = on_client_drain;
+    }
+    return k;
+}
+
+static void session_headers(struct tg_buf *h, struct tg_session *s, int with_session)
+{
+    tg_buf_appends(h, "Accept: application/json, text/event-stream\r\n");
+    if (with_session && s->up_session)
+        tg_buf_appendf(h, "Mcp-Session-Id: %s\r\n", s->up_session);
+    if (s->proto[0])
+        tg_buf_appendf(h, "MCP-Protocol-Version: %s\r\n", s->proto);
+}
+
+static void call_send(struct tg_call *k, const char *method, const char *body, size_t len, int dedicated,
+                      uint64_t timeout)
+{
+    struct tg_buf h;
+    tg_buf_init(&h);
+    if (body)
+        tg_buf_appends(&h, "Content-Type: application/json\r\n");
+    session_headers(&h, k->sess, !k->is_init);
+    tg_buf_append(&h, "", 1);
+    k->up = tg_upreq_start(k->srv->upstreams[k->sess->upstream], method, h.base, body, len, dedicated, timeout,
+                           &call_cbs, k);
+    tg_buf_dispose(&h);
+}
+
+/* ---- MCP endpoint --------------------------------------------------------------- */
+
+struct route {
+    int upstream;
+    const struct tg_upstream_conf *uc;
+};
+
+static void answer_local_init(struct tg_server *srv, struct tg_conn *c, struct tg_session *s, struct tg_msg *m,
+                              const struct tg_upstream_conf *uc)
+{
+    cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
+    cJSON *pv = cJSON_GetObjectItemCaseSensitive(params, "protocolVersion");
+    const char *ver = TG_PROTO_LATEST;
+    if (cJSON_IsString(pv) && tg_proto_supported(tg_slice_cstr(pv->valuestring)))
+        ver = pv->valuestring;
+    snprintf(s->proto, sizeof(s->proto), "%s", ver);
+    s->initialized = 1;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
+    tg_buf_append(&b, m->id_raw, m->id_len);
+    tg_buf_appendf(&b,
+                   ",\"result\":{\"protocolVersion\":\"%s\",\"capabilities\":{\"tools\":{\"listChanged\":false},"
+                   "\"resources\":{\"subscribe\":false,\"listChanged\":false}},\"serverInfo\":{\"name\":",
+                   ver);
+    char name[96];
+    snprintf(name, sizeof(name), "tollgate/%s", uc->name);
+    tg_json_write_string(&b, name, strlen(name));
+    tg_buf_appends(&b, ",\"version\":\"" TG_VERSION "\"}}}");
+    char hdr[96];
+    snprintf(hdr, sizeof(hdr), "Mcp-Session-Id: %s\r\n", s->id_str);
+    tg_http_respond(c, 200, hdr, "application/json", b.base, b.len);
+    tg_buf_dispose(&b);
+}
+
+/* notifications/cancelled names the client's request id: point it at ours, or drop it. */
+static int rewrite_cancel(struct tg_session *s, struct tg_msg *m, int depth)
+{
+    cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
+    cJSON *rid = cJSON_GetObjectItemCaseSensitive(params, "requestId");
+    if (rid == NULL)
+        return 0;
+    for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        if (k->kind != KIND_REQUEST || k->client_id == NULL)
+            continue;
+        struct tg_json_doc d;
+        if (tg_json_parse(k->client_id, k->client_id_len, depth, 1, &d, NULL, NULL) != 0)
+            continue;
+        int same = (cJSON_IsString(d.root) && cJSON_IsString(rid) && strcmp(d.root->valuestring, rid->valuestring) == 0) ||
+                   (cJSON_IsNumber(d.root) && cJSON_IsNumber(rid) && strcmp(d.root->valuestring, rid->valuestring) == 0);
+        cJSON_Delete(d.root);
+        if (same) {
+            cJSON *n = tg_json_number_raw(k->gid_str, k->gid_len);
+            if (n == NULL)
+                return 0;
+            cJSON_ReplaceItemInObjectCaseSensitive(params, "requestId", n);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int accept_ok(struct tg_slice accept, int need_json, int need_sse)
+{
+    if (accept.ptr == NULL)
+        return 0;
+    int any = tg_slice_has_token(accept, "*/*");
+    int json = any || tg_slice_has_token(accept, "application/json") || tg_slice_has_token(accept, "application/*");
+    int sse = any || tg_slice_has_token(accept, "text/event-stream") || tg_slice_has_token(accept, "text/*");
+    return (!need_json || json) && (!need_sse || sse);
+}
+
+static void handle_post(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
+{
+    struct tg_http_req *req = &c->req;
+    const struct tg_limits *lim = &srv->conf->limits;
+    struct tg_slice ct = tg_http_req_header(req, "content-type");
+    if (ct.ptr == NULL || !tg_slice_has_token(ct, "application/json") ||
+        tg_http_req_header_count(req, "content-type") != 1) {
+        respond_rpc(c, 415, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                    "Unsupported Media Type: Content-Type must be application/json", NULL);
+        return;
+    }
+    if (!accept_ok(tg_http_req_header(req, "accept"), 1, 1)) {
+        respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                    "Not Acceptable: Accept must list application/json and text/event-stream", NULL);
+        return;
+    }
+    const char *body = req->body.base ? req->body.base : "";
+    size_t blen = req->body.len;
+    size_t i = 0;
+    while (i < blen && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
+        i++;
+    if (i < blen && body[i] == '[') {
+        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                    "JSON-RPC batches are not accepted: send one message per request", NULL);
+        return;
+    }
+    struct tg_msg m;
+    const char *why = NULL;
+    int code = tg_msg_decode(body, blen, lim->json_depth, &m, &why);
+    if (code != 0) {
+        srv->metrics.limit_json++;
+        char msg[160];
+        snprintf(msg, sizeof(msg), "%s: %s", code == TG_RPC_PARSE_ERROR ? "Parse error" : "Invalid Request", why);
+        respond_rpc(c, 400, NULL, m.id_raw, m.id_len, code, msg, NULL);
+        tg_msg_dispose(&m);
+        return;
+    }
+    struct tg_slice pv = tg_http_req_header(req, "mcp-protocol-version");
+    if (pv.ptr != NULL && !tg_proto_supported(pv)) {
+        respond_rpc(c, 400, NULL, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
+                    "Bad Request: unsupported MCP-Protocol-Version", NULL);
+        tg_msg_dispose(&m);
+        return;
+    }
+    struct tg_slice sid = tg_http_req_header(req, "mcp-session-id");
+    int is_init = m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0;
+    struct tg_session *s = NULL;
+    if (is_init) {
+        if (sid.ptr != NULL) {
+            respond_rpc(c, 400, NULL, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
+                        "Bad Request: initialize must not carry Mcp-Session-Id", NULL);
+            tg_msg_dispose(&m);
+            return;
+        }
+        if (srv->draining) {
+            respond_rpc(c, 503, NULL, m.id_raw, m.id_len, TG_RPC_UPSTREAM, "gateway is shutting down", NULL);
+            tg_msg_dispose(&m);
+            return;
+        }
+        if (tg_session_count_for_grant(srv->sessions, g->name) >= (size_t)lim->sessions_per_grant) {
+            srv->metrics.limit_sessions++;
+            respond_rpc(c, 429, NULL, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
+                        "Too many sessions for this grant (limits.sessions_per_grant); end one with DELETE", NULL);
+            tg_msg_dispose(&m);
+            return;
+        }
+        s = tg_session_create(srv->sessions, g->name, rt->upstream);
+        s->last_active_ms = now_ms(srv);
+        srv->metrics.sessions_created++;
+        if (rt->uc->init_local) {
+            answer_local_init(srv, c, s, &m, rt->uc);
+            tg_msg_dispose(&m);
+            return;
+        }
+    } else {
+        if (sid.ptr == NULL) {
+            respond_rpc(c, 400, NULL, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
+                        "Bad Request: Mcp-Session-Id header is required", NULL);
+            tg_msg_dispose(&m);
+            return;
+        }
+        s = tg_session_find(srv->sessions, sid);
+        if (s == NULL || strcmp(s->grant, g->name) != 0 || s->upstream != rt->upstream) {
+            respond_rpc(c, 404, NULL, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+            tg_msg_dispose(&m);
+            return;
+        }
+        s->last_active_ms = now_ms(srv);
+    }
+    /* Messages a client may send: standard MCP methods, and responses to the server's requests. */
+    if (m.kind != TG_MSG_RESPONSE && !tg_msg_is_standard_client_method(m.method)) {
+        srv->metrics.rpc_refused_nonstandard++;
+        char esc[96];
+        tg_log(TG_LOG_INFO, "refused non-standard method", "grant=%s session=%s upstream=%s method=%s", g->name,
+               s->id_str, rt->uc->name, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(m.method)));
+        if (m.kind == TG_MSG_NOTIFICATION) {
+            tg_http_respond(c, 202, NULL, NULL, "", 0); /* notifications get no answer; it is dropped */
+        } else {
+            struct tg_buf d;
+            tg_buf_init(&d);
+            tg_buf_appends(&d, "{\"tool\":null,\"rule\":\"non-standard-method\",\"reason\":");
+            char reason[200];
+            snprintf(reason, sizeof(reason), "%s is not a standard MCP method; a policy must allow it by name",
+                     m.method);
+            tg_json_write_string(&d, reason, strlen(reason));
+            tg_buf_appends(&d, "}");
+            tg_buf_append(&d, "", 1);
+            char msg[200];
+            snprintf(msg, sizeof(msg), "%s is refused by the gateway: not a standard MCP method", m.method);
+            respond_rpc(c, 200, NULL, m.id_raw, m.id_len, TG_RPC_DENIED, msg, d.base);
+            tg_buf_dispose(&d);
+        }
+        tg_msg_dispose(&m);
+        return;
+    }
+    if (rt->uc->init_local && m.kind != TG_MSG_RESPONSE &&
+        (strcmp(m.method, "notifications/initialized") == 0 || strcmp(m.method, "ping") == 0)) {
+        /* The gateway owns the lifecycle of a local-initialize upstream. */
+        if (m.kind == TG_MSG_NOTIFICATION) {
+            tg_http_respond(c, 202, NULL, NULL, "", 0);
+        } else {
+            struct tg_buf b;
+            tg_buf_init(&b);
+            tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
+            tg_buf_append(&b, m.id_raw, m.id_len);
+            tg_buf_appends(&b, ",\"result\":{}}");
+            tg_http_respond(c, 200, NULL, "application/json", b.base, b.len);
+            tg_buf_dispose(&b);
+        }
+        tg_msg_dispose(&m);
+        return;
+    }
+    struct tg_buf out;
+    tg_buf_init(&out);
+    struct tg_call *k;
+    if (m.kind == TG_MSG_REQUEST) {
+        if (s->inflight >= (unsigned)lim->inflight_per_session) {
+            srv->metrics.limit_inflight++;
+            respond_rpc(c, 429, NULL, m.id_raw, m.id_len, TG_RPC_UPSTREAM,
+                        "Too many calls in flight for this session (limits.inflight_per_session)", NULL);
+            tg_msg_dispose(&m);
+            return;
+        }
+        srv->metrics.rpc_requests++;
+        k = call_new(srv, s, c, KIND_REQUEST);
+        s->inflight++;
+        k->is_init = is_init;
+        k->gid = ++srv->next_gid;
+        k->gid_len = (size_t)snprintf(k->gid_str, sizeof(k->gid_str), "%llu", (unsigned long long)k->gid);
+        k->client_id = m.id_raw;
+        k->client_id_len = m.id_len;
+        m.id_raw = NULL;
+        tg_msg_write_with_id(&out, &m, k->gid);
+    } else {
+        if (m.kind == TG_MSG_NOTIFICATION)
+            srv->metrics.rpc_notifications++;
+        else
+            srv->metrics.rpc_responses++;
+        if (m.kind == TG_MSG_NOTIFICATION && strcmp(m.method, "notifications/cancelled") == 0 &&
+            !rewrite_cancel(s, &m, lim->json_depth)) {
+            /* Not one of this session's calls in flight: nothing to cancel upstream. */
+            tg_http_respond(c, 202, NULL, NULL, "", 0);
+            tg_msg_dispose(&m);
+            return;
+        }
+        k = call_new(srv, s, c, KIND_FORWARD);
+        tg_json_write(&out, m.root);
+    }
+    tg_msg_dispose(&m);
+    call_send(k, "POST", out.base, out.len, 0, (uint64_t)rt->uc->call_timeout_ms);
+    tg_buf_dispose(&out);
+}
+
+static struct tg_session *require_session(struct tg_server *srv, struct tg_conn *c, struct route *rt,
+                                          const struct tg_grant_conf *g)
+{
+    struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
+    if (sid.ptr == NULL) {
+        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required",
+                    NULL);
+        return NULL;
+    }
+    struct tg_session *s = tg_session_find(srv->sessions, sid);
+    if (s == NULL || strcmp(s->grant, g->name) != 0 || s->upstream != rt->upstream) {
+        respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+        return NULL;
+    }
+    struct tg_slice pv = tg_http_req_header(&c->req, "mcp-protocol-version");
+    if (pv.ptr != NULL && !tg_proto_supported(pv)) {
+        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: unsupported MCP-Protocol-Version",
+                    NULL);
+        return NULL;
+    }
+    s->last_active_ms = now_ms(srv);
+    return s;
+}
+
+static void handle_get(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
+{
+    if (!accept_ok(tg_http_req_header(&c->req, "accept"), 0, 1)) {
+        respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Not Acceptable: Accept must list text/event-stream",
+                    NULL);
+        return;
+    }
+    struct tg_session *s = require_session(srv, c, rt, g);
+    if (s == NULL)
+        return;
+    if (rt->uc->init_local) {
+        tg_http_respond(c, 405, "Allow: POST, DELETE\r\n", NULL, "", 0);
+        return;
+    }
+    if (s->get_stream != NULL) {
+        respond_rpc(c, 409, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Conflict: this session already has a GET stream",
+                    NULL);
+        return;
+    }
+    struct tg_call *k = call_new(srv, s, c, KIND_GET);
+    s->get_stream = k;
+    call_send(k, "GET", NULL, 0, 1, 0);
+}
+
+static void on_delete_done(struct tg_upreq *r, int err, void *ud) { (void)r, (void)err, (void)ud; }
+static void on_delete_head(struct tg_upreq *r, int status, void *ud) { (void)r, (void)status, (void)ud; }
+static void on_delete_data(struct tg_upreq *r, const char *p, size_t n, void *ud) { (void)r, (void)p, (void)n, (void)ud; }
+static const struct tg_upreq_cbs delete_cbs = {on_delete_head, on_delete_data, on_delete_done};
+
+static void end_get_stream(struct tg_session *s)
+{
+    struct tg_call *k = s->get_stream;
+    if (k == NULL)
+        return;
+    if (k->up) {
+        tg_upreq_cancel(k->up);
+        k->up = NULL;
+    }
+    struct tg_conn *c = k->conn;
+    k->conn = NULL;
+    if (c) {
+        c->exchange = NULL;
+        c->on_abort = NULL;
+        c->on_drain = NULL;
+        if (c->state == TG_CONN_STREAMING)
+            tg_http_stream_end(c);
+        else
+            tg_http_respond(c, 405, "Allow: POST, DELETE\r\n", NULL, "", 0);
+    }
+    call_free(k);
+}
+
+static void handle_delete(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
+{
+    struct tg_session *s = require_session(srv, c, rt, g);
+    if (s == NULL)
+        return;
+    if (s->up_session != NULL) {
+        /* Tell the upstream too; nobody waits for its answer. */
+        struct tg_buf h;
+        tg_buf_init(&h);
+        session_headers(&h, s, 1);
+        tg_buf_append(&h, "", 1);
+        tg_upreq_start(srv->upstreams[s->upstream], "DELETE", h.base, NULL, 0, 0, (uint64_t)rt->uc->call_timeout_ms,
+                       &delete_cbs, NULL);
+        tg_buf_dispose(&h);
+    }
+    end_get_stream(s);
+    tg_log(TG_LOG_DEBUG, "session deleted", "session=%s grant=%s", s->id_str, s->grant);
+    tg_session_remove(srv->sessions, s);
+    tg_http_respond(c, 200, NULL, NULL, "", 0);
+}
+
+/* ---- entry ----------------------------------------------------------------------- */
+
+static void respond_json(struct tg_conn *c, int status, const char *json)
+{
+    tg_http_respond(c, status, NULL, "application/json", json, strlen(json));
+}
+
+static int readyz(struct tg_server *srv)
+{
+    for (size_t i = 0; i < srv->nupstreams; i++)
+        if (tg_upstream_reachable(srv->upstreams[i]))
+            return 1;
+    return 0;
+}
+
+void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
+{
+    struct tg_http_req *req = &c->req;
+    struct tg_slice url = tg_http_req_url(req);
+    size_t q = 0;
+    while (q < url.len && url.ptr[q] != '?')
+        q++;
+    struct tg_slice path = tg_slice_of(url.ptr, q);
+    if (tg_slice_eq(path, TG_SLICE("/healthz"))) {
+        respond_json(c, 200, "{\"status\":\"ok\"}");
+        return;
+    }
+    if (tg_slice_eq(path, TG_SLICE("/readyz"))) {
+        if (readyz(srv) && !srv->draining)
+            respond_json(c, 200, "{\"status\":\"ready\"}");
+        else
+            respond_json(c, 503, "{\"status\":\"not ready\"}");
+        return;
+    }
+    struct route rt = {-1, NULL};
+    if (tg_slice_eq(path, TG_SLICE("/mcp"))) {
+        if (srv->conf->default_upstream >= 0) {
+            rt.upstream = srv->conf->default_upstream;
+            rt.uc = &srv->conf->upstreams[rt.upstream];
+        }
+    } else if (path.len > 5 && path.ptr[0] == '/' && memcmp(path.ptr + path.len - 4, "/mcp", 4) == 0) {
+        rt.uc = tg_conf_find_upstream(srv->conf, tg_slice_of(path.ptr + 1, path.len - 5), &rt.upstream);
+    }
+    if (rt.uc == NULL) {
+        respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Not Found: no MCP endpoint at this path", NULL);
+        return;
+    }
+    if (tg_http_req_header_count(req, "origin") > 1 ||
+        !origin_allowed(c->listener->lc, tg_http_req_header(req, "origin"))) {
+        char esc[128];
+        tg_log(TG_LOG_INFO, "foreign origin refused", "conn=%llu peer=%s origin=%s", (unsigned long long)c->id,
+               c->peer, tg_log_esc(esc, sizeof(esc), tg_http_req_header(req, "origin")));
+        respond_rpc(c, 403, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Forbidden: Origin not allowed", NULL);
+        return;
+    }
+    if (tg_http_req_header_count(req, "authorization") > 1) {
+        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: more than one Authorization header",
+                    NULL);
+        return;
+    }
+    const struct tg_grant_conf *g = NULL;
+    enum tg_auth_result ar = tg_auth_grant(srv->conf, tg_http_req_header(req, "authorization"), &g);
+    if (ar != TG_AUTH_OK) {
+        const char *hdr = ar == TG_AUTH_MISSING ? "WWW-Authenticate: Bearer realm=\"tollgate\"\r\n"
+                                                : "WWW-Authenticate: Bearer realm=\"tollgate\", error=\"invalid_token\"\r\n";
+        tg_log(TG_LOG_INFO, "unauthorized", "conn=%llu peer=%s reason=%s", (unsigned long long)c->id, c->peer,
+               ar == TG_AUTH_MISSING ? "missing" : "invalid");
+        respond_rpc(c, 401, hdr, NULL, 0, TG_RPC_INVALID_REQUEST, "Unauthorized: a valid bearer token is required",
+                    NULL);
+        return;
+    }
+    switch (req->method) {
+    case HTTP_POST: handle_post(srv, c, &rt, g); return;
+    case HTTP_GET: handle_get(srv, c, &rt, g); return;
+    case HTTP_DELETE: handle_delete(srv, c, &rt, g); return;
+    default:
+        tg_http_respond(c, 405, "Allow: GET, POST, DELETE\r\n", "application/json",
+                        "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"Method Not Allowed\"}}",
+                        strlen("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"Method Not Allowed\"}}"));
+        return;
+    }
+}
+
+void tg_router_admin(struct tg_server *srv, struct tg_conn *c)
+{
+    struct tg_slice url = tg_http_req_url(&c->req);
+    size_t q = 0;
+    while (q < url.len && url.ptr[q] != '?')
+        q++;
+    struct tg_slice path = tg_slice_of(url.ptr, q);
+    if (tg_slice_eq(path, TG_SLICE("/healthz"))) {
+        respond_json(c, 200, "{\"status\":\"ok\"}");
+        return;
+    }
+    if (tg_slice_eq(path, TG_SLICE("/readyz"))) {
+        respond_json(c, readyz(srv) && !srv->draining ? 200 : 503,
+                     readyz(srv) && !srv->draining ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready\"}");
+        return;
+    }
+    if (tg_slice_eq(path, TG_SLICE("/metrics"))) {
+        if (srv->conf->admin.has_token) {
+            struct tg_slice tok;
+            uint8_t h[32];
+            if (tg_auth_bearer(tg_http_req_header(&c->req, "authorization"), &tok) != 0 ||
+                (tg_auth_sha256(tok.ptr, tok.len, h), !tg_auth_ct_equal(h, srv->conf->admin.token_sha256, 32))) {
+                tg_http_respond(c, 401, "WWW-Authenticate: Bearer realm=\"tollgate-admin\"\r\n", "text/plain",
+                                "unauthorized\n", 13);
+                return;
+            }
+        }
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_metrics_render(srv, &b);
+        tg_http_respond(c, 200, NULL, "text/plain; version=0.0.4", b.base, b.len);
+        tg_buf_dispose(&b);
+        return;
+    }
+    tg_http_respond(c, 404, NULL, "text/plain", "not found\n", 10);
+}
+
+static int sweep_one(struct tg_session *s, void *arg)
+{
+    struct tg_server *srv = arg;
+    uint64_t idle = now_ms(srv) - s->last_active_ms;
+    if (s->inflight == 0 && s->get_stream == NULL && idle > (uint64_t)srv->conf->limits.session_idle_timeout_ms) {
+        srv->metrics.sessions_expired++;
+        tg_log(TG_LOG_DEBUG, "session expired", "session=%s grant=%s", s->id_str, s->grant);
+        return 1;
+    }
+    return 0;
+}
+
+void tg_router_sweep(struct tg_server *srv) { tg_session_sweep(srv->sessions, sweep_one, srv); }
+
+static int end_stream_one(struct tg_session *s, void *arg)
+{
+    (void)arg;
+    end_get_stream(s);
+    return 0;
+}
+
+void tg_router_end_streams(struct tg_server *srv) { tg_session_sweep(srv->sessions, end_stream_one, srv); }
+
+static int count_inflight(struct tg_session *s, void *arg)
+{
+    *(size_t *)arg += s->inflight;
+    return 0;
+}
+
+size_t tg_router_inflight(struct tg_server *srv)
+{
+    size_t n = 0;
+    tg_session_sweep(srv->sessions, count_inflight, &n);
+    return n;
+}

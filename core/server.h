@@ -1,0 +1,64 @@
+/* The process: one loop, the current conf, listeners, sessions, upstreams.
+ *
+ * struct tg_server is the context passed explicitly everywhere instead of
+ * global state. It owns the listeners, every client connection (through
+ * conns), the session table and the upstream runtimes. */
+#ifndef TG_SERVER_H
+#define TG_SERVER_H
+
+#include <uv.h>
+
+#include "core/buf.h"
+#include "core/conf.h"
+#include "core/metrics.h"
+
+struct tg_tls_ctx;
+struct tg_session_table;
+struct tg_upstream;
+struct tg_conn;
+
+struct tg_listener {
+    uv_tcp_t tcp;
+    struct tg_server *server;
+    const struct tg_listen_conf *lc; /* NULL for the admin listener */
+    struct tg_tls_ctx *tls;
+    int is_admin;
+    int port; /* bound port */
+    int closed;
+};
+
+struct tg_server {
+    uv_loop_t *loop;
+    struct tg_conf *conf;
+    struct tg_listener *listeners;
+    size_t nlisteners;
+    struct tg_listener admin;
+    int admin_open;
+    struct tg_list conns;
+    size_t nconns;
+    uint64_t next_conn_id;
+    uint64_t next_gid; /* gateway JSON-RPC ids sent upstream */
+    struct tg_session_table *sessions;
+    struct tg_upstream **upstreams; /* one per conf->upstreams[i] */
+    size_t nupstreams;
+    struct tg_metrics metrics;
+    uv_signal_t sigterm, sigint, sighup, sigusr1;
+    uv_timer_t sweep;
+    uv_timer_t drain_timer;
+    int draining;
+    uint64_t drain_deadline;
+    char tls_scratch[65536];
+};
+
+int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf);
+int tg_server_start(struct tg_server *srv);
+/* Stop accepting, let in-flight work finish (up to drain_timeout_ms), then stop the loop. */
+void tg_server_drain(struct tg_server *srv);
+void tg_server_dispose(struct tg_server *srv);
+
+/* Called by transports when a complete request arrives. */
+void tg_server_on_request(struct tg_server *srv, struct tg_conn *c);
+/* A connection was released. */
+void tg_server_conn_gone(struct tg_server *srv, struct tg_conn *c);
+
+#endif

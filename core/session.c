@@ -1,0 +1,179 @@
+#include "core/session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct tg_session_table {
+    struct tg_session **buckets;
+    size_t nbuckets; /* power of two */
+    size_t count;
+    struct tg_list all;
+};
+
+static size_t bucket_of(const struct tg_session_table *t, const uint8_t id[16])
+{
+    uint64_t h;
+    memcpy(&h, id, sizeof(h)); /* ids are uniformly random: the first 8 bytes are a fine hash */
+    return (size_t)h & (t->nbuckets - 1);
+}
+
+struct tg_session_table *tg_session_table_new(void)
+{
+    struct tg_session_table *t = tg_xcalloc(1, sizeof(*t));
+    t->nbuckets = 1024;
+    t->buckets = tg_xcalloc(t->nbuckets, sizeof(*t->buckets));
+    tg_list_init(&t->all);
+    return t;
+}
+
+void tg_session_table_free(struct tg_session_table *t)
+{
+    if (t == NULL)
+        return;
+    while (!tg_list_empty(&t->all)) {
+        struct tg_session *s = tg_container_of(t->all.next, struct tg_session, link);
+        tg_session_remove(t, s);
+    }
+    free(t->buckets);
+    free(t);
+}
+
+size_t tg_session_table_count(const struct tg_session_table *t) { return t->count; }
+
+size_t tg_session_count_for_grant(const struct tg_session_table *t, const char *grant)
+{
+    size_t n = 0;
+    for (const struct tg_list *l = t->all.next; l != &t->all; l = l->next) {
+        const struct tg_session *s = tg_container_of(l, struct tg_session, link);
+        if (strcmp(s->grant, grant) == 0)
+            n++;
+    }
+    return n;
+}
+
+static void grow(struct tg_session_table *t)
+{
+    size_t nb = t->nbuckets * 2;
+    struct tg_session **b = tg_xcalloc(nb, sizeof(*b));
+    for (size_t i = 0; i < t->nbuckets; i++) {
+        struct tg_session *s = t->buckets[i];
+        while (s) {
+            struct tg_session *next = s->hnext;
+            uint64_t h;
+            memcpy(&h, s->id, sizeof(h));
+            size_t k = (size_t)h & (nb - 1);
+            s->hnext = b[k];
+            b[k] = s;
+            s = next;
+        }
+    }
+    free(t->buckets);
+    t->buckets = b;
+    t->nbuckets = nb;
+}
+
+struct tg_session *tg_session_create(struct tg_session_table *t, const char *grant, int upstream)
+{
+    struct tg_session *s = tg_xcalloc(1, sizeof(*s));
+    if (tg_random(s->id, sizeof(s->id)) != 0)
+        abort(); /* no randomness means no unguessable ids: refuse to run rather than issue weak ones */
+    tg_b64url_encode(s->id, sizeof(s->id), s->id_str);
+    s->grant = tg_xstrdup(grant);
+    s->upstream = upstream;
+    s->live = 1;
+    s->refcnt = 1;
+    tg_list_init(&s->calls);
+    if (t->count + 1 > t->nbuckets)
+        grow(t);
+    size_t k = bucket_of(t, s->id);
+    s->hnext = t->buckets[k];
+    t->buckets[k] = s;
+    tg_list_insert_tail(&t->all, &s->link);
+    t->count++;
+    return s;
+}
+
+static int b64url_val(char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '-')
+        return 62;
+    if (c == '_')
+        return 63;
+    return -1;
+}
+
+struct tg_session *tg_session_find(struct tg_session_table *t, struct tg_slice id)
+{
+    if (id.len != TG_SESSION_ID_LEN)
+        return NULL;
+    uint8_t raw[17];
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t o = 0;
+    for (size_t i = 0; i < id.len; i++) {
+        int v = b64url_val(id.ptr[i]);
+        if (v < 0)
+            return NULL;
+        acc = acc << 6 | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            raw[o++] = (uint8_t)(acc >> bits);
+        }
+    }
+    if (o != 16)
+        return NULL;
+    for (struct tg_session *s = t->buckets[bucket_of(t, raw)]; s; s = s->hnext)
+        if (memcmp(s->id, raw, 16) == 0 && memcmp(s->id_str, id.ptr, id.len) == 0)
+            return s->live ? s : NULL;
+    return NULL;
+}
+
+void tg_session_remove(struct tg_session_table *t, struct tg_session *s)
+{
+    if (!s->live)
+        return;
+    size_t k = bucket_of(t, s->id);
+    for (struct tg_session **pp = &t->buckets[k]; *pp; pp = &(*pp)->hnext)
+        if (*pp == s) {
+            *pp = s->hnext;
+            break;
+        }
+    tg_list_unlink(&s->link);
+    t->count--;
+    s->live = 0;
+    tg_session_unref(s);
+}
+
+struct tg_session *tg_session_ref(struct tg_session *s)
+{
+    s->refcnt++;
+    return s;
+}
+
+void tg_session_unref(struct tg_session *s)
+{
+    if (--s->refcnt > 0)
+        return;
+    free(s->grant);
+    free(s->up_session);
+    free(s);
+}
+
+void tg_session_sweep(struct tg_session_table *t, tg_session_visit_cb cb, void *arg)
+{
+    struct tg_list *l = t->all.next;
+    while (l != &t->all) {
+        struct tg_list *next = l->next;
+        struct tg_session *s = tg_container_of(l, struct tg_session, link);
+        if (cb(s, arg))
+            tg_session_remove(t, s);
+        l = next;
+    }
+}

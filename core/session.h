@@ -1,0 +1,53 @@
+/* Client sessions, owned by the gateway.
+ *
+ * A session id is 128 random bits (base64url, 22 characters), bound to the
+ * grant and the upstream that created it. The table owns every session;
+ * work in flight holds a reference (tg_session_ref) so that a session removed
+ * by DELETE or expiry stays valid until that work finishes. */
+#ifndef TG_SESSION_H
+#define TG_SESSION_H
+
+#include <stdint.h>
+
+#include "core/buf.h"
+
+#define TG_SESSION_ID_LEN 22
+
+struct tg_session {
+    uint8_t id[16];
+    char id_str[TG_SESSION_ID_LEN + 1];
+    char *grant;       /* grant name (copied: grants can change on reload) */
+    int upstream;      /* index into the server's upstreams */
+    char *up_session;  /* upstream's Mcp-Session-Id, never shown to clients */
+    char proto[24];    /* negotiated protocol version */
+    int initialized;   /* the initialize exchange succeeded */
+    int live;          /* in the table (0 after DELETE or expiry) */
+    int refcnt;
+    uint64_t last_active_ms;
+    unsigned inflight;
+    struct tg_list calls;   /* router's in-flight calls of this session */
+    void *get_stream;       /* router's GET stream, if one is open */
+    struct tg_session *hnext;
+    struct tg_list link;    /* table's list, oldest activity first is not kept: sweep scans */
+};
+
+struct tg_session_table;
+
+struct tg_session_table *tg_session_table_new(void);
+void tg_session_table_free(struct tg_session_table *t);
+size_t tg_session_table_count(const struct tg_session_table *t);
+size_t tg_session_count_for_grant(const struct tg_session_table *t, const char *grant);
+
+/* New live session (refcnt 1, owned by the table). */
+struct tg_session *tg_session_create(struct tg_session_table *t, const char *grant, int upstream);
+/* Look up by the base64url id sent by a client; NULL if unknown or not live. */
+struct tg_session *tg_session_find(struct tg_session_table *t, struct tg_slice id);
+/* Remove from the table and drop the table's reference. */
+void tg_session_remove(struct tg_session_table *t, struct tg_session *s);
+struct tg_session *tg_session_ref(struct tg_session *s);
+void tg_session_unref(struct tg_session *s);
+
+typedef int (*tg_session_visit_cb)(struct tg_session *s, void *arg); /* return 1 to remove s */
+void tg_session_sweep(struct tg_session_table *t, tg_session_visit_cb cb, void *arg);
+
+#endif

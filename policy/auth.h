@@ -1,0 +1,29 @@
+/* Grants from credentials. Pure functions: no I/O, no libuv.
+ *
+ * Static bearer tokens are kept only as SHA-256 and compared in constant time
+ * against every configured grant (no early exit, so timing does not reveal
+ * which grant nearly matched). */
+#ifndef TG_AUTH_H
+#define TG_AUTH_H
+
+#include <stdint.h>
+
+#include "core/buf.h"
+#include "core/conf.h"
+
+enum tg_auth_result {
+    TG_AUTH_OK = 0,
+    TG_AUTH_MISSING = 1, /* no credential and no anonymous grant */
+    TG_AUTH_INVALID = 2, /* a credential that matches nothing, or a malformed header */
+};
+
+void tg_auth_sha256(const void *p, size_t n, uint8_t out[32]);
+/* Constant-time comparison of n bytes: 1 if equal. */
+int tg_auth_ct_equal(const uint8_t *a, const uint8_t *b, size_t n);
+/* authorization: the Authorization header value, or a NULL slice when absent. */
+enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization,
+                                  const struct tg_grant_conf **grant);
+/* Extract the token of "Bearer <token>" (scheme case-insensitive). Returns 0 or TG_EINVAL. */
+int tg_auth_bearer(struct tg_slice authorization, struct tg_slice *token);
+
+#endif

@@ -1,0 +1,738 @@
+#include "transports/http1.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/log.h"
+#include "core/msg.h"
+#include "core/server.h"
+#include "transports/tls.h"
+
+/* ---- forward declarations ---------------------------------------------- */
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void on_timer(uv_timer_t *t);
+static void on_handle_closed(uv_handle_t *h);
+static void process_input(struct tg_conn *c);
+static void send_owned(struct tg_conn *c, struct tg_buf *b);
+static void set_state(struct tg_conn *c, enum tg_conn_state s);
+
+struct write_req {
+    uv_write_t req;
+    struct tg_conn *conn;
+    char *base;
+    size_t len;
+};
+
+struct shutdown_req {
+    uv_shutdown_t req;
+    struct tg_conn *conn;
+};
+
+const char *tg_conn_state_str(enum tg_conn_state s)
+{
+    switch (s) {
+    case TG_CONN_HANDSHAKE: return "handshake";
+    case TG_CONN_IDLE: return "idle";
+    case TG_CONN_READING: return "reading";
+    case TG_CONN_DISPATCHING: return "dispatching";
+    case TG_CONN_STREAMING: return "streaming";
+    case TG_CONN_CLOSING: return "closing";
+    case TG_CONN_CLOSED: return "closed";
+    }
+    return "?";
+}
+
+const char *tg_http_status_text(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 202: return "Accepted";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 406: return "Not Acceptable";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    }
+    return "Unknown";
+}
+
+/* ---- state ----------------------------------------------------------------- */
+
+/* Every transition passes here: it checks the edge and re-arms the one timer. */
+static void set_state(struct tg_conn *c, enum tg_conn_state s)
+{
+    const struct tg_limits *lim = &c->server->conf->limits;
+    switch (s) {
+    case TG_CONN_HANDSHAKE: break;
+    case TG_CONN_IDLE:
+        uv_timer_start(&c->timer, on_timer, (uint64_t)lim->idle_timeout_ms, 0);
+        break;
+    case TG_CONN_READING:
+        if (c->state != TG_CONN_READING)
+            uv_timer_start(&c->timer, on_timer, (uint64_t)lim->header_timeout_ms, 0);
+        break;
+    case TG_CONN_DISPATCHING:
+    case TG_CONN_STREAMING:
+        uv_timer_stop(&c->timer);
+        break;
+    case TG_CONN_CLOSING:
+    case TG_CONN_CLOSED: break;
+    }
+    c->state = s;
+}
+
+/* ---- llhttp callbacks ---------------------------------------------------- */
+
+enum { ERR_HEADER_TOO_BIG = 431, ERR_URL_TOO_LONG = 414, ERR_BODY_TOO_BIG = 413, ERR_TOO_MANY_HEADERS = 4310 };
+
+static struct tg_conn *conn_of(llhttp_t *p) { return p->data; }
+
+static void req_reset(struct tg_http_req *r)
+{
+    r->head.len = 0;
+    r->url_off = r->url_len = 0;
+    r->nheaders = 0;
+    r->last_was_value = 0;
+    r->body.len = 0;
+    r->keep_alive = 0;
+    r->too_many_headers = 0;
+    r->method = 0;
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+    struct tg_conn *c = conn_of(p);
+    req_reset(&c->req);
+    c->req_complete = 0;
+    set_state(c, TG_CONN_READING);
+    return 0;
+}
+
+static int head_append(struct tg_conn *c, const char *at, size_t n)
+{
+    size_t cap = (size_t)c->server->conf->limits.header_bytes;
+    if (tg_buf_try_append(&c->req.head, at, n, cap) != 0) {
+        c->server->metrics.limit_header_bytes++;
+        return -1;
+    }
+    return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t n)
+{
+    struct tg_conn *c = conn_of(p);
+    if (c->req.url_len == 0)
+        c->req.url_off = (uint32_t)c->req.head.len;
+    if (head_append(c, at, n) != 0) {
+        llhttp_set_error_reason(p, "URI too long");
+        return ERR_URL_TOO_LONG;
+    }
+    c->req.url_len += (uint32_t)n;
+    return 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t n)
+{
+    struct tg_conn *c = conn_of(p);
+    struct tg_http_req *r = &c->req;
+    if (r->nheaders == 0 || r->last_was_value) {
+        if (r->nheaders == TG_HTTP_MAX_HEADERS) {
+            llhttp_set_error_reason(p, "too many headers");
+            return ERR_TOO_MANY_HEADERS;
+        }
+        struct tg_http_header *h = &r->headers[r->nheaders++];
+        h->name_off = (uint32_t)r->head.len;
+        h->name_len = 0;
+        h->value_off = 0;
+        h->value_len = 0;
+        r->last_was_value = 0;
+    }
+    if (head_append(c, at, n) != 0) {
+        llhttp_set_error_reason(p, "headers too large");
+        return ERR_HEADER_TOO_BIG;
+    }
+    r->headers[r->nheaders - 1].name_len += (uint32_t)n;
+    return 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t n)
+{
+    struct tg_conn *c = conn_of(p);
+    struct tg_http_req *r = &c->req;
+    if (r->nheaders == 0)
+        return 0;
+    struct tg_http_header *h = &r->headers[r->nheaders - 1];
+    if (!r->last_was_value) {
+        h->value_off = (uint32_t)r->head.len;
+        r->last_was_value = 1;
+    }
+    if (head_append(c, at, n) != 0) {
+        llhttp_set_error_reason(p, "headers too large");
+        return ERR_HEADER_TOO_BIG;
+    }
+    h->value_len += (uint32_t)n;
+    return 0;
+}
+
+static int on_headers_complete(llhttp_t *p)
+{
+    struct tg_conn *c = conn_of(p);
+    c->req.method = p->method;
+    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > (uint64_t)c->server->conf->limits.body_bytes) {
+        c->server->metrics.limit_body_bytes++;
+        llhttp_set_error_reason(p, "body too large");
+        return ERR_BODY_TOO_BIG;
+    }
+    return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n)
+{
+    struct tg_conn *c = conn_of(p);
+    if (tg_buf_try_append(&c->req.body, at, n, (size_t)c->server->conf->limits.body_bytes) != 0) {
+        c->server->metrics.limit_body_bytes++;
+        llhttp_set_error_reason(p, "body too large");
+        return ERR_BODY_TOO_BIG;
+    }
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    struct tg_conn *c = conn_of(p);
+    c->req.keep_alive = llhttp_should_keep_alive(p);
+    c->req_complete = 1;
+    return HPE_PAUSED;
+}
+
+static const llhttp_settings_t parser_settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* ---- request accessors ------------------------------------------------------ */
+
+struct tg_slice tg_http_req_url(const struct tg_http_req *r)
+{
+    return tg_slice_of(r->head.base + r->url_off, r->url_len);
+}
+
+struct tg_slice tg_http_req_header(const struct tg_http_req *r, const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 0; i < r->nheaders; i++) {
+        const struct tg_http_header *h = &r->headers[i];
+        if (h->name_len == n && strncasecmp(r->head.base + h->name_off, name, n) == 0) {
+            struct tg_slice v = tg_slice_of(r->head.base + h->value_off, h->value_len);
+            if (h->value_len == 0)
+                v.ptr = ""; /* present but empty is not absent */
+            while (v.len && (v.ptr[v.len - 1] == ' ' || v.ptr[v.len - 1] == '\t'))
+                v.len--;
+            return v;
+        }
+    }
+    return TG_SLICE_NULL;
+}
+
+int tg_http_req_header_count(const struct tg_http_req *r, const char *name)
+{
+    size_t n = strlen(name);
+    int count = 0;
+    for (int i = 0; i < r->nheaders; i++)
+        if (r->headers[i].name_len == n && strncasecmp(r->head.base + r->headers[i].name_off, name, n) == 0)
+            count++;
+    return count;
+}
+
+/* ---- writing ------------------------------------------------------------------ */
+
+static void on_write(uv_write_t *req, int status)
+{
+    struct write_req *w = tg_container_of(req, struct write_req, req);
+    struct tg_conn *c = w->conn;
+    c->out_pending -= w->len;
+    free(w->base);
+    free(w);
+    if (status < 0) {
+        if (c->state < TG_CONN_CLOSING)
+            tg_conn_close(c, "write failed");
+        return;
+    }
+    if (c->on_drain && c->state < TG_CONN_CLOSING &&
+        c->out_pending < (size_t)c->server->conf->limits.output_high_water / 2)
+        c->on_drain(c, c->exchange);
+}
+
+/* Takes the storage of b (which is left empty). */
+static void send_owned(struct tg_conn *c, struct tg_buf *b)
+{
+    if (c->state >= TG_CONN_CLOSING || b->len == 0) {
+        tg_buf_dispose(b);
+        return;
+    }
+    struct tg_buf wire;
+    if (c->tls != NULL) {
+        tg_buf_init(&wire);
+        if (tg_tls_write(c->tls, b->base, b->len, &wire) != 0) {
+            tg_buf_dispose(b);
+            tg_buf_dispose(&wire);
+            tg_conn_close(c, "TLS write failed");
+            return;
+        }
+        tg_buf_dispose(b);
+    } else {
+        wire = *b;
+        tg_buf_init(b);
+    }
+    struct write_req *w = tg_xmalloc(sizeof(*w));
+    w->conn = c;
+    w->len = wire.len;
+    w->base = tg_buf_release(&wire);
+    uv_buf_t ub = uv_buf_init(w->base, (unsigned)w->len);
+    c->out_pending += w->len;
+    int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &ub, 1, on_write);
+    if (r != 0) {
+        c->out_pending -= w->len;
+        free(w->base);
+        free(w);
+        tg_conn_close(c, "write failed");
+    }
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    struct shutdown_req *s = tg_container_of(req, struct shutdown_req, req);
+    struct tg_conn *c = s->conn;
+    free(s);
+    if (!uv_is_closing((uv_handle_t *)&c->tcp)) {
+        uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    }
+}
+
+/* Close after everything queued has been written (uv_shutdown waits for pending writes). */
+static void close_graceful(struct tg_conn *c)
+{
+    if (c->state >= TG_CONN_CLOSING)
+        return;
+    if (c->tls != NULL) {
+        struct tg_buf b;
+        tg_buf_init(&b);
+        if (tg_tls_close_notify(c->tls, &b) == 0 && b.len)
+            send_owned(c, &b);
+        tg_buf_dispose(&b);
+    }
+    if (c->exchange && c->on_abort)
+        c->on_abort(c, c->exchange);
+    c->exchange = NULL;
+    c->on_abort = NULL;
+    c->on_drain = NULL;
+    set_state(c, TG_CONN_CLOSING);
+    uv_timer_stop(&c->timer);
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    struct shutdown_req *s = tg_xmalloc(sizeof(*s));
+    s->conn = c;
+    if (uv_shutdown(&s->req, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+        free(s);
+        uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    }
+}
+
+/* The current request is answered: get ready for the next one. */
+static void finish_request(struct tg_conn *c)
+{
+    c->exchange = NULL;
+    c->on_abort = NULL;
+    c->on_drain = NULL;
+    if (c->state >= TG_CONN_CLOSING)
+        return;
+    if (c->close_after || !c->req.keep_alive || c->server->draining) {
+        close_graceful(c);
+        return;
+    }
+    req_reset(&c->req);
+    /* Idle connections keep no large buffers (a session costs memory only while it works). */
+    if (c->req.head.cap > 4096)
+        tg_buf_dispose(&c->req.head);
+    if (c->req.body.cap > 65536)
+        tg_buf_dispose(&c->req.body);
+    c->req_complete = 0;
+    llhttp_resume(&c->parser);
+    set_state(c, TG_CONN_IDLE);
+    if (c->read_stopped) {
+        c->read_stopped = 0;
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    }
+    if (c->in.len > 0) {
+        if (!c->in_process)
+            process_input(c);
+    } else if (c->in.cap > 65536)
+        tg_buf_dispose(&c->in);
+}
+
+static void append_head(struct tg_conn *c, struct tg_buf *b, int status, const char *extra, const char *ctype)
+{
+    tg_buf_appendf(b, "HTTP/1.1 %d %s\r\n", status, tg_http_status_text(status));
+    if (ctype)
+        tg_buf_appendf(b, "Content-Type: %s\r\n", ctype);
+    if (extra)
+        tg_buf_appends(b, extra);
+    if (c->close_after || !c->req.keep_alive || c->server->draining)
+        tg_buf_appends(b, "Connection: close\r\n");
+    else if (c->parser.http_minor == 0)
+        tg_buf_appends(b, "Connection: keep-alive\r\n");
+}
+
+void tg_http_respond(struct tg_conn *c, int status, const char *extra, const char *ctype, const char *body, size_t len)
+{
+    if (c->state >= TG_CONN_CLOSING)
+        return;
+    struct tg_metrics *m = &c->server->metrics;
+    if (status >= 100 && status < 600)
+        m->http_status[status / 100]++;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    if (tg_buf_try_reserve(&b, len + 256, 0) != 0)
+        abort();
+    append_head(c, &b, status, extra, ctype);
+    tg_buf_appendf(&b, "Content-Length: %zu\r\n\r\n", len);
+    tg_buf_append(&b, body, len);
+    send_owned(c, &b);
+    finish_request(c);
+}
+
+void tg_http_respond_rpc_error(struct tg_conn *c, int status, const char *extra, int code, const char *msg)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_rpc_error(&b, NULL, 0, code, msg, NULL);
+    tg_http_respond(c, status, extra, "application/json", b.base, b.len);
+    tg_buf_dispose(&b);
+}
+
+void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra, const char *ctype)
+{
+    if (c->state >= TG_CONN_CLOSING)
+        return;
+    if (c->parser.http_minor == 0)
+        c->close_after = 1; /* HTTP/1.0 has no chunked encoding: the stream ends with the connection */
+    c->server->metrics.http_status[status / 100]++;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    append_head(c, &b, status, extra, ctype);
+    tg_buf_appends(&b, "Cache-Control: no-cache\r\n");
+    if (c->parser.http_minor != 0)
+        tg_buf_appends(&b, "Transfer-Encoding: chunked\r\n");
+    tg_buf_appends(&b, "\r\n");
+    send_owned(c, &b);
+    set_state(c, TG_CONN_STREAMING);
+}
+
+void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n)
+{
+    if (c->state != TG_CONN_STREAMING || n == 0)
+        return;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    if (tg_buf_try_reserve(&b, n + 32, 0) != 0)
+        abort();
+    if (c->parser.http_minor != 0)
+        tg_buf_appendf(&b, "%zx\r\n", n);
+    tg_buf_append(&b, p, n);
+    if (c->parser.http_minor != 0)
+        tg_buf_append(&b, "\r\n", 2);
+    send_owned(c, &b);
+}
+
+void tg_http_stream_end(struct tg_conn *c)
+{
+    if (c->state != TG_CONN_STREAMING)
+        return;
+    if (c->parser.http_minor != 0) {
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_buf_append(&b, "0\r\n\r\n", 5);
+        send_owned(c, &b);
+    }
+    finish_request(c);
+}
+
+/* ---- reading ------------------------------------------------------------------ */
+
+static size_t input_ceiling(struct tg_conn *c)
+{
+    const struct tg_limits *l = &c->server->conf->limits;
+    return (size_t)l->header_bytes + (size_t)l->body_bytes + 65536;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct tg_conn *c = h->data;
+    if (c->tls != NULL) {
+        *buf = uv_buf_init(c->server->tls_scratch, sizeof(c->server->tls_scratch));
+        return;
+    }
+    if (tg_buf_try_reserve(&c->in, 16384, input_ceiling(c)) != 0) {
+        *buf = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
+        return;
+    }
+    *buf = uv_buf_init(c->in.base + c->in.len, (unsigned)(c->in.cap - c->in.len));
+}
+
+static void reply_parse_error(struct tg_conn *c, llhttp_errno_t err)
+{
+    int status = 400;
+    const char *msg = "Bad Request: malformed HTTP";
+    if (err == HPE_USER) {
+        /* our callbacks return the status they want through the user error */
+    }
+    int code = 0;
+    const char *reason = llhttp_get_error_reason(&c->parser);
+    if (reason && strcmp(reason, "headers too large") == 0)
+        code = 431;
+    else if (reason && strcmp(reason, "too many headers") == 0)
+        code = 431;
+    else if (reason && strcmp(reason, "URI too long") == 0)
+        code = 414;
+    else if (reason && strcmp(reason, "body too large") == 0)
+        code = 413;
+    if (code) {
+        status = code;
+        msg = code == 413 ? "Content too large" : code == 414 ? "URI too long" : "Request header fields too large";
+    }
+    char esc[160];
+    tg_log(TG_LOG_INFO, "bad request", "conn=%llu peer=%s status=%d reason=%s", (unsigned long long)c->id, c->peer,
+           status, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(reason ? reason : llhttp_errno_name(err))));
+    c->close_after = 1;
+    c->req.keep_alive = 0;
+    set_state(c, TG_CONN_DISPATCHING);
+    tg_http_respond_rpc_error(c, status, NULL, TG_RPC_INVALID_REQUEST, msg);
+}
+
+static void process_input_loop(struct tg_conn *c);
+
+static void process_input(struct tg_conn *c)
+{
+    c->in_process = 1;
+    process_input_loop(c);
+    if (c->state < TG_CONN_CLOSED)
+        c->in_process = 0;
+}
+
+static void process_input_loop(struct tg_conn *c)
+{
+    while (c->state == TG_CONN_IDLE || c->state == TG_CONN_READING) {
+        if (c->in.len == 0)
+            return;
+        llhttp_errno_t err = llhttp_execute(&c->parser, c->in.base, c->in.len);
+        if (err == HPE_OK) {
+            c->in.len = 0;
+            return;
+        }
+        if (err == HPE_PAUSED || err == HPE_PAUSED_UPGRADE) {
+            const char *pos = llhttp_get_error_pos(&c->parser);
+            size_t used = pos ? (size_t)(pos - c->in.base) : c->in.len;
+            tg_buf_consume(&c->in, used);
+            if (!c->req_complete) {
+                reply_parse_error(c, err);
+                return;
+            }
+            if (c->parser.upgrade) {
+                /* The bytes after an Upgrade head belong to another protocol: this connection ends here. */
+                c->close_after = 1;
+                c->req.keep_alive = 0;
+            }
+            set_state(c, TG_CONN_DISPATCHING);
+            c->server->metrics.http_requests++;
+            tg_server_on_request(c->server, c);
+            /* The handler may have answered already (finish_request resumed us) — loop. */
+            continue;
+        }
+        reply_parse_error(c, err);
+        return;
+    }
+    /* Dispatching or streaming: keep bytes for later, but not without bound. */
+    if (c->in.len >= input_ceiling(c) && !c->read_stopped) {
+        c->read_stopped = 1;
+        uv_read_stop((uv_stream_t *)&c->tcp);
+    }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct tg_conn *c = s->data;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        c->eof = 1;
+        if (nread == UV_ENOBUFS)
+            c->server->metrics.limit_body_bytes++;
+        tg_conn_close(c, nread == UV_EOF ? "peer closed" : uv_strerror((int)nread));
+        return;
+    }
+    if (c->tls != NULL) {
+        struct tg_buf out;
+        tg_buf_init(&out);
+        int r = tg_tls_feed(c->tls, buf->base, (size_t)nread, &c->in, input_ceiling(c), &out);
+        if (out.len)
+            send_owned(c, &out);
+        tg_buf_dispose(&out);
+        if (r == TG_ECLOSED) {
+            tg_conn_close(c, "TLS close_notify");
+            return;
+        }
+        if (r != 0) {
+            if (c->state == TG_CONN_HANDSHAKE) {
+                c->server->metrics.tls_handshake_failures++;
+                char esc[128];
+                tg_log(TG_LOG_INFO, "TLS handshake failed", "conn=%llu peer=%s error=%s", (unsigned long long)c->id,
+                       c->peer, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(tg_tls_last_error(c->tls))));
+            }
+            tg_conn_close(c, r == TG_ELIMIT ? "input limit" : "TLS error");
+            return;
+        }
+        if (c->state == TG_CONN_HANDSHAKE) {
+            if (!tg_tls_established(c->tls))
+                return;
+            set_state(c, TG_CONN_IDLE);
+            /* The first request must still arrive within the header timeout. */
+            uv_timer_start(&c->timer, on_timer, (uint64_t)c->server->conf->limits.header_timeout_ms, 0);
+        }
+    } else {
+        c->in.len += (size_t)nread;
+    }
+    process_input(c);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    struct tg_conn *c = t->data;
+    if (c->state == TG_CONN_READING) {
+        /* A slow request (slowloris) gets 408 and the connection is closed. */
+        c->close_after = 1;
+        c->req.keep_alive = 0;
+        set_state(c, TG_CONN_DISPATCHING);
+        tg_http_respond_rpc_error(c, 408, NULL, TG_RPC_INVALID_REQUEST, "Request timeout");
+        return;
+    }
+    tg_conn_close(c, c->state == TG_CONN_HANDSHAKE ? "handshake timeout" : "idle timeout");
+}
+
+/* ---- closing -------------------------------------------------------------------- */
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    struct tg_conn *c = h->data;
+    if (--c->handles_open > 0)
+        return;
+    c->state = TG_CONN_CLOSED;
+    tg_server_conn_gone(c->server, c);
+    tg_tls_free(c->tls);
+    tg_buf_dispose(&c->in);
+    tg_buf_dispose(&c->req.head);
+    tg_buf_dispose(&c->req.body);
+    free(c);
+}
+
+void tg_conn_close(struct tg_conn *c, const char *why)
+{
+    if (c->state >= TG_CONN_CLOSING)
+        return;
+    tg_log(TG_LOG_DEBUG, "connection closed", "conn=%llu state=%s reason=\"%s\"", (unsigned long long)c->id,
+           tg_conn_state_str(c->state), why);
+    /* Tell the handler first, so that nothing refers to the connection afterwards. */
+    if (c->exchange && c->on_abort)
+        c->on_abort(c, c->exchange);
+    c->exchange = NULL;
+    c->on_abort = NULL;
+    c->on_drain = NULL;
+    set_state(c, TG_CONN_CLOSING);
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
+/* ---- accept (last, as in h2o) ---------------------------------------------------- */
+
+void tg_http1_accept(struct tg_server *srv, struct tg_listener *l, uv_stream_t *listen_handle)
+{
+    struct tg_conn *c = tg_xcalloc(1, sizeof(*c));
+    c->server = srv;
+    c->listener = l;
+    c->id = ++srv->next_conn_id;
+    uv_tcp_init(srv->loop, &c->tcp);
+    uv_timer_init(srv->loop, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->handles_open = 2;
+    tg_list_init(&c->link);
+    if (uv_accept(listen_handle, (uv_stream_t *)&c->tcp) != 0) {
+        c->state = TG_CONN_CLOSING;
+        uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+        return;
+    }
+    tg_list_insert_tail(&srv->conns, &c->link);
+    srv->nconns++;
+    srv->metrics.conns_accepted++;
+    struct sockaddr_storage ss;
+    int sl = sizeof(ss);
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0) {
+        char ip[48] = "";
+        int port = 0;
+        if (ss.ss_family == AF_INET) {
+            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        } else {
+            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        }
+        snprintf(c->peer, sizeof(c->peer), "%s:%d", ip, port);
+    }
+    if (!l->is_admin && srv->nconns > (size_t)srv->conf->limits.max_connections) {
+        srv->metrics.conns_rejected++;
+        tg_log(TG_LOG_WARN, "connection limit reached", "conn=%llu peer=%s limit=%d", (unsigned long long)c->id,
+               c->peer, srv->conf->limits.max_connections);
+        tg_conn_close(c, "connection limit");
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
+    c->parser.data = c;
+    if (l->tls != NULL) {
+        c->tls = tg_tls_new(l->tls);
+        if (c->tls == NULL) {
+            tg_conn_close(c, "TLS setup failed");
+            return;
+        }
+        c->state = TG_CONN_HANDSHAKE;
+        uv_timer_start(&c->timer, on_timer, (uint64_t)srv->conf->limits.header_timeout_ms, 0);
+    } else {
+        c->state = TG_CONN_IDLE;
+        uv_timer_start(&c->timer, on_timer, (uint64_t)srv->conf->limits.header_timeout_ms, 0);
+    }
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}

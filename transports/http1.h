@@ -1,0 +1,105 @@
+/* HTTP/1.1 server connections (plain TCP or TLS) for clients.
+ *
+ * A tg_conn reads bytes, runs them through TLS when the listener has it, and
+ * parses requests with llhttp. A complete request (head + body, within the
+ * configured limits) is handed to the server's request handler
+ * (core/router.c). The handler answers at once with tg_http_respond(), or
+ * later: it then sets conn->exchange/on_abort so that it hears about a client
+ * that goes away first. A streamed answer (SSE) is tg_http_stream_begin(),
+ * tg_http_stream_write()* and tg_http_stream_end(). Requests are processed one
+ * at a time: pipelined bytes wait, unparsed, until the answer is complete.
+ *
+ * Ownership: the listener's accept callback creates a conn; it frees itself
+ * after its uv_close callback. tg_conn_close() is idempotent and deferred. */
+#ifndef TG_HTTP1_H
+#define TG_HTTP1_H
+
+#include <llhttp.h>
+#include <uv.h>
+
+#include "core/buf.h"
+
+struct tg_server;
+struct tg_listener;
+struct tg_tls;
+
+#define TG_HTTP_MAX_HEADERS 64
+
+enum tg_conn_state {
+    TG_CONN_HANDSHAKE,   /* TLS handshake in progress; nothing parsed yet */
+    TG_CONN_IDLE,        /* between requests; idle timer armed */
+    TG_CONN_READING,     /* a request has started; header timer armed until the body is complete */
+    TG_CONN_DISPATCHING, /* a complete request is with the handler; parser paused; no timer */
+    TG_CONN_STREAMING,   /* the handler is streaming a chunked (SSE) answer; parser paused */
+    TG_CONN_CLOSING,     /* uv_close requested; no more reads or writes */
+    TG_CONN_CLOSED,      /* close callback ran; memory is about to be released */
+};
+const char *tg_conn_state_str(enum tg_conn_state s);
+
+struct tg_http_header {
+    uint32_t name_off, name_len, value_off, value_len;
+};
+
+struct tg_http_req {
+    int method; /* llhttp_method_t */
+    struct tg_buf head; /* URL and header bytes, copied from the wire; the slices below point into it */
+    uint32_t url_off, url_len;
+    struct tg_http_header headers[TG_HTTP_MAX_HEADERS];
+    int nheaders;
+    int last_was_value;
+    struct tg_buf body;
+    int keep_alive;
+    int too_many_headers;
+};
+
+struct tg_conn;
+typedef void (*tg_conn_cb)(struct tg_conn *conn, void *exchange);
+
+struct tg_conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    struct tg_server *server;
+    struct tg_listener *listener;
+    uint64_t id;
+    enum tg_conn_state state;
+    struct tg_tls *tls;
+    llhttp_t parser;
+    struct tg_buf in; /* plaintext not yet parsed */
+    struct tg_http_req req;
+    int req_complete;
+    int close_after; /* close once the current answer is written */
+    size_t out_pending; /* bytes handed to uv_write and not yet confirmed */
+    int read_stopped;
+    int handles_open;
+    int eof;
+    int in_process; /* process_input() is on the stack: do not re-enter it */
+    /* The handler's pending work for this request, if any. */
+    void *exchange;
+    tg_conn_cb on_abort; /* the client went away while exchange was set */
+    tg_conn_cb on_drain; /* out_pending fell below the low-water mark */
+    struct tg_list link; /* server's list of connections */
+    char peer[64];
+};
+
+void tg_http1_accept(struct tg_server *srv, struct tg_listener *l, uv_stream_t *listen_handle);
+
+struct tg_slice tg_http_req_url(const struct tg_http_req *r);
+/* First header with this (case-insensitive) name, or a NULL slice. */
+struct tg_slice tg_http_req_header(const struct tg_http_req *r, const char *name);
+/* How many headers have this name (duplicated security-relevant headers are refused). */
+int tg_http_req_header_count(const struct tg_http_req *r, const char *name);
+
+/* A complete answer with Content-Length. extra_headers: "Name: value\r\n"... or NULL. */
+void tg_http_respond(struct tg_conn *c, int status, const char *extra_headers, const char *content_type,
+                     const char *body, size_t len);
+/* A JSON-RPC error answer: {"jsonrpc":"2.0","id":null,"error":{code,message}}. */
+void tg_http_respond_rpc_error(struct tg_conn *c, int status, const char *extra_headers, int code, const char *msg);
+void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra_headers, const char *content_type);
+void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n);
+void tg_http_stream_end(struct tg_conn *c);
+
+void tg_conn_close(struct tg_conn *c, const char *why);
+/* Stop or resume delivering new requests (used while draining). */
+const char *tg_http_status_text(int status);
+
+#endif

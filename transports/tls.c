@@ -1,0 +1,229 @@
+#include "transports/tls.h"
+
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/entropy.h>
+#include <mbedtls/error.h>
+#include <mbedtls/pk.h>
+#include <mbedtls/ssl.h>
+#include <mbedtls/x509_crt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct tg_tls_ctx {
+    mbedtls_ssl_config conf;
+    mbedtls_x509_crt cert;
+    mbedtls_pk_context key;
+    mbedtls_entropy_context entropy;
+    mbedtls_ctr_drbg_context drbg;
+};
+
+struct tg_tls {
+    mbedtls_ssl_context ssl;
+    const char *in;
+    size_t in_len;
+    struct tg_buf *out;
+    int established;
+    char err[96];
+};
+
+/* TLS 1.2, ECDHE key exchange, AEAD ciphers only. */
+static const int suites[] = {
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    MBEDTLS_TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    MBEDTLS_TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    0,
+};
+
+int tg_tls_ctx_new(const char *cert_file, const char *key_file, struct tg_tls_ctx **out, char *err, size_t errsz)
+{
+    struct tg_tls_ctx *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return TG_ENOMEM;
+    mbedtls_ssl_config_init(&c->conf);
+    mbedtls_x509_crt_init(&c->cert);
+    mbedtls_pk_init(&c->key);
+    mbedtls_entropy_init(&c->entropy);
+    mbedtls_ctr_drbg_init(&c->drbg);
+    int r;
+    char ebuf[128];
+    const char *what = "";
+    if ((r = mbedtls_ctr_drbg_seed(&c->drbg, mbedtls_entropy_func, &c->entropy, (const unsigned char *)"tollgate",
+                                   8)) != 0) {
+        what = "seeding the random generator";
+        goto fail;
+    }
+    if ((r = mbedtls_x509_crt_parse_file(&c->cert, cert_file)) != 0) {
+        what = cert_file;
+        goto fail;
+    }
+    if ((r = mbedtls_pk_parse_keyfile(&c->key, key_file, NULL)) != 0) {
+        what = key_file;
+        goto fail;
+    }
+    if ((r = mbedtls_ssl_config_defaults(&c->conf, MBEDTLS_SSL_IS_SERVER, MBEDTLS_SSL_TRANSPORT_STREAM,
+                                         MBEDTLS_SSL_PRESET_DEFAULT)) != 0) {
+        what = "TLS defaults";
+        goto fail;
+    }
+    mbedtls_ssl_conf_rng(&c->conf, mbedtls_ctr_drbg_random, &c->drbg);
+    mbedtls_ssl_conf_min_version(&c->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
+    mbedtls_ssl_conf_max_version(&c->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
+    mbedtls_ssl_conf_ciphersuites(&c->conf, suites);
+    mbedtls_ssl_conf_renegotiation(&c->conf, MBEDTLS_SSL_RENEGOTIATION_DISABLED);
+    if ((r = mbedtls_ssl_conf_own_cert(&c->conf, &c->cert, &c->key)) != 0) {
+        what = "certificate and key do not match";
+        goto fail;
+    }
+    *out = c;
+    return 0;
+fail:
+    mbedtls_strerror(r, ebuf, sizeof(ebuf));
+    snprintf(err, errsz, "%s: %s", what, ebuf);
+    tg_tls_ctx_free(c);
+    return TG_EINVAL;
+}
+
+void tg_tls_ctx_free(struct tg_tls_ctx *c)
+{
+    if (c == NULL)
+        return;
+    mbedtls_ssl_config_free(&c->conf);
+    mbedtls_x509_crt_free(&c->cert);
+    mbedtls_pk_free(&c->key);
+    mbedtls_ctr_drbg_free(&c->drbg);
+    mbedtls_entropy_free(&c->entropy);
+    free(c);
+}
+
+static int bio_send(void *ctx, const unsigned char *buf, size_t len)
+{
+    struct tg_tls *t = ctx;
+    if (t->out == NULL)
+        return MBEDTLS_ERR_SSL_WANT_WRITE;
+    tg_buf_append(t->out, buf, len);
+    return (int)len;
+}
+
+static int bio_recv(void *ctx, unsigned char *buf, size_t len)
+{
+    struct tg_tls *t = ctx;
+    if (t->in_len == 0)
+        return MBEDTLS_ERR_SSL_WANT_READ;
+    size_t n = len < t->in_len ? len : t->in_len;
+    memcpy(buf, t->in, n);
+    t->in += n;
+    t->in_len -= n;
+    return (int)n;
+}
+
+struct tg_tls *tg_tls_new(struct tg_tls_ctx *ctx)
+{
+    struct tg_tls *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return NULL;
+    mbedtls_ssl_init(&t->ssl);
+    if (mbedtls_ssl_setup(&t->ssl, &ctx->conf) != 0) {
+        mbedtls_ssl_free(&t->ssl);
+        free(t);
+        return NULL;
+    }
+    mbedtls_ssl_set_bio(&t->ssl, t, bio_send, bio_recv, NULL);
+    return t;
+}
+
+void tg_tls_free(struct tg_tls *t)
+{
+    if (t == NULL)
+        return;
+    mbedtls_ssl_free(&t->ssl);
+    free(t);
+}
+
+static int set_err(struct tg_tls *t, int r)
+{
+    mbedtls_strerror(r, t->err, sizeof(t->err));
+    return TG_EINVAL;
+}
+
+int tg_tls_feed(struct tg_tls *t, const char *in, size_t n, struct tg_buf *plain, size_t plain_ceiling,
+                struct tg_buf *out)
+{
+    t->in = in;
+    t->in_len = n;
+    t->out = out;
+    int rc = 0;
+    if (!t->established) {
+        int r = mbedtls_ssl_handshake(&t->ssl);
+        if (r == MBEDTLS_ERR_SSL_WANT_READ || r == MBEDTLS_ERR_SSL_WANT_WRITE)
+            goto done;
+        if (r != 0) {
+            rc = set_err(t, r);
+            goto done;
+        }
+        t->established = 1;
+    }
+    for (;;) {
+        if (tg_buf_try_reserve(plain, 16384, plain_ceiling ? plain_ceiling + 16384 : 0) != 0) {
+            rc = TG_ELIMIT;
+            break;
+        }
+        int r = mbedtls_ssl_read(&t->ssl, (unsigned char *)plain->base + plain->len, 16384);
+        if (r > 0) {
+            plain->len += (size_t)r;
+            if (plain_ceiling && plain->len > plain_ceiling) {
+                rc = TG_ELIMIT;
+                break;
+            }
+            continue;
+        }
+        if (r == MBEDTLS_ERR_SSL_WANT_READ || r == MBEDTLS_ERR_SSL_WANT_WRITE)
+            break;
+        if (r == 0 || r == MBEDTLS_ERR_SSL_PEER_CLOSE_NOTIFY) {
+            rc = TG_ECLOSED;
+            break;
+        }
+        rc = set_err(t, r);
+        break;
+    }
+done:
+    if (rc == 0 && t->in_len != 0)
+        rc = TG_EINVAL; /* mbedtls consumes all input it is given; leftovers mean a state we do not expect */
+    t->in = NULL;
+    t->in_len = 0;
+    t->out = NULL;
+    return rc;
+}
+
+int tg_tls_write(struct tg_tls *t, const char *p, size_t n, struct tg_buf *out)
+{
+    t->out = out;
+    int rc = 0;
+    while (n > 0) {
+        int r = mbedtls_ssl_write(&t->ssl, (const unsigned char *)p, n);
+        if (r < 0) {
+            rc = set_err(t, r);
+            break;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    t->out = NULL;
+    return rc;
+}
+
+int tg_tls_close_notify(struct tg_tls *t, struct tg_buf *out)
+{
+    if (!t->established)
+        return 0;
+    t->out = out;
+    int r = mbedtls_ssl_close_notify(&t->ssl);
+    t->out = NULL;
+    return r == 0 ? 0 : TG_EINVAL;
+}
+
+int tg_tls_established(const struct tg_tls *t) { return t->established; }
+const char *tg_tls_last_error(const struct tg_tls *t) { return t->err; }

@@ -1,0 +1,35 @@
+/* TLS through mbedtls, kept in this one module (so a later mbedtls 3.x with
+ * TLS 1.3 is a local change).
+ *
+ * The record layer runs over our own buffers: tg_tls_feed() takes ciphertext
+ * read from the socket and yields plaintext; every call that may produce
+ * records appends the ciphertext to `out`, which the caller writes to the
+ * socket. mbedtls never touches a file descriptor. */
+#ifndef TG_TLS_H
+#define TG_TLS_H
+
+#include <stddef.h>
+
+#include "core/buf.h"
+
+struct tg_tls_ctx; /* one per TLS listener: certificate, key, config, DRBG. Owner: the listener. */
+struct tg_tls;     /* one per connection. Owner: the connection. */
+
+int tg_tls_ctx_new(const char *cert_file, const char *key_file, struct tg_tls_ctx **out, char *err, size_t errsz);
+void tg_tls_ctx_free(struct tg_tls_ctx *ctx);
+
+struct tg_tls *tg_tls_new(struct tg_tls_ctx *ctx);
+void tg_tls_free(struct tg_tls *t);
+
+/* Feed ciphertext. Appends decrypted application data to `plain` (up to plain_ceiling total,
+ * TG_ELIMIT beyond) and handshake/alert records to `out`.
+ * Returns 0, TG_ECLOSED when the peer sent close_notify, or TG_EINVAL on a TLS error. */
+int tg_tls_feed(struct tg_tls *t, const char *in, size_t n, struct tg_buf *plain, size_t plain_ceiling,
+                struct tg_buf *out);
+/* Encrypt application data into `out`. Only valid once tg_tls_established(). */
+int tg_tls_write(struct tg_tls *t, const char *p, size_t n, struct tg_buf *out);
+int tg_tls_close_notify(struct tg_tls *t, struct tg_buf *out);
+int tg_tls_established(const struct tg_tls *t);
+const char *tg_tls_last_error(const struct tg_tls *t);
+
+#endif

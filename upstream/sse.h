@@ -1,0 +1,37 @@
+/* Incremental text/event-stream parser (WHATWG "server-sent events").
+ *
+ * Feed bytes in any split; each complete event is delivered once its blank
+ * line arrives. Lines end in LF, CRLF or CR. A field without a colon is a
+ * field name with an empty value; lines starting with ':' are comments. The
+ * data of one event is capped at max_event bytes (TG_ELIMIT beyond). */
+#ifndef TG_SSE_H
+#define TG_SSE_H
+
+#include "core/buf.h"
+
+struct tg_sse_event {
+    struct tg_slice event; /* empty = "message" */
+    struct tg_slice data;
+    struct tg_slice id;
+    int has_id;
+};
+
+typedef void (*tg_sse_event_cb)(void *ud, const struct tg_sse_event *ev);
+
+struct tg_sse_parser {
+    struct tg_buf line;
+    struct tg_buf data;
+    struct tg_buf event;
+    struct tg_buf id;
+    int has_data;
+    int has_id;
+    int last_cr;
+    int bom_checked;
+    size_t max_event;
+};
+
+void tg_sse_init(struct tg_sse_parser *p, size_t max_event);
+void tg_sse_dispose(struct tg_sse_parser *p);
+int tg_sse_feed(struct tg_sse_parser *p, const char *bytes, size_t n, tg_sse_event_cb cb, void *ud);
+
+#endif

@@ -1,0 +1,55 @@
+/* HTTP upstreams: a keep-alive HTTP/1.1 connection pool per upstream and the
+ * requests that run on it.
+ *
+ * tg_upreq_start() sends one HTTP request. The pool hands it an idle
+ * connection, opens a new one while under pool.size, or queues it (at most
+ * pool.queue, each with pool.queue_timeout_ms). A "dedicated" request (a
+ * long-lived GET stream) gets a connection of its own, outside the pool.
+ *
+ * Callbacks, in order: on_head once (status and headers known), on_data for
+ * each piece of body as it arrives, then on_done exactly once. After on_done,
+ * or after tg_upreq_cancel(), the request is freed and no callback runs.
+ * on_done's err is 0 (complete), TG_ETIMEDOUT, TG_ELIMIT (queue full or
+ * queue deadline) or another negative error (connect/reset/malformed). */
+#ifndef TG_UPSTREAM_H
+#define TG_UPSTREAM_H
+
+#include <uv.h>
+
+#include "core/buf.h"
+#include "core/conf.h"
+#include "core/metrics.h"
+
+struct tg_upstream;
+struct tg_upreq;
+
+struct tg_upreq_cbs {
+    void (*on_head)(struct tg_upreq *r, int status, void *ud);
+    void (*on_data)(struct tg_upreq *r, const char *p, size_t n, void *ud);
+    void (*on_done)(struct tg_upreq *r, int err, void *ud);
+};
+
+struct tg_upstream *tg_upstream_new(uv_loop_t *loop, const struct tg_upstream_conf *uc, struct tg_metrics *m);
+/* Closes every connection; pending requests get on_done(TG_ECLOSED). Frees itself once handles are closed. */
+void tg_upstream_close(struct tg_upstream *u);
+const struct tg_upstream_conf *tg_upstream_conf(const struct tg_upstream *u);
+void tg_upstream_stats(const struct tg_upstream *u, size_t *total, size_t *idle, size_t *queued, size_t *dedicated);
+/* 1 if a connection succeeded recently or none failed yet. */
+int tg_upstream_reachable(const struct tg_upstream *u);
+
+/* extra_headers: complete "Name: value\r\n" lines (may be NULL). timeout_ms 0 = none. */
+struct tg_upreq *tg_upreq_start(struct tg_upstream *u, const char *method, const char *extra_headers,
+                                const char *body, size_t len, int dedicated, uint64_t timeout_ms,
+                                const struct tg_upreq_cbs *cbs, void *ud);
+void tg_upreq_cancel(struct tg_upreq *r);
+void tg_upreq_pause(struct tg_upreq *r);
+void tg_upreq_resume(struct tg_upreq *r);
+/* Restart the call timer (progress was made). */
+void tg_upreq_touch(struct tg_upreq *r);
+/* Response headers the gateway uses (valid from on_head until on_done). */
+struct tg_slice tg_upreq_content_type(const struct tg_upreq *r);
+struct tg_slice tg_upreq_session_id(const struct tg_upreq *r);
+int tg_upreq_status(const struct tg_upreq *r);
+double tg_upreq_elapsed_ms(const struct tg_upreq *r);
+
+#endif
