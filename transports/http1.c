@@ -100,8 +100,6 @@ static void set_state(struct tg_conn *c, enum tg_conn_state s)
 
 /* ---- llhttp callbacks ---------------------------------------------------- */
 
-enum { ERR_HEADER_TOO_BIG = 431, ERR_URL_TOO_LONG = 414, ERR_BODY_TOO_BIG = 413, ERR_TOO_MANY_HEADERS = 4310 };
-
 static struct tg_conn *conn_of(llhttp_t *p) { return p->data; }
 
 static void req_reset(struct tg_http_req *r)
@@ -121,6 +119,7 @@ static int on_message_begin(llhttp_t *p)
     struct tg_conn *c = conn_of(p);
     req_reset(&c->req);
     c->req_complete = 0;
+    c->reject_status = 0;
     set_state(c, TG_CONN_READING);
     return 0;
 }
@@ -141,8 +140,8 @@ static int on_url(llhttp_t *p, const char *at, size_t n)
     if (c->req.url_len == 0)
         c->req.url_off = (uint32_t)c->req.head.len;
     if (head_append(c, at, n) != 0) {
-        llhttp_set_error_reason(p, "URI too long");
-        return ERR_URL_TOO_LONG;
+        c->reject_status = 414;
+        return -1;
     }
     c->req.url_len += (uint32_t)n;
     return 0;
@@ -154,8 +153,8 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n)
     struct tg_http_req *r = &c->req;
     if (r->nheaders == 0 || r->last_was_value) {
         if (r->nheaders == TG_HTTP_MAX_HEADERS) {
-            llhttp_set_error_reason(p, "too many headers");
-            return ERR_TOO_MANY_HEADERS;
+            c->reject_status = 431;
+            return -1;
         }
         struct tg_http_header *h = &r->headers[r->nheaders++];
         h->name_off = (uint32_t)r->head.len;
@@ -165,8 +164,8 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n)
         r->last_was_value = 0;
     }
     if (head_append(c, at, n) != 0) {
-        llhttp_set_error_reason(p, "headers too large");
-        return ERR_HEADER_TOO_BIG;
+        c->reject_status = 431;
+        return -1;
     }
     r->headers[r->nheaders - 1].name_len += (uint32_t)n;
     return 0;
@@ -184,8 +183,8 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
         r->last_was_value = 1;
     }
     if (head_append(c, at, n) != 0) {
-        llhttp_set_error_reason(p, "headers too large");
-        return ERR_HEADER_TOO_BIG;
+        c->reject_status = 431;
+        return -1;
     }
     h->value_len += (uint32_t)n;
     return 0;
@@ -197,8 +196,8 @@ static int on_headers_complete(llhttp_t *p)
     c->req.method = p->method;
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > (uint64_t)c->server->conf->limits.body_bytes) {
         c->server->metrics.limit_body_bytes++;
-        llhttp_set_error_reason(p, "body too large");
-        return ERR_BODY_TOO_BIG;
+        c->reject_status = 413;
+        return -1;
     }
     return 0;
 }
@@ -208,8 +207,8 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
     struct tg_conn *c = conn_of(p);
     if (tg_buf_try_append(&c->req.body, at, n, (size_t)c->server->conf->limits.body_bytes) != 0) {
         c->server->metrics.limit_body_bytes++;
-        llhttp_set_error_reason(p, "body too large");
-        return ERR_BODY_TOO_BIG;
+        c->reject_status = 413;
+        return -1;
     }
     return 0;
 }
@@ -285,7 +284,9 @@ static void on_write(uv_write_t *req, int status)
         c->on_drain(c, c->exchange);
 }
 
-/* Takes the storage of b (which is left empty). */
+static void send_wire(struct tg_conn *c, struct tg_buf *wire);
+
+/* Takes the storage of b (which is left empty): plaintext, encrypted first on a TLS connection. */
 static void send_owned(struct tg_conn *c, struct tg_buf *b)
 {
     if (c->state >= TG_CONN_CLOSING || b->len == 0) {
@@ -305,6 +306,18 @@ static void send_owned(struct tg_conn *c, struct tg_buf *b)
     } else {
         wire = *b;
         tg_buf_init(b);
+    }
+    send_wire(c, &wire);
+}
+
+/* Takes the storage of wire: bytes that go to the socket as they are. */
+static void send_wire(struct tg_conn *c, struct tg_buf *wire_in)
+{
+    struct tg_buf wire = *wire_in;
+    tg_buf_init(wire_in);
+    if (c->state >= TG_CONN_CLOSING || wire.len == 0) {
+        tg_buf_dispose(&wire);
+        return;
     }
     struct write_req *w = tg_xmalloc(sizeof(*w));
     w->conn = c;
@@ -341,7 +354,7 @@ static void close_graceful(struct tg_conn *c)
         struct tg_buf b;
         tg_buf_init(&b);
         if (tg_tls_close_notify(c->tls, &b) == 0 && b.len)
-            send_owned(c, &b);
+            send_wire(c, &b);
         tg_buf_dispose(&b);
     }
     if (c->exchange && c->on_abort)
@@ -506,19 +519,8 @@ static void reply_parse_error(struct tg_conn *c, llhttp_errno_t err)
 {
     int status = 400;
     const char *msg = "Bad Request: malformed HTTP";
-    if (err == HPE_USER) {
-        /* our callbacks return the status they want through the user error */
-    }
-    int code = 0;
-    const char *reason = llhttp_get_error_reason(&c->parser);
-    if (reason && strcmp(reason, "headers too large") == 0)
-        code = 431;
-    else if (reason && strcmp(reason, "too many headers") == 0)
-        code = 431;
-    else if (reason && strcmp(reason, "URI too long") == 0)
-        code = 414;
-    else if (reason && strcmp(reason, "body too large") == 0)
-        code = 413;
+    int code = c->reject_status;
+    const char *reason = code ? "limit" : llhttp_get_error_reason(&c->parser);
     if (code) {
         status = code;
         msg = code == 413 ? "Content too large" : code == 414 ? "URI too long" : "Request header fields too large";
@@ -598,7 +600,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         tg_buf_init(&out);
         int r = tg_tls_feed(c->tls, buf->base, (size_t)nread, &c->in, input_ceiling(c), &out);
         if (out.len)
-            send_owned(c, &out);
+            send_wire(c, &out);
         tg_buf_dispose(&out);
         if (r == TG_ECLOSED) {
             tg_conn_close(c, "TLS close_notify");

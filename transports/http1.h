@@ -72,6 +72,7 @@ struct tg_conn {
     int read_stopped;
     int handles_open;
     int eof;
+    int reject_status; /* set by a parser callback that refused the request (413, 414, 431) */
     int in_process; /* process_input() is on the stack: do not re-enter it */
     /* The handler's pending work for this request, if any. */
     void *exchange;
