@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what tollgate needs to build, run and test, from Debian 12 packages.
+# Usage: scripts/install-deps.sh [--test]   (--test adds the interop and benchmark peers)
+set -euo pipefail
+want=(build-essential cmake pkg-config libuv1-dev node-llhttp libwslay-dev libcjson-dev libmbedtls-dev
+      libconfig-dev libyaml-dev libcmocka-dev openssl curl ca-certificates)
+command -v node >/dev/null 2>&1 || want+=(nodejs)
+command -v npm >/dev/null 2>&1 || want+=(npm)
+if [ "${1:-}" = "--test" ]; then
+  want+=(nginx-light wrk)
+fi
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Quick start: install dependencies, build, and run tollgate with conf/tollgate.conf in front of
+# the bundled CoWork OS stand-in. Ctrl-C stops both.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)" --target tollgate
+export COWORK_TOKEN="${COWORK_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
+node test/fixtures/cowork-os/standin.mjs --http --port 3333 --token "$COWORK_TOKEN" >/dev/null &
+standin=$!
+trap 'kill $standin 2>/dev/null; wait 2>/dev/null' EXIT
+for _ in $(seq 50); do curl -fs http://127.0.0.1:3333/health >/dev/null 2>&1 && break; sleep 0.1; done
+build/tollgate -t -c conf/tollgate.conf
+cat <<MSG
+
+tollgate is starting on http://127.0.0.1:8080/mcp (upstream: CoWork OS stand-in on 127.0.0.1:3333;
+the gateway holds its token). Metrics: http://127.0.0.1:9090/metrics. Try, from another shell:
+
+  curl -si http://127.0.0.1:8080/mcp -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\
+    -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}'
+
+then repeat with -H 'Mcp-Session-Id: <the id it returned>' and
+  -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}'
+
+MSG
+build/tollgate -c conf/tollgate.conf
