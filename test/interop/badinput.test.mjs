@@ -138,14 +138,19 @@ function describeRaw(r) {
     : `no response (${r.socketError ?? (r.timedOut ? 'timeout' : 'closed')}) raw=${JSON.stringify(r.raw)}`;
 }
 
-/** Asserts the JSON-RPC error body {"jsonrpc":"2.0","id":null,"error":{"code":…,"message":…}}. */
-function assertJsonRpcError(r, code, what) {
+/**
+ * Asserts the JSON-RPC error body {"jsonrpc":"2.0","id":null,"error":{"code":…,"message":…}}.
+ * `reqId`: when the refused request carried a readable id, answering with that id is as
+ * correct as null (JSON-RPC 2.0 asks for null only when the id could not be determined).
+ */
+function assertJsonRpcError(r, code, what, reqId) {
   const ct = r.headers?.['content-type'] ?? '';
   assert.match(ct, /^application\/json/i, `${what}: Content-Type of the error body (${describeRaw(r)})`);
   let j;
   try { j = JSON.parse(r.body); } catch { assert.fail(`${what}: body is not JSON: ${r.body}`); }
   assert.equal(j.jsonrpc, '2.0', `${what}: jsonrpc member: ${r.body}`);
-  assert.ok('id' in j && j.id === null, `${what}: id must be null: ${r.body}`);
+  assert.ok('id' in j && (j.id === null || (reqId !== undefined && j.id === reqId)),
+    `${what}: id must be null${reqId !== undefined ? ` or ${JSON.stringify(reqId)}` : ''}: ${r.body}`);
   assert.equal(typeof j.error?.code, 'number', `${what}: error.code: ${r.body}`);
   assert.equal(typeof j.error?.message, 'string', `${what}: error.message: ${r.body}`);
   if (code !== undefined) {
@@ -237,23 +242,35 @@ describe('HTTP layer', () => {
 });
 
 describe('MCP layer', () => {
-  test(`oversized body (> limits.body_bytes = ${BODY_BYTES}) -> 413 with a JSON-RPC error`, async () => {
-    const big = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: { message: 'x'.repeat(BODY_BYTES + 10) } } });
+  const bigCall = () => JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: { message: 'x'.repeat(BODY_BYTES + 10) } } });
+  const sessionHead = () => mcpHead(`Mcp-Session-Id: ${alice.sessionId}\r\nMCP-Protocol-Version: ${alice.protocolVersion}\r\n`);
+
+  test(`oversized body with Content-Length (> limits.body_bytes = ${BODY_BYTES}) -> 413 with a JSON-RPC error`, async () => {
+    const big = bigCall();
     const before = upstreamPosts();
-    const r = await rawExchange(`${mcpHead(`Mcp-Session-Id: ${alice.sessionId}\r\nMCP-Protocol-Version: ${alice.protocolVersion}\r\n`)}Content-Length: ${big.length}\r\n\r\n`, big);
+    const r = await rawExchange(`${sessionHead()}Content-Length: ${big.length}\r\n\r\n`, big);
     assert.equal(r.status, 413, describeRaw(r));
     assertJsonRpcError(r, undefined, '413 (Content-Length)');
-    // chunked, no Content-Length: the limit still holds
-    const chunked = big.match(/.{1,8192}/gs).map((c) => `${Buffer.byteLength(c).toString(16)}\r\n${c}\r\n`).join('') + '0\r\n\r\n';
-    const r2 = await rawExchange(`${mcpHead(`Mcp-Session-Id: ${alice.sessionId}\r\nMCP-Protocol-Version: ${alice.protocolVersion}\r\n`)}Transfer-Encoding: chunked\r\n\r\n`, chunked);
-    assert.equal(r2.status, 413, describeRaw(r2));
-    assertJsonRpcError(r2, undefined, '413 (chunked)');
     assert.equal(upstreamPosts(), before, 'nothing was forwarded upstream');
-    // a body just under the limit is fine
+    await assertServed('oversized body (Content-Length)');
+  });
+
+  test(`oversized chunked body (> limits.body_bytes = ${BODY_BYTES}) -> 413 with a JSON-RPC error`, async () => {
+    const big = bigCall();
+    const before = upstreamPosts();
+    const chunked = big.match(/.{1,8192}/gs).map((c) => `${Buffer.byteLength(c).toString(16)}\r\n${c}\r\n`).join('') + '0\r\n\r\n';
+    const r = await rawExchange(`${sessionHead()}Transfer-Encoding: chunked\r\n\r\n`, chunked);
+    assert.equal(r.status, 413, describeRaw(r));
+    assertJsonRpcError(r, undefined, '413 (chunked)');
+    assert.equal(upstreamPosts(), before, 'nothing was forwarded upstream');
+    await assertServed('oversized body (chunked)');
+  });
+
+  test('a body just under limits.body_bytes is served', async () => {
     const ok = JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'echo', arguments: { message: 'y'.repeat(BODY_BYTES - 200) } } });
-    const r3 = await postJson(ok, alice.headers);
-    assert.equal(r3.status, 200, `a ${ok.length}-byte body is within the limit: ${describeRaw(r3)}`);
-    await assertServed('oversized body');
+    const r = await postJson(ok, alice.headers);
+    assert.equal(r.status, 200, `a ${ok.length}-byte body is within the limit: ${describeRaw(r)}`);
+    assert.ok(r.body.includes('y'.repeat(1000)), 'the echo came back');
   });
 
   test('invalid JSON -> 400 with JSON-RPC error -32700', async () => {
@@ -319,7 +336,7 @@ describe('MCP layer', () => {
   test('POST without a session id on a non-initialize request -> 400', async () => {
     const r = await postJson({ jsonrpc: '2.0', id: 1, method: 'tools/list' }, { 'mcp-protocol-version': alice.protocolVersion });
     assert.equal(r.status, 400, describeRaw(r));
-    assertJsonRpcError(r, undefined, 'no session');
+    assertJsonRpcError(r, undefined, 'no session', 1);
     await assertServed('missing session id');
   });
 
@@ -328,7 +345,7 @@ describe('MCP layer', () => {
     const r = await postJson({ jsonrpc: '2.0', id: 1, method: 'tools/list' },
       { 'mcp-session-id': unknown, 'mcp-protocol-version': alice.protocolVersion });
     assert.equal(r.status, 404, `unknown session: ${describeRaw(r)}`);
-    assertJsonRpcError(r, undefined, 'unknown session');
+    assertJsonRpcError(r, undefined, 'unknown session', 1);
     const g = await req('GET', '/everything/mcp', { headers: { ...auth(), accept: 'text/event-stream', 'mcp-session-id': unknown } });
     assert.equal(g.status, 404, `GET on an unknown session: ${describeRaw(g)}`);
     const d = await req('DELETE', '/everything/mcp', { headers: { ...auth(), 'mcp-session-id': unknown } });
@@ -337,7 +354,7 @@ describe('MCP layer', () => {
     const b = await postJson({ jsonrpc: '2.0', id: 1, method: 'tools/list' },
       { ...alice.headers, ...auth(BOB) });
     assert.equal(b.status, 404, `alice's session with bob's token: ${describeRaw(b)}`);
-    assertJsonRpcError(b, undefined, 'foreign grant session');
+    assertJsonRpcError(b, undefined, 'foreign grant session', 1);
     // ... and alice's session is untouched
     const a = await postJson({ jsonrpc: '2.0', id: 2, method: 'tools/list' }, alice.headers);
     assert.equal(a.status, 200, `alice's own session still works: ${describeRaw(a)}`);
@@ -348,7 +365,7 @@ describe('MCP layer', () => {
     const r = await postJson({ jsonrpc: '2.0', id: 1, method: 'tools/list' },
       { ...alice.headers, 'mcp-protocol-version': '1999-01-01' });
     assert.equal(r.status, 400, describeRaw(r));
-    assertJsonRpcError(r, undefined, 'bad protocol version');
+    assertJsonRpcError(r, undefined, 'bad protocol version', 1);
     await assertServed('bad protocol version');
   });
 
