@@ -1,0 +1,316 @@
+/* core/msg.c: JSON-RPC decode and classification, id rewriting, error objects. */
+#include "test/unit/unit.h"
+
+#include "core/json.h"
+#include "core/msg.h"
+
+static int decode(const char *s, struct tg_msg *m, const char **why)
+{
+    *why = NULL;
+    return tg_msg_decode(s, strlen(s), 64, m, why);
+}
+
+static void expect_kind(const char *s, enum tg_msg_kind kind, const char *method, const char *id)
+{
+    struct tg_msg m;
+    const char *why;
+    int r = decode(s, &m, &why);
+    if (r != 0)
+        fail_msg("rejected with %d (%s): %s", r, why ? why : "?", s);
+    assert_int_equal(m.kind, kind);
+    if (method)
+        assert_string_equal(m.method, method);
+    else
+        assert_null(m.method);
+    if (id) {
+        assert_non_null(m.id_raw);
+        assert_string_equal(m.id_raw, id);
+        assert_int_equal(m.id_len, strlen(id));
+    } else {
+        assert_null(m.id_raw);
+    }
+    tg_msg_dispose(&m);
+    assert_null(m.root);
+    assert_null(m.id_raw);
+}
+
+/* code, and the id the error reply would carry (NULL = null). */
+static void expect_error(const char *s, int code, const char *id, const char *why_contains)
+{
+    struct tg_msg m;
+    const char *why;
+    int r = decode(s, &m, &why);
+    if (r != code)
+        fail_msg("decode returned %d, expected %d (why: %s): %s", r, code, why ? why : "-", s);
+    assert_non_null(why);
+    if (why_contains && strstr(why, why_contains) == NULL)
+        fail_msg("reason \"%s\" does not mention \"%s\" for %s", why, why_contains, s);
+    if (id) {
+        if (m.id_raw == NULL)
+            fail_msg("no id kept for the error reply, expected %s: %s", id, s);
+        assert_string_equal(m.id_raw, id);
+    } else if (m.id_raw != NULL) {
+        fail_msg("id %s kept, expected none: %s", m.id_raw, s);
+    }
+    tg_msg_dispose(&m);
+}
+
+static void classify(void **state)
+{
+    expect_kind("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"x\"}}", TG_MSG_REQUEST,
+                "tools/call", "1");
+    expect_kind("{\"method\":\"ping\",\"id\":\"a\\u0041\",\"jsonrpc\":\"2.0\"}", TG_MSG_REQUEST, "ping",
+                "\"a\\u0041\"");
+    expect_kind("{\"jsonrpc\":\"2.0\",\"id\":12345678901234567890,\"method\":\"ping\"}", TG_MSG_REQUEST, "ping",
+                "12345678901234567890");
+    expect_kind("{\"jsonrpc\":\"2.0\",\"id\":-7,\"method\":\"ping\"}", TG_MSG_REQUEST, "ping", "-7");
+    expect_kind("{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ping\",\"params\":[1,2]}", TG_MSG_REQUEST, "ping", "0");
+    expect_kind("{\"jsonrpc\":\"2.0\",\"id\":\"\",\"method\":\"ping\"}", TG_MSG_REQUEST, "ping", "\"\"");
+    expect_kind("{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"x\",\"params\":{\"id\":6}}", TG_MSG_REQUEST, "x", "5");
+    expect_kind("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", TG_MSG_NOTIFICATION,
+                "notifications/initialized", NULL);
+    expect_kind("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"id\":1}}",
+                TG_MSG_NOTIFICATION, "notifications/progress", NULL);
+    expect_kind("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"result\":{}}", TG_MSG_RESPONSE, NULL, "\"x\"");
+    expect_kind("{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":null}", TG_MSG_RESPONSE, NULL, "3");
+    expect_kind("{\"jsonrpc\":\"2.0\",\"id\":3,\"error\":{\"code\":-32601,\"message\":\"no\",\"data\":[1]}}",
+                TG_MSG_RESPONSE, NULL, "3");
+    /* An error about a request whose id could not be read has a null id. */
+    expect_kind("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"parse\"}}",
+                TG_MSG_RESPONSE, NULL, NULL);
+    /* Whitespace and member order do not matter. */
+    expect_kind(" { \"params\" : { } , \"method\" : \"a/b\" , \"id\" : 9 , \"jsonrpc\" : \"2.0\" } ", TG_MSG_REQUEST,
+                "a/b", "9");
+}
+
+static void parse_errors(void **state)
+{
+    expect_error("", TG_RPC_PARSE_ERROR, NULL, NULL);
+    expect_error("{", TG_RPC_PARSE_ERROR, NULL, NULL);
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\"", TG_RPC_PARSE_ERROR, NULL, NULL);
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\"} x", TG_RPC_PARSE_ERROR, NULL, "trailing");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xC0\x80\"}", TG_RPC_PARSE_ERROR, NULL, "UTF-8");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\\ud800\"}", TG_RPC_PARSE_ERROR, NULL, "surrogate");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"x\"}", TG_RPC_PARSE_ERROR, NULL, "duplicate");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"\\u006dethod\":\"y\"}", TG_RPC_PARSE_ERROR, NULL,
+                 "duplicate");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":01,\"method\":\"x\"}", TG_RPC_PARSE_ERROR, NULL, NULL);
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":NaN,\"method\":\"x\"}", TG_RPC_PARSE_ERROR, NULL, NULL);
+    /* Depth past the limit is a parse error too. */
+    struct tg_msg m;
+    const char *why = NULL;
+    const char *deep = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":[[[]]]}}";
+    assert_int_equal(tg_msg_decode(deep, strlen(deep), 4, &m, &why), TG_RPC_PARSE_ERROR);
+    assert_string_equal(why, "nesting too deep");
+    tg_msg_dispose(&m);
+    assert_int_equal(tg_msg_decode(deep, strlen(deep), 5, &m, &why), 0);
+    tg_msg_dispose(&m);
+}
+
+static void invalid_requests(void **state)
+{
+    /* Valid JSON, not a JSON-RPC message. */
+    expect_error("[]", TG_RPC_INVALID_REQUEST, NULL, "object");
+    expect_error("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\"}]", TG_RPC_INVALID_REQUEST, NULL, "object");
+    expect_error("1", TG_RPC_INVALID_REQUEST, NULL, NULL);
+    expect_error("\"x\"", TG_RPC_INVALID_REQUEST, NULL, NULL);
+    expect_error("null", TG_RPC_INVALID_REQUEST, NULL, NULL);
+    expect_error("{}", TG_RPC_INVALID_REQUEST, NULL, "jsonrpc");
+    /* jsonrpc must be exactly the string "2.0"; the id is kept for the error reply. */
+    expect_error("{\"id\":5,\"method\":\"x\"}", TG_RPC_INVALID_REQUEST, "5", "jsonrpc");
+    expect_error("{\"jsonrpc\":\"1.0\",\"id\":5,\"method\":\"x\"}", TG_RPC_INVALID_REQUEST, "5", "jsonrpc");
+    expect_error("{\"jsonrpc\":2.0,\"id\":\"s\",\"method\":\"x\"}", TG_RPC_INVALID_REQUEST, "\"s\"", "jsonrpc");
+    expect_error("{\"jsonrpc\":\"2.0 \",\"id\":5,\"method\":\"x\"}", TG_RPC_INVALID_REQUEST, "5", "jsonrpc");
+    /* id types */
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":true,\"method\":\"x\"}", TG_RPC_INVALID_REQUEST, NULL, "id");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"x\"}", TG_RPC_INVALID_REQUEST, NULL, "id");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":[1],\"method\":\"x\"}", TG_RPC_INVALID_REQUEST, NULL, "id");
+    /* Fractional (or exponent) numeric ids are refused. */
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"x\"}", TG_RPC_INVALID_REQUEST, "1.5", "integer");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1.0,\"method\":\"x\"}", TG_RPC_INVALID_REQUEST, "1.0", "integer");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1e3,\"method\":\"x\"}", TG_RPC_INVALID_REQUEST, "1e3", "integer");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1E3,\"method\":\"x\"}", TG_RPC_INVALID_REQUEST, "1E3", "integer");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":-0.5,\"result\":{}}", TG_RPC_INVALID_REQUEST, "-0.5", "integer");
+    /* method */
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\"}", TG_RPC_INVALID_REQUEST, "1", "method");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":5}", TG_RPC_INVALID_REQUEST, "1", "method");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":null}", TG_RPC_INVALID_REQUEST, "1", "method");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"result\":{}}", TG_RPC_INVALID_REQUEST, "1",
+                 "result");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"error\":{\"code\":1,\"message\":\"m\"}}",
+                 TG_RPC_INVALID_REQUEST, "1", NULL);
+    /* params must be structured */
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":\"s\"}", TG_RPC_INVALID_REQUEST, "1",
+                 "params");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":3}", TG_RPC_INVALID_REQUEST, "1",
+                 "params");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":null}", TG_RPC_INVALID_REQUEST, "1",
+                 "params");
+    expect_error("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":true}", TG_RPC_INVALID_REQUEST, NULL, "params");
+    /* A request id must not be null. */
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"x\"}", TG_RPC_INVALID_REQUEST, NULL, "null");
+    /* Unknown top-level members are refused in requests, notifications and responses. */
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"extra\":1}", TG_RPC_INVALID_REQUEST, "1",
+                 "unexpected member");
+    expect_error("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"Params\":{}}", TG_RPC_INVALID_REQUEST, NULL,
+                 "unexpected member");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"ID\":2}", TG_RPC_INVALID_REQUEST, "1",
+                 "unexpected member");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\"params\":{}}", TG_RPC_INVALID_REQUEST, "1",
+                 "unexpected member");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\"method2\":1}", TG_RPC_INVALID_REQUEST, "1",
+                 "unexpected member");
+    /* Responses */
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1}", TG_RPC_INVALID_REQUEST, "1", "method");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":1,\"error\":{\"code\":1,\"message\":\"m\"}}",
+                 TG_RPC_INVALID_REQUEST, "1", NULL);
+    expect_error("{\"jsonrpc\":\"2.0\",\"result\":{}}", TG_RPC_INVALID_REQUEST, NULL, "id");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":\"bad\"}", TG_RPC_INVALID_REQUEST, "1", "error");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"message\":\"m\"}}", TG_RPC_INVALID_REQUEST, "1",
+                 "code");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":\"1\",\"message\":\"m\"}}",
+                 TG_RPC_INVALID_REQUEST, "1", "code");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1}}", TG_RPC_INVALID_REQUEST, "1", "message");
+    expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":[1]}", TG_RPC_INVALID_REQUEST, "1", "error");
+}
+
+static void dispose_is_idempotent(void **state)
+{
+    struct tg_msg m;
+    const char *why;
+    assert_int_equal(decode("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\"}", &m, &why), 0);
+    tg_msg_dispose(&m);
+    tg_msg_dispose(&m);
+    assert_null(m.root);
+    assert_null(m.method);
+}
+
+static void write_with_id(void **state)
+{
+    struct tg_msg m;
+    const char *why;
+    const char *in = "{\"method\":\"tools/call\",\"params\":{\"b\":12345678901234567890,\"a\":\"\\u00e9\\n\"},"
+                     "\"jsonrpc\":\"2.0\",\"id\":\"client-1\"}";
+    assert_int_equal(decode(in, &m, &why), 0);
+    struct tg_buf out;
+    tg_buf_init(&out);
+    tg_msg_write_with_id(&out, &m, 42);
+    tg_buf_append(&out, "", 1);
+    assert_string_equal(out.base, "{\"method\":\"tools/call\",\"params\":{\"b\":12345678901234567890,\"a\":"
+                                  "\"\xC3\xA9\\n\"},\"jsonrpc\":\"2.0\",\"id\":42}");
+    tg_msg_dispose(&m);
+
+    /* id first, largest gateway id. */
+    out.len = 0;
+    assert_int_equal(decode("{\"id\":7,\"jsonrpc\":\"2.0\",\"method\":\"ping\"}", &m, &why), 0);
+    tg_msg_write_with_id(&out, &m, UINT64_MAX);
+    tg_buf_append(&out, "", 1);
+    assert_string_equal(out.base, "{\"id\":18446744073709551615,\"jsonrpc\":\"2.0\",\"method\":\"ping\"}");
+    tg_msg_dispose(&m);
+
+    /* Nested "id" members are not touched. */
+    out.len = 0;
+    assert_int_equal(decode("{\"jsonrpc\":\"2.0\",\"params\":{\"id\":\"keep\"},\"method\":\"x\",\"id\":1}", &m, &why),
+                     0);
+    tg_msg_write_with_id(&out, &m, 0);
+    tg_buf_append(&out, "", 1);
+    assert_string_equal(out.base, "{\"jsonrpc\":\"2.0\",\"params\":{\"id\":\"keep\"},\"method\":\"x\",\"id\":0}");
+    /* The output is itself a valid request with the new id. */
+    struct tg_msg m2;
+    assert_int_equal(tg_msg_decode(out.base, out.len - 1, 64, &m2, &why), 0);
+    assert_int_equal(m2.kind, TG_MSG_REQUEST);
+    assert_string_equal(m2.id_raw, "0");
+    tg_msg_dispose(&m2);
+    tg_msg_dispose(&m);
+    tg_buf_dispose(&out);
+}
+
+static void splice_id(void **state)
+{
+    struct tg_buf out;
+    tg_buf_init(&out);
+    const char *in = "{\"jsonrpc\":\"2.0\",\"id\":17,\"result\":{\"id\":17}}";
+    struct tg_json_doc doc;
+    assert_int_equal(tg_json_parse(in, strlen(in), 64, 0, &doc, NULL, NULL), 0);
+    assert_int_equal(doc.id_raw.len, 2);
+    const char *client_id = "\"abc\\u0041\"";
+    tg_msg_splice_id(&out, in, strlen(in), (size_t)(doc.id_raw.ptr - in), doc.id_raw.len, client_id,
+                     strlen(client_id));
+    tg_buf_append(&out, "", 1);
+    assert_string_equal(out.base, "{\"jsonrpc\":\"2.0\",\"id\":\"abc\\u0041\",\"result\":{\"id\":17}}");
+    /* At the start and at the end of the input. */
+    out.len = 0;
+    tg_msg_splice_id(&out, "7", 1, 0, 1, "12345678901234567890", 20);
+    tg_buf_append(&out, "", 1);
+    assert_string_equal(out.base, "12345678901234567890");
+    out.len = 0;
+    tg_msg_splice_id(&out, "{\"x\":1,\"id\":99}", 15, 12, 2, "1", 1);
+    tg_buf_append(&out, "", 1);
+    assert_string_equal(out.base, "{\"x\":1,\"id\":1}");
+    tg_buf_dispose(&out);
+}
+
+static void rpc_error_shape(void **state)
+{
+    struct tg_buf out;
+    tg_buf_init(&out);
+    tg_rpc_error(&out, NULL, 0, TG_RPC_INVALID_REQUEST, "bad \"x\"\n", NULL);
+    tg_buf_append(&out, "", 1);
+    assert_string_equal(out.base,
+                        "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"bad \\\"x\\\"\\n\"}}");
+    out.len = 0;
+    tg_rpc_error(&out, "\"a\"xyz", 3, TG_RPC_DENIED, "denied by policy", "{\"tool\":\"t\",\"rule\":null}");
+    tg_buf_append(&out, "", 1);
+    assert_string_equal(out.base, "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"error\":{\"code\":-32001,\"message\":"
+                                  "\"denied by policy\",\"data\":{\"tool\":\"t\",\"rule\":null}}}");
+    /* Each is a valid JSON-RPC error response. */
+    struct tg_msg m;
+    const char *why;
+    assert_int_equal(tg_msg_decode(out.base, out.len - 1, 64, &m, &why), 0);
+    assert_int_equal(m.kind, TG_MSG_RESPONSE);
+    assert_string_equal(m.id_raw, "\"a\"");
+    cJSON *err = cJSON_GetObjectItemCaseSensitive(m.root, "error");
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(err, "code")->valueint, -32001);
+    tg_msg_dispose(&m);
+    out.len = 0;
+    tg_rpc_error(&out, "12345678901234567890", 20, TG_RPC_UPSTREAM, "upstream unavailable", "{\"upstream\":\"u\"}");
+    assert_int_equal(tg_msg_decode(out.base, out.len, 64, &m, &why), 0);
+    assert_string_equal(m.id_raw, "12345678901234567890");
+    tg_msg_dispose(&m);
+    tg_buf_dispose(&out);
+}
+
+static void standard_methods(void **state)
+{
+    assert_int_equal(tg_msg_is_standard_client_method("shutdown"), 0);
+    assert_int_equal(tg_msg_is_standard_client_method("tools/call"), 1);
+    assert_int_equal(tg_msg_is_standard_client_method("tools/list"), 1);
+    assert_int_equal(tg_msg_is_standard_client_method("initialize"), 1);
+    assert_int_equal(tg_msg_is_standard_client_method("ping"), 1);
+    assert_int_equal(tg_msg_is_standard_client_method("notifications/initialized"), 1);
+    assert_int_equal(tg_msg_is_standard_client_method("notifications/cancelled"), 1);
+    assert_int_equal(tg_msg_is_standard_client_method("resources/read"), 1);
+    assert_int_equal(tg_msg_is_standard_client_method("prompts/get"), 1);
+    assert_int_equal(tg_msg_is_standard_client_method(""), 0);
+    assert_int_equal(tg_msg_is_standard_client_method("Tools/call"), 0);
+    assert_int_equal(tg_msg_is_standard_client_method("tools/call "), 0);
+    assert_int_equal(tg_msg_is_standard_client_method("tools/"), 0);
+    /* Server-to-client methods are not something a client sends. */
+    assert_int_equal(tg_msg_is_standard_client_method("sampling/createMessage"), 0);
+    assert_int_equal(tg_msg_is_standard_client_method("notifications/message"), 0);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(classify),
+        cmocka_unit_test(parse_errors),
+        cmocka_unit_test(invalid_requests),
+        cmocka_unit_test(dispose_is_idempotent),
+        cmocka_unit_test(write_with_id),
+        cmocka_unit_test(splice_id),
+        cmocka_unit_test(rpc_error_shape),
+        cmocka_unit_test(standard_methods),
+    };
+    return TG_UNIT_RUN(tests, argc, argv);
+}
