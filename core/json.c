@@ -127,7 +127,7 @@ static int parse_string(struct parser *ps, char **out, size_t *outlen)
                 return fail(ps, "unterminated string");
             unsigned e = ps->p[1];
             if (e == 'u') {
-                unsigned cp, lo;
+                unsigned cp = 0, lo = 0;
                 if (ps->end - ps->p < 6 || hex4(ps->p + 2, &cp) != 0)
                     return fail(ps, "invalid \\u escape");
                 ps->p += 6;
@@ -181,7 +181,7 @@ static int parse_string(struct parser *ps, char **out, size_t *outlen)
             }
             unsigned x = q[1];
             if (x == 'u') {
-                unsigned cp, lo;
+                unsigned cp = 0, lo = 0;
                 hex4(q + 2, &cp);
                 q += 6;
                 if (cp >= 0xD800 && cp <= 0xDBFF) {

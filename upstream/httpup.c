@@ -201,23 +201,33 @@ static void on_write_done(uv_write_t *req, int status)
 static void conn_send(struct tg_upconn *c)
 {
     struct tg_upreq *r = c->req;
-    struct upwrite *w = tg_xmalloc(sizeof(*w));
-    w->base = tg_xmalloc(r->out.len);
-    memcpy(w->base, r->out.base, r->out.len);
-    uv_buf_t b = uv_buf_init(w->base, (unsigned)r->out.len);
     c->complete = 0;
     c->in_value = 0;
     c->hname_len = 0;
     llhttp_init(&c->parser, HTTP_RESPONSE, &resp_settings);
     c->parser.data = c;
-    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write_done) != 0) {
-        free(w->base);
-        free(w);
-        struct tg_upreq *rr = c->req;
+    /* Try a direct write first (no request object, no extra epoll_ctl); queue what is left. */
+    size_t off = 0;
+    uv_buf_t b = uv_buf_init(r->out.base, (unsigned)r->out.len);
+    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (n > 0)
+        off = (size_t)n;
+    if (off < r->out.len && (n >= 0 || n == UV_EAGAIN)) {
+        struct upwrite *w = tg_xmalloc(sizeof(*w));
+        w->base = tg_xmalloc(r->out.len - off);
+        memcpy(w->base, r->out.base + off, r->out.len - off);
+        b = uv_buf_init(w->base, (unsigned)(r->out.len - off));
+        n = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write_done);
+        if (n != 0) {
+            free(w->base);
+            free(w);
+        }
+    }
+    if (n < 0 && n != UV_EAGAIN) {
         c->req = NULL;
-        rr->conn = NULL;
+        r->conn = NULL;
         conn_close(c);
-        finish(rr, TG_ECLOSED);
+        finish(r, TG_ECLOSED);
         return;
     }
     if (!r->paused)
