@@ -1,0 +1,292 @@
+/* upstream/sse.c: the incremental text/event-stream parser.
+ * Every stream is parsed whole, one byte at a time and split at every pair of
+ * boundaries; all must give the same events (wslay "*_1byte" style). */
+#include "test/unit/unit.h"
+
+#include "upstream/sse.h"
+
+struct ev {
+    char event[64];
+    char data[600];
+    size_t data_len;
+    char id[64];
+    int has_id;
+};
+
+struct col {
+    struct ev ev[16];
+    int n;
+};
+
+static void copy_slice(char *dst, size_t cap, struct tg_slice s)
+{
+    assert_true(s.len < cap);
+    if (s.len)
+        memcpy(dst, s.ptr, s.len);
+    dst[s.len] = '\0';
+}
+
+static void on_event(void *ud, const struct tg_sse_event *e)
+{
+    struct col *c = ud;
+    assert_true(c->n < 16);
+    struct ev *v = &c->ev[c->n++];
+    copy_slice(v->event, sizeof(v->event), e->event);
+    copy_slice(v->data, sizeof(v->data), e->data);
+    v->data_len = e->data.len;
+    copy_slice(v->id, sizeof(v->id), e->id);
+    v->has_id = e->has_id;
+}
+
+/* Feeds s in the pieces given by cut points (ascending, within 0..n); returns the first error. */
+static int feed_cuts(const char *s, size_t n, const size_t *cuts, size_t ncuts, size_t max_event, struct col *c)
+{
+    struct tg_sse_parser p;
+    tg_sse_init(&p, max_event);
+    memset(c, 0, sizeof(*c));
+    size_t at = 0;
+    int r = 0;
+    for (size_t i = 0; i <= ncuts && r == 0; i++) {
+        size_t end = i < ncuts ? cuts[i] : n;
+        /* Each piece in its own allocation so an over-read is caught by ASan. */
+        char *piece = malloc(end - at + 1);
+        memcpy(piece, s + at, end - at);
+        r = tg_sse_feed(&p, piece, end - at, on_event, c);
+        free(piece);
+        at = end;
+    }
+    tg_sse_dispose(&p);
+    return r;
+}
+
+static void assert_same(const struct col *a, const struct col *b, const char *how)
+{
+    if (a->n != b->n)
+        fail_msg("%s: %d events, whole feed gave %d", how, b->n, a->n);
+    for (int i = 0; i < a->n; i++) {
+        const struct ev *x = &a->ev[i], *y = &b->ev[i];
+        if (strcmp(x->event, y->event) || x->data_len != y->data_len || memcmp(x->data, y->data, x->data_len) ||
+            strcmp(x->id, y->id) || x->has_id != y->has_id)
+            fail_msg("%s: event %d differs: event=\"%s\" data=\"%s\" id=\"%s\"/%d vs event=\"%s\" data=\"%s\" "
+                     "id=\"%s\"/%d",
+                     how, i, y->event, y->data, y->id, y->has_id, x->event, x->data, x->id, x->has_id);
+    }
+}
+
+/* Parses s whole, then byte by byte, then cut at every pair of positions; returns the events of the whole feed. */
+static void parse_all_ways(const char *s, size_t n, size_t max_event, struct col *whole, int expect_r)
+{
+    int r = feed_cuts(s, n, NULL, 0, max_event, whole);
+    assert_int_equal(r, expect_r);
+    struct col other;
+    size_t cuts[1024];
+    assert_true(n < 1024);
+    for (size_t i = 0; i < n; i++)
+        cuts[i] = i + 1;
+    r = feed_cuts(s, n, cuts, n ? n - 1 : 0, max_event, &other);
+    assert_int_equal(r, expect_r);
+    assert_same(whole, &other, "one byte at a time");
+    for (size_t i = 0; i <= n; i++)
+        for (size_t j = i; j <= n; j++) {
+            size_t two[2] = {i, j};
+            r = feed_cuts(s, n, two, 2, max_event, &other);
+            if (r != expect_r)
+                fail_msg("cut at %zu and %zu: returned %d, expected %d", i, j, r, expect_r);
+            char how[64];
+            snprintf(how, sizeof(how), "cut at %zu and %zu", i, j);
+            assert_same(whole, &other, how);
+        }
+}
+
+#define PARSE(lit, col) parse_all_ways((lit), sizeof(lit) - 1, 1 << 20, (col), 0)
+#define PARSE_MAX(lit, max, col, r) parse_all_ways((lit), sizeof(lit) - 1, (max), (col), (r))
+
+static void expect_ev(const struct col *c, int i, const char *event, const char *data, const char *id)
+{
+    assert_true(i < c->n);
+    assert_string_equal(c->ev[i].event, event);
+    assert_string_equal(c->ev[i].data, data);
+    assert_int_equal(c->ev[i].data_len, strlen(data));
+    if (id) {
+        assert_int_equal(c->ev[i].has_id, 1);
+        assert_string_equal(c->ev[i].id, id);
+    } else {
+        assert_int_equal(c->ev[i].has_id, 0);
+    }
+}
+
+static void single_event(void **state)
+{
+    struct col c;
+    PARSE("data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n", &c);
+    assert_int_equal(c.n, 1);
+    expect_ev(&c, 0, "", "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}", NULL);
+}
+
+static void line_endings(void **state)
+{
+    struct col c;
+    PARSE("event: message\ndata: a\nid: 1\n\n", &c);
+    assert_int_equal(c.n, 1);
+    expect_ev(&c, 0, "message", "a", "1");
+    PARSE("event: message\r\ndata: a\r\nid: 1\r\n\r\n", &c);
+    assert_int_equal(c.n, 1);
+    expect_ev(&c, 0, "message", "a", "1");
+    PARSE("event: message\rdata: a\rid: 1\r\r", &c);
+    assert_int_equal(c.n, 1);
+    expect_ev(&c, 0, "message", "a", "1");
+    /* Mixed in one stream; CR LF counts as one line end, LF CR as two. */
+    PARSE("data: x\r\n\ndata: y\r\rdata: z\n\r", &c);
+    assert_int_equal(c.n, 3);
+    expect_ev(&c, 0, "", "x", NULL);
+    expect_ev(&c, 1, "", "y", NULL);
+    expect_ev(&c, 2, "", "z", NULL);
+    PARSE("data: x\n\rdata: y\r\n\r\n", &c);
+    assert_int_equal(c.n, 2);
+    expect_ev(&c, 0, "", "x", NULL);
+    expect_ev(&c, 1, "", "y", NULL);
+}
+
+static void multi_line_data(void **state)
+{
+    struct col c;
+    PARSE("data: line1\ndata: line2\r\ndata:line3\rdata\ndata: \n\n", &c);
+    assert_int_equal(c.n, 1);
+    expect_ev(&c, 0, "", "line1\nline2\nline3\n\n", NULL);
+    /* Only one leading space is removed. */
+    PARSE("data:  two spaces \n\n", &c);
+    expect_ev(&c, 0, "", " two spaces ", NULL);
+    /* A bare "data" line dispatches an empty message. */
+    PARSE("data\n\n", &c);
+    assert_int_equal(c.n, 1);
+    expect_ev(&c, 0, "", "", NULL);
+    /* Colons after the first belong to the value. */
+    PARSE("data: a:b: c\n\n", &c);
+    expect_ev(&c, 0, "", "a:b: c", NULL);
+}
+
+static void comments_and_unknown_fields(void **state)
+{
+    struct col c;
+    PARSE(": ping\n\n", &c);
+    assert_int_equal(c.n, 0);
+    PARSE(":\n:comment\r\n: data: not data\rdata: real\n: between\ndata: more\n\n", &c);
+    assert_int_equal(c.n, 1);
+    expect_ev(&c, 0, "", "real\nmore", NULL);
+    PARSE("retry: 1000\nfoo: bar\nDATA: upper\n data: leading space\ndata: ok\n\n", &c);
+    assert_int_equal(c.n, 1);
+    expect_ev(&c, 0, "", "ok", NULL);
+    /* No data, no event (even with event and id fields). */
+    PARSE("event: x\nid: 5\n\nretry: 1\n\n\n\n", &c);
+    assert_int_equal(c.n, 0);
+}
+
+static void event_and_id_fields(void **state)
+{
+    struct col c;
+    PARSE("id: 42\nevent: endpoint\ndata: /messages?sessionId=abc\n\n"
+          "data: {}\n\n"
+          "event: first\nevent: second\nid: a\nid: b\ndata: d\n\n"
+          "id\ndata: e\n\n",
+          &c);
+    assert_int_equal(c.n, 4);
+    expect_ev(&c, 0, "endpoint", "/messages?sessionId=abc", "42");
+    expect_ev(&c, 1, "", "{}", NULL); /* event type does not carry over */
+    expect_ev(&c, 2, "second", "d", "b");
+    expect_ev(&c, 3, "", "e", ""); /* an empty id is an id */
+    /* An id containing NUL is ignored. */
+    PARSE("id: a\0b\ndata: x\n\n", &c);
+    assert_int_equal(c.n, 1);
+    assert_int_equal(c.ev[0].has_id, 0);
+}
+
+static void several_events_and_incomplete_tail(void **state)
+{
+    struct col c;
+    PARSE("data: 1\n\ndata: 2\n\ndata: 3\n\ndata: 4\n", &c);
+    assert_int_equal(c.n, 3); /* the last one has no blank line yet */
+    expect_ev(&c, 2, "", "3", NULL);
+    PARSE("data: 1\n\n\n\n\ndata: 2\n\n", &c);
+    assert_int_equal(c.n, 2);
+}
+
+static void bom_at_start(void **state)
+{
+    struct col c;
+    /* Whole feed: the BOM is skipped. */
+    assert_int_equal(feed_cuts("\xEF\xBB\xBF" "data: b\n\n", 12, NULL, 0, 1 << 20, &c), 0);
+    assert_int_equal(c.n, 1);
+    expect_ev(&c, 0, "", "b", NULL);
+    /* Only at the very start: later it is part of a line (here an unknown field name). */
+    PARSE("data: a\n\n\xEF\xBB\xBF" "data: b\n\n", &c);
+    assert_int_equal(c.n, 1);
+    expect_ev(&c, 0, "", "a", NULL);
+    /* A BOM inside data is kept. */
+    PARSE("data: \xEF\xBB\xBFx\n\n", &c);
+    expect_ev(&c, 0, "", "\xEF\xBB\xBFx", NULL);
+}
+
+/* BUG (upstream/sse.c tg_sse_feed, the bom_checked block): the BOM is only
+ * recognised when all three bytes arrive in the first tg_sse_feed() call. A
+ * stream whose first read is shorter than 3 bytes (or that splits the BOM)
+ * marks the BOM as checked, so EF BB BF become part of the first line, which
+ * turns "data" into an unknown field name and loses the first event. */
+static void bug_bom_split_across_feeds(void **state)
+{
+    struct col c;
+    PARSE("\xEF\xBB\xBF" "data: b\n\n", &c);
+    assert_int_equal(c.n, 1);
+    expect_ev(&c, 0, "", "b", NULL);
+}
+
+static void max_event_limit(void **state)
+{
+    struct col c;
+    /* Exactly max_event bytes of data is fine; one more is TG_ELIMIT, whatever the split. */
+    PARSE_MAX("data: 0123456789abcdef\n\n", 16, &c, 0);
+    assert_int_equal(c.n, 1);
+    expect_ev(&c, 0, "", "0123456789abcdef", NULL);
+    PARSE_MAX("data: 0123456789abcdefg\n\n", 16, &c, TG_ELIMIT);
+    assert_int_equal(c.n, 0);
+    /* The joining newlines count. */
+    PARSE_MAX("data: 01234567\ndata: 0123456\n\n", 16, &c, 0);
+    expect_ev(&c, 0, "", "01234567\n0123456", NULL);
+    PARSE_MAX("data: 01234567\ndata: 01234567\n\n", 16, &c, TG_ELIMIT);
+    /* The limit is per event: many events of max size pass. */
+    PARSE_MAX("data: 0123456789abcdef\n\ndata: 0123456789abcdef\n\ndata: 0123456789abcdef\n\n", 16, &c, 0);
+    assert_int_equal(c.n, 3);
+    /* Event names are capped too. */
+    char big[400];
+    int k = snprintf(big, sizeof(big), "event: ");
+    memset(big + k, 'e', 300);
+    k += 300;
+    k += snprintf(big + k, sizeof(big) - (size_t)k, "\ndata: x\n\n");
+    assert_int_equal(feed_cuts(big, (size_t)k, NULL, 0, 1 << 20, &c), TG_ELIMIT);
+    /* A line that never ends cannot grow without bound. */
+    struct tg_sse_parser p;
+    tg_sse_init(&p, 64);
+    char chunk[256];
+    memset(chunk, ':', sizeof(chunk));
+    int r = 0;
+    for (int i = 0; i < 100 && r == 0; i++)
+        r = tg_sse_feed(&p, chunk, sizeof(chunk), on_event, &c);
+    assert_int_equal(r, TG_ELIMIT);
+    assert_true(p.line.cap <= 64 + 1024);
+    tg_sse_dispose(&p);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(single_event),
+        cmocka_unit_test(line_endings),
+        cmocka_unit_test(multi_line_data),
+        cmocka_unit_test(comments_and_unknown_fields),
+        cmocka_unit_test(event_and_id_fields),
+        cmocka_unit_test(several_events_and_incomplete_tail),
+        cmocka_unit_test(bom_at_start),
+        cmocka_unit_test(bug_bom_split_across_feeds),
+        cmocka_unit_test(max_event_limit),
+    };
+    return TG_UNIT_RUN(tests, argc, argv);
+}
