@@ -582,7 +582,8 @@ static void load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
                     char var[128];
                     u->headers[k].value = tg_conf_expand_env(config_setting_get_string(hs), &w, var, sizeof(var));
                     if (u->headers[k].value == NULL) {
-                        errf(ld, hs, hctx, "%s %s", w, var);
+                        int unset = strcmp(w, "environment variable is not set") == 0;
+                        errf(ld, hs, hctx, "%s%s%s", w, unset ? ": " : "", unset ? var : "");
                         u->headers[k].value = tg_xstrdup("");
                     }
                     for (const char *q = u->headers[k].value; *q; q++)

@@ -314,11 +314,47 @@ static void append_child(cJSON *parent, cJSON **last, cJSON *item)
     *last = item;
 }
 
+/* A key seen in an object parsed without a tree: its raw bytes, or a decoded copy if it had escapes. */
+struct rawkey {
+    const char *p;
+    size_t n;
+    char *owned;
+};
+
+static int cmp_rawkeys(const void *a, const void *b)
+{
+    const struct rawkey *x = a, *y = b;
+    if (x->n != y->n)
+        return x->n < y->n ? -1 : 1;
+    return memcmp(x->p, y->p, x->n);
+}
+
+/* Duplicate keys are refused without a tree too: what a JSON-RPC peer reads must not depend
+ * on which of two "id"s it keeps. Keys without escapes are compared in place (no allocation). */
+static int check_dup_rawkeys(struct parser *ps, struct rawkey *k, size_t count)
+{
+    if (count <= 12) {
+        for (size_t i = 0; i < count; i++)
+            for (size_t j = i + 1; j < count; j++)
+                if (k[i].n == k[j].n && memcmp(k[i].p, k[j].p, k[i].n) == 0)
+                    return fail(ps, "duplicate object key");
+        return 0;
+    }
+    qsort(k, count, sizeof(*k), cmp_rawkeys);
+    for (size_t i = 1; i < count; i++)
+        if (cmp_rawkeys(&k[i - 1], &k[i]) == 0)
+            return fail(ps, "duplicate object key");
+    return 0;
+}
+
 static int parse_object(struct parser *ps, int depth, cJSON **out)
 {
     ps->p++;
     cJSON *obj = NULL, *last = NULL;
     size_t count = 0;
+    struct rawkey kstack[16], *keys = kstack;
+    size_t kcap = 16;
+    int r = 0;
     if (out) {
         obj = cJSON_CreateObject();
         if (obj == NULL)
@@ -332,34 +368,80 @@ static int parse_object(struct parser *ps, int depth, cJSON **out)
     }
     while (1) {
         skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != '"')
-            return fail(ps, "expected object key");
+        if (ps->p >= ps->end || *ps->p != '"') {
+            r = fail(ps, "expected object key");
+            goto out;
+        }
         char *key = NULL;
         size_t klen = 0;
-        /* Root keys are decoded even without a tree: the root's "id" must be found. */
-        if (parse_string(ps, (out || depth == 1) ? &key : NULL, &klen) != 0)
-            return TG_EINVAL;
+        const unsigned char *kstart = ps->p;
+        if (out) {
+            if (parse_string(ps, &key, &klen) != 0) {
+                r = TG_EINVAL;
+                goto out;
+            }
+        } else {
+            if (parse_string(ps, NULL, NULL) != 0) {
+                r = TG_EINVAL;
+                goto out;
+            }
+            const char *raw = (const char *)kstart + 1;
+            size_t rawn = (size_t)(ps->p - kstart) - 2;
+            struct rawkey rk = {raw, rawn, NULL};
+            if (memchr(raw, '\\', rawn) != NULL) {
+                const unsigned char *after = ps->p;
+                ps->p = kstart;
+                if (parse_string(ps, &rk.owned, &rk.n) != 0) {
+                    r = TG_EINVAL;
+                    goto out;
+                }
+                ps->p = after;
+                rk.p = rk.owned;
+            }
+            if (count == kcap) {
+                struct rawkey *nk = malloc(kcap * 2 * sizeof(*nk));
+                if (nk == NULL) {
+                    free(rk.owned);
+                    r = fail(ps, "out of memory");
+                    goto out;
+                }
+                memcpy(nk, keys, count * sizeof(*nk));
+                if (keys != kstack)
+                    free(keys);
+                keys = nk;
+                kcap *= 2;
+            }
+            keys[count] = rk;
+            key = (char *)rk.p;
+            klen = rk.n;
+        }
         skip_ws(ps);
         if (ps->p >= ps->end || *ps->p != ':') {
-            free(key);
-            return fail(ps, "expected ':'");
+            if (out)
+                free(key);
+            else
+                count++;
+            r = fail(ps, "expected ':'");
+            goto out;
         }
         ps->p++;
         skip_ws(ps);
         const unsigned char *vstart = ps->p;
         cJSON *val = NULL;
         if (parse_value(ps, depth + 1, out ? &val : NULL) != 0) {
-            free(key);
+            if (out)
+                free(key);
+            else
+                count++;
             cJSON_Delete(val);
-            return TG_EINVAL;
+            r = TG_EINVAL;
+            goto out;
         }
-        if (depth == 1 && key != NULL && klen == 2 && memcmp(key, "id", 2) == 0)
+        if (depth == 1 && klen == 2 && memcmp(key, "id", 2) == 0)
             ps->id_raw = tg_slice_of((const char *)vstart, (size_t)(ps->p - vstart));
         if (out) {
             val->string = key;
             append_child(obj, &last, val);
-        } else {
-            free(key);
         }
         count++;
         skip_ws(ps);
@@ -371,11 +453,18 @@ static int parse_object(struct parser *ps, int depth, cJSON **out)
             ps->p++;
             break;
         }
-        return fail(ps, "expected ',' or '}'");
+        r = fail(ps, "expected ',' or '}'");
+        goto out;
     }
-    if (out)
-        return check_dup_keys(ps, obj, count);
-    return 0;
+    r = out ? check_dup_keys(ps, obj, count) : check_dup_rawkeys(ps, keys, count);
+out:
+    if (!out) {
+        for (size_t i = 0; i < count; i++)
+            free(keys[i].owned);
+        if (keys != kstack)
+            free(keys);
+    }
+    return r;
 }
 
 static int parse_array(struct parser *ps, int depth, cJSON **out)
