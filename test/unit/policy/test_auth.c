@@ -1,0 +1,233 @@
+/* policy/auth.c: bearer parsing, token hashing and grant selection. */
+#include "test/unit/unit.h"
+
+#include "core/conf.h"
+#include "policy/auth.h"
+
+static void hex_of(const uint8_t h[32], char out[65]) { tg_hex_encode(h, 32, out); }
+
+static void sha256_vectors(void **state)
+{
+    static const struct {
+        const char *in, *hex;
+    } v[] = {
+        {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"password", "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"},
+    };
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        uint8_t h[32];
+        char hex[65];
+        tg_auth_sha256(v[i].in, strlen(v[i].in), h);
+        hex_of(h, hex);
+        assert_string_equal(hex, v[i].hex);
+    }
+}
+
+/* The hash an operator puts in the config: printf %s TOKEN | sha256sum. */
+static void sha256_matches_sha256sum(void **state)
+{
+    uint8_t rnd[12];
+    char token[40];
+    assert_int_equal(tg_random(rnd, sizeof(rnd)), 0);
+    tg_b64url_encode(rnd, sizeof(rnd), token); /* shell-safe characters only */
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "printf %%s '%s' | sha256sum", token);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    char line[128] = "";
+    char *got = fgets(line, sizeof(line), f);
+    int st = pclose(f);
+    if (got == NULL || st != 0)
+        fail_msg("could not run: %s", cmd);
+    line[64] = '\0';
+    uint8_t h[32];
+    char hex[65];
+    tg_auth_sha256(token, strlen(token), h);
+    hex_of(h, hex);
+    assert_string_equal(hex, line);
+}
+
+static void ct_equal(void **state)
+{
+    uint8_t a[32], b[32];
+    memset(a, 0x5a, sizeof(a));
+    memcpy(b, a, sizeof(b));
+    assert_int_equal(tg_auth_ct_equal(a, b, 32), 1);
+    for (int i = 0; i < 32; i++) {
+        b[i] ^= 0x01;
+        assert_int_equal(tg_auth_ct_equal(a, b, 32), 0);
+        b[i] ^= 0x81;
+        assert_int_equal(tg_auth_ct_equal(a, b, 32), 0);
+        b[i] ^= 0x80;
+    }
+    assert_int_equal(tg_auth_ct_equal(a, b, 0), 1);
+}
+
+static void expect_token(const char *header, const char *token)
+{
+    struct tg_slice t = TG_SLICE_NULL;
+    int r = tg_auth_bearer(tg_slice_cstr(header), &t);
+    if (r != 0)
+        fail_msg("\"%s\" refused (%d), expected token \"%s\"", header, r, token);
+    if (t.len != strlen(token) || memcmp(t.ptr, token, t.len) != 0)
+        fail_msg("\"%s\" gave token \"%.*s\", expected \"%s\"", header, (int)t.len, t.ptr, token);
+    /* The token points into the header. */
+    assert_true(t.ptr >= header && t.ptr + t.len <= header + strlen(header));
+}
+
+static void expect_bad(const char *header, size_t n)
+{
+    struct tg_slice t = TG_SLICE("untouched");
+    int r = tg_auth_bearer(tg_slice_of(header, n), &t);
+    if (r != TG_EINVAL)
+        fail_msg("\"%.*s\" accepted (%d) with token \"%.*s\"", (int)n, header, r, (int)t.len, t.ptr);
+}
+#define BAD(lit) expect_bad((lit), sizeof(lit) - 1)
+
+static void bearer_parsing(void **state)
+{
+    expect_token("Bearer abc", "abc");
+    expect_token("bearer abc", "abc");
+    expect_token("BEARER abc", "abc");
+    expect_token("bEaReR abc", "abc");
+    expect_token("Bearer  abc", "abc");
+    expect_token("Bearer abc  ", "abc");
+    expect_token("Bearer abc\t", "abc");
+    expect_token("Bearer a", "a");
+    expect_token("Bearer abc.DEF-_~+/=", "abc.DEF-_~+/=");
+    expect_token("Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig", "eyJhbGciOiJIUzI1NiJ9.e30.sig");
+    /* The slice ends where it says, whatever follows in memory. */
+    const char raw[] = "Bearer tokenGARBAGE";
+    struct tg_slice t;
+    assert_int_equal(tg_auth_bearer(tg_slice_of(raw, 12), &t), 0);
+    assert_int_equal(t.len, 5);
+    assert_memory_equal(t.ptr, "token", 5);
+
+    BAD("");
+    BAD("Bearer");
+    BAD("Bearer ");
+    BAD("Bearer     ");
+    BAD("Bearer \t");
+    BAD("Bearerabc");
+    BAD("Bearer\tabc");
+    BAD("Beare abc");
+    BAD("Basic YWxhZGRpbjpvcGVuc2VzYW1l");
+    BAD("Token abc");
+    BAD("abc");
+    BAD("Bearer a b");
+    BAD("Bearer a\tb");
+    BAD("Bearer a\x01");
+    BAD("Bearer a\x7f");
+    BAD("Bearer \x7f");
+    BAD("Bearer caf\xC3\xA9");
+    BAD("Bearer \xFF\xFE");
+    BAD("Bearer a\0b");
+    BAD("Bearer \0");
+}
+
+/* A conf with the given grants only (what tg_auth_grant looks at). */
+struct grants {
+    struct tg_conf conf;
+    struct tg_grant_conf g[4];
+};
+
+static void add_grant(struct grants *gs, const char *name, const char *token, int anonymous)
+{
+    struct tg_grant_conf *g = &gs->g[gs->conf.ngrants++];
+    memset(g, 0, sizeof(*g));
+    g->name = (char *)name;
+    g->anonymous = anonymous;
+    if (token) {
+        g->has_token = 1;
+        tg_auth_sha256(token, strlen(token), g->token_sha256);
+    }
+    gs->conf.grants = gs->g;
+}
+
+static const struct tg_grant_conf *expect_auth(const struct tg_conf *c, const char *header,
+                                               enum tg_auth_result want)
+{
+    const struct tg_grant_conf *g = (const struct tg_grant_conf *)c; /* must be overwritten */
+    enum tg_auth_result r = tg_auth_grant(c, header ? tg_slice_cstr(header) : TG_SLICE_NULL, &g);
+    if (r != want)
+        fail_msg("Authorization %s%s%s: result %d, expected %d", header ? "\"" : "", header ? header : "absent",
+                 header ? "\"" : "", r, want);
+    if (want == TG_AUTH_OK)
+        assert_non_null(g);
+    else
+        assert_null(g);
+    return g;
+}
+
+static void grant_selection(void **state)
+{
+    struct grants gs;
+    memset(&gs, 0, sizeof(gs));
+    add_grant(&gs, "alice", "alice-token", 0);
+    add_grant(&gs, "bob", "bob-token", 0);
+    const struct tg_conf *c = &gs.conf;
+
+    /* No anonymous grant: a missing header is MISSING, anything wrong is INVALID. */
+    expect_auth(c, NULL, TG_AUTH_MISSING);
+    assert_string_equal(expect_auth(c, "Bearer alice-token", TG_AUTH_OK)->name, "alice");
+    assert_string_equal(expect_auth(c, "bearer bob-token", TG_AUTH_OK)->name, "bob");
+    assert_string_equal(expect_auth(c, "Bearer bob-token  ", TG_AUTH_OK)->name, "bob");
+    expect_auth(c, "Bearer wrong", TG_AUTH_INVALID);
+    expect_auth(c, "Bearer alice-token2", TG_AUTH_INVALID);
+    expect_auth(c, "Bearer alice-toke", TG_AUTH_INVALID);
+    expect_auth(c, "Bearer Alice-token", TG_AUTH_INVALID);
+    expect_auth(c, "Basic alice-token", TG_AUTH_INVALID);
+    expect_auth(c, "alice-token", TG_AUTH_INVALID);
+    expect_auth(c, "", TG_AUTH_INVALID); /* present but empty is not absent */
+    expect_auth(c, "Bearer ", TG_AUTH_INVALID);
+
+    /* With an anonymous grant: only a missing header gets it; a wrong token is still INVALID. */
+    add_grant(&gs, "anon", NULL, 1);
+    assert_string_equal(expect_auth(c, NULL, TG_AUTH_OK)->name, "anon");
+    expect_auth(c, "Bearer wrong", TG_AUTH_INVALID);
+    expect_auth(c, "", TG_AUTH_INVALID);
+    expect_auth(c, "Basic Zm9v", TG_AUTH_INVALID);
+    assert_string_equal(expect_auth(c, "Bearer alice-token", TG_AUTH_OK)->name, "alice");
+    /* The anonymous grant has no hash (all zero); has_token keeps it from ever matching. */
+    uint8_t zero[32] = {0};
+    assert_memory_equal(gs.g[2].token_sha256, zero, 32);
+}
+
+static void grant_edge_cases(void **state)
+{
+    struct grants gs;
+    memset(&gs, 0, sizeof(gs));
+    /* No grants at all. */
+    expect_auth(&gs.conf, NULL, TG_AUTH_MISSING);
+    expect_auth(&gs.conf, "Bearer x", TG_AUTH_INVALID);
+    /* Anonymous first in the list, then a token grant: each gets its own. */
+    add_grant(&gs, "anon", NULL, 1);
+    add_grant(&gs, "tok", "t", 0);
+    assert_string_equal(expect_auth(&gs.conf, NULL, TG_AUTH_OK)->name, "anon");
+    assert_string_equal(expect_auth(&gs.conf, "Bearer t", TG_AUTH_OK)->name, "tok");
+    /* A grant that is anonymous and has a token answers to both. */
+    memset(&gs, 0, sizeof(gs));
+    add_grant(&gs, "both", "secret", 1);
+    assert_string_equal(expect_auth(&gs.conf, NULL, TG_AUTH_OK)->name, "both");
+    assert_string_equal(expect_auth(&gs.conf, "Bearer secret", TG_AUTH_OK)->name, "both");
+    expect_auth(&gs.conf, "Bearer secreT", TG_AUTH_INVALID);
+    /* Two grants with the same token: the first one listed. */
+    memset(&gs, 0, sizeof(gs));
+    add_grant(&gs, "first", "same", 0);
+    add_grant(&gs, "second", "same", 0);
+    assert_string_equal(expect_auth(&gs.conf, "Bearer same", TG_AUTH_OK)->name, "first");
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(sha256_vectors),
+        cmocka_unit_test(sha256_matches_sha256sum),
+        cmocka_unit_test(ct_equal),
+        cmocka_unit_test(bearer_parsing),
+        cmocka_unit_test(grant_selection),
+        cmocka_unit_test(grant_edge_cases),
+    };
+    return TG_UNIT_RUN(tests, argc, argv);
+}
