@@ -26,7 +26,7 @@ let gw;
 let f; // node:http based fetch
 let alice; // a raw session of grant alice: { sessionId, headers }
 
-const logs = () => ({ 'tollgate stderr': gw?.stderr() });
+const logs = () => ({ 'tollgate process': gw?.status(), 'tollgate stderr': gw?.stderr() });
 const test = (name, opts, fn) => {
   if (typeof opts === 'function') { fn = opts; opts = {}; }
   return it(name, opts, H.withLogs(logs, fn));
@@ -427,7 +427,7 @@ describe('MCP layer', () => {
 
 describe('after all that', () => {
   test('the gateway is still up and did not report sanitizer errors', async () => {
-    assert.equal(gw.proc.exitCode, null, 'tollgate still running');
+    assert.equal(gw.proc.exitCode, null, `tollgate still running: ${gw.status()}`);
     gw.assertNoSanitizerReport();
     await assertServed('everything');
   });

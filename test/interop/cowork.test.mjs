@@ -42,6 +42,7 @@ function recordingFetch(inner) {
 }
 
 const logs = () => ({
+  'tollgate process': gw?.status(),
   'tollgate stderr': gw?.stderr(),
   'stand-in output': standin?.output(),
   'stand-in log': standin && fs.existsSync(standin.logFile) ? fs.readFileSync(standin.logFile, 'utf8').slice(-6000) : undefined,

@@ -23,7 +23,7 @@ let certs;
 let fetchFn; // fetch that trusts the throwaway CA
 let deadPort;
 
-const logs = () => ({ 'tollgate stderr': gw?.stderr(), 'server-everything output': ev?.output() });
+const logs = () => ({ 'tollgate process': gw?.status(), 'tollgate stderr': gw?.stderr(), 'server-everything output': ev?.output() });
 const test = (name, opts, fn) => {
   if (typeof opts === 'function') { fn = opts; opts = {}; }
   return it(name, opts, H.withLogs(logs, fn));

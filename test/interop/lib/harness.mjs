@@ -225,9 +225,13 @@ export function writeConf(dir, opts) {
 
 const SANITIZER_RE = /ERROR: (AddressSanitizer|LeakSanitizer|MemorySanitizer|ThreadSanitizer)|runtime error:|SUMMARY: UndefinedBehaviorSanitizer/;
 
+/** Signals the child's process group (children are spawned detached), or the child alone. Exactly one signal. */
 function killTree(child, signal) {
-  try { process.kill(-child.pid, signal); } catch { /* not a group leader or gone */ }
-  try { child.kill(signal); } catch { /* gone */ }
+  try {
+    process.kill(-child.pid, signal);
+  } catch {
+    try { child.kill(signal); } catch { /* gone */ }
+  }
 }
 
 /** Stops a child: SIGTERM, then SIGKILL after graceMs. Resolves with {code, signal}. */
@@ -279,11 +283,18 @@ export async function startTollgate(confPath, { cleanup, listeners = 1, admin = 
     adminPort: undefined,
     stderr: () => err,
     stdout: () => out,
-    exit: null,
+    exit: null, // {code, signal} once it exited
+    stopping: false, // set when stop() was asked for; an exit before that is a crash
     async stop() {
+      gw.stopping = true;
       const r = await stopChild(child, 5000);
       gw.exit = r;
       return r;
+    },
+    /** One line on the process state, for failure messages. */
+    status() {
+      if (!gw.exit) return 'running';
+      return `${gw.stopping ? 'exited after SIGTERM' : 'EXITED UNEXPECTEDLY'} (code ${gw.exit.code}, signal ${gw.exit.signal})`;
     },
     /** Throws if a sanitizer reported anything so far. */
     assertNoSanitizerReport() {
@@ -291,13 +302,20 @@ export async function startTollgate(confPath, { cleanup, listeners = 1, admin = 
     },
   };
   cleanup?.add(async () => {
-    await gw.stop();
+    const crashed = gw.exit && !gw.stopping ? gw.status() : null;
+    const r = await gw.stop();
     if (SANITIZER_RE.test(err)) {
-      process.stderr.write('# tollgate stderr (sanitizer report):\n' + tail(err) + '\n');
-      throw new Error('tollgate: sanitizer report in stderr (see above)');
+      throw new Error('tollgate: sanitizer report in stderr:\n' + tail(err));
+    }
+    if (crashed) throw new Error(`tollgate ${crashed} during the tests:\n${tail(err)}`);
+    if (r.code !== 0) {
+      throw new Error(`tollgate did not exit cleanly on SIGTERM (code ${r.code}, signal ${r.signal}):\n${tail(err)}`);
     }
   });
-  const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  const exited = new Promise((resolve) => child.once('exit', (code, signal) => {
+    gw.exit = { code, signal };
+    resolve({ code, signal });
+  }));
   child.stdout.setEncoding('utf8');
   child.stdout.on('data', (d) => { out += d; });
   child.stderr.setEncoding('utf8');
