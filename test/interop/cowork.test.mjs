@@ -19,6 +19,7 @@ let dir;
 let gw;
 let standin; // the stand-in behind upstreams "cowork-os" and "cowork-slow"
 let poolStandin; // a second stand-in only for the pool test (its own connection log)
+let queueStandin; // a third one for the queue-deadline and idle-timeout tests
 let baseFetch;
 const CLIENT_TOKEN = 'client-' + H.randomToken(); // the client's own credential for the gateway
 const UPSTREAM_TOKEN = 'cowork-' + H.randomToken(); // CoWork's token, held by the gateway only
@@ -61,6 +62,7 @@ before(async () => {
   dir = H.makeTempDir(cleanup);
   standin = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin.log') });
   poolStandin = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin-pool.log') });
+  queueStandin = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin-queue.log') });
   const upstreamHeaders = { Authorization: `Bearer ${UPSTREAM_TOKEN}` };
   const conf = H.writeConf(dir, {
     listeners: [{}],
@@ -74,6 +76,10 @@ before(async () => {
       {
         name: 'cowork-pool', url: poolStandin.url, headers: upstreamHeaders, initialize: 'local',
         pool: { size: POOL_SIZE },
+      },
+      {
+        name: 'cowork-queue', url: queueStandin.url, headers: upstreamHeaders, initialize: 'local',
+        pool: { size: 1, queue: 8, queue_timeout_ms: 500, idle_timeout_ms: 1000 },
       },
     ],
   });
@@ -251,5 +257,44 @@ describe('upstream connection pool', () => {
     const conns = poolStandin.records().filter((r) => r.event === 'connection');
     assert.ok(conns.length <= POOL_SIZE, `the stand-in saw ${conns.length} TCP connections (pool size ${POOL_SIZE})`);
     await Promise.all(clients.map((c) => c.close()));
+  });
+});
+
+describe('upstream pool queue and idle timeout', () => {
+  test('a call queued behind a busy pool (size 1) fails with -32004 after queue_timeout_ms', async () => {
+    const { types } = await H.loadSdk();
+    const a = await H.connectClient(gatewayUrl('cowork-queue'), { fetch: H.makeFetch({ cleanup }), headers: clientHeaders, cleanup });
+    const b = await H.connectClient(gatewayUrl('cowork-queue'), { fetch: H.makeFetch({ cleanup }), headers: clientHeaders, cleanup });
+    const slow = a.client.callTool({ name: 'slow', arguments: { seconds: 2.5 } }, undefined, { timeout: 15000 });
+    await H.sleep(300); // the slow call holds the only pooled connection
+    const t0 = Date.now();
+    let err;
+    try {
+      await b.client.callTool({ name: 'echo', arguments: { text: 'queued' } }, undefined, { timeout: 15000 });
+    } catch (e) { err = e; }
+    const took = Date.now() - t0;
+    assert.ok(err instanceof types.McpError, `McpError expected, got ${err}`);
+    assert.equal(err.code, -32004, `code ${err.code}: ${err.message}`);
+    assert.ok(took >= 400 && took < 2000, `refused after the 500 ms queue deadline, not before or after the slow call (${took} ms)`);
+    assert.equal(H.resultText(await slow), 'slept 2.5 s', 'the call holding the connection completes');
+    const calls = queueStandin.records().filter((r) => r.msg?.method === 'tools/call');
+    assert.ok(!calls.some((r) => r.msg.params?.arguments?.text === 'queued'), 'the timed-out queued call never reached the upstream');
+    // with the connection free again, b is served
+    assert.equal(H.resultText(await b.client.callTool({ name: 'echo', arguments: { text: 'now' } })), 'now');
+    await a.close();
+    await b.close();
+  });
+
+  test('an idle pooled connection is closed after pool.idle_timeout_ms', async () => {
+    const c = await H.connectClient(gatewayUrl('cowork-queue'), { fetch: H.makeFetch({ cleanup }), headers: clientHeaders, cleanup });
+    assert.equal(H.resultText(await c.client.callTool({ name: 'echo', arguments: { text: 'idle-1' } })), 'idle-1');
+    const last = queueStandin.records().filter((r) => r.msg?.params?.arguments?.text === 'idle-1').at(-1);
+    assert.ok(last, 'the call reached the stand-in');
+    const closed = await H.waitFor(() => queueStandin.records().some((r) => r.event === 'connection_closed' && r.conn === last.conn),
+      { timeout: 4000 });
+    assert.ok(closed, `upstream connection ${last.conn} was still open 4 s after its last use (idle_timeout_ms 1000)`);
+    // and a new call opens a fresh connection
+    assert.equal(H.resultText(await c.client.callTool({ name: 'echo', arguments: { text: 'idle-2' } })), 'idle-2');
+    await c.close();
   });
 });
