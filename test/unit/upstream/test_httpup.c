@@ -1,0 +1,1030 @@
+/* upstream/httpup.c: the keep-alive pool, run on a real uv loop against a
+ * small HTTP/1.1 server living in the same loop (127.0.0.1, ephemeral port).
+ *
+ * The server echoes each request body as the response body, so a response
+ * that reached the wrong request is noticed, and counts accepted TCP
+ * connections, so pooling is measured rather than assumed. Every case ends by
+ * closing the upstream and the server and running the loop until no handle is
+ * left; uv_loop_close() must then succeed (nothing left open) and LSan checks
+ * that nothing leaked. A watchdog timer bounds every wait. */
+#include "test/unit/unit.h"
+
+#include <arpa/inet.h>
+#include <llhttp.h>
+#include <strings.h>
+#include <uv.h>
+
+#include "core/conf.h"
+#include "core/metrics.h"
+#include "upstream/upstream.h"
+
+/* ---- the test server ---------------------------------------------------------------- */
+
+enum srv_mode {
+    SRV_KEEPALIVE,      /* Content-Length, keep-alive */
+    SRV_CLOSE,          /* "Connection: close", then closes */
+    SRV_CLOSE_QUIETLY,  /* keep-alive headers, but closes right after each response */
+    SRV_CHUNKED,        /* Transfer-Encoding: chunked, second half of the chunks a few ms later */
+    SRV_SILENT,         /* reads requests, never answers */
+    SRV_FIRST_ONLY,     /* answers the first request it sees, then goes silent */
+};
+
+struct srv {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    int port;
+    enum srv_mode mode;
+    int accepted;   /* TCP connections accepted */
+    int requests;   /* complete requests parsed */
+    int answered;
+    int eofs;       /* connections the client closed */
+    size_t chunk;   /* chunk size in SRV_CHUNKED */
+    struct tg_list conns;
+    char last_method[16], last_url[64], last_host[128], last_x_test[64], last_accept[128];
+};
+
+struct sconn {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    struct srv *srv;
+    llhttp_t parser;
+    struct tg_buf body, later;
+    char hname[64];
+    size_t hname_len;
+    int in_value;
+    char *hdst;
+    size_t hcap, *hlen;
+    char url[64], host[128], x_test[64], accept[128];
+    size_t url_len, host_len, x_test_len, accept_len;
+    struct tg_list link;
+    int closing;
+    int handles;
+};
+
+struct swrite {
+    uv_write_t req;
+    struct sconn *c;
+    int close_after;
+    char data[];
+};
+
+static void sc_close(struct sconn *c);
+
+static void on_sc_closed(uv_handle_t *h)
+{
+    struct sconn *c = h->data;
+    if (--c->handles > 0)
+        return;
+    tg_list_unlink(&c->link);
+    tg_buf_dispose(&c->body);
+    tg_buf_dispose(&c->later);
+    free(c);
+}
+
+static void sc_close(struct sconn *c)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    uv_close((uv_handle_t *)&c->tcp, on_sc_closed);
+    uv_close((uv_handle_t *)&c->timer, on_sc_closed);
+}
+
+static void on_swrite(uv_write_t *req, int status)
+{
+    struct swrite *w = tg_container_of(req, struct swrite, req);
+    if (w->close_after)
+        sc_close(w->c);
+    free(w);
+}
+
+static void sc_write(struct sconn *c, const char *p, size_t n, int close_after)
+{
+    if (c->closing)
+        return;
+    struct swrite *w = malloc(sizeof(*w) + n);
+    assert_non_null(w);
+    w->c = c;
+    w->close_after = close_after;
+    memcpy(w->data, p, n);
+    uv_buf_t b = uv_buf_init(w->data, (unsigned)n);
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_swrite) != 0) {
+        free(w);
+        sc_close(c);
+    }
+}
+
+static void on_sc_timer(uv_timer_t *t)
+{
+    struct sconn *c = t->data;
+    sc_write(c, c->later.base, c->later.len, 0);
+    c->later.len = 0;
+}
+
+static void chunk_into(struct tg_buf *out, const char *p, size_t n)
+{
+    tg_buf_appendf(out, "%zx\r\n", n);
+    tg_buf_append(out, p, n);
+    tg_buf_appends(out, "\r\n");
+}
+
+static void respond(struct sconn *c)
+{
+    struct srv *s = c->srv;
+    struct tg_buf r;
+    tg_buf_init(&r);
+    const char *body = c->body.base ? c->body.base : "";
+    size_t n = c->body.len;
+    switch (s->mode) {
+    case SRV_SILENT:
+        return;
+    case SRV_FIRST_ONLY:
+        if (s->answered > 0)
+            return;
+        /* fall through */
+    case SRV_KEEPALIVE:
+    case SRV_CLOSE:
+    case SRV_CLOSE_QUIETLY:
+        tg_buf_appendf(&r, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMcp-Session-Id: sess-%d\r\n%s"
+                           "Content-Length: %zu\r\n\r\n",
+                       s->answered + 1, s->mode == SRV_CLOSE ? "Connection: close\r\n" : "", n);
+        tg_buf_append(&r, body, n);
+        s->answered++;
+        sc_write(c, r.base, r.len, s->mode == SRV_CLOSE || s->mode == SRV_CLOSE_QUIETLY);
+        break;
+    case SRV_CHUNKED: {
+        tg_buf_appends(&r, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+        size_t half = n / 2, i = 0;
+        for (; i < half; i += s->chunk)
+            chunk_into(&r, body + i, (i + s->chunk <= half ? s->chunk : half - i));
+        c->later.len = 0;
+        for (i = half; i < n; i += s->chunk)
+            chunk_into(&c->later, body + i, (i + s->chunk <= n ? s->chunk : n - i));
+        tg_buf_appends(&c->later, "0\r\n\r\n");
+        s->answered++;
+        sc_write(c, r.base, r.len, 0);
+        uv_timer_start(&c->timer, on_sc_timer, 3, 0);
+        break;
+    }
+    }
+    tg_buf_dispose(&r);
+}
+
+static struct sconn *sconn_of(llhttp_t *p) { return p->data; }
+
+static int on_s_message_begin(llhttp_t *p)
+{
+    struct sconn *c = sconn_of(p);
+    c->body.len = 0;
+    c->url_len = c->host_len = c->x_test_len = c->accept_len = 0;
+    c->in_value = 0;
+    c->hname_len = 0;
+    return 0;
+}
+
+static void bounded_append(char *dst, size_t cap, size_t *len, const char *at, size_t n)
+{
+    size_t k = n < cap - 1 - *len ? n : cap - 1 - *len;
+    memcpy(dst + *len, at, k);
+    *len += k;
+    dst[*len] = '\0';
+}
+
+static int on_s_url(llhttp_t *p, const char *at, size_t n)
+{
+    struct sconn *c = sconn_of(p);
+    bounded_append(c->url, sizeof(c->url), &c->url_len, at, n);
+    return 0;
+}
+
+static int on_s_header_field(llhttp_t *p, const char *at, size_t n)
+{
+    struct sconn *c = sconn_of(p);
+    if (c->in_value) {
+        c->in_value = 0;
+        c->hname_len = 0;
+    }
+    bounded_append(c->hname, sizeof(c->hname), &c->hname_len, at, n);
+    return 0;
+}
+
+static int on_s_header_value(llhttp_t *p, const char *at, size_t n)
+{
+    struct sconn *c = sconn_of(p);
+    if (!c->in_value) {
+        c->in_value = 1;
+        c->hdst = NULL;
+        if (strcasecmp(c->hname, "host") == 0) {
+            c->hdst = c->host, c->hcap = sizeof(c->host), c->hlen = &c->host_len;
+        } else if (strcasecmp(c->hname, "x-test") == 0) {
+            c->hdst = c->x_test, c->hcap = sizeof(c->x_test), c->hlen = &c->x_test_len;
+        } else if (strcasecmp(c->hname, "accept") == 0) {
+            c->hdst = c->accept, c->hcap = sizeof(c->accept), c->hlen = &c->accept_len;
+        }
+        if (c->hdst)
+            *c->hlen = 0;
+    }
+    if (c->hdst)
+        bounded_append(c->hdst, c->hcap, c->hlen, at, n);
+    return 0;
+}
+
+static int on_s_body(llhttp_t *p, const char *at, size_t n)
+{
+    tg_buf_append(&sconn_of(p)->body, at, n);
+    return 0;
+}
+
+static int on_s_message_complete(llhttp_t *p)
+{
+    struct sconn *c = sconn_of(p);
+    struct srv *s = c->srv;
+    s->requests++;
+    snprintf(s->last_method, sizeof(s->last_method), "%s", llhttp_method_name((llhttp_method_t)llhttp_get_method(p)));
+    snprintf(s->last_url, sizeof(s->last_url), "%s", c->url);
+    snprintf(s->last_host, sizeof(s->last_host), "%s", c->host);
+    snprintf(s->last_x_test, sizeof(s->last_x_test), "%s", c->x_test);
+    snprintf(s->last_accept, sizeof(s->last_accept), "%s", c->accept);
+    respond(c);
+    return 0;
+}
+
+static llhttp_settings_t srv_settings;
+
+static void on_s_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    static char scratch[65536];
+    *buf = uv_buf_init(scratch, sizeof(scratch));
+}
+
+static void on_s_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    struct sconn *c = st->data;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        c->srv->eofs++;
+        sc_close(c);
+        return;
+    }
+    if (llhttp_execute(&c->parser, buf->base, (size_t)nread) != HPE_OK)
+        sc_close(c);
+}
+
+static void on_s_connection(uv_stream_t *l, int status)
+{
+    struct srv *s = l->data;
+    assert_int_equal(status, 0);
+    struct sconn *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    c->srv = s;
+    uv_tcp_init(s->loop, &c->tcp);
+    uv_timer_init(s->loop, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->handles = 2;
+    tg_buf_init(&c->body);
+    tg_buf_init(&c->later);
+    tg_list_insert_tail(&s->conns, &c->link);
+    llhttp_init(&c->parser, HTTP_REQUEST, &srv_settings);
+    c->parser.data = c;
+    assert_int_equal(uv_accept(l, (uv_stream_t *)&c->tcp), 0);
+    s->accepted++;
+    uv_read_start((uv_stream_t *)&c->tcp, on_s_alloc, on_s_read);
+}
+
+static void srv_start(struct srv *s, uv_loop_t *loop, enum srv_mode mode)
+{
+    memset(s, 0, sizeof(*s));
+    llhttp_settings_init(&srv_settings);
+    srv_settings.on_message_begin = on_s_message_begin;
+    srv_settings.on_url = on_s_url;
+    srv_settings.on_header_field = on_s_header_field;
+    srv_settings.on_header_value = on_s_header_value;
+    srv_settings.on_body = on_s_body;
+    srv_settings.on_message_complete = on_s_message_complete;
+    s->loop = loop;
+    s->mode = mode;
+    s->chunk = 7;
+    tg_list_init(&s->conns);
+    struct sockaddr_in a;
+    assert_int_equal(uv_ip4_addr("127.0.0.1", 0, &a), 0);
+    assert_int_equal(uv_tcp_init(loop, &s->listener), 0);
+    s->listener.data = s;
+    assert_int_equal(uv_tcp_bind(&s->listener, (const struct sockaddr *)&a, 0), 0);
+    assert_int_equal(uv_listen((uv_stream_t *)&s->listener, 128, on_s_connection), 0);
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    assert_int_equal(uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len), 0);
+    s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    assert_true(s->port > 0);
+}
+
+static void srv_close(struct srv *s)
+{
+    if (!uv_is_closing((uv_handle_t *)&s->listener))
+        uv_close((uv_handle_t *)&s->listener, NULL);
+    for (struct tg_list *l = s->conns.next; l != &s->conns;) {
+        struct tg_list *next = l->next;
+        sc_close(tg_container_of(l, struct sconn, link));
+        l = next;
+    }
+}
+
+/* ---- the client side ---------------------------------------------------------------- */
+
+#define MAXCALLS 80
+
+struct fixture;
+
+struct call {
+    struct fixture *f;
+    int idx;
+    struct tg_upreq *r;
+    int started, done, heads, err, status;
+    struct tg_buf body;
+    char sent[160];
+    size_t sent_len;
+    char ctype[64], sid[64];
+    uint64_t timeout_ms;
+    uint64_t t_start, t_done;
+};
+
+struct fixture {
+    uv_loop_t loop;
+    struct srv srv;
+    char authority[64];
+    struct tg_header hdr;
+    struct tg_upstream_conf uc;
+    struct tg_metrics m;
+    struct tg_upstream *u;
+    uv_timer_t watchdog;
+    int timed_out;
+    int walk_count;
+    int ndone;
+    int chain_to;        /* on_done of call i starts call i + 1 while i + 1 < chain_to */
+    uint64_t chain_timeout_ms;
+    void (*after_done)(struct call *c); /* extra hook run at the end of on_done */
+    size_t body_pad;     /* bytes of padding in each request body */
+    struct call calls[MAXCALLS];
+};
+
+static void on_head(struct tg_upreq *r, int status, void *ud)
+{
+    struct call *c = ud;
+    assert_ptr_equal(r, c->r);
+    assert_int_equal(c->done, 0);
+    c->heads++;
+    c->status = status;
+    assert_int_equal(tg_upreq_status(r), status);
+    struct tg_slice ct = tg_upreq_content_type(r), sid = tg_upreq_session_id(r);
+    snprintf(c->ctype, sizeof(c->ctype), "%.*s", (int)ct.len, ct.ptr);
+    snprintf(c->sid, sizeof(c->sid), "%.*s", (int)sid.len, sid.ptr);
+}
+
+static void on_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
+{
+    struct call *c = ud;
+    assert_int_equal(c->done, 0);
+    assert_int_equal(c->heads, 1);
+    tg_buf_append(&c->body, p, n);
+}
+
+static void start_call(struct fixture *f, int i, uint64_t timeout_ms);
+
+static void on_done(struct tg_upreq *r, int err, void *ud)
+{
+    struct call *c = ud;
+    struct fixture *f = c->f;
+    assert_ptr_equal(r, c->r);
+    c->done++;
+    c->err = err;
+    c->t_done = uv_now(&f->loop);
+    assert_true(tg_upreq_elapsed_ms(r) >= 0);
+    f->ndone++;
+    if (c->idx + 1 < f->chain_to)
+        start_call(f, c->idx + 1, f->chain_timeout_ms);
+    if (f->after_done)
+        f->after_done(c);
+}
+
+static const struct tg_upreq_cbs cbs = {on_head, on_data, on_done};
+
+static void start_call(struct fixture *f, int i, uint64_t timeout_ms)
+{
+    assert_true(i < MAXCALLS);
+    struct call *c = &f->calls[i];
+    assert_int_equal(c->started, 0);
+    c->f = f;
+    c->idx = i;
+    c->started = 1;
+    c->timeout_ms = timeout_ms;
+    c->t_start = uv_now(&f->loop);
+    int n = snprintf(c->sent, sizeof(c->sent), "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"ping\",\"params\":{\"p\":\"", i);
+    for (size_t k = 0; k < f->body_pad && (size_t)n < sizeof(c->sent) - 8; k++)
+        c->sent[n++] = (char)('a' + (i + (int)k) % 26);
+    n += snprintf(c->sent + n, sizeof(c->sent) - (size_t)n, "\"}}");
+    c->sent_len = (size_t)n;
+    c->r = tg_upreq_start(f->u, "POST", "Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n",
+                          c->sent, c->sent_len, 0, timeout_ms, &cbs, c);
+    assert_non_null(c->r);
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+    struct fixture *f = t->data;
+    f->timed_out = 1;
+    uv_stop(&f->loop);
+}
+
+static void fixture_init(struct fixture *f, enum srv_mode mode, int pool_size, int queue_max)
+{
+    memset(f, 0, sizeof(*f));
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    srv_start(&f->srv, &f->loop, mode);
+    snprintf(f->authority, sizeof(f->authority), "127.0.0.1:%d", f->srv.port);
+    f->hdr.name = "X-Test";
+    f->hdr.value = "configured";
+    f->uc.name = "test";
+    f->uc.url = "http://127.0.0.1/mcp";
+    f->uc.host = "127.0.0.1";
+    f->uc.port = f->srv.port;
+    f->uc.path = "/mcp";
+    f->uc.authority = f->authority;
+    f->uc.headers = &f->hdr;
+    f->uc.nheaders = 1;
+    f->uc.pool_size = pool_size;
+    f->uc.queue_max = queue_max;
+    f->uc.connect_timeout_ms = 1000;
+    f->uc.call_timeout_ms = 1000;
+    f->uc.pool_idle_timeout_ms = 30000;
+    f->uc.queue_timeout_ms = 1000;
+    uv_timer_init(&f->loop, &f->watchdog);
+    f->watchdog.data = f;
+    for (int i = 0; i < MAXCALLS; i++)
+        tg_buf_init(&f->calls[i].body);
+}
+
+static void upstream_new(struct fixture *f)
+{
+    f->u = tg_upstream_new(&f->loop, &f->uc, &f->m);
+    assert_non_null(f->u);
+    assert_ptr_equal(tg_upstream_conf(f->u), &f->uc);
+    assert_int_equal(tg_upstream_reachable(f->u), 1);
+}
+
+/* Runs the loop until `target` calls have finished, at most max_ms. */
+static void run_until_done(struct fixture *f, int target, uint64_t max_ms)
+{
+    f->timed_out = 0;
+    uv_timer_start(&f->watchdog, on_watchdog, max_ms, 0);
+    while (f->ndone < target && !f->timed_out)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    uv_timer_stop(&f->watchdog);
+    if (f->ndone < target)
+        fail_msg("only %d of %d calls finished within %llu ms", f->ndone, target, (unsigned long long)max_ms);
+}
+
+/* Runs the loop for ms milliseconds. */
+static void run_for(struct fixture *f, uint64_t ms)
+{
+    f->timed_out = 0;
+    uv_timer_start(&f->watchdog, on_watchdog, ms, 0);
+    while (!f->timed_out)
+        uv_run(&f->loop, UV_RUN_ONCE);
+}
+
+static void count_handle(uv_handle_t *h, void *arg)
+{
+    struct fixture *f = arg;
+    if (h != (uv_handle_t *)&f->watchdog)
+        f->walk_count++;
+}
+
+/* Handles still in the loop (closing ones included) besides the watchdog. */
+static int other_handles(struct fixture *f)
+{
+    f->walk_count = 0;
+    uv_walk(&f->loop, count_handle, f);
+    return f->walk_count;
+}
+
+static void describe_handle(uv_handle_t *h, void *arg)
+{
+    struct fixture *f = arg;
+    if (h != (uv_handle_t *)&f->watchdog)
+        print_error("left open: %s handle %p (active %d, closing %d)\n", uv_handle_type_name(h->type), (void *)h,
+                    uv_is_active(h), uv_is_closing(h));
+}
+
+/* Closes the upstream (if still open) and the server, and runs the loop until nothing is left. */
+static void fixture_finish(struct fixture *f)
+{
+    if (f->u != NULL)
+        tg_upstream_close(f->u);
+    f->u = NULL;
+    srv_close(&f->srv);
+    int pending = 1;
+    f->timed_out = 0;
+    uv_timer_start(&f->watchdog, on_watchdog, 2000, 0);
+    while ((pending = other_handles(f)) > 0 && !f->timed_out)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    if (pending > 0) {
+        uv_walk(&f->loop, describe_handle, f);
+        fail_msg("%d handles still open 2 s after tg_upstream_close", pending);
+    }
+    uv_close((uv_handle_t *)&f->watchdog, NULL);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    for (int i = 0; i < MAXCALLS; i++) {
+        if (f->calls[i].started && f->calls[i].done != 1)
+            fail_msg("call %d: on_done ran %d times", i, f->calls[i].done);
+        tg_buf_dispose(&f->calls[i].body);
+    }
+}
+
+static void expect_echo(struct fixture *f, int i)
+{
+    struct call *c = &f->calls[i];
+    if (c->err != 0)
+        fail_msg("call %d: on_done err %d (%s)", i, c->err, c->err > -4000 ? uv_strerror(c->err) : "tollgate");
+    assert_int_equal(c->done, 1);
+    assert_int_equal(c->heads, 1);
+    assert_int_equal(c->status, 200);
+    assert_string_equal(c->ctype, "application/json");
+    if (c->body.len != c->sent_len || memcmp(c->body.base, c->sent, c->sent_len) != 0)
+        fail_msg("call %d: body \"%.*s\" is not the echo of \"%s\"", i, (int)c->body.len, c->body.base ? c->body.base : "",
+                 c->sent);
+}
+
+/* ---- cases ----------------------------------------------------------------------------- */
+
+static void sequential_then_concurrent_share_two_connections(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 2, 20);
+    upstream_new(f);
+    /* 50 sequential calls: each starts from the previous one's on_done. */
+    f->chain_to = 50;
+    f->chain_timeout_ms = 2000;
+    start_call(f, 0, 2000);
+    run_until_done(f, 50, 4000);
+    for (int i = 0; i < 50; i++)
+        expect_echo(f, i);
+    assert_int_equal(f->srv.requests, 50);
+    assert_int_equal(f->srv.accepted, 1);
+    /* What the server saw of the request. */
+    assert_string_equal(f->srv.last_method, "POST");
+    assert_string_equal(f->srv.last_url, "/mcp");
+    assert_string_equal(f->srv.last_host, f->authority);
+    assert_string_equal(f->srv.last_x_test, "configured");
+    assert_string_equal(f->srv.last_accept, "application/json, text/event-stream");
+    size_t total, idle, queued, dedicated;
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(total, 1);
+    assert_int_equal(idle, 1);
+    assert_int_equal(queued, 0);
+    assert_int_equal(dedicated, 0);
+
+    /* 20 at once: two connections, the rest queued and served in turn. */
+    f->chain_to = 0;
+    for (int i = 50; i < 70; i++)
+        start_call(f, i, 2000);
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(total, 2);
+    assert_int_equal(idle, 0);
+    assert_int_equal(queued, 18);
+    run_until_done(f, 70, 4000);
+    for (int i = 50; i < 70; i++)
+        expect_echo(f, i);
+    assert_int_equal(f->srv.requests, 70);
+    if (f->srv.accepted > 2)
+        fail_msg("the server saw %d connections for a pool of 2", f->srv.accepted);
+    assert_int_equal(f->srv.accepted, 2);
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(total, 2);
+    assert_int_equal(idle, 2);
+    assert_int_equal(queued, 0);
+    assert_int_equal(f->m.upstream_calls, 70);
+    assert_int_equal(f->m.upstream_errors, 0);
+    assert_int_equal(f->m.upstream_connects, 2);
+    assert_int_equal(f->m.lat_count, 70);
+    assert_string_equal(f->calls[0].sid, "sess-1");
+    fixture_finish(f);
+    /* Closing the pool closed both connections at the server too. */
+    free(f);
+}
+
+static void queue_full_gives_elimit(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 2, 1);
+    upstream_new(f);
+    for (int i = 0; i < 5; i++)
+        start_call(f, i, 2000);
+    size_t total, idle, queued, dedicated;
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(total, 2);
+    assert_int_equal(queued, 1);
+    /* No callback runs inside tg_upreq_start. */
+    assert_int_equal(f->ndone, 0);
+    run_until_done(f, 5, 4000);
+    int ok = 0, limited = 0;
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(f->calls[i].done, 1);
+        if (f->calls[i].err == 0) {
+            expect_echo(f, i);
+            ok++;
+        } else if (f->calls[i].err == TG_ELIMIT) {
+            assert_int_equal(f->calls[i].heads, 0);
+            assert_int_equal(f->calls[i].body.len, 0);
+            limited++;
+        } else {
+            fail_msg("call %d: err %d, expected 0 or TG_ELIMIT", i, f->calls[i].err);
+        }
+    }
+    /* Two on connections, one queued; the last two found the queue full. */
+    assert_int_equal(ok, 3);
+    assert_int_equal(limited, 2);
+    assert_int_equal(f->calls[3].err, TG_ELIMIT);
+    assert_int_equal(f->calls[4].err, TG_ELIMIT);
+    assert_int_equal(f->srv.requests, 3);
+    assert_int_equal(f->m.upstream_errors, 2);
+    fixture_finish(f);
+    free(f);
+}
+
+static void queue_deadline_gives_elimit(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_SILENT, 1, 5);
+    f->uc.queue_timeout_ms = 100;
+    upstream_new(f);
+    start_call(f, 0, 0); /* holds the only connection, never answered, no call timeout */
+    start_call(f, 1, 5000);
+    run_until_done(f, 1, 3000);
+    assert_int_equal(f->calls[1].done, 1);
+    assert_int_equal(f->calls[1].err, TG_ELIMIT);
+    assert_int_equal(f->calls[0].done, 0);
+    uint64_t waited = f->calls[1].t_done - f->calls[1].t_start;
+    if (waited < 90 || waited > 2000)
+        fail_msg("queued call failed after %llu ms, queue_timeout_ms is 100", (unsigned long long)waited);
+    assert_int_equal(f->m.upstream_queue_timeouts, 1);
+    /* Closing the pool ends the call still on the connection. */
+    tg_upstream_close(f->u);
+    f->u = NULL;
+    assert_int_equal(f->calls[0].done, 1);
+    assert_int_equal(f->calls[0].err, TG_ECLOSED);
+    fixture_finish(f);
+    free(f);
+}
+
+static void silent_server_times_out(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_SILENT, 2, 10);
+    upstream_new(f);
+    start_call(f, 0, 150);
+    run_until_done(f, 1, 3000);
+    assert_int_equal(f->calls[0].err, TG_ETIMEDOUT);
+    assert_int_equal(f->calls[0].heads, 0);
+    uint64_t waited = f->calls[0].t_done - f->calls[0].t_start;
+    if (waited < 140 || waited > 2000)
+        fail_msg("timed out after %llu ms, call timeout 150 ms", (unsigned long long)waited);
+    assert_int_equal(f->srv.requests, 1); /* it was sent */
+    assert_int_equal(f->m.upstream_timeouts, 1);
+    /* The connection with half an exchange on it is not reused. */
+    size_t total, idle, queued, dedicated;
+    run_for(f, 20);
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(total, 0);
+    assert_int_equal(f->srv.eofs, 1);
+    fixture_finish(f);
+    free(f);
+}
+
+/* A call that gets an idle pooled connection must still be bounded by its call timeout. */
+static void call_timeout_on_reused_connection(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_FIRST_ONLY, 1, 10);
+    upstream_new(f);
+    start_call(f, 0, 1000);
+    run_until_done(f, 1, 3000);
+    expect_echo(f, 0);
+    size_t total, idle, queued, dedicated;
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(idle, 1);
+    start_call(f, 1, 150); /* reuses the idle connection; the server will not answer */
+    f->timed_out = 0;
+    uv_timer_start(&f->watchdog, on_watchdog, 1500, 0);
+    while (f->ndone < 2 && !f->timed_out)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    uv_timer_stop(&f->watchdog);
+    assert_int_equal(f->srv.accepted, 1);
+    assert_int_equal(f->srv.requests, 2);
+    if (f->calls[1].done == 0) {
+        /* Leave the loop in a state fixture_finish can clean up. */
+        fixture_finish(f);
+        free(f);
+        fail_msg("call with a 150 ms timeout on a reused connection had not finished after 1500 ms");
+    }
+    assert_int_equal(f->calls[1].err, TG_ETIMEDOUT);
+    assert_int_equal(f->m.upstream_timeouts, 1);
+    fixture_finish(f);
+    free(f);
+}
+
+static void queued_call_timeout_after_dequeue(void **state)
+{
+    /* Pool of 1: call 0 is answered (first request), call 1 waits in the queue, gets the
+     * connection back, and the server stays silent: call 1 must time out. */
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_FIRST_ONLY, 1, 10);
+    upstream_new(f);
+    start_call(f, 0, 1000);
+    start_call(f, 1, 200);
+    f->timed_out = 0;
+    uv_timer_start(&f->watchdog, on_watchdog, 1500, 0);
+    while (f->ndone < 2 && !f->timed_out)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    uv_timer_stop(&f->watchdog);
+    int done = f->calls[1].done;
+    int err = f->calls[1].err;
+    expect_echo(f, 0);
+    fixture_finish(f);
+    free(f);
+    if (!done)
+        fail_msg("queued call with a 200 ms timeout had not finished after 1500 ms");
+    assert_int_equal(err, TG_ETIMEDOUT);
+}
+
+static void connection_close_server(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_CLOSE, 2, 10);
+    upstream_new(f);
+    f->chain_to = 10;
+    f->chain_timeout_ms = 2000;
+    start_call(f, 0, 2000);
+    run_until_done(f, 10, 4000);
+    for (int i = 0; i < 10; i++)
+        expect_echo(f, i);
+    assert_int_equal(f->srv.accepted, 10); /* one connection per call */
+    /* Concurrent too. */
+    f->chain_to = 0;
+    for (int i = 10; i < 16; i++)
+        start_call(f, i, 2000);
+    run_until_done(f, 16, 4000);
+    for (int i = 10; i < 16; i++)
+        expect_echo(f, i);
+    size_t total, idle, queued, dedicated;
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(idle, 0);
+    fixture_finish(f);
+    free(f);
+}
+
+static void server_closes_without_saying(void **state)
+{
+    /* Keep-alive headers, then the server closes: the next call, started from on_done,
+     * may be written to the dying connection; it must be retried on a fresh one. */
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_CLOSE_QUIETLY, 1, 10);
+    upstream_new(f);
+    f->chain_to = 10;
+    f->chain_timeout_ms = 2000;
+    start_call(f, 0, 2000);
+    run_until_done(f, 10, 4000);
+    for (int i = 0; i < 10; i++)
+        expect_echo(f, i);
+    assert_int_equal(f->srv.answered, 10);
+    fixture_finish(f);
+    free(f);
+}
+
+static void chunked_body_intact(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_CHUNKED, 2, 10);
+    f->body_pad = 100;
+    upstream_new(f);
+    for (int i = 0; i < 4; i++)
+        start_call(f, i, 2000);
+    run_until_done(f, 4, 4000);
+    for (int i = 0; i < 4; i++)
+        expect_echo(f, i);
+    /* Chunked responses keep the connection. */
+    f->chain_to = 10;
+    f->chain_timeout_ms = 2000;
+    start_call(f, 4, 2000);
+    run_until_done(f, 10, 4000);
+    for (int i = 4; i < 10; i++)
+        expect_echo(f, i);
+    assert_int_equal(f->srv.accepted, 2);
+    /* One byte per chunk. */
+    f->srv.chunk = 1;
+    f->chain_to = 0;
+    start_call(f, 10, 2000);
+    run_until_done(f, 11, 4000);
+    expect_echo(f, 10);
+    fixture_finish(f);
+    free(f);
+}
+
+static void large_body_across_reads(void **state)
+{
+    /* Bigger than the 64 KiB read buffer: delivered in pieces, intact and in order. */
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 1, 10);
+    upstream_new(f);
+    size_t n = 300000;
+    char *big = malloc(n);
+    const char *head = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"";
+    memcpy(big, head, strlen(head));
+    for (size_t i = strlen(head); i < n - 3; i++)
+        big[i] = (char)('a' + i % 26);
+    memcpy(big + n - 3, "\"}", 2);
+    big[n - 1] = '\n';
+    struct call *c = &f->calls[0];
+    c->f = f;
+    c->started = 1;
+    c->r = tg_upreq_start(f->u, "POST", NULL, big, n, 0, 3000, &cbs, c);
+    run_until_done(f, 1, 4000);
+    assert_int_equal(c->err, 0);
+    assert_int_equal(c->body.len, n);
+    assert_memory_equal(c->body.base, big, n);
+    free(big);
+    fixture_finish(f);
+    free(f);
+}
+
+static void connect_refused(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 2, 10);
+    /* A port that was free a moment ago: bind, read it, close. */
+    uv_tcp_t probe;
+    struct sockaddr_in a;
+    uv_ip4_addr("127.0.0.1", 0, &a);
+    uv_tcp_init(&f->loop, &probe);
+    assert_int_equal(uv_tcp_bind(&probe, (const struct sockaddr *)&a, 0), 0);
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    uv_tcp_getsockname(&probe, (struct sockaddr *)&ss, &len);
+    uv_close((uv_handle_t *)&probe, NULL);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    f->uc.port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    upstream_new(f);
+    start_call(f, 0, 2000);
+    start_call(f, 1, 2000);
+    run_until_done(f, 2, 3000);
+    for (int i = 0; i < 2; i++) {
+        if (f->calls[i].err >= 0)
+            fail_msg("call %d: err %d, expected a connect error", i, f->calls[i].err);
+        assert_int_equal(f->calls[i].heads, 0);
+    }
+    assert_int_equal(f->calls[0].err, UV_ECONNREFUSED);
+    assert_int_equal(tg_upstream_reachable(f->u), 0);
+    size_t total, idle, queued, dedicated;
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(total, 0);
+    fixture_finish(f);
+    free(f);
+}
+
+static void idle_connection_expires(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 2, 10);
+    f->uc.pool_idle_timeout_ms = 60;
+    upstream_new(f);
+    start_call(f, 0, 2000);
+    run_until_done(f, 1, 3000);
+    expect_echo(f, 0);
+    run_for(f, 250);
+    size_t total, idle, queued, dedicated;
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(total, 0);
+    assert_int_equal(idle, 0);
+    assert_int_equal(f->srv.eofs, 1);
+    start_call(f, 1, 2000);
+    run_until_done(f, 2, 3000);
+    expect_echo(f, 1);
+    assert_int_equal(f->srv.accepted, 2);
+    fixture_finish(f);
+    free(f);
+}
+
+static void cancel_in_flight_and_queued(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_SILENT, 1, 10);
+    upstream_new(f);
+    start_call(f, 0, 0);
+    start_call(f, 1, 0);
+    start_call(f, 2, 0);
+    run_for(f, 30); /* call 0 is on the wire */
+    assert_int_equal(f->srv.requests, 1);
+    size_t total, idle, queued, dedicated;
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(queued, 2);
+    tg_upreq_cancel(f->calls[1].r); /* queued */
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(queued, 1);
+    tg_upreq_cancel(f->calls[0].r); /* in flight: its connection is closed, call 2 gets a new one */
+    run_for(f, 30);
+    assert_int_equal(f->srv.accepted, 2);
+    assert_int_equal(f->srv.requests, 2);
+    assert_int_equal(f->ndone, 0); /* cancelled calls get no on_done */
+    f->calls[0].started = f->calls[1].started = 0;
+    tg_upstream_close(f->u); /* call 2 is still in flight */
+    f->u = NULL;
+    assert_int_equal(f->calls[2].done, 1);
+    assert_int_equal(f->calls[2].err, TG_ECLOSED);
+    fixture_finish(f);
+    free(f);
+}
+
+static void close_with_calls_everywhere(void **state)
+{
+    /* Calls connecting, in flight and queued when the pool is closed: each gets on_done(TG_ECLOSED) once. */
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_SILENT, 2, 10);
+    upstream_new(f);
+    start_call(f, 0, 0);
+    start_call(f, 1, 0);
+    run_for(f, 30);
+    for (int i = 2; i < 6; i++)
+        start_call(f, i, 0);
+    tg_upstream_close(f->u);
+    f->u = NULL;
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(f->calls[i].done, 1);
+        assert_int_equal(f->calls[i].err, TG_ECLOSED);
+    }
+    fixture_finish(f);
+    /* Closing a pool with nothing in it frees it at once. */
+    fixture_init(f, SRV_SILENT, 2, 10);
+    upstream_new(f);
+    fixture_finish(f);
+    free(f);
+}
+
+/* In on_done (so in the poll phase), start two calls on a pool of one with no queue
+ * (the second is refused with a deferred TG_ELIMIT), then close the pool. */
+static void close_from_on_done(struct call *c)
+{
+    struct fixture *f = c->f;
+    if (c->idx != 0)
+        return;
+    f->after_done = NULL;
+    start_call(f, 1, 2000);
+    start_call(f, 2, 2000);
+    tg_upstream_close(f->u);
+    f->u = NULL;
+}
+
+/* BUG (upstream/httpup.c, fail_later() and tg_upstream_close()): a call refused with
+ * a deferred error (queue full: fail_later arms a 0 ms timer) is in no list that
+ * tg_upstream_close() walks. When the pool is closed before that timer fires and the
+ * upstream is freed first (in the close callback of its last connection, or at once
+ * when none is open), on_req_timer() -> finish() dereferences r->up (metrics,
+ * queue counters) after free: heap-use-after-free under ASan. The header promises
+ * "pending requests get on_done(TG_ECLOSED)". */
+static void bug_close_with_deferred_error_pending(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 1, 0);
+    upstream_new(f);
+    f->after_done = close_from_on_done;
+    start_call(f, 0, 2000);
+    run_until_done(f, 3, 3000);
+    expect_echo(f, 0);
+    assert_int_equal(f->calls[1].err, TG_ECLOSED);
+    assert_int_not_equal(f->calls[2].err, 0);
+    fixture_finish(f);
+    free(f);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(sequential_then_concurrent_share_two_connections),
+        cmocka_unit_test(queue_full_gives_elimit),
+        cmocka_unit_test(queue_deadline_gives_elimit),
+        cmocka_unit_test(silent_server_times_out),
+        cmocka_unit_test(call_timeout_on_reused_connection),
+        cmocka_unit_test(queued_call_timeout_after_dequeue),
+        cmocka_unit_test(connection_close_server),
+        cmocka_unit_test(server_closes_without_saying),
+        cmocka_unit_test(chunked_body_intact),
+        cmocka_unit_test(large_body_across_reads),
+        cmocka_unit_test(connect_refused),
+        cmocka_unit_test(idle_connection_expires),
+        cmocka_unit_test(cancel_in_flight_and_queued),
+        cmocka_unit_test(close_with_calls_everywhere),
+        cmocka_unit_test(bug_close_with_deferred_error_pending),
+    };
+    return TG_UNIT_RUN(tests, argc, argv);
+}
