@@ -242,8 +242,6 @@ static void attach(struct tg_upconn *c, struct tg_upreq *r)
     tg_list_unlink(&c->link);
     tg_list_insert_tail(&c->up->busy, &c->link);
     uv_timer_stop(&c->timer);
-    if (r->timeout_ms)
-        uv_timer_start(&r->timer, (uv_timer_cb)NULL, 0, 0), uv_timer_stop(&r->timer);
     conn_send(c);
 }
 
