@@ -10,6 +10,7 @@
 #include "test/unit/unit.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <llhttp.h>
 #include <strings.h>
 #include <uv.h>
@@ -27,6 +28,8 @@ enum srv_mode {
     SRV_CHUNKED,        /* Transfer-Encoding: chunked, second half of the chunks a few ms later */
     SRV_SILENT,         /* reads requests, never answers */
     SRV_FIRST_ONLY,     /* answers the first request it sees, then goes silent */
+    SRV_EOF_BODY,       /* no Content-Length: the body ends when the server closes */
+    SRV_MALFORMED,      /* not an HTTP response */
 };
 
 struct srv {
@@ -39,6 +42,10 @@ struct srv {
     int answered;
     int eofs;       /* connections the client closed */
     size_t chunk;   /* chunk size in SRV_CHUNKED */
+    int status;     /* final status (200) */
+    const char *ctype;
+    int interim;    /* send "100 Continue" before the response */
+    int garbage;    /* send bytes nobody asked for right after the response */
     struct tg_list conns;
     char last_method[16], last_url[64], last_host[128], last_x_test[64], last_accept[128];
 };
@@ -145,12 +152,26 @@ static void respond(struct sconn *c)
     case SRV_KEEPALIVE:
     case SRV_CLOSE:
     case SRV_CLOSE_QUIETLY:
-        tg_buf_appendf(&r, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nMcp-Session-Id: sess-%d\r\n%s"
+        if (s->interim)
+            tg_buf_appends(&r, "HTTP/1.1 100 Continue\r\n\r\n");
+        tg_buf_appendf(&r, "HTTP/1.1 %d X\r\nContent-Type: %s\r\nMcp-Session-Id: sess-%d\r\n%s"
                            "Content-Length: %zu\r\n\r\n",
-                       s->answered + 1, s->mode == SRV_CLOSE ? "Connection: close\r\n" : "", n);
+                       s->status, s->ctype, s->answered + 1, s->mode == SRV_CLOSE ? "Connection: close\r\n" : "", n);
         tg_buf_append(&r, body, n);
+        if (s->garbage)
+            tg_buf_appends(&r, "HTTP/1.1 200 OK\r\n");
         s->answered++;
         sc_write(c, r.base, r.len, s->mode == SRV_CLOSE || s->mode == SRV_CLOSE_QUIETLY);
+        break;
+    case SRV_EOF_BODY:
+        tg_buf_appends(&r, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n");
+        tg_buf_append(&r, body, n);
+        s->answered++;
+        sc_write(c, r.base, r.len, 1);
+        break;
+    case SRV_MALFORMED:
+        tg_buf_appends(&r, "HTTP/1.1 2OO OK\r\n\r\n");
+        sc_write(c, r.base, r.len, 0);
         break;
     case SRV_CHUNKED: {
         tg_buf_appends(&r, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
@@ -306,6 +327,8 @@ static void srv_start(struct srv *s, uv_loop_t *loop, enum srv_mode mode)
     s->loop = loop;
     s->mode = mode;
     s->chunk = 7;
+    s->status = 200;
+    s->ctype = "application/json";
     tg_list_init(&s->conns);
     struct sockaddr_in a;
     assert_int_equal(uv_ip4_addr("127.0.0.1", 0, &a), 0);
@@ -971,6 +994,238 @@ static void close_with_calls_everywhere(void **state)
     free(f);
 }
 
+static void body_ends_at_close(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_EOF_BODY, 2, 10);
+    upstream_new(f);
+    f->chain_to = 3;
+    f->chain_timeout_ms = 2000;
+    start_call(f, 0, 2000);
+    run_until_done(f, 3, 3000);
+    for (int i = 0; i < 3; i++)
+        expect_echo(f, i);
+    assert_int_equal(f->srv.accepted, 3);
+    fixture_finish(f);
+    free(f);
+}
+
+static void interim_response_and_error_status(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 1, 10);
+    f->srv.interim = 1;
+    upstream_new(f);
+    start_call(f, 0, 2000);
+    run_until_done(f, 1, 3000);
+    expect_echo(f, 0); /* on_head once, for the final 200 */
+    /* An HTTP error status is a complete exchange; the body is delivered and the connection kept. */
+    f->srv.interim = 0;
+    f->srv.status = 500;
+    f->srv.ctype = "text/plain";
+    start_call(f, 1, 2000);
+    run_until_done(f, 2, 3000);
+    assert_int_equal(f->calls[1].err, 0);
+    assert_int_equal(f->calls[1].status, 500);
+    assert_string_equal(f->calls[1].ctype, "text/plain");
+    assert_int_equal(f->calls[1].body.len, f->calls[1].sent_len);
+    assert_int_equal(f->srv.accepted, 1);
+    fixture_finish(f);
+    free(f);
+}
+
+static void unsolicited_bytes_after_response(void **state)
+{
+    /* Bytes after a complete response: the call succeeds, the connection is not reused. */
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 1, 10);
+    f->srv.garbage = 1;
+    upstream_new(f);
+    start_call(f, 0, 2000);
+    run_until_done(f, 1, 3000);
+    expect_echo(f, 0);
+    f->srv.garbage = 0;
+    start_call(f, 1, 2000);
+    run_until_done(f, 2, 3000);
+    expect_echo(f, 1);
+    assert_int_equal(f->srv.accepted, 2);
+    fixture_finish(f);
+    free(f);
+}
+
+static void malformed_response(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_MALFORMED, 1, 10);
+    upstream_new(f);
+    start_call(f, 0, 2000);
+    run_until_done(f, 1, 3000);
+    assert_int_equal(f->calls[0].err, TG_EINVAL);
+    assert_int_equal(f->calls[0].heads, 0);
+    size_t total, idle, queued, dedicated;
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(total, 0);
+    fixture_finish(f);
+    free(f);
+}
+
+static void on_head_pause(struct tg_upreq *r, int status, void *ud)
+{
+    on_head(r, status, ud);
+    tg_upreq_pause(r);
+}
+
+static const struct tg_upreq_cbs pause_cbs = {on_head_pause, on_data, on_done};
+
+static void pause_and_resume(void **state)
+{
+    /* Chunked: the second half comes a few ms after the head. Paused in on_head, it is not read. */
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_CHUNKED, 1, 10);
+    f->body_pad = 100;
+    upstream_new(f);
+    struct call *c = &f->calls[0];
+    c->f = f;
+    c->started = 1;
+    c->sent_len = (size_t)snprintf(c->sent, sizeof(c->sent), "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"%0100d\"}", 0);
+    c->r = tg_upreq_start(f->u, "POST", NULL, c->sent, c->sent_len, 0, 2000, &pause_cbs, c);
+    tg_upreq_pause(c->r); /* before it has a connection: harmless, and pausing twice too */
+    tg_upreq_resume(c->r);
+    run_for(f, 100);
+    assert_int_equal(c->heads, 1);
+    assert_int_equal(c->done, 0);
+    assert_true(c->body.len < c->sent_len);
+    tg_upreq_touch(c->r);
+    tg_upreq_resume(c->r);
+    tg_upreq_resume(c->r);
+    run_until_done(f, 1, 3000);
+    expect_echo(f, 0);
+    fixture_finish(f);
+    free(f);
+}
+
+static void dedicated_connection(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 1, 0);
+    upstream_new(f);
+    start_call(f, 0, 0); /* takes the only pooled connection */
+    struct call *c = &f->calls[1];
+    c->f = f;
+    c->idx = 1;
+    c->started = 1;
+    c->r = tg_upreq_start(f->u, "GET", "Accept: text/event-stream\r\n", NULL, 0, 1, 2000, &cbs, c);
+    size_t total, idle, queued, dedicated;
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(total, 1);
+    assert_int_equal(dedicated, 1);
+    assert_int_equal(queued, 0);
+    run_until_done(f, 2, 3000);
+    expect_echo(f, 0);
+    assert_int_equal(c->err, 0);
+    assert_int_equal(c->status, 200);
+    assert_int_equal(c->body.len, 0);
+    assert_int_equal(f->srv.accepted, 2);
+    run_for(f, 20);
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(dedicated, 0); /* a dedicated connection is not pooled afterwards */
+    assert_int_equal(total, 1);
+    assert_int_equal(idle, 1);
+    assert_int_equal(f->srv.eofs, 1);
+    fixture_finish(f);
+    free(f);
+}
+
+static void on_data_cancel(struct tg_upreq *r, const char *p, size_t n, void *ud)
+{
+    struct call *c = ud;
+    on_data(r, p, n, ud);
+    c->f->ndone++; /* counts as finished for run_until_done */
+    c->started = 0;
+    tg_upreq_cancel(r);
+}
+
+static const struct tg_upreq_cbs cancel_cbs = {on_head, on_data_cancel, on_done};
+
+static void on_data_close(struct tg_upreq *r, const char *p, size_t n, void *ud)
+{
+    struct call *c = ud;
+    on_data(r, p, n, ud);
+    if (c->f->u) {
+        tg_upstream_close(c->f->u);
+        c->f->u = NULL;
+    }
+}
+
+static const struct tg_upreq_cbs close_cbs = {on_head, on_data_close, on_done};
+
+static void cancel_or_close_from_callbacks(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_CHUNKED, 1, 10);
+    f->body_pad = 50;
+    upstream_new(f);
+    struct call *c = &f->calls[0];
+    c->f = f;
+    c->started = 1;
+    c->r = tg_upreq_start(f->u, "POST", NULL, "{\"a\":\"0123456789\"}", 18, 0, 2000, &cancel_cbs, c);
+    run_until_done(f, 1, 3000);
+    assert_int_equal(c->done, 0);
+    run_for(f, 20);
+    size_t total, idle, queued, dedicated;
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(total, 0); /* half a response cannot be skipped: the connection was closed */
+    /* The pool still works. */
+    start_call(f, 1, 2000);
+    run_until_done(f, 2, 3000);
+    expect_echo(f, 1);
+    /* Closing the whole pool from on_data: that call ends with TG_ECLOSED, once. */
+    c = &f->calls[2];
+    c->f = f;
+    c->idx = 2;
+    c->started = 1;
+    c->r = tg_upreq_start(f->u, "POST", NULL, "{\"a\":\"0123456789\"}", 18, 0, 2000, &close_cbs, c);
+    run_until_done(f, 3, 3000);
+    assert_null(f->u);
+    assert_int_equal(c->done, 1);
+    assert_int_equal(c->err, TG_ECLOSED);
+    fixture_finish(f);
+    free(f);
+}
+
+static void host_name_is_resolved(void **state)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo("localhost", "80", &hints, &res) != 0 || res == NULL || res->ai_family != AF_INET) {
+        if (res)
+            freeaddrinfo(res);
+        skip(); /* the server below listens on 127.0.0.1 only */
+    }
+    freeaddrinfo(res);
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 2, 10);
+    f->uc.host = "localhost";
+    snprintf(f->authority, sizeof(f->authority), "localhost:%d", f->srv.port);
+    upstream_new(f);
+    start_call(f, 0, 2000);
+    start_call(f, 1, 2000);
+    run_until_done(f, 2, 3000);
+    expect_echo(f, 0);
+    expect_echo(f, 1);
+    assert_string_equal(f->srv.last_host, f->authority);
+    /* A name that does not resolve fails the call, not the process. */
+    fixture_finish(f);
+    fixture_init(f, SRV_KEEPALIVE, 2, 10);
+    f->uc.host = "no-such-host.invalid";
+    upstream_new(f);
+    start_call(f, 0, 2000);
+    run_until_done(f, 1, 3000);
+    if (f->calls[0].err >= 0)
+        fail_msg("unresolvable host: err %d", f->calls[0].err);
+    fixture_finish(f);
+    free(f);
+}
+
 /* In on_done (so in the poll phase), start two calls on a pool of one with no queue
  * (the second is refused with a deferred TG_ELIMIT), then close the pool. */
 static void close_from_on_done(struct call *c)
@@ -1024,6 +1279,14 @@ int main(int argc, char **argv)
         cmocka_unit_test(idle_connection_expires),
         cmocka_unit_test(cancel_in_flight_and_queued),
         cmocka_unit_test(close_with_calls_everywhere),
+        cmocka_unit_test(body_ends_at_close),
+        cmocka_unit_test(interim_response_and_error_status),
+        cmocka_unit_test(unsolicited_bytes_after_response),
+        cmocka_unit_test(malformed_response),
+        cmocka_unit_test(pause_and_resume),
+        cmocka_unit_test(dedicated_connection),
+        cmocka_unit_test(cancel_or_close_from_callbacks),
+        cmocka_unit_test(host_name_is_resolved),
         cmocka_unit_test(bug_close_with_deferred_error_pending),
     };
     return TG_UNIT_RUN(tests, argc, argv);
