@@ -1,0 +1,231 @@
+/* Counter store: one open-addressing table (linear probing, backward-shift
+ * deletion) of 40-byte entries keyed by two independent 64-bit hashes of
+ * "upstream, counter, scope identity". Keys are never stored: two 64-bit
+ * hashes of gateway-chosen names (session ids are random, grant and counter
+ * names come from the operator) do not collide in practice, and dropping the
+ * key keeps a million live buckets well under 128 MiB. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy/counters.h"
+
+struct entry {
+    uint64_t h1, h2;   /* h1 == 0: empty slot */
+    int64_t stamp_ms;  /* bucket: last refill; window: window start */
+    double value;      /* bucket: tokens; window: count */
+    int64_t expire_ms; /* after this the entry holds no information */
+};
+
+struct tg_counters {
+    struct entry *t;
+    size_t cap; /* power of two */
+    size_t count;
+    size_t sweep_pos;
+};
+
+struct tg_counters *tg_counters_new(void)
+{
+    struct tg_counters *c = calloc(1, sizeof(*c));
+    if (!c)
+        abort();
+    c->cap = 1024;
+    c->t = calloc(c->cap, sizeof(*c->t));
+    if (!c->t)
+        abort();
+    return c;
+}
+
+void tg_counters_free(struct tg_counters *c)
+{
+    if (!c)
+        return;
+    free(c->t);
+    free(c);
+}
+
+size_t tg_counters_count(const struct tg_counters *c) { return c->count; }
+size_t tg_counters_memory(const struct tg_counters *c) { return c->cap * sizeof(struct entry) + sizeof(*c); }
+
+static void insert_raw(struct entry *t, size_t cap, const struct entry *e)
+{
+    size_t i = (size_t)e->h1 & (cap - 1);
+    while (t[i].h1 != 0)
+        i = (i + 1) & (cap - 1);
+    t[i] = *e;
+}
+
+static void grow(struct tg_counters *c)
+{
+    size_t ncap = c->cap * 2;
+    struct entry *nt = calloc(ncap, sizeof(*nt));
+    if (!nt)
+        abort();
+    for (size_t i = 0; i < c->cap; i++)
+        if (c->t[i].h1 != 0)
+            insert_raw(nt, ncap, &c->t[i]);
+    free(c->t);
+    c->t = nt;
+    c->cap = ncap;
+}
+
+/* Find or create. h1 must not be 0 (tg_counters_hash never returns it). */
+static struct entry *slot(struct tg_counters *c, uint64_t h1, uint64_t h2, int create)
+{
+    size_t i = (size_t)h1 & (c->cap - 1);
+    while (c->t[i].h1 != 0) {
+        if (c->t[i].h1 == h1 && c->t[i].h2 == h2)
+            return &c->t[i];
+        i = (i + 1) & (c->cap - 1);
+    }
+    if (!create)
+        return NULL;
+    if ((c->count + 1) * 2 > c->cap) {
+        grow(c);
+        return slot(c, h1, h2, 1);
+    }
+    c->t[i].h1 = h1;
+    c->t[i].h2 = h2;
+    c->t[i].stamp_ms = 0;
+    c->t[i].value = 0;
+    c->t[i].expire_ms = 0;
+    c->count++;
+    return &c->t[i];
+}
+
+static void remove_at(struct tg_counters *c, size_t i)
+{
+    /* Backward-shift deletion keeps probe chains intact without tombstones. */
+    size_t mask = c->cap - 1;
+    size_t j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (c->t[j].h1 == 0)
+            break;
+        size_t home = (size_t)c->t[j].h1 & mask;
+        /* Move t[j] into the hole at i if its home is not in (i, j]. */
+        int between = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
+        if (!between) {
+            c->t[i] = c->t[j];
+            i = j;
+        }
+    }
+    memset(&c->t[i], 0, sizeof(c->t[i]));
+    c->count--;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2)
+{
+    uint64_t a = 0xcbf29ce484222325ULL, b = 0x84222325cbf29ce4ULL ^ n;
+    for (size_t i = 0; i < n; i++) {
+        a = (a ^ (unsigned char)key[i]) * 0x100000001b3ULL;
+        b = (b + (unsigned char)key[i] + 0x9e3779b97f4a7c15ULL) * 0xff51afd7ed558ccdULL;
+        b ^= b >> 29;
+    }
+    *h1 = mix(a) | 1; /* never 0: 0 marks an empty slot */
+    *h2 = mix(b ^ a);
+}
+
+int tg_bucket_take(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, double per_ms, double amount,
+                   int64_t now_ms, double *left, uint64_t *retry_ms)
+{
+    struct entry *e = slot(c, h1, h2, 0);
+    double tokens = capacity;
+    if (e != NULL) {
+        double dt = (double)(now_ms - e->stamp_ms);
+        tokens = e->value + (dt > 0 ? dt * per_ms : 0);
+        if (tokens > capacity)
+            tokens = capacity;
+    }
+    if (tokens + 1e-9 < amount) {
+        double need = amount - tokens;
+        *retry_ms = per_ms > 0 ? (uint64_t)(need / per_ms) + 1 : UINT64_MAX;
+        *left = tokens;
+        if (e != NULL) {
+            e->value = tokens;
+            e->stamp_ms = now_ms;
+        }
+        return 0;
+    }
+    if (e == NULL)
+        e = slot(c, h1, h2, 1);
+    tokens -= amount;
+    e->value = tokens;
+    e->stamp_ms = now_ms;
+    e->expire_ms = now_ms + (per_ms > 0 ? (int64_t)((capacity - tokens) / per_ms) + 1 : INT64_MAX / 2);
+    *left = tokens;
+    *retry_ms = 0;
+    return 1;
+}
+
+void tg_bucket_give(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, double amount)
+{
+    struct entry *e = slot(c, h1, h2, 0);
+    if (e == NULL)
+        return; /* already full again and swept */
+    e->value += amount;
+    if (e->value > capacity)
+        e->value = capacity;
+}
+
+double tg_window_get(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start)
+{
+    struct entry *e = slot(c, h1, h2, 0);
+    if (e == NULL || e->stamp_ms != window_start)
+        return 0;
+    return e->value;
+}
+
+int tg_window_add(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, int64_t window_ms,
+                  double amount, double limit, int has_limit, double *now_value)
+{
+    struct entry *e = slot(c, h1, h2, 0);
+    double cur = (e != NULL && e->stamp_ms == window_start) ? e->value : 0;
+    if (has_limit && cur + amount > limit) {
+        *now_value = cur;
+        return 0;
+    }
+    if (e == NULL)
+        e = slot(c, h1, h2, 1);
+    e->stamp_ms = window_start;
+    e->value = cur + amount;
+    e->expire_ms = window_start + window_ms;
+    *now_value = e->value;
+    return 1;
+}
+
+void tg_window_sub(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, double amount)
+{
+    struct entry *e = slot(c, h1, h2, 0);
+    if (e == NULL || e->stamp_ms != window_start)
+        return; /* a new window began: nothing of the old one to give back */
+    e->value -= amount;
+    if (e->value < 0)
+        e->value = 0;
+}
+
+void tg_counters_sweep(struct tg_counters *c, int64_t now_ms, size_t budget)
+{
+    if (c->count == 0)
+        return;
+    if (budget > c->cap)
+        budget = c->cap;
+    while (budget-- > 0) {
+        size_t i = c->sweep_pos & (c->cap - 1);
+        if (c->t[i].h1 != 0 && c->t[i].expire_ms <= now_ms) {
+            remove_at(c, i);
+            /* an entry may have shifted into i: look at it again */
+            continue;
+        }
+        c->sweep_pos = (i + 1) & (c->cap - 1);
+    }
+}

@@ -1,0 +1,22 @@
+/* Internal interface of the counter store (policy/counters.c), used by policy.c and its tests. */
+#ifndef TG_COUNTERS_H
+#define TG_COUNTERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy/policy.h"
+
+void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2);
+/* Token bucket: take `amount`; returns 1 (taken) or 0 (not enough; *retry_ms until it would be). */
+int tg_bucket_take(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, double per_ms, double amount,
+                   int64_t now_ms, double *left, uint64_t *retry_ms);
+void tg_bucket_give(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, double amount);
+/* Fixed window: current value in the window starting at window_start. */
+double tg_window_get(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start);
+/* Add amount unless that passes limit; returns 1 if added. */
+int tg_window_add(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, int64_t window_ms,
+                  double amount, double limit, int has_limit, double *now_value);
+void tg_window_sub(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, double amount);
+
+#endif

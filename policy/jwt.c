@@ -1,0 +1,694 @@
+#include "policy/jwt.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mbedtls/bignum.h>
+#include <mbedtls/ecdsa.h>
+#include <mbedtls/ecp.h>
+#include <mbedtls/md.h>
+#include <mbedtls/platform_util.h>
+#include <mbedtls/rsa.h>
+#include <mbedtls/sha256.h>
+
+#include "core/json.h"
+
+/* A JOSE header or a claim set is a flat object in practice; nested claims
+ * get a little room, deeply nested ones are not worth parsing. */
+#define JWT_JSON_DEPTH 16
+#define JWKS_JSON_DEPTH 8
+
+enum jwk_kty { KTY_OCT, KTY_RSA, KTY_EC };
+
+/* Each algorithm has exactly one key type. Keeping the pairing in one table
+ * is what stops alg confusion: an HS256 token is only ever checked against
+ * "oct" keys, so the bytes of an RSA or EC public key can never become an
+ * HMAC secret. */
+static const struct {
+    const char *alg;
+    enum jwk_kty kty;
+    const char *kty_name;
+} algs[] = {
+    {"HS256", KTY_OCT, "oct"},
+    {"RS256", KTY_RSA, "RSA"},
+    {"ES256", KTY_EC, "EC"},
+};
+
+struct jwk {
+    enum jwk_kty kty;
+    int ready; /* the mbedtls context below is initialised and must be freed */
+    char *kid; /* NULL when the key has none */
+    union {
+        struct {
+            uint8_t *k; /* the HMAC secret, wiped before it is freed */
+            size_t len;
+        } oct;
+        mbedtls_rsa_context rsa;
+        struct {
+            mbedtls_ecp_group grp;
+            mbedtls_ecp_point q;
+        } ec;
+    } u;
+};
+
+struct tg_jwks {
+    size_t n;
+    struct jwk *keys;
+};
+
+/* ---- base64url ---- */
+
+static int b64url_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '-')
+        return 62;
+    if (c == '_')
+        return 63;
+    return -1;
+}
+
+/* Decode unpadded base64url (RFC 7515 §2) into out, which has room for
+ * n * 3 / 4 bytes. mbedtls_base64_decode() is standard base64 and tolerates
+ * padding and line breaks, so decode by hand and refuse anything that is
+ * not the one canonical spelling of the bytes: '=' and other non-alphabet
+ * characters, a length of 4k+1 characters, and set bits left over after
+ * the last whole byte (otherwise "AA" and "AB" would decode alike and one
+ * signed token would have several accepted spellings). */
+static int b64url_decode(const char *in, size_t n, uint8_t *out, size_t *outlen)
+{
+    if (n % 4 == 1)
+        return TG_EINVAL;
+    uint32_t acc = 0;
+    unsigned bits = 0;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int v = b64url_value((unsigned char)in[i]);
+        if (v < 0)
+            return TG_EINVAL;
+        acc = (acc << 6 | (uint32_t)v) & 0xffffff;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (uint8_t)(acc >> bits);
+            acc &= (1u << bits) - 1;
+        }
+    }
+    if (acc != 0)
+        return TG_EINVAL;
+    *outlen = o;
+    return 0;
+}
+
+/* ---- keys ---- */
+
+static void jwk_dispose(struct jwk *k)
+{
+    free(k->kid);
+    k->kid = NULL;
+    if (!k->ready)
+        return;
+    switch (k->kty) {
+    case KTY_OCT:
+        mbedtls_platform_zeroize(k->u.oct.k, k->u.oct.len);
+        free(k->u.oct.k);
+        k->u.oct.k = NULL;
+        break;
+    case KTY_RSA:
+        mbedtls_rsa_free(&k->u.rsa);
+        break;
+    case KTY_EC:
+        mbedtls_ecp_point_free(&k->u.ec.q);
+        mbedtls_ecp_group_free(&k->u.ec.grp);
+        break;
+    }
+    k->ready = 0;
+}
+
+void tg_jwks_free(struct tg_jwks *k)
+{
+    if (k == NULL)
+        return;
+    for (size_t i = 0; i < k->n; i++)
+        jwk_dispose(&k->keys[i]);
+    free(k->keys);
+    k->keys = NULL;
+    free(k);
+}
+
+struct loader {
+    const char *name;
+    struct tg_buf *err;
+    int nerr;
+};
+
+static void key_error(struct loader *L, size_t i, const char *field, const char *reason)
+{
+    tg_buf_appendf(L->err, "%s: keys[%zu]%s%s: %s\n", L->name, i, field[0] ? "." : "", field, reason);
+    L->nerr++;
+}
+
+/* Decode the base64url string member `field` of key i into a malloc'd buffer.
+ * Returns 1 when the member is absent (and not required), 0 on success,
+ * TG_EINVAL after reporting a problem. */
+static int b64_member(struct loader *L, size_t i, const cJSON *key, const char *field, int required,
+                      uint8_t **out, size_t *outlen)
+{
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(key, field);
+    *out = NULL;
+    *outlen = 0;
+    if (m == NULL) {
+        if (!required)
+            return 1;
+        key_error(L, i, field, "missing");
+        return TG_EINVAL;
+    }
+    if (!cJSON_IsString(m)) {
+        key_error(L, i, field, "must be a string");
+        return TG_EINVAL;
+    }
+    size_t n = strlen(m->valuestring); /* the strict parser refuses U+0000 */
+    uint8_t *b = tg_xmalloc(n / 4 * 3 + 3);
+    if (n == 0 || b64url_decode(m->valuestring, n, b, outlen) != 0) {
+        free(b);
+        key_error(L, i, field, n == 0 ? "empty" : "not base64url (URL-safe alphabet, no padding)");
+        return TG_EINVAL;
+    }
+    *out = b;
+    return 0;
+}
+
+static int load_oct(struct loader *L, size_t i, const cJSON *obj, struct jwk *k)
+{
+    uint8_t *b;
+    size_t n;
+    if (b64_member(L, i, obj, "k", 1, &b, &n) != 0)
+        return TG_EINVAL;
+    if (n < TG_JWT_MIN_HMAC_BYTES) {
+        mbedtls_platform_zeroize(b, n);
+        free(b);
+        char why[96];
+        snprintf(why, sizeof(why), "HS256 secret has %zu bytes; at least %d needed", n, TG_JWT_MIN_HMAC_BYTES);
+        key_error(L, i, "k", why);
+        return TG_EINVAL;
+    }
+    k->u.oct.k = b;
+    k->u.oct.len = n;
+    k->ready = 1;
+    return 0;
+}
+
+static size_t bit_length(const uint8_t *p, size_t n)
+{
+    if (n == 0)
+        return 0;
+    size_t bits = (n - 1) * 8;
+    for (uint8_t c = p[0]; c != 0; c >>= 1)
+        bits++;
+    return bits;
+}
+
+static int load_rsa(struct loader *L, size_t i, const cJSON *obj, struct jwk *k)
+{
+    uint8_t *n = NULL, *e = NULL;
+    size_t nlen = 0, elen = 0;
+    int r = TG_EINVAL;
+    if (b64_member(L, i, obj, "n", 1, &n, &nlen) != 0)
+        goto out;
+    if (b64_member(L, i, obj, "e", 1, &e, &elen) != 0)
+        goto out;
+    /* RFC 7518 §6.3.1.1 wants the shortest encoding, but leading zero octets
+     * are common enough in published sets and harmless: skip them. */
+    const uint8_t *np = n, *ep = e;
+    while (nlen > 0 && *np == 0)
+        np++, nlen--;
+    while (elen > 0 && *ep == 0)
+        ep++, elen--;
+    size_t bits = bit_length(np, nlen);
+    if (bits < TG_JWT_MIN_RSA_BITS || bits > TG_JWT_MAX_RSA_BITS) {
+        char why[96];
+        snprintf(why, sizeof(why), "modulus has %zu bits; %d to %d needed", bits, TG_JWT_MIN_RSA_BITS,
+                 TG_JWT_MAX_RSA_BITS);
+        key_error(L, i, "n", why);
+        goto out;
+    }
+    if (elen == 0 || elen > 8) {
+        key_error(L, i, "e", "not a usable public exponent");
+        goto out;
+    }
+    mbedtls_rsa_init(&k->u.rsa, MBEDTLS_RSA_PKCS_V15, 0);
+    k->ready = 1;
+    /* With only N and E imported, mbedtls_rsa_complete() just sets the
+     * modulus length; mbedtls_rsa_check_pubkey() then refuses an even
+     * modulus, E < 3, an even E and E >= N. */
+    if (mbedtls_rsa_import_raw(&k->u.rsa, np, nlen, NULL, 0, NULL, 0, NULL, 0, ep, elen) != 0 ||
+        mbedtls_rsa_complete(&k->u.rsa) != 0 || mbedtls_rsa_check_pubkey(&k->u.rsa) != 0) {
+        key_error(L, i, "e", "not a valid RSA public key (n, e)");
+        goto out;
+    }
+    r = 0;
+out:
+    free(n);
+    free(e);
+    return r;
+}
+
+static int load_ec(struct loader *L, size_t i, const cJSON *obj, struct jwk *k)
+{
+    uint8_t *x = NULL, *y = NULL;
+    size_t xlen = 0, ylen = 0;
+    int r = TG_EINVAL;
+    const cJSON *crv = cJSON_GetObjectItemCaseSensitive(obj, "crv");
+    if (crv == NULL) {
+        key_error(L, i, "crv", "missing");
+        goto out;
+    }
+    if (!cJSON_IsString(crv) || strcmp(crv->valuestring, "P-256") != 0) {
+        key_error(L, i, "crv", "unsupported curve (only \"P-256\", for ES256)");
+        goto out;
+    }
+    if (b64_member(L, i, obj, "x", 1, &x, &xlen) != 0)
+        goto out;
+    if (b64_member(L, i, obj, "y", 1, &y, &ylen) != 0)
+        goto out;
+    /* RFC 7518 §6.2.1.2: full-length coordinates, 32 bytes for P-256. */
+    if (xlen != 32) {
+        key_error(L, i, "x", "must decode to 32 bytes");
+        goto out;
+    }
+    if (ylen != 32) {
+        key_error(L, i, "y", "must decode to 32 bytes");
+        goto out;
+    }
+    mbedtls_ecp_group_init(&k->u.ec.grp);
+    mbedtls_ecp_point_init(&k->u.ec.q);
+    k->ready = 1;
+    if (mbedtls_ecp_group_load(&k->u.ec.grp, MBEDTLS_ECP_DP_SECP256R1) != 0 ||
+        mbedtls_mpi_read_binary(&k->u.ec.q.X, x, xlen) != 0 || mbedtls_mpi_read_binary(&k->u.ec.q.Y, y, ylen) != 0 ||
+        mbedtls_mpi_lset(&k->u.ec.q.Z, 1) != 0) {
+        key_error(L, i, "x", "out of memory");
+        goto out;
+    }
+    /* Coordinates below p and on the curve: an invalid point would make the
+     * verification equation meaningless (invalid-curve attacks). */
+    if (mbedtls_ecp_check_pubkey(&k->u.ec.grp, &k->u.ec.q) != 0) {
+        key_error(L, i, "x", "(x, y) is not a point on P-256");
+        goto out;
+    }
+    r = 0;
+out:
+    free(x);
+    free(y);
+    return r;
+}
+
+static int load_key(struct loader *L, size_t i, const cJSON *obj, struct jwk *k)
+{
+    if (!cJSON_IsObject(obj)) {
+        key_error(L, i, "", "must be an object");
+        return TG_EINVAL;
+    }
+    int bad = 0;
+    const cJSON *kty = cJSON_GetObjectItemCaseSensitive(obj, "kty");
+    size_t a = sizeof(algs) / sizeof(algs[0]);
+    if (kty == NULL) {
+        key_error(L, i, "kty", "missing");
+        return TG_EINVAL;
+    }
+    if (cJSON_IsString(kty))
+        for (a = 0; a < sizeof(algs) / sizeof(algs[0]); a++)
+            if (strcmp(kty->valuestring, algs[a].kty_name) == 0)
+                break;
+    if (a == sizeof(algs) / sizeof(algs[0])) {
+        key_error(L, i, "kty", "unsupported key type (\"oct\", \"RSA\" or \"EC\")");
+        return TG_EINVAL;
+    }
+    k->kty = algs[a].kty;
+
+    const cJSON *kid = cJSON_GetObjectItemCaseSensitive(obj, "kid");
+    if (kid != NULL) {
+        if (!cJSON_IsString(kid) || kid->valuestring[0] == '\0') {
+            key_error(L, i, "kid", "must be a non-empty string");
+            bad = 1;
+        } else {
+            k->kid = tg_xstrdup(kid->valuestring);
+        }
+    }
+    const cJSON *alg = cJSON_GetObjectItemCaseSensitive(obj, "alg");
+    if (alg != NULL && (!cJSON_IsString(alg) || strcmp(alg->valuestring, algs[a].alg) != 0)) {
+        char why[80];
+        snprintf(why, sizeof(why), "must be \"%s\" for kty \"%s\"", algs[a].alg, algs[a].kty_name);
+        key_error(L, i, "alg", why);
+        bad = 1;
+    }
+    const cJSON *use = cJSON_GetObjectItemCaseSensitive(obj, "use");
+    if (use != NULL && (!cJSON_IsString(use) || strcmp(use->valuestring, "sig") != 0)) {
+        key_error(L, i, "use", "must be \"sig\"");
+        bad = 1;
+    }
+    if (k->kty != KTY_OCT && cJSON_GetObjectItemCaseSensitive(obj, "d") != NULL) {
+        key_error(L, i, "d", "private key material does not belong in a verification key set");
+        bad = 1;
+    }
+    int r;
+    switch (k->kty) {
+    case KTY_OCT:
+        r = load_oct(L, i, obj, k);
+        break;
+    case KTY_RSA:
+        r = load_rsa(L, i, obj, k);
+        break;
+    default:
+        r = load_ec(L, i, obj, k);
+        break;
+    }
+    return bad || r != 0 ? TG_EINVAL : 0;
+}
+
+int tg_jwks_parse(const char *json, size_t len, const char *name, struct tg_jwks **out, struct tg_buf *err)
+{
+    struct loader L = {name, err, 0};
+    struct tg_json_doc doc = {0};
+    struct tg_jwks *set = NULL;
+    const char *jerr = NULL;
+    size_t joff = 0;
+    *out = NULL;
+    if (tg_json_parse(json, len, JWKS_JSON_DEPTH, 1, &doc, &jerr, &joff) != 0) {
+        tg_buf_appendf(err, "%s: invalid JSON at byte %zu: %s\n", name, joff, jerr ? jerr : "?");
+        return TG_EINVAL;
+    }
+    const cJSON *keys = cJSON_IsObject(doc.root) ? cJSON_GetObjectItemCaseSensitive(doc.root, "keys") : NULL;
+    if (!cJSON_IsObject(doc.root)) {
+        tg_buf_appendf(err, "%s: must be a JSON object with \"keys\"\n", name);
+        L.nerr++;
+        goto done;
+    }
+    if (keys == NULL || !cJSON_IsArray(keys)) {
+        tg_buf_appendf(err, "%s: keys: %s\n", name, keys == NULL ? "missing" : "must be an array");
+        L.nerr++;
+        goto done;
+    }
+    size_t n = (size_t)cJSON_GetArraySize(keys);
+    if (n == 0 || n > TG_JWKS_MAX_KEYS) {
+        tg_buf_appendf(err, "%s: keys: %s\n", name, n == 0 ? "empty" : "too many keys (at most 256)");
+        L.nerr++;
+        goto done;
+    }
+    set = tg_xcalloc(1, sizeof(*set));
+    set->keys = tg_xcalloc(n, sizeof(*set->keys));
+    set->n = n;
+    size_t i = 0;
+    for (const cJSON *k = keys->child; k != NULL; k = k->next, i++)
+        load_key(&L, i, k, &set->keys[i]);
+    for (i = 1; i < n; i++) {
+        if (set->keys[i].kid == NULL)
+            continue;
+        for (size_t j = 0; j < i; j++)
+            if (set->keys[j].kid != NULL && strcmp(set->keys[i].kid, set->keys[j].kid) == 0) {
+                char why[64];
+                snprintf(why, sizeof(why), "duplicate of keys[%zu].kid", j);
+                key_error(&L, i, "kid", why);
+                break;
+            }
+    }
+done:
+    cJSON_Delete(doc.root);
+    if (L.nerr > 0) {
+        tg_jwks_free(set);
+        return TG_EINVAL;
+    }
+    *out = set;
+    return 0;
+}
+
+int tg_jwks_load(const char *path, struct tg_jwks **out, struct tg_buf *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        tg_buf_appendf(err, "%s: cannot open: %s\n", path, strerror(errno));
+        return TG_EINVAL;
+    }
+    char *data = tg_xmalloc(TG_JWKS_MAX_FILE + 1);
+    size_t n = fread(data, 1, TG_JWKS_MAX_FILE + 1, f);
+    int rerr = ferror(f) ? errno : 0;
+    fclose(f);
+    int r;
+    if (rerr != 0) {
+        tg_buf_appendf(err, "%s: cannot read: %s\n", path, strerror(rerr));
+        r = TG_EINVAL;
+    } else if (n > TG_JWKS_MAX_FILE) {
+        tg_buf_appendf(err, "%s: larger than %d bytes\n", path, TG_JWKS_MAX_FILE);
+        r = TG_EINVAL;
+    } else {
+        r = tg_jwks_parse(data, n, path, out, err);
+    }
+    free(data);
+    data = NULL;
+    return r;
+}
+
+/* ---- verification ---- */
+
+static int ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    volatile uint8_t d = 0;
+    for (size_t i = 0; i < n; i++)
+        d |= (uint8_t)(a[i] ^ b[i]);
+    return d == 0;
+}
+
+/* Returns 0 when sig is a valid signature of `in` (whose SHA-256 is hash)
+ * under k. Every length is checked before mbedtls sees the buffer: the RSA
+ * verify reads exactly modulus-length bytes from sig whatever its size. */
+static int verify_with(struct jwk *k, const uint8_t *in, size_t inlen, const uint8_t hash[32], const uint8_t *sig,
+                       size_t siglen)
+{
+    switch (k->kty) {
+    case KTY_OCT: {
+        uint8_t mac[32];
+        if (siglen != sizeof(mac))
+            return TG_EINVAL;
+        if (mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), k->u.oct.k, k->u.oct.len, in, inlen,
+                            mac) != 0)
+            return TG_EINVAL;
+        int eq = ct_equal(mac, sig, sizeof(mac));
+        mbedtls_platform_zeroize(mac, sizeof(mac)); /* a valid MAC for attacker-chosen input */
+        return eq ? 0 : TG_EINVAL;
+    }
+    case KTY_RSA:
+        if (siglen != mbedtls_rsa_get_len(&k->u.rsa))
+            return TG_EINVAL;
+        /* Called directly rather than through mbedtls_rsa_pkcs1_verify() so
+         * that the padding mode stored in the context cannot matter. */
+        return mbedtls_rsa_rsassa_pkcs1_v15_verify(&k->u.rsa, NULL, NULL, MBEDTLS_RSA_PUBLIC, MBEDTLS_MD_SHA256, 32,
+                                                   hash, sig) == 0
+                   ? 0
+                   : TG_EINVAL;
+    case KTY_EC: {
+        /* JWS carries r||s (RFC 7518 §3.4), not the ASN.1 DER that
+         * mbedtls_pk_verify() expects; hand r and s to ECDSA directly.
+         * mbedtls_ecdsa_verify() refuses r or s outside [1, n-1]. */
+        if (siglen != 64)
+            return TG_EINVAL;
+        mbedtls_mpi r, s;
+        mbedtls_mpi_init(&r);
+        mbedtls_mpi_init(&s);
+        int rc = TG_EINVAL;
+        if (mbedtls_mpi_read_binary(&r, sig, 32) == 0 && mbedtls_mpi_read_binary(&s, sig + 32, 32) == 0 &&
+            mbedtls_ecdsa_verify(&k->u.ec.grp, hash, 32, &k->u.ec.q, &r, &s) == 0)
+            rc = 0;
+        mbedtls_mpi_free(&r);
+        mbedtls_mpi_free(&s);
+        return rc;
+    }
+    }
+    return TG_EINVAL;
+}
+
+/* A NumericDate (RFC 7519 §2): any finite JSON number. Returns 1 when
+ * absent, 0 with *v set, TG_EINVAL when present but not a number. */
+static int numeric_claim(const cJSON *claims, const char *name, double *v)
+{
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(claims, name);
+    if (m == NULL)
+        return 1;
+    if (!cJSON_IsNumber(m) || !isfinite(m->valuedouble))
+        return TG_EINVAL;
+    *v = m->valuedouble;
+    return 0;
+}
+
+/* Claim strings come from the strict parser, which refuses U+0000, so
+ * strcmp() compares them whole. */
+static int string_claim_is(const cJSON *m, const char *want)
+{
+    return cJSON_IsString(m) && strcmp(m->valuestring, want) == 0;
+}
+
+static int audience_ok(const cJSON *aud, const char *want)
+{
+    if (cJSON_IsString(aud))
+        return strcmp(aud->valuestring, want) == 0;
+    if (!cJSON_IsArray(aud))
+        return 0;
+    for (const cJSON *e = aud->child; e != NULL; e = e->next)
+        if (string_claim_is(e, want))
+            return 1;
+    return 0;
+}
+
+static int decode_object(struct tg_slice part, uint8_t *scratch, cJSON **out)
+{
+    size_t n = 0;
+    struct tg_json_doc doc = {0};
+    *out = NULL;
+    if (part.len == 0 || b64url_decode(part.ptr, part.len, scratch, &n) != 0)
+        return TG_EINVAL;
+    if (tg_json_parse((const char *)scratch, n, JWT_JSON_DEPTH, 1, &doc, NULL, NULL) != 0)
+        return TG_EINVAL;
+    if (!cJSON_IsObject(doc.root)) {
+        cJSON_Delete(doc.root);
+        return TG_EINVAL;
+    }
+    *out = doc.root;
+    return 0;
+}
+
+int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struct tg_jwt_rules *rules,
+                  int64_t now_s, char *grant, size_t grant_sz, const char **why)
+{
+    assert(keys != NULL && rules != NULL && rules->grant_claim != NULL && grant != NULL && why != NULL);
+    cJSON *header = NULL, *claims = NULL;
+    uint8_t *scratch = NULL;
+    int r = TG_EINVAL;
+    *why = "malformed token";
+    if (grant_sz > 0)
+        grant[0] = '\0';
+    if (token.ptr == NULL || token.len == 0 || token.len > TG_JWT_MAX_TOKEN)
+        return TG_EINVAL;
+
+    /* Exactly three parts: header.payload.signature. */
+    const char *p = token.ptr, *end = token.ptr + token.len;
+    const char *d1 = memchr(p, '.', token.len);
+    const char *d2 = d1 ? memchr(d1 + 1, '.', (size_t)(end - d1 - 1)) : NULL;
+    if (d2 == NULL || memchr(d2 + 1, '.', (size_t)(end - d2 - 1)) != NULL)
+        return TG_EINVAL;
+    struct tg_slice hpart = tg_slice_of(p, (size_t)(d1 - p));
+    struct tg_slice ppart = tg_slice_of(d1 + 1, (size_t)(d2 - d1 - 1));
+    struct tg_slice spart = tg_slice_of(d2 + 1, (size_t)(end - d2 - 1));
+    struct tg_slice signing_input = tg_slice_of(p, (size_t)(d2 - p));
+
+    /* Every decoded part is shorter than the token. */
+    scratch = tg_xmalloc(token.len);
+    if (decode_object(hpart, scratch, &header) != 0)
+        goto out;
+
+    const cJSON *alg = cJSON_GetObjectItemCaseSensitive(header, "alg");
+    if (!cJSON_IsString(alg))
+        goto out;
+    size_t a;
+    for (a = 0; a < sizeof(algs) / sizeof(algs[0]); a++)
+        if (strcmp(alg->valuestring, algs[a].alg) == 0)
+            break;
+    if (a == sizeof(algs) / sizeof(algs[0])) {
+        *why = "unsupported alg";
+        goto out;
+    }
+    /* RFC 7515 §4.1.11: extensions we would have to understand; we
+     * understand none. */
+    if (cJSON_GetObjectItemCaseSensitive(header, "crit") != NULL)
+        goto out;
+    const cJSON *typ = cJSON_GetObjectItemCaseSensitive(header, "typ");
+    if (typ != NULL && !cJSON_IsString(typ))
+        goto out;
+    const cJSON *kidm = cJSON_GetObjectItemCaseSensitive(header, "kid");
+    if (kidm != NULL && !cJSON_IsString(kidm))
+        goto out;
+    const char *kid = kidm ? kidm->valuestring : NULL;
+
+    uint8_t *sig = scratch;
+    size_t siglen = 0;
+    if (spart.len == 0 || b64url_decode(spart.ptr, spart.len, sig, &siglen) != 0)
+        goto out;
+
+    uint8_t hash[32];
+    if (algs[a].kty != KTY_OCT &&
+        mbedtls_sha256_ret((const unsigned char *)signing_input.ptr, signing_input.len, hash, 0) != 0)
+        goto out;
+    int tried = 0, verified = 0;
+    for (size_t i = 0; i < keys->n && !verified; i++) {
+        struct jwk *k = &keys->keys[i];
+        if (k->kty != algs[a].kty)
+            continue;
+        if (kid != NULL && (k->kid == NULL || strcmp(k->kid, kid) != 0))
+            continue;
+        tried = 1;
+        verified = verify_with(k, (const uint8_t *)signing_input.ptr, signing_input.len, hash, sig, siglen) == 0;
+    }
+    if (!tried) {
+        *why = "unknown key";
+        goto out;
+    }
+    if (!verified) {
+        *why = "bad signature";
+        goto out;
+    }
+
+    /* From here on the payload is the issuer's. */
+    *why = "malformed token";
+    if (decode_object(ppart, scratch, &claims) != 0)
+        goto out;
+    double exp = 0, nbf = 0, iat = 0;
+    int has_nbf, has_iat;
+    if (numeric_claim(claims, "exp", &exp) != 0)
+        goto out;
+    if ((has_nbf = numeric_claim(claims, "nbf", &nbf)) < 0 || (has_iat = numeric_claim(claims, "iat", &iat)) < 0)
+        goto out;
+    double now = (double)now_s, skew = rules->skew_s > 0 ? (double)rules->skew_s : 0;
+    if (now >= exp + skew) {
+        *why = "expired";
+        goto out;
+    }
+    if ((has_nbf == 0 && now + skew < nbf) || (has_iat == 0 && now + skew < iat)) {
+        *why = "not yet valid";
+        goto out;
+    }
+    if (rules->issuer != NULL && !string_claim_is(cJSON_GetObjectItemCaseSensitive(claims, "iss"), rules->issuer)) {
+        *why = "wrong issuer";
+        goto out;
+    }
+    if (rules->audience != NULL && !audience_ok(cJSON_GetObjectItemCaseSensitive(claims, "aud"), rules->audience)) {
+        *why = "wrong audience";
+        goto out;
+    }
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(claims, rules->grant_claim);
+    if (!cJSON_IsString(g) || g->valuestring[0] == '\0') {
+        *why = "missing grant claim";
+        goto out;
+    }
+    size_t glen = strlen(g->valuestring);
+    if (glen >= grant_sz) {
+        *why = "grant claim too long";
+        r = TG_ELIMIT;
+        goto out;
+    }
+    memcpy(grant, g->valuestring, glen + 1);
+    *why = NULL;
+    r = 0;
+out:
+    cJSON_Delete(claims);
+    cJSON_Delete(header);
+    free(scratch);
+    scratch = NULL;
+    return r;
+}

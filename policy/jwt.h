@@ -1,0 +1,100 @@
+/* JWT bearer tokens: a set of verification keys (JWKS) and compact-JWS verification.
+ *
+ * Pure module: no libuv and no I/O, except tg_jwks_load(), which reads one
+ * file (call it at config load, never on the loop). Signatures go through
+ * mbedtls 2.28; header and payload are parsed with tollgate's strict JSON
+ * parser (duplicate members, invalid UTF-8 and trailing bytes are refused).
+ *
+ * What a token must be to pass tg_jwt_verify():
+ *   - at most TG_JWT_MAX_TOKEN bytes, exactly three dot-separated parts, each
+ *     base64url without padding, with canonical trailing bits;
+ *   - a header object whose "alg" is exactly "HS256", "RS256" or "ES256"
+ *     ("none" and everything else is refused), with no "crit" member;
+ *     "typ" is optional and any string; "kid", if present, a string;
+ *     "jku", "jwk", "x5u" and "x5c" are ignored: keys only ever come from
+ *     the configured JWKS;
+ *   - signed by a key of the configured set that suits the alg: HS256 only
+ *     with "oct" keys, RS256 only with "RSA" keys, ES256 only with "EC" P-256
+ *     keys, and never with a key whose own "alg" names another algorithm. So
+ *     an RSA or EC public key can never serve as an HMAC secret. With a
+ *     "kid" only the key with that kid is tried; without one, every key that
+ *     suits the alg is;
+ *   - an ES256 signature is the raw 64-byte r||s of RFC 7518 §3.4 (an ASN.1
+ *     DER signature is refused); an RS256 signature is exactly as long as the
+ *     modulus;
+ *   - a payload object with a numeric "exp" (required) and optional numeric
+ *     "nbf" and "iat" (a non-numeric one makes the token malformed), checked
+ *     against now_s with rules->skew_s of tolerance each way: expired when
+ *     now_s >= exp + skew, not yet valid when now_s + skew < nbf or < iat;
+ *   - "iss" equal to rules->issuer, and "aud" equal to rules->audience or an
+ *     array holding it, when those are set (a missing or non-string claim is
+ *     a mismatch);
+ *   - a non-empty string in the claim rules->grant_claim.
+ *
+ * The signature is verified before any payload byte is decoded, so claims
+ * are only ever read from an authenticated payload. */
+#ifndef TG_JWT_H
+#define TG_JWT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/buf.h"
+
+#define TG_JWT_MAX_TOKEN 16384     /* bytes of a compact JWS; longer tokens are "malformed token" */
+#define TG_JWKS_MAX_FILE (1 << 20) /* bytes of a JWKS file */
+#define TG_JWKS_MAX_KEYS 256       /* keys in one set */
+#define TG_JWT_MIN_RSA_BITS 2048
+#define TG_JWT_MAX_RSA_BITS 8192
+#define TG_JWT_MIN_HMAC_BYTES 32 /* RFC 7518 §3.2: an HS256 key is at least as long as the hash */
+
+/* An immutable set of verification keys.
+ * Owner: the conf that loaded it; freed with tg_jwks_free().
+ * Verification does not change what the set accepts, but mbedtls caches
+ * per-key precomputations (RSA Montgomery constant, the P-256 comb table)
+ * inside the key on first use: verify from one thread at a time. */
+struct tg_jwks;
+
+/* Load a JWKS file ({"keys":[...]}). Each key is
+ *   kty "oct" (HS256): "k", base64url, at least TG_JWT_MIN_HMAC_BYTES bytes;
+ *   kty "RSA" (RS256): "n", "e", base64url big-endian; the modulus has
+ *                      TG_JWT_MIN_RSA_BITS to TG_JWT_MAX_RSA_BITS bits;
+ *   kty "EC"  (ES256): crv "P-256", "x", "y", 32 bytes each, on the curve;
+ * with optional "kid" (string, unique in the file), "alg" (must fit the kty)
+ * and "use" (must be "sig"). Other members are ignored, except that "d" on an
+ * RSA or EC key is refused: private keys do not belong in a verification set.
+ * Every problem found is appended to err as "PATH: keys[N].FIELD: reason\n"
+ * (or "PATH: reason\n" for the file as a whole); then nothing is returned.
+ * Returns 0 with *out set, or TG_EINVAL. */
+int tg_jwks_load(const char *path, struct tg_jwks **out, struct tg_buf *err);
+/* The same from memory (for tests and reload). name_for_errors replaces PATH. */
+int tg_jwks_parse(const char *json, size_t len, const char *name_for_errors, struct tg_jwks **out,
+                  struct tg_buf *err);
+/* Accepts NULL. */
+void tg_jwks_free(struct tg_jwks *k);
+
+struct tg_jwt_rules {
+    const char *issuer;      /* required match of "iss" (NULL = not checked) */
+    const char *audience;    /* must be "aud" or one element of an "aud" array (NULL = not checked) */
+    int skew_s;              /* allowed clock skew for exp/nbf/iat, >= 0 */
+    const char *grant_claim; /* claim whose string value names the grant, e.g. "sub" (required) */
+};
+
+/* Verify a compact JWS against keys and rules at time now_s (Unix seconds).
+ * On success returns 0 and copies the grant claim value into grant
+ * (NUL-terminated); if it does not fit in grant_sz bytes, returns TG_ELIMIT
+ * with *why = "grant claim too long".
+ * Otherwise returns TG_EINVAL and sets *why to a short static reason fit for a
+ * log line and a WWW-Authenticate error_description (never token bytes):
+ *   "malformed token"     size, parts, base64url, JSON, member types, "crit"
+ *   "unsupported alg"     "alg" is not HS256, RS256 or ES256
+ *   "unknown key"         no key with the token's kid, or none suits the alg
+ *   "bad signature"       no suitable key verifies it
+ *   "expired", "not yet valid", "wrong issuer", "wrong audience",
+ *   "missing grant claim" absent, not a string, or empty.
+ * Order: the header (malformed, alg, crit), the key, the signature, then the
+ * payload (malformed, exp, nbf/iat, iss, aud, grant); the first failure wins. */
+int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struct tg_jwt_rules *rules,
+                  int64_t now_s, char *grant, size_t grant_sz, const char **why);
+
+#endif

@@ -1,0 +1,1533 @@
+/* Policy compiler and decisions. See policy/policy.h for the format. */
+#include "policy/policy.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <regex.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/json.h"
+#include "policy/counters.h"
+
+#define POLICY_MAX_FILE (4 * 1024 * 1024)
+#define DEFAULT_APPROVAL_MS (300 * 1000)
+
+enum cop { OP_EQ, OP_NEQ, OP_IN, OP_NOT_IN, OP_LT, OP_LTE, OP_GT, OP_GTE, OP_REGEX, OP_CONTAINS, OP_EXISTS };
+static const char *const op_names[] = {"eq", "neq", "in", "not_in", "lt", "lte", "gt", "gte", "regex", "contains",
+                                       "exists", NULL};
+
+enum scope { SCOPE_GRANT, SCOPE_SESSION, SCOPE_GLOBAL };
+enum ckind { CK_BUCKET = 1, CK_WINDOW = 2 };
+
+struct pcounter {
+    char *key;   /* identity within the policy: "L:name" (hosted) or "S:scope.name" (Intercept) */
+    char *label; /* for messages */
+    enum ckind kind;
+    enum scope scope;
+    double capacity; /* bucket */
+    double per_ms;   /* bucket refill */
+    int64_t window_ms;
+};
+
+struct cond {
+    int is_state;
+    char **path; /* args path segments */
+    int npath;
+    int counter; /* state: index into counters, or -1 if the policy never defines it */
+    enum cop op;
+    cJSON *value;
+    double num;
+    int has_re;
+    regex_t re;
+};
+
+struct rule {
+    char *name;
+    int deny;
+    struct cond *conds;
+    int nconds;
+    char *on_deny;
+    int counter; /* state counter, -1 if none */
+    double increment;
+    char **incr_path;
+    int nincr;
+    double limit;
+    int has_limit;
+};
+
+enum taction { TA_ALLOW, TA_DENY, TA_APPROVE };
+
+struct ptool {
+    char *name;
+    enum taction action;
+    char *reason;
+    int *limits;
+    int nlimits;
+    struct rule *rules;
+    int nrules;
+    int approval_ms;
+    int unconditional_deny; /* some rule denies without conditions: hidden from tools/list */
+};
+
+struct globset {
+    int present;
+    int default_deny;
+    char **allow, **deny;
+    int nallow, ndeny;
+    char *reason;
+};
+
+struct tg_policy {
+    int refcnt;
+    char *name;
+    int default_deny;
+    int hide_all;
+    char **hide;
+    int nhide;
+    struct ptool *tools; /* sorted by name */
+    int ntools;
+    struct ptool *wildcard;
+    struct pcounter *counters;
+    int ncounters;
+    char **methods;
+    int nmethods;
+    struct globset resources, prompts;
+};
+
+/* ---- errors ------------------------------------------------------------------ */
+
+struct cctx {
+    const char *name;
+    struct tg_buf *err, *warn;
+    int nerr;
+    struct tg_policy *p;
+};
+
+static void perr(struct cctx *cx, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void perr(struct cctx *cx, const char *path, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    tg_buf_appendf(cx->err, "%s: %s: %s\n", cx->name, path, msg);
+    cx->nerr++;
+}
+
+static void pwarn(struct cctx *cx, const char *path, const char *what)
+{
+    if (cx->warn)
+        tg_buf_appendf(cx->warn, "%s: %s: %s\n", cx->name, path, what);
+}
+
+static void check_keys(struct cctx *cx, const cJSON *obj, const char *path, const char *const *known)
+{
+    for (const cJSON *c = obj->child; c; c = c->next) {
+        int ok = 0;
+        for (int i = 0; known[i]; i++)
+            if (strcmp(c->string, known[i]) == 0)
+                ok = 1;
+        if (!ok) {
+            char p[300];
+            snprintf(p, sizeof(p), "%s%s%s", path, path[0] ? "." : "", c->string);
+            pwarn(cx, p, "unknown field, ignored");
+        }
+    }
+}
+
+static char *xstrdup(const char *s) { return tg_xstrdup(s); }
+
+/* ---- windows ------------------------------------------------------------------- */
+
+/* "second|minute|hour|day" or a positive number of seconds (number or numeric string). */
+static int64_t parse_window(const cJSON *w, int allow_seconds)
+{
+    if (cJSON_IsString(w)) {
+        const char *s = w->valuestring;
+        if (allow_seconds && strcmp(s, "second") == 0)
+            return 1000;
+        if (strcmp(s, "minute") == 0)
+            return 60000;
+        if (strcmp(s, "hour") == 0)
+            return 3600000;
+        if (strcmp(s, "day") == 0)
+            return 86400000;
+        if (!allow_seconds)
+            return -1;
+        char *end;
+        errno = 0;
+        long long v = strtoll(s, &end, 10);
+        if (errno == 0 && *end == '\0' && v > 0 && v <= 31536000LL && end != s)
+            return v * 1000;
+        return -1;
+    }
+    if (allow_seconds && cJSON_IsNumber(w)) {
+        double d = w->valuedouble;
+        if (d > 0 && d <= 31536000.0)
+            return (int64_t)(d * 1000);
+    }
+    return -1;
+}
+
+static void window_label(int64_t ms, char *out, size_t n)
+{
+    if (ms == 1000)
+        snprintf(out, n, "second");
+    else if (ms == 60000)
+        snprintf(out, n, "minute");
+    else if (ms == 3600000)
+        snprintf(out, n, "hour");
+    else if (ms == 86400000)
+        snprintf(out, n, "day");
+    else if (ms % 1000 == 0)
+        snprintf(out, n, "%lld seconds", (long long)(ms / 1000));
+    else
+        snprintf(out, n, "%.3f seconds", (double)ms / 1000.0);
+}
+
+static const char *scope_label(enum scope s)
+{
+    return s == SCOPE_SESSION ? "for this session" : s == SCOPE_GLOBAL ? "across all callers" : "for this grant";
+}
+
+static int find_counter(struct tg_policy *p, const char *key)
+{
+    for (int i = 0; i < p->ncounters; i++)
+        if (strcmp(p->counters[i].key, key) == 0)
+            return i;
+    return -1;
+}
+
+static int add_counter(struct tg_policy *p, struct pcounter *pc)
+{
+    p->counters = tg_xrealloc(p->counters, (size_t)(p->ncounters + 1) * sizeof(*p->counters));
+    p->counters[p->ncounters] = *pc;
+    return p->ncounters++;
+}
+
+/* ---- paths ------------------------------------------------------------------ */
+
+static int split_path(const char *s, char ***out)
+{
+    int n = 0;
+    char **v = NULL;
+    const char *p = s;
+    while (*p) {
+        const char *dot = strchr(p, '.');
+        size_t len = dot ? (size_t)(dot - p) : strlen(p);
+        if (len == 0) {
+            for (int i = 0; i < n; i++)
+                free(v[i]);
+            free(v);
+            return -1;
+        }
+        v = tg_xrealloc(v, (size_t)(n + 1) * sizeof(*v));
+        v[n++] = tg_slice_dup(tg_slice_of(p, len));
+        p += len;
+        if (*p == '.')
+            p++;
+        if (dot && *p == '\0') {
+            for (int i = 0; i < n; i++)
+                free(v[i]);
+            free(v);
+            return -1;
+        }
+    }
+    *out = v;
+    return n;
+}
+
+static const cJSON *resolve_args(const cJSON *args, char **path, int n)
+{
+    const cJSON *cur = args;
+    for (int i = 0; i < n && cur != NULL; i++) {
+        if (cJSON_IsObject(cur)) {
+            cur = cJSON_GetObjectItemCaseSensitive(cur, path[i]);
+        } else if (cJSON_IsArray(cur)) {
+            char *end;
+            long k = strtol(path[i], &end, 10);
+            if (*end != '\0' || k < 0 || end == path[i])
+                return NULL;
+            cur = cJSON_GetArrayItem(cur, (int)k);
+        } else {
+            return NULL;
+        }
+    }
+    return cur;
+}
+
+/* ---- regex: the RE2 escapes policies use most, mapped to POSIX ERE ------------- */
+
+static int compile_regex(const char *pat, regex_t *re, char *why, size_t whysz)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    int flags = REG_EXTENDED | REG_NOSUB;
+    const char *p = pat;
+    if (strncmp(p, "(?i)", 4) == 0) {
+        flags |= REG_ICASE;
+        p += 4;
+    }
+    int in_class = 0;
+    for (; *p; p++) {
+        if (*p == '\\' && p[1]) {
+            const char *rep = NULL;
+            switch (p[1]) {
+            case 'd': rep = in_class ? "0-9" : "[0-9]"; break;
+            case 'D': rep = in_class ? NULL : "[^0-9]"; break;
+            case 'w': rep = in_class ? "A-Za-z0-9_" : "[A-Za-z0-9_]"; break;
+            case 'W': rep = in_class ? NULL : "[^A-Za-z0-9_]"; break;
+            case 's': rep = in_class ? "[:space:]" : "[[:space:]]"; break;
+            case 'S': rep = in_class ? NULL : "[^[:space:]]"; break;
+            default: break;
+            }
+            if (rep) {
+                tg_buf_appends(&b, rep);
+                p++;
+                continue;
+            }
+            if ((p[1] == 'D' || p[1] == 'W' || p[1] == 'S') && in_class) {
+                snprintf(why, whysz, "\\%c inside a bracket expression is not supported", p[1]);
+                tg_buf_dispose(&b);
+                return -1;
+            }
+            tg_buf_append(&b, p, 2);
+            p++;
+            continue;
+        }
+        if (*p == '[' && !in_class)
+            in_class = 1;
+        else if (*p == ']' && in_class)
+            in_class = 0;
+        tg_buf_append(&b, p, 1);
+    }
+    tg_buf_append(&b, "", 1);
+    int r = regcomp(re, b.base, flags);
+    tg_buf_dispose(&b);
+    if (r != 0) {
+        regerror(r, re, why, whysz);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- compile ------------------------------------------------------------------ */
+
+static int op_of(const char *s)
+{
+    for (int i = 0; op_names[i]; i++)
+        if (strcmp(s, op_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+static void compile_cond(struct cctx *cx, const cJSON *c, const char *path, const char *scope, struct cond *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->counter = -1;
+    if (!cJSON_IsObject(c)) {
+        perr(cx, path, "a condition must be an object {path, op, value}");
+        return;
+    }
+    static const char *const known[] = {"path", "op", "value", NULL};
+    check_keys(cx, c, path, known);
+    const cJSON *jp = cJSON_GetObjectItemCaseSensitive(c, "path");
+    const cJSON *jo = cJSON_GetObjectItemCaseSensitive(c, "op");
+    const cJSON *jv = cJSON_GetObjectItemCaseSensitive(c, "value");
+    char sub[320];
+    snprintf(sub, sizeof(sub), "%s.path", path);
+    if (!cJSON_IsString(jp)) {
+        perr(cx, sub, "must be a string");
+        return;
+    }
+    const char *ps = jp->valuestring;
+    if (strncmp(ps, "args.", 5) == 0) {
+        out->npath = split_path(ps + 5, &out->path);
+        if (out->npath <= 0) {
+            perr(cx, sub, "\"%s\" is not a valid args path", ps);
+            out->npath = 0;
+        }
+    } else if (strncmp(ps, "state.", 6) == 0) {
+        out->is_state = 1;
+        const char *rest = ps + 6;
+        const char *dot = strrchr(rest, '.');
+        if (dot == NULL || dot == rest || dot[1] == '\0') {
+            perr(cx, sub, "\"%s\" must be state.<tool or _global>.<counter>", ps);
+        } else {
+            char key[300];
+            snprintf(key, sizeof(key), "S:%s", rest);
+            out->counter = find_counter(cx->p, key); /* resolved again after all rules are compiled */
+            out->path = tg_xcalloc(1, sizeof(char *));
+            out->path[0] = xstrdup(key);
+            out->npath = 1;
+        }
+    } else {
+        perr(cx, sub, "path must start with \"args.\" or \"state.\", got \"%s\"", ps);
+    }
+    snprintf(sub, sizeof(sub), "%s.op", path);
+    int op = cJSON_IsString(jo) ? op_of(jo->valuestring) : -1;
+    if (op < 0) {
+        perr(cx, sub, "unknown operator \"%s\" (eq neq in not_in lt lte gt gte regex contains exists)",
+             cJSON_IsString(jo) ? jo->valuestring : "?");
+        return;
+    }
+    out->op = (enum cop)op;
+    snprintf(sub, sizeof(sub), "%s.value", path);
+    if (jv == NULL) {
+        perr(cx, sub, "is required");
+        return;
+    }
+    switch (out->op) {
+    case OP_IN:
+    case OP_NOT_IN:
+        if (!cJSON_IsArray(jv))
+            perr(cx, sub, "operator \"%s\" requires a list value", op_names[op]);
+        break;
+    case OP_LT:
+    case OP_LTE:
+    case OP_GT:
+    case OP_GTE:
+        if (!cJSON_IsNumber(jv))
+            perr(cx, sub, "operator \"%s\" requires a numeric value", op_names[op]);
+        else
+            out->num = jv->valuedouble;
+        break;
+    case OP_EXISTS:
+        if (!cJSON_IsBool(jv))
+            perr(cx, sub, "operator \"exists\" requires a boolean value");
+        break;
+    case OP_REGEX:
+        if (!cJSON_IsString(jv)) {
+            perr(cx, sub, "regex value must be a string");
+        } else {
+            char why[200];
+            if (compile_regex(jv->valuestring, &out->re, why, sizeof(why)) != 0)
+                perr(cx, sub, "invalid regex \"%s\": %s", jv->valuestring, why);
+            else
+                out->has_re = 1;
+        }
+        break;
+    default: break;
+    }
+    out->value = cJSON_Duplicate(jv, 1);
+    (void)scope;
+}
+
+static void compile_rule(struct cctx *cx, const cJSON *r, const char *path, const char *tool, struct rule *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->counter = -1;
+    if (!cJSON_IsObject(r)) {
+        perr(cx, path, "a rule must be an object");
+        return;
+    }
+    static const char *const known[] = {"name", "action", "conditions", "on_deny", "state", "rate_limit", NULL};
+    check_keys(cx, r, path, known);
+    char sub[320];
+    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(r, "name");
+    if (!cJSON_IsString(jn) || jn->valuestring[0] == '\0') {
+        snprintf(sub, sizeof(sub), "%s.name", path);
+        perr(cx, sub, "rule must have a name");
+        out->name = xstrdup("?");
+    } else {
+        out->name = xstrdup(jn->valuestring);
+    }
+    const cJSON *ja = cJSON_GetObjectItemCaseSensitive(r, "action");
+    const char *action = "evaluate";
+    if (ja != NULL) {
+        if (!cJSON_IsString(ja) || (strcmp(ja->valuestring, "evaluate") && strcmp(ja->valuestring, "deny"))) {
+            snprintf(sub, sizeof(sub), "%s.action", path);
+            perr(cx, sub, "action must be \"evaluate\" or \"deny\", got \"%s\"",
+                 cJSON_IsString(ja) ? ja->valuestring : "?");
+        } else {
+            action = ja->valuestring;
+        }
+    }
+    out->deny = strcmp(action, "deny") == 0;
+    const cJSON *jd = cJSON_GetObjectItemCaseSensitive(r, "on_deny");
+    if (jd != NULL) {
+        if (!cJSON_IsString(jd)) {
+            snprintf(sub, sizeof(sub), "%s.on_deny", path);
+            perr(cx, sub, "must be a string");
+        } else {
+            out->on_deny = xstrdup(jd->valuestring);
+        }
+    }
+    const char *scope = strcmp(tool, "*") == 0 ? "_global" : tool;
+    const cJSON *jc = cJSON_GetObjectItemCaseSensitive(r, "conditions");
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(r, "state");
+    const cJSON *jr = cJSON_GetObjectItemCaseSensitive(r, "rate_limit");
+    if (jr != NULL) {
+        snprintf(sub, sizeof(sub), "%s.rate_limit", path);
+        if (jc != NULL || js != NULL) {
+            perr(cx, sub, "rate_limit cannot be combined with conditions or state");
+            return;
+        }
+        if (out->deny) {
+            perr(cx, sub, "rate_limit cannot be used with action \"deny\"");
+            return;
+        }
+        const char *s = cJSON_IsString(jr) ? jr->valuestring : "";
+        const char *slash = strchr(s, '/');
+        char *end = NULL;
+        long count = slash ? strtol(s, &end, 10) : 0;
+        if (!slash || end != slash || count <= 0 || s == slash) {
+            perr(cx, sub, "rate_limit must be \"N/window\" with a positive integer N, got \"%s\"", s);
+            return;
+        }
+        cJSON *w = cJSON_CreateString(slash + 1);
+        int64_t wms = parse_window(w, 0);
+        cJSON_Delete(w);
+        if (wms < 0) {
+            perr(cx, sub, "rate_limit window must be \"minute\", \"hour\", or \"day\", got \"%s\"", slash + 1);
+            return;
+        }
+        char key[300];
+        snprintf(key, sizeof(key), "S:%s._rate_%s", scope, slash + 1);
+        if (find_counter(cx->p, key) >= 0) {
+            perr(cx, sub, "duplicate state counter \"_rate_%s\"", slash + 1);
+            return;
+        }
+        char label[160];
+        snprintf(label, sizeof(label), "%ld calls per %s", count, slash + 1);
+        struct pcounter pc = {xstrdup(key), xstrdup(label), CK_WINDOW, SCOPE_GRANT, 0, 0, wms};
+        out->counter = add_counter(cx->p, &pc);
+        out->increment = 1;
+        out->limit = (double)count;
+        out->has_limit = 1;
+        out->conds = tg_xcalloc(1, sizeof(*out->conds));
+        out->nconds = 1;
+        out->conds[0].is_state = 1;
+        out->conds[0].counter = out->counter;
+        out->conds[0].op = OP_LTE;
+        out->conds[0].num = (double)count;
+        out->conds[0].value = cJSON_CreateNumber((double)count);
+        out->conds[0].path = tg_xcalloc(1, sizeof(char *));
+        out->conds[0].path[0] = xstrdup(key);
+        out->conds[0].npath = 1;
+        if (out->on_deny == NULL) {
+            char m[200];
+            snprintf(m, sizeof(m), "Rate limit of %ld per %s reached. Try again later.", count, slash + 1);
+            out->on_deny = xstrdup(m);
+        }
+        return;
+    }
+    if (js != NULL) {
+        snprintf(sub, sizeof(sub), "%s.state", path);
+        if (!cJSON_IsObject(js)) {
+            perr(cx, sub, "must be an object {counter, window, increment, increment_from}");
+        } else {
+            static const char *const sknown[] = {"counter", "window", "increment", "increment_from", "scope", NULL};
+            check_keys(cx, js, sub, sknown);
+            const cJSON *cn = cJSON_GetObjectItemCaseSensitive(js, "counter");
+            const cJSON *cw = cJSON_GetObjectItemCaseSensitive(js, "window");
+            const cJSON *ci = cJSON_GetObjectItemCaseSensitive(js, "increment");
+            const cJSON *cf = cJSON_GetObjectItemCaseSensitive(js, "increment_from");
+            const cJSON *cs = cJSON_GetObjectItemCaseSensitive(js, "scope");
+            char s2[360];
+            int64_t wms = parse_window(cw, 0);
+            snprintf(s2, sizeof(s2), "%s.counter", sub);
+            if (!cJSON_IsString(cn) || cn->valuestring[0] == '\0')
+                perr(cx, s2, "counter must not be empty");
+            snprintf(s2, sizeof(s2), "%s.window", sub);
+            if (wms < 0)
+                perr(cx, s2, "window must be \"minute\", \"hour\", or \"day\", got \"%s\"",
+                     cJSON_IsString(cw) ? cw->valuestring : "?");
+            out->increment = 1;
+            if (ci != NULL) {
+                snprintf(s2, sizeof(s2), "%s.increment", sub);
+                if (!cJSON_IsNumber(ci) || ci->valuedouble < 0)
+                    perr(cx, s2, "must be a non-negative number");
+                else if (ci->valuedouble != 0)
+                    out->increment = ci->valuedouble;
+            }
+            if (cf != NULL) {
+                snprintf(s2, sizeof(s2), "%s.increment_from", sub);
+                if (!cJSON_IsString(cf) || strncmp(cf->valuestring, "args.", 5) != 0 ||
+                    (out->nincr = split_path(cf->valuestring + 5, &out->incr_path)) <= 0) {
+                    perr(cx, s2, "increment_from must start with \"args.\", got \"%s\"",
+                         cJSON_IsString(cf) ? cf->valuestring : "?");
+                    out->nincr = 0;
+                }
+            }
+            enum scope sc = SCOPE_GRANT;
+            if (cs != NULL) {
+                snprintf(s2, sizeof(s2), "%s.scope", sub);
+                if (cJSON_IsString(cs) && strcmp(cs->valuestring, "grant") == 0)
+                    sc = SCOPE_GRANT;
+                else if (cJSON_IsString(cs) && strcmp(cs->valuestring, "session") == 0)
+                    sc = SCOPE_SESSION;
+                else if (cJSON_IsString(cs) && strcmp(cs->valuestring, "global") == 0)
+                    sc = SCOPE_GLOBAL;
+                else
+                    perr(cx, s2, "must be grant, session or global");
+            }
+            if (cJSON_IsString(cn) && cn->valuestring[0] && wms > 0) {
+                char key[300];
+                snprintf(key, sizeof(key), "S:%s.%s", scope, cn->valuestring);
+                if (find_counter(cx->p, key) >= 0) {
+                    snprintf(s2, sizeof(s2), "%s.counter", sub);
+                    perr(cx, s2, "duplicate state counter \"%s\"", cn->valuestring);
+                } else {
+                    char label[160];
+                    window_label(wms, label, sizeof(label));
+                    char lab2[200];
+                    snprintf(lab2, sizeof(lab2), "%s per %s", cn->valuestring, label);
+                    struct pcounter pc = {xstrdup(key), xstrdup(lab2), CK_WINDOW, sc, 0, 0, wms};
+                    out->counter = add_counter(cx->p, &pc);
+                }
+            }
+        }
+    }
+    if (jc != NULL) {
+        snprintf(sub, sizeof(sub), "%s.conditions", path);
+        if (!cJSON_IsArray(jc)) {
+            perr(cx, sub, "must be a list");
+        } else {
+            if (out->deny && cJSON_GetArraySize(jc) > 0)
+                perr(cx, sub, "deny rules must not have conditions");
+            out->nconds = cJSON_GetArraySize(jc);
+            out->conds = tg_xcalloc((size_t)(out->nconds ? out->nconds : 1), sizeof(*out->conds));
+            int i = 0;
+            for (const cJSON *c = jc->child; c; c = c->next, i++) {
+                char cp[340];
+                snprintf(cp, sizeof(cp), "%s[%d]", sub, i);
+                compile_cond(cx, c, cp, scope, &out->conds[i]);
+            }
+        }
+    }
+    if (!out->deny && out->nconds == 0 && jc == NULL) {
+        snprintf(sub, sizeof(sub), "%s.conditions", path);
+        perr(cx, sub, "evaluate rules must have at least one condition");
+    }
+    /* The limit that a reservation enforces: an lt/lte condition on the rule's own counter. */
+    if (out->counter >= 0) {
+        const char *own = cx->p->counters[out->counter].key;
+        for (int i = 0; i < out->nconds; i++) {
+            struct cond *c = &out->conds[i];
+            if (c->is_state && c->npath == 1 && strcmp(c->path[0], own) == 0 && cJSON_IsNumber(c->value)) {
+                if (c->op == OP_LTE) {
+                    out->limit = floor(c->value->valuedouble);
+                    out->has_limit = 1;
+                } else if (c->op == OP_LT) {
+                    out->limit = ceil(c->value->valuedouble) - 1;
+                    out->has_limit = 1;
+                }
+            }
+        }
+    }
+}
+
+static void compile_limits(struct cctx *cx, const cJSON *jl, const char *path, const char *tool, struct ptool *t)
+{
+    if (!cJSON_IsArray(jl)) {
+        perr(cx, path, "must be a list of {counter, window, max, scope}");
+        return;
+    }
+    t->nlimits = cJSON_GetArraySize(jl);
+    t->limits = tg_xcalloc((size_t)(t->nlimits ? t->nlimits : 1), sizeof(int));
+    int i = 0;
+    for (const cJSON *l = jl->child; l; l = l->next, i++) {
+        char lp[320], sub[360];
+        snprintf(lp, sizeof(lp), "%s[%d]", path, i);
+        t->limits[i] = -1;
+        if (!cJSON_IsObject(l)) {
+            perr(cx, lp, "must be an object {counter, window, max, scope}");
+            continue;
+        }
+        static const char *const known[] = {"counter", "window", "max", "scope", NULL};
+        check_keys(cx, l, lp, known);
+        const cJSON *cn = cJSON_GetObjectItemCaseSensitive(l, "counter");
+        const cJSON *cw = cJSON_GetObjectItemCaseSensitive(l, "window");
+        const cJSON *cm = cJSON_GetObjectItemCaseSensitive(l, "max");
+        const cJSON *cs = cJSON_GetObjectItemCaseSensitive(l, "scope");
+        int ok = 1;
+        char cname[200];
+        if (cn == NULL) {
+            snprintf(cname, sizeof(cname), "%s_limit_%d", tool, i);
+        } else if (!cJSON_IsString(cn) || cn->valuestring[0] == '\0' || strlen(cn->valuestring) >= 150) {
+            snprintf(sub, sizeof(sub), "%s.counter", lp);
+            perr(cx, sub, "must be a non-empty string");
+            ok = 0;
+        } else {
+            snprintf(cname, sizeof(cname), "%s", cn->valuestring);
+        }
+        int64_t wms = parse_window(cw, 1);
+        if (wms < 0) {
+            snprintf(sub, sizeof(sub), "%s.window", lp);
+            perr(cx, sub, "must be second, minute, hour, day or a number of seconds (1..31536000)");
+            ok = 0;
+        }
+        if (!cJSON_IsNumber(cm) || cm->valuedouble < 1 || cm->valuedouble > 1e12 ||
+            cm->valuedouble != floor(cm->valuedouble)) {
+            snprintf(sub, sizeof(sub), "%s.max", lp);
+            perr(cx, sub, "must be a positive integer");
+            ok = 0;
+        }
+        enum scope sc = SCOPE_GRANT;
+        if (cs != NULL) {
+            if (cJSON_IsString(cs) && strcmp(cs->valuestring, "grant") == 0)
+                sc = SCOPE_GRANT;
+            else if (cJSON_IsString(cs) && strcmp(cs->valuestring, "session") == 0)
+                sc = SCOPE_SESSION;
+            else if (cJSON_IsString(cs) && strcmp(cs->valuestring, "global") == 0)
+                sc = SCOPE_GLOBAL;
+            else {
+                snprintf(sub, sizeof(sub), "%s.scope", lp);
+                perr(cx, sub, "must be grant, session or global");
+                ok = 0;
+            }
+        }
+        if (!ok)
+            continue;
+        char key[220];
+        snprintf(key, sizeof(key), "L:%s", cname);
+        int existing = find_counter(cx->p, key);
+        double max = cm->valuedouble;
+        if (existing >= 0) {
+            struct pcounter *pc = &cx->p->counters[existing];
+            if (pc->capacity != max || pc->window_ms != wms || pc->scope != sc) {
+                snprintf(sub, sizeof(sub), "%s.counter", lp);
+                perr(cx, sub, "counter \"%s\" is defined elsewhere with a different max, window or scope", cname);
+                continue;
+            }
+            t->limits[i] = existing;
+            continue;
+        }
+        char wl[64], label[200];
+        window_label(wms, wl, sizeof(wl));
+        snprintf(label, sizeof(label), "%.0f calls per %s", max, wl);
+        struct pcounter pc = {xstrdup(key), xstrdup(label), CK_BUCKET, sc, max, max / (double)wms, wms};
+        t->limits[i] = add_counter(cx->p, &pc);
+    }
+}
+
+static void compile_tool(struct cctx *cx, const char *name, const cJSON *jt, struct ptool *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->name = xstrdup(name);
+    t->approval_ms = DEFAULT_APPROVAL_MS;
+    char path[300];
+    snprintf(path, sizeof(path), "tools.%s", name);
+    if (!cJSON_IsObject(jt)) {
+        perr(cx, path, "must be an object");
+        return;
+    }
+    static const char *const known[] = {"rules", "action", "reason", "limits", "approval_timeout", NULL};
+    check_keys(cx, jt, path, known);
+    char sub[340];
+    const cJSON *ja = cJSON_GetObjectItemCaseSensitive(jt, "action");
+    if (ja != NULL) {
+        snprintf(sub, sizeof(sub), "%s.action", path);
+        if (cJSON_IsString(ja) && strcmp(ja->valuestring, "allow") == 0)
+            t->action = TA_ALLOW;
+        else if (cJSON_IsString(ja) && strcmp(ja->valuestring, "deny") == 0)
+            t->action = TA_DENY;
+        else if (cJSON_IsString(ja) && strcmp(ja->valuestring, "approve") == 0)
+            t->action = TA_APPROVE;
+        else
+            perr(cx, sub, "must be allow, deny or approve");
+        if (strcmp(name, "*") == 0 && t->action == TA_APPROVE)
+            perr(cx, sub, "approve is per tool; \"*\" cannot require approval");
+    }
+    const cJSON *jr = cJSON_GetObjectItemCaseSensitive(jt, "reason");
+    if (jr != NULL) {
+        if (cJSON_IsString(jr))
+            t->reason = xstrdup(jr->valuestring);
+        else {
+            snprintf(sub, sizeof(sub), "%s.reason", path);
+            perr(cx, sub, "must be a string");
+        }
+    }
+    const cJSON *jat = cJSON_GetObjectItemCaseSensitive(jt, "approval_timeout");
+    if (jat != NULL) {
+        snprintf(sub, sizeof(sub), "%s.approval_timeout", path);
+        int64_t ms = parse_window(jat, 1);
+        if (ms <= 0)
+            perr(cx, sub, "must be a number of seconds or second|minute|hour|day");
+        else
+            t->approval_ms = (int)(ms > 86400000 ? 86400000 : ms);
+    }
+    const cJSON *jl = cJSON_GetObjectItemCaseSensitive(jt, "limits");
+    if (jl != NULL) {
+        snprintf(sub, sizeof(sub), "%s.limits", path);
+        compile_limits(cx, jl, sub, name, t);
+    }
+    const cJSON *jrules = cJSON_GetObjectItemCaseSensitive(jt, "rules");
+    if (jrules != NULL) {
+        snprintf(sub, sizeof(sub), "%s.rules", path);
+        if (!cJSON_IsArray(jrules) && !cJSON_IsNull(jrules)) {
+            perr(cx, sub, "must be a list");
+        } else if (cJSON_IsArray(jrules)) {
+            t->nrules = cJSON_GetArraySize(jrules);
+            t->rules = tg_xcalloc((size_t)(t->nrules ? t->nrules : 1), sizeof(*t->rules));
+            int i = 0;
+            for (const cJSON *r = jrules->child; r; r = r->next, i++) {
+                char rp[360];
+                snprintf(rp, sizeof(rp), "%s[%d]", sub, i);
+                compile_rule(cx, r, rp, name, &t->rules[i]);
+                if (t->rules[i].deny)
+                    t->unconditional_deny = 1;
+            }
+        }
+    }
+}
+
+static void compile_list(struct cctx *cx, const cJSON *j, const char *path, char ***out, int *n)
+{
+    if (!cJSON_IsArray(j)) {
+        perr(cx, path, "must be a list of strings");
+        return;
+    }
+    *n = cJSON_GetArraySize(j);
+    *out = tg_xcalloc((size_t)(*n ? *n : 1), sizeof(char *));
+    int i = 0;
+    for (const cJSON *c = j->child; c; c = c->next, i++) {
+        char p[320];
+        snprintf(p, sizeof(p), "%s[%d]", path, i);
+        if (!cJSON_IsString(c) || c->valuestring[0] == '\0') {
+            perr(cx, p, "entry must not be empty");
+            (*out)[i] = xstrdup("");
+            continue;
+        }
+        for (int k = 0; k < i; k++)
+            if (strcmp((*out)[k], c->valuestring) == 0)
+                perr(cx, path, "duplicate entry \"%s\"", c->valuestring);
+        (*out)[i] = xstrdup(c->valuestring);
+    }
+}
+
+static void compile_globset(struct cctx *cx, const cJSON *j, const char *path, struct globset *g)
+{
+    if (!cJSON_IsObject(j)) {
+        perr(cx, path, "must be an object {default, allow, deny, reason}");
+        return;
+    }
+    static const char *const known[] = {"default", "allow", "deny", "reason", NULL};
+    check_keys(cx, j, path, known);
+    g->present = 1;
+    char sub[320];
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "default");
+    if (d != NULL) {
+        snprintf(sub, sizeof(sub), "%s.default", path);
+        if (cJSON_IsString(d) && strcmp(d->valuestring, "deny") == 0)
+            g->default_deny = 1;
+        else if (!(cJSON_IsString(d) && strcmp(d->valuestring, "allow") == 0))
+            perr(cx, sub, "must be \"allow\" or \"deny\"");
+    }
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "allow");
+    if (a) {
+        snprintf(sub, sizeof(sub), "%s.allow", path);
+        compile_list(cx, a, sub, &g->allow, &g->nallow);
+    }
+    const cJSON *dn = cJSON_GetObjectItemCaseSensitive(j, "deny");
+    if (dn) {
+        snprintf(sub, sizeof(sub), "%s.deny", path);
+        compile_list(cx, dn, sub, &g->deny, &g->ndeny);
+    }
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "reason");
+    if (cJSON_IsString(r))
+        g->reason = xstrdup(r->valuestring);
+}
+
+static int cmp_tools(const void *a, const void *b)
+{
+    return strcmp(((const struct ptool *)a)->name, ((const struct ptool *)b)->name);
+}
+
+static void free_globset(struct globset *g)
+{
+    for (int i = 0; i < g->nallow; i++)
+        free(g->allow[i]);
+    for (int i = 0; i < g->ndeny; i++)
+        free(g->deny[i]);
+    free(g->allow);
+    free(g->deny);
+    free(g->reason);
+}
+
+static void free_tool(struct ptool *t)
+{
+    free(t->name);
+    free(t->reason);
+    free(t->limits);
+    for (int i = 0; i < t->nrules; i++) {
+        struct rule *r = &t->rules[i];
+        for (int k = 0; k < r->nconds; k++) {
+            struct cond *c = &r->conds[k];
+            for (int m = 0; m < c->npath; m++)
+                free(c->path[m]);
+            free(c->path);
+            cJSON_Delete(c->value);
+            if (c->has_re)
+                regfree(&c->re);
+        }
+        free(r->conds);
+        for (int k = 0; k < r->nincr; k++)
+            free(r->incr_path[k]);
+        free(r->incr_path);
+        free(r->name);
+        free(r->on_deny);
+    }
+    free(t->rules);
+}
+
+static void policy_free(struct tg_policy *p)
+{
+    for (int i = 0; i < p->ntools; i++)
+        free_tool(&p->tools[i]);
+    free(p->tools);
+    if (p->wildcard) {
+        free_tool(p->wildcard);
+        free(p->wildcard);
+    }
+    for (int i = 0; i < p->nhide; i++)
+        free(p->hide[i]);
+    free(p->hide);
+    for (int i = 0; i < p->ncounters; i++) {
+        free(p->counters[i].key);
+        free(p->counters[i].label);
+    }
+    free(p->counters);
+    for (int i = 0; i < p->nmethods; i++)
+        free(p->methods[i]);
+    free(p->methods);
+    free_globset(&p->resources);
+    free_globset(&p->prompts);
+    free(p->name);
+    free(p);
+}
+
+int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **out, struct tg_buf *err,
+                      struct tg_buf *warn)
+{
+    struct tg_policy *p = tg_xcalloc(1, sizeof(*p));
+    p->refcnt = 1;
+    p->name = xstrdup(name);
+    struct cctx cx = {name, err, warn, 0, p};
+    *out = NULL;
+    if (!cJSON_IsObject(root)) {
+        perr(&cx, "(root)", "a policy must be an object");
+        policy_free(p);
+        return TG_EINVAL;
+    }
+    static const char *const known[] = {"version", "description", "default", "hide", "tools",
+                                        "methods", "resources", "prompts", NULL};
+    check_keys(&cx, root, "", known);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "version");
+    if (!cJSON_IsString(v) || strcmp(v->valuestring, "1") != 0)
+        perr(&cx, "version", "version must be \"1\", got \"%s\"",
+             cJSON_IsString(v) ? v->valuestring : (cJSON_IsNumber(v) ? "(a number; write \"1\")" : "(missing)"));
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "default");
+    if (d != NULL) {
+        if (cJSON_IsString(d) && strcmp(d->valuestring, "deny") == 0)
+            p->default_deny = 1;
+        else if (!(cJSON_IsString(d) && strcmp(d->valuestring, "allow") == 0))
+            perr(&cx, "default", "default must be \"allow\" or \"deny\", got \"%s\"",
+                 cJSON_IsString(d) ? d->valuestring : "?");
+    }
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(root, "hide");
+    if (h != NULL && !cJSON_IsNull(h)) {
+        compile_list(&cx, h, "hide", &p->hide, &p->nhide);
+        for (int i = 0; i < p->nhide; i++)
+            if (strcmp(p->hide[i], "*") == 0)
+                p->hide_all = 1;
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    if (t == NULL || cJSON_IsNull(t)) {
+        if (t == NULL && !p->default_deny)
+            pwarn(&cx, "tools", "no tools listed");
+    } else if (!cJSON_IsObject(t)) {
+        perr(&cx, "tools", "must be an object of tool names");
+    } else {
+        int n = cJSON_GetArraySize(t);
+        p->tools = tg_xcalloc((size_t)(n ? n : 1), sizeof(*p->tools));
+        for (const cJSON *c = t->child; c; c = c->next) {
+            if (strcmp(c->string, "*") == 0) {
+                p->wildcard = tg_xcalloc(1, sizeof(*p->wildcard));
+                compile_tool(&cx, "*", c, p->wildcard);
+            } else {
+                compile_tool(&cx, c->string, c, &p->tools[p->ntools++]);
+            }
+        }
+        qsort(p->tools, (size_t)p->ntools, sizeof(*p->tools), cmp_tools);
+    }
+    /* State conditions may name counters defined by later rules: resolve them now. */
+    struct ptool *all[2] = {NULL, p->wildcard};
+    for (int ti = -1; ti < p->ntools; ti++) {
+        struct ptool *tool = ti < 0 ? all[1] : &p->tools[ti];
+        if (tool == NULL)
+            continue;
+        for (int r = 0; r < tool->nrules; r++)
+            for (int k = 0; k < tool->rules[r].nconds; k++) {
+                struct cond *c = &tool->rules[r].conds[k];
+                if (!c->is_state || c->npath != 1)
+                    continue;
+                c->counter = find_counter(p, c->path[0]);
+                if (c->counter < 0) {
+                    char path[400];
+                    snprintf(path, sizeof(path), "tools.%s.rules[%d].conditions[%d].path", tool->name, r, k);
+                    perr(&cx, path, "condition references state.%s but no matching state block found",
+                         c->path[0] + 2);
+                }
+            }
+    }
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "methods");
+    if (m != NULL)
+        compile_list(&cx, m, "methods", &p->methods, &p->nmethods);
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(root, "resources");
+    if (res != NULL)
+        compile_globset(&cx, res, "resources", &p->resources);
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(root, "prompts");
+    if (pr != NULL)
+        compile_globset(&cx, pr, "prompts", &p->prompts);
+    if (cx.nerr > 0) {
+        policy_free(p);
+        return TG_EINVAL;
+    }
+    *out = p;
+    return 0;
+}
+
+int tg_policy_load(const char *path, struct tg_policy **out, struct tg_buf *err, struct tg_buf *warn)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        tg_buf_appendf(err, "%s: cannot open: %s\n", path, strerror(errno));
+        return TG_EINVAL;
+    }
+    struct tg_buf b;
+    tg_buf_init(&b);
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (tg_buf_try_append(&b, chunk, n, POLICY_MAX_FILE) != 0) {
+            fclose(f);
+            tg_buf_dispose(&b);
+            tg_buf_appendf(err, "%s: larger than %d bytes\n", path, POLICY_MAX_FILE);
+            return TG_EINVAL;
+        }
+    }
+    fclose(f);
+    size_t i = 0;
+    while (i < b.len && isspace((unsigned char)b.base[i]))
+        i++;
+    cJSON *root = NULL;
+    if (i < b.len && b.base[i] == '{') {
+        struct tg_json_doc doc;
+        const char *why = NULL;
+        size_t off = 0;
+        if (tg_json_parse(b.base, b.len, 64, 1, &doc, &why, &off) != 0) {
+            size_t line = 1;
+            for (size_t k = 0; k < off && k < b.len; k++)
+                if (b.base[k] == '\n')
+                    line++;
+            tg_buf_appendf(err, "%s:%zu: %s\n", path, line, why);
+            tg_buf_dispose(&b);
+            return TG_EINVAL;
+        }
+        root = doc.root;
+    } else {
+        char why[300];
+        if (tg_yaml_to_json(b.base ? b.base : "", b.len, &root, why, sizeof(why)) != 0) {
+            tg_buf_appendf(err, "%s: %s\n", path, why);
+            tg_buf_dispose(&b);
+            return TG_EINVAL;
+        }
+    }
+    tg_buf_dispose(&b);
+    int r = tg_policy_compile(root, path, out, err, warn);
+    cJSON_Delete(root);
+    return r;
+}
+
+struct tg_policy *tg_policy_deny_all(void)
+{
+    struct tg_policy *p = tg_xcalloc(1, sizeof(*p));
+    p->refcnt = 1;
+    p->name = xstrdup("(no policy: everything denied)");
+    p->default_deny = 1;
+    p->hide_all = 1;
+    return p;
+}
+
+struct tg_policy *tg_policy_ref(struct tg_policy *p)
+{
+    p->refcnt++;
+    return p;
+}
+
+void tg_policy_unref(struct tg_policy *p)
+{
+    if (p != NULL && --p->refcnt == 0)
+        policy_free(p);
+}
+
+const char *tg_policy_name(const struct tg_policy *p) { return p->name; }
+size_t tg_policy_tool_count(const struct tg_policy *p) { return (size_t)p->ntools; }
+
+/* ---- decisions ----------------------------------------------------------------- */
+
+static const struct ptool *find_tool(const struct tg_policy *p, const char *name)
+{
+    int lo = 0, hi = p->ntools - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        int c = strcmp(name, p->tools[mid].name);
+        if (c == 0)
+            return &p->tools[mid];
+        if (c < 0)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+static int is_hidden(const struct tg_policy *p, const char *tool)
+{
+    if (p->hide_all)
+        return 1;
+    for (int i = 0; i < p->nhide; i++)
+        if (strcmp(p->hide[i], tool) == 0)
+            return 1;
+    return 0;
+}
+
+int tg_policy_tool_visible(const struct tg_policy *p, const char *tool)
+{
+    if (is_hidden(p, tool))
+        return 0;
+    const struct ptool *t = find_tool(p, tool);
+    if (t == NULL && p->default_deny)
+        return 0;
+    if (t != NULL && (t->action == TA_DENY || t->unconditional_deny))
+        return 0;
+    if (p->wildcard && (p->wildcard->action == TA_DENY || p->wildcard->unconditional_deny))
+        return 0;
+    return 1;
+}
+
+int tg_policy_method_allowed(const struct tg_policy *p, const char *method)
+{
+    for (int i = 0; i < p->nmethods; i++)
+        if (strcmp(p->methods[i], method) == 0)
+            return 1;
+    return 0;
+}
+
+/* Go's %v for a float64, so that eq between a string and a number behaves as in Intercept. */
+static void go_float(double d, char *out, size_t n)
+{
+    if (d == 0) {
+        snprintf(out, n, "0");
+        return;
+    }
+    int prec;
+    char tmp[64];
+    for (prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof(tmp), "%.*e", prec - 1, d);
+        if (strtod(tmp, NULL) == d)
+            break;
+    }
+    const char *e = strchr(tmp, 'e');
+    int exp = e ? atoi(e + 1) : 0;
+    if (exp < -4 || exp >= 21)
+        snprintf(out, n, "%.*e", prec - 1, d);
+    else
+        snprintf(out, n, "%.*f", prec - 1 - exp > 0 ? prec - 1 - exp : 0, d);
+}
+
+static int scalar_str(const cJSON *v, char *buf, size_t n, const char **out)
+{
+    if (cJSON_IsString(v)) {
+        *out = v->valuestring;
+        return 1;
+    }
+    if (cJSON_IsBool(v)) {
+        *out = cJSON_IsTrue(v) ? "true" : "false";
+        return 1;
+    }
+    if (cJSON_IsNull(v)) {
+        *out = "<nil>";
+        return 1;
+    }
+    if (cJSON_IsNumber(v)) {
+        go_float(v->valuedouble, buf, n);
+        *out = buf;
+        return 1;
+    }
+    return 0;
+}
+
+static int val_eq(const cJSON *a, const cJSON *b)
+{
+    if (cJSON_IsNumber(a) && cJSON_IsNumber(b))
+        return a->valuedouble == b->valuedouble;
+    char ba[64], bb[64];
+    const char *sa, *sb;
+    if (scalar_str(a, ba, sizeof(ba), &sa) && scalar_str(b, bb, sizeof(bb), &sb))
+        return strcmp(sa, sb) == 0;
+    return cJSON_Compare(a, b, 1); /* lists and maps: structural equality */
+}
+
+static int eval_op(const struct cond *c, const cJSON *actual, double state_value, int is_state)
+{
+    cJSON tmp;
+    if (is_state) {
+        memset(&tmp, 0, sizeof(tmp));
+        tmp.type = cJSON_Number;
+        tmp.valuedouble = state_value;
+        actual = &tmp;
+    }
+    switch (c->op) {
+    case OP_EQ: return val_eq(actual, c->value);
+    case OP_NEQ: return !val_eq(actual, c->value);
+    case OP_IN:
+    case OP_NOT_IN: {
+        int found = 0;
+        for (const cJSON *e = c->value->child; e && !found; e = e->next)
+            found = val_eq(actual, e);
+        return c->op == OP_IN ? found : !found;
+    }
+    case OP_LT: return cJSON_IsNumber(actual) && actual->valuedouble < c->num;
+    case OP_LTE: return cJSON_IsNumber(actual) && actual->valuedouble <= c->num;
+    case OP_GT: return cJSON_IsNumber(actual) && actual->valuedouble > c->num;
+    case OP_GTE: return cJSON_IsNumber(actual) && actual->valuedouble >= c->num;
+    case OP_REGEX: return cJSON_IsString(actual) && c->has_re && regexec(&c->re, actual->valuestring, 0, NULL, 0) == 0;
+    case OP_CONTAINS:
+        if (cJSON_IsString(actual))
+            return cJSON_IsString(c->value) && strstr(actual->valuestring, c->value->valuestring) != NULL;
+        if (cJSON_IsArray(actual)) {
+            for (const cJSON *e = actual->child; e; e = e->next)
+                if (val_eq(e, c->value))
+                    return 1;
+        }
+        return 0;
+    case OP_EXISTS: return 0; /* handled by the caller */
+    }
+    return 0;
+}
+
+/* The key of a counter for this caller: upstream, counter, and the scope's identity. */
+static void counter_hash(const struct pcounter *pc, const struct tg_caller *who, uint64_t *h1, uint64_t *h2)
+{
+    char key[640];
+    const char *id = pc->scope == SCOPE_SESSION ? who->session : pc->scope == SCOPE_GLOBAL ? "" : who->grant;
+    int n = snprintf(key, sizeof(key), "%s\x1f%s\x1f%c\x1f%s", who->upstream ? who->upstream : "", pc->key,
+                     pc->scope == SCOPE_SESSION ? 's' : pc->scope == SCOPE_GLOBAL ? '*' : 'g', id ? id : "");
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof(key))
+        n = sizeof(key) - 1;
+    tg_counters_hash(key, (size_t)n, h1, h2);
+}
+
+static int64_t window_start(int64_t now_ms, int64_t window_ms) { return now_ms - (now_ms % window_ms); }
+
+static double state_value(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who, int idx,
+                          int64_t now_ms)
+{
+    const struct pcounter *pc = &p->counters[idx];
+    uint64_t h1, h2;
+    counter_hash(pc, who, &h1, &h2);
+    return tg_window_get(cs, h1, h2, window_start(now_ms, pc->window_ms));
+}
+
+static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *rule, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *rule, const char *fmt, ...)
+{
+    d->verdict = v;
+    snprintf(d->rule, sizeof(d->rule), "%s", rule);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->message, sizeof(d->message), fmt, ap);
+    va_end(ap);
+}
+
+/* Evaluate the conditions of one rule; returns the failing condition index or -1. */
+static int eval_rule(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                     const struct rule *r, const cJSON *args, int64_t now_ms)
+{
+    for (int i = 0; i < r->nconds; i++) {
+        const struct cond *c = &r->conds[i];
+        int ok;
+        if (c->is_state) {
+            if (c->counter < 0)
+                return i;
+            double v = state_value(p, cs, who, c->counter, now_ms);
+            ok = c->op == OP_EXISTS ? cJSON_IsTrue(c->value) : eval_op(c, NULL, v, 1);
+        } else {
+            const cJSON *a = resolve_args(args, c->path, c->npath);
+            if (c->op == OP_EXISTS)
+                ok = (a != NULL && !cJSON_IsNull(a)) == cJSON_IsTrue(c->value);
+            else
+                ok = a != NULL && eval_op(c, a, 0, 0);
+        }
+        if (!ok)
+            return i;
+    }
+    return -1;
+}
+
+static void refund_all(struct tg_counters *c, struct tg_decision *d)
+{
+    for (int i = d->nres - 1; i >= 0; i--) {
+        struct tg_reservation *r = &d->res[i];
+        if (r->kind == CK_BUCKET)
+            tg_bucket_give(c, r->h1, r->h2, r->capacity, r->amount);
+        else
+            tg_window_sub(c, r->h1, r->h2, r->window_start, r->amount);
+    }
+    d->nres = 0;
+}
+
+void tg_policy_refund(struct tg_counters *c, const struct tg_decision *d, int64_t now_ms)
+{
+    (void)now_ms;
+    struct tg_decision copy = *d;
+    refund_all(c, &copy);
+}
+
+static void note_counter(struct tg_decision *d, const char *label, double value)
+{
+    size_t len = strlen(d->counters_json);
+    if (len + 80 >= sizeof(d->counters_json))
+        return;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_json_write_string(&b, label, strlen(label));
+    snprintf(d->counters_json + len, sizeof(d->counters_json) - len, "%s%.*s:%g", len ? "," : "",
+             (int)(b.len < 120 ? b.len : 120), b.base, value);
+    tg_buf_dispose(&b);
+}
+
+/* Intercept stateful rules: reserve each counter within its limit (all or nothing). */
+static int reserve_rules(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                         const char *tool, const struct ptool *t, const cJSON *args, int64_t now_ms,
+                         struct tg_decision *d)
+{
+    const struct ptool *sets[2] = {t, p->wildcard};
+    for (int s = 0; s < 2; s++) {
+        const struct ptool *pt = sets[s];
+        if (pt == NULL)
+            continue;
+        for (int i = 0; i < pt->nrules; i++) {
+            const struct rule *r = &pt->rules[i];
+            if (r->counter < 0)
+                continue;
+            double amount = r->increment;
+            if (r->nincr > 0) {
+                const cJSON *a = resolve_args(args, r->incr_path, r->nincr);
+                if (!cJSON_IsNumber(a)) {
+                    refund_all(cs, d);
+                    set_decision(d, TG_VERDICT_DENY, r->name,
+                                 "%s: the argument that counts toward \"%s\" is missing or not a number", tool, r->name);
+                    return -1;
+                }
+                amount = trunc(a->valuedouble);
+                if (amount < 0) {
+                    refund_all(cs, d);
+                    set_decision(d, TG_VERDICT_DENY, r->name, "%s: a negative amount cannot count toward \"%s\"", tool,
+                                 r->name);
+                    return -1;
+                }
+            }
+            if (!r->has_limit)
+                continue; /* a counter without a limit is only read by other rules' conditions */
+            const struct pcounter *pc = &p->counters[r->counter];
+            uint64_t h1, h2;
+            counter_hash(pc, who, &h1, &h2);
+            int64_t ws = window_start(now_ms, pc->window_ms);
+            double nowv;
+            if (!tg_window_add(cs, h1, h2, ws, pc->window_ms, amount, r->limit, 1, &nowv)) {
+                refund_all(cs, d);
+                uint64_t retry = (uint64_t)(ws + pc->window_ms - now_ms);
+                d->retry_after_ms = retry;
+                snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
+                set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s", r->on_deny ? r->on_deny : r->name,
+                             (unsigned long long)((retry + 999) / 1000));
+                return -1;
+            }
+            if (d->nres < TG_MAX_RESERVATIONS) {
+                struct tg_reservation *rv = &d->res[d->nres++];
+                rv->h1 = h1;
+                rv->h2 = h2;
+                rv->kind = CK_WINDOW;
+                rv->amount = amount;
+                rv->window_start = ws;
+            }
+            note_counter(d, pc->key + 2, nowv);
+        }
+    }
+    return 0;
+}
+
+static int reserve_limits(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                          const char *tool, const struct ptool *t, int64_t now_ms, struct tg_decision *d)
+{
+    const struct ptool *sets[2] = {t, p->wildcard};
+    for (int s = 0; s < 2; s++) {
+        const struct ptool *pt = sets[s];
+        if (pt == NULL)
+            continue;
+        for (int i = 0; i < pt->nlimits; i++) {
+            if (pt->limits[i] < 0)
+                continue;
+            const struct pcounter *pc = &p->counters[pt->limits[i]];
+            uint64_t h1, h2, retry;
+            double left;
+            counter_hash(pc, who, &h1, &h2);
+            if (!tg_bucket_take(cs, h1, h2, pc->capacity, pc->per_ms, 1, now_ms, &left, &retry)) {
+                refund_all(cs, d);
+                d->retry_after_ms = retry;
+                snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
+                set_decision(d, TG_VERDICT_LIMITED, pc->key + 2, "%s is limited to %s %s; retry in %llu s", tool,
+                             pc->label, scope_label(pc->scope), (unsigned long long)((retry + 999) / 1000));
+                return -1;
+            }
+            if (d->nres < TG_MAX_RESERVATIONS) {
+                struct tg_reservation *rv = &d->res[d->nres++];
+                rv->h1 = h1;
+                rv->h2 = h2;
+                rv->kind = CK_BUCKET;
+                rv->amount = 1;
+                rv->capacity = pc->capacity;
+            }
+            note_counter(d, pc->key + 2, left);
+        }
+    }
+    return 0;
+}
+
+void tg_policy_decide_call(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                           const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d)
+{
+    memset(d, 0, sizeof(*d));
+    if (is_hidden(p, tool)) {
+        set_decision(d, TG_VERDICT_DENY, "(hidden)", "Tool \"%s\" is hidden by policy", tool);
+        return;
+    }
+    const struct ptool *t = find_tool(p, tool);
+    if (t == NULL && p->default_deny) {
+        set_decision(d, TG_VERDICT_DENY, "(default deny)", "Tool \"%s\" is not permitted by policy", tool);
+        return;
+    }
+    const struct ptool *sets[2] = {t, p->wildcard};
+    for (int s = 0; s < 2; s++) {
+        const struct ptool *pt = sets[s];
+        if (pt == NULL)
+            continue;
+        if (pt->action == TA_DENY) {
+            if (pt->reason)
+                set_decision(d, TG_VERDICT_DENY, pt->name, "%s", pt->reason);
+            else
+                set_decision(d, TG_VERDICT_DENY, pt->name, "Tool \"%s\" is denied by policy", tool);
+            return;
+        }
+        for (int i = 0; i < pt->nrules; i++) {
+            const struct rule *r = &pt->rules[i];
+            if (r->deny) {
+                if (r->on_deny)
+                    set_decision(d, TG_VERDICT_DENY, r->name, "%s", r->on_deny);
+                else
+                    set_decision(d, TG_VERDICT_DENY, r->name, "Denied by rule \"%s\"", r->name);
+                return;
+            }
+            int failed = eval_rule(p, cs, who, r, args, now_ms);
+            if (failed >= 0) {
+                const struct cond *c = &r->conds[failed];
+                if (c->is_state && c->counter >= 0) {
+                    const struct pcounter *pc = &p->counters[c->counter];
+                    int64_t ws = window_start(now_ms, pc->window_ms);
+                    d->retry_after_ms = (uint64_t)(ws + pc->window_ms - now_ms);
+                    snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
+                    set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s",
+                                 r->on_deny ? r->on_deny : r->name,
+                                 (unsigned long long)((d->retry_after_ms + 999) / 1000));
+                } else if (r->on_deny) {
+                    set_decision(d, TG_VERDICT_DENY, r->name, "%s", r->on_deny);
+                } else {
+                    set_decision(d, TG_VERDICT_DENY, r->name, "Denied by rule \"%s\"", r->name);
+                }
+                return;
+            }
+        }
+    }
+    if (reserve_rules(p, cs, who, tool, t, args, now_ms, d) != 0)
+        return;
+    if (reserve_limits(p, cs, who, tool, t, now_ms, d) != 0)
+        return;
+    if (t != NULL && t->action == TA_APPROVE) {
+        d->verdict = TG_VERDICT_APPROVE;
+        d->approval_timeout_ms = t->approval_ms;
+        snprintf(d->rule, sizeof(d->rule), "%s", t->name);
+        snprintf(d->message, sizeof(d->message), "%s needs a human's approval", tool);
+        return;
+    }
+    d->verdict = TG_VERDICT_ALLOW;
+}
+
+/* '*' matches any run of characters; everything else literally. */
+static int glob_match(const char *pat, const char *s)
+{
+    const char *star = NULL, *ss = NULL;
+    while (*s) {
+        if (*pat == '*') {
+            star = pat++;
+            ss = s;
+        } else if (*pat == *s) {
+            pat++;
+            s++;
+        } else if (star) {
+            pat = star + 1;
+            s = ++ss;
+        } else {
+            return 0;
+        }
+    }
+    while (*pat == '*')
+        pat++;
+    return *pat == '\0';
+}
+
+static void decide_glob(const struct globset *g, const char *what, const char *kind, struct tg_decision *d)
+{
+    memset(d, 0, sizeof(*d));
+    d->verdict = TG_VERDICT_ALLOW;
+    if (!g->present)
+        return;
+    for (int i = 0; i < g->ndeny; i++)
+        if (glob_match(g->deny[i], what)) {
+            set_decision(d, TG_VERDICT_DENY, g->deny[i], "%s", g->reason ? g->reason : "");
+            if (!g->reason)
+                snprintf(d->message, sizeof(d->message), "%s \"%s\" is denied by policy", kind, what);
+            return;
+        }
+    for (int i = 0; i < g->nallow; i++)
+        if (glob_match(g->allow[i], what))
+            return;
+    if (g->default_deny) {
+        set_decision(d, TG_VERDICT_DENY, "(default deny)", "%s \"%s\" is not permitted by policy", kind, what);
+        if (g->reason)
+            snprintf(d->message, sizeof(d->message), "%s", g->reason);
+    }
+}
+
+void tg_policy_decide_resource(const struct tg_policy *p, const char *uri, struct tg_decision *d)
+{
+    decide_glob(&p->resources, uri, "Resource", d);
+}
+
+void tg_policy_decide_prompt(const struct tg_policy *p, const char *name, struct tg_decision *d)
+{
+    decide_glob(&p->prompts, name, "Prompt", d);
+}

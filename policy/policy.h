@@ -1,0 +1,100 @@
+/* Policies: PolicyLayer's two shapes (hosted JSON, Intercept rules in JSON or
+ * YAML) compiled into one immutable struct tg_policy, and decisions over it.
+ *
+ * Pure: no I/O except reading the file in tg_policy_load(), no libuv. The
+ * clock is a parameter. Counter state lives in a struct tg_counters owned by
+ * the caller (the server), outside any policy, so a reload keeps it.
+ *
+ * Semantics (ARCHITECTURE.md "Policy files"):
+ *   hosted  {version, default, tools:{T:{action, reason, limits:[{counter, window, max, scope}]}}}
+ *           limits are token buckets (capacity max, refill max/window), scope grant|session|global.
+ *   Intercept {version, description, default, hide, tools:{T|"*":{rules:[{name, action: evaluate|deny,
+ *           conditions:[{path, op, value}], on_deny, state:{counter, window, increment, increment_from},
+ *           rate_limit:"N/window"}]}}}  state counters are fixed UTC windows.
+ * Both may appear in one file. Extensions (tollgate): per tool "approval_timeout" (seconds or
+ * "5m"), "methods" (non-standard methods allowed by name), "resources" and "prompts" rules. */
+#ifndef TG_POLICY_H
+#define TG_POLICY_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "core/buf.h"
+
+struct tg_policy;
+struct tg_counters;
+
+enum tg_verdict {
+    TG_VERDICT_ALLOW = 0,
+    TG_VERDICT_DENY,    /* -32001 */
+    TG_VERDICT_LIMITED, /* -32002 */
+    TG_VERDICT_APPROVE, /* parked for a human; -32003 if refused or timed out */
+};
+
+#define TG_MAX_RESERVATIONS 16
+
+struct tg_reservation {
+    uint64_t h1, h2;
+    int kind; /* 1 bucket, 2 window */
+    double amount;
+    int64_t window_start;
+    double capacity;
+};
+
+struct tg_decision {
+    enum tg_verdict verdict;
+    char rule[128];     /* rule or limit that decided, "" for a plain allow */
+    char message[512];  /* what the model reads */
+    char counter[128];  /* LIMITED: the counter */
+    uint64_t retry_after_ms;
+    int approval_timeout_ms;
+    struct tg_reservation res[TG_MAX_RESERVATIONS];
+    int nres;
+    char counters_json[512]; /* counter values after the decision, for the audit log */
+};
+
+/* Who is calling: the identities that counter scopes refer to. */
+struct tg_caller {
+    const char *grant;
+    const char *session;
+    const char *upstream; /* counters of different upstreams never mix */
+};
+
+/* Load a JSON or YAML policy (chosen by content: JSON if it starts with '{'). Errors are appended
+ * to err as "FILE: PATH.IN.FILE: reason\n"; warnings (unknown fields) to warn. */
+int tg_policy_load(const char *path, struct tg_policy **out, struct tg_buf *err, struct tg_buf *warn);
+/* Compile from a tree (takes no ownership). name is used in messages. */
+int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **out, struct tg_buf *err,
+                      struct tg_buf *warn);
+/* A policy that denies and hides everything (an upstream with no policy fails closed). */
+struct tg_policy *tg_policy_deny_all(void);
+struct tg_policy *tg_policy_ref(struct tg_policy *p);
+void tg_policy_unref(struct tg_policy *p);
+const char *tg_policy_name(const struct tg_policy *p);
+size_t tg_policy_tool_count(const struct tg_policy *p);
+
+/* Decide a tools/call. args may be NULL. Reserves counters on ALLOW and APPROVE. */
+void tg_policy_decide_call(const struct tg_policy *p, struct tg_counters *c, const struct tg_caller *who,
+                           const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d);
+/* Undo the reservations of a decision (the upstream call failed, or approval was refused). */
+void tg_policy_refund(struct tg_counters *c, const struct tg_decision *d, int64_t now_ms);
+/* Should tools/list show this tool to callers of this policy? */
+int tg_policy_tool_visible(const struct tg_policy *p, const char *tool);
+/* Non-standard method named by the policy's "methods": 1 allowed, 0 not. */
+int tg_policy_method_allowed(const struct tg_policy *p, const char *method);
+/* resources/read (uri) and prompts/get (name): ALLOW or DENY with message. */
+void tg_policy_decide_resource(const struct tg_policy *p, const char *uri, struct tg_decision *d);
+void tg_policy_decide_prompt(const struct tg_policy *p, const char *name, struct tg_decision *d);
+
+/* Counter store: token buckets and fixed windows keyed by (upstream, counter, scope identity). */
+struct tg_counters *tg_counters_new(void);
+void tg_counters_free(struct tg_counters *c);
+size_t tg_counters_count(const struct tg_counters *c);
+size_t tg_counters_memory(const struct tg_counters *c);
+/* Drop entries that no longer hold information (full buckets, past windows); at most `budget` slots scanned. */
+void tg_counters_sweep(struct tg_counters *c, int64_t now_ms, size_t budget);
+
+/* YAML to the same cJSON tree a JSON policy gives (libyaml). */
+int tg_yaml_to_json(const char *text, size_t len, cJSON **out, char *err, size_t errsz);
+
+#endif
