@@ -46,6 +46,8 @@ struct srv {
     const char *ctype;
     int interim;    /* send "100 Continue" before the response */
     int garbage;    /* send bytes nobody asked for right after the response */
+    uint64_t delay_ms; /* SRV_KEEPALIVE: answer this long after the request */
+    int served_by[256]; /* connection number (1-based, in accept order) of each request */
     struct tg_list conns;
     char last_method[16], last_url[64], last_host[128], last_x_test[64], last_accept[128];
 };
@@ -66,6 +68,7 @@ struct sconn {
     struct tg_list link;
     int closing;
     int handles;
+    int number; /* accept order, from 1 */
 };
 
 struct swrite {
@@ -161,6 +164,12 @@ static void respond(struct sconn *c)
         if (s->garbage)
             tg_buf_appends(&r, "HTTP/1.1 200 OK\r\n");
         s->answered++;
+        if (s->delay_ms && s->mode == SRV_KEEPALIVE) {
+            c->later.len = 0;
+            tg_buf_append(&c->later, r.base, r.len);
+            uv_timer_start(&c->timer, on_sc_timer, s->delay_ms, 0);
+            break;
+        }
         sc_write(c, r.base, r.len, s->mode == SRV_CLOSE || s->mode == SRV_CLOSE_QUIETLY);
         break;
     case SRV_EOF_BODY:
@@ -260,6 +269,8 @@ static int on_s_message_complete(llhttp_t *p)
 {
     struct sconn *c = sconn_of(p);
     struct srv *s = c->srv;
+    if (s->requests < 256)
+        s->served_by[s->requests] = c->number;
     s->requests++;
     snprintf(s->last_method, sizeof(s->last_method), "%s", llhttp_method_name((llhttp_method_t)llhttp_get_method(p)));
     snprintf(s->last_url, sizeof(s->last_url), "%s", c->url);
@@ -311,6 +322,7 @@ static void on_s_connection(uv_stream_t *l, int status)
     c->parser.data = c;
     assert_int_equal(uv_accept(l, (uv_stream_t *)&c->tcp), 0);
     s->accepted++;
+    c->number = s->accepted;
     uv_read_start((uv_stream_t *)&c->tcp, on_s_alloc, on_s_read);
 }
 
@@ -633,6 +645,17 @@ static void sequential_then_concurrent_share_two_connections(void **state)
     assert_int_equal(f->m.upstream_connects, 2);
     assert_int_equal(f->m.lat_count, 70);
     assert_string_equal(f->calls[0].sid, "sess-1");
+    /* With two idle connections, sequential calls keep using the most recently used one
+     * (so the other can age out of the pool). */
+    f->chain_to = 80;
+    start_call(f, 70, 2000);
+    run_until_done(f, 80, 4000);
+    for (int i = 70; i < 80; i++)
+        expect_echo(f, i);
+    for (int i = 71; i < 80; i++)
+        if (f->srv.served_by[i] != f->srv.served_by[70])
+            fail_msg("sequential call %d went to connection %d, call 70 to %d", i, f->srv.served_by[i],
+                     f->srv.served_by[70]);
     fixture_finish(f);
     /* Closing the pool closed both connections at the server too. */
     free(f);
@@ -1226,6 +1249,45 @@ static void host_name_is_resolved(void **state)
     free(f);
 }
 
+static void pause_before_connected(void **state)
+{
+    /* Paused before it has a connection: the request is sent, the answer is not read. */
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 1, 10);
+    upstream_new(f);
+    start_call(f, 0, 2000);
+    tg_upreq_pause(f->calls[0].r);
+    run_for(f, 100);
+    assert_int_equal(f->srv.requests, 1);
+    assert_int_equal(f->calls[0].heads, 0);
+    assert_int_equal(f->calls[0].done, 0);
+    tg_upreq_resume(f->calls[0].r);
+    run_until_done(f, 1, 3000);
+    expect_echo(f, 0);
+    fixture_finish(f);
+    free(f);
+}
+
+static void queue_deadline_stops_once_dequeued(void **state)
+{
+    /* Call 1 (no call timeout) waits 100 ms in the queue, then takes 100 ms more on the
+     * connection: the 150 ms queue deadline no longer applies once it left the queue. */
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 1, 10);
+    f->srv.delay_ms = 100;
+    f->uc.queue_timeout_ms = 150;
+    upstream_new(f);
+    start_call(f, 0, 2000);
+    start_call(f, 1, 0);
+    run_until_done(f, 2, 3000);
+    expect_echo(f, 0);
+    expect_echo(f, 1);
+    assert_true(f->calls[1].t_done - f->calls[1].t_start >= 150);
+    assert_int_equal(f->m.upstream_queue_timeouts, 0);
+    fixture_finish(f);
+    free(f);
+}
+
 /* In on_done (so in the poll phase), start two calls on a pool of one with no queue
  * (the second is refused with a deferred TG_ELIMIT), then close the pool. */
 static void close_from_on_done(struct call *c)
@@ -1287,6 +1349,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(dedicated_connection),
         cmocka_unit_test(cancel_or_close_from_callbacks),
         cmocka_unit_test(host_name_is_resolved),
+        cmocka_unit_test(pause_before_connected),
+        cmocka_unit_test(queue_deadline_stops_once_dequeued),
         cmocka_unit_test(bug_close_with_deferred_error_pending),
     };
     return TG_UNIT_RUN(tests, argc, argv);
