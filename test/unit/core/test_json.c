@@ -695,7 +695,9 @@ static void guard_page_on_bad_input(void **state)
 
 static void writer_plain_cjson(void **state)
 {
-    /* Trees built by code (not parsed) print their doubles. */
+    /* Trees built by code (not parsed) print their doubles. NaN, infinities and huge
+     * values must not reach a (long long) conversion, which is undefined behaviour
+     * (clang's -fsanitize=undefined reports it; GCC needs -fsanitize=float-cast-overflow). */
     cJSON *a = cJSON_CreateArray();
     cJSON_AddItemToArray(a, cJSON_CreateNumber(3));
     cJSON_AddItemToArray(a, cJSON_CreateNumber(-2));
@@ -711,6 +713,18 @@ static void writer_plain_cjson(void **state)
     tg_json_write(&b, a);
     tg_buf_append(&b, "", 1);
     assert_string_equal(b.base, "[3,-2,0.5,null,\"q\\\"\\u0001\",12345678901234567890,{\"k\\n\":null}]");
+    tg_buf_dispose(&b);
+    cJSON_Delete(a);
+    a = cJSON_CreateArray();
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(1.0 / 0.0));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(-1.0 / 0.0));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(1e300));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(-9.5e18));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(8e15));
+    tg_buf_init(&b);
+    tg_json_write(&b, a);
+    tg_buf_append(&b, "", 1);
+    assert_string_equal(b.base, "[null,null,1.0000000000000001e+300,-9.5e+18,8000000000000000]");
     tg_buf_dispose(&b);
     cJSON_Delete(a);
 }
