@@ -641,7 +641,7 @@ void tg_json_write(struct tg_buf *b, const cJSON *item)
             tg_buf_appends(b, item->valuestring);
         } else {
             double d = item->valuedouble;
-            if (d == (double)(long long)d && d > -9e15 && d < 9e15)
+            if (d > -9e15 && d < 9e15 && d == (double)(long long)d)
                 tg_buf_appendf(b, "%lld", (long long)d);
             else if (d != d || d - d != 0)
                 tg_buf_append(b, "null", 4);
