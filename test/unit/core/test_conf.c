@@ -87,8 +87,10 @@ static void expect_error(const char *text, int line, const char *directive, cons
 {
     struct loaded l;
     load(&l, text);
-    if (l.c != NULL)
-        fail_msg("config accepted but must fail with %s (%s):\n%s", directive, reason, text);
+    if (l.c != NULL) {
+        loaded_dispose(&l);
+        fail_msg("config accepted but must fail with %s (%s):\n%s", directive, reason ? reason : "any reason", text);
+    }
     char prefix[700];
     snprintf(prefix, sizeof(prefix), "%s:%d: %s: ", l.path, line, directive);
     int found = 0;
@@ -102,8 +104,11 @@ static void expect_error(const char *text, int line, const char *directive, cons
         }
         p = nl + 1;
     }
-    if (!found)
-        fail_msg("no error line \"%s...%s...\" in:\n%s", prefix, reason ? reason : "", l.err.base);
+    if (!found) {
+        print_error("no error line \"%s...%s...\" in:\n%s", prefix, reason ? reason : "", l.err.base);
+        loaded_dispose(&l);
+        fail();
+    }
     loaded_dispose(&l);
 }
 
