@@ -160,8 +160,8 @@ static void key_error(struct loader *L, size_t i, const char *field, const char 
 /* Decode the base64url string member `field` of key i into a malloc'd buffer.
  * Returns 1 when the member is absent (and not required), 0 on success,
  * TG_EINVAL after reporting a problem. */
-static int b64_member(struct loader *L, size_t i, const cJSON *key, const char *field, int required,
-                      uint8_t **out, size_t *outlen)
+static int b64_member(struct loader *L, size_t i, const cJSON *key, const char *field, int required, uint8_t **out,
+                      size_t *outlen)
 {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(key, field);
     *out = NULL;
@@ -478,8 +478,8 @@ static int verify_with(struct jwk *k, const uint8_t *in, size_t inlen, const uin
         uint8_t mac[32];
         if (siglen != sizeof(mac))
             return TG_EINVAL;
-        if (mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), k->u.oct.k, k->u.oct.len, in, inlen,
-                            mac) != 0)
+        const mbedtls_md_info_t *sha256 = mbedtls_md_info_from_type(MBEDTLS_MD_SHA256);
+        if (mbedtls_md_hmac(sha256, k->u.oct.k, k->u.oct.len, in, inlen, mac) != 0)
             return TG_EINVAL;
         int eq = ct_equal(mac, sig, sizeof(mac));
         mbedtls_platform_zeroize(mac, sizeof(mac)); /* a valid MAC for attacker-chosen input */
@@ -547,14 +547,11 @@ static int audience_ok(const cJSON *aud, const char *want)
     return 0;
 }
 
-static int decode_object(struct tg_slice part, uint8_t *scratch, cJSON **out)
+static int parse_object(const uint8_t *p, size_t n, cJSON **out)
 {
-    size_t n = 0;
     struct tg_json_doc doc = {0};
     *out = NULL;
-    if (part.len == 0 || b64url_decode(part.ptr, part.len, scratch, &n) != 0)
-        return TG_EINVAL;
-    if (tg_json_parse((const char *)scratch, n, JWT_JSON_DEPTH, 1, &doc, NULL, NULL) != 0)
+    if (tg_json_parse((const char *)p, n, JWT_JSON_DEPTH, 1, &doc, NULL, NULL) != 0)
         return TG_EINVAL;
     if (!cJSON_IsObject(doc.root)) {
         cJSON_Delete(doc.root);
@@ -564,8 +561,8 @@ static int decode_object(struct tg_slice part, uint8_t *scratch, cJSON **out)
     return 0;
 }
 
-int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struct tg_jwt_rules *rules,
-                  int64_t now_s, char *grant, size_t grant_sz, const char **why)
+int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struct tg_jwt_rules *rules, int64_t now_s,
+                  char *grant, size_t grant_sz, const char **why)
 {
     assert(keys != NULL && rules != NULL && rules->grant_claim != NULL && grant != NULL && why != NULL);
     cJSON *header = NULL, *claims = NULL;
@@ -587,10 +584,28 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
     struct tg_slice ppart = tg_slice_of(d1 + 1, (size_t)(d2 - d1 - 1));
     struct tg_slice spart = tg_slice_of(d2 + 1, (size_t)(end - d2 - 1));
     struct tg_slice signing_input = tg_slice_of(p, (size_t)(d2 - p));
+    /* An empty signature is allowed through here only so that an
+     * unsecured token ("alg":"none") is refused as such, by its alg. */
+    if (hpart.len == 0 || ppart.len == 0)
+        return TG_EINVAL;
 
-    /* Every decoded part is shorter than the token. */
+    /* Decode all three parts first, so that a token that is not a
+     * well-formed compact JWS is "malformed" whatever else is wrong with it.
+     * The decoded parts together are shorter than the token. The payload is
+     * only decoded here; it is parsed after the signature has been checked,
+     * so no unauthenticated claim is ever looked at. */
     scratch = tg_xmalloc(token.len);
-    if (decode_object(hpart, scratch, &header) != 0)
+    uint8_t *hdec = scratch, *pdec, *sig;
+    size_t hlen = 0, plen = 0, siglen = 0;
+    if (b64url_decode(hpart.ptr, hpart.len, hdec, &hlen) != 0)
+        goto out;
+    pdec = hdec + hlen;
+    if (b64url_decode(ppart.ptr, ppart.len, pdec, &plen) != 0)
+        goto out;
+    sig = pdec + plen;
+    if (b64url_decode(spart.ptr, spart.len, sig, &siglen) != 0)
+        goto out;
+    if (parse_object(hdec, hlen, &header) != 0)
         goto out;
 
     const cJSON *alg = cJSON_GetObjectItemCaseSensitive(header, "alg");
@@ -615,11 +630,6 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
     if (kidm != NULL && !cJSON_IsString(kidm))
         goto out;
     const char *kid = kidm ? kidm->valuestring : NULL;
-
-    uint8_t *sig = scratch;
-    size_t siglen = 0;
-    if (spart.len == 0 || b64url_decode(spart.ptr, spart.len, sig, &siglen) != 0)
-        goto out;
 
     uint8_t hash[32];
     if (algs[a].kty != KTY_OCT &&
@@ -646,7 +656,7 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
 
     /* From here on the payload is the issuer's. */
     *why = "malformed token";
-    if (decode_object(ppart, scratch, &claims) != 0)
+    if (parse_object(pdec, plen, &claims) != 0)
         goto out;
     double exp = 0, nbf = 0, iat = 0;
     int has_nbf, has_iat;

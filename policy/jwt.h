@@ -31,8 +31,8 @@
  *     a mismatch);
  *   - a non-empty string in the claim rules->grant_claim.
  *
- * The signature is verified before any payload byte is decoded, so claims
- * are only ever read from an authenticated payload. */
+ * The payload is parsed only after the signature has been verified, so
+ * claims are only ever read from an authenticated payload. */
 #ifndef TG_JWT_H
 #define TG_JWT_H
 
@@ -68,8 +68,7 @@ struct tg_jwks;
  * Returns 0 with *out set, or TG_EINVAL. */
 int tg_jwks_load(const char *path, struct tg_jwks **out, struct tg_buf *err);
 /* The same from memory (for tests and reload). name_for_errors replaces PATH. */
-int tg_jwks_parse(const char *json, size_t len, const char *name_for_errors, struct tg_jwks **out,
-                  struct tg_buf *err);
+int tg_jwks_parse(const char *json, size_t len, const char *name_for_errors, struct tg_jwks **out, struct tg_buf *err);
 /* Accepts NULL. */
 void tg_jwks_free(struct tg_jwks *k);
 
@@ -92,9 +91,10 @@ struct tg_jwt_rules {
  *   "bad signature"       no suitable key verifies it
  *   "expired", "not yet valid", "wrong issuer", "wrong audience",
  *   "missing grant claim" absent, not a string, or empty.
- * Order: the header (malformed, alg, crit), the key, the signature, then the
- * payload (malformed, exp, nbf/iat, iss, aud, grant); the first failure wins. */
-int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struct tg_jwt_rules *rules,
-                  int64_t now_s, char *grant, size_t grant_sz, const char **why);
+ * Order: the encoding of all three parts and the header (malformed, alg,
+ * crit), the key, the signature, then the payload (malformed, exp, nbf/iat,
+ * iss, aud, grant); the first failure wins. *why is NULL on success. */
+int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struct tg_jwt_rules *rules, int64_t now_s,
+                  char *grant, size_t grant_sz, const char **why);
 
 #endif
