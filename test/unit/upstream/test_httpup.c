@@ -520,6 +520,18 @@ static void run_until_done(struct fixture *f, int target, uint64_t max_ms)
         fail_msg("only %d of %d calls finished within %llu ms", f->ndone, target, (unsigned long long)max_ms);
 }
 
+/* Runs the loop until cond holds, at most max_ms. */
+#define RUN_UNTIL(f, cond, max_ms)                                                                           \
+    do {                                                                                                     \
+        (f)->timed_out = 0;                                                                                  \
+        uv_timer_start(&(f)->watchdog, on_watchdog, (max_ms), 0);                                            \
+        while (!(cond) && !(f)->timed_out)                                                                   \
+            uv_run(&(f)->loop, UV_RUN_ONCE);                                                                 \
+        uv_timer_stop(&(f)->watchdog);                                                                       \
+        if (!(cond))                                                                                         \
+            fail_msg("%s: still false after %d ms", #cond, (int)(max_ms));                                   \
+    } while (0)
+
 /* Runs the loop for ms milliseconds. */
 static void run_for(struct fixture *f, uint64_t ms)
 {
@@ -741,10 +753,9 @@ static void silent_server_times_out(void **state)
     assert_int_equal(f->m.upstream_timeouts, 1);
     /* The connection with half an exchange on it is not reused. */
     size_t total, idle, queued, dedicated;
-    run_for(f, 20);
     tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
     assert_int_equal(total, 0);
-    assert_int_equal(f->srv.eofs, 1);
+    RUN_UNTIL(f, f->srv.eofs == 1, 2000);
     fixture_finish(f);
     free(f);
 }
@@ -948,7 +959,7 @@ static void idle_connection_expires(void **state)
     start_call(f, 0, 2000);
     run_until_done(f, 1, 3000);
     expect_echo(f, 0);
-    run_for(f, 250);
+    RUN_UNTIL(f, f->srv.eofs == 1, 2000); /* the pool closed it after 60 ms idle */
     size_t total, idle, queued, dedicated;
     tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
     assert_int_equal(total, 0);
@@ -970,8 +981,7 @@ static void cancel_in_flight_and_queued(void **state)
     start_call(f, 0, 0);
     start_call(f, 1, 0);
     start_call(f, 2, 0);
-    run_for(f, 30); /* call 0 is on the wire */
-    assert_int_equal(f->srv.requests, 1);
+    RUN_UNTIL(f, f->srv.requests == 1, 2000); /* call 0 is on the wire */
     size_t total, idle, queued, dedicated;
     tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
     assert_int_equal(queued, 2);
@@ -979,9 +989,8 @@ static void cancel_in_flight_and_queued(void **state)
     tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
     assert_int_equal(queued, 1);
     tg_upreq_cancel(f->calls[0].r); /* in flight: its connection is closed, call 2 gets a new one */
-    run_for(f, 30);
+    RUN_UNTIL(f, f->srv.requests == 2, 2000);
     assert_int_equal(f->srv.accepted, 2);
-    assert_int_equal(f->srv.requests, 2);
     assert_int_equal(f->ndone, 0); /* cancelled calls get no on_done */
     f->calls[0].started = f->calls[1].started = 0;
     tg_upstream_close(f->u); /* call 2 is still in flight */
@@ -1000,7 +1009,7 @@ static void close_with_calls_everywhere(void **state)
     upstream_new(f);
     start_call(f, 0, 0);
     start_call(f, 1, 0);
-    run_for(f, 30);
+    RUN_UNTIL(f, f->srv.requests == 2, 2000);
     for (int i = 2; i < 6; i++)
         start_call(f, i, 0);
     tg_upstream_close(f->u);
@@ -1114,7 +1123,8 @@ static void pause_and_resume(void **state)
     c->r = tg_upreq_start(f->u, "POST", NULL, c->sent, c->sent_len, 0, 2000, &pause_cbs, c);
     tg_upreq_pause(c->r); /* before it has a connection: harmless, and pausing twice too */
     tg_upreq_resume(c->r);
-    run_for(f, 100);
+    RUN_UNTIL(f, c->heads == 1, 2000);
+    run_for(f, 60); /* the rest of the body is sent 3 ms after the head */
     assert_int_equal(c->heads, 1);
     assert_int_equal(c->done, 0);
     assert_true(c->body.len < c->sent_len);
@@ -1149,7 +1159,7 @@ static void dedicated_connection(void **state)
     assert_int_equal(c->status, 200);
     assert_int_equal(c->body.len, 0);
     assert_int_equal(f->srv.accepted, 2);
-    run_for(f, 20);
+    RUN_UNTIL(f, f->srv.eofs == 1, 2000);
     tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
     assert_int_equal(dedicated, 0); /* a dedicated connection is not pooled afterwards */
     assert_int_equal(total, 1);
@@ -1257,8 +1267,8 @@ static void pause_before_connected(void **state)
     upstream_new(f);
     start_call(f, 0, 2000);
     tg_upreq_pause(f->calls[0].r);
-    run_for(f, 100);
-    assert_int_equal(f->srv.requests, 1);
+    RUN_UNTIL(f, f->srv.requests == 1, 2000);
+    run_for(f, 60); /* the answer is there to read */
     assert_int_equal(f->calls[0].heads, 0);
     assert_int_equal(f->calls[0].done, 0);
     tg_upreq_resume(f->calls[0].r);
