@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "policy/policy.h"
 
 /* One row per scalar integer directive (nginx ngx_command_t, redis createIntConfig). */
 struct int_directive {
@@ -31,6 +32,7 @@ static const struct int_directive limit_directives[] = {
     {"inflight_per_session", LIM(inflight_per_session), 1, 100000, 64, "calls in flight per session"},
     {"output_high_water", LIM(output_high_water), 4096, 1073741824, 1048576, "bytes queued to a slow client"},
     {"drain_timeout_ms", LIM(drain_timeout_ms), 0, 3600000, 10000, "graceful drain on SIGTERM"},
+    {"approvals_max", LIM(approvals_max), 0, 1000000, 1000, "calls parked for approval at once"},
     {NULL, 0, 0, 0, 0, NULL},
 };
 
@@ -387,9 +389,17 @@ static void load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
             errf(ld, g, ctx, "must be a group");
             continue;
         }
-        static const char *const known[] = {"name", "token_sha256", "anonymous", NULL};
+        static const char *const known[] = {"name", "token_sha256", "anonymous", "max_sessions", "policies", NULL};
         check_members(ld, g, known, ctx);
         gc->name = get_str(ld, g, "name", NULL, 1, ctx);
+        const config_setting_t *ms = config_setting_get_member(g, "max_sessions");
+        if (ms != NULL) {
+            if (config_setting_type(ms) != CONFIG_TYPE_INT || config_setting_get_int(ms) < 1 ||
+                config_setting_get_int(ms) > 10000000)
+                errf(ld, ms, "max_sessions", "must be an integer 1..10000000");
+            else
+                gc->max_sessions = config_setting_get_int(ms);
+        }
         gc->has_token = parse_sha256(ld, g, ctx, gc->token_sha256);
         gc->anonymous = get_bool(ld, g, "anonymous", 0, ctx);
         if (!gc->has_token && !gc->anonymous)
@@ -431,6 +441,10 @@ static int parse_url(struct tg_upstream_conf *u, const char **why)
         hs = p + 1;
         if (he + 1 < hend && he[1] == ':')
             portp = he + 2;
+        else if (he + 1 != hend) {
+            *why = "has junk after the IPv6 literal";
+            return -1;
+        }
     } else {
         he = memchr(p, ':', (size_t)(hend - p));
         if (he)
@@ -519,7 +533,7 @@ static void load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
             continue;
         }
         static const char *const known[] = {"name", "url", "default", "headers", "initialize", "connect_timeout_ms",
-                                            "call_timeout_ms", "pool", NULL};
+                                            "call_timeout_ms", "pool", "policy", "deny_server_requests", NULL};
         check_members(ld, g, known, ctx);
         u->name = get_str(ld, g, "name", NULL, 1, ctx);
         if (u->name && !valid_upstream_name(u->name))
@@ -540,6 +554,24 @@ static void load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
             if (c->default_upstream >= 0)
                 errf(ld, g, ctx, "only one upstream may be default");
             c->default_upstream = (int)i;
+        }
+        u->policy_path = get_str(ld, g, "policy", NULL, 0, ctx);
+        const config_setting_t *dsr = config_setting_get_member(g, "deny_server_requests");
+        if (dsr != NULL) {
+            if (!config_setting_is_array(dsr) && !config_setting_is_list(dsr)) {
+                errf(ld, dsr, "deny_server_requests", "must be an array of method names");
+            } else {
+                u->ndeny_server_requests = (size_t)config_setting_length(dsr);
+                u->deny_server_requests = tg_xcalloc(u->ndeny_server_requests + 1, sizeof(char *));
+                for (size_t k = 0; k < u->ndeny_server_requests; k++) {
+                    const char *m = config_setting_get_string_elem(dsr, (int)k);
+                    if (m == NULL || m[0] == '\0') {
+                        errf(ld, dsr, "deny_server_requests", "must be an array of method names");
+                        m = "";
+                    }
+                    u->deny_server_requests[k] = tg_xstrdup(m);
+                }
+            }
         }
         char *init = get_str(ld, g, "initialize", "forward", 0, ctx);
         if (init && strcmp(init, "local") == 0)
@@ -599,6 +631,160 @@ static void load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
         c->default_upstream = 0;
 }
 
+static void load_audit(struct loader *ld, config_t *cfg, struct tg_conf *c)
+{
+    c->audit.max_pending = 16 * 1024 * 1024;
+    const config_setting_t *g = config_lookup(cfg, "audit");
+    if (g == NULL)
+        return;
+    if (!config_setting_is_group(g)) {
+        errf(ld, g, "audit", "must be a group { file = …; args = \"hash\" | \"values\"; redact = [ … ]; }");
+        return;
+    }
+    static const char *const known[] = {"file", "args", "redact", "max_pending_bytes", NULL};
+    check_members(ld, g, known, "audit");
+    c->audit.file = get_str(ld, g, "file", NULL, 1, "audit");
+    char *args = get_str(ld, g, "args", "hash", 0, "audit");
+    if (args && strcmp(args, "values") == 0)
+        c->audit.values = 1;
+    else if (args && strcmp(args, "hash") != 0)
+        errf(ld, config_setting_get_member(g, "args"), "audit.args", "must be \"hash\" or \"values\"");
+    free(args);
+    const config_setting_t *mp = config_setting_get_member(g, "max_pending_bytes");
+    if (mp != NULL) {
+        if (config_setting_type(mp) != CONFIG_TYPE_INT || config_setting_get_int(mp) < 4096)
+            errf(ld, mp, "audit.max_pending_bytes", "must be an integer >= 4096");
+        else
+            c->audit.max_pending = config_setting_get_int(mp);
+    }
+    const config_setting_t *r = config_setting_get_member(g, "redact");
+    static const char *const default_redact[] = {"password", "passwd", "secret", "token", "api_key", "apikey",
+                                                 "authorization", "cookie", "private_key", NULL};
+    if (r == NULL) {
+        for (const char *const *d = default_redact; *d; d++) {
+            c->audit.redact = tg_xrealloc(c->audit.redact, (c->audit.nredact + 1) * sizeof(char *));
+            c->audit.redact[c->audit.nredact++] = tg_xstrdup(*d);
+        }
+    } else if (!config_setting_is_array(r)) {
+        errf(ld, r, "audit.redact", "must be an array of argument names");
+    } else {
+        for (int i = 0; i < config_setting_length(r); i++) {
+            const char *v = config_setting_get_string_elem(r, i);
+            if (v == NULL)
+                continue;
+            c->audit.redact = tg_xrealloc(c->audit.redact, (c->audit.nredact + 1) * sizeof(char *));
+            c->audit.redact[c->audit.nredact++] = tg_xstrdup(v);
+        }
+    }
+}
+
+static struct tg_policy *load_policy_file(struct loader *ld, const config_setting_t *s, const char *directive,
+                                          const char *path, struct tg_conf *c)
+{
+    struct tg_buf perr, pwarn;
+    tg_buf_init(&perr);
+    tg_buf_init(&pwarn);
+    struct tg_policy *p = NULL;
+    if (tg_policy_load(path, &p, &perr, &pwarn) != 0) {
+        /* The policy module names the file and the path inside it; say which directive loaded it. */
+        const char *line = perr.base ? perr.base : "";
+        tg_buf_append(&perr, "", 1);
+        for (const char *q = line; *q;) {
+            const char *nl = strchr(q, '\n');
+            size_t n = nl ? (size_t)(nl - q) : strlen(q);
+            errf(ld, s, directive, "%.*s", (int)n, q);
+            q += n + (nl ? 1 : 0);
+        }
+    }
+    if (pwarn.len) {
+        tg_buf_append(&c->warnings, pwarn.base, pwarn.len);
+    }
+    tg_buf_dispose(&perr);
+    tg_buf_dispose(&pwarn);
+    return p;
+}
+
+/* Policies, after upstreams are known: the upstream's own, then per-grant overrides. */
+static void load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c)
+{
+    const config_setting_t *ul = config_lookup(cfg, "upstreams");
+    for (size_t i = 0; i < c->nupstreams; i++) {
+        struct tg_upstream_conf *u = &c->upstreams[i];
+        if (u->policy_path == NULL) {
+            tg_buf_appendf(&c->warnings,
+                           "%s: upstreams.%s: no policy: every tool is denied and hidden (write a policy with "
+                           "\"default\": \"allow\" to pass everything)\n",
+                           ld->path, u->name ? u->name : "?");
+            continue;
+        }
+        const config_setting_t *g = ul ? config_setting_get_elem(ul, (unsigned)i) : NULL;
+        char d[120];
+        snprintf(d, sizeof(d), "upstreams.%s.policy", u->name ? u->name : "?");
+        u->policy = load_policy_file(ld, g ? config_setting_get_member(g, "policy") : NULL, d, u->policy_path, c);
+    }
+    const config_setting_t *gl = config_lookup(cfg, "grants");
+    for (size_t i = 0; gl && i < c->ngrants; i++) {
+        struct tg_grant_conf *gc = &c->grants[i];
+        const config_setting_t *g = config_setting_get_elem(gl, (unsigned)i);
+        const config_setting_t *pl = g ? config_setting_get_member(g, "policies") : NULL;
+        if (pl == NULL)
+            continue;
+        char ctx[120];
+        snprintf(ctx, sizeof(ctx), "grants.%s.policies", gc->name ? gc->name : "?");
+        if (!config_setting_is_list(pl)) {
+            errf(ld, pl, ctx, "must be a list of ( { upstream = …; policy = …; } )");
+            continue;
+        }
+        gc->npolicies = (size_t)config_setting_length(pl);
+        gc->policies = tg_xcalloc(gc->npolicies + 1, sizeof(*gc->policies));
+        for (size_t k = 0; k < gc->npolicies; k++) {
+            const config_setting_t *e = config_setting_get_elem(pl, (unsigned)k);
+            struct tg_grant_policy *gp = &gc->policies[k];
+            gp->upstream = -1;
+            char ectx[160];
+            snprintf(ectx, sizeof(ectx), "%s[%zu]", ctx, k);
+            if (!config_setting_is_group(e)) {
+                errf(ld, e, ectx, "must be a group { upstream = …; policy = …; }");
+                continue;
+            }
+            static const char *const known[] = {"upstream", "policy", NULL};
+            check_members(ld, e, known, ectx);
+            char *un = get_str(ld, e, "upstream", NULL, 1, ectx);
+            gp->path = get_str(ld, e, "policy", NULL, 1, ectx);
+            if (un != NULL && tg_conf_find_upstream(c, tg_slice_cstr(un), &gp->upstream) == NULL)
+                errf(ld, config_setting_get_member(e, "upstream"), "upstream", "no upstream named \"%s\"", un);
+            for (size_t m = 0; m < k; m++)
+                if (gp->upstream >= 0 && gc->policies[m].upstream == gp->upstream)
+                    errf(ld, e, ectx, "a second policy for upstream \"%s\"", un);
+            free(un);
+            if (gp->path != NULL) {
+                char d[200];
+                snprintf(d, sizeof(d), "%s.policy", ectx);
+                gp->policy = load_policy_file(ld, config_setting_get_member(e, "policy"), d, gp->path, c);
+            }
+        }
+    }
+}
+
+struct tg_policy *tg_conf_policy_for(const struct tg_conf *c, const struct tg_grant_conf *g, int u)
+{
+    if (g != NULL)
+        for (size_t i = 0; i < g->npolicies; i++)
+            if (g->policies[i].upstream == u && g->policies[i].policy != NULL)
+                return g->policies[i].policy;
+    if (u >= 0 && (size_t)u < c->nupstreams && c->upstreams[u].policy != NULL)
+        return c->upstreams[u].policy;
+    return c->deny_all;
+}
+
+const struct tg_grant_conf *tg_conf_find_grant(const struct tg_conf *c, const char *name)
+{
+    for (size_t i = 0; i < c->ngrants; i++)
+        if (c->grants[i].name && strcmp(c->grants[i].name, name) == 0)
+            return &c->grants[i];
+    return NULL;
+}
+
 struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
 {
     struct loader ld = {path, err, 0};
@@ -618,7 +804,7 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
     c->refcnt = 1;
     c->path = tg_xstrdup(path);
     config_setting_t *root = config_root_setting(&cfg);
-    static const char *const known[] = {"log", "listen", "admin", "limits", "grants", "upstreams", NULL};
+    static const char *const known[] = {"log", "listen", "admin", "limits", "grants", "upstreams", "audit", NULL};
     check_members(&ld, root, known, "");
     load_log(&ld, &cfg, c);
     load_listeners(&ld, &cfg, c);
@@ -631,6 +817,10 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
     load_ints(&ld, lim, limit_directives, &c->limits, "limits");
     load_grants(&ld, &cfg, c);
     load_upstreams(&ld, &cfg, c);
+    load_audit(&ld, &cfg, c);
+    c->deny_all = tg_policy_deny_all();
+    if (ld.nerr == 0)
+        load_policies(&ld, &cfg, c);
     config_destroy(&cfg);
     if (ld.nerr > 0) {
         tg_conf_unref(c);
@@ -662,9 +852,21 @@ void tg_conf_unref(struct tg_conf *c)
     }
     free(c->listeners);
     free(c->admin.address);
-    for (size_t i = 0; i < c->ngrants; i++)
+    for (size_t i = 0; i < c->ngrants; i++) {
         free(c->grants[i].name);
+        for (size_t k = 0; k < c->grants[i].npolicies; k++) {
+            free(c->grants[i].policies[k].path);
+            tg_policy_unref(c->grants[i].policies[k].policy);
+        }
+        free(c->grants[i].policies);
+    }
     free(c->grants);
+    free(c->audit.file);
+    for (size_t i = 0; i < c->audit.nredact; i++)
+        free(c->audit.redact[i]);
+    free(c->audit.redact);
+    tg_policy_unref(c->deny_all);
+    tg_buf_dispose(&c->warnings);
     for (size_t i = 0; i < c->nupstreams; i++) {
         struct tg_upstream_conf *u = &c->upstreams[i];
         free(u->name);
@@ -677,6 +879,11 @@ void tg_conf_unref(struct tg_conf *c)
             free(u->headers[k].value);
         }
         free(u->headers);
+        free(u->policy_path);
+        tg_policy_unref(u->policy);
+        for (size_t k = 0; k < u->ndeny_server_requests; k++)
+            free(u->deny_server_requests[k]);
+        free(u->deny_server_requests);
     }
     free(c->upstreams);
     free(c->log_file);

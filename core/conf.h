@@ -44,6 +44,16 @@ struct tg_limits {
     int inflight_per_session;
     int output_high_water;
     int drain_timeout_ms;
+    int approvals_max;
+};
+
+struct tg_policy;
+
+/* A policy for one upstream, overriding the upstream's own for this grant. */
+struct tg_grant_policy {
+    int upstream; /* index into upstreams */
+    char *path;
+    struct tg_policy *policy;
 };
 
 struct tg_grant_conf {
@@ -51,6 +61,17 @@ struct tg_grant_conf {
     int has_token;
     uint8_t token_sha256[32];
     int anonymous;
+    int max_sessions; /* 0 = limits.sessions_per_grant */
+    struct tg_grant_policy *policies;
+    size_t npolicies;
+};
+
+struct tg_audit_conf {
+    char *file;   /* NULL = no audit log */
+    int values;   /* log argument values (redacted) besides their SHA-256 */
+    char **redact; /* argument keys whose values are replaced by "[redacted]" */
+    size_t nredact;
+    int max_pending; /* bytes buffered while the disk is slow; beyond, records are dropped and counted */
 };
 
 struct tg_header {
@@ -75,6 +96,10 @@ struct tg_upstream_conf {
     int pool_idle_timeout_ms;
     int queue_max;
     int queue_timeout_ms;
+    char *policy_path;
+    struct tg_policy *policy; /* NULL: fails closed (everything denied and hidden) */
+    char **deny_server_requests; /* server-to-client methods never relayed to clients */
+    size_t ndeny_server_requests;
 };
 
 struct tg_conf {
@@ -92,7 +117,14 @@ struct tg_conf {
     struct tg_upstream_conf *upstreams;
     size_t nupstreams;
     int default_upstream; /* index or -1 */
+    struct tg_audit_conf audit;
+    struct tg_policy *deny_all; /* used for upstreams without a policy */
+    struct tg_buf warnings;     /* "file:line: directive: warning" lines, for -t and the log */
 };
+
+/* The policy that governs this grant's calls to upstream index u (never NULL). */
+struct tg_policy *tg_conf_policy_for(const struct tg_conf *c, const struct tg_grant_conf *g, int u);
+const struct tg_grant_conf *tg_conf_find_grant(const struct tg_conf *c, const char *name);
 
 struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err);
 struct tg_conf *tg_conf_ref(struct tg_conf *c);

@@ -10,6 +10,8 @@ struct parser {
     const char *err;
     const unsigned char *err_at;
     struct tg_slice id_raw;
+    struct tg_slice method_raw;
+    struct tg_slice error_raw;
 };
 
 static int fail(struct parser *ps, const char *why)
@@ -439,6 +441,10 @@ static int parse_object(struct parser *ps, int depth, cJSON **out)
         }
         if (depth == 1 && klen == 2 && memcmp(key, "id", 2) == 0)
             ps->id_raw = tg_slice_of((const char *)vstart, (size_t)(ps->p - vstart));
+        else if (depth == 1 && klen == 6 && memcmp(key, "method", 6) == 0)
+            ps->method_raw = tg_slice_of((const char *)vstart, (size_t)(ps->p - vstart));
+        else if (depth == 1 && klen == 5 && memcmp(key, "error", 5) == 0)
+            ps->error_raw = tg_slice_of((const char *)vstart, (size_t)(ps->p - vstart));
         if (out) {
             val->string = key;
             append_child(obj, &last, val);
@@ -567,9 +573,11 @@ int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_j
                   size_t *err_off)
 {
     struct parser ps = {(const unsigned char *)p, (const unsigned char *)p + n, (const unsigned char *)p,
-                        max_depth, build, NULL, NULL, TG_SLICE_NULL};
+                        max_depth, build, NULL, NULL, TG_SLICE_NULL, TG_SLICE_NULL, TG_SLICE_NULL};
     doc->root = NULL;
     doc->id_raw = TG_SLICE_NULL;
+    doc->method_raw = TG_SLICE_NULL;
+    doc->error_raw = TG_SLICE_NULL;
     cJSON *root = NULL;
     skip_ws(&ps);
     int r = parse_value(&ps, 1, build ? &root : NULL);
@@ -588,6 +596,8 @@ int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_j
     }
     doc->root = root;
     doc->id_raw = ps.id_raw;
+    doc->method_raw = ps.method_raw;
+    doc->error_raw = ps.error_raw;
     return 0;
 }
 

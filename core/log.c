@@ -1,5 +1,6 @@
 #include "core/log.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -120,13 +121,22 @@ static void pairs_to_json(struct tg_buf *b, const char *p)
             p++;
             tg_buf_append(b, "\"", 1);
             while (*p && *p != '"') {
-                if (*p == '\\' && p[1] == 'x' && p[2] && p[3]) {
-                    tg_buf_appends(b, "\\u00");
-                    tg_buf_append(b, p + 2, 2);
-                    p += 4;
-                } else if (*p == '\\' && p[1]) {
-                    tg_buf_append(b, p, 2);
-                    p += 2;
+                if (*p == '\\') {
+                    /* Only the escapes tg_log_esc() writes; one cut short by the line limit ends the value. */
+                    if (p[1] == 'x' && isxdigit((unsigned char)p[2]) && isxdigit((unsigned char)p[3])) {
+                        tg_buf_appends(b, "\\u00");
+                        tg_buf_append(b, p + 2, 2);
+                        p += 4;
+                    } else if (p[1] == '"' || p[1] == '\\') {
+                        tg_buf_append(b, p, 2);
+                        p += 2;
+                    } else {
+                        while (*p)
+                            p++;
+                        break;
+                    }
+                } else if ((unsigned char)*p < 0x20) {
+                    p++;
                 } else {
                     tg_buf_append(b, p++, 1);
                 }

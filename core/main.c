@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/audit.h"
 #include "core/conf.h"
 #include "core/log.h"
 #include "core/server.h"
@@ -53,15 +54,19 @@ static void on_signal(uv_signal_t *h, int signum)
     case SIGTERM:
     case SIGINT: tg_server_drain(srv); break;
     case SIGUSR1:
+        tg_audit_reopen(srv->audit);
         if (tg_log_reopen() != 0)
             tg_log(TG_LOG_ERROR, "cannot reopen log file", NULL);
         else
             tg_log(TG_LOG_INFO, "log reopened", NULL);
         break;
-    case SIGHUP:
-        /* Hot reload comes with the policy engine; until then the running configuration stays. */
-        tg_log(TG_LOG_WARN, "SIGHUP: reload is not supported yet; configuration unchanged", NULL);
+    case SIGHUP: {
+        struct tg_buf err;
+        tg_buf_init(&err);
+        tg_server_reload(srv, &err);
+        tg_buf_dispose(&err);
         break;
+    }
     }
 }
 
@@ -97,6 +102,8 @@ int main(int argc, char **argv)
         return 1;
     }
     tg_buf_dispose(&err);
+    if (conf->warnings.len)
+        fwrite(conf->warnings.base, 1, conf->warnings.len, check_only ? stdout : stderr);
     if (check_only) {
         printf("tollgate: configuration %s is ok (%zu listener(s), %zu grant(s), %zu upstream(s))\n", conf_path,
                conf->nlisteners, conf->ngrants, conf->nupstreams);
@@ -126,10 +133,10 @@ int main(int argc, char **argv)
         }
         tg_log(TG_LOG_INFO, "started", "version=%s conf=%s pid=%d", TG_VERSION, conf_path, (int)getpid());
     }
+    tg_conf_unref(conf); /* the server holds its own references */
     uv_run(loop, UV_RUN_DEFAULT);
     tg_server_dispose(srv);
     free(srv);
-    tg_conf_unref(conf);
     uv_loop_close(loop);
     tg_log(TG_LOG_INFO, "stopped", NULL);
     tg_log_setup(TG_LOG_INFO, 0, NULL);

@@ -4,12 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "core/json.h"
 #include "core/log.h"
 #include "core/msg.h"
+#include "core/audit.h"
 #include "core/session.h"
 #include "policy/auth.h"
+#include "policy/policy.h"
+#include "policy/counters.h"
 #include "upstream/sse.h"
 #include "upstream/upstream.h"
 
@@ -52,6 +56,25 @@ struct tg_call {
     struct tg_buf body;
     struct tg_sse_parser sse;
     struct tg_list slink;
+    struct tg_upstream *uprt; /* the upstream runtime this call uses */
+    struct tg_policy *policy; /* decided under this policy (a reload does not change it) */
+    char *grant;
+    char *method;
+    char *tool;               /* tools/call */
+    struct tg_decision *dec;  /* tools/call: the decision and its reservations */
+    char args_sha256[65];
+    char *args_json;
+    int is_tools_list;
+    char *id_key;             /* canonical client id: duplicates and cancellation */
+    int forwarded;            /* the message reached the upstream */
+    int refunded;
+    /* approvals */
+    int parked;
+    char approval_id[33];
+    uint64_t approval_deadline;
+    uint64_t parked_at_wall;
+    struct tg_list alink;
+    struct tg_buf held;       /* the message, serialized, waiting for a decision */
 };
 
 static const char *const supported_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL};
@@ -65,6 +88,41 @@ int tg_proto_supported(struct tg_slice v)
 }
 
 static uint64_t now_ms(struct tg_server *srv) { return uv_now(srv->loop); }
+
+/* Counters are aligned to UTC, so decisions use the wall clock. */
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const char *up_name(const struct tg_call *k) { return tg_upstream_conf(k->uprt)->name; }
+
+/* A canonical form of a request id: "n" + digits, or "s" + the decoded string. */
+static char *id_key_of(const char *raw, size_t n)
+{
+    if (raw == NULL)
+        return NULL;
+    if (n > 0 && raw[0] == '"') {
+        struct tg_json_doc d;
+        if (tg_json_parse(raw, n, 2, 1, &d, NULL, NULL) != 0 || !cJSON_IsString(d.root)) {
+            cJSON_Delete(d.root);
+            return NULL;
+        }
+        size_t l = strlen(d.root->valuestring);
+        char *k = tg_xmalloc(l + 2);
+        k[0] = 's';
+        memcpy(k + 1, d.root->valuestring, l + 1);
+        cJSON_Delete(d.root);
+        return k;
+    }
+    char *k = tg_xmalloc(n + 2);
+    k[0] = 'n';
+    memcpy(k + 1, raw, n);
+    k[n + 1] = '\0';
+    return k;
+}
 
 /* ---- small answers --------------------------------------------------------- */
 
@@ -135,8 +193,53 @@ static int origin_allowed(const struct tg_listen_conf *lc, struct tg_slice o)
 
 /* ---- calls --------------------------------------------------------------------- */
 
+static void refund(struct tg_call *k)
+{
+    if (k->dec == NULL || k->refunded || k->dec->nres == 0)
+        return;
+    k->refunded = 1;
+    k->srv->metrics.refunds++;
+    tg_policy_refund(k->srv->counters, k->dec, wall_ms());
+}
+
+static void audit_call(struct tg_call *k, const char *decision, double latency, const char *outcome, const char *by)
+{
+    struct tg_audit_record r = {0};
+    r.grant = k->grant;
+    r.session = k->sess ? k->sess->id_str : NULL;
+    r.upstream = up_name(k);
+    r.method = k->method;
+    r.tool = k->tool;
+    r.decision = decision;
+    r.rule = k->dec ? k->dec->rule : NULL;
+    r.counters_json = k->dec ? k->dec->counters_json : NULL;
+    r.args_sha256 = k->tool ? k->args_sha256 : NULL;
+    r.args_json = k->args_json;
+    r.approval_id = k->approval_id[0] ? k->approval_id : NULL;
+    r.decided_by = by;
+    r.latency_ms = latency;
+    r.outcome = outcome;
+    tg_audit_log(k->srv->audit, &k->srv->conf->audit, &r);
+}
+
 static void call_free(struct tg_call *k)
 {
+    /* Reservations for a call that never reached the upstream are given back. */
+    if (!k->forwarded)
+        refund(k);
+    if (k->parked) {
+        tg_list_unlink(&k->alink);
+        k->srv->napprovals--;
+        k->parked = 0;
+    }
+    tg_policy_unref(k->policy);
+    free(k->grant);
+    free(k->method);
+    free(k->tool);
+    free(k->dec);
+    free(k->args_json);
+    free(k->id_key);
+    tg_buf_dispose(&k->held);
     if (k->sess) {
         if (k->kind == KIND_REQUEST && k->sess->inflight > 0)
             k->sess->inflight--;
@@ -157,6 +260,18 @@ static void call_free(struct tg_call *k)
     free(k);
 }
 
+/* The client went away while its call was with the upstream: the upstream may have run it,
+ * so its reservations stand; say so in the audit log. */
+static void abandon(struct tg_call *k)
+{
+    if (k->up) {
+        if (k->dec)
+            audit_call(k, "allow", tg_upreq_elapsed_ms(k->up), "client_gone", NULL);
+        tg_upreq_cancel(k->up);
+        k->up = NULL;
+    }
+}
+
 static void on_client_abort(struct tg_conn *c, void *ex)
 {
     struct tg_call *k = ex;
@@ -165,10 +280,7 @@ static void on_client_abort(struct tg_conn *c, void *ex)
         k->abort_pending = 1;
         return;
     }
-    if (k->up) {
-        tg_upreq_cancel(k->up);
-        k->up = NULL;
-    }
+    abandon(k);
     call_free(k);
 }
 
@@ -184,10 +296,7 @@ static int call_check_abort(struct tg_call *k)
 {
     if (!k->abort_pending)
         return 0;
-    if (k->up) {
-        tg_upreq_cancel(k->up);
-        k->up = NULL;
-    }
+    abandon(k);
     call_free(k);
     return 1;
 }
@@ -236,21 +345,102 @@ static void note_init_result(struct tg_call *k, const char *p, size_t n)
     cJSON_Delete(doc.root);
 }
 
+/* tools/list for this grant: drop the tools its policy hides or denies. The page's
+ * nextCursor is the upstream's and stays valid, so pagination keeps working. */
+static int filter_tools_list(struct tg_call *k, const char *p, size_t n, struct tg_buf *out)
+{
+    struct tg_json_doc doc;
+    if (tg_json_parse(p, n, 1000, 1, &doc, NULL, NULL) != 0)
+        return 0;
+    cJSON *res = cJSON_GetObjectItemCaseSensitive(doc.root, "result");
+    cJSON *tools = cJSON_GetObjectItemCaseSensitive(res, "tools");
+    if (cJSON_IsArray(tools)) {
+        cJSON *t = tools->child;
+        while (t) {
+            cJSON *next = t->next;
+            cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+            if (!cJSON_IsString(name) || !tg_policy_tool_visible(k->policy, name->valuestring))
+                cJSON_Delete(cJSON_DetachItemViaPointer(tools, t));
+            t = next;
+        }
+    }
+    cJSON *id = cJSON_CreateRaw(k->client_id);
+    cJSON_ReplaceItemInObjectCaseSensitive(doc.root, "id", id);
+    tg_json_write(out, doc.root);
+    cJSON_Delete(doc.root);
+    return 1;
+}
+
 /* Rewrite an upstream message for the client: our id back to the client's, byte for byte.
  * Returns 1 if the message was the answer to this call. out receives the bytes to send. */
-static int restore_id(struct tg_call *k, const char *p, size_t n, struct tg_buf *out, int *valid)
+static int restore_id(struct tg_call *k, const char *p, size_t n, struct tg_buf *out, int *valid, int *is_error)
 {
     struct tg_json_doc doc;
     *valid = 0;
+    *is_error = 0;
     if (tg_json_parse(p, n, 1000, 0, &doc, NULL, NULL) != 0)
         return 0;
     *valid = 1;
-    if (k->kind == KIND_REQUEST && doc.id_raw.len == k->gid_len && memcmp(doc.id_raw.ptr, k->gid_str, k->gid_len) == 0) {
+    if (k->kind == KIND_REQUEST && doc.id_raw.len == k->gid_len && memcmp(doc.id_raw.ptr, k->gid_str, k->gid_len) == 0 &&
+        doc.method_raw.len == 0) {
+        *is_error = doc.error_raw.len > 0;
+        if (k->is_tools_list && !*is_error && filter_tools_list(k, p, n, out))
+            return 1;
         tg_msg_splice_id(out, p, n, (size_t)(doc.id_raw.ptr - p), doc.id_raw.len, k->client_id, k->client_id_len);
         return 1;
     }
     tg_buf_append(out, p, n);
     return 0;
+}
+
+static void on_noop_head(struct tg_upreq *r, int status, void *ud) { (void)r, (void)status, (void)ud; }
+static void on_noop_data(struct tg_upreq *r, const char *p, size_t n, void *ud) { (void)r, (void)p, (void)n, (void)ud; }
+static void on_noop_done(struct tg_upreq *r, int err, void *ud) { (void)r, (void)err, (void)ud; }
+static const struct tg_upreq_cbs noop_cbs = {on_noop_head, on_noop_data, on_noop_done};
+
+/* A server-to-client request this upstream may not make (deny_server_requests): answer it
+ * ourselves with an error, and never show it to the client. Returns 1 if refused. */
+static int refuse_server_request(struct tg_call *k, const char *p, size_t n)
+{
+    const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
+    if (uc->ndeny_server_requests == 0)
+        return 0;
+    struct tg_json_doc doc;
+    if (tg_json_parse(p, n, 1000, 1, &doc, NULL, NULL) != 0)
+        return 0;
+    cJSON *method = cJSON_GetObjectItemCaseSensitive(doc.root, "method");
+    cJSON *id = cJSON_GetObjectItemCaseSensitive(doc.root, "id");
+    int refused = 0;
+    if (cJSON_IsString(method) && id != NULL && !cJSON_IsNull(id)) {
+        for (size_t i = 0; i < uc->ndeny_server_requests; i++)
+            if (strcmp(uc->deny_server_requests[i], method->valuestring) == 0)
+                refused = 1;
+    }
+    if (refused) {
+        k->srv->metrics.server_requests_denied++;
+        char esc[96];
+        tg_log(TG_LOG_INFO, "server request refused", "upstream=%s session=%s method=%s", uc->name, k->sess->id_str,
+               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(method->valuestring)));
+        struct tg_buf body, h;
+        tg_buf_init(&body);
+        tg_buf_init(&h);
+        char msg[200];
+        snprintf(msg, sizeof(msg), "%s is not allowed through the gateway for upstream %s", method->valuestring,
+                 uc->name);
+        tg_rpc_error(&body, doc.id_raw.ptr, doc.id_raw.len, TG_RPC_DENIED, msg, NULL);
+        tg_buf_appends(&h, "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n");
+        if (k->sess->up_session)
+            tg_buf_appendf(&h, "Mcp-Session-Id: %s\r\n", k->sess->up_session);
+        if (k->sess->proto[0])
+            tg_buf_appendf(&h, "MCP-Protocol-Version: %s\r\n", k->sess->proto);
+        tg_buf_append(&h, "", 1);
+        tg_upreq_start(k->uprt, "POST", h.base, body.base, body.len, 0, (uint64_t)uc->call_timeout_ms, &noop_cbs,
+                       NULL);
+        tg_buf_dispose(&body);
+        tg_buf_dispose(&h);
+    }
+    cJSON_Delete(doc.root);
+    return refused;
 }
 
 static void on_sse_event(void *ud, const struct tg_sse_event *ev)
@@ -264,18 +454,23 @@ static void on_sse_event(void *ud, const struct tg_sse_event *ev)
         return; /* priming events carry no message */
     struct tg_buf out;
     tg_buf_init(&out);
-    int valid;
-    int mine = restore_id(k, ev->data.ptr, ev->data.len, &out, &valid);
+    int valid, is_error;
+    int mine = restore_id(k, ev->data.ptr, ev->data.len, &out, &valid, &is_error);
     if (!valid) {
         tg_log(TG_LOG_WARN, "upstream sent a non-JSON SSE event; dropped", "upstream=%s session=%s",
-               tg_upstream_conf(k->srv->upstreams[k->sess->upstream])->name, k->sess->id_str);
+               up_name(k), k->sess->id_str);
         tg_buf_dispose(&out);
         return;
     }
     if (mine) {
         k->got_response = 1;
+        if (is_error)
+            k->got_response = 2;
         if (k->is_init)
             note_init_result(k, ev->data.ptr, ev->data.len);
+    } else if (refuse_server_request(k, ev->data.ptr, ev->data.len)) {
+        tg_buf_dispose(&out);
+        return;
     }
     sse_write_message(k, out.base, out.len);
     tg_buf_dispose(&out);
@@ -341,7 +536,7 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
             return;
         if (e != 0) {
             tg_log(TG_LOG_WARN, "upstream SSE event too large; stream cut", "upstream=%s limit=%d",
-                   tg_upstream_conf(k->srv->upstreams[k->sess->upstream])->name,
+                   up_name(k),
                    k->srv->conf->limits.response_bytes);
             tg_upreq_cancel(k->up);
             k->up = NULL;
@@ -354,14 +549,14 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
     case MODE_JSON:
         if (tg_buf_try_append(&k->body, p, n, (size_t)k->srv->conf->limits.response_bytes) != 0) {
             tg_log(TG_LOG_WARN, "upstream response too large", "upstream=%s limit=%d",
-                   tg_upstream_conf(k->srv->upstreams[k->sess->upstream])->name,
+                   up_name(k),
                    k->srv->conf->limits.response_bytes);
             tg_upreq_cancel(k->up);
             k->up = NULL;
             if (k->conn) {
                 struct tg_buf d;
                 tg_buf_init(&d);
-                upstream_data(&d, tg_upstream_conf(k->srv->upstreams[k->sess->upstream])->name);
+                upstream_data(&d, up_name(k));
                 tg_buf_append(&d, "", 1);
                 respond_rpc(k->conn, 200, NULL, k->client_id, k->client_id_len, TG_RPC_UPSTREAM,
                             "upstream response exceeds limits.response_bytes", d.base);
@@ -382,7 +577,7 @@ static void answer_upstream_error(struct tg_call *k, const char *why)
 {
     if (k->conn == NULL)
         return;
-    const char *name = tg_upstream_conf(k->srv->upstreams[k->sess->upstream])->name;
+    const char *name = up_name(k);
     struct tg_buf d;
     tg_buf_init(&d);
     upstream_data(&d, name);
@@ -402,11 +597,36 @@ static void answer_upstream_error(struct tg_call *k, const char *why)
     tg_buf_dispose(&d);
 }
 
+/* A decided tools/call is over: keep or give back its reservations, and write its audit line. */
+static void settle_call(struct tg_call *k, struct tg_upreq *r, int err)
+{
+    if (k->dec == NULL)
+        return;
+    const char *outcome = "ok";
+    if (err == TG_ETIMEDOUT && k->got_response == 0)
+        outcome = "timeout";
+    else if (k->mode == MODE_SSE)
+        outcome = k->got_response == 1 ? "ok" : k->got_response == 2 ? "error" : "unavailable";
+    else if (k->mode == MODE_JSON && err == 0) {
+        struct tg_json_doc doc;
+        if (tg_json_parse(k->body.base ? k->body.base : "", k->body.len, 1000, 0, &doc, NULL, NULL) != 0)
+            outcome = "error";
+        else if (doc.error_raw.len > 0)
+            outcome = "error";
+    } else {
+        outcome = err == 0 && k->mode != MODE_ERROR && k->mode != MODE_GONE ? "error" : "unavailable";
+    }
+    if (strcmp(outcome, "ok") != 0)
+        refund(k);
+    audit_call(k, "allow", tg_upreq_elapsed_ms(r), outcome, NULL);
+}
+
 static void on_up_done(struct tg_upreq *r, int err, void *ud)
 {
     struct tg_call *k = ud;
     k->up = NULL;
-    const struct tg_upstream_conf *uc = tg_upstream_conf(k->srv->upstreams[k->sess->upstream]);
+    settle_call(k, r, err);
+    const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
     struct tg_conn *c = k->conn;
     if (c == NULL || k->kind == KIND_DELETE) {
         call_free(k);
@@ -450,8 +670,8 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
         }
         struct tg_buf out;
         tg_buf_init(&out);
-        int valid;
-        int mine = restore_id(k, k->body.base ? k->body.base : "", k->body.len, &out, &valid);
+        int valid, is_error;
+        int mine = restore_id(k, k->body.base ? k->body.base : "", k->body.len, &out, &valid, &is_error);
         if (!mine) {
             char esc[200];
             tg_log(TG_LOG_WARN, "upstream answered with something that is not the answer", "upstream=%s body=%s",
@@ -506,6 +726,10 @@ static struct tg_call *call_new(struct tg_server *srv, struct tg_session *s, str
 {
     struct tg_call *k = tg_xcalloc(1, sizeof(*k));
     k->srv = srv;
+    k->uprt = srv->upstreams[s->upstream];
+    k->grant = tg_xstrdup(s->grant);
+    tg_list_init(&k->alink);
+    tg_buf_init(&k->held);
     k->sess = tg_session_ref(s);
     k->conn = c;
     k->kind = kind;
@@ -539,7 +763,8 @@ static void call_send(struct tg_call *k, const char *method, const char *body, s
         tg_buf_appends(&h, "Content-Type: application/json\r\n");
     session_headers(&h, k->sess, !k->is_init);
     tg_buf_append(&h, "", 1);
-    k->up = tg_upreq_start(k->srv->upstreams[k->sess->upstream], method, h.base, body, len, dedicated, timeout,
+    k->forwarded = 1;
+    k->up = tg_upreq_start(k->uprt, method, h.base, body, len, dedicated, timeout,
                            &call_cbs, k);
     tg_buf_dispose(&h);
 }
@@ -582,28 +807,35 @@ static void answer_local_init(struct tg_server *srv, struct tg_conn *c, struct t
 /* notifications/cancelled names the client's request id: point it at ours, or drop it. */
 static int rewrite_cancel(struct tg_session *s, struct tg_msg *m, int depth)
 {
+    (void)depth;
     cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
     cJSON *rid = cJSON_GetObjectItemCaseSensitive(params, "requestId");
-    if (rid == NULL)
+    char *want = NULL;
+    if (cJSON_IsString(rid)) {
+        size_t l = strlen(rid->valuestring);
+        want = tg_xmalloc(l + 2);
+        want[0] = 's';
+        memcpy(want + 1, rid->valuestring, l + 1);
+    } else if (cJSON_IsNumber(rid) && rid->valuestring != NULL) {
+        size_t l = strlen(rid->valuestring);
+        want = tg_xmalloc(l + 2);
+        want[0] = 'n';
+        memcpy(want + 1, rid->valuestring, l + 1);
+    }
+    if (want == NULL)
         return 0;
     for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        if (k->kind != KIND_REQUEST || k->client_id == NULL)
+        if (k->kind != KIND_REQUEST || k->id_key == NULL || !k->forwarded || strcmp(k->id_key, want) != 0)
             continue;
-        struct tg_json_doc d;
-        if (tg_json_parse(k->client_id, k->client_id_len, depth, 1, &d, NULL, NULL) != 0)
-            continue;
-        int same = (cJSON_IsString(d.root) && cJSON_IsString(rid) && strcmp(d.root->valuestring, rid->valuestring) == 0) ||
-                   (cJSON_IsNumber(d.root) && cJSON_IsNumber(rid) && strcmp(d.root->valuestring, rid->valuestring) == 0);
-        cJSON_Delete(d.root);
-        if (same) {
-            cJSON *n = tg_json_number_raw(k->gid_str, k->gid_len);
-            if (n == NULL)
-                return 0;
-            cJSON_ReplaceItemInObjectCaseSensitive(params, "requestId", n);
-            return 1;
-        }
+        free(want);
+        cJSON *n = tg_json_number_raw(k->gid_str, k->gid_len);
+        if (n == NULL)
+            return 0;
+        cJSON_ReplaceItemInObjectCaseSensitive(params, "requestId", n);
+        return 1;
     }
+    free(want);
     return 0;
 }
 
@@ -615,6 +847,181 @@ static int accept_ok(struct tg_slice accept, int need_json, int need_sse)
     int json = any || tg_slice_has_token(accept, "application/json") || tg_slice_has_token(accept, "application/*");
     int sse = any || tg_slice_has_token(accept, "text/event-stream") || tg_slice_has_token(accept, "text/*");
     return (!need_json || json) && (!need_sse || sse);
+}
+
+static void respond_decision(struct tg_conn *c, const char *id, size_t idn, const char *tool,
+                             const struct tg_decision *d, const char *approval_id)
+{
+    struct tg_buf data;
+    tg_buf_init(&data);
+    int code = TG_RPC_DENIED;
+    tg_buf_appends(&data, "{\"tool\":");
+    if (tool)
+        tg_json_write_string(&data, tool, strlen(tool));
+    else
+        tg_buf_appends(&data, "null");
+    if (d->verdict == TG_VERDICT_LIMITED) {
+        code = TG_RPC_LIMITED;
+        tg_buf_appends(&data, ",\"counter\":");
+        tg_json_write_string(&data, d->counter, strlen(d->counter));
+        tg_buf_appendf(&data, ",\"retry_after_ms\":%llu", (unsigned long long)d->retry_after_ms);
+    } else if (approval_id != NULL) {
+        code = TG_RPC_APPROVAL;
+        tg_buf_appends(&data, ",\"approval_id\":");
+        tg_json_write_string(&data, approval_id, strlen(approval_id));
+    } else {
+        tg_buf_appends(&data, ",\"rule\":");
+        tg_json_write_string(&data, d->rule, strlen(d->rule));
+        tg_buf_appends(&data, ",\"reason\":");
+        tg_json_write_string(&data, d->message, strlen(d->message));
+    }
+    tg_buf_appends(&data, "}");
+    tg_buf_append(&data, "", 1);
+    respond_rpc(c, 200, NULL, id, idn, code, d->message, data.base);
+    tg_buf_dispose(&data);
+}
+
+static void park_call(struct tg_server *srv, struct tg_call *k)
+{
+    uint8_t rnd[16];
+    tg_random(rnd, sizeof(rnd));
+    tg_hex_encode(rnd, sizeof(rnd), k->approval_id);
+    k->parked = 1;
+    k->approval_deadline = now_ms(srv) + (uint64_t)k->dec->approval_timeout_ms;
+    k->parked_at_wall = (uint64_t)wall_ms();
+    tg_list_insert_tail(&srv->approvals, &k->alink);
+    srv->napprovals++;
+    tg_log(TG_LOG_INFO, "call parked for approval", "approval_id=%s grant=%s session=%s upstream=%s tool=%s",
+           k->approval_id, k->grant, k->sess->id_str, up_name(k), k->tool);
+    audit_call(k, "approve", -1, NULL, NULL);
+}
+
+/* A client request: decide it (tools/call, resources/read, prompts/get), then forward, park or refuse. */
+static void handle_request(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g,
+                           struct tg_session *s, struct tg_policy *pol, struct tg_msg *m)
+{
+    const struct tg_limits *lim = &srv->conf->limits;
+    char *key = id_key_of(m->id_raw, m->id_len);
+    for (struct tg_list *l = s->calls.next; key && l != &s->calls; l = l->next) {
+        struct tg_call *o = tg_container_of(l, struct tg_call, slink);
+        if (o->kind == KIND_REQUEST && o->id_key && strcmp(o->id_key, key) == 0) {
+            free(key);
+            respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                        "Invalid Request: a request with this id is already in flight in this session", NULL);
+            return;
+        }
+    }
+    if (s->inflight >= (unsigned)lim->inflight_per_session) {
+        free(key);
+        srv->metrics.limit_inflight++;
+        respond_rpc(c, 429, NULL, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
+                    "Too many calls in flight for this session (limits.inflight_per_session)", NULL);
+        return;
+    }
+    cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
+    struct tg_decision *dec = NULL;
+    const char *tool = NULL;
+    const cJSON *args = NULL;
+    if (strcmp(m->method, "tools/call") == 0) {
+        cJSON *name = cJSON_GetObjectItemCaseSensitive(params, "name");
+        cJSON *a = cJSON_GetObjectItemCaseSensitive(params, "arguments");
+        if (!cJSON_IsObject(params) || !cJSON_IsString(name) || (a != NULL && !cJSON_IsObject(a))) {
+            free(key);
+            respond_rpc(c, 200, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+                        "tools/call needs params.name (a string) and optional params.arguments (an object)", NULL);
+            return;
+        }
+        tool = name->valuestring;
+        args = a;
+        dec = tg_xcalloc(1, sizeof(*dec));
+        struct tg_caller who = {g->name, s->id_str, rt->uc->name};
+        tg_policy_decide_call(pol, srv->counters, &who, tool, args, wall_ms(), dec);
+    } else if (strcmp(m->method, "resources/read") == 0 || strcmp(m->method, "prompts/get") == 0) {
+        int res = m->method[0] == 'r';
+        cJSON *what = cJSON_GetObjectItemCaseSensitive(params, res ? "uri" : "name");
+        if (!cJSON_IsString(what)) {
+            free(key);
+            respond_rpc(c, 200, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+                        res ? "resources/read needs params.uri (a string)" : "prompts/get needs params.name (a string)",
+                        NULL);
+            return;
+        }
+        dec = tg_xcalloc(1, sizeof(*dec));
+        if (res)
+            tg_policy_decide_resource(pol, what->valuestring, dec);
+        else
+            tg_policy_decide_prompt(pol, what->valuestring, dec);
+        tool = what->valuestring;
+    }
+    srv->metrics.rpc_requests++;
+    struct tg_call *k = call_new(srv, s, c, KIND_REQUEST);
+    s->inflight++;
+    k->policy = tg_policy_ref(pol);
+    k->method = tg_xstrdup(m->method);
+    k->id_key = key;
+    k->is_tools_list = strcmp(m->method, "tools/list") == 0;
+    k->is_init = strcmp(m->method, "initialize") == 0;
+    k->client_id = m->id_raw;
+    k->client_id_len = m->id_len;
+    m->id_raw = NULL;
+    if (dec != NULL) {
+        k->dec = dec;
+        k->tool = tg_xstrdup(tool);
+        if (strcmp(m->method, "tools/call") == 0) {
+            tg_audit_args_hash(args, k->args_sha256);
+            k->args_json = tg_audit_args_values(&srv->conf->audit, args);
+        }
+        srv->metrics.decisions[dec->verdict]++;
+        if (dec->verdict == TG_VERDICT_DENY || dec->verdict == TG_VERDICT_LIMITED) {
+            audit_call(k, dec->verdict == TG_VERDICT_DENY ? "deny" : "limited", -1, NULL, NULL);
+            respond_decision(c, k->client_id, k->client_id_len, k->tool, dec, NULL);
+            call_free(k);
+            return;
+        }
+    }
+    k->gid = ++srv->next_gid;
+    k->gid_len = (size_t)snprintf(k->gid_str, sizeof(k->gid_str), "%llu", (unsigned long long)k->gid);
+    struct tg_buf out;
+    tg_buf_init(&out);
+    tg_msg_write_with_id(&out, m, k->gid);
+    if (dec != NULL && dec->verdict == TG_VERDICT_APPROVE) {
+        if (srv->napprovals >= (size_t)lim->approvals_max) {
+            tg_buf_dispose(&out);
+            audit_call(k, "rejected", -1, NULL, "(queue full)");
+            struct tg_decision full = *dec;
+            snprintf(full.message, sizeof(full.message), "%s needs approval, but the approval queue is full (limits.approvals_max); try later", k->tool);
+            respond_decision(c, k->client_id, k->client_id_len, k->tool, &full, "");
+            call_free(k);
+            return;
+        }
+        k->held = out;
+        park_call(srv, k);
+        return;
+    }
+    call_send(k, "POST", out.base, out.len, 0, (uint64_t)rt->uc->call_timeout_ms);
+    tg_buf_dispose(&out);
+}
+
+/* Notifications and responses from the client. */
+static void handle_forward(struct tg_server *srv, struct tg_conn *c, struct route *rt, struct tg_session *s,
+                           struct tg_msg *m)
+{
+    if (m->kind == TG_MSG_NOTIFICATION)
+        srv->metrics.rpc_notifications++;
+    else
+        srv->metrics.rpc_responses++;
+    if (m->kind == TG_MSG_NOTIFICATION && strcmp(m->method, "notifications/cancelled") == 0 &&
+        !rewrite_cancel(s, m, srv->conf->limits.json_depth)) {
+        /* Not one of this session's calls in flight: nothing to cancel upstream. */
+        tg_http_respond(c, 202, NULL, NULL, "", 0);
+        return;
+    }
+    struct tg_call *k = call_new(srv, s, c, KIND_FORWARD);
+    struct tg_buf out;
+    tg_buf_init(&out);
+    tg_json_write(&out, m->root);
+    call_send(k, "POST", out.base, out.len, 0, (uint64_t)rt->uc->call_timeout_ms);
+    tg_buf_dispose(&out);
 }
 
 static void handle_post(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
@@ -676,7 +1083,8 @@ static void handle_post(struct tg_server *srv, struct tg_conn *c, struct route *
             tg_msg_dispose(&m);
             return;
         }
-        if (tg_session_count_for_grant(srv->sessions, g->name) >= (size_t)lim->sessions_per_grant) {
+        size_t cap = (size_t)(g->max_sessions > 0 ? g->max_sessions : lim->sessions_per_grant);
+        if (tg_session_count_for_grant(srv->sessions, g->name) >= cap) {
             srv->metrics.limit_sessions++;
             respond_rpc(c, 429, NULL, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
                         "Too many sessions for this grant (limits.sessions_per_grant); end one with DELETE", NULL);
@@ -706,12 +1114,25 @@ static void handle_post(struct tg_server *srv, struct tg_conn *c, struct route *
         }
         s->last_active_ms = now_ms(srv);
     }
-    /* Messages a client may send: standard MCP methods, and responses to the server's requests. */
-    if (m.kind != TG_MSG_RESPONSE && !tg_msg_is_standard_client_method(m.method)) {
+    struct tg_policy *pol = tg_conf_policy_for(srv->conf, g, rt->upstream);
+    /* Messages a client may send: standard MCP methods, methods the policy names, and
+     * responses to the server's requests. */
+    if (m.kind != TG_MSG_RESPONSE && !tg_msg_is_standard_client_method(m.method) &&
+        !tg_policy_method_allowed(pol, m.method)) {
         srv->metrics.rpc_refused_nonstandard++;
+        srv->metrics.decisions[1]++;
         char esc[96];
         tg_log(TG_LOG_INFO, "refused non-standard method", "grant=%s session=%s upstream=%s method=%s", g->name,
                s->id_str, rt->uc->name, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(m.method)));
+        struct tg_audit_record ar = {0};
+        ar.grant = g->name;
+        ar.session = s->id_str;
+        ar.upstream = rt->uc->name;
+        ar.method = m.method;
+        ar.decision = "deny";
+        ar.rule = "non-standard-method";
+        ar.latency_ms = -1;
+        tg_audit_log(srv->audit, &srv->conf->audit, &ar);
         if (m.kind == TG_MSG_NOTIFICATION) {
             tg_http_respond(c, 202, NULL, NULL, "", 0); /* notifications get no answer; it is dropped */
         } else {
@@ -749,45 +1170,11 @@ static void handle_post(struct tg_server *srv, struct tg_conn *c, struct route *
         tg_msg_dispose(&m);
         return;
     }
-    struct tg_buf out;
-    tg_buf_init(&out);
-    struct tg_call *k;
-    if (m.kind == TG_MSG_REQUEST) {
-        if (s->inflight >= (unsigned)lim->inflight_per_session) {
-            srv->metrics.limit_inflight++;
-            respond_rpc(c, 429, NULL, m.id_raw, m.id_len, TG_RPC_UPSTREAM,
-                        "Too many calls in flight for this session (limits.inflight_per_session)", NULL);
-            tg_msg_dispose(&m);
-            return;
-        }
-        srv->metrics.rpc_requests++;
-        k = call_new(srv, s, c, KIND_REQUEST);
-        s->inflight++;
-        k->is_init = is_init;
-        k->gid = ++srv->next_gid;
-        k->gid_len = (size_t)snprintf(k->gid_str, sizeof(k->gid_str), "%llu", (unsigned long long)k->gid);
-        k->client_id = m.id_raw;
-        k->client_id_len = m.id_len;
-        m.id_raw = NULL;
-        tg_msg_write_with_id(&out, &m, k->gid);
-    } else {
-        if (m.kind == TG_MSG_NOTIFICATION)
-            srv->metrics.rpc_notifications++;
-        else
-            srv->metrics.rpc_responses++;
-        if (m.kind == TG_MSG_NOTIFICATION && strcmp(m.method, "notifications/cancelled") == 0 &&
-            !rewrite_cancel(s, &m, lim->json_depth)) {
-            /* Not one of this session's calls in flight: nothing to cancel upstream. */
-            tg_http_respond(c, 202, NULL, NULL, "", 0);
-            tg_msg_dispose(&m);
-            return;
-        }
-        k = call_new(srv, s, c, KIND_FORWARD);
-        tg_json_write(&out, m.root);
-    }
+    if (m.kind == TG_MSG_REQUEST)
+        handle_request(srv, c, rt, g, s, pol, &m);
+    else
+        handle_forward(srv, c, rt, s, &m);
     tg_msg_dispose(&m);
-    call_send(k, "POST", out.base, out.len, 0, (uint64_t)rt->uc->call_timeout_ms);
-    tg_buf_dispose(&out);
 }
 
 static struct tg_session *require_session(struct tg_server *srv, struct tg_conn *c, struct route *rt,
@@ -970,6 +1357,91 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
     }
 }
 
+static void approval_finish(struct tg_call *k, int approve, const char *by, const char *why);
+
+static int admin_authorized(struct tg_server *srv, struct tg_conn *c)
+{
+    if (!srv->conf->admin.has_token)
+        return 0;
+    struct tg_slice tok;
+    uint8_t h[32];
+    if (tg_auth_bearer(tg_http_req_header(&c->req, "authorization"), &tok) != 0)
+        return 0;
+    tg_auth_sha256(tok.ptr, tok.len, h);
+    return tg_auth_ct_equal(h, srv->conf->admin.token_sha256, 32);
+}
+
+static void admin_list_approvals(struct tg_server *srv, struct tg_conn *c)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appends(&b, "{\"approvals\":[");
+    uint64_t now = now_ms(srv);
+    for (struct tg_list *l = srv->approvals.next; l != &srv->approvals; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, alink);
+        if (l != srv->approvals.next)
+            tg_buf_append(&b, ",", 1);
+        tg_buf_appendf(&b, "{\"id\":\"%s\",\"grant\":", k->approval_id);
+        tg_json_write_string(&b, k->grant, strlen(k->grant));
+        tg_buf_appendf(&b, ",\"session\":\"%s\",\"upstream\":", k->sess->id_str);
+        tg_json_write_string(&b, up_name(k), strlen(up_name(k)));
+        tg_buf_appends(&b, ",\"tool\":");
+        tg_json_write_string(&b, k->tool, strlen(k->tool));
+        tg_buf_appendf(&b, ",\"args_sha256\":\"%s\"", k->args_sha256);
+        if (k->args_json) {
+            tg_buf_appends(&b, ",\"args\":");
+            tg_buf_appends(&b, k->args_json);
+        }
+        tg_buf_appendf(&b, ",\"parked_at_ms\":%llu,\"expires_in_ms\":%llu}", (unsigned long long)k->parked_at_wall,
+                       (unsigned long long)(k->approval_deadline > now ? k->approval_deadline - now : 0));
+    }
+    tg_buf_appends(&b, "]}");
+    tg_http_respond(c, 200, NULL, "application/json", b.base, b.len);
+    tg_buf_dispose(&b);
+}
+
+static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_slice rest)
+{
+    /* rest = "ID/approve" or "ID/deny" */
+    const char *slash = memchr(rest.ptr, '/', rest.len);
+    if (slash == NULL) {
+        respond_json(c, 404, "{\"error\":\"use POST /admin/approvals/ID/approve or /deny\"}");
+        return;
+    }
+    struct tg_slice id = tg_slice_of(rest.ptr, (size_t)(slash - rest.ptr));
+    struct tg_slice verb = tg_slice_of(slash + 1, rest.len - id.len - 1);
+    int approve = tg_slice_eq(verb, TG_SLICE("approve"));
+    if (!approve && !tg_slice_eq(verb, TG_SLICE("deny"))) {
+        respond_json(c, 404, "{\"error\":\"use POST /admin/approvals/ID/approve or /deny\"}");
+        return;
+    }
+    for (struct tg_list *l = srv->approvals.next; l != &srv->approvals; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, alink);
+        if (!tg_slice_eq(id, tg_slice_cstr(k->approval_id)))
+            continue;
+        /* Who decided: the approver's name if the caller gives one, for the audit log. */
+        char by[96] = "admin";
+        struct tg_slice who = tg_http_req_header(&c->req, "x-tollgate-approver");
+        if (who.ptr != NULL && who.len > 0) {
+            char esc[96];
+            tg_log_esc(esc, sizeof(esc), who);
+            snprintf(by, sizeof(by), "admin:%.*s", (int)(strlen(esc) - 2), esc + 1);
+        }
+        char idcopy[33];
+        snprintf(idcopy, sizeof(idcopy), "%s", k->approval_id);
+        approval_finish(k, approve, by, NULL);
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_buf_appendf(&b, "{\"id\":\"%s\",\"decision\":\"%s\",\"by\":", idcopy, approve ? "approved" : "denied");
+        tg_json_write_string(&b, by, strlen(by));
+        tg_buf_appends(&b, "}");
+        tg_http_respond(c, 200, NULL, "application/json", b.base, b.len);
+        tg_buf_dispose(&b);
+        return;
+    }
+    respond_json(c, 404, "{\"error\":\"no pending approval with this id (decided, expired or unknown)\"}");
+}
+
 void tg_router_admin(struct tg_server *srv, struct tg_conn *c)
 {
     struct tg_slice url = tg_http_req_url(&c->req);
@@ -987,21 +1459,53 @@ void tg_router_admin(struct tg_server *srv, struct tg_conn *c)
         return;
     }
     if (tg_slice_eq(path, TG_SLICE("/metrics"))) {
-        if (srv->conf->admin.has_token) {
-            struct tg_slice tok;
-            uint8_t h[32];
-            if (tg_auth_bearer(tg_http_req_header(&c->req, "authorization"), &tok) != 0 ||
-                (tg_auth_sha256(tok.ptr, tok.len, h), !tg_auth_ct_equal(h, srv->conf->admin.token_sha256, 32))) {
-                tg_http_respond(c, 401, "WWW-Authenticate: Bearer realm=\"tollgate-admin\"\r\n", "text/plain",
-                                "unauthorized\n", 13);
-                return;
-            }
+        if (srv->conf->admin.has_token && !admin_authorized(srv, c)) {
+            tg_http_respond(c, 401, "WWW-Authenticate: Bearer realm=\"tollgate-admin\"\r\n", "text/plain",
+                            "unauthorized\n", 13);
+            return;
         }
         struct tg_buf b;
         tg_buf_init(&b);
         tg_metrics_render(srv, &b);
         tg_http_respond(c, 200, NULL, "text/plain; version=0.0.4", b.base, b.len);
         tg_buf_dispose(&b);
+        return;
+    }
+    if (tg_slice_starts_with(path, "/admin/")) {
+        if (!srv->conf->admin.has_token) {
+            respond_json(c, 403, "{\"error\":\"the admin API needs admin.token_sha256 in the configuration\"}");
+            return;
+        }
+        if (!admin_authorized(srv, c)) {
+            tg_http_respond(c, 401, "WWW-Authenticate: Bearer realm=\"tollgate-admin\"\r\n", "application/json",
+                            "{\"error\":\"unauthorized\"}", 24);
+            return;
+        }
+        if (tg_slice_eq(path, TG_SLICE("/admin/approvals")) && c->req.method == HTTP_GET) {
+            admin_list_approvals(srv, c);
+            return;
+        }
+        if (tg_slice_starts_with(path, "/admin/approvals/") && c->req.method == HTTP_POST) {
+            admin_decide(srv, c, tg_slice_of(path.ptr + 17, path.len - 17));
+            return;
+        }
+        if (tg_slice_eq(path, TG_SLICE("/admin/reload")) && c->req.method == HTTP_POST) {
+            struct tg_buf err, b;
+            tg_buf_init(&err);
+            tg_buf_init(&b);
+            if (tg_server_reload(srv, &err) == 0) {
+                respond_json(c, 200, "{\"status\":\"reloaded\"}");
+            } else {
+                tg_buf_appends(&b, "{\"status\":\"failed\",\"errors\":");
+                tg_json_write_string(&b, err.base ? err.base : "", err.len);
+                tg_buf_appends(&b, "}");
+                tg_http_respond(c, 400, NULL, "application/json", b.base, b.len);
+            }
+            tg_buf_dispose(&err);
+            tg_buf_dispose(&b);
+            return;
+        }
+        respond_json(c, 404, "{\"error\":\"unknown admin endpoint\"}");
         return;
     }
     tg_http_respond(c, 404, NULL, "text/plain", "not found\n", 10);
@@ -1019,7 +1523,70 @@ static int sweep_one(struct tg_session *s, void *arg)
     return 0;
 }
 
-void tg_router_sweep(struct tg_server *srv) { tg_session_sweep(srv->sessions, sweep_one, srv); }
+static void approval_finish(struct tg_call *k, int approve, const char *by, const char *why)
+{
+    struct tg_server *srv = k->srv;
+    tg_list_unlink(&k->alink);
+    srv->napprovals--;
+    k->parked = 0;
+    if (approve) {
+        srv->metrics.approvals_approved++;
+        audit_call(k, "approved", -1, NULL, by);
+        tg_log(TG_LOG_INFO, "approval granted", "approval_id=%s by=%s", k->approval_id, by);
+        struct tg_buf body = k->held;
+        tg_buf_init(&k->held);
+        call_send(k, "POST", body.base, body.len, 0, (uint64_t)tg_upstream_conf(k->uprt)->call_timeout_ms);
+        tg_buf_dispose(&body);
+        return;
+    }
+    if (why == NULL)
+        srv->metrics.approvals_rejected++;
+    else
+        srv->metrics.approvals_expired++;
+    audit_call(k, why ? "expired" : "rejected", -1, NULL, by);
+    tg_log(TG_LOG_INFO, why ? "approval timed out" : "approval denied", "approval_id=%s by=%s", k->approval_id,
+           by ? by : "-");
+    if (k->conn) {
+        struct tg_decision d = *k->dec;
+        if (why)
+            snprintf(d.message, sizeof(d.message), "%s was not approved in time; the call was not made", k->tool);
+        else
+            snprintf(d.message, sizeof(d.message), "%s was refused by a human approver; the call was not made",
+                     k->tool);
+        d.verdict = TG_VERDICT_DENY;
+        k->in_cb++;
+        respond_decision(k->conn, k->client_id, k->client_id_len, k->tool, &d, k->approval_id);
+        k->in_cb--;
+    }
+    call_free(k);
+}
+
+void tg_router_tick(struct tg_server *srv, int sessions_too)
+{
+    uint64_t now = now_ms(srv);
+    while (!tg_list_empty(&srv->approvals)) {
+        struct tg_call *k = tg_container_of(srv->approvals.next, struct tg_call, alink);
+        /* Oldest first, but timeouts differ per tool: scan the whole list when the head is not due. */
+        if (k->approval_deadline > now)
+            break;
+        approval_finish(k, 0, NULL, "timeout");
+    }
+    for (struct tg_list *l = srv->approvals.next; l != &srv->approvals;) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, alink);
+        l = l->next;
+        if (k->approval_deadline <= now)
+            approval_finish(k, 0, NULL, "timeout");
+    }
+    tg_counters_sweep(srv->counters, wall_ms(), 65536);
+    if (sessions_too)
+        tg_session_sweep(srv->sessions, sweep_one, srv);
+}
+
+void tg_router_drop_session(struct tg_server *srv, struct tg_session *s)
+{
+    end_get_stream(s);
+    tg_session_remove(srv->sessions, s);
+}
 
 static int end_stream_one(struct tg_session *s, void *arg)
 {

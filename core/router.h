@@ -8,10 +8,14 @@
 #include "core/server.h"
 #include "transports/http1.h"
 
+struct tg_session;
+
 void tg_router_handle(struct tg_server *srv, struct tg_conn *c);
 void tg_router_admin(struct tg_server *srv, struct tg_conn *c);
-/* Periodic: expire idle sessions. */
-void tg_router_sweep(struct tg_server *srv);
+/* Periodic (every second): expire approvals, idle sessions, stale counters. */
+void tg_router_tick(struct tg_server *srv, int sessions_too);
+/* Drop a session now (its upstream went away in a reload). */
+void tg_router_drop_session(struct tg_server *srv, struct tg_session *s);
 /* End every GET stream (drain/shutdown). */
 void tg_router_end_streams(struct tg_server *srv);
 /* In-flight upstream calls (for draining). */

@@ -4,11 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/audit.h"
 #include "core/log.h"
 #include "core/router.h"
 #include "core/session.h"
 #include "transports/http1.h"
 #include "transports/tls.h"
+#include "policy/policy.h"
 #include "upstream/upstream.h"
 
 static void on_connection(uv_stream_t *h, int status)
@@ -50,15 +52,30 @@ static int bind_listener(struct tg_server *srv, struct tg_listener *l, const cha
 static void on_sweep(uv_timer_t *t)
 {
     struct tg_server *srv = t->data;
-    tg_router_sweep(srv);
+    static unsigned ticks;
+    tg_router_tick(srv, ++ticks % 10 == 0);
 }
 
 int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
 {
     memset(srv, 0, sizeof(*srv));
     srv->loop = loop;
-    srv->conf = conf;
+    srv->conf = tg_conf_ref(conf);
+    srv->listen_conf = tg_conf_ref(conf);
     tg_list_init(&srv->conns);
+    tg_list_init(&srv->approvals);
+    srv->counters = tg_counters_new();
+    if (conf->audit.file != NULL) {
+        struct tg_buf err;
+        tg_buf_init(&err);
+        srv->audit = tg_audit_open(loop, &conf->audit, &err);
+        if (srv->audit == NULL) {
+            tg_log(TG_LOG_ERROR, "cannot open the audit log", "file=%s", conf->audit.file);
+            tg_buf_dispose(&err);
+            return TG_EINVAL;
+        }
+        tg_buf_dispose(&err);
+    }
     srv->sessions = tg_session_table_new();
     srv->nupstreams = conf->nupstreams;
     srv->upstreams = tg_xcalloc(conf->nupstreams, sizeof(*srv->upstreams));
@@ -103,7 +120,7 @@ int tg_server_start(struct tg_server *srv)
         srv->admin_open = 1;
         tg_log(TG_LOG_INFO, "admin listening", "address=%s port=%d", srv->conf->admin.address, srv->admin.port);
     }
-    uv_timer_start(&srv->sweep, on_sweep, 10000, 10000);
+    uv_timer_start(&srv->sweep, on_sweep, 1000, 1000);
     return 0;
 }
 
@@ -153,6 +170,8 @@ static void finish_drain(struct tg_server *srv)
         tg_upstream_close(srv->upstreams[i]);
         srv->upstreams[i] = NULL;
     }
+    tg_audit_close(srv->audit);
+    srv->audit = NULL;
     uv_close((uv_handle_t *)&srv->drain_timer, NULL);
     uv_close((uv_handle_t *)&srv->sweep, NULL);
     uv_close((uv_handle_t *)&srv->sigterm, NULL);
@@ -201,4 +220,106 @@ void tg_server_dispose(struct tg_server *srv)
     free(srv->listeners);
     tg_session_table_free(srv->sessions);
     free(srv->upstreams);
+    tg_counters_free(srv->counters);
+    tg_conf_unref(srv->conf);
+    tg_conf_unref(srv->listen_conf);
+}
+
+static int same_listeners(const struct tg_conf *a, const struct tg_conf *b)
+{
+    if (a->nlisteners != b->nlisteners)
+        return 0;
+    for (size_t i = 0; i < a->nlisteners; i++) {
+        const struct tg_listen_conf *x = &a->listeners[i], *y = &b->listeners[i];
+        if (strcmp(x->address, y->address) || x->port != y->port || x->tls != y->tls)
+            return 0;
+        if (x->tls && (strcmp(x->cert, y->cert) || strcmp(x->key, y->key)))
+            return 0;
+    }
+    return 1;
+}
+
+struct remap_ctx {
+    struct tg_server *srv;
+    int *map;
+};
+
+static int remap_session(struct tg_session *s, void *arg)
+{
+    struct remap_ctx *rc = arg;
+    int to = rc->map[s->upstream];
+    if (to < 0) {
+        tg_router_drop_session(rc->srv, s);
+        return 0; /* already removed */
+    }
+    s->upstream = to;
+    return 0;
+}
+
+int tg_server_reload(struct tg_server *srv, struct tg_buf *err)
+{
+    struct tg_conf *nc = tg_conf_load(srv->conf->path, err);
+    if (nc == NULL) {
+        srv->reload_failures++;
+        tg_log(TG_LOG_ERROR, "reload failed; the running configuration stays", "conf=%s", srv->conf->path);
+        for (const char *p = err->base; p && p < err->base + err->len;) {
+            const char *nl = memchr(p, '\n', (size_t)(err->base + err->len - p));
+            size_t n = nl ? (size_t)(nl - p) : (size_t)(err->base + err->len - p);
+            char esc[400];
+            tg_log(TG_LOG_ERROR, "reload error", "error=%s", tg_log_esc(esc, sizeof(esc), tg_slice_of(p, n)));
+            p += n + 1;
+        }
+        return -1;
+    }
+    struct tg_conf *old = srv->conf;
+    if (!same_listeners(srv->listen_conf, nc))
+        tg_log(TG_LOG_WARN, "listener changes need a restart; listeners unchanged", NULL);
+    /* Audit file: reopen only if it changed. */
+    int audit_changed = (old->audit.file == NULL) != (nc->audit.file == NULL) ||
+                        (old->audit.file && nc->audit.file && strcmp(old->audit.file, nc->audit.file) != 0);
+    struct tg_audit *na = srv->audit;
+    if (audit_changed) {
+        na = NULL;
+        if (nc->audit.file != NULL && (na = tg_audit_open(srv->loop, &nc->audit, err)) == NULL) {
+            srv->reload_failures++;
+            tg_conf_unref(nc);
+            return -1;
+        }
+        tg_audit_close(srv->audit);
+    }
+    srv->audit = na;
+    /* Upstreams: the same name and URL keep their runtime (pool, queue, sessions). */
+    struct tg_upstream **nu = tg_xcalloc(nc->nupstreams ? nc->nupstreams : 1, sizeof(*nu));
+    int *map = tg_xcalloc(srv->nupstreams ? srv->nupstreams : 1, sizeof(int));
+    for (size_t i = 0; i < srv->nupstreams; i++)
+        map[i] = -1;
+    for (size_t j = 0; j < nc->nupstreams; j++) {
+        for (size_t i = 0; i < srv->nupstreams; i++) {
+            const struct tg_upstream_conf *ou = &old->upstreams[i];
+            if (map[i] < 0 && strcmp(ou->name, nc->upstreams[j].name) == 0 && strcmp(ou->url, nc->upstreams[j].url) == 0) {
+                map[i] = (int)j;
+                nu[j] = srv->upstreams[i];
+                tg_upstream_set_conf(nu[j], &nc->upstreams[j]);
+                break;
+            }
+        }
+        if (nu[j] == NULL)
+            nu[j] = tg_upstream_new(srv->loop, &nc->upstreams[j], &srv->metrics);
+    }
+    struct remap_ctx rc = {srv, map};
+    tg_session_sweep(srv->sessions, remap_session, &rc);
+    for (size_t i = 0; i < srv->nupstreams; i++)
+        if (map[i] < 0)
+            tg_upstream_close(srv->upstreams[i]);
+    free(map);
+    free(srv->upstreams);
+    srv->upstreams = nu;
+    srv->nupstreams = nc->nupstreams;
+    srv->conf = nc;
+    tg_log_setup(nc->log_level, nc->log_format, nc->log_file);
+    srv->reloads++;
+    tg_log(TG_LOG_INFO, "configuration reloaded", "conf=%s upstreams=%zu grants=%zu", nc->path, nc->nupstreams,
+           nc->ngrants);
+    tg_conf_unref(old); /* calls in flight keep their policies by reference */
+    return 0;
 }

@@ -13,6 +13,8 @@
 #include "core/metrics.h"
 
 struct tg_tls_ctx;
+struct tg_counters;
+struct tg_audit;
 struct tg_session_table;
 struct tg_upstream;
 struct tg_conn;
@@ -42,6 +44,12 @@ struct tg_server {
     struct tg_upstream **upstreams; /* one per conf->upstreams[i] */
     size_t nupstreams;
     struct tg_metrics metrics;
+    struct tg_counters *counters; /* outlives confs: a reload keeps every counter */
+    struct tg_audit *audit;
+    struct tg_list approvals;     /* parked calls, oldest first */
+    size_t napprovals;
+    uint64_t reloads, reload_failures;
+    struct tg_conf *listen_conf;  /* the conf the listeners were made from (listeners need a restart to change) */
     uv_signal_t sigterm, sigint, sighup, sigusr1;
     uv_timer_t sweep;
     uv_timer_t drain_timer;
@@ -55,6 +63,8 @@ int tg_server_start(struct tg_server *srv);
 /* Stop accepting, let in-flight work finish (up to drain_timeout_ms), then stop the loop. */
 void tg_server_drain(struct tg_server *srv);
 void tg_server_dispose(struct tg_server *srv);
+/* Load the configuration file again and swap it in; on error keep the old one and describe why in err. */
+int tg_server_reload(struct tg_server *srv, struct tg_buf *err);
 
 /* Called by transports when a complete request arrives. */
 void tg_server_on_request(struct tg_server *srv, struct tg_conn *c);

@@ -47,6 +47,7 @@ struct tg_upstream {
     size_t npooled, nidle, nqueued, ndedicated;
     int closing;
     size_t open_conns;
+    size_t open_reqs; /* requests not yet released: the upstream is freed only when both are 0 */
     uint64_t next_conn_id;
     int last_connect_failed;
     char scratch[65536];
@@ -272,7 +273,7 @@ static void on_conn_closed(uv_handle_t *h)
     struct tg_upstream *u = c->up;
     free(c);
     u->open_conns--;
-    if (u->closing && u->open_conns == 0)
+    if (u->closing && u->open_conns == 0 && u->open_reqs == 0)
         free(u);
 }
 
@@ -525,8 +526,12 @@ static void conn_new(struct tg_upstream *u, struct tg_upreq *r, int dedicated)
 static void on_req_timer_closed(uv_handle_t *h)
 {
     struct tg_upreq *r = h->data;
+    struct tg_upstream *u = r->up;
     tg_buf_dispose(&r->out);
     free(r);
+    u->open_reqs--;
+    if (u->closing && u->open_conns == 0 && u->open_reqs == 0)
+        free(u);
 }
 
 static void req_release(struct tg_upreq *r)
@@ -643,6 +648,7 @@ struct tg_upreq *tg_upreq_start(struct tg_upstream *u, const char *method, const
     const struct tg_upstream_conf *uc = u->uc;
     struct tg_upreq *r = tg_xcalloc(1, sizeof(*r));
     r->up = u;
+    u->open_reqs++;
     r->cbs = cbs;
     r->ud = ud;
     r->dedicated = dedicated;
@@ -750,11 +756,17 @@ void tg_upstream_close(struct tg_upstream *u)
         conn_close(tg_container_of(u->idle.next, struct tg_upconn, link));
     while (!tg_list_empty(&u->busy))
         conn_close(tg_container_of(u->busy.next, struct tg_upconn, link));
-    if (u->open_conns == 0)
+    if (u->open_conns == 0 && u->open_reqs == 0)
         free(u);
 }
 
 const struct tg_upstream_conf *tg_upstream_conf(const struct tg_upstream *u) { return u->uc; }
+
+void tg_upstream_set_conf(struct tg_upstream *u, const struct tg_upstream_conf *uc)
+{
+    u->uc = uc;
+    serve_queue(u); /* a larger pool may take queued calls now */
+}
 
 void tg_upstream_stats(const struct tg_upstream *u, size_t *total, size_t *idle, size_t *queued, size_t *dedicated)
 {

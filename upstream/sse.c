@@ -74,11 +74,21 @@ static int process_line(struct tg_sse_parser *p, const char *l, size_t n, tg_sse
 int tg_sse_feed(struct tg_sse_parser *p, const char *b, size_t n, tg_sse_event_cb cb, void *ud)
 {
     size_t i = 0;
-    if (!p->bom_checked && n > 0) {
-        if (n >= 3 && memcmp(b, "\xEF\xBB\xBF", 3) == 0)
-            i = 3;
-        p->bom_checked = 1;
+    /* A leading byte-order mark is skipped, even when it arrives split across feeds. */
+    static const char bom[3] = {'\xEF', '\xBB', '\xBF'};
+    while (p->bom_checked < 3 && i < n) {
+        if (b[i] == bom[p->bom_checked]) {
+            p->bom_checked++;
+            i++;
+            continue;
+        }
+        /* Not a BOM after all: what matched so far is ordinary line content. */
+        if (p->bom_checked > 0 && tg_buf_try_append(&p->line, bom, (size_t)p->bom_checked, p->max_event + 1024) != 0)
+            return TG_ELIMIT;
+        p->bom_checked = 3;
     }
+    if (p->bom_checked < 3)
+        return 0;
     while (i < n) {
         if (p->last_cr && b[i] == '\n') {
             p->last_cr = 0;

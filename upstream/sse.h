@@ -26,7 +26,7 @@ struct tg_sse_parser {
     int has_data;
     int has_id;
     int last_cr;
-    int bom_checked;
+    int bom_checked; /* bytes of a leading BOM matched so far; 3 = done */
     size_t max_event;
 };
 

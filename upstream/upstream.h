@@ -33,6 +33,8 @@ struct tg_upstream *tg_upstream_new(uv_loop_t *loop, const struct tg_upstream_co
 /* Closes every connection; pending requests get on_done(TG_ECLOSED). Frees itself once handles are closed. */
 void tg_upstream_close(struct tg_upstream *u);
 const struct tg_upstream_conf *tg_upstream_conf(const struct tg_upstream *u);
+/* Reload: the same upstream (same name and URL) under a new conf; pooled connections stay. */
+void tg_upstream_set_conf(struct tg_upstream *u, const struct tg_upstream_conf *uc);
 void tg_upstream_stats(const struct tg_upstream *u, size_t *total, size_t *idle, size_t *queued, size_t *dedicated);
 /* 1 if a connection succeeded recently or none failed yet. */
 int tg_upstream_reachable(const struct tg_upstream *u);

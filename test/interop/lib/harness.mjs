@@ -200,15 +200,33 @@ function cfgValue(v, indent) {
  *   grants:    [{ name, token_sha256 } | { name, anonymous: true }]
  *   upstreams: [{ name, url, default?, headers?, initialize?, pool?, ... }]
  *   log:       overrides for the log group
+ *   audit:     { file, args?, redact? } — omitted when falsy
+ *
+ * An upstream without a `policy` gets a pass-everything policy ({"default":"allow"}) written
+ * beside the conf, since an upstream with no policy at all is closed; `policy: null` leaves it out.
  */
 export function writeConf(dir, opts) {
+  let allowAll;
+  const upstreams = (opts.upstreams ?? []).map((u) => {
+    if (u.policy === null) {
+      const { policy, ...rest } = u;
+      return rest;
+    }
+    if (u.policy !== undefined) return u;
+    if (!allowAll) {
+      allowAll = path.join(dir, 'allow-all.json');
+      fs.writeFileSync(allowAll, '{"version":"1","default":"allow"}\n');
+    }
+    return { ...u, policy: allowAll };
+  });
   const conf = {
     log: { level: 'info', format: 'logfmt', file: '', ...(opts.log ?? {}) },
     listen: (opts.listeners ?? [{}]).map((l) => ({ address: '127.0.0.1', port: 0, ...l })),
     admin: opts.admin ? { address: '127.0.0.1', port: 0, ...(opts.admin === true ? {} : opts.admin) } : undefined,
     limits: { drain_timeout_ms: 1000, ...(opts.limits ?? {}) },
     grants: opts.grants ?? [{ name: 'local', anonymous: true }],
-    upstreams: opts.upstreams,
+    upstreams,
+    audit: opts.audit || undefined,
   };
   const lines = ['# written by test/interop/lib/harness.mjs'];
   for (const [k, v] of Object.entries(conf)) {

@@ -1,0 +1,240 @@
+#include "core/audit.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/json.h"
+#include "core/log.h"
+#include "policy/auth.h"
+
+struct tg_audit {
+    uv_loop_t *loop;
+    char *path;
+    int fd;
+    struct tg_buf pending;
+    struct tg_buf writing;
+    uv_fs_t req;
+    int busy;
+    int closing;
+    size_t max_pending;
+    uint64_t dropped, written;
+};
+
+static void start_write(struct tg_audit *a);
+
+static void finish_close(struct tg_audit *a)
+{
+    if (a->fd >= 0)
+        close(a->fd);
+    tg_buf_dispose(&a->pending);
+    tg_buf_dispose(&a->writing);
+    free(a->path);
+    free(a);
+}
+
+static void on_written(uv_fs_t *req)
+{
+    struct tg_audit *a = req->data;
+    ssize_t r = req->result;
+    uv_fs_req_cleanup(req);
+    a->busy = 0;
+    if (r < 0) {
+        tg_log(TG_LOG_ERROR, "audit write failed", "file=%s error=\"%s\"", a->path, uv_strerror((int)r));
+        a->dropped++;
+        a->writing.len = 0;
+    } else if ((size_t)r < a->writing.len) {
+        tg_buf_consume(&a->writing, (size_t)r); /* short write: the rest goes next */
+    } else {
+        a->writing.len = 0;
+    }
+    start_write(a);
+    if (!a->busy && a->closing)
+        finish_close(a);
+}
+
+static void start_write(struct tg_audit *a)
+{
+    if (a->busy)
+        return;
+    if (a->writing.len == 0) {
+        if (a->pending.len == 0)
+            return;
+        struct tg_buf t = a->writing;
+        a->writing = a->pending;
+        a->pending = t;
+        a->pending.len = 0;
+    }
+    uv_buf_t b = uv_buf_init(a->writing.base, (unsigned)a->writing.len);
+    a->req.data = a;
+    a->busy = 1;
+    if (uv_fs_write(a->loop, &a->req, a->fd, &b, 1, -1, on_written) != 0) {
+        a->busy = 0;
+        a->dropped++;
+        a->writing.len = 0;
+    }
+}
+
+static int open_file(const char *path) { return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640); }
+
+struct tg_audit *tg_audit_open(uv_loop_t *loop, const struct tg_audit_conf *ac, struct tg_buf *err)
+{
+    if (ac->file == NULL)
+        return NULL;
+    int fd = open_file(ac->file);
+    if (fd < 0) {
+        tg_buf_appendf(err, "audit.file: cannot open %s\n", ac->file);
+        return NULL;
+    }
+    struct tg_audit *a = tg_xcalloc(1, sizeof(*a));
+    a->loop = loop;
+    a->fd = fd;
+    a->path = tg_xstrdup(ac->file);
+    a->max_pending = (size_t)ac->max_pending;
+    return a;
+}
+
+void tg_audit_close(struct tg_audit *a)
+{
+    if (a == NULL)
+        return;
+    a->closing = 1;
+    start_write(a);
+    if (!a->busy)
+        finish_close(a);
+}
+
+void tg_audit_reopen(struct tg_audit *a)
+{
+    if (a == NULL)
+        return;
+    int fd = open_file(a->path);
+    if (fd < 0) {
+        tg_log(TG_LOG_ERROR, "cannot reopen audit file", "file=%s", a->path);
+        return;
+    }
+    /* A write in flight still holds the old descriptor; it is closed when the process ends. */
+    if (!a->busy)
+        close(a->fd);
+    a->fd = fd;
+}
+
+uint64_t tg_audit_dropped(const struct tg_audit *a) { return a ? a->dropped : 0; }
+uint64_t tg_audit_written(const struct tg_audit *a) { return a ? a->written : 0; }
+
+void tg_audit_args_hash(const cJSON *args, char out[65])
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    if (args)
+        tg_json_write(&b, args);
+    else
+        tg_buf_appends(&b, "null");
+    uint8_t h[32];
+    tg_auth_sha256(b.base, b.len, h);
+    tg_hex_encode(h, 32, out);
+    tg_buf_dispose(&b);
+}
+
+static int redacted(const struct tg_audit_conf *ac, const char *key)
+{
+    for (size_t i = 0; i < ac->nredact; i++)
+        if (strcasecmp(ac->redact[i], key) == 0)
+            return 1;
+    return 0;
+}
+
+static void write_redacted(struct tg_buf *b, const struct tg_audit_conf *ac, const cJSON *v)
+{
+    if (cJSON_IsObject(v)) {
+        tg_buf_append(b, "{", 1);
+        for (const cJSON *c = v->child; c; c = c->next) {
+            tg_json_write_string(b, c->string, strlen(c->string));
+            tg_buf_append(b, ":", 1);
+            if (redacted(ac, c->string))
+                tg_buf_appends(b, "\"[redacted]\"");
+            else
+                write_redacted(b, ac, c);
+            if (c->next)
+                tg_buf_append(b, ",", 1);
+        }
+        tg_buf_append(b, "}", 1);
+    } else if (cJSON_IsArray(v)) {
+        tg_buf_append(b, "[", 1);
+        for (const cJSON *c = v->child; c; c = c->next) {
+            write_redacted(b, ac, c);
+            if (c->next)
+                tg_buf_append(b, ",", 1);
+        }
+        tg_buf_append(b, "]", 1);
+    } else {
+        tg_json_write(b, v);
+    }
+}
+
+char *tg_audit_args_values(const struct tg_audit_conf *ac, const cJSON *args)
+{
+    if (!ac->values || args == NULL)
+        return NULL;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    write_redacted(&b, ac, args);
+    tg_buf_append(&b, "", 1);
+    return tg_buf_release(&b);
+}
+
+static void field(struct tg_buf *b, const char *k, const char *v)
+{
+    if (v == NULL)
+        return;
+    tg_buf_appendf(b, ",\"%s\":", k);
+    tg_json_write_string(b, v, strlen(v));
+}
+
+void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const struct tg_audit_record *r)
+{
+    if (a == NULL)
+        return;
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    gmtime_r(&tv.tv_sec, &tm);
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appendf(&b, "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\"", tm.tm_year + 1900, tm.tm_mon + 1,
+                   tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000));
+    field(&b, "grant", r->grant);
+    field(&b, "session", r->session);
+    field(&b, "upstream", r->upstream);
+    field(&b, "method", r->method);
+    field(&b, "tool", r->tool);
+    field(&b, "decision", r->decision);
+    field(&b, "rule", r->rule && r->rule[0] ? r->rule : NULL);
+    if (r->counters_json && r->counters_json[0])
+        tg_buf_appendf(&b, ",\"counters\":{%s}", r->counters_json);
+    if (r->args_sha256)
+        tg_buf_appendf(&b, ",\"args_sha256\":\"%s\"", r->args_sha256);
+    if (r->args_json) {
+        tg_buf_appends(&b, ",\"args\":");
+        tg_buf_appends(&b, r->args_json);
+    }
+    field(&b, "approval_id", r->approval_id);
+    field(&b, "decided_by", r->decided_by);
+    if (r->latency_ms >= 0)
+        tg_buf_appendf(&b, ",\"upstream_latency_ms\":%.3f", r->latency_ms);
+    field(&b, "outcome", r->outcome);
+    tg_buf_appends(&b, "}\n");
+    if (a->pending.len + b.len > a->max_pending) {
+        a->dropped++;
+    } else {
+        tg_buf_append(&a->pending, b.base, b.len);
+        a->written++;
+        start_write(a);
+    }
+    tg_buf_dispose(&b);
+}
