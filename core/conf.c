@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "policy/jwt.h"
 #include "policy/policy.h"
 
 /* One row per scalar integer directive (nginx ngx_command_t, redis createIntConfig). */
@@ -54,6 +55,7 @@ struct loader {
     const char *path;
     struct tg_buf *err;
     int nerr;
+    config_t *cfg;
 };
 
 static void errf(struct loader *ld, const config_setting_t *s, const char *directive, const char *fmt, ...)
@@ -402,8 +404,12 @@ static void load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
         }
         gc->has_token = parse_sha256(ld, g, ctx, gc->token_sha256);
         gc->anonymous = get_bool(ld, g, "anonymous", 0, ctx);
-        if (!gc->has_token && !gc->anonymous)
-            errf(ld, g, ctx, "needs token_sha256 or anonymous = true");
+        if (!gc->has_token && !gc->anonymous) {
+            if (config_lookup(ld->cfg, "jwt") == NULL)
+                errf(ld, g, ctx, "needs token_sha256, anonymous = true, or a jwt issuer whose tokens name it");
+            else
+                gc->jwt_only = 1;
+        }
         if (gc->anonymous && anon++)
             errf(ld, g, ctx, "only one grant may be anonymous");
         for (size_t k = 0; k < i; k++)
@@ -678,6 +684,58 @@ static void load_audit(struct loader *ld, config_t *cfg, struct tg_conf *c)
     }
 }
 
+static void load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
+{
+    const config_setting_t *l = config_lookup(cfg, "jwt");
+    if (l == NULL)
+        return;
+    if (!config_setting_is_list(l)) {
+        errf(ld, l, "jwt", "must be a list of ( { issuer = …; audience = …; jwks_file = …; grant_claim = …; } )");
+        return;
+    }
+    c->njwt = (size_t)config_setting_length(l);
+    c->jwt = tg_xcalloc(c->njwt + 1, sizeof(*c->jwt));
+    for (size_t i = 0; i < c->njwt; i++) {
+        const config_setting_t *g = config_setting_get_elem(l, (unsigned)i);
+        struct tg_jwt_conf *j = &c->jwt[i];
+        char ctx[32];
+        snprintf(ctx, sizeof(ctx), "jwt[%zu]", i);
+        if (!config_setting_is_group(g)) {
+            errf(ld, g, ctx, "must be a group");
+            continue;
+        }
+        static const char *const known[] = {"issuer", "audience", "jwks_file", "grant_claim", "skew_s", NULL};
+        check_members(ld, g, known, ctx);
+        j->issuer = get_str(ld, g, "issuer", NULL, 1, ctx);
+        j->audience = get_str(ld, g, "audience", NULL, 1, ctx);
+        j->jwks_file = get_str(ld, g, "jwks_file", NULL, 1, ctx);
+        j->grant_claim = get_str(ld, g, "grant_claim", "sub", 0, ctx);
+        j->skew_s = 60;
+        const config_setting_t *sk = config_setting_get_member(g, "skew_s");
+        if (sk != NULL) {
+            if (config_setting_type(sk) != CONFIG_TYPE_INT || config_setting_get_int(sk) < 0 ||
+                config_setting_get_int(sk) > 3600)
+                errf(ld, sk, "skew_s", "must be an integer 0..3600");
+            else
+                j->skew_s = config_setting_get_int(sk);
+        }
+        if (j->jwks_file != NULL) {
+            struct tg_buf jerr;
+            tg_buf_init(&jerr);
+            if (tg_jwks_load(j->jwks_file, &j->jwks, &jerr) != 0) {
+                tg_buf_append(&jerr, "", 1);
+                for (const char *q = jerr.base; q && *q;) {
+                    const char *nl = strchr(q, '\n');
+                    size_t n = nl ? (size_t)(nl - q) : strlen(q);
+                    errf(ld, config_setting_get_member(g, "jwks_file"), "jwks_file", "%.*s", (int)n, q);
+                    q += n + (nl ? 1 : 0);
+                }
+            }
+            tg_buf_dispose(&jerr);
+        }
+    }
+}
+
 static struct tg_policy *load_policy_file(struct loader *ld, const config_setting_t *s, const char *directive,
                                           const char *path, struct tg_conf *c)
 {
@@ -787,7 +845,7 @@ const struct tg_grant_conf *tg_conf_find_grant(const struct tg_conf *c, const ch
 
 struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
 {
-    struct loader ld = {path, err, 0};
+    struct loader ld = {path, err, 0, NULL};
     config_t cfg;
     config_init(&cfg);
     if (config_read_file(&cfg, path) != CONFIG_TRUE) {
@@ -800,11 +858,13 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
         config_destroy(&cfg);
         return NULL;
     }
+    ld.cfg = &cfg;
     struct tg_conf *c = tg_xcalloc(1, sizeof(*c));
     c->refcnt = 1;
     c->path = tg_xstrdup(path);
     config_setting_t *root = config_root_setting(&cfg);
-    static const char *const known[] = {"log", "listen", "admin", "limits", "grants", "upstreams", "audit", NULL};
+    static const char *const known[] = {"log", "listen", "admin", "limits", "grants", "upstreams", "audit", "jwt",
+                                        "public_url", NULL};
     check_members(&ld, root, known, "");
     load_log(&ld, &cfg, c);
     load_listeners(&ld, &cfg, c);
@@ -818,6 +878,16 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
     load_grants(&ld, &cfg, c);
     load_upstreams(&ld, &cfg, c);
     load_audit(&ld, &cfg, c);
+    load_jwt(&ld, &cfg, c);
+    const config_setting_t *pu = config_lookup(&cfg, "public_url");
+    if (pu != NULL) {
+        const char *v = config_setting_get_string(pu);
+        if (v == NULL || (strncmp(v, "http://", 7) != 0 && strncmp(v, "https://", 8) != 0) || strchr(v, '"') ||
+            strchr(v, ' '))
+            errf(&ld, pu, "public_url", "must be an http:// or https:// URL without quotes or spaces");
+        else
+            c->public_url = tg_xstrdup(v);
+    }
     c->deny_all = tg_policy_deny_all();
     if (ld.nerr == 0)
         load_policies(&ld, &cfg, c);
@@ -866,6 +936,15 @@ void tg_conf_unref(struct tg_conf *c)
         free(c->audit.redact[i]);
     free(c->audit.redact);
     tg_policy_unref(c->deny_all);
+    for (size_t i = 0; i < c->njwt; i++) {
+        free(c->jwt[i].issuer);
+        free(c->jwt[i].audience);
+        free(c->jwt[i].jwks_file);
+        free(c->jwt[i].grant_claim);
+        tg_jwks_free(c->jwt[i].jwks);
+    }
+    free(c->jwt);
+    free(c->public_url);
     tg_buf_dispose(&c->warnings);
     for (size_t i = 0; i < c->nupstreams; i++) {
         struct tg_upstream_conf *u = &c->upstreams[i];

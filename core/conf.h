@@ -62,6 +62,7 @@ struct tg_grant_conf {
     uint8_t token_sha256[32];
     int anonymous;
     int max_sessions; /* 0 = limits.sessions_per_grant */
+    int jwt_only;     /* reachable only with a JWT that names it */
     struct tg_grant_policy *policies;
     size_t npolicies;
 };
@@ -102,6 +103,18 @@ struct tg_upstream_conf {
     size_t ndeny_server_requests;
 };
 
+struct tg_jwks;
+
+/* A JWT issuer whose tokens name a grant in grant_claim. */
+struct tg_jwt_conf {
+    char *issuer;
+    char *audience;
+    char *jwks_file;
+    char *grant_claim;
+    int skew_s;
+    struct tg_jwks *jwks;
+};
+
 struct tg_conf {
     int refcnt;
     char *path;
@@ -118,6 +131,9 @@ struct tg_conf {
     size_t nupstreams;
     int default_upstream; /* index or -1 */
     struct tg_audit_conf audit;
+    struct tg_jwt_conf *jwt;
+    size_t njwt;
+    char *public_url; /* base URL clients use, for RFC 9728 metadata (default: from Host) */
     struct tg_policy *deny_all; /* used for upstreams without a policy */
     struct tg_buf warnings;     /* "file:line: directive: warning" lines, for -t and the log */
 };

@@ -1289,6 +1289,70 @@ static int readyz(struct tg_server *srv)
     return 0;
 }
 
+/* The base URL clients use: public_url, or the scheme and Host of this request when the Host is a plain
+ * host[:port] (anything else falls back to the listener's address, so a peer cannot inject text). */
+static void base_url(struct tg_server *srv, struct tg_conn *c, struct tg_buf *out)
+{
+    if (srv->conf->public_url) {
+        size_t n = strlen(srv->conf->public_url);
+        while (n > 0 && srv->conf->public_url[n - 1] == '/')
+            n--;
+        tg_buf_append(out, srv->conf->public_url, n);
+        return;
+    }
+    tg_buf_appends(out, c->listener->tls ? "https://" : "http://");
+    struct tg_slice host = tg_http_req_header(&c->req, "host");
+    int ok = host.ptr != NULL && host.len > 0 && host.len < 256;
+    for (size_t i = 0; ok && i < host.len; i++) {
+        char ch = host.ptr[i];
+        ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+             ch == '-' || ch == ':' || ch == '[' || ch == ']';
+    }
+    if (ok)
+        tg_buf_append(out, host.ptr, host.len);
+    else
+        tg_buf_appendf(out, "%s:%d", c->listener->lc ? c->listener->lc->address : "127.0.0.1", c->listener->port);
+}
+
+/* RFC 9728 protected-resource metadata for /NAME/mcp (and the default /mcp). */
+static void protected_resource_metadata(struct tg_server *srv, struct tg_conn *c, struct tg_slice rest)
+{
+    const struct tg_upstream_conf *uc = NULL;
+    if (srv->conf->njwt == 0) {
+        respond_json(c, 404, "{\"error\":\"no JWT issuers configured\"}");
+        return;
+    }
+    if ((rest.len == 0 || tg_slice_eq(rest, TG_SLICE("/mcp"))) && srv->conf->default_upstream >= 0)
+        uc = &srv->conf->upstreams[srv->conf->default_upstream];
+    else if (rest.len > 5 && rest.ptr[0] == '/' && memcmp(rest.ptr + rest.len - 4, "/mcp", 4) == 0)
+        uc = tg_conf_find_upstream(srv->conf, tg_slice_of(rest.ptr + 1, rest.len - 5), NULL);
+    if (uc == NULL) {
+        respond_json(c, 404, "{\"error\":\"no MCP endpoint at this path\"}");
+        return;
+    }
+    struct tg_buf b, url;
+    tg_buf_init(&b);
+    tg_buf_init(&url);
+    base_url(srv, c, &url);
+    tg_buf_appendf(&url, "/%s/mcp", uc->name);
+    tg_buf_appends(&b, "{\"resource\":");
+    tg_json_write_string(&b, url.base, url.len);
+    tg_buf_appends(&b, ",\"authorization_servers\":[");
+    for (size_t i = 0; i < srv->conf->njwt; i++) {
+        if (i)
+            tg_buf_append(&b, ",", 1);
+        tg_json_write_string(&b, srv->conf->jwt[i].issuer, strlen(srv->conf->jwt[i].issuer));
+    }
+    tg_buf_appends(&b, "],\"bearer_methods_supported\":[\"header\"],\"resource_name\":");
+    char name[96];
+    snprintf(name, sizeof(name), "tollgate/%s", uc->name);
+    tg_json_write_string(&b, name, strlen(name));
+    tg_buf_appends(&b, "}");
+    tg_http_respond(c, 200, "Cache-Control: max-age=300\r\n", "application/json", b.base, b.len);
+    tg_buf_dispose(&b);
+    tg_buf_dispose(&url);
+}
+
 void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
 {
     struct tg_http_req *req = &c->req;
@@ -1306,6 +1370,10 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
             respond_json(c, 200, "{\"status\":\"ready\"}");
         else
             respond_json(c, 503, "{\"status\":\"not ready\"}");
+        return;
+    }
+    if (tg_slice_starts_with(path, "/.well-known/oauth-protected-resource")) {
+        protected_resource_metadata(srv, c, tg_slice_of(path.ptr + 38, path.len - 38));
         return;
     }
     struct route rt = {-1, NULL};
@@ -1335,14 +1403,29 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
         return;
     }
     const struct tg_grant_conf *g = NULL;
-    enum tg_auth_result ar = tg_auth_grant(srv->conf, tg_http_req_header(req, "authorization"), &g);
+    const char *why = NULL;
+    enum tg_auth_result ar =
+        tg_auth_grant(srv->conf, tg_http_req_header(req, "authorization"), wall_ms() / 1000, &g, &why);
     if (ar != TG_AUTH_OK) {
-        const char *hdr = ar == TG_AUTH_MISSING ? "WWW-Authenticate: Bearer realm=\"tollgate\"\r\n"
-                                                : "WWW-Authenticate: Bearer realm=\"tollgate\", error=\"invalid_token\"\r\n";
-        tg_log(TG_LOG_INFO, "unauthorized", "conn=%llu peer=%s reason=%s", (unsigned long long)c->id, c->peer,
-               ar == TG_AUTH_MISSING ? "missing" : "invalid");
-        respond_rpc(c, 401, hdr, NULL, 0, TG_RPC_INVALID_REQUEST, "Unauthorized: a valid bearer token is required",
+        struct tg_buf hdr;
+        tg_buf_init(&hdr);
+        tg_buf_appends(&hdr, "WWW-Authenticate: Bearer realm=\"tollgate\"");
+        if (srv->conf->njwt > 0) {
+            tg_buf_appends(&hdr, ", resource_metadata=\"");
+            base_url(srv, c, &hdr);
+            tg_buf_appends(&hdr, "/.well-known/oauth-protected-resource/");
+            tg_buf_appends(&hdr, rt.uc->name);
+            tg_buf_appends(&hdr, "/mcp\"");
+        }
+        if (ar == TG_AUTH_INVALID)
+            tg_buf_appendf(&hdr, ", error=\"invalid_token\", error_description=\"%s\"", why ? why : "invalid token");
+        tg_buf_appends(&hdr, "\r\n");
+        tg_buf_append(&hdr, "", 1);
+        tg_log(TG_LOG_INFO, "unauthorized", "conn=%llu peer=%s reason=\"%s\"", (unsigned long long)c->id, c->peer,
+               why ? why : (ar == TG_AUTH_MISSING ? "missing" : "invalid"));
+        respond_rpc(c, 401, hdr.base, NULL, 0, TG_RPC_INVALID_REQUEST, "Unauthorized: a valid bearer token is required",
                     NULL);
+        tg_buf_dispose(&hdr);
         return;
     }
     switch (req->method) {

@@ -1,6 +1,9 @@
 #include "policy/auth.h"
 
 #include <mbedtls/sha256.h>
+#include <string.h>
+
+#include "policy/jwt.h"
 #include <strings.h>
 
 void tg_auth_sha256(const void *p, size_t n, uint8_t out[32])
@@ -37,21 +40,28 @@ int tg_auth_bearer(struct tg_slice h, struct tg_slice *token)
     return 0;
 }
 
-enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization,
-                                  const struct tg_grant_conf **grant)
+enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
+                                  const struct tg_grant_conf **grant, const char **why)
 {
     *grant = NULL;
+    if (why)
+        *why = NULL;
     if (authorization.ptr == NULL) {
         for (size_t i = 0; i < c->ngrants; i++)
             if (c->grants[i].anonymous) {
                 *grant = &c->grants[i];
                 return TG_AUTH_OK;
             }
+        if (why)
+            *why = "a bearer token is required";
         return TG_AUTH_MISSING;
     }
     struct tg_slice tok;
-    if (tg_auth_bearer(authorization, &tok) != 0)
+    if (tg_auth_bearer(authorization, &tok) != 0) {
+        if (why)
+            *why = "malformed Authorization header";
         return TG_AUTH_INVALID;
+    }
     uint8_t h[32];
     tg_auth_sha256(tok.ptr, tok.len, h);
     const struct tg_grant_conf *found = NULL;
@@ -60,8 +70,42 @@ enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice autho
         if (eq && found == NULL)
             found = &c->grants[i];
     }
-    if (found == NULL)
+    if (found != NULL) {
+        *grant = found;
+        return TG_AUTH_OK;
+    }
+    /* A JWT: three dot-separated parts, verified against each configured issuer. */
+    size_t dots = 0;
+    for (size_t i = 0; i < tok.len; i++)
+        dots += tok.ptr[i] == '.';
+    if (dots == 2 && c->njwt > 0) {
+        const char *last = "invalid token";
+        for (size_t i = 0; i < c->njwt; i++) {
+            const struct tg_jwt_conf *j = &c->jwt[i];
+            if (j->jwks == NULL)
+                continue;
+            struct tg_jwt_rules rules = {j->issuer, j->audience, j->skew_s, j->grant_claim};
+            char name[128];
+            const char *w = NULL;
+            if (tg_jwt_verify(j->jwks, tok, &rules, now_s, name, sizeof(name), &w) != 0) {
+                /* A wrong issuer means "not this one": keep the more telling reason of another. */
+                if (w && (strcmp(w, "wrong issuer") != 0 || strcmp(last, "invalid token") == 0))
+                    last = w;
+                continue;
+            }
+            for (size_t k = 0; k < c->ngrants; k++)
+                if (c->grants[k].name && strcmp(c->grants[k].name, name) == 0) {
+                    *grant = &c->grants[k];
+                    return TG_AUTH_OK;
+                }
+            last = "the token names no configured grant";
+            break;
+        }
+        if (why)
+            *why = last;
         return TG_AUTH_INVALID;
-    *grant = found;
-    return TG_AUTH_OK;
+    }
+    if (why)
+        *why = "invalid token";
+    return TG_AUTH_INVALID;
 }

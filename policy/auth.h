@@ -20,9 +20,12 @@ enum tg_auth_result {
 void tg_auth_sha256(const void *p, size_t n, uint8_t out[32]);
 /* Constant-time comparison of n bytes: 1 if equal. */
 int tg_auth_ct_equal(const uint8_t *a, const uint8_t *b, size_t n);
-/* authorization: the Authorization header value, or a NULL slice when absent. */
-enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization,
-                                  const struct tg_grant_conf **grant);
+/* authorization: the Authorization header value, or a NULL slice when absent.
+ * A bearer token is a static token (SHA-256 in the conf) or a JWT from a configured issuer whose
+ * grant claim names a configured grant. now_s is the wall clock (for exp/nbf). On failure *why
+ * (may be NULL) says why in words fit for WWW-Authenticate error_description. */
+enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
+                                  const struct tg_grant_conf **grant, const char **why);
 /* Extract the token of "Bearer <token>" (scheme case-insensitive). Returns 0 or TG_EINVAL. */
 int tg_auth_bearer(struct tg_slice authorization, struct tg_slice *token);
 

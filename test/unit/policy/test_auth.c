@@ -149,7 +149,7 @@ static const struct tg_grant_conf *expect_auth(const struct tg_conf *c, const ch
                                                enum tg_auth_result want)
 {
     const struct tg_grant_conf *g = (const struct tg_grant_conf *)c; /* must be overwritten */
-    enum tg_auth_result r = tg_auth_grant(c, header ? tg_slice_cstr(header) : TG_SLICE_NULL, &g);
+    enum tg_auth_result r = tg_auth_grant(c, header ? tg_slice_cstr(header) : TG_SLICE_NULL, 0, &g, NULL);
     if (r != want)
         fail_msg("Authorization %s%s%s: result %d, expected %d", header ? "\"" : "", header ? header : "absent",
                  header ? "\"" : "", r, want);
