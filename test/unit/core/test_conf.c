@@ -491,7 +491,7 @@ static void grant_and_token_errors(void **state)
     text = LISTEN UPSTREAM "admin = {\n  token_sha256 = \"nothex\"; };\n";
     expect_error(text, line_of(text, "nothex"), "token_sha256", "must be 64 hex digits");
     text = LISTEN UPSTREAM "grants = (\n  { name = \"a\"; } );\n";
-    expect_error(text, line_of(text, "\"a\""), "grants[0]", "needs token_sha256 or anonymous = true");
+    expect_error(text, line_of(text, "\"a\""), "grants[0]", "needs token_sha256, anonymous = true");
     text = LISTEN UPSTREAM "grants = (\n  { name = \"a\"; anonymous = true; },\n  { name = \"b\"; anonymous = true; } );\n";
     expect_error(text, line_of(text, "\"b\""), "grants[1]", "only one grant may be anonymous");
     text = LISTEN UPSTREAM "grants = (\n  { name = \"a\"; anonymous = true; },\n"
