@@ -134,7 +134,7 @@ static void check_keys(struct cctx *cx, const cJSON *obj, const char *path, cons
             if (strcmp(c->string, known[i]) == 0)
                 ok = 1;
         if (!ok) {
-            char p[300];
+            char p[600];
             snprintf(p, sizeof(p), "%s%s%s", path, path[0] ? "." : "", c->string);
             pwarn(cx, p, "unknown field, ignored");
         }
@@ -340,7 +340,7 @@ static void compile_cond(struct cctx *cx, const cJSON *c, const char *path, cons
     const cJSON *jp = cJSON_GetObjectItemCaseSensitive(c, "path");
     const cJSON *jo = cJSON_GetObjectItemCaseSensitive(c, "op");
     const cJSON *jv = cJSON_GetObjectItemCaseSensitive(c, "value");
-    char sub[320];
+    char sub[600];
     snprintf(sub, sizeof(sub), "%s.path", path);
     if (!cJSON_IsString(jp)) {
         perr(cx, sub, "must be a string");
@@ -429,7 +429,7 @@ static void compile_rule(struct cctx *cx, const cJSON *r, const char *path, cons
     }
     static const char *const known[] = {"name", "action", "conditions", "on_deny", "state", "rate_limit", NULL};
     check_keys(cx, r, path, known);
-    char sub[320];
+    char sub[600];
     const cJSON *jn = cJSON_GetObjectItemCaseSensitive(r, "name");
     if (!cJSON_IsString(jn) || jn->valuestring[0] == '\0') {
         snprintf(sub, sizeof(sub), "%s.name", path);
@@ -530,7 +530,7 @@ static void compile_rule(struct cctx *cx, const cJSON *r, const char *path, cons
             const cJSON *ci = cJSON_GetObjectItemCaseSensitive(js, "increment");
             const cJSON *cf = cJSON_GetObjectItemCaseSensitive(js, "increment_from");
             const cJSON *cs = cJSON_GetObjectItemCaseSensitive(js, "scope");
-            char s2[360];
+            char s2[600];
             int64_t wms = parse_window(cw, 0);
             snprintf(s2, sizeof(s2), "%s.counter", sub);
             if (!cJSON_IsString(cn) || cn->valuestring[0] == '\0')
@@ -596,7 +596,7 @@ static void compile_rule(struct cctx *cx, const cJSON *r, const char *path, cons
             out->conds = tg_xcalloc((size_t)(out->nconds ? out->nconds : 1), sizeof(*out->conds));
             int i = 0;
             for (const cJSON *c = jc->child; c; c = c->next, i++) {
-                char cp[340];
+                char cp[600];
                 snprintf(cp, sizeof(cp), "%s[%d]", sub, i);
                 compile_cond(cx, c, cp, scope, &out->conds[i]);
             }
@@ -634,7 +634,7 @@ static void compile_limits(struct cctx *cx, const cJSON *jl, const char *path, c
     t->limits = tg_xcalloc((size_t)(t->nlimits ? t->nlimits : 1), sizeof(int));
     int i = 0;
     for (const cJSON *l = jl->child; l; l = l->next, i++) {
-        char lp[320], sub[360];
+        char lp[600], sub[360];
         snprintf(lp, sizeof(lp), "%s[%d]", path, i);
         t->limits[i] = -1;
         if (!cJSON_IsObject(l)) {
@@ -713,7 +713,7 @@ static void compile_tool(struct cctx *cx, const char *name, const cJSON *jt, str
     memset(t, 0, sizeof(*t));
     t->name = xstrdup(name);
     t->approval_ms = DEFAULT_APPROVAL_MS;
-    char path[300];
+    char path[600];
     snprintf(path, sizeof(path), "tools.%s", name);
     if (!cJSON_IsObject(jt)) {
         perr(cx, path, "must be an object");
@@ -721,7 +721,7 @@ static void compile_tool(struct cctx *cx, const char *name, const cJSON *jt, str
     }
     static const char *const known[] = {"rules", "action", "reason", "limits", "approval_timeout", NULL};
     check_keys(cx, jt, path, known);
-    char sub[340];
+    char sub[600];
     const cJSON *ja = cJSON_GetObjectItemCaseSensitive(jt, "action");
     if (ja != NULL) {
         snprintf(sub, sizeof(sub), "%s.action", path);
@@ -769,7 +769,7 @@ static void compile_tool(struct cctx *cx, const char *name, const cJSON *jt, str
             t->rules = tg_xcalloc((size_t)(t->nrules ? t->nrules : 1), sizeof(*t->rules));
             int i = 0;
             for (const cJSON *r = jrules->child; r; r = r->next, i++) {
-                char rp[360];
+                char rp[600];
                 snprintf(rp, sizeof(rp), "%s[%d]", sub, i);
                 compile_rule(cx, r, rp, name, &t->rules[i]);
                 if (t->rules[i].deny)
@@ -789,7 +789,7 @@ static void compile_list(struct cctx *cx, const cJSON *j, const char *path, char
     *out = tg_xcalloc((size_t)(*n ? *n : 1), sizeof(char *));
     int i = 0;
     for (const cJSON *c = j->child; c; c = c->next, i++) {
-        char p[320];
+        char p[600];
         snprintf(p, sizeof(p), "%s[%d]", path, i);
         if (!cJSON_IsString(c) || c->valuestring[0] == '\0') {
             perr(cx, p, "entry must not be empty");
@@ -812,7 +812,7 @@ static void compile_globset(struct cctx *cx, const cJSON *j, const char *path, s
     static const char *const known[] = {"default", "allow", "deny", "reason", NULL};
     check_keys(cx, j, path, known);
     g->present = 1;
-    char sub[320];
+    char sub[600];
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "default");
     if (d != NULL) {
         snprintf(sub, sizeof(sub), "%s.default", path);
@@ -971,7 +971,7 @@ int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **ou
                     continue;
                 c->counter = find_counter(p, c->path[0]);
                 if (c->counter < 0) {
-                    char path[400];
+                    char path[600];
                     snprintf(path, sizeof(path), "tools.%s.rules[%d].conditions[%d].path", tool->name, r, k);
                     perr(&cx, path, "condition references state.%s but no matching state block found",
                          c->path[0] + 2);
