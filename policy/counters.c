@@ -223,7 +223,8 @@ void tg_counters_sweep(struct tg_counters *c, int64_t now_ms, size_t budget)
         size_t i = c->sweep_pos & (c->cap - 1);
         if (c->t[i].h1 != 0 && c->t[i].expire_ms <= now_ms) {
             remove_at(c, i);
-            /* an entry may have shifted into i: look at it again */
+            /* an entry may have shifted into i: look at it again, without spending budget on it */
+            budget++;
             continue;
         }
         c->sweep_pos = (i + 1) & (c->cap - 1);
