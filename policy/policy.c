@@ -602,7 +602,7 @@ static void compile_rule(struct cctx *cx, const cJSON *r, const char *path, cons
             }
         }
     }
-    if (!out->deny && out->nconds == 0 && jc == NULL) {
+    if (!out->deny && out->nconds == 0) {
         snprintf(sub, sizeof(sub), "%s.conditions", path);
         perr(cx, sub, "evaluate rules must have at least one condition");
     }
