@@ -1,0 +1,2144 @@
+/* policy/policy.c and policy/yaml.c: PolicyLayer policies in both shapes (hosted JSON, Intercept
+ * rules) and both syntaxes (JSON, YAML), their validation errors, and the decisions over them.
+ *
+ * The fixtures in test/unit/policy/fixtures/ come in pairs, NAME.json and NAME.yaml, holding the
+ * same policy: the tests check that both give the same tree and decide identically, then run the
+ * semantic cases against both. The clock is a parameter, so windows and buckets are driven by
+ * hand; T0 is 2024-03-10T10:30:00.000Z, the start of a UTC minute and half an hour into an hour. */
+#include "test/unit/unit.h"
+
+#include <unistd.h>
+
+#include "core/buf.h"
+#include "core/json.h"
+#include "policy/counters.h"
+#include "policy/policy.h"
+
+#define FIX TG_SOURCE_DIR "/test/unit/policy/fixtures/"
+
+#define T0 1710066600000LL       /* 2024-03-10T10:30:00.000Z */
+#define DAY_END 1710115200000LL  /* 2024-03-11T00:00:00.000Z */
+#define MIN_MS 60000LL
+#define HOUR_MS 3600000LL
+
+static const char *const pairs[] = {"intercept", "intercept_deny", "hosted", "seed"};
+#define NPAIRS (sizeof(pairs) / sizeof(pairs[0]))
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+static const char *verdict_name(enum tg_verdict v)
+{
+    switch (v) {
+    case TG_VERDICT_ALLOW: return "ALLOW";
+    case TG_VERDICT_DENY: return "DENY";
+    case TG_VERDICT_LIMITED: return "LIMITED";
+    case TG_VERDICT_APPROVE: return "APPROVE";
+    }
+    return "?";
+}
+
+static char *buf_str(struct tg_buf *b)
+{
+    static char empty[] = "";
+    if (b->len == 0)
+        return empty;
+    tg_buf_append(b, "", 1);
+    b->len--;
+    return b->base;
+}
+
+static struct tg_policy *load_ok_at(const char *file, int line, const char *path)
+{
+    struct tg_buf err, warn;
+    tg_buf_init(&err);
+    tg_buf_init(&warn);
+    struct tg_policy *p = NULL;
+    int r = tg_policy_load(path, &p, &err, &warn);
+    if (r != 0 || p == NULL)
+        fail_msg("%s:%d: %s did not load (%d):\n%s", file, line, path, r, buf_str(&err));
+    if (warn.len != 0)
+        fail_msg("%s:%d: %s loaded with warnings:\n%s", file, line, path, buf_str(&warn));
+    tg_buf_dispose(&err);
+    tg_buf_dispose(&warn);
+    return p;
+}
+#define LOAD_OK(path) load_ok_at(__FILE__, __LINE__, (path))
+
+static struct tg_policy *load_fixture(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof(path), FIX "%s", name);
+    return LOAD_OK(path);
+}
+
+/* Arguments through the gateway's own strict parser, as the router hands them over. */
+static cJSON *J(const char *s)
+{
+    struct tg_json_doc doc;
+    const char *why = NULL;
+    size_t off = 0;
+    if (tg_json_parse(s, strlen(s), 64, 1, &doc, &why, &off) != 0)
+        fail_msg("test bug: bad JSON at %zu (%s): %s", off, why, s);
+    return doc.root;
+}
+
+static void decide_as(const struct tg_policy *p, struct tg_counters *c, const char *grant, const char *session,
+                      const char *tool, const char *args, int64_t now, struct tg_decision *d)
+{
+    struct tg_caller who = {grant, session, "up"};
+    cJSON *a = args ? J(args) : NULL;
+    tg_policy_decide_call(p, c, &who, tool, a, now, d);
+    cJSON_Delete(a);
+}
+
+static void decide(const struct tg_policy *p, struct tg_counters *c, const char *grant, const char *tool,
+                   const char *args, int64_t now, struct tg_decision *d)
+{
+    decide_as(p, c, grant, "sess-1", tool, args, now, d);
+}
+
+/* msg: exact, or a prefix when it ends in '*'; rule and msg may be NULL (not checked). */
+static void expect_at(const char *file, int line, const struct tg_decision *d, enum tg_verdict v, const char *rule,
+                      const char *msg)
+{
+    int ok = d->verdict == v;
+    if (rule && strcmp(d->rule, rule) != 0)
+        ok = 0;
+    if (msg) {
+        size_t n = strlen(msg);
+        if (n > 0 && msg[n - 1] == '*')
+            ok = ok && strncmp(d->message, msg, n - 1) == 0;
+        else
+            ok = ok && strcmp(d->message, msg) == 0;
+    }
+    if (!ok)
+        fail_msg("%s:%d: got %s rule \"%s\" message \"%s\"; expected %s rule \"%s\" message \"%s\"", file, line,
+                 verdict_name(d->verdict), d->rule, d->message, verdict_name(v), rule ? rule : "(any)",
+                 msg ? msg : "(any)");
+}
+#define EXPECT(d, v, rule, msg) expect_at(__FILE__, __LINE__, (d), (v), (rule), (msg))
+
+/* "...; retry in N s" with N = ceil(retry_after_ms / 1000) */
+static void expect_retry_at(const char *file, int line, const struct tg_decision *d, uint64_t retry_ms)
+{
+    if (d->verdict != TG_VERDICT_LIMITED || d->retry_after_ms != retry_ms)
+        fail_msg("%s:%d: got %s retry_after_ms %llu (\"%s\"); expected LIMITED retry_after_ms %llu", file, line,
+                 verdict_name(d->verdict), (unsigned long long)d->retry_after_ms, d->message,
+                 (unsigned long long)retry_ms);
+    char tail[64];
+    snprintf(tail, sizeof(tail), "; retry in %llu s", (unsigned long long)((retry_ms + 999) / 1000));
+    size_t n = strlen(d->message), k = strlen(tail);
+    if (n < k || strcmp(d->message + n - k, tail) != 0)
+        fail_msg("%s:%d: message \"%s\" does not end in \"%s\"", file, line, d->message, tail);
+}
+#define EXPECT_RETRY(d, ms) expect_retry_at(__FILE__, __LINE__, (d), (ms))
+
+/* Token buckets round the hint up by a millisecond when max/window does not divide evenly in
+ * binary floating point: accept ms or ms + 1, with a message that matches the value given. */
+static void expect_retry_near_at(const char *file, int line, const struct tg_decision *d, uint64_t ms)
+{
+    if (d->retry_after_ms != ms && d->retry_after_ms != ms + 1)
+        fail_msg("%s:%d: retry_after_ms %llu, expected %llu (+1)", file, line, (unsigned long long)d->retry_after_ms,
+                 (unsigned long long)ms);
+    expect_retry_at(file, line, d, d->retry_after_ms);
+}
+#define EXPECT_RETRY_NEAR(d, ms) expect_retry_near_at(__FILE__, __LINE__, (d), (ms))
+
+/* Call `tool` until it is not allowed; returns how many calls were allowed (at most `max`). */
+static int drain(const struct tg_policy *p, struct tg_counters *c, const char *grant, const char *tool,
+                 const char *args, int64_t now, int max, struct tg_decision *last)
+{
+    for (int i = 0; i < max; i++) {
+        decide(p, c, grant, tool, args, now, last);
+        if (last->verdict != TG_VERDICT_ALLOW && last->verdict != TG_VERDICT_APPROVE)
+            return i;
+    }
+    return max;
+}
+
+/* Write text to a fresh file named `name` in a private directory and load it. */
+struct loaded {
+    char dir[64];
+    char path[160];
+    struct tg_buf err, warn;
+    struct tg_policy *p;
+    int rc;
+};
+
+static void load_text(struct loaded *l, const char *name, const char *text)
+{
+    memset(l, 0, sizeof(*l));
+    snprintf(l->dir, sizeof(l->dir), "/tmp/tg-policy-XXXXXX");
+    if (mkdtemp(l->dir) == NULL)
+        fail_msg("mkdtemp failed");
+    snprintf(l->path, sizeof(l->path), "%s/%s", l->dir, name);
+    FILE *f = fopen(l->path, "wb");
+    assert_non_null(f);
+    fwrite(text, 1, strlen(text), f);
+    fclose(f);
+    tg_buf_init(&l->err);
+    tg_buf_init(&l->warn);
+    l->rc = tg_policy_load(l->path, &l->p, &l->err, &l->warn);
+    unlink(l->path);
+    rmdir(l->dir);
+}
+
+static void loaded_dispose(struct loaded *l)
+{
+    tg_policy_unref(l->p);
+    tg_buf_dispose(&l->err);
+    tg_buf_dispose(&l->warn);
+}
+
+/* The load must fail, and the errors must hold "PATH: where: what"; where "" means "PATH" + what,
+ * where NULL means the file's path and `what` anywhere. */
+static void expect_error_at(const char *file, int line, const char *name, const char *text, const char *where,
+                            const char *what)
+{
+    struct loaded l;
+    load_text(&l, name, text);
+    char want[600];
+    if (where == NULL)
+        snprintf(want, sizeof(want), "%s", l.path);
+    else if (where[0])
+        snprintf(want, sizeof(want), "%s: %s: %s", l.path, where, what);
+    else
+        snprintf(want, sizeof(want), "%s%s", l.path, what);
+    if (l.rc == 0 || l.p != NULL)
+        fail_msg("%s:%d: %s loaded; expected an error \"%s\"", file, line, name, want);
+    if (strstr(buf_str(&l.err), want) == NULL || (where == NULL && strstr(buf_str(&l.err), what) == NULL))
+        fail_msg("%s:%d: errors do not contain \"%s\"%s%s:\n%s", file, line, want, where ? "" : " and ",
+                 where ? "" : what, buf_str(&l.err));
+    loaded_dispose(&l);
+}
+#define EXPECT_ERROR(name, text, where, what) expect_error_at(__FILE__, __LINE__, (name), (text), (where), (what))
+
+/* A policy whose one tool "x" has the rules given (JSON array text). */
+static char *with_rules(char *out, size_t n, const char *rules)
+{
+    snprintf(out, n, "{\"version\":\"1\",\"tools\":{\"x\":{\"rules\":%s}}}", rules);
+    return out;
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("cannot open %s", path);
+    struct tg_buf b;
+    tg_buf_init(&b);
+    char chunk[4096];
+    size_t k;
+    while ((k = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        tg_buf_append(&b, chunk, k);
+    fclose(f);
+    tg_buf_append(&b, "", 1);
+    *len = b.len - 1;
+    return tg_buf_release(&b);
+}
+
+/* ---- fixtures: both syntaxes, same policy --------------------------------------- */
+
+static void fixtures_load_cleanly(void **state)
+{
+    static const struct {
+        const char *name;
+        size_t tools;
+    } want[] = {{"intercept", 34}, {"intercept_deny", 4}, {"hosted", 14}, {"seed", 1}};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        for (int y = 0; y < 2; y++) {
+            char name[64];
+            snprintf(name, sizeof(name), "%s.%s", want[i].name, y ? "yaml" : "json");
+            struct tg_policy *p = load_fixture(name);
+            if (tg_policy_tool_count(p) != want[i].tools)
+                fail_msg("%s: %zu tools, expected %zu (\"*\" is not counted)", name, tg_policy_tool_count(p),
+                         want[i].tools);
+            assert_non_null(strstr(tg_policy_name(p), name));
+            tg_policy_unref(p);
+        }
+}
+
+/* NAME.yaml becomes exactly the tree NAME.json parses to. */
+static void json_and_yaml_give_the_same_tree(void **state)
+{
+    for (size_t i = 0; i < NPAIRS; i++) {
+        char pj[512], py[512];
+        snprintf(pj, sizeof(pj), FIX "%s.json", pairs[i]);
+        snprintf(py, sizeof(py), FIX "%s.yaml", pairs[i]);
+        size_t nj, ny;
+        char *tj = read_file(pj, &nj), *ty = read_file(py, &ny);
+        struct tg_json_doc doc;
+        const char *why = NULL;
+        size_t off = 0;
+        if (tg_json_parse(tj, nj, 64, 1, &doc, &why, &off) != 0)
+            fail_msg("%s: %s at %zu", pj, why, off);
+        cJSON *fromyaml = NULL;
+        char err[300];
+        if (tg_yaml_to_json(ty, ny, &fromyaml, err, sizeof(err)) != 0)
+            fail_msg("%s: %s", py, err);
+        if (!cJSON_Compare(doc.root, fromyaml, 1)) {
+            char *a = cJSON_PrintUnformatted(doc.root), *b = cJSON_PrintUnformatted(fromyaml);
+            fail_msg("%s and %s differ:\n%s\n%s", pj, py, a, b);
+        }
+        cJSON_Delete(doc.root);
+        cJSON_Delete(fromyaml);
+        free(tj);
+        free(ty);
+    }
+}
+
+/* The same calls against the JSON and the YAML form, each with its own counters, decide alike. */
+static void json_and_yaml_decide_identically(void **state)
+{
+    static const char *const tools[] = {
+        "free", "secret_tool", "internal_debug", "unlisted", "eq_num", "eq_str", "eq_strnum", "eq_bool", "neq_num",
+        "neq_str", "in", "not_in", "lt", "lte", "gt", "gte", "regex_anchor", "regex_digit", "regex_class",
+        "regex_icase", "regex_free", "contains_str", "contains_list", "contains_num", "exists_true", "exists_false",
+        "nested", "index", "charge", "create_charge", "create_refund", "bulk_op", "create_issue", "create_pr",
+        "delete_repo", "drop_db", "listed", "listed_but_hidden", "limited", "checked", "execute_code", "search",
+        "fetch", "write", "global_tool", "two_limits", "outer_only", "unnamed", "rm", "rm2", "deploy", "deploy_fast",
+        "deploy_min", "mixed", "Execute_code"};
+    static const char *const args[] = {
+        NULL, "{}", "{\"v\":5}", "{\"v\":\"5\"}", "{\"v\":\"main\"}", "{\"v\":true}", "{\"v\":9.5}", "{\"v\":null}",
+        "{\"v\":\"feat/x\"}", "{\"v\":\"v1.2\"}", "{\"v\":\"1.2-ab\"}", "{\"v\":\"DROP TABLE t\"}",
+        "{\"v\":\"a test\"}", "{\"tags\":[\"urgent\"],\"ids\":[41,42]}", "{\"a\":{\"b\":{\"c\":\"deep\"}}}",
+        "{\"items\":[1,{\"name\":\"second\"}]}", "{\"amount\":30000,\"currency\":\"usd\"}", "{\"force\":1}",
+        "{\"sudo\":true}", "{\"n\":3}", "{\"n\":30}", "{\"v\":\"usd\"}", "{\"v\":\"admin\"}"};
+    for (size_t i = 0; i < NPAIRS; i++) {
+        char nj[64], ny[64];
+        snprintf(nj, sizeof(nj), "%s.json", pairs[i]);
+        snprintf(ny, sizeof(ny), "%s.yaml", pairs[i]);
+        struct tg_policy *pj = load_fixture(nj), *py = load_fixture(ny);
+        struct tg_counters *cj = tg_counters_new(), *cy = tg_counters_new();
+        int n = 0;
+        for (int round = 0; round < 4; round++) /* repeat so that counters run out alike */
+            for (size_t t = 0; t < sizeof(tools) / sizeof(tools[0]); t++)
+                for (size_t a = 0; a < sizeof(args) / sizeof(args[0]); a++) {
+                    struct tg_decision dj, dy;
+                    int64_t now = T0 + round * 7000 + (int64_t)a;
+                    const char *grant = (a & 1) ? "grant-a" : "grant-b";
+                    decide(pj, cj, grant, tools[t], args[a], now, &dj);
+                    decide(py, cy, grant, tools[t], args[a], now, &dy);
+                    if (dj.verdict != dy.verdict || strcmp(dj.rule, dy.rule) || strcmp(dj.message, dy.message) ||
+                        dj.retry_after_ms != dy.retry_after_ms || strcmp(dj.counter, dy.counter) ||
+                        dj.approval_timeout_ms != dy.approval_timeout_ms ||
+                        strcmp(dj.counters_json, dy.counters_json))
+                        fail_msg("%s: %s(%s) round %d: json %s \"%s\" \"%s\" %llu, yaml %s \"%s\" \"%s\" %llu", pairs[i],
+                                 tools[t], args[a] ? args[a] : "NULL", round, verdict_name(dj.verdict), dj.rule,
+                                 dj.message, (unsigned long long)dj.retry_after_ms, verdict_name(dy.verdict),
+                                 dy.rule, dy.message, (unsigned long long)dy.retry_after_ms);
+                    n++;
+                }
+        for (size_t t = 0; t < sizeof(tools) / sizeof(tools[0]); t++)
+            assert_int_equal(tg_policy_tool_visible(pj, tools[t]), tg_policy_tool_visible(py, tools[t]));
+        assert_int_equal(tg_counters_count(cj), tg_counters_count(cy));
+        assert_true(n > 1000);
+        tg_counters_free(cj);
+        tg_counters_free(cy);
+        tg_policy_unref(pj);
+        tg_policy_unref(py);
+    }
+}
+
+/* ---- Intercept: hide, default, wildcard, deny --------------------------------------- */
+
+static void hide_list(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        /* Listed under tools and hidden: hide wins. Not listed and hidden: denied too. */
+        decide(p, c, "g", "secret_tool", "{}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "(hidden)", "Tool \"secret_tool\" is hidden by policy");
+        decide(p, c, "g", "internal_debug", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "(hidden)", "Tool \"internal_debug\" is hidden by policy");
+        assert_int_equal(tg_policy_tool_visible(p, "secret_tool"), 0);
+        assert_int_equal(tg_policy_tool_visible(p, "internal_debug"), 0);
+        /* Exact names only. */
+        static const char *const near[] = {"Secret_tool", "secret_tool2", "secret_too", "secret_tool ", " secret_tool",
+                                           "SECRET_TOOL"};
+        for (size_t i = 0; i < sizeof(near) / sizeof(near[0]); i++) {
+            decide(p, c, "g", near[i], "{}", T0, &d);
+            EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+            assert_int_equal(tg_policy_tool_visible(p, near[i]), 1);
+        }
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+static void hide_star_hides_everything(void **state)
+{
+    static const char *const texts[][2] = {
+        {"star.json", "{\"version\":\"1\",\"hide\":[\"*\"],\"tools\":{\"a\":{\"rules\":[]}}}"},
+        {"star.yaml", "version: \"1\"\nhide:\n  - \"*\"\ntools:\n  a:\n    rules: []\n"},
+        {"star2.yaml", "version: \"1\"\nhide: [a, \"*\"]\ndefault: allow\ntools: {a: {rules: []}}\n"},
+    };
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        struct loaded l;
+        load_text(&l, texts[i][0], texts[i][1]);
+        if (l.rc != 0)
+            fail_msg("%s: %s", texts[i][0], buf_str(&l.err));
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        static const char *const tools[] = {"a", "b", "*", "anything"};
+        for (size_t t = 0; t < 4; t++) {
+            char msg[80];
+            snprintf(msg, sizeof(msg), "Tool \"%s\" is hidden by policy", tools[t]);
+            decide(l.p, c, "g", tools[t], "{}", T0, &d);
+            EXPECT(&d, TG_VERDICT_DENY, "(hidden)", msg);
+            assert_int_equal(tg_policy_tool_visible(l.p, tools[t]), 0);
+        }
+        decide(l.p, c, "g", "a", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "(hidden)", "Tool \"a\" is hidden by policy");
+        tg_counters_free(c);
+        loaded_dispose(&l);
+    }
+}
+
+static void default_allow_lets_unlisted_tools_through_wildcard_rules(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        decide(p, c, "g", "not_in_the_policy", "{\"x\":1}", T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", "");
+        assert_int_equal(tg_policy_tool_visible(p, "not_in_the_policy"), 1);
+        /* ...but the wildcard rules still apply to it. */
+        decide(p, c, "g", "not_in_the_policy", "{\"force\":true}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "no force", "force is not allowed");
+        decide(p, c, "g", "free", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+static void default_deny_wildcards_do_not_rescue(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "intercept_deny.yaml" : "intercept_deny.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        decide(p, c, "g", "unlisted", "{}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "(default deny)", "Tool \"unlisted\" is not permitted by policy");
+        assert_int_equal(tg_policy_tool_visible(p, "unlisted"), 0);
+        /* An unlisted call the wildcard rules would pass, or would deny: the default decides first. */
+        decide(p, c, "g", "unlisted", "{\"sudo\":1}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "(default deny)", NULL);
+        /* rules: [] is an unconditional allow... */
+        decide(p, c, "g", "listed", "{}", T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        assert_int_equal(tg_policy_tool_visible(p, "listed"), 1);
+        /* ...to which the wildcard rules still apply. */
+        decide(p, c, "g", "listed", "{\"sudo\":true}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "no sudo", "sudo is not allowed");
+        decide(p, c, "g", "listed_but_hidden", "{}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "(hidden)", NULL);
+        assert_int_equal(tg_policy_tool_visible(p, "listed_but_hidden"), 0);
+        /* Tool rules come before the wildcard rules. */
+        decide(p, c, "g", "checked", "{\"n\":30,\"sudo\":1}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "small", "n must be below 10");
+        decide(p, c, "g", "checked", "{\"n\":3,\"sudo\":1}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "no sudo", "sudo is not allowed");
+        /* The wildcard's own rate limit (5/hour, _global scope) counts every listed tool's calls;
+         * two allowed calls above (listed, listed) already count. */
+        decide(p, c, "g", "checked", "{\"n\":3}", T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "g", "limited", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "g", "limited", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "g", "limited", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "two a minute", "Rate limit of 2 per minute reached. Try again later.; retry in 60 s");
+        EXPECT_RETRY(&d, MIN_MS);
+        assert_string_equal(d.counter, "limited._rate_minute");
+        decide(p, c, "g", "listed", NULL, T0 + 1000, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "g", "listed", NULL, T0 + 1000, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "global hourly", "Rate limit of 5 per hour reached. Try again later.*");
+        EXPECT_RETRY(&d, HOUR_MS / 2 - 1000);
+        assert_string_equal(d.counter, "_global._rate_hour");
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+static void wildcard_rules_run_after_tool_rules(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        decide(p, c, "g", "eq_num", "{\"v\":6,\"force\":true}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "eq_num", "Denied by rule \"eq_num\"");
+        decide(p, c, "g", "eq_num", "{\"v\":5,\"force\":true}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "no force", "force is not allowed");
+        decide(p, c, "g", "eq_num", "{\"v\":5,\"force\":null}", T0, &d); /* null counts as absent */
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        /* A deny rule stops before the wildcard rules too. */
+        decide(p, c, "g", "delete_repo", "{\"force\":true}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "block repo deletion", NULL);
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+static void deny_rules_with_and_without_on_deny(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        decide(p, c, "g", "delete_repo", "{\"repo\":\"x\"}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "block repo deletion", "Repository deletion is not permitted");
+        decide(p, c, "g", "drop_db", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "block drop", "Denied by rule \"block drop\"");
+        /* An unconditional deny rule hides the tool from tools/list; a conditional rule does not. */
+        assert_int_equal(tg_policy_tool_visible(p, "delete_repo"), 0);
+        assert_int_equal(tg_policy_tool_visible(p, "drop_db"), 0);
+        assert_int_equal(tg_policy_tool_visible(p, "eq_num"), 1);
+        assert_int_equal(tg_policy_tool_visible(p, "create_issue"), 1);
+        /* Case and prefix variants are other tools, which the default lets through. */
+        decide(p, c, "g", "Delete_repo", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "g", "delete_repo2", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "g", "delete_rep", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+static void evaluate_failures_deny_with_on_deny_or_rule_name(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        /* Two conditions ANDed. */
+        decide(p, c, "g", "charge", "{\"amount\":50000,\"currency\":\"usd\"}", T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "g", "charge", "{\"amount\":50001,\"currency\":\"usd\"}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "safe charge", "Only USD or EUR charges up to 500.00");
+        decide(p, c, "g", "charge", "{\"amount\":100,\"currency\":\"gbp\"}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "safe charge", "Only USD or EUR charges up to 500.00");
+        decide(p, c, "g", "charge", "{\"currency\":\"eur\"}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "safe charge", NULL);
+        decide(p, c, "g", "charge", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "safe charge", NULL);
+        /* No on_deny: the rule's name. */
+        decide(p, c, "g", "lt", "{\"v\":10}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "lt", "Denied by rule \"lt\"");
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+/* ---- Intercept operators, each true and false ------------------------------------------- */
+
+struct opcase {
+    const char *tool, *args;
+    int allow;
+};
+
+static const struct opcase opcases[] = {
+    /* eq, numeric: numbers compare as numbers; a string and a number compare as Go's %v prints them */
+    {"eq_num", "{\"v\":5}", 1},
+    {"eq_num", "{\"v\":5.0}", 1},
+    {"eq_num", "{\"v\":5e0}", 1},
+    {"eq_num", "{\"v\":\"5\"}", 1},
+    {"eq_num", "{\"v\":6}", 0},
+    {"eq_num", "{\"v\":4.999}", 0},
+    {"eq_num", "{\"v\":\"5.0\"}", 0},
+    {"eq_num", "{\"v\":\" 5\"}", 0},
+    {"eq_num", "{\"v\":[5]}", 0},
+    {"eq_num", "{\"v\":null}", 0},
+    {"eq_num", "{}", 0},
+    {"eq_num", NULL, 0},
+    /* eq, string */
+    {"eq_str", "{\"v\":\"main\"}", 1},
+    {"eq_str", "{\"v\":\"Main\"}", 0},
+    {"eq_str", "{\"v\":\"main \"}", 0},
+    {"eq_str", "{\"v\":\"mai\"}", 0},
+    {"eq_str", "{\"w\":\"main\"}", 0},
+    /* eq "5" (a string in the policy) */
+    {"eq_strnum", "{\"v\":5}", 1},
+    {"eq_strnum", "{\"v\":5.0}", 1},
+    {"eq_strnum", "{\"v\":\"5\"}", 1},
+    {"eq_strnum", "{\"v\":50}", 0},
+    {"eq_strnum", "{\"v\":0.5}", 0},
+    /* eq true: %v of true is "true" */
+    {"eq_bool", "{\"v\":true}", 1},
+    {"eq_bool", "{\"v\":\"true\"}", 1},
+    {"eq_bool", "{\"v\":false}", 0},
+    {"eq_bool", "{\"v\":1}", 0},
+    {"eq_bool", "{\"v\":\"True\"}", 0},
+    /* neq: a missing field fails every operator but exists */
+    {"neq_num", "{\"v\":6}", 1},
+    {"neq_num", "{\"v\":\"6\"}", 1},
+    {"neq_num", "{\"v\":5}", 0},
+    {"neq_num", "{\"v\":\"5\"}", 0},
+    {"neq_num", "{}", 0},
+    {"neq_str", "{\"v\":\"ready\"}", 1},
+    {"neq_str", "{\"v\":\"Draft\"}", 1},
+    {"neq_str", "{\"v\":\"draft\"}", 0},
+    {"neq_str", "{}", 0},
+    /* in [usd, eur, 7] */
+    {"in", "{\"v\":\"usd\"}", 1},
+    {"in", "{\"v\":\"eur\"}", 1},
+    {"in", "{\"v\":7}", 1},
+    {"in", "{\"v\":\"7\"}", 1},
+    {"in", "{\"v\":7.0}", 1},
+    {"in", "{\"v\":\"USD\"}", 0},
+    {"in", "{\"v\":\"gbp\"}", 0},
+    {"in", "{\"v\":8}", 0},
+    {"in", "{\"v\":[\"usd\"]}", 0},
+    {"in", "{}", 0},
+    /* not_in [admin, root] */
+    {"not_in", "{\"v\":\"bob\"}", 1},
+    {"not_in", "{\"v\":\"Admin\"}", 1},
+    {"not_in", "{\"v\":5}", 1},
+    {"not_in", "{\"v\":\"admin\"}", 0},
+    {"not_in", "{\"v\":\"root\"}", 0},
+    {"not_in", "{}", 0},
+    /* lt 10, lte 10, gt 0, gte 1.5: numbers only; a string never compares numerically */
+    {"lt", "{\"v\":9}", 1},
+    {"lt", "{\"v\":9.999}", 1},
+    {"lt", "{\"v\":-1e300}", 1},
+    {"lt", "{\"v\":10}", 0},
+    {"lt", "{\"v\":11}", 0},
+    {"lt", "{\"v\":\"9\"}", 0},
+    {"lt", "{\"v\":true}", 0},
+    {"lt", "{\"v\":null}", 0},
+    {"lt", "{\"v\":[1]}", 0},
+    {"lt", "{}", 0},
+    {"lte", "{\"v\":10}", 1},
+    {"lte", "{\"v\":1e1}", 1},
+    {"lte", "{\"v\":-3}", 1},
+    {"lte", "{\"v\":10.0001}", 0},
+    {"lte", "{\"v\":\"10\"}", 0},
+    {"gt", "{\"v\":0.001}", 1},
+    {"gt", "{\"v\":1e300}", 1},
+    {"gt", "{\"v\":0}", 0},
+    {"gt", "{\"v\":-0.0}", 0},
+    {"gt", "{\"v\":-1}", 0},
+    {"gt", "{\"v\":\"1\"}", 0},
+    {"gte", "{\"v\":1.5}", 1},
+    {"gte", "{\"v\":2}", 1},
+    {"gte", "{\"v\":1.4999}", 0},
+    {"gte", "{\"v\":\"2\"}", 0},
+    {"gte", "{\"v\":false}", 0},
+    /* regex ^feat/[a-z]+$ : anchors hold */
+    {"regex_anchor", "{\"v\":\"feat/login\"}", 1},
+    {"regex_anchor", "{\"v\":\"xfeat/login\"}", 0},
+    {"regex_anchor", "{\"v\":\"feat/login2\"}", 0},
+    {"regex_anchor", "{\"v\":\"feat/\"}", 0},
+    {"regex_anchor", "{\"v\":\"FEAT/login\"}", 0},
+    {"regex_anchor", "{\"v\":\"feat/login\\n\"}", 0},
+    {"regex_anchor", "{\"v\":5}", 0},
+    {"regex_anchor", "{}", 0},
+    /* regex ^v\d+\.\d+$ : \d is a digit, \. a literal dot */
+    {"regex_digit", "{\"v\":\"v1.23\"}", 1},
+    {"regex_digit", "{\"v\":\"v10.0\"}", 1},
+    {"regex_digit", "{\"v\":\"v1x23\"}", 0},
+    {"regex_digit", "{\"v\":\"v1.\"}", 0},
+    {"regex_digit", "{\"v\":\"vd.d\"}", 0},
+    {"regex_digit", "{\"v\":\"v1.2.3\"}", 0},
+    /* regex ^[\d.]+-\w+$ : \d inside a bracket, \w */
+    {"regex_class", "{\"v\":\"1.2.3-rc_1\"}", 1},
+    {"regex_class", "{\"v\":\"1.2-x\"}", 1},
+    {"regex_class", "{\"v\":\"1a2-x\"}", 0},
+    {"regex_class", "{\"v\":\"1.2-x y\"}", 0},
+    {"regex_class", "{\"v\":\"d.-x\"}", 0},
+    /* regex (?i)^drop\s+table : case folding, \s */
+    {"regex_icase", "{\"v\":\"DROP TABLE users\"}", 1},
+    {"regex_icase", "{\"v\":\"drop\\ttable\"}", 1},
+    {"regex_icase", "{\"v\":\"Drop   Table\"}", 1},
+    {"regex_icase", "{\"v\":\"droptable\"}", 0},
+    {"regex_icase", "{\"v\":\"select 1; drop table x\"}", 0},
+    /* regex without anchors matches anywhere */
+    {"regex_free", "{\"v\":\"sudo rm -rf /\"}", 1},
+    {"regex_free", "{\"v\":\"rm -r\"}", 0},
+    /* contains: substring of a string, element of a list */
+    {"contains_str", "{\"v\":\"a test run\"}", 1},
+    {"contains_str", "{\"v\":\"test\"}", 1},
+    {"contains_str", "{\"v\":\"TEST\"}", 0},
+    {"contains_str", "{\"v\":\"tes\"}", 0},
+    {"contains_str", "{\"v\":[\"a test\"]}", 0},
+    {"contains_str", "{\"v\":[\"test\"]}", 1},
+    {"contains_str", "{\"v\":5}", 0},
+    {"contains_list", "{\"tags\":[\"low\",\"urgent\"]}", 1},
+    {"contains_list", "{\"tags\":[\"low\"]}", 0},
+    {"contains_list", "{\"tags\":[\"urgent-ish\"]}", 0},
+    {"contains_list", "{\"tags\":\"not urgent\"}", 1},
+    {"contains_list", "{\"tags\":[]}", 0},
+    {"contains_list", "{\"tags\":{\"urgent\":1}}", 0},
+    {"contains_num", "{\"ids\":[41,42]}", 1},
+    {"contains_num", "{\"ids\":[\"42\"]}", 1},
+    {"contains_num", "{\"ids\":[42.0]}", 1},
+    {"contains_num", "{\"ids\":[4,2]}", 0},
+    {"contains_num", "{\"ids\":\"4242\"}", 0},
+    /* exists: null counts as absent */
+    {"exists_true", "{\"v\":0}", 1},
+    {"exists_true", "{\"v\":false}", 1},
+    {"exists_true", "{\"v\":\"\"}", 1},
+    {"exists_true", "{\"v\":[]}", 1},
+    {"exists_true", "{\"v\":null}", 0},
+    {"exists_true", "{}", 0},
+    {"exists_true", NULL, 0},
+    {"exists_false", "{}", 1},
+    {"exists_false", NULL, 1},
+    {"exists_false", "{\"v\":null}", 1},
+    {"exists_false", "{\"V\":1}", 1},
+    {"exists_false", "{\"v\":\"\"}", 0},
+    {"exists_false", "{\"v\":0}", 0},
+    /* nested path args.a.b.c */
+    {"nested", "{\"a\":{\"b\":{\"c\":\"deep\"}}}", 1},
+    {"nested", "{\"a\":{\"b\":{\"c\":\"deep\",\"d\":1}},\"e\":2}", 1},
+    {"nested", "{\"a\":{\"b\":{\"c\":\"shallow\"}}}", 0},
+    {"nested", "{\"a\":{\"b\":\"deep\"}}", 0},
+    {"nested", "{\"a\":{\"b\":{\"c\":{\"deep\":1}}}}", 0},
+    {"nested", "{\"a\":\"b.c\"}", 0},
+    {"nested", "{\"a.b.c\":\"deep\"}", 0},
+    {"nested", "{}", 0},
+    /* array index path args.items.1.name */
+    {"index", "{\"items\":[{\"name\":\"first\"},{\"name\":\"second\"}]}", 1},
+    {"index", "{\"items\":[0,{\"name\":\"second\"},2]}", 1},
+    {"index", "{\"items\":{\"1\":{\"name\":\"second\"}}}", 1},
+    {"index", "{\"items\":[{\"name\":\"second\"}]}", 0},
+    {"index", "{\"items\":[{\"name\":\"first\"},{\"name\":\"third\"}]}", 0},
+    {"index", "{\"items\":[]}", 0},
+    {"index", "{\"items\":\"second\"}", 0},
+};
+
+static void operators_true_and_false(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
+        struct tg_counters *c = tg_counters_new();
+        for (size_t i = 0; i < sizeof(opcases) / sizeof(opcases[0]); i++) {
+            const struct opcase *oc = &opcases[i];
+            struct tg_decision d;
+            decide(p, c, "g-ops", oc->tool, oc->args, T0 + (int64_t)i * 1000, &d);
+            char msg[160];
+            snprintf(msg, sizeof(msg), "Denied by rule \"%s\"", oc->tool);
+            if (oc->allow ? d.verdict != TG_VERDICT_ALLOW
+                          : (d.verdict != TG_VERDICT_DENY || strcmp(d.rule, oc->tool) || strcmp(d.message, msg)))
+                fail_msg("%s %s(%s): got %s rule \"%s\" \"%s\", expected %s", y ? "yaml" : "json", oc->tool,
+                         oc->args ? oc->args : "NULL", verdict_name(d.verdict), d.rule, d.message,
+                         oc->allow ? "ALLOW" : "DENY by its rule");
+            /* A denied call leaves no reservation behind. */
+            if (d.verdict == TG_VERDICT_DENY)
+                assert_int_equal(d.nres, 0);
+        }
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+/* Go's %v prints a float64 with %g's shortest form: exponent notation from 1e21 up is the JSON
+ * encoder's rule, %v switches at 1e6 (exponent < -4 || >= 6 with shortest precision). Arguments
+ * come from JSON, so Intercept sees them as float64: eq(1000000, "1000000") is false there
+ * ("1e+06" != "1000000") and eq(1234567, "1.234567e+06") is true. tollgate prints them with the
+ * threshold at 21 and decides the opposite. */
+static void bug_go_v_formats_large_floats_in_exponent_form(void **state)
+{
+    struct loaded l;
+    load_text(&l, "gov.yaml",
+              "version: \"1\"\n"
+              "tools:\n"
+              "  million:\n"
+              "    rules: [{name: m, conditions: [{path: args.v, op: eq, value: \"1000000\"}]}]\n"
+              "  expo:\n"
+              "    rules: [{name: e, conditions: [{path: args.v, op: eq, value: \"1.234567e+06\"}]}]\n"
+              "  small:\n"
+              "    rules: [{name: s, conditions: [{path: args.v, op: eq, value: \"999999\"}]}]\n");
+    assert_int_equal(l.rc, 0);
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    decide(l.p, c, "g", "small", "{\"v\":999999}", T0, &d); /* below the threshold both agree */
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide(l.p, c, "g", "million", "{\"v\":1000000}", T0, &d);
+    EXPECT(&d, TG_VERDICT_DENY, "m", NULL);
+    decide(l.p, c, "g", "expo", "{\"v\":1234567}", T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
+/* ---- Intercept state: counters, windows, scopes, refunds -------------------------------- */
+
+static void rate_limit_shorthand(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        /* 3/hour: three calls pass, the fourth is LIMITED until the top of the hour. */
+        assert_int_equal(drain(p, c, "g", "create_issue", "{}", T0 + 1234, 10, &d), 3);
+        EXPECT(&d, TG_VERDICT_LIMITED, "hourly issue limit", "Rate limit of 3 per hour reached. Try again later.*");
+        EXPECT_RETRY(&d, HOUR_MS / 2 - 1234);
+        assert_string_equal(d.counter, "create_issue._rate_hour");
+        assert_int_equal(d.nres, 0);
+        decide(p, c, "g", "create_issue", "{}", T0 + HOUR_MS / 2 - 1, &d);
+        EXPECT_RETRY(&d, 1);
+        decide(p, c, "g", "create_issue", "{}", T0 + HOUR_MS / 2, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        /* 2/minute with on_deny. */
+        assert_int_equal(drain(p, c, "g", "create_pr", NULL, T0 + 30000, 10, &d), 2);
+        EXPECT(&d, TG_VERDICT_LIMITED, "pr limit", "PR limit reached; retry in 30 s");
+        EXPECT_RETRY(&d, 30000);
+        assert_string_equal(d.counter, "create_pr._rate_minute");
+        /* 1 ms before the minute ends: 1 s to wait, rounded up. */
+        decide(p, c, "g", "create_pr", NULL, T0 + MIN_MS - 1, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "pr limit", "PR limit reached; retry in 1 s");
+        assert_int_equal(drain(p, c, "g", "create_pr", NULL, T0 + MIN_MS, 10, &d), 2);
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+static void state_increment_and_lt_vs_lte(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        /* increment 5, lte 12: 5 and 10 pass, 15 would pass the limit. The condition itself (10 <= 12)
+         * holds; the reservation refuses. */
+        assert_int_equal(drain(p, c, "g", "bulk_op", "{}", T0, 10, &d), 2);
+        EXPECT(&d, TG_VERDICT_LIMITED, "bulk units", "Bulk unit budget spent; retry in 1800 s");
+        EXPECT_RETRY(&d, HOUR_MS / 2);
+        assert_string_equal(d.counter, "bulk_op.units");
+        /* lt 3 allows 2 (lt N means N-1); lte 3 (create_issue, 3/hour) allows 3. */
+        assert_int_equal(drain(p, c, "g", "create_refund", "{}", T0, 10, &d), 2);
+        EXPECT(&d, TG_VERDICT_LIMITED, "daily refund count", "*");
+        assert_non_null(strstr(d.message, "daily refund count"));
+        EXPECT_RETRY(&d, (uint64_t)(DAY_END - T0));
+        assert_string_equal(d.counter, "create_refund.daily_count");
+        assert_int_equal(drain(p, c, "g", "create_issue", "{}", T0, 10, &d), 3);
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+static void state_increment_from_args(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        decide(p, c, "g", "create_charge", "{\"amount\":40000}", T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        assert_int_equal(d.nres, 2); /* the day counter and the wildcard's minute counter */
+        decide(p, c, "g", "create_charge", "{\"amount\":40000}", T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        /* 80000 + 30000 > 100000: refused, nothing reserved. */
+        decide(p, c, "g", "create_charge", "{\"amount\":30000}", T0, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "daily spend cap", "Daily spending cap reached; retry in *");
+        assert_int_equal(d.nres, 0);
+        /* Exactly to the limit passes; then even 1 does not. */
+        decide(p, c, "g", "create_charge", "{\"amount\":20000}", T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "g", "create_charge", "{\"amount\":1}", T0, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "daily spend cap", NULL);
+        /* The argument condition of the first rule denies before any counter is looked at. */
+        decide(p, c, "g", "create_charge", "{\"amount\":60000}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "max single charge", "Single charge cannot exceed 500.00");
+        /* Another grant has its own day. */
+        decide(p, c, "g2", "create_charge", "{\"amount\":50000}", T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        /* The next UTC day starts from zero. */
+        decide(p, c, "g", "create_charge", "{\"amount\":50000}", DAY_END, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+/* increment_from naming an argument that is missing or not a number: DENY, nothing reserved. */
+static void state_increment_from_missing_or_not_a_number(void **state)
+{
+    struct loaded l;
+    load_text(&l, "spend.yaml",
+              "version: \"1\"\n"
+              "tools:\n"
+              "  spend:\n"
+              "    rules:\n"
+              "      - name: budget\n"
+              "        conditions: [{path: state.spend.cost, op: lte, value: 10}]\n"
+              "        state: {counter: cost, window: day, increment_from: args.order.cost}\n"
+              "      - name: calls\n"
+              "        rate_limit: 100/minute\n");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    static const char *const bad[] = {NULL, "{}", "{\"order\":{}}", "{\"order\":{\"cost\":\"3\"}}",
+                                      "{\"order\":{\"cost\":null}}", "{\"order\":{\"cost\":[3]}}",
+                                      "{\"order\":{\"cost\":true}}", "{\"order\":3}"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        decide(l.p, c, "g", "spend", bad[i], T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "budget", "spend: the argument that counts toward \"budget\" is missing or not a number");
+        assert_int_equal(d.nres, 0);
+    }
+    decide(l.p, c, "g", "spend", "{\"order\":{\"cost\":-1}}", T0, &d);
+    EXPECT(&d, TG_VERDICT_DENY, "budget", "spend: a negative amount cannot count toward \"budget\"");
+    /* Nothing above counted: the 100/minute rule still has all its calls, the budget all of its 10. */
+    decide(l.p, c, "g", "spend", "{\"order\":{\"cost\":6.9}}", T0, &d); /* truncated to 6, as Intercept's int64() */
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide(l.p, c, "g", "spend", "{\"order\":{\"cost\":4}}", T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide(l.p, c, "g", "spend", "{\"order\":{\"cost\":1}}", T0, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, "budget", "budget; retry in *");
+    decide(l.p, c, "g", "spend", "{\"order\":{\"cost\":0}}", T0, &d); /* 10 + 0 <= 10 */
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    assert_int_equal(drain(l.p, c, "g", "spend", "{\"order\":{\"cost\":0}}", T0, 200, &d), 100 - 3);
+    EXPECT(&d, TG_VERDICT_LIMITED, "calls", NULL);
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
+/* Windows are fixed and aligned to UTC: minute, hour, day boundaries reset them. */
+static void windows_reset_at_utc_boundaries(void **state)
+{
+    struct loaded l;
+    load_text(&l, "windows.json",
+              "{\"version\":\"1\",\"tools\":{"
+              "\"m\":{\"rules\":[{\"name\":\"m\",\"rate_limit\":\"1/minute\"}]},"
+              "\"h\":{\"rules\":[{\"name\":\"h\",\"rate_limit\":\"1/hour\"}]},"
+              "\"d\":{\"rules\":[{\"name\":\"d\",\"rate_limit\":\"1/day\"}]}}}");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    /* 23:59:59.000 on 2024-03-10: one call each, then each is limited to its own boundary. */
+    int64_t t = DAY_END - 1000;
+    static const char *const tools[] = {"m", "h", "d"};
+    for (int i = 0; i < 3; i++) {
+        decide(l.p, c, "g", tools[i], NULL, t, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(l.p, c, "g", tools[i], NULL, t + 999, &d);
+        EXPECT_RETRY(&d, 1); /* all three windows end at midnight */
+    }
+    for (int i = 0; i < 3; i++) {
+        decide(l.p, c, "g", tools[i], NULL, DAY_END, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    }
+    /* 00:00:30: the minute ends in 30 s, the hour in 59.5 min, the day in 23.99 h. */
+    t = DAY_END + 30000;
+    decide(l.p, c, "g", "m", NULL, t, &d);
+    EXPECT_RETRY(&d, 30000);
+    decide(l.p, c, "g", "h", NULL, t, &d);
+    EXPECT_RETRY(&d, (uint64_t)(HOUR_MS - 30000));
+    decide(l.p, c, "g", "d", NULL, t, &d);
+    EXPECT_RETRY(&d, (uint64_t)(24 * HOUR_MS - 30000));
+    /* A new minute, not a sliding one: 00:01:00.000 passes though the last call was 60 s ago minus 0. */
+    decide(l.p, c, "g", "m", NULL, DAY_END + MIN_MS, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide(l.p, c, "g", "h", NULL, DAY_END + HOUR_MS - 1, &d);
+    EXPECT_RETRY(&d, 1);
+    decide(l.p, c, "g", "h", NULL, DAY_END + HOUR_MS, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide(l.p, c, "g", "d", NULL, DAY_END + 24 * HOUR_MS - 1, &d);
+    EXPECT_RETRY(&d, 1);
+    decide(l.p, c, "g", "d", NULL, DAY_END + 24 * HOUR_MS, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
+static void counters_are_per_grant_and_per_upstream(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        assert_int_equal(drain(p, c, "grant-a", "create_issue", NULL, T0, 10, &d), 3);
+        assert_int_equal(drain(p, c, "grant-b", "create_issue", NULL, T0, 10, &d), 3);
+        /* Another session of grant-a shares grant-a's counter. */
+        decide_as(p, c, "grant-a", "other-session", "create_issue", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "hourly issue limit", NULL);
+        /* The same grant behind another upstream has its own counters. */
+        struct tg_caller who = {"grant-a", "sess-1", "other-upstream"};
+        tg_policy_decide_call(p, c, &who, "create_issue", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        /* Grant names are compared exactly. */
+        assert_int_equal(drain(p, c, "Grant-a", "create_issue", NULL, T0, 10, &d), 3);
+        assert_int_equal(drain(p, c, "grant-a ", "create_issue", NULL, T0, 10, &d), 3);
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+/* tollgate extension: an Intercept state block may say scope: session or global. */
+static void state_scopes_session_and_global(void **state)
+{
+    struct loaded l;
+    load_text(&l, "scopes.yaml",
+              "version: \"1\"\n"
+              "tools:\n"
+              "  per_session:\n"
+              "    rules:\n"
+              "      - name: s\n"
+              "        conditions: [{path: state.per_session.n, op: lte, value: 2}]\n"
+              "        state: {counter: n, window: hour, scope: session}\n"
+              "  everyone:\n"
+              "    rules:\n"
+              "      - name: e\n"
+              "        conditions: [{path: state.everyone.n, op: lte, value: 3}]\n"
+              "        state: {counter: n, window: hour, scope: global}\n");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    for (int i = 0; i < 2; i++) {
+        decide_as(l.p, c, "g1", "s1", "per_session", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    }
+    decide_as(l.p, c, "g1", "s1", "per_session", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, "s", NULL);
+    decide_as(l.p, c, "g1", "s2", "per_session", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide_as(l.p, c, "g1", "s1", "everyone", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide_as(l.p, c, "g2", "s9", "everyone", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide_as(l.p, c, "g3", "s8", "everyone", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide_as(l.p, c, "g4", "s7", "everyone", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, "e", NULL);
+    EXPECT_RETRY(&d, HOUR_MS / 2);
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
+static void wildcard_counter_is_global_scope_across_tools(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        static const char *const tools[] = {"free", "unlisted_a", "eq_str", "unlisted_b"};
+        static const char *const args[] = {NULL, "{}", "{\"v\":\"main\"}", "{\"q\":1}"};
+        for (int i = 0; i < 100; i++) {
+            decide(p, c, "g", tools[i % 4], args[i % 4], T0 + 100 * i, &d);
+            EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        }
+        decide(p, c, "g", "free", NULL, T0 + 20000, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "global rate", "Global rate limit reached; retry in 40 s");
+        EXPECT_RETRY(&d, 40000);
+        assert_string_equal(d.counter, "_global.calls_per_minute");
+        /* The wildcard's counter is per grant, like any other without a scope. */
+        decide(p, c, "h", "free", NULL, T0 + 20000, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "g", "free", NULL, T0 + MIN_MS, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+static void refund_restores_a_window_count(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d, first, mid;
+        decide(p, c, "g", "create_issue", NULL, T0, &first);
+        EXPECT(&first, TG_VERDICT_ALLOW, "", NULL);
+        assert_int_equal(first.nres, 2);
+        decide(p, c, "g", "create_issue", NULL, T0 + 1, &mid);
+        decide(p, c, "g", "create_issue", NULL, T0 + 2, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "g", "create_issue", NULL, T0 + 3, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, NULL, NULL);
+        /* The upstream call failed: its reservation comes back, one more call passes. */
+        tg_policy_refund(c, &mid, T0 + 4);
+        decide(p, c, "g", "create_issue", NULL, T0 + 5, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "g", "create_issue", NULL, T0 + 6, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, NULL, NULL);
+        /* Refunding a LIMITED or DENY decision gives nothing back. */
+        tg_policy_refund(c, &d, T0 + 7);
+        decide(p, c, "g", "create_issue", NULL, T0 + 8, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, NULL, NULL);
+        /* Next hour: one call; a late refund of a call from the previous hour does not touch it. */
+        int64_t t1 = T0 + HOUR_MS / 2;
+        decide(p, c, "g", "create_issue", NULL, t1, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        tg_policy_refund(c, &first, t1 + 1);
+        assert_int_equal(drain(p, c, "g", "create_issue", NULL, t1 + 2, 10, &d), 2);
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+/* Refunding one decision twice is the caller's bug, but the count stays sane: never below zero,
+ * so the limit is not raised. */
+static void refund_never_goes_negative(void **state)
+{
+    struct tg_policy *p = load_fixture("intercept.json");
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision a, d;
+    decide(p, c, "g", "create_issue", NULL, T0, &a);
+    tg_policy_refund(c, &a, T0);
+    tg_policy_refund(c, &a, T0);
+    assert_int_equal(drain(p, c, "g", "create_issue", NULL, T0, 10, &d), 3);
+    tg_counters_free(c);
+    tg_policy_unref(p);
+}
+
+/* ---- hosted shape: token buckets, scopes, actions ---------------------------------------- */
+
+static void seed_policy(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "seed.yaml" : "seed.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        for (int i = 0; i < 10; i++) {
+            decide(p, c, "A", "execute_code", "{\"code\":\"print(1)\"}", T0 + i, &d);
+            EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        }
+        decide(p, c, "A", "execute_code", "{\"code\":\"print(1)\"}", T0 + 10, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "execute_code_rate",
+               "execute_code is limited to 10 calls per minute for this grant; retry in *");
+        assert_string_equal(d.counter, "execute_code_rate");
+        assert_true(d.retry_after_ms > 0);
+        EXPECT_RETRY(&d, d.retry_after_ms);
+        for (int i = 0; i < 10; i++) {
+            decide(p, c, "B", "execute_code", NULL, T0 + 10, &d);
+            EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        }
+        decide(p, c, "B", "execute_code", NULL, T0 + 10, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "execute_code_rate", NULL);
+        static const char *const others[] = {"read_file", "execute_code2", "Execute_code", "execute_code ",
+                                             " execute_code", "execute_cod", "execute_code\t", "", "*",
+                                             "EXECUTE_CODE", "execute-code", "execute_code/x"};
+        for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+            char msg[100];
+            snprintf(msg, sizeof(msg), "Tool \"%s\" is not permitted by policy", others[i]);
+            decide(p, c, "C", others[i], "{}", T0, &d);
+            EXPECT(&d, TG_VERDICT_DENY, "(default deny)", msg);
+            assert_int_equal(tg_policy_tool_visible(p, others[i]), 0);
+        }
+        assert_int_equal(tg_policy_tool_visible(p, "execute_code"), 1);
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+/* Capacity max, refill max/window: 10 a minute is one token every 6 s. */
+static void token_bucket_refills_over_time(void **state)
+{
+    struct tg_policy *p = load_fixture("hosted.json");
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    assert_int_equal(drain(p, c, "g", "execute_code", NULL, T0, 20, &d), 10);
+    uint64_t retry = d.retry_after_ms;
+    EXPECT_RETRY_NEAR(&d, 6000);
+    decide(p, c, "g", "execute_code", NULL, T0 + 5999, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, NULL, NULL);
+    assert_true(d.retry_after_ms >= 1 && d.retry_after_ms <= 2);
+    /* Honest hint: at now + retry_after_ms the call passes. */
+    decide(p, c, "g", "execute_code", NULL, T0 + (int64_t)retry, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide(p, c, "g", "execute_code", NULL, T0 + (int64_t)retry, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, NULL, NULL);
+    /* After a whole window the bucket is full again: capacity 10, not more. */
+    assert_int_equal(drain(p, c, "g", "execute_code", NULL, T0 + 10 * MIN_MS, 20, &d), 10);
+    /* Steady rate: one call every 6 s keeps passing. */
+    for (int i = 1; i <= 20; i++) {
+        decide(p, c, "g", "execute_code", NULL, T0 + 10 * MIN_MS + i * 6001, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    }
+    tg_counters_free(c);
+    tg_policy_unref(p);
+}
+
+static void hosted_scopes_grant_session_global(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "hosted.yaml" : "hosted.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        /* session: 5 per second per session. */
+        for (int i = 0; i < 5; i++) {
+            decide_as(p, c, "g", "s1", "search", NULL, T0, &d);
+            EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        }
+        decide_as(p, c, "g", "s1", "search", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "search_burst", "search is limited to 5 calls per second for this session; retry in 1 s");
+        EXPECT_RETRY_NEAR(&d, 200);
+        decide_as(p, c, "g", "s2", "search", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide_as(p, c, "g", "s1", "search", NULL, T0 + 201, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        /* global: 2 an hour across every grant and session. */
+        decide_as(p, c, "a", "s1", "global_tool", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide_as(p, c, "b", "s2", "global_tool", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide_as(p, c, "c", "s3", "global_tool", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "global_calls", "global_tool is limited to 2 calls per hour across all callers; retry in *");
+        EXPECT_RETRY_NEAR(&d, 1800000);
+        /* grant (the default scope too): fetch and write share "shared_io", 4 a minute. */
+        decide(p, c, "a", "fetch", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "a", "write", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "a", "fetch", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "a", "write", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "a", "fetch", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "shared_io", "fetch is limited to 4 calls per minute for this grant; retry in *");
+        EXPECT_RETRY_NEAR(&d, 15000);
+        decide(p, c, "a", "write", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "shared_io", "write is limited to 4 calls per minute for this grant; retry in *");
+        EXPECT_RETRY_NEAR(&d, 15000);
+        decide(p, c, "b", "write", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        /* A limit without a counter name gets one of its own; window 90 (seconds). */
+        decide(p, c, "a", "unnamed", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "a", "unnamed", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "unnamed_limit_0", "unnamed is limited to 1 calls per 90 seconds for this grant; retry in *");
+        EXPECT_RETRY_NEAR(&d, 90000);
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+/* All counters of a call or none: a limit that refuses gives back what the others took. */
+static void reservations_roll_back_when_one_counter_refuses(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "hosted.yaml" : "hosted.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        /* two_limits takes outer (5/day) and inner (1/day). */
+        decide(p, c, "g", "two_limits", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        assert_int_equal(d.nres, 2);
+        for (int i = 0; i < 3; i++) {
+            decide(p, c, "g", "two_limits", NULL, T0, &d);
+            EXPECT(&d, TG_VERDICT_LIMITED, "inner", NULL);
+            assert_int_equal(d.nres, 0);
+        }
+        /* outer was taken once, not four times. */
+        assert_int_equal(drain(p, c, "g", "outer_only", NULL, T0, 10, &d), 4);
+        EXPECT(&d, TG_VERDICT_LIMITED, "outer", NULL);
+
+        /* mixed: an Intercept window (5/minute) reserved, then the bucket (3 per 30 s) refuses. */
+        assert_int_equal(drain(p, c, "m", "mixed", "{\"n\":1}", T0, 10, &d), 3);
+        EXPECT(&d, TG_VERDICT_LIMITED, "mixed_bucket", "mixed is limited to 3 calls per 30 seconds for this grant; retry in *");
+        EXPECT_RETRY_NEAR(&d, 10000);
+        decide(p, c, "m", "mixed", "{\"n\":1}", T0, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "mixed_bucket", NULL);
+        /* One token every 10 s. Had the refused calls kept their window reservation, the window
+         * (5/minute) would refuse these two. */
+        decide(p, c, "m", "mixed", "{\"n\":1}", T0 + 10000, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "m", "mixed", "{\"n\":1}", T0 + 20000, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(p, c, "m", "mixed", "{\"n\":1}", T0 + 30000, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "mixed window", "Rate limit of 5 per minute reached. Try again later.; retry in 30 s");
+        /* The argument rule of the same tool is a DENY. */
+        decide(p, c, "m2", "mixed", "{\"n\":11}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "small only", "Denied by rule \"small only\"");
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+static void refund_restores_a_bucket_token(void **state)
+{
+    struct tg_policy *p = load_fixture("seed.json");
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d, keep;
+    decide(p, c, "g", "execute_code", NULL, T0, &keep);
+    EXPECT(&keep, TG_VERDICT_ALLOW, "", NULL);
+    assert_int_equal(keep.nres, 1);
+    assert_int_equal(drain(p, c, "g", "execute_code", NULL, T0, 20, &d), 9);
+    tg_policy_refund(c, &keep, T0);
+    decide(p, c, "g", "execute_code", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide(p, c, "g", "execute_code", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, NULL, NULL);
+    /* A refund never fills a bucket beyond its capacity. */
+    struct tg_decision first;
+    decide(p, c, "h", "execute_code", NULL, T0, &first);
+    for (int i = 0; i < 5; i++)
+        tg_policy_refund(c, &first, T0);
+    assert_int_equal(drain(p, c, "h", "execute_code", NULL, T0, 20, &d), 10);
+    tg_counters_free(c);
+    tg_policy_unref(p);
+}
+
+static void hosted_actions_deny_and_approve(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "hosted.yaml" : "hosted.json");
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        decide(p, c, "g", "rm", "{\"path\":\"/\"}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "rm", "Deleting files is not allowed");
+        decide(p, c, "g", "rm2", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "rm2", "Tool \"rm2\" is denied by policy");
+        assert_int_equal(tg_policy_tool_visible(p, "rm"), 0);
+        assert_int_equal(tg_policy_tool_visible(p, "rm2"), 0);
+        decide(p, c, "g", "deploy", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_APPROVE, "deploy", "deploy needs a human's approval");
+        assert_int_equal(d.approval_timeout_ms, 300000);
+        assert_int_equal(tg_policy_tool_visible(p, "deploy"), 1);
+        decide(p, c, "g", "deploy_min", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_APPROVE, "deploy_min", NULL);
+        assert_int_equal(d.approval_timeout_ms, 60000);
+        /* approval_timeout 30 (seconds); an approval reserves the tool's counters up front. */
+        decide(p, c, "g", "deploy_fast", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_APPROVE, "deploy_fast", NULL);
+        assert_int_equal(d.approval_timeout_ms, 30000);
+        assert_int_equal(d.nres, 1);
+        struct tg_decision refused = d;
+        decide(p, c, "g", "deploy_fast", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_APPROVE, "deploy_fast", NULL);
+        decide(p, c, "g", "deploy_fast", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_LIMITED, "deploys", NULL);
+        assert_int_equal(d.approval_timeout_ms, 0);
+        /* The human said no: the reservation comes back. */
+        tg_policy_refund(c, &refused, T0);
+        decide(p, c, "g", "deploy_fast", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_APPROVE, "deploy_fast", NULL);
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+
+/* policy.h: approval_timeout is "seconds or \"5m\"". */
+static void bug_approval_timeout_accepts_5m(void **state)
+{
+    struct loaded l;
+    load_text(&l, "approve.json",
+              "{\"version\":\"1\",\"tools\":{\"deploy\":{\"action\":\"approve\",\"approval_timeout\":\"5m\"}}}");
+    if (l.rc != 0)
+        fail_msg("refused: %s", buf_str(&l.err));
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    decide(l.p, c, "g", "deploy", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_APPROVE, NULL, NULL);
+    assert_int_equal(d.approval_timeout_ms, 300000);
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
+static void tool_visibility(void **state)
+{
+    struct loaded l;
+    load_text(&l, "visible.json",
+              "{\"version\":\"1\",\"hide\":[\"h\"],\"tools\":{"
+              "\"plain\":{\"rules\":[]},"
+              "\"cond\":{\"rules\":[{\"name\":\"c\",\"conditions\":[{\"path\":\"args.x\",\"op\":\"eq\",\"value\":1}]}]},"
+              "\"late_deny\":{\"rules\":[{\"name\":\"ok\",\"conditions\":[{\"path\":\"args.x\",\"op\":\"eq\",\"value\":1}]},"
+              "{\"name\":\"no\",\"action\":\"deny\"}]},"
+              "\"h\":{\"rules\":[]},"
+              "\"hosted_deny\":{\"action\":\"deny\"},"
+              "\"hosted_allow\":{\"action\":\"allow\"},"
+              "\"approve\":{\"action\":\"approve\"},"
+              "\"limited\":{\"limits\":[{\"window\":\"minute\",\"max\":1}]}}}");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    static const struct {
+        const char *tool;
+        int visible;
+    } want[] = {{"plain", 1},       {"cond", 1},         {"late_deny", 0}, {"h", 0},       {"hosted_deny", 0},
+                {"hosted_allow", 1}, {"approve", 1},     {"limited", 1},   {"unlisted", 1}, {"Plain", 1}};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        if (tg_policy_tool_visible(l.p, want[i].tool) != want[i].visible)
+            fail_msg("%s: visible %d, expected %d", want[i].tool, tg_policy_tool_visible(l.p, want[i].tool),
+                     want[i].visible);
+    loaded_dispose(&l);
+
+    /* A wildcard deny (rule or hosted action) hides and denies every tool. */
+    static const char *const wild[] = {
+        "{\"version\":\"1\",\"tools\":{\"a\":{\"rules\":[]},\"*\":{\"rules\":[{\"name\":\"lockdown\",\"action\":\"deny\",\"on_deny\":\"Maintenance\"}]}}}",
+        "{\"version\":\"1\",\"tools\":{\"a\":{\"action\":\"allow\"},\"*\":{\"action\":\"deny\",\"reason\":\"Maintenance\"}}}",
+    };
+    for (int i = 0; i < 2; i++) {
+        load_text(&l, "wild.json", wild[i]);
+        if (l.rc != 0)
+            fail_msg("%s", buf_str(&l.err));
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        assert_int_equal(tg_policy_tool_visible(l.p, "a"), 0);
+        assert_int_equal(tg_policy_tool_visible(l.p, "b"), 0);
+        decide(l.p, c, "g", "a", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, i ? "*" : "lockdown", "Maintenance");
+        decide(l.p, c, "g", "b", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, i ? "*" : "lockdown", "Maintenance");
+        tg_counters_free(c);
+        loaded_dispose(&l);
+    }
+}
+
+static void deny_all_policy(void **state)
+{
+    struct tg_policy *p = tg_policy_deny_all();
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    static const char *const tools[] = {"a", "execute_code", "*", ""};
+    for (int i = 0; i < 4; i++) {
+        decide(p, c, "g", tools[i], "{}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, NULL, NULL);
+        assert_int_equal(tg_policy_tool_visible(p, tools[i]), 0);
+    }
+    assert_int_equal(tg_policy_method_allowed(p, "custom/ping"), 0);
+    assert_int_equal(tg_policy_tool_count(p), 0);
+    assert_ptr_equal(tg_policy_ref(p), p);
+    tg_policy_unref(p);
+    tg_policy_unref(p);
+    tg_counters_free(c);
+}
+
+static void methods_list(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "hosted.yaml" : "hosted.json");
+        assert_int_equal(tg_policy_method_allowed(p, "custom/ping"), 1);
+        assert_int_equal(tg_policy_method_allowed(p, "tollgate/echo"), 1);
+        assert_int_equal(tg_policy_method_allowed(p, "custom/Ping"), 0);
+        assert_int_equal(tg_policy_method_allowed(p, "custom/ping2"), 0);
+        assert_int_equal(tg_policy_method_allowed(p, "custom/pin"), 0);
+        assert_int_equal(tg_policy_method_allowed(p, "custom/*"), 0);
+        assert_int_equal(tg_policy_method_allowed(p, ""), 0);
+        tg_policy_unref(p);
+    }
+    struct tg_policy *p = load_fixture("intercept.json");
+    assert_int_equal(tg_policy_method_allowed(p, "custom/ping"), 0);
+    tg_policy_unref(p);
+}
+
+static void resources_and_prompts_globsets(void **state)
+{
+    for (int y = 0; y < 2; y++) {
+        struct tg_policy *p = load_fixture(y ? "hosted.yaml" : "hosted.json");
+        struct tg_decision d;
+        static const struct {
+            const char *uri;
+            int allow;
+            const char *rule;
+        } res[] = {
+            {"file:///docs/a.md", 1, ""},
+            {"file:///docs/sub/dir/b.md", 1, ""}, /* '*' spans slashes */
+            {"file:///docs/", 1, ""},
+            {"file:///docs/private/plan.md", 0, "file:///docs/private/*"}, /* deny wins over allow */
+            {"file:///docs/id.key", 0, "*.key"},
+            {"mem://notes/id.key", 0, "*.key"},
+            {"mem://notes/public", 1, ""},
+            {"mem://a/b/c/public", 1, ""},
+            {"mem://notes/public/x", 0, "(default deny)"},
+            {"mem://public", 0, "(default deny)"},
+            {"file:///etc/passwd", 0, "(default deny)"},
+            {"FILE:///docs/a.md", 0, "(default deny)"},
+            {"file:///docs", 0, "(default deny)"},
+            {"", 0, "(default deny)"},
+        };
+        for (size_t i = 0; i < sizeof(res) / sizeof(res[0]); i++) {
+            tg_policy_decide_resource(p, res[i].uri, &d);
+            char msg[200];
+            if (res[i].allow)
+                msg[0] = '\0';
+            else if (strcmp(res[i].rule, "(default deny)") == 0)
+                snprintf(msg, sizeof(msg), "Resource \"%s\" is not permitted by policy", res[i].uri);
+            else
+                snprintf(msg, sizeof(msg), "Resource \"%s\" is denied by policy", res[i].uri);
+            EXPECT(&d, res[i].allow ? TG_VERDICT_ALLOW : TG_VERDICT_DENY, res[i].rule, msg);
+        }
+        static const struct {
+            const char *name;
+            int allow;
+        } pr[] = {{"summarize", 1}, {"admin_reset", 0}, {"admin_", 0}, {"xadmin_reset", 1}, {"Admin_reset", 1},
+                  {"admin", 1}};
+        for (size_t i = 0; i < sizeof(pr) / sizeof(pr[0]); i++) {
+            tg_policy_decide_prompt(p, pr[i].name, &d);
+            if (pr[i].allow)
+                EXPECT(&d, TG_VERDICT_ALLOW, "", "");
+            else
+                EXPECT(&d, TG_VERDICT_DENY, "admin_*", "Admin prompts are disabled");
+        }
+        tg_policy_unref(p);
+    }
+    /* No resources or prompts section: both allowed. */
+    struct tg_policy *p = load_fixture("seed.json");
+    struct tg_decision d;
+    tg_policy_decide_resource(p, "file:///etc/passwd", &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", "");
+    tg_policy_decide_prompt(p, "anything", &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", "");
+    tg_policy_unref(p);
+    /* Globs backtrack: "a*b*c" style patterns, and a reason for the default. */
+    struct loaded l;
+    load_text(&l, "glob.yaml",
+              "version: \"1\"\n"
+              "resources:\n"
+              "  default: deny\n"
+              "  reason: Only reports\n"
+              "  allow: [\"r*port*.pdf\", \"**x\"]\n");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    static const struct {
+        const char *uri;
+        int allow;
+    } g[] = {{"report.pdf", 1},     {"rrreport-2024.pdf", 1}, {"r-port.pdf", 1},     {"report.pdf.exe", 0},
+             {"report.pd", 0},      {"xreport.pdf", 0},       {"rport.pdfx.pdf", 1}, {"x", 1},
+             {"aaax", 1},           {"xa", 0}};
+    for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++) {
+        tg_policy_decide_resource(l.p, g[i].uri, &d);
+        if (g[i].allow)
+            EXPECT(&d, TG_VERDICT_ALLOW, "", "");
+        else
+            EXPECT(&d, TG_VERDICT_DENY, "(default deny)", "Only reports");
+    }
+    loaded_dispose(&l);
+}
+
+/* ---- validation errors: FILE: PATH.IN.FILE: reason ---------------------------------------- */
+
+static void errors_top_level(void **state)
+{
+    EXPECT_ERROR("v.json", "{\"version\":\"2\",\"tools\":{}}", "version", "version must be \"1\", got \"2\"");
+    EXPECT_ERROR("v.yaml", "version: 1\ntools: {}\n", "version", "version must be \"1\", got \"(a number; write \"1\")\"");
+    EXPECT_ERROR("v.json", "{\"tools\":{}}", "version", "version must be \"1\", got \"(missing)\"");
+    EXPECT_ERROR("d.json", "{\"version\":\"1\",\"default\":\"block\"}", "default",
+                 "default must be \"allow\" or \"deny\", got \"block\"");
+    EXPECT_ERROR("d.yaml", "version: \"1\"\ndefault: Deny\n", "default", "default must be \"allow\" or \"deny\", got \"Deny\"");
+    EXPECT_ERROR("h.json", "{\"version\":\"1\",\"hide\":[\"a\",\"b\",\"a\"]}", "hide", "duplicate entry \"a\"");
+    EXPECT_ERROR("h.yaml", "version: \"1\"\nhide: [a, \"\"]\n", "hide[1]", "entry must not be empty");
+    EXPECT_ERROR("h.yaml", "version: \"1\"\nhide: [a, 5]\n", "hide[1]", "entry must not be empty");
+    EXPECT_ERROR("h.yaml", "version: \"1\"\nhide: a\n", "hide", "must be a list of strings");
+    EXPECT_ERROR("t.json", "{\"version\":\"1\",\"tools\":[]}", "tools", "must be an object of tool names");
+    EXPECT_ERROR("t.json", "{\"version\":\"1\",\"tools\":{\"x\":[]}}", "tools.x", "must be an object");
+    EXPECT_ERROR("r.yaml", "- version: \"1\"\n", "(root)", "a policy must be an object");
+    EXPECT_ERROR("r.json", "[{\"version\":\"1\"}]", "(root)", "a policy must be an object");
+    EXPECT_ERROR("r.yaml", "just a string\n", "(root)", "a policy must be an object");
+}
+
+static void errors_rules(void **state)
+{
+    char b[1024];
+    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "{}"), "tools.x.rules", "must be a list");
+    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[5]"), "tools.x.rules[0]", "a rule must be an object");
+    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"action\":\"deny\"}]"), "tools.x.rules[0].name",
+                 "rule must have a name");
+    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"name\":\"\",\"action\":\"deny\"}]"), "tools.x.rules[0].name",
+                 "rule must have a name");
+    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"name\":\"a\",\"action\":\"deny\"},{\"name\":\"b\",\"action\":\"block\"}]"),
+                 "tools.x.rules[1].action", "action must be \"evaluate\" or \"deny\", got \"block\"");
+    EXPECT_ERROR("x.json",
+                 with_rules(b, sizeof(b),
+                            "[{\"name\":\"a\",\"action\":\"deny\",\"conditions\":[{\"path\":\"args.a\",\"op\":\"eq\",\"value\":1}]}]"),
+                 "tools.x.rules[0].conditions", "deny rules must not have conditions");
+    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"name\":\"a\"}]"), "tools.x.rules[0].conditions",
+                 "evaluate rules must have at least one condition");
+    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"name\":\"a\",\"action\":\"evaluate\",\"on_deny\":\"no\"}]"),
+                 "tools.x.rules[0].conditions", "evaluate rules must have at least one condition");
+    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"name\":\"a\",\"conditions\":{}}]"), "tools.x.rules[0].conditions",
+                 "must be a list");
+    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"name\":\"a\",\"action\":\"deny\",\"on_deny\":5}]"),
+                 "tools.x.rules[0].on_deny", "must be a string");
+    /* A tool named with dots and spaces keeps its name in the path. */
+    EXPECT_ERROR("x.yaml", "version: \"1\"\ntools:\n  \"fs.read file\":\n    rules:\n      - action: deny\n",
+                 "tools.fs.read file.rules[0].name", "rule must have a name");
+}
+
+/* Intercept: "evaluate rules must have at least one condition" also when the list is there but
+ * empty (internal/config/validate.go checks len(rule.Conditions) == 0). */
+static void evaluate_rule_with_empty_conditions_list_refused(void **state)
+{
+    char b[1024];
+    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"name\":\"a\",\"conditions\":[]}]"),
+                 "tools.x.rules[0].conditions", "evaluate rules must have at least one condition");
+}
+
+static void errors_conditions(void **state)
+{
+    static const struct {
+        const char *cond, *where, *what;
+    } e[] = {
+        {"5", "", "a condition must be an object {path, op, value}"},
+        {"{\"op\":\"eq\",\"value\":1}", ".path", "must be a string"},
+        {"{\"path\":\"arg.x\",\"op\":\"eq\",\"value\":1}", ".path", "path must start with \"args.\" or \"state.\", got \"arg.x\""},
+        {"{\"path\":\"x\",\"op\":\"eq\",\"value\":1}", ".path", "path must start with \"args.\" or \"state.\", got \"x\""},
+        {"{\"path\":\"Args.x\",\"op\":\"eq\",\"value\":1}", ".path", "path must start with \"args.\" or \"state.\""},
+        {"{\"path\":\"args.\",\"op\":\"eq\",\"value\":1}", ".path", "\"args.\" is not a valid args path"},
+        {"{\"path\":\"args.a..b\",\"op\":\"eq\",\"value\":1}", ".path", "\"args.a..b\" is not a valid args path"},
+        {"{\"path\":\"args.a.\",\"op\":\"eq\",\"value\":1}", ".path", "\"args.a.\" is not a valid args path"},
+        {"{\"path\":\"state.x\",\"op\":\"lt\",\"value\":1}", ".path", "\"state.x\" must be state.<tool or _global>.<counter>"},
+        {"{\"path\":\"state.x.\",\"op\":\"lt\",\"value\":1}", ".path", "\"state.x.\" must be state.<tool or _global>.<counter>"},
+        {"{\"path\":\"args.a\",\"op\":\"like\",\"value\":1}", ".op", "unknown operator \"like\""},
+        {"{\"path\":\"args.a\",\"op\":\"EQ\",\"value\":1}", ".op", "unknown operator \"EQ\""},
+        {"{\"path\":\"args.a\",\"value\":1}", ".op", "unknown operator"},
+        {"{\"path\":\"args.a\",\"op\":\"eq\"}", ".value", "is required"},
+        {"{\"path\":\"args.a\",\"op\":\"in\",\"value\":\"usd\"}", ".value", "operator \"in\" requires a list value"},
+        {"{\"path\":\"args.a\",\"op\":\"not_in\",\"value\":{}}", ".value", "operator \"not_in\" requires a list value"},
+        {"{\"path\":\"args.a\",\"op\":\"lt\",\"value\":\"5\"}", ".value", "operator \"lt\" requires a numeric value"},
+        {"{\"path\":\"args.a\",\"op\":\"lte\",\"value\":null}", ".value", "operator \"lte\" requires a numeric value"},
+        {"{\"path\":\"args.a\",\"op\":\"gt\",\"value\":[1]}", ".value", "operator \"gt\" requires a numeric value"},
+        {"{\"path\":\"args.a\",\"op\":\"gte\",\"value\":true}", ".value", "operator \"gte\" requires a numeric value"},
+        {"{\"path\":\"args.a\",\"op\":\"exists\",\"value\":\"true\"}", ".value", "operator \"exists\" requires a boolean value"},
+        {"{\"path\":\"args.a\",\"op\":\"exists\",\"value\":1}", ".value", "operator \"exists\" requires a boolean value"},
+        {"{\"path\":\"args.a\",\"op\":\"regex\",\"value\":5}", ".value", "regex value must be a string"},
+        {"{\"path\":\"args.a\",\"op\":\"regex\",\"value\":\"(unclosed\"}", ".value", "invalid regex \"(unclosed\": "},
+        {"{\"path\":\"args.a\",\"op\":\"regex\",\"value\":\"[a-\"}", ".value", "invalid regex \"[a-\": "},
+        {"{\"path\":\"args.a\",\"op\":\"regex\",\"value\":\"a{2,1}\"}", ".value", "invalid regex \"a{2,1}\": "},
+        {"{\"path\":\"args.a\",\"op\":\"regex\",\"value\":\"[\\\\D]\"}", ".value",
+         "invalid regex \"[\\D]\": \\D inside a bracket expression is not supported"},
+    };
+    for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++) {
+        char rules[512], text[1024], where[200];
+        snprintf(rules, sizeof(rules), "[{\"name\":\"ok\",\"action\":\"deny\"},{\"name\":\"c\",\"conditions\":[{\"path\":\"args.q\",\"op\":\"exists\",\"value\":true},%s]}]", e[i].cond);
+        with_rules(text, sizeof(text), rules);
+        snprintf(where, sizeof(where), "tools.x.rules[1].conditions[1]%s", e[i].where);
+        EXPECT_ERROR("cond.json", text, where, e[i].what);
+    }
+    /* The same in YAML: tools.x.rules[1].conditions[0].op: unknown operator ... */
+    EXPECT_ERROR("cond.yaml",
+                 "version: \"1\"\ntools:\n  x:\n    rules:\n      - name: a\n        action: deny\n"
+                 "      - name: b\n        conditions:\n          - path: args.a\n            op: matches\n            value: x\n",
+                 "tools.x.rules[1].conditions[0].op", "unknown operator \"matches\"");
+}
+
+static void errors_state(void **state)
+{
+    char b[1024];
+#define STATE_RULE(st, cond) "[{\"name\":\"s\",\"conditions\":[" cond "],\"state\":" st "}]"
+#define LTE_N "{\"path\":\"state.x.n\",\"op\":\"lte\",\"value\":3}"
+    EXPECT_ERROR("s.json", with_rules(b, sizeof(b), STATE_RULE("5", LTE_N)), "tools.x.rules[0].state",
+                 "must be an object {counter, window, increment, increment_from}");
+    EXPECT_ERROR("s.json", with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"\",\"window\":\"hour\"}", LTE_N)),
+                 "tools.x.rules[0].state.counter", "counter must not be empty");
+    EXPECT_ERROR("s.json", with_rules(b, sizeof(b), STATE_RULE("{\"window\":\"hour\"}", LTE_N)),
+                 "tools.x.rules[0].state.counter", "counter must not be empty");
+    EXPECT_ERROR("s.json", with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\",\"window\":\"week\"}", LTE_N)),
+                 "tools.x.rules[0].state.window", "window must be \"minute\", \"hour\", or \"day\", got \"week\"");
+    EXPECT_ERROR("s.json", with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\",\"window\":\"second\"}", LTE_N)),
+                 "tools.x.rules[0].state.window", "window must be \"minute\", \"hour\", or \"day\", got \"second\"");
+    EXPECT_ERROR("s.json", with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\",\"window\":60}", LTE_N)),
+                 "tools.x.rules[0].state.window", "window must be \"minute\", \"hour\", or \"day\"");
+    EXPECT_ERROR("s.json", with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\"}", LTE_N)),
+                 "tools.x.rules[0].state.window", "window must be \"minute\", \"hour\", or \"day\"");
+    EXPECT_ERROR("s.json",
+                 with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"increment\":-1}", LTE_N)),
+                 "tools.x.rules[0].state.increment", "must be a non-negative number");
+    EXPECT_ERROR("s.json",
+                 with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"increment\":\"2\"}", LTE_N)),
+                 "tools.x.rules[0].state.increment", "must be a non-negative number");
+    EXPECT_ERROR("s.json",
+                 with_rules(b, sizeof(b),
+                            STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"increment_from\":\"amount\"}", LTE_N)),
+                 "tools.x.rules[0].state.increment_from", "increment_from must start with \"args.\", got \"amount\"");
+    EXPECT_ERROR("s.json",
+                 with_rules(b, sizeof(b),
+                            STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"increment_from\":\"state.x.n\"}", LTE_N)),
+                 "tools.x.rules[0].state.increment_from", "increment_from must start with \"args.\"");
+    EXPECT_ERROR("s.json",
+                 with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"scope\":\"team\"}", LTE_N)),
+                 "tools.x.rules[0].state.scope", "must be grant, session or global");
+    /* A state condition naming a counter no state block defines. */
+    EXPECT_ERROR("s.json",
+                 with_rules(b, sizeof(b),
+                            "[{\"name\":\"s\",\"conditions\":[{\"path\":\"state.x.nope\",\"op\":\"lt\",\"value\":3}]}]"),
+                 "tools.x.rules[0].conditions[0].path",
+                 "condition references state.x.nope but no matching state block found");
+    EXPECT_ERROR("s.json",
+                 with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\"}",
+                                                     "{\"path\":\"state.y.n\",\"op\":\"lt\",\"value\":3}")),
+                 "tools.x.rules[0].conditions[0].path", "condition references state.y.n but no matching state block found");
+    /* In the wildcard, counters live under _global, not "*". */
+    EXPECT_ERROR("s.yaml",
+                 "version: \"1\"\ntools:\n  \"*\":\n    rules:\n      - name: g\n"
+                 "        conditions: [{path: state.*.n, op: lte, value: 3}]\n"
+                 "        state: {counter: n, window: minute}\n",
+                 "tools.*.rules[0].conditions[0].path", "condition references state.*.n but no matching state block found");
+    /* Two rules of a tool defining one counter. */
+    EXPECT_ERROR("s.json",
+                 with_rules(b, sizeof(b),
+                            "[{\"name\":\"a\",\"conditions\":[" LTE_N "],\"state\":{\"counter\":\"n\",\"window\":\"hour\"}},"
+                            "{\"name\":\"b\",\"conditions\":[" LTE_N "],\"state\":{\"counter\":\"n\",\"window\":\"day\"}}]"),
+                 "tools.x.rules[1].state.counter", "duplicate state counter \"n\"");
+#undef STATE_RULE
+#undef LTE_N
+    /* A condition may read a counter another tool or a later rule defines. */
+    struct loaded l;
+    load_text(&l, "cross.yaml",
+              "version: \"1\"\ntools:\n"
+              "  reader:\n    rules:\n      - name: r\n        conditions: [{path: state.writer.n, op: lt, value: 2}]\n"
+              "  writer:\n    rules:\n"
+              "      - name: early\n        conditions: [{path: state.writer.n, op: lt, value: 5}]\n"
+              "      - name: w\n        conditions: [{path: state.writer.n, op: lte, value: 3}]\n"
+              "        state: {counter: n, window: hour}\n");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    decide(l.p, c, "g", "reader", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide(l.p, c, "g", "writer", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide(l.p, c, "g", "writer", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    /* writer's count is 2: reader's lt 2 fails, as a LIMITED until the window ends. */
+    decide(l.p, c, "g", "reader", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, "r", "r; retry in 1800 s");
+    assert_string_equal(d.counter, "writer.n");
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
+static void errors_rate_limit(void **state)
+{
+    char b[1024];
+    static const struct {
+        const char *rl, *what;
+    } e[] = {
+        {"\"abc/hour\"", "rate_limit must be \"N/window\" with a positive integer N, got \"abc/hour\""},
+        {"\"0/hour\"", "rate_limit must be \"N/window\" with a positive integer N, got \"0/hour\""},
+        {"\"-1/hour\"", "rate_limit must be \"N/window\" with a positive integer N, got \"-1/hour\""},
+        {"\"5\"", "rate_limit must be \"N/window\" with a positive integer N, got \"5\""},
+        {"\"/hour\"", "rate_limit must be \"N/window\" with a positive integer N, got \"/hour\""},
+        {"\"5x/hour\"", "rate_limit must be \"N/window\" with a positive integer N, got \"5x/hour\""},
+        {"5", "rate_limit must be \"N/window\" with a positive integer N"},
+        {"\"5/week\"", "rate_limit window must be \"minute\", \"hour\", or \"day\", got \"week\""},
+        {"\"5/second\"", "rate_limit window must be \"minute\", \"hour\", or \"day\", got \"second\""},
+        {"\"5/Hour\"", "rate_limit window must be \"minute\", \"hour\", or \"day\", got \"Hour\""},
+        {"\"5/\"", "rate_limit window must be \"minute\", \"hour\", or \"day\", got \"\""},
+        {"\"5/60\"", "rate_limit window must be \"minute\", \"hour\", or \"day\", got \"60\""},
+    };
+    for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++) {
+        char rules[300];
+        snprintf(rules, sizeof(rules), "[{\"name\":\"rl\",\"rate_limit\":%s}]", e[i].rl);
+        EXPECT_ERROR("rl.json", with_rules(b, sizeof(b), rules), "tools.x.rules[0].rate_limit", e[i].what);
+    }
+    EXPECT_ERROR("rl.json",
+                 with_rules(b, sizeof(b),
+                            "[{\"name\":\"rl\",\"rate_limit\":\"5/hour\",\"conditions\":[{\"path\":\"args.a\",\"op\":\"eq\",\"value\":1}]}]"),
+                 "tools.x.rules[0].rate_limit", "rate_limit cannot be combined with conditions or state");
+    EXPECT_ERROR("rl.json",
+                 with_rules(b, sizeof(b),
+                            "[{\"name\":\"rl\",\"rate_limit\":\"5/hour\",\"state\":{\"counter\":\"n\",\"window\":\"hour\"}}]"),
+                 "tools.x.rules[0].rate_limit", "rate_limit cannot be combined with conditions or state");
+    EXPECT_ERROR("rl.json", with_rules(b, sizeof(b), "[{\"name\":\"rl\",\"action\":\"deny\",\"rate_limit\":\"5/hour\"}]"),
+                 "tools.x.rules[0].rate_limit", "rate_limit cannot be used with action \"deny\"");
+    EXPECT_ERROR("rl.yaml",
+                 "version: \"1\"\ntools:\n  x:\n    rules:\n      - {name: a, rate_limit: 5/hour}\n"
+                 "      - {name: b, rate_limit: 10/minute}\n      - {name: c, rate_limit: 50/hour}\n",
+                 "tools.x.rules[2].rate_limit", "duplicate state counter \"_rate_hour\"");
+    /* Same window on different tools: no clash. */
+    struct loaded l;
+    load_text(&l, "rl.yaml",
+              "version: \"1\"\ntools:\n  x: {rules: [{name: a, rate_limit: 5/hour}]}\n"
+              "  y: {rules: [{name: a, rate_limit: 5/hour}]}\n  \"*\": {rules: [{name: a, rate_limit: 5/hour}]}\n");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    loaded_dispose(&l);
+}
+
+static void errors_hosted(void **state)
+{
+#define LIMIT(l) "{\"version\":\"1\",\"tools\":{\"execute_code\":{\"limits\":[" l "]}}}"
+    static const struct {
+        const char *text, *where, *what;
+    } e[] = {
+        {"{\"version\":\"1\",\"tools\":{\"execute_code\":{\"limits\":{}}}}", "tools.execute_code.limits",
+         "must be a list of {counter, window, max, scope}"},
+        {LIMIT("5"), "tools.execute_code.limits[0]", "must be an object {counter, window, max, scope}"},
+        {LIMIT("{\"counter\":\"c\",\"window\":\"week\",\"max\":10}"), "tools.execute_code.limits[0].window",
+         "must be second, minute, hour, day or a number of seconds (1..31536000)"},
+        {LIMIT("{\"counter\":\"c\",\"max\":10}"), "tools.execute_code.limits[0].window", "must be second, minute"},
+        {LIMIT("{\"counter\":\"c\",\"window\":0,\"max\":10}"), "tools.execute_code.limits[0].window", "must be second"},
+        {LIMIT("{\"counter\":\"c\",\"window\":-60,\"max\":10}"), "tools.execute_code.limits[0].window", "must be second"},
+        {LIMIT("{\"counter\":\"c\",\"window\":31536001,\"max\":10}"), "tools.execute_code.limits[0].window", "must be second"},
+        {LIMIT("{\"counter\":\"c\",\"window\":\"60s\",\"max\":10}"), "tools.execute_code.limits[0].window", "must be second"},
+        {LIMIT("{\"counter\":\"c\",\"window\":\"Minute\",\"max\":10}"), "tools.execute_code.limits[0].window", "must be second"},
+        {LIMIT("{\"counter\":\"c\",\"window\":\"minute\",\"max\":0}"), "tools.execute_code.limits[0].max", "must be a positive integer"},
+        {LIMIT("{\"counter\":\"c\",\"window\":\"minute\",\"max\":1.5}"), "tools.execute_code.limits[0].max", "must be a positive integer"},
+        {LIMIT("{\"counter\":\"c\",\"window\":\"minute\",\"max\":\"10\"}"), "tools.execute_code.limits[0].max", "must be a positive integer"},
+        {LIMIT("{\"counter\":\"c\",\"window\":\"minute\"}"), "tools.execute_code.limits[0].max", "must be a positive integer"},
+        {LIMIT("{\"counter\":\"c\",\"window\":\"minute\",\"max\":-3}"), "tools.execute_code.limits[0].max", "must be a positive integer"},
+        {LIMIT("{\"counter\":\"c\",\"window\":\"minute\",\"max\":10,\"scope\":\"team\"}"), "tools.execute_code.limits[0].scope",
+         "must be grant, session or global"},
+        {LIMIT("{\"counter\":\"c\",\"window\":\"minute\",\"max\":10,\"scope\":\"Grant\"}"), "tools.execute_code.limits[0].scope",
+         "must be grant, session or global"},
+        {LIMIT("{\"counter\":\"\",\"window\":\"minute\",\"max\":10}"), "tools.execute_code.limits[0].counter", "must be a non-empty string"},
+        {LIMIT("{\"counter\":7,\"window\":\"minute\",\"max\":10}"), "tools.execute_code.limits[0].counter", "must be a non-empty string"},
+        {LIMIT("{\"counter\":\"a\",\"window\":\"minute\",\"max\":10},{\"counter\":\"a\",\"window\":\"minute\",\"max\":11}"),
+         "tools.execute_code.limits[1].counter", "counter \"a\" is defined elsewhere with a different max, window or scope"},
+        /* The same counter on two tools must be defined alike: max, window and scope. */
+        {"{\"version\":\"1\",\"tools\":{\"a\":{\"limits\":[{\"counter\":\"io\",\"window\":\"minute\",\"max\":4}]},"
+         "\"b\":{\"limits\":[{\"counter\":\"io\",\"window\":\"minute\",\"max\":5}]}}}",
+         "tools.b.limits[0].counter", "counter \"io\" is defined elsewhere with a different max, window or scope"},
+        {"{\"version\":\"1\",\"tools\":{\"a\":{\"limits\":[{\"counter\":\"io\",\"window\":\"minute\",\"max\":4}]},"
+         "\"b\":{\"limits\":[{\"counter\":\"io\",\"window\":\"hour\",\"max\":4}]}}}",
+         "tools.b.limits[0].counter", "counter \"io\" is defined elsewhere"},
+        {"{\"version\":\"1\",\"tools\":{\"a\":{\"limits\":[{\"counter\":\"io\",\"window\":\"minute\",\"max\":4}]},"
+         "\"b\":{\"limits\":[{\"counter\":\"io\",\"window\":\"minute\",\"max\":4,\"scope\":\"session\"}]}}}",
+         "tools.b.limits[0].counter", "counter \"io\" is defined elsewhere"},
+        {"{\"version\":\"1\",\"tools\":{\"x\":{\"action\":\"block\"}}}", "tools.x.action", "must be allow, deny or approve"},
+        {"{\"version\":\"1\",\"tools\":{\"x\":{\"action\":true}}}", "tools.x.action", "must be allow, deny or approve"},
+        {"{\"version\":\"1\",\"tools\":{\"*\":{\"action\":\"approve\"}}}", "tools.*.action",
+         "approve is per tool; \"*\" cannot require approval"},
+        {"{\"version\":\"1\",\"tools\":{\"x\":{\"action\":\"deny\",\"reason\":5}}}", "tools.x.reason", "must be a string"},
+        {"{\"version\":\"1\",\"tools\":{\"x\":{\"action\":\"approve\",\"approval_timeout\":-1}}}", "tools.x.approval_timeout",
+         "must be a number of seconds or second|minute|hour|day"},
+        {"{\"version\":\"1\",\"tools\":{\"x\":{\"action\":\"approve\",\"approval_timeout\":\"soon\"}}}", "tools.x.approval_timeout",
+         "must be a number of seconds or second|minute|hour|day"},
+        {"{\"version\":\"1\",\"methods\":\"custom/ping\"}", "methods", "must be a list of strings"},
+        {"{\"version\":\"1\",\"methods\":[\"\"]}", "methods[0]", "entry must not be empty"},
+        {"{\"version\":\"1\",\"methods\":[\"a\",\"a\"]}", "methods", "duplicate entry \"a\""},
+        {"{\"version\":\"1\",\"resources\":[]}", "resources", "must be an object {default, allow, deny, reason}"},
+        {"{\"version\":\"1\",\"resources\":{\"default\":\"block\"}}", "resources.default", "must be \"allow\" or \"deny\""},
+        {"{\"version\":\"1\",\"resources\":{\"allow\":\"file:///*\"}}", "resources.allow", "must be a list of strings"},
+        {"{\"version\":\"1\",\"prompts\":{\"deny\":[\"a\",\"\"]}}", "prompts.deny[1]", "entry must not be empty"},
+        {"{\"version\":\"1\",\"prompts\":5}", "prompts", "must be an object {default, allow, deny, reason}"},
+    };
+#undef LIMIT
+    for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++)
+        EXPECT_ERROR("hosted.json", e[i].text, e[i].where, e[i].what);
+    EXPECT_ERROR("hosted.yaml",
+                 "version: \"1\"\ntools:\n  execute_code:\n    limits:\n      - {counter: c, window: fortnight, max: 10}\n",
+                 "tools.execute_code.limits[0].window", "must be second, minute, hour, day or a number of seconds");
+}
+
+/* Every error in a file is reported, one line each, and no policy comes back. */
+static void errors_all_reported(void **state)
+{
+    struct loaded l;
+    load_text(&l, "many.yaml",
+              "version: \"2\"\n"
+              "default: maybe\n"
+              "hide: [a, a]\n"
+              "tools:\n"
+              "  x:\n"
+              "    rules:\n"
+              "      - action: evaluate\n"
+              "        conditions: [{path: args.a, op: like, value: 1}]\n"
+              "  y:\n"
+              "    limits: [{counter: c, window: week, max: 0}]\n");
+    assert_int_not_equal(l.rc, 0);
+    assert_null(l.p);
+    const char *want[] = {"version: ", "default: ", "hide: duplicate entry \"a\"", "tools.x.rules[0].name: ",
+                          "tools.x.rules[0].conditions[0].op: ", "tools.y.limits[0].window: ", "tools.y.limits[0].max: "};
+    const char *all = buf_str(&l.err);
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        char w[300];
+        snprintf(w, sizeof(w), "%s: %s", l.path, want[i]);
+        if (strstr(all, w) == NULL)
+            fail_msg("missing \"%s\" in:\n%s", w, all);
+    }
+    size_t lines = 0;
+    for (const char *p = all; *p; p++)
+        lines += *p == '\n';
+    assert_int_equal(lines, sizeof(want) / sizeof(want[0]));
+    loaded_dispose(&l);
+
+    /* tg_policy_compile on a tree names it as told. */
+    struct tg_buf err;
+    tg_buf_init(&err);
+    struct tg_policy *p = (struct tg_policy *)1;
+    cJSON *root = J("{\"version\":\"1\",\"default\":\"no\"}");
+    assert_int_not_equal(tg_policy_compile(root, "inline-policy", &p, &err, NULL), 0);
+    assert_null(p);
+    assert_string_equal(buf_str(&err), "inline-policy: default: default must be \"allow\" or \"deny\", got \"no\"\n");
+    cJSON_Delete(root);
+    tg_buf_dispose(&err);
+}
+
+/* ---- syntax: YAML and JSON ---------------------------------------------------------------- */
+
+static void yaml_errors_carry_a_line_number(void **state)
+{
+    EXPECT_ERROR("syntax.yaml", "version: \"1\"\ndefault: allow: deny\n", "line 2", "mapping values are not allowed");
+    EXPECT_ERROR("syntax.yaml", "version: \"1\"\ntools:\n  x:\n    rules: [a, b\nhide: []\n", "", ": line ");
+    EXPECT_ERROR("syntax.yaml", "version: \"1\"\n\n\ntools: {x: {rules: [}}\n", "line 4", "");
+    EXPECT_ERROR("syntax.yaml", "version: \"1\"\ntools:\n  x: *nowhere\n", "line 3", "unknown alias");
+    EXPECT_ERROR("syntax.yaml", "version: \"1\"\n---\nversion: \"1\"\n", "line 2", "a policy file holds one YAML document");
+    EXPECT_ERROR("syntax.yaml", "", "", ": empty document");
+    EXPECT_ERROR("syntax.yaml", "# only a comment\n", "", ": empty document");
+    EXPECT_ERROR("syntax.yaml", "version: \"1\"\n? [a, b]\n: c\n", "line 2", "mapping keys must be scalars");
+    EXPECT_ERROR("syntax.yaml", "version: \"1\"\n\"a\\0b\": 1\n", "line 2", "invalid mapping key");
+    /* Deep nesting is refused, not recursed into. */
+    struct tg_buf deep;
+    tg_buf_init(&deep);
+    tg_buf_appends(&deep, "version: \"1\"\nx: ");
+    for (int i = 0; i < 100; i++)
+        tg_buf_appends(&deep, "[");
+    for (int i = 0; i < 100; i++)
+        tg_buf_appends(&deep, "]");
+    tg_buf_appends(&deep, "\n");
+    EXPECT_ERROR("deep.yaml", buf_str(&deep), "line 2", "nesting too deep");
+    tg_buf_dispose(&deep);
+}
+
+static void yaml_duplicate_keys_refused(void **state)
+{
+    EXPECT_ERROR("dup.yaml", "version: \"1\"\ndefault: allow\ndefault: deny\n", "line 3", "duplicate key \"default\"");
+    EXPECT_ERROR("dup.yaml",
+                 "version: \"1\"\ntools:\n  x:\n    rules: []\n  y:\n    rules: []\n  x:\n    rules: []\n",
+                 "line 7", "duplicate key \"x\"");
+    EXPECT_ERROR("dup.yaml", "version: \"1\"\ntools: {x: {rules: []}, \"x\": {rules: []}}\n", "line 2", "duplicate key \"x\"");
+    /* A key that only differs in quoting is the same key. */
+    EXPECT_ERROR("dup.yaml", "version: \"1\"\n'version': \"1\"\n", "line 2", "duplicate key \"version\"");
+}
+
+/* Billion laughs: nine aliases of nine aliases of ... Refused by the node budget, quickly. */
+static void yaml_alias_bomb_refused(void **state)
+{
+    struct tg_buf y;
+    tg_buf_init(&y);
+    tg_buf_appends(&y, "version: \"1\"\na: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n");
+    for (char c = 'b'; c <= 'j'; c++)
+        tg_buf_appendf(&y, "%c: &%c [*%c,*%c,*%c,*%c,*%c,*%c,*%c,*%c,*%c]\n", c, c, c - 1, c - 1, c - 1, c - 1, c - 1,
+                       c - 1, c - 1, c - 1, c - 1);
+    EXPECT_ERROR("laughs.yaml", buf_str(&y), "line 7", "too many nodes (aliases)");
+    /* Also straight through tg_yaml_to_json. */
+    cJSON *out = NULL;
+    char err[300];
+    assert_int_not_equal(tg_yaml_to_json(y.base, y.len, &out, err, sizeof(err)), 0);
+    assert_null(out);
+    assert_non_null(strstr(err, "too many nodes"));
+    tg_buf_dispose(&y);
+}
+
+/* Anchors and aliases within the budget are expanded like Go's YAML does. */
+static void yaml_aliases_within_budget(void **state)
+{
+    struct loaded l;
+    load_text(&l, "alias.yaml",
+              "version: \"1\"\n"
+              "tools:\n"
+              "  a:\n"
+              "    rules: &limit\n"
+              "      - name: cap\n"
+              "        conditions: &conds [{path: args.n, op: lte, value: &max 10}]\n"
+              "  b:\n"
+              "    rules: *limit\n"
+              "  c:\n"
+              "    rules:\n"
+              "      - {name: cap2, conditions: *conds}\n"
+              "      - {name: exact, conditions: [{path: args.m, op: neq, value: *max}]}\n");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    decide(l.p, c, "g", "b", "{\"n\":11}", T0, &d);
+    EXPECT(&d, TG_VERDICT_DENY, "cap", NULL);
+    decide(l.p, c, "g", "c", "{\"n\":10,\"m\":10}", T0, &d);
+    EXPECT(&d, TG_VERDICT_DENY, "exact", NULL);
+    decide(l.p, c, "g", "c", "{\"n\":10,\"m\":9}", T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
+/* YAML 1.2 core schema for plain scalars; quoted and !!str scalars stay strings. */
+static void yaml_scalars(void **state)
+{
+    const char *y = "i: 42\nneg: -7\nhex: 0x1F\noct: 0o17\nf: 1.5\ne: 2e3\ndot: .5\n"
+                    "t: true\nT: True\nfl: FALSE\nn: null\ntilde: ~\nempty:\n"
+                    "qs: \"42\"\nss: '42'\ntag: !!str 42\nyes: yes\non: on\ninf: .inf\nver: 1.2.3\n"
+                    "big: 123456789012345678901234567890\nsp: hello world\n";
+    cJSON *root = NULL;
+    char err[300];
+    if (tg_yaml_to_json(y, strlen(y), &root, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    cJSON *want = J("{\"i\":42,\"neg\":-7,\"hex\":31,\"oct\":15,\"f\":1.5,\"e\":2000,\"dot\":0.5,"
+                    "\"t\":true,\"T\":true,\"fl\":false,\"n\":null,\"tilde\":null,\"empty\":null,"
+                    "\"qs\":\"42\",\"ss\":\"42\",\"tag\":\"42\",\"yes\":\"yes\",\"on\":\"on\",\"inf\":\".inf\","
+                    "\"ver\":\"1.2.3\",\"big\":1.2345678901234568e+29,\"sp\":\"hello world\"}");
+    if (!cJSON_Compare(root, want, 1))
+        fail_msg("got %s", cJSON_PrintUnformatted(root));
+    cJSON_Delete(root);
+    cJSON_Delete(want);
+}
+
+static void json_duplicate_keys_and_syntax_refused(void **state)
+{
+    EXPECT_ERROR("dup.json", "{\"version\":\"1\",\"version\":\"1\"}", "", ":1: duplicate object key");
+    /* core/json.c finds duplicates when the object closes, so the line is that of its '}' (6), not
+     * of the second "x" (5); the error does not name the key either. */
+    EXPECT_ERROR("dup.json", "{\n  \"version\": \"1\",\n  \"tools\": {\n    \"x\": {\"rules\": []},\n    \"x\": {\"rules\": []}\n  }\n}\n",
+                 NULL, "duplicate object key");
+    /* Duplicates compare after decoding escapes. */
+    EXPECT_ERROR("dup.json", "{\"version\":\"1\",\"tools\":{\"x\":{},\"\\u0078\":{}}}", "", ":1: duplicate object key");
+    EXPECT_ERROR("syntax.json", "{\n\"version\": \"1\",\n\"tools\": {,}\n}", "", ":3: ");
+    EXPECT_ERROR("syntax.json", "{\"version\":\"1\"} trailing", "", ":1: ");
+    EXPECT_ERROR("syntax.json", "{\"version\":\"1\",}", "", ":1: ");
+    EXPECT_ERROR("utf8.json", "{\"version\":\"1\",\"hide\":[\"\xff\"]}", "", ":1: invalid UTF-8 in string");
+    EXPECT_ERROR("missing.json", "", "", ": empty document");
+    struct tg_buf err;
+    tg_buf_init(&err);
+    struct tg_policy *p = NULL;
+    assert_int_not_equal(tg_policy_load("/nonexistent/dir/policy.json", &p, &err, NULL), 0);
+    assert_null(p);
+    assert_non_null(strstr(buf_str(&err), "/nonexistent/dir/policy.json: cannot open: "));
+    tg_buf_dispose(&err);
+}
+
+/* Unknown fields at every level warn (with their path) and the policy still loads. */
+static void unknown_fields_warn(void **state)
+{
+    static const char *const texts[][2] = {
+        {"unknown.json",
+         "{\"version\":\"1\",\"colour\":\"red\",\"tools\":{\"x\":{\"priority\":1,\"rules\":[{\"name\":\"a\","
+         "\"severity\":\"high\",\"conditions\":[{\"path\":\"args.a\",\"op\":\"eq\",\"value\":1,\"note\":\"n\"}],"
+         "\"state\":{\"counter\":\"c\",\"window\":\"hour\",\"burst\":2}}]},"
+         "\"y\":{\"limits\":[{\"counter\":\"c\",\"window\":\"minute\",\"max\":1,\"burst\":3}]}},"
+         "\"resources\":{\"default\":\"allow\",\"mode\":1}}"},
+        {"unknown.yaml",
+         "version: \"1\"\ncolour: red\ntools:\n  x:\n    priority: 1\n    rules:\n      - name: a\n"
+         "        severity: high\n        conditions: [{path: args.a, op: eq, value: 1, note: n}]\n"
+         "        state: {counter: c, window: hour, burst: 2}\n"
+         "  y:\n    limits: [{counter: c, window: minute, max: 1, burst: 3}]\n"
+         "resources: {default: allow, mode: 1}\n"},
+    };
+    for (int i = 0; i < 2; i++) {
+        struct loaded l;
+        load_text(&l, texts[i][0], texts[i][1]);
+        if (l.rc != 0 || l.p == NULL)
+            fail_msg("%s refused: %s", texts[i][0], buf_str(&l.err));
+        assert_int_equal(l.err.len, 0);
+        const char *want[] = {"colour", "tools.x.priority", "tools.x.rules[0].severity",
+                              "tools.x.rules[0].conditions[0].note", "tools.x.rules[0].state.burst",
+                              "tools.y.limits[0].burst", "resources.mode"};
+        for (size_t k = 0; k < sizeof(want) / sizeof(want[0]); k++) {
+            char w[300];
+            snprintf(w, sizeof(w), "%s: %s: unknown field, ignored\n", l.path, want[k]);
+            if (strstr(buf_str(&l.warn), w) == NULL)
+                fail_msg("%s: no warning \"%s\" in:\n%s", texts[i][0], w, buf_str(&l.warn));
+        }
+        loaded_dispose(&l);
+    }
+    /* The documented fields, all present, give no warning (the fixtures load without any, too). */
+    struct loaded l;
+    load_text(&l, "known.json",
+              "{\"version\":\"1\",\"description\":\"d\",\"default\":\"allow\",\"hide\":[],\"methods\":[],"
+              "\"tools\":{\"x\":{\"action\":\"approve\",\"reason\":\"r\",\"approval_timeout\":5,\"limits\":[],"
+              "\"rules\":[{\"name\":\"a\",\"action\":\"evaluate\",\"on_deny\":\"o\",\"conditions\":[{\"path\":\"state.x.c\",\"op\":\"lte\",\"value\":1}],"
+              "\"state\":{\"counter\":\"c\",\"window\":\"day\",\"increment\":1,\"increment_from\":\"args.n\",\"scope\":\"grant\"}}]}},"
+              "\"resources\":{\"default\":\"allow\",\"allow\":[],\"deny\":[],\"reason\":\"r\"},"
+              "\"prompts\":{\"default\":\"allow\",\"allow\":[],\"deny\":[],\"reason\":\"r\"}}");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    assert_string_equal(buf_str(&l.warn), "");
+    loaded_dispose(&l);
+}
+
+/* ---- reservations beyond TG_MAX_RESERVATIONS ----------------------------------------------- */
+
+/* A call that takes more counters than struct tg_decision can record (TG_MAX_RESERVATIONS, 16):
+ * the 17th and later are taken but not recorded, so neither the rollback inside decide (when a
+ * later counter refuses) nor tg_policy_refund gives them back. Here c16 is taken by a call that
+ * was refused, and is never returned. Either the compiler should refuse more than 16 counters
+ * for one tool (with "*"), or decide should refuse the call. */
+static void bug_counters_beyond_16_leak_on_rollback(void **state)
+{
+    struct tg_buf t;
+    tg_buf_init(&t);
+    tg_buf_appends(&t, "{\"version\":\"1\",\"tools\":{\"big\":{\"limits\":[");
+    for (int i = 0; i < 17; i++)
+        tg_buf_appendf(&t, "{\"counter\":\"c%d\",\"window\":\"day\",\"max\":5},", i);
+    tg_buf_appends(&t, "{\"counter\":\"last\",\"window\":\"day\",\"max\":1}]},"
+                       "\"only16\":{\"limits\":[{\"counter\":\"c16\",\"window\":\"day\",\"max\":5}]}}}");
+    struct loaded l;
+    load_text(&l, "big.json", buf_str(&t));
+    tg_buf_dispose(&t);
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    decide(l.p, c, "g", "big", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide(l.p, c, "g", "big", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, "last", NULL);
+    /* c16 was taken by the one allowed call only: 4 of 5 left. */
+    assert_int_equal(drain(l.p, c, "g", "only16", NULL, T0, 10, &d), 4);
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
+static void audit_counter_values(void **state)
+{
+    struct tg_policy *p = load_fixture("hosted.json");
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    decide(p, c, "g", "mixed", "{\"n\":1}", T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    /* window count after the call, bucket tokens left */
+    assert_string_equal(d.counters_json, "\"mixed._rate_minute\":1,\"mixed_bucket\":2");
+    decide(p, c, "g", "rm", NULL, T0, &d);
+    assert_string_equal(d.counters_json, "");
+    tg_counters_free(c);
+    tg_policy_unref(p);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(fixtures_load_cleanly),
+        cmocka_unit_test(json_and_yaml_give_the_same_tree),
+        cmocka_unit_test(json_and_yaml_decide_identically),
+        cmocka_unit_test(hide_list),
+        cmocka_unit_test(hide_star_hides_everything),
+        cmocka_unit_test(default_allow_lets_unlisted_tools_through_wildcard_rules),
+        cmocka_unit_test(default_deny_wildcards_do_not_rescue),
+        cmocka_unit_test(wildcard_rules_run_after_tool_rules),
+        cmocka_unit_test(deny_rules_with_and_without_on_deny),
+        cmocka_unit_test(evaluate_failures_deny_with_on_deny_or_rule_name),
+        cmocka_unit_test(operators_true_and_false),
+        cmocka_unit_test(bug_go_v_formats_large_floats_in_exponent_form),
+        cmocka_unit_test(rate_limit_shorthand),
+        cmocka_unit_test(state_increment_and_lt_vs_lte),
+        cmocka_unit_test(state_increment_from_args),
+        cmocka_unit_test(state_increment_from_missing_or_not_a_number),
+        cmocka_unit_test(windows_reset_at_utc_boundaries),
+        cmocka_unit_test(counters_are_per_grant_and_per_upstream),
+        cmocka_unit_test(state_scopes_session_and_global),
+        cmocka_unit_test(wildcard_counter_is_global_scope_across_tools),
+        cmocka_unit_test(refund_restores_a_window_count),
+        cmocka_unit_test(refund_never_goes_negative),
+        cmocka_unit_test(seed_policy),
+        cmocka_unit_test(token_bucket_refills_over_time),
+        cmocka_unit_test(hosted_scopes_grant_session_global),
+        cmocka_unit_test(reservations_roll_back_when_one_counter_refuses),
+        cmocka_unit_test(refund_restores_a_bucket_token),
+        cmocka_unit_test(hosted_actions_deny_and_approve),
+        cmocka_unit_test(bug_approval_timeout_accepts_5m),
+        cmocka_unit_test(tool_visibility),
+        cmocka_unit_test(deny_all_policy),
+        cmocka_unit_test(methods_list),
+        cmocka_unit_test(resources_and_prompts_globsets),
+        cmocka_unit_test(errors_top_level),
+        cmocka_unit_test(errors_rules),
+        cmocka_unit_test(evaluate_rule_with_empty_conditions_list_refused),
+        cmocka_unit_test(errors_conditions),
+        cmocka_unit_test(errors_state),
+        cmocka_unit_test(errors_rate_limit),
+        cmocka_unit_test(errors_hosted),
+        cmocka_unit_test(errors_all_reported),
+        cmocka_unit_test(yaml_errors_carry_a_line_number),
+        cmocka_unit_test(yaml_duplicate_keys_refused),
+        cmocka_unit_test(yaml_alias_bomb_refused),
+        cmocka_unit_test(yaml_aliases_within_budget),
+        cmocka_unit_test(yaml_scalars),
+        cmocka_unit_test(json_duplicate_keys_and_syntax_refused),
+        cmocka_unit_test(unknown_fields_warn),
+        cmocka_unit_test(bug_counters_beyond_16_leak_on_rollback),
+        cmocka_unit_test(audit_counter_values),
+    };
+    return TG_UNIT_RUN(tests, argc, argv);
+}
