@@ -34,6 +34,17 @@ enum call_kind {
     KIND_DELETE,    /* session teardown sent upstream; no client waits */
 };
 
+/* A JSON-RPC batch (protocol 2025-03-26 only): each element is decided and forwarded on its
+ * own, and the answers are gathered into one JSON array. Owner: the router; freed when the
+ * last element is done. */
+struct tg_batch {
+    struct tg_server *srv;
+    struct tg_conn *conn; /* NULL once the client has gone */
+    int pending;          /* elements (and the dispatch loop itself) not done yet */
+    struct tg_buf out;    /* "[a,b" so far */
+    int nout;
+};
+
 /* One client message in flight to the upstream. Owner: the router; freed by
  * call_free() after the upstream request is done or cancelled. Holds a
  * session reference. */
@@ -75,6 +86,7 @@ struct tg_call {
     uint64_t parked_at_wall;
     struct tg_list alink;
     struct tg_buf held;       /* the message, serialized, waiting for a decision */
+    struct tg_batch *batch;   /* the batch this element belongs to, or NULL */
 };
 
 static const char *const supported_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL};
@@ -193,6 +205,73 @@ static int origin_allowed(const struct tg_listen_conf *lc, struct tg_slice o)
 
 /* ---- calls --------------------------------------------------------------------- */
 
+static void batch_add(struct tg_batch *b, const char *p, size_t n)
+{
+    tg_buf_append(&b->out, b->nout ? "," : "[", 1);
+    tg_buf_append(&b->out, p, n);
+    b->nout++;
+}
+
+static void batch_add_error(struct tg_batch *b, const char *id, size_t idn, int code, const char *msg,
+                            const char *data)
+{
+    struct tg_buf e;
+    tg_buf_init(&e);
+    tg_rpc_error(&e, id, idn, code, msg, data);
+    batch_add(b, e.base, e.len);
+    tg_buf_dispose(&e);
+}
+
+static void on_batch_abort(struct tg_conn *c, void *ex)
+{
+    struct tg_batch *b = ex;
+    b->conn = NULL; /* the elements go on; their answers are dropped */
+}
+
+static void batch_done_one(struct tg_batch *b)
+{
+    if (--b->pending > 0)
+        return;
+    struct tg_conn *c = b->conn;
+    if (c != NULL) {
+        c->exchange = NULL;
+        c->on_abort = NULL;
+        c->on_drain = NULL;
+        if (b->nout > 0) {
+            tg_buf_append(&b->out, "]", 1);
+            tg_http_respond(c, 200, NULL, "application/json", b->out.base, b->out.len);
+        } else {
+            tg_http_respond(c, 202, NULL, NULL, "", 0);
+        }
+    }
+    tg_buf_dispose(&b->out);
+    free(b);
+}
+
+/* Replies go to the client directly, or into its batch. */
+static void reply_rpc(struct tg_conn *c, struct tg_batch *b, int status, const char *id, size_t idn, int code,
+                      const char *msg, const char *data)
+{
+    if (b != NULL)
+        batch_add_error(b, id, idn, code, msg, data);
+    else
+        respond_rpc(c, status, NULL, id, idn, code, msg, data);
+}
+
+static void reply_json(struct tg_conn *c, struct tg_batch *b, const char *p, size_t n)
+{
+    if (b != NULL)
+        batch_add(b, p, n);
+    else
+        tg_http_respond(c, 200, NULL, "application/json", p, n);
+}
+
+static void reply_accepted(struct tg_conn *c, struct tg_batch *b)
+{
+    if (b == NULL)
+        tg_http_respond(c, 202, NULL, NULL, "", 0);
+}
+
 static void refund(struct tg_call *k)
 {
     if (k->dec == NULL || k->refunded || k->dec->nres == 0)
@@ -257,7 +336,10 @@ static void call_free(struct tg_call *k)
     tg_buf_dispose(&k->body);
     tg_sse_dispose(&k->sse);
     free(k->client_id);
+    struct tg_batch *b = k->batch;
     free(k);
+    if (b != NULL)
+        batch_done_one(b);
 }
 
 /* The client went away while its call was with the upstream: the upstream may have run it,
@@ -400,10 +482,10 @@ static const struct tg_upreq_cbs noop_cbs = {on_noop_head, on_noop_data, on_noop
 
 /* A server-to-client request this upstream may not make (deny_server_requests): answer it
  * ourselves with an error, and never show it to the client. Returns 1 if refused. */
-static int refuse_server_request(struct tg_call *k, const char *p, size_t n)
+static int refuse_server_request(struct tg_call *k, const char *p, size_t n, int refuse_all)
 {
     const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
-    if (uc->ndeny_server_requests == 0)
+    if (uc->ndeny_server_requests == 0 && !refuse_all)
         return 0;
     struct tg_json_doc doc;
     if (tg_json_parse(p, n, 1000, 1, &doc, NULL, NULL) != 0)
@@ -412,6 +494,7 @@ static int refuse_server_request(struct tg_call *k, const char *p, size_t n)
     cJSON *id = cJSON_GetObjectItemCaseSensitive(doc.root, "id");
     int refused = 0;
     if (cJSON_IsString(method) && id != NULL && !cJSON_IsNull(id)) {
+        refused = refuse_all; /* a batch has no stream to carry a server request to the client */
         for (size_t i = 0; i < uc->ndeny_server_requests; i++)
             if (strcmp(uc->deny_server_requests[i], method->valuestring) == 0)
                 refused = 1;
@@ -446,7 +529,7 @@ static int refuse_server_request(struct tg_call *k, const char *p, size_t n)
 static void on_sse_event(void *ud, const struct tg_sse_event *ev)
 {
     struct tg_call *k = ud;
-    if (k->conn == NULL)
+    if (k->conn == NULL && k->batch == NULL)
         return;
     if (ev->event.len != 0 && !tg_slice_eq(ev->event, TG_SLICE("message")))
         return; /* only JSON-RPC messages are relayed */
@@ -468,8 +551,17 @@ static void on_sse_event(void *ud, const struct tg_sse_event *ev)
             k->got_response = 2;
         if (k->is_init)
             note_init_result(k, ev->data.ptr, ev->data.len);
-    } else if (refuse_server_request(k, ev->data.ptr, ev->data.len)) {
+    } else if (refuse_server_request(k, ev->data.ptr, ev->data.len, k->batch != NULL)) {
         tg_buf_dispose(&out);
+        return;
+    }
+    if (k->batch != NULL) {
+        /* A batch is answered with one JSON array: only the element's answer is kept. */
+        if (mine)
+            batch_add(k->batch, out.base, out.len);
+        tg_buf_dispose(&out);
+        if (k->up)
+            tg_upreq_touch(k->up);
         return;
     }
     sse_write_message(k, out.base, out.len);
@@ -621,12 +713,47 @@ static void settle_call(struct tg_call *k, struct tg_upreq *r, int err)
     audit_call(k, "allow", tg_upreq_elapsed_ms(r), outcome, NULL);
 }
 
+/* A batch element is over: put its answer (or an error for it) into the batch. */
+static void batch_finish_call(struct tg_call *k, struct tg_upreq *r, int err)
+{
+    if (k->kind != KIND_REQUEST)
+        return; /* notifications and responses have no answer */
+    if (k->mode == MODE_SSE && k->got_response)
+        return; /* already in the batch */
+    if (k->mode == MODE_JSON && err == 0) {
+        struct tg_buf out;
+        tg_buf_init(&out);
+        int valid, is_error;
+        if (restore_id(k, k->body.base ? k->body.base : "", k->body.len, &out, &valid, &is_error)) {
+            batch_add(k->batch, out.base, out.len);
+            tg_buf_dispose(&out);
+            return;
+        }
+        tg_buf_dispose(&out);
+    }
+    char why[160];
+    snprintf(why, sizeof(why), "upstream %s %s", up_name(k),
+             err == TG_ETIMEDOUT ? "timed out" : k->mode == MODE_ERROR ? "answered with an error status" : "is unavailable");
+    struct tg_buf d;
+    tg_buf_init(&d);
+    upstream_data(&d, up_name(k));
+    tg_buf_append(&d, "", 1);
+    batch_add_error(k->batch, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, d.base);
+    tg_buf_dispose(&d);
+    (void)r;
+}
+
 static void on_up_done(struct tg_upreq *r, int err, void *ud)
 {
     struct tg_call *k = ud;
     k->up = NULL;
     settle_call(k, r, err);
     const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
+    if (k->batch != NULL) {
+        batch_finish_call(k, r, err);
+        call_free(k);
+        return;
+    }
     struct tg_conn *c = k->conn;
     if (c == NULL || k->kind == KIND_DELETE) {
         call_free(k);
@@ -849,7 +976,7 @@ static int accept_ok(struct tg_slice accept, int need_json, int need_sse)
     return (!need_json || json) && (!need_sse || sse);
 }
 
-static void respond_decision(struct tg_conn *c, const char *id, size_t idn, const char *tool,
+static void respond_decision(struct tg_conn *c, struct tg_batch *b, const char *id, size_t idn, const char *tool,
                              const struct tg_decision *d, const char *approval_id)
 {
     struct tg_buf data;
@@ -877,7 +1004,7 @@ static void respond_decision(struct tg_conn *c, const char *id, size_t idn, cons
     }
     tg_buf_appends(&data, "}");
     tg_buf_append(&data, "", 1);
-    respond_rpc(c, 200, NULL, id, idn, code, d->message, data.base);
+    reply_rpc(c, b, 200, id, idn, code, d->message, data.base);
     tg_buf_dispose(&data);
 }
 
@@ -897,8 +1024,8 @@ static void park_call(struct tg_server *srv, struct tg_call *k)
 }
 
 /* A client request: decide it (tools/call, resources/read, prompts/get), then forward, park or refuse. */
-static void handle_request(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g,
-                           struct tg_session *s, struct tg_policy *pol, struct tg_msg *m)
+static void handle_request(struct tg_server *srv, struct tg_conn *c, struct tg_batch *b, struct route *rt,
+                           const struct tg_grant_conf *g, struct tg_session *s, struct tg_policy *pol, struct tg_msg *m)
 {
     const struct tg_limits *lim = &srv->conf->limits;
     char *key = id_key_of(m->id_raw, m->id_len);
@@ -906,16 +1033,16 @@ static void handle_request(struct tg_server *srv, struct tg_conn *c, struct rout
         struct tg_call *o = tg_container_of(l, struct tg_call, slink);
         if (o->kind == KIND_REQUEST && o->id_key && strcmp(o->id_key, key) == 0) {
             free(key);
-            respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
-                        "Invalid Request: a request with this id is already in flight in this session", NULL);
+            reply_rpc(c, b, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
+                      "Invalid Request: a request with this id is already in flight in this session", NULL);
             return;
         }
     }
     if (s->inflight >= (unsigned)lim->inflight_per_session) {
         free(key);
         srv->metrics.limit_inflight++;
-        respond_rpc(c, 429, NULL, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
-                    "Too many calls in flight for this session (limits.inflight_per_session)", NULL);
+        reply_rpc(c, b, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
+                  "Too many calls in flight for this session (limits.inflight_per_session)", NULL);
         return;
     }
     cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
@@ -927,8 +1054,8 @@ static void handle_request(struct tg_server *srv, struct tg_conn *c, struct rout
         cJSON *a = cJSON_GetObjectItemCaseSensitive(params, "arguments");
         if (!cJSON_IsObject(params) || !cJSON_IsString(name) || (a != NULL && !cJSON_IsObject(a))) {
             free(key);
-            respond_rpc(c, 200, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
-                        "tools/call needs params.name (a string) and optional params.arguments (an object)", NULL);
+            reply_rpc(c, b, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+                      "tools/call needs params.name (a string) and optional params.arguments (an object)", NULL);
             return;
         }
         tool = name->valuestring;
@@ -941,9 +1068,9 @@ static void handle_request(struct tg_server *srv, struct tg_conn *c, struct rout
         cJSON *what = cJSON_GetObjectItemCaseSensitive(params, res ? "uri" : "name");
         if (!cJSON_IsString(what)) {
             free(key);
-            respond_rpc(c, 200, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
-                        res ? "resources/read needs params.uri (a string)" : "prompts/get needs params.name (a string)",
-                        NULL);
+            reply_rpc(c, b, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+                      res ? "resources/read needs params.uri (a string)" : "prompts/get needs params.name (a string)",
+                      NULL);
             return;
         }
         dec = tg_xcalloc(1, sizeof(*dec));
@@ -955,6 +1082,10 @@ static void handle_request(struct tg_server *srv, struct tg_conn *c, struct rout
     }
     srv->metrics.rpc_requests++;
     struct tg_call *k = call_new(srv, s, c, KIND_REQUEST);
+    if (b != NULL) {
+        k->batch = b;
+        b->pending++;
+    }
     s->inflight++;
     k->policy = tg_policy_ref(pol);
     k->method = tg_xstrdup(m->method);
@@ -974,7 +1105,7 @@ static void handle_request(struct tg_server *srv, struct tg_conn *c, struct rout
         srv->metrics.decisions[dec->verdict]++;
         if (dec->verdict == TG_VERDICT_DENY || dec->verdict == TG_VERDICT_LIMITED) {
             audit_call(k, dec->verdict == TG_VERDICT_DENY ? "deny" : "limited", -1, NULL, NULL);
-            respond_decision(c, k->client_id, k->client_id_len, k->tool, dec, NULL);
+            respond_decision(c, b, k->client_id, k->client_id_len, k->tool, dec, NULL);
             call_free(k);
             return;
         }
@@ -985,12 +1116,15 @@ static void handle_request(struct tg_server *srv, struct tg_conn *c, struct rout
     tg_buf_init(&out);
     tg_msg_write_with_id(&out, m, k->gid);
     if (dec != NULL && dec->verdict == TG_VERDICT_APPROVE) {
-        if (srv->napprovals >= (size_t)lim->approvals_max) {
+        if (b != NULL || srv->napprovals >= (size_t)lim->approvals_max) {
             tg_buf_dispose(&out);
             audit_call(k, "rejected", -1, NULL, "(queue full)");
             struct tg_decision full = *dec;
-            snprintf(full.message, sizeof(full.message), "%s needs approval, but the approval queue is full (limits.approvals_max); try later", k->tool);
-            respond_decision(c, k->client_id, k->client_id_len, k->tool, &full, "");
+            if (b != NULL)
+                snprintf(full.message, sizeof(full.message), "%s needs a human's approval, which a batch cannot wait for; send it on its own", k->tool);
+            else
+                snprintf(full.message, sizeof(full.message), "%s needs approval, but the approval queue is full (limits.approvals_max); try later", k->tool);
+            respond_decision(c, b, k->client_id, k->client_id_len, k->tool, &full, "");
             call_free(k);
             return;
         }
@@ -1003,8 +1137,8 @@ static void handle_request(struct tg_server *srv, struct tg_conn *c, struct rout
 }
 
 /* Notifications and responses from the client. */
-static void handle_forward(struct tg_server *srv, struct tg_conn *c, struct route *rt, struct tg_session *s,
-                           struct tg_msg *m)
+static void handle_forward(struct tg_server *srv, struct tg_conn *c, struct tg_batch *b, struct route *rt,
+                           struct tg_session *s, struct tg_msg *m)
 {
     if (m->kind == TG_MSG_NOTIFICATION)
         srv->metrics.rpc_notifications++;
@@ -1013,15 +1147,163 @@ static void handle_forward(struct tg_server *srv, struct tg_conn *c, struct rout
     if (m->kind == TG_MSG_NOTIFICATION && strcmp(m->method, "notifications/cancelled") == 0 &&
         !rewrite_cancel(s, m, srv->conf->limits.json_depth)) {
         /* Not one of this session's calls in flight: nothing to cancel upstream. */
-        tg_http_respond(c, 202, NULL, NULL, "", 0);
+        reply_accepted(c, b);
         return;
     }
     struct tg_call *k = call_new(srv, s, c, KIND_FORWARD);
+    if (b != NULL) {
+        k->batch = b;
+        b->pending++;
+    }
     struct tg_buf out;
     tg_buf_init(&out);
     tg_json_write(&out, m->root);
     call_send(k, "POST", out.base, out.len, 0, (uint64_t)rt->uc->call_timeout_ms);
     tg_buf_dispose(&out);
+}
+
+/* One decoded message of a live session: the policy gate, then forward or refuse.
+ * b is the batch it belongs to (answers go there), or NULL (answers go to c). */
+static void dispatch_message(struct tg_server *srv, struct tg_conn *c, struct tg_batch *b, struct route *rt,
+                             const struct tg_grant_conf *g, struct tg_session *s, struct tg_msg *m)
+{
+    struct tg_policy *pol = tg_conf_policy_for(srv->conf, g, rt->upstream);
+    /* Messages a client may send: standard MCP methods, methods the policy names, and
+     * responses to the server's requests. */
+    if (m->kind != TG_MSG_RESPONSE && !tg_msg_is_standard_client_method(m->method) &&
+        !tg_policy_method_allowed(pol, m->method)) {
+        srv->metrics.rpc_refused_nonstandard++;
+        srv->metrics.decisions[1]++;
+        char esc[96];
+        tg_log(TG_LOG_INFO, "refused non-standard method", "grant=%s session=%s upstream=%s method=%s", g->name,
+               s->id_str, rt->uc->name, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(m->method)));
+        struct tg_audit_record ar = {0};
+        ar.grant = g->name;
+        ar.session = s->id_str;
+        ar.upstream = rt->uc->name;
+        ar.method = m->method;
+        ar.decision = "deny";
+        ar.rule = "non-standard-method";
+        ar.latency_ms = -1;
+        tg_audit_log(srv->audit, &srv->conf->audit, &ar);
+        if (m->kind == TG_MSG_NOTIFICATION) {
+            reply_accepted(c, b); /* notifications get no answer; it is dropped */
+        } else {
+            struct tg_buf d;
+            tg_buf_init(&d);
+            tg_buf_appends(&d, "{\"tool\":null,\"rule\":\"non-standard-method\",\"reason\":");
+            char reason[200];
+            snprintf(reason, sizeof(reason), "%s is not a standard MCP method; a policy must allow it by name",
+                     m->method);
+            tg_json_write_string(&d, reason, strlen(reason));
+            tg_buf_appends(&d, "}");
+            tg_buf_append(&d, "", 1);
+            char msg[200];
+            snprintf(msg, sizeof(msg), "%s is refused by the gateway: not a standard MCP method", m->method);
+            reply_rpc(c, b, 200, m->id_raw, m->id_len, TG_RPC_DENIED, msg, d.base);
+            tg_buf_dispose(&d);
+        }
+        return;
+    }
+    if (rt->uc->init_local && m->kind != TG_MSG_RESPONSE &&
+        (strcmp(m->method, "notifications/initialized") == 0 || strcmp(m->method, "ping") == 0)) {
+        /* The gateway owns the lifecycle of a local-initialize upstream-> */
+        if (m->kind == TG_MSG_NOTIFICATION) {
+            reply_accepted(c, b);
+        } else {
+            struct tg_buf out;
+            tg_buf_init(&out);
+            tg_buf_appends(&out, "{\"jsonrpc\":\"2.0\",\"id\":");
+            tg_buf_append(&out, m->id_raw, m->id_len);
+            tg_buf_appends(&out, ",\"result\":{}}");
+            reply_json(c, b, out.base, out.len);
+            tg_buf_dispose(&out);
+        }
+        return;
+    }
+    if (m->kind == TG_MSG_REQUEST)
+        handle_request(srv, c, b, rt, g, s, pol, m);
+    else
+        handle_forward(srv, c, b, rt, s, m);
+}
+
+/* A JSON-RPC batch: only for sessions that negotiated 2025-03-26 (later versions removed
+ * batching), never with initialize, and every element decided on its own. */
+static void handle_batch(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g,
+                         const char *body, size_t blen)
+{
+    const struct tg_limits *lim = &srv->conf->limits;
+    struct tg_json_doc doc;
+    const char *why = NULL;
+    if (tg_json_parse(body, blen, lim->json_depth, 1, &doc, &why, NULL) != 0) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "Parse error: %s", why);
+        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_PARSE_ERROR, msg, NULL);
+        return;
+    }
+    struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
+    struct tg_session *s = sid.ptr ? tg_session_find(srv->sessions, sid) : NULL;
+    if (sid.ptr == NULL) {
+        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                    "Bad Request: a batch needs Mcp-Session-Id (initialize cannot be batched)", NULL);
+        cJSON_Delete(doc.root);
+        return;
+    }
+    if (s == NULL || strcmp(s->grant, g->name) != 0 || s->upstream != rt->upstream) {
+        respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+        cJSON_Delete(doc.root);
+        return;
+    }
+    if (strcmp(s->proto, "2025-03-26") != 0) {
+        char msg[200];
+        snprintf(msg, sizeof(msg),
+                 "Invalid Request: JSON-RPC batches are only accepted for protocol 2025-03-26; this session uses %s",
+                 s->proto[0] ? s->proto : "an unknown version");
+        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, msg, NULL);
+        cJSON_Delete(doc.root);
+        return;
+    }
+    int n = cJSON_GetArraySize(doc.root);
+    if (n == 0 || n > lim->inflight_per_session) {
+        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                    n == 0 ? "Invalid Request: empty batch"
+                           : "Invalid Request: more batch elements than limits.inflight_per_session",
+                    NULL);
+        cJSON_Delete(doc.root);
+        return;
+    }
+    s->last_active_ms = now_ms(srv);
+    struct tg_batch *b = tg_xcalloc(1, sizeof(*b));
+    b->srv = srv;
+    b->conn = c;
+    b->pending = 1; /* held by this loop until every element is dispatched */
+    tg_buf_init(&b->out);
+    c->exchange = b;
+    c->on_abort = on_batch_abort;
+    c->on_drain = NULL;
+    struct tg_buf el;
+    tg_buf_init(&el);
+    for (cJSON *e = doc.root->child; e; e = e->next) {
+        /* Each element goes through the same strict decoder as a single message. */
+        el.len = 0;
+        tg_json_write(&el, e);
+        struct tg_msg m;
+        int code = tg_msg_decode(el.base, el.len, lim->json_depth, &m, &why);
+        if (code != 0) {
+            char msg[160];
+            snprintf(msg, sizeof(msg), "%s: %s", code == TG_RPC_PARSE_ERROR ? "Parse error" : "Invalid Request", why);
+            batch_add_error(b, m.id_raw, m.id_len, code, msg, NULL);
+        } else if (m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0) {
+            batch_add_error(b, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST, "Invalid Request: initialize cannot be batched",
+                            NULL);
+        } else {
+            dispatch_message(srv, NULL, b, rt, g, s, &m);
+        }
+        tg_msg_dispose(&m);
+    }
+    tg_buf_dispose(&el);
+    cJSON_Delete(doc.root);
+    batch_done_one(b);
 }
 
 static void handle_post(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
@@ -1046,8 +1328,7 @@ static void handle_post(struct tg_server *srv, struct tg_conn *c, struct route *
     while (i < blen && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
         i++;
     if (i < blen && body[i] == '[') {
-        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
-                    "JSON-RPC batches are not accepted: send one message per request", NULL);
+        handle_batch(srv, c, rt, g, body, blen);
         return;
     }
     struct tg_msg m;
@@ -1114,69 +1395,9 @@ static void handle_post(struct tg_server *srv, struct tg_conn *c, struct route *
         }
         s->last_active_ms = now_ms(srv);
     }
-    struct tg_policy *pol = tg_conf_policy_for(srv->conf, g, rt->upstream);
-    /* Messages a client may send: standard MCP methods, methods the policy names, and
-     * responses to the server's requests. */
-    if (m.kind != TG_MSG_RESPONSE && !tg_msg_is_standard_client_method(m.method) &&
-        !tg_policy_method_allowed(pol, m.method)) {
-        srv->metrics.rpc_refused_nonstandard++;
-        srv->metrics.decisions[1]++;
-        char esc[96];
-        tg_log(TG_LOG_INFO, "refused non-standard method", "grant=%s session=%s upstream=%s method=%s", g->name,
-               s->id_str, rt->uc->name, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(m.method)));
-        struct tg_audit_record ar = {0};
-        ar.grant = g->name;
-        ar.session = s->id_str;
-        ar.upstream = rt->uc->name;
-        ar.method = m.method;
-        ar.decision = "deny";
-        ar.rule = "non-standard-method";
-        ar.latency_ms = -1;
-        tg_audit_log(srv->audit, &srv->conf->audit, &ar);
-        if (m.kind == TG_MSG_NOTIFICATION) {
-            tg_http_respond(c, 202, NULL, NULL, "", 0); /* notifications get no answer; it is dropped */
-        } else {
-            struct tg_buf d;
-            tg_buf_init(&d);
-            tg_buf_appends(&d, "{\"tool\":null,\"rule\":\"non-standard-method\",\"reason\":");
-            char reason[200];
-            snprintf(reason, sizeof(reason), "%s is not a standard MCP method; a policy must allow it by name",
-                     m.method);
-            tg_json_write_string(&d, reason, strlen(reason));
-            tg_buf_appends(&d, "}");
-            tg_buf_append(&d, "", 1);
-            char msg[200];
-            snprintf(msg, sizeof(msg), "%s is refused by the gateway: not a standard MCP method", m.method);
-            respond_rpc(c, 200, NULL, m.id_raw, m.id_len, TG_RPC_DENIED, msg, d.base);
-            tg_buf_dispose(&d);
-        }
-        tg_msg_dispose(&m);
-        return;
-    }
-    if (rt->uc->init_local && m.kind != TG_MSG_RESPONSE &&
-        (strcmp(m.method, "notifications/initialized") == 0 || strcmp(m.method, "ping") == 0)) {
-        /* The gateway owns the lifecycle of a local-initialize upstream. */
-        if (m.kind == TG_MSG_NOTIFICATION) {
-            tg_http_respond(c, 202, NULL, NULL, "", 0);
-        } else {
-            struct tg_buf b;
-            tg_buf_init(&b);
-            tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
-            tg_buf_append(&b, m.id_raw, m.id_len);
-            tg_buf_appends(&b, ",\"result\":{}}");
-            tg_http_respond(c, 200, NULL, "application/json", b.base, b.len);
-            tg_buf_dispose(&b);
-        }
-        tg_msg_dispose(&m);
-        return;
-    }
-    if (m.kind == TG_MSG_REQUEST)
-        handle_request(srv, c, rt, g, s, pol, &m);
-    else
-        handle_forward(srv, c, rt, s, &m);
+    dispatch_message(srv, c, NULL, rt, g, s, &m);
     tg_msg_dispose(&m);
 }
-
 static struct tg_session *require_session(struct tg_server *srv, struct tg_conn *c, struct route *rt,
                                           const struct tg_grant_conf *g)
 {
@@ -1638,7 +1859,7 @@ static void approval_finish(struct tg_call *k, int approve, const char *by, cons
                      k->tool);
         d.verdict = TG_VERDICT_DENY;
         k->in_cb++;
-        respond_decision(k->conn, k->client_id, k->client_id_len, k->tool, &d, k->approval_id);
+        respond_decision(k->conn, NULL, k->client_id, k->client_id_len, k->tool, &d, k->approval_id);
         k->in_cb--;
     }
     call_free(k);
