@@ -397,10 +397,9 @@ static void header_unterminated_var_message(void **state)
         fail_msg("expected: %s", want);
 }
 
-/* BUG (core/conf.c parse_url, the '[' branch): bytes between the closing ']' of an
- * IPv6 literal and the path are ignored unless they start with ':'. A typo such as
- * "http://[::1]8080/mcp" loads as host ::1 port 80 instead of being refused. */
-static void bug_url_junk_after_ipv6_literal(void **state)
+/* Bytes between the ']' of an IPv6 literal and the path must be a port: a typo such as
+ * "http://[::1]8080/mcp" is refused, not loaded as [::1]:80. */
+static void url_junk_after_ipv6_literal(void **state)
 {
     const char *text = LISTEN GRANTS "upstreams = ( { name = \"u1\";\n  url = \"http://[::1]8080/mcp\"; } );\n";
     expect_error(text, line_of(text, "http://["), "url", NULL);
@@ -620,7 +619,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(env_errors_in_conf),
         cmocka_unit_test(header_unterminated_var_message),
         cmocka_unit_test(upstream_errors),
-        cmocka_unit_test(bug_url_junk_after_ipv6_literal),
+        cmocka_unit_test(url_junk_after_ipv6_literal),
         cmocka_unit_test(grant_and_token_errors),
         cmocka_unit_test(other_errors),
         cmocka_unit_test(expand_env),
