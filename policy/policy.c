@@ -146,7 +146,7 @@ static char *xstrdup(const char *s) { return tg_xstrdup(s); }
 /* ---- windows ------------------------------------------------------------------- */
 
 /* "second|minute|hour|day" or a positive number of seconds (number or numeric string). */
-static int64_t parse_window(const cJSON *w, int allow_seconds)
+static int64_t parse_window(const cJSON *w, int allow_seconds, int allow_units)
 {
     if (cJSON_IsString(w)) {
         const char *s = w->valuestring;
@@ -163,9 +163,24 @@ static int64_t parse_window(const cJSON *w, int allow_seconds)
         char *end;
         errno = 0;
         long long v = strtoll(s, &end, 10);
-        if (errno == 0 && *end == '\0' && v > 0 && v <= 31536000LL && end != s)
-            return v * 1000;
-        return -1;
+        if (errno != 0 || end == s || v <= 0)
+            return -1;
+        long long mult = 1;
+        if (!allow_units && *end != '\0')
+            return -1;
+        if (*end == 's' && end[1] == '\0')
+            mult = 1;
+        else if (*end == 'm' && end[1] == '\0')
+            mult = 60;
+        else if (*end == 'h' && end[1] == '\0')
+            mult = 3600;
+        else if (*end == 'd' && end[1] == '\0')
+            mult = 86400;
+        else if (*end != '\0')
+            return -1;
+        if (v > 31536000LL / mult)
+            return -1;
+        return v * mult * 1000;
     }
     if (allow_seconds && cJSON_IsNumber(w)) {
         double d = w->valuedouble;
@@ -482,7 +497,7 @@ static void compile_rule(struct cctx *cx, const cJSON *r, const char *path, cons
             return;
         }
         cJSON *w = cJSON_CreateString(slash + 1);
-        int64_t wms = parse_window(w, 0);
+        int64_t wms = parse_window(w, 0, 0);
         cJSON_Delete(w);
         if (wms < 0) {
             perr(cx, sub, "rate_limit window must be \"minute\", \"hour\", or \"day\", got \"%s\"", slash + 1);
@@ -531,7 +546,7 @@ static void compile_rule(struct cctx *cx, const cJSON *r, const char *path, cons
             const cJSON *cf = cJSON_GetObjectItemCaseSensitive(js, "increment_from");
             const cJSON *cs = cJSON_GetObjectItemCaseSensitive(js, "scope");
             char s2[600];
-            int64_t wms = parse_window(cw, 0);
+            int64_t wms = parse_window(cw, 0, 0);
             snprintf(s2, sizeof(s2), "%s.counter", sub);
             if (!cJSON_IsString(cn) || cn->valuestring[0] == '\0')
                 perr(cx, s2, "counter must not be empty");
@@ -658,7 +673,7 @@ static void compile_limits(struct cctx *cx, const cJSON *jl, const char *path, c
         } else {
             snprintf(cname, sizeof(cname), "%s", cn->valuestring);
         }
-        int64_t wms = parse_window(cw, 1);
+        int64_t wms = parse_window(cw, 1, 0);
         if (wms < 0) {
             snprintf(sub, sizeof(sub), "%s.window", lp);
             perr(cx, sub, "must be second, minute, hour, day or a number of seconds (1..31536000)");
@@ -748,7 +763,7 @@ static void compile_tool(struct cctx *cx, const char *name, const cJSON *jt, str
     const cJSON *jat = cJSON_GetObjectItemCaseSensitive(jt, "approval_timeout");
     if (jat != NULL) {
         snprintf(sub, sizeof(sub), "%s.approval_timeout", path);
-        int64_t ms = parse_window(jat, 1);
+        int64_t ms = parse_window(jat, 1, 1);
         if (ms <= 0)
             perr(cx, sub, "must be a number of seconds or second|minute|hour|day");
         else
@@ -978,6 +993,28 @@ int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **ou
                 }
             }
     }
+    /* A call's reservations are kept in a fixed array so that they can be given back: refuse
+     * a policy that would put more counters than that on one call. */
+    int wild_counters = 0;
+    if (p->wildcard) {
+        wild_counters += p->wildcard->nlimits;
+        for (int r = 0; r < p->wildcard->nrules; r++)
+            wild_counters += p->wildcard->rules[r].counter >= 0;
+    }
+    for (int ti = 0; ti < p->ntools; ti++) {
+        int n = wild_counters + p->tools[ti].nlimits;
+        for (int r = 0; r < p->tools[ti].nrules; r++)
+            n += p->tools[ti].rules[r].counter >= 0;
+        if (n > TG_MAX_RESERVATIONS) {
+            char path[600];
+            snprintf(path, sizeof(path), "tools.%s", p->tools[ti].name);
+            perr(&cx, path, "%d counters apply to one call (with \"*\"); at most %d are supported", n,
+                 TG_MAX_RESERVATIONS);
+        }
+    }
+    if (wild_counters > TG_MAX_RESERVATIONS)
+        perr(&cx, "tools.*", "%d counters apply to one call; at most %d are supported", wild_counters,
+             TG_MAX_RESERVATIONS);
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "methods");
     if (m != NULL)
         compile_list(&cx, m, "methods", &p->methods, &p->nmethods);
@@ -1139,7 +1176,8 @@ static void go_float(double d, char *out, size_t n)
     }
     const char *e = strchr(tmp, 'e');
     int exp = e ? atoi(e + 1) : 0;
-    if (exp < -4 || exp >= 21)
+    /* strconv's 'g' with the shortest precision switches to an exponent from 1e+06 on. */
+    if (exp < -4 || exp >= 6)
         snprintf(out, n, "%.*e", prec - 1, d);
     else
         snprintf(out, n, "%.*f", prec - 1 - exp > 0 ? prec - 1 - exp : 0, d);

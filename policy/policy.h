@@ -31,7 +31,7 @@ enum tg_verdict {
     TG_VERDICT_APPROVE, /* parked for a human; -32003 if refused or timed out */
 };
 
-#define TG_MAX_RESERVATIONS 16
+#define TG_MAX_RESERVATIONS 64 /* counters one call may take (checked when a policy is compiled) */
 
 struct tg_reservation {
     uint64_t h1, h2;
