@@ -3,7 +3,9 @@
 #include <stdio.h>
 
 #include "core/server.h"
+#include "core/audit.h"
 #include "core/session.h"
+#include "policy/policy.h"
 #include "upstream/upstream.h"
 
 static const double lat_bounds[12] = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 5000, 1e300};
@@ -60,6 +62,30 @@ void tg_metrics_render(struct tg_server *srv, struct tg_buf *out)
     C("rpc_responses_total", "JSON-RPC responses (to server requests) forwarded.", m->rpc_responses);
     C("rpc_refused_nonstandard_total", "Messages refused for a non-standard method.", m->rpc_refused_nonstandard);
     C("sse_events_relayed_total", "SSE events relayed to clients.", m->sse_events_relayed);
+    tg_buf_appends(out, "# HELP tollgate_decisions_total Policy decisions by verdict.\n"
+                        "# TYPE tollgate_decisions_total counter\n");
+    static const char *const verdicts[] = {"allow", "deny", "limited", "approve"};
+    for (int i = 0; i < 4; i++)
+        tg_buf_appendf(out, "tollgate_decisions_total{verdict=\"%s\"} %llu\n", verdicts[i],
+                       (unsigned long long)m->decisions[i]);
+    C("refunds_total", "Calls whose counter reservations were given back.", m->refunds);
+    G("approvals_pending", "Calls parked for a human's approval.", srv->napprovals);
+    tg_buf_appends(out, "# HELP tollgate_approvals_total Parked calls by outcome.\n"
+                        "# TYPE tollgate_approvals_total counter\n");
+    tg_buf_appendf(out, "tollgate_approvals_total{outcome=\"approved\"} %llu\n",
+                   (unsigned long long)m->approvals_approved);
+    tg_buf_appendf(out, "tollgate_approvals_total{outcome=\"rejected\"} %llu\n",
+                   (unsigned long long)m->approvals_rejected);
+    tg_buf_appendf(out, "tollgate_approvals_total{outcome=\"expired\"} %llu\n",
+                   (unsigned long long)m->approvals_expired);
+    C("server_requests_denied_total", "Server-to-client requests refused (deny_server_requests, batches).",
+      m->server_requests_denied);
+    G("counters_live", "Rate-limit buckets and windows held in memory.", tg_counters_count(srv->counters));
+    G("counters_memory_bytes", "Memory of the counter table.", tg_counters_memory(srv->counters));
+    C("audit_records_total", "Audit records written.", tg_audit_written(srv->audit));
+    C("audit_dropped_total", "Audit records dropped because the disk fell behind.", tg_audit_dropped(srv->audit));
+    C("reloads_total", "Successful configuration reloads.", srv->reloads);
+    C("reload_failures_total", "Reloads refused (the old configuration stayed).", srv->reload_failures);
     C("upstream_calls_total", "HTTP requests sent to upstreams.", m->upstream_calls);
     C("upstream_errors_total", "Upstream requests that failed.", m->upstream_errors);
     C("upstream_timeouts_total", "Upstream requests that timed out.", m->upstream_timeouts);
