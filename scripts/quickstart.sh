@@ -21,7 +21,10 @@ the gateway holds its token). Metrics: http://127.0.0.1:9090/metrics. Try, from 
     -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}'
 
 then repeat with -H 'Mcp-Session-Id: <the id it returned>' and
-  -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}'
+  -d '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"execute_code","arguments":{"language":"python","code":"print(1)"}}}'
+
+The seed policy (conf/policies/cowork-os.json) allows only execute_code, 10 calls a minute per grant;
+an 11th call gets -32002 with a retry hint, and every other tool is hidden and refused with -32001.
 
 MSG
 build/tollgate -c conf/tollgate.conf
