@@ -740,12 +740,11 @@ static void operators_true_and_false(void **state)
     }
 }
 
-/* Go's %v prints a float64 with %g's shortest form: exponent notation from 1e21 up is the JSON
- * encoder's rule, %v switches at 1e6 (exponent < -4 || >= 6 with shortest precision). Arguments
- * come from JSON, so Intercept sees them as float64: eq(1000000, "1000000") is false there
- * ("1e+06" != "1000000") and eq(1234567, "1.234567e+06") is true. tollgate prints them with the
- * threshold at 21 and decides the opposite. */
-static void bug_go_v_formats_large_floats_in_exponent_form(void **state)
+/* Go's %v prints a float64 with %g's shortest form: %v switches to exponent notation at 1e6
+ * (exponent < -4 || >= 6 with the shortest precision), not at 1e21 as the JSON encoder does.
+ * Arguments come from JSON, so Intercept sees them as float64: eq(1000000, "1000000") is false
+ * there ("1e+06" != "1000000") and eq(1234567, "1.234567e+06") is true. */
+static void go_v_formats_large_floats_in_exponent_form(void **state)
 {
     struct loaded l;
     load_text(&l, "gov.yaml",
@@ -768,6 +767,33 @@ static void bug_go_v_formats_large_floats_in_exponent_form(void **state)
     EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
     tg_counters_free(c);
     loaded_dispose(&l);
+}
+
+/* The other side of %v: Intercept reads its policy with yaml.v3, which gives a plain integer
+ * scalar as an int, and %v prints an int with all its digits. So value: 1000000 in the policy
+ * equals the string argument "1000000" (and not "1e+06"), whatever size the integer. The JSON
+ * form of the same policy must decide the same. */
+static void bug_go_v_policy_integers_print_all_digits(void **state)
+{
+    static const char *const texts[][2] = {
+        {"int.yaml", "version: \"1\"\ntools:\n  t:\n    rules: [{name: id, conditions: [{path: args.id, op: in, value: [1000000, 20000000]}]}]\n"},
+        {"int.json", "{\"version\":\"1\",\"tools\":{\"t\":{\"rules\":[{\"name\":\"id\",\"conditions\":[{\"path\":\"args.id\",\"op\":\"in\",\"value\":[1000000,20000000]}]}]}}}"},
+    };
+    for (int i = 0; i < 2; i++) {
+        struct loaded l;
+        load_text(&l, texts[i][0], texts[i][1]);
+        assert_int_equal(l.rc, 0);
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        decide(l.p, c, "g", "t", "{\"id\":1000000}", T0, &d); /* number to number */
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(l.p, c, "g", "t", "{\"id\":\"20000000\"}", T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        decide(l.p, c, "g", "t", "{\"id\":\"1e+06\"}", T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "id", NULL);
+        tg_counters_free(c);
+        loaded_dispose(&l);
+    }
 }
 
 /* ---- Intercept state: counters, windows, scopes, refunds -------------------------------- */
@@ -1320,21 +1346,43 @@ static void hosted_actions_deny_and_approve(void **state)
     }
 }
 
-/* policy.h: approval_timeout is "seconds or \"5m\"". */
-static void bug_approval_timeout_accepts_5m(void **state)
+/* policy.h: approval_timeout is seconds, or a count with a unit ("90s", "5m", "2h", "1d"). */
+static void approval_timeout_units(void **state)
 {
-    struct loaded l;
-    load_text(&l, "approve.json",
-              "{\"version\":\"1\",\"tools\":{\"deploy\":{\"action\":\"approve\",\"approval_timeout\":\"5m\"}}}");
-    if (l.rc != 0)
-        fail_msg("refused: %s", buf_str(&l.err));
-    struct tg_counters *c = tg_counters_new();
-    struct tg_decision d;
-    decide(l.p, c, "g", "deploy", NULL, T0, &d);
-    EXPECT(&d, TG_VERDICT_APPROVE, NULL, NULL);
-    assert_int_equal(d.approval_timeout_ms, 300000);
-    tg_counters_free(c);
-    loaded_dispose(&l);
+    static const struct {
+        const char *value;
+        int ms;
+    } ok[] = {{"\"5m\"", 300000}, {"\"90s\"", 90000}, {"\"2h\"", 7200000}, {"\"1d\"", 86400000},
+              {"\"45\"", 45000},   {"45", 45000},       {"0.5", 500},         {"\"hour\"", 3600000},
+              {"\"3d\"", 86400000} /* at most a day */};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        char text[200];
+        snprintf(text, sizeof(text), "{\"version\":\"1\",\"tools\":{\"deploy\":{\"action\":\"approve\",\"approval_timeout\":%s}}}",
+                 ok[i].value);
+        struct loaded l;
+        load_text(&l, "approve.json", text);
+        if (l.rc != 0)
+            fail_msg("%s refused: %s", ok[i].value, buf_str(&l.err));
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        decide(l.p, c, "g", "deploy", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_APPROVE, NULL, NULL);
+        if (d.approval_timeout_ms != ok[i].ms)
+            fail_msg("approval_timeout %s: %d ms, expected %d", ok[i].value, d.approval_timeout_ms, ok[i].ms);
+        tg_counters_free(c);
+        loaded_dispose(&l);
+    }
+    static const char *const bad[] = {"\"5x\"", "\"m\"", "\"0m\"", "\"-5m\"", "\"5 m\"", "\"5mm\"", "\"\"", "0", "true"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char text[200];
+        snprintf(text, sizeof(text), "{\"version\":\"1\",\"tools\":{\"deploy\":{\"action\":\"approve\",\"approval_timeout\":%s}}}",
+                 bad[i]);
+        EXPECT_ERROR("approve.json", text, "tools.deploy.approval_timeout",
+                     "must be a number of seconds or second|minute|hour|day");
+    }
+    /* Units are for approval_timeout only: limits and state windows keep their documented forms. */
+    EXPECT_ERROR("w.json", "{\"version\":\"1\",\"tools\":{\"x\":{\"limits\":[{\"window\":\"5m\",\"max\":1}]}}}",
+                 "tools.x.limits[0].window", "must be second, minute");
 }
 
 static void tool_visibility(void **state)
@@ -2040,12 +2088,9 @@ static void unknown_fields_warn(void **state)
 
 /* ---- reservations beyond TG_MAX_RESERVATIONS ----------------------------------------------- */
 
-/* A call that takes more counters than struct tg_decision can record (TG_MAX_RESERVATIONS, 16):
- * the 17th and later are taken but not recorded, so neither the rollback inside decide (when a
- * later counter refuses) nor tg_policy_refund gives them back. Here c16 is taken by a call that
- * was refused, and is never returned. Either the compiler should refuse more than 16 counters
- * for one tool (with "*"), or decide should refuse the call. */
-static void bug_counters_beyond_16_leak_on_rollback(void **state)
+/* A call may take many counters; all of them are rolled back when one refuses, and given back by
+ * a refund. More than a decision can record (TG_MAX_RESERVATIONS) is refused when compiling. */
+static void many_counters_roll_back_and_too_many_are_refused(void **state)
 {
     struct tg_buf t;
     tg_buf_init(&t);
@@ -2067,8 +2112,47 @@ static void bug_counters_beyond_16_leak_on_rollback(void **state)
     EXPECT(&d, TG_VERDICT_LIMITED, "last", NULL);
     /* c16 was taken by the one allowed call only: 4 of 5 left. */
     assert_int_equal(drain(l.p, c, "g", "only16", NULL, T0, 10, &d), 4);
+    /* A refund gives back every counter of the call, the 17th and 18th too. */
+    struct tg_counters *c2 = tg_counters_new();
+    struct tg_decision first;
+    decide(l.p, c2, "h", "big", NULL, T0, &first);
+    EXPECT(&first, TG_VERDICT_ALLOW, "", NULL);
+    assert_int_equal(first.nres, 18);
+    tg_policy_refund(c2, &first, T0);
+    decide(l.p, c2, "h", "big", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    assert_int_equal(drain(l.p, c2, "h", "only16", NULL, T0, 10, &d), 4);
+    tg_counters_free(c2);
     tg_counters_free(c);
     loaded_dispose(&l);
+
+    /* TG_MAX_RESERVATIONS counters on one call, the wildcard's included, and no more. */
+    for (int extra = 0; extra < 2; extra++) {
+        struct tg_buf m;
+        tg_buf_init(&m);
+        tg_buf_appends(&m, "{\"version\":\"1\",\"tools\":{\"*\":{\"rules\":[{\"name\":\"g\",\"rate_limit\":\"100/hour\"}]},"
+                           "\"many\":{\"limits\":[");
+        for (int i = 0; i < TG_MAX_RESERVATIONS - 1 + extra; i++)
+            tg_buf_appendf(&m, "%s{\"counter\":\"m%d\",\"window\":\"day\",\"max\":5}", i ? "," : "", i);
+        tg_buf_appends(&m, "]}}}");
+        if (extra) {
+            char what[160];
+            snprintf(what, sizeof(what), "%d counters apply to one call (with \"*\"); at most %d are supported",
+                     TG_MAX_RESERVATIONS + 1, TG_MAX_RESERVATIONS);
+            EXPECT_ERROR("many.json", buf_str(&m), "tools.many", what);
+        } else {
+            load_text(&l, "many.json", buf_str(&m));
+            if (l.rc != 0)
+                fail_msg("%s", buf_str(&l.err));
+            c = tg_counters_new();
+            decide(l.p, c, "g", "many", NULL, T0, &d);
+            EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+            assert_int_equal(d.nres, TG_MAX_RESERVATIONS);
+            tg_counters_free(c);
+            loaded_dispose(&l);
+        }
+        tg_buf_dispose(&m);
+    }
 }
 
 static void audit_counter_values(void **state)
@@ -2086,6 +2170,70 @@ static void audit_counter_values(void **state)
     tg_policy_unref(p);
 }
 
+/* The audit log's counter values are printed with %g: six significant digits, so a day's spend
+ * of 1234567 (cents) is logged as 1.23457e+06. */
+static void bug_audit_counter_values_keep_their_digits(void **state)
+{
+    struct loaded l;
+    load_text(&l, "audit.yaml",
+              "version: \"1\"\ntools:\n  pay:\n    rules:\n      - name: spend\n"
+              "        conditions: [{path: state.pay.cents, op: lte, value: 100000000}]\n"
+              "        state: {counter: cents, window: day, increment_from: args.cents}\n");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    decide(l.p, c, "g", "pay", "{\"cents\":1234567}", T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    assert_string_equal(d.counters_json, "\"pay.cents\":1234567");
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
+/* Counter keys are built in a 640-byte buffer and cut there: two grants (or sessions) whose ids
+ * agree on their first ~600 bytes share every counter. Grant ids can come from JWT claims. */
+static void bug_long_grant_ids_share_counters(void **state)
+{
+    struct tg_policy *p = load_fixture("seed.json");
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    char a[1100], b[1100];
+    memset(a, 'x', 1000);
+    memcpy(b, a, 1000);
+    strcpy(a + 1000, "-alice");
+    strcpy(b + 1000, "-bob");
+    assert_int_equal(drain(p, c, a, "execute_code", NULL, T0, 20, &d), 10);
+    assert_int_equal(drain(p, c, b, "execute_code", NULL, T0, 20, &d), 10);
+    tg_counters_free(c);
+    tg_policy_unref(p);
+}
+
+/* YAML merge keys ("<<: *base"), which Go's yaml.v3 applies, so Intercept policies may use
+ * them; tollgate keeps "<<" as an ordinary key (an unknown field) and loses the merged ones. */
+static void bug_yaml_merge_keys(void **state)
+{
+    struct loaded l;
+    load_text(&l, "merge.yaml",
+              "version: \"1\"\n"
+              "tools:\n"
+              "  a:\n"
+              "    rules:\n"
+              "      - &cap {name: cap, conditions: [{path: args.n, op: lte, value: 10}]}\n"
+              "  b:\n"
+              "    rules:\n"
+              "      - <<: *cap\n"
+              "        on_deny: n is too big\n");
+    if (l.rc != 0)
+        fail_msg("refused: %s", buf_str(&l.err));
+    assert_string_equal(buf_str(&l.warn), "");
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    decide(l.p, c, "g", "b", "{\"n\":11}", T0, &d);
+    EXPECT(&d, TG_VERDICT_DENY, "cap", "n is too big");
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -2100,7 +2248,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(deny_rules_with_and_without_on_deny),
         cmocka_unit_test(evaluate_failures_deny_with_on_deny_or_rule_name),
         cmocka_unit_test(operators_true_and_false),
-        cmocka_unit_test(bug_go_v_formats_large_floats_in_exponent_form),
+        cmocka_unit_test(go_v_formats_large_floats_in_exponent_form),
+        cmocka_unit_test(bug_go_v_policy_integers_print_all_digits),
         cmocka_unit_test(rate_limit_shorthand),
         cmocka_unit_test(state_increment_and_lt_vs_lte),
         cmocka_unit_test(state_increment_from_args),
@@ -2117,7 +2266,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(reservations_roll_back_when_one_counter_refuses),
         cmocka_unit_test(refund_restores_a_bucket_token),
         cmocka_unit_test(hosted_actions_deny_and_approve),
-        cmocka_unit_test(bug_approval_timeout_accepts_5m),
+        cmocka_unit_test(approval_timeout_units),
         cmocka_unit_test(tool_visibility),
         cmocka_unit_test(deny_all_policy),
         cmocka_unit_test(methods_list),
@@ -2137,8 +2286,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(yaml_scalars),
         cmocka_unit_test(json_duplicate_keys_and_syntax_refused),
         cmocka_unit_test(unknown_fields_warn),
-        cmocka_unit_test(bug_counters_beyond_16_leak_on_rollback),
+        cmocka_unit_test(many_counters_roll_back_and_too_many_are_refused),
         cmocka_unit_test(audit_counter_values),
+        cmocka_unit_test(bug_audit_counter_values_keep_their_digits),
+        cmocka_unit_test(bug_long_grant_ids_share_counters),
+        cmocka_unit_test(bug_yaml_merge_keys),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
