@@ -373,6 +373,18 @@ const TRICKS = [
     body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"meta"},"_meta":{"name":"run_command","arguments":{"command":"id"},"progressToken":"t"}}}',
     check: (reply) => assert.ok(reply.success, `echo with _meta: ${reply.summary}`),
   },
+  {
+    group: 'params', name: 'case-variant keys "NAME"/"Name" beside "name" (Go-style case-insensitive decoders)', expect: 'harmless',
+    body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Name":"run_command","NAME":"delete_file","arguments":{"text":"case"}}}',
+    check: (reply) => assert.ok(reply.success, `echo: ${reply.summary}`),
+    note: 'forwarded with the case-variant keys: a case-insensitive upstream decoder (Go encoding/json: last match wins) would see run_command/delete_file',
+  },
+  {
+    group: 'lang', name: 'case-variant "Language":"shell" beside "language":"python"', expect: 'harmless',
+    body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute_code","arguments":{"language":"python","code":"1","Language":"shell","LANGUAGE":"shell"}}}',
+    check: (reply) => assert.ok(reply.success, `python: ${reply.summary}`),
+    note: 'forwarded with "Language":"shell": a case-insensitive upstream decoder would run shell',
+  },
   { group: 'params', name: 'extra top-level member "tool":"run_command"', body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","tool":"run_command","params":{"name":"echo","arguments":{"text":"x"}}}' },
   { group: 'params', name: 'extra top-level "result" beside method', body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_command","arguments":{"command":"id"}},"result":{}}' },
 
@@ -398,6 +410,23 @@ const TRICKS = [
   { group: 'json', name: 'single-quoted strings / unquoted keys', body: "{jsonrpc:'2.0',id:1,method:'tools/call',params:{name:'run_command',arguments:{command:'id'}}}" },
   { group: 'json', name: 'comments inside JSON', body: '{"jsonrpc":"2.0","id":1,/* x */"method":"tools/call","params":{"name":"run_command",// y\n"arguments":{"command":"id"}}}' },
   { group: 'json', name: 'trailing comma', body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_command","arguments":{"command":"id"},},}' },
+
+  {
+    group: 'json', name: 'what arrives is what was decided (escapes, big/odd numbers, -0, unicode)', expect: 'harmless',
+    run: async (tx, ctx) => {
+      const body = '{"jsonrpc":"2.0","id":"rt","method":"tools/call","params":{"name":"ex\\u0065cute_code","arguments":' +
+        '{"language":"pyth\\u006fn","code":"print(\\"\\u00e9\\ud83d\\ude00\\/\\b\\f\\n\\r\\t\\u2028\\")","timeout_seconds":1e999,' +
+        '"n1":-0,"n2":1E+2,"n3":123456789012345678901234567890,"n4":0.1e-400,"n5":-1.5e308,"deep":' +
+        '[[[[[[[[[[{"a":[{"b":null}]}]]]]]]]]]],"k\\u0000ey":1}}}';
+      const r = await tx.send(ctx, body.replace(',"k\\u0000ey":1', ''));
+      assert.ok(r.success, `the python call is allowed: ${r.summary}`);
+      const got = requestRecords().filter((x) => x.msg?.params?.name === 'execute_code').at(-1);
+      const sent = JSON.parse(body.replace(',"k\\u0000ey":1', ''));
+      // compared on the raw body (the log's msg went through JSON.stringify, which turns -0 into 0)
+      assert.deepEqual(JSON.parse(got.body).params, sent.params, `the stand-in got the params the gateway decided on: ${got.body}`);
+      return r;
+    },
+  },
 
   // --- method
   { group: 'method', name: 'method "Tools/call"', body: '{"jsonrpc":"2.0","id":1,"method":"Tools/call","params":{"name":"run_command","arguments":{"command":"id"}}}' },
@@ -862,7 +891,7 @@ for (const tx of TRANSPORTS) {
         try {
           const reply = trick.run ? await trick.run(tx, ctx) : await tx.send(ctx, typeof trick.body === 'function' ? trick.body(ctx) : trick.body);
           outcome = (reply.replies ?? [reply]).map((r) => r.summary).join(' / ');
-          note = reply.note;
+          note = reply.note ?? trick.note;
           judge(trick, reply);
           trick.check?.(reply);
           const during = allRecords().slice(mark);
