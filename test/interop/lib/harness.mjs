@@ -201,6 +201,8 @@ function cfgValue(v, indent) {
  *   upstreams: [{ name, url, default?, headers?, initialize?, pool?, ... }]
  *   log:       overrides for the log group
  *   audit:     { file, args?, redact? } — omitted when falsy
+ *   jwt:       [{ issuer, audience, jwks_file, grant_claim?, skew_s? }] — omitted when falsy
+ *   public_url: string — omitted when falsy
  *
  * An upstream without a `policy` gets a pass-everything policy ({"default":"allow"}) written
  * beside the conf, since an upstream with no policy at all is closed; `policy: null` leaves it out.
@@ -227,6 +229,8 @@ export function writeConf(dir, opts) {
     grants: opts.grants ?? [{ name: 'local', anonymous: true }],
     upstreams,
     audit: opts.audit || undefined,
+    jwt: opts.jwt || undefined,
+    public_url: opts.public_url || undefined,
   };
   const lines = ['# written by test/interop/lib/harness.mjs'];
   for (const [k, v] of Object.entries(conf)) {
