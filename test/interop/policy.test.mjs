@@ -230,6 +230,7 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
   let gw;
   let c;
   let auditFile;
+  let policyFile;
   const TOKEN = 'appr-' + H.randomToken();
 
   before(async () => {
@@ -239,6 +240,7 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
       version: '1', default: 'deny',
       tools: { write_file: { action: 'approve', approval_timeout: 3 }, echo: { action: 'allow' } },
     });
+    policyFile = policy;
     gw = await gateway('approvals', {
       admin: { token_sha256: H.sha256hex(ADMIN_TOKEN) },
       audit: { file: auditFile, args: 'values' },
@@ -387,6 +389,43 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
       `a call the client cancelled while parked reached the stand-in after approval (approve answered ${r.status} ${r.text})`);
     assert.equal(r.status, 404, `the cancelled call left the approval queue: approve answered ${r.status} ${r.text}`);
   });
+
+  test('a parked call survives a reload (even one that drops the approve rule) and is decided under its own policy', async () => {
+    const args = { path: '/tmp/across-reload', content: 'x' };
+    const call = c.client.callTool({ name: 'write_file', arguments: args });
+    const item = await parked('write_file');
+    const policy = fs.readFileSync(policyFile, 'utf8');
+    fs.writeFileSync(policyFile, JSON.stringify({ version: '1', default: 'deny', tools: { echo: { action: 'allow' } } }));
+    try {
+      const rl = await admin(gw, 'POST', '/admin/reload');
+      assert.equal(rl.status, 200, rl.text);
+      const still = (await admin(gw, 'GET', '/admin/approvals')).json.approvals.map((x) => x.id);
+      assert.deepEqual(still, [item.id], 'still parked after the reload');
+      const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`);
+      assert.equal(r.status, 200, r.text);
+      assert.ok(!(await call).isError);
+      assert.equal(writes(args.path).length, 1);
+      // a new call is decided by the new policy
+      const e = await rpcError(c.client.callTool({ name: 'write_file', arguments: { path: '/tmp/after', content: 'x' } }), 'after reload');
+      assert.equal(e.code, -32001);
+    } finally {
+      fs.writeFileSync(policyFile, policy);
+      assert.equal((await admin(gw, 'POST', '/admin/reload')).status, 200);
+    }
+  });
+
+  test('X-Tollgate-Approver is recorded as given (quotes and backslashes not escaped twice)',
+    { todo: 'gateway: the approver name is log-escaped before it is JSON-escaped' }, async () => {
+      const name = 'Pat O\'Brien "ops" \\ on-call';
+      const call = c.client.callTool({ name: 'write_file', arguments: { path: '/tmp/approver-name', content: 'x' } });
+      const item = await parked('write_file');
+      const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { headers: { 'X-Tollgate-Approver': name } });
+      assert.equal(r.status, 200, r.text);
+      await call;
+      assert.equal(r.json.by, `admin:${name}`, r.text);
+      const l = await H.waitFor(() => auditLines(auditFile).find((x) => x.approval_id === item.id && x.decision === 'approved'), { timeout: 2000 });
+      assert.equal(l?.decided_by, `admin:${name}`, JSON.stringify(l));
+    });
 
   test('the audit log records approve, approved, rejected and expired, with who decided', async () => {
     const ok = await H.waitFor(() => {
@@ -766,9 +805,13 @@ describe('deny_server_requests: sampling/createMessage never reaches the client'
   let ev;
   let gw;
   const seen = [];
+  const elicited = [];
   const handlers = () => [[sdk.types.CreateMessageRequestSchema, async (req) => {
     seen.push(req.params);
     return { model: 'interop-model', role: 'assistant', content: { type: 'text', text: 'sampled-answer-9c1d' } };
+  }], [sdk.types.ElicitRequestSchema, async (req) => {
+    elicited.push(req.params);
+    return { action: 'accept', content: { name: 'Ada', check: true, integer: 7 } };
   }]];
 
   before(async () => {
@@ -782,7 +825,7 @@ describe('deny_server_requests: sampling/createMessage never reaches the client'
   });
 
   test('without the directive the sampling request is relayed (control)', async () => {
-    const c = await connect(gw, 'everything', null, { capabilities: { sampling: {} }, handlers: handlers() });
+    const c = await connect(gw, 'everything', null, { capabilities: { sampling: {}, elicitation: {} }, handlers: handlers() });
     const n = seen.length;
     const r = await c.client.callTool({ name: 'trigger-sampling-request', arguments: { prompt: 'say hi', maxTokens: 20 } },
       undefined, { timeout: 20000 });
@@ -792,7 +835,7 @@ describe('deny_server_requests: sampling/createMessage never reaches the client'
   });
 
   test('with it: the handler is never invoked and the tool call still completes', async () => {
-    const c = await connect(gw, 'nosampling', null, { capabilities: { sampling: {} }, handlers: handlers() });
+    const c = await connect(gw, 'nosampling', null, { capabilities: { sampling: {}, elicitation: {} }, handlers: handlers() });
     const n = seen.length;
     const t0 = Date.now();
     let outcome;
@@ -811,6 +854,10 @@ describe('deny_server_requests: sampling/createMessage never reaches the client'
     if (outcome.result) {
       assert.doesNotMatch(H.resultText(outcome.result), /sampled-answer-9c1d/, JSON.stringify(outcome.result));
     }
+    // only sampling is refused: elicitation still reaches the client
+    const el = await c.client.callTool({ name: 'trigger-elicitation-request', arguments: {} }, undefined, { timeout: 15000 });
+    assert.equal(elicited.length, 1, 'the elicitation handler ran');
+    assert.ok(!el.isError, JSON.stringify(el));
     // the session still works
     const e = await c.client.callTool({ name: 'echo', arguments: { message: 'after' } });
     assert.match(H.resultText(e), /after/);
