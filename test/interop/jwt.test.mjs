@@ -1,0 +1,523 @@
+// JWT bearer tokens through tollgate, with the official SDK client and the
+// CoWork OS stand-in behind it (initialize = "local").
+//
+// Everything is made at test time: an RSA-2048 key, a P-256 key and a 32-byte
+// HMAC secret (node:crypto), a JWKS with their public parts and the oct key,
+// and every token, signed here as a compact JWS (ES256 as raw r||s).
+//
+//   TOLLGATE_BIN=build/tollgate node --test test/interop/jwt.test.mjs
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+
+import * as H from './lib/harness.mjs';
+
+const ISSUER = 'https://idp.test';
+const AUDIENCE = 'tollgate';
+const SKEW_S = 60;
+const PUBLIC_URL = 'https://gw.example';
+const STATIC_TOKEN = H.randomToken();
+const UPSTREAM_TOKEN = H.randomToken();
+
+// The tool sets of the per-grant policies (the stand-in has many more).
+const ALICE_TOOLS = ['echo', 'execute_code'];
+const BOB_TOOLS = ['echo', 'run_command'];
+
+const cleanup = new H.Cleanup();
+let dir;
+let standin;
+let gw; // JWT issuer, base URL from the Host header
+let gwPublic; // the same with public_url
+let fetchFn;
+let keys;
+
+// ---------------------------------------------------------------------------
+// Keys and tokens
+
+function makeKeys() {
+  const rsa = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 });
+  const ec = crypto.generateKeyPairSync('ec', { namedCurve: 'P-256' });
+  const hmac = crypto.randomBytes(32);
+  const jwks = {
+    keys: [
+      { ...rsa.publicKey.export({ format: 'jwk' }), kid: 'rsa-1', alg: 'RS256', use: 'sig' },
+      { ...ec.publicKey.export({ format: 'jwk' }), kid: 'ec-1', alg: 'ES256', use: 'sig' },
+      { kty: 'oct', k: hmac.toString('base64url'), kid: 'hs-1', alg: 'HS256', use: 'sig' },
+    ],
+  };
+  for (const k of jwks.keys) assert.equal(k.d, undefined, 'no private part in the JWKS');
+  return {
+    rsa, ec, hmac, jwks,
+    rsaPublicPem: rsa.publicKey.export({ type: 'spki', format: 'pem' }),
+  };
+}
+
+const b64u = (v) => Buffer.from(typeof v === 'string' ? v : JSON.stringify(v)).toString('base64url');
+const nowS = () => Math.floor(Date.now() / 1000);
+
+const SIGNERS = {
+  RS256: (data) => crypto.sign('sha256', data, keys.rsa.privateKey),
+  ES256: (data) => crypto.sign('sha256', data, { key: keys.ec.privateKey, dsaEncoding: 'ieee-p1363' }),
+  HS256: (data) => crypto.createHmac('sha256', keys.hmac).update(data).digest(),
+};
+const KIDS = { RS256: 'rsa-1', ES256: 'ec-1', HS256: 'hs-1' };
+
+/** A compact JWS of header and payload, signed by sign(bytes) -> Buffer (or no signature). */
+function jws(header, payload, sign) {
+  const input = `${b64u(header)}.${b64u(payload)}`;
+  return `${input}.${sign ? sign(Buffer.from(input)).toString('base64url') : ''}`;
+}
+
+/**
+ * A token for `sub` (default alice), signed with alg's key from the JWKS.
+ * claims override the defaults (undefined removes one); kid: null leaves it out.
+ */
+function token({ alg = 'RS256', kid, sub = 'alice', claims = {}, header = {}, sign } = {}) {
+  const now = nowS();
+  const payload = { iss: ISSUER, aud: AUDIENCE, sub, iat: now, exp: now + 300, ...claims };
+  for (const k of Object.keys(payload)) if (payload[k] === undefined) delete payload[k];
+  const h = { alg, typ: 'JWT', ...header };
+  const k = kid === undefined ? KIDS[alg] : kid;
+  if (k !== null) h.kid = k;
+  return jws(h, payload, sign ?? SIGNERS[alg]);
+}
+
+const bearer = (t) => ({ Authorization: `Bearer ${t}` });
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+const logs = () => ({
+  'tollgate process': gw?.status(),
+  'tollgate stderr': gw?.stderr(),
+  'tollgate (public_url) stderr': gwPublic?.stderr(),
+  'stand-in output': standin?.output(),
+});
+const test = (name, opts, fn) => {
+  if (typeof opts === 'function') { fn = opts; opts = {}; }
+  return it(name, opts, H.withLogs(logs, fn));
+};
+
+const base = (g = gw) => `http://127.0.0.1:${g.plainPort}`;
+const gatewayUrl = (name = 'cowork-os', g = gw) => `${base(g)}/${name}/mcp`;
+const metadataPath = (name = 'cowork-os') => `/.well-known/oauth-protected-resource/${name}/mcp`;
+
+/** The auth-params of a `WWW-Authenticate: Bearer k="v", ...` header. */
+function parseWwwAuth(h) {
+  assert.ok(h, 'a WWW-Authenticate header');
+  const m = /^Bearer\s+(.*)$/i.exec(h);
+  assert.ok(m, `WWW-Authenticate uses the Bearer scheme: ${h}`);
+  const params = {};
+  const re = /\s*([A-Za-z_][A-Za-z0-9_-]*)="((?:[^"\\]|\\.)*)"\s*(?:,|$)/y;
+  let p;
+  while (re.lastIndex < m[1].length && (p = re.exec(m[1]))) {
+    assert.equal(params[p[1]], undefined, `auth-param ${p[1]} appears once: ${h}`);
+    params[p[1]] = p[2].replace(/\\(.)/g, '$1');
+  }
+  assert.equal(re.lastIndex, m[1].length, `WWW-Authenticate parses as quoted auth-params: ${h}`);
+  return params;
+}
+
+/** Number of stand-in records so far (to prove a refused request never reached it). */
+const standinCount = () => standin.records().length;
+
+/**
+ * POSTs an initialize with `tok` (undefined: no Authorization) and asserts a 401.
+ * Returns { r, params } with the parsed WWW-Authenticate auth-params.
+ */
+async function expect401(tok, { url = gatewayUrl(), metadata = `${base()}${metadataPath()}`, headers = {},
+  body = H.initializeBody(1) } = {}) {
+  const seen = standinCount();
+  const r = await H.postRaw(fetchFn, url, body, { ...(tok === undefined ? {} : bearer(tok)), ...headers });
+  assert.equal(r.status, 401, `HTTP ${r.status} ${r.text}`);
+  const params = parseWwwAuth(r.headers.get('www-authenticate'));
+  assert.equal(params.realm, 'tollgate');
+  assert.equal(params.resource_metadata, metadata, 'resource_metadata names the metadata URL');
+  assert.equal(r.messages[0]?.error?.code, -32600, `JSON-RPC error body: ${r.text}`);
+  assert.ok(!r.headers.get('mcp-session-id'), 'no session for a refused request');
+  assert.equal(standinCount(), seen, 'a refused request never reaches the upstream');
+  return { r, params };
+}
+
+/** Asserts a 401 with error="invalid_token" and the given error_description (a string or a list of allowed ones). */
+async function expectInvalid(tok, description, opts) {
+  const { r, params } = await expect401(tok, opts);
+  assert.equal(params.error, 'invalid_token', `error= of ${r.headers.get('www-authenticate')}`);
+  if (Array.isArray(description)) {
+    assert.ok(description.includes(params.error_description),
+      `error_description "${params.error_description}" is one of ${JSON.stringify(description)}`);
+  } else {
+    assert.equal(params.error_description, description);
+  }
+  return { r, params };
+}
+
+async function connect(tok, url = gatewayUrl()) {
+  return H.connectClient(url, { fetch: fetchFn, headers: bearer(tok), cleanup });
+}
+
+const toolNames = async (client) => (await client.listTools()).tools.map((t) => t.name).sort();
+
+async function expectDenied(client, name, args) {
+  const { types } = await H.loadSdk();
+  let err;
+  try { await client.callTool({ name, arguments: args }); } catch (e) { err = e; }
+  assert.ok(err instanceof types.McpError, `${name} must be refused, got ${err ?? 'a result'}`);
+  assert.equal(err.code, -32001, `${name}: code ${err.code}: ${err.message}`);
+}
+
+// ---------------------------------------------------------------------------
+// Setup
+
+before(async () => {
+  H.requireNodeModules();
+  dir = H.makeTempDir(cleanup);
+  keys = makeKeys();
+  const jwksFile = path.join(dir, 'jwks.json');
+  fs.writeFileSync(jwksFile, JSON.stringify(keys.jwks, null, 2) + '\n');
+  const policy = (tools) => {
+    const f = path.join(dir, `policy-${tools.join('-')}.json`);
+    fs.writeFileSync(f, JSON.stringify({
+      version: '1', default: 'deny',
+      tools: Object.fromEntries(tools.map((t) => [t, { action: 'allow' }])),
+    }) + '\n');
+    return f;
+  };
+  standin = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin.log') });
+  const opts = (file, extra = {}) => ({
+    file,
+    listeners: [{}],
+    jwt: [{ issuer: ISSUER, audience: AUDIENCE, jwks_file: jwksFile, grant_claim: 'sub', skew_s: SKEW_S }],
+    grants: [
+      { name: 'alice', policies: [{ upstream: 'cowork-os', policy: policy(ALICE_TOOLS) }] },
+      { name: 'bob', policies: [{ upstream: 'cowork-os', policy: policy(BOB_TOOLS) }] },
+      { name: 'carol', token_sha256: H.sha256hex(STATIC_TOKEN) },
+    ],
+    upstreams: [{
+      name: 'cowork-os', url: standin.url, default: true, initialize: 'local',
+      headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` },
+    }],
+    ...extra,
+  });
+  gw = await H.startTollgate(H.writeConf(dir, opts('tollgate.conf')), { cleanup, listeners: 1 });
+  gwPublic = await H.startTollgate(H.writeConf(dir, opts('tollgate-public.conf', { public_url: PUBLIC_URL })),
+    { cleanup, listeners: 1 });
+  fetchFn = H.makeFetch({ cleanup });
+});
+
+after(() => cleanup.run());
+
+// ---------------------------------------------------------------------------
+
+describe('valid JWTs name the grant; its policy applies', () => {
+  for (const alg of ['RS256', 'ES256', 'HS256']) {
+    test(`${alg}: alice connects with the SDK and calls a tool her policy allows`, async () => {
+      const c = await connect(token({ alg }));
+      assert.ok(c.transport.sessionId, 'Mcp-Session-Id issued');
+      const r = await c.client.callTool({ name: 'echo', arguments: { text: `hello via ${alg}` } });
+      assert.equal(H.resultText(r), `hello via ${alg}`);
+      const calls = standin.records().filter((x) => x.msg?.method === 'tools/call' && x.msg.params?.arguments?.text === `hello via ${alg}`);
+      assert.equal(calls.length, 1, 'the call reached the stand-in');
+      assert.equal(calls[0].http.headers.authorization, `Bearer ${UPSTREAM_TOKEN}`, 'upstream got the gateway-held credential, not the JWT');
+      assert.deepEqual(c.errors.map(String), []);
+      await c.close();
+    });
+  }
+
+  test('without a kid every key that suits the alg is tried (RS256, ES256, HS256)', async () => {
+    for (const alg of ['RS256', 'ES256', 'HS256']) {
+      const c = await connect(token({ alg, kid: null }));
+      assert.equal(H.resultText(await c.client.callTool({ name: 'echo', arguments: { text: alg } })), alg);
+      await c.close();
+    }
+  });
+
+  test('alice and bob see their own tool sets in tools/list, and are refused the other\'s tools', async () => {
+    const alice = await connect(token({ alg: 'ES256', sub: 'alice' }));
+    const bob = await connect(token({ alg: 'RS256', sub: 'bob' }));
+    assert.deepEqual(await toolNames(alice.client), [...ALICE_TOOLS].sort());
+    assert.deepEqual(await toolNames(bob.client), [...BOB_TOOLS].sort());
+    await expectDenied(alice.client, 'run_command', { command: 'id' });
+    await expectDenied(bob.client, 'execute_code', { language: 'python', code: 'print(1)' });
+    const r = await bob.client.callTool({ name: 'echo', arguments: { text: 'bob here' } });
+    assert.equal(H.resultText(r), 'bob here');
+    const leaked = standin.records().filter((x) => x.msg?.method === 'tools/call' &&
+      ['run_command', 'execute_code'].includes(x.msg.params?.name));
+    assert.deepEqual(leaked, [], 'denied calls never reached the stand-in');
+    await alice.close();
+    await bob.close();
+  });
+
+  test('a static-token grant works alongside the JWT grants (upstream policy: everything)', async () => {
+    const c = await connect(STATIC_TOKEN);
+    const names = await toolNames(c.client);
+    for (const n of ['echo', 'execute_code', 'run_command', 'slow', 'resend.send_email']) {
+      assert.ok(names.includes(n), `carol sees ${n}; got ${names.join(', ')}`);
+    }
+    assert.equal(H.resultText(await c.client.callTool({ name: 'echo', arguments: { text: 'carol' } })), 'carol');
+    await c.close();
+    await expectInvalid(STATIC_TOKEN + 'x', 'invalid token');
+  });
+
+  test('a JWT also works on /mcp (the default upstream)', async () => {
+    const c = await connect(token({ alg: 'HS256' }), `${base()}/mcp`);
+    assert.deepEqual(await toolNames(c.client), [...ALICE_TOOLS].sort());
+    await c.close();
+  });
+
+  test('aud may be an array holding the audience', async () => {
+    const c = await connect(token({ claims: { aud: ['other', AUDIENCE] } }));
+    assert.equal(H.resultText(await c.client.callTool({ name: 'echo', arguments: { text: 'aud[]' } })), 'aud[]');
+    await c.close();
+  });
+
+  test(`exp and nbf within skew_s (${SKEW_S} s) are accepted`, async () => {
+    const now = nowS();
+    for (const claims of [{ exp: now - 20 }, { nbf: now + 20 }, { iat: now + 20 }]) {
+      const c = await connect(token({ claims }));
+      assert.ok(c.transport.sessionId, `accepted: ${JSON.stringify(claims)}`);
+      await c.close();
+    }
+  });
+
+  test('the token is checked on every request, not only at initialize', async () => {
+    const c = await connect(token({ alg: 'RS256' }));
+    const h = { 'mcp-session-id': c.transport.sessionId, 'mcp-protocol-version': c.transport.protocolVersion };
+    const list = { jsonrpc: '2.0', id: 7, method: 'tools/list' };
+    // a fresh token for the same grant carries on the session
+    const ok = await H.postRaw(fetchFn, gatewayUrl(), list, { ...h, ...bearer(token({ alg: 'HS256' })) });
+    assert.equal(ok.status, 200, ok.text);
+    assert.deepEqual(ok.messages[0]?.result?.tools?.map((t) => t.name).sort(), [...ALICE_TOOLS].sort());
+    // an expired one does not
+    await expectInvalid(token({ claims: { exp: nowS() - 3600 } }), 'expired', { body: list, headers: h });
+    // bob's valid token on alice's session: 404 like an unknown session
+    const other = await H.postRaw(fetchFn, gatewayUrl(), list, { ...h, ...bearer(token({ sub: 'bob' })) });
+    assert.equal(other.status, 404, `bob on alice's session: HTTP ${other.status} ${other.text}`);
+    await c.close();
+  });
+});
+
+describe('refused tokens: 401 with error="invalid_token" and the reason', () => {
+  test('the SDK client gets the 401 when connecting with a bad token', async () => {
+    const { StreamableHTTPError } = await H.loadSdk();
+    let err;
+    try { await connect(token({ claims: { exp: nowS() - 3600 } })); } catch (e) { err = e; }
+    assert.ok(err instanceof StreamableHTTPError, `StreamableHTTPError expected, got ${err}`);
+    assert.equal(err.code, 401, String(err));
+  });
+
+  test('expired (exp in the past beyond the skew) → "expired"', async () => {
+    for (const alg of ['RS256', 'ES256', 'HS256']) {
+      await expectInvalid(token({ alg, claims: { exp: nowS() - SKEW_S - 60 } }), 'expired');
+    }
+  });
+
+  test('nbf (or iat) in the future beyond the skew → "not yet valid"', async () => {
+    await expectInvalid(token({ claims: { nbf: nowS() + 3600 } }), 'not yet valid');
+    await expectInvalid(token({ claims: { iat: nowS() + 3600 } }), 'not yet valid');
+  });
+
+  test('no exp → refused', async () => {
+    const { params } = await expectInvalid(token({ claims: { exp: undefined } }), ['malformed token', 'expired']);
+    assert.ok(params.error_description);
+  });
+
+  test('wrong audience → "wrong audience"', async () => {
+    await expectInvalid(token({ claims: { aud: 'someone-else' } }), 'wrong audience');
+    await expectInvalid(token({ claims: { aud: ['someone-else', 'tollgate2'] } }), 'wrong audience');
+    await expectInvalid(token({ claims: { aud: undefined } }), 'wrong audience');
+  });
+
+  test('wrong issuer → "wrong issuer"', async () => {
+    await expectInvalid(token({ claims: { iss: 'https://evil.test' } }), 'wrong issuer');
+    await expectInvalid(token({ claims: { iss: `${ISSUER}/` } }), 'wrong issuer');
+    await expectInvalid(token({ claims: { iss: undefined } }), 'wrong issuer');
+  });
+
+  test('tampered payload (sub changed to bob, not re-signed) → "bad signature"', async () => {
+    for (const alg of ['RS256', 'ES256', 'HS256']) {
+      const [h, , s] = token({ alg, sub: 'alice' }).split('.');
+      const now = nowS();
+      const forged = b64u({ iss: ISSUER, aud: AUDIENCE, sub: 'bob', iat: now, exp: now + 300 });
+      await expectInvalid(`${h}.${forged}.${s}`, 'bad signature');
+    }
+  });
+
+  test('signed by another key with the same kid → "bad signature"', async () => {
+    const other = crypto.generateKeyPairSync('ec', { namedCurve: 'P-256' });
+    await expectInvalid(token({
+      alg: 'ES256',
+      sign: (d) => crypto.sign('sha256', d, { key: other.privateKey, dsaEncoding: 'ieee-p1363' }),
+    }), 'bad signature');
+  });
+
+  test('an ES256 signature in ASN.1 DER instead of raw r||s is refused', async () => {
+    const t = token({ alg: 'ES256', sign: (d) => crypto.sign('sha256', d, keys.ec.privateKey) });
+    await expectInvalid(t, ['bad signature', 'malformed token']);
+  });
+
+  test('alg "none" → refused', async () => {
+    // unsigned, as an attacker would send it
+    await expectInvalid(jws({ alg: 'none', typ: 'JWT' }, { iss: ISSUER, aud: AUDIENCE, sub: 'alice', exp: nowS() + 300 }),
+      ['unsupported alg', 'malformed token']);
+    // with a signature part that is not empty, the alg alone is the reason
+    await expectInvalid(token({ header: { alg: 'none' } }), 'unsupported alg');
+    await expectInvalid(token({ header: { alg: 'None' } }), 'unsupported alg');
+    await expectInvalid(token({ header: { alg: 'HS512' } }), 'unsupported alg');
+  });
+
+  test('HS256 with the RSA public key (PEM) as HMAC secret (alg confusion) → refused', async () => {
+    const confused = (d) => crypto.createHmac('sha256', keys.rsaPublicPem).update(d).digest();
+    await expectInvalid(token({ alg: 'HS256', kid: null, sign: confused }), 'bad signature');
+    await expectInvalid(token({ alg: 'HS256', kid: 'rsa-1', sign: confused }), ['unknown key', 'bad signature']);
+    // and the RSA key's DER form, for good measure
+    const der = keys.rsa.publicKey.export({ type: 'spki', format: 'der' });
+    await expectInvalid(token({ alg: 'HS256', kid: 'rsa-1', sign: (d) => crypto.createHmac('sha256', der).update(d).digest() }),
+      ['unknown key', 'bad signature']);
+  });
+
+  test('an unknown kid → "unknown key"', async () => {
+    await expectInvalid(token({ alg: 'RS256', kid: 'nope' }), 'unknown key');
+  });
+
+  test('a token naming no configured grant → "the token names no configured grant"', async () => {
+    await expectInvalid(token({ sub: 'mallory' }), 'the token names no configured grant');
+    await expectInvalid(token({ alg: 'ES256', sub: 'ALICE' }), 'the token names no configured grant');
+  });
+
+  test('no grant claim → "missing grant claim"', async () => {
+    await expectInvalid(token({ claims: { sub: undefined } }), 'missing grant claim');
+    await expectInvalid(token({ claims: { sub: '' } }), 'missing grant claim');
+    await expectInvalid(token({ claims: { sub: 42 } }), 'missing grant claim');
+  });
+
+  test('garbage shaped like a JWT → "malformed token"', async () => {
+    await expectInvalid('a.b.c', 'malformed token');
+    await expectInvalid(`${b64u({ alg: 'RS256' })}.e30.${'A'.repeat(10)}=`, 'malformed token');
+  });
+
+  test('missing Authorization → 401 with resource_metadata and no error=', async () => {
+    const { r, params } = await expect401(undefined);
+    assert.equal(params.error, undefined, `no error= without a token: ${r.headers.get('www-authenticate')}`);
+    assert.equal(params.error_description, undefined);
+  });
+});
+
+describe('RFC 9728 protected-resource metadata', () => {
+  test('the resource_metadata URL from the 401 serves the metadata', async () => {
+    const { params } = await expect401(undefined);
+    const url = new URL(params.resource_metadata);
+    assert.equal(url.origin, base());
+    const res = await fetchFn(url, { headers: { accept: 'application/json' } });
+    const text = await res.text();
+    assert.equal(res.status, 200, `GET ${url}: HTTP ${res.status} ${text}`);
+    assert.match(res.headers.get('content-type') ?? '', /^application\/json/);
+    const m = JSON.parse(text);
+    assert.equal(m.resource, gatewayUrl());
+    assert.deepEqual(m.authorization_servers, [ISSUER]);
+    assert.deepEqual(m.bearer_methods_supported, ['header']);
+    assert.equal(typeof m.resource_name, 'string');
+  });
+
+  test('the SDK finds the metadata from the 401 and accepts its resource for the server URL', async () => {
+    const auth = await import('@modelcontextprotocol/sdk/client/auth.js');
+    const { checkResourceAllowed } = await import('@modelcontextprotocol/sdk/shared/auth-utils.js');
+    const res = await fetchFn(gatewayUrl(), {
+      method: 'POST', headers: { ...H.MCP_HEADERS, ...bearer(token({ claims: { exp: 1 } })) },
+      body: JSON.stringify(H.initializeBody(1)),
+    });
+    await res.text();
+    assert.equal(res.status, 401);
+    const www = auth.extractWWWAuthenticateParams(res);
+    assert.equal(www.error, 'invalid_token');
+    assert.equal(www.resourceMetadataUrl?.href, `${base()}${metadataPath()}`);
+    const m = await auth.discoverOAuthProtectedResourceMetadata(gatewayUrl(), { resourceMetadataUrl: www.resourceMetadataUrl }, fetchFn);
+    assert.deepEqual(m.authorization_servers, [ISSUER]);
+    assert.ok(checkResourceAllowed({ requestedResource: gatewayUrl(), configuredResource: m.resource }),
+      `the SDK accepts resource ${m.resource} for ${gatewayUrl()}`);
+    // path-aware discovery from the server URL alone finds the same document
+    const d = await auth.discoverOAuthProtectedResourceMetadata(gatewayUrl(), {}, fetchFn);
+    assert.deepEqual(d, m);
+  });
+
+  test('on /mcp the 401 leads to metadata whose resource the SDK accepts for /mcp', async () => {
+    const auth = await import('@modelcontextprotocol/sdk/client/auth.js');
+    const { checkResourceAllowed } = await import('@modelcontextprotocol/sdk/shared/auth-utils.js');
+    const server = `${base()}/mcp`;
+    const res = await fetchFn(server, { method: 'POST', headers: H.MCP_HEADERS, body: JSON.stringify(H.initializeBody(1)) });
+    await res.text();
+    assert.equal(res.status, 401);
+    const www = auth.extractWWWAuthenticateParams(res);
+    assert.ok(www.resourceMetadataUrl, 'resource_metadata on /mcp');
+    const m = await auth.discoverOAuthProtectedResourceMetadata(server, { resourceMetadataUrl: www.resourceMetadataUrl }, fetchFn);
+    assert.ok(checkResourceAllowed({ requestedResource: server, configuredResource: m.resource }),
+      `resource_metadata ${www.resourceMetadataUrl} has resource ${m.resource}, which the SDK refuses for ${server} ` +
+      '(RFC 9728 §3.3: the resource must be the URL the metadata path was derived from)');
+  });
+
+  test('the base URL comes from the Host header (and only a plain host[:port] is used)', async () => {
+    const get = async (host) => {
+      const res = await fetchFn(`${base()}${metadataPath()}`, { headers: { host } });
+      const text = await res.text();
+      assert.equal(res.status, 200, `Host ${host}: HTTP ${res.status} ${text}`);
+      return JSON.parse(text);
+    };
+    assert.equal((await get('mcp.example.com:8443')).resource, 'http://mcp.example.com:8443/cowork-os/mcp');
+    assert.equal((await get('evil.test/x"y')).resource, `${base()}/cowork-os/mcp`, 'an odd Host falls back to the listener address');
+    const r = await H.postRaw(fetchFn, gatewayUrl(), H.initializeBody(1), { host: 'mcp.example.com:8443' });
+    assert.equal(r.status, 401);
+    assert.equal(parseWwwAuth(r.headers.get('www-authenticate')).resource_metadata,
+      `http://mcp.example.com:8443${metadataPath()}`);
+  });
+
+  test('an unknown upstream and look-alike paths get 404', async () => {
+    const wrong = [];
+    for (const p of [
+      metadataPath('nope'),
+      '/.well-known/oauth-protected-resource',
+      '/.well-known/oauth-protected-resource?x=1',
+      '/.well-known/oauth-protected-resourcex/cowork-os/mcp',
+      '/.well-known/oauth-protected-resource-cowork-os/mcp',
+      '/.well-known/oauth-protected-resourcex/mcp',
+      '/.well-known/oauth-protected-resource/cowork-os/mcpx',
+    ]) {
+      const res = await fetchFn(`${base()}${p}`);
+      const text = await res.text();
+      if (res.status !== 404) wrong.push(`GET ${p}: HTTP ${res.status} ${text}`);
+    }
+    assert.deepEqual(wrong, []);
+    gw.assertNoSanitizerReport();
+  });
+
+  test(`with public_url = "${PUBLIC_URL}", resource_metadata and resource use it`, async () => {
+    const pub = { url: gatewayUrl('cowork-os', gwPublic), metadata: `${PUBLIC_URL}${metadataPath()}` };
+    await expectInvalid(token({ claims: { aud: 'x' } }), 'wrong audience', pub);
+    const { params } = await expect401(undefined, pub);
+    assert.equal(params.error, undefined);
+    // the document is served locally but names the public URL, whatever the Host
+    for (const headers of [{}, { host: 'mcp.example.com:8443' }]) {
+      const res = await fetchFn(`${base(gwPublic)}${metadataPath()}`, { headers });
+      const text = await res.text();
+      assert.equal(res.status, 200, `HTTP ${res.status} ${text}`);
+      const m = JSON.parse(text);
+      assert.equal(m.resource, `${PUBLIC_URL}/cowork-os/mcp`);
+      assert.deepEqual(m.authorization_servers, [ISSUER]);
+    }
+    // and a valid token still works there
+    const c = await connect(token({ alg: 'ES256', sub: 'bob' }), gatewayUrl('cowork-os', gwPublic));
+    assert.deepEqual(await toolNames(c.client), [...BOB_TOOLS].sort());
+    await c.close();
+  });
+});
+
+describe('after all that', () => {
+  test('the gateways are still running and logged no sanitizer report', async () => {
+    for (const g of [gw, gwPublic]) {
+      assert.equal(g.status(), 'running');
+      g.assertNoSanitizerReport();
+    }
+  });
+});
