@@ -126,9 +126,11 @@ void tg_msg_write_with_id(struct tg_buf *out, struct tg_msg *m, uint64_t gid)
     tg_buf_append(out, "}", 1);
 }
 
-/* Methods and notifications a client may send, from the MCP specification
- * (2024-11-05 through 2025-11-25). Anything else is refused unless a policy names it. */
-static const char *const standard_methods[] = {
+/* Requests and notifications a client may send, from the MCP specification
+ * (2024-11-05 through 2025-11-25). A request method sent as a notification (no id),
+ * or the other way round, is not standard: "tools/call" without an id must not slip
+ * through as a notification. Anything else is refused unless a policy names it. */
+static const char *const standard_requests[] = {
     "initialize",
     "ping",
     "tools/list",
@@ -146,6 +148,10 @@ static const char *const standard_methods[] = {
     "tasks/result",
     "tasks/list",
     "tasks/cancel",
+    NULL,
+};
+
+static const char *const standard_notifications[] = {
     "notifications/initialized",
     "notifications/cancelled",
     "notifications/progress",
@@ -154,10 +160,11 @@ static const char *const standard_methods[] = {
     NULL,
 };
 
-int tg_msg_is_standard_client_method(const char *method)
+int tg_msg_is_standard_client_method(const char *method, enum tg_msg_kind kind)
 {
-    for (int i = 0; standard_methods[i]; i++)
-        if (strcmp(method, standard_methods[i]) == 0)
+    const char *const *list = kind == TG_MSG_NOTIFICATION ? standard_notifications : standard_requests;
+    for (int i = 0; list[i]; i++)
+        if (strcmp(method, list[i]) == 0)
             return 1;
     return 0;
 }

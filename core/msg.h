@@ -41,8 +41,9 @@ void tg_msg_dispose(struct tg_msg *m);
 /* Serialize m with its id replaced by the decimal gateway id `gid` (requests only). */
 void tg_msg_write_with_id(struct tg_buf *out, struct tg_msg *m, uint64_t gid);
 
-/* Is `method` a method or notification defined by the MCP specification for a client to send? */
-int tg_msg_is_standard_client_method(const char *method);
+/* Is `method` defined by the MCP specification for a client to send as this kind of message
+ * (a request method as a request, a notification as a notification)? */
+int tg_msg_is_standard_client_method(const char *method, enum tg_msg_kind kind);
 
 /* Append a JSON-RPC error object. id_raw NULL means "null". data_json may be NULL (raw JSON text). */
 void tg_rpc_error(struct tg_buf *out, const char *id_raw, size_t id_len, int code, const char *message,

@@ -1136,6 +1136,31 @@ static void handle_request(struct tg_server *srv, struct tg_conn *c, struct tg_b
     tg_buf_dispose(&out);
 }
 
+static void approval_finish(struct tg_call *k, int approve, const char *by, const char *why);
+
+/* notifications/cancelled naming a call still parked for approval: it is withdrawn and never
+ * forwarded, whatever an approver does later. */
+static int cancel_parked(struct tg_session *s, struct tg_msg *m)
+{
+    cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
+    cJSON *rid = cJSON_GetObjectItemCaseSensitive(params, "requestId");
+    char want[160];
+    if (cJSON_IsString(rid) && strlen(rid->valuestring) < sizeof(want) - 1)
+        snprintf(want, sizeof(want), "s%s", rid->valuestring);
+    else if (cJSON_IsNumber(rid) && rid->valuestring && strlen(rid->valuestring) < sizeof(want) - 1)
+        snprintf(want, sizeof(want), "n%s", rid->valuestring);
+    else
+        return 0;
+    for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        if (k->parked && k->id_key && strcmp(k->id_key, want) == 0) {
+            approval_finish(k, 0, "client", "cancelled");
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Notifications and responses from the client. */
 static void handle_forward(struct tg_server *srv, struct tg_conn *c, struct tg_batch *b, struct route *rt,
                            struct tg_session *s, struct tg_msg *m)
@@ -1144,6 +1169,11 @@ static void handle_forward(struct tg_server *srv, struct tg_conn *c, struct tg_b
         srv->metrics.rpc_notifications++;
     else
         srv->metrics.rpc_responses++;
+    if (m->kind == TG_MSG_NOTIFICATION && strcmp(m->method, "notifications/cancelled") == 0 &&
+        cancel_parked(s, m)) {
+        reply_accepted(c, b);
+        return;
+    }
     if (m->kind == TG_MSG_NOTIFICATION && strcmp(m->method, "notifications/cancelled") == 0 &&
         !rewrite_cancel(s, m, srv->conf->limits.json_depth)) {
         /* Not one of this session's calls in flight: nothing to cancel upstream. */
@@ -1170,7 +1200,18 @@ static void dispatch_message(struct tg_server *srv, struct tg_conn *c, struct tg
     struct tg_policy *pol = tg_conf_policy_for(srv->conf, g, rt->upstream);
     /* Messages a client may send: standard MCP methods, methods the policy names, and
      * responses to the server's requests. */
-    if (m->kind != TG_MSG_RESPONSE && !tg_msg_is_standard_client_method(m->method) &&
+    if (m->kind == TG_MSG_NOTIFICATION && tg_msg_is_standard_client_method(m->method, TG_MSG_REQUEST)) {
+        /* A request method without an id would run upstream unanswered and undecided. */
+        srv->metrics.decisions[1]++;
+        char msg[200];
+        snprintf(msg, sizeof(msg), "Invalid Request: %s is a request and needs an id", m->method);
+        if (b != NULL)
+            batch_add_error(b, NULL, 0, TG_RPC_INVALID_REQUEST, msg, NULL);
+        else
+            respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, msg, NULL);
+        return;
+    }
+    if (m->kind != TG_MSG_RESPONSE && !tg_msg_is_standard_client_method(m->method, m->kind) &&
         !tg_policy_method_allowed(pol, m->method)) {
         srv->metrics.rpc_refused_nonstandard++;
         srv->metrics.decisions[1]++;
@@ -1727,9 +1768,14 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
         char by[96] = "admin";
         struct tg_slice who = tg_http_req_header(&c->req, "x-tollgate-approver");
         if (who.ptr != NULL && who.len > 0) {
-            char esc[96];
-            tg_log_esc(esc, sizeof(esc), who);
-            snprintf(by, sizeof(by), "admin:%.*s", (int)(strlen(esc) - 2), esc + 1);
+            /* Recorded as given (JSON-escaped where it is written), printable ASCII only, bounded. */
+            size_t o = strlen(by);
+            by[o++] = ':';
+            for (size_t i = 0; i < who.len && o < sizeof(by) - 1; i++) {
+                unsigned char ch = (unsigned char)who.ptr[i];
+                by[o++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
+            }
+            by[o] = '\0';
         }
         char idcopy[33];
         snprintf(idcopy, sizeof(idcopy), "%s", k->approval_id);
@@ -1843,16 +1889,19 @@ static void approval_finish(struct tg_call *k, int approve, const char *by, cons
         tg_buf_dispose(&body);
         return;
     }
-    if (why == NULL)
+    int cancelled = why != NULL && strcmp(why, "cancelled") == 0;
+    if (why == NULL || cancelled)
         srv->metrics.approvals_rejected++;
     else
         srv->metrics.approvals_expired++;
-    audit_call(k, why ? "expired" : "rejected", -1, NULL, by);
+    audit_call(k, cancelled ? "cancelled" : why ? "expired" : "rejected", -1, NULL, by);
     tg_log(TG_LOG_INFO, why ? "approval timed out" : "approval denied", "approval_id=%s by=%s", k->approval_id,
            by ? by : "-");
     if (k->conn) {
         struct tg_decision d = *k->dec;
-        if (why)
+        if (cancelled)
+            snprintf(d.message, sizeof(d.message), "%s was cancelled by the client before approval; the call was not made", k->tool);
+        else if (why)
             snprintf(d.message, sizeof(d.message), "%s was not approved in time; the call was not made", k->tool);
         else
             snprintf(d.message, sizeof(d.message), "%s was refused by a human approver; the call was not made",

@@ -1183,7 +1183,9 @@ static void go_float(double d, char *out, size_t n)
         snprintf(out, n, "%.*f", prec - 1 - exp > 0 ? prec - 1 - exp : 0, d);
 }
 
-static int scalar_str(const cJSON *v, char *buf, size_t n, const char **out)
+/* policy_side: a number written in the policy prints every digit when it is an integer, as
+ * Intercept's YAML loader reads it as an int; an argument is a float64 as JSON decodes it. */
+static int scalar_str(const cJSON *v, char *buf, size_t n, const char **out, int policy_side)
 {
     if (cJSON_IsString(v)) {
         *out = v->valuestring;
@@ -1198,7 +1200,11 @@ static int scalar_str(const cJSON *v, char *buf, size_t n, const char **out)
         return 1;
     }
     if (cJSON_IsNumber(v)) {
-        go_float(v->valuedouble, buf, n);
+        double d = v->valuedouble;
+        if (policy_side && d == floor(d) && fabs(d) < 9.2e18)
+            snprintf(buf, n, "%lld", (long long)d);
+        else
+            go_float(d, buf, n);
         *out = buf;
         return 1;
     }
@@ -1211,7 +1217,7 @@ static int val_eq(const cJSON *a, const cJSON *b)
         return a->valuedouble == b->valuedouble;
     char ba[64], bb[64];
     const char *sa, *sb;
-    if (scalar_str(a, ba, sizeof(ba), &sa) && scalar_str(b, bb, sizeof(bb), &sb))
+    if (scalar_str(a, ba, sizeof(ba), &sa, 0) && scalar_str(b, bb, sizeof(bb), &sb, 1))
         return strcmp(sa, sb) == 0;
     return cJSON_Compare(a, b, 1); /* lists and maps: structural equality */
 }
@@ -1263,9 +1269,16 @@ static void counter_hash(const struct pcounter *pc, const struct tg_caller *who,
                      pc->scope == SCOPE_SESSION ? 's' : pc->scope == SCOPE_GLOBAL ? '*' : 'g', id ? id : "");
     if (n < 0)
         n = 0;
-    if ((size_t)n >= sizeof(key))
-        n = sizeof(key) - 1;
-    tg_counters_hash(key, (size_t)n, h1, h2);
+    if ((size_t)n < sizeof(key)) {
+        tg_counters_hash(key, (size_t)n, h1, h2);
+        return;
+    }
+    /* Long names: the whole key, never a truncated one (two grants must not share counters). */
+    char *big = tg_xmalloc((size_t)n + 1);
+    snprintf(big, (size_t)n + 1, "%s\x1f%s\x1f%c\x1f%s", who->upstream ? who->upstream : "", pc->key,
+             pc->scope == SCOPE_SESSION ? 's' : pc->scope == SCOPE_GLOBAL ? '*' : 'g', id ? id : "");
+    tg_counters_hash(big, (size_t)n, h1, h2);
+    free(big);
 }
 
 static int64_t window_start(int64_t now_ms, int64_t window_ms) { return now_ms - (now_ms % window_ms); }
@@ -1343,8 +1356,13 @@ static void note_counter(struct tg_decision *d, const char *label, double value)
     struct tg_buf b;
     tg_buf_init(&b);
     tg_json_write_string(&b, label, strlen(label));
-    snprintf(d->counters_json + len, sizeof(d->counters_json) - len, "%s%.*s:%g", len ? "," : "",
-             (int)(b.len < 120 ? b.len : 120), b.base, value);
+    char num[40];
+    if (value == floor(value) && fabs(value) < 9.2e18)
+        snprintf(num, sizeof(num), "%lld", (long long)value);
+    else
+        snprintf(num, sizeof(num), "%.17g", value);
+    snprintf(d->counters_json + len, sizeof(d->counters_json) - len, "%s%.*s:%s", len ? "," : "",
+             (int)(b.len < 120 ? b.len : 120), b.base, num);
     tg_buf_dispose(&b);
 }
 
@@ -1388,6 +1406,8 @@ static int reserve_rules(const struct tg_policy *p, struct tg_counters *cs, cons
             double nowv;
             if (!tg_window_add(cs, h1, h2, ws, pc->window_ms, amount, r->limit, 1, &nowv)) {
                 refund_all(cs, d);
+                d->counters_json[0] = '\0';
+                note_counter(d, pc->key + 2, nowv);
                 uint64_t retry = (uint64_t)(ws + pc->window_ms - now_ms);
                 d->retry_after_ms = retry;
                 snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
@@ -1426,6 +1446,8 @@ static int reserve_limits(const struct tg_policy *p, struct tg_counters *cs, con
             counter_hash(pc, who, &h1, &h2);
             if (!tg_bucket_take(cs, h1, h2, pc->capacity, pc->per_ms, 1, now_ms, &left, &retry)) {
                 refund_all(cs, d);
+                d->counters_json[0] = '\0';
+                note_counter(d, pc->key + 2, left);
                 d->retry_after_ms = retry;
                 snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
                 set_decision(d, TG_VERDICT_LIMITED, pc->key + 2, "%s is limited to %s %s; retry in %llu s", tool,
@@ -1486,6 +1508,7 @@ void tg_policy_decide_call(const struct tg_policy *p, struct tg_counters *cs, co
                 if (c->is_state && c->counter >= 0) {
                     const struct pcounter *pc = &p->counters[c->counter];
                     int64_t ws = window_start(now_ms, pc->window_ms);
+                    note_counter(d, pc->key + 2, state_value(p, cs, who, c->counter, now_ms));
                     d->retry_after_ms = (uint64_t)(ws + pc->window_ms - now_ms);
                     snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
                     set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s",

@@ -213,21 +213,31 @@ static int parse_node(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out
     }
     case YAML_MAPPING_START_EVENT: {
         cJSON *obj = cJSON_CreateObject();
+        cJSON *merged = NULL; /* members from "<<" merge keys; explicit keys win over them */
         *out = obj;
         char *anchor = ev->data.mapping_start.anchor ? strdup((const char *)ev->data.mapping_start.anchor) : NULL;
         for (;;) {
             yaml_event_t k;
             if (!yaml_parser_parse(&b->parser, &k)) {
+                cJSON_Delete(merged);
                 free(anchor);
                 return yerr(b, b->parser.problem ? b->parser.problem : "syntax error", b->parser.problem_mark.line);
             }
             if (k.type == YAML_MAPPING_END_EVENT) {
                 yaml_event_delete(&k);
+                if (merged != NULL) {
+                    for (cJSON *f = merged->child; f; f = f->next)
+                        if (cJSON_GetObjectItemCaseSensitive(obj, f->string) == NULL)
+                            cJSON_AddItemToObject(obj, f->string, cJSON_Duplicate(f, 1));
+                    cJSON_Delete(merged);
+                    merged = NULL;
+                }
                 break;
             }
             if (k.type != YAML_SCALAR_EVENT) {
                 size_t line = k.start_mark.line;
                 yaml_event_delete(&k);
+                cJSON_Delete(merged);
                 free(anchor);
                 return yerr(b, "mapping keys must be scalars", line);
             }
@@ -237,19 +247,68 @@ static int parse_node(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out
             yaml_event_delete(&k);
             if (key == NULL || strlen(key) != klen) {
                 free(key);
+                cJSON_Delete(merged);
                 free(anchor);
                 return yerr(b, "invalid mapping key", kline);
+            }
+            if (strcmp(key, "<<") == 0) {
+                /* A merge key (<<: *base or <<: [*a, *b]): its members apply unless the mapping
+                 * sets them itself, as yaml.v3 (Intercept's loader) does. */
+                yaml_event_t v;
+                if (!yaml_parser_parse(&b->parser, &v)) {
+                    free(key);
+                    cJSON_Delete(merged);
+                    free(anchor);
+                    cJSON_Delete(merged);
+                    return yerr(b, b->parser.problem ? b->parser.problem : "syntax error", b->parser.problem_mark.line);
+                }
+                cJSON *src;
+                int r = parse_node(b, &v, depth + 1, &src);
+                yaml_event_delete(&v);
+                free(key);
+                if (r != 0) {
+                    cJSON_Delete(src);
+                    cJSON_Delete(merged);
+                    free(anchor);
+                    return r;
+                }
+                if (merged == NULL)
+                    merged = cJSON_CreateObject();
+                cJSON *one = cJSON_IsObject(src) ? src : NULL;
+                cJSON *list = cJSON_IsArray(src) ? src->child : NULL;
+                if (one == NULL && list == NULL && !cJSON_IsArray(src)) {
+                    cJSON_Delete(src);
+                    cJSON_Delete(merged);
+                    free(anchor);
+                    return yerr(b, "a merge key (<<) needs a mapping or a list of mappings", kline);
+                }
+                for (cJSON *m = one ? one : list; m; m = one ? NULL : m->next) {
+                    if (!cJSON_IsObject(m)) {
+                        cJSON_Delete(src);
+                        cJSON_Delete(merged);
+                        cJSON_Delete(merged);
+                        free(anchor);
+                        return yerr(b, "a merge key (<<) needs a mapping or a list of mappings", kline);
+                    }
+                    for (cJSON *f = m->child; f; f = f->next)
+                        if (cJSON_GetObjectItemCaseSensitive(merged, f->string) == NULL)
+                            cJSON_AddItemToObject(merged, f->string, cJSON_Duplicate(f, 1));
+                }
+                cJSON_Delete(src);
+                continue;
             }
             if (cJSON_GetObjectItemCaseSensitive(obj, key) != NULL) {
                 char why[200];
                 snprintf(why, sizeof(why), "duplicate key \"%.100s\"", key);
                 free(key);
+                cJSON_Delete(merged);
                 free(anchor);
                 return yerr(b, why, kline);
             }
             yaml_event_t v;
             if (!yaml_parser_parse(&b->parser, &v)) {
                 free(key);
+                cJSON_Delete(merged);
                 free(anchor);
                 return yerr(b, b->parser.problem ? b->parser.problem : "syntax error", b->parser.problem_mark.line);
             }
@@ -258,6 +317,7 @@ static int parse_node(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out
             yaml_event_delete(&v);
             if (r != 0) {
                 free(key);
+                cJSON_Delete(merged);
                 free(anchor);
                 cJSON_Delete(child);
                 return r;
@@ -266,6 +326,7 @@ static int parse_node(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out
             free(key);
         }
         int r = remember(b, anchor, obj);
+        cJSON_Delete(merged);
         free(anchor);
         return r;
     }

@@ -282,22 +282,25 @@ static void rpc_error_shape(void **state)
 
 static void standard_methods(void **state)
 {
-    assert_int_equal(tg_msg_is_standard_client_method("shutdown"), 0);
-    assert_int_equal(tg_msg_is_standard_client_method("tools/call"), 1);
-    assert_int_equal(tg_msg_is_standard_client_method("tools/list"), 1);
-    assert_int_equal(tg_msg_is_standard_client_method("initialize"), 1);
-    assert_int_equal(tg_msg_is_standard_client_method("ping"), 1);
-    assert_int_equal(tg_msg_is_standard_client_method("notifications/initialized"), 1);
-    assert_int_equal(tg_msg_is_standard_client_method("notifications/cancelled"), 1);
-    assert_int_equal(tg_msg_is_standard_client_method("resources/read"), 1);
-    assert_int_equal(tg_msg_is_standard_client_method("prompts/get"), 1);
-    assert_int_equal(tg_msg_is_standard_client_method(""), 0);
-    assert_int_equal(tg_msg_is_standard_client_method("Tools/call"), 0);
-    assert_int_equal(tg_msg_is_standard_client_method("tools/call "), 0);
-    assert_int_equal(tg_msg_is_standard_client_method("tools/"), 0);
+    assert_int_equal(tg_msg_is_standard_client_method("shutdown", TG_MSG_REQUEST), 0);
+    assert_int_equal(tg_msg_is_standard_client_method("tools/call", TG_MSG_REQUEST), 1);
+    assert_int_equal(tg_msg_is_standard_client_method("tools/list", TG_MSG_REQUEST), 1);
+    assert_int_equal(tg_msg_is_standard_client_method("initialize", TG_MSG_REQUEST), 1);
+    assert_int_equal(tg_msg_is_standard_client_method("ping", TG_MSG_REQUEST), 1);
+    assert_int_equal(tg_msg_is_standard_client_method("notifications/initialized", TG_MSG_NOTIFICATION), 1);
+    /* a request method is not a notification, and the other way round */
+    assert_int_equal(tg_msg_is_standard_client_method("tools/call", TG_MSG_NOTIFICATION), 0);
+    assert_int_equal(tg_msg_is_standard_client_method("notifications/initialized", TG_MSG_REQUEST), 0);
+    assert_int_equal(tg_msg_is_standard_client_method("notifications/cancelled", TG_MSG_NOTIFICATION), 1);
+    assert_int_equal(tg_msg_is_standard_client_method("resources/read", TG_MSG_REQUEST), 1);
+    assert_int_equal(tg_msg_is_standard_client_method("prompts/get", TG_MSG_REQUEST), 1);
+    assert_int_equal(tg_msg_is_standard_client_method("", TG_MSG_REQUEST), 0);
+    assert_int_equal(tg_msg_is_standard_client_method("Tools/call", TG_MSG_REQUEST), 0);
+    assert_int_equal(tg_msg_is_standard_client_method("tools/call ", TG_MSG_REQUEST), 0);
+    assert_int_equal(tg_msg_is_standard_client_method("tools/", TG_MSG_REQUEST), 0);
     /* Server-to-client methods are not something a client sends. */
-    assert_int_equal(tg_msg_is_standard_client_method("sampling/createMessage"), 0);
-    assert_int_equal(tg_msg_is_standard_client_method("notifications/message"), 0);
+    assert_int_equal(tg_msg_is_standard_client_method("sampling/createMessage", TG_MSG_REQUEST), 0);
+    assert_int_equal(tg_msg_is_standard_client_method("notifications/message", TG_MSG_NOTIFICATION), 0);
 }
 
 int main(int argc, char **argv)
