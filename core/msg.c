@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/json.h"
 
@@ -14,7 +15,58 @@ void tg_msg_dispose(struct tg_msg *m)
     m->method = NULL;
 }
 
+static int cmp_nocase(const void *a, const void *b)
+{
+    return strcasecmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+/* Keys that differ only in ASCII case ("name" and "Name") are refused in client messages: a
+ * server whose decoder matches keys without regard to case (Go's encoding/json does) could read
+ * a different member than the one tollgate decided on. */
+static int has_case_twins(const cJSON *item)
+{
+    for (const cJSON *c = item->child; c; c = c->next)
+        if (has_case_twins(c))
+            return 1;
+    if (!cJSON_IsObject(item) || item->child == NULL || item->child->next == NULL)
+        return 0;
+    size_t n = 0;
+    for (const cJSON *c = item->child; c; c = c->next)
+        n++;
+    if (n <= 12) {
+        for (const cJSON *a = item->child; a; a = a->next)
+            for (const cJSON *b = a->next; b; b = b->next)
+                if (strcasecmp(a->string, b->string) == 0)
+                    return 1;
+        return 0;
+    }
+    const cJSON **v = malloc(n * sizeof(*v));
+    if (v == NULL)
+        return 1; /* fail closed */
+    size_t i = 0;
+    for (const cJSON *c = item->child; c; c = c->next)
+        v[i++] = c;
+    qsort(v, n, sizeof(*v), cmp_nocase);
+    int twins = 0;
+    for (i = 1; i < n && !twins; i++)
+        twins = strcasecmp(v[i - 1]->string, v[i]->string) == 0;
+    free(v);
+    return twins;
+}
+
+static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m, const char **why);
+
 int tg_msg_decode(const char *p, size_t n, int max_depth, struct tg_msg *m, const char **why)
+{
+    int r = decode_shape(p, n, max_depth, m, why);
+    if (r == 0 && has_case_twins(m->root)) {
+        *why = "object keys that differ only in case are not accepted";
+        return TG_RPC_INVALID_REQUEST;
+    }
+    return r;
+}
+
+static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m, const char **why)
 {
     memset(m, 0, sizeof(*m));
     struct tg_json_doc doc;
@@ -30,6 +82,7 @@ int tg_msg_decode(const char *p, size_t n, int max_depth, struct tg_msg *m, cons
         *why = "a JSON-RPC message must be an object";
         return TG_RPC_INVALID_REQUEST;
     }
+
     cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
     if (id != NULL && (cJSON_IsString(id) || cJSON_IsNumber(id))) {
         m->id_raw = tg_slice_dup(doc.id_raw);

@@ -455,11 +455,14 @@ static int filter_tools_list(struct tg_call *k, const char *p, size_t n, struct 
 
 /* Rewrite an upstream message for the client: our id back to the client's, byte for byte.
  * Returns 1 if the message was the answer to this call. out receives the bytes to send. */
-static int restore_id(struct tg_call *k, const char *p, size_t n, struct tg_buf *out, int *valid, int *is_error)
+static int restore_id(struct tg_call *k, const char *p, size_t n, struct tg_buf *out, int *valid, int *is_error,
+                      struct tg_slice *server_request_id)
 {
     struct tg_json_doc doc;
     *valid = 0;
     *is_error = 0;
+    if (server_request_id)
+        *server_request_id = TG_SLICE_NULL;
     if (tg_json_parse(p, n, 1000, 0, &doc, NULL, NULL) != 0)
         return 0;
     *valid = 1;
@@ -471,8 +474,53 @@ static int restore_id(struct tg_call *k, const char *p, size_t n, struct tg_buf 
         tg_msg_splice_id(out, p, n, (size_t)(doc.id_raw.ptr - p), doc.id_raw.len, k->client_id, k->client_id_len);
         return 1;
     }
+    if (server_request_id && doc.method_raw.len > 0 && doc.id_raw.len > 0)
+        *server_request_id = doc.id_raw;
     tg_buf_append(out, p, n);
     return 0;
+}
+
+/* Server-to-client requests relayed to the client: only answers to these may go back up. */
+#define MAX_PENDING_SERVER_REQUESTS 64
+
+static void note_server_request(struct tg_session *s, struct tg_slice id)
+{
+    char *key = id_key_of(id.ptr, id.len);
+    if (key == NULL)
+        return;
+    if (s->nserver_reqs >= MAX_PENDING_SERVER_REQUESTS) {
+        /* Forget the oldest: a client that never answers cannot grow this without bound. */
+        size_t first = strlen(s->server_reqs.base) + 1;
+        tg_buf_consume(&s->server_reqs, first);
+        s->nserver_reqs--;
+    }
+    tg_buf_append(&s->server_reqs, key, strlen(key) + 1);
+    s->nserver_reqs++;
+    free(key);
+}
+
+/* 1 if the id answers a pending server request (which is then no longer pending). */
+static int take_server_request(struct tg_session *s, const char *raw, size_t n)
+{
+    char *key = id_key_of(raw, n);
+    if (key == NULL)
+        return 0;
+    size_t off = 0;
+    int found = 0;
+    while (off < s->server_reqs.len) {
+        const char *e = s->server_reqs.base + off;
+        size_t el = strlen(e) + 1;
+        if (strcmp(e, key) == 0) {
+            memmove(s->server_reqs.base + off, s->server_reqs.base + off + el, s->server_reqs.len - off - el);
+            s->server_reqs.len -= el;
+            s->nserver_reqs--;
+            found = 1;
+            break;
+        }
+        off += el;
+    }
+    free(key);
+    return found;
 }
 
 static void on_noop_head(struct tg_upreq *r, int status, void *ud) { (void)r, (void)status, (void)ud; }
@@ -538,7 +586,8 @@ static void on_sse_event(void *ud, const struct tg_sse_event *ev)
     struct tg_buf out;
     tg_buf_init(&out);
     int valid, is_error;
-    int mine = restore_id(k, ev->data.ptr, ev->data.len, &out, &valid, &is_error);
+    struct tg_slice srv_req;
+    int mine = restore_id(k, ev->data.ptr, ev->data.len, &out, &valid, &is_error, &srv_req);
     if (!valid) {
         tg_log(TG_LOG_WARN, "upstream sent a non-JSON SSE event; dropped", "upstream=%s session=%s",
                up_name(k), k->sess->id_str);
@@ -554,6 +603,8 @@ static void on_sse_event(void *ud, const struct tg_sse_event *ev)
     } else if (refuse_server_request(k, ev->data.ptr, ev->data.len, k->batch != NULL)) {
         tg_buf_dispose(&out);
         return;
+    } else if (srv_req.len > 0) {
+        note_server_request(k->sess, srv_req);
     }
     if (k->batch != NULL) {
         /* A batch is answered with one JSON array: only the element's answer is kept. */
@@ -724,7 +775,7 @@ static void batch_finish_call(struct tg_call *k, struct tg_upreq *r, int err)
         struct tg_buf out;
         tg_buf_init(&out);
         int valid, is_error;
-        if (restore_id(k, k->body.base ? k->body.base : "", k->body.len, &out, &valid, &is_error)) {
+        if (restore_id(k, k->body.base ? k->body.base : "", k->body.len, &out, &valid, &is_error, NULL)) {
             batch_add(k->batch, out.base, out.len);
             tg_buf_dispose(&out);
             return;
@@ -798,7 +849,7 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
         struct tg_buf out;
         tg_buf_init(&out);
         int valid, is_error;
-        int mine = restore_id(k, k->body.base ? k->body.base : "", k->body.len, &out, &valid, &is_error);
+        int mine = restore_id(k, k->body.base ? k->body.base : "", k->body.len, &out, &valid, &is_error, NULL);
         if (!mine) {
             char esc[200];
             tg_log(TG_LOG_WARN, "upstream answered with something that is not the answer", "upstream=%s body=%s",
@@ -1169,6 +1220,16 @@ static void handle_forward(struct tg_server *srv, struct tg_conn *c, struct tg_b
         srv->metrics.rpc_notifications++;
     else
         srv->metrics.rpc_responses++;
+    if (m->kind == TG_MSG_RESPONSE && !take_server_request(s, m->id_raw, m->id_len)) {
+        /* Only answers to requests the server actually sent go up; anything else is a forgery. */
+        if (b != NULL)
+            batch_add_error(b, NULL, 0, TG_RPC_INVALID_REQUEST,
+                            "Invalid Request: no server request with this id is waiting for an answer", NULL);
+        else
+            respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                        "Invalid Request: no server request with this id is waiting for an answer", NULL);
+        return;
+    }
     if (m->kind == TG_MSG_NOTIFICATION && strcmp(m->method, "notifications/cancelled") == 0 &&
         cancel_parked(s, m)) {
         reply_accepted(c, b);
@@ -1584,7 +1645,9 @@ static void protected_resource_metadata(struct tg_server *srv, struct tg_conn *c
         respond_json(c, 404, "{\"error\":\"no JWT issuers configured\"}");
         return;
     }
-    if ((rest.len == 0 || tg_slice_eq(rest, TG_SLICE("/mcp"))) && srv->conf->default_upstream >= 0)
+    /* RFC 9728 §3.1: the metadata of resource BASE/P lives at BASE/.well-known/oauth-protected-resource/P,
+     * and its "resource" is BASE/P exactly. */
+    if (tg_slice_eq(rest, TG_SLICE("/mcp")) && srv->conf->default_upstream >= 0)
         uc = &srv->conf->upstreams[srv->conf->default_upstream];
     else if (rest.len > 5 && rest.ptr[0] == '/' && memcmp(rest.ptr + rest.len - 4, "/mcp", 4) == 0)
         uc = tg_conf_find_upstream(srv->conf, tg_slice_of(rest.ptr + 1, rest.len - 5), NULL);
@@ -1596,7 +1659,7 @@ static void protected_resource_metadata(struct tg_server *srv, struct tg_conn *c
     tg_buf_init(&b);
     tg_buf_init(&url);
     base_url(srv, c, &url);
-    tg_buf_appendf(&url, "/%s/mcp", uc->name);
+    tg_buf_append(&url, rest.ptr, rest.len);
     tg_buf_appends(&b, "{\"resource\":");
     tg_json_write_string(&b, url.base, url.len);
     tg_buf_appends(&b, ",\"authorization_servers\":[");
@@ -1634,8 +1697,9 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
             respond_json(c, 503, "{\"status\":\"not ready\"}");
         return;
     }
-    if (tg_slice_starts_with(path, "/.well-known/oauth-protected-resource")) {
-        protected_resource_metadata(srv, c, tg_slice_of(path.ptr + 38, path.len - 38));
+    if (tg_slice_starts_with(path, "/.well-known/oauth-protected-resource") &&
+        (path.len == 37 || path.ptr[37] == '/')) {
+        protected_resource_metadata(srv, c, tg_slice_of(path.ptr + 37, path.len - 37));
         return;
     }
     struct route rt = {-1, NULL};
@@ -1675,9 +1739,9 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
         if (srv->conf->njwt > 0) {
             tg_buf_appends(&hdr, ", resource_metadata=\"");
             base_url(srv, c, &hdr);
-            tg_buf_appends(&hdr, "/.well-known/oauth-protected-resource/");
-            tg_buf_appends(&hdr, rt.uc->name);
-            tg_buf_appends(&hdr, "/mcp\"");
+            tg_buf_appends(&hdr, "/.well-known/oauth-protected-resource");
+            tg_buf_append(&hdr, path.ptr, path.len);
+            tg_buf_appends(&hdr, "\"");
         }
         if (ar == TG_AUTH_INVALID)
             tg_buf_appendf(&hdr, ", error=\"invalid_token\", error_description=\"%s\"", why ? why : "invalid token");

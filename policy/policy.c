@@ -956,8 +956,8 @@ int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **ou
     }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tools");
     if (t == NULL || cJSON_IsNull(t)) {
-        if (t == NULL && !p->default_deny)
-            pwarn(&cx, "tools", "no tools listed");
+        if (p->default_deny)
+            pwarn(&cx, "tools", "no tools listed under default deny: every tool is denied");
     } else if (!cJSON_IsObject(t)) {
         perr(&cx, "tools", "must be an object of tool names");
     } else {

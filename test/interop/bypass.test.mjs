@@ -374,16 +374,14 @@ const TRICKS = [
     check: (reply) => assert.ok(reply.success, `echo with _meta: ${reply.summary}`),
   },
   {
-    group: 'params', name: 'case-variant keys "NAME"/"Name" beside "name" (Go-style case-insensitive decoders)', expect: 'harmless',
+    // A case-insensitive upstream decoder (Go encoding/json: last match wins) would see
+    // run_command/delete_file: the gateway refuses keys that differ only in case.
+    group: 'params', name: 'case-variant keys "NAME"/"Name" beside "name" (Go-style case-insensitive decoders)',
     body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","Name":"run_command","NAME":"delete_file","arguments":{"text":"case"}}}',
-    check: (reply) => assert.ok(reply.success, `echo: ${reply.summary}`),
-    note: 'forwarded with the case-variant keys: a case-insensitive upstream decoder (Go encoding/json: last match wins) would see run_command/delete_file',
   },
   {
-    group: 'lang', name: 'case-variant "Language":"shell" beside "language":"python"', expect: 'harmless',
+    group: 'lang', name: 'case-variant "Language":"shell" beside "language":"python"',
     body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute_code","arguments":{"language":"python","code":"1","Language":"shell","LANGUAGE":"shell"}}}',
-    check: (reply) => assert.ok(reply.success, `python: ${reply.summary}`),
-    note: 'forwarded with "Language":"shell": a case-insensitive upstream decoder would run shell',
   },
   { group: 'params', name: 'extra top-level member "tool":"run_command"', body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","tool":"run_command","params":{"name":"echo","arguments":{"text":"x"}}}' },
   { group: 'params', name: 'extra top-level "result" beside method', body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_command","arguments":{"command":"id"}},"result":{}}' },
