@@ -15,6 +15,7 @@
 #include "policy/policy.h"
 #include "policy/counters.h"
 #include "upstream/sse.h"
+#include "transports/ws.h"
 #include "upstream/upstream.h"
 
 /* What a call is relaying, decided when the upstream's head arrives. */
@@ -37,12 +38,32 @@ enum call_kind {
 /* A JSON-RPC batch (protocol 2025-03-26 only): each element is decided and forwarded on its
  * own, and the answers are gathered into one JSON array. Owner: the router; freed when the
  * last element is done. */
+/* A client transport that carries every message of one session on one long-lived stream:
+ * legacy HTTP+SSE (replies as "message" events) or WebSocket (one text frame each).
+ * Owner: refcounted; the client connection holds one reference until it goes, and every
+ * message in flight (a batch) and the upstream GET stream hold one each. */
+enum channel_kind { CH_SSE, CH_WS };
+
+struct tg_channel {
+    struct tg_server *srv;
+    struct tg_session *sess; /* reference */
+    enum channel_kind kind;
+    struct tg_conn *conn;    /* NULL once the client has gone */
+    struct tg_ws *ws;        /* CH_WS */
+    int refcnt;
+    int open;
+    uint64_t last_write_ms;
+    struct tg_list link;     /* srv->channels */
+};
+
 struct tg_batch {
     struct tg_server *srv;
     struct tg_conn *conn; /* NULL once the client has gone */
     int pending;          /* elements (and the dispatch loop itself) not done yet */
     struct tg_buf out;    /* "[a,b" so far */
     int nout;
+    struct tg_channel *channel; /* answers go to this channel instead of conn */
+    int single;                 /* a channel message that was not an array: answers go out one by one */
 };
 
 /* One client message in flight to the upstream. Owner: the router; freed by
@@ -87,6 +108,7 @@ struct tg_call {
     struct tg_list alink;
     struct tg_buf held;       /* the message, serialized, waiting for a decision */
     struct tg_batch *batch;   /* the batch this element belongs to, or NULL */
+    struct tg_channel *channel; /* KIND_GET for a channel session: events go there (reference) */
 };
 
 static const char *const supported_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL};
@@ -205,8 +227,51 @@ static int origin_allowed(const struct tg_listen_conf *lc, struct tg_slice o)
 
 /* ---- calls --------------------------------------------------------------------- */
 
+static void channel_unref(struct tg_channel *ch);
+
+/* One JSON-RPC message to the client of a channel session. */
+static void channel_send(struct tg_channel *ch, const char *p, size_t n)
+{
+    if (!ch->open || ch->conn == NULL)
+        return;
+    ch->last_write_ms = uv_now(ch->srv->loop);
+    if (ch->kind == CH_WS) {
+        tg_ws_send_text(ch->ws, p, n);
+        return;
+    }
+    struct tg_buf b;
+    tg_buf_init(&b);
+    if (tg_buf_try_reserve(&b, n + 32, 0) != 0)
+        abort();
+    tg_buf_appends(&b, "event: message\n");
+    size_t st = 0;
+    for (size_t i = 0; i <= n; i++)
+        if (i == n || p[i] == '\n' || p[i] == '\r') {
+            tg_buf_appends(&b, "data: ");
+            tg_buf_append(&b, p + st, i - st);
+            tg_buf_append(&b, "\n", 1);
+            st = i + 1;
+        }
+    tg_buf_append(&b, "\n", 1);
+    tg_http_stream_write(ch->conn, b.base, b.len);
+    tg_buf_dispose(&b);
+    ch->srv->metrics.sse_events_relayed++;
+}
+
+static size_t channel_pending(const struct tg_channel *ch)
+{
+    if (!ch->open || ch->conn == NULL)
+        return 0;
+    return ch->kind == CH_WS ? tg_ws_pending(ch->ws) : ch->conn->out_pending;
+}
+
 static void batch_add(struct tg_batch *b, const char *p, size_t n)
 {
+    if (b->channel != NULL && b->single) {
+        channel_send(b->channel, p, n);
+        b->nout++;
+        return;
+    }
     tg_buf_append(&b->out, b->nout ? "," : "[", 1);
     tg_buf_append(&b->out, p, n);
     b->nout++;
@@ -232,6 +297,16 @@ static void batch_done_one(struct tg_batch *b)
 {
     if (--b->pending > 0)
         return;
+    if (b->channel != NULL) {
+        if (!b->single && b->nout > 0) {
+            tg_buf_append(&b->out, "]", 1);
+            channel_send(b->channel, b->out.base, b->out.len);
+        }
+        channel_unref(b->channel);
+        tg_buf_dispose(&b->out);
+        free(b);
+        return;
+    }
     struct tg_conn *c = b->conn;
     if (c != NULL) {
         c->exchange = NULL;
@@ -337,9 +412,12 @@ static void call_free(struct tg_call *k)
     tg_sse_dispose(&k->sse);
     free(k->client_id);
     struct tg_batch *b = k->batch;
+    struct tg_channel *ch = k->channel;
     free(k);
     if (b != NULL)
         batch_done_one(b);
+    if (ch != NULL)
+        channel_unref(ch);
 }
 
 /* The client went away while its call was with the upstream: the upstream may have run it,
@@ -577,7 +655,7 @@ static int refuse_server_request(struct tg_call *k, const char *p, size_t n, int
 static void on_sse_event(void *ud, const struct tg_sse_event *ev)
 {
     struct tg_call *k = ud;
-    if (k->conn == NULL && k->batch == NULL)
+    if (k->conn == NULL && k->batch == NULL && k->channel == NULL)
         return;
     if (ev->event.len != 0 && !tg_slice_eq(ev->event, TG_SLICE("message")))
         return; /* only JSON-RPC messages are relayed */
@@ -600,11 +678,29 @@ static void on_sse_event(void *ud, const struct tg_sse_event *ev)
             k->got_response = 2;
         if (k->is_init)
             note_init_result(k, ev->data.ptr, ev->data.len);
-    } else if (refuse_server_request(k, ev->data.ptr, ev->data.len, k->batch != NULL)) {
+    } else if (refuse_server_request(k, ev->data.ptr, ev->data.len, k->batch != NULL && k->batch->channel == NULL)) {
         tg_buf_dispose(&out);
         return;
     } else if (srv_req.len > 0) {
         note_server_request(k->sess, srv_req);
+    }
+    struct tg_channel *ch = k->channel ? k->channel : k->batch ? k->batch->channel : NULL;
+    if (ch != NULL) {
+        /* A channel session: the answer goes into its batch (sent at once for a single message),
+         * everything else the server says goes straight to the channel. */
+        if (mine)
+            batch_add(k->batch, out.base, out.len);
+        else
+            channel_send(ch, out.base, out.len);
+        tg_buf_dispose(&out);
+        if (k->up) {
+            tg_upreq_touch(k->up);
+            if (channel_pending(ch) > (size_t)k->srv->conf->limits.output_high_water) {
+                k->srv->metrics.limit_output++;
+                tg_upreq_pause(k->up);
+            }
+        }
+        return;
     }
     if (k->batch != NULL) {
         /* A batch is answered with one JSON array: only the element's answer is kept. */
@@ -805,6 +901,10 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
         call_free(k);
         return;
     }
+    if (k->channel != NULL) {
+        call_free(k); /* the channel's upstream GET stream ended; the channel goes on */
+        return;
+    }
     struct tg_conn *c = k->conn;
     if (c == NULL || k->kind == KIND_DELETE) {
         call_free(k);
@@ -954,8 +1054,24 @@ struct route {
     const struct tg_upstream_conf *uc;
 };
 
+static void local_init_result(struct tg_session *s, struct tg_msg *m, const struct tg_upstream_conf *uc,
+                              struct tg_buf *b);
+
 static void answer_local_init(struct tg_server *srv, struct tg_conn *c, struct tg_session *s, struct tg_msg *m,
                               const struct tg_upstream_conf *uc)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    local_init_result(s, m, uc, &b);
+    char hdr[96];
+    snprintf(hdr, sizeof(hdr), "Mcp-Session-Id: %s\r\n", s->id_str);
+    tg_http_respond(c, 200, hdr, "application/json", b.base, b.len);
+    tg_buf_dispose(&b);
+}
+
+/* The gateway's own answer to initialize, for upstreams that cannot take it (CoWork OS). */
+static void local_init_result(struct tg_session *s, struct tg_msg *m, const struct tg_upstream_conf *uc,
+                              struct tg_buf *out)
 {
     cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
     cJSON *pv = cJSON_GetObjectItemCaseSensitive(params, "protocolVersion");
@@ -964,8 +1080,8 @@ static void answer_local_init(struct tg_server *srv, struct tg_conn *c, struct t
         ver = pv->valuestring;
     snprintf(s->proto, sizeof(s->proto), "%s", ver);
     s->initialized = 1;
-    struct tg_buf b;
-    tg_buf_init(&b);
+    struct tg_buf *bp = out;
+#define b (*bp)
     tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
     tg_buf_append(&b, m->id_raw, m->id_len);
     tg_buf_appendf(&b,
@@ -976,10 +1092,7 @@ static void answer_local_init(struct tg_server *srv, struct tg_conn *c, struct t
     snprintf(name, sizeof(name), "tollgate/%s", uc->name);
     tg_json_write_string(&b, name, strlen(name));
     tg_buf_appends(&b, ",\"version\":\"" TG_VERSION "\"}}}");
-    char hdr[96];
-    snprintf(hdr, sizeof(hdr), "Mcp-Session-Id: %s\r\n", s->id_str);
-    tg_http_respond(c, 200, hdr, "application/json", b.base, b.len);
-    tg_buf_dispose(&b);
+#undef b
 }
 
 /* notifications/cancelled names the client's request id: point it at ours, or drop it. */
@@ -1612,6 +1725,357 @@ static int readyz(struct tg_server *srv)
     return 0;
 }
 
+/* ---- channels: legacy HTTP+SSE and WebSocket clients ---------------------------------- */
+
+/* The raw value of a query parameter (no percent-decoding: session ids and tokens are plain). */
+static struct tg_slice query_param(struct tg_slice q, const char *name)
+{
+    size_t nl = strlen(name);
+    size_t i = (q.len > 0 && q.ptr[0] == '?') ? 1 : 0;
+    while (i < q.len) {
+        size_t e = i;
+        while (e < q.len && q.ptr[e] != '&')
+            e++;
+        if (e - i > nl && memcmp(q.ptr + i, name, nl) == 0 && q.ptr[i + nl] == '=')
+            return tg_slice_of(q.ptr + i + nl + 1, e - i - nl - 1);
+        i = e + 1;
+    }
+    return TG_SLICE_NULL;
+}
+
+static void channel_unref(struct tg_channel *ch)
+{
+    if (--ch->refcnt > 0)
+        return;
+    tg_list_unlink(&ch->link);
+    if (ch->sess->channel == ch)
+        ch->sess->channel = NULL;
+    tg_session_unref(ch->sess);
+    tg_ws_free(ch->ws);
+    free(ch);
+}
+
+static struct tg_channel *channel_new(struct tg_server *srv, struct tg_session *s, enum channel_kind kind,
+                                      struct tg_conn *c)
+{
+    struct tg_channel *ch = tg_xcalloc(1, sizeof(*ch));
+    ch->srv = srv;
+    ch->sess = tg_session_ref(s);
+    ch->kind = kind;
+    ch->conn = c;
+    ch->refcnt = 1; /* the client connection's */
+    ch->open = 1;
+    ch->last_write_ms = uv_now(srv->loop);
+    tg_list_insert_tail(&srv->channels, &ch->link);
+    s->channel = ch;
+    return ch;
+}
+
+/* The client went away: the session ends with it (upstream session too). */
+static void channel_gone(struct tg_channel *ch)
+{
+    if (!ch->open)
+        return;
+    ch->open = 0;
+    ch->conn = NULL;
+    struct tg_session *s = ch->sess;
+    struct tg_server *srv = ch->srv;
+    if (s->live) {
+        if (s->up_session != NULL && (size_t)s->upstream < srv->nupstreams) {
+            struct tg_buf h;
+            tg_buf_init(&h);
+            session_headers(&h, s, 1);
+            tg_buf_append(&h, "", 1);
+            tg_upreq_start(srv->upstreams[s->upstream], "DELETE", h.base, NULL, 0, 0,
+                           (uint64_t)tg_upstream_conf(srv->upstreams[s->upstream])->call_timeout_ms, &noop_cbs, NULL);
+            tg_buf_dispose(&h);
+        }
+        end_get_stream(s);
+        tg_session_remove(srv->sessions, s);
+    }
+    channel_unref(ch);
+}
+
+static void on_channel_conn_abort(struct tg_conn *c, void *ex) { channel_gone(ex); }
+
+static void on_channel_drain(struct tg_conn *c, void *ex)
+{
+    struct tg_channel *ch = ex;
+    for (struct tg_list *l = ch->sess->calls.next; l != &ch->sess->calls; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        if (k->up)
+            tg_upreq_resume(k->up);
+    }
+}
+
+/* The upstream's GET stream, so that a channel session hears what the server says on its own. */
+static void channel_open_upstream_stream(struct tg_server *srv, struct tg_channel *ch)
+{
+    struct tg_session *s = ch->sess;
+    const struct tg_upstream_conf *uc = tg_upstream_conf(srv->upstreams[s->upstream]);
+    if (uc->init_local || s->get_stream != NULL || !ch->open)
+        return;
+    struct tg_call *k = call_new(srv, s, NULL, KIND_GET);
+    k->channel = ch;
+    ch->refcnt++;
+    s->get_stream = k;
+    call_send(k, "GET", NULL, 0, 1, 0);
+}
+
+/* One message (or array) from a channel client. Returns the HTTP status for a POST /messages. */
+static int channel_message(struct tg_server *srv, struct tg_channel *ch, const char *body, size_t blen)
+{
+    struct tg_session *s = ch->sess;
+    const struct tg_grant_conf *g = tg_conf_find_grant(srv->conf, s->grant);
+    if (!s->live || g == NULL || (size_t)s->upstream >= srv->conf->nupstreams) {
+        struct tg_buf e;
+        tg_buf_init(&e);
+        tg_rpc_error(&e, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+        channel_send(ch, e.base, e.len);
+        tg_buf_dispose(&e);
+        return 404;
+    }
+    struct route rt = {s->upstream, &srv->conf->upstreams[s->upstream]};
+    const struct tg_limits *lim = &srv->conf->limits;
+    s->last_active_ms = now_ms(srv);
+    size_t i = 0;
+    while (i < blen && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
+        i++;
+    struct tg_batch *b = tg_xcalloc(1, sizeof(*b));
+    b->srv = srv;
+    b->pending = 1;
+    b->channel = ch;
+    ch->refcnt++;
+    tg_buf_init(&b->out);
+    int status = 202;
+    if (i < blen && body[i] == '[') {
+        struct tg_json_doc doc;
+        const char *why = NULL;
+        if (tg_json_parse(body, blen, lim->json_depth, 1, &doc, &why, NULL) != 0) {
+            char msg[160];
+            snprintf(msg, sizeof(msg), "Parse error: %s", why);
+            b->single = 1;
+            batch_add_error(b, NULL, 0, TG_RPC_PARSE_ERROR, msg, NULL);
+            status = 400;
+        } else if (strcmp(s->proto, "2025-03-26") != 0 || cJSON_GetArraySize(doc.root) == 0 ||
+                   cJSON_GetArraySize(doc.root) > lim->inflight_per_session) {
+            b->single = 1;
+            batch_add_error(b, NULL, 0, TG_RPC_INVALID_REQUEST,
+                            "Invalid Request: batches are only accepted for protocol 2025-03-26, non-empty and "
+                            "within limits.inflight_per_session",
+                            NULL);
+            status = 400;
+        } else {
+            struct tg_buf el;
+            tg_buf_init(&el);
+            for (cJSON *e = doc.root->child; e; e = e->next) {
+                el.len = 0;
+                tg_json_write(&el, e);
+                struct tg_msg m;
+                int code = tg_msg_decode(el.base, el.len, lim->json_depth, &m, &why);
+                if (code != 0)
+                    batch_add_error(b, m.id_raw, m.id_len, code, why, NULL);
+                else if (m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0)
+                    batch_add_error(b, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
+                                    "Invalid Request: initialize cannot be batched", NULL);
+                else
+                    dispatch_message(srv, NULL, b, &rt, g, s, &m);
+                tg_msg_dispose(&m);
+            }
+            tg_buf_dispose(&el);
+        }
+        cJSON_Delete(doc.root);
+        batch_done_one(b);
+        return status;
+    }
+    b->single = 1;
+    struct tg_msg m;
+    const char *why = NULL;
+    int code = tg_msg_decode(body, blen, lim->json_depth, &m, &why);
+    if (code != 0) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "%s: %s", code == TG_RPC_PARSE_ERROR ? "Parse error" : "Invalid Request", why);
+        batch_add_error(b, m.id_raw, m.id_len, code, msg, NULL);
+        status = 400;
+    } else if (m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0) {
+        if (s->initialized || s->init_pending) {
+            batch_add_error(b, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
+                            "Invalid Request: this session is already initialized", NULL);
+        } else if (rt.uc->init_local) {
+            struct tg_buf out;
+            tg_buf_init(&out);
+            local_init_result(s, &m, rt.uc, &out);
+            batch_add(b, out.base, out.len);
+            tg_buf_dispose(&out);
+        } else {
+            s->init_pending = 1;
+            dispatch_message(srv, NULL, b, &rt, g, s, &m);
+        }
+    } else {
+        int initialized = m.kind == TG_MSG_NOTIFICATION && strcmp(m.method, "notifications/initialized") == 0;
+        dispatch_message(srv, NULL, b, &rt, g, s, &m);
+        if (initialized)
+            channel_open_upstream_stream(srv, ch);
+    }
+    tg_msg_dispose(&m);
+    batch_done_one(b);
+    return status;
+}
+
+static struct tg_session *new_channel_session(struct tg_server *srv, struct tg_conn *c, struct route *rt,
+                                              const struct tg_grant_conf *g)
+{
+    if (srv->draining) {
+        respond_rpc(c, 503, NULL, NULL, 0, TG_RPC_UPSTREAM, "gateway is shutting down", NULL);
+        return NULL;
+    }
+    size_t cap = (size_t)(g->max_sessions > 0 ? g->max_sessions : srv->conf->limits.sessions_per_grant);
+    if (tg_session_count_for_grant(srv->sessions, g->name) >= cap) {
+        srv->metrics.limit_sessions++;
+        respond_rpc(c, 429, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                    "Too many sessions for this grant (limits.sessions_per_grant)", NULL);
+        return NULL;
+    }
+    struct tg_session *s = tg_session_create(srv->sessions, g->name, rt->upstream);
+    s->last_active_ms = now_ms(srv);
+    srv->metrics.sessions_created++;
+    return s;
+}
+
+/* GET /NAME/sse: a legacy HTTP+SSE session (2024-11-05). */
+static void open_sse_channel(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
+{
+    if (!accept_ok(tg_http_req_header(&c->req, "accept"), 0, 1)) {
+        respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Not Acceptable: Accept must list text/event-stream",
+                    NULL);
+        return;
+    }
+    struct tg_session *s = new_channel_session(srv, c, rt, g);
+    if (s == NULL)
+        return;
+    struct tg_channel *ch = channel_new(srv, s, CH_SSE, c);
+    tg_http_stream_begin(c, 200, NULL, "text/event-stream");
+    c->exchange = ch;
+    c->on_abort = on_channel_conn_abort;
+    c->on_drain = on_channel_drain;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    /* The endpoint is relative to this stream's URL, as the 2024-11-05 transport expects. */
+    struct tg_slice url = tg_http_req_url(&c->req);
+    size_t q = 0;
+    while (q < url.len && url.ptr[q] != '?')
+        q++;
+    size_t base = q >= 4 ? q - 4 : 0; /* strip "/sse" */
+    tg_buf_appends(&b, "event: endpoint\ndata: ");
+    tg_buf_append(&b, url.ptr, base);
+    tg_buf_appendf(&b, "/messages?sessionId=%s\n\n", s->id_str);
+    tg_http_stream_write(c, b.base, b.len);
+    tg_buf_dispose(&b);
+    tg_log(TG_LOG_DEBUG, "legacy SSE session opened", "session=%s grant=%s", s->id_str, g->name);
+}
+
+/* POST /NAME/messages?sessionId=ID */
+static void handle_messages(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g,
+                            struct tg_slice query)
+{
+    struct tg_slice ct = tg_http_req_header(&c->req, "content-type");
+    if (ct.ptr == NULL || !tg_slice_has_token(ct, "application/json") ||
+        tg_http_req_header_count(&c->req, "content-type") != 1) {
+        respond_rpc(c, 415, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                    "Unsupported Media Type: Content-Type must be application/json", NULL);
+        return;
+    }
+    struct tg_slice sid = query_param(query, "sessionId");
+    struct tg_session *s = sid.ptr ? tg_session_find(srv->sessions, sid) : NULL;
+    if (sid.ptr == NULL) {
+        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: sessionId is required", NULL);
+        return;
+    }
+    struct tg_channel *ch = s ? s->channel : NULL;
+    if (s == NULL || ch == NULL || ch->kind != CH_SSE || !ch->open || strcmp(s->grant, g->name) != 0 ||
+        s->upstream != rt->upstream) {
+        respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+        return;
+    }
+    ch->refcnt++;
+    int status = channel_message(srv, ch, c->req.body.base ? c->req.body.base : "", c->req.body.len);
+    channel_unref(ch);
+    if (status == 202)
+        tg_http_respond(c, 202, NULL, "text/plain", "Accepted", 8);
+    else
+        respond_rpc(c, status, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                    status == 404 ? "Session not found" : "Bad Request: the message was refused (see the stream)",
+                    NULL);
+}
+
+static void on_ws_message(void *ud, const char *p, size_t n)
+{
+    struct tg_channel *ch = ud;
+    ch->refcnt++;
+    channel_message(ch->srv, ch, p, n);
+    channel_unref(ch);
+}
+
+static void on_ws_closed(void *ud) { channel_gone(ud); }
+
+/* GET /NAME/ws: WebSocket, subprotocol "mcp", one session per connection. */
+static void open_ws_channel(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
+{
+    struct tg_http_req *req = &c->req;
+    struct tg_slice up = tg_http_req_header(req, "upgrade");
+    struct tg_slice conn = tg_http_req_header(req, "connection");
+    struct tg_slice ver = tg_http_req_header(req, "sec-websocket-version");
+    struct tg_slice key = tg_http_req_header(req, "sec-websocket-key");
+    struct tg_slice proto = tg_http_req_header(req, "sec-websocket-protocol");
+    char accept[32];
+    if (up.ptr == NULL || !tg_slice_eq_nocase(up, "websocket") || !tg_slice_has_token(conn, "upgrade") ||
+        !c->parser.upgrade) {
+        respond_rpc(c, 426, "Upgrade: websocket\r\n", NULL, 0, TG_RPC_INVALID_REQUEST,
+                    "Upgrade Required: /ws is a WebSocket endpoint", NULL);
+        return;
+    }
+    if (!tg_slice_eq(ver, TG_SLICE("13"))) {
+        respond_rpc(c, 400, "Sec-WebSocket-Version: 13\r\n", NULL, 0, TG_RPC_INVALID_REQUEST,
+                    "Bad Request: Sec-WebSocket-Version 13 is required", NULL);
+        return;
+    }
+    if (tg_ws_accept_key(key, accept) != 0) {
+        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: invalid Sec-WebSocket-Key", NULL);
+        return;
+    }
+    if (proto.ptr == NULL || !tg_slice_has_token(proto, "mcp")) {
+        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                    "Bad Request: the WebSocket subprotocol \"mcp\" is required", NULL);
+        return;
+    }
+    struct tg_session *s = new_channel_session(srv, c, rt, g);
+    if (s == NULL)
+        return;
+    struct tg_channel *ch = channel_new(srv, s, CH_WS, c);
+    char hdr[200];
+    snprintf(hdr, sizeof(hdr),
+             "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\nSec-WebSocket-Protocol: mcp\r\n",
+             accept);
+    tg_http_upgrade(c, hdr);
+    c->exchange = ch;
+    c->on_drain = on_channel_drain;
+    ch->ws = tg_ws_start(c, (size_t)srv->conf->limits.body_bytes, 30000, on_ws_message, on_ws_closed, ch);
+    tg_log(TG_LOG_DEBUG, "WebSocket session opened", "session=%s grant=%s", s->id_str, g->name);
+}
+
+/* Keepalive comments on idle legacy SSE streams, so proxies and clients keep them open. */
+static void channels_keepalive(struct tg_server *srv)
+{
+    uint64_t now = uv_now(srv->loop);
+    for (struct tg_list *l = srv->channels.next; l != &srv->channels; l = l->next) {
+        struct tg_channel *ch = tg_container_of(l, struct tg_channel, link);
+        if (ch->kind == CH_SSE && ch->open && ch->conn && now - ch->last_write_ms >= 15000) {
+            tg_http_stream_write(ch->conn, ": keepalive\n\n", 13);
+            ch->last_write_ms = now;
+        }
+    }
+}
+
 /* The base URL clients use: public_url, or the scheme and Host of this request when the Host is a plain
  * host[:port] (anything else falls back to the listener's address, so a peer cannot inject text). */
 static void base_url(struct tg_server *srv, struct tg_conn *c, struct tg_buf *out)
@@ -1703,13 +2167,22 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
         return;
     }
     struct route rt = {-1, NULL};
-    if (tg_slice_eq(path, TG_SLICE("/mcp"))) {
-        if (srv->conf->default_upstream >= 0) {
-            rt.upstream = srv->conf->default_upstream;
-            rt.uc = &srv->conf->upstreams[rt.upstream];
+    /* /ENDPOINT for the default upstream, or /NAME/ENDPOINT; ENDPOINT is mcp, sse, messages or ws. */
+    static const char *const endpoints[] = {"mcp", "sse", "messages", "ws", NULL};
+    int endpoint = -1;
+    for (int e = 0; endpoints[e] && endpoint < 0; e++) {
+        size_t el = strlen(endpoints[e]);
+        if (path.len == el + 1 && path.ptr[0] == '/' && memcmp(path.ptr + 1, endpoints[e], el) == 0) {
+            endpoint = e;
+            if (srv->conf->default_upstream >= 0) {
+                rt.upstream = srv->conf->default_upstream;
+                rt.uc = &srv->conf->upstreams[rt.upstream];
+            }
+        } else if (path.len > el + 3 && path.ptr[0] == '/' && path.ptr[path.len - el - 1] == '/' &&
+                   memcmp(path.ptr + path.len - el, endpoints[e], el) == 0) {
+            endpoint = e;
+            rt.uc = tg_conf_find_upstream(srv->conf, tg_slice_of(path.ptr + 1, path.len - el - 2), &rt.upstream);
         }
-    } else if (path.len > 5 && path.ptr[0] == '/' && memcmp(path.ptr + path.len - 4, "/mcp", 4) == 0) {
-        rt.uc = tg_conf_find_upstream(srv->conf, tg_slice_of(path.ptr + 1, path.len - 5), &rt.upstream);
     }
     if (rt.uc == NULL) {
         respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Not Found: no MCP endpoint at this path", NULL);
@@ -1730,8 +2203,18 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
     }
     const struct tg_grant_conf *g = NULL;
     const char *why = NULL;
-    enum tg_auth_result ar =
-        tg_auth_grant(srv->conf, tg_http_req_header(req, "authorization"), wall_ms() / 1000, &g, &why);
+    struct tg_slice authz = tg_http_req_header(req, "authorization");
+    char qauth[4200];
+    if (authz.ptr == NULL && endpoint == 3) {
+        /* Browsers cannot set headers on a WebSocket: ?access_token=TOKEN stands in for
+         * "Authorization: Bearer TOKEN" on /ws only. */
+        struct tg_slice tok = query_param(tg_slice_of(url.ptr + q, url.len - q), "access_token");
+        if (tok.ptr != NULL && tok.len > 0 && tok.len < sizeof(qauth) - 8) {
+            int n = snprintf(qauth, sizeof(qauth), "Bearer %.*s", (int)tok.len, tok.ptr);
+            authz = tg_slice_of(qauth, (size_t)n);
+        }
+    }
+    enum tg_auth_result ar = tg_auth_grant(srv->conf, authz, wall_ms() / 1000, &g, &why);
     if (ar != TG_AUTH_OK) {
         struct tg_buf hdr;
         tg_buf_init(&hdr);
@@ -1752,6 +2235,25 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
         respond_rpc(c, 401, hdr.base, NULL, 0, TG_RPC_INVALID_REQUEST, "Unauthorized: a valid bearer token is required",
                     NULL);
         tg_buf_dispose(&hdr);
+        return;
+    }
+    if (endpoint == 1 || endpoint == 3) {
+        if (req->method != HTTP_GET) {
+            tg_http_respond(c, 405, "Allow: GET\r\n", NULL, "", 0);
+            return;
+        }
+        if (endpoint == 1)
+            open_sse_channel(srv, c, &rt, g);
+        else
+            open_ws_channel(srv, c, &rt, g);
+        return;
+    }
+    if (endpoint == 2) {
+        if (req->method != HTTP_POST) {
+            tg_http_respond(c, 405, "Allow: POST\r\n", NULL, "", 0);
+            return;
+        }
+        handle_messages(srv, c, &rt, g, tg_slice_of(url.ptr + q, url.len - q));
         return;
     }
     switch (req->method) {
@@ -1929,7 +2431,8 @@ static int sweep_one(struct tg_session *s, void *arg)
 {
     struct tg_server *srv = arg;
     uint64_t idle = now_ms(srv) - s->last_active_ms;
-    if (s->inflight == 0 && s->get_stream == NULL && idle > (uint64_t)srv->conf->limits.session_idle_timeout_ms) {
+    if (s->inflight == 0 && s->get_stream == NULL && s->channel == NULL &&
+        idle > (uint64_t)srv->conf->limits.session_idle_timeout_ms) {
         srv->metrics.sessions_expired++;
         tg_log(TG_LOG_DEBUG, "session expired", "session=%s grant=%s", s->id_str, s->grant);
         return 1;
@@ -1995,6 +2498,7 @@ void tg_router_tick(struct tg_server *srv, int sessions_too)
             approval_finish(k, 0, NULL, "timeout");
     }
     tg_counters_sweep(srv->counters, wall_ms(), 65536);
+    channels_keepalive(srv);
     if (sessions_too)
         tg_session_sweep(srv->sessions, sweep_one, srv);
 }
@@ -2012,7 +2516,22 @@ static int end_stream_one(struct tg_session *s, void *arg)
     return 0;
 }
 
-void tg_router_end_streams(struct tg_server *srv) { tg_session_sweep(srv->sessions, end_stream_one, srv); }
+void tg_router_end_streams(struct tg_server *srv)
+{
+    tg_session_sweep(srv->sessions, end_stream_one, srv);
+    /* Channel clients are told the gateway is going away. */
+    struct tg_list *l = srv->channels.next;
+    while (l != &srv->channels) {
+        struct tg_channel *ch = tg_container_of(l, struct tg_channel, link);
+        l = l->next;
+        if (!ch->open || ch->conn == NULL)
+            continue;
+        if (ch->kind == CH_WS)
+            tg_ws_close(ch->ws, 1001, "gateway shutting down");
+        else
+            tg_http_stream_end(ch->conn);
+    }
+}
 
 static int count_inflight(struct tg_session *s, void *arg)
 {

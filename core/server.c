@@ -64,6 +64,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     srv->listen_conf = tg_conf_ref(conf);
     tg_list_init(&srv->conns);
     tg_list_init(&srv->approvals);
+    tg_list_init(&srv->channels);
     srv->counters = tg_counters_new();
     if (conf->audit.file != NULL) {
         struct tg_buf err;

@@ -47,6 +47,7 @@ struct tg_server {
     struct tg_counters *counters; /* outlives confs: a reload keeps every counter */
     struct tg_audit *audit;
     struct tg_list approvals;     /* parked calls, oldest first */
+    struct tg_list channels;      /* legacy SSE and WebSocket client sessions */
     size_t napprovals;
     uint64_t reloads, reload_failures;
     struct tg_conf *listen_conf;  /* the conf the listeners were made from (listeners need a restart to change) */

@@ -27,6 +27,8 @@ struct tg_session {
     unsigned inflight;
     struct tg_list calls;   /* router's in-flight calls of this session */
     void *get_stream;       /* router's GET stream, if one is open */
+    void *channel;          /* router's channel (legacy SSE or WebSocket client), if any */
+    int init_pending;       /* initialize sent upstream, answer not seen yet */
     struct tg_buf server_reqs; /* canonical ids of server-to-client requests awaiting the client's answer */
     int nserver_reqs;
     struct tg_session *hnext;

@@ -39,6 +39,7 @@ const char *tg_conn_state_str(enum tg_conn_state s)
     case TG_CONN_READING: return "reading";
     case TG_CONN_DISPATCHING: return "dispatching";
     case TG_CONN_STREAMING: return "streaming";
+    case TG_CONN_UPGRADED: return "upgraded";
     case TG_CONN_CLOSING: return "closing";
     case TG_CONN_CLOSED: return "closed";
     }
@@ -90,6 +91,7 @@ static void set_state(struct tg_conn *c, enum tg_conn_state s)
         break;
     case TG_CONN_DISPATCHING:
     case TG_CONN_STREAMING:
+    case TG_CONN_UPGRADED:
         uv_timer_stop(&c->timer);
         break;
     case TG_CONN_CLOSING:
@@ -375,6 +377,13 @@ static void close_graceful(struct tg_conn *c)
             send_wire(c, &b);
         tg_buf_dispose(&b);
     }
+    if (c->up_gone) {
+        tg_conn_cb gone = c->up_gone;
+        c->up_gone = NULL;
+        c->up_data = NULL;
+        c->up_tick = NULL;
+        gone(c, c->up_ud);
+    }
     if (c->exchange && c->on_abort)
         c->on_abort(c, c->exchange);
     c->exchange = NULL;
@@ -511,6 +520,56 @@ void tg_http_stream_end(struct tg_conn *c)
     finish_request(c);
 }
 
+/* ---- upgrades ------------------------------------------------------------------ */
+
+void tg_http_upgrade(struct tg_conn *c, const char *extra)
+{
+    if (c->state >= TG_CONN_CLOSING)
+        return;
+    c->server->metrics.http_status[1]++;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appends(&b, "HTTP/1.1 101 Switching Protocols\r\n");
+    if (extra)
+        tg_buf_appends(&b, extra);
+    tg_buf_appends(&b, "\r\n");
+    send_owned(c, &b);
+    c->close_after = 0;
+    c->exchange = NULL;
+    c->on_abort = NULL;
+    c->on_drain = NULL;
+    req_reset(&c->req);
+    set_state(c, TG_CONN_UPGRADED);
+    if (c->read_stopped) {
+        c->read_stopped = 0;
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    }
+}
+
+void tg_http_take_over(struct tg_conn *c, tg_conn_cb on_data, tg_conn_cb on_tick, tg_conn_cb on_gone, void *ud)
+{
+    c->up_data = on_data;
+    c->up_tick = on_tick;
+    c->up_gone = on_gone;
+    c->up_ud = ud;
+}
+
+void tg_http_upgraded_timer(struct tg_conn *c, uint64_t ms)
+{
+    if (c->state == TG_CONN_UPGRADED)
+        uv_timer_start(&c->timer, on_timer, ms, 0);
+}
+
+void tg_http_raw_write(struct tg_conn *c, const char *p, size_t n)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_append(&b, p, n);
+    send_owned(c, &b);
+}
+
+void tg_http_close_after_writes(struct tg_conn *c) { close_graceful(c); }
+
 /* ---- reading ------------------------------------------------------------------ */
 
 static size_t input_ceiling(struct tg_conn *c)
@@ -556,6 +615,11 @@ static void process_input_loop(struct tg_conn *c);
 
 static void process_input(struct tg_conn *c)
 {
+    if (c->state == TG_CONN_UPGRADED) {
+        if (c->up_data)
+            c->up_data(c, c->up_ud);
+        return;
+    }
     c->in_process = 1;
     process_input_loop(c);
     if (c->state < TG_CONN_CLOSED)
@@ -588,6 +652,8 @@ static void process_input_loop(struct tg_conn *c)
             set_state(c, TG_CONN_DISPATCHING);
             c->server->metrics.http_requests++;
             tg_server_on_request(c->server, c);
+            if (c->state == TG_CONN_UPGRADED)
+                return; /* the protocol that took over has seen the bytes that followed */
             /* The handler may have answered already (finish_request resumed us) — loop. */
             continue;
         }
@@ -650,6 +716,11 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 static void on_timer(uv_timer_t *t)
 {
     struct tg_conn *c = t->data;
+    if (c->state == TG_CONN_UPGRADED) {
+        if (c->up_tick)
+            c->up_tick(c, c->up_ud);
+        return;
+    }
     if (c->state == TG_CONN_READING) {
         /* A slow request (slowloris) gets 408 and the connection is closed. */
         c->close_after = 1;
@@ -683,6 +754,13 @@ void tg_conn_close(struct tg_conn *c, const char *why)
         return;
     tg_log(TG_LOG_DEBUG, "connection closed", "conn=%llu state=%s reason=\"%s\"", (unsigned long long)c->id,
            tg_conn_state_str(c->state), why);
+    if (c->up_gone) {
+        tg_conn_cb gone = c->up_gone;
+        c->up_gone = NULL;
+        c->up_data = NULL;
+        c->up_tick = NULL;
+        gone(c, c->up_ud);
+    }
     /* Tell the handler first, so that nothing refers to the connection afterwards. */
     if (c->exchange && c->on_abort)
         c->on_abort(c, c->exchange);

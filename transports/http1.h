@@ -31,6 +31,7 @@ enum tg_conn_state {
     TG_CONN_READING,     /* a request has started; header timer armed until the body is complete */
     TG_CONN_DISPATCHING, /* a complete request is with the handler; parser paused; no timer */
     TG_CONN_STREAMING,   /* the handler is streaming a chunked (SSE) answer; parser paused */
+    TG_CONN_UPGRADED,    /* 101 sent: bytes belong to another protocol (WebSocket); HTTP parsing is over */
     TG_CONN_CLOSING,     /* uv_close requested; no more reads or writes */
     TG_CONN_CLOSED,      /* close callback ran; memory is about to be released */
 };
@@ -78,6 +79,11 @@ struct tg_conn {
     void *exchange;
     tg_conn_cb on_abort; /* the client went away while exchange was set */
     tg_conn_cb on_drain; /* out_pending fell below the low-water mark */
+    /* After an upgrade: the protocol that took the connection over. */
+    tg_conn_cb up_data; /* bytes arrived in in */
+    tg_conn_cb up_tick; /* the connection's timer fired */
+    tg_conn_cb up_gone; /* the connection is closing */
+    void *up_ud;
     struct tg_list link; /* server's list of connections */
     char peer[64];
 };
@@ -100,6 +106,16 @@ void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n);
 void tg_http_stream_end(struct tg_conn *c);
 
 void tg_conn_close(struct tg_conn *c, const char *why);
+
+/* Upgrades (WebSocket): answer 101 with extra headers; the connection then carries another protocol. */
+void tg_http_upgrade(struct tg_conn *c, const char *extra_headers);
+/* Hand the upgraded connection to a protocol (NULL callbacks detach it). */
+void tg_http_take_over(struct tg_conn *c, tg_conn_cb on_data, tg_conn_cb on_tick, tg_conn_cb on_gone, void *ud);
+void tg_http_upgraded_timer(struct tg_conn *c, uint64_t ms);
+/* Bytes for the peer as they are (encrypted on TLS connections). */
+void tg_http_raw_write(struct tg_conn *c, const char *p, size_t n);
+/* Close once everything queued has been written. */
+void tg_http_close_after_writes(struct tg_conn *c);
 /* Stop or resume delivering new requests (used while draining). */
 const char *tg_http_status_text(int status);
 
