@@ -519,6 +519,83 @@ static int valid_header_name(const char *n)
     return 1;
 }
 
+extern char **environ;
+
+/* stdio upstream: command = [ "prog", "arg", … ]; env = { NAME = "value"; }; cwd; warm. */
+static void load_command(struct loader *ld, const config_setting_t *g, const config_setting_t *cmd,
+                         struct tg_upstream_conf *u, const char *ctx)
+{
+    u->transport = TG_UP_STDIO;
+    if (config_setting_get_member(g, "url") || config_setting_get_member(g, "transport"))
+        errf(ld, cmd, "command", "an upstream has either url (HTTP) or command (stdio), not both");
+    int n = config_setting_is_array(cmd) || config_setting_is_list(cmd) ? config_setting_length(cmd) : 0;
+    if (n == 0) {
+        errf(ld, cmd, "command", "must be a non-empty array of strings [ \"program\", \"arg\", … ]");
+        return;
+    }
+    u->command = tg_xcalloc((size_t)n + 1, sizeof(char *));
+    for (int i = 0; i < n; i++) {
+        const char *v = config_setting_get_string_elem(cmd, i);
+        const char *why = NULL;
+        char var[128];
+        char *e = v ? tg_conf_expand_env(v, &why, var, sizeof(var)) : NULL;
+        if (e == NULL) {
+            errf(ld, cmd, "command", "element %d must be a string%s%s", i, why ? ": " : "", why ? why : "");
+            e = tg_xstrdup("");
+        }
+        u->command[i] = e;
+    }
+    u->cwd = get_str(ld, g, "cwd", NULL, 0, ctx);
+    const config_setting_t *w = config_setting_get_member(g, "warm");
+    if (w != NULL) {
+        if (config_setting_type(w) != CONFIG_TYPE_INT || config_setting_get_int(w) < 0 || config_setting_get_int(w) > 64)
+            errf(ld, w, "warm", "must be an integer 0..64");
+        else
+            u->warm = config_setting_get_int(w);
+    }
+    const config_setting_t *env = config_setting_get_member(g, "env");
+    size_t ninherit = 0;
+    while (environ && environ[ninherit])
+        ninherit++;
+    size_t nextra = env && config_setting_is_group(env) ? (size_t)config_setting_length(env) : 0;
+    if (env && !config_setting_is_group(env))
+        errf(ld, env, "env", "must be a group { NAME = \"value\"; }");
+    u->env = tg_xcalloc(ninherit + nextra + 1, sizeof(char *));
+    size_t k = 0;
+    for (size_t i = 0; i < nextra; i++) {
+        const config_setting_t *e = config_setting_get_elem(env, (unsigned)i);
+        const char *name = config_setting_name(e);
+        const char *val = config_setting_get_string(e);
+        const char *why = NULL;
+        char var[128];
+        char *x = val ? tg_conf_expand_env(val, &why, var, sizeof(var)) : NULL;
+        if (x == NULL) {
+            errf(ld, e, "env", "%s must be a string%s%s", name ? name : "?", why ? ": " : "", why ? why : "");
+            continue;
+        }
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_buf_appendf(&b, "%s=%s", name, x);
+        tg_buf_append(&b, "", 1);
+        u->env[k++] = tg_buf_release(&b);
+        free(x);
+    }
+    /* The inherited environment, minus what env overrides. */
+    for (size_t i = 0; i < ninherit; i++) {
+        const char *eq = strchr(environ[i], '=');
+        size_t nl = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+        int overridden = 0;
+        for (size_t j = 0; j < k; j++)
+            if (strncmp(u->env[j], environ[i], nl) == 0 && u->env[j][nl] == '=')
+                overridden = 1;
+        if (!overridden)
+            u->env[k++] = tg_xstrdup(environ[i]);
+    }
+    u->env[k] = NULL;
+    if (u->init_local)
+        errf(ld, g, ctx, "initialize = \"local\" is for HTTP upstreams");
+}
+
 static void load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     const config_setting_t *l = config_lookup(cfg, "upstreams");
@@ -539,7 +616,8 @@ static void load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
             continue;
         }
         static const char *const known[] = {"name", "url", "default", "headers", "initialize", "connect_timeout_ms",
-                                            "call_timeout_ms", "pool", "policy", "deny_server_requests", NULL};
+                                            "call_timeout_ms", "pool", "policy", "deny_server_requests",
+                                            "transport", "command", "env", "cwd", "warm", NULL};
         check_members(ld, g, known, ctx);
         u->name = get_str(ld, g, "name", NULL, 1, ctx);
         if (u->name && !valid_upstream_name(u->name))
@@ -551,10 +629,25 @@ static void load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
                 errf(ld, g, ctx, "duplicate upstream name \"%s\"", u->name);
         if (u->name)
             snprintf(ctx, sizeof(ctx), "upstreams.%s", u->name);
-        u->url = get_str(ld, g, "url", NULL, 1, ctx);
-        const char *why = NULL;
-        if (u->url && parse_url(u, &why) != 0)
-            errf(ld, config_setting_get_member(g, "url"), "url", "\"%s\" %s", u->url, why);
+        const config_setting_t *cmd = config_setting_get_member(g, "command");
+        if (cmd != NULL) {
+            load_command(ld, g, cmd, u, ctx);
+        } else {
+            u->url = get_str(ld, g, "url", NULL, 1, ctx);
+            const char *why = NULL;
+            if (u->url && parse_url(u, &why) != 0)
+                errf(ld, config_setting_get_member(g, "url"), "url", "\"%s\" %s", u->url, why);
+            char *tr = get_str(ld, g, "transport", "streamable", 0, ctx);
+            if (tr && strcmp(tr, "sse") == 0)
+                u->transport = TG_UP_SSE;
+            else if (tr && strcmp(tr, "streamable") != 0)
+                errf(ld, config_setting_get_member(g, "transport"), "transport",
+                     "must be \"streamable\" or \"sse\" (a stdio upstream has command instead of url)");
+            free(tr);
+            if (config_setting_get_member(g, "env") || config_setting_get_member(g, "cwd") ||
+                config_setting_get_member(g, "warm"))
+                errf(ld, g, ctx, "env, cwd and warm are for stdio upstreams (command = [ … ])");
+        }
         u->is_default = get_bool(ld, g, "default", 0, ctx);
         if (u->is_default) {
             if (c->default_upstream >= 0)
@@ -960,6 +1053,13 @@ void tg_conf_unref(struct tg_conf *c)
         free(u->headers);
         free(u->policy_path);
         tg_policy_unref(u->policy);
+        for (char **a = u->command; a && *a; a++)
+            free(*a);
+        free(u->command);
+        for (char **a = u->env; a && *a; a++)
+            free(*a);
+        free(u->env);
+        free(u->cwd);
         for (size_t k = 0; k < u->ndeny_server_requests; k++)
             free(u->deny_server_requests[k]);
         free(u->deny_server_requests);

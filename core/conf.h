@@ -80,6 +80,8 @@ struct tg_header {
     char *value;
 };
 
+enum { TG_UP_STREAMABLE = 0, TG_UP_SSE = 1, TG_UP_STDIO = 2 };
+
 struct tg_upstream_conf {
     char *name;
     char *url;
@@ -99,6 +101,11 @@ struct tg_upstream_conf {
     int queue_timeout_ms;
     char *policy_path;
     struct tg_policy *policy; /* NULL: fails closed (everything denied and hidden) */
+    int transport;   /* TG_UP_STREAMABLE, TG_UP_SSE (legacy HTTP+SSE) or TG_UP_STDIO */
+    char **command;  /* stdio: argv, NULL-terminated */
+    char **env;      /* stdio: the environment (inherited plus env overrides), NULL-terminated */
+    char *cwd;       /* stdio: working directory, or NULL */
+    int warm;        /* stdio: children started ahead of need */
     char **deny_server_requests; /* server-to-client methods never relayed to clients */
     size_t ndeny_server_requests;
 };

@@ -16,6 +16,7 @@
 #include "policy/counters.h"
 #include "upstream/sse.h"
 #include "transports/ws.h"
+#include "upstream/stdio.h"
 #include "upstream/upstream.h"
 
 /* What a call is relaying, decided when the upstream's head arrives. */
@@ -109,6 +110,11 @@ struct tg_call {
     struct tg_buf held;       /* the message, serialized, waiting for a decision */
     struct tg_batch *batch;   /* the batch this element belongs to, or NULL */
     struct tg_channel *channel; /* KIND_GET for a channel session: events go there (reference) */
+    /* message-stream upstreams (stdio, legacy SSE): the answer arrives on the session's stream */
+    int awaiting;             /* in srv->awaiting (uses alink), answer not here yet */
+    uint64_t deadline;        /* loop time after which the call times out */
+    uint64_t sent_at;
+    char *progress_token;     /* canonical params._meta.progressToken, for routing progress */
 };
 
 static const char *const supported_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL};
@@ -228,6 +234,7 @@ static int origin_allowed(const struct tg_listen_conf *lc, struct tg_slice o)
 /* ---- calls --------------------------------------------------------------------- */
 
 static void channel_unref(struct tg_channel *ch);
+static void end_get_stream(struct tg_session *s);
 
 /* One JSON-RPC message to the client of a channel session. */
 static void channel_send(struct tg_channel *ch, const char *p, size_t n)
@@ -386,6 +393,11 @@ static void call_free(struct tg_call *k)
         k->srv->napprovals--;
         k->parked = 0;
     }
+    if (k->awaiting) {
+        tg_list_unlink(&k->alink);
+        k->awaiting = 0;
+    }
+    free(k->progress_token);
     tg_policy_unref(k->policy);
     free(k->grant);
     free(k->method);
@@ -1032,9 +1044,15 @@ static void session_headers(struct tg_buf *h, struct tg_session *s, int with_ses
         tg_buf_appendf(h, "MCP-Protocol-Version: %s\r\n", s->proto);
 }
 
+static void stream_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout);
+
 static void call_send(struct tg_call *k, const char *method, const char *body, size_t len, int dedicated,
                       uint64_t timeout)
 {
+    if (tg_upstream_conf(k->uprt)->transport != TG_UP_STREAMABLE) {
+        stream_send(k, body, len, timeout);
+        return;
+    }
     struct tg_buf h;
     tg_buf_init(&h);
     if (body)
@@ -1045,6 +1063,327 @@ static void call_send(struct tg_call *k, const char *method, const char *body, s
     k->up = tg_upreq_start(k->uprt, method, h.base, body, len, dedicated, timeout,
                            &call_cbs, k);
     tg_buf_dispose(&h);
+}
+
+/* ---- message-stream upstreams: stdio children (and legacy SSE) ------------------------
+ *
+ * These upstreams carry every message of a session on one stream, so an answer is matched to
+ * its call by our gateway id, and what the server says on its own goes to the session's client
+ * stream: the channel, the GET stream, or an open call's SSE answer. */
+
+static char *id_key_of_string(const char *v)
+{
+    size_t l = strlen(v);
+    char *k = tg_xmalloc(l + 2);
+    k[0] = 's';
+    memcpy(k + 1, v, l + 1);
+    return k;
+}
+
+static char *id_key_of_number(const cJSON *n)
+{
+    if (!cJSON_IsNumber(n) || n->valuestring == NULL)
+        return NULL;
+    size_t l = strlen(n->valuestring);
+    char *k = tg_xmalloc(l + 2);
+    k[0] = 'n';
+    memcpy(k + 1, n->valuestring, l + 1);
+    return k;
+}
+
+/* deny_server_requests on a message-stream upstream: the gateway answers on the same stream. */
+static int refuse_stream_request(struct tg_call *probe, const char *p, size_t n)
+{
+    const struct tg_upstream_conf *uc = tg_upstream_conf(probe->uprt);
+    struct tg_json_doc doc;
+    if (uc->ndeny_server_requests == 0 || tg_json_parse(p, n, 1000, 1, &doc, NULL, NULL) != 0)
+        return 0;
+    cJSON *method = cJSON_GetObjectItemCaseSensitive(doc.root, "method");
+    int refused = 0;
+    for (size_t i = 0; cJSON_IsString(method) && i < uc->ndeny_server_requests; i++)
+        if (strcmp(uc->deny_server_requests[i], method->valuestring) == 0)
+            refused = 1;
+    if (refused) {
+        probe->srv->metrics.server_requests_denied++;
+        struct tg_buf e;
+        tg_buf_init(&e);
+        char msg[200];
+        snprintf(msg, sizeof(msg), "%s is not allowed through the gateway for upstream %s", method->valuestring,
+                 uc->name);
+        tg_rpc_error(&e, doc.id_raw.ptr, doc.id_raw.len, TG_RPC_DENIED, msg, NULL);
+        if (probe->sess->upstream_link != NULL && uc->transport == TG_UP_STDIO)
+            tg_child_send(probe->sess->upstream_link, e.base, e.len);
+        tg_buf_dispose(&e);
+    }
+    cJSON_Delete(doc.root);
+    return refused;
+}
+
+static void stream_fail(struct tg_call *k, const char *why);
+static void on_child_message(void *ud, const char *p, size_t n);
+static void on_child_exit(void *ud, int64_t status, int sig);
+
+static void release_child(struct tg_session *s)
+{
+    struct tg_child *ch = s->upstream_link;
+    s->upstream_link = NULL;
+    tg_child_kill(ch);
+}
+
+static struct tg_child *session_child(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u)
+{
+    if (s->upstream_link != NULL)
+        return s->upstream_link;
+    int err = 0;
+    struct tg_child *ch = tg_upstream_take_child(u, on_child_message, on_child_exit, s, &err);
+    if (ch == NULL)
+        return NULL;
+    s->upstream_link = ch;
+    s->release_link = release_child;
+    return ch;
+}
+
+/* The client stream of call k: its SSE answer (started now if needed), or its channel. */
+static void call_stream_write(struct tg_call *k, const char *p, size_t n)
+{
+    struct tg_channel *ch = k->channel ? k->channel : k->batch ? k->batch->channel : NULL;
+    if (ch != NULL) {
+        channel_send(ch, p, n);
+        return;
+    }
+    if (k->conn == NULL || k->batch != NULL)
+        return;
+    if (k->mode != MODE_SSE) {
+        char hdr[96];
+        session_header(k, hdr, sizeof(hdr));
+        k->mode = MODE_SSE;
+        k->in_cb++;
+        tg_http_stream_begin(k->conn, 200, hdr, "text/event-stream");
+        k->in_cb--;
+    }
+    sse_write_message(k, p, n);
+}
+
+static void stream_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
+{
+    struct tg_server *srv = k->srv;
+    const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
+    if (k->kind == KIND_GET) {
+        /* The client's GET stream: the server's own messages come from the child's stdout. */
+        k->forwarded = 1;
+        if (k->conn != NULL) {
+            k->mode = MODE_SSE;
+            tg_http_stream_begin(k->conn, 200, NULL, "text/event-stream");
+        }
+        return;
+    }
+    struct tg_child *child = uc->transport == TG_UP_STDIO ? session_child(srv, k->sess, k->uprt) : NULL;
+    if (child == NULL || tg_child_send(child, body, len) != 0) {
+        char why[160];
+        snprintf(why, sizeof(why), "upstream %s could not be started or has gone", uc->name);
+        stream_fail(k, why);
+        return;
+    }
+    k->forwarded = 1;
+    k->sent_at = now_ms(srv);
+    if (k->kind != KIND_REQUEST) {
+        /* notifications and responses: nothing comes back for them */
+        if (k->batch == NULL && k->conn != NULL)
+            tg_http_respond(k->conn, 202, NULL, NULL, "", 0);
+        call_free(k);
+        return;
+    }
+    k->awaiting = 1;
+    k->deadline = k->sent_at + (timeout ? timeout : (uint64_t)uc->call_timeout_ms);
+    tg_list_insert_tail(&srv->awaiting, &k->alink);
+}
+
+/* A decided call's audit line and refund, for answers that came on a message stream. */
+static void stream_settle(struct tg_call *k, const char *outcome)
+{
+    if (k->dec == NULL)
+        return;
+    if (strcmp(outcome, "ok") != 0)
+        refund(k);
+    audit_call(k, "allow", (double)(now_ms(k->srv) - k->sent_at), outcome, NULL);
+}
+
+static void stream_fail(struct tg_call *k, const char *why)
+{
+    stream_settle(k, strstr(why, "timed out") ? "timeout" : "unavailable");
+    struct tg_buf e, d;
+    tg_buf_init(&e);
+    tg_buf_init(&d);
+    upstream_data(&d, up_name(k));
+    tg_buf_append(&d, "", 1);
+    if (k->kind == KIND_REQUEST) {
+        tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, d.base);
+        if (k->batch != NULL)
+            batch_add(k->batch, e.base, e.len);
+        else if (k->conn != NULL && k->mode == MODE_SSE) {
+            sse_write_message(k, e.base, e.len);
+            tg_http_stream_end(k->conn);
+        } else if (k->conn != NULL) {
+            if (k->is_init)
+                tg_session_remove(k->srv->sessions, k->sess);
+            tg_http_respond(k->conn, 200, NULL, "application/json", e.base, e.len);
+        }
+    } else if (k->conn != NULL) {
+        if (k->mode == MODE_SSE)
+            tg_http_stream_end(k->conn);
+        else
+            tg_http_respond(k->conn, 502, NULL, "application/json", e.base, e.len);
+    }
+    tg_buf_dispose(&e);
+    tg_buf_dispose(&d);
+    call_free(k);
+}
+
+/* The answer to call k arrived on the session's stream. */
+static void stream_answer(struct tg_call *k, const char *p, size_t n)
+{
+    struct tg_buf out;
+    tg_buf_init(&out);
+    int valid, is_error;
+    restore_id(k, p, n, &out, &valid, &is_error, NULL);
+    if (k->is_init) {
+        k->sess->init_pending = 0;
+        if (!is_error)
+            note_init_result(k, p, n);
+    }
+    stream_settle(k, is_error ? "error" : "ok");
+    if (k->batch != NULL) {
+        batch_add(k->batch, out.base, out.len);
+    } else if (k->conn != NULL && k->mode == MODE_SSE) {
+        sse_write_message(k, out.base, out.len);
+        if (k->conn)
+            tg_http_stream_end(k->conn);
+    } else if (k->conn != NULL) {
+        char hdr[96];
+        session_header(k, hdr, sizeof(hdr));
+        if (k->is_init && is_error) {
+            hdr[0] = '\0';
+            tg_session_remove(k->srv->sessions, k->sess);
+        }
+        tg_http_respond(k->conn, 200, hdr, "application/json", out.base, out.len);
+    }
+    tg_buf_dispose(&out);
+    call_free(k);
+}
+
+/* Where a server message that answers no call goes: the channel, the GET stream, or the
+ * SSE answer of a call still waiting (the client reads all of these). */
+static int session_stream_write(struct tg_session *s, const char *p, size_t n, const char *progress_key)
+{
+    if (s->channel != NULL) {
+        channel_send(s->channel, p, n);
+        return 1;
+    }
+    struct tg_call *target = NULL;
+    for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        if (progress_key && k->progress_token && strcmp(k->progress_token, progress_key) == 0 && k->awaiting) {
+            target = k;
+            break;
+        }
+    }
+    if (target == NULL && s->get_stream != NULL && ((struct tg_call *)s->get_stream)->conn != NULL)
+        target = s->get_stream;
+    for (struct tg_list *l = s->calls.prev; target == NULL && l != &s->calls; l = l->prev) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        if (k->awaiting && (k->conn != NULL || (k->batch && k->batch->channel)))
+            target = k;
+    }
+    if (target == NULL)
+        return 0;
+    call_stream_write(target, p, n);
+    return 1;
+}
+
+static void stream_server_message(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
+                                  size_t n)
+{
+    struct tg_json_doc doc;
+    if (tg_json_parse(p, n, 1000, 0, &doc, NULL, NULL) != 0)
+        return;
+    if (doc.method_raw.len == 0 && doc.id_raw.len > 0) {
+        for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
+            struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+            if (k->awaiting && k->kind == KIND_REQUEST && doc.id_raw.len == k->gid_len &&
+                memcmp(doc.id_raw.ptr, k->gid_str, k->gid_len) == 0) {
+                stream_answer(k, p, n);
+                return;
+            }
+        }
+        char esc[80];
+        tg_log(TG_LOG_INFO, "upstream answer matches no call; dropped", "upstream=%s session=%s id=%s",
+               tg_upstream_conf(u)->name, s->id_str, tg_log_esc(esc, sizeof(esc), doc.id_raw));
+        return;
+    }
+    /* A server request or notification. */
+    char *progress = NULL;
+    if (doc.method_raw.len > 0 && doc.id_raw.len > 0) {
+        struct tg_call probe;
+        memset(&probe, 0, sizeof(probe));
+        probe.srv = srv;
+        probe.sess = s;
+        probe.uprt = u;
+        if (refuse_stream_request(&probe, p, n))
+            return;
+        note_server_request(s, doc.id_raw);
+    } else if (tg_slice_eq(doc.method_raw, TG_SLICE("\"notifications/progress\""))) {
+        struct tg_json_doc full;
+        if (tg_json_parse(p, n, 1000, 1, &full, NULL, NULL) == 0) {
+            cJSON *tok = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(full.root, "params"),
+                                                          "progressToken");
+            if (tok)
+                progress = cJSON_IsString(tok) ? id_key_of_string(tok->valuestring) : id_key_of_number(tok);
+            cJSON_Delete(full.root);
+        }
+    }
+    if (!session_stream_write(s, p, n, progress))
+        tg_log(TG_LOG_DEBUG, "server message with nowhere to go; dropped", "session=%s", s->id_str);
+    free(progress);
+}
+
+static void on_child_message(void *ud, const char *p, size_t n)
+{
+    struct tg_session *s = ud;
+    struct tg_server *srv = s->srv;
+    if ((size_t)s->upstream >= srv->nupstreams)
+        return;
+    tg_session_ref(s);
+    stream_server_message(srv, s, srv->upstreams[s->upstream], p, n);
+    tg_session_unref(s);
+}
+
+/* The session's child died: its calls fail cleanly and the session ends, so that the next
+ * initialize starts a new child. */
+static void on_child_exit(void *ud, int64_t status, int sig)
+{
+    struct tg_session *s = ud;
+    struct tg_server *srv = s->srv;
+    s->upstream_link = NULL;
+    tg_session_ref(s);
+    struct tg_list *l = s->calls.next;
+    while (l != &s->calls) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        l = l->next;
+        if (k->awaiting)
+            stream_fail(k, "the upstream process exited");
+    }
+    if (s->channel != NULL) {
+        struct tg_channel *ch = s->channel;
+        if (ch->kind == CH_WS && ch->open)
+            tg_ws_close(ch->ws, 1011, "upstream process exited");
+        else if (ch->open && ch->conn)
+            tg_http_stream_end(ch->conn);
+    }
+    if (s->live) {
+        end_get_stream(s);
+        tg_session_remove(srv->sessions, s);
+    }
+    tg_session_unref(s);
 }
 
 /* ---- MCP endpoint --------------------------------------------------------------- */
@@ -1253,6 +1592,14 @@ static void handle_request(struct tg_server *srv, struct tg_conn *c, struct tg_b
     s->inflight++;
     k->policy = tg_policy_ref(pol);
     k->method = tg_xstrdup(m->method);
+    {
+        cJSON *meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
+        cJSON *tok = cJSON_GetObjectItemCaseSensitive(meta, "progressToken");
+        if (cJSON_IsString(tok))
+            k->progress_token = id_key_of_string(tok->valuestring);
+        else if (cJSON_IsNumber(tok))
+            k->progress_token = id_key_of_number(tok);
+    }
     k->id_key = key;
     k->is_tools_list = strcmp(m->method, "tools/list") == 0;
     k->is_init = strcmp(m->method, "initialize") == 0;
@@ -1588,6 +1935,7 @@ static void handle_post(struct tg_server *srv, struct tg_conn *c, struct route *
             return;
         }
         s = tg_session_create(srv->sessions, g->name, rt->upstream);
+        s->srv = srv;
         s->last_active_ms = now_ms(srv);
         srv->metrics.sessions_created++;
         if (rt->uc->init_local) {
@@ -1813,7 +2161,7 @@ static void channel_open_upstream_stream(struct tg_server *srv, struct tg_channe
 {
     struct tg_session *s = ch->sess;
     const struct tg_upstream_conf *uc = tg_upstream_conf(srv->upstreams[s->upstream]);
-    if (uc->init_local || s->get_stream != NULL || !ch->open)
+    if (uc->init_local || uc->transport != TG_UP_STREAMABLE || s->get_stream != NULL || !ch->open)
         return;
     struct tg_call *k = call_new(srv, s, NULL, KIND_GET);
     k->channel = ch;
@@ -1937,6 +2285,7 @@ static struct tg_session *new_channel_session(struct tg_server *srv, struct tg_c
         return NULL;
     }
     struct tg_session *s = tg_session_create(srv->sessions, g->name, rt->upstream);
+    s->srv = srv;
     s->last_active_ms = now_ms(srv);
     srv->metrics.sessions_created++;
     return s;
@@ -2499,6 +2848,16 @@ void tg_router_tick(struct tg_server *srv, int sessions_too)
     }
     tg_counters_sweep(srv->counters, wall_ms(), 65536);
     channels_keepalive(srv);
+    struct tg_list *al = srv->awaiting.next;
+    while (al != &srv->awaiting) {
+        struct tg_call *k = tg_container_of(al, struct tg_call, alink);
+        al = al->next;
+        if (k->deadline <= now) {
+            char why[160];
+            snprintf(why, sizeof(why), "upstream %s timed out", up_name(k));
+            stream_fail(k, why);
+        }
+    }
     if (sessions_too)
         tg_session_sweep(srv->sessions, sweep_one, srv);
 }

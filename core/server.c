@@ -65,6 +65,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     tg_list_init(&srv->conns);
     tg_list_init(&srv->approvals);
     tg_list_init(&srv->channels);
+    tg_list_init(&srv->awaiting);
     srv->counters = tg_counters_new();
     if (conf->audit.file != NULL) {
         struct tg_buf err;
@@ -156,8 +157,16 @@ static void close_listeners(struct tg_server *srv)
     }
 }
 
+static int remove_session(struct tg_session *s, void *arg)
+{
+    (void)arg;
+    return 1;
+}
+
 static void finish_drain(struct tg_server *srv)
 {
+    /* Sessions end now: stdio children get their stdin closed, SIGTERM, then SIGKILL. */
+    tg_session_sweep(srv->sessions, remove_session, NULL);
     uv_timer_stop(&srv->drain_timer);
     uv_timer_stop(&srv->sweep);
     /* Close what is left: connections, upstream pools, our own handles. */

@@ -48,6 +48,7 @@ struct tg_server {
     struct tg_audit *audit;
     struct tg_list approvals;     /* parked calls, oldest first */
     struct tg_list channels;      /* legacy SSE and WebSocket client sessions */
+    struct tg_list awaiting;      /* calls waiting for an answer on a message-stream upstream */
     size_t napprovals;
     uint64_t reloads, reload_failures;
     struct tg_conf *listen_conf;  /* the conf the listeners were made from (listeners need a restart to change) */

@@ -148,6 +148,8 @@ void tg_session_remove(struct tg_session_table *t, struct tg_session *s)
     tg_list_unlink(&s->link);
     t->count--;
     s->live = 0;
+    if (s->release_link != NULL && s->upstream_link != NULL)
+        s->release_link(s);
     tg_session_unref(s);
 }
 

@@ -28,6 +28,9 @@ struct tg_session {
     struct tg_list calls;   /* router's in-flight calls of this session */
     void *get_stream;       /* router's GET stream, if one is open */
     void *channel;          /* router's channel (legacy SSE or WebSocket client), if any */
+    void *srv;              /* the server (for callbacks that only have the session) */
+    void *upstream_link;    /* message-stream upstream state (a stdio child), if any */
+    void (*release_link)(struct tg_session *s); /* called when the session is removed */
     int init_pending;       /* initialize sent upstream, answer not seen yet */
     struct tg_buf server_reqs; /* canonical ids of server-to-client requests awaiting the client's answer */
     int nserver_reqs;

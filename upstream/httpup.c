@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include "core/log.h"
+#include "upstream/stdio.h"
 #include "upstream/upstream.h"
 
 enum upconn_state {
@@ -50,6 +51,8 @@ struct tg_upstream {
     size_t open_reqs; /* requests not yet released: the upstream is freed only when both are 0 */
     uint64_t next_conn_id;
     int last_connect_failed;
+    struct tg_child *warm[64]; /* stdio: children started ahead of need */
+    int nwarm;
     char scratch[65536];
 };
 
@@ -730,6 +733,56 @@ double tg_upreq_elapsed_ms(const struct tg_upreq *r) { return (double)(uv_hrtime
 
 /* ---- upstream ---------------------------------------------------------------------- */
 
+/* Warm children sit in fixed slots (a child's exit callback clears its own slot). */
+static void on_warm_exit(void *ud, int64_t status, int sig)
+{
+    struct tg_child **slot = ud;
+    *slot = NULL;
+}
+
+static void fill_warm(struct tg_upstream *u)
+{
+    if (u->uc->transport != TG_UP_STDIO || u->closing)
+        return;
+    int want = u->uc->warm < 64 ? u->uc->warm : 64;
+    int have = 0;
+    for (int i = 0; i < 64; i++)
+        have += u->warm[i] != NULL;
+    for (int i = 0; i < 64 && have < want; i++) {
+        if (u->warm[i] != NULL)
+            continue;
+        int err = 0;
+        struct tg_child *c = tg_child_spawn(u->loop, u->uc, (size_t)65536 * 1024, NULL, on_warm_exit, &u->warm[i], &err);
+        if (c == NULL) {
+            u->last_connect_failed = 1;
+            return;
+        }
+        u->warm[i] = c;
+        have++;
+    }
+    u->nwarm = have;
+}
+
+struct tg_child *tg_upstream_take_child(struct tg_upstream *u, void (*on_message)(void *, const char *, size_t),
+                                        void (*on_exit)(void *, int64_t, int), void *ud, int *err)
+{
+    struct tg_child *c = NULL;
+    for (int i = 0; i < 64 && c == NULL; i++) {
+        if (u->warm[i] != NULL && tg_child_alive(u->warm[i])) {
+            c = u->warm[i];
+            u->warm[i] = NULL;
+        }
+    }
+    if (c != NULL) {
+        tg_child_bind(c, on_message, on_exit, ud);
+    } else {
+        c = tg_child_spawn(u->loop, u->uc, (size_t)65536 * 1024, on_message, on_exit, ud, err);
+        u->last_connect_failed = c == NULL;
+    }
+    fill_warm(u);
+    return c;
+}
+
 struct tg_upstream *tg_upstream_new(uv_loop_t *loop, const struct tg_upstream_conf *uc, struct tg_metrics *m)
 {
     struct tg_upstream *u = tg_xcalloc(1, sizeof(*u));
@@ -739,15 +792,21 @@ struct tg_upstream *tg_upstream_new(uv_loop_t *loop, const struct tg_upstream_co
     tg_list_init(&u->idle);
     tg_list_init(&u->busy);
     tg_list_init(&u->queue);
-    if (uv_ip4_addr(uc->host, uc->port, (struct sockaddr_in *)&u->addr) == 0 ||
-        uv_ip6_addr(uc->host, uc->port, (struct sockaddr_in6 *)&u->addr) == 0)
+    if (uc->host != NULL && (uv_ip4_addr(uc->host, uc->port, (struct sockaddr_in *)&u->addr) == 0 ||
+                             uv_ip6_addr(uc->host, uc->port, (struct sockaddr_in6 *)&u->addr) == 0))
         u->addr_literal = 1;
+    fill_warm(u);
     return u;
 }
 
 void tg_upstream_close(struct tg_upstream *u)
 {
     u->closing = 1;
+    for (int i = 0; i < 64; i++) {
+        tg_child_kill(u->warm[i]);
+        u->warm[i] = NULL;
+    }
+    u->nwarm = 0;
     while (!tg_list_empty(&u->queue)) {
         struct tg_upreq *r = tg_container_of(u->queue.next, struct tg_upreq, qlink);
         finish(r, TG_ECLOSED);

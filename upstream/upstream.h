@@ -39,6 +39,11 @@ void tg_upstream_stats(const struct tg_upstream *u, size_t *total, size_t *idle,
 /* 1 if a connection succeeded recently or none failed yet. */
 int tg_upstream_reachable(const struct tg_upstream *u);
 
+struct tg_child;
+/* stdio upstreams: a child for a new session, warm if one is ready (another is then started). */
+struct tg_child *tg_upstream_take_child(struct tg_upstream *u, void (*on_message)(void *, const char *, size_t),
+                                        void (*on_exit)(void *, int64_t, int), void *ud, int *err);
+
 /* extra_headers: complete "Name: value\r\n" lines (may be NULL). timeout_ms 0 = none. */
 struct tg_upreq *tg_upreq_start(struct tg_upstream *u, const char *method, const char *extra_headers,
                                 const char *body, size_t len, int dedicated, uint64_t timeout_ms,
