@@ -648,6 +648,13 @@ struct tg_upreq *tg_upreq_start(struct tg_upstream *u, const char *method, const
                                 const char *body, size_t len, int dedicated, uint64_t timeout_ms,
                                 const struct tg_upreq_cbs *cbs, void *ud)
 {
+    return tg_upreq_start_to(u, method, NULL, extra_headers, body, len, dedicated, timeout_ms, cbs, ud);
+}
+
+struct tg_upreq *tg_upreq_start_to(struct tg_upstream *u, const char *method, const char *target,
+                                   const char *extra_headers, const char *body, size_t len, int dedicated,
+                                   uint64_t timeout_ms, const struct tg_upreq_cbs *cbs, void *ud)
+{
     const struct tg_upstream_conf *uc = u->uc;
     struct tg_upreq *r = tg_xcalloc(1, sizeof(*r));
     r->up = u;
@@ -663,7 +670,7 @@ struct tg_upreq *tg_upreq_start(struct tg_upstream *u, const char *method, const
     tg_buf_init(&r->out);
     if (tg_buf_try_reserve(&r->out, len + 512, 0) != 0)
         abort();
-    tg_buf_appendf(&r->out, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, uc->path, uc->authority);
+    tg_buf_appendf(&r->out, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, target ? target : uc->path, uc->authority);
     for (size_t i = 0; i < uc->nheaders; i++)
         tg_buf_appendf(&r->out, "%s: %s\r\n", uc->headers[i].name, uc->headers[i].value);
     if (extra_headers)

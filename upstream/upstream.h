@@ -48,6 +48,10 @@ struct tg_child *tg_upstream_take_child(struct tg_upstream *u, void (*on_message
 struct tg_upreq *tg_upreq_start(struct tg_upstream *u, const char *method, const char *extra_headers,
                                 const char *body, size_t len, int dedicated, uint64_t timeout_ms,
                                 const struct tg_upreq_cbs *cbs, void *ud);
+/* The same to an explicit request target (a legacy SSE upstream's endpoint) instead of the URL's path. */
+struct tg_upreq *tg_upreq_start_to(struct tg_upstream *u, const char *method, const char *target,
+                                   const char *extra_headers, const char *body, size_t len, int dedicated,
+                                   uint64_t timeout_ms, const struct tg_upreq_cbs *cbs, void *ud);
 void tg_upreq_cancel(struct tg_upreq *r);
 void tg_upreq_pause(struct tg_upreq *r);
 void tg_upreq_resume(struct tg_upreq *r);
