@@ -34,6 +34,8 @@ static const struct int_directive limit_directives[] = {
     {"output_high_water", LIM(output_high_water), 4096, 1073741824, 1048576, "bytes queued to a slow client"},
     {"drain_timeout_ms", LIM(drain_timeout_ms), 0, 3600000, 10000, "graceful drain on SIGTERM"},
     {"approvals_max", LIM(approvals_max), 0, 1000000, 1000, "calls parked for approval at once"},
+    {"replay_bytes", LIM(replay_bytes), 0, 67108864, 65536, "events kept per SSE stream for Last-Event-ID"},
+    {"sse_keepalive_ms", LIM(sse_keepalive_ms), 1000, 3600000, 15000, "comment sent on an idle SSE stream"},
     {NULL, 0, 0, 0, 0, NULL},
 };
 

@@ -45,6 +45,8 @@ struct tg_limits {
     int output_high_water;
     int drain_timeout_ms;
     int approvals_max;
+    int replay_bytes;
+    int sse_keepalive_ms;
 };
 
 struct tg_policy;

@@ -36,6 +36,35 @@ enum call_kind {
     KIND_DELETE,    /* session teardown sent upstream; no client waits */
 };
 
+/* A client SSE stream of Streamable HTTP (a POST's answer or the GET stream): every event gets
+ * an id "STREAM-SEQ", and the last limits.replay_bytes of events are kept so that a client that
+ * lost the connection can GET with Last-Event-ID and carry on where it stopped. Owner: the
+ * session (streams list); kept REPLAY_KEEP_MS after the stream ended, then freed by the tick. */
+#define REPLAY_KEEP_MS 60000
+#define REPLAY_MAX_PER_SESSION 16
+
+struct replay_ev {
+    struct tg_list link;
+    uint64_t seq;
+    size_t n;
+    char data[];
+};
+
+struct tg_replay {
+    struct tg_server *srv;
+    struct tg_session *sess; /* reference */
+    uint64_t id;
+    uint64_t next_seq;
+    struct tg_list events;
+    size_t bytes;
+    struct tg_call *live;    /* the call still producing events, or NULL once it ended */
+    uint64_t last_write_ms;
+    uint64_t ended_at;
+    uint64_t detached_at;    /* the client went away while live */
+    struct tg_list slink;    /* session's streams */
+    struct tg_list glink;    /* srv->streams */
+};
+
 /* A JSON-RPC batch (protocol 2025-03-26 only): each element is decided and forwarded on its
  * own, and the answers are gathered into one JSON array. Owner: the router; freed when the
  * last element is done. */
@@ -115,6 +144,7 @@ struct tg_call {
     uint64_t deadline;        /* loop time after which the call times out */
     uint64_t sent_at;
     char *progress_token;     /* canonical params._meta.progressToken, for routing progress */
+    struct tg_replay *replay; /* the client SSE stream's ids and replay buffer */
 };
 
 static const char *const supported_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL};
@@ -398,6 +428,10 @@ static void call_free(struct tg_call *k)
         k->awaiting = 0;
     }
     free(k->progress_token);
+    if (k->replay != NULL) {
+        k->replay->live = NULL;
+        k->replay->ended_at = now_ms(k->srv);
+    }
     tg_policy_unref(k->policy);
     free(k->grant);
     free(k->method);
@@ -444,10 +478,22 @@ static void abandon(struct tg_call *k)
     }
 }
 
+/* A client that lost a resumable stream may come back with Last-Event-ID: the call goes on,
+ * its events kept in the replay buffer. Returns 1 if the call was kept. */
+static int detach_stream(struct tg_call *k)
+{
+    if (k->replay == NULL || (k->up == NULL && !k->awaiting && k->kind != KIND_GET))
+        return 0;
+    k->replay->detached_at = now_ms(k->srv);
+    return 1;
+}
+
 static void on_client_abort(struct tg_conn *c, void *ex)
 {
     struct tg_call *k = ex;
     k->conn = NULL;
+    if (detach_stream(k))
+        return;
     if (k->in_cb) {
         k->abort_pending = 1;
         return;
@@ -456,11 +502,15 @@ static void on_client_abort(struct tg_conn *c, void *ex)
     call_free(k);
 }
 
+static void link_pause(struct tg_session *s, int pause);
+
 static void on_client_drain(struct tg_conn *c, void *ex)
 {
     struct tg_call *k = ex;
     if (k->up)
         tg_upreq_resume(k->up);
+    if (k->sess)
+        link_pause(k->sess, 0);
 }
 
 /* After a callback into the transport, the client may have gone: finish the abort. */
@@ -474,14 +524,66 @@ static int call_check_abort(struct tg_call *k)
 }
 
 /* Write one SSE "message" event; data lines must not contain raw newlines. */
+static void replay_free(struct tg_replay *r)
+{
+    while (!tg_list_empty(&r->events)) {
+        struct replay_ev *e = tg_container_of(r->events.next, struct replay_ev, link);
+        tg_list_unlink(&e->link);
+        free(e);
+    }
+    tg_list_unlink(&r->slink);
+    tg_list_unlink(&r->glink);
+    tg_session_unref(r->sess);
+    free(r);
+}
+
+/* A call's client stream just began: give it ids (and prime 2025-11-25 clients to reconnect). */
+static void stream_open(struct tg_call *k)
+{
+    struct tg_server *srv = k->srv;
+    struct tg_session *s = k->sess;
+    if (k->conn == NULL || k->replay != NULL)
+        return;
+    /* Keep a bounded number of streams per session: the oldest ended ones go first. */
+    size_t n = 0;
+    for (struct tg_list *l = s->streams.next; l != &s->streams; l = l->next)
+        n++;
+    for (struct tg_list *l = s->streams.next; n >= REPLAY_MAX_PER_SESSION && l != &s->streams;) {
+        struct tg_replay *o = tg_container_of(l, struct tg_replay, slink);
+        l = l->next;
+        if (o->live == NULL) {
+            replay_free(o);
+            n--;
+        }
+    }
+    struct tg_replay *r = tg_xcalloc(1, sizeof(*r));
+    r->srv = srv;
+    r->sess = tg_session_ref(s);
+    r->id = ++srv->next_stream_id;
+    r->live = k;
+    r->last_write_ms = now_ms(srv);
+    tg_list_init(&r->events);
+    tg_list_insert_tail(&s->streams, &r->slink);
+    tg_list_insert_tail(&srv->streams, &r->glink);
+    k->replay = r;
+    if (strcmp(s->proto, "2025-11-25") == 0) {
+        char prime[64];
+        int pn = snprintf(prime, sizeof(prime), "id: %llx-0\nretry: 1000\ndata:\n\n", (unsigned long long)r->id);
+        tg_http_stream_write(k->conn, prime, (size_t)pn);
+    }
+}
+
 static void sse_write_message(struct tg_call *k, const char *p, size_t n)
 {
-    if (k->conn == NULL)
+    struct tg_replay *r = k->replay;
+    if (k->conn == NULL && r == NULL)
         return;
     struct tg_buf b;
     tg_buf_init(&b);
-    if (tg_buf_try_reserve(&b, n + 32, 0) != 0)
+    if (tg_buf_try_reserve(&b, n + 64, 0) != 0)
         abort();
+    if (r != NULL)
+        tg_buf_appendf(&b, "id: %llx-%llu\n", (unsigned long long)r->id, (unsigned long long)++r->next_seq);
     tg_buf_appends(&b, "event: message\n");
     size_t s = 0;
     for (size_t i = 0; i <= n; i++) {
@@ -493,7 +595,24 @@ static void sse_write_message(struct tg_call *k, const char *p, size_t n)
         }
     }
     tg_buf_append(&b, "\n", 1);
-    tg_http_stream_write(k->conn, b.base, b.len);
+    if (r != NULL) {
+        /* Keep it for a resuming client; the oldest go when the buffer is full. */
+        struct replay_ev *e = tg_xmalloc(sizeof(*e) + b.len);
+        e->seq = r->next_seq;
+        e->n = b.len;
+        memcpy(e->data, b.base, b.len);
+        tg_list_insert_tail(&r->events, &e->link);
+        r->bytes += b.len;
+        while (r->bytes > (size_t)k->srv->conf->limits.replay_bytes && r->events.next != &e->link) {
+            struct replay_ev *o = tg_container_of(r->events.next, struct replay_ev, link);
+            r->bytes -= o->n;
+            tg_list_unlink(&o->link);
+            free(o);
+        }
+        r->last_write_ms = now_ms(k->srv);
+    }
+    if (k->conn)
+        tg_http_stream_write(k->conn, b.base, b.len);
     tg_buf_dispose(&b);
     k->srv->metrics.sse_events_relayed++;
     if (k->conn && k->conn->out_pending > (size_t)k->srv->conf->limits.output_high_water && k->up) {
@@ -667,7 +786,7 @@ static int refuse_server_request(struct tg_call *k, const char *p, size_t n, int
 static void on_sse_event(void *ud, const struct tg_sse_event *ev)
 {
     struct tg_call *k = ud;
-    if (k->conn == NULL && k->batch == NULL && k->channel == NULL)
+    if (k->conn == NULL && k->batch == NULL && k->channel == NULL && k->replay == NULL)
         return;
     if (ev->event.len != 0 && !tg_slice_eq(ev->event, TG_SLICE("message")))
         return; /* only JSON-RPC messages are relayed */
@@ -754,6 +873,7 @@ static void on_up_head(struct tg_upreq *r, int status, void *ud)
             session_header(k, hdr, sizeof(hdr));
             k->in_cb++;
             tg_http_stream_begin(k->conn, 200, hdr, "text/event-stream");
+            stream_open(k);
             k->in_cb--;
             if (call_check_abort(k))
                 return;
@@ -1292,6 +1412,27 @@ static void release_sse_link(struct tg_session *s)
     free(ln);
 }
 
+/* Backpressure on a message-stream upstream: stop reading it while its client is behind. */
+static void link_pause(struct tg_session *s, int pause)
+{
+    if (s->upstream_link == NULL || (size_t)s->upstream >= ((struct tg_server *)s->srv)->nupstreams)
+        return;
+    struct tg_server *srv = s->srv;
+    int tr = tg_upstream_conf(srv->upstreams[s->upstream])->transport;
+    if (tr == TG_UP_STDIO) {
+        if (pause)
+            tg_child_pause(s->upstream_link);
+        else
+            tg_child_resume(s->upstream_link);
+    } else if (tr == TG_UP_SSE) {
+        struct sse_link *ln = s->upstream_link;
+        if (ln->get && pause)
+            tg_upreq_pause(ln->get);
+        else if (ln->get)
+            tg_upreq_resume(ln->get);
+    }
+}
+
 static int sse_link_send(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *body,
                          size_t len, uint64_t gid)
 {
@@ -1335,6 +1476,7 @@ static void call_stream_write(struct tg_call *k, const char *p, size_t n)
         k->mode = MODE_SSE;
         k->in_cb++;
         tg_http_stream_begin(k->conn, 200, hdr, "text/event-stream");
+        stream_open(k);
         k->in_cb--;
     }
     sse_write_message(k, p, n);
@@ -1350,6 +1492,7 @@ static void stream_send(struct tg_call *k, const char *body, size_t len, uint64_
         if (k->conn != NULL) {
             k->mode = MODE_SSE;
             tg_http_stream_begin(k->conn, 200, NULL, "text/event-stream");
+            stream_open(k);
         }
         return;
     }
@@ -1526,6 +1669,17 @@ static void stream_server_message(struct tg_server *srv, struct tg_session *s, s
     if (!session_stream_write(s, p, n, progress))
         tg_log(TG_LOG_DEBUG, "server message with nowhere to go; dropped", "session=%s", s->id_str);
     free(progress);
+    /* A client that stopped reading stops its upstream too; its drain resumes it. */
+    size_t pending = s->channel ? channel_pending(s->channel) : 0;
+    for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        if (k->conn && k->conn->out_pending > pending)
+            pending = k->conn->out_pending;
+    }
+    if (pending > (size_t)srv->conf->limits.output_high_water) {
+        srv->metrics.limit_output++;
+        link_pause(s, 1);
+    }
 }
 
 static void on_child_message(void *ud, const char *p, size_t n)
@@ -2172,6 +2326,108 @@ static struct tg_session *require_session(struct tg_server *srv, struct tg_conn 
     return s;
 }
 
+/* Give a live stream's call a (new) client connection and replay what it missed. */
+static void attach_stream(struct tg_call *k, struct tg_conn *c, uint64_t after_seq)
+{
+    struct tg_replay *r = k ? k->replay : NULL;
+    tg_http_stream_begin(c, 200, NULL, "text/event-stream");
+    if (r != NULL)
+        for (struct tg_list *l = r->events.next; l != &r->events; l = l->next) {
+            struct replay_ev *e = tg_container_of(l, struct replay_ev, link);
+            if (e->seq > after_seq)
+                tg_http_stream_write(c, e->data, e->n);
+        }
+    k->conn = c;
+    if (r != NULL)
+        r->detached_at = 0;
+    c->exchange = k;
+    c->on_abort = on_client_abort;
+    c->on_drain = on_client_drain;
+    if (k->up)
+        tg_upreq_resume(k->up);
+}
+
+/* GET with Last-Event-ID: "STREAM-SEQ" names a stream of this session and the last event seen. */
+static void resume_stream(struct tg_server *srv, struct tg_conn *c, struct tg_session *s, struct tg_slice last)
+{
+    char buf[64];
+    if (last.len == 0 || last.len >= sizeof(buf)) {
+        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: malformed Last-Event-ID", NULL);
+        return;
+    }
+    memcpy(buf, last.ptr, last.len);
+    buf[last.len] = '\0';
+    char *dash = strchr(buf, '-');
+    char *end1 = NULL, *end2 = NULL;
+    unsigned long long sid = dash ? strtoull(buf, &end1, 16) : 0;
+    unsigned long long seq = dash ? strtoull(dash + 1, &end2, 10) : 0;
+    if (dash == NULL || end1 != dash || end2 == NULL || *end2 != '\0') {
+        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: malformed Last-Event-ID", NULL);
+        return;
+    }
+    for (struct tg_list *l = s->streams.next; l != &s->streams; l = l->next) {
+        struct tg_replay *r = tg_container_of(l, struct tg_replay, slink);
+        if (r->id != sid)
+            continue;
+        if (r->live != NULL && r->live->conn != NULL) {
+            respond_rpc(c, 409, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Conflict: this stream has a client", NULL);
+            return;
+        }
+        if (r->live != NULL) {
+            attach_stream(r->live, c, seq);
+            return;
+        }
+        /* The stream ended while the client was away: replay the rest, then end it. */
+        tg_http_stream_begin(c, 200, NULL, "text/event-stream");
+        for (struct tg_list *e = r->events.next; e != &r->events; e = e->next) {
+            struct replay_ev *ev = tg_container_of(e, struct replay_ev, link);
+            if (ev->seq > seq)
+                tg_http_stream_write(c, ev->data, ev->n);
+        }
+        tg_http_stream_end(c);
+        return;
+    }
+    respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                "Not Found: this stream cannot be resumed (unknown or expired)", NULL);
+}
+
+/* Keepalive comments on idle client streams; streams that ended long ago, and GET streams
+ * whose client never came back, are let go. */
+static void streams_tick(struct tg_server *srv)
+{
+    uint64_t now = now_ms(srv);
+    uint64_t ka = (uint64_t)srv->conf->limits.sse_keepalive_ms;
+    struct tg_list *l = srv->streams.next;
+    while (l != &srv->streams) {
+        struct tg_replay *r = tg_container_of(l, struct tg_replay, glink);
+        l = l->next;
+        struct tg_call *k = r->live;
+        if (k == NULL) {
+            if (now - r->ended_at >= REPLAY_KEEP_MS)
+                replay_free(r);
+            continue;
+        }
+        if (k->conn != NULL && now - r->last_write_ms >= ka) {
+            tg_http_stream_write(k->conn, ": keepalive\n\n", 13);
+            r->last_write_ms = now;
+        } else if (k->conn == NULL && r->detached_at != 0 && now - r->detached_at >= REPLAY_KEEP_MS &&
+                   k->kind == KIND_GET) {
+            abandon(k);
+            call_free(k);
+        }
+    }
+}
+
+void tg_router_free_streams(struct tg_server *srv)
+{
+    while (!tg_list_empty(&srv->streams)) {
+        struct tg_replay *r = tg_container_of(srv->streams.next, struct tg_replay, glink);
+        if (r->live != NULL)
+            r->live->replay = NULL;
+        replay_free(r);
+    }
+}
+
 static void handle_get(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
 {
     if (!accept_ok(tg_http_req_header(&c->req, "accept"), 0, 1)) {
@@ -2186,7 +2442,18 @@ static void handle_get(struct tg_server *srv, struct tg_conn *c, struct route *r
         tg_http_respond(c, 405, "Allow: POST, DELETE\r\n", NULL, "", 0);
         return;
     }
+    struct tg_slice last = tg_http_req_header(&c->req, "last-event-id");
+    if (last.ptr != NULL) {
+        resume_stream(srv, c, s, last);
+        return;
+    }
     if (s->get_stream != NULL) {
+        struct tg_call *gk = s->get_stream;
+        if (gk->conn == NULL && gk->replay != NULL) {
+            /* The GET stream lost its client without Last-Event-ID: the new one takes it over. */
+            attach_stream(gk, c, 0);
+            return;
+        }
         respond_rpc(c, 409, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Conflict: this session already has a GET stream",
                     NULL);
         return;
@@ -2336,6 +2603,7 @@ static void on_channel_conn_abort(struct tg_conn *c, void *ex) { channel_gone(ex
 static void on_channel_drain(struct tg_conn *c, void *ex)
 {
     struct tg_channel *ch = ex;
+    link_pause(ch->sess, 0);
     for (struct tg_list *l = ch->sess->calls.next; l != &ch->sess->calls; l = l->next) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
         if (k->up)
@@ -2605,7 +2873,8 @@ static void channels_keepalive(struct tg_server *srv)
     uint64_t now = uv_now(srv->loop);
     for (struct tg_list *l = srv->channels.next; l != &srv->channels; l = l->next) {
         struct tg_channel *ch = tg_container_of(l, struct tg_channel, link);
-        if (ch->kind == CH_SSE && ch->open && ch->conn && now - ch->last_write_ms >= 15000) {
+        if (ch->kind == CH_SSE && ch->open && ch->conn &&
+            now - ch->last_write_ms >= (uint64_t)srv->conf->limits.sse_keepalive_ms) {
             tg_http_stream_write(ch->conn, ": keepalive\n\n", 13);
             ch->last_write_ms = now;
         }
@@ -3035,6 +3304,7 @@ void tg_router_tick(struct tg_server *srv, int sessions_too)
     }
     tg_counters_sweep(srv->counters, wall_ms(), 65536);
     channels_keepalive(srv);
+    streams_tick(srv);
     struct tg_list *al = srv->awaiting.next;
     while (al != &srv->awaiting) {
         struct tg_call *k = tg_container_of(al, struct tg_call, alink);

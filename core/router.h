@@ -18,6 +18,8 @@ void tg_router_tick(struct tg_server *srv, int sessions_too);
 void tg_router_drop_session(struct tg_server *srv, struct tg_session *s);
 /* End every GET stream (drain/shutdown). */
 void tg_router_end_streams(struct tg_server *srv);
+/* Drop every replay buffer (shutdown). */
+void tg_router_free_streams(struct tg_server *srv);
 /* In-flight upstream calls (for draining). */
 size_t tg_router_inflight(struct tg_server *srv);
 

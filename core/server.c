@@ -66,6 +66,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     tg_list_init(&srv->approvals);
     tg_list_init(&srv->channels);
     tg_list_init(&srv->awaiting);
+    tg_list_init(&srv->streams);
     srv->counters = tg_counters_new();
     if (conf->audit.file != NULL) {
         struct tg_buf err;
@@ -167,6 +168,7 @@ static void finish_drain(struct tg_server *srv)
 {
     /* Sessions end now: stdio children get their stdin closed, SIGTERM, then SIGKILL. */
     tg_session_sweep(srv->sessions, remove_session, NULL);
+    tg_router_free_streams(srv);
     uv_timer_stop(&srv->drain_timer);
     uv_timer_stop(&srv->sweep);
     /* Close what is left: connections, upstream pools, our own handles. */

@@ -49,6 +49,8 @@ struct tg_server {
     struct tg_list approvals;     /* parked calls, oldest first */
     struct tg_list channels;      /* legacy SSE and WebSocket client sessions */
     struct tg_list awaiting;      /* calls waiting for an answer on a message-stream upstream */
+    struct tg_list streams;       /* resumable client SSE streams (keepalive, expiry) */
+    uint64_t next_stream_id;
     size_t napprovals;
     uint64_t reloads, reload_failures;
     struct tg_conf *listen_conf;  /* the conf the listeners were made from (listeners need a restart to change) */

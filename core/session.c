@@ -83,6 +83,7 @@ struct tg_session *tg_session_create(struct tg_session_table *t, const char *gra
     s->live = 1;
     s->refcnt = 1;
     tg_list_init(&s->calls);
+    tg_list_init(&s->streams);
     if (t->count + 1 > t->nbuckets)
         grow(t);
     size_t k = bucket_of(t, s->id);

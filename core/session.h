@@ -34,6 +34,7 @@ struct tg_session {
     int init_pending;       /* initialize sent upstream, answer not seen yet */
     struct tg_buf server_reqs; /* canonical ids of server-to-client requests awaiting the client's answer */
     int nserver_reqs;
+    struct tg_list streams; /* router's resumable client streams (replay buffers) */
     struct tg_session *hnext;
     struct tg_list link;    /* table's list, oldest activity first is not kept: sweep scans */
 };
