@@ -417,7 +417,7 @@ static void finish_request(struct tg_conn *c)
     /* Idle connections keep no large buffers (a session costs memory only while it works). */
     if (c->req.head.cap > 4096)
         tg_buf_dispose(&c->req.head);
-    if (c->req.body.cap > 65536)
+    if (c->req.body.cap > 16384)
         tg_buf_dispose(&c->req.body);
     c->req_complete = 0;
     llhttp_resume(&c->parser);
@@ -578,18 +578,13 @@ static size_t input_ceiling(struct tg_conn *c)
     return (size_t)l->header_bytes + (size_t)l->body_bytes + 65536;
 }
 
+/* Every read lands in one scratch buffer shared by all connections (one loop, and a read is
+ * handled before the next starts); only what a connection keeps is copied to its own buffer.
+ * An idle connection so holds no read buffer at all. */
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct tg_conn *c = h->data;
-    if (c->tls != NULL) {
-        *buf = uv_buf_init(c->server->tls_scratch, sizeof(c->server->tls_scratch));
-        return;
-    }
-    if (tg_buf_try_reserve(&c->in, 16384, input_ceiling(c)) != 0) {
-        *buf = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
-        return;
-    }
-    *buf = uv_buf_init(c->in.base + c->in.len, (unsigned)(c->in.cap - c->in.len));
+    *buf = uv_buf_init(c->server->tls_scratch, sizeof(c->server->tls_scratch));
 }
 
 static void reply_parse_error(struct tg_conn *c, llhttp_errno_t err)
@@ -707,10 +702,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             /* The first request must still arrive within the header timeout. */
             uv_timer_start(&c->timer, on_timer, (uint64_t)c->server->conf->limits.header_timeout_ms, 0);
         }
-    } else {
-        c->in.len += (size_t)nread;
+    } else if (tg_buf_try_append(&c->in, buf->base, (size_t)nread, input_ceiling(c)) != 0) {
+        c->server->metrics.limit_body_bytes++;
+        tg_conn_close(c, "input limit");
+        return;
     }
     process_input(c);
+    if (c->in.len == 0 && c->in.cap > 4096 && c->state < TG_CONN_CLOSING)
+        tg_buf_dispose(&c->in);
 }
 
 static void on_timer(uv_timer_t *t)
