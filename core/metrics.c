@@ -6,6 +6,7 @@
 #include "core/audit.h"
 #include "core/session.h"
 #include "policy/policy.h"
+#include "upstream/stdio.h"
 #include "upstream/upstream.h"
 
 static const double lat_bounds[12] = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 5000, 1e300};
@@ -85,6 +86,7 @@ void tg_metrics_render(struct tg_server *srv, struct tg_buf *out)
     C("audit_records_total", "Audit records written.", tg_audit_written(srv->audit));
     C("audit_dropped_total", "Audit records dropped because the disk fell behind.", tg_audit_dropped(srv->audit));
     C("reloads_total", "Successful configuration reloads.", srv->reloads);
+    G("upstream_processes", "stdio upstream children alive (warm ones included).", tg_child_live_count());
     C("reload_failures_total", "Reloads refused (the old configuration stayed).", srv->reload_failures);
     C("upstream_calls_total", "HTTP requests sent to upstreams.", m->upstream_calls);
     C("upstream_errors_total", "Upstream requests that failed.", m->upstream_errors);

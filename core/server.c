@@ -251,6 +251,22 @@ static int same_listeners(const struct tg_conf *a, const struct tg_conf *b)
     return 1;
 }
 
+/* The same upstream across a reload: same kind and the same URL or command line. */
+static int same_target(const struct tg_upstream_conf *a, const struct tg_upstream_conf *b)
+{
+    if (a->transport != b->transport)
+        return 0;
+    if (a->url && b->url)
+        return strcmp(a->url, b->url) == 0;
+    if (a->command == NULL || b->command == NULL)
+        return 0;
+    size_t i = 0;
+    for (; a->command[i] && b->command[i]; i++)
+        if (strcmp(a->command[i], b->command[i]) != 0)
+            return 0;
+    return a->command[i] == NULL && b->command[i] == NULL;
+}
+
 struct remap_ctx {
     struct tg_server *srv;
     int *map;
@@ -308,7 +324,7 @@ int tg_server_reload(struct tg_server *srv, struct tg_buf *err)
     for (size_t j = 0; j < nc->nupstreams; j++) {
         for (size_t i = 0; i < srv->nupstreams; i++) {
             const struct tg_upstream_conf *ou = &old->upstreams[i];
-            if (map[i] < 0 && strcmp(ou->name, nc->upstreams[j].name) == 0 && strcmp(ou->url, nc->upstreams[j].url) == 0) {
+            if (map[i] < 0 && strcmp(ou->name, nc->upstreams[j].name) == 0 && same_target(ou, &nc->upstreams[j])) {
                 map[i] = (int)j;
                 nu[j] = srv->upstreams[i];
                 tg_upstream_set_conf(nu[j], &nc->upstreams[j]);
