@@ -4,6 +4,7 @@
 
 #include "core/server.h"
 #include "core/audit.h"
+#include "core/router.h"
 #include "core/session.h"
 #include "policy/policy.h"
 #include "upstream/stdio.h"
@@ -55,7 +56,14 @@ void tg_metrics_render(struct tg_server *srv, struct tg_buf *out)
                    (unsigned long long)m->limit_sessions);
     tg_buf_appendf(out, "tollgate_limit_hits_total{limit=\"output_high_water\"} %llu\n",
                    (unsigned long long)m->limit_output);
-    G("sessions_open", "Live MCP sessions.", tg_session_table_count(srv->sessions));
+    size_t nsse, nws, nall = tg_session_table_count(srv->sessions);
+    tg_router_channel_counts(srv, &nsse, &nws);
+    tg_buf_appends(out, "# HELP tollgate_sessions_open Live MCP sessions by client transport.\n"
+                        "# TYPE tollgate_sessions_open gauge\n");
+    tg_buf_appendf(out, "tollgate_sessions_open{transport=\"streamable_http\"} %zu\n",
+                   nall >= nsse + nws ? nall - nsse - nws : 0);
+    tg_buf_appendf(out, "tollgate_sessions_open{transport=\"sse\"} %zu\n", nsse);
+    tg_buf_appendf(out, "tollgate_sessions_open{transport=\"websocket\"} %zu\n", nws);
     C("sessions_created_total", "MCP sessions created.", m->sessions_created);
     C("sessions_expired_total", "MCP sessions dropped after limits.session_idle_timeout_ms.", m->sessions_expired);
     C("rpc_requests_total", "JSON-RPC requests forwarded.", m->rpc_requests);

@@ -2418,6 +2418,16 @@ static void streams_tick(struct tg_server *srv)
     }
 }
 
+void tg_router_channel_counts(struct tg_server *srv, size_t *sse, size_t *ws)
+{
+    *sse = *ws = 0;
+    for (struct tg_list *l = srv->channels.next; l != &srv->channels; l = l->next) {
+        struct tg_channel *ch = tg_container_of(l, struct tg_channel, link);
+        if (ch->open)
+            (*(ch->kind == CH_WS ? ws : sse))++;
+    }
+}
+
 void tg_router_free_streams(struct tg_server *srv)
 {
     while (!tg_list_empty(&srv->streams)) {

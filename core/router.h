@@ -18,6 +18,8 @@ void tg_router_tick(struct tg_server *srv, int sessions_too);
 void tg_router_drop_session(struct tg_server *srv, struct tg_session *s);
 /* End every GET stream (drain/shutdown). */
 void tg_router_end_streams(struct tg_server *srv);
+/* Open channel sessions by transport (metrics). */
+void tg_router_channel_counts(struct tg_server *srv, size_t *sse, size_t *ws);
 /* Drop every replay buffer (shutdown). */
 void tg_router_free_streams(struct tg_server *srv);
 /* In-flight upstream calls (for draining). */
