@@ -365,18 +365,10 @@ static void on_shutdown(uv_shutdown_t *req, int status)
     }
 }
 
-/* Close after everything queued has been written (uv_shutdown waits for pending writes). */
-static void close_graceful(struct tg_conn *c)
+/* The connection is closing: tell whoever uses it (an upgraded protocol, the handler's
+ * exchange) first, so that nothing refers to it afterwards, then enter CLOSING. */
+static void notify_closing(struct tg_conn *c)
 {
-    if (c->state >= TG_CONN_CLOSING)
-        return;
-    if (c->tls != NULL) {
-        struct tg_buf b;
-        tg_buf_init(&b);
-        if (tg_tls_close_notify(c->tls, &b) == 0 && b.len)
-            send_wire(c, &b);
-        tg_buf_dispose(&b);
-    }
     if (c->up_gone) {
         tg_conn_cb gone = c->up_gone;
         c->up_gone = NULL;
@@ -390,6 +382,21 @@ static void close_graceful(struct tg_conn *c)
     c->on_abort = NULL;
     c->on_drain = NULL;
     set_state(c, TG_CONN_CLOSING);
+}
+
+/* Close after everything queued has been written (uv_shutdown waits for pending writes). */
+static void close_graceful(struct tg_conn *c)
+{
+    if (c->state >= TG_CONN_CLOSING)
+        return;
+    if (c->tls != NULL) {
+        struct tg_buf b;
+        tg_buf_init(&b);
+        if (tg_tls_close_notify(c->tls, &b) == 0 && b.len)
+            send_wire(c, &b);
+        tg_buf_dispose(&b);
+    }
+    notify_closing(c);
     uv_timer_stop(&c->timer);
     uv_read_stop((uv_stream_t *)&c->tcp);
     struct shutdown_req *s = tg_xmalloc(sizeof(*s));
@@ -753,20 +760,7 @@ void tg_conn_close(struct tg_conn *c, const char *why)
         return;
     tg_log(TG_LOG_DEBUG, "connection closed", "conn=%llu state=%s reason=\"%s\"", (unsigned long long)c->id,
            tg_conn_state_str(c->state), why);
-    if (c->up_gone) {
-        tg_conn_cb gone = c->up_gone;
-        c->up_gone = NULL;
-        c->up_data = NULL;
-        c->up_tick = NULL;
-        gone(c, c->up_ud);
-    }
-    /* Tell the handler first, so that nothing refers to the connection afterwards. */
-    if (c->exchange && c->on_abort)
-        c->on_abort(c, c->exchange);
-    c->exchange = NULL;
-    c->on_abort = NULL;
-    c->on_drain = NULL;
-    set_state(c, TG_CONN_CLOSING);
+    notify_closing(c);
     uv_read_stop((uv_stream_t *)&c->tcp);
     uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);

@@ -542,10 +542,12 @@ static void req_release(struct tg_upreq *r)
     uv_close((uv_handle_t *)&r->timer, on_req_timer_closed);
 }
 
-static void finish(struct tg_upreq *r, int err)
+/* Mark r done and take it off its queue or connection (a half-read response cannot be skipped
+ * on a shared connection: that connection is closed). Returns 0 if r was already done. */
+static int req_detach(struct tg_upreq *r)
 {
     if (r->done)
-        return;
+        return 0;
     r->done = 1;
     uv_timer_stop(&r->timer);
     if (r->queued) {
@@ -559,6 +561,13 @@ static void finish(struct tg_upreq *r, int err)
         r->conn = NULL;
         conn_close(c);
     }
+    return 1;
+}
+
+static void finish(struct tg_upreq *r, int err)
+{
+    if (!req_detach(r))
+        return;
     if (err != 0) {
         r->up->metrics->upstream_errors++;
         if (err == TG_ETIMEDOUT)
@@ -690,23 +699,8 @@ struct tg_upreq *tg_upreq_start_to(struct tg_upstream *u, const char *method, co
 
 void tg_upreq_cancel(struct tg_upreq *r)
 {
-    if (r->done)
-        return;
-    r->done = 1;
-    uv_timer_stop(&r->timer);
-    if (r->queued) {
-        tg_list_unlink(&r->qlink);
-        r->queued = 0;
-        r->up->nqueued--;
-    }
-    if (r->conn != NULL) {
-        /* Half a response cannot be skipped on a shared connection: close it. */
-        struct tg_upconn *c = r->conn;
-        c->req = NULL;
-        r->conn = NULL;
-        conn_close(c);
-    }
-    req_release(r);
+    if (req_detach(r))
+        req_release(r);
 }
 
 void tg_upreq_pause(struct tg_upreq *r)
