@@ -1968,11 +1968,13 @@ static void handle_request(struct tg_server *srv, struct tg_conn *c, struct tg_b
     tg_buf_init(&out);
     tg_msg_write_with_id(&out, m, k->gid);
     if (dec != NULL && dec->verdict == TG_VERDICT_APPROVE) {
-        if (b != NULL || srv->napprovals >= (size_t)lim->approvals_max) {
+        /* A batch cannot wait for a human; a single message on a channel can. */
+        int in_batch = b != NULL && !(b->channel != NULL && b->single);
+        if (in_batch || srv->napprovals >= (size_t)lim->approvals_max) {
             tg_buf_dispose(&out);
             audit_call(k, "rejected", -1, NULL, "(queue full)");
             struct tg_decision full = *dec;
-            if (b != NULL)
+            if (in_batch)
                 snprintf(full.message, sizeof(full.message), "%s needs a human's approval, which a batch cannot wait for; send it on its own", k->tool);
             else
                 snprintf(full.message, sizeof(full.message), "%s needs approval, but the approval queue is full (limits.approvals_max); try later", k->tool);
@@ -3279,7 +3281,7 @@ static void approval_finish(struct tg_call *k, int approve, const char *by, cons
     audit_call(k, cancelled ? "cancelled" : why ? "expired" : "rejected", -1, NULL, by);
     tg_log(TG_LOG_INFO, why ? "approval timed out" : "approval denied", "approval_id=%s by=%s", k->approval_id,
            by ? by : "-");
-    if (k->conn) {
+    if (k->conn || k->batch) {
         struct tg_decision d = *k->dec;
         if (cancelled)
             snprintf(d.message, sizeof(d.message), "%s was cancelled by the client before approval; the call was not made", k->tool);
@@ -3290,7 +3292,7 @@ static void approval_finish(struct tg_call *k, int approve, const char *by, cons
                      k->tool);
         d.verdict = TG_VERDICT_DENY;
         k->in_cb++;
-        respond_decision(k->conn, NULL, k->client_id, k->client_id_len, k->tool, &d, k->approval_id);
+        respond_decision(k->conn, k->batch, k->client_id, k->client_id_len, k->tool, &d, k->approval_id);
         k->in_cb--;
     }
     call_free(k);
