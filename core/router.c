@@ -2594,6 +2594,13 @@ static void channel_gone(struct tg_channel *ch)
     ch->conn = NULL;
     struct tg_session *s = ch->sess;
     struct tg_server *srv = ch->srv;
+    /* Calls still waiting for a human are withdrawn: nobody is there for their answer. */
+    for (struct tg_list *l = s->calls.next; l != &s->calls;) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        l = l->next;
+        if (k->parked)
+            approval_finish(k, 0, "client", "cancelled");
+    }
     if (s->live) {
         if (s->up_session != NULL && (size_t)s->upstream < srv->nupstreams) {
             struct tg_buf h;
