@@ -18,7 +18,18 @@
  *   no id        (notification or client response) 202 with an empty body
  * The reply's id is the request's top-level "id" token copied byte for byte.
  *
- * Usage: fast_upstream PORT     (0 picks a free port)
+ * Streams (test/bench/streams.sh): a tools/call of the tool "stream" is answered
+ * with text/event-stream, chunked: N "message" events carrying
+ * notifications/progress (progressToken from params._meta.progressToken), then
+ * the result, then the end of the body. N is arguments.events (default
+ * --events, 1000); arguments.pad adds that many bytes to each progress message.
+ * Events are produced STREAM_CHUNK bytes at a time, the next chunk only once the
+ * previous one is written, so a slow reader slows the stream (backpressure).
+ * With --get-stream, GET answers 200 text/event-stream and holds the stream
+ * open without sending anything (a session's standalone stream, for
+ * test/bench/memory.sh); without it GET is 405.
+ *
+ * Usage: fast_upstream PORT [--events N] [--get-stream]     (PORT 0 picks a free port)
  * Prints "LISTENING <port>" on stdout once it accepts connections.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -37,6 +48,9 @@
 #define READ_CHUNK 65536u
 /* Stop reading from a client whose unsent replies pass this many bytes. */
 #define OUT_HIGH_WATER (1u * 1024u * 1024u)
+/* Bytes of events produced per write of an SSE answer. */
+#define STREAM_CHUNK (32u * 1024u)
+#define MAX_PAD 65536u
 
 struct buf {
     char *base;
@@ -61,6 +75,19 @@ struct conn {
     int closing;     /* shutdown or close already started */
     int close_after; /* a request said Connection: close (or HTTP/1.0) */
     int reading;     /* uv_read_start is in effect */
+    /* An SSE answer in progress: the parser is paused, later bytes wait in rest. */
+    int streaming;           /* 1: tools/call stream being written; 2: GET stream held open */
+    int stream_busy;         /* a chunk of the stream is being written */
+    unsigned long ev_total;  /* progress events to send */
+    unsigned long ev_sent;
+    unsigned long pad;       /* bytes of padding per progress event */
+    char id[64];             /* the call's id token */
+    size_t id_len;
+    char token[80];          /* the progress token (a JSON value) */
+    size_t token_len;
+    struct buf sbuf;         /* the chunk being written */
+    struct buf rest;         /* bytes read while streaming, parsed when the stream ends */
+    uv_write_t swrite;
 };
 
 /* A queued write: the bytes follow the struct and belong to it until on_write. */
@@ -72,6 +99,8 @@ struct wreq {
 
 static llhttp_settings_t parser_settings;
 static unsigned long long session_counter;
+static unsigned long default_events = 1000;
+static int get_stream_enabled;
 
 /* ---- buffers ------------------------------------------------------------ */
 
@@ -242,6 +271,53 @@ static void on_params_member(void *ud, struct slice key, struct slice val)
         *pv = val;
 }
 
+struct call_params {
+    struct slice name;  /* string contents */
+    struct slice token; /* params._meta.progressToken, raw */
+    long events;        /* arguments.events, -1 when absent */
+    long pad;           /* arguments.pad */
+};
+
+static long slice_long(struct slice v)
+{
+    long n = 0;
+    if (v.len == 0 || v.len > 9)
+        return -1;
+    for (size_t i = 0; i < v.len; i++) {
+        if (v.ptr[i] < '0' || v.ptr[i] > '9')
+            return -1;
+        n = n * 10 + (v.ptr[i] - '0');
+    }
+    return n;
+}
+
+static void on_args_member(void *ud, struct slice key, struct slice val)
+{
+    struct call_params *cp = ud;
+    if (KEY_IS(key, "events"))
+        cp->events = slice_long(val);
+    else if (KEY_IS(key, "pad"))
+        cp->pad = slice_long(val);
+}
+
+static void on_meta_member(void *ud, struct slice key, struct slice val)
+{
+    struct call_params *cp = ud;
+    if (KEY_IS(key, "progressToken"))
+        cp->token = val;
+}
+
+static void on_call_member(void *ud, struct slice key, struct slice val)
+{
+    struct call_params *cp = ud;
+    if (KEY_IS(key, "name") && val.len >= 2 && val.ptr[0] == '"')
+        cp->name = (struct slice){ val.ptr + 1, val.len - 2 };
+    else if (KEY_IS(key, "arguments"))
+        scan_object(val.ptr, val.ptr + val.len, on_args_member, cp);
+    else if (KEY_IS(key, "_meta"))
+        scan_object(val.ptr, val.ptr + val.len, on_meta_member, cp);
+}
+
 /* ---- replies ------------------------------------------------------------ */
 
 static void reply(struct conn *c, const char *status, const char *extra_headers,
@@ -336,6 +412,50 @@ static void reply_tools_call(struct conn *c, struct slice id)
     buf_append(&c->out, post, sizeof post - 1);
 }
 
+static const void *memmem_(const void *h, size_t hn, const void *n, size_t nn)
+{
+    const char *p = h, *e = p + hn;
+    if (nn == 0)
+        return h;
+    while (hn >= nn && (p = memchr(p, *(const char *)n, (size_t)(e - p))) != NULL) {
+        if ((size_t)(e - p) < nn)
+            return NULL;
+        if (memcmp(p, n, nn) == 0)
+            return p;
+        p++;
+    }
+    return NULL;
+}
+
+/* Head of the SSE answer; the events follow from stream_pump(). */
+static void start_stream(struct conn *c, const struct rpc *r, const struct call_params *cp)
+{
+    static const char head[] = "HTTP/1.1 200 OK\r\n"
+                               "Content-Type: text/event-stream\r\n"
+                               "Cache-Control: no-cache\r\n"
+                               "Transfer-Encoding: chunked\r\n\r\n";
+    buf_append(&c->out, head, sizeof head - 1);
+    c->streaming = 1;
+    c->ev_total = cp->events >= 0 ? (unsigned long)cp->events : default_events;
+    c->ev_sent = 0;
+    c->pad = cp->pad > 0 ? (unsigned long)cp->pad : 0;
+    if (c->pad > MAX_PAD)
+        c->pad = MAX_PAD;
+    c->id_len = r->id.len < sizeof c->id ? r->id.len : 0;
+    memcpy(c->id, r->id.ptr, c->id_len);
+    if (c->id_len == 0) {
+        memcpy(c->id, "null", 4);
+        c->id_len = 4;
+    }
+    if (cp->token.len > 0 && cp->token.len < sizeof c->token) {
+        memcpy(c->token, cp->token.ptr, cp->token.len);
+        c->token_len = cp->token.len;
+    } else {
+        memcpy(c->token, "\"bench\"", 7);
+        c->token_len = 7;
+    }
+}
+
 static const char parse_error_body[] =
     "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"Parse error\"}}";
 
@@ -345,6 +465,15 @@ static void handle_request(struct conn *c)
 
     if (method == HTTP_DELETE) {
         reply(c, "200 OK", NULL, "", 0);
+        return;
+    }
+    if (method == HTTP_GET && get_stream_enabled) {
+        static const char head[] = "HTTP/1.1 200 OK\r\n"
+                                   "Content-Type: text/event-stream\r\n"
+                                   "Cache-Control: no-cache\r\n"
+                                   "Transfer-Encoding: chunked\r\n\r\n";
+        buf_append(&c->out, head, sizeof head - 1);
+        c->streaming = 2;
         return;
     }
     if (method != HTTP_POST) {
@@ -367,9 +496,17 @@ static void handle_request(struct conn *c)
         reply(c, "202 Accepted", NULL, "", 0);
         return;
     }
-    if (KEY_IS(r.method, "tools/call"))
+    if (KEY_IS(r.method, "tools/call")) {
+        if (r.params.len && memmem_(r.params.ptr, r.params.len, "\"stream\"", 8)) {
+            struct call_params cp = { .events = -1, .pad = 0 };
+            scan_object(r.params.ptr, r.params.ptr + r.params.len, on_call_member, &cp);
+            if (KEY_IS(cp.name, "stream")) {
+                start_stream(c, &r, &cp);
+                return;
+            }
+        }
         reply_tools_call(c, r.id);
-    else
+    } else
         reply_rpc(c, &r);
 }
 
@@ -400,7 +537,8 @@ static int on_message_complete(llhttp_t *p)
     handle_request(c);
     if (!llhttp_should_keep_alive(p))
         c->close_after = 1;
-    return 0;
+    /* An SSE answer owns the connection until it ends: later requests wait. */
+    return c->streaming ? HPE_PAUSED : 0;
 }
 
 /* ---- connection I/O -------------------------------------------------------- */
@@ -414,6 +552,8 @@ static void on_close(uv_handle_t *h)
     c->body.base = NULL;
     free(c->out.base);
     c->out.base = NULL;
+    free(c->sbuf.base);
+    free(c->rest.base);
     free(c);
 }
 
@@ -509,21 +649,129 @@ static int conn_flush(struct conn *c)
     return 0;
 }
 
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
+/* ---- SSE answers ---------------------------------------------------------------- */
+
+static void feed(struct conn *c, const char *p, size_t n);
+
+static void append_ulong(struct buf *b, unsigned long v)
 {
-    struct conn *c = (struct conn *)s;
-    if (nread == 0)
+    char tmp[24];
+    size_t i = sizeof tmp;
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    buf_append(b, tmp + i, sizeof tmp - i);
+}
+
+static void on_stream_write(uv_write_t *req, int status);
+
+/* The stream is over: requests that arrived meanwhile are parsed now. */
+static void stream_done(struct conn *c)
+{
+    c->streaming = 0;
+    if (c->close_after) {
+        conn_finish(c);
         return;
-    if (nread < 0) {
+    }
+    llhttp_resume(&c->parser);
+    struct buf pending = c->rest;
+    c->rest = (struct buf){ 0 };
+    if (pending.len)
+        feed(c, pending.base, pending.len);
+    free(pending.base);
+}
+
+/* Writes the next chunk of events (one write at a time: the reader sets the pace). */
+static void stream_pump(struct conn *c)
+{
+    enum { ROOM = 16 }; /* for the chunk-size line, written in front once the size is known */
+    if (c->streaming != 1 || c->stream_busy || c->closing)
+        return;
+    if (c->ev_sent > c->ev_total) {
+        stream_done(c);
+        return;
+    }
+    struct buf *b = &c->sbuf;
+    b->len = 0;
+    buf_reserve(b, ROOM + STREAM_CHUNK + 1024 + c->pad);
+    b->len = ROOM;
+    while (c->ev_sent < c->ev_total && b->len - ROOM < STREAM_CHUNK) {
+        c->ev_sent++;
+        buf_lit(b, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\","
+                   "\"params\":{\"progressToken\":");
+        buf_append(b, c->token, c->token_len);
+        buf_lit(b, ",\"progress\":");
+        append_ulong(b, c->ev_sent);
+        buf_lit(b, ",\"total\":");
+        append_ulong(b, c->ev_total);
+        if (c->pad) {
+            buf_lit(b, ",\"message\":\"");
+            buf_reserve(b, c->pad);
+            memset(b->base + b->len, 'x', c->pad);
+            b->len += c->pad;
+            buf_lit(b, "\"");
+        }
+        buf_lit(b, "}}\n\n");
+    }
+    int last = 0;
+    if (c->ev_sent == c->ev_total) {
+        c->ev_sent++; /* the result is sent too */
+        last = 1;
+        buf_lit(b, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":");
+        buf_append(b, c->id, c->id_len);
+        buf_lit(b, ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}\n\n");
+    }
+    char hex[ROOM];
+    int hn = snprintf(hex, sizeof hex, "%zx\r\n", b->len - ROOM);
+    if (hn <= 0 || hn > ROOM)
+        abort();
+    memcpy(b->base + ROOM - hn, hex, (size_t)hn);
+    buf_lit(b, "\r\n");
+    if (last)
+        buf_lit(b, "0\r\n\r\n");
+    uv_buf_t ub = uv_buf_init(b->base + ROOM - hn, (unsigned int)(b->len - (ROOM - (size_t)hn)));
+    c->stream_busy = 1;
+    c->swrite.data = c;
+    if (uv_write(&c->swrite, (uv_stream_t *)&c->tcp, &ub, 1, on_stream_write) != 0) {
+        c->stream_busy = 0;
+        conn_close(c);
+    }
+}
+
+static void on_stream_write(uv_write_t *req, int status)
+{
+    struct conn *c = req->data;
+    c->stream_busy = 0;
+    if (status < 0 || c->closing) {
         conn_close(c);
         return;
     }
+    stream_pump(c);
+}
 
-    /* Every complete request in this read (pipelining) is answered into
-     * c->out by on_message_complete; partial ones stay in the parser. */
-    llhttp_errno_t err = llhttp_execute(&c->parser, b->base, (size_t)nread);
+/* ---- input ---------------------------------------------------------------------- */
+
+/* Every complete request in p (pipelining) is answered into c->out by
+ * on_message_complete; partial ones stay in the parser. While an SSE answer is
+ * being written the parser is paused and the bytes wait in c->rest. */
+static void feed(struct conn *c, const char *p, size_t n)
+{
+    if (c->streaming) {
+        if (c->rest.len + n > MAX_BODY) {
+            conn_close(c);
+            return;
+        }
+        buf_append(&c->rest, p, n);
+        return;
+    }
+    llhttp_errno_t err = llhttp_execute(&c->parser, p, n);
     int done = 0;
-    if (err != HPE_OK) {
+    if (err == HPE_PAUSED && c->streaming) {
+        const char *pos = llhttp_get_error_pos(&c->parser);
+        if (pos != NULL && pos >= p && pos < p + n)
+            buf_append(&c->rest, pos, (size_t)(p + n - pos));
+    } else if (err != HPE_OK) {
         if (err != HPE_CLOSED_CONNECTION) {
             static const char bad[] =
                 "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
@@ -538,14 +786,30 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
         conn_close(c);
         return;
     }
+    if (c->streaming) {
+        stream_pump(c); /* close_after, if any, waits for the end of the stream */
+        return;
+    }
     if (done) {
         conn_finish(c);
         return;
     }
     if (c->tcp.write_queue_size > OUT_HIGH_WATER) {
-        uv_read_stop(s);
+        uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = 0;
     }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *b)
+{
+    struct conn *c = (struct conn *)s;
+    if (nread == 0)
+        return;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    feed(c, b->base, (size_t)nread);
 }
 
 static void on_connection(uv_stream_t *server, int status)
@@ -578,9 +842,25 @@ static void on_signal(uv_signal_t *h, int signum)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s PORT   (0 picks a free port)\n", argv[0]);
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s PORT [--events N] [--get-stream]   (PORT 0 picks a free port)\n", argv[0]);
         return 2;
+    }
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--get-stream") == 0) {
+            get_stream_enabled = 1;
+        } else if (strcmp(argv[i], "--events") == 0 && i + 1 < argc) {
+            long v = slice_long((struct slice){ argv[i + 1], strlen(argv[i + 1]) });
+            if (v < 0) {
+                fprintf(stderr, "fast_upstream: bad --events '%s'\n", argv[i + 1]);
+                return 2;
+            }
+            default_events = (unsigned long)v;
+            i++;
+        } else {
+            fprintf(stderr, "fast_upstream: unknown argument '%s'\n", argv[i]);
+            return 2;
+        }
     }
     char *end;
     errno = 0;
