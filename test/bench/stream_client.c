@@ -23,6 +23,7 @@
  *
  * Prints one line:
  *   RESULT mode=.. conns=.. seconds=.. messages=.. messages_per_s=.. calls=.. bytes=.. mib_per_s=..
+ *          events_per_call=.. all_messages=..   (all_messages: warmup included)
  *
  * One libuv loop, llhttp for HTTP framing, no JSON library: it must stay much
  * cheaper than the proxies it measures. Plain HTTP only (loopback benchmark).
@@ -105,6 +106,7 @@ static struct {
     int measuring;
     uint64_t t0, t1;
     unsigned long long messages, calls, bytes;
+    unsigned long long all_messages; /* warmup included */
     uv_loop_t *loop;
     struct stream *streams;
 } g;
@@ -323,6 +325,7 @@ static void request_over(struct stream *st)
 /* One JSON-RPC message from the server. */
 static void on_message(struct stream *st, const char *p, size_t n)
 {
+    g.all_messages++;
     if (g.measuring)
         g.messages++;
     if (memmem(p, n, "\"notifications/progress\"", 24) != NULL) {
@@ -734,9 +737,9 @@ static void on_end(uv_timer_t *t)
     g.measuring = 0;
     double secs = (double)(g.t1 - g.t0) / 1e9;
     printf("RESULT mode=%s conns=%d seconds=%.3f messages=%llu messages_per_s=%.1f calls=%llu bytes=%llu "
-           "mib_per_s=%.2f events_per_call=%lu\n",
+           "mib_per_s=%.2f events_per_call=%lu all_messages=%llu\n",
            g.mode == M_POST ? "post" : g.mode == M_SSE ? "sse" : "ws", g.conns, secs, g.messages,
-           (double)g.messages / secs, g.calls, g.bytes, (double)g.bytes / secs / 1048576.0, g.events + 1);
+           (double)g.messages / secs, g.calls, g.bytes, (double)g.bytes / secs / 1048576.0, g.events + 1, g.all_messages);
     fflush(stdout);
     _exit(g.messages > 0 ? 0 : 1);
 }
