@@ -19,6 +19,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import * as H from './lib/harness.mjs';
 
@@ -189,10 +190,10 @@ const alive = (pid) => { try { process.kill(pid, 0); return true; } catch (e) { 
 // Feature probes
 
 /** Runs `tollgate -t` on a conf with one extra upstream; returns null when accepted, else the error text. */
-function confRejects(sub, upstream) {
+function confRejects(sub, upstream, extra = {}) {
   const d = path.join(dir, 'probe-' + sub);
   fs.mkdirSync(d, { recursive: true });
-  const conf = H.writeConf(d, { upstreams: [{ name: 'probe', ...upstream }] });
+  const conf = H.writeConf(d, { upstreams: [{ name: 'probe', ...upstream }], ...extra });
   try {
     execFileSync(H.tollgateBin(), ['-t', '-c', conf], { stdio: 'pipe' });
     return null;
@@ -286,7 +287,8 @@ async function connectVia(kind, { tls = false, upstream, token, name = 'tollgate
         await client.close();
         let last;
         const gone = await H.waitFor(async () => {
-          last = await H.postRaw(fetchFn, endpoint, PING, auth);
+          // a notification, not a request: nothing is started on a session that is going away
+          last = await H.postRaw(fetchFn, endpoint, CANCEL_NOTHING, auth);
           return last.status === 404;
         }, { timeout: 3000, interval: 100 });
         assert.ok(gone, `POST to the closed stream's endpoint ${endpoint}: expected 404 within 3 s, last ${last?.status} ${last?.text}`);
@@ -322,6 +324,8 @@ async function capProbe(token) {
 
 before(async () => {
   sdk = await H.loadSdk();
+  // MATRIX_STDERR=FILE keeps tollgate's whole stderr, written after it exited (failure messages carry its tail only)
+  if (process.env.MATRIX_STDERR) cleanup.add(() => gw && fs.writeFileSync(process.env.MATRIX_STDERR, gw.stderr()));
   dir = H.makeTempDir(cleanup, 'tollgate-matrix-');
   certs = H.makeCerts(dir);
   fetchFn = H.makeFetch({ ca: certs.caPem, cleanup });
@@ -343,6 +347,10 @@ before(async () => {
     features.warm = false;
     features.warmWhy = features.stdioWhy;
   }
+
+  const kaErr = confRejects('keepalive', { url: 'http://127.0.0.1:9/mcp', policy: allowAll }, { limits: { sse_keepalive_ms: 1000 } });
+  features.keepaliveMs = kaErr ? 0 : 1000;
+  features.keepaliveWhy = `limits.sse_keepalive_ms not known to tollgate -t: ${kaErr?.split('\n')[0]}`;
 
   evHttp = await H.startEverything({ cleanup });
   if (features.sseUpstream) evSse = await startEverythingSse();
@@ -382,6 +390,7 @@ before(async () => {
   }
   const conf = H.writeConf(dir, {
     listeners: [{}, { tls: { cert: certs.cert, key: certs.key } }],
+    limits: features.keepaliveMs ? { sse_keepalive_ms: features.keepaliveMs } : {},
     grants,
     upstreams,
   });
@@ -610,3 +619,397 @@ for (const c of CLIENTS) {
     }));
   });
 }
+
+// ---------------------------------------------------------------------------
+// 3. Transport contract details (raw clients)
+
+/** A raw SSE reader: GET url and parse events as they arrive. */
+async function openSse(url, headers = {}) {
+  const ac = new AbortController();
+  const res = await fetchFn(url, { headers: { accept: 'text/event-stream', ...headers }, signal: ac.signal });
+  const s = {
+    status: res.status, headers: res.headers, raw: '', events: [], comments: [], ended: false, text: '',
+    close() { ac.abort(); },
+    /** Waits for the first event after index `from` matching pred. */
+    async next(pred = () => true, { from = 0, timeout = 5000 } = {}) {
+      const found = await H.waitFor(() => s.events.slice(from).find(pred), { timeout, interval: 20 });
+      if (!found) throw new Error(`no matching SSE event within ${timeout} ms; got ${JSON.stringify(s.events).slice(0, 600)}`);
+      return found;
+    },
+  };
+  if (res.status !== 200) { s.text = await res.text(); ac.abort(); return s; }
+  (async () => {
+    const dec = new TextDecoder();
+    let buf = '';
+    try {
+      for await (const chunk of res.body) {
+        const t = dec.decode(chunk, { stream: true });
+        s.raw += t;
+        buf += t;
+        let m;
+        while ((m = /\r?\n\r?\n/.exec(buf))) {
+          const block = buf.slice(0, m.index);
+          buf = buf.slice(m.index + m[0].length);
+          const ev = { event: 'message', data: [], at: Date.now() };
+          let any = false;
+          for (const line of block.split(/\r?\n/)) {
+            if (line.startsWith(':')) { s.comments.push({ text: line, at: Date.now() }); continue; }
+            const i = line.indexOf(':');
+            const k = i < 0 ? line : line.slice(0, i);
+            let v = i < 0 ? '' : line.slice(i + 1);
+            if (v.startsWith(' ')) v = v.slice(1);
+            any = true;
+            if (k === 'data') ev.data.push(v);
+            else if (k === 'event') ev.event = v;
+            else if (k === 'id') ev.id = v;
+            else if (k === 'retry') ev.retry = v;
+          }
+          if (!any) continue;
+          ev.data = ev.data.join('\n');
+          try { ev.json = JSON.parse(ev.data); } catch { /* not JSON */ }
+          s.events.push(ev);
+        }
+      }
+    } catch { /* aborted */ }
+    s.ended = true;
+  })();
+  return s;
+}
+
+/** A raw WebSocket: resolves { ws, status, text, protocol, msgs, closed } once open or refused. */
+function openWs(p, { token = DETAIL_TOKEN, protocols = 'mcp', headers = {}, tls = false, opts = {} } = {}) {
+  return new Promise((resolve) => {
+    const h = token ? { authorization: `Bearer ${token}`, ...headers } : headers;
+    const ws = new WsWebSocket(`${baseUrl(tls, 'ws')}${p}`, protocols, { ca: certs.caPem, headers: h, ...opts });
+    const r = { ws, msgs: [], status: 0, text: '' };
+    r.closed = new Promise((res) => ws.on('close', (code, reason) => res({ code, reason: String(reason) })));
+    ws.on('message', (d, binary) => { const t = String(d); let j; try { j = JSON.parse(t); } catch { /* raw */ } r.msgs.push(j ?? { raw: t, binary }); });
+    ws.on('open', () => { r.status = 101; r.protocol = ws.protocol; resolve(r); });
+    ws.on('unexpected-response', (req, res) => {
+      r.status = res.statusCode;
+      res.setEncoding('utf8');
+      res.on('data', (d) => { r.text += d; });
+      res.on('end', () => { ws.terminate(); resolve(r); });
+    });
+    ws.on('error', (e) => { r.error = e; if (!r.status) resolve(r); });
+  });
+}
+/**
+ * Handshake on a raw socket, one masked text frame, then whatever the gateway answers:
+ * { closeCode, bytes, end } (closeCode from the first close frame received, if any).
+ */
+function rawWsSend(p, payload, { token = DETAIL_TOKEN, wait = 2000 } = {}) {
+  return new Promise((resolve) => {
+    const sock = net.connect(gw.plainPort, '127.0.0.1');
+    let buf = Buffer.alloc(0);
+    let upgraded = false;
+    let end = '';
+    const finish = () => {
+      let closeCode;
+      for (let i = 0; i + 1 < buf.length;) { // server frames are unmasked
+        const op = buf[i] & 0x0f;
+        let n = buf[i + 1] & 0x7f;
+        let h = 2;
+        if (n === 126) { n = buf.readUInt16BE(i + 2); h = 4; } else if (n === 127) { n = Number(buf.readBigUInt64BE(i + 2)); h = 10; }
+        if (op === 8 && n >= 2 && i + h + 2 <= buf.length) { closeCode = buf.readUInt16BE(i + h); break; }
+        i += h + n;
+      }
+      sock.destroy();
+      resolve({ closeCode, bytes: buf.subarray(0, 16).toString('hex'), end });
+    };
+    sock.on('data', (d) => {
+      buf = Buffer.concat([buf, d]);
+      if (!upgraded) {
+        const e = buf.indexOf('\r\n\r\n');
+        if (e < 0) return;
+        const head = buf.subarray(0, e).toString('latin1');
+        buf = buf.subarray(e + 4);
+        upgraded = true;
+        if (!/^HTTP\/1\.1 101/.test(head)) { end = head.split('\r\n')[0]; finish(); return; }
+        const mask = Buffer.from([1, 2, 3, 4]);
+        const n = payload.length;
+        const head2 = n < 126 ? Buffer.from([0x81, 0x80 | n]) : n < 65536 ? Buffer.from([0x81, 0xfe, n >> 8, n & 255]) : Buffer.concat([Buffer.from([0x81, 0xff]), (() => { const b = Buffer.alloc(8); b.writeBigUInt64BE(BigInt(n)); return b; })()]);
+        const body = Buffer.from(payload);
+        for (let i = 0; i < n; i++) body[i] ^= mask[i % 4];
+        sock.write(Buffer.concat([head2, mask, body]), () => {});
+        setTimeout(finish, wait);
+      }
+    });
+    sock.on('end', () => { end += 'end '; });
+    sock.on('error', (e) => { end += `${e.code} `; });
+    sock.on('connect', () => sock.write(`GET ${p} HTTP/1.1\r\nHost: 127.0.0.1:${gw.plainPort}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n` +
+      `Sec-WebSocket-Key: ${Buffer.from(H.randomToken(12)).toString('base64').slice(0, 22)}==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: mcp\r\n` +
+      `Authorization: Bearer ${token}\r\n\r\n`));
+  });
+}
+
+const wsReply = (r, id, timeout = 5000) => H.waitFor(() => r.msgs.find((m) => m && m.id === id && ('result' in m || 'error' in m)), { timeout, interval: 20 });
+async function wsInit(r) {
+  r.ws.send(JSON.stringify(H.initializeBody('init')));
+  const init = await wsReply(r, 'init');
+  assert.ok(init?.result?.protocolVersion, `initialize over WebSocket: ${JSON.stringify(r.msgs).slice(0, 300)}`);
+  r.ws.send(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
+  return init;
+}
+const CANCEL_NOTHING = { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'no-such-request' } };
+
+describe('legacy HTTP+SSE details', () => {
+  const skip = (t) => { if (!features.clientSse) { t.skip(features.clientSseWhy); return true; } return false; };
+  const auth = { authorization: `Bearer ${DETAIL_TOKEN}` };
+
+  it('first event endpoint, POST 202 with replies as message events, session bound to the grant', H.withLogs(logs, async (t) => {
+    if (skip(t)) return;
+    const s = await openSse(`http://127.0.0.1:${gw.plainPort}/probe/sse`, auth);
+    try {
+      assert.equal(s.status, 200, s.text);
+      assert.match(s.headers.get('content-type') ?? '', /^text\/event-stream/);
+      const first = await s.next();
+      assert.equal(first.event, 'endpoint', `the first event is endpoint: ${JSON.stringify(s.events[0])}`);
+      assert.match(first.data, /^\/probe\/messages\?sessionId=[A-Za-z0-9_-]{22,}$/, first.data);
+      const ep = `http://127.0.0.1:${gw.plainPort}${first.data}`;
+      const init = await H.postRaw(fetchFn, ep, H.initializeBody(41, '2024-11-05'), auth);
+      assert.equal(init.status, 202, `POST initialize: ${init.status} ${init.text}`);
+      assert.ok(!init.messages.length, `the reply is not in the POST's body: ${init.text}`);
+      const m = await s.next((e) => e.json?.id === 41);
+      assert.equal(m.event, 'message');
+      assert.ok(m.json.result?.serverInfo, JSON.stringify(m.json));
+      assert.equal((await H.postRaw(fetchFn, ep, { jsonrpc: '2.0', method: 'notifications/initialized' }, auth)).status, 202);
+      const call = await H.postRaw(fetchFn, ep, { jsonrpc: '2.0', id: 42, method: 'tools/call', params: { name: 'echo', arguments: { message: 'legacy' } } }, auth);
+      assert.equal(call.status, 202, call.text);
+      assert.equal(H.resultText((await s.next((e) => e.json?.id === 42)).json.result), 'Echo: legacy');
+      // bound to the grant: another grant, no credential, an unknown id
+      const other = await H.postRaw(fetchFn, ep, { jsonrpc: '2.0', id: 43, method: 'tools/call', params: { name: 'echo', arguments: { message: 'other' } } },
+        { authorization: `Bearer ${OTHER_TOKEN}` });
+      assert.equal(other.status, 404, `another grant's sessionId: ${other.status} ${other.text}`);
+      const none = await H.postRaw(fetchFn, ep, PING, {});
+      assert.equal(none.status, 401, `no credential: ${none.status} ${none.text}`);
+      const unknown = await H.postRaw(fetchFn, ep.replace(/sessionId=.*/, 'sessionId=AAAAAAAAAAAAAAAAAAAAAA'), PING, auth);
+      assert.equal(unknown.status, 404, `unknown sessionId: ${unknown.status} ${unknown.text}`);
+      await H.sleep(200);
+      assert.ok(!s.events.some((e) => e.json?.id === 43), 'the other grant\'s call was not executed on this session');
+    } finally {
+      s.close();
+    }
+  }));
+
+  it('GET /sse serves the default upstream', H.withLogs(logs, async (t) => {
+    if (skip(t)) return;
+    const s = await openSse(`https://127.0.0.1:${gw.tlsPort}/sse`, auth);
+    try {
+      assert.equal(s.status, 200, s.text);
+      const first = await s.next();
+      assert.equal(first.event, 'endpoint');
+      const ep = new URL(first.data, `https://127.0.0.1:${gw.tlsPort}/sse`).href;
+      assert.equal((await H.postRaw(fetchFn, ep, H.initializeBody(7, '2024-11-05'), auth)).status, 202);
+      assert.equal((await s.next((e) => e.json?.id === 7)).json.result?.serverInfo?.name, 'mcp-servers/everything');
+    } finally {
+      s.close();
+    }
+  }));
+});
+
+describe('WebSocket details', () => {
+  const skip = (t) => { if (!features.clientWs) { t.skip(features.clientWsWhy); return true; } return false; };
+
+  it('subprotocol mcp is required and echoed', H.withLogs(logs, async (t) => {
+    if (skip(t)) return;
+    const none = await openWs('/probe/ws', { protocols: [] });
+    assert.notEqual(none.status, 101, 'a handshake without the mcp subprotocol is refused');
+    assert.ok(none.status >= 400 && none.status < 500, `refused with a 4xx: ${none.status} ${none.text}`);
+    const wrong = await openWs('/probe/ws', { protocols: ['graphql-ws'] });
+    assert.notEqual(wrong.status, 101, `a handshake offering only another subprotocol is refused: ${wrong.status}`);
+    const both = await openWs('/probe/ws', { protocols: ['graphql-ws', 'mcp'] });
+    assert.equal(both.status, 101, `${both.status} ${both.text}`);
+    assert.equal(both.protocol, 'mcp', 'mcp chosen among several');
+    both.ws.close(1000);
+    await both.closed;
+  }));
+
+  it('Authorization header or ?access_token= (browsers); nothing or a wrong token is 401', H.withLogs(logs, async (t) => {
+    if (skip(t)) return;
+    const none = await openWs('/probe/ws', { token: null });
+    assert.equal(none.status, 401, `no credential: ${none.status} ${none.text}`);
+    const wrong = await openWs(`/probe/ws?access_token=${encodeURIComponent(OTHER_TOKEN + 'x')}`, { token: null });
+    assert.equal(wrong.status, 401, `wrong access_token: ${wrong.status} ${wrong.text}`);
+    const q = await openWs(`/probe/ws?access_token=${encodeURIComponent(DETAIL_TOKEN)}`, { token: null, tls: true });
+    assert.equal(q.status, 101, `access_token: ${q.status} ${q.text}`);
+    await wsInit(q);
+    q.ws.close(1000);
+    await q.closed;
+    // the SDK transport, browser style: the token in the URL, no headers
+    const c = await connectVia('ws', { upstream: 'probe', query: `?access_token=${encodeURIComponent(DETAIL_TOKEN)}` });
+    const r = await c.client.callTool({ name: 'echo', arguments: { message: 'browser' } });
+    assert.equal(H.resultText(r), 'Echo: browser');
+    await c.end();
+  }));
+
+  it('binary frame closes with 1003, an oversized message with 1009; fragments are reassembled; ping is answered', H.withLogs(logs, async (t) => {
+    if (skip(t)) return;
+    const a = await openWs('/probe/ws');
+    assert.equal(a.status, 101);
+    await wsInit(a);
+    // fragmented text message: three frames, one JSON-RPC message
+    const msg = JSON.stringify({ jsonrpc: '2.0', id: 'frag', method: 'tools/call', params: { name: 'echo', arguments: { message: 'in three frames' } } });
+    a.ws.send(msg.slice(0, 10), { fin: false });
+    a.ws.send(msg.slice(10, 30), { fin: false });
+    a.ws.send(msg.slice(30), { fin: true });
+    const frag = await wsReply(a, 'frag');
+    assert.equal(H.resultText(frag?.result), 'Echo: in three frames', JSON.stringify(a.msgs).slice(0, 300));
+    const pong = new Promise((resolve) => a.ws.once('pong', (d) => resolve(String(d))));
+    a.ws.ping('tollgate-ping');
+    assert.equal(await Promise.race([pong, H.sleep(3000).then(() => 'no pong')]), 'tollgate-ping');
+    a.ws.send(Buffer.from(msg), { binary: true });
+    const ca = await Promise.race([a.closed, H.sleep(3000).then(() => null)]);
+    assert.equal(ca?.code, 1003, `binary frame: close ${JSON.stringify(ca)}`);
+
+    // over limits.body_bytes (4 MiB): first on a raw socket (what the gateway sends), then with `ws`
+    const big = JSON.stringify({ jsonrpc: '2.0', id: 'big', method: 'tools/call', params: { name: 'echo', arguments: { message: 'x'.repeat(4 * 1024 * 1024 + 1024) } } });
+    const raw = await rawWsSend('/probe/ws', Buffer.from(big));
+    assert.equal(raw.closeCode, 1009, `the gateway's close frame for an oversized message: ${JSON.stringify(raw)}`);
+    const b = await openWs('/probe/ws');
+    await wsInit(b);
+    b.ws.send(big);
+    const cb = await Promise.race([b.closed, H.sleep(5000).then(() => null)]);
+    assert.equal(cb?.code, 1009, `the \`ws\` client sees close ${JSON.stringify(cb)} for a message over limits.body_bytes ` +
+      '(1006: the connection was reset under the close frame, while the client was still sending)');
+    assert.ok(!b.msgs.some((m) => m?.id === 'big' && m.result), 'the oversized call was not executed');
+  }));
+
+  it('one session per connection: two connections of one grant are two sessions', H.withLogs(logs, async (t) => {
+    if (skip(t)) return;
+    const a = await openWs('/probe/ws');
+    const b = await openWs('/probe/ws');
+    await wsInit(a);
+    await wsInit(b);
+    for (const [w, tag] of [[a, 'A'], [b, 'B']]) {
+      for (let i = 0; i < 5; i++) w.ws.send(JSON.stringify({ jsonrpc: '2.0', id: i, method: 'tools/call', params: { name: 'echo', arguments: { message: `${tag}${i}` } } }));
+    }
+    for (const [w, tag] of [[a, 'A'], [b, 'B']]) {
+      for (let i = 0; i < 5; i++) {
+        const r = await wsReply(w, i);
+        assert.equal(H.resultText(r?.result), `Echo: ${tag}${i}`, `connection ${tag} id ${i}: ${JSON.stringify(r)}`);
+      }
+    }
+    a.ws.close(1000);
+    b.ws.close(1000);
+    assert.equal((await a.closed).code, 1000, 'the gateway echoes close code 1000');
+    await b.closed;
+  }));
+});
+
+// ---------------------------------------------------------------------------
+// 4. Clients that go away mid-call, stdio children that crash, the warm pool, tollgate's exit
+
+describe('a client that goes away while a call runs', { concurrency: 3 }, () => {
+  // Upstreams: the cell upstreams of the plain StreamableHTTP row (their grants are idle by now).
+  for (const c of CLIENTS) {
+    for (const key of ['ev-http', 'ev-sse', 'ev-stdio']) {
+      const cell = CELLS.find((x) => x.client.kind === c.kind && !x.sec.tls && x.up.key === key);
+      it(`${c.label} -> ${cell.up.label}: close during a long call, then the session and its child are gone`, H.withLogs(logs, async (t) => {
+        const why = c.feature() ?? cell.up.feature();
+        if (why) { t.skip(why); return; }
+        const conn = await connectVia(c.kind, { upstream: cell.upstream, token: cell.token });
+        let progressed = 0;
+        const call = conn.client.callTool({ name: 'trigger-long-running-operation', arguments: { duration: 3, steps: 6 } }, undefined,
+          { onprogress: () => { progressed++; }, timeout: 30000 });
+        call.catch(() => { /* the client closes under it */ });
+        assert.ok(await H.waitFor(() => progressed > 0, { timeout: 5000 }), 'the call is running (a progress arrived)');
+        if (c.kind === 'streamable') await conn.transport.terminateSession();
+        await conn.abort();
+        let last;
+        const freed = await H.waitFor(async () => { last = await capProbe(cell.token); return last.status === 200; }, { timeout: 5000, interval: 100 });
+        assert.ok(freed, `the grant's one session is free again: last ${last?.status} ${last?.text.slice(0, 200)}`);
+        if (cell.up.stdio) {
+          const ok = await H.waitFor(() => tagged(cell.tag).length === 0 && zombies().length === 0, { timeout: 5000, interval: 100 });
+          assert.ok(ok, `child gone and reaped: left ${showProcs(tagged(cell.tag))}; zombies ${showProcs(zombies())}`);
+        }
+        // the upstream's answer after the client left goes nowhere and breaks nothing
+        await H.sleep(3000);
+        assert.equal(gw.proc.exitCode, null, `tollgate still running: ${gw.status()}`);
+      }));
+    }
+  }
+});
+
+describe('stdio upstream children', () => {
+  const DETAIL_TAG = 'detail-stdio.log';
+
+  it('a crashed child fails the pending call with -32004 and the next initialize gets a new child', H.withLogs(logs, async (t) => {
+    if (!features.stdio) { t.skip(features.stdioWhy); return; }
+    const a = await connectVia('streamable', { upstream: 'detail-stdio', token: DETAIL_TOKEN });
+    const kids = tagged(DETAIL_TAG);
+    assert.equal(kids.length, 1, `one child: ${showProcs(kids)}`);
+    const t0 = Date.now();
+    const pending = a.client.callTool({ name: 'slow', arguments: { seconds: 20 } }, undefined, { timeout: 30000 }).then((r) => ({ r }), (e) => ({ e }));
+    await H.sleep(300);
+    process.kill(kids[0].pid, 'SIGKILL');
+    const out = await pending;
+    assert.ok(out.e, `the pending call fails: ${JSON.stringify(out.r)}`);
+    assert.ok(out.e instanceof sdk.types.McpError, `a JSON-RPC error, not a transport failure: ${out.e?.stack ?? out.e}`);
+    assert.equal(out.e.code, -32004, out.e.message);
+    assert.ok(Date.now() - t0 < 5000, `failed at once, not at a timeout (${Date.now() - t0} ms)`);
+    assert.ok(await H.waitFor(() => tagged(DETAIL_TAG).length === 0 && zombies().length === 0, { timeout: 3000 }),
+      `the dead child is reaped: ${showProcs(descendants())}`);
+    await a.abort();
+    const b = await connectVia('streamable', { upstream: 'detail-stdio', token: DETAIL_TOKEN });
+    const kids2 = tagged(DETAIL_TAG);
+    assert.equal(kids2.length, 1, `a new child: ${showProcs(kids2)}`);
+    assert.notEqual(kids2[0].pid, kids[0].pid);
+    assert.equal(H.resultText(await b.client.callTool({ name: 'echo', arguments: { text: 'second life' } })), 'second life');
+    await b.end();
+    assert.ok(await H.waitFor(() => tagged(DETAIL_TAG).length === 0, { timeout: 5000 }), `child gone: ${showProcs(tagged(DETAIL_TAG))}`);
+  }));
+
+  it(`warm = ${WARM}: children wait before any session, serve sessions, and the pool is refilled`, H.withLogs(logs, async (t) => {
+    if (!features.warm) { t.skip(features.warmWhy); return; }
+    const count = () => tagged(WARM_TAG).length;
+    assert.ok(await H.waitFor(() => count() === WARM, { timeout: 5000 }), `${WARM} warm children before any session: ${showProcs(tagged(WARM_TAG))}`);
+    const before = new Set(tagged(WARM_TAG).map((p) => p.pid));
+    const c = await connectVia('streamable', { upstream: 'warm', token: DETAIL_TOKEN });
+    assert.equal(H.resultText(await c.client.callTool({ name: 'echo', arguments: { text: 'warm' } })), 'warm');
+    const during = tagged(WARM_TAG);
+    assert.ok(during.some((p) => before.has(p.pid)), 'a pre-started child serves the session');
+    await c.end();
+    assert.ok(await H.waitFor(() => count() === WARM && zombies().length === 0, { timeout: 5000 }),
+      `back to ${WARM} warm children after the session (its child stopped, the pool refilled): ${showProcs(tagged(WARM_TAG))}`);
+    const after = new Set(tagged(WARM_TAG).map((p) => p.pid));
+    assert.ok([...before].some((pid) => !after.has(pid)), 'the child that served the session is not put back');
+  }));
+});
+
+describe('SSE keepalive', () => {
+  it('an idle legacy SSE stream gets `: keepalive` comments (limits.sse_keepalive_ms)', H.withLogs(logs, async (t) => {
+    if (!features.clientSse) { t.skip(features.clientSseWhy); return; }
+    if (!features.keepaliveMs) { t.skip(features.keepaliveWhy); return; }
+    const s = await openSse(`http://127.0.0.1:${gw.plainPort}/probe/sse`, { authorization: `Bearer ${DETAIL_TOKEN}` });
+    try {
+      assert.equal(s.status, 200);
+      await s.next();
+      const got = await H.waitFor(() => s.comments.length >= 2, { timeout: features.keepaliveMs * 3 + 2000 });
+      assert.ok(got, `two keepalive comments within ${features.keepaliveMs * 3 + 2000} ms: ${JSON.stringify(s.raw).slice(0, 300)}`);
+      const gap = s.comments[1].at - s.comments[0].at;
+      assert.ok(gap >= features.keepaliveMs * 0.5 && gap <= features.keepaliveMs * 2 + 500, `keepalive spacing ${gap} ms for ${features.keepaliveMs} ms`);
+    } finally {
+      s.close();
+    }
+  }));
+});
+
+// Last: tollgate's exit stops every child (the warm pool and a live session's).
+describe('tollgate exit', () => {
+  it('SIGTERM to tollgate alone: every stdio child is stopped, none is left behind', H.withLogs(logs, async (t) => {
+    if (!features.stdio) { t.skip(features.stdioWhy); return; }
+    const c = await connectVia('streamable', { upstream: 'detail-stdio', token: DETAIL_TOKEN });
+    const kids = descendants().filter((p) => !p.stat.startsWith('Z'));
+    assert.ok(kids.length >= 1, `children before the exit: ${showProcs(kids)}`);
+    gw.stopping = true; // an expected exit, not a crash
+    process.kill(gw.proc.pid, 'SIGTERM'); // tollgate only, not its process group
+    const exited = await H.waitFor(() => gw.proc.exitCode !== null || gw.proc.signalCode !== null, { timeout: 10000 });
+    assert.ok(exited, 'tollgate exited after SIGTERM');
+    const left = await H.waitFor(() => kids.every((p) => !alive(p.pid)), { timeout: 3000 });
+    assert.ok(left, `children still alive after tollgate exited: ${showProcs(processes().filter((p) => kids.some((k) => k.pid === p.pid)))}`);
+    assert.equal(gw.proc.exitCode, 0, `exit status ${gw.proc.exitCode} ${gw.proc.signalCode}` +
+      (/LeakSanitizer/.test(gw.stderr()) ? ' (LeakSanitizer reported leaks at exit: see the file-level failure)' : ''));
+    await c.abort();
+  }));
+});
