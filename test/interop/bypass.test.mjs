@@ -282,8 +282,226 @@ const streamableHttp = {
   },
 };
 
-const TRANSPORTS = [streamableHttp];
-// Later: TRANSPORTS.push(websocket, legacySse) with the same open/send interface.
+// --- Message transports (WebSocket, legacy HTTP+SSE): one session, replies matched to sends.
+// A send waits for the responses its bytes ask for (the ids of the requests in it, parsed with
+// JSON.parse), or an error with id null (what a message that cannot be decoded gets); a message
+// with no request in it waits a short window for an error, else it is '(no reply)'. When a
+// trick reuses an id that is in flight, an error goes to the newest send with that id and a
+// result to the oldest (so an id reuse refused at once is told apart from the call that runs).
+// A connection or stream the gateway closed is reopened (a new session) at the next send.
+
+const { default: WsClient } = await import('ws');
+const NO_REPLY_WINDOW_MS = 600;
+const REPLY_TIMEOUT_MS = 6000;
+
+/** What `bytes` asks for: { ids: [JSON text of each request id], batch } or { ids: [] }. */
+function expectedReplies(bytes) {
+  let v;
+  try { v = JSON.parse(Buffer.isBuffer(bytes) ? bytes.toString('utf8') : bytes); } catch { return { ids: [] }; }
+  const reqId = (m) => (m && typeof m === 'object' && !Array.isArray(m) && 'method' in m && 'id' in m ? [JSON.stringify(m.id)] : []);
+  if (Array.isArray(v)) return { ids: v.flatMap(reqId), batch: true };
+  return { ids: reqId(v) };
+}
+
+/** Inbox of one session: incoming messages dealt to waiting sends. */
+function makeInbox() {
+  const box = { waiters: [], stray: [], closed: null };
+  box.deliver = (msg) => {
+    const items = Array.isArray(msg) ? msg : [msg];
+    if (Array.isArray(msg)) {
+      const w = box.waiters.find((x) => x.batch && !x.done) ?? box.waiters.find((x) => !x.done);
+      if (w) { w.got.push(...items); w.arrayReply = true; w.check(); return; }
+    }
+    for (const m of items) {
+      if (!m || typeof m !== 'object' || !('result' in m || 'error' in m)) { box.stray.push(m); continue; } // server notifications/requests
+      const key = JSON.stringify(m.id);
+      let cands = box.waiters.filter((x) => !x.done && x.pending.has(key));
+      if (!cands.length && (m.id === null || m.id === undefined)) cands = box.waiters.filter((x) => !x.done);
+      if (!cands.length) { box.stray.push(m); continue; }
+      const w = 'error' in m ? cands[cands.length - 1] : cands[0];
+      w.pending.delete(key);
+      w.got.push(m);
+      w.check();
+    }
+  };
+  box.onClose = (info) => {
+    box.closed = info;
+    for (const w of box.waiters) if (!w.done) w.finish();
+  };
+  /** Registers a waiter before the bytes go out; resolves { got, closed, timedOut }. */
+  box.wait = (exp) => {
+    const w = { pending: new Set(exp.ids), batch: exp.batch, got: [], done: false };
+    const p = new Promise((resolve) => {
+      const limit = exp.ids.length ? REPLY_TIMEOUT_MS : NO_REPLY_WINDOW_MS;
+      let quiet;
+      w.finish = (timedOut = false) => {
+        if (w.done) return;
+        w.done = true;
+        clearTimeout(w.timer);
+        clearTimeout(quiet);
+        box.waiters.splice(box.waiters.indexOf(w), 1);
+        resolve({ got: w.got, closed: box.closed, timedOut });
+      };
+      w.check = () => {
+        // done when every request got its response, when an array (batch reply) or an id-null error
+        // arrived, or when a send with nothing to wait for got its first error
+        const nullErr = w.got.some((m) => m?.error && (m.id === null || m.id === undefined));
+        if (w.pending.size === 0 || w.arrayReply || nullErr) {
+          clearTimeout(quiet);
+          quiet = setTimeout(() => w.finish(), exp.batch || nullErr ? 150 : 0);
+        }
+      };
+      w.timer = setTimeout(() => w.finish(w.pending.size > 0), limit);
+    });
+    box.waiters.push(w);
+    if (box.closed) w.finish();
+    return p;
+  };
+  return box;
+}
+
+function classifyMessages({ got, closed, timedOut }, extra = {}) {
+  const messages = got;
+  const success = messages.some((m) => m && typeof m === 'object' && 'result' in m);
+  const errs = messages.filter((m) => m && m.error).map((m) => m.error.code);
+  let summary = success ? 'RESULT' : errs.length ? `rpc ${errs.join(',')}` : '(no reply)';
+  if (closed) summary += ` + closed ${closed.code ?? ''}${closed.reason ? ` "${closed.reason}"` : ''}`;
+  if (timedOut) summary += ' (timed out waiting)';
+  if (extra.prefix) summary = `${extra.prefix} ${summary}`;
+  const refused = !success && (errs.length > 0 || !!closed || (extra.status >= 400));
+  return { summary, refused, success, messages, status: extra.status, jsonRpcError: errs.length > 0 };
+}
+
+const websocket = {
+  name: 'websocket',
+  url(p = '/cowork-os/ws') { return `ws://127.0.0.1:${gw.plainPort}${p}`; },
+  async connect(ctx) {
+    const ws = new WsClient(this.url(), 'mcp', { headers: { authorization: `Bearer ${ctx.token}` }, maxPayload: 64 << 20 });
+    const box = makeInbox();
+    await new Promise((resolve, reject) => {
+      ws.once('open', resolve);
+      ws.once('unexpected-response', (req, res) => reject(new Error(`WebSocket handshake: HTTP ${res.statusCode}`)));
+      ws.once('error', reject);
+    });
+    ws.on('error', () => { /* reported through close */ });
+    ws.on('message', (d, binary) => {
+      let m;
+      try { m = JSON.parse(String(d)); } catch { m = { unparsable: String(d).slice(0, 200), binary }; }
+      box.deliver(m);
+    });
+    ws.on('close', (code, reason) => box.onClose({ code, reason: String(reason) }));
+    ctx.ws = ws;
+    ctx.box = box;
+    const init = box.wait({ ids: ['"init"'] });
+    ws.send(JSON.stringify(H.initializeBody('init', ctx.protocolVersion ?? H.PROTOCOL_VERSION)));
+    const r = await init;
+    const res = r.got[0]?.result;
+    if (!res) throw new Error(`WebSocket initialize: ${JSON.stringify(r)}`);
+    ctx.protocolVersion = res.protocolVersion;
+    ws.send(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
+    cleanup.add(() => ws.terminate());
+  },
+  async open(token = ALICE, protocolVersion) {
+    const ctx = { token, protocolVersion, transport: this, reopened: 0 };
+    await this.connect(ctx);
+    return ctx;
+  },
+  async send(ctx, bytes) {
+    let note;
+    if (ctx.box.closed) {
+      note = `reopened after close ${ctx.box.closed.code}`;
+      ctx.reopened++;
+      await this.connect(ctx);
+    }
+    const b = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes, 'utf8');
+    const p = ctx.box.wait(expectedReplies(b));
+    ctx.ws.send(b, { binary: false }); // a text frame, whatever the bytes (invalid UTF-8 included)
+    const r = classifyMessages(await p);
+    if (note) r.note = note;
+    return r;
+  },
+};
+
+const legacySse = {
+  name: 'legacy-sse',
+  fetch: null,
+  base() { return `http://127.0.0.1:${gw.plainPort}`; },
+  async connect(ctx) {
+    const f = this.fetch ??= H.makeFetch({ cleanup, keepAlive: true });
+    const auth = { authorization: `Bearer ${ctx.token}` };
+    const ac = new AbortController();
+    const res = await f(`${this.base()}/cowork-os/sse`, { headers: { ...auth, accept: 'text/event-stream' }, signal: ac.signal });
+    if (res.status !== 200) throw new Error(`GET /cowork-os/sse: HTTP ${res.status} ${await res.text()}`);
+    const box = makeInbox();
+    let endpoint;
+    let gotEndpoint;
+    const endpointP = new Promise((resolve) => { gotEndpoint = resolve; });
+    (async () => {
+      const dec = new TextDecoder();
+      let buf = '';
+      try {
+        for await (const chunk of res.body) {
+          buf += dec.decode(chunk, { stream: true });
+          let m;
+          while ((m = /\r?\n\r?\n/.exec(buf))) {
+            const ev = H.parseSse(buf.slice(0, m.index + m[0].length))[0];
+            buf = buf.slice(m.index + m[0].length);
+            if (!ev) continue;
+            if (ev.event === 'endpoint') { endpoint = new URL(ev.data, this.base()).href; gotEndpoint(); continue; }
+            let msg;
+            try { msg = JSON.parse(ev.data); } catch { msg = { unparsable: ev.data.slice(0, 200) }; }
+            box.deliver(msg);
+          }
+        }
+      } catch { /* aborted */ }
+      box.onClose({ code: 'stream ended' });
+      gotEndpoint();
+    })();
+    await endpointP;
+    if (!endpoint) throw new Error('legacy SSE: no endpoint event');
+    ctx.abort = ac;
+    ctx.box = box;
+    ctx.endpoint = endpoint;
+    ctx.auth = auth;
+    cleanup.add(() => ac.abort());
+    const r = await this.post(ctx, Buffer.from(JSON.stringify(H.initializeBody('init', ctx.protocolVersion ?? H.PROTOCOL_VERSION))));
+    const res2 = r.messages[0]?.result;
+    if (!res2) throw new Error(`legacy SSE initialize: ${r.summary} ${JSON.stringify(r.messages)}`);
+    ctx.protocolVersion = res2.protocolVersion;
+    await this.post(ctx, Buffer.from(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' })));
+  },
+  async post(ctx, b) {
+    const p = ctx.box.wait(expectedReplies(b));
+    const res = await this.fetch(ctx.endpoint, { method: 'POST', headers: { ...ctx.auth, 'content-type': 'application/json' }, body: b });
+    const text = await res.text();
+    if (res.status !== 202) {
+      // refused at the HTTP level: the answer is in the body (and nothing is on the stream)
+      let body = [];
+      try { const j = JSON.parse(text); body = Array.isArray(j) ? j : [j]; } catch { /* not JSON */ }
+      const late = await Promise.race([p, H.sleep(150).then(() => null)]);
+      return classifyMessages({ got: [...body, ...(late?.got ?? [])], closed: null, timedOut: false }, { status: res.status, prefix: `HTTP ${res.status}` });
+    }
+    return classifyMessages(await p, { prefix: '202 +' });
+  },
+  async open(token = ALICE, protocolVersion) {
+    const ctx = { token, protocolVersion, transport: this, reopened: 0 };
+    await this.connect(ctx);
+    return ctx;
+  },
+  async send(ctx, bytes) {
+    let note;
+    if (ctx.box.closed) {
+      note = 'reopened after the stream ended';
+      ctx.reopened++;
+      await this.connect(ctx);
+    }
+    const r = await this.post(ctx, Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes, 'utf8'));
+    if (note) r.note = note;
+    return r;
+  },
+};
+
+const TRANSPORTS = [streamableHttp, websocket, legacySse];
 
 // ---------------------------------------------------------------------------
 // Message builders
