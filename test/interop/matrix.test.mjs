@@ -358,7 +358,7 @@ before(async () => {
     seedStandins[c.kind] = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, `seed-${c.kind}.log`) });
   }
 
-  const upstreams = [{ name: 'probe', url: evHttp.url, default: true }];
+  const upstreams = [{ name: 'probe', url: evHttp.url, default: true }, { name: 'x', url: evHttp.url }];
   const grants = [
     { name: 'probe', token_sha256: H.sha256hex(PROBE_TOKEN) },
     { name: 'other', token_sha256: H.sha256hex(OTHER_TOKEN) },
@@ -753,6 +753,26 @@ async function wsInit(r) {
   return init;
 }
 const CANCEL_NOTHING = { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'no-such-request' } };
+
+describe('routing', () => {
+  it('a one-character upstream name (/x/...) is served on every endpoint', H.withLogs(logs, async () => {
+    const auth = { authorization: `Bearer ${DETAIL_TOKEN}` };
+    const r = await H.postRaw(fetchFn, `http://127.0.0.1:${gw.plainPort}/x/mcp`, H.initializeBody(1), auth);
+    assert.equal(r.status, 200, `POST /x/mcp: ${r.status} ${r.text}`);
+    const sid = r.headers.get('mcp-session-id');
+    await (await fetchFn(`http://127.0.0.1:${gw.plainPort}/x/mcp`, { method: 'DELETE', headers: { ...auth, 'mcp-session-id': sid, 'mcp-protocol-version': r.messages[0].result.protocolVersion } })).text();
+    if (features.clientSse) {
+      const s = await openSse(`http://127.0.0.1:${gw.plainPort}/x/sse`, auth);
+      s.close();
+      assert.equal(s.status, 200, `GET /x/sse: ${s.status} ${s.text}`);
+    }
+    if (features.clientWs) {
+      const w = await openWs('/x/ws');
+      assert.equal(w.status, 101, `GET /x/ws: ${w.status} ${w.text}`);
+      w.ws.close(1000);
+    }
+  }));
+});
 
 describe('legacy HTTP+SSE details', () => {
   const skip = (t) => { if (!features.clientSse) { t.skip(features.clientSseWhy); return true; } return false; };
