@@ -244,10 +244,11 @@ function baseUrl(tls, scheme = 'http', g = gw) {
 
 const PING = { jsonrpc: '2.0', id: 'gone-check', method: 'ping' };
 
-async function connectVia(kind, { tls = false, upstream, token, name = 'tollgate-matrix', capabilities = {}, query = '', gateway = gw }) {
+async function connectVia(kind, { tls = false, upstream, token, name = 'tollgate-matrix', capabilities = {}, handlers = [], query = '', gateway = gw }) {
   const { Client, StreamableHTTPClientTransport } = sdk;
   const auth = token ? { Authorization: `Bearer ${token}` } : {};
   const client = new Client({ name, version: '1.0.0' }, { capabilities });
+  for (const [schema, fn] of handlers) client.setRequestHandler(schema, fn);
   const errors = [];
   client.onerror = (e) => errors.push(e);
   let closed = false;
@@ -436,7 +437,15 @@ async function runCell(cell, t) {
   let conn;
   let step = 'connect';
   try {
-    conn = await connectVia(cell.client.kind, { tls: cell.sec.tls, upstream: cell.upstream, token: cell.token });
+    const sampled = [];
+    conn = await connectVia(cell.client.kind, {
+      tls: cell.sec.tls, upstream: cell.upstream, token: cell.token,
+      capabilities: { sampling: {} },
+      handlers: [[sdk.types.CreateMessageRequestSchema, async (req) => {
+        sampled.push(req.params);
+        return { model: 'matrix-model', role: 'assistant', content: { type: 'text', text: `sampled ${cell.grant}` } };
+      }]],
+    });
 
     step = 'initialize result';
     const info = conn.client.getServerVersion();
@@ -481,6 +490,14 @@ async function runCell(cell, t) {
     } else {
       assert.equal(H.resultText(r), 'slept 1 s');
       assert.ok(took >= 900, `slow took ${took} ms`);
+    }
+
+    if (isEv) {
+      // a server-to-client request inside a call: up through the client transport and back
+      step = 'sampling round trip';
+      const sr = await conn.client.callTool({ name: 'trigger-sampling-request', arguments: { prompt: 'matrix', maxTokens: 5 } }, undefined, { timeout: 30000 });
+      assert.equal(sampled.length, 1, 'the client answered one sampling/createMessage');
+      assert.match(H.resultText(sr), new RegExp(`sampled ${cell.grant}\\b`), `the tool saw the client's answer: ${H.resultText(sr)}`);
     }
 
     if (cell.up.stdio) {
