@@ -440,6 +440,8 @@ async function runCell(cell, t) {
     const sampled = [];
     conn = await connectVia(cell.client.kind, {
       tls: cell.sec.tls, upstream: cell.upstream, token: cell.token,
+      // long enough that the noisy stand-in's dump of clientInfo spans several stdout lines
+      name: `tollgate-matrix client for the cell ${cell.name}`,
       capabilities: { sampling: {} },
       handlers: [[sdk.types.CreateMessageRequestSchema, async (req) => {
         sampled.push(req.params);
