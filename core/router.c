@@ -2430,8 +2430,23 @@ void tg_router_channel_counts(struct tg_server *srv, size_t *sse, size_t *ws)
     }
 }
 
+/* Shutdown: calls that wait on a message stream or on a human get an answer now (the
+ * upstreams are about to close), so that nothing is left holding a session. */
+static void abort_waiting(struct tg_server *srv)
+{
+    while (!tg_list_empty(&srv->awaiting)) {
+        struct tg_call *k = tg_container_of(srv->awaiting.next, struct tg_call, alink);
+        stream_fail(k, "the gateway is shutting down");
+    }
+    while (!tg_list_empty(&srv->approvals)) {
+        struct tg_call *k = tg_container_of(srv->approvals.next, struct tg_call, alink);
+        approval_finish(k, 0, "shutdown", "timeout");
+    }
+}
+
 void tg_router_free_streams(struct tg_server *srv)
 {
+    abort_waiting(srv);
     while (!tg_list_empty(&srv->streams)) {
         struct tg_replay *r = tg_container_of(srv->streams.next, struct tg_replay, glink);
         if (r->live != NULL)
@@ -3002,7 +3017,7 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
                 rt.upstream = srv->conf->default_upstream;
                 rt.uc = &srv->conf->upstreams[rt.upstream];
             }
-        } else if (path.len > el + 3 && path.ptr[0] == '/' && path.ptr[path.len - el - 1] == '/' &&
+        } else if (path.len >= el + 3 && path.ptr[0] == '/' && path.ptr[path.len - el - 1] == '/' &&
                    memcmp(path.ptr + path.len - el, endpoints[e], el) == 0) {
             endpoint = e;
             rt.uc = tg_conf_find_upstream(srv->conf, tg_slice_of(path.ptr + 1, path.len - el - 2), &rt.upstream);

@@ -49,6 +49,16 @@ static int bind_listener(struct tg_server *srv, struct tg_listener *l, const cha
     return 0;
 }
 
+/* After each round of I/O: write what streams gathered (see send_owned in transports/http1.c). */
+static void on_flush(uv_check_t *h)
+{
+    struct tg_server *srv = h->data;
+    while (!tg_list_empty(&srv->corked)) {
+        struct tg_conn *c = tg_container_of(srv->corked.next, struct tg_conn, cork_link);
+        tg_http_flush(c);
+    }
+}
+
 static void on_sweep(uv_timer_t *t)
 {
     struct tg_server *srv = t->data;
@@ -63,6 +73,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     srv->conf = tg_conf_ref(conf);
     srv->listen_conf = tg_conf_ref(conf);
     tg_list_init(&srv->conns);
+    tg_list_init(&srv->corked);
     tg_list_init(&srv->approvals);
     tg_list_init(&srv->channels);
     tg_list_init(&srv->awaiting);
@@ -100,6 +111,10 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     }
     uv_timer_init(loop, &srv->sweep);
     srv->sweep.data = srv;
+    uv_check_init(loop, &srv->flush_check);
+    srv->flush_check.data = srv;
+    uv_check_start(&srv->flush_check, on_flush);
+    uv_unref((uv_handle_t *)&srv->flush_check); /* it must not keep the loop alive by itself */
     uv_timer_init(loop, &srv->drain_timer);
     srv->drain_timer.data = srv;
     return 0;
@@ -166,7 +181,9 @@ static int remove_session(struct tg_session *s, void *arg)
 
 static void finish_drain(struct tg_server *srv)
 {
-    /* Sessions end now: stdio children get their stdin closed, SIGTERM, then SIGKILL. */
+    /* Calls still waiting are answered, then sessions end: stdio children get their stdin
+     * closed, SIGTERM, then SIGKILL. */
+    tg_router_free_streams(srv);
     tg_session_sweep(srv->sessions, remove_session, NULL);
     tg_router_free_streams(srv);
     uv_timer_stop(&srv->drain_timer);
@@ -185,6 +202,7 @@ static void finish_drain(struct tg_server *srv)
     tg_audit_close(srv->audit);
     srv->audit = NULL;
     uv_close((uv_handle_t *)&srv->drain_timer, NULL);
+    uv_close((uv_handle_t *)&srv->flush_check, NULL);
     uv_close((uv_handle_t *)&srv->sweep, NULL);
     uv_close((uv_handle_t *)&srv->sigterm, NULL);
     uv_close((uv_handle_t *)&srv->sigint, NULL);

@@ -37,6 +37,8 @@ struct tg_server {
     struct tg_listener admin;
     int admin_open;
     struct tg_list conns;
+    struct tg_list corked;  /* connections with stream output gathered this iteration */
+    uv_check_t flush_check; /* writes it after each round of I/O */
     size_t nconns;
     uint64_t next_conn_id;
     uint64_t next_gid; /* gateway JSON-RPC ids sent upstream */

@@ -288,8 +288,50 @@ static void on_write(uv_write_t *req, int status)
 
 static void send_wire(struct tg_conn *c, struct tg_buf *wire);
 
-/* Takes the storage of b (which is left empty): plaintext, encrypted first on a TLS connection. */
+static void send_now(struct tg_conn *c, struct tg_buf *b);
+
+/* Takes the storage of b (which is left empty): plaintext, encrypted first on a TLS connection.
+ * Streams (SSE answers, upgraded connections) are corked: what they write during one loop
+ * iteration is gathered and written once at its end, so a burst of relayed events costs one
+ * write(2) (and one TLS pass) instead of one per event. */
 static void send_owned(struct tg_conn *c, struct tg_buf *b)
+{
+    if (c->state >= TG_CONN_CLOSING || b->len == 0) {
+        tg_buf_dispose(b);
+        return;
+    }
+    if (c->state == TG_CONN_STREAMING || c->state == TG_CONN_UPGRADED) {
+        if (c->cork.len == 0 && c->cork.cap == 0) {
+            c->cork = *b; /* take the buffer as it is: no copy for the first write of a burst */
+            tg_buf_init(b);
+        } else {
+            tg_buf_append(&c->cork, b->base, b->len);
+            tg_buf_dispose(b);
+        }
+        c->out_pending += c->cork.len - (c->out_pending_corked);
+        c->out_pending_corked = c->cork.len;
+        if (!tg_list_linked(&c->cork_link))
+            tg_list_insert_tail(&c->server->corked, &c->cork_link);
+        return;
+    }
+    if (c->cork.len > 0)
+        tg_http_flush(c); /* keep the order */
+    send_now(c, b);
+}
+
+void tg_http_flush(struct tg_conn *c)
+{
+    tg_list_unlink(&c->cork_link);
+    if (c->cork.len == 0)
+        return;
+    struct tg_buf b = c->cork;
+    tg_buf_init(&c->cork);
+    c->out_pending -= c->out_pending_corked;
+    c->out_pending_corked = 0;
+    send_now(c, &b);
+}
+
+static void send_now(struct tg_conn *c, struct tg_buf *b)
 {
     if (c->state >= TG_CONN_CLOSING || b->len == 0) {
         tg_buf_dispose(b);
@@ -369,6 +411,7 @@ static void on_shutdown(uv_shutdown_t *req, int status)
  * exchange) first, so that nothing refers to it afterwards, then enter CLOSING. */
 static void notify_closing(struct tg_conn *c)
 {
+    tg_list_unlink(&c->cork_link);
     if (c->up_gone) {
         tg_conn_cb gone = c->up_gone;
         c->up_gone = NULL;
@@ -389,6 +432,7 @@ static void close_graceful(struct tg_conn *c)
 {
     if (c->state >= TG_CONN_CLOSING)
         return;
+    tg_http_flush(c);
     if (c->tls != NULL) {
         struct tg_buf b;
         tg_buf_init(&b);
@@ -751,6 +795,7 @@ static void on_handle_closed(uv_handle_t *h)
     tg_buf_dispose(&c->in);
     tg_buf_dispose(&c->req.head);
     tg_buf_dispose(&c->req.body);
+    tg_buf_dispose(&c->cork);
     free(c);
 }
 
@@ -780,6 +825,7 @@ void tg_http1_accept(struct tg_server *srv, struct tg_listener *l, uv_stream_t *
     c->timer.data = c;
     c->handles_open = 2;
     tg_list_init(&c->link);
+    tg_list_init(&c->cork_link);
     if (uv_accept(listen_handle, (uv_stream_t *)&c->tcp) != 0) {
         c->state = TG_CONN_CLOSING;
         uv_close((uv_handle_t *)&c->tcp, on_handle_closed);

@@ -69,7 +69,8 @@ struct tg_conn {
     struct tg_http_req req;
     int req_complete;
     int close_after; /* close once the current answer is written */
-    size_t out_pending; /* bytes handed to uv_write and not yet confirmed */
+    size_t out_pending; /* bytes handed to uv_write (or corked) and not yet confirmed */
+    size_t out_pending_corked; /* the part of out_pending still in cork */
     int read_stopped;
     int handles_open;
     int eof;
@@ -85,6 +86,8 @@ struct tg_conn {
     tg_conn_cb up_gone; /* the connection is closing */
     void *up_ud;
     struct tg_list link; /* server's list of connections */
+    struct tg_buf cork;       /* stream output gathered during this loop iteration */
+    struct tg_list cork_link; /* in the server's corked list while cork holds bytes */
     char peer[64];
 };
 
@@ -114,6 +117,8 @@ void tg_http_take_over(struct tg_conn *c, tg_conn_cb on_data, tg_conn_cb on_tick
 void tg_http_upgraded_timer(struct tg_conn *c, uint64_t ms);
 /* Bytes for the peer as they are (encrypted on TLS connections). */
 void tg_http_raw_write(struct tg_conn *c, const char *p, size_t n);
+/* Write what streams gathered this iteration (the server calls it once per loop iteration). */
+void tg_http_flush(struct tg_conn *c);
 /* Close once everything queued has been written. */
 void tg_http_close_after_writes(struct tg_conn *c);
 /* Stop or resume delivering new requests (used while draining). */

@@ -19,6 +19,7 @@ struct tg_ws {
     int awaiting_pong;
     int closed; /* on_closed ran */
     int in_recv;
+    int lingering; /* our close frame is out; reading and dropping until the peer closes */
 };
 
 int tg_ws_accept_key(struct tg_slice key, char out[32])
@@ -106,13 +107,26 @@ static void pump(struct tg_ws *ws)
         tg_conn_close(c, "WebSocket send failed");
         return;
     }
-    if (!wslay_event_want_read(ws->ctx) && !wslay_event_want_write(ws->ctx))
-        tg_http_close_after_writes(c);
+    if (!wslay_event_want_read(ws->ctx) && !wslay_event_want_write(ws->ctx) && !ws->lingering) {
+        if (wslay_event_get_close_received(ws->ctx)) {
+            tg_http_close_after_writes(c);
+        } else {
+            /* We closed first (1003, 1009, shutdown): give the peer time to read our close frame
+             * and answer it, dropping what it still sends, instead of resetting the connection
+             * under it. */
+            ws->lingering = 1;
+            tg_http_upgraded_timer(c, 2000);
+        }
+    }
 }
 
 static void on_data(struct tg_conn *c, void *ud)
 {
     struct tg_ws *ws = ud;
+    if (ws->lingering) {
+        c->in.len = 0;
+        return;
+    }
     ws->in_recv = 1;
     int r = wslay_event_recv(ws->ctx);
     ws->in_recv = 0;
@@ -128,6 +142,10 @@ static void on_data(struct tg_conn *c, void *ud)
 static void on_tick(struct tg_conn *c, void *ud)
 {
     struct tg_ws *ws = ud;
+    if (ws->lingering) {
+        tg_http_close_after_writes(c);
+        return;
+    }
     if (ws->awaiting_pong) {
         tg_log(TG_LOG_INFO, "WebSocket peer stopped answering pings", "conn=%llu", (unsigned long long)c->id);
         tg_conn_close(c, "ping timeout");
