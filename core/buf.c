@@ -123,6 +123,18 @@ void tg_buf_append_u64(struct tg_buf *b, uint64_t v)
     tg_buf_append(b, tmp + i, (size_t)(24 - i));
 }
 
+void tg_buf_append_hex(struct tg_buf *b, uint64_t v)
+{
+    static const char hx[] = "0123456789abcdef";
+    char tmp[16];
+    int i = 16;
+    do {
+        tmp[--i] = hx[v & 15];
+        v >>= 4;
+    } while (v);
+    tg_buf_append(b, tmp + i, (size_t)(16 - i));
+}
+
 void tg_buf_consume(struct tg_buf *b, size_t n)
 {
     if (n >= b->len) {

@@ -47,6 +47,7 @@ TG_WUR int tg_buf_try_append(struct tg_buf *b, const void *p, size_t n, size_t c
 void tg_buf_appends(struct tg_buf *b, const char *s);
 void tg_buf_appendf(struct tg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void tg_buf_append_u64(struct tg_buf *b, uint64_t v);
+void tg_buf_append_hex(struct tg_buf *b, uint64_t v);
 /* Drop the first n bytes. */
 void tg_buf_consume(struct tg_buf *b, size_t n);
 /* Hand the storage to the caller (who frees it with free()) and reset the buffer. */

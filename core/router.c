@@ -582,8 +582,13 @@ static void sse_write_message(struct tg_call *k, const char *p, size_t n)
     tg_buf_init(&b);
     if (tg_buf_try_reserve(&b, n + 64, 0) != 0)
         abort();
-    if (r != NULL)
-        tg_buf_appendf(&b, "id: %llx-%llu\n", (unsigned long long)r->id, (unsigned long long)++r->next_seq);
+    if (r != NULL) {
+        tg_buf_append(&b, "id: ", 4);
+        tg_buf_append_hex(&b, r->id);
+        tg_buf_append(&b, "-", 1);
+        tg_buf_append_u64(&b, ++r->next_seq);
+        tg_buf_append(&b, "\n", 1);
+    }
     tg_buf_appends(&b, "event: message\n");
     size_t s = 0;
     for (size_t i = 0; i <= n; i++) {

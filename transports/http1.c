@@ -550,8 +550,10 @@ void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n)
     tg_buf_init(&b);
     if (tg_buf_try_reserve(&b, n + 32, 0) != 0)
         abort();
-    if (c->parser.http_minor != 0)
-        tg_buf_appendf(&b, "%zx\r\n", n);
+    if (c->parser.http_minor != 0) {
+        tg_buf_append_hex(&b, n);
+        tg_buf_append(&b, "\r\n", 2);
+    }
     tg_buf_append(&b, p, n);
     if (c->parser.http_minor != 0)
         tg_buf_append(&b, "\r\n", 2);
