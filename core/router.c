@@ -43,20 +43,16 @@ enum call_kind {
 #define REPLAY_KEEP_MS 60000
 #define REPLAY_MAX_PER_SESSION 16
 
-struct replay_ev {
-    struct tg_list link;
-    uint64_t seq;
-    size_t n;
-    char data[];
-};
-
 struct tg_replay {
     struct tg_server *srv;
     struct tg_session *sess; /* reference */
     uint64_t id;
     uint64_t next_seq;
-    struct tg_list events;
-    size_t bytes;
+    /* The events, as written, in two generations: new ones go to gen[cur]; when it passes half
+     * of limits.replay_bytes the older generation is dropped and the roles swap. No allocation
+     * per event, and at most replay_bytes (plus one event) kept. */
+    struct tg_buf gen[2];
+    int cur;
     struct tg_call *live;    /* the call still producing events, or NULL once it ended */
     uint64_t last_write_ms;
     uint64_t ended_at;
@@ -526,11 +522,8 @@ static int call_check_abort(struct tg_call *k)
 /* Write one SSE "message" event; data lines must not contain raw newlines. */
 static void replay_free(struct tg_replay *r)
 {
-    while (!tg_list_empty(&r->events)) {
-        struct replay_ev *e = tg_container_of(r->events.next, struct replay_ev, link);
-        tg_list_unlink(&e->link);
-        free(e);
-    }
+    tg_buf_dispose(&r->gen[0]);
+    tg_buf_dispose(&r->gen[1]);
     tg_list_unlink(&r->slink);
     tg_list_unlink(&r->glink);
     tg_session_unref(r->sess);
@@ -562,7 +555,6 @@ static void stream_open(struct tg_call *k)
     r->id = ++srv->next_stream_id;
     r->live = k;
     r->last_write_ms = now_ms(srv);
-    tg_list_init(&r->events);
     tg_list_insert_tail(&s->streams, &r->slink);
     tg_list_insert_tail(&srv->streams, &r->glink);
     k->replay = r;
@@ -589,31 +581,33 @@ static void sse_write_message(struct tg_call *k, const char *p, size_t n)
         tg_buf_append_u64(&b, ++r->next_seq);
         tg_buf_append(&b, "\n", 1);
     }
-    tg_buf_appends(&b, "event: message\n");
-    size_t s = 0;
-    for (size_t i = 0; i <= n; i++) {
-        if (i == n || p[i] == '\n' || p[i] == '\r') {
-            tg_buf_appends(&b, "data: ");
-            tg_buf_append(&b, p + s, i - s);
-            tg_buf_append(&b, "\n", 1);
-            s = i + 1;
-        }
+    tg_buf_append(&b, "event: message\n", 15);
+    /* One data line per line of the message (compact JSON has none: one line, one copy). */
+    size_t st = 0;
+    for (;;) {
+        const char *nl = memchr(p + st, '\n', n - st);
+        const char *cr = memchr(p + st, '\r', n - st);
+        const char *e = nl && (!cr || nl < cr) ? nl : cr;
+        size_t stop = e ? (size_t)(e - p) : n;
+        tg_buf_append(&b, "data: ", 6);
+        tg_buf_append(&b, p + st, stop - st);
+        tg_buf_append(&b, "\n", 1);
+        if (e == NULL)
+            break;
+        st = stop + 1;
     }
     tg_buf_append(&b, "\n", 1);
     if (r != NULL) {
         /* Keep it for a resuming client; the oldest go when the buffer is full. */
-        struct replay_ev *e = tg_xmalloc(sizeof(*e) + b.len);
-        e->seq = r->next_seq;
-        e->n = b.len;
-        memcpy(e->data, b.base, b.len);
-        tg_list_insert_tail(&r->events, &e->link);
-        r->bytes += b.len;
-        while (r->bytes > (size_t)k->srv->conf->limits.replay_bytes && r->events.next != &e->link) {
-            struct replay_ev *o = tg_container_of(r->events.next, struct replay_ev, link);
-            r->bytes -= o->n;
-            tg_list_unlink(&o->link);
-            free(o);
+        size_t half = (size_t)k->srv->conf->limits.replay_bytes / 2;
+        if (r->gen[r->cur].len > half) {
+            r->cur ^= 1;
+            r->gen[r->cur].len = 0;
+            if (r->gen[r->cur].cap > 2 * half + 65536)
+                tg_buf_dispose(&r->gen[r->cur]);
         }
+        if (half > 0)
+            tg_buf_append(&r->gen[r->cur], b.base, b.len);
         r->last_write_ms = now_ms(k->srv);
     }
     if (k->conn)
@@ -2333,17 +2327,33 @@ static struct tg_session *require_session(struct tg_server *srv, struct tg_conn 
     return s;
 }
 
+/* Write the kept events whose sequence number is above after_seq (oldest generation first).
+ * Each kept event starts with "id: HEX-SEQ\n" and ends with a blank line. */
+static void replay_write(struct tg_replay *r, struct tg_conn *c, uint64_t after_seq)
+{
+    for (int g = 0; g < 2; g++) {
+        struct tg_buf *b = &r->gen[g == 0 ? r->cur ^ 1 : r->cur];
+        size_t off = 0;
+        while (off < b->len) {
+            const char *ev = b->base + off;
+            const char *end = memmem(ev, b->len - off, "\n\n", 2);
+            size_t n = end ? (size_t)(end - ev) + 2 : b->len - off;
+            const char *dash = memchr(ev, '-', n);
+            uint64_t seq = dash ? strtoull(dash + 1, NULL, 10) : 0;
+            if (seq > after_seq)
+                tg_http_stream_write(c, ev, n);
+            off += n;
+        }
+    }
+}
+
 /* Give a live stream's call a (new) client connection and replay what it missed. */
 static void attach_stream(struct tg_call *k, struct tg_conn *c, uint64_t after_seq)
 {
     struct tg_replay *r = k ? k->replay : NULL;
     tg_http_stream_begin(c, 200, NULL, "text/event-stream");
     if (r != NULL)
-        for (struct tg_list *l = r->events.next; l != &r->events; l = l->next) {
-            struct replay_ev *e = tg_container_of(l, struct replay_ev, link);
-            if (e->seq > after_seq)
-                tg_http_stream_write(c, e->data, e->n);
-        }
+        replay_write(r, c, after_seq);
     k->conn = c;
     if (r != NULL)
         r->detached_at = 0;
@@ -2386,11 +2396,7 @@ static void resume_stream(struct tg_server *srv, struct tg_conn *c, struct tg_se
         }
         /* The stream ended while the client was away: replay the rest, then end it. */
         tg_http_stream_begin(c, 200, NULL, "text/event-stream");
-        for (struct tg_list *e = r->events.next; e != &r->events; e = e->next) {
-            struct replay_ev *ev = tg_container_of(e, struct replay_ev, link);
-            if (ev->seq > seq)
-                tg_http_stream_write(c, ev->data, ev->n);
-        }
+        replay_write(r, c, seq);
         tg_http_stream_end(c);
         return;
     }
