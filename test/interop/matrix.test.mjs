@@ -946,6 +946,9 @@ describe('WebSocket details', () => {
 describe('a client that goes away while a call runs', () => {
   const local = new H.Cleanup();
   let gw2;
+  let auditFile;
+  const audit = () => (fs.existsSync(auditFile) ? fs.readFileSync(auditFile, 'utf8') : '').split('\n').filter(Boolean)
+    .map((l) => { try { return JSON.parse(l); } catch { return {}; } });
   const cases = [];
   for (const c of CLIENTS) {
     for (const key of ['ev-http', 'ev-sse', 'ev-stdio']) {
@@ -965,7 +968,8 @@ describe('a client that goes away while a call runs', () => {
     }
     const sub = path.join(dir, 'midcall');
     fs.mkdirSync(sub, { recursive: true });
-    gw2 = await H.startTollgate(H.writeConf(sub, { listeners: [{}], grants, upstreams }), { cleanup: local, listeners: 1 });
+    auditFile = path.join(sub, 'audit.log');
+    gw2 = await H.startTollgate(H.writeConf(sub, { listeners: [{}], grants, upstreams, audit: { file: auditFile } }), { cleanup: local, listeners: 1 });
   });
   after(async () => { await local.run().catch(() => { /* reported by the last test */ }); });
 
@@ -988,11 +992,23 @@ describe('a client that goes away while a call runs', () => {
         const ok = await H.waitFor(() => tagged(x.tag, gw2).length === 0 && zombies(gw2).length === 0, { timeout: 5000, interval: 100 });
         assert.ok(ok, `child gone and reaped: left ${showProcs(tagged(x.tag, gw2))}; zombies ${showProcs(zombies(gw2))}`);
       }
+      // the call is over for the gateway too: its audit record ("logged when they finish") is written
+      const rec = await H.waitFor(() => audit().find((r) => r.upstream === x.upstream && r.tool === 'trigger-long-running-operation'), { timeout: 5000 });
+      assert.ok(rec, 'the abandoned call is released when its session ends: no audit record within 5 s ' +
+        '(a call still held waits for the gateway to shut down, holding its session and request)');
+      x.outcome = rec.outcome;
       // the upstream's answer after the client left goes nowhere and breaks nothing
       await H.sleep(3000);
       assert.equal(gw2.proc.exitCode, null, `tollgate still running: ${gw2.status()}`);
     }));
   } });
+
+  it('the audit log calls each abandoned call client_gone', H.withLogs(logs2, async (t) => {
+    const ran = cases.filter((x) => x.outcome !== undefined);
+    if (!ran.length) { t.skip('no mid-call case got as far as its audit record'); return; }
+    const wrong = ran.filter((x) => x.outcome !== 'client_gone').map((x) => `${x.client.label} -> ${x.up.label}: ${x.outcome}`);
+    assert.deepEqual(wrong, [], 'outcome of calls whose client went away after they were forwarded');
+  }));
 
   it('afterwards tollgate exits cleanly: nothing those sessions held is leaked', H.withLogs(logs2, async () => {
     const r = await gw2.stop();
