@@ -876,6 +876,14 @@ describe('WebSocket details', () => {
     await wsInit(q);
     q.ws.close(1000);
     await q.closed;
+    // only on /ws: the query token is no credential for the other endpoints
+    const mcp = await H.postRaw(fetchFn, `http://127.0.0.1:${gw.plainPort}/probe/mcp?access_token=${encodeURIComponent(DETAIL_TOKEN)}`, H.initializeBody(1));
+    assert.equal(mcp.status, 401, `POST /probe/mcp?access_token=: ${mcp.status} ${mcp.text.slice(0, 200)}`);
+    if (features.clientSse) {
+      const sse = await openSse(`http://127.0.0.1:${gw.plainPort}/probe/sse?access_token=${encodeURIComponent(DETAIL_TOKEN)}`);
+      sse.close();
+      assert.equal(sse.status, 401, `GET /probe/sse?access_token=: ${sse.status} ${sse.text.slice(0, 200)}`);
+    }
     // the SDK transport, browser style: the token in the URL, no headers
     const c = await connectVia('ws', { upstream: 'probe', query: `?access_token=${encodeURIComponent(DETAIL_TOKEN)}` });
     const r = await c.client.callTool({ name: 'echo', arguments: { message: 'browser' } });
