@@ -2,11 +2,14 @@
 // (StreamableHTTPClientTransport, SSEClientTransport, WebSocketClientTransport), plain and TLS,
 // through tollgate to every upstream transport (server-everything in streamableHttp, sse and
 // stdio modes; the CoWork OS stand-in over stdio with noisy stdout). Each cell is its own test:
-// connect, list tools, call echo, run a progress-reporting tool, end cleanly (the session is gone
-// at the gateway, a stdio child is reaped). Then the seed scenario of issue 3 over each client
-// transport, and the transport contract details (endpoint event, 202, grant-bound sessions,
-// WebSocket subprotocol, close codes, ping, browser token convention, warm stdio pool, children
-// killed when tollgate exits).
+// connect, list tools, call echo, run a progress-reporting tool (and, on server-everything, a
+// sampling round trip), end cleanly (the session is gone at the gateway: each cell's grant has
+// max_sessions 1, refused while the session lives and free once it ended; a stdio child is
+// reaped). Then the seed scenario of issue 3 over each client transport; the transport contract
+// details (routing, endpoint event, 202, grant-bound sessions, WebSocket subprotocol, tokens,
+// close codes, fragments, ping); clients that leave mid-call (on a gateway of their own, whose
+// audit log and exit are checked); crashed and warm stdio children; keepalives; and children
+// stopped when tollgate exits. A table of the matrix cells is printed at the end.
 //
 //   TOLLGATE_BIN=build/tollgate node --test test/interop/matrix.test.mjs
 //
