@@ -1,20 +1,23 @@
 // Protocol edge cases of the client transports and the upstream transports (issue 4), with raw
 // sockets, the `ws` package and fetch, one tollgate in front of server-everything (streamableHttp)
-// and the CoWork OS stand-in over stdio:
-//   - WebSocket: the RFC 6455 handshake and its refusals, the browser token convention, then
-//     frames: text, fragmented, binary (1003), too big (1009), invalid JSON, ping/pong, the close
+// and the CoWork OS stand-in over stdio (--noisy):
+//   - WebSocket: the RFC 6455 handshake and its refusals (400/401/403/405/426), the browser token
+//     convention (?access_token= on /ws only), then frames: text, fragmented with a ping between,
+//     binary (1003), too big (1009), invalid JSON (-32700, connection kept), ping/pong, the close
 //     handshake, and the session (a stdio child) ending with the connection;
-//   - legacy HTTP+SSE: the endpoint event, 202 and `message` events, sessionId refusals, a stream
-//     that closed, keepalive comments;
+//   - legacy HTTP+SSE: the endpoint event, 202 and `message` events, sessionId refusals (unknown,
+//     another grant's, missing, wrong Content-Type), a stream that closed;
+//   - keepalive comments on idle legacy SSE and Streamable HTTP GET streams, and when they come;
 //   - Streamable HTTP resumability: STREAM-SEQ event ids, the 2025-11-25 priming event, GET with
-//     Last-Event-ID after a dropped connection (nothing lost, nothing repeated), refusals,
-//     keepalive comments on an idle GET stream;
+//     Last-Event-ID after a dropped connection, live and after the call ended (nothing lost,
+//     nothing repeated), unknown and malformed ids;
 //   - stdio upstreams: noisy stdout skipped and logged, stderr logged, a crashed child (pending
-//     call answered -32004, session gone, new child next time), DELETE kills the child, warm pool,
-//     a command that does not exist, children gone after SIGTERM, no zombies;
-//   - backpressure: a client that stops reading a big answer costs bounded memory and never
-//     stalls another client.
-// The happy paths of every SDK client × upstream are in matrix.test.mjs.
+//     call answered -32004, session gone, new child next time), a child that exits, DELETE kills
+//     the child, warm pool, a command that does not exist, children gone after SIGTERM, no zombies;
+//   - backpressure (a gateway of its own): readers that stop reading big answers on each client
+//     transport cost bounded memory (VmRSS) and never stall another session; all arrives whole;
+//   - SIGTERM while a WebSocket or legacy SSE client has stopped reading.
+// The happy paths of every SDK client x upstream are in matrix.test.mjs.
 //
 //   TOLLGATE_BIN=build/tollgate node --test test/interop/transports.test.mjs
 
@@ -127,7 +130,7 @@ function rawHttp(text, { port = gw.plainPort, timeout = 5000, close = true } = {
         rawHeaders.push([l.slice(0, k), l.slice(k + 1).trim()]);
         headers[l.slice(0, k).toLowerCase()] = l.slice(k + 1).trim();
       }
-      let bodyLen = status === 101 ? 0 : Number(headers['content-length'] ?? 0);
+      const bodyLen = status === 101 ? 0 : Number(headers['content-length'] ?? 0);
       if (buf.length < i + 4 + bodyLen && !ended) return;
       const body = buf.subarray(i + 4, i + 4 + bodyLen).toString('utf8');
       const rest = buf.subarray(i + 4 + bodyLen);
