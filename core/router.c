@@ -260,6 +260,7 @@ static int origin_allowed(const struct tg_listen_conf *lc, struct tg_slice o)
 /* ---- calls --------------------------------------------------------------------- */
 
 static void channel_unref(struct tg_channel *ch);
+static void channel_end(struct tg_channel *ch, uint16_t ws_code, const char *why);
 static void end_get_stream(struct tg_session *s);
 
 /* One JSON-RPC message to the client of a channel session. */
@@ -916,7 +917,13 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
         }
         return;
     }
-    case MODE_JSON:
+    case MODE_JSON: {
+        struct tg_channel *ch = k->batch ? k->batch->channel : NULL;
+        if (ch != NULL && channel_pending(ch) > (size_t)k->srv->conf->limits.output_high_water) {
+            k->srv->metrics.limit_output++;
+            tg_upreq_pause(k->up); /* the channel's drain resumes every call of the session */
+        }
+    }
         if (tg_buf_try_append(&k->body, p, n, (size_t)k->srv->conf->limits.response_bytes) != 0) {
             tg_log(TG_LOG_WARN, "upstream response too large", "upstream=%s limit=%d",
                    up_name(k),
@@ -1239,6 +1246,43 @@ static int refuse_stream_request(struct tg_call *probe, const char *p, size_t n)
 }
 
 static void stream_fail(struct tg_call *k, const char *why);
+
+/* A client that stopped reading stops its message-stream upstream too (answers included);
+ * its drain resumes it. */
+static void session_backpressure(struct tg_server *srv, struct tg_session *s)
+{
+    size_t pending = s->channel ? channel_pending(s->channel) : 0;
+    for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        if (k->conn && k->conn->out_pending > pending)
+            pending = k->conn->out_pending;
+    }
+    if (pending > (size_t)srv->conf->limits.output_high_water || s->stalled > 0) {
+        srv->metrics.limit_output++;
+        link_pause(s, 1);
+    }
+}
+
+/* An answer already given to a client that is not reading it: the session's upstream stays
+ * paused until that connection drains (or closes). */
+static void on_answer_drained(struct tg_conn *c, void *ud)
+{
+    struct tg_session *s = ud;
+    if (--s->stalled == 0)
+        link_pause(s, 0);
+    tg_session_unref(s);
+}
+
+static void watch_answer(struct tg_server *srv, struct tg_session *s, struct tg_conn *c)
+{
+    if (c == NULL || c->state >= TG_CONN_CLOSING || c->on_watch != NULL ||
+        c->out_pending <= (size_t)srv->conf->limits.output_high_water)
+        return;
+    s->stalled++;
+    c->watch_ud = tg_session_ref(s);
+    c->on_watch = on_answer_drained;
+}
+
 static void on_child_message(void *ud, const char *p, size_t n);
 static void on_child_exit(void *ud, int64_t status, int sig);
 
@@ -1383,8 +1427,11 @@ static void on_link_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
     if (ln->status != 200)
         return;
     struct tg_session *s = tg_session_ref(ln->sess);
+    struct tg_server *srv = ln->srv;
     if (tg_sse_feed(&ln->sse, p, n, on_link_event, ln) != 0)
         tg_log(TG_LOG_WARN, "legacy SSE upstream event too large", "upstream=%s", tg_upstream_conf(ln->up)->name);
+    if (s->upstream_link == ln)
+        session_backpressure(srv, s);
     tg_session_unref(s);
 }
 
@@ -1527,7 +1574,8 @@ static void stream_settle(struct tg_call *k, const char *outcome)
 {
     if (k->dec == NULL)
         return;
-    if (strcmp(outcome, "ok") != 0)
+    /* A call the client left behind may have run: only a failed upstream gives reservations back. */
+    if (strcmp(outcome, "ok") != 0 && strcmp(outcome, "client_gone") != 0)
         refund(k);
     audit_call(k, "allow", (double)(now_ms(k->srv) - k->sent_at), outcome, NULL);
 }
@@ -1589,7 +1637,9 @@ static void stream_answer(struct tg_call *k, const char *p, size_t n)
             hdr[0] = '\0';
             tg_session_remove(k->srv->sessions, k->sess);
         }
-        tg_http_respond(k->conn, 200, hdr, "application/json", out.base, out.len);
+        struct tg_conn *c = k->conn;
+        tg_http_respond(c, 200, hdr, "application/json", out.base, out.len);
+        watch_answer(k->srv, k->sess, c);
     }
     tg_buf_dispose(&out);
     call_free(k);
@@ -1668,17 +1718,6 @@ static void stream_server_message(struct tg_server *srv, struct tg_session *s, s
     if (!session_stream_write(s, p, n, progress))
         tg_log(TG_LOG_DEBUG, "server message with nowhere to go; dropped", "session=%s", s->id_str);
     free(progress);
-    /* A client that stopped reading stops its upstream too; its drain resumes it. */
-    size_t pending = s->channel ? channel_pending(s->channel) : 0;
-    for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        if (k->conn && k->conn->out_pending > pending)
-            pending = k->conn->out_pending;
-    }
-    if (pending > (size_t)srv->conf->limits.output_high_water) {
-        srv->metrics.limit_output++;
-        link_pause(s, 1);
-    }
 }
 
 static void on_child_message(void *ud, const char *p, size_t n)
@@ -1689,6 +1728,7 @@ static void on_child_message(void *ud, const char *p, size_t n)
         return;
     tg_session_ref(s);
     stream_server_message(srv, s, srv->upstreams[s->upstream], p, n);
+    session_backpressure(srv, s);
     tg_session_unref(s);
 }
 
@@ -1712,13 +1752,8 @@ static void stream_upstream_gone(struct tg_session *s, const char *why)
         if (k->awaiting)
             stream_fail(k, why);
     }
-    if (s->channel != NULL) {
-        struct tg_channel *ch = s->channel;
-        if (ch->kind == CH_WS && ch->open)
-            tg_ws_close(ch->ws, 1011, "upstream gone");
-        else if (ch->open && ch->conn)
-            tg_http_stream_end(ch->conn);
-    }
+    if (s->channel != NULL)
+        channel_end(s->channel, 1011, "upstream gone");
     if (s->live) {
         end_get_stream(s);
         tg_session_remove(srv->sessions, s);
@@ -2374,11 +2409,16 @@ static void resume_stream(struct tg_server *srv, struct tg_conn *c, struct tg_se
     }
     memcpy(buf, last.ptr, last.len);
     buf[last.len] = '\0';
+    /* Exactly HEX "-" DECIMAL, as we write them: no blanks, signs, prefixes or empty parts. */
     char *dash = strchr(buf, '-');
-    char *end1 = NULL, *end2 = NULL;
-    unsigned long long sid = dash ? strtoull(buf, &end1, 16) : 0;
-    unsigned long long seq = dash ? strtoull(dash + 1, &end2, 10) : 0;
-    if (dash == NULL || end1 != dash || end2 == NULL || *end2 != '\0') {
+    int ok = dash != NULL && dash != buf && dash[1] != '\0' && dash - buf <= 16 && strlen(dash + 1) <= 19;
+    for (char *q = buf; ok && q < dash; q++)
+        ok = (*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f');
+    for (char *q = dash ? dash + 1 : buf; ok && *q; q++)
+        ok = *q >= '0' && *q <= '9';
+    unsigned long long sid = ok ? strtoull(buf, NULL, 16) : 0;
+    unsigned long long seq = ok ? strtoull(dash + 1, NULL, 10) : 0;
+    if (!ok) {
         respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: malformed Last-Event-ID", NULL);
         return;
     }
@@ -2529,6 +2569,48 @@ static void end_get_stream(struct tg_session *s)
     call_free(k);
 }
 
+/* The client ended its session (DELETE, or its SSE stream or WebSocket closed) while calls ran:
+ * they are abandoned now, not when the upstream gets round to answering, and audited as
+ * client_gone (the upstream may have run them: their reservations stand). A client still
+ * waiting on one (Streamable HTTP) gets -32004. */
+static void end_session_calls(struct tg_session *s)
+{
+    struct tg_list *l = s->calls.next;
+    while (l != &s->calls) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        l = l->next;
+        if (k->kind == KIND_GET || k->parked || k->in_cb)
+            continue;
+        if (k->up == NULL && !k->awaiting)
+            continue;
+        if (k->up != NULL) {
+            abandon(k);
+        } else {
+            stream_settle(k, "client_gone");
+        }
+        if (k->conn != NULL || k->batch != NULL) {
+            struct tg_buf e, d;
+            tg_buf_init(&e);
+            tg_buf_init(&d);
+            upstream_data(&d, up_name(k));
+            tg_buf_append(&d, "", 1);
+            tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, "the session ended before the answer came",
+                         d.base);
+            if (k->batch != NULL)
+                batch_add(k->batch, e.base, e.len);
+            else if (k->mode == MODE_SSE) {
+                sse_write_message(k, e.base, e.len);
+                tg_http_stream_end(k->conn);
+            } else {
+                tg_http_respond(k->conn, 200, NULL, "application/json", e.base, e.len);
+            }
+            tg_buf_dispose(&e);
+            tg_buf_dispose(&d);
+        }
+        call_free(k);
+    }
+}
+
 static void handle_delete(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
 {
     struct tg_session *s = require_session(srv, c, rt, g);
@@ -2545,6 +2627,7 @@ static void handle_delete(struct tg_server *srv, struct tg_conn *c, struct route
         tg_buf_dispose(&h);
     }
     end_get_stream(s);
+    end_session_calls(s);
     tg_log(TG_LOG_DEBUG, "session deleted", "session=%s grant=%s", s->id_str, s->grant);
     tg_session_remove(srv->sessions, s);
     tg_http_respond(c, 200, NULL, NULL, "", 0);
@@ -2638,12 +2721,32 @@ static void channel_gone(struct tg_channel *ch)
             tg_buf_dispose(&h);
         }
         end_get_stream(s);
+        end_session_calls(s);
         tg_session_remove(srv->sessions, s);
     }
     channel_unref(ch);
 }
 
 static void on_channel_conn_abort(struct tg_conn *c, void *ex) { channel_gone(ex); }
+
+/* The gateway ends a channel (shutdown, upstream gone): close the client's side, then the session. */
+static void channel_end(struct tg_channel *ch, uint16_t ws_code, const char *why)
+{
+    if (!ch->open || ch->conn == NULL)
+        return;
+    if (ch->kind == CH_WS) {
+        tg_ws_close(ch->ws, ws_code, why); /* the session ends when the close handshake does */
+        return;
+    }
+    struct tg_conn *c = ch->conn;
+    c->exchange = NULL; /* ending the stream must not look like the client leaving: we say it */
+    c->on_abort = NULL;
+    c->on_drain = NULL;
+    ch->refcnt++;
+    tg_http_stream_end(c);
+    channel_gone(ch);
+    channel_unref(ch);
+}
 
 static void on_channel_drain(struct tg_conn *c, void *ex)
 {
@@ -3387,10 +3490,7 @@ void tg_router_end_streams(struct tg_server *srv)
         l = l->next;
         if (!ch->open || ch->conn == NULL)
             continue;
-        if (ch->kind == CH_WS)
-            tg_ws_close(ch->ws, 1001, "gateway shutting down");
-        else
-            tg_http_stream_end(ch->conn);
+        channel_end(ch, 1001, "gateway shutting down");
     }
 }
 

@@ -50,14 +50,16 @@ static int bind_listener(struct tg_server *srv, struct tg_listener *l, const cha
 }
 
 /* After each round of I/O: write what streams gathered (see send_owned in transports/http1.c). */
-static void on_flush(uv_check_t *h)
+static void flush_all(struct tg_server *srv)
 {
-    struct tg_server *srv = h->data;
     while (!tg_list_empty(&srv->corked)) {
         struct tg_conn *c = tg_container_of(srv->corked.next, struct tg_conn, cork_link);
         tg_http_flush(c);
     }
 }
+
+static void on_flush(uv_check_t *h) { flush_all(h->data); }
+static void on_flush_prepare(uv_prepare_t *h) { flush_all(h->data); }
 
 static void on_sweep(uv_timer_t *t)
 {
@@ -115,6 +117,10 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     srv->flush_check.data = srv;
     uv_check_start(&srv->flush_check, on_flush);
     uv_unref((uv_handle_t *)&srv->flush_check); /* it must not keep the loop alive by itself */
+    uv_prepare_init(loop, &srv->flush_prepare);
+    srv->flush_prepare.data = srv;
+    uv_prepare_start(&srv->flush_prepare, on_flush_prepare);
+    uv_unref((uv_handle_t *)&srv->flush_prepare);
     uv_timer_init(loop, &srv->drain_timer);
     srv->drain_timer.data = srv;
     return 0;
@@ -192,7 +198,7 @@ static void finish_drain(struct tg_server *srv)
     struct tg_list *l = srv->conns.next;
     while (l != &srv->conns) {
         struct tg_list *next = l->next;
-        tg_conn_close(tg_container_of(l, struct tg_conn, link), "shutdown");
+        tg_conn_close_now(tg_container_of(l, struct tg_conn, link), "shutdown");
         l = next;
     }
     for (size_t i = 0; i < srv->nupstreams; i++) {
@@ -203,6 +209,7 @@ static void finish_drain(struct tg_server *srv)
     srv->audit = NULL;
     uv_close((uv_handle_t *)&srv->drain_timer, NULL);
     uv_close((uv_handle_t *)&srv->flush_check, NULL);
+    uv_close((uv_handle_t *)&srv->flush_prepare, NULL);
     uv_close((uv_handle_t *)&srv->sweep, NULL);
     uv_close((uv_handle_t *)&srv->sigterm, NULL);
     uv_close((uv_handle_t *)&srv->sigint, NULL);

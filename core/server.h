@@ -39,6 +39,7 @@ struct tg_server {
     struct tg_list conns;
     struct tg_list corked;  /* connections with stream output gathered this iteration */
     uv_check_t flush_check; /* writes it after each round of I/O */
+    uv_prepare_t flush_prepare; /* and before polling (what timers wrote) */
     size_t nconns;
     uint64_t next_conn_id;
     uint64_t next_gid; /* gateway JSON-RPC ids sent upstream */

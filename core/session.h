@@ -32,6 +32,7 @@ struct tg_session {
     void *upstream_link;    /* message-stream upstream state (a stdio child), if any */
     void (*release_link)(struct tg_session *s); /* called when the session is removed */
     int init_pending;       /* initialize sent upstream, answer not seen yet */
+    int stalled;            /* client connections still holding a big answer of this session */
     struct tg_buf server_reqs; /* canonical ids of server-to-client requests awaiting the client's answer */
     int nserver_reqs;
     struct tg_list streams; /* router's resumable client streams (replay buffers) */

@@ -269,6 +269,16 @@ int tg_http_req_header_count(const struct tg_http_req *r, const char *name)
 
 /* ---- writing ------------------------------------------------------------------ */
 
+/* A watcher of this connection's backlog (see on_watch in the header): called once it drains. */
+static void watch_check(struct tg_conn *c)
+{
+    if (c->on_watch && c->out_pending < (size_t)c->server->conf->limits.output_high_water / 2) {
+        tg_conn_cb w = c->on_watch;
+        c->on_watch = NULL;
+        w(c, c->watch_ud);
+    }
+}
+
 static void on_write(uv_write_t *req, int status)
 {
     struct write_req *w = tg_container_of(req, struct write_req, req);
@@ -284,6 +294,7 @@ static void on_write(uv_write_t *req, int status)
     if (c->on_drain && c->state < TG_CONN_CLOSING &&
         c->out_pending < (size_t)c->server->conf->limits.output_high_water / 2)
         c->on_drain(c, c->exchange);
+    watch_check(c);
 }
 
 static void send_wire(struct tg_conn *c, struct tg_buf *wire);
@@ -329,6 +340,12 @@ void tg_http_flush(struct tg_conn *c)
     c->out_pending -= c->out_pending_corked;
     c->out_pending_corked = 0;
     send_now(c, &b);
+    /* A direct write that took everything completes no write request: say "drained" here, or
+     * an upstream paused while this was corked would never be resumed. */
+    if (c->on_drain && c->state < TG_CONN_CLOSING &&
+        c->out_pending < (size_t)c->server->conf->limits.output_high_water / 2)
+        c->on_drain(c, c->exchange);
+    watch_check(c);
 }
 
 static void send_now(struct tg_conn *c, struct tg_buf *b)
@@ -412,6 +429,11 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 static void notify_closing(struct tg_conn *c)
 {
     tg_list_unlink(&c->cork_link);
+    if (c->on_watch) {
+        tg_conn_cb w = c->on_watch;
+        c->on_watch = NULL;
+        w(c, c->watch_ud);
+    }
     if (c->up_gone) {
         tg_conn_cb gone = c->up_gone;
         c->up_gone = NULL;
@@ -811,6 +833,19 @@ void tg_conn_close(struct tg_conn *c, const char *why)
     uv_read_stop((uv_stream_t *)&c->tcp);
     uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
+void tg_conn_close_now(struct tg_conn *c, const char *why)
+{
+    if (c->state < TG_CONN_CLOSING) {
+        tg_conn_close(c, why);
+        return;
+    }
+    /* A graceful close waits on uv_shutdown, which waits for a reader that may never come. */
+    if (!uv_is_closing((uv_handle_t *)&c->tcp)) {
+        uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    }
 }
 
 /* ---- accept (last, as in h2o) ---------------------------------------------------- */

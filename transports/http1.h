@@ -80,6 +80,10 @@ struct tg_conn {
     void *exchange;
     tg_conn_cb on_abort; /* the client went away while exchange was set */
     tg_conn_cb on_drain; /* out_pending fell below the low-water mark */
+    /* Someone waiting for output already answered to drain (outlives the exchange): called once
+     * when out_pending falls below the low-water mark or the connection closes. */
+    tg_conn_cb on_watch;
+    void *watch_ud;
     /* After an upgrade: the protocol that took the connection over. */
     tg_conn_cb up_data; /* bytes arrived in in */
     tg_conn_cb up_tick; /* the connection's timer fired */
@@ -109,6 +113,8 @@ void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n);
 void tg_http_stream_end(struct tg_conn *c);
 
 void tg_conn_close(struct tg_conn *c, const char *why);
+/* Close even a connection already waiting for its last writes (end of a drain). */
+void tg_conn_close_now(struct tg_conn *c, const char *why);
 
 /* Upgrades (WebSocket): answer 101 with extra headers; the connection then carries another protocol. */
 void tg_http_upgrade(struct tg_conn *c, const char *extra_headers);

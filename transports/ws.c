@@ -77,9 +77,9 @@ static void ws_on_msg(wslay_event_context_ptr ctx, const struct wslay_event_on_m
             ws->on_message(ws->ud, (const char *)arg->msg, arg->msg_length);
         break;
     case WSLAY_BINARY_FRAME:
+        /* Reading goes on so that the peer's answering close frame ends the connection at once. */
         wslay_event_queue_close(ctx, WSLAY_CODE_UNSUPPORTED_DATA, (const uint8_t *)"binary frames are not accepted",
                                 30);
-        wslay_event_shutdown_read(ctx);
         break;
     case WSLAY_PONG:
         ws->awaiting_pong = 0;
@@ -202,7 +202,6 @@ void tg_ws_close(struct tg_ws *ws, uint16_t code, const char *reason)
     if (ws->conn == NULL)
         return;
     wslay_event_queue_close(ws->ctx, code, (const uint8_t *)reason, reason ? strlen(reason) : 0);
-    wslay_event_shutdown_read(ws->ctx);
     if (!ws->in_recv)
         pump(ws);
 }

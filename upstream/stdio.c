@@ -108,6 +108,8 @@ static void on_stdout(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             if (nl) {
                 deliver_line(ch, ch->line.base, ch->line.len);
                 ch->line.len = 0;
+                if (ch->line.cap > 1048576)
+                    tg_buf_dispose(&ch->line); /* one huge answer must not pin its size for good */
             }
         }
         if (!nl)

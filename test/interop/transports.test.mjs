@@ -880,7 +880,8 @@ describe('Streamable HTTP resumability (server-everything, 2025-11-25)', () => {
   test('Last-Event-ID that is not exactly HEX-DIGITS (empty part, sign, space, 0x): 400', async () => {
     // strtoull() takes leading blanks, a sign and "0x", and an empty digit string ends at once
     const bad = [];
-    for (const id of ['abc-', '-1', ' 1-1', '+1-1', '0x1-1', '1-+2', '1- 2', '1--2']) {
+    // (a leading blank is HTTP's optional whitespace, not part of the value: not tried)
+    for (const id of ['abc-', '-1', '+1-1', '0x1-1', '1-+2', '1- 2', '1--2']) {
       const r = await resume(id);
       await r.body();
       if (r.status !== 400) bad.push(`${JSON.stringify(id)} -> ${r.status}`);
