@@ -594,8 +594,6 @@ static void load_command(struct loader *ld, const config_setting_t *g, const con
             u->env[k++] = tg_xstrdup(environ[i]);
     }
     u->env[k] = NULL;
-    if (u->init_local)
-        errf(ld, g, ctx, "initialize = \"local\" is for HTTP upstreams");
 }
 
 static void load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
@@ -675,8 +673,12 @@ static void load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
             }
         }
         char *init = get_str(ld, g, "initialize", "forward", 0, ctx);
-        if (init && strcmp(init, "local") == 0)
+        if (init && strcmp(init, "local") == 0) {
             u->init_local = 1;
+            if (u->transport != TG_UP_STREAMABLE)
+                errf(ld, config_setting_get_member(g, "initialize"), "initialize",
+                     "\"local\" is for Streamable HTTP upstreams (stdio and SSE servers take initialize)");
+        }
         else if (init && strcmp(init, "forward") != 0)
             errf(ld, config_setting_get_member(g, "initialize"), "initialize", "must be \"forward\" or \"local\"");
         free(init);

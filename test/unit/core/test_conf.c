@@ -521,6 +521,11 @@ static void other_errors(void **state)
     expect_error(text, line_of(text, "limits"), "limits", "must be a group");
     text = "listen = ( { address = \"127.0.0.1\"; port = 1;\n  tls = { cert = \"c.pem\"; }; } );\n" GRANTS UPSTREAM;
     expect_error(text, line_of(text, "tls"), "listen[0].tls.key", "is required");
+    /* stdio upstreams: initialize = "local" makes no sense, url and command exclude each other */
+    text = "listen = ( { port = 0; } );\n" GRANTS "upstreams = ( { name = \"x\"; command = [ \"node\" ];\n  initialize = \"local\"; } );\n";
+    expect_error(text, line_of(text, "initialize"), "initialize", "is for Streamable HTTP upstreams");
+    text = "listen = ( { port = 0; } );\n" GRANTS "upstreams = ( { name = \"x\"; url = \"http://127.0.0.1:1/mcp\";\n  command = [ \"node\" ]; } );\n";
+    expect_error(text, line_of(text, "command"), "command", "either url (HTTP) or command (stdio)");
     /* Every error is reported, not only the first. */
     struct loaded l;
     load(&l, MINIMAL "limits = { header_bytes = 1; body_bytes = 1; };\nfoo = 1;\n");
