@@ -20,7 +20,96 @@ struct tg_ws {
     int closed; /* on_closed ran */
     int in_recv;
     int lingering; /* our close frame is out; reading and dropping until the peer closes */
+    /* wslay's context holds about 8.6 KiB of fixed buffers, more than the rest of an idle
+     * session: it exists only while there is work (a frame to read or write, a fragmented
+     * message under way, a close in progress). wslay is only ever given whole frames, so when
+     * it is freed no half-read frame goes with it. */
+    size_t max_msg;
+    size_t feedable;  /* bytes of whole frames at the head of conn->in that wslay may read */
+    int in_fragment;  /* a fragmented data message has begun and not ended */
+    int closing;      /* a close frame was sent or received: keep the context to the end */
+    int oversized;    /* a frame over max_msg: feed it as it comes, wslay refuses it (1009) */
+    int busy;         /* a function of ours is on the stack: tg_ws_free() waits for it */
+    int free_pending;
 };
+
+static const struct wslay_event_callbacks ws_callbacks;
+static void ws_destroy(struct tg_ws *ws);
+
+static void ensure_ctx(struct tg_ws *ws)
+{
+    if (ws->ctx != NULL)
+        return;
+    if (wslay_event_context_server_init(&ws->ctx, &ws_callbacks, ws) != 0)
+        abort();
+    wslay_event_config_set_max_recv_msg_length(ws->ctx, ws->max_msg);
+}
+
+/* Free the context when it holds nothing: no fragment under way, nothing queued, no close. */
+static void maybe_release(struct tg_ws *ws)
+{
+    if (ws->ctx == NULL || ws->in_fragment || ws->closing || ws->lingering || ws->in_recv || ws->oversized ||
+        ws->free_pending)
+        return;
+    if (ws->conn == NULL || ws->conn->in.len != 0)
+        return;
+    if (wslay_event_want_write(ws->ctx) || wslay_event_get_queued_msg_length(ws->ctx) != 0 ||
+        wslay_event_get_close_received(ws->ctx) || wslay_event_get_close_sent(ws->ctx))
+        return;
+    wslay_event_context_free(ws->ctx);
+    ws->ctx = NULL;
+}
+
+/* Leave one of our functions: release the context if idle, or finish a free that waited. */
+static void leave(struct tg_ws *ws)
+{
+    if (--ws->busy > 0)
+        return;
+    if (ws->free_pending) {
+        ws_destroy(ws);
+        return;
+    }
+    maybe_release(ws);
+}
+
+/* How many bytes of whole frames start conn->in; tracks fragmented messages on the way. */
+static size_t whole_frames(struct tg_ws *ws, const unsigned char *p, size_t n)
+{
+    size_t off = 0;
+    while (n - off >= 2) {
+        const unsigned char *f = p + off;
+        uint64_t len = f[1] & 0x7f;
+        size_t hdr = 2;
+        if (len == 126) {
+            if (n - off < 4)
+                break;
+            len = (uint64_t)f[2] << 8 | f[3];
+            hdr = 4;
+        } else if (len == 127) {
+            if (n - off < 10)
+                break;
+            len = 0;
+            for (int i = 0; i < 8; i++)
+                len = len << 8 | f[2 + i];
+            hdr = 10;
+        }
+        if (f[1] & 0x80)
+            hdr += 4;
+        if (len > ws->max_msg) {
+            ws->oversized = 1; /* wslay sees it and closes with 1009 */
+            return n;
+        }
+        if (n - off < hdr + len)
+            break;
+        int fin = f[0] & 0x80, opcode = f[0] & 0x0f;
+        if (opcode < 8) /* data and continuation frames; control frames never fragment */
+            ws->in_fragment = !fin;
+        if (opcode == 8)
+            ws->closing = 1;
+        off += hdr + (size_t)len;
+    }
+    return off;
+}
 
 int tg_ws_accept_key(struct tg_slice key, char out[32])
 {
@@ -47,13 +136,18 @@ static ssize_t ws_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, in
 {
     struct tg_ws *ws = ud;
     struct tg_conn *c = ws->conn;
-    if (c == NULL || c->in.len == 0) {
+    size_t avail = c == NULL ? 0 : ws->oversized ? c->in.len : ws->feedable;
+    if (avail > (c ? c->in.len : 0))
+        avail = c ? c->in.len : 0;
+    if (avail == 0) {
         wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
         return -1;
     }
-    size_t n = len < c->in.len ? len : c->in.len;
+    size_t n = len < avail ? len : avail;
     memcpy(buf, c->in.base, n);
     tg_buf_consume(&c->in, n);
+    if (!ws->oversized)
+        ws->feedable -= n;
     return (ssize_t)n;
 }
 
@@ -78,6 +172,7 @@ static void ws_on_msg(wslay_event_context_ptr ctx, const struct wslay_event_on_m
         break;
     case WSLAY_BINARY_FRAME:
         /* Reading goes on so that the peer's answering close frame ends the connection at once. */
+        ws->closing = 1;
         wslay_event_queue_close(ctx, WSLAY_CODE_UNSUPPORTED_DATA, (const uint8_t *)"binary frames are not accepted",
                                 30);
         break;
@@ -101,7 +196,7 @@ static void finish(struct tg_ws *ws)
 static void pump(struct tg_ws *ws)
 {
     struct tg_conn *c = ws->conn;
-    if (c == NULL)
+    if (c == NULL || ws->ctx == NULL)
         return;
     if (wslay_event_want_write(ws->ctx) && wslay_event_send(ws->ctx) != 0) {
         tg_conn_close(c, "WebSocket send failed");
@@ -127,16 +222,21 @@ static void on_data(struct tg_conn *c, void *ud)
         c->in.len = 0;
         return;
     }
+    ws->feedable = whole_frames(ws, (const unsigned char *)c->in.base, c->in.len);
+    if (ws->feedable == 0 && !ws->oversized)
+        return; /* not a whole frame yet: wait for more */
+    ws->busy++;
+    ensure_ctx(ws);
     ws->in_recv = 1;
     int r = wslay_event_recv(ws->ctx);
     ws->in_recv = 0;
-    if (ws->conn == NULL)
-        return;
-    if (r != 0) {
-        tg_conn_close(c, "WebSocket protocol error");
-        return;
+    if (ws->conn != NULL) {
+        if (r != 0)
+            tg_conn_close(c, "WebSocket protocol error");
+        else
+            pump(ws);
     }
-    pump(ws);
+    leave(ws);
 }
 
 static void on_tick(struct tg_conn *c, void *ud)
@@ -152,10 +252,13 @@ static void on_tick(struct tg_conn *c, void *ud)
         return;
     }
     struct wslay_event_msg msg = {WSLAY_PING, (const uint8_t *)"tg", 2};
+    ws->busy++;
+    ensure_ctx(ws);
     wslay_event_queue_msg(ws->ctx, &msg);
     ws->awaiting_pong = 1;
-    pump(ws);
     tg_http_upgraded_timer(c, ws->ping_ms);
+    pump(ws);
+    leave(ws);
 }
 
 static void on_gone(struct tg_conn *c, void *ud)
@@ -164,6 +267,8 @@ static void on_gone(struct tg_conn *c, void *ud)
     ws->conn = NULL;
     finish(ws);
 }
+
+static const struct wslay_event_callbacks ws_callbacks = {ws_recv, ws_send, NULL, NULL, NULL, NULL, ws_on_msg};
 
 struct tg_ws *tg_ws_start(struct tg_conn *c, size_t max_msg, uint64_t ping_ms, tg_ws_message_cb on_message,
                           tg_ws_closed_cb on_closed, void *ud)
@@ -174,10 +279,7 @@ struct tg_ws *tg_ws_start(struct tg_conn *c, size_t max_msg, uint64_t ping_ms, t
     ws->on_closed = on_closed;
     ws->ud = ud;
     ws->ping_ms = ping_ms;
-    static const struct wslay_event_callbacks cbs = {ws_recv, ws_send, NULL, NULL, NULL, NULL, ws_on_msg};
-    if (wslay_event_context_server_init(&ws->ctx, &cbs, ws) != 0)
-        abort();
-    wslay_event_config_set_max_recv_msg_length(ws->ctx, max_msg);
+    ws->max_msg = max_msg;
     tg_http_take_over(c, on_data, on_tick, on_gone, ws);
     if (ping_ms)
         tg_http_upgraded_timer(c, ping_ms);
@@ -191,24 +293,36 @@ void tg_ws_send_text(struct tg_ws *ws, const char *p, size_t n)
     if (ws->conn == NULL || ws->closed)
         return;
     struct wslay_event_msg msg = {WSLAY_TEXT_FRAME, (const uint8_t *)p, n};
-    if (wslay_event_queue_msg(ws->ctx, &msg) != 0)
-        return;
-    if (!ws->in_recv)
+    ws->busy++;
+    ensure_ctx(ws);
+    if (wslay_event_queue_msg(ws->ctx, &msg) == 0 && !ws->in_recv)
         pump(ws);
+    leave(ws);
 }
 
 void tg_ws_close(struct tg_ws *ws, uint16_t code, const char *reason)
 {
     if (ws->conn == NULL)
         return;
+    ws->busy++;
+    ensure_ctx(ws);
+    ws->closing = 1;
     wslay_event_queue_close(ws->ctx, code, (const uint8_t *)reason, reason ? strlen(reason) : 0);
     if (!ws->in_recv)
         pump(ws);
+    leave(ws);
 }
 
 size_t tg_ws_pending(const struct tg_ws *ws)
 {
-    return (ws->conn ? ws->conn->out_pending : 0) + wslay_event_get_queued_msg_length(ws->ctx);
+    return (ws->conn ? ws->conn->out_pending : 0) + (ws->ctx ? wslay_event_get_queued_msg_length(ws->ctx) : 0);
+}
+
+static void ws_destroy(struct tg_ws *ws)
+{
+    if (ws->ctx != NULL)
+        wslay_event_context_free(ws->ctx);
+    free(ws);
 }
 
 void tg_ws_free(struct tg_ws *ws)
@@ -217,6 +331,10 @@ void tg_ws_free(struct tg_ws *ws)
         return;
     if (ws->conn != NULL)
         tg_http_take_over(ws->conn, NULL, NULL, NULL, NULL);
-    wslay_event_context_free(ws->ctx);
-    free(ws);
+    ws->conn = NULL;
+    if (ws->busy > 0) {
+        ws->free_pending = 1; /* one of our functions is on the stack: it frees on the way out */
+        return;
+    }
+    ws_destroy(ws);
 }
