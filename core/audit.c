@@ -24,6 +24,8 @@ struct tg_audit {
     int closing;
     size_t max_pending;
     uint64_t dropped, written;
+    time_t stamp_sec;
+    char stamp[32];
 };
 
 static void start_write(struct tg_audit *a);
@@ -202,12 +204,23 @@ void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const stru
         return;
     struct timeval tv;
     gettimeofday(&tv, NULL);
-    struct tm tm;
-    gmtime_r(&tv.tv_sec, &tm);
+    if (tv.tv_sec != a->stamp_sec) {
+        /* The date part changes once a second: format it then, not for every record. */
+        struct tm tm;
+        gmtime_r(&tv.tv_sec, &tm);
+        snprintf(a->stamp, sizeof(a->stamp), "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900, tm.tm_mon + 1,
+                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        a->stamp_sec = tv.tv_sec;
+    }
     struct tg_buf b;
     tg_buf_init(&b);
-    tg_buf_appendf(&b, "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\"", tm.tm_year + 1900, tm.tm_mon + 1,
-                   tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000));
+    if (tg_buf_try_reserve(&b, 512, 0) != 0)
+        abort();
+    char ms[8] = {'.', (char)('0' + tv.tv_usec / 100000), (char)('0' + tv.tv_usec / 10000 % 10),
+                  (char)('0' + tv.tv_usec / 1000 % 10), 'Z', '"', 0, 0};
+    tg_buf_append(&b, "{\"time\":\"", 9);
+    tg_buf_appends(&b, a->stamp);
+    tg_buf_append(&b, ms, 6);
     field(&b, "grant", r->grant);
     field(&b, "session", r->session);
     field(&b, "upstream", r->upstream);

@@ -141,6 +141,8 @@ struct tg_call {
     uint64_t sent_at;
     char *progress_token;     /* canonical params._meta.progressToken, for routing progress */
     struct tg_replay *replay; /* the client SSE stream's ids and replay buffer */
+    struct tg_json_doc body_doc; /* MODE_JSON: the answer's spans, parsed once */
+    int body_doc_ok;
 };
 
 static const char *const supported_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL};
@@ -672,8 +674,11 @@ static int restore_id(struct tg_call *k, const char *p, size_t n, struct tg_buf 
     *is_error = 0;
     if (server_request_id)
         *server_request_id = TG_SLICE_NULL;
-    if (tg_json_parse(p, n, 1000, 0, &doc, NULL, NULL) != 0)
+    if (k->body_doc_ok && p == k->body.base && n == k->body.len) {
+        doc = k->body_doc; /* settle_call parsed this answer already: once is enough */
+    } else if (tg_json_parse(p, n, 1000, 0, &doc, NULL, NULL) != 0) {
         return 0;
+    }
     *valid = 1;
     if (k->kind == KIND_REQUEST && doc.id_raw.len == k->gid_len && memcmp(doc.id_raw.ptr, k->gid_str, k->gid_len) == 0 &&
         doc.method_raw.len == 0) {
@@ -985,10 +990,10 @@ static void settle_call(struct tg_call *k, struct tg_upreq *r, int err)
     else if (k->mode == MODE_SSE)
         outcome = k->got_response == 1 ? "ok" : k->got_response == 2 ? "error" : "unavailable";
     else if (k->mode == MODE_JSON && err == 0) {
-        struct tg_json_doc doc;
-        if (tg_json_parse(k->body.base ? k->body.base : "", k->body.len, 1000, 0, &doc, NULL, NULL) != 0)
+        if (k->body.base == NULL ||
+            tg_json_parse(k->body.base, k->body.len, 1000, 0, &k->body_doc, NULL, NULL) != 0)
             outcome = "error";
-        else if (doc.error_raw.len > 0)
+        else if ((k->body_doc_ok = 1, k->body_doc.error_raw.len > 0))
             outcome = "error";
     } else {
         outcome = err == 0 && k->mode != MODE_ERROR && k->mode != MODE_GONE ? "error" : "unavailable";
@@ -1938,7 +1943,7 @@ static void handle_request(struct tg_server *srv, struct tg_conn *c, struct tg_b
         }
         tool = name->valuestring;
         args = a;
-        dec = tg_xcalloc(1, sizeof(*dec));
+        dec = tg_xmalloc(sizeof(*dec));
         struct tg_caller who = {g->name, s->id_str, rt->uc->name};
         tg_policy_decide_call(pol, srv->counters, &who, tool, args, wall_ms(), dec);
     } else if (strcmp(m->method, "resources/read") == 0 || strcmp(m->method, "prompts/get") == 0) {

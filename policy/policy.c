@@ -1471,7 +1471,12 @@ static int reserve_limits(const struct tg_policy *p, struct tg_counters *cs, con
 void tg_policy_decide_call(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
                            const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d)
 {
-    memset(d, 0, sizeof(*d));
+    /* Field by field: the reservation array is large and only its first nres entries are read. */
+    d->verdict = TG_VERDICT_ALLOW;
+    d->rule[0] = d->message[0] = d->counter[0] = d->counters_json[0] = '\0';
+    d->retry_after_ms = 0;
+    d->approval_timeout_ms = 0;
+    d->nres = 0;
     if (is_hidden(p, tool)) {
         set_decision(d, TG_VERDICT_DENY, "(hidden)", "Tool \"%s\" is hidden by policy", tool);
         return;
