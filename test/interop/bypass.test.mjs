@@ -4,10 +4,9 @@
 //
 //   TOLLGATE_BIN=build/tollgate node --test test/interop/bypass.test.mjs
 //
-// Layout: TRICKS (a table) x TRANSPORTS (a list of sender objects). Today the only client
-// transport is Streamable HTTP; WebSocket and legacy HTTP+SSE are added by appending a sender
-// with the same interface (open / send / control) to TRANSPORTS. Tricks that only make sense on
-// one transport (HTTP framing, headers, URL paths) name it in `only`.
+// Layout: TRICKS (a table) x TRANSPORTS (a list of sender objects: Streamable HTTP, WebSocket
+// and legacy HTTP+SSE, each with the same interface: open / send / control). Tricks that only
+// make sense on one transport (HTTP framing, headers, URL paths) name it in `only`.
 //
 // Forbidden at the stand-in (alice's policy below): tools/call of run_command, delete_file,
 // write_file or shutdown (the tool), execute_code with a language other than the string
