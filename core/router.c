@@ -33,7 +33,6 @@ enum call_kind {
     KIND_REQUEST,   /* a client request; the answer goes back with the client's id */
     KIND_FORWARD,   /* a notification or a response from the client; answered 202 */
     KIND_GET,       /* the session's GET stream */
-    KIND_DELETE,    /* session teardown sent upstream; no client waits */
 };
 
 /* A client SSE stream of Streamable HTTP (a POST's answer or the GET stream): every event gets
@@ -204,11 +203,12 @@ static void respond_rpc(struct tg_conn *c, int status, const char *extra, const 
     tg_buf_dispose(&b);
 }
 
+/* error.data for -32004, NUL-terminated (it is passed on as a C string). */
 static void upstream_data(struct tg_buf *b, const char *upstream)
 {
     tg_buf_appends(b, "{\"upstream\":");
     tg_json_write_string(b, upstream, strlen(upstream));
-    tg_buf_appends(b, "}");
+    tg_buf_append(b, "}", 2);
 }
 
 /* ---- origin ----------------------------------------------------------------- */
@@ -939,7 +939,6 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
                 struct tg_buf d;
                 tg_buf_init(&d);
                 upstream_data(&d, up_name(k));
-                tg_buf_append(&d, "", 1);
                 respond_rpc(k->conn, 200, NULL, k->client_id, k->client_id_len, TG_RPC_UPSTREAM,
                             "upstream response exceeds limits.response_bytes", d.base);
                 tg_buf_dispose(&d);
@@ -963,7 +962,6 @@ static void answer_upstream_error(struct tg_call *k, const char *why)
     struct tg_buf d;
     tg_buf_init(&d);
     upstream_data(&d, name);
-    tg_buf_append(&d, "", 1);
     if (k->kind == KIND_REQUEST) {
         char hdr[96];
         session_header(k, hdr, sizeof(hdr));
@@ -1027,7 +1025,6 @@ static void batch_finish_call(struct tg_call *k, struct tg_upreq *r, int err)
     struct tg_buf d;
     tg_buf_init(&d);
     upstream_data(&d, up_name(k));
-    tg_buf_append(&d, "", 1);
     batch_add_error(k->batch, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, d.base);
     tg_buf_dispose(&d);
     (void)r;
@@ -1049,7 +1046,7 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
         return;
     }
     struct tg_conn *c = k->conn;
-    if (c == NULL || k->kind == KIND_DELETE) {
+    if (c == NULL) {
         call_free(k);
         return;
     }
@@ -1074,7 +1071,6 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
             struct tg_buf d;
             tg_buf_init(&d);
             upstream_data(&d, uc->name);
-            tg_buf_append(&d, "", 1);
             tg_rpc_error(&b, k->client_id, k->client_id_len, TG_RPC_UPSTREAM,
                          err ? why : "upstream ended the stream without answering", d.base);
             sse_write_message(k, b.base, b.len);
@@ -1592,7 +1588,6 @@ static void stream_fail(struct tg_call *k, const char *why)
     tg_buf_init(&e);
     tg_buf_init(&d);
     upstream_data(&d, up_name(k));
-    tg_buf_append(&d, "", 1);
     if (k->kind == KIND_REQUEST) {
         tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, d.base);
         if (k->batch != NULL)
@@ -2250,6 +2245,16 @@ static void handle_batch(struct tg_server *srv, struct tg_conn *c, struct route 
     batch_done_one(b);
 }
 
+/* A GET that opens an event stream must accept one; otherwise 406. */
+static int accepts_sse(struct tg_conn *c)
+{
+    if (accept_ok(tg_http_req_header(&c->req, "accept"), 0, 1))
+        return 1;
+    respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Not Acceptable: Accept must list text/event-stream",
+                NULL);
+    return 0;
+}
+
 static void handle_post(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
 {
     struct tg_http_req *req = &c->req;
@@ -2513,11 +2518,8 @@ void tg_router_free_streams(struct tg_server *srv)
 
 static void handle_get(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
 {
-    if (!accept_ok(tg_http_req_header(&c->req, "accept"), 0, 1)) {
-        respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Not Acceptable: Accept must list text/event-stream",
-                    NULL);
+    if (!accepts_sse(c))
         return;
-    }
     struct tg_session *s = require_session(srv, c, rt, g);
     if (s == NULL)
         return;
@@ -2546,10 +2548,19 @@ static void handle_get(struct tg_server *srv, struct tg_conn *c, struct route *r
     call_send(k, "GET", NULL, 0, 1, 0);
 }
 
-static void on_delete_done(struct tg_upreq *r, int err, void *ud) { (void)r, (void)err, (void)ud; }
-static void on_delete_head(struct tg_upreq *r, int status, void *ud) { (void)r, (void)status, (void)ud; }
-static void on_delete_data(struct tg_upreq *r, const char *p, size_t n, void *ud) { (void)r, (void)p, (void)n, (void)ud; }
-static const struct tg_upreq_cbs delete_cbs = {on_delete_head, on_delete_data, on_delete_done};
+/* The session ends: tell a Streamable HTTP upstream too (nobody waits for its answer). */
+static void delete_upstream_session(struct tg_server *srv, struct tg_session *s)
+{
+    if (s->up_session == NULL || (size_t)s->upstream >= srv->nupstreams)
+        return;
+    struct tg_upstream *u = srv->upstreams[s->upstream];
+    struct tg_buf h;
+    tg_buf_init(&h);
+    session_headers(&h, s, 1);
+    tg_buf_append(&h, "", 1);
+    tg_upreq_start(u, "DELETE", h.base, NULL, 0, 0, (uint64_t)tg_upstream_conf(u)->call_timeout_ms, &noop_cbs, NULL);
+    tg_buf_dispose(&h);
+}
 
 static void end_get_stream(struct tg_session *s)
 {
@@ -2598,7 +2609,6 @@ static void end_session_calls(struct tg_session *s)
             tg_buf_init(&e);
             tg_buf_init(&d);
             upstream_data(&d, up_name(k));
-            tg_buf_append(&d, "", 1);
             tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, "the session ended before the answer came",
                          d.base);
             if (k->batch != NULL)
@@ -2621,16 +2631,7 @@ static void handle_delete(struct tg_server *srv, struct tg_conn *c, struct route
     struct tg_session *s = require_session(srv, c, rt, g);
     if (s == NULL)
         return;
-    if (s->up_session != NULL) {
-        /* Tell the upstream too; nobody waits for its answer. */
-        struct tg_buf h;
-        tg_buf_init(&h);
-        session_headers(&h, s, 1);
-        tg_buf_append(&h, "", 1);
-        tg_upreq_start(srv->upstreams[s->upstream], "DELETE", h.base, NULL, 0, 0, (uint64_t)rt->uc->call_timeout_ms,
-                       &delete_cbs, NULL);
-        tg_buf_dispose(&h);
-    }
+    delete_upstream_session(srv, s);
     end_get_stream(s);
     end_session_calls(s);
     tg_log(TG_LOG_DEBUG, "session deleted", "session=%s grant=%s", s->id_str, s->grant);
@@ -2716,15 +2717,7 @@ static void channel_gone(struct tg_channel *ch)
             approval_finish(k, 0, "client", "cancelled");
     }
     if (s->live) {
-        if (s->up_session != NULL && (size_t)s->upstream < srv->nupstreams) {
-            struct tg_buf h;
-            tg_buf_init(&h);
-            session_headers(&h, s, 1);
-            tg_buf_append(&h, "", 1);
-            tg_upreq_start(srv->upstreams[s->upstream], "DELETE", h.base, NULL, 0, 0,
-                           (uint64_t)tg_upstream_conf(srv->upstreams[s->upstream])->call_timeout_ms, &noop_cbs, NULL);
-            tg_buf_dispose(&h);
-        }
+        delete_upstream_session(srv, s);
         end_get_stream(s);
         end_session_calls(s);
         tg_session_remove(srv->sessions, s);
@@ -2902,11 +2895,8 @@ static struct tg_session *new_channel_session(struct tg_server *srv, struct tg_c
 /* GET /NAME/sse: a legacy HTTP+SSE session (2024-11-05). */
 static void open_sse_channel(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
 {
-    if (!accept_ok(tg_http_req_header(&c->req, "accept"), 0, 1)) {
-        respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Not Acceptable: Accept must list text/event-stream",
-                    NULL);
+    if (!accepts_sse(c))
         return;
-    }
     struct tg_session *s = new_channel_session(srv, c, rt, g);
     if (s == NULL)
         return;
