@@ -45,6 +45,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BENCH_NAME=memory.sh
+# shellcheck source=test/bench/lib.sh
+. "$here/lib.sh"
 root=$(cd "$here/../.." && pwd)
 
 TOLLGATE_BIN=${TOLLGATE_BIN:-$root/build/tollgate}
@@ -58,7 +61,6 @@ RESULTS=${MEM_RESULTS:-$here/results/memory.txt}
 default_cases="http http-close http-get sse ws http/tls http-get/tls sse/tls ws/tls"
 cases=${*:-$default_cases}
 
-die() { echo "memory.sh: $*" >&2; exit 1; }
 
 for c in $cases; do
     case ${c%/tls} in http|http-close|http-get|sse|ws) ;; *) die "unknown case '$c' (http http-close http-get sse ws, optionally /tls)";; esac
@@ -85,43 +87,11 @@ if ((2 * SESSIONS + 200 > nofile)); then
     get_sessions=$(((nofile - 200) / 2 / 500 * 500))
 fi
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-memory.XXXXXX")
-pids=()
+bench_tmp memory
 
-# Stops every process this script started (by pid, never by name), then
-# removes the temp dir. Runs on any exit, including failures and ^C.
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    exec 7>&- 2>/dev/null || true
-    local p
-    for p in "${pids[@]}"; do
-        kill -TERM "$p" 2>/dev/null || true
-    done
-    for p in "${pids[@]}"; do
-        local tries=100
-        while ((tries-- > 0)) && kill -0 "$p" 2>/dev/null; do
-            sleep 0.05
-        done
-        kill -KILL "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    if [[ $rc -ne 0 || ${BENCH_KEEP_TMP:-0} == 1 ]]; then
-        echo "memory.sh: logs and configs kept in $tmp" >&2
-    else
-        rm -rf "$tmp"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-forget_pid() {
-    local keep=() p
-    for p in "${pids[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
-    pids=("${keep[@]}")
-}
+# Closes the client control channel first, then the usual cleanup stops the processes.
+bench_on_cleanup() { exec 7>&- 2>/dev/null || true; }
+BENCH_STOP_TRIES=100
 
 # Stops one process this script started and forgets it.
 stop_pid() {
@@ -134,21 +104,6 @@ stop_pid() {
     wait "$p" 2>/dev/null || true
     forget_pid "$p"
 }
-
-wait_for() {
-    local what=$1 pid=$2 secs=$3 log=$4
-    shift 4
-    local deadline=$((SECONDS + secs))
-    until "$@"; do
-        kill -0 "$pid" 2>/dev/null || die "$what exited; $log says:
-$(tail -n 20 "$log" 2>/dev/null)"
-        ((SECONDS < deadline)) || die "$what not ready after ${secs}s; $log says:
-$(tail -n 20 "$log" 2>/dev/null)"
-        sleep 0.1
-    done
-}
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # kB values: VmRSS RssAnon Pss heap anon (heap: the [heap] mapping; anon: nameless mappings).
 mem_of() {

@@ -25,6 +25,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BENCH_NAME=run.sh
+# shellcheck source=test/bench/lib.sh
+. "$here/lib.sh"
 root=$(cd "$here/../.." && pwd)
 
 TOLLGATE_BIN=${TOLLGATE_BIN:-$root/build/tollgate}
@@ -46,7 +49,6 @@ if [[ ${BENCH_SKIP_TOLLGATE:-0} == 1 ]]; then
     targets=$(tr ' ' '\n' <<<"$targets" | grep -vx 'tollgate\|tollgate-policy' | tr '\n' ' ' || true)
 fi
 
-die() { echo "run.sh: $*" >&2; exit 1; }
 
 for t in $targets; do
     case $t in direct|nginx|tollgate|tollgate-policy) ;; *) die "unknown target '$t' (direct nginx tollgate tollgate-policy)";; esac
@@ -57,7 +59,6 @@ done
 [[ $THREADS =~ ^[0-9]+$ && $THREADS -gt 0 && $THREADS -le $CONNS ]] || die "BENCH_THREADS must be 1..BENCH_CONNS"
 [[ $BENCH_IDS == unique || $BENCH_IDS == fixed ]] || die "BENCH_IDS must be unique or fixed"
 
-need() { command -v "$1" >/dev/null 2>&1 || die "$1 not found ($2)"; }
 need wrk "apt-get install wrk"
 need curl "apt-get install curl"
 [[ -x $UPSTREAM_BIN ]] || die "$UPSTREAM_BIN not found: run cmake --build build"
@@ -69,67 +70,7 @@ if want tollgate || want tollgate-policy; then
     [[ -x $TOLLGATE_BIN ]] || die "$TOLLGATE_BIN not found: run cmake --build build (or BENCH_SKIP_TOLLGATE=1)"
 fi
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-bench.XXXXXX")
-pids=()
-
-# Stops every process this script started (by pid, never by name), then
-# removes the temp dir. Runs on any exit, including failures and ^C.
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    local p
-    for p in "${pids[@]}"; do
-        kill -TERM "$p" 2>/dev/null || true
-    done
-    for p in "${pids[@]}"; do
-        local tries=40
-        while ((tries-- > 0)) && kill -0 "$p" 2>/dev/null; do
-            sleep 0.05
-        done
-        kill -KILL "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    if [[ $rc -ne 0 || ${BENCH_KEEP_TMP:-0} == 1 ]]; then
-        echo "run.sh: logs and configs kept in $tmp" >&2
-    else
-        rm -rf "$tmp"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# Drops a reaped pid from the cleanup list, so cleanup never signals a pid
-# the kernel may have reused.
-forget_pid() {
-    local keep=() p
-    for p in "${pids[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
-    pids=("${keep[@]}")
-}
-
-# Waits (bounded) until "$@" succeeds; fails early if process $pid died,
-# showing the end of its log.
-wait_for() {
-    local what=$1 pid=$2 secs=$3 log=$4
-    shift 4
-    local deadline=$((SECONDS + secs))
-    until "$@"; do
-        kill -0 "$pid" 2>/dev/null || die "$what exited during startup; $log says:
-$(tail -n 20 "$log" 2>/dev/null)"
-        ((SECONDS < deadline)) || die "$what not ready after ${secs}s; $log says:
-$(tail -n 20 "$log" 2>/dev/null)"
-        sleep 0.05
-    done
-}
-
-# Asks the kernel for a free loopback port. The port is released before the
-# server binds it, which is racy in theory and fine on a benchmark machine.
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+bench_tmp bench
 
 # ---- fast upstream -----------------------------------------------------------
 "$UPSTREAM_BIN" 0 >"$tmp/upstream.out" 2>"$tmp/upstream.err" &

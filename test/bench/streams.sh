@@ -35,6 +35,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BENCH_NAME=streams.sh
+# shellcheck source=test/bench/lib.sh
+. "$here/lib.sh"
 root=$(cd "$here/../.." && pwd)
 
 TOLLGATE_BIN=${TOLLGATE_BIN:-$root/build/tollgate}
@@ -50,7 +53,6 @@ RESULTS=${STREAMS_RESULTS:-$here/results/streams.txt}
 all_targets="direct nginx tollgate-post tollgate-sse tollgate-ws"
 targets=${*:-$all_targets}
 
-die() { echo "streams.sh: $*" >&2; exit 1; }
 
 for t in $targets; do
     [[ " $all_targets " == *" $t "* ]] || die "unknown target '$t' ($all_targets)"
@@ -70,61 +72,7 @@ if want tollgate-post || want tollgate-sse || want tollgate-ws; then
     [[ -x $TOLLGATE_BIN ]] || die "$TOLLGATE_BIN not found: run cmake --build build"
 fi
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/tg-streams.XXXXXX")
-pids=()
-
-# Stops every process this script started (by pid, never by name), then
-# removes the temp dir. Runs on any exit, including failures and ^C.
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    local p
-    for p in "${pids[@]}"; do
-        kill -TERM "$p" 2>/dev/null || true
-    done
-    for p in "${pids[@]}"; do
-        local tries=40
-        while ((tries-- > 0)) && kill -0 "$p" 2>/dev/null; do
-            sleep 0.05
-        done
-        kill -KILL "$p" 2>/dev/null || true
-        wait "$p" 2>/dev/null || true
-    done
-    if [[ $rc -ne 0 || ${BENCH_KEEP_TMP:-0} == 1 ]]; then
-        echo "streams.sh: logs and configs kept in $tmp" >&2
-    else
-        rm -rf "$tmp"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-forget_pid() {
-    local keep=() p
-    for p in "${pids[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
-    pids=("${keep[@]}")
-}
-
-wait_for() {
-    local what=$1 pid=$2 secs=$3 log=$4
-    shift 4
-    local deadline=$((SECONDS + secs))
-    until "$@"; do
-        kill -0 "$pid" 2>/dev/null || die "$what exited during startup; $log says:
-$(tail -n 20 "$log" 2>/dev/null)"
-        ((SECONDS < deadline)) || die "$what not ready after ${secs}s; $log says:
-$(tail -n 20 "$log" 2>/dev/null)"
-        sleep 0.05
-    done
-}
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+bench_tmp streams
 
 # CPU seconds (user, system) a process has used, from /proc/PID/stat.
 cpu_of() {
