@@ -339,14 +339,14 @@ before(async () => {
   // Upstream features the gateway's configuration knows about.
   const stdioErr = confRejects('stdio', { command: [process.execPath, standinScript, '--stdio'], policy: allowAll });
   features.stdio = !stdioErr;
-  features.stdioWhy = `stdio upstreams not implemented yet (tollgate -t rejects \`command\`: ${stdioErr?.split('\n')[0]})`;
+  features.stdioWhy = `stdio upstreams missing from this build (tollgate -t rejects \`command\`: ${stdioErr?.split('\n')[0]})`;
   const sseErr = confRejects('sse', { url: 'http://127.0.0.1:9/sse', transport: 'sse', policy: allowAll });
   features.sseUpstream = !sseErr;
-  features.sseUpstreamWhy = `legacy SSE upstreams not implemented yet (tollgate -t rejects \`transport = "sse"\`: ${sseErr?.split('\n')[0]})`;
+  features.sseUpstreamWhy = `legacy SSE upstreams missing from this build (tollgate -t rejects \`transport = "sse"\`: ${sseErr?.split('\n')[0]})`;
   if (features.stdio) {
     const warmErr = confRejects('warm', { command: [process.execPath, standinScript, '--stdio'], warm: 1, policy: allowAll });
     features.warm = !warmErr;
-    features.warmWhy = `warm stdio pools not implemented yet (tollgate -t rejects \`warm\`: ${warmErr?.split('\n')[0]})`;
+    features.warmWhy = `warm stdio pools missing from this build (tollgate -t rejects \`warm\`: ${warmErr?.split('\n')[0]})`;
   } else {
     features.warm = false;
     features.warmWhy = features.stdioWhy;
@@ -403,10 +403,10 @@ before(async () => {
   // Client transports: a 404 "no MCP endpoint" on GET means not there yet.
   const sse = await probeEndpoint('/probe/sse', { accept: 'text/event-stream' });
   features.clientSse = !sse.missing;
-  features.clientSseWhy = `legacy HTTP+SSE client transport not implemented yet (GET /probe/sse: ${sse.status} ${sse.text.slice(0, 100)})`;
+  features.clientSseWhy = `legacy HTTP+SSE client transport missing from this build (GET /probe/sse: ${sse.status} ${sse.text.slice(0, 100)})`;
   const ws = await probeWebSocket('/probe/ws');
   features.clientWs = !ws.missing;
-  features.clientWsWhy = `WebSocket client transport not implemented yet (GET /probe/ws: ${ws.status} ${String(ws.text).slice(0, 100)})`;
+  features.clientWsWhy = `WebSocket client transport missing from this build (GET /probe/ws: ${ws.status} ${String(ws.text).slice(0, 100)})`;
   process.stdout.write(`# gateway features: ${JSON.stringify({
     stdio: features.stdio, sseUpstream: features.sseUpstream, warm: features.warm, clientSse: features.clientSse, clientWs: features.clientWs,
   })}\n`);
