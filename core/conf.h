@@ -47,6 +47,7 @@ struct tg_limits {
     int approvals_max;
     int replay_bytes;
     int sse_keepalive_ms;
+    int output_total_bytes;
 };
 
 struct tg_policy;

@@ -443,7 +443,8 @@ static int parse_object(struct parser *ps, int depth, cJSON **out)
             ps->id_raw = tg_slice_of((const char *)vstart, (size_t)(ps->p - vstart));
         else if (depth == 1 && klen == 6 && memcmp(key, "method", 6) == 0)
             ps->method_raw = tg_slice_of((const char *)vstart, (size_t)(ps->p - vstart));
-        else if (depth == 1 && klen == 5 && memcmp(key, "error", 5) == 0)
+        else if (depth == 1 && klen == 5 && memcmp(key, "error", 5) == 0 && *vstart == '{')
+            /* Only an object is an error: "error": null beside "result" (JSON-RPC 1.0 style) is not. */
             ps->error_raw = tg_slice_of((const char *)vstart, (size_t)(ps->p - vstart));
         if (out) {
             val->string = key;

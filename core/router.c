@@ -96,6 +96,8 @@ struct tg_batch {
  * session reference. */
 struct tg_call {
     struct tg_server *srv;
+    int closed;               /* call_free() ran: inert, memory released by tg_router_run_pending */
+    struct tg_list dlink;     /* srv->dead_calls once closed */
     struct tg_session *sess;
     struct tg_conn *conn; /* NULL once the client has gone */
     struct tg_upreq *up;
@@ -412,11 +414,22 @@ static void audit_call(struct tg_call *k, const char *decision, double latency, 
     tg_audit_log(k->srv->audit, &k->srv->conf->audit, &r);
 }
 
+/* Closing marks: the call is taken out of everything that can reach it (session, approvals,
+ * waiting list, connection, upstream request, batch, channel), settled if it never reached the
+ * upstream, and queued; its memory goes in tg_router_run_pending, after the handler that
+ * closed it has returned, so a caller that still holds k reads valid, inert memory. Idempotent. */
 static void call_free(struct tg_call *k)
 {
+    if (k->closed)
+        return;
+    k->closed = 1;
     /* Reservations for a call that never reached the upstream are given back. */
     if (!k->forwarded)
         refund(k);
+    if (k->up != NULL) {
+        tg_upreq_cancel(k->up);
+        k->up = NULL;
+    }
     if (k->parked) {
         tg_list_unlink(&k->alink);
         k->srv->napprovals--;
@@ -426,19 +439,11 @@ static void call_free(struct tg_call *k)
         tg_list_unlink(&k->alink);
         k->awaiting = 0;
     }
-    free(k->progress_token);
     if (k->replay != NULL) {
         k->replay->live = NULL;
         k->replay->ended_at = now_ms(k->srv);
+        k->replay = NULL;
     }
-    tg_policy_unref(k->policy);
-    free(k->grant);
-    free(k->method);
-    free(k->tool);
-    free(k->dec);
-    free(k->args_json);
-    free(k->id_key);
-    tg_buf_dispose(&k->held);
     if (k->sess) {
         if (k->kind == KIND_REQUEST && k->sess->inflight > 0)
             k->sess->inflight--;
@@ -447,22 +452,41 @@ static void call_free(struct tg_call *k)
         tg_list_unlink(&k->slink);
         k->sess->last_active_ms = now_ms(k->srv);
         tg_session_unref(k->sess);
+        k->sess = NULL;
     }
     if (k->conn && k->conn->exchange == k) {
         k->conn->exchange = NULL;
         k->conn->on_abort = NULL;
         k->conn->on_drain = NULL;
     }
-    tg_buf_dispose(&k->body);
-    tg_sse_dispose(&k->sse);
-    free(k->client_id);
+    k->conn = NULL;
     struct tg_batch *b = k->batch;
     struct tg_channel *ch = k->channel;
-    free(k);
+    k->batch = NULL;
+    k->channel = NULL;
+    tg_list_insert_tail(&k->srv->dead_calls, &k->dlink);
     if (b != NULL)
         batch_done_one(b);
     if (ch != NULL)
         channel_unref(ch);
+}
+
+static void call_release(struct tg_call *k)
+{
+    free(k->progress_token);
+    tg_policy_unref(k->policy);
+    free(k->grant);
+    free(k->method);
+    free(k->tool);
+    free(k->dec);
+    free(k->args_json);
+    free(k->id_key);
+    tg_buf_dispose(&k->held);
+    tg_buf_dispose(&k->body);
+    tg_sse_dispose(&k->sse);
+    free(k->client_id);
+    tg_upstream_unref(k->uprt);
+    free(k);
 }
 
 /* The client went away while its call was with the upstream: the upstream may have run it,
@@ -788,9 +812,20 @@ static int refuse_server_request(struct tg_call *k, const char *p, size_t n, int
     return refused;
 }
 
-static void on_sse_event(void *ud, const struct tg_sse_event *ev)
+static void relay_sse_event(struct tg_call *k, const struct tg_sse_event *ev);
+
+/* Stops the parser once the call is closed (its owner may free the parser then). */
+static int on_sse_event(void *ud, const struct tg_sse_event *ev)
 {
     struct tg_call *k = ud;
+    if (k->closed)
+        return 1;
+    relay_sse_event(k, ev);
+    return k->closed;
+}
+
+static void relay_sse_event(struct tg_call *k, const struct tg_sse_event *ev)
+{
     if (k->conn == NULL && k->batch == NULL && k->channel == NULL && k->replay == NULL)
         return;
     if (ev->event.len != 0 && !tg_slice_eq(ev->event, TG_SLICE("message")))
@@ -908,7 +943,7 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
         k->in_cb++;
         int e = tg_sse_feed(&k->sse, p, n, on_sse_event, k);
         k->in_cb--;
-        if (call_check_abort(k))
+        if (k->closed || call_check_abort(k))
             return;
         if (e != 0) {
             tg_log(TG_LOG_WARN, "upstream SSE event too large; stream cut", "upstream=%s limit=%d",
@@ -1143,7 +1178,7 @@ static struct tg_call *call_new(struct tg_server *srv, struct tg_session *s, str
 {
     struct tg_call *k = tg_xcalloc(1, sizeof(*k));
     k->srv = srv;
-    k->uprt = srv->upstreams[s->upstream];
+    k->uprt = tg_upstream_ref(srv->upstreams[s->upstream]);
     k->grant = tg_xstrdup(s->grant);
     tg_list_init(&k->alink);
     tg_buf_init(&k->held);
@@ -1309,10 +1344,14 @@ static struct tg_child *session_child(struct tg_server *srv, struct tg_session *
 
 /* ---- legacy HTTP+SSE upstreams (2024-11-05): GET the stream, follow its endpoint event, POST there */
 
+/* Owner: the session (upstream_link), released with it by release_sse_link. A release while
+ * its parser runs only marks it dead; on_link_data frees it once the parser has returned. */
 struct sse_link {
     struct tg_server *srv;
     struct tg_session *sess;  /* not a reference: the link dies with the session */
-    struct tg_upstream *up;
+    struct tg_upstream *up;   /* reference */
+    int in_feed;              /* tg_sse_feed is on the stack */
+    int dead;                 /* released: no more events, freed after the feed */
     struct tg_upreq *get;     /* the stream */
     struct tg_sse_parser sse;
     char *endpoint;           /* request target the endpoint event named */
@@ -1400,17 +1439,29 @@ static int take_endpoint(struct sse_link *ln, struct tg_slice data)
     return 0;
 }
 
-static void on_link_event(void *ud, const struct tg_sse_event *ev)
+static int on_link_event(void *ud, const struct tg_sse_event *ev)
 {
     struct sse_link *ln = ud;
+    if (ln->dead)
+        return 1;
     if (tg_slice_eq(ev->event, TG_SLICE("endpoint"))) {
         if (take_endpoint(ln, ev->data) != 0)
             tg_log(TG_LOG_WARN, "legacy SSE upstream sent an unusable endpoint", "upstream=%s",
                    tg_upstream_conf(ln->up)->name);
-        return;
+        return ln->dead;
     }
     if (ev->event.len == 0 || tg_slice_eq(ev->event, TG_SLICE("message")))
         stream_server_message(ln->srv, ln->sess, ln->up, ev->data.ptr, ev->data.len);
+    return ln->dead; /* the message may have ended the session (an initialize refused) */
+}
+
+static void sse_link_destroy(struct sse_link *ln)
+{
+    tg_sse_dispose(&ln->sse);
+    tg_buf_dispose(&ln->queue);
+    free(ln->endpoint);
+    tg_upstream_unref(ln->up);
+    free(ln);
 }
 
 static void on_link_head(struct tg_upreq *r, int status, void *ud)
@@ -1425,14 +1476,21 @@ static void on_link_head(struct tg_upreq *r, int status, void *ud)
 static void on_link_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
 {
     struct sse_link *ln = ud;
-    if (ln->status != 200)
+    if (ln->status != 200 || ln->dead)
         return;
     struct tg_session *s = tg_session_ref(ln->sess);
     struct tg_server *srv = ln->srv;
-    if (tg_sse_feed(&ln->sse, p, n, on_link_event, ln) != 0)
-        tg_log(TG_LOG_WARN, "legacy SSE upstream event too large", "upstream=%s", tg_upstream_conf(ln->up)->name);
-    if (s->upstream_link == ln)
-        session_backpressure(srv, s);
+    ln->in_feed = 1;
+    int e = tg_sse_feed(&ln->sse, p, n, on_link_event, ln);
+    ln->in_feed = 0;
+    if (ln->dead) {
+        sse_link_destroy(ln); /* released while its parser ran */
+    } else {
+        if (e != 0)
+            tg_log(TG_LOG_WARN, "legacy SSE upstream event too large", "upstream=%s", tg_upstream_conf(ln->up)->name);
+        if (s->upstream_link == ln)
+            session_backpressure(srv, s);
+    }
     tg_session_unref(s);
 }
 
@@ -1440,6 +1498,8 @@ static void on_link_done(struct tg_upreq *r, int err, void *ud)
 {
     struct sse_link *ln = ud;
     ln->get = NULL;
+    if (ln->dead)
+        return;
     stream_upstream_gone(ln->sess, "the upstream's event stream ended");
 }
 
@@ -1451,12 +1511,13 @@ static void release_sse_link(struct tg_session *s)
     s->upstream_link = NULL;
     if (ln == NULL)
         return;
-    if (ln->get)
+    ln->dead = 1;
+    if (ln->get) {
         tg_upreq_cancel(ln->get);
-    tg_sse_dispose(&ln->sse);
-    tg_buf_dispose(&ln->queue);
-    free(ln->endpoint);
-    free(ln);
+        ln->get = NULL;
+    }
+    if (!ln->in_feed)
+        sse_link_destroy(ln);
 }
 
 /* Backpressure on a message-stream upstream: stop reading it while its client is behind. */
@@ -1488,7 +1549,7 @@ static int sse_link_send(struct tg_server *srv, struct tg_session *s, struct tg_
         ln = tg_xcalloc(1, sizeof(*ln));
         ln->srv = srv;
         ln->sess = s;
-        ln->up = u;
+        ln->up = tg_upstream_ref(u);
         tg_sse_init(&ln->sse, (size_t)srv->conf->limits.response_bytes);
         tg_buf_init(&ln->queue);
         s->upstream_link = ln;
@@ -3464,8 +3525,33 @@ void tg_router_tick(struct tg_server *srv, int sessions_too)
 
 void tg_router_drop_session(struct tg_server *srv, struct tg_session *s)
 {
+    /* Its upstream was removed by a reload: calls waiting on its child or event stream cannot
+     * be answered any more (calls on a Streamable HTTP pool still finish there). */
+    char why[160];
+    snprintf(why, sizeof(why), "upstream %s was removed by a configuration reload",
+             (size_t)s->upstream < srv->nupstreams ? tg_upstream_conf(srv->upstreams[s->upstream])->name : "-");
+    tg_session_ref(s);
+    for (struct tg_list *l = s->calls.next; l != &s->calls;) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        l = l->next;
+        if (k->awaiting)
+            stream_fail(k, why);
+    }
+    if (s->channel != NULL)
+        channel_end(s->channel, 1012, "upstream removed");
     end_get_stream(s);
-    tg_session_remove(srv->sessions, s);
+    if (s->live)
+        tg_session_remove(srv->sessions, s);
+    tg_session_unref(s);
+}
+
+void tg_router_run_pending(struct tg_server *srv)
+{
+    while (!tg_list_empty(&srv->dead_calls)) {
+        struct tg_call *k = tg_container_of(srv->dead_calls.next, struct tg_call, dlink);
+        tg_list_unlink(&k->dlink);
+        call_release(k);
+    }
 }
 
 static int end_stream_one(struct tg_session *s, void *arg)

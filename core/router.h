@@ -16,6 +16,9 @@ void tg_router_admin(struct tg_server *srv, struct tg_conn *c);
 void tg_router_tick(struct tg_server *srv, int sessions_too);
 /* Drop a session now (its upstream went away in a reload). */
 void tg_router_drop_session(struct tg_server *srv, struct tg_session *s);
+/* Release the calls closed during this loop iteration (the server calls it with no handler
+ * on the stack). */
+void tg_router_run_pending(struct tg_server *srv);
 /* End every GET stream (drain/shutdown). */
 void tg_router_end_streams(struct tg_server *srv);
 /* Open channel sessions by transport (metrics). */

@@ -52,10 +52,17 @@ static int bind_listener(struct tg_server *srv, struct tg_listener *l, const cha
 /* After each round of I/O: write what streams gathered (see send_owned in transports/http1.c). */
 static void flush_all(struct tg_server *srv)
 {
-    while (!tg_list_empty(&srv->corked)) {
-        struct tg_conn *c = tg_container_of(srv->corked.next, struct tg_conn, cork_link);
-        tg_http_flush(c);
-    }
+    /* Closing connections notify their users and pipelined input is parsed here, with no
+     * handler on the stack; what that writes is flushed below, and what flushing closes is
+     * handled by the next round. */
+    do {
+        tg_http_run_pending(srv);
+        tg_router_run_pending(srv);
+        while (!tg_list_empty(&srv->corked)) {
+            struct tg_conn *c = tg_container_of(srv->corked.next, struct tg_conn, cork_link);
+            tg_http_flush(c);
+        }
+    } while (!tg_list_empty(&srv->conn_pending));
 }
 
 static void on_flush(uv_check_t *h) { flush_all(h->data); }
@@ -76,6 +83,8 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     srv->listen_conf = tg_conf_ref(conf);
     tg_list_init(&srv->conns);
     tg_list_init(&srv->corked);
+    tg_list_init(&srv->conn_pending);
+    tg_list_init(&srv->dead_calls);
     tg_list_init(&srv->approvals);
     tg_list_init(&srv->channels);
     tg_list_init(&srv->awaiting);
@@ -96,7 +105,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     srv->nupstreams = conf->nupstreams;
     srv->upstreams = tg_xcalloc(conf->nupstreams, sizeof(*srv->upstreams));
     for (size_t i = 0; i < conf->nupstreams; i++)
-        srv->upstreams[i] = tg_upstream_new(loop, &conf->upstreams[i], &srv->metrics);
+        srv->upstreams[i] = tg_upstream_new(loop, conf, &conf->upstreams[i], &srv->metrics);
     srv->nlisteners = conf->nlisteners;
     srv->listeners = tg_xcalloc(conf->nlisteners, sizeof(*srv->listeners));
     for (size_t i = 0; i < conf->nlisteners; i++) {
@@ -121,6 +130,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     srv->flush_prepare.data = srv;
     uv_prepare_start(&srv->flush_prepare, on_flush_prepare);
     uv_unref((uv_handle_t *)&srv->flush_prepare);
+    srv->flush_ready = 1;
     uv_timer_init(loop, &srv->drain_timer);
     srv->drain_timer.data = srv;
     return 0;
@@ -208,8 +218,8 @@ static void finish_drain(struct tg_server *srv)
     tg_audit_close(srv->audit);
     srv->audit = NULL;
     uv_close((uv_handle_t *)&srv->drain_timer, NULL);
-    uv_close((uv_handle_t *)&srv->flush_check, NULL);
-    uv_close((uv_handle_t *)&srv->flush_prepare, NULL);
+    /* flush_check and flush_prepare stay until tg_server_dispose: the closes queued here are
+     * finished by them. */
     uv_close((uv_handle_t *)&srv->sweep, NULL);
     uv_close((uv_handle_t *)&srv->sigterm, NULL);
     uv_close((uv_handle_t *)&srv->sigint, NULL);
@@ -252,6 +262,16 @@ void tg_server_drain(struct tg_server *srv)
 
 void tg_server_dispose(struct tg_server *srv)
 {
+    /* The loop ran dry; what was put off to the end of an iteration may still wait. */
+    do {
+        flush_all(srv);
+        uv_run(srv->loop, UV_RUN_DEFAULT);
+    } while (!tg_list_empty(&srv->conn_pending) || !tg_list_empty(&srv->dead_calls));
+    if (srv->flush_ready) {
+        uv_close((uv_handle_t *)&srv->flush_check, NULL);
+        uv_close((uv_handle_t *)&srv->flush_prepare, NULL);
+        uv_run(srv->loop, UV_RUN_DEFAULT);
+    }
     for (size_t i = 0; i < srv->nlisteners; i++)
         tg_tls_ctx_free(srv->listeners[i].tls);
     free(srv->listeners);
@@ -352,18 +372,18 @@ int tg_server_reload(struct tg_server *srv, struct tg_buf *err)
             if (map[i] < 0 && strcmp(ou->name, nc->upstreams[j].name) == 0 && same_target(ou, &nc->upstreams[j])) {
                 map[i] = (int)j;
                 nu[j] = srv->upstreams[i];
-                tg_upstream_set_conf(nu[j], &nc->upstreams[j]);
+                tg_upstream_set_conf(nu[j], nc, &nc->upstreams[j]);
                 break;
             }
         }
         if (nu[j] == NULL)
-            nu[j] = tg_upstream_new(srv->loop, &nc->upstreams[j], &srv->metrics);
+            nu[j] = tg_upstream_new(srv->loop, nc, &nc->upstreams[j], &srv->metrics);
     }
     struct remap_ctx rc = {srv, map};
     tg_session_sweep(srv->sessions, remap_session, &rc);
     for (size_t i = 0; i < srv->nupstreams; i++)
         if (map[i] < 0)
-            tg_upstream_close(srv->upstreams[i]);
+            tg_upstream_retire(srv->upstreams[i]); /* lives until the calls that hold it end */
     free(map);
     free(srv->upstreams);
     srv->upstreams = nu;

@@ -38,8 +38,10 @@ struct tg_server {
     int admin_open;
     struct tg_list conns;
     struct tg_list corked;  /* connections with stream output gathered this iteration */
+    struct tg_list conn_pending; /* connections with work put off to the end of the iteration */
     uv_check_t flush_check; /* writes it after each round of I/O */
     uv_prepare_t flush_prepare; /* and before polling (what timers wrote) */
+    int flush_ready;            /* both initialized */
     size_t nconns;
     uint64_t next_conn_id;
     uint64_t next_gid; /* gateway JSON-RPC ids sent upstream */
@@ -52,6 +54,7 @@ struct tg_server {
     struct tg_list approvals;     /* parked calls, oldest first */
     struct tg_list channels;      /* legacy SSE and WebSocket client sessions */
     struct tg_list awaiting;      /* calls waiting for an answer on a message-stream upstream */
+    struct tg_list dead_calls;    /* closed calls whose memory goes at the end of the iteration */
     struct tg_list streams;       /* resumable client SSE streams (keepalive, expiry) */
     uint64_t next_stream_id;
     size_t napprovals;

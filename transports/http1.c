@@ -18,6 +18,7 @@ static void on_handle_closed(uv_handle_t *h);
 static void process_input(struct tg_conn *c);
 static void send_owned(struct tg_conn *c, struct tg_buf *b);
 static void set_state(struct tg_conn *c, enum tg_conn_state s);
+static size_t input_ceiling(struct tg_conn *c);
 
 struct write_req {
     uv_write_t req;
@@ -269,21 +270,79 @@ int tg_http_req_header_count(const struct tg_http_req *r, const char *name)
 
 /* ---- writing ------------------------------------------------------------------ */
 
+/* Every byte queued to a client counts toward its connection's mark and the process's total. */
+static void out_add(struct tg_conn *c, size_t n)
+{
+    c->out_pending += n;
+    c->server->metrics.output_buffered += n;
+}
+
+static void out_sub(struct tg_conn *c, size_t n)
+{
+    c->out_pending -= n;
+    c->server->metrics.output_buffered -= n;
+}
+
+int tg_conn_output_high(const struct tg_conn *c)
+{
+    const struct tg_limits *l = &c->server->conf->limits;
+    if (c->out_pending > (size_t)l->output_high_water)
+        return 1;
+    /* The total counts only against connections that hold some of it, so a quiet one is served. */
+    return c->out_pending > 0 && c->server->metrics.output_buffered > (size_t)l->output_total_bytes;
+}
+
+static int out_drained(const struct tg_conn *c)
+{
+    const struct tg_limits *l = &c->server->conf->limits;
+    return c->out_pending < (size_t)l->output_high_water / 2 &&
+           (c->out_pending == 0 || c->server->metrics.output_buffered <= (size_t)l->output_total_bytes / 2);
+}
+
+static void pend(struct tg_conn *c, unsigned what)
+{
+    c->pend |= what;
+    if (!tg_list_linked(&c->pend_link))
+        tg_list_insert_tail(&c->server->conn_pending, &c->pend_link);
+}
+
+#define PEND_CLOSE 1u    /* notify users, then uv_close */
+#define PEND_SHUTDOWN 2u /* notify users, then shut down after the queued writes */
+#define PEND_INPUT 4u    /* parse pipelined input now that the previous answer is done */
+
 /* A watcher of this connection's backlog (see on_watch in the header): called once it drains. */
 static void watch_check(struct tg_conn *c)
 {
-    if (c->on_watch && c->out_pending < (size_t)c->server->conf->limits.output_high_water / 2) {
+    if (c->on_watch && out_drained(c)) {
         tg_conn_cb w = c->on_watch;
         c->on_watch = NULL;
         w(c, c->watch_ud);
     }
 }
 
+/* Output fell: resume whoever waits for it. */
+static void drained(struct tg_conn *c)
+{
+    if (c->state >= TG_CONN_CLOSING || !out_drained(c))
+        return;
+    if (c->on_drain)
+        c->on_drain(c, c->exchange);
+    if (c->wait_drain && c->state < TG_CONN_CLOSING) {
+        c->wait_drain = 0;
+        pend(c, PEND_INPUT);
+    }
+    if (c->state == TG_CONN_UPGRADED && c->read_stopped && c->up_data != NULL) {
+        /* an upgraded protocol paused its reads on this mark: let it see its input again */
+        pend(c, PEND_INPUT);
+    }
+    watch_check(c);
+}
+
 static void on_write(uv_write_t *req, int status)
 {
     struct write_req *w = tg_container_of(req, struct write_req, req);
     struct tg_conn *c = w->conn;
-    c->out_pending -= w->len;
+    out_sub(c, w->len);
     free(w->base);
     free(w);
     if (status < 0) {
@@ -291,10 +350,7 @@ static void on_write(uv_write_t *req, int status)
             tg_conn_close(c, "write failed");
         return;
     }
-    if (c->on_drain && c->state < TG_CONN_CLOSING &&
-        c->out_pending < (size_t)c->server->conf->limits.output_high_water / 2)
-        c->on_drain(c, c->exchange);
-    watch_check(c);
+    drained(c);
 }
 
 static void send_wire(struct tg_conn *c, struct tg_buf *wire);
@@ -319,7 +375,7 @@ static void send_owned(struct tg_conn *c, struct tg_buf *b)
             tg_buf_append(&c->cork, b->base, b->len);
             tg_buf_dispose(b);
         }
-        c->out_pending += c->cork.len - (c->out_pending_corked);
+        out_add(c, c->cork.len - c->out_pending_corked);
         c->out_pending_corked = c->cork.len;
         if (!tg_list_linked(&c->cork_link))
             tg_list_insert_tail(&c->server->corked, &c->cork_link);
@@ -337,15 +393,12 @@ void tg_http_flush(struct tg_conn *c)
         return;
     struct tg_buf b = c->cork;
     tg_buf_init(&c->cork);
-    c->out_pending -= c->out_pending_corked;
+    out_sub(c, c->out_pending_corked);
     c->out_pending_corked = 0;
     send_now(c, &b);
     /* A direct write that took everything completes no write request: say "drained" here, or
      * an upstream paused while this was corked would never be resumed. */
-    if (c->on_drain && c->state < TG_CONN_CLOSING &&
-        c->out_pending < (size_t)c->server->conf->limits.output_high_water / 2)
-        c->on_drain(c, c->exchange);
-    watch_check(c);
+    drained(c);
 }
 
 static void send_now(struct tg_conn *c, struct tg_buf *b)
@@ -403,10 +456,10 @@ static void send_wire(struct tg_conn *c, struct tg_buf *wire_in)
     w->len = wire.len - off;
     w->base = tg_buf_release(&wire);
     uv_buf_t ub = uv_buf_init(w->base + off, (unsigned)w->len);
-    c->out_pending += w->len;
+    out_add(c, w->len);
     int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &ub, 1, on_write);
     if (r != 0) {
-        c->out_pending -= w->len;
+        out_sub(c, w->len);
         free(w->base);
         free(w);
         tg_conn_close(c, "write failed");
@@ -425,10 +478,9 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 }
 
 /* The connection is closing: tell whoever uses it (an upgraded protocol, the handler's
- * exchange) first, so that nothing refers to it afterwards, then enter CLOSING. */
+ * exchange), so that nothing refers to it afterwards. Runs from tg_http_run_pending only. */
 static void notify_closing(struct tg_conn *c)
 {
-    tg_list_unlink(&c->cork_link);
     if (c->on_watch) {
         tg_conn_cb w = c->on_watch;
         c->on_watch = NULL;
@@ -441,12 +493,37 @@ static void notify_closing(struct tg_conn *c)
         c->up_tick = NULL;
         gone(c, c->up_ud);
     }
-    if (c->exchange && c->on_abort)
-        c->on_abort(c, c->exchange);
+    tg_conn_cb abort_cb = c->on_abort;
+    void *ex = c->exchange;
     c->exchange = NULL;
     c->on_abort = NULL;
     c->on_drain = NULL;
+    if (ex && abort_cb)
+        abort_cb(c, ex);
+}
+
+/* Mark the connection closing: no reads, no writes, no timer from now on. */
+static void mark_closing(struct tg_conn *c, unsigned how)
+{
+    tg_list_unlink(&c->cork_link);
+    if (c->out_pending_corked) { /* never written: it no longer counts */
+        out_sub(c, c->out_pending_corked);
+        c->out_pending_corked = 0;
+    }
+    tg_buf_dispose(&c->cork);
+    uv_timer_stop(&c->timer);
+    uv_read_stop((uv_stream_t *)&c->tcp);
     set_state(c, TG_CONN_CLOSING);
+    c->pend &= ~PEND_INPUT;
+    pend(c, how);
+}
+
+static void close_handles(struct tg_conn *c)
+{
+    if (!uv_is_closing((uv_handle_t *)&c->tcp)) {
+        uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    }
 }
 
 /* Close after everything queued has been written (uv_shutdown waits for pending writes). */
@@ -455,26 +532,59 @@ static void close_graceful(struct tg_conn *c)
     if (c->state >= TG_CONN_CLOSING)
         return;
     tg_http_flush(c);
+    if (c->state >= TG_CONN_CLOSING)
+        return; /* the flush failed and closed it */
     if (c->tls != NULL) {
         struct tg_buf b;
         tg_buf_init(&b);
         if (tg_tls_close_notify(c->tls, &b) == 0 && b.len)
             send_wire(c, &b);
         tg_buf_dispose(&b);
+        if (c->state >= TG_CONN_CLOSING)
+            return;
     }
-    notify_closing(c);
-    uv_timer_stop(&c->timer);
-    uv_read_stop((uv_stream_t *)&c->tcp);
+    mark_closing(c, PEND_SHUTDOWN);
+}
+
+static void shutdown_now(struct tg_conn *c)
+{
     struct shutdown_req *s = tg_xmalloc(sizeof(*s));
     s->conn = c;
     if (uv_shutdown(&s->req, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
         free(s);
-        uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
-        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+        close_handles(c);
     }
 }
 
-/* The current request is answered: get ready for the next one. */
+static void process_input(struct tg_conn *c);
+
+void tg_http_run_pending(struct tg_server *srv)
+{
+    while (!tg_list_empty(&srv->conn_pending)) {
+        struct tg_conn *c = tg_container_of(srv->conn_pending.next, struct tg_conn, pend_link);
+        tg_list_unlink(&c->pend_link);
+        unsigned what = c->pend;
+        c->pend = 0;
+        if (what & (PEND_CLOSE | PEND_SHUTDOWN)) {
+            notify_closing(c);
+            if ((what & PEND_CLOSE) || uv_is_closing((uv_handle_t *)&c->tcp))
+                close_handles(c);
+            else
+                shutdown_now(c);
+            continue;
+        }
+        if ((what & PEND_INPUT) && c->state < TG_CONN_CLOSING && !c->in_process) {
+            if (c->read_stopped && !tg_conn_output_high(c) && c->in.len < input_ceiling(c)) {
+                c->read_stopped = 0;
+                uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+            }
+            process_input(c);
+        }
+    }
+}
+
+/* The current request is answered: get ready for the next one. Pipelined bytes are parsed
+ * from the loop (tg_http_run_pending), never inside the answer that ended this request. */
 static void finish_request(struct tg_conn *c)
 {
     c->exchange = NULL;
@@ -495,14 +605,9 @@ static void finish_request(struct tg_conn *c)
     c->req_complete = 0;
     llhttp_resume(&c->parser);
     set_state(c, TG_CONN_IDLE);
-    if (c->read_stopped) {
-        c->read_stopped = 0;
-        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-    }
-    if (c->in.len > 0) {
-        if (!c->in_process)
-            process_input(c);
-    } else if (c->in.cap > 65536)
+    if (c->in.len > 0 || c->read_stopped)
+        pend(c, PEND_INPUT);
+    else if (c->in.cap > 65536)
         tg_buf_dispose(&c->in);
 }
 
@@ -635,6 +740,17 @@ void tg_http_upgraded_timer(struct tg_conn *c, uint64_t ms)
         uv_timer_start(&c->timer, on_timer, ms, 0);
 }
 
+void tg_http_read_pause(struct tg_conn *c)
+{
+    if (c->read_stopped || c->state >= TG_CONN_CLOSING)
+        return;
+    c->server->metrics.limit_output++;
+    c->read_stopped = 1;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    if (out_drained(c)) /* it drained already: nothing else would resume us */
+        pend(c, PEND_INPUT);
+}
+
 void tg_http_raw_write(struct tg_conn *c, const char *p, size_t n)
 {
     struct tg_buf b;
@@ -692,8 +808,7 @@ static void process_input(struct tg_conn *c)
     }
     c->in_process = 1;
     process_input_loop(c);
-    if (c->state < TG_CONN_CLOSED)
-        c->in_process = 0;
+    c->in_process = 0;
 }
 
 static void process_input_loop(struct tg_conn *c)
@@ -701,6 +816,13 @@ static void process_input_loop(struct tg_conn *c)
     while (c->state == TG_CONN_IDLE || c->state == TG_CONN_READING) {
         if (c->in.len == 0)
             return;
+        if (c->state == TG_CONN_IDLE && tg_conn_output_high(c)) {
+            /* A client that sends requests and reads no answers: the next one waits until the
+             * answers it has not read drain below the mark (drained() resumes it). */
+            c->wait_drain = 1;
+            c->server->metrics.limit_output++;
+            break;
+        }
         llhttp_errno_t err = llhttp_execute(&c->parser, c->in.base, c->in.len);
         if (err == HPE_OK) {
             c->in.len = 0;
@@ -724,14 +846,14 @@ static void process_input_loop(struct tg_conn *c)
             tg_server_on_request(c->server, c);
             if (c->state == TG_CONN_UPGRADED)
                 return; /* the protocol that took over has seen the bytes that followed */
-            /* The handler may have answered already (finish_request resumed us) — loop. */
-            continue;
+            /* The handler may have answered already; the next request is parsed from the loop. */
+            return;
         }
         reply_parse_error(c, err);
         return;
     }
-    /* Dispatching or streaming: keep bytes for later, but not without bound. */
-    if (c->in.len >= input_ceiling(c) && !c->read_stopped) {
+    /* Dispatching, streaming or waiting for a drain: keep bytes for later, but not without bound. */
+    if ((c->in.len >= input_ceiling(c) || c->wait_drain) && !c->read_stopped && c->state < TG_CONN_CLOSING) {
         c->read_stopped = 1;
         uv_read_stop((uv_stream_t *)&c->tcp);
     }
@@ -814,6 +936,7 @@ static void on_handle_closed(uv_handle_t *h)
     if (--c->handles_open > 0)
         return;
     c->state = TG_CONN_CLOSED;
+    tg_list_unlink(&c->pend_link);
     tg_server_conn_gone(c->server, c);
     tg_tls_free(c->tls);
     tg_buf_dispose(&c->in);
@@ -829,10 +952,7 @@ void tg_conn_close(struct tg_conn *c, const char *why)
         return;
     tg_log(TG_LOG_DEBUG, "connection closed", "conn=%llu state=%s reason=\"%s\"", (unsigned long long)c->id,
            tg_conn_state_str(c->state), why);
-    notify_closing(c);
-    uv_read_stop((uv_stream_t *)&c->tcp);
-    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
-    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    mark_closing(c, PEND_CLOSE);
 }
 
 void tg_conn_close_now(struct tg_conn *c, const char *why)
@@ -841,11 +961,14 @@ void tg_conn_close_now(struct tg_conn *c, const char *why)
         tg_conn_close(c, why);
         return;
     }
-    /* A graceful close waits on uv_shutdown, which waits for a reader that may never come. */
-    if (!uv_is_closing((uv_handle_t *)&c->tcp)) {
-        uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
-        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    if (c->pend & PEND_SHUTDOWN) { /* not started yet: make it abrupt */
+        c->pend = (c->pend & ~PEND_SHUTDOWN) | PEND_CLOSE;
+        return;
     }
+    if (c->pend & PEND_CLOSE)
+        return;
+    /* A graceful close waits on uv_shutdown, which waits for a reader that may never come. */
+    close_handles(c);
 }
 
 /* ---- accept (last, as in h2o) ---------------------------------------------------- */
@@ -863,6 +986,7 @@ void tg_http1_accept(struct tg_server *srv, struct tg_listener *l, uv_stream_t *
     c->handles_open = 2;
     tg_list_init(&c->link);
     tg_list_init(&c->cork_link);
+    tg_list_init(&c->pend_link);
     if (uv_accept(listen_handle, (uv_stream_t *)&c->tcp) != 0) {
         c->state = TG_CONN_CLOSING;
         uv_close((uv_handle_t *)&c->tcp, on_handle_closed);

@@ -76,6 +76,11 @@ struct tg_conn {
     int eof;
     int reject_status; /* set by a parser callback that refused the request (413, 414, 431) */
     int in_process; /* process_input() is on the stack: do not re-enter it */
+    /* Work put off to the end of the loop iteration (tg_http_run_pending), so that no callback
+     * runs inside the tg_http_* or tg_conn_close call that caused it. */
+    unsigned pend;            /* TG_PEND_* */
+    struct tg_list pend_link; /* in the server's pending list while pend != 0 */
+    int wait_drain;           /* pipelined input waits for the output to drain below the mark */
     /* The handler's pending work for this request, if any. */
     void *exchange;
     tg_conn_cb on_abort; /* the client went away while exchange was set */
@@ -112,6 +117,9 @@ void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra_heade
 void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n);
 void tg_http_stream_end(struct tg_conn *c);
 
+/* Closing marks: the connection stops reading and writing at once, and its users hear of it
+ * (on_abort, up_gone, on_watch) from the loop after the current handler has returned, never
+ * from inside this call or a tg_http_* call. The memory goes after the handles' close callbacks. */
 void tg_conn_close(struct tg_conn *c, const char *why);
 /* Close even a connection already waiting for its last writes (end of a drain). */
 void tg_conn_close_now(struct tg_conn *c, const char *why);
@@ -121,13 +129,19 @@ void tg_http_upgrade(struct tg_conn *c, const char *extra_headers);
 /* Hand the upgraded connection to a protocol (NULL callbacks detach it). */
 void tg_http_take_over(struct tg_conn *c, tg_conn_cb on_data, tg_conn_cb on_tick, tg_conn_cb on_gone, void *ud);
 void tg_http_upgraded_timer(struct tg_conn *c, uint64_t ms);
+/* Stop reading an upgraded connection until its output drains below the mark. */
+void tg_http_read_pause(struct tg_conn *c);
 /* Bytes for the peer as they are (encrypted on TLS connections). */
 void tg_http_raw_write(struct tg_conn *c, const char *p, size_t n);
 /* Write what streams gathered this iteration (the server calls it once per loop iteration). */
 void tg_http_flush(struct tg_conn *c);
 /* Close once everything queued has been written. */
 void tg_http_close_after_writes(struct tg_conn *c);
-/* Stop or resume delivering new requests (used while draining). */
+/* Run what connections put off (close notifications, pipelined input); the server calls it
+ * once per loop iteration, with no handler on the stack. */
+void tg_http_run_pending(struct tg_server *srv);
+/* 1 when this connection's queued output, or the whole process's, is over its limit. */
+int tg_conn_output_high(const struct tg_conn *c);
 const char *tg_http_status_text(int status);
 
 #endif

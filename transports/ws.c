@@ -222,6 +222,12 @@ static void on_data(struct tg_conn *c, void *ud)
         c->in.len = 0;
         return;
     }
+    if (tg_conn_output_high(c)) {
+        /* A peer that sends (pings, requests) and reads nothing: what we would answer counts
+         * toward the mark, so stop reading until it drains (http1 resumes us then). */
+        tg_http_read_pause(c);
+        return;
+    }
     ws->feedable = whole_frames(ws, (const unsigned char *)c->in.base, c->in.len);
     if (ws->feedable == 0 && !ws->oversized)
         return; /* not a whole frame yet: wait for more */

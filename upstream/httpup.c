@@ -38,9 +38,15 @@ struct tg_upconn {
     uint64_t id;
 };
 
+/* One upstream's runtime. Owner: refcounted. The server holds one reference while the
+ * upstream is in its conf; each call and legacy SSE link of a session holds one. It is freed by
+ * maybe_free() once no reference, connection or request is left, so an upstream a reload
+ * removed lives until its last call ends. It holds a reference on the conf its uc points into. */
 struct tg_upstream {
     uv_loop_t *loop;
     const struct tg_upstream_conf *uc;
+    struct tg_conf *conf; /* reference: uc points into it */
+    int refcnt;
     struct tg_metrics *metrics;
     struct sockaddr_storage addr;
     int addr_literal;
@@ -71,6 +77,7 @@ struct tg_upreq {
     int got_bytes;
     int paused;
     int pending_err;
+    int sent; /* bytes of the request may have reached the upstream */
     int status;
     uint64_t timeout_ms;
     uint64_t start_ns;
@@ -86,6 +93,8 @@ struct upwrite {
 };
 
 static void conn_close(struct tg_upconn *c);
+static void finish_later(struct tg_upreq *r, int err);
+static void maybe_free(struct tg_upstream *u);
 static void conn_new(struct tg_upstream *u, struct tg_upreq *r, int dedicated);
 static void acquire(struct tg_upreq *r);
 static void finish(struct tg_upreq *r, int err);
@@ -231,9 +240,10 @@ static void conn_send(struct tg_upconn *c)
         c->req = NULL;
         r->conn = NULL;
         conn_close(c);
-        finish(r, TG_ECLOSED);
+        finish_later(r, TG_ECLOSED); /* conn_send runs inside tg_upreq_start too */
         return;
     }
+    r->sent = 1;
     if (!r->paused)
         uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read);
 }
@@ -276,8 +286,7 @@ static void on_conn_closed(uv_handle_t *h)
     struct tg_upstream *u = c->up;
     free(c);
     u->open_conns--;
-    if (u->closing && u->open_conns == 0 && u->open_reqs == 0)
-        free(u);
+    maybe_free(u);
 }
 
 static void conn_close(struct tg_upconn *c)
@@ -447,13 +456,16 @@ static void start_connect(struct tg_upconn *c, const struct sockaddr *sa)
     uv_timer_start(&c->timer, on_connect_timeout, (uint64_t)c->up->uc->connect_timeout_ms, 0);
     int e = uv_tcp_connect(&c->connect_req, &c->tcp, sa, on_connected);
     if (e != 0) {
+        /* EMFILE and the like fail here, inside tg_upreq_start: the caller hears of it later. */
+        tg_log(TG_LOG_WARN, "upstream connect failed", "upstream=%s error=\"%s\"", c->up->uc->name, uv_strerror(e));
+        c->up->last_connect_failed = 1;
         struct tg_upreq *r = c->req;
         c->req = NULL;
         if (r)
             r->conn = NULL;
         conn_close(c);
         if (r)
-            finish(r, e);
+            finish_later(r, e);
     }
 }
 
@@ -520,7 +532,7 @@ static void conn_new(struct tg_upstream *u, struct tg_upreq *r, int dedicated)
             r->conn = NULL;
         conn_close(c);
         if (r)
-            finish(r, TG_EINVAL);
+            finish_later(r, TG_EINVAL);
     }
 }
 
@@ -533,8 +545,7 @@ static void on_req_timer_closed(uv_handle_t *h)
     tg_buf_dispose(&r->out);
     free(r);
     u->open_reqs--;
-    if (u->closing && u->open_conns == 0 && u->open_reqs == 0)
-        free(u);
+    maybe_free(u);
 }
 
 static void req_release(struct tg_upreq *r)
@@ -601,6 +612,26 @@ static void fail_later(struct tg_upreq *r, int err)
 {
     r->pending_err = err;
     uv_timer_start(&r->timer, on_req_timer, 0, 0);
+}
+
+/* A failure found inside a call from the owner (tg_upreq_start, a pool change): r leaves its
+ * queue or connection now, and on_done comes from the loop, after that call has returned. */
+static void finish_later(struct tg_upreq *r, int err)
+{
+    if (r->done || r->pending_err)
+        return;
+    if (r->queued) {
+        tg_list_unlink(&r->qlink);
+        r->queued = 0;
+        r->up->nqueued--;
+    }
+    if (r->conn != NULL) {
+        struct tg_upconn *c = r->conn;
+        c->req = NULL;
+        r->conn = NULL;
+        conn_close(c);
+    }
+    fail_later(r, err);
 }
 
 static void serve_queue(struct tg_upstream *u)
@@ -723,13 +754,14 @@ void tg_upreq_resume(struct tg_upreq *r)
 
 void tg_upreq_touch(struct tg_upreq *r)
 {
-    if (!r->done && !r->queued && r->timeout_ms)
+    if (!r->done && !r->queued && !r->pending_err && r->timeout_ms)
         uv_timer_start(&r->timer, on_req_timer, r->timeout_ms, 0);
 }
 
 struct tg_slice tg_upreq_content_type(const struct tg_upreq *r) { return tg_slice_of(r->ctype, r->ctype_len); }
 struct tg_slice tg_upreq_session_id(const struct tg_upreq *r) { return tg_slice_of(r->sid, r->sid_len); }
 int tg_upreq_status(const struct tg_upreq *r) { return r->status; }
+int tg_upreq_sent(const struct tg_upreq *r) { return r->sent; }
 double tg_upreq_elapsed_ms(const struct tg_upreq *r) { return (double)(uv_hrtime() - r->start_ns) / 1e6; }
 
 /* ---- upstream ---------------------------------------------------------------------- */
@@ -784,11 +816,14 @@ struct tg_child *tg_upstream_take_child(struct tg_upstream *u, void (*on_message
     return c;
 }
 
-struct tg_upstream *tg_upstream_new(uv_loop_t *loop, const struct tg_upstream_conf *uc, struct tg_metrics *m)
+struct tg_upstream *tg_upstream_new(uv_loop_t *loop, struct tg_conf *conf, const struct tg_upstream_conf *uc,
+                                    struct tg_metrics *m)
 {
     struct tg_upstream *u = tg_xcalloc(1, sizeof(*u));
     u->loop = loop;
     u->uc = uc;
+    u->conf = conf ? tg_conf_ref(conf) : NULL;
+    u->refcnt = 1;
     u->metrics = m;
     tg_list_init(&u->idle);
     tg_list_init(&u->busy);
@@ -800,7 +835,30 @@ struct tg_upstream *tg_upstream_new(uv_loop_t *loop, const struct tg_upstream_co
     return u;
 }
 
-void tg_upstream_close(struct tg_upstream *u)
+static void maybe_free(struct tg_upstream *u)
+{
+    if (u->refcnt > 0 || u->open_conns > 0 || u->open_reqs > 0)
+        return;
+    if (u->conf)
+        tg_conf_unref(u->conf);
+    free(u);
+}
+
+struct tg_upstream *tg_upstream_ref(struct tg_upstream *u)
+{
+    u->refcnt++;
+    return u;
+}
+
+void tg_upstream_unref(struct tg_upstream *u)
+{
+    if (u == NULL)
+        return;
+    u->refcnt--;
+    maybe_free(u);
+}
+
+static void stop_new_work(struct tg_upstream *u)
 {
     u->closing = 1;
     for (int i = 0; i < 64; i++) {
@@ -808,22 +866,42 @@ void tg_upstream_close(struct tg_upstream *u)
         u->warm[i] = NULL;
     }
     u->nwarm = 0;
+    while (!tg_list_empty(&u->idle))
+        conn_close(tg_container_of(u->idle.next, struct tg_upconn, link));
+}
+
+void tg_upstream_close(struct tg_upstream *u)
+{
+    stop_new_work(u);
     while (!tg_list_empty(&u->queue)) {
         struct tg_upreq *r = tg_container_of(u->queue.next, struct tg_upreq, qlink);
         finish(r, TG_ECLOSED);
     }
-    while (!tg_list_empty(&u->idle))
-        conn_close(tg_container_of(u->idle.next, struct tg_upconn, link));
+    u->refcnt++; /* conn_close may release the last request: free only at the end */
     while (!tg_list_empty(&u->busy))
         conn_close(tg_container_of(u->busy.next, struct tg_upconn, link));
-    if (u->open_conns == 0 && u->open_reqs == 0)
-        free(u);
+    u->refcnt -= 2; /* the one just taken and the owner's */
+    maybe_free(u);
+}
+
+void tg_upstream_retire(struct tg_upstream *u)
+{
+    stop_new_work(u);
+    /* Queued requests were never sent and no new connection will be made for them. */
+    while (!tg_list_empty(&u->queue))
+        finish_later(tg_container_of(u->queue.next, struct tg_upreq, qlink), TG_ECLOSED);
+    tg_upstream_unref(u);
 }
 
 const struct tg_upstream_conf *tg_upstream_conf(const struct tg_upstream *u) { return u->uc; }
 
-void tg_upstream_set_conf(struct tg_upstream *u, const struct tg_upstream_conf *uc)
+void tg_upstream_set_conf(struct tg_upstream *u, struct tg_conf *conf, const struct tg_upstream_conf *uc)
 {
+    if (conf)
+        tg_conf_ref(conf);
+    if (u->conf)
+        tg_conf_unref(u->conf);
+    u->conf = conf;
     u->uc = uc;
     serve_queue(u); /* a larger pool may take queued calls now */
 }

@@ -30,7 +30,8 @@ static int process_line(struct tg_sse_parser *p, const char *l, size_t n, tg_sse
                 tg_slice_of(p->id.base, p->id.len),
                 p->has_id,
             };
-            cb(ud, &ev);
+            if (cb(ud, &ev) != 0)
+                return TG_SSE_STOPPED;
         }
         p->data.len = 0;
         p->event.len = 0;
@@ -110,6 +111,8 @@ int tg_sse_feed(struct tg_sse_parser *p, const char *b, size_t n, tg_sse_event_c
             if (tg_buf_try_append(&p->line, start, k - i, p->max_event + 1024) != 0)
                 return TG_ELIMIT;
             r = process_line(p, p->line.base, p->line.len, cb, ud);
+            if (r == TG_SSE_STOPPED)
+                return r;
             p->line.len = 0;
         } else {
             r = process_line(p, start, k - i, cb, ud);

@@ -16,7 +16,11 @@ struct tg_sse_event {
     int has_id;
 };
 
-typedef void (*tg_sse_event_cb)(void *ud, const struct tg_sse_event *ev);
+/* Return 0 to go on, anything else to stop: tg_sse_feed then returns TG_SSE_STOPPED at once and
+ * touches neither the parser nor the bytes again (the owner may have gone away in the callback;
+ * it frees the parser only after tg_sse_feed has returned). */
+typedef int (*tg_sse_event_cb)(void *ud, const struct tg_sse_event *ev);
+#define TG_SSE_STOPPED 1
 
 struct tg_sse_parser {
     struct tg_buf line;

@@ -502,7 +502,7 @@ static void fixture_init(struct fixture *f, enum srv_mode mode, int pool_size, i
 
 static void upstream_new(struct fixture *f)
 {
-    f->u = tg_upstream_new(&f->loop, &f->uc, &f->m);
+    f->u = tg_upstream_new(&f->loop, NULL, &f->uc, &f->m);
     assert_non_null(f->u);
     assert_ptr_equal(tg_upstream_conf(f->u), &f->uc);
     assert_int_equal(tg_upstream_reachable(f->u), 1);

@@ -26,7 +26,7 @@ static void copy_slice(char *dst, size_t cap, struct tg_slice s)
     dst[s.len] = '\0';
 }
 
-static void on_event(void *ud, const struct tg_sse_event *e)
+static int on_event(void *ud, const struct tg_sse_event *e)
 {
     struct col *c = ud;
     assert_true(c->n < 16);
@@ -36,6 +36,7 @@ static void on_event(void *ud, const struct tg_sse_event *e)
     v->data_len = e->data.len;
     copy_slice(v->id, sizeof(v->id), e->id);
     v->has_id = e->has_id;
+    return 0;
 }
 
 /* Feeds s in the pieces given by cut points (ascending, within 0..n); returns the first error. */
@@ -289,6 +290,39 @@ static void max_event_limit(void **state)
     tg_sse_dispose(&p);
 }
 
+/* The owner of a parser may go away inside the event callback (a session removed by the answer
+ * it just got): returning non-zero stops the feed at once, and the parser is never touched again,
+ * so the owner can free it (here: its heap storage, which ASan would catch being read). */
+struct owner {
+    struct tg_sse_parser *p;
+    int events;
+};
+
+static int on_event_then_gone(void *ud, const struct tg_sse_event *e)
+{
+    struct owner *o = ud;
+    (void)e;
+    o->events++;
+    tg_sse_dispose(o->p);
+    free(o->p);
+    o->p = NULL;
+    return 1;
+}
+
+static void owner_gone_in_callback(void **state)
+{
+    (void)state;
+    struct owner o = {malloc(sizeof(struct tg_sse_parser)), 0};
+    tg_sse_init(o.p, 1 << 20);
+    static const char in[] = "data: one\n\ndata: two\n\ndata: three\n\n";
+    char *bytes = malloc(sizeof(in));
+    memcpy(bytes, in, sizeof(in));
+    assert_int_equal(tg_sse_feed(o.p, bytes, sizeof(in) - 1, on_event_then_gone, &o), TG_SSE_STOPPED);
+    assert_int_equal(o.events, 1);
+    assert_null(o.p);
+    free(bytes);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -301,6 +335,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(bom_at_start),
         cmocka_unit_test(bom_split_across_feeds),
         cmocka_unit_test(max_event_limit),
+        cmocka_unit_test(owner_gone_in_callback),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
