@@ -17,6 +17,7 @@ struct tg_audit {
     uv_loop_t *loop;
     char *path;
     int fd;
+    int old_fd; /* replaced by a reopen while a write held it: closed when that write ends */
     struct tg_buf pending;
     struct tg_buf writing;
     uv_fs_t req;
@@ -34,6 +35,8 @@ static void finish_close(struct tg_audit *a)
 {
     if (a->fd >= 0)
         close(a->fd);
+    if (a->old_fd >= 0)
+        close(a->old_fd);
     tg_buf_dispose(&a->pending);
     tg_buf_dispose(&a->writing);
     free(a->path);
@@ -46,6 +49,10 @@ static void on_written(uv_fs_t *req)
     ssize_t r = req->result;
     uv_fs_req_cleanup(req);
     a->busy = 0;
+    if (a->old_fd >= 0) {
+        close(a->old_fd);
+        a->old_fd = -1;
+    }
     if (r < 0) {
         tg_log(TG_LOG_ERROR, "audit write failed", "file=%s error=\"%s\"", a->path, uv_strerror((int)r));
         a->dropped++;
@@ -96,6 +103,7 @@ struct tg_audit *tg_audit_open(uv_loop_t *loop, const struct tg_audit_conf *ac, 
     struct tg_audit *a = tg_xcalloc(1, sizeof(*a));
     a->loop = loop;
     a->fd = fd;
+    a->old_fd = -1;
     a->path = tg_xstrdup(ac->file);
     a->max_pending = (size_t)ac->max_pending;
     return a;
@@ -120,9 +128,14 @@ void tg_audit_reopen(struct tg_audit *a)
         tg_log(TG_LOG_ERROR, "cannot reopen audit file", "file=%s", a->path);
         return;
     }
-    /* A write in flight still holds the old descriptor; it is closed when the process ends. */
-    if (!a->busy)
+    /* A write in flight still holds the old descriptor: it is closed when that write ends. */
+    if (a->busy) {
+        if (a->old_fd >= 0)
+            close(a->old_fd); /* a reopen before the previous one's write ended: not in use */
+        a->old_fd = a->fd;
+    } else {
         close(a->fd);
+    }
     a->fd = fd;
 }
 
