@@ -3,12 +3,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Live sessions of one grant, so that the per-grant cap costs O(1) per initialize. Owner: the
+ * table; freed when its last session is removed. */
+struct tg_grant_count {
+    char *grant;
+    size_t n;
+    struct tg_grant_count *next;
+};
+
+#define GRANT_BUCKETS 64
+
 struct tg_session_table {
     struct tg_session **buckets;
     size_t nbuckets; /* power of two */
     size_t count;
     struct tg_list all;
+    struct tg_grant_count *grants[GRANT_BUCKETS];
 };
+
+static struct tg_grant_count **grant_slot(struct tg_session_table *t, const char *grant)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)grant; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    struct tg_grant_count **pp = &t->grants[h % GRANT_BUCKETS];
+    while (*pp != NULL && strcmp((*pp)->grant, grant) != 0)
+        pp = &(*pp)->next;
+    return pp;
+}
 
 static size_t bucket_of(const struct tg_session_table *t, const uint8_t id[16])
 {
@@ -42,13 +64,8 @@ size_t tg_session_table_count(const struct tg_session_table *t) { return t->coun
 
 size_t tg_session_count_for_grant(const struct tg_session_table *t, const char *grant)
 {
-    size_t n = 0;
-    for (const struct tg_list *l = t->all.next; l != &t->all; l = l->next) {
-        const struct tg_session *s = tg_container_of(l, struct tg_session, link);
-        if (strcmp(s->grant, grant) == 0)
-            n++;
-    }
-    return n;
+    struct tg_grant_count *gc = *grant_slot((struct tg_session_table *)t, grant);
+    return gc ? gc->n : 0;
 }
 
 static void grow(struct tg_session_table *t)
@@ -91,6 +108,12 @@ struct tg_session *tg_session_create(struct tg_session_table *t, const char *gra
     t->buckets[k] = s;
     tg_list_insert_tail(&t->all, &s->link);
     t->count++;
+    struct tg_grant_count **pp = grant_slot(t, grant);
+    if (*pp == NULL) {
+        *pp = tg_xcalloc(1, sizeof(**pp));
+        (*pp)->grant = tg_xstrdup(grant);
+    }
+    (*pp)->n++;
     return s;
 }
 
@@ -149,6 +172,13 @@ void tg_session_remove(struct tg_session_table *t, struct tg_session *s)
     tg_list_unlink(&s->link);
     t->count--;
     s->live = 0;
+    struct tg_grant_count **pp = grant_slot(t, s->grant);
+    if (*pp != NULL && --(*pp)->n == 0) {
+        struct tg_grant_count *gc = *pp;
+        *pp = gc->next;
+        free(gc->grant);
+        free(gc);
+    }
     if (s->release_link != NULL && s->upstream_link != NULL)
         s->release_link(s);
     tg_session_unref(s);
