@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/audit.h"
@@ -70,6 +71,40 @@ static void on_signal(uv_signal_t *h, int signum)
     }
 }
 
+/* Descriptors: every client connection, every pooled upstream socket and a few of our own
+ * need one. Raise the soft limit as far as the hard one allows, and say clearly when even that
+ * cannot cover limits.max_connections, instead of failing accept() under load. Returns the
+ * limit in force. */
+static rlim_t check_descriptors(const struct tg_conf *conf, int raise, FILE *out)
+{
+    unsigned long long need = (unsigned long long)conf->limits.max_connections + 64;
+    for (size_t i = 0; i < conf->nupstreams; i++)
+        need += (unsigned long long)conf->upstreams[i].pool_size + (unsigned long long)conf->upstreams[i].warm * 3;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    if (raise && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        struct rlimit want = rl;
+        want.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? (rlim_t)need : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+            rl = want;
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        char msg[400];
+        snprintf(msg, sizeof(msg),
+                 "limits.max_connections = %d with the upstream pools needs about %llu descriptors, but RLIMIT_NOFILE "
+                 "allows %llu (hard limit %llu): raise it (ulimit -n, LimitNOFILE= in the unit) or lower "
+                 "limits.max_connections; past the limit, new connections fail",
+                 conf->limits.max_connections, need, (unsigned long long)rl.rlim_cur,
+                 (unsigned long long)rl.rlim_max);
+        if (out != NULL)
+            fprintf(out, "%s: warning: %s\n", conf->path, msg);
+        else
+            tg_log(TG_LOG_WARN, "descriptor limit below what the configuration needs", "detail=\"%s\"", msg);
+    }
+    return rl.rlim_cur;
+}
+
 int main(int argc, char **argv)
 {
     const char *conf_path = "conf/tollgate.conf";
@@ -105,6 +140,7 @@ int main(int argc, char **argv)
     if (conf->warnings.len)
         fwrite(conf->warnings.base, 1, conf->warnings.len, check_only ? stdout : stderr);
     if (check_only) {
+        check_descriptors(conf, 0, stdout);
         printf("tollgate: configuration %s is ok (%zu listener(s), %zu grant(s), %zu upstream(s))\n", conf_path,
                conf->nlisteners, conf->ngrants, conf->nupstreams);
         tg_conf_unref(conf);
@@ -115,6 +151,7 @@ int main(int argc, char **argv)
         tg_conf_unref(conf);
         return 1;
     }
+    check_descriptors(conf, 1, NULL);
     signal(SIGPIPE, SIG_IGN);
     uv_loop_t *loop = uv_default_loop();
     struct tg_server *srv = tg_xcalloc(1, sizeof(*srv));

@@ -17,7 +17,16 @@ static void on_connection(uv_stream_t *h, int status)
 {
     struct tg_listener *l = h->data;
     if (status < 0) {
-        tg_log(TG_LOG_WARN, "accept failed", "error=\"%s\"", uv_strerror(status));
+        /* EMFILE: libuv accepts and drops the waiting connection with its reserved descriptor,
+         * so the loop does not spin; say so once a second, not once per client. */
+        struct tg_server *srv = l->server;
+        srv->metrics.conns_rejected++;
+        uint64_t now = uv_now(srv->loop);
+        if (now - srv->accept_warned_ms >= 1000 || srv->accept_warned_ms == 0) {
+            srv->accept_warned_ms = now;
+            tg_log(TG_LOG_WARN, "accept failed", "error=\"%s\" rejected_total=%llu", uv_strerror(status),
+                   (unsigned long long)srv->metrics.conns_rejected);
+        }
         return;
     }
     tg_http1_accept(l->server, l, h);

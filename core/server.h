@@ -65,6 +65,7 @@ struct tg_server {
     uv_timer_t drain_timer;
     int draining;
     uint64_t drain_deadline;
+    uint64_t accept_warned_ms;
     char tls_scratch[65536];
 };
 
