@@ -56,6 +56,10 @@ void tg_metrics_render(struct tg_server *srv, struct tg_buf *out)
                    (unsigned long long)m->limit_sessions);
     tg_buf_appendf(out, "tollgate_limit_hits_total{limit=\"output_high_water\"} %llu\n",
                    (unsigned long long)m->limit_output);
+    tg_buf_appends(out, "# HELP tollgate_output_buffered_bytes Bytes queued to clients and not yet written, all "
+                        "connections together (bounded by limits.output_total_bytes).\n"
+                        "# TYPE tollgate_output_buffered_bytes gauge\n");
+    tg_buf_appendf(out, "tollgate_output_buffered_bytes %llu\n", (unsigned long long)m->output_buffered);
     size_t nsse, nws, nall = tg_session_table_count(srv->sessions);
     tg_router_channel_counts(srv, &nsse, &nws);
     tg_buf_appends(out, "# HELP tollgate_sessions_open Live MCP sessions by client transport.\n"

@@ -11,7 +11,6 @@ struct tg_metrics {
     uint64_t http_requests, http_status[6]; /* by class 1xx..5xx */
     uint64_t limit_header_bytes, limit_body_bytes, limit_json, limit_inflight, limit_sessions, limit_output;
     uint64_t output_buffered; /* gauge: bytes queued to clients, all connections together */
-    uint64_t limit_output_total;
     uint64_t sessions_open, sessions_created, sessions_expired;
     uint64_t rpc_requests, rpc_notifications, rpc_responses, rpc_refused_nonstandard;
     uint64_t upstream_calls, upstream_errors, upstream_timeouts, upstream_connects, upstream_queue_timeouts;

@@ -144,7 +144,32 @@ struct tg_call {
     struct tg_replay *replay; /* the client SSE stream's ids and replay buffer */
     struct tg_json_doc body_doc; /* MODE_JSON: the answer's spans, parsed once */
     int body_doc_ok;
+    /* SEP-1699: the upstream ended the answer stream early with an event id and a retry; the
+     * call waits retry ms (resume), then GETs the stream again with Last-Event-ID. */
+    struct resume_wait *resume;
+    int resumes;       /* reconnects in a row without an event between them */
+    int resuming;      /* the upstream request now is such a GET */
+    int resume_failed; /* that GET was refused: what it says is not relayed */
 };
+
+/* The timer of a call waiting to reconnect. Owner: the call until it is cancelled; freed in
+ * its close callback. */
+struct resume_wait {
+    uv_timer_t timer;
+    struct tg_call *k; /* NULL once cancelled */
+};
+
+static void on_resume_closed(uv_handle_t *h) { free(h->data); }
+
+static void resume_cancel(struct tg_call *k)
+{
+    struct resume_wait *w = k->resume;
+    if (w == NULL)
+        return;
+    k->resume = NULL;
+    w->k = NULL;
+    uv_close((uv_handle_t *)&w->timer, on_resume_closed);
+}
 
 static const char *const supported_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL};
 
@@ -430,6 +455,7 @@ static void call_free(struct tg_call *k)
         tg_upreq_cancel(k->up);
         k->up = NULL;
     }
+    resume_cancel(k);
     if (k->parked) {
         tg_list_unlink(&k->alink);
         k->srv->napprovals--;
@@ -505,7 +531,7 @@ static void abandon(struct tg_call *k)
  * its events kept in the replay buffer. Returns 1 if the call was kept. */
 static int detach_stream(struct tg_call *k)
 {
-    if (k->replay == NULL || (k->up == NULL && !k->awaiting && k->kind != KIND_GET))
+    if (k->replay == NULL || (k->up == NULL && !k->awaiting && k->resume == NULL && k->kind != KIND_GET))
         return 0;
     k->replay->detached_at = now_ms(k->srv);
     return 1;
@@ -641,7 +667,7 @@ static void sse_write_message(struct tg_call *k, const char *p, size_t n)
         tg_http_stream_write(k->conn, b.base, b.len);
     tg_buf_dispose(&b);
     k->srv->metrics.sse_events_relayed++;
-    if (k->conn && k->conn->out_pending > (size_t)k->srv->conf->limits.output_high_water && k->up) {
+    if (k->conn && tg_conn_output_high(k->conn) && k->up) {
         k->srv->metrics.limit_output++;
         tg_upreq_pause(k->up);
     }
@@ -671,7 +697,11 @@ static int filter_tools_list(struct tg_call *k, const char *p, size_t n, struct 
         return 0;
     cJSON *res = cJSON_GetObjectItemCaseSensitive(doc.root, "result");
     cJSON *tools = cJSON_GetObjectItemCaseSensitive(res, "tools");
-    if (cJSON_IsArray(tools)) {
+    if (!cJSON_IsObject(res) || !cJSON_IsArray(tools)) {
+        cJSON_Delete(doc.root);
+        return 0;
+    }
+    {
         cJSON *t = tools->child;
         while (t) {
             cJSON *next = t->next;
@@ -707,8 +737,23 @@ static int restore_id(struct tg_call *k, const char *p, size_t n, struct tg_buf 
     if (k->kind == KIND_REQUEST && doc.id_raw.len == k->gid_len && memcmp(doc.id_raw.ptr, k->gid_str, k->gid_len) == 0 &&
         doc.method_raw.len == 0) {
         *is_error = doc.error_raw.len > 0;
-        if (k->is_tools_list && !*is_error && filter_tools_list(k, p, n, out))
+        if (k->is_tools_list && !*is_error) {
+            if (filter_tools_list(k, p, n, out))
+                return 1;
+            /* An answer that cannot be filtered is never relayed: it could show hidden tools. */
+            char esc[120];
+            tg_log(TG_LOG_WARN, "upstream tools/list answer cannot be filtered; refused", "upstream=%s body=%s",
+                   up_name(k), tg_log_esc(esc, sizeof(esc), tg_slice_of(p, n)));
+            struct tg_buf d;
+            tg_buf_init(&d);
+            upstream_data(&d, up_name(k));
+            out->len = 0;
+            tg_rpc_error(out, k->client_id, k->client_id_len, TG_RPC_UPSTREAM,
+                         "upstream sent a tools/list answer the gateway cannot filter", d.base);
+            tg_buf_dispose(&d);
+            *is_error = 1;
             return 1;
+        }
         tg_msg_splice_id(out, p, n, (size_t)(doc.id_raw.ptr - p), doc.id_raw.len, k->client_id, k->client_id_len);
         return 1;
     }
@@ -832,6 +877,7 @@ static void relay_sse_event(struct tg_call *k, const struct tg_sse_event *ev)
         return; /* only JSON-RPC messages are relayed */
     if (ev->data.len == 0)
         return; /* priming events carry no message */
+    k->resumes = 0;
     struct tg_buf out;
     tg_buf_init(&out);
     int valid, is_error;
@@ -900,6 +946,23 @@ static void on_up_head(struct tg_upreq *r, int status, void *ud)
 {
     struct tg_call *k = ud;
     struct tg_slice ct = tg_upreq_content_type(r);
+    if (k->resuming) {
+        /* The answer stream again: the client's stream goes on as it was. */
+        if (status == 200 && tg_slice_has_token(ct, "text/event-stream")) {
+            struct tg_sse_parser old = k->sse;
+            tg_sse_init(&k->sse, (size_t)k->srv->conf->limits.response_bytes);
+            memcpy(k->sse.last_id, old.last_id, old.last_id_len);
+            k->sse.last_id_len = old.last_id_len;
+            k->sse.has_last_id = old.has_last_id;
+            k->sse.retry_ms = old.retry_ms;
+            tg_sse_dispose(&old);
+        } else {
+            tg_log(TG_LOG_WARN, "upstream refused to resume the answer stream", "upstream=%s status=%d",
+                   up_name(k), status);
+            k->resume_failed = 1;
+        }
+        return;
+    }
     if (k->is_init) {
         struct tg_slice sid = tg_upreq_session_id(r);
         if (sid.len > 0 && k->sess->up_session == NULL)
@@ -940,6 +1003,8 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
     struct tg_call *k = ud;
     switch (k->mode) {
     case MODE_SSE: {
+        if (k->resume_failed)
+            return;
         k->in_cb++;
         int e = tg_sse_feed(&k->sse, p, n, on_sse_event, k);
         k->in_cb--;
@@ -1012,26 +1077,38 @@ static void answer_upstream_error(struct tg_call *k, const char *why)
     tg_buf_dispose(&d);
 }
 
-/* A decided tools/call is over: keep or give back its reservations, and write its audit line. */
+/* A decided tools/call is over: keep or give back its reservations, and write its audit line.
+ * Reservations are given back only when the upstream certainly did not run the call: the
+ * request never reached it, it refused the request (HTTP 4xx, session gone), or it answered a
+ * JSON-RPC error object. A timeout, a stream that ended without the answer, a 5xx or a garbled
+ * answer keep them: the tool may have run, and a caller who controls how long it runs or how
+ * its upstream answers must not get it for free. */
 static void settle_call(struct tg_call *k, struct tg_upreq *r, int err)
 {
     if (k->dec == NULL)
         return;
     const char *outcome = "ok";
-    if (err == TG_ETIMEDOUT && k->got_response == 0)
-        outcome = "timeout";
-    else if (k->mode == MODE_SSE)
-        outcome = k->got_response == 1 ? "ok" : k->got_response == 2 ? "error" : "unavailable";
-    else if (k->mode == MODE_JSON && err == 0) {
+    int give_back = 0;
+    if (k->mode == MODE_SSE && k->got_response) {
+        outcome = k->got_response == 1 ? "ok" : "error";
+        give_back = k->got_response == 2;
+    } else if (err != 0) {
+        outcome = err == TG_ETIMEDOUT ? "timeout" : "unavailable";
+        give_back = !tg_upreq_sent(r);
+    } else if (k->mode == MODE_SSE) {
+        outcome = "unavailable"; /* the stream ended without the answer */
+    } else if (k->mode == MODE_JSON) {
         if (k->body.base == NULL ||
             tg_json_parse(k->body.base, k->body.len, 1000, 0, &k->body_doc, NULL, NULL) != 0)
             outcome = "error";
         else if ((k->body_doc_ok = 1, k->body_doc.error_raw.len > 0))
-            outcome = "error";
+            outcome = "error", give_back = 1;
     } else {
-        outcome = err == 0 && k->mode != MODE_ERROR && k->mode != MODE_GONE ? "error" : "unavailable";
+        int st = tg_upreq_status(r);
+        outcome = k->mode == MODE_ERROR || k->mode == MODE_GONE ? "unavailable" : "error";
+        give_back = k->mode == MODE_GONE || (k->mode == MODE_ERROR && st >= 400 && st < 500);
     }
-    if (strcmp(outcome, "ok") != 0)
+    if (give_back)
         refund(k);
     audit_call(k, "allow", tg_upreq_elapsed_ms(r), outcome, NULL);
 }
@@ -1065,10 +1142,63 @@ static void batch_finish_call(struct tg_call *k, struct tg_upreq *r, int err)
     (void)r;
 }
 
+static const struct tg_upreq_cbs call_cbs;
+static void session_headers(struct tg_buf *h, struct tg_session *s, int with_session);
+
+static void on_resume_due(uv_timer_t *t)
+{
+    struct resume_wait *w = t->data;
+    struct tg_call *k = w->k;
+    if (k == NULL)
+        return;
+    resume_cancel(k);
+    if (k->closed || k->sess == NULL)
+        return;
+    struct tg_buf h;
+    tg_buf_init(&h);
+    session_headers(&h, k->sess, 1);
+    tg_buf_appends(&h, "Last-Event-ID: ");
+    tg_buf_append(&h, k->sse.last_id, k->sse.last_id_len);
+    tg_buf_appends(&h, "\r\n");
+    tg_buf_append(&h, "", 1);
+    k->resuming = 1;
+    k->up = tg_upreq_start(k->uprt, "GET", h.base, NULL, 0, 1, (uint64_t)tg_upstream_conf(k->uprt)->call_timeout_ms,
+                           &call_cbs, k);
+    tg_buf_dispose(&h);
+}
+
+/* The upstream ended a request's SSE answer before the answer, having given the stream an id
+ * and a retry time (SEP-1699 polling): reconnect after that time instead of failing the call.
+ * Returns 1 if the call now waits for that. */
+static int try_resume(struct tg_call *k)
+{
+    if (k->kind != KIND_REQUEST || k->got_response || k->resume_failed || !k->sse.has_last_id ||
+        k->sse.retry_ms < 0 || k->resumes >= 16 || k->srv->draining)
+        return 0;
+    if (k->conn == NULL && k->batch == NULL && k->channel == NULL && k->replay == NULL)
+        return 0; /* nobody would read the answer */
+    long ms = k->sse.retry_ms;
+    long cap = tg_upstream_conf(k->uprt)->call_timeout_ms;
+    if (ms > cap)
+        ms = cap;
+    struct resume_wait *w = tg_xcalloc(1, sizeof(*w));
+    w->k = k;
+    uv_timer_init(k->srv->loop, &w->timer);
+    w->timer.data = w;
+    uv_timer_start(&w->timer, on_resume_due, (uint64_t)ms, 0);
+    k->resume = w;
+    k->resumes++;
+    tg_log(TG_LOG_DEBUG, "upstream closed the answer stream early; reconnecting", "upstream=%s retry_ms=%ld",
+           up_name(k), ms);
+    return 1;
+}
+
 static void on_up_done(struct tg_upreq *r, int err, void *ud)
 {
     struct tg_call *k = ud;
     k->up = NULL;
+    if (err == 0 && k->mode == MODE_SSE && try_resume(k))
+        return;
     settle_call(k, r, err);
     const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
     if (k->batch != NULL) {
@@ -1253,6 +1383,9 @@ static char *id_key_of_number(const cJSON *n)
     return k;
 }
 
+static int sse_link_send(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *body,
+                         size_t len, uint64_t gid);
+
 /* deny_server_requests on a message-stream upstream: the gateway answers on the same stream. */
 static int refuse_stream_request(struct tg_call *probe, const char *p, size_t n)
 {
@@ -1275,25 +1408,28 @@ static int refuse_stream_request(struct tg_call *probe, const char *p, size_t n)
         tg_rpc_error(&e, doc.id_raw.ptr, doc.id_raw.len, TG_RPC_DENIED, msg, NULL);
         if (probe->sess->upstream_link != NULL && uc->transport == TG_UP_STDIO)
             tg_child_send(probe->sess->upstream_link, e.base, e.len);
+        else if (probe->sess->upstream_link != NULL && uc->transport == TG_UP_SSE)
+            sse_link_send(probe->srv, probe->sess, probe->uprt, e.base, e.len, 0); /* POSTed like any reply */
         tg_buf_dispose(&e);
     }
     cJSON_Delete(doc.root);
     return refused;
 }
 
-static void stream_fail(struct tg_call *k, const char *why);
+static void stream_fail(struct tg_call *k, const char *why, int give_back);
 
 /* A client that stopped reading stops its message-stream upstream too (answers included);
  * its drain resumes it. */
 static void session_backpressure(struct tg_server *srv, struct tg_session *s)
 {
     size_t pending = s->channel ? channel_pending(s->channel) : 0;
+    int high = 0;
     for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        if (k->conn && k->conn->out_pending > pending)
-            pending = k->conn->out_pending;
+        if (k->conn && tg_conn_output_high(k->conn))
+            high = 1;
     }
-    if (pending > (size_t)srv->conf->limits.output_high_water || s->stalled > 0) {
+    if (high || pending > (size_t)srv->conf->limits.output_high_water || s->stalled > 0) {
         srv->metrics.limit_output++;
         link_pause(s, 1);
     }
@@ -1311,8 +1447,7 @@ static void on_answer_drained(struct tg_conn *c, void *ud)
 
 static void watch_answer(struct tg_server *srv, struct tg_session *s, struct tg_conn *c)
 {
-    if (c == NULL || c->state >= TG_CONN_CLOSING || c->on_watch != NULL ||
-        c->out_pending <= (size_t)srv->conf->limits.output_high_water)
+    if (c == NULL || c->state >= TG_CONN_CLOSING || c->on_watch != NULL || !tg_conn_output_high(c))
         return;
     s->stalled++;
     c->watch_ud = tg_session_ref(s);
@@ -1387,7 +1522,8 @@ static void on_post_done(struct tg_upreq *r, int err, void *ud)
                     snprintf(why, sizeof(why), "upstream %s is unavailable", up_name(k));
                 else
                     snprintf(why, sizeof(why), "upstream %s answered HTTP %d", up_name(k), st);
-                stream_fail(k, why);
+                /* a refused POST (4xx) or one that never left never ran */
+                stream_fail(k, why, err != 0 ? !tg_upreq_sent(r) : st >= 400 && st < 500);
                 break;
             }
         }
@@ -1614,7 +1750,7 @@ static void stream_send(struct tg_call *k, const char *body, size_t len, uint64_
     if (!sent) {
         char why[160];
         snprintf(why, sizeof(why), "upstream %s could not be started or has gone", uc->name);
-        stream_fail(k, why);
+        stream_fail(k, why, 1); /* the message was never written */
         return;
     }
     k->forwarded = 1;
@@ -1631,20 +1767,20 @@ static void stream_send(struct tg_call *k, const char *body, size_t len, uint64_
     tg_list_insert_tail(&srv->awaiting, &k->alink);
 }
 
-/* A decided call's audit line and refund, for answers that came on a message stream. */
-static void stream_settle(struct tg_call *k, const char *outcome)
+/* A decided call's audit line and refund, for answers that came on a message stream.
+ * give_back: the upstream certainly did not run it (see settle_call). */
+static void stream_settle(struct tg_call *k, const char *outcome, int give_back)
 {
     if (k->dec == NULL)
         return;
-    /* A call the client left behind may have run: only a failed upstream gives reservations back. */
-    if (strcmp(outcome, "ok") != 0 && strcmp(outcome, "client_gone") != 0)
+    if (give_back)
         refund(k);
     audit_call(k, "allow", (double)(now_ms(k->srv) - k->sent_at), outcome, NULL);
 }
 
-static void stream_fail(struct tg_call *k, const char *why)
+static void stream_fail(struct tg_call *k, const char *why, int give_back)
 {
-    stream_settle(k, strstr(why, "timed out") ? "timeout" : "unavailable");
+    stream_settle(k, strstr(why, "timed out") ? "timeout" : "unavailable", give_back);
     struct tg_buf e, d;
     tg_buf_init(&e);
     tg_buf_init(&d);
@@ -1684,7 +1820,7 @@ static void stream_answer(struct tg_call *k, const char *p, size_t n)
         if (!is_error)
             note_init_result(k, p, n);
     }
-    stream_settle(k, is_error ? "error" : "ok");
+    stream_settle(k, is_error ? "error" : "ok", is_error);
     if (k->batch != NULL) {
         batch_add(k->batch, out.base, out.len);
     } else if (k->conn != NULL && k->mode == MODE_SSE) {
@@ -1811,7 +1947,7 @@ static void stream_upstream_gone(struct tg_session *s, const char *why)
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
         l = l->next;
         if (k->awaiting)
-            stream_fail(k, why);
+            stream_fail(k, why, 0);
     }
     if (s->channel != NULL)
         channel_end(s->channel, 1011, "upstream gone");
@@ -2093,21 +2229,21 @@ static int cancel_parked(struct tg_session *s, struct tg_msg *m)
 {
     cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
     cJSON *rid = cJSON_GetObjectItemCaseSensitive(params, "requestId");
-    char want[160];
-    if (cJSON_IsString(rid) && strlen(rid->valuestring) < sizeof(want) - 1)
-        snprintf(want, sizeof(want), "s%s", rid->valuestring);
-    else if (cJSON_IsNumber(rid) && rid->valuestring && strlen(rid->valuestring) < sizeof(want) - 1)
-        snprintf(want, sizeof(want), "n%s", rid->valuestring);
-    else
+    /* The key of an id of any length (ids are bounded only by limits.body_bytes). */
+    char *want = cJSON_IsString(rid) ? id_key_of_string(rid->valuestring) : id_key_of_number(rid);
+    if (want == NULL)
         return 0;
+    int found = 0;
     for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
         if (k->parked && k->id_key && strcmp(k->id_key, want) == 0) {
             approval_finish(k, 0, "client", "cancelled");
-            return 1;
+            found = 1;
+            break;
         }
     }
-    return 0;
+    free(want);
+    return found;
 }
 
 /* Notifications and responses from the client. */
@@ -2558,7 +2694,7 @@ static void abort_waiting(struct tg_server *srv)
 {
     while (!tg_list_empty(&srv->awaiting)) {
         struct tg_call *k = tg_container_of(srv->awaiting.next, struct tg_call, alink);
-        stream_fail(k, "the gateway is shutting down");
+        stream_fail(k, "the gateway is shutting down", 0);
     }
     while (!tg_list_empty(&srv->approvals)) {
         struct tg_call *k = tg_container_of(srv->approvals.next, struct tg_call, alink);
@@ -2658,12 +2794,16 @@ static void end_session_calls(struct tg_session *s)
         l = l->next;
         if (k->kind == KIND_GET || k->parked || k->in_cb)
             continue;
-        if (k->up == NULL && !k->awaiting)
+        if (k->up == NULL && !k->awaiting && k->resume == NULL)
             continue;
         if (k->up != NULL) {
             abandon(k);
+        } else if (k->resume != NULL) {
+            resume_cancel(k);
+            if (k->dec)
+                audit_call(k, "allow", -1, "client_gone", NULL);
         } else {
-            stream_settle(k, "client_gone");
+            stream_settle(k, "client_gone", 0);
         }
         if (k->conn != NULL || k->batch != NULL) {
             struct tg_buf e, d;
@@ -3516,7 +3656,7 @@ void tg_router_tick(struct tg_server *srv, int sessions_too)
         if (k->deadline <= now) {
             char why[160];
             snprintf(why, sizeof(why), "upstream %s timed out", up_name(k));
-            stream_fail(k, why);
+            stream_fail(k, why, 0); /* it may have run */
         }
     }
     if (sessions_too)
@@ -3535,7 +3675,7 @@ void tg_router_drop_session(struct tg_server *srv, struct tg_session *s)
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
         l = l->next;
         if (k->awaiting)
-            stream_fail(k, why);
+            stream_fail(k, why, 0);
     }
     if (s->channel != NULL)
         channel_end(s->channel, 1012, "upstream removed");

@@ -10,6 +10,7 @@ void tg_sse_init(struct tg_sse_parser *p, size_t max_event)
     tg_buf_init(&p->event);
     tg_buf_init(&p->id);
     p->max_event = max_event;
+    p->retry_ms = -1;
 }
 
 void tg_sse_dispose(struct tg_sse_parser *p)
@@ -66,9 +67,24 @@ static int process_line(struct tg_sse_parser *p, const char *l, size_t n, tg_sse
             if (tg_buf_try_append(&p->id, v, vn, 1024) != 0)
                 return TG_ELIMIT;
             p->has_id = 1;
+            /* Kept for Last-Event-ID only when it can be sent back as a header as it is. */
+            int printable = vn < sizeof(p->last_id);
+            for (size_t i = 0; i < vn && printable; i++)
+                printable = (unsigned char)v[i] >= 0x20 && (unsigned char)v[i] < 0x7f;
+            p->has_last_id = printable;
+            p->last_id_len = printable ? vn : 0;
+            if (printable)
+                memcpy(p->last_id, v, vn);
         }
+    } else if (fn == 5 && memcmp(l, "retry", 5) == 0) {
+        long ms = 0;
+        size_t i = 0;
+        for (; i < vn && i < 9 && v[i] >= '0' && v[i] <= '9'; i++)
+            ms = ms * 10 + (v[i] - '0');
+        if (i == vn && vn > 0)
+            p->retry_ms = ms;
     }
-    /* "retry" and unknown fields are ignored by a relay. */
+    /* Unknown fields are ignored. */
     return 0;
 }
 

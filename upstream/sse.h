@@ -32,6 +32,13 @@ struct tg_sse_parser {
     int last_cr;
     int bom_checked; /* bytes of a leading BOM matched so far; 3 = done */
     size_t max_event;
+    /* The stream's state for a reconnect (WHATWG "last event ID" and "reconnection time"):
+     * last_id holds the last id field seen (set even by an event without data), retry_ms the
+     * last valid retry field, or -1. */
+    char last_id[256];
+    size_t last_id_len;
+    int has_last_id;
+    long retry_ms;
 };
 
 void tg_sse_init(struct tg_sse_parser *p, size_t max_event);
