@@ -10,6 +10,9 @@
 #include "test/unit/unit.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <netdb.h>
 #include <llhttp.h>
 #include <strings.h>
@@ -1330,6 +1333,72 @@ static void close_with_deferred_error_pending(void **state)
     free(f);
 }
 
+/* A connect that fails inside tg_upreq_start (here EMFILE: no descriptor left for the socket)
+ * is reported from the loop, never inside the start call: the caller may still be setting up
+ * the object it passed as ud, and a callback freeing it there was a use-after-free. The request
+ * never reached the upstream, and says so. */
+static int sent_seen = -1;
+static void after_done_note_sent(struct call *c) { sent_seen = tg_upreq_sent(c->r); }
+
+static void sync_connect_failure_reported_later(void **state)
+{
+    (void)state;
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 2, 10);
+    upstream_new(f);
+    f->after_done = after_done_note_sent;
+    struct rlimit old;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int probe = open("/dev/null", O_RDONLY);
+    assert_true(probe >= 0);
+    close(probe);
+    struct rlimit low = old;
+    low.rlim_cur = (rlim_t)probe; /* the next descriptor would be number `probe`: refused */
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    start_call(f, 0, 0);
+    int done_inside_start = f->calls[0].done;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_int_equal(done_inside_start, 0);
+    run_until_done(f, 1, 2000);
+    assert_int_equal(f->calls[0].done, 1);
+    assert_int_equal(f->calls[0].err, UV_EMFILE);
+    assert_int_equal(sent_seen, 0);
+    assert_int_equal(f->srv.requests, 0);
+    /* The pool is usable again once descriptors are. */
+    f->after_done = NULL;
+    start_call(f, 1, 0);
+    run_until_done(f, 2, 2000);
+    assert_int_equal(f->calls[1].err, 0);
+    fixture_finish(f);
+    free(f);
+}
+
+/* A reload that removes an upstream retires it: calls in flight finish on their connection,
+ * nothing new starts, and the memory goes only after the last holder lets go. */
+static void retire_lets_calls_in_flight_finish(void **state)
+{
+    (void)state;
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 1, 10);
+    f->srv.delay_ms = 50;
+    upstream_new(f);
+    start_call(f, 0, 0);
+    RUN_UNTIL(f, f->srv.requests == 1, 2000);
+    start_call(f, 1, 0); /* queued behind it: never sent */
+    struct tg_upstream *held = tg_upstream_ref(f->u);
+    tg_upstream_retire(f->u);
+    f->u = NULL;
+    assert_int_equal(f->calls[1].done, 0); /* not inside retire either */
+    run_until_done(f, 2, 2000);
+    assert_int_equal(f->calls[0].err, 0);
+    assert_int_equal(f->calls[1].err, TG_ECLOSED);
+    assert_int_equal(f->srv.requests, 1);
+    assert_ptr_equal(tg_upstream_conf(held), &f->uc); /* still valid while held */
+    tg_upstream_unref(held);
+    fixture_finish(f);
+    free(f);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1358,6 +1427,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(pause_before_connected),
         cmocka_unit_test(queue_deadline_stops_once_dequeued),
         cmocka_unit_test(close_with_deferred_error_pending),
+        cmocka_unit_test(sync_connect_failure_reported_later),
+        cmocka_unit_test(retire_lets_calls_in_flight_finish),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
