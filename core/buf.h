@@ -100,5 +100,16 @@ static inline void tg_list_unlink(struct tg_list *n)
     n->next->prev = n->prev;
     n->prev = n->next = n;
 }
+/* Move every node of from to the end of head; from is left empty. */
+static inline void tg_list_splice_tail(struct tg_list *head, struct tg_list *from)
+{
+    if (from->next == from)
+        return;
+    from->next->prev = head->prev;
+    head->prev->next = from->next;
+    from->prev->next = head;
+    head->prev = from->prev;
+    from->prev = from->next = from;
+}
 
 #endif

@@ -58,20 +58,25 @@ static int bind_listener(struct tg_server *srv, struct tg_listener *l, const cha
     return 0;
 }
 
-/* After each round of I/O: write what streams gathered (see send_owned in transports/http1.c). */
+static void on_pending_idle(uv_idle_t *h) { (void)h; }
+
+/* After each round of I/O, and before polling: closing connections notify their users and
+ * pipelined input is parsed (with no handler on the stack), closed calls are released, and
+ * what streams gathered is written (see send_owned in transports/http1.c). Each round takes
+ * what was queued before it; what it queues waits for the next round, and an idle handle keeps
+ * the loop from blocking in between, so one client pipelining requests cannot hold the loop. */
 static void flush_all(struct tg_server *srv)
 {
-    /* Closing connections notify their users and pipelined input is parsed here, with no
-     * handler on the stack; what that writes is flushed below, and what flushing closes is
-     * handled by the next round. */
-    do {
-        tg_http_run_pending(srv);
-        tg_router_run_pending(srv);
-        while (!tg_list_empty(&srv->corked)) {
-            struct tg_conn *c = tg_container_of(srv->corked.next, struct tg_conn, cork_link);
-            tg_http_flush(c);
-        }
-    } while (!tg_list_empty(&srv->conn_pending));
+    tg_http_run_pending(srv);
+    tg_router_run_pending(srv);
+    while (!tg_list_empty(&srv->corked)) {
+        struct tg_conn *c = tg_container_of(srv->corked.next, struct tg_conn, cork_link);
+        tg_http_flush(c);
+    }
+    if (!tg_list_empty(&srv->conn_pending) || !tg_list_empty(&srv->dead_calls))
+        uv_idle_start(&srv->pending_idle, on_pending_idle);
+    else
+        uv_idle_stop(&srv->pending_idle);
 }
 
 static void on_flush(uv_check_t *h) { flush_all(h->data); }
@@ -139,6 +144,8 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     srv->flush_prepare.data = srv;
     uv_prepare_start(&srv->flush_prepare, on_flush_prepare);
     uv_unref((uv_handle_t *)&srv->flush_prepare);
+    uv_idle_init(loop, &srv->pending_idle);
+    uv_unref((uv_handle_t *)&srv->pending_idle);
     srv->flush_ready = 1;
     uv_timer_init(loop, &srv->drain_timer);
     srv->drain_timer.data = srv;
@@ -279,6 +286,7 @@ void tg_server_dispose(struct tg_server *srv)
     if (srv->flush_ready) {
         uv_close((uv_handle_t *)&srv->flush_check, NULL);
         uv_close((uv_handle_t *)&srv->flush_prepare, NULL);
+        uv_close((uv_handle_t *)&srv->pending_idle, NULL);
         uv_run(srv->loop, UV_RUN_DEFAULT);
     }
     for (size_t i = 0; i < srv->nlisteners; i++)

@@ -41,7 +41,8 @@ struct tg_server {
     struct tg_list conn_pending; /* connections with work put off to the end of the iteration */
     uv_check_t flush_check; /* writes it after each round of I/O */
     uv_prepare_t flush_prepare; /* and before polling (what timers wrote) */
-    int flush_ready;            /* both initialized */
+    uv_idle_t pending_idle;     /* active while work waits for the next round: poll must not block */
+    int flush_ready;            /* the three initialized */
     size_t nconns;
     uint64_t next_conn_id;
     uint64_t next_gid; /* gateway JSON-RPC ids sent upstream */

@@ -560,8 +560,11 @@ static void process_input(struct tg_conn *c);
 
 void tg_http_run_pending(struct tg_server *srv)
 {
-    while (!tg_list_empty(&srv->conn_pending)) {
-        struct tg_conn *c = tg_container_of(srv->conn_pending.next, struct tg_conn, pend_link);
+    struct tg_list round;
+    tg_list_init(&round);
+    tg_list_splice_tail(&round, &srv->conn_pending); /* what was queued before this round */
+    while (!tg_list_empty(&round)) {
+        struct tg_conn *c = tg_container_of(round.next, struct tg_conn, pend_link);
         tg_list_unlink(&c->pend_link);
         unsigned what = c->pend;
         c->pend = 0;

@@ -215,6 +215,36 @@ static void list_ops(void **state)
     assert_int_equal(seen[1], 3);
 }
 
+/* A round of deferred work takes the whole queue at once; what is queued meanwhile waits. */
+static void list_splice(void **state)
+{
+    (void)state;
+    struct item {
+        int v;
+        struct tg_list link;
+    } it[5];
+    struct tg_list a, b;
+    tg_list_init(&a);
+    tg_list_init(&b);
+    tg_list_splice_tail(&a, &b); /* empty into empty */
+    assert_int_equal(tg_list_empty(&a), 1);
+    for (int i = 0; i < 5; i++) {
+        it[i].v = i;
+        tg_list_insert_tail(i < 2 ? &a : &b, &it[i].link);
+    }
+    tg_list_splice_tail(&a, &b);
+    assert_int_equal(tg_list_empty(&b), 1);
+    int n = 0;
+    for (struct tg_list *l = a.next; l != &a; l = l->next, n++)
+        assert_int_equal(tg_container_of(l, struct item, link)->v, n);
+    assert_int_equal(n, 5);
+    for (struct tg_list *l = a.prev; l != &a; l = l->prev)
+        n--;
+    assert_int_equal(n, 0);
+    tg_list_insert_tail(&b, &(struct item){9, {0}}.link); /* b works again after the splice */
+    assert_int_equal(tg_list_empty(&b), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -227,6 +257,7 @@ int main(void)
         cmocka_unit_test(hex_round_trip),
         cmocka_unit_test(random_fills),
         cmocka_unit_test(list_ops),
+        cmocka_unit_test(list_splice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
