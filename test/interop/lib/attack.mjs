@@ -170,14 +170,22 @@ export function httpText(method, p, { host, headers = {}, body } = {}) {
   return `${method} ${p} HTTP/1.1\r\n` + Object.entries(h).map(([k, v]) => `${k}: ${v}\r\n`).join('') + '\r\n' + (body ?? '');
 }
 
-/** Connects, writes `text`, then resets the connection at once (RST: SO_LINGER 0). */
+/**
+ * Connects, writes `text`, then resets the connection at once (RST: SO_LINGER 0).
+ * Resolves false when the connection could not be made (nobody listens any more).
+ */
 export async function sendAndReset(port, text) {
   const s = net.connect(port, '127.0.0.1');
+  const ok = await new Promise((resolve) => {
+    s.once('connect', () => resolve(true));
+    s.once('error', () => resolve(false));
+  });
   s.on('error', () => {});
-  await once(s, 'connect');
+  if (!ok) return false;
   s.write(text);
   s.resetAndDestroy();
   if (!s.closed) await once(s, 'close');
+  return true;
 }
 
 /** A connected raw socket (paused unless told otherwise) that collects what it is sent. */
