@@ -356,6 +356,7 @@ static void on_write(uv_write_t *req, int status)
 static void send_wire(struct tg_conn *c, struct tg_buf *wire);
 
 static void send_now(struct tg_conn *c, struct tg_buf *b);
+static void flush_cork(struct tg_conn *c);
 
 /* Takes the storage of b (which is left empty): plaintext, encrypted first on a TLS connection.
  * Streams (SSE answers, upgraded connections) are corked: what they write during one loop
@@ -382,11 +383,13 @@ static void send_owned(struct tg_conn *c, struct tg_buf *b)
         return;
     }
     if (c->cork.len > 0)
-        tg_http_flush(c); /* keep the order */
+        flush_cork(c); /* keep the order */
     send_now(c, b);
 }
 
-void tg_http_flush(struct tg_conn *c)
+/* Write what the cork gathered. No callback runs here: this is called inside respond and
+ * close paths too. */
+static void flush_cork(struct tg_conn *c)
 {
     tg_list_unlink(&c->cork_link);
     if (c->cork.len == 0)
@@ -396,6 +399,11 @@ void tg_http_flush(struct tg_conn *c)
     out_sub(c, c->out_pending_corked);
     c->out_pending_corked = 0;
     send_now(c, &b);
+}
+
+void tg_http_flush(struct tg_conn *c)
+{
+    flush_cork(c);
     /* A direct write that took everything completes no write request: say "drained" here, or
      * an upstream paused while this was corked would never be resumed. */
     drained(c);
@@ -531,7 +539,7 @@ static void close_graceful(struct tg_conn *c)
 {
     if (c->state >= TG_CONN_CLOSING)
         return;
-    tg_http_flush(c);
+    flush_cork(c);
     if (c->state >= TG_CONN_CLOSING)
         return; /* the flush failed and closed it */
     if (c->tls != NULL) {
