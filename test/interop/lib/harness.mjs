@@ -395,6 +395,16 @@ export async function startTollgate(confPath, { cleanup, listeners = 1, admin = 
       });
     },
     /**
+     * Waits until the metric `name` (as parseMetrics() keys it, labels included) satisfies
+     * pred(value); resolves with the value. Needs the admin listener, like metrics().
+     */
+    async waitForMetric(name, pred, { token, timeout = 10000, what } = {}) {
+      let v;
+      await waitUntil(async () => { v = (await gw.metrics({ token }))[name]; return pred(v); },
+        { timeout, what: what ?? `${name} to reach the expected value`, detail: () => `${name} = ${v}` });
+      return v;
+    },
+    /**
      * GET /metrics on the admin listener (startTollgate with `admin: true`); resolves with
      * parseMetrics() of the body. `token`: the admin bearer token, when admin.token_sha256 is set.
      */
