@@ -145,9 +145,9 @@ function logfmt(line) {
   return out;
 }
 
-/** Resolves to 'pending' if p has not settled within ms. */
+/** Resolves to 'pending' if p has not settled within ms (a negative check: it must not settle). */
 async function stillPending(p, ms = 300) {
-  return Promise.race([p.then(() => 'resolved', () => 'rejected'), H.sleep(ms).then(() => 'pending')]);
+  return Promise.race([p.then(() => 'resolved', () => 'rejected'), H.quietFor(ms).then(() => 'pending')]);
 }
 
 const EC_ARGS = (i) => ({ language: 'python', code: `print(${i})` });
@@ -342,7 +342,7 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     assert.equal(e.code, -32003, e.message);
     assert.equal(e.data?.tool, 'write_file', JSON.stringify(e.data));
     assert.equal(e.data?.approval_id, item.id, JSON.stringify(e.data));
-    await H.sleep(200);
+    await H.quietFor(200); // negative check: nothing reaches the stand-in late
     assert.equal(writes(args.path).length, 0, 'a denied call never reaches the stand-in');
   });
 
@@ -381,7 +381,7 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
       assert.equal(r.status, 200, r.text);
     }
     for (const p of [p1, p2]) assert.equal((await p).code, -32003);
-    await H.sleep(100);
+    await H.quietFor(100); // negative check: nothing reaches the stand-in late
     for (const q of ['/tmp/q1', '/tmp/q2', '/tmp/q3']) assert.equal(writes(q).length, 0, `${q} never reached the stand-in`);
   });
 
@@ -400,7 +400,7 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     assert.ok(gone, 'the abandoned call left the approval queue');
     const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`);
     assert.equal(r.status, 404, `approving an abandoned call: ${r.status} ${r.text}`);
-    await H.sleep(100);
+    await H.quietFor(100); // negative check: nothing reaches the stand-in late
     assert.equal(writes('/tmp/closed').length, 0, 'never forwarded');
     assert.equal(H.resultText(await c.client.callTool({ name: 'echo', arguments: { text: 'still here' } })), 'still here');
   });
@@ -414,7 +414,7 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     await H.waitFor(async () => (await admin(gw, 'GET', '/admin/approvals')).json.approvals.length === 0, { timeout: 1500 });
     // an admin who still sees it and approves must not make it run
     const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`);
-    await H.sleep(300);
+    await H.quietFor(300); // negative check: an approval must not make it run, even a little later
     assert.equal(writes('/tmp/cancelled').length, 0,
       `a call the client cancelled while parked reached the stand-in after approval (approve answered ${r.status} ${r.text})`);
     assert.equal(r.status, 404, `the cancelled call left the approval queue: approve answered ${r.status} ${r.text}`);
@@ -549,7 +549,7 @@ describe('audit log: one line per decision, hashes, redacted values, latency and
       return a.length >= 4 ? a : null;
     }, { timeout: 3000 });
     assert.ok(lines, `four tools/call records: ${fs.existsSync(auditFile) ? fs.readFileSync(auditFile, 'utf8') : '(no audit file)'}`);
-    await H.sleep(200);
+    await H.quietFor(200); // negative check: no fifth line turns up
     const all = auditLines(auditFile).filter((x) => x.method === 'tools/call');
     assert.equal(all.length, 4, `exactly one line per decision: ${JSON.stringify(all, null, 1)}`);
     for (const x of all) {
@@ -774,8 +774,10 @@ describe('hot reload: SIGHUP and POST /admin/reload swap policies, keep counters
   test('a call in flight finishes under the policy it started with; the next one is denied', async () => {
     const before = toolCalls(s).filter((x) => x.msg.params?.name === 'slow').length;
     const t0 = Date.now();
+    const sent = (await gw.metrics({ token: ADMIN_TOKEN }))['tollgate_upstream_calls_total'];
     const call = c.client.callTool({ name: 'slow', arguments: { seconds: 2 } }, undefined, { timeout: 15000 });
-    await H.sleep(400);
+    // the reload comes once the slow call is on its way to the stand-in (decided under the old policy)
+    await gw.waitForMetric('tollgate_upstream_calls_total', (v) => v > sent, { token: ADMIN_TOKEN, what: 'the slow call to be sent upstream' });
     fs.writeFileSync(policyFile, JSON.stringify(base({ echo: { action: 'allow' }, slow: { action: 'deny', reason: 'slow is off now' } })));
     const r = await admin(gw, 'POST', '/admin/reload');
     assert.equal(r.status, 200, r.text);
@@ -819,7 +821,7 @@ describe('non-standard methods: shutdown refused unless the policy names it', ()
     const c = await connect(gw, 'plain', TOKEN);
     const e = await rpcError(c.client.request({ method: 'shutdown', params: {} }, sdk.types.EmptyResultSchema), 'shutdown');
     assert.equal(e.code, -32001, e.message);
-    await H.sleep(200);
+    await H.quietFor(200); // negative check: no shutdown reaches the stand-in late
     assert.equal(shutdowns(s1).length, 0);
     assert.equal(s1.proc.exitCode, null, 'stand-in still running');
     await c.close();
