@@ -126,7 +126,9 @@ function rawExchange(head, body, { timeout = 5000, pauseMs = 150 } = {}) {
     sock.on('connect', async () => {
       sock.write(head, () => {});
       if (body !== undefined) {
-        await H.sleep(pauseMs);
+        // a grace window, not a synchronisation: an early answer (413 on the head) usually comes
+        // first, and when it does not the body goes out and the same answer is expected
+        await H.quietFor(pauseMs);
         if (!done && !sock.destroyed) sock.write(body, () => {});
       }
     });

@@ -347,6 +347,7 @@ function makeInbox() {
         const nullErr = w.got.some((m) => m?.error && (m.id === null || m.id === undefined));
         if (w.pending.size === 0 || w.arrayReply || nullErr) {
           clearTimeout(quiet);
+          // a batch reply or an id-null error may have company: a 150 ms negative window for stragglers
           quiet = setTimeout(() => w.finish(), exp.batch || nullErr ? 150 : 0);
         }
       };
@@ -477,7 +478,7 @@ const legacySse = {
       // refused at the HTTP level: the answer is in the body (and nothing is on the stream)
       let body = [];
       try { const j = JSON.parse(text); body = Array.isArray(j) ? j : [j]; } catch { /* not JSON */ }
-      const late = await Promise.race([p, H.sleep(150).then(() => null)]);
+      const late = await Promise.race([p, H.quietFor(150).then(() => null)]); // negative window: nothing should follow on the stream
       return classifyMessages({ got: [...body, ...(late?.got ?? [])], closed: null, timedOut: false }, { status: res.status, prefix: `HTTP ${res.status}` });
     }
     return classifyMessages(await p, { prefix: '202 +' });
@@ -956,8 +957,9 @@ const TRICKS = [
   {
     group: 'session', name: 'reusing an id that is in flight (slow id 5, then id 5 again)',
     run: async (tx, ctx) => {
+      const sent = await upstreamCalls();
       const slow = tx.send(ctx, call('slow', { seconds: 1 }, 5));
-      await H.sleep(250);
+      await slowSent(sent);
       const again = await tx.send(ctx, call('echo', { text: 'same id' }, 5));
       const forbidden = await tx.send(ctx, call('execute_code', SHELL, 5));
       const s = await slow;
@@ -971,16 +973,18 @@ const TRICKS = [
     run: async (tx, ctx) => {
       const other = await tx.open(ALICE); // the victim: same grant, another session
       const before = requestRecords().length;
+      const sent = await upstreamCalls();
       const slow = tx.send(other, call('slow', { seconds: 1 }, 7));
-      await H.sleep(250);
+      await slowSent(sent);
       const r = await tx.send(ctx, JSON.stringify({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 7, reason: 'not yours' } }));
       const s = await slow;
       assert.ok(s.success, `the victim's call completed: ${s.summary}`);
       const cancels = requestRecords().slice(before).filter((x) => x.msg?.method === 'notifications/cancelled');
       assert.deepEqual(cancels.map((x) => x.body), [], 'a cancellation of another session\'s call never reaches the upstream');
       // control: the owner cancelling its own call is forwarded (so the check above can fail)
+      const sent2 = await upstreamCalls();
       const own = tx.send(other, call('slow', { seconds: 1 }, 8));
-      await H.sleep(250);
+      await slowSent(sent2);
       await tx.send(other, JSON.stringify({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 8 } }));
       await own;
       const ownCancels = requestRecords().slice(before).filter((x) => x.msg?.method === 'notifications/cancelled');
@@ -1019,6 +1023,11 @@ function judge(trick, reply) {
   return summary;
 }
 
+/** Requests tollgate has sent upstream so far (/metrics). */
+const upstreamCalls = async () => (await gw.metrics())['tollgate_upstream_calls_total'];
+/** Waits until a call sent after the count `before` is on its way upstream: it is in flight at the gateway. */
+const slowSent = (before) => gw.waitForMetric('tollgate_upstream_calls_total', (v) => v > before, { what: 'the slow call to be sent upstream' });
+
 async function control(tx, ctx, label) {
   const r = await tx.send(ctx, call('echo', { text: `control after ${label}` }, 'ctl'));
   assert.ok(r.success, `control echo after "${label}" is served: ${r.summary} ${JSON.stringify(r.messages).slice(0, 300)}`);
@@ -1036,6 +1045,7 @@ before(async () => {
   fs.writeFileSync(allowAll, '{"version":"1","default":"allow"}\n');
   const conf = H.writeConf(dir, {
     listeners: [{}],
+    admin: true, // /metrics: when a call is in flight
     limits: { json_depth: JSON_DEPTH, body_bytes: 1 << 20 },
     grants: [
       { name: 'alice', token_sha256: H.sha256hex(ALICE) },
@@ -1046,7 +1056,7 @@ before(async () => {
       headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` },
     }],
   });
-  gw = await H.startTollgate(conf, { cleanup });
+  gw = await H.startTollgate(conf, { cleanup, admin: true });
 });
 
 after(async () => {

@@ -30,13 +30,15 @@ const received = [];
 function recordingFetch(inner) {
   return async (url, init) => {
     const res = await inner(url, init);
-    const entry = { url: String(url), status: res.status, headers: [...res.headers.entries()], body: '' };
+    const entry = { url: String(url), status: res.status, headers: [...res.headers.entries()], body: '', ended: true };
     received.push(entry);
     if (!res.body) return res;
+    entry.ended = false;
     const [a, b] = res.body.tee();
     (async () => {
       const dec = new TextDecoder();
       try { for await (const chunk of b) entry.body += dec.decode(chunk, { stream: true }); } catch { /* aborted */ }
+      entry.ended = true;
     })();
     return new Response(a, { status: res.status, statusText: res.statusText, headers: res.headers });
   };
@@ -66,6 +68,7 @@ before(async () => {
   const upstreamHeaders = { Authorization: `Bearer ${UPSTREAM_TOKEN}` };
   const conf = H.writeConf(dir, {
     listeners: [{}],
+    admin: true, // /metrics: when a call went upstream
     grants: [{ name: 'alice', token_sha256: H.sha256hex(CLIENT_TOKEN) }],
     upstreams: [
       { name: 'cowork-os', url: standin.url, default: true, headers: upstreamHeaders, initialize: 'local' },
@@ -83,7 +86,7 @@ before(async () => {
       },
     ],
   });
-  gw = await H.startTollgate(conf, { cleanup, listeners: 1 });
+  gw = await H.startTollgate(conf, { cleanup, listeners: 1, admin: true });
   baseFetch = recordingFetch(H.makeFetch({ cleanup }));
 });
 
@@ -151,7 +154,11 @@ describe('CoWork OS stand-in through tollgate (initialize = "local")', () => {
   });
 
   test('the client never saw the upstream token', async () => {
-    await H.sleep(100); // let the response tees finish
+    // every response body recorded to its end (the tees finish after the client read its copy)
+    await H.waitUntil(() => received.every((e) => e.ended), {
+      what: 'every recorded response body to end',
+      detail: () => received.filter((e) => !e.ended).map((e) => `${e.url} HTTP ${e.status}`).join(', '),
+    });
     assert.ok(received.length > 0);
     for (const e of received) {
       const text = JSON.stringify(e.headers) + e.body;
@@ -183,7 +190,7 @@ describe('CoWork OS stand-in through tollgate (initialize = "local")', () => {
     assert.equal(m.error.code, -32001);
     const n = await H.postRaw(baseFetch, gatewayUrl(), '{"jsonrpc":"2.0","method":"shutdown"}', h);
     assert.ok([202, 400, 200].includes(n.status), `shutdown notification: HTTP ${n.status} ${n.text}`);
-    await H.sleep(300);
+    await H.quietFor(300); // negative check: no shutdown reaches the stand-in late
     const sd = standin.records().filter((x) => x.msg?.method === 'shutdown' || x.event === 'exit');
     assert.equal(sd.length, 0, `shutdown reached the stand-in: ${JSON.stringify(sd)}`);
     assert.equal(standin.proc.exitCode, null, 'the stand-in is still running');
@@ -265,8 +272,10 @@ describe('upstream pool queue and idle timeout', () => {
     const { types } = await H.loadSdk();
     const a = await H.connectClient(gatewayUrl('cowork-queue'), { fetch: H.makeFetch({ cleanup }), headers: clientHeaders, cleanup });
     const b = await H.connectClient(gatewayUrl('cowork-queue'), { fetch: H.makeFetch({ cleanup }), headers: clientHeaders, cleanup });
+    const sent = (await gw.metrics())['tollgate_upstream_calls_total'];
     const slow = a.client.callTool({ name: 'slow', arguments: { seconds: 2.5 } }, undefined, { timeout: 15000 });
-    await H.sleep(300); // the slow call holds the only pooled connection
+    // the slow call holds the only pooled connection once it is sent (it takes the connection then)
+    await gw.waitForMetric('tollgate_upstream_calls_total', (v) => v > sent, { what: 'the slow call to be sent upstream' });
     const t0 = Date.now();
     let err;
     try {

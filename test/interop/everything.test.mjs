@@ -13,8 +13,16 @@ import * as H from './lib/harness.mjs';
 
 H.requireNodeModules(); // fails the file with 'npm ci --prefix test' when the packages are missing
 
-const DIRECT = !!process.env.INTEROP_DIRECT;
-const gatewayOnly = DIRECT ? 'INTEROP_DIRECT: gateway-specific check' : false;
+// INTEROP_DIRECT=1 is a mode switch, not a way to pass: the same client logic against
+// server-everything itself (a check of the tests, not of the gateway), where the gateway-only
+// tests have nothing to test and are skipped. The gateway run (ctest sets TOLLGATE_BIN) refuses
+// the switch, so it can never skip them.
+const DIRECT = !['', '0', undefined].includes(process.env.INTEROP_DIRECT);
+if (DIRECT && process.env.TOLLGATE_BIN) {
+  throw new Error('INTEROP_DIRECT is set together with TOLLGATE_BIN: a run of the gateway would skip its gateway-only ' +
+    'checks. Unset INTEROP_DIRECT to test the gateway, or TOLLGATE_BIN to check the tests against server-everything alone.');
+}
+const gatewayOnly = DIRECT ? 'INTEROP_DIRECT: no gateway in this run' : false;
 
 const cleanup = new H.Cleanup();
 let ev; // server-everything
@@ -283,7 +291,7 @@ for (const target of TARGETS) {
   });
 }
 
-describe('raw Streamable HTTP details', { skip: false }, () => {
+describe('raw Streamable HTTP details', () => {
   const url = () => (DIRECT ? ev.url : `http://127.0.0.1:${gw.plainPort}/everything/mcp`);
 
   test('request ids come back exactly as sent (string, big integer, zero)', async () => {

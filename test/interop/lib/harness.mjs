@@ -59,7 +59,11 @@ export function randomToken(bytes = 24) {
   return randomBytes(bytes).toString('base64url');
 }
 
-/** Polls fn() until it returns a truthy value or the deadline passes; returns the last value. */
+/**
+ * Polls fn() until it returns a truthy value or the deadline passes; returns the last value
+ * (falsy on a timeout: the caller asserts on it with its own message). See waitUntil() for the
+ * variant that throws.
+ */
 export async function waitFor(fn, { timeout = 5000, interval = 50 } = {}) {
   const deadline = Date.now() + timeout;
   let v;
@@ -69,6 +73,55 @@ export async function waitFor(fn, { timeout = 5000, interval = 50 } = {}) {
     if (Date.now() >= deadline) return v;
     await sleep(interval);
   }
+}
+
+/**
+ * Waits for something to happen: polls fn() every `interval` ms until it returns a truthy value,
+ * which it returns. The deadline is generous on purpose (a busy machine is slow, not wrong); when
+ * it passes, throws "timed out after N ms waiting for WHAT" with `detail()` (or the last value).
+ */
+export async function waitUntil(fn, { timeout = 10000, interval = 25, what = 'the condition', detail } = {}) {
+  const t0 = Date.now();
+  let v;
+  for (;;) {
+    v = await fn();
+    if (v) return v;
+    if (Date.now() - t0 >= timeout) break;
+    await sleep(interval);
+  }
+  let more;
+  try { more = detail ? detail() : JSON.stringify(v); } catch (e) { more = String(e); }
+  throw new Error(`timed out after ${Date.now() - t0} ms waiting for ${what}${more === undefined ? '' : `; last: ${String(more).slice(0, 2000)}`}`);
+}
+
+/**
+ * Resolves with p's value, or rejects with "WHAT did not happen within N ms" at the deadline.
+ * For waits on one event (a close, an exit, a pong) with a bound.
+ */
+export function within(p, ms, what = 'the event') {
+  let t;
+  const deadline = new Promise((resolve, reject) => {
+    t = setTimeout(() => reject(new Error(`${what} did not happen within ${ms} ms`)), ms);
+  });
+  return Promise.race([p, deadline]).finally(() => clearTimeout(t));
+}
+
+/**
+ * A pure deadline for a negative check: "nothing (more) arrives within ms". There is no event to
+ * wait for when the point is that nothing happens, so this is the one place a fixed wait is right.
+ * Never use it to wait for something that should happen: use waitUntil() or an event.
+ */
+export const quietFor = (ms) => sleep(ms);
+
+/** Parses a Prometheus text exposition into { 'name{labels}': number } (labels as written). */
+export function parseMetrics(text) {
+  const out = {};
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const m = /^(\S+?(?:\{[^}]*\})?)\s+(\S+)$/.exec(line);
+    if (m) out[m[1]] = Number(m[2]);
+  }
+  return out;
 }
 
 /** Returns a TCP port that was free a moment ago (for peers that cannot be told to use port 0). */
@@ -321,6 +374,55 @@ export async function startTollgate(confPath, { cleanup, listeners = 1, admin = 
     /** Throws if a sanitizer reported anything so far. */
     assertNoSanitizerReport() {
       if (SANITIZER_RE.test(err)) throw new Error('tollgate: sanitizer report in stderr:\n' + tail(err));
+    },
+    /**
+     * Waits until tollgate's stderr, from offset `from` on (default: all of it), matches `re`;
+     * resolves with the match. Checked on every chunk tollgate writes, not on a timer. Rejects
+     * with the tail of stderr after `timeout` ms, or at once if tollgate exits first.
+     */
+    waitForLog(re, { timeout = 10000, from = 0, what } = {}) {
+      const scan = () => re.exec(err.slice(from));
+      const now = scan();
+      if (now) return Promise.resolve(now);
+      return new Promise((resolve, reject) => {
+        const done = (f) => { clearTimeout(t); child.stderr.off('data', onData); child.off('exit', onExit); f(); };
+        const onData = () => { const m = scan(); if (m) done(() => resolve(m)); };
+        const onExit = () => { const m = scan(); done(() => (m ? resolve(m) : reject(new Error(`tollgate exited before its log showed ${what ?? re}:\n${tail(err, 40)}`)))); };
+        const t = setTimeout(() => done(() => reject(new Error(`timed out after ${timeout} ms waiting for ${what ?? re} in tollgate's log:\n${tail(err.slice(from), 40)}`))), timeout);
+        // after the harness's own listener (registered first), so err already holds the chunk
+        child.stderr.on('data', onData);
+        child.once('exit', onExit);
+      });
+    },
+    /**
+     * Waits until the metric `name` (as parseMetrics() keys it, labels included) satisfies
+     * pred(value); resolves with the value. Needs the admin listener, like metrics().
+     */
+    async waitForMetric(name, pred, { token, timeout = 10000, what } = {}) {
+      let v;
+      await waitUntil(async () => { v = (await gw.metrics({ token }))[name]; return pred(v); },
+        { timeout, what: what ?? `${name} to reach the expected value`, detail: () => `${name} = ${v}` });
+      return v;
+    },
+    /**
+     * GET /metrics on the admin listener (startTollgate with `admin: true`); resolves with
+     * parseMetrics() of the body. `token`: the admin bearer token, when admin.token_sha256 is set.
+     */
+    metrics({ token } = {}) {
+      if (gw.adminPort === undefined) return Promise.reject(new Error('metrics(): tollgate has no admin listener (start it with admin: true)'));
+      return new Promise((resolve, reject) => {
+        const req = http.get({
+          host: '127.0.0.1', port: gw.adminPort, path: '/metrics', agent: false,
+          headers: token ? { authorization: `Bearer ${token}` } : {},
+        }, (res) => {
+          let body = '';
+          res.setEncoding('utf8');
+          res.on('data', (d) => { body += d; });
+          res.on('end', () => (res.statusCode === 200 ? resolve(parseMetrics(body))
+            : reject(new Error(`GET /metrics: HTTP ${res.statusCode} ${body.slice(0, 200)}`))));
+        });
+        req.on('error', reject);
+      });
     },
   };
   cleanup?.add(async () => {
