@@ -3598,7 +3598,9 @@ static void approval_finish(struct tg_call *k, int approve, const char *by, cons
     if (approve) {
         srv->metrics.approvals_approved++;
         audit_call(k, "approved", -1, NULL, by);
-        tg_log(TG_LOG_INFO, "approval granted", "approval_id=%s by=%s", k->approval_id, by);
+        char esc[200]; /* the approver's name comes from a header: escaped, it cannot forge log fields */
+        tg_log(TG_LOG_INFO, "approval granted", "approval_id=%s by=%s", k->approval_id,
+               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(by)));
         struct tg_buf body = k->held;
         tg_buf_init(&k->held);
         call_send(k, "POST", body.base, body.len, 0, (uint64_t)tg_upstream_conf(k->uprt)->call_timeout_ms);
@@ -3611,8 +3613,9 @@ static void approval_finish(struct tg_call *k, int approve, const char *by, cons
     else
         srv->metrics.approvals_expired++;
     audit_call(k, cancelled ? "cancelled" : why ? "expired" : "rejected", -1, NULL, by);
+    char esc[200];
     tg_log(TG_LOG_INFO, why ? "approval timed out" : "approval denied", "approval_id=%s by=%s", k->approval_id,
-           by ? by : "-");
+           tg_log_esc(esc, sizeof(esc), tg_slice_cstr(by ? by : "-")));
     if (k->conn || k->batch) {
         struct tg_decision d = *k->dec;
         if (cancelled)
