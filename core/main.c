@@ -156,11 +156,12 @@ int main(int argc, char **argv)
     uv_loop_t *loop = uv_default_loop();
     struct tg_server *srv = tg_xcalloc(1, sizeof(*srv));
     int rc = 0;
-    if (tg_server_init(srv, loop, conf) != 0 || tg_server_start(srv) != 0) {
+    if (tg_server_init(srv, loop, conf) != 0) {
         rc = 1;
-        srv->draining = 1;
+        srv->draining = 1; /* half made: nothing to drain */
         tg_server_drain(srv);
     } else {
+        /* Signals first: once a listener is logged, a supervisor's SIGTERM means a drain. */
         int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
         uv_signal_t *hs[] = {&srv->sigterm, &srv->sigint, &srv->sighup, &srv->sigusr1};
         for (int i = 0; i < 4; i++) {
@@ -168,7 +169,12 @@ int main(int argc, char **argv)
             hs[i]->data = srv;
             uv_signal_start(hs[i], on_signal, sigs[i]);
         }
-        tg_log(TG_LOG_INFO, "started", "version=%s conf=%s pid=%d", TG_VERSION, conf_path, (int)getpid());
+        if (tg_server_start(srv) != 0) {
+            rc = 1;
+            tg_server_drain(srv); /* closes what start opened, and everything else, as at exit */
+        } else {
+            tg_log(TG_LOG_INFO, "started", "version=%s conf=%s pid=%d", TG_VERSION, conf_path, (int)getpid());
+        }
     }
     tg_conf_unref(conf); /* the server holds its own references */
     uv_run(loop, UV_RUN_DEFAULT);

@@ -199,8 +199,8 @@ static void close_listeners(struct tg_server *srv)
             l->closed = 1;
         }
     }
-    if (srv->admin_open && !uv_is_closing((uv_handle_t *)&srv->admin.tcp)) {
-        uv_close((uv_handle_t *)&srv->admin.tcp, NULL);
+    if ((srv->admin_open || srv->admin.tcp.loop != NULL) && !uv_is_closing((uv_handle_t *)&srv->admin.tcp)) {
+        uv_close((uv_handle_t *)&srv->admin.tcp, NULL); /* also one whose bind failed at start */
         srv->admin_open = 0;
     }
 }

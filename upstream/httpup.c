@@ -555,12 +555,8 @@ static void req_release(struct tg_upreq *r)
 
 /* Mark r done and take it off its queue or connection (a half-read response cannot be skipped
  * on a shared connection: that connection is closed). Returns 0 if r was already done. */
-static int req_detach(struct tg_upreq *r)
+static void req_unhook(struct tg_upreq *r)
 {
-    if (r->done)
-        return 0;
-    r->done = 1;
-    uv_timer_stop(&r->timer);
     if (r->queued) {
         tg_list_unlink(&r->qlink);
         r->queued = 0;
@@ -572,6 +568,15 @@ static int req_detach(struct tg_upreq *r)
         r->conn = NULL;
         conn_close(c);
     }
+}
+
+static int req_detach(struct tg_upreq *r)
+{
+    if (r->done)
+        return 0;
+    r->done = 1;
+    uv_timer_stop(&r->timer);
+    req_unhook(r);
     return 1;
 }
 
@@ -620,17 +625,7 @@ static void finish_later(struct tg_upreq *r, int err)
 {
     if (r->done || r->pending_err)
         return;
-    if (r->queued) {
-        tg_list_unlink(&r->qlink);
-        r->queued = 0;
-        r->up->nqueued--;
-    }
-    if (r->conn != NULL) {
-        struct tg_upconn *c = r->conn;
-        c->req = NULL;
-        r->conn = NULL;
-        conn_close(c);
-    }
+    req_unhook(r);
     fail_later(r, err);
 }
 
