@@ -773,7 +773,7 @@ static void go_v_formats_large_floats_in_exponent_form(void **state)
  * scalar as an int, and %v prints an int with all its digits. So value: 1000000 in the policy
  * equals the string argument "1000000" (and not "1e+06"), whatever size the integer. The JSON
  * form of the same policy must decide the same. */
-static void bug_go_v_policy_integers_print_all_digits(void **state)
+static void go_v_policy_integers_print_all_digits(void **state)
 {
     static const char *const texts[][2] = {
         {"int.yaml", "version: \"1\"\ntools:\n  t:\n    rules: [{name: id, conditions: [{path: args.id, op: in, value: [1000000, 20000000]}]}]\n"},
@@ -2170,9 +2170,9 @@ static void audit_counter_values(void **state)
     tg_policy_unref(p);
 }
 
-/* The audit log's counter values are printed with %g: six significant digits, so a day's spend
- * of 1234567 (cents) is logged as 1.23457e+06. */
-static void bug_audit_counter_values_keep_their_digits(void **state)
+/* The audit log's counter values keep every digit: a day's spend of 1234567 (cents) is logged as
+ * 1234567, not as %g's six significant digits (1.23457e+06). */
+static void audit_counter_values_keep_their_digits(void **state)
 {
     struct loaded l;
     load_text(&l, "audit.yaml",
@@ -2190,9 +2190,10 @@ static void bug_audit_counter_values_keep_their_digits(void **state)
     loaded_dispose(&l);
 }
 
-/* Counter keys are built in a 640-byte buffer and cut there: two grants (or sessions) whose ids
- * agree on their first ~600 bytes share every counter. Grant ids can come from JWT claims. */
-static void bug_long_grant_ids_share_counters(void **state)
+/* Two grants (or sessions) whose ids agree on their first ~600 bytes still have counters of their
+ * own: the counter key is the whole id, never one cut at a fixed buffer. Grant ids can come from
+ * JWT claims, so their length is the peer's choice. */
+static void long_grant_ids_have_their_own_counters(void **state)
 {
     struct tg_policy *p = load_fixture("seed.json");
     struct tg_counters *c = tg_counters_new();
@@ -2208,9 +2209,9 @@ static void bug_long_grant_ids_share_counters(void **state)
     tg_policy_unref(p);
 }
 
-/* YAML merge keys ("<<: *base"), which Go's yaml.v3 applies, so Intercept policies may use
- * them; tollgate keeps "<<" as an ordinary key (an unknown field) and loses the merged ones. */
-static void bug_yaml_merge_keys(void **state)
+/* YAML merge keys ("<<: *base") are applied, as Go's yaml.v3 applies them for Intercept: the
+ * merged fields count, and "<<" is not kept as an ordinary (unknown) key. */
+static void yaml_merge_keys_apply(void **state)
 {
     struct loaded l;
     load_text(&l, "merge.yaml",
@@ -2249,7 +2250,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(evaluate_failures_deny_with_on_deny_or_rule_name),
         cmocka_unit_test(operators_true_and_false),
         cmocka_unit_test(go_v_formats_large_floats_in_exponent_form),
-        cmocka_unit_test(bug_go_v_policy_integers_print_all_digits),
+        cmocka_unit_test(go_v_policy_integers_print_all_digits),
         cmocka_unit_test(rate_limit_shorthand),
         cmocka_unit_test(state_increment_and_lt_vs_lte),
         cmocka_unit_test(state_increment_from_args),
@@ -2288,9 +2289,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(unknown_fields_warn),
         cmocka_unit_test(many_counters_roll_back_and_too_many_are_refused),
         cmocka_unit_test(audit_counter_values),
-        cmocka_unit_test(bug_audit_counter_values_keep_their_digits),
-        cmocka_unit_test(bug_long_grant_ids_share_counters),
-        cmocka_unit_test(bug_yaml_merge_keys),
+        cmocka_unit_test(audit_counter_values_keep_their_digits),
+        cmocka_unit_test(long_grant_ids_have_their_own_counters),
+        cmocka_unit_test(yaml_merge_keys_apply),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
