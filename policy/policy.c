@@ -399,10 +399,27 @@ static void compile_cond(struct cctx *cx, const cJSON *c, const char *path, cons
         return;
     }
     switch (out->op) {
+    case OP_NEQ:
+        /* neq holds only for a scalar that differs (see eval_op): a list or a map as the value
+         * would make the rule deny every list and map and let every scalar through. */
+        if (cJSON_IsArray(jv) || cJSON_IsObject(jv))
+            perr(cx, sub, "operator \"neq\" compares a string, number, boolean or null; a list or map cannot be its value");
+        break;
     case OP_IN:
     case OP_NOT_IN:
-        if (!cJSON_IsArray(jv))
+        if (!cJSON_IsArray(jv)) {
             perr(cx, sub, "operator \"%s\" requires a list value", op_names[op]);
+            break;
+        }
+        if (out->op == OP_NOT_IN) {
+            int k = 0;
+            for (const cJSON *e = jv->child; e; e = e->next, k++)
+                if (cJSON_IsArray(e) || cJSON_IsObject(e)) {
+                    char ep[640];
+                    snprintf(ep, sizeof(ep), "%s[%d]", sub, k);
+                    perr(cx, ep, "operator \"not_in\" compares a string, number, boolean or null; a list or map cannot be in its list");
+                }
+        }
         break;
     case OP_LT:
     case OP_LTE:
@@ -1222,6 +1239,14 @@ static int val_eq(const cJSON *a, const cJSON *b)
     return cJSON_Compare(a, b, 1); /* lists and maps: structural equality */
 }
 
+/* What the deny-list operators (neq, not_in) can say "differs" about. A list or a map is not
+ * "some other value": ["production"] or {"env": "production"} must not pass env not_in
+ * ["production"], and null is an absent value (exists treats it so). */
+static int is_scalar(const cJSON *v) { return cJSON_IsString(v) || cJSON_IsNumber(v) || cJSON_IsBool(v); }
+
+/* Every operator fails closed: a value of a type it does not compare makes the condition false,
+ * and a false condition denies the call (conditions are requirements; there is no operator that
+ * lets a call through because a condition failed). */
 static int eval_op(const struct cond *c, const cJSON *actual, double state_value, int is_state)
 {
     cJSON tmp;
@@ -1233,9 +1258,11 @@ static int eval_op(const struct cond *c, const cJSON *actual, double state_value
     }
     switch (c->op) {
     case OP_EQ: return val_eq(actual, c->value);
-    case OP_NEQ: return !val_eq(actual, c->value);
+    case OP_NEQ: return is_scalar(actual) && !val_eq(actual, c->value);
     case OP_IN:
     case OP_NOT_IN: {
+        if (c->op == OP_NOT_IN && !is_scalar(actual))
+            return 0;
         int found = 0;
         for (const cJSON *e = c->value->child; e && !found; e = e->next)
             found = val_eq(actual, e);

@@ -796,6 +796,122 @@ static void go_v_policy_integers_print_all_digits(void **state)
     }
 }
 
+/* A deny-list must not be passed by handing it a value of another shape: env not_in
+ * ["production"] with env: ["production"] (or {"v": "production"}, or null) is not "some other
+ * environment". neq and not_in compare a string, number or boolean; anything else fails the
+ * condition, so the rule denies. The other operators fail closed the same way on a value of the
+ * wrong type: no number from a string for lt..gte, no substring of an object for contains, no
+ * match of a list for regex, no member of the list found by eq or in for a list or an object. */
+static void operators_fail_closed_on_values_of_another_type(void **state)
+{
+    struct loaded l;
+    load_text(&l, "types.yaml",
+              "version: \"1\"\n"
+              "tools:\n"
+              "  neq:      {rules: [{name: neq,      conditions: [{path: args.env, op: neq, value: production}]}]}\n"
+              "  not_in:   {rules: [{name: not_in,   conditions: [{path: args.env, op: not_in, value: [production, prod]}]}]}\n"
+              "  eq:       {rules: [{name: eq,       conditions: [{path: args.env, op: eq, value: staging}]}]}\n"
+              "  in:       {rules: [{name: in,       conditions: [{path: args.env, op: in, value: [staging, dev]}]}]}\n"
+              "  lt:       {rules: [{name: lt,       conditions: [{path: args.env, op: lt, value: 10}]}]}\n"
+              "  lte:      {rules: [{name: lte,      conditions: [{path: args.env, op: lte, value: 10}]}]}\n"
+              "  gt:       {rules: [{name: gt,       conditions: [{path: args.env, op: gt, value: 0}]}]}\n"
+              "  gte:      {rules: [{name: gte,      conditions: [{path: args.env, op: gte, value: 0}]}]}\n"
+              "  contains: {rules: [{name: contains, conditions: [{path: args.env, op: contains, value: stag}]}]}\n"
+              "  regex:    {rules: [{name: regex,    conditions: [{path: args.env, op: regex, value: \"^staging$\"}]}]}\n");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    static const struct {
+        const char *tool, *args;
+        int allow;
+    } cases[] = {
+        /* the deny-lists: scalars other than the listed ones pass, everything else fails */
+        {"neq", "{\"env\":\"staging\"}", 1},
+        {"neq", "{\"env\":7}", 1},
+        {"neq", "{\"env\":false}", 1},
+        {"neq", "{\"env\":\"production\"}", 0},
+        {"neq", "{\"env\":[\"production\"]}", 0},
+        {"neq", "{\"env\":[\"staging\"]}", 0},
+        {"neq", "{\"env\":[]}", 0},
+        {"neq", "{\"env\":{\"name\":\"production\"}}", 0},
+        {"neq", "{\"env\":{}}", 0},
+        {"neq", "{\"env\":null}", 0},
+        {"neq", "{}", 0},
+        {"not_in", "{\"env\":\"staging\"}", 1},
+        {"not_in", "{\"env\":1}", 1},
+        {"not_in", "{\"env\":true}", 1},
+        {"not_in", "{\"env\":\"prod\"}", 0},
+        {"not_in", "{\"env\":[\"production\"]}", 0},
+        {"not_in", "{\"env\":[\"production\",\"prod\"]}", 0},
+        {"not_in", "{\"env\":[[\"production\"]]}", 0},
+        {"not_in", "{\"env\":{\"0\":\"production\"}}", 0},
+        {"not_in", "{\"env\":null}", 0},
+        /* the allow-lists: only the listed scalars pass */
+        {"eq", "{\"env\":\"staging\"}", 1},
+        {"eq", "{\"env\":[\"staging\"]}", 0},
+        {"eq", "{\"env\":{\"staging\":true}}", 0},
+        {"in", "{\"env\":\"dev\"}", 1},
+        {"in", "{\"env\":[\"dev\"]}", 0},
+        {"in", "{\"env\":[\"staging\",\"dev\"]}", 0},
+        {"in", "{\"env\":{\"dev\":1}}", 0},
+        {"in", "{\"env\":null}", 0},
+        /* numeric comparisons: numbers only */
+        {"lt", "{\"env\":5}", 1},
+        {"lt", "{\"env\":\"5\"}", 0},
+        {"lt", "{\"env\":[5]}", 0},
+        {"lt", "{\"env\":{\"v\":5}}", 0},
+        {"lt", "{\"env\":true}", 0},
+        {"lt", "{\"env\":false}", 0},
+        {"lt", "{\"env\":null}", 0},
+        {"lte", "{\"env\":\"\"}", 0},
+        {"lte", "{\"env\":[]}", 0},
+        {"gt", "{\"env\":\"1\"}", 0},
+        {"gt", "{\"env\":[1]}", 0},
+        {"gte", "{\"env\":{}}", 0},
+        {"gte", "{\"env\":true}", 0},
+        /* contains: a substring of a string or an element of a list, never a key or a value of a map */
+        {"contains", "{\"env\":\"staging\"}", 1},
+        {"contains", "{\"env\":[\"stag\"]}", 1},
+        {"contains", "{\"env\":{\"stag\":\"stag\"}}", 0},
+        {"contains", "{\"env\":[[\"stag\"]]}", 0},
+        {"contains", "{\"env\":5}", 0},
+        {"contains", "{\"env\":null}", 0},
+        /* regex: strings only */
+        {"regex", "{\"env\":\"staging\"}", 1},
+        {"regex", "{\"env\":[\"staging\"]}", 0},
+        {"regex", "{\"env\":{\"staging\":1}}", 0},
+    };
+    struct tg_counters *c = tg_counters_new();
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct tg_decision d;
+        decide(l.p, c, "g", cases[i].tool, cases[i].args, T0, &d);
+        int allowed = d.verdict == TG_VERDICT_ALLOW;
+        if (allowed != cases[i].allow || (!allowed && (d.verdict != TG_VERDICT_DENY || strcmp(d.rule, cases[i].tool))))
+            fail_msg("%s(%s): got %s rule \"%s\" \"%s\", expected %s", cases[i].tool, cases[i].args,
+                     verdict_name(d.verdict), d.rule, d.message, cases[i].allow ? "ALLOW" : "DENY by its rule");
+    }
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
+/* neq and not_in compare scalars, so a list or a map as their value could never be matched by
+ * the rule above (any scalar differs from it, and no list or map passes): refused at load. */
+static void deny_lists_of_lists_or_maps_refused(void **state)
+{
+    char b[1024];
+    EXPECT_ERROR("t.json",
+                 with_rules(b, sizeof(b), "[{\"name\":\"a\",\"conditions\":[{\"path\":\"args.e\",\"op\":\"neq\",\"value\":[\"p\"]}]}]"),
+                 "tools.x.rules[0].conditions[0].value",
+                 "operator \"neq\" compares a string, number, boolean or null; a list or map cannot be its value");
+    EXPECT_ERROR("t.json",
+                 with_rules(b, sizeof(b), "[{\"name\":\"a\",\"conditions\":[{\"path\":\"args.e\",\"op\":\"neq\",\"value\":{\"p\":1}}]}]"),
+                 "tools.x.rules[0].conditions[0].value",
+                 "operator \"neq\" compares a string, number, boolean or null; a list or map cannot be its value");
+    EXPECT_ERROR("t.json",
+                 with_rules(b, sizeof(b), "[{\"name\":\"a\",\"conditions\":[{\"path\":\"args.e\",\"op\":\"not_in\",\"value\":[\"ok\",[\"p\"]]}]}]"),
+                 "tools.x.rules[0].conditions[0].value[1]",
+                 "operator \"not_in\" compares a string, number, boolean or null; a list or map cannot be in its list");
+}
+
 /* ---- Intercept state: counters, windows, scopes, refunds -------------------------------- */
 
 static void rate_limit_shorthand(void **state)
@@ -2250,6 +2366,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(evaluate_failures_deny_with_on_deny_or_rule_name),
         cmocka_unit_test(operators_true_and_false),
         cmocka_unit_test(go_v_formats_large_floats_in_exponent_form),
+        cmocka_unit_test(operators_fail_closed_on_values_of_another_type),
+        cmocka_unit_test(deny_lists_of_lists_or_maps_refused),
         cmocka_unit_test(go_v_policy_integers_print_all_digits),
         cmocka_unit_test(rate_limit_shorthand),
         cmocka_unit_test(state_increment_and_lt_vs_lte),
