@@ -4,6 +4,7 @@
  * hashes of gateway-chosen names (session ids are random, grant and counter
  * names come from the operator) do not collide in practice, and dropping the
  * key keeps a million live buckets well under 128 MiB. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -177,6 +178,43 @@ void tg_bucket_give(struct tg_counters *c, uint64_t h1, uint64_t h2, double capa
         e->value = capacity;
 }
 
+/* Every power of ten up to 1e22 is exactly a double. */
+static const double exact_pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* x = a + b or a - b for two counter values. Amounts are decimal fractions (0.1, 0.9 cents), which
+ * have no exact binary form, so a plain double sum drifts: 0.1 + 0.2 is 0.30000000000000004 (over
+ * a cap of 0.3), ten 0.1 are 0.9999999999999999, and giving both back leaves 2.8e-17 instead of 0.
+ * The error of one operation is an ulp or two of the larger operand, while decimal inputs sit on a
+ * grid of at most 15 significant digits of it. Rounding x to that grid removes the drift: the
+ * result is the double nearest the decimal sum, as the policy's own literals are, and a refund
+ * returns to exactly the value before. An input finer than 15 digits of the counter (1e-15 added
+ * to 5) is rounded with it, by at most half a unit in the 15th digit; that is what a double can
+ * hold anyway. Integers are exact in a double up to 2^53 and are left alone (the common case
+ * costs one comparison). */
+static double settle(double x, double a, double b)
+{
+    if (x == floor(x) || !isfinite(x))
+        return x == 0 ? 0 : x; /* no -0 */
+    double mag = fmax(fabs(a), fabs(b));
+    int k = 14 - (int)floor(log10(mag)); /* decimals that keep 15 significant digits of mag */
+    if (k <= 0 || k >= (int)(sizeof(exact_pow10) / sizeof(exact_pow10[0])))
+        return x; /* mag >= 1e15 (integral grid) or < 1e-8 (no exact scale): nothing to settle */
+    double q = exact_pow10[k];
+    double r = nearbyint(x * q) / q;
+    return r == 0 ? 0 : r;
+}
+
+static int within(double v, double limit, enum tg_limit_op op)
+{
+    switch (op) {
+    case TG_LIMIT_NONE: return 1;
+    case TG_LIMIT_LTE: return v <= limit;
+    case TG_LIMIT_LT: return v < limit;
+    }
+    return 0;
+}
+
 double tg_window_get(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start)
 {
     struct entry *e = slot(c, h1, h2, 0);
@@ -186,20 +224,22 @@ double tg_window_get(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t wi
 }
 
 int tg_window_add(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, int64_t window_ms,
-                  double amount, double limit, int has_limit, double *now_value)
+                  double amount, double limit, enum tg_limit_op limit_op, double *now_value)
 {
     struct entry *e = slot(c, h1, h2, 0);
     double cur = (e != NULL && e->stamp_ms == window_start) ? e->value : 0;
-    if (has_limit && cur + amount > limit) {
+    double next = settle(cur + amount, cur, amount);
+    /* Written so that a NaN anywhere refuses. */
+    if (!(amount >= 0) || !within(next, limit, limit_op)) {
         *now_value = cur;
         return 0;
     }
     if (e == NULL)
         e = slot(c, h1, h2, 1);
     e->stamp_ms = window_start;
-    e->value = cur + amount;
+    e->value = next;
     e->expire_ms = window_start + window_ms;
-    *now_value = e->value;
+    *now_value = next;
     return 1;
 }
 
@@ -208,9 +248,8 @@ void tg_window_sub(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t wind
     struct entry *e = slot(c, h1, h2, 0);
     if (e == NULL || e->stamp_ms != window_start)
         return; /* a new window began: nothing of the old one to give back */
-    e->value -= amount;
-    if (e->value < 0)
-        e->value = 0;
+    double next = settle(e->value - amount, e->value, amount);
+    e->value = next > 0 ? next : 0;
 }
 
 void tg_counters_sweep(struct tg_counters *c, int64_t now_ms, size_t budget)

@@ -54,10 +54,11 @@ struct rule {
     char *on_deny;
     int counter; /* state counter, -1 if none */
     double increment;
+    char *incr_from; /* "args.a.b" as written, for messages */
     char **incr_path;
     int nincr;
-    double limit;
-    int has_limit;
+    double limit; /* the value after a reservation must be <= or < this (limit_op) */
+    enum tg_limit_op limit_op;
 };
 
 enum taction { TA_ALLOW, TA_DENY, TA_APPROVE };
@@ -532,7 +533,7 @@ static void compile_rule(struct cctx *cx, const cJSON *r, const char *path, cons
         out->counter = add_counter(cx->p, &pc);
         out->increment = 1;
         out->limit = (double)count;
-        out->has_limit = 1;
+        out->limit_op = TG_LIMIT_LTE;
         out->conds = tg_xcalloc(1, sizeof(*out->conds));
         out->nconds = 1;
         out->conds[0].is_state = 1;
@@ -574,7 +575,7 @@ static void compile_rule(struct cctx *cx, const cJSON *r, const char *path, cons
             out->increment = 1;
             if (ci != NULL) {
                 snprintf(s2, sizeof(s2), "%s.increment", sub);
-                if (!cJSON_IsNumber(ci) || ci->valuedouble < 0)
+                if (!cJSON_IsNumber(ci) || !(ci->valuedouble >= 0) || !isfinite(ci->valuedouble))
                     perr(cx, s2, "must be a non-negative number");
                 else if (ci->valuedouble != 0)
                     out->increment = ci->valuedouble;
@@ -586,6 +587,8 @@ static void compile_rule(struct cctx *cx, const cJSON *r, const char *path, cons
                     perr(cx, s2, "increment_from must start with \"args.\", got \"%s\"",
                          cJSON_IsString(cf) ? cf->valuestring : "?");
                     out->nincr = 0;
+                } else {
+                    out->incr_from = xstrdup(cf->valuestring);
                 }
             }
             enum scope sc = SCOPE_GRANT;
@@ -638,19 +641,22 @@ static void compile_rule(struct cctx *cx, const cJSON *r, const char *path, cons
         snprintf(sub, sizeof(sub), "%s.conditions", path);
         perr(cx, sub, "evaluate rules must have at least one condition");
     }
-    /* The limit that a reservation enforces: an lt/lte condition on the rule's own counter. */
+    /* The limit that a reservation enforces: an lt/lte condition on the rule's own counter, taken
+     * as written: the value after the call must satisfy it (lte 5 takes the total to 5, lt 1 to
+     * anything below 1). With whole amounts that is Intercept's int64(v) and int64(v) - 1; with
+     * fractional ones nothing is rounded. Of several such conditions the tightest holds. */
     if (out->counter >= 0) {
         const char *own = cx->p->counters[out->counter].key;
         for (int i = 0; i < out->nconds; i++) {
             struct cond *c = &out->conds[i];
-            if (c->is_state && c->npath == 1 && strcmp(c->path[0], own) == 0 && cJSON_IsNumber(c->value)) {
-                if (c->op == OP_LTE) {
-                    out->limit = floor(c->value->valuedouble);
-                    out->has_limit = 1;
-                } else if (c->op == OP_LT) {
-                    out->limit = ceil(c->value->valuedouble) - 1;
-                    out->has_limit = 1;
-                }
+            if (!c->is_state || c->npath != 1 || strcmp(c->path[0], own) != 0 || !cJSON_IsNumber(c->value) ||
+                (c->op != OP_LTE && c->op != OP_LT))
+                continue;
+            double v = c->value->valuedouble;
+            enum tg_limit_op op = c->op == OP_LT ? TG_LIMIT_LT : TG_LIMIT_LTE;
+            if (out->limit_op == TG_LIMIT_NONE || v < out->limit || (v == out->limit && op == TG_LIMIT_LT)) {
+                out->limit = v;
+                out->limit_op = op;
             }
         }
     }
@@ -904,6 +910,7 @@ static void free_tool(struct ptool *t)
         for (int k = 0; k < r->nincr; k++)
             free(r->incr_path[k]);
         free(r->incr_path);
+        free(r->incr_from);
         free(r->name);
         free(r->on_deny);
     }
@@ -1384,13 +1391,59 @@ static void note_counter(struct tg_decision *d, const char *label, double value)
     tg_buf_init(&b);
     tg_json_write_string(&b, label, strlen(label));
     char num[40];
-    if (value == floor(value) && fabs(value) < 9.2e18)
+    if (value == floor(value) && fabs(value) < 9.2e18) {
         snprintf(num, sizeof(num), "%lld", (long long)value);
-    else
-        snprintf(num, sizeof(num), "%.17g", value);
+    } else {
+        /* The shortest form that reads back as the same double: 0.3, not 0.29999999999999999. */
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(num, sizeof(num), "%.*g", prec, value);
+            if (strtod(num, NULL) == value)
+                break;
+        }
+    }
     snprintf(d->counters_json + len, sizeof(d->counters_json) - len, "%s%.*s:%s", len ? "," : "",
              (int)(b.len < 120 ? b.len : 120), b.base, num);
     tg_buf_dispose(&b);
+}
+
+static const char *type_name(const cJSON *v)
+{
+    return cJSON_IsString(v) ? "a string" : cJSON_IsBool(v) ? "a boolean" : cJSON_IsNull(v) ? "null"
+         : cJSON_IsArray(v)  ? "a list" : cJSON_IsObject(v) ? "a map" : "not a value";
+}
+
+/* The amount an increment_from argument counts, as the call carries it: no rounding to an integer
+ * (Intercept's int64() counts 0.9 as 0, so eight charges of 0.9 pass a cap of 5, and -0.5 as 0,
+ * so it passes a negative check). Fails closed, with the reason in why, on anything that is not
+ * a finite number >= 0: a negative amount would give budget back, and 1e400 (which the JSON
+ * decoder turns into infinity) cannot be counted. The value is judged as sent; the message
+ * quotes the number's own digits when the decoder kept them. */
+static int amount_of(const cJSON *a, double *amount, char *why, size_t n)
+{
+    if (a == NULL) {
+        snprintf(why, n, "is missing");
+        return 0;
+    }
+    if (!cJSON_IsNumber(a)) {
+        snprintf(why, n, "is %s, not a number", type_name(a));
+        return 0;
+    }
+    double v = a->valuedouble;
+    char num[48];
+    if (a->valuestring != NULL)
+        snprintf(num, sizeof(num), "%.40s", a->valuestring);
+    else
+        snprintf(num, sizeof(num), "%.17g", v);
+    if (!isfinite(v)) {
+        snprintf(why, n, "is %s, not a finite number", num);
+        return 0;
+    }
+    if (v < 0) {
+        snprintf(why, n, "is %s: a negative amount cannot count", num);
+        return 0;
+    }
+    *amount = v == 0 ? 0 : v; /* -0 counts as 0 */
+    return 1;
 }
 
 /* Intercept stateful rules: reserve each counter within its limit (all or nothing). */
@@ -1410,28 +1463,22 @@ static int reserve_rules(const struct tg_policy *p, struct tg_counters *cs, cons
             double amount = r->increment;
             if (r->nincr > 0) {
                 const cJSON *a = resolve_args(args, r->incr_path, r->nincr);
-                if (!cJSON_IsNumber(a)) {
+                char why[120];
+                if (!amount_of(a, &amount, why, sizeof(why))) {
                     refund_all(cs, d);
-                    set_decision(d, TG_VERDICT_DENY, r->name,
-                                 "%s: the argument that counts toward \"%s\" is missing or not a number", tool, r->name);
-                    return -1;
-                }
-                amount = trunc(a->valuedouble);
-                if (amount < 0) {
-                    refund_all(cs, d);
-                    set_decision(d, TG_VERDICT_DENY, r->name, "%s: a negative amount cannot count toward \"%s\"", tool,
-                                 r->name);
+                    set_decision(d, TG_VERDICT_DENY, r->name, "%s: %s, which counts toward \"%s\", %s", tool,
+                                 r->incr_from, r->name, why);
                     return -1;
                 }
             }
-            if (!r->has_limit)
+            if (r->limit_op == TG_LIMIT_NONE)
                 continue; /* a counter without a limit is only read by other rules' conditions */
             const struct pcounter *pc = &p->counters[r->counter];
             uint64_t h1, h2;
             counter_hash(pc, who, &h1, &h2);
             int64_t ws = window_start(now_ms, pc->window_ms);
             double nowv;
-            if (!tg_window_add(cs, h1, h2, ws, pc->window_ms, amount, r->limit, 1, &nowv)) {
+            if (!tg_window_add(cs, h1, h2, ws, pc->window_ms, amount, r->limit, r->limit_op, &nowv)) {
                 refund_all(cs, d);
                 d->counters_json[0] = '\0';
                 note_counter(d, pc->key + 2, nowv);

@@ -1023,18 +1023,27 @@ static void state_increment_from_missing_or_not_a_number(void **state)
     static const char *const bad[] = {NULL, "{}", "{\"order\":{}}", "{\"order\":{\"cost\":\"3\"}}",
                                       "{\"order\":{\"cost\":null}}", "{\"order\":{\"cost\":[3]}}",
                                       "{\"order\":{\"cost\":true}}", "{\"order\":3}"};
+    static const char *const why[] = {"is missing", "is missing", "is missing", "is a string, not a number",
+                                      "is null, not a number", "is a list, not a number", "is a boolean, not a number",
+                                      "is missing"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         decide(l.p, c, "g", "spend", bad[i], T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "budget", "spend: the argument that counts toward \"budget\" is missing or not a number");
+        char want[200];
+        snprintf(want, sizeof(want), "spend: args.order.cost, which counts toward \"budget\", %s", why[i]);
+        EXPECT(&d, TG_VERDICT_DENY, "budget", want);
         assert_int_equal(d.nres, 0);
     }
     decide(l.p, c, "g", "spend", "{\"order\":{\"cost\":-1}}", T0, &d);
-    EXPECT(&d, TG_VERDICT_DENY, "budget", "spend: a negative amount cannot count toward \"budget\"");
+    EXPECT(&d, TG_VERDICT_DENY, "budget",
+           "spend: args.order.cost, which counts toward \"budget\", is -1: a negative amount cannot count");
     /* Nothing above counted: the 100/minute rule still has all its calls, the budget all of its 10. */
-    decide(l.p, c, "g", "spend", "{\"order\":{\"cost\":6.9}}", T0, &d); /* truncated to 6, as Intercept's int64() */
+    decide(l.p, c, "g", "spend", "{\"order\":{\"cost\":6.9}}", T0, &d); /* 6.9, not Intercept's int64() 6 */
     EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-    decide(l.p, c, "g", "spend", "{\"order\":{\"cost\":4}}", T0, &d);
+    decide(l.p, c, "g", "spend", "{\"order\":{\"cost\":4}}", T0, &d); /* 10.9 > 10 */
+    EXPECT(&d, TG_VERDICT_LIMITED, "budget", "budget; retry in *");
+    decide(l.p, c, "g", "spend", "{\"order\":{\"cost\":3.1}}", T0, &d); /* exactly 10 */
     EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    assert_string_equal(d.counters_json, "\"spend.cost\":10,\"spend._rate_minute\":2");
     decide(l.p, c, "g", "spend", "{\"order\":{\"cost\":1}}", T0, &d);
     EXPECT(&d, TG_VERDICT_LIMITED, "budget", "budget; retry in *");
     decide(l.p, c, "g", "spend", "{\"order\":{\"cost\":0}}", T0, &d); /* 10 + 0 <= 10 */
@@ -1046,6 +1055,172 @@ static void state_increment_from_missing_or_not_a_number(void **state)
 }
 
 /* Windows are fixed and aligned to UTC: minute, hour, day boundaries reset them. */
+/* Spend caps count the amount the call carries, not its integer part: eight charges of 0.9 do
+ * not pass a cap of 5 (Intercept's int64() counts each as 0), 0.5 + 0.4 is under "lt 1" and a
+ * further 0.1 is not, and what the counter holds is what a state condition reads. */
+static void spend_caps_count_fractional_amounts(void **state)
+{
+    struct loaded l;
+    load_text(&l, "frac.yaml",
+              "version: \"1\"\n"
+              "tools:\n"
+              "  pay:\n"
+              "    rules:\n"
+              "      - name: cap\n"
+              "        conditions: [{path: state.pay.spend, op: lte, value: 5}]\n"
+              "        state: {counter: spend, window: day, increment_from: args.amount}\n"
+              "  tip:\n"
+              "    rules:\n"
+              "      - name: under one\n"
+              "        conditions: [{path: state.tip.total, op: lt, value: 1}]\n"
+              "        state: {counter: total, window: day, increment_from: args.amount}\n"
+              "  report:\n"
+              "    rules:\n"
+              "      - name: big spenders only\n"
+              "        conditions: [{path: state.pay.spend, op: gte, value: 4.5}]\n");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    decide(l.p, c, "g", "report", "{}", T0, &d); /* a state condition that fails is LIMITED */
+    EXPECT(&d, TG_VERDICT_LIMITED, "big spenders only", NULL);
+    assert_int_equal(drain(l.p, c, "g", "pay", "{\"amount\":0.9}", T0, 8, &d), 5);
+    EXPECT(&d, TG_VERDICT_LIMITED, "cap", NULL);
+    assert_string_equal(d.counters_json, "\"pay.spend\":4.5");
+    /* 4.5 spent: the condition reads 4.5 (a truncated 4 would deny). */
+    decide(l.p, c, "g", "report", "{}", T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    /* 4.5 + 0.5 is exactly the cap. */
+    decide(l.p, c, "g", "pay", "{\"amount\":0.5}", T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    assert_string_equal(d.counters_json, "\"pay.spend\":5");
+    decide(l.p, c, "g", "pay", "{\"amount\":0.001}", T0, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, "cap", NULL);
+    /* lt 1: 0.5 and 0.4 pass (0.9 < 1); 0.1 more would make 1, which is not below 1. */
+    decide(l.p, c, "g", "tip", "{\"amount\":0.5}", T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide(l.p, c, "g", "tip", "{\"amount\":0.4}", T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide(l.p, c, "g", "tip", "{\"amount\":0.1}", T0, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, "under one", NULL);
+    decide(l.p, c, "g", "tip", "{\"amount\":0.09}", T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    assert_string_equal(d.counters_json, "\"tip.total\":0.99");
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
+/* A negative amount would give budget back, and one that is not a finite number cannot be
+ * counted at all: both are refused by the argument's own value (-0.5 is not rounded to 0 first),
+ * with a reason that names the argument, and nothing is reserved. */
+static void spend_caps_refuse_negative_and_non_finite_amounts(void **state)
+{
+    struct loaded l;
+    load_text(&l, "neg.yaml",
+              "version: \"1\"\n"
+              "tools:\n"
+              "  pay:\n"
+              "    rules:\n"
+              "      - name: cap\n"
+              "        conditions: [{path: state.pay.spend, op: lte, value: 5}]\n"
+              "        state: {counter: spend, window: day, increment_from: args.amount}\n");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    static const struct {
+        const char *args, *why;
+    } bad[] = {
+        {"{\"amount\":-0.5}", "is -0.5: a negative amount cannot count"},
+        {"{\"amount\":-1e-300}", "is -1e-300: a negative amount cannot count"},
+        {"{\"amount\":-7}", "is -7: a negative amount cannot count"},
+        {"{\"amount\":1e400}", "is 1e400, not a finite number"},
+        {"{\"amount\":-1e400}", "is -1e400, not a finite number"},
+        {"{\"amount\":\"0.5\"}", "is a string, not a number"},
+        {"{\"amount\":{\"value\":1}}", "is a map, not a number"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        decide(l.p, c, "g", "pay", bad[i].args, T0, &d);
+        char want[200];
+        snprintf(want, sizeof(want), "pay: args.amount, which counts toward \"cap\", %s", bad[i].why);
+        EXPECT(&d, TG_VERDICT_DENY, "cap", want);
+        assert_int_equal(d.nres, 0);
+    }
+    /* Nothing was counted (or given back): the whole cap is still there, and no more. */
+    decide(l.p, c, "g", "pay", "{\"amount\":5}", T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide(l.p, c, "g", "pay", "{\"amount\":0.5}", T0, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, "cap", NULL);
+    /* -0 is zero, not a negative amount. */
+    decide(l.p, c, "g", "pay", "{\"amount\":-0.0}", T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
+/* Decimal fractions have no exact binary form, and plain double sums leave dust: 0.1 + 0.2 is
+ * 0.30000000000000004 (over a cap of 0.3) and giving both back leaves 2.8e-17, not 0. The
+ * counter keeps 15 significant digits, so the sum is the decimal one and a refund goes back to
+ * exactly where it was. */
+static void spend_caps_leave_no_float_dust(void **state)
+{
+    struct loaded l;
+    load_text(&l, "dust.yaml",
+              "version: \"1\"\n"
+              "tools:\n"
+              "  pay:\n"
+              "    rules:\n"
+              "      - name: cap\n"
+              "        conditions: [{path: state.pay.spend, op: lte, value: 0.3}]\n"
+              "        state: {counter: spend, window: day, increment_from: args.amount}\n");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision a, b, d;
+    decide(l.p, c, "g", "pay", "{\"amount\":0.1}", T0, &a);
+    EXPECT(&a, TG_VERDICT_ALLOW, "", NULL);
+    decide(l.p, c, "g", "pay", "{\"amount\":0.2}", T0, &b);
+    EXPECT(&b, TG_VERDICT_ALLOW, "", NULL);
+    assert_string_equal(b.counters_json, "\"pay.spend\":0.3");
+    decide(l.p, c, "g", "pay", "{\"amount\":0}", T0, &d); /* 0.3 + 0 <= 0.3 */
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    decide(l.p, c, "g", "pay", "{\"amount\":1e-9}", T0, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, "cap", NULL);
+    assert_string_equal(d.counters_json, "\"pay.spend\":0.3");
+    tg_policy_refund(c, &a, T0);
+    tg_policy_refund(c, &b, T0);
+    decide(l.p, c, "g", "pay", "{\"amount\":0}", T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    assert_string_equal(d.counters_json, "\"pay.spend\":0");
+    tg_counters_free(c);
+    loaded_dispose(&l);
+    /* Ten tenths are one (a plain double sum is 0.9999999999999999), and 0.7 + 0.2 + 0.1 with the
+     * 0.2 given back is 0.8. */
+    load_text(&l, "tenths.yaml",
+              "version: \"1\"\n"
+              "tools:\n"
+              "  pay:\n"
+              "    rules:\n"
+              "      - name: cap\n"
+              "        conditions: [{path: state.pay.spend, op: lte, value: 1}]\n"
+              "        state: {counter: spend, window: day, increment_from: args.amount}\n");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    c = tg_counters_new();
+    assert_int_equal(drain(l.p, c, "g", "pay", "{\"amount\":0.1}", T0, 20, &d), 10);
+    decide(l.p, c, "g", "pay", "{\"amount\":0}", T0, &d);
+    assert_string_equal(d.counters_json, "\"pay.spend\":1");
+    decide(l.p, c, "g2", "pay", "{\"amount\":0.7}", T0, &d);
+    decide(l.p, c, "g2", "pay", "{\"amount\":0.2}", T0, &a);
+    decide(l.p, c, "g2", "pay", "{\"amount\":0.1}", T0, &d);
+    assert_string_equal(d.counters_json, "\"pay.spend\":1");
+    tg_policy_refund(c, &a, T0);
+    decide(l.p, c, "g2", "pay", "{\"amount\":0}", T0, &d);
+    assert_string_equal(d.counters_json, "\"pay.spend\":0.8");
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
 static void windows_reset_at_utc_boundaries(void **state)
 {
     struct loaded l;
@@ -2373,6 +2548,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(state_increment_and_lt_vs_lte),
         cmocka_unit_test(state_increment_from_args),
         cmocka_unit_test(state_increment_from_missing_or_not_a_number),
+        cmocka_unit_test(spend_caps_count_fractional_amounts),
+        cmocka_unit_test(spend_caps_refuse_negative_and_non_finite_amounts),
+        cmocka_unit_test(spend_caps_leave_no_float_dust),
         cmocka_unit_test(windows_reset_at_utc_boundaries),
         cmocka_unit_test(counters_are_per_grant_and_per_upstream),
         cmocka_unit_test(state_scopes_session_and_global),
