@@ -4,6 +4,7 @@
  * hashes of gateway-chosen names (session ids are random, grant and counter
  * names come from the operator) do not collide in practice, and dropping the
  * key keeps a million live buckets well under 128 MiB. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,33 +137,67 @@ void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2)
     *h2 = mix(b ^ a);
 }
 
-int tg_bucket_take(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, double per_ms, double amount,
+/* Tokens that dt ms put back: capacity * dt / window, one correctly rounded product and one
+ * quotient of integers. The old dt * (capacity / window) rounded the rate first and drifted:
+ * 36 a second gave 26.999999999999996 tokens after 750 ms, not 27. */
+static double refill(int64_t dt, double capacity, int64_t window_ms)
+{
+    if (dt <= 0)
+        return 0;
+    if (dt >= window_ms)
+        return capacity;
+    return (double)dt * capacity / (double)window_ms;
+}
+
+/* A level a few ulps away from a whole number is that number: what is left of the rounding in a
+ * sum of refills and takes. A real fraction is at least 1/window_ms of a token away (refill comes
+ * in whole milliseconds), which is far more than this tolerance for any level a double can hold
+ * with that precision. */
+static double whole_if_near(double tokens)
+{
+    double r = nearbyint(tokens);
+    double tol = 8 * DBL_EPSILON * fmax(1, fabs(tokens));
+    return fabs(tokens - r) <= tol ? r + 0 : tokens; /* + 0: no -0 */
+}
+
+static double level_at(const struct entry *e, double capacity, int64_t window_ms, int64_t now_ms)
+{
+    if (e == NULL)
+        return capacity;
+    double tokens = whole_if_near(e->value + refill(now_ms - e->stamp_ms, capacity, window_ms));
+    return tokens > capacity ? capacity : tokens;
+}
+
+int tg_bucket_take(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, int64_t window_ms, double amount,
                    int64_t now_ms, double *left, uint64_t *retry_ms)
 {
     struct entry *e = slot(c, h1, h2, 0);
-    double tokens = capacity;
-    if (e != NULL) {
-        double dt = (double)(now_ms - e->stamp_ms);
-        tokens = e->value + (dt > 0 ? dt * per_ms : 0);
-        if (tokens > capacity)
-            tokens = capacity;
-    }
-    if (tokens + 1e-9 < amount) {
-        double need = amount - tokens;
-        *retry_ms = per_ms > 0 ? (uint64_t)(need / per_ms) + 1 : UINT64_MAX;
+    double tokens = level_at(e, capacity, window_ms, now_ms);
+    if (!(tokens >= amount)) {
+        /* The first whole millisecond at which the refill covers the shortfall, computed the
+         * way a take computes it, so that the hint is honest and not a millisecond late. */
+        uint64_t ms = (uint64_t)ceil((amount - tokens) * (double)window_ms / capacity);
+        if (ms < 1)
+            ms = 1;
+        while (ms < (uint64_t)window_ms &&
+               !(whole_if_near(tokens + refill((int64_t)ms, capacity, window_ms)) >= amount))
+            ms++;
+        *retry_ms = amount > capacity ? UINT64_MAX : ms;
         *left = tokens;
         if (e != NULL) {
             e->value = tokens;
-            e->stamp_ms = now_ms;
+            if (now_ms > e->stamp_ms) /* a clock that steps back must not refill the same time twice */
+                e->stamp_ms = now_ms;
         }
         return 0;
     }
     if (e == NULL)
         e = slot(c, h1, h2, 1);
-    tokens -= amount;
+    tokens = whole_if_near(tokens - amount);
     e->value = tokens;
-    e->stamp_ms = now_ms;
-    e->expire_ms = now_ms + (per_ms > 0 ? (int64_t)((capacity - tokens) / per_ms) + 1 : INT64_MAX / 2);
+    if (now_ms > e->stamp_ms)
+        e->stamp_ms = now_ms;
+    e->expire_ms = e->stamp_ms + (int64_t)ceil((capacity - tokens) * (double)window_ms / capacity) + 1;
     *left = tokens;
     *retry_ms = 0;
     return 1;
@@ -173,7 +208,7 @@ void tg_bucket_give(struct tg_counters *c, uint64_t h1, uint64_t h2, double capa
     struct entry *e = slot(c, h1, h2, 0);
     if (e == NULL)
         return; /* already full again and swept */
-    e->value += amount;
+    e->value = whole_if_near(e->value + amount);
     if (e->value > capacity)
         e->value = capacity;
 }

@@ -8,8 +8,11 @@
 #include "policy/policy.h"
 
 void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2);
-/* Token bucket: take `amount`; returns 1 (taken) or 0 (not enough; *retry_ms until it would be). */
-int tg_bucket_take(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, double per_ms, double amount,
+/* Token bucket of `capacity` tokens refilled at capacity per window_ms: take `amount`; returns 1
+ * (taken) or 0 (not enough; *retry_ms is the first millisecond at which it would be). *left is the
+ * level after the call, without float dust (a level within a few ulps of a whole number is that
+ * number). */
+int tg_bucket_take(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, int64_t window_ms, double amount,
                    int64_t now_ms, double *left, uint64_t *retry_ms);
 void tg_bucket_give(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, double amount);
 /* Fixed window: current value in the window starting at window_start. */

@@ -29,9 +29,8 @@ struct pcounter {
     char *label; /* for messages */
     enum ckind kind;
     enum scope scope;
-    double capacity; /* bucket */
-    double per_ms;   /* bucket refill */
-    int64_t window_ms;
+    double capacity;   /* bucket */
+    int64_t window_ms; /* bucket: refills capacity in this time; window: its length */
 };
 
 struct cond {
@@ -529,7 +528,7 @@ static void compile_rule(struct cctx *cx, const cJSON *r, const char *path, cons
         }
         char label[160];
         snprintf(label, sizeof(label), "%ld calls per %s", count, slash + 1);
-        struct pcounter pc = {xstrdup(key), xstrdup(label), CK_WINDOW, SCOPE_GRANT, 0, 0, wms};
+        struct pcounter pc = {xstrdup(key), xstrdup(label), CK_WINDOW, SCOPE_GRANT, 0, wms};
         out->counter = add_counter(cx->p, &pc);
         out->increment = 1;
         out->limit = (double)count;
@@ -614,7 +613,7 @@ static void compile_rule(struct cctx *cx, const cJSON *r, const char *path, cons
                     window_label(wms, label, sizeof(label));
                     char lab2[200];
                     snprintf(lab2, sizeof(lab2), "%s per %s", cn->valuestring, label);
-                    struct pcounter pc = {xstrdup(key), xstrdup(lab2), CK_WINDOW, sc, 0, 0, wms};
+                    struct pcounter pc = {xstrdup(key), xstrdup(lab2), CK_WINDOW, sc, 0, wms};
                     out->counter = add_counter(cx->p, &pc);
                 }
             }
@@ -741,7 +740,7 @@ static void compile_limits(struct cctx *cx, const cJSON *jl, const char *path, c
         char wl[64], label[200];
         window_label(wms, wl, sizeof(wl));
         snprintf(label, sizeof(label), "%.0f calls per %s", max, wl);
-        struct pcounter pc = {xstrdup(key), xstrdup(label), CK_BUCKET, sc, max, max / (double)wms, wms};
+        struct pcounter pc = {xstrdup(key), xstrdup(label), CK_BUCKET, sc, max, wms};
         t->limits[i] = add_counter(cx->p, &pc);
     }
 }
@@ -1518,10 +1517,12 @@ static int reserve_limits(const struct tg_policy *p, struct tg_counters *cs, con
             uint64_t h1, h2, retry;
             double left;
             counter_hash(pc, who, &h1, &h2);
-            if (!tg_bucket_take(cs, h1, h2, pc->capacity, pc->per_ms, 1, now_ms, &left, &retry)) {
+            /* The audit record shows the calls the bucket allows now: its whole tokens. A bucket
+             * just emptied reports 0, not the 5.6e-7 of a token that 2 ms of refill bring back. */
+            if (!tg_bucket_take(cs, h1, h2, pc->capacity, pc->window_ms, 1, now_ms, &left, &retry)) {
                 refund_all(cs, d);
                 d->counters_json[0] = '\0';
-                note_counter(d, pc->key + 2, left);
+                note_counter(d, pc->key + 2, floor(left));
                 d->retry_after_ms = retry;
                 snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
                 set_decision(d, TG_VERDICT_LIMITED, pc->key + 2, "%s is limited to %s %s; retry in %llu s", tool,
@@ -1536,7 +1537,7 @@ static int reserve_limits(const struct tg_policy *p, struct tg_counters *cs, con
                 rv->amount = 1;
                 rv->capacity = pc->capacity;
             }
-            note_counter(d, pc->key + 2, left);
+            note_counter(d, pc->key + 2, floor(left));
         }
     }
     return 0;

@@ -1478,6 +1478,61 @@ static void token_bucket_refills_over_time(void **state)
     tg_policy_unref(p);
 }
 
+/* What a bucket reports in the audit record is the calls it would allow now, a whole number, and
+ * the level behind it carries no float dust. An interop run saw 5.6e-7 where 0 was expected: a
+ * bucket of 1 per hour, taken, then asked again 2 ms later, had refilled 2/3600000 of a token.
+ * And refill computed as dt * (max / window) drifts: 36 a second, emptied, holds 26.999999999999996
+ * tokens 750 ms later instead of 27, so the 27th call left -4e-15 behind. */
+static void bucket_levels_are_whole_and_exact(void **state)
+{
+    struct loaded l;
+    load_text(&l, "dust.json",
+              "{\"version\":\"1\",\"tools\":{"
+              "\"ec\":{\"limits\":[{\"counter\":\"ec_audit\",\"window\":\"hour\",\"max\":1}]},"
+              "\"fast\":{\"limits\":[{\"counter\":\"fast\",\"window\":\"second\",\"max\":36}]}}}");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    decide(l.p, c, "g", "ec", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    assert_string_equal(d.counters_json, "\"ec_audit\":0");
+    decide(l.p, c, "g", "ec", NULL, T0 + 2, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, "ec_audit", NULL);
+    assert_string_equal(d.counters_json, "\"ec_audit\":0");
+    /* Half a token back is still no call. */
+    decide(l.p, c, "g", "ec", NULL, T0 + HOUR_MS / 2, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, "ec_audit", NULL);
+    assert_string_equal(d.counters_json, "\"ec_audit\":0");
+    EXPECT_RETRY(&d, HOUR_MS / 2);
+    decide(l.p, c, "g", "ec", NULL, T0 + HOUR_MS, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    assert_string_equal(d.counters_json, "\"ec_audit\":0");
+
+    assert_int_equal(drain(l.p, c, "g", "fast", NULL, T0, 100, &d), 36);
+    assert_string_equal(d.counters_json, "\"fast\":0");
+    /* 750 ms refill 27 tokens exactly: 27 calls, each reporting what is left, the last 0. */
+    for (int i = 0; i < 27; i++) {
+        decide(l.p, c, "g", "fast", NULL, T0 + 750, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        char want[64];
+        snprintf(want, sizeof(want), "\"fast\":%d", 26 - i);
+        assert_string_equal(d.counters_json, want);
+    }
+    decide(l.p, c, "g", "fast", NULL, T0 + 750, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, "fast", NULL);
+    assert_string_equal(d.counters_json, "\"fast\":0");
+    /* One token takes 1000/36 = 27.8 ms: the hint is the first millisecond at which it is there. */
+    EXPECT_RETRY(&d, 28);
+    decide(l.p, c, "g", "fast", NULL, T0 + 750 + 27, &d);
+    EXPECT(&d, TG_VERDICT_LIMITED, "fast", NULL);
+    decide(l.p, c, "g", "fast", NULL, T0 + 750 + 28, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    assert_string_equal(d.counters_json, "\"fast\":0");
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
 static void hosted_scopes_grant_session_global(void **state)
 {
     for (int y = 0; y < 2; y++) {
@@ -2559,6 +2614,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(refund_never_goes_negative),
         cmocka_unit_test(seed_policy),
         cmocka_unit_test(token_bucket_refills_over_time),
+        cmocka_unit_test(bucket_levels_are_whole_and_exact),
         cmocka_unit_test(hosted_scopes_grant_session_global),
         cmocka_unit_test(reservations_roll_back_when_one_counter_refuses),
         cmocka_unit_test(refund_restores_a_bucket_token),
