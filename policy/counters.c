@@ -4,6 +4,8 @@
  * hashes of gateway-chosen names (session ids are random, grant and counter
  * names come from the operator) do not collide in practice, and dropping the
  * key keeps a million live buckets well under 128 MiB. */
+#include <float.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,33 +137,67 @@ void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2)
     *h2 = mix(b ^ a);
 }
 
-int tg_bucket_take(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, double per_ms, double amount,
+/* Tokens that dt ms put back: capacity * dt / window, one correctly rounded product and one
+ * quotient of integers. The old dt * (capacity / window) rounded the rate first and drifted:
+ * 36 a second gave 26.999999999999996 tokens after 750 ms, not 27. */
+static double refill(int64_t dt, double capacity, int64_t window_ms)
+{
+    if (dt <= 0)
+        return 0;
+    if (dt >= window_ms)
+        return capacity;
+    return (double)dt * capacity / (double)window_ms;
+}
+
+/* A level a few ulps away from a whole number is that number: what is left of the rounding in a
+ * sum of refills and takes. A real fraction is at least 1/window_ms of a token away (refill comes
+ * in whole milliseconds), which is far more than this tolerance for any level a double can hold
+ * with that precision. */
+static double whole_if_near(double tokens)
+{
+    double r = nearbyint(tokens);
+    double tol = 8 * DBL_EPSILON * fmax(1, fabs(tokens));
+    return fabs(tokens - r) <= tol ? r + 0 : tokens; /* + 0: no -0 */
+}
+
+static double level_at(const struct entry *e, double capacity, int64_t window_ms, int64_t now_ms)
+{
+    if (e == NULL)
+        return capacity;
+    double tokens = whole_if_near(e->value + refill(now_ms - e->stamp_ms, capacity, window_ms));
+    return tokens > capacity ? capacity : tokens;
+}
+
+int tg_bucket_take(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, int64_t window_ms, double amount,
                    int64_t now_ms, double *left, uint64_t *retry_ms)
 {
     struct entry *e = slot(c, h1, h2, 0);
-    double tokens = capacity;
-    if (e != NULL) {
-        double dt = (double)(now_ms - e->stamp_ms);
-        tokens = e->value + (dt > 0 ? dt * per_ms : 0);
-        if (tokens > capacity)
-            tokens = capacity;
-    }
-    if (tokens + 1e-9 < amount) {
-        double need = amount - tokens;
-        *retry_ms = per_ms > 0 ? (uint64_t)(need / per_ms) + 1 : UINT64_MAX;
+    double tokens = level_at(e, capacity, window_ms, now_ms);
+    if (!(tokens >= amount)) {
+        /* The first whole millisecond at which the refill covers the shortfall, computed the
+         * way a take computes it, so that the hint is honest and not a millisecond late. */
+        uint64_t ms = (uint64_t)ceil((amount - tokens) * (double)window_ms / capacity);
+        if (ms < 1)
+            ms = 1;
+        while (ms < (uint64_t)window_ms &&
+               !(whole_if_near(tokens + refill((int64_t)ms, capacity, window_ms)) >= amount))
+            ms++;
+        *retry_ms = amount > capacity ? UINT64_MAX : ms;
         *left = tokens;
         if (e != NULL) {
             e->value = tokens;
-            e->stamp_ms = now_ms;
+            if (now_ms > e->stamp_ms) /* a clock that steps back must not refill the same time twice */
+                e->stamp_ms = now_ms;
         }
         return 0;
     }
     if (e == NULL)
         e = slot(c, h1, h2, 1);
-    tokens -= amount;
+    tokens = whole_if_near(tokens - amount);
     e->value = tokens;
-    e->stamp_ms = now_ms;
-    e->expire_ms = now_ms + (per_ms > 0 ? (int64_t)((capacity - tokens) / per_ms) + 1 : INT64_MAX / 2);
+    if (now_ms > e->stamp_ms)
+        e->stamp_ms = now_ms;
+    e->expire_ms = e->stamp_ms + (int64_t)ceil((capacity - tokens) * (double)window_ms / capacity) + 1;
     *left = tokens;
     *retry_ms = 0;
     return 1;
@@ -172,9 +208,46 @@ void tg_bucket_give(struct tg_counters *c, uint64_t h1, uint64_t h2, double capa
     struct entry *e = slot(c, h1, h2, 0);
     if (e == NULL)
         return; /* already full again and swept */
-    e->value += amount;
+    e->value = whole_if_near(e->value + amount);
     if (e->value > capacity)
         e->value = capacity;
+}
+
+/* Every power of ten up to 1e22 is exactly a double. */
+static const double exact_pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* x = a + b or a - b for two counter values. Amounts are decimal fractions (0.1, 0.9 cents), which
+ * have no exact binary form, so a plain double sum drifts: 0.1 + 0.2 is 0.30000000000000004 (over
+ * a cap of 0.3), ten 0.1 are 0.9999999999999999, and giving both back leaves 2.8e-17 instead of 0.
+ * The error of one operation is an ulp or two of the larger operand, while decimal inputs sit on a
+ * grid of at most 15 significant digits of it. Rounding x to that grid removes the drift: the
+ * result is the double nearest the decimal sum, as the policy's own literals are, and a refund
+ * returns to exactly the value before. An input finer than 15 digits of the counter (1e-15 added
+ * to 5) is rounded with it, by at most half a unit in the 15th digit; that is what a double can
+ * hold anyway. Integers are exact in a double up to 2^53 and are left alone (the common case
+ * costs one comparison). */
+static double settle(double x, double a, double b)
+{
+    if (x == floor(x) || !isfinite(x))
+        return x == 0 ? 0 : x; /* no -0 */
+    double mag = fmax(fabs(a), fabs(b));
+    int k = 14 - (int)floor(log10(mag)); /* decimals that keep 15 significant digits of mag */
+    if (k <= 0 || k >= (int)(sizeof(exact_pow10) / sizeof(exact_pow10[0])))
+        return x; /* mag >= 1e15 (integral grid) or < 1e-8 (no exact scale): nothing to settle */
+    double q = exact_pow10[k];
+    double r = nearbyint(x * q) / q;
+    return r == 0 ? 0 : r;
+}
+
+static int within(double v, double limit, enum tg_limit_op op)
+{
+    switch (op) {
+    case TG_LIMIT_NONE: return 1;
+    case TG_LIMIT_LTE: return v <= limit;
+    case TG_LIMIT_LT: return v < limit;
+    }
+    return 0;
 }
 
 double tg_window_get(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start)
@@ -186,20 +259,22 @@ double tg_window_get(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t wi
 }
 
 int tg_window_add(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, int64_t window_ms,
-                  double amount, double limit, int has_limit, double *now_value)
+                  double amount, double limit, enum tg_limit_op limit_op, double *now_value)
 {
     struct entry *e = slot(c, h1, h2, 0);
     double cur = (e != NULL && e->stamp_ms == window_start) ? e->value : 0;
-    if (has_limit && cur + amount > limit) {
+    double next = settle(cur + amount, cur, amount);
+    /* Written so that a NaN anywhere refuses. */
+    if (!(amount >= 0) || !within(next, limit, limit_op)) {
         *now_value = cur;
         return 0;
     }
     if (e == NULL)
         e = slot(c, h1, h2, 1);
     e->stamp_ms = window_start;
-    e->value = cur + amount;
+    e->value = next;
     e->expire_ms = window_start + window_ms;
-    *now_value = e->value;
+    *now_value = next;
     return 1;
 }
 
@@ -208,9 +283,8 @@ void tg_window_sub(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t wind
     struct entry *e = slot(c, h1, h2, 0);
     if (e == NULL || e->stamp_ms != window_start)
         return; /* a new window began: nothing of the old one to give back */
-    e->value -= amount;
-    if (e->value < 0)
-        e->value = 0;
+    double next = settle(e->value - amount, e->value, amount);
+    e->value = next > 0 ? next : 0;
 }
 
 void tg_counters_sweep(struct tg_counters *c, int64_t now_ms, size_t budget)

@@ -3,7 +3,7 @@
 # Usage: scripts/install-deps.sh [--test]   (--test adds the interop and benchmark peers)
 set -euo pipefail
 want=(build-essential cmake pkg-config libuv1-dev node-llhttp libwslay-dev libcjson-dev libmbedtls-dev
-      libconfig-dev libyaml-dev libcmocka-dev openssl curl ca-certificates)
+      libconfig-dev libyaml-dev libpcre2-dev libcmocka-dev openssl curl ca-certificates)
 command -v node >/dev/null 2>&1 || want+=(nodejs)
 command -v npm >/dev/null 2>&1 || want+=(npm)
 if [ "${1:-}" = "--test" ]; then

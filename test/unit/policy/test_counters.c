@@ -56,7 +56,7 @@ static void million_live_buckets(void **state)
         uint64_t h1, h2, retry;
         double left;
         key_hash("b", i, &h1, &h2);
-        assert_int_equal(tg_bucket_take(c, h1, h2, 10, 10.0 / 60000, 1, ws, &left, &retry), 1);
+        assert_int_equal(tg_bucket_take(c, h1, h2, 10, 60000, 1, ws, &left, &retry), 1);
     }
     assert_int_equal(tg_counters_count(c), n);
     assert_true(tg_counters_memory(c) <= (size_t)128 * 1024 * 1024);
@@ -64,7 +64,7 @@ static void million_live_buckets(void **state)
         uint64_t h1, h2, retry;
         double left;
         key_hash("b", i, &h1, &h2);
-        assert_int_equal(tg_bucket_take(c, h1, h2, 10, 10.0 / 60000, 1, ws, &left, &retry), 1);
+        assert_int_equal(tg_bucket_take(c, h1, h2, 10, 60000, 1, ws, &left, &retry), 1);
         if (left < 7.999 || left > 8.001)
             fail_msg("bucket %u: %g tokens left, expected 8", i, left);
     }
@@ -102,13 +102,13 @@ static void sweep_removes_expired_and_keeps_live(void **state)
     double left;
     key_hash("bucket", 1, &a1, &a2);
     key_hash("bucket", 2, &b1, &b2);
-    tg_bucket_take(c, a1, a2, 10, 10.0 / 60000, 1, t0, &left, &retry);  /* full again at t0 + 6000 */
-    tg_bucket_take(c, b1, b2, 10, 10.0 / 60000, 10, t0, &left, &retry); /* full at t0 + 60000 */
+    tg_bucket_take(c, a1, a2, 10, 60000, 1, t0, &left, &retry);  /* full again at t0 + 6000 */
+    tg_bucket_take(c, b1, b2, 10, 60000, 10, t0, &left, &retry); /* full at t0 + 60000 */
     tg_counters_sweep(c, t0 + 7000, SIZE_MAX);
     assert_int_equal(tg_counters_count(c), n / 2 + 1);
     /* The emptied bucket still holds its (partial) refill. */
-    assert_int_equal(tg_bucket_take(c, b1, b2, 10, 10.0 / 60000, 2, t0 + 7000, &left, &retry), 0);
-    assert_int_equal(tg_bucket_take(c, b1, b2, 10, 10.0 / 60000, 1, t0 + 7000, &left, &retry), 1);
+    assert_int_equal(tg_bucket_take(c, b1, b2, 10, 60000, 2, t0 + 7000, &left, &retry), 0);
+    assert_int_equal(tg_bucket_take(c, b1, b2, 10, 60000, 1, t0 + 7000, &left, &retry), 1);
     tg_counters_sweep(c, t0 + 3600000, SIZE_MAX);
     assert_int_equal(tg_counters_count(c), 0);
     tg_counters_free(c);
@@ -219,26 +219,26 @@ static void bucket_take_give(void **state)
     double left;
     key_hash("k", 2, &h1, &h2);
     const int64_t t0 = 1710066600000LL;
-    const double per_ms = 2.0 / 1000; /* 2 a second */
-    assert_int_equal(tg_bucket_take(c, h1, h2, 2, per_ms, 1, t0, &left, &retry), 1);
-    assert_int_equal(tg_bucket_take(c, h1, h2, 2, per_ms, 1, t0, &left, &retry), 1);
-    assert_int_equal(tg_bucket_take(c, h1, h2, 2, per_ms, 1, t0, &left, &retry), 0);
-    assert_true(retry >= 500 && retry <= 501);
-    assert_int_equal(tg_bucket_take(c, h1, h2, 2, per_ms, 1, t0 + (int64_t)retry, &left, &retry), 1);
+    const int64_t per = 1000; /* 2 a second */
+    assert_int_equal(tg_bucket_take(c, h1, h2, 2, per, 1, t0, &left, &retry), 1);
+    assert_int_equal(tg_bucket_take(c, h1, h2, 2, per, 1, t0, &left, &retry), 1);
+    assert_int_equal(tg_bucket_take(c, h1, h2, 2, per, 1, t0, &left, &retry), 0);
+    assert_int_equal(retry, 500); /* the first millisecond at which a token is back */
+    assert_int_equal(tg_bucket_take(c, h1, h2, 2, per, 1, t0 + (int64_t)retry, &left, &retry), 1);
     tg_bucket_give(c, h1, h2, 2, 1);
     tg_bucket_give(c, h1, h2, 2, 5); /* capped at capacity */
-    assert_int_equal(tg_bucket_take(c, h1, h2, 2, per_ms, 2, t0 + 501, &left, &retry), 1);
-    assert_int_equal(tg_bucket_take(c, h1, h2, 2, per_ms, 1, t0 + 501, &left, &retry), 0);
+    assert_int_equal(tg_bucket_take(c, h1, h2, 2, per, 2, t0 + 501, &left, &retry), 1);
+    assert_int_equal(tg_bucket_take(c, h1, h2, 2, per, 1, t0 + 501, &left, &retry), 0);
     /* A bucket that does not exist yet is full; giving to it does not create it. */
     uint64_t g1, g2;
     key_hash("k", 3, &g1, &g2);
     tg_bucket_give(c, g1, g2, 2, 1);
     assert_int_equal(tg_counters_count(c), 1);
     /* A refused take on a new key does not create an entry either. */
-    assert_int_equal(tg_bucket_take(c, g1, g2, 2, per_ms, 3, t0, &left, &retry), 0);
+    assert_int_equal(tg_bucket_take(c, g1, g2, 2, per, 3, t0, &left, &retry), 0);
     assert_int_equal(tg_counters_count(c), 1);
     /* Time going backwards does not mint tokens. */
-    assert_int_equal(tg_bucket_take(c, h1, h2, 2, per_ms, 1, t0, &left, &retry), 0);
+    assert_int_equal(tg_bucket_take(c, h1, h2, 2, per, 1, t0, &left, &retry), 0);
     tg_counters_free(c);
 }
 
