@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317  # cleanup and check_* are called indirectly (trap, "check_$c")
 # Runs the README's two commands, scripts/quickstart.sh and scripts/test.sh, on a bare Debian 12:
 # a `debootstrap --variant=minbase bookworm` chroot that has nothing but Debian's packages (so
 # Node 18 from apt), to catch what a developer machine with extra software installed hides.
@@ -17,7 +18,6 @@
 # quickstart listens on 127.0.0.1:8080, 3333 and 9090 (fixed ports), which must be free here.
 # Exit status 0 only if every command checked passed.
 set -euo pipefail
-# shellcheck disable=SC2317  # cleanup and check_* are called indirectly (trap, "check_$c")
 
 chroot_dir=/work/chroot-bookworm
 reuse=0
