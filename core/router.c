@@ -148,6 +148,8 @@ struct tg_call {
      * call waits retry ms (resume), then GETs the stream again with Last-Event-ID. */
     struct resume_wait *resume;
     int resumes;       /* reconnects in a row without an event between them */
+    int resumes_total; /* reconnects of this call */
+    uint64_t first_sent_ns; /* the first upstream request: latency covers the whole call */
     int resuming;      /* the upstream request now is such a GET */
     int resume_failed; /* that GET was refused: what it says is not relayed */
 };
@@ -998,6 +1000,8 @@ static void on_up_head(struct tg_upreq *r, int status, void *ud)
     k->mode = MODE_ERROR;
 }
 
+static void on_up_done(struct tg_upreq *r, int err, void *ud);
+
 static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
 {
     struct tg_call *k = ud;
@@ -1010,6 +1014,13 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
         k->in_cb--;
         if (k->closed || call_check_abort(k))
             return;
+        if (e == 0 && k->resuming && k->got_response && k->up == r) {
+            /* A resumed stream is the session's stream upstream and may stay open after the
+             * answer: the call is over with the answer, not when the upstream ends it. */
+            on_up_done(r, 0, k);
+            tg_upreq_cancel(r);
+            return;
+        }
         if (e != 0) {
             tg_log(TG_LOG_WARN, "upstream SSE event too large; stream cut", "upstream=%s limit=%d",
                    up_name(k),
@@ -1110,7 +1121,8 @@ static void settle_call(struct tg_call *k, struct tg_upreq *r, int err)
     }
     if (give_back)
         refund(k);
-    audit_call(k, "allow", tg_upreq_elapsed_ms(r), outcome, NULL);
+    double latency = k->first_sent_ns ? (double)(uv_hrtime() - k->first_sent_ns) / 1e6 : tg_upreq_elapsed_ms(r);
+    audit_call(k, "allow", latency, outcome, NULL);
 }
 
 /* A batch element is over: put its answer (or an error for it) into the batch. */
@@ -1173,7 +1185,7 @@ static void on_resume_due(uv_timer_t *t)
 static int try_resume(struct tg_call *k)
 {
     if (k->kind != KIND_REQUEST || k->got_response || k->resume_failed || !k->sse.has_last_id ||
-        k->sse.retry_ms < 0 || k->resumes >= 16 || k->srv->draining)
+        k->sse.retry_ms < 0 || k->resumes >= 16 || k->resumes_total >= 256 || k->srv->draining)
         return 0;
     if (k->conn == NULL && k->batch == NULL && k->channel == NULL && k->replay == NULL)
         return 0; /* nobody would read the answer */
@@ -1188,8 +1200,26 @@ static int try_resume(struct tg_call *k)
     uv_timer_start(&w->timer, on_resume_due, (uint64_t)ms, 0);
     k->resume = w;
     k->resumes++;
+    k->resumes_total++;
     tg_log(TG_LOG_DEBUG, "upstream closed the answer stream early; reconnecting", "upstream=%s retry_ms=%ld",
            up_name(k), ms);
+    /* A client primed to resume (2025-11-25 sessions get an id and a retry first) is told the
+     * same: its stream ends here with the upstream's retry time, and it comes back with GET and
+     * Last-Event-ID to the replay buffer while the call goes on. Older clients cannot resume:
+     * their stream stays open and everything is relayed on it. */
+    if (k->conn != NULL && k->replay != NULL && k->batch == NULL && k->channel == NULL && k->sess != NULL &&
+        strcmp(k->sess->proto, "2025-11-25") == 0) {
+        char rb[40];
+        int rn = snprintf(rb, sizeof(rb), "retry: %ld\n\n", ms);
+        struct tg_conn *c = k->conn;
+        tg_http_stream_write(c, rb, (size_t)rn);
+        c->exchange = NULL;
+        c->on_abort = NULL;
+        c->on_drain = NULL;
+        k->conn = NULL;
+        k->replay->detached_at = now_ms(k->srv);
+        tg_http_stream_end(c);
+    }
     return 1;
 }
 
@@ -1352,6 +1382,8 @@ static void call_send(struct tg_call *k, const char *method, const char *body, s
     session_headers(&h, k->sess, !k->is_init);
     tg_buf_append(&h, "", 1);
     k->forwarded = 1;
+    if (k->first_sent_ns == 0)
+        k->first_sent_ns = uv_hrtime();
     k->up = tg_upreq_start(k->uprt, method, h.base, body, len, dedicated, timeout,
                            &call_cbs, k);
     tg_buf_dispose(&h);

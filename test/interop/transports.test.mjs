@@ -632,7 +632,9 @@ describe('WebSocket frames and session', () => {
     c.ws.terminate(); // TCP gone, no close frame
     const gone = await H.waitFor(() => procState(mine[0].pid) === null, { timeout: 5000 });
     assert.ok(gone, `child ${mine[0].pid} still there (state ${procState(mine[0].pid)}) 5 s after its WebSocket closed`);
-    assert.deepEqual(zombies(), []);
+    // A child that just exited is reaped on tollgate's next loop turn: wait for that, not a snapshot.
+    await H.waitFor(() => zombies().length === 0, { timeout: 3000 });
+    assert.deepEqual(zombies(), [], 'tollgate reaps every child it started');
   });
 });
 
@@ -1000,7 +1002,9 @@ describe('stdio upstreams', () => {
       `child ${pid} still there (state ${procState(pid)}) 4 s after DELETE (stdin closed, SIGTERM, SIGKILL after 2 s)`);
     const r = await Promise.race([pending, H.sleep(3000).then(() => null)]);
     assert.ok(r, 'the call pending at DELETE was ended');
-    assert.deepEqual(zombies(), []);
+    // A child that just exited is reaped on tollgate's next loop turn: wait for that, not a snapshot.
+    await H.waitFor(() => zombies().length === 0, { timeout: 3000 });
+    assert.deepEqual(zombies(), [], 'tollgate reaps every child it started');
   });
 
   test('a `command` that does not exist: initialize gets -32004 and tollgate keeps serving', async () => {
@@ -1012,7 +1016,9 @@ describe('stdio upstreams', () => {
     const s = await initSt();
     assert.equal(H.resultText((await call(s, 1, 'echo', { text: 'ok' })).messages[0]?.result), 'ok');
     await deleted(s);
-    assert.deepEqual(zombies(), []);
+    // A child that just exited is reaped on tollgate's next loop turn: wait for that, not a snapshot.
+    await H.waitFor(() => zombies().length === 0, { timeout: 3000 });
+    assert.deepEqual(zombies(), [], 'tollgate reaps every child it started');
   });
 
   test('after SIGTERM to tollgate no child remains, and none is a zombie', async () => {
