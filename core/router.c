@@ -105,8 +105,6 @@ struct tg_call {
     enum call_mode mode;
     int is_init;
     int got_response;
-    int in_cb;
-    int abort_pending;
     uint64_t gid;
     char gid_str[24];
     size_t gid_len;
@@ -545,10 +543,6 @@ static void on_client_abort(struct tg_conn *c, void *ex)
     k->conn = NULL;
     if (detach_stream(k))
         return;
-    if (k->in_cb) {
-        k->abort_pending = 1;
-        return;
-    }
     abandon(k);
     call_free(k);
 }
@@ -562,16 +556,6 @@ static void on_client_drain(struct tg_conn *c, void *ex)
         tg_upreq_resume(k->up);
     if (k->sess)
         link_pause(k->sess, 0);
-}
-
-/* After a callback into the transport, the client may have gone: finish the abort. */
-static int call_check_abort(struct tg_call *k)
-{
-    if (!k->abort_pending)
-        return 0;
-    abandon(k);
-    call_free(k);
-    return 1;
 }
 
 /* Write one SSE "message" event; data lines must not contain raw newlines. */
@@ -951,13 +935,7 @@ static void on_up_head(struct tg_upreq *r, int status, void *ud)
     if (k->resuming) {
         /* The answer stream again: the client's stream goes on as it was. */
         if (status == 200 && tg_slice_has_token(ct, "text/event-stream")) {
-            struct tg_sse_parser old = k->sse;
-            tg_sse_init(&k->sse, (size_t)k->srv->conf->limits.response_bytes);
-            memcpy(k->sse.last_id, old.last_id, old.last_id_len);
-            k->sse.last_id_len = old.last_id_len;
-            k->sse.has_last_id = old.has_last_id;
-            k->sse.retry_ms = old.retry_ms;
-            tg_sse_dispose(&old);
+            tg_sse_restart(&k->sse);
         } else {
             tg_log(TG_LOG_WARN, "upstream refused to resume the answer stream", "upstream=%s status=%d",
                    up_name(k), status);
@@ -976,12 +954,8 @@ static void on_up_head(struct tg_upreq *r, int status, void *ud)
         if (k->conn) {
             char hdr[96];
             session_header(k, hdr, sizeof(hdr));
-            k->in_cb++;
             tg_http_stream_begin(k->conn, 200, hdr, "text/event-stream");
             stream_open(k);
-            k->in_cb--;
-            if (call_check_abort(k))
-                return;
         }
         return;
     }
@@ -1009,10 +983,8 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
     case MODE_SSE: {
         if (k->resume_failed)
             return;
-        k->in_cb++;
         int e = tg_sse_feed(&k->sse, p, n, on_sse_event, k);
-        k->in_cb--;
-        if (k->closed || call_check_abort(k))
+        if (k->closed)
             return;
         if (e == 0 && k->resuming && k->got_response && k->up == r) {
             /* A resumed stream is the session's stream upstream and may stay open after the
@@ -1245,9 +1217,7 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
         call_free(k);
         return;
     }
-    /* Answering may close the client (write error) or start its next request:
-     * hold off aborts, and leave the connection's exchange to whoever owns it next. */
-    k->in_cb++;
+    /* Answering cannot close the call under us: a client that goes is heard of from the loop. */
     char why[160];
     if (err != 0) {
         if (err == TG_ETIMEDOUT)
@@ -1328,7 +1298,6 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
         answer_upstream_error(k, err ? why : "upstream closed without answering");
         break;
     }
-    k->in_cb--;
     call_free(k);
 }
 
@@ -1750,10 +1719,8 @@ static void call_stream_write(struct tg_call *k, const char *p, size_t n)
         char hdr[96];
         session_header(k, hdr, sizeof(hdr));
         k->mode = MODE_SSE;
-        k->in_cb++;
         tg_http_stream_begin(k->conn, 200, hdr, "text/event-stream");
         stream_open(k);
-        k->in_cb--;
     }
     sse_write_message(k, p, n);
 }
@@ -2824,7 +2791,7 @@ static void end_session_calls(struct tg_session *s)
     while (l != &s->calls) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
         l = l->next;
-        if (k->kind == KIND_GET || k->parked || k->in_cb)
+        if (k->kind == KIND_GET || k->parked)
             continue;
         if (k->up == NULL && !k->awaiting && k->resume == NULL)
             continue;
@@ -3658,9 +3625,7 @@ static void approval_finish(struct tg_call *k, int approve, const char *by, cons
             snprintf(d.message, sizeof(d.message), "%s was refused by a human approver; the call was not made",
                      k->tool);
         d.verdict = TG_VERDICT_DENY;
-        k->in_cb++;
         respond_decision(k->conn, k->batch, k->client_id, k->client_id_len, k->tool, &d, k->approval_id);
-        k->in_cb--;
     }
     call_free(k);
 }

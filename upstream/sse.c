@@ -21,6 +21,12 @@ void tg_sse_dispose(struct tg_sse_parser *p)
     tg_buf_dispose(&p->id);
 }
 
+void tg_sse_restart(struct tg_sse_parser *p)
+{
+    p->line.len = p->data.len = p->event.len = p->id.len = 0;
+    p->has_data = p->has_id = p->last_cr = p->bom_checked = 0;
+}
+
 static int process_line(struct tg_sse_parser *p, const char *l, size_t n, tg_sse_event_cb cb, void *ud)
 {
     if (n == 0) {

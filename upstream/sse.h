@@ -43,6 +43,9 @@ struct tg_sse_parser {
 
 void tg_sse_init(struct tg_sse_parser *p, size_t max_event);
 void tg_sse_dispose(struct tg_sse_parser *p);
+/* The same source reconnected: parsing starts afresh (BOM included), the last event id and the
+ * retry time are kept, as a reconnecting EventSource keeps them. */
+void tg_sse_restart(struct tg_sse_parser *p);
 int tg_sse_feed(struct tg_sse_parser *p, const char *bytes, size_t n, tg_sse_event_cb cb, void *ud);
 
 #endif

@@ -323,6 +323,31 @@ static void owner_gone_in_callback(void **state)
     free(bytes);
 }
 
+/* SEP-1699: the last id and retry survive a reconnect (they go back as Last-Event-ID), and a
+ * line cut by the old stream's end does not leak into the new one. */
+static void restart_keeps_last_id_and_retry(void **state)
+{
+    (void)state;
+    struct col c;
+    memset(&c, 0, sizeof(c));
+    struct tg_sse_parser p;
+    tg_sse_init(&p, 1 << 20);
+    static const char first[] = "id: ev-7\nretry: 250\ndata:\n\ndata: half";
+    assert_int_equal(tg_sse_feed(&p, first, sizeof(first) - 1, on_event, &c), 0);
+    assert_int_equal(p.retry_ms, 250);
+    tg_sse_restart(&p);
+    assert_int_equal(p.has_last_id, 1);
+    assert_int_equal(p.last_id_len, 4);
+    assert_memory_equal(p.last_id, "ev-7", 4);
+    assert_int_equal(p.retry_ms, 250);
+    int before = c.n;
+    static const char second[] = "data: whole\n\n";
+    assert_int_equal(tg_sse_feed(&p, second, sizeof(second) - 1, on_event, &c), 0);
+    assert_int_equal(c.n, before + 1);
+    assert_string_equal(c.ev[c.n - 1].data, "whole");
+    tg_sse_dispose(&p);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -336,6 +361,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(bom_split_across_feeds),
         cmocka_unit_test(max_event_limit),
         cmocka_unit_test(owner_gone_in_callback),
+        cmocka_unit_test(restart_keeps_last_id_and_retry),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
