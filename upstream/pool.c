@@ -6,7 +6,7 @@
 
 #include "core/log.h"
 #include "upstream/stdio.h"
-#include "upstream/upstream.h"
+#include "upstream/pool.h"
 
 enum upconn_state {
     UC_RESOLVING,  /* waiting for uv_getaddrinfo; req may be attached */
