@@ -11,6 +11,9 @@ struct upwrite {
     char *base;
 };
 
+static void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void on_conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+
 /* ---- response parsing ------------------------------------------------------ */
 
 static struct tg_upconn *pconn(llhttp_t *p) { return p->data; }
@@ -114,7 +117,7 @@ static void on_write_done(uv_write_t *req, int status)
     (void)status; /* a failed write shows up as a read error or EOF on the same connection */
 }
 
-void conn_send(struct tg_upconn *c)
+void tg__upconn_send(struct tg_upconn *c)
 {
     struct tg_upreq *r = c->req;
     c->complete = 0;
@@ -142,13 +145,13 @@ void conn_send(struct tg_upconn *c)
     if (n < 0 && n != UV_EAGAIN) {
         c->req = NULL;
         r->conn = NULL;
-        conn_close(c);
-        finish_later(r, TG_ECLOSED); /* conn_send runs inside tg_upreq_start too */
+        tg__upconn_close(c);
+        tg__upreq_finish_later(r, TG_ECLOSED); /* tg__upconn_send runs inside tg_upreq_start too */
         return;
     }
     r->sent = 1;
     if (!r->paused)
-        uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read);
+        tg__upconn_read_start(c);
 }
 
 static void on_conn_closed(uv_handle_t *h)
@@ -159,10 +162,10 @@ static void on_conn_closed(uv_handle_t *h)
     struct tg_upstream *u = c->up;
     free(c);
     u->open_conns--;
-    maybe_free(u);
+    tg__upstream_maybe_free(u);
 }
 
-void conn_close(struct tg_upconn *c)
+void tg__upconn_close(struct tg_upconn *c)
 {
     if (c->state == UC_CLOSING)
         return;
@@ -184,18 +187,18 @@ void conn_close(struct tg_upconn *c)
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
     uv_close((uv_handle_t *)&c->timer, on_conn_closed);
     if (r != NULL && !r->done)
-        finish(r, TG_ECLOSED);
+        tg__upreq_finish(r, TG_ECLOSED);
     if (!u->closing)
-        serve_queue(u); /* a pool slot is free again */
+        tg__upstream_serve_queue(u); /* a pool slot is free again */
 }
 
-void on_conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void on_conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct tg_upconn *c = h->data;
     *buf = uv_buf_init(c->up->scratch, sizeof(c->up->scratch));
 }
 
-void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+static void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct tg_upconn *c = s->data;
     struct tg_upstream *u = c->up;
@@ -204,11 +207,11 @@ void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     if (c->state == UC_IDLE) {
         /* Bytes or EOF on an idle connection: the server closed it or misbehaves. */
-        conn_close(c);
+        tg__upconn_close(c);
         return;
     }
     if (r == NULL) {
-        conn_close(c);
+        tg__upconn_close(c);
         return;
     }
     if (nread < 0) {
@@ -218,8 +221,8 @@ void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         if (c->complete) {
             c->req = NULL;
             r->conn = NULL;
-            conn_close(c);
-            finish(r, 0);
+            tg__upconn_close(c);
+            tg__upreq_finish(r, 0);
             return;
         }
         if (!r->got_bytes && c->reused && !r->retried && !u->closing) {
@@ -227,14 +230,14 @@ void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             c->req = NULL;
             r->conn = NULL;
             r->retried = 1;
-            conn_close(c);
-            acquire(r);
+            tg__upconn_close(c);
+            tg__upreq_acquire(r);
             return;
         }
         c->req = NULL;
         r->conn = NULL;
-        conn_close(c);
-        finish(r, TG_ECLOSED);
+        tg__upconn_close(c);
+        tg__upreq_finish(r, TG_ECLOSED);
         return;
     }
     r->got_bytes = 1;
@@ -243,7 +246,7 @@ void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     r = c->req;
     if (r == NULL) { /* cancelled from a callback */
-        conn_close(c);
+        tg__upconn_close(c);
         return;
     }
     if (e == HPE_PAUSED && c->complete) {
@@ -253,10 +256,10 @@ void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         c->req = NULL;
         r->conn = NULL;
         if (keep)
-            conn_to_idle(c);
+            tg__upconn_to_idle(c);
         else
-            conn_close(c);
-        finish(r, 0);
+            tg__upconn_close(c);
+        tg__upreq_finish(r, 0);
         return;
     }
     if (e != HPE_OK) {
@@ -265,9 +268,14 @@ void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
                tg_log_esc(esc, sizeof(esc), tg_slice_cstr(llhttp_get_error_reason(&c->parser))));
         c->req = NULL;
         r->conn = NULL;
-        conn_close(c);
-        finish(r, TG_EINVAL);
+        tg__upconn_close(c);
+        tg__upreq_finish(r, TG_EINVAL);
     }
+}
+
+void tg__upconn_read_start(struct tg_upconn *c)
+{
+    uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read);
 }
 
 static void on_connect_timeout(uv_timer_t *t)
@@ -280,10 +288,10 @@ static void on_connect_timeout(uv_timer_t *t)
     c->req = NULL;
     if (r) {
         r->conn = NULL;
-        conn_close(c);
-        finish(r, TG_ETIMEDOUT);
+        tg__upconn_close(c);
+        tg__upreq_finish(r, TG_ETIMEDOUT);
     } else {
-        conn_close(c);
+        tg__upconn_close(c);
     }
 }
 
@@ -302,9 +310,9 @@ static void on_connected(uv_connect_t *req, int status)
         c->req = NULL;
         if (r)
             r->conn = NULL;
-        conn_close(c);
+        tg__upconn_close(c);
         if (r)
-            finish(r, status);
+            tg__upreq_finish(r, status);
         return;
     }
     if (u->last_connect_failed)
@@ -315,11 +323,11 @@ static void on_connected(uv_connect_t *req, int status)
     uv_tcp_nodelay(&c->tcp, 1);
     struct tg_upreq *r = c->req;
     if (r == NULL) {
-        conn_to_idle(c);
+        tg__upconn_to_idle(c);
         return;
     }
     c->state = UC_BUSY;
-    conn_send(c);
+    tg__upconn_send(c);
 }
 
 static void start_connect(struct tg_upconn *c, const struct sockaddr *sa)
@@ -336,9 +344,9 @@ static void start_connect(struct tg_upconn *c, const struct sockaddr *sa)
         c->req = NULL;
         if (r)
             r->conn = NULL;
-        conn_close(c);
+        tg__upconn_close(c);
         if (r)
-            finish_later(r, e);
+            tg__upreq_finish_later(r, e);
     }
 }
 
@@ -356,9 +364,9 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
             c->req = NULL;
             if (r)
                 r->conn = NULL;
-            conn_close(c);
+            tg__upconn_close(c);
             if (r)
-                finish(r, status < 0 ? status : TG_EINVAL);
+                tg__upreq_finish(r, status < 0 ? status : TG_EINVAL);
         }
         return;
     }
@@ -367,7 +375,7 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
 }
 
 /* A new connection, carrying r (or NULL) once connected. */
-void conn_new(struct tg_upstream *u, struct tg_upreq *r, int dedicated)
+void tg__upconn_new(struct tg_upstream *u, struct tg_upreq *r, int dedicated)
 {
     struct tg_upconn *c = tg_xcalloc(1, sizeof(*c));
     c->up = u;
@@ -403,8 +411,8 @@ void conn_new(struct tg_upstream *u, struct tg_upreq *r, int dedicated)
         c->req = NULL;
         if (r)
             r->conn = NULL;
-        conn_close(c);
+        tg__upconn_close(c);
         if (r)
-            finish_later(r, TG_EINVAL);
+            tg__upreq_finish_later(r, TG_EINVAL);
     }
 }

@@ -11,7 +11,7 @@
 static void on_idle_timer(uv_timer_t *t)
 {
     struct tg_upconn *c = t->data;
-    conn_close(c);
+    tg__upconn_close(c);
 }
 
 static void attach(struct tg_upconn *c, struct tg_upreq *r)
@@ -22,16 +22,16 @@ static void attach(struct tg_upconn *c, struct tg_upreq *r)
     tg_list_unlink(&c->link);
     tg_list_insert_tail(&c->up->busy, &c->link);
     uv_timer_stop(&c->timer);
-    conn_send(c);
+    tg__upconn_send(c);
 }
 
-void conn_to_idle(struct tg_upconn *c)
+void tg__upconn_to_idle(struct tg_upconn *c)
 {
     struct tg_upstream *u = c->up;
     c->req = NULL;
     c->reused = 1;
     if (u->closing || c->dedicated) {
-        conn_close(c);
+        tg__upconn_close(c);
         return;
     }
     c->state = UC_IDLE;
@@ -39,9 +39,9 @@ void conn_to_idle(struct tg_upconn *c)
     tg_list_insert_tail(&u->idle, &c->link);
     u->nidle++;
     /* Keep reading while idle so that a server-side close is noticed at once. */
-    uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read);
+    tg__upconn_read_start(c);
     uv_timer_start(&c->timer, on_idle_timer, (uint64_t)u->uc->pool_idle_timeout_ms, 0);
-    serve_queue(u);
+    tg__upstream_serve_queue(u);
 }
 
 /* ---- requests ------------------------------------------------------------------- */
@@ -53,7 +53,7 @@ static void on_req_timer_closed(uv_handle_t *h)
     tg_buf_dispose(&r->out);
     free(r);
     u->open_reqs--;
-    maybe_free(u);
+    tg__upstream_maybe_free(u);
 }
 
 static void req_release(struct tg_upreq *r)
@@ -61,8 +61,8 @@ static void req_release(struct tg_upreq *r)
     uv_close((uv_handle_t *)&r->timer, on_req_timer_closed);
 }
 
-/* Mark r done and take it off its queue or connection (a half-read response cannot be skipped
- * on a shared connection: that connection is closed). Returns 0 if r was already done. */
+/* Take r off its queue or connection (a half-read response cannot be skipped on a shared
+ * connection: that connection is closed). */
 static void req_unhook(struct tg_upreq *r)
 {
     if (r->queued) {
@@ -74,10 +74,11 @@ static void req_unhook(struct tg_upreq *r)
         struct tg_upconn *c = r->conn;
         c->req = NULL;
         r->conn = NULL;
-        conn_close(c);
+        tg__upconn_close(c);
     }
 }
 
+/* Mark r done, stop its timer and unhook it. Returns 0 if r was already done. */
 static int req_detach(struct tg_upreq *r)
 {
     if (r->done)
@@ -88,7 +89,7 @@ static int req_detach(struct tg_upreq *r)
     return 1;
 }
 
-void finish(struct tg_upreq *r, int err)
+void tg__upreq_finish(struct tg_upreq *r, int err)
 {
     if (!req_detach(r))
         return;
@@ -106,19 +107,19 @@ static void on_req_timer(uv_timer_t *t)
 {
     struct tg_upreq *r = t->data;
     if (r->pending_err) {
-        finish(r, r->pending_err);
+        tg__upreq_finish(r, r->pending_err);
         return;
     }
     if (r->queued) {
         r->up->metrics->upstream_queue_timeouts++;
         tg_log(TG_LOG_WARN, "upstream queue deadline passed", "upstream=%s queue_timeout_ms=%d", r->up->uc->name,
                r->up->uc->queue_timeout_ms);
-        finish(r, TG_ELIMIT);
+        tg__upreq_finish(r, TG_ELIMIT);
         return;
     }
     tg_log(TG_LOG_WARN, "upstream call timed out", "upstream=%s timeout_ms=%llu", r->up->uc->name,
            (unsigned long long)r->timeout_ms);
-    finish(r, TG_ETIMEDOUT);
+    tg__upreq_finish(r, TG_ETIMEDOUT);
 }
 
 static void fail_later(struct tg_upreq *r, int err)
@@ -129,7 +130,7 @@ static void fail_later(struct tg_upreq *r, int err)
 
 /* A failure found inside a call from the owner (tg_upreq_start, a pool change): r leaves its
  * queue or connection now, and on_done comes from the loop, after that call has returned. */
-void finish_later(struct tg_upreq *r, int err)
+void tg__upreq_finish_later(struct tg_upreq *r, int err)
 {
     if (r->done || r->pending_err)
         return;
@@ -137,7 +138,7 @@ void finish_later(struct tg_upreq *r, int err)
     fail_later(r, err);
 }
 
-void serve_queue(struct tg_upstream *u)
+void tg__upstream_serve_queue(struct tg_upstream *u)
 {
     while (!tg_list_empty(&u->queue)) {
         struct tg_upreq *r = tg_container_of(u->queue.next, struct tg_upreq, qlink);
@@ -150,11 +151,11 @@ void serve_queue(struct tg_upstream *u)
             uv_timer_start(&r->timer, on_req_timer, r->timeout_ms, 0);
         else
             uv_timer_stop(&r->timer);
-        acquire(r);
+        tg__upreq_acquire(r);
     }
 }
 
-void acquire(struct tg_upreq *r)
+void tg__upreq_acquire(struct tg_upreq *r)
 {
     struct tg_upstream *u = r->up;
     if (u->closing) {
@@ -162,7 +163,7 @@ void acquire(struct tg_upreq *r)
         return;
     }
     if (r->dedicated) {
-        conn_new(u, r, 1);
+        tg__upconn_new(u, r, 1);
         return;
     }
     if (!tg_list_empty(&u->idle)) {
@@ -173,7 +174,7 @@ void acquire(struct tg_upreq *r)
         return;
     }
     if (u->npooled < (size_t)u->uc->pool_size) {
-        conn_new(u, r, 0);
+        tg__upconn_new(u, r, 0);
         return;
     }
     if (u->nqueued >= (size_t)u->uc->queue_max) {
@@ -227,7 +228,7 @@ struct tg_upreq *tg_upreq_start_to(struct tg_upstream *u, const char *method, co
     u->metrics->upstream_calls++;
     if (timeout_ms)
         uv_timer_start(&r->timer, on_req_timer, timeout_ms, 0);
-    acquire(r);
+    tg__upreq_acquire(r);
     return r;
 }
 
@@ -252,7 +253,7 @@ void tg_upreq_resume(struct tg_upreq *r)
         return;
     r->paused = 0;
     if (r->conn && r->conn->state == UC_BUSY)
-        uv_read_start((uv_stream_t *)&r->conn->tcp, on_conn_alloc, on_conn_read);
+        tg__upconn_read_start(r->conn);
 }
 
 void tg_upreq_touch(struct tg_upreq *r)
@@ -338,7 +339,7 @@ struct tg_upstream *tg_upstream_new(uv_loop_t *loop, struct tg_conf *conf, const
     return u;
 }
 
-void maybe_free(struct tg_upstream *u)
+void tg__upstream_maybe_free(struct tg_upstream *u)
 {
     if (u->refcnt > 0 || u->open_conns > 0 || u->open_reqs > 0)
         return;
@@ -358,7 +359,7 @@ void tg_upstream_unref(struct tg_upstream *u)
     if (u == NULL)
         return;
     u->refcnt--;
-    maybe_free(u);
+    tg__upstream_maybe_free(u);
 }
 
 static void stop_new_work(struct tg_upstream *u)
@@ -370,7 +371,7 @@ static void stop_new_work(struct tg_upstream *u)
     }
     u->nwarm = 0;
     while (!tg_list_empty(&u->idle))
-        conn_close(tg_container_of(u->idle.next, struct tg_upconn, link));
+        tg__upconn_close(tg_container_of(u->idle.next, struct tg_upconn, link));
 }
 
 void tg_upstream_close(struct tg_upstream *u)
@@ -378,13 +379,13 @@ void tg_upstream_close(struct tg_upstream *u)
     stop_new_work(u);
     while (!tg_list_empty(&u->queue)) {
         struct tg_upreq *r = tg_container_of(u->queue.next, struct tg_upreq, qlink);
-        finish(r, TG_ECLOSED);
+        tg__upreq_finish(r, TG_ECLOSED);
     }
-    u->refcnt++; /* conn_close may release the last request: free only at the end */
+    u->refcnt++; /* tg__upconn_close may release the last request: free only at the end */
     while (!tg_list_empty(&u->busy))
-        conn_close(tg_container_of(u->busy.next, struct tg_upconn, link));
+        tg__upconn_close(tg_container_of(u->busy.next, struct tg_upconn, link));
     u->refcnt -= 2; /* the one just taken and the owner's */
-    maybe_free(u);
+    tg__upstream_maybe_free(u);
 }
 
 void tg_upstream_retire(struct tg_upstream *u)
@@ -392,7 +393,7 @@ void tg_upstream_retire(struct tg_upstream *u)
     stop_new_work(u);
     /* Queued requests were never sent and no new connection will be made for them. */
     while (!tg_list_empty(&u->queue))
-        finish_later(tg_container_of(u->queue.next, struct tg_upreq, qlink), TG_ECLOSED);
+        tg__upreq_finish_later(tg_container_of(u->queue.next, struct tg_upreq, qlink), TG_ECLOSED);
     tg_upstream_unref(u);
 }
 
@@ -406,7 +407,7 @@ void tg_upstream_set_conf(struct tg_upstream *u, struct tg_conf *conf, const str
         tg_conf_unref(u->conf);
     u->conf = conf;
     u->uc = uc;
-    serve_queue(u); /* a larger pool may take queued calls now */
+    tg__upstream_serve_queue(u); /* a larger pool may take queued calls now */
 }
 
 void tg_upstream_stats(const struct tg_upstream *u, size_t *total, size_t *idle, size_t *queued, size_t *dedicated)

@@ -18,6 +18,8 @@ enum upconn_state {
     UC_CLOSING,    /* uv_close requested */
 };
 
+/* One TCP connection to an upstream. Owner: its upstream (on u->idle or u->busy, counted in
+ * u->open_conns). tg__upconn_close() closes both handles; the last close callback frees it. */
 struct tg_upconn {
     uv_tcp_t tcp;
     uv_timer_t timer;
@@ -42,8 +44,9 @@ struct tg_upconn {
 
 /* One upstream's runtime. Owner: refcounted. The server holds one reference while the
  * upstream is in its conf; each call and legacy SSE link of a session holds one. It is freed by
- * maybe_free() once no reference, connection or request is left, so an upstream a reload
- * removed lives until its last call ends. It holds a reference on the conf its uc points into. */
+ * tg__upstream_maybe_free() once no reference, connection or request is left, so an upstream a
+ * reload removed lives until its last call ends. It holds a reference on the conf its uc points
+ * into. */
 struct tg_upstream {
     uv_loop_t *loop;
     const struct tg_upstream_conf *uc;
@@ -64,6 +67,8 @@ struct tg_upstream {
     char scratch[65536];
 };
 
+/* One HTTP request and its response. Owner: the caller of tg_upreq_start(), until on_done or
+ * tg_upreq_cancel(); then the timer's close callback frees it (counted in u->open_reqs). */
 struct tg_upreq {
     struct tg_upstream *up;
     struct tg_upconn *conn;
@@ -90,18 +95,27 @@ struct tg_upreq {
 };
 
 /* upstream/http_client.c: one connection, one request at a time on it. */
-void conn_new(struct tg_upstream *u, struct tg_upreq *r, int dedicated);
-void conn_send(struct tg_upconn *c);
-void conn_close(struct tg_upconn *c);
-void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
-void on_conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+/* A new connection (resolved, then connected), carrying r (or NULL) once connected. */
+void tg__upconn_new(struct tg_upstream *u, struct tg_upreq *r, int dedicated);
+/* Write c->req's request and start reading its response. */
+void tg__upconn_send(struct tg_upconn *c);
+/* Idempotent; a request still on c gets on_done(TG_ECLOSED). */
+void tg__upconn_close(struct tg_upconn *c);
+/* Read the connection (a response, or an idle connection's close). */
+void tg__upconn_read_start(struct tg_upconn *c);
 
 /* upstream/pool.c: the pool, the queue and the life of a request. */
-void conn_to_idle(struct tg_upconn *c);
-void acquire(struct tg_upreq *r);
-void finish(struct tg_upreq *r, int err);
-void finish_later(struct tg_upreq *r, int err);
-void serve_queue(struct tg_upstream *u);
-void maybe_free(struct tg_upstream *u);
+/* A response ended on a reusable connection: back to the idle list, or closed. */
+void tg__upconn_to_idle(struct tg_upconn *c);
+/* Put r on an idle connection, a new one or the queue. */
+void tg__upreq_acquire(struct tg_upreq *r);
+/* on_done(err) now, then release r; nothing if r is done already. */
+void tg__upreq_finish(struct tg_upreq *r, int err);
+/* The same, with on_done from the loop (for failures found inside a call from the owner). */
+void tg__upreq_finish_later(struct tg_upreq *r, int err);
+/* Hand queued requests the connections the pool has room for. */
+void tg__upstream_serve_queue(struct tg_upstream *u);
+/* Free u once no reference, connection or request is left. */
+void tg__upstream_maybe_free(struct tg_upstream *u);
 
 #endif
