@@ -14,6 +14,28 @@ struct upwrite {
 static void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void on_conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 
+/* ---- the request ----------------------------------------------------------- */
+
+void tg__upreq_format(struct tg_upreq *r, const char *method, const char *target, const char *extra_headers,
+                      const char *body, size_t len)
+{
+    const struct tg_upstream_conf *uc = r->up->uc;
+    tg_buf_init(&r->out);
+    if (tg_buf_try_reserve(&r->out, len + 512, 0) != 0)
+        abort();
+    tg_buf_appendf(&r->out, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, target ? target : uc->path, uc->authority);
+    for (size_t i = 0; i < uc->nheaders; i++)
+        tg_buf_appendf(&r->out, "%s: %s\r\n", uc->headers[i].name, uc->headers[i].value);
+    if (extra_headers)
+        tg_buf_appends(&r->out, extra_headers);
+    if (body != NULL) {
+        tg_buf_appendf(&r->out, "Content-Length: %zu\r\n\r\n", len);
+        tg_buf_append(&r->out, body, len);
+    } else {
+        tg_buf_appends(&r->out, "\r\n");
+    }
+}
+
 /* ---- response parsing ------------------------------------------------------ */
 
 static struct tg_upconn *pconn(llhttp_t *p) { return p->data; }

@@ -1,6 +1,4 @@
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "core/log.h"
 #include "upstream/pool_internal.h"
@@ -199,7 +197,6 @@ struct tg_upreq *tg_upreq_start_to(struct tg_upstream *u, const char *method, co
                                    const char *extra_headers, const char *body, size_t len, int dedicated,
                                    uint64_t timeout_ms, const struct tg_upreq_cbs *cbs, void *ud)
 {
-    const struct tg_upstream_conf *uc = u->uc;
     struct tg_upreq *r = tg_xcalloc(1, sizeof(*r));
     r->up = u;
     u->open_reqs++;
@@ -211,20 +208,7 @@ struct tg_upreq *tg_upreq_start_to(struct tg_upstream *u, const char *method, co
     tg_list_init(&r->qlink);
     uv_timer_init(u->loop, &r->timer);
     r->timer.data = r;
-    tg_buf_init(&r->out);
-    if (tg_buf_try_reserve(&r->out, len + 512, 0) != 0)
-        abort();
-    tg_buf_appendf(&r->out, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, target ? target : uc->path, uc->authority);
-    for (size_t i = 0; i < uc->nheaders; i++)
-        tg_buf_appendf(&r->out, "%s: %s\r\n", uc->headers[i].name, uc->headers[i].value);
-    if (extra_headers)
-        tg_buf_appends(&r->out, extra_headers);
-    if (body != NULL) {
-        tg_buf_appendf(&r->out, "Content-Length: %zu\r\n\r\n", len);
-        tg_buf_append(&r->out, body, len);
-    } else {
-        tg_buf_appends(&r->out, "\r\n");
-    }
+    tg__upreq_format(r, method, target, extra_headers, body, len);
     u->metrics->upstream_calls++;
     if (timeout_ms)
         uv_timer_start(&r->timer, on_req_timer, timeout_ms, 0);
