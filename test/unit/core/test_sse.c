@@ -1,9 +1,9 @@
-/* upstream/sse.c: the incremental text/event-stream parser.
+/* core/sse.c: the incremental text/event-stream parser.
  * Every stream is parsed whole, one byte at a time and split at every pair of
  * boundaries; all must give the same events (wslay "*_1byte" style). */
 #include "test/unit/unit.h"
 
-#include "upstream/sse.h"
+#include "core/sse.h"
 
 struct ev {
     char event[64];

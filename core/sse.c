@@ -1,4 +1,4 @@
-#include "upstream/sse.h"
+#include "core/sse.h"
 
 #include <string.h>
 
