@@ -8,7 +8,7 @@
 #include "core/session.h"
 #include "policy/policy.h"
 #include "upstream/stdio.h"
-#include "upstream/upstream.h"
+#include "upstream/pool.h"
 
 static const double lat_bounds[12] = {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 5000, 1e300};
 

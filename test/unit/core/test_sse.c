@@ -1,9 +1,10 @@
-/* upstream/sse.c: the incremental text/event-stream parser.
+/* core/sse.c: the incremental text/event-stream parser and the writer.
  * Every stream is parsed whole, one byte at a time and split at every pair of
- * boundaries; all must give the same events (wslay "*_1byte" style). */
+ * boundaries; all must give the same events (wslay "*_1byte" style). The
+ * writer is checked byte for byte, then read back by the parser. */
 #include "test/unit/unit.h"
 
-#include "upstream/sse.h"
+#include "core/sse.h"
 
 struct ev {
     char event[64];
@@ -348,6 +349,246 @@ static void restart_keeps_last_id_and_retry(void **state)
     tg_sse_dispose(&p);
 }
 
+/* ---- writer ---------------------------------------------------------------------------- */
+
+/* Printable form of bytes for failure messages: CR and LF shown as \r and \n. */
+static const char *esc(char *dst, size_t cap, const char *p, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 3 < cap; i++) {
+        if (p[i] == '\n' || p[i] == '\r') {
+            dst[k++] = '\\';
+            dst[k++] = p[i] == '\n' ? 'n' : 'r';
+        } else {
+            dst[k++] = p[i];
+        }
+    }
+    dst[k] = '\0';
+    return dst;
+}
+
+static void expect_bytes_(const struct tg_buf *b, const char *want, size_t want_len, const char *what)
+{
+    if (b->len != want_len || (want_len && memcmp(b->base, want, want_len) != 0)) {
+        char x[512], y[512];
+        fail_msg("%s: wrote \"%s\" (%zu bytes), expected \"%s\" (%zu bytes)", what, esc(x, sizeof(x), b->base, b->len),
+                 b->len, esc(y, sizeof(y), want, want_len), want_len);
+    }
+}
+#define EXPECT_BYTES(b, lit, what) expect_bytes_((b), (lit), sizeof(lit) - 1, (what))
+
+struct wcase {
+    const char *name;
+    const char *msg;
+    size_t len;
+    const char *data_lines; /* what follows "event: message\n": the data lines and the blank line */
+};
+#define WCASE(name, msg, lines) {name, msg, sizeof(msg) - 1, lines}
+
+/* The bytes core/router.c's two writers (channel_send and sse_write_message) produce today: every
+ * LF and every CR ends a data line, so CRLF leaves an empty data line between. */
+static const struct wcase wcases[] = {
+    WCASE("no newline", "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}",
+          "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n"),
+    WCASE("LF", "a\nb", "data: a\ndata: b\n\n"),
+    WCASE("CR", "a\rb", "data: a\ndata: b\n\n"),
+    WCASE("CRLF", "a\r\nb", "data: a\ndata: \ndata: b\n\n"),
+    WCASE("LFCR", "a\n\rb", "data: a\ndata: \ndata: b\n\n"),
+    WCASE("empty", "", "data: \n\n"),
+    WCASE("only LF", "\n", "data: \ndata: \n\n"),
+    WCASE("only CRLF", "\r\n", "data: \ndata: \ndata: \n\n"),
+    WCASE("trailing LF", "a\n", "data: a\ndata: \n\n"),
+    WCASE("leading CR", "\ra", "data: \ndata: a\n\n"),
+    WCASE("two LF", "a\n\nb", "data: a\ndata: \ndata: b\n\n"),
+    WCASE("mixed", "x\ry\nz\r\n", "data: x\ndata: y\ndata: z\ndata: \ndata: \n\n"),
+};
+
+static void writer_message_bytes(void **state)
+{
+    for (size_t i = 0; i < sizeof(wcases) / sizeof(wcases[0]); i++) {
+        const struct wcase *w = &wcases[i];
+        char want[256];
+        char what[64];
+        struct tg_buf b;
+
+        tg_buf_init(&b);
+        tg_sse_write_message(&b, NULL, 0, w->msg, w->len);
+        int n = snprintf(want, sizeof(want), "event: message\n%s", w->data_lines);
+        snprintf(what, sizeof(what), "%s, no id", w->name);
+        expect_bytes_(&b, want, (size_t)n, what);
+        tg_buf_dispose(&b);
+
+        tg_buf_init(&b);
+        tg_sse_write_message(&b, "1fa-7", 5, w->msg, w->len);
+        n = snprintf(want, sizeof(want), "id: 1fa-7\nevent: message\n%s", w->data_lines);
+        snprintf(what, sizeof(what), "%s, id", w->name);
+        expect_bytes_(&b, want, (size_t)n, what);
+        tg_buf_dispose(&b);
+    }
+}
+
+static void writer_edge_cases(void **state)
+{
+    struct tg_buf b;
+    /* An empty message may come without a pointer. */
+    tg_buf_init(&b);
+    tg_sse_write_message(&b, NULL, 0, NULL, 0);
+    EXPECT_BYTES(&b, "event: message\ndata: \n\n", "NULL, 0");
+    tg_buf_dispose(&b);
+    /* An empty id is written (it resets the client's last event id); only NULL leaves it out. */
+    tg_buf_init(&b);
+    tg_sse_write_message(&b, "", 0, "x", 1);
+    EXPECT_BYTES(&b, "id: \nevent: message\ndata: x\n\n", "empty id");
+    tg_buf_dispose(&b);
+    /* The id is id_len bytes, not up to a NUL. */
+    tg_buf_init(&b);
+    tg_sse_write_message(&b, "5-12345", 4, "x", 1);
+    EXPECT_BYTES(&b, "id: 5-12\nevent: message\ndata: x\n\n", "id_len");
+    tg_buf_dispose(&b);
+    /* Bytes other than CR and LF pass as they are, a NUL included. */
+    tg_buf_init(&b);
+    tg_sse_write_message(&b, NULL, 0, "a\0b", 3);
+    EXPECT_BYTES(&b, "event: message\ndata: a\0b\n\n", "NUL");
+    tg_buf_dispose(&b);
+}
+
+static void writer_appends(void **state)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_append(&b, "HTTP", 4);
+    tg_sse_write_message(&b, "1-1", 3, "a", 1);
+    tg_sse_write_message(&b, "1-2", 3, "b\nc", 3);
+    EXPECT_BYTES(&b, "HTTPid: 1-1\nevent: message\ndata: a\n\nid: 1-2\nevent: message\ndata: b\ndata: c\n\n",
+                 "two messages after existing bytes");
+    tg_buf_dispose(&b);
+}
+
+/* A long message with many lines: every line written, in order (and scanned once, not once per
+ * line; a quadratic scan would show here as a slow test under ASan). */
+static void writer_many_lines(void **state)
+{
+    size_t lines = 100000, n = lines * 2;
+    char *msg = malloc(n);
+    for (size_t i = 0; i < lines; i++) {
+        msg[2 * i] = (char)('a' + i % 26);
+        msg[2 * i + 1] = '\n';
+    }
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_sse_write_message(&b, NULL, 0, msg, n);
+    static const char head[] = "event: message\n";
+    assert_int_equal(b.len, sizeof(head) - 1 + lines * 8 + 7 + 1);
+    assert_memory_equal(b.base, head, sizeof(head) - 1);
+    const char *q = b.base + sizeof(head) - 1;
+    for (size_t i = 0; i < lines; i++, q += 8) {
+        char want[8] = {'d', 'a', 't', 'a', ':', ' ', (char)('a' + i % 26), '\n'};
+        if (memcmp(q, want, 8) != 0)
+            fail_msg("line %zu differs", i);
+    }
+    assert_memory_equal(q, "data: \n\n", 8);
+    tg_buf_dispose(&b);
+    free(msg);
+}
+
+static void writer_other_blocks(void **state)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_sse_write_event(&b, "endpoint", NULL, 0, "/mcp/messages?sessionId=ab", 26);
+    EXPECT_BYTES(&b, "event: endpoint\ndata: /mcp/messages?sessionId=ab\n\n", "endpoint event");
+    tg_buf_dispose(&b);
+
+    tg_buf_init(&b);
+    tg_sse_write_comment(&b, "keepalive");
+    EXPECT_BYTES(&b, ": keepalive\n\n", "comment");
+    tg_buf_dispose(&b);
+
+    tg_buf_init(&b);
+    tg_sse_write_retry(&b, 0);
+    tg_sse_write_retry(&b, 1500);
+    EXPECT_BYTES(&b, "retry: 0\n\nretry: 1500\n\n", "retry");
+    tg_buf_dispose(&b);
+
+    /* The priming event core/router.c writes as "id: %llx-0\nretry: 1000\ndata:\n\n". */
+    tg_buf_init(&b);
+    tg_sse_write_prime(&b, "1fa-0", 5, 1000);
+    EXPECT_BYTES(&b, "id: 1fa-0\nretry: 1000\ndata:\n\n", "prime");
+    tg_buf_dispose(&b);
+}
+
+/* What the writer wrote, the parser reads back: a message without CR comes back byte for byte,
+ * with its id and the event name "message". */
+static void roundtrip_one(const char *msg, size_t n, const char *id, int all_cuts)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_sse_write_message(&b, id, id ? strlen(id) : 0, msg, n);
+    struct col c, d;
+    if (all_cuts) {
+        parse_all_ways(b.base, b.len, 1 << 20, &c, 0);
+    } else {
+        assert_int_equal(feed_cuts(b.base, b.len, NULL, 0, 1 << 20, &c), 0);
+        size_t cuts[128];
+        assert_true(b.len <= 128);
+        for (size_t i = 0; i + 1 < b.len; i++)
+            cuts[i] = i + 1;
+        assert_int_equal(feed_cuts(b.base, b.len, cuts, b.len ? b.len - 1 : 0, 1 << 20, &d), 0);
+        assert_same(&c, &d, "one byte at a time");
+    }
+    char x[128];
+    if (c.n != 1 || c.ev[0].data_len != n || (n && memcmp(c.ev[0].data, msg, n) != 0))
+        fail_msg("\"%s\": %d events, first data \"%s\"", esc(x, sizeof(x), msg, n), c.n,
+                 c.n ? c.ev[0].data : "");
+    assert_string_equal(c.ev[0].event, "message");
+    assert_int_equal(c.ev[0].has_id, id != NULL);
+    if (id)
+        assert_string_equal(c.ev[0].id, id);
+    tg_buf_dispose(&b);
+}
+
+static void writer_parser_roundtrip(void **state)
+{
+    static const char *const msgs[] = {
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"a\\nb\"}]}}",
+        "", "x", "a\nb", "\n", "\n\n", "a\n", "\nb", "data: not a field", ": not a comment", "id: 9",
+    };
+    for (size_t i = 0; i < sizeof(msgs) / sizeof(msgs[0]); i++) {
+        roundtrip_one(msgs[i], strlen(msgs[i]), NULL, 1);
+        roundtrip_one(msgs[i], strlen(msgs[i]), "3-14", 1);
+    }
+    /* Every message of up to 7 bytes over {a, LF, ':', ' '}, whole and one byte at a time. */
+    static const char alpha[4] = {'a', '\n', ':', ' '};
+    for (size_t len = 0; len <= 7; len++) {
+        size_t total = (size_t)1 << (2 * len);
+        for (size_t v = 0; v < total; v++) {
+            char m[8];
+            for (size_t i = 0; i < len; i++)
+                m[i] = alpha[(v >> (2 * i)) & 3];
+            roundtrip_one(m, len, (v & 1) ? "7-1" : NULL, 0);
+        }
+    }
+}
+
+/* A CR does not survive: the parser ends a line at it (and at CRLF once), and joins data lines
+ * with LF. So CR comes back as LF and CRLF as two LFs. */
+static void writer_parser_cr_becomes_lf(void **state)
+{
+    static const struct {
+        const char *msg, *back;
+    } cases[] = {{"a\rb", "a\nb"}, {"a\r\nb", "a\n\nb"}, {"\r", "\n"}, {"a\n\rb", "a\n\nb"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_sse_write_message(&b, NULL, 0, cases[i].msg, strlen(cases[i].msg));
+        struct col c;
+        parse_all_ways(b.base, b.len, 1 << 20, &c, 0);
+        assert_int_equal(c.n, 1);
+        expect_ev(&c, 0, "message", cases[i].back, NULL);
+        tg_buf_dispose(&b);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -362,6 +603,13 @@ int main(int argc, char **argv)
         cmocka_unit_test(max_event_limit),
         cmocka_unit_test(owner_gone_in_callback),
         cmocka_unit_test(restart_keeps_last_id_and_retry),
+        cmocka_unit_test(writer_message_bytes),
+        cmocka_unit_test(writer_edge_cases),
+        cmocka_unit_test(writer_appends),
+        cmocka_unit_test(writer_many_lines),
+        cmocka_unit_test(writer_other_blocks),
+        cmocka_unit_test(writer_parser_roundtrip),
+        cmocka_unit_test(writer_parser_cr_becomes_lf),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

@@ -1,5 +1,7 @@
-#include "upstream/sse.h"
+#include "core/sse.h"
 
+#include <assert.h>
+#include <stdlib.h>
 #include <string.h>
 
 void tg_sse_init(struct tg_sse_parser *p, size_t max_event)
@@ -146,4 +148,103 @@ int tg_sse_feed(struct tg_sse_parser *p, const char *b, size_t n, tg_sse_event_c
         i = k + 1;
     }
     return 0;
+}
+
+/* ---- writer ------------------------------------------------------------------------- */
+
+#ifndef NDEBUG
+/* A name, id or comment of the gateway's own: a CR, LF or NUL in it would end the line early. */
+static int one_line(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '\n' || s[i] == '\r' || s[i] == '\0')
+            return 0;
+    return 1;
+}
+#endif
+
+/* Offset of the first c in p[from..n), or n. */
+static size_t find_byte(const char *p, size_t from, size_t n, char c)
+{
+    const char *q = from < n ? memchr(p + from, c, n - from) : NULL;
+    return q != NULL ? (size_t)(q - p) : n;
+}
+
+/* "data: <line>\n" for each line of p, where each LF and each CR ends one. The next LF and the
+ * next CR are looked up only once passed, so a message of many lines is still scanned once. */
+static void write_data_lines(struct tg_buf *out, const char *p, size_t n)
+{
+    size_t st = 0;
+    size_t lf = find_byte(p, 0, n, '\n');
+    size_t cr = find_byte(p, 0, n, '\r');
+    for (;;) {
+        if (lf < st)
+            lf = find_byte(p, st, n, '\n');
+        if (cr < st)
+            cr = find_byte(p, st, n, '\r');
+        size_t stop = lf < cr ? lf : cr;
+        tg_buf_append(out, "data: ", 6);
+        if (stop > st)
+            tg_buf_append(out, p + st, stop - st);
+        tg_buf_append(out, "\n", 1);
+        if (stop == n)
+            return;
+        st = stop + 1;
+    }
+}
+
+static void write_id(struct tg_buf *out, const char *id, size_t id_len)
+{
+    assert(one_line(id, id_len));
+    tg_buf_append(out, "id: ", 4);
+    tg_buf_append(out, id, id_len);
+    tg_buf_append(out, "\n", 1);
+}
+
+void tg_sse_write_event(struct tg_buf *out, const char *event, const char *id, size_t id_len, const char *p,
+                        size_t n)
+{
+    size_t en = strlen(event);
+    assert(one_line(event, en));
+    /* One allocation for the usual message of one line. */
+    if (tg_buf_try_reserve(out, n + id_len + en + 32, 0) != 0)
+        abort();
+    if (id != NULL)
+        write_id(out, id, id_len);
+    tg_buf_append(out, "event: ", 7);
+    tg_buf_append(out, event, en);
+    tg_buf_append(out, "\n", 1);
+    write_data_lines(out, p, n);
+    tg_buf_append(out, "\n", 1);
+}
+
+void tg_sse_write_message(struct tg_buf *out, const char *id, size_t id_len, const char *p, size_t n)
+{
+    tg_sse_write_event(out, "message", id, id_len, p, n);
+}
+
+void tg_sse_write_comment(struct tg_buf *out, const char *text)
+{
+    size_t n = strlen(text);
+    assert(one_line(text, n));
+    tg_buf_append(out, ": ", 2);
+    tg_buf_append(out, text, n);
+    tg_buf_append(out, "\n\n", 2);
+}
+
+void tg_sse_write_retry(struct tg_buf *out, long retry_ms)
+{
+    assert(retry_ms >= 0);
+    tg_buf_append(out, "retry: ", 7);
+    tg_buf_append_u64(out, (uint64_t)retry_ms);
+    tg_buf_append(out, "\n\n", 2);
+}
+
+void tg_sse_write_prime(struct tg_buf *out, const char *id, size_t id_len, long retry_ms)
+{
+    assert(retry_ms >= 0);
+    write_id(out, id, id_len);
+    tg_buf_append(out, "retry: ", 7);
+    tg_buf_append_u64(out, (uint64_t)retry_ms);
+    tg_buf_append(out, "\ndata:\n\n", 8);
 }

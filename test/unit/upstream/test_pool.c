@@ -1,4 +1,4 @@
-/* upstream/httpup.c: the keep-alive pool, run on a real uv loop against a
+/* upstream/pool.c: the keep-alive pool, run on a real uv loop against a
  * small HTTP/1.1 server living in the same loop (127.0.0.1, ephemeral port).
  *
  * The server echoes each request body as the response body, so a response
@@ -20,7 +20,7 @@
 
 #include "core/conf.h"
 #include "core/metrics.h"
-#include "upstream/upstream.h"
+#include "upstream/pool.h"
 
 /* ---- the test server ---------------------------------------------------------------- */
 

@@ -1,0 +1,440 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/log.h"
+#include "upstream/pool_internal.h"
+
+struct upwrite {
+    uv_write_t req;
+    char *base;
+};
+
+static void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void on_conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+
+/* ---- the request ----------------------------------------------------------- */
+
+void tg__upreq_format(struct tg_upreq *r, const char *method, const char *target, const char *extra_headers,
+                      const char *body, size_t len)
+{
+    const struct tg_upstream_conf *uc = r->up->uc;
+    tg_buf_init(&r->out);
+    if (tg_buf_try_reserve(&r->out, len + 512, 0) != 0)
+        abort();
+    tg_buf_appendf(&r->out, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, target ? target : uc->path, uc->authority);
+    for (size_t i = 0; i < uc->nheaders; i++)
+        tg_buf_appendf(&r->out, "%s: %s\r\n", uc->headers[i].name, uc->headers[i].value);
+    if (extra_headers)
+        tg_buf_appends(&r->out, extra_headers);
+    if (body != NULL) {
+        tg_buf_appendf(&r->out, "Content-Length: %zu\r\n\r\n", len);
+        tg_buf_append(&r->out, body, len);
+    } else {
+        tg_buf_appends(&r->out, "\r\n");
+    }
+}
+
+/* ---- response parsing ------------------------------------------------------ */
+
+static struct tg_upconn *pconn(llhttp_t *p) { return p->data; }
+
+static int on_header_field(llhttp_t *p, const char *at, size_t n)
+{
+    struct tg_upconn *c = pconn(p);
+    if (c->in_value) {
+        c->in_value = 0;
+        c->hname_len = 0;
+    }
+    size_t room = sizeof(c->hname) - c->hname_len;
+    size_t k = n < room ? n : room;
+    memcpy(c->hname + c->hname_len, at, k);
+    c->hname_len += k;
+    if (n > k)
+        c->hname_len = sizeof(c->hname); /* too long to be one we care about */
+    return 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t n)
+{
+    struct tg_upconn *c = pconn(p);
+    struct tg_upreq *r = c->req;
+    if (r == NULL)
+        return -1;
+    if (!c->in_value) {
+        c->in_value = 1;
+        c->hkind = 0;
+        if (c->hname_len == 12 && strncasecmp(c->hname, "content-type", 12) == 0) {
+            c->hkind = 1;
+            r->ctype_len = 0;
+        } else if (c->hname_len == 14 && strncasecmp(c->hname, "mcp-session-id", 14) == 0) {
+            c->hkind = 2;
+            r->sid_len = 0;
+        }
+    }
+    char *dst = c->hkind == 1 ? r->ctype : c->hkind == 2 ? r->sid : NULL;
+    size_t *len = c->hkind == 1 ? &r->ctype_len : &r->sid_len;
+    size_t cap = c->hkind == 1 ? sizeof(r->ctype) : sizeof(r->sid);
+    if (dst != NULL) {
+        if (*len + n >= cap) {
+            llhttp_set_error_reason(p, "upstream header too long");
+            return -1;
+        }
+        memcpy(dst + *len, at, n);
+        *len += n;
+    }
+    return 0;
+}
+
+static int on_headers_complete(llhttp_t *p)
+{
+    struct tg_upconn *c = pconn(p);
+    struct tg_upreq *r = c->req;
+    if (r == NULL)
+        return -1;
+    r->status = p->status_code;
+    if (r->status >= 100 && r->status < 200)
+        return 0; /* interim response: llhttp goes on to the final one */
+    r->cbs->on_head(r, r->status, r->ud);
+    return c->req == NULL ? -1 : 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n)
+{
+    struct tg_upconn *c = pconn(p);
+    struct tg_upreq *r = c->req;
+    if (r == NULL)
+        return -1;
+    r->cbs->on_data(r, at, n, r->ud);
+    return c->req == NULL ? -1 : 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    struct tg_upconn *c = pconn(p);
+    if (c->req == NULL)
+        return -1;
+    if (c->req->status >= 100 && c->req->status < 200)
+        return 0;
+    c->complete = 1;
+    return HPE_PAUSED;
+}
+
+static const llhttp_settings_t resp_settings = {
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* ---- connections --------------------------------------------------------------- */
+
+static void on_write_done(uv_write_t *req, int status)
+{
+    struct upwrite *w = tg_container_of(req, struct upwrite, req);
+    free(w->base);
+    free(w);
+    (void)status; /* a failed write shows up as a read error or EOF on the same connection */
+}
+
+void tg__upconn_send(struct tg_upconn *c)
+{
+    struct tg_upreq *r = c->req;
+    c->complete = 0;
+    c->in_value = 0;
+    c->hname_len = 0;
+    llhttp_init(&c->parser, HTTP_RESPONSE, &resp_settings);
+    c->parser.data = c;
+    /* Try a direct write first (no request object, no extra epoll_ctl); queue what is left. */
+    size_t off = 0;
+    uv_buf_t b = uv_buf_init(r->out.base, (unsigned)r->out.len);
+    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (n > 0)
+        off = (size_t)n;
+    if (off < r->out.len && (n >= 0 || n == UV_EAGAIN)) {
+        struct upwrite *w = tg_xmalloc(sizeof(*w));
+        w->base = tg_xmalloc(r->out.len - off);
+        memcpy(w->base, r->out.base + off, r->out.len - off);
+        b = uv_buf_init(w->base, (unsigned)(r->out.len - off));
+        n = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write_done);
+        if (n != 0) {
+            free(w->base);
+            free(w);
+        }
+    }
+    if (n < 0 && n != UV_EAGAIN) {
+        c->req = NULL;
+        r->conn = NULL;
+        tg__upconn_close(c);
+        tg__upreq_finish_later(r, TG_ECLOSED); /* tg__upconn_send runs inside tg_upreq_start too */
+        return;
+    }
+    r->sent = 1;
+    if (!r->paused)
+        tg__upconn_read_start(c);
+}
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    struct tg_upconn *c = h->data;
+    if (--c->handles > 0)
+        return;
+    struct tg_upstream *u = c->up;
+    free(c);
+    u->open_conns--;
+    tg__upstream_maybe_free(u);
+}
+
+void tg__upconn_close(struct tg_upconn *c)
+{
+    if (c->state == UC_CLOSING)
+        return;
+    struct tg_upstream *u = c->up;
+    if (c->state == UC_IDLE)
+        u->nidle--;
+    c->state = UC_CLOSING;
+    tg_list_unlink(&c->link);
+    if (c->dedicated)
+        u->ndedicated--;
+    else
+        u->npooled--;
+    struct tg_upreq *r = c->req;
+    c->req = NULL;
+    if (r != NULL)
+        r->conn = NULL;
+    if (c->resolving)
+        uv_cancel((uv_req_t *)&c->gai);
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    uv_close((uv_handle_t *)&c->timer, on_conn_closed);
+    if (r != NULL && !r->done)
+        tg__upreq_finish(r, TG_ECLOSED);
+    if (!u->closing)
+        tg__upstream_serve_queue(u); /* a pool slot is free again */
+}
+
+static void on_conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct tg_upconn *c = h->data;
+    *buf = uv_buf_init(c->up->scratch, sizeof(c->up->scratch));
+}
+
+static void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct tg_upconn *c = s->data;
+    struct tg_upstream *u = c->up;
+    struct tg_upreq *r = c->req;
+    if (nread == 0)
+        return;
+    if (c->state == UC_IDLE) {
+        /* Bytes or EOF on an idle connection: the server closed it or misbehaves. */
+        tg__upconn_close(c);
+        return;
+    }
+    if (r == NULL) {
+        tg__upconn_close(c);
+        return;
+    }
+    if (nread < 0) {
+        if (r->got_bytes && llhttp_finish(&c->parser) == HPE_OK && c->complete == 0 && r->status >= 200) {
+            /* body delimited by the close: llhttp_finish ran on_message_complete */
+        }
+        if (c->complete) {
+            c->req = NULL;
+            r->conn = NULL;
+            tg__upconn_close(c);
+            tg__upreq_finish(r, 0);
+            return;
+        }
+        if (!r->got_bytes && c->reused && !r->retried && !u->closing) {
+            /* A pooled connection the server had closed while idle: try once more on a fresh one. */
+            c->req = NULL;
+            r->conn = NULL;
+            r->retried = 1;
+            tg__upconn_close(c);
+            tg__upreq_acquire(r);
+            return;
+        }
+        c->req = NULL;
+        r->conn = NULL;
+        tg__upconn_close(c);
+        tg__upreq_finish(r, TG_ECLOSED);
+        return;
+    }
+    r->got_bytes = 1;
+    llhttp_errno_t e = llhttp_execute(&c->parser, buf->base, (size_t)nread);
+    if (c->state == UC_CLOSING)
+        return;
+    r = c->req;
+    if (r == NULL) { /* cancelled from a callback */
+        tg__upconn_close(c);
+        return;
+    }
+    if (e == HPE_PAUSED && c->complete) {
+        const char *pos = llhttp_get_error_pos(&c->parser);
+        int extra = pos != NULL && pos < buf->base + nread;
+        int keep = llhttp_should_keep_alive(&c->parser) && !extra;
+        c->req = NULL;
+        r->conn = NULL;
+        if (keep)
+            tg__upconn_to_idle(c);
+        else
+            tg__upconn_close(c);
+        tg__upreq_finish(r, 0);
+        return;
+    }
+    if (e != HPE_OK) {
+        char esc[128];
+        tg_log(TG_LOG_WARN, "malformed upstream response", "upstream=%s error=%s", u->uc->name,
+               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(llhttp_get_error_reason(&c->parser))));
+        c->req = NULL;
+        r->conn = NULL;
+        tg__upconn_close(c);
+        tg__upreq_finish(r, TG_EINVAL);
+    }
+}
+
+void tg__upconn_read_start(struct tg_upconn *c)
+{
+    uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read);
+}
+
+static void on_connect_timeout(uv_timer_t *t)
+{
+    struct tg_upconn *c = t->data;
+    tg_log(TG_LOG_WARN, "upstream connect timed out", "upstream=%s timeout_ms=%d", c->up->uc->name,
+           c->up->uc->connect_timeout_ms);
+    c->up->last_connect_failed = 1;
+    struct tg_upreq *r = c->req;
+    c->req = NULL;
+    if (r) {
+        r->conn = NULL;
+        tg__upconn_close(c);
+        tg__upreq_finish(r, TG_ETIMEDOUT);
+    } else {
+        tg__upconn_close(c);
+    }
+}
+
+static void on_connected(uv_connect_t *req, int status)
+{
+    struct tg_upconn *c = req->data;
+    if (c->state == UC_CLOSING)
+        return;
+    struct tg_upstream *u = c->up;
+    if (status < 0) {
+        if (!u->last_connect_failed)
+            tg_log(TG_LOG_WARN, "upstream connect failed", "upstream=%s error=\"%s\"", u->uc->name,
+                   uv_strerror(status));
+        u->last_connect_failed = 1;
+        struct tg_upreq *r = c->req;
+        c->req = NULL;
+        if (r)
+            r->conn = NULL;
+        tg__upconn_close(c);
+        if (r)
+            tg__upreq_finish(r, status);
+        return;
+    }
+    if (u->last_connect_failed)
+        tg_log(TG_LOG_INFO, "upstream reachable again", "upstream=%s", u->uc->name);
+    u->last_connect_failed = 0;
+    u->metrics->upstream_connects++;
+    uv_timer_stop(&c->timer);
+    uv_tcp_nodelay(&c->tcp, 1);
+    struct tg_upreq *r = c->req;
+    if (r == NULL) {
+        tg__upconn_to_idle(c);
+        return;
+    }
+    c->state = UC_BUSY;
+    tg__upconn_send(c);
+}
+
+static void start_connect(struct tg_upconn *c, const struct sockaddr *sa)
+{
+    c->state = UC_CONNECTING;
+    c->connect_req.data = c;
+    uv_timer_start(&c->timer, on_connect_timeout, (uint64_t)c->up->uc->connect_timeout_ms, 0);
+    int e = uv_tcp_connect(&c->connect_req, &c->tcp, sa, on_connected);
+    if (e != 0) {
+        /* EMFILE and the like fail here, inside tg_upreq_start: the caller hears of it later. */
+        tg_log(TG_LOG_WARN, "upstream connect failed", "upstream=%s error=\"%s\"", c->up->uc->name, uv_strerror(e));
+        c->up->last_connect_failed = 1;
+        struct tg_upreq *r = c->req;
+        c->req = NULL;
+        if (r)
+            r->conn = NULL;
+        tg__upconn_close(c);
+        if (r)
+            tg__upreq_finish_later(r, e);
+    }
+}
+
+static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
+{
+    struct tg_upconn *c = g->data;
+    c->resolving = 0;
+    if (c->state == UC_CLOSING || status < 0 || res == NULL) {
+        if (res)
+            uv_freeaddrinfo(res);
+        if (c->state != UC_CLOSING) {
+            tg_log(TG_LOG_WARN, "upstream name resolution failed", "upstream=%s host=%s error=\"%s\"",
+                   c->up->uc->name, c->up->uc->host, uv_strerror(status));
+            struct tg_upreq *r = c->req;
+            c->req = NULL;
+            if (r)
+                r->conn = NULL;
+            tg__upconn_close(c);
+            if (r)
+                tg__upreq_finish(r, status < 0 ? status : TG_EINVAL);
+        }
+        return;
+    }
+    start_connect(c, res->ai_addr);
+    uv_freeaddrinfo(res);
+}
+
+/* A new connection, carrying r (or NULL) once connected. */
+void tg__upconn_new(struct tg_upstream *u, struct tg_upreq *r, int dedicated)
+{
+    struct tg_upconn *c = tg_xcalloc(1, sizeof(*c));
+    c->up = u;
+    c->id = ++u->next_conn_id;
+    c->dedicated = dedicated;
+    uv_tcp_init(u->loop, &c->tcp);
+    uv_timer_init(u->loop, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->gai.data = c;
+    c->handles = 2;
+    u->open_conns++;
+    tg_list_init(&c->link);
+    tg_list_insert_tail(&u->busy, &c->link);
+    if (dedicated)
+        u->ndedicated++;
+    else
+        u->npooled++;
+    c->req = r;
+    if (r)
+        r->conn = c;
+    if (u->addr_literal) {
+        start_connect(c, (const struct sockaddr *)&u->addr);
+        return;
+    }
+    c->state = UC_RESOLVING;
+    c->resolving = 1;
+    char port[8];
+    snprintf(port, sizeof(port), "%d", u->uc->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    if (uv_getaddrinfo(u->loop, &c->gai, on_resolved, u->uc->host, port, &hints) != 0) {
+        c->resolving = 0;
+        c->req = NULL;
+        if (r)
+            r->conn = NULL;
+        tg__upconn_close(c);
+        if (r)
+            tg__upreq_finish_later(r, TG_EINVAL);
+    }
+}
