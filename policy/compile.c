@@ -10,6 +10,7 @@
 
 #include "core/json.h"
 #include "policy/compile_tool.h"
+#include "policy/regex.h"
 
 #define POLICY_MAX_FILE (4 * 1024 * 1024)
 
@@ -112,8 +113,7 @@ static void policy_free(struct tg_policy *p)
     free(p->methods);
     free_globset(&p->resources);
     free_globset(&p->prompts);
-    pcre2_match_context_free(p->mctx);
-    pcre2_jit_stack_free(p->jit_stack);
+    tg_regex_ctx_free(p->rx);
     free(p->name);
     free(p);
 }

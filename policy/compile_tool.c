@@ -270,7 +270,7 @@ static void compile_cond(struct tg__cctx *cx, const cJSON *c, const char *path, 
             tg__perr(cx, sub, "regex value must be a string");
         } else {
             char why[360];
-            if (tg__compile_regex(cx->p, jv->valuestring, out, why, sizeof(why)) != 0)
+            if (tg_regex_compile(jv->valuestring, &cx->p->rx, &out->re, why, sizeof(why)) != 0)
                 tg__perr(cx, sub, "%s", why);
         }
         break;
@@ -658,8 +658,7 @@ void tg__free_tool(struct ptool *t)
                 free(c->path[m]);
             free(c->path);
             cJSON_Delete(c->value);
-            pcre2_code_free(c->re);
-            pcre2_match_data_free(c->md);
+            tg_regex_free(c->re);
         }
         free(r->conds);
         for (int k = 0; k < r->nincr; k++)

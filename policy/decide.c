@@ -185,7 +185,7 @@ static int eval_op(const struct cond *c, const cJSON *actual, double state_value
     case OP_LTE: return cJSON_IsNumber(actual) && actual->valuedouble <= c->num;
     case OP_GT: return cJSON_IsNumber(actual) && actual->valuedouble > c->num;
     case OP_GTE: return cJSON_IsNumber(actual) && actual->valuedouble >= c->num;
-    case OP_REGEX: return (cJSON_IsString(actual) && c->re != NULL) ? tg__regex_match(c, actual->valuestring) : 0;
+    case OP_REGEX: return (cJSON_IsString(actual) && c->re != NULL) ? tg_regex_match(c->re, actual->valuestring) : 0;
     case OP_CONTAINS:
         if (cJSON_IsString(actual))
             return cJSON_IsString(c->value) && strstr(actual->valuestring, c->value->valuestring) != NULL;

@@ -8,9 +8,7 @@
 
 #include "policy/counters.h"
 #include "policy/policy.h"
-
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
+#include "policy/regex.h"
 
 enum cop { OP_EQ, OP_NEQ, OP_IN, OP_NOT_IN, OP_LT, OP_LTE, OP_GT, OP_GTE, OP_REGEX, OP_CONTAINS, OP_EXISTS };
 
@@ -34,9 +32,7 @@ struct cond {
     enum cop op;
     cJSON *value;
     double num;
-    pcre2_code *re;            /* regex: compiled (JIT where it can be) at load */
-    pcre2_match_data *md;      /* regex: this pattern's match data, reused by every match */
-    pcre2_match_context *mctx; /* regex: the policy's limits (struct tg_policy owns it) */
+    struct tg_regex *re; /* regex: compiled at load; this condition owns it */
 };
 
 struct rule {
@@ -92,10 +88,8 @@ struct tg_policy {
     int nmethods;
     struct globset resources, prompts;
     /* Regex conditions: one match context (limits, JIT stack) for all of them, made with the
-     * first. Matching writes to the match data and the JIT stack, which is safe because
-     * decisions run on one thread and never nest. */
-    pcre2_match_context *mctx;
-    pcre2_jit_stack *jit_stack;
+     * first; NULL if there is none. */
+    struct tg_regex_ctx *rx;
 };
 
 #endif

@@ -1,12 +1,16 @@
-/* Regex conditions: RE2 syntax on PCRE2. */
+/* Regex conditions: RE2 syntax on PCRE2. See policy/regex.h for the contract. */
 #include "policy/regex.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy/policy_int.h"
+#include "core/buf.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 /* ---- regex: RE2 syntax on PCRE2 ------------------------------------------------------
  *
@@ -486,32 +490,50 @@ static int re2_to_pcre2(struct rx *x)
     return 0;
 }
 
+/* The patterns of one policy share one match context (the limits) and one JIT stack. Matching
+ * writes to both and to each pattern's match data, which is safe because decisions run on one
+ * thread and never nest. */
+struct tg_regex_ctx {
+    pcre2_match_context *mctx;
+    pcre2_jit_stack *jit_stack; /* NULL if it could not be made: the JIT's own 32 KiB then */
+};
+
+struct tg_regex {
+    pcre2_code *re;            /* compiled (JIT where it can be) at load */
+    pcre2_match_data *md;      /* this pattern's match data, reused by every match */
+    pcre2_match_context *mctx; /* the policy's limits (its struct tg_regex_ctx owns it) */
+};
+
 /* The policy's match context, made with its first regex: limits on backtracking, so that no
  * pattern can spend more than a few milliseconds on one argument. */
-static pcre2_match_context *policy_mctx(struct tg_policy *p)
+static pcre2_match_context *policy_mctx(struct tg_regex_ctx **ctx)
 {
-    if (p->mctx != NULL)
-        return p->mctx;
-    p->mctx = pcre2_match_context_create(NULL);
-    if (p->mctx == NULL)
+    if (*ctx != NULL)
+        return (*ctx)->mctx;
+    struct tg_regex_ctx *c = tg_xcalloc(1, sizeof(*c));
+    c->mctx = pcre2_match_context_create(NULL);
+    if (c->mctx == NULL)
         abort();
-    pcre2_set_match_limit(p->mctx, RX_MATCH_LIMIT);
-    pcre2_set_depth_limit(p->mctx, RX_DEPTH_LIMIT);
-    pcre2_set_heap_limit(p->mctx, RX_HEAP_LIMIT_KIB);
+    pcre2_set_match_limit(c->mctx, RX_MATCH_LIMIT);
+    pcre2_set_depth_limit(c->mctx, RX_DEPTH_LIMIT);
+    pcre2_set_heap_limit(c->mctx, RX_HEAP_LIMIT_KIB);
     /* Without a stack of its own the JIT has 32 KiB, about 1300 repeats of (?:a|b). The stack is
      * reserved up front but only the pages used are ever touched. */
-    p->jit_stack = pcre2_jit_stack_create(32 * 1024, RX_JIT_STACK_MAX, NULL);
-    if (p->jit_stack != NULL)
-        pcre2_jit_stack_assign(p->mctx, NULL, p->jit_stack);
-    return p->mctx;
+    c->jit_stack = pcre2_jit_stack_create(32 * 1024, RX_JIT_STACK_MAX, NULL);
+    if (c->jit_stack != NULL)
+        pcre2_jit_stack_assign(c->mctx, NULL, c->jit_stack);
+    *ctx = c;
+    return c->mctx;
 }
 
-int tg__compile_regex(struct tg_policy *p, const char *pat, struct cond *out, char *why, size_t whysz)
+int tg_regex_compile(const char *pat, struct tg_regex_ctx **ctx, struct tg_regex **out, char *why, size_t whysz)
 {
     struct rx x = {.pat = pat, .len = strlen(pat)};
     tg_buf_init(&x.out);
     int r = -1;
     pcre2_compile_context *cc = NULL;
+    pcre2_code *re = NULL;
+    *out = NULL;
     if (re2_to_pcre2(&x) != 0) {
         snprintf(why, whysz, "%s (at offset %zu of \"%s\")", x.why, x.at, pat);
         goto done;
@@ -526,8 +548,8 @@ int tg__compile_regex(struct tg_policy *p, const char *pat, struct cond *out, ch
      * else; pcre2_match still checks each argument and a check that fails denies). No UCP:
      * \b stays ASCII, as in RE2. */
     uint32_t opts = PCRE2_UTF | PCRE2_NEVER_UCP | PCRE2_NEVER_BACKSLASH_C | PCRE2_DOLLAR_ENDONLY | PCRE2_ALT_CIRCUMFLEX;
-    out->re = pcre2_compile((PCRE2_SPTR)(x.out.base ? x.out.base : ""), x.out.len, opts, &code, &off, cc);
-    if (out->re == NULL) {
+    re = pcre2_compile((PCRE2_SPTR)(x.out.base ? x.out.base : ""), x.out.len, opts, &code, &off, cc);
+    if (re == NULL) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof(msg));
         size_t at = off < x.out.len ? x.map[off] : x.len;
@@ -535,19 +557,21 @@ int tg__compile_regex(struct tg_policy *p, const char *pat, struct cond *out, ch
         goto done;
     }
     uint32_t backrefs = 0;
-    if (pcre2_pattern_info(out->re, PCRE2_INFO_BACKREFMAX, &backrefs) != 0 || backrefs > 0) {
+    if (pcre2_pattern_info(re, PCRE2_INFO_BACKREFMAX, &backrefs) != 0 || backrefs > 0) {
         snprintf(why, whysz, "backreferences are not RE2 syntax (in \"%s\")", pat);
-        pcre2_code_free(out->re);
-        out->re = NULL;
+        pcre2_code_free(re);
         goto done;
     }
     /* JIT where this build and machine have it; the interpreter otherwise, with the same
      * answers under the match and depth limits. */
-    (void)pcre2_jit_compile(out->re, PCRE2_JIT_COMPLETE);
-    out->md = pcre2_match_data_create(1, NULL);
-    if (out->md == NULL)
+    (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+    struct tg_regex *rx = tg_xcalloc(1, sizeof(*rx));
+    rx->re = re;
+    rx->md = pcre2_match_data_create(1, NULL);
+    if (rx->md == NULL)
         abort();
-    out->mctx = policy_mctx(p);
+    rx->mctx = policy_mctx(ctx);
+    *out = rx;
     r = 0;
 done:
     pcre2_compile_context_free(cc);
@@ -559,10 +583,28 @@ done:
 
 /* 1 match, 0 no match, -1 no answer (a limit was hit, or the argument is not valid UTF-8).
  * A regex condition is a requirement, so -1 fails it like 0 and the call is denied. */
-int tg__regex_match(const struct cond *c, const char *s)
+int tg_regex_match(const struct tg_regex *rx, const char *s)
 {
-    int rc = pcre2_match(c->re, (PCRE2_SPTR)s, strlen(s), 0, 0, c->md, c->mctx);
+    int rc = pcre2_match(rx->re, (PCRE2_SPTR)s, strlen(s), 0, 0, rx->md, rx->mctx);
     if (rc >= 0) /* 0: matched, with more groups than the one-pair match data holds */
         return 1;
     return rc == PCRE2_ERROR_NOMATCH ? 0 : -1;
+}
+
+void tg_regex_free(struct tg_regex *rx)
+{
+    if (rx == NULL)
+        return;
+    pcre2_code_free(rx->re);
+    pcre2_match_data_free(rx->md);
+    free(rx);
+}
+
+void tg_regex_ctx_free(struct tg_regex_ctx *ctx)
+{
+    if (ctx == NULL)
+        return;
+    pcre2_match_context_free(ctx->mctx);
+    pcre2_jit_stack_free(ctx->jit_stack);
+    free(ctx);
 }
