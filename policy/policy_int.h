@@ -7,7 +7,6 @@
 #include <stdint.h>
 
 #include "policy/counters.h"
-#include "policy/policy.h"
 #include "policy/regex.h"
 
 enum cop { OP_EQ, OP_NEQ, OP_IN, OP_NOT_IN, OP_LT, OP_LTE, OP_GT, OP_GTE, OP_REGEX, OP_CONTAINS, OP_EXISTS };
