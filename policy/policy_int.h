@@ -1,5 +1,7 @@
 /* The compiled form of a policy: what policy/compile.c and compile_tool.c build and
- * policy/decide.c reads. Internal to policy/; callers see struct tg_policy as opaque. */
+ * policy/decide.c reads. Internal to policy/; callers see struct tg_policy as opaque.
+ * Everything below belongs to one struct tg_policy and is freed with it (policy_free() in
+ * compile.c, with tg__free_tool() for each tool); nothing changes after compilation. */
 #ifndef TG_POLICY_INT_H
 #define TG_POLICY_INT_H
 
@@ -14,6 +16,8 @@ enum cop { OP_EQ, OP_NEQ, OP_IN, OP_NOT_IN, OP_LT, OP_LTE, OP_GT, OP_GTE, OP_REG
 enum scope { SCOPE_GRANT, SCOPE_SESSION, SCOPE_GLOBAL };
 enum ckind { CK_BUCKET = 1, CK_WINDOW = 2 };
 
+/* A counter the policy defines (a hosted limit or an Intercept state counter): an entry of
+ * tg_policy.counters, which conditions, rules and limits name by index. */
 struct pcounter {
     char *key;   /* identity within the policy: "L:name" (hosted) or "S:scope.name" (Intercept) */
     char *label; /* for messages */
@@ -23,6 +27,7 @@ struct pcounter {
     int64_t window_ms; /* bucket: refills capacity in this time; window: its length */
 };
 
+/* One condition of a rule (conditions[i]); an entry of rule.conds. */
 struct cond {
     int is_state;
     char **path; /* args path segments */
@@ -34,6 +39,7 @@ struct cond {
     struct tg_regex *re; /* regex: compiled at load; this condition owns it */
 };
 
+/* One Intercept rule of a tool (rules[i]); an entry of ptool.rules. */
 struct rule {
     char *name;
     int deny;
@@ -51,11 +57,12 @@ struct rule {
 
 enum taction { TA_ALLOW, TA_DENY, TA_APPROVE };
 
+/* One entry of "tools": an entry of tg_policy.tools, or tg_policy.wildcard for "*". */
 struct ptool {
     char *name;
     enum taction action;
     char *reason;
-    int *limits;
+    int *limits; /* indices into tg_policy.counters */
     int nlimits;
     struct rule *rules;
     int nrules;
@@ -63,6 +70,7 @@ struct ptool {
     int unconditional_deny; /* some rule denies without conditions: hidden from tools/list */
 };
 
+/* "resources" or "prompts": glob lists, embedded in struct tg_policy. */
 struct globset {
     int present;
     int default_deny;
@@ -71,6 +79,9 @@ struct globset {
     char *reason;
 };
 
+/* A compiled policy. Immutable and refcounted: made by tg_policy_compile() (or _load, _deny_all)
+ * with one reference; each holder (the conf, a call in flight) takes one with tg_policy_ref();
+ * the last tg_policy_unref() frees it. */
 struct tg_policy {
     int refcnt;
     char *name;
