@@ -1,9 +1,9 @@
-/* Counter store: one open-addressing table (linear probing, backward-shift
- * deletion) of 40-byte entries keyed by two independent 64-bit hashes of
- * "upstream, counter, scope identity". Keys are never stored: two 64-bit
- * hashes of gateway-chosen names (session ids are random, grant and counter
- * names come from the operator) do not collide in practice, and dropping the
- * key keeps a million live buckets well under 128 MiB. */
+/* Counter store: the interface (policy/counters.h) and its first implementation, the local
+ * store: one open-addressing table (linear probing, backward-shift deletion) of 40-byte entries
+ * keyed by two independent 64-bit hashes of "upstream, counter, scope identity". Keys are never
+ * stored: two 64-bit hashes of gateway-chosen names (session ids are random, grant and counter
+ * names come from the operator) do not collide in practice, and dropping the key keeps a million
+ * live buckets well under 128 MiB. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -18,35 +18,31 @@ struct entry {
     int64_t expire_ms; /* after this the entry holds no information */
 };
 
-struct tg_counters {
+/* The local store. Owned by whoever called tg_counters_new(); freed by tg_counters_free(). */
+struct local_store {
+    struct tg_counters base; /* first: a struct tg_counters * is a struct local_store * */
     struct entry *t;
     size_t cap; /* power of two */
     size_t count;
     size_t sweep_pos;
 };
 
-struct tg_counters *tg_counters_new(void)
-{
-    struct tg_counters *c = calloc(1, sizeof(*c));
-    if (!c)
-        abort();
-    c->cap = 1024;
-    c->t = calloc(c->cap, sizeof(*c->t));
-    if (!c->t)
-        abort();
-    return c;
-}
+static struct local_store *local_of(struct tg_counters *c) { return (struct local_store *)c; }
+static const struct local_store *clocal_of(const struct tg_counters *c) { return (const struct local_store *)c; }
 
-void tg_counters_free(struct tg_counters *c)
+static void local_free(struct tg_counters *base)
 {
-    if (!c)
-        return;
+    struct local_store *c = local_of(base);
     free(c->t);
     free(c);
 }
 
-size_t tg_counters_count(const struct tg_counters *c) { return c->count; }
-size_t tg_counters_memory(const struct tg_counters *c) { return c->cap * sizeof(struct entry) + sizeof(*c); }
+static size_t local_count(const struct tg_counters *base) { return clocal_of(base)->count; }
+static size_t local_memory(const struct tg_counters *base)
+{
+    const struct local_store *c = clocal_of(base);
+    return c->cap * sizeof(struct entry) + sizeof(*c);
+}
 
 static void insert_raw(struct entry *t, size_t cap, const struct entry *e)
 {
@@ -56,7 +52,7 @@ static void insert_raw(struct entry *t, size_t cap, const struct entry *e)
     t[i] = *e;
 }
 
-static void grow(struct tg_counters *c)
+static void grow(struct local_store *c)
 {
     size_t ncap = c->cap * 2;
     struct entry *nt = calloc(ncap, sizeof(*nt));
@@ -71,7 +67,7 @@ static void grow(struct tg_counters *c)
 }
 
 /* Find or create. h1 must not be 0 (tg_counters_hash never returns it). */
-static struct entry *slot(struct tg_counters *c, uint64_t h1, uint64_t h2, int create)
+static struct entry *slot(struct local_store *c, uint64_t h1, uint64_t h2, int create)
 {
     size_t i = (size_t)h1 & (c->cap - 1);
     while (c->t[i].h1 != 0) {
@@ -94,7 +90,7 @@ static struct entry *slot(struct tg_counters *c, uint64_t h1, uint64_t h2, int c
     return &c->t[i];
 }
 
-static void remove_at(struct tg_counters *c, size_t i)
+static void remove_at(struct local_store *c, size_t i)
 {
     /* Backward-shift deletion keeps probe chains intact without tombstones. */
     size_t mask = c->cap - 1;
@@ -168,9 +164,10 @@ static double level_at(const struct entry *e, double capacity, int64_t window_ms
     return tokens > capacity ? capacity : tokens;
 }
 
-int tg_bucket_take(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, int64_t window_ms, double amount,
-                   int64_t now_ms, double *left, uint64_t *retry_ms)
+static int local_bucket_take(struct tg_counters *base, uint64_t h1, uint64_t h2, double capacity, int64_t window_ms,
+                             double amount, int64_t now_ms, double *left, uint64_t *retry_ms)
 {
+    struct local_store *c = local_of(base);
     struct entry *e = slot(c, h1, h2, 0);
     double tokens = level_at(e, capacity, window_ms, now_ms);
     if (!(tokens >= amount)) {
@@ -203,8 +200,9 @@ int tg_bucket_take(struct tg_counters *c, uint64_t h1, uint64_t h2, double capac
     return 1;
 }
 
-void tg_bucket_give(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, double amount)
+static void local_bucket_give(struct tg_counters *base, uint64_t h1, uint64_t h2, double capacity, double amount)
 {
+    struct local_store *c = local_of(base);
     struct entry *e = slot(c, h1, h2, 0);
     if (e == NULL)
         return; /* already full again and swept */
@@ -250,17 +248,20 @@ static int within(double v, double limit, enum tg_limit_op op)
     return 0;
 }
 
-double tg_window_get(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start)
+static double local_window_get(struct tg_counters *base, uint64_t h1, uint64_t h2, int64_t window_start)
 {
+    struct local_store *c = local_of(base);
     struct entry *e = slot(c, h1, h2, 0);
     if (e == NULL || e->stamp_ms != window_start)
         return 0;
     return e->value;
 }
 
-int tg_window_add(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, int64_t window_ms,
-                  double amount, double limit, enum tg_limit_op limit_op, double *now_value)
+static int local_window_add(struct tg_counters *base, uint64_t h1, uint64_t h2, int64_t window_start,
+                            int64_t window_ms, double amount, double limit, enum tg_limit_op limit_op,
+                            double *now_value)
 {
+    struct local_store *c = local_of(base);
     struct entry *e = slot(c, h1, h2, 0);
     double cur = (e != NULL && e->stamp_ms == window_start) ? e->value : 0;
     double next = settle(cur + amount, cur, amount);
@@ -278,8 +279,9 @@ int tg_window_add(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t windo
     return 1;
 }
 
-void tg_window_sub(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, double amount)
+static void local_window_sub(struct tg_counters *base, uint64_t h1, uint64_t h2, int64_t window_start, double amount)
 {
+    struct local_store *c = local_of(base);
     struct entry *e = slot(c, h1, h2, 0);
     if (e == NULL || e->stamp_ms != window_start)
         return; /* a new window began: nothing of the old one to give back */
@@ -287,8 +289,9 @@ void tg_window_sub(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t wind
     e->value = next > 0 ? next : 0;
 }
 
-void tg_counters_sweep(struct tg_counters *c, int64_t now_ms, size_t budget)
+static void local_sweep(struct tg_counters *base, int64_t now_ms, size_t budget)
 {
+    struct local_store *c = local_of(base);
     if (c->count == 0)
         return;
     if (budget > c->cap)
@@ -303,4 +306,70 @@ void tg_counters_sweep(struct tg_counters *c, int64_t now_ms, size_t budget)
         }
         c->sweep_pos = (i + 1) & (c->cap - 1);
     }
+}
+
+static const struct tg_counter_store_ops local_ops = {
+    .bucket_take = local_bucket_take,
+    .bucket_give = local_bucket_give,
+    .window_get = local_window_get,
+    .window_add = local_window_add,
+    .window_sub = local_window_sub,
+    .sweep = local_sweep,
+    .count = local_count,
+    .memory = local_memory,
+    .free = local_free,
+};
+
+struct tg_counters *tg_counters_new(void)
+{
+    struct local_store *c = calloc(1, sizeof(*c));
+    if (!c)
+        abort();
+    c->base.ops = &local_ops;
+    c->cap = 1024;
+    c->t = calloc(c->cap, sizeof(*c->t));
+    if (!c->t)
+        abort();
+    return &c->base;
+}
+
+/* ---- the interface: every call goes to the store's own operation ---------------------- */
+
+void tg_counters_free(struct tg_counters *c)
+{
+    if (!c)
+        return;
+    c->ops->free(c);
+}
+
+size_t tg_counters_count(const struct tg_counters *c) { return c->ops->count(c); }
+size_t tg_counters_memory(const struct tg_counters *c) { return c->ops->memory(c); }
+
+void tg_counters_sweep(struct tg_counters *c, int64_t now_ms, size_t budget) { c->ops->sweep(c, now_ms, budget); }
+
+int tg_bucket_take(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, int64_t window_ms, double amount,
+                   int64_t now_ms, double *left, uint64_t *retry_ms)
+{
+    return c->ops->bucket_take(c, h1, h2, capacity, window_ms, amount, now_ms, left, retry_ms);
+}
+
+void tg_bucket_give(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, double amount)
+{
+    c->ops->bucket_give(c, h1, h2, capacity, amount);
+}
+
+double tg_window_get(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start)
+{
+    return c->ops->window_get(c, h1, h2, window_start);
+}
+
+int tg_window_add(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, int64_t window_ms,
+                  double amount, double limit, enum tg_limit_op limit_op, double *now_value)
+{
+    return c->ops->window_add(c, h1, h2, window_start, window_ms, amount, limit, limit_op, now_value);
+}
+
+void tg_window_sub(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, double amount)
+{
+    c->ops->window_sub(c, h1, h2, window_start, amount);
 }

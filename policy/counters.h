@@ -1,31 +1,82 @@
-/* Internal interface of the counter store (policy/counters.c), used by policy.c and its tests. */
+/* Counter store: the token buckets (hosted "limits") and fixed windows (Intercept "state" and
+ * "rate_limit") that policy decisions take from and give back to, keyed by two 64-bit hashes of
+ * "upstream, counter, scope identity" (tg_counters_hash).
+ *
+ * A store is a struct tg_counters with a table of operations. tg_counters_new() makes the local
+ * store (policy/counters.c: one in-process hash table). A shared store (one that several gateways
+ * use, such as Redis) provides its own table and constructor; the decisions do not change, as they
+ * reach a store only through the functions below. Each operation is one step on one counter, which
+ * a shared store must make atomic; the arithmetic it must reproduce is described at each one.
+ *
+ * The store belongs to its creator (the server), outside any policy, so a reload keeps the counts;
+ * tg_counters_free() frees it. Pure: no I/O in the local store, and the clock is a parameter. */
 #ifndef TG_COUNTERS_H
 #define TG_COUNTERS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "policy/policy.h"
-
-void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2);
-/* Token bucket of `capacity` tokens refilled at capacity per window_ms: take `amount`; returns 1
- * (taken) or 0 (not enough; *retry_ms is the first millisecond at which it would be). *left is the
- * level after the call, without float dust (a level within a few ulps of a whole number is that
- * number). */
-int tg_bucket_take(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, int64_t window_ms, double amount,
-                   int64_t now_ms, double *left, uint64_t *retry_ms);
-void tg_bucket_give(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, double amount);
-/* Fixed window: current value in the window starting at window_start. */
-double tg_window_get(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start);
-
-/* What the value after an add must satisfy: nothing, "<= limit" or "< limit". */
+/* What the value after a window add must satisfy: nothing, "<= limit" or "< limit". */
 enum tg_limit_op { TG_LIMIT_NONE = 0, TG_LIMIT_LTE, TG_LIMIT_LT };
 
-/* Add amount (finite, >= 0) unless the sum would break limit_op/limit; returns 1 if added.
- * Sums and differences keep 15 significant digits (see settle() in counters.c), so decimal
- * amounts add up to their decimal sum and a refund restores the value exactly. */
+struct tg_counters;
+
+/* The operations of a store; the functions below call them and document what they must do. */
+struct tg_counter_store_ops {
+    int (*bucket_take)(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, int64_t window_ms,
+                       double amount, int64_t now_ms, double *left, uint64_t *retry_ms);
+    void (*bucket_give)(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, double amount);
+    double (*window_get)(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start);
+    int (*window_add)(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, int64_t window_ms,
+                      double amount, double limit, enum tg_limit_op limit_op, double *now_value);
+    void (*window_sub)(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, double amount);
+    void (*sweep)(struct tg_counters *c, int64_t now_ms, size_t budget);
+    size_t (*count)(const struct tg_counters *c);
+    size_t (*memory)(const struct tg_counters *c);
+    void (*free)(struct tg_counters *c);
+};
+
+/* The head of every store: an implementation embeds it as the first member of its own struct,
+ * sets ops, and hands out a pointer to it. Callers only pass it to the functions below. */
+struct tg_counters {
+    const struct tg_counter_store_ops *ops;
+};
+
+/* The local store: an in-process table, empty. Aborts if out of memory. */
+struct tg_counters *tg_counters_new(void);
+/* Free any store (NULL is ignored). */
+void tg_counters_free(struct tg_counters *c);
+/* Entries held, and the memory they take (for /metrics). */
+size_t tg_counters_count(const struct tg_counters *c);
+size_t tg_counters_memory(const struct tg_counters *c);
+/* Drop entries that no longer hold information (full buckets, past windows); at most `budget`
+ * slots scanned. A store that expires entries by itself may do nothing. */
+void tg_counters_sweep(struct tg_counters *c, int64_t now_ms, size_t budget);
+
+/* The key of a counter: two independent 64-bit hashes of key[0..n), h1 never 0. */
+void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2);
+
+/* Token bucket of `capacity` tokens refilled at capacity per window_ms, in whole milliseconds
+ * (dt * capacity / window_ms, capped at capacity), starting full: take `amount`; returns 1
+ * (taken) or 0 (not enough; *retry_ms is the first millisecond at which it would be, UINT64_MAX
+ * if amount > capacity). *left is the level after the call, without float dust (a level within a
+ * few ulps of a whole number is that number). A clock that steps back refills nothing. */
+int tg_bucket_take(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, int64_t window_ms, double amount,
+                   int64_t now_ms, double *left, uint64_t *retry_ms);
+/* Give amount back to a bucket (capped at capacity; nothing if the bucket is gone, i.e. full). */
+void tg_bucket_give(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, double amount);
+
+/* Fixed window: current value in the window starting at window_start (0 if another window or
+ * none). */
+double tg_window_get(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start);
+/* Add amount (finite, >= 0; anything else, NaN included, is refused) unless the sum would break
+ * limit_op/limit; returns 1 if added. *now_value is the value after the call. Sums and
+ * differences keep 15 significant digits (see settle() in counters.c), so decimal amounts add up
+ * to their decimal sum and a refund restores the value exactly. */
 int tg_window_add(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, int64_t window_ms,
                   double amount, double limit, enum tg_limit_op limit_op, double *now_value);
+/* Take amount back from the window starting at window_start (never below 0; nothing if a new
+ * window began). */
 void tg_window_sub(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, double amount);
 
 #endif

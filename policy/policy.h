@@ -3,7 +3,9 @@
  *
  * Pure: no I/O except reading the file in tg_policy_load(), no libuv. The
  * clock is a parameter. Counter state lives in a struct tg_counters owned by
- * the caller (the server), outside any policy, so a reload keeps it.
+ * the caller (the server), outside any policy, so a reload keeps it; decisions
+ * reach it only through policy/counters.h, so any store behind that interface
+ * serves. This header includes it, for the store's constructor and metrics.
  *
  * Semantics (ARCHITECTURE.md "Policy files"):
  *   hosted  {version, default, tools:{T:{action, reason, limits:[{counter, window, max, scope}]}}}
@@ -20,9 +22,9 @@
 #include <stdint.h>
 
 #include "core/buf.h"
+#include "policy/counters.h"
 
 struct tg_policy;
-struct tg_counters;
 
 enum tg_verdict {
     TG_VERDICT_ALLOW = 0,
@@ -85,14 +87,6 @@ int tg_policy_method_allowed(const struct tg_policy *p, const char *method);
 /* resources/read (uri) and prompts/get (name): ALLOW or DENY with message. */
 void tg_policy_decide_resource(const struct tg_policy *p, const char *uri, struct tg_decision *d);
 void tg_policy_decide_prompt(const struct tg_policy *p, const char *name, struct tg_decision *d);
-
-/* Counter store: token buckets and fixed windows keyed by (upstream, counter, scope identity). */
-struct tg_counters *tg_counters_new(void);
-void tg_counters_free(struct tg_counters *c);
-size_t tg_counters_count(const struct tg_counters *c);
-size_t tg_counters_memory(const struct tg_counters *c);
-/* Drop entries that no longer hold information (full buckets, past windows); at most `budget` slots scanned. */
-void tg_counters_sweep(struct tg_counters *c, int64_t now_ms, size_t budget);
 
 /* YAML to the same cJSON tree a JSON policy gives (libyaml). */
 int tg_yaml_to_json(const char *text, size_t len, cJSON **out, char *err, size_t errsz);

@@ -1,0 +1,310 @@
+/* Policy compiler: a policy document (either PolicyLayer shape, JSON or YAML) into one immutable
+ * struct tg_policy. See policy/policy.h for the format. */
+#include "policy/policy.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/json.h"
+#include "policy/compile_tool.h"
+#include "policy/regex.h"
+
+#define POLICY_MAX_FILE (4 * 1024 * 1024)
+
+static char *xstrdup(const char *s) { return tg_xstrdup(s); }
+
+/* ---- compile ------------------------------------------------------------------ */
+
+static void compile_list(struct tg__cctx *cx, const cJSON *j, const char *path, char ***out, int *n)
+{
+    if (!cJSON_IsArray(j)) {
+        tg__perr(cx, path, "must be a list of strings");
+        return;
+    }
+    *n = cJSON_GetArraySize(j);
+    *out = tg_xcalloc((size_t)(*n ? *n : 1), sizeof(char *));
+    int i = 0;
+    for (const cJSON *c = j->child; c; c = c->next, i++) {
+        char p[600];
+        snprintf(p, sizeof(p), "%s[%d]", path, i);
+        if (!cJSON_IsString(c) || c->valuestring[0] == '\0') {
+            tg__perr(cx, p, "entry must not be empty");
+            (*out)[i] = xstrdup("");
+            continue;
+        }
+        for (int k = 0; k < i; k++)
+            if (strcmp((*out)[k], c->valuestring) == 0)
+                tg__perr(cx, path, "duplicate entry \"%s\"", c->valuestring);
+        (*out)[i] = xstrdup(c->valuestring);
+    }
+}
+
+static void compile_globset(struct tg__cctx *cx, const cJSON *j, const char *path, struct globset *g)
+{
+    if (!cJSON_IsObject(j)) {
+        tg__perr(cx, path, "must be an object {default, allow, deny, reason}");
+        return;
+    }
+    static const char *const known[] = {"default", "allow", "deny", "reason", NULL};
+    tg__check_keys(cx, j, path, known);
+    g->present = 1;
+    char sub[600];
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "default");
+    if (d != NULL) {
+        snprintf(sub, sizeof(sub), "%s.default", path);
+        if (cJSON_IsString(d) && strcmp(d->valuestring, "deny") == 0)
+            g->default_deny = 1;
+        else if (!(cJSON_IsString(d) && strcmp(d->valuestring, "allow") == 0))
+            tg__perr(cx, sub, "must be \"allow\" or \"deny\"");
+    }
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "allow");
+    if (a) {
+        snprintf(sub, sizeof(sub), "%s.allow", path);
+        compile_list(cx, a, sub, &g->allow, &g->nallow);
+    }
+    const cJSON *dn = cJSON_GetObjectItemCaseSensitive(j, "deny");
+    if (dn) {
+        snprintf(sub, sizeof(sub), "%s.deny", path);
+        compile_list(cx, dn, sub, &g->deny, &g->ndeny);
+    }
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "reason");
+    if (cJSON_IsString(r))
+        g->reason = xstrdup(r->valuestring);
+}
+
+static int cmp_tools(const void *a, const void *b)
+{
+    return strcmp(((const struct ptool *)a)->name, ((const struct ptool *)b)->name);
+}
+
+static void free_globset(struct globset *g)
+{
+    for (int i = 0; i < g->nallow; i++)
+        free(g->allow[i]);
+    for (int i = 0; i < g->ndeny; i++)
+        free(g->deny[i]);
+    free(g->allow);
+    free(g->deny);
+    free(g->reason);
+}
+
+static void policy_free(struct tg_policy *p)
+{
+    for (int i = 0; i < p->ntools; i++)
+        tg__free_tool(&p->tools[i]);
+    free(p->tools);
+    if (p->wildcard) {
+        tg__free_tool(p->wildcard);
+        free(p->wildcard);
+    }
+    for (int i = 0; i < p->nhide; i++)
+        free(p->hide[i]);
+    free(p->hide);
+    for (int i = 0; i < p->ncounters; i++) {
+        free(p->counters[i].key);
+        free(p->counters[i].label);
+    }
+    free(p->counters);
+    for (int i = 0; i < p->nmethods; i++)
+        free(p->methods[i]);
+    free(p->methods);
+    free_globset(&p->resources);
+    free_globset(&p->prompts);
+    tg_regex_ctx_free(p->rx);
+    free(p->name);
+    free(p);
+}
+
+int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **out, struct tg_buf *err,
+                      struct tg_buf *warn)
+{
+    struct tg_policy *p = tg_xcalloc(1, sizeof(*p));
+    p->refcnt = 1;
+    p->name = xstrdup(name);
+    struct tg__cctx cx = {name, err, warn, 0, p};
+    *out = NULL;
+    if (!cJSON_IsObject(root)) {
+        tg__perr(&cx, "(root)", "a policy must be an object");
+        policy_free(p);
+        return TG_EINVAL;
+    }
+    static const char *const known[] = {"version", "description", "default", "hide", "tools",
+                                        "methods", "resources", "prompts", NULL};
+    tg__check_keys(&cx, root, "", known);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "version");
+    if (!cJSON_IsString(v) || strcmp(v->valuestring, "1") != 0)
+        tg__perr(&cx, "version", "version must be \"1\", got \"%s\"",
+             cJSON_IsString(v) ? v->valuestring : (cJSON_IsNumber(v) ? "(a number; write \"1\")" : "(missing)"));
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "default");
+    if (d != NULL) {
+        if (cJSON_IsString(d) && strcmp(d->valuestring, "deny") == 0)
+            p->default_deny = 1;
+        else if (!(cJSON_IsString(d) && strcmp(d->valuestring, "allow") == 0))
+            tg__perr(&cx, "default", "default must be \"allow\" or \"deny\", got \"%s\"",
+                 cJSON_IsString(d) ? d->valuestring : "?");
+    }
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(root, "hide");
+    if (h != NULL && !cJSON_IsNull(h)) {
+        compile_list(&cx, h, "hide", &p->hide, &p->nhide);
+        for (int i = 0; i < p->nhide; i++)
+            if (strcmp(p->hide[i], "*") == 0)
+                p->hide_all = 1;
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    if (t == NULL || cJSON_IsNull(t)) {
+        if (p->default_deny)
+            tg__pwarn(&cx, "tools", "no tools listed under default deny: every tool is denied");
+    } else if (!cJSON_IsObject(t)) {
+        tg__perr(&cx, "tools", "must be an object of tool names");
+    } else {
+        int n = cJSON_GetArraySize(t);
+        p->tools = tg_xcalloc((size_t)(n ? n : 1), sizeof(*p->tools));
+        for (const cJSON *c = t->child; c; c = c->next) {
+            if (strcmp(c->string, "*") == 0) {
+                p->wildcard = tg_xcalloc(1, sizeof(*p->wildcard));
+                tg__compile_tool(&cx, "*", c, p->wildcard);
+            } else {
+                tg__compile_tool(&cx, c->string, c, &p->tools[p->ntools++]);
+            }
+        }
+        qsort(p->tools, (size_t)p->ntools, sizeof(*p->tools), cmp_tools);
+    }
+    /* State conditions may name counters defined by later rules: resolve them now. */
+    struct ptool *all[2] = {NULL, p->wildcard};
+    for (int ti = -1; ti < p->ntools; ti++) {
+        struct ptool *tool = ti < 0 ? all[1] : &p->tools[ti];
+        if (tool == NULL)
+            continue;
+        for (int r = 0; r < tool->nrules; r++)
+            for (int k = 0; k < tool->rules[r].nconds; k++) {
+                struct cond *c = &tool->rules[r].conds[k];
+                if (!c->is_state || c->npath != 1)
+                    continue;
+                c->counter = tg__find_counter(p, c->path[0]);
+                if (c->counter < 0) {
+                    char path[600];
+                    snprintf(path, sizeof(path), "tools.%s.rules[%d].conditions[%d].path", tool->name, r, k);
+                    tg__perr(&cx, path, "condition references state.%s but no matching state block found",
+                         c->path[0] + 2);
+                }
+            }
+    }
+    /* A call's reservations are kept in a fixed array so that they can be given back: refuse
+     * a policy that would put more counters than that on one call. */
+    int wild_counters = 0;
+    if (p->wildcard) {
+        wild_counters += p->wildcard->nlimits;
+        for (int r = 0; r < p->wildcard->nrules; r++)
+            wild_counters += p->wildcard->rules[r].counter >= 0;
+    }
+    for (int ti = 0; ti < p->ntools; ti++) {
+        int n = wild_counters + p->tools[ti].nlimits;
+        for (int r = 0; r < p->tools[ti].nrules; r++)
+            n += p->tools[ti].rules[r].counter >= 0;
+        if (n > TG_MAX_RESERVATIONS) {
+            char path[600];
+            snprintf(path, sizeof(path), "tools.%s", p->tools[ti].name);
+            tg__perr(&cx, path, "%d counters apply to one call (with \"*\"); at most %d are supported", n,
+                 TG_MAX_RESERVATIONS);
+        }
+    }
+    if (wild_counters > TG_MAX_RESERVATIONS)
+        tg__perr(&cx, "tools.*", "%d counters apply to one call; at most %d are supported", wild_counters,
+             TG_MAX_RESERVATIONS);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "methods");
+    if (m != NULL)
+        compile_list(&cx, m, "methods", &p->methods, &p->nmethods);
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(root, "resources");
+    if (res != NULL)
+        compile_globset(&cx, res, "resources", &p->resources);
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(root, "prompts");
+    if (pr != NULL)
+        compile_globset(&cx, pr, "prompts", &p->prompts);
+    if (cx.nerr > 0) {
+        policy_free(p);
+        return TG_EINVAL;
+    }
+    *out = p;
+    return 0;
+}
+
+int tg_policy_load(const char *path, struct tg_policy **out, struct tg_buf *err, struct tg_buf *warn)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        tg_buf_appendf(err, "%s: cannot open: %s\n", path, strerror(errno));
+        return TG_EINVAL;
+    }
+    struct tg_buf b;
+    tg_buf_init(&b);
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (tg_buf_try_append(&b, chunk, n, POLICY_MAX_FILE) != 0) {
+            fclose(f);
+            tg_buf_dispose(&b);
+            tg_buf_appendf(err, "%s: larger than %d bytes\n", path, POLICY_MAX_FILE);
+            return TG_EINVAL;
+        }
+    }
+    fclose(f);
+    size_t i = 0;
+    while (i < b.len && isspace((unsigned char)b.base[i]))
+        i++;
+    cJSON *root = NULL;
+    if (i < b.len && b.base[i] == '{') {
+        struct tg_json_doc doc;
+        const char *why = NULL;
+        size_t off = 0;
+        if (tg_json_parse(b.base, b.len, 64, 1, &doc, &why, &off) != 0) {
+            size_t line = 1;
+            for (size_t k = 0; k < off && k < b.len; k++)
+                if (b.base[k] == '\n')
+                    line++;
+            tg_buf_appendf(err, "%s:%zu: %s\n", path, line, why);
+            tg_buf_dispose(&b);
+            return TG_EINVAL;
+        }
+        root = doc.root;
+    } else {
+        char why[300];
+        if (tg_yaml_to_json(b.base ? b.base : "", b.len, &root, why, sizeof(why)) != 0) {
+            tg_buf_appendf(err, "%s: %s\n", path, why);
+            tg_buf_dispose(&b);
+            return TG_EINVAL;
+        }
+    }
+    tg_buf_dispose(&b);
+    int r = tg_policy_compile(root, path, out, err, warn);
+    cJSON_Delete(root);
+    return r;
+}
+
+struct tg_policy *tg_policy_deny_all(void)
+{
+    struct tg_policy *p = tg_xcalloc(1, sizeof(*p));
+    p->refcnt = 1;
+    p->name = xstrdup("(no policy: everything denied)");
+    p->default_deny = 1;
+    p->hide_all = 1;
+    return p;
+}
+
+struct tg_policy *tg_policy_ref(struct tg_policy *p)
+{
+    p->refcnt++;
+    return p;
+}
+
+void tg_policy_unref(struct tg_policy *p)
+{
+    if (p != NULL && --p->refcnt == 0)
+        policy_free(p);
+}
+
+const char *tg_policy_name(const struct tg_policy *p) { return p->name; }
+size_t tg_policy_tool_count(const struct tg_policy *p) { return (size_t)p->ntools; }

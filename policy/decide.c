@@ -1,0 +1,599 @@
+/* Policy decisions over a compiled struct tg_policy: tools/call (with its counter
+ * reservations and their refund), tools/list visibility, non-standard methods, resources/read
+ * and prompts/get. */
+#include "policy/policy.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/json.h"
+#include "policy/counters.h"
+#include "policy/policy_int.h"
+#include "policy/regex.h"
+
+static const char *scope_label(enum scope s)
+{
+    return s == SCOPE_SESSION ? "for this session" : s == SCOPE_GLOBAL ? "across all callers" : "for this grant";
+}
+
+
+static const cJSON *resolve_args(const cJSON *args, char **path, int n)
+{
+    const cJSON *cur = args;
+    for (int i = 0; i < n && cur != NULL; i++) {
+        if (cJSON_IsObject(cur)) {
+            cur = cJSON_GetObjectItemCaseSensitive(cur, path[i]);
+        } else if (cJSON_IsArray(cur)) {
+            char *end;
+            long k = strtol(path[i], &end, 10);
+            if (*end != '\0' || k < 0 || end == path[i])
+                return NULL;
+            cur = cJSON_GetArrayItem(cur, (int)k);
+        } else {
+            return NULL;
+        }
+    }
+    return cur;
+}
+
+/* ---- decisions ----------------------------------------------------------------- */
+
+static const struct ptool *find_tool(const struct tg_policy *p, const char *name)
+{
+    int lo = 0, hi = p->ntools - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        int c = strcmp(name, p->tools[mid].name);
+        if (c == 0)
+            return &p->tools[mid];
+        if (c < 0)
+            hi = mid - 1;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+static int is_hidden(const struct tg_policy *p, const char *tool)
+{
+    if (p->hide_all)
+        return 1;
+    for (int i = 0; i < p->nhide; i++)
+        if (strcmp(p->hide[i], tool) == 0)
+            return 1;
+    return 0;
+}
+
+int tg_policy_tool_visible(const struct tg_policy *p, const char *tool)
+{
+    if (is_hidden(p, tool))
+        return 0;
+    const struct ptool *t = find_tool(p, tool);
+    if (t == NULL && p->default_deny)
+        return 0;
+    if (t != NULL && (t->action == TA_DENY || t->unconditional_deny))
+        return 0;
+    if (p->wildcard && (p->wildcard->action == TA_DENY || p->wildcard->unconditional_deny))
+        return 0;
+    return 1;
+}
+
+int tg_policy_method_allowed(const struct tg_policy *p, const char *method)
+{
+    for (int i = 0; i < p->nmethods; i++)
+        if (strcmp(p->methods[i], method) == 0)
+            return 1;
+    return 0;
+}
+
+/* Go's %v for a float64, so that eq between a string and a number behaves as in Intercept. */
+static void go_float(double d, char *out, size_t n)
+{
+    if (d == 0) {
+        snprintf(out, n, "0");
+        return;
+    }
+    int prec;
+    char tmp[64];
+    for (prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof(tmp), "%.*e", prec - 1, d);
+        if (strtod(tmp, NULL) == d)
+            break;
+    }
+    const char *e = strchr(tmp, 'e');
+    int exp = e ? atoi(e + 1) : 0;
+    /* strconv's 'g' with the shortest precision switches to an exponent from 1e+06 on. */
+    if (exp < -4 || exp >= 6)
+        snprintf(out, n, "%.*e", prec - 1, d);
+    else
+        snprintf(out, n, "%.*f", prec - 1 - exp > 0 ? prec - 1 - exp : 0, d);
+}
+
+/* policy_side: a number written in the policy prints every digit when it is an integer, as
+ * Intercept's YAML loader reads it as an int; an argument is a float64 as JSON decodes it. */
+static int scalar_str(const cJSON *v, char *buf, size_t n, const char **out, int policy_side)
+{
+    if (cJSON_IsString(v)) {
+        *out = v->valuestring;
+        return 1;
+    }
+    if (cJSON_IsBool(v)) {
+        *out = cJSON_IsTrue(v) ? "true" : "false";
+        return 1;
+    }
+    if (cJSON_IsNull(v)) {
+        *out = "<nil>";
+        return 1;
+    }
+    if (cJSON_IsNumber(v)) {
+        double d = v->valuedouble;
+        if (policy_side && d == floor(d) && fabs(d) < 9.2e18)
+            snprintf(buf, n, "%lld", (long long)d);
+        else
+            go_float(d, buf, n);
+        *out = buf;
+        return 1;
+    }
+    return 0;
+}
+
+static int val_eq(const cJSON *a, const cJSON *b)
+{
+    if (cJSON_IsNumber(a) && cJSON_IsNumber(b))
+        return a->valuedouble == b->valuedouble;
+    char ba[64], bb[64];
+    const char *sa, *sb;
+    if (scalar_str(a, ba, sizeof(ba), &sa, 0) && scalar_str(b, bb, sizeof(bb), &sb, 1))
+        return strcmp(sa, sb) == 0;
+    return cJSON_Compare(a, b, 1); /* lists and maps: structural equality */
+}
+
+/* What the deny-list operators (neq, not_in) can say "differs" about. A list or a map is not
+ * "some other value": ["production"] or {"env": "production"} must not pass env not_in
+ * ["production"], and null is an absent value (exists treats it so). */
+static int is_scalar(const cJSON *v) { return cJSON_IsString(v) || cJSON_IsNumber(v) || cJSON_IsBool(v); }
+
+/* 1 the condition holds, 0 it does not, -1 no answer (a regex that hit a limit). Every operator
+ * fails closed: a value of a type it does not compare makes the condition false, and anything
+ * but 1 denies the call (conditions are requirements; there is no operator that lets a call
+ * through because a condition failed, so "no answer" can only deny). */
+static int eval_op(const struct cond *c, const cJSON *actual, double state_value, int is_state)
+{
+    cJSON tmp;
+    if (is_state) {
+        memset(&tmp, 0, sizeof(tmp));
+        tmp.type = cJSON_Number;
+        tmp.valuedouble = state_value;
+        actual = &tmp;
+    }
+    switch (c->op) {
+    case OP_EQ: return val_eq(actual, c->value);
+    case OP_NEQ: return is_scalar(actual) && !val_eq(actual, c->value);
+    case OP_IN:
+    case OP_NOT_IN: {
+        if (c->op == OP_NOT_IN && !is_scalar(actual))
+            return 0;
+        int found = 0;
+        for (const cJSON *e = c->value->child; e && !found; e = e->next)
+            found = val_eq(actual, e);
+        return c->op == OP_IN ? found : !found;
+    }
+    case OP_LT: return cJSON_IsNumber(actual) && actual->valuedouble < c->num;
+    case OP_LTE: return cJSON_IsNumber(actual) && actual->valuedouble <= c->num;
+    case OP_GT: return cJSON_IsNumber(actual) && actual->valuedouble > c->num;
+    case OP_GTE: return cJSON_IsNumber(actual) && actual->valuedouble >= c->num;
+    case OP_REGEX: return (cJSON_IsString(actual) && c->re != NULL) ? tg_regex_match(c->re, actual->valuestring) : 0;
+    case OP_CONTAINS:
+        if (cJSON_IsString(actual))
+            return cJSON_IsString(c->value) && strstr(actual->valuestring, c->value->valuestring) != NULL;
+        if (cJSON_IsArray(actual)) {
+            for (const cJSON *e = actual->child; e; e = e->next)
+                if (val_eq(e, c->value))
+                    return 1;
+        }
+        return 0;
+    case OP_EXISTS: return 0; /* handled by the caller */
+    }
+    return 0;
+}
+
+/* The key of a counter for this caller: upstream, counter, and the scope's identity. */
+static void counter_hash(const struct pcounter *pc, const struct tg_caller *who, uint64_t *h1, uint64_t *h2)
+{
+    char key[640];
+    const char *id = pc->scope == SCOPE_SESSION ? who->session : pc->scope == SCOPE_GLOBAL ? "" : who->grant;
+    int n = snprintf(key, sizeof(key), "%s\x1f%s\x1f%c\x1f%s", who->upstream ? who->upstream : "", pc->key,
+                     pc->scope == SCOPE_SESSION ? 's' : pc->scope == SCOPE_GLOBAL ? '*' : 'g', id ? id : "");
+    if (n < 0)
+        n = 0;
+    if ((size_t)n < sizeof(key)) {
+        tg_counters_hash(key, (size_t)n, h1, h2);
+        return;
+    }
+    /* Long names: the whole key, never a truncated one (two grants must not share counters). */
+    char *big = tg_xmalloc((size_t)n + 1);
+    snprintf(big, (size_t)n + 1, "%s\x1f%s\x1f%c\x1f%s", who->upstream ? who->upstream : "", pc->key,
+             pc->scope == SCOPE_SESSION ? 's' : pc->scope == SCOPE_GLOBAL ? '*' : 'g', id ? id : "");
+    tg_counters_hash(big, (size_t)n, h1, h2);
+    free(big);
+}
+
+static int64_t window_start(int64_t now_ms, int64_t window_ms) { return now_ms - (now_ms % window_ms); }
+
+static double state_value(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who, int idx,
+                          int64_t now_ms)
+{
+    const struct pcounter *pc = &p->counters[idx];
+    uint64_t h1, h2;
+    counter_hash(pc, who, &h1, &h2);
+    return tg_window_get(cs, h1, h2, window_start(now_ms, pc->window_ms));
+}
+
+static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *rule, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *rule, const char *fmt, ...)
+{
+    d->verdict = v;
+    snprintf(d->rule, sizeof(d->rule), "%s", rule);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->message, sizeof(d->message), fmt, ap);
+    va_end(ap);
+}
+
+/* Evaluate the conditions of one rule; returns the failing condition index or -1. Only a
+ * condition that evaluated to true holds: eval_op's -1 (a regex that hit a limit) fails it like
+ * a plain false, and *unanswered says which it was. */
+static int eval_rule(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                     const struct rule *r, const cJSON *args, int64_t now_ms, int *unanswered)
+{
+    *unanswered = 0;
+    for (int i = 0; i < r->nconds; i++) {
+        const struct cond *c = &r->conds[i];
+        int ok;
+        if (c->is_state) {
+            if (c->counter < 0)
+                return i;
+            double v = state_value(p, cs, who, c->counter, now_ms);
+            ok = c->op == OP_EXISTS ? cJSON_IsTrue(c->value) : eval_op(c, NULL, v, 1);
+        } else {
+            const cJSON *a = resolve_args(args, c->path, c->npath);
+            if (c->op == OP_EXISTS)
+                ok = (a != NULL && !cJSON_IsNull(a)) == cJSON_IsTrue(c->value);
+            else
+                ok = a != NULL ? eval_op(c, a, 0, 0) : 0;
+        }
+        if (ok != 1) {
+            *unanswered = ok < 0;
+            return i;
+        }
+    }
+    return -1;
+}
+
+static void refund_all(struct tg_counters *c, struct tg_decision *d)
+{
+    for (int i = d->nres - 1; i >= 0; i--) {
+        struct tg_reservation *r = &d->res[i];
+        if (r->kind == CK_BUCKET)
+            tg_bucket_give(c, r->h1, r->h2, r->capacity, r->amount);
+        else
+            tg_window_sub(c, r->h1, r->h2, r->window_start, r->amount);
+    }
+    d->nres = 0;
+}
+
+void tg_policy_refund(struct tg_counters *c, const struct tg_decision *d, int64_t now_ms)
+{
+    (void)now_ms;
+    struct tg_decision copy = *d;
+    refund_all(c, &copy);
+}
+
+static void note_counter(struct tg_decision *d, const char *label, double value)
+{
+    size_t len = strlen(d->counters_json);
+    if (len + 80 >= sizeof(d->counters_json))
+        return;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_json_write_string(&b, label, strlen(label));
+    char num[40];
+    if (value == floor(value) && fabs(value) < 9.2e18) {
+        snprintf(num, sizeof(num), "%lld", (long long)value);
+    } else {
+        /* The shortest form that reads back as the same double: 0.3, not 0.29999999999999999. */
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(num, sizeof(num), "%.*g", prec, value);
+            if (strtod(num, NULL) == value)
+                break;
+        }
+    }
+    snprintf(d->counters_json + len, sizeof(d->counters_json) - len, "%s%.*s:%s", len ? "," : "",
+             (int)(b.len < 120 ? b.len : 120), b.base, num);
+    tg_buf_dispose(&b);
+}
+
+static const char *type_name(const cJSON *v)
+{
+    return cJSON_IsString(v) ? "a string" : cJSON_IsBool(v) ? "a boolean" : cJSON_IsNull(v) ? "null"
+         : cJSON_IsArray(v)  ? "a list" : cJSON_IsObject(v) ? "a map" : "not a value";
+}
+
+/* The amount an increment_from argument counts, as the call carries it: no rounding to an integer
+ * (Intercept's int64() counts 0.9 as 0, so eight charges of 0.9 pass a cap of 5, and -0.5 as 0,
+ * so it passes a negative check). Fails closed, with the reason in why, on anything that is not
+ * a finite number >= 0: a negative amount would give budget back, and 1e400 (which the JSON
+ * decoder turns into infinity) cannot be counted. The value is judged as sent; the message
+ * quotes the number's own digits when the decoder kept them. */
+static int amount_of(const cJSON *a, double *amount, char *why, size_t n)
+{
+    if (a == NULL) {
+        snprintf(why, n, "is missing");
+        return 0;
+    }
+    if (!cJSON_IsNumber(a)) {
+        snprintf(why, n, "is %s, not a number", type_name(a));
+        return 0;
+    }
+    double v = a->valuedouble;
+    char num[48];
+    if (a->valuestring != NULL)
+        snprintf(num, sizeof(num), "%.40s", a->valuestring);
+    else
+        snprintf(num, sizeof(num), "%.17g", v);
+    if (!isfinite(v)) {
+        snprintf(why, n, "is %s, not a finite number", num);
+        return 0;
+    }
+    if (v < 0) {
+        snprintf(why, n, "is %s: a negative amount cannot count", num);
+        return 0;
+    }
+    *amount = v == 0 ? 0 : v; /* -0 counts as 0 */
+    return 1;
+}
+
+/* Intercept stateful rules: reserve each counter within its limit (all or nothing). */
+static int reserve_rules(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                         const char *tool, const struct ptool *t, const cJSON *args, int64_t now_ms,
+                         struct tg_decision *d)
+{
+    const struct ptool *sets[2] = {t, p->wildcard};
+    for (int s = 0; s < 2; s++) {
+        const struct ptool *pt = sets[s];
+        if (pt == NULL)
+            continue;
+        for (int i = 0; i < pt->nrules; i++) {
+            const struct rule *r = &pt->rules[i];
+            if (r->counter < 0)
+                continue;
+            double amount = r->increment;
+            if (r->nincr > 0) {
+                const cJSON *a = resolve_args(args, r->incr_path, r->nincr);
+                char why[120];
+                if (!amount_of(a, &amount, why, sizeof(why))) {
+                    refund_all(cs, d);
+                    set_decision(d, TG_VERDICT_DENY, r->name, "%s: %s, which counts toward \"%s\", %s", tool,
+                                 r->incr_from, r->name, why);
+                    return -1;
+                }
+            }
+            if (r->limit_op == TG_LIMIT_NONE)
+                continue; /* a counter without a limit is only read by other rules' conditions */
+            const struct pcounter *pc = &p->counters[r->counter];
+            uint64_t h1, h2;
+            counter_hash(pc, who, &h1, &h2);
+            int64_t ws = window_start(now_ms, pc->window_ms);
+            double nowv;
+            if (!tg_window_add(cs, h1, h2, ws, pc->window_ms, amount, r->limit, r->limit_op, &nowv)) {
+                refund_all(cs, d);
+                d->counters_json[0] = '\0';
+                note_counter(d, pc->key + 2, nowv);
+                uint64_t retry = (uint64_t)(ws + pc->window_ms - now_ms);
+                d->retry_after_ms = retry;
+                snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
+                set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s", r->on_deny ? r->on_deny : r->name,
+                             (unsigned long long)((retry + 999) / 1000));
+                return -1;
+            }
+            if (d->nres < TG_MAX_RESERVATIONS) {
+                struct tg_reservation *rv = &d->res[d->nres++];
+                rv->h1 = h1;
+                rv->h2 = h2;
+                rv->kind = CK_WINDOW;
+                rv->amount = amount;
+                rv->window_start = ws;
+            }
+            note_counter(d, pc->key + 2, nowv);
+        }
+    }
+    return 0;
+}
+
+static int reserve_limits(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                          const char *tool, const struct ptool *t, int64_t now_ms, struct tg_decision *d)
+{
+    const struct ptool *sets[2] = {t, p->wildcard};
+    for (int s = 0; s < 2; s++) {
+        const struct ptool *pt = sets[s];
+        if (pt == NULL)
+            continue;
+        for (int i = 0; i < pt->nlimits; i++) {
+            if (pt->limits[i] < 0)
+                continue;
+            const struct pcounter *pc = &p->counters[pt->limits[i]];
+            uint64_t h1, h2, retry;
+            double left;
+            counter_hash(pc, who, &h1, &h2);
+            /* The audit record shows the calls the bucket allows now: its whole tokens. A bucket
+             * just emptied reports 0, not the 5.6e-7 of a token that 2 ms of refill bring back. */
+            if (!tg_bucket_take(cs, h1, h2, pc->capacity, pc->window_ms, 1, now_ms, &left, &retry)) {
+                refund_all(cs, d);
+                d->counters_json[0] = '\0';
+                note_counter(d, pc->key + 2, floor(left));
+                d->retry_after_ms = retry;
+                snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
+                set_decision(d, TG_VERDICT_LIMITED, pc->key + 2, "%s is limited to %s %s; retry in %llu s", tool,
+                             pc->label, scope_label(pc->scope), (unsigned long long)((retry + 999) / 1000));
+                return -1;
+            }
+            if (d->nres < TG_MAX_RESERVATIONS) {
+                struct tg_reservation *rv = &d->res[d->nres++];
+                rv->h1 = h1;
+                rv->h2 = h2;
+                rv->kind = CK_BUCKET;
+                rv->amount = 1;
+                rv->capacity = pc->capacity;
+            }
+            note_counter(d, pc->key + 2, floor(left));
+        }
+    }
+    return 0;
+}
+
+void tg_policy_decide_call(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                           const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d)
+{
+    /* Field by field: the reservation array is large and only its first nres entries are read. */
+    d->verdict = TG_VERDICT_ALLOW;
+    d->rule[0] = d->message[0] = d->counter[0] = d->counters_json[0] = '\0';
+    d->retry_after_ms = 0;
+    d->approval_timeout_ms = 0;
+    d->nres = 0;
+    if (is_hidden(p, tool)) {
+        set_decision(d, TG_VERDICT_DENY, "(hidden)", "Tool \"%s\" is hidden by policy", tool);
+        return;
+    }
+    const struct ptool *t = find_tool(p, tool);
+    if (t == NULL && p->default_deny) {
+        set_decision(d, TG_VERDICT_DENY, "(default deny)", "Tool \"%s\" is not permitted by policy", tool);
+        return;
+    }
+    const struct ptool *sets[2] = {t, p->wildcard};
+    for (int s = 0; s < 2; s++) {
+        const struct ptool *pt = sets[s];
+        if (pt == NULL)
+            continue;
+        if (pt->action == TA_DENY) {
+            if (pt->reason)
+                set_decision(d, TG_VERDICT_DENY, pt->name, "%s", pt->reason);
+            else
+                set_decision(d, TG_VERDICT_DENY, pt->name, "Tool \"%s\" is denied by policy", tool);
+            return;
+        }
+        for (int i = 0; i < pt->nrules; i++) {
+            const struct rule *r = &pt->rules[i];
+            if (r->deny) {
+                if (r->on_deny)
+                    set_decision(d, TG_VERDICT_DENY, r->name, "%s", r->on_deny);
+                else
+                    set_decision(d, TG_VERDICT_DENY, r->name, "Denied by rule \"%s\"", r->name);
+                return;
+            }
+            int unanswered;
+            int failed = eval_rule(p, cs, who, r, args, now_ms, &unanswered);
+            if (failed >= 0 && unanswered) {
+                /* Fail closed, and say why: the operator reading the audit log can tell a
+                 * pattern that gave up from one that did not match. */
+                if (r->on_deny)
+                    set_decision(d, TG_VERDICT_DENY, r->name, "%s (conditions[%d]: the regex gave no answer within its match limits)",
+                                 r->on_deny, failed);
+                else
+                    set_decision(d, TG_VERDICT_DENY, r->name,
+                                 "Denied by rule \"%s\" (conditions[%d]: the regex gave no answer within its match limits)",
+                                 r->name, failed);
+                return;
+            }
+            if (failed >= 0) {
+                const struct cond *c = &r->conds[failed];
+                if (c->is_state && c->counter >= 0) {
+                    const struct pcounter *pc = &p->counters[c->counter];
+                    int64_t ws = window_start(now_ms, pc->window_ms);
+                    note_counter(d, pc->key + 2, state_value(p, cs, who, c->counter, now_ms));
+                    d->retry_after_ms = (uint64_t)(ws + pc->window_ms - now_ms);
+                    snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
+                    set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s",
+                                 r->on_deny ? r->on_deny : r->name,
+                                 (unsigned long long)((d->retry_after_ms + 999) / 1000));
+                } else if (r->on_deny) {
+                    set_decision(d, TG_VERDICT_DENY, r->name, "%s", r->on_deny);
+                } else {
+                    set_decision(d, TG_VERDICT_DENY, r->name, "Denied by rule \"%s\"", r->name);
+                }
+                return;
+            }
+        }
+    }
+    if (reserve_rules(p, cs, who, tool, t, args, now_ms, d) != 0)
+        return;
+    if (reserve_limits(p, cs, who, tool, t, now_ms, d) != 0)
+        return;
+    if (t != NULL && t->action == TA_APPROVE) {
+        d->verdict = TG_VERDICT_APPROVE;
+        d->approval_timeout_ms = t->approval_ms;
+        snprintf(d->rule, sizeof(d->rule), "%s", t->name);
+        snprintf(d->message, sizeof(d->message), "%s needs a human's approval", tool);
+        return;
+    }
+    d->verdict = TG_VERDICT_ALLOW;
+}
+
+/* '*' matches any run of characters; everything else literally. */
+static int glob_match(const char *pat, const char *s)
+{
+    const char *star = NULL, *ss = NULL;
+    while (*s) {
+        if (*pat == '*') {
+            star = pat++;
+            ss = s;
+        } else if (*pat == *s) {
+            pat++;
+            s++;
+        } else if (star) {
+            pat = star + 1;
+            s = ++ss;
+        } else {
+            return 0;
+        }
+    }
+    while (*pat == '*')
+        pat++;
+    return *pat == '\0';
+}
+
+static void decide_glob(const struct globset *g, const char *what, const char *kind, struct tg_decision *d)
+{
+    memset(d, 0, sizeof(*d));
+    d->verdict = TG_VERDICT_ALLOW;
+    if (!g->present)
+        return;
+    for (int i = 0; i < g->ndeny; i++)
+        if (glob_match(g->deny[i], what)) {
+            set_decision(d, TG_VERDICT_DENY, g->deny[i], "%s", g->reason ? g->reason : "");
+            if (!g->reason)
+                snprintf(d->message, sizeof(d->message), "%s \"%s\" is denied by policy", kind, what);
+            return;
+        }
+    for (int i = 0; i < g->nallow; i++)
+        if (glob_match(g->allow[i], what))
+            return;
+    if (g->default_deny) {
+        set_decision(d, TG_VERDICT_DENY, "(default deny)", "%s \"%s\" is not permitted by policy", kind, what);
+        if (g->reason)
+            snprintf(d->message, sizeof(d->message), "%s", g->reason);
+    }
+}
+
+void tg_policy_decide_resource(const struct tg_policy *p, const char *uri, struct tg_decision *d)
+{
+    decide_glob(&p->resources, uri, "Resource", d);
+}
+
+void tg_policy_decide_prompt(const struct tg_policy *p, const char *name, struct tg_decision *d)
+{
+    decide_glob(&p->prompts, name, "Prompt", d);
+}

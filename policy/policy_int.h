@@ -1,0 +1,105 @@
+/* The compiled form of a policy: what policy/compile.c and compile_tool.c build and
+ * policy/decide.c reads. Internal to policy/; callers see struct tg_policy as opaque.
+ * Everything below belongs to one struct tg_policy and is freed with it (policy_free() in
+ * compile.c, with tg__free_tool() for each tool); nothing changes after compilation. */
+#ifndef TG_POLICY_INT_H
+#define TG_POLICY_INT_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "policy/counters.h"
+#include "policy/regex.h"
+
+enum cop { OP_EQ, OP_NEQ, OP_IN, OP_NOT_IN, OP_LT, OP_LTE, OP_GT, OP_GTE, OP_REGEX, OP_CONTAINS, OP_EXISTS };
+
+enum scope { SCOPE_GRANT, SCOPE_SESSION, SCOPE_GLOBAL };
+enum ckind { CK_BUCKET = 1, CK_WINDOW = 2 };
+
+/* A counter the policy defines (a hosted limit or an Intercept state counter): an entry of
+ * tg_policy.counters, which conditions, rules and limits name by index. */
+struct pcounter {
+    char *key;   /* identity within the policy: "L:name" (hosted) or "S:scope.name" (Intercept) */
+    char *label; /* for messages */
+    enum ckind kind;
+    enum scope scope;
+    double capacity;   /* bucket */
+    int64_t window_ms; /* bucket: refills capacity in this time; window: its length */
+};
+
+/* One condition of a rule (conditions[i]); an entry of rule.conds. */
+struct cond {
+    int is_state;
+    char **path; /* args path segments */
+    int npath;
+    int counter; /* state: index into counters, or -1 if the policy never defines it */
+    enum cop op;
+    cJSON *value;
+    double num;
+    struct tg_regex *re; /* regex: compiled at load; this condition owns it */
+};
+
+/* One Intercept rule of a tool (rules[i]); an entry of ptool.rules. */
+struct rule {
+    char *name;
+    int deny;
+    struct cond *conds;
+    int nconds;
+    char *on_deny;
+    int counter; /* state counter, -1 if none */
+    double increment;
+    char *incr_from; /* "args.a.b" as written, for messages */
+    char **incr_path;
+    int nincr;
+    double limit; /* the value after a reservation must be <= or < this (limit_op) */
+    enum tg_limit_op limit_op;
+};
+
+enum taction { TA_ALLOW, TA_DENY, TA_APPROVE };
+
+/* One entry of "tools": an entry of tg_policy.tools, or tg_policy.wildcard for "*". */
+struct ptool {
+    char *name;
+    enum taction action;
+    char *reason;
+    int *limits; /* indices into tg_policy.counters */
+    int nlimits;
+    struct rule *rules;
+    int nrules;
+    int approval_ms;
+    int unconditional_deny; /* some rule denies without conditions: hidden from tools/list */
+};
+
+/* "resources" or "prompts": glob lists, embedded in struct tg_policy. */
+struct globset {
+    int present;
+    int default_deny;
+    char **allow, **deny;
+    int nallow, ndeny;
+    char *reason;
+};
+
+/* A compiled policy. Immutable and refcounted: made by tg_policy_compile() (or _load, _deny_all)
+ * with one reference; each holder (the conf, a call in flight) takes one with tg_policy_ref();
+ * the last tg_policy_unref() frees it. */
+struct tg_policy {
+    int refcnt;
+    char *name;
+    int default_deny;
+    int hide_all;
+    char **hide;
+    int nhide;
+    struct ptool *tools; /* sorted by name */
+    int ntools;
+    struct ptool *wildcard;
+    struct pcounter *counters;
+    int ncounters;
+    char **methods;
+    int nmethods;
+    struct globset resources, prompts;
+    /* Regex conditions: one match context (limits, JIT stack) for all of them, made with the
+     * first; NULL if there is none. */
+    struct tg_regex_ctx *rx;
+};
+
+#endif
