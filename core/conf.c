@@ -33,7 +33,7 @@ static const struct int_directive limit_directives[] = {
     {NULL, 0, 0, 0, 0, NULL},
 };
 
-void errf(struct loader *ld, const config_setting_t *s, const char *directive, const char *fmt, ...)
+void tg__conf_errf(struct loader *ld, const config_setting_t *s, const char *directive, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -108,33 +108,33 @@ char *tg_conf_expand_env(const char *in, const char **why, char *varname, size_t
 }
 
 /* Reads a string setting, expanding ${VAR}. Missing and not required -> def (may be NULL). */
-char *get_str(struct loader *ld, const config_setting_t *grp, const char *name, const char *def, int required,
-              const char *ctx)
+char *tg__conf_get_str(struct loader *ld, const config_setting_t *grp, const char *name, const char *def, int required,
+                       const char *ctx)
 {
     char directive[160];
     snprintf(directive, sizeof(directive), "%s%s%s", ctx, ctx[0] ? "." : "", name);
     const config_setting_t *s = config_setting_get_member(grp, name);
     if (s == NULL) {
         if (required)
-            errf(ld, grp, directive, "is required");
+            tg__conf_errf(ld, grp, directive, "is required");
         return def ? tg_xstrdup(def) : NULL;
     }
     if (config_setting_type(s) != CONFIG_TYPE_STRING) {
-        errf(ld, s, directive, "must be a string");
+        tg__conf_errf(ld, s, directive, "must be a string");
         return def ? tg_xstrdup(def) : NULL;
     }
     const char *why = NULL;
     char var[128];
     char *v = tg_conf_expand_env(config_setting_get_string(s), &why, var, sizeof(var));
     if (v == NULL) {
-        errf(ld, s, directive, "%s%s%s", why, strcmp(why, "environment variable is not set") == 0 ? ": " : "",
-             strcmp(why, "environment variable is not set") == 0 ? var : "");
+        tg__conf_errf(ld, s, directive, "%s%s%s", why, strcmp(why, "environment variable is not set") == 0 ? ": " : "",
+                      strcmp(why, "environment variable is not set") == 0 ? var : "");
         return def ? tg_xstrdup(def) : NULL;
     }
     return v;
 }
 
-int get_bool(struct loader *ld, const config_setting_t *grp, const char *name, int def, const char *ctx)
+int tg__conf_get_bool(struct loader *ld, const config_setting_t *grp, const char *name, int def, const char *ctx)
 {
     const config_setting_t *s = config_setting_get_member(grp, name);
     if (s == NULL)
@@ -142,14 +142,14 @@ int get_bool(struct loader *ld, const config_setting_t *grp, const char *name, i
     if (config_setting_type(s) != CONFIG_TYPE_BOOL) {
         char directive[160];
         snprintf(directive, sizeof(directive), "%s.%s", ctx, name);
-        errf(ld, s, directive, "must be true or false");
+        tg__conf_errf(ld, s, directive, "must be true or false");
         return def;
     }
     return config_setting_get_bool(s);
 }
 
-void load_ints(struct loader *ld, const config_setting_t *grp, const struct int_directive *tab, void *base,
-               const char *ctx)
+void tg__conf_load_ints(struct loader *ld, const config_setting_t *grp, const struct int_directive *tab, void *base,
+                        const char *ctx, int whole_group)
 {
     for (const struct int_directive *d = tab; d->name; d++) {
         int *dst = (int *)((char *)base + d->offset);
@@ -162,18 +162,19 @@ void load_ints(struct loader *ld, const config_setting_t *grp, const struct int_
         char directive[160];
         snprintf(directive, sizeof(directive), "%s.%s", ctx, d->name);
         if (config_setting_type(s) != CONFIG_TYPE_INT && config_setting_type(s) != CONFIG_TYPE_INT64) {
-            errf(ld, s, directive, "must be an integer");
+            tg__conf_errf(ld, s, directive, "must be an integer");
             continue;
         }
         long long v = config_setting_get_int64(s);
         if (v < d->min || v > d->max) {
-            errf(ld, s, directive, "%lld is out of range %d..%d (%s)", v, d->min, d->max, d->help);
+            tg__conf_errf(ld, s, directive, "%lld is out of range %d..%d (%s)", v, d->min, d->max, d->help);
             continue;
         }
         *dst = (int)v;
     }
-    /* Unknown members are errors: a typo must not silently fall back to a default. */
-    if (grp == NULL)
+    /* Unknown members are errors: a typo must not silently fall back to a default. A group that
+     * also holds other directives (an upstream) has its members checked by its loader instead. */
+    if (grp == NULL || !whole_group)
         return;
     for (int i = 0; i < config_setting_length(grp); i++) {
         const config_setting_t *s = config_setting_get_elem(grp, (unsigned)i);
@@ -182,15 +183,15 @@ void load_ints(struct loader *ld, const config_setting_t *grp, const struct int_
         for (const struct int_directive *d = tab; d->name; d++)
             if (n && strcmp(n, d->name) == 0)
                 known = 1;
-        if (!known && tab != upstream_directives) {
+        if (!known) {
             char directive[160];
             snprintf(directive, sizeof(directive), "%s.%s", ctx, n ? n : "?");
-            errf(ld, s, directive, "unknown directive");
+            tg__conf_errf(ld, s, directive, "unknown directive");
         }
     }
 }
 
-void check_members(struct loader *ld, const config_setting_t *grp, const char *const *known, const char *ctx)
+void tg__conf_check_members(struct loader *ld, const config_setting_t *grp, const char *const *known, const char *ctx)
 {
     for (int i = 0; i < config_setting_length(grp); i++) {
         const config_setting_t *s = config_setting_get_elem(grp, (unsigned)i);
@@ -202,7 +203,7 @@ void check_members(struct loader *ld, const config_setting_t *grp, const char *c
         if (!ok) {
             char directive[160];
             snprintf(directive, sizeof(directive), "%s%s%s", ctx, ctx[0] ? "." : "", n ? n : "?");
-            errf(ld, s, directive, "unknown directive");
+            tg__conf_errf(ld, s, directive, "unknown directive");
         }
     }
 }
@@ -214,30 +215,30 @@ static int get_port(struct loader *ld, const config_setting_t *grp, const char *
     snprintf(directive, sizeof(directive), "%s.port", ctx);
     if (s == NULL) {
         if (def < 0)
-            errf(ld, grp, directive, "is required");
+            tg__conf_errf(ld, grp, directive, "is required");
         return def;
     }
     if (config_setting_type(s) != CONFIG_TYPE_INT) {
-        errf(ld, s, directive, "must be an integer");
+        tg__conf_errf(ld, s, directive, "must be an integer");
         return def;
     }
     int v = config_setting_get_int(s);
     if (v < 0 || v > 65535) {
-        errf(ld, s, directive, "%d is out of range 0..65535 (0 = any free port)", v);
+        tg__conf_errf(ld, s, directive, "%d is out of range 0..65535 (0 = any free port)", v);
         return def;
     }
     return v;
 }
 
-int parse_sha256(struct loader *ld, const config_setting_t *grp, const char *ctx, uint8_t out[32])
+int tg__conf_parse_sha256(struct loader *ld, const config_setting_t *grp, const char *ctx, uint8_t out[32])
 {
-    char *hex = get_str(ld, grp, "token_sha256", NULL, 0, ctx);
+    char *hex = tg__conf_get_str(ld, grp, "token_sha256", NULL, 0, ctx);
     if (hex == NULL)
         return 0;
     int ok = strlen(hex) == 64 && tg_hex_decode(hex, 64, out) == 0;
     if (!ok)
-        errf(ld, config_setting_get_member(grp, "token_sha256"), "token_sha256",
-             "must be 64 hex digits (print one with: tollgate hash-token TOKEN)");
+        tg__conf_errf(ld, config_setting_get_member(grp, "token_sha256"), "token_sha256",
+                      "must be 64 hex digits (print one with: tollgate hash-token TOKEN)");
     free(hex);
     return ok;
 }
@@ -251,16 +252,16 @@ static void load_log(struct loader *ld, config_t *cfg, struct tg_conf *c)
     if (g == NULL)
         return;
     static const char *const known[] = {"level", "format", "file", NULL};
-    check_members(ld, g, known, "log");
-    char *level = get_str(ld, g, "level", "info", 0, "log");
-    char *format = get_str(ld, g, "format", "logfmt", 0, "log");
-    c->log_file = get_str(ld, g, "file", NULL, 0, "log");
+    tg__conf_check_members(ld, g, known, "log");
+    char *level = tg__conf_get_str(ld, g, "level", "info", 0, "log");
+    char *format = tg__conf_get_str(ld, g, "format", "logfmt", 0, "log");
+    c->log_file = tg__conf_get_str(ld, g, "file", NULL, 0, "log");
     if (level && (c->log_level = tg_log_parse_level(level)) < 0) {
-        errf(ld, config_setting_get_member(g, "level"), "log.level", "must be error, warn, info or debug");
+        tg__conf_errf(ld, config_setting_get_member(g, "level"), "log.level", "must be error, warn, info or debug");
         c->log_level = TG_LOG_INFO;
     }
     if (format && strcmp(format, "logfmt") != 0 && strcmp(format, "json") != 0)
-        errf(ld, config_setting_get_member(g, "format"), "log.format", "must be logfmt or json");
+        tg__conf_errf(ld, config_setting_get_member(g, "format"), "log.format", "must be logfmt or json");
     else if (format)
         c->log_format = strcmp(format, "json") == 0;
     free(level);
@@ -271,7 +272,7 @@ static void load_listeners(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     const config_setting_t *l = config_lookup(cfg, "listen");
     if (l == NULL || !config_setting_is_list(l) || config_setting_length(l) == 0) {
-        errf(ld, l, "listen", "must be a non-empty list of ( { address = …; port = …; } )");
+        tg__conf_errf(ld, l, "listen", "must be a non-empty list of ( { address = …; port = …; } )");
         return;
     }
     c->nlisteners = (size_t)config_setting_length(l);
@@ -282,12 +283,12 @@ static void load_listeners(struct loader *ld, config_t *cfg, struct tg_conf *c)
         char ctx[32];
         snprintf(ctx, sizeof(ctx), "listen[%zu]", i);
         if (!config_setting_is_group(g)) {
-            errf(ld, g, ctx, "must be a group { address = …; port = …; }");
+            tg__conf_errf(ld, g, ctx, "must be a group { address = …; port = …; }");
             continue;
         }
         static const char *const known[] = {"address", "port", "tls", "origins", NULL};
-        check_members(ld, g, known, ctx);
-        lc->address = get_str(ld, g, "address", "127.0.0.1", 0, ctx);
+        tg__conf_check_members(ld, g, known, ctx);
+        lc->address = tg__conf_get_str(ld, g, "address", "127.0.0.1", 0, ctx);
         lc->port = get_port(ld, g, ctx, -1);
         const config_setting_t *tls = config_setting_get_member(g, "tls");
         if (tls != NULL) {
@@ -295,25 +296,25 @@ static void load_listeners(struct loader *ld, config_t *cfg, struct tg_conf *c)
             snprintf(tctx, sizeof(tctx), "%s.tls", ctx);
             static const char *const tknown[] = {"cert", "key", NULL};
             if (!config_setting_is_group(tls))
-                errf(ld, tls, tctx, "must be a group { cert = …; key = …; }");
+                tg__conf_errf(ld, tls, tctx, "must be a group { cert = …; key = …; }");
             else {
-                check_members(ld, tls, tknown, tctx);
+                tg__conf_check_members(ld, tls, tknown, tctx);
                 lc->tls = 1;
-                lc->cert = get_str(ld, tls, "cert", NULL, 1, tctx);
-                lc->key = get_str(ld, tls, "key", NULL, 1, tctx);
+                lc->cert = tg__conf_get_str(ld, tls, "cert", NULL, 1, tctx);
+                lc->key = tg__conf_get_str(ld, tls, "key", NULL, 1, tctx);
             }
         }
         const config_setting_t *o = config_setting_get_member(g, "origins");
         if (o != NULL) {
             if (!config_setting_is_array(o) && !config_setting_is_list(o)) {
-                errf(ld, o, "origins", "must be an array of strings");
+                tg__conf_errf(ld, o, "origins", "must be an array of strings");
             } else {
                 lc->norigins = (size_t)config_setting_length(o);
                 lc->origins = tg_xcalloc(lc->norigins, sizeof(char *));
                 for (size_t k = 0; k < lc->norigins; k++) {
                     const char *v = config_setting_get_string_elem(o, (int)k);
                     if (v == NULL) {
-                        errf(ld, o, "origins", "must be an array of strings");
+                        tg__conf_errf(ld, o, "origins", "must be an array of strings");
                         continue;
                     }
                     lc->origins[k] = tg_xstrdup(v);
@@ -331,15 +332,15 @@ static void load_admin(struct loader *ld, config_t *cfg, struct tg_conf *c)
     if (g == NULL)
         return;
     if (!config_setting_is_group(g)) {
-        errf(ld, g, "admin", "must be a group");
+        tg__conf_errf(ld, g, "admin", "must be a group");
         return;
     }
     static const char *const known[] = {"address", "port", "token_sha256", NULL};
-    check_members(ld, g, known, "admin");
+    tg__conf_check_members(ld, g, known, "admin");
     c->admin.enabled = 1;
-    c->admin.address = get_str(ld, g, "address", "127.0.0.1", 0, "admin");
+    c->admin.address = tg__conf_get_str(ld, g, "address", "127.0.0.1", 0, "admin");
     c->admin.port = get_port(ld, g, "admin", 9090);
-    c->admin.has_token = parse_sha256(ld, g, "admin", c->admin.token_sha256);
+    c->admin.has_token = tg__conf_parse_sha256(ld, g, "admin", c->admin.token_sha256);
 }
 
 static void load_audit(struct loader *ld, config_t *cfg, struct tg_conf *c)
@@ -349,22 +350,22 @@ static void load_audit(struct loader *ld, config_t *cfg, struct tg_conf *c)
     if (g == NULL)
         return;
     if (!config_setting_is_group(g)) {
-        errf(ld, g, "audit", "must be a group { file = …; args = \"hash\" | \"values\"; redact = [ … ]; }");
+        tg__conf_errf(ld, g, "audit", "must be a group { file = …; args = \"hash\" | \"values\"; redact = [ … ]; }");
         return;
     }
     static const char *const known[] = {"file", "args", "redact", "max_pending_bytes", NULL};
-    check_members(ld, g, known, "audit");
-    c->audit.file = get_str(ld, g, "file", NULL, 1, "audit");
-    char *args = get_str(ld, g, "args", "hash", 0, "audit");
+    tg__conf_check_members(ld, g, known, "audit");
+    c->audit.file = tg__conf_get_str(ld, g, "file", NULL, 1, "audit");
+    char *args = tg__conf_get_str(ld, g, "args", "hash", 0, "audit");
     if (args && strcmp(args, "values") == 0)
         c->audit.values = 1;
     else if (args && strcmp(args, "hash") != 0)
-        errf(ld, config_setting_get_member(g, "args"), "audit.args", "must be \"hash\" or \"values\"");
+        tg__conf_errf(ld, config_setting_get_member(g, "args"), "audit.args", "must be \"hash\" or \"values\"");
     free(args);
     const config_setting_t *mp = config_setting_get_member(g, "max_pending_bytes");
     if (mp != NULL) {
         if (config_setting_type(mp) != CONFIG_TYPE_INT || config_setting_get_int(mp) < 4096)
-            errf(ld, mp, "audit.max_pending_bytes", "must be an integer >= 4096");
+            tg__conf_errf(ld, mp, "audit.max_pending_bytes", "must be an integer >= 4096");
         else
             c->audit.max_pending = config_setting_get_int(mp);
     }
@@ -377,7 +378,7 @@ static void load_audit(struct loader *ld, config_t *cfg, struct tg_conf *c)
             c->audit.redact[c->audit.nredact++] = tg_xstrdup(*d);
         }
     } else if (!config_setting_is_array(r)) {
-        errf(ld, r, "audit.redact", "must be an array of argument names");
+        tg__conf_errf(ld, r, "audit.redact", "must be an array of argument names");
     } else {
         for (int i = 0; i < config_setting_length(r); i++) {
             const char *v = config_setting_get_string_elem(r, i);
@@ -411,32 +412,32 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
     config_setting_t *root = config_root_setting(&cfg);
     static const char *const known[] = {"log", "listen", "admin", "limits", "grants", "upstreams", "audit", "jwt",
                                         "public_url", NULL};
-    check_members(&ld, root, known, "");
+    tg__conf_check_members(&ld, root, known, "");
     load_log(&ld, &cfg, c);
     load_listeners(&ld, &cfg, c);
     load_admin(&ld, &cfg, c);
     const config_setting_t *lim = config_lookup(&cfg, "limits");
     if (lim != NULL && !config_setting_is_group(lim)) {
-        errf(&ld, lim, "limits", "must be a group");
+        tg__conf_errf(&ld, lim, "limits", "must be a group");
         lim = NULL;
     }
-    load_ints(&ld, lim, limit_directives, &c->limits, "limits");
-    load_grants(&ld, &cfg, c);
-    load_upstreams(&ld, &cfg, c);
+    tg__conf_load_ints(&ld, lim, limit_directives, &c->limits, "limits", 1);
+    tg__conf_load_grants(&ld, &cfg, c);
+    tg__conf_load_upstreams(&ld, &cfg, c);
     load_audit(&ld, &cfg, c);
-    load_jwt(&ld, &cfg, c);
+    tg__conf_load_jwt(&ld, &cfg, c);
     const config_setting_t *pu = config_lookup(&cfg, "public_url");
     if (pu != NULL) {
         const char *v = config_setting_get_string(pu);
         if (v == NULL || (strncmp(v, "http://", 7) != 0 && strncmp(v, "https://", 8) != 0) || strchr(v, '"') ||
             strchr(v, ' '))
-            errf(&ld, pu, "public_url", "must be an http:// or https:// URL without quotes or spaces");
+            tg__conf_errf(&ld, pu, "public_url", "must be an http:// or https:// URL without quotes or spaces");
         else
             c->public_url = tg_xstrdup(v);
     }
     c->deny_all = tg_policy_deny_all();
     if (ld.nerr == 0)
-        load_policies(&ld, &cfg, c);
+        tg__conf_load_policies(&ld, &cfg, c);
     config_destroy(&cfg);
     if (ld.nerr > 0) {
         tg_conf_unref(c);

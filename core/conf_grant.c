@@ -9,13 +9,13 @@
 #include "policy/jwt.h"
 #include "policy/policy.h"
 
-void load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
+void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     const config_setting_t *l = config_lookup(cfg, "grants");
     if (l == NULL)
         return;
     if (!config_setting_is_list(l)) {
-        errf(ld, l, "grants", "must be a list of ( { name = …; token_sha256 = …; } )");
+        tg__conf_errf(ld, l, "grants", "must be a list of ( { name = …; token_sha256 = …; } )");
         return;
     }
     c->ngrants = (size_t)config_setting_length(l);
@@ -27,43 +27,44 @@ void load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
         char ctx[32];
         snprintf(ctx, sizeof(ctx), "grants[%zu]", i);
         if (!config_setting_is_group(g)) {
-            errf(ld, g, ctx, "must be a group");
+            tg__conf_errf(ld, g, ctx, "must be a group");
             continue;
         }
         static const char *const known[] = {"name", "token_sha256", "anonymous", "max_sessions", "policies", NULL};
-        check_members(ld, g, known, ctx);
-        gc->name = get_str(ld, g, "name", NULL, 1, ctx);
+        tg__conf_check_members(ld, g, known, ctx);
+        gc->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         const config_setting_t *ms = config_setting_get_member(g, "max_sessions");
         if (ms != NULL) {
             if (config_setting_type(ms) != CONFIG_TYPE_INT || config_setting_get_int(ms) < 1 ||
                 config_setting_get_int(ms) > 10000000)
-                errf(ld, ms, "max_sessions", "must be an integer 1..10000000");
+                tg__conf_errf(ld, ms, "max_sessions", "must be an integer 1..10000000");
             else
                 gc->max_sessions = config_setting_get_int(ms);
         }
-        gc->has_token = parse_sha256(ld, g, ctx, gc->token_sha256);
-        gc->anonymous = get_bool(ld, g, "anonymous", 0, ctx);
+        gc->has_token = tg__conf_parse_sha256(ld, g, ctx, gc->token_sha256);
+        gc->anonymous = tg__conf_get_bool(ld, g, "anonymous", 0, ctx);
         if (!gc->has_token && !gc->anonymous) {
             if (config_lookup(ld->cfg, "jwt") == NULL)
-                errf(ld, g, ctx, "needs token_sha256, anonymous = true, or a jwt issuer whose tokens name it");
+                tg__conf_errf(ld, g, ctx, "needs token_sha256, anonymous = true, or a jwt issuer whose tokens name it");
             else
                 gc->jwt_only = 1;
         }
         if (gc->anonymous && anon++)
-            errf(ld, g, ctx, "only one grant may be anonymous");
+            tg__conf_errf(ld, g, ctx, "only one grant may be anonymous");
         for (size_t k = 0; k < i; k++)
             if (gc->name && c->grants[k].name && strcmp(gc->name, c->grants[k].name) == 0)
-                errf(ld, g, ctx, "duplicate grant name \"%s\"", gc->name);
+                tg__conf_errf(ld, g, ctx, "duplicate grant name \"%s\"", gc->name);
     }
 }
 
-void load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
+void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     const config_setting_t *l = config_lookup(cfg, "jwt");
     if (l == NULL)
         return;
     if (!config_setting_is_list(l)) {
-        errf(ld, l, "jwt", "must be a list of ( { issuer = …; audience = …; jwks_file = …; grant_claim = …; } )");
+        tg__conf_errf(ld, l, "jwt",
+                      "must be a list of ( { issuer = …; audience = …; jwks_file = …; grant_claim = …; } )");
         return;
     }
     c->njwt = (size_t)config_setting_length(l);
@@ -74,21 +75,21 @@ void load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
         char ctx[32];
         snprintf(ctx, sizeof(ctx), "jwt[%zu]", i);
         if (!config_setting_is_group(g)) {
-            errf(ld, g, ctx, "must be a group");
+            tg__conf_errf(ld, g, ctx, "must be a group");
             continue;
         }
         static const char *const known[] = {"issuer", "audience", "jwks_file", "grant_claim", "skew_s", NULL};
-        check_members(ld, g, known, ctx);
-        j->issuer = get_str(ld, g, "issuer", NULL, 1, ctx);
-        j->audience = get_str(ld, g, "audience", NULL, 1, ctx);
-        j->jwks_file = get_str(ld, g, "jwks_file", NULL, 1, ctx);
-        j->grant_claim = get_str(ld, g, "grant_claim", "sub", 0, ctx);
+        tg__conf_check_members(ld, g, known, ctx);
+        j->issuer = tg__conf_get_str(ld, g, "issuer", NULL, 1, ctx);
+        j->audience = tg__conf_get_str(ld, g, "audience", NULL, 1, ctx);
+        j->jwks_file = tg__conf_get_str(ld, g, "jwks_file", NULL, 1, ctx);
+        j->grant_claim = tg__conf_get_str(ld, g, "grant_claim", "sub", 0, ctx);
         j->skew_s = 60;
         const config_setting_t *sk = config_setting_get_member(g, "skew_s");
         if (sk != NULL) {
             if (config_setting_type(sk) != CONFIG_TYPE_INT || config_setting_get_int(sk) < 0 ||
                 config_setting_get_int(sk) > 3600)
-                errf(ld, sk, "skew_s", "must be an integer 0..3600");
+                tg__conf_errf(ld, sk, "skew_s", "must be an integer 0..3600");
             else
                 j->skew_s = config_setting_get_int(sk);
         }
@@ -100,7 +101,7 @@ void load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
                 for (const char *q = jerr.base; q && *q;) {
                     const char *nl = strchr(q, '\n');
                     size_t n = nl ? (size_t)(nl - q) : strlen(q);
-                    errf(ld, config_setting_get_member(g, "jwks_file"), "jwks_file", "%.*s", (int)n, q);
+                    tg__conf_errf(ld, config_setting_get_member(g, "jwks_file"), "jwks_file", "%.*s", (int)n, q);
                     q += n + (nl ? 1 : 0);
                 }
             }
@@ -123,7 +124,7 @@ static struct tg_policy *load_policy_file(struct loader *ld, const config_settin
         for (const char *q = line; *q;) {
             const char *nl = strchr(q, '\n');
             size_t n = nl ? (size_t)(nl - q) : strlen(q);
-            errf(ld, s, directive, "%.*s", (int)n, q);
+            tg__conf_errf(ld, s, directive, "%.*s", (int)n, q);
             q += n + (nl ? 1 : 0);
         }
     }
@@ -136,7 +137,7 @@ static struct tg_policy *load_policy_file(struct loader *ld, const config_settin
 }
 
 /* Policies, after upstreams are known: the upstream's own, then per-grant overrides. */
-void load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c)
+void tg__conf_load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     const config_setting_t *ul = config_lookup(cfg, "upstreams");
     for (size_t i = 0; i < c->nupstreams; i++) {
@@ -163,7 +164,7 @@ void load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c)
         char ctx[120];
         snprintf(ctx, sizeof(ctx), "grants.%s.policies", gc->name ? gc->name : "?");
         if (!config_setting_is_list(pl)) {
-            errf(ld, pl, ctx, "must be a list of ( { upstream = …; policy = …; } )");
+            tg__conf_errf(ld, pl, ctx, "must be a list of ( { upstream = …; policy = …; } )");
             continue;
         }
         gc->npolicies = (size_t)config_setting_length(pl);
@@ -175,18 +176,18 @@ void load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c)
             char ectx[160];
             snprintf(ectx, sizeof(ectx), "%s[%zu]", ctx, k);
             if (!config_setting_is_group(e)) {
-                errf(ld, e, ectx, "must be a group { upstream = …; policy = …; }");
+                tg__conf_errf(ld, e, ectx, "must be a group { upstream = …; policy = …; }");
                 continue;
             }
             static const char *const known[] = {"upstream", "policy", NULL};
-            check_members(ld, e, known, ectx);
-            char *un = get_str(ld, e, "upstream", NULL, 1, ectx);
-            gp->path = get_str(ld, e, "policy", NULL, 1, ectx);
+            tg__conf_check_members(ld, e, known, ectx);
+            char *un = tg__conf_get_str(ld, e, "upstream", NULL, 1, ectx);
+            gp->path = tg__conf_get_str(ld, e, "policy", NULL, 1, ectx);
             if (un != NULL && tg_conf_find_upstream(c, tg_slice_cstr(un), &gp->upstream) == NULL)
-                errf(ld, config_setting_get_member(e, "upstream"), "upstream", "no upstream named \"%s\"", un);
+                tg__conf_errf(ld, config_setting_get_member(e, "upstream"), "upstream", "no upstream named \"%s\"", un);
             for (size_t m = 0; m < k; m++)
                 if (gp->upstream >= 0 && gc->policies[m].upstream == gp->upstream)
-                    errf(ld, e, ectx, "a second policy for upstream \"%s\"", un);
+                    tg__conf_errf(ld, e, ectx, "a second policy for upstream \"%s\"", un);
             free(un);
             if (gp->path != NULL) {
                 char d[200];

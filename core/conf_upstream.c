@@ -9,7 +9,7 @@
 #include "core/conf_int.h"
 
 #define UPS(f) offsetof(struct tg_upstream_conf, f)
-const struct int_directive upstream_directives[] = {
+static const struct int_directive upstream_directives[] = {
     {"connect_timeout_ms", UPS(connect_timeout_ms), 10, 600000, 3000, "TCP connect"},
     {"call_timeout_ms", UPS(call_timeout_ms), 10, 86400000, 60000, "one upstream call"},
     {NULL, 0, 0, 0, 0, NULL},
@@ -131,10 +131,10 @@ static void load_command(struct loader *ld, const config_setting_t *g, const con
 {
     u->transport = TG_UP_STDIO;
     if (config_setting_get_member(g, "url") || config_setting_get_member(g, "transport"))
-        errf(ld, cmd, "command", "an upstream has either url (HTTP) or command (stdio), not both");
+        tg__conf_errf(ld, cmd, "command", "an upstream has either url (HTTP) or command (stdio), not both");
     int n = config_setting_is_array(cmd) || config_setting_is_list(cmd) ? config_setting_length(cmd) : 0;
     if (n == 0) {
-        errf(ld, cmd, "command", "must be a non-empty array of strings [ \"program\", \"arg\", … ]");
+        tg__conf_errf(ld, cmd, "command", "must be a non-empty array of strings [ \"program\", \"arg\", … ]");
         return;
     }
     u->command = tg_xcalloc((size_t)n + 1, sizeof(char *));
@@ -144,16 +144,16 @@ static void load_command(struct loader *ld, const config_setting_t *g, const con
         char var[128];
         char *e = v ? tg_conf_expand_env(v, &why, var, sizeof(var)) : NULL;
         if (e == NULL) {
-            errf(ld, cmd, "command", "element %d must be a string%s%s", i, why ? ": " : "", why ? why : "");
+            tg__conf_errf(ld, cmd, "command", "element %d must be a string%s%s", i, why ? ": " : "", why ? why : "");
             e = tg_xstrdup("");
         }
         u->command[i] = e;
     }
-    u->cwd = get_str(ld, g, "cwd", NULL, 0, ctx);
+    u->cwd = tg__conf_get_str(ld, g, "cwd", NULL, 0, ctx);
     const config_setting_t *w = config_setting_get_member(g, "warm");
     if (w != NULL) {
         if (config_setting_type(w) != CONFIG_TYPE_INT || config_setting_get_int(w) < 0 || config_setting_get_int(w) > 64)
-            errf(ld, w, "warm", "must be an integer 0..64");
+            tg__conf_errf(ld, w, "warm", "must be an integer 0..64");
         else
             u->warm = config_setting_get_int(w);
     }
@@ -163,7 +163,7 @@ static void load_command(struct loader *ld, const config_setting_t *g, const con
         ninherit++;
     size_t nextra = env && config_setting_is_group(env) ? (size_t)config_setting_length(env) : 0;
     if (env && !config_setting_is_group(env))
-        errf(ld, env, "env", "must be a group { NAME = \"value\"; }");
+        tg__conf_errf(ld, env, "env", "must be a group { NAME = \"value\"; }");
     u->env = tg_xcalloc(ninherit + nextra + 1, sizeof(char *));
     size_t k = 0;
     for (size_t i = 0; i < nextra; i++) {
@@ -174,7 +174,7 @@ static void load_command(struct loader *ld, const config_setting_t *g, const con
         char var[128];
         char *x = val ? tg_conf_expand_env(val, &why, var, sizeof(var)) : NULL;
         if (x == NULL) {
-            errf(ld, e, "env", "%s must be a string%s%s", name ? name : "?", why ? ": " : "", why ? why : "");
+            tg__conf_errf(ld, e, "env", "%s must be a string%s%s", name ? name : "?", why ? ": " : "", why ? why : "");
             continue;
         }
         struct tg_buf b;
@@ -198,12 +198,12 @@ static void load_command(struct loader *ld, const config_setting_t *g, const con
     u->env[k] = NULL;
 }
 
-void load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
+void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     const config_setting_t *l = config_lookup(cfg, "upstreams");
     c->default_upstream = -1;
     if (l == NULL || !config_setting_is_list(l) || config_setting_length(l) == 0) {
-        errf(ld, l, "upstreams", "must be a non-empty list of ( { name = …; url = …; } )");
+        tg__conf_errf(ld, l, "upstreams", "must be a non-empty list of ( { name = …; url = …; } )");
         return;
     }
     c->nupstreams = (size_t)config_setting_length(l);
@@ -214,89 +214,91 @@ void load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
         char ctx[48];
         snprintf(ctx, sizeof(ctx), "upstreams[%zu]", i);
         if (!config_setting_is_group(g)) {
-            errf(ld, g, ctx, "must be a group");
+            tg__conf_errf(ld, g, ctx, "must be a group");
             continue;
         }
         static const char *const known[] = {"name", "url", "default", "headers", "initialize", "connect_timeout_ms",
                                             "call_timeout_ms", "pool", "policy", "deny_server_requests",
                                             "transport", "command", "env", "cwd", "warm", NULL};
-        check_members(ld, g, known, ctx);
-        u->name = get_str(ld, g, "name", NULL, 1, ctx);
+        tg__conf_check_members(ld, g, known, ctx);
+        u->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         if (u->name && !valid_upstream_name(u->name))
-            errf(ld, config_setting_get_member(g, "name"), "name",
-                 "\"%s\" must be 1-64 of [A-Za-z0-9._-] and not a reserved path (mcp, sse, messages, ws, admin, …)",
-                 u->name);
+            tg__conf_errf(
+                ld, config_setting_get_member(g, "name"), "name",
+                "\"%s\" must be 1-64 of [A-Za-z0-9._-] and not a reserved path (mcp, sse, messages, ws, admin, …)",
+                u->name);
         for (size_t k = 0; k < i; k++)
             if (u->name && c->upstreams[k].name && strcmp(u->name, c->upstreams[k].name) == 0)
-                errf(ld, g, ctx, "duplicate upstream name \"%s\"", u->name);
+                tg__conf_errf(ld, g, ctx, "duplicate upstream name \"%s\"", u->name);
         if (u->name)
             snprintf(ctx, sizeof(ctx), "upstreams.%s", u->name);
         const config_setting_t *cmd = config_setting_get_member(g, "command");
         if (cmd != NULL) {
             load_command(ld, g, cmd, u, ctx);
         } else {
-            u->url = get_str(ld, g, "url", NULL, 1, ctx);
+            u->url = tg__conf_get_str(ld, g, "url", NULL, 1, ctx);
             const char *why = NULL;
             if (u->url && parse_url(u, &why) != 0)
-                errf(ld, config_setting_get_member(g, "url"), "url", "\"%s\" %s", u->url, why);
-            char *tr = get_str(ld, g, "transport", "streamable", 0, ctx);
+                tg__conf_errf(ld, config_setting_get_member(g, "url"), "url", "\"%s\" %s", u->url, why);
+            char *tr = tg__conf_get_str(ld, g, "transport", "streamable", 0, ctx);
             if (tr && strcmp(tr, "sse") == 0)
                 u->transport = TG_UP_SSE;
             else if (tr && strcmp(tr, "streamable") != 0)
-                errf(ld, config_setting_get_member(g, "transport"), "transport",
-                     "must be \"streamable\" or \"sse\" (a stdio upstream has command instead of url)");
+                tg__conf_errf(ld, config_setting_get_member(g, "transport"), "transport",
+                              "must be \"streamable\" or \"sse\" (a stdio upstream has command instead of url)");
             free(tr);
             if (config_setting_get_member(g, "env") || config_setting_get_member(g, "cwd") ||
                 config_setting_get_member(g, "warm"))
-                errf(ld, g, ctx, "env, cwd and warm are for stdio upstreams (command = [ … ])");
+                tg__conf_errf(ld, g, ctx, "env, cwd and warm are for stdio upstreams (command = [ … ])");
         }
-        u->is_default = get_bool(ld, g, "default", 0, ctx);
+        u->is_default = tg__conf_get_bool(ld, g, "default", 0, ctx);
         if (u->is_default) {
             if (c->default_upstream >= 0)
-                errf(ld, g, ctx, "only one upstream may be default");
+                tg__conf_errf(ld, g, ctx, "only one upstream may be default");
             c->default_upstream = (int)i;
         }
-        u->policy_path = get_str(ld, g, "policy", NULL, 0, ctx);
+        u->policy_path = tg__conf_get_str(ld, g, "policy", NULL, 0, ctx);
         const config_setting_t *dsr = config_setting_get_member(g, "deny_server_requests");
         if (dsr != NULL) {
             if (!config_setting_is_array(dsr) && !config_setting_is_list(dsr)) {
-                errf(ld, dsr, "deny_server_requests", "must be an array of method names");
+                tg__conf_errf(ld, dsr, "deny_server_requests", "must be an array of method names");
             } else {
                 u->ndeny_server_requests = (size_t)config_setting_length(dsr);
                 u->deny_server_requests = tg_xcalloc(u->ndeny_server_requests + 1, sizeof(char *));
                 for (size_t k = 0; k < u->ndeny_server_requests; k++) {
                     const char *m = config_setting_get_string_elem(dsr, (int)k);
                     if (m == NULL || m[0] == '\0') {
-                        errf(ld, dsr, "deny_server_requests", "must be an array of method names");
+                        tg__conf_errf(ld, dsr, "deny_server_requests", "must be an array of method names");
                         m = "";
                     }
                     u->deny_server_requests[k] = tg_xstrdup(m);
                 }
             }
         }
-        char *init = get_str(ld, g, "initialize", "forward", 0, ctx);
+        char *init = tg__conf_get_str(ld, g, "initialize", "forward", 0, ctx);
         if (init && strcmp(init, "local") == 0) {
             u->init_local = 1;
             if (u->transport != TG_UP_STREAMABLE)
-                errf(ld, config_setting_get_member(g, "initialize"), "initialize",
-                     "\"local\" is for Streamable HTTP upstreams (stdio and SSE servers take initialize)");
+                tg__conf_errf(ld, config_setting_get_member(g, "initialize"), "initialize",
+                              "\"local\" is for Streamable HTTP upstreams (stdio and SSE servers take initialize)");
         }
         else if (init && strcmp(init, "forward") != 0)
-            errf(ld, config_setting_get_member(g, "initialize"), "initialize", "must be \"forward\" or \"local\"");
+            tg__conf_errf(ld, config_setting_get_member(g, "initialize"), "initialize",
+                          "must be \"forward\" or \"local\"");
         free(init);
-        load_ints(ld, g, upstream_directives, u, ctx);
+        tg__conf_load_ints(ld, g, upstream_directives, u, ctx, 0);
         const config_setting_t *pool = config_setting_get_member(g, "pool");
         char pctx[80];
         snprintf(pctx, sizeof(pctx), "%s.pool", ctx);
         if (pool != NULL && !config_setting_is_group(pool)) {
-            errf(ld, pool, pctx, "must be a group");
+            tg__conf_errf(ld, pool, pctx, "must be a group");
             pool = NULL;
         }
-        load_ints(ld, pool, pool_directives, u, pctx);
+        tg__conf_load_ints(ld, pool, pool_directives, u, pctx, 1);
         const config_setting_t *h = config_setting_get_member(g, "headers");
         if (h != NULL) {
             if (!config_setting_is_group(h)) {
-                errf(ld, h, "headers", "must be a group { Name = \"value\"; }");
+                tg__conf_errf(ld, h, "headers", "must be a group { Name = \"value\"; }");
             } else {
                 u->nheaders = (size_t)config_setting_length(h);
                 u->headers = tg_xcalloc(u->nheaders, sizeof(*u->headers));
@@ -306,12 +308,12 @@ void load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
                     char hctx[160];
                     snprintf(hctx, sizeof(hctx), "%s.headers.%s", ctx, n ? n : "?");
                     if (n == NULL || !valid_header_name(n)) {
-                        errf(ld, hs, hctx, "is not a header the gateway lets you set");
+                        tg__conf_errf(ld, hs, hctx, "is not a header the gateway lets you set");
                         continue;
                     }
                     u->headers[k].name = tg_xstrdup(n);
                     if (config_setting_type(hs) != CONFIG_TYPE_STRING) {
-                        errf(ld, hs, hctx, "must be a string");
+                        tg__conf_errf(ld, hs, hctx, "must be a string");
                         u->headers[k].value = tg_xstrdup("");
                         continue;
                     }
@@ -320,12 +322,12 @@ void load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
                     u->headers[k].value = tg_conf_expand_env(config_setting_get_string(hs), &w, var, sizeof(var));
                     if (u->headers[k].value == NULL) {
                         int unset = strcmp(w, "environment variable is not set") == 0;
-                        errf(ld, hs, hctx, "%s%s%s", w, unset ? ": " : "", unset ? var : "");
+                        tg__conf_errf(ld, hs, hctx, "%s%s%s", w, unset ? ": " : "", unset ? var : "");
                         u->headers[k].value = tg_xstrdup("");
                     }
                     for (const char *q = u->headers[k].value; *q; q++)
                         if ((unsigned char)*q < 0x20 && *q != '\t') {
-                            errf(ld, hs, hctx, "contains a control character");
+                            tg__conf_errf(ld, hs, hctx, "contains a control character");
                             break;
                         }
                 }
