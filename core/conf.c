@@ -8,7 +8,6 @@
 
 #include "core/conf_int.h"
 #include "core/log.h"
-#include "policy/jwt.h"
 #include "policy/policy.h"
 
 #define LIM(f) offsetof(struct tg_limits, f)
@@ -469,56 +468,16 @@ void tg_conf_unref(struct tg_conf *c)
     }
     free(c->listeners);
     free(c->admin.address);
-    for (size_t i = 0; i < c->ngrants; i++) {
-        free(c->grants[i].name);
-        for (size_t k = 0; k < c->grants[i].npolicies; k++) {
-            free(c->grants[i].policies[k].path);
-            tg_policy_unref(c->grants[i].policies[k].policy);
-        }
-        free(c->grants[i].policies);
-    }
-    free(c->grants);
+    tg__conf_grants_free(c);
     free(c->audit.file);
     for (size_t i = 0; i < c->audit.nredact; i++)
         free(c->audit.redact[i]);
     free(c->audit.redact);
     tg_policy_unref(c->deny_all);
-    for (size_t i = 0; i < c->njwt; i++) {
-        free(c->jwt[i].issuer);
-        free(c->jwt[i].audience);
-        free(c->jwt[i].jwks_file);
-        free(c->jwt[i].grant_claim);
-        tg_jwks_free(c->jwt[i].jwks);
-    }
-    free(c->jwt);
+    tg__conf_jwt_free(c);
     free(c->public_url);
     tg_buf_dispose(&c->warnings);
-    for (size_t i = 0; i < c->nupstreams; i++) {
-        struct tg_upstream_conf *u = &c->upstreams[i];
-        free(u->name);
-        free(u->url);
-        free(u->host);
-        free(u->path);
-        free(u->authority);
-        for (size_t k = 0; k < u->nheaders; k++) {
-            free(u->headers[k].name);
-            free(u->headers[k].value);
-        }
-        free(u->headers);
-        free(u->policy_path);
-        tg_policy_unref(u->policy);
-        for (char **a = u->command; a && *a; a++)
-            free(*a);
-        free(u->command);
-        for (char **a = u->env; a && *a; a++)
-            free(*a);
-        free(u->env);
-        free(u->cwd);
-        for (size_t k = 0; k < u->ndeny_server_requests; k++)
-            free(u->deny_server_requests[k]);
-        free(u->deny_server_requests);
-    }
-    free(c->upstreams);
+    tg__conf_upstreams_free(c);
     free(c->log_file);
     free(c->path);
     free(c);

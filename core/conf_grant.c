@@ -216,3 +216,28 @@ const struct tg_grant_conf *tg_conf_find_grant(const struct tg_conf *c, const ch
             return &c->grants[i];
     return NULL;
 }
+
+void tg__conf_grants_free(struct tg_conf *c)
+{
+    for (size_t i = 0; i < c->ngrants; i++) {
+        free(c->grants[i].name);
+        for (size_t k = 0; k < c->grants[i].npolicies; k++) {
+            free(c->grants[i].policies[k].path);
+            tg_policy_unref(c->grants[i].policies[k].policy);
+        }
+        free(c->grants[i].policies);
+    }
+    free(c->grants);
+}
+
+void tg__conf_jwt_free(struct tg_conf *c)
+{
+    for (size_t i = 0; i < c->njwt; i++) {
+        free(c->jwt[i].issuer);
+        free(c->jwt[i].audience);
+        free(c->jwt[i].jwks_file);
+        free(c->jwt[i].grant_claim);
+        tg_jwks_free(c->jwt[i].jwks);
+    }
+    free(c->jwt);
+}

@@ -3,7 +3,8 @@
  * issuers, policies). No other module includes this header.
  *
  * Every tg__conf_load_* fills its part of a struct tg_conf that tg_conf_load() allocated; what it
- * stores there is owned by that conf and freed by tg_conf_unref(). Errors go through
+ * stores there is owned by that conf, and the matching tg__conf_*_free, in the same file, frees it
+ * when tg_conf_unref() drops the last reference. Errors go through
  * tg__conf_errf() and are counted in the loader: a conf with errors is never returned. */
 #ifndef TG_CONF_INT_H
 #define TG_CONF_INT_H
@@ -48,11 +49,16 @@ int tg__conf_parse_sha256(struct loader *ld, const config_setting_t *grp, const 
 
 /* core/conf_upstream.c: the upstreams list and the default upstream. */
 void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c);
+/* Frees what tg__conf_load_upstreams stored in c (called by tg_conf_unref only). */
+void tg__conf_upstreams_free(struct tg_conf *c);
 
 /* core/conf_grant.c. Grants come before upstreams; policies after both (they name upstreams), and
  * only when everything else loaded without errors. */
 void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c);
 void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c);
 void tg__conf_load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c);
+/* Free the grants (with their policy overrides) and the JWT issuers (called by tg_conf_unref only). */
+void tg__conf_grants_free(struct tg_conf *c);
+void tg__conf_jwt_free(struct tg_conf *c);
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/conf_int.h"
+#include "policy/policy.h"
 
 #define UPS(f) offsetof(struct tg_upstream_conf, f)
 static const struct int_directive upstream_directives[] = {
@@ -336,6 +337,36 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
     }
     if (c->default_upstream < 0 && c->nupstreams == 1)
         c->default_upstream = 0;
+}
+
+void tg__conf_upstreams_free(struct tg_conf *c)
+{
+    for (size_t i = 0; i < c->nupstreams; i++) {
+        struct tg_upstream_conf *u = &c->upstreams[i];
+        free(u->name);
+        free(u->url);
+        free(u->host);
+        free(u->path);
+        free(u->authority);
+        for (size_t k = 0; k < u->nheaders; k++) {
+            free(u->headers[k].name);
+            free(u->headers[k].value);
+        }
+        free(u->headers);
+        free(u->policy_path);
+        tg_policy_unref(u->policy);
+        for (char **a = u->command; a && *a; a++)
+            free(*a);
+        free(u->command);
+        for (char **a = u->env; a && *a; a++)
+            free(*a);
+        free(u->env);
+        free(u->cwd);
+        for (size_t k = 0; k < u->ndeny_server_requests; k++)
+            free(u->deny_server_requests[k]);
+        free(u->deny_server_requests);
+    }
+    free(c->upstreams);
 }
 
 const struct tg_upstream_conf *tg_conf_find_upstream(const struct tg_conf *c, struct tg_slice name, int *index)
