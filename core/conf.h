@@ -2,9 +2,19 @@
  *
  * tg_conf_load() reads and validates the whole file; on error it returns NULL
  * and writes "file:line: directive: reason" lines into err. Scalar directives
- * are declared in tables (name, offset, range, default) in conf.c. A loaded
- * conf is never modified; it is refcounted so that work started under one
- * conf can finish under it after a reload. */
+ * are declared in tables (name, offset, range, default) in conf.c (limits) and
+ * conf_upstream.c (upstream and pool). The loader is split by section: conf.c
+ * (the file, log, listen, admin, limits, audit, refcount), conf_upstream.c
+ * (upstreams) and conf_grant.c (grants, JWT issuers, policies); they share
+ * core/conf_int.h. A loaded conf is never modified; it is refcounted so that
+ * work started under one conf can finish under it after a reload.
+ *
+ * Ownership: every struct below is part of one struct tg_conf (embedded in it
+ * or in an array it holds), and every string, array, policy reference and
+ * JWKS reachable from it belongs to that conf and is freed by the
+ * tg_conf_unref() that drops its last reference. Pointers into a conf (a
+ * grant, an upstream conf) are valid for as long as the holder keeps a
+ * reference to that conf. */
 #ifndef TG_CONF_H
 #define TG_CONF_H
 
@@ -13,6 +23,7 @@
 
 #include "core/buf.h"
 
+/* One listen[] entry. Owner: the conf (listeners[]); freed by tg_conf_unref. */
 struct tg_listen_conf {
     char *address;
     int port;
@@ -23,6 +34,7 @@ struct tg_listen_conf {
     int any_origin;
 };
 
+/* The admin listener. Embedded in struct tg_conf; address freed by tg_conf_unref. */
 struct tg_admin_conf {
     int enabled;
     char *address;
@@ -31,6 +43,7 @@ struct tg_admin_conf {
     uint8_t token_sha256[32];
 };
 
+/* The limits group (plain values). Embedded in struct tg_conf. */
 struct tg_limits {
     int max_connections;
     int header_bytes;
@@ -52,13 +65,16 @@ struct tg_limits {
 
 struct tg_policy;
 
-/* A policy for one upstream, overriding the upstream's own for this grant. */
+/* A policy for one upstream, overriding the upstream's own for this grant. Owner: its grant
+ * (policies[]); tg_conf_unref frees path and drops the conf's reference to policy (a call in
+ * flight holds its own). */
 struct tg_grant_policy {
     int upstream; /* index into upstreams */
     char *path;
     struct tg_policy *policy;
 };
 
+/* One grants[] entry. Owner: the conf (grants[]); freed by tg_conf_unref. */
 struct tg_grant_conf {
     char *name;
     int has_token;
@@ -70,6 +86,7 @@ struct tg_grant_conf {
     size_t npolicies;
 };
 
+/* The audit group. Embedded in struct tg_conf; its strings freed by tg_conf_unref. */
 struct tg_audit_conf {
     char *file;   /* NULL = no audit log */
     int values;   /* log argument values (redacted) besides their SHA-256 */
@@ -78,6 +95,7 @@ struct tg_audit_conf {
     int max_pending; /* bytes buffered while the disk is slow; beyond, records are dropped and counted */
 };
 
+/* An extra header sent to an upstream. Owner: its upstream conf (headers[]); freed by tg_conf_unref. */
 struct tg_header {
     char *name;
     char *value;
@@ -85,6 +103,9 @@ struct tg_header {
 
 enum { TG_UP_STREAMABLE = 0, TG_UP_SSE = 1, TG_UP_STDIO = 2 };
 
+/* One upstreams[] entry. Owner: the conf (upstreams[]); freed by tg_conf_unref. The runtime
+ * struct tg_upstream that serves it holds a reference to the conf (tg_upstream_new,
+ * tg_upstream_set_conf), so a retired upstream keeps its conf until its last call ends. */
 struct tg_upstream_conf {
     char *name;
     char *url;
@@ -103,7 +124,7 @@ struct tg_upstream_conf {
     int queue_max;
     int queue_timeout_ms;
     char *policy_path;
-    struct tg_policy *policy; /* NULL: fails closed (everything denied and hidden) */
+    struct tg_policy *policy; /* the conf's reference; NULL: fails closed (everything denied and hidden) */
     int transport;   /* TG_UP_STREAMABLE, TG_UP_SSE (legacy HTTP+SSE) or TG_UP_STDIO */
     char **command;  /* stdio: argv, NULL-terminated */
     char **env;      /* stdio: the environment (inherited plus env overrides), NULL-terminated */
@@ -115,7 +136,8 @@ struct tg_upstream_conf {
 
 struct tg_jwks;
 
-/* A JWT issuer whose tokens name a grant in grant_claim. */
+/* A JWT issuer whose tokens name a grant in grant_claim. Owner: the conf (jwt[]); freed by
+ * tg_conf_unref (jwks with tg_jwks_free). */
 struct tg_jwt_conf {
     char *issuer;
     char *audience;
@@ -125,6 +147,10 @@ struct tg_jwt_conf {
     struct tg_jwks *jwks;
 };
 
+/* The whole configuration. Refcounted and immutable once loaded: tg_conf_load returns it with one
+ * reference, owned by the caller; each further holder (the server, each struct tg_upstream) takes
+ * one with tg_conf_ref, and the tg_conf_unref that drops the last frees the conf and everything in
+ * it. */
 struct tg_conf {
     int refcnt;
     char *path;
@@ -144,7 +170,7 @@ struct tg_conf {
     struct tg_jwt_conf *jwt;
     size_t njwt;
     char *public_url; /* base URL clients use, for RFC 9728 metadata (default: from Host) */
-    struct tg_policy *deny_all; /* used for upstreams without a policy */
+    struct tg_policy *deny_all; /* used for upstreams without a policy (the conf's reference) */
     struct tg_buf warnings;     /* "file:line: directive: warning" lines, for -t and the log */
 };
 

@@ -1,0 +1,243 @@
+#include "core/conf.h"
+
+#include <libconfig.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/conf_int.h"
+#include "policy/jwt.h"
+#include "policy/policy.h"
+
+void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
+{
+    const config_setting_t *l = config_lookup(cfg, "grants");
+    if (l == NULL)
+        return;
+    if (!config_setting_is_list(l)) {
+        tg__conf_errf(ld, l, "grants", "must be a list of ( { name = …; token_sha256 = …; } )");
+        return;
+    }
+    c->ngrants = (size_t)config_setting_length(l);
+    c->grants = tg_xcalloc(c->ngrants, sizeof(*c->grants));
+    int anon = 0;
+    for (size_t i = 0; i < c->ngrants; i++) {
+        const config_setting_t *g = config_setting_get_elem(l, (unsigned)i);
+        struct tg_grant_conf *gc = &c->grants[i];
+        char ctx[32];
+        snprintf(ctx, sizeof(ctx), "grants[%zu]", i);
+        if (!config_setting_is_group(g)) {
+            tg__conf_errf(ld, g, ctx, "must be a group");
+            continue;
+        }
+        static const char *const known[] = {"name", "token_sha256", "anonymous", "max_sessions", "policies", NULL};
+        tg__conf_check_members(ld, g, known, ctx);
+        gc->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
+        const config_setting_t *ms = config_setting_get_member(g, "max_sessions");
+        if (ms != NULL) {
+            if (config_setting_type(ms) != CONFIG_TYPE_INT || config_setting_get_int(ms) < 1 ||
+                config_setting_get_int(ms) > 10000000)
+                tg__conf_errf(ld, ms, "max_sessions", "must be an integer 1..10000000");
+            else
+                gc->max_sessions = config_setting_get_int(ms);
+        }
+        gc->has_token = tg__conf_parse_sha256(ld, g, ctx, gc->token_sha256);
+        gc->anonymous = tg__conf_get_bool(ld, g, "anonymous", 0, ctx);
+        if (!gc->has_token && !gc->anonymous) {
+            if (config_lookup(ld->cfg, "jwt") == NULL)
+                tg__conf_errf(ld, g, ctx, "needs token_sha256, anonymous = true, or a jwt issuer whose tokens name it");
+            else
+                gc->jwt_only = 1;
+        }
+        if (gc->anonymous && anon++)
+            tg__conf_errf(ld, g, ctx, "only one grant may be anonymous");
+        for (size_t k = 0; k < i; k++)
+            if (gc->name && c->grants[k].name && strcmp(gc->name, c->grants[k].name) == 0)
+                tg__conf_errf(ld, g, ctx, "duplicate grant name \"%s\"", gc->name);
+    }
+}
+
+void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
+{
+    const config_setting_t *l = config_lookup(cfg, "jwt");
+    if (l == NULL)
+        return;
+    if (!config_setting_is_list(l)) {
+        tg__conf_errf(ld, l, "jwt",
+                      "must be a list of ( { issuer = …; audience = …; jwks_file = …; grant_claim = …; } )");
+        return;
+    }
+    c->njwt = (size_t)config_setting_length(l);
+    c->jwt = tg_xcalloc(c->njwt + 1, sizeof(*c->jwt));
+    for (size_t i = 0; i < c->njwt; i++) {
+        const config_setting_t *g = config_setting_get_elem(l, (unsigned)i);
+        struct tg_jwt_conf *j = &c->jwt[i];
+        char ctx[32];
+        snprintf(ctx, sizeof(ctx), "jwt[%zu]", i);
+        if (!config_setting_is_group(g)) {
+            tg__conf_errf(ld, g, ctx, "must be a group");
+            continue;
+        }
+        static const char *const known[] = {"issuer", "audience", "jwks_file", "grant_claim", "skew_s", NULL};
+        tg__conf_check_members(ld, g, known, ctx);
+        j->issuer = tg__conf_get_str(ld, g, "issuer", NULL, 1, ctx);
+        j->audience = tg__conf_get_str(ld, g, "audience", NULL, 1, ctx);
+        j->jwks_file = tg__conf_get_str(ld, g, "jwks_file", NULL, 1, ctx);
+        j->grant_claim = tg__conf_get_str(ld, g, "grant_claim", "sub", 0, ctx);
+        j->skew_s = 60;
+        const config_setting_t *sk = config_setting_get_member(g, "skew_s");
+        if (sk != NULL) {
+            if (config_setting_type(sk) != CONFIG_TYPE_INT || config_setting_get_int(sk) < 0 ||
+                config_setting_get_int(sk) > 3600)
+                tg__conf_errf(ld, sk, "skew_s", "must be an integer 0..3600");
+            else
+                j->skew_s = config_setting_get_int(sk);
+        }
+        if (j->jwks_file != NULL) {
+            struct tg_buf jerr;
+            tg_buf_init(&jerr);
+            if (tg_jwks_load(j->jwks_file, &j->jwks, &jerr) != 0) {
+                tg_buf_append(&jerr, "", 1);
+                for (const char *q = jerr.base; q && *q;) {
+                    const char *nl = strchr(q, '\n');
+                    size_t n = nl ? (size_t)(nl - q) : strlen(q);
+                    tg__conf_errf(ld, config_setting_get_member(g, "jwks_file"), "jwks_file", "%.*s", (int)n, q);
+                    q += n + (nl ? 1 : 0);
+                }
+            }
+            tg_buf_dispose(&jerr);
+        }
+    }
+}
+
+static struct tg_policy *load_policy_file(struct loader *ld, const config_setting_t *s, const char *directive,
+                                          const char *path, struct tg_conf *c)
+{
+    struct tg_buf perr, pwarn;
+    tg_buf_init(&perr);
+    tg_buf_init(&pwarn);
+    struct tg_policy *p = NULL;
+    if (tg_policy_load(path, &p, &perr, &pwarn) != 0) {
+        /* The policy module names the file and the path inside it; say which directive loaded it. */
+        const char *line = perr.base ? perr.base : "";
+        tg_buf_append(&perr, "", 1);
+        for (const char *q = line; *q;) {
+            const char *nl = strchr(q, '\n');
+            size_t n = nl ? (size_t)(nl - q) : strlen(q);
+            tg__conf_errf(ld, s, directive, "%.*s", (int)n, q);
+            q += n + (nl ? 1 : 0);
+        }
+    }
+    if (pwarn.len) {
+        tg_buf_append(&c->warnings, pwarn.base, pwarn.len);
+    }
+    tg_buf_dispose(&perr);
+    tg_buf_dispose(&pwarn);
+    return p;
+}
+
+/* Policies, after upstreams are known: the upstream's own, then per-grant overrides. */
+void tg__conf_load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c)
+{
+    const config_setting_t *ul = config_lookup(cfg, "upstreams");
+    for (size_t i = 0; i < c->nupstreams; i++) {
+        struct tg_upstream_conf *u = &c->upstreams[i];
+        if (u->policy_path == NULL) {
+            tg_buf_appendf(&c->warnings,
+                           "%s: upstreams.%s: no policy: every tool is denied and hidden (write a policy with "
+                           "\"default\": \"allow\" to pass everything)\n",
+                           ld->path, u->name ? u->name : "?");
+            continue;
+        }
+        const config_setting_t *g = ul ? config_setting_get_elem(ul, (unsigned)i) : NULL;
+        char d[120];
+        snprintf(d, sizeof(d), "upstreams.%s.policy", u->name ? u->name : "?");
+        u->policy = load_policy_file(ld, g ? config_setting_get_member(g, "policy") : NULL, d, u->policy_path, c);
+    }
+    const config_setting_t *gl = config_lookup(cfg, "grants");
+    for (size_t i = 0; gl && i < c->ngrants; i++) {
+        struct tg_grant_conf *gc = &c->grants[i];
+        const config_setting_t *g = config_setting_get_elem(gl, (unsigned)i);
+        const config_setting_t *pl = g ? config_setting_get_member(g, "policies") : NULL;
+        if (pl == NULL)
+            continue;
+        char ctx[120];
+        snprintf(ctx, sizeof(ctx), "grants.%s.policies", gc->name ? gc->name : "?");
+        if (!config_setting_is_list(pl)) {
+            tg__conf_errf(ld, pl, ctx, "must be a list of ( { upstream = …; policy = …; } )");
+            continue;
+        }
+        gc->npolicies = (size_t)config_setting_length(pl);
+        gc->policies = tg_xcalloc(gc->npolicies + 1, sizeof(*gc->policies));
+        for (size_t k = 0; k < gc->npolicies; k++) {
+            const config_setting_t *e = config_setting_get_elem(pl, (unsigned)k);
+            struct tg_grant_policy *gp = &gc->policies[k];
+            gp->upstream = -1;
+            char ectx[160];
+            snprintf(ectx, sizeof(ectx), "%s[%zu]", ctx, k);
+            if (!config_setting_is_group(e)) {
+                tg__conf_errf(ld, e, ectx, "must be a group { upstream = …; policy = …; }");
+                continue;
+            }
+            static const char *const known[] = {"upstream", "policy", NULL};
+            tg__conf_check_members(ld, e, known, ectx);
+            char *un = tg__conf_get_str(ld, e, "upstream", NULL, 1, ectx);
+            gp->path = tg__conf_get_str(ld, e, "policy", NULL, 1, ectx);
+            if (un != NULL && tg_conf_find_upstream(c, tg_slice_cstr(un), &gp->upstream) == NULL)
+                tg__conf_errf(ld, config_setting_get_member(e, "upstream"), "upstream", "no upstream named \"%s\"", un);
+            for (size_t m = 0; m < k; m++)
+                if (gp->upstream >= 0 && gc->policies[m].upstream == gp->upstream)
+                    tg__conf_errf(ld, e, ectx, "a second policy for upstream \"%s\"", un);
+            free(un);
+            if (gp->path != NULL) {
+                char d[200];
+                snprintf(d, sizeof(d), "%s.policy", ectx);
+                gp->policy = load_policy_file(ld, config_setting_get_member(e, "policy"), d, gp->path, c);
+            }
+        }
+    }
+}
+
+struct tg_policy *tg_conf_policy_for(const struct tg_conf *c, const struct tg_grant_conf *g, int u)
+{
+    if (g != NULL)
+        for (size_t i = 0; i < g->npolicies; i++)
+            if (g->policies[i].upstream == u && g->policies[i].policy != NULL)
+                return g->policies[i].policy;
+    if (u >= 0 && (size_t)u < c->nupstreams && c->upstreams[u].policy != NULL)
+        return c->upstreams[u].policy;
+    return c->deny_all;
+}
+
+const struct tg_grant_conf *tg_conf_find_grant(const struct tg_conf *c, const char *name)
+{
+    for (size_t i = 0; i < c->ngrants; i++)
+        if (c->grants[i].name && strcmp(c->grants[i].name, name) == 0)
+            return &c->grants[i];
+    return NULL;
+}
+
+void tg__conf_grants_free(struct tg_conf *c)
+{
+    for (size_t i = 0; i < c->ngrants; i++) {
+        free(c->grants[i].name);
+        for (size_t k = 0; k < c->grants[i].npolicies; k++) {
+            free(c->grants[i].policies[k].path);
+            tg_policy_unref(c->grants[i].policies[k].policy);
+        }
+        free(c->grants[i].policies);
+    }
+    free(c->grants);
+}
+
+void tg__conf_jwt_free(struct tg_conf *c)
+{
+    for (size_t i = 0; i < c->njwt; i++) {
+        free(c->jwt[i].issuer);
+        free(c->jwt[i].audience);
+        free(c->jwt[i].jwks_file);
+        free(c->jwt[i].grant_claim);
+        tg_jwks_free(c->jwt[i].jwks);
+    }
+    free(c->jwt);
+}

@@ -1,0 +1,64 @@
+/* Internal to the conf loader, which is split over core/conf.c (the file, log, listen, admin,
+ * limits, audit, refcount), core/conf_upstream.c (upstreams) and core/conf_grant.c (grants, JWT
+ * issuers, policies). No other module includes this header.
+ *
+ * Every tg__conf_load_* fills its part of a struct tg_conf that tg_conf_load() allocated; what it
+ * stores there is owned by that conf, and the matching tg__conf_*_free, in the same file, frees it
+ * when tg_conf_unref() drops the last reference. Errors go through
+ * tg__conf_errf() and are counted in the loader: a conf with errors is never returned. */
+#ifndef TG_CONF_INT_H
+#define TG_CONF_INT_H
+
+#include <libconfig.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/conf.h"
+
+/* One row per scalar integer directive (nginx ngx_command_t, redis createIntConfig). */
+struct int_directive {
+    const char *name;
+    size_t offset;
+    int min, max, def;
+    const char *help;
+};
+
+/* The state of one tg_conf_load() call, on its stack. */
+struct loader {
+    const char *path;
+    struct tg_buf *err;
+    int nerr;
+    config_t *cfg;
+};
+
+/* Appends "file:line: directive: reason" for setting s (the file itself when s is NULL). */
+void tg__conf_errf(struct loader *ld, const config_setting_t *s, const char *directive, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Reads a string setting, expanding ${VAR}. Missing and not required -> def (may be NULL). */
+char *tg__conf_get_str(struct loader *ld, const config_setting_t *grp, const char *name, const char *def, int required,
+                       const char *ctx);
+int tg__conf_get_bool(struct loader *ld, const config_setting_t *grp, const char *name, int def, const char *ctx);
+/* Sets each field of tab in base to its default, then to its value in grp (may be NULL). whole_group:
+ * grp holds only these directives, so any other member is an "unknown directive" error. */
+void tg__conf_load_ints(struct loader *ld, const config_setting_t *grp, const struct int_directive *tab, void *base,
+                        const char *ctx, int whole_group);
+/* Reports every member of grp whose name is not in the NULL-terminated known. */
+void tg__conf_check_members(struct loader *ld, const config_setting_t *grp, const char *const *known, const char *ctx);
+/* grp's token_sha256 into out: 1 if present and valid, 0 if absent (or invalid, reported). */
+int tg__conf_parse_sha256(struct loader *ld, const config_setting_t *grp, const char *ctx, uint8_t out[32]);
+
+/* core/conf_upstream.c: the upstreams list and the default upstream. */
+void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c);
+/* Frees what tg__conf_load_upstreams stored in c (called by tg_conf_unref only). */
+void tg__conf_upstreams_free(struct tg_conf *c);
+
+/* core/conf_grant.c. Grants come before upstreams; policies after both (they name upstreams), and
+ * only when everything else loaded without errors. */
+void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c);
+void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c);
+void tg__conf_load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c);
+/* Free the grants (with their policy overrides) and the JWT issuers (called by tg_conf_unref only). */
+void tg__conf_grants_free(struct tg_conf *c);
+void tg__conf_jwt_free(struct tg_conf *c);
+
+#endif

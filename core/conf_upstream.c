@@ -1,0 +1,381 @@
+#include "core/conf.h"
+
+#include <libconfig.h>
+#include <stdio.h>
+#include <strings.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/conf_int.h"
+#include "policy/policy.h"
+
+#define UPS(f) offsetof(struct tg_upstream_conf, f)
+static const struct int_directive upstream_directives[] = {
+    {"connect_timeout_ms", UPS(connect_timeout_ms), 10, 600000, 3000, "TCP connect"},
+    {"call_timeout_ms", UPS(call_timeout_ms), 10, 86400000, 60000, "one upstream call"},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+static const struct int_directive pool_directives[] = {
+    {"size", UPS(pool_size), 1, 4096, 16, "keep-alive connections"},
+    {"idle_timeout_ms", UPS(pool_idle_timeout_ms), 100, 86400000, 30000, "idle pooled connection"},
+    {"queue", UPS(queue_max), 0, 1000000, 1024, "calls waiting for a connection"},
+    {"queue_timeout_ms", UPS(queue_timeout_ms), 1, 3600000, 5000, "queued call deadline"},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
+/* http://host[:port]/path — only plain HTTP for now. */
+static int parse_url(struct tg_upstream_conf *u, const char **why)
+{
+    const char *p = u->url;
+    if (strncmp(p, "http://", 7) != 0) {
+        *why = strncmp(p, "https://", 8) == 0 ? "https upstreams are not supported yet; use http:// on a trusted link"
+                                               : "must start with http://";
+        return -1;
+    }
+    p += 7;
+    const char *slash = strchr(p, '/');
+    const char *hend = slash ? slash : p + strlen(p);
+    if (hend == p) {
+        *why = "has no host";
+        return -1;
+    }
+    u->authority = tg_slice_dup(tg_slice_of(p, (size_t)(hend - p)));
+    u->path = tg_xstrdup(slash ? slash : "/");
+    const char *hs = p, *he;
+    const char *portp = NULL;
+    if (*p == '[') {
+        he = memchr(p, ']', (size_t)(hend - p));
+        if (he == NULL) {
+            *why = "has an unterminated IPv6 literal";
+            return -1;
+        }
+        hs = p + 1;
+        if (he + 1 < hend && he[1] == ':')
+            portp = he + 2;
+        else if (he + 1 != hend) {
+            *why = "has junk after the IPv6 literal";
+            return -1;
+        }
+    } else {
+        he = memchr(p, ':', (size_t)(hend - p));
+        if (he)
+            portp = he + 1;
+        else
+            he = hend;
+    }
+    u->host = tg_slice_dup(tg_slice_of(hs, (size_t)(he - hs)));
+    u->port = 80;
+    if (portp) {
+        long v = 0;
+        if (portp >= hend) {
+            *why = "has an empty port";
+            return -1;
+        }
+        for (const char *q = portp; q < hend; q++) {
+            if (*q < '0' || *q > '9' || v > 65535) {
+                *why = "has an invalid port";
+                return -1;
+            }
+            v = v * 10 + (*q - '0');
+        }
+        if (v < 1 || v > 65535) {
+            *why = "has an invalid port";
+            return -1;
+        }
+        u->port = (int)v;
+    }
+    for (const char *q = u->path; *q; q++)
+        if ((unsigned char)*q <= 0x20 || *q == 0x7f || *q == '#') {
+            *why = "has a path with spaces, control characters or a fragment";
+            return -1;
+        }
+    return 0;
+}
+
+static int valid_upstream_name(const char *n)
+{
+    if (!n || !*n || strlen(n) > 64)
+        return 0;
+    for (const char *p = n; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+              *p == '_' || *p == '.'))
+            return 0;
+    static const char *const reserved[] = {"mcp", "sse", "messages", "ws", "healthz", "readyz", "metrics",
+                                           "admin", ".well-known", NULL};
+    for (int i = 0; reserved[i]; i++)
+        if (strcmp(n, reserved[i]) == 0)
+            return 0;
+    return 1;
+}
+
+static int valid_header_name(const char *n)
+{
+    if (!*n)
+        return 0;
+    for (const char *p = n; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+              *p == '_'))
+            return 0;
+    static const char *const owned[] = {"host", "content-length", "transfer-encoding", "connection",
+                                        "mcp-session-id", "content-type", "accept", "upgrade", NULL};
+    for (int i = 0; owned[i]; i++)
+        if (strcasecmp(n, owned[i]) == 0)
+            return 0;
+    return 1;
+}
+
+extern char **environ;
+
+/* stdio upstream: command = [ "prog", "arg", … ]; env = { NAME = "value"; }; cwd; warm. */
+static void load_command(struct loader *ld, const config_setting_t *g, const config_setting_t *cmd,
+                         struct tg_upstream_conf *u, const char *ctx)
+{
+    u->transport = TG_UP_STDIO;
+    if (config_setting_get_member(g, "url") || config_setting_get_member(g, "transport"))
+        tg__conf_errf(ld, cmd, "command", "an upstream has either url (HTTP) or command (stdio), not both");
+    int n = config_setting_is_array(cmd) || config_setting_is_list(cmd) ? config_setting_length(cmd) : 0;
+    if (n == 0) {
+        tg__conf_errf(ld, cmd, "command", "must be a non-empty array of strings [ \"program\", \"arg\", … ]");
+        return;
+    }
+    u->command = tg_xcalloc((size_t)n + 1, sizeof(char *));
+    for (int i = 0; i < n; i++) {
+        const char *v = config_setting_get_string_elem(cmd, i);
+        const char *why = NULL;
+        char var[128];
+        char *e = v ? tg_conf_expand_env(v, &why, var, sizeof(var)) : NULL;
+        if (e == NULL) {
+            tg__conf_errf(ld, cmd, "command", "element %d must be a string%s%s", i, why ? ": " : "", why ? why : "");
+            e = tg_xstrdup("");
+        }
+        u->command[i] = e;
+    }
+    u->cwd = tg__conf_get_str(ld, g, "cwd", NULL, 0, ctx);
+    const config_setting_t *w = config_setting_get_member(g, "warm");
+    if (w != NULL) {
+        if (config_setting_type(w) != CONFIG_TYPE_INT || config_setting_get_int(w) < 0 || config_setting_get_int(w) > 64)
+            tg__conf_errf(ld, w, "warm", "must be an integer 0..64");
+        else
+            u->warm = config_setting_get_int(w);
+    }
+    const config_setting_t *env = config_setting_get_member(g, "env");
+    size_t ninherit = 0;
+    while (environ && environ[ninherit])
+        ninherit++;
+    size_t nextra = env && config_setting_is_group(env) ? (size_t)config_setting_length(env) : 0;
+    if (env && !config_setting_is_group(env))
+        tg__conf_errf(ld, env, "env", "must be a group { NAME = \"value\"; }");
+    u->env = tg_xcalloc(ninherit + nextra + 1, sizeof(char *));
+    size_t k = 0;
+    for (size_t i = 0; i < nextra; i++) {
+        const config_setting_t *e = config_setting_get_elem(env, (unsigned)i);
+        const char *name = config_setting_name(e);
+        const char *val = config_setting_get_string(e);
+        const char *why = NULL;
+        char var[128];
+        char *x = val ? tg_conf_expand_env(val, &why, var, sizeof(var)) : NULL;
+        if (x == NULL) {
+            tg__conf_errf(ld, e, "env", "%s must be a string%s%s", name ? name : "?", why ? ": " : "", why ? why : "");
+            continue;
+        }
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_buf_appendf(&b, "%s=%s", name, x);
+        tg_buf_append(&b, "", 1);
+        u->env[k++] = tg_buf_release(&b);
+        free(x);
+    }
+    /* The inherited environment, minus what env overrides. */
+    for (size_t i = 0; i < ninherit; i++) {
+        const char *eq = strchr(environ[i], '=');
+        size_t nl = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+        int overridden = 0;
+        for (size_t j = 0; j < k; j++)
+            if (strncmp(u->env[j], environ[i], nl) == 0 && u->env[j][nl] == '=')
+                overridden = 1;
+        if (!overridden)
+            u->env[k++] = tg_xstrdup(environ[i]);
+    }
+    u->env[k] = NULL;
+}
+
+void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
+{
+    const config_setting_t *l = config_lookup(cfg, "upstreams");
+    c->default_upstream = -1;
+    if (l == NULL || !config_setting_is_list(l) || config_setting_length(l) == 0) {
+        tg__conf_errf(ld, l, "upstreams", "must be a non-empty list of ( { name = …; url = …; } )");
+        return;
+    }
+    c->nupstreams = (size_t)config_setting_length(l);
+    c->upstreams = tg_xcalloc(c->nupstreams, sizeof(*c->upstreams));
+    for (size_t i = 0; i < c->nupstreams; i++) {
+        const config_setting_t *g = config_setting_get_elem(l, (unsigned)i);
+        struct tg_upstream_conf *u = &c->upstreams[i];
+        char ctx[48];
+        snprintf(ctx, sizeof(ctx), "upstreams[%zu]", i);
+        if (!config_setting_is_group(g)) {
+            tg__conf_errf(ld, g, ctx, "must be a group");
+            continue;
+        }
+        static const char *const known[] = {"name", "url", "default", "headers", "initialize", "connect_timeout_ms",
+                                            "call_timeout_ms", "pool", "policy", "deny_server_requests",
+                                            "transport", "command", "env", "cwd", "warm", NULL};
+        tg__conf_check_members(ld, g, known, ctx);
+        u->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
+        if (u->name && !valid_upstream_name(u->name))
+            tg__conf_errf(
+                ld, config_setting_get_member(g, "name"), "name",
+                "\"%s\" must be 1-64 of [A-Za-z0-9._-] and not a reserved path (mcp, sse, messages, ws, admin, …)",
+                u->name);
+        for (size_t k = 0; k < i; k++)
+            if (u->name && c->upstreams[k].name && strcmp(u->name, c->upstreams[k].name) == 0)
+                tg__conf_errf(ld, g, ctx, "duplicate upstream name \"%s\"", u->name);
+        if (u->name)
+            snprintf(ctx, sizeof(ctx), "upstreams.%s", u->name);
+        const config_setting_t *cmd = config_setting_get_member(g, "command");
+        if (cmd != NULL) {
+            load_command(ld, g, cmd, u, ctx);
+        } else {
+            u->url = tg__conf_get_str(ld, g, "url", NULL, 1, ctx);
+            const char *why = NULL;
+            if (u->url && parse_url(u, &why) != 0)
+                tg__conf_errf(ld, config_setting_get_member(g, "url"), "url", "\"%s\" %s", u->url, why);
+            char *tr = tg__conf_get_str(ld, g, "transport", "streamable", 0, ctx);
+            if (tr && strcmp(tr, "sse") == 0)
+                u->transport = TG_UP_SSE;
+            else if (tr && strcmp(tr, "streamable") != 0)
+                tg__conf_errf(ld, config_setting_get_member(g, "transport"), "transport",
+                              "must be \"streamable\" or \"sse\" (a stdio upstream has command instead of url)");
+            free(tr);
+            if (config_setting_get_member(g, "env") || config_setting_get_member(g, "cwd") ||
+                config_setting_get_member(g, "warm"))
+                tg__conf_errf(ld, g, ctx, "env, cwd and warm are for stdio upstreams (command = [ … ])");
+        }
+        u->is_default = tg__conf_get_bool(ld, g, "default", 0, ctx);
+        if (u->is_default) {
+            if (c->default_upstream >= 0)
+                tg__conf_errf(ld, g, ctx, "only one upstream may be default");
+            c->default_upstream = (int)i;
+        }
+        u->policy_path = tg__conf_get_str(ld, g, "policy", NULL, 0, ctx);
+        const config_setting_t *dsr = config_setting_get_member(g, "deny_server_requests");
+        if (dsr != NULL) {
+            if (!config_setting_is_array(dsr) && !config_setting_is_list(dsr)) {
+                tg__conf_errf(ld, dsr, "deny_server_requests", "must be an array of method names");
+            } else {
+                u->ndeny_server_requests = (size_t)config_setting_length(dsr);
+                u->deny_server_requests = tg_xcalloc(u->ndeny_server_requests + 1, sizeof(char *));
+                for (size_t k = 0; k < u->ndeny_server_requests; k++) {
+                    const char *m = config_setting_get_string_elem(dsr, (int)k);
+                    if (m == NULL || m[0] == '\0') {
+                        tg__conf_errf(ld, dsr, "deny_server_requests", "must be an array of method names");
+                        m = "";
+                    }
+                    u->deny_server_requests[k] = tg_xstrdup(m);
+                }
+            }
+        }
+        char *init = tg__conf_get_str(ld, g, "initialize", "forward", 0, ctx);
+        if (init && strcmp(init, "local") == 0) {
+            u->init_local = 1;
+            if (u->transport != TG_UP_STREAMABLE)
+                tg__conf_errf(ld, config_setting_get_member(g, "initialize"), "initialize",
+                              "\"local\" is for Streamable HTTP upstreams (stdio and SSE servers take initialize)");
+        }
+        else if (init && strcmp(init, "forward") != 0)
+            tg__conf_errf(ld, config_setting_get_member(g, "initialize"), "initialize",
+                          "must be \"forward\" or \"local\"");
+        free(init);
+        tg__conf_load_ints(ld, g, upstream_directives, u, ctx, 0);
+        const config_setting_t *pool = config_setting_get_member(g, "pool");
+        char pctx[80];
+        snprintf(pctx, sizeof(pctx), "%s.pool", ctx);
+        if (pool != NULL && !config_setting_is_group(pool)) {
+            tg__conf_errf(ld, pool, pctx, "must be a group");
+            pool = NULL;
+        }
+        tg__conf_load_ints(ld, pool, pool_directives, u, pctx, 1);
+        const config_setting_t *h = config_setting_get_member(g, "headers");
+        if (h != NULL) {
+            if (!config_setting_is_group(h)) {
+                tg__conf_errf(ld, h, "headers", "must be a group { Name = \"value\"; }");
+            } else {
+                u->nheaders = (size_t)config_setting_length(h);
+                u->headers = tg_xcalloc(u->nheaders, sizeof(*u->headers));
+                for (size_t k = 0; k < u->nheaders; k++) {
+                    const config_setting_t *hs = config_setting_get_elem(h, (unsigned)k);
+                    const char *n = config_setting_name(hs);
+                    char hctx[160];
+                    snprintf(hctx, sizeof(hctx), "%s.headers.%s", ctx, n ? n : "?");
+                    if (n == NULL || !valid_header_name(n)) {
+                        tg__conf_errf(ld, hs, hctx, "is not a header the gateway lets you set");
+                        continue;
+                    }
+                    u->headers[k].name = tg_xstrdup(n);
+                    if (config_setting_type(hs) != CONFIG_TYPE_STRING) {
+                        tg__conf_errf(ld, hs, hctx, "must be a string");
+                        u->headers[k].value = tg_xstrdup("");
+                        continue;
+                    }
+                    const char *w = NULL;
+                    char var[128];
+                    u->headers[k].value = tg_conf_expand_env(config_setting_get_string(hs), &w, var, sizeof(var));
+                    if (u->headers[k].value == NULL) {
+                        int unset = strcmp(w, "environment variable is not set") == 0;
+                        tg__conf_errf(ld, hs, hctx, "%s%s%s", w, unset ? ": " : "", unset ? var : "");
+                        u->headers[k].value = tg_xstrdup("");
+                    }
+                    for (const char *q = u->headers[k].value; *q; q++)
+                        if ((unsigned char)*q < 0x20 && *q != '\t') {
+                            tg__conf_errf(ld, hs, hctx, "contains a control character");
+                            break;
+                        }
+                }
+            }
+        }
+    }
+    if (c->default_upstream < 0 && c->nupstreams == 1)
+        c->default_upstream = 0;
+}
+
+void tg__conf_upstreams_free(struct tg_conf *c)
+{
+    for (size_t i = 0; i < c->nupstreams; i++) {
+        struct tg_upstream_conf *u = &c->upstreams[i];
+        free(u->name);
+        free(u->url);
+        free(u->host);
+        free(u->path);
+        free(u->authority);
+        for (size_t k = 0; k < u->nheaders; k++) {
+            free(u->headers[k].name);
+            free(u->headers[k].value);
+        }
+        free(u->headers);
+        free(u->policy_path);
+        tg_policy_unref(u->policy);
+        for (char **a = u->command; a && *a; a++)
+            free(*a);
+        free(u->command);
+        for (char **a = u->env; a && *a; a++)
+            free(*a);
+        free(u->env);
+        free(u->cwd);
+        for (size_t k = 0; k < u->ndeny_server_requests; k++)
+            free(u->deny_server_requests[k]);
+        free(u->deny_server_requests);
+    }
+    free(c->upstreams);
+}
+
+const struct tg_upstream_conf *tg_conf_find_upstream(const struct tg_conf *c, struct tg_slice name, int *index)
+{
+    for (size_t i = 0; i < c->nupstreams; i++)
+        if (c->upstreams[i].name && tg_slice_eq(name, tg_slice_cstr(c->upstreams[i].name))) {
+            if (index)
+                *index = (int)i;
+            return &c->upstreams[i];
+        }
+    return NULL;
+}
