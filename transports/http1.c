@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/msg.h"
 #include "core/server.h"
+#include "transports/http1_int.h"
 #include "transports/tls.h"
 
 /* ---- forward declarations ---------------------------------------------- */
@@ -16,8 +17,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void on_timer(uv_timer_t *t);
 static void on_handle_closed(uv_handle_t *h);
 static void process_input(struct tg_conn *c);
-static void send_owned(struct tg_conn *c, struct tg_buf *b);
-static void set_state(struct tg_conn *c, enum tg_conn_state s);
 static size_t input_ceiling(struct tg_conn *c);
 
 struct write_req {
@@ -78,7 +77,7 @@ const char *tg_http_status_text(int status)
 /* ---- state ----------------------------------------------------------------- */
 
 /* Every transition passes here: it checks the edge and re-arms the one timer. */
-static void set_state(struct tg_conn *c, enum tg_conn_state s)
+void tg__http_set_state(struct tg_conn *c, enum tg_conn_state s)
 {
     const struct tg_limits *lim = &c->server->conf->limits;
     switch (s) {
@@ -123,7 +122,7 @@ static int on_message_begin(llhttp_t *p)
     req_reset(&c->req);
     c->req_complete = 0;
     c->reject_status = 0;
-    set_state(c, TG_CONN_READING);
+    tg__http_set_state(c, TG_CONN_READING);
     return 0;
 }
 
@@ -277,7 +276,7 @@ static void out_add(struct tg_conn *c, size_t n)
     c->server->metrics.output_buffered += n;
 }
 
-static void out_sub(struct tg_conn *c, size_t n)
+void tg__http_out_sub(struct tg_conn *c, size_t n)
 {
     c->out_pending -= n;
     c->server->metrics.output_buffered -= n;
@@ -292,28 +291,24 @@ int tg_conn_output_high(const struct tg_conn *c)
     return c->out_pending > 0 && c->server->metrics.output_buffered > (size_t)l->output_total_bytes;
 }
 
-static int out_drained(const struct tg_conn *c)
+int tg__http_out_drained(const struct tg_conn *c)
 {
     const struct tg_limits *l = &c->server->conf->limits;
     return c->out_pending < (size_t)l->output_high_water / 2 &&
            (c->out_pending == 0 || c->server->metrics.output_buffered <= (size_t)l->output_total_bytes / 2);
 }
 
-static void pend(struct tg_conn *c, unsigned what)
+void tg__http_pend(struct tg_conn *c, unsigned what)
 {
     c->pend |= what;
     if (!tg_list_linked(&c->pend_link))
         tg_list_insert_tail(&c->server->conn_pending, &c->pend_link);
 }
 
-#define PEND_CLOSE 1u    /* notify users, then uv_close */
-#define PEND_SHUTDOWN 2u /* notify users, then shut down after the queued writes */
-#define PEND_INPUT 4u    /* parse pipelined input now that the previous answer is done */
-
 /* A watcher of this connection's backlog (see on_watch in the header): called once it drains. */
 static void watch_check(struct tg_conn *c)
 {
-    if (c->on_watch && out_drained(c)) {
+    if (c->on_watch && tg__http_out_drained(c)) {
         tg_conn_cb w = c->on_watch;
         c->on_watch = NULL;
         w(c, c->watch_ud);
@@ -323,17 +318,17 @@ static void watch_check(struct tg_conn *c)
 /* Output fell: resume whoever waits for it. */
 static void drained(struct tg_conn *c)
 {
-    if (c->state >= TG_CONN_CLOSING || !out_drained(c))
+    if (c->state >= TG_CONN_CLOSING || !tg__http_out_drained(c))
         return;
     if (c->on_drain)
         c->on_drain(c, c->exchange);
     if (c->wait_drain && c->state < TG_CONN_CLOSING) {
         c->wait_drain = 0;
-        pend(c, PEND_INPUT);
+        tg__http_pend(c, TG_PEND_INPUT);
     }
     if (c->state == TG_CONN_UPGRADED && c->read_stopped && c->up_data != NULL) {
         /* an upgraded protocol paused its reads on this mark: let it see its input again */
-        pend(c, PEND_INPUT);
+        tg__http_pend(c, TG_PEND_INPUT);
     }
     watch_check(c);
 }
@@ -342,7 +337,7 @@ static void on_write(uv_write_t *req, int status)
 {
     struct write_req *w = tg_container_of(req, struct write_req, req);
     struct tg_conn *c = w->conn;
-    out_sub(c, w->len);
+    tg__http_out_sub(c, w->len);
     free(w->base);
     free(w);
     if (status < 0) {
@@ -353,16 +348,13 @@ static void on_write(uv_write_t *req, int status)
     drained(c);
 }
 
-static void send_wire(struct tg_conn *c, struct tg_buf *wire);
-
 static void send_now(struct tg_conn *c, struct tg_buf *b);
-static void flush_cork(struct tg_conn *c);
 
 /* Takes the storage of b (which is left empty): plaintext, encrypted first on a TLS connection.
  * Streams (SSE answers, upgraded connections) are corked: what they write during one loop
  * iteration is gathered and written once at its end, so a burst of relayed events costs one
  * write(2) (and one TLS pass) instead of one per event. */
-static void send_owned(struct tg_conn *c, struct tg_buf *b)
+void tg__http_send_owned(struct tg_conn *c, struct tg_buf *b)
 {
     if (c->state >= TG_CONN_CLOSING || b->len == 0) {
         tg_buf_dispose(b);
@@ -383,27 +375,27 @@ static void send_owned(struct tg_conn *c, struct tg_buf *b)
         return;
     }
     if (c->cork.len > 0)
-        flush_cork(c); /* keep the order */
+        tg__http_flush_cork(c); /* keep the order */
     send_now(c, b);
 }
 
 /* Write what the cork gathered. No callback runs here: this is called inside respond and
  * close paths too. */
-static void flush_cork(struct tg_conn *c)
+void tg__http_flush_cork(struct tg_conn *c)
 {
     tg_list_unlink(&c->cork_link);
     if (c->cork.len == 0)
         return;
     struct tg_buf b = c->cork;
     tg_buf_init(&c->cork);
-    out_sub(c, c->out_pending_corked);
+    tg__http_out_sub(c, c->out_pending_corked);
     c->out_pending_corked = 0;
     send_now(c, &b);
 }
 
 void tg_http_flush(struct tg_conn *c)
 {
-    flush_cork(c);
+    tg__http_flush_cork(c);
     /* A direct write that took everything completes no write request: say "drained" here, or
      * an upstream paused while this was corked would never be resumed. */
     drained(c);
@@ -429,11 +421,11 @@ static void send_now(struct tg_conn *c, struct tg_buf *b)
         wire = *b;
         tg_buf_init(b);
     }
-    send_wire(c, &wire);
+    tg__http_send_wire(c, &wire);
 }
 
 /* Takes the storage of wire: bytes that go to the socket as they are. */
-static void send_wire(struct tg_conn *c, struct tg_buf *wire_in)
+void tg__http_send_wire(struct tg_conn *c, struct tg_buf *wire_in)
 {
     struct tg_buf wire = *wire_in;
     tg_buf_init(wire_in);
@@ -467,7 +459,7 @@ static void send_wire(struct tg_conn *c, struct tg_buf *wire_in)
     out_add(c, w->len);
     int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &ub, 1, on_write);
     if (r != 0) {
-        out_sub(c, w->len);
+        tg__http_out_sub(c, w->len);
         free(w->base);
         free(w);
         tg_conn_close(c, "write failed");
@@ -515,15 +507,15 @@ static void mark_closing(struct tg_conn *c, unsigned how)
 {
     tg_list_unlink(&c->cork_link);
     if (c->out_pending_corked) { /* never written: it no longer counts */
-        out_sub(c, c->out_pending_corked);
+        tg__http_out_sub(c, c->out_pending_corked);
         c->out_pending_corked = 0;
     }
     tg_buf_dispose(&c->cork);
     uv_timer_stop(&c->timer);
     uv_read_stop((uv_stream_t *)&c->tcp);
-    set_state(c, TG_CONN_CLOSING);
-    c->pend &= ~PEND_INPUT;
-    pend(c, how);
+    tg__http_set_state(c, TG_CONN_CLOSING);
+    c->pend &= ~TG_PEND_INPUT;
+    tg__http_pend(c, how);
 }
 
 static void close_handles(struct tg_conn *c)
@@ -539,19 +531,19 @@ static void close_graceful(struct tg_conn *c)
 {
     if (c->state >= TG_CONN_CLOSING)
         return;
-    flush_cork(c);
+    tg__http_flush_cork(c);
     if (c->state >= TG_CONN_CLOSING)
         return; /* the flush failed and closed it */
     if (c->tls != NULL) {
         struct tg_buf b;
         tg_buf_init(&b);
         if (tg_tls_close_notify(c->tls, &b) == 0 && b.len)
-            send_wire(c, &b);
+            tg__http_send_wire(c, &b);
         tg_buf_dispose(&b);
         if (c->state >= TG_CONN_CLOSING)
             return;
     }
-    mark_closing(c, PEND_SHUTDOWN);
+    mark_closing(c, TG_PEND_SHUTDOWN);
 }
 
 static void shutdown_now(struct tg_conn *c)
@@ -576,15 +568,15 @@ void tg_http_run_pending(struct tg_server *srv)
         tg_list_unlink(&c->pend_link);
         unsigned what = c->pend;
         c->pend = 0;
-        if (what & (PEND_CLOSE | PEND_SHUTDOWN)) {
+        if (what & (TG_PEND_CLOSE | TG_PEND_SHUTDOWN)) {
             notify_closing(c);
-            if ((what & PEND_CLOSE) || uv_is_closing((uv_handle_t *)&c->tcp))
+            if ((what & TG_PEND_CLOSE) || uv_is_closing((uv_handle_t *)&c->tcp))
                 close_handles(c);
             else
                 shutdown_now(c);
             continue;
         }
-        if ((what & PEND_INPUT) && c->state < TG_CONN_CLOSING && !c->in_process) {
+        if ((what & TG_PEND_INPUT) && c->state < TG_CONN_CLOSING && !c->in_process) {
             if (c->read_stopped && !tg_conn_output_high(c) && c->in.len < input_ceiling(c)) {
                 c->read_stopped = 0;
                 uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
@@ -596,7 +588,7 @@ void tg_http_run_pending(struct tg_server *srv)
 
 /* The current request is answered: get ready for the next one. Pipelined bytes are parsed
  * from the loop (tg_http_run_pending), never inside the answer that ended this request. */
-static void finish_request(struct tg_conn *c)
+void tg__http_finish_request(struct tg_conn *c)
 {
     c->exchange = NULL;
     c->on_abort = NULL;
@@ -615,9 +607,9 @@ static void finish_request(struct tg_conn *c)
         tg_buf_dispose(&c->req.body);
     c->req_complete = 0;
     llhttp_resume(&c->parser);
-    set_state(c, TG_CONN_IDLE);
+    tg__http_set_state(c, TG_CONN_IDLE);
     if (c->in.len > 0 || c->read_stopped)
-        pend(c, PEND_INPUT);
+        tg__http_pend(c, TG_PEND_INPUT);
     else if (c->in.cap > 65536)
         tg_buf_dispose(&c->in);
 }
@@ -649,8 +641,8 @@ void tg_http_respond(struct tg_conn *c, int status, const char *extra, const cha
     append_head(c, &b, status, extra, ctype);
     tg_buf_appendf(&b, "Content-Length: %zu\r\n\r\n", len);
     tg_buf_append(&b, body, len);
-    send_owned(c, &b);
-    finish_request(c);
+    tg__http_send_owned(c, &b);
+    tg__http_finish_request(c);
 }
 
 void tg_http_respond_rpc_error(struct tg_conn *c, int status, const char *extra, int code, const char *msg)
@@ -676,8 +668,8 @@ void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra, cons
     if (c->parser.http_minor != 0)
         tg_buf_appends(&b, "Transfer-Encoding: chunked\r\n");
     tg_buf_appends(&b, "\r\n");
-    send_owned(c, &b);
-    set_state(c, TG_CONN_STREAMING);
+    tg__http_send_owned(c, &b);
+    tg__http_set_state(c, TG_CONN_STREAMING);
 }
 
 void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n)
@@ -695,7 +687,7 @@ void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n)
     tg_buf_append(&b, p, n);
     if (c->parser.http_minor != 0)
         tg_buf_append(&b, "\r\n", 2);
-    send_owned(c, &b);
+    tg__http_send_owned(c, &b);
 }
 
 void tg_http_stream_end(struct tg_conn *c)
@@ -706,9 +698,9 @@ void tg_http_stream_end(struct tg_conn *c)
         struct tg_buf b;
         tg_buf_init(&b);
         tg_buf_append(&b, "0\r\n\r\n", 5);
-        send_owned(c, &b);
+        tg__http_send_owned(c, &b);
     }
-    finish_request(c);
+    tg__http_finish_request(c);
 }
 
 /* ---- upgrades ------------------------------------------------------------------ */
@@ -724,13 +716,13 @@ void tg_http_upgrade(struct tg_conn *c, const char *extra)
     if (extra)
         tg_buf_appends(&b, extra);
     tg_buf_appends(&b, "\r\n");
-    send_owned(c, &b);
+    tg__http_send_owned(c, &b);
     c->close_after = 0;
     c->exchange = NULL;
     c->on_abort = NULL;
     c->on_drain = NULL;
     req_reset(&c->req);
-    set_state(c, TG_CONN_UPGRADED);
+    tg__http_set_state(c, TG_CONN_UPGRADED);
     if (c->read_stopped) {
         c->read_stopped = 0;
         uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
@@ -758,8 +750,8 @@ void tg_http_read_pause(struct tg_conn *c)
     c->server->metrics.limit_output++;
     c->read_stopped = 1;
     uv_read_stop((uv_stream_t *)&c->tcp);
-    if (out_drained(c)) /* it drained already: nothing else would resume us */
-        pend(c, PEND_INPUT);
+    if (tg__http_out_drained(c)) /* it drained already: nothing else would resume us */
+        tg__http_pend(c, TG_PEND_INPUT);
 }
 
 void tg_http_raw_write(struct tg_conn *c, const char *p, size_t n)
@@ -767,7 +759,7 @@ void tg_http_raw_write(struct tg_conn *c, const char *p, size_t n)
     struct tg_buf b;
     tg_buf_init(&b);
     tg_buf_append(&b, p, n);
-    send_owned(c, &b);
+    tg__http_send_owned(c, &b);
 }
 
 void tg_http_close_after_writes(struct tg_conn *c) { close_graceful(c); }
@@ -804,7 +796,7 @@ static void reply_parse_error(struct tg_conn *c, llhttp_errno_t err)
            status, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(reason ? reason : llhttp_errno_name(err))));
     c->close_after = 1;
     c->req.keep_alive = 0;
-    set_state(c, TG_CONN_DISPATCHING);
+    tg__http_set_state(c, TG_CONN_DISPATCHING);
     tg_http_respond_rpc_error(c, status, NULL, TG_RPC_INVALID_REQUEST, msg);
 }
 
@@ -852,7 +844,7 @@ static void process_input_loop(struct tg_conn *c)
                 c->close_after = 1;
                 c->req.keep_alive = 0;
             }
-            set_state(c, TG_CONN_DISPATCHING);
+            tg__http_set_state(c, TG_CONN_DISPATCHING);
             c->server->metrics.http_requests++;
             tg_server_on_request(c->server, c);
             if (c->state == TG_CONN_UPGRADED)
@@ -887,7 +879,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         tg_buf_init(&out);
         int r = tg_tls_feed(c->tls, buf->base, (size_t)nread, &c->in, input_ceiling(c), &out);
         if (out.len)
-            send_wire(c, &out);
+            tg__http_send_wire(c, &out);
         tg_buf_dispose(&out);
         if (r == TG_ECLOSED) {
             tg_conn_close(c, "TLS close_notify");
@@ -906,7 +898,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         if (c->state == TG_CONN_HANDSHAKE) {
             if (!tg_tls_established(c->tls))
                 return;
-            set_state(c, TG_CONN_IDLE);
+            tg__http_set_state(c, TG_CONN_IDLE);
             /* The first request must still arrive within the header timeout. */
             uv_timer_start(&c->timer, on_timer, (uint64_t)c->server->conf->limits.header_timeout_ms, 0);
         }
@@ -932,7 +924,7 @@ static void on_timer(uv_timer_t *t)
         /* A slow request (slowloris) gets 408 and the connection is closed. */
         c->close_after = 1;
         c->req.keep_alive = 0;
-        set_state(c, TG_CONN_DISPATCHING);
+        tg__http_set_state(c, TG_CONN_DISPATCHING);
         tg_http_respond_rpc_error(c, 408, NULL, TG_RPC_INVALID_REQUEST, "Request timeout");
         return;
     }
@@ -963,7 +955,7 @@ void tg_conn_close(struct tg_conn *c, const char *why)
         return;
     tg_log(TG_LOG_DEBUG, "connection closed", "conn=%llu state=%s reason=\"%s\"", (unsigned long long)c->id,
            tg_conn_state_str(c->state), why);
-    mark_closing(c, PEND_CLOSE);
+    mark_closing(c, TG_PEND_CLOSE);
 }
 
 void tg_conn_close_now(struct tg_conn *c, const char *why)
@@ -972,11 +964,11 @@ void tg_conn_close_now(struct tg_conn *c, const char *why)
         tg_conn_close(c, why);
         return;
     }
-    if (c->pend & PEND_SHUTDOWN) { /* not started yet: make it abrupt */
-        c->pend = (c->pend & ~PEND_SHUTDOWN) | PEND_CLOSE;
+    if (c->pend & TG_PEND_SHUTDOWN) { /* not started yet: make it abrupt */
+        c->pend = (c->pend & ~TG_PEND_SHUTDOWN) | TG_PEND_CLOSE;
         return;
     }
-    if (c->pend & PEND_CLOSE)
+    if (c->pend & TG_PEND_CLOSE)
         return;
     /* A graceful close waits on uv_shutdown, which waits for a reader that may never come. */
     close_handles(c);
