@@ -7,7 +7,6 @@
 
 #include "core/log.h"
 #include "core/msg.h"
-#include "core/server.h"
 #include "transports/http1_int.h"
 #include "transports/tls.h"
 
@@ -44,7 +43,7 @@ const char *tg_conn_state_str(enum tg_conn_state s)
 /* Every transition passes here: it checks the edge and re-arms the one timer. */
 void tg__http_set_state(struct tg_conn *c, enum tg_conn_state s)
 {
-    const struct tg_limits *lim = &c->server->conf->limits;
+    const struct tg_limits *lim = c->env->limits;
     switch (s) {
     case TG_CONN_HANDSHAKE: break;
     case TG_CONN_IDLE:
@@ -93,9 +92,9 @@ static int on_message_begin(llhttp_t *p)
 
 static int head_append(struct tg_conn *c, const char *at, size_t n)
 {
-    size_t cap = (size_t)c->server->conf->limits.header_bytes;
+    size_t cap = (size_t)c->env->limits->header_bytes;
     if (tg_buf_try_append(&c->req.head, at, n, cap) != 0) {
-        c->server->metrics.limit_header_bytes++;
+        c->env->metrics->limit_header_bytes++;
         return -1;
     }
     return 0;
@@ -161,8 +160,8 @@ static int on_headers_complete(llhttp_t *p)
 {
     struct tg_conn *c = conn_of(p);
     c->req.method = p->method;
-    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > (uint64_t)c->server->conf->limits.body_bytes) {
-        c->server->metrics.limit_body_bytes++;
+    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > (uint64_t)c->env->limits->body_bytes) {
+        c->env->metrics->limit_body_bytes++;
         c->reject_status = 413;
         return -1;
     }
@@ -172,8 +171,8 @@ static int on_headers_complete(llhttp_t *p)
 static int on_body(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_conn *c = conn_of(p);
-    if (tg_buf_try_append(&c->req.body, at, n, (size_t)c->server->conf->limits.body_bytes) != 0) {
-        c->server->metrics.limit_body_bytes++;
+    if (tg_buf_try_append(&c->req.body, at, n, (size_t)c->env->limits->body_bytes) != 0) {
+        c->env->metrics->limit_body_bytes++;
         c->reject_status = 413;
         return -1;
     }
@@ -236,7 +235,7 @@ void tg__http_pend(struct tg_conn *c, unsigned what)
 {
     c->pend |= what;
     if (!tg_list_linked(&c->pend_link))
-        tg_list_insert_tail(&c->server->conn_pending, &c->pend_link);
+        tg_list_insert_tail(&c->env->conn_pending, &c->pend_link);
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status)
@@ -331,11 +330,11 @@ static void shutdown_now(struct tg_conn *c)
 
 static void process_input(struct tg_conn *c);
 
-void tg_http_run_pending(struct tg_server *srv)
+void tg_http_run_pending(struct tg_http_env *env)
 {
     struct tg_list round;
     tg_list_init(&round);
-    tg_list_splice_tail(&round, &srv->conn_pending); /* what was queued before this round */
+    tg_list_splice_tail(&round, &env->conn_pending); /* what was queued before this round */
     while (!tg_list_empty(&round)) {
         struct tg_conn *c = tg_container_of(round.next, struct tg_conn, pend_link);
         tg_list_unlink(&c->pend_link);
@@ -368,7 +367,7 @@ void tg__http_finish_request(struct tg_conn *c)
     c->on_drain = NULL;
     if (c->state >= TG_CONN_CLOSING)
         return;
-    if (c->close_after || !c->req.keep_alive || c->server->draining) {
+    if (c->close_after || !c->req.keep_alive || *c->env->draining) {
         close_graceful(c);
         return;
     }
@@ -393,7 +392,7 @@ void tg_http_upgrade(struct tg_conn *c, const char *extra)
 {
     if (c->state >= TG_CONN_CLOSING)
         return;
-    c->server->metrics.http_status[1]++;
+    c->env->metrics->http_status[1]++;
     struct tg_buf b;
     tg_buf_init(&b);
     tg_buf_appends(&b, "HTTP/1.1 101 Switching Protocols\r\n");
@@ -431,7 +430,7 @@ void tg_http_read_pause(struct tg_conn *c)
 {
     if (c->read_stopped || c->state >= TG_CONN_CLOSING)
         return;
-    c->server->metrics.limit_output++;
+    c->env->metrics->limit_output++;
     c->read_stopped = 1;
     uv_read_stop((uv_stream_t *)&c->tcp);
     if (tg__http_out_drained(c)) /* it drained already: nothing else would resume us */
@@ -444,7 +443,7 @@ void tg_http_close_after_writes(struct tg_conn *c) { close_graceful(c); }
 
 static size_t input_ceiling(struct tg_conn *c)
 {
-    const struct tg_limits *l = &c->server->conf->limits;
+    const struct tg_limits *l = c->env->limits;
     return (size_t)l->header_bytes + (size_t)l->body_bytes + 65536;
 }
 
@@ -454,7 +453,7 @@ static size_t input_ceiling(struct tg_conn *c)
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct tg_conn *c = h->data;
-    *buf = uv_buf_init(c->server->tls_scratch, sizeof(c->server->tls_scratch));
+    *buf = uv_buf_init(c->env->scratch, sizeof(c->env->scratch));
 }
 
 static void reply_parse_error(struct tg_conn *c, llhttp_errno_t err)
@@ -499,7 +498,7 @@ static void process_input_loop(struct tg_conn *c)
             /* A client that sends requests and reads no answers: the next one waits until the
              * answers it has not read drain below the mark (drained() resumes it). */
             c->wait_drain = 1;
-            c->server->metrics.limit_output++;
+            c->env->metrics->limit_output++;
             break;
         }
         llhttp_errno_t err = llhttp_execute(&c->parser, c->in.base, c->in.len);
@@ -521,8 +520,8 @@ static void process_input_loop(struct tg_conn *c)
                 c->req.keep_alive = 0;
             }
             tg__http_set_state(c, TG_CONN_DISPATCHING);
-            c->server->metrics.http_requests++;
-            tg_server_on_request(c->server, c);
+            c->env->metrics->http_requests++;
+            c->env->on_request(c->env, c);
             if (c->state == TG_CONN_UPGRADED)
                 return; /* the protocol that took over has seen the bytes that followed */
             /* The handler may have answered already; the next request is parsed from the loop. */
@@ -546,7 +545,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (nread < 0) {
         c->eof = 1;
         if (nread == UV_ENOBUFS)
-            c->server->metrics.limit_body_bytes++;
+            c->env->metrics->limit_body_bytes++;
         tg_conn_close(c, nread == UV_EOF ? "peer closed" : uv_strerror((int)nread));
         return;
     }
@@ -563,7 +562,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         }
         if (r != 0) {
             if (c->state == TG_CONN_HANDSHAKE) {
-                c->server->metrics.tls_handshake_failures++;
+                c->env->metrics->tls_handshake_failures++;
                 char esc[128];
                 tg_log(TG_LOG_INFO, "TLS handshake failed", "conn=%llu peer=%s error=%s", (unsigned long long)c->id,
                        c->peer, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(tg_tls_last_error(c->tls))));
@@ -576,10 +575,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
                 return;
             tg__http_set_state(c, TG_CONN_IDLE);
             /* The first request must still arrive within the header timeout. */
-            uv_timer_start(&c->timer, on_timer, (uint64_t)c->server->conf->limits.header_timeout_ms, 0);
+            uv_timer_start(&c->timer, on_timer, (uint64_t)c->env->limits->header_timeout_ms, 0);
         }
     } else if (tg_buf_try_append(&c->in, buf->base, (size_t)nread, input_ceiling(c)) != 0) {
-        c->server->metrics.limit_body_bytes++;
+        c->env->metrics->limit_body_bytes++;
         tg_conn_close(c, "input limit");
         return;
     }
@@ -616,7 +615,12 @@ static void on_handle_closed(uv_handle_t *h)
         return;
     c->state = TG_CONN_CLOSED;
     tg_list_unlink(&c->pend_link);
-    tg_server_conn_gone(c->server, c);
+    if (tg_list_linked(&c->link)) { /* not linked when uv_accept failed */
+        tg_list_unlink(&c->link);
+        c->env->nconns--;
+    }
+    if (c->env->conn_gone)
+        c->env->conn_gone(c->env, c);
     tg_tls_free(c->tls);
     tg_buf_dispose(&c->in);
     tg_buf_dispose(&c->req.head);
@@ -650,16 +654,29 @@ void tg_conn_close_now(struct tg_conn *c, const char *why)
     close_handles(c);
 }
 
-/* ---- accept (last, as in h2o) ---------------------------------------------------- */
+/* ---- environment and accept (last, as in h2o) ------------------------------------ */
 
-void tg_http1_accept(struct tg_server *srv, struct tg_listener *l, uv_stream_t *listen_handle)
+void tg_http_env_init(struct tg_http_env *env, uv_loop_t *loop, const struct tg_limits *limits,
+                      struct tg_metrics *metrics, const int *draining)
+{
+    memset(env, 0, sizeof(*env));
+    env->loop = loop;
+    env->limits = limits;
+    env->metrics = metrics;
+    env->draining = draining;
+    tg_list_init(&env->conns);
+    tg_list_init(&env->corked);
+    tg_list_init(&env->conn_pending);
+}
+
+void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listen_handle)
 {
     struct tg_conn *c = tg_xcalloc(1, sizeof(*c));
-    c->server = srv;
+    c->env = env;
     c->listener = l;
-    c->id = ++srv->next_conn_id;
-    uv_tcp_init(srv->loop, &c->tcp);
-    uv_timer_init(srv->loop, &c->timer);
+    c->id = ++env->next_conn_id;
+    uv_tcp_init(env->loop, &c->tcp);
+    uv_timer_init(env->loop, &c->timer);
     c->tcp.data = c;
     c->timer.data = c;
     c->handles_open = 2;
@@ -672,9 +689,9 @@ void tg_http1_accept(struct tg_server *srv, struct tg_listener *l, uv_stream_t *
         uv_close((uv_handle_t *)&c->timer, on_handle_closed);
         return;
     }
-    tg_list_insert_tail(&srv->conns, &c->link);
-    srv->nconns++;
-    srv->metrics.conns_accepted++;
+    tg_list_insert_tail(&env->conns, &c->link);
+    env->nconns++;
+    env->metrics->conns_accepted++;
     struct sockaddr_storage ss;
     int sl = sizeof(ss);
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0) {
@@ -689,10 +706,10 @@ void tg_http1_accept(struct tg_server *srv, struct tg_listener *l, uv_stream_t *
         }
         snprintf(c->peer, sizeof(c->peer), "%s:%d", ip, port);
     }
-    if (!l->is_admin && srv->nconns > (size_t)srv->conf->limits.max_connections) {
-        srv->metrics.conns_rejected++;
+    if (!l->is_admin && env->nconns > (size_t)env->limits->max_connections) {
+        env->metrics->conns_rejected++;
         tg_log(TG_LOG_WARN, "connection limit reached", "conn=%llu peer=%s limit=%d", (unsigned long long)c->id,
-               c->peer, srv->conf->limits.max_connections);
+               c->peer, env->limits->max_connections);
         tg_conn_close(c, "connection limit");
         return;
     }
@@ -706,10 +723,10 @@ void tg_http1_accept(struct tg_server *srv, struct tg_listener *l, uv_stream_t *
             return;
         }
         c->state = TG_CONN_HANDSHAKE;
-        uv_timer_start(&c->timer, on_timer, (uint64_t)srv->conf->limits.header_timeout_ms, 0);
+        uv_timer_start(&c->timer, on_timer, (uint64_t)env->limits->header_timeout_ms, 0);
     } else {
         c->state = TG_CONN_IDLE;
-        uv_timer_start(&c->timer, on_timer, (uint64_t)srv->conf->limits.header_timeout_ms, 0);
+        uv_timer_start(&c->timer, on_timer, (uint64_t)env->limits->header_timeout_ms, 0);
     }
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "core/msg.h"
-#include "core/server.h"
 #include "transports/tls.h"
 
 struct write_req {
@@ -52,29 +51,29 @@ const char *tg_http_status_text(int status)
 static void out_add(struct tg_conn *c, size_t n)
 {
     c->out_pending += n;
-    c->server->metrics.output_buffered += n;
+    c->env->metrics->output_buffered += n;
 }
 
 void tg__http_out_sub(struct tg_conn *c, size_t n)
 {
     c->out_pending -= n;
-    c->server->metrics.output_buffered -= n;
+    c->env->metrics->output_buffered -= n;
 }
 
 int tg_conn_output_high(const struct tg_conn *c)
 {
-    const struct tg_limits *l = &c->server->conf->limits;
+    const struct tg_limits *l = c->env->limits;
     if (c->out_pending > (size_t)l->output_high_water)
         return 1;
     /* The total counts only against connections that hold some of it, so a quiet one is served. */
-    return c->out_pending > 0 && c->server->metrics.output_buffered > (size_t)l->output_total_bytes;
+    return c->out_pending > 0 && c->env->metrics->output_buffered > (size_t)l->output_total_bytes;
 }
 
 int tg__http_out_drained(const struct tg_conn *c)
 {
-    const struct tg_limits *l = &c->server->conf->limits;
+    const struct tg_limits *l = c->env->limits;
     return c->out_pending < (size_t)l->output_high_water / 2 &&
-           (c->out_pending == 0 || c->server->metrics.output_buffered <= (size_t)l->output_total_bytes / 2);
+           (c->out_pending == 0 || c->env->metrics->output_buffered <= (size_t)l->output_total_bytes / 2);
 }
 
 /* A watcher of this connection's backlog (see on_watch in the header): called once it drains. */
@@ -143,7 +142,7 @@ void tg__http_send_owned(struct tg_conn *c, struct tg_buf *b)
         out_add(c, c->cork.len - c->out_pending_corked);
         c->out_pending_corked = c->cork.len;
         if (!tg_list_linked(&c->cork_link))
-            tg_list_insert_tail(&c->server->corked, &c->cork_link);
+            tg_list_insert_tail(&c->env->corked, &c->cork_link);
         return;
     }
     if (c->cork.len > 0)
@@ -171,6 +170,12 @@ void tg_http_flush(struct tg_conn *c)
     /* A direct write that took everything completes no write request: say "drained" here, or
      * an upstream paused while this was corked would never be resumed. */
     drained(c);
+}
+
+void tg_http_flush_corked(struct tg_http_env *env)
+{
+    while (!tg_list_empty(&env->corked))
+        tg_http_flush(tg_container_of(env->corked.next, struct tg_conn, cork_link));
 }
 
 static void send_now(struct tg_conn *c, struct tg_buf *b)
@@ -245,7 +250,7 @@ static void append_head(struct tg_conn *c, struct tg_buf *b, int status, const c
         tg_buf_appendf(b, "Content-Type: %s\r\n", ctype);
     if (extra)
         tg_buf_appends(b, extra);
-    if (c->close_after || !c->req.keep_alive || c->server->draining)
+    if (c->close_after || !c->req.keep_alive || *c->env->draining)
         tg_buf_appends(b, "Connection: close\r\n");
     else if (c->parser.http_minor == 0)
         tg_buf_appends(b, "Connection: keep-alive\r\n");
@@ -255,7 +260,7 @@ void tg_http_respond(struct tg_conn *c, int status, const char *extra, const cha
 {
     if (c->state >= TG_CONN_CLOSING)
         return;
-    struct tg_metrics *m = &c->server->metrics;
+    struct tg_metrics *m = c->env->metrics;
     if (status >= 100 && status < 600)
         m->http_status[status / 100]++;
     struct tg_buf b;
@@ -284,7 +289,7 @@ void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra, cons
         return;
     if (c->parser.http_minor == 0)
         c->close_after = 1; /* HTTP/1.0 has no chunked encoding: the stream ends with the connection */
-    c->server->metrics.http_status[status / 100]++;
+    c->env->metrics->http_status[status / 100]++;
     struct tg_buf b;
     tg_buf_init(&b);
     append_head(c, &b, status, extra, ctype);
