@@ -33,7 +33,7 @@ void tg_metrics_observe_latency(struct tg_metrics *m, double ms)
 void tg_metrics_render(struct tg_server *srv, struct tg_buf *out)
 {
     const struct tg_metrics *m = &srv->metrics;
-    G("connections_open", "Client connections open.", srv->nconns);
+    G("connections_open", "Client connections open.", srv->http.nconns);
     C("connections_accepted_total", "Client connections accepted.", m->conns_accepted);
     C("connections_rejected_total", "Connections refused at limits.max_connections or failed to accept (EMFILE).", m->conns_rejected);
     C("tls_handshake_failures_total", "Failed TLS handshakes.", m->tls_handshake_failures);

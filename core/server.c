@@ -29,7 +29,7 @@ static void on_connection(uv_stream_t *h, int status)
         }
         return;
     }
-    tg_http1_accept(l->server, l, h);
+    tg_http1_accept(&l->server->http, &l->http, h);
 }
 
 static int bind_listener(struct tg_server *srv, struct tg_listener *l, const char *address, int port)
@@ -53,27 +53,34 @@ static int bind_listener(struct tg_server *srv, struct tg_listener *l, const cha
     struct sockaddr_storage bound;
     int len = sizeof(bound);
     uv_tcp_getsockname(&l->tcp, (struct sockaddr *)&bound, &len);
-    l->port = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
+    l->http.port = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
                                                : ((struct sockaddr_in6 *)&bound)->sin6_port);
     return 0;
+}
+
+/* A complete request on a client connection: the admin listener's go to the admin API. */
+static void on_http_request(struct tg_http_env *env, struct tg_conn *c)
+{
+    struct tg_server *srv = env->ud;
+    if (c->listener->is_admin)
+        tg_router_admin(srv, c);
+    else
+        tg_router_handle(srv, c);
 }
 
 static void on_pending_idle(uv_idle_t *h) { (void)h; }
 
 /* After each round of I/O, and before polling: closing connections notify their users and
  * pipelined input is parsed (with no handler on the stack), closed calls are released, and
- * what streams gathered is written (see send_owned in transports/http1.c). Each round takes
+ * what streams gathered is written (see tg__http_send_owned in transports/http1_out.c). Each round takes
  * what was queued before it; what it queues waits for the next round, and an idle handle keeps
  * the loop from blocking in between, so one client pipelining requests cannot hold the loop. */
 static void flush_all(struct tg_server *srv)
 {
-    tg_http_run_pending(srv);
+    tg_http_run_pending(&srv->http);
     tg_router_run_pending(srv);
-    while (!tg_list_empty(&srv->corked)) {
-        struct tg_conn *c = tg_container_of(srv->corked.next, struct tg_conn, cork_link);
-        tg_http_flush(c);
-    }
-    if (!tg_list_empty(&srv->conn_pending) || !tg_list_empty(&srv->dead_calls))
+    tg_http_flush_corked(&srv->http);
+    if (!tg_list_empty(&srv->http.conn_pending) || !tg_list_empty(&srv->dead_calls))
         uv_idle_start(&srv->pending_idle, on_pending_idle);
     else
         uv_idle_stop(&srv->pending_idle);
@@ -95,9 +102,9 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     srv->loop = loop;
     srv->conf = tg_conf_ref(conf);
     srv->listen_conf = tg_conf_ref(conf);
-    tg_list_init(&srv->conns);
-    tg_list_init(&srv->corked);
-    tg_list_init(&srv->conn_pending);
+    tg_http_env_init(&srv->http, loop, &conf->limits, &srv->metrics, &srv->draining);
+    srv->http.on_request = on_http_request;
+    srv->http.ud = srv;
     tg_list_init(&srv->dead_calls);
     tg_list_init(&srv->approvals);
     tg_list_init(&srv->channels);
@@ -124,11 +131,11 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     srv->listeners = tg_xcalloc(conf->nlisteners, sizeof(*srv->listeners));
     for (size_t i = 0; i < conf->nlisteners; i++) {
         struct tg_listener *l = &srv->listeners[i];
-        l->lc = &conf->listeners[i];
+        l->http.lc = &conf->listeners[i];
         l->server = srv;
-        if (l->lc->tls) {
+        if (l->http.lc->tls) {
             char err[256];
-            if (tg_tls_ctx_new(l->lc->cert, l->lc->key, &l->tls, err, sizeof(err)) != 0) {
+            if (tg_tls_ctx_new(l->http.lc->cert, l->http.lc->key, &l->http.tls, err, sizeof(err)) != 0) {
                 tg_log(TG_LOG_ERROR, "TLS setup failed", "listener=%zu error=\"%s\"", i, err);
                 return TG_EINVAL;
             }
@@ -156,38 +163,22 @@ int tg_server_start(struct tg_server *srv)
 {
     for (size_t i = 0; i < srv->nlisteners; i++) {
         struct tg_listener *l = &srv->listeners[i];
-        int r = bind_listener(srv, l, l->lc->address, l->lc->port);
+        int r = bind_listener(srv, l, l->http.lc->address, l->http.lc->port);
         if (r != 0)
             return r;
-        tg_log(TG_LOG_INFO, "listening", "address=%s port=%d tls=%s", l->lc->address, l->port,
-               l->tls ? "true" : "false");
+        tg_log(TG_LOG_INFO, "listening", "address=%s port=%d tls=%s", l->http.lc->address, l->http.port,
+               l->http.tls ? "true" : "false");
     }
     if (srv->conf->admin.enabled) {
-        srv->admin.is_admin = 1;
+        srv->admin.http.is_admin = 1;
         int r = bind_listener(srv, &srv->admin, srv->conf->admin.address, srv->conf->admin.port);
         if (r != 0)
             return r;
         srv->admin_open = 1;
-        tg_log(TG_LOG_INFO, "admin listening", "address=%s port=%d", srv->conf->admin.address, srv->admin.port);
+        tg_log(TG_LOG_INFO, "admin listening", "address=%s port=%d", srv->conf->admin.address, srv->admin.http.port);
     }
     uv_timer_start(&srv->sweep, on_sweep, 1000, 1000);
     return 0;
-}
-
-void tg_server_on_request(struct tg_server *srv, struct tg_conn *c)
-{
-    if (c->listener->is_admin)
-        tg_router_admin(srv, c);
-    else
-        tg_router_handle(srv, c);
-}
-
-void tg_server_conn_gone(struct tg_server *srv, struct tg_conn *c)
-{
-    if (tg_list_linked(&c->link)) {
-        tg_list_unlink(&c->link);
-        srv->nconns--;
-    }
 }
 
 static void close_listeners(struct tg_server *srv)
@@ -221,8 +212,8 @@ static void finish_drain(struct tg_server *srv)
     uv_timer_stop(&srv->drain_timer);
     uv_timer_stop(&srv->sweep);
     /* Close what is left: connections, upstream pools, our own handles. */
-    struct tg_list *l = srv->conns.next;
-    while (l != &srv->conns) {
+    struct tg_list *l = srv->http.conns.next;
+    while (l != &srv->http.conns) {
         struct tg_list *next = l->next;
         tg_conn_close_now(tg_container_of(l, struct tg_conn, link), "shutdown");
         l = next;
@@ -264,8 +255,8 @@ void tg_server_drain(struct tg_server *srv)
     close_listeners(srv);
     tg_router_end_streams(srv);
     /* Idle keep-alive connections can go now; busy ones close after their answer. */
-    struct tg_list *l = srv->conns.next;
-    while (l != &srv->conns) {
+    struct tg_list *l = srv->http.conns.next;
+    while (l != &srv->http.conns) {
         struct tg_list *next = l->next;
         struct tg_conn *c = tg_container_of(l, struct tg_conn, link);
         if (c->state == TG_CONN_IDLE || c->state == TG_CONN_HANDSHAKE)
@@ -282,7 +273,7 @@ void tg_server_dispose(struct tg_server *srv)
     do {
         flush_all(srv);
         uv_run(srv->loop, UV_RUN_DEFAULT);
-    } while (!tg_list_empty(&srv->conn_pending) || !tg_list_empty(&srv->dead_calls));
+    } while (!tg_list_empty(&srv->http.conn_pending) || !tg_list_empty(&srv->dead_calls));
     if (srv->flush_ready) {
         uv_close((uv_handle_t *)&srv->flush_check, NULL);
         uv_close((uv_handle_t *)&srv->flush_prepare, NULL);
@@ -290,7 +281,7 @@ void tg_server_dispose(struct tg_server *srv)
         uv_run(srv->loop, UV_RUN_DEFAULT);
     }
     for (size_t i = 0; i < srv->nlisteners; i++)
-        tg_tls_ctx_free(srv->listeners[i].tls);
+        tg_tls_ctx_free(srv->listeners[i].http.tls);
     free(srv->listeners);
     tg_session_table_free(srv->sessions);
     free(srv->upstreams);
@@ -406,6 +397,7 @@ int tg_server_reload(struct tg_server *srv, struct tg_buf *err)
     srv->upstreams = nu;
     srv->nupstreams = nc->nupstreams;
     srv->conf = nc;
+    srv->http.limits = &nc->limits; /* connections read their limits through it */
     tg_log_setup(nc->log_level, nc->log_format, nc->log_file);
     srv->reloads++;
     tg_log(TG_LOG_INFO, "configuration reloaded", "conf=%s upstreams=%zu grants=%zu", nc->path, nc->nupstreams,

@@ -2,7 +2,7 @@
  *
  * struct tg_server is the context passed explicitly everywhere instead of
  * global state. It owns the listeners, every client connection (through
- * conns), the session table and the upstream runtimes. */
+ * http.conns), the session table and the upstream runtimes. */
 #ifndef TG_SERVER_H
 #define TG_SERVER_H
 
@@ -11,6 +11,7 @@
 #include "core/buf.h"
 #include "core/conf.h"
 #include "core/metrics.h"
+#include "transports/http1.h"
 
 struct tg_tls_ctx;
 struct tg_counters;
@@ -19,13 +20,11 @@ struct tg_session_table;
 struct tg_upstream;
 struct tg_conn;
 
+/* A listening socket. Owner: the server (listeners[] and admin), freed in tg_server_dispose. */
 struct tg_listener {
     uv_tcp_t tcp;
     struct tg_server *server;
-    const struct tg_listen_conf *lc; /* NULL for the admin listener */
-    struct tg_tls_ctx *tls;
-    int is_admin;
-    int port; /* bound port */
+    struct tg_http_listener http; /* what its connections see as conn->listener: lc, tls, is_admin, port */
     int closed;
 };
 
@@ -36,15 +35,13 @@ struct tg_server {
     size_t nlisteners;
     struct tg_listener admin;
     int admin_open;
-    struct tg_list conns;
-    struct tg_list corked;  /* connections with stream output gathered this iteration */
-    struct tg_list conn_pending; /* connections with work put off to the end of the iteration */
+    /* The client connections' environment: their lists (http.conns, http.corked,
+     * http.conn_pending), count and ids; it points at conf->limits, metrics and draining. */
+    struct tg_http_env http;
     uv_check_t flush_check; /* writes it after each round of I/O */
     uv_prepare_t flush_prepare; /* and before polling (what timers wrote) */
     uv_idle_t pending_idle;     /* active while work waits for the next round: poll must not block */
     int flush_ready;            /* the three initialized */
-    size_t nconns;
-    uint64_t next_conn_id;
     uint64_t next_gid; /* gateway JSON-RPC ids sent upstream */
     struct tg_session_table *sessions;
     struct tg_upstream **upstreams; /* one per conf->upstreams[i] */
@@ -67,7 +64,6 @@ struct tg_server {
     int draining;
     uint64_t drain_deadline;
     uint64_t accept_warned_ms;
-    char tls_scratch[65536];
 };
 
 int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf);
@@ -77,10 +73,5 @@ void tg_server_drain(struct tg_server *srv);
 void tg_server_dispose(struct tg_server *srv);
 /* Load the configuration file again and swap it in; on error keep the old one and describe why in err. */
 int tg_server_reload(struct tg_server *srv, struct tg_buf *err);
-
-/* Called by transports when a complete request arrives. */
-void tg_server_on_request(struct tg_server *srv, struct tg_conn *c);
-/* A connection was released. */
-void tg_server_conn_gone(struct tg_server *srv, struct tg_conn *c);
 
 #endif

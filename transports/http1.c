@@ -7,7 +7,7 @@
 
 #include "core/log.h"
 #include "core/msg.h"
-#include "core/server.h"
+#include "transports/http1_int.h"
 #include "transports/tls.h"
 
 /* ---- forward declarations ---------------------------------------------- */
@@ -16,16 +16,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void on_timer(uv_timer_t *t);
 static void on_handle_closed(uv_handle_t *h);
 static void process_input(struct tg_conn *c);
-static void send_owned(struct tg_conn *c, struct tg_buf *b);
-static void set_state(struct tg_conn *c, enum tg_conn_state s);
 static size_t input_ceiling(struct tg_conn *c);
-
-struct write_req {
-    uv_write_t req;
-    struct tg_conn *conn;
-    char *base;
-    size_t len;
-};
 
 struct shutdown_req {
     uv_shutdown_t req;
@@ -47,40 +38,12 @@ const char *tg_conn_state_str(enum tg_conn_state s)
     return "?";
 }
 
-const char *tg_http_status_text(int status)
-{
-    switch (status) {
-    case 200: return "OK";
-    case 202: return "Accepted";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 406: return "Not Acceptable";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    }
-    return "Unknown";
-}
-
 /* ---- state ----------------------------------------------------------------- */
 
 /* Every transition passes here: it checks the edge and re-arms the one timer. */
-static void set_state(struct tg_conn *c, enum tg_conn_state s)
+void tg__http_set_state(struct tg_conn *c, enum tg_conn_state s)
 {
-    const struct tg_limits *lim = &c->server->conf->limits;
+    const struct tg_limits *lim = c->env->limits;
     switch (s) {
     case TG_CONN_HANDSHAKE: break;
     case TG_CONN_IDLE:
@@ -123,15 +86,15 @@ static int on_message_begin(llhttp_t *p)
     req_reset(&c->req);
     c->req_complete = 0;
     c->reject_status = 0;
-    set_state(c, TG_CONN_READING);
+    tg__http_set_state(c, TG_CONN_READING);
     return 0;
 }
 
 static int head_append(struct tg_conn *c, const char *at, size_t n)
 {
-    size_t cap = (size_t)c->server->conf->limits.header_bytes;
+    size_t cap = (size_t)c->env->limits->header_bytes;
     if (tg_buf_try_append(&c->req.head, at, n, cap) != 0) {
-        c->server->metrics.limit_header_bytes++;
+        c->env->metrics->limit_header_bytes++;
         return -1;
     }
     return 0;
@@ -197,8 +160,8 @@ static int on_headers_complete(llhttp_t *p)
 {
     struct tg_conn *c = conn_of(p);
     c->req.method = p->method;
-    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > (uint64_t)c->server->conf->limits.body_bytes) {
-        c->server->metrics.limit_body_bytes++;
+    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > (uint64_t)c->env->limits->body_bytes) {
+        c->env->metrics->limit_body_bytes++;
         c->reject_status = 413;
         return -1;
     }
@@ -208,8 +171,8 @@ static int on_headers_complete(llhttp_t *p)
 static int on_body(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_conn *c = conn_of(p);
-    if (tg_buf_try_append(&c->req.body, at, n, (size_t)c->server->conf->limits.body_bytes) != 0) {
-        c->server->metrics.limit_body_bytes++;
+    if (tg_buf_try_append(&c->req.body, at, n, (size_t)c->env->limits->body_bytes) != 0) {
+        c->env->metrics->limit_body_bytes++;
         c->reject_status = 413;
         return -1;
     }
@@ -268,210 +231,11 @@ int tg_http_req_header_count(const struct tg_http_req *r, const char *name)
     return count;
 }
 
-/* ---- writing ------------------------------------------------------------------ */
-
-/* Every byte queued to a client counts toward its connection's mark and the process's total. */
-static void out_add(struct tg_conn *c, size_t n)
-{
-    c->out_pending += n;
-    c->server->metrics.output_buffered += n;
-}
-
-static void out_sub(struct tg_conn *c, size_t n)
-{
-    c->out_pending -= n;
-    c->server->metrics.output_buffered -= n;
-}
-
-int tg_conn_output_high(const struct tg_conn *c)
-{
-    const struct tg_limits *l = &c->server->conf->limits;
-    if (c->out_pending > (size_t)l->output_high_water)
-        return 1;
-    /* The total counts only against connections that hold some of it, so a quiet one is served. */
-    return c->out_pending > 0 && c->server->metrics.output_buffered > (size_t)l->output_total_bytes;
-}
-
-static int out_drained(const struct tg_conn *c)
-{
-    const struct tg_limits *l = &c->server->conf->limits;
-    return c->out_pending < (size_t)l->output_high_water / 2 &&
-           (c->out_pending == 0 || c->server->metrics.output_buffered <= (size_t)l->output_total_bytes / 2);
-}
-
-static void pend(struct tg_conn *c, unsigned what)
+void tg__http_pend(struct tg_conn *c, unsigned what)
 {
     c->pend |= what;
     if (!tg_list_linked(&c->pend_link))
-        tg_list_insert_tail(&c->server->conn_pending, &c->pend_link);
-}
-
-#define PEND_CLOSE 1u    /* notify users, then uv_close */
-#define PEND_SHUTDOWN 2u /* notify users, then shut down after the queued writes */
-#define PEND_INPUT 4u    /* parse pipelined input now that the previous answer is done */
-
-/* A watcher of this connection's backlog (see on_watch in the header): called once it drains. */
-static void watch_check(struct tg_conn *c)
-{
-    if (c->on_watch && out_drained(c)) {
-        tg_conn_cb w = c->on_watch;
-        c->on_watch = NULL;
-        w(c, c->watch_ud);
-    }
-}
-
-/* Output fell: resume whoever waits for it. */
-static void drained(struct tg_conn *c)
-{
-    if (c->state >= TG_CONN_CLOSING || !out_drained(c))
-        return;
-    if (c->on_drain)
-        c->on_drain(c, c->exchange);
-    if (c->wait_drain && c->state < TG_CONN_CLOSING) {
-        c->wait_drain = 0;
-        pend(c, PEND_INPUT);
-    }
-    if (c->state == TG_CONN_UPGRADED && c->read_stopped && c->up_data != NULL) {
-        /* an upgraded protocol paused its reads on this mark: let it see its input again */
-        pend(c, PEND_INPUT);
-    }
-    watch_check(c);
-}
-
-static void on_write(uv_write_t *req, int status)
-{
-    struct write_req *w = tg_container_of(req, struct write_req, req);
-    struct tg_conn *c = w->conn;
-    out_sub(c, w->len);
-    free(w->base);
-    free(w);
-    if (status < 0) {
-        if (c->state < TG_CONN_CLOSING)
-            tg_conn_close(c, "write failed");
-        return;
-    }
-    drained(c);
-}
-
-static void send_wire(struct tg_conn *c, struct tg_buf *wire);
-
-static void send_now(struct tg_conn *c, struct tg_buf *b);
-static void flush_cork(struct tg_conn *c);
-
-/* Takes the storage of b (which is left empty): plaintext, encrypted first on a TLS connection.
- * Streams (SSE answers, upgraded connections) are corked: what they write during one loop
- * iteration is gathered and written once at its end, so a burst of relayed events costs one
- * write(2) (and one TLS pass) instead of one per event. */
-static void send_owned(struct tg_conn *c, struct tg_buf *b)
-{
-    if (c->state >= TG_CONN_CLOSING || b->len == 0) {
-        tg_buf_dispose(b);
-        return;
-    }
-    if (c->state == TG_CONN_STREAMING || c->state == TG_CONN_UPGRADED) {
-        if (c->cork.len == 0 && c->cork.cap == 0) {
-            c->cork = *b; /* take the buffer as it is: no copy for the first write of a burst */
-            tg_buf_init(b);
-        } else {
-            tg_buf_append(&c->cork, b->base, b->len);
-            tg_buf_dispose(b);
-        }
-        out_add(c, c->cork.len - c->out_pending_corked);
-        c->out_pending_corked = c->cork.len;
-        if (!tg_list_linked(&c->cork_link))
-            tg_list_insert_tail(&c->server->corked, &c->cork_link);
-        return;
-    }
-    if (c->cork.len > 0)
-        flush_cork(c); /* keep the order */
-    send_now(c, b);
-}
-
-/* Write what the cork gathered. No callback runs here: this is called inside respond and
- * close paths too. */
-static void flush_cork(struct tg_conn *c)
-{
-    tg_list_unlink(&c->cork_link);
-    if (c->cork.len == 0)
-        return;
-    struct tg_buf b = c->cork;
-    tg_buf_init(&c->cork);
-    out_sub(c, c->out_pending_corked);
-    c->out_pending_corked = 0;
-    send_now(c, &b);
-}
-
-void tg_http_flush(struct tg_conn *c)
-{
-    flush_cork(c);
-    /* A direct write that took everything completes no write request: say "drained" here, or
-     * an upstream paused while this was corked would never be resumed. */
-    drained(c);
-}
-
-static void send_now(struct tg_conn *c, struct tg_buf *b)
-{
-    if (c->state >= TG_CONN_CLOSING || b->len == 0) {
-        tg_buf_dispose(b);
-        return;
-    }
-    struct tg_buf wire;
-    if (c->tls != NULL) {
-        tg_buf_init(&wire);
-        if (tg_tls_write(c->tls, b->base, b->len, &wire) != 0) {
-            tg_buf_dispose(b);
-            tg_buf_dispose(&wire);
-            tg_conn_close(c, "TLS write failed");
-            return;
-        }
-        tg_buf_dispose(b);
-    } else {
-        wire = *b;
-        tg_buf_init(b);
-    }
-    send_wire(c, &wire);
-}
-
-/* Takes the storage of wire: bytes that go to the socket as they are. */
-static void send_wire(struct tg_conn *c, struct tg_buf *wire_in)
-{
-    struct tg_buf wire = *wire_in;
-    tg_buf_init(wire_in);
-    if (c->state >= TG_CONN_CLOSING || wire.len == 0) {
-        tg_buf_dispose(&wire);
-        return;
-    }
-    /* Write at once when nothing is queued: most answers fit in the socket buffer, and this
-     * skips a write request, its allocation and libuv's epoll_ctl after each queued write. */
-    size_t off = 0;
-    if (c->out_pending == 0) {
-        uv_buf_t ub = uv_buf_init(wire.base, (unsigned)wire.len);
-        int n = uv_try_write((uv_stream_t *)&c->tcp, &ub, 1);
-        if (n < 0 && n != UV_EAGAIN) {
-            tg_buf_dispose(&wire);
-            tg_conn_close(c, "write failed");
-            return;
-        }
-        if (n > 0)
-            off = (size_t)n;
-        if (off == wire.len) {
-            tg_buf_dispose(&wire);
-            return;
-        }
-    }
-    struct write_req *w = tg_xmalloc(sizeof(*w));
-    w->conn = c;
-    w->len = wire.len - off;
-    w->base = tg_buf_release(&wire);
-    uv_buf_t ub = uv_buf_init(w->base + off, (unsigned)w->len);
-    out_add(c, w->len);
-    int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &ub, 1, on_write);
-    if (r != 0) {
-        out_sub(c, w->len);
-        free(w->base);
-        free(w);
-        tg_conn_close(c, "write failed");
-    }
+        tg_list_insert_tail(&c->env->conn_pending, &c->pend_link);
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status)
@@ -515,15 +279,15 @@ static void mark_closing(struct tg_conn *c, unsigned how)
 {
     tg_list_unlink(&c->cork_link);
     if (c->out_pending_corked) { /* never written: it no longer counts */
-        out_sub(c, c->out_pending_corked);
+        tg__http_out_sub(c, c->out_pending_corked);
         c->out_pending_corked = 0;
     }
     tg_buf_dispose(&c->cork);
     uv_timer_stop(&c->timer);
     uv_read_stop((uv_stream_t *)&c->tcp);
-    set_state(c, TG_CONN_CLOSING);
-    c->pend &= ~PEND_INPUT;
-    pend(c, how);
+    tg__http_set_state(c, TG_CONN_CLOSING);
+    c->pend &= ~TG_PEND_INPUT;
+    tg__http_pend(c, how);
 }
 
 static void close_handles(struct tg_conn *c)
@@ -539,19 +303,19 @@ static void close_graceful(struct tg_conn *c)
 {
     if (c->state >= TG_CONN_CLOSING)
         return;
-    flush_cork(c);
+    tg__http_flush_cork(c);
     if (c->state >= TG_CONN_CLOSING)
         return; /* the flush failed and closed it */
     if (c->tls != NULL) {
         struct tg_buf b;
         tg_buf_init(&b);
         if (tg_tls_close_notify(c->tls, &b) == 0 && b.len)
-            send_wire(c, &b);
+            tg__http_send_wire(c, &b);
         tg_buf_dispose(&b);
         if (c->state >= TG_CONN_CLOSING)
             return;
     }
-    mark_closing(c, PEND_SHUTDOWN);
+    mark_closing(c, TG_PEND_SHUTDOWN);
 }
 
 static void shutdown_now(struct tg_conn *c)
@@ -566,25 +330,25 @@ static void shutdown_now(struct tg_conn *c)
 
 static void process_input(struct tg_conn *c);
 
-void tg_http_run_pending(struct tg_server *srv)
+void tg_http_run_pending(struct tg_http_env *env)
 {
     struct tg_list round;
     tg_list_init(&round);
-    tg_list_splice_tail(&round, &srv->conn_pending); /* what was queued before this round */
+    tg_list_splice_tail(&round, &env->conn_pending); /* what was queued before this round */
     while (!tg_list_empty(&round)) {
         struct tg_conn *c = tg_container_of(round.next, struct tg_conn, pend_link);
         tg_list_unlink(&c->pend_link);
         unsigned what = c->pend;
         c->pend = 0;
-        if (what & (PEND_CLOSE | PEND_SHUTDOWN)) {
+        if (what & (TG_PEND_CLOSE | TG_PEND_SHUTDOWN)) {
             notify_closing(c);
-            if ((what & PEND_CLOSE) || uv_is_closing((uv_handle_t *)&c->tcp))
+            if ((what & TG_PEND_CLOSE) || uv_is_closing((uv_handle_t *)&c->tcp))
                 close_handles(c);
             else
                 shutdown_now(c);
             continue;
         }
-        if ((what & PEND_INPUT) && c->state < TG_CONN_CLOSING && !c->in_process) {
+        if ((what & TG_PEND_INPUT) && c->state < TG_CONN_CLOSING && !c->in_process) {
             if (c->read_stopped && !tg_conn_output_high(c) && c->in.len < input_ceiling(c)) {
                 c->read_stopped = 0;
                 uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
@@ -596,14 +360,14 @@ void tg_http_run_pending(struct tg_server *srv)
 
 /* The current request is answered: get ready for the next one. Pipelined bytes are parsed
  * from the loop (tg_http_run_pending), never inside the answer that ended this request. */
-static void finish_request(struct tg_conn *c)
+void tg__http_finish_request(struct tg_conn *c)
 {
     c->exchange = NULL;
     c->on_abort = NULL;
     c->on_drain = NULL;
     if (c->state >= TG_CONN_CLOSING)
         return;
-    if (c->close_after || !c->req.keep_alive || c->server->draining) {
+    if (c->close_after || !c->req.keep_alive || *c->env->draining) {
         close_graceful(c);
         return;
     }
@@ -615,100 +379,11 @@ static void finish_request(struct tg_conn *c)
         tg_buf_dispose(&c->req.body);
     c->req_complete = 0;
     llhttp_resume(&c->parser);
-    set_state(c, TG_CONN_IDLE);
+    tg__http_set_state(c, TG_CONN_IDLE);
     if (c->in.len > 0 || c->read_stopped)
-        pend(c, PEND_INPUT);
+        tg__http_pend(c, TG_PEND_INPUT);
     else if (c->in.cap > 65536)
         tg_buf_dispose(&c->in);
-}
-
-static void append_head(struct tg_conn *c, struct tg_buf *b, int status, const char *extra, const char *ctype)
-{
-    tg_buf_appendf(b, "HTTP/1.1 %d %s\r\n", status, tg_http_status_text(status));
-    if (ctype)
-        tg_buf_appendf(b, "Content-Type: %s\r\n", ctype);
-    if (extra)
-        tg_buf_appends(b, extra);
-    if (c->close_after || !c->req.keep_alive || c->server->draining)
-        tg_buf_appends(b, "Connection: close\r\n");
-    else if (c->parser.http_minor == 0)
-        tg_buf_appends(b, "Connection: keep-alive\r\n");
-}
-
-void tg_http_respond(struct tg_conn *c, int status, const char *extra, const char *ctype, const char *body, size_t len)
-{
-    if (c->state >= TG_CONN_CLOSING)
-        return;
-    struct tg_metrics *m = &c->server->metrics;
-    if (status >= 100 && status < 600)
-        m->http_status[status / 100]++;
-    struct tg_buf b;
-    tg_buf_init(&b);
-    if (tg_buf_try_reserve(&b, len + 256, 0) != 0)
-        abort();
-    append_head(c, &b, status, extra, ctype);
-    tg_buf_appendf(&b, "Content-Length: %zu\r\n\r\n", len);
-    tg_buf_append(&b, body, len);
-    send_owned(c, &b);
-    finish_request(c);
-}
-
-void tg_http_respond_rpc_error(struct tg_conn *c, int status, const char *extra, int code, const char *msg)
-{
-    struct tg_buf b;
-    tg_buf_init(&b);
-    tg_rpc_error(&b, NULL, 0, code, msg, NULL);
-    tg_http_respond(c, status, extra, "application/json", b.base, b.len);
-    tg_buf_dispose(&b);
-}
-
-void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra, const char *ctype)
-{
-    if (c->state >= TG_CONN_CLOSING)
-        return;
-    if (c->parser.http_minor == 0)
-        c->close_after = 1; /* HTTP/1.0 has no chunked encoding: the stream ends with the connection */
-    c->server->metrics.http_status[status / 100]++;
-    struct tg_buf b;
-    tg_buf_init(&b);
-    append_head(c, &b, status, extra, ctype);
-    tg_buf_appends(&b, "Cache-Control: no-cache\r\n");
-    if (c->parser.http_minor != 0)
-        tg_buf_appends(&b, "Transfer-Encoding: chunked\r\n");
-    tg_buf_appends(&b, "\r\n");
-    send_owned(c, &b);
-    set_state(c, TG_CONN_STREAMING);
-}
-
-void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n)
-{
-    if (c->state != TG_CONN_STREAMING || n == 0)
-        return;
-    struct tg_buf b;
-    tg_buf_init(&b);
-    if (tg_buf_try_reserve(&b, n + 32, 0) != 0)
-        abort();
-    if (c->parser.http_minor != 0) {
-        tg_buf_append_hex(&b, n);
-        tg_buf_append(&b, "\r\n", 2);
-    }
-    tg_buf_append(&b, p, n);
-    if (c->parser.http_minor != 0)
-        tg_buf_append(&b, "\r\n", 2);
-    send_owned(c, &b);
-}
-
-void tg_http_stream_end(struct tg_conn *c)
-{
-    if (c->state != TG_CONN_STREAMING)
-        return;
-    if (c->parser.http_minor != 0) {
-        struct tg_buf b;
-        tg_buf_init(&b);
-        tg_buf_append(&b, "0\r\n\r\n", 5);
-        send_owned(c, &b);
-    }
-    finish_request(c);
 }
 
 /* ---- upgrades ------------------------------------------------------------------ */
@@ -717,20 +392,20 @@ void tg_http_upgrade(struct tg_conn *c, const char *extra)
 {
     if (c->state >= TG_CONN_CLOSING)
         return;
-    c->server->metrics.http_status[1]++;
+    c->env->metrics->http_status[1]++;
     struct tg_buf b;
     tg_buf_init(&b);
     tg_buf_appends(&b, "HTTP/1.1 101 Switching Protocols\r\n");
     if (extra)
         tg_buf_appends(&b, extra);
     tg_buf_appends(&b, "\r\n");
-    send_owned(c, &b);
+    tg__http_send_owned(c, &b);
     c->close_after = 0;
     c->exchange = NULL;
     c->on_abort = NULL;
     c->on_drain = NULL;
     req_reset(&c->req);
-    set_state(c, TG_CONN_UPGRADED);
+    tg__http_set_state(c, TG_CONN_UPGRADED);
     if (c->read_stopped) {
         c->read_stopped = 0;
         uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
@@ -755,19 +430,11 @@ void tg_http_read_pause(struct tg_conn *c)
 {
     if (c->read_stopped || c->state >= TG_CONN_CLOSING)
         return;
-    c->server->metrics.limit_output++;
+    c->env->metrics->limit_output++;
     c->read_stopped = 1;
     uv_read_stop((uv_stream_t *)&c->tcp);
-    if (out_drained(c)) /* it drained already: nothing else would resume us */
-        pend(c, PEND_INPUT);
-}
-
-void tg_http_raw_write(struct tg_conn *c, const char *p, size_t n)
-{
-    struct tg_buf b;
-    tg_buf_init(&b);
-    tg_buf_append(&b, p, n);
-    send_owned(c, &b);
+    if (tg__http_out_drained(c)) /* it drained already: nothing else would resume us */
+        tg__http_pend(c, TG_PEND_INPUT);
 }
 
 void tg_http_close_after_writes(struct tg_conn *c) { close_graceful(c); }
@@ -776,7 +443,7 @@ void tg_http_close_after_writes(struct tg_conn *c) { close_graceful(c); }
 
 static size_t input_ceiling(struct tg_conn *c)
 {
-    const struct tg_limits *l = &c->server->conf->limits;
+    const struct tg_limits *l = c->env->limits;
     return (size_t)l->header_bytes + (size_t)l->body_bytes + 65536;
 }
 
@@ -786,7 +453,7 @@ static size_t input_ceiling(struct tg_conn *c)
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct tg_conn *c = h->data;
-    *buf = uv_buf_init(c->server->tls_scratch, sizeof(c->server->tls_scratch));
+    *buf = uv_buf_init(c->env->scratch, sizeof(c->env->scratch));
 }
 
 static void reply_parse_error(struct tg_conn *c, llhttp_errno_t err)
@@ -804,7 +471,7 @@ static void reply_parse_error(struct tg_conn *c, llhttp_errno_t err)
            status, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(reason ? reason : llhttp_errno_name(err))));
     c->close_after = 1;
     c->req.keep_alive = 0;
-    set_state(c, TG_CONN_DISPATCHING);
+    tg__http_set_state(c, TG_CONN_DISPATCHING);
     tg_http_respond_rpc_error(c, status, NULL, TG_RPC_INVALID_REQUEST, msg);
 }
 
@@ -831,7 +498,7 @@ static void process_input_loop(struct tg_conn *c)
             /* A client that sends requests and reads no answers: the next one waits until the
              * answers it has not read drain below the mark (drained() resumes it). */
             c->wait_drain = 1;
-            c->server->metrics.limit_output++;
+            c->env->metrics->limit_output++;
             break;
         }
         llhttp_errno_t err = llhttp_execute(&c->parser, c->in.base, c->in.len);
@@ -852,9 +519,9 @@ static void process_input_loop(struct tg_conn *c)
                 c->close_after = 1;
                 c->req.keep_alive = 0;
             }
-            set_state(c, TG_CONN_DISPATCHING);
-            c->server->metrics.http_requests++;
-            tg_server_on_request(c->server, c);
+            tg__http_set_state(c, TG_CONN_DISPATCHING);
+            c->env->metrics->http_requests++;
+            c->env->on_request(c->env, c);
             if (c->state == TG_CONN_UPGRADED)
                 return; /* the protocol that took over has seen the bytes that followed */
             /* The handler may have answered already; the next request is parsed from the loop. */
@@ -878,7 +545,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (nread < 0) {
         c->eof = 1;
         if (nread == UV_ENOBUFS)
-            c->server->metrics.limit_body_bytes++;
+            c->env->metrics->limit_body_bytes++;
         tg_conn_close(c, nread == UV_EOF ? "peer closed" : uv_strerror((int)nread));
         return;
     }
@@ -887,7 +554,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         tg_buf_init(&out);
         int r = tg_tls_feed(c->tls, buf->base, (size_t)nread, &c->in, input_ceiling(c), &out);
         if (out.len)
-            send_wire(c, &out);
+            tg__http_send_wire(c, &out);
         tg_buf_dispose(&out);
         if (r == TG_ECLOSED) {
             tg_conn_close(c, "TLS close_notify");
@@ -895,7 +562,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         }
         if (r != 0) {
             if (c->state == TG_CONN_HANDSHAKE) {
-                c->server->metrics.tls_handshake_failures++;
+                c->env->metrics->tls_handshake_failures++;
                 char esc[128];
                 tg_log(TG_LOG_INFO, "TLS handshake failed", "conn=%llu peer=%s error=%s", (unsigned long long)c->id,
                        c->peer, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(tg_tls_last_error(c->tls))));
@@ -906,12 +573,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         if (c->state == TG_CONN_HANDSHAKE) {
             if (!tg_tls_established(c->tls))
                 return;
-            set_state(c, TG_CONN_IDLE);
+            tg__http_set_state(c, TG_CONN_IDLE);
             /* The first request must still arrive within the header timeout. */
-            uv_timer_start(&c->timer, on_timer, (uint64_t)c->server->conf->limits.header_timeout_ms, 0);
+            uv_timer_start(&c->timer, on_timer, (uint64_t)c->env->limits->header_timeout_ms, 0);
         }
     } else if (tg_buf_try_append(&c->in, buf->base, (size_t)nread, input_ceiling(c)) != 0) {
-        c->server->metrics.limit_body_bytes++;
+        c->env->metrics->limit_body_bytes++;
         tg_conn_close(c, "input limit");
         return;
     }
@@ -932,7 +599,7 @@ static void on_timer(uv_timer_t *t)
         /* A slow request (slowloris) gets 408 and the connection is closed. */
         c->close_after = 1;
         c->req.keep_alive = 0;
-        set_state(c, TG_CONN_DISPATCHING);
+        tg__http_set_state(c, TG_CONN_DISPATCHING);
         tg_http_respond_rpc_error(c, 408, NULL, TG_RPC_INVALID_REQUEST, "Request timeout");
         return;
     }
@@ -948,7 +615,12 @@ static void on_handle_closed(uv_handle_t *h)
         return;
     c->state = TG_CONN_CLOSED;
     tg_list_unlink(&c->pend_link);
-    tg_server_conn_gone(c->server, c);
+    if (tg_list_linked(&c->link)) { /* not linked when uv_accept failed */
+        tg_list_unlink(&c->link);
+        c->env->nconns--;
+    }
+    if (c->env->conn_gone)
+        c->env->conn_gone(c->env, c);
     tg_tls_free(c->tls);
     tg_buf_dispose(&c->in);
     tg_buf_dispose(&c->req.head);
@@ -963,7 +635,7 @@ void tg_conn_close(struct tg_conn *c, const char *why)
         return;
     tg_log(TG_LOG_DEBUG, "connection closed", "conn=%llu state=%s reason=\"%s\"", (unsigned long long)c->id,
            tg_conn_state_str(c->state), why);
-    mark_closing(c, PEND_CLOSE);
+    mark_closing(c, TG_PEND_CLOSE);
 }
 
 void tg_conn_close_now(struct tg_conn *c, const char *why)
@@ -972,26 +644,39 @@ void tg_conn_close_now(struct tg_conn *c, const char *why)
         tg_conn_close(c, why);
         return;
     }
-    if (c->pend & PEND_SHUTDOWN) { /* not started yet: make it abrupt */
-        c->pend = (c->pend & ~PEND_SHUTDOWN) | PEND_CLOSE;
+    if (c->pend & TG_PEND_SHUTDOWN) { /* not started yet: make it abrupt */
+        c->pend = (c->pend & ~TG_PEND_SHUTDOWN) | TG_PEND_CLOSE;
         return;
     }
-    if (c->pend & PEND_CLOSE)
+    if (c->pend & TG_PEND_CLOSE)
         return;
     /* A graceful close waits on uv_shutdown, which waits for a reader that may never come. */
     close_handles(c);
 }
 
-/* ---- accept (last, as in h2o) ---------------------------------------------------- */
+/* ---- environment and accept (last, as in h2o) ------------------------------------ */
 
-void tg_http1_accept(struct tg_server *srv, struct tg_listener *l, uv_stream_t *listen_handle)
+void tg_http_env_init(struct tg_http_env *env, uv_loop_t *loop, const struct tg_limits *limits,
+                      struct tg_metrics *metrics, const int *draining)
+{
+    memset(env, 0, sizeof(*env));
+    env->loop = loop;
+    env->limits = limits;
+    env->metrics = metrics;
+    env->draining = draining;
+    tg_list_init(&env->conns);
+    tg_list_init(&env->corked);
+    tg_list_init(&env->conn_pending);
+}
+
+void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listen_handle)
 {
     struct tg_conn *c = tg_xcalloc(1, sizeof(*c));
-    c->server = srv;
+    c->env = env;
     c->listener = l;
-    c->id = ++srv->next_conn_id;
-    uv_tcp_init(srv->loop, &c->tcp);
-    uv_timer_init(srv->loop, &c->timer);
+    c->id = ++env->next_conn_id;
+    uv_tcp_init(env->loop, &c->tcp);
+    uv_timer_init(env->loop, &c->timer);
     c->tcp.data = c;
     c->timer.data = c;
     c->handles_open = 2;
@@ -1004,9 +689,9 @@ void tg_http1_accept(struct tg_server *srv, struct tg_listener *l, uv_stream_t *
         uv_close((uv_handle_t *)&c->timer, on_handle_closed);
         return;
     }
-    tg_list_insert_tail(&srv->conns, &c->link);
-    srv->nconns++;
-    srv->metrics.conns_accepted++;
+    tg_list_insert_tail(&env->conns, &c->link);
+    env->nconns++;
+    env->metrics->conns_accepted++;
     struct sockaddr_storage ss;
     int sl = sizeof(ss);
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0) {
@@ -1021,10 +706,10 @@ void tg_http1_accept(struct tg_server *srv, struct tg_listener *l, uv_stream_t *
         }
         snprintf(c->peer, sizeof(c->peer), "%s:%d", ip, port);
     }
-    if (!l->is_admin && srv->nconns > (size_t)srv->conf->limits.max_connections) {
-        srv->metrics.conns_rejected++;
+    if (!l->is_admin && env->nconns > (size_t)env->limits->max_connections) {
+        env->metrics->conns_rejected++;
         tg_log(TG_LOG_WARN, "connection limit reached", "conn=%llu peer=%s limit=%d", (unsigned long long)c->id,
-               c->peer, srv->conf->limits.max_connections);
+               c->peer, env->limits->max_connections);
         tg_conn_close(c, "connection limit");
         return;
     }
@@ -1038,10 +723,10 @@ void tg_http1_accept(struct tg_server *srv, struct tg_listener *l, uv_stream_t *
             return;
         }
         c->state = TG_CONN_HANDSHAKE;
-        uv_timer_start(&c->timer, on_timer, (uint64_t)srv->conf->limits.header_timeout_ms, 0);
+        uv_timer_start(&c->timer, on_timer, (uint64_t)env->limits->header_timeout_ms, 0);
     } else {
         c->state = TG_CONN_IDLE;
-        uv_timer_start(&c->timer, on_timer, (uint64_t)srv->conf->limits.header_timeout_ms, 0);
+        uv_timer_start(&c->timer, on_timer, (uint64_t)env->limits->header_timeout_ms, 0);
     }
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }

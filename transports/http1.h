@@ -2,12 +2,15 @@
  *
  * A tg_conn reads bytes, runs them through TLS when the listener has it, and
  * parses requests with llhttp. A complete request (head + body, within the
- * configured limits) is handed to the server's request handler
- * (core/router.c). The handler answers at once with tg_http_respond(), or
+ * configured limits) is handed to env->on_request (the server routes it to
+ * core/router.c). The handler answers at once with tg_http_respond(), or
  * later: it then sets conn->exchange/on_abort so that it hears about a client
  * that goes away first. A streamed answer (SSE) is tg_http_stream_begin(),
  * tg_http_stream_write()* and tg_http_stream_end(). Requests are processed one
  * at a time: pipelined bytes wait, unparsed, until the answer is complete.
+ *
+ * The transport knows nothing of the server: what it needs (loop, limits,
+ * counters, the connection lists, the callbacks) comes in a struct tg_http_env.
  *
  * Ownership: the listener's accept callback creates a conn; it frees itself
  * after its uv_close callback. tg_conn_close() is idempotent and deferred. */
@@ -18,10 +21,48 @@
 #include <uv.h>
 
 #include "core/buf.h"
+#include "core/conf.h"
+#include "core/metrics.h"
 
-struct tg_server;
-struct tg_listener;
-struct tg_tls;
+struct tg_tls_ctx;
+struct tg_conn;
+struct tg_http_env;
+
+typedef void (*tg_http_env_cb)(struct tg_http_env *env, struct tg_conn *conn);
+
+/* What connections need from whoever runs them (the server, or a test). Owner: the caller,
+ * who embeds it (struct tg_server does) and keeps it, and what it points to, alive and
+ * current while any connection made with it lives; tg_http_env_init() fills it in. */
+struct tg_http_env {
+    uv_loop_t *loop;
+    const struct tg_limits *limits; /* the current limits: the owner repoints it on reload */
+    struct tg_metrics *metrics;
+    const int *draining;            /* never NULL; *draining != 0: answers close their connection */
+    /* A complete request is on conn->req (conn is DISPATCHING). Never NULL. */
+    tg_http_env_cb on_request;
+    /* The connection is about to be freed (it already left conns). May be NULL. */
+    tg_http_env_cb conn_gone;
+    void *ud;                       /* the caller's */
+    /* Kept by the transport; the owner may walk them. */
+    struct tg_list conns;           /* every open connection, by tg_conn.link */
+    size_t nconns;
+    struct tg_list corked;          /* connections with stream output gathered this iteration */
+    struct tg_list conn_pending;    /* connections with work put off to the end of the iteration */
+    uint64_t next_conn_id;
+    char scratch[65536];            /* one read buffer for every connection (see on_alloc) */
+};
+
+void tg_http_env_init(struct tg_http_env *env, uv_loop_t *loop, const struct tg_limits *limits,
+                      struct tg_metrics *metrics, const int *draining);
+
+/* What a connection knows of the listener that accepted it. Owner: the listener's owner
+ * (the server embeds one in each of its listeners); it outlives the connections. */
+struct tg_http_listener {
+    const struct tg_listen_conf *lc; /* NULL for the admin listener */
+    struct tg_tls_ctx *tls;          /* NULL: plain TCP */
+    int is_admin;                    /* not counted against max_connections */
+    int port;                        /* bound port */
+};
 
 #define TG_HTTP_MAX_HEADERS 64
 
@@ -53,14 +94,13 @@ struct tg_http_req {
     int too_many_headers;
 };
 
-struct tg_conn;
 typedef void (*tg_conn_cb)(struct tg_conn *conn, void *exchange);
 
 struct tg_conn {
     uv_tcp_t tcp;
     uv_timer_t timer;
-    struct tg_server *server;
-    struct tg_listener *listener;
+    struct tg_http_env *env;
+    const struct tg_http_listener *listener;
     uint64_t id;
     enum tg_conn_state state;
     struct tg_tls *tls;
@@ -79,7 +119,7 @@ struct tg_conn {
     /* Work put off to the end of the loop iteration (tg_http_run_pending), so that no callback
      * runs inside the tg_http_* or tg_conn_close call that caused it. */
     unsigned pend;            /* TG_PEND_* */
-    struct tg_list pend_link; /* in the server's pending list while pend != 0 */
+    struct tg_list pend_link; /* in env->conn_pending while pend != 0 */
     int wait_drain;           /* pipelined input waits for the output to drain below the mark */
     /* The handler's pending work for this request, if any. */
     void *exchange;
@@ -94,13 +134,14 @@ struct tg_conn {
     tg_conn_cb up_tick; /* the connection's timer fired */
     tg_conn_cb up_gone; /* the connection is closing */
     void *up_ud;
-    struct tg_list link; /* server's list of connections */
+    struct tg_list link; /* in env->conns */
     struct tg_buf cork;       /* stream output gathered during this loop iteration */
-    struct tg_list cork_link; /* in the server's corked list while cork holds bytes */
+    struct tg_list cork_link; /* in env->corked while cork holds bytes */
     char peer[64];
 };
 
-void tg_http1_accept(struct tg_server *srv, struct tg_listener *l, uv_stream_t *listen_handle);
+/* Accept one connection from listen_handle (call it from the listener's connection callback). */
+void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listen_handle);
 
 struct tg_slice tg_http_req_url(const struct tg_http_req *r);
 /* First header with this (case-insensitive) name, or a NULL slice. */
@@ -133,13 +174,16 @@ void tg_http_upgraded_timer(struct tg_conn *c, uint64_t ms);
 void tg_http_read_pause(struct tg_conn *c);
 /* Bytes for the peer as they are (encrypted on TLS connections). */
 void tg_http_raw_write(struct tg_conn *c, const char *p, size_t n);
-/* Write what streams gathered this iteration (the server calls it once per loop iteration). */
+/* Write what a stream gathered this iteration. */
 void tg_http_flush(struct tg_conn *c);
+/* tg_http_flush() every connection on env->corked (the owner calls it once per loop iteration). */
+void tg_http_flush_corked(struct tg_http_env *env);
 /* Close once everything queued has been written. */
 void tg_http_close_after_writes(struct tg_conn *c);
-/* Run what connections put off (close notifications, pipelined input); the server calls it
- * once per loop iteration, with no handler on the stack. */
-void tg_http_run_pending(struct tg_server *srv);
+/* Run what connections put off (close notifications, pipelined input); the owner calls it
+ * once per loop iteration, with no handler on the stack. Each call takes what was queued
+ * before it; what it queues waits for the next (env->conn_pending is then not empty). */
+void tg_http_run_pending(struct tg_http_env *env);
 /* 1 when this connection's queued output, or the whole process's, is over its limit. */
 int tg_conn_output_high(const struct tg_conn *c);
 const char *tg_http_status_text(int status);

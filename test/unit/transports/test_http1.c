@@ -1,0 +1,426 @@
+/* transports/http1.c and http1_out.c, byte for byte: raw request bytes go in over a real
+ * TCP connection (see harness.h), and the exact bytes that come back are checked, with a
+ * fake environment whose on_request callback answers by URL:
+ *
+ *   /hello   200 "hello"               /echo  200, the request body as application/json
+ *   /later   held: the test answers    /sse   a chunked stream, held open
+ *   /close   the handler closes the connection itself
+ *   other    200, the URL as the body
+ *
+ * Each case runs in its own loop and ends with every handle closed and nothing leaked. */
+#include "test/unit/transports/harness.h"
+
+#include "core/msg.h"
+
+struct t1 {
+    struct tg_conn *held; /* /later, /sse: answered by the test */
+    int method;
+    char x_test[64];
+    /* /close */
+    int aborts, aborts_inside_handler, abort_in_run_pending;
+    void *abort_exchange;
+};
+
+static struct t1 *t1_of(struct hh *h) { return h->ud; }
+
+static void on_abort_record(struct tg_conn *c, void *exchange)
+{
+    struct hh *h = exchange;
+    struct t1 *t = t1_of(h);
+    t->aborts++;
+    t->abort_in_run_pending = h->in_run_pending;
+    t->abort_exchange = exchange;
+    assert_null(c->exchange); /* cleared before the call: a late answer cannot find it */
+}
+
+static void handler(struct hh *h, struct tg_conn *c)
+{
+    struct t1 *t = t1_of(h);
+    struct tg_slice url = tg_http_req_url(&c->req);
+    t->method = c->req.method;
+    struct tg_slice xt = tg_http_req_header(&c->req, "x-test");
+    snprintf(t->x_test, sizeof(t->x_test), "%.*s", (int)xt.len, xt.ptr ? xt.ptr : "");
+    if (tg_slice_eq(url, tg_slice_cstr("/hello"))) {
+        tg_http_respond(c, 200, NULL, "text/plain", "hello", 5);
+    } else if (tg_slice_eq(url, tg_slice_cstr("/echo"))) {
+        tg_http_respond(c, 200, NULL, "application/json", c->req.body.base, c->req.body.len);
+    } else if (tg_slice_eq(url, tg_slice_cstr("/later"))) {
+        t->held = c;
+    } else if (tg_slice_eq(url, tg_slice_cstr("/sse"))) {
+        tg_http_stream_begin(c, 200, NULL, "text/event-stream");
+        tg_http_stream_write(c, "data: 1\n\n", 9);
+        t->held = c;
+    } else if (tg_slice_eq(url, tg_slice_cstr("/close"))) {
+        c->exchange = h;
+        c->on_abort = on_abort_record;
+        tg_conn_close(c, "the handler gives up");
+        t->aborts_inside_handler = t->aborts;
+        /* A late answer on a closing connection writes nothing. */
+        tg_http_respond(c, 200, NULL, "text/plain", "too late", 8);
+        tg_http_stream_write(c, "x", 1);
+        t->aborts_inside_handler += t->aborts;
+    } else {
+        tg_http_respond(c, 200, NULL, "text/plain", url.ptr, url.len);
+    }
+}
+
+static struct hh *setup(void)
+{
+    struct hh *h = hh_new(handler);
+    h->ud = tg_xcalloc(1, sizeof(struct t1));
+    return h;
+}
+
+static void teardown(struct hh *h)
+{
+    void *t = h->ud;
+    hh_free(h);
+    free(t);
+}
+
+/* The JSON-RPC error answer http1 makes itself, with Connection: close. */
+static void expect_rpc_error(struct hh *h, int status, const char *msg, const char *file, int line)
+{
+    struct tg_buf body, want;
+    tg_buf_init(&body);
+    tg_buf_init(&want);
+    tg_rpc_error(&body, NULL, 0, TG_RPC_INVALID_REQUEST, msg, NULL);
+    tg_buf_appendf(&want, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
+                   status, tg_http_status_text(status), body.len);
+    tg_buf_append(&want, body.base, body.len);
+    hh_expect_bytes(h, want.base, want.len, file, line);
+    tg_buf_dispose(&body);
+    tg_buf_dispose(&want);
+    hh_expect_eof(h, file, line);
+}
+#define EXPECT_RPC_ERROR(h, status, msg) expect_rpc_error((h), (status), (msg), __FILE__, __LINE__)
+
+/* ---- answers -------------------------------------------------------------------------- */
+
+static void get_answered_with_content_length(void **state)
+{
+    struct hh *h = setup();
+    hh_connect(h);
+    HH_SEND(h, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello");
+    HH_EXPECT_QUIET(h); /* HTTP/1.1: kept alive, no Connection header */
+    assert_int_equal(h->requests, 1);
+    assert_int_equal(t1_of(h)->method, HTTP_GET);
+    assert_int_equal(h->metrics.http_requests, 1);
+    assert_int_equal(h->metrics.http_status[2], 1);
+    assert_int_equal(h->metrics.conns_accepted, 1);
+    teardown(h);
+}
+
+static void post_body_in_pieces_echoed(void **state)
+{
+    struct hh *h = setup();
+    hh_connect(h);
+    /* Split mid-header and mid-body: llhttp's data callbacks arrive in fragments. */
+    HH_SEND(h, "POST /echo HTTP/1.1\r\nHost: x\r\nX-Te");
+    hh_spin(h, 3);
+    HH_SEND(h, "st: yes  \r\nContent-Length: 13\r\n\r\n{\"json");
+    hh_spin(h, 3);
+    assert_int_equal(h->requests, 0);
+    HH_SEND(h, "rpc\":1}");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{\"jsonrpc\":1}");
+    assert_int_equal(t1_of(h)->method, HTTP_POST);
+    assert_string_equal(t1_of(h)->x_test, "yes"); /* trailing blanks are not part of the value */
+    /* A chunked body on the same connection. */
+    HH_SEND(h, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\nhello world");
+    HH_EXPECT_QUIET(h);
+    assert_int_equal(h->accepted, 1);
+    teardown(h);
+}
+
+static void keepalive_pipelined_answered_in_order(void **state)
+{
+    struct hh *h = setup();
+    hh_connect(h);
+    /* Two requests in one segment; the first is answered late. The second must wait,
+     * unparsed, and its answer must follow the first's. */
+    HH_SEND(h, "GET /later HTTP/1.1\r\nHost: x\r\n\r\nGET /second HTTP/1.1\r\nHost: x\r\n\r\n");
+    hh_spin(h, 10);
+    assert_int_equal(h->requests, 1);
+    HH_EXPECT_QUIET(h);
+    assert_non_null(t1_of(h)->held);
+    tg_http_respond(t1_of(h)->held, 200, NULL, "text/plain", "first", 5);
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nfirst"
+                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 7\r\n\r\n/second");
+    assert_int_equal(h->requests, 2);
+    /* Three at once, all answered at once, in order. */
+    HH_SEND(h, "GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /bb HTTP/1.1\r\nHost: x\r\n\r\nGET /ccc HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n/a"
+                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\n/bb"
+                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\n/ccc");
+    HH_EXPECT_QUIET(h);
+    assert_int_equal(h->accepted, 1);
+    assert_int_equal(h->requests, 5);
+    /* HTTP/1.0 asks for keep-alive and is told it holds. */
+    HH_SEND(h, "GET /ten HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: keep-alive\r\nContent-Length: 4\r\n\r\n/ten");
+    HH_EXPECT_QUIET(h);
+    teardown(h);
+}
+
+/* ---- streams -------------------------------------------------------------------------- */
+
+static void sse_stream_chunked_framing(void **state)
+{
+    struct hh *h = setup();
+    hh_connect(h);
+    HH_SEND(h, "GET /sse HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n"
+                 "9\r\ndata: 1\n\n\r\n");
+    struct tg_conn *c = t1_of(h)->held;
+    assert_non_null(c);
+    assert_int_equal(c->state, TG_CONN_STREAMING);
+    /* A request pipelined behind the stream waits for its end. */
+    HH_SEND(h, "GET /queued HTTP/1.1\r\nHost: x\r\n\r\n");
+    hh_spin(h, 5);
+    assert_int_equal(h->requests, 1);
+    /* Two events in one iteration: one chunk each (gathered in the cork, written once). */
+    tg_http_stream_write(c, "data: 22\n\n", 10);
+    tg_http_stream_write(c, "data: 333\n\n", 11);
+    tg_http_stream_write(c, "", 0); /* nothing: no empty chunk, which would end the body */
+    HH_EXPECT(h, "a\r\ndata: 22\n\n\r\nb\r\ndata: 333\n\n\r\n");
+    tg_http_stream_end(c);
+    HH_EXPECT(h, "0\r\n\r\n"
+                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 7\r\n\r\n/queued");
+    HH_EXPECT_QUIET(h);
+    assert_int_equal(h->accepted, 1);
+    teardown(h);
+}
+
+static void sse_stream_http10_ends_with_the_connection(void **state)
+{
+    struct hh *h = setup();
+    hh_connect(h);
+    HH_SEND(h, "GET /sse HTTP/1.0\r\n\r\n");
+    /* No chunked encoding in HTTP/1.0: raw event bytes, and the close ends the body. */
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\nCache-Control: no-cache\r\n\r\n"
+                 "data: 1\n\n");
+    tg_http_stream_write(t1_of(h)->held, "data: 2\n\n", 9);
+    tg_http_stream_end(t1_of(h)->held);
+    HH_EXPECT(h, "data: 2\n\n");
+    HH_EXPECT_EOF(h);
+    teardown(h);
+}
+
+/* ---- refusals ------------------------------------------------------------------------- */
+
+static void malformed_request_400(void **state)
+{
+    static const char *bad[] = {
+        "GET / HTTP/1.1\r\nHost x\r\n\r\n",                                  /* header without a colon */
+        "G@T / HTTP/1.1\r\nHost: x\r\n\r\n",                                 /* not a method */
+        "GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",  /* two lengths */
+        "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", /* not a chunk size */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct hh *h = setup();
+        hh_connect(h);
+        hh_send(h, bad[i], strlen(bad[i]));
+        if (i == 0) /* once in full, by hand */
+            HH_EXPECT(h, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                         "Content-Length: 91\r\n\r\n"
+                         "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"Bad Request: malformed HTTP\"}}");
+        else
+            EXPECT_RPC_ERROR(h, 400, "Bad Request: malformed HTTP");
+        HH_EXPECT_EOF(h);
+        assert_int_equal(h->requests, 0);
+        assert_int_equal(h->metrics.http_status[4], 1);
+        teardown(h);
+    }
+}
+
+static void body_over_limit_413(void **state)
+{
+    /* Announced: refused from the head, before any body byte is read. */
+    struct hh *h = setup();
+    h->limits.body_bytes = 64;
+    hh_connect(h);
+    HH_SEND(h, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 65\r\n\r\n");
+    EXPECT_RPC_ERROR(h, 413, "Content too large");
+    assert_int_equal(h->requests, 0);
+    assert_int_equal(h->metrics.limit_body_bytes, 1);
+    teardown(h);
+
+    /* Chunked: refused once the bytes pass the limit. */
+    h = setup();
+    h->limits.body_bytes = 64;
+    hh_connect(h);
+    HH_SEND(h, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+               "28\r\n0123456789012345678901234567890123456789\r\n"
+               "28\r\n0123456789012345678901234567890123456789\r\n0\r\n\r\n");
+    EXPECT_RPC_ERROR(h, 413, "Content too large");
+    assert_int_equal(h->requests, 0);
+    assert_int_equal(h->metrics.limit_body_bytes, 1);
+    teardown(h);
+
+    /* At the limit exactly: accepted. */
+    h = setup();
+    h->limits.body_bytes = 5;
+    hh_connect(h);
+    HH_SEND(h, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\nhello");
+    teardown(h);
+}
+
+static void headers_over_limit_431(void **state)
+{
+    /* One header more than TG_HTTP_MAX_HEADERS. */
+    struct hh *h = setup();
+    hh_connect(h);
+    struct tg_buf req;
+    tg_buf_init(&req);
+    tg_buf_appends(&req, "GET /hello HTTP/1.1\r\n");
+    for (int i = 0; i <= TG_HTTP_MAX_HEADERS; i++)
+        tg_buf_appendf(&req, "X-H%d: v\r\n", i);
+    tg_buf_appends(&req, "\r\n");
+    hh_send(h, req.base, req.len);
+    EXPECT_RPC_ERROR(h, 431, "Request header fields too large");
+    assert_int_equal(h->requests, 0);
+    teardown(h);
+
+    /* Exactly TG_HTTP_MAX_HEADERS: accepted. */
+    h = setup();
+    hh_connect(h);
+    req.len = 0;
+    tg_buf_appends(&req, "GET /hello HTTP/1.1\r\n");
+    for (int i = 0; i < TG_HTTP_MAX_HEADERS; i++)
+        tg_buf_appendf(&req, "X-H%d: v\r\n", i);
+    tg_buf_appends(&req, "\r\n");
+    hh_send(h, req.base, req.len);
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello");
+    teardown(h);
+
+    /* Header bytes over header_bytes. */
+    h = setup();
+    h->limits.header_bytes = 256;
+    hh_connect(h);
+    req.len = 0;
+    tg_buf_appends(&req, "GET /hello HTTP/1.1\r\nHost: x\r\nX-Big: ");
+    for (int i = 0; i < 300; i++)
+        tg_buf_appends(&req, "a");
+    tg_buf_appends(&req, "\r\n\r\n");
+    hh_send(h, req.base, req.len);
+    EXPECT_RPC_ERROR(h, 431, "Request header fields too large");
+    assert_int_equal(h->metrics.limit_header_bytes, 1);
+    teardown(h);
+
+    /* The URL is in the same budget: 414. */
+    h = setup();
+    h->limits.header_bytes = 64;
+    hh_connect(h);
+    req.len = 0;
+    tg_buf_appends(&req, "GET /");
+    for (int i = 0; i < 100; i++)
+        tg_buf_appends(&req, "u");
+    tg_buf_appends(&req, " HTTP/1.1\r\n\r\n");
+    hh_send(h, req.base, req.len);
+    EXPECT_RPC_ERROR(h, 414, "URI too long");
+    teardown(h);
+    tg_buf_dispose(&req);
+}
+
+static void header_timeout_408(void **state)
+{
+    struct hh *h = setup();
+    h->limits.header_timeout_ms = 50;
+    hh_connect(h);
+    HH_SEND(h, "GET /hello HTTP/1.1\r\nHo"); /* and nothing more */
+    EXPECT_RPC_ERROR(h, 408, "Request timeout");
+    assert_int_equal(h->requests, 0);
+    teardown(h);
+}
+
+/* ---- closing -------------------------------------------------------------------------- */
+
+static void connection_close_honoured(void **state)
+{
+    struct hh *h = setup();
+    hh_connect(h);
+    /* The request pipelined after "Connection: close" is never read. */
+    HH_SEND(h, "GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 2\r\n\r\n/a");
+    HH_EXPECT_EOF(h);
+    assert_int_equal(h->requests, 1);
+    teardown(h);
+
+    /* HTTP/1.0 without keep-alive closes by default. */
+    h = setup();
+    hh_connect(h);
+    HH_SEND(h, "GET /a HTTP/1.0\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 2\r\n\r\n/a");
+    HH_EXPECT_EOF(h);
+    teardown(h);
+
+    /* Draining (the env's flag): an answer closes its connection. */
+    h = setup();
+    hh_connect(h);
+    h->draining = 1;
+    HH_SEND(h, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 2\r\n\r\n/a");
+    HH_EXPECT_EOF(h);
+    teardown(h);
+}
+
+static void close_in_handler_is_deferred(void **state)
+{
+    struct hh *h = setup();
+    struct t1 *t = t1_of(h);
+    hh_connect(h);
+    HH_SEND(h, "GET /close HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_RUN_UNTIL(h, h->requests == 1);
+    /* Neither the close nor the calls after it ran on_abort under the handler. */
+    assert_int_equal(t->aborts_inside_handler, 0);
+    HH_RUN_UNTIL(h, t->aborts == 1);
+    assert_int_equal(t->abort_in_run_pending, 1);
+    assert_ptr_equal(t->abort_exchange, h);
+    HH_EXPECT_EOF(h); /* and nothing was written */
+    HH_RUN_UNTIL(h, h->gone == 1);
+    assert_int_equal(t->aborts, 1);
+    assert_int_equal(h->env.nconns, 0);
+    teardown(h);
+}
+
+static void peer_close_aborts_held_request(void **state)
+{
+    /* The client leaves while its request is held: on_abort once, from the loop. */
+    struct hh *h = setup();
+    struct t1 *t = t1_of(h);
+    hh_connect(h);
+    HH_SEND(h, "GET /later HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_RUN_UNTIL(h, t->held != NULL);
+    t->held->exchange = h;
+    t->held->on_abort = on_abort_record;
+    shutdown(h->fd, SHUT_WR);
+    HH_RUN_UNTIL(h, t->aborts == 1);
+    assert_int_equal(t->abort_in_run_pending, 1);
+    HH_RUN_UNTIL(h, h->gone == 1);
+    assert_int_equal(t->aborts, 1);
+    teardown(h);
+}
+
+int main(int argc, char **argv)
+{
+    tg_log_setup(TG_LOG_WARN, TG_LOG_LOGFMT, NULL);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(get_answered_with_content_length),
+        cmocka_unit_test(post_body_in_pieces_echoed),
+        cmocka_unit_test(keepalive_pipelined_answered_in_order),
+        cmocka_unit_test(sse_stream_chunked_framing),
+        cmocka_unit_test(sse_stream_http10_ends_with_the_connection),
+        cmocka_unit_test(malformed_request_400),
+        cmocka_unit_test(body_over_limit_413),
+        cmocka_unit_test(headers_over_limit_431),
+        cmocka_unit_test(header_timeout_408),
+        cmocka_unit_test(connection_close_honoured),
+        cmocka_unit_test(close_in_handler_is_deferred),
+        cmocka_unit_test(peer_close_aborts_held_request),
+    };
+    return TG_UNIT_RUN(tests, argc, argv);
+}

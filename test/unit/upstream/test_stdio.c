@@ -1,0 +1,225 @@
+/* upstream/stdio.c: a real child process (/bin/cat, or a one-line /bin/sh script) started
+ * through a struct tg_upstream_conf, on a real loop. What the test writes with
+ * tg_child_send() comes back on the child's stdout, so the line framing, the JSON filter
+ * and the line limit are seen from the outside. Each case waits by running the loop until
+ * a condition holds (a watchdog bounds it) and ends with the child reaped, every handle
+ * closed (uv_loop_close() succeeds) and nothing leaked. */
+#include "test/unit/unit.h"
+
+#include <signal.h>
+#include <uv.h>
+
+#include "core/buf.h"
+#include "core/log.h"
+#include "upstream/stdio.h"
+
+struct fx {
+    uv_loop_t loop;
+    uv_timer_t watchdog;
+    int timed_out;
+    struct tg_upstream_conf uc;
+    struct tg_child *ch;
+    int nmsgs;
+    struct tg_buf msgs; /* every message, each followed by '|' */
+    int exits;
+    int64_t status;
+    int sig;
+};
+
+static void on_watchdog(uv_timer_t *t) { ((struct fx *)t->data)->timed_out = 1; }
+
+#define RUN_UNTIL(f, cond)                                                                                            \
+    do {                                                                                                              \
+        (f)->timed_out = 0;                                                                                           \
+        uv_timer_start(&(f)->watchdog, on_watchdog, 5000, 0);                                                         \
+        while (!(cond) && !(f)->timed_out)                                                                            \
+            uv_run(&(f)->loop, UV_RUN_ONCE);                                                                          \
+        uv_timer_stop(&(f)->watchdog);                                                                                \
+        if (!(cond))                                                                                                  \
+            fail_msg("%s:%d: timed out waiting for %s (%d messages: \"%.*s\", %d exits)", __FILE__, __LINE__, #cond, \
+                     (f)->nmsgs, (int)(f)->msgs.len, (f)->msgs.base ? (f)->msgs.base : "", (f)->exits);             \
+    } while (0)
+
+static void on_message(void *ud, const char *p, size_t n)
+{
+    struct fx *f = ud;
+    f->nmsgs++;
+    tg_buf_append(&f->msgs, p, n);
+    tg_buf_append(&f->msgs, "|", 1);
+}
+
+static void on_exit_cb(void *ud, int64_t status, int term_signal)
+{
+    struct fx *f = ud;
+    f->exits++;
+    f->status = status;
+    f->sig = term_signal;
+    f->ch = NULL; /* it frees itself once its handles are closed */
+}
+
+static char *cat_argv[] = {"/bin/cat", NULL};
+
+static struct fx *fx_new(char **argv, size_t max_line)
+{
+    struct fx *f = tg_xcalloc(1, sizeof(*f));
+    assert_int_equal(uv_loop_init(&f->loop), 0);
+    uv_timer_init(&f->loop, &f->watchdog);
+    f->watchdog.data = f;
+    tg_buf_init(&f->msgs);
+    f->uc.name = "test";
+    f->uc.transport = TG_UP_STDIO;
+    f->uc.command = argv;
+    int err = 0;
+    f->ch = tg_child_spawn(&f->loop, &f->uc, max_line, on_message, on_exit_cb, f, &err);
+    assert_int_equal(err, 0);
+    assert_non_null(f->ch);
+    assert_true(tg_child_alive(f->ch));
+    assert_true(tg_child_pid(f->ch) > 0);
+    return f;
+}
+
+static void fx_free(struct fx *f)
+{
+    if (f->ch != NULL)
+        tg_child_kill(f->ch);
+    f->ch = NULL;
+    RUN_UNTIL(f, tg_child_live_count() == 0); /* reaped */
+    uv_close((uv_handle_t *)&f->watchdog, NULL);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    tg_buf_dispose(&f->msgs);
+    free(f);
+}
+
+static void send_str(struct fx *f, const char *s) { assert_int_equal(tg_child_send(f->ch, s, strlen(s)), 0); }
+
+static void assert_msgs(struct fx *f, const char *want)
+{
+    if (f->msgs.len != strlen(want) || memcmp(f->msgs.base, want, f->msgs.len) != 0)
+        fail_msg("messages \"%.*s\", expected \"%s\"", (int)f->msgs.len, f->msgs.base ? f->msgs.base : "", want);
+}
+
+/* ---- cases ----------------------------------------------------------------------------- */
+
+static void line_comes_back_as_a_message(void **state)
+{
+    struct fx *f = fx_new(cat_argv, 4096);
+    send_str(f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}");
+    RUN_UNTIL(f, f->nmsgs == 1);
+    assert_msgs(f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}|"); /* without its newline */
+    /* Several at once, in order. */
+    send_str(f, "{\"id\":2}");
+    send_str(f, "{\"id\":3}");
+    send_str(f, "{\"id\":4}");
+    RUN_UNTIL(f, f->nmsgs == 4);
+    assert_msgs(f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}|{\"id\":2}|{\"id\":3}|{\"id\":4}|");
+    assert_int_equal(f->exits, 0);
+    fx_free(f);
+}
+
+static void non_json_lines_skipped(void **state)
+{
+    struct fx *f = fx_new(cat_argv, 4096);
+    send_str(f, "Server starting on stdio...");
+    send_str(f, "[1,2,3]");        /* JSON, but not an object */
+    send_str(f, "{\"broken\":");   /* not JSON */
+    send_str(f, "");               /* empty */
+    send_str(f, "  {\"id\":1}\r"); /* blanks and a CR around an object: trimmed, delivered */
+    send_str(f, "{\"id\":2}");
+    RUN_UNTIL(f, f->nmsgs == 2);
+    assert_msgs(f, "{\"id\":1}|{\"id\":2}|");
+    fx_free(f);
+}
+
+static void line_over_max_line_dropped(void **state)
+{
+    struct fx *f = fx_new(cat_argv, 64);
+    struct tg_buf big;
+    tg_buf_init(&big);
+    tg_buf_appends(&big, "{\"pad\":\"");
+    for (int i = 0; i < 100; i++)
+        tg_buf_appends(&big, "x");
+    tg_buf_appends(&big, "\"}");
+    assert_int_equal(tg_child_send(f->ch, big.base, big.len), 0);
+    send_str(f, "{\"id\":1}");
+    RUN_UNTIL(f, f->nmsgs == 1);
+    assert_msgs(f, "{\"id\":1}|");
+    /* Longer than one read (64 KiB): dropped up to its newline across reads. */
+    big.len = 0;
+    tg_buf_appends(&big, "{\"pad\":\"");
+    for (int i = 0; i < 200000; i++)
+        tg_buf_appends(&big, "y");
+    tg_buf_appends(&big, "\"}");
+    assert_int_equal(tg_child_send(f->ch, big.base, big.len), 0);
+    send_str(f, "{\"id\":2}");
+    RUN_UNTIL(f, f->nmsgs == 2);
+    assert_msgs(f, "{\"id\":1}|{\"id\":2}|");
+    /* Exactly max_line: delivered. */
+    big.len = 0;
+    tg_buf_appends(&big, "{\"p\":\"");
+    while (big.len < 62)
+        tg_buf_appends(&big, "z");
+    tg_buf_appends(&big, "\"}");
+    assert_int_equal(big.len, 64);
+    assert_int_equal(tg_child_send(f->ch, big.base, big.len), 0);
+    RUN_UNTIL(f, f->nmsgs == 3);
+    tg_buf_dispose(&big);
+    fx_free(f);
+}
+
+static void on_exit_once_when_killed_from_outside(void **state)
+{
+    struct fx *f = fx_new(cat_argv, 4096);
+    size_t live = tg_child_live_count();
+    assert_int_equal(live, 1);
+    assert_int_equal(uv_kill(tg_child_pid(f->ch), SIGTERM), 0);
+    RUN_UNTIL(f, f->exits == 1);
+    assert_int_equal(f->sig, SIGTERM);
+    assert_null(f->ch);
+    assert_int_equal(tg_child_live_count(), 0);
+    for (int i = 0; i < 10; i++)
+        uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(f->exits, 1); /* once */
+    fx_free(f);
+}
+
+static void on_exit_once_when_the_child_exits(void **state)
+{
+    static char *argv[] = {"/bin/sh", "-c", "echo '{\"id\":\"bye\"}'; exit 3", NULL};
+    struct fx *f = fx_new(argv, 4096);
+    RUN_UNTIL(f, f->exits == 1);
+    assert_int_equal(f->status, 3);
+    assert_int_equal(f->sig, 0);
+    fx_free(f);
+}
+
+static void no_callback_after_tg_child_kill(void **state)
+{
+    struct fx *f = fx_new(cat_argv, 4096);
+    send_str(f, "{\"id\":1}");
+    RUN_UNTIL(f, f->nmsgs == 1);
+    send_str(f, "{\"id\":2}"); /* may be echoed, but must not be delivered */
+    struct tg_child *ch = f->ch;
+    tg_child_kill(ch);
+    assert_false(tg_child_alive(ch));
+    tg_child_kill(ch); /* idempotent */
+    f->ch = NULL;
+    RUN_UNTIL(f, tg_child_live_count() == 0); /* stdin closed and SIGTERM: reaped */
+    assert_int_equal(f->exits, 0);
+    assert_int_equal(f->nmsgs, 1);
+    fx_free(f);
+}
+
+int main(int argc, char **argv)
+{
+    tg_log_setup(TG_LOG_ERROR, TG_LOG_LOGFMT, NULL);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(line_comes_back_as_a_message),
+        cmocka_unit_test(non_json_lines_skipped),
+        cmocka_unit_test(line_over_max_line_dropped),
+        cmocka_unit_test(on_exit_once_when_killed_from_outside),
+        cmocka_unit_test(on_exit_once_when_the_child_exits),
+        cmocka_unit_test(no_callback_after_tg_child_kill),
+    };
+    return TG_UNIT_RUN(tests, argc, argv);
+}

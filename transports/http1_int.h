@@ -1,0 +1,34 @@
+/* What transports/http1.c (the connection: reading, parsing, state, deferred work) and
+ * transports/http1_out.c (the write path: answers, streams, cork, output accounting) share.
+ * Not for use outside transports/http1*.c. */
+#ifndef TG_HTTP1_INT_H
+#define TG_HTTP1_INT_H
+
+#include "transports/http1.h"
+
+/* Bits of tg_conn.pend: work put off to tg_http_run_pending. */
+#define TG_PEND_CLOSE 1u    /* notify users, then uv_close */
+#define TG_PEND_SHUTDOWN 2u /* notify users, then shut down after the queued writes */
+#define TG_PEND_INPUT 4u    /* parse pipelined input now that the previous answer is done */
+
+/* http1.c */
+/* Every state transition passes here: it checks the edge and re-arms the one timer. */
+void tg__http_set_state(struct tg_conn *c, enum tg_conn_state s);
+/* Queue work (TG_PEND_*) for the end of the loop iteration. */
+void tg__http_pend(struct tg_conn *c, unsigned what);
+/* The current request is answered: close, or get ready for the next one. */
+void tg__http_finish_request(struct tg_conn *c);
+
+/* http1_out.c */
+/* Takes the storage of b (left empty): plaintext, corked on streams, encrypted on TLS. */
+void tg__http_send_owned(struct tg_conn *c, struct tg_buf *b);
+/* Takes the storage of wire: bytes that go to the socket as they are. */
+void tg__http_send_wire(struct tg_conn *c, struct tg_buf *wire);
+/* Write what the cork gathered; runs no callback. */
+void tg__http_flush_cork(struct tg_conn *c);
+/* Bytes left the output accounting (written, or dropped unwritten). */
+void tg__http_out_sub(struct tg_conn *c, size_t n);
+/* 1 when the connection's output, and the process's, are below their low-water marks. */
+int tg__http_out_drained(const struct tg_conn *c);
+
+#endif

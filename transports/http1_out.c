@@ -1,0 +1,341 @@
+/* The HTTP/1.1 write path: answers with Content-Length, chunked streams, the cork that
+ * gathers a stream's writes for one write(2) per loop iteration, TLS encryption on the way
+ * out, raw writes on upgraded connections, and the output accounting behind the high-water
+ * mark. The connection itself (reading, parsing, state, deferred work) is in http1.c. */
+#include "transports/http1_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/msg.h"
+#include "transports/tls.h"
+
+struct write_req {
+    uv_write_t req;
+    struct tg_conn *conn;
+    char *base;
+    size_t len;
+};
+
+const char *tg_http_status_text(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 202: return "Accepted";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 406: return "Not Acceptable";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    }
+    return "Unknown";
+}
+
+/* ---- writing ------------------------------------------------------------------ */
+
+/* Every byte queued to a client counts toward its connection's mark and the process's total. */
+static void out_add(struct tg_conn *c, size_t n)
+{
+    c->out_pending += n;
+    c->env->metrics->output_buffered += n;
+}
+
+void tg__http_out_sub(struct tg_conn *c, size_t n)
+{
+    c->out_pending -= n;
+    c->env->metrics->output_buffered -= n;
+}
+
+int tg_conn_output_high(const struct tg_conn *c)
+{
+    const struct tg_limits *l = c->env->limits;
+    if (c->out_pending > (size_t)l->output_high_water)
+        return 1;
+    /* The total counts only against connections that hold some of it, so a quiet one is served. */
+    return c->out_pending > 0 && c->env->metrics->output_buffered > (size_t)l->output_total_bytes;
+}
+
+int tg__http_out_drained(const struct tg_conn *c)
+{
+    const struct tg_limits *l = c->env->limits;
+    return c->out_pending < (size_t)l->output_high_water / 2 &&
+           (c->out_pending == 0 || c->env->metrics->output_buffered <= (size_t)l->output_total_bytes / 2);
+}
+
+/* A watcher of this connection's backlog (see on_watch in the header): called once it drains. */
+static void watch_check(struct tg_conn *c)
+{
+    if (c->on_watch && tg__http_out_drained(c)) {
+        tg_conn_cb w = c->on_watch;
+        c->on_watch = NULL;
+        w(c, c->watch_ud);
+    }
+}
+
+/* Output fell: resume whoever waits for it. */
+static void drained(struct tg_conn *c)
+{
+    if (c->state >= TG_CONN_CLOSING || !tg__http_out_drained(c))
+        return;
+    if (c->on_drain)
+        c->on_drain(c, c->exchange);
+    if (c->wait_drain && c->state < TG_CONN_CLOSING) {
+        c->wait_drain = 0;
+        tg__http_pend(c, TG_PEND_INPUT);
+    }
+    if (c->state == TG_CONN_UPGRADED && c->read_stopped && c->up_data != NULL) {
+        /* an upgraded protocol paused its reads on this mark: let it see its input again */
+        tg__http_pend(c, TG_PEND_INPUT);
+    }
+    watch_check(c);
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    struct write_req *w = tg_container_of(req, struct write_req, req);
+    struct tg_conn *c = w->conn;
+    tg__http_out_sub(c, w->len);
+    free(w->base);
+    free(w);
+    if (status < 0) {
+        if (c->state < TG_CONN_CLOSING)
+            tg_conn_close(c, "write failed");
+        return;
+    }
+    drained(c);
+}
+
+static void send_now(struct tg_conn *c, struct tg_buf *b);
+
+/* Takes the storage of b (which is left empty): plaintext, encrypted first on a TLS connection.
+ * Streams (SSE answers, upgraded connections) are corked: what they write during one loop
+ * iteration is gathered and written once at its end, so a burst of relayed events costs one
+ * write(2) (and one TLS pass) instead of one per event. */
+void tg__http_send_owned(struct tg_conn *c, struct tg_buf *b)
+{
+    if (c->state >= TG_CONN_CLOSING || b->len == 0) {
+        tg_buf_dispose(b);
+        return;
+    }
+    if (c->state == TG_CONN_STREAMING || c->state == TG_CONN_UPGRADED) {
+        if (c->cork.len == 0 && c->cork.cap == 0) {
+            c->cork = *b; /* take the buffer as it is: no copy for the first write of a burst */
+            tg_buf_init(b);
+        } else {
+            tg_buf_append(&c->cork, b->base, b->len);
+            tg_buf_dispose(b);
+        }
+        out_add(c, c->cork.len - c->out_pending_corked);
+        c->out_pending_corked = c->cork.len;
+        if (!tg_list_linked(&c->cork_link))
+            tg_list_insert_tail(&c->env->corked, &c->cork_link);
+        return;
+    }
+    if (c->cork.len > 0)
+        tg__http_flush_cork(c); /* keep the order */
+    send_now(c, b);
+}
+
+/* Write what the cork gathered. No callback runs here: this is called inside respond and
+ * close paths too. */
+void tg__http_flush_cork(struct tg_conn *c)
+{
+    tg_list_unlink(&c->cork_link);
+    if (c->cork.len == 0)
+        return;
+    struct tg_buf b = c->cork;
+    tg_buf_init(&c->cork);
+    tg__http_out_sub(c, c->out_pending_corked);
+    c->out_pending_corked = 0;
+    send_now(c, &b);
+}
+
+void tg_http_flush(struct tg_conn *c)
+{
+    tg__http_flush_cork(c);
+    /* A direct write that took everything completes no write request: say "drained" here, or
+     * an upstream paused while this was corked would never be resumed. */
+    drained(c);
+}
+
+void tg_http_flush_corked(struct tg_http_env *env)
+{
+    while (!tg_list_empty(&env->corked))
+        tg_http_flush(tg_container_of(env->corked.next, struct tg_conn, cork_link));
+}
+
+static void send_now(struct tg_conn *c, struct tg_buf *b)
+{
+    if (c->state >= TG_CONN_CLOSING || b->len == 0) {
+        tg_buf_dispose(b);
+        return;
+    }
+    struct tg_buf wire;
+    if (c->tls != NULL) {
+        tg_buf_init(&wire);
+        if (tg_tls_write(c->tls, b->base, b->len, &wire) != 0) {
+            tg_buf_dispose(b);
+            tg_buf_dispose(&wire);
+            tg_conn_close(c, "TLS write failed");
+            return;
+        }
+        tg_buf_dispose(b);
+    } else {
+        wire = *b;
+        tg_buf_init(b);
+    }
+    tg__http_send_wire(c, &wire);
+}
+
+/* Takes the storage of wire: bytes that go to the socket as they are. */
+void tg__http_send_wire(struct tg_conn *c, struct tg_buf *wire_in)
+{
+    struct tg_buf wire = *wire_in;
+    tg_buf_init(wire_in);
+    if (c->state >= TG_CONN_CLOSING || wire.len == 0) {
+        tg_buf_dispose(&wire);
+        return;
+    }
+    /* Write at once when nothing is queued: most answers fit in the socket buffer, and this
+     * skips a write request, its allocation and libuv's epoll_ctl after each queued write. */
+    size_t off = 0;
+    if (c->out_pending == 0) {
+        uv_buf_t ub = uv_buf_init(wire.base, (unsigned)wire.len);
+        int n = uv_try_write((uv_stream_t *)&c->tcp, &ub, 1);
+        if (n < 0 && n != UV_EAGAIN) {
+            tg_buf_dispose(&wire);
+            tg_conn_close(c, "write failed");
+            return;
+        }
+        if (n > 0)
+            off = (size_t)n;
+        if (off == wire.len) {
+            tg_buf_dispose(&wire);
+            return;
+        }
+    }
+    struct write_req *w = tg_xmalloc(sizeof(*w));
+    w->conn = c;
+    w->len = wire.len - off;
+    w->base = tg_buf_release(&wire);
+    uv_buf_t ub = uv_buf_init(w->base + off, (unsigned)w->len);
+    out_add(c, w->len);
+    int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &ub, 1, on_write);
+    if (r != 0) {
+        tg__http_out_sub(c, w->len);
+        free(w->base);
+        free(w);
+        tg_conn_close(c, "write failed");
+    }
+}
+
+static void append_head(struct tg_conn *c, struct tg_buf *b, int status, const char *extra, const char *ctype)
+{
+    tg_buf_appendf(b, "HTTP/1.1 %d %s\r\n", status, tg_http_status_text(status));
+    if (ctype)
+        tg_buf_appendf(b, "Content-Type: %s\r\n", ctype);
+    if (extra)
+        tg_buf_appends(b, extra);
+    if (c->close_after || !c->req.keep_alive || *c->env->draining)
+        tg_buf_appends(b, "Connection: close\r\n");
+    else if (c->parser.http_minor == 0)
+        tg_buf_appends(b, "Connection: keep-alive\r\n");
+}
+
+void tg_http_respond(struct tg_conn *c, int status, const char *extra, const char *ctype, const char *body, size_t len)
+{
+    if (c->state >= TG_CONN_CLOSING)
+        return;
+    struct tg_metrics *m = c->env->metrics;
+    if (status >= 100 && status < 600)
+        m->http_status[status / 100]++;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    if (tg_buf_try_reserve(&b, len + 256, 0) != 0)
+        abort();
+    append_head(c, &b, status, extra, ctype);
+    tg_buf_appendf(&b, "Content-Length: %zu\r\n\r\n", len);
+    tg_buf_append(&b, body, len);
+    tg__http_send_owned(c, &b);
+    tg__http_finish_request(c);
+}
+
+void tg_http_respond_rpc_error(struct tg_conn *c, int status, const char *extra, int code, const char *msg)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_rpc_error(&b, NULL, 0, code, msg, NULL);
+    tg_http_respond(c, status, extra, "application/json", b.base, b.len);
+    tg_buf_dispose(&b);
+}
+
+void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra, const char *ctype)
+{
+    if (c->state >= TG_CONN_CLOSING)
+        return;
+    if (c->parser.http_minor == 0)
+        c->close_after = 1; /* HTTP/1.0 has no chunked encoding: the stream ends with the connection */
+    c->env->metrics->http_status[status / 100]++;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    append_head(c, &b, status, extra, ctype);
+    tg_buf_appends(&b, "Cache-Control: no-cache\r\n");
+    if (c->parser.http_minor != 0)
+        tg_buf_appends(&b, "Transfer-Encoding: chunked\r\n");
+    tg_buf_appends(&b, "\r\n");
+    tg__http_send_owned(c, &b);
+    tg__http_set_state(c, TG_CONN_STREAMING);
+}
+
+void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n)
+{
+    if (c->state != TG_CONN_STREAMING || n == 0)
+        return;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    if (tg_buf_try_reserve(&b, n + 32, 0) != 0)
+        abort();
+    if (c->parser.http_minor != 0) {
+        tg_buf_append_hex(&b, n);
+        tg_buf_append(&b, "\r\n", 2);
+    }
+    tg_buf_append(&b, p, n);
+    if (c->parser.http_minor != 0)
+        tg_buf_append(&b, "\r\n", 2);
+    tg__http_send_owned(c, &b);
+}
+
+void tg_http_stream_end(struct tg_conn *c)
+{
+    if (c->state != TG_CONN_STREAMING)
+        return;
+    if (c->parser.http_minor != 0) {
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_buf_append(&b, "0\r\n\r\n", 5);
+        tg__http_send_owned(c, &b);
+    }
+    tg__http_finish_request(c);
+}
+
+void tg_http_raw_write(struct tg_conn *c, const char *p, size_t n)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_append(&b, p, n);
+    tg__http_send_owned(c, &b);
+}
