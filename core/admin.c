@@ -1,13 +1,24 @@
-#include "core/router_int.h"
+/* The admin listener's applets: /metrics (Prometheus text), /healthz and /readyz, and the admin
+ * API (/admin/approvals, /admin/approvals/ID/approve|deny, /admin/reload). Answers made inside
+ * the gateway, beside the proxy path. */
+#include "core/admin.h"
 
+#include <stdio.h>
+#include <string.h>
 
-static int admin_authorized(struct tg_server *srv, struct tg_conn *c);
-
-static void admin_list_approvals(struct tg_server *srv, struct tg_conn *c);
-
-static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_slice rest);
-
-void tg_router_admin(struct tg_server *srv, struct tg_conn *c);
+#include "core/approvals.h"
+#include "core/audit.h"
+#include "core/call.h"
+#include "core/gateway.h"
+#include "core/json.h"
+#include "core/router.h"
+#include "core/session.h"
+#include "policy/auth.h"
+#include "policy/policy.h"
+#include "transports/http1.h"
+#include "transports/respond.h"
+#include "upstream/pool.h"
+#include "upstream/stdio.h"
 
 static int admin_authorized(struct tg_server *srv, struct tg_conn *c)
 {
@@ -21,33 +32,125 @@ static int admin_authorized(struct tg_server *srv, struct tg_conn *c)
     return tg_auth_ct_equal(h, srv->conf->admin.token_sha256, 32);
 }
 
-static void admin_list_approvals(struct tg_server *srv, struct tg_conn *c)
+static void list_approvals(struct tg_server *srv, struct tg_conn *c)
 {
     struct tg_buf b;
     tg_buf_init(&b);
-    tg_buf_appends(&b, "{\"approvals\":[");
-    uint64_t now = now_ms(srv);
-    for (struct tg_list *l = srv->approvals.next; l != &srv->approvals; l = l->next) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, alink);
-        if (l != srv->approvals.next)
-            tg_buf_append(&b, ",", 1);
-        tg_buf_appendf(&b, "{\"id\":\"%s\",\"grant\":", k->approval_id);
-        tg_json_write_string(&b, k->grant, strlen(k->grant));
-        tg_buf_appendf(&b, ",\"session\":\"%s\",\"upstream\":", k->sess->id_str);
-        tg_json_write_string(&b, up_name(k), strlen(up_name(k)));
-        tg_buf_appends(&b, ",\"tool\":");
-        tg_json_write_string(&b, k->tool, strlen(k->tool));
-        tg_buf_appendf(&b, ",\"args_sha256\":\"%s\"", k->args_sha256);
-        if (k->args_json) {
-            tg_buf_appends(&b, ",\"args\":");
-            tg_buf_appends(&b, k->args_json);
-        }
-        tg_buf_appendf(&b, ",\"parked_at_ms\":%llu,\"expires_in_ms\":%llu}", (unsigned long long)k->parked_at_wall,
-                       (unsigned long long)(k->approval_deadline > now ? k->approval_deadline - now : 0));
-    }
-    tg_buf_appends(&b, "]}");
+    tg_approvals_list(srv, &b);
     tg_http_respond(c, 200, NULL, "application/json", b.base, b.len);
     tg_buf_dispose(&b);
+}
+
+#define C(name, help, val)                                                                                     \
+    tg_buf_appendf(out, "# HELP tollgate_" name " " help "\n# TYPE tollgate_" name " counter\ntollgate_" name " %llu\n", \
+                   (unsigned long long)(val))
+#define G(name, help, val)                                                                                     \
+    tg_buf_appendf(out, "# HELP tollgate_" name " " help "\n# TYPE tollgate_" name " gauge\ntollgate_" name " %llu\n", \
+                   (unsigned long long)(val))
+
+static void metrics_render(struct tg_server *srv, struct tg_buf *out)
+{
+    const struct tg_metrics *m = &srv->metrics;
+    G("connections_open", "Client connections open.", srv->http.nconns);
+    C("connections_accepted_total", "Client connections accepted.", m->conns_accepted);
+    C("connections_rejected_total", "Connections refused at limits.max_connections or failed to accept (EMFILE).", m->conns_rejected);
+    C("tls_handshake_failures_total", "Failed TLS handshakes.", m->tls_handshake_failures);
+    C("http_requests_total", "HTTP requests parsed.", m->http_requests);
+    tg_buf_appends(out, "# HELP tollgate_http_responses_total HTTP responses by status class.\n"
+                        "# TYPE tollgate_http_responses_total counter\n");
+    for (int i = 1; i < 6; i++)
+        tg_buf_appendf(out, "tollgate_http_responses_total{class=\"%dxx\"} %llu\n", i,
+                       (unsigned long long)m->http_status[i]);
+    tg_buf_appends(out, "# HELP tollgate_limit_hits_total Requests refused or paused at a configured limit.\n"
+                        "# TYPE tollgate_limit_hits_total counter\n");
+    tg_buf_appendf(out, "tollgate_limit_hits_total{limit=\"header_bytes\"} %llu\n",
+                   (unsigned long long)m->limit_header_bytes);
+    tg_buf_appendf(out, "tollgate_limit_hits_total{limit=\"body_bytes\"} %llu\n",
+                   (unsigned long long)m->limit_body_bytes);
+    tg_buf_appendf(out, "tollgate_limit_hits_total{limit=\"json\"} %llu\n", (unsigned long long)m->limit_json);
+    tg_buf_appendf(out, "tollgate_limit_hits_total{limit=\"inflight_per_session\"} %llu\n",
+                   (unsigned long long)m->limit_inflight);
+    tg_buf_appendf(out, "tollgate_limit_hits_total{limit=\"sessions_per_grant\"} %llu\n",
+                   (unsigned long long)m->limit_sessions);
+    tg_buf_appendf(out, "tollgate_limit_hits_total{limit=\"output_high_water\"} %llu\n",
+                   (unsigned long long)m->limit_output);
+    tg_buf_appends(out, "# HELP tollgate_output_buffered_bytes Bytes queued to clients and not yet written, all "
+                        "connections together (bounded by limits.output_total_bytes).\n"
+                        "# TYPE tollgate_output_buffered_bytes gauge\n");
+    tg_buf_appendf(out, "tollgate_output_buffered_bytes %llu\n", (unsigned long long)m->output_buffered);
+    size_t nsse, nws, nall = tg_session_table_count(srv->sessions);
+    tg_router_channel_counts(srv, &nsse, &nws);
+    tg_buf_appends(out, "# HELP tollgate_sessions_open Live MCP sessions by client transport.\n"
+                        "# TYPE tollgate_sessions_open gauge\n");
+    tg_buf_appendf(out, "tollgate_sessions_open{transport=\"streamable_http\"} %zu\n",
+                   nall >= nsse + nws ? nall - nsse - nws : 0);
+    tg_buf_appendf(out, "tollgate_sessions_open{transport=\"sse\"} %zu\n", nsse);
+    tg_buf_appendf(out, "tollgate_sessions_open{transport=\"websocket\"} %zu\n", nws);
+    C("sessions_created_total", "MCP sessions created.", m->sessions_created);
+    C("sessions_expired_total", "MCP sessions dropped after limits.session_idle_timeout_ms.", m->sessions_expired);
+    C("rpc_requests_total", "JSON-RPC requests forwarded.", m->rpc_requests);
+    C("rpc_notifications_total", "JSON-RPC notifications forwarded.", m->rpc_notifications);
+    C("rpc_responses_total", "JSON-RPC responses (to server requests) forwarded.", m->rpc_responses);
+    C("rpc_refused_nonstandard_total", "Messages refused for a non-standard method.", m->rpc_refused_nonstandard);
+    C("sse_events_relayed_total", "SSE events relayed to clients.", m->sse_events_relayed);
+    tg_buf_appends(out, "# HELP tollgate_decisions_total Policy decisions by verdict.\n"
+                        "# TYPE tollgate_decisions_total counter\n");
+    static const char *const verdicts[] = {"allow", "deny", "limited", "approve"};
+    for (int i = 0; i < 4; i++)
+        tg_buf_appendf(out, "tollgate_decisions_total{verdict=\"%s\"} %llu\n", verdicts[i],
+                       (unsigned long long)m->decisions[i]);
+    C("refunds_total", "Calls whose counter reservations were given back.", m->refunds);
+    G("approvals_pending", "Calls parked for a human's approval.", srv->napprovals);
+    tg_buf_appends(out, "# HELP tollgate_approvals_total Parked calls by outcome.\n"
+                        "# TYPE tollgate_approvals_total counter\n");
+    tg_buf_appendf(out, "tollgate_approvals_total{outcome=\"approved\"} %llu\n",
+                   (unsigned long long)m->approvals_approved);
+    tg_buf_appendf(out, "tollgate_approvals_total{outcome=\"rejected\"} %llu\n",
+                   (unsigned long long)m->approvals_rejected);
+    tg_buf_appendf(out, "tollgate_approvals_total{outcome=\"expired\"} %llu\n",
+                   (unsigned long long)m->approvals_expired);
+    C("server_requests_denied_total", "Server-to-client requests refused (deny_server_requests, batches).",
+      m->server_requests_denied);
+    G("counters_live", "Rate-limit buckets and windows held in memory.", tg_counters_count(srv->counters));
+    G("counters_memory_bytes", "Memory of the counter table.", tg_counters_memory(srv->counters));
+    C("audit_records_total", "Audit records written.", tg_audit_written(srv->audit));
+    C("audit_dropped_total", "Audit records dropped because the disk fell behind.", tg_audit_dropped(srv->audit));
+    C("reloads_total", "Successful configuration reloads.", srv->reloads);
+    G("upstream_processes", "stdio upstream children alive (warm ones included).", tg_child_live_count());
+    C("reload_failures_total", "Reloads refused (the old configuration stayed).", srv->reload_failures);
+    C("upstream_calls_total", "HTTP requests sent to upstreams.", m->upstream_calls);
+    C("upstream_errors_total", "Upstream requests that failed.", m->upstream_errors);
+    C("upstream_timeouts_total", "Upstream requests that timed out.", m->upstream_timeouts);
+    C("upstream_queue_timeouts_total", "Calls that waited too long for a pooled connection.",
+      m->upstream_queue_timeouts);
+    C("upstream_connects_total", "Upstream TCP connections opened.", m->upstream_connects);
+    tg_buf_appends(out, "# HELP tollgate_upstream_pool Upstream connections by state.\n"
+                        "# TYPE tollgate_upstream_pool gauge\n");
+    for (size_t i = 0; i < srv->nupstreams; i++) {
+        if (srv->upstreams[i] == NULL)
+            continue;
+        size_t total, idle, queued, dedicated;
+        tg_upstream_stats(srv->upstreams[i], &total, &idle, &queued, &dedicated);
+        const char *n = srv->conf->upstreams[i].name;
+        tg_buf_appendf(out, "tollgate_upstream_pool{upstream=\"%s\",state=\"pooled\"} %zu\n", n, total);
+        tg_buf_appendf(out, "tollgate_upstream_pool{upstream=\"%s\",state=\"idle\"} %zu\n", n, idle);
+        tg_buf_appendf(out, "tollgate_upstream_pool{upstream=\"%s\",state=\"queued\"} %zu\n", n, queued);
+        tg_buf_appendf(out, "tollgate_upstream_pool{upstream=\"%s\",state=\"streams\"} %zu\n", n, dedicated);
+    }
+    tg_buf_appends(out, "# HELP tollgate_upstream_latency_seconds Upstream call latency.\n"
+                        "# TYPE tollgate_upstream_latency_seconds histogram\n");
+    uint64_t cum = 0;
+    for (int i = 0; i < 12; i++) {
+        cum += m->lat_buckets[i];
+        if (i == 11)
+            tg_buf_appendf(out, "tollgate_upstream_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
+                           (unsigned long long)cum);
+        else
+            tg_buf_appendf(out, "tollgate_upstream_latency_seconds_bucket{le=\"%g\"} %llu\n", tg_metrics_lat_bounds[i] / 1000.0,
+                           (unsigned long long)cum);
+    }
+    tg_buf_appendf(out, "tollgate_upstream_latency_seconds_sum %g\ntollgate_upstream_latency_seconds_count %llu\n",
+                   m->lat_sum, (unsigned long long)m->lat_count);
 }
 
 static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_slice rest)
@@ -55,20 +158,18 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
     /* rest = "ID/approve" or "ID/deny" */
     const char *slash = memchr(rest.ptr, '/', rest.len);
     if (slash == NULL) {
-        respond_json(c, 404, "{\"error\":\"use POST /admin/approvals/ID/approve or /deny\"}");
+        tg_http_respond_json(c, 404, "{\"error\":\"use POST /admin/approvals/ID/approve or /deny\"}");
         return;
     }
     struct tg_slice id = tg_slice_of(rest.ptr, (size_t)(slash - rest.ptr));
     struct tg_slice verb = tg_slice_of(slash + 1, rest.len - id.len - 1);
     int approve = tg_slice_eq(verb, TG_SLICE("approve"));
     if (!approve && !tg_slice_eq(verb, TG_SLICE("deny"))) {
-        respond_json(c, 404, "{\"error\":\"use POST /admin/approvals/ID/approve or /deny\"}");
+        tg_http_respond_json(c, 404, "{\"error\":\"use POST /admin/approvals/ID/approve or /deny\"}");
         return;
     }
-    for (struct tg_list *l = srv->approvals.next; l != &srv->approvals; l = l->next) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, alink);
-        if (!tg_slice_eq(id, tg_slice_cstr(k->approval_id)))
-            continue;
+    struct tg_call *k = tg_approvals_find(srv, id);
+    if (k != NULL) {
         /* Who decided: the approver's name if the caller gives one, for the audit log. */
         char by[96] = "admin";
         struct tg_slice who = tg_http_req_header(&c->req, "x-tollgate-approver");
@@ -84,7 +185,7 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
         }
         char idcopy[33];
         snprintf(idcopy, sizeof(idcopy), "%s", k->approval_id);
-        approval_finish(k, approve, by, NULL);
+        tg_approvals_finish(k, approve, by, NULL);
         struct tg_buf b;
         tg_buf_init(&b);
         tg_buf_appendf(&b, "{\"id\":\"%s\",\"decision\":\"%s\",\"by\":", idcopy, approve ? "approved" : "denied");
@@ -94,10 +195,10 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
         tg_buf_dispose(&b);
         return;
     }
-    respond_json(c, 404, "{\"error\":\"no pending approval with this id (decided, expired or unknown)\"}");
+    tg_http_respond_json(c, 404, "{\"error\":\"no pending approval with this id (decided, expired or unknown)\"}");
 }
 
-void tg_router_admin(struct tg_server *srv, struct tg_conn *c)
+void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)
 {
     struct tg_slice url = tg_http_req_url(&c->req);
     size_t q = 0;
@@ -105,12 +206,12 @@ void tg_router_admin(struct tg_server *srv, struct tg_conn *c)
         q++;
     struct tg_slice path = tg_slice_of(url.ptr, q);
     if (tg_slice_eq(path, TG_SLICE("/healthz"))) {
-        respond_json(c, 200, "{\"status\":\"ok\"}");
+        tg_http_respond_json(c, 200, "{\"status\":\"ok\"}");
         return;
     }
     if (tg_slice_eq(path, TG_SLICE("/readyz"))) {
-        respond_json(c, readyz(srv) && !srv->draining ? 200 : 503,
-                     readyz(srv) && !srv->draining ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready\"}");
+        tg_http_respond_json(c, tg_router_ready(srv) && !srv->draining ? 200 : 503,
+                     tg_router_ready(srv) && !srv->draining ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready\"}");
         return;
     }
     if (tg_slice_eq(path, TG_SLICE("/metrics"))) {
@@ -121,14 +222,14 @@ void tg_router_admin(struct tg_server *srv, struct tg_conn *c)
         }
         struct tg_buf b;
         tg_buf_init(&b);
-        tg_metrics_render(srv, &b);
+        metrics_render(srv, &b);
         tg_http_respond(c, 200, NULL, "text/plain; version=0.0.4", b.base, b.len);
         tg_buf_dispose(&b);
         return;
     }
     if (tg_slice_starts_with(path, "/admin/")) {
         if (!srv->conf->admin.has_token) {
-            respond_json(c, 403, "{\"error\":\"the admin API needs admin.token_sha256 in the configuration\"}");
+            tg_http_respond_json(c, 403, "{\"error\":\"the admin API needs admin.token_sha256 in the configuration\"}");
             return;
         }
         if (!admin_authorized(srv, c)) {
@@ -137,7 +238,7 @@ void tg_router_admin(struct tg_server *srv, struct tg_conn *c)
             return;
         }
         if (tg_slice_eq(path, TG_SLICE("/admin/approvals")) && c->req.method == HTTP_GET) {
-            admin_list_approvals(srv, c);
+            list_approvals(srv, c);
             return;
         }
         if (tg_slice_starts_with(path, "/admin/approvals/") && c->req.method == HTTP_POST) {
@@ -148,8 +249,8 @@ void tg_router_admin(struct tg_server *srv, struct tg_conn *c)
             struct tg_buf err, b;
             tg_buf_init(&err);
             tg_buf_init(&b);
-            if (tg_server_reload(srv, &err) == 0) {
-                respond_json(c, 200, "{\"status\":\"reloaded\"}");
+            if (srv->reload(srv, &err) == 0) {
+                tg_http_respond_json(c, 200, "{\"status\":\"reloaded\"}");
             } else {
                 tg_buf_appends(&b, "{\"status\":\"failed\",\"errors\":");
                 tg_json_write_string(&b, err.base ? err.base : "", err.len);
@@ -160,7 +261,7 @@ void tg_router_admin(struct tg_server *srv, struct tg_conn *c)
             tg_buf_dispose(&b);
             return;
         }
-        respond_json(c, 404, "{\"error\":\"unknown admin endpoint\"}");
+        tg_http_respond_json(c, 404, "{\"error\":\"unknown admin endpoint\"}");
         return;
     }
     tg_http_respond(c, 404, NULL, "text/plain", "not found\n", 10);

@@ -1,31 +1,52 @@
-#include "core/router_int.h"
+#include "core/call.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-static void refund(struct tg_call *k);
+#include "core/audit.h"
+#include "core/log.h"
+#include "core/mcp/legacy.h"
+#include "core/mcp/rewrite.h"
+#include "core/msg.h"
+#include "policy/policy.h"
+#include "upstream/upstream.h"
+#include "upstream/pool.h"
 
-static void call_release(struct tg_call *k);
+const char *tg_call_upstream_name(const struct tg_call *k) { return tg_upstream_conf(k->uprt)->name; }
 
-static int detach_stream(struct tg_call *k);
+static const struct tg_upstream_ops *ops_of(const struct tg_upstream_conf *uc)
+{
+    switch (uc->transport) {
+    case TG_UP_STDIO: return &tg_upstream_stdio_ops;
+    case TG_UP_SSE: return &tg_upstream_sse_ops;
+    default: return &tg_upstream_streamable_ops;
+    }
+}
 
-static void on_answer_drained(struct tg_conn *c, void *ud);
+/* ---- settlement ------------------------------------------------------------------------
+ *
+ * Reservations are given back only when the upstream certainly did not run the call: the
+ * request never reached it, it refused the request (HTTP 4xx, session gone), or it answered a
+ * JSON-RPC error object. A timeout, a stream that ended without the answer, a 5xx or a garbled
+ * answer keep them: the tool may have run, and a caller who controls how long it runs or how
+ * its upstream answers must not get it for free. This table is the only place that says so. */
 
-static void watch_answer(struct tg_server *srv, struct tg_session *s, struct tg_conn *c);
-
-static void call_stream_write(struct tg_call *k, const char *p, size_t n);
-
-static void stream_settle(struct tg_call *k, const char *outcome, int give_back);
-
-static void stream_answer(struct tg_call *k, const char *p, size_t n);
-
-static int session_stream_write(struct tg_session *s, const char *p, size_t n, const char *progress_key);
-
-void tg_router_drop_session(struct tg_server *srv, struct tg_session *s);
-
-void tg_router_run_pending(struct tg_server *srv);
-
-static int count_inflight(struct tg_session *s, void *arg);
-
-size_t tg_router_inflight(struct tg_server *srv);
+static const struct {
+    const char *audit; /* the audit line's outcome; NULL: no line (the decision's was written) */
+    int give_back;
+} outcomes[] = {
+    [TG_OUT_OK] = {"ok", 0},
+    [TG_OUT_ERROR] = {"error", 1},
+    [TG_OUT_GARBLED] = {"error", 0},
+    [TG_OUT_NOT_SENT] = {"unavailable", 1},
+    [TG_OUT_NOT_SENT_TIMEOUT] = {"timeout", 1},
+    [TG_OUT_REFUSED] = {"unavailable", 1},
+    [TG_OUT_TIMEOUT] = {"timeout", 0},
+    [TG_OUT_UNAVAILABLE] = {"unavailable", 0},
+    [TG_OUT_CLIENT_GONE] = {"client_gone", 0},
+    [TG_OUT_WITHDRAWN] = {NULL, 1},
+};
 
 static void refund(struct tg_call *k)
 {
@@ -36,7 +57,7 @@ static void refund(struct tg_call *k)
     tg_policy_refund(k->srv->counters, k->dec, wall_ms());
 }
 
-void audit_call(struct tg_call *k, const char *decision, double latency, const char *outcome, const char *by)
+void tg_call_audit(struct tg_call *k, const char *decision, double latency, const char *outcome, const char *by)
 {
     struct tg_audit_record r = {0};
     r.grant = k->grant;
@@ -56,36 +77,71 @@ void audit_call(struct tg_call *k, const char *decision, double latency, const c
     tg_audit_log(k->srv->audit, &k->srv->conf->audit, &r);
 }
 
+void tg_call_settle(struct tg_call *k, enum tg_outcome o, double latency_ms)
+{
+    if (k->settled)
+        return;
+    k->settled = 1;
+    if (outcomes[o].give_back)
+        refund(k);
+    if (k->dec != NULL && outcomes[o].audit != NULL)
+        tg_call_audit(k, "allow", latency_ms, outcomes[o].audit, NULL);
+}
+
+/* How long the upstream has had the call: from its first request (resumes included). */
+static double call_latency(const struct tg_call *k)
+{
+    if (k->first_sent_ns)
+        return (double)(uv_hrtime() - k->first_sent_ns) / 1e6;
+    if (k->sent_at)
+        return (double)(now_ms(k->srv) - k->sent_at);
+    return -1;
+}
+
+/* ---- life ------------------------------------------------------------------------------ */
+
+struct tg_call *tg_call_new(struct tg_server *srv, struct tg_session *s, struct tg_sink *sink, enum call_kind kind)
+{
+    struct tg_call *k = tg_xcalloc(1, sizeof(*k));
+    k->srv = srv;
+    k->uprt = tg_upstream_ref(srv->upstreams[s->upstream]);
+    k->ops = ops_of(tg_upstream_conf(k->uprt));
+    k->grant = tg_xstrdup(s->grant);
+    tg_list_init(&k->alink);
+    tg_buf_init(&k->held);
+    k->sess = tg_session_ref(s);
+    k->kind = kind;
+    tg_buf_init(&k->body);
+    tg_list_init(&k->slink);
+    tg_list_insert_tail(&s->calls, &k->slink);
+    s->last_active_ms = now_ms(srv);
+    k->sink = sink;
+    if (sink != NULL && sink->ops->bind != NULL)
+        sink->ops->bind(sink, k);
+    return k;
+}
+
+void tg_call_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
+{
+    k->ops->send(k, body, len, timeout);
+}
+
 /* Closing marks: the call is taken out of everything that can reach it (session, approvals,
- * waiting list, connection, upstream request, batch, channel), settled if it never reached the
- * upstream, and queued; its memory goes in tg_router_run_pending, after the handler that
- * closed it has returned, so a caller that still holds k reads valid, inert memory. Idempotent. */
-void call_free(struct tg_call *k)
+ * waiting list, upstream, sink), settled if it never reached the upstream, and queued; its
+ * memory goes in tg_call_run_pending, after the handler that closed it has returned, so a
+ * caller that still holds k reads valid, inert memory. Idempotent. */
+void tg_call_close(struct tg_call *k)
 {
     if (k->closed)
         return;
     k->closed = 1;
-    /* Reservations for a call that never reached the upstream are given back. */
     if (!k->forwarded)
-        refund(k);
-    if (k->up != NULL) {
-        tg_upreq_cancel(k->up);
-        k->up = NULL;
-    }
-    resume_cancel(k);
+        tg_call_settle(k, TG_OUT_WITHDRAWN, -1);
+    k->ops->cancel(k);
     if (k->parked) {
         tg_list_unlink(&k->alink);
         k->srv->napprovals--;
         k->parked = 0;
-    }
-    if (k->awaiting) {
-        tg_list_unlink(&k->alink);
-        k->awaiting = 0;
-    }
-    if (k->replay != NULL) {
-        k->replay->live = NULL;
-        k->replay->ended_at = now_ms(k->srv);
-        k->replay = NULL;
     }
     if (k->sess) {
         if (k->kind == KIND_REQUEST && k->sess->inflight > 0)
@@ -97,21 +153,11 @@ void call_free(struct tg_call *k)
         tg_session_unref(k->sess);
         k->sess = NULL;
     }
-    if (k->conn && k->conn->exchange == k) {
-        k->conn->exchange = NULL;
-        k->conn->on_abort = NULL;
-        k->conn->on_drain = NULL;
-    }
-    k->conn = NULL;
-    struct tg_batch *b = k->batch;
-    struct tg_channel *ch = k->channel;
-    k->batch = NULL;
-    k->channel = NULL;
     tg_list_insert_tail(&k->srv->dead_calls, &k->dlink);
-    if (b != NULL)
-        batch_done_one(b);
-    if (ch != NULL)
-        channel_unref(ch);
+    struct tg_sink *sk = k->sink;
+    k->sink = NULL;
+    if (sk != NULL)
+        sk->ops->release(sk, k); /* last: a batch may answer and go now */
 }
 
 static void call_release(struct tg_call *k)
@@ -132,321 +178,372 @@ static void call_release(struct tg_call *k)
     free(k);
 }
 
-/* The client went away while its call was with the upstream: the upstream may have run it,
- * so its reservations stand; say so in the audit log. */
-void abandon(struct tg_call *k)
+void tg_call_run_pending(struct tg_server *srv)
 {
-    if (k->up) {
-        if (k->dec)
-            audit_call(k, "allow", tg_upreq_elapsed_ms(k->up), "client_gone", NULL);
-        tg_upreq_cancel(k->up);
-        k->up = NULL;
+    while (!tg_list_empty(&srv->dead_calls)) {
+        struct tg_call *k = tg_container_of(srv->dead_calls.next, struct tg_call, dlink);
+        tg_list_unlink(&k->dlink);
+        call_release(k);
     }
 }
 
-/* A client that lost a resumable stream may come back with Last-Event-ID: the call goes on,
- * its events kept in the replay buffer. Returns 1 if the call was kept. */
-static int detach_stream(struct tg_call *k)
+void tg_call_abandon(struct tg_call *k)
 {
-    if (k->replay == NULL || (k->up == NULL && !k->awaiting && k->resume == NULL && k->kind != KIND_GET))
-        return 0;
-    k->replay->detached_at = now_ms(k->srv);
-    return 1;
+    if (k->forwarded && tg_call_running(k))
+        tg_call_settle(k, TG_OUT_CLIENT_GONE, call_latency(k));
+    k->ops->cancel(k);
 }
 
-void on_client_abort(struct tg_conn *c, void *ex)
+/* ---- upcalls from transports --------------------------------------------------------- */
+
+int tg_call_running(const struct tg_call *k)
 {
-    struct tg_call *k = ex;
-    k->conn = NULL;
-    if (detach_stream(k))
+    return !k->closed && (k->up != NULL || k->awaiting || k->resume != NULL || k->kind == KIND_GET);
+}
+
+struct tg_sink *tg_call_sink(const struct tg_call *k) { return k->sink; }
+
+void tg_call_client_gone(struct tg_call *k)
+{
+    if (k->closed)
         return;
-    abandon(k);
-    call_free(k);
+    tg_call_abandon(k);
+    tg_call_close(k);
 }
 
-void on_client_drain(struct tg_conn *c, void *ex)
+void tg_call_client_drained(struct tg_call *k)
 {
-    struct tg_call *k = ex;
-    if (k->up)
-        tg_upreq_resume(k->up);
-    if (k->sess)
-        link_pause(k->sess, 0);
+    if (!k->closed && k->sess != NULL)
+        k->ops->pause(k->sess, k, 0);
 }
 
-void answer_upstream_error(struct tg_call *k, const char *why)
+void tg_session_link_pause(struct tg_session *s, int pause)
 {
-    if (k->conn == NULL)
-        return;
-    const char *name = up_name(k);
-    struct tg_buf d;
-    tg_buf_init(&d);
-    upstream_data(&d, name);
-    if (k->kind == KIND_REQUEST) {
-        char hdr[96];
-        session_header(k, hdr, sizeof(hdr));
-        if (k->is_init) {
-            /* No session was made after all. */
-            hdr[0] = '\0';
-            tg_session_remove(k->srv->sessions, k->sess);
-        }
-        respond_rpc(k->conn, 200, hdr, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, d.base);
-    } else {
-        respond_rpc(k->conn, strstr(why, "timed out") ? 504 : 502, NULL, NULL, 0, TG_RPC_UPSTREAM, why, d.base);
-    }
-    tg_buf_dispose(&d);
+    if (s->uplink != NULL)
+        s->uplink->ops->pause(s, NULL, pause);
 }
 
-/* A decided tools/call is over: keep or give back its reservations, and write its audit line.
- * Reservations are given back only when the upstream certainly did not run the call: the
- * request never reached it, it refused the request (HTTP 4xx, session gone), or it answered a
- * JSON-RPC error object. A timeout, a stream that ended without the answer, a 5xx or a garbled
- * answer keep them: the tool may have run, and a caller who controls how long it runs or how
- * its upstream answers must not get it for free. */
-void settle_call(struct tg_call *k, struct tg_upreq *r, int err)
+void tg_session_drained(struct tg_session *s)
 {
-    if (k->dec == NULL)
-        return;
-    const char *outcome = "ok";
-    int give_back = 0;
-    if (k->mode == MODE_SSE && k->got_response) {
-        outcome = k->got_response == 1 ? "ok" : "error";
-        give_back = k->got_response == 2;
-    } else if (err != 0) {
-        outcome = err == TG_ETIMEDOUT ? "timeout" : "unavailable";
-        give_back = !tg_upreq_sent(r);
-    } else if (k->mode == MODE_SSE) {
-        outcome = "unavailable"; /* the stream ended without the answer */
-    } else if (k->mode == MODE_JSON) {
-        if (k->body.base == NULL ||
-            tg_json_parse(k->body.base, k->body.len, 1000, 0, &k->body_doc, NULL, NULL) != 0)
-            outcome = "error";
-        else if ((k->body_doc_ok = 1, k->body_doc.error_raw.len > 0))
-            outcome = "error", give_back = 1;
-    } else {
-        int st = tg_upreq_status(r);
-        outcome = k->mode == MODE_ERROR || k->mode == MODE_GONE ? "unavailable" : "error";
-        give_back = k->mode == MODE_GONE || (k->mode == MODE_ERROR && st >= 400 && st < 500);
-    }
-    if (give_back)
-        refund(k);
-    double latency = k->first_sent_ns ? (double)(uv_hrtime() - k->first_sent_ns) / 1e6 : tg_upreq_elapsed_ms(r);
-    audit_call(k, "allow", latency, outcome, NULL);
-}
-
-/* A batch element is over: put its answer (or an error for it) into the batch. */
-void batch_finish_call(struct tg_call *k, struct tg_upreq *r, int err)
-{
-    if (k->kind != KIND_REQUEST)
-        return; /* notifications and responses have no answer */
-    if (k->mode == MODE_SSE && k->got_response)
-        return; /* already in the batch */
-    if (k->mode == MODE_JSON && err == 0) {
-        struct tg_buf out;
-        tg_buf_init(&out);
-        int valid, is_error;
-        if (restore_id(k, k->body.base ? k->body.base : "", k->body.len, &out, &valid, &is_error, NULL)) {
-            batch_add(k->batch, out.base, out.len);
-            tg_buf_dispose(&out);
-            return;
-        }
-        tg_buf_dispose(&out);
-    }
-    char why[160];
-    snprintf(why, sizeof(why), "upstream %s %s", up_name(k),
-             err == TG_ETIMEDOUT ? "timed out" : k->mode == MODE_ERROR ? "answered with an error status" : "is unavailable");
-    struct tg_buf d;
-    tg_buf_init(&d);
-    upstream_data(&d, up_name(k));
-    batch_add_error(k->batch, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, d.base);
-    tg_buf_dispose(&d);
-    (void)r;
-}
-
-struct tg_call *call_new(struct tg_server *srv, struct tg_session *s, struct tg_conn *c, enum call_kind kind)
-{
-    struct tg_call *k = tg_xcalloc(1, sizeof(*k));
-    k->srv = srv;
-    k->uprt = tg_upstream_ref(srv->upstreams[s->upstream]);
-    k->grant = tg_xstrdup(s->grant);
-    tg_list_init(&k->alink);
-    tg_buf_init(&k->held);
-    k->sess = tg_session_ref(s);
-    k->conn = c;
-    k->kind = kind;
-    tg_buf_init(&k->body);
-    tg_list_init(&k->slink);
-    tg_list_insert_tail(&s->calls, &k->slink);
-    s->last_active_ms = now_ms(srv);
-    if (c) {
-        c->exchange = k;
-        c->on_abort = on_client_abort;
-        c->on_drain = on_client_drain;
-    }
-    return k;
-}
-
-/* A client that stopped reading stops its message-stream upstream too (answers included);
- * its drain resumes it. */
-void session_backpressure(struct tg_server *srv, struct tg_session *s)
-{
-    size_t pending = s->channel ? channel_pending(s->channel) : 0;
-    int high = 0;
+    tg_session_link_pause(s, 0);
     for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        if (k->conn && tg_conn_output_high(k->conn))
-            high = 1;
-    }
-    if (high || pending > (size_t)srv->conf->limits.output_high_water || s->stalled > 0) {
-        srv->metrics.limit_output++;
-        link_pause(s, 1);
+        k->ops->pause(s, k, 0);
     }
 }
 
-/* An answer already given to a client that is not reading it: the session's upstream stays
- * paused until that connection drains (or closes). */
-static void on_answer_drained(struct tg_conn *c, void *ud)
+void tg_session_stall(struct tg_session *s, int delta)
 {
-    struct tg_session *s = ud;
-    if (--s->stalled == 0)
-        link_pause(s, 0);
-    tg_session_unref(s);
+    s->stalled += delta;
+    if (delta < 0 && s->stalled == 0)
+        tg_session_link_pause(s, 0);
 }
 
-static void watch_answer(struct tg_server *srv, struct tg_session *s, struct tg_conn *c)
+/* ---- what the upstream says ----------------------------------------------------------- */
+
+static void answer_of(const struct tg_call *k, struct tg_mcp_answer *a)
 {
-    if (c == NULL || c->state >= TG_CONN_CLOSING || c->on_watch != NULL || !tg_conn_output_high(c))
-        return;
-    s->stalled++;
-    c->watch_ud = tg_session_ref(s);
-    c->on_watch = on_answer_drained;
+    a->gid = k->gid_str;
+    a->gid_len = k->gid_len;
+    a->client_id = k->client_id;
+    a->client_id_len = k->client_id_len;
+    a->is_request = k->kind == KIND_REQUEST;
+    a->tools_filter = k->is_tools_list ? k->policy : NULL;
+    a->upstream = up_name(k);
 }
 
-/* The client stream of call k: its SSE answer (started now if needed), or its channel. */
-static void call_stream_write(struct tg_call *k, const char *p, size_t n)
+/* A server-to-client request this upstream may not make (deny_server_requests), or any on a
+ * sink that can carry only the answer: the gateway answers it with an error and the client
+ * never sees it. Returns 1 if refused. */
+static int refuse_server_request(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
+                                 size_t n, int refuse_all)
 {
-    struct tg_channel *ch = k->channel ? k->channel : k->batch ? k->batch->channel : NULL;
-    if (ch != NULL) {
-        channel_send(ch, p, n);
-        return;
+    const struct tg_upstream_conf *uc = tg_upstream_conf(u);
+    if (uc->ndeny_server_requests == 0 && !refuse_all)
+        return 0;
+    struct tg_json_doc doc;
+    if (tg_json_parse(p, n, 1000, 1, &doc, NULL, NULL) != 0)
+        return 0;
+    cJSON *method = cJSON_GetObjectItemCaseSensitive(doc.root, "method");
+    cJSON *id = cJSON_GetObjectItemCaseSensitive(doc.root, "id");
+    int refused = 0;
+    if (cJSON_IsString(method) && id != NULL && !cJSON_IsNull(id)) {
+        refused = refuse_all;
+        for (size_t i = 0; i < uc->ndeny_server_requests; i++)
+            if (strcmp(uc->deny_server_requests[i], method->valuestring) == 0)
+                refused = 1;
     }
-    if (k->conn == NULL || k->batch != NULL)
-        return;
-    if (k->mode != MODE_SSE) {
-        char hdr[96];
-        session_header(k, hdr, sizeof(hdr));
-        k->mode = MODE_SSE;
-        tg_http_stream_begin(k->conn, 200, hdr, "text/event-stream");
-        stream_open(k);
+    if (refused) {
+        srv->metrics.server_requests_denied++;
+        char esc[96];
+        tg_log(TG_LOG_INFO, "server request refused", "upstream=%s session=%s method=%s", uc->name, s->id_str,
+               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(method->valuestring)));
+        struct tg_buf body;
+        tg_buf_init(&body);
+        char msg[200];
+        snprintf(msg, sizeof(msg), "%s is not allowed through the gateway for upstream %s", method->valuestring,
+                 uc->name);
+        tg_rpc_error(&body, doc.id_raw.ptr, doc.id_raw.len, TG_RPC_DENIED, msg, NULL);
+        ops_of(uc)->reply(srv, s, u, body.base, body.len);
+        tg_buf_dispose(&body);
     }
-    sse_write_message(k, p, n);
+    cJSON_Delete(doc.root);
+    return refused;
 }
 
-/* A decided call's audit line and refund, for answers that came on a message stream.
- * give_back: the upstream certainly did not run it (see settle_call). */
-static void stream_settle(struct tg_call *k, const char *outcome, int give_back)
+void tg_call_backpressure(struct tg_call *k)
 {
-    if (k->dec == NULL)
-        return;
-    if (give_back)
-        refund(k);
-    audit_call(k, "allow", (double)(now_ms(k->srv) - k->sent_at), outcome, NULL);
-}
-
-void stream_fail(struct tg_call *k, const char *why, int give_back)
-{
-    stream_settle(k, strstr(why, "timed out") ? "timeout" : "unavailable", give_back);
-    struct tg_buf e, d;
-    tg_buf_init(&e);
-    tg_buf_init(&d);
-    upstream_data(&d, up_name(k));
-    if (k->kind == KIND_REQUEST) {
-        tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, d.base);
-        if (k->batch != NULL)
-            batch_add(k->batch, e.base, e.len);
-        else if (k->conn != NULL && k->mode == MODE_SSE) {
-            sse_write_message(k, e.base, e.len);
-            tg_http_stream_end(k->conn);
-        } else if (k->conn != NULL) {
-            if (k->is_init)
-                tg_session_remove(k->srv->sessions, k->sess);
-            tg_http_respond(k->conn, 200, NULL, "application/json", e.base, e.len);
-        }
-    } else if (k->conn != NULL) {
-        if (k->mode == MODE_SSE)
-            tg_http_stream_end(k->conn);
-        else
-            tg_http_respond(k->conn, 502, NULL, "application/json", e.base, e.len);
+    struct tg_sink *sk = k->sink;
+    k->ops->touch(k); /* progress keeps a long call alive */
+    if (sk != NULL && sk->ops->high(sk)) {
+        k->srv->metrics.limit_output++;
+        k->ops->pause(k->sess, k, 1); /* the sink's drain resumes it */
     }
-    tg_buf_dispose(&e);
-    tg_buf_dispose(&d);
-    call_free(k);
 }
 
-/* The answer to call k arrived on the session's stream. */
-static void stream_answer(struct tg_call *k, const char *p, size_t n)
+int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *pre)
+{
+    struct tg_sink *sk = k->sink;
+    if (sk == NULL || !sk->ops->listening(sk))
+        return 0;
+    struct tg_buf out;
+    tg_buf_init(&out);
+    int valid, is_error;
+    struct tg_slice srv_req;
+    struct tg_mcp_answer a;
+    answer_of(k, &a);
+    int mine = tg_mcp_restore_id(&a, p, n, pre, &out, &valid, &is_error, &srv_req);
+    if (!valid) {
+        tg_log(TG_LOG_WARN, "upstream sent a message that is not JSON; dropped", "upstream=%s session=%s",
+               up_name(k), k->sess->id_str);
+        tg_buf_dispose(&out);
+        return 0;
+    }
+    if (mine) {
+        k->got_response = is_error ? 2 : 1;
+        if (k->is_init)
+            tg_mcp_note_init_result(k->sess, p, n, k->srv->conf->limits.json_depth + 16);
+        sk->ops->answer(sk, k, 200, NULL, out.base, out.len);
+    } else if (refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0)) {
+        tg_buf_dispose(&out);
+        return 0;
+    } else {
+        if (srv_req.len > 0)
+            tg_mcp_note_server_request(k->sess, srv_req);
+        if (!(sk->flags & TG_SINK_ANSWER_ONLY))
+            sk->ops->message(sk, k, out.base, out.len);
+    }
+    tg_buf_dispose(&out);
+    if (!k->closed)
+        tg_call_backpressure(k);
+    return mine;
+}
+
+int tg_call_answer(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *pre)
 {
     struct tg_buf out;
     tg_buf_init(&out);
     int valid, is_error;
-    restore_id(k, p, n, &out, &valid, &is_error, NULL);
-    if (k->is_init) {
-        k->sess->init_pending = 0;
-        if (!is_error)
-            note_init_result(k, p, n);
-    }
-    stream_settle(k, is_error ? "error" : "ok", is_error);
-    if (k->batch != NULL) {
-        batch_add(k->batch, out.base, out.len);
-    } else if (k->conn != NULL && k->mode == MODE_SSE) {
-        sse_write_message(k, out.base, out.len);
-        if (k->conn)
-            tg_http_stream_end(k->conn);
-    } else if (k->conn != NULL) {
-        char hdr[96];
-        session_header(k, hdr, sizeof(hdr));
-        if (k->is_init && is_error) {
-            hdr[0] = '\0';
-            tg_session_remove(k->srv->sessions, k->sess);
-        }
-        struct tg_conn *c = k->conn;
-        tg_http_respond(c, 200, hdr, "application/json", out.base, out.len);
-        watch_answer(k->srv, k->sess, c);
+    struct tg_mcp_answer a;
+    answer_of(k, &a);
+    int mine = tg_mcp_restore_id(&a, p, n, pre, &out, &valid, &is_error, NULL);
+    if (mine) {
+        k->got_response = is_error ? 2 : 1;
+        if (k->is_init)
+            tg_mcp_note_init_result(k->sess, p, n, k->srv->conf->limits.json_depth + 16);
+        if (k->sink != NULL)
+            k->sink->ops->answer(k->sink, k, 200, NULL, out.base, out.len);
     }
     tg_buf_dispose(&out);
-    call_free(k);
+    return mine;
 }
 
-/* Where a server message that answers no call goes: the channel, the GET stream, or the
- * SSE answer of a call still waiting (the client reads all of these). */
+void tg_call_stream(struct tg_call *k)
+{
+    if (k->sink != NULL)
+        k->sink->ops->stream(k->sink, k);
+}
+
+void tg_call_answer_error(struct tg_call *k, const char *why, int status)
+{
+    struct tg_sink *sk = k->sink;
+    if (sk == NULL)
+        return;
+    struct tg_buf e, d;
+    tg_buf_init(&e);
+    tg_buf_init(&d);
+    tg_mcp_upstream_data(&d, up_name(k));
+    if (k->kind == KIND_REQUEST) {
+        /* An initialize that failed made no session after all. */
+        if (k->is_init && (sk->flags & TG_SINK_NEW_SESSION) && k->sess != NULL && k->sess->live)
+            tg_session_remove(k->srv->sessions, k->sess);
+        tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, d.base);
+        sk->ops->answer(sk, k, 200, NULL, e.base, e.len);
+    } else {
+        tg_rpc_error(&e, NULL, 0, TG_RPC_UPSTREAM, why, d.base);
+        sk->ops->bare(sk, k, status ? status : strstr(why, "timed out") ? 504 : 502, NULL, e.base, e.len);
+    }
+    tg_buf_dispose(&e);
+    tg_buf_dispose(&d);
+}
+
+void tg_call_answer_decision(struct tg_call *k, const struct tg_decision *d, const char *approval_id)
+{
+    struct tg_sink *sk = k->sink;
+    if (sk == NULL)
+        return;
+    const char *tool = k->tool;
+    struct tg_buf data;
+    tg_buf_init(&data);
+    int code = TG_RPC_DENIED;
+    tg_buf_appends(&data, "{\"tool\":");
+    if (tool)
+        tg_json_write_string(&data, tool, strlen(tool));
+    else
+        tg_buf_appends(&data, "null");
+    if (d->verdict == TG_VERDICT_LIMITED) {
+        code = TG_RPC_LIMITED;
+        tg_buf_appends(&data, ",\"counter\":");
+        tg_json_write_string(&data, d->counter, strlen(d->counter));
+        tg_buf_appendf(&data, ",\"retry_after_ms\":%llu", (unsigned long long)d->retry_after_ms);
+    } else if (approval_id != NULL) {
+        code = TG_RPC_APPROVAL;
+        tg_buf_appends(&data, ",\"approval_id\":");
+        tg_json_write_string(&data, approval_id, strlen(approval_id));
+    } else {
+        tg_buf_appends(&data, ",\"rule\":");
+        tg_json_write_string(&data, d->rule, strlen(d->rule));
+        tg_buf_appends(&data, ",\"reason\":");
+        tg_json_write_string(&data, d->message, strlen(d->message));
+    }
+    tg_buf_appends(&data, "}");
+    tg_buf_append(&data, "", 1);
+    struct tg_buf e;
+    tg_buf_init(&e);
+    tg_rpc_error(&e, k->client_id, k->client_id_len, code, d->message, data.base);
+    sk->ops->answer(sk, k, 200, NULL, e.base, e.len);
+    tg_buf_dispose(&e);
+    tg_buf_dispose(&data);
+}
+
+void tg_call_close_upstream_session(struct tg_server *srv, struct tg_session *s)
+{
+    if ((size_t)s->upstream < srv->nupstreams)
+        ops_of(tg_upstream_conf(srv->upstreams[s->upstream]))->close(srv, s);
+}
+
+int tg_call_kind_has_link(struct tg_server *srv, struct tg_session *s)
+{
+    return (size_t)s->upstream < srv->nupstreams &&
+           (ops_of(tg_upstream_conf(srv->upstreams[s->upstream]))->flags & TG_UPOPS_SESSION_LINK) != 0;
+}
+
+void tg_call_finish(struct tg_call *k)
+{
+    if (k->sink != NULL)
+        k->sink->ops->end(k->sink, k);
+    tg_call_close(k);
+}
+
+void tg_call_fail(struct tg_call *k, enum tg_outcome o, const char *why, double latency_ms)
+{
+    tg_call_settle(k, o, latency_ms < 0 ? call_latency(k) : latency_ms);
+    tg_call_answer_error(k, why, 0);
+    tg_call_finish(k);
+}
+
+/* ---- message-stream upstreams: every message of a session on one link -----------------
+ *
+ * An answer is matched to its call by our gateway id; what the server says on its own goes to
+ * the session's client stream: the channel, the GET stream, or an open call's answer stream. */
+
+void tg_call_link_sent(struct tg_call *k, int ok, uint64_t timeout)
+{
+    const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
+    if (!ok) {
+        char why[160];
+        snprintf(why, sizeof(why), "upstream %s could not be started or has gone", uc->name);
+        tg_call_fail(k, TG_OUT_NOT_SENT, why, -1); /* the message was never written */
+        return;
+    }
+    k->forwarded = 1;
+    k->sent_at = now_ms(k->srv);
+    if (k->kind != KIND_REQUEST) {
+        /* notifications and responses: nothing comes back for them */
+        if (k->sink != NULL)
+            k->sink->ops->bare(k->sink, k, 202, NULL, NULL, 0);
+        tg_call_close(k);
+        return;
+    }
+    k->awaiting = 1;
+    k->deadline = k->sent_at + (timeout ? timeout : (uint64_t)uc->call_timeout_ms);
+    tg_list_insert_tail(&k->srv->awaiting, &k->alink);
+}
+
+void tg_call_link_listen(struct tg_call *k)
+{
+    k->forwarded = 1;
+    k->mode = MODE_SSE;
+    tg_call_stream(k);
+}
+
+void tg_call_link_cancel(struct tg_call *k)
+{
+    if (k->awaiting) {
+        tg_list_unlink(&k->alink);
+        k->awaiting = 0;
+    }
+}
+
+void tg_call_link_touch(struct tg_call *k) {}
+
+/* The answer to call k arrived on the session's link. */
+static void link_answer(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *doc)
+{
+    int is_error = doc->error_raw.len > 0;
+    if (k->is_init) {
+        k->sess->init_pending = 0;
+        if (is_error && k->sink != NULL && (k->sink->flags & TG_SINK_NEW_SESSION) && k->sess->live)
+            tg_session_remove(k->srv->sessions, k->sess); /* no session was made after all */
+    }
+    tg_call_settle(k, is_error ? TG_OUT_ERROR : TG_OUT_OK, call_latency(k));
+    tg_call_answer(k, p, n, doc);
+    tg_call_finish(k);
+}
+
+/* Where a server message that answers no call goes. */
 static int session_stream_write(struct tg_session *s, const char *p, size_t n, const char *progress_key)
 {
     if (s->channel != NULL) {
-        channel_send(s->channel, p, n);
+        s->channel->ops->message(s->channel, NULL, p, n);
         return 1;
     }
     struct tg_call *target = NULL;
-    for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
+    for (struct tg_list *l = s->calls.next; progress_key && l != &s->calls; l = l->next) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        if (progress_key && k->progress_token && strcmp(k->progress_token, progress_key) == 0 && k->awaiting) {
+        if (k->progress_token && strcmp(k->progress_token, progress_key) == 0 && k->awaiting) {
             target = k;
             break;
         }
     }
-    if (target == NULL && s->get_stream != NULL && ((struct tg_call *)s->get_stream)->conn != NULL)
+    if (target == NULL && s->get_stream != NULL && s->get_stream->sink != NULL &&
+        s->get_stream->sink->ops->listening(s->get_stream->sink))
         target = s->get_stream;
     for (struct tg_list *l = s->calls.prev; target == NULL && l != &s->calls; l = l->prev) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        if (k->awaiting && (k->conn != NULL || (k->batch && k->batch->channel)))
+        if (k->awaiting && k->sink != NULL && !(k->sink->flags & TG_SINK_ANSWER_ONLY) &&
+            k->sink->ops->listening(k->sink))
             target = k;
     }
     if (target == NULL)
         return 0;
-    call_stream_write(target, p, n);
+    if (target->sink != NULL && !(target->sink->flags & TG_SINK_ANSWER_ONLY))
+        target->sink->ops->message(target->sink, target, p, n);
     return 1;
 }
 
-void stream_server_message(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
-                                  size_t n)
+void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
+                             size_t n)
 {
     struct tg_json_doc doc;
     if (tg_json_parse(p, n, 1000, 0, &doc, NULL, NULL) != 0)
@@ -456,7 +553,7 @@ void stream_server_message(struct tg_server *srv, struct tg_session *s, struct t
             struct tg_call *k = tg_container_of(l, struct tg_call, slink);
             if (k->awaiting && k->kind == KIND_REQUEST && doc.id_raw.len == k->gid_len &&
                 memcmp(doc.id_raw.ptr, k->gid_str, k->gid_len) == 0) {
-                stream_answer(k, p, n);
+                link_answer(k, p, n, &doc);
                 return;
             }
         }
@@ -468,21 +565,16 @@ void stream_server_message(struct tg_server *srv, struct tg_session *s, struct t
     /* A server request or notification. */
     char *progress = NULL;
     if (doc.method_raw.len > 0 && doc.id_raw.len > 0) {
-        struct tg_call probe;
-        memset(&probe, 0, sizeof(probe));
-        probe.srv = srv;
-        probe.sess = s;
-        probe.uprt = u;
-        if (refuse_stream_request(&probe, p, n))
+        if (refuse_server_request(srv, s, u, p, n, 0))
             return;
-        note_server_request(s, doc.id_raw);
+        tg_mcp_note_server_request(s, doc.id_raw);
     } else if (tg_slice_eq(doc.method_raw, TG_SLICE("\"notifications/progress\""))) {
         struct tg_json_doc full;
         if (tg_json_parse(p, n, 1000, 1, &full, NULL, NULL) == 0) {
             cJSON *tok = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(full.root, "params"),
                                                           "progressToken");
             if (tok)
-                progress = cJSON_IsString(tok) ? id_key_of_string(tok->valuestring) : id_key_of_number(tok);
+                progress = cJSON_IsString(tok) ? tg_mcp_id_key_string(tok->valuestring) : tg_mcp_id_key_number(tok);
             cJSON_Delete(full.root);
         }
     }
@@ -491,7 +583,22 @@ void stream_server_message(struct tg_server *srv, struct tg_session *s, struct t
     free(progress);
 }
 
-void stream_upstream_gone(struct tg_session *s, const char *why)
+/* A client that stopped reading stops its message-stream upstream too (answers included);
+ * its drain resumes it. */
+void tg_session_backpressure(struct tg_server *srv, struct tg_session *s)
+{
+    int high = s->channel != NULL && s->channel->ops->high(s->channel);
+    for (struct tg_list *l = s->calls.next; !high && l != &s->calls; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        high = k->sink != NULL && k->sink->ops->high(k->sink);
+    }
+    if (high || s->stalled > 0) {
+        srv->metrics.limit_output++;
+        tg_session_link_pause(s, 1);
+    }
+}
+
+void tg_session_link_gone(struct tg_session *s, const char *why)
 {
     struct tg_server *srv = s->srv;
     tg_session_ref(s);
@@ -500,127 +607,70 @@ void stream_upstream_gone(struct tg_session *s, const char *why)
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
         l = l->next;
         if (k->awaiting)
-            stream_fail(k, why, 0);
+            tg_call_fail(k, TG_OUT_UNAVAILABLE, why, -1);
     }
-    if (s->channel != NULL)
-        channel_end(s->channel, 1011, "upstream gone");
+    if (s->channel != NULL && s->channel->ops->close != NULL)
+        s->channel->ops->close(s->channel, 1011, "upstream gone");
     if (s->live) {
-        end_get_stream(s);
+        tg_call_end_get_stream(s);
         tg_session_remove(srv->sessions, s);
     }
     tg_session_unref(s);
 }
 
-/* Shutdown: calls that wait on a message stream or on a human get an answer now (the
- * upstreams are about to close), so that nothing is left holding a session. */
-void abort_waiting(struct tg_server *srv)
-{
-    while (!tg_list_empty(&srv->awaiting)) {
-        struct tg_call *k = tg_container_of(srv->awaiting.next, struct tg_call, alink);
-        stream_fail(k, "the gateway is shutting down", 0);
-    }
-    while (!tg_list_empty(&srv->approvals)) {
-        struct tg_call *k = tg_container_of(srv->approvals.next, struct tg_call, alink);
-        approval_finish(k, 0, "shutdown", "timeout");
-    }
-}
+/* ---- sessions ending ------------------------------------------------------------------- */
 
-void end_get_stream(struct tg_session *s)
+void tg_call_end_get_stream(struct tg_session *s)
 {
     struct tg_call *k = s->get_stream;
     if (k == NULL)
         return;
-    if (k->up) {
-        tg_upreq_cancel(k->up);
-        k->up = NULL;
-    }
-    struct tg_conn *c = k->conn;
-    k->conn = NULL;
-    if (c) {
-        c->exchange = NULL;
-        c->on_abort = NULL;
-        c->on_drain = NULL;
-        if (c->state == TG_CONN_STREAMING)
-            tg_http_stream_end(c);
-        else
-            tg_http_respond(c, 405, "Allow: POST, DELETE\r\n", NULL, "", 0);
-    }
-    call_free(k);
+    k->ops->cancel(k);
+    struct tg_sink *sk = k->sink;
+    if (sk != NULL)
+        sk->ops->bare(sk, k, 405, "Allow: POST, DELETE\r\n", NULL, 0); /* a stream only ends */
+    tg_call_finish(k);
 }
 
 /* The client ended its session (DELETE, or its SSE stream or WebSocket closed) while calls ran:
  * they are abandoned now, not when the upstream gets round to answering, and audited as
  * client_gone (the upstream may have run them: their reservations stand). A client still
- * waiting on one (Streamable HTTP) gets -32004. */
-void end_session_calls(struct tg_session *s)
+ * waiting on one gets -32004. */
+void tg_call_end_session_calls(struct tg_session *s)
 {
     struct tg_list *l = s->calls.next;
     while (l != &s->calls) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
         l = l->next;
-        if (k->kind == KIND_GET || k->parked)
+        if (k->kind == KIND_GET || k->parked || !tg_call_running(k))
             continue;
-        if (k->up == NULL && !k->awaiting && k->resume == NULL)
-            continue;
-        if (k->up != NULL) {
-            abandon(k);
-        } else if (k->resume != NULL) {
-            resume_cancel(k);
-            if (k->dec)
-                audit_call(k, "allow", -1, "client_gone", NULL);
-        } else {
-            stream_settle(k, "client_gone", 0);
-        }
-        if (k->conn != NULL || k->batch != NULL) {
-            struct tg_buf e, d;
-            tg_buf_init(&e);
-            tg_buf_init(&d);
-            upstream_data(&d, up_name(k));
-            tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, "the session ended before the answer came",
-                         d.base);
-            if (k->batch != NULL)
-                batch_add(k->batch, e.base, e.len);
-            else if (k->mode == MODE_SSE) {
-                sse_write_message(k, e.base, e.len);
-                tg_http_stream_end(k->conn);
-            } else {
-                tg_http_respond(k->conn, 200, NULL, "application/json", e.base, e.len);
-            }
-            tg_buf_dispose(&e);
-            tg_buf_dispose(&d);
-        }
-        call_free(k);
+        tg_call_abandon(k);
+        if (k->sink != NULL && k->sink->ops->listening(k->sink))
+            tg_call_answer_error(k, "the session ended before the answer came", 0);
+        tg_call_finish(k);
     }
 }
 
-void tg_router_drop_session(struct tg_server *srv, struct tg_session *s)
+void tg_call_abort_waiting(struct tg_server *srv)
 {
-    /* Its upstream was removed by a reload: calls waiting on its child or event stream cannot
-     * be answered any more (calls on a Streamable HTTP pool still finish there). */
-    char why[160];
-    snprintf(why, sizeof(why), "upstream %s was removed by a configuration reload",
-             (size_t)s->upstream < srv->nupstreams ? tg_upstream_conf(srv->upstreams[s->upstream])->name : "-");
-    tg_session_ref(s);
-    for (struct tg_list *l = s->calls.next; l != &s->calls;) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        l = l->next;
-        if (k->awaiting)
-            stream_fail(k, why, 0);
+    while (!tg_list_empty(&srv->awaiting)) {
+        struct tg_call *k = tg_container_of(srv->awaiting.next, struct tg_call, alink);
+        tg_call_fail(k, TG_OUT_UNAVAILABLE, "the gateway is shutting down", -1);
     }
-    if (s->channel != NULL)
-        channel_end(s->channel, 1012, "upstream removed");
-    end_get_stream(s);
-    if (s->live)
-        tg_session_remove(srv->sessions, s);
-    tg_session_unref(s);
 }
 
-void tg_router_run_pending(struct tg_server *srv)
+void tg_call_expire_awaiting(struct tg_server *srv)
 {
-    while (!tg_list_empty(&srv->dead_calls)) {
-        struct tg_call *k = tg_container_of(srv->dead_calls.next, struct tg_call, dlink);
-        tg_list_unlink(&k->dlink);
-        call_release(k);
+    uint64_t now = now_ms(srv);
+    struct tg_list *al = srv->awaiting.next;
+    while (al != &srv->awaiting) {
+        struct tg_call *k = tg_container_of(al, struct tg_call, alink);
+        al = al->next;
+        if (k->deadline <= now) {
+            char why[160];
+            snprintf(why, sizeof(why), "upstream %s timed out", up_name(k));
+            tg_call_fail(k, TG_OUT_TIMEOUT, why, -1); /* it may have run */
+        }
     }
 }
 
@@ -630,7 +680,7 @@ static int count_inflight(struct tg_session *s, void *arg)
     return 0;
 }
 
-size_t tg_router_inflight(struct tg_server *srv)
+size_t tg_call_inflight(struct tg_server *srv)
 {
     size_t n = 0;
     tg_session_sweep(srv->sessions, count_inflight, &n);

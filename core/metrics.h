@@ -1,4 +1,5 @@
-/* Counters and gauges, exposed in Prometheus text format on the admin listener. */
+/* Counters and gauges of the process, shown in Prometheus text format by core/admin.c.
+ * Owner: the server (srv->metrics), for the life of the process. */
 #ifndef TG_METRICS_H
 #define TG_METRICS_H
 
@@ -24,8 +25,8 @@ struct tg_metrics {
     double lat_sum;
 };
 
+/* Upper bounds (ms) of the latency histogram buckets. */
+extern const double tg_metrics_lat_bounds[12];
 void tg_metrics_observe_latency(struct tg_metrics *m, double ms);
-struct tg_server;
-void tg_metrics_render(struct tg_server *srv, struct tg_buf *out);
 
 #endif

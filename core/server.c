@@ -6,12 +6,13 @@
 
 #include "core/audit.h"
 #include "core/log.h"
+#include "core/admin.h"
 #include "core/router.h"
 #include "core/session.h"
 #include "transports/http1.h"
 #include "transports/tls.h"
 #include "policy/policy.h"
-#include "upstream/upstream.h"
+#include "upstream/pool.h"
 
 static void on_connection(uv_stream_t *h, int status)
 {
@@ -63,7 +64,7 @@ static void on_http_request(struct tg_http_env *env, struct tg_conn *c)
 {
     struct tg_server *srv = env->ud;
     if (c->listener->is_admin)
-        tg_router_admin(srv, c);
+        tg_admin_handle(srv, c);
     else
         tg_router_handle(srv, c);
 }
@@ -105,6 +106,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     tg_http_env_init(&srv->http, loop, &conf->limits, &srv->metrics, &srv->draining);
     srv->http.on_request = on_http_request;
     srv->http.ud = srv;
+    srv->reload = tg_server_reload;
     tg_list_init(&srv->dead_calls);
     tg_list_init(&srv->approvals);
     tg_list_init(&srv->channels);

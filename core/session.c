@@ -179,7 +179,7 @@ void tg_session_remove(struct tg_session_table *t, struct tg_session *s)
         free(gc->grant);
         free(gc);
     }
-    if (s->release_link != NULL && s->upstream_link != NULL)
+    if (s->release_link != NULL && s->uplink != NULL)
         s->release_link(s);
     tg_session_unref(s);
 }

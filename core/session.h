@@ -13,6 +13,11 @@
 
 #define TG_SESSION_ID_LEN 22
 
+struct tg_call;
+struct tg_sink;
+struct tg_server;
+struct tg_uplink;
+
 struct tg_session {
     uint8_t id[16];
     char id_str[TG_SESSION_ID_LEN + 1];
@@ -25,11 +30,12 @@ struct tg_session {
     int refcnt;
     uint64_t last_active_ms;
     unsigned inflight;
-    struct tg_list calls;   /* router's in-flight calls of this session */
-    void *get_stream;       /* router's GET stream, if one is open */
-    void *channel;          /* router's channel (legacy SSE or WebSocket client), if any */
-    void *srv;              /* the server (for callbacks that only have the session) */
-    void *upstream_link;    /* message-stream upstream state (a stdio child), if any */
+    struct tg_list calls;   /* in-flight calls of this session (struct tg_call, core/call.c) */
+    struct tg_call *get_stream; /* the call carrying the session's stream of server messages, if any */
+    struct tg_sink *channel;    /* the session's long-lived client stream (legacy SSE, WebSocket), if any */
+    struct tg_server *srv;      /* the server (for callbacks that only have the session) */
+    struct tg_uplink *uplink;   /* message-stream upstream (stdio child, legacy SSE stream), if any:
+                                 * owned by the session, freed by release_link */
     void (*release_link)(struct tg_session *s); /* called when the session is removed */
     int init_pending;       /* initialize sent upstream, answer not seen yet */
     int stalled;            /* client connections still holding a big answer of this session */

@@ -1,22 +1,15 @@
-#include "core/router_int.h"
+#include "transports/batch.h"
 
+#include <stdlib.h>
 
-/* ---- small answers --------------------------------------------------------- */
+#include "core/msg.h"
+#include "transports/channel.h"
+#include "transports/http1.h"
 
-void respond_rpc(struct tg_conn *c, int status, const char *extra, const char *id, size_t id_len, int code,
-                        const char *msg, const char *data)
-{
-    struct tg_buf b;
-    tg_buf_init(&b);
-    tg_rpc_error(&b, id, id_len, code, msg, data);
-    tg_http_respond(c, status, extra, "application/json", b.base, b.len);
-    tg_buf_dispose(&b);
-}
-
-void batch_add(struct tg_batch *b, const char *p, size_t n)
+void tg_batch_add(struct tg_batch *b, const char *p, size_t n)
 {
     if (b->channel != NULL && b->single) {
-        channel_send(b->channel, p, n);
+        tg_channel_send(b->channel, p, n);
         b->nout++;
         return;
     }
@@ -25,32 +18,31 @@ void batch_add(struct tg_batch *b, const char *p, size_t n)
     b->nout++;
 }
 
-void batch_add_error(struct tg_batch *b, const char *id, size_t idn, int code, const char *msg,
-                            const char *data)
+void tg_batch_add_error(struct tg_batch *b, const char *id, size_t idn, int code, const char *msg, const char *data)
 {
     struct tg_buf e;
     tg_buf_init(&e);
     tg_rpc_error(&e, id, idn, code, msg, data);
-    batch_add(b, e.base, e.len);
+    tg_batch_add(b, e.base, e.len);
     tg_buf_dispose(&e);
 }
 
-void on_batch_abort(struct tg_conn *c, void *ex)
+static void on_batch_abort(struct tg_conn *c, void *ex)
 {
     struct tg_batch *b = ex;
     b->conn = NULL; /* the elements go on; their answers are dropped */
 }
 
-void batch_done_one(struct tg_batch *b)
+void tg_batch_done(struct tg_batch *b)
 {
     if (--b->pending > 0)
         return;
     if (b->channel != NULL) {
         if (!b->single && b->nout > 0) {
             tg_buf_append(&b->out, "]", 1);
-            channel_send(b->channel, b->out.base, b->out.len);
+            tg_channel_send(b->channel, b->out.base, b->out.len);
         }
-        channel_unref(b->channel);
+        tg_channel_unref(b->channel);
         tg_buf_dispose(&b->out);
         free(b);
         return;
@@ -71,26 +63,80 @@ void batch_done_one(struct tg_batch *b)
     free(b);
 }
 
-/* Replies go to the client directly, or into its batch. */
-void reply_rpc(struct tg_conn *c, struct tg_batch *b, int status, const char *id, size_t idn, int code,
-                      const char *msg, const char *data)
+/* ---- the sink ---------------------------------------------------------------------- */
+
+/* Over HTTP a batch carries answers only; on a channel the rest goes straight to the channel. */
+static void on_sink_message(struct tg_sink *sk, struct tg_call *k, const char *p, size_t n)
 {
-    if (b != NULL)
-        batch_add_error(b, id, idn, code, msg, data);
-    else
-        respond_rpc(c, status, NULL, id, idn, code, msg, data);
+    struct tg_batch *b = (struct tg_batch *)sk;
+    if (b->channel != NULL)
+        tg_channel_send(b->channel, p, n);
 }
 
-void reply_json(struct tg_conn *c, struct tg_batch *b, const char *p, size_t n)
+static void on_sink_answer(struct tg_sink *sk, struct tg_call *k, int status, const char *extra, const char *p,
+                           size_t n)
 {
-    if (b != NULL)
-        batch_add(b, p, n);
-    else
-        tg_http_respond(c, 200, NULL, "application/json", p, n);
+    struct tg_batch *b = (struct tg_batch *)sk;
+    if (n > 0)
+        tg_batch_add(b, p, n); /* a bare status (202 for a notification) adds nothing */
 }
 
-void reply_accepted(struct tg_conn *c, struct tg_batch *b)
+static void on_sink_stream(struct tg_sink *sk, struct tg_call *k) {}
+static void on_sink_end(struct tg_sink *sk, struct tg_call *k) {}
+static void on_sink_bare(struct tg_sink *sk, struct tg_call *k, int status, const char *extra, const char *p,
+                         size_t n)
 {
-    if (b == NULL)
-        tg_http_respond(c, 202, NULL, NULL, "", 0);
+    /* Only an HTTP exchange shows a status. */
+}
+
+static void on_sink_poll(struct tg_sink *sk, struct tg_call *k, long retry_ms) {}
+
+static int on_sink_high(const struct tg_sink *sk)
+{
+    const struct tg_batch *b = (const struct tg_batch *)sk;
+    return b->channel != NULL && tg_channel_high(b->channel);
+}
+
+static int on_sink_listening(const struct tg_sink *sk) { return 1; }
+
+static void on_sink_release(struct tg_sink *sk, struct tg_call *k) { tg_batch_done((struct tg_batch *)sk); }
+
+static const struct tg_sink_ops batch_sink_ops = {
+    .message = on_sink_message,
+    .answer = on_sink_answer,
+    .bare = on_sink_bare,
+    .stream = on_sink_stream,
+    .end = on_sink_end,
+    .poll = on_sink_poll,
+    .high = on_sink_high,
+    .listening = on_sink_listening,
+    .release = on_sink_release,
+};
+
+struct tg_batch *tg_batch_new(struct tg_server *srv, struct tg_conn *c, struct tg_channel *ch, int single)
+{
+    struct tg_batch *b = tg_xcalloc(1, sizeof(*b));
+    b->sink.ops = &batch_sink_ops;
+    b->srv = srv;
+    b->pending = 1; /* held by the dispatch loop until every element is dispatched */
+    b->single = single;
+    tg_buf_init(&b->out);
+    if (ch != NULL) {
+        b->channel = tg_channel_ref(ch);
+        /* One message alone on a channel can wait for a human; elements of an array cannot. */
+        b->sink.flags = single ? 0 : TG_SINK_NO_WAIT;
+    } else {
+        b->conn = c;
+        b->sink.flags = TG_SINK_ANSWER_ONLY | TG_SINK_NO_WAIT;
+        c->exchange = b;
+        c->on_abort = on_batch_abort;
+        c->on_drain = NULL;
+    }
+    return b;
+}
+
+struct tg_sink *tg_batch_element(struct tg_batch *b)
+{
+    b->pending++;
+    return &b->sink;
 }

@@ -1,16 +1,23 @@
-#include "core/router_int.h"
+#include "transports/channel.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-void tg_router_channel_counts(struct tg_server *srv, size_t *sse, size_t *ws);
+#include "core/dispatch.h"
+#include "core/json.h"
+#include "core/log.h"
+#include "core/mcp/legacy.h"
+#include "core/msg.h"
+#include "core/server.h"
+#include "core/session.h"
+#include "transports/batch.h"
+#include "transports/http1.h"
+#include "transports/respond.h"
+#include "transports/ws.h"
+#include "core/sse.h"
 
-static void channel_open_upstream_stream(struct tg_server *srv, struct tg_channel *ch);
-
-static int end_stream_one(struct tg_session *s, void *arg);
-
-void tg_router_end_streams(struct tg_server *srv);
-
-/* One JSON-RPC message to the client of a channel session. */
-void channel_send(struct tg_channel *ch, const char *p, size_t n)
+void tg_channel_send(struct tg_channel *ch, const char *p, size_t n)
 {
     if (!ch->open || ch->conn == NULL)
         return;
@@ -21,31 +28,21 @@ void channel_send(struct tg_channel *ch, const char *p, size_t n)
     }
     struct tg_buf b;
     tg_buf_init(&b);
-    if (tg_buf_try_reserve(&b, n + 32, 0) != 0)
-        abort();
-    tg_buf_appends(&b, "event: message\n");
-    size_t st = 0;
-    for (size_t i = 0; i <= n; i++)
-        if (i == n || p[i] == '\n' || p[i] == '\r') {
-            tg_buf_appends(&b, "data: ");
-            tg_buf_append(&b, p + st, i - st);
-            tg_buf_append(&b, "\n", 1);
-            st = i + 1;
-        }
-    tg_buf_append(&b, "\n", 1);
+    tg_sse_write_message(&b, NULL, 0, p, n);
     tg_http_stream_write(ch->conn, b.base, b.len);
     tg_buf_dispose(&b);
     ch->srv->metrics.sse_events_relayed++;
 }
 
-size_t channel_pending(const struct tg_channel *ch)
+int tg_channel_high(const struct tg_channel *ch)
 {
     if (!ch->open || ch->conn == NULL)
         return 0;
-    return ch->kind == CH_WS ? tg_ws_pending(ch->ws) : ch->conn->out_pending;
+    size_t pending = ch->kind == CH_WS ? tg_ws_pending(ch->ws) : ch->conn->out_pending;
+    return pending > (size_t)ch->srv->conf->limits.output_high_water;
 }
 
-void tg_router_channel_counts(struct tg_server *srv, size_t *sse, size_t *ws)
+void tg_channels_count(struct tg_server *srv, size_t *sse, size_t *ws)
 {
     *sse = *ws = 0;
     for (struct tg_list *l = srv->channels.next; l != &srv->channels; l = l->next) {
@@ -55,10 +52,7 @@ void tg_router_channel_counts(struct tg_server *srv, size_t *sse, size_t *ws)
     }
 }
 
-/* ---- channels: legacy HTTP+SSE and WebSocket clients ---------------------------------- */
-
-/* The raw value of a query parameter (no percent-decoding: session ids and tokens are plain). */
-struct tg_slice query_param(struct tg_slice q, const char *name)
+struct tg_slice tg_query_param(struct tg_slice q, const char *name)
 {
     size_t nl = strlen(name);
     size_t i = (q.len > 0 && q.ptr[0] == '?') ? 1 : 0;
@@ -73,22 +67,74 @@ struct tg_slice query_param(struct tg_slice q, const char *name)
     return TG_SLICE_NULL;
 }
 
-void channel_unref(struct tg_channel *ch)
+struct tg_channel *tg_channel_ref(struct tg_channel *ch)
+{
+    ch->refcnt++;
+    return ch;
+}
+
+void tg_channel_unref(struct tg_channel *ch)
 {
     if (--ch->refcnt > 0)
         return;
     tg_list_unlink(&ch->link);
-    if (ch->sess->channel == ch)
+    if (ch->sess->channel == &ch->sink)
         ch->sess->channel = NULL;
     tg_session_unref(ch->sess);
     tg_ws_free(ch->ws);
     free(ch);
 }
 
-struct tg_channel *channel_new(struct tg_server *srv, struct tg_session *s, enum channel_kind kind,
-                                      struct tg_conn *c)
+/* ---- the sink: the session's stream call and its server messages --------------------- */
+
+static void on_sink_message(struct tg_sink *sk, struct tg_call *k, const char *p, size_t n)
+{
+    tg_channel_send((struct tg_channel *)sk, p, n);
+}
+
+static void on_sink_answer(struct tg_sink *sk, struct tg_call *k, int status, const char *extra, const char *p,
+                           size_t n)
+{
+    if (n > 0)
+        tg_channel_send((struct tg_channel *)sk, p, n);
+}
+
+static void on_sink_nothing(struct tg_sink *sk, struct tg_call *k) {}
+static void on_sink_bare(struct tg_sink *sk, struct tg_call *k, int status, const char *extra, const char *p,
+                         size_t n)
+{
+    /* Only an HTTP exchange shows a status. */
+}
+
+static void on_sink_poll(struct tg_sink *sk, struct tg_call *k, long retry_ms) {}
+static int on_sink_high(const struct tg_sink *sk) { return tg_channel_high((const struct tg_channel *)sk); }
+static int on_sink_listening(const struct tg_sink *sk) { return ((const struct tg_channel *)sk)->open; }
+
+static void on_sink_close(struct tg_sink *sk, uint16_t ws_code, const char *why)
+{
+    tg_channel_end((struct tg_channel *)sk, ws_code, why);
+}
+
+static void on_sink_release(struct tg_sink *sk, struct tg_call *k) { tg_channel_unref((struct tg_channel *)sk); }
+
+static const struct tg_sink_ops channel_sink_ops = {
+    .message = on_sink_message,
+    .answer = on_sink_answer,
+    .bare = on_sink_bare,
+    .stream = on_sink_nothing,
+    .end = on_sink_nothing,
+    .poll = on_sink_poll,
+    .high = on_sink_high,
+    .listening = on_sink_listening,
+    .close = on_sink_close,
+    .release = on_sink_release,
+};
+
+struct tg_channel *tg_channel_new(struct tg_server *srv, struct tg_session *s, enum channel_kind kind,
+                                  struct tg_conn *c)
 {
     struct tg_channel *ch = tg_xcalloc(1, sizeof(*ch));
+    ch->sink.ops = &channel_sink_ops;
     ch->srv = srv;
     ch->sess = tg_session_ref(s);
     ch->kind = kind;
@@ -97,39 +143,25 @@ struct tg_channel *channel_new(struct tg_server *srv, struct tg_session *s, enum
     ch->open = 1;
     ch->last_write_ms = uv_now(srv->loop);
     tg_list_insert_tail(&srv->channels, &ch->link);
-    s->channel = ch;
+    s->channel = &ch->sink;
     return ch;
 }
 
-/* The client went away: the session ends with it (upstream session too). */
-void channel_gone(struct tg_channel *ch)
+void tg_channel_gone(struct tg_channel *ch)
 {
     if (!ch->open)
         return;
     ch->open = 0;
     ch->conn = NULL;
     struct tg_session *s = ch->sess;
-    struct tg_server *srv = ch->srv;
-    /* Calls still waiting for a human are withdrawn: nobody is there for their answer. */
-    for (struct tg_list *l = s->calls.next; l != &s->calls;) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        l = l->next;
-        if (k->parked)
-            approval_finish(k, 0, "client", "cancelled");
-    }
-    if (s->live) {
-        delete_upstream_session(srv, s);
-        end_get_stream(s);
-        end_session_calls(s);
-        tg_session_remove(srv->sessions, s);
-    }
-    channel_unref(ch);
+    if (s->live)
+        tg_dispatch_end_session(ch->srv, s, TG_END_CLIENT_GONE);
+    tg_channel_unref(ch);
 }
 
-void on_channel_conn_abort(struct tg_conn *c, void *ex) { channel_gone(ex); }
+void tg_channel_on_conn_abort(struct tg_conn *c, void *ex) { tg_channel_gone(ex); }
 
-/* The gateway ends a channel (shutdown, upstream gone): close the client's side, then the session. */
-void channel_end(struct tg_channel *ch, uint16_t ws_code, const char *why)
+void tg_channel_end(struct tg_channel *ch, uint16_t ws_code, const char *why)
 {
     if (!ch->open || ch->conn == NULL)
         return;
@@ -143,60 +175,44 @@ void channel_end(struct tg_channel *ch, uint16_t ws_code, const char *why)
     c->on_drain = NULL;
     ch->refcnt++;
     tg_http_stream_end(c);
-    channel_gone(ch);
-    channel_unref(ch);
+    tg_channel_gone(ch);
+    tg_channel_unref(ch);
 }
 
-void on_channel_drain(struct tg_conn *c, void *ex)
+void tg_channel_on_drain(struct tg_conn *c, void *ex)
 {
     struct tg_channel *ch = ex;
-    link_pause(ch->sess, 0);
-    for (struct tg_list *l = ch->sess->calls.next; l != &ch->sess->calls; l = l->next) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        if (k->up)
-            tg_upreq_resume(k->up);
-    }
+    tg_session_drained(ch->sess);
 }
 
-/* The upstream's GET stream, so that a channel session hears what the server says on its own. */
-static void channel_open_upstream_stream(struct tg_server *srv, struct tg_channel *ch)
-{
-    struct tg_session *s = ch->sess;
-    const struct tg_upstream_conf *uc = tg_upstream_conf(srv->upstreams[s->upstream]);
-    if (uc->init_local || uc->transport != TG_UP_STREAMABLE || s->get_stream != NULL || !ch->open)
-        return;
-    struct tg_call *k = call_new(srv, s, NULL, KIND_GET);
-    k->channel = ch;
-    ch->refcnt++;
-    s->get_stream = k;
-    call_send(k, "GET", NULL, 0, 1, 0);
-}
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
-/* One message (or array) from a channel client. Returns the HTTP status for a POST /messages. */
-int channel_message(struct tg_server *srv, struct tg_channel *ch, const char *body, size_t blen)
+int tg_channel_message(struct tg_channel *ch, const char *body, size_t blen)
 {
+    struct tg_server *srv = ch->srv;
     struct tg_session *s = ch->sess;
     const struct tg_grant_conf *g = tg_conf_find_grant(srv->conf, s->grant);
     if (!s->live || g == NULL || (size_t)s->upstream >= srv->conf->nupstreams) {
         struct tg_buf e;
         tg_buf_init(&e);
         tg_rpc_error(&e, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
-        channel_send(ch, e.base, e.len);
+        tg_channel_send(ch, e.base, e.len);
         tg_buf_dispose(&e);
         return 404;
     }
-    struct route rt = {s->upstream, &srv->conf->upstreams[s->upstream]};
+    struct tg_exchange x = {0};
+    x.srv = srv;
+    x.era = TG_ERA_2025;
+    snprintf(x.proto, sizeof(x.proto), "%s", s->proto);
+    x.grant = g;
+    x.upstream = s->upstream;
+    x.uc = &srv->conf->upstreams[s->upstream];
+    x.sess = s;
     const struct tg_limits *lim = &srv->conf->limits;
-    s->last_active_ms = now_ms(srv);
+    s->last_active_ms = uv_now(srv->loop);
     size_t i = 0;
-    while (i < blen && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
+    while (i < blen && is_space(body[i]))
         i++;
-    struct tg_batch *b = tg_xcalloc(1, sizeof(*b));
-    b->srv = srv;
-    b->pending = 1;
-    b->channel = ch;
-    ch->refcnt++;
-    tg_buf_init(&b->out);
     int status = 202;
     if (i < blen && body[i] == '[') {
         struct tg_json_doc doc;
@@ -204,97 +220,95 @@ int channel_message(struct tg_server *srv, struct tg_channel *ch, const char *bo
         if (tg_json_parse(body, blen, lim->json_depth, 1, &doc, &why, NULL) != 0) {
             char msg[160];
             snprintf(msg, sizeof(msg), "Parse error: %s", why);
-            b->single = 1;
-            batch_add_error(b, NULL, 0, TG_RPC_PARSE_ERROR, msg, NULL);
-            status = 400;
-        } else if (strcmp(s->proto, "2025-03-26") != 0 || cJSON_GetArraySize(doc.root) == 0 ||
-                   cJSON_GetArraySize(doc.root) > lim->inflight_per_session) {
-            b->single = 1;
-            batch_add_error(b, NULL, 0, TG_RPC_INVALID_REQUEST,
-                            "Invalid Request: batches are only accepted for protocol 2025-03-26, non-empty and "
-                            "within limits.inflight_per_session",
-                            NULL);
-            status = 400;
-        } else {
-            struct tg_buf el;
-            tg_buf_init(&el);
-            for (cJSON *e = doc.root->child; e; e = e->next) {
-                el.len = 0;
-                tg_json_write(&el, e);
-                struct tg_msg m;
-                int code = tg_msg_decode(el.base, el.len, lim->json_depth, &m, &why);
-                if (code != 0)
-                    batch_add_error(b, m.id_raw, m.id_len, code, why, NULL);
-                else if (m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0)
-                    batch_add_error(b, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
-                                    "Invalid Request: initialize cannot be batched", NULL);
-                else
-                    dispatch_message(srv, NULL, b, &rt, g, s, &m);
-                tg_msg_dispose(&m);
-            }
-            tg_buf_dispose(&el);
+            struct tg_batch *b = tg_batch_new(srv, NULL, ch, 1);
+            tg_batch_add_error(b, NULL, 0, TG_RPC_PARSE_ERROR, msg, NULL);
+            tg_batch_done(b);
+            return 400;
         }
+        if (!tg_mcp_batch_allowed(s->proto) || cJSON_GetArraySize(doc.root) == 0 ||
+            cJSON_GetArraySize(doc.root) > lim->inflight_per_session) {
+            struct tg_batch *b = tg_batch_new(srv, NULL, ch, 1);
+            tg_batch_add_error(b, NULL, 0, TG_RPC_INVALID_REQUEST,
+                               "Invalid Request: batches are only accepted for protocol 2025-03-26, non-empty and "
+                               "within limits.inflight_per_session",
+                               NULL);
+            tg_batch_done(b);
+            cJSON_Delete(doc.root);
+            return 400;
+        }
+        struct tg_batch *b = tg_batch_new(srv, NULL, ch, 0);
+        struct tg_buf el;
+        tg_buf_init(&el);
+        for (cJSON *e = doc.root->child; e; e = e->next) {
+            el.len = 0;
+            tg_json_write(&el, e);
+            struct tg_msg m;
+            int code = tg_msg_decode(el.base, el.len, lim->json_depth, &m, &why);
+            if (code != 0)
+                tg_batch_add_error(b, m.id_raw, m.id_len, code, why, NULL);
+            else if (m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0)
+                tg_batch_add_error(b, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
+                                   "Invalid Request: initialize cannot be batched", NULL);
+            else
+                tg_dispatch_message(&x, tg_batch_element(b), &m);
+            tg_msg_dispose(&m);
+        }
+        tg_buf_dispose(&el);
         cJSON_Delete(doc.root);
-        batch_done_one(b);
+        tg_batch_done(b);
         return status;
     }
-    b->single = 1;
+    struct tg_batch *b = tg_batch_new(srv, NULL, ch, 1);
     struct tg_msg m;
     const char *why = NULL;
     int code = tg_msg_decode(body, blen, lim->json_depth, &m, &why);
     if (code != 0) {
         char msg[160];
         snprintf(msg, sizeof(msg), "%s: %s", code == TG_RPC_PARSE_ERROR ? "Parse error" : "Invalid Request", why);
-        batch_add_error(b, m.id_raw, m.id_len, code, msg, NULL);
+        tg_batch_add_error(b, m.id_raw, m.id_len, code, msg, NULL);
         status = 400;
     } else if (m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0) {
         if (s->initialized || s->init_pending) {
-            batch_add_error(b, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
-                            "Invalid Request: this session is already initialized", NULL);
-        } else if (rt.uc->init_local) {
+            tg_batch_add_error(b, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
+                               "Invalid Request: this session is already initialized", NULL);
+        } else if (x.uc->init_local) {
             struct tg_buf out;
             tg_buf_init(&out);
-            local_init_result(s, &m, rt.uc, &out);
-            batch_add(b, out.base, out.len);
+            tg_mcp_local_init(s, &m, x.uc, &out);
+            tg_batch_add(b, out.base, out.len);
             tg_buf_dispose(&out);
         } else {
             s->init_pending = 1;
-            dispatch_message(srv, NULL, b, &rt, g, s, &m);
+            tg_dispatch_message(&x, tg_batch_element(b), &m);
         }
     } else {
         int initialized = m.kind == TG_MSG_NOTIFICATION && strcmp(m.method, "notifications/initialized") == 0;
-        dispatch_message(srv, NULL, b, &rt, g, s, &m);
-        if (initialized)
-            channel_open_upstream_stream(srv, ch);
+        tg_dispatch_message(&x, tg_batch_element(b), &m);
+        /* The upstream's stream of server messages, so that the session hears what the server
+         * says on its own. */
+        if (initialized && ch->open && s->get_stream == NULL) {
+            tg_channel_ref(ch); /* the stream call's */
+            if (tg_dispatch_listen(&x, &ch->sink, 1) != 0)
+                tg_channel_unref(ch);
+        }
     }
     tg_msg_dispose(&m);
-    batch_done_one(b);
+    tg_batch_done(b);
     return status;
 }
 
-struct tg_session *new_channel_session(struct tg_server *srv, struct tg_conn *c, struct route *rt,
-                                              const struct tg_grant_conf *g)
+struct tg_session *tg_channel_session_new(struct tg_exchange *x, struct tg_conn *c)
 {
-    if (srv->draining) {
-        respond_rpc(c, 503, NULL, NULL, 0, TG_RPC_UPSTREAM, "gateway is shutting down", NULL);
-        return NULL;
-    }
-    size_t cap = (size_t)(g->max_sessions > 0 ? g->max_sessions : srv->conf->limits.sessions_per_grant);
-    if (tg_session_count_for_grant(srv->sessions, g->name) >= cap) {
-        srv->metrics.limit_sessions++;
-        respond_rpc(c, 429, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
-                    "Too many sessions for this grant (limits.sessions_per_grant)", NULL);
-        return NULL;
-    }
-    struct tg_session *s = tg_session_create(srv->sessions, g->name, rt->upstream);
-    s->srv = srv;
-    s->last_active_ms = now_ms(srv);
-    srv->metrics.sessions_created++;
-    return s;
+    int st = tg_dispatch_session_open(x);
+    if (st == 503)
+        tg_http_respond_rpc(c, 503, NULL, NULL, 0, TG_RPC_UPSTREAM, "gateway is shutting down", NULL);
+    else if (st != 0)
+        tg_http_respond_rpc(c, 429, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                            "Too many sessions for this grant (limits.sessions_per_grant)", NULL);
+    return st == 0 ? x->sess : NULL;
 }
 
-/* Keepalive comments on idle legacy SSE streams, so proxies and clients keep them open. */
-void channels_keepalive(struct tg_server *srv)
+void tg_channels_keepalive(struct tg_server *srv)
 {
     uint64_t now = uv_now(srv->loop);
     for (struct tg_list *l = srv->channels.next; l != &srv->channels; l = l->next) {
@@ -307,23 +321,14 @@ void channels_keepalive(struct tg_server *srv)
     }
 }
 
-static int end_stream_one(struct tg_session *s, void *arg)
+void tg_channels_end(struct tg_server *srv)
 {
-    (void)arg;
-    end_get_stream(s);
-    return 0;
-}
-
-void tg_router_end_streams(struct tg_server *srv)
-{
-    tg_session_sweep(srv->sessions, end_stream_one, srv);
-    /* Channel clients are told the gateway is going away. */
     struct tg_list *l = srv->channels.next;
     while (l != &srv->channels) {
         struct tg_channel *ch = tg_container_of(l, struct tg_channel, link);
         l = l->next;
         if (!ch->open || ch->conn == NULL)
             continue;
-        channel_end(ch, 1001, "gateway shutting down");
+        tg_channel_end(ch, 1001, "gateway shutting down");
     }
 }

@@ -1,27 +1,260 @@
-#include "core/router_int.h"
+#include "transports/streamable.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-static void answer_local_init(struct tg_server *srv, struct tg_conn *c, struct tg_session *s, struct tg_msg *m,
-                              const struct tg_upstream_conf *uc);
+#include "core/dispatch.h"
+#include "core/json.h"
+#include "core/log.h"
+#include "core/mcp/legacy.h"
+#include "core/msg.h"
+#include "core/server.h"
+#include "core/session.h"
+#include "transports/batch.h"
+#include "transports/http1.h"
+#include "transports/replay.h"
+#include "transports/respond.h"
+#include "core/sse.h"
 
-static int accept_ok(struct tg_slice accept, int need_json, int need_sse);
+/* ---- the sink ------------------------------------------------------------------------ */
 
-static void handle_batch(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g,
-                         const char *body, size_t blen);
-static struct tg_session *require_session(struct tg_server *srv, struct tg_conn *c, struct route *rt,
-                                          const struct tg_grant_conf *g);
+static void on_client_abort(struct tg_conn *c, void *ex);
+static void on_client_drain(struct tg_conn *c, void *ex);
 
-static void answer_local_init(struct tg_server *srv, struct tg_conn *c, struct tg_session *s, struct tg_msg *m,
-                              const struct tg_upstream_conf *uc)
+static void hook(struct tg_http_sink *hs, struct tg_conn *c)
 {
+    hs->conn = c;
+    c->exchange = hs;
+    c->on_abort = on_client_abort;
+    c->on_drain = on_client_drain;
+}
+
+static void unhook(struct tg_http_sink *hs)
+{
+    struct tg_conn *c = hs->conn;
+    hs->conn = NULL;
+    if (c != NULL && c->exchange == hs) {
+        c->exchange = NULL;
+        c->on_abort = NULL;
+        c->on_drain = NULL;
+    }
+}
+
+/* A client that lost a resumable stream may come back with Last-Event-ID: the call goes on,
+ * its events kept in the replay buffer. Otherwise the call is let go. */
+static void on_client_abort(struct tg_conn *c, void *ex)
+{
+    struct tg_http_sink *hs = ex;
+    hs->conn = NULL;
+    if (hs->call == NULL)
+        return;
+    if (hs->replay != NULL && tg_call_running(hs->call)) {
+        hs->replay->detached_at = uv_now(hs->srv->loop);
+        return;
+    }
+    tg_call_client_gone(hs->call);
+}
+
+static void on_client_drain(struct tg_conn *c, void *ex)
+{
+    struct tg_http_sink *hs = ex;
+    if (hs->call != NULL)
+        tg_call_client_drained(hs->call);
+}
+
+static void session_header(const struct tg_http_sink *hs, char *hdr, size_t sz)
+{
+    if (hs->is_init && hs->sess->live)
+        snprintf(hdr, sz, "Mcp-Session-Id: %s\r\n", hs->sess->id_str);
+    else
+        hdr[0] = '\0';
+}
+
+/* The client stream begins: give it ids (and prime 2025-11-25 clients to reconnect). */
+static void on_sink_stream(struct tg_sink *sk, struct tg_call *k)
+{
+    struct tg_http_sink *hs = (struct tg_http_sink *)sk;
+    if (hs->streaming || hs->conn == NULL)
+        return;
+    hs->streaming = 1;
+    char hdr[96];
+    session_header(hs, hdr, sizeof(hdr));
+    tg_http_stream_begin(hs->conn, 200, hdr, "text/event-stream");
+    hs->replay = tg_replay_new(hs->srv, hs->sess, hs);
+    if (strcmp(hs->sess->proto, "2025-11-25") == 0) {
+        char prime[64];
+        int pn = snprintf(prime, sizeof(prime), "id: %llx-0\nretry: 1000\ndata:\n\n",
+                          (unsigned long long)hs->replay->id);
+        tg_http_stream_write(hs->conn, prime, (size_t)pn);
+    }
+}
+
+static void write_event(struct tg_http_sink *hs, const char *p, size_t n)
+{
+    struct tg_replay *r = hs->replay;
+    if (hs->conn == NULL && r == NULL)
+        return;
     struct tg_buf b;
     tg_buf_init(&b);
-    local_init_result(s, m, uc, &b);
-    char hdr[96];
-    snprintf(hdr, sizeof(hdr), "Mcp-Session-Id: %s\r\n", s->id_str);
-    tg_http_respond(c, 200, hdr, "application/json", b.base, b.len);
+    char id[40];
+    size_t idn = r != NULL ? tg_replay_next_id(r, id) : 0;
+    tg_sse_write_message(&b, r != NULL ? id : NULL, idn, p, n);
+    if (r != NULL)
+        tg_replay_keep(r, b.base, b.len); /* for a resuming client */
+    if (hs->conn)
+        tg_http_stream_write(hs->conn, b.base, b.len);
     tg_buf_dispose(&b);
+    hs->srv->metrics.sse_events_relayed++;
 }
+
+/* What the server says on the way: the answer becomes a stream if it was not one yet. */
+static void on_sink_message(struct tg_sink *sk, struct tg_call *k, const char *p, size_t n)
+{
+    struct tg_http_sink *hs = (struct tg_http_sink *)sk;
+    if (!hs->streaming) {
+        if (hs->conn == NULL)
+            return;
+        on_sink_stream(sk, k);
+    }
+    write_event(hs, p, n);
+}
+
+/* An answer given to a client that is slow to read it: the session's message-stream upstream
+ * stays paused until that connection drains (or closes). */
+static void on_answer_drained(struct tg_conn *c, void *ud)
+{
+    struct tg_session *s = ud;
+    tg_session_stall(s, -1);
+    tg_session_unref(s);
+}
+
+static void on_sink_answer(struct tg_sink *sk, struct tg_call *k, int status, const char *extra, const char *p,
+                           size_t n)
+{
+    struct tg_http_sink *hs = (struct tg_http_sink *)sk;
+    if (hs->streaming) {
+        if (n > 0)
+            write_event(hs, p, n);
+        return;
+    }
+    struct tg_conn *c = hs->conn;
+    if (c == NULL)
+        return;
+    char hdr[400];
+    session_header(hs, hdr, sizeof(hdr));
+    if (status != 200)
+        hdr[0] = '\0';
+    if (extra != NULL)
+        snprintf(hdr + strlen(hdr), sizeof(hdr) - strlen(hdr), "%s", extra);
+    unhook(hs); /* the exchange is complete: the connection may go on to its next request */
+    tg_http_respond(c, status, hdr, n > 0 ? "application/json" : NULL, n > 0 ? p : "", n);
+    if (c->state < TG_CONN_CLOSING && c->on_watch == NULL && tg_conn_output_high(c)) {
+        tg_session_stall(hs->sess, +1);
+        c->watch_ud = tg_session_ref(hs->sess);
+        c->on_watch = on_answer_drained;
+    }
+}
+
+static void on_sink_bare(struct tg_sink *sk, struct tg_call *k, int status, const char *extra, const char *p,
+                         size_t n)
+{
+    if (!((struct tg_http_sink *)sk)->streaming)
+        on_sink_answer(sk, k, status, extra, p, n);
+}
+
+static void on_sink_end(struct tg_sink *sk, struct tg_call *k)
+{
+    struct tg_http_sink *hs = (struct tg_http_sink *)sk;
+    if (!hs->streaming || hs->conn == NULL)
+        return;
+    struct tg_conn *c = hs->conn;
+    unhook(hs);
+    tg_http_stream_end(c);
+}
+
+/* A client primed to resume (2025-11-25 sessions get an id and a retry first) is told the
+ * same as the upstream told us: its stream ends here with the retry time, and it comes back
+ * with GET and Last-Event-ID to the replay buffer while the call goes on. Older clients cannot
+ * resume: their stream stays open and everything is relayed on it. */
+static void on_sink_poll(struct tg_sink *sk, struct tg_call *k, long retry_ms)
+{
+    struct tg_http_sink *hs = (struct tg_http_sink *)sk;
+    if (hs->conn == NULL || hs->replay == NULL || strcmp(hs->sess->proto, "2025-11-25") != 0)
+        return;
+    char rb[40];
+    int rn = snprintf(rb, sizeof(rb), "retry: %ld\n\n", retry_ms);
+    struct tg_conn *c = hs->conn;
+    tg_http_stream_write(c, rb, (size_t)rn);
+    unhook(hs);
+    hs->replay->detached_at = uv_now(hs->srv->loop);
+    tg_http_stream_end(c);
+}
+
+static int on_sink_high(const struct tg_sink *sk)
+{
+    const struct tg_http_sink *hs = (const struct tg_http_sink *)sk;
+    return hs->conn != NULL && tg_conn_output_high(hs->conn);
+}
+
+static int on_sink_listening(const struct tg_sink *sk)
+{
+    const struct tg_http_sink *hs = (const struct tg_http_sink *)sk;
+    return hs->conn != NULL || hs->replay != NULL;
+}
+
+static void on_sink_bind(struct tg_sink *sk, struct tg_call *k) { ((struct tg_http_sink *)sk)->call = k; }
+
+static void on_sink_release(struct tg_sink *sk, struct tg_call *k)
+{
+    struct tg_http_sink *hs = (struct tg_http_sink *)sk;
+    unhook(hs);
+    if (hs->replay != NULL)
+        tg_replay_end(hs->replay);
+    tg_session_unref(hs->sess);
+    free(hs);
+}
+
+static const struct tg_sink_ops http_sink_ops = {
+    .message = on_sink_message,
+    .answer = on_sink_answer,
+    .bare = on_sink_bare,
+    .stream = on_sink_stream,
+    .end = on_sink_end,
+    .poll = on_sink_poll,
+    .high = on_sink_high,
+    .listening = on_sink_listening,
+    .release = on_sink_release,
+    .bind = on_sink_bind,
+};
+
+static struct tg_http_sink *http_sink_new(struct tg_server *srv, struct tg_session *s, struct tg_conn *c, int is_init)
+{
+    struct tg_http_sink *hs = tg_xcalloc(1, sizeof(*hs));
+    hs->sink.ops = &http_sink_ops;
+    hs->srv = srv;
+    hs->sess = tg_session_ref(s);
+    hs->is_init = is_init;
+    if (is_init)
+        hs->sink.flags = TG_SINK_NEW_SESSION;
+    hook(hs, c);
+    return hs;
+}
+
+/* Give a live stream a (new) client connection and replay what it missed. */
+static void attach(struct tg_http_sink *hs, struct tg_conn *c, uint64_t after_seq)
+{
+    tg_http_stream_begin(c, 200, NULL, "text/event-stream");
+    if (hs->replay != NULL) {
+        tg_replay_write(hs->replay, c, after_seq);
+        hs->replay->detached_at = 0;
+    }
+    hook(hs, c);
+    if (hs->call != NULL)
+        tg_call_client_drained(hs->call); /* reading the upstream again */
+}
+
+/* ---- POST ------------------------------------------------------------------------------ */
 
 static int accept_ok(struct tg_slice accept, int need_json, int need_sse)
 {
@@ -33,60 +266,62 @@ static int accept_ok(struct tg_slice accept, int need_json, int need_sse)
     return (!need_json || json) && (!need_sse || sse);
 }
 
+int tg_streamable_accepts_sse(struct tg_conn *c)
+{
+    if (accept_ok(tg_http_req_header(&c->req, "accept"), 0, 1))
+        return 1;
+    tg_http_respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                        "Not Acceptable: Accept must list text/event-stream", NULL);
+    return 0;
+}
+
+static int session_matches(const struct tg_session *s, const struct tg_exchange *x)
+{
+    return s != NULL && strcmp(s->grant, x->grant->name) == 0 && s->upstream == x->upstream;
+}
+
 /* A JSON-RPC batch: only for sessions that negotiated 2025-03-26 (later versions removed
  * batching), never with initialize, and every element decided on its own. */
-static void handle_batch(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g,
-                         const char *body, size_t blen)
+static void handle_batch(struct tg_exchange *x, struct tg_conn *c, const char *body, size_t blen)
 {
+    struct tg_server *srv = x->srv;
     const struct tg_limits *lim = &srv->conf->limits;
     struct tg_json_doc doc;
     const char *why = NULL;
     if (tg_json_parse(body, blen, lim->json_depth, 1, &doc, &why, NULL) != 0) {
         char msg[160];
         snprintf(msg, sizeof(msg), "Parse error: %s", why);
-        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_PARSE_ERROR, msg, NULL);
+        tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_PARSE_ERROR, msg, NULL);
         return;
     }
     struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
     struct tg_session *s = sid.ptr ? tg_session_find(srv->sessions, sid) : NULL;
+    const char *refusal = NULL;
+    int status = 400;
+    char msg[200];
+    int n = cJSON_GetArraySize(doc.root);
     if (sid.ptr == NULL) {
-        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
-                    "Bad Request: a batch needs Mcp-Session-Id (initialize cannot be batched)", NULL);
-        cJSON_Delete(doc.root);
-        return;
-    }
-    if (s == NULL || strcmp(s->grant, g->name) != 0 || s->upstream != rt->upstream) {
-        respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
-        cJSON_Delete(doc.root);
-        return;
-    }
-    if (strcmp(s->proto, "2025-03-26") != 0) {
-        char msg[200];
+        refusal = "Bad Request: a batch needs Mcp-Session-Id (initialize cannot be batched)";
+    } else if (!session_matches(s, x)) {
+        refusal = "Session not found", status = 404;
+    } else if (!tg_mcp_batch_allowed(s->proto)) {
         snprintf(msg, sizeof(msg),
                  "Invalid Request: JSON-RPC batches are only accepted for protocol 2025-03-26; this session uses %s",
                  s->proto[0] ? s->proto : "an unknown version");
-        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, msg, NULL);
+        refusal = msg;
+    } else if (n == 0 || n > lim->inflight_per_session) {
+        refusal = n == 0 ? "Invalid Request: empty batch"
+                         : "Invalid Request: more batch elements than limits.inflight_per_session";
+    }
+    if (refusal != NULL) {
+        tg_http_respond_rpc(c, status, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, refusal, NULL);
         cJSON_Delete(doc.root);
         return;
     }
-    int n = cJSON_GetArraySize(doc.root);
-    if (n == 0 || n > lim->inflight_per_session) {
-        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
-                    n == 0 ? "Invalid Request: empty batch"
-                           : "Invalid Request: more batch elements than limits.inflight_per_session",
-                    NULL);
-        cJSON_Delete(doc.root);
-        return;
-    }
-    s->last_active_ms = now_ms(srv);
-    struct tg_batch *b = tg_xcalloc(1, sizeof(*b));
-    b->srv = srv;
-    b->conn = c;
-    b->pending = 1; /* held by this loop until every element is dispatched */
-    tg_buf_init(&b->out);
-    c->exchange = b;
-    c->on_abort = on_batch_abort;
-    c->on_drain = NULL;
+    s->last_active_ms = uv_now(srv->loop);
+    x->sess = s;
+    snprintf(x->proto, sizeof(x->proto), "%s", s->proto);
+    struct tg_batch *b = tg_batch_new(srv, c, NULL, 0);
     struct tg_buf el;
     tg_buf_init(&el);
     for (cJSON *e = doc.root->child; e; e = e->next) {
@@ -96,46 +331,81 @@ static void handle_batch(struct tg_server *srv, struct tg_conn *c, struct route 
         struct tg_msg m;
         int code = tg_msg_decode(el.base, el.len, lim->json_depth, &m, &why);
         if (code != 0) {
-            char msg[160];
             snprintf(msg, sizeof(msg), "%s: %s", code == TG_RPC_PARSE_ERROR ? "Parse error" : "Invalid Request", why);
-            batch_add_error(b, m.id_raw, m.id_len, code, msg, NULL);
+            tg_batch_add_error(b, m.id_raw, m.id_len, code, msg, NULL);
         } else if (m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0) {
-            batch_add_error(b, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST, "Invalid Request: initialize cannot be batched",
-                            NULL);
+            tg_batch_add_error(b, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
+                               "Invalid Request: initialize cannot be batched", NULL);
         } else {
-            dispatch_message(srv, NULL, b, rt, g, s, &m);
+            tg_dispatch_message(x, tg_batch_element(b), &m);
         }
         tg_msg_dispose(&m);
     }
     tg_buf_dispose(&el);
     cJSON_Delete(doc.root);
-    batch_done_one(b);
+    tg_batch_done(b);
 }
 
-/* A GET that opens an event stream must accept one; otherwise 406. */
-int accepts_sse(struct tg_conn *c)
+static void answer_local_init(struct tg_conn *c, struct tg_session *s, struct tg_msg *m,
+                              const struct tg_upstream_conf *uc)
 {
-    if (accept_ok(tg_http_req_header(&c->req, "accept"), 0, 1))
-        return 1;
-    respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Not Acceptable: Accept must list text/event-stream",
-                NULL);
-    return 0;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_mcp_local_init(s, m, uc, &b);
+    char hdr[96];
+    snprintf(hdr, sizeof(hdr), "Mcp-Session-Id: %s\r\n", s->id_str);
+    tg_http_respond(c, 200, hdr, "application/json", b.base, b.len);
+    tg_buf_dispose(&b);
 }
 
-void handle_post(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
+/* The session a POST names, or an answered refusal (NULL). */
+static struct tg_session *post_session(struct tg_exchange *x, struct tg_conn *c, struct tg_msg *m)
 {
+    struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
+    if (m->kind == TG_MSG_REQUEST && strcmp(m->method, "initialize") == 0) {
+        if (sid.ptr != NULL) {
+            tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST,
+                                "Bad Request: initialize must not carry Mcp-Session-Id", NULL);
+            return NULL;
+        }
+        int st = tg_dispatch_session_open(x);
+        if (st == 503)
+            tg_http_respond_rpc(c, 503, NULL, m->id_raw, m->id_len, TG_RPC_UPSTREAM, "gateway is shutting down",
+                                NULL);
+        else if (st != 0)
+            tg_http_respond_rpc(c, 429, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST,
+                                "Too many sessions for this grant (limits.sessions_per_grant); end one with DELETE",
+                                NULL);
+        return st == 0 ? x->sess : NULL;
+    }
+    if (sid.ptr == NULL) {
+        tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST,
+                            "Bad Request: Mcp-Session-Id header is required", NULL);
+        return NULL;
+    }
+    struct tg_session *s = tg_session_find(x->srv->sessions, sid);
+    if (!session_matches(s, x)) {
+        tg_http_respond_rpc(c, 404, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+        return NULL;
+    }
+    s->last_active_ms = uv_now(x->srv->loop);
+    return s;
+}
+
+void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
+{
+    struct tg_server *srv = x->srv;
     struct tg_http_req *req = &c->req;
-    const struct tg_limits *lim = &srv->conf->limits;
     struct tg_slice ct = tg_http_req_header(req, "content-type");
     if (ct.ptr == NULL || !tg_slice_has_token(ct, "application/json") ||
         tg_http_req_header_count(req, "content-type") != 1) {
-        respond_rpc(c, 415, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
-                    "Unsupported Media Type: Content-Type must be application/json", NULL);
+        tg_http_respond_rpc(c, 415, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                            "Unsupported Media Type: Content-Type must be application/json", NULL);
         return;
     }
     if (!accept_ok(tg_http_req_header(req, "accept"), 1, 1)) {
-        respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
-                    "Not Acceptable: Accept must list application/json and text/event-stream", NULL);
+        tg_http_respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                            "Not Acceptable: Accept must list application/json and text/event-stream", NULL);
         return;
     }
     const char *body = req->body.base ? req->body.base : "";
@@ -144,142 +414,179 @@ void handle_post(struct tg_server *srv, struct tg_conn *c, struct route *rt, con
     while (i < blen && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
         i++;
     if (i < blen && body[i] == '[') {
-        handle_batch(srv, c, rt, g, body, blen);
+        handle_batch(x, c, body, blen);
         return;
     }
     struct tg_msg m;
     const char *why = NULL;
-    int code = tg_msg_decode(body, blen, lim->json_depth, &m, &why);
+    int code = tg_msg_decode(body, blen, srv->conf->limits.json_depth, &m, &why);
     if (code != 0) {
         srv->metrics.limit_json++;
         char msg[160];
         snprintf(msg, sizeof(msg), "%s: %s", code == TG_RPC_PARSE_ERROR ? "Parse error" : "Invalid Request", why);
-        respond_rpc(c, 400, NULL, m.id_raw, m.id_len, code, msg, NULL);
+        tg_http_respond_rpc(c, 400, NULL, m.id_raw, m.id_len, code, msg, NULL);
         tg_msg_dispose(&m);
         return;
     }
     struct tg_slice pv = tg_http_req_header(req, "mcp-protocol-version");
-    if (pv.ptr != NULL && !tg_proto_supported(pv)) {
-        respond_rpc(c, 400, NULL, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
-                    "Bad Request: unsupported MCP-Protocol-Version", NULL);
+    if (pv.ptr != NULL && !tg_mcp_version_supported(pv)) {
+        tg_http_respond_rpc(c, 400, NULL, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
+                            "Bad Request: unsupported MCP-Protocol-Version", NULL);
         tg_msg_dispose(&m);
         return;
     }
-    struct tg_slice sid = tg_http_req_header(req, "mcp-session-id");
-    int is_init = m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0;
-    struct tg_session *s = NULL;
-    if (is_init) {
-        if (sid.ptr != NULL) {
-            respond_rpc(c, 400, NULL, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
-                        "Bad Request: initialize must not carry Mcp-Session-Id", NULL);
-            tg_msg_dispose(&m);
-            return;
-        }
-        if (srv->draining) {
-            respond_rpc(c, 503, NULL, m.id_raw, m.id_len, TG_RPC_UPSTREAM, "gateway is shutting down", NULL);
-            tg_msg_dispose(&m);
-            return;
-        }
-        size_t cap = (size_t)(g->max_sessions > 0 ? g->max_sessions : lim->sessions_per_grant);
-        if (tg_session_count_for_grant(srv->sessions, g->name) >= cap) {
-            srv->metrics.limit_sessions++;
-            respond_rpc(c, 429, NULL, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
-                        "Too many sessions for this grant (limits.sessions_per_grant); end one with DELETE", NULL);
-            tg_msg_dispose(&m);
-            return;
-        }
-        s = tg_session_create(srv->sessions, g->name, rt->upstream);
-        s->srv = srv;
-        s->last_active_ms = now_ms(srv);
-        srv->metrics.sessions_created++;
-        if (rt->uc->init_local) {
-            answer_local_init(srv, c, s, &m, rt->uc);
-            tg_msg_dispose(&m);
-            return;
-        }
-    } else {
-        if (sid.ptr == NULL) {
-            respond_rpc(c, 400, NULL, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
-                        "Bad Request: Mcp-Session-Id header is required", NULL);
-            tg_msg_dispose(&m);
-            return;
-        }
-        s = tg_session_find(srv->sessions, sid);
-        if (s == NULL || strcmp(s->grant, g->name) != 0 || s->upstream != rt->upstream) {
-            respond_rpc(c, 404, NULL, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
-            tg_msg_dispose(&m);
-            return;
-        }
-        s->last_active_ms = now_ms(srv);
+    struct tg_session *s = post_session(x, c, &m);
+    if (s == NULL) {
+        tg_msg_dispose(&m);
+        return;
     }
-    dispatch_message(srv, c, NULL, rt, g, s, &m);
+    int is_init = m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0;
+    if (is_init && x->uc->init_local) {
+        answer_local_init(c, s, &m, x->uc);
+        tg_msg_dispose(&m);
+        return;
+    }
+    x->sess = s;
+    snprintf(x->proto, sizeof(x->proto), "%s", pv.ptr != NULL && pv.len < sizeof(x->proto) ? "" : s->proto);
+    if (pv.ptr != NULL && pv.len < sizeof(x->proto))
+        memcpy(x->proto, pv.ptr, pv.len), x->proto[pv.len] = '\0';
+    struct tg_http_sink *hs = http_sink_new(srv, s, c, is_init);
+    tg_dispatch_message(x, &hs->sink, &m);
     tg_msg_dispose(&m);
 }
-static struct tg_session *require_session(struct tg_server *srv, struct tg_conn *c, struct route *rt,
-                                          const struct tg_grant_conf *g)
+
+/* ---- GET and DELETE --------------------------------------------------------------------- */
+
+static struct tg_session *require_session(struct tg_exchange *x, struct tg_conn *c)
 {
     struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
     if (sid.ptr == NULL) {
-        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required",
-                    NULL);
+        tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                            "Bad Request: Mcp-Session-Id header is required", NULL);
         return NULL;
     }
-    struct tg_session *s = tg_session_find(srv->sessions, sid);
-    if (s == NULL || strcmp(s->grant, g->name) != 0 || s->upstream != rt->upstream) {
-        respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+    struct tg_session *s = tg_session_find(x->srv->sessions, sid);
+    if (!session_matches(s, x)) {
+        tg_http_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
         return NULL;
     }
     struct tg_slice pv = tg_http_req_header(&c->req, "mcp-protocol-version");
-    if (pv.ptr != NULL && !tg_proto_supported(pv)) {
-        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: unsupported MCP-Protocol-Version",
-                    NULL);
+    if (pv.ptr != NULL && !tg_mcp_version_supported(pv)) {
+        tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                            "Bad Request: unsupported MCP-Protocol-Version", NULL);
         return NULL;
     }
-    s->last_active_ms = now_ms(srv);
+    s->last_active_ms = uv_now(x->srv->loop);
+    x->sess = s;
+    snprintf(x->proto, sizeof(x->proto), "%s", s->proto);
     return s;
 }
 
-void handle_get(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
+/* GET with Last-Event-ID: "STREAM-SEQ" names a stream of this session and the last event seen. */
+static void resume_stream(struct tg_conn *c, struct tg_session *s, struct tg_slice last)
 {
-    if (!accepts_sse(c))
+    uint64_t sid, seq;
+    if (tg_replay_parse_id(last, &sid, &seq) != 0) {
+        tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: malformed Last-Event-ID",
+                            NULL);
         return;
-    struct tg_session *s = require_session(srv, c, rt, g);
+    }
+    for (struct tg_list *l = s->streams.next; l != &s->streams; l = l->next) {
+        struct tg_replay *r = tg_container_of(l, struct tg_replay, slink);
+        if (r->id != sid)
+            continue;
+        if (r->live != NULL && r->live->conn != NULL) {
+            tg_http_respond_rpc(c, 409, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Conflict: this stream has a client",
+                                NULL);
+            return;
+        }
+        if (r->live != NULL) {
+            attach(r->live, c, seq);
+            return;
+        }
+        /* The stream ended while the client was away: replay the rest, then end it. */
+        tg_http_stream_begin(c, 200, NULL, "text/event-stream");
+        tg_replay_write(r, c, seq);
+        tg_http_stream_end(c);
+        return;
+    }
+    tg_http_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                        "Not Found: this stream cannot be resumed (unknown or expired)", NULL);
+}
+
+void tg_streamable_get(struct tg_exchange *x, struct tg_conn *c)
+{
+    if (!tg_streamable_accepts_sse(c))
+        return;
+    struct tg_session *s = require_session(x, c);
     if (s == NULL)
         return;
-    if (rt->uc->init_local) {
+    if (x->uc->init_local) {
         tg_http_respond(c, 405, "Allow: POST, DELETE\r\n", NULL, "", 0);
         return;
     }
     struct tg_slice last = tg_http_req_header(&c->req, "last-event-id");
     if (last.ptr != NULL) {
-        resume_stream(srv, c, s, last);
+        resume_stream(c, s, last);
         return;
     }
+    struct tg_sink *gs = tg_dispatch_get_stream_sink(s);
     if (s->get_stream != NULL) {
-        struct tg_call *gk = s->get_stream;
-        if (gk->conn == NULL && gk->replay != NULL) {
+        struct tg_http_sink *hs = gs != NULL && gs->ops == &http_sink_ops ? (struct tg_http_sink *)gs : NULL;
+        if (hs != NULL && hs->conn == NULL && hs->replay != NULL) {
             /* The GET stream lost its client without Last-Event-ID: the new one takes it over. */
-            attach_stream(gk, c, 0);
+            attach(hs, c, 0);
             return;
         }
-        respond_rpc(c, 409, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Conflict: this session already has a GET stream",
-                    NULL);
+        tg_http_respond_rpc(c, 409, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                            "Conflict: this session already has a GET stream", NULL);
         return;
     }
-    struct tg_call *k = call_new(srv, s, c, KIND_GET);
-    s->get_stream = k;
-    call_send(k, "GET", NULL, 0, 1, 0);
+    struct tg_http_sink *hs = http_sink_new(x->srv, s, c, 0);
+    hs->get = 1;
+    tg_dispatch_listen(x, &hs->sink, 0);
 }
 
-void handle_delete(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
+void tg_streamable_delete(struct tg_exchange *x, struct tg_conn *c)
 {
-    struct tg_session *s = require_session(srv, c, rt, g);
+    struct tg_session *s = require_session(x, c);
     if (s == NULL)
         return;
-    delete_upstream_session(srv, s);
-    end_get_stream(s);
-    end_session_calls(s);
     tg_log(TG_LOG_DEBUG, "session deleted", "session=%s grant=%s", s->id_str, s->grant);
-    tg_session_remove(srv->sessions, s);
+    tg_dispatch_end_session(x->srv, s, TG_END_DELETE);
     tg_http_respond(c, 200, NULL, NULL, "", 0);
+}
+
+/* ---- the tick --------------------------------------------------------------------------- */
+
+void tg_streamable_tick(struct tg_server *srv)
+{
+    uint64_t now = uv_now(srv->loop);
+    uint64_t ka = (uint64_t)srv->conf->limits.sse_keepalive_ms;
+    tg_replay_expire(srv);
+    struct tg_list *l = srv->streams.next;
+    while (l != &srv->streams) {
+        struct tg_replay *r = tg_container_of(l, struct tg_replay, glink);
+        l = l->next;
+        struct tg_http_sink *hs = r->live;
+        if (hs == NULL)
+            continue;
+        if (hs->conn != NULL && now - r->last_write_ms >= ka) {
+            tg_http_stream_write(hs->conn, ": keepalive\n\n", 13);
+            r->last_write_ms = now;
+        } else if (hs->conn == NULL && r->detached_at != 0 && now - r->detached_at >= TG_REPLAY_KEEP_MS &&
+                   hs->call != NULL && hs->get) {
+            tg_call_client_gone(hs->call);
+        }
+    }
+}
+
+void tg_streamable_free_streams(struct tg_server *srv)
+{
+    for (struct tg_list *l = srv->streams.next; l != &srv->streams; l = l->next) {
+        struct tg_replay *r = tg_container_of(l, struct tg_replay, glink);
+        if (r->live != NULL)
+            r->live->replay = NULL;
+    }
+    tg_replay_free_all(srv);
 }

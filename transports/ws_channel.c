@@ -1,22 +1,28 @@
-#include "core/router_int.h"
+#include "transports/ws_channel.h"
 
+#include <stdio.h>
 
-static void on_ws_message(void *ud, const char *p, size_t n);
-
-static void on_ws_closed(void *ud);
+#include "core/exchange.h"
+#include "core/log.h"
+#include "core/msg.h"
+#include "core/server.h"
+#include "core/session.h"
+#include "transports/channel.h"
+#include "transports/http1.h"
+#include "transports/respond.h"
+#include "transports/ws.h"
 
 static void on_ws_message(void *ud, const char *p, size_t n)
 {
     struct tg_channel *ch = ud;
-    ch->refcnt++;
-    channel_message(ch->srv, ch, p, n);
-    channel_unref(ch);
+    tg_channel_ref(ch);
+    tg_channel_message(ch, p, n);
+    tg_channel_unref(ch);
 }
 
-static void on_ws_closed(void *ud) { channel_gone(ud); }
+static void on_ws_closed(void *ud) { tg_channel_gone(ud); }
 
-/* GET /NAME/ws: WebSocket, subprotocol "mcp", one session per connection. */
-void open_ws_channel(struct tg_server *srv, struct tg_conn *c, struct route *rt, const struct tg_grant_conf *g)
+void tg_ws_channel_open(struct tg_exchange *x, struct tg_conn *c)
 {
     struct tg_http_req *req = &c->req;
     struct tg_slice up = tg_http_req_header(req, "upgrade");
@@ -27,35 +33,36 @@ void open_ws_channel(struct tg_server *srv, struct tg_conn *c, struct route *rt,
     char accept[32];
     if (up.ptr == NULL || !tg_slice_eq_nocase(up, "websocket") || !tg_slice_has_token(conn, "upgrade") ||
         !c->parser.upgrade) {
-        respond_rpc(c, 426, "Upgrade: websocket\r\n", NULL, 0, TG_RPC_INVALID_REQUEST,
-                    "Upgrade Required: /ws is a WebSocket endpoint", NULL);
+        tg_http_respond_rpc(c, 426, "Upgrade: websocket\r\n", NULL, 0, TG_RPC_INVALID_REQUEST,
+                            "Upgrade Required: /ws is a WebSocket endpoint", NULL);
         return;
     }
     if (!tg_slice_eq(ver, TG_SLICE("13"))) {
-        respond_rpc(c, 400, "Sec-WebSocket-Version: 13\r\n", NULL, 0, TG_RPC_INVALID_REQUEST,
-                    "Bad Request: Sec-WebSocket-Version 13 is required", NULL);
+        tg_http_respond_rpc(c, 400, "Sec-WebSocket-Version: 13\r\n", NULL, 0, TG_RPC_INVALID_REQUEST,
+                            "Bad Request: Sec-WebSocket-Version 13 is required", NULL);
         return;
     }
     if (tg_ws_accept_key(key, accept) != 0) {
-        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: invalid Sec-WebSocket-Key", NULL);
+        tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: invalid Sec-WebSocket-Key",
+                            NULL);
         return;
     }
     if (proto.ptr == NULL || !tg_slice_has_token(proto, "mcp")) {
-        respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
-                    "Bad Request: the WebSocket subprotocol \"mcp\" is required", NULL);
+        tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                            "Bad Request: the WebSocket subprotocol \"mcp\" is required", NULL);
         return;
     }
-    struct tg_session *s = new_channel_session(srv, c, rt, g);
+    struct tg_session *s = tg_channel_session_new(x, c);
     if (s == NULL)
         return;
-    struct tg_channel *ch = channel_new(srv, s, CH_WS, c);
+    struct tg_channel *ch = tg_channel_new(x->srv, s, CH_WS, c);
     char hdr[200];
     snprintf(hdr, sizeof(hdr),
              "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\nSec-WebSocket-Protocol: mcp\r\n",
              accept);
     tg_http_upgrade(c, hdr);
     c->exchange = ch;
-    c->on_drain = on_channel_drain;
-    ch->ws = tg_ws_start(c, (size_t)srv->conf->limits.body_bytes, 30000, on_ws_message, on_ws_closed, ch);
-    tg_log(TG_LOG_DEBUG, "WebSocket session opened", "session=%s grant=%s", s->id_str, g->name);
+    c->on_drain = tg_channel_on_drain;
+    ch->ws = tg_ws_start(c, (size_t)x->srv->conf->limits.body_bytes, 30000, on_ws_message, on_ws_closed, ch);
+    tg_log(TG_LOG_DEBUG, "WebSocket session opened", "session=%s grant=%s", s->id_str, x->grant->name);
 }

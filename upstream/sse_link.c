@@ -1,33 +1,26 @@
-#include "core/router_int.h"
+/* Legacy HTTP+SSE upstreams (protocol 2024-11-05): GET the event stream, follow its endpoint
+ * event, POST every message there; answers and the server's own messages come on the stream. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/call.h"
+#include "core/log.h"
+#include "upstream/upstream.h"
+#include "upstream/pool.h"
+
 struct sse_link;
 struct sse_post;
 
-
-static void on_post_head(struct tg_upreq *r, int status, void *ud);
-static void on_post_data(struct tg_upreq *r, const char *p, size_t n, void *ud);
-static void on_post_done(struct tg_upreq *r, int err, void *ud);
-
 static void sse_post(struct sse_link *ln, const char *body, size_t len, uint64_t gid);
-
-static int take_endpoint(struct sse_link *ln, struct tg_slice data);
-
-static int on_link_event(void *ud, const struct tg_sse_event *ev);
-
-static void sse_link_destroy(struct sse_link *ln);
-
-static void on_link_head(struct tg_upreq *r, int status, void *ud);
-
-static void on_link_data(struct tg_upreq *r, const char *p, size_t n, void *ud);
-
-static void on_link_done(struct tg_upreq *r, int err, void *ud);
-
-static void release_sse_link(struct tg_session *s);
+static const struct tg_upreq_cbs link_cbs;
 
 /* ---- legacy HTTP+SSE upstreams (2024-11-05): GET the stream, follow its endpoint event, POST there */
 
-/* Owner: the session (upstream_link), released with it by release_sse_link. A release while
+/* Owner: the session (s->uplink), released with it by release_sse_link. A release while
  * its parser runs only marks it dead; on_link_data frees it once the parser has returned. */
 struct sse_link {
+    struct tg_uplink base;    /* first */
     struct tg_server *srv;
     struct tg_session *sess;  /* not a reference: the link dies with the session */
     struct tg_upstream *up;   /* reference */
@@ -40,7 +33,8 @@ struct sse_link {
     int status;
 };
 
-/* A POST to the endpoint: it should get 202; otherwise the call it carried fails. */
+/* A POST to the endpoint: it should get 202; otherwise the call it carried fails. Owner: the
+ * pool request it rides on; freed in on_post_done. */
 struct sse_post {
     struct tg_server *srv;
     struct tg_session *sess; /* reference */
@@ -65,7 +59,14 @@ static void on_post_done(struct tg_upreq *r, int err, void *ud)
                 else
                     snprintf(why, sizeof(why), "upstream %s answered HTTP %d", up_name(k), st);
                 /* a refused POST (4xx) or one that never left never ran */
-                stream_fail(k, why, err != 0 ? !tg_upreq_sent(r) : st >= 400 && st < 500);
+                enum tg_outcome o;
+                if (err != 0 && !tg_upreq_sent(r))
+                    o = err == TG_ETIMEDOUT ? TG_OUT_NOT_SENT_TIMEOUT : TG_OUT_NOT_SENT;
+                else if (err != 0)
+                    o = err == TG_ETIMEDOUT ? TG_OUT_TIMEOUT : TG_OUT_UNAVAILABLE;
+                else
+                    o = st >= 400 && st < 500 ? TG_OUT_REFUSED : TG_OUT_UNAVAILABLE;
+                tg_call_fail(k, o, why, -1);
                 break;
             }
         }
@@ -129,7 +130,7 @@ static int on_link_event(void *ud, const struct tg_sse_event *ev)
         return ln->dead;
     }
     if (ev->event.len == 0 || tg_slice_eq(ev->event, TG_SLICE("message")))
-        stream_server_message(ln->srv, ln->sess, ln->up, ev->data.ptr, ev->data.len);
+        tg_session_link_message(ln->srv, ln->sess, ln->up, ev->data.ptr, ev->data.len);
     return ln->dead; /* the message may have ended the session (an initialize refused) */
 }
 
@@ -166,8 +167,8 @@ static void on_link_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
     } else {
         if (e != 0)
             tg_log(TG_LOG_WARN, "legacy SSE upstream event too large", "upstream=%s", tg_upstream_conf(ln->up)->name);
-        if (s->upstream_link == ln)
-            session_backpressure(srv, s);
+        if (s->uplink == &ln->base)
+            tg_session_backpressure(srv, s);
     }
     tg_session_unref(s);
 }
@@ -178,15 +179,15 @@ static void on_link_done(struct tg_upreq *r, int err, void *ud)
     ln->get = NULL;
     if (ln->dead)
         return;
-    stream_upstream_gone(ln->sess, "the upstream's event stream ended");
+    tg_session_link_gone(ln->sess, "the upstream's event stream ended");
 }
 
 static const struct tg_upreq_cbs link_cbs = {on_link_head, on_link_data, on_link_done};
 
 static void release_sse_link(struct tg_session *s)
 {
-    struct sse_link *ln = s->upstream_link;
-    s->upstream_link = NULL;
+    struct sse_link *ln = (struct sse_link *)s->uplink;
+    s->uplink = NULL;
     if (ln == NULL)
         return;
     ln->dead = 1;
@@ -199,41 +200,41 @@ static void release_sse_link(struct tg_session *s)
 }
 
 /* Backpressure on a message-stream upstream: stop reading it while its client is behind. */
-void link_pause(struct tg_session *s, int pause)
+static void sse_pause(struct tg_session *s, struct tg_call *k, int pause)
 {
-    if (s->upstream_link == NULL || (size_t)s->upstream >= ((struct tg_server *)s->srv)->nupstreams)
+    struct sse_link *ln = (struct sse_link *)s->uplink;
+    if (ln == NULL || ln->get == NULL)
         return;
-    struct tg_server *srv = s->srv;
-    int tr = tg_upstream_conf(srv->upstreams[s->upstream])->transport;
-    if (tr == TG_UP_STDIO) {
-        if (pause)
-            tg_child_pause(s->upstream_link);
-        else
-            tg_child_resume(s->upstream_link);
-    } else if (tr == TG_UP_SSE) {
-        struct sse_link *ln = s->upstream_link;
-        if (ln->get && pause)
-            tg_upreq_pause(ln->get);
-        else if (ln->get)
-            tg_upreq_resume(ln->get);
-    }
+    if (pause)
+        tg_upreq_pause(ln->get);
+    else
+        tg_upreq_resume(ln->get);
 }
 
-int sse_link_send(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *body,
+static const struct tg_upstream_ops *sse_ops(void);
+
+static int sse_open(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u)
+{
+    if (s->uplink != NULL)
+        return 0;
+    struct sse_link *ln = tg_xcalloc(1, sizeof(*ln));
+    ln->base.ops = sse_ops();
+    ln->srv = srv;
+    ln->sess = s;
+    ln->up = tg_upstream_ref(u);
+    tg_sse_init(&ln->sse, (size_t)srv->conf->limits.response_bytes);
+    tg_buf_init(&ln->queue);
+    s->uplink = &ln->base;
+    s->release_link = release_sse_link;
+    ln->get = tg_upreq_start(u, "GET", "Accept: text/event-stream\r\n", NULL, 0, 1, 0, &link_cbs, ln);
+    return 0;
+}
+
+static int sse_link_send(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *body,
                          size_t len, uint64_t gid)
 {
-    struct sse_link *ln = s->upstream_link;
-    if (ln == NULL) {
-        ln = tg_xcalloc(1, sizeof(*ln));
-        ln->srv = srv;
-        ln->sess = s;
-        ln->up = tg_upstream_ref(u);
-        tg_sse_init(&ln->sse, (size_t)srv->conf->limits.response_bytes);
-        tg_buf_init(&ln->queue);
-        s->upstream_link = ln;
-        s->release_link = release_sse_link;
-        ln->get = tg_upreq_start(u, "GET", "Accept: text/event-stream\r\n", NULL, 0, 1, 0, &link_cbs, ln);
-    }
+    sse_open(srv, s, u);
+    struct sse_link *ln = (struct sse_link *)s->uplink;
     if (ln->endpoint == NULL) {
         if (ln->queue.len + len > (size_t)srv->conf->limits.body_bytes * 4)
             return TG_ELIMIT;
@@ -245,3 +246,37 @@ int sse_link_send(struct tg_server *srv, struct tg_session *s, struct tg_upstrea
     sse_post(ln, body, len, gid);
     return 0;
 }
+
+static void sse_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
+{
+    if (body == NULL) {
+        tg_call_link_listen(k); /* the server's own messages come on the session's event stream */
+        return;
+    }
+    int ok = sse_link_send(k->srv, k->sess, k->uprt, body, len, k->kind == KIND_REQUEST ? k->gid : 0) == 0;
+    tg_call_link_sent(k, ok, timeout);
+}
+
+static void sse_reply(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p, size_t n)
+{
+    if (s->uplink != NULL)
+        sse_link_send(srv, s, u, p, n, 0); /* POSTed like any reply */
+}
+
+static void sse_close(struct tg_server *srv, struct tg_session *s) {}
+
+const struct tg_upstream_ops tg_upstream_sse_ops = {
+    .name = "sse",
+    .flags = TG_UPOPS_SESSION_LINK,
+    .probe = NULL,
+    .open = sse_open,
+    .send = sse_send,
+    .cancel = tg_call_link_cancel,
+    .pause = sse_pause,
+    .touch = tg_call_link_touch,
+    .reply = sse_reply,
+    .close = sse_close,
+};
+
+static const struct tg_upstream_ops *sse_ops(void) { return &tg_upstream_sse_ops; }
+

@@ -1,104 +1,84 @@
-#include "core/router_int.h"
+/* stdio upstreams: a child process per session (upstream/stdio.c runs it, the pool keeps warm
+ * ones ready); every message of the session goes on its stdin, answers and the server's own
+ * messages come on its stdout. */
+#include <stdio.h>
+#include <stdlib.h>
 
+#include "core/call.h"
+#include "upstream/upstream.h"
+#include "upstream/pool.h"
+#include "upstream/stdio.h"
 
-static void release_child(struct tg_session *s);
-
-static struct tg_child *session_child(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u);
+/* Owner: the session (s->uplink), freed by release_child when the session goes, or when the
+ * child exits (on_child_exit). */
+struct stdio_link {
+    struct tg_uplink base; /* first */
+    struct tg_child *child;
+};
 
 static void on_child_message(void *ud, const char *p, size_t n);
-
 static void on_child_exit(void *ud, int64_t status, int sig);
-
-/* deny_server_requests on a message-stream upstream: the gateway answers on the same stream. */
-int refuse_stream_request(struct tg_call *probe, const char *p, size_t n)
-{
-    const struct tg_upstream_conf *uc = tg_upstream_conf(probe->uprt);
-    struct tg_json_doc doc;
-    if (uc->ndeny_server_requests == 0 || tg_json_parse(p, n, 1000, 1, &doc, NULL, NULL) != 0)
-        return 0;
-    cJSON *method = cJSON_GetObjectItemCaseSensitive(doc.root, "method");
-    int refused = 0;
-    for (size_t i = 0; cJSON_IsString(method) && i < uc->ndeny_server_requests; i++)
-        if (strcmp(uc->deny_server_requests[i], method->valuestring) == 0)
-            refused = 1;
-    if (refused) {
-        probe->srv->metrics.server_requests_denied++;
-        struct tg_buf e;
-        tg_buf_init(&e);
-        char msg[200];
-        snprintf(msg, sizeof(msg), "%s is not allowed through the gateway for upstream %s", method->valuestring,
-                 uc->name);
-        tg_rpc_error(&e, doc.id_raw.ptr, doc.id_raw.len, TG_RPC_DENIED, msg, NULL);
-        if (probe->sess->upstream_link != NULL && uc->transport == TG_UP_STDIO)
-            tg_child_send(probe->sess->upstream_link, e.base, e.len);
-        else if (probe->sess->upstream_link != NULL && uc->transport == TG_UP_SSE)
-            sse_link_send(probe->srv, probe->sess, probe->uprt, e.base, e.len, 0); /* POSTed like any reply */
-        tg_buf_dispose(&e);
-    }
-    cJSON_Delete(doc.root);
-    return refused;
-}
 
 static void release_child(struct tg_session *s)
 {
-    struct tg_child *ch = s->upstream_link;
-    s->upstream_link = NULL;
-    tg_child_kill(ch);
+    struct stdio_link *ln = (struct stdio_link *)s->uplink;
+    s->uplink = NULL;
+    if (ln == NULL)
+        return;
+    tg_child_kill(ln->child);
+    free(ln);
 }
 
-static struct tg_child *session_child(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u)
+static int stdio_open(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u)
 {
-    if (s->upstream_link != NULL)
-        return s->upstream_link;
+    if (s->uplink != NULL)
+        return 0;
     int err = 0;
     struct tg_child *ch = tg_upstream_take_child(u, on_child_message, on_child_exit, s, &err);
     if (ch == NULL)
-        return NULL;
-    s->upstream_link = ch;
+        return err ? err : TG_EINVAL;
+    struct stdio_link *ln = tg_xcalloc(1, sizeof(*ln));
+    ln->base.ops = &tg_upstream_stdio_ops;
+    ln->child = ch;
+    s->uplink = &ln->base;
     s->release_link = release_child;
-    return ch;
+    return 0;
 }
 
-void stream_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
+static struct tg_child *child_of(struct tg_session *s)
 {
-    struct tg_server *srv = k->srv;
-    const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
-    if (k->kind == KIND_GET) {
-        /* The client's GET stream: the server's own messages come from the child's stdout. */
-        k->forwarded = 1;
-        if (k->conn != NULL) {
-            k->mode = MODE_SSE;
-            tg_http_stream_begin(k->conn, 200, NULL, "text/event-stream");
-            stream_open(k);
-        }
-        return;
-    }
-    int sent;
-    if (uc->transport == TG_UP_STDIO) {
-        struct tg_child *child = session_child(srv, k->sess, k->uprt);
-        sent = child != NULL && tg_child_send(child, body, len) == 0;
-    } else {
-        sent = sse_link_send(srv, k->sess, k->uprt, body, len, k->kind == KIND_REQUEST ? k->gid : 0) == 0;
-    }
-    if (!sent) {
-        char why[160];
-        snprintf(why, sizeof(why), "upstream %s could not be started or has gone", uc->name);
-        stream_fail(k, why, 1); /* the message was never written */
-        return;
-    }
-    k->forwarded = 1;
-    k->sent_at = now_ms(srv);
-    if (k->kind != KIND_REQUEST) {
-        /* notifications and responses: nothing comes back for them */
-        if (k->batch == NULL && k->conn != NULL)
-            tg_http_respond(k->conn, 202, NULL, NULL, "", 0);
-        call_free(k);
-        return;
-    }
-    k->awaiting = 1;
-    k->deadline = k->sent_at + (timeout ? timeout : (uint64_t)uc->call_timeout_ms);
-    tg_list_insert_tail(&srv->awaiting, &k->alink);
+    return s->uplink != NULL ? ((struct stdio_link *)s->uplink)->child : NULL;
 }
+
+static void stdio_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
+{
+    if (body == NULL) {
+        tg_call_link_listen(k); /* the server's own messages come from the child's stdout */
+        return;
+    }
+    int ok = stdio_open(k->srv, k->sess, k->uprt) == 0 && tg_child_send(child_of(k->sess), body, len) == 0;
+    tg_call_link_sent(k, ok, timeout);
+}
+
+static void stdio_pause(struct tg_session *s, struct tg_call *k, int pause)
+{
+    struct tg_child *ch = child_of(s);
+    if (ch == NULL)
+        return;
+    if (pause)
+        tg_child_pause(ch);
+    else
+        tg_child_resume(ch);
+}
+
+static void stdio_reply(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p, size_t n)
+{
+    struct tg_child *ch = child_of(s);
+    if (ch != NULL)
+        tg_child_send(ch, p, n);
+}
+
+static void stdio_close(struct tg_server *srv, struct tg_session *s) {}
 
 static void on_child_message(void *ud, const char *p, size_t n)
 {
@@ -107,8 +87,8 @@ static void on_child_message(void *ud, const char *p, size_t n)
     if ((size_t)s->upstream >= srv->nupstreams)
         return;
     tg_session_ref(s);
-    stream_server_message(srv, s, srv->upstreams[s->upstream], p, n);
-    session_backpressure(srv, s);
+    tg_session_link_message(srv, s, srv->upstreams[s->upstream], p, n);
+    tg_session_backpressure(srv, s);
     tg_session_unref(s);
 }
 
@@ -117,6 +97,20 @@ static void on_child_message(void *ud, const char *p, size_t n)
 static void on_child_exit(void *ud, int64_t status, int sig)
 {
     struct tg_session *s = ud;
-    s->upstream_link = NULL;
-    stream_upstream_gone(s, "the upstream process exited");
+    free(s->uplink); /* the child frees itself */
+    s->uplink = NULL;
+    tg_session_link_gone(s, "the upstream process exited");
 }
+
+const struct tg_upstream_ops tg_upstream_stdio_ops = {
+    .name = "stdio",
+    .flags = TG_UPOPS_SESSION_LINK,
+    .probe = NULL,
+    .open = stdio_open,
+    .send = stdio_send,
+    .cancel = tg_call_link_cancel,
+    .pause = stdio_pause,
+    .touch = tg_call_link_touch,
+    .reply = stdio_reply,
+    .close = stdio_close,
+};

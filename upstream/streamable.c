@@ -1,34 +1,28 @@
-#include "core/router_int.h"
+/* Streamable HTTP upstreams: each message of a call is a POST on the pool (upstream/pool.h),
+ * answered with JSON or with an SSE stream; a session's stream of server messages is a
+ * dedicated GET. This file is the MCP client: the pool knows nothing of MCP. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/call.h"
+#include "core/log.h"
+#include "core/msg.h"
+#include "upstream/upstream.h"
+#include "upstream/pool.h"
+
+/* The timer of a call waiting to reconnect. Owner: the call until it is cancelled; freed in
+ * its close callback. */
+struct resume_wait {
+    uv_timer_t timer;
+    struct tg_call *k; /* NULL once cancelled */
+};
 
 static const struct tg_upreq_cbs call_cbs;
 
-static void on_resume_closed(uv_handle_t *h);
-
-static void on_noop_head(struct tg_upreq *r, int status, void *ud);
-static void on_noop_data(struct tg_upreq *r, const char *p, size_t n, void *ud);
-static void on_noop_done(struct tg_upreq *r, int err, void *ud);
-
-static int refuse_server_request(struct tg_call *k, const char *p, size_t n, int refuse_all);
-
-static int on_sse_event(void *ud, const struct tg_sse_event *ev);
-
-static void relay_sse_event(struct tg_call *k, const struct tg_sse_event *ev);
-
-static void on_up_head(struct tg_upreq *r, int status, void *ud);
-
-static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud);
-
-static void on_resume_due(uv_timer_t *t);
-
-static int try_resume(struct tg_call *k);
-
-static void on_up_done(struct tg_upreq *r, int err, void *ud);
-
-static void session_headers(struct tg_buf *h, struct tg_session *s, int with_session);
-
 static void on_resume_closed(uv_handle_t *h) { free(h->data); }
 
-void resume_cancel(struct tg_call *k)
+static void resume_cancel(struct tg_call *k)
 {
     struct resume_wait *w = k->resume;
     if (w == NULL)
@@ -43,51 +37,16 @@ static void on_noop_data(struct tg_upreq *r, const char *p, size_t n, void *ud) 
 static void on_noop_done(struct tg_upreq *r, int err, void *ud) { (void)r, (void)err, (void)ud; }
 static const struct tg_upreq_cbs noop_cbs = {on_noop_head, on_noop_data, on_noop_done};
 
-/* A server-to-client request this upstream may not make (deny_server_requests): answer it
- * ourselves with an error, and never show it to the client. Returns 1 if refused. */
-static int refuse_server_request(struct tg_call *k, const char *p, size_t n, int refuse_all)
+static void session_headers(struct tg_buf *h, struct tg_session *s, int with_session)
 {
-    const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
-    if (uc->ndeny_server_requests == 0 && !refuse_all)
-        return 0;
-    struct tg_json_doc doc;
-    if (tg_json_parse(p, n, 1000, 1, &doc, NULL, NULL) != 0)
-        return 0;
-    cJSON *method = cJSON_GetObjectItemCaseSensitive(doc.root, "method");
-    cJSON *id = cJSON_GetObjectItemCaseSensitive(doc.root, "id");
-    int refused = 0;
-    if (cJSON_IsString(method) && id != NULL && !cJSON_IsNull(id)) {
-        refused = refuse_all; /* a batch has no stream to carry a server request to the client */
-        for (size_t i = 0; i < uc->ndeny_server_requests; i++)
-            if (strcmp(uc->deny_server_requests[i], method->valuestring) == 0)
-                refused = 1;
-    }
-    if (refused) {
-        k->srv->metrics.server_requests_denied++;
-        char esc[96];
-        tg_log(TG_LOG_INFO, "server request refused", "upstream=%s session=%s method=%s", uc->name, k->sess->id_str,
-               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(method->valuestring)));
-        struct tg_buf body, h;
-        tg_buf_init(&body);
-        tg_buf_init(&h);
-        char msg[200];
-        snprintf(msg, sizeof(msg), "%s is not allowed through the gateway for upstream %s", method->valuestring,
-                 uc->name);
-        tg_rpc_error(&body, doc.id_raw.ptr, doc.id_raw.len, TG_RPC_DENIED, msg, NULL);
-        tg_buf_appends(&h, "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n");
-        if (k->sess->up_session)
-            tg_buf_appendf(&h, "Mcp-Session-Id: %s\r\n", k->sess->up_session);
-        if (k->sess->proto[0])
-            tg_buf_appendf(&h, "MCP-Protocol-Version: %s\r\n", k->sess->proto);
-        tg_buf_append(&h, "", 1);
-        tg_upreq_start(k->uprt, "POST", h.base, body.base, body.len, 0, (uint64_t)uc->call_timeout_ms, &noop_cbs,
-                       NULL);
-        tg_buf_dispose(&body);
-        tg_buf_dispose(&h);
-    }
-    cJSON_Delete(doc.root);
-    return refused;
+    tg_buf_appends(h, "Accept: application/json, text/event-stream\r\n");
+    if (with_session && s->up_session)
+        tg_buf_appendf(h, "Mcp-Session-Id: %s\r\n", s->up_session);
+    if (s->proto[0])
+        tg_buf_appendf(h, "MCP-Protocol-Version: %s\r\n", s->proto);
 }
+
+/* ---- the answer -------------------------------------------------------------------------- */
 
 /* Stops the parser once the call is closed (its owner may free the parser then). */
 static int on_sse_event(void *ud, const struct tg_sse_event *ev)
@@ -95,81 +54,13 @@ static int on_sse_event(void *ud, const struct tg_sse_event *ev)
     struct tg_call *k = ud;
     if (k->closed)
         return 1;
-    relay_sse_event(k, ev);
-    return k->closed;
-}
-
-static void relay_sse_event(struct tg_call *k, const struct tg_sse_event *ev)
-{
-    if (k->conn == NULL && k->batch == NULL && k->channel == NULL && k->replay == NULL)
-        return;
     if (ev->event.len != 0 && !tg_slice_eq(ev->event, TG_SLICE("message")))
-        return; /* only JSON-RPC messages are relayed */
+        return 0; /* only JSON-RPC messages are relayed */
     if (ev->data.len == 0)
-        return; /* priming events carry no message */
+        return 0; /* priming events carry no message */
     k->resumes = 0;
-    struct tg_buf out;
-    tg_buf_init(&out);
-    int valid, is_error;
-    struct tg_slice srv_req;
-    int mine = restore_id(k, ev->data.ptr, ev->data.len, &out, &valid, &is_error, &srv_req);
-    if (!valid) {
-        tg_log(TG_LOG_WARN, "upstream sent a non-JSON SSE event; dropped", "upstream=%s session=%s",
-               up_name(k), k->sess->id_str);
-        tg_buf_dispose(&out);
-        return;
-    }
-    if (mine) {
-        k->got_response = 1;
-        if (is_error)
-            k->got_response = 2;
-        if (k->is_init)
-            note_init_result(k, ev->data.ptr, ev->data.len);
-    } else if (refuse_server_request(k, ev->data.ptr, ev->data.len, k->batch != NULL && k->batch->channel == NULL)) {
-        tg_buf_dispose(&out);
-        return;
-    } else if (srv_req.len > 0) {
-        note_server_request(k->sess, srv_req);
-    }
-    struct tg_channel *ch = k->channel ? k->channel : k->batch ? k->batch->channel : NULL;
-    if (ch != NULL) {
-        /* A channel session: the answer goes into its batch (sent at once for a single message),
-         * everything else the server says goes straight to the channel. */
-        if (mine)
-            batch_add(k->batch, out.base, out.len);
-        else
-            channel_send(ch, out.base, out.len);
-        tg_buf_dispose(&out);
-        if (k->up) {
-            tg_upreq_touch(k->up);
-            if (channel_pending(ch) > (size_t)k->srv->conf->limits.output_high_water) {
-                k->srv->metrics.limit_output++;
-                tg_upreq_pause(k->up);
-            }
-        }
-        return;
-    }
-    if (k->batch != NULL) {
-        /* A batch is answered with one JSON array: only the element's answer is kept. */
-        if (mine)
-            batch_add(k->batch, out.base, out.len);
-        tg_buf_dispose(&out);
-        if (k->up)
-            tg_upreq_touch(k->up);
-        return;
-    }
-    sse_write_message(k, out.base, out.len);
-    tg_buf_dispose(&out);
-    if (k->up)
-        tg_upreq_touch(k->up); /* progress keeps a long call alive */
-}
-
-void session_header(struct tg_call *k, char *hdr, size_t sz)
-{
-    if (k->is_init)
-        snprintf(hdr, sz, "Mcp-Session-Id: %s\r\n", k->sess->id_str);
-    else
-        hdr[0] = '\0';
+    tg_call_upstream_message(k, ev->data.ptr, ev->data.len, NULL);
+    return k->closed;
 }
 
 static void on_up_head(struct tg_upreq *r, int status, void *ud)
@@ -195,27 +86,32 @@ static void on_up_head(struct tg_upreq *r, int status, void *ud)
     if (status == 200 && tg_slice_has_token(ct, "text/event-stream") && k->kind != KIND_FORWARD) {
         k->mode = MODE_SSE;
         tg_sse_init(&k->sse, (size_t)k->srv->conf->limits.response_bytes);
-        if (k->conn) {
-            char hdr[96];
-            session_header(k, hdr, sizeof(hdr));
-            tg_http_stream_begin(k->conn, 200, hdr, "text/event-stream");
-            stream_open(k);
-        }
+        tg_call_stream(k);
         return;
     }
-    if (status >= 200 && status < 300 && k->kind == KIND_FORWARD) {
+    if (status >= 200 && status < 300 && k->kind == KIND_FORWARD)
         k->mode = MODE_ACCEPTED;
-        return;
-    }
-    if (status == 200 && k->kind == KIND_REQUEST) {
+    else if (status == 200 && k->kind == KIND_REQUEST)
         k->mode = MODE_JSON;
-        return;
-    }
-    if (status == 404 && k->sess->up_session != NULL && !k->is_init) {
+    else if (status == 404 && k->sess->up_session != NULL && !k->is_init)
         k->mode = MODE_GONE;
-        return;
-    }
-    k->mode = MODE_ERROR;
+    else
+        k->mode = MODE_ERROR;
+}
+
+static void on_up_done(struct tg_upreq *r, int err, void *ud);
+
+/* The upstream sent more than limits.response_bytes: the call is cut. The tool may have run. */
+static void too_large(struct tg_call *k, const char *what)
+{
+    tg_log(TG_LOG_WARN, what, "upstream=%s limit=%d", up_name(k), k->srv->conf->limits.response_bytes);
+    double lat = tg_upreq_elapsed_ms(k->up);
+    tg_upreq_cancel(k->up);
+    k->up = NULL;
+    tg_call_settle(k, TG_OUT_GARBLED, lat);
+    if (k->mode == MODE_JSON)
+        tg_call_answer_error(k, "upstream response exceeds limits.response_bytes", 0);
+    tg_call_finish(k);
 }
 
 static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
@@ -235,41 +131,17 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
             tg_upreq_cancel(r);
             return;
         }
-        if (e != 0) {
-            tg_log(TG_LOG_WARN, "upstream SSE event too large; stream cut", "upstream=%s limit=%d",
-                   up_name(k),
-                   k->srv->conf->limits.response_bytes);
-            tg_upreq_cancel(k->up);
-            k->up = NULL;
-            if (k->conn)
-                tg_http_stream_end(k->conn);
-            call_free(k);
-        }
+        if (e != 0)
+            too_large(k, "upstream SSE event too large; stream cut");
         return;
     }
-    case MODE_JSON: {
-        struct tg_channel *ch = k->batch ? k->batch->channel : NULL;
-        if (ch != NULL && channel_pending(ch) > (size_t)k->srv->conf->limits.output_high_water) {
+    case MODE_JSON:
+        if (k->sink != NULL && k->sink->ops->high(k->sink)) {
             k->srv->metrics.limit_output++;
-            tg_upreq_pause(k->up); /* the channel's drain resumes every call of the session */
+            tg_upreq_pause(k->up); /* the sink's drain resumes every call of the session */
         }
-    }
-        if (tg_buf_try_append(&k->body, p, n, (size_t)k->srv->conf->limits.response_bytes) != 0) {
-            tg_log(TG_LOG_WARN, "upstream response too large", "upstream=%s limit=%d",
-                   up_name(k),
-                   k->srv->conf->limits.response_bytes);
-            tg_upreq_cancel(k->up);
-            k->up = NULL;
-            if (k->conn) {
-                struct tg_buf d;
-                tg_buf_init(&d);
-                upstream_data(&d, up_name(k));
-                respond_rpc(k->conn, 200, NULL, k->client_id, k->client_id_len, TG_RPC_UPSTREAM,
-                            "upstream response exceeds limits.response_bytes", d.base);
-                tg_buf_dispose(&d);
-            }
-            call_free(k);
-        }
+        if (tg_buf_try_append(&k->body, p, n, (size_t)k->srv->conf->limits.response_bytes) != 0)
+            too_large(k, "upstream response too large");
         return;
     default:
         /* Error bodies are kept short, only for the log. */
@@ -309,7 +181,7 @@ static int try_resume(struct tg_call *k)
     if (k->kind != KIND_REQUEST || k->got_response || k->resume_failed || !k->sse.has_last_id ||
         k->sse.retry_ms < 0 || k->resumes >= 16 || k->resumes_total >= 256 || k->srv->draining)
         return 0;
-    if (k->conn == NULL && k->batch == NULL && k->channel == NULL && k->replay == NULL)
+    if (k->sink == NULL || !k->sink->ops->listening(k->sink))
         return 0; /* nobody would read the answer */
     long ms = k->sse.retry_ms;
     long cap = tg_upstream_conf(k->uprt)->call_timeout_ms;
@@ -325,24 +197,34 @@ static int try_resume(struct tg_call *k)
     k->resumes_total++;
     tg_log(TG_LOG_DEBUG, "upstream closed the answer stream early; reconnecting", "upstream=%s retry_ms=%ld",
            up_name(k), ms);
-    /* A client primed to resume (2025-11-25 sessions get an id and a retry first) is told the
-     * same: its stream ends here with the upstream's retry time, and it comes back with GET and
-     * Last-Event-ID to the replay buffer while the call goes on. Older clients cannot resume:
-     * their stream stays open and everything is relayed on it. */
-    if (k->conn != NULL && k->replay != NULL && k->batch == NULL && k->channel == NULL && k->sess != NULL &&
-        strcmp(k->sess->proto, "2025-11-25") == 0) {
-        char rb[40];
-        int rn = snprintf(rb, sizeof(rb), "retry: %ld\n\n", ms);
-        struct tg_conn *c = k->conn;
-        tg_http_stream_write(c, rb, (size_t)rn);
-        c->exchange = NULL;
-        c->on_abort = NULL;
-        c->on_drain = NULL;
-        k->conn = NULL;
-        k->replay->detached_at = now_ms(k->srv);
-        tg_http_stream_end(c);
-    }
+    k->sink->ops->poll(k->sink, k, ms); /* a client that can poll too is told so */
     return 1;
+}
+
+/* How the request ended, for the call's settlement. */
+static enum tg_outcome outcome_of(struct tg_call *k, struct tg_upreq *r, int err)
+{
+    if (k->mode == MODE_SSE && k->got_response)
+        return k->got_response == 1 ? TG_OUT_OK : TG_OUT_ERROR;
+    if (err != 0) {
+        if (!tg_upreq_sent(r))
+            return err == TG_ETIMEDOUT ? TG_OUT_NOT_SENT_TIMEOUT : TG_OUT_NOT_SENT;
+        return err == TG_ETIMEDOUT ? TG_OUT_TIMEOUT : TG_OUT_UNAVAILABLE;
+    }
+    switch (k->mode) {
+    case MODE_SSE: return TG_OUT_UNAVAILABLE; /* the stream ended without the answer */
+    case MODE_JSON:
+        if (k->body.base == NULL || tg_json_parse(k->body.base, k->body.len, 1000, 0, &k->body_doc, NULL, NULL) != 0)
+            return TG_OUT_GARBLED;
+        k->body_doc_ok = 1;
+        return k->body_doc.error_raw.len > 0 ? TG_OUT_ERROR : TG_OUT_OK;
+    case MODE_GONE: return TG_OUT_REFUSED;
+    case MODE_ERROR: {
+        int st = tg_upreq_status(r);
+        return st >= 400 && st < 500 ? TG_OUT_REFUSED : TG_OUT_UNAVAILABLE;
+    }
+    default: return TG_OUT_GARBLED;
+    }
 }
 
 static void on_up_done(struct tg_upreq *r, int err, void *ud)
@@ -351,22 +233,9 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
     k->up = NULL;
     if (err == 0 && k->mode == MODE_SSE && try_resume(k))
         return;
-    settle_call(k, r, err);
+    double latency = k->first_sent_ns ? (double)(uv_hrtime() - k->first_sent_ns) / 1e6 : tg_upreq_elapsed_ms(r);
+    tg_call_settle(k, outcome_of(k, r, err), latency);
     const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
-    if (k->batch != NULL) {
-        batch_finish_call(k, r, err);
-        call_free(k);
-        return;
-    }
-    if (k->channel != NULL) {
-        call_free(k); /* the channel's upstream GET stream ended; the channel goes on */
-        return;
-    }
-    struct tg_conn *c = k->conn;
-    if (c == NULL) {
-        call_free(k);
-        return;
-    }
     /* Answering cannot close the call under us: a client that goes is heard of from the loop. */
     char why[160];
     if (err != 0) {
@@ -379,61 +248,46 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
     }
     switch (k->mode) {
     case MODE_SSE:
-        if (!k->got_response && k->kind == KIND_REQUEST) {
-            /* The stream ended without the answer: give the client a clean error on the same stream. */
-            struct tg_buf b;
-            tg_buf_init(&b);
-            struct tg_buf d;
-            tg_buf_init(&d);
-            upstream_data(&d, uc->name);
-            tg_rpc_error(&b, k->client_id, k->client_id_len, TG_RPC_UPSTREAM,
-                         err ? why : "upstream ended the stream without answering", d.base);
-            sse_write_message(k, b.base, b.len);
-            tg_buf_dispose(&b);
-            tg_buf_dispose(&d);
-        }
-        if (k->conn)
-            tg_http_stream_end(k->conn);
+        if (!k->got_response && k->kind == KIND_REQUEST)
+            /* The stream ended without the answer: a clean error on the same stream. */
+            tg_call_answer_error(k, err ? why : "upstream ended the stream without answering", 0);
         break;
-    case MODE_JSON: {
+    case MODE_JSON:
         if (err != 0) {
-            answer_upstream_error(k, why);
-            break;
-        }
-        struct tg_buf out;
-        tg_buf_init(&out);
-        int valid, is_error;
-        int mine = restore_id(k, k->body.base ? k->body.base : "", k->body.len, &out, &valid, &is_error, NULL);
-        if (!mine) {
+            tg_call_answer_error(k, why, 0);
+        } else if (!tg_call_answer(k, k->body.base ? k->body.base : "", k->body.len,
+                                   k->body_doc_ok ? &k->body_doc : NULL)) {
             char esc[200];
             tg_log(TG_LOG_WARN, "upstream answered with something that is not the answer", "upstream=%s body=%s",
                    uc->name, tg_log_esc(esc, sizeof(esc), tg_slice_of(k->body.base, k->body.len)));
-            answer_upstream_error(k, "upstream sent an invalid response");
-        } else {
-            if (k->is_init)
-                note_init_result(k, k->body.base, k->body.len);
-            char hdr[96];
-            session_header(k, hdr, sizeof(hdr));
-            tg_http_respond(c, 200, hdr, "application/json", out.base, out.len);
+            tg_call_answer_error(k, "upstream sent an invalid response", 0);
         }
-        tg_buf_dispose(&out);
         break;
-    }
     case MODE_ACCEPTED:
         if (err != 0)
-            answer_upstream_error(k, why);
-        else
-            tg_http_respond(c, 202, NULL, NULL, "", 0);
+            tg_call_answer_error(k, why, 0);
+        else if (k->sink != NULL)
+            k->sink->ops->bare(k->sink, k, 202, NULL, NULL, 0);
         break;
     case MODE_GONE:
         tg_log(TG_LOG_INFO, "upstream ended the session", "upstream=%s session=%s", uc->name, k->sess->id_str);
         tg_session_remove(k->srv->sessions, k->sess);
-        respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+        if (k->sink != NULL) {
+            struct tg_buf e;
+            tg_buf_init(&e);
+            tg_rpc_error(&e, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+            if (k->kind == KIND_REQUEST)
+                k->sink->ops->answer(k->sink, k, 404, NULL, e.base, e.len);
+            else
+                k->sink->ops->bare(k->sink, k, 404, NULL, e.base, e.len);
+            tg_buf_dispose(&e);
+        }
         break;
     case MODE_ERROR: {
         int st = tg_upreq_status(r);
         if (k->kind == KIND_GET && (st == 405 || st == 404)) {
-            tg_http_respond(c, 405, "Allow: POST, DELETE\r\n", NULL, "", 0);
+            if (k->sink != NULL)
+                k->sink->ops->bare(k->sink, k, 405, "Allow: POST, DELETE\r\n", NULL, 0);
             break;
         }
         char esc[200];
@@ -441,34 +295,22 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
                tg_log_esc(esc, sizeof(esc), tg_slice_of(k->body.base, k->body.len)));
         if (err == 0)
             snprintf(why, sizeof(why), "upstream %s answered HTTP %d", uc->name, st);
-        answer_upstream_error(k, why);
+        tg_call_answer_error(k, why, 0);
         break;
     }
     case MODE_WAIT:
-        answer_upstream_error(k, err ? why : "upstream closed without answering");
+        tg_call_answer_error(k, err ? why : "upstream closed without answering", 0);
         break;
     }
-    call_free(k);
+    tg_call_finish(k);
 }
 
 static const struct tg_upreq_cbs call_cbs = {on_up_head, on_up_data, on_up_done};
 
-static void session_headers(struct tg_buf *h, struct tg_session *s, int with_session)
-{
-    tg_buf_appends(h, "Accept: application/json, text/event-stream\r\n");
-    if (with_session && s->up_session)
-        tg_buf_appendf(h, "Mcp-Session-Id: %s\r\n", s->up_session);
-    if (s->proto[0])
-        tg_buf_appendf(h, "MCP-Protocol-Version: %s\r\n", s->proto);
-}
+/* ---- operations ---------------------------------------------------------------------------- */
 
-void call_send(struct tg_call *k, const char *method, const char *body, size_t len, int dedicated,
-                      uint64_t timeout)
+static void http_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
 {
-    if (tg_upstream_conf(k->uprt)->transport != TG_UP_STREAMABLE) {
-        stream_send(k, body, len, timeout);
-        return;
-    }
     struct tg_buf h;
     tg_buf_init(&h);
     if (body)
@@ -478,13 +320,49 @@ void call_send(struct tg_call *k, const char *method, const char *body, size_t l
     k->forwarded = 1;
     if (k->first_sent_ns == 0)
         k->first_sent_ns = uv_hrtime();
-    k->up = tg_upreq_start(k->uprt, method, h.base, body, len, dedicated, timeout,
-                           &call_cbs, k);
+    /* No body: the session's GET stream, on a connection of its own. */
+    k->up = tg_upreq_start(k->uprt, body ? "POST" : "GET", h.base, body, len, body == NULL, timeout, &call_cbs, k);
     tg_buf_dispose(&h);
 }
 
-/* The session ends: tell a Streamable HTTP upstream too (nobody waits for its answer). */
-void delete_upstream_session(struct tg_server *srv, struct tg_session *s)
+static void http_cancel(struct tg_call *k)
+{
+    if (k->up != NULL) {
+        tg_upreq_cancel(k->up);
+        k->up = NULL;
+    }
+    resume_cancel(k);
+}
+
+static void http_pause(struct tg_session *s, struct tg_call *k, int pause)
+{
+    if (k == NULL || k->up == NULL)
+        return;
+    if (pause)
+        tg_upreq_pause(k->up);
+    else
+        tg_upreq_resume(k->up);
+}
+
+static void http_touch(struct tg_call *k)
+{
+    if (k->up != NULL)
+        tg_upreq_touch(k->up);
+}
+
+static void http_reply(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p, size_t n)
+{
+    struct tg_buf h;
+    tg_buf_init(&h);
+    tg_buf_appends(&h, "Content-Type: application/json\r\n");
+    session_headers(&h, s, 1);
+    tg_buf_append(&h, "", 1);
+    tg_upreq_start(u, "POST", h.base, p, n, 0, (uint64_t)tg_upstream_conf(u)->call_timeout_ms, &noop_cbs, NULL);
+    tg_buf_dispose(&h);
+}
+
+/* The session ends: tell the upstream too (nobody waits for its answer). */
+static void http_close(struct tg_server *srv, struct tg_session *s)
 {
     if (s->up_session == NULL || (size_t)s->upstream >= srv->nupstreams)
         return;
@@ -496,3 +374,18 @@ void delete_upstream_session(struct tg_server *srv, struct tg_session *s)
     tg_upreq_start(u, "DELETE", h.base, NULL, 0, 0, (uint64_t)tg_upstream_conf(u)->call_timeout_ms, &noop_cbs, NULL);
     tg_buf_dispose(&h);
 }
+
+static int http_open(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u) { return 0; }
+
+const struct tg_upstream_ops tg_upstream_streamable_ops = {
+    .name = "streamable-http",
+    .flags = 0,
+    .probe = NULL,
+    .open = http_open,
+    .send = http_send,
+    .cancel = http_cancel,
+    .pause = http_pause,
+    .touch = http_touch,
+    .reply = http_reply,
+    .close = http_close,
+};

@@ -1,10 +1,16 @@
-#include "core/router_int.h"
+#include "core/mcp/rewrite.h"
 
+#include <stdlib.h>
+#include <string.h>
 
-static int filter_tools_list(struct tg_call *k, const char *p, size_t n, struct tg_buf *out);
+#include "core/log.h"
+#include "core/msg.h"
+#include "policy/policy.h"
+
+static int filter_tools_list(const struct tg_mcp_answer *a, const char *p, size_t n, struct tg_buf *out);
 
 /* A canonical form of a request id: "n" + digits, or "s" + the decoded string. */
-char *id_key_of(const char *raw, size_t n)
+char *tg_mcp_id_key(const char *raw, size_t n)
 {
     if (raw == NULL)
         return NULL;
@@ -29,7 +35,7 @@ char *id_key_of(const char *raw, size_t n)
 }
 
 /* error.data for -32004, NUL-terminated (it is passed on as a C string). */
-void upstream_data(struct tg_buf *b, const char *upstream)
+void tg_mcp_upstream_data(struct tg_buf *b, const char *upstream)
 {
     tg_buf_appends(b, "{\"upstream\":");
     tg_json_write_string(b, upstream, strlen(upstream));
@@ -38,7 +44,7 @@ void upstream_data(struct tg_buf *b, const char *upstream)
 
 /* tools/list for this grant: drop the tools its policy hides or denies. The page's
  * nextCursor is the upstream's and stays valid, so pagination keeps working. */
-static int filter_tools_list(struct tg_call *k, const char *p, size_t n, struct tg_buf *out)
+static int filter_tools_list(const struct tg_mcp_answer *a, const char *p, size_t n, struct tg_buf *out)
 {
     struct tg_json_doc doc;
     if (tg_json_parse(p, n, 1000, 1, &doc, NULL, NULL) != 0)
@@ -54,12 +60,16 @@ static int filter_tools_list(struct tg_call *k, const char *p, size_t n, struct 
         while (t) {
             cJSON *next = t->next;
             cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
-            if (!cJSON_IsString(name) || !tg_policy_tool_visible(k->policy, name->valuestring))
+            if (!cJSON_IsString(name) || !tg_policy_tool_visible(a->tools_filter, name->valuestring))
                 cJSON_Delete(cJSON_DetachItemViaPointer(tools, t));
             t = next;
         }
     }
-    cJSON *id = cJSON_CreateRaw(k->client_id);
+    char *raw = tg_xmalloc(a->client_id_len + 1);
+    memcpy(raw, a->client_id, a->client_id_len);
+    raw[a->client_id_len] = '\0';
+    cJSON *id = cJSON_CreateRaw(raw);
+    free(raw);
     cJSON_ReplaceItemInObjectCaseSensitive(doc.root, "id", id);
     tg_json_write(out, doc.root);
     cJSON_Delete(doc.root);
@@ -68,41 +78,41 @@ static int filter_tools_list(struct tg_call *k, const char *p, size_t n, struct 
 
 /* Rewrite an upstream message for the client: our id back to the client's, byte for byte.
  * Returns 1 if the message was the answer to this call. out receives the bytes to send. */
-int restore_id(struct tg_call *k, const char *p, size_t n, struct tg_buf *out, int *valid, int *is_error,
-                      struct tg_slice *server_request_id)
+int tg_mcp_restore_id(const struct tg_mcp_answer *a, const char *p, size_t n, const struct tg_json_doc *pre,
+                      struct tg_buf *out, int *valid, int *is_error, struct tg_slice *server_request_id)
 {
     struct tg_json_doc doc;
     *valid = 0;
     *is_error = 0;
     if (server_request_id)
         *server_request_id = TG_SLICE_NULL;
-    if (k->body_doc_ok && p == k->body.base && n == k->body.len) {
-        doc = k->body_doc; /* settle_call parsed this answer already: once is enough */
+    if (pre != NULL) {
+        doc = *pre; /* the caller parsed this answer already: once is enough */
     } else if (tg_json_parse(p, n, 1000, 0, &doc, NULL, NULL) != 0) {
         return 0;
     }
     *valid = 1;
-    if (k->kind == KIND_REQUEST && doc.id_raw.len == k->gid_len && memcmp(doc.id_raw.ptr, k->gid_str, k->gid_len) == 0 &&
+    if (a->is_request && doc.id_raw.len == a->gid_len && memcmp(doc.id_raw.ptr, a->gid, a->gid_len) == 0 &&
         doc.method_raw.len == 0) {
         *is_error = doc.error_raw.len > 0;
-        if (k->is_tools_list && !*is_error) {
-            if (filter_tools_list(k, p, n, out))
+        if (a->tools_filter != NULL && !*is_error) {
+            if (filter_tools_list(a, p, n, out))
                 return 1;
             /* An answer that cannot be filtered is never relayed: it could show hidden tools. */
             char esc[120];
             tg_log(TG_LOG_WARN, "upstream tools/list answer cannot be filtered; refused", "upstream=%s body=%s",
-                   up_name(k), tg_log_esc(esc, sizeof(esc), tg_slice_of(p, n)));
+                   a->upstream, tg_log_esc(esc, sizeof(esc), tg_slice_of(p, n)));
             struct tg_buf d;
             tg_buf_init(&d);
-            upstream_data(&d, up_name(k));
+            tg_mcp_upstream_data(&d, a->upstream);
             out->len = 0;
-            tg_rpc_error(out, k->client_id, k->client_id_len, TG_RPC_UPSTREAM,
+            tg_rpc_error(out, a->client_id, a->client_id_len, TG_RPC_UPSTREAM,
                          "upstream sent a tools/list answer the gateway cannot filter", d.base);
             tg_buf_dispose(&d);
             *is_error = 1;
             return 1;
         }
-        tg_msg_splice_id(out, p, n, (size_t)(doc.id_raw.ptr - p), doc.id_raw.len, k->client_id, k->client_id_len);
+        tg_msg_splice_id(out, p, n, (size_t)(doc.id_raw.ptr - p), doc.id_raw.len, a->client_id, a->client_id_len);
         return 1;
     }
     if (server_request_id && doc.method_raw.len > 0 && doc.id_raw.len > 0)
@@ -111,13 +121,7 @@ int restore_id(struct tg_call *k, const char *p, size_t n, struct tg_buf *out, i
     return 0;
 }
 
-/* ---- message-stream upstreams: stdio children (and legacy SSE) ------------------------
- *
- * These upstreams carry every message of a session on one stream, so an answer is matched to
- * its call by our gateway id, and what the server says on its own goes to the session's client
- * stream: the channel, the GET stream, or an open call's SSE answer. */
-
-char *id_key_of_string(const char *v)
+char *tg_mcp_id_key_string(const char *v)
 {
     size_t l = strlen(v);
     char *k = tg_xmalloc(l + 2);
@@ -126,7 +130,7 @@ char *id_key_of_string(const char *v)
     return k;
 }
 
-char *id_key_of_number(const cJSON *n)
+char *tg_mcp_id_key_number(const cJSON *n)
 {
     if (!cJSON_IsNumber(n) || n->valuestring == NULL)
         return NULL;
@@ -138,36 +142,3 @@ char *id_key_of_number(const cJSON *n)
 }
 
 /* notifications/cancelled names the client's request id: point it at ours, or drop it. */
-int rewrite_cancel(struct tg_session *s, struct tg_msg *m, int depth)
-{
-    (void)depth;
-    cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
-    cJSON *rid = cJSON_GetObjectItemCaseSensitive(params, "requestId");
-    char *want = NULL;
-    if (cJSON_IsString(rid)) {
-        size_t l = strlen(rid->valuestring);
-        want = tg_xmalloc(l + 2);
-        want[0] = 's';
-        memcpy(want + 1, rid->valuestring, l + 1);
-    } else if (cJSON_IsNumber(rid) && rid->valuestring != NULL) {
-        size_t l = strlen(rid->valuestring);
-        want = tg_xmalloc(l + 2);
-        want[0] = 'n';
-        memcpy(want + 1, rid->valuestring, l + 1);
-    }
-    if (want == NULL)
-        return 0;
-    for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        if (k->kind != KIND_REQUEST || k->id_key == NULL || !k->forwarded || strcmp(k->id_key, want) != 0)
-            continue;
-        free(want);
-        cJSON *n = tg_json_number_raw(k->gid_str, k->gid_len);
-        if (n == NULL)
-            return 0;
-        cJSON_ReplaceItemInObjectCaseSensitive(params, "requestId", n);
-        return 1;
-    }
-    free(want);
-    return 0;
-}

@@ -1,0 +1,34 @@
+/* The gate every client message passes (core/dispatch.c): standard methods only, the policy's
+ * decision (allow, deny, limit, approve), then a call to the upstream or an answer made here.
+ *
+ * Transports call these with a context and a sink (core/exchange.h). tg_dispatch_message()
+ * takes over the sink reference: the answer comes through it (perhaps before it returns, as
+ * for a refusal) and it is released exactly once. */
+#ifndef TG_DISPATCH_H
+#define TG_DISPATCH_H
+
+#include "core/exchange.h"
+
+struct tg_msg;
+struct tg_server;
+struct tg_session;
+
+/* One decoded message of a live session. */
+void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m);
+/* Open the session's stream of server messages on sk (a GET stream, or a channel's). Returns
+ * 0, or -1 when this upstream needs none for a channel (its messages come on the session's
+ * link); sk is then not taken. */
+int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channel);
+/* A new session for x's grant and route: 0 (x->sess set), or the HTTP status of the refusal:
+ * 503 (draining) or 429 (the grant's session cap; metrics counted). */
+int tg_dispatch_session_open(struct tg_exchange *x);
+
+/* The session ends: TG_END_DELETE for a client's DELETE, TG_END_CLIENT_GONE when a channel's
+ * client left (parked calls are withdrawn too). The upstream session is ended, the GET stream
+ * and calls in flight are let go (audited as client_gone), and the session is removed. */
+enum tg_end_how { TG_END_DELETE, TG_END_CLIENT_GONE };
+void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum tg_end_how how);
+/* The session's GET stream call, if any: its sink (for a client taking it over), else NULL. */
+struct tg_sink *tg_dispatch_get_stream_sink(struct tg_session *s);
+
+#endif

@@ -1,0 +1,74 @@
+/* The state the gateway's modules share: one loop, the current conf, listeners, sessions,
+ * upstreams, and the lists of calls, approvals, channels and streams.
+ *
+ * struct tg_server is the context passed explicitly everywhere instead of global state. Data
+ * only: core/server.c fills it and runs it (start, reload, drain); the modules above the base
+ * read and change their part of it. Owner: main(), for the life of the process. It owns the
+ * listeners, every client connection (through http.conns), the session table and the upstream
+ * runtimes. */
+#ifndef TG_GATEWAY_H
+#define TG_GATEWAY_H
+
+#include <uv.h>
+
+#include "core/buf.h"
+#include "core/conf.h"
+#include "core/metrics.h"
+#include "transports/http1.h"
+
+struct tg_tls_ctx;
+struct tg_counters;
+struct tg_audit;
+struct tg_session_table;
+struct tg_upstream;
+struct tg_conn;
+
+/* A listening socket. Owner: the server (listeners[] and admin), freed in tg_server_dispose. */
+struct tg_listener {
+    uv_tcp_t tcp;
+    struct tg_server *server;
+    struct tg_http_listener http; /* what its connections see as conn->listener: lc, tls, is_admin, port */
+    int closed;
+};
+
+struct tg_server {
+    uv_loop_t *loop;
+    struct tg_conf *conf;
+    struct tg_listener *listeners;
+    size_t nlisteners;
+    struct tg_listener admin;
+    int admin_open;
+    /* The client connections' environment: their lists (http.conns, http.corked,
+     * http.conn_pending), count and ids; it points at conf->limits, metrics and draining. */
+    struct tg_http_env http;
+    uv_check_t flush_check; /* writes it after each round of I/O */
+    uv_prepare_t flush_prepare; /* and before polling (what timers wrote) */
+    uv_idle_t pending_idle;     /* active while work waits for the next round: poll must not block */
+    int flush_ready;            /* the three initialized */
+    uint64_t next_gid; /* gateway JSON-RPC ids sent upstream */
+    struct tg_session_table *sessions;
+    struct tg_upstream **upstreams; /* one per conf->upstreams[i] */
+    size_t nupstreams;
+    struct tg_metrics metrics;
+    struct tg_counters *counters; /* outlives confs: a reload keeps every counter */
+    struct tg_audit *audit;
+    struct tg_list approvals;     /* parked calls, oldest first */
+    struct tg_list channels;      /* legacy SSE and WebSocket client sessions */
+    struct tg_list awaiting;      /* calls waiting for an answer on a message-stream upstream */
+    struct tg_list dead_calls;    /* closed calls whose memory goes at the end of the iteration */
+    struct tg_list streams;       /* resumable client SSE streams (keepalive, expiry) */
+    uint64_t next_stream_id;
+    size_t napprovals;
+    uint64_t reloads, reload_failures;
+    struct tg_conf *listen_conf;  /* the conf the listeners were made from (listeners need a restart to change) */
+    uv_signal_t sigterm, sigint, sighup, sigusr1;
+    uv_timer_t sweep;
+    uv_timer_t drain_timer;
+    int draining;
+    uint64_t drain_deadline;
+    uint64_t accept_warned_ms;
+    /* Load the configuration file again (core/server.c): the admin API's reload. */
+    int (*reload)(struct tg_server *srv, struct tg_buf *err);
+};
+
+#endif

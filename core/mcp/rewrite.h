@@ -1,0 +1,39 @@
+/* Rewriting what an upstream says for the client of one call: our JSON-RPC id back to the
+ * client's (one id key for duplicates, cancellation and progress), tools/list filtered by the
+ * policy. Pure functions: no I/O. */
+#ifndef TG_MCP_REWRITE_H
+#define TG_MCP_REWRITE_H
+
+#include "core/buf.h"
+#include "core/json.h"
+
+struct tg_policy;
+
+/* A canonical key of a request id: "n" + digits, or "s" + the decoded string. Malloc'd (the
+ * caller frees), NULL for something that is not an id. */
+char *tg_mcp_id_key(const char *raw, size_t n);
+char *tg_mcp_id_key_string(const char *v);
+char *tg_mcp_id_key_number(const cJSON *n);
+/* error.data for -32004, NUL-terminated (it is passed on as a C string). */
+void tg_mcp_upstream_data(struct tg_buf *b, const char *upstream);
+
+/* The answer a call waits for. */
+struct tg_mcp_answer {
+    const char *gid;          /* our id, as sent upstream */
+    size_t gid_len;
+    const char *client_id;    /* the client's id, raw JSON */
+    size_t client_id_len;
+    int is_request;           /* 0: nothing is this call's answer (a notification, a stream) */
+    const struct tg_policy *tools_filter; /* non-NULL: a tools/list answer, filtered by this policy */
+    const char *upstream;     /* for logs and error.data */
+};
+
+/* Rewrite message p for the client into out. Returns 1 if it was the awaited answer. *valid is
+ * 0 for something that is not JSON (out is then empty); *is_error 1 for an error answer;
+ * server_request_id (may be NULL) gets the id of a server-to-client request. pre: the spans of
+ * p if the caller parsed it already, or NULL. An answer that cannot be filtered is replaced by
+ * a -32004 error: hidden tools are never shown. */
+int tg_mcp_restore_id(const struct tg_mcp_answer *a, const char *p, size_t n, const struct tg_json_doc *pre,
+                      struct tg_buf *out, int *valid, int *is_error, struct tg_slice *server_request_id);
+
+#endif

@@ -1,0 +1,38 @@
+/* A JSON-RPC batch (protocol 2025-03-26 only), or one message of a channel session: each
+ * element is decided and forwarded on its own and answers through the batch's sink; over HTTP
+ * the answers are gathered into one JSON array, on a channel they go out on the channel.
+ *
+ * Owner: the elements in flight and the loop that dispatches them each hold one count
+ * (pending); the batch answers and frees itself when the last one is released. */
+#ifndef TG_BATCH_H
+#define TG_BATCH_H
+
+#include "core/buf.h"
+#include "core/exchange.h"
+
+struct tg_conn;
+struct tg_server;
+struct tg_channel;
+
+struct tg_batch {
+    struct tg_sink sink;  /* first: each element's call answers through it */
+    struct tg_server *srv;
+    struct tg_conn *conn; /* NULL once the client has gone (or on a channel) */
+    int pending;          /* elements (and the dispatch loop itself) not done yet */
+    struct tg_buf out;    /* "[a,b" so far */
+    int nout;
+    struct tg_channel *channel; /* answers go to this channel instead of conn (reference) */
+    int single;                 /* a channel message that was not an array: answers go out one by one */
+};
+
+/* A batch answering on HTTP connection c (which it hooks), or on channel ch (single: one message). */
+struct tg_batch *tg_batch_new(struct tg_server *srv, struct tg_conn *c, struct tg_channel *ch, int single);
+/* One more element will answer through the batch: returns the sink to hand to dispatch. */
+struct tg_sink *tg_batch_element(struct tg_batch *b);
+/* An element refused before dispatch (it takes no count). */
+void tg_batch_add_error(struct tg_batch *b, const char *id, size_t idn, int code, const char *msg, const char *data);
+void tg_batch_add(struct tg_batch *b, const char *p, size_t n);
+/* The dispatch loop is over: drop its count (the batch may answer and go now). */
+void tg_batch_done(struct tg_batch *b);
+
+#endif

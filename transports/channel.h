@@ -1,0 +1,63 @@
+/* A client transport that carries every message of one session on one long-lived stream:
+ * legacy HTTP+SSE (transports/legacy_sse.c: replies as "message" events) or WebSocket
+ * (transports/ws_channel.c: one text frame each).
+ *
+ * Owner: refcounted. The client connection holds one reference until it goes; every message
+ * in flight (a batch) and the session's stream call hold one each; the last unref frees it.
+ * The channel is the session's long-lived sink (s->channel). */
+#ifndef TG_CHANNEL_H
+#define TG_CHANNEL_H
+
+#include <stdint.h>
+
+#include "core/buf.h"
+#include "core/exchange.h"
+
+struct tg_conn;
+struct tg_server;
+struct tg_session;
+struct tg_ws;
+
+enum channel_kind { CH_SSE, CH_WS };
+
+struct tg_channel {
+    struct tg_sink sink;     /* first: the session's stream call and server messages use it */
+    struct tg_server *srv;
+    struct tg_session *sess; /* reference */
+    enum channel_kind kind;
+    struct tg_conn *conn;    /* NULL once the client has gone */
+    struct tg_ws *ws;        /* CH_WS: owned, freed with the channel */
+    int refcnt;
+    int open;
+    uint64_t last_write_ms;
+    struct tg_list link;     /* srv->channels */
+};
+
+/* A channel for session s on connection c (the connection's reference). */
+struct tg_channel *tg_channel_new(struct tg_server *srv, struct tg_session *s, enum channel_kind kind,
+                                  struct tg_conn *c);
+struct tg_channel *tg_channel_ref(struct tg_channel *ch);
+void tg_channel_unref(struct tg_channel *ch);
+/* One JSON-RPC message to the client. */
+void tg_channel_send(struct tg_channel *ch, const char *p, size_t n);
+/* 1 while the client's queued output is over limits.output_high_water. */
+int tg_channel_high(const struct tg_channel *ch);
+/* The client went away: the session ends with it (upstream session too). */
+void tg_channel_gone(struct tg_channel *ch);
+/* The gateway ends the channel (shutdown, upstream gone): the client's side closes, then the session. */
+void tg_channel_end(struct tg_channel *ch, uint16_t ws_code, const char *why);
+/* One message (or array) from the client. Returns the HTTP status for a POST /messages. */
+int tg_channel_message(struct tg_channel *ch, const char *body, size_t blen);
+/* A new session for a channel client (503/429 answered on c when refused: NULL). */
+struct tg_session *tg_channel_session_new(struct tg_exchange *x, struct tg_conn *c);
+void tg_channel_on_conn_abort(struct tg_conn *c, void *ex);
+void tg_channel_on_drain(struct tg_conn *c, void *ex);
+/* Keepalive comments on idle legacy SSE streams (the tick). */
+void tg_channels_keepalive(struct tg_server *srv);
+/* Shutdown: every channel's client is told the gateway is going away. */
+void tg_channels_end(struct tg_server *srv);
+void tg_channels_count(struct tg_server *srv, size_t *sse, size_t *ws);
+/* The raw value of a query parameter (no percent-decoding: session ids and tokens are plain). */
+struct tg_slice tg_query_param(struct tg_slice q, const char *name);
+
+#endif

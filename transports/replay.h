@@ -1,0 +1,59 @@
+/* The replay buffer of a client SSE stream of Streamable HTTP (a POST's answer or the GET
+ * stream): every event gets an id "STREAM-SEQ", and the last limits.replay_bytes of events are
+ * kept so that a client that lost the connection can GET with Last-Event-ID and carry on where
+ * it stopped.
+ *
+ * Owner: the session (s->streams) and srv->streams; kept TG_REPLAY_KEEP_MS after the stream
+ * ended, then freed by the tick (tg_replay_free). */
+#ifndef TG_REPLAY_H
+#define TG_REPLAY_H
+
+#include <stdint.h>
+
+#include "core/buf.h"
+
+struct tg_conn;
+struct tg_server;
+struct tg_session;
+struct tg_http_sink;
+
+#define TG_REPLAY_KEEP_MS 60000
+#define TG_REPLAY_MAX_PER_SESSION 16
+
+struct tg_replay {
+    struct tg_server *srv;
+    struct tg_session *sess; /* reference */
+    uint64_t id;
+    uint64_t next_seq;
+    /* The events, as written, in two generations: new ones go to gen[cur]; when it passes half
+     * of limits.replay_bytes the older generation is dropped and the roles swap. No allocation
+     * per event, and at most replay_bytes (plus one event) kept. */
+    struct tg_buf gen[2];
+    int cur;
+    struct tg_http_sink *live; /* the exchange still producing events, or NULL once it ended */
+    uint64_t last_write_ms;
+    uint64_t ended_at;
+    uint64_t detached_at;    /* the client went away while live */
+    struct tg_list slink;    /* session's streams */
+    struct tg_list glink;    /* srv->streams */
+};
+
+/* A new stream of session s (the oldest ended streams beyond TG_REPLAY_MAX_PER_SESSION go). */
+struct tg_replay *tg_replay_new(struct tg_server *srv, struct tg_session *s, struct tg_http_sink *live);
+void tg_replay_free(struct tg_replay *r);
+/* The next event's id ("HEX-SEQ") into id (at least 40 bytes); returns its length. */
+size_t tg_replay_next_id(struct tg_replay *r, char *id);
+/* Keep one written event (the oldest go when the buffer is full). */
+void tg_replay_keep(struct tg_replay *r, const char *ev, size_t n);
+/* Write the kept events whose sequence number is above after_seq to c. */
+void tg_replay_write(struct tg_replay *r, struct tg_conn *c, uint64_t after_seq);
+/* Parse a Last-Event-ID of ours: 0 and the stream id and sequence, or -1. */
+int tg_replay_parse_id(struct tg_slice last, uint64_t *stream, uint64_t *seq);
+/* The stream ended: keep it a while for a client that comes back. */
+void tg_replay_end(struct tg_replay *r);
+/* Free the streams that ended TG_REPLAY_KEEP_MS ago (the tick). */
+void tg_replay_expire(struct tg_server *srv);
+/* Shutdown: every replay buffer goes. */
+void tg_replay_free_all(struct tg_server *srv);
+
+#endif

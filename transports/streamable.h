@@ -1,0 +1,40 @@
+/* Streamable HTTP clients (/mcp): POST carries one message (or a 2025-03-26 batch) answered as
+ * JSON or as a per-request SSE stream, GET opens the session's stream of server messages (or
+ * resumes one with Last-Event-ID), DELETE ends the session.
+ *
+ * The answer of each exchange goes through a struct tg_http_sink. Owner: the call answering
+ * through it (released by the sink's release op, which frees it); the client connection only
+ * points at it (c->exchange) until the sink or the connection lets go. */
+#ifndef TG_STREAMABLE_H
+#define TG_STREAMABLE_H
+
+#include "core/exchange.h"
+
+struct tg_conn;
+struct tg_replay;
+struct tg_server;
+
+struct tg_http_sink {
+    struct tg_sink sink;      /* first */
+    struct tg_server *srv;
+    struct tg_session *sess;  /* reference */
+    struct tg_call *call;     /* the call answering through it, once there is one */
+    struct tg_conn *conn;     /* NULL once the client has gone or the answer is complete */
+    struct tg_replay *replay; /* once the answer streams: its ids and kept events */
+    int is_init;              /* an initialize: a 200 answer carries Mcp-Session-Id while the session lives */
+    int streaming;            /* the SSE answer has begun */
+    int get;                  /* the session's GET stream (let go when its client does not come back) */
+};
+
+void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c);
+void tg_streamable_get(struct tg_exchange *x, struct tg_conn *c);
+void tg_streamable_delete(struct tg_exchange *x, struct tg_conn *c);
+/* A GET that opens an event stream must accept one; otherwise 406 is answered and 0 returned. */
+int tg_streamable_accepts_sse(struct tg_conn *c);
+/* The tick: keepalive comments on idle client streams; GET streams whose client never came
+ * back are let go; replay buffers that ended long ago are freed. */
+void tg_streamable_tick(struct tg_server *srv);
+/* Shutdown: every replay buffer goes. */
+void tg_streamable_free_streams(struct tg_server *srv);
+
+#endif
