@@ -19,7 +19,7 @@
 #include "core/exchange.h"
 #include "core/json.h"
 #include "core/sse.h"
-#include "core/server.h"
+#include "core/gateway.h"
 #include "core/session.h"
 
 struct tg_upstream;

@@ -10,7 +10,8 @@ command -v node >/dev/null 2>&1 || want+=(nodejs)
 command -v npm >/dev/null 2>&1 || want+=(npm)
 if [ "${1:-}" = "--test" ]; then
   # procps: the interop tests read child processes with ps (absent from minimal images).
-  want+=(nginx-light wrk procps)
+  # python3-minimal: scripts/check-layout.sh (the include graph).
+  want+=(nginx-light wrk procps python3-minimal)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -3,13 +3,12 @@
 #include <stdlib.h>
 
 #include "core/msg.h"
-#include "transports/channel.h"
 #include "transports/http1.h"
 
 void tg_batch_add(struct tg_batch *b, const char *p, size_t n)
 {
     if (b->channel != NULL && b->single) {
-        tg_channel_send(b->channel, p, n);
+        b->channel->ops->message(b->channel, NULL, p, n);
         b->nout++;
         return;
     }
@@ -40,9 +39,9 @@ void tg_batch_done(struct tg_batch *b)
     if (b->channel != NULL) {
         if (!b->single && b->nout > 0) {
             tg_buf_append(&b->out, "]", 1);
-            tg_channel_send(b->channel, b->out.base, b->out.len);
+            b->channel->ops->message(b->channel, NULL, b->out.base, b->out.len);
         }
-        tg_channel_unref(b->channel);
+        b->channel->ops->release(b->channel, NULL);
         tg_buf_dispose(&b->out);
         free(b);
         return;
@@ -70,7 +69,7 @@ static void on_sink_message(struct tg_sink *sk, struct tg_call *k, const char *p
 {
     struct tg_batch *b = (struct tg_batch *)sk;
     if (b->channel != NULL)
-        tg_channel_send(b->channel, p, n);
+        b->channel->ops->message(b->channel, NULL, p, n);
 }
 
 static void on_sink_answer(struct tg_sink *sk, struct tg_call *k, int status, const char *extra, const char *p,
@@ -94,7 +93,7 @@ static void on_sink_poll(struct tg_sink *sk, struct tg_call *k, long retry_ms) {
 static int on_sink_high(const struct tg_sink *sk)
 {
     const struct tg_batch *b = (const struct tg_batch *)sk;
-    return b->channel != NULL && tg_channel_high(b->channel);
+    return b->channel != NULL && b->channel->ops->high(b->channel);
 }
 
 static int on_sink_listening(const struct tg_sink *sk) { return 1; }
@@ -113,7 +112,7 @@ static const struct tg_sink_ops batch_sink_ops = {
     .release = on_sink_release,
 };
 
-struct tg_batch *tg_batch_new(struct tg_server *srv, struct tg_conn *c, struct tg_channel *ch, int single)
+struct tg_batch *tg_batch_new(struct tg_server *srv, struct tg_conn *c, struct tg_sink *ch, int single)
 {
     struct tg_batch *b = tg_xcalloc(1, sizeof(*b));
     b->sink.ops = &batch_sink_ops;
@@ -122,7 +121,7 @@ struct tg_batch *tg_batch_new(struct tg_server *srv, struct tg_conn *c, struct t
     b->single = single;
     tg_buf_init(&b->out);
     if (ch != NULL) {
-        b->channel = tg_channel_ref(ch);
+        b->channel = ch;
         /* One message alone on a channel can wait for a human; elements of an array cannot. */
         b->sink.flags = single ? 0 : TG_SINK_NO_WAIT;
     } else {

@@ -12,7 +12,6 @@
 
 struct tg_conn;
 struct tg_server;
-struct tg_channel;
 
 struct tg_batch {
     struct tg_sink sink;  /* first: each element's call answers through it */
@@ -21,12 +20,14 @@ struct tg_batch {
     int pending;          /* elements (and the dispatch loop itself) not done yet */
     struct tg_buf out;    /* "[a,b" so far */
     int nout;
-    struct tg_channel *channel; /* answers go to this channel instead of conn (reference) */
+    struct tg_sink *channel; /* answers go to this long-lived sink (a channel) instead of conn; the
+                              * batch holds one reference, given back with its release op */
     int single;                 /* a channel message that was not an array: answers go out one by one */
 };
 
-/* A batch answering on HTTP connection c (which it hooks), or on channel ch (single: one message). */
-struct tg_batch *tg_batch_new(struct tg_server *srv, struct tg_conn *c, struct tg_channel *ch, int single);
+/* A batch answering on HTTP connection c (which it hooks), or on the long-lived sink ch, whose
+ * reference it takes over (single: one message, not an array). */
+struct tg_batch *tg_batch_new(struct tg_server *srv, struct tg_conn *c, struct tg_sink *ch, int single);
 /* One more element will answer through the batch: returns the sink to hand to dispatch. */
 struct tg_sink *tg_batch_element(struct tg_batch *b);
 /* An element refused before dispatch (it takes no count). */

@@ -9,7 +9,7 @@
 #include "core/log.h"
 #include "core/mcp/legacy.h"
 #include "core/msg.h"
-#include "core/server.h"
+#include "core/gateway.h"
 #include "core/session.h"
 #include "transports/batch.h"
 #include "transports/http1.h"
@@ -220,14 +220,14 @@ int tg_channel_message(struct tg_channel *ch, const char *body, size_t blen)
         if (tg_json_parse(body, blen, lim->json_depth, 1, &doc, &why, NULL) != 0) {
             char msg[160];
             snprintf(msg, sizeof(msg), "Parse error: %s", why);
-            struct tg_batch *b = tg_batch_new(srv, NULL, ch, 1);
+            struct tg_batch *b = tg_batch_new(srv, NULL, &tg_channel_ref(ch)->sink, 1);
             tg_batch_add_error(b, NULL, 0, TG_RPC_PARSE_ERROR, msg, NULL);
             tg_batch_done(b);
             return 400;
         }
         if (!tg_mcp_batch_allowed(s->proto) || cJSON_GetArraySize(doc.root) == 0 ||
             cJSON_GetArraySize(doc.root) > lim->inflight_per_session) {
-            struct tg_batch *b = tg_batch_new(srv, NULL, ch, 1);
+            struct tg_batch *b = tg_batch_new(srv, NULL, &tg_channel_ref(ch)->sink, 1);
             tg_batch_add_error(b, NULL, 0, TG_RPC_INVALID_REQUEST,
                                "Invalid Request: batches are only accepted for protocol 2025-03-26, non-empty and "
                                "within limits.inflight_per_session",
@@ -236,7 +236,7 @@ int tg_channel_message(struct tg_channel *ch, const char *body, size_t blen)
             cJSON_Delete(doc.root);
             return 400;
         }
-        struct tg_batch *b = tg_batch_new(srv, NULL, ch, 0);
+        struct tg_batch *b = tg_batch_new(srv, NULL, &tg_channel_ref(ch)->sink, 0);
         struct tg_buf el;
         tg_buf_init(&el);
         for (cJSON *e = doc.root->child; e; e = e->next) {
@@ -258,7 +258,7 @@ int tg_channel_message(struct tg_channel *ch, const char *body, size_t blen)
         tg_batch_done(b);
         return status;
     }
-    struct tg_batch *b = tg_batch_new(srv, NULL, ch, 1);
+    struct tg_batch *b = tg_batch_new(srv, NULL, &tg_channel_ref(ch)->sink, 1);
     struct tg_msg m;
     const char *why = NULL;
     int code = tg_msg_decode(body, blen, lim->json_depth, &m, &why);

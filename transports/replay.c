@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/server.h"
+#include "core/gateway.h"
 #include "core/session.h"
 #include "transports/http1.h"
 

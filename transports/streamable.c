@@ -9,7 +9,7 @@
 #include "core/log.h"
 #include "core/mcp/legacy.h"
 #include "core/msg.h"
-#include "core/server.h"
+#include "core/gateway.h"
 #include "core/session.h"
 #include "transports/batch.h"
 #include "transports/http1.h"

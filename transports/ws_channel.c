@@ -5,7 +5,7 @@
 #include "core/exchange.h"
 #include "core/log.h"
 #include "core/msg.h"
-#include "core/server.h"
+#include "core/gateway.h"
 #include "core/session.h"
 #include "transports/channel.h"
 #include "transports/http1.h"

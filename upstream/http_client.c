@@ -4,7 +4,7 @@
 #include <strings.h>
 
 #include "core/log.h"
-#include "upstream/pool_internal.h"
+#include "upstream/pool_int.h"
 
 struct upwrite {
     uv_write_t req;

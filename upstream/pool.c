@@ -1,7 +1,7 @@
 #include <stdlib.h>
 
 #include "core/log.h"
-#include "upstream/pool_internal.h"
+#include "upstream/pool_int.h"
 #include "upstream/stdio.h"
 
 /* ---- connections --------------------------------------------------------------- */
