@@ -15,13 +15,18 @@
 
 const char *tg_call_upstream_name(const struct tg_call *k) { return tg_upstream_conf(k->uprt)->name; }
 
-static const struct tg_upstream_ops *ops_of(const struct tg_upstream_conf *uc)
+static const struct tg_upstream_ops *kind_ops(const struct tg_upstream_conf *uc)
 {
     switch (uc->transport) {
     case TG_UP_STDIO: return &tg_upstream_stdio_ops;
     case TG_UP_SSE: return &tg_upstream_sse_ops;
     default: return &tg_upstream_streamable_ops;
     }
+}
+
+static const struct tg_upstream_ops *ops_of(const struct tg_server *srv, const struct tg_upstream_conf *uc)
+{
+    return srv->upstream_ops != NULL ? srv->upstream_ops(uc) : kind_ops(uc);
 }
 
 /* ---- settlement ------------------------------------------------------------------------
@@ -105,7 +110,7 @@ struct tg_call *tg_call_new(struct tg_server *srv, struct tg_session *s, struct 
     struct tg_call *k = tg_xcalloc(1, sizeof(*k));
     k->srv = srv;
     k->uprt = tg_upstream_ref(srv->upstreams[s->upstream]);
-    k->ops = ops_of(tg_upstream_conf(k->uprt));
+    k->ops = ops_of(srv, tg_upstream_conf(k->uprt));
     k->grant = tg_xstrdup(s->grant);
     tg_list_init(&k->alink);
     tg_buf_init(&k->held);
@@ -284,7 +289,7 @@ static int refuse_server_request(struct tg_server *srv, struct tg_session *s, st
         snprintf(msg, sizeof(msg), "%s is not allowed through the gateway for upstream %s", method->valuestring,
                  uc->name);
         tg_rpc_error(&body, doc.id_raw.ptr, doc.id_raw.len, TG_RPC_DENIED, msg, NULL);
-        ops_of(uc)->reply(srv, s, u, body.base, body.len);
+        ops_of(srv, uc)->reply(srv, s, u, body.base, body.len);
         tg_buf_dispose(&body);
     }
     cJSON_Delete(doc.root);
@@ -429,13 +434,13 @@ void tg_call_answer_decision(struct tg_call *k, const struct tg_decision *d, con
 void tg_call_close_upstream_session(struct tg_server *srv, struct tg_session *s)
 {
     if ((size_t)s->upstream < srv->nupstreams)
-        ops_of(tg_upstream_conf(srv->upstreams[s->upstream]))->close(srv, s);
+        ops_of(srv, tg_upstream_conf(srv->upstreams[s->upstream]))->close(srv, s);
 }
 
 int tg_call_kind_has_link(struct tg_server *srv, struct tg_session *s)
 {
     return (size_t)s->upstream < srv->nupstreams &&
-           (ops_of(tg_upstream_conf(srv->upstreams[s->upstream]))->flags & TG_UPOPS_SESSION_LINK) != 0;
+           (ops_of(srv, tg_upstream_conf(srv->upstreams[s->upstream]))->flags & TG_UPOPS_SESSION_LINK) != 0;
 }
 
 void tg_call_finish(struct tg_call *k)

@@ -22,6 +22,7 @@ struct tg_audit;
 struct tg_session_table;
 struct tg_upstream;
 struct tg_conn;
+struct tg_upstream_ops;
 
 /* A listening socket. Owner: the server (listeners[] and admin), freed in tg_server_dispose. */
 struct tg_listener {
@@ -67,6 +68,9 @@ struct tg_server {
     int draining;
     uint64_t drain_deadline;
     uint64_t accept_warned_ms;
+    /* The operations of an upstream's kind; NULL: core/call.c's table by transport (a unit test
+     * puts a fake upstream here). */
+    const struct tg_upstream_ops *(*upstream_ops)(const struct tg_upstream_conf *uc);
     /* Load the configuration file again (core/server.c): the admin API's reload. */
     int (*reload)(struct tg_server *srv, struct tg_buf *err);
 };
