@@ -75,6 +75,8 @@ struct tg_call {
     struct tg_upstream *uprt; /* the upstream runtime this call uses (reference) */
     enum call_kind kind;
     enum call_mode mode;
+    enum tg_era era;          /* the client's protocol era (from the request context) */
+    char proto[24];           /* the client's protocol version for this call */
     int is_init;
     int got_response;         /* 1: the answer was relayed, 2: it was an error object */
     int settled;              /* tg_call_settle() ran */

@@ -447,9 +447,13 @@ void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
         return;
     }
     x->sess = s;
-    snprintf(x->proto, sizeof(x->proto), "%s", pv.ptr != NULL && pv.len < sizeof(x->proto) ? "" : s->proto);
-    if (pv.ptr != NULL && pv.len < sizeof(x->proto))
-        memcpy(x->proto, pv.ptr, pv.len), x->proto[pv.len] = '\0';
+    /* The version this request speaks: its header, else what the session negotiated. */
+    if (pv.ptr != NULL && pv.len < sizeof(x->proto)) {
+        memcpy(x->proto, pv.ptr, pv.len);
+        x->proto[pv.len] = '\0';
+    } else {
+        snprintf(x->proto, sizeof(x->proto), "%s", s->proto);
+    }
     struct tg_http_sink *hs = http_sink_new(srv, s, c, is_init);
     tg_dispatch_message(x, &hs->sink, &m);
     tg_msg_dispose(&m);
