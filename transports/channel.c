@@ -173,10 +173,8 @@ void tg_channel_end(struct tg_channel *ch, uint16_t ws_code, const char *why)
     c->exchange = NULL; /* ending the stream must not look like the client leaving: we say it */
     c->on_abort = NULL;
     c->on_drain = NULL;
-    ch->refcnt++;
     tg_http_stream_end(c);
-    tg_channel_gone(ch);
-    tg_channel_unref(ch);
+    tg_channel_gone(ch); /* drops the connection's reference: ch may be gone now */
 }
 
 void tg_channel_on_drain(struct tg_conn *c, void *ex)
