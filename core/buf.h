@@ -112,4 +112,14 @@ static inline void tg_list_splice_tail(struct tg_list *head, struct tg_list *fro
     from->prev = from->next = from;
 }
 
+/* Copy the C string src into dst[cap], cut to fit, always NUL-terminated (cap > 0). */
+static inline void tg_strlcpy(char *dst, const char *src, size_t cap)
+{
+    size_t n = strlen(src);
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 #endif

@@ -95,7 +95,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     srv->metrics.rpc_requests++;
     struct tg_call *k = tg_call_new(srv, s, sk, KIND_REQUEST);
     k->era = x->era;
-    snprintf(k->proto, sizeof(k->proto), "%s", x->proto);
+    tg_strlcpy(k->proto, x->proto, sizeof(k->proto));
     s->inflight++;
     k->policy = tg_policy_ref(pol);
     k->method = tg_xstrdup(m->method);
@@ -219,7 +219,7 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     }
     struct tg_call *k = tg_call_new(srv, s, sk, KIND_FORWARD);
     k->era = x->era;
-    snprintf(k->proto, sizeof(k->proto), "%s", x->proto);
+    tg_strlcpy(k->proto, x->proto, sizeof(k->proto));
     struct tg_buf out;
     tg_buf_init(&out);
     tg_json_write(&out, m->root);

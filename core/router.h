@@ -42,6 +42,8 @@ void tg_router_end_streams(struct tg_server *srv);
 void tg_router_channel_counts(struct tg_server *srv, size_t *sse, size_t *ws);
 /* Answer what still waits and drop every replay buffer (shutdown). */
 void tg_router_free_streams(struct tg_server *srv);
+/* The last of the request path's memory (caches), once the loop has stopped. */
+void tg_router_dispose(struct tg_server *srv);
 /* In-flight upstream calls (for draining). */
 size_t tg_router_inflight(struct tg_server *srv);
 

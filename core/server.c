@@ -286,6 +286,7 @@ void tg_server_dispose(struct tg_server *srv)
         tg_tls_ctx_free(srv->listeners[i].http.tls);
     free(srv->listeners);
     tg_session_table_free(srv->sessions);
+    tg_router_dispose(srv);
     free(srv->upstreams);
     tg_counters_free(srv->counters);
     tg_conf_unref(srv->conf);

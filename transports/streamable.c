@@ -65,10 +65,9 @@ static void on_client_drain(struct tg_conn *c, void *ex)
 
 static void session_header(const struct tg_http_sink *hs, char *hdr, size_t sz)
 {
+    hdr[0] = '\0';
     if (hs->is_init && hs->sess->live)
         snprintf(hdr, sz, "Mcp-Session-Id: %s\r\n", hs->sess->id_str);
-    else
-        hdr[0] = '\0';
 }
 
 /* The client stream begins: give it ids (and prime 2025-11-25 clients to reconnect). */
@@ -142,13 +141,15 @@ static void on_sink_answer(struct tg_sink *sk, struct tg_call *k, int status, co
     if (c == NULL)
         return;
     char hdr[400];
-    session_header(hs, hdr, sizeof(hdr));
-    if (status != 200)
-        hdr[0] = '\0';
-    if (extra != NULL)
-        snprintf(hdr + strlen(hdr), sizeof(hdr) - strlen(hdr), "%s", extra);
+    const char *h = extra;
+    if (status == 200 && hs->is_init && hs->sess->live) {
+        session_header(hs, hdr, sizeof(hdr));
+        if (extra != NULL)
+            tg_strlcpy(hdr + strlen(hdr), extra, sizeof(hdr) - strlen(hdr));
+        h = hdr;
+    }
     unhook(hs); /* the exchange is complete: the connection may go on to its next request */
-    tg_http_respond(c, status, hdr, n > 0 ? "application/json" : NULL, n > 0 ? p : "", n);
+    tg_http_respond(c, status, h, n > 0 ? "application/json" : NULL, n > 0 ? p : "", n);
     if (c->state < TG_CONN_CLOSING && c->on_watch == NULL && tg_conn_output_high(c)) {
         tg_session_stall(hs->sess, +1);
         c->watch_ud = tg_session_ref(hs->sess);
@@ -205,6 +206,12 @@ static int on_sink_listening(const struct tg_sink *sk)
 
 static void on_sink_bind(struct tg_sink *sk, struct tg_call *k) { ((struct tg_http_sink *)sk)->call = k; }
 
+/* Released sinks are kept for the next exchanges (one per request otherwise costs a malloc and
+ * a free on the hot path); at most SINK_CACHE of them, the rest are freed. */
+#define SINK_CACHE 64
+static struct tg_http_sink *sink_cache[SINK_CACHE];
+static size_t nsink_cache;
+
 static void on_sink_release(struct tg_sink *sk, struct tg_call *k)
 {
     struct tg_http_sink *hs = (struct tg_http_sink *)sk;
@@ -212,7 +219,10 @@ static void on_sink_release(struct tg_sink *sk, struct tg_call *k)
     if (hs->replay != NULL)
         tg_replay_end(hs->replay);
     tg_session_unref(hs->sess);
-    free(hs);
+    if (nsink_cache < SINK_CACHE)
+        sink_cache[nsink_cache++] = hs;
+    else
+        free(hs);
 }
 
 static const struct tg_sink_ops http_sink_ops = {
@@ -230,7 +240,13 @@ static const struct tg_sink_ops http_sink_ops = {
 
 static struct tg_http_sink *http_sink_new(struct tg_server *srv, struct tg_session *s, struct tg_conn *c, int is_init)
 {
-    struct tg_http_sink *hs = tg_xcalloc(1, sizeof(*hs));
+    struct tg_http_sink *hs;
+    if (nsink_cache > 0) {
+        hs = sink_cache[--nsink_cache];
+        memset(hs, 0, sizeof(*hs));
+    } else {
+        hs = tg_xcalloc(1, sizeof(*hs));
+    }
     hs->sink.ops = &http_sink_ops;
     hs->srv = srv;
     hs->sess = tg_session_ref(s);
@@ -320,7 +336,7 @@ static void handle_batch(struct tg_exchange *x, struct tg_conn *c, const char *b
     }
     s->last_active_ms = uv_now(srv->loop);
     x->sess = s;
-    snprintf(x->proto, sizeof(x->proto), "%s", s->proto);
+    tg_strlcpy(x->proto, s->proto, sizeof(x->proto));
     struct tg_batch *b = tg_batch_new(srv, c, NULL, 0);
     struct tg_buf el;
     tg_buf_init(&el);
@@ -452,7 +468,7 @@ void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
         memcpy(x->proto, pv.ptr, pv.len);
         x->proto[pv.len] = '\0';
     } else {
-        snprintf(x->proto, sizeof(x->proto), "%s", s->proto);
+        tg_strlcpy(x->proto, s->proto, sizeof(x->proto));
     }
     struct tg_http_sink *hs = http_sink_new(srv, s, c, is_init);
     tg_dispatch_message(x, &hs->sink, &m);
@@ -482,7 +498,7 @@ static struct tg_session *require_session(struct tg_exchange *x, struct tg_conn 
     }
     s->last_active_ms = uv_now(x->srv->loop);
     x->sess = s;
-    snprintf(x->proto, sizeof(x->proto), "%s", s->proto);
+    tg_strlcpy(x->proto, s->proto, sizeof(x->proto));
     return s;
 }
 
@@ -583,6 +599,12 @@ void tg_streamable_tick(struct tg_server *srv)
             tg_call_client_gone(hs->call);
         }
     }
+}
+
+void tg_streamable_dispose(void)
+{
+    while (nsink_cache > 0)
+        free(sink_cache[--nsink_cache]);
 }
 
 void tg_streamable_free_streams(struct tg_server *srv)

@@ -36,5 +36,7 @@ int tg_streamable_accepts_sse(struct tg_conn *c);
 void tg_streamable_tick(struct tg_server *srv);
 /* Shutdown: every replay buffer goes. */
 void tg_streamable_free_streams(struct tg_server *srv);
+/* The cache of released sinks goes (after the loop stopped). */
+void tg_streamable_dispose(void);
 
 #endif
