@@ -209,11 +209,11 @@ static void on_sink_bind(struct tg_sink *sk, struct tg_call *k) { ((struct tg_ht
 /* Released sinks are kept for the next exchanges (one per request otherwise costs a malloc and
  * a free on the hot path); at most SINK_CACHE of them, the rest are freed. */
 #ifdef __SANITIZE_ADDRESS__
-#define SINK_CACHE 1 /* under ASan a released sink is freed at once, so a use after release shows */
+#define SINK_CACHE 0 /* under ASan a released sink is freed at once, so a use after release shows */
 #else
 #define SINK_CACHE 64
 #endif
-static struct tg_http_sink *sink_cache[SINK_CACHE];
+static struct tg_http_sink *sink_cache[SINK_CACHE + 1];
 static size_t nsink_cache;
 
 static void on_sink_release(struct tg_sink *sk, struct tg_call *k)
@@ -223,7 +223,7 @@ static void on_sink_release(struct tg_sink *sk, struct tg_call *k)
     if (hs->replay != NULL)
         tg_replay_end(hs->replay);
     tg_session_unref(hs->sess);
-    if (nsink_cache < SINK_CACHE - 1)
+    if ((int)nsink_cache < SINK_CACHE)
         sink_cache[nsink_cache++] = hs;
     else
         free(hs);
