@@ -43,9 +43,28 @@ struct tg_replay *tg_replay_new(struct tg_server *srv, struct tg_session *s, str
     return r;
 }
 
+/* HEX "-" DECIMAL without printf: this runs once per relayed event. */
 size_t tg_replay_next_id(struct tg_replay *r, char *id)
 {
-    return (size_t)snprintf(id, 40, "%llx-%llu", (unsigned long long)r->id, (unsigned long long)++r->next_seq);
+    char tmp[20];
+    size_t n = 0, t = 0;
+    uint64_t v = r->id;
+    do {
+        tmp[t++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v != 0);
+    while (t > 0)
+        id[n++] = tmp[--t];
+    id[n++] = '-';
+    v = ++r->next_seq;
+    do {
+        tmp[t++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (t > 0)
+        id[n++] = tmp[--t];
+    id[n] = '\0';
+    return n;
 }
 
 void tg_replay_keep(struct tg_replay *r, const char *ev, size_t n)
