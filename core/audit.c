@@ -13,6 +13,9 @@
 #include "core/log.h"
 #include "policy/auth.h"
 
+/* The audit log's writer. Owner: the server (srv->audit), made by tg_audit_open() at start or
+ * when a reload names another file; tg_audit_close() marks it closing, and finish_close() frees
+ * it once the write in flight, if any, has ended. */
 struct tg_audit {
     uv_loop_t *loop;
     char *path;

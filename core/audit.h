@@ -23,6 +23,9 @@ void tg_audit_reopen(struct tg_audit *a);
 uint64_t tg_audit_dropped(const struct tg_audit *a);
 uint64_t tg_audit_written(const struct tg_audit *a);
 
+/* The fields of one audit line. Value type: its writer (tg_call_audit() in core/call.c,
+ * refuse_nonstandard() in core/dispatch.c) fills one on its stack; the strings are borrowed and
+ * read only during tg_audit_log(). */
 struct tg_audit_record {
     const char *grant, *session, *upstream, *method, *tool;
     const char *decision; /* allow deny limited approve approved rejected expired refused */

@@ -23,6 +23,7 @@ enum {
     TG_ECLOSED = -4006,
 };
 
+/* A view: a value type that owns nothing; the bytes belong to whoever the slice came from. */
 struct tg_slice {
     const char *ptr;
     size_t len;
@@ -31,6 +32,8 @@ struct tg_slice {
 #define TG_SLICE(lit) ((struct tg_slice){(lit), sizeof(lit) - 1})
 #define TG_SLICE_NULL ((struct tg_slice){NULL, 0})
 
+/* Value type, embedded in its owner or on the stack. It owns the storage it points to, freed by
+ * tg_buf_dispose() (or handed to the caller by tg_buf_release()); a struct copy takes it over. */
 struct tg_buf {
     char *base;
     size_t len;
@@ -78,7 +81,8 @@ int tg_random(void *out, size_t n);
 
 #define tg_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
-/* Intrusive doubly linked list (h2o linklist / libuv queue). */
+/* Intrusive doubly linked list (h2o linklist / libuv queue). A node is embedded in the object it
+ * links and a head in the list's owner: neither is allocated or freed on its own. */
 struct tg_list {
     struct tg_list *prev, *next;
 };

@@ -15,7 +15,8 @@
 
 #include "core/conf.h"
 
-/* One row per scalar integer directive (nginx ngx_command_t, redis createIntConfig). */
+/* One row per scalar integer directive (nginx ngx_command_t, redis createIntConfig). Data only:
+ * rows of static const tables (conf.c, conf_upstream.c), never freed. */
 struct int_directive {
     const char *name;
     size_t offset;
@@ -23,7 +24,8 @@ struct int_directive {
     const char *help;
 };
 
-/* The state of one tg_conf_load() call, on its stack. */
+/* The state of one tg_conf_load() call. It lives on the stack of tg_conf_load() and owns
+ * nothing: err is the caller's, cfg that function's. */
 struct loader {
     const char *path;
     struct tg_buf *err;

@@ -52,7 +52,9 @@ struct tg_exchange {
 
 struct tg_sink;
 
-/* Where one exchange's output goes. k is the call (NULL for an answer made before any call). */
+/* Where one exchange's output goes. k is the call (NULL for an answer made before any call).
+ * Data only: each transport has one static const table (batch.c, streamable.c, channel.c) that
+ * its sinks point to; never freed. */
 struct tg_sink_ops {
     /* Something the server says while the call runs (progress, a log, a server request). */
     void (*message)(struct tg_sink *sk, struct tg_call *k, const char *p, size_t n);

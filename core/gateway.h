@@ -32,6 +32,8 @@ struct tg_listener {
     int closed;
 };
 
+/* The gateway's state. Owner: main(), which allocates it, runs tg_server_init() and, after the
+ * loop, tg_server_dispose() (which frees what it holds), then frees it. */
 struct tg_server {
     uv_loop_t *loop;
     struct tg_conf *conf;

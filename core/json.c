@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The state of one tg_json_parse() call, on the stack of tg_json_parse(). The slices point into
+ * the caller's input; the tree being built goes to the caller, or is deleted on error. */
 struct parser {
     const unsigned char *p, *end, *start;
     int max_depth;
@@ -316,7 +318,9 @@ static void append_child(cJSON *parent, cJSON **last, cJSON *item)
     *last = item;
 }
 
-/* A key seen in an object parsed without a tree: its raw bytes, or a decoded copy if it had escapes. */
+/* A key seen in an object parsed without a tree: its raw bytes, or a decoded copy if it had
+ * escapes. Value type in parse_object()'s key array (on its stack, or malloc'd past 16 keys);
+ * the decoded copy is owned and freed, with the array, before parse_object() returns. */
 struct rawkey {
     const char *p;
     size_t n;

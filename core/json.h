@@ -19,6 +19,9 @@
 
 #include "core/buf.h"
 
+/* What tg_json_parse() found. Value type in caller storage (on the stack, or embedded as
+ * tg_call.body_doc). The caller owns root (cJSON_Delete); the slices point into the input and
+ * are valid only while it is. */
 struct tg_json_doc {
     cJSON *root;            /* NULL when parsed with build = 0 */
     struct tg_slice id_raw;     /* raw token of the root object's "id" member (points into the input), or empty */

@@ -7,6 +7,8 @@
 
 #include "core/buf.h"
 
+/* Value type, embedded in struct tg_server (srv->metrics); connections and upstreams point
+ * at it. */
 struct tg_metrics {
     uint64_t conns_accepted, conns_rejected, conns_open, tls_handshake_failures;
     uint64_t http_requests, http_status[6]; /* by class 1xx..5xx */

@@ -25,6 +25,8 @@ enum {
     TG_RPC_UPSTREAM = -32004,
 };
 
+/* One decoded message. Value type in caller storage (usually the transport's stack). It owns
+ * root and id_raw, freed by tg_msg_dispose(); a call that takes id_raw over leaves it NULL. */
 struct tg_msg {
     cJSON *root;
     enum tg_msg_kind kind;

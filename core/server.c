@@ -323,6 +323,7 @@ static int same_target(const struct tg_upstream_conf *a, const struct tg_upstrea
     return a->command[i] == NULL && b->command[i] == NULL;
 }
 
+/* The argument of remap_session(): on the stack of tg_server_reload(); it owns nothing. */
 struct remap_ctx {
     struct tg_server *srv;
     int *map;

@@ -13,6 +13,9 @@ struct tg_grant_count {
 
 #define GRANT_BUCKETS 64
 
+/* Owner: the server (srv->sessions), made by tg_session_table_new() in tg_server_init() and
+ * freed by tg_session_table_free() in tg_server_dispose(). It holds one reference on each live
+ * session. */
 struct tg_session_table {
     struct tg_session **buckets;
     size_t nbuckets; /* power of two */

@@ -18,6 +18,9 @@ struct tg_sink;
 struct tg_server;
 struct tg_uplink;
 
+/* One client session. Owner: refcounted. tg_session_create() gives the table its reference,
+ * which tg_session_remove() drops (DELETE, expiry, the client gone); calls, sinks, channels and
+ * replay buffers hold their own, and the last tg_session_unref() frees it. */
 struct tg_session {
     uint8_t id[16];
     char id_str[TG_SESSION_ID_LEN + 1];

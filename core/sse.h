@@ -14,6 +14,8 @@
 
 #include "core/buf.h"
 
+/* One parsed event. Value type on the stack of process_line() in core/sse.c (under
+ * tg_sse_feed()); its slices point into the parser's buffers, valid only during the callback. */
 struct tg_sse_event {
     struct tg_slice event; /* empty = "message" */
     struct tg_slice data;
@@ -27,6 +29,8 @@ struct tg_sse_event {
 typedef int (*tg_sse_event_cb)(void *ud, const struct tg_sse_event *ev);
 #define TG_SSE_STOPPED 1
 
+/* Embedded in its owner (a Streamable HTTP call's answer stream, a legacy SSE link):
+ * tg_sse_init() sets it up and tg_sse_dispose() frees its buffers, after tg_sse_feed() returned. */
 struct tg_sse_parser {
     struct tg_buf line;
     struct tg_buf data;

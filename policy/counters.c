@@ -11,6 +11,8 @@
 
 #include "policy/counters.h"
 
+/* One slot of the local store's table. Value type: an element of local_store.t, freed with the
+ * table (grow, local_free). */
 struct entry {
     uint64_t h1, h2;   /* h1 == 0: empty slot */
     int64_t stamp_ms;  /* bucket: last refill; window: window start */

@@ -21,7 +21,8 @@ enum tg_limit_op { TG_LIMIT_NONE = 0, TG_LIMIT_LTE, TG_LIMIT_LT };
 
 struct tg_counters;
 
-/* The operations of a store; the functions below call them and document what they must do. */
+/* The operations of a store; the functions below call them and document what they must do.
+ * Data only: each kind of store has one static const table (local_ops in counters.c). */
 struct tg_counter_store_ops {
     int (*bucket_take)(struct tg_counters *c, uint64_t h1, uint64_t h2, double capacity, int64_t window_ms,
                        double amount, int64_t now_ms, double *left, uint64_t *retry_ms);
@@ -37,7 +38,8 @@ struct tg_counter_store_ops {
 };
 
 /* The head of every store: an implementation embeds it as the first member of its own struct,
- * sets ops, and hands out a pointer to it. Callers only pass it to the functions below. */
+ * sets ops, and hands out a pointer to it. Callers only pass it to the functions below. Owner:
+ * the store's creator (the server, srv->counters); tg_counters_free() frees it (ops->free). */
 struct tg_counters {
     const struct tg_counter_store_ops *ops;
 };

@@ -38,6 +38,8 @@ static const struct {
     {"ES256", KTY_EC, "EC"},
 };
 
+/* One verification key. Value type: an element of tg_jwks.keys; jwk_dispose() frees its kid and
+ * (when ready) its key material, from tg_jwks_free(). */
 struct jwk {
     enum jwk_kty kty;
     int ready; /* the mbedtls context below is initialised and must be freed */
@@ -55,6 +57,7 @@ struct jwk {
     } u;
 };
 
+/* Owner: the conf that loaded it (tg_jwt_conf.jwks); freed by tg_jwks_free() from tg_conf_unref. */
 struct tg_jwks {
     size_t n;
     struct jwk *keys;
@@ -145,6 +148,7 @@ void tg_jwks_free(struct tg_jwks *k)
     free(k);
 }
 
+/* The state of one tg_jwks_parse() call, on the stack of tg_jwks_parse(); err is the caller's. */
 struct loader {
     const char *name;
     struct tg_buf *err;

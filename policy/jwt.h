@@ -72,6 +72,8 @@ int tg_jwks_parse(const char *json, size_t len, const char *name_for_errors, str
 /* Accepts NULL. */
 void tg_jwks_free(struct tg_jwks *k);
 
+/* What a token's claims must match. Value type: the caller fills one on its stack (policy/auth.c,
+ * from a struct tg_jwt_conf); the strings are borrowed from the conf. */
 struct tg_jwt_rules {
     const char *issuer;      /* required match of "iss" (NULL = not checked) */
     const char *audience;    /* must be "aud" or one element of an "aud" array (NULL = not checked) */

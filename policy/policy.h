@@ -35,6 +35,7 @@ enum tg_verdict {
 
 #define TG_MAX_RESERVATIONS 64 /* counters one call may take (checked when a policy is compiled) */
 
+/* One counter a decision took. Value type, embedded in struct tg_decision (res[]). */
 struct tg_reservation {
     uint64_t h1, h2;
     int kind; /* 1 bucket, 2 window */
@@ -43,6 +44,8 @@ struct tg_reservation {
     double capacity;
 };
 
+/* The outcome of a decision. Value type: the tg_policy_decide_* functions fill caller storage;
+ * a call's own is malloc'd in core/dispatch.c (k->dec), freed by call_release() in core/call.c. */
 struct tg_decision {
     enum tg_verdict verdict;
     char rule[128];     /* rule or limit that decided, "" for a plain allow */
@@ -55,7 +58,8 @@ struct tg_decision {
     char counters_json[512]; /* counter values after the decision, for the audit log */
 };
 
-/* Who is calling: the identities that counter scopes refer to. */
+/* Who is calling: the identities that counter scopes refer to. Value type on the caller's stack
+ * (core/dispatch.c); the strings are borrowed for the decision. */
 struct tg_caller {
     const char *grant;
     const char *session;

@@ -17,7 +17,8 @@ enum scope { SCOPE_GRANT, SCOPE_SESSION, SCOPE_GLOBAL };
 enum ckind { CK_BUCKET = 1, CK_WINDOW = 2 };
 
 /* A counter the policy defines (a hosted limit or an Intercept state counter): an entry of
- * tg_policy.counters, which conditions, rules and limits name by index. */
+ * tg_policy.counters, which conditions, rules and limits name by index. policy_free() frees its
+ * strings. */
 struct pcounter {
     char *key;   /* identity within the policy: "L:name" (hosted) or "S:scope.name" (Intercept) */
     char *label; /* for messages */
@@ -27,7 +28,8 @@ struct pcounter {
     int64_t window_ms; /* bucket: refills capacity in this time; window: its length */
 };
 
-/* One condition of a rule (conditions[i]); an entry of rule.conds. */
+/* One condition of a rule (conditions[i]); an entry of rule.conds. Its path, value and re are
+ * owned by it and freed by tg__free_tool(). */
 struct cond {
     int is_state;
     char **path; /* args path segments */
@@ -39,7 +41,8 @@ struct cond {
     struct tg_regex *re; /* regex: compiled at load; this condition owns it */
 };
 
-/* One Intercept rule of a tool (rules[i]); an entry of ptool.rules. */
+/* One Intercept rule of a tool (rules[i]); an entry of ptool.rules, freed with its conds by
+ * tg__free_tool(). */
 struct rule {
     char *name;
     int deny;
@@ -57,7 +60,8 @@ struct rule {
 
 enum taction { TA_ALLOW, TA_DENY, TA_APPROVE };
 
-/* One entry of "tools": an entry of tg_policy.tools, or tg_policy.wildcard for "*". */
+/* One entry of "tools": an entry of tg_policy.tools, or tg_policy.wildcard for "*". What it holds
+ * is freed by tg__free_tool(); policy_free() frees the array and the wildcard itself. */
 struct ptool {
     char *name;
     enum taction action;

@@ -41,7 +41,8 @@
  * what their negation holds (up to U+10FFFF). Written out rather than left to PCRE2's own \d \w
  * and [:name:] for two reasons: RE2's \s is not PCRE2's (no vertical tab), and PCRE2 10.42 gets
  * some negated classes wrong in UTF mode ([^\W[:space:]] matches "α", which is not a word
- * character), while plain ranges it gets right. */
+ * character), while plain ranges it gets right. Data only: the rows of the static const
+ * re2_classes[] below. */
 struct re2_class {
     const char *name;
     const char *in;       /* the class */
@@ -96,6 +97,8 @@ static const struct re2_class *re2_class(const char *name, size_t n)
     return NULL;
 }
 
+/* The state of one RE2-to-PCRE2 translation, on the stack of tg_regex_compile(), which frees
+ * out, map and saved before it returns. */
 struct rx {
     const char *pat; /* the RE2 pattern */
     size_t len;
@@ -492,12 +495,15 @@ static int re2_to_pcre2(struct rx *x)
 
 /* The patterns of one policy share one match context (the limits) and one JIT stack. Matching
  * writes to both and to each pattern's match data, which is safe because decisions run on one
- * thread and never nest. */
+ * thread and never nest. Owner: the policy (tg_policy.rx), made with its first pattern
+ * (policy_mctx) and freed by tg_regex_ctx_free() in policy_free(), after its patterns. */
 struct tg_regex_ctx {
     pcre2_match_context *mctx;
     pcre2_jit_stack *jit_stack; /* NULL if it could not be made: the JIT's own 32 KiB then */
 };
 
+/* Owner: its condition (cond.re); freed by tg_regex_free() from tg__free_tool(). mctx is
+ * borrowed from the policy's struct tg_regex_ctx. */
 struct tg_regex {
     pcre2_code *re;            /* compiled (JIT where it can be) at load */
     pcre2_match_data *md;      /* this pattern's match data, reused by every match */

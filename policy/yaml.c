@@ -16,11 +16,15 @@
 #define YAML_MAX_NODES 200000
 #define YAML_MAX_DEPTH 64
 
+/* An anchor seen so far. Value type in ybuild.anchors; its name and node (a copy) are freed at
+ * the end of tg_yaml_to_json(). */
 struct anchor {
     char *name;
     cJSON *node; /* a copy kept for aliases */
 };
 
+/* The state of one tg_yaml_to_json() call, on the stack of tg_yaml_to_json(), which frees the
+ * anchors and the parser before it returns. */
 struct ybuild {
     yaml_parser_t parser;
     size_t nodes;

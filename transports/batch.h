@@ -13,6 +13,8 @@
 struct tg_conn;
 struct tg_server;
 
+/* Owner: counted in pending (the dispatch loop and each element in flight); the tg_batch_done()
+ * that drops the last count answers and frees it. */
 struct tg_batch {
     struct tg_sink sink;  /* first: each element's call answers through it */
     struct tg_server *srv;

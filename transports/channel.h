@@ -20,6 +20,9 @@ struct tg_ws;
 
 enum channel_kind { CH_SSE, CH_WS };
 
+/* Owner: refcounted (see the top of this file). tg_channel_new() gives the client connection its
+ * reference, and the last tg_channel_unref() frees the channel and its tg_ws; s->channel only
+ * points at it. */
 struct tg_channel {
     struct tg_sink sink;     /* first: the session's stream call and server messages use it */
     struct tg_server *srv;

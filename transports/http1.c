@@ -18,6 +18,8 @@ static void on_handle_closed(uv_handle_t *h);
 static void process_input(struct tg_conn *c);
 static size_t input_ceiling(struct tg_conn *c);
 
+/* A uv_shutdown in flight, made by shutdown_now(). Owner: libuv until on_shutdown(), which
+ * frees it. */
 struct shutdown_req {
     uv_shutdown_t req;
     struct tg_conn *conn;

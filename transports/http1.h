@@ -78,10 +78,13 @@ enum tg_conn_state {
 };
 const char *tg_conn_state_str(enum tg_conn_state s);
 
+/* One header: offsets into tg_http_req.head. Value type, in the request's headers[]. */
 struct tg_http_header {
     uint32_t name_off, name_len, value_off, value_len;
 };
 
+/* The request being read. Embedded in its connection (c->req): its buffers are reset for the
+ * next request and freed with the connection in on_handle_closed(). */
 struct tg_http_req {
     int method; /* llhttp_method_t */
     struct tg_buf head; /* URL and header bytes, copied from the wire; the slices below point into it */
@@ -96,6 +99,9 @@ struct tg_http_req {
 
 typedef void (*tg_conn_cb)(struct tg_conn *conn, void *exchange);
 
+/* One client connection. Owner: the transport (env->conns), from tg_http1_accept() until its
+ * last handle's close callback, on_handle_closed(), frees it; tg_conn_close() only marks it.
+ * Exchanges hold plain pointers to it and drop them when on_abort or up_gone says it closes. */
 struct tg_conn {
     uv_tcp_t tcp;
     uv_timer_t timer;

@@ -10,6 +10,8 @@
 #include "core/msg.h"
 #include "transports/tls.h"
 
+/* A uv_write in flight with the bytes it writes, made by tg__http_send_wire(). Owner: libuv
+ * until on_write(), which frees both. */
 struct write_req {
     uv_write_t req;
     struct tg_conn *conn;

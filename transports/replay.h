@@ -3,8 +3,8 @@
  * kept so that a client that lost the connection can GET with Last-Event-ID and carry on where
  * it stopped.
  *
- * Owner: the session (s->streams) and srv->streams; kept TG_REPLAY_KEEP_MS after the stream
- * ended, then freed by the tick (tg_replay_free). */
+ * Owner: the server's list (srv->streams), the session's list (s->streams) linking it too; kept
+ * TG_REPLAY_KEEP_MS after the stream ended, then freed by the tick (tg_replay_free). */
 #ifndef TG_REPLAY_H
 #define TG_REPLAY_H
 
@@ -20,6 +20,9 @@ struct tg_http_sink;
 #define TG_REPLAY_KEEP_MS 60000
 #define TG_REPLAY_MAX_PER_SESSION 16
 
+/* Owner: the server's list (srv->streams, glink); the session's list links it too (slink), and
+ * it holds a session reference. tg_replay_free() frees it: from the tick TG_REPLAY_KEEP_MS after
+ * it ended, in tg_replay_new() past TG_REPLAY_MAX_PER_SESSION, or at shutdown. */
 struct tg_replay {
     struct tg_server *srv;
     struct tg_session *sess; /* reference */

@@ -14,6 +14,8 @@ struct tg_conn;
 struct tg_replay;
 struct tg_server;
 
+/* Owner: the middle, from tg_dispatch_message() or tg_dispatch_listen() on (then the call bound
+ * to it); on_sink_release() frees it. The connection only points at it (c->exchange). */
 struct tg_http_sink {
     struct tg_sink sink;      /* first */
     struct tg_server *srv;

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One TLS listener's context. Owner: the listener (l->http.tls), made by tg_tls_ctx_new() in
+ * tg_server_init() and freed by tg_tls_ctx_free() in tg_server_dispose(), after its connections. */
 struct tg_tls_ctx {
     mbedtls_ssl_config conf;
     mbedtls_x509_crt cert;
@@ -18,6 +20,8 @@ struct tg_tls_ctx {
     mbedtls_ctr_drbg_context drbg;
 };
 
+/* One connection's TLS state. Owner: the connection (c->tls), made by tg_tls_new() on accept and
+ * freed by tg_tls_free() in on_handle_closed(); in and out are borrowed for one call only. */
 struct tg_tls {
     mbedtls_ssl_context ssl;
     const char *in;

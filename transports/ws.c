@@ -9,6 +9,8 @@
 #include "core/log.h"
 #include "transports/http1.h"
 
+/* Owner: its channel (ch->ws), made by tg_ws_start() and freed by tg_ws_free() from
+ * tg_channel_unref(); a free while one of our functions is on the stack waits for it (busy). */
 struct tg_ws {
     struct tg_conn *conn; /* NULL once the connection is gone */
     wslay_event_context_ptr ctx;

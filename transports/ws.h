@@ -9,8 +9,8 @@
  * message over max_msg with 1009. Pings are answered by wslay; the gateway
  * pings an idle peer every ping_ms and closes one that stopped answering.
  *
- * Ownership: the tg_ws belongs to the connection's exchange (the router's
- * channel) and is freed with tg_ws_free() after on_closed, which runs once. */
+ * Ownership: the tg_ws belongs to the connection's exchange (its channel,
+ * transports/channel.c) and is freed with tg_ws_free() after on_closed, which runs once. */
 #ifndef TG_WS_H
 #define TG_WS_H
 

@@ -6,6 +6,8 @@
 #include "core/log.h"
 #include "upstream/pool_int.h"
 
+/* The part of a request uv_try_write() did not take, copied, made by tg__upconn_send(). Owner:
+ * libuv until on_write_done(), which frees it. */
 struct upwrite {
     uv_write_t req;
     char *base;

@@ -25,6 +25,8 @@
 struct tg_upstream;
 struct tg_upreq;
 
+/* Data only: one static const table per kind of request (upstream/streamable.c, sse_link.c); a
+ * request points at it and never frees it. */
 struct tg_upreq_cbs {
     void (*on_head)(struct tg_upreq *r, int status, void *ud);
     void (*on_data)(struct tg_upreq *r, const char *p, size_t n, void *ud);

@@ -9,6 +9,9 @@
 
 #define KILL_GRACE_MS 2000
 
+/* One child process. Owner: its user (a session's stdio link, or u->warm[] until taken) until
+ * tg_child_kill() or the exit; from then on it is owned by itself, and on_closed() frees it once
+ * the process and every pipe are closed. */
 struct tg_child {
     uv_process_t proc;
     uv_pipe_t in, out, err;
@@ -222,6 +225,8 @@ void tg_child_bind(struct tg_child *ch, tg_child_message_cb on_message, tg_child
     ch->ud = ud;
 }
 
+/* One line written to the child's stdin, made by tg_child_send(). Owner: libuv until
+ * on_written(), which frees it and its bytes. */
 struct child_write {
     uv_write_t req;
     char *base;

@@ -24,6 +24,8 @@ struct tg_upstream;
  * session needs no GET stream to hear them. */
 #define TG_UPOPS_SESSION_LINK 0x1u
 
+/* Data only: one static const table per kind (tg_upstream_*_ops below; a unit test may bring its
+ * own through srv->upstream_ops); calls point at it, nobody frees it. */
 struct tg_upstream_ops {
     const char *name;
     unsigned flags; /* TG_UPOPS_* */
@@ -51,7 +53,7 @@ struct tg_upstream_ops {
 };
 
 /* A session's link to a message-stream upstream, embedded first in each kind's link object.
- * Owner: the session (s->link); freed by the kind's release_link when the session goes. */
+ * Owner: the session (s->uplink); freed by the kind's release_link when the session goes. */
 struct tg_uplink {
     const struct tg_upstream_ops *ops;
 };

@@ -17,7 +17,8 @@ char *tg_mcp_id_key_number(const cJSON *n);
 /* error.data for -32004, NUL-terminated (it is passed on as a C string). */
 void tg_mcp_upstream_data(struct tg_buf *b, const char *upstream);
 
-/* The answer a call waits for. */
+/* The answer a call waits for. Value type: answer_of() in core/call.c fills one on its caller's
+ * stack; every pointer is borrowed from the call. */
 struct tg_mcp_answer {
     const char *gid;          /* our id, as sent upstream */
     size_t gid_len;
