@@ -263,7 +263,6 @@ static int parse_node(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out
                     free(key);
                     cJSON_Delete(merged);
                     free(anchor);
-                    cJSON_Delete(merged);
                     return yerr(b, b->parser.problem ? b->parser.problem : "syntax error", b->parser.problem_mark.line);
                 }
                 cJSON *src;
@@ -289,7 +288,6 @@ static int parse_node(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out
                 for (cJSON *m = one ? one : list; m; m = one ? NULL : m->next) {
                     if (!cJSON_IsObject(m)) {
                         cJSON_Delete(src);
-                        cJSON_Delete(merged);
                         cJSON_Delete(merged);
                         free(anchor);
                         return yerr(b, "a merge key (<<) needs a mapping or a list of mappings", kline);

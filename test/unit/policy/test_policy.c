@@ -2899,9 +2899,29 @@ static void yaml_merge_keys_apply(void **state)
     loaded_dispose(&l);
 }
 
+/* A bad merge key is refused with an error, and frees what it built once (a second << that
+ * does not parse, and a merge list holding a scalar, once freed the merged map twice). */
+static void yaml_bad_merge_keys_refused(void **state)
+{
+    static const char *const bad[] = {
+        "a: &a {x: 1}\nm:\n  <<: *a\n  <<: @x\n",
+        "a: &a {x: 1}\nb: &b {y: 2}\nm:\n  <<: [*b, 3]\n",
+        "a: &a {x: 1}\nm:\n  <<: 3\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cJSON *out = NULL;
+        char err[200] = "";
+        if (tg_yaml_to_json(bad[i], strlen(bad[i]), &out, err, sizeof(err)) == 0)
+            fail_msg("accepted: %s", bad[i]);
+        assert_null(out);
+        assert_true(err[0] != '\0');
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(yaml_bad_merge_keys_refused),
         cmocka_unit_test(fixtures_load_cleanly),
         cmocka_unit_test(json_and_yaml_give_the_same_tree),
         cmocka_unit_test(json_and_yaml_decide_identically),
