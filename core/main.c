@@ -157,9 +157,7 @@ int main(int argc, char **argv)
     struct tg_server *srv = tg_xcalloc(1, sizeof(*srv));
     int rc = 0;
     if (tg_server_init(srv, loop, conf) != 0) {
-        rc = 1;
-        srv->draining = 1; /* half made: nothing to drain */
-        tg_server_drain(srv);
+        rc = 1; /* half made: it holds only memory, which tg_server_dispose frees */
     } else {
         /* Signals first: once a listener is logged, a supervisor's SIGTERM means a drain. */
         int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};

@@ -113,6 +113,22 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     tg_list_init(&srv->awaiting);
     tg_list_init(&srv->streams);
     srv->counters = tg_counters_new();
+    /* What can fail comes first (TLS keys, the audit log), before anything that would need
+     * the loop to close it: a failed init leaves only memory, which tg_server_dispose frees. */
+    srv->nlisteners = conf->nlisteners;
+    srv->listeners = tg_xcalloc(conf->nlisteners, sizeof(*srv->listeners));
+    for (size_t i = 0; i < conf->nlisteners; i++) {
+        struct tg_listener *l = &srv->listeners[i];
+        l->http.lc = &conf->listeners[i];
+        l->server = srv;
+        if (l->http.lc->tls) {
+            char err[256];
+            if (tg_tls_ctx_new(l->http.lc->cert, l->http.lc->key, &l->http.tls, err, sizeof(err)) != 0) {
+                tg_log(TG_LOG_ERROR, "TLS setup failed", "listener=%zu error=\"%s\"", i, err);
+                return TG_EINVAL;
+            }
+        }
+    }
     if (conf->audit.file != NULL) {
         struct tg_buf err;
         tg_buf_init(&err);
@@ -129,20 +145,6 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     srv->upstreams = tg_xcalloc(conf->nupstreams, sizeof(*srv->upstreams));
     for (size_t i = 0; i < conf->nupstreams; i++)
         srv->upstreams[i] = tg_upstream_new(loop, conf, &conf->upstreams[i], &srv->metrics);
-    srv->nlisteners = conf->nlisteners;
-    srv->listeners = tg_xcalloc(conf->nlisteners, sizeof(*srv->listeners));
-    for (size_t i = 0; i < conf->nlisteners; i++) {
-        struct tg_listener *l = &srv->listeners[i];
-        l->http.lc = &conf->listeners[i];
-        l->server = srv;
-        if (l->http.lc->tls) {
-            char err[256];
-            if (tg_tls_ctx_new(l->http.lc->cert, l->http.lc->key, &l->http.tls, err, sizeof(err)) != 0) {
-                tg_log(TG_LOG_ERROR, "TLS setup failed", "listener=%zu error=\"%s\"", i, err);
-                return TG_EINVAL;
-            }
-        }
-    }
     uv_timer_init(loop, &srv->sweep);
     srv->sweep.data = srv;
     uv_check_init(loop, &srv->flush_check);

@@ -180,6 +180,25 @@ describe('3. file descriptors: EMFILE on upstream connect and on accept; RLIMIT_
       `must say that the limit cannot cover max_connections; it printed:\n${out}`);
   });
 
+  test('a start that fails (a TLS key that cannot be read) exits 1 at once: warm stdio children go, nothing leaks', async () => {
+    const sub = path.join(ctx.dir, 'bad-start');
+    fs.mkdirSync(sub, { recursive: true });
+    const conf = path.join(sub, 'tollgate.conf');
+    const policy = path.join(H.REPO_ROOT, 'conf/policies/cowork-os.json');
+    fs.writeFileSync(conf, [
+      `listen = ( { address = "127.0.0.1"; port = 0; tls = { cert = "${sub}/missing.pem"; key = "${sub}/missing.key"; }; } );`,
+      'grants = ( { name = "local"; anonymous = true; } );',
+      `upstreams = ( { name = "s"; command = [ "/bin/cat" ]; warm = 1; default = true; policy = "${policy}"; } );`,
+    ].join('\n') + '\n');
+    const r = spawnSync(H.tollgateBin(), ['-c', conf],
+      { encoding: 'utf8', timeout: 20000, env: { ...process.env, ASAN_OPTIONS: 'detect_leaks=1:abort_on_error=0' } });
+    const out = `${r.stdout}\n${r.stderr}`;
+    assert.equal(r.signal, null, `tollgate did not exit by itself (killed by ${r.signal}): a warm child kept the loop alive\n${out}`);
+    assert.equal(r.status, 1, out);
+    assert.match(out, /TLS setup failed/, out);
+    assert.doesNotMatch(out, A.SANITIZER_RE, out);
+  });
+
   test('at start: a clear warning when the hard limit cannot cover max_connections plus upstream sockets', async () => {
     const gw = await ctx.gateway('fd-warn', {
       limits: { max_connections: 10000 }, upstreams: [{ name: 'h', url: hostile.url('/mcp') }],
