@@ -88,8 +88,6 @@ struct fake {
     struct tg_buf last_body;     /* the last body, NUL-terminated */
     struct tg_buf replies;       /* what the gateway said to the upstream itself, one a line */
     uint64_t last_timeout;
-    /* Re-entry: called at the start of send, before anything else. */
-    void (*on_send)(struct tg_call *k);
 };
 
 static struct fake fake;
@@ -120,8 +118,6 @@ static inline void fake_record(struct tg_call *k, const char *body, size_t len, 
 
 static inline void fake_http_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
 {
-    if (fake.on_send)
-        fake.on_send(k);
     fake_record(k, body, len, timeout);
     if (fake.fail_send) {
         tg_call_fail(k, fake.fail_outcome, "upstream main could not be reached (fake)", -1);
@@ -138,8 +134,6 @@ static inline void fake_http_send(struct tg_call *k, const char *body, size_t le
 
 static inline void fake_link_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
 {
-    if (fake.on_send)
-        fake.on_send(k);
     fake_record(k, body, len, timeout);
     if (body == NULL) {
         tg_call_link_listen(k);

@@ -568,6 +568,34 @@ static void failure_answer_reenters_call(void **state)
     }
 }
 
+/* The send fails before it returns and the sink re-enters the call from inside that failure's
+ * answer: one answer, one release, the token back once. */
+static void send_failure_answer_reenters_call(void **state)
+{
+    void (*hooks[])(struct rec *, struct tg_call *) = {hook_client_gone, hook_close};
+    for (int kind = FAKE_HTTP; kind <= FAKE_LINK; kind++) {
+        for (int h = 0; h < 2; h++) {
+            struct mw *m = mw_new((enum fake_kind)kind);
+            struct tg_session *s = mw_session(m, 0);
+            fake.fail_send = 1;
+            fake.fail_outcome = TG_OUT_NOT_SENT;
+            struct rec r;
+            rec_init(&r);
+            r.on_answer = hooks[h];
+            r.on_release = hook_close_twice;
+            call_tool(m, s, &r, 0, "1", "once");
+            assert_string_equal(r.trace.base, "bind answer release");
+            assert_int_equal(r.nrelease, 1);
+            assert_int_equal(fake.last->closed, 1);
+            assert_int_equal(in_dead_calls(m, fake.last), 1);
+            assert_int_equal(m->srv.metrics.refunds, 1);
+            assert_string_equal(mw_audit(m), "allow/unavailable");
+            rec_dispose(&r);
+            mw_free(m);
+        }
+    }
+}
+
 /* A sink whose release closes the call again. */
 static void release_reenters_call(void **state)
 {
@@ -781,6 +809,82 @@ static void tools_list_unfilterable_is_refused(void **state)
     mw_free(m);
 }
 
+/* ---- initialize, and ids ------------------------------------------------------------------ */
+
+#define INIT_REQ                                                                                                   \
+    "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-03-26\","      \
+    "\"capabilities\":{},\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}"
+
+/* An initialize that fails took a new session (TG_SINK_NEW_SESSION): the session goes with it.
+ * One that succeeds records the protocol version the server chose. */
+static void initialize_outcomes(void **state)
+{
+    for (int kind = FAKE_HTTP; kind <= FAKE_LINK; kind++) {
+        for (int ok = 0; ok < 2; ok++) {
+            struct mw *m = mw_new((enum fake_kind)kind);
+            struct tg_session *s = mw_session(m, 0);
+            s->initialized = 0;
+            s->proto[0] = '\0';
+            tg_session_ref(s);
+            struct rec r;
+            rec_init(&r);
+            mw_send(m, s, fsink_new(&r, TG_SINK_NEW_SESSION), INIT_REQ);
+            struct tg_call *k = fake.last;
+            assert_int_equal(k->is_init, 1);
+            const char *ans = ok ? "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":\"2025-03-26\","
+                                   "\"capabilities\":{},\"serverInfo\":{\"name\":\"u\",\"version\":\"1\"}}}"
+                                 : "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32602,\"message\":\"bad version\"}}";
+            if (kind == FAKE_HTTP && !ok)
+                fake_fail(k, TG_OUT_UNAVAILABLE, "upstream main is unavailable");
+            else if (kind == FAKE_HTTP)
+                fake_answer(k, ans);
+            else
+                fake_link(m, s, ans);
+            assert_int_equal(r.nrelease, 1);
+            assert_int_equal(s->live, ok);
+            assert_int_equal(tg_session_table_count(m->srv.sessions), (size_t)ok);
+            if (ok) {
+                assert_int_equal(s->initialized, 1);
+                assert_string_equal(s->proto, "2025-03-26");
+                assert_string_equal(r.answer.base,
+                                    "{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{\"protocolVersion\":\"2025-03-26\","
+                                    "\"capabilities\":{},\"serverInfo\":{\"name\":\"u\",\"version\":\"1\"}}}");
+            } else {
+                cJSON *e = REC_ERROR(&r, "0", kind == FAKE_HTTP ? TG_RPC_UPSTREAM : -32602, NULL);
+                cJSON_Delete(e);
+            }
+            tg_session_unref(s);
+            rec_dispose(&r);
+            mw_free(m);
+        }
+    }
+}
+
+/* The client's id comes back byte for byte, whatever its form; ours went up. */
+static void odd_client_ids(void **state)
+{
+    static const char *const ids[] = {
+        "12345678901234567890123", "-0", "-42", "\"\"", "\"\\u00e9\\\"q\\\\\"", "\"\xc3\xa9\xe2\x82\xac\"",
+    };
+    struct mw *m = mw_new(FAKE_HTTP);
+    struct tg_session *s = mw_session(m, 0);
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        struct rec r;
+        rec_init(&r);
+        struct tg_call *k = call_tool(m, s, &r, 0, ids[i], "echo");
+        assert_non_null(k);
+        char want[200], ans[200];
+        snprintf(want, sizeof(want), "{\"jsonrpc\":\"2.0\",\"id\":%zu,\"method\":\"tools/call\"", i + 1);
+        assert_memory_equal(fake.last_body.base, want, strlen(want));
+        snprintf(ans, sizeof(ans), "{\"jsonrpc\":\"2.0\",\"result\":{},\"id\":%zu}", i + 1);
+        fake_answer(k, ans);
+        snprintf(want, sizeof(want), "{\"jsonrpc\":\"2.0\",\"result\":{},\"id\":%s}", ids[i]);
+        assert_string_equal(r.answer.base, want);
+        rec_dispose(&r);
+    }
+    mw_free(m);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -802,6 +906,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(client_gone_mid_call),
         cmocka_unit_test(answer_reenters_call),
         cmocka_unit_test(failure_answer_reenters_call),
+        cmocka_unit_test(send_failure_answer_reenters_call),
         cmocka_unit_test(release_reenters_call),
         cmocka_unit_test(message_reenters_call),
         cmocka_unit_test(streamed_answer_and_backpressure),
@@ -809,6 +914,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(sink_not_listening_gets_nothing),
         cmocka_unit_test(tools_list_is_filtered),
         cmocka_unit_test(tools_list_unfilterable_is_refused),
+        cmocka_unit_test(initialize_outcomes),
+        cmocka_unit_test(odd_client_ids),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

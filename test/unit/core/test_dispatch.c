@@ -12,6 +12,8 @@
  * is 3 and limits.approvals_max 2. */
 #include "test/unit/core/middle.h"
 
+#include "transports/batch.h"
+
 static struct tg_call *call_tool(struct mw *m, struct tg_session *s, struct rec *r, unsigned flags, const char *id,
                                  const char *tool)
 {
@@ -270,6 +272,7 @@ static void approve_parks_then_sends(void **state)
     assert_int_equal(k->parked, 1);
     assert_int_equal(m->srv.napprovals, 1);
     assert_int_equal(strlen(k->approval_id), 32);
+    assert_int_equal(k->approval_deadline, now_ms(&m->srv) + 30000); /* approval_timeout = 30 (s) */
     assert_ptr_equal(tg_approvals_find(&m->srv, tg_slice_cstr(k->approval_id)), k);
     assert_int_equal(s->inflight, 1);
     assert_int_equal(m->srv.metrics.decisions[TG_VERDICT_APPROVE], 1);
@@ -767,6 +770,98 @@ static void end_session(void **state)
     }
 }
 
+/* ---- a real sink: transports/batch.c on a channel ------------------------------------------ */
+
+/* Each element of a batch is decided on its own; the answers go out as one array on the
+ * channel when the last element is released, and the channel's reference is given back once.
+ * A batch cannot wait for a human. */
+static void batch_on_channel(void **state)
+{
+    struct mw *m = mw_new(FAKE_HTTP);
+    struct tg_session *s = mw_session(m, 0);
+    struct rec ch;
+    rec_init(&ch);
+    struct tg_batch *b = tg_batch_new(&m->srv, NULL, fsink_new(&ch, 0), 0);
+    char body[256];
+    mw_send(m, s, tg_batch_element(b), mw_call(body, sizeof(body), "1", "echo"));
+    struct tg_call *echo = fake.last;
+    mw_send(m, s, tg_batch_element(b), mw_call(body, sizeof(body), "2", "rm"));
+    mw_send(m, s, tg_batch_element(b), mw_call(body, sizeof(body), "3", "deploy"));
+    mw_send(m, s, tg_batch_element(b), "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/roots/list_changed\"}");
+    struct tg_call *note = fake.last;
+    assert_int_equal(fake.nsend, 2);
+    assert_int_equal(m->srv.napprovals, 0);
+    tg_batch_done(b); /* the dispatch loop is over; two elements are still out */
+    assert_string_equal(ch.trace.base ? ch.trace.base : "", "");
+    fake_accepted(note);
+    assert_string_equal(ch.trace.base ? ch.trace.base : "", "");
+    fake_answer(echo, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}");
+    assert_string_equal(ch.trace.base, "message release");
+    cJSON *d = NULL;
+    struct tg_json_doc doc;
+    assert_int_equal(tg_json_parse(ch.messages.base, ch.messages.len - 1, 100, 1, &doc, NULL, NULL), 0);
+    d = doc.root;
+    assert_int_equal(cJSON_GetArraySize(d), 3);
+    int codes[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        cJSON *e = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(d, i), "error");
+        codes[i] = cJSON_GetObjectItemCaseSensitive(e, "code")->valueint;
+    }
+    assert_int_equal(codes[0], TG_RPC_DENIED);
+    assert_int_equal(codes[1], TG_RPC_APPROVAL);
+    cJSON_Delete(d);
+    assert_non_null(strstr(ch.messages.base, ",{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}]\n"));
+    assert_int_equal(m->srv.metrics.refunds, 1); /* deploy's reservation */
+    assert_string_equal(mw_audit(m), "deny rejected allow/ok");
+
+    /* One message alone on a channel answers straight away, and may wait for a human. */
+    struct rec ch2;
+    rec_init(&ch2);
+    b = tg_batch_new(&m->srv, NULL, fsink_new(&ch2, 0), 1);
+    mw_send(m, s, tg_batch_element(b), mw_call(body, sizeof(body), "4", "review"));
+    tg_batch_done(b);
+    assert_int_equal(m->srv.napprovals, 1);
+    struct tg_call *k = tg_container_of(m->srv.approvals.next, struct tg_call, alink);
+    tg_approvals_finish(k, 0, "bob", NULL);
+    assert_string_equal(ch2.trace.base, "message release");
+    struct rec one;
+    one.answer = ch2.messages;
+    one.answer.len--; /* the "\n" */
+    cJSON *e = REC_ERROR(&one, "4", TG_RPC_APPROVAL, NULL);
+    cJSON_Delete(e);
+    rec_dispose(&ch);
+    rec_dispose(&ch2);
+    mw_free(m);
+}
+
+#define MW_CONF_ONE_SESSION                                                                                        \
+    "listen = ( { address = \"127.0.0.1\"; port = 8080; } );\n"                                                    \
+    "grants = ( { name = \"alice\"; anonymous = true; max_sessions = 1; } );\n"                                    \
+    "upstreams = ( { name = \"main\"; url = \"http://127.0.0.1:9/mcp\"; policy = \"%s/policy.json\"; } );\n"       \
+    "# %s %s\n"
+
+/* A new session: the grant's cap (429) and draining (503). */
+static void session_open_refusals(void **state)
+{
+    struct mw *m = mw_new_conf(FAKE_HTTP, MW_CONF_ONE_SESSION);
+    struct tg_session *s = mw_session(m, 0);
+    assert_int_equal(m->srv.metrics.sessions_created, 1);
+    assert_ptr_equal(s->srv, &m->srv);
+    struct tg_exchange x;
+    mw_exchange(m, s, &x);
+    x.sess = NULL;
+    assert_int_equal(tg_dispatch_session_open(&x), 429);
+    assert_null(x.sess);
+    assert_int_equal(m->srv.metrics.limit_sessions, 1);
+    m->srv.draining = 1;
+    assert_int_equal(tg_dispatch_session_open(&x), 503);
+    m->srv.draining = 0;
+    tg_dispatch_end_session(&m->srv, s, TG_END_DELETE); /* the session goes: room for one */
+    assert_int_equal(tg_dispatch_session_open(&x), 0);
+    assert_non_null(x.sess);
+    mw_free(m);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -790,6 +885,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(local_lifecycle_answered_here),
         cmocka_unit_test(listen_opens_stream),
         cmocka_unit_test(end_session),
+        cmocka_unit_test(batch_on_channel),
+        cmocka_unit_test(session_open_refusals),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

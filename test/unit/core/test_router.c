@@ -305,6 +305,12 @@ static void router_health(void **state)
     HH_EXPECT(t.h, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: 18\r\n\r\n"
                    "{\"status\":\"ready\"}");
     HH_EXPECT_EOF(t.h);
+    t.m->srv.draining = 1;
+    rt_request(&t, "GET", "/readyz", NULL, NULL);
+    HH_EXPECT(t.h, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                   "Content-Length: 22\r\n\r\n{\"status\":\"not ready\"}");
+    HH_EXPECT_EOF(t.h);
+    t.m->srv.draining = 0;
     rt_free(&t);
 }
 
