@@ -242,6 +242,7 @@ static void rt_new(struct rt *t, int anonymous)
 static void rt_free(struct rt *t)
 {
     hh_free(t->h); /* closes the connections: their exchanges go first */
+    tg_router_dispose(&t->m->srv); /* what the transports keep for reuse */
     mw_free(t->m);
 }
 
