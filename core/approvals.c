@@ -104,20 +104,21 @@ void tg_approvals_list(struct tg_server *srv, struct tg_buf *b)
 
 void tg_approvals_expire(struct tg_server *srv)
 {
+    /* Timeouts differ per tool, so the whole list is scanned; the due ones move to a list of
+     * their own first, then the first is taken each time (refusing one may close another). */
     uint64_t now = now_ms(srv);
-    while (!tg_list_empty(&srv->approvals)) {
-        struct tg_call *k = tg_container_of(srv->approvals.next, struct tg_call, alink);
-        /* Oldest first, but timeouts differ per tool: scan the whole list when the head is not due. */
-        if (k->approval_deadline > now)
-            break;
-        tg_approvals_finish(k, 0, NULL, "timeout");
-    }
-    for (struct tg_list *l = srv->approvals.next; l != &srv->approvals;) {
+    struct tg_list due;
+    tg_list_init(&due);
+    for (struct tg_list *l = srv->approvals.next, *next; l != &srv->approvals; l = next) {
+        next = l->next;
         struct tg_call *k = tg_container_of(l, struct tg_call, alink);
-        l = l->next;
-        if (k->approval_deadline <= now)
-            tg_approvals_finish(k, 0, NULL, "timeout");
+        if (k->approval_deadline <= now) {
+            tg_list_unlink(&k->alink);
+            tg_list_insert_tail(&due, &k->alink);
+        }
     }
+    while (!tg_list_empty(&due))
+        tg_approvals_finish(tg_container_of(due.next, struct tg_call, alink), 0, NULL, "timeout");
 }
 
 void tg_approvals_abort(struct tg_server *srv)
@@ -128,14 +129,20 @@ void tg_approvals_abort(struct tg_server *srv)
     }
 }
 
+static struct tg_call *first_parked(struct tg_session *s)
+{
+    for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        if (k->parked)
+            return k;
+    }
+    return NULL;
+}
+
 void tg_approvals_withdraw(struct tg_session *s)
 {
-    for (struct tg_list *l = s->calls.next; l != &s->calls;) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        l = l->next;
-        if (k->parked)
-            tg_approvals_finish(k, 0, "client", "cancelled");
-    }
+    for (struct tg_call *k; (k = first_parked(s)) != NULL;)
+        tg_approvals_finish(k, 0, "client", "cancelled");
 }
 
 int tg_approvals_cancel(struct tg_session *s, const char *want)

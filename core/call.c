@@ -50,6 +50,7 @@ static const struct {
     [TG_OUT_TIMEOUT] = {"timeout", 0},
     [TG_OUT_UNAVAILABLE] = {"unavailable", 0},
     [TG_OUT_CLIENT_GONE] = {"client_gone", 0},
+    [TG_OUT_CLIENT_GONE_NOT_SENT] = {"client_gone", 1},
     [TG_OUT_WITHDRAWN] = {NULL, 1},
 };
 
@@ -144,9 +145,12 @@ void tg_call_close(struct tg_call *k)
         tg_call_settle(k, TG_OUT_WITHDRAWN, -1);
     k->ops->cancel(k);
     if (k->parked) {
+        /* Its client went while a human had yet to decide: withdrawn, as a cancel would. */
         tg_list_unlink(&k->alink);
         k->srv->napprovals--;
         k->parked = 0;
+        k->srv->metrics.approvals_rejected++;
+        tg_call_audit(k, "cancelled", -1, NULL, "client");
     }
     if (k->sess) {
         if (k->kind == KIND_REQUEST && k->sess->inflight > 0)
@@ -194,8 +198,10 @@ void tg_call_run_pending(struct tg_server *srv)
 
 void tg_call_abandon(struct tg_call *k)
 {
+    /* A message still queued for a connection never reached the upstream: its reservations go
+     * back. Once written, the tool may run: they stand. */
     if (k->forwarded && tg_call_running(k))
-        tg_call_settle(k, TG_OUT_CLIENT_GONE, call_latency(k));
+        tg_call_settle(k, k->ops->sent(k) ? TG_OUT_CLIENT_GONE : TG_OUT_CLIENT_GONE_NOT_SENT, call_latency(k));
     k->ops->cancel(k);
 }
 
@@ -261,7 +267,7 @@ static void answer_of(const struct tg_call *k, struct tg_mcp_answer *a)
  * sink that can carry only the answer: the gateway answers it with an error and the client
  * never sees it. Returns 1 if refused. */
 static int refuse_server_request(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
-                                 size_t n, int refuse_all)
+                                 size_t n, int refuse_all, const char *why)
 {
     const struct tg_upstream_conf *uc = tg_upstream_conf(u);
     if (uc->ndeny_server_requests == 0 && !refuse_all)
@@ -286,8 +292,11 @@ static int refuse_server_request(struct tg_server *srv, struct tg_session *s, st
         struct tg_buf body;
         tg_buf_init(&body);
         char msg[200];
-        snprintf(msg, sizeof(msg), "%s is not allowed through the gateway for upstream %s", method->valuestring,
-                 uc->name);
+        if (why != NULL)
+            snprintf(msg, sizeof(msg), "%s cannot reach a client: %s", method->valuestring, why);
+        else
+            snprintf(msg, sizeof(msg), "%s is not allowed through the gateway for upstream %s", method->valuestring,
+                     uc->name);
         tg_rpc_error(&body, doc.id_raw.ptr, doc.id_raw.len, TG_RPC_DENIED, msg, NULL);
         ops_of(srv, uc)->reply(srv, s, u, body.base, body.len);
         tg_buf_dispose(&body);
@@ -329,7 +338,7 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
         if (k->is_init)
             tg_mcp_note_init_result(k->sess, p, n, k->srv->conf->limits.json_depth + 16);
         sk->ops->answer(sk, k, 200, NULL, out.base, out.len);
-    } else if (refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0)) {
+    } else if (refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0, NULL)) {
         tg_buf_dispose(&out);
         return 0;
     } else {
@@ -502,6 +511,8 @@ void tg_call_link_cancel(struct tg_call *k)
 
 void tg_call_link_touch(struct tg_call *k) {}
 
+int tg_call_link_sent_yes(const struct tg_call *k) { return 1; }
+
 /* The answer to call k arrived on the session's link. */
 static void link_answer(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *doc)
 {
@@ -569,10 +580,10 @@ void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct
     }
     /* A server request or notification. */
     char *progress = NULL;
-    if (doc.method_raw.len > 0 && doc.id_raw.len > 0) {
-        if (refuse_server_request(srv, s, u, p, n, 0))
+    int is_request = doc.method_raw.len > 0 && doc.id_raw.len > 0;
+    if (is_request) {
+        if (refuse_server_request(srv, s, u, p, n, 0, NULL))
             return;
-        tg_mcp_note_server_request(s, doc.id_raw);
     } else if (tg_slice_eq(doc.method_raw, TG_SLICE("\"notifications/progress\""))) {
         struct tg_json_doc full;
         if (tg_json_parse(p, n, 1000, 1, &full, NULL, NULL) == 0) {
@@ -583,9 +594,17 @@ void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct
             cJSON_Delete(full.root);
         }
     }
-    if (!session_stream_write(s, p, n, progress))
-        tg_log(TG_LOG_DEBUG, "server message with nowhere to go; dropped", "session=%s", s->id_str);
+    int delivered = session_stream_write(s, p, n, progress);
     free(progress);
+    if (is_request && delivered) {
+        tg_mcp_note_server_request(s, doc.id_raw);
+    } else if (is_request) {
+        /* No client stream could carry it (none open, or only a batch's answer): the upstream
+         * gets an error now instead of waiting for an answer that cannot come. */
+        refuse_server_request(srv, s, u, p, n, 1, "no open stream of this session can carry a server request");
+    } else if (!delivered) {
+        tg_log(TG_LOG_DEBUG, "server message with nowhere to go; dropped", "session=%s", s->id_str);
+    }
 }
 
 /* A client that stopped reading stops its message-stream upstream too (answers included);
@@ -603,17 +622,26 @@ void tg_session_backpressure(struct tg_server *srv, struct tg_session *s)
     }
 }
 
+struct tg_call *tg_call_first_awaiting(struct tg_session *s)
+{
+    for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        if (k->awaiting)
+            return k;
+    }
+    return NULL;
+}
+
+/* Loops that close calls take the first one left each time, never a saved next: closing one
+ * call may close another (its sink's operations may), and a saved pointer would then be
+ * stale. Each call taken is closed, so the loops end; they are bounded by
+ * limits.inflight_per_session. */
 void tg_session_link_gone(struct tg_session *s, const char *why)
 {
     struct tg_server *srv = s->srv;
     tg_session_ref(s);
-    struct tg_list *l = s->calls.next;
-    while (l != &s->calls) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        l = l->next;
-        if (k->awaiting)
-            tg_call_fail(k, TG_OUT_UNAVAILABLE, why, -1);
-    }
+    for (struct tg_call *k; (k = tg_call_first_awaiting(s)) != NULL;)
+        tg_call_fail(k, TG_OUT_UNAVAILABLE, why, -1);
     if (s->channel != NULL && s->channel->ops->close != NULL)
         s->channel->ops->close(s->channel, 1011, "upstream gone");
     if (s->live) {
@@ -641,14 +669,19 @@ void tg_call_end_get_stream(struct tg_session *s)
  * they are abandoned now, not when the upstream gets round to answering, and audited as
  * client_gone (the upstream may have run them: their reservations stand). A client still
  * waiting on one gets -32004. */
+static struct tg_call *first_running(struct tg_session *s)
+{
+    for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        if (k->kind != KIND_GET && !k->parked && tg_call_running(k))
+            return k;
+    }
+    return NULL;
+}
+
 void tg_call_end_session_calls(struct tg_session *s)
 {
-    struct tg_list *l = s->calls.next;
-    while (l != &s->calls) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        l = l->next;
-        if (k->kind == KIND_GET || k->parked || !tg_call_running(k))
-            continue;
+    for (struct tg_call *k; (k = first_running(s)) != NULL;) {
         tg_call_abandon(k);
         if (k->sink != NULL && k->sink->ops->listening(k->sink))
             tg_call_answer_error(k, "the session ended before the answer came", 0);
@@ -666,16 +699,24 @@ void tg_call_abort_waiting(struct tg_server *srv)
 
 void tg_call_expire_awaiting(struct tg_server *srv)
 {
+    /* The due ones move to a list of their own first; then the first is taken each time (a
+     * failure may close another call, which then leaves this list too). */
     uint64_t now = now_ms(srv);
-    struct tg_list *al = srv->awaiting.next;
-    while (al != &srv->awaiting) {
+    struct tg_list due;
+    tg_list_init(&due);
+    for (struct tg_list *al = srv->awaiting.next, *next; al != &srv->awaiting; al = next) {
+        next = al->next;
         struct tg_call *k = tg_container_of(al, struct tg_call, alink);
-        al = al->next;
         if (k->deadline <= now) {
-            char why[160];
-            snprintf(why, sizeof(why), "upstream %s timed out", up_name(k));
-            tg_call_fail(k, TG_OUT_TIMEOUT, why, -1); /* it may have run */
+            tg_list_unlink(&k->alink);
+            tg_list_insert_tail(&due, &k->alink);
         }
+    }
+    while (!tg_list_empty(&due)) {
+        struct tg_call *k = tg_container_of(due.next, struct tg_call, alink);
+        char why[160];
+        snprintf(why, sizeof(why), "upstream %s timed out", up_name(k));
+        tg_call_fail(k, TG_OUT_TIMEOUT, why, -1); /* it may have run */
     }
 }
 

@@ -58,6 +58,7 @@ enum tg_outcome {
     TG_OUT_TIMEOUT,     /* no answer in time: it may have run */
     TG_OUT_UNAVAILABLE, /* connection lost, 5xx, stream ended without the answer: it may have run */
     TG_OUT_CLIENT_GONE, /* the client left while the upstream had it: it may have run */
+    TG_OUT_CLIENT_GONE_NOT_SENT, /* the client left before the message was written: it did not run */
     TG_OUT_WITHDRAWN,   /* never forwarded (refused, parked then not approved): its decision's
                          * audit line is written already; only the reservations go back */
 };
@@ -186,6 +187,7 @@ void tg_call_link_sent(struct tg_call *k, int ok, uint64_t timeout_ms);
 /* A stream call (body NULL): the server's own messages will come on the session's link. */
 void tg_call_link_listen(struct tg_call *k);
 void tg_call_link_cancel(struct tg_call *k);
+int tg_call_link_sent_yes(const struct tg_call *k); /* a message on the link was written when sent */
 void tg_call_link_touch(struct tg_call *k);
 /* A message on the session's link. */
 void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
@@ -197,6 +199,8 @@ void tg_session_link_pause(struct tg_session *s, int pause);
 /* Stop reading the session's link while its readers are behind. */
 void tg_session_backpressure(struct tg_server *srv, struct tg_session *s);
 
+/* The session's first call still waiting for an answer on its link, or NULL. */
+struct tg_call *tg_call_first_awaiting(struct tg_session *s);
 /* Sessions ending. */
 void tg_call_end_get_stream(struct tg_session *s);
 void tg_call_end_session_calls(struct tg_session *s);

@@ -263,12 +263,8 @@ void tg_router_drop_session(struct tg_server *srv, struct tg_session *s)
     snprintf(why, sizeof(why), "upstream %s was removed by a configuration reload",
              (size_t)s->upstream < srv->nupstreams ? tg_upstream_conf(srv->upstreams[s->upstream])->name : "-");
     tg_session_ref(s);
-    for (struct tg_list *l = s->calls.next; l != &s->calls;) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        l = l->next;
-        if (k->awaiting)
-            tg_call_fail(k, TG_OUT_UNAVAILABLE, why, -1);
-    }
+    for (struct tg_call *k; (k = tg_call_first_awaiting(s)) != NULL;)
+        tg_call_fail(k, TG_OUT_UNAVAILABLE, why, -1);
     if (s->channel != NULL && s->channel->ops->close != NULL)
         s->channel->ops->close(s->channel, 1012, "upstream removed");
     tg_call_end_get_stream(s);

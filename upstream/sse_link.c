@@ -271,6 +271,7 @@ const struct tg_upstream_ops tg_upstream_sse_ops = {
     .probe = NULL,
     .open = sse_open,
     .send = sse_send,
+    .sent = tg_call_link_sent_yes,
     .cancel = tg_call_link_cancel,
     .pause = sse_pause,
     .touch = tg_call_link_touch,

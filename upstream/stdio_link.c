@@ -108,6 +108,7 @@ const struct tg_upstream_ops tg_upstream_stdio_ops = {
     .probe = NULL,
     .open = stdio_open,
     .send = stdio_send,
+    .sent = tg_call_link_sent_yes,
     .cancel = tg_call_link_cancel,
     .pause = stdio_pause,
     .touch = tg_call_link_touch,

@@ -334,6 +334,8 @@ static void http_cancel(struct tg_call *k)
     resume_cancel(k);
 }
 
+static int http_sent(const struct tg_call *k) { return k->up == NULL || tg_upreq_sent(k->up); }
+
 static void http_pause(struct tg_session *s, struct tg_call *k, int pause)
 {
     if (k == NULL || k->up == NULL)
@@ -383,6 +385,7 @@ const struct tg_upstream_ops tg_upstream_streamable_ops = {
     .probe = NULL,
     .open = http_open,
     .send = http_send,
+    .sent = http_sent,
     .cancel = http_cancel,
     .pause = http_pause,
     .touch = http_touch,

@@ -38,6 +38,9 @@ struct tg_upstream_ops {
      * message that cannot be sent fails the call (tg_call_fail) before this returns, which the
      * caller must expect: k may be closed when it returns. */
     void (*send)(struct tg_call *k, const char *body, size_t len, uint64_t timeout_ms);
+    /* 1 if the upstream may have k's message (it was written); 0 if it certainly has not (a
+     * request still queued for a connection). */
+    int (*sent)(const struct tg_call *k);
     /* Stop waiting for k: nothing more comes for it. */
     void (*cancel)(struct tg_call *k);
     /* Stop (pause 1) or restart (0) reading what comes for k, or (k NULL) the session's link. */

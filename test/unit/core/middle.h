@@ -81,6 +81,7 @@ enum fake_kind {
 struct fake {
     enum fake_kind kind;
     int fail_send;               /* send fails the call before it returns */
+    int unsent;                  /* FAKE_HTTP: the request is still queued (sent() says 0) */
     enum tg_outcome fail_outcome; /* FAKE_HTTP: the outcome of that failure (LINK: always NOT_SENT) */
     int nsend, ncancel, npause, nresume, ntouch, nreply, nclose, nopen;
     struct tg_call *last;        /* the call last sent */
@@ -164,6 +165,8 @@ static inline void fake_pause(struct tg_session *s, struct tg_call *k, int pause
 
 static inline void fake_touch(struct tg_call *k) { fake.ntouch++; }
 
+static inline int fake_sent(const struct tg_call *k) { return fake.kind == FAKE_LINK || !fake.unsent; }
+
 static inline void fake_reply(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
                               size_t n)
 {
@@ -187,6 +190,7 @@ static const struct tg_upstream_ops fake_http_ops = {
     .flags = 0,
     .open = fake_open,
     .send = fake_http_send,
+    .sent = fake_sent,
     .cancel = fake_http_cancel,
     .pause = fake_pause,
     .touch = fake_touch,
@@ -199,6 +203,7 @@ static const struct tg_upstream_ops fake_link_ops = {
     .flags = TG_UPOPS_SESSION_LINK,
     .open = fake_open,
     .send = fake_link_send,
+    .sent = fake_sent,
     .cancel = fake_link_cancel,
     .pause = fake_pause,
     .touch = fake_touch,

@@ -165,6 +165,7 @@ static void outcome_table(void **state)
         {TG_OUT_TIMEOUT, "allow/timeout", 0},
         {TG_OUT_UNAVAILABLE, "allow/unavailable", 0},
         {TG_OUT_CLIENT_GONE, "allow/client_gone", 0},
+        {TG_OUT_CLIENT_GONE_NOT_SENT, "allow/client_gone", 1},
         {TG_OUT_WITHDRAWN, "", 1},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
@@ -492,6 +493,28 @@ static void client_gone_mid_call(void **state)
     }
 }
 
+/* The client went while the request still waited for a pool connection: it never reached
+ * the upstream, so its reservations go back (audited client_gone all the same). */
+static void client_gone_before_written(void **state)
+{
+    struct mw *m = mw_new(FAKE_HTTP);
+    struct tg_session *s = mw_session(m, 0);
+    struct rec r;
+    rec_init(&r);
+    fake.unsent = 1;
+    struct tg_call *k = call_tool(m, s, &r, 0, "1", "once");
+    tg_call_client_gone(k);
+    assert_int_equal(r.nrelease, 1);
+    assert_int_equal(m->srv.metrics.refunds, 1);
+    const char *au = mw_audit(m);
+    if (strcmp(au, "allow/client_gone") != 0)
+        fail_msg("audit \"%s\"", au);
+    assert_int_equal(once_available(m, s), 1);
+    fake.unsent = 0;
+    rec_dispose(&r);
+    mw_free(m);
+}
+
 /* ---- re-entry --------------------------------------------------------------------------- */
 
 static void hook_client_gone(struct rec *r, struct tg_call *k)
@@ -712,6 +735,32 @@ static void answer_only_sink_refuses_server_requests(void **state)
     mw_free(m);
 }
 
+/* A link upstream's server request that no client stream can carry (its only waiting call
+ * answers a batch over HTTP) is refused to the upstream at once, not left unanswered; and the
+ * client may not answer it later. */
+static void link_server_request_with_nowhere_to_go_is_refused(void **state)
+{
+    struct mw *m = mw_new(FAKE_LINK);
+    struct tg_session *s = mw_session(m, 0);
+    struct rec r;
+    rec_init(&r);
+    call_tool(m, s, &r, TG_SINK_ANSWER_ONLY, "1", "echo");
+    fake_link(m, s, "{\"jsonrpc\":\"2.0\",\"id\":\"q\",\"method\":\"roots/list\"}");
+    assert_int_equal(r.nmessage, 0);
+    assert_int_equal(fake.nreply, 1);
+    assert_string_equal(fake.replies.base, "{\"jsonrpc\":\"2.0\",\"id\":\"q\",\"error\":{\"code\":-32001,\"message\":"
+                                           "\"roots/list cannot reach a client: no open stream of this session can "
+                                           "carry a server request\"}}\n");
+    struct rec r2;
+    rec_init(&r2);
+    mw_send(m, s, fsink_new(&r2, 0), "{\"jsonrpc\":\"2.0\",\"id\":\"q\",\"result\":{\"roots\":[]}}");
+    assert_int_equal(r2.status, 400);
+    fake_link(m, s, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}");
+    rec_dispose(&r);
+    rec_dispose(&r2);
+    mw_free(m);
+}
+
 /* A client that stopped listening gets nothing relayed. */
 static void sink_not_listening_gets_nothing(void **state)
 {
@@ -904,6 +953,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(link_gone_fails_waiting_calls),
         cmocka_unit_test(shutdown_answers_waiting_calls),
         cmocka_unit_test(client_gone_mid_call),
+        cmocka_unit_test(client_gone_before_written),
+        cmocka_unit_test(link_server_request_with_nowhere_to_go_is_refused),
         cmocka_unit_test(answer_reenters_call),
         cmocka_unit_test(failure_answer_reenters_call),
         cmocka_unit_test(send_failure_answer_reenters_call),

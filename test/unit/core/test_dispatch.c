@@ -473,6 +473,11 @@ static void parked_client_gone(void **state)
     assert_true(tg_list_empty(&m->srv.approvals));
     assert_int_equal(m->srv.metrics.refunds, 1);
     assert_int_equal(fake.nsend, 0);
+    /* Withdrawn, as a cancel would be: the audit log says so (not "approve" as the last word). */
+    const char *au = mw_audit(m);
+    if (strcmp(au, "approve cancelled") != 0)
+        fail_msg("audit \"%s\"", au);
+    assert_int_equal(m->srv.metrics.approvals_rejected, 1);
     rec_dispose(&r);
     mw_free(m);
 }
