@@ -21,7 +21,7 @@ void tg_channel_send(struct tg_channel *ch, const char *p, size_t n)
 {
     if (!ch->open || ch->conn == NULL)
         return;
-    ch->last_write_ms = uv_now(ch->srv->loop);
+    ch->last_write_ms = uv_now(ch->sess->srv->loop);
     if (ch->kind == CH_WS) {
         tg_ws_send_text(ch->ws, p, n);
         return;
@@ -31,7 +31,7 @@ void tg_channel_send(struct tg_channel *ch, const char *p, size_t n)
     tg_sse_write_message(&b, NULL, 0, p, n);
     tg_http_stream_write(ch->conn, b.base, b.len);
     tg_buf_dispose(&b);
-    ch->srv->metrics.sse_events_relayed++;
+    ch->sess->srv->metrics.sse_events_relayed++;
 }
 
 int tg_channel_high(const struct tg_channel *ch)
@@ -39,7 +39,7 @@ int tg_channel_high(const struct tg_channel *ch)
     if (!ch->open || ch->conn == NULL)
         return 0;
     size_t pending = ch->kind == CH_WS ? tg_ws_pending(ch->ws) : ch->conn->out_pending;
-    return pending > (size_t)ch->srv->conf->limits.output_high_water;
+    return pending > (size_t)ch->sess->srv->conf->limits.output_high_water;
 }
 
 void tg_channels_count(struct tg_server *srv, size_t *sse, size_t *ws)
@@ -135,7 +135,6 @@ struct tg_channel *tg_channel_new(struct tg_server *srv, struct tg_session *s, e
 {
     struct tg_channel *ch = tg_xcalloc(1, sizeof(*ch));
     ch->sink.ops = &channel_sink_ops;
-    ch->srv = srv;
     ch->sess = tg_session_ref(s);
     ch->kind = kind;
     ch->conn = c;
@@ -155,7 +154,7 @@ void tg_channel_gone(struct tg_channel *ch)
     ch->conn = NULL;
     struct tg_session *s = ch->sess;
     if (s->live)
-        tg_dispatch_end_session(ch->srv, s, TG_END_CLIENT_GONE);
+        tg_dispatch_end_session(ch->sess->srv, s, TG_END_CLIENT_GONE);
     tg_channel_unref(ch);
 }
 
@@ -187,7 +186,7 @@ static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == 
 
 int tg_channel_message(struct tg_channel *ch, const char *body, size_t blen)
 {
-    struct tg_server *srv = ch->srv;
+    struct tg_server *srv = ch->sess->srv;
     struct tg_session *s = ch->sess;
     const struct tg_grant_conf *g = tg_conf_find_grant(srv->conf, s->grant);
     if (!s->live || g == NULL || (size_t)s->upstream >= srv->conf->nupstreams) {

@@ -25,13 +25,12 @@ enum channel_kind { CH_SSE, CH_WS };
  * points at it. */
 struct tg_channel {
     struct tg_sink sink;     /* first: the session's stream call and server messages use it */
-    struct tg_server *srv;
-    struct tg_session *sess; /* reference */
-    enum channel_kind kind;
+    struct tg_session *sess; /* reference (its srv is the server) */
     struct tg_conn *conn;    /* NULL once the client has gone */
     struct tg_ws *ws;        /* CH_WS: owned, freed with the channel */
     int refcnt;
-    int open;
+    uint8_t kind;            /* enum channel_kind (one byte: this is per idle session) */
+    uint8_t open;
     uint64_t last_write_ms;
     struct tg_list link;     /* srv->channels */
 };
