@@ -297,6 +297,10 @@ void tg_router_free_streams(struct tg_server *srv)
     tg_streamable_free_streams(srv);
 }
 
-void tg_router_dispose(struct tg_server *srv) { tg_streamable_dispose(); }
+void tg_router_dispose(struct tg_server *srv)
+{
+    tg_streamable_dispose();
+    tg_channels_dispose();
+}
 
 size_t tg_router_inflight(struct tg_server *srv) { return tg_call_inflight(srv); }

@@ -17,6 +17,11 @@
 #include "transports/ws.h"
 #include "core/sse.h"
 
+/* One framing buffer for the process (one loop, one thread): no allocation per message. */
+static struct tg_buf frame_scratch;
+
+void tg_channels_dispose(void) { tg_buf_dispose(&frame_scratch); }
+
 void tg_channel_send(struct tg_channel *ch, const char *p, size_t n)
 {
     if (!ch->open || ch->conn == NULL)
@@ -26,11 +31,12 @@ void tg_channel_send(struct tg_channel *ch, const char *p, size_t n)
         tg_ws_send_text(ch->ws, p, n);
         return;
     }
-    struct tg_buf b;
-    tg_buf_init(&b);
-    tg_sse_write_message(&b, NULL, 0, p, n);
-    tg_http_stream_write(ch->conn, b.base, b.len);
-    tg_buf_dispose(&b);
+    struct tg_buf *b = &frame_scratch;
+    b->len = 0;
+    tg_sse_write_message(b, NULL, 0, p, n);
+    tg_http_stream_write(ch->conn, b->base, b->len);
+    if (b->cap > 65536)
+        tg_buf_dispose(b);
     ch->sess->srv->metrics.sse_events_relayed++;
 }
 

@@ -89,21 +89,27 @@ static void on_sink_stream(struct tg_sink *sk, struct tg_call *k)
     }
 }
 
+/* Where one event is framed before it is copied to the replay buffer and the connection: one
+ * buffer for the process (one loop, one thread), so an event costs no allocation. A big event
+ * does not leave its memory behind. */
+static struct tg_buf event_scratch;
+
 static void write_event(struct tg_http_sink *hs, const char *p, size_t n)
 {
     struct tg_replay *r = hs->replay;
     if (hs->conn == NULL && r == NULL)
         return;
-    struct tg_buf b;
-    tg_buf_init(&b);
+    struct tg_buf *b = &event_scratch;
+    b->len = 0;
     char id[40];
     size_t idn = r != NULL ? tg_replay_next_id(r, id) : 0;
-    tg_sse_write_message(&b, r != NULL ? id : NULL, idn, p, n);
+    tg_sse_write_message(b, r != NULL ? id : NULL, idn, p, n);
     if (r != NULL)
-        tg_replay_keep(r, b.base, b.len); /* for a resuming client */
+        tg_replay_keep(r, b->base, b->len); /* for a resuming client */
     if (hs->conn)
-        tg_http_stream_write(hs->conn, b.base, b.len);
-    tg_buf_dispose(&b);
+        tg_http_stream_write(hs->conn, b->base, b->len);
+    if (b->cap > 65536)
+        tg_buf_dispose(b);
     hs->srv->metrics.sse_events_relayed++;
 }
 
@@ -607,6 +613,7 @@ void tg_streamable_tick(struct tg_server *srv)
 
 void tg_streamable_dispose(void)
 {
+    tg_buf_dispose(&event_scratch);
     while (nsink_cache > 0)
         free(sink_cache[--nsink_cache]);
 }
