@@ -129,7 +129,20 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         }
     }
     k->gid = ++srv->next_gid;
-    k->gid_len = (size_t)snprintf(k->gid_str, sizeof(k->gid_str), "%llu", (unsigned long long)k->gid);
+    {
+        /* Decimal, without printf (once per call). */
+        char tmp[24];
+        size_t t = 0;
+        uint64_t v = k->gid;
+        do {
+            tmp[t++] = (char)('0' + v % 10);
+            v /= 10;
+        } while (v != 0);
+        k->gid_len = 0;
+        while (t > 0)
+            k->gid_str[k->gid_len++] = tmp[--t];
+        k->gid_str[k->gid_len] = '\0';
+    }
     struct tg_buf out;
     tg_buf_init(&out);
     tg_msg_write_with_id(&out, m, k->gid);

@@ -247,9 +247,17 @@ void tg__http_send_wire(struct tg_conn *c, struct tg_buf *wire_in)
 
 static void append_head(struct tg_conn *c, struct tg_buf *b, int status, const char *extra, const char *ctype)
 {
-    tg_buf_appendf(b, "HTTP/1.1 %d %s\r\n", status, tg_http_status_text(status));
-    if (ctype)
-        tg_buf_appendf(b, "Content-Type: %s\r\n", ctype);
+    /* Appends, not printf: this runs for every answer. */
+    tg_buf_append(b, "HTTP/1.1 ", 9);
+    tg_buf_append_u64(b, (uint64_t)(status < 0 ? 0 : status));
+    tg_buf_append(b, " ", 1);
+    tg_buf_appends(b, tg_http_status_text(status));
+    tg_buf_append(b, "\r\n", 2);
+    if (ctype) {
+        tg_buf_append(b, "Content-Type: ", 14);
+        tg_buf_appends(b, ctype);
+        tg_buf_append(b, "\r\n", 2);
+    }
     if (extra)
         tg_buf_appends(b, extra);
     if (c->close_after || !c->req.keep_alive || *c->env->draining)
@@ -270,7 +278,9 @@ void tg_http_respond(struct tg_conn *c, int status, const char *extra, const cha
     if (tg_buf_try_reserve(&b, len + 256, 0) != 0)
         abort();
     append_head(c, &b, status, extra, ctype);
-    tg_buf_appendf(&b, "Content-Length: %zu\r\n\r\n", len);
+    tg_buf_append(&b, "Content-Length: ", 16);
+    tg_buf_append_u64(&b, len);
+    tg_buf_append(&b, "\r\n\r\n", 4);
     tg_buf_append(&b, body, len);
     tg__http_send_owned(c, &b);
     tg__http_finish_request(c);

@@ -25,13 +25,25 @@ void tg__upreq_format(struct tg_upreq *r, const char *method, const char *target
     tg_buf_init(&r->out);
     if (tg_buf_try_reserve(&r->out, len + 512, 0) != 0)
         abort();
-    tg_buf_appendf(&r->out, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, target ? target : uc->path, uc->authority);
-    for (size_t i = 0; i < uc->nheaders; i++)
-        tg_buf_appendf(&r->out, "%s: %s\r\n", uc->headers[i].name, uc->headers[i].value);
+    /* Appends, not printf: this runs for every call. */
+    tg_buf_appends(&r->out, method);
+    tg_buf_append(&r->out, " ", 1);
+    tg_buf_appends(&r->out, target ? target : uc->path);
+    tg_buf_append(&r->out, " HTTP/1.1\r\nHost: ", 17);
+    tg_buf_appends(&r->out, uc->authority);
+    tg_buf_append(&r->out, "\r\n", 2);
+    for (size_t i = 0; i < uc->nheaders; i++) {
+        tg_buf_appends(&r->out, uc->headers[i].name);
+        tg_buf_append(&r->out, ": ", 2);
+        tg_buf_appends(&r->out, uc->headers[i].value);
+        tg_buf_append(&r->out, "\r\n", 2);
+    }
     if (extra_headers)
         tg_buf_appends(&r->out, extra_headers);
     if (body != NULL) {
-        tg_buf_appendf(&r->out, "Content-Length: %zu\r\n\r\n", len);
+        tg_buf_append(&r->out, "Content-Length: ", 16);
+        tg_buf_append_u64(&r->out, len);
+        tg_buf_append(&r->out, "\r\n\r\n", 4);
         tg_buf_append(&r->out, body, len);
     } else {
         tg_buf_appends(&r->out, "\r\n");

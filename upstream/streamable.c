@@ -40,10 +40,16 @@ static const struct tg_upreq_cbs noop_cbs = {on_noop_head, on_noop_data, on_noop
 static void session_headers(struct tg_buf *h, struct tg_session *s, int with_session)
 {
     tg_buf_appends(h, "Accept: application/json, text/event-stream\r\n");
-    if (with_session && s->up_session)
-        tg_buf_appendf(h, "Mcp-Session-Id: %s\r\n", s->up_session);
-    if (s->proto[0])
-        tg_buf_appendf(h, "MCP-Protocol-Version: %s\r\n", s->proto);
+    if (with_session && s->up_session) {
+        tg_buf_append(h, "Mcp-Session-Id: ", 16);
+        tg_buf_appends(h, s->up_session);
+        tg_buf_append(h, "\r\n", 2);
+    }
+    if (s->proto[0]) {
+        tg_buf_append(h, "MCP-Protocol-Version: ", 22);
+        tg_buf_appends(h, s->proto);
+        tg_buf_append(h, "\r\n", 2);
+    }
 }
 
 /* ---- the answer -------------------------------------------------------------------------- */
