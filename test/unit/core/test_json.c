@@ -305,7 +305,7 @@ static void duplicate_keys(void **state)
     ACCEPT("[{\"a\":1},{\"a\":1}]");
 }
 
-/* Without a tree (build = 0, how router.c restore_id() reads every upstream
+/* Without a tree (build = 0, how core/mcp/rewrite.c tg_mcp_restore_id() reads every upstream
  * message) duplicate keys are refused too: which of two "id"s a client keeps
  * must not be up to its JSON library. */
 static void duplicate_keys_without_tree(void **state)

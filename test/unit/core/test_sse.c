@@ -385,7 +385,7 @@ struct wcase {
 };
 #define WCASE(name, msg, lines) {name, msg, sizeof(msg) - 1, lines}
 
-/* The bytes core/router.c's two writers (channel_send and sse_write_message) produce today: every
+/* The bytes the two writers of the old core/router.c (channel_send and sse_write_message) produced: every
  * LF and every CR ends a data line, so CRLF leaves an empty data line between. */
 static const struct wcase wcases[] = {
     WCASE("no newline", "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}",
@@ -510,7 +510,7 @@ static void writer_other_blocks(void **state)
     EXPECT_BYTES(&b, "retry: 0\n\nretry: 1500\n\n", "retry");
     tg_buf_dispose(&b);
 
-    /* The priming event core/router.c writes as "id: %llx-0\nretry: 1000\ndata:\n\n". */
+    /* The priming event transports/streamable.c writes as "id: %llx-0\nretry: 1000\ndata:\n\n". */
     tg_buf_init(&b);
     tg_sse_write_prime(&b, "1fa-0", 5, 1000);
     EXPECT_BYTES(&b, "id: 1fa-0\nretry: 1000\ndata:\n\n", "prime");

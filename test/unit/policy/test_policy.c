@@ -1,4 +1,4 @@
-/* policy/policy.c and policy/yaml.c: PolicyLayer policies in both shapes (hosted JSON, Intercept
+/* policy/compile.c, decide.c and yaml.c: PolicyLayer policies in both shapes (hosted JSON, Intercept
  * rules) and both syntaxes (JSON, YAML), their validation errors, and the decisions over them.
  *
  * The fixtures in test/unit/policy/fixtures/ come in pairs, NAME.json and NAME.yaml, holding the
