@@ -1,7 +1,11 @@
 #include "transports/batch.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "core/dispatch.h"
+#include "core/json.h"
 #include "core/msg.h"
 #include "transports/http1.h"
 
@@ -138,4 +142,30 @@ struct tg_sink *tg_batch_element(struct tg_batch *b)
 {
     b->pending++;
     return &b->sink;
+}
+
+void tg_batch_run(struct tg_batch *b, struct tg_exchange *x, const cJSON *array, int json_depth)
+{
+    struct tg_buf el;
+    tg_buf_init(&el);
+    for (const cJSON *e = array->child; e; e = e->next) {
+        /* Each element goes through the same strict decoder as a single message. */
+        el.len = 0;
+        tg_json_write(&el, e);
+        struct tg_msg m;
+        const char *why = NULL;
+        int code = tg_msg_decode(el.base, el.len, json_depth, &m, &why);
+        if (code != 0) {
+            char msg[160];
+            snprintf(msg, sizeof(msg), "%s: %s", code == TG_RPC_PARSE_ERROR ? "Parse error" : "Invalid Request", why);
+            tg_batch_add_error(b, m.id_raw, m.id_len, code, msg, NULL);
+        } else if (m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0) {
+            tg_batch_add_error(b, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
+                               "Invalid Request: initialize cannot be batched", NULL);
+        } else {
+            tg_dispatch_message(x, tg_batch_element(b), &m);
+        }
+        tg_msg_dispose(&m);
+    }
+    tg_buf_dispose(&el);
 }

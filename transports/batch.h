@@ -9,6 +9,7 @@
 
 #include "core/buf.h"
 #include "core/exchange.h"
+#include "core/json.h"
 
 struct tg_conn;
 struct tg_server;
@@ -35,6 +36,8 @@ struct tg_sink *tg_batch_element(struct tg_batch *b);
 /* An element refused before dispatch (it takes no count). */
 void tg_batch_add_error(struct tg_batch *b, const char *id, size_t idn, int code, const char *msg, const char *data);
 void tg_batch_add(struct tg_batch *b, const char *p, size_t n);
+/* Decode and dispatch every element of a JSON array (initialize refused) through the batch. */
+void tg_batch_run(struct tg_batch *b, struct tg_exchange *x, const cJSON *array, int json_depth);
 /* The dispatch loop is over: drop its count (the batch may answer and go now). */
 void tg_batch_done(struct tg_batch *b);
 

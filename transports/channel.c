@@ -240,23 +240,7 @@ int tg_channel_message(struct tg_channel *ch, const char *body, size_t blen)
             return 400;
         }
         struct tg_batch *b = tg_batch_new(srv, NULL, &tg_channel_ref(ch)->sink, 0);
-        struct tg_buf el;
-        tg_buf_init(&el);
-        for (cJSON *e = doc.root->child; e; e = e->next) {
-            el.len = 0;
-            tg_json_write(&el, e);
-            struct tg_msg m;
-            int code = tg_msg_decode(el.base, el.len, lim->json_depth, &m, &why);
-            if (code != 0)
-                tg_batch_add_error(b, m.id_raw, m.id_len, code, why, NULL);
-            else if (m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0)
-                tg_batch_add_error(b, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
-                                   "Invalid Request: initialize cannot be batched", NULL);
-            else
-                tg_dispatch_message(&x, tg_batch_element(b), &m);
-            tg_msg_dispose(&m);
-        }
-        tg_buf_dispose(&el);
+        tg_batch_run(b, &x, doc.root, lim->json_depth);
         cJSON_Delete(doc.root);
         tg_batch_done(b);
         return status;

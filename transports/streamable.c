@@ -348,26 +348,7 @@ static void handle_batch(struct tg_exchange *x, struct tg_conn *c, const char *b
     x->sess = s;
     tg_strlcpy(x->proto, s->proto, sizeof(x->proto));
     struct tg_batch *b = tg_batch_new(srv, c, NULL, 0);
-    struct tg_buf el;
-    tg_buf_init(&el);
-    for (cJSON *e = doc.root->child; e; e = e->next) {
-        /* Each element goes through the same strict decoder as a single message. */
-        el.len = 0;
-        tg_json_write(&el, e);
-        struct tg_msg m;
-        int code = tg_msg_decode(el.base, el.len, lim->json_depth, &m, &why);
-        if (code != 0) {
-            snprintf(msg, sizeof(msg), "%s: %s", code == TG_RPC_PARSE_ERROR ? "Parse error" : "Invalid Request", why);
-            tg_batch_add_error(b, m.id_raw, m.id_len, code, msg, NULL);
-        } else if (m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0) {
-            tg_batch_add_error(b, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
-                               "Invalid Request: initialize cannot be batched", NULL);
-        } else {
-            tg_dispatch_message(x, tg_batch_element(b), &m);
-        }
-        tg_msg_dispose(&m);
-    }
-    tg_buf_dispose(&el);
+    tg_batch_run(b, x, doc.root, lim->json_depth);
     cJSON_Delete(doc.root);
     tg_batch_done(b);
 }
