@@ -1,0 +1,354 @@
+#include "core/mcp/era.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <mbedtls/base64.h>
+
+#include "core/json.h"
+#include "core/msg.h"
+
+static const char *const modern_versions[] = {TG_MCP_MODERN_VERSION, NULL};
+
+int tg_mcp_modern_version_supported(const char *v)
+{
+    for (int i = 0; v != NULL && modern_versions[i]; i++)
+        if (strcmp(v, modern_versions[i]) == 0)
+            return 1;
+    return 0;
+}
+
+void tg_mcp_unsupported_version_data(struct tg_buf *out, const char *requested)
+{
+    tg_buf_appends(out, "{\"supported\":[");
+    for (int i = 0; modern_versions[i]; i++) {
+        if (i)
+            tg_buf_append(out, ",", 1);
+        tg_json_write_string(out, modern_versions[i], strlen(modern_versions[i]));
+    }
+    tg_buf_appends(out, "],\"requested\":");
+    if (requested)
+        tg_json_write_string(out, requested, strlen(requested));
+    else
+        tg_buf_appends(out, "null");
+    tg_buf_append(out, "}", 2);
+}
+
+static int refuse(struct tg_mcp_refusal *why, int code, int status, const char *msg)
+{
+    if (why != NULL) {
+        why->code = code;
+        why->status = status;
+        snprintf(why->message, sizeof(why->message), "%s", msg);
+    }
+    return -1;
+}
+
+int tg_mcp_classify(const cJSON *root, struct tg_mcp_claim *out, struct tg_mcp_refusal *why)
+{
+    memset(out, 0, sizeof(*out));
+    out->era = TG_ERA_2025;
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
+    const cJSON *meta = cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, "_meta") : NULL;
+    const cJSON *v = cJSON_IsObject(meta) ? cJSON_GetObjectItemCaseSensitive(meta, TG_MCP_META_VERSION) : NULL;
+    if (v == NULL)
+        return 0; /* no modern claim: the 2025 rules apply */
+    if (!cJSON_IsString(v))
+        return refuse(why, TG_RPC_INVALID_PARAMS, 400,
+                      "Invalid params: _meta[\"" TG_MCP_META_VERSION "\"] must be a string");
+    const cJSON *caps = cJSON_GetObjectItemCaseSensitive(meta, TG_MCP_META_CAPS);
+    if (!cJSON_IsObject(caps))
+        return refuse(why, TG_RPC_INVALID_PARAMS, 400,
+                      "Invalid params: a 2026-07-28 request needs _meta[\"" TG_MCP_META_CAPS "\"] (an object)");
+    out->era = TG_ERA_2026;
+    out->version = v->valuestring;
+    out->caps = caps;
+    return 0;
+}
+
+/* ---- header values ----------------------------------------------------------------------- */
+
+static int is_ows(char c) { return c == ' ' || c == '\t'; }
+
+int tg_mcp_header_value(struct tg_slice raw, struct tg_buf *out)
+{
+    const char *p = raw.ptr;
+    size_t n = raw.len;
+    while (n > 0 && is_ows(p[0]))
+        p++, n--;
+    while (n > 0 && is_ows(p[n - 1]))
+        n--;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c < 0x20 || c > 0x7e)
+            return -1; /* control characters and non-ASCII travel base64-encoded */
+    }
+    out->len = 0;
+    if (n >= 11 && memcmp(p, "=?base64?", 9) == 0 && memcmp(p + n - 2, "?=", 2) == 0) {
+        const unsigned char *b = (const unsigned char *)p + 9;
+        size_t bn = n - 11, olen = 0;
+        if (mbedtls_base64_decode(NULL, 0, &olen, b, bn) == MBEDTLS_ERR_BASE64_INVALID_CHARACTER)
+            return -1;
+        if (tg_buf_try_reserve(out, olen + 1, 0) != 0)
+            return -1;
+        if (mbedtls_base64_decode((unsigned char *)out->base, olen + 1, &olen, b, bn) != 0)
+            return -1;
+        out->len = olen;
+        return 0;
+    }
+    tg_buf_append(out, p, n);
+    return 0;
+}
+
+int tg_mcp_header_matches(struct tg_slice d, const cJSON *v)
+{
+    if (cJSON_IsString(v))
+        return strlen(v->valuestring) == d.len && memcmp(v->valuestring, d.ptr, d.len) == 0;
+    if (cJSON_IsBool(v))
+        return tg_slice_eq(d, cJSON_IsTrue(v) ? TG_SLICE("true") : TG_SLICE("false"));
+    if (cJSON_IsNumber(v)) {
+        double x = v->valuedouble;
+        if (!isfinite(x) || x != floor(x) || fabs(x) > 9007199254740992.0)
+            return 0; /* x-mcp-header is for integers, not numbers */
+        char buf[32];
+        size_t i = 0;
+        if (d.len == 0 || d.len >= sizeof(buf))
+            return 0;
+        for (; i < d.len; i++) {
+            char c = d.ptr[i];
+            if (!((c >= '0' && c <= '9') || (i == 0 && c == '-')))
+                return 0;
+            buf[i] = c;
+        }
+        buf[i] = '\0';
+        char *end = NULL;
+        double y = strtod(buf, &end);
+        return end == buf + i && y == x; /* compared as numbers: "007" states 7 */
+    }
+    return 0;
+}
+
+/* ---- the standard headers ---------------------------------------------------------------- */
+
+/* The one value of header name: 0 and *v; 1 if absent; -1 if given twice or comma-joined. */
+static int one_header(const struct tg_mcp_header *h, size_t nh, const char *name, struct tg_slice *v)
+{
+    int found = 0;
+    for (size_t i = 0; i < nh; i++) {
+        if (!tg_slice_eq_nocase(h[i].name, name))
+            continue;
+        if (found++)
+            return -1;
+        *v = h[i].value;
+    }
+    if (!found)
+        return 1;
+    /* A comma is never part of a version, a method, or a (base64-encoded) name: it joins two. */
+    return memchr(v->ptr, ',', v->len) != NULL ? -1 : 0;
+}
+
+static int mismatch(struct tg_mcp_refusal *why, const char *header, const char *what)
+{
+    char msg[200];
+    snprintf(msg, sizeof(msg), "Header mismatch: %s %s", header, what);
+    return refuse(why, TG_RPC_HEADER_MISMATCH, 400, msg);
+}
+
+/* Header name against a body value. */
+static int check_one(const struct tg_mcp_header *h, size_t nh, const char *name, const cJSON *body_value,
+                     struct tg_buf *scratch, struct tg_mcp_refusal *why)
+{
+    struct tg_slice raw;
+    int r = one_header(h, nh, name, &raw);
+    if (r > 0)
+        return mismatch(why, name, "is missing");
+    if (r < 0)
+        return mismatch(why, name, "is given more than once");
+    if (tg_mcp_header_value(raw, scratch) != 0)
+        return mismatch(why, name, "is not a valid header value");
+    if (!tg_mcp_header_matches(tg_slice_of(scratch->base, scratch->len), body_value))
+        return mismatch(why, name, "does not match the body");
+    return 0;
+}
+
+int tg_mcp_check_headers(const struct tg_mcp_header *h, size_t nh, const cJSON *root,
+                         const struct tg_mcp_claim *claim, struct tg_mcp_refusal *why)
+{
+    struct tg_buf scratch;
+    tg_buf_init(&scratch);
+    int rc = -1;
+    const cJSON *method = cJSON_GetObjectItemCaseSensitive(root, "method");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
+    cJSON *version = cJSON_CreateString(claim->version ? claim->version : "");
+    if (check_one(h, nh, "mcp-protocol-version", version, &scratch, why) != 0)
+        goto out;
+    if (!cJSON_IsString(method)) {
+        refuse(why, TG_RPC_INVALID_REQUEST, 400, "Invalid Request: method must be a string");
+        goto out;
+    }
+    if (check_one(h, nh, "mcp-method", method, &scratch, why) != 0)
+        goto out;
+    const char *m = method->valuestring;
+    const char *key = strcmp(m, "tools/call") == 0 || strcmp(m, "prompts/get") == 0 ? "name"
+                      : strcmp(m, "resources/read") == 0                           ? "uri"
+                                                                                    : NULL;
+    struct tg_slice raw;
+    if (key != NULL) {
+        const cJSON *name = cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, key) : NULL;
+        if (!cJSON_IsString(name)) {
+            char msg[120];
+            snprintf(msg, sizeof(msg), "Invalid params: %s needs params.%s (a string)", m, key);
+            refuse(why, TG_RPC_INVALID_PARAMS, 400, msg);
+            goto out;
+        }
+        if (check_one(h, nh, "mcp-name", name, &scratch, why) != 0)
+            goto out;
+    } else if (one_header(h, nh, "mcp-name", &raw) != 1) {
+        mismatch(why, "Mcp-Name", "is given for a method that names nothing");
+        goto out;
+    }
+    rc = 0;
+out:
+    cJSON_Delete(version);
+    tg_buf_dispose(&scratch);
+    return rc;
+}
+
+/* ---- x-mcp-header ------------------------------------------------------------------------ */
+
+static int is_token_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || strchr("!#$%&'*+-.^_`|~", c);
+}
+
+/* Each marked property of schema (recursing through "properties" only) to fn; stops at the
+ * first fn that returns non-zero. */
+typedef int (*marked_cb)(const char *header, const cJSON *prop, const cJSON *args, void *ud);
+
+static int walk(const cJSON *schema, const cJSON *args, marked_cb fn, void *ud, int depth)
+{
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(schema, "properties");
+    if (!cJSON_IsObject(props) || depth > 16)
+        return 0;
+    for (const cJSON *p = props->child; p; p = p->next) {
+        const cJSON *arg = cJSON_IsObject(args) ? cJSON_GetObjectItemCaseSensitive(args, p->string) : NULL;
+        const cJSON *mark = cJSON_GetObjectItemCaseSensitive(p, "x-mcp-header");
+        if (mark != NULL) {
+            int r = fn(cJSON_IsString(mark) ? mark->valuestring : NULL, p, arg, ud);
+            if (r != 0)
+                return r;
+        }
+        int r = walk(p, arg, fn, ud, depth + 1);
+        if (r != 0)
+            return r;
+    }
+    return 0;
+}
+
+/* 1 if an annotation sits where "properties" alone does not reach (items, *Of, not,
+ * if/then/else, $ref, or below any of them). on_path: node was reached from the root through
+ * "properties" maps only. */
+static int marked_off_path(const cJSON *node, int on_path, int depth)
+{
+    if (!cJSON_IsObject(node) && !cJSON_IsArray(node))
+        return 0;
+    if (depth > 32)
+        return 1; /* too deep to judge: the tool is dropped */
+    if (cJSON_IsObject(node) && !on_path && cJSON_GetObjectItemCaseSensitive(node, "x-mcp-header") != NULL)
+        return 1;
+    for (const cJSON *c = node->child; c; c = c->next) {
+        int props = on_path && cJSON_IsObject(node) && c->string != NULL && strcmp(c->string, "properties") == 0 &&
+                    cJSON_IsObject(c);
+        if (props) {
+            for (const cJSON *p = c->child; p; p = p->next)
+                if (marked_off_path(p, 1, depth + 1))
+                    return 1;
+        } else if (marked_off_path(c, 0, depth + 1)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+struct valid_ctx {
+    char seen[64][64];
+    int nseen;
+};
+
+static int check_mark(const char *header, const cJSON *prop, const cJSON *args, void *ud)
+{
+    struct valid_ctx *v = ud;
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(prop, "type");
+    if (header == NULL || header[0] == '\0' || strlen(header) >= sizeof(v->seen[0]) || !cJSON_IsString(type))
+        return 1;
+    if (strcmp(type->valuestring, "string") != 0 && strcmp(type->valuestring, "integer") != 0 &&
+        strcmp(type->valuestring, "boolean") != 0)
+        return 1; /* never on number, object or array */
+    for (const char *c = header; *c; c++)
+        if (!is_token_char(*c))
+            return 1;
+    for (int i = 0; i < v->nseen; i++)
+        if (strcasecmp(v->seen[i], header) == 0)
+            return 1;
+    if (v->nseen == 64)
+        return 1;
+    snprintf(v->seen[v->nseen++], sizeof(v->seen[0]), "%s", header);
+    return 0;
+}
+
+int tg_mcp_tool_headers_valid(const cJSON *input_schema)
+{
+    if (input_schema == NULL)
+        return 1;
+    struct valid_ctx v;
+    v.nseen = 0;
+    if (cJSON_GetObjectItemCaseSensitive(input_schema, "x-mcp-header") != NULL)
+        return 0; /* on the schema itself: no property carries it */
+    /* The root itself is on the path, but its own annotation was refused above. */
+    for (const cJSON *c = cJSON_IsObject(input_schema) ? input_schema->child : NULL; c; c = c->next) {
+        int props = c->string != NULL && strcmp(c->string, "properties") == 0 && cJSON_IsObject(c);
+        if (props) {
+            for (const cJSON *p = c->child; p; p = p->next)
+                if (marked_off_path(p, 1, 1))
+                    return 0;
+        } else if (marked_off_path(c, 0, 1)) {
+            return 0;
+        }
+    }
+    return walk(input_schema, NULL, check_mark, &v, 0) == 0;
+}
+
+struct param_ctx {
+    const struct tg_mcp_header *h;
+    size_t nh;
+    struct tg_buf scratch;
+    struct tg_mcp_refusal *why;
+};
+
+static int check_param(const char *header, const cJSON *prop, const cJSON *arg, void *ud)
+{
+    struct param_ctx *pc = ud;
+    if (header == NULL)
+        return 0; /* an invalid annotation: the tool is dropped from tools/list, not checked here */
+    char name[96];
+    snprintf(name, sizeof(name), "mcp-param-%s", header);
+    struct tg_slice raw;
+    int r = one_header(pc->h, pc->nh, name, &raw);
+    int present = arg != NULL && !cJSON_IsNull(arg);
+    if (!present)
+        return r == 1 ? 0 : mismatch(pc->why, name, "is given for an argument the body does not have");
+    return check_one(pc->h, pc->nh, name, arg, &pc->scratch, pc->why) != 0;
+}
+
+int tg_mcp_check_param_headers(const struct tg_mcp_header *h, size_t nh, const cJSON *input_schema,
+                               const cJSON *arguments, struct tg_mcp_refusal *why)
+{
+    struct param_ctx pc = {h, nh, {0}, why};
+    tg_buf_init(&pc.scratch);
+    int r = walk(input_schema, arguments, check_param, &pc, 0);
+    tg_buf_dispose(&pc.scratch);
+    return r != 0 ? -1 : 0;
+}

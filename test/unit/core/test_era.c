@@ -1,0 +1,298 @@
+/* core/mcp/era.c: the era of a request by its body, and the 2026-07-28 header checks (the
+ * bypass vector of SEP-2243: a header never decides, the body does). */
+#include "test/unit/unit.h"
+
+#include <string.h>
+
+#include "core/json.h"
+#include "core/mcp/era.h"
+#include "core/msg.h"
+
+#define META "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
+             "\"io.modelcontextprotocol/clientCapabilities\":{}}"
+
+static cJSON *parse(const char *s)
+{
+    cJSON *j = cJSON_Parse(s);
+    if (j == NULL)
+        fail_msg("test JSON does not parse: %s", s);
+    return j;
+}
+
+static void classify_by_body(void **state)
+{
+    struct tg_mcp_claim c;
+    struct tg_mcp_refusal why;
+    cJSON *legacy = parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}");
+    assert_int_equal(tg_mcp_classify(legacy, &c, &why), 0);
+    assert_int_equal(c.era, TG_ERA_2025);
+    assert_null(c.version);
+    cJSON_Delete(legacy);
+
+    cJSON *modern = parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{" META "}}");
+    assert_int_equal(tg_mcp_classify(modern, &c, &why), 0);
+    assert_int_equal(c.era, TG_ERA_2026);
+    assert_string_equal(c.version, "2026-07-28");
+    assert_true(cJSON_IsObject(c.caps));
+    cJSON_Delete(modern);
+
+    /* A claim that is not a string, or without clientCapabilities: -32602, HTTP 400. */
+    static const char *const bad[] = {
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":7}}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+        "\"io.modelcontextprotocol/clientCapabilities\":[]}}}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cJSON *j = parse(bad[i]);
+        memset(&why, 0, sizeof(why));
+        assert_int_equal(tg_mcp_classify(j, &c, &why), -1);
+        assert_int_equal(why.code, TG_RPC_INVALID_PARAMS);
+        assert_int_equal(why.status, 400);
+        cJSON_Delete(j);
+    }
+}
+
+static void versions(void **state)
+{
+    assert_true(tg_mcp_modern_version_supported("2026-07-28"));
+    assert_false(tg_mcp_modern_version_supported("2026-07-29"));
+    assert_false(tg_mcp_modern_version_supported("2025-11-25"));
+    assert_false(tg_mcp_modern_version_supported(NULL));
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_mcp_unsupported_version_data(&b, "2099-01-01");
+    assert_string_equal(b.base, "{\"supported\":[\"2026-07-28\"],\"requested\":\"2099-01-01\"}");
+    tg_buf_dispose(&b);
+}
+
+static const char *value(const char *raw, struct tg_buf *b)
+{
+    if (tg_mcp_header_value(tg_slice_cstr(raw), b) != 0)
+        return NULL;
+    tg_buf_append(b, "", 1);
+    b->len--;
+    return b->base ? b->base : "";
+}
+
+static void header_values(void **state)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    assert_string_equal(value("echo", &b), "echo");
+    assert_string_equal(value("  echo\t", &b), "echo"); /* optional whitespace is not the value */
+    /* =?base64?...?= decodes; "héllo" and a value with a newline travel that way. */
+    assert_string_equal(value("=?base64?aMOpbGxv?=", &b), "h\xc3\xa9llo");
+    assert_string_equal(value("=?base64?YQpi?=", &b), "a\nb");
+    assert_string_equal(value("=?base64?" "?=", &b), ""); /* (split: "??=" is a trigraph) */
+    /* The markers are lowercase and case-sensitive: anything else is a literal. */
+    assert_string_equal(value("=?BASE64?ZWNobw==?=", &b), "=?BASE64?ZWNobw==?=");
+    /* Broken base64, control characters and bytes outside ASCII are refused. */
+    assert_null(value("=?base64?ZWNob!==?=", &b));
+    assert_null(value("=?base64?ZWNo b3c=?=", &b));
+    assert_null(value("ec\x01ho", &b));
+    assert_null(value("h\xc3\xa9llo", &b));
+    tg_buf_dispose(&b);
+}
+
+static void header_matches_body(void **state)
+{
+    cJSON *j = parse("{\"s\":\"abc\",\"i\":7,\"n\":-3,\"f\":1.5,\"t\":true,\"u\":false,\"o\":{},\"z\":null}");
+#define M(str, key) tg_mcp_header_matches(tg_slice_cstr(str), cJSON_GetObjectItemCaseSensitive(j, key))
+    assert_true(M("abc", "s"));
+    assert_false(M("ABC", "s"));
+    assert_false(M("abc ", "s"));
+    assert_true(M("7", "i"));
+    assert_true(M("007", "i")); /* integers compare as numbers */
+    assert_true(M("-3", "n"));
+    assert_false(M("7.0", "i"));
+    assert_false(M("1e0", "i"));
+    assert_false(M("", "i"));
+    assert_false(M("1.5", "f")); /* never for a number that is not an integer */
+    assert_true(M("true", "t"));
+    assert_true(M("false", "u"));
+    assert_false(M("True", "t"));
+    assert_false(M("1", "t"));
+    assert_false(M("{}", "o"));
+    assert_false(M("null", "z"));
+#undef M
+    cJSON_Delete(j);
+}
+
+/* Headers h (name, value pairs ending with NULL) against body. Returns the refusal code or 0. */
+static int check(const char *body, const char *const *h)
+{
+    struct tg_mcp_header hs[16];
+    size_t n = 0;
+    for (; h[2 * n] != NULL; n++) {
+        hs[n].name = tg_slice_cstr(h[2 * n]);
+        hs[n].value = tg_slice_cstr(h[2 * n + 1]);
+    }
+    cJSON *j = parse(body);
+    struct tg_mcp_claim c;
+    struct tg_mcp_refusal why;
+    memset(&why, 0, sizeof(why));
+    assert_int_equal(tg_mcp_classify(j, &c, &why), 0);
+    assert_int_equal(c.era, TG_ERA_2026);
+    int r = tg_mcp_check_headers(hs, n, j, &c, &why);
+    cJSON_Delete(j);
+    if (r == 0)
+        return 0;
+    assert_int_equal(why.status, 400);
+    assert_true(why.message[0] != '\0');
+    return why.code;
+}
+
+#define CALL(tool) "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"" tool "\"," META "}}"
+
+static void standard_headers(void **state)
+{
+    const char *ok[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "echo", NULL};
+    assert_int_equal(check(CALL("echo"), ok), 0);
+    /* Header names are case-insensitive; values are not. */
+    const char *lower[] = {"mcp-protocol-version", "2026-07-28", "mcp-method", "tools/call", "mcp-name", "echo", NULL};
+    assert_int_equal(check(CALL("echo"), lower), 0);
+    const char *b64[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name",
+                         "=?base64?ZWNobw==?=", NULL};
+    assert_int_equal(check(CALL("echo"), b64), 0);
+
+    /* The bypass: Mcp-Name names an allowed tool over a body that calls another one. */
+    const char *lie[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "echo", NULL};
+    assert_int_equal(check(CALL("delete_channel"), lie), TG_RPC_HEADER_MISMATCH);
+    const char *lie64[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name",
+                           "=?base64?ZWNobw==?=", NULL};
+    assert_int_equal(check(CALL("delete_channel"), lie64), TG_RPC_HEADER_MISMATCH);
+    const char *upper64[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name",
+                             "=?BASE64?ZWNobw==?=", NULL};
+    assert_int_equal(check(CALL("echo"), upper64), TG_RPC_HEADER_MISMATCH);
+    const char *broken64[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name",
+                              "=?base64?ZWNo*w==?=", NULL};
+    assert_int_equal(check(CALL("echo"), broken64), TG_RPC_HEADER_MISMATCH);
+
+    /* Missing, duplicated and comma-joined headers. */
+    const char *noname[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", NULL};
+    assert_int_equal(check(CALL("echo"), noname), TG_RPC_HEADER_MISMATCH);
+    const char *nomethod[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Name", "echo", NULL};
+    assert_int_equal(check(CALL("echo"), nomethod), TG_RPC_HEADER_MISMATCH);
+    const char *noversion[] = {"Mcp-Method", "tools/call", "Mcp-Name", "echo", NULL};
+    assert_int_equal(check(CALL("echo"), noversion), TG_RPC_HEADER_MISMATCH);
+    const char *twice[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "echo",
+                           "Mcp-Name", "echo", NULL};
+    assert_int_equal(check(CALL("echo"), twice), TG_RPC_HEADER_MISMATCH);
+    const char *joined[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name",
+                            "echo, delete_channel", NULL};
+    assert_int_equal(check(CALL("echo"), joined), TG_RPC_HEADER_MISMATCH);
+
+    /* Mcp-Method is case-sensitive; the version header must equal _meta's. */
+    const char *mcase[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "Tools/Call", "Mcp-Name", "echo", NULL};
+    assert_int_equal(check(CALL("echo"), mcase), TG_RPC_HEADER_MISMATCH);
+    const char *vdiff[] = {"MCP-Protocol-Version", "2025-11-25", "Mcp-Method", "tools/call", "Mcp-Name", "echo", NULL};
+    assert_int_equal(check(CALL("echo"), vdiff), TG_RPC_HEADER_MISMATCH);
+
+    /* resources/read names params.uri; a method that names nothing takes no Mcp-Name. */
+    const char *res[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "resources/read", "Mcp-Name",
+                         "file:///a", NULL};
+    assert_int_equal(check("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"resources/read\",\"params\":{\"uri\":\"file:///a\"," META
+                           "}}",
+                           res),
+                     0);
+    const char *list_named[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/list", "Mcp-Name", "x", NULL};
+    assert_int_equal(check("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{" META "}}", list_named),
+                     TG_RPC_HEADER_MISMATCH);
+    const char *list[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/list", NULL};
+    assert_int_equal(check("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{" META "}}", list), 0);
+    /* tools/call without params.name: -32602. */
+    const char *nn[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "x", NULL};
+    assert_int_equal(check("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{" META "}}", nn),
+                     TG_RPC_INVALID_PARAMS);
+}
+
+static const char *const schema_json =
+    "{\"type\":\"object\",\"properties\":{"
+    "\"region\":{\"type\":\"string\",\"x-mcp-header\":\"Region\"},"
+    "\"count\":{\"type\":\"integer\",\"x-mcp-header\":\"Count\"},"
+    "\"dry\":{\"type\":\"boolean\",\"x-mcp-header\":\"Dry\"},"
+    "\"text\":{\"type\":\"string\"},"
+    "\"opts\":{\"type\":\"object\",\"properties\":{\"zone\":{\"type\":\"string\",\"x-mcp-header\":\"Zone\"}}}}}";
+
+static int params(const char *args_json, const char *const *h)
+{
+    struct tg_mcp_header hs[16];
+    size_t n = 0;
+    for (; h[2 * n] != NULL; n++) {
+        hs[n].name = tg_slice_cstr(h[2 * n]);
+        hs[n].value = tg_slice_cstr(h[2 * n + 1]);
+    }
+    cJSON *schema = parse(schema_json);
+    cJSON *args = parse(args_json);
+    struct tg_mcp_refusal why;
+    memset(&why, 0, sizeof(why));
+    int r = tg_mcp_check_param_headers(hs, n, schema, args, &why);
+    cJSON_Delete(schema);
+    cJSON_Delete(args);
+    return r == 0 ? 0 : why.code;
+}
+
+static void param_headers(void **state)
+{
+    const char *all[] = {"Mcp-Param-Region", "eu-west", "Mcp-Param-Count", "3", "Mcp-Param-Dry", "true",
+                         "Mcp-Param-Zone", "a", NULL};
+    assert_int_equal(params("{\"region\":\"eu-west\",\"count\":3,\"dry\":true,\"text\":\"x\",\"opts\":{\"zone\":\"a\"}}", all), 0);
+    /* Absent or null arguments take no header; an unmarked header is left alone (forwarded). */
+    const char *none[] = {"Mcp-Param-Other", "whatever", NULL};
+    assert_int_equal(params("{\"text\":\"x\",\"region\":null}", none), 0);
+    /* A present argument needs its header, equal to it. */
+    const char *missing[] = {"Mcp-Param-Count", "3", NULL};
+    assert_int_equal(params("{\"region\":\"eu-west\",\"count\":3}", missing), TG_RPC_HEADER_MISMATCH);
+    const char *wrong[] = {"Mcp-Param-Region", "us-east", NULL};
+    assert_int_equal(params("{\"region\":\"eu-west\"}", wrong), TG_RPC_HEADER_MISMATCH);
+    const char *num[] = {"Mcp-Param-Count", "03", NULL};
+    assert_int_equal(params("{\"count\":3}", num), 0);
+    /* A header for an argument the body does not have. */
+    const char *extra[] = {"Mcp-Param-Region", "eu-west", NULL};
+    assert_int_equal(params("{}", extra), TG_RPC_HEADER_MISMATCH);
+    /* Nested through properties. */
+    const char *zone[] = {"Mcp-Param-Zone", "b", NULL};
+    assert_int_equal(params("{\"opts\":{\"zone\":\"a\"}}", zone), TG_RPC_HEADER_MISMATCH);
+    const char *dup[] = {"Mcp-Param-Region", "eu-west", "mcp-param-region", "eu-west", NULL};
+    assert_int_equal(params("{\"region\":\"eu-west\"}", dup), TG_RPC_HEADER_MISMATCH);
+}
+
+static void annotations(void **state)
+{
+    struct {
+        const char *schema;
+        int valid;
+    } cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"x-mcp-header\":\"A\"}}}", 1},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}}}", 1},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\",\"x-mcp-header\":\"A\"}}}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"object\",\"x-mcp-header\":\"A\"}}}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"x-mcp-header\":\"A B\"}}}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"x-mcp-header\":\"\"}}}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"x-mcp-header\":7}}}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"x-mcp-header\":\"X\"},"
+         "\"b\":{\"type\":\"integer\",\"x-mcp-header\":\"x\"}}}", 0}, /* unique ignoring case */
+        {"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"type\":\"string\",\"x-mcp-header\":\"I\"}}}}", 0},
+        {"{\"type\":\"object\",\"anyOf\":[{\"properties\":{\"a\":{\"type\":\"string\",\"x-mcp-header\":\"A\"}}}]}", 0},
+        {"{\"type\":\"object\",\"properties\":{\"o\":{\"type\":\"object\",\"properties\":{\"z\":{\"type\":\"string\","
+         "\"x-mcp-header\":\"Z\"}}}}}", 1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cJSON *s = parse(cases[i].schema);
+        if (tg_mcp_tool_headers_valid(s) != cases[i].valid)
+            fail_msg("case %zu: valid %d, expected %d: %s", i, !cases[i].valid, cases[i].valid, cases[i].schema);
+        cJSON_Delete(s);
+    }
+    assert_true(tg_mcp_tool_headers_valid(NULL));
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(classify_by_body), cmocka_unit_test(versions),      cmocka_unit_test(header_values),
+        cmocka_unit_test(header_matches_body), cmocka_unit_test(standard_headers), cmocka_unit_test(param_headers),
+        cmocka_unit_test(annotations),
+    };
+    return TG_UNIT_RUN(tests, argc, argv);
+}
