@@ -3,10 +3,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/dispatch.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/mcp/era.h"
 #include "core/mcp/legacy.h"
 #include "core/msg.h"
 #include "core/gateway.h"
@@ -399,6 +401,55 @@ static struct tg_session *post_session(struct tg_exchange *x, struct tg_conn *c,
     return s;
 }
 
+/* A request of the 2026-07-28 era. Until the bridge between the eras lands, tollgate serves 2025
+ * sessions only: the body's claim and every Mcp-* header are checked first (a header never talks
+ * past the body: -32020), then the client is told the versions tollgate serves, all of the 2025
+ * era (-32022), so that a negotiating client falls back to initialize and a pinned one fails
+ * with a clear error. Nothing reaches the upstream. Returns 1 if m was such a request. */
+static int refuse_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg *m)
+{
+    struct tg_mcp_claim claim;
+    struct tg_mcp_refusal why;
+    if (tg_mcp_classify(m->root, &claim, &why) != 0) {
+        tg_http_respond_rpc(c, why.status, NULL, m->id_raw, m->id_len, why.code, why.message, NULL);
+        return 1;
+    }
+    if (claim.era != TG_ERA_2026)
+        return 0;
+    struct tg_mcp_header h[TG_HTTP_MAX_HEADERS];
+    size_t nh = 0;
+    const struct tg_http_req *req = &c->req;
+    for (int i = 0; i < req->nheaders; i++) {
+        const struct tg_http_header *hd = &req->headers[i];
+        struct tg_slice name = tg_slice_of(req->head.base + hd->name_off, hd->name_len);
+        if (name.len >= 4 && strncasecmp(name.ptr, "mcp-", 4) == 0) {
+            h[nh].name = name;
+            h[nh].value = tg_slice_of(req->head.base + hd->value_off, hd->value_len);
+            nh++;
+        }
+    }
+    if (tg_mcp_check_headers(h, nh, m->root, &claim, &why) != 0) {
+        char esc[96];
+        tg_log(TG_LOG_INFO, "2026-07-28 request refused: headers disagree with the body", "grant=%s upstream=%s why=%s",
+               x->grant->name, x->uc->name, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why.message)));
+        tg_http_respond_rpc(c, why.status, NULL, m->id_raw, m->id_len, why.code, why.message, NULL);
+        return 1;
+    }
+    struct tg_buf d;
+    tg_buf_init(&d);
+    tg_buf_appends(&d, "{\"supported\":");
+    tg_mcp_versions_write(&d);
+    tg_buf_appends(&d, ",\"requested\":");
+    tg_json_write_string(&d, claim.version, strlen(claim.version));
+    tg_buf_append(&d, "}", 2);
+    char msg[160];
+    snprintf(msg, sizeof(msg), "Unsupported protocol version %.40s: this gateway serves the 2025 versions listed",
+             claim.version);
+    tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_UNSUPPORTED_VERSION, msg, d.base);
+    tg_buf_dispose(&d);
+    return 1;
+}
+
 void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
 {
     struct tg_server *srv = x->srv;
@@ -432,6 +483,10 @@ void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
         char msg[160];
         snprintf(msg, sizeof(msg), "%s: %s", code == TG_RPC_PARSE_ERROR ? "Parse error" : "Invalid Request", why);
         tg_http_respond_rpc(c, 400, NULL, m.id_raw, m.id_len, code, msg, NULL);
+        tg_msg_dispose(&m);
+        return;
+    }
+    if (refuse_modern(x, c, &m)) {
         tg_msg_dispose(&m);
         return;
     }
