@@ -554,7 +554,7 @@ describe('WebSocket frames and session', () => {
     try {
       const pong = new Promise((resolve) => c.ws.once('pong', (d) => resolve(d.toString())));
       c.ws.ping(Buffer.from('are-you-there'));
-      assert.equal(await Promise.race([pong, H.sleep(3000).then(() => 'timeout')]), 'are-you-there');
+      assert.equal(await Promise.race([pong, H.sleep(10000).then(() => 'timeout')]), 'are-you-there');
       c.ws.pong(Buffer.from('unsolicited'));
       await wsInitialize(c, 'init-after-pong');
       assert.equal(c.ws.readyState, WebSocket.OPEN);
@@ -568,21 +568,22 @@ describe('WebSocket frames and session', () => {
     assert.equal(closeCode(f), 1003, `close payload ${f.payload.toString('hex')}`);
     const t0 = Date.now();
     w.send(frame(8, f.payload.subarray(0, 2))); // complete the close handshake
-    await Promise.race([w.ended, H.sleep(3000)]);
+    await Promise.race([w.ended, H.sleep(10000)]);
     assert.ok(w.closed, 'the gateway ended the TCP connection');
     // RFC 6455 7.1.1: once it has sent and received a Close frame, the server closes the TCP connection
-    assert.ok(Date.now() - t0 < 500, `the TCP connection ended ${Date.now() - t0} ms after the client's close frame completed the handshake`);
+    // (well before the 2 s linger timer that would close it otherwise; margin for a loaded machine)
+    assert.ok(Date.now() - t0 < 1500, `the TCP connection ended ${Date.now() - t0} ms after the client's close frame completed the handshake`);
     // and with the ws package
     const c = await openWs('/st/ws');
     c.ws.send(Buffer.from('{"jsonrpc":"2.0","id":1,"method":"ping"}'), { binary: true });
-    const cl = await Promise.race([c.closed, H.sleep(3000).then(() => ({ code: 'timeout' }))]);
+    const cl = await Promise.race([c.closed, H.sleep(10000).then(() => ({ code: 'timeout' }))]);
     assert.equal(cl.code, 1003);
   });
 
   test(`a message over limits.body_bytes (${BODY_BYTES}): close with 1009, also when fragmented`, async () => {
     const c = await openWs('/st/ws');
     c.ws.send(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: { text: 'x'.repeat(BODY_BYTES + 10) } } }));
-    const cl = await Promise.race([c.closed, H.sleep(3000).then(() => ({ code: 'timeout' }))]);
+    const cl = await Promise.race([c.closed, H.sleep(10000).then(() => ({ code: 'timeout' }))]);
     assert.equal(cl.code, 1009);
 
     const w = await rawWs('/st/ws');
@@ -612,12 +613,12 @@ describe('WebSocket frames and session', () => {
     w.send(frame(8, payload));
     const f = await w.next((f) => f.opcode === 8);
     assert.equal(closeCode(f), 1000, `close payload ${f.payload.toString('hex')}`);
-    await Promise.race([w.ended, H.sleep(3000)]);
+    await Promise.race([w.ended, H.sleep(10000)]);
     assert.ok(w.closed, 'the gateway closed the TCP connection after the close handshake');
     // the ws package sees a clean close
     const c = await openWs('/st/ws');
     c.ws.close(1000, 'done');
-    const cl = await Promise.race([c.closed, H.sleep(3000).then(() => ({ code: 'timeout' }))]);
+    const cl = await Promise.race([c.closed, H.sleep(10000).then(() => ({ code: 'timeout' }))]);
     assert.equal(cl.code, 1000);
   });
 
@@ -633,7 +634,7 @@ describe('WebSocket frames and session', () => {
     const gone = await H.waitFor(() => procState(mine[0].pid) === null, { timeout: 5000 });
     assert.ok(gone, `child ${mine[0].pid} still there (state ${procState(mine[0].pid)}) 5 s after its WebSocket closed`);
     // A child that just exited is reaped on tollgate's next loop turn: wait for that, not a snapshot.
-    await H.waitFor(() => zombies().length === 0, { timeout: 3000 });
+    await H.waitFor(() => zombies().length === 0, { timeout: 10000 });
     assert.deepEqual(zombies(), [], 'tollgate reaps every child it started');
   });
 });
@@ -733,7 +734,7 @@ describe('legacy HTTP+SSE (GET /NAME/sse, POST /NAME/messages)', () => {
     const r = await H.waitFor(async () => {
       const x = await post(url, { jsonrpc: '2.0', id: 2, method: 'tools/list' });
       return x.status === 404 ? x : null;
-    }, { timeout: 3000, interval: 100 });
+    }, { timeout: 10000, interval: 100 });
     assert.ok(r, 'POST after the stream closed: expected 404');
     assert.ok(await H.waitFor(() => procState(mine[0].pid) === null, { timeout: 5000 }),
       `child ${mine[0].pid} still there (state ${procState(mine[0].pid)}) after its SSE stream closed`);
@@ -863,7 +864,7 @@ describe('Streamable HTTP resumability (server-everything, 2025-11-25)', () => {
     // a second resume of the same point gives the same rest again (it is a replay buffer)
     const again = await resume(got[1].id);
     assert.equal(again.status, 200);
-    await Promise.race([again.body(), H.sleep(3000)]);
+    await Promise.race([again.body(), H.sleep(10000)]);
     again.close();
     assert.equal(again.events.filter((e) => e.data).length, msgs.length, again.raw);
   });
@@ -1000,10 +1001,10 @@ describe('stdio upstreams', () => {
     await deleted(s);
     assert.ok(await H.waitFor(() => procState(pid) === null, { timeout: 4000 }),
       `child ${pid} still there (state ${procState(pid)}) 4 s after DELETE (stdin closed, SIGTERM, SIGKILL after 2 s)`);
-    const r = await Promise.race([pending, H.sleep(3000).then(() => null)]);
+    const r = await Promise.race([pending, H.sleep(10000).then(() => null)]);
     assert.ok(r, 'the call pending at DELETE was ended');
     // A child that just exited is reaped on tollgate's next loop turn: wait for that, not a snapshot.
-    await H.waitFor(() => zombies().length === 0, { timeout: 3000 });
+    await H.waitFor(() => zombies().length === 0, { timeout: 10000 });
     assert.deepEqual(zombies(), [], 'tollgate reaps every child it started');
   });
 
@@ -1017,7 +1018,7 @@ describe('stdio upstreams', () => {
     assert.equal(H.resultText((await call(s, 1, 'echo', { text: 'ok' })).messages[0]?.result), 'ok');
     await deleted(s);
     // A child that just exited is reaped on tollgate's next loop turn: wait for that, not a snapshot.
-    await H.waitFor(() => zombies().length === 0, { timeout: 3000 });
+    await H.waitFor(() => zombies().length === 0, { timeout: 10000 });
     assert.deepEqual(zombies(), [], 'tollgate reaps every child it started');
   });
 
