@@ -7,6 +7,7 @@
 #include "core/audit.h"
 #include "core/log.h"
 #include "core/mcp/legacy.h"
+#include "core/mcp/modern.h"
 #include "core/mcp/rewrite.h"
 #include "core/msg.h"
 #include "policy/policy.h"
@@ -337,6 +338,8 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
         k->got_response = is_error ? 2 : 1;
         if (k->is_init)
             tg_mcp_note_init_result(k->sess, p, n, k->srv->conf->limits.json_depth + 16);
+        if (k->era == TG_ERA_2026 && !is_error)
+            tg_mcp_modern_result(&out, k->method); /* a 2025 upstream's result, as 2026 has it */
         sk->ops->answer(sk, k, 200, NULL, out.base, out.len);
     } else if (refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0, NULL)) {
         tg_buf_dispose(&out);
@@ -365,6 +368,8 @@ int tg_call_answer(struct tg_call *k, const char *p, size_t n, const struct tg_j
         k->got_response = is_error ? 2 : 1;
         if (k->is_init)
             tg_mcp_note_init_result(k->sess, p, n, k->srv->conf->limits.json_depth + 16);
+        if (k->era == TG_ERA_2026 && !is_error)
+            tg_mcp_modern_result(&out, k->method);
         if (k->sink != NULL)
             k->sink->ops->answer(k->sink, k, 200, NULL, out.base, out.len);
     }

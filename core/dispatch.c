@@ -40,7 +40,9 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     struct tg_session *s = x->sess;
     const struct tg_grant_conf *g = x->grant;
     const struct tg_limits *lim = &srv->conf->limits;
-    char *key = tg_mcp_id_key(m->id_raw, m->id_len);
+    /* Stateless (2026-07-28) requests of one grant share a session but not an id space: their
+     * ids may repeat, and they are cancelled by closing their stream, never by id. */
+    char *key = x->era == TG_ERA_2026 ? NULL : tg_mcp_id_key(m->id_raw, m->id_len);
     for (struct tg_list *l = s->calls.next; key && l != &s->calls; l = l->next) {
         struct tg_call *o = tg_container_of(l, struct tg_call, slink);
         if (o->kind == KIND_REQUEST && o->id_key && strcmp(o->id_key, key) == 0) {
@@ -365,4 +367,48 @@ void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum t
 struct tg_sink *tg_dispatch_get_stream_sink(struct tg_session *s)
 {
     return s->get_stream != NULL ? tg_call_sink(s->get_stream) : NULL;
+}
+
+int tg_dispatch_stateless_session(struct tg_exchange *x)
+{
+    struct tg_server *srv = x->srv;
+    struct tg_stateless *e = NULL;
+    for (size_t i = 0; i < srv->nstateless; i++)
+        if (srv->stateless[i].upstream == x->upstream && strcmp(srv->stateless[i].grant, x->grant->name) == 0)
+            e = &srv->stateless[i];
+    if (e != NULL && e->sess != NULL && e->sess->live) {
+        e->sess->last_active_ms = uv_now(srv->loop);
+        x->sess = e->sess;
+        return 0;
+    }
+    int st = tg_dispatch_session_open(x);
+    if (st != 0)
+        return st;
+    struct tg_session *s = x->sess;
+    /* The upstream hears 2025 from this session: the gateway speaks the latest 2025 version. */
+    tg_strlcpy(s->proto, TG_PROTO_LATEST, sizeof(s->proto));
+    s->initialized = 1;
+    if (e == NULL) {
+        srv->stateless = tg_xrealloc(srv->stateless, (srv->nstateless + 1) * sizeof(*srv->stateless));
+        e = &srv->stateless[srv->nstateless++];
+        e->grant = tg_xstrdup(x->grant->name);
+        e->upstream = x->upstream;
+        e->sess = NULL;
+    }
+    if (e->sess != NULL)
+        tg_session_unref(e->sess);
+    e->sess = tg_session_ref(s);
+    return 0;
+}
+
+void tg_dispatch_dispose(struct tg_server *srv)
+{
+    for (size_t i = 0; i < srv->nstateless; i++) {
+        free(srv->stateless[i].grant);
+        if (srv->stateless[i].sess != NULL)
+            tg_session_unref(srv->stateless[i].sess);
+    }
+    free(srv->stateless);
+    srv->stateless = NULL;
+    srv->nstateless = 0;
 }

@@ -67,6 +67,15 @@ struct tg_server {
     uv_signal_t sigterm, sigint, sighup, sigusr1;
     uv_timer_t sweep;
     uv_timer_t drain_timer;
+    /* The session that stateless (2026-07-28) requests of one grant use on one upstream: one
+     * per (grant, upstream), each holding a session reference (core/dispatch.c; freed by
+     * tg_dispatch_dispose). */
+    struct tg_stateless {
+        char *grant;
+        int upstream;
+        struct tg_session *sess;
+    } *stateless;
+    size_t nstateless;
     int draining;
     uint64_t drain_deadline;
     uint64_t accept_warned_ms;

@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include "core/call.h"
+#include "core/dispatch.h"
 #include "core/approvals.h"
 #include "core/exchange.h"
 #include "core/gateway.h"
@@ -295,6 +296,7 @@ void tg_router_free_streams(struct tg_server *srv)
     tg_call_abort_waiting(srv);
     tg_approvals_abort(srv);
     tg_streamable_free_streams(srv);
+    tg_dispatch_dispose(srv); /* before the session table goes */
 }
 
 void tg_router_dispose(struct tg_server *srv)

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/mcp/era.h"
 #include "core/mcp/legacy.h"
+#include "core/mcp/modern.h"
 #include "core/msg.h"
 #include "core/gateway.h"
 #include "core/session.h"
@@ -81,6 +82,11 @@ static void on_sink_stream(struct tg_sink *sk, struct tg_call *k)
     hs->streaming = 1;
     char hdr[96];
     session_header(hs, hdr, sizeof(hdr));
+    if (hs->modern) {
+        /* 2026-07-28: one request's stream, no ids and no resumption. */
+        tg_http_stream_begin(hs->conn, 200, "X-Accel-Buffering: no\r\n", "text/event-stream");
+        return;
+    }
     tg_http_stream_begin(hs->conn, 200, hdr, "text/event-stream");
     hs->replay = tg_replay_new(hs->srv, hs->sess, hs);
     if (strcmp(hs->sess->proto, "2025-11-25") == 0) {
@@ -401,11 +407,14 @@ static struct tg_session *post_session(struct tg_exchange *x, struct tg_conn *c,
     return s;
 }
 
-/* A request of the 2026-07-28 era. Until the bridge between the eras lands, tollgate serves 2025
- * sessions only: the body's claim and every Mcp-* header are checked first (a header never talks
- * past the body: -32020), then the client is told the versions tollgate serves, all of the 2025
- * era (-32022), so that a negotiating client falls back to initialize and a pinned one fails
- * with a clear error. Nothing reaches the upstream. Returns 1 if m was such a request. */
+/* A request of the 2026-07-28 era. The body's claim and every Mcp-* header are checked first (a
+ * header never talks past the body: -32020). For an upstream whose initialize the gateway
+ * answers itself, the request is served statelessly: server/discover here, removed methods 404,
+ * anything else through the policy gate on the grant's stateless session, with the answer made
+ * a 2026 result. For the others (the bridge to upstream sessions is still to come) the client
+ * is told the versions served, all of the 2025 era (-32022), so that a negotiating client falls
+ * back to initialize and a pinned one fails clearly; nothing reaches the upstream. Returns 1 if
+ * m was such a request. */
 static int refuse_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg *m)
 {
     struct tg_mcp_claim claim;
@@ -435,18 +444,59 @@ static int refuse_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
         tg_http_respond_rpc(c, why.status, NULL, m->id_raw, m->id_len, why.code, why.message, NULL);
         return 1;
     }
-    struct tg_buf d;
-    tg_buf_init(&d);
-    tg_buf_appends(&d, "{\"supported\":");
-    tg_mcp_versions_write(&d);
-    tg_buf_appends(&d, ",\"requested\":");
-    tg_json_write_string(&d, claim.version, strlen(claim.version));
-    tg_buf_append(&d, "}", 2);
-    char msg[160];
-    snprintf(msg, sizeof(msg), "Unsupported protocol version %.40s: this gateway serves the 2025 versions listed",
-             claim.version);
-    tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_UNSUPPORTED_VERSION, msg, d.base);
-    tg_buf_dispose(&d);
+    const char *method = m->method;
+    int served = x->uc->init_local; /* the bridge to upstream sessions is still to come */
+    if (!served || !tg_mcp_modern_version_supported(claim.version)) {
+        struct tg_buf d;
+        tg_buf_init(&d);
+        tg_buf_appends(&d, "{\"supported\":");
+        tg_mcp_versions_write(&d);
+        if (served) {
+            d.len--; /* the array's ']' */
+            tg_buf_appends(&d, ",\"" TG_MCP_MODERN_VERSION "\"]");
+        }
+        tg_buf_appends(&d, ",\"requested\":");
+        tg_json_write_string(&d, claim.version, strlen(claim.version));
+        tg_buf_append(&d, "}", 2);
+        char msg[160];
+        snprintf(msg, sizeof(msg), "Unsupported protocol version %.40s for this upstream: see error.data.supported",
+                 claim.version);
+        tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_UNSUPPORTED_VERSION, msg, d.base);
+        tg_buf_dispose(&d);
+        return 1;
+    }
+    if (m->kind == TG_MSG_RESPONSE) {
+        tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST,
+                            "Invalid Request: 2026-07-28 has no server-to-client requests to answer", NULL);
+        return 1;
+    }
+    if (tg_mcp_removed_method(method)) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "Method not found: %.80s was removed in 2026-07-28", method);
+        tg_http_respond_rpc(c, 404, NULL, m->id_raw, m->id_len, TG_RPC_METHOD_NOT_FOUND, msg, NULL);
+        return 1;
+    }
+    if (m->kind == TG_MSG_REQUEST && strcmp(method, "server/discover") == 0) {
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_mcp_discover_result(&b, m->id_raw, m->id_len, x->uc);
+        tg_http_respond(c, 200, NULL, "application/json", b.base, b.len);
+        tg_buf_dispose(&b);
+        return 1;
+    }
+    int st = tg_dispatch_stateless_session(x);
+    if (st != 0) {
+        tg_http_respond_rpc(c, st, NULL, m->id_raw, m->id_len, st == 503 ? TG_RPC_UPSTREAM : TG_RPC_INVALID_REQUEST,
+                            st == 503 ? "gateway is shutting down" : "Too many sessions for this grant (limits.sessions_per_grant)",
+                            NULL);
+        return 1;
+    }
+    x->era = TG_ERA_2026;
+    tg_strlcpy(x->proto, claim.version, sizeof(x->proto));
+    struct tg_http_sink *hs = http_sink_new(x->srv, x->sess, c, 0);
+    hs->modern = 1;
+    hs->sink.flags |= TG_SINK_ANSWER_ONLY; /* no server-to-client requests in this era (MRTR is to come) */
+    tg_dispatch_message(x, &hs->sink, m);
     return 1;
 }
 

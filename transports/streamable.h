@@ -26,6 +26,7 @@ struct tg_http_sink {
     int is_init;              /* an initialize: a 200 answer carries Mcp-Session-Id while the session lives */
     int streaming;            /* the SSE answer has begun */
     int get;                  /* the session's GET stream (let go when its client does not come back) */
+    int modern;               /* a 2026-07-28 request: no event ids, no replay, no priming event */
 };
 
 void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c);

@@ -1,8 +1,10 @@
-// MCP 2026-07-28 requests, before the bridge between the eras: tollgate serves 2025 sessions,
-// and answers a 2026-era request (classified by its body) with 400/-32022 listing the 2025
-// versions it serves, after checking every Mcp-* header against the body (400/-32020). The
-// official SDK 2.4.0 client in `auto` mode then falls back to initialize and works; pinned to
-// 2026-07-28 it fails with a clear error; and nothing of a 2026 request reaches the upstream.
+// MCP 2026-07-28 requests. Every Mcp-* header is checked against the body first (400/-32020:
+// a header never talks past the body). An upstream whose initialize tollgate answers itself
+// (the CoWork OS stand-in, initialize = "local") is served statelessly: server/discover from the
+// gateway, removed methods 404, everything else through the same policy, with 2026 results.
+// For an upstream that needs a session (the bridge to come), a 2026 request gets 400/-32022
+// listing the 2025 versions served: the SDK 2.4.0 client in `auto` mode falls back to
+// initialize and works, pinned to 2026-07-28 it fails clearly, and nothing reaches the upstream.
 //
 //   node --test test/interop/era2026.test.mjs
 
@@ -31,11 +33,11 @@ const logs = () => ({
   'stand-in log': standin && fs.existsSync(standin.logFile) ? fs.readFileSync(standin.logFile, 'utf8').slice(-4000) : undefined,
 });
 const test = (name, fn) => it(name, H.withLogs(logs, fn));
-const url = () => `http://127.0.0.1:${gw.plainPort}/cowork/mcp`;
+const url = (name = 'cowork') => `http://127.0.0.1:${gw.plainPort}/${name}/mcp`;
 const upstreamCalls = () => standin.records().filter((r) => r.http && r.msg?.method === 'tools/call').length;
 
-async function post(body, headers = {}) {
-  const res = await fetch(url(), {
+async function post(body, headers = {}, name = 'cowork') {
+  const res = await fetch(url(name), {
     method: 'POST',
     headers: {
       'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
@@ -55,27 +57,43 @@ const std = (method, name) => ({ 'MCP-Protocol-Version': MODERN, 'Mcp-Method': m
 before(async () => {
   dir = H.makeTempDir(cleanup);
   standin = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin.log') });
+  const policy = path.join(dir, 'echo-only.json');
+  fs.writeFileSync(policy, '{"version":"1","default":"deny","tools":{"echo":{},"slow":{}}}\n'); // execute_code: denied and hidden
+  const headers = { Authorization: `Bearer ${UPSTREAM_TOKEN}` };
   const conf = H.writeConf(dir, {
     listeners: [{}],
+    admin: true, // /metrics: when a call is with the upstream
     grants: [{ name: 'alice', token_sha256: H.sha256hex(TOKEN) }],
-    upstreams: [{
-      name: 'cowork', url: standin.url, default: true, initialize: 'local',
-      headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` },
-    }],
+    upstreams: [
+      { name: 'cowork', url: standin.url, default: true, initialize: 'local', headers, policy },
+      { name: 'sessionful', url: standin.url, headers }, // initialize forwarded: needs the bridge
+    ],
   });
-  gw = await H.startTollgate(conf, { cleanup, listeners: 1 });
+  gw = await H.startTollgate(conf, { cleanup, listeners: 1, admin: true });
 });
 
 after(() => cleanup.run());
 
-describe('2026-07-28 requests before the bridge', () => {
-  test('server/discover, as the SDK probes: 400/-32022 listing the 2025 versions served', async () => {
+describe('2026-07-28 requests', () => {
+  test('server/discover for an upstream that needs a session: 400/-32022 listing the 2025 versions served', async () => {
     const r = await post({ jsonrpc: '2.0', id: 'server-discover-probe-1', method: 'server/discover', params: { _meta: META } },
-      std('server/discover'));
+      std('server/discover'), 'sessionful');
     assert.equal(r.status, 400, r.text);
     assert.equal(r.json?.id, 'server-discover-probe-1');
     assert.equal(r.json?.error?.code, -32022, r.text);
     assert.deepEqual(r.json.error.data, { supported: ['2025-11-25', '2025-06-18', '2025-03-26', '2024-11-05'], requested: MODERN });
+  });
+
+  test('server/discover for a local-initialize upstream: answered by the gateway, private, not cached', async () => {
+    const r = await post({ jsonrpc: '2.0', id: 'd', method: 'server/discover', params: { _meta: META } }, std('server/discover'));
+    assert.equal(r.status, 200, r.text);
+    const res = r.json?.result;
+    assert.equal(res?.resultType, 'complete', r.text);
+    assert.deepEqual(res.supportedVersions, [MODERN]);
+    assert.equal(res.ttlMs, 0);
+    assert.equal(res.cacheScope, 'private');
+    assert.ok(res.capabilities?.tools, r.text);
+    assert.equal(res._meta?.['io.modelcontextprotocol/serverInfo']?.name, 'tollgate/cowork');
   });
 
   test('headers never talk past the body: Mcp-Name naming another tool, base64 variants, duplicates, case -> -32020', async () => {
@@ -91,47 +109,100 @@ describe('2026-07-28 requests before the bridge', () => {
       ['no Mcp-Name', call('echo'), std('tools/call')],
       ['no Mcp-Method', call('echo'), { 'MCP-Protocol-Version': MODERN, 'Mcp-Name': 'echo' }],
     ];
-    for (const [what, body, headers] of cases) {
-      const r = await post(body, headers);
-      assert.equal(r.status, 400, `${what}: ${r.text}`);
-      assert.equal(r.json?.error?.code, -32020, `${what}: ${r.text}`);
+    for (const name of ['cowork', 'sessionful']) {
+      for (const [what, body, headers] of cases) {
+        const r = await post(body, headers, name);
+        assert.equal(r.status, 400, `${name}, ${what}: ${r.text}`);
+        assert.equal(r.json?.error?.code, -32020, `${name}, ${what}: ${r.text}`);
+      }
     }
-    // Whitespace around a value is not part of it, and a matching base64 name is accepted as far
-    // as the headers go (then -32022: the era is not served yet).
-    for (const name of ['  echo ', '=?base64?ZWNobw==?=']) {
-      const r = await post(call('echo'), std('tools/call', name));
-      assert.equal(r.json?.error?.code, -32022, `Mcp-Name ${JSON.stringify(name)}: ${r.text}`);
-    }
-    // A 2026 request carrying a 2025 session id is still a 2026 request: it reaches nothing.
-    const s = await post(call('echo'), { ...std('tools/call', 'echo'), 'Mcp-Session-Id': 'AAAAAAAAAAAAAAAAAAAAAA' });
-    assert.equal(s.json?.error?.code, -32022, s.text);
-    assert.equal(upstreamCalls(), before, 'no 2026 request reached the upstream');
+    assert.equal(upstreamCalls(), before, 'no refused request reached the upstream');
   });
 
-  test('a 2026 claim without clientCapabilities -> 400/-32602', async () => {
+  test('a stateless tools/call through the policy: echo runs, execute_code is denied (-32001) and never sent', async () => {
+    const before = upstreamCalls();
+    for (const name of ['  echo ', '=?base64?ZWNobw==?=', 'echo']) { // whitespace and base64 forms of the same name
+      const r = await post(call('echo', { text: 'stateless' }), std('tools/call', name));
+      assert.equal(r.status, 200, `Mcp-Name ${JSON.stringify(name)}: ${r.text}`);
+      assert.equal(r.json?.id, 7);
+      assert.equal(r.json?.result?.resultType, 'complete', r.text);
+      assert.equal(H.resultText(r.json.result), 'stateless');
+    }
+    assert.equal(upstreamCalls(), before + 3);
+    const d = await post(call('execute_code', { language: 'python', code: '1' }), std('tools/call', 'execute_code'));
+    assert.equal(d.status, 200, d.text);
+    assert.equal(d.json?.error?.code, -32001, d.text);
+    assert.equal(upstreamCalls(), before + 3, 'the denied call never reached the upstream');
+    // A 2026 request carrying a 2025 session id is still served statelessly (the id is ignored).
+    const s = await post(call('echo', { text: 'x' }), { ...std('tools/call', 'echo'), 'Mcp-Session-Id': 'AAAAAAAAAAAAAAAAAAAAAA' });
+    assert.equal(s.json?.result?.resultType, 'complete', s.text);
+  });
+
+  test('two stateless calls of one grant with the same id, at once: both answered', async () => {
+    // The first is still with the upstream (slow) when the second, with the same id, arrives.
+    const sent = (await gw.metrics()).tollgate_upstream_calls_total ?? 0;
+    const slow = post({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'slow', arguments: { seconds: 1 }, _meta: META } },
+      std('tools/call', 'slow'));
+    await gw.waitForMetric('tollgate_upstream_calls_total', (v) => v > sent, { what: 'the slow call to be with the upstream' });
+    const b = await post({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'echo', arguments: { text: 'second' }, _meta: META } },
+      std('tools/call', 'echo'));
+    assert.equal(H.resultText(b.json?.result), 'second', b.text);
+    const a = await slow;
+    assert.equal(a.json?.result?.resultType, 'complete', a.text);
+  });
+
+  test('tools/list: hidden tools filtered, a complete, private, uncached result', async () => {
+    const r = await post({ jsonrpc: '2.0', id: 'l', method: 'tools/list', params: { _meta: META } }, std('tools/list'));
+    assert.equal(r.status, 200, r.text);
+    const res = r.json?.result;
+    assert.deepEqual(res?.tools?.map((t) => t.name).sort(), ['echo', 'slow'], r.text);
+    assert.equal(res.resultType, 'complete');
+    assert.equal(res.ttlMs, 0);
+    assert.equal(res.cacheScope, 'private');
+  });
+
+  test('removed methods -> 404/-32601; a claim without clientCapabilities -> 400/-32602', async () => {
+    for (const method of ['ping', 'initialize', 'logging/setLevel', 'resources/subscribe']) {
+      const r = await post({ jsonrpc: '2.0', id: 1, method, params: { _meta: META } }, std(method));
+      assert.equal(r.status, 404, `${method}: ${r.text}`);
+      assert.equal(r.json?.error?.code, -32601, `${method}: ${r.text}`);
+    }
     const r = await post({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: { _meta: { 'io.modelcontextprotocol/protocolVersion': MODERN } } },
       std('tools/list'));
     assert.equal(r.status, 400, r.text);
     assert.equal(r.json?.error?.code, -32602, r.text);
   });
 
-  test('the SDK 2.4.0 client in auto mode falls back to initialize and works', async () => {
+  test('the SDK 2.4.0 client pinned to 2026-07-28: discover, list, call, and the policy', async () => {
     const { Client, StreamableHTTPClientTransport } = await import('@modelcontextprotocol/client');
-    const client = new Client({ name: 'era-auto', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' } });
+    const client = new Client({ name: 'era-pin', version: '1.0.0' }, { versionNegotiation: { mode: { pin: MODERN } } });
     const transport = new StreamableHTTPClientTransport(new URL(url()), { requestInit: { headers: { Authorization: `Bearer ${TOKEN}` } } });
     cleanup.add(() => client.close().catch(() => {}));
     await client.connect(transport);
     const { tools } = await client.listTools();
-    assert.ok(tools.some((t) => t.name === 'echo'), JSON.stringify(tools.map((t) => t.name)));
-    const r = await client.callTool({ name: 'echo', arguments: { text: 'auto fell back' } });
-    assert.equal(H.resultText(r), 'auto fell back');
+    assert.deepEqual(tools.map((t) => t.name).sort(), ['echo', 'slow']);
+    const r = await client.callTool({ name: 'echo', arguments: { text: 'pinned 2026' } });
+    assert.equal(H.resultText(r), 'pinned 2026');
+    await assert.rejects(client.callTool({ name: 'execute_code', arguments: { language: 'python', code: '1' } }),
+      (e) => { assert.match(String(e?.message ?? e), /denied|not allowed|-32001|policy/i, String(e)); return true; });
     await client.close();
   });
 
-  test('the SDK 2.4.0 client pinned to 2026-07-28 fails to connect, with the version error', async () => {
+  test('the SDK 2.4.0 client in auto mode probes, finds 2026-07-28 served, and works', async () => {
     const { Client, StreamableHTTPClientTransport } = await import('@modelcontextprotocol/client');
-    const client = new Client({ name: 'era-pin', version: '1.0.0' }, { versionNegotiation: { mode: { pin: MODERN } } });
+    const client = new Client({ name: 'era-auto', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' } });
     const transport = new StreamableHTTPClientTransport(new URL(url()), { requestInit: { headers: { Authorization: `Bearer ${TOKEN}` } } });
+    cleanup.add(() => client.close().catch(() => {}));
+    await client.connect(transport); // cowork: initialize = "local", served in the 2026 era
+    const r = await client.callTool({ name: 'echo', arguments: { text: 'auto' } });
+    assert.equal(H.resultText(r), 'auto');
+    await client.close();
+  });
+
+  test('the SDK 2.4.0 client pinned to 2026-07-28 against an upstream that needs a session fails clearly', async () => {
+    const { Client, StreamableHTTPClientTransport } = await import('@modelcontextprotocol/client');
+    const client = new Client({ name: 'era-pin2', version: '1.0.0' }, { versionNegotiation: { mode: { pin: MODERN } } });
+    const transport = new StreamableHTTPClientTransport(new URL(url('sessionful')), { requestInit: { headers: { Authorization: `Bearer ${TOKEN}` } } });
     cleanup.add(() => client.close().catch(() => {}));
     await assert.rejects(client.connect(transport), (e) => {
       assert.match(String(e?.message ?? e) + JSON.stringify(e?.data ?? {}), /2026-07-28|-32022|version/i, String(e));

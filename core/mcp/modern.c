@@ -1,0 +1,66 @@
+#include "core/mcp/modern.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/conf.h"
+#include "core/json.h"
+#include "core/mcp/era.h"
+
+static const char *const removed[] = {
+    "initialize", "notifications/initialized", "ping", "logging/setLevel", "resources/subscribe",
+    "resources/unsubscribe", "notifications/roots/list_changed", "notifications/elicitation/complete", NULL,
+};
+
+int tg_mcp_removed_method(const char *method)
+{
+    for (int i = 0; removed[i]; i++)
+        if (strcmp(method, removed[i]) == 0)
+            return 1;
+    return 0;
+}
+
+void tg_mcp_discover_result(struct tg_buf *out, const char *id, size_t id_len, const struct tg_upstream_conf *uc)
+{
+    tg_buf_appends(out, "{\"jsonrpc\":\"2.0\",\"id\":");
+    tg_buf_append(out, id, id_len);
+    tg_buf_appends(out, ",\"result\":{\"resultType\":\"complete\",\"supportedVersions\":[\"" TG_MCP_MODERN_VERSION
+                        "\"],\"capabilities\":{\"tools\":{\"listChanged\":false},\"resources\":{\"listChanged\":false},"
+                        "\"prompts\":{\"listChanged\":false}},\"ttlMs\":0,\"cacheScope\":\"private\",\"_meta\":{"
+                        "\"io.modelcontextprotocol/serverInfo\":{\"name\":");
+    char name[96];
+    snprintf(name, sizeof(name), "tollgate/%s", uc->name);
+    tg_json_write_string(out, name, strlen(name));
+    tg_buf_appends(out, ",\"version\":\"" TG_VERSION "\"}}}}");
+}
+
+static int cacheable(const char *method)
+{
+    static const char *const m[] = {"tools/list", "prompts/list", "resources/list", "resources/templates/list",
+                                    "resources/read", NULL};
+    for (int i = 0; m[i]; i++)
+        if (strcmp(method, m[i]) == 0)
+            return 1;
+    return 0;
+}
+
+void tg_mcp_modern_result(struct tg_buf *answer, const char *method)
+{
+    struct tg_json_doc doc;
+    if (tg_json_parse(answer->base, answer->len, 1000, 1, &doc, NULL, NULL) != 0)
+        return;
+    cJSON *res = cJSON_GetObjectItemCaseSensitive(doc.root, "result");
+    if (cJSON_IsObject(res)) {
+        if (cJSON_GetObjectItemCaseSensitive(res, "resultType") == NULL)
+            cJSON_AddStringToObject(res, "resultType", "complete");
+        if (method != NULL && cacheable(method)) {
+            cJSON_DeleteItemFromObjectCaseSensitive(res, "ttlMs");
+            cJSON_DeleteItemFromObjectCaseSensitive(res, "cacheScope");
+            cJSON_AddNumberToObject(res, "ttlMs", 0);
+            cJSON_AddStringToObject(res, "cacheScope", "private");
+        }
+        answer->len = 0;
+        tg_json_write(answer, doc.root);
+    }
+    cJSON_Delete(doc.root);
+}

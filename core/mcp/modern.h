@@ -1,0 +1,20 @@
+/* The 2026-07-28 era's own rules: the methods it removed, the gateway's server/discover answer,
+ * and what a complete result carries (resultType, cache hints). Pure functions: no I/O. */
+#ifndef TG_MCP_MODERN_H
+#define TG_MCP_MODERN_H
+
+#include "core/buf.h"
+
+struct tg_upstream_conf;
+
+/* 1 for a method the 2026-07-28 revision removed (initialize, ping, logging/setLevel,
+ * resources/(un)subscribe, and the notifications that went with them). */
+int tg_mcp_removed_method(const char *method);
+/* The gateway's answer to server/discover (id: raw JSON) for upstream uc. */
+void tg_mcp_discover_result(struct tg_buf *out, const char *id, size_t id_len, const struct tg_upstream_conf *uc);
+/* Make a 2025 upstream's successful answer a 2026 complete result, in place: resultType
+ * "complete", and for the cacheable methods ttlMs 0 and cacheScope "private" (per-grant lists
+ * must never be shared). Answers that are not a JSON-RPC result are left as they are. */
+void tg_mcp_modern_result(struct tg_buf *answer, const char *method);
+
+#endif
