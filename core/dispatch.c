@@ -372,14 +372,19 @@ struct tg_sink *tg_dispatch_get_stream_sink(struct tg_session *s)
 int tg_dispatch_stateless_session(struct tg_exchange *x)
 {
     struct tg_server *srv = x->srv;
+    /* Matched on the session's own grant and upstream, which a reload keeps current (upstream
+     * indices move when upstreams are added or removed); an entry whose session ended is reused. */
     struct tg_stateless *e = NULL;
-    for (size_t i = 0; i < srv->nstateless; i++)
-        if (srv->stateless[i].upstream == x->upstream && strcmp(srv->stateless[i].grant, x->grant->name) == 0)
-            e = &srv->stateless[i];
-    if (e != NULL && e->sess != NULL && e->sess->live) {
-        e->sess->last_active_ms = uv_now(srv->loop);
-        x->sess = e->sess;
-        return 0;
+    for (size_t i = 0; i < srv->nstateless; i++) {
+        struct tg_stateless *c = &srv->stateless[i];
+        if (c->sess != NULL && c->sess->live && c->sess->upstream == x->upstream &&
+            strcmp(c->sess->grant, x->grant->name) == 0) {
+            c->sess->last_active_ms = uv_now(srv->loop);
+            x->sess = c->sess;
+            return 0;
+        }
+        if (e == NULL && (c->sess == NULL || !c->sess->live))
+            e = c;
     }
     int st = tg_dispatch_session_open(x);
     if (st != 0)
@@ -391,12 +396,14 @@ int tg_dispatch_stateless_session(struct tg_exchange *x)
     if (e == NULL) {
         srv->stateless = tg_xrealloc(srv->stateless, (srv->nstateless + 1) * sizeof(*srv->stateless));
         e = &srv->stateless[srv->nstateless++];
-        e->grant = tg_xstrdup(x->grant->name);
-        e->upstream = x->upstream;
+        e->grant = NULL;
         e->sess = NULL;
     }
     if (e->sess != NULL)
         tg_session_unref(e->sess);
+    free(e->grant);
+    e->grant = tg_xstrdup(x->grant->name);
+    e->upstream = x->upstream;
     e->sess = tg_session_ref(s);
     return 0;
 }
