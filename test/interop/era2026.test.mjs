@@ -20,6 +20,8 @@ const cleanup = new H.Cleanup();
 let dir;
 let gw;
 let standin;
+let standin2; // a second stand-in, only for the reload test
+let confOpts; // what the conf was written from
 const TOKEN = 'client-' + H.randomToken();
 const UPSTREAM_TOKEN = 'cowork-' + H.randomToken();
 const MODERN = '2026-07-28';
@@ -57,10 +59,11 @@ const std = (method, name) => ({ 'MCP-Protocol-Version': MODERN, 'Mcp-Method': m
 before(async () => {
   dir = H.makeTempDir(cleanup);
   standin = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin.log') });
+  standin2 = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin2.log') });
   const policy = path.join(dir, 'echo-only.json');
   fs.writeFileSync(policy, '{"version":"1","default":"deny","tools":{"echo":{},"slow":{}}}\n'); // execute_code: denied and hidden
   const headers = { Authorization: `Bearer ${UPSTREAM_TOKEN}` };
-  const conf = H.writeConf(dir, {
+  confOpts = {
     listeners: [{}],
     admin: true, // /metrics: when a call is with the upstream
     grants: [{ name: 'alice', token_sha256: H.sha256hex(TOKEN) }],
@@ -68,7 +71,8 @@ before(async () => {
       { name: 'cowork', url: standin.url, default: true, initialize: 'local', headers, policy },
       { name: 'sessionful', url: standin.url, headers }, // initialize forwarded: needs the bridge
     ],
-  });
+  };
+  const conf = H.writeConf(dir, confOpts);
   gw = await H.startTollgate(conf, { cleanup, listeners: 1, admin: true });
 });
 
@@ -208,5 +212,30 @@ describe('2026-07-28 requests', () => {
       assert.match(String(e?.message ?? e) + JSON.stringify(e?.data ?? {}), /2026-07-28|-32022|version/i, String(e));
       return true;
     });
+  });
+
+  test('a reload that moves the upstreams: a grant\'s stateless session stays with its own upstream', async () => {
+    const ok = await post(call('echo', { text: 'before' }), std('tools/call', 'echo'));
+    assert.equal(H.resultText(ok.json?.result), 'before', ok.text);
+    // A new upstream first: "cowork" moves from index 0 to 1, and "fresh" takes index 0.
+    const headers = { Authorization: `Bearer ${UPSTREAM_TOKEN}` };
+    const policy = confOpts.upstreams[0].policy;
+    H.writeConf(dir, {
+      ...confOpts,
+      upstreams: [{ name: 'fresh', url: standin2.url, initialize: 'local', headers, policy }, ...confOpts.upstreams],
+    });
+    const n = (gw.stderr().match(/configuration reloaded/g) ?? []).length;
+    process.kill(gw.proc.pid, 'SIGHUP');
+    assert.ok(await H.waitFor(() => (gw.stderr().match(/configuration reloaded/g) ?? []).length > n, { timeout: 5000 }),
+      'tollgate logged "configuration reloaded"');
+    const calls2 = () => standin2.records().filter((r) => r.http && r.msg?.method === 'tools/call').length;
+    const c1 = upstreamCalls(), c2 = calls2();
+    const f = await post(call('echo', { text: 'to fresh' }), std('tools/call', 'echo'), 'fresh');
+    assert.equal(H.resultText(f.json?.result), 'to fresh', f.text);
+    const c = await post(call('echo', { text: 'to cowork' }), std('tools/call', 'echo'), 'cowork');
+    assert.equal(H.resultText(c.json?.result), 'to cowork', c.text);
+    await H.waitFor(() => calls2() > c2 && upstreamCalls() > c1, { timeout: 5000 });
+    assert.equal(calls2(), c2 + 1, 'the call to "fresh" reached its own stand-in');
+    assert.equal(upstreamCalls(), c1 + 1, 'the call to "cowork" reached its own stand-in');
   });
 });
