@@ -51,6 +51,15 @@ void tg_mcp_modern_result(struct tg_buf *answer, const char *method)
         return;
     cJSON *res = cJSON_GetObjectItemCaseSensitive(doc.root, "result");
     if (cJSON_IsObject(res)) {
+        cJSON *tools = method != NULL && strcmp(method, "tools/list") == 0
+                           ? cJSON_GetObjectItemCaseSensitive(res, "tools") : NULL;
+        /* A 2026 client must drop a tool whose x-mcp-header annotations are invalid: it never
+         * sees one here. */
+        for (cJSON *t = cJSON_IsArray(tools) ? tools->child : NULL, *next; t != NULL; t = next) {
+            next = t->next;
+            if (!tg_mcp_tool_headers_valid(cJSON_GetObjectItemCaseSensitive(t, "inputSchema")))
+                cJSON_Delete(cJSON_DetachItemViaPointer(tools, t));
+        }
         if (cJSON_GetObjectItemCaseSensitive(res, "resultType") == NULL)
             cJSON_AddStringToObject(res, "resultType", "complete");
         if (method != NULL && cacheable(method)) {

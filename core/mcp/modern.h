@@ -14,7 +14,8 @@ int tg_mcp_removed_method(const char *method);
 void tg_mcp_discover_result(struct tg_buf *out, const char *id, size_t id_len, const struct tg_upstream_conf *uc);
 /* Make a 2025 upstream's successful answer a 2026 complete result, in place: resultType
  * "complete", and for the cacheable methods ttlMs 0 and cacheScope "private" (per-grant lists
- * must never be shared). Answers that are not a JSON-RPC result are left as they are. */
+ * must never be shared); tools/list loses the tools whose x-mcp-header annotations are invalid.
+ * Answers that are not a JSON-RPC result are left as they are. */
 void tg_mcp_modern_result(struct tg_buf *answer, const char *method);
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "core/json.h"
 #include "core/mcp/era.h"
+#include "core/mcp/modern.h"
 #include "core/msg.h"
 
 #define META "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
@@ -287,12 +288,52 @@ static void annotations(void **state)
     assert_true(tg_mcp_tool_headers_valid(NULL));
 }
 
+/* A 2025 upstream's answer made a 2026 result: resultType, cache hints, and tools/list without
+ * the tools a 2026 client would have to drop. */
+static void modern_results(void **state)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"tools\":["
+                       "{\"name\":\"ok\",\"inputSchema\":{\"type\":\"object\",\"properties\":{\"r\":{\"type\":\"string\",\"x-mcp-header\":\"R\"}}}},"
+                       "{\"name\":\"bad\",\"inputSchema\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"number\",\"x-mcp-header\":\"N\"}}}},"
+                       "{\"name\":\"plain\",\"inputSchema\":{\"type\":\"object\"}}],\"ttlMs\":60000,\"cacheScope\":\"public\"}}");
+    tg_mcp_modern_result(&b, "tools/list");
+    cJSON *j = cJSON_ParseWithLength(b.base, b.len);
+    assert_non_null(j);
+    cJSON *res = cJSON_GetObjectItemCaseSensitive(j, "result");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(res, "resultType")->valuestring, "complete");
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(res, "ttlMs")->valueint, 0); /* never the upstream's */
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(res, "cacheScope")->valuestring, "private");
+    cJSON *tools = cJSON_GetObjectItemCaseSensitive(res, "tools");
+    assert_int_equal(cJSON_GetArraySize(tools), 2);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(tools, 0), "name")->valuestring, "ok");
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(tools, 1), "name")->valuestring, "plain");
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(j, "id")->valueint, 3);
+    cJSON_Delete(j);
+    /* tools/call: resultType only; an error answer is left alone. */
+    b.len = 0;
+    tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"content\":[]}}");
+    tg_mcp_modern_result(&b, "tools/call");
+    tg_buf_append(&b, "", 1);
+    assert_string_equal(b.base, "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"content\":[],\"resultType\":\"complete\"}}");
+    b.len = 0;
+    tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":5,\"error\":{\"code\":-32602,\"message\":\"x\"}}");
+    tg_mcp_modern_result(&b, "tools/call");
+    tg_buf_append(&b, "", 1);
+    assert_string_equal(b.base, "{\"jsonrpc\":\"2.0\",\"id\":5,\"error\":{\"code\":-32602,\"message\":\"x\"}}");
+    assert_true(tg_mcp_removed_method("ping"));
+    assert_true(tg_mcp_removed_method("initialize"));
+    assert_false(tg_mcp_removed_method("tools/call"));
+    tg_buf_dispose(&b);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(classify_by_body), cmocka_unit_test(versions),      cmocka_unit_test(header_values),
         cmocka_unit_test(header_matches_body), cmocka_unit_test(standard_headers), cmocka_unit_test(param_headers),
-        cmocka_unit_test(annotations),
+        cmocka_unit_test(annotations), cmocka_unit_test(modern_results),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
