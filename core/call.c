@@ -316,6 +316,19 @@ void tg_call_backpressure(struct tg_call *k)
     }
 }
 
+/* k's answer, rewritten already (out), to its sink: noted (initialize), made a 2026 result for
+ * a 2026 client, answered. The one place an upstream's answer reaches a client. */
+static void deliver_answer(struct tg_call *k, struct tg_buf *out, int is_error, const char *p, size_t n)
+{
+    k->got_response = is_error ? 2 : 1;
+    if (k->is_init)
+        tg_mcp_note_init_result(k->sess, p, n, k->srv->conf->limits.json_depth + 16);
+    if (k->era == TG_ERA_2026 && !is_error)
+        tg_mcp_modern_result(out, k->method); /* a 2025 upstream's result, as 2026 has it */
+    if (k->sink != NULL)
+        k->sink->ops->answer(k->sink, k, 200, NULL, out->base, out->len);
+}
+
 int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *pre)
 {
     struct tg_sink *sk = k->sink;
@@ -335,12 +348,7 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
         return 0;
     }
     if (mine) {
-        k->got_response = is_error ? 2 : 1;
-        if (k->is_init)
-            tg_mcp_note_init_result(k->sess, p, n, k->srv->conf->limits.json_depth + 16);
-        if (k->era == TG_ERA_2026 && !is_error)
-            tg_mcp_modern_result(&out, k->method); /* a 2025 upstream's result, as 2026 has it */
-        sk->ops->answer(sk, k, 200, NULL, out.base, out.len);
+        deliver_answer(k, &out, is_error, p, n);
     } else if (refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0, NULL)) {
         tg_buf_dispose(&out);
         return 0;
@@ -364,15 +372,8 @@ int tg_call_answer(struct tg_call *k, const char *p, size_t n, const struct tg_j
     struct tg_mcp_answer a;
     answer_of(k, &a);
     int mine = tg_mcp_restore_id(&a, p, n, pre, &out, &valid, &is_error, NULL);
-    if (mine) {
-        k->got_response = is_error ? 2 : 1;
-        if (k->is_init)
-            tg_mcp_note_init_result(k->sess, p, n, k->srv->conf->limits.json_depth + 16);
-        if (k->era == TG_ERA_2026 && !is_error)
-            tg_mcp_modern_result(&out, k->method);
-        if (k->sink != NULL)
-            k->sink->ops->answer(k->sink, k, 200, NULL, out.base, out.len);
-    }
+    if (mine)
+        deliver_answer(k, &out, is_error, p, n);
     tg_buf_dispose(&out);
     return mine;
 }

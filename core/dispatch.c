@@ -172,42 +172,29 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
 }
 
 
-/* notifications/cancelled names the client's request id: point it at ours, or drop it. */
-static int rewrite_cancel(struct tg_session *s, struct tg_msg *m)
+/* The id key a notifications/cancelled names (params.requestId, of any length: ids are bounded
+ * only by limits.body_bytes), or NULL. */
+static char *cancel_key(struct tg_msg *m)
 {
-    cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
-    cJSON *rid = cJSON_GetObjectItemCaseSensitive(params, "requestId");
-    char *want = cJSON_IsString(rid) ? tg_mcp_id_key_string(rid->valuestring) : tg_mcp_id_key_number(rid);
-    if (want == NULL)
-        return 0;
+    cJSON *rid = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->root, "params"), "requestId");
+    return cJSON_IsString(rid) ? tg_mcp_id_key_string(rid->valuestring) : tg_mcp_id_key_number(rid);
+}
+
+/* A cancel naming a forwarded call of this session: its requestId becomes our id. 0 if it names
+ * none (nothing to cancel upstream). */
+static int rewrite_cancel(struct tg_session *s, struct tg_msg *m, const char *want)
+{
     for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
         if (k->kind != KIND_REQUEST || k->id_key == NULL || !k->forwarded || strcmp(k->id_key, want) != 0)
             continue;
-        free(want);
         cJSON *n = tg_json_number_raw(k->gid_str, k->gid_len);
         if (n == NULL)
             return 0;
-        cJSON_ReplaceItemInObjectCaseSensitive(params, "requestId", n);
+        cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->root, "params"), "requestId", n);
         return 1;
     }
-    free(want);
     return 0;
-}
-
-/* notifications/cancelled naming a call still parked for approval: it is withdrawn and never
- * forwarded, whatever an approver does later. */
-static int cancel_parked(struct tg_session *s, struct tg_msg *m)
-{
-    cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
-    cJSON *rid = cJSON_GetObjectItemCaseSensitive(params, "requestId");
-    /* The key of an id of any length (ids are bounded only by limits.body_bytes). */
-    char *want = cJSON_IsString(rid) ? tg_mcp_id_key_string(rid->valuestring) : tg_mcp_id_key_number(rid);
-    if (want == NULL)
-        return 0;
-    int found = tg_approvals_cancel(s, want);
-    free(want);
-    return found;
 }
 
 /* Notifications and responses from the client. */
@@ -225,12 +212,16 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
                "Invalid Request: no server request with this id is waiting for an answer", NULL);
         return;
     }
-    if (m->kind == TG_MSG_NOTIFICATION && strcmp(m->method, "notifications/cancelled") == 0 &&
-        (cancel_parked(s, m) || !rewrite_cancel(s, m))) {
-        /* Withdrawn while parked, or not one of this session's calls in flight: nothing to
-         * cancel upstream. */
-        accept_bare(sk);
-        return;
+    if (m->kind == TG_MSG_NOTIFICATION && strcmp(m->method, "notifications/cancelled") == 0) {
+        /* A call parked for approval is withdrawn and never forwarded, whatever an approver does
+         * later; one in flight upstream is cancelled there; anything else names nothing. */
+        char *want = cancel_key(m);
+        int upstream = want != NULL && !tg_approvals_cancel(s, want) && rewrite_cancel(s, m, want);
+        free(want);
+        if (!upstream) {
+            accept_bare(sk);
+            return;
+        }
     }
     struct tg_call *k = tg_call_new(srv, s, sk, KIND_FORWARD);
     k->era = x->era;
@@ -373,18 +364,17 @@ int tg_dispatch_stateless_session(struct tg_exchange *x)
 {
     struct tg_server *srv = x->srv;
     /* Matched on the session's own grant and upstream, which a reload keeps current (upstream
-     * indices move when upstreams are added or removed); an entry whose session ended is reused. */
-    struct tg_stateless *e = NULL;
+     * indices move when upstreams are added or removed). */
+    struct tg_session **slot = NULL;
     for (size_t i = 0; i < srv->nstateless; i++) {
-        struct tg_stateless *c = &srv->stateless[i];
-        if (c->sess != NULL && c->sess->live && c->sess->upstream == x->upstream &&
-            strcmp(c->sess->grant, x->grant->name) == 0) {
-            c->sess->last_active_ms = uv_now(srv->loop);
-            x->sess = c->sess;
+        struct tg_session *c = srv->stateless[i];
+        if (c->live && c->upstream == x->upstream && strcmp(c->grant, x->grant->name) == 0) {
+            c->last_active_ms = uv_now(srv->loop);
+            x->sess = c;
             return 0;
         }
-        if (e == NULL && (c->sess == NULL || !c->sess->live))
-            e = c;
+        if (slot == NULL && !c->live)
+            slot = &srv->stateless[i];
     }
     int st = tg_dispatch_session_open(x);
     if (st != 0)
@@ -393,28 +383,20 @@ int tg_dispatch_stateless_session(struct tg_exchange *x)
     /* The upstream hears 2025 from this session: the gateway speaks the latest 2025 version. */
     tg_strlcpy(s->proto, TG_PROTO_LATEST, sizeof(s->proto));
     s->initialized = 1;
-    if (e == NULL) {
+    if (slot == NULL) {
         srv->stateless = tg_xrealloc(srv->stateless, (srv->nstateless + 1) * sizeof(*srv->stateless));
-        e = &srv->stateless[srv->nstateless++];
-        e->grant = NULL;
-        e->sess = NULL;
+        slot = &srv->stateless[srv->nstateless++];
+    } else {
+        tg_session_unref(*slot);
     }
-    if (e->sess != NULL)
-        tg_session_unref(e->sess);
-    free(e->grant);
-    e->grant = tg_xstrdup(x->grant->name);
-    e->upstream = x->upstream;
-    e->sess = tg_session_ref(s);
+    *slot = tg_session_ref(s);
     return 0;
 }
 
 void tg_dispatch_dispose(struct tg_server *srv)
 {
-    for (size_t i = 0; i < srv->nstateless; i++) {
-        free(srv->stateless[i].grant);
-        if (srv->stateless[i].sess != NULL)
-            tg_session_unref(srv->stateless[i].sess);
-    }
+    for (size_t i = 0; i < srv->nstateless; i++)
+        tg_session_unref(srv->stateless[i]);
     free(srv->stateless);
     srv->stateless = NULL;
     srv->nstateless = 0;

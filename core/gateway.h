@@ -67,14 +67,10 @@ struct tg_server {
     uv_signal_t sigterm, sigint, sighup, sigusr1;
     uv_timer_t sweep;
     uv_timer_t drain_timer;
-    /* The session that stateless (2026-07-28) requests of one grant use on one upstream: one
-     * per (grant, upstream), each holding a session reference (core/dispatch.c; freed by
-     * tg_dispatch_dispose). */
-    struct tg_stateless {
-        char *grant;
-        int upstream;
-        struct tg_session *sess;
-    } *stateless;
+    /* The sessions stateless (2026-07-28) requests use: one per grant and upstream, found by the
+     * session's own grant and upstream; each slot holds a session reference (core/dispatch.c;
+     * dropped by tg_dispatch_dispose); a slot whose session ended is reused. */
+    struct tg_session **stateless;
     size_t nstateless;
     int draining;
     uint64_t drain_deadline;

@@ -415,7 +415,7 @@ static struct tg_session *post_session(struct tg_exchange *x, struct tg_conn *c,
  * is told the versions served, all of the 2025 era (-32022), so that a negotiating client falls
  * back to initialize and a pinned one fails clearly; nothing reaches the upstream. Returns 1 if
  * m was such a request. */
-static int refuse_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg *m)
+static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg *m)
 {
     struct tg_mcp_claim claim;
     struct tg_mcp_refusal why;
@@ -450,11 +450,7 @@ static int refuse_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
         struct tg_buf d;
         tg_buf_init(&d);
         tg_buf_appends(&d, "{\"supported\":");
-        tg_mcp_versions_write(&d);
-        if (served) {
-            d.len--; /* the array's ']' */
-            tg_buf_appends(&d, ",\"" TG_MCP_MODERN_VERSION "\"]");
-        }
+        tg_mcp_versions_write(&d, served ? TG_MCP_MODERN_VERSION : NULL);
         tg_buf_appends(&d, ",\"requested\":");
         tg_json_write_string(&d, claim.version, strlen(claim.version));
         tg_buf_append(&d, "}", 2);
@@ -536,7 +532,7 @@ void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
         tg_msg_dispose(&m);
         return;
     }
-    if (refuse_modern(x, c, &m)) {
+    if (handle_modern(x, c, &m)) {
         tg_msg_dispose(&m);
         return;
     }

@@ -133,7 +133,9 @@ int tg_mcp_header_matches(struct tg_slice d, const cJSON *v)
 
 /* ---- the standard headers ---------------------------------------------------------------- */
 
-/* The one value of header name: 0 and *v; 1 if absent; -1 if given twice or comma-joined. */
+/* The one value of header name: 0 and *v; 1 if absent; -1 if given twice. (Two values joined
+ * with a comma by some proxy are one value that does not equal the body's: the comparison
+ * refuses them, while a URI that really has a comma still matches.) */
 static int one_header(const struct tg_mcp_header *h, size_t nh, const char *name, struct tg_slice *v)
 {
     int found = 0;
@@ -144,10 +146,7 @@ static int one_header(const struct tg_mcp_header *h, size_t nh, const char *name
             return -1;
         *v = h[i].value;
     }
-    if (!found)
-        return 1;
-    /* A comma is never part of a version, a method, or a (base64-encoded) name: it joins two. */
-    return memchr(v->ptr, ',', v->len) != NULL ? -1 : 0;
+    return found ? 0 : 1;
 }
 
 static int mismatch(struct tg_mcp_refusal *why, const char *header, const char *what)
@@ -157,9 +156,9 @@ static int mismatch(struct tg_mcp_refusal *why, const char *header, const char *
     return refuse(why, TG_RPC_HEADER_MISMATCH, 400, msg);
 }
 
-/* Header name against a body value. */
+/* Header name against a body value (body_value, or the string body_str when body_value is NULL). */
 static int check_one(const struct tg_mcp_header *h, size_t nh, const char *name, const cJSON *body_value,
-                     struct tg_buf *scratch, struct tg_mcp_refusal *why)
+                     const char *body_str, struct tg_buf *scratch, struct tg_mcp_refusal *why)
 {
     struct tg_slice raw;
     int r = one_header(h, nh, name, &raw);
@@ -169,7 +168,8 @@ static int check_one(const struct tg_mcp_header *h, size_t nh, const char *name,
         return mismatch(why, name, "is given more than once");
     if (tg_mcp_header_value(raw, scratch) != 0)
         return mismatch(why, name, "is not a valid header value");
-    if (!tg_mcp_header_matches(tg_slice_of(scratch->base, scratch->len), body_value))
+    struct tg_slice d = tg_slice_of(scratch->base, scratch->len);
+    if (body_value != NULL ? !tg_mcp_header_matches(d, body_value) : !tg_slice_eq(d, tg_slice_cstr(body_str)))
         return mismatch(why, name, "does not match the body");
     return 0;
 }
@@ -182,14 +182,13 @@ int tg_mcp_check_headers(const struct tg_mcp_header *h, size_t nh, const cJSON *
     int rc = -1;
     const cJSON *method = cJSON_GetObjectItemCaseSensitive(root, "method");
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
-    cJSON *version = cJSON_CreateString(claim->version ? claim->version : "");
-    if (check_one(h, nh, "mcp-protocol-version", version, &scratch, why) != 0)
+    if (check_one(h, nh, "mcp-protocol-version", NULL, claim->version ? claim->version : "", &scratch, why) != 0)
         goto out;
     if (!cJSON_IsString(method)) {
         refuse(why, TG_RPC_INVALID_REQUEST, 400, "Invalid Request: method must be a string");
         goto out;
     }
-    if (check_one(h, nh, "mcp-method", method, &scratch, why) != 0)
+    if (check_one(h, nh, "mcp-method", method, NULL, &scratch, why) != 0)
         goto out;
     const char *m = method->valuestring;
     const char *key = strcmp(m, "tools/call") == 0 || strcmp(m, "prompts/get") == 0 ? "name"
@@ -204,7 +203,7 @@ int tg_mcp_check_headers(const struct tg_mcp_header *h, size_t nh, const cJSON *
             refuse(why, TG_RPC_INVALID_PARAMS, 400, msg);
             goto out;
         }
-        if (check_one(h, nh, "mcp-name", name, &scratch, why) != 0)
+        if (check_one(h, nh, "mcp-name", name, NULL, &scratch, why) != 0)
             goto out;
     } else if (one_header(h, nh, "mcp-name", &raw) != 1) {
         mismatch(why, "Mcp-Name", "is given for a method that names nothing");
@@ -212,7 +211,6 @@ int tg_mcp_check_headers(const struct tg_mcp_header *h, size_t nh, const cJSON *
     }
     rc = 0;
 out:
-    cJSON_Delete(version);
     tg_buf_dispose(&scratch);
     return rc;
 }
@@ -226,12 +224,16 @@ static int is_token_char(char c)
 
 /* Each marked property of schema (recursing through "properties" only) to fn; stops at the
  * first fn that returns non-zero. */
+/* How deep a schema is followed; a mark deeper than this makes the tool invalid (it could not
+ * be checked). */
+#define MAX_SCHEMA_DEPTH 32
+
 typedef int (*marked_cb)(const char *header, const cJSON *prop, const cJSON *args, void *ud);
 
 static int walk(const cJSON *schema, const cJSON *args, marked_cb fn, void *ud, int depth)
 {
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(schema, "properties");
-    if (!cJSON_IsObject(props) || depth > 16)
+    if (!cJSON_IsObject(props) || depth > MAX_SCHEMA_DEPTH)
         return 0;
     for (const cJSON *p = props->child; p; p = p->next) {
         const cJSON *arg = cJSON_IsObject(args) ? cJSON_GetObjectItemCaseSensitive(args, p->string) : NULL;
@@ -255,8 +257,8 @@ static int marked_off_path(const cJSON *node, int on_path, int depth)
 {
     if (!cJSON_IsObject(node) && !cJSON_IsArray(node))
         return 0;
-    if (depth > 32)
-        return 1; /* too deep to judge: the tool is dropped */
+    if (depth > MAX_SCHEMA_DEPTH)
+        return 1; /* too deep to judge, or to check: the tool is dropped */
     if (cJSON_IsObject(node) && !on_path && cJSON_GetObjectItemCaseSensitive(node, "x-mcp-header") != NULL)
         return 1;
     for (const cJSON *c = node->child; c; c = c->next) {
@@ -307,17 +309,9 @@ int tg_mcp_tool_headers_valid(const cJSON *input_schema)
     v.nseen = 0;
     if (cJSON_GetObjectItemCaseSensitive(input_schema, "x-mcp-header") != NULL)
         return 0; /* on the schema itself: no property carries it */
-    /* The root itself is on the path, but its own annotation was refused above. */
-    for (const cJSON *c = cJSON_IsObject(input_schema) ? input_schema->child : NULL; c; c = c->next) {
-        int props = c->string != NULL && strcmp(c->string, "properties") == 0 && cJSON_IsObject(c);
-        if (props) {
-            for (const cJSON *p = c->child; p; p = p->next)
-                if (marked_off_path(p, 1, 1))
-                    return 0;
-        } else if (marked_off_path(c, 0, 1)) {
-            return 0;
-        }
-    }
+    /* The root is on the path (its own annotation was refused above). */
+    if (marked_off_path(input_schema, 1, 0))
+        return 0;
     return walk(input_schema, NULL, check_mark, &v, 0) == 0;
 }
 
@@ -340,7 +334,7 @@ static int check_param(const char *header, const cJSON *prop, const cJSON *arg, 
     int present = arg != NULL && !cJSON_IsNull(arg);
     if (!present)
         return r == 1 ? 0 : mismatch(pc->why, name, "is given for an argument the body does not have");
-    return check_one(pc->h, pc->nh, name, arg, &pc->scratch, pc->why) != 0;
+    return check_one(pc->h, pc->nh, name, arg, NULL, &pc->scratch, pc->why) != 0;
 }
 
 int tg_mcp_check_param_headers(const struct tg_mcp_header *h, size_t nh, const cJSON *input_schema,

@@ -20,7 +20,7 @@ int tg_mcp_version_supported(struct tg_slice v)
     return 0;
 }
 
-void tg_mcp_versions_write(struct tg_buf *out)
+void tg_mcp_versions_write(struct tg_buf *out, const char *also)
 {
     tg_buf_append(out, "[", 1);
     int n = 0;
@@ -30,6 +30,10 @@ void tg_mcp_versions_write(struct tg_buf *out)
         tg_json_write_string(out, supported_versions[i], strlen(supported_versions[i]));
         if (i > 0)
             tg_buf_append(out, ",", 1);
+    }
+    if (also != NULL) {
+        tg_buf_append(out, ",", 1);
+        tg_json_write_string(out, also, strlen(also));
     }
     tg_buf_append(out, "]", 1);
 }
