@@ -314,21 +314,28 @@ void tg__upconn_read_start(struct tg_upconn *c)
     uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read);
 }
 
+/* The connection failed before it carried its request: the request is taken off it and ends with
+ * err, now or (later, when this runs inside tg_upreq_start) from the loop. */
+static void connect_failed(struct tg_upconn *c, int err, int later)
+{
+    struct tg_upreq *r = c->req;
+    c->req = NULL;
+    if (r)
+        r->conn = NULL;
+    tg__upconn_close(c);
+    if (r && later)
+        tg__upreq_finish_later(r, err);
+    else if (r)
+        tg__upreq_finish(r, err);
+}
+
 static void on_connect_timeout(uv_timer_t *t)
 {
     struct tg_upconn *c = t->data;
     tg_log(TG_LOG_WARN, "upstream connect timed out", "upstream=%s timeout_ms=%d", c->up->uc->name,
            c->up->uc->connect_timeout_ms);
     c->up->last_connect_failed = 1;
-    struct tg_upreq *r = c->req;
-    c->req = NULL;
-    if (r) {
-        r->conn = NULL;
-        tg__upconn_close(c);
-        tg__upreq_finish(r, TG_ETIMEDOUT);
-    } else {
-        tg__upconn_close(c);
-    }
+    connect_failed(c, TG_ETIMEDOUT, 0);
 }
 
 static void on_connected(uv_connect_t *req, int status)
@@ -342,13 +349,7 @@ static void on_connected(uv_connect_t *req, int status)
             tg_log(TG_LOG_WARN, "upstream connect failed", "upstream=%s error=\"%s\"", u->uc->name,
                    uv_strerror(status));
         u->last_connect_failed = 1;
-        struct tg_upreq *r = c->req;
-        c->req = NULL;
-        if (r)
-            r->conn = NULL;
-        tg__upconn_close(c);
-        if (r)
-            tg__upreq_finish(r, status);
+        connect_failed(c, status, 0);
         return;
     }
     if (u->last_connect_failed)
@@ -376,13 +377,7 @@ static void start_connect(struct tg_upconn *c, const struct sockaddr *sa)
         /* EMFILE and the like fail here, inside tg_upreq_start: the caller hears of it later. */
         tg_log(TG_LOG_WARN, "upstream connect failed", "upstream=%s error=\"%s\"", c->up->uc->name, uv_strerror(e));
         c->up->last_connect_failed = 1;
-        struct tg_upreq *r = c->req;
-        c->req = NULL;
-        if (r)
-            r->conn = NULL;
-        tg__upconn_close(c);
-        if (r)
-            tg__upreq_finish_later(r, e);
+        connect_failed(c, e, 1); /* inside tg_upreq_start: the caller hears of it from the loop */
     }
 }
 
