@@ -23,12 +23,6 @@ int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channe
  * 503 (draining) or 429 (the grant's session cap; metrics counted). */
 int tg_dispatch_session_open(struct tg_exchange *x);
 
-/* The session a stateless (2026-07-28) request of x's grant uses on x's upstream: made on the
- * first such request, made again once it has expired or ended. 0 (x->sess set), or the HTTP
- * status of the refusal (503 draining, 429 the grant's session cap). */
-int tg_dispatch_stateless_session(struct tg_exchange *x);
-/* Drop the stateless sessions' references (shutdown). */
-void tg_dispatch_dispose(struct tg_server *srv);
 
 /* The session ends: TG_END_DELETE for a client's DELETE, TG_END_CLIENT_GONE when a channel's
  * client left (parked calls are withdrawn too). The upstream session is ended, the GET stream

@@ -69,9 +69,10 @@ struct tg_server {
     uv_timer_t drain_timer;
     /* The sessions stateless (2026-07-28) requests use: one per grant and upstream, found by the
      * session's own grant and upstream; each slot holds a session reference (core/dispatch.c;
-     * dropped by tg_dispatch_dispose); a slot whose session ended is reused. */
+     * dropped by tg_bridge_dispose); a slot whose session ended is reused. */
     struct tg_session **stateless;
     size_t nstateless;
+    struct tg_list bridge_pending; /* stateless sessions whose waiting requests run next round */
     int draining;
     uint64_t drain_deadline;
     uint64_t accept_warned_ms;

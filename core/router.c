@@ -10,6 +10,7 @@
 #include "core/exchange.h"
 #include "core/gateway.h"
 #include "core/log.h"
+#include "core/mcp/bridge.h"
 #include "core/msg.h"
 #include "core/resource_meta.h"
 #include "core/session.h"
@@ -274,7 +275,12 @@ void tg_router_drop_session(struct tg_server *srv, struct tg_session *s)
     tg_session_unref(s);
 }
 
-void tg_router_run_pending(struct tg_server *srv) { tg_call_run_pending(srv); }
+int tg_router_run_pending(struct tg_server *srv)
+{
+    tg_bridge_run_pending(srv); /* stateless requests whose upstream session is ready */
+    tg_call_run_pending(srv);
+    return tg_bridge_pending(srv);
+}
 
 static int end_stream_one(struct tg_session *s, void *arg)
 {
@@ -296,7 +302,7 @@ void tg_router_free_streams(struct tg_server *srv)
     tg_call_abort_waiting(srv);
     tg_approvals_abort(srv);
     tg_streamable_free_streams(srv);
-    tg_dispatch_dispose(srv); /* before the session table goes */
+    tg_bridge_dispose(srv); /* before the session table goes */
 }
 
 void tg_router_dispose(struct tg_server *srv)

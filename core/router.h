@@ -35,7 +35,7 @@ void tg_router_tick(struct tg_server *srv, int sessions_too);
 void tg_router_drop_session(struct tg_server *srv, struct tg_session *s);
 /* Release the calls closed during this loop iteration (the server calls it with no handler
  * on the stack). */
-void tg_router_run_pending(struct tg_server *srv);
+int tg_router_run_pending(struct tg_server *srv); /* 1: more waits for the next round */
 /* End every GET stream and channel (drain/shutdown). */
 void tg_router_end_streams(struct tg_server *srv);
 /* Open channel sessions by transport (metrics). */

@@ -79,9 +79,9 @@ static void on_pending_idle(uv_idle_t *h) { (void)h; }
 static void flush_all(struct tg_server *srv)
 {
     tg_http_run_pending(&srv->http);
-    tg_router_run_pending(srv);
+    int more = tg_router_run_pending(srv);
     tg_http_flush_corked(&srv->http);
-    if (!tg_list_empty(&srv->http.conn_pending) || !tg_list_empty(&srv->dead_calls))
+    if (more || !tg_list_empty(&srv->http.conn_pending) || !tg_list_empty(&srv->dead_calls))
         uv_idle_start(&srv->pending_idle, on_pending_idle);
     else
         uv_idle_stop(&srv->pending_idle);

@@ -17,6 +17,7 @@ struct tg_call;
 struct tg_sink;
 struct tg_server;
 struct tg_uplink;
+struct tg_bridge;
 
 /* One client session. Owner: refcounted. tg_session_create() gives the table its reference,
  * which tg_session_remove() drops (DELETE, expiry, the client gone); calls, sinks, channels and
@@ -41,6 +42,8 @@ struct tg_session {
                                  * owned by the session, freed by release_link */
     void (*release_link)(struct tg_session *s); /* called when the session is removed */
     int init_pending;       /* initialize sent upstream, answer not seen yet */
+    struct tg_bridge *bridge; /* a stateless session's upstream-session state (core/mcp/bridge.c,
+                               * which owns and frees it), else NULL */
     int stalled;            /* client connections still holding a big answer of this session */
     struct tg_buf server_reqs; /* canonical ids of server-to-client requests awaiting the client's answer */
     int nserver_reqs;

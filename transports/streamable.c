@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/mcp/era.h"
 #include "core/mcp/legacy.h"
+#include "core/mcp/bridge.h"
 #include "core/mcp/modern.h"
 #include "core/msg.h"
 #include "core/gateway.h"
@@ -408,13 +409,10 @@ static struct tg_session *post_session(struct tg_exchange *x, struct tg_conn *c,
 }
 
 /* A request of the 2026-07-28 era. The body's claim and every Mcp-* header are checked first (a
- * header never talks past the body: -32020). For an upstream whose initialize the gateway
- * answers itself, the request is served statelessly: server/discover here, removed methods 404,
- * anything else through the policy gate on the grant's stateless session, with the answer made
- * a 2026 result. For the others (the bridge to upstream sessions is still to come) the client
- * is told the versions served, all of the 2025 era (-32022), so that a negotiating client falls
- * back to initialize and a pinned one fails clearly; nothing reaches the upstream. Returns 1 if
- * m was such a request. */
+ * header never talks past the body: -32020). Then it is served statelessly: removed methods
+ * 404, answers to server requests 400, anything else through the bridge (core/mcp/bridge.c)
+ * on the grant's stateless session, which answers server/discover and passes the rest through
+ * the policy gate, with the answer made a 2026 result. Returns 1 if m was such a request. */
 static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg *m)
 {
     struct tg_mcp_claim claim;
@@ -445,12 +443,11 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
         return 1;
     }
     const char *method = m->method;
-    int served = x->uc->init_local; /* the bridge to upstream sessions is still to come */
-    if (!served || !tg_mcp_modern_version_supported(claim.version)) {
+    if (!tg_mcp_modern_version_supported(claim.version)) {
         struct tg_buf d;
         tg_buf_init(&d);
         tg_buf_appends(&d, "{\"supported\":");
-        tg_mcp_versions_write(&d, served ? TG_MCP_MODERN_VERSION : NULL);
+        tg_mcp_versions_write(&d, TG_MCP_MODERN_VERSION);
         tg_buf_appends(&d, ",\"requested\":");
         tg_json_write_string(&d, claim.version, strlen(claim.version));
         tg_buf_append(&d, "}", 2);
@@ -472,15 +469,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
         tg_http_respond_rpc(c, 404, NULL, m->id_raw, m->id_len, TG_RPC_METHOD_NOT_FOUND, msg, NULL);
         return 1;
     }
-    if (m->kind == TG_MSG_REQUEST && strcmp(method, "server/discover") == 0) {
-        struct tg_buf b;
-        tg_buf_init(&b);
-        tg_mcp_discover_result(&b, m->id_raw, m->id_len, x->uc);
-        tg_http_respond(c, 200, NULL, "application/json", b.base, b.len);
-        tg_buf_dispose(&b);
-        return 1;
-    }
-    int st = tg_dispatch_stateless_session(x);
+    int st = tg_bridge_session(x);
     if (st != 0) {
         tg_http_respond_rpc(c, st, NULL, m->id_raw, m->id_len, st == 503 ? TG_RPC_UPSTREAM : TG_RPC_INVALID_REQUEST,
                             st == 503 ? "gateway is shutting down" : "Too many sessions for this grant (limits.sessions_per_grant)",
@@ -492,7 +481,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
     struct tg_http_sink *hs = http_sink_new(x->srv, x->sess, c, 0);
     hs->modern = 1;
     hs->sink.flags |= TG_SINK_ANSWER_ONLY; /* no server-to-client requests in this era (MRTR is to come) */
-    tg_dispatch_message(x, &hs->sink, m);
+    tg_bridge_dispatch(x, &hs->sink, m);
     return 1;
 }
 

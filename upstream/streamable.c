@@ -278,7 +278,10 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
     case MODE_GONE:
         tg_log(TG_LOG_INFO, "upstream ended the session", "upstream=%s session=%s", uc->name, k->sess->id_str);
         tg_session_remove(k->srv->sessions, k->sess);
-        if (k->sink != NULL) {
+        if (k->sink != NULL && k->era == TG_ERA_2026) {
+            /* A stateless client has no session to lose: the next request makes a new one. */
+            tg_call_answer_error(k, "the upstream ended the gateway's session; send the request again", 0);
+        } else if (k->sink != NULL) {
             struct tg_buf e;
             tg_buf_init(&e);
             tg_rpc_error(&e, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);

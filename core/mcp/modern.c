@@ -20,13 +20,35 @@ int tg_mcp_removed_method(const char *method)
     return 0;
 }
 
-void tg_mcp_discover_result(struct tg_buf *out, const char *id, size_t id_len, const struct tg_upstream_conf *uc)
+/* The capabilities a 2026 client is told of: what the upstream declared (caps, JSON) for the
+ * features the gateway relays, never list_changed or subscribe (no subscriptions/listen yet),
+ * and never logging (logging/setLevel is gone). NULL: the gateway's own (a local initialize). */
+static void write_caps(struct tg_buf *out, const char *caps)
+{
+    static const char *const relayed[] = {"tools", "resources", "prompts", "completions", NULL};
+    cJSON *c = caps != NULL ? cJSON_Parse(caps) : NULL;
+    tg_buf_appends(out, "{");
+    int n = 0;
+    for (int i = 0; relayed[i]; i++) {
+        if (c != NULL ? cJSON_GetObjectItemCaseSensitive(c, relayed[i]) == NULL : i == 3)
+            continue;
+        tg_buf_appends(out, n++ ? ",\"" : "\"");
+        tg_buf_appends(out, relayed[i]);
+        tg_buf_appends(out, i == 3 ? "\":{}" : i == 1 ? "\":{\"listChanged\":false,\"subscribe\":false}" : "\":{\"listChanged\":false}");
+    }
+    tg_buf_appends(out, "}");
+    cJSON_Delete(c);
+}
+
+void tg_mcp_discover_result(struct tg_buf *out, const char *id, size_t id_len, const struct tg_upstream_conf *uc,
+                            const char *caps)
 {
     tg_buf_appends(out, "{\"jsonrpc\":\"2.0\",\"id\":");
     tg_buf_append(out, id, id_len);
     tg_buf_appends(out, ",\"result\":{\"resultType\":\"complete\",\"supportedVersions\":[\"" TG_MCP_MODERN_VERSION
-                        "\"],\"capabilities\":{\"tools\":{\"listChanged\":false},\"resources\":{\"listChanged\":false},"
-                        "\"prompts\":{\"listChanged\":false}},\"ttlMs\":0,\"cacheScope\":\"private\",\"_meta\":{"
+                        "\"],\"capabilities\":");
+    write_caps(out, caps);
+    tg_buf_appends(out, ",\"ttlMs\":0,\"cacheScope\":\"private\",\"_meta\":{"
                         "\"io.modelcontextprotocol/serverInfo\":{\"name\":");
     char name[96];
     snprintf(name, sizeof(name), "tollgate/%s", uc->name);

@@ -10,8 +10,10 @@ struct tg_upstream_conf;
 /* 1 for a method the 2026-07-28 revision removed (initialize, ping, logging/setLevel,
  * resources/(un)subscribe, and the notifications that went with them). */
 int tg_mcp_removed_method(const char *method);
-/* The gateway's answer to server/discover (id: raw JSON) for upstream uc. */
-void tg_mcp_discover_result(struct tg_buf *out, const char *id, size_t id_len, const struct tg_upstream_conf *uc);
+/* The gateway's answer to server/discover (id: raw JSON) for upstream uc, whose initialize
+ * declared caps (JSON; NULL when the gateway answers initialize itself). */
+void tg_mcp_discover_result(struct tg_buf *out, const char *id, size_t id_len, const struct tg_upstream_conf *uc,
+                            const char *caps);
 /* Make a 2025 upstream's successful answer a 2026 complete result, in place: resultType
  * "complete", and for the cacheable methods ttlMs 0 and cacheScope "private" (per-grant lists
  * must never be shared); tools/list loses the tools whose x-mcp-header annotations are invalid.

@@ -2,9 +2,9 @@
 // a header never talks past the body). An upstream whose initialize tollgate answers itself
 // (the CoWork OS stand-in, initialize = "local") is served statelessly: server/discover from the
 // gateway, removed methods 404, everything else through the same policy, with 2026 results.
-// For an upstream that needs a session (the bridge to come), a 2026 request gets 400/-32022
-// listing the 2025 versions served: the SDK 2.4.0 client in `auto` mode falls back to
-// initialize and works, pinned to 2026-07-28 it fails clearly, and nothing reaches the upstream.
+// An upstream whose initialize is forwarded (server-everything, 2025 only) is bridged: tollgate
+// makes one upstream session per grant with its own initialize, holds the requests that come
+// meanwhile, and answers server/discover with what the upstream declared.
 //
 //   node --test test/interop/era2026.test.mjs
 
@@ -21,8 +21,10 @@ let dir;
 let gw;
 let standin;
 let standin2; // a second stand-in, only for the reload test
+let everything; // a 2025-only upstream with real sessions
 let confOpts; // what the conf was written from
 const TOKEN = 'client-' + H.randomToken();
+const BOB = 'bob-' + H.randomToken();
 const UPSTREAM_TOKEN = 'cowork-' + H.randomToken();
 const MODERN = '2026-07-28';
 const META = {
@@ -38,12 +40,12 @@ const test = (name, fn) => it(name, H.withLogs(logs, fn));
 const url = (name = 'cowork') => `http://127.0.0.1:${gw.plainPort}/${name}/mcp`;
 const upstreamCalls = () => standin.records().filter((r) => r.http && r.msg?.method === 'tools/call').length;
 
-async function post(body, headers = {}, name = 'cowork') {
+async function post(body, headers = {}, name = 'cowork', token = TOKEN) {
   const res = await fetch(url(name), {
     method: 'POST',
     headers: {
       'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
-      Authorization: `Bearer ${TOKEN}`, ...headers,
+      Authorization: `Bearer ${token}`, ...headers,
     },
     body: JSON.stringify(body),
   });
@@ -60,16 +62,19 @@ before(async () => {
   dir = H.makeTempDir(cleanup);
   standin = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin.log') });
   standin2 = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin2.log') });
+  everything = await H.startEverything({ cleanup });
+  const deadPort = await H.freePort(); // nothing listens there
   const policy = path.join(dir, 'echo-only.json');
   fs.writeFileSync(policy, '{"version":"1","default":"deny","tools":{"echo":{},"slow":{}}}\n'); // execute_code: denied and hidden
   const headers = { Authorization: `Bearer ${UPSTREAM_TOKEN}` };
   confOpts = {
     listeners: [{}],
     admin: true, // /metrics: when a call is with the upstream
-    grants: [{ name: 'alice', token_sha256: H.sha256hex(TOKEN) }],
+    grants: [{ name: 'alice', token_sha256: H.sha256hex(TOKEN) }, { name: 'bob', token_sha256: H.sha256hex(BOB) }],
     upstreams: [
       { name: 'cowork', url: standin.url, default: true, initialize: 'local', headers, policy },
-      { name: 'sessionful', url: standin.url, headers }, // initialize forwarded: needs the bridge
+      { name: 'sessionful', url: everything.url }, // initialize forwarded: bridged
+      { name: 'dead', url: `http://127.0.0.1:${deadPort}/mcp`, connect_timeout_ms: 2000 },
     ],
   };
   const conf = H.writeConf(dir, confOpts);
@@ -79,13 +84,50 @@ before(async () => {
 after(() => cleanup.run());
 
 describe('2026-07-28 requests', () => {
-  test('server/discover for an upstream that needs a session: 400/-32022 listing the 2025 versions served', async () => {
+  test('server/discover for a bridged 2025 upstream: the versions served and what its initialize declared', async () => {
     const r = await post({ jsonrpc: '2.0', id: 'server-discover-probe-1', method: 'server/discover', params: { _meta: META } },
       std('server/discover'), 'sessionful');
-    assert.equal(r.status, 400, r.text);
+    assert.equal(r.status, 200, r.text);
     assert.equal(r.json?.id, 'server-discover-probe-1');
-    assert.equal(r.json?.error?.code, -32022, r.text);
-    assert.deepEqual(r.json.error.data, { supported: ['2025-11-25', '2025-06-18', '2025-03-26', '2024-11-05'], requested: MODERN });
+    const res = r.json?.result;
+    assert.equal(res?.resultType, 'complete', r.text);
+    assert.deepEqual(res.supportedVersions, [MODERN]);
+    assert.equal(res.ttlMs, 0);
+    assert.equal(res.cacheScope, 'private');
+    // server-everything declares tools, resources (subscribe), prompts, logging and completions:
+    // what tollgate relays is there, list_changed and subscribe are not promised (no listen yet),
+    // and logging (setLevel is gone in 2026) is not.
+    assert.deepEqual(res.capabilities, {
+      tools: { listChanged: false }, resources: { listChanged: false, subscribe: false },
+      prompts: { listChanged: false }, completions: {},
+    });
+    assert.equal(res._meta?.['io.modelcontextprotocol/serverInfo']?.name, 'tollgate/sessionful');
+  });
+
+  test('bridged: concurrent first requests of a grant wait for one upstream initialize, then all run', async () => {
+    const before = (await gw.metrics())['tollgate_upstream_calls_total'] ?? 0;
+    const rs = await Promise.all([1, 2, 3, 4, 5].map((i) =>
+      post({ jsonrpc: '2.0', id: i, method: 'tools/call', params: { name: 'echo', arguments: { message: `m${i}` }, _meta: META } },
+        std('tools/call', 'echo'), 'sessionful', BOB)));
+    rs.forEach((r, i) => {
+      assert.equal(r.status, 200, r.text);
+      const res = r.json?.result ?? H.parseSse(r.text).map((e) => JSON.parse(e.data)).find((m) => m.id === i + 1)?.result;
+      assert.equal(res?.resultType, 'complete', r.text);
+      assert.match(H.resultText(res), new RegExp(`m${i + 1}`), r.text);
+    });
+    const after = (await gw.metrics())['tollgate_upstream_calls_total'];
+    // one initialize, one notifications/initialized, five calls: no second upstream session
+    assert.equal(after - before, 7, `upstream calls ${before} -> ${after}`);
+  });
+
+  test('bridged: an upstream that cannot be reached gives -32004 with the reason, and the next request tries again', async () => {
+    for (let i = 0; i < 2; i++) {
+      const r = await post(call('echo', { message: 'x' }), std('tools/call', 'echo'), 'dead');
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.json?.error?.code, -32004, r.text);
+      assert.match(r.json.error.message, /upstream session unavailable/, r.text);
+    }
+    await gw.waitForLog(/upstream session for stateless requests failed/);
   });
 
   test('server/discover for a local-initialize upstream: answered by the gateway, private, not cached', async () => {
@@ -203,15 +245,23 @@ describe('2026-07-28 requests', () => {
     await client.close();
   });
 
-  test('the SDK 2.4.0 client pinned to 2026-07-28 against an upstream that needs a session fails clearly', async () => {
+  test('the SDK 2.4.0 client pinned to 2026-07-28 through the bridge to server-everything: list, call, prompt, resource', async () => {
     const { Client, StreamableHTTPClientTransport } = await import('@modelcontextprotocol/client');
     const client = new Client({ name: 'era-pin2', version: '1.0.0' }, { versionNegotiation: { mode: { pin: MODERN } } });
     const transport = new StreamableHTTPClientTransport(new URL(url('sessionful')), { requestInit: { headers: { Authorization: `Bearer ${TOKEN}` } } });
     cleanup.add(() => client.close().catch(() => {}));
-    await assert.rejects(client.connect(transport), (e) => {
-      assert.match(String(e?.message ?? e) + JSON.stringify(e?.data ?? {}), /2026-07-28|-32022|version/i, String(e));
-      return true;
-    });
+    await client.connect(transport);
+    const { tools } = await client.listTools();
+    assert.ok(tools.some((t) => t.name === 'echo'), JSON.stringify(tools.map((t) => t.name)));
+    const r = await client.callTool({ name: 'echo', arguments: { message: 'bridged' } });
+    assert.match(H.resultText(r), /bridged/);
+    const { prompts } = await client.listPrompts();
+    assert.ok(prompts.length > 0);
+    const { resources } = await client.listResources();
+    assert.ok(resources.length > 0);
+    const rr = await client.readResource({ uri: resources[0].uri });
+    assert.ok(rr.contents.length > 0);
+    await client.close();
   });
 
   test('a reload that moves the upstreams: a grant\'s stateless session stays with its own upstream', async () => {
