@@ -180,6 +180,7 @@ static void call_release(struct tg_call *k)
     free(k->dec);
     free(k->args_json);
     free(k->id_key);
+    free(k->up_headers);
     tg_buf_dispose(&k->held);
     tg_buf_dispose(&k->body);
     tg_sse_dispose(&k->sse);

@@ -96,6 +96,8 @@ struct tg_call {
     char *args_json;
     int is_tools_list;
     char *id_key;             /* canonical client id: duplicates and cancellation */
+    char *up_headers;         /* a 2026 request's Mcp-* header lines for the upstream, rebuilt
+                               * from the body sent (NULL: the session's 2025 headers) */
     int forwarded;            /* the message reached the upstream */
     int refunded;
     char *progress_token;     /* canonical params._meta.progressToken, for routing progress */

@@ -103,6 +103,9 @@ struct tg_header {
 
 enum { TG_UP_STREAMABLE = 0, TG_UP_SSE = 1, TG_UP_STDIO = 2 };
 
+/* The era an upstream is told to speak (upstreams[].protocol). */
+enum { TG_PROTOCOL_AUTO = 0, TG_PROTOCOL_2025 = 1, TG_PROTOCOL_2026 = 2 };
+
 /* One upstreams[] entry. Owner: the conf (upstreams[]); freed by tg_conf_unref. The runtime
  * struct tg_upstream that serves it holds a reference to the conf (tg_upstream_new,
  * tg_upstream_set_conf), so a retired upstream keeps its conf until its last call ends. */
@@ -115,6 +118,7 @@ struct tg_upstream_conf {
     char *authority; /* Host header value */
     int is_default;
     int init_local;
+    int protocol;    /* TG_PROTOCOL_AUTO (probe once), TG_PROTOCOL_2025 or TG_PROTOCOL_2026 */
     struct tg_header *headers;
     size_t nheaders;
     int connect_timeout_ms;

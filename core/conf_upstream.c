@@ -218,7 +218,7 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
             tg__conf_errf(ld, g, ctx, "must be a group");
             continue;
         }
-        static const char *const known[] = {"name", "url", "default", "headers", "initialize", "connect_timeout_ms",
+        static const char *const known[] = {"name", "url", "default", "headers", "initialize", "protocol", "connect_timeout_ms",
                                             "call_timeout_ms", "pool", "policy", "deny_server_requests",
                                             "transport", "command", "env", "cwd", "warm", NULL};
         tg__conf_check_members(ld, g, known, ctx);
@@ -287,6 +287,23 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
             tg__conf_errf(ld, config_setting_get_member(g, "initialize"), "initialize",
                           "must be \"forward\" or \"local\"");
         free(init);
+        char *proto = tg__conf_get_str(ld, g, "protocol", "auto", 0, ctx);
+        if (proto && strcmp(proto, "2025") == 0)
+            u->protocol = TG_PROTOCOL_2025;
+        else if (proto && strcmp(proto, "2026") == 0)
+            u->protocol = TG_PROTOCOL_2026;
+        else if (proto && strcmp(proto, "auto") != 0)
+            tg__conf_errf(ld, config_setting_get_member(g, "protocol"), "protocol",
+                          "must be \"auto\", \"2025\" or \"2026\"");
+        free(proto);
+        if (u->transport != TG_UP_STREAMABLE && u->protocol == TG_PROTOCOL_2026)
+            tg__conf_errf(ld, config_setting_get_member(g, "protocol"), "protocol",
+                          "\"2026\" is for Streamable HTTP upstreams (stdio and legacy SSE servers speak 2025 here)");
+        if (u->init_local && u->protocol == TG_PROTOCOL_2026)
+            tg__conf_errf(ld, config_setting_get_member(g, "protocol"), "protocol",
+                          "a 2026-07-28 upstream has no initialize: drop initialize = \"local\"");
+        if (u->transport != TG_UP_STREAMABLE || u->init_local)
+            u->protocol = TG_PROTOCOL_2025; /* nothing to probe: these speak 2025 */
         tg__conf_load_ints(ld, g, upstream_directives, u, ctx, 0);
         const config_setting_t *pool = config_setting_get_member(g, "pool");
         char pctx[80];

@@ -8,6 +8,7 @@
 #include "core/audit.h"
 #include "core/call.h"
 #include "core/log.h"
+#include "core/mcp/era.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/rewrite.h"
 #include "core/msg.h"
@@ -31,6 +32,17 @@ static void accept_bare(struct tg_sink *sk)
 {
     sk->ops->bare(sk, NULL, 202, NULL, NULL, 0);
     sk->ops->release(sk, NULL);
+}
+
+/* A request the upstream hears as 2026-07-28: its Mcp-* headers, from the body. */
+static void up_headers(const struct tg_exchange *x, struct tg_call *k, const struct tg_msg *m)
+{
+    if (!x->up_modern)
+        return;
+    struct tg_buf h;
+    tg_buf_init(&h);
+    tg_mcp_upstream_headers(&h, m->root, x->proto, x->fwd_headers);
+    k->up_headers = h.base; /* NUL-terminated; the call frees it */
 }
 
 /* A client request: decide it (tools/call, resources/read, prompts/get), then forward, park or refuse. */
@@ -148,6 +160,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     struct tg_buf out;
     tg_buf_init(&out);
     tg_msg_write_with_id(&out, m, k->gid);
+    up_headers(x, k, m);
     if (dec != NULL && dec->verdict == TG_VERDICT_APPROVE) {
         /* A batch cannot wait for a human; a single message on a channel can. */
         int in_batch = (sk->flags & TG_SINK_NO_WAIT) != 0;
@@ -229,6 +242,7 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     struct tg_buf out;
     tg_buf_init(&out);
     tg_json_write(&out, m->root);
+    up_headers(x, k, m);
     tg_call_send(k, out.base, out.len, (uint64_t)x->uc->call_timeout_ms);
     tg_buf_dispose(&out);
 }

@@ -41,6 +41,10 @@ struct tg_exchange {
     int upstream;                       /* index into conf->upstreams */
     const struct tg_upstream_conf *uc;
     struct tg_session *sess;            /* the session, or NULL for a stateless request */
+    int up_modern;                      /* the upstream hears this request as 2026-07-28 (headers
+                                         * rebuilt from the body, no upstream session) */
+    const char *fwd_headers;            /* the client's Mcp-Param-* lines the gateway passes on
+                                         * (complete "Name: value\r\n" lines), or NULL */
 };
 
 /* Sink flags. */

@@ -6,6 +6,7 @@
 
 #include "core/audit.h"
 #include "core/log.h"
+#include "core/mcp/bridge.h"
 #include "core/admin.h"
 #include "core/router.h"
 #include "core/session.h"
@@ -97,6 +98,16 @@ static void on_sweep(uv_timer_t *t)
     tg_router_tick(srv, ++ticks % 10 == 0);
 }
 
+static void on_verdict(void *arg) { tg_bridge_wake(arg); }
+
+/* Ask the upstream which era it speaks (once: the verdict is cached), and wake the stateless
+ * requests waiting for it when it comes. */
+static void watch_era(struct tg_server *srv, struct tg_upstream *u)
+{
+    tg_upstream_on_verdict(u, on_verdict, srv);
+    tg_upstream_probe(u);
+}
+
 int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
 {
     memset(srv, 0, sizeof(*srv));
@@ -143,8 +154,10 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     srv->sessions = tg_session_table_new();
     srv->nupstreams = conf->nupstreams;
     srv->upstreams = tg_xcalloc(conf->nupstreams, sizeof(*srv->upstreams));
-    for (size_t i = 0; i < conf->nupstreams; i++)
+    for (size_t i = 0; i < conf->nupstreams; i++) {
         srv->upstreams[i] = tg_upstream_new(loop, conf, &conf->upstreams[i], &srv->metrics);
+        watch_era(srv, srv->upstreams[i]);
+    }
     uv_timer_init(loop, &srv->sweep);
     srv->sweep.data = srv;
     uv_check_init(loop, &srv->flush_check);
@@ -392,6 +405,7 @@ int tg_server_reload(struct tg_server *srv, struct tg_buf *err)
         }
         if (nu[j] == NULL)
             nu[j] = tg_upstream_new(srv->loop, nc, &nc->upstreams[j], &srv->metrics);
+        watch_era(srv, nu[j]);
     }
     struct remap_ctx rc = {srv, map};
     tg_session_sweep(srv->sessions, remap_session, &rc);

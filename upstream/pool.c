@@ -329,6 +329,7 @@ void tg__upstream_maybe_free(struct tg_upstream *u)
         return;
     if (u->conf)
         tg_conf_unref(u->conf);
+    free(u->discover);
     free(u);
 }
 
@@ -389,6 +390,8 @@ void tg_upstream_set_conf(struct tg_upstream *u, struct tg_conf *conf, const str
         tg_conf_ref(conf);
     if (u->conf)
         tg_conf_unref(u->conf);
+    if (u->uc->protocol != uc->protocol && !u->probing)
+        u->era = TG_UP_ERA_UNKNOWN; /* told to speak another era: the verdict is made again */
     u->conf = conf;
     u->uc = uc;
     tg__upstream_serve_queue(u); /* a larger pool may take queued calls now */

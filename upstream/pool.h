@@ -81,4 +81,22 @@ int tg_upreq_status(const struct tg_upreq *r);
 int tg_upreq_sent(const struct tg_upreq *r);
 double tg_upreq_elapsed_ms(const struct tg_upreq *r);
 
+/* The era an upstream speaks (upstream/probe.c). */
+enum tg_up_era {
+    TG_UP_ERA_UNKNOWN = 0, /* not probed yet, or the probe could not reach it */
+    TG_UP_ERA_2025,        /* initialize and sessions only */
+    TG_UP_ERA_DUAL,        /* both: each client era is served in its own */
+    TG_UP_ERA_2026,        /* 2026-07-28 only */
+};
+/* Start the probe if the verdict is not known and none runs (Streamable HTTP upstreams with
+ * protocol "auto" or "2026"; the others are 2025 without asking). The verdict comes later: never
+ * inside this call. */
+void tg_upstream_probe(struct tg_upstream *u);
+enum tg_up_era tg_upstream_era(const struct tg_upstream *u);
+int tg_upstream_probing(const struct tg_upstream *u);
+/* fn(arg) runs (from the loop) when a probe ends, with or without a verdict. */
+void tg_upstream_on_verdict(struct tg_upstream *u, void (*fn)(void *arg), void *arg);
+/* The upstream's server/discover result object (JSON text), or NULL. */
+const char *tg_upstream_discover(const struct tg_upstream *u);
+
 #endif

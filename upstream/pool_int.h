@@ -62,6 +62,14 @@ struct tg_upstream {
     size_t open_reqs; /* requests not yet released: the upstream is freed only when both are 0 */
     uint64_t next_conn_id;
     int last_connect_failed;
+    /* The era it speaks (upstream/probe.c): TG_UP_ERA_*, probed once and cached; the discover
+     * result (JSON text, owned) when it speaks 2026-07-28. */
+    int era;
+    int probing;
+    uint64_t probe_after;
+    void (*on_verdict)(void *arg);
+    void *verdict_arg; /* loop time before which a failed probe is not tried again */
+    char *discover;
     struct tg_child *warm[64]; /* stdio: children started ahead of need */
     int nwarm;
     char scratch[65536];

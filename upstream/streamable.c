@@ -324,7 +324,13 @@ static void http_send(struct tg_call *k, const char *body, size_t len, uint64_t 
     tg_buf_init(&h);
     if (body)
         tg_buf_appends(&h, "Content-Type: application/json\r\n");
-    session_headers(&h, k->sess, !k->is_init);
+    if (k->up_headers != NULL) {
+        /* 2026-07-28: no session; the Mcp-* headers were rebuilt from the body. */
+        tg_buf_appends(&h, "Accept: application/json, text/event-stream\r\n");
+        tg_buf_appends(&h, k->up_headers);
+    } else {
+        session_headers(&h, k->sess, !k->is_init);
+    }
     tg_buf_append(&h, "", 1);
     k->forwarded = 1;
     if (k->first_sent_ns == 0)

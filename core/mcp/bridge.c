@@ -12,10 +12,12 @@
 #include "core/mcp/modern.h"
 #include "core/msg.h"
 #include "core/session.h"
+#include "upstream/pool.h"
 
 /* Where the upstream session of a stateless session stands. */
 enum boot_state {
     BOOT_NONE,    /* nothing sent yet (or the last try failed: the next request tries again) */
+    BOOT_PROBE,   /* waiting for the upstream's era (upstream/probe.c) */
     BOOT_INIT,    /* the gateway's initialize is upstream */
     BOOT_NOTIFY,  /* initialize answered; notifications/initialized is upstream */
     BOOT_READY,   /* requests go straight to the gate */
@@ -26,6 +28,7 @@ enum boot_state {
 struct tg_bridge {
     struct tg_session *s;   /* the session it belongs to (the table's reference keeps it) */
     enum boot_state state;
+    int modern;             /* the upstream speaks 2026-07-28: requests pass as they are */
     int failed;             /* the last boot failed: its waiters are answered -32004 */
     char why[160];          /* why it failed */
     char *caps;             /* the upstream's initialize result capabilities (JSON), or NULL */
@@ -42,6 +45,7 @@ struct waiter {
     struct tg_exchange x;   /* copied; grant and uc are checked again (reloads) before use */
     struct tg_sink *sk;     /* the waiting client's sink (our reference until handed on) */
     struct tg_msg m;        /* the message, taken over from the transport */
+    char *fwd_headers;      /* x.fwd_headers, copied (the client's buffer goes) */
 };
 
 /* The sink the gateway's own initialize and notifications/initialized answer through: it keeps
@@ -228,16 +232,51 @@ static void answer_discover(struct tg_exchange *x, struct tg_sink *sk, struct tg
 
 static void serve(struct tg_bridge *b, struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m)
 {
+    x->up_modern = b != NULL && b->modern;
     if (m->kind == TG_MSG_REQUEST && strcmp(m->method, "server/discover") == 0)
         answer_discover(x, sk, m, b != NULL ? b->caps : NULL);
     else
         tg_dispatch_message(x, sk, m);
 }
 
+static struct tg_upstream *runtime_of(struct tg_server *srv, const struct tg_session *s)
+{
+    return (size_t)s->upstream < srv->nupstreams ? srv->upstreams[s->upstream] : NULL;
+}
+
+/* The upstream's era is known: a 2025 upstream gets the gateway's initialize, a modern one
+ * nothing (its discover result gave the capabilities). 0, or -1 while it is not known. */
+static int era_known(struct tg_server *srv, struct tg_bridge *b)
+{
+    struct tg_upstream *u = runtime_of(srv, b->s);
+    enum tg_up_era e = u != NULL ? tg_upstream_era(u) : TG_UP_ERA_UNKNOWN;
+    if (e == TG_UP_ERA_UNKNOWN) {
+        if (u != NULL)
+            tg_upstream_probe(u);
+        return -1;
+    }
+    if (e == TG_UP_ERA_2025) {
+        boot_start(srv, b);
+        return 0;
+    }
+    b->modern = 1;
+    free(b->caps);
+    b->caps = NULL;
+    cJSON *res = cJSON_Parse(tg_upstream_discover(u));
+    cJSON *caps = cJSON_GetObjectItemCaseSensitive(res, "capabilities");
+    if (cJSON_IsObject(caps))
+        b->caps = cJSON_PrintUnformatted(caps);
+    cJSON_Delete(res);
+    b->state = BOOT_READY;
+    schedule(b);
+    return 0;
+}
+
 static void waiter_free(struct waiter *w)
 {
     tg_list_unlink(&w->link);
     tg_msg_dispose(&w->m);
+    free(w->fwd_headers);
     free(w);
 }
 
@@ -262,6 +301,16 @@ static void run_bridge(struct tg_server *srv, struct tg_bridge *b)
     }
     if (b->state == BOOT_NOTIFY) {
         boot_send(srv, b, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+        return;
+    }
+    if (b->state == BOOT_PROBE) {
+        struct tg_upstream *u = runtime_of(srv, s);
+        if (era_known(srv, b) == 0)
+            return;
+        if (u != NULL && tg_upstream_probing(u))
+            return; /* still asking: tg_bridge_wake comes with the verdict */
+        b->state = BOOT_NONE;
+        fail_waiters(b, "the upstream could not be asked which protocol it speaks");
         return;
     }
     if (b->failed) {
@@ -308,7 +357,13 @@ void tg_bridge_dispatch(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg
     struct tg_server *srv = x->srv;
     struct tg_session *s = x->sess;
     struct tg_bridge *b = s->bridge;
-    if (x->uc->init_local || (b != NULL && b->state == BOOT_READY && tg_list_empty(&b->waiters))) {
+    if (b->state == BOOT_NONE && !x->uc->init_local) {
+        /* A cached verdict decides at once: a modern upstream is ready, a 2025 one gets the
+         * gateway's initialize; otherwise the probe's verdict is waited for. */
+        b->state = BOOT_PROBE;
+        era_known(srv, b);
+    }
+    if (x->uc->init_local || (b->state == BOOT_READY && tg_list_empty(&b->waiters))) {
         serve(b, x, sk, m);
         return;
     }
@@ -323,12 +378,25 @@ void tg_bridge_dispatch(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg
     w->sk = sk;
     w->m = *m;
     memset(m, 0, sizeof(*m));
+    if (x->fwd_headers != NULL)
+        w->fwd_headers = tg_xstrdup(x->fwd_headers);
+    w->x.fwd_headers = w->fwd_headers;
     if (tg_list_empty(&b->waiters))
         b->reloads = srv->reloads;
     tg_list_insert_tail(&b->waiters, &w->link);
     b->nwait++;
-    if (b->state == BOOT_NONE)
-        boot_start(srv, b);
+    struct tg_upstream *u = runtime_of(srv, s);
+    if (b->state == BOOT_PROBE && (u == NULL || !tg_upstream_probing(u)))
+        schedule(b); /* no probe runs (it failed a moment ago): the waiter is answered -32004 */
+}
+
+void tg_bridge_wake(struct tg_server *srv)
+{
+    for (size_t i = 0; i < srv->nstateless; i++) {
+        struct tg_bridge *b = srv->stateless[i]->bridge;
+        if (b != NULL && b->state == BOOT_PROBE)
+            schedule(b);
+    }
 }
 
 /* ---- the stateless table ------------------------------------------------------------- */

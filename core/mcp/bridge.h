@@ -26,6 +26,8 @@ int tg_bridge_session(struct tg_exchange *x);
 void tg_bridge_dispatch(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m);
 /* Run the waiters whose upstream session became ready or failed (the loop's flush). */
 void tg_bridge_run_pending(struct tg_server *srv);
+/* An upstream's probe ended: the requests waiting for its era go on (from the loop). */
+void tg_bridge_wake(struct tg_server *srv);
 /* 1 while bridges wait for the next round. */
 int tg_bridge_pending(struct tg_server *srv);
 /* Shutdown: waiters are answered -32004, the stateless sessions' references dropped. */

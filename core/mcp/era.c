@@ -174,6 +174,14 @@ static int check_one(const struct tg_mcp_header *h, size_t nh, const char *name,
     return 0;
 }
 
+/* The params member Mcp-Name states for a method, or NULL. */
+static const char *name_key(const char *m)
+{
+    if (strcmp(m, "tools/call") == 0 || strcmp(m, "prompts/get") == 0)
+        return "name";
+    return strcmp(m, "resources/read") == 0 ? "uri" : NULL;
+}
+
 int tg_mcp_check_headers(const struct tg_mcp_header *h, size_t nh, const cJSON *root,
                          const struct tg_mcp_claim *claim, struct tg_mcp_refusal *why)
 {
@@ -191,9 +199,7 @@ int tg_mcp_check_headers(const struct tg_mcp_header *h, size_t nh, const cJSON *
     if (check_one(h, nh, "mcp-method", method, NULL, &scratch, why) != 0)
         goto out;
     const char *m = method->valuestring;
-    const char *key = strcmp(m, "tools/call") == 0 || strcmp(m, "prompts/get") == 0 ? "name"
-                      : strcmp(m, "resources/read") == 0                           ? "uri"
-                                                                                    : NULL;
+    const char *key = name_key(m);
     struct tg_slice raw;
     if (key != NULL) {
         const cJSON *name = cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, key) : NULL;
@@ -345,4 +351,53 @@ int tg_mcp_check_param_headers(const struct tg_mcp_header *h, size_t nh, const c
     int r = walk(input_schema, arguments, check_param, &pc, 0);
     tg_buf_dispose(&pc.scratch);
     return r != 0 ? -1 : 0;
+}
+
+void tg_mcp_header_value_write(struct tg_buf *out, const char *v, size_t n)
+{
+    int plain = n == 0 || (v[0] != ' ' && v[0] != '\t' && v[n - 1] != ' ' && v[n - 1] != '\t');
+    for (size_t i = 0; plain && i < n; i++)
+        if ((unsigned char)v[i] < 0x20 || (unsigned char)v[i] > 0x7e)
+            plain = 0;
+    if (plain && n >= 9 && memcmp(v, "=?base64?", 9) == 0)
+        plain = 0;
+    if (plain) {
+        tg_buf_append(out, v, n);
+        return;
+    }
+    size_t olen = 0;
+    mbedtls_base64_encode(NULL, 0, &olen, (const unsigned char *)v, n);
+    unsigned char *b = tg_xmalloc(olen + 1);
+    if (mbedtls_base64_encode(b, olen + 1, &olen, (const unsigned char *)v, n) == 0) {
+        tg_buf_appends(out, "=?base64?");
+        tg_buf_append(out, b, olen);
+        tg_buf_appends(out, "?=");
+    }
+    free(b);
+}
+
+void tg_mcp_upstream_headers(struct tg_buf *out, const cJSON *root, const char *version, const char *extra)
+{
+    const cJSON *method = cJSON_GetObjectItemCaseSensitive(root, "method");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
+    tg_buf_appends(out, "MCP-Protocol-Version: ");
+    tg_mcp_header_value_write(out, version, strlen(version));
+    tg_buf_appends(out, "\r\n");
+    if (cJSON_IsString(method)) {
+        const char *m = method->valuestring;
+        tg_buf_appends(out, "Mcp-Method: ");
+        tg_mcp_header_value_write(out, m, strlen(m));
+        tg_buf_appends(out, "\r\n");
+        const char *key = name_key(m);
+        const cJSON *name = key != NULL ? cJSON_GetObjectItemCaseSensitive(params, key) : NULL;
+        if (cJSON_IsString(name)) {
+            tg_buf_appends(out, "Mcp-Name: ");
+            tg_mcp_header_value_write(out, name->valuestring, strlen(name->valuestring));
+            tg_buf_appends(out, "\r\n");
+        }
+    }
+    if (extra != NULL)
+        tg_buf_appends(out, extra);
+    tg_buf_append(out, "", 1);
+    out->len--;
 }

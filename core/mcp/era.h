@@ -76,4 +76,13 @@ int tg_mcp_check_param_headers(const struct tg_mcp_header *h, size_t nh, const c
  * Clients must drop a tool that is not. */
 int tg_mcp_tool_headers_valid(const cJSON *input_schema);
 
+/* Write one header value as a 2026 request carries it: the value itself when it is plain
+ * ASCII (printable, no edge whitespace, not itself like the sentinel), else =?base64?...?=. */
+void tg_mcp_header_value_write(struct tg_buf *out, const char *v, size_t n);
+/* The Mcp-* headers of a 2026 request to an upstream, rebuilt from the body it is sent with
+ * (root), never copied from the client: MCP-Protocol-Version (version), Mcp-Method, and Mcp-Name
+ * where the method has one; then extra (complete lines the caller passes through, or NULL).
+ * "Name: value\r\n" lines, NUL-terminated. */
+void tg_mcp_upstream_headers(struct tg_buf *out, const cJSON *root, const char *version, const char *extra);
+
 #endif

@@ -127,7 +127,7 @@ describe('2026-07-28 requests', () => {
       assert.equal(r.json?.error?.code, -32004, r.text);
       assert.match(r.json.error.message, /upstream session unavailable/, r.text);
     }
-    await gw.waitForLog(/upstream session for stateless requests failed/);
+    await gw.waitForLog(/upstream protocol probe failed/);
   });
 
   test('server/discover for a local-initialize upstream: answered by the gateway, private, not cached', async () => {
