@@ -181,6 +181,7 @@ static void call_release(struct tg_call *k)
     free(k->args_json);
     free(k->id_key);
     free(k->up_headers);
+    free(k->mrtr);
     tg_buf_dispose(&k->held);
     tg_buf_dispose(&k->body);
     tg_sse_dispose(&k->sse);
@@ -324,8 +325,18 @@ static void deliver_answer(struct tg_call *k, struct tg_buf *out, int is_error, 
     k->got_response = is_error ? 2 : 1;
     if (k->is_init)
         tg_mcp_note_init_result(k->sess, p, n, k->srv->conf->limits.json_depth + 16);
-    if (k->era == TG_ERA_2026 && !is_error)
-        tg_mcp_modern_result(out, k->method); /* a 2025 upstream's result, as 2026 has it */
+    char why[160];
+    if (k->era == TG_ERA_2026 && !is_error &&
+        tg_mcp_modern_result(out, k->method, &k->srv->mrtr, k->mrtr, (int64_t)wall_ms(), why, sizeof(why)) != 0) {
+        /* An answer a 2026 client must not get (input it did not declare, on a method that takes none). */
+        tg_log(TG_LOG_WARN, "upstream answer refused", "upstream=%s grant=%s why=%s", up_name(k), k->grant, why);
+        struct tg_buf d;
+        tg_buf_init(&d);
+        tg_mcp_upstream_data(&d, up_name(k));
+        out->len = 0;
+        tg_rpc_error(out, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, d.base);
+        tg_buf_dispose(&d);
+    }
     if (k->sink != NULL)
         k->sink->ops->answer(k->sink, k, 200, NULL, out->base, out->len);
 }

@@ -93,6 +93,9 @@ struct tg_call {
     char *tool;               /* tools/call, resources/read, prompts/get: what was decided */
     struct tg_decision *dec;  /* the decision and its reservations */
     char args_sha256[65];
+    struct tg_mcp_mrtr_call *mrtr; /* a 2026 tools/call, prompts/get or resources/read: what an
+                                    * input_required answer is sealed for (owned, strings borrowed
+                                    * from the call) */
     char *args_json;
     int is_tools_list;
     char *id_key;             /* canonical client id: duplicates and cancellation */

@@ -72,6 +72,26 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         return;
     }
     cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
+    struct tg_mcp_mrtr_call *mc = NULL;
+    int retry = 0;
+    if (x->era == TG_ERA_2026) {
+        /* A retry is checked before anything is decided: its envelope must open for the call it
+         * claims to continue, and the upstream sees only its own state. */
+        mc = tg_xcalloc(1, sizeof(*mc));
+        tg_mcp_mrtr_bind(mc, g->name, x->uc->name, m->method, params);
+        mc->client_caps = x->client_caps;
+        char why[200];
+        retry = tg_mcp_mrtr_retry(&srv->mrtr, params, mc, (int64_t)wall_ms(), why, sizeof(why));
+        if (retry < 0) {
+            free(key);
+            free(mc);
+            char esc[96];
+            tg_log(TG_LOG_INFO, "2026-07-28 retry refused", "grant=%s upstream=%s method=%s why=%s", g->name,
+                   x->uc->name, m->method, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why)));
+            refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, why, NULL);
+            return;
+        }
+    }
     struct tg_decision *dec = NULL;
     const char *tool = NULL;
     const cJSON *args = NULL;
@@ -80,6 +100,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         cJSON *a = cJSON_GetObjectItemCaseSensitive(params, "arguments");
         if (!cJSON_IsObject(params) || !cJSON_IsString(name) || (a != NULL && !cJSON_IsObject(a))) {
             free(key);
+            free(mc);
             refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
                       "tools/call needs params.name (a string) and optional params.arguments (an object)", NULL);
             return;
@@ -94,6 +115,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         cJSON *what = cJSON_GetObjectItemCaseSensitive(params, res ? "uri" : "name");
         if (!cJSON_IsString(what)) {
             free(key);
+            free(mc);
             refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
                       res ? "resources/read needs params.uri (a string)" : "prompts/get needs params.name (a string)",
                       NULL);
@@ -122,6 +144,14 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             k->progress_token = tg_mcp_id_key_number(tok);
     }
     k->id_key = key;
+    if (mc != NULL && dec != NULL) {
+        k->mrtr = mc; /* the binding's strings are the call's own from here on */
+        mc->b.grant = k->grant;
+        mc->b.upstream = x->uc->name;
+        mc->b.method = k->method;
+        mc = NULL;
+    }
+    free(mc);
     k->is_tools_list = strcmp(m->method, "tools/list") == 0;
     k->is_init = strcmp(m->method, "initialize") == 0;
     k->client_id = m->id_raw;
@@ -130,6 +160,13 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     if (dec != NULL) {
         k->dec = dec;
         k->tool = tg_xstrdup(tool);
+        if (k->mrtr != NULL)
+            k->mrtr->b.name = k->tool;
+        if (retry == 1 && (dec->verdict == TG_VERDICT_ALLOW || dec->verdict == TG_VERDICT_APPROVE)) {
+            /* The round before took this call's reservation: the retry gives its own back. */
+            tg_policy_refund(srv->counters, dec, wall_ms());
+            dec->nres = 0;
+        }
         if (strcmp(m->method, "tools/call") == 0) {
             tg_audit_args_hash(args, k->args_sha256);
             k->args_json = tg_audit_args_values(&srv->conf->audit, args);

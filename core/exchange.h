@@ -36,7 +36,7 @@ struct tg_exchange {
     struct tg_server *srv;
     enum tg_era era;
     char proto[24];                     /* protocol version of this request ("" = unknown yet) */
-    unsigned client_caps;               /* TG_CAP_* the client declared (reserved for the 2026 bridge) */
+    unsigned client_caps;               /* TG_CAP_* the client declared (2026: core/mcp/mrtr.h) */
     const struct tg_grant_conf *grant;  /* the principal */
     int upstream;                       /* index into conf->upstreams */
     const struct tg_upstream_conf *uc;

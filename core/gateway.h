@@ -13,6 +13,7 @@
 
 #include "core/buf.h"
 #include "core/conf.h"
+#include "core/mcp/mrtr.h"
 #include "core/metrics.h"
 #include "transports/http1.h"
 
@@ -72,7 +73,8 @@ struct tg_server {
      * dropped by tg_bridge_dispose); a slot whose session ended is reused. */
     struct tg_session **stateless;
     size_t nstateless;
-    struct tg_list bridge_pending; /* stateless sessions whose waiting requests run next round */
+    struct tg_list bridge_pending;
+    struct tg_mcp_mrtr mrtr;      /* MRTR envelopes: the key and the ones issued, not used yet */ /* stateless sessions whose waiting requests run next round */
     int draining;
     uint64_t drain_deadline;
     uint64_t accept_warned_ms;

@@ -124,6 +124,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     tg_list_init(&srv->awaiting);
     tg_list_init(&srv->streams);
     srv->counters = tg_counters_new();
+    tg_mcp_mrtr_init(&srv->mrtr, 10000);
     /* What can fail comes first (TLS keys, the audit log), before anything that would need
      * the loop to close it: a failed init leaves only memory, which tg_server_dispose frees. */
     srv->nlisteners = conf->nlisteners;
@@ -306,6 +307,7 @@ void tg_server_dispose(struct tg_server *srv)
     tg_counters_free(srv->counters);
     tg_conf_unref(srv->conf);
     tg_conf_unref(srv->listen_conf);
+    tg_mcp_mrtr_dispose(&srv->mrtr);
 }
 
 static int same_listeners(const struct tg_conf *a, const struct tg_conf *b)

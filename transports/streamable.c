@@ -477,6 +477,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
         return 1;
     }
     x->era = TG_ERA_2026;
+    x->client_caps = tg_mcp_client_caps(claim.caps);
     tg_strlcpy(x->proto, claim.version, sizeof(x->proto));
     struct tg_http_sink *hs = http_sink_new(x->srv, x->sess, c, 0);
     hs->modern = 1;

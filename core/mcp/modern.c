@@ -66,11 +66,13 @@ static int cacheable(const char *method)
     return 0;
 }
 
-void tg_mcp_modern_result(struct tg_buf *answer, const char *method)
+int tg_mcp_modern_result(struct tg_buf *answer, const char *method, struct tg_mcp_mrtr *mt, const struct tg_mcp_mrtr_call *c,
+                         int64_t now_ms, char *why, size_t whysz)
 {
+    int rc = 0;
     struct tg_json_doc doc;
     if (tg_json_parse(answer->base, answer->len, 1000, 1, &doc, NULL, NULL) != 0)
-        return;
+        return 0;
     cJSON *res = cJSON_GetObjectItemCaseSensitive(doc.root, "result");
     if (cJSON_IsObject(res)) {
         cJSON *tools = method != NULL && strcmp(method, "tools/list") == 0
@@ -82,6 +84,14 @@ void tg_mcp_modern_result(struct tg_buf *answer, const char *method)
             if (!tg_mcp_tool_headers_valid(cJSON_GetObjectItemCaseSensitive(t, "inputSchema")))
                 cJSON_Delete(cJSON_DetachItemViaPointer(tools, t));
         }
+        if (c != NULL)
+            rc = tg_mcp_mrtr_result(mt, res, c, now_ms, why, whysz);
+        else if (cJSON_GetObjectItemCaseSensitive(res, "resultType") != NULL &&
+                 !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(res, "resultType")))
+            rc = -1, snprintf(why, whysz, "the upstream's resultType is not a string");
+        else if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(res, "resultType")) &&
+                 strcmp(cJSON_GetObjectItemCaseSensitive(res, "resultType")->valuestring, "complete") != 0)
+            rc = -1, snprintf(why, whysz, "the upstream asked for input on %.60s, which cannot take any", method);
         if (cJSON_GetObjectItemCaseSensitive(res, "resultType") == NULL)
             cJSON_AddStringToObject(res, "resultType", "complete");
         if (method != NULL && cacheable(method)) {
@@ -94,4 +104,5 @@ void tg_mcp_modern_result(struct tg_buf *answer, const char *method)
         tg_json_write(answer, doc.root);
     }
     cJSON_Delete(doc.root);
+    return rc;
 }

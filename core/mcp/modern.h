@@ -4,6 +4,7 @@
 #define TG_MCP_MODERN_H
 
 #include "core/buf.h"
+#include "core/mcp/mrtr.h"
 
 struct tg_upstream_conf;
 
@@ -18,6 +19,10 @@ void tg_mcp_discover_result(struct tg_buf *out, const char *id, size_t id_len, c
  * "complete", and for the cacheable methods ttlMs 0 and cacheScope "private" (per-grant lists
  * must never be shared); tools/list loses the tools whose x-mcp-header annotations are invalid.
  * Answers that are not a JSON-RPC result are left as they are. */
-void tg_mcp_modern_result(struct tg_buf *answer, const char *method);
+/* c: the call, for the three methods that may take input (an input_required result is checked
+ * and its requestState sealed, core/mcp/mrtr.h), else NULL (any result type but complete is
+ * refused). Returns 0, or -1 with why: the client must get an error instead. */
+int tg_mcp_modern_result(struct tg_buf *answer, const char *method, struct tg_mcp_mrtr *t, const struct tg_mcp_mrtr_call *c,
+                         int64_t now_ms, char *why, size_t whysz);
 
 #endif

@@ -292,13 +292,14 @@ static void annotations(void **state)
  * the tools a 2026 client would have to drop. */
 static void modern_results(void **state)
 {
+    char why[160];
     struct tg_buf b;
     tg_buf_init(&b);
     tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"tools\":["
                        "{\"name\":\"ok\",\"inputSchema\":{\"type\":\"object\",\"properties\":{\"r\":{\"type\":\"string\",\"x-mcp-header\":\"R\"}}}},"
                        "{\"name\":\"bad\",\"inputSchema\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"number\",\"x-mcp-header\":\"N\"}}}},"
                        "{\"name\":\"plain\",\"inputSchema\":{\"type\":\"object\"}}],\"ttlMs\":60000,\"cacheScope\":\"public\"}}");
-    tg_mcp_modern_result(&b, "tools/list");
+    tg_mcp_modern_result(&b, "tools/list", NULL, NULL, 0, why, sizeof(why));
     cJSON *j = cJSON_ParseWithLength(b.base, b.len);
     assert_non_null(j);
     cJSON *res = cJSON_GetObjectItemCaseSensitive(j, "result");
@@ -314,12 +315,12 @@ static void modern_results(void **state)
     /* tools/call: resultType only; an error answer is left alone. */
     b.len = 0;
     tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"content\":[]}}");
-    tg_mcp_modern_result(&b, "tools/call");
+    tg_mcp_modern_result(&b, "tools/call", NULL, NULL, 0, why, sizeof(why));
     tg_buf_append(&b, "", 1);
     assert_string_equal(b.base, "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"content\":[],\"resultType\":\"complete\"}}");
     b.len = 0;
     tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":5,\"error\":{\"code\":-32602,\"message\":\"x\"}}");
-    tg_mcp_modern_result(&b, "tools/call");
+    tg_mcp_modern_result(&b, "tools/call", NULL, NULL, 0, why, sizeof(why));
     tg_buf_append(&b, "", 1);
     assert_string_equal(b.base, "{\"jsonrpc\":\"2.0\",\"id\":5,\"error\":{\"code\":-32602,\"message\":\"x\"}}");
     assert_true(tg_mcp_removed_method("ping"));

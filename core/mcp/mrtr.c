@@ -1,0 +1,227 @@
+#include "core/mcp/mrtr.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy/auth.h"
+
+#include "core/json.h"
+
+#define ENVELOPE_TTL_MS (10 * 60 * 1000) /* a person may take a while to answer an elicitation */
+#define ID_CHARS 22                      /* of the token: the version and most of the random nonce */
+
+unsigned tg_mcp_client_caps(const cJSON *caps)
+{
+    unsigned c = 0;
+    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(caps, "elicitation")))
+        c |= TG_CAP_ELICITATION;
+    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(caps, "sampling")))
+        c |= TG_CAP_SAMPLING;
+    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(caps, "roots")))
+        c |= TG_CAP_ROOTS;
+    return c;
+}
+
+void tg_mcp_mrtr_init(struct tg_mcp_mrtr *t, size_t max)
+{
+    memset(t, 0, sizeof(*t));
+    if (tg_random(t->key, sizeof(t->key)) != 0)
+        abort(); /* no randomness, no unforgeable envelopes: refuse to run */
+    t->max = max ? max : 1;
+    t->ring = tg_xcalloc(t->max, sizeof(*t->ring));
+}
+
+void tg_mcp_mrtr_dispose(struct tg_mcp_mrtr *t)
+{
+    free(t->ring);
+    t->ring = NULL;
+}
+
+static const char *name_member(const char *method)
+{
+    if (strcmp(method, "tools/call") == 0 || strcmp(method, "prompts/get") == 0)
+        return "name";
+    return strcmp(method, "resources/read") == 0 ? "uri" : NULL;
+}
+
+void tg_mcp_mrtr_bind(struct tg_mcp_mrtr_call *c, const char *grant, const char *upstream, const char *method,
+                      const cJSON *params)
+{
+    c->b.grant = grant;
+    c->b.upstream = upstream;
+    c->b.method = method;
+    const char *key = name_member(method);
+    const cJSON *name = key ? cJSON_GetObjectItemCaseSensitive(params, key) : NULL;
+    c->b.name = cJSON_IsString(name) ? name->valuestring : "";
+    struct tg_buf a;
+    tg_buf_init(&a);
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(params, "arguments");
+    if (args != NULL)
+        tg_json_write(&a, args);
+    else
+        tg_buf_appends(&a, "null");
+    tg_auth_sha256(a.base, a.len, c->b.args_sha256);
+    tg_buf_dispose(&a);
+}
+
+static int input_kind_allowed(const char *m, unsigned caps)
+{
+    if (strcmp(m, "elicitation/create") == 0)
+        return (caps & TG_CAP_ELICITATION) != 0;
+    if (strcmp(m, "sampling/createMessage") == 0)
+        return (caps & TG_CAP_SAMPLING) != 0;
+    if (strcmp(m, "roots/list") == 0)
+        return (caps & TG_CAP_ROOTS) != 0;
+    return 0;
+}
+
+int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+                       char *why, size_t whysz)
+{
+    cJSON *rt = cJSON_GetObjectItemCaseSensitive(result, "resultType");
+    if (rt == NULL || (cJSON_IsString(rt) && strcmp(rt->valuestring, "complete") == 0))
+        return 0;
+    if (!cJSON_IsString(rt) || strcmp(rt->valuestring, "input_required") != 0) {
+        snprintf(why, whysz, "the upstream answered with a result type the gateway does not know");
+        return -1;
+    }
+    if (name_member(c->b.method) == NULL) {
+        snprintf(why, whysz, "the upstream asked for input on %.60s, which cannot take any", c->b.method);
+        return -1;
+    }
+    cJSON *reqs = cJSON_GetObjectItemCaseSensitive(result, "inputRequests");
+    cJSON *state = cJSON_GetObjectItemCaseSensitive(result, "requestState");
+    if ((reqs != NULL && !cJSON_IsObject(reqs)) || (state != NULL && !cJSON_IsString(state)) ||
+        (reqs == NULL && state == NULL)) {
+        snprintf(why, whysz, "the upstream's input_required result is malformed");
+        return -1;
+    }
+    struct tg_buf keys;
+    tg_buf_init(&keys);
+    for (cJSON *r = reqs ? reqs->child : NULL; r != NULL; r = r->next) {
+        cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "method");
+        if (!cJSON_IsString(m) || !input_kind_allowed(m->valuestring, c->client_caps)) {
+            snprintf(why, whysz, "the upstream asked for input the client did not declare: %.60s",
+                     cJSON_IsString(m) ? m->valuestring : "(no method)");
+            tg_buf_dispose(&keys);
+            return -1;
+        }
+        tg_buf_append(&keys, r->string, strlen(r->string) + 1);
+    }
+    /* The plaintext: 'u' and the upstream's state, or 'm' when the gateway minted it. */
+    struct tg_buf plain, token;
+    tg_buf_init(&plain);
+    tg_buf_init(&token);
+    tg_buf_append(&plain, state ? "u" : "m", 1);
+    if (state)
+        tg_buf_appends(&plain, state->valuestring);
+    int rc = tg_mcp_state_seal(t->key, &c->b, keys.base ? keys.base : "", keys.len, now_ms + ENVELOPE_TTL_MS,
+                               plain.base, plain.len, &token);
+    if (rc == 0 && token.len > ID_CHARS) {
+        struct issued *slot = &t->ring[t->next];
+        t->next = (t->next + 1) % t->max; /* the oldest is forgotten: it can no longer be used */
+        memcpy(slot->id, token.base, ID_CHARS);
+        slot->id[ID_CHARS] = '\0';
+        slot->expires_ms = now_ms + ENVELOPE_TTL_MS;
+        if (state)
+            cJSON_SetValuestring(state, token.base);
+        else
+            cJSON_AddStringToObject(result, "requestState", token.base);
+    } else {
+        snprintf(why, whysz, "the gateway could not seal the upstream's requestState");
+        rc = -1;
+    }
+    tg_buf_dispose(&plain);
+    tg_buf_dispose(&token);
+    tg_buf_dispose(&keys);
+    return rc == 0 ? 0 : -1;
+}
+
+/* Take an issued envelope out (single use): 1 if it was there. */
+static int take_issued(struct tg_mcp_mrtr *t, const char *token, int64_t now_ms)
+{
+    if (strlen(token) <= ID_CHARS)
+        return 0;
+    for (size_t i = 0; i < t->max; i++) {
+        struct issued *s = &t->ring[i];
+        if (s->id[0] != '\0' && s->expires_ms > now_ms && memcmp(s->id, token, ID_CHARS) == 0) {
+            s->id[0] = '\0';
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int key_issued(const struct tg_buf *keys, const char *k)
+{
+    for (size_t off = 0; off < keys->len;) {
+        const char *s = keys->base + off;
+        if (strcmp(s, k) == 0)
+            return 1;
+        off += strlen(s) + 1;
+    }
+    return 0;
+}
+
+int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+                      char *why, size_t whysz)
+{
+    cJSON *state = cJSON_GetObjectItemCaseSensitive(params, "requestState");
+    cJSON *resp = cJSON_GetObjectItemCaseSensitive(params, "inputResponses");
+    if (state == NULL && resp == NULL)
+        return 0;
+    if (name_member(c->b.method) == NULL) {
+        snprintf(why, whysz, "Invalid params: requestState and inputResponses belong to tools/call, prompts/get and resources/read only");
+        return -1;
+    }
+    if (!cJSON_IsString(state)) {
+        snprintf(why, whysz, "Invalid params: a retry must carry the requestState the gateway gave");
+        return -1;
+    }
+    if (resp != NULL && !cJSON_IsObject(resp)) {
+        snprintf(why, whysz, "Invalid params: inputResponses must be an object");
+        return -1;
+    }
+    struct tg_buf inner, keys;
+    tg_buf_init(&inner);
+    tg_buf_init(&keys);
+    const char *bad = NULL;
+    int rc = -1;
+    if (tg_mcp_state_open(t->key, &c->b, now_ms, tg_slice_cstr(state->valuestring), &inner, &keys, &bad) != 0) {
+        snprintf(why, whysz, "Invalid params: requestState does not verify for this call (%s)", bad ? bad : "refused");
+        goto out;
+    }
+    for (cJSON *r = resp ? resp->child : NULL; r != NULL; r = r->next) {
+        if (!key_issued(&keys, r->string)) {
+            snprintf(why, whysz, "Invalid params: inputResponses answers %.60s, which was never asked", r->string);
+            goto out;
+        }
+        if (!cJSON_IsObject(r)) {
+            snprintf(why, whysz, "Invalid params: inputResponses.%.60s must be an object", r->string);
+            goto out;
+        }
+    }
+    if (inner.len < 1 || (inner.base[0] != 'u' && inner.base[0] != 'm')) {
+        snprintf(why, whysz, "Invalid params: requestState does not verify for this call");
+        goto out;
+    }
+    if (!take_issued(t, state->valuestring, now_ms)) {
+        snprintf(why, whysz, "Invalid params: this requestState was already used (each is good for one retry)");
+        goto out;
+    }
+    if (inner.base[0] == 'm') {
+        cJSON_DeleteItemFromObjectCaseSensitive(params, "requestState"); /* the gateway's own: the upstream never saw it */
+    } else {
+        char *s = tg_xmalloc(inner.len);
+        memcpy(s, inner.base + 1, inner.len - 1);
+        s[inner.len - 1] = '\0';
+        cJSON_SetValuestring(state, s);
+        free(s);
+    }
+    rc = 1;
+out:
+    tg_buf_dispose(&inner);
+    tg_buf_dispose(&keys);
+    return rc;
+}

@@ -1,0 +1,67 @@
+/* Multi-round-trip requests (MCP 2026-07-28) through the gateway, so that a retry cannot smuggle
+ * a call.
+ *
+ * An upstream's input_required result is accepted only for tools/call, prompts/get and
+ * resources/read, and only for input kinds the client declared (elicitation, sampling, roots).
+ * Its requestState goes to the client sealed in a gateway envelope (core/mcp/state.c) bound to
+ * the grant, upstream, method, name and a digest of the arguments, with the input keys issued
+ * and an expiry; the gateway mints one when the upstream gave none. Each envelope is good for
+ * one retry: the retry must carry it unchanged, for the same binding, with inputResponses only
+ * for keys issued. The retry is then decided again as a new call; the upstream sees only its
+ * own state (or none, if the gateway minted it). */
+#ifndef TG_MCP_MRTR_H
+#define TG_MCP_MRTR_H
+
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/mcp/state.h"
+
+/* Input kinds a 2026 client declared in clientCapabilities (struct tg_exchange.client_caps). */
+#define TG_CAP_ELICITATION 0x1u
+#define TG_CAP_SAMPLING 0x2u
+#define TG_CAP_ROOTS 0x4u
+
+/* TG_CAP_* of a clientCapabilities object. */
+unsigned tg_mcp_client_caps(const cJSON *caps);
+
+/* The envelopes issued and not yet used: each retry takes its own out, so an envelope opens
+ * once. Bounded: beyond max the oldest is forgotten (and can no longer be used). Owner: the
+ * server (struct tg_server), freed by tg_mcp_mrtr_dispose. */
+struct tg_mcp_mrtr {
+    uint8_t key[TG_MCP_STATE_KEY_BYTES];
+    struct issued {
+        char id[24];
+        int64_t expires_ms;
+    } *ring;
+    size_t max, next;
+};
+
+void tg_mcp_mrtr_init(struct tg_mcp_mrtr *t, size_t max);
+void tg_mcp_mrtr_dispose(struct tg_mcp_mrtr *t);
+
+/* The call a result answers, or a retry claims to continue. Strings borrowed. */
+struct tg_mcp_mrtr_call {
+    struct tg_mcp_state_binding b;
+    unsigned client_caps;
+};
+
+/* Fill c's binding from a request body's params (method, name or uri, arguments digest). */
+void tg_mcp_mrtr_bind(struct tg_mcp_mrtr_call *c, const char *grant, const char *upstream, const char *method,
+                      const cJSON *params);
+
+/* An upstream's result for call c, in place: an input_required result gets its requestState
+ * sealed; complete (or missing) is left. Returns 0, or -1 with why (the client must get an
+ * error instead): input on another method, an input kind the client did not declare, an
+ * unknown resultType. */
+int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+                       char *why, size_t whysz);
+/* A request's params: 0 if it is no retry (neither requestState nor inputResponses); 1 for a
+ * retry whose envelope opened (requestState now the upstream's own, or removed); -1 with why
+ * for one refused (-32602): MRTR fields on another method, a missing, tampered, foreign, used
+ * or expired envelope, changed arguments, or input keys never issued. */
+int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+                      char *why, size_t whysz);
+
+#endif

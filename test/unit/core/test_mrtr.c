@@ -1,0 +1,179 @@
+/* MRTR through the gateway (core/mcp/mrtr.c): an input_required result is sealed for the call it
+ * answers, and a retry opens only for that call, once, with the keys issued. */
+#include "test/unit/unit.h"
+
+#include <string.h>
+
+#include "core/json.h"
+#include "core/mcp/mrtr.h"
+
+#define NOW 1000000
+
+static cJSON *params_of(const char *json) { return cJSON_Parse(json); }
+
+static void bind(struct tg_mcp_mrtr_call *c, const char *grant, const char *method, const cJSON *params, unsigned caps)
+{
+    memset(c, 0, sizeof(*c));
+    tg_mcp_mrtr_bind(c, grant, "up", method, params);
+    c->client_caps = caps;
+}
+
+/* Seal an input_required result for params; returns the result (caller frees). */
+static cJSON *sealed(struct tg_mcp_mrtr *t, const char *grant, const cJSON *params, const char *result_json)
+{
+    struct tg_mcp_mrtr_call c;
+    bind(&c, grant, "tools/call", params, TG_CAP_ELICITATION);
+    cJSON *res = cJSON_Parse(result_json);
+    char why[160];
+    assert_int_equal(tg_mcp_mrtr_result(t, res, &c, NOW, why, sizeof(why)), 0);
+    return res;
+}
+
+/* The retry a client would send: the original params, the state echoed, responses for keys. */
+static cJSON *retry_of(const char *params_json, const cJSON *res, const char *responses_json)
+{
+    cJSON *p = cJSON_Parse(params_json);
+    cJSON_AddStringToObject(p, "requestState", cJSON_GetObjectItem(res, "requestState")->valuestring);
+    cJSON_AddItemToObject(p, "inputResponses", cJSON_Parse(responses_json));
+    return p;
+}
+
+static int try_retry(struct tg_mcp_mrtr *t, const char *grant, cJSON *p, int64_t now)
+{
+    struct tg_mcp_mrtr_call c;
+    bind(&c, grant, "tools/call", p, TG_CAP_ELICITATION);
+    char why[200];
+    return tg_mcp_mrtr_retry(t, p, &c, now, why, sizeof(why));
+}
+
+static const char *P = "{\"name\":\"ask\",\"arguments\":{\"q\":1}}";
+static const char *R = "{\"resultType\":\"input_required\",\"inputRequests\":{\"k1\":{\"method\":\"elicitation/create\","
+                       "\"params\":{}}},\"requestState\":\"upstream-state\"}";
+
+static void seal_and_open_once(void **state)
+{
+    (void)state;
+    struct tg_mcp_mrtr t;
+    tg_mcp_mrtr_init(&t, 16);
+    cJSON *p = params_of(P);
+    cJSON *res = sealed(&t, "alice", p, R);
+    const char *tok = cJSON_GetObjectItem(res, "requestState")->valuestring;
+    assert_string_not_equal(tok, "upstream-state"); /* the client never sees the upstream's state */
+    cJSON *r = retry_of(P, res, "{\"k1\":{\"action\":\"accept\"}}");
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 1), 1);
+    assert_string_equal(cJSON_GetObjectItem(r, "requestState")->valuestring, "upstream-state");
+    cJSON *again = retry_of(P, res, "{\"k1\":{}}");
+    assert_int_equal(try_retry(&t, "alice", again, NOW + 2), -1); /* single use */
+    cJSON_Delete(again);
+    cJSON_Delete(r);
+    cJSON_Delete(res);
+    cJSON_Delete(p);
+    tg_mcp_mrtr_dispose(&t);
+}
+
+static void retries_refused(void **state)
+{
+    (void)state;
+    struct tg_mcp_mrtr t;
+    tg_mcp_mrtr_init(&t, 16);
+    cJSON *p = params_of(P);
+    cJSON *res = sealed(&t, "alice", p, R);
+    /* another grant */
+    cJSON *r = retry_of(P, res, "{\"k1\":{}}");
+    assert_int_equal(try_retry(&t, "bob", r, NOW + 1), -1);
+    cJSON_Delete(r);
+    /* changed arguments, changed tool */
+    r = retry_of("{\"name\":\"ask\",\"arguments\":{\"q\":2}}", res, "{\"k1\":{}}");
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 1), -1);
+    cJSON_Delete(r);
+    r = retry_of("{\"name\":\"execute_code\",\"arguments\":{\"q\":1}}", res, "{\"k1\":{}}");
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 1), -1);
+    cJSON_Delete(r);
+    /* a key never issued */
+    r = retry_of(P, res, "{\"k2\":{}}");
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 1), -1);
+    cJSON_Delete(r);
+    /* tampered */
+    r = retry_of(P, res, "{\"k1\":{}}");
+    char *tok = cJSON_GetObjectItem(r, "requestState")->valuestring;
+    tok[strlen(tok) / 2] = tok[strlen(tok) / 2] == 'A' ? 'B' : 'A';
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 1), -1);
+    cJSON_Delete(r);
+    /* expired */
+    r = retry_of(P, res, "{\"k1\":{}}");
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 11 * 60 * 1000), -1);
+    cJSON_Delete(r);
+    /* a state of the client's own making, and MRTR fields on another method */
+    r = cJSON_Parse("{\"name\":\"ask\",\"arguments\":{\"q\":1},\"requestState\":\"upstream-state\",\"inputResponses\":{}}");
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 1), -1);
+    cJSON_Delete(r);
+    struct tg_mcp_mrtr_call c;
+    r = cJSON_Parse("{\"requestState\":\"x\"}");
+    bind(&c, "alice", "tools/list", r, 0);
+    char why[200];
+    assert_int_equal(tg_mcp_mrtr_retry(&t, r, &c, NOW, why, sizeof(why)), -1);
+    cJSON_Delete(r);
+    /* none of the refusals used the envelope up: the real retry still opens */
+    r = retry_of(P, res, "{\"k1\":{}}");
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 1), 1);
+    cJSON_Delete(r);
+    cJSON_Delete(res);
+    cJSON_Delete(p);
+    tg_mcp_mrtr_dispose(&t);
+}
+
+static void results_checked(void **state)
+{
+    (void)state;
+    struct tg_mcp_mrtr t;
+    tg_mcp_mrtr_init(&t, 2);
+    cJSON *p = params_of(P);
+    struct tg_mcp_mrtr_call c;
+    char why[160];
+    /* input the client did not declare */
+    bind(&c, "alice", "tools/call", p, TG_CAP_ELICITATION);
+    cJSON *res = cJSON_Parse("{\"resultType\":\"input_required\",\"inputRequests\":{\"s\":{\"method\":\"sampling/createMessage\"}}}");
+    assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), -1);
+    cJSON_Delete(res);
+    /* input on a method that takes none */
+    bind(&c, "alice", "tools/list", p, TG_CAP_ELICITATION);
+    res = cJSON_Parse(R);
+    assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), -1);
+    cJSON_Delete(res);
+    /* an unknown result type */
+    bind(&c, "alice", "tools/call", p, TG_CAP_ELICITATION);
+    res = cJSON_Parse("{\"resultType\":\"surprise\"}");
+    assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), -1);
+    cJSON_Delete(res);
+    /* no upstream state: the gateway mints one, and strips it on the retry */
+    res = cJSON_Parse("{\"resultType\":\"input_required\",\"inputRequests\":{\"k1\":{\"method\":\"elicitation/create\"}}}");
+    assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), 0);
+    cJSON *r = retry_of(P, res, "{\"k1\":{}}");
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 1), 1);
+    assert_null(cJSON_GetObjectItem(r, "requestState"));
+    cJSON_Delete(r);
+    cJSON_Delete(res);
+    /* beyond max, the oldest envelope is forgotten: it no longer opens */
+    cJSON *a = sealed(&t, "alice", p, R), *b = sealed(&t, "alice", p, R), *d = sealed(&t, "alice", p, R);
+    r = retry_of(P, a, "{\"k1\":{}}");
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 1), -1);
+    cJSON_Delete(r);
+    r = retry_of(P, d, "{\"k1\":{}}");
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 1), 1);
+    cJSON_Delete(r);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    cJSON_Delete(d);
+    cJSON_Delete(p);
+    tg_mcp_mrtr_dispose(&t);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(seal_and_open_once),
+        cmocka_unit_test(retries_refused),
+        cmocka_unit_test(results_checked),
+    };
+    return TG_UNIT_RUN(tests, argc, argv);
+}
