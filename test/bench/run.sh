@@ -30,7 +30,11 @@
 #                                                nine, each 2025 target followed by its 2026 twin,
 #                                                tollgate-local before tollgate-2026)
 #   BENCH_SKIP_TOLLGATE  1 = drop the tollgate targets
-#   BENCH_DURATION       seconds per target     (default 10)
+#   BENCH_DURATION       seconds per target     (default 10; per round)
+#   BENCH_ROUNDS         rounds                 (default 1: each round runs every target once, in
+#                                                order, on the same servers; with more, each
+#                                                figure is the median of the rounds and "range"
+#                                                gives the lowest and highest requests/s)
 #   BENCH_CONNS          wrk connections        (default 50)
 #   BENCH_THREADS        wrk threads            (default 1)
 #   BENCH_IDS            unique | fixed         (default unique; see call.lua)
@@ -50,6 +54,7 @@ TOLLGATE_BIN=${TOLLGATE_BIN:-$root/build/tollgate}
 UPSTREAM_BIN=${UPSTREAM_BIN:-$root/build/test/bench/tg-bench-upstream}
 NGINX_BIN=${NGINX_BIN:-$(command -v nginx || echo /usr/sbin/nginx)}
 DURATION=${BENCH_DURATION:-10}
+ROUNDS=${BENCH_ROUNDS:-1}
 CONNS=${BENCH_CONNS:-50}
 THREADS=${BENCH_THREADS:-1}
 RESULTS=${BENCH_RESULTS:-$here/results/last.txt}
@@ -79,6 +84,7 @@ for t in $targets; do
 done
 [[ -n ${targets// /} ]] || die "no targets selected"
 [[ $DURATION =~ ^[0-9]+$ && $DURATION -gt 0 ]] || die "BENCH_DURATION must be a positive integer"
+[[ $ROUNDS =~ ^[0-9]+$ && $ROUNDS -gt 0 ]] || die "BENCH_ROUNDS must be a positive integer"
 [[ $CONNS =~ ^[0-9]+$ && $CONNS -gt 0 ]] || die "BENCH_CONNS must be a positive integer"
 [[ $THREADS =~ ^[0-9]+$ && $THREADS -gt 0 && $THREADS -le $CONNS ]] || die "BENCH_THREADS must be 1..BENCH_CONNS"
 [[ $BENCH_IDS == unique || $BENCH_IDS == fixed ]] || die "BENCH_IDS must be unique or fixed"
@@ -227,9 +233,9 @@ EOF
 # ---- one target ------------------------------------------------------------------
 # 2025: the MCP handshake (initialize + notifications/initialized), then wrk on that session.
 # 2026: one stateless call with curl (it must succeed as a 2026 result), then wrk.
-declare -A rps p50 p99 errs audit_lines
+declare -A rps p50 p99 errs audit_lines rps_all p50_all p99_all
 run_target() {
-    local name=$1 url=$2 d=$tmp/$1 era=2025
+    local name=$1 url=$2 d=$tmp/$1/round$3 era=2025
     [[ $name == *-2026* ]] && era=2026
     mkdir -p "$d"
     local code sid=""
@@ -289,45 +295,66 @@ run_target() {
     # wrk's own "Non-2xx" and socket error counts are folded in as well.
     local e=$((r[non200] + r[badbody] + r[connect] + r[read] + r[write] + r[timeout]))
     ((r[requests] > 0)) || die "$name: no requests completed"
-    rps[$name]=${r[rps]}
-    p50[$name]=$(awk -v u="${r[p50_us]}" 'BEGIN {printf "%.2fms", u / 1000}')
-    p99[$name]=$(awk -v u="${r[p99_us]}" 'BEGIN {printf "%.2fms", u / 1000}')
-    errs[$name]=$e
+    rps_all[$name]+=" ${r[rps]}"
+    p50_all[$name]+=" ${r[p50_us]}"
+    p99_all[$name]+=" ${r[p99_us]}"
+    errs[$name]=$((${errs[$name]:-0} + e))
     if ((e > 0)); then
         failed+=("$name: $e errors (non200=${r[non200]} badbody=${r[badbody]} connect=${r[connect]} read=${r[read]} write=${r[write]} timeout=${r[timeout]}) $(grep '^BENCH_FIRST_BAD' "$d/wrk.out" | cut -c17- || true)")
     fi
 }
 
+# The median of the numbers in $1 (the lower middle one of an even count).
+median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+
 failed=()
 nginx_port=""
-for t in $targets; do
-    case $t in
-    direct|direct-2026) run_target "$t" "http://127.0.0.1:$up_port/mcp" ;;
-    nginx) [[ -n $nginx_port ]] || start_nginx; run_target nginx "http://127.0.0.1:$nginx_port/mcp" ;;
-    nginx-2026) [[ -n $nginx_port ]] || start_nginx; run_target nginx-2026 "http://127.0.0.1:$nginx_port/bench/mcp" ;;
-    tollgate) start_tollgate tollgate; run_target tollgate "http://127.0.0.1:$tg_port/mcp" ;;
-    tollgate-local|tollgate-2026) start_tollgate "$t"; run_target "$t" "http://127.0.0.1:$tg_port/bench/mcp" ;;
-    tollgate-policy|tollgate-2026-policy)
-        start_tollgate "$t"
-        if [[ $t == tollgate-policy ]]; then
-            run_target "$t" "http://127.0.0.1:$tg_port/mcp"
-        else
-            run_target "$t" "http://127.0.0.1:$tg_port/bench/mcp"
+declare -A tg_port_of url_of
+for ((round = 1; round <= ROUNDS; round++)); do
+    ((ROUNDS == 1)) || echo "== round $round of $ROUNDS" >&2
+    for t in $targets; do
+        # Servers start on a target's first round and serve all its rounds.
+        if [[ -z ${url_of[$t]:-} ]]; then
+            case $t in
+            direct|direct-2026) url_of[$t]="http://127.0.0.1:$up_port/mcp" ;;
+            nginx) [[ -n $nginx_port ]] || start_nginx; url_of[$t]="http://127.0.0.1:$nginx_port/mcp" ;;
+            nginx-2026) [[ -n $nginx_port ]] || start_nginx; url_of[$t]="http://127.0.0.1:$nginx_port/bench/mcp" ;;
+            tollgate|tollgate-policy) start_tollgate "$t"; url_of[$t]="http://127.0.0.1:$tg_port/mcp" ;;
+            tollgate-local|tollgate-2026|tollgate-2026-policy)
+                start_tollgate "$t"; url_of[$t]="http://127.0.0.1:$tg_port/bench/mcp" ;;
+            esac
         fi
+        run_target "$t" "${url_of[$t]}" "$round"
+    done
+done
+for t in $targets; do
+    rps[$t]=$(median "${rps_all[$t]}")
+    p50[$t]=$(awk -v u="$(median "${p50_all[$t]}")" 'BEGIN {printf "%.2fms", u / 1000}')
+    p99[$t]=$(awk -v u="$(median "${p99_all[$t]}")" 'BEGIN {printf "%.2fms", u / 1000}')
+    if [[ $t == tollgate-policy || $t == tollgate-2026-policy ]]; then
         sleep 0.5 # let the audit log drain
-        audit_lines[$t]=$(wc -l <"$tmp/$t/audit.log" 2>/dev/null || echo 0) ;;
-    esac
+        audit_lines[$t]=$(wc -l <"$tmp/$t/audit.log" 2>/dev/null || echo 0)
+    fi
 done
 
 # ---- report ----------------------------------------------------------------------
 mkdir -p "$(dirname "$RESULTS")"
 {
     echo "# tollgate bench $(date -u +%Y-%m-%dT%H:%M:%SZ)  $(uname -sr), $(nproc) cores"
-    echo "# tools/call, ${DURATION}s per target, $CONNS connections, $THREADS wrk thread(s), ids=$BENCH_IDS"
-    printf '%-21s %12s %10s %10s %8s\n' target 'requests/s' p50 p99 errors
-    for t in $targets; do
-        printf '%-21s %12s %10s %10s %8s\n' "$t" "${rps[$t]}" "${p50[$t]}" "${p99[$t]}" "${errs[$t]}"
-    done
+    echo "# tools/call, ${DURATION}s per target, $CONNS connections, $THREADS wrk thread(s), ids=$BENCH_IDS, load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+    if ((ROUNDS == 1)); then
+        printf '%-21s %12s %10s %10s %8s\n' target 'requests/s' p50 p99 errors
+        for t in $targets; do
+            printf '%-21s %12s %10s %10s %8s\n' "$t" "${rps[$t]}" "${p50[$t]}" "${p99[$t]}" "${errs[$t]}"
+        done
+    else
+        echo "# $ROUNDS rounds, targets in alternation; medians of the rounds, range = lowest-highest requests/s"
+        printf '%-21s %12s %10s %10s %8s  %s\n' target 'requests/s' p50 p99 errors range
+        for t in $targets; do
+            printf '%-21s %12s %10s %10s %8s  %s\n' "$t" "${rps[$t]}" "${p50[$t]}" "${p99[$t]}" "${errs[$t]}" \
+                "$(tr ' ' '\n' <<<"${rps_all[$t]}" | grep . | sort -g | sed -n '1p;$p' | paste -sd-)"
+        done
+    fi
     if [[ -n $tg_note ]]; then
         echo "# note: $tg_note"
     fi
