@@ -95,7 +95,7 @@ per_call() {
 }
 declare -A cg_file cg_calls
 
-printf '%-40s %-16s %12s\n' binary target "Ir per unit"
+printf '%-40s %-21s %12s\n' binary target "Ir per unit"
 for bi in "${!bins[@]}"; do
     bin=${bins[$bi]}
     for target in $TARGETS; do
@@ -112,7 +112,7 @@ for bi in "${!bins[@]}"; do
             cp "$f2" "$KEEP/$target.$bi.long.out"
         fi
         unit=call; [[ $target == tollgate-post || $target == tollgate-sse || $target == tollgate-ws ]] && unit=message
-        printf '%-40s %-16s %12d per %-7s (%d: %d Ir; %d: %d Ir)\n' "$bin" "$target" "$per" "$unit" "$c1" "$ir1" "$c2" "$ir2"
+        printf '%-40s %-21s %12d per %-7s (%d: %d Ir; %d: %d Ir)\n' "$bin" "$target" "$per" "$unit" "$c1" "$ir1" "$c2" "$ir2"
     done
 done
 
@@ -127,7 +127,8 @@ for bi in "${!bins[@]}"; do
             printf '%12s %12s %12s  %s\n' "$a" "$b" difference function
             join -t $'\t' -a 1 -a 2 -e 0 -o 0,1.2,2.2 <(per_call "$a" "$bi" "$incl" | sort -t $'\t' -k1,1) \
                 <(per_call "$b" "$bi" "$incl" | sort -t $'\t' -k1,1) |
-                awk -F'\t' '{printf "%12.0f %12.0f %12.0f  %s\n", $2, $3, $3 - $2, $1}' | sort -k3,3nr | head -n "$TOP"
+                awk -F'\t' '{printf "%12.0f %12.0f %12.0f  %s\n", $2, $3, $3 - $2, $1}' | sort -k3,3nr |
+                awk -v n="$TOP" 'NR <= n' # reads all its input: head would end sort with SIGPIPE
         done
     done
 done
