@@ -16,7 +16,10 @@
 # MCP_ERA=2026). tollgate serves those only for an upstream with initialize = "local", so the
 # tollgate-2026 targets run a tollgate whose upstream has it, and POST to /bench/mcp; the
 # upstream answers a 2026-07-28 request with "resultType":"complete" (through nginx), and a
-# reply without it counts as an error. tollgate-2026-policy adds the seed policy and audit as
+# reply without it counts as an error. BENCH_INIT_2026=forward gives the tollgate-2026 targets
+# upstream initialize = "forward" instead (for builds that bridge 2026 clients to upstream
+# sessions; older ones refuse with -32022 and the run stops there). tollgate-2026-policy adds
+# the seed policy and audit as
 # tollgate-policy does. tollgate-local is the 2025 control for them: 2025 session calls, like
 # tollgate, on the same conf as tollgate-2026 (initialize = "local", /bench/mcp).
 #
@@ -30,6 +33,7 @@
 #                                                nine, each 2025 target followed by its 2026 twin,
 #                                                tollgate-local before tollgate-2026)
 #   BENCH_SKIP_TOLLGATE  1 = drop the tollgate targets
+#   BENCH_INIT_2026      local | forward        (default local: initialize of the -2026 targets' upstream)
 #   BENCH_DURATION       seconds per target     (default 10; per round)
 #   BENCH_ROUNDS         rounds                 (default 1: each round runs every target once, in
 #                                                order, on the same servers; with more, each
@@ -62,6 +66,8 @@ PROTO=2025-06-18
 PROTO_2026=2026-07-28
 export BENCH_IDS=${BENCH_IDS:-unique}
 ERA=${BENCH_ERA:-2025}
+INIT_2026=${BENCH_INIT_2026:-local}
+[[ $INIT_2026 == local || $INIT_2026 == forward ]] || die "BENCH_INIT_2026 must be local or forward"
 
 case $ERA in
 2025) era_targets="direct nginx tollgate tollgate-policy" ;;
@@ -205,7 +211,8 @@ start_tollgate() {
 EOF
     local audit_line="" init_line=""
     # tollgate serves 2026-07-28 requests only for an upstream whose initialize it answers.
-    [[ $tg_name == tollgate-2026* || $tg_name == tollgate-local ]] && init_line='initialize = "local";'
+    [[ $tg_name == tollgate-local ]] && init_line='initialize = "local";'
+    [[ $tg_name == tollgate-2026* ]] && init_line="initialize = \"$INIT_2026\";"
     if [[ $tg_name == tollgate-policy || $tg_name == tollgate-2026-policy ]]; then
         # The seed policy's shape: default deny, the called tool under a token bucket
         # (large enough never to refuse the benchmark), and the audit log on.
@@ -341,6 +348,7 @@ done
 mkdir -p "$(dirname "$RESULTS")"
 {
     echo "# tollgate bench $(date -u +%Y-%m-%dT%H:%M:%SZ)  $(uname -sr), $(nproc) cores"
+    [[ " $targets " != *" tollgate-2026"* ]] || echo "# tollgate-2026 targets: upstream initialize = \"$INIT_2026\""
     echo "# tools/call, ${DURATION}s per target, $CONNS connections, $THREADS wrk thread(s), ids=$BENCH_IDS, load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
     if ((ROUNDS == 1)); then
         printf '%-21s %12s %10s %10s %8s\n' target 'requests/s' p50 p99 errors
