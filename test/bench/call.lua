@@ -1,10 +1,18 @@
--- wrk script: POST an MCP tools/call on an initialized session, and count every
--- reply that is not a success. A benchmark that silently measures error pages
--- is worthless, so run.sh fails the run when the counts are not zero.
+-- wrk script: POST an MCP tools/call on an initialized session (2025) or as a
+-- stateless 2026-07-28 request, and count every reply that is not a success. A
+-- benchmark that silently measures error pages is worthless, so run.sh fails
+-- the run when the counts are not zero.
 --
 -- Environment:
+--   MCP_ERA               "2025" (default): the call of an initialized session;
+--                         "2026": a stateless 2026-07-28 request: no session,
+--                         headers Mcp-Method and Mcp-Name, the body's
+--                         params._meta carrying the protocol version and client
+--                         capabilities, and a reply only counts as a success
+--                         with "resultType":"complete" in it
 --   MCP_SESSION_ID        Mcp-Session-Id from initialize (omitted when empty)
---   MCP_PROTOCOL_VERSION  MCP-Protocol-Version header (default 2025-06-18)
+--   MCP_PROTOCOL_VERSION  MCP-Protocol-Version header (default 2025-06-18;
+--                         2026-07-28 with MCP_ERA=2026, also put in _meta)
 --   BENCH_IDS             "unique" (default): every request gets its own id,
 --                         as MCP requires within a session;
 --                         "fixed": every request uses id 7 (cheaper for wrk,
@@ -23,6 +31,16 @@ end
 
 local body_pre = '{"jsonrpc":"2.0","id":'
 local body_post = ',"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}'
+local modern = os.getenv("MCP_ERA") == "2026"
+local version = os.getenv("MCP_PROTOCOL_VERSION") or (modern and "2026-07-28" or "2025-06-18")
+-- What a reply must hold to count as a success.
+local success = '"result"'
+if modern then
+   body_post = ',"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"},' ..
+      '"_meta":{"io.modelcontextprotocol/protocolVersion":"' .. version .. '",' ..
+      '"io.modelcontextprotocol/clientCapabilities":{}}}}'
+   success = '"resultType":"complete"'
+end
 
 function init(args)
    responses = 0
@@ -34,9 +52,13 @@ function init(args)
    wrk.path = "/mcp"
    wrk.headers["Content-Type"] = "application/json"
    wrk.headers["Accept"] = "application/json, text/event-stream"
-   wrk.headers["MCP-Protocol-Version"] = os.getenv("MCP_PROTOCOL_VERSION") or "2025-06-18"
+   wrk.headers["MCP-Protocol-Version"] = version
+   if modern then
+      wrk.headers["Mcp-Method"] = "tools/call"
+      wrk.headers["Mcp-Name"] = "echo"
+   end
    local sid = os.getenv("MCP_SESSION_ID")
-   if sid and sid ~= "" then
+   if sid and sid ~= "" and not modern then
       wrk.headers["Mcp-Session-Id"] = sid
    end
    wrk.body = body_pre .. "7" .. body_post
@@ -62,7 +84,7 @@ function response(status, headers, body)
    if status ~= 200 then
       non200 = non200 + 1
       if first_bad == "" then first_bad = status .. " " .. string.sub(body or "", 1, 200) end
-   elseif not body or not string.find(body, '"result"', 1, true) then
+   elseif not body or not string.find(body, success, 1, true) then
       -- A JSON-RPC error (policy deny, upstream down) comes back as HTTP 200.
       badbody = badbody + 1
       if first_bad == "" then first_bad = status .. " " .. string.sub(body or "", 1, 200) end

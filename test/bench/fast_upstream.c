@@ -11,7 +11,10 @@
  * Replies (always application/json with Content-Length):
  *   initialize   protocolVersion echoed from params.protocolVersion,
  *                capabilities {tools:{}}, serverInfo, plus Mcp-Session-Id
- *   tools/call   {"content":[{"type":"text","text":"ok"}]}
+ *   tools/call   {"content":[{"type":"text","text":"ok"}]}, plus "resultType":"complete"
+ *                when the request's MCP-Protocol-Version header is 2026-07-28 or later
+ *                (a 2026 server's answer, for the nginx-2026 target of run.sh; the
+ *                other 2026 headers and the body's _meta are not checked)
  *   tools/list   one tool, "echo"
  *   ping         {}
  *   other        JSON-RPC error -32601
@@ -75,6 +78,14 @@ struct conn {
     int closing;     /* shutdown or close already started */
     int close_after; /* a request said Connection: close (or HTTP/1.0) */
     int reading;     /* uv_read_start is in effect */
+    /* MCP-Protocol-Version of the request being parsed: is it 2026-07-28 or later? The header
+     * name and value are gathered in small buffers (llhttp may split them); longer ones never
+     * match. */
+    int modern;
+    int hdr_is_pv;   /* the header being parsed is MCP-Protocol-Version */
+    size_t hfield_len, hvalue_len;
+    char hfield[24];
+    char hvalue[16];
     /* An SSE answer in progress: the parser is paused, later bytes wait in rest. */
     int streaming;           /* 1: tools/call stream being written; 2: GET stream held open */
     int stream_busy;         /* a chunk of the stream is being written */
@@ -358,7 +369,11 @@ static void reply_rpc(struct conn *c, const struct rpc *r)
     buf_slice(&b, r->id);
 
     if (KEY_IS(r->method, "tools/call")) {
-        buf_lit(&b, ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}");
+        if (c->modern)
+            buf_lit(&b, ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}],"
+                        "\"resultType\":\"complete\"}}");
+        else
+            buf_lit(&b, ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}");
     } else if (KEY_IS(r->method, "tools/list")) {
         buf_lit(&b, ",\"result\":{\"tools\":[{\"name\":\"echo\","
                     "\"description\":\"Replies ok.\","
@@ -389,9 +404,13 @@ static void reply_rpc(struct conn *c, const struct rpc *r)
 static void reply_tools_call(struct conn *c, struct slice id)
 {
     static const char pre[] = "{\"jsonrpc\":\"2.0\",\"id\":";
-    static const char post[] =
+    static const char post2025[] =
         ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}";
-    size_t body_len = sizeof pre - 1 + id.len + sizeof post - 1;
+    static const char post2026[] =
+        ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}],\"resultType\":\"complete\"}}";
+    const char *post = c->modern ? post2026 : post2025;
+    size_t post_len = c->modern ? sizeof post2026 - 1 : sizeof post2025 - 1;
+    size_t body_len = sizeof pre - 1 + id.len + post_len;
     char head[160];
     int keep_alive = llhttp_should_keep_alive(&c->parser);
     int n = snprintf(head, sizeof head,
@@ -409,7 +428,7 @@ static void reply_tools_call(struct conn *c, struct slice id)
     buf_append(&c->out, head, (size_t)n);
     buf_append(&c->out, pre, sizeof pre - 1);
     buf_slice(&c->out, id);
-    buf_append(&c->out, post, sizeof post - 1);
+    buf_append(&c->out, post, post_len);
 }
 
 static const void *memmem_(const void *h, size_t hn, const void *n, size_t nn)
@@ -517,6 +536,54 @@ static int on_message_begin(llhttp_t *p)
     struct conn *c = p->data;
     c->body.len = 0;
     c->too_large = 0;
+    c->modern = 0;
+    c->hfield_len = 0;
+    return 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t len)
+{
+    struct conn *c = p->data;
+    if (c->hfield_len + len <= sizeof c->hfield)
+        memcpy(c->hfield + c->hfield_len, at, len);
+    c->hfield_len += len; /* past the buffer: too long to be the one looked for */
+    return 0;
+}
+
+static int on_header_field_complete(llhttp_t *p)
+{
+    static const char pv[] = "mcp-protocol-version";
+    struct conn *c = p->data;
+    c->hdr_is_pv = 0;
+    if (c->hfield_len == sizeof pv - 1) {
+        size_t i = 0;
+        while (i < c->hfield_len && (c->hfield[i] | 0x20) == pv[i])
+            i++; /* ASCII case folding: '-' | 0x20 is still '-' */
+        c->hdr_is_pv = i == c->hfield_len;
+    }
+    c->hfield_len = 0;
+    c->hvalue_len = 0;
+    return 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t len)
+{
+    struct conn *c = p->data;
+    if (!c->hdr_is_pv)
+        return 0;
+    if (c->hvalue_len + len <= sizeof c->hvalue)
+        memcpy(c->hvalue + c->hvalue_len, at, len);
+    c->hvalue_len += len;
+    return 0;
+}
+
+static int on_header_value_complete(llhttp_t *p)
+{
+    struct conn *c = p->data;
+    /* Versions are dates: a later one compares greater byte for byte. */
+    if (c->hdr_is_pv && c->hvalue_len == 10 && memcmp(c->hvalue, "2026-07-28", 10) >= 0)
+        c->modern = 1;
+    c->hdr_is_pv = 0;
     return 0;
 }
 
@@ -874,6 +941,10 @@ int main(int argc, char **argv)
 
     llhttp_settings_init(&parser_settings);
     parser_settings.on_message_begin = on_message_begin;
+    parser_settings.on_header_field = on_header_field;
+    parser_settings.on_header_field_complete = on_header_field_complete;
+    parser_settings.on_header_value = on_header_value;
+    parser_settings.on_header_value_complete = on_header_value_complete;
     parser_settings.on_body = on_body;
     parser_settings.on_message_complete = on_message_complete;
 
