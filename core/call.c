@@ -9,6 +9,7 @@
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
 #include "core/mcp/rewrite.h"
+#include "core/mcp/schemas.h"
 #include "core/msg.h"
 #include "policy/policy.h"
 #include "upstream/upstream.h"
@@ -325,6 +326,8 @@ static void deliver_answer(struct tg_call *k, struct tg_buf *out, int is_error, 
     k->got_response = is_error ? 2 : 1;
     if (k->is_init)
         tg_mcp_note_init_result(k->sess, p, n, k->srv->conf->limits.json_depth + 16);
+    if (k->is_tools_list && !is_error && k->srv->schemas != NULL)
+        tg_mcp_schemas_learn(k->srv->schemas, up_name(k), p, n); /* for 2026 clients' Mcp-Param-* */
     char why[160];
     if (k->era == TG_ERA_2026 && !is_error &&
         tg_mcp_modern_result(out, k->method, &k->srv->mrtr, k->mrtr, (int64_t)wall_ms(), why, sizeof(why)) != 0) {
@@ -338,7 +341,7 @@ static void deliver_answer(struct tg_call *k, struct tg_buf *out, int is_error, 
         tg_buf_dispose(&d);
     }
     if (k->sink != NULL)
-        k->sink->ops->answer(k->sink, k, 200, NULL, out->base, out->len);
+        k->sink->ops->answer(k->sink, k, k->answer_status ? k->answer_status : 200, NULL, out->base, out->len);
 }
 
 int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *pre)
@@ -361,7 +364,8 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
     }
     if (mine) {
         deliver_answer(k, &out, is_error, p, n);
-    } else if (refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0, NULL)) {
+    } else if (refuse_server_request(k->srv, k->sess, k->uprt, p, n,
+                                     (sk->flags & (TG_SINK_ANSWER_ONLY | TG_SINK_STATELESS)) != 0, NULL)) {
         tg_buf_dispose(&out);
         return 0;
     } else {
@@ -565,7 +569,7 @@ static int session_stream_write(struct tg_session *s, const char *p, size_t n, c
         target = s->get_stream;
     for (struct tg_list *l = s->calls.prev; target == NULL && l != &s->calls; l = l->prev) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        if (k->awaiting && k->sink != NULL && !(k->sink->flags & TG_SINK_ANSWER_ONLY) &&
+        if (k->awaiting && k->sink != NULL && !(k->sink->flags & (TG_SINK_ANSWER_ONLY | TG_SINK_STATELESS)) &&
             k->sink->ops->listening(k->sink))
             target = k;
     }

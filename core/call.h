@@ -99,6 +99,7 @@ struct tg_call {
     char *args_json;
     int is_tools_list;
     char *id_key;             /* canonical client id: duplicates and cancellation */
+    int answer_status;        /* the HTTP status the answer goes with (0: 200) */
     char *up_headers;         /* a 2026 request's Mcp-* header lines for the upstream, rebuilt
                                * from the body sent (NULL: the session's 2025 headers) */
     int forwarded;            /* the message reached the upstream */

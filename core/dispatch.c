@@ -34,11 +34,15 @@ static void accept_bare(struct tg_sink *sk)
     sk->ops->release(sk, NULL);
 }
 
-/* A request the upstream hears as 2026-07-28: its Mcp-* headers, from the body. */
+/* A request the upstream hears as 2026-07-28: its Mcp-* headers, from the body. A 2026 request
+ * to a 2025 upstream loses its claim instead (that upstream's session speaks 2025). */
 static void up_headers(const struct tg_exchange *x, struct tg_call *k, const struct tg_msg *m)
 {
-    if (!x->up_modern)
+    if (!x->up_modern) {
+        if (x->era == TG_ERA_2026)
+            tg_mcp_strip_claim(m->root);
         return;
+    }
     struct tg_buf h;
     tg_buf_init(&h);
     tg_mcp_upstream_headers(&h, m->root, x->proto, x->fwd_headers);
@@ -168,7 +172,10 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             dec->nres = 0;
         }
         if (strcmp(m->method, "tools/call") == 0) {
-            tg_audit_args_hash(args, k->args_sha256);
+            if (k->mrtr != NULL)
+                tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* the same digest, made once */
+            else
+                tg_audit_args_hash(args, k->args_sha256);
             k->args_json = tg_audit_args_values(&srv->conf->audit, args);
         }
         srv->metrics.decisions[dec->verdict]++;
@@ -196,8 +203,8 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     }
     struct tg_buf out;
     tg_buf_init(&out);
-    tg_msg_write_with_id(&out, m, k->gid);
     up_headers(x, k, m);
+    tg_msg_write_with_id(&out, m, k->gid);
     if (dec != NULL && dec->verdict == TG_VERDICT_APPROVE) {
         /* A batch cannot wait for a human; a single message on a channel can. */
         int in_batch = (sk->flags & TG_SINK_NO_WAIT) != 0;
@@ -278,8 +285,8 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     tg_strlcpy(k->proto, x->proto, sizeof(k->proto));
     struct tg_buf out;
     tg_buf_init(&out);
-    tg_json_write(&out, m->root);
     up_headers(x, k, m);
+    tg_json_write(&out, m->root);
     tg_call_send(k, out.base, out.len, (uint64_t)x->uc->call_timeout_ms);
     tg_buf_dispose(&out);
 }

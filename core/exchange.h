@@ -51,6 +51,9 @@ struct tg_exchange {
 #define TG_SINK_ANSWER_ONLY 0x1u /* only the answer can reach the client (a batch over HTTP): server
                                   * requests are refused for it, other messages dropped */
 #define TG_SINK_NO_WAIT 0x2u     /* the exchange cannot wait for a human (a batch of several) */
+#define TG_SINK_STATELESS 0x8u   /* a 2026-07-28 request's own stream: its progress and logs reach
+                                  * it, server requests never do (they are refused, or become
+                                  * input_required), nor the session's other messages */
 #define TG_SINK_NEW_SESSION 0x4u /* the session was made for this exchange (an initialize over
                                   * Streamable HTTP): if the upstream fails it, the session goes */
 

@@ -18,6 +18,7 @@
 #include "transports/http1.h"
 
 struct tg_tls_ctx;
+struct tg_mcp_schemas;
 struct tg_counters;
 struct tg_audit;
 struct tg_session_table;
@@ -74,7 +75,8 @@ struct tg_server {
     struct tg_session **stateless;
     size_t nstateless;
     struct tg_list bridge_pending;
-    struct tg_mcp_mrtr mrtr;      /* MRTR envelopes: the key and the ones issued, not used yet */ /* stateless sessions whose waiting requests run next round */
+    struct tg_mcp_mrtr mrtr;
+    struct tg_mcp_schemas *schemas; /* annotated tools' input schemas, per upstream (core/mcp/schemas.h) */      /* MRTR envelopes: the key and the ones issued, not used yet */ /* stateless sessions whose waiting requests run next round */
     int draining;
     uint64_t drain_deadline;
     uint64_t accept_warned_ms;

@@ -7,6 +7,7 @@
 #include "core/audit.h"
 #include "core/log.h"
 #include "core/mcp/bridge.h"
+#include "core/mcp/schemas.h"
 #include "core/admin.h"
 #include "core/router.h"
 #include "core/session.h"
@@ -125,6 +126,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     tg_list_init(&srv->streams);
     srv->counters = tg_counters_new();
     tg_mcp_mrtr_init(&srv->mrtr, 10000);
+    srv->schemas = tg_mcp_schemas_new();
     /* What can fail comes first (TLS keys, the audit log), before anything that would need
      * the loop to close it: a failed init leaves only memory, which tg_server_dispose frees. */
     srv->nlisteners = conf->nlisteners;
@@ -308,6 +310,8 @@ void tg_server_dispose(struct tg_server *srv)
     tg_conf_unref(srv->conf);
     tg_conf_unref(srv->listen_conf);
     tg_mcp_mrtr_dispose(&srv->mrtr);
+    tg_mcp_schemas_free(srv->schemas);
+    srv->schemas = NULL;
 }
 
 static int same_listeners(const struct tg_conf *a, const struct tg_conf *b)

@@ -12,6 +12,7 @@
 #include "core/mcp/legacy.h"
 #include "core/mcp/bridge.h"
 #include "core/mcp/modern.h"
+#include "core/mcp/schemas.h"
 #include "core/msg.h"
 #include "core/gateway.h"
 #include "core/session.h"
@@ -421,8 +422,29 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
         tg_http_respond_rpc(c, why.status, NULL, m->id_raw, m->id_len, why.code, why.message, NULL);
         return 1;
     }
-    if (claim.era != TG_ERA_2026)
+    if (claim.era != TG_ERA_2026) {
+        struct tg_slice pv = tg_http_req_header(&c->req, "mcp-protocol-version");
+        char v[32];
+        if (pv.ptr != NULL && pv.len < sizeof(v)) {
+            memcpy(v, pv.ptr, pv.len);
+            v[pv.len] = '\0';
+            if (tg_mcp_modern_version_supported(v) && m->method != NULL && strcmp(m->method, "initialize") == 0) {
+                tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_HEADER_MISMATCH,
+                                    "Header mismatch: initialize is a 2025 request, sent with a 2026-07-28 MCP-Protocol-Version",
+                                    NULL);
+                return 1;
+            }
+            if (tg_mcp_modern_version_supported(v)) {
+                /* A modern header over a body that makes no claim: the body decides, and it is
+                 * incomplete. */
+                tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+                                    "Invalid params: a 2026-07-28 request needs _meta io.modelcontextprotocol/protocolVersion",
+                                    NULL);
+                return 1;
+            }
+        }
         return 0;
+    }
     struct tg_mcp_header h[TG_HTTP_MAX_HEADERS];
     size_t nh = 0;
     const struct tg_http_req *req = &c->req;
@@ -443,11 +465,29 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
         return 1;
     }
     const char *method = m->method;
+    /* Mcp-Param-*: checked against the arguments for the properties the tool marks (as far as a
+     * tools/list through the gateway showed its schema), rebuilt from the body for the upstream;
+     * the ones the gateway does not recognise go as they came. */
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
+    const cJSON *tool = cJSON_GetObjectItemCaseSensitive(params, "name");
+    const cJSON *schema = m->kind == TG_MSG_REQUEST && strcmp(method, "tools/call") == 0 && cJSON_IsString(tool) &&
+                                  x->srv->schemas != NULL
+                              ? tg_mcp_schemas_find(x->srv->schemas, x->uc->name, tool->valuestring)
+                              : NULL;
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(params, "arguments");
+    if (schema != NULL && tg_mcp_check_param_headers(h, nh, schema, args, &why) != 0) {
+        char esc[96];
+        tg_log(TG_LOG_INFO, "2026-07-28 request refused: Mcp-Param headers disagree with the arguments",
+               "grant=%s upstream=%s why=%s", x->grant->name, x->uc->name,
+               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why.message)));
+        tg_http_respond_rpc(c, why.status, NULL, m->id_raw, m->id_len, why.code, why.message, NULL);
+        return 1;
+    }
     if (!tg_mcp_modern_version_supported(claim.version)) {
         struct tg_buf d;
         tg_buf_init(&d);
         tg_buf_appends(&d, "{\"supported\":");
-        tg_mcp_versions_write(&d, TG_MCP_MODERN_VERSION);
+        tg_buf_appends(&d, "[\"" TG_MCP_MODERN_VERSION "\"]"); /* what server/discover lists */
         tg_buf_appends(&d, ",\"requested\":");
         tg_json_write_string(&d, claim.version, strlen(claim.version));
         tg_buf_append(&d, "}", 2);
@@ -481,8 +521,14 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
     tg_strlcpy(x->proto, claim.version, sizeof(x->proto));
     struct tg_http_sink *hs = http_sink_new(x->srv, x->sess, c, 0);
     hs->modern = 1;
-    hs->sink.flags |= TG_SINK_ANSWER_ONLY; /* no server-to-client requests in this era (MRTR is to come) */
-    tg_bridge_dispatch(x, &hs->sink, m);
+    hs->sink.flags |= TG_SINK_STATELESS; /* no server-to-client requests in this era */
+    struct tg_buf fwd;
+    tg_buf_init(&fwd);
+    tg_mcp_param_headers_build(&fwd, h, nh, schema, args);
+    x->fwd_headers = fwd.len > 0 ? fwd.base : NULL;
+    tg_bridge_dispatch(x, &hs->sink, m); /* copies what it keeps */
+    x->fwd_headers = NULL;
+    tg_buf_dispose(&fwd);
     return 1;
 }
 

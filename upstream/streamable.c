@@ -151,8 +151,10 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
         return;
     default:
         /* Error bodies are kept short, only for the log. */
-        if (k->body.len < 512)
-            tg_buf_append(&k->body, p, n < 512 - k->body.len ? n : 512 - k->body.len);
+        /* (a 2026 upstream's error, relayed to the client, up to 4 KiB) */
+        size_t cap = k->up_headers != NULL ? 4096 : 512;
+        if (k->body.len < cap)
+            tg_buf_append(&k->body, p, n < cap - k->body.len ? n : cap - k->body.len);
         return;
     }
 }
@@ -294,6 +296,14 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
         break;
     case MODE_ERROR: {
         int st = tg_upreq_status(r);
+        if (err == 0 && k->up_headers != NULL && k->kind == KIND_REQUEST && st >= 400 && st < 500) {
+            /* A 2026-07-28 upstream refuses with a JSON-RPC error and the status the spec gives
+             * it (-32020 400, -32601 404, ...): the client gets both, its own id restored. */
+            k->answer_status = st;
+            if (tg_call_answer(k, k->body.base ? k->body.base : "", k->body.len, NULL))
+                break;
+            k->answer_status = 0;
+        }
         if (k->kind == KIND_GET && (st == 405 || st == 404)) {
             if (k->sink != NULL)
                 k->sink->ops->bare(k->sink, k, 405, "Allow: POST, DELETE\r\n", NULL, 0);

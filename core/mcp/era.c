@@ -401,3 +401,75 @@ void tg_mcp_upstream_headers(struct tg_buf *out, const cJSON *root, const char *
     tg_buf_append(out, "", 1);
     out->len--;
 }
+
+void tg_mcp_strip_claim(cJSON *root)
+{
+    cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
+    cJSON *meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
+    if (!cJSON_IsObject(meta))
+        return;
+    cJSON_DeleteItemFromObjectCaseSensitive(meta, TG_MCP_META_VERSION);
+    cJSON_DeleteItemFromObjectCaseSensitive(meta, TG_MCP_META_CAPS);
+    cJSON_DeleteItemFromObjectCaseSensitive(meta, "io.modelcontextprotocol/clientInfo");
+    if (meta->child == NULL)
+        cJSON_DeleteItemFromObjectCaseSensitive(params, "_meta");
+}
+
+struct build_ctx {
+    struct tg_buf *out;
+    char marked[64][64];
+    int nmarked;
+};
+
+static int build_param(const char *header, const cJSON *prop, const cJSON *arg, void *ud)
+{
+    (void)prop;
+    struct build_ctx *bc = ud;
+    if (header == NULL || strlen(header) >= sizeof(bc->marked[0]) || bc->nmarked == 64)
+        return 0;
+    snprintf(bc->marked[bc->nmarked++], sizeof(bc->marked[0]), "%s", header);
+    if (arg == NULL || cJSON_IsNull(arg))
+        return 0; /* absent or null: no header */
+    char num[32];
+    const char *v = NULL;
+    if (cJSON_IsString(arg))
+        v = arg->valuestring;
+    else if (cJSON_IsBool(arg))
+        v = cJSON_IsTrue(arg) ? "true" : "false";
+    else if (cJSON_IsNumber(arg) && arg->valuedouble == (double)(long long)arg->valuedouble)
+        snprintf(num, sizeof(num), "%lld", (long long)arg->valuedouble), v = num;
+    if (v == NULL)
+        return 0; /* not a value a header can state: the upstream sees only the body */
+    tg_buf_appends(bc->out, "Mcp-Param-");
+    tg_buf_appends(bc->out, header);
+    tg_buf_appends(bc->out, ": ");
+    tg_mcp_header_value_write(bc->out, v, strlen(v));
+    tg_buf_appends(bc->out, "\r\n");
+    return 0;
+}
+
+void tg_mcp_param_headers_build(struct tg_buf *out, const struct tg_mcp_header *h, size_t nh, const cJSON *input_schema,
+                                const cJSON *arguments)
+{
+    struct build_ctx bc;
+    bc.out = out;
+    bc.nmarked = 0;
+    if (input_schema != NULL)
+        walk(input_schema, arguments, build_param, &bc, 0);
+    for (size_t i = 0; i < nh; i++) {
+        struct tg_slice n = h[i].name;
+        if (n.len <= 10 || strncasecmp(n.ptr, "mcp-param-", 10) != 0)
+            continue;
+        int known = 0;
+        for (int j = 0; j < bc.nmarked && !known; j++)
+            known = strlen(bc.marked[j]) == n.len - 10 && strncasecmp(bc.marked[j], n.ptr + 10, n.len - 10) == 0;
+        if (known)
+            continue; /* rebuilt above from the body, never copied */
+        tg_buf_append(out, n.ptr, n.len);
+        tg_buf_appends(out, ": ");
+        tg_buf_append(out, h[i].value.ptr, h[i].value.len);
+        tg_buf_appends(out, "\r\n");
+    }
+    tg_buf_append(out, "", 1);
+    out->len--;
+}

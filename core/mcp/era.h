@@ -76,6 +76,15 @@ int tg_mcp_check_param_headers(const struct tg_mcp_header *h, size_t nh, const c
  * Clients must drop a tool that is not. */
 int tg_mcp_tool_headers_valid(const cJSON *input_schema);
 
+/* The Mcp-Param-* lines a 2026 tools/call is sent upstream with: for the properties the tool's
+ * inputSchema (NULL: not known) marks x-mcp-header, rebuilt from the arguments (present and not
+ * null); the client's other Mcp-Param-* headers (h), which the gateway does not recognise, as
+ * they came. NUL-terminated "Name: value\r\n" lines. */
+void tg_mcp_param_headers_build(struct tg_buf *out, const struct tg_mcp_header *h, size_t nh, const cJSON *input_schema,
+                                const cJSON *arguments);
+/* Remove a 2026 request's claim from its params._meta (protocolVersion, clientCapabilities,
+ * clientInfo; _meta itself if nothing else is left): what a 2025 upstream is sent. */
+void tg_mcp_strip_claim(cJSON *root);
 /* Write one header value as a 2026 request carries it: the value itself when it is plain
  * ASCII (printable, no edge whitespace, not itself like the sentinel), else =?base64?...?=. */
 void tg_mcp_header_value_write(struct tg_buf *out, const char *v, size_t n);

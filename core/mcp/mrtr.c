@@ -171,6 +171,12 @@ int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, const struct tg_mcp_
     cJSON *resp = cJSON_GetObjectItemCaseSensitive(params, "inputResponses");
     if (state == NULL && resp == NULL)
         return 0;
+    if (state == NULL && name_member(c->b.method) != NULL) {
+        /* Answers to nothing the gateway asked: they never reach the upstream, and the request
+         * goes as a first round (which may ask again). */
+        cJSON_DeleteItemFromObjectCaseSensitive(params, "inputResponses");
+        return 0;
+    }
     if (name_member(c->b.method) == NULL) {
         snprintf(why, whysz, "Invalid params: requestState and inputResponses belong to tools/call, prompts/get and resources/read only");
         return -1;

@@ -58,7 +58,9 @@ void tg_mcp_mrtr_bind(struct tg_mcp_mrtr_call *c, const char *grant, const char 
 int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
                        char *why, size_t whysz);
 /* A request's params: 0 if it is no retry (neither requestState nor inputResponses); 1 for a
- * retry whose envelope opened (requestState now the upstream's own, or removed); -1 with why
+ * retry whose envelope opened (requestState now the upstream's own, or removed); inputResponses
+ * without any requestState answer nothing issued: they are removed and the request is a first
+ * round (0); -1 with why
  * for one refused (-32602): MRTR fields on another method, a missing, tampered, foreign, used
  * or expired envelope, changed arguments, or input keys never issued. */
 int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, const struct tg_mcp_mrtr_call *c, int64_t now_ms,

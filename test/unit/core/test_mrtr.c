@@ -103,6 +103,11 @@ static void retries_refused(void **state)
     r = retry_of(P, res, "{\"k1\":{}}");
     assert_int_equal(try_retry(&t, "alice", r, NOW + 11 * 60 * 1000), -1);
     cJSON_Delete(r);
+    /* answers without any state answer nothing issued: dropped, a first round */
+    r = cJSON_Parse("{\"name\":\"ask\",\"arguments\":{\"q\":1},\"inputResponses\":{\"k1\":{}}}");
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 1), 0);
+    assert_null(cJSON_GetObjectItem(r, "inputResponses"));
+    cJSON_Delete(r);
     /* a state of the client's own making, and MRTR fields on another method */
     r = cJSON_Parse("{\"name\":\"ask\",\"arguments\":{\"q\":1},\"requestState\":\"upstream-state\",\"inputResponses\":{}}");
     assert_int_equal(try_retry(&t, "alice", r, NOW + 1), -1);
