@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
+#include "core/mcp/listen.h"
 #include "core/mcp/rewrite.h"
 #include "core/mcp/schemas.h"
 #include "core/msg.h"
@@ -211,6 +212,8 @@ void tg_call_abandon(struct tg_call *k)
 
 /* ---- upcalls from transports --------------------------------------------------------- */
 
+int tg_call_is_listen(const struct tg_call *k) { return k->is_listen; }
+
 int tg_call_running(const struct tg_call *k)
 {
     return !k->closed && (k->up != NULL || k->awaiting || k->resume != NULL || k->kind == KIND_GET);
@@ -371,8 +374,14 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
     } else {
         if (srv_req.len > 0)
             tg_mcp_note_server_request(k->sess, srv_req);
-        if (!(sk->flags & TG_SINK_ANSWER_ONLY))
+        if (k->is_listen) {
+            /* Seen through the policy, tagged with the client's listen id. */
+            out.len = 0;
+            if (tg_mcp_listen_message(&out, p, n, k->client_id, k->client_id_len, k->policy))
+                sk->ops->message(sk, k, out.base, out.len);
+        } else if (!(sk->flags & TG_SINK_ANSWER_ONLY)) {
             sk->ops->message(sk, k, out.base, out.len);
+        }
     }
     tg_buf_dispose(&out);
     if (!k->closed)

@@ -98,6 +98,8 @@ struct tg_call {
                                     * from the call) */
     char *args_json;
     int is_tools_list;
+    int is_listen;            /* a 2026 subscriptions/listen: no call timeout, notifications seen
+                               * through the policy and tagged with the client's id */
     char *id_key;             /* canonical client id: duplicates and cancellation */
     int answer_status;        /* the HTTP status the answer goes with (0: 200) */
     char *up_headers;         /* a 2026 request's Mcp-* header lines for the upstream, rebuilt

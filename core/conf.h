@@ -60,6 +60,7 @@ struct tg_limits {
     int approvals_max;
     int replay_bytes;
     int sse_keepalive_ms;
+    int listens_per_grant;
     int output_total_bytes;
 };
 

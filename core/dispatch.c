@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/mcp/era.h"
 #include "core/mcp/legacy.h"
+#include "core/mcp/listen.h"
 #include "core/mcp/rewrite.h"
 #include "core/msg.h"
 #include "policy/policy.h"
@@ -76,6 +77,20 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         return;
     }
     cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
+    int listen = x->era == TG_ERA_2026 && strcmp(m->method, TG_MCP_LISTEN_METHOD) == 0;
+    if (listen) {
+        unsigned n = 0;
+        for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next)
+            n += tg_container_of(l, struct tg_call, slink)->is_listen;
+        if (n >= (unsigned)lim->listens_per_grant) {
+            free(key);
+            srv->metrics.limit_inflight++;
+            refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
+                   "Too many subscriptions/listen streams for this grant (limits.listens_per_grant)", NULL);
+            return;
+        }
+        tg_mcp_listen_filter_request(params, pol); /* resources the grant may not read are not listened to */
+    }
     struct tg_mcp_mrtr_call *mc = NULL;
     int retry = 0;
     if (x->era == TG_ERA_2026) {
@@ -157,6 +172,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     }
     free(mc);
     k->is_tools_list = strcmp(m->method, "tools/list") == 0;
+    k->is_listen = listen;
     k->is_init = strcmp(m->method, "initialize") == 0;
     k->client_id = m->id_raw;
     k->client_id_len = m->id_len;
@@ -224,7 +240,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         tg_approvals_park(k);
         return;
     }
-    tg_call_send(k, out.base, out.len, (uint64_t)x->uc->call_timeout_ms);
+    tg_call_send(k, out.base, out.len, listen ? 0 : (uint64_t)x->uc->call_timeout_ms); /* a listen lasts */
     tg_buf_dispose(&out);
 }
 
@@ -341,7 +357,8 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
         refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST, msg, NULL);
         return;
     }
-    if (m->kind != TG_MSG_RESPONSE && !tg_msg_is_standard_client_method(m->method, m->kind) &&
+    int listen = x->era == TG_ERA_2026 && m->kind == TG_MSG_REQUEST && strcmp(m->method, TG_MCP_LISTEN_METHOD) == 0;
+    if (m->kind != TG_MSG_RESPONSE && !listen && !tg_msg_is_standard_client_method(m->method, m->kind) &&
         !tg_policy_method_allowed(pol, m->method)) {
         refuse_nonstandard(x, sk, m);
         return;

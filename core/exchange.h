@@ -104,6 +104,7 @@ struct tg_sink {
 void tg_call_client_gone(struct tg_call *k);    /* the client went away for good */
 void tg_call_client_drained(struct tg_call *k); /* the client's output fell below the low-water mark */
 int tg_call_running(const struct tg_call *k);   /* 1 while the upstream may still send for k */
+int tg_call_is_listen(const struct tg_call *k); /* a 2026 subscriptions/listen: its stream lasts */
 struct tg_sink *tg_call_sink(const struct tg_call *k);
 /* A session's long-lived client stream (a channel) drained: every reader of the session resumes. */
 void tg_session_drained(struct tg_session *s);

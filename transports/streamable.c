@@ -87,6 +87,10 @@ static void on_sink_stream(struct tg_sink *sk, struct tg_call *k)
     if (hs->modern) {
         /* 2026-07-28: one request's stream, no ids and no resumption. */
         tg_http_stream_begin(hs->conn, 200, "X-Accel-Buffering: no\r\n", "text/event-stream");
+        if (k != NULL && tg_call_is_listen(k)) {
+            hs->last_write_ms = uv_now(hs->srv->loop);
+            tg_list_insert_tail(&hs->srv->listens, &hs->listen_link); /* kept alive by the tick */
+        }
         return;
     }
     tg_http_stream_begin(hs->conn, 200, hdr, "text/event-stream");
@@ -118,6 +122,7 @@ static void write_event(struct tg_http_sink *hs, const char *p, size_t n)
         tg_replay_keep(r, b->base, b->len); /* for a resuming client */
     if (hs->conn)
         tg_http_stream_write(hs->conn, b->base, b->len);
+    hs->last_write_ms = uv_now(hs->srv->loop);
     if (b->cap > 65536)
         tg_buf_dispose(b);
     hs->srv->metrics.sse_events_relayed++;
@@ -236,6 +241,8 @@ static void on_sink_release(struct tg_sink *sk, struct tg_call *k)
 {
     struct tg_http_sink *hs = (struct tg_http_sink *)sk;
     unhook(hs);
+    if (tg_list_linked(&hs->listen_link))
+        tg_list_unlink(&hs->listen_link);
     if (hs->replay != NULL)
         tg_replay_end(hs->replay);
     tg_session_unref(hs->sess);
@@ -707,10 +714,23 @@ void tg_streamable_delete(struct tg_exchange *x, struct tg_conn *c)
 
 /* ---- the tick --------------------------------------------------------------------------- */
 
+/* Keepalive comments on idle subscriptions/listen streams. */
+static void listens_tick(struct tg_server *srv, uint64_t now, uint64_t ka)
+{
+    for (struct tg_list *l = srv->listens.next; l != &srv->listens; l = l->next) {
+        struct tg_http_sink *hs = tg_container_of(l, struct tg_http_sink, listen_link);
+        if (hs->conn != NULL && now - hs->last_write_ms >= ka) {
+            tg_http_stream_write(hs->conn, ": keepalive\n\n", 13);
+            hs->last_write_ms = now;
+        }
+    }
+}
+
 void tg_streamable_tick(struct tg_server *srv)
 {
     uint64_t now = uv_now(srv->loop);
     uint64_t ka = (uint64_t)srv->conf->limits.sse_keepalive_ms;
+    listens_tick(srv, now, ka);
     tg_replay_expire(srv);
     struct tg_list *l = srv->streams.next;
     while (l != &srv->streams) {

@@ -8,6 +8,7 @@
 #ifndef TG_STREAMABLE_H
 #define TG_STREAMABLE_H
 
+#include "core/buf.h"
 #include "core/exchange.h"
 
 struct tg_conn;
@@ -27,6 +28,8 @@ struct tg_http_sink {
     int streaming;            /* the SSE answer has begun */
     int get;                  /* the session's GET stream (let go when its client does not come back) */
     int modern;               /* a 2026-07-28 request: no event ids, no replay, no priming event */
+    struct tg_list listen_link; /* in srv->listens while it carries a subscriptions/listen stream */
+    uint64_t last_write_ms;     /* (for its keepalive) */
 };
 
 void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c);

@@ -220,11 +220,11 @@ static void refuse(struct tg_sink *sk, int status, const char *id, size_t idn, i
 
 /* server/discover, answered by the gateway: the versions it serves for this upstream, and what
  * the upstream's initialize declared (or, for a local initialize, the gateway's own). */
-static void answer_discover(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m, const char *caps)
+static void answer_discover(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m, const struct tg_bridge *b0)
 {
     struct tg_buf b;
     tg_buf_init(&b);
-    tg_mcp_discover_result(&b, m->id_raw, m->id_len, x->uc, caps);
+    tg_mcp_discover_result(&b, m->id_raw, m->id_len, x->uc, b0 != NULL ? b0->caps : NULL, b0 != NULL && b0->modern);
     sk->ops->answer(sk, NULL, 200, NULL, b.base, b.len);
     sk->ops->release(sk, NULL);
     tg_buf_dispose(&b);
@@ -234,7 +234,7 @@ static void serve(struct tg_bridge *b, struct tg_exchange *x, struct tg_sink *sk
 {
     x->up_modern = b != NULL && b->modern;
     if (m->kind == TG_MSG_REQUEST && strcmp(m->method, "server/discover") == 0)
-        answer_discover(x, sk, m, b != NULL ? b->caps : NULL);
+        answer_discover(x, sk, m, b);
     else
         tg_dispatch_message(x, sk, m);
 }

@@ -21,9 +21,10 @@ int tg_mcp_removed_method(const char *method)
 }
 
 /* The capabilities a 2026 client is told of: what the upstream declared (caps, JSON) for the
- * features the gateway relays, never list_changed or subscribe (no subscriptions/listen yet),
- * and never logging (logging/setLevel is gone). NULL: the gateway's own (a local initialize). */
-static void write_caps(struct tg_buf *out, const char *caps)
+ * features the gateway relays; listChanged and subscribe only where listen is relayed (listen),
+ * as the upstream declared them; never logging (logging/setLevel is gone). NULL: the gateway's
+ * own (a local initialize). */
+static void write_caps(struct tg_buf *out, const char *caps, int listen)
 {
     static const char *const relayed[] = {"tools", "resources", "prompts", "completions", NULL};
     cJSON *c = caps != NULL ? cJSON_Parse(caps) : NULL;
@@ -34,20 +35,27 @@ static void write_caps(struct tg_buf *out, const char *caps)
             continue;
         tg_buf_appends(out, n++ ? ",\"" : "\"");
         tg_buf_appends(out, relayed[i]);
-        tg_buf_appends(out, i == 3 ? "\":{}" : i == 1 ? "\":{\"listChanged\":false,\"subscribe\":false}" : "\":{\"listChanged\":false}");
+        const cJSON *f = c != NULL ? cJSON_GetObjectItemCaseSensitive(c, relayed[i]) : NULL;
+        int lc = listen && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "listChanged"));
+        int sub = listen && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "subscribe"));
+        if (i == 3)
+            tg_buf_appends(out, "\":{}");
+        else
+            tg_buf_appendf(out, "\":{\"listChanged\":%s%s}", lc ? "true" : "false",
+                           i == 1 ? (sub ? ",\"subscribe\":true" : ",\"subscribe\":false") : "");
     }
     tg_buf_appends(out, "}");
     cJSON_Delete(c);
 }
 
 void tg_mcp_discover_result(struct tg_buf *out, const char *id, size_t id_len, const struct tg_upstream_conf *uc,
-                            const char *caps)
+                            const char *caps, int listen)
 {
     tg_buf_appends(out, "{\"jsonrpc\":\"2.0\",\"id\":");
     tg_buf_append(out, id, id_len);
     tg_buf_appends(out, ",\"result\":{\"resultType\":\"complete\",\"supportedVersions\":[\"" TG_MCP_MODERN_VERSION
                         "\"],\"capabilities\":");
-    write_caps(out, caps);
+    write_caps(out, caps, listen);
     tg_buf_appends(out, ",\"ttlMs\":0,\"cacheScope\":\"private\",\"_meta\":{"
                         "\"io.modelcontextprotocol/serverInfo\":{\"name\":");
     char name[96];

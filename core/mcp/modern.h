@@ -11,10 +11,11 @@ struct tg_upstream_conf;
 /* 1 for a method the 2026-07-28 revision removed (initialize, ping, logging/setLevel,
  * resources/(un)subscribe, and the notifications that went with them). */
 int tg_mcp_removed_method(const char *method);
-/* The gateway's answer to server/discover (id: raw JSON) for upstream uc, whose initialize
- * declared caps (JSON; NULL when the gateway answers initialize itself). */
+/* The gateway's answer to server/discover (id: raw JSON) for upstream uc, which declared caps
+ * (JSON; NULL when the gateway answers initialize itself); listen: subscriptions/listen is
+ * relayed, so listChanged and subscribe are told as declared. */
 void tg_mcp_discover_result(struct tg_buf *out, const char *id, size_t id_len, const struct tg_upstream_conf *uc,
-                            const char *caps);
+                            const char *caps, int listen);
 /* Make a 2025 upstream's successful answer a 2026 complete result, in place: resultType
  * "complete", and for the cacheable methods ttlMs 0 and cacheScope "private" (per-grant lists
  * must never be shared); tools/list loses the tools whose x-mcp-header annotations are invalid.

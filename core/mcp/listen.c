@@ -1,0 +1,74 @@
+#include "core/mcp/listen.h"
+
+#include <string.h>
+
+#include "core/json.h"
+#include "policy/policy.h"
+
+static int readable(const struct tg_policy *pol, const char *uri)
+{
+    struct tg_decision d;
+    memset(&d, 0, sizeof(d));
+    tg_policy_decide_resource(pol, uri, &d);
+    return d.verdict == TG_VERDICT_ALLOW;
+}
+
+/* Keep only the URIs of notifications.resourceSubscriptions the grant may read. */
+static void filter_subscriptions(cJSON *notifications, const struct tg_policy *pol)
+{
+    cJSON *subs = cJSON_GetObjectItemCaseSensitive(notifications, "resourceSubscriptions");
+    if (!cJSON_IsArray(subs))
+        return;
+    for (cJSON *u = subs->child, *next; u != NULL; u = next) {
+        next = u->next;
+        if (!cJSON_IsString(u) || !readable(pol, u->valuestring))
+            cJSON_Delete(cJSON_DetachItemViaPointer(subs, u));
+    }
+}
+
+void tg_mcp_listen_filter_request(cJSON *params, const struct tg_policy *pol)
+{
+    filter_subscriptions(cJSON_GetObjectItemCaseSensitive(params, "notifications"), pol);
+}
+
+int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const char *id, size_t idn,
+                          const struct tg_policy *pol)
+{
+    struct tg_json_doc doc;
+    if (tg_json_parse(p, n, 64, 1, &doc, NULL, NULL) != 0)
+        return 0;
+    int keep = 0;
+    cJSON *method = cJSON_GetObjectItemCaseSensitive(doc.root, "method");
+    cJSON *params = cJSON_GetObjectItemCaseSensitive(doc.root, "params");
+    if (!cJSON_IsString(method) || cJSON_GetObjectItemCaseSensitive(doc.root, "id") != NULL)
+        goto out; /* only notifications travel on a listen stream (its answer is the call's) */
+    const char *m = method->valuestring;
+    if (strcmp(m, "notifications/progress") == 0 || strcmp(m, "notifications/message") == 0)
+        goto out;
+    if (strcmp(m, "notifications/subscriptions/acknowledged") == 0) {
+        filter_subscriptions(cJSON_GetObjectItemCaseSensitive(params, "notifications"), pol);
+    } else if (strcmp(m, "notifications/resources/updated") == 0) {
+        cJSON *uri = cJSON_GetObjectItemCaseSensitive(params, "uri");
+        if (!cJSON_IsString(uri) || !readable(pol, uri->valuestring))
+            goto out;
+    }
+    if (!cJSON_IsObject(params)) {
+        params = cJSON_CreateObject();
+        cJSON_AddItemToObject(doc.root, "params", params);
+    }
+    cJSON *meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
+    if (!cJSON_IsObject(meta)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(params, "_meta");
+        meta = cJSON_AddObjectToObject(params, "_meta");
+    }
+    cJSON *sid = cJSON_ParseWithLength(id, idn);
+    if (sid == NULL)
+        goto out;
+    cJSON_DeleteItemFromObjectCaseSensitive(meta, "subscriptionId");
+    cJSON_AddItemToObject(meta, "subscriptionId", sid); /* the client's id, not the gateway's */
+    tg_json_write(out, doc.root);
+    keep = 1;
+out:
+    cJSON_Delete(doc.root);
+    return keep;
+}

@@ -1,0 +1,29 @@
+/* subscriptions/listen (MCP 2026-07-28) through the gateway: the request's filter and the
+ * upstream's notifications, seen through the grant's policy.
+ *
+ * resourceSubscriptions the grant may not read are dropped before the request goes upstream and
+ * from the acknowledgement; notifications/resources/updated for a URI it may not read never
+ * reach it; every notification carries the client's own listen id as _meta.subscriptionId;
+ * progress and log notifications never go on a listen stream. Pure functions over JSON. */
+#ifndef TG_MCP_LISTEN_H
+#define TG_MCP_LISTEN_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/buf.h"
+
+struct tg_policy;
+
+#define TG_MCP_LISTEN_METHOD "subscriptions/listen"
+
+/* Drop the resourceSubscriptions of a listen request's params the policy does not let the grant
+ * read. */
+void tg_mcp_listen_filter_request(cJSON *params, const struct tg_policy *pol);
+/* One message the upstream sent on a listen stream, for the client whose listen id is id (raw
+ * JSON): 1 with the message to send in out, 0 to drop it. */
+int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const char *id, size_t idn,
+                          const struct tg_policy *pol);
+
+#endif
