@@ -183,6 +183,7 @@ static void call_release(struct tg_call *k)
     free(k->args_json);
     free(k->id_key);
     free(k->up_headers);
+    free(k->resend);
     free(k->mrtr);
     tg_buf_dispose(&k->held);
     tg_buf_dispose(&k->body);
@@ -332,6 +333,16 @@ static void deliver_answer(struct tg_call *k, struct tg_buf *out, int is_error, 
     if (k->is_tools_list && !is_error && k->srv->schemas != NULL)
         tg_mcp_schemas_learn(k->srv->schemas, up_name(k), p, n); /* for 2026 clients' Mcp-Param-* */
     char why[160];
+    if (k->era == TG_ERA_2025 && k->resend != NULL && !is_error) {
+        int shim = tg__call_shim_take(k, out->base, out->len, why, sizeof(why));
+        if (shim == 1)
+            return; /* its client is asked for the input; the retry answers it */
+        if (shim < 0) {
+            tg_log(TG_LOG_WARN, "upstream answer refused", "upstream=%s grant=%s why=%s", up_name(k), k->grant, why);
+            out->len = 0;
+            tg_rpc_error(out, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, NULL);
+        }
+    }
     if (k->era == TG_ERA_2026 && !is_error &&
         tg_mcp_modern_result(out, k->method, &k->srv->mrtr, k->mrtr, (int64_t)wall_ms(), why, sizeof(why)) != 0) {
         /* An answer a 2026 client must not get (input it did not declare, on a method that takes none). */

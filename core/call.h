@@ -23,6 +23,7 @@
 #include "core/session.h"
 
 struct tg_upstream;
+struct tg_msg;
 struct tg_upreq;
 struct tg_policy;
 struct tg_decision;
@@ -102,6 +103,9 @@ struct tg_call {
                                * through the policy and tagged with the client's id */
     char *id_key;             /* canonical client id: duplicates and cancellation */
     int answer_status;        /* the HTTP status the answer goes with (0: 200) */
+    char *resend;             /* a 2025 session's call on a 2026-only upstream: the request as sent,
+                               * for the retry after input_required (core/call_shim.c) */
+    int shim_rounds;          /* input rounds so far */
     char *up_headers;         /* a 2026 request's Mcp-* header lines for the upstream, rebuilt
                                * from the body sent (NULL: the session's 2025 headers) */
     int forwarded;            /* the message reached the upstream */
@@ -155,6 +159,14 @@ void tg_call_send(struct tg_call *k, const char *body, size_t len, uint64_t time
 void tg_call_close(struct tg_call *k);
 /* Free the calls closed since the last run (the server calls it with no handler on the stack). */
 void tg_call_run_pending(struct tg_server *srv);
+
+/* core/call_shim.c: input_required to a 2025 client, as real server requests, then the retry.
+ * take: k's answer (p) is input_required: 1 the shim took k's client over (k answers nothing
+ * more), -1 with why (the client must get an error), 0 not such an answer. answer: a client's
+ * response to one of the shim's requests (1: consumed). dispose: shutdown. */
+int tg__call_shim_take(struct tg_call *k, const char *p, size_t n, char *why, size_t whysz);
+int tg__call_shim_answer(struct tg_server *srv, struct tg_session *s, struct tg_msg *m);
+void tg__call_shim_dispose(struct tg_server *srv);
 /* Keep or give back a decided call's reservations, and write its audit line: once per call. */
 void tg_call_settle(struct tg_call *k, enum tg_outcome o, double latency_ms);
 void tg_call_audit(struct tg_call *k, const char *decision, double latency, const char *outcome, const char *by);

@@ -13,7 +13,9 @@
 #include "core/mcp/listen.h"
 #include "core/mcp/rewrite.h"
 #include "core/msg.h"
+#include "core/gateway.h"
 #include "policy/policy.h"
+#include "upstream/pool.h"
 
 /* ---- answers made here, before any call ----------------------------------------------- */
 
@@ -39,6 +41,8 @@ static void accept_bare(struct tg_sink *sk)
  * to a 2025 upstream loses its claim instead (that upstream's session speaks 2025). */
 static void up_headers(const struct tg_exchange *x, struct tg_call *k, const struct tg_msg *m)
 {
+    if (x->up_modern && x->era == TG_ERA_2025)
+        tg_mcp_add_claim(m->root, x->sess->client_caps); /* a 2025 session's request, as 2026 has it */
     if (!x->up_modern) {
         if (x->era == TG_ERA_2026)
             tg_mcp_strip_claim(m->root);
@@ -48,6 +52,32 @@ static void up_headers(const struct tg_exchange *x, struct tg_call *k, const str
     tg_buf_init(&h);
     tg_mcp_upstream_headers(&h, m->root, x->proto, x->fwd_headers);
     k->up_headers = h.base; /* NUL-terminated; the call frees it */
+}
+
+/* The call's gateway id, the id the upstream sees. */
+static void set_gid(struct tg_server *srv, struct tg_call *k)
+{
+    k->gid = ++srv->next_gid;
+    /* Decimal, without printf (once per call). */
+    char tmp[24];
+    size_t t = 0;
+    uint64_t v = k->gid;
+    do {
+        tmp[t++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    k->gid_len = 0;
+    while (t > 0)
+        k->gid_str[k->gid_len++] = tmp[--t];
+    k->gid_str[k->gid_len] = '\0';
+}
+
+/* "true" if an upstream's capability (tools, prompts, resources) declares listChanged. */
+static const char *lists_changes(const cJSON *caps, const char *what)
+{
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(caps, what), "listChanged"))
+               ? "true"
+               : "false";
 }
 
 /* A client request: decide it (tools/call, resources/read, prompts/get), then forward, park or refuse. */
@@ -202,25 +232,17 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             return;
         }
     }
-    k->gid = ++srv->next_gid;
-    {
-        /* Decimal, without printf (once per call). */
-        char tmp[24];
-        size_t t = 0;
-        uint64_t v = k->gid;
-        do {
-            tmp[t++] = (char)('0' + v % 10);
-            v /= 10;
-        } while (v != 0);
-        k->gid_len = 0;
-        while (t > 0)
-            k->gid_str[k->gid_len++] = tmp[--t];
-        k->gid_str[k->gid_len] = '\0';
-    }
+    set_gid(srv, k);
     struct tg_buf out;
     tg_buf_init(&out);
     up_headers(x, k, m);
     tg_msg_write_with_id(&out, m, k->gid);
+    if (x->era == TG_ERA_2025 && x->up_modern && k->mrtr == NULL && tool != NULL)
+    {
+        k->resend = tg_xmalloc(out.len + 1); /* input_required would need it again */
+        memcpy(k->resend, out.base, out.len);
+        k->resend[out.len] = '\0';
+    }
     if (dec != NULL && dec->verdict == TG_VERDICT_APPROVE) {
         /* A batch cannot wait for a human; a single message on a channel can. */
         int in_batch = (sk->flags & TG_SINK_NO_WAIT) != 0;
@@ -279,6 +301,10 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         srv->metrics.rpc_notifications++;
     else
         srv->metrics.rpc_responses++;
+    if (m->kind == TG_MSG_RESPONSE && tg__call_shim_answer(srv, s, m)) {
+        accept_bare(sk); /* an answer to the gateway's own request for input */
+        return;
+    }
     if (m->kind == TG_MSG_RESPONSE && !tg_mcp_take_server_request(s, m->id_raw, m->id_len)) {
         /* Only answers to requests the server actually sent go up; anything else is a forgery. */
         refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
@@ -343,10 +369,86 @@ static void refuse_nonstandard(struct tg_exchange *x, struct tg_sink *sk, struct
     tg_buf_dispose(&d);
 }
 
+/* ---- 2025 sessions on a 2026-07-28-only upstream ------------------------------------------ */
+
+static int modern_only(const struct tg_exchange *x)
+{
+    struct tg_server *srv = x->srv;
+    return (size_t)x->upstream < srv->nupstreams && srv->upstreams[x->upstream] != NULL &&
+           tg_upstream_era(srv->upstreams[x->upstream]) == TG_UP_ERA_2026;
+}
+
+static void answer_empty(struct tg_sink *sk, struct tg_msg *m)
+{
+    if (m->kind == TG_MSG_NOTIFICATION) {
+        accept_bare(sk);
+        return;
+    }
+    struct tg_buf out;
+    tg_buf_init(&out);
+    tg_buf_appends(&out, "{\"jsonrpc\":\"2.0\",\"id\":");
+    tg_buf_append(&out, m->id_raw, m->id_len);
+    tg_buf_appends(&out, ",\"result\":{}}");
+    sk->ops->answer(sk, NULL, 200, NULL, out.base, out.len);
+    sk->ops->release(sk, NULL);
+    tg_buf_dispose(&out);
+}
+
+/* What the gateway answers itself for such a session: initialize (from the upstream's discover
+ * result), and the 2025 lifecycle the upstream no longer has. Returns 1 if m was answered. */
+static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m)
+{
+    struct tg_session *s = x->sess;
+    if (m->kind == TG_MSG_RESPONSE)
+        return 0;
+    if (m->kind == TG_MSG_REQUEST && strcmp(m->method, "initialize") == 0) {
+        cJSON *caps = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->root, "params"), "capabilities");
+        free(s->client_caps);
+        s->client_caps = cJSON_IsObject(caps) ? cJSON_PrintUnformatted(caps) : NULL;
+        s->up_modern = 1;
+        s->init_pending = 0;
+        struct tg_buf out;
+        tg_buf_init(&out);
+        tg_mcp_bridged_init(s, m, x->uc, NULL, &out);
+        const char *d = tg_upstream_discover(x->srv->upstreams[x->upstream]);
+        if (d != NULL) {
+            cJSON *res = cJSON_Parse(d);
+            char *c = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(res, "capabilities"));
+            out.len = 0;
+            tg_mcp_bridged_init(s, m, x->uc, c, &out);
+            free(c);
+            cJSON_Delete(res);
+        }
+        sk->ops->answer(sk, NULL, 200, NULL, out.base, out.len);
+        sk->ops->release(sk, NULL);
+        tg_buf_dispose(&out);
+        return 1;
+    }
+    if (!s->up_modern)
+        return 0;
+    static const char *const local[] = {"notifications/initialized", "ping", "logging/setLevel", "resources/subscribe",
+                                        "resources/unsubscribe", "notifications/roots/list_changed", NULL};
+    for (int i = 0; local[i]; i++) {
+        if (strcmp(m->method, local[i]) == 0) {
+            answer_empty(sk, m);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m)
 {
     struct tg_server *srv = x->srv;
     struct tg_policy *pol = tg_conf_policy_for(srv->conf, x->grant, x->upstream);
+    if (x->era == TG_ERA_2025 && x->sess != NULL && (x->sess->up_modern || modern_only(x))) {
+        if (bridged_lifecycle(x, sk, m))
+            return;
+        if (x->sess->up_modern) {
+            x->up_modern = 1; /* heard upstream as 2026-07-28 */
+            tg_strlcpy(x->proto, TG_MCP_MODERN_VERSION, sizeof(x->proto));
+        }
+    }
     /* Messages a client may send: standard MCP methods, methods the policy names, and
      * responses to the server's requests. */
     if (m->kind == TG_MSG_NOTIFICATION && tg_msg_is_standard_client_method(m->method, TG_MSG_REQUEST)) {
@@ -395,6 +497,37 @@ int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channe
         return -1; /* the server's own messages come on the session's link */
     struct tg_call *k = tg_call_new(x->srv, s, sk, KIND_GET);
     s->get_stream = k;
+    if (s->up_modern) {
+        /* A 2026-07-28 upstream has no GET stream: the session's stream is a listen for every
+         * list change the upstream declared (resources/subscribe is not mapped). */
+        set_gid(x->srv, k);
+        k->is_listen = 1;
+        const char *d = tg_upstream_discover(x->srv->upstreams[x->upstream]);
+        cJSON *disc = d != NULL ? cJSON_Parse(d) : NULL;
+        cJSON *caps = cJSON_GetObjectItemCaseSensitive(disc, "capabilities");
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
+        tg_buf_append(&b, k->gid_str, k->gid_len);
+        tg_buf_appendf(&b, ",\"method\":\"" TG_MCP_LISTEN_METHOD "\",\"params\":{\"notifications\":{"
+                           "\"toolsListChanged\":%s,\"promptsListChanged\":%s,\"resourcesListChanged\":%s}}}",
+                       lists_changes(caps, "tools"), lists_changes(caps, "prompts"), lists_changes(caps, "resources"));
+        cJSON_Delete(disc);
+        struct tg_msg lm;
+        const char *why = NULL;
+        if (tg_msg_decode(b.base, b.len, 16, &lm, &why) == 0) {
+            struct tg_exchange lx = *x;
+            lx.up_modern = 1;
+            tg_strlcpy(lx.proto, TG_MCP_MODERN_VERSION, sizeof(lx.proto));
+            up_headers(&lx, k, &lm);
+            b.len = 0;
+            tg_json_write(&b, lm.root);
+        }
+        tg_msg_dispose(&lm);
+        tg_call_send(k, b.base, b.len, 0);
+        tg_buf_dispose(&b);
+        return 0;
+    }
     tg_call_send(k, NULL, 0, 0);
     return 0;
 }

@@ -302,6 +302,7 @@ void tg_router_free_streams(struct tg_server *srv)
     tg_call_abort_waiting(srv);
     tg_approvals_abort(srv);
     tg_streamable_free_streams(srv);
+    tg__call_shim_dispose(srv);
     tg_bridge_dispose(srv); /* before the session table goes */
 }
 

@@ -125,6 +125,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     tg_list_init(&srv->awaiting);
     tg_list_init(&srv->streams);
     tg_list_init(&srv->listens);
+    tg_list_init(&srv->shims);
     srv->counters = tg_counters_new();
     tg_mcp_mrtr_init(&srv->mrtr, 10000);
     srv->schemas = tg_mcp_schemas_new();

@@ -199,6 +199,7 @@ void tg_session_unref(struct tg_session *s)
         return;
     free(s->grant);
     free(s->up_session);
+    free(s->client_caps);
     tg_buf_dispose(&s->server_reqs);
     free(s);
 }

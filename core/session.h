@@ -44,6 +44,9 @@ struct tg_session {
     int init_pending;       /* initialize sent upstream, answer not seen yet */
     struct tg_bridge *bridge; /* a stateless session's upstream-session state (core/mcp/bridge.c,
                                * which owns and frees it), else NULL */
+    char *client_caps;      /* a 2025 session on a 2026-07-28-only upstream: the capabilities its
+                             * initialize declared (JSON), sent as _meta with each request; owned */
+    int up_modern;          /* that session: the gateway answered initialize, requests go as 2026 */
     int stalled;            /* client connections still holding a big answer of this session */
     struct tg_buf server_reqs; /* canonical ids of server-to-client requests awaiting the client's answer */
     int nserver_reqs;

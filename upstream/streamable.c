@@ -346,7 +346,9 @@ static void http_send(struct tg_call *k, const char *body, size_t len, uint64_t 
     if (k->first_sent_ns == 0)
         k->first_sent_ns = uv_hrtime();
     /* No body: the session's GET stream, on a connection of its own. */
-    k->up = tg_upreq_start(k->uprt, body ? "POST" : "GET", h.base, body, len, body == NULL, timeout, &call_cbs, k);
+    /* A listen lasts as long as a GET stream: a connection of its own, outside the pool. */
+    k->up = tg_upreq_start(k->uprt, body ? "POST" : "GET", h.base, body, len, body == NULL || k->is_listen, timeout,
+                           &call_cbs, k);
     tg_buf_dispose(&h);
 }
 

@@ -473,3 +473,28 @@ void tg_mcp_param_headers_build(struct tg_buf *out, const struct tg_mcp_header *
     tg_buf_append(out, "", 1);
     out->len--;
 }
+
+void tg_mcp_add_claim(cJSON *root, const char *caps)
+{
+    cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
+    if (!cJSON_IsObject(params)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "params");
+        params = cJSON_AddObjectToObject(root, "params");
+    }
+    cJSON *meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
+    if (!cJSON_IsObject(meta)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(params, "_meta");
+        meta = cJSON_AddObjectToObject(params, "_meta");
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(meta, TG_MCP_META_VERSION);
+    cJSON_DeleteItemFromObjectCaseSensitive(meta, TG_MCP_META_CAPS);
+    cJSON_DeleteItemFromObjectCaseSensitive(meta, "io.modelcontextprotocol/clientInfo");
+    cJSON_AddStringToObject(meta, TG_MCP_META_VERSION, TG_MCP_MODERN_VERSION);
+    cJSON *c = caps != NULL ? cJSON_Parse(caps) : NULL;
+    cJSON_AddItemToObject(meta, TG_MCP_META_CAPS, cJSON_IsObject(c) ? c : cJSON_CreateObject());
+    if (c != NULL && !cJSON_IsObject(c))
+        cJSON_Delete(c);
+    cJSON *info = cJSON_AddObjectToObject(meta, "io.modelcontextprotocol/clientInfo");
+    cJSON_AddStringToObject(info, "name", "tollgate");
+    cJSON_AddStringToObject(info, "version", TG_VERSION);
+}

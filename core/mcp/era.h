@@ -82,6 +82,9 @@ int tg_mcp_tool_headers_valid(const cJSON *input_schema);
  * they came. NUL-terminated "Name: value\r\n" lines. */
 void tg_mcp_param_headers_build(struct tg_buf *out, const struct tg_mcp_header *h, size_t nh, const cJSON *input_schema,
                                 const cJSON *arguments);
+/* Add the 2026 claim to a request of a 2025 session sent to a 2026-07-28-only upstream:
+ * params._meta protocolVersion, clientCapabilities (caps JSON, "{}" if NULL) and clientInfo. */
+void tg_mcp_add_claim(cJSON *root, const char *caps);
 /* Remove a 2026 request's claim from its params._meta (protocolVersion, clientCapabilities,
  * clientInfo; _meta itself if nothing else is left): what a 2025 upstream is sent. */
 void tg_mcp_strip_claim(cJSON *root);

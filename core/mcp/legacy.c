@@ -93,7 +93,8 @@ int tg_mcp_take_server_request(struct tg_session *s, const char *raw, size_t n)
     return found;
 }
 
-void tg_mcp_local_init(struct tg_session *s, struct tg_msg *m, const struct tg_upstream_conf *uc, struct tg_buf *out)
+/* The version of a client's initialize the gateway answers with. */
+static const char *agreed_version(struct tg_session *s, struct tg_msg *m)
 {
     cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
     cJSON *pv = cJSON_GetObjectItemCaseSensitive(params, "protocolVersion");
@@ -102,6 +103,39 @@ void tg_mcp_local_init(struct tg_session *s, struct tg_msg *m, const struct tg_u
         ver = pv->valuestring;
     snprintf(s->proto, sizeof(s->proto), "%s", ver);
     s->initialized = 1;
+    return s->proto;
+}
+
+void tg_mcp_bridged_init(struct tg_session *s, struct tg_msg *m, const struct tg_upstream_conf *uc, const char *caps,
+                         struct tg_buf *out)
+{
+    const char *ver = agreed_version(s, m);
+    cJSON *c = caps != NULL ? cJSON_Parse(caps) : NULL;
+    tg_buf_appends(out, "{\"jsonrpc\":\"2.0\",\"id\":");
+    tg_buf_append(out, m->id_raw, m->id_len);
+    tg_buf_appendf(out, ",\"result\":{\"protocolVersion\":\"%s\",\"capabilities\":{\"logging\":{}", ver);
+    static const char *const relayed[] = {"tools", "resources", "prompts", NULL};
+    for (int i = 0; relayed[i]; i++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, relayed[i]);
+        if (f == NULL)
+            continue;
+        tg_buf_appendf(out, ",\"%s\":{\"listChanged\":%s%s}", relayed[i],
+                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "listChanged")) ? "true" : "false",
+                       i == 1 ? ",\"subscribe\":false" : "");
+    }
+    if (cJSON_GetObjectItemCaseSensitive(c, "completions") != NULL)
+        tg_buf_appends(out, ",\"completions\":{}");
+    cJSON_Delete(c);
+    tg_buf_appends(out, "},\"serverInfo\":{\"name\":");
+    char name[96];
+    snprintf(name, sizeof(name), "tollgate/%s", uc->name);
+    tg_json_write_string(out, name, strlen(name));
+    tg_buf_appends(out, ",\"version\":\"" TG_VERSION "\"}}}");
+}
+
+void tg_mcp_local_init(struct tg_session *s, struct tg_msg *m, const struct tg_upstream_conf *uc, struct tg_buf *out)
+{
+    const char *ver = agreed_version(s, m);
     tg_buf_appends(out, "{\"jsonrpc\":\"2.0\",\"id\":");
     tg_buf_append(out, m->id_raw, m->id_len);
     tg_buf_appendf(out,

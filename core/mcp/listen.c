@@ -45,12 +45,19 @@ int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const cha
     const char *m = method->valuestring;
     if (strcmp(m, "notifications/progress") == 0 || strcmp(m, "notifications/message") == 0)
         goto out;
+    if (id == NULL && strcmp(m, "notifications/subscriptions/acknowledged") == 0)
+        goto out; /* a 2025 client's GET stream: no listen to acknowledge */
     if (strcmp(m, "notifications/subscriptions/acknowledged") == 0) {
         filter_subscriptions(cJSON_GetObjectItemCaseSensitive(params, "notifications"), pol);
     } else if (strcmp(m, "notifications/resources/updated") == 0) {
         cJSON *uri = cJSON_GetObjectItemCaseSensitive(params, "uri");
         if (!cJSON_IsString(uri) || !readable(pol, uri->valuestring))
             goto out;
+    }
+    if (id == NULL) {
+        tg_json_write(out, doc.root); /* a 2025 client's GET stream: as the upstream said it */
+        keep = 1;
+        goto out;
     }
     if (!cJSON_IsObject(params)) {
         params = cJSON_CreateObject();

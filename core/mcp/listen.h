@@ -22,7 +22,8 @@ struct tg_policy;
  * read. */
 void tg_mcp_listen_filter_request(cJSON *params, const struct tg_policy *pol);
 /* One message the upstream sent on a listen stream, for the client whose listen id is id (raw
- * JSON): 1 with the message to send in out, 0 to drop it. */
+ * JSON; NULL: the GET stream of a 2025 session, which gets no acknowledgement and no tag): 1
+ * with the message to send in out, 0 to drop it. */
 int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const char *id, size_t idn,
                           const struct tg_policy *pol);
 

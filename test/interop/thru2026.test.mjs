@@ -629,26 +629,55 @@ describe('2025 clients through tollgate', () => {
       assert.deepEqual(answer?.body.result, { action: 'accept', content: { name: 'Ada' } }, 'the elicitation answer went upstream');
     });
 
-    // GAP (documented, not skipped): 2025 clients to a 2026-only upstream are not bridged yet.
-    // tollgate forwards initialize; the upstream refuses it (400/-32022, versions listed) and the
-    // client gets 200/-32004 "upstream strict answered HTTP 400". When the bridge lands (tollgate
-    // answering initialize from server/discover), this fails: make it the positive test.
-    test(`GAP: ${what} to the 2026-only upstream: initialize fails with -32004`, async () => {
+    // A 2026-only upstream: tollgate answers initialize from its server/discover, sends each
+    // request as a 2026 one (the client's capabilities as _meta, the headers from the body),
+    // turns input_required into a real elicitation/create on the client's stream and retries
+    // upstream, and relays list changes through a subscriptions/listen standing in for GET.
+    test(`${what} to the 2026-only upstream: bridged; tools/list, echo, ask_name elicitation, list_changed`, async () => {
       const mark = strict.records().length;
-      const e = await rejectsWith(connect('strict'), -32004, 'connect');
-      assert.match(e.message, /upstream strict answered HTTP 400/);
+      let changed = 0;
+      const c = await connect('strict', { onToolsChanged: () => { changed++; } });
+      const { client } = c;
+      const names = (await client.listTools()).tools.map((x) => x.name).sort();
+      assert.deepEqual(names, ['ask_name', 'echo', 'notify_change', 'region_lookup']);
+      assert.equal(H.resultText(await client.callTool({ name: 'echo', arguments: { message: what } })), what);
+      assert.equal(H.resultText(await client.callTool({ name: 'ask_name', arguments: {} })), 'hello Ada');
+      assert.equal(c.elicitations.length, 1);
+      assert.equal(c.elicitations[0].message, 'What is your name?');
+      await rejectsWith(client.callTool({ name: 'execute_code', arguments: { code: '1' } }), -32001, 'execute_code');
+      await H.waitUntil(() => since(strict, mark).some((r) => r.body?.method === 'subscriptions/listen'),
+        { what: 'the listen standing in for the GET stream upstream' });
+      await H.waitUntil(async () => {
+        if (changed === 0) await client.callTool({ name: 'notify_change', arguments: {} });
+        return changed > 0;
+      }, { timeout: 10000, interval: 100, what: 'notifications/tools/list_changed on the bridged session' });
+      await c.close();
       const recs = since(strict, mark);
-      assert.equal(recs.length, 1, JSON.stringify(recs.map((r) => r.body?.method)));
-      assert.equal(recs[0].body?.method, 'initialize');
+      assert.ok(recs.every((r) => r.body?.method !== 'initialize'), 'no initialize reached the 2026-only upstream');
+      assert.ok(recs.every((r) => r.headers['mcp-session-id'] === undefined), 'no session upstream');
+      const calls = recs.filter((r) => r.body?.method === 'tools/call');
+      assert.ok(calls.length >= 3);
+      for (const r of calls) {
+        assert.equal(r.headers['mcp-protocol-version'], '2026-07-28');
+        assert.equal(r.body.params._meta?.['io.modelcontextprotocol/protocolVersion'], '2026-07-28');
+        assert.ok(r.body.params._meta?.['io.modelcontextprotocol/clientCapabilities']?.elicitation, 'the client\'s capabilities as _meta');
+        assert.equal(r.headers['mcp-name'], r.body.params.name);
+      }
+      const retry = calls.find((r) => r.body.params.name === 'ask_name' && r.body.params.inputResponses);
+      assert.ok(retry, 'the gateway retried ask_name upstream with the answer');
+      assert.deepEqual(Object.values(retry.body.params.inputResponses)[0], { action: 'accept', content: { name: 'Ada' } });
+      assert.deepEqual(mentions(recs, 'execute_code'), []);
     });
   }
 
-  test('GAP: a raw 2025 initialize to the 2026-only upstream: 200/-32004 naming the upstream, no session', async () => {
+  test('a raw 2025 initialize to the 2026-only upstream: answered by tollgate from discover, with a session', async () => {
+    const mark = strict.records().length;
     const r = await post('strict', H.initializeBody(1, '2025-11-25'));
     assert.equal(r.status, 200, r.text);
-    assert.equal(r.json?.error?.code, -32004, r.text);
-    assert.deepEqual(r.json.error.data, { upstream: 'strict' });
-    assert.equal(r.headers['mcp-session-id'], undefined);
+    assert.equal(r.json?.result?.protocolVersion, '2025-11-25', r.text);
+    assert.ok(r.json.result.capabilities?.tools, r.text);
+    assert.ok(r.headers['mcp-session-id']);
+    assert.deepEqual(since(strict, mark), [], 'nothing reached the upstream');
   });
 });
 
