@@ -58,6 +58,15 @@ static int b64url_decode(struct tg_slice t, struct tg_buf *out)
         mbedtls_base64_decode((unsigned char *)out->base, olen + 1, &olen, (const unsigned char *)std.base, std.len) != 0)
         goto bad;
     out->len = olen;
+    /* Only the canonical spelling: unused low bits in the last character would let one token
+     * be written several ways. */
+    struct tg_buf again;
+    tg_buf_init(&again);
+    b64url_encode((const uint8_t *)out->base, out->len, &again);
+    int canonical = again.len == t.len && memcmp(again.base, t.ptr, t.len) == 0;
+    tg_buf_dispose(&again);
+    if (!canonical)
+        goto bad;
     tg_buf_dispose(&std);
     return 0;
 bad:
