@@ -184,6 +184,7 @@ static void call_release(struct tg_call *k)
     free(k->id_key);
     free(k->up_headers);
     free(k->resend);
+    free(k->input_req_id);
     free(k->mrtr);
     tg_buf_dispose(&k->held);
     tg_buf_dispose(&k->body);
@@ -378,8 +379,9 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
     }
     if (mine) {
         deliver_answer(k, &out, is_error, p, n);
-    } else if (refuse_server_request(k->srv, k->sess, k->uprt, p, n,
-                                     (sk->flags & (TG_SINK_ANSWER_ONLY | TG_SINK_STATELESS)) != 0, NULL)) {
+    } else if (refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0, NULL) ||
+               ((sk->flags & TG_SINK_STATELESS) && srv_req.len > 0 && tg__call_input_park(k, p, n)) ||
+               refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_STATELESS) != 0, NULL)) {
         tg_buf_dispose(&out);
         return 0;
     } else {

@@ -24,6 +24,7 @@
 
 struct tg_upstream;
 struct tg_msg;
+struct cJSON;
 struct tg_upreq;
 struct tg_policy;
 struct tg_decision;
@@ -106,6 +107,8 @@ struct tg_call {
     char *resend;             /* a 2025 session's call on a 2026-only upstream: the request as sent,
                                * for the retry after input_required (core/call_shim.c) */
     int shim_rounds;          /* input rounds so far */
+    char *input_req_id;       /* a 2026 call held open: the upstream's server request id (raw JSON)
+                               * its client answers in a retry (core/call_shim.c) */
     char *up_headers;         /* a 2026 request's Mcp-* header lines for the upstream, rebuilt
                                * from the body sent (NULL: the session's 2025 headers) */
     int forwarded;            /* the message reached the upstream */
@@ -167,6 +170,12 @@ void tg_call_run_pending(struct tg_server *srv);
 int tg__call_shim_take(struct tg_call *k, const char *p, size_t n, char *why, size_t whysz);
 int tg__call_shim_answer(struct tg_server *srv, struct tg_session *s, struct tg_msg *m);
 void tg__call_shim_dispose(struct tg_server *srv);
+/* A 2026 call on a 2025 upstream session met a server request (p) for input its client declared:
+ * the client gets input_required now, and k stays open upstream (1); 0 if it cannot be. */
+int tg__call_input_park(struct tg_call *k, const char *p, size_t n);
+/* The retry r of the call held as parked: the answer goes upstream, and the held call takes
+ * r's client (r is left without a sink). NULL, or why the retry is refused. */
+const char *tg__call_input_resume(struct tg_call *r, const char *parked, const struct cJSON *params);
 /* Keep or give back a decided call's reservations, and write its audit line: once per call. */
 void tg_call_settle(struct tg_call *k, enum tg_outcome o, double latency_ms);
 void tg_call_audit(struct tg_call *k, const char *decision, double latency, const char *outcome, const char *by);

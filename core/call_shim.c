@@ -15,11 +15,13 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mcp/era.h"
+#include "core/mcp/mrtr.h"
 #include "core/mcp/schemas.h"
 #include "core/msg.h"
 #include "core/session.h"
 #include "policy/policy.h"
 #include "upstream/pool.h"
+#include "upstream/upstream.h"
 
 #define TG_SHIM_ROUNDS 8
 #define TG_SHIM_INPUTS 8
@@ -276,4 +278,109 @@ void tg__call_shim_dispose(struct tg_server *srv)
 {
     while (srv->shims.next != NULL && !tg_list_empty(&srv->shims))
         shim_end(tg_container_of(srv->shims.next, struct shim, link), "the gateway is shutting down");
+}
+
+/* ---- a 2025 upstream's server request for a 2026 client ---------------------------------
+ *
+ * The 2026 client cannot be asked: it gets input_required, with the request as its only input
+ * and a requestState that names the call the gateway holds open upstream (sealed like every
+ * envelope: its grant, upstream, tool and arguments). Its retry, decided again, carries the
+ * answer up as the response to the upstream's request, and the held call answers the retry.
+ * A held call is bound by the upstream's call timeout, like any other. */
+
+#define INPUT_KEY "input-1"
+
+int tg__call_input_park(struct tg_call *k, const char *p, size_t n)
+{
+    struct tg_sink *sk = k->sink;
+    if (k->mrtr == NULL || sk == NULL || k->input_req_id != NULL || k->client_id == NULL)
+        return 0;
+    struct tg_json_doc doc;
+    if (tg_json_parse(p, n, 64, 1, &doc, NULL, NULL) != 0)
+        return 0;
+    int parked = 0;
+    cJSON *method = cJSON_GetObjectItemCaseSensitive(doc.root, "method");
+    cJSON *id = cJSON_GetObjectItemCaseSensitive(doc.root, "id");
+    unsigned need = !cJSON_IsString(method)                                       ? 0
+                    : strcmp(method->valuestring, "elicitation/create") == 0      ? TG_CAP_ELICITATION
+                    : strcmp(method->valuestring, "sampling/createMessage") == 0 ? TG_CAP_SAMPLING
+                    : strcmp(method->valuestring, "roots/list") == 0             ? TG_CAP_ROOTS
+                                                                                  : 0;
+    if (need == 0 || !(k->mrtr->client_caps & need) || id == NULL || cJSON_IsNull(id))
+        goto out; /* refused by the caller, as before */
+    cJSON *result = cJSON_CreateObject();
+    cJSON_AddStringToObject(result, "resultType", "input_required");
+    cJSON *reqs = cJSON_AddObjectToObject(result, "inputRequests");
+    cJSON *one = cJSON_AddObjectToObject(reqs, INPUT_KEY);
+    cJSON_AddStringToObject(one, "method", method->valuestring);
+    cJSON *params = cJSON_GetObjectItemCaseSensitive(doc.root, "params");
+    if (params != NULL)
+        cJSON_AddItemToObject(one, "params", cJSON_Duplicate(params, 1));
+    if (tg_mcp_mrtr_seal_parked(&k->srv->mrtr, result, k->mrtr, wall_ms(), k->gid_str) != 0) {
+        cJSON_Delete(result);
+        goto out;
+    }
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
+    tg_buf_append(&b, k->client_id, k->client_id_len);
+    tg_buf_appends(&b, ",\"result\":");
+    tg_json_write(&b, result);
+    tg_buf_appends(&b, "}");
+    cJSON_Delete(result);
+    struct tg_buf idt;
+    tg_buf_init(&idt);
+    tg_json_write(&idt, id);
+    tg_buf_append(&idt, "", 1);
+    k->input_req_id = idt.base; /* owned by the call now */
+    /* The client's exchange ends with input_required; the call stays with the upstream. */
+    k->sink = NULL;
+    sk->ops->answer(sk, k, 200, NULL, b.base, b.len);
+    sk->ops->end(sk, k);
+    sk->ops->release(sk, k);
+    tg_buf_dispose(&b);
+    tg_log(TG_LOG_INFO, "server request held for a 2026 client's retry", "upstream=%s grant=%s method=%s",
+           tg_upstream_conf(k->uprt)->name, k->grant, method->valuestring);
+    parked = 1;
+out:
+    cJSON_Delete(doc.root);
+    return parked;
+}
+
+const char *tg__call_input_resume(struct tg_call *r, const char *parked, const cJSON *params)
+{
+    struct tg_session *s = r->sess;
+    struct tg_call *k = NULL;
+    for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
+        struct tg_call *c = tg_container_of(l, struct tg_call, slink);
+        if (c != r && !c->closed && c->input_req_id != NULL && c->sink == NULL && strcmp(c->gid_str, parked) == 0)
+            k = c;
+    }
+    if (k == NULL || !tg_call_running(k))
+        return "Invalid params: the call this retry continues has ended (the upstream gave up waiting); call again";
+    cJSON *answer = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(params, "inputResponses"), INPUT_KEY);
+    if (!cJSON_IsObject(answer))
+        return "Invalid params: the retry must answer inputResponses." INPUT_KEY;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
+    tg_buf_appends(&b, k->input_req_id);
+    tg_buf_appends(&b, ",\"result\":");
+    tg_json_write(&b, answer);
+    tg_buf_appends(&b, "}");
+    k->ops->reply(k->srv, s, k->uprt, b.base, b.len);
+    tg_buf_dispose(&b);
+    free(k->input_req_id);
+    k->input_req_id = NULL;
+    /* The held call answers the retry's client from now on, with the retry's id. */
+    free(k->client_id);
+    k->client_id = r->client_id;
+    k->client_id_len = r->client_id_len;
+    r->client_id = NULL;
+    k->sink = r->sink;
+    r->sink = NULL;
+    if (k->sink->ops->bind != NULL)
+        k->sink->ops->bind(k->sink, k);
+    k->ops->touch(k);
+    return NULL;
 }

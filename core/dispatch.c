@@ -123,6 +123,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     }
     struct tg_mcp_mrtr_call *mc = NULL;
     int retry = 0;
+    char parked[40] = "";
     if (x->era == TG_ERA_2026) {
         /* A retry is checked before anything is decided: its envelope must open for the call it
          * claims to continue, and the upstream sees only its own state. */
@@ -130,7 +131,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         tg_mcp_mrtr_bind(mc, g->name, x->uc->name, m->method, params);
         mc->client_caps = x->client_caps;
         char why[200];
-        retry = tg_mcp_mrtr_retry(&srv->mrtr, params, mc, (int64_t)wall_ms(), why, sizeof(why));
+        retry = tg_mcp_mrtr_retry(&srv->mrtr, params, mc, (int64_t)wall_ms(), parked, sizeof(parked), why, sizeof(why));
         if (retry < 0) {
             free(key);
             free(mc);
@@ -212,7 +213,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         k->tool = tg_xstrdup(tool);
         if (k->mrtr != NULL)
             k->mrtr->b.name = k->tool;
-        if (retry == 1 && (dec->verdict == TG_VERDICT_ALLOW || dec->verdict == TG_VERDICT_APPROVE)) {
+        if (retry >= 1 && (dec->verdict == TG_VERDICT_ALLOW || dec->verdict == TG_VERDICT_APPROVE)) {
             /* The round before took this call's reservation: the retry gives its own back. */
             tg_policy_refund(srv->counters, dec, wall_ms());
             dec->nres = 0;
@@ -231,6 +232,22 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             tg_call_close(k);
             return;
         }
+    }
+    if (retry == 2) {
+        /* The retry of a call held open upstream for its server request: decided again above,
+         * it now carries the answer up and the held call answers through this client. */
+        const char *why = dec != NULL && dec->verdict == TG_VERDICT_APPROVE
+                              ? "Invalid params: the call this retry continues cannot wait for approval again"
+                              : tg__call_input_resume(k, parked, params);
+        if (why != NULL) {
+            struct tg_buf e;
+            tg_buf_init(&e);
+            tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_INVALID_PARAMS, why, NULL);
+            k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
+            tg_buf_dispose(&e);
+        }
+        tg_call_close(k);
+        return;
     }
     set_gid(srv, k);
     struct tg_buf out;

@@ -199,10 +199,12 @@ static void boot_start(struct tg_server *srv, struct tg_bridge *b)
 {
     b->state = BOOT_INIT;
     b->failed = 0;
-    char init[256];
+    /* Every input kind a 2026 client may take: a server request reaches the client that made the
+     * call as input_required, when that client declared the kind, and is refused otherwise. */
+    char init[320];
     snprintf(init, sizeof(init),
              "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"" TG_PROTO_LATEST
-             "\",\"capabilities\":{},\"clientInfo\":{\"name\":\"tollgate\",\"version\":\"" TG_VERSION "\"}}}");
+             "\",\"capabilities\":{\"elicitation\":{},\"sampling\":{},\"roots\":{}},\"clientInfo\":{\"name\":\"tollgate\",\"version\":\"" TG_VERSION "\"}}}");
     boot_send(srv, b, init);
 }
 

@@ -76,6 +76,9 @@ static int input_kind_allowed(const char *m, unsigned caps)
     return 0;
 }
 
+static int seal(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+                const struct tg_buf *keys, char flag, const char *inner);
+
 int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
                        char *why, size_t whysz)
 {
@@ -109,14 +112,26 @@ int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp
         }
         tg_buf_append(&keys, r->string, strlen(r->string) + 1);
     }
-    /* The plaintext: 'u' and the upstream's state, or 'm' when the gateway minted it. */
+    int rc = seal(t, result, c, now_ms, &keys, state ? 'u' : 'm', state ? state->valuestring : NULL);
+    if (rc != 0)
+        snprintf(why, whysz, "the gateway could not seal the upstream's requestState");
+    tg_buf_dispose(&keys);
+    return rc;
+}
+
+/* Seal (flag, inner) for c with the keys issued, as result's requestState. The plaintext: 'u'
+ * and the upstream's state, 'm' when the gateway minted it, 'p' and the id of a call the gateway
+ * holds open upstream. */
+static int seal(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+                const struct tg_buf *keys, char flag, const char *inner)
+{
     struct tg_buf plain, token;
     tg_buf_init(&plain);
     tg_buf_init(&token);
-    tg_buf_append(&plain, state ? "u" : "m", 1);
-    if (state)
-        tg_buf_appends(&plain, state->valuestring);
-    int rc = tg_mcp_state_seal(t->key, &c->b, keys.base ? keys.base : "", keys.len, now_ms + ENVELOPE_TTL_MS,
+    tg_buf_append(&plain, &flag, 1);
+    if (inner)
+        tg_buf_appends(&plain, inner);
+    int rc = tg_mcp_state_seal(t->key, &c->b, keys->base ? keys->base : "", keys->len, now_ms + ENVELOPE_TTL_MS,
                                plain.base, plain.len, &token);
     if (rc == 0 && token.len > ID_CHARS) {
         struct issued *slot = &t->ring[t->next];
@@ -124,18 +139,27 @@ int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp
         memcpy(slot->id, token.base, ID_CHARS);
         slot->id[ID_CHARS] = '\0';
         slot->expires_ms = now_ms + ENVELOPE_TTL_MS;
-        if (state)
-            cJSON_SetValuestring(state, token.base);
-        else
-            cJSON_AddStringToObject(result, "requestState", token.base);
+        cJSON_DeleteItemFromObjectCaseSensitive(result, "requestState");
+        cJSON_AddStringToObject(result, "requestState", token.base);
     } else {
-        snprintf(why, whysz, "the gateway could not seal the upstream's requestState");
         rc = -1;
     }
     tg_buf_dispose(&plain);
     tg_buf_dispose(&token);
-    tg_buf_dispose(&keys);
     return rc == 0 ? 0 : -1;
+}
+
+int tg_mcp_mrtr_seal_parked(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+                            const char *parked)
+{
+    struct tg_buf keys;
+    tg_buf_init(&keys);
+    cJSON *reqs = cJSON_GetObjectItemCaseSensitive(result, "inputRequests");
+    for (cJSON *r = reqs ? reqs->child : NULL; r != NULL; r = r->next)
+        tg_buf_append(&keys, r->string, strlen(r->string) + 1);
+    int rc = seal(t, result, c, now_ms, &keys, 'p', parked);
+    tg_buf_dispose(&keys);
+    return rc;
 }
 
 /* Take an issued envelope out (single use): 1 if it was there. */
@@ -165,7 +189,7 @@ static int key_issued(const struct tg_buf *keys, const char *k)
 }
 
 int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
-                      char *why, size_t whysz)
+                      char *parked, size_t psz, char *why, size_t whysz)
 {
     cJSON *state = cJSON_GetObjectItemCaseSensitive(params, "requestState");
     cJSON *resp = cJSON_GetObjectItemCaseSensitive(params, "inputResponses");
@@ -208,12 +232,21 @@ int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, const struct tg_mcp_
             goto out;
         }
     }
-    if (inner.len < 1 || (inner.base[0] != 'u' && inner.base[0] != 'm')) {
+    if (inner.len < 1 || (inner.base[0] != 'u' && inner.base[0] != 'm' && inner.base[0] != 'p') ||
+        (inner.base[0] == 'p' && (parked == NULL || inner.len >= psz + 1))) {
         snprintf(why, whysz, "Invalid params: requestState does not verify for this call");
         goto out;
     }
     if (!take_issued(t, state->valuestring, now_ms)) {
         snprintf(why, whysz, "Invalid params: this requestState was already used (each is good for one retry)");
+        goto out;
+    }
+    if (inner.base[0] == 'p') {
+        /* A call the gateway holds open upstream: the retry continues it. */
+        memcpy(parked, inner.base + 1, inner.len - 1);
+        parked[inner.len - 1] = '\0';
+        cJSON_DeleteItemFromObjectCaseSensitive(params, "requestState");
+        rc = 2;
         goto out;
     }
     if (inner.base[0] == 'm') {

@@ -61,9 +61,14 @@ int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp
  * retry whose envelope opened (requestState now the upstream's own, or removed); inputResponses
  * without any requestState answer nothing issued: they are removed and the request is a first
  * round (0); -1 with why
- * for one refused (-32602): MRTR fields on another method, a missing, tampered, foreign, used
+ * for one refused (-32602); 2 for the retry of a call held open (see below): MRTR fields on another method, a missing, tampered, foreign, used
  * or expired envelope, changed arguments, or input keys never issued. */
 int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
-                      char *why, size_t whysz);
+                      char *parked, size_t psz, char *why, size_t whysz);
+/* A 2025 upstream's server request during call c, as input_required for a 2026 client: seal
+ * the id of the call the gateway holds open (parked) with result's inputRequests keys. 0 or -1.
+ * A retry that opens it returns 2 from tg_mcp_mrtr_retry, with that id in parked. */
+int tg_mcp_mrtr_seal_parked(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+                            const char *parked);
 
 #endif

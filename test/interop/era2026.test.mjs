@@ -245,6 +245,47 @@ describe('2026-07-28 requests', () => {
     await client.close();
   });
 
+  test('bridged: server-everything\'s elicitation/create reaches a pinned 2026 client as input_required, its retry answers it', async () => {
+    const { Client, StreamableHTTPClientTransport } = await import('@modelcontextprotocol/client');
+    const client = new Client({ name: 'era-elicit', version: '1.0.0' },
+      { versionNegotiation: { mode: { pin: MODERN } }, capabilities: { elicitation: {} } });
+    let asked = 0;
+    client.setRequestHandler('elicitation/create', async (req) => {
+      asked++;
+      assert.ok(req.params?.requestedSchema?.properties?.name, JSON.stringify(req.params));
+      return { action: 'accept', content: { name: 'Ada Lovelace', check: true, email: 'ada@example.com', integer: 7, number: 1.5, untitledSingleSelectEnum: 'option1', titledSingleSelectEnum: 'value1', legacyTitledEnum: 'opt1', untitledMultipleSelectEnum: ['option1'], titledMultipleSelectEnum: ['value1'] } };
+    });
+    const transport = new StreamableHTTPClientTransport(new URL(url('sessionful')), { requestInit: { headers: { Authorization: `Bearer ${TOKEN}` } } });
+    cleanup.add(() => client.close().catch(() => {}));
+    await client.connect(transport);
+    const r = await client.callTool({ name: 'trigger-elicitation-request', arguments: {} }, undefined, { timeout: 30000 });
+    assert.equal(asked, 1, 'the client was asked once, through input_required');
+    assert.match(H.resultText(r), /Ada Lovelace/, JSON.stringify(r));
+    await gw.waitForLog(/server request held for a 2026 client's retry/);
+    await client.close();
+  });
+
+  test('bridged: a retry naming a held call with another grant\'s envelope is refused, the held call is untouched', async () => {
+    // bob asks for the elicitation; alice replays bob's requestState: it was sealed for bob.
+    const first = await post({ jsonrpc: '2.0', id: 40, method: 'tools/call', params: { name: 'trigger-elicitation-request', arguments: {},
+      _meta: { ...META, 'io.modelcontextprotocol/clientCapabilities': { elicitation: {} } } } },
+    std('tools/call', 'trigger-elicitation-request'), 'sessionful', BOB);
+    assert.equal(first.status, 200, first.text);
+    const res = first.json?.result ?? H.parseSse(first.text).map((e) => JSON.parse(e.data)).find((m) => m.id === 40)?.result;
+    assert.equal(res?.resultType, 'input_required', first.text);
+    const state = res.requestState;
+    const retry = (token) => post({ jsonrpc: '2.0', id: 41, method: 'tools/call', params: { name: 'trigger-elicitation-request', arguments: {},
+      inputResponses: { 'input-1': { action: 'decline' } }, requestState: state,
+      _meta: { ...META, 'io.modelcontextprotocol/clientCapabilities': { elicitation: {} } } } },
+    std('tools/call', 'trigger-elicitation-request'), 'sessionful', token);
+    const foreign = await retry(TOKEN);
+    assert.equal(foreign.json?.error?.code, -32602, foreign.text);
+    const own = await retry(BOB);
+    const done = own.json ?? H.parseSse(own.text).map((e) => JSON.parse(e.data)).find((m) => m.id === 41);
+    assert.equal(done?.id, 41, own.text);
+    assert.ok(done.result, own.text); // the held call answered bob's retry (declined)
+  });
+
   test('the SDK 2.4.0 client pinned to 2026-07-28 through the bridge to server-everything: list, call, prompt, resource', async () => {
     const { Client, StreamableHTTPClientTransport } = await import('@modelcontextprotocol/client');
     const client = new Client({ name: 'era-pin2', version: '1.0.0' }, { versionNegotiation: { mode: { pin: MODERN } } });

@@ -43,7 +43,7 @@ static int try_retry(struct tg_mcp_mrtr *t, const char *grant, cJSON *p, int64_t
     struct tg_mcp_mrtr_call c;
     bind(&c, grant, "tools/call", p, TG_CAP_ELICITATION);
     char why[200];
-    return tg_mcp_mrtr_retry(t, p, &c, now, why, sizeof(why));
+    return tg_mcp_mrtr_retry(t, p, &c, now, NULL, 0, why, sizeof(why));
 }
 
 static const char *P = "{\"name\":\"ask\",\"arguments\":{\"q\":1}}";
@@ -116,7 +116,7 @@ static void retries_refused(void **state)
     r = cJSON_Parse("{\"requestState\":\"x\"}");
     bind(&c, "alice", "tools/list", r, 0);
     char why[200];
-    assert_int_equal(tg_mcp_mrtr_retry(&t, r, &c, NOW, why, sizeof(why)), -1);
+    assert_int_equal(tg_mcp_mrtr_retry(&t, r, &c, NOW, NULL, 0, why, sizeof(why)), -1);
     cJSON_Delete(r);
     /* none of the refusals used the envelope up: the real retry still opens */
     r = retry_of(P, res, "{\"k1\":{}}");
