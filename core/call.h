@@ -102,6 +102,7 @@ struct tg_call {
     int is_tools_list;
     int is_listen;            /* a 2026 subscriptions/listen: no call timeout, notifications seen
                                * through the policy and tagged with the client's id */
+    unsigned listen_mask;     /* a listen on a 2025 upstream session: the list changes it takes */
     char *id_key;             /* canonical client id: duplicates and cancellation */
     int answer_status;        /* the HTTP status the answer goes with (0: 200) */
     char *resend;             /* a 2025 session's call on a 2026-only upstream: the request as sent,
@@ -170,6 +171,10 @@ void tg_call_run_pending(struct tg_server *srv);
 int tg__call_shim_take(struct tg_call *k, const char *p, size_t n, char *why, size_t whysz);
 int tg__call_shim_answer(struct tg_server *srv, struct tg_session *s, struct tg_msg *m);
 void tg__call_shim_dispose(struct tg_server *srv);
+/* core/call_listen.c: listen k (a 2026 client's, on a 2025 upstream session, up_caps what its
+ * initialize declared) is served from the session's GET stream: acknowledged now, open until
+ * its client goes. */
+void tg__call_listen_local(struct tg_call *k, const struct cJSON *params, const char *up_caps);
 /* A 2026 call on a 2025 upstream session met a server request (p) for input its client declared:
  * the client gets input_required now, and k stays open upstream (1); 0 if it cannot be. */
 int tg__call_input_park(struct tg_call *k, const char *p, size_t n);

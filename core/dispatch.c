@@ -233,6 +233,11 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             return;
         }
     }
+    if (listen && !x->up_modern) {
+        /* A 2025 upstream session has no listen: its GET stream serves every listen of it. */
+        tg__call_listen_local(k, params, x->up_caps);
+        return;
+    }
     if (retry == 2) {
         /* The retry of a call held open upstream for its server request: decided again above,
          * it now carries the answer up and the held call answers through this client. */

@@ -43,6 +43,8 @@ struct tg_exchange {
     struct tg_session *sess;            /* the session, or NULL for a stateless request */
     int up_modern;                      /* the upstream hears this request as 2026-07-28 (headers
                                          * rebuilt from the body, no upstream session) */
+    const char *up_caps;                /* a stateless session's 2025 upstream: what its initialize
+                                         * declared (JSON), or NULL */
     const char *fwd_headers;            /* the client's Mcp-Param-* lines the gateway passes on
                                          * (complete "Name: value\r\n" lines), or NULL */
 };

@@ -226,7 +226,8 @@ static void answer_discover(struct tg_exchange *x, struct tg_sink *sk, struct tg
 {
     struct tg_buf b;
     tg_buf_init(&b);
-    tg_mcp_discover_result(&b, m->id_raw, m->id_len, x->uc, b0 != NULL ? b0->caps : NULL, b0 != NULL && b0->modern);
+    tg_mcp_discover_result(&b, m->id_raw, m->id_len, x->uc, b0 != NULL ? b0->caps : NULL,
+                           b0 == NULL ? 0 : b0->modern ? 2 : 1);
     sk->ops->answer(sk, NULL, 200, NULL, b.base, b.len);
     sk->ops->release(sk, NULL);
     tg_buf_dispose(&b);
@@ -235,6 +236,7 @@ static void answer_discover(struct tg_exchange *x, struct tg_sink *sk, struct tg
 static void serve(struct tg_bridge *b, struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m)
 {
     x->up_modern = b != NULL && b->modern;
+    x->up_caps = b != NULL && !b->modern ? b->caps : NULL;
     if (m->kind == TG_MSG_REQUEST && strcmp(m->method, "server/discover") == 0)
         answer_discover(x, sk, m, b);
     else

@@ -37,7 +37,7 @@ static void write_caps(struct tg_buf *out, const char *caps, int listen)
         tg_buf_appends(out, relayed[i]);
         const cJSON *f = c != NULL ? cJSON_GetObjectItemCaseSensitive(c, relayed[i]) : NULL;
         int lc = listen && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "listChanged"));
-        int sub = listen && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "subscribe"));
+        int sub = listen > 1 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "subscribe"));
         if (i == 3)
             tg_buf_appends(out, "\":{}");
         else

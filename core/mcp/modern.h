@@ -12,8 +12,8 @@ struct tg_upstream_conf;
  * resources/(un)subscribe, and the notifications that went with them). */
 int tg_mcp_removed_method(const char *method);
 /* The gateway's answer to server/discover (id: raw JSON) for upstream uc, which declared caps
- * (JSON; NULL when the gateway answers initialize itself); listen: subscriptions/listen is
- * relayed, so listChanged and subscribe are told as declared. */
+ * (JSON; NULL when the gateway answers initialize itself); listen: 0 no subscriptions/listen,
+ * 1 list changes relayed (listChanged told as declared), 2 relayed whole (subscribe too). */
 void tg_mcp_discover_result(struct tg_buf *out, const char *id, size_t id_len, const struct tg_upstream_conf *uc,
                             const char *caps, int listen);
 /* Make a 2025 upstream's successful answer a 2026 complete result, in place: resultType

@@ -13,6 +13,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import * as H from './lib/harness.mjs';
+import { startEra2026 } from './lib/conformance2026.mjs';
 
 H.requireNodeModules();
 
@@ -22,6 +23,7 @@ let gw;
 let standin;
 let standin2; // a second stand-in, only for the reload test
 let everything; // a 2025-only upstream with real sessions
+let era; // the era2026 fixture, as a 2025 upstream (protocol = "2025")
 let confOpts; // what the conf was written from
 const TOKEN = 'client-' + H.randomToken();
 const BOB = 'bob-' + H.randomToken();
@@ -63,7 +65,10 @@ before(async () => {
   standin = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin.log') });
   standin2 = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin2.log') });
   everything = await H.startEverything({ cleanup });
+  era = await startEra2026({ cleanup }); // told to speak 2025 below: bridged like server-everything
   const deadPort = await H.freePort(); // nothing listens there
+  const allowAll = path.join(dir, 'allow-all.json');
+  fs.writeFileSync(allowAll, '{"version":"1","default":"allow","tools":{}}\n');
   const policy = path.join(dir, 'echo-only.json');
   fs.writeFileSync(policy, '{"version":"1","default":"deny","tools":{"echo":{},"slow":{}}}\n'); // execute_code: denied and hidden
   const headers = { Authorization: `Bearer ${UPSTREAM_TOKEN}` };
@@ -74,6 +79,7 @@ before(async () => {
     upstreams: [
       { name: 'cowork', url: standin.url, default: true, initialize: 'local', headers, policy },
       { name: 'sessionful', url: everything.url }, // initialize forwarded: bridged
+      { name: 'as2025', url: era.url, protocol: '2025', policy: allowAll },
       { name: 'dead', url: `http://127.0.0.1:${deadPort}/mcp`, connect_timeout_ms: 2000 },
     ],
   };
@@ -94,12 +100,13 @@ describe('2026-07-28 requests', () => {
     assert.deepEqual(res.supportedVersions, [MODERN]);
     assert.equal(res.ttlMs, 0);
     assert.equal(res.cacheScope, 'private');
-    // server-everything declares tools, resources (subscribe), prompts, logging and completions:
-    // what tollgate relays is there, list_changed and subscribe are not promised (no listen yet),
-    // and logging (setLevel is gone in 2026) is not.
+    // server-everything declares tools, resources (subscribe), prompts (each listChanged), logging
+    // and completions: what tollgate relays is there, list changes as declared (a listen takes
+    // them from the upstream session's GET stream), subscribe is not promised (resource
+    // subscriptions are not mapped for a 2025 upstream), and logging (setLevel is gone) is not.
     assert.deepEqual(res.capabilities, {
-      tools: { listChanged: false }, resources: { listChanged: false, subscribe: false },
-      prompts: { listChanged: false }, completions: {},
+      tools: { listChanged: true }, resources: { listChanged: true, subscribe: false },
+      prompts: { listChanged: true }, completions: {},
     });
     assert.equal(res._meta?.['io.modelcontextprotocol/serverInfo']?.name, 'tollgate/sessionful');
   });
@@ -128,6 +135,54 @@ describe('2026-07-28 requests', () => {
       assert.match(r.json.error.message, /upstream session unavailable/, r.text);
     }
     await gw.waitForLog(/upstream protocol probe failed/);
+  });
+
+  test('bridged: subscriptions/listen on a 2025 upstream session: acknowledged first, list changes tagged with the listen id', async () => {
+    const ac = new AbortController();
+    cleanup.add(() => ac.abort());
+    const res = await fetch(url('as2025'), {
+      method: 'POST', signal: ac.signal,
+      headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${BOB}`,
+        ...std('subscriptions/listen') },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 'L1', method: 'subscriptions/listen',
+        params: { notifications: { toolsListChanged: true, resourceSubscriptions: ['file:///x'] }, _meta: META } }),
+    });
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type'), /text\/event-stream/);
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let buf = '';
+    const next = async () => {
+      for (;;) {
+        const end = buf.indexOf('\n\n');
+        if (end >= 0) {
+          const one = buf.slice(0, end);
+          buf = buf.slice(end + 2);
+          const d = /^data: (.*)$/m.exec(one);
+          if (d) return JSON.parse(d[1]);
+          continue;
+        }
+        const { value, done } = await reader.read();
+        if (done) throw new Error('the listen stream ended');
+        buf += dec.decode(value, { stream: true });
+      }
+    };
+    const ack = await next();
+    assert.equal(ack.method, 'notifications/subscriptions/acknowledged', JSON.stringify(ack));
+    assert.equal(ack.params._meta.subscriptionId, 'L1');
+    assert.equal(ack.params.notifications.toolsListChanged, true);
+    assert.deepEqual(ack.params.notifications.resourceSubscriptions, [], 'resource subscriptions are not mapped for a 2025 upstream');
+    // The upstream session's GET stream is opened for it; a tool change then reaches the listen.
+    let changed;
+    await H.waitUntil(async () => {
+      const r = await post(call('notify_change', {}), std('tools/call', 'notify_change'), 'as2025', BOB);
+      assert.equal(r.status, 200, r.text);
+      changed = await Promise.race([next(), H.sleep(1000).then(() => undefined)]);
+      return changed !== undefined;
+    }, { timeout: 15000, interval: 10, what: 'notifications/tools/list_changed on the listen stream' });
+    assert.equal(changed.method, 'notifications/tools/list_changed', JSON.stringify(changed));
+    assert.equal(changed.params._meta.subscriptionId, 'L1');
+    ac.abort();
   });
 
   test('server/discover for a local-initialize upstream: answered by the gateway, private, not cached', async () => {

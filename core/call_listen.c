@@ -1,0 +1,136 @@
+/* subscriptions/listen for 2026 clients of a 2025 upstream: the grant's upstream session has
+ * one GET stream, the gateway's, and every listen of that session takes from it the list
+ * changes it asked for, tagged with its own id. The acknowledgement is the gateway's: what was
+ * asked for and the upstream declared (listChanged); resourceSubscriptions are not mapped to
+ * resources/subscribe here, so none is acknowledged.
+ *
+ * A listen is a call that never goes upstream: it ends when its client goes (or the session
+ * does), and it counts toward limits.listens_per_grant and inflight_per_session. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/call.h"
+#include "core/gateway.h"
+#include "core/json.h"
+#include "core/mcp/listen.h"
+#include "core/session.h"
+
+#define LISTEN_TOOLS 0x1u
+#define LISTEN_PROMPTS 0x2u
+#define LISTEN_RESOURCES 0x4u
+
+/* The GET stream's sink: it hands what the upstream says to the session's listens. Owner: the
+ * GET call, through release. */
+struct fan_sink {
+    struct tg_sink sink;
+    struct tg_session *s; /* reference */
+};
+
+static unsigned kind_of(const char *method)
+{
+    if (strcmp(method, "notifications/tools/list_changed") == 0)
+        return LISTEN_TOOLS;
+    if (strcmp(method, "notifications/prompts/list_changed") == 0)
+        return LISTEN_PROMPTS;
+    if (strcmp(method, "notifications/resources/list_changed") == 0)
+        return LISTEN_RESOURCES;
+    return 0;
+}
+
+static void fan_message(struct tg_sink *sk, struct tg_call *gk, const char *p, size_t n)
+{
+    (void)gk;
+    struct fan_sink *fs = (struct fan_sink *)sk;
+    struct tg_json_doc doc;
+    if (tg_json_parse(p, n, 64, 1, &doc, NULL, NULL) != 0)
+        return;
+    cJSON *method = cJSON_GetObjectItemCaseSensitive(doc.root, "method");
+    unsigned kind = cJSON_IsString(method) && cJSON_GetObjectItemCaseSensitive(doc.root, "id") == NULL
+                        ? kind_of(method->valuestring)
+                        : 0;
+    cJSON_Delete(doc.root);
+    if (kind == 0)
+        return; /* only list changes travel to listens (server requests were refused upstream) */
+    struct tg_buf out;
+    tg_buf_init(&out);
+    for (struct tg_list *l = fs->s->calls.next; l != &fs->s->calls; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        if (k->closed || !k->is_listen || !(k->listen_mask & kind) || k->sink == NULL || k->client_id == NULL)
+            continue;
+        out.len = 0;
+        if (tg_mcp_listen_message(&out, p, n, k->client_id, k->client_id_len, k->policy))
+            k->sink->ops->message(k->sink, k, out.base, out.len);
+    }
+    tg_buf_dispose(&out);
+}
+
+static void fan_answer(struct tg_sink *sk, struct tg_call *k, int st, const char *x, const char *p, size_t n)
+{
+    (void)sk, (void)k, (void)st, (void)x, (void)p, (void)n;
+}
+static void fan_nop(struct tg_sink *sk, struct tg_call *k) { (void)sk, (void)k; }
+static void fan_poll(struct tg_sink *sk, struct tg_call *k, long ms) { (void)sk, (void)k, (void)ms; }
+static int fan_high(const struct tg_sink *sk) { (void)sk; return 0; }
+static int fan_listening(const struct tg_sink *sk) { (void)sk; return 1; }
+
+static void fan_release(struct tg_sink *sk, struct tg_call *k)
+{
+    (void)k;
+    struct fan_sink *fs = (struct fan_sink *)sk;
+    tg_session_unref(fs->s);
+    free(fs);
+}
+
+static const struct tg_sink_ops fan_ops = {
+    .message = fan_message,
+    .answer = fan_answer,
+    .bare = fan_answer,
+    .stream = fan_nop,
+    .end = fan_nop,
+    .poll = fan_poll,
+    .high = fan_high,
+    .listening = fan_listening,
+    .close = NULL,
+    .bind = fan_nop,
+    .release = fan_release,
+};
+
+static int wants(const cJSON *notifications, const char *key, const cJSON *caps, const char *what)
+{
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(notifications, key)) &&
+           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(caps, what), "listChanged"));
+}
+
+void tg__call_listen_local(struct tg_call *k, const cJSON *params, const char *up_caps)
+{
+    struct tg_session *s = k->sess;
+    cJSON *caps = up_caps != NULL ? cJSON_Parse(up_caps) : NULL;
+    const cJSON *want = cJSON_GetObjectItemCaseSensitive(params, "notifications");
+    k->listen_mask = (wants(want, "toolsListChanged", caps, "tools") ? LISTEN_TOOLS : 0) |
+                     (wants(want, "promptsListChanged", caps, "prompts") ? LISTEN_PROMPTS : 0) |
+                     (wants(want, "resourcesListChanged", caps, "resources") ? LISTEN_RESOURCES : 0);
+    cJSON_Delete(caps);
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/subscriptions/acknowledged\",\"params\":{"
+                       "\"notifications\":{");
+    tg_buf_appendf(&b, "\"toolsListChanged\":%s,\"promptsListChanged\":%s,\"resourcesListChanged\":%s,"
+                       "\"resourceSubscriptions\":[]},\"_meta\":{\"subscriptionId\":",
+                   k->listen_mask & LISTEN_TOOLS ? "true" : "false", k->listen_mask & LISTEN_PROMPTS ? "true" : "false",
+                   k->listen_mask & LISTEN_RESOURCES ? "true" : "false");
+    tg_buf_append(&b, k->client_id, k->client_id_len);
+    tg_buf_appends(&b, "}}}");
+    k->sink->ops->stream(k->sink, k);
+    k->sink->ops->message(k->sink, k, b.base, b.len);
+    tg_buf_dispose(&b);
+    if (k->listen_mask != 0 && s->get_stream == NULL && s->live) {
+        /* The session's GET stream, which every listen of it shares. */
+        struct fan_sink *fs = tg_xcalloc(1, sizeof(*fs));
+        fs->sink.ops = &fan_ops;
+        fs->sink.flags = TG_SINK_STATELESS; /* server requests refused, notifications through */
+        fs->s = tg_session_ref(s);
+        struct tg_call *g = tg_call_new(k->srv, s, &fs->sink, KIND_GET);
+        s->get_stream = g;
+        tg_call_send(g, NULL, 0, 0);
+    }
+}
