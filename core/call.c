@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
+#include "core/mcp/era.h"
 #include "core/mcp/listen.h"
 #include "core/mcp/rewrite.h"
 #include "core/mcp/schemas.h"
@@ -344,15 +345,27 @@ static void deliver_answer(struct tg_call *k, struct tg_buf *out, int is_error, 
             tg_rpc_error(out, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, NULL);
         }
     }
-    if (k->era == TG_ERA_2026 && !is_error &&
-        tg_mcp_modern_result(out, k->method, &k->srv->mrtr, k->mrtr, (int64_t)wall_ms(), why, sizeof(why)) != 0) {
-        /* An answer a 2026 client must not get (input it did not declare, on a method that takes none). */
+    int mr = k->era == TG_ERA_2026 && !is_error
+                 ? tg_mcp_modern_result(out, k->method, &k->srv->mrtr, k->mrtr, (int64_t)wall_ms(), why, sizeof(why))
+                 : 0;
+    if (mr != 0) {
+        /* An answer a 2026 client must not get: input it did not declare (-32021), input on a
+         * method that takes none, a result type nobody knows. */
         tg_log(TG_LOG_WARN, "upstream answer refused", "upstream=%s grant=%s why=%s", up_name(k), k->grant, why);
         struct tg_buf d;
         tg_buf_init(&d);
-        tg_mcp_upstream_data(&d, up_name(k));
         out->len = 0;
-        tg_rpc_error(out, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, d.base);
+        if (mr == -2) {
+            tg_buf_appendf(&d, "{\"requiredCapabilities\":{\"%s\":{}}}", why + 11);
+            tg_buf_append(&d, "", 1);
+            char msg[120];
+            snprintf(msg, sizeof(msg), "Missing required client capability: %s", why + 11);
+            tg_rpc_error(out, k->client_id, k->client_id_len, TG_RPC_MISSING_CAPABILITY, msg, d.base);
+            k->answer_status = 400;
+        } else {
+            tg_mcp_upstream_data(&d, up_name(k));
+            tg_rpc_error(out, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, d.base);
+        }
         tg_buf_dispose(&d);
     }
     if (k->sink != NULL)

@@ -8,6 +8,7 @@
 #include "core/audit.h"
 #include "core/conf.h"
 #include "core/log.h"
+#include "policy/policy.h"
 #include "core/server.h"
 #include "policy/auth.h"
 
@@ -141,6 +142,18 @@ int main(int argc, char **argv)
         fwrite(conf->warnings.base, 1, conf->warnings.len, check_only ? stdout : stderr);
     if (check_only) {
         check_descriptors(conf, 0, stdout);
+        /* scope: session has no session in 2026-07-28: say what it counts there. */
+        for (size_t i = 0; i < conf->nupstreams; i++) {
+            const struct tg_upstream_conf *u = &conf->upstreams[i];
+            int n = tg_policy_session_counters(u->policy);
+            for (size_t g = 0; g < conf->ngrants; g++)
+                for (size_t j = 0; j < conf->grants[g].npolicies; j++)
+                    if (conf->grants[g].policies[j].upstream == (int)i)
+                        n += tg_policy_session_counters(conf->grants[g].policies[j].policy);
+            if (n > 0)
+                printf("tollgate: upstream %s: %d counter(s) with scope \"session\" count per grant for stateless "
+                       "(2026-07-28) requests, which have no session\n", u->name, n);
+        }
         printf("tollgate: configuration %s is ok (%zu listener(s), %zu grant(s), %zu upstream(s))\n", conf_path,
                conf->nlisteners, conf->ngrants, conf->nupstreams);
         tg_conf_unref(conf);

@@ -307,4 +307,12 @@ void tg_policy_unref(struct tg_policy *p)
 }
 
 const char *tg_policy_name(const struct tg_policy *p) { return p->name; }
+
+int tg_policy_session_counters(const struct tg_policy *p)
+{
+    int n = 0;
+    for (int i = 0; p != NULL && i < p->ncounters; i++)
+        n += p->counters[i].scope == SCOPE_SESSION;
+    return n;
+}
 size_t tg_policy_tool_count(const struct tg_policy *p) { return (size_t)p->ntools; }

@@ -114,3 +114,4 @@ int tg_mcp_modern_result(struct tg_buf *answer, const char *method, struct tg_mc
     cJSON_Delete(doc.root);
     return rc;
 }
+

@@ -105,10 +105,19 @@ int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp
     for (cJSON *r = reqs ? reqs->child : NULL; r != NULL; r = r->next) {
         cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "method");
         if (!cJSON_IsString(m) || !input_kind_allowed(m->valuestring, c->client_caps)) {
-            snprintf(why, whysz, "the upstream asked for input the client did not declare: %.60s",
-                     cJSON_IsString(m) ? m->valuestring : "(no method)");
+            const char *kind = !cJSON_IsString(m)                                     ? NULL
+                               : strcmp(m->valuestring, "elicitation/create") == 0      ? "elicitation"
+                               : strcmp(m->valuestring, "sampling/createMessage") == 0 ? "sampling"
+                               : strcmp(m->valuestring, "roots/list") == 0             ? "roots"
+                                                                                        : NULL;
+            /* "capability:" + its name, for the caller's -32021 */
+            if (kind != NULL)
+                snprintf(why, whysz, "capability:%s", kind);
+            else
+                snprintf(why, whysz, "the upstream asked for input of an unknown kind: %.60s",
+                         cJSON_IsString(m) ? m->valuestring : "(no method)");
             tg_buf_dispose(&keys);
-            return -1;
+            return kind != NULL ? -2 : -1;
         }
         tg_buf_append(&keys, r->string, strlen(r->string) + 1);
     }

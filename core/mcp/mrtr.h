@@ -52,9 +52,9 @@ void tg_mcp_mrtr_bind(struct tg_mcp_mrtr_call *c, const char *grant, const char 
                       const cJSON *params);
 
 /* An upstream's result for call c, in place: an input_required result gets its requestState
- * sealed; complete (or missing) is left. Returns 0, or -1 with why (the client must get an
- * error instead): input on another method, an input kind the client did not declare, an
- * unknown resultType. */
+ * sealed; complete (or missing) is left. Returns 0; -1 with why (the client must get an
+ * error instead): input on another method, a malformed result, an unknown resultType; -2 for an
+ * input kind the client did not declare, why "capability:NAME" (-32021). */
 int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
                        char *why, size_t whysz);
 /* A request's params: 0 if it is no retry (neither requestState nor inputResponses); 1 for a

@@ -11,6 +11,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import * as H from './lib/harness.mjs';
 import { startEra2026 } from './lib/conformance2026.mjs';
@@ -173,16 +174,34 @@ describe('2026-07-28 requests', () => {
     assert.equal(ack.params.notifications.toolsListChanged, true);
     assert.deepEqual(ack.params.notifications.resourceSubscriptions, [], 'resource subscriptions are not mapped for a 2025 upstream');
     // The upstream session's GET stream is opened for it; a tool change then reaches the listen.
+    // Until the upstream session's GET stream is attached a change can go unheard: change the
+    // tools again until one arrives, with one read pending throughout (no event is lost to it).
     let changed;
+    const pending = next().then((m) => { changed = m; });
     await H.waitUntil(async () => {
+      if (changed !== undefined)
+        return true;
       const r = await post(call('notify_change', {}), std('tools/call', 'notify_change'), 'as2025', BOB);
       assert.equal(r.status, 200, r.text);
-      changed = await Promise.race([next(), H.sleep(1000).then(() => undefined)]);
+      await Promise.race([pending, H.sleep(500)]);
       return changed !== undefined;
     }, { timeout: 15000, interval: 10, what: 'notifications/tools/list_changed on the listen stream' });
     assert.equal(changed.method, 'notifications/tools/list_changed', JSON.stringify(changed));
     assert.equal(changed.params._meta.subscriptionId, 'L1');
     ac.abort();
+  });
+
+  test('tollgate -t says that scope "session" counts per grant for stateless requests', () => {
+    const pol = path.join(dir, 'session-scope.json');
+    fs.writeFileSync(pol, JSON.stringify({ version: '1', default: 'allow', tools: { echo: { limits: [{ counter: 'e', window: 'minute', max: 3, scope: 'session' }] } } }));
+    const side = H.makeTempDir(cleanup); // not the running gateway's conf
+    const conf = H.writeConf(side, { ...confOpts, upstreams: [{ ...confOpts.upstreams[0], policy: pol }] });
+    const r = spawnSync(H.tollgateBin(), ['-t', '-c', conf], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr + r.stdout);
+    assert.match(r.stdout, /upstream cowork: 1 counter\(s\) with scope "session" count per grant for stateless \(2026-07-28\) requests/);
+    const plain = spawnSync(H.tollgateBin(), ['-t', '-c', H.writeConf(H.makeTempDir(cleanup), confOpts)], { encoding: 'utf8' });
+    assert.equal(plain.status, 0, plain.stderr + plain.stdout);
+    assert.doesNotMatch(plain.stdout, /scope "session"/);
   });
 
   test('server/discover for a local-initialize upstream: answered by the gateway, private, not cached', async () => {

@@ -771,6 +771,15 @@ describe('MRTR through tollgate', () => {
       assert.equal(up[0].body.params.inputResponses, undefined, 'the unissued answers were dropped');
     });
 
+    test(`MRTR ${mode}: input the client did not declare is 400/-32021 with requiredCapabilities`, async () => {
+      const r = await post(mode, toolCall('ask_name', {}), std('tools/call', 'ask_name')); // clientCapabilities: {}
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.json?.error?.code, -32021, r.text);
+      // The SDK server refuses first (its own -32021, relayed with its status); had it asked anyway,
+      // tollgate would have (core/mcp/mrtr.c, unit.core.mrtr).
+      assert.ok(r.json.error.data?.requiredCapabilities?.elicitation, r.text);
+    });
+
     test(`MRTR ${mode}: another grant's requestState is refused -32602`, async () => {
       const fx = fixtureOf(mode);
       const res = await issue(mode, ALICE);

@@ -329,12 +329,49 @@ static void modern_results(void **state)
     tg_buf_dispose(&b);
 }
 
+/* What a 2026 upstream is sent: Mcp-* headers rebuilt from the body, never copied; marked
+ * Mcp-Param-* rebuilt from the arguments, unmarked ones passed on; the claim added or removed. */
+static void upstream_headers(void **state)
+{
+    (void)state;
+    cJSON *root = cJSON_Parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"caf\u00e9 \","
+                              "\"arguments\":{\"region\":\"eu\",\"n\":3,\"b\":true,\"gone\":null}}}");
+    struct tg_buf h;
+    tg_buf_init(&h);
+    tg_mcp_upstream_headers(&h, root, "2026-07-28", "Mcp-Param-X: y\r\n");
+    assert_string_equal(h.base, "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n"
+                                "Mcp-Name: =?base64?Y2Fmw6kg?=\r\nMcp-Param-X: y\r\n");
+    cJSON *schema = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"region\":{\"type\":\"string\",\"x-mcp-header\":\"Region\"},"
+                                "\"n\":{\"type\":\"integer\",\"x-mcp-header\":\"N\"},\"b\":{\"type\":\"boolean\",\"x-mcp-header\":\"B\"},"
+                                "\"gone\":{\"type\":\"string\",\"x-mcp-header\":\"Gone\"}}}");
+    struct tg_mcp_header in[2] = {
+        {tg_slice_cstr("Mcp-Param-Region"), tg_slice_cstr("spoofed")},
+        {tg_slice_cstr("mcp-param-other"), tg_slice_cstr("kept")},
+    };
+    h.len = 0;
+    tg_mcp_param_headers_build(&h, in, 2, schema,
+                               cJSON_GetObjectItem(cJSON_GetObjectItem(root, "params"), "arguments"));
+    assert_string_equal(h.base, "Mcp-Param-Region: eu\r\nMcp-Param-N: 3\r\nMcp-Param-B: true\r\nmcp-param-other: kept\r\n");
+    h.len = 0;
+    tg_mcp_param_headers_build(&h, in, 2, NULL, NULL); /* schema unknown: both as they came */
+    assert_string_equal(h.base, "Mcp-Param-Region: spoofed\r\nmcp-param-other: kept\r\n");
+    tg_mcp_add_claim(root, "{\"elicitation\":{}}");
+    cJSON *meta = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "params"), "_meta");
+    assert_string_equal(cJSON_GetObjectItem(meta, TG_MCP_META_VERSION)->valuestring, "2026-07-28");
+    assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(meta, TG_MCP_META_CAPS), "elicitation"));
+    tg_mcp_strip_claim(root);
+    assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "params"), "_meta"));
+    cJSON_Delete(schema);
+    cJSON_Delete(root);
+    tg_buf_dispose(&h);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(classify_by_body), cmocka_unit_test(versions),      cmocka_unit_test(header_values),
         cmocka_unit_test(header_matches_body), cmocka_unit_test(standard_headers), cmocka_unit_test(param_headers),
-        cmocka_unit_test(annotations), cmocka_unit_test(modern_results),
+        cmocka_unit_test(annotations), cmocka_unit_test(modern_results), cmocka_unit_test(upstream_headers),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

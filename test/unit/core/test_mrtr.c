@@ -138,7 +138,8 @@ static void results_checked(void **state)
     /* input the client did not declare */
     bind(&c, "alice", "tools/call", p, TG_CAP_ELICITATION);
     cJSON *res = cJSON_Parse("{\"resultType\":\"input_required\",\"inputRequests\":{\"s\":{\"method\":\"sampling/createMessage\"}}}");
-    assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), -1);
+    assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), -2); /* -32021 */
+    assert_string_equal(why, "capability:sampling");
     cJSON_Delete(res);
     /* input on a method that takes none */
     bind(&c, "alice", "tools/list", p, TG_CAP_ELICITATION);
