@@ -298,13 +298,18 @@ static char *cancel_key(struct tg_msg *m)
 }
 
 /* A cancel naming a forwarded call of this session: its requestId becomes our id. 0 if it names
- * none (nothing to cancel upstream). */
+ * none (nothing to cancel upstream). A 2026-07-28 upstream is told by the end of the call's
+ * request instead (it has no notifications/cancelled over HTTP): the call is let go (0). */
 static int rewrite_cancel(struct tg_session *s, struct tg_msg *m, const char *want)
 {
     for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
         if (k->kind != KIND_REQUEST || k->id_key == NULL || !k->forwarded || strcmp(k->id_key, want) != 0)
             continue;
+        if (s->up_modern) {
+            tg_call_client_gone(k);
+            return 0;
+        }
         cJSON *n = tg_json_number_raw(k->gid_str, k->gid_len);
         if (n == NULL)
             return 0;
