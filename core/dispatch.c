@@ -159,7 +159,10 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         args = a;
         dec = tg_xmalloc(sizeof(*dec));
         struct tg_caller who = {g->name, s->id_str, x->uc->name};
-        tg_policy_decide_call(pol, srv->counters, &who, tool, args, wall_ms(), dec);
+        if (retry >= 1) /* a later round of a call decided already: judged again, nothing reserved */
+            tg_policy_decide_continuation(pol, srv->counters, &who, tool, args, wall_ms(), dec);
+        else
+            tg_policy_decide_call(pol, srv->counters, &who, tool, args, wall_ms(), dec);
     } else if (strcmp(m->method, "resources/read") == 0 || strcmp(m->method, "prompts/get") == 0) {
         int res = m->method[0] == 'r';
         cJSON *what = cJSON_GetObjectItemCaseSensitive(params, res ? "uri" : "name");
@@ -213,11 +216,6 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         k->tool = tg_xstrdup(tool);
         if (k->mrtr != NULL)
             k->mrtr->b.name = k->tool;
-        if (retry >= 1 && (dec->verdict == TG_VERDICT_ALLOW || dec->verdict == TG_VERDICT_APPROVE)) {
-            /* The round before took this call's reservation: the retry gives its own back. */
-            tg_policy_refund(srv->counters, dec, wall_ms());
-            dec->nres = 0;
-        }
         if (strcmp(m->method, "tools/call") == 0) {
             if (k->mrtr != NULL)
                 tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* the same digest, made once */

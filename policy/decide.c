@@ -455,8 +455,8 @@ static int reserve_limits(const struct tg_policy *p, struct tg_counters *cs, con
     return 0;
 }
 
-void tg_policy_decide_call(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
-                           const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d)
+static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                        const char *tool, const cJSON *args, int64_t now_ms, int reserve, struct tg_decision *d)
 {
     /* Field by field: the reservation array is large and only its first nres entries are read. */
     d->verdict = TG_VERDICT_ALLOW;
@@ -528,9 +528,9 @@ void tg_policy_decide_call(const struct tg_policy *p, struct tg_counters *cs, co
             }
         }
     }
-    if (reserve_rules(p, cs, who, tool, t, args, now_ms, d) != 0)
+    if (reserve && reserve_rules(p, cs, who, tool, t, args, now_ms, d) != 0)
         return;
-    if (reserve_limits(p, cs, who, tool, t, now_ms, d) != 0)
+    if (reserve && reserve_limits(p, cs, who, tool, t, now_ms, d) != 0)
         return;
     if (t != NULL && t->action == TA_APPROVE) {
         d->verdict = TG_VERDICT_APPROVE;
@@ -540,6 +540,18 @@ void tg_policy_decide_call(const struct tg_policy *p, struct tg_counters *cs, co
         return;
     }
     d->verdict = TG_VERDICT_ALLOW;
+}
+
+void tg_policy_decide_call(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                           const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d)
+{
+    decide_call(p, cs, who, tool, args, now_ms, 1, d);
+}
+
+void tg_policy_decide_continuation(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                                   const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d)
+{
+    decide_call(p, cs, who, tool, args, now_ms, 0, d);
 }
 
 /* '*' matches any run of characters; everything else literally. */

@@ -84,6 +84,10 @@ size_t tg_policy_tool_count(const struct tg_policy *p);
 /* Decide a tools/call. args may be NULL. Reserves counters on ALLOW and APPROVE. */
 void tg_policy_decide_call(const struct tg_policy *p, struct tg_counters *c, const struct tg_caller *who,
                            const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d);
+/* The same for the retry of a call already decided (an MRTR round): every rule and condition is
+ * judged again, but nothing is reserved: the first round's reservation stands for the call. */
+void tg_policy_decide_continuation(const struct tg_policy *p, struct tg_counters *c, const struct tg_caller *who,
+                                   const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d);
 /* Undo the reservations of a decision (the upstream call failed, or approval was refused). */
 void tg_policy_refund(struct tg_counters *c, const struct tg_decision *d, int64_t now_ms);
 /* Should tools/list show this tool to callers of this policy? */

@@ -46,6 +46,7 @@ if (!fs.existsSync(CONFORMANCE_BIN)) {
 
 const MODERN = '2026-07-28';
 const ALICE = 'alice-' + H.randomToken();
+const CAROL = 'carol-' + H.randomToken();
 const BOB = 'bob-' + H.randomToken();
 const cleanup = new H.Cleanup();
 let dir;
@@ -90,10 +91,15 @@ before(async () => {
     version: '1', default: 'allow',
     tools: { execute_code: { action: 'deny', reason: 'no code execution through the gateway' } },
   }) + '\n');
+  const oncePolicy = path.join(dir, 'once.json');
+  fs.writeFileSync(oncePolicy, JSON.stringify({ version: '1', default: 'deny', tools: {
+    echo: {}, ask_name: { limits: [{ counter: 'ask', window: 'minute', max: 1, scope: 'grant' }] } } }));
   const conf = H.writeConf(dir, {
     grants: [
       { name: 'alice', token_sha256: H.sha256hex(ALICE) },
       { name: 'bob', token_sha256: H.sha256hex(BOB) },
+      // carol: ask_name once a minute, to show that a call costs one token however many rounds
+      { name: 'carol', token_sha256: H.sha256hex(CAROL), policies: [{ upstream: 'dual', policy: oncePolicy }, { upstream: 'strict', policy: oncePolicy }] },
       {
         name: 'suite', anonymous: true,
         policies: [{ upstream: 'dual', policy: suitePolicy }, { upstream: 'strict', policy: suitePolicy }],
@@ -778,6 +784,16 @@ describe('MRTR through tollgate', () => {
       // The SDK server refuses first (its own -32021, relayed with its status); had it asked anyway,
       // tollgate would have (core/mcp/mrtr.c, unit.core.mrtr).
       assert.ok(r.json.error.data?.requiredCapabilities?.elicitation, r.text);
+    });
+
+    test(`MRTR ${mode}: a call of two rounds costs one token: the retry is judged again but reserves nothing`, async () => {
+      const first = await post(mode, toolCall('ask_name', {}, ELICIT_META), std('tools/call', 'ask_name'), { token: CAROL });
+      const res = first.json?.result;
+      assert.equal(res?.resultType, 'input_required', first.text);
+      const done = await retry(mode, res.requestState, { token: CAROL });
+      assert.equal(H.resultText(done.json?.result), 'hello Ada', done.text);
+      const again = await post(mode, toolCall('ask_name', {}, ELICIT_META), std('tools/call', 'ask_name'), { token: CAROL });
+      assert.equal(again.json?.error?.code, -32002, `the budget of 1 was used by the first call: ${again.text}`);
     });
 
     test(`MRTR ${mode}: another grant's requestState is refused -32602`, async () => {
