@@ -133,7 +133,7 @@ int tg__call_shim_take(struct tg_call *k, const char *p, size_t n, char *why, si
     for (cJSON *r = reqs->child; r != NULL; r = r->next) {
         cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "method");
         if (strlen(r->string) >= sizeof(((struct shim *)0)->pending[0].key) || !cJSON_IsString(m) ||
-            !declared(k->sess->client_caps, m->valuestring)) {
+            !declared(k->sess->up_modern ? k->sess->u.client_caps : NULL, m->valuestring)) {
             snprintf(why, whysz, "the upstream asked for input the client did not declare: %.60s",
                      cJSON_IsString(m) ? m->valuestring : "(no method)");
             goto out;

@@ -42,7 +42,7 @@ static void accept_bare(struct tg_sink *sk)
 static void up_headers(const struct tg_exchange *x, struct tg_call *k, const struct tg_msg *m)
 {
     if (x->up_modern && x->era == TG_ERA_2025)
-        tg_mcp_add_claim(m->root, x->sess->client_caps); /* a 2025 session's request, as 2026 has it */
+        tg_mcp_add_claim(m->root, x->sess->up_modern ? x->sess->u.client_caps : NULL); /* a 2025 session's request, as 2026 has it */
     if (!x->up_modern) {
         if (x->era == TG_ERA_2026)
             tg_mcp_strip_claim(m->root);
@@ -424,12 +424,13 @@ static void answer_empty(struct tg_sink *sk, struct tg_msg *m)
 static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m)
 {
     struct tg_session *s = x->sess;
-    if (m->kind == TG_MSG_RESPONSE)
-        return 0;
+    if (m->kind == TG_MSG_RESPONSE || (!s->up_modern && s->u.bridge != NULL))
+        return 0; /* (a stateless session's own initialize: its upstream speaks 2025) */
     if (m->kind == TG_MSG_REQUEST && strcmp(m->method, "initialize") == 0) {
         cJSON *caps = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->root, "params"), "capabilities");
-        free(s->client_caps);
-        s->client_caps = cJSON_IsObject(caps) ? cJSON_PrintUnformatted(caps) : NULL;
+        if (s->up_modern)
+            free(s->u.client_caps);
+        s->u.client_caps = cJSON_IsObject(caps) ? cJSON_PrintUnformatted(caps) : NULL;
         s->up_modern = 1;
         s->init_pending = 0;
         struct tg_buf out;

@@ -199,7 +199,8 @@ void tg_session_unref(struct tg_session *s)
         return;
     free(s->grant);
     free(s->up_session);
-    free(s->client_caps);
+    if (s->up_modern)
+        free(s->u.client_caps);
     tg_buf_dispose(&s->server_reqs);
     free(s);
 }

@@ -25,6 +25,8 @@ struct tg_bridge;
 struct tg_session {
     uint8_t id[16];
     char id_str[TG_SESSION_ID_LEN + 1];
+    unsigned char up_modern; /* a 2025 session on a 2026-07-28-only upstream: the gateway answered
+                              * initialize, requests go as 2026 (u.client_caps below) */
     char *grant;       /* grant name (copied: grants can change on reload) */
     int upstream;      /* index into the server's upstreams */
     char *up_session;  /* upstream's Mcp-Session-Id, never shown to clients */
@@ -32,8 +34,10 @@ struct tg_session {
     int initialized;   /* the initialize exchange succeeded */
     int live;          /* in the table (0 after DELETE or expiry) */
     int refcnt;
+    int init_pending;       /* initialize sent upstream, answer not seen yet */
     uint64_t last_active_ms;
     unsigned inflight;
+    int stalled;            /* client connections still holding a big answer of this session */
     struct tg_list calls;   /* in-flight calls of this session (struct tg_call, core/call.c) */
     struct tg_call *get_stream; /* the call carrying the session's stream of server messages, if any */
     struct tg_sink *channel;    /* the session's long-lived client stream (legacy SSE, WebSocket), if any */
@@ -41,13 +45,14 @@ struct tg_session {
     struct tg_uplink *uplink;   /* message-stream upstream (stdio child, legacy SSE stream), if any:
                                  * owned by the session, freed by release_link */
     void (*release_link)(struct tg_session *s); /* called when the session is removed */
-    int init_pending;       /* initialize sent upstream, answer not seen yet */
-    struct tg_bridge *bridge; /* a stateless session's upstream-session state (core/mcp/bridge.c,
-                               * which owns and frees it), else NULL */
-    char *client_caps;      /* a 2025 session on a 2026-07-28-only upstream: the capabilities its
-                             * initialize declared (JSON), sent as _meta with each request; owned */
-    int up_modern;          /* that session: the gateway answered initialize, requests go as 2026 */
-    int stalled;            /* client connections still holding a big answer of this session */
+    /* A session is one of these at most: stateless (bridge) or a 2025 one on a 2026-only upstream
+     * (up_modern, client_caps). */
+    union {
+        struct tg_bridge *bridge; /* a stateless session's upstream-session state (core/mcp/bridge.c,
+                                   * which owns and frees it) */
+        char *client_caps;        /* up_modern: the capabilities its initialize declared (JSON),
+                                   * sent as _meta with each request; owned, freed with the session */
+    } u;
     struct tg_buf server_reqs; /* canonical ids of server-to-client requests awaiting the client's answer */
     int nserver_reqs;
     struct tg_list streams; /* router's resumable client streams (replay buffers) */

@@ -126,7 +126,7 @@ static void boot_release(struct tg_sink *sk, struct tg_call *k)
     (void)k;
     struct boot_sink *bs = (struct boot_sink *)sk;
     struct tg_session *s = bs->s;
-    struct tg_bridge *b = s->bridge;
+    struct tg_bridge *b = s->u.bridge;
     if (b != NULL && (b->state == BOOT_INIT || b->state == BOOT_NOTIFY)) {
         if (!bs->ok) {
             b->state = BOOT_NONE;
@@ -360,7 +360,7 @@ void tg_bridge_dispatch(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg
 {
     struct tg_server *srv = x->srv;
     struct tg_session *s = x->sess;
-    struct tg_bridge *b = s->bridge;
+    struct tg_bridge *b = s->u.bridge;
     if (b->state == BOOT_NONE && !x->uc->init_local) {
         /* A cached verdict decides at once: a modern upstream is ready, a 2025 one gets the
          * gateway's initialize; otherwise the probe's verdict is waited for. */
@@ -397,7 +397,7 @@ void tg_bridge_dispatch(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg
 void tg_bridge_wake(struct tg_server *srv)
 {
     for (size_t i = 0; i < srv->nstateless; i++) {
-        struct tg_bridge *b = srv->stateless[i]->bridge;
+        struct tg_bridge *b = srv->stateless[i]->u.bridge;
         if (b != NULL && b->state == BOOT_PROBE)
             schedule(b);
     }
@@ -407,7 +407,7 @@ void tg_bridge_wake(struct tg_server *srv)
 
 static void bridge_free(struct tg_session *s)
 {
-    struct tg_bridge *b = s->bridge;
+    struct tg_bridge *b = s->u.bridge;
     if (b == NULL)
         return;
     fail_waiters(b, "the session ended");
@@ -415,7 +415,7 @@ static void bridge_free(struct tg_session *s)
         tg_list_unlink(&b->ready);
     free(b->caps);
     free(b);
-    s->bridge = NULL;
+    s->u.bridge = NULL;
 }
 
 int tg_bridge_session(struct tg_exchange *x)
@@ -442,7 +442,7 @@ int tg_bridge_session(struct tg_exchange *x)
     b->s = s;
     tg_list_init(&b->waiters);
     tg_list_init(&b->ready);
-    s->bridge = b;
+    s->u.bridge = b;
     if (x->uc->init_local) {
         /* The upstream hears 2025 from this session: the gateway speaks the latest 2025 version. */
         tg_strlcpy(s->proto, TG_PROTO_LATEST, sizeof(s->proto));
