@@ -115,7 +115,7 @@ void tg__call_listen_local(struct tg_call *k, const cJSON *params, const char *u
     tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/subscriptions/acknowledged\",\"params\":{"
                        "\"notifications\":{");
     tg_buf_appendf(&b, "\"toolsListChanged\":%s,\"promptsListChanged\":%s,\"resourcesListChanged\":%s,"
-                       "\"resourceSubscriptions\":[]},\"_meta\":{\"subscriptionId\":",
+                       "\"resourceSubscriptions\":[]},\"_meta\":{\"" TG_MCP_META_SUBSCRIPTION "\":",
                    k->listen_mask & LISTEN_TOOLS ? "true" : "false", k->listen_mask & LISTEN_PROMPTS ? "true" : "false",
                    k->listen_mask & LISTEN_RESOURCES ? "true" : "false");
     tg_buf_append(&b, k->client_id, k->client_id_len);

@@ -14,6 +14,7 @@ struct parser {
     struct tg_slice id_raw;
     struct tg_slice method_raw;
     struct tg_slice error_raw;
+    struct tg_slice result_raw;
 };
 
 static int fail(struct parser *ps, const char *why)
@@ -450,6 +451,8 @@ static int parse_object(struct parser *ps, int depth, cJSON **out)
         else if (depth == 1 && klen == 5 && memcmp(key, "error", 5) == 0 && *vstart == '{')
             /* Only an object is an error: "error": null beside "result" (JSON-RPC 1.0 style) is not. */
             ps->error_raw = tg_slice_of((const char *)vstart, (size_t)(ps->p - vstart));
+        else if (depth == 1 && klen == 6 && memcmp(key, "result", 6) == 0 && *vstart == '{')
+            ps->result_raw = tg_slice_of((const char *)vstart, (size_t)(ps->p - vstart));
         if (out) {
             val->string = key;
             append_child(obj, &last, val);
@@ -578,11 +581,12 @@ int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_j
                   size_t *err_off)
 {
     struct parser ps = {(const unsigned char *)p, (const unsigned char *)p + n, (const unsigned char *)p,
-                        max_depth, build, NULL, NULL, TG_SLICE_NULL, TG_SLICE_NULL, TG_SLICE_NULL};
+                        max_depth, build, NULL, NULL, TG_SLICE_NULL, TG_SLICE_NULL, TG_SLICE_NULL, TG_SLICE_NULL};
     doc->root = NULL;
     doc->id_raw = TG_SLICE_NULL;
     doc->method_raw = TG_SLICE_NULL;
     doc->error_raw = TG_SLICE_NULL;
+    doc->result_raw = TG_SLICE_NULL;
     cJSON *root = NULL;
     skip_ws(&ps);
     int r = parse_value(&ps, 1, build ? &root : NULL);
@@ -603,6 +607,7 @@ int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_j
     doc->id_raw = ps.id_raw;
     doc->method_raw = ps.method_raw;
     doc->error_raw = ps.error_raw;
+    doc->result_raw = ps.result_raw;
     return 0;
 }
 

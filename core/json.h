@@ -27,6 +27,7 @@ struct tg_json_doc {
     struct tg_slice id_raw;     /* raw token of the root object's "id" member (points into the input), or empty */
     struct tg_slice method_raw; /* raw token of the root's "method" (with quotes), or empty */
     struct tg_slice error_raw;  /* raw value of the root's "error" when it is an object, or empty */
+    struct tg_slice result_raw; /* raw value of the root's "result" when it is an object, or empty */
 };
 
 /* Returns 0, or TG_EINVAL with *err set to a static description and *err_off to the byte offset. */

@@ -71,8 +71,8 @@ int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const cha
     cJSON *sid = cJSON_ParseWithLength(id, idn);
     if (sid == NULL)
         goto out;
-    cJSON_DeleteItemFromObjectCaseSensitive(meta, "subscriptionId");
-    cJSON_AddItemToObject(meta, "subscriptionId", sid); /* the client's id, not the gateway's */
+    cJSON_DeleteItemFromObjectCaseSensitive(meta, TG_MCP_META_SUBSCRIPTION);
+    cJSON_AddItemToObject(meta, TG_MCP_META_SUBSCRIPTION, sid); /* the client's id, not the gateway's */
     tg_json_write(out, doc.root);
     keep = 1;
 out:

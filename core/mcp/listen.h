@@ -3,7 +3,8 @@
  *
  * resourceSubscriptions the grant may not read are dropped before the request goes upstream and
  * from the acknowledgement; notifications/resources/updated for a URI it may not read never
- * reach it; every notification carries the client's own listen id as _meta.subscriptionId;
+ * reach it; every notification carries the client's own listen id as _meta
+ * "io.modelcontextprotocol/subscriptionId";
  * progress and log notifications never go on a listen stream. Pure functions over JSON. */
 #ifndef TG_MCP_LISTEN_H
 #define TG_MCP_LISTEN_H
@@ -17,6 +18,7 @@
 struct tg_policy;
 
 #define TG_MCP_LISTEN_METHOD "subscriptions/listen"
+#define TG_MCP_META_SUBSCRIPTION "io.modelcontextprotocol/subscriptionId"
 
 /* Drop the resourceSubscriptions of a listen request's params the policy does not let the grant
  * read. */

@@ -79,6 +79,24 @@ int tg_mcp_modern_result(struct tg_buf *answer, const char *method, struct tg_mc
 {
     int rc = 0;
     struct tg_json_doc doc;
+    if ((method == NULL || !cacheable(method)) && memmem(answer->base, answer->len, "\"resultType\"", 12) == NULL &&
+        memmem(answer->base, answer->len, "\\u", 2) == NULL) {
+        /* The common case, a result with no resultType at all (a 2025 upstream's): "complete" goes
+         * in front of its members without building a tree. Only \u escapes could spell the key
+         * otherwise: an answer with any takes the slow path below. */
+        if (tg_json_parse(answer->base, answer->len, 1000, 0, &doc, NULL, NULL) != 0 || doc.result_raw.len < 2)
+            return 0;
+        size_t at = (size_t)(doc.result_raw.ptr - answer->base) + 1;
+        const char *rest = doc.result_raw.ptr + 1;
+        while (*rest == ' ' || *rest == '\t' || *rest == '\r' || *rest == '\n')
+            rest++;
+        const char *ins = *rest == '}' ? "\"resultType\":\"complete\"" : "\"resultType\":\"complete\",";
+        size_t in = strlen(ins);
+        tg_buf_append(answer, ins, in); /* room */
+        memmove(answer->base + at + in, answer->base + at, answer->len - in - at);
+        memcpy(answer->base + at, ins, in);
+        return 0;
+    }
     if (tg_json_parse(answer->base, answer->len, 1000, 1, &doc, NULL, NULL) != 0)
         return 0;
     cJSON *res = cJSON_GetObjectItemCaseSensitive(doc.root, "result");

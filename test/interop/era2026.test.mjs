@@ -170,7 +170,7 @@ describe('2026-07-28 requests', () => {
     };
     const ack = await next();
     assert.equal(ack.method, 'notifications/subscriptions/acknowledged', JSON.stringify(ack));
-    assert.equal(ack.params._meta.subscriptionId, 'L1');
+    assert.equal(ack.params._meta['io.modelcontextprotocol/subscriptionId'], 'L1');
     assert.equal(ack.params.notifications.toolsListChanged, true);
     assert.deepEqual(ack.params.notifications.resourceSubscriptions, [], 'resource subscriptions are not mapped for a 2025 upstream');
     // The upstream session's GET stream is opened for it; a tool change then reaches the listen.
@@ -187,7 +187,7 @@ describe('2026-07-28 requests', () => {
       return changed !== undefined;
     }, { timeout: 15000, interval: 10, what: 'notifications/tools/list_changed on the listen stream' });
     assert.equal(changed.method, 'notifications/tools/list_changed', JSON.stringify(changed));
-    assert.equal(changed.params._meta.subscriptionId, 'L1');
+    assert.equal(changed.params._meta['io.modelcontextprotocol/subscriptionId'], 'L1');
     ac.abort();
   });
 

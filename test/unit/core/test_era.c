@@ -317,7 +317,16 @@ static void modern_results(void **state)
     tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"content\":[]}}");
     tg_mcp_modern_result(&b, "tools/call", NULL, NULL, 0, why, sizeof(why));
     tg_buf_append(&b, "", 1);
-    assert_string_equal(b.base, "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"content\":[],\"resultType\":\"complete\"}}");
+    assert_string_equal(b.base, "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"resultType\":\"complete\",\"content\":[]}}");
+    b.len = 0;
+    tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{ }}");
+    tg_mcp_modern_result(&b, "tools/call", NULL, NULL, 0, why, sizeof(why));
+    tg_buf_append(&b, "", 1);
+    assert_string_equal(b.base, "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"resultType\":\"complete\" }}");
+    /* The key spelled with an escape takes the slow path: it is the same key, and it is not complete. */
+    b.len = 0;
+    tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"result\\u0054ype\":\"input_required\"}}");
+    assert_int_equal(tg_mcp_modern_result(&b, "tools/call", NULL, NULL, 0, why, sizeof(why)), -1);
     b.len = 0;
     tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":5,\"error\":{\"code\":-32602,\"message\":\"x\"}}");
     tg_mcp_modern_result(&b, "tools/call", NULL, NULL, 0, why, sizeof(why));
