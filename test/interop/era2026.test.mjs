@@ -75,6 +75,7 @@ before(async () => {
   const headers = { Authorization: `Bearer ${UPSTREAM_TOKEN}` };
   confOpts = {
     listeners: [{}],
+    limits: { listens_per_grant: 2, sse_keepalive_ms: 1000 }, // (the listen tests)
     admin: true, // /metrics: when a call is with the upstream
     grants: [{ name: 'alice', token_sha256: H.sha256hex(TOKEN) }, { name: 'bob', token_sha256: H.sha256hex(BOB) }],
     upstreams: [
@@ -202,6 +203,45 @@ describe('2026-07-28 requests', () => {
     const plain = spawnSync(H.tollgateBin(), ['-t', '-c', H.writeConf(H.makeTempDir(cleanup), confOpts)], { encoding: 'utf8' });
     assert.equal(plain.status, 0, plain.stderr + plain.stdout);
     assert.doesNotMatch(plain.stdout, /scope "session"/);
+  });
+
+  test('listens: keepalive comments on an idle one, and at most limits.listens_per_grant per grant and upstream', async () => {
+    const open = async () => {
+      const ac = new AbortController();
+      cleanup.add(() => ac.abort());
+      const res = await fetch(url('as2025'), {
+        method: 'POST', signal: ac.signal,
+        headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${TOKEN}`,
+          ...std('subscriptions/listen') },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 'K', method: 'subscriptions/listen', params: { notifications: { toolsListChanged: true }, _meta: META } }),
+      });
+      return { res, ac };
+    };
+    const a = await open();
+    assert.equal(a.res.status, 200);
+    const reader = a.res.body.getReader();
+    const dec = new TextDecoder();
+    let buf = '';
+    while (!buf.includes(': keepalive')) { // limits.sse_keepalive_ms = 1000 here
+      const { value, done } = await reader.read();
+      assert.ok(!done, buf);
+      buf += dec.decode(value, { stream: true });
+    }
+    const b = await open();
+    assert.equal(b.res.status, 200);
+    const c = await open();
+    assert.equal(c.res.status, 429, 'the third listen of alice on as2025 (limits.listens_per_grant = 2)');
+    const body = await c.res.json();
+    assert.equal(body.error.code, -32004);
+    assert.match(body.error.message, /listens_per_grant/);
+    a.ac.abort();
+    b.ac.abort();
+    // Once they are gone, a listen is served again.
+    await H.waitUntil(async () => {
+      const d = await open();
+      d.ac.abort();
+      return d.res.status === 200;
+    }, { what: 'a listen served after the others ended' });
   });
 
   test('server/discover for a local-initialize upstream: answered by the gateway, private, not cached', async () => {

@@ -81,6 +81,7 @@ before(async () => {
       echo: {}, ask_name: {}, region_lookup: {}, notify_change: {},
       execute_code: { action: 'deny', reason: 'no code execution through the gateway' },
     },
+    resources: { default: 'allow', deny: ['secret://*'] },
   }) + '\n');
   // The conformance suite cannot send an Authorization header (its `server` command has no such
   // option), so it is the anonymous grant "suite" (README, Grants: `anonymous = true` serves
@@ -691,6 +692,42 @@ describe('2025 clients through tollgate', () => {
 
 // MRTR: input_required through the gateway. ask_name answers input_required with one
 // elicitation (key "name") and no requestState of its own, so the gateway mints its envelope.
+describe('subscriptions/listen through tollgate (2026 upstreams)', () => {
+  for (const mode of MODES) {
+    test(`${mode}: resourceSubscriptions the grant may not read never reach the upstream nor the acknowledgement`, async () => {
+      const fx = fixtureOf(mode);
+      const mark = fx.records().length;
+      const ac = new AbortController();
+      const res = await fetch(`http://127.0.0.1:${gw.plainPort}/${mode}/mcp`, {
+        method: 'POST', signal: ac.signal,
+        headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
+          Authorization: `Bearer ${ALICE}`, 'MCP-Protocol-Version': MODERN, 'Mcp-Method': 'subscriptions/listen' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 'sub-1', method: 'subscriptions/listen', params: {
+          notifications: { toolsListChanged: true, resourceSubscriptions: ['test://open', 'secret://keys'] }, _meta: META } }),
+      });
+      assert.equal(res.status, 200);
+      const reader = res.body.getReader();
+      const dec = new TextDecoder();
+      let buf = '';
+      let ack;
+      while (ack === undefined) {
+        const { value, done } = await reader.read();
+        assert.ok(!done, `the stream ended before the acknowledgement: ${buf}`);
+        buf += dec.decode(value, { stream: true });
+        const d = /^data: (.*)$/m.exec(buf);
+        if (d && buf.includes('\n\n')) ack = JSON.parse(d[1]);
+      }
+      ac.abort();
+      assert.equal(ack.method, 'notifications/subscriptions/acknowledged', JSON.stringify(ack));
+      assert.equal(ack.params._meta['io.modelcontextprotocol/subscriptionId'], 'sub-1', 'the client\'s id, not tollgate\'s');
+      assert.ok(!JSON.stringify(ack).includes('secret://keys'), JSON.stringify(ack));
+      const up = since(fx, mark).find((r) => r.body?.method === 'subscriptions/listen');
+      assert.ok(up, 'the listen reached the upstream');
+      assert.deepEqual(up.body.params.notifications.resourceSubscriptions, ['test://open']);
+    });
+  }
+});
+
 describe('MRTR through tollgate', () => {
   const ADA = { name: { action: 'accept', content: { name: 'Ada' } } };
   const retries = (recs) => recs.filter((r) => r.body?.method === 'tools/call'
