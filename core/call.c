@@ -185,6 +185,7 @@ static void call_release(struct tg_call *k)
     free(k->id_key);
     free(k->up_headers);
     free(k->resend);
+    free(k->listen_uris);
     free(k->input_req_id);
     free(k->mrtr);
     tg_buf_dispose(&k->held);

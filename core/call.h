@@ -103,6 +103,8 @@ struct tg_call {
     int is_listen;            /* a 2026 subscriptions/listen: no call timeout, notifications seen
                                * through the policy and tagged with the client's id */
     unsigned listen_mask;     /* a listen on a 2025 upstream session: the list changes it takes */
+    char *listen_uris;        /* a 2025 session's GET stream as a listen: the resources it asked for
+                               * (JSON array), or NULL */
     char *id_key;             /* canonical client id: duplicates and cancellation */
     int answer_status;        /* the HTTP status the answer goes with (0: 200) */
     char *resend;             /* a 2025 session's call on a 2026-only upstream: the request as sent,
@@ -175,6 +177,12 @@ void tg__call_shim_dispose(struct tg_server *srv);
  * initialize declared) is served from the session's GET stream: acknowledged now, open until
  * its client goes. */
 void tg__call_listen_local(struct tg_call *k, const struct cJSON *params, const char *up_caps);
+/* The GET stream k of a 2025 session on a 2026-07-28-only upstream, sent as a listen for the
+ * list changes the upstream declared and the resources in uris (a JSON array, or NULL). */
+void tg__call_listen_upstream(struct tg_call *k, const char *uris);
+/* Such a session's client subscribed to (add 1) or unsubscribed from uri: its GET stream's
+ * listen is made again with the new list (the old one ends). */
+void tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add);
 /* A 2026 call on a 2025 upstream session met a server request (p) for input its client declared:
  * the client gets input_required now, and k stays open upstream (1); 0 if it cannot be. */
 int tg__call_input_park(struct tg_call *k, const char *p, size_t n);

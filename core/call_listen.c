@@ -12,8 +12,11 @@
 #include "core/call.h"
 #include "core/gateway.h"
 #include "core/json.h"
+#include "core/mcp/era.h"
 #include "core/mcp/listen.h"
 #include "core/session.h"
+#include "policy/policy.h"
+#include "upstream/pool.h"
 
 #define LISTEN_TOOLS 0x1u
 #define LISTEN_PROMPTS 0x2u
@@ -133,4 +136,80 @@ void tg__call_listen_local(struct tg_call *k, const cJSON *params, const char *u
         s->get_stream = g;
         tg_call_send(g, NULL, 0, 0);
     }
+}
+
+/* ---- a 2025 session's GET stream on a 2026-07-28-only upstream --------------------------- */
+
+static const char *lists_changes(const cJSON *caps, const char *what)
+{
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(caps, what), "listChanged"))
+               ? "true"
+               : "false";
+}
+
+void tg__call_listen_upstream(struct tg_call *k, const char *uris)
+{
+    struct tg_server *srv = k->srv;
+    struct tg_session *s = k->sess;
+    k->is_listen = 1;
+    k->gid = ++srv->next_gid;
+    k->gid_len = (size_t)snprintf(k->gid_str, sizeof(k->gid_str), "%llu", (unsigned long long)k->gid);
+    free(k->listen_uris);
+    k->listen_uris = uris != NULL ? tg_xstrdup(uris) : NULL;
+    const char *d = (size_t)s->upstream < srv->nupstreams ? tg_upstream_discover(srv->upstreams[s->upstream]) : NULL;
+    cJSON *disc = d != NULL ? cJSON_Parse(d) : NULL;
+    cJSON *caps = cJSON_GetObjectItemCaseSensitive(disc, "capabilities");
+    struct tg_buf b, h;
+    tg_buf_init(&b);
+    tg_buf_init(&h);
+    tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
+    tg_buf_append(&b, k->gid_str, k->gid_len);
+    tg_buf_appendf(&b, ",\"method\":\"" TG_MCP_LISTEN_METHOD "\",\"params\":{\"notifications\":{"
+                       "\"toolsListChanged\":%s,\"promptsListChanged\":%s,\"resourcesListChanged\":%s,"
+                       "\"resourceSubscriptions\":%s}}}",
+                   lists_changes(caps, "tools"), lists_changes(caps, "prompts"), lists_changes(caps, "resources"),
+                   uris != NULL ? uris : "[]");
+    cJSON_Delete(disc);
+    cJSON *root = cJSON_Parse(b.base);
+    tg_mcp_add_claim(root, s->up_modern ? s->u.client_caps : NULL);
+    tg_mcp_upstream_headers(&h, root, TG_MCP_MODERN_VERSION, NULL);
+    free(k->up_headers);
+    k->up_headers = h.base;
+    b.len = 0;
+    tg_json_write(&b, root);
+    cJSON_Delete(root);
+    tg_call_send(k, b.base, b.len, 0);
+    tg_buf_dispose(&b);
+}
+
+void tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
+{
+    struct tg_call *g = s->get_stream;
+    if (g == NULL || g->closed || !g->is_listen || g->sink == NULL)
+        return; /* nothing listens yet: updates would have nowhere to go (the GET stream comes first) */
+    cJSON *list = g->listen_uris != NULL ? cJSON_Parse(g->listen_uris) : cJSON_CreateArray();
+    int at = -1, i = 0;
+    for (cJSON *u = list != NULL ? list->child : NULL; u != NULL; u = u->next, i++)
+        if (cJSON_IsString(u) && strcmp(u->valuestring, uri) == 0)
+            at = i;
+    if ((add && at >= 0) || (!add && at < 0) || list == NULL || (add && cJSON_GetArraySize(list) >= 256)) {
+        cJSON_Delete(list);
+        return; /* no change (or the list is full: at most 256 resources per session) */
+    }
+    if (add)
+        cJSON_AddItemToArray(list, cJSON_CreateString(uri));
+    else
+        cJSON_DeleteItemFromArray(list, at);
+    char *uris = cJSON_PrintUnformatted(list);
+    cJSON_Delete(list);
+    /* The stream's client moves to a new listen with the new list; the old one ends. */
+    struct tg_sink *sk = g->sink;
+    g->sink = NULL;
+    struct tg_call *n = tg_call_new(g->srv, s, sk, KIND_GET);
+    n->policy = tg_policy_ref(g->policy);
+    s->get_stream = n;
+    tg_call_close(g);
+    s->get_stream = n;
+    tg__call_listen_upstream(n, uris);
+    free(uris);
 }

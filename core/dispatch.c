@@ -72,14 +72,6 @@ static void set_gid(struct tg_server *srv, struct tg_call *k)
     k->gid_str[k->gid_len] = '\0';
 }
 
-/* "true" if an upstream's capability (tools, prompts, resources) declares listChanged. */
-static const char *lists_changes(const cJSON *caps, const char *what)
-{
-    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(caps, what), "listChanged"))
-               ? "true"
-               : "false";
-}
-
 /* A client request: decide it (tools/call, resources/read, prompts/get), then forward, park or refuse. */
 static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_policy *pol, struct tg_msg *m)
 {
@@ -452,6 +444,25 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
     }
     if (!s->up_modern)
         return 0;
+    int subscribe = strcmp(m->method, "resources/subscribe") == 0;
+    if (m->kind == TG_MSG_REQUEST && (subscribe || strcmp(m->method, "resources/unsubscribe") == 0)) {
+        /* The session's listen upstream is made again with the new list of resources. */
+        cJSON *uri = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->root, "params"), "uri");
+        if (!cJSON_IsString(uri)) {
+            refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, "resources/subscribe needs params.uri (a string)", NULL);
+            return 1;
+        }
+        struct tg_decision d;
+        memset(&d, 0, sizeof(d));
+        tg_policy_decide_resource(tg_conf_policy_for(x->srv->conf, x->grant, x->upstream), uri->valuestring, &d);
+        if (subscribe && d.verdict != TG_VERDICT_ALLOW) {
+            refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, d.message[0] ? d.message : "resource denied by policy", NULL);
+            return 1;
+        }
+        tg__call_listen_resubscribe(s, uri->valuestring, subscribe);
+        answer_empty(sk, m);
+        return 1;
+    }
     static const char *const local[] = {"notifications/initialized", "ping", "logging/setLevel", "resources/subscribe",
                                         "resources/unsubscribe", "notifications/roots/list_changed", NULL};
     for (int i = 0; local[i]; i++) {
@@ -525,33 +536,9 @@ int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channe
     s->get_stream = k;
     if (s->up_modern) {
         /* A 2026-07-28 upstream has no GET stream: the session's stream is a listen for every
-         * list change the upstream declared (resources/subscribe is not mapped). */
-        set_gid(x->srv, k);
-        k->is_listen = 1;
-        const char *d = tg_upstream_discover(x->srv->upstreams[x->upstream]);
-        cJSON *disc = d != NULL ? cJSON_Parse(d) : NULL;
-        cJSON *caps = cJSON_GetObjectItemCaseSensitive(disc, "capabilities");
-        struct tg_buf b;
-        tg_buf_init(&b);
-        tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
-        tg_buf_append(&b, k->gid_str, k->gid_len);
-        tg_buf_appendf(&b, ",\"method\":\"" TG_MCP_LISTEN_METHOD "\",\"params\":{\"notifications\":{"
-                           "\"toolsListChanged\":%s,\"promptsListChanged\":%s,\"resourcesListChanged\":%s}}}",
-                       lists_changes(caps, "tools"), lists_changes(caps, "prompts"), lists_changes(caps, "resources"));
-        cJSON_Delete(disc);
-        struct tg_msg lm;
-        const char *why = NULL;
-        if (tg_msg_decode(b.base, b.len, 16, &lm, &why) == 0) {
-            struct tg_exchange lx = *x;
-            lx.up_modern = 1;
-            tg_strlcpy(lx.proto, TG_MCP_MODERN_VERSION, sizeof(lx.proto));
-            up_headers(&lx, k, &lm);
-            b.len = 0;
-            tg_json_write(&b, lm.root);
-        }
-        tg_msg_dispose(&lm);
-        tg_call_send(k, b.base, b.len, 0);
-        tg_buf_dispose(&b);
+         * list change the upstream declared, and the resources the client subscribes to. */
+        k->policy = tg_policy_ref(tg_conf_policy_for(x->srv->conf, x->grant, x->upstream));
+        tg__call_listen_upstream(k, NULL);
         return 0;
     }
     tg_call_send(k, NULL, 0, 0);

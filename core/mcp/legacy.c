@@ -121,7 +121,9 @@ void tg_mcp_bridged_init(struct tg_session *s, struct tg_msg *m, const struct tg
             continue;
         tg_buf_appendf(out, ",\"%s\":{\"listChanged\":%s%s}", relayed[i],
                        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "listChanged")) ? "true" : "false",
-                       i == 1 ? ",\"subscribe\":false" : "");
+                       i != 1                                                             ? ""
+                       : cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "subscribe")) ? ",\"subscribe\":true"
+                                                                                          : ",\"subscribe\":false");
     }
     if (cJSON_GetObjectItemCaseSensitive(c, "completions") != NULL)
         tg_buf_appends(out, ",\"completions\":{}");

@@ -23,8 +23,8 @@ int tg_mcp_batch_allowed(const char *proto);
 void tg_mcp_note_init_result(struct tg_session *s, const char *p, size_t n, int depth);
 /* The gateway's own answer to initialize m, for upstreams that cannot take it (CoWork OS). */
 /* The same for a 2026-07-28-only upstream, from the capabilities its server/discover declared
- * (JSON, may be NULL): what the gateway relays, listChanged as declared (the GET stream is
- * relayed as subscriptions/listen), no subscribe. */
+ * (JSON, may be NULL): what the gateway relays, listChanged and subscribe as declared (the GET
+ * stream is relayed as subscriptions/listen, resources/subscribe as its resourceSubscriptions). */
 void tg_mcp_bridged_init(struct tg_session *s, struct tg_msg *m, const struct tg_upstream_conf *uc, const char *caps,
                          struct tg_buf *out);
 void tg_mcp_local_init(struct tg_session *s, struct tg_msg *m, const struct tg_upstream_conf *uc,

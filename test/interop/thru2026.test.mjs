@@ -677,6 +677,32 @@ describe('2025 clients through tollgate', () => {
     });
   }
 
+  test('SDK 1.x to the 2026-only upstream: resources/subscribe joins the listen standing in for GET; updates arrive; a denied URI is -32001', async () => {
+    const { types } = await H.loadSdk();
+    const updated = [];
+    const c = await H.connectClient(url('strict'), {
+      cleanup, headers: { Authorization: `Bearer ${ALICE}` },
+      notificationHandlers: [[types.ResourceUpdatedNotificationSchema, (n) => { updated.push(n.params.uri); }]],
+    });
+    const mark = strict.records().length;
+    await H.waitUntil(() => since(strict, mark - 1000).some((r) => r.body?.method === 'subscriptions/listen'),
+      { what: 'the listen standing in for the GET stream' });
+    await c.client.subscribeResource({ uri: 'test://watched-resource' });
+    await H.waitUntil(() => since(strict, mark).some((r) => r.body?.method === 'subscriptions/listen'
+      && r.body.params.notifications.resourceSubscriptions?.includes('test://watched-resource')),
+    { what: 'a listen upstream with the subscribed resource' });
+    await rejectsWith(c.client.subscribeResource({ uri: 'secret://keys' }), -32001, 'a resource the policy denies');
+    await H.waitUntil(async () => {
+      // touch_resource is the suite grant's (default allow); alice's session hears of the change
+      const r = await post('strict', toolCall('touch_resource', { uri: 'test://watched-resource' }),
+        std('tools/call', 'touch_resource'), { token: null });
+      assert.equal(r.json?.error, undefined, r.text);
+      return updated.length > 0;
+    }, { timeout: 10000, interval: 200, what: 'notifications/resources/updated on the bridged session' });
+    assert.equal(updated[0], 'test://watched-resource');
+    await c.close();
+  });
+
   test('a raw 2025 initialize to the 2026-only upstream: answered by tollgate from discover, with a session', async () => {
     const mark = strict.records().length;
     const r = await post('strict', H.initializeBody(1, '2025-11-25'));
