@@ -1,8 +1,10 @@
 /* subscriptions/listen for 2026 clients of a 2025 upstream: the grant's upstream session has
  * one GET stream, the gateway's, and every listen of that session takes from it the list
  * changes it asked for, tagged with its own id. The acknowledgement is the gateway's: what was
- * asked for and the upstream declared (listChanged); resourceSubscriptions are not mapped to
- * resources/subscribe here, so none is acknowledged.
+ * asked for and the upstream declared (listChanged); its resourceSubscriptions (those the policy
+ * lets the grant read) are subscribed to on the upstream session with resources/subscribe, and
+ * resources/updated goes to the listens that asked for that URI. The session keeps its
+ * subscriptions when a listen ends (the fan-out filters).
  *
  * A listen is a call that never goes upstream: it ends when its client goes (or the session
  * does), and it counts toward limits.listens_per_grant and inflight_per_session. */
@@ -21,6 +23,7 @@
 #define LISTEN_TOOLS 0x1u
 #define LISTEN_PROMPTS 0x2u
 #define LISTEN_RESOURCES 0x4u
+#define LISTEN_UPDATED 0x8u /* notifications/resources/updated, for the URIs in listen_uris */
 
 /* The GET stream's sink: it hands what the upstream says to the session's listens. Owner: the
  * GET call, through release. */
@@ -37,7 +40,61 @@ static unsigned kind_of(const char *method)
         return LISTEN_PROMPTS;
     if (strcmp(method, "notifications/resources/list_changed") == 0)
         return LISTEN_RESOURCES;
+    if (strcmp(method, "notifications/resources/updated") == 0)
+        return LISTEN_UPDATED;
     return 0;
+}
+
+/* 1 if the JSON array text list holds the JSON string s (both as cJSON prints them). */
+static int in_list(const char *list, const char *s)
+{
+    cJSON *l = cJSON_Parse(list);
+    int found = 0;
+    for (cJSON *u = l != NULL ? l->child : NULL; u != NULL && !found; u = u->next) {
+        char *p = cJSON_PrintUnformatted(u);
+        found = p != NULL && strcmp(p, s) == 0;
+        free(p);
+    }
+    cJSON_Delete(l);
+    return found;
+}
+
+/* A message of the gateway's own to the upstream session; its answer is of no interest. */
+static void nop_msg(struct tg_sink *sk, struct tg_call *k, const char *p, size_t n) { (void)sk, (void)k, (void)p, (void)n; }
+static void nop_answer(struct tg_sink *sk, struct tg_call *k, int st, const char *x, const char *p, size_t n)
+{
+    (void)sk, (void)k, (void)st, (void)x, (void)p, (void)n;
+}
+static void nop_call(struct tg_sink *sk, struct tg_call *k) { (void)sk, (void)k; }
+static void nop_poll(struct tg_sink *sk, struct tg_call *k, long ms) { (void)sk, (void)k, (void)ms; }
+static int nop_high(const struct tg_sink *sk) { (void)sk; return 0; }
+static int nop_listening(const struct tg_sink *sk) { (void)sk; return 1; }
+static const struct tg_sink_ops nop_ops = {nop_msg, nop_answer, nop_answer, nop_call, nop_call, nop_poll,
+                                           nop_high, nop_listening, NULL, nop_call, nop_call};
+static struct tg_sink nop_sink = {&nop_ops, TG_SINK_ANSWER_ONLY | TG_SINK_NO_WAIT}; /* shared, never freed */
+
+static void subscribe_upstream(struct tg_session *s, const cJSON *uri)
+{
+    struct tg_server *srv = s->srv;
+    if ((size_t)s->upstream >= srv->nupstreams)
+        return;
+    struct tg_call *k = tg_call_new(srv, s, &nop_sink, KIND_REQUEST);
+    s->inflight++;
+    k->era = TG_ERA_2025;
+    k->method = tg_xstrdup("resources/subscribe");
+    k->client_id = tg_xstrdup("0");
+    k->client_id_len = 1;
+    k->gid = ++srv->next_gid;
+    k->gid_len = (size_t)snprintf(k->gid_str, sizeof(k->gid_str), "%llu", (unsigned long long)k->gid);
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
+    tg_buf_append(&b, k->gid_str, k->gid_len);
+    tg_buf_appends(&b, ",\"method\":\"resources/subscribe\",\"params\":{\"uri\":");
+    tg_json_write(&b, uri);
+    tg_buf_appends(&b, "}}");
+    tg_call_send(k, b.base, b.len, (uint64_t)tg_upstream_conf(k->uprt)->call_timeout_ms);
+    tg_buf_dispose(&b);
 }
 
 static void fan_message(struct tg_sink *sk, struct tg_call *gk, const char *p, size_t n)
@@ -51,20 +108,29 @@ static void fan_message(struct tg_sink *sk, struct tg_call *gk, const char *p, s
     unsigned kind = cJSON_IsString(method) && cJSON_GetObjectItemCaseSensitive(doc.root, "id") == NULL
                         ? kind_of(method->valuestring)
                         : 0;
+    cJSON *uri = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc.root, "params"), "uri");
+    char *want = NULL; /* "\"URI\"" as it is written in a listen's list */
+    if (kind == LISTEN_UPDATED && cJSON_IsString(uri))
+        want = cJSON_PrintUnformatted(uri);
     cJSON_Delete(doc.root);
-    if (kind == 0)
-        return; /* only list changes travel to listens (server requests were refused upstream) */
+    if (kind == 0 || (kind == LISTEN_UPDATED && want == NULL)) {
+        free(want);
+        return; /* only list changes and updates travel to listens (server requests were refused) */
+    }
     struct tg_buf out;
     tg_buf_init(&out);
     for (struct tg_list *l = fs->s->calls.next; l != &fs->s->calls; l = l->next) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
         if (k->closed || !k->is_listen || !(k->listen_mask & kind) || k->sink == NULL || k->client_id == NULL)
             continue;
+        if (kind == LISTEN_UPDATED && (k->listen_uris == NULL || !in_list(k->listen_uris, want)))
+            continue;
         out.len = 0;
         if (tg_mcp_listen_message(&out, p, n, k->client_id, k->client_id_len, k->policy))
             k->sink->ops->message(k->sink, k, out.base, out.len);
     }
     tg_buf_dispose(&out);
+    free(want);
 }
 
 static void fan_answer(struct tg_sink *sk, struct tg_call *k, int st, const char *x, const char *p, size_t n)
@@ -112,15 +178,32 @@ void tg__call_listen_local(struct tg_call *k, const cJSON *params, const char *u
     k->listen_mask = (wants(want, "toolsListChanged", caps, "tools") ? LISTEN_TOOLS : 0) |
                      (wants(want, "promptsListChanged", caps, "prompts") ? LISTEN_PROMPTS : 0) |
                      (wants(want, "resourcesListChanged", caps, "resources") ? LISTEN_RESOURCES : 0);
+    /* Resources (the policy let through already): subscribed to on the upstream session, at most
+     * 64 per listen; the session keeps them (updates go only to the listens that asked). */
+    const cJSON *subs = cJSON_GetObjectItemCaseSensitive(want, "resourceSubscriptions");
+    int can = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(caps, "resources"), "subscribe"));
+    cJSON *taken = cJSON_CreateArray();
+    for (const cJSON *u = can && cJSON_IsArray(subs) ? subs->child : NULL; u != NULL; u = u->next) {
+        if (!cJSON_IsString(u) || cJSON_GetArraySize(taken) >= 64)
+            continue;
+        cJSON_AddItemToArray(taken, cJSON_Duplicate(u, 0));
+        subscribe_upstream(s, u);
+    }
+    if (taken->child != NULL)
+        k->listen_mask |= LISTEN_UPDATED;
+    char *taken_json = cJSON_PrintUnformatted(taken);
+    cJSON_Delete(taken);
+    free(k->listen_uris);
+    k->listen_uris = taken_json;
     cJSON_Delete(caps);
     struct tg_buf b;
     tg_buf_init(&b);
     tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/subscriptions/acknowledged\",\"params\":{"
                        "\"notifications\":{");
     tg_buf_appendf(&b, "\"toolsListChanged\":%s,\"promptsListChanged\":%s,\"resourcesListChanged\":%s,"
-                       "\"resourceSubscriptions\":[]},\"_meta\":{\"" TG_MCP_META_SUBSCRIPTION "\":",
+                       "\"resourceSubscriptions\":%s},\"_meta\":{\"" TG_MCP_META_SUBSCRIPTION "\":",
                    k->listen_mask & LISTEN_TOOLS ? "true" : "false", k->listen_mask & LISTEN_PROMPTS ? "true" : "false",
-                   k->listen_mask & LISTEN_RESOURCES ? "true" : "false");
+                   k->listen_mask & LISTEN_RESOURCES ? "true" : "false", k->listen_uris ? k->listen_uris : "[]");
     tg_buf_append(&b, k->client_id, k->client_id_len);
     tg_buf_appends(&b, "}}}");
     k->sink->ops->stream(k->sink, k);

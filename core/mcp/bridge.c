@@ -227,7 +227,7 @@ static void answer_discover(struct tg_exchange *x, struct tg_sink *sk, struct tg
     struct tg_buf b;
     tg_buf_init(&b);
     tg_mcp_discover_result(&b, m->id_raw, m->id_len, x->uc, b0 != NULL ? b0->caps : NULL,
-                           b0 == NULL ? 0 : b0->modern ? 2 : 1);
+                           b0 == NULL ? 0 : 2);
     sk->ops->answer(sk, NULL, 200, NULL, b.base, b.len);
     sk->ops->release(sk, NULL);
     tg_buf_dispose(&b);

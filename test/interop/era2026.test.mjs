@@ -103,11 +103,11 @@ describe('2026-07-28 requests', () => {
     assert.equal(res.ttlMs, 0);
     assert.equal(res.cacheScope, 'private');
     // server-everything declares tools, resources (subscribe), prompts (each listChanged), logging
-    // and completions: what tollgate relays is there, list changes as declared (a listen takes
-    // them from the upstream session's GET stream), subscribe is not promised (resource
-    // subscriptions are not mapped for a 2025 upstream), and logging (setLevel is gone) is not.
+    // and completions: what tollgate relays is there, list changes and subscribe as declared (a
+    // listen takes them from the upstream session's GET stream, its resources subscribed to with
+    // resources/subscribe), and logging (setLevel is gone) is not.
     assert.deepEqual(res.capabilities, {
-      tools: { listChanged: true }, resources: { listChanged: true, subscribe: false },
+      tools: { listChanged: true }, resources: { listChanged: true, subscribe: true },
       prompts: { listChanged: true }, completions: {},
     });
     assert.equal(res._meta?.['io.modelcontextprotocol/serverInfo']?.name, 'tollgate/sessionful');
@@ -173,7 +173,7 @@ describe('2026-07-28 requests', () => {
     assert.equal(ack.method, 'notifications/subscriptions/acknowledged', JSON.stringify(ack));
     assert.equal(ack.params._meta['io.modelcontextprotocol/subscriptionId'], 'L1');
     assert.equal(ack.params.notifications.toolsListChanged, true);
-    assert.deepEqual(ack.params.notifications.resourceSubscriptions, [], 'resource subscriptions are not mapped for a 2025 upstream');
+    assert.deepEqual(ack.params.notifications.resourceSubscriptions, ['file:///x'], 'subscribed to on the upstream session');
     // The upstream session's GET stream is opened for it; a tool change then reaches the listen.
     // Until the upstream session's GET stream is attached a change can go unheard: change the
     // tools again until one arrives, with one read pending throughout (no event is lost to it).
@@ -189,6 +189,16 @@ describe('2026-07-28 requests', () => {
     }, { timeout: 15000, interval: 10, what: 'notifications/tools/list_changed on the listen stream' });
     assert.equal(changed.method, 'notifications/tools/list_changed', JSON.stringify(changed));
     assert.equal(changed.params._meta['io.modelcontextprotocol/subscriptionId'], 'L1');
+    // A resource it subscribed to changes: resources/updated, tagged; one it did not: nothing.
+    const r = await post(call('touch_resource', { uri: 'file:///other' }), std('tools/call', 'touch_resource'), 'as2025', BOB);
+    assert.equal(r.json?.error, undefined, r.text);
+    const r2 = await post(call('touch_resource', { uri: 'file:///x' }), std('tools/call', 'touch_resource'), 'as2025', BOB);
+    assert.equal(r2.json?.error, undefined, r2.text);
+    let upd = await next();
+    while (upd.method === 'notifications/tools/list_changed') upd = await next(); // (a late one from the loop above)
+    assert.equal(upd.method, 'notifications/resources/updated', JSON.stringify(upd));
+    assert.equal(upd.params.uri, 'file:///x', 'only the resource this listen asked for');
+    assert.equal(upd.params._meta['io.modelcontextprotocol/subscriptionId'], 'L1');
     ac.abort();
   });
 
