@@ -54,6 +54,13 @@ void tg_mcp_schemas_learn(struct tg_mcp_schemas *s, const char *upstream, const 
         if (!cJSON_IsString(name))
             continue;
         int keep = annotated(schema, 0);
+        if (keep) {
+            /* An upstream chooses these sizes: a schema over TG_MCP_SCHEMA_BYTES is not learnt
+             * (its Mcp-Param-* headers then go as they came, for the upstream to check). */
+            char *text = cJSON_PrintUnformatted(schema);
+            keep = text != NULL && strlen(text) <= TG_MCP_SCHEMA_BYTES;
+            free(text);
+        }
         if (mine != NULL && cJSON_GetObjectItemCaseSensitive(mine, name->valuestring) != NULL) {
             cJSON_DeleteItemFromObjectCaseSensitive(mine, name->valuestring);
         } else if (keep && mine != NULL && cJSON_GetArraySize(mine) >= TG_MCP_SCHEMAS_MAX) {

@@ -2,8 +2,9 @@
  * answers that pass through the gateway, per upstream: a 2026 tools/call's Mcp-Param-* headers
  * are checked against its arguments with them, and rebuilt from the body for the upstream.
  *
- * Only annotated tools are kept, at most TG_MCP_SCHEMAS_MAX per upstream (a later list replaces
- * a tool's entry; beyond the cap new tools are not learnt). Owner: the server; freed by
+ * Only annotated tools are kept, at most TG_MCP_SCHEMAS_MAX per upstream, each at most
+ * TG_MCP_SCHEMA_BYTES (a later list replaces a tool's entry; beyond the caps nothing new is
+ * learnt). Owner: the server; freed by
  * tg_mcp_schemas_free. */
 #ifndef TG_MCP_SCHEMAS_H
 #define TG_MCP_SCHEMAS_H
@@ -13,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #define TG_MCP_SCHEMAS_MAX 1024
+#define TG_MCP_SCHEMA_BYTES 16384 /* so at most 16 MiB per upstream */
 
 struct tg_mcp_schemas;
 

@@ -7,6 +7,7 @@
 #include "core/json.h"
 #include "core/mcp/era.h"
 #include "core/mcp/modern.h"
+#include "core/mcp/schemas.h"
 #include "core/msg.h"
 
 #define META "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
@@ -375,12 +376,43 @@ static void upstream_headers(void **state)
     tg_buf_dispose(&h);
 }
 
+/* The annotated schemas learnt from tools/list answers: per upstream, replaced by a later list,
+ * unannotated and oversized ones not kept. */
+static void schemas_learnt(void **state)
+{
+    (void)state;
+    struct tg_mcp_schemas *sc = tg_mcp_schemas_new();
+    const char *a = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"tools\":["
+                    "{\"name\":\"r\",\"inputSchema\":{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"x-mcp-header\":\"X\"}}}},"
+                    "{\"name\":\"plain\",\"inputSchema\":{\"type\":\"object\"}}]}}";
+    tg_mcp_schemas_learn(sc, "up", a, strlen(a));
+    assert_non_null(tg_mcp_schemas_find(sc, "up", "r"));
+    assert_null(tg_mcp_schemas_find(sc, "up", "plain"));
+    assert_null(tg_mcp_schemas_find(sc, "other", "r"));
+    /* a later list drops the annotation: the entry goes */
+    const char *b = "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"tools\":[{\"name\":\"r\",\"inputSchema\":{\"type\":\"object\"}}]}}";
+    tg_mcp_schemas_learn(sc, "up", b, strlen(b));
+    assert_null(tg_mcp_schemas_find(sc, "up", "r"));
+    /* an oversized schema is not learnt */
+    struct tg_buf big;
+    tg_buf_init(&big);
+    tg_buf_appends(&big, "{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"tools\":[{\"name\":\"huge\",\"inputSchema\":{\"type\":\"object\","
+                         "\"description\":\"");
+    for (int i = 0; i < TG_MCP_SCHEMA_BYTES; i++)
+        tg_buf_append(&big, "a", 1);
+    tg_buf_appends(&big, "\",\"properties\":{\"x\":{\"type\":\"string\",\"x-mcp-header\":\"X\"}}}}]}}");
+    tg_mcp_schemas_learn(sc, "up", big.base, big.len);
+    assert_null(tg_mcp_schemas_find(sc, "up", "huge"));
+    tg_buf_dispose(&big);
+    tg_mcp_schemas_free(sc);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(classify_by_body), cmocka_unit_test(versions),      cmocka_unit_test(header_values),
         cmocka_unit_test(header_matches_body), cmocka_unit_test(standard_headers), cmocka_unit_test(param_headers),
-        cmocka_unit_test(annotations), cmocka_unit_test(modern_results), cmocka_unit_test(upstream_headers),
+        cmocka_unit_test(annotations), cmocka_unit_test(modern_results), cmocka_unit_test(upstream_headers), cmocka_unit_test(schemas_learnt),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
