@@ -25,8 +25,12 @@ import { REPO_ROOT, TEST_DIR, sleep, stopChild } from './harness.mjs';
 const NODE_MODULES = path.join(TEST_DIR, 'node_modules');
 export const ERA2026_FIXTURE = path.join(TEST_DIR, 'fixtures', 'era2026', 'server.mjs');
 export const CONFORMANCE_PACKAGE = path.join(NODE_MODULES, '@modelcontextprotocol', 'conformance');
-/** The suite's command as npm installed it (test/node_modules/.bin/conformance -> dist/index.js). */
-export const CONFORMANCE_BIN = path.join(NODE_MODULES, '.bin', 'conformance');
+/**
+ * The suite's command, the package's own bin script. Not test/node_modules/.bin/conformance: the
+ * alias conformance-0116 (0.1.16, conformance0116.test.mjs) has a bin of the same name, and which
+ * of the two npm links there depends on its link order.
+ */
+export const CONFORMANCE_BIN = path.join(CONFORMANCE_PACKAGE, 'dist', 'index.js');
 
 // The suite's own YAML parser (a dependency of the package, not of ours).
 const parseYaml = (text) => createRequire(path.join(CONFORMANCE_PACKAGE, 'package.json'))('yaml').parse(text);
@@ -63,8 +67,7 @@ export async function runConformance(url, opts = {}) {
   const base = opts.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'conformance-'));
   const outDir = path.join(base, `results-${requirements}-${Date.now()}`);
   fs.mkdirSync(outDir, { recursive: true });
-  const bin = fs.realpathSync(CONFORMANCE_BIN);
-  const args = [bin, 'server', '--url', url, '--requirements', requirements, '-o', outDir,
+  const args = [CONFORMANCE_BIN, 'server', '--url', url, '--requirements', requirements, '-o', outDir,
     '--timeout', String(opts.timeoutMs ?? 30000)];
 
   const child = spawn(process.execPath, args, {
