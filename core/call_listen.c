@@ -254,7 +254,7 @@ void tg__call_listen_upstream(struct tg_call *k, const char *uris)
                    uris != NULL ? uris : "[]");
     cJSON_Delete(disc);
     cJSON *root = cJSON_Parse(b.base);
-    tg_mcp_add_claim(root, s->up_modern ? s->u.client_caps : NULL);
+    tg_mcp_add_claim(root, s->up_modern ? s->u.client_caps : NULL, 0); /* no logs on a listen */
     tg_mcp_upstream_headers(&h, root, TG_MCP_MODERN_VERSION, NULL);
     free(k->up_headers);
     k->up_headers = h.base;

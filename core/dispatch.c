@@ -42,7 +42,8 @@ static void accept_bare(struct tg_sink *sk)
 static void up_headers(const struct tg_exchange *x, struct tg_call *k, const struct tg_msg *m)
 {
     if (x->up_modern && x->era == TG_ERA_2025)
-        tg_mcp_add_claim(m->root, x->sess->up_modern ? x->sess->u.client_caps : NULL); /* a 2025 session's request, as 2026 has it */
+        tg_mcp_add_claim(m->root, x->sess->up_modern ? x->sess->u.client_caps : NULL,
+                         x->sess->log_level); /* a 2025 session's request, as 2026 has it */
     if (!x->up_modern) {
         if (x->era == TG_ERA_2026)
             tg_mcp_strip_claim(m->root);
@@ -460,6 +461,18 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
             return 1;
         }
         tg__call_listen_resubscribe(s, uri->valuestring, subscribe);
+        answer_empty(sk, m);
+        return 1;
+    }
+    if (m->kind == TG_MSG_REQUEST && strcmp(m->method, "logging/setLevel") == 0) {
+        /* 2026 has no setLevel: the level goes with each request as _meta logLevel. */
+        cJSON *level = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->root, "params"), "level");
+        unsigned l = cJSON_IsString(level) ? tg_mcp_log_level(level->valuestring) : 0;
+        if (l == 0) {
+            refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, "logging/setLevel needs a known params.level", NULL);
+            return 1;
+        }
+        s->log_level = (unsigned char)l;
         answer_empty(sk, m);
         return 1;
     }

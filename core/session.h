@@ -29,6 +29,7 @@ struct tg_session {
                               * initialize, requests go as 2026 (u.client_caps below) */
     char *grant;       /* grant name (copied: grants can change on reload) */
     int upstream;      /* index into the server's upstreams */
+    unsigned char log_level; /* up_modern: the level logging/setLevel asked for (tg_mcp_log_level), 0 none */
     char *up_session;  /* upstream's Mcp-Session-Id, never shown to clients */
     char proto[24];    /* negotiated protocol version */
     int initialized;   /* the initialize exchange succeeded */

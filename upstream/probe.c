@@ -57,22 +57,27 @@ static void on_data(struct tg_upreq *r, const char *d, size_t n, void *ud)
         tg_buf_append(&p->body, d, n);
 }
 
-/* The JSON-RPC message of an answer: the body, or the first data of an event stream. */
+/* The JSON-RPC answer in a probe's response: the body, or on an event stream the first event
+ * whose data is an answer (a priming event with empty data, or a notification, comes first
+ * on some servers). */
 static cJSON *answer_of(struct probe *p)
 {
     const char *b = p->body.base ? p->body.base : "";
     size_t n = p->body.len;
-    const char *data = NULL;
+    int sse = 0;
     for (size_t i = 0; i + 5 <= n; i++) {
-        if ((i == 0 || b[i - 1] == '\n') && strncmp(b + i, "data:", 5) == 0) {
-            data = b + i + 5;
-            break;
-        }
+        if ((i != 0 && b[i - 1] != '\n') || strncmp(b + i, "data:", 5) != 0)
+            continue;
+        sse = 1;
+        const char *data = b + i + 5;
+        const char *end = memchr(data, '\n', (size_t)(b + n - data));
+        size_t len = end ? (size_t)(end - data) : (size_t)(b + n - data);
+        cJSON *m = cJSON_ParseWithLength(data, len);
+        if (cJSON_GetObjectItemCaseSensitive(m, "result") != NULL || cJSON_GetObjectItemCaseSensitive(m, "error") != NULL)
+            return m;
+        cJSON_Delete(m);
     }
-    if (data == NULL)
-        return cJSON_ParseWithLength(b, n);
-    const char *end = memchr(data, '\n', (size_t)(b + n - data));
-    return cJSON_ParseWithLength(data, end ? (size_t)(end - data) : (size_t)(b + n - data));
+    return sse ? NULL : cJSON_ParseWithLength(b, n);
 }
 
 static int lists_modern(const cJSON *res)

@@ -411,6 +411,7 @@ void tg_mcp_strip_claim(cJSON *root)
     cJSON_DeleteItemFromObjectCaseSensitive(meta, TG_MCP_META_VERSION);
     cJSON_DeleteItemFromObjectCaseSensitive(meta, TG_MCP_META_CAPS);
     cJSON_DeleteItemFromObjectCaseSensitive(meta, "io.modelcontextprotocol/clientInfo");
+    cJSON_DeleteItemFromObjectCaseSensitive(meta, "io.modelcontextprotocol/logLevel");
     if (meta->child == NULL)
         cJSON_DeleteItemFromObjectCaseSensitive(params, "_meta");
 }
@@ -474,7 +475,19 @@ void tg_mcp_param_headers_build(struct tg_buf *out, const struct tg_mcp_header *
     out->len--;
 }
 
-void tg_mcp_add_claim(cJSON *root, const char *caps)
+static const char *const log_levels[] = {"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency", NULL};
+
+unsigned tg_mcp_log_level(const char *name)
+{
+    for (unsigned i = 0; name != NULL && log_levels[i]; i++)
+        if (strcmp(log_levels[i], name) == 0)
+            return i + 1;
+    return 0;
+}
+
+const char *tg_mcp_log_level_name(unsigned level) { return level >= 1 && level <= 8 ? log_levels[level - 1] : NULL; }
+
+void tg_mcp_add_claim(cJSON *root, const char *caps, unsigned log_level)
 {
     cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
     if (!cJSON_IsObject(params)) {
@@ -497,4 +510,7 @@ void tg_mcp_add_claim(cJSON *root, const char *caps)
     cJSON *info = cJSON_AddObjectToObject(meta, "io.modelcontextprotocol/clientInfo");
     cJSON_AddStringToObject(info, "name", "tollgate");
     cJSON_AddStringToObject(info, "version", TG_VERSION);
+    cJSON_DeleteItemFromObjectCaseSensitive(meta, "io.modelcontextprotocol/logLevel");
+    if (tg_mcp_log_level_name(log_level) != NULL)
+        cJSON_AddStringToObject(meta, "io.modelcontextprotocol/logLevel", tg_mcp_log_level_name(log_level));
 }

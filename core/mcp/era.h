@@ -83,10 +83,14 @@ int tg_mcp_tool_headers_valid(const cJSON *input_schema);
 void tg_mcp_param_headers_build(struct tg_buf *out, const struct tg_mcp_header *h, size_t nh, const cJSON *input_schema,
                                 const cJSON *arguments);
 /* Add the 2026 claim to a request of a 2025 session sent to a 2026-07-28-only upstream:
- * params._meta protocolVersion, clientCapabilities (caps JSON, "{}" if NULL) and clientInfo. */
-void tg_mcp_add_claim(cJSON *root, const char *caps);
+ * params._meta protocolVersion, clientCapabilities (caps JSON, "{}" if NULL), clientInfo, and
+ * logLevel when the session set one (without it a 2026 server sends no log messages). */
+void tg_mcp_add_claim(cJSON *root, const char *caps, unsigned log_level);
+/* A logging/setLevel level as a small number (1 debug .. 8 emergency), 0 if it is none; and back. */
+unsigned tg_mcp_log_level(const char *name);
+const char *tg_mcp_log_level_name(unsigned level);
 /* Remove a 2026 request's claim from its params._meta (protocolVersion, clientCapabilities,
- * clientInfo; _meta itself if nothing else is left): what a 2025 upstream is sent. */
+ * clientInfo, logLevel; _meta itself if nothing else is left): what a 2025 upstream is sent. */
 void tg_mcp_strip_claim(cJSON *root);
 /* Write one header value as a 2026 request carries it: the value itself when it is plain
  * ASCII (printable, no edge whitespace, not itself like the sentinel), else =?base64?...?=. */

@@ -365,7 +365,9 @@ static void upstream_headers(void **state)
     h.len = 0;
     tg_mcp_param_headers_build(&h, in, 2, NULL, NULL); /* schema unknown: both as they came */
     assert_string_equal(h.base, "Mcp-Param-Region: spoofed\r\nmcp-param-other: kept\r\n");
-    tg_mcp_add_claim(root, "{\"elicitation\":{}}");
+    tg_mcp_add_claim(root, "{\"elicitation\":{}}", tg_mcp_log_level("warning"));
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "params"), "_meta"), "io.modelcontextprotocol/logLevel")->valuestring, "warning");
+    assert_int_equal(tg_mcp_log_level("nope"), 0);
     cJSON *meta = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "params"), "_meta");
     assert_string_equal(cJSON_GetObjectItem(meta, TG_MCP_META_VERSION)->valuestring, "2026-07-28");
     assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(meta, TG_MCP_META_CAPS), "elicitation"));
