@@ -18,18 +18,13 @@
 // a check that passes went through the grant's policy).
 //
 //   - direct: 47 of 47 (the suite's "Total: 47 passed, 0 failed"), 32 scenarios, no WARNING;
-//   - the probe calls the --sse-polling fixture dual-era: FAILS today, gateway bug (see below);
-//   - through "dual" (auto): every scenario gives the checks it gives direct: FAILS today, as
-//     the probe bug sends these 2025 clients through the era bridge (42 passed, 1 failed);
+//   - the probe calls the --sse-polling fixture dual-era (its initialize answer starts with a
+//     SEP-1699 priming event with empty data: the probe must look past it);
+//   - through "dual" (auto): every scenario gives the checks it gives direct, 47 of 47;
 //   - through "dual25" (2025): the same checks as direct, 47 of 47;
 //   - through "strict" (the era bridge; direct, initialize is refused and all but one check
-//     fail): no check fails: FAILS today on tools-call-with-logging (42 passed, 1 failed), a
-//     bridge gap (logging/setLevel is not carried upstream as _meta logLevel; see that test).
-//
-// The probe bug: upstream/probe.c answer_of() takes the first `data:` line of an event-stream
-// answer; the fixture's initialize answer starts with a SEP-1699 priming event (`id`, `retry`,
-// empty data), so the probe's initialize "fails", and a dual-era upstream with resumability
-// is judged 2026-only (msg="upstream protocol" upstream=dual era=2026-07-28).
+//     fail): no check fails (42 passed; the SSE polling and multiple-streams checks are INFO,
+//     since the bridge answers JSON), logging included (setLevel goes as _meta logLevel).
 //
 //   TOLLGATE_BIN=build/tollgate node --test test/interop/conformance0116.test.mjs
 
@@ -243,10 +238,8 @@ describe(`conformance ${VERSION} server suite (--suite all), direct and through 
   // The era bridge (README, "2025 -> 2026 only"): the suite's 2025 sessions to an upstream that
   // refuses initialize (direct, every scenario fails there). Tollgate answers JSON, so the SSE
   // polling and multiple-streams checks are INFO ("not applicable"), not failures; no check may
-  // fail. Today tools-call-with-logging does (GATEWAY GAP): the bridge answers logging/setLevel
-  // itself (core/dispatch.c bridged_lifecycle, answer_empty) and keeps no level, and
-  // tg_mcp_add_claim (core/mcp/era.c) puts no `io.modelcontextprotocol/logLevel` in the requests'
-  // _meta, so the 2026 upstream, which logs only when a request asks, sends no notifications/message.
+  // fail; tools-call-with-logging passes because the session's setLevel level goes with each
+  // request as _meta io.modelcontextprotocol/logLevel (a 2026 upstream logs only when asked).
   test('through tollgate to a 2026-only upstream (the era bridge): no check fails', (t) => {
     const r = runs.strict;
     report(t, 'through strict (bridge)', r);
