@@ -91,14 +91,10 @@ static void on_shim_timeout(uv_timer_t *t)
 
 static int declared(const char *caps, const char *method)
 {
-    const char *need = strcmp(method, "elicitation/create") == 0      ? "elicitation"
-                       : strcmp(method, "sampling/createMessage") == 0 ? "sampling"
-                       : strcmp(method, "roots/list") == 0             ? "roots"
-                                                                       : NULL;
-    if (need == NULL || caps == NULL)
+    if (caps == NULL)
         return 0;
     cJSON *c = cJSON_Parse(caps);
-    int ok = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(c, need));
+    int ok = (tg_mcp_input_kind(method, NULL) & tg_mcp_client_caps(c)) != 0;
     cJSON_Delete(c);
     return ok;
 }
@@ -301,11 +297,7 @@ int tg__call_input_park(struct tg_call *k, const char *p, size_t n)
     int parked = 0;
     cJSON *method = cJSON_GetObjectItemCaseSensitive(doc.root, "method");
     cJSON *id = cJSON_GetObjectItemCaseSensitive(doc.root, "id");
-    unsigned need = !cJSON_IsString(method)                                       ? 0
-                    : strcmp(method->valuestring, "elicitation/create") == 0      ? TG_CAP_ELICITATION
-                    : strcmp(method->valuestring, "sampling/createMessage") == 0 ? TG_CAP_SAMPLING
-                    : strcmp(method->valuestring, "roots/list") == 0             ? TG_CAP_ROOTS
-                                                                                  : 0;
+    unsigned need = tg_mcp_input_kind(cJSON_IsString(method) ? method->valuestring : NULL, NULL);
     if (need == 0 || !(k->mrtr->client_caps & need) || id == NULL || cJSON_IsNull(id))
         goto out; /* refused by the caller, as before */
     cJSON *result = cJSON_CreateObject();

@@ -517,19 +517,7 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
     }
     if (x->uc->init_local && m->kind != TG_MSG_RESPONSE &&
         (strcmp(m->method, "notifications/initialized") == 0 || strcmp(m->method, "ping") == 0)) {
-        /* The gateway owns the lifecycle of a local-initialize upstream. */
-        if (m->kind == TG_MSG_NOTIFICATION) {
-            accept_bare(sk);
-            return;
-        }
-        struct tg_buf out;
-        tg_buf_init(&out);
-        tg_buf_appends(&out, "{\"jsonrpc\":\"2.0\",\"id\":");
-        tg_buf_append(&out, m->id_raw, m->id_len);
-        tg_buf_appends(&out, ",\"result\":{}}");
-        sk->ops->answer(sk, NULL, 200, NULL, out.base, out.len);
-        sk->ops->release(sk, NULL);
-        tg_buf_dispose(&out);
+        answer_empty(sk, m); /* the gateway owns the lifecycle of a local-initialize upstream */
         return;
     }
     if (m->kind == TG_MSG_REQUEST)

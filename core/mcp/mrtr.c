@@ -65,14 +65,23 @@ void tg_mcp_mrtr_bind(struct tg_mcp_mrtr_call *c, const char *grant, const char 
     tg_buf_dispose(&a);
 }
 
-static int input_kind_allowed(const char *m, unsigned caps)
+unsigned tg_mcp_input_kind(const char *method, const char **cap)
 {
-    if (strcmp(m, "elicitation/create") == 0)
-        return (caps & TG_CAP_ELICITATION) != 0;
-    if (strcmp(m, "sampling/createMessage") == 0)
-        return (caps & TG_CAP_SAMPLING) != 0;
-    if (strcmp(m, "roots/list") == 0)
-        return (caps & TG_CAP_ROOTS) != 0;
+    static const struct {
+        const char *method, *cap;
+        unsigned bit;
+    } kinds[] = {
+        {"elicitation/create", "elicitation", TG_CAP_ELICITATION},
+        {"sampling/createMessage", "sampling", TG_CAP_SAMPLING},
+        {"roots/list", "roots", TG_CAP_ROOTS},
+    };
+    for (size_t i = 0; method != NULL && i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        if (strcmp(method, kinds[i].method) == 0) {
+            if (cap != NULL)
+                *cap = kinds[i].cap;
+            return kinds[i].bit;
+        }
+    }
     return 0;
 }
 
@@ -104,12 +113,9 @@ int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp
     tg_buf_init(&keys);
     for (cJSON *r = reqs ? reqs->child : NULL; r != NULL; r = r->next) {
         cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "method");
-        if (!cJSON_IsString(m) || !input_kind_allowed(m->valuestring, c->client_caps)) {
-            const char *kind = !cJSON_IsString(m)                                     ? NULL
-                               : strcmp(m->valuestring, "elicitation/create") == 0      ? "elicitation"
-                               : strcmp(m->valuestring, "sampling/createMessage") == 0 ? "sampling"
-                               : strcmp(m->valuestring, "roots/list") == 0             ? "roots"
-                                                                                        : NULL;
+        const char *kind = NULL;
+        unsigned bit = tg_mcp_input_kind(cJSON_IsString(m) ? m->valuestring : NULL, &kind);
+        if (!(bit & c->client_caps)) {
             /* "capability:" + its name, for the caller's -32021 */
             if (kind != NULL)
                 snprintf(why, whysz, "capability:%s", kind);

@@ -23,6 +23,9 @@
 #define TG_CAP_SAMPLING 0x2u
 #define TG_CAP_ROOTS 0x4u
 
+/* The TG_CAP_* an input request's method needs (elicitation/create, sampling/createMessage,
+ * roots/list), with the capability's name in *cap; 0 for any other method. */
+unsigned tg_mcp_input_kind(const char *method, const char **cap);
 /* TG_CAP_* of a clientCapabilities object. */
 unsigned tg_mcp_client_caps(const cJSON *caps);
 
