@@ -45,8 +45,17 @@ static void up_headers(const struct tg_exchange *x, struct tg_call *k, const str
         tg_mcp_add_claim(m->root, x->sess->up_modern ? x->sess->u.client_caps : NULL,
                          x->sess->log_level); /* a 2025 session's request, as 2026 has it */
     if (!x->up_modern) {
-        if (x->era == TG_ERA_2026)
-            tg_mcp_strip_claim(m->root);
+        /* A 2025 upstream session hears 2025 only: no 2026 claim, no MRTR fields (a dual-era
+         * upstream would take such a request for a 2026 one). */
+        cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
+        if (cJSON_IsObject(params)) {
+            if (cJSON_GetObjectItemCaseSensitive(params, "_meta") != NULL)
+                tg_mcp_strip_claim(m->root);
+            if (x->era == TG_ERA_2025) {
+                cJSON_DeleteItemFromObjectCaseSensitive(params, "requestState");
+                cJSON_DeleteItemFromObjectCaseSensitive(params, "inputResponses");
+            }
+        }
         return;
     }
     struct tg_buf h;

@@ -97,7 +97,15 @@ int tg_mcp_header_value(struct tg_slice raw, struct tg_buf *out)
         if (mbedtls_base64_decode((unsigned char *)out->base, olen + 1, &olen, b, bn) != 0)
             return -1;
         out->len = olen;
-        return 0;
+        /* Only the canonical encoding: mbedtls also takes stray '=' and spaces, and one value
+         * must not be writable several ways. */
+        size_t elen = 0;
+        mbedtls_base64_encode(NULL, 0, &elen, (const unsigned char *)out->base, olen);
+        unsigned char *again = tg_xmalloc(elen + 1);
+        int canonical = mbedtls_base64_encode(again, elen + 1, &elen, (const unsigned char *)out->base, olen) == 0 &&
+                        elen == bn && memcmp(again, b, bn) == 0;
+        free(again);
+        return canonical ? 0 : -1;
     }
     tg_buf_append(out, p, n);
     return 0;

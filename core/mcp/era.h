@@ -50,9 +50,10 @@ int tg_mcp_modern_version_supported(const char *v);
 /* error.data of -32022: {"supported":[...],"requested":V}, NUL-terminated. */
 void tg_mcp_unsupported_version_data(struct tg_buf *out, const char *requested);
 
-/* Decode a header value: the =?base64?...?= form (lowercase markers, case-sensitive) or the
- * literal value, after trimming optional whitespace. A value with a control character or a
- * byte outside ASCII, or a broken base64 form, is refused (-1). */
+/* Decode a header value: the =?base64?...?= form (lowercase markers, case-sensitive, the
+ * canonical padded encoding only) or the literal value, after trimming optional whitespace. A
+ * value with a control character or a byte outside ASCII, or a broken or non-canonical base64
+ * form, is refused (-1). */
 int tg_mcp_header_value(struct tg_slice raw, struct tg_buf *out);
 /* 1 if a decoded header value states the body's value: a string byte for byte, an integer as
  * a number, a boolean as true/false. Anything else (objects, arrays, non-integers) never

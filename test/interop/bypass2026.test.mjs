@@ -535,9 +535,9 @@ const TRICKS = [
   { group: 'base64', name: 'Mcp-Method: valid base64 of tools/list', body: EXEC(), headers: [V, ['Mcp-Method', b64('tools/list')], N('execute_code')], expect: MISMATCH },
   { group: 'base64', name: 'MCP-Protocol-Version: base64 of 2026-07-28', body: EXEC(), headers: [['MCP-Protocol-Version', b64(MODERN)], M, N('execute_code')], expect: DECIDED },
   { group: 'base64', name: 'broken base64 (a * in it)', body: EXEC(), headers: STD('=?base64?ZXhlY3V0ZV9jb2R*?='), expect: MISMATCH },
-  // mbedtls_base64_decode also takes a stray "=" after a complete encoding: the decoded value is
-  // still the body's name, so the policy decides (lenient decoding, no way around the body).
-  { group: 'base64', name: 'a stray "=" after a complete encoding: decodes, the policy decides', body: EXEC(), headers: STD('=?base64?ZXhlY3V0ZV9jb2Rl=?='), expect: DECIDED },
+  // Only the canonical encoding decodes: a stray "=" or spaces would let one value be written
+  // several ways (mbedtls alone takes them).
+  { group: 'base64', name: 'a stray "=" after a complete encoding: not canonical', body: EXEC(), headers: STD('=?base64?ZXhlY3V0ZV9jb2Rl=?='), expect: MISMATCH },
   { group: 'base64', name: 'broken base64 (one character short)', body: EXEC(), headers: STD('=?base64?ZXhlY3V0ZV9jb2R?='), expect: MISMATCH },
   { group: 'base64', name: 'base64url alphabet (- and _) where base64 has + and /', body: tc('execute_code', SHELL, { id: 1 }), headers: STD('=?base64?ZXhlY3V0ZV9jb2Rl_-?='), expect: MISMATCH },
   { group: 'base64', name: 'no end marker', body: EXEC(), headers: STD('=?base64?ZXhlY3V0ZV9jb2Rl'), expect: MISMATCH },
@@ -549,7 +549,7 @@ const TRICKS = [
   { group: 'base64', name: 'space after the marker (=?base64? ZXhl...)', body: EXEC(), headers: STD('=?base64? ZXhlY3V0ZV9jb2Rl?='), expect: MISMATCH },
   // mbedtls_base64_decode allows spaces at the end of its input: the decoded value is the
   // denied name, which the body states too, so the policy decides.
-  { group: 'base64', name: 'space before the end marker (...Rl ?=): decodes, the policy decides', body: EXEC(), headers: STD('=?base64?ZXhlY3V0ZV9jb2Rl  ?='), expect: DECIDED },
+  { group: 'base64', name: 'space before the end marker (...Rl ?=): not canonical', body: EXEC(), headers: STD('=?base64?ZXhlY3V0ZV9jb2Rl  ?='), expect: MISMATCH },
   { group: 'base64', name: 'whitespace around the value (optional whitespace)', body: EXEC(), headers: STD(' \t=?base64?ZXhlY3V0ZV9jb2Rl?= \t'), expect: DECIDED },
   { group: 'base64', name: 'whitespace around a plain echo', body: EXEC(), headers: STD('  echo  '), expect: MISMATCH },
   { group: 'base64', name: 'base64 of "execute_code\\0"', body: EXEC(), headers: STD(b64('execute_code\0')), expect: MISMATCH },
