@@ -149,13 +149,14 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
         if (tg_buf_try_append(&k->body, p, n, (size_t)k->srv->conf->limits.response_bytes) != 0)
             too_large(k, "upstream response too large");
         return;
-    default:
-        /* Error bodies are kept short, only for the log. */
-        /* (a 2026 upstream's error, relayed to the client, up to 4 KiB) */
+    default: {
+        /* Error bodies are kept short: for the log, or (a 2026 upstream's error, relayed to
+         * the client) up to 4 KiB. */
         size_t cap = k->up_headers != NULL ? 4096 : 512;
         if (k->body.len < cap)
             tg_buf_append(&k->body, p, n < cap - k->body.len ? n : cap - k->body.len);
         return;
+    }
     }
 }
 
