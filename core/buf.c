@@ -272,3 +272,13 @@ int tg_random(void *out, size_t n)
     }
     return 0;
 }
+
+int tg_header_value_safe(const char *p, size_t n)
+{
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)p[i] < 0x20 || (unsigned char)p[i] > 0x7e)
+            return 0;
+    return 1;
+}

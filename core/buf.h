@@ -78,6 +78,10 @@ int tg_hex_decode(const char *in, size_t n, uint8_t *out /* n/2 */);
 size_t tg_b64url_encode(const uint8_t *in, size_t n, char *out /* 4n/3+4 */);
 /* Fill with cryptographically random bytes (getrandom). */
 int tg_random(void *out, size_t n);
+/* 1 if n bytes at p may go into an HTTP header value the gateway writes: printable ASCII and
+ * spaces only (no CR, LF, NUL or other control bytes, nothing over 0x7e), and not empty. A value
+ * a peer chose goes through this before it reaches a header. */
+int tg_header_value_safe(const char *p, size_t n);
 
 #define tg_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 

@@ -43,7 +43,7 @@ static void on_head(struct tg_upreq *r, int status, void *ud)
     struct probe *p = ud;
     p->status = status;
     struct tg_slice sid = tg_upreq_session_id(r);
-    if (sid.len > 0 && sid.len < sizeof(p->session)) {
+    if (sid.len > 0 && sid.len < sizeof(p->session) && tg_header_value_safe(sid.ptr, sid.len)) {
         memcpy(p->session, sid.ptr, sid.len);
         p->session[sid.len] = '\0';
     }

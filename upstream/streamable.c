@@ -86,8 +86,12 @@ static void on_up_head(struct tg_upreq *r, int status, void *ud)
     }
     if (k->is_init) {
         struct tg_slice sid = tg_upreq_session_id(r);
-        if (sid.len > 0 && k->sess->up_session == NULL)
+        /* It goes into every later request's Mcp-Session-Id: visible ASCII only, bounded. */
+        if (sid.len > 0 && k->sess->up_session == NULL && sid.len <= 256 && tg_header_value_safe(sid.ptr, sid.len))
             k->sess->up_session = tg_slice_dup(sid);
+        else if (sid.len > 0 && k->sess->up_session == NULL)
+            tg_log(TG_LOG_WARN, "upstream session id refused (not visible ASCII, or over 256 bytes)", "upstream=%s",
+                   up_name(k));
     }
     if (status == 200 && tg_slice_has_token(ct, "text/event-stream") && k->kind != KIND_FORWARD) {
         k->mode = MODE_SSE;
@@ -189,6 +193,9 @@ static int try_resume(struct tg_call *k)
 {
     if (k->kind != KIND_REQUEST || k->got_response || k->resume_failed || !k->sse.has_last_id ||
         k->sse.retry_ms < 0 || k->resumes >= 16 || k->resumes_total >= 256 || k->srv->draining)
+        return 0;
+    /* The event id goes back as Last-Event-ID: printable ASCII only (the upstream chose it). */
+    if (k->sse.last_id_len > 1024 || !tg_header_value_safe(k->sse.last_id, k->sse.last_id_len))
         return 0;
     if (k->sink == NULL || !k->sink->ops->listening(k->sink))
         return 0; /* nobody would read the answer */

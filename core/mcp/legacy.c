@@ -6,6 +6,7 @@
 
 #include "core/conf.h"
 #include "core/json.h"
+#include "core/log.h"
 #include "core/mcp/rewrite.h"
 #include "core/msg.h"
 #include "core/session.h"
@@ -47,9 +48,17 @@ void tg_mcp_note_init_result(struct tg_session *s, const char *p, size_t n, int 
         return;
     cJSON *res = cJSON_GetObjectItemCaseSensitive(doc.root, "result");
     cJSON *pv = cJSON_GetObjectItemCaseSensitive(res, "protocolVersion");
-    if (cJSON_IsString(pv) && strlen(pv->valuestring) < sizeof(s->proto)) {
+    /* It goes into every later MCP-Protocol-Version header: only a version the gateway knows
+     * (an upstream's JSON string may carry CR/LF). */
+    if (cJSON_IsString(pv) && strlen(pv->valuestring) < sizeof(s->proto) &&
+        tg_mcp_version_supported(tg_slice_cstr(pv->valuestring))) {
         strcpy(s->proto, pv->valuestring);
         s->initialized = 1;
+    } else if (cJSON_IsObject(res)) {
+        char esc[64];
+        tg_log(TG_LOG_WARN, "upstream agreed to a protocol version the gateway does not know; not used in headers",
+               "session=%s version=%s", s->id_str,
+               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(cJSON_IsString(pv) ? pv->valuestring : "(none)")));
     }
     cJSON_Delete(doc.root);
 }

@@ -6,7 +6,9 @@
 
 #include "core/json.h"
 #include "core/mcp/era.h"
+#include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
+#include "core/session.h"
 #include "core/mcp/schemas.h"
 #include "core/msg.h"
 
@@ -409,12 +411,35 @@ static void schemas_learnt(void **state)
     tg_mcp_schemas_free(sc);
 }
 
+/* What an upstream says goes into later headers only when it is safe: the agreed version must
+ * be one the gateway knows (a JSON escape could carry CR/LF into MCP-Protocol-Version). */
+static void upstream_values_into_headers(void **state)
+{
+    (void)state;
+    struct tg_session s;
+    memset(&s, 0, sizeof(s));
+    strcpy(s.proto, "2025-06-18");
+    const char *evil = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":\"2025-06-18\\r\\nX-Evil: 1\"}}";
+    tg_mcp_note_init_result(&s, evil, strlen(evil), 64);
+    assert_string_equal(s.proto, "2025-06-18");
+    assert_false(s.initialized);
+    const char *ok = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":\"2025-11-25\"}}";
+    tg_mcp_note_init_result(&s, ok, strlen(ok), 64);
+    assert_string_equal(s.proto, "2025-11-25");
+    assert_true(s.initialized);
+    assert_true(tg_header_value_safe("abc-123 x", 9));
+    assert_false(tg_header_value_safe("a\r\nb", 4));
+    assert_false(tg_header_value_safe("a\x01", 2));
+    assert_false(tg_header_value_safe("\xc3\xa9", 2));
+    assert_false(tg_header_value_safe("", 0));
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(classify_by_body), cmocka_unit_test(versions),      cmocka_unit_test(header_values),
         cmocka_unit_test(header_matches_body), cmocka_unit_test(standard_headers), cmocka_unit_test(param_headers),
-        cmocka_unit_test(annotations), cmocka_unit_test(modern_results), cmocka_unit_test(upstream_headers), cmocka_unit_test(schemas_learnt),
+        cmocka_unit_test(annotations), cmocka_unit_test(modern_results), cmocka_unit_test(upstream_headers), cmocka_unit_test(schemas_learnt), cmocka_unit_test(upstream_values_into_headers),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
