@@ -74,6 +74,8 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
                    (unsigned long long)m->limit_sessions);
     tg_buf_appendf(out, "tollgate_limit_hits_total{limit=\"output_high_water\"} %llu\n",
                    (unsigned long long)m->limit_output);
+    tg_buf_appendf(out, "tollgate_limit_hits_total{limit=\"max_children\"} %llu\n",
+                   (unsigned long long)m->limit_children);
     tg_buf_appends(out, "# HELP tollgate_output_buffered_bytes Bytes queued to clients and not yet written, all "
                         "connections together (bounded by limits.output_total_bytes).\n"
                         "# TYPE tollgate_output_buffered_bytes gauge\n");

@@ -135,6 +135,7 @@ struct tg_upstream_conf {
     char **env;      /* stdio: the environment (inherited plus env overrides), NULL-terminated */
     char *cwd;       /* stdio: working directory, or NULL */
     int warm;        /* stdio: children started ahead of need */
+    int max_children; /* stdio: live children at most (sessions, warm ones included) */
     char **deny_server_requests; /* server-to-client methods never relayed to clients */
     size_t ndeny_server_requests;
 };

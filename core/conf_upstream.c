@@ -13,6 +13,7 @@
 static const struct int_directive upstream_directives[] = {
     {"connect_timeout_ms", UPS(connect_timeout_ms), 10, 600000, 3000, "TCP connect"},
     {"call_timeout_ms", UPS(call_timeout_ms), 10, 86400000, 60000, "one upstream call"},
+    {"max_children", UPS(max_children), 1, 100000, 256, "stdio: live child processes at most"},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct int_directive pool_directives[] = {
@@ -220,7 +221,7 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
         }
         static const char *const known[] = {"name", "url", "default", "headers", "initialize", "protocol", "connect_timeout_ms",
                                             "call_timeout_ms", "pool", "policy", "deny_server_requests",
-                                            "transport", "command", "env", "cwd", "warm", NULL};
+                                            "transport", "command", "env", "cwd", "warm", "max_children", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         u->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         if (u->name && !valid_upstream_name(u->name))

@@ -13,6 +13,7 @@ struct tg_metrics {
     uint64_t conns_accepted, conns_rejected, conns_open, tls_handshake_failures;
     uint64_t http_requests, http_status[6]; /* by class 1xx..5xx */
     uint64_t limit_header_bytes, limit_body_bytes, limit_json, limit_inflight, limit_sessions, limit_output;
+    uint64_t limit_children; /* stdio children refused at upstreams[].max_children */
     uint64_t output_buffered; /* gauge: bytes queued to clients, all connections together */
     uint64_t sessions_open, sessions_created, sessions_expired;
     uint64_t rpc_requests, rpc_notifications, rpc_responses, rpc_refused_nonstandard;

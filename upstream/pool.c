@@ -261,6 +261,12 @@ static void on_warm_exit(void *ud, int64_t status, int sig)
     *slot = NULL;
 }
 
+/* The longest stdout line a child may write: one answer, as long as an HTTP upstream's may be. */
+static size_t child_max_line(const struct tg_upstream *u)
+{
+    return u->conf != NULL ? (size_t)u->conf->limits.response_bytes : (size_t)65536 * 1024;
+}
+
 static void fill_warm(struct tg_upstream *u)
 {
     if (u->uc->transport != TG_UP_STDIO || u->closing)
@@ -272,8 +278,11 @@ static void fill_warm(struct tg_upstream *u)
     for (int i = 0; i < 64 && have < want; i++) {
         if (u->warm[i] != NULL)
             continue;
+        if (u->children->live >= (size_t)u->uc->max_children)
+            return; /* warm ones count toward max_children too */
         int err = 0;
-        struct tg_child *c = tg_child_spawn(u->loop, u->uc, (size_t)65536 * 1024, NULL, on_warm_exit, &u->warm[i], &err);
+        struct tg_child *c = tg_child_spawn(u->loop, u->uc, child_max_line(u), u->children, NULL, on_warm_exit,
+                                            &u->warm[i], &err);
         if (c == NULL) {
             u->last_connect_failed = 1;
             return;
@@ -296,8 +305,16 @@ struct tg_child *tg_upstream_take_child(struct tg_upstream *u, void (*on_message
     }
     if (c != NULL) {
         tg_child_bind(c, on_message, on_exit, ud);
+    } else if (u->children->live >= (size_t)u->uc->max_children) {
+        /* One token must not start a thousand processes: at the cap the session gets none. */
+        if (u->metrics != NULL)
+            u->metrics->limit_children++;
+        tg_log(TG_LOG_WARN, "upstream child refused: upstreams[].max_children reached", "upstream=%s max_children=%d",
+               u->uc->name, u->uc->max_children);
+        *err = TG_ELIMIT;
+        return NULL;
     } else {
-        c = tg_child_spawn(u->loop, u->uc, (size_t)65536 * 1024, on_message, on_exit, ud, err);
+        c = tg_child_spawn(u->loop, u->uc, child_max_line(u), u->children, on_message, on_exit, ud, err);
         u->last_connect_failed = c == NULL;
     }
     fill_warm(u);
@@ -313,6 +330,7 @@ struct tg_upstream *tg_upstream_new(uv_loop_t *loop, struct tg_conf *conf, const
     u->conf = conf ? tg_conf_ref(conf) : NULL;
     u->refcnt = 1;
     u->metrics = m;
+    u->children = tg_child_tally_new();
     tg_list_init(&u->idle);
     tg_list_init(&u->busy);
     tg_list_init(&u->queue);
@@ -330,6 +348,7 @@ void tg__upstream_maybe_free(struct tg_upstream *u)
     if (u->conf)
         tg_conf_unref(u->conf);
     free(u->discover);
+    tg_child_tally_unref(u->children);
     free(u);
 }
 

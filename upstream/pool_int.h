@@ -71,6 +71,7 @@ struct tg_upstream {
     void *verdict_arg; /* loop time before which a failed probe is not tried again */
     char *discover;
     struct tg_child *warm[64]; /* stdio: children started ahead of need */
+    struct tg_child_tally *children; /* stdio: live children (upstreams[].max_children), reference */
     int nwarm;
     char scratch[65536];
 };

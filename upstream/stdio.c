@@ -30,12 +30,26 @@ struct tg_child {
     int killed;
     int paused;
     int pid;
+    struct tg_child_tally *tally; /* reference, or NULL */
 };
 
 /* Process-wide count of live children, for metrics and the zombie tests. */
 static size_t live_children;
 
 size_t tg_child_live_count(void) { return live_children; }
+
+struct tg_child_tally *tg_child_tally_new(void)
+{
+    struct tg_child_tally *t = tg_xcalloc(1, sizeof(*t));
+    t->refs = 1;
+    return t;
+}
+
+void tg_child_tally_unref(struct tg_child_tally *t)
+{
+    if (t != NULL && --t->refs == 0)
+        free(t);
+}
 
 static void on_closed(uv_handle_t *h)
 {
@@ -44,6 +58,7 @@ static void on_closed(uv_handle_t *h)
         return;
     tg_buf_dispose(&ch->line);
     tg_buf_dispose(&ch->errline);
+    tg_child_tally_unref(ch->tally);
     free(ch);
 }
 
@@ -154,6 +169,8 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int term_signal)
     struct tg_child *ch = p->data;
     ch->exited = 1;
     live_children--;
+    if (ch->tally != NULL)
+        ch->tally->live--;
     uv_timer_stop(&ch->kill_timer);
     if (!ch->killed)
         tg_log(TG_LOG_WARN, "upstream process exited", "upstream=%s pid=%d status=%lld signal=%d", ch->name, ch->pid,
@@ -167,7 +184,8 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int term_signal)
 }
 
 struct tg_child *tg_child_spawn(uv_loop_t *loop, const struct tg_upstream_conf *uc, size_t max_line,
-                                tg_child_message_cb on_message, tg_child_exit_cb on_exit, void *ud, int *err)
+                                struct tg_child_tally *tally, tg_child_message_cb on_message, tg_child_exit_cb on_exit,
+                                void *ud, int *err)
 {
     struct tg_child *ch = tg_xcalloc(1, sizeof(*ch));
     snprintf(ch->namebuf, sizeof(ch->namebuf), "%s", uc->name);
@@ -211,6 +229,11 @@ struct tg_child *tg_child_spawn(uv_loop_t *loop, const struct tg_upstream_conf *
         return NULL;
     }
     live_children++;
+    if (tally != NULL) {
+        ch->tally = tally;
+        tally->refs++;
+        tally->live++;
+    }
     ch->pid = ch->proc.pid;
     uv_read_start((uv_stream_t *)&ch->out, on_alloc, on_stdout);
     uv_read_start((uv_stream_t *)&ch->err, on_alloc, on_stderr);

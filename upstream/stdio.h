@@ -18,11 +18,22 @@
 
 struct tg_child;
 
+/* The live children of one upstream, shared by the upstream and its children (each child
+ * counts itself from spawn to exit). Owner: refcounted; the last unref frees it. */
+struct tg_child_tally {
+    int refs;
+    size_t live;
+};
+struct tg_child_tally *tg_child_tally_new(void);
+void tg_child_tally_unref(struct tg_child_tally *t);
+
 typedef void (*tg_child_message_cb)(void *ud, const char *p, size_t n);
 typedef void (*tg_child_exit_cb)(void *ud, int64_t status, int term_signal);
 
+/* tally (may be NULL): counted in from spawn to exit. */
 struct tg_child *tg_child_spawn(uv_loop_t *loop, const struct tg_upstream_conf *uc, size_t max_line,
-                                tg_child_message_cb on_message, tg_child_exit_cb on_exit, void *ud, int *err);
+                                struct tg_child_tally *tally, tg_child_message_cb on_message, tg_child_exit_cb on_exit,
+                                void *ud, int *err);
 /* A child spawned earlier (a warm one) given to its user. */
 void tg_child_bind(struct tg_child *ch, tg_child_message_cb on_message, tg_child_exit_cb on_exit, void *ud);
 /* Write one message and a newline. Returns 0 or a negative error (the child is gone). */

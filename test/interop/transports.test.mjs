@@ -397,6 +397,7 @@ before(async () => {
       },
       { name: 'warm', warm: 1, command: [process.execPath, standinScript, '--stdio', '--log', warmLog()] },
       { name: 'nocmd', command: [path.join(dir, 'no-such-program'), '--stdio'] },
+      { name: 'capped', max_children: 2, command: [process.execPath, standinScript, '--stdio', '--log', path.join(dir, 'capped.log')] },
     ],
   });
   gw = await H.startTollgate(conf, { cleanup, admin: true });
@@ -919,6 +920,29 @@ describe('stdio upstreams', () => {
     const r = await del(s, upstream);
     assert.ok(r.status === 200 || r.status === 204, `DELETE: HTTP ${r.status} ${r.text}`);
   };
+
+  test('`max_children = 2`: a third session gets no child (-32004, counted), and one is started again once a session ends', async () => {
+    const a = await initSt('capped');
+    const b = await initSt('capped');
+    const ok = await call(a, 1, 'echo', { text: 'a' }, 'capped');
+    assert.equal(H.resultText(ok.messages[0]?.result), 'a', ok.text);
+    const hits = (await gw.metrics())['tollgate_limit_hits_total{limit="max_children"}'] ?? 0;
+    // The third initialize needs a child: it gets -32004, and no session is made.
+    const third = await H.postRaw(fetchFn, mcp('capped'), H.initializeBody(1), authA);
+    assert.match(third.text, /-32004/, third.text);
+    assert.equal(third.headers.get('mcp-session-id'), null, 'no session without a child');
+    await gw.waitForLog(/max_children reached.*upstream=capped/);
+    assert.equal((await gw.metrics())['tollgate_limit_hits_total{limit="max_children"}'], hits + 1);
+    await deleted(a, 'capped');
+    await H.waitUntil(async () => {
+      const d = await H.rawInitialize(fetchFn, mcp('capped'), authA).catch(() => null);
+      if (!d?.sessionId) return false;
+      const rr = await call(d, 3, 'echo', { text: 'd' }, 'capped');
+      await deleted(d, 'capped');
+      return H.resultText(rr.messages[0]?.result) === 'd';
+    }, { what: 'a child for a new session once one ended' });
+    await deleted(b, 'capped');
+  });
 
   test('`warm = 1`: a child exists before any session', async () => {
     const warm = childrenOf().filter((c) => c.args.includes(warmLog()) && !c.stat.startsWith('Z'));

@@ -24,6 +24,7 @@ struct fx {
     int exits;
     int64_t status;
     int sig;
+    struct tg_child_tally *tally; /* every fixture's child is counted in it */
 };
 
 static void on_watchdog(uv_timer_t *t) { ((struct fx *)t->data)->timed_out = 1; }
@@ -69,8 +70,9 @@ static struct fx *fx_new(char **argv, size_t max_line)
     f->uc.name = "test";
     f->uc.transport = TG_UP_STDIO;
     f->uc.command = argv;
+    f->tally = tg_child_tally_new();
     int err = 0;
-    f->ch = tg_child_spawn(&f->loop, &f->uc, max_line, on_message, on_exit_cb, f, &err);
+    f->ch = tg_child_spawn(&f->loop, &f->uc, max_line, f->tally, on_message, on_exit_cb, f, &err);
     assert_int_equal(err, 0);
     assert_non_null(f->ch);
     assert_true(tg_child_alive(f->ch));
@@ -84,10 +86,12 @@ static void fx_free(struct fx *f)
         tg_child_kill(f->ch);
     f->ch = NULL;
     RUN_UNTIL(f, tg_child_live_count() == 0); /* reaped */
+    assert_int_equal(f->tally->live, 0); /* counted out at exit */
     uv_close((uv_handle_t *)&f->watchdog, NULL);
     uv_run(&f->loop, UV_RUN_DEFAULT);
     assert_int_equal(uv_loop_close(&f->loop), 0);
     tg_buf_dispose(&f->msgs);
+    tg_child_tally_unref(f->tally); /* the child's reference went when it freed itself */
     free(f);
 }
 
@@ -104,6 +108,7 @@ static void assert_msgs(struct fx *f, const char *want)
 static void line_comes_back_as_a_message(void **state)
 {
     struct fx *f = fx_new(cat_argv, 4096);
+    assert_int_equal(f->tally->live, 1); /* counted in from spawn */
     send_str(f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}");
     RUN_UNTIL(f, f->nmsgs == 1);
     assert_msgs(f, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}|"); /* without its newline */
