@@ -523,6 +523,13 @@ static void process_input_loop(struct tg_conn *c)
             }
             tg__http_set_state(c, TG_CONN_DISPATCHING);
             c->env->metrics->http_requests++;
+            if (c->over_limit) {
+                c->close_after = 1;
+                c->req.keep_alive = 0;
+                tg_http_respond_rpc_error(c, 503, "Retry-After: 1\r\n", TG_RPC_UPSTREAM,
+                                          "Service Unavailable: the gateway is at limits.max_connections; retry");
+                return;
+            }
             c->env->on_request(c->env, c);
             if (c->state == TG_CONN_UPGRADED)
                 return; /* the protocol that took over has seen the bytes that followed */
@@ -712,8 +719,14 @@ void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, 
         env->metrics->conns_rejected++;
         tg_log(TG_LOG_WARN, "connection limit reached", "conn=%llu peer=%s limit=%d", (unsigned long long)c->id,
                c->peer, env->limits->max_connections);
-        tg_conn_close(c, "connection limit");
-        return;
+        /* A clean 503 for its first request, on a plain connection and while the overflow is
+         * small (each waits at most limits.header_timeout_ms); past that, or over TLS (no
+         * handshake for a refusal), the connection is closed at once. */
+        if (l->tls != NULL || env->nconns > (size_t)env->limits->max_connections + 64) {
+            tg_conn_close(c, "connection limit");
+            return;
+        }
+        c->over_limit = 1;
     }
     uv_tcp_nodelay(&c->tcp, 1);
     llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);

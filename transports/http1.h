@@ -115,6 +115,7 @@ struct tg_conn {
     struct tg_http_req req;
     int req_complete;
     int close_after; /* close once the current answer is written */
+    int over_limit;  /* accepted past limits.max_connections: its request gets 503, then it closes */
     size_t out_pending; /* bytes handed to uv_write (or corked) and not yet confirmed */
     size_t out_pending_corked; /* the part of out_pending still in cork */
     int read_stopped;

@@ -65,6 +65,38 @@ function postText(gw, s, body) {
 // ---------------------------------------------------------------------------
 // 3. File descriptors
 
+describe('limits.max_connections: a clean 503, then service again', () => {
+  test('past the limit a new client gets 503 with Retry-After and a JSON-RPC error, and is closed; once one leaves, a new one is served', async () => {
+    const gw = await ctx.gateway('maxconn', {
+      limits: { max_connections: 2, header_timeout_ms: 60000, idle_timeout_ms: 60000 },
+      upstreams: [{ name: 'h', url: hostile.url('/mcp'), initialize: 'local' }],
+    });
+    const req = `GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`;
+    const a = await A.rawSocket(gw.plainPort);
+    const b = await A.rawSocket(gw.plainPort);
+    // (the gateway accepts in order: a and b are held when c comes)
+    const c = await A.rawSocket(gw.plainPort);
+    c.sock.write(req);
+    await H.waitUntil(() => c.closed, { what: 'the third connection answered and closed' });
+    const [r] = A.parseResponses(Buffer.concat(c.chunks));
+    assert.equal(r?.status, 503, c.text());
+    assert.match(r.head, /\r\nretry-after: 1/i);
+    assert.equal(JSON.parse(r.body).error.code, -32004, r.body);
+    assert.match(JSON.parse(r.body).error.message, /max_connections/);
+    await gw.waitForLog(/connection limit reached/);
+    a.sock.destroy();
+    await H.waitUntil(async () => {
+      const d = await A.rawSocket(gw.plainPort);
+      d.sock.write(req);
+      await H.waitUntil(() => d.bytes > 0 || d.closed, { what: 'an answer' });
+      const [rr] = A.parseResponses(Buffer.concat(d.chunks));
+      d.sock.destroy();
+      return rr?.status === 200;
+    }, { what: 'a new client served once one left' });
+    b.sock.destroy();
+  });
+});
+
 describe('3. file descriptors: EMFILE on upstream connect and on accept; RLIMIT_NOFILE vs limits.max_connections', () => {
   const LIMIT = 64;
 
