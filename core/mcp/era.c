@@ -445,7 +445,9 @@ static int build_param(const char *header, const cJSON *prop, const cJSON *arg, 
         v = arg->valuestring;
     else if (cJSON_IsBool(arg))
         v = cJSON_IsTrue(arg) ? "true" : "false";
-    else if (cJSON_IsNumber(arg) && arg->valuedouble == (double)(long long)arg->valuedouble)
+    else if (cJSON_IsNumber(arg) && fabs(arg->valuedouble) <= 9007199254740992.0 &&
+             arg->valuedouble == (double)(long long)arg->valuedouble)
+        /* (the range first, as tg_mcp_header_matches has it: a cast out of range is undefined) */
         snprintf(num, sizeof(num), "%lld", (long long)arg->valuedouble), v = num;
     if (v == NULL)
         return 0; /* not a value a header can state: the upstream sees only the body */

@@ -364,6 +364,12 @@ static void upstream_headers(void **state)
     tg_mcp_param_headers_build(&h, in, 2, schema,
                                cJSON_GetObjectItem(cJSON_GetObjectItem(root, "params"), "arguments"));
     assert_string_equal(h.base, "Mcp-Param-Region: eu\r\nMcp-Param-N: 3\r\nMcp-Param-B: true\r\nmcp-param-other: kept\r\n");
+    /* a number out of any integer's range states no header (and is no undefined cast) */
+    cJSON *huge = cJSON_Parse("{\"region\":\"eu\",\"n\":1e300}");
+    h.len = 0;
+    tg_mcp_param_headers_build(&h, NULL, 0, schema, huge);
+    assert_string_equal(h.base, "Mcp-Param-Region: eu\r\n");
+    cJSON_Delete(huge);
     h.len = 0;
     tg_mcp_param_headers_build(&h, in, 2, NULL, NULL); /* schema unknown: both as they came */
     assert_string_equal(h.base, "Mcp-Param-Region: spoofed\r\nmcp-param-other: kept\r\n");
