@@ -420,6 +420,11 @@ void tg_http_take_over(struct tg_conn *c, tg_conn_cb on_data, tg_conn_cb on_tick
     c->up_tick = on_tick;
     c->up_gone = on_gone;
     c->up_ud = ud;
+    /* Bytes that came with the handshake go to the new protocol from the loop, never inside
+     * this call: its caller has not finished setting up (fuzz_e2e: a WebSocket frame in the
+     * upgrade's packet was answered before the channel had its tg_ws, a NULL dereference). */
+    if (c->in.len > 0)
+        tg__http_pend(c, TG_PEND_INPUT);
 }
 
 void tg_http_upgraded_timer(struct tg_conn *c, uint64_t ms)

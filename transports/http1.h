@@ -174,7 +174,8 @@ void tg_conn_close_now(struct tg_conn *c, const char *why);
 
 /* Upgrades (WebSocket): answer 101 with extra headers; the connection then carries another protocol. */
 void tg_http_upgrade(struct tg_conn *c, const char *extra_headers);
-/* Hand the upgraded connection to a protocol (NULL callbacks detach it). */
+/* Hand the upgraded connection to a protocol (NULL callbacks detach it). Bytes that came with
+ * the handshake reach on_data from the loop, never inside this call. */
 void tg_http_take_over(struct tg_conn *c, tg_conn_cb on_data, tg_conn_cb on_tick, tg_conn_cb on_gone, void *ud);
 void tg_http_upgraded_timer(struct tg_conn *c, uint64_t ms);
 /* Stop reading an upgraded connection until its output drains below the mark. */

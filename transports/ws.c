@@ -288,11 +288,9 @@ struct tg_ws *tg_ws_start(struct tg_conn *c, size_t max_msg, uint64_t ping_ms, t
     ws->ud = ud;
     ws->ping_ms = ping_ms;
     ws->max_msg = max_msg;
-    tg_http_take_over(c, on_data, on_tick, on_gone, ws);
+    tg_http_take_over(c, on_data, on_tick, on_gone, ws); /* (bytes that came with the handshake follow from the loop) */
     if (ping_ms)
         tg_http_upgraded_timer(c, ping_ms);
-    if (c->in.len > 0)
-        on_data(c, ws); /* bytes that came with the handshake */
     return ws;
 }
 
