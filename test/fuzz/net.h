@@ -8,8 +8,10 @@
  * The client socket closes with SO_LINGER 0 (a reset): neither side keeps a TIME_WAIT entry,
  * so millions of connections do not use up the ephemeral ports.
  *
- * Everything is local and synchronous (bytes sent over loopback are readable at once), so
- * "run until idle" is "run rounds of the loop until one makes no progress". Every input ends
+ * Both sides send without Nagle (a small chunk would otherwise wait for the peer's delayed ACK),
+ * and each round first waits until neither side holds unsent bytes (SIOCOUTQNSD): loopback then
+ * has handed everything either side wrote to the other, and "run until idle" is "run rounds of
+ * the loop until one makes no progress". Every input ends
  * with the connection closed and freed; the loop lives for the whole process. */
 #ifndef TG_TEST_FUZZ_NET_H
 #define TG_TEST_FUZZ_NET_H
@@ -18,9 +20,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <uv.h>
@@ -172,12 +178,36 @@ static void fnet_recv(struct fnet *n)
     }
 }
 
+static int fnet_outq(int fd)
+{
+    int v = 0;
+    return fd >= 0 && ioctl(fd, SIOCOUTQNSD, &v) == 0 ? v : 0;
+}
+
+/* Wait until neither side holds bytes it has not sent. */
+static void fnet_sync(struct fnet *n)
+{
+    for (int i = 0;; i++) {
+        int sfd = -1;
+        if (n->conn != NULL && n->conn->state < TG_CONN_CLOSING)
+            uv_fileno((uv_handle_t *)&n->conn->tcp, &sfd);
+        if (fnet_outq(n->fd) == 0 && fnet_outq(sfd) == 0)
+            return;
+        if (i == 100000)
+            return; /* a receive window stays full (a reader that stopped): nothing more will come */
+        fnet_recv(n); /* a full client window holds the server's queue */
+        sched_yield();
+    }
+}
+
 /* Rounds of the loop (and of the client's reading) until one changes nothing. */
 static void fnet_settle(struct fnet *n)
 {
     for (int i = 0; i < 10000; i++) {
         unsigned long before = n->progress;
+        fnet_sync(n);
         uv_run(&n->loop, UV_RUN_NOWAIT);
+        fnet_sync(n);
         fnet_recv(n);
         if (n->progress == before && tg_list_empty(&n->env.conn_pending))
             return;
@@ -192,6 +222,8 @@ static void fnet_connect(struct fnet *n)
         abort();
     struct linger lg = {1, 0};
     setsockopt(n->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    int one = 1; /* no Nagle: a small chunk must not wait for the server's delayed ACK */
+    setsockopt(n->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     struct sockaddr_in a;
     uv_ip4_addr("127.0.0.1", n->port, &a);
     if (connect(n->fd, (const struct sockaddr *)&a, sizeof(a)) != 0)
