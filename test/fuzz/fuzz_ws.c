@@ -143,7 +143,7 @@ static void check_frames(const struct fnet *n)
                 abort();
         }
         if (op == 1) {
-            if (!fin || texts + plen > st.echoed.len || memcmp(st.echoed.base + texts, pl, plen) != 0)
+            if (!fin || texts + plen > st.echoed.len || (plen && memcmp(st.echoed.base + texts, pl, plen) != 0))
                 abort();
             texts += plen;
         }
