@@ -101,6 +101,8 @@ static void handler(struct fnet *n, struct tg_conn *c)
  * to send (a message the gateway sends is one frame: wslay does not fragment what it sends). */
 static void check_frames(const struct fnet *n)
 {
+    if (n->got.len == 0)
+        return;
     const char *end = memmem(n->got.base, n->got.len, "\r\n\r\n", 4);
     if (end == NULL || memcmp(n->got.base, "HTTP/1.1 101 ", 13) != 0)
         return; /* no upgrade (refused handshake): http1's properties are fuzz_http1's */
