@@ -214,6 +214,8 @@ static void client_send(struct tg_server *srv, struct client *cl, const uint8_t 
 static struct tg_slice last_sid(const struct client *cl)
 {
     struct tg_slice best = TG_SLICE_NULL;
+    if (cl->got.len == 0)
+        return best;
     const char *end = cl->got.base + cl->got.len;
     for (const char *p = cl->got.base; p != NULL && p < end; p++) {
         size_t left = (size_t)(end - p), skip = 0;
