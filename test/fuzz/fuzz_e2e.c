@@ -40,6 +40,15 @@
 #include "transports/http1.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+/* A violated property or a failed set-up step: say which before aborting (a bare abort() is
+ * only "deadly signal" in libFuzzer's fork mode). */
+#define FAIL(why)                                                                                                     \
+    do {                                                                                                              \
+        fprintf(stderr, "fuzz_e2e:%d: %s\n", __LINE__, why);                                                          \
+        abort();                                                                                                      \
+    } while (0)
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define POLICY                                                                                                        \
@@ -80,7 +89,7 @@ static void write_file(const char *dir, const char *name, const char *text)
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     FILE *f = fopen(path, "w");
     if (f == NULL || fwrite(text, 1, strlen(text), f) != strlen(text) || fclose(f) != 0)
-        abort();
+        FAIL("cannot write the configuration");
 }
 
 static void remove_dir(void)
@@ -105,7 +114,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     const char *base = getenv("TMPDIR");
     snprintf(g.dir, sizeof(g.dir), "%s/tg-fuzz-e2e-XXXXXX", base && *base ? base : "/tmp");
     if (mkdtemp(g.dir) == NULL)
-        abort();
+        FAIL("mkdtemp failed");
     write_file(g.dir, "policy.json", POLICY);
     char conf[4096];
     snprintf(conf, sizeof(conf), CONF, g.dir, g.dir);
@@ -117,7 +126,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     g.conf = tg_conf_load(path, &err);
     if (g.conf == NULL) {
         fprintf(stderr, "fuzz_e2e: configuration refused:\n%.*s\n", (int)err.len, err.base);
-        abort();
+        FAIL("the configuration was refused");
     }
     tg_buf_dispose(&err);
     atexit(remove_dir);
@@ -295,22 +304,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     uv_loop_t loop;
     if (uv_loop_init(&loop) != 0)
-        abort();
+        FAIL("uv_loop_init failed");
     struct tg_server *srv = tg_xcalloc(1, sizeof(*srv));
     if (tg_server_init(srv, &loop, g.conf) != 0)
-        abort();
+        FAIL("tg_server_init failed");
     /* main() makes these; the drain closes them. They are never started here. */
     uv_signal_t *sigs[] = {&srv->sigterm, &srv->sigint, &srv->sighup, &srv->sigusr1};
     for (size_t i = 0; i < 4; i++)
         uv_signal_init(&loop, sigs[i]);
     if (tg_server_start(srv) != 0)
-        abort();
+        FAIL("tg_server_start failed");
     int port = (mode & 0x40) ? srv->admin.http.port : srv->listeners[0].http.port;
 
     struct client cl = {.fd = socket(AF_INET, SOCK_STREAM, 0)};
     tg_buf_init(&cl.got);
     if (cl.fd < 0)
-        abort();
+        FAIL("socket failed");
     struct linger lg = {1, 0}; /* a reset at the end: no TIME_WAIT on either side */
     setsockopt(cl.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
     int one = 1;
@@ -318,10 +327,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct sockaddr_in a;
     uv_ip4_addr("127.0.0.1", port, &a);
     if (connect(cl.fd, (const struct sockaddr *)&a, sizeof(a)) != 0)
-        abort();
+        FAIL("connect failed");
     for (int i = 0; srv->metrics.conns_accepted == 0; i++) {
         if (i == 100000)
-            abort();
+            FAIL("the server did not accept the connection");
         uv_run(&loop, UV_RUN_NOWAIT);
     }
 
@@ -340,9 +349,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uv_run(&loop, UV_RUN_DEFAULT);
     tg_server_dispose(srv);
     if (srv->metrics.output_buffered != 0)
-        abort();
+        FAIL("output accounting did not return to zero");
     free(srv);
     if (uv_loop_close(&loop) != 0)
-        abort(); /* a handle outlived the drain */
+        FAIL("a handle outlived the drain");
     return 0;
 }
