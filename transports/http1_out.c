@@ -281,7 +281,8 @@ void tg_http_respond(struct tg_conn *c, int status, const char *extra, const cha
     tg_buf_append(&b, "Content-Length: ", 16);
     tg_buf_append_u64(&b, len);
     tg_buf_append(&b, "\r\n\r\n", 4);
-    tg_buf_append(&b, body, len);
+    if (c->req.method != HTTP_HEAD) /* a HEAD answer has the length of the body, not the body */
+        tg_buf_append(&b, body, len);
     tg__http_send_owned(c, &b);
     tg__http_finish_request(c);
 }

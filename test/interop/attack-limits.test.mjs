@@ -95,6 +95,22 @@ describe('limits.max_connections: a clean 503, then service again', () => {
     }, { what: 'a new client served once one left' });
     b.sock.destroy();
   });
+
+  test('HEAD is answered without a body, so a request pipelined after it is read right (fuzz_e2e found the body sent)', async () => {
+    const gw = await ctx.gateway('head', { upstreams: [{ name: 'h', url: hostile.url('/mcp'), initialize: 'local' }] });
+    const s = await A.rawSocket(gw.plainPort);
+    s.sock.write('HEAD /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n');
+    await H.waitUntil(() => s.closed, { what: 'both answers and the close' });
+    const text = s.text();
+    const heads = text.split(/(?=HTTP\/1\.1 )/);
+    assert.equal(heads.length, 2, text);
+    assert.match(heads[0], /^HTTP\/1\.1 200 /, text);
+    const len = Number(/\r\ncontent-length: *(\d+)/i.exec(heads[0])?.[1]);
+    assert.ok(len > 0, 'HEAD tells the length of the body it does not send');
+    assert.ok(heads[0].endsWith('\r\n\r\n'), `no body after the HEAD answer's head: ${JSON.stringify(heads[0])}`);
+    assert.match(heads[1], /^HTTP\/1\.1 200 /, text);
+    assert.equal(Buffer.byteLength(heads[1].split('\r\n\r\n')[1]), len, 'the GET carries the body HEAD measured');
+  });
 });
 
 describe('3. file descriptors: EMFILE on upstream connect and on accept; RLIMIT_NOFILE vs limits.max_connections', () => {
