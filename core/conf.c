@@ -40,6 +40,11 @@ void tg__conf_errf(struct loader *ld, const config_setting_t *s, const char *dir
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    /* One error, one line: a value quoted from the file may hold a newline or control bytes
+     * (fuzz_conf), shown as '?' so that every line still starts with FILE:LINE:. */
+    for (char *q = msg; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            *q = '?';
     const char *file = s ? config_setting_source_file(s) : NULL;
     int line = s ? config_setting_source_line(s) : 0;
     tg_buf_appendf(ld->err, "%s:%d: %s: %s\n", file ? file : ld->path, line, directive, msg);

@@ -138,6 +138,8 @@ int tg_sse_feed(struct tg_sse_parser *p, const char *b, size_t n, tg_sse_event_c
             if (r == TG_SSE_STOPPED)
                 return r;
             p->line.len = 0;
+        } else if (k - i > p->max_event + 1024) {
+            return TG_ELIMIT; /* the same cap as a line that came in pieces (fuzz_upstream) */
         } else {
             r = process_line(p, start, k - i, cb, ud);
         }

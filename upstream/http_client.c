@@ -108,6 +108,8 @@ static int on_headers_complete(llhttp_t *p)
     if (r == NULL)
         return -1;
     r->status = p->status_code;
+    if (r->status == 101)
+        return -1; /* no upgrade was asked for: a malformed answer (its bytes are no body) */
     if (r->status >= 100 && r->status < 200)
         return 0; /* interim response: llhttp goes on to the final one */
     r->cbs->on_head(r, r->status, r->ud);
