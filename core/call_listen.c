@@ -133,15 +133,6 @@ static void fan_message(struct tg_sink *sk, struct tg_call *gk, const char *p, s
     free(want);
 }
 
-static void fan_answer(struct tg_sink *sk, struct tg_call *k, int st, const char *x, const char *p, size_t n)
-{
-    (void)sk, (void)k, (void)st, (void)x, (void)p, (void)n;
-}
-static void fan_nop(struct tg_sink *sk, struct tg_call *k) { (void)sk, (void)k; }
-static void fan_poll(struct tg_sink *sk, struct tg_call *k, long ms) { (void)sk, (void)k, (void)ms; }
-static int fan_high(const struct tg_sink *sk) { (void)sk; return 0; }
-static int fan_listening(const struct tg_sink *sk) { (void)sk; return 1; }
-
 static void fan_release(struct tg_sink *sk, struct tg_call *k)
 {
     (void)k;
@@ -152,15 +143,15 @@ static void fan_release(struct tg_sink *sk, struct tg_call *k)
 
 static const struct tg_sink_ops fan_ops = {
     .message = fan_message,
-    .answer = fan_answer,
-    .bare = fan_answer,
-    .stream = fan_nop,
-    .end = fan_nop,
-    .poll = fan_poll,
-    .high = fan_high,
-    .listening = fan_listening,
+    .answer = nop_answer,
+    .bare = nop_answer,
+    .stream = nop_call,
+    .end = nop_call,
+    .poll = nop_poll,
+    .high = nop_high,
+    .listening = nop_listening,
     .close = NULL,
-    .bind = fan_nop,
+    .bind = nop_call,
     .release = fan_release,
 };
 

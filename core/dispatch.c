@@ -19,9 +19,8 @@
 
 /* ---- answers made here, before any call ----------------------------------------------- */
 
-/* Answer with a JSON-RPC error and let the sink go (no call took it). */
-static void refuse(struct tg_sink *sk, int status, const char *id, size_t idn, int code, const char *msg,
-                   const char *data)
+void tg_dispatch_refuse(struct tg_sink *sk, int status, const char *id, size_t idn, int code, const char *msg,
+                        const char *data)
 {
     struct tg_buf b;
     tg_buf_init(&b);
@@ -96,7 +95,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         struct tg_call *o = tg_container_of(l, struct tg_call, slink);
         if (o->kind == KIND_REQUEST && o->id_key && strcmp(o->id_key, key) == 0) {
             free(key);
-            refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
+            tg_dispatch_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
                       "Invalid Request: a request with this id is already in flight in this session", NULL);
             return;
         }
@@ -104,7 +103,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     if (s->inflight >= (unsigned)lim->inflight_per_session) {
         free(key);
         srv->metrics.limit_inflight++;
-        refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
+        tg_dispatch_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
                   "Too many calls in flight for this session (limits.inflight_per_session)", NULL);
         return;
     }
@@ -117,7 +116,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         if (n >= (unsigned)lim->listens_per_grant) {
             free(key);
             srv->metrics.limit_inflight++;
-            refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
+            tg_dispatch_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
                    "Too many subscriptions/listen streams for this grant (limits.listens_per_grant)", NULL);
             return;
         }
@@ -140,7 +139,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             char esc[96];
             tg_log(TG_LOG_INFO, "2026-07-28 retry refused", "grant=%s upstream=%s method=%s why=%s", g->name,
                    x->uc->name, m->method, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why)));
-            refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, why, NULL);
+            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, why, NULL);
             return;
         }
     }
@@ -153,7 +152,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         if (!cJSON_IsObject(params) || !cJSON_IsString(name) || (a != NULL && !cJSON_IsObject(a))) {
             free(key);
             free(mc);
-            refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
                       "tools/call needs params.name (a string) and optional params.arguments (an object)", NULL);
             return;
         }
@@ -171,7 +170,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         if (!cJSON_IsString(what)) {
             free(key);
             free(mc);
-            refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
                       res ? "resources/read needs params.uri (a string)" : "prompts/get needs params.name (a string)",
                       NULL);
             return;
@@ -334,7 +333,7 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     }
     if (m->kind == TG_MSG_RESPONSE && !tg_mcp_take_server_request(s, m->id_raw, m->id_len)) {
         /* Only answers to requests the server actually sent go up; anything else is a forgery. */
-        refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_dispatch_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
                "Invalid Request: no server request with this id is waiting for an answer", NULL);
         return;
     }
@@ -392,7 +391,7 @@ static void refuse_nonstandard(struct tg_exchange *x, struct tg_sink *sk, struct
     tg_buf_append(&d, "", 1);
     char msg[200];
     snprintf(msg, sizeof(msg), "%s is refused by the gateway: not a standard MCP method", m->method);
-    refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, msg, d.base);
+    tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, msg, d.base);
     tg_buf_dispose(&d);
 }
 
@@ -459,14 +458,14 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
         /* The session's listen upstream is made again with the new list of resources. */
         cJSON *uri = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->root, "params"), "uri");
         if (!cJSON_IsString(uri)) {
-            refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, "resources/subscribe needs params.uri (a string)", NULL);
+            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, "resources/subscribe needs params.uri (a string)", NULL);
             return 1;
         }
         struct tg_decision d;
         memset(&d, 0, sizeof(d));
         tg_policy_decide_resource(tg_conf_policy_for(x->srv->conf, x->grant, x->upstream), uri->valuestring, &d);
         if (subscribe && d.verdict != TG_VERDICT_ALLOW) {
-            refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, d.message[0] ? d.message : "resource denied by policy", NULL);
+            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, d.message[0] ? d.message : "resource denied by policy", NULL);
             return 1;
         }
         tg__call_listen_resubscribe(s, uri->valuestring, subscribe);
@@ -478,7 +477,7 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
         cJSON *level = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->root, "params"), "level");
         unsigned l = cJSON_IsString(level) ? tg_mcp_log_level(level->valuestring) : 0;
         if (l == 0) {
-            refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, "logging/setLevel needs a known params.level", NULL);
+            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, "logging/setLevel needs a known params.level", NULL);
             return 1;
         }
         s->log_level = (unsigned char)l;
@@ -515,7 +514,7 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
         srv->metrics.decisions[1]++;
         char msg[200];
         snprintf(msg, sizeof(msg), "Invalid Request: %s is a request and needs an id", m->method);
-        refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST, msg, NULL);
+        tg_dispatch_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST, msg, NULL);
         return;
     }
     int listen = x->era == TG_ERA_2026 && m->kind == TG_MSG_REQUEST && strcmp(m->method, TG_MCP_LISTEN_METHOD) == 0;

@@ -15,6 +15,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "core/mcp/era.h"
+#include "core/sse.h"
 #include "upstream/pool.h"
 #include "upstream/pool_int.h"
 
@@ -28,6 +29,7 @@ struct probe {
     struct tg_upstream *u;
     int step; /* 0: discover, 1: initialize */
     int status;
+    int sse; /* the answer is an event stream */
     struct tg_buf body;
     char session[128];
 };
@@ -42,6 +44,7 @@ static void on_head(struct tg_upreq *r, int status, void *ud)
 {
     struct probe *p = ud;
     p->status = status;
+    p->sse = tg_slice_has_token(tg_upreq_content_type(r), "text/event-stream");
     struct tg_slice sid = tg_upreq_session_id(r);
     if (sid.len > 0 && sid.len < sizeof(p->session) && tg_header_value_safe(sid.ptr, sid.len)) {
         memcpy(p->session, sid.ptr, sid.len);
@@ -57,27 +60,33 @@ static void on_data(struct tg_upreq *r, const char *d, size_t n, void *ud)
         tg_buf_append(&p->body, d, n);
 }
 
-/* The JSON-RPC answer in a probe's response: the body, or on an event stream the first event
- * whose data is an answer (a priming event with empty data, or a notification, comes first
- * on some servers). */
+/* The first event whose data is a JSON-RPC answer (a priming event with empty data, or a
+ * notification, may come first). */
+static int probe_event(void *ud, const struct tg_sse_event *ev)
+{
+    cJSON **out = ud;
+    cJSON *m = cJSON_ParseWithLength(ev->data.ptr, ev->data.len);
+    if (cJSON_GetObjectItemCaseSensitive(m, "result") != NULL || cJSON_GetObjectItemCaseSensitive(m, "error") != NULL) {
+        *out = m;
+        return 1; /* found: stop */
+    }
+    cJSON_Delete(m);
+    return 0;
+}
+
+/* The JSON-RPC answer in a probe's response: the body, or on an event stream (core/sse.c) the
+ * first event that carries one. */
 static cJSON *answer_of(struct probe *p)
 {
     const char *b = p->body.base ? p->body.base : "";
-    size_t n = p->body.len;
-    int sse = 0;
-    for (size_t i = 0; i + 5 <= n; i++) {
-        if ((i != 0 && b[i - 1] != '\n') || strncmp(b + i, "data:", 5) != 0)
-            continue;
-        sse = 1;
-        const char *data = b + i + 5;
-        const char *end = memchr(data, '\n', (size_t)(b + n - data));
-        size_t len = end ? (size_t)(end - data) : (size_t)(b + n - data);
-        cJSON *m = cJSON_ParseWithLength(data, len);
-        if (cJSON_GetObjectItemCaseSensitive(m, "result") != NULL || cJSON_GetObjectItemCaseSensitive(m, "error") != NULL)
-            return m;
-        cJSON_Delete(m);
-    }
-    return sse ? NULL : cJSON_ParseWithLength(b, n);
+    if (!p->sse)
+        return cJSON_ParseWithLength(b, p->body.len);
+    struct tg_sse_parser sp;
+    tg_sse_init(&sp, PROBE_BODY_MAX);
+    cJSON *m = NULL;
+    tg_sse_feed(&sp, b, p->body.len, probe_event, &m);
+    tg_sse_dispose(&sp);
+    return m;
 }
 
 static int lists_modern(const cJSON *res)

@@ -210,15 +210,6 @@ static void boot_start(struct tg_server *srv, struct tg_bridge *b)
 
 /* ---- waiters ----------------------------------------------------------------------------- */
 
-static void refuse(struct tg_sink *sk, int status, const char *id, size_t idn, int code, const char *msg)
-{
-    struct tg_buf e;
-    tg_buf_init(&e);
-    tg_rpc_error(&e, id, idn, code, msg, NULL);
-    sk->ops->answer(sk, NULL, status, NULL, e.base, e.len);
-    tg_buf_dispose(&e);
-    sk->ops->release(sk, NULL);
-}
 
 /* server/discover, answered by the gateway: the versions it serves for this upstream, and what
  * the upstream's initialize declared (or, for a local initialize, the gateway's own). */
@@ -291,7 +282,7 @@ static void fail_waiters(struct tg_bridge *b, const char *why)
     while (!tg_list_empty(&b->waiters)) {
         struct waiter *w = tg_container_of(b->waiters.next, struct waiter, link);
         b->nwait--;
-        refuse(w->sk, 200, w->m.id_raw, w->m.id_len, TG_RPC_UPSTREAM, msg);
+        tg_dispatch_refuse(w->sk, 200, w->m.id_raw, w->m.id_len, TG_RPC_UPSTREAM, msg, NULL);
         waiter_free(w);
     }
 }
@@ -373,8 +364,8 @@ void tg_bridge_dispatch(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg
     }
     if (b->nwait + s->inflight >= (unsigned)srv->conf->limits.inflight_per_session) {
         srv->metrics.limit_inflight++;
-        refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
-               "Too many calls in flight for this grant (limits.inflight_per_session)");
+        tg_dispatch_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
+                           "Too many calls in flight for this grant (limits.inflight_per_session)", NULL);
         return;
     }
     struct waiter *w = tg_xcalloc(1, sizeof(*w));
