@@ -117,6 +117,12 @@ struct tg_upstream_conf {
     int port;
     char *path;      /* request target, e.g. "/mcp" */
     char *authority; /* Host header value */
+    int tls;         /* https:// */
+    char *tls_ca, *tls_cert, *tls_key, *tls_server_name; /* tls = { … } (NULL: not set) */
+    int tls_verify;
+    struct tg_tls_client_ctx *tls_ctx; /* https://: made at load, freed with the conf */
+    int backoff_ms;     /* after 3 failures to reach it, no attempt for this long, doubling */
+    int backoff_max_ms;
     int is_default;
     int init_local;
     int protocol;    /* TG_PROTOCOL_AUTO (probe once), TG_PROTOCOL_2025 or TG_PROTOCOL_2026 */
@@ -141,6 +147,7 @@ struct tg_upstream_conf {
 };
 
 struct tg_jwks;
+struct tg_tls_client_ctx;
 
 /* A JWT issuer whose tokens name a grant in grant_claim. Owner: the conf (jwt[]); freed by
  * tg_conf_unref (jwks with tg_jwks_free). */

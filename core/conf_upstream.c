@@ -8,12 +8,15 @@
 
 #include "core/conf_int.h"
 #include "policy/policy.h"
+#include "transports/tls.h"
 
 #define UPS(f) offsetof(struct tg_upstream_conf, f)
 static const struct int_directive upstream_directives[] = {
     {"connect_timeout_ms", UPS(connect_timeout_ms), 10, 600000, 3000, "TCP connect"},
     {"call_timeout_ms", UPS(call_timeout_ms), 10, 86400000, 60000, "one upstream call"},
     {"max_children", UPS(max_children), 1, 100000, 256, "stdio: live child processes at most"},
+    {"backoff_ms", UPS(backoff_ms), 0, 600000, 500, "first pause after 3 failures to reach it (0: none)"},
+    {"backoff_max_ms", UPS(backoff_max_ms), 1, 3600000, 30000, "longest pause"},
     {NULL, 0, 0, 0, 0, NULL},
 };
 static const struct int_directive pool_directives[] = {
@@ -24,16 +27,19 @@ static const struct int_directive pool_directives[] = {
     {NULL, 0, 0, 0, 0, NULL},
 };
 
-/* http://host[:port]/path — only plain HTTP for now. */
+/* http://host[:port]/path or https://host[:port]/path. */
 static int parse_url(struct tg_upstream_conf *u, const char **why)
 {
     const char *p = u->url;
-    if (strncmp(p, "http://", 7) != 0) {
-        *why = strncmp(p, "https://", 8) == 0 ? "https upstreams are not supported yet; use http:// on a trusted link"
-                                               : "must start with http://";
+    if (strncmp(p, "https://", 8) == 0) {
+        u->tls = 1;
+        p += 8;
+    } else if (strncmp(p, "http://", 7) == 0) {
+        p += 7;
+    } else {
+        *why = "must start with http:// or https://";
         return -1;
     }
-    p += 7;
     const char *slash = strchr(p, '/');
     const char *hend = slash ? slash : p + strlen(p);
     if (hend == p) {
@@ -65,7 +71,7 @@ static int parse_url(struct tg_upstream_conf *u, const char **why)
             he = hend;
     }
     u->host = tg_slice_dup(tg_slice_of(hs, (size_t)(he - hs)));
-    u->port = 80;
+    u->port = u->tls ? 443 : 80;
     if (portp) {
         long v = 0;
         if (portp >= hend) {
@@ -123,6 +129,56 @@ static int valid_header_name(const char *n)
         if (strcasecmp(n, owned[i]) == 0)
             return 0;
     return 1;
+}
+
+/* https:// upstreams: tls = { ca; cert; key; server_name; verify; }. The CA chain and the client
+ * certificate are read here, at load (off the loop on reload), into u->tls_ctx. */
+static void load_tls(struct loader *ld, struct tg_conf *c, const config_setting_t *g, struct tg_upstream_conf *u,
+                     const char *ctx)
+{
+    const config_setting_t *t = config_setting_get_member(g, "tls");
+    char tctx[96];
+    snprintf(tctx, sizeof(tctx), "%s.tls", ctx);
+    if (t != NULL && !u->tls) {
+        tg__conf_errf(ld, t, tctx, "is for https:// upstreams");
+        return;
+    }
+    if (!u->tls)
+        return;
+    if (t != NULL && !config_setting_is_group(t)) {
+        tg__conf_errf(ld, t, tctx, "must be a group { ca = …; cert = …; key = …; server_name = …; verify = …; }");
+        return;
+    }
+    static const char *const known[] = {"ca", "cert", "key", "server_name", "verify", NULL};
+    if (t != NULL)
+        tg__conf_check_members(ld, t, known, tctx);
+    u->tls_ca = t ? tg__conf_get_str(ld, t, "ca", NULL, 0, tctx) : NULL;
+    u->tls_cert = t ? tg__conf_get_str(ld, t, "cert", NULL, 0, tctx) : NULL;
+    u->tls_key = t ? tg__conf_get_str(ld, t, "key", NULL, 0, tctx) : NULL;
+    u->tls_server_name = t ? tg__conf_get_str(ld, t, "server_name", NULL, 0, tctx) : NULL;
+    u->tls_verify = t ? tg__conf_get_bool(ld, t, "verify", 1, tctx) : 1;
+    if ((u->tls_cert == NULL) != (u->tls_key == NULL)) {
+        tg__conf_errf(ld, t, tctx, "cert and key go together (a client certificate for mTLS upstreams)");
+        return;
+    }
+    if (u->tls_server_name != NULL && (u->tls_server_name[0] == '\0' || strlen(u->tls_server_name) > 253 ||
+                                       strpbrk(u->tls_server_name, " /:@[]") != NULL)) {
+        tg__conf_errf(ld, config_setting_get_member(t, "server_name"), "server_name", "\"%s\" is not a host name",
+                      u->tls_server_name);
+        return;
+    }
+    if (!u->tls_verify) {
+        tg_buf_appendf(&c->warnings,
+                       "%s:%d: %s.verify: false: the upstream's certificate is not checked, so anyone on the path can "
+                       "read and change its calls\n",
+                       ld->path, config_setting_source_line(config_setting_get_member(t, "verify")), tctx);
+        if (u->tls_ca != NULL)
+            tg__conf_errf(ld, config_setting_get_member(t, "ca"), "ca", "has no use with verify = false");
+    }
+    struct tg_tls_client_opts o = {u->tls_ca, u->tls_cert, u->tls_key, u->tls_verify};
+    char err[256];
+    if (tg_tls_client_ctx_new(&o, &u->tls_ctx, err, sizeof(err)) != 0)
+        tg__conf_errf(ld, t, tctx, "%s", err);
 }
 
 extern char **environ;
@@ -221,7 +277,8 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
         }
         static const char *const known[] = {"name", "url", "default", "headers", "initialize", "protocol", "connect_timeout_ms",
                                             "call_timeout_ms", "pool", "policy", "deny_server_requests",
-                                            "transport", "command", "env", "cwd", "warm", "max_children", NULL};
+                                            "transport", "command", "env", "cwd", "warm", "max_children", "tls",
+                                            "backoff_ms", "backoff_max_ms", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         u->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         if (u->name && !valid_upstream_name(u->name))
@@ -237,11 +294,15 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
         const config_setting_t *cmd = config_setting_get_member(g, "command");
         if (cmd != NULL) {
             load_command(ld, g, cmd, u, ctx);
+            if (config_setting_get_member(g, "tls") != NULL)
+                tg__conf_errf(ld, config_setting_get_member(g, "tls"), "tls", "is for https:// upstreams");
         } else {
             u->url = tg__conf_get_str(ld, g, "url", NULL, 1, ctx);
             const char *why = NULL;
             if (u->url && parse_url(u, &why) != 0)
                 tg__conf_errf(ld, config_setting_get_member(g, "url"), "url", "\"%s\" %s", u->url, why);
+            else if (u->url)
+                load_tls(ld, c, g, u, ctx);
             char *tr = tg__conf_get_str(ld, g, "transport", "streamable", 0, ctx);
             if (tr && strcmp(tr, "sse") == 0)
                 u->transport = TG_UP_SSE;
@@ -366,6 +427,11 @@ void tg__conf_upstreams_free(struct tg_conf *c)
         free(u->host);
         free(u->path);
         free(u->authority);
+        free(u->tls_ca);
+        free(u->tls_cert);
+        free(u->tls_key);
+        free(u->tls_server_name);
+        tg_tls_client_ctx_free(u->tls_ctx);
         for (size_t k = 0; k < u->nheaders; k++) {
             free(u->headers[k].name);
             free(u->headers[k].value);

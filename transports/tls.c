@@ -1,11 +1,13 @@
 #include "transports/tls.h"
 
+#include <mbedtls/asn1.h>
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/entropy.h>
 #include <mbedtls/error.h>
 #include <mbedtls/pk.h>
 #include <mbedtls/ssl.h>
 #include <mbedtls/x509_crt.h>
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +30,23 @@ struct tg_tls {
     size_t in_len;
     struct tg_buf *out;
     int established;
-    char err[96];
+    int client;
+    unsigned char ip[16]; /* client to an IP literal: the address its certificate must name */
+    size_t ip_len;
+    char err[192];
+};
+
+/* An https:// upstream's TLS client side: the CA chain its certificate must chain to, our
+ * certificate and key for mTLS upstreams, the config, the DRBG. Owner: the upstream's conf
+ * (tg_upstream_conf.tls), made by tg_tls_client_ctx_new() at load and freed with the conf. */
+struct tg_tls_client_ctx {
+    mbedtls_ssl_config conf;
+    mbedtls_x509_crt ca;
+    mbedtls_x509_crt cert;
+    mbedtls_pk_context key;
+    mbedtls_entropy_context entropy;
+    mbedtls_ctr_drbg_context drbg;
+    int verify;
 };
 
 /* TLS 1.2, ECDHE key exchange, AEAD ciphers only. */
@@ -103,6 +121,90 @@ void tg_tls_ctx_free(struct tg_tls_ctx *c)
     free(c);
 }
 
+int tg_tls_client_ctx_new(const struct tg_tls_client_opts *o, struct tg_tls_client_ctx **out, char *err,
+                          size_t errsz)
+{
+    struct tg_tls_client_ctx *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return TG_ENOMEM;
+    mbedtls_ssl_config_init(&c->conf);
+    mbedtls_x509_crt_init(&c->ca);
+    mbedtls_x509_crt_init(&c->cert);
+    mbedtls_pk_init(&c->key);
+    mbedtls_entropy_init(&c->entropy);
+    mbedtls_ctr_drbg_init(&c->drbg);
+    c->verify = o->verify;
+    int r;
+    char ebuf[128];
+    const char *what = "";
+    if ((r = mbedtls_ctr_drbg_seed(&c->drbg, mbedtls_entropy_func, &c->entropy, (const unsigned char *)"tollgate-up",
+                                   11)) != 0) {
+        what = "seeding the random generator";
+        goto fail;
+    }
+    const char *ca = o->ca_file ? o->ca_file : TG_TLS_SYSTEM_CA;
+    if (c->verify) {
+        /* A bundle may hold certificates mbedtls cannot parse (r > 0 counts them); at least one must load. */
+        r = mbedtls_x509_crt_parse_file(&c->ca, ca);
+        if (r < 0 || c->ca.version == 0) {
+            what = ca;
+            if (r >= 0)
+                r = MBEDTLS_ERR_X509_INVALID_FORMAT;
+            goto fail;
+        }
+    }
+    if (o->cert_file != NULL) {
+        if ((r = mbedtls_x509_crt_parse_file(&c->cert, o->cert_file)) != 0) {
+            what = o->cert_file;
+            goto fail;
+        }
+        if ((r = mbedtls_pk_parse_keyfile(&c->key, o->key_file, NULL)) != 0) {
+            what = o->key_file;
+            goto fail;
+        }
+    }
+    if ((r = mbedtls_ssl_config_defaults(&c->conf, MBEDTLS_SSL_IS_CLIENT, MBEDTLS_SSL_TRANSPORT_STREAM,
+                                         MBEDTLS_SSL_PRESET_DEFAULT)) != 0) {
+        what = "TLS defaults";
+        goto fail;
+    }
+    mbedtls_ssl_conf_rng(&c->conf, mbedtls_ctr_drbg_random, &c->drbg);
+    mbedtls_ssl_conf_min_version(&c->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
+    mbedtls_ssl_conf_max_version(&c->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
+    mbedtls_ssl_conf_ciphersuites(&c->conf, suites);
+    mbedtls_ssl_conf_renegotiation(&c->conf, MBEDTLS_SSL_RENEGOTIATION_DISABLED);
+    if (c->verify) {
+        mbedtls_ssl_conf_authmode(&c->conf, MBEDTLS_SSL_VERIFY_REQUIRED);
+        mbedtls_ssl_conf_ca_chain(&c->conf, &c->ca, NULL);
+    } else {
+        mbedtls_ssl_conf_authmode(&c->conf, MBEDTLS_SSL_VERIFY_NONE);
+    }
+    if (o->cert_file != NULL && (r = mbedtls_ssl_conf_own_cert(&c->conf, &c->cert, &c->key)) != 0) {
+        what = "client certificate and key do not match";
+        goto fail;
+    }
+    *out = c;
+    return 0;
+fail:
+    mbedtls_strerror(r, ebuf, sizeof(ebuf));
+    snprintf(err, errsz, "%s: %s", what, ebuf);
+    tg_tls_client_ctx_free(c);
+    return TG_EINVAL;
+}
+
+void tg_tls_client_ctx_free(struct tg_tls_client_ctx *c)
+{
+    if (c == NULL)
+        return;
+    mbedtls_ssl_config_free(&c->conf);
+    mbedtls_x509_crt_free(&c->ca);
+    mbedtls_x509_crt_free(&c->cert);
+    mbedtls_pk_free(&c->key);
+    mbedtls_ctr_drbg_free(&c->drbg);
+    mbedtls_entropy_free(&c->entropy);
+    free(c);
+}
+
 static int bio_send(void *ctx, const unsigned char *buf, size_t len)
 {
     struct tg_tls *t = ctx;
@@ -139,6 +241,46 @@ struct tg_tls *tg_tls_new(struct tg_tls_ctx *ctx)
     return t;
 }
 
+/* mbedtls 2.28 checks a name only against DNS entries and the CN, and would put an IP literal in
+ * SNI: for an address, the leaf certificate must list it as an iPAddress subjectAltName. */
+static int verify_ip(void *ud, mbedtls_x509_crt *crt, int depth, uint32_t *flags)
+{
+    struct tg_tls *t = ud;
+    if (depth != 0)
+        return 0;
+    for (const mbedtls_x509_sequence *s = &crt->subject_alt_names; s != NULL && s->buf.p != NULL; s = s->next)
+        if (s->buf.tag == (MBEDTLS_ASN1_CONTEXT_SPECIFIC | 7) && s->buf.len == t->ip_len &&
+            memcmp(s->buf.p, t->ip, t->ip_len) == 0)
+            return 0;
+    *flags |= MBEDTLS_X509_BADCERT_CN_MISMATCH;
+    return 0;
+}
+
+struct tg_tls *tg_tls_client_new(struct tg_tls_client_ctx *ctx, const char *server_name)
+{
+    struct tg_tls *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return NULL;
+    t->client = 1;
+    mbedtls_ssl_init(&t->ssl);
+    int r = mbedtls_ssl_setup(&t->ssl, &ctx->conf);
+    if (r == 0 && inet_pton(AF_INET, server_name, t->ip) == 1)
+        t->ip_len = 4;
+    else if (r == 0 && inet_pton(AF_INET6, server_name, t->ip) == 1)
+        t->ip_len = 16;
+    if (t->ip_len != 0)
+        mbedtls_ssl_set_verify(&t->ssl, verify_ip, t); /* no SNI for an address (RFC 6066 3) */
+    else if (r == 0)
+        r = mbedtls_ssl_set_hostname(&t->ssl, server_name); /* both the SNI sent and the name checked */
+    if (r != 0) {
+        mbedtls_ssl_free(&t->ssl);
+        free(t);
+        return NULL;
+    }
+    mbedtls_ssl_set_bio(&t->ssl, t, bio_send, bio_recv, NULL);
+    return t;
+}
+
 void tg_tls_free(struct tg_tls *t)
 {
     if (t == NULL)
@@ -149,6 +291,16 @@ void tg_tls_free(struct tg_tls *t)
 
 static int set_err(struct tg_tls *t, int r)
 {
+    if (r == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED) {
+        /* Say why: "expired", "CN mismatch", "not trusted" ..., one line. */
+        char info[160];
+        int n = mbedtls_x509_crt_verify_info(info, sizeof(info), "", mbedtls_ssl_get_verify_result(&t->ssl));
+        for (int i = 0; i < n && info[i]; i++)
+            if (info[i] == '\n')
+                info[i] = i + 1 < n && info[i + 1] ? ';' : '\0';
+        snprintf(t->err, sizeof(t->err), "certificate verification failed: %s", n > 0 ? info : "unknown reason");
+        return TG_EINVAL;
+    }
     mbedtls_strerror(r, t->err, sizeof(t->err));
     return TG_EINVAL;
 }

@@ -14,11 +14,29 @@
 
 struct tg_tls_ctx; /* one per TLS listener: certificate, key, config, DRBG. Owner: the listener. */
 struct tg_tls;     /* one per connection. Owner: the connection. */
+struct tg_tls_client_ctx; /* one per https:// upstream: CA chain, client certificate. Owner: its conf. */
+
+/* The system bundle used when an https:// upstream names no tls.ca. */
+#define TG_TLS_SYSTEM_CA "/etc/ssl/certs/ca-certificates.crt"
+
+struct tg_tls_client_opts {
+    const char *ca_file;   /* NULL: TG_TLS_SYSTEM_CA */
+    const char *cert_file; /* NULL: no client certificate; else key_file too */
+    const char *key_file;
+    int verify;            /* 0: no certificate check at all (tls.verify = false) */
+};
 
 int tg_tls_ctx_new(const char *cert_file, const char *key_file, struct tg_tls_ctx **out, char *err, size_t errsz);
 void tg_tls_ctx_free(struct tg_tls_ctx *ctx);
 
+int tg_tls_client_ctx_new(const struct tg_tls_client_opts *o, struct tg_tls_client_ctx **out, char *err,
+                          size_t errsz);
+void tg_tls_client_ctx_free(struct tg_tls_client_ctx *ctx);
+
 struct tg_tls *tg_tls_new(struct tg_tls_ctx *ctx);
+/* A client connection that sends server_name as SNI and checks the certificate names it. Its
+ * first tg_tls_feed(t, NULL, 0, ...) writes the ClientHello to out. */
+struct tg_tls *tg_tls_client_new(struct tg_tls_client_ctx *ctx, const char *server_name);
 void tg_tls_free(struct tg_tls *t);
 
 /* Feed ciphertext. Appends decrypted application data to `plain` (up to plain_ceiling total,

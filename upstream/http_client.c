@@ -155,6 +155,37 @@ static void on_write_done(uv_write_t *req, int status)
     (void)status; /* a failed write shows up as a read error or EOF on the same connection */
 }
 
+/* Bytes to the socket: what uv_try_write() takes now (no request object, no extra epoll_ctl), the
+ * rest copied and queued behind it. Returns 0 or a libuv error. */
+static int conn_write(struct tg_upconn *c, const char *p, size_t len)
+{
+    size_t off = 0;
+    uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
+    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (n > 0)
+        off = (size_t)n;
+    if (off < len && (n >= 0 || n == UV_EAGAIN)) {
+        struct upwrite *w = tg_xmalloc(sizeof(*w));
+        w->base = tg_xmalloc(len - off);
+        memcpy(w->base, p + off, len - off);
+        b = uv_buf_init(w->base, (unsigned)(len - off));
+        n = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write_done);
+        if (n != 0) {
+            free(w->base);
+            free(w);
+        }
+    }
+    return n < 0 && n != UV_EAGAIN ? n : 0;
+}
+
+/* Records the TLS layer produced (handshake, alerts, application data), to the socket. */
+static int conn_write_records(struct tg_upconn *c, struct tg_buf *out)
+{
+    int n = out->len ? conn_write(c, out->base, out->len) : 0;
+    tg_buf_dispose(out);
+    return n;
+}
+
 void tg__upconn_send(struct tg_upconn *c)
 {
     struct tg_upreq *r = c->req;
@@ -163,24 +194,18 @@ void tg__upconn_send(struct tg_upconn *c)
     c->hname_len = 0;
     llhttp_init(&c->parser, HTTP_RESPONSE, &resp_settings);
     c->parser.data = c;
-    /* Try a direct write first (no request object, no extra epoll_ctl); queue what is left. */
-    size_t off = 0;
-    uv_buf_t b = uv_buf_init(r->out.base, (unsigned)r->out.len);
-    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-    if (n > 0)
-        off = (size_t)n;
-    if (off < r->out.len && (n >= 0 || n == UV_EAGAIN)) {
-        struct upwrite *w = tg_xmalloc(sizeof(*w));
-        w->base = tg_xmalloc(r->out.len - off);
-        memcpy(w->base, r->out.base + off, r->out.len - off);
-        b = uv_buf_init(w->base, (unsigned)(r->out.len - off));
-        n = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write_done);
-        if (n != 0) {
-            free(w->base);
-            free(w);
-        }
+    int n;
+    if (c->tls != NULL) {
+        struct tg_buf enc;
+        tg_buf_init(&enc);
+        n = tg_tls_write(c->tls, r->out.base, r->out.len, &enc) == 0 ? 0 : UV_EPROTO;
+        int w = conn_write_records(c, &enc);
+        if (n == 0)
+            n = w;
+    } else {
+        n = conn_write(c, r->out.base, r->out.len);
     }
-    if (n < 0 && n != UV_EAGAIN) {
+    if (n < 0) {
         c->req = NULL;
         r->conn = NULL;
         tg__upconn_close(c);
@@ -198,6 +223,8 @@ static void on_conn_closed(uv_handle_t *h)
     if (--c->handles > 0)
         return;
     struct tg_upstream *u = c->up;
+    tg_tls_free(c->tls);
+    tg_buf_dispose(&c->plain);
     free(c);
     u->open_conns--;
     tg__upstream_maybe_free(u);
@@ -236,13 +263,11 @@ static void on_conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(c->up->scratch, sizeof(c->up->scratch));
 }
 
-static void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+/* What the connection read (plaintext), or its end (nread < 0). */
+static void conn_bytes(struct tg_upconn *c, ssize_t nread, const uv_buf_t *buf)
 {
-    struct tg_upconn *c = s->data;
     struct tg_upstream *u = c->up;
     struct tg_upreq *r = c->req;
-    if (nread == 0)
-        return;
     if (c->state == UC_IDLE) {
         /* Bytes or EOF on an idle connection: the server closed it or misbehaves. */
         tg__upconn_close(c);
@@ -311,6 +336,69 @@ static void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
+static void connection_ready(struct tg_upconn *c);
+static void connect_failed(struct tg_upconn *c, int err, int later);
+
+static void tls_failed(struct tg_upconn *c, const char *why)
+{
+    char esc[256];
+    tg_log(TG_LOG_WARN, "upstream TLS handshake failed", "upstream=%s host=%s reason=%s", c->up->uc->name,
+           c->up->uc->tls_server_name ? c->up->uc->tls_server_name : c->up->uc->host,
+           tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why)));
+    c->up->last_connect_failed = 1;
+    connect_failed(c, TG_EINVAL, 0); /* nothing of the request was sent */
+}
+
+static void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct tg_upconn *c = s->data;
+    if (nread == 0)
+        return;
+    if (c->tls == NULL) {
+        conn_bytes(c, nread, buf);
+        return;
+    }
+    if (nread < 0) {
+        if (c->state == UC_HANDSHAKE)
+            tls_failed(c, "the upstream closed the connection");
+        else
+            conn_bytes(c, nread, buf);
+        return;
+    }
+    int was_up = tg_tls_established(c->tls);
+    struct tg_buf out;
+    tg_buf_init(&out);
+    c->plain.len = 0;
+    int rc = tg_tls_feed(c->tls, buf->base, (size_t)nread, &c->plain, sizeof(c->up->scratch) * 2, &out);
+    if (conn_write_records(c, &out) != 0 && rc == 0)
+        rc = TG_ECLOSED;
+    if (rc == TG_EINVAL || rc == TG_ELIMIT) {
+        if (!was_up && !tg_tls_established(c->tls)) {
+            tls_failed(c, tg_tls_last_error(c->tls));
+            return;
+        }
+        char esc[256];
+        tg_log(TG_LOG_WARN, "upstream TLS error", "upstream=%s reason=%s", c->up->uc->name,
+               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(tg_tls_last_error(c->tls))));
+        struct tg_upreq *r = c->req;
+        c->req = NULL;
+        if (r != NULL)
+            r->conn = NULL;
+        tg__upconn_close(c);
+        if (r != NULL)
+            tg__upreq_finish(r, TG_EINVAL);
+        return;
+    }
+    if (!was_up && tg_tls_established(c->tls))
+        connection_ready(c);
+    if (c->state != UC_CLOSING && c->plain.len > 0) {
+        uv_buf_t p = uv_buf_init(c->plain.base, (unsigned)c->plain.len);
+        conn_bytes(c, (ssize_t)c->plain.len, &p);
+    }
+    if (c->state != UC_CLOSING && rc == TG_ECLOSED)
+        conn_bytes(c, UV_EOF, NULL);
+}
+
 void tg__upconn_read_start(struct tg_upconn *c)
 {
     uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read);
@@ -334,8 +422,8 @@ static void connect_failed(struct tg_upconn *c, int err, int later)
 static void on_connect_timeout(uv_timer_t *t)
 {
     struct tg_upconn *c = t->data;
-    tg_log(TG_LOG_WARN, "upstream connect timed out", "upstream=%s timeout_ms=%d", c->up->uc->name,
-           c->up->uc->connect_timeout_ms);
+    tg_log(TG_LOG_WARN, c->state == UC_HANDSHAKE ? "upstream TLS handshake timed out" : "upstream connect timed out",
+           "upstream=%s timeout_ms=%d", c->up->uc->name, c->up->uc->connect_timeout_ms);
     c->up->last_connect_failed = 1;
     connect_failed(c, TG_ETIMEDOUT, 0);
 }
@@ -354,12 +442,37 @@ static void on_connected(uv_connect_t *req, int status)
         connect_failed(c, status, 0);
         return;
     }
+    uv_tcp_nodelay(&c->tcp, 1);
+    if (u->uc->tls) {
+        /* The request waits for the handshake: a certificate that fails sends nothing. */
+        c->tls = tg_tls_client_new(u->uc->tls_ctx, u->uc->tls_server_name ? u->uc->tls_server_name : u->uc->host);
+        if (c->tls == NULL) {
+            tls_failed(c, "out of memory");
+            return;
+        }
+        c->state = UC_HANDSHAKE;
+        struct tg_buf out;
+        tg_buf_init(&out);
+        int rc = tg_tls_feed(c->tls, NULL, 0, &c->plain, 0, &out);
+        if (conn_write_records(c, &out) != 0 || rc != 0) {
+            tls_failed(c, rc != 0 ? tg_tls_last_error(c->tls) : "cannot write");
+            return;
+        }
+        uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read);
+        return;
+    }
+    connection_ready(c);
+}
+
+/* Connected (and through the TLS handshake): carry the request, or wait in the pool. */
+static void connection_ready(struct tg_upconn *c)
+{
+    struct tg_upstream *u = c->up;
     if (u->last_connect_failed)
         tg_log(TG_LOG_INFO, "upstream reachable again", "upstream=%s", u->uc->name);
     u->last_connect_failed = 0;
     u->metrics->upstream_connects++;
     uv_timer_stop(&c->timer);
-    uv_tcp_nodelay(&c->tcp, 1);
     struct tg_upreq *r = c->req;
     if (r == NULL) {
         tg__upconn_to_idle(c);

@@ -8,11 +8,13 @@
 #include <uv.h>
 
 #include "core/buf.h"
+#include "transports/tls.h"
 #include "upstream/pool.h"
 
 enum upconn_state {
     UC_RESOLVING,  /* waiting for uv_getaddrinfo; req may be attached */
     UC_CONNECTING, /* uv_tcp_connect in progress; connect timer armed */
+    UC_HANDSHAKE,  /* https://: TCP connected, TLS handshake running; connect timer still armed */
     UC_IDLE,       /* in up->idle; idle timer armed; no req */
     UC_BUSY,       /* req attached; request written, response being read */
     UC_CLOSING,    /* uv_close requested */
@@ -33,6 +35,8 @@ struct tg_upconn {
     int resolving;
     int handles;
     llhttp_t parser;
+    struct tg_tls *tls;   /* https://: the record layer, from TCP connect until the free */
+    struct tg_buf plain;  /* https://: one read's decrypted bytes, on their way to the parser */
     struct tg_upreq *req;
     char hname[32];
     size_t hname_len;

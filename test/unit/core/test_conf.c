@@ -280,6 +280,8 @@ static void url_forms(void **state)
         {"http://[2001:db8::1]:65535/", "2001:db8::1", "/", "[2001:db8::1]:65535", 65535},
         {"http://h:1/", "h", "/", "h:1", 1},
         {"http://${TG_T_SET}:${TG_T_PORT}/p", "val", "/p", "val:4444", 4444},
+        {"https://example.com/mcp", "example.com", "/mcp", "example.com", 443}, /* the system CA bundle */
+        {"https://127.0.0.1:8443/", "127.0.0.1", "/", "127.0.0.1:8443", 8443},
     };
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
         char text[1024];
@@ -291,6 +293,8 @@ static void url_forms(void **state)
         assert_string_equal(u->path, v[i].path);
         assert_string_equal(u->authority, v[i].authority);
         assert_int_equal(u->port, v[i].port);
+        assert_int_equal(u->tls, strncmp(v[i].url, "https:", 6) == 0);
+        assert_int_equal(u->tls_ctx != NULL, u->tls);
         loaded_dispose(&l);
     }
 }
@@ -409,10 +413,23 @@ static void url_junk_after_ipv6_literal(void **state)
 
 static void upstream_errors(void **state)
 {
-    const char *text = LISTEN GRANTS "upstreams = ( { name = \"u1\";\n  url = \"https://127.0.0.1:3333/mcp\"; } );\n";
-    expect_error(text, line_of(text, "https"), "url", "https upstreams are not supported");
-    text = LISTEN GRANTS "upstreams = ( { name = \"u1\";\n  url = \"ftp://x/\"; } );\n";
-    expect_error(text, line_of(text, "ftp"), "url", "must start with http://");
+    const char *text = LISTEN GRANTS "upstreams = ( { name = \"u1\";\n  url = \"ftp://x/\"; } );\n";
+    expect_error(text, line_of(text, "ftp"), "url", "must start with http:// or https://");
+    /* https:// upstreams: tls = { ... } is checked, and its files are read at load. */
+    text = LISTEN GRANTS "upstreams = ( { name = \"u1\"; url = \"http://h/\";\n  tls = { ca = \"/x\"; }; } );\n";
+    expect_error(text, line_of(text, "tls ="), "upstreams.u1.tls", "is for https:// upstreams");
+    text = LISTEN GRANTS "upstreams = ( { name = \"u1\"; command = [ \"cat\" ];\n  tls = { }; } );\n";
+    expect_error(text, line_of(text, "tls ="), "tls", "is for https:// upstreams");
+    text = LISTEN GRANTS "upstreams = ( { name = \"u1\"; url = \"https://h/\";\n  tls = { ca = \"/nonexistent/ca.pem\"; }; } );\n";
+    expect_error(text, line_of(text, "tls ="), "upstreams.u1.tls", "/nonexistent/ca.pem");
+    text = LISTEN GRANTS "upstreams = ( { name = \"u1\"; url = \"https://h/\";\n  tls = { cert = \"/c.pem\"; }; } );\n";
+    expect_error(text, line_of(text, "tls ="), "upstreams.u1.tls", "cert and key go together");
+    text = LISTEN GRANTS "upstreams = ( { name = \"u1\"; url = \"https://h/\";\n  tls = { verify = false; ca = \"/x\"; }; } );\n";
+    expect_error(text, line_of(text, "tls ="), "ca", "has no use with verify = false");
+    text = LISTEN GRANTS "upstreams = ( { name = \"u1\"; url = \"https://h/\";\n  tls = { server_name = \"a b\"; }; } );\n";
+    expect_error(text, line_of(text, "tls ="), "server_name", "is not a host name");
+    text = LISTEN GRANTS "upstreams = ( { name = \"u1\"; url = \"https://h/\";\n  tls = { colour = 1; }; } );\n";
+    expect_error(text, line_of(text, "tls ="), "upstreams.u1.tls.colour", "unknown directive");
     text = LISTEN GRANTS "upstreams = ( { name = \"u1\";\n  url = \"http:///mcp\"; } );\n";
     expect_error(text, line_of(text, "http:///"), "url", "has no host");
     text = LISTEN GRANTS "upstreams = ( { name = \"u1\";\n  url = \"http://h:/mcp\"; } );\n";
