@@ -21,6 +21,7 @@ enum {
     TG_ELIMIT = -4004,   /* a configured limit was exceeded */
     TG_ETIMEDOUT = -4005,
     TG_ECLOSED = -4006,
+    TG_EBACKOFF = -4007, /* an upstream that failed repeatedly is not tried until its backoff ends */
 };
 
 /* A view: a value type that owns nothing; the bytes belong to whoever the slice came from. */

@@ -18,6 +18,7 @@ struct tg_metrics {
     uint64_t sessions_open, sessions_created, sessions_expired;
     uint64_t rpc_requests, rpc_notifications, rpc_responses, rpc_refused_nonstandard;
     uint64_t upstream_calls, upstream_errors, upstream_timeouts, upstream_connects, upstream_queue_timeouts;
+    uint64_t upstream_backoff_refusals; /* requests refused at once while an upstream is backing off */
     uint64_t sse_events_relayed;
     uint64_t decisions[5]; /* allow deny limited approve(parked) refused-by-protocol */
     uint64_t approvals_approved, approvals_rejected, approvals_expired;

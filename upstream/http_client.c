@@ -345,7 +345,7 @@ static void tls_failed(struct tg_upconn *c, const char *why)
     tg_log(TG_LOG_WARN, "upstream TLS handshake failed", "upstream=%s host=%s reason=%s", c->up->uc->name,
            c->up->uc->tls_server_name ? c->up->uc->tls_server_name : c->up->uc->host,
            tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why)));
-    c->up->last_connect_failed = 1;
+    tg__upstream_reach_failed(c->up);
     connect_failed(c, TG_EINVAL, 0); /* nothing of the request was sent */
 }
 
@@ -424,7 +424,7 @@ static void on_connect_timeout(uv_timer_t *t)
     struct tg_upconn *c = t->data;
     tg_log(TG_LOG_WARN, c->state == UC_HANDSHAKE ? "upstream TLS handshake timed out" : "upstream connect timed out",
            "upstream=%s timeout_ms=%d", c->up->uc->name, c->up->uc->connect_timeout_ms);
-    c->up->last_connect_failed = 1;
+    tg__upstream_reach_failed(c->up);
     connect_failed(c, TG_ETIMEDOUT, 0);
 }
 
@@ -438,7 +438,7 @@ static void on_connected(uv_connect_t *req, int status)
         if (!u->last_connect_failed)
             tg_log(TG_LOG_WARN, "upstream connect failed", "upstream=%s error=\"%s\"", u->uc->name,
                    uv_strerror(status));
-        u->last_connect_failed = 1;
+        tg__upstream_reach_failed(u);
         connect_failed(c, status, 0);
         return;
     }
@@ -468,9 +468,7 @@ static void on_connected(uv_connect_t *req, int status)
 static void connection_ready(struct tg_upconn *c)
 {
     struct tg_upstream *u = c->up;
-    if (u->last_connect_failed)
-        tg_log(TG_LOG_INFO, "upstream reachable again", "upstream=%s", u->uc->name);
-    u->last_connect_failed = 0;
+    tg__upstream_reached(u);
     u->metrics->upstream_connects++;
     uv_timer_stop(&c->timer);
     struct tg_upreq *r = c->req;
@@ -491,7 +489,7 @@ static void start_connect(struct tg_upconn *c, const struct sockaddr *sa)
     if (e != 0) {
         /* EMFILE and the like fail here, inside tg_upreq_start: the caller hears of it later. */
         tg_log(TG_LOG_WARN, "upstream connect failed", "upstream=%s error=\"%s\"", c->up->uc->name, uv_strerror(e));
-        c->up->last_connect_failed = 1;
+        tg__upstream_reach_failed(c->up);
         connect_failed(c, e, 1); /* inside tg_upreq_start: the caller hears of it from the loop */
     }
 }
@@ -506,6 +504,7 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
         if (c->state != UC_CLOSING) {
             tg_log(TG_LOG_WARN, "upstream name resolution failed", "upstream=%s host=%s error=\"%s\"",
                    c->up->uc->name, c->up->uc->host, uv_strerror(status));
+            tg__upstream_reach_failed(c->up);
             struct tg_upreq *r = c->req;
             c->req = NULL;
             if (r)

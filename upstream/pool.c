@@ -153,11 +153,33 @@ void tg__upstream_serve_queue(struct tg_upstream *u)
     }
 }
 
+#define BACKOFF_AFTER 3 /* failures in a row before the first pause */
+
+/* 1: a request that needs a new connection must fail now. After a pause, one request is let
+ * through as the trial, and the others wait out a connect timeout behind it. */
+static int backing_off(struct tg_upstream *u)
+{
+    if (u->fails < BACKOFF_AFTER || u->uc->backoff_ms == 0)
+        return 0;
+    uint64_t now = uv_now(u->loop);
+    if (now < u->down_until) {
+        u->metrics->upstream_backoff_refusals++;
+        return 1;
+    }
+    u->trial = 1;
+    u->down_until = now + (uint64_t)u->uc->connect_timeout_ms;
+    return 0;
+}
+
 void tg__upreq_acquire(struct tg_upreq *r)
 {
     struct tg_upstream *u = r->up;
     if (u->closing) {
         fail_later(r, TG_ECLOSED);
+        return;
+    }
+    if (r->dedicated && backing_off(u)) {
+        fail_later(r, TG_EBACKOFF);
         return;
     }
     if (r->dedicated) {
@@ -169,6 +191,10 @@ void tg__upreq_acquire(struct tg_upreq *r)
         struct tg_upconn *c = tg_container_of(u->idle.prev, struct tg_upconn, link);
         u->nidle--;
         attach(c, r);
+        return;
+    }
+    if (!r->retried && backing_off(u)) {
+        fail_later(r, TG_EBACKOFF); /* no new connection while the pause lasts (an idle one is still used) */
         return;
     }
     if (u->npooled < (size_t)u->uc->pool_size) {
@@ -253,6 +279,32 @@ int tg_upreq_sent(const struct tg_upreq *r) { return r->sent; }
 double tg_upreq_elapsed_ms(const struct tg_upreq *r) { return (double)(uv_hrtime() - r->start_ns) / 1e6; }
 
 /* ---- upstream ---------------------------------------------------------------------- */
+
+void tg__upstream_reach_failed(struct tg_upstream *u)
+{
+    u->last_connect_failed = 1;
+    if (++u->fails < BACKOFF_AFTER || u->uc->backoff_ms == 0)
+        return;
+    if (!u->trial && uv_now(u->loop) < u->down_until)
+        return; /* connections started before the pause began: the pause stands */
+    u->trial = 0;
+    long long next = u->backoff_cur_ms ? (long long)u->backoff_cur_ms * 2 : u->uc->backoff_ms;
+    u->backoff_cur_ms = (int)(next < u->uc->backoff_max_ms ? next : u->uc->backoff_max_ms);
+    u->down_until = uv_now(u->loop) + (uint64_t)u->backoff_cur_ms;
+    tg_log(TG_LOG_WARN, "upstream backing off", "upstream=%s failures=%d retry_in_ms=%d", u->uc->name, u->fails,
+           u->backoff_cur_ms);
+}
+
+void tg__upstream_reached(struct tg_upstream *u)
+{
+    if (u->last_connect_failed)
+        tg_log(TG_LOG_INFO, "upstream reachable again", "upstream=%s", u->uc->name);
+    u->last_connect_failed = 0;
+    u->fails = 0;
+    u->trial = 0;
+    u->backoff_cur_ms = 0;
+    u->down_until = 0;
+}
 
 /* Warm children sit in fixed slots (a child's exit callback clears its own slot). */
 static void on_warm_exit(void *ud, int64_t status, int sig)

@@ -66,6 +66,12 @@ struct tg_upstream {
     size_t open_reqs; /* requests not yet released: the upstream is freed only when both are 0 */
     uint64_t next_conn_id;
     int last_connect_failed;
+    /* Backoff (upstreams[].backoff_ms): failures to reach it in a row, the pause now in force and
+     * the loop time it ends; while it lasts, requests that need a new connection fail at once. */
+    int fails;
+    int trial; /* the pause ended and one request's connection is the trial */
+    int backoff_cur_ms;
+    uint64_t down_until;
     /* The era it speaks (upstream/probe.c): TG_UP_ERA_*, probed once and cached; the discover
      * result (JSON text, owned) when it speaks 2026-07-28. */
     int era;
@@ -132,6 +138,9 @@ void tg__upreq_finish(struct tg_upreq *r, int err);
 void tg__upreq_finish_later(struct tg_upreq *r, int err);
 /* Hand queued requests the connections the pool has room for. */
 void tg__upstream_serve_queue(struct tg_upstream *u);
+/* A new connection failed before carrying anything (connect, TLS, resolution), or one worked. */
+void tg__upstream_reach_failed(struct tg_upstream *u);
+void tg__upstream_reached(struct tg_upstream *u);
 /* Free u once no reference, connection or request is left. */
 void tg__upstream_maybe_free(struct tg_upstream *u);
 

@@ -259,6 +259,8 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
             snprintf(why, sizeof(why), "upstream %s timed out", uc->name);
         else if (err == TG_ELIMIT)
             snprintf(why, sizeof(why), "upstream %s is busy (pool and queue full)", uc->name);
+        else if (err == TG_EBACKOFF)
+            snprintf(why, sizeof(why), "upstream %s is unavailable (backing off after repeated failures)", uc->name);
         else
             snprintf(why, sizeof(why), "upstream %s is unavailable", uc->name);
     }
