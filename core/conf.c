@@ -9,6 +9,7 @@
 #include "core/conf_int.h"
 #include "core/log.h"
 #include "policy/policy.h"
+#include "transports/tls.h"
 
 #define LIM(f) offsetof(struct tg_limits, f)
 static const struct int_directive limit_directives[] = {
@@ -18,6 +19,7 @@ static const struct int_directive limit_directives[] = {
     {"response_bytes", LIM(response_bytes), 1024, 1073741824, 67108864, "one upstream JSON response"},
     {"json_depth", LIM(json_depth), 2, 1000, 64, "JSON nesting"},
     {"header_timeout_ms", LIM(header_timeout_ms), 100, 3600000, 10000, "time to send a request head"},
+    {"tls_handshake_timeout_ms", LIM(tls_handshake_timeout_ms), 100, 600000, 5000, "a client's TLS handshake"},
     {"idle_timeout_ms", LIM(idle_timeout_ms), 100, 86400000, 60000, "keep-alive idle time"},
     {"session_idle_timeout_ms", LIM(session_idle_timeout_ms), 1000, 604800000, 1800000, "idle session lifetime"},
     {"sessions_per_grant", LIM(sessions_per_grant), 1, 10000000, 1000, "live sessions per grant"},
@@ -299,7 +301,7 @@ static void load_listeners(struct loader *ld, config_t *cfg, struct tg_conf *c)
         if (tls != NULL) {
             char tctx[48];
             snprintf(tctx, sizeof(tctx), "%s.tls", ctx);
-            static const char *const tknown[] = {"cert", "key", NULL};
+            static const char *const tknown[] = {"cert", "key", "client_ca", "client_auth", NULL};
             if (!config_setting_is_group(tls))
                 tg__conf_errf(ld, tls, tctx, "must be a group { cert = …; key = …; }");
             else {
@@ -307,6 +309,20 @@ static void load_listeners(struct loader *ld, config_t *cfg, struct tg_conf *c)
                 lc->tls = 1;
                 lc->cert = tg__conf_get_str(ld, tls, "cert", NULL, 1, tctx);
                 lc->key = tg__conf_get_str(ld, tls, "key", NULL, 1, tctx);
+                lc->client_ca = tg__conf_get_str(ld, tls, "client_ca", NULL, 0, tctx);
+                char *ca = tg__conf_get_str(ld, tls, "client_auth", lc->client_ca ? "optional" : "none", 0, tctx);
+                const config_setting_t *cas = config_setting_get_member(tls, "client_auth");
+                if (ca && strcmp(ca, "optional") == 0)
+                    lc->client_auth = TG_TLS_CLIENT_OPTIONAL;
+                else if (ca && strcmp(ca, "required") == 0)
+                    lc->client_auth = TG_TLS_CLIENT_REQUIRED;
+                else if (ca && strcmp(ca, "none") != 0)
+                    tg__conf_errf(ld, cas, "client_auth", "must be \"none\", \"optional\" or \"required\"");
+                if (lc->client_auth != TG_TLS_CLIENT_NONE && lc->client_ca == NULL)
+                    tg__conf_errf(ld, cas, "client_auth", "needs client_ca (the CA client certificates chain to)");
+                if (lc->client_auth == TG_TLS_CLIENT_NONE && lc->client_ca != NULL)
+                    tg__conf_errf(ld, cas, "client_ca", "has no use with client_auth = \"none\"");
+                free(ca);
             }
         }
         const config_setting_t *o = config_setting_get_member(g, "origins");
@@ -468,6 +484,7 @@ void tg_conf_unref(struct tg_conf *c)
         free(l->address);
         free(l->cert);
         free(l->key);
+        free(l->client_ca);
         for (size_t k = 0; k < l->norigins; k++)
             free(l->origins[k]);
         free(l->origins);

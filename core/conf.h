@@ -29,6 +29,8 @@ struct tg_listen_conf {
     int port;
     int tls;
     char *cert, *key;
+    char *client_ca; /* tls.client_ca: ask clients for certificates chaining to it (mTLS) */
+    int client_auth; /* TG_TLS_CLIENT_* (transports/tls.h): none, optional, required */
     char **origins; /* extra allowed Origin values besides loopback ones */
     size_t norigins;
     int any_origin;
@@ -51,6 +53,7 @@ struct tg_limits {
     int response_bytes;
     int json_depth;
     int header_timeout_ms;
+    int tls_handshake_timeout_ms;
     int idle_timeout_ms;
     int session_idle_timeout_ms;
     int sessions_per_grant;
@@ -83,6 +86,7 @@ struct tg_grant_conf {
     int anonymous;
     int max_sessions; /* 0 = limits.sessions_per_grant */
     int jwt_only;     /* reachable only with a JWT that names it */
+    char *tls_subject; /* a verified client certificate whose subject (or CN) is this is this grant */
     struct tg_grant_policy *policies;
     size_t npolicies;
 };

@@ -30,7 +30,8 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
             tg__conf_errf(ld, g, ctx, "must be a group");
             continue;
         }
-        static const char *const known[] = {"name", "token_sha256", "anonymous", "max_sessions", "policies", NULL};
+        static const char *const known[] = {"name", "token_sha256", "anonymous", "max_sessions", "policies",
+                                            "tls_subject", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         gc->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         const config_setting_t *ms = config_setting_get_member(g, "max_sessions");
@@ -43,9 +44,18 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
         }
         gc->has_token = tg__conf_parse_sha256(ld, g, ctx, gc->token_sha256);
         gc->anonymous = tg__conf_get_bool(ld, g, "anonymous", 0, ctx);
-        if (!gc->has_token && !gc->anonymous) {
+        gc->tls_subject = tg__conf_get_str(ld, g, "tls_subject", NULL, 0, ctx);
+        if (gc->tls_subject != NULL && gc->tls_subject[0] == '\0')
+            tg__conf_errf(ld, config_setting_get_member(g, "tls_subject"), "tls_subject",
+                          "must name a certificate subject (\"O=acme, CN=alice\") or a CN (\"alice\")");
+        for (size_t k = 0; k < i && gc->tls_subject; k++)
+            if (c->grants[k].tls_subject && strcmp(gc->tls_subject, c->grants[k].tls_subject) == 0)
+                tg__conf_errf(ld, config_setting_get_member(g, "tls_subject"), "tls_subject",
+                              "\"%s\" already names grant %s", gc->tls_subject, c->grants[k].name);
+        if (!gc->has_token && !gc->anonymous && gc->tls_subject == NULL) {
             if (config_lookup(ld->cfg, "jwt") == NULL)
-                tg__conf_errf(ld, g, ctx, "needs token_sha256, anonymous = true, or a jwt issuer whose tokens name it");
+                tg__conf_errf(ld, g, ctx,
+                              "needs token_sha256, tls_subject, anonymous = true, or a jwt issuer whose tokens name it");
             else
                 gc->jwt_only = 1;
         }
@@ -221,6 +231,7 @@ void tg__conf_grants_free(struct tg_conf *c)
 {
     for (size_t i = 0; i < c->ngrants; i++) {
         free(c->grants[i].name);
+        free(c->grants[i].tls_subject);
         for (size_t k = 0; k < c->grants[i].npolicies; k++) {
             free(c->grants[i].policies[k].path);
             tg_policy_unref(c->grants[i].policies[k].policy);

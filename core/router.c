@@ -20,6 +20,7 @@
 #include "transports/http1.h"
 #include "transports/legacy_sse.h"
 #include "transports/respond.h"
+#include "transports/tls.h"
 #include "transports/streamable.h"
 #include "transports/ws_channel.h"
 #include "upstream/pool.h"
@@ -107,6 +108,21 @@ int tg_router_ready(struct tg_server *srv)
 }
 
 /* 401, with where to find the authorization servers when JWT issuers are configured. */
+/* The grant whose tls_subject names this connection's verified client certificate (mTLS): its
+ * whole subject as mbedtls prints it, or its CN when tls_subject has no '='. */
+static const struct tg_grant_conf *cert_grant(const struct tg_conf *conf, const struct tg_conn *c)
+{
+    char dn[512], cn[256];
+    if (c->tls == NULL || !tg_tls_peer_subject(c->tls, dn, sizeof(dn), cn, sizeof(cn)))
+        return NULL;
+    for (size_t i = 0; i < conf->ngrants; i++) {
+        const char *ts = conf->grants[i].tls_subject;
+        if (ts != NULL && (strcmp(ts, dn) == 0 || (strchr(ts, '=') == NULL && cn[0] && strcmp(ts, cn) == 0)))
+            return &conf->grants[i];
+    }
+    return NULL;
+}
+
 static void unauthorized(struct tg_server *srv, struct tg_conn *c, struct tg_slice path, enum tg_auth_result ar,
                          const char *why)
 {
@@ -189,7 +205,17 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
             authz = tg_slice_of(qauth, (size_t)n);
         }
     }
-    enum tg_auth_result ar = tg_auth_grant(srv->conf, authz, wall_ms() / 1000, &g, &why);
+    const struct tg_grant_conf *cg = cert_grant(srv->conf, c);
+    enum tg_auth_result ar = TG_AUTH_OK;
+    if (cg != NULL && authz.ptr == NULL) {
+        g = cg; /* the client certificate is the credential */
+    } else {
+        ar = tg_auth_grant(srv->conf, authz, wall_ms() / 1000, &g, &why);
+        if (ar == TG_AUTH_OK && cg != NULL && g != cg) {
+            ar = TG_AUTH_INVALID; /* two credentials, two grants: neither is believed */
+            why = "the bearer token and the client certificate name different grants";
+        }
+    }
     if (ar != TG_AUTH_OK) {
         unauthorized(srv, c, path, ar, why);
         return;

@@ -139,7 +139,9 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
         l->server = srv;
         if (l->http.lc->tls) {
             char err[256];
-            if (tg_tls_ctx_new(l->http.lc->cert, l->http.lc->key, &l->http.tls, err, sizeof(err)) != 0) {
+            struct tg_tls_server_opts o = {l->http.lc->cert, l->http.lc->key, l->http.lc->client_ca,
+                                           l->http.lc->client_auth};
+            if (tg_tls_ctx_new(&o, &l->http.tls, err, sizeof(err)) != 0) {
                 tg_log(TG_LOG_ERROR, "TLS setup failed", "listener=%zu error=\"%s\"", i, err);
                 return TG_EINVAL;
             }
@@ -325,6 +327,9 @@ static int same_listeners(const struct tg_conf *a, const struct tg_conf *b)
         if (strcmp(x->address, y->address) || x->port != y->port || x->tls != y->tls)
             return 0;
         if (x->tls && (strcmp(x->cert, y->cert) || strcmp(x->key, y->key)))
+            return 0;
+        if (x->client_auth != y->client_auth || (x->client_ca == NULL) != (y->client_ca == NULL) ||
+            (x->client_ca && strcmp(x->client_ca, y->client_ca)))
             return 0;
     }
     return 1;

@@ -588,6 +588,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             if (!tg_tls_established(c->tls))
                 return;
             tg__http_set_state(c, TG_CONN_IDLE);
+            char dn[512], cn[256];
+            if (tg_tls_peer_subject(c->tls, dn, sizeof(dn), cn, sizeof(cn))) {
+                char esc[600];
+                tg_log(TG_LOG_DEBUG, "TLS client certificate", "conn=%llu peer=%s subject=%s",
+                       (unsigned long long)c->id, c->peer, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(dn)));
+            }
             /* The first request must still arrive within the header timeout. */
             uv_timer_start(&c->timer, on_timer, (uint64_t)c->env->limits->header_timeout_ms, 0);
         }
@@ -616,6 +622,11 @@ static void on_timer(uv_timer_t *t)
         tg__http_set_state(c, TG_CONN_DISPATCHING);
         tg_http_respond_rpc_error(c, 408, NULL, TG_RPC_INVALID_REQUEST, "Request timeout");
         return;
+    }
+    if (c->state == TG_CONN_HANDSHAKE) {
+        c->env->metrics->tls_handshake_failures++;
+        tg_log(TG_LOG_INFO, "TLS handshake timed out", "conn=%llu peer=%s timeout_ms=%d", (unsigned long long)c->id,
+               c->peer, c->env->limits->tls_handshake_timeout_ms);
     }
     tg_conn_close(c, c->state == TG_CONN_HANDSHAKE ? "handshake timeout" : "idle timeout");
 }
@@ -743,7 +754,7 @@ void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, 
             return;
         }
         c->state = TG_CONN_HANDSHAKE;
-        uv_timer_start(&c->timer, on_timer, (uint64_t)env->limits->header_timeout_ms, 0);
+        uv_timer_start(&c->timer, on_timer, (uint64_t)env->limits->tls_handshake_timeout_ms, 0);
     } else {
         c->state = TG_CONN_IDLE;
         uv_timer_start(&c->timer, on_timer, (uint64_t)env->limits->header_timeout_ms, 0);

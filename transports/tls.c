@@ -4,6 +4,7 @@
 #include <mbedtls/ctr_drbg.h>
 #include <mbedtls/entropy.h>
 #include <mbedtls/error.h>
+#include <mbedtls/oid.h>
 #include <mbedtls/pk.h>
 #include <mbedtls/ssl.h>
 #include <mbedtls/x509_crt.h>
@@ -17,6 +18,7 @@
 struct tg_tls_ctx {
     mbedtls_ssl_config conf;
     mbedtls_x509_crt cert;
+    mbedtls_x509_crt client_ca; /* listen[].tls.client_ca: mTLS clients' certificates chain to it */
     mbedtls_pk_context key;
     mbedtls_entropy_context entropy;
     mbedtls_ctr_drbg_context drbg;
@@ -60,13 +62,15 @@ static const int suites[] = {
     0,
 };
 
-int tg_tls_ctx_new(const char *cert_file, const char *key_file, struct tg_tls_ctx **out, char *err, size_t errsz)
+int tg_tls_ctx_new(const struct tg_tls_server_opts *o, struct tg_tls_ctx **out, char *err, size_t errsz)
 {
+    const char *cert_file = o->cert_file, *key_file = o->key_file;
     struct tg_tls_ctx *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return TG_ENOMEM;
     mbedtls_ssl_config_init(&c->conf);
     mbedtls_x509_crt_init(&c->cert);
+    mbedtls_x509_crt_init(&c->client_ca);
     mbedtls_pk_init(&c->key);
     mbedtls_entropy_init(&c->entropy);
     mbedtls_ctr_drbg_init(&c->drbg);
@@ -100,6 +104,17 @@ int tg_tls_ctx_new(const char *cert_file, const char *key_file, struct tg_tls_ct
         what = "certificate and key do not match";
         goto fail;
     }
+    if (o->client_ca_file != NULL) {
+        if ((r = mbedtls_x509_crt_parse_file(&c->client_ca, o->client_ca_file)) != 0) {
+            what = o->client_ca_file;
+            goto fail;
+        }
+        mbedtls_ssl_conf_ca_chain(&c->conf, &c->client_ca, NULL);
+        /* optional: a certificate that does not verify is no credential, but the handshake goes
+         * on (tg_tls_peer_subject says so); required: no verified certificate, no handshake. */
+        mbedtls_ssl_conf_authmode(&c->conf, o->client_auth == TG_TLS_CLIENT_REQUIRED ? MBEDTLS_SSL_VERIFY_REQUIRED
+                                                                                      : MBEDTLS_SSL_VERIFY_OPTIONAL);
+    }
     *out = c;
     return 0;
 fail:
@@ -115,6 +130,7 @@ void tg_tls_ctx_free(struct tg_tls_ctx *c)
         return;
     mbedtls_ssl_config_free(&c->conf);
     mbedtls_x509_crt_free(&c->cert);
+    mbedtls_x509_crt_free(&c->client_ca);
     mbedtls_pk_free(&c->key);
     mbedtls_ctr_drbg_free(&c->drbg);
     mbedtls_entropy_free(&c->entropy);
@@ -382,4 +398,23 @@ int tg_tls_close_notify(struct tg_tls *t, struct tg_buf *out)
 }
 
 int tg_tls_established(const struct tg_tls *t) { return t->established; }
+
+int tg_tls_peer_subject(const struct tg_tls *t, char *dn, size_t dnsz, char *cn, size_t cnsz)
+{
+    dn[0] = cn[0] = '\0';
+    if (!t->established || t->client || mbedtls_ssl_get_verify_result(&t->ssl) != 0)
+        return 0;
+    const mbedtls_x509_crt *crt = mbedtls_ssl_get_peer_cert(&t->ssl);
+    if (crt == NULL)
+        return 0; /* optional and none sent (the verify result is 0 then too) */
+    if (mbedtls_x509_dn_gets(dn, dnsz, &crt->subject) < 0)
+        return 0;
+    for (const mbedtls_x509_name *n = &crt->subject; n != NULL; n = n->next)
+        if (n->oid.p != NULL && MBEDTLS_OID_CMP(MBEDTLS_OID_AT_CN, &n->oid) == 0) {
+            size_t k = n->val.len < cnsz - 1 ? n->val.len : cnsz - 1;
+            memcpy(cn, n->val.p, k);
+            cn[k] = '\0';
+        }
+    return 1;
+}
 const char *tg_tls_last_error(const struct tg_tls *t) { return t->err; }

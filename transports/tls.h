@@ -26,7 +26,15 @@ struct tg_tls_client_opts {
     int verify;            /* 0: no certificate check at all (tls.verify = false) */
 };
 
-int tg_tls_ctx_new(const char *cert_file, const char *key_file, struct tg_tls_ctx **out, char *err, size_t errsz);
+enum { TG_TLS_CLIENT_NONE, TG_TLS_CLIENT_OPTIONAL, TG_TLS_CLIENT_REQUIRED };
+
+struct tg_tls_server_opts {
+    const char *cert_file, *key_file;
+    const char *client_ca_file; /* NULL: no client certificates asked for */
+    int client_auth;            /* TG_TLS_CLIENT_*: with client_ca_file, optional or required */
+};
+
+int tg_tls_ctx_new(const struct tg_tls_server_opts *o, struct tg_tls_ctx **out, char *err, size_t errsz);
 void tg_tls_ctx_free(struct tg_tls_ctx *ctx);
 
 int tg_tls_client_ctx_new(const struct tg_tls_client_opts *o, struct tg_tls_client_ctx **out, char *err,
@@ -48,6 +56,10 @@ int tg_tls_feed(struct tg_tls *t, const char *in, size_t n, struct tg_buf *plain
 int tg_tls_write(struct tg_tls *t, const char *p, size_t n, struct tg_buf *out);
 int tg_tls_close_notify(struct tg_tls *t, struct tg_buf *out);
 int tg_tls_established(const struct tg_tls *t);
+/* A server connection's client certificate, if one was sent and verified against client_ca: its
+ * subject as mbedtls prints it ("C=NL, O=acme, CN=alice", in certificate order) and its last CN.
+ * Returns 1 then, 0 (both empty) otherwise. */
+int tg_tls_peer_subject(const struct tg_tls *t, char *dn, size_t dnsz, char *cn, size_t cnsz);
 const char *tg_tls_last_error(const struct tg_tls *t);
 
 #endif

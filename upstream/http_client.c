@@ -224,6 +224,8 @@ static void on_conn_closed(uv_handle_t *h)
         return;
     struct tg_upstream *u = c->up;
     tg_tls_free(c->tls);
+    if (c->tls_conf != NULL)
+        tg_conf_unref(c->tls_conf);
     tg_buf_dispose(&c->plain);
     free(c);
     u->open_conns--;
@@ -446,6 +448,7 @@ static void on_connected(uv_connect_t *req, int status)
     if (u->uc->tls) {
         /* The request waits for the handshake: a certificate that fails sends nothing. */
         c->tls = tg_tls_client_new(u->uc->tls_ctx, u->uc->tls_server_name ? u->uc->tls_server_name : u->uc->host);
+        c->tls_conf = u->conf ? tg_conf_ref(u->conf) : NULL;
         if (c->tls == NULL) {
             tls_failed(c, "out of memory");
             return;

@@ -28,8 +28,8 @@ void tg__upconn_to_idle(struct tg_upconn *c)
     struct tg_upstream *u = c->up;
     c->req = NULL;
     c->reused = 1;
-    if (u->closing || c->dedicated) {
-        tg__upconn_close(c);
+    if (u->closing || c->dedicated || (c->tls != NULL && c->tls_conf != u->conf)) {
+        tg__upconn_close(c); /* (a TLS connection made before a reload: its settings are the old ones) */
         return;
     }
     c->state = UC_IDLE;
@@ -465,6 +465,10 @@ void tg_upstream_set_conf(struct tg_upstream *u, struct tg_conf *conf, const str
         u->era = TG_UP_ERA_UNKNOWN; /* told to speak another era: the verdict is made again */
     u->conf = conf;
     u->uc = uc;
+    /* Idle TLS connections were made with the old tls = { … } (a rotated CA, a new client
+     * certificate): new ones use the new; busy ones finish their exchange first. */
+    while (uc->tls && !tg_list_empty(&u->idle))
+        tg__upconn_close(tg_container_of(u->idle.next, struct tg_upconn, link));
     tg__upstream_serve_queue(u); /* a larger pool may take queued calls now */
 }
 

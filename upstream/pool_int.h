@@ -36,6 +36,7 @@ struct tg_upconn {
     int handles;
     llhttp_t parser;
     struct tg_tls *tls;   /* https://: the record layer, from TCP connect until the free */
+    struct tg_conf *tls_conf; /* reference: tls uses its conf's tls_ctx, which a reload may drop */
     struct tg_buf plain;  /* https://: one read's decrypted bytes, on their way to the parser */
     struct tg_upreq *req;
     char hname[32];

@@ -496,6 +496,25 @@ static void upstream_errors(void **state)
 
 static void grant_and_token_errors(void **state)
 {
+    /* mTLS: listen[].tls.client_ca / client_auth, grants[].tls_subject. */
+    {
+        const char *t = "listen = ( { address = \"127.0.0.1\"; port = 1;\n  tls = { cert = \"/c\"; key = \"/k\"; client_auth = \"sometimes\"; }; } );\n"
+                        GRANTS "upstreams = ( { name = \"u\"; url = \"http://h/\"; } );\n";
+        expect_error(t, line_of(t, "client_auth"), "client_auth", "must be \"none\", \"optional\" or \"required\"");
+        t = "listen = ( { address = \"127.0.0.1\"; port = 1;\n  tls = { cert = \"/c\"; key = \"/k\"; client_auth = \"required\"; }; } );\n"
+            GRANTS "upstreams = ( { name = \"u\"; url = \"http://h/\"; } );\n";
+        expect_error(t, line_of(t, "client_auth"), "client_auth", "needs client_ca");
+        t = LISTEN "grants = ( { name = \"a\"; tls_subject = \"alice\"; },\n  { name = \"b\"; tls_subject = \"alice\"; } );\n"
+                   "upstreams = ( { name = \"u\"; url = \"http://h/\"; } );\n";
+        expect_error(t, line_of(t, "name = \"b\""), "tls_subject", "already names grant a");
+        t = LISTEN "grants = ( { name = \"a\"; tls_subject = \"alice\"; } );\nupstreams = ( { name = \"u\"; url = \"http://h/\"; } );\n";
+        struct loaded l;
+        load_ok(&l, t);
+        assert_string_equal(l.c->grants[0].tls_subject, "alice");
+        assert_int_equal(l.c->limits.tls_handshake_timeout_ms, 5000);
+        loaded_dispose(&l);
+    }
+
     const char *text = LISTEN UPSTREAM "grants = ( { name = \"a\";\n  token_sha256 = \"abcd\"; } );\n";
     expect_error(text, line_of(text, "abcd"), "token_sha256", "must be 64 hex digits");
     text = LISTEN UPSTREAM "grants = ( { name = \"a\";\n"
@@ -507,7 +526,7 @@ static void grant_and_token_errors(void **state)
     text = LISTEN UPSTREAM "admin = {\n  token_sha256 = \"nothex\"; };\n";
     expect_error(text, line_of(text, "nothex"), "token_sha256", "must be 64 hex digits");
     text = LISTEN UPSTREAM "grants = (\n  { name = \"a\"; } );\n";
-    expect_error(text, line_of(text, "\"a\""), "grants[0]", "needs token_sha256, anonymous = true");
+    expect_error(text, line_of(text, "\"a\""), "grants[0]", "needs token_sha256, tls_subject, anonymous = true");
     text = LISTEN UPSTREAM "grants = (\n  { name = \"a\"; anonymous = true; },\n  { name = \"b\"; anonymous = true; } );\n";
     expect_error(text, line_of(text, "\"b\""), "grants[1]", "only one grant may be anonymous");
     text = LISTEN UPSTREAM "grants = (\n  { name = \"a\"; anonymous = true; },\n"
