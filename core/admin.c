@@ -141,6 +141,12 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
         tg_buf_appendf(out, "tollgate_upstream_pool{upstream=\"%s\",state=\"queued\"} %zu\n", n, queued);
         tg_buf_appendf(out, "tollgate_upstream_pool{upstream=\"%s\",state=\"streams\"} %zu\n", n, dedicated);
     }
+    tg_buf_appendf(out,
+                   "# HELP tollgate_loop_busy_max_seconds Longest event-loop iteration since start (time not spent "
+                   "waiting for I/O).\n# TYPE tollgate_loop_busy_max_seconds gauge\ntollgate_loop_busy_max_seconds %.6f\n",
+                   (double)m->loop_busy_max_ns / 1e9);
+    C("loop_stalls_total", "Event-loop iterations that ran 100 ms or more.", m->loop_stalls);
+    C("loop_iterations_total", "Event-loop iterations.", m->loop_iterations);
     tg_buf_appends(out, "# HELP tollgate_upstream_latency_seconds Upstream call latency.\n"
                         "# TYPE tollgate_upstream_latency_seconds histogram\n");
     uint64_t cum = 0;

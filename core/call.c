@@ -99,7 +99,7 @@ void tg_call_settle(struct tg_call *k, enum tg_outcome o, double latency_ms)
 }
 
 /* How long the upstream has had the call: from its first request (resumes included). */
-static double call_latency(const struct tg_call *k)
+double tg__call_latency(const struct tg_call *k)
 {
     if (k->first_sent_ns)
         return (double)(uv_hrtime() - k->first_sent_ns) / 1e6;
@@ -210,7 +210,7 @@ void tg_call_abandon(struct tg_call *k)
     /* A message still queued for a connection never reached the upstream: its reservations go
      * back. Once written, the tool may run: they stand. */
     if (k->forwarded && tg_call_running(k))
-        tg_call_settle(k, k->ops->sent(k) ? TG_OUT_CLIENT_GONE : TG_OUT_CLIENT_GONE_NOT_SENT, call_latency(k));
+        tg_call_settle(k, k->ops->sent(k) ? TG_OUT_CLIENT_GONE : TG_OUT_CLIENT_GONE_NOT_SENT, tg__call_latency(k));
     k->ops->cancel(k);
 }
 
@@ -277,8 +277,8 @@ static void answer_of(const struct tg_call *k, struct tg_mcp_answer *a)
 /* A server-to-client request this upstream may not make (deny_server_requests), or any on a
  * sink that can carry only the answer: the gateway answers it with an error and the client
  * never sees it. Returns 1 if refused. */
-static int refuse_server_request(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
-                                 size_t n, int refuse_all, const char *why)
+int tg__call_refuse_server_request(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
+                                    size_t n, int refuse_all, const char *why)
 {
     const struct tg_upstream_conf *uc = tg_upstream_conf(u);
     if (uc->ndeny_server_requests == 0 && !refuse_all)
@@ -369,8 +369,21 @@ static void deliver_answer(struct tg_call *k, struct tg_buf *out, int is_error, 
         }
         tg_buf_dispose(&d);
     }
-    if (k->sink != NULL)
+    if (k->sink != NULL) {
+        k->answer_buf = out;
         k->sink->ops->answer(k->sink, k, k->answer_status ? k->answer_status : 200, NULL, out->base, out->len);
+        k->answer_buf = NULL;
+    }
+}
+
+int tg_call_take_answer(struct tg_call *k, const char *p, size_t n, struct tg_buf *to)
+{
+    int ok = k != NULL && k->answer_buf != NULL && k->answer_buf->base == p && k->answer_buf->len == n;
+    if (ok) {
+        *to = *k->answer_buf;
+        tg_buf_init(k->answer_buf);
+    }
+    return ok;
 }
 
 int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *pre)
@@ -393,9 +406,9 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
     }
     if (mine) {
         deliver_answer(k, &out, is_error, p, n);
-    } else if (refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0, NULL) ||
+    } else if (tg__call_refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0, NULL) ||
                ((sk->flags & TG_SINK_STATELESS) && srv_req.len > 0 && tg__call_input_park(k, p, n)) ||
-               refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_STATELESS) != 0, NULL)) {
+               tg__call_refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_STATELESS) != 0, NULL)) {
         tg_buf_dispose(&out);
         return 0;
     } else {
@@ -519,7 +532,7 @@ void tg_call_finish(struct tg_call *k)
 
 void tg_call_fail(struct tg_call *k, enum tg_outcome o, const char *why, double latency_ms)
 {
-    tg_call_settle(k, o, latency_ms < 0 ? call_latency(k) : latency_ms);
+    tg_call_settle(k, o, latency_ms < 0 ? tg__call_latency(k) : latency_ms);
     tg_call_answer_error(k, why, 0);
     tg_call_finish(k);
 }
@@ -570,115 +583,6 @@ void tg_call_link_cancel(struct tg_call *k)
 void tg_call_link_touch(struct tg_call *k) {}
 
 int tg_call_link_sent_yes(const struct tg_call *k) { return 1; }
-
-/* The answer to call k arrived on the session's link. */
-static void link_answer(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *doc)
-{
-    int is_error = doc->error_raw.len > 0;
-    if (k->is_init) {
-        k->sess->init_pending = 0;
-        if (is_error && k->sink != NULL && (k->sink->flags & TG_SINK_NEW_SESSION) && k->sess->live)
-            tg_session_remove(k->srv->sessions, k->sess); /* no session was made after all */
-    }
-    tg_call_settle(k, is_error ? TG_OUT_ERROR : TG_OUT_OK, call_latency(k));
-    tg_call_answer(k, p, n, doc);
-    tg_call_finish(k);
-}
-
-/* Where a server message that answers no call goes. */
-static int session_stream_write(struct tg_session *s, const char *p, size_t n, const char *progress_key)
-{
-    if (s->channel != NULL) {
-        s->channel->ops->message(s->channel, NULL, p, n);
-        return 1;
-    }
-    struct tg_call *target = NULL;
-    for (struct tg_list *l = s->calls.next; progress_key && l != &s->calls; l = l->next) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        if (k->progress_token && strcmp(k->progress_token, progress_key) == 0 && k->awaiting) {
-            target = k;
-            break;
-        }
-    }
-    if (target == NULL && s->get_stream != NULL && s->get_stream->sink != NULL &&
-        s->get_stream->sink->ops->listening(s->get_stream->sink))
-        target = s->get_stream;
-    for (struct tg_list *l = s->calls.prev; target == NULL && l != &s->calls; l = l->prev) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        if (k->awaiting && k->sink != NULL && !(k->sink->flags & (TG_SINK_ANSWER_ONLY | TG_SINK_STATELESS)) &&
-            k->sink->ops->listening(k->sink))
-            target = k;
-    }
-    if (target == NULL)
-        return 0;
-    if (target->sink != NULL && !(target->sink->flags & TG_SINK_ANSWER_ONLY))
-        target->sink->ops->message(target->sink, target, p, n);
-    return 1;
-}
-
-void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
-                             size_t n)
-{
-    struct tg_json_doc doc;
-    if (tg_json_parse(p, n, 1000, 0, &doc, NULL, NULL) != 0)
-        return;
-    if (doc.method_raw.len == 0 && doc.id_raw.len > 0) {
-        for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
-            struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-            if (k->awaiting && k->kind == KIND_REQUEST && doc.id_raw.len == k->gid_len &&
-                memcmp(doc.id_raw.ptr, k->gid_str, k->gid_len) == 0) {
-                link_answer(k, p, n, &doc);
-                return;
-            }
-        }
-        char esc[80];
-        tg_log(TG_LOG_INFO, "upstream answer matches no call; dropped", "upstream=%s session=%s id=%s",
-               tg_upstream_conf(u)->name, s->id_str, tg_log_esc(esc, sizeof(esc), doc.id_raw));
-        return;
-    }
-    /* A server request or notification. */
-    char *progress = NULL;
-    int is_request = doc.method_raw.len > 0 && doc.id_raw.len > 0;
-    if (is_request) {
-        if (refuse_server_request(srv, s, u, p, n, 0, NULL))
-            return;
-    } else if (tg_slice_eq(doc.method_raw, TG_SLICE("\"notifications/progress\""))) {
-        struct tg_json_doc full;
-        if (tg_json_parse(p, n, 1000, 1, &full, NULL, NULL) == 0) {
-            cJSON *tok = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(full.root, "params"),
-                                                          "progressToken");
-            if (tok)
-                progress = cJSON_IsString(tok) ? tg_mcp_id_key_string(tok->valuestring) : tg_mcp_id_key_number(tok);
-            cJSON_Delete(full.root);
-        }
-    }
-    int delivered = session_stream_write(s, p, n, progress);
-    free(progress);
-    if (is_request && delivered) {
-        tg_mcp_note_server_request(s, doc.id_raw);
-    } else if (is_request) {
-        /* No client stream could carry it (none open, or only a batch's answer): the upstream
-         * gets an error now instead of waiting for an answer that cannot come. */
-        refuse_server_request(srv, s, u, p, n, 1, "no open stream of this session can carry a server request");
-    } else if (!delivered) {
-        tg_log(TG_LOG_DEBUG, "server message with nowhere to go; dropped", "session=%s", s->id_str);
-    }
-}
-
-/* A client that stopped reading stops its message-stream upstream too (answers included);
- * its drain resumes it. */
-void tg_session_backpressure(struct tg_server *srv, struct tg_session *s)
-{
-    int high = s->channel != NULL && s->channel->ops->high(s->channel);
-    for (struct tg_list *l = s->calls.next; !high && l != &s->calls; l = l->next) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        high = k->sink != NULL && k->sink->ops->high(k->sink);
-    }
-    if (high || s->stalled > 0) {
-        srv->metrics.limit_output++;
-        tg_session_link_pause(s, 1);
-    }
-}
 
 struct tg_call *tg_call_first_awaiting(struct tg_session *s)
 {

@@ -107,6 +107,8 @@ struct tg_call {
                                * (JSON array), or NULL */
     char *id_key;             /* canonical client id: duplicates and cancellation */
     int answer_status;        /* the HTTP status the answer goes with (0: 200) */
+    struct tg_buf *answer_buf; /* during ops->answer only: the buffer holding the answer, which the
+                                  sink may take (tg_call_take_answer) instead of copying it */
     char *resend;             /* a 2025 session's call on a 2026-only upstream: the request as sent,
                                * for the retry after input_required (core/call_shim.c) */
     int shim_rounds;          /* input rounds so far */
@@ -189,6 +191,12 @@ int tg__call_input_park(struct tg_call *k, const char *p, size_t n);
 /* The retry r of the call held as parked: the answer goes upstream, and the held call takes
  * r's client (r is left without a sink). NULL, or why the retry is refused. */
 const char *tg__call_input_resume(struct tg_call *r, const char *parked, const struct cJSON *params);
+/* core/call.c, for its other files: how long the upstream has had k (ms, -1: not sent); a
+ * server request the session's policy or client cannot take, answered upstream with an error
+ * (1: refused). */
+double tg__call_latency(const struct tg_call *k);
+int tg__call_refuse_server_request(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
+                                   size_t n, int refuse_all, const char *why);
 /* Keep or give back a decided call's reservations, and write its audit line: once per call. */
 void tg_call_settle(struct tg_call *k, enum tg_outcome o, double latency_ms);
 void tg_call_audit(struct tg_call *k, const char *decision, double latency, const char *outcome, const char *by);
@@ -233,7 +241,7 @@ int tg_call_link_sent_yes(const struct tg_call *k); /* a message on the link was
 void tg_call_link_touch(struct tg_call *k);
 /* A message on the session's link. */
 void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
-                             size_t n);
+                             size_t n, const struct tg_json_doc *pre);
 /* The session's link died: its waiting calls fail, its channel ends, the session ends. */
 void tg_session_link_gone(struct tg_session *s, const char *why);
 /* Pause or resume the session's link (stdio child, legacy SSE stream). */

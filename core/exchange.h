@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+struct tg_buf;
 
 struct tg_server;
 struct tg_session;
@@ -108,6 +109,9 @@ void tg_call_client_drained(struct tg_call *k); /* the client's output fell belo
 int tg_call_running(const struct tg_call *k);   /* 1 while the upstream may still send for k */
 int tg_call_is_listen(const struct tg_call *k); /* a 2026 subscriptions/listen: its stream lasts */
 struct tg_sink *tg_call_sink(const struct tg_call *k);
+/* Inside ops->answer(k, ..., p, n): move the answer's storage into *to (1) when p and n are the
+ * buffer the call built (a big answer need not be copied again); 0: copy it. */
+int tg_call_take_answer(struct tg_call *k, const char *p, size_t n, struct tg_buf *to);
 /* A session's long-lived client stream (a channel) drained: every reader of the session resumes. */
 void tg_session_drained(struct tg_session *s);
 /* An answer already handed to a client that is slow to read it: the session's message-stream

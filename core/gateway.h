@@ -50,6 +50,8 @@ struct tg_server {
     uv_prepare_t flush_prepare; /* and before polling (what timers wrote) */
     uv_idle_t pending_idle;     /* active while work waits for the next round: poll must not block */
     int flush_ready;            /* the three initialized */
+    uint64_t iter_start_ns; /* when poll last returned (set in the check phase, cleared at prepare) */
+    uint64_t stall_logged_ns;
     uint64_t next_gid; /* gateway JSON-RPC ids sent upstream */
     struct tg_session_table *sessions;
     struct tg_upstream **upstreams; /* one per conf->upstreams[i] */

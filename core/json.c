@@ -109,6 +109,25 @@ static size_t utf8_seq(const unsigned char *p, const unsigned char *end)
     return n;
 }
 
+/* The bytes from p on that need no look (printable ASCII other than '"' and '\\'), eight at a
+ * time: a long text answer is mostly these. Each test is exact for "any byte of the word". */
+static size_t plain_run(const unsigned char *p, const unsigned char *end)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    const unsigned char *s = p;
+    while (end - p >= 8) {
+        uint64_t x;
+        memcpy(&x, p, 8);
+        uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
+        uint64_t stop = (x & highs) | ((x - ones * 0x20) & ~x & highs) | ((q - ones) & ~q & highs) |
+                        ((b - ones) & ~b & highs);
+        if (stop != 0)
+            break;
+        p += 8;
+    }
+    return (size_t)(p - s);
+}
+
 /* Parses a string at ps->p (on the opening quote). When out != NULL, stores a
  * malloc'd decoded copy (NUL-terminated) and its length. */
 static int parse_string(struct parser *ps, char **out, size_t *outlen)
@@ -119,6 +138,9 @@ static int parse_string(struct parser *ps, char **out, size_t *outlen)
     size_t dlen = 0;
     int has_escape = 0;
     while (1) {
+        size_t run = plain_run(ps->p, ps->end);
+        ps->p += run;
+        dlen += run;
         if (ps->p >= ps->end)
             return fail(ps, "unterminated string");
         unsigned c = *ps->p;

@@ -20,6 +20,9 @@ struct tg_metrics {
     uint64_t upstream_calls, upstream_errors, upstream_timeouts, upstream_connects, upstream_queue_timeouts;
     uint64_t upstream_backoff_refusals; /* requests refused at once while an upstream is backing off */
     uint64_t sse_events_relayed;
+    /* The loop's iterations: busy time (not waiting in poll) each, its longest and those of 100 ms
+     * or more (a stall every client feels). */
+    uint64_t loop_busy_max_ns, loop_stalls, loop_iterations;
     uint64_t decisions[5]; /* allow deny limited approve(parked) refused-by-protocol */
     uint64_t approvals_approved, approvals_rejected, approvals_expired;
     uint64_t server_requests_denied, refunds;

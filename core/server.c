@@ -89,8 +89,42 @@ static void flush_all(struct tg_server *srv)
         uv_idle_stop(&srv->pending_idle);
 }
 
-static void on_flush(uv_check_t *h) { flush_all(h->data); }
-static void on_flush_prepare(uv_prepare_t *h) { flush_all(h->data); }
+static void on_flush(uv_check_t *h)
+{
+    struct tg_server *srv = h->data;
+    /* libuv set the loop's clock when poll returned (a coarse clock, a few ms at worst): the
+     * iteration's work is counted from there. */
+    srv->iter_start_ns = uv_now(srv->loop) * 1000000ULL;
+    flush_all(srv);
+}
+
+/* Once per iteration, just before polling: the time since poll last returned (the I/O callbacks,
+ * closes, timers, this flush) is what the iteration kept every other client waiting. */
+static void note_iteration(struct tg_server *srv)
+{
+    uint64_t now = uv_hrtime();
+    if (srv->iter_start_ns != 0) {
+        uint64_t busy = now > srv->iter_start_ns ? now - srv->iter_start_ns : 0;
+        srv->metrics.loop_iterations++;
+        if (busy > srv->metrics.loop_busy_max_ns)
+            srv->metrics.loop_busy_max_ns = busy;
+        if (busy >= 100000000ULL) {
+            srv->metrics.loop_stalls++;
+            if (now - srv->stall_logged_ns > 10000000000ULL) { /* at most one line per 10 s */
+                srv->stall_logged_ns = now;
+                tg_log(TG_LOG_WARN, "event loop stalled", "busy_ms=%llu stalls=%llu",
+                       (unsigned long long)(busy / 1000000), (unsigned long long)srv->metrics.loop_stalls);
+            }
+        }
+    }
+    srv->iter_start_ns = 0; /* the next one starts when poll returns */
+}
+
+static void on_flush_prepare(uv_prepare_t *h)
+{
+    flush_all(h->data);
+    note_iteration(h->data);
+}
 
 static void on_sweep(uv_timer_t *t)
 {

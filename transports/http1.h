@@ -159,6 +159,10 @@ int tg_http_req_header_count(const struct tg_http_req *r, const char *name);
 /* A complete answer with Content-Length. extra_headers: "Name: value\r\n"... or NULL. */
 void tg_http_respond(struct tg_conn *c, int status, const char *extra_headers, const char *content_type,
                      const char *body, size_t len);
+/* The same, taking body's storage (left empty): a big body on plain TCP is written from there
+ * with no copy. */
+void tg_http_respond_owned(struct tg_conn *c, int status, const char *extra_headers, const char *content_type,
+                           struct tg_buf *body);
 /* A JSON-RPC error answer: {"jsonrpc":"2.0","id":null,"error":{code,message}}. */
 void tg_http_respond_rpc_error(struct tg_conn *c, int status, const char *extra_headers, int code, const char *msg);
 void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra_headers, const char *content_type);

@@ -203,6 +203,51 @@ static void send_now(struct tg_conn *c, struct tg_buf *b)
     tg__http_send_wire(c, &wire);
 }
 
+/* Queue wire[off..] (taking its storage) behind what is queued already. */
+static void queue_wire(struct tg_conn *c, struct tg_buf *wire, size_t off)
+{
+    struct write_req *w = tg_xmalloc(sizeof(*w));
+    w->conn = c;
+    w->len = wire->len - off;
+    w->base = tg_buf_release(wire);
+    uv_buf_t ub = uv_buf_init(w->base + off, (unsigned)w->len);
+    out_add(c, w->len);
+    int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &ub, 1, on_write);
+    if (r != 0) {
+        tg__http_out_sub(c, w->len);
+        free(w->base);
+        free(w);
+        tg_conn_close(c, "write failed");
+    }
+}
+
+/* A plain-TCP answer whose body is big: the head and the body go out with one writev, and what
+ * the socket does not take now stays in the body's own storage. A 50 MiB answer is not copied
+ * again on its way out (the copy and its page faults held the loop for tens of ms). */
+static void send_head_body(struct tg_conn *c, struct tg_buf *head, struct tg_buf *body)
+{
+    size_t off = 0;
+    if (c->out_pending == 0) {
+        uv_buf_t ub[2] = {uv_buf_init(head->base, (unsigned)head->len), uv_buf_init(body->base, (unsigned)body->len)};
+        int n = uv_try_write((uv_stream_t *)&c->tcp, ub, 2);
+        if (n < 0 && n != UV_EAGAIN) {
+            tg_buf_dispose(head);
+            tg_buf_dispose(body);
+            tg_conn_close(c, "write failed");
+            return;
+        }
+        off = n > 0 ? (size_t)n : 0;
+    }
+    size_t head_len = head->len;
+    if (off < head_len)
+        queue_wire(c, head, off);
+    tg_buf_dispose(head);
+    off = off > head_len ? off - head_len : 0;
+    if (c->state < TG_CONN_CLOSING && off < body->len)
+        queue_wire(c, body, off);
+    tg_buf_dispose(body);
+}
+
 /* Takes the storage of wire: bytes that go to the socket as they are. */
 void tg__http_send_wire(struct tg_conn *c, struct tg_buf *wire_in)
 {
@@ -230,19 +275,7 @@ void tg__http_send_wire(struct tg_conn *c, struct tg_buf *wire_in)
             return;
         }
     }
-    struct write_req *w = tg_xmalloc(sizeof(*w));
-    w->conn = c;
-    w->len = wire.len - off;
-    w->base = tg_buf_release(&wire);
-    uv_buf_t ub = uv_buf_init(w->base + off, (unsigned)w->len);
-    out_add(c, w->len);
-    int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &ub, 1, on_write);
-    if (r != 0) {
-        tg__http_out_sub(c, w->len);
-        free(w->base);
-        free(w);
-        tg_conn_close(c, "write failed");
-    }
+    queue_wire(c, &wire, off);
 }
 
 static void append_head(struct tg_conn *c, struct tg_buf *b, int status, const char *extra, const char *ctype)
@@ -284,6 +317,27 @@ void tg_http_respond(struct tg_conn *c, int status, const char *extra, const cha
     if (c->req.method != HTTP_HEAD) /* a HEAD answer has the length of the body, not the body */
         tg_buf_append(&b, body, len);
     tg__http_send_owned(c, &b);
+    tg__http_finish_request(c);
+}
+
+void tg_http_respond_owned(struct tg_conn *c, int status, const char *extra, const char *ctype, struct tg_buf *body)
+{
+    if (c->tls != NULL || body->len < 65536 || c->req.method == HTTP_HEAD || c->cork.len > 0 ||
+        c->state >= TG_CONN_CLOSING) {
+        tg_http_respond(c, status, extra, ctype, body->base ? body->base : "", body->len);
+        tg_buf_dispose(body);
+        return;
+    }
+    struct tg_metrics *m = c->env->metrics;
+    if (status >= 100 && status < 600)
+        m->http_status[status / 100]++;
+    struct tg_buf head;
+    tg_buf_init(&head);
+    append_head(c, &head, status, extra, ctype);
+    tg_buf_append(&head, "Content-Length: ", 16);
+    tg_buf_append_u64(&head, body->len);
+    tg_buf_append(&head, "\r\n\r\n", 4);
+    send_head_body(c, &head, body);
     tg__http_finish_request(c);
 }
 

@@ -170,7 +170,11 @@ static void on_sink_answer(struct tg_sink *sk, struct tg_call *k, int status, co
         h = hdr;
     }
     unhook(hs); /* the exchange is complete: the connection may go on to its next request */
-    tg_http_respond(c, status, h, n > 0 ? "application/json" : NULL, n > 0 ? p : "", n);
+    struct tg_buf own;
+    if (n > 0 && tg_call_take_answer(k, p, n, &own))
+        tg_http_respond_owned(c, status, h, "application/json", &own);
+    else
+        tg_http_respond(c, status, h, n > 0 ? "application/json" : NULL, n > 0 ? p : "", n);
     if (c->state < TG_CONN_CLOSING && c->on_watch == NULL && tg_conn_output_high(c)) {
         tg_session_stall(hs->sess, +1);
         c->watch_ud = tg_session_ref(hs->sess);

@@ -345,7 +345,7 @@ static void fill_warm(struct tg_upstream *u)
     u->nwarm = have;
 }
 
-struct tg_child *tg_upstream_take_child(struct tg_upstream *u, void (*on_message)(void *, const char *, size_t),
+struct tg_child *tg_upstream_take_child(struct tg_upstream *u, tg_child_message_cb on_message,
                                         void (*on_exit)(void *, int64_t, int), void *ud, int *err)
 {
     struct tg_child *c = NULL;

@@ -21,6 +21,7 @@
 #include "core/buf.h"
 #include "core/conf.h"
 #include "core/metrics.h"
+#include "upstream/stdio.h"
 
 struct tg_upstream;
 struct tg_upreq;
@@ -56,7 +57,7 @@ int tg_upstream_reachable(const struct tg_upstream *u);
 
 struct tg_child;
 /* stdio upstreams: a child for a new session, warm if one is ready (another is then started). */
-struct tg_child *tg_upstream_take_child(struct tg_upstream *u, void (*on_message)(void *, const char *, size_t),
+struct tg_child *tg_upstream_take_child(struct tg_upstream *u, tg_child_message_cb on_message,
                                         void (*on_exit)(void *, int64_t, int), void *ud, int *err);
 
 /* extra_headers: complete "Name: value\r\n" lines (may be NULL). timeout_ms 0 = none. */

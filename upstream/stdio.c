@@ -96,7 +96,7 @@ static void deliver_line(struct tg_child *ch, const char *p, size_t n)
         return;
     }
     if (ch->on_message && !ch->killed)
-        ch->on_message(ch->ud, p + i, n - i);
+        ch->on_message(ch->ud, p + i, n - i, &doc);
 }
 
 static void on_stdout(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)

@@ -27,7 +27,10 @@ struct tg_child_tally {
 struct tg_child_tally *tg_child_tally_new(void);
 void tg_child_tally_unref(struct tg_child_tally *t);
 
-typedef void (*tg_child_message_cb)(void *ud, const char *p, size_t n);
+struct tg_json_doc;
+/* One JSON object from the child's stdout; doc is what its one validating parse found (valid for
+ * the call only), so that no one parses it again. */
+typedef void (*tg_child_message_cb)(void *ud, const char *p, size_t n, const struct tg_json_doc *doc);
 typedef void (*tg_child_exit_cb)(void *ud, int64_t status, int term_signal);
 
 /* tally (may be NULL): counted in from spawn to exit. */
