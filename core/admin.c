@@ -116,7 +116,7 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
     G("counters_live", "Rate-limit buckets and windows held in memory.", tg_counters_count(srv->counters));
     G("counters_memory_bytes", "Memory of the counter table.", tg_counters_memory(srv->counters));
     C("audit_records_total", "Audit records written.", tg_audit_written(srv->audit));
-    C("audit_dropped_total", "Audit records dropped because the disk fell behind.", tg_audit_dropped(srv->audit));
+    C("audit_dropped_total", "Audit records dropped: the disk fell behind or a write failed.", tg_audit_dropped(srv->audit));
     C("reloads_total", "Successful configuration reloads.", srv->reloads);
     G("upstream_processes", "stdio upstream children alive (warm ones included).", tg_child_live_count());
     C("reload_failures_total", "Reloads refused (the old configuration stayed).", srv->reload_failures);

@@ -27,7 +27,9 @@ struct tg_audit {
     int busy;
     int closing;
     size_t max_pending;
-    uint64_t dropped, written;
+    size_t pending_n, writing_n; /* records in pending and in writing */
+    int failing;                 /* the last write failed: logged once, until one succeeds */
+    uint64_t dropped, written;   /* records: lost, and on disk */
     time_t stamp_sec;
     char stamp[32];
 };
@@ -57,13 +59,25 @@ static void on_written(uv_fs_t *req)
         a->old_fd = -1;
     }
     if (r < 0) {
-        tg_log(TG_LOG_ERROR, "audit write failed", "file=%s error=\"%s\"", a->path, uv_strerror((int)r));
-        a->dropped++;
+        /* A full or failing disk fails every write: said once, not once per batch; every record
+         * of the batch is lost and counted. */
+        if (!a->failing)
+            tg_log(TG_LOG_ERROR, "audit write failed; records are dropped until a write succeeds", "file=%s error=\"%s\"",
+                   a->path, uv_strerror((int)r));
+        a->failing = 1;
+        a->dropped += a->writing_n;
+        a->writing_n = 0;
         a->writing.len = 0;
     } else if ((size_t)r < a->writing.len) {
         tg_buf_consume(&a->writing, (size_t)r); /* short write: the rest goes next */
     } else {
+        a->written += a->writing_n;
+        a->writing_n = 0;
         a->writing.len = 0;
+        if (a->failing)
+            tg_log(TG_LOG_INFO, "audit writes succeed again", "file=%s dropped_total=%llu", a->path,
+                   (unsigned long long)a->dropped);
+        a->failing = 0;
     }
     start_write(a);
     if (!a->busy && a->closing)
@@ -81,13 +95,16 @@ static void start_write(struct tg_audit *a)
         a->writing = a->pending;
         a->pending = t;
         a->pending.len = 0;
+        a->writing_n = a->pending_n;
+        a->pending_n = 0;
     }
     uv_buf_t b = uv_buf_init(a->writing.base, (unsigned)a->writing.len);
     a->req.data = a;
     a->busy = 1;
     if (uv_fs_write(a->loop, &a->req, a->fd, &b, 1, -1, on_written) != 0) {
         a->busy = 0;
-        a->dropped++;
+        a->dropped += a->writing_n;
+        a->writing_n = 0;
         a->writing.len = 0;
     }
 }
@@ -262,7 +279,7 @@ void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const stru
         a->dropped++;
     } else {
         tg_buf_append(&a->pending, b.base, b.len);
-        a->written++;
+        a->pending_n++;
         start_write(a);
     }
     tg_buf_dispose(&b);

@@ -3,7 +3,9 @@
  * Lines are appended to a buffer and written with uv_fs_write, one write in
  * flight at a time. If the disk falls behind by more than
  * audit.max_pending_bytes, new records are dropped and counted (the metric
- * tollgate_audit_dropped_total), never buffered without bound. */
+ * tollgate_audit_dropped_total), never buffered without bound. A write that fails (a full
+ * disk: ENOSPC) loses its records, counted the same way; the error is logged once, until a
+ * write succeeds again. Calls are answered either way: the audit log does not fail closed. */
 #ifndef TG_AUDIT_H
 #define TG_AUDIT_H
 

@@ -119,7 +119,9 @@ static void too_large(struct tg_call *k, const char *what)
     tg_upreq_cancel(k->up);
     k->up = NULL;
     tg_call_settle(k, TG_OUT_GARBLED, lat);
-    if (k->mode == MODE_JSON)
+    /* The client hears why, on its JSON answer or on the stream it was given (unless the
+     * answer went through before the cut). */
+    if (k->mode == MODE_JSON || (k->mode == MODE_SSE && !k->got_response && k->kind == KIND_REQUEST))
         tg_call_answer_error(k, "upstream response exceeds limits.response_bytes", 0);
     tg_call_finish(k);
 }
@@ -233,6 +235,12 @@ static enum tg_outcome outcome_of(struct tg_call *k, struct tg_upreq *r, int err
         if (k->body.base == NULL || tg_json_parse(k->body.base, k->body.len, 1000, 0, &k->body_doc, NULL, NULL) != 0)
             return TG_OUT_GARBLED;
         k->body_doc_ok = 1;
+        /* Well-formed but not this request's answer (another id, or not a response): garbled,
+         * as the client is told; never an "ok" in the audit log. */
+        if (k->kind == KIND_REQUEST &&
+            (k->body_doc.method_raw.len > 0 || k->body_doc.id_raw.len != k->gid_len ||
+             memcmp(k->body_doc.id_raw.ptr, k->gid_str, k->gid_len) != 0))
+            return TG_OUT_GARBLED;
         return k->body_doc.error_raw.len > 0 ? TG_OUT_ERROR : TG_OUT_OK;
     case MODE_GONE: return TG_OUT_REFUSED;
     case MODE_ERROR: {

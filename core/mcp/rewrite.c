@@ -117,7 +117,10 @@ int tg_mcp_restore_id(const struct tg_mcp_answer *a, const char *p, size_t n, co
     }
     if (server_request_id && doc.method_raw.len > 0 && doc.id_raw.len > 0)
         *server_request_id = doc.id_raw;
-    tg_buf_append(out, p, n);
+    /* An answer to another call (another gateway id, or one never issued) is nobody's here:
+     * out stays empty, so that it cannot reach this client as a message on the way. */
+    if (doc.method_raw.len > 0 || doc.id_raw.len == 0)
+        tg_buf_append(out, p, n);
     return 0;
 }
 

@@ -298,7 +298,8 @@ describe('5. refunds: only a call that cannot have run is given back', () => {
         { name: 'st', command: stdioCommand(['--log', stLog()]), call_timeout_ms: 300, policy },
         { name: 'lsse', url: hostile.url('/sse'), transport: 'sse', call_timeout_ms: 300, policy },
         { name: 'hc', url: hostile.url('/mcp'), call_timeout_ms: 1500, policy },
-        { name: 'late', url: `http://127.0.0.1:${latePort}/mcp`, initialize: 'local', connect_timeout_ms: 500, policy },
+        // backoff off: its N+1 = 3 failures would otherwise back it off (faults.test.mjs tests that)
+        { name: 'late', url: `http://127.0.0.1:${latePort}/mcp`, initialize: 'local', connect_timeout_ms: 500, backoff_ms: 0, policy },
       ],
     });
     for (const up of ['h', 'st', 'lsse', 'hc', 'late']) sess[up] = await session(gw, up);
