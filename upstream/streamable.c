@@ -119,7 +119,9 @@ static void too_large(struct tg_call *k, const char *what)
     tg_upreq_cancel(k->up);
     k->up = NULL;
     tg_call_settle(k, TG_OUT_GARBLED, lat);
-    if (k->mode == MODE_JSON)
+    /* A request answered as an event stream is still owed its answer when an event was too
+     * large (the client saw HTTP 200 with no JSON-RPC message at all). */
+    if (k->mode == MODE_JSON || (k->mode == MODE_SSE && !k->got_response && k->kind == KIND_REQUEST))
         tg_call_answer_error(k, "upstream response exceeds limits.response_bytes", 0);
     tg_call_finish(k);
 }
