@@ -120,7 +120,10 @@ measure() {
 
 # The gateway's open descriptors, to see the slow clients held (and released after).
 fds() { ls "/proc/$tg_pid/fd" 2>/dev/null | wc -l; }
-declare -A alone alone_range with ratio slow_line p99_alone p99_with fd_held
+# utime + stime of tollgate, in clock ticks (fields 14 and 15 of /proc/PID/stat).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$tg_pid/stat"; }
+hz=$(getconf CLK_TCK)
+declare -A alone alone_range with ratio slow_line p99_alone p99_with fd_held slow_cpu
 for m in $modes; do
     echo "== $m: normal clients alone, ${DURATION}s" >&2
     measure "$m-alone-before"
@@ -140,7 +143,12 @@ for m in $modes; do
     wait_for "slow clients ($m)" "$slow_pid" 120 "$tmp/slow-$m.err" slow_ready
     ready=$(awk '/^READY/ {print $2}' "$tmp/slow-$m.out")
     ((ready >= SLOW_CONNS * 95 / 100)) || die "$m: only $ready of $SLOW_CONNS slow clients connected: $(cat "$tmp/slow-$m.err")"
-    sleep "$((SLOW_INTERVAL_MS / 1000 + 1))" # one full round of slow bytes before measuring
+    # One full round of slow bytes before measuring, and what they alone cost the gateway: its
+    # CPU time over that round (a figure the machine's other load hardly changes).
+    t0=$(cpu_ticks)
+    s0=$SECONDS
+    sleep "$((SLOW_INTERVAL_MS / 1000 + 1))"
+    slow_cpu[$m]=$(awk -v t="$(($(cpu_ticks) - t0))" -v hz="$hz" -v s="$((SECONDS - s0))" 'BEGIN {printf "%.1f%%", 100 * t / hz / s}')
     fd_held[$m]=$(fds)
     measure "$m-with-slow"
     with[$m]=$rps
@@ -165,10 +173,11 @@ mkdir -p "$(dirname "$RESULTS")"
 {
     echo "# tollgate slowloris $(date -u +%Y-%m-%dT%H:%M:%SZ)  $(uname -sr), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "# wrk -c$CONNS tools/call for ${DURATION}s per phase; $SLOW_CONNS slow clients, a byte every ${SLOW_INTERVAL_MS} ms"
-    echo "# alone = mean of the runs before and after the slow clients (both shown); ratio = with / alone"
-    printf '%-6s %12s %18s %10s %12s %10s %7s %10s  %s\n' transport 'alone r/s' 'before/after' p99 'with r/s' p99 ratio 'tg fds' 'slow clients'
+    echo "# alone = mean of the runs before and after the slow clients (both shown); ratio = with / alone;"
+    echo "# slow cpu = tollgate's CPU use with only the slow clients connected (one round of their bytes)"
+    printf '%-6s %12s %18s %10s %12s %10s %7s %9s %8s  %s\n' transport 'alone r/s' 'before/after' p99 'with r/s' p99 ratio 'slow cpu' 'tg fds' 'slow clients'
     for m in $modes; do
-        printf '%-6s %12s %18s %10s %12s %10s %7s %10s  %s\n' "$m" "${alone[$m]}" "${alone_range[$m]}" "${p99_alone[$m]}" "${with[$m]}" \
-            "${p99_with[$m]}" "${ratio[$m]}" "${fd_held[$m]}" "${slow_line[$m]#SLOW }"
+        printf '%-6s %12s %18s %10s %12s %10s %7s %9s %8s  %s\n' "$m" "${alone[$m]}" "${alone_range[$m]}" "${p99_alone[$m]}" "${with[$m]}" \
+            "${p99_with[$m]}" "${ratio[$m]}" "${slow_cpu[$m]}" "${fd_held[$m]}" "${slow_line[$m]#SLOW }"
     done
 } | tee "$RESULTS"
