@@ -636,12 +636,15 @@ describe('3. sizes an upstream chooses: the call gets a clean error, the gateway
 
   test('a legacy SSE upstream event larger than response_bytes: an error', async () => {
     // hostile's "big" tool answers arguments.mib MiB; 2 MiB is over response_bytes (1 MiB).
+    const t0 = Date.now();
     const r = await H.postRaw(ctx.fetch, sess.lsse.url, A.call('big-sse', 'big', { mib: 2 }), sess.lsse.headers);
     const m = A.answerOf(r, 'big-sse');
     assert.ok(m?.error, `an error for a 2 MiB SSE event: HTTP ${r.status} ${r.text.slice(0, 300)}`);
+    process.stderr.write(`# a 2 MiB legacy SSE event: ${m.error.code} ${m.error.message} (${Date.now() - t0} ms)\n`);
     A.assertAlive(gw);
+    await echoWorks(gw, sess.lsse, 'the same legacy SSE session served after a 2 MiB event');
     const s2 = await session(gw, 'lsse');
-    await echoWorks(gw, s2, 'served after a 2 MiB legacy SSE event');
+    await echoWorks(gw, s2, 'a new legacy SSE session served after a 2 MiB event');
   });
 
   test('a stdio stdout line of 3 MiB (over response_bytes): the call gets an error, the child and the gateway serve on', async () => {
