@@ -5,9 +5,30 @@
 #include <string.h>
 
 #include "core/dispatch.h"
+#include "core/gateway.h"
 #include "core/json.h"
 #include "core/msg.h"
 #include "transports/http1.h"
+
+/* Gathered answers are output a client will get: they count toward limits.output_total_bytes
+ * with every connection's queue, and the batch's whole answer is no longer than one upstream
+ * answer may be (limits.response_bytes). */
+static int room_for(const struct tg_batch *b, size_t n)
+{
+    const struct tg_limits *l = &b->srv->conf->limits;
+    return b->out.len + n <= (size_t)l->response_bytes &&
+           b->srv->metrics.output_buffered + n <= (size_t)l->output_total_bytes;
+}
+
+static void gather(struct tg_batch *b, const char *p, size_t n)
+{
+    size_t before = b->out.len;
+    tg_buf_append(&b->out, b->nout ? "," : "[", 1);
+    tg_buf_append(&b->out, p, n);
+    b->nout++;
+    b->held += b->out.len - before;
+    b->srv->metrics.output_buffered += b->out.len - before;
+}
 
 void tg_batch_add(struct tg_batch *b, const char *p, size_t n)
 {
@@ -16,9 +37,31 @@ void tg_batch_add(struct tg_batch *b, const char *p, size_t n)
         b->nout++;
         return;
     }
-    tg_buf_append(&b->out, b->nout ? "," : "[", 1);
-    tg_buf_append(&b->out, p, n);
-    b->nout++;
+    if (b->channel == NULL && b->conn == NULL) {
+        b->nout++; /* the client has gone: nothing to gather */
+        return;
+    }
+    if (room_for(b, n + 1)) {
+        gather(b, p, n);
+        return;
+    }
+    /* The element ran; its answer is replaced by an error the client can act on. */
+    b->srv->metrics.limit_output++;
+    struct tg_json_doc d;
+    int has_id = tg_json_parse(p, n, 1000, 0, &d, NULL, NULL) == 0 && d.id_raw.len > 0;
+    struct tg_buf e;
+    tg_buf_init(&e);
+    tg_rpc_error(&e, has_id ? d.id_raw.ptr : NULL, has_id ? d.id_raw.len : 0, TG_RPC_UPSTREAM,
+                 "the batch's answers exceed limits.response_bytes or limits.output_total_bytes: send fewer at once",
+                 NULL);
+    gather(b, e.base, e.len);
+    tg_buf_dispose(&e);
+}
+
+static void release_held(struct tg_batch *b)
+{
+    b->srv->metrics.output_buffered -= b->held;
+    b->held = 0;
 }
 
 void tg_batch_add_error(struct tg_batch *b, const char *id, size_t idn, int code, const char *msg, const char *data)
@@ -41,6 +84,7 @@ void tg_batch_done(struct tg_batch *b)
     if (--b->pending > 0)
         return;
     if (b->channel != NULL) {
+        release_held(b);
         if (!b->single && b->nout > 0) {
             tg_buf_append(&b->out, "]", 1);
             b->channel->ops->message(b->channel, NULL, b->out.base, b->out.len);
@@ -51,13 +95,14 @@ void tg_batch_done(struct tg_batch *b)
         return;
     }
     struct tg_conn *c = b->conn;
+    release_held(b);
     if (c != NULL) {
         c->exchange = NULL;
         c->on_abort = NULL;
         c->on_drain = NULL;
         if (b->nout > 0) {
             tg_buf_append(&b->out, "]", 1);
-            tg_http_respond(c, 200, NULL, "application/json", b->out.base, b->out.len);
+            tg_http_respond_owned(c, 200, NULL, "application/json", &b->out);
         } else {
             tg_http_respond(c, 202, NULL, NULL, "", 0);
         }

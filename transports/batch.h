@@ -22,6 +22,7 @@ struct tg_batch {
     struct tg_conn *conn; /* NULL once the client has gone (or on a channel) */
     int pending;          /* elements (and the dispatch loop itself) not done yet */
     struct tg_buf out;    /* "[a,b" so far */
+    size_t held;          /* of it, counted in the process's output total (metrics.output_buffered) */
     int nout;
     struct tg_sink *channel; /* answers go to this long-lived sink (a channel) instead of conn; the
                               * batch holds one reference, given back with its release op */

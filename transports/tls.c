@@ -51,6 +51,12 @@ struct tg_tls_client_ctx {
     int verify;
 };
 
+/* ECDHE groups, cheapest first: mbedtls 2.28's default order starts at secp521r1, which makes
+ * every handshake (and a handshake flood) several times dearer. */
+static const mbedtls_ecp_group_id curves[] = {
+    MBEDTLS_ECP_DP_CURVE25519, MBEDTLS_ECP_DP_SECP256R1, MBEDTLS_ECP_DP_SECP384R1, MBEDTLS_ECP_DP_NONE,
+};
+
 /* TLS 1.2, ECDHE key exchange, AEAD ciphers only. */
 static const int suites[] = {
     MBEDTLS_TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
@@ -99,6 +105,7 @@ int tg_tls_ctx_new(const struct tg_tls_server_opts *o, struct tg_tls_ctx **out, 
     mbedtls_ssl_conf_min_version(&c->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
     mbedtls_ssl_conf_max_version(&c->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
     mbedtls_ssl_conf_ciphersuites(&c->conf, suites);
+    mbedtls_ssl_conf_curves(&c->conf, curves);
     mbedtls_ssl_conf_renegotiation(&c->conf, MBEDTLS_SSL_RENEGOTIATION_DISABLED);
     if ((r = mbedtls_ssl_conf_own_cert(&c->conf, &c->cert, &c->key)) != 0) {
         what = "certificate and key do not match";
@@ -188,6 +195,7 @@ int tg_tls_client_ctx_new(const struct tg_tls_client_opts *o, struct tg_tls_clie
     mbedtls_ssl_conf_min_version(&c->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
     mbedtls_ssl_conf_max_version(&c->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
     mbedtls_ssl_conf_ciphersuites(&c->conf, suites);
+    mbedtls_ssl_conf_curves(&c->conf, curves);
     mbedtls_ssl_conf_renegotiation(&c->conf, MBEDTLS_SSL_RENEGOTIATION_DISABLED);
     if (c->verify) {
         mbedtls_ssl_conf_authmode(&c->conf, MBEDTLS_SSL_VERIFY_REQUIRED);
@@ -409,12 +417,18 @@ int tg_tls_peer_subject(const struct tg_tls *t, char *dn, size_t dnsz, char *cn,
         return 0; /* optional and none sent (the verify result is 0 then too) */
     if (mbedtls_x509_dn_gets(dn, dnsz, &crt->subject) < 0)
         return 0;
+    /* The CN is used only when there is exactly one, and it holds no NUL and fits: "alice\0evil",
+     * a CN cut at cnsz or "CN=mallory, CN=alice" never read as alice (the whole subject still can
+     * be matched: mbedtls prints it with such bytes escaped). */
+    int ncn = 0;
     for (const mbedtls_x509_name *n = &crt->subject; n != NULL; n = n->next)
-        if (n->oid.p != NULL && MBEDTLS_OID_CMP(MBEDTLS_OID_AT_CN, &n->oid) == 0) {
-            size_t k = n->val.len < cnsz - 1 ? n->val.len : cnsz - 1;
-            memcpy(cn, n->val.p, k);
-            cn[k] = '\0';
+        if (n->oid.p != NULL && MBEDTLS_OID_CMP(MBEDTLS_OID_AT_CN, &n->oid) == 0 && ncn++ == 0 &&
+            n->val.len < cnsz && memchr(n->val.p, '\0', n->val.len) == NULL) {
+            memcpy(cn, n->val.p, n->val.len);
+            cn[n->val.len] = '\0';
         }
+    if (ncn != 1)
+        cn[0] = '\0';
     return 1;
 }
 const char *tg_tls_last_error(const struct tg_tls *t) { return t->err; }
