@@ -94,14 +94,19 @@ function fetchAs(id, { keepAlive = true } = {}) {
 
 /**
  * Which grant a client gets: initialize and tools/list over raw HTTP on listener i of g.
- * Returns { status } when initialize is refused, else { status: 200, tools: [names], session }.
+ * Returns { status, text, headers } when initialize is refused, else { status: 200, tools: [names],
+ * session: { headers }, fetch, url } for more requests on that session.
  */
 async function grantView(g, i, id, headers = {}) {
   const f = fetchAs(id);
   const url = mcpUrl(g, i);
   const init = await H.postRaw(f, url, H.initializeBody(), headers);
   if (init.status !== 200) return { status: init.status, text: init.text, headers: init.headers };
-  const s = await H.rawInitialize(f, url, headers);
+  const s = { headers: { ...headers, 'mcp-protocol-version': init.messages[0]?.result?.protocolVersion ?? H.PROTOCOL_VERSION } };
+  const sid = init.headers.get('mcp-session-id');
+  if (sid) s.headers['mcp-session-id'] = sid;
+  const n = await H.postRaw(f, url, { jsonrpc: '2.0', method: 'notifications/initialized' }, s.headers);
+  assert.ok(n.status === 202 || n.status === 200, `notifications/initialized: HTTP ${n.status} ${n.text}`);
   const l = await H.postRaw(f, url, { jsonrpc: '2.0', id: 2, method: 'tools/list' }, s.headers);
   assert.equal(l.status, 200, `tools/list: HTTP ${l.status} ${l.text}`);
   const tools = l.messages[0]?.result?.tools?.map((t) => t.name);
@@ -457,10 +462,39 @@ describe('handshake timeout (tls_handshake_timeout_ms = 300, header_timeout_ms =
     await gwTimeout.waitForLog(/msg="TLS handshake timed out"/, { from });
   });
 
+  test('a client that sends its whole ClientHello and then stalls is closed after ~300 ms, the server\'s flight sent', async (t) => {
+    const hello = await clientHello();
+    const r = await closedAfter(hello);
+    timeouts++;
+    t.diagnostic(`closed after ${r.ms.toFixed(0)} ms, ${r.got} bytes of server flight`);
+    assert.ok(r.got > 0, 'the server answered the ClientHello');
+    assert.ok(r.ms >= 250 && r.ms < 10000, `closed after ${r.ms.toFixed(0)} ms`);
+  });
+
+  test('a ClientHello trickled a byte every 50 ms is closed at the deadline from accept, not re-armed by each byte', async (t) => {
+    const hello = await clientHello();
+    const s = net.connect(port(gwTimeout, 0), '127.0.0.1');
+    s.on('error', () => {});
+    await H.within(once(s, 'connect'), 10000, 'connect');
+    const t0 = performance.now();
+    let i = 0;
+    const tick = setInterval(() => { if (i < hello.length && !s.destroyed) s.write(hello.subarray(i, ++i)); }, 50);
+    try {
+      await H.within(once(s, 'close'), 20000, 'the gateway closing a trickling handshake');
+    } finally {
+      clearInterval(tick);
+    }
+    const ms = performance.now() - t0;
+    timeouts++;
+    t.diagnostic(`closed after ${ms.toFixed(0)} ms and ${i} bytes`);
+    assert.ok(ms >= 250, `closed after ${ms.toFixed(0)} ms`);
+    assert.ok(ms < 3000, `closed after ${ms.toFixed(0)} ms (${i} bytes): each byte seems to re-arm the handshake timer`);
+  });
+
   test('each timeout is counted in tollgate_tls_handshake_failures_total', async () => {
-    assert.equal(timeouts, 2, 'the timeout tests ran');
-    await gwTimeout.waitForMetric('tollgate_tls_handshake_failures_total', (v) => v - base === 2,
-      { what: `2 more handshake failures than ${base}` });
+    assert.equal(timeouts, 4, 'the timeout tests ran');
+    await gwTimeout.waitForMetric('tollgate_tls_handshake_failures_total', (v) => v - base === 4,
+      { what: `4 more handshake failures than ${base}` });
   });
 
   test('a finished handshake is not cut by the handshake timeout (gateway with 2000 ms): the request after it is served', async () => {
