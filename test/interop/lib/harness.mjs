@@ -209,6 +209,55 @@ export function makeCerts(dir) {
   };
 }
 
+/**
+ * Issues one certificate in `dir` with openssl: `name`.key / `name`.crt, subject `subj` (openssl's
+ * "/O=acme/CN=alice" form), signed by `ca` ({cert, key} paths; self-signed CA when `ca` is
+ * absent and `isCa`), with an EC P-256 key or, with `rsa`, an RSA 2048 key. `ext`: extension lines.
+ * Returns { cert, key, pem } (paths, and the certificate's PEM text).
+ */
+export function issueCert(dir, { name, subj, ca, isCa = false, rsa = false, ext = [] }) {
+  const p = (f) => path.join(dir, f);
+  const ossl = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+  const exts = isCa
+    ? ['basicConstraints=critical,CA:TRUE', 'keyUsage=critical,keyCertSign,cRLSign', 'subjectKeyIdentifier=hash', ...ext]
+    : ['basicConstraints=critical,CA:FALSE', 'subjectKeyIdentifier=hash', 'authorityKeyIdentifier=keyid', ...ext];
+  fs.writeFileSync(p(`${name}.ext`), exts.join('\n') + '\n');
+  try {
+    if (rsa) ossl('genpkey', '-algorithm', 'RSA', '-pkeyopt', 'rsa_keygen_bits:2048', '-out', p(`${name}.key`));
+    else ossl('ecparam', '-name', 'prime256v1', '-genkey', '-noout', '-out', p(`${name}.key`));
+    ossl('req', '-new', '-key', p(`${name}.key`), '-subj', subj, '-out', p(`${name}.csr`));
+    const signer = ca ? ['-CA', ca.cert, '-CAkey', ca.key, '-set_serial', '0x' + randomBytes(8).toString('hex')]
+      : ['-signkey', p(`${name}.key`)];
+    ossl('x509', '-req', '-in', p(`${name}.csr`), ...signer, '-days', '2', '-sha256',
+      '-extfile', p(`${name}.ext`), '-out', p(`${name}.crt`));
+  } catch (e) {
+    throw new Error(`openssl failed for ${name}: ${e.message}\n${e.stderr?.toString() ?? ''}`);
+  }
+  fs.chmodSync(p(`${name}.key`), 0o600);
+  return { cert: p(`${name}.crt`), key: p(`${name}.key`), pem: fs.readFileSync(p(`${name}.crt`), 'utf8') };
+}
+
+/**
+ * For mTLS listeners: a client CA (`clients-ca.crt`, the listener's `client_ca`) and client
+ * certificates it signs (extendedKeyUsage clientAuth): `alice` (subject O=acme, CN=alice) and
+ * `bob` (O=acme, CN=bob); and `stranger`, a certificate for the same subject as alice's from
+ * another CA (`other-ca`) the listener does not trust. Each entry is { cert, key, pem }; `ca` is
+ * the client CA's. Extra certificates: `issue(name, subj)` signs one more with the client CA.
+ */
+export function makeClientCerts(dir) {
+  const clientExt = ['keyUsage=critical,digitalSignature', 'extendedKeyUsage=clientAuth'];
+  const ca = issueCert(dir, { name: 'clients-ca', subj: '/CN=tollgate interop client CA', isCa: true });
+  const other = issueCert(dir, { name: 'other-ca', subj: '/CN=tollgate interop untrusted CA', isCa: true });
+  const issue = (name, subj, signer = ca) => issueCert(dir, { name, subj, ca: signer, ext: clientExt });
+  return {
+    ca,
+    alice: issue('alice', '/O=acme/CN=alice'),
+    bob: issue('bob', '/O=acme/CN=bob'),
+    stranger: issue('stranger', '/O=acme/CN=alice', other),
+    issue,
+  };
+}
+
 // ---------------------------------------------------------------------------
 // (b) tollgate configuration (libconfig syntax)
 
@@ -573,14 +622,15 @@ export async function startEverything({ cleanup, timeout = 15000 } = {}) {
 // HTTP(S) client side
 
 /**
- * A fetch() built on node:http/https that trusts `ca` (PEM) for https URLs.
+ * A fetch() built on node:http/https that trusts `ca` (PEM) for https URLs (and presents the
+ * client certificate `cert` with its `key`, PEM, when given: mTLS).
  * Node 20's global fetch (undici) cannot take a CA without the undici package,
  * so the SDK transport gets this one through its `fetch` option. Bodies stream
  * (SSE responses are delivered as they arrive).
  */
-export function makeFetch({ ca, cleanup, keepAlive = true } = {}) {
+export function makeFetch({ ca, cert, key, cleanup, keepAlive = true } = {}) {
   const httpAgent = new http.Agent({ keepAlive });
-  const httpsAgent = new https.Agent({ keepAlive, ca });
+  const httpsAgent = new https.Agent({ keepAlive, ca, cert, key });
   cleanup?.add(() => { httpAgent.destroy(); httpsAgent.destroy(); });
   const nullBody = new Set([101, 103, 204, 205, 304]);
   const f = async (input, init = {}) => {
