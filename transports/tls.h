@@ -57,8 +57,9 @@ int tg_tls_write(struct tg_tls *t, const char *p, size_t n, struct tg_buf *out);
 int tg_tls_close_notify(struct tg_tls *t, struct tg_buf *out);
 int tg_tls_established(const struct tg_tls *t);
 /* A server connection's client certificate, if one was sent and verified against client_ca: its
- * subject as mbedtls prints it ("C=NL, O=acme, CN=alice", in certificate order) and its CN (empty unless there is exactly one, free of NUL bytes and short enough).
- * Returns 1 then, 0 (both empty) otherwise. */
+ * subject as mbedtls prints it ("C=NL, O=acme, CN=alice", in certificate order) and its CN
+ * (empty unless there is exactly one, free of NUL bytes and shorter than cnsz). Returns 1 then,
+ * 0 (both empty) otherwise. */
 int tg_tls_peer_subject(const struct tg_tls *t, char *dn, size_t dnsz, char *cn, size_t cnsz);
 const char *tg_tls_last_error(const struct tg_tls *t);
 
