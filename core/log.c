@@ -10,15 +10,147 @@
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+#include <uv.h>
 
 /* The log sink is process-wide: there is one loop and one process, and every
- * module logs. It is configured before the loop starts and on reload. */
+ * module logs. It is configured before the loop starts and on reload.
+ *
+ * Once tg_log_start() has run, lines are not written by the caller: they are queued (up to
+ * QUEUE_MAX bytes; past that they are dropped and counted, and the count is logged when there is
+ * room again) and a writer thread does the write(2), so a stalled disk or a full stderr pipe
+ * never holds the loop. The writer owns the descriptor then: a reopen or a new file is handed to
+ * it as next_fd and it closes the old one between two writes. */
+#define QUEUE_MAX (4u << 20)
 static struct {
     int level;
     int format;
     int fd;
     char *path;
-} logger = {TG_LOG_INFO, TG_LOG_LOGFMT, 2, NULL};
+    int threaded;
+    uv_thread_t thread;
+    uv_mutex_t lock;
+    uv_cond_t wake, idle;
+    struct tg_buf queue; /* lines waiting for the writer (under lock) */
+    int next_fd;         /* -1, or the descriptor the writer switches to (under lock) */
+    int stop, writing;
+    uint64_t dropped;
+} logger = {.level = TG_LOG_INFO, .format = TG_LOG_LOGFMT, .fd = 2, .next_fd = -1};
+
+static void writer_main(void *arg)
+{
+    (void)arg;
+    uv_mutex_lock(&logger.lock);
+    for (;;) {
+        while (logger.queue.len == 0 && logger.next_fd < 0 && !logger.stop)
+            uv_cond_wait(&logger.wake, &logger.lock);
+        if (logger.next_fd >= 0) {
+            if (logger.fd != 2)
+                close(logger.fd);
+            logger.fd = logger.next_fd;
+            logger.next_fd = -1;
+        }
+        if (logger.queue.len == 0 && logger.stop)
+            break;
+        struct tg_buf batch = logger.queue;
+        tg_buf_init(&logger.queue);
+        int fd = logger.fd;
+        logger.writing = 1;
+        uv_mutex_unlock(&logger.lock);
+        for (size_t off = 0; off < batch.len;) {
+            ssize_t w = write(fd, batch.base + off, batch.len - off);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                break; /* nothing better to do with a log that cannot be written */
+            off += (size_t)w;
+        }
+        tg_buf_dispose(&batch);
+        uv_mutex_lock(&logger.lock);
+        logger.writing = 0;
+        uv_cond_broadcast(&logger.idle);
+    }
+    uv_mutex_unlock(&logger.lock);
+}
+
+int tg_log_start(void)
+{
+    if (logger.threaded)
+        return 0;
+    if (uv_mutex_init(&logger.lock) != 0 || uv_cond_init(&logger.wake) != 0 || uv_cond_init(&logger.idle) != 0)
+        return -1;
+    logger.stop = 0;
+    logger.next_fd = -1;
+    tg_buf_init(&logger.queue);
+    if (uv_thread_create(&logger.thread, writer_main, NULL) != 0)
+        return -1;
+    logger.threaded = 1;
+    return 0;
+}
+
+void tg_log_stop(void)
+{
+    if (!logger.threaded)
+        return;
+    uv_mutex_lock(&logger.lock);
+    logger.stop = 1;
+    uv_cond_signal(&logger.wake);
+    uv_mutex_unlock(&logger.lock);
+    uv_thread_join(&logger.thread);
+    logger.threaded = 0;
+    tg_buf_dispose(&logger.queue);
+    uv_cond_destroy(&logger.wake);
+    uv_cond_destroy(&logger.idle);
+    uv_mutex_destroy(&logger.lock);
+}
+
+void tg_log_flush(void)
+{
+    if (!logger.threaded)
+        return;
+    uv_mutex_lock(&logger.lock);
+    while (logger.queue.len > 0 || logger.writing || logger.next_fd >= 0)
+        uv_cond_wait(&logger.idle, &logger.lock);
+    uv_mutex_unlock(&logger.lock);
+}
+
+/* The descriptor lines go to from now on: at once, or through the writer. */
+static void use_fd(int fd)
+{
+    if (!logger.threaded) {
+        if (logger.fd != 2)
+            close(logger.fd);
+        logger.fd = fd;
+        return;
+    }
+    uv_mutex_lock(&logger.lock);
+    if (logger.next_fd >= 0 && logger.next_fd != 2)
+        close(logger.next_fd); /* two switches before the writer saw the first */
+    logger.next_fd = fd;
+    uv_cond_signal(&logger.wake);
+    uv_mutex_unlock(&logger.lock);
+}
+
+static void emit(const char *p, size_t n)
+{
+    if (!logger.threaded) {
+        ssize_t w = write(logger.fd, p, n); /* one write() per line keeps lines whole */
+        (void)w;
+        return;
+    }
+    uv_mutex_lock(&logger.lock);
+    if (logger.queue.len + n > QUEUE_MAX) {
+        logger.dropped++;
+    } else {
+        if (logger.dropped > 0 && logger.queue.len + n + 96 <= QUEUE_MAX) {
+            tg_buf_appendf(&logger.queue, "msg=\"log lines dropped: the log could not keep up\" dropped=%llu\n",
+                           (unsigned long long)logger.dropped);
+            logger.dropped = 0;
+        }
+        tg_buf_append(&logger.queue, p, n);
+        uv_cond_signal(&logger.wake);
+    }
+    uv_mutex_unlock(&logger.lock);
+}
 
 static const char *level_names[] = {"error", "warn", "info", "debug"};
 
@@ -38,11 +170,9 @@ int tg_log_setup(int level, int format, const char *path)
         if (fd < 0)
             return -errno;
     }
-    if (logger.fd != 2)
-        close(logger.fd);
+    use_fd(fd);
     free(logger.path);
     logger.path = (path && path[0]) ? tg_xstrdup(path) : NULL;
-    logger.fd = fd;
     logger.level = level;
     logger.format = format;
     return 0;
@@ -55,8 +185,7 @@ int tg_log_reopen(void)
     int fd = open(logger.path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
     if (fd < 0)
         return -errno;
-    close(logger.fd);
-    logger.fd = fd;
+    use_fd(fd);
     return 0;
 }
 
@@ -197,8 +326,6 @@ void tg_log(int level, const char *msg, const char *fmt, ...)
         tg_buf_appendf(&b, "time=%s level=%s msg=\"%s\"%s%s\n", ts, level_names[level], msg, pairs[0] ? " " : "",
                        pairs);
     }
-    /* One write() per line keeps lines whole when several processes share the file. */
-    ssize_t w = write(logger.fd, b.base, b.len);
-    (void)w;
+    emit(b.base, b.len);
     tg_buf_dispose(&b);
 }

@@ -20,6 +20,11 @@ int tg_log_setup(int level, int format, const char *path);
 /* SIGUSR1: reopen the file (no-op for stderr). */
 int tg_log_reopen(void);
 int tg_log_enabled(int level);
+/* From start to stop, lines are written by a thread of the log's own (tg_log never blocks on
+ * the disk or a pipe; it may be called from any thread). flush waits until all is written. */
+int tg_log_start(void);
+void tg_log_flush(void);
+void tg_log_stop(void);
 int tg_log_parse_level(const char *s);
 
 void tg_log(int level, const char *msg, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -166,6 +166,8 @@ int main(int argc, char **argv)
     }
     check_descriptors(conf, 1, NULL);
     signal(SIGPIPE, SIG_IGN);
+    if (tg_log_start() != 0)
+        fprintf(stderr, "tollgate: no log writer thread; log lines are written from the loop\n");
     uv_loop_t *loop = uv_default_loop();
     struct tg_server *srv = tg_xcalloc(1, sizeof(*srv));
     int rc = 0;
@@ -193,6 +195,7 @@ int main(int argc, char **argv)
     free(srv);
     uv_loop_close(loop);
     tg_log(TG_LOG_INFO, "stopped", NULL);
+    tg_log_stop(); /* writes what is queued */
     tg_log_setup(TG_LOG_INFO, 0, NULL);
     return rc;
 }
