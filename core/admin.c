@@ -4,6 +4,7 @@
 #include "core/admin.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/approvals.h"
@@ -163,6 +164,40 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
                    m->lat_sum, (unsigned long long)m->lat_count);
 }
 
+/* POST /admin/reload waiting for its reload. Owner: the reload (its done callback frees it);
+ * conn is NULL once the client has gone. */
+struct reload_wait {
+    struct tg_conn *conn;
+};
+
+static void on_reload_abort(struct tg_conn *c, void *ex)
+{
+    struct reload_wait *w = ex;
+    w->conn = NULL;
+}
+
+static void on_reloaded(void *ud, int ok, const struct tg_buf *err)
+{
+    struct reload_wait *w = ud;
+    struct tg_conn *c = w->conn;
+    free(w);
+    if (c == NULL)
+        return;
+    c->exchange = NULL;
+    c->on_abort = NULL;
+    if (ok) {
+        tg_http_respond_json(c, 200, "{\"status\":\"reloaded\"}");
+        return;
+    }
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appends(&b, "{\"status\":\"failed\",\"errors\":");
+    tg_json_write_string(&b, err->base ? err->base : "", err->len);
+    tg_buf_appends(&b, "}");
+    tg_http_respond(c, 400, NULL, "application/json", b.base, b.len);
+    tg_buf_dispose(&b);
+}
+
 static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_slice rest)
 {
     /* rest = "ID/approve" or "ID/deny" */
@@ -256,19 +291,12 @@ void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)
             return;
         }
         if (tg_slice_eq(path, TG_SLICE("/admin/reload")) && c->req.method == HTTP_POST) {
-            struct tg_buf err, b;
-            tg_buf_init(&err);
-            tg_buf_init(&b);
-            if (srv->reload(srv, &err) == 0) {
-                tg_http_respond_json(c, 200, "{\"status\":\"reloaded\"}");
-            } else {
-                tg_buf_appends(&b, "{\"status\":\"failed\",\"errors\":");
-                tg_json_write_string(&b, err.base ? err.base : "", err.len);
-                tg_buf_appends(&b, "}");
-                tg_http_respond(c, 400, NULL, "application/json", b.base, b.len);
-            }
-            tg_buf_dispose(&err);
-            tg_buf_dispose(&b);
+            /* Answered when the reload is over (the conf is read off the loop). */
+            struct reload_wait *w = tg_xcalloc(1, sizeof(*w));
+            w->conn = c;
+            c->exchange = w;
+            c->on_abort = on_reload_abort;
+            srv->reload_start(srv, on_reloaded, w);
             return;
         }
         tg_http_respond_json(c, 404, "{\"error\":\"unknown admin endpoint\"}");

@@ -36,6 +36,11 @@ struct tg_listener {
 
 /* The gateway's state. Owner: main(), which allocates it, runs tg_server_init() and, after the
  * loop, tg_server_dispose() (which frees what it holds), then frees it. */
+/* The end of an asynchronous reload (tg_server.reload_start). */
+typedef void (*tg_reload_done_cb)(void *ud, int ok, const struct tg_buf *err);
+struct tg_reload_job;
+struct tg_reload_waiter;
+
 struct tg_server {
     uv_loop_t *loop;
     struct tg_conf *conf;
@@ -87,8 +92,12 @@ struct tg_server {
     /* The operations of an upstream's kind; NULL: core/call.c's table by transport (a unit test
      * puts a fake upstream here). */
     const struct tg_upstream_ops *(*upstream_ops)(const struct tg_upstream_conf *uc);
-    /* Load the configuration file again (core/server.c): the admin API's reload. */
-    int (*reload)(struct tg_server *srv, struct tg_buf *err);
+    /* Load the configuration file again (core/server.c): the admin API's reload. done runs from
+     * the loop, never inside this call, once the new conf is in force (ok 1) or refused (ok 0,
+     * err says why). */
+    void (*reload_start)(struct tg_server *srv, tg_reload_done_cb done, void *ud);
+    struct tg_reload_job *reload_job; /* the reload reading the conf in a worker, or NULL */
+    struct tg_reload_waiter *reload_next; /* asked for while one ran: served by a fresh read */
 };
 
 #endif

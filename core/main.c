@@ -62,13 +62,7 @@ static void on_signal(uv_signal_t *h, int signum)
         else
             tg_log(TG_LOG_INFO, "log reopened", NULL);
         break;
-    case SIGHUP: {
-        struct tg_buf err;
-        tg_buf_init(&err);
-        tg_server_reload(srv, &err);
-        tg_buf_dispose(&err);
-        break;
-    }
+    case SIGHUP: tg_server_reload_start(srv, NULL, NULL); break; /* the files are read off the loop */
     }
 }
 

@@ -152,7 +152,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     tg_http_env_init(&srv->http, loop, &conf->limits, &srv->metrics, &srv->draining);
     srv->http.on_request = on_http_request;
     srv->http.ud = srv;
-    srv->reload = tg_server_reload;
+    srv->reload_start = tg_server_reload_start;
     tg_list_init(&srv->dead_calls);
     tg_list_init(&srv->approvals);
     tg_list_init(&srv->channels);
@@ -325,8 +325,11 @@ void tg_server_drain(struct tg_server *srv)
     uv_timer_start(&srv->drain_timer, on_drain_tick, 0, 50);
 }
 
+static void reload_forget(struct tg_server *srv);
+
 void tg_server_dispose(struct tg_server *srv)
 {
+    reload_forget(srv);
     /* The loop ran dry; what was put off to the end of an iteration may still wait. */
     do {
         flush_all(srv);
@@ -403,9 +406,112 @@ static int remap_session(struct tg_session *s, void *arg)
     return 0;
 }
 
+static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_buf *err);
+
 int tg_server_reload(struct tg_server *srv, struct tg_buf *err)
 {
-    struct tg_conf *nc = tg_conf_load(srv->conf->path, err);
+    return reload_apply(srv, tg_conf_load(srv->conf->path, err), err);
+}
+
+/* One who asked for a reload. Owner: the job (or srv->reload_next) until its done has run. */
+struct tg_reload_waiter {
+    tg_reload_done_cb done;
+    void *ud;
+    struct tg_reload_waiter *next;
+};
+
+/* A reload reading the conf off the loop. Owner: srv->reload_job until after_reload() frees it;
+ * srv is NULL once the server went (dispose), and then the result is just dropped. */
+struct tg_reload_job {
+    uv_work_t req;
+    struct tg_server *srv;
+    char *path;
+    struct tg_conf *nc; /* what the worker loaded, or NULL with err */
+    struct tg_buf err;
+    struct tg_reload_waiter *waiters;
+};
+
+static void reload_work(uv_work_t *req)
+{
+    struct tg_reload_job *j = tg_container_of(req, struct tg_reload_job, req);
+    j->nc = tg_conf_load(j->path, &j->err); /* no loop state is touched here */
+}
+
+/* Every waiter hears the end, even a dropped one (err NULL: the server is going), so that what
+ * it holds for the answer is freed. */
+static void free_waiters(struct tg_reload_waiter *w, int ok, const struct tg_buf *err)
+{
+    static const char gone[] = "the server is shutting down";
+    struct tg_buf none = {(char *)gone, sizeof(gone) - 1, 0};
+    while (w != NULL) {
+        struct tg_reload_waiter *next = w->next;
+        if (w->done != NULL)
+            w->done(w->ud, ok, err != NULL ? err : &none);
+        free(w);
+        w = next;
+    }
+}
+
+static void after_reload(uv_work_t *req, int status);
+
+static void start_job(struct tg_server *srv)
+{
+    struct tg_reload_job *j = tg_xcalloc(1, sizeof(*j));
+    j->srv = srv;
+    j->path = tg_xstrdup(srv->conf->path);
+    tg_buf_init(&j->err);
+    j->waiters = srv->reload_next;
+    srv->reload_next = NULL;
+    srv->reload_job = j;
+    if (uv_queue_work(srv->loop, &j->req, reload_work, after_reload) != 0)
+        abort(); /* only for a NULL work callback */
+}
+
+static void after_reload(uv_work_t *req, int status)
+{
+    struct tg_reload_job *j = tg_container_of(req, struct tg_reload_job, req);
+    struct tg_server *srv = j->srv;
+    if (srv == NULL || srv->draining || status != 0) {
+        if (j->nc != NULL)
+            tg_conf_unref(j->nc);
+        if (srv != NULL)
+            srv->reload_job = NULL;
+        free_waiters(j->waiters, 0, NULL);
+    } else {
+        srv->reload_job = NULL;
+        int ok = reload_apply(srv, j->nc, &j->err) == 0;
+        free_waiters(j->waiters, ok, &j->err);
+        if (srv->reload_next != NULL && !srv->draining)
+            start_job(srv);
+    }
+    tg_buf_dispose(&j->err);
+    free(j->path);
+    free(j);
+}
+
+static void reload_forget(struct tg_server *srv)
+{
+    if (srv->reload_job != NULL)
+        srv->reload_job->srv = NULL; /* still in the pool: its result is dropped when it comes */
+    free_waiters(srv->reload_next, 0, NULL);
+    srv->reload_next = NULL;
+}
+
+void tg_server_reload_start(struct tg_server *srv, tg_reload_done_cb done, void *ud)
+{
+    struct tg_reload_waiter *w = tg_xcalloc(1, sizeof(*w));
+    w->done = done;
+    w->ud = ud;
+    struct tg_reload_waiter **tail = &srv->reload_next;
+    while (*tail != NULL)
+        tail = &(*tail)->next;
+    *tail = w;
+    if (srv->reload_job == NULL)
+        start_job(srv); /* else: after the running one, a fresh read serves this one */
+}
+
+static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_buf *err)
+{
     if (nc == NULL) {
         srv->reload_failures++;
         tg_log(TG_LOG_ERROR, "reload failed; the running configuration stays", "conf=%s", srv->conf->path);
