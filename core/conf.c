@@ -29,6 +29,7 @@ static const struct int_directive limit_directives[] = {
     {"approvals_max", LIM(approvals_max), 0, 1000000, 1000, "calls parked for approval at once"},
     {"replay_bytes", LIM(replay_bytes), 0, 67108864, 65536, "events kept per SSE stream for Last-Event-ID"},
     {"sse_keepalive_ms", LIM(sse_keepalive_ms), 1000, 3600000, 15000, "comment sent on an idle SSE stream"},
+    {"ws_ping_ms", LIM(ws_ping_ms), 100, 3600000, 30000, "WebSocket ping interval (no pong, or half a frame, by the next: closed)"},
     {"listens_per_grant", LIM(listens_per_grant), 1, 100000, 16, "2026-07-28 subscriptions/listen streams per grant and upstream"},
     {"output_total_bytes", LIM(output_total_bytes), 1048576, 2147483647, 268435456,
      "bytes queued to all clients together"},

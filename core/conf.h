@@ -53,6 +53,7 @@ struct tg_limits {
     int response_bytes;
     int json_depth;
     int header_timeout_ms;
+    int ws_ping_ms;
     int tls_handshake_timeout_ms;
     int idle_timeout_ms;
     int session_idle_timeout_ms;

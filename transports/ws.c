@@ -32,6 +32,7 @@ struct tg_ws {
     int closing;      /* a close frame was sent or received: keep the context to the end */
     int oversized;    /* a frame over max_msg: feed it as it comes, wslay refuses it (1009) */
     int busy;         /* a function of ours is on the stack: tg_ws_free() waits for it */
+    int partial_seen; /* at the last tick, part of a frame was waiting for the rest */
     int free_pending;
 };
 
@@ -259,6 +260,15 @@ static void on_tick(struct tg_conn *c, void *ud)
         tg_conn_close(c, "ping timeout");
         return;
     }
+    /* Part of a frame at two ticks in a row: a peer dribbling a frame (slowloris after the
+     * upgrade) answers pings but is not let to hold the connection for ever. */
+    if (c->in.len > 0 && ws->partial_seen) {
+        tg_log(TG_LOG_INFO, "WebSocket frame not completed in time", "conn=%llu buffered=%zu", (unsigned long long)c->id,
+               c->in.len);
+        tg_conn_close(c, "frame timeout");
+        return;
+    }
+    ws->partial_seen = c->in.len > 0;
     struct wslay_event_msg msg = {WSLAY_PING, (const uint8_t *)"tg", 2};
     ws->busy++;
     ensure_ctx(ws);

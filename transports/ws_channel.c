@@ -63,6 +63,7 @@ void tg_ws_channel_open(struct tg_exchange *x, struct tg_conn *c)
     tg_http_upgrade(c, hdr);
     c->exchange = ch;
     c->on_drain = tg_channel_on_drain;
-    ch->ws = tg_ws_start(c, (size_t)x->srv->conf->limits.body_bytes, 30000, on_ws_message, on_ws_closed, ch);
+    ch->ws = tg_ws_start(c, (size_t)x->srv->conf->limits.body_bytes, (uint64_t)x->srv->conf->limits.ws_ping_ms,
+                         on_ws_message, on_ws_closed, ch);
     tg_log(TG_LOG_DEBUG, "WebSocket session opened", "session=%s grant=%s", s->id_str, x->grant->name);
 }

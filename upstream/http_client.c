@@ -54,9 +54,24 @@ void tg__upreq_format(struct tg_upreq *r, const char *method, const char *target
 
 static struct tg_upconn *pconn(llhttp_t *p) { return p->data; }
 
+/* An upstream's response head is at most this long (nothing of it is kept but a few headers; the
+ * cap is so that a head that never ends fails now rather than at call_timeout_ms). */
+#define UPSTREAM_HEAD_MAX 65536
+
+static int head_bytes(llhttp_t *p, struct tg_upconn *c, size_t n)
+{
+    c->head_len += n;
+    if (c->head_len <= UPSTREAM_HEAD_MAX)
+        return 0;
+    llhttp_set_error_reason(p, "upstream response head over 64 KiB");
+    return -1;
+}
+
 static int on_header_field(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_upconn *c = pconn(p);
+    if (head_bytes(p, c, n) != 0)
+        return -1;
     if (c->in_value) {
         c->in_value = 0;
         c->hname_len = 0;
@@ -74,7 +89,7 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_upconn *c = pconn(p);
     struct tg_upreq *r = c->req;
-    if (r == NULL)
+    if (r == NULL || head_bytes(p, c, n) != 0)
         return -1;
     if (!c->in_value) {
         c->in_value = 1;
@@ -192,6 +207,7 @@ void tg__upconn_send(struct tg_upconn *c)
     c->complete = 0;
     c->in_value = 0;
     c->hname_len = 0;
+    c->head_len = 0;
     llhttp_init(&c->parser, HTTP_RESPONSE, &resp_settings);
     c->parser.data = c;
     int n;

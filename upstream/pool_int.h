@@ -44,6 +44,7 @@ struct tg_upconn {
     int hkind; /* 1 content-type, 2 mcp-session-id, 0 other */
     int in_value;
     int complete;
+    size_t head_len; /* bytes of the response head so far (header names and values) */
     uint64_t id;
 };
 
