@@ -138,29 +138,32 @@ before(async () => {
   // Refused upstreams: initialize answered by the gateway and the era fixed, so the one thing that
   // goes upstream is the call under test.
   const local = { initialize: 'local', protocol: '2025' };
+  // A handshake's crypto runs on the loop: under valgrind the probes of all these upstreams at the
+  // start take seconds, so the connect timeout (which covers the handshake) is long but for `hang`.
+  const slow = { connect_timeout_ms: 20000 };
   gw = await ctx.gateway('tls', {
     upstreams: [
-      { name: 's', url: fx.good.url('/mcp'), tls: { ca } },
-      { name: 'lsse', url: fx.good.url('/sse'), transport: 'sse', tls: { ca } },
-      { name: 'sn', url: fx.sni.url('/mcp'), tls: { ca, server_name: 'localhost' } },
-      { name: 'p', url: fx.pool.url('/mcp'), tls: { ca }, pool: { size: POOL } },
-      { name: 'idle', url: fx.idle.url('/mcp'), tls: { ca } },
-      { name: 'mok', url: fx.mtls.url('/mcp'), tls: { ca, cert: c.client.cert, key: c.client.key } },
-      { name: 'ins', url: fx.insecure.url('/mcp'), tls: { verify: false } },
-      { name: 'ctl', url: via('control'), tls: { ca }, policy: controlPolicy, ...local },
-      { name: 'wn', url: via('wrongName'), tls: { ca, server_name: 'wrong.example' }, ...local },
-      { name: 'wca', url: via('untrusted'), tls: { ca }, ...local },
-      { name: 'sys', url: via('untrusted'), ...local }, // no tls group: the system bundle
-      { name: 'wcafwd', url: via('untrusted'), tls: { ca } }, // initialize forwarded
-      { name: 'exp', url: via('expired'), tls: { ca }, ...local },
-      { name: 'ipname', url: via('otherName'), tls: { ca }, ...local },
-      { name: 'ipdns', url: via('ipAsDns'), tls: { ca }, ...local },
-      { name: 'mnone', url: via('mnone'), tls: { ca }, ...local },
-      { name: 'mrogue', url: via('mrogue'), tls: { ca, cert: c.rogueClient.cert, key: c.rogueClient.key }, ...local },
-      { name: 'plainhttp', url: via('plain'), tls: { ca }, ...local },
+      { name: 's', url: fx.good.url('/mcp'), tls: { ca }, ...slow },
+      { name: 'lsse', url: fx.good.url('/sse'), transport: 'sse', tls: { ca }, ...slow },
+      { name: 'sn', url: fx.sni.url('/mcp'), tls: { ca, server_name: 'localhost' }, ...slow },
+      { name: 'p', url: fx.pool.url('/mcp'), tls: { ca }, pool: { size: POOL }, ...slow },
+      { name: 'idle', url: fx.idle.url('/mcp'), tls: { ca }, ...slow },
+      { name: 'mok', url: fx.mtls.url('/mcp'), tls: { ca, cert: c.client.cert, key: c.client.key }, ...slow },
+      { name: 'ins', url: fx.insecure.url('/mcp'), tls: { verify: false }, ...slow },
+      { name: 'ctl', url: via('control'), tls: { ca }, policy: controlPolicy, ...local, ...slow },
+      { name: 'wn', url: via('wrongName'), tls: { ca, server_name: 'wrong.example' }, ...local, ...slow },
+      { name: 'wca', url: via('untrusted'), tls: { ca }, ...local, ...slow },
+      { name: 'sys', url: via('untrusted'), ...local, ...slow }, // no tls group: the system bundle
+      { name: 'wcafwd', url: via('untrusted'), tls: { ca }, ...slow }, // initialize forwarded
+      { name: 'exp', url: via('expired'), tls: { ca }, ...local, ...slow },
+      { name: 'ipname', url: via('otherName'), tls: { ca }, ...local, ...slow },
+      { name: 'ipdns', url: via('ipAsDns'), tls: { ca }, ...local, ...slow },
+      { name: 'mnone', url: via('mnone'), tls: { ca }, ...local, ...slow },
+      { name: 'mrogue', url: via('mrogue'), tls: { ca, cert: c.rogueClient.cert, key: c.rogueClient.key }, ...local, ...slow },
+      { name: 'plainhttp', url: via('plain'), tls: { ca }, ...local, ...slow },
       { name: 'hang', url: `https://127.0.0.1:${silent.port}/mcp`, tls: { ca }, connect_timeout_ms: 500, ...local },
       // backoff_ms 0: every call of the refund test really tries the handshake
-      { name: 'refund', url: via('refund'), tls: { ca }, backoff_ms: 0, policy: refundPolicy, ...local },
+      { name: 'refund', url: via('refund'), tls: { ca }, backoff_ms: 0, policy: refundPolicy, ...local, ...slow },
     ],
   });
 });
@@ -465,8 +468,8 @@ describe('reload (SIGHUP) with https:// upstreams', () => {
   test('TLS connections made under a reloaded conf still carry calls after the next reload (pool and legacy SSE link)', async () => {
     const opts = {
       upstreams: [
-        { name: 'r', url: fx.reload.url('/mcp'), tls: { ca: certs.ca.cert } },
-        { name: 'rsse', url: fx.reload.url('/sse'), transport: 'sse', tls: { ca: certs.ca.cert } },
+        { name: 'r', url: fx.reload.url('/mcp'), tls: { ca: certs.ca.cert }, connect_timeout_ms: 20000 },
+        { name: 'rsse', url: fx.reload.url('/sse'), transport: 'sse', tls: { ca: certs.ca.cert }, connect_timeout_ms: 20000 },
       ],
     };
     const g = await ctx.gateway('reload', opts);
