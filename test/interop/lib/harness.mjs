@@ -258,6 +258,104 @@ export function makeClientCerts(dir) {
   };
 }
 
+/**
+ * Certificates for https:// upstream tests, in `dir` (made at test time, like makeCerts):
+ *   ca, server        makeCerts(dir): the CA the gateway is told to trust, and a server
+ *                     certificate for IP:127.0.0.1, IP:::1, DNS:localhost signed by it
+ *   otherCa           a second CA, unrelated to `ca`
+ *   untrusted         a server certificate for the same names, signed by otherCa
+ *   otherName         signed by `ca`, but for DNS:other.example only (no IP, no localhost)
+ *   ipAsDns           signed by `ca`, CN=127.0.0.1 and DNS:127.0.0.1, but no iPAddress entry
+ *   expired           signed by `ca`, for the same names, valid 2020-01-01 to 2020-02-01
+ *                     (`openssl ca -startdate/-enddate`: openssl 3.0's `x509 -req` cannot set a
+ *                     past notBefore)
+ *   clientCa          the CA an mTLS upstream trusts for its clients
+ *   client            a client certificate (CN=tollgate-gateway, clientAuth) signed by clientCa
+ *   rogueClient       a client certificate (CN=rogue-gateway) signed by otherCa
+ * Each certificate entry is { cert, key, pem } (paths; pem: the certificate's text); each CA
+ * { cert, key, pem }.
+ */
+export function makeUpstreamCerts(dir) {
+  const main = makeCerts(dir);
+  const p = (f) => path.join(dir, f);
+  const ossl = (...args) => {
+    try {
+      return execFileSync('openssl', args, { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+    } catch (e) {
+      throw new Error(`openssl ${args.join(' ')} failed: ${e.message}\n${e.stderr?.toString() ?? ''}`);
+    }
+  };
+  const entry = (name) => ({ cert: p(`${name}.crt`), key: p(`${name}.key`), pem: fs.readFileSync(p(`${name}.crt`), 'utf8') });
+  const key = (name) => {
+    ossl('ecparam', '-name', 'prime256v1', '-genkey', '-noout', '-out', p(`${name}.key`));
+    fs.chmodSync(p(`${name}.key`), 0o600);
+  };
+  const newCa = (name, cn) => {
+    key(name);
+    ossl('req', '-new', '-key', p(`${name}.key`), '-subj', `/CN=${cn}`, '-out', p(`${name}.csr`));
+    ossl('x509', '-req', '-in', p(`${name}.csr`), '-signkey', p(`${name}.key`), '-days', '2', '-sha256',
+      '-extfile', p('ca.ext'), '-out', p(`${name}.crt`));
+    return entry(name);
+  };
+  const extFile = (name, { san, eku }) => {
+    fs.writeFileSync(p(`${name}.ext`), [
+      'basicConstraints=critical,CA:FALSE',
+      'keyUsage=critical,digitalSignature,keyEncipherment',
+      `extendedKeyUsage=${eku}`,
+      ...(san ? [`subjectAltName=${san}`] : []),
+      'authorityKeyIdentifier=keyid',
+      'subjectKeyIdentifier=hash',
+      '',
+    ].join('\n'));
+    return p(`${name}.ext`);
+  };
+  const leaf = (name, ca, { cn, san, eku = 'serverAuth' }) => {
+    key(name);
+    ossl('req', '-new', '-key', p(`${name}.key`), '-subj', `/CN=${cn}`, '-out', p(`${name}.csr`));
+    ossl('x509', '-req', '-in', p(`${name}.csr`), '-CA', ca.cert, '-CAkey', ca.key,
+      '-set_serial', '0x' + randomBytes(8).toString('hex'), '-days', '2', '-sha256',
+      '-extfile', extFile(name, { san, eku }), '-out', p(`${name}.crt`));
+    return entry(name);
+  };
+  const ca = { cert: main.caCert, key: path.join(dir, 'ca.key'), pem: main.caPem };
+  const serverNames = 'IP:127.0.0.1,IP:::1,DNS:localhost';
+  const otherCa = newCa('unrelated-ca', 'tollgate interop unrelated CA');
+  const clientCa = newCa('client-ca', 'tollgate interop client CA');
+
+  // The expired one: `openssl ca` is the one openssl 3.0 command that takes a start date.
+  key('expired');
+  ossl('req', '-new', '-key', p('expired.key'), '-subj', '/CN=127.0.0.1', '-out', p('expired.csr'));
+  const db = p('expired-db');
+  fs.mkdirSync(db, { recursive: true });
+  fs.writeFileSync(path.join(db, 'index.txt'), '');
+  fs.writeFileSync(path.join(db, 'serial'), randomBytes(8).toString('hex').toUpperCase() + '\n');
+  fs.writeFileSync(p('expired.cnf'), [
+    '[ca]', 'default_ca = tca',
+    '[tca]', `database = ${path.join(db, 'index.txt')}`, `new_certs_dir = ${db}`, `serial = ${path.join(db, 'serial')}`,
+    'default_md = sha256', 'policy = anything', 'unique_subject = no', 'copy_extensions = none',
+    '[anything]', 'commonName = supplied',
+    '[ext]', 'basicConstraints = critical,CA:FALSE', 'keyUsage = critical,digitalSignature,keyEncipherment',
+    'extendedKeyUsage = serverAuth', `subjectAltName = ${serverNames}`,
+    '',
+  ].join('\n'));
+  ossl('ca', '-batch', '-notext', '-config', p('expired.cnf'), '-cert', ca.cert, '-keyfile', ca.key,
+    '-in', p('expired.csr'), '-startdate', '20200101000000Z', '-enddate', '20200201000000Z',
+    '-extensions', 'ext', '-out', p('expired.crt'));
+
+  return {
+    ca,
+    server: { cert: main.cert, key: main.key, pem: fs.readFileSync(main.cert, 'utf8') },
+    otherCa,
+    untrusted: leaf('untrusted', otherCa, { cn: '127.0.0.1', san: serverNames }),
+    otherName: leaf('other-name', ca, { cn: 'other.example', san: 'DNS:other.example' }),
+    ipAsDns: leaf('ip-as-dns', ca, { cn: '127.0.0.1', san: 'DNS:127.0.0.1' }),
+    expired: entry('expired'),
+    clientCa,
+    client: leaf('client', clientCa, { cn: 'tollgate-gateway', eku: 'clientAuth' }),
+    rogueClient: leaf('rogue-client', otherCa, { cn: 'rogue-gateway', eku: 'clientAuth' }),
+  };
+}
+
 // ---------------------------------------------------------------------------
 // (b) tollgate configuration (libconfig syntax)
 
