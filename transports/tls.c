@@ -96,6 +96,10 @@ int tg_tls_ctx_new(const struct tg_tls_server_opts *o, struct tg_tls_ctx **out, 
         what = key_file;
         goto fail;
     }
+    if ((r = mbedtls_pk_check_pair(&c->cert.pk, &c->key)) != 0) {
+        what = "certificate and key do not match"; /* mbedtls_ssl_conf_own_cert does not check */
+        goto fail;
+    }
     if ((r = mbedtls_ssl_config_defaults(&c->conf, MBEDTLS_SSL_IS_SERVER, MBEDTLS_SSL_TRANSPORT_STREAM,
                                          MBEDTLS_SSL_PRESET_DEFAULT)) != 0) {
         what = "TLS defaults";
@@ -183,6 +187,10 @@ int tg_tls_client_ctx_new(const struct tg_tls_client_opts *o, struct tg_tls_clie
         }
         if ((r = mbedtls_pk_parse_keyfile(&c->key, o->key_file, NULL)) != 0) {
             what = o->key_file;
+            goto fail;
+        }
+        if ((r = mbedtls_pk_check_pair(&c->cert.pk, &c->key)) != 0) {
+            what = "client certificate and key do not match";
             goto fail;
         }
     }
