@@ -285,6 +285,10 @@ static void mark_closing(struct tg_conn *c, unsigned how)
         c->out_pending_corked = 0;
     }
     tg_buf_dispose(&c->cork);
+    if (c->tls_plain.len > c->tls_plain_off) /* never encrypted: it no longer counts either */
+        tg__http_out_sub(c, c->tls_plain.len - c->tls_plain_off);
+    tg_buf_dispose(&c->tls_plain);
+    c->tls_plain_off = 0;
     uv_timer_stop(&c->timer);
     uv_read_stop((uv_stream_t *)&c->tcp);
     tg__http_set_state(c, TG_CONN_CLOSING);
@@ -311,6 +315,22 @@ static void close_graceful(struct tg_conn *c)
     if (c->tls != NULL) {
         struct tg_buf b;
         tg_buf_init(&b);
+        if (c->tls_plain.len > c->tls_plain_off) {
+            /* The answer still waiting for encryption goes before close_notify, all of it now. */
+            size_t n = c->tls_plain.len - c->tls_plain_off;
+            int r = tg_tls_write(c->tls, c->tls_plain.base + c->tls_plain_off, n, &b);
+            tg__http_out_sub(c, n);
+            tg_buf_dispose(&c->tls_plain);
+            c->tls_plain_off = 0;
+            if (r != 0) {
+                tg_buf_dispose(&b);
+                tg_conn_close(c, "TLS write failed");
+                return;
+            }
+            tg__http_send_wire(c, &b);
+            if (c->state >= TG_CONN_CLOSING)
+                return;
+        }
         if (tg_tls_close_notify(c->tls, &b) == 0 && b.len)
             tg__http_send_wire(c, &b);
         tg_buf_dispose(&b);
@@ -350,6 +370,8 @@ void tg_http_run_pending(struct tg_http_env *env)
                 shutdown_now(c);
             continue;
         }
+        if ((what & TG_PEND_TLS) && c->state < TG_CONN_CLOSING)
+            tg__http_tls_pump(c);
         if ((what & TG_PEND_INPUT) && c->state < TG_CONN_CLOSING && !c->in_process) {
             if (c->read_stopped && !tg_conn_output_high(c) && c->in.len < input_ceiling(c)) {
                 c->read_stopped = 0;

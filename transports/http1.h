@@ -143,6 +143,8 @@ struct tg_conn {
     void *up_ud;
     struct tg_list link; /* in env->conns */
     struct tg_buf cork;       /* stream output gathered during this loop iteration */
+    struct tg_buf tls_plain;  /* TLS: plaintext not encrypted yet (a big answer goes a slice per round) */
+    size_t tls_plain_off;     /* of it, the part already encrypted */
     struct tg_list cork_link; /* in env->corked while cork holds bytes */
     char peer[64];
 };

@@ -10,10 +10,14 @@
 #define TG_PEND_CLOSE 1u    /* notify users, then uv_close */
 #define TG_PEND_SHUTDOWN 2u /* notify users, then shut down after the queued writes */
 #define TG_PEND_INPUT 4u    /* parse pipelined input now that the previous answer is done */
+#define TG_PEND_TLS 8u      /* encrypt more of the plaintext waiting in tls_plain */
 
 /* http1.c */
 /* Every state transition passes here: it checks the edge and re-arms the one timer. */
 void tg__http_set_state(struct tg_conn *c, enum tg_conn_state s);
+/* TLS: encrypt and write more of the plaintext queued in c->tls_plain (a slice per round, while
+ * the connection is under its mark). */
+void tg__http_tls_pump(struct tg_conn *c);
 /* Queue work (TG_PEND_*) for the end of the loop iteration. */
 void tg__http_pend(struct tg_conn *c, unsigned what);
 /* The current request is answered: close, or get ready for the next one. */

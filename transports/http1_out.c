@@ -88,9 +88,19 @@ static void watch_check(struct tg_conn *c)
     }
 }
 
+/* The ciphertext queued to the socket is over the mark (the plaintext waiting does not count
+ * here: it is what the pump turns into ciphertext). */
+static int wire_high(const struct tg_conn *c)
+{
+    size_t plain = c->tls_plain.len - c->tls_plain_off;
+    return c->out_pending - plain > (size_t)c->env->limits->output_high_water;
+}
+
 /* Output fell: resume whoever waits for it. */
 static void drained(struct tg_conn *c)
 {
+    if (c->state < TG_CONN_CLOSING && c->tls_plain.len > c->tls_plain_off && !wire_high(c))
+        tg__http_tls_pump(c);
     if (c->state >= TG_CONN_CLOSING || !tg__http_out_drained(c))
         return;
     if (c->on_drain)
@@ -180,6 +190,43 @@ void tg_http_flush_corked(struct tg_http_env *env)
         tg_http_flush(tg_container_of(env->corked.next, struct tg_conn, cork_link));
 }
 
+/* Encrypting is the one step of a big answer to a TLS client that costs real CPU (and a wire copy
+ * of it): past one slice, the plaintext waits in tls_plain (counted as output) and goes a slice
+ * per round of the loop while the connection is under its mark, so other clients are served
+ * between slices. */
+#define TLS_SLICE (256u << 10)
+
+void tg__http_tls_pump(struct tg_conn *c)
+{
+    for (int i = 0; i < 4 && c->state < TG_CONN_CLOSING && c->tls_plain.len > c->tls_plain_off; i++) {
+        if (wire_high(c))
+            return; /* drained() pumps again */
+        size_t n = c->tls_plain.len - c->tls_plain_off;
+        if (n > TLS_SLICE)
+            n = TLS_SLICE;
+        struct tg_buf wire;
+        tg_buf_init(&wire);
+        int r = tg_tls_write(c->tls, c->tls_plain.base + c->tls_plain_off, n, &wire);
+        c->tls_plain_off += n;
+        tg__http_out_sub(c, n);
+        if (r != 0) {
+            tg_buf_dispose(&wire);
+            tg_conn_close(c, "TLS write failed");
+            return;
+        }
+        tg__http_send_wire(c, &wire);
+    }
+    if (c->state >= TG_CONN_CLOSING)
+        return;
+    if (c->tls_plain.len > c->tls_plain_off) {
+        if (!wire_high(c))
+            tg__http_pend(c, TG_PEND_TLS); /* the next round, after other connections' work */
+        return;
+    }
+    tg_buf_dispose(&c->tls_plain);
+    c->tls_plain_off = 0;
+}
+
 static void send_now(struct tg_conn *c, struct tg_buf *b)
 {
     if (c->state >= TG_CONN_CLOSING || b->len == 0) {
@@ -187,6 +234,18 @@ static void send_now(struct tg_conn *c, struct tg_buf *b)
         return;
     }
     struct tg_buf wire;
+    if (c->tls != NULL && (b->len > TLS_SLICE || c->tls_plain.len > c->tls_plain_off)) {
+        out_add(c, b->len);
+        if (c->tls_plain.len == 0) {
+            c->tls_plain = *b; /* take it as it is */
+            tg_buf_init(b);
+        } else {
+            tg_buf_append(&c->tls_plain, b->base, b->len); /* behind what waits: the order holds */
+            tg_buf_dispose(b);
+        }
+        tg__http_tls_pump(c);
+        return;
+    }
     if (c->tls != NULL) {
         tg_buf_init(&wire);
         if (tg_tls_write(c->tls, b->base, b->len, &wire) != 0) {
@@ -322,8 +381,7 @@ void tg_http_respond(struct tg_conn *c, int status, const char *extra, const cha
 
 void tg_http_respond_owned(struct tg_conn *c, int status, const char *extra, const char *ctype, struct tg_buf *body)
 {
-    if (c->tls != NULL || body->len < 65536 || c->req.method == HTTP_HEAD || c->cork.len > 0 ||
-        c->state >= TG_CONN_CLOSING) {
+    if (body->len < 65536 || c->req.method == HTTP_HEAD || c->cork.len > 0 || c->state >= TG_CONN_CLOSING) {
         tg_http_respond(c, status, extra, ctype, body->base ? body->base : "", body->len);
         tg_buf_dispose(body);
         return;
@@ -337,7 +395,12 @@ void tg_http_respond_owned(struct tg_conn *c, int status, const char *extra, con
     tg_buf_append(&head, "Content-Length: ", 16);
     tg_buf_append_u64(&head, body->len);
     tg_buf_append(&head, "\r\n\r\n", 4);
-    send_head_body(c, &head, body);
+    if (c->tls == NULL) {
+        send_head_body(c, &head, body);
+    } else {
+        send_now(c, &head); /* then the body joins tls_plain as it is, to be encrypted in slices */
+        send_now(c, body);
+    }
     tg__http_finish_request(c);
 }
 
