@@ -11,7 +11,7 @@
 //      reloads (with policies and a TLS listener in the conf) happen: every call gets its right
 //      answer, none is dropped.
 //   4. A broken conf on SIGHUP (a syntax error, a missing policy file, a listener's TLS key that is
-//      not a key) leaves the old configuration serving (plain and TLS) and the log says why.
+//      not a key, an audit file that cannot be opened) leaves the old configuration serving (plain and TLS) and the log says why.
 //   5. SIGUSR1 reopens the log file and the audit file: after a rename, new lines go to a new file
 //      at the old path, and the renamed one stops growing.
 //
@@ -40,8 +40,7 @@ const test = ctx.test(it);
 const SLOW = 'sleep_drain';
 const TRANSPORTS = ['streamable', 'stateless', 'sse', 'ws'];
 // Under valgrind (TOLLGATE_WRAP) everything in the gateway is many times slower.
-const SLOWDOWN = Number(process.env.TOLLGATE_TIME_FACTOR || 1);
-const T = (ms) => Math.round(ms * SLOWDOWN);
+const T = H.scaled;
 let hostile;
 
 before(async () => {
@@ -308,6 +307,18 @@ describe('4. a broken conf on SIGHUP leaves the old one serving and says why', (
     } finally { fs.writeFileSync(g.certs.key, good); }
   });
 
+  test('an audit file that cannot be opened', async () => {
+    const bad = path.join(ctx.dir, 'no-such-dir', 'audit.log');
+    const good = fs.readFileSync(g.gw.conf, 'utf8');
+    ctx.rewriteConf(g.gw, { ...g.opts, audit: { file: bad } });
+    try {
+      const log = await hup('an audit file in a missing directory');
+      assert.match(log, /reload failed/, `an audit file that cannot be opened fails the reload, and the log says so: ${log}`);
+      assert.ok(log.includes(bad), `the reason names the audit file ${bad}: ${log}`);
+      await oldServes('badaudit');
+    } finally { fs.writeFileSync(g.gw.conf, good); }
+  });
+
   test('after the broken ones, a good conf reloads', async () => {
     const log = await hup('the good conf again');
     assert.match(log, /configuration reloaded/, log);
@@ -329,8 +340,7 @@ describe('5. SIGUSR1 reopens the log and audit files', () => {
       upstreams: [{ name: 'h', url: hostile.url('/mcp'), default: true }],
     });
     // The log goes to a file, so the harness (which reads the ports from stderr) cannot start it.
-    const wrap = (process.env.TOLLGATE_WRAP ?? '').split(/\s+/).filter(Boolean);
-    const argv = [...wrap, H.tollgateBin(), '-c', conf];
+    const argv = [...H.TOLLGATE_WRAP, H.tollgateBin(), '-c', conf];
     const child = spawn(argv[0], argv.slice(1), { cwd: H.REPO_ROOT, stdio: ['ignore', 'ignore', 'pipe'], detached: true });
     let err = '';
     child.stderr.setEncoding('utf8');
