@@ -533,8 +533,10 @@ export async function startTollgate(confPath, { cleanup, listeners = 1, admin = 
       }
     });
   });
-  const timer = new Promise((resolve) => setTimeout(() => resolve('timeout'), timeout));
+  let startTimer;
+  const timer = new Promise((resolve) => { startTimer = setTimeout(() => resolve('timeout'), timeout); });
   const r = await Promise.race([ready, exited, timer]);
+  clearTimeout(startTimer); // a pending timer would keep the test process alive (long under TOLLGATE_WRAP)
   if (r !== 'ready') {
     const how = r === 'timeout' ? `did not log ${listeners} listening line(s) within ${timeout} ms`
       : `exited early (code ${r.code}, signal ${r.signal})`;
