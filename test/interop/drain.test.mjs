@@ -253,7 +253,7 @@ describe('4. a broken conf on SIGHUP leaves the old one serving and says why', (
     const n = reloadCount(g.gw);
     const f = failCount(g.gw);
     process.kill(g.gw.proc.pid, 'SIGHUP');
-    await H.waitUntil(() => reloadCount(g.gw) > n || failCount(g.gw) > f || g.gw.exit, { timeout: T(10000), what: `the outcome of SIGHUP (${what}) in the log` });
+    await H.waitUntil(() => reloadCount(g.gw) > n || failCount(g.gw) > f || g.gw.exit, { timeout: T(5000), what: `the outcome of SIGHUP (${what}) in the log` });
     A.assertAlive(g.gw, `after SIGHUP with ${what}`);
     return g.gw.stderr().slice(from);
   }
