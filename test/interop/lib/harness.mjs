@@ -51,6 +51,21 @@ export async function loadSdk() {
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * TOLLGATE_WRAP: a command line put in front of the gateway's (split on spaces), for example
+ *   TOLLGATE_WRAP="valgrind --leak-check=full --error-exitcode=99 --log-file=/tmp/vg.%p.log"
+ * (scripts/memcheck.sh sets it). TOLLGATE_TIME_FACTOR (default 1, or 20 when TOLLGATE_WRAP names
+ * valgrind) scales the harness's waits on the gateway: its start, its log lines, its metrics, its
+ * exit, and waitUntil()'s default deadline. Tests that wait on the gateway with their own
+ * deadlines scale them with timeFactor() too.
+ */
+export const TOLLGATE_WRAP = (process.env.TOLLGATE_WRAP ?? '').split(/\s+/).filter(Boolean);
+const TIME_FACTOR = Number(process.env.TOLLGATE_TIME_FACTOR ||
+  (TOLLGATE_WRAP.some((w) => /valgrind/.test(w)) ? 20 : 1)) || 1;
+/** The factor TOLLGATE_TIME_FACTOR sets; scaled(ms) = ms times it. */
+export const timeFactor = () => TIME_FACTOR;
+export const scaled = (ms) => Math.round(ms * TIME_FACTOR);
+
 export function sha256hex(s) {
   return createHash('sha256').update(s).digest('hex');
 }
@@ -80,7 +95,7 @@ export async function waitFor(fn, { timeout = 5000, interval = 50 } = {}) {
  * which it returns. The deadline is generous on purpose (a busy machine is slow, not wrong); when
  * it passes, throws "timed out after N ms waiting for WHAT" with `detail()` (or the last value).
  */
-export async function waitUntil(fn, { timeout = 10000, interval = 25, what = 'the condition', detail } = {}) {
+export async function waitUntil(fn, { timeout = scaled(10000), interval = 25, what = 'the condition', detail } = {}) {
   const t0 = Date.now();
   let v;
   for (;;) {
@@ -485,11 +500,13 @@ export function tollgateBin() {
  * Returns { proc, listeners: [{port, tls}], plainPort, tlsPort, adminPort, stderr(), stop() }.
  */
 export async function startTollgate(confPath, { cleanup, listeners = 1, admin = false, env = {}, timeout = 10000 } = {}) {
+  timeout = scaled(timeout);
   const bin = tollgateBin();
   if (!fs.existsSync(bin)) {
     throw new Error(`tollgate binary not found at ${bin} (build it with: cmake -S . -B build && cmake --build build, or set TOLLGATE_BIN)`);
   }
-  const child = spawn(bin, ['-c', confPath], {
+  const argv = [...TOLLGATE_WRAP, bin, '-c', confPath];
+  const child = spawn(argv[0], argv.slice(1), {
     cwd: REPO_ROOT,
     env: { ...process.env, ASAN_OPTIONS: process.env.ASAN_OPTIONS ?? 'detect_leaks=1:abort_on_error=0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -509,7 +526,7 @@ export async function startTollgate(confPath, { cleanup, listeners = 1, admin = 
     stopping: false, // set when stop() was asked for; an exit before that is a crash
     async stop() {
       gw.stopping = true;
-      const r = await stopChild(child, 5000);
+      const r = await stopChild(child, scaled(5000));
       gw.exit = r;
       return r;
     },
@@ -528,6 +545,7 @@ export async function startTollgate(confPath, { cleanup, listeners = 1, admin = 
      * with the tail of stderr after `timeout` ms, or at once if tollgate exits first.
      */
     waitForLog(re, { timeout = 10000, from = 0, what } = {}) {
+      timeout = scaled(timeout);
       const scan = () => re.exec(err.slice(from));
       const now = scan();
       if (now) return Promise.resolve(now);
@@ -546,6 +564,7 @@ export async function startTollgate(confPath, { cleanup, listeners = 1, admin = 
      * pred(value); resolves with the value. Needs the admin listener, like metrics().
      */
     async waitForMetric(name, pred, { token, timeout = 10000, what } = {}) {
+      timeout = scaled(timeout);
       let v;
       await waitUntil(async () => { v = (await gw.metrics({ token }))[name]; return pred(v); },
         { timeout, what: what ?? `${name} to reach the expected value`, detail: () => `${name} = ${v}` });
@@ -612,8 +631,10 @@ export async function startTollgate(confPath, { cleanup, listeners = 1, admin = 
       }
     });
   });
-  const timer = new Promise((resolve) => setTimeout(() => resolve('timeout'), timeout));
+  let startTimer;
+  const timer = new Promise((resolve) => { startTimer = setTimeout(() => resolve('timeout'), timeout); });
   const r = await Promise.race([ready, exited, timer]);
+  clearTimeout(startTimer); // a pending timer would keep the test process alive (long under TOLLGATE_WRAP)
   if (r !== 'ready') {
     const how = r === 'timeout' ? `did not log ${listeners} listening line(s) within ${timeout} ms`
       : `exited early (code ${r.code}, signal ${r.signal})`;
