@@ -507,6 +507,11 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
             tg_strlcpy(x->proto, TG_MCP_MODERN_VERSION, sizeof(x->proto));
         }
     }
+    if (srv->draining && m->kind == TG_MSG_REQUEST) {
+        /* A drain finishes what runs and starts nothing new (on a channel or a pipelined request). */
+        tg_dispatch_refuse(sk, 503, m->id_raw, m->id_len, TG_RPC_UPSTREAM, "the gateway is shutting down", NULL);
+        return;
+    }
     /* Messages a client may send: standard MCP methods, methods the policy names, and
      * responses to the server's requests. */
     if (m->kind == TG_MSG_NOTIFICATION && tg_msg_is_standard_client_method(m->method, TG_MSG_REQUEST)) {

@@ -318,8 +318,19 @@ static int end_stream_one(struct tg_session *s, void *arg)
 void tg_router_end_streams(struct tg_server *srv)
 {
     tg_session_sweep(srv->sessions, end_stream_one, srv);
-    tg_channels_end(srv); /* channel clients are told the gateway is going away */
+    tg_channels_end(srv, 1); /* channel clients are told the gateway is going away, once idle */
 }
+
+void tg_router_end_channels(struct tg_server *srv, int idle_only) { tg_channels_end(srv, idle_only); }
+
+static int end_calls_one(struct tg_session *s, void *arg)
+{
+    (void)arg;
+    tg_call_end_session_calls(s);
+    return 0;
+}
+
+void tg_router_end_calls(struct tg_server *srv) { tg_session_sweep(srv->sessions, end_calls_one, NULL); }
 
 void tg_router_channel_counts(struct tg_server *srv, size_t *sse, size_t *ws) { tg_channels_count(srv, sse, ws); }
 

@@ -36,8 +36,12 @@ void tg_router_drop_session(struct tg_server *srv, struct tg_session *s);
 /* Release the calls closed during this loop iteration (the server calls it with no handler
  * on the stack). */
 int tg_router_run_pending(struct tg_server *srv); /* 1: more waits for the next round */
-/* End every GET stream and channel (drain/shutdown). */
+/* End every GET stream, and every channel with no call in flight (drain). */
 void tg_router_end_streams(struct tg_server *srv);
+/* Every call still running gets its error answer now (the drain's deadline). */
+void tg_router_end_calls(struct tg_server *srv);
+/* End the channels (idle_only: those with no call in flight; 0: all, at the drain's end). */
+void tg_router_end_channels(struct tg_server *srv, int idle_only);
 /* Open channel sessions by transport (metrics). */
 void tg_router_channel_counts(struct tg_server *srv, size_t *sse, size_t *ws);
 /* Answer what still waits and drop every replay buffer (shutdown). */

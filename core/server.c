@@ -262,9 +262,11 @@ static int remove_session(struct tg_session *s, void *arg)
 
 static void finish_drain(struct tg_server *srv)
 {
-    /* Calls still waiting are answered, then sessions end: stdio children get their stdin
-     * closed, SIGTERM, then SIGKILL. */
+    /* Calls still running (any upstream kind) and waiting are answered, then sessions end:
+     * stdio children get their stdin closed, SIGTERM, then SIGKILL. */
+    tg_router_end_calls(srv); /* answered while their clients are still connected */
     tg_router_free_streams(srv);
+    tg_router_end_channels(srv, 0);
     tg_session_sweep(srv->sessions, remove_session, NULL);
     tg_router_free_streams(srv);
     uv_timer_stop(&srv->drain_timer);
@@ -296,6 +298,7 @@ static void on_drain_tick(uv_timer_t *t)
 {
     struct tg_server *srv = t->data;
     size_t inflight = tg_router_inflight(srv);
+    tg_router_end_channels(srv, 1); /* a channel whose calls are all answered is told now */
     if (inflight == 0 || uv_now(srv->loop) >= srv->drain_deadline) {
         if (inflight)
             tg_log(TG_LOG_WARN, "drain deadline passed; closing calls in flight", "inflight=%zu", inflight);
@@ -355,6 +358,8 @@ void tg_server_dispose(struct tg_server *srv)
     srv->schemas = NULL;
 }
 
+/* The same sockets: a reload can change a listener's certificate, key and client CA (read again
+ * each time), not its address, port or whether it speaks TLS. */
 static int same_listeners(const struct tg_conf *a, const struct tg_conf *b)
 {
     if (a->nlisteners != b->nlisteners)
@@ -363,13 +368,50 @@ static int same_listeners(const struct tg_conf *a, const struct tg_conf *b)
         const struct tg_listen_conf *x = &a->listeners[i], *y = &b->listeners[i];
         if (strcmp(x->address, y->address) || x->port != y->port || x->tls != y->tls)
             return 0;
-        if (x->tls && (strcmp(x->cert, y->cert) || strcmp(x->key, y->key)))
-            return 0;
-        if (x->client_auth != y->client_auth || (x->client_ca == NULL) != (y->client_ca == NULL) ||
-            (x->client_ca && strcmp(x->client_ca, y->client_ca)))
-            return 0;
     }
     return 1;
+}
+
+/* The listeners' TLS contexts of conf c, read from their files (in the reload worker). NULL with
+ * err on a failure. */
+static struct tg_tls_ctx **listener_contexts(const struct tg_conf *c, struct tg_buf *err)
+{
+    struct tg_tls_ctx **v = tg_xcalloc(c->nlisteners ? c->nlisteners : 1, sizeof(*v));
+    for (size_t i = 0; i < c->nlisteners; i++) {
+        const struct tg_listen_conf *lc = &c->listeners[i];
+        if (!lc->tls)
+            continue;
+        struct tg_tls_server_opts o = {lc->cert, lc->key, lc->client_ca, lc->client_auth};
+        char e[256];
+        if (tg_tls_ctx_new(&o, &v[i], e, sizeof(e)) != 0) {
+            tg_buf_appendf(err, "%s: listen[%zu].tls: %s\n", c->path, i, e);
+            for (size_t k = 0; k < i; k++)
+                tg_tls_ctx_free(v[k]);
+            free(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+static void free_contexts(struct tg_tls_ctx **v, size_t n)
+{
+    for (size_t i = 0; v != NULL && i < n; i++)
+        tg_tls_ctx_free(v[i]);
+    free(v);
+}
+
+static void log_reload_errors(struct tg_server *srv, const struct tg_buf *err)
+{
+    srv->reload_failures++;
+    tg_log(TG_LOG_ERROR, "reload failed; the running configuration stays", "conf=%s", srv->conf->path);
+    for (const char *p = err->base; p && p < err->base + err->len;) {
+        const char *nl = memchr(p, '\n', (size_t)(err->base + err->len - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(err->base + err->len - p);
+        char esc[400];
+        tg_log(TG_LOG_ERROR, "reload error", "error=%s", tg_log_esc(esc, sizeof(esc), tg_slice_of(p, n)));
+        p += n + 1;
+    }
 }
 
 /* The same upstream across a reload: same kind and the same URL or command line. */
@@ -406,11 +448,17 @@ static int remap_session(struct tg_session *s, void *arg)
     return 0;
 }
 
-static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_buf *err);
+static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls_ctx **tls, struct tg_buf *err);
 
 int tg_server_reload(struct tg_server *srv, struct tg_buf *err)
 {
-    return reload_apply(srv, tg_conf_load(srv->conf->path, err), err);
+    struct tg_conf *nc = tg_conf_load(srv->conf->path, err);
+    struct tg_tls_ctx **tls = nc != NULL ? listener_contexts(nc, err) : NULL;
+    if (nc != NULL && tls == NULL) {
+        tg_conf_unref(nc);
+        nc = NULL;
+    }
+    return reload_apply(srv, nc, tls, err);
 }
 
 /* One who asked for a reload. Owner: the job (or srv->reload_next) until its done has run. */
@@ -427,6 +475,7 @@ struct tg_reload_job {
     struct tg_server *srv;
     char *path;
     struct tg_conf *nc; /* what the worker loaded, or NULL with err */
+    struct tg_tls_ctx **tls; /* its listeners' TLS contexts, read in the worker too */
     struct tg_buf err;
     struct tg_reload_waiter *waiters;
 };
@@ -435,6 +484,10 @@ static void reload_work(uv_work_t *req)
 {
     struct tg_reload_job *j = tg_container_of(req, struct tg_reload_job, req);
     j->nc = tg_conf_load(j->path, &j->err); /* no loop state is touched here */
+    if (j->nc != NULL && (j->tls = listener_contexts(j->nc, &j->err)) == NULL) {
+        tg_conf_unref(j->nc);
+        j->nc = NULL;
+    }
 }
 
 /* Every waiter hears the end, even a dropped one (err NULL: the server is going), so that what
@@ -473,13 +526,15 @@ static void after_reload(uv_work_t *req, int status)
     struct tg_server *srv = j->srv;
     if (srv == NULL || srv->draining || status != 0) {
         if (j->nc != NULL)
+            free_contexts(j->tls, j->nc->nlisteners);
+        if (j->nc != NULL)
             tg_conf_unref(j->nc);
         if (srv != NULL)
             srv->reload_job = NULL;
         free_waiters(j->waiters, 0, NULL);
     } else {
         srv->reload_job = NULL;
-        int ok = reload_apply(srv, j->nc, &j->err) == 0;
+        int ok = reload_apply(srv, j->nc, j->tls, &j->err) == 0;
         free_waiters(j->waiters, ok, &j->err);
         if (srv->reload_next != NULL && !srv->draining)
             start_job(srv);
@@ -510,23 +565,16 @@ void tg_server_reload_start(struct tg_server *srv, tg_reload_done_cb done, void 
         start_job(srv); /* else: after the running one, a fresh read serves this one */
 }
 
-static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_buf *err)
+/* Swap nc in (taking its reference and the listener contexts tls, both may be NULL on a failure). */
+static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls_ctx **tls, struct tg_buf *err)
 {
+    size_t nc_listeners = nc != NULL ? nc->nlisteners : 0;
     if (nc == NULL) {
-        srv->reload_failures++;
-        tg_log(TG_LOG_ERROR, "reload failed; the running configuration stays", "conf=%s", srv->conf->path);
-        for (const char *p = err->base; p && p < err->base + err->len;) {
-            const char *nl = memchr(p, '\n', (size_t)(err->base + err->len - p));
-            size_t n = nl ? (size_t)(nl - p) : (size_t)(err->base + err->len - p);
-            char esc[400];
-            tg_log(TG_LOG_ERROR, "reload error", "error=%s", tg_log_esc(esc, sizeof(esc), tg_slice_of(p, n)));
-            p += n + 1;
-        }
+        log_reload_errors(srv, err);
+        free_contexts(tls, 0);
         return -1;
     }
     struct tg_conf *old = srv->conf;
-    if (!same_listeners(srv->listen_conf, nc))
-        tg_log(TG_LOG_WARN, "listener changes need a restart; listeners unchanged", NULL);
     /* Audit file: reopen only if it changed. */
     int audit_changed = (old->audit.file == NULL) != (nc->audit.file == NULL) ||
                         (old->audit.file && nc->audit.file && strcmp(old->audit.file, nc->audit.file) != 0);
@@ -534,13 +582,28 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_buf
     if (audit_changed) {
         na = NULL;
         if (nc->audit.file != NULL && (na = tg_audit_open(srv->loop, &nc->audit, err)) == NULL) {
-            srv->reload_failures++;
+            log_reload_errors(srv, err);
             tg_conf_unref(nc);
+            free_contexts(tls, nc_listeners);
             return -1;
         }
         tg_audit_close(srv->audit);
     }
     srv->audit = na;
+    if (!same_listeners(srv->listen_conf, nc)) {
+        tg_log(TG_LOG_WARN, "listener address, port or TLS on/off changed: that needs a restart; listeners unchanged",
+               NULL);
+    } else if (tls != NULL) {
+        /* Certificates, keys and client CAs read again: new handshakes use them; connections made
+         * before keep the old context until they close. */
+        for (size_t i = 0; i < srv->nlisteners && i < nc->nlisteners; i++)
+            if (tls[i] != NULL) {
+                tg_tls_ctx_free(srv->listeners[i].http.tls);
+                srv->listeners[i].http.tls = tls[i];
+                tls[i] = NULL;
+            }
+    }
+    free_contexts(tls, nc_listeners);
     /* Upstreams: the same name and URL keep their runtime (pool, queue, sessions). */
     struct tg_upstream **nu = tg_xcalloc(nc->nupstreams ? nc->nupstreams : 1, sizeof(*nu));
     int *map = tg_xcalloc(srv->nupstreams ? srv->nupstreams : 1, sizeof(int));
@@ -571,7 +634,9 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_buf
     srv->nupstreams = nc->nupstreams;
     srv->conf = nc;
     srv->http.limits = &nc->limits; /* connections read their limits through it */
-    tg_log_setup(nc->log_level, nc->log_format, nc->log_file);
+    if (tg_log_setup(nc->log_level, nc->log_format, nc->log_file) != 0)
+        tg_log(TG_LOG_ERROR, "cannot open the new log file; logging goes on where it went", "file=%s",
+               nc->log_file ? nc->log_file : "-");
     srv->reloads++;
     tg_log(TG_LOG_INFO, "configuration reloaded", "conf=%s upstreams=%zu grants=%zu", nc->path, nc->nupstreams,
            nc->ngrants);

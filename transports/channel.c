@@ -308,13 +308,13 @@ void tg_channels_keepalive(struct tg_server *srv)
     }
 }
 
-void tg_channels_end(struct tg_server *srv)
+void tg_channels_end(struct tg_server *srv, int idle_only)
 {
     struct tg_list *l = srv->channels.next;
     while (l != &srv->channels) {
         struct tg_channel *ch = tg_container_of(l, struct tg_channel, link);
         l = l->next;
-        if (!ch->open || ch->conn == NULL)
+        if (!ch->open || ch->conn == NULL || (idle_only && ch->sess != NULL && ch->sess->inflight > 0))
             continue;
         tg_channel_end(ch, 1001, "gateway shutting down");
     }

@@ -56,8 +56,9 @@ void tg_channel_on_conn_abort(struct tg_conn *c, void *ex);
 void tg_channel_on_drain(struct tg_conn *c, void *ex);
 /* Keepalive comments on idle legacy SSE streams (the tick). */
 void tg_channels_keepalive(struct tg_server *srv);
-/* Shutdown: every channel's client is told the gateway is going away. */
-void tg_channels_end(struct tg_server *srv);
+/* Shutdown: every channel's client is told the gateway is going away (idle_only: only those
+ * whose session has no call in flight, so a drain lets their answers through first). */
+void tg_channels_end(struct tg_server *srv, int idle_only);
 /* The process's framing buffer goes (after the loop stopped). */
 void tg_channels_dispose(void);
 void tg_channels_count(struct tg_server *srv, size_t *sse, size_t *ws);

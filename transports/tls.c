@@ -13,9 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One TLS listener's context. Owner: the listener (l->http.tls), made by tg_tls_ctx_new() in
- * tg_server_init() and freed by tg_tls_ctx_free() in tg_server_dispose(), after its connections. */
+/* One TLS listener's context. Owner: refcounted: the listener (l->http.tls) holds one reference,
+ * made by tg_tls_ctx_new(), and each connection's tg_tls one; a reload that reads the certificate
+ * again puts a new one on the listener and drops its reference to this one, which goes with
+ * the last connection that uses it. */
 struct tg_tls_ctx {
+    int refs;
     mbedtls_ssl_config conf;
     mbedtls_x509_crt cert;
     mbedtls_x509_crt client_ca; /* listen[].tls.client_ca: mTLS clients' certificates chain to it */
@@ -28,6 +31,7 @@ struct tg_tls_ctx {
  * freed by tg_tls_free() in on_handle_closed(); in and out are borrowed for one call only. */
 struct tg_tls {
     mbedtls_ssl_context ssl;
+    struct tg_tls_ctx *ctx; /* server side: a reference on the listener context its config is in */
     const char *in;
     size_t in_len;
     struct tg_buf *out;
@@ -74,6 +78,7 @@ int tg_tls_ctx_new(const struct tg_tls_server_opts *o, struct tg_tls_ctx **out, 
     struct tg_tls_ctx *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return TG_ENOMEM;
+    c->refs = 1;
     mbedtls_ssl_config_init(&c->conf);
     mbedtls_x509_crt_init(&c->cert);
     mbedtls_x509_crt_init(&c->client_ca);
@@ -137,7 +142,7 @@ fail:
 
 void tg_tls_ctx_free(struct tg_tls_ctx *c)
 {
-    if (c == NULL)
+    if (c == NULL || --c->refs > 0)
         return;
     mbedtls_ssl_config_free(&c->conf);
     mbedtls_x509_crt_free(&c->cert);
@@ -270,6 +275,8 @@ struct tg_tls *tg_tls_new(struct tg_tls_ctx *ctx)
         return NULL;
     }
     mbedtls_ssl_set_bio(&t->ssl, t, bio_send, bio_recv, NULL);
+    t->ctx = ctx;
+    ctx->refs++;
     return t;
 }
 
@@ -318,6 +325,7 @@ void tg_tls_free(struct tg_tls *t)
     if (t == NULL)
         return;
     mbedtls_ssl_free(&t->ssl);
+    tg_tls_ctx_free(t->ctx); /* (NULL on the client side) */
     free(t);
 }
 

@@ -35,6 +35,7 @@ struct tg_tls_server_opts {
 };
 
 int tg_tls_ctx_new(const struct tg_tls_server_opts *o, struct tg_tls_ctx **out, char *err, size_t errsz);
+/* Drops a reference (each connection made from it holds one): the last frees it. */
 void tg_tls_ctx_free(struct tg_tls_ctx *ctx);
 
 int tg_tls_client_ctx_new(const struct tg_tls_client_opts *o, struct tg_tls_client_ctx **out, char *err,
