@@ -272,6 +272,8 @@ static void answer_of(const struct tg_call *k, struct tg_mcp_answer *a)
     a->is_request = k->kind == KIND_REQUEST;
     a->tools_filter = k->is_tools_list ? k->policy : NULL;
     a->upstream = up_name(k);
+    /* deliver_answer reads the original of an initialize or tools/list answer after the rewrite */
+    a->own = k->is_init || k->is_tools_list ? NULL : k->answer_src;
 }
 
 /* A server-to-client request this upstream may not make (deny_server_requests), or any on a

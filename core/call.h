@@ -109,6 +109,8 @@ struct tg_call {
     int answer_status;        /* the HTTP status the answer goes with (0: 200) */
     struct tg_buf *answer_buf; /* during ops->answer only: the buffer holding the answer, which the
                                   sink may take (tg_call_take_answer) instead of copying it */
+    struct tg_buf *answer_src; /* during tg_call_answer only, set by its caller: the buffer the
+                                  upstream's answer is in, which the rewrite may take over */
     char *resend;             /* a 2025 session's call on a 2026-only upstream: the request as sent,
                                * for the retry after input_required (core/call_shim.c) */
     int shim_rounds;          /* input rounds so far */
@@ -241,7 +243,7 @@ int tg_call_link_sent_yes(const struct tg_call *k); /* a message on the link was
 void tg_call_link_touch(struct tg_call *k);
 /* A message on the session's link. */
 void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
-                             size_t n, const struct tg_json_doc *pre);
+                             size_t n, const struct tg_json_doc *pre, struct tg_buf *own);
 /* The session's link died: its waiting calls fail, its channel ends, the session ends. */
 void tg_session_link_gone(struct tg_session *s, const char *why);
 /* Pause or resume the session's link (stdio child, legacy SSE stream). */

@@ -14,7 +14,8 @@
 #include "upstream/upstream.h"
 
 /* The answer to call k arrived on the session's link. */
-static void link_answer(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *doc)
+static void link_answer(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *doc,
+                        struct tg_buf *own)
 {
     int is_error = doc->error_raw.len > 0;
     if (k->is_init) {
@@ -23,7 +24,9 @@ static void link_answer(struct tg_call *k, const char *p, size_t n, const struct
             tg_session_remove(k->srv->sessions, k->sess); /* no session was made after all */
     }
     tg_call_settle(k, is_error ? TG_OUT_ERROR : TG_OUT_OK, tg__call_latency(k));
+    k->answer_src = own; /* p's buffer: a big answer is rewritten in it, not copied */
     tg_call_answer(k, p, n, doc);
+    k->answer_src = NULL;
     tg_call_finish(k);
 }
 
@@ -59,7 +62,7 @@ static int session_stream_write(struct tg_session *s, const char *p, size_t n, c
 }
 
 void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
-                             size_t n, const struct tg_json_doc *pre)
+                             size_t n, const struct tg_json_doc *pre, struct tg_buf *own)
 {
     struct tg_json_doc doc;
     if (pre != NULL)
@@ -71,7 +74,7 @@ void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct
             struct tg_call *k = tg_container_of(l, struct tg_call, slink);
             if (k->awaiting && k->kind == KIND_REQUEST && doc.id_raw.len == k->gid_len &&
                 memcmp(doc.id_raw.ptr, k->gid_str, k->gid_len) == 0) {
-                link_answer(k, p, n, &doc);
+                link_answer(k, p, n, &doc, own);
                 return;
             }
         }

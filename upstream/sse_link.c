@@ -130,7 +130,7 @@ static int on_link_event(void *ud, const struct tg_sse_event *ev)
         return ln->dead;
     }
     if (ev->event.len == 0 || tg_slice_eq(ev->event, TG_SLICE("message")))
-        tg_session_link_message(ln->srv, ln->sess, ln->up, ev->data.ptr, ev->data.len, NULL);
+        tg_session_link_message(ln->srv, ln->sess, ln->up, ev->data.ptr, ev->data.len, NULL, NULL);
     return ln->dead; /* the message may have ended the session (an initialize refused) */
 }
 

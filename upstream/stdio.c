@@ -79,7 +79,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(scratch, sizeof(scratch));
 }
 
-static void deliver_line(struct tg_child *ch, const char *p, size_t n)
+static void deliver_line(struct tg_child *ch, const char *p, size_t n, struct tg_buf *own)
 {
     while (n > 0 && (p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t'))
         n--;
@@ -96,7 +96,7 @@ static void deliver_line(struct tg_child *ch, const char *p, size_t n)
         return;
     }
     if (ch->on_message && !ch->killed)
-        ch->on_message(ch->ud, p + i, n - i, &doc);
+        ch->on_message(ch->ud, p + i, n - i, &doc, own != NULL && own->base == p + i && own->len == n - i ? own : NULL);
 }
 
 static void on_stdout(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
@@ -120,11 +120,11 @@ static void on_stdout(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             ch->line.len = 0;
             ch->skipping = nl == NULL;
         } else if (nl && ch->line.len == 0) {
-            deliver_line(ch, p, take); /* the common case: a whole line in this read, no copy */
+            deliver_line(ch, p, take, NULL); /* the common case: a whole line in this read, no copy */
         } else {
             tg_buf_append(&ch->line, p, take);
             if (nl) {
-                deliver_line(ch, ch->line.base, ch->line.len);
+                deliver_line(ch, ch->line.base, ch->line.len, &ch->line);
                 ch->line.len = 0;
                 if (ch->line.cap > 1048576)
                     tg_buf_dispose(&ch->line); /* one huge answer must not pin its size for good */

@@ -29,8 +29,10 @@ void tg_child_tally_unref(struct tg_child_tally *t);
 
 struct tg_json_doc;
 /* One JSON object from the child's stdout; doc is what its one validating parse found (valid for
- * the call only), so that no one parses it again. */
-typedef void (*tg_child_message_cb)(void *ud, const char *p, size_t n, const struct tg_json_doc *doc);
+ * the call only), so that no one parses it again; own, when not NULL, is the line buffer p is,
+ * which the callee may take (leaving it empty) instead of copying a big answer. */
+typedef void (*tg_child_message_cb)(void *ud, const char *p, size_t n, const struct tg_json_doc *doc,
+                                    struct tg_buf *own);
 typedef void (*tg_child_exit_cb)(void *ud, int64_t status, int term_signal);
 
 /* tally (may be NULL): counted in from spawn to exit. */

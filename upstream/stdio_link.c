@@ -16,7 +16,7 @@ struct stdio_link {
     struct tg_child *child;
 };
 
-static void on_child_message(void *ud, const char *p, size_t n, const struct tg_json_doc *doc);
+static void on_child_message(void *ud, const char *p, size_t n, const struct tg_json_doc *doc, struct tg_buf *own);
 static void on_child_exit(void *ud, int64_t status, int sig);
 
 static void release_child(struct tg_session *s)
@@ -80,14 +80,14 @@ static void stdio_reply(struct tg_server *srv, struct tg_session *s, struct tg_u
 
 static void stdio_close(struct tg_server *srv, struct tg_session *s) {}
 
-static void on_child_message(void *ud, const char *p, size_t n, const struct tg_json_doc *doc)
+static void on_child_message(void *ud, const char *p, size_t n, const struct tg_json_doc *doc, struct tg_buf *own)
 {
     struct tg_session *s = ud;
     struct tg_server *srv = s->srv;
     if ((size_t)s->upstream >= srv->nupstreams)
         return;
     tg_session_ref(s);
-    tg_session_link_message(srv, s, srv->upstreams[s->upstream], p, n, doc);
+    tg_session_link_message(srv, s, srv->upstreams[s->upstream], p, n, doc, own);
     tg_session_backpressure(srv, s);
     tg_session_unref(s);
 }

@@ -278,17 +278,23 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
             /* The stream ended without the answer: a clean error on the same stream. */
             tg_call_answer_error(k, err ? why : "upstream ended the stream without answering", 0);
         break;
-    case MODE_JSON:
+    case MODE_JSON: {
         if (err != 0) {
             tg_call_answer_error(k, why, 0);
-        } else if (!tg_call_answer(k, k->body.base ? k->body.base : "", k->body.len,
-                                   k->body_doc_ok ? &k->body_doc : NULL)) {
+            break;
+        }
+        k->answer_src = &k->body; /* a big body is rewritten in place, not copied */
+        int answered = tg_call_answer(k, k->body.base ? k->body.base : "", k->body.len,
+                                      k->body_doc_ok ? &k->body_doc : NULL);
+        k->answer_src = NULL;
+        if (!answered) {
             char esc[200];
             tg_log(TG_LOG_WARN, "upstream answered with something that is not the answer", "upstream=%s body=%s",
                    uc->name, tg_log_esc(esc, sizeof(esc), tg_slice_of(k->body.base, k->body.len)));
             tg_call_answer_error(k, "upstream sent an invalid response", 0);
         }
         break;
+    }
     case MODE_ACCEPTED:
         if (err != 0)
             tg_call_answer_error(k, why, 0);

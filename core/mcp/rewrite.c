@@ -112,7 +112,23 @@ int tg_mcp_restore_id(const struct tg_mcp_answer *a, const char *p, size_t n, co
             *is_error = 1;
             return 1;
         }
-        tg_msg_splice_id(out, p, n, (size_t)(doc.id_raw.ptr - p), doc.id_raw.len, a->client_id, a->client_id_len);
+        size_t off = (size_t)(doc.id_raw.ptr - p), old = doc.id_raw.len;
+        if (a->own != NULL && a->own->base == p && a->own->len == n && out->len == 0) {
+            /* In place: only the tail after the id moves (within memory already touched). */
+            struct tg_buf *b = a->own;
+            if (a->client_id_len > old && tg_buf_try_reserve(b, a->client_id_len - old, 0) != 0) {
+                tg_msg_splice_id(out, p, n, off, old, a->client_id, a->client_id_len);
+                return 1;
+            }
+            memmove(b->base + off + a->client_id_len, b->base + off + old, n - off - old);
+            memcpy(b->base + off, a->client_id, a->client_id_len);
+            b->len = n - old + a->client_id_len;
+            tg_buf_dispose(out);
+            *out = *b;
+            tg_buf_init(b);
+            return 1;
+        }
+        tg_msg_splice_id(out, p, n, off, old, a->client_id, a->client_id_len);
         return 1;
     }
     if (server_request_id && doc.method_raw.len > 0 && doc.id_raw.len > 0)

@@ -27,6 +27,8 @@ struct tg_mcp_answer {
     int is_request;           /* 0: nothing is this call's answer (a notification, a stream) */
     const struct tg_policy *tools_filter; /* non-NULL: a tools/list answer, filtered by this policy */
     const char *upstream;     /* for logs and error.data */
+    struct tg_buf *own;       /* the buffer p is (or NULL): the id may be put right in it and the
+                                 buffer moved into out, so that a big answer is not copied */
 };
 
 /* Rewrite message p for the client into out. Returns 1 if it was the awaited answer. *valid is

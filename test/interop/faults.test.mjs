@@ -207,12 +207,12 @@ describe('faults', { concurrency: true }, () => {
       hang = net.createServer((s) => { held.add(s); s.on('error', () => {}); s.on('close', () => held.delete(s)); });
       await new Promise((r) => hang.listen(0, '127.0.0.1', r));
       ctx.cleanup.add(() => new Promise((r) => { for (const s of held) s.destroy(); hang.close(() => r()); }));
-      const closed = await H.freePort(); // nobody listens there
+      const closed = await H.freePort('127.0.0.2'); // nobody listens there (and no fixture can)
       const hangUrl = `http://127.0.0.1:${hang.address().port}`;
       gw = await faultGateway('conn', {
         ups: {
-          h: { url: `http://127.0.0.1:${closed}/mcp`, initialize: 'local', connect_timeout_ms: 500 },
-          lsse: { url: `http://127.0.0.1:${closed}/sse`, transport: 'sse', connect_timeout_ms: 500 },
+          h: { url: `http://127.0.0.2:${closed}/mcp`, initialize: 'local', connect_timeout_ms: 500 },
+          lsse: { url: `http://127.0.0.2:${closed}/sse`, transport: 'sse', connect_timeout_ms: 500 },
           hh: { url: `${hangUrl}/mcp`, initialize: 'local', connect_timeout_ms: 500, call_timeout_ms: 400 },
           hlsse: { url: `${hangUrl}/sse`, transport: 'sse', connect_timeout_ms: 500, call_timeout_ms: 400 },
         },
@@ -423,7 +423,7 @@ describe('faults', { concurrency: true }, () => {
         audit: '/dev/full', admin: true,
         ups: {
           h: { url: hostile.url('/mcp') },
-          down: { url: `http://127.0.0.1:${await H.freePort()}/mcp`, initialize: 'local', connect_timeout_ms: 500 },
+          down: { url: `http://127.0.0.2:${await H.freePort('127.0.0.2')}/mcp`, initialize: 'local', connect_timeout_ms: 500 },
         },
         limitedTools: ['echo_limited'],
       });
@@ -479,11 +479,11 @@ describe('faults', { concurrency: true }, () => {
     let port; // "back": down at first, then up
     let back;
     before(async () => {
-      port = await H.freePort();
+      port = await H.freePort('127.0.0.2');
       gw = await faultGateway('backoff', {
         ups: {
-          back: { url: `http://127.0.0.1:${port}/mcp`, initialize: 'local', connect_timeout_ms: 500, backoff_ms: 3000, backoff_max_ms: 6000 },
-          never: { url: `http://127.0.0.1:${await H.freePort()}/mcp`, initialize: 'local', connect_timeout_ms: 500, backoff_ms: 100, backoff_max_ms: 400 },
+          back: { url: `http://127.0.0.2:${port}/mcp`, initialize: 'local', connect_timeout_ms: 500, backoff_ms: 3000, backoff_max_ms: 6000 },
+          never: { url: `http://127.0.0.2:${await H.freePort('127.0.0.2')}/mcp`, initialize: 'local', connect_timeout_ms: 500, backoff_ms: 100, backoff_max_ms: 400 },
         },
         limitedTools: ['echo_back'],
       });
@@ -499,7 +499,7 @@ describe('faults', { concurrency: true }, () => {
       await gw.waitForLog(/upstream backing off"? upstream=back (?:\S+ )*retry_in_ms=3000/);
       const tDown = Date.now();
       // the upstream is back at once, but the gateway does not know: it must not try
-      back = await startHostile({ port });
+      back = await startHostile({ port, host: '127.0.0.2' });
       let connections = 0;
       back.server.on('connection', () => { connections++; });
       const t0 = Date.now();

@@ -140,12 +140,17 @@ export function parseMetrics(text) {
 }
 
 /** Returns a TCP port that was free a moment ago (for peers that cannot be told to use port 0). */
-export function freePort() {
+/**
+ * A port nobody listens on right now. host: where to look; tests that need a port to stay
+ * closed (connection refused) use 127.0.0.2, where the fixtures (on 127.0.0.1 with port 0) can
+ * never be given the same port by the kernel while the test runs.
+ */
+export function freePort(host = '127.0.0.1') {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
     srv.unref();
     srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
+    srv.listen(0, host, () => {
       const { port } = srv.address();
       srv.close(() => resolve(port));
     });

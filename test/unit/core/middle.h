@@ -641,7 +641,7 @@ static inline void mw_send(struct mw *m, struct tg_session *s, struct tg_sink *s
 static inline void fake_link(struct mw *m, struct tg_session *s, const char *json)
 {
     tg_session_ref(s);
-    tg_session_link_message(&m->srv, s, m->srv.upstreams[s->upstream], json, strlen(json), NULL);
+    tg_session_link_message(&m->srv, s, m->srv.upstreams[s->upstream], json, strlen(json), NULL, NULL);
     tg_session_unref(s);
 }
 

@@ -41,7 +41,7 @@ static void on_watchdog(uv_timer_t *t) { ((struct fx *)t->data)->timed_out = 1; 
                      (f)->nmsgs, (int)(f)->msgs.len, (f)->msgs.base ? (f)->msgs.base : "", (f)->exits);             \
     } while (0)
 
-static void on_message(void *ud, const char *p, size_t n, const struct tg_json_doc *doc)
+static void on_message(void *ud, const char *p, size_t n, const struct tg_json_doc *doc, struct tg_buf *own)
 {
     assert_non_null(doc);
     struct fx *f = ud;
