@@ -72,6 +72,37 @@ static const int suites[] = {
     0,
 };
 
+/* A certificate and its key, which must match (mbedtls_ssl_conf_own_cert does not check). */
+static int load_pair(mbedtls_x509_crt *crt, mbedtls_pk_context *key, const char *cert_file, const char *key_file,
+                     const char **what)
+{
+    int r;
+    if ((r = mbedtls_x509_crt_parse_file(crt, cert_file)) != 0)
+        *what = cert_file;
+    else if ((r = mbedtls_pk_parse_keyfile(key, key_file, NULL)) != 0)
+        *what = key_file;
+    else if ((r = mbedtls_pk_check_pair(&crt->pk, key)) != 0)
+        *what = "certificate and key do not match";
+    return r;
+}
+
+/* What both ends share: TLS 1.2 only, our suites and curves, no renegotiation. */
+static int conf_common(mbedtls_ssl_config *conf, int endpoint, mbedtls_ctr_drbg_context *drbg, const char **what)
+{
+    int r = mbedtls_ssl_config_defaults(conf, endpoint, MBEDTLS_SSL_TRANSPORT_STREAM, MBEDTLS_SSL_PRESET_DEFAULT);
+    if (r != 0) {
+        *what = "TLS defaults";
+        return r;
+    }
+    mbedtls_ssl_conf_rng(conf, mbedtls_ctr_drbg_random, drbg);
+    mbedtls_ssl_conf_min_version(conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
+    mbedtls_ssl_conf_max_version(conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
+    mbedtls_ssl_conf_ciphersuites(conf, suites);
+    mbedtls_ssl_conf_curves(conf, curves);
+    mbedtls_ssl_conf_renegotiation(conf, MBEDTLS_SSL_RENEGOTIATION_DISABLED);
+    return 0;
+}
+
 int tg_tls_ctx_new(const struct tg_tls_server_opts *o, struct tg_tls_ctx **out, char *err, size_t errsz)
 {
     const char *cert_file = o->cert_file, *key_file = o->key_file;
@@ -93,29 +124,9 @@ int tg_tls_ctx_new(const struct tg_tls_server_opts *o, struct tg_tls_ctx **out, 
         what = "seeding the random generator";
         goto fail;
     }
-    if ((r = mbedtls_x509_crt_parse_file(&c->cert, cert_file)) != 0) {
-        what = cert_file;
+    if ((r = load_pair(&c->cert, &c->key, cert_file, key_file, &what)) != 0 ||
+        (r = conf_common(&c->conf, MBEDTLS_SSL_IS_SERVER, &c->drbg, &what)) != 0)
         goto fail;
-    }
-    if ((r = mbedtls_pk_parse_keyfile(&c->key, key_file, NULL)) != 0) {
-        what = key_file;
-        goto fail;
-    }
-    if ((r = mbedtls_pk_check_pair(&c->cert.pk, &c->key)) != 0) {
-        what = "certificate and key do not match"; /* mbedtls_ssl_conf_own_cert does not check */
-        goto fail;
-    }
-    if ((r = mbedtls_ssl_config_defaults(&c->conf, MBEDTLS_SSL_IS_SERVER, MBEDTLS_SSL_TRANSPORT_STREAM,
-                                         MBEDTLS_SSL_PRESET_DEFAULT)) != 0) {
-        what = "TLS defaults";
-        goto fail;
-    }
-    mbedtls_ssl_conf_rng(&c->conf, mbedtls_ctr_drbg_random, &c->drbg);
-    mbedtls_ssl_conf_min_version(&c->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
-    mbedtls_ssl_conf_max_version(&c->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
-    mbedtls_ssl_conf_ciphersuites(&c->conf, suites);
-    mbedtls_ssl_conf_curves(&c->conf, curves);
-    mbedtls_ssl_conf_renegotiation(&c->conf, MBEDTLS_SSL_RENEGOTIATION_DISABLED);
     if ((r = mbedtls_ssl_conf_own_cert(&c->conf, &c->cert, &c->key)) != 0) {
         what = "certificate and key do not match";
         goto fail;
@@ -185,31 +196,10 @@ int tg_tls_client_ctx_new(const struct tg_tls_client_opts *o, struct tg_tls_clie
             goto fail;
         }
     }
-    if (o->cert_file != NULL) {
-        if ((r = mbedtls_x509_crt_parse_file(&c->cert, o->cert_file)) != 0) {
-            what = o->cert_file;
-            goto fail;
-        }
-        if ((r = mbedtls_pk_parse_keyfile(&c->key, o->key_file, NULL)) != 0) {
-            what = o->key_file;
-            goto fail;
-        }
-        if ((r = mbedtls_pk_check_pair(&c->cert.pk, &c->key)) != 0) {
-            what = "client certificate and key do not match";
-            goto fail;
-        }
-    }
-    if ((r = mbedtls_ssl_config_defaults(&c->conf, MBEDTLS_SSL_IS_CLIENT, MBEDTLS_SSL_TRANSPORT_STREAM,
-                                         MBEDTLS_SSL_PRESET_DEFAULT)) != 0) {
-        what = "TLS defaults";
+    if (o->cert_file != NULL && (r = load_pair(&c->cert, &c->key, o->cert_file, o->key_file, &what)) != 0)
         goto fail;
-    }
-    mbedtls_ssl_conf_rng(&c->conf, mbedtls_ctr_drbg_random, &c->drbg);
-    mbedtls_ssl_conf_min_version(&c->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
-    mbedtls_ssl_conf_max_version(&c->conf, MBEDTLS_SSL_MAJOR_VERSION_3, MBEDTLS_SSL_MINOR_VERSION_3);
-    mbedtls_ssl_conf_ciphersuites(&c->conf, suites);
-    mbedtls_ssl_conf_curves(&c->conf, curves);
-    mbedtls_ssl_conf_renegotiation(&c->conf, MBEDTLS_SSL_RENEGOTIATION_DISABLED);
+    if ((r = conf_common(&c->conf, MBEDTLS_SSL_IS_CLIENT, &c->drbg, &what)) != 0)
+        goto fail;
     if (c->verify) {
         mbedtls_ssl_conf_authmode(&c->conf, MBEDTLS_SSL_VERIFY_REQUIRED);
         mbedtls_ssl_conf_ca_chain(&c->conf, &c->ca, NULL);
