@@ -244,6 +244,9 @@ void tg_call_link_touch(struct tg_call *k);
 /* A message on the session's link. */
 void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
                              size_t n, const struct tg_json_doc *pre, struct tg_buf *own);
+/* A message on the session's link was too long to keep; id is its "id" token if its first bytes
+ * showed it: the call waiting for that answer fails now (-32004), instead of at its timeout. */
+void tg_session_link_oversized(struct tg_session *s, struct tg_slice id);
 /* The session's link died: its waiting calls fail, its channel ends, the session ends. */
 void tg_session_link_gone(struct tg_session *s, const char *why);
 /* Pause or resume the session's link (stdio child, legacy SSE stream). */

@@ -126,3 +126,15 @@ void tg_session_backpressure(struct tg_server *srv, struct tg_session *s)
         tg_session_link_pause(s, 1);
     }
 }
+
+void tg_session_link_oversized(struct tg_session *s, struct tg_slice id)
+{
+    for (struct tg_list *l = s->calls.next; id.len > 0 && l != &s->calls; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
+        if (k->awaiting && k->kind == KIND_REQUEST && id.len == k->gid_len && memcmp(id.ptr, k->gid_str, id.len) == 0) {
+            /* It ran (not refunded); its answer is gone. */
+            tg_call_fail(k, TG_OUT_GARBLED, "upstream answer exceeds limits.response_bytes", -1);
+            return;
+        }
+    }
+}

@@ -599,6 +599,66 @@ static int parse_value(struct parser *ps, int depth, cJSON **out)
     }
 }
 
+/* Past the string whose opening quote is at p[i]: the index after its closing quote, or n. */
+static size_t skip_string(const char *p, size_t n, size_t i)
+{
+    for (i++; i < n && p[i] != '"'; i++)
+        if (p[i] == '\\')
+            i++;
+    return i < n ? i + 1 : n;
+}
+
+static size_t skip_blank(const char *p, size_t n, size_t i)
+{
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
+        i++;
+    return i;
+}
+
+int tg_json_prefix_id(const char *p, size_t n, struct tg_slice *id)
+{
+    size_t i = skip_blank(p, n, 0);
+    if (i >= n || p[i] != '{')
+        return 0;
+    int depth = 1, want_key = 1;
+    for (i++; i < n;) {
+        char c = p[i];
+        if (c == '"') {
+            size_t s = i;
+            i = skip_string(p, n, i);
+            if (depth != 1 || !want_key)
+                continue;
+            want_key = 0;
+            int is_id = i - s == 4 && memcmp(p + s, "\"id\"", 4) == 0;
+            i = skip_blank(p, n, i);
+            if (i >= n || p[i] != ':')
+                return 0;
+            i = skip_blank(p, n, i + 1);
+            if (!is_id)
+                continue;
+            size_t v = i;
+            if (i < n && p[i] == '"')
+                i = skip_string(p, n, i);
+            else
+                while (i < n && ((p[i] >= '0' && p[i] <= '9') || p[i] == '-' || p[i] == '+' || p[i] == '.' ||
+                                 p[i] == 'e' || p[i] == 'E'))
+                    i++;
+            if (i >= n || i == v)
+                return 0; /* cut inside the id, or not a string or number */
+            *id = tg_slice_of(p + v, i - v);
+            return 1;
+        }
+        if (c == '{' || c == '[')
+            depth++;
+        else if ((c == '}' || c == ']') && --depth == 0)
+            return 0;
+        else if (c == ',' && depth == 1)
+            want_key = 1;
+        i++;
+    }
+    return 0;
+}
+
 int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_json_doc *doc, const char **err,
                   size_t *err_off)
 {

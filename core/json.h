@@ -34,6 +34,11 @@ struct tg_json_doc {
 int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_json_doc *doc, const char **err,
                   size_t *err_off);
 
+/* The raw token of the top-level "id" member of a JSON object cut short (the first bytes of a
+ * message too long to keep): found by a lenient scan that tracks strings and nesting only.
+ * Returns 1 with *id set, or 0 when the prefix does not show it. */
+int tg_json_prefix_id(const char *p, size_t n, struct tg_slice *id);
+
 /* Serialize compactly. Numbers with original text are printed from it. */
 void tg_json_write(struct tg_buf *b, const cJSON *item);
 void tg_json_write_string(struct tg_buf *b, const char *s, size_t n);

@@ -117,6 +117,13 @@ static void on_stdout(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         } else if (ch->line.len + take > ch->max_line) {
             tg_log(TG_LOG_WARN, "upstream stdout line too long; skipped", "upstream=%s pid=%d limit=%zu", ch->name,
                    ch->pid, ch->max_line);
+            struct tg_slice id = TG_SLICE_NULL;
+            if (ch->line.len > 0)
+                tg_json_prefix_id(ch->line.base, ch->line.len, &id);
+            else
+                tg_json_prefix_id(p, take, &id);
+            if (ch->on_message && !ch->killed)
+                ch->on_message(ch->ud, id.ptr ? id.ptr : "", id.len, NULL, NULL);
             ch->line.len = 0;
             ch->skipping = nl == NULL;
         } else if (nl && ch->line.len == 0) {

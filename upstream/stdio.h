@@ -30,7 +30,9 @@ void tg_child_tally_unref(struct tg_child_tally *t);
 struct tg_json_doc;
 /* One JSON object from the child's stdout; doc is what its one validating parse found (valid for
  * the call only), so that no one parses it again; own, when not NULL, is the line buffer p is,
- * which the callee may take (leaving it empty) instead of copying a big answer. */
+ * which the callee may take (leaving it empty) instead of copying a big answer. doc NULL: a line
+ * over the limit was dropped, and p/n is its top-level "id" token as far as its first bytes show
+ * it (n 0: unknown), so the call it answered can fail now rather than at its timeout. */
 typedef void (*tg_child_message_cb)(void *ud, const char *p, size_t n, const struct tg_json_doc *doc,
                                     struct tg_buf *own);
 typedef void (*tg_child_exit_cb)(void *ud, int64_t status, int term_signal);

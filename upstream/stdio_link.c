@@ -87,7 +87,10 @@ static void on_child_message(void *ud, const char *p, size_t n, const struct tg_
     if ((size_t)s->upstream >= srv->nupstreams)
         return;
     tg_session_ref(s);
-    tg_session_link_message(srv, s, srv->upstreams[s->upstream], p, n, doc, own);
+    if (doc == NULL)
+        tg_session_link_oversized(s, tg_slice_of(p, n));
+    else
+        tg_session_link_message(srv, s, srv->upstreams[s->upstream], p, n, doc, own);
     tg_session_backpressure(srv, s);
     tg_session_unref(s);
 }
