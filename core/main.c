@@ -1,4 +1,5 @@
 /* tollgate — an MCP policy gateway. Command line and process lifecycle. */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +161,9 @@ int main(int argc, char **argv)
     }
     check_descriptors(conf, 1, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* One malloc arena: the loop does all the work; the log writer and the reload worker would
+     * otherwise each get an arena of their own, whose freed pages stay in the process. */
+    mallopt(M_ARENA_MAX, 1);
     if (tg_log_start() != 0)
         fprintf(stderr, "tollgate: no log writer thread; log lines are written from the loop\n");
     uv_loop_t *loop = uv_default_loop();
