@@ -97,6 +97,19 @@ function fetchAs(id, { keepAlive = true } = {}) {
  * Returns { status, text, headers } when initialize is refused, else { status: 200, tools: [names],
  * session: { headers }, fetch, url } for more requests on that session.
  */
+/**
+ * The log's position after every line written so far: lines are written by a thread of the
+ * gateway's own, so a request's lines may land after the next test began. A request with a
+ * foreign Origin logs a line naming a fresh marker; once it is there, so is all before it.
+ */
+async function logMark(g, i) {
+  const marker = `http://mark-${crypto.randomBytes(6).toString('hex')}.example`;
+  await H.postRaw(fetchAs(null), mcpUrl(g, i), H.initializeBody(), { origin: marker });
+  await H.waitUntil(() => g.stderr().includes(marker), { timeout: 10000, what: 'the log marker' });
+  const at = g.stderr().indexOf(marker);
+  return g.stderr().indexOf('\n', at) + 1;
+}
+
 async function grantView(g, i, id, headers = {}) {
   const f = fetchAs(id);
   const url = mcpUrl(g, i);
@@ -560,7 +573,7 @@ describe('the SDK client over https with alice\'s certificate (no token)', () =>
 
 describe('mTLS: client certificates as credentials (client_auth optional)', () => {
   test("alice's certificate is alice (her CN); it is logged at debug with its subject", async () => {
-    const from = gw.stderr().length;
+    const from = await logMark(gw, 0);
     const v = await grantView(gw, 0, cc.alice);
     assertAlice(v, "alice's certificate");
     await gw.waitForLog(/msg="TLS client certificate" [^\n]*subject="O=acme, CN=alice"/, { from });
@@ -596,7 +609,7 @@ describe('mTLS: client certificates as credentials (client_auth optional)', () =
   });
 
   test('a certificate from another CA (alice\'s subject): the handshake succeeds, the request is not alice\'s', async () => {
-    const from = gw.stderr().length;
+    const from = await logMark(gw, 0);
     assert401(await grantView(gw, 0, cc.stranger), 'the untrusted certificate, no token');
     assertBob(await grantView(gw, 0, cc.stranger, { Authorization: `Bearer ${BOB_TOKEN}` }), "the untrusted certificate + bob's token");
     assert.doesNotMatch(gw.stderr().slice(from), /msg="TLS client certificate"/, 'an unverified certificate was logged as a client certificate');
