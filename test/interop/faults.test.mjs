@@ -452,6 +452,8 @@ describe('faults', { concurrency: true }, () => {
         await Promise.all(Array.from({ length: 10 }, (_, j) => A.rpc(ctx.fetch, s.url, s, A.call(`m-${i + j}`, 'echo', { text: 'm' }))));
       }
       const rss1 = A.vmRssKiB(gw.proc.pid);
+      // The audit writes are asynchronous: the last batch may still be on its way to the disk.
+      await gw.waitForMetric('tollgate_audit_dropped_total', (v) => v >= 313).catch(() => {});
       const m = await gw.metrics();
       const failures = (gw.stderr().match(/audit write failed/g) ?? []).length;
       process.stderr.write(`# audit on /dev/full: ${m.tollgate_audit_dropped_total} records dropped (${dropped} after the first 13 calls), ` +
