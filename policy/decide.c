@@ -382,8 +382,9 @@ static int reserve_rules(const struct tg_policy *p, struct tg_counters *cs, cons
                     return -1;
                 }
             }
-            if (r->limit_op == TG_LIMIT_NONE)
-                continue; /* a counter without a limit is only read by other rules' conditions */
+            /* A counter whose rule sets no limit on it is still counted (Intercept: a state block
+             * increments on every allowed call), for other rules' conditions that read it; it
+             * skipped counting, so such a condition always read 0 and never limited anything. */
             const struct pcounter *pc = &p->counters[r->counter];
             uint64_t h1, h2;
             counter_hash(pc, who, &h1, &h2);

@@ -1374,6 +1374,34 @@ static void state_increment_from_missing_or_not_a_number(void **state)
     loaded_dispose(&l);
 }
 
+/* A state counter whose own rule sets no limit on it still counts every allowed call, so that
+ * another rule's condition on it limits (it was never added to: the condition read 0 for ever). */
+static void state_counter_read_by_another_rule(void **state)
+{
+    struct loaded l;
+    load_text(&l, "sends.yaml",
+              "version: \"1\"\n"
+              "tools:\n"
+              "  send_email:\n"
+              "    rules:\n"
+              "      - name: count sends\n"
+              "        conditions: [{path: args.to, op: exists, value: true}]\n"
+              "        state: {counter: sends, window: hour}\n"
+              "      - name: two an hour\n"
+              "        conditions: [{path: state.send_email.sends, op: lt, value: 2}]\n");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    assert_int_equal(drain(l.p, c, "g", "send_email", "{\"to\":\"a@b\"}", T0, 10, &d), 2);
+    EXPECT(&d, TG_VERDICT_LIMITED, "two an hour", "two an hour; retry in *");
+    /* The next hour: the counter is fresh again. */
+    decide(l.p, c, "g", "send_email", "{\"to\":\"a@b\"}", T0 + HOUR_MS, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
 /* Windows are fixed and aligned to UTC: minute, hour, day boundaries reset them. */
 /* Spend caps count the amount the call carries, not its integer part: eight charges of 0.9 do
  * not pass a cap of 5 (Intercept's int64() counts each as 0), 0.5 + 0.4 is under "lt 1" and a
@@ -2943,6 +2971,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(go_v_policy_integers_print_all_digits),
         cmocka_unit_test(rate_limit_shorthand),
         cmocka_unit_test(state_increment_and_lt_vs_lte),
+        cmocka_unit_test(state_counter_read_by_another_rule),
         cmocka_unit_test(state_increment_from_args),
         cmocka_unit_test(state_increment_from_missing_or_not_a_number),
         cmocka_unit_test(spend_caps_count_fractional_amounts),
