@@ -632,7 +632,7 @@ describe('mTLS: client certificates as credentials (client_auth optional)', () =
   });
 
   test("an expired certificate with alice's subject from the client CA is no credential", async () => {
-    const from = gw.stderr().length;
+    const from = await logMark(gw, 0);
     assert401(await grantView(gw, 0, odd.expired), 'expired alice');
     assert.doesNotMatch(gw.stderr().slice(from), /msg="TLS client certificate"/, 'an expired certificate was logged as a client certificate');
   });
