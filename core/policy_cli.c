@@ -10,7 +10,6 @@
 #include <sys/time.h>
 
 #include "core/conf.h"
-#include "core/json.h"
 #include "core/msg.h"
 #include "policy/explain.h"
 #include "policy/policy.h"
@@ -25,12 +24,13 @@ static const char usage_text[] =
     "      warnings are printed as FILE: PATH.IN.FILE: reason (errors on stderr, warnings on stdout),\n"
     "      then \"FILE: ok (N tools)\" or \"FILE: invalid\". Exit 0 if every file loads, 1 if not.\n"
     "\n"
-    "  tollgate policy explain [-c CONF] [--grant G] [--upstream U] [--session S]\n"
+    "  tollgate policy explain [-c CONF] [--grant G] [--upstream U] [--session S] [--repeat N]\n"
     "                          (--call '{\"name\":T,\"arguments\":{...}}' | --method M [--params JSON])\n"
     "      Decide one call with the policy that governs grant G's calls to upstream U in CONF\n"
     "      (default conf/tollgate.conf; G may be left out when CONF has one grant, U when it has a\n"
     "      default upstream). Nothing is contacted and no real counter is taken: the call is decided\n"
-    "      once, on fresh counters. Prints the decision (allow, deny, limited, approve), its reason,\n"
+    "      once, on fresh counters (--repeat N: N times at one instant, the last one explained, so\n"
+    "      a rate limit shows). Prints the decision (allow, deny, limited, approve), its reason,\n"
     "      the rule and where it is in the file (and for a rule with conditions, the condition that\n"
     "      did not hold), whether tools/list hides the tool, and the counters a call takes or reads.\n"
     "      --method decides resources/read (params.uri), prompts/get (params.name), tools/call\n"
@@ -53,11 +53,17 @@ static const char usage_text[] =
     "      \"FAIL\" per case with the expected and actual decision and the deciding rule.\n"
     "      Exit 0 if every case passed, 1 if one failed, 2 if FILE or CASES.yaml cannot be loaded.\n";
 
+static const char usage_short[] =
+    "usage: tollgate policy check FILE...\n"
+    "       tollgate policy explain [-c CONF] [--grant G] [--upstream U] (--call JSON | --method M [--params JSON])\n"
+    "       tollgate policy test FILE CASES.yaml\n"
+    "       tollgate policy --help\n";
+
 static int usage_error(const char *fmt, const char *arg)
 {
     fprintf(stderr, "tollgate policy: ");
     fprintf(stderr, fmt, arg ? arg : "");
-    fprintf(stderr, "\n%s", usage_text);
+    fprintf(stderr, "\n%s", usage_short);
     return 2;
 }
 
@@ -128,7 +134,7 @@ static void print_explain(const struct tg_policy *p, const char *tool, const str
     struct tg_buf b;
     tg_buf_init(&b);
     tg_policy_explain_counters(p, tool, &b);
-    printf("counters:%s\n", b.len ? "" : " none");
+    printf("counters (taken or read when the call gets past the entries before them):%s\n", b.len ? "" : " none");
     if (b.len)
         fwrite(b.base, 1, b.len, stdout);
     tg_buf_dispose(&b);
@@ -203,7 +209,7 @@ static int explain_other(const struct tg_policy *p, const char *method, const cJ
 static int cmd_explain(int argc, char **argv)
 {
     const char *conf_path = "conf/tollgate.conf", *grant = NULL, *upstream = NULL, *session = "explain";
-    const char *call = NULL, *method = NULL, *params = NULL;
+    const char *call = NULL, *method = NULL, *params = NULL, *repeat_s = NULL;
     for (int i = 2; i < argc; i++) {
         int missing = 0;
         if (strcmp(argv[i], "-c") == 0) {
@@ -216,12 +222,21 @@ static int cmd_explain(int argc, char **argv)
                    option(argc, argv, &i, "--session", &session, &missing) ||
                    option(argc, argv, &i, "--call", &call, &missing) ||
                    option(argc, argv, &i, "--method", &method, &missing) ||
-                   option(argc, argv, &i, "--params", &params, &missing)) {
+                   option(argc, argv, &i, "--params", &params, &missing) ||
+                   option(argc, argv, &i, "--repeat", &repeat_s, &missing)) {
             if (missing)
                 return usage_error("explain: %s needs a value", argv[i]);
         } else {
             return usage_error("explain: unknown argument: %s", argv[i]);
         }
+    }
+    long repeat = 1;
+    if (repeat_s != NULL) {
+        char *end;
+        errno = 0;
+        repeat = strtol(repeat_s, &end, 10);
+        if (errno != 0 || end == repeat_s || *end != '\0' || repeat < 1 || repeat > CASES_MAX_REPEAT)
+            return usage_error("explain: --repeat must be a whole number from 1 to 100000, not %s", repeat_s);
     }
     if ((call == NULL) == (method == NULL))
         return usage_error("explain: give either --call or --method%s", NULL);
@@ -289,7 +304,12 @@ static int cmd_explain(int argc, char **argv)
     struct tg_counters *scratch = tg_counters_new();
     struct tg_policy_explain *e = tg_xmalloc(sizeof(*e));
     struct tg_caller who = {g->name, session, conf->upstreams[u].name};
-    tg_policy_explain_call(p, scratch, &who, name->valuestring, args, wall_ms(), e);
+    int64_t now = wall_ms();
+    for (long r = 0; r < repeat; r++) /* the same instant: the calls before the last take their counters */
+        tg_policy_explain_call(p, scratch, &who, name->valuestring, args, now, e);
+    if (repeat > 1)
+        printf("call: %ld of %ld at the same instant (the first %ld took their counters if allowed)\n", repeat,
+               repeat, repeat - 1);
     print_explain(p, name->valuestring, e);
     rc = verdict_status(e->d.verdict);
     free(e);
