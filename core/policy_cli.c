@@ -332,6 +332,7 @@ struct tcase {
     const char *reason, *rule;
     int hidden; /* -1 not checked */
     long repeat;
+    char default_name[24]; /* "case N" when the case has no name */
 };
 
 static int parse_verdict(const char *s, enum tg_verdict *v)
@@ -360,7 +361,6 @@ static const char *opt_string(const cJSON *c, const char *key, const char *def, 
 /* Check case i; on error print "CASES: cases[i].FIELD: reason" and return -1. */
 static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
 {
-    static char names[64];
     memset(t, 0, sizeof(*t));
     t->hidden = -1;
     t->repeat = 1;
@@ -383,8 +383,8 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
         }
     }
     int bad = 0;
-    snprintf(names, sizeof(names), "case %d", i + 1);
-    t->name = opt_string(c, "name", names, &bad);
+    snprintf(t->default_name, sizeof(t->default_name), "case %d", i + 1);
+    t->name = opt_string(c, "name", t->default_name, &bad);
     if (bad) {
         field = "name", why = "must be a string";
         goto bad;
