@@ -9,6 +9,7 @@
 #include "core/audit.h"
 #include "core/conf.h"
 #include "core/log.h"
+#include "core/policy_cli.h"
 #include "policy/policy.h"
 #include "core/server.h"
 #include "policy/auth.h"
@@ -20,6 +21,10 @@ static void usage(FILE *f)
                "  tollgate -t [-c FILE]         check the configuration, print errors, exit 0/1\n"
                "  tollgate hash-token [TOKEN]   print the SHA-256 of a bearer token for the configuration\n"
                "                                (reads one line from stdin when TOKEN is omitted)\n"
+               "  tollgate policy check FILE...  validate policies (tollgate policy --help)\n"
+               "  tollgate policy explain -c FILE --grant G --upstream U --call JSON\n"
+               "                                decide one call without contacting anything\n"
+               "  tollgate policy test FILE CASES.yaml  run expected decisions against a policy\n"
                "  tollgate -V                   print the version\n"
                "  tollgate -h                   this help\n");
 }
@@ -107,6 +112,8 @@ int main(int argc, char **argv)
     int check_only = 0;
     if (argc >= 2 && strcmp(argv[1], "hash-token") == 0)
         return hash_token(argc, argv);
+    if (argc >= 2 && strcmp(argv[1], "policy") == 0)
+        return tg_policy_cli(argc - 1, argv + 1);
     int opt;
     while ((opt = getopt(argc, argv, "c:tVh")) != -1) {
         switch (opt) {

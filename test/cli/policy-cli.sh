@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# `tollgate policy check|explain|test` on the fixture policies in test/fixtures/policies/: the real
+# binary, its exact exit statuses and the lines operators and scripts read. Runs from the source
+# root (the fixture conf names its policies relative to it). Usage: policy-cli.sh TOLLGATE
+set -uo pipefail
+tg=${1:?usage: policy-cli.sh path/to/tollgate}
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+P=test/fixtures/policies
+C=$P/explain.conf
+out=$(mktemp) err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+fails=0 n=0
+
+# run WANT_STATUS ARGS...: run tollgate, capture stdout/stderr, check the status.
+run() {
+    local want=$1; shift
+    n=$((n + 1))
+    last="tollgate $*"
+    "$tg" "$@" >"$out" 2>"$err"
+    local rc=$?
+    if [[ $rc != "$want" ]]; then
+        echo "not ok $n - $last: exit $rc, want $want"; sed 's/^/  stdout: /' "$out"; sed 's/^/  stderr: /' "$err"
+        fails=$((fails + 1))
+        return 1
+    fi
+    echo "ok $n - $last: exit $rc"
+}
+# has FILE(out|err) FIXED-STRING: the last run printed this line fragment.
+has() {
+    local f=$out; [[ $1 == err ]] && f=$err
+    if ! grep -qF -- "$2" "$f"; then
+        echo "not ok - $last: no \"$2\" on std$1"; sed "s/^/  std$1: /" "$f"
+        fails=$((fails + 1))
+    fi
+}
+hasnt() {
+    local f=$out; [[ $1 == err ]] && f=$err
+    if grep -qF -- "$2" "$f"; then
+        echo "not ok - $last: \"$2\" on std$1"; fails=$((fails + 1))
+    fi
+}
+
+# ---- check
+run 0 policy check conf/policies/*.json && has out ": ok ("
+for f in conf/policies/*.json; do has out "$f: ok ("; done
+run 0 policy check $P/hosted.json $P/intercept.yaml
+has out "$P/hosted.json: ok (4 tools)"; has out "$P/intercept.yaml: ok (4 tools)"
+run 0 policy check $P/warn.json
+has out "$P/warn.json: colour: unknown field, ignored"; has out "$P/warn.json: ok (1 tools)"
+run 1 policy check $P/broken.json
+has err "$P/broken.json: tools.deploy.rules[0].conditions[0].op: unknown operator \"equals\""
+has err "$P/broken.json: tools.search.limits[0].window: must be"
+has out "$P/broken.json: invalid"
+run 1 policy check $P/hosted.json $P/broken.yaml $P/missing.json
+has out "$P/hosted.json: ok"; has err "$P/broken.yaml: line 4:"; has out "$P/broken.yaml: invalid"
+has err "$P/missing.json: cannot open"
+# -t prints the same lines for a conf's policies.
+printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = "a"; anonymous = true; } );\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "%s"; } );\n' \
+    "$P/broken.json" >"$out.conf"
+run 1 -t -c "$out.conf"
+has err "$P/broken.json: tools.deploy.rules[0].conditions[0].op: unknown operator \"equals\""
+rm -f "$out.conf"
+
+# ---- explain
+E=(policy explain -c "$C")
+run 0 "${E[@]}" --grant ops --call '{"name":"read_file","arguments":{"path":"/etc/hosts"}}'
+has out "decision: allow"; has out "at: tools.read_file"; has out "hidden: no"; has out "policy: $P/hosted.json (grant ops, upstream tools)"
+run 1 "${E[@]}" --grant ops --upstream tools --call '{"name":"delete_file","arguments":{}}'
+has out "decision: deny"; has out "reason: Deleting files is not allowed through the gateway"
+has out "rule: delete_file"; has out "at: tools.delete_file.action"; has out "hidden: yes"
+run 4 "${E[@]}" --grant ops --call '{"name":"send_email","arguments":{"to":"a@example.com"}}'
+has out "decision: approve"; has out "approval timeout: 120 s"
+has out "emails: token bucket, scope global, capacity 20, refills 20 per hour, takes 1 per call (tools.send_email.limits[0])"
+# A fresh store each time: three searches are allowed, the fourth at the same instant is limited.
+run 0 "${E[@]}" --grant ops --repeat 3 --call '{"name":"search","arguments":{"q":"x"}}'
+has out "counter values after this call: {\"searches\":0}"
+run 3 "${E[@]}" --grant ops --repeat 4 --call '{"name":"search","arguments":{"q":"x"}}'
+has out "decision: limited"; has out "at: tools.search.limits[0]"; has out "limited by: searches (retry in 20000 ms)"
+has out "searches: token bucket, scope grant, capacity 3, refills 3 per minute"
+run 0 "${E[@]}" --grant ops --call '{"name":"search","arguments":{"q":"x"}}'  # nothing was kept
+# The grant's own policy (Intercept shape, YAML): the condition that did not hold.
+run 1 "${E[@]}" --grant ci --call '{"name":"deploy","arguments":{"env":"production","ref":"v1.2"}}'
+has out "policy: $P/intercept.yaml (grant ci, upstream tools)"
+has out "rule: staging-only"; has out "at: tools.deploy.rules[0]"
+has out 'condition: conditions[0] does not hold: args.env in ["staging","dev"] (the call has "production")'
+run 1 "${E[@]}" --grant ci --call '{"name":"deploy","arguments":{"env":"dev"}}'
+has out 'condition: conditions[1] does not hold: args.ref regex'; has out "(the call has no such argument)"
+run 0 "${E[@]}" --grant ci --call '{"name":"deploy","arguments":{"env":"dev","ref":"v1.2"}}'
+has out "_global._rate_minute: fixed window of a minute, scope grant, adds 1 per call, allowed while the total stays <= 5 (tools.*.rules[0], rule \"calls-per-minute\")"
+run 3 "${E[@]}" --grant ci --call '{"name":"wire","arguments":{"amount":1500}}'
+has out "decision: limited"; has out "rule: wire-budget"; has out "limited by: wire.total"
+has out "wire.total: fixed window of a day, scope grant, adds args.amount per call, allowed while the total stays <= 1000"
+run 1 "${E[@]}" --grant ci --call '{"name":"transfer","arguments":{"amount":-1}}'
+has out "at: tools.transfer.rules[0].state.increment_from"
+run 1 "${E[@]}" --grant ci --call '{"name":"debug_dump"}'
+has out "rule: (hidden)"; has out "at: hide"; has out "hidden: yes"
+run 1 "${E[@]}" --grant ci --call '{"name":"exec_shell","arguments":{"cmd":"ls"}}'
+has out "reason: No shell"; has out "hidden: yes"
+run 1 "${E[@]}" --grant ops --upstream bare --call '{"name":"anything"}'
+has out "policy: (no policy: everything denied)"
+run 0 "${E[@]}" --grant ops --method ping
+run 1 "${E[@]}" --grant ops --method vendor/thing
+has out "is not a standard MCP method"
+run 0 "${E[@]}" --grant ops --method tools/call --params '{"name":"read_file"}'
+
+# ---- test
+run 0 policy test $P/hosted.json $P/hosted.cases.yaml
+has out "ok   6 the fourth is limited: limited (rule \"searches\" at tools.search.limits[0])"
+has out "7 cases, 7 passed, 0 failed"
+run 0 policy test $P/intercept.yaml $P/intercept.cases.yaml
+has out "9 cases, 9 passed, 0 failed"; hasnt out "FAIL"
+# The README's example, extracted from README.md itself so that the two cannot drift apart.
+sed -n '/^# CASES.yaml: a list/,/^```$/p' README.md | sed '$d' >"$out.cases"
+cmp -s "$out.cases" $P/readme.cases.yaml || { echo "not ok - README's CASES.yaml differs from $P/readme.cases.yaml"; fails=$((fails + 1)); }
+run 0 policy test $P/readme.yaml "$out.cases"; has out "5 cases, 5 passed, 0 failed"
+rm -f "$out.cases"
+run 1 policy test $P/hosted.json $P/failing.cases.yaml
+has out "ok   1 reading is allowed: allow (tools.read_file)"
+has out "FAIL 2 wrongly expects deletes to pass: expected allow, got deny (rule \"delete_file\" at tools.delete_file.action)"
+has out "FAIL 3 wrong reason: reason \"Deleting files is not allowed through the gateway\" does not contain \"some other words\""
+has out "FAIL 4 wrongly expects the email tool hidden: expected the tool hidden, but tools/list shows it"
+has out "FAIL 5 case 5: expected deny, got allow (tools.read_file)"; has out "ok   6 case 6: allow (tools.read_file)"
+has out "6 cases, 2 passed, 4 failed"
+run 2 policy test $P/hosted.json $P/bad.cases.yaml
+has err "$P/bad.cases.yaml: cases[0].expect: must be allow, deny, limited or approve"
+has err "$P/bad.cases.yaml: cases[2].colour: unknown field"; has err "nothing tested"
+run 2 policy test $P/broken.json $P/hosted.cases.yaml
+has err "$P/broken.json: tools.deploy.rules[0].conditions[0].op"
+
+# ---- bad arguments and help
+run 0 policy --help; has out "tollgate policy test FILE CASES.yaml"; has out "Exit 0 allow, 1 deny, 3 limited, 4 approve"
+run 0 -h; has out "tollgate policy check FILE..."
+run 2 policy; has err "usage: tollgate policy check FILE..."
+run 2 policy frobnicate; has err "unknown subcommand: frobnicate"
+run 2 policy check; has err "usage:"
+run 2 policy test $P/hosted.json; has err "usage:"
+run 2 "${E[@]}"; has err "give either --call or --method"
+run 2 "${E[@]}" --call; has err "--call needs a value"
+run 2 "${E[@]}" --grant ops --call '{"name":'; has err "--call is not JSON"
+run 2 "${E[@]}" --grant ops --call '{"arguments":{}}'; has err "needs {\"name\""
+run 2 "${E[@]}" --call '{"name":"x"}'; has err "has 2 grants: name one with --grant"
+run 2 "${E[@]}" --grant nobody --call '{"name":"x"}'; has err "no grant named \"nobody\""
+run 2 "${E[@]}" --grant ops --upstream nowhere --call '{"name":"x"}'; has err "no upstream named \"nowhere\""
+run 2 "${E[@]}" --grant ops --repeat 0 --call '{"name":"x"}'; has err "--repeat must be"
+run 2 "${E[@]}" --grant ops --frob; has err "unknown argument: --frob"
+run 2 policy explain -c $P/missing.conf --call '{"name":"x"}'; has err "is invalid"
+
+echo "$n runs, $fails failures"
+(( fails == 0 ))
