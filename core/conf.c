@@ -48,9 +48,15 @@ void tg__conf_errf(struct loader *ld, const config_setting_t *s, const char *dir
     for (char *q = msg; *q; q++)
         if ((unsigned char)*q < 0x20 || *q == 0x7f)
             *q = '?';
+    /* The directive may hold a name from the file too ("upstreams.NAME.tls"), valid or not. */
+    char dir[160];
+    snprintf(dir, sizeof(dir), "%s", directive);
+    for (char *q = dir; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            *q = '?';
     const char *file = s ? config_setting_source_file(s) : NULL;
     int line = s ? config_setting_source_line(s) : 0;
-    tg_buf_appendf(ld->err, "%s:%d: %s: %s\n", file ? file : ld->path, line, directive, msg);
+    tg_buf_appendf(ld->err, "%s:%d: %s: %s\n", file ? file : ld->path, line, dir, msg);
     ld->nerr++;
 }
 

@@ -126,7 +126,7 @@ static int on_headers_complete(llhttp_t *p)
     if (r->status == 101)
         return -1; /* no upgrade was asked for: a malformed answer (its bytes are no body) */
     if (r->status >= 100 && r->status < 200)
-        return 0; /* interim response: llhttp goes on to the final one */
+        return 1; /* interim response, which has no body whatever it says: llhttp goes on to the final one */
     r->cbs->on_head(r, r->status, r->ud);
     return c->req == NULL ? -1 : 0;
 }
