@@ -1,7 +1,8 @@
 /* The admin listener's applets: /metrics (Prometheus text), /healthz and /readyz, and the admin
- * API (/admin/approvals, /admin/approvals/ID/approve|deny, /admin/reload). Answers made inside
- * the gateway, beside the proxy path. */
+ * API (/admin/approvals, /admin/approvals/ID/approve|deny, /admin/reload), and the approvals
+ * page under /admin/ui/ (core/admin_ui.c). Answers made inside the gateway, beside the proxy path. */
 #include "core/admin.h"
+#include "core/admin_ui.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,6 +276,10 @@ void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)
     if (tg_slice_starts_with(path, "/admin/")) {
         if (!srv->conf->admin.has_token) {
             tg_http_respond_json(c, 403, "{\"error\":\"the admin API needs admin.token_sha256 in the configuration\"}");
+            return;
+        }
+        if (tg_slice_eq(path, TG_SLICE("/admin/ui")) || tg_slice_starts_with(path, "/admin/ui/")) {
+            tg_admin_ui_handle(srv, c, path); /* its own sign-in: a session cookie, not the bearer */
             return;
         }
         if (!admin_authorized(srv, c)) {
