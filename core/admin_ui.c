@@ -22,7 +22,7 @@ extern const size_t tg_ui_login_html_len, tg_ui_index_html_len, tg_ui_app_css_le
 #define COOKIE "tollgate_admin"
 #define ID_HEX 64 /* a session id and a CSRF token: 32 random bytes, hex */
 #define TOKEN_MAX 1024
-#define REASON_MAX 200
+#define REASON_MAX 600 /* bytes: the page's field takes 200 characters, 3 bytes each at most in UTF-8 */
 
 /* One signed-in approver. The table is fixed storage, so a peer cannot grow it: only a right
  * admin token opens a session, and the least recently used one makes room. It is the one piece
@@ -99,7 +99,7 @@ static struct tg_slice cookie_value(struct tg_conn *c, const char *name)
 }
 
 /* Field `key` of an application/x-www-form-urlencoded body, decoded into out (NUL-terminated).
- * Returns its length, or -1 when it is absent, malformed or longer than cap - 1. */
+ * Returns its length; -1 when it is absent or malformed, -2 when longer than cap - 1. */
 static long form_value(struct tg_slice body, const char *key, char *out, size_t cap)
 {
     size_t kl = strlen(key), i = 0;
@@ -123,7 +123,7 @@ static long form_value(struct tg_slice body, const char *key, char *out, size_t 
                 j += 2;
             }
             if (o + 1 >= cap)
-                return -1;
+                return -2;
             out[o++] = (char)ch;
         }
         out[o] = '\0';
@@ -388,8 +388,13 @@ static void on_decide(struct tg_server *srv, struct tg_conn *c, struct tg_slice 
         return;
     }
     char reason[REASON_MAX + 1] = "";
-    if (!approve && form_value(tg_slice_of(c->req.body.base, c->req.body.len), "reason", reason, sizeof(reason)) < 0)
-        reason[0] = '\0'; /* none, or too long: refused rather than cut */
+    long rn = approve ? -1 : form_value(tg_slice_of(c->req.body.base, c->req.body.len), "reason", reason, sizeof(reason));
+    if (rn == -2) { /* refused rather than cut: the approver's words reach the client whole or not at all */
+        respond_json(c, 400, "{\"error\":\"the reason is longer than 600 bytes\"}");
+        return;
+    }
+    if (rn < 0)
+        reason[0] = '\0';
     clean_text(reason);
     struct ui_wait *w = wait_new(c);
     w->approve = approve;
