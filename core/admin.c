@@ -1,7 +1,8 @@
 /* The admin listener's applets: /metrics (Prometheus text), /healthz and /readyz, and the admin
- * API (/admin/approvals, /admin/approvals/ID/approve|deny, /admin/reload). Answers made inside
- * the gateway, beside the proxy path. */
+ * API (/admin/approvals, /admin/approvals/ID/approve|deny, /admin/reload), and the approvals
+ * page under /admin/ui/ (core/admin_ui.c). Answers made inside the gateway, beside the proxy path. */
 #include "core/admin.h"
+#include "core/admin_ui.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +10,6 @@
 
 #include "core/approvals.h"
 #include "core/audit.h"
-#include "core/call.h"
 #include "core/gateway.h"
 #include "core/json.h"
 #include "core/router.h"
@@ -198,6 +198,46 @@ static void on_reloaded(void *ud, int ok, const struct tg_buf *err)
     tg_buf_dispose(&b);
 }
 
+/* POST /admin/approvals/ID/... waiting for the queue's answer. Owner: the queue operation (its
+ * callback frees it); conn is NULL once the client has gone. */
+struct decide_wait {
+    struct tg_conn *conn;
+    int approve;
+    char id[65];
+    char by[96];
+};
+
+static void on_decide_abort(struct tg_conn *c, void *ex)
+{
+    (void)c;
+    struct decide_wait *w = ex;
+    w->conn = NULL;
+}
+
+static void on_decided(void *ud, int rc)
+{
+    struct decide_wait *w = ud;
+    struct tg_conn *c = w->conn;
+    if (c != NULL) {
+        c->exchange = NULL;
+        c->on_abort = NULL;
+        if (rc != 0) {
+            tg_http_respond_json(c, 404, "{\"error\":\"no pending approval with this id (decided, expired or unknown)\"}");
+        } else {
+            struct tg_buf b;
+            tg_buf_init(&b);
+            tg_buf_appends(&b, "{\"id\":");
+            tg_json_write_string(&b, w->id, strlen(w->id));
+            tg_buf_appendf(&b, ",\"decision\":\"%s\",\"by\":", w->approve ? "approved" : "denied");
+            tg_json_write_string(&b, w->by, strlen(w->by));
+            tg_buf_appends(&b, "}");
+            tg_http_respond(c, 200, NULL, "application/json", b.base, b.len);
+            tg_buf_dispose(&b);
+        }
+    }
+    free(w);
+}
+
 static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_slice rest)
 {
     /* rest = "ID/approve" or "ID/deny" */
@@ -213,34 +253,30 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
         tg_http_respond_json(c, 404, "{\"error\":\"use POST /admin/approvals/ID/approve or /deny\"}");
         return;
     }
-    struct tg_call *k = tg_approvals_find(srv, id);
-    if (k != NULL) {
-        /* Who decided: the approver's name if the caller gives one, for the audit log. */
-        char by[96] = "admin";
-        struct tg_slice who = tg_http_req_header(&c->req, "x-tollgate-approver");
-        if (who.ptr != NULL && who.len > 0) {
-            /* Recorded as given (JSON-escaped where it is written), printable ASCII only, bounded. */
-            size_t o = strlen(by);
-            by[o++] = ':';
-            for (size_t i = 0; i < who.len && o < sizeof(by) - 1; i++) {
-                unsigned char ch = (unsigned char)who.ptr[i];
-                by[o++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
-            }
-            by[o] = '\0';
-        }
-        char idcopy[33];
-        snprintf(idcopy, sizeof(idcopy), "%s", k->approval_id);
-        tg_approvals_finish(k, approve, by, NULL);
-        struct tg_buf b;
-        tg_buf_init(&b);
-        tg_buf_appendf(&b, "{\"id\":\"%s\",\"decision\":\"%s\",\"by\":", idcopy, approve ? "approved" : "denied");
-        tg_json_write_string(&b, by, strlen(by));
-        tg_buf_appends(&b, "}");
-        tg_http_respond(c, 200, NULL, "application/json", b.base, b.len);
-        tg_buf_dispose(&b);
+    if (id.len == 0 || id.len > 64) {
+        tg_http_respond_json(c, 404, "{\"error\":\"no pending approval with this id (decided, expired or unknown)\"}");
         return;
     }
-    tg_http_respond_json(c, 404, "{\"error\":\"no pending approval with this id (decided, expired or unknown)\"}");
+    /* Who decided: the approver's name if the caller gives one, for the audit log. */
+    struct decide_wait *w = tg_xcalloc(1, sizeof(*w));
+    snprintf(w->by, sizeof(w->by), "admin");
+    struct tg_slice who = tg_http_req_header(&c->req, "x-tollgate-approver");
+    if (who.ptr != NULL && who.len > 0) {
+        /* Recorded as given (JSON-escaped where it is written), printable ASCII only, bounded. */
+        size_t o = strlen(w->by);
+        w->by[o++] = ':';
+        for (size_t i = 0; i < who.len && o < sizeof(w->by) - 1; i++) {
+            unsigned char ch = (unsigned char)who.ptr[i];
+            w->by[o++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
+        }
+        w->by[o] = '\0';
+    }
+    memcpy(w->id, id.ptr, id.len);
+    w->approve = approve;
+    w->conn = c;
+    c->exchange = w;
+    c->on_abort = on_decide_abort;
+    tg_approvals_queue(srv)->decide(srv, id, approve, w->by, NULL, on_decided, w);
 }
 
 void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)
@@ -275,6 +311,10 @@ void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)
     if (tg_slice_starts_with(path, "/admin/")) {
         if (!srv->conf->admin.has_token) {
             tg_http_respond_json(c, 403, "{\"error\":\"the admin API needs admin.token_sha256 in the configuration\"}");
+            return;
+        }
+        if (tg_slice_eq(path, TG_SLICE("/admin/ui")) || tg_slice_starts_with(path, "/admin/ui/")) {
+            tg_admin_ui_handle(srv, c, path); /* its own sign-in: a session cookie, not the bearer */
             return;
         }
         if (!admin_authorized(srv, c)) {

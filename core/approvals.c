@@ -1,10 +1,15 @@
 #include "core/approvals.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/audit.h"
 #include "core/call.h"
+#include "core/gateway.h"
+#include "core/json.h"
 #include "core/log.h"
+#include "core/msg.h"
 #include "policy/policy.h"
 #include "upstream/pool.h"
 
@@ -24,7 +29,27 @@ void tg_approvals_park(struct tg_call *k)
     tg_call_audit(k, "approve", -1, NULL, NULL);
 }
 
-void tg_approvals_finish(struct tg_call *k, int approve, const char *by, const char *why)
+/* The answer to a call that was not approved: -32003 with {tool, approval_id, reason}, reason
+ * being the approver's own words when they gave some, else what happened. */
+static void answer_refused(struct tg_call *k, const char *message, const char *reason)
+{
+    struct tg_buf data, e;
+    tg_buf_init(&data);
+    tg_buf_init(&e);
+    tg_buf_appends(&data, "{\"tool\":");
+    tg_json_write_string(&data, k->tool, strlen(k->tool));
+    tg_buf_appends(&data, ",\"approval_id\":");
+    tg_json_write_string(&data, k->approval_id, strlen(k->approval_id));
+    tg_buf_appends(&data, ",\"reason\":");
+    tg_json_write_string(&data, reason, strlen(reason));
+    tg_buf_append(&data, "}", 2); /* with its NUL: tg_rpc_error takes a C string */
+    tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_APPROVAL, message, data.base);
+    k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
+    tg_buf_dispose(&e);
+    tg_buf_dispose(&data);
+}
+
+static void finish(struct tg_call *k, int approve, const char *by, const char *why, const char *reason)
 {
     struct tg_server *srv = k->srv;
     tg_list_unlink(&k->alink);
@@ -48,23 +73,33 @@ void tg_approvals_finish(struct tg_call *k, int approve, const char *by, const c
     else
         srv->metrics.approvals_expired++;
     tg_call_audit(k, cancelled ? "cancelled" : why ? "expired" : "rejected", -1, NULL, by);
-    char esc[200];
-    tg_log(TG_LOG_INFO, why ? "approval timed out" : "approval denied", "approval_id=%s by=%s", k->approval_id,
-           tg_log_esc(esc, sizeof(esc), tg_slice_cstr(by ? by : "-")));
+    char esc[200], resc[300];
+    tg_log(TG_LOG_INFO, why ? "approval timed out" : "approval denied", "approval_id=%s by=%s reason=%s",
+           k->approval_id, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(by ? by : "-")),
+           tg_log_esc(resc, sizeof(resc), tg_slice_cstr(reason && reason[0] ? reason : "-")));
     if (k->sink != NULL && k->sink->ops->listening(k->sink)) {
-        struct tg_decision d = *k->dec;
+        char message[sizeof(k->dec->message)];
         if (cancelled)
-            snprintf(d.message, sizeof(d.message),
+            snprintf(message, sizeof(message),
                      "%s was cancelled by the client before approval; the call was not made", k->tool);
         else if (why)
-            snprintf(d.message, sizeof(d.message), "%s was not approved in time; the call was not made", k->tool);
+            snprintf(message, sizeof(message), "%s was not approved in time; the call was not made", k->tool);
         else
-            snprintf(d.message, sizeof(d.message), "%s was refused by a human approver; the call was not made",
+            snprintf(message, sizeof(message), "%s was refused by a human approver; the call was not made",
                      k->tool);
-        d.verdict = TG_VERDICT_DENY;
-        tg_call_answer_decision(k, &d, k->approval_id);
+        answer_refused(k, message, reason && reason[0] ? reason : message);
     }
     tg_call_close(k);
+}
+
+void tg_approvals_finish(struct tg_call *k, int approve, const char *by, const char *why)
+{
+    finish(k, approve, by, why, NULL);
+}
+
+void tg_approvals_deny(struct tg_call *k, const char *by, const char *reason)
+{
+    finish(k, 0, by, NULL, reason);
 }
 
 struct tg_call *tg_approvals_find(struct tg_server *srv, struct tg_slice id)
@@ -155,4 +190,65 @@ int tg_approvals_cancel(struct tg_session *s, const char *want)
         }
     }
     return 0;
+}
+
+/* The local queue: srv->approvals, answered at once. */
+static void local_list(struct tg_server *srv, tg_approval_list_cb done, void *ud)
+{
+    size_t n = 0, i = 0;
+    for (struct tg_list *l = srv->approvals.next; l != &srv->approvals; l = l->next)
+        n++;
+    struct tg_approval_item *items = n ? tg_xcalloc(n, sizeof(*items)) : NULL;
+    /* Shown with redaction whatever audit.args says: the page always shows the arguments. */
+    struct tg_audit_conf ac = srv->conf->audit;
+    ac.values = 1;
+    uint64_t now = now_ms(srv);
+    for (struct tg_list *l = srv->approvals.next; l != &srv->approvals; l = l->next, i++) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, alink);
+        struct tg_approval_item *it = &items[i];
+        it->id = k->approval_id;
+        it->grant = k->grant;
+        it->session = k->sess->id_str;
+        it->upstream = up_name(k);
+        it->tool = k->tool;
+        cJSON *msg = cJSON_ParseWithLength(k->held.base, k->held.len);
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(msg, "params"),
+                                                             "arguments");
+        it->args = args ? tg_audit_args_values(&ac, args) : NULL;
+        cJSON_Delete(msg);
+        it->parked_at_ms = k->parked_at_wall;
+        uint64_t parked_loop = k->approval_deadline - (uint64_t)k->dec->approval_timeout_ms;
+        it->waited_ms = now > parked_loop ? now - parked_loop : 0;
+        it->expires_in_ms = k->approval_deadline > now ? k->approval_deadline - now : 0;
+    }
+    done(ud, items, n);
+    for (i = 0; i < n; i++)
+        free((char *)items[i].args);
+    free(items);
+}
+
+static void local_decide(struct tg_server *srv, struct tg_slice id, int approve, const char *by, const char *reason,
+                         tg_approval_decide_cb done, void *ud)
+{
+    struct tg_call *k = tg_approvals_find(srv, id);
+    if (k == NULL) {
+        done(ud, TG_APPROVAL_UNKNOWN);
+        return;
+    }
+    if (approve)
+        finish(k, 1, by, NULL, NULL);
+    else
+        finish(k, 0, by, NULL, reason);
+    done(ud, 0);
+}
+
+static const struct tg_approval_queue_ops local_queue = {
+    .list = local_list,
+    .decide = local_decide,
+};
+
+const struct tg_approval_queue_ops *tg_approvals_queue(struct tg_server *srv)
+{
+    (void)srv; /* with `cluster` (a later issue) the shared queue is chosen here */
+    return &local_queue;
 }

@@ -11,7 +11,9 @@ command -v npm >/dev/null 2>&1 || want+=(npm)
 if [ "${1:-}" = "--test" ]; then
   # procps: the interop tests read child processes with ps (absent from minimal images).
   # python3-minimal: scripts/check-layout.sh (the include graph).
-  want+=(nginx-light wrk procps python3-minimal)
+  # chromium: test/interop/ui.test.mjs drives the approvals page in it, headless, through the
+  # npm package playwright-core (no browser is downloaded; about 125 MB to fetch, 415 MB on disk).
+  want+=(nginx-light wrk procps python3-minimal chromium)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -25,6 +25,8 @@ const char *tg_http_status_text(int status)
     case 200: return "OK";
     case 202: return "Accepted";
     case 204: return "No Content";
+    case 303: return "See Other";
+    case 308: return "Permanent Redirect";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 403: return "Forbidden";
