@@ -39,6 +39,8 @@
 #include "core/server.h"
 #include "transports/http1.h"
 
+#include "loopback.h"
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 /* A violated property or a failed set-up step: say which before aborting (a bare abort() is
@@ -316,18 +318,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FAIL("tg_server_start failed");
     int port = (mode & 0x40) ? srv->admin.http.port : srv->listeners[0].http.port;
 
-    struct client cl = {.fd = socket(AF_INET, SOCK_STREAM, 0)};
+    struct client cl = {.fd = -1};
     tg_buf_init(&cl.got);
-    if (cl.fd < 0)
-        FAIL("socket failed");
-    struct linger lg = {1, 0}; /* a reset at the end: no TIME_WAIT on either side */
-    setsockopt(cl.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-    int one = 1;
-    setsockopt(cl.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    struct sockaddr_in a;
-    uv_ip4_addr("127.0.0.1", port, &a);
-    if (connect(cl.fd, (const struct sockaddr *)&a, sizeof(a)) != 0)
+    int e = floop_connect(&cl.fd, port);
+    if (e != 0) {
+        fprintf(stderr, "connect: %s\n", strerror(e));
         FAIL("connect failed");
+    }
     for (int i = 0; srv->metrics.conns_accepted == 0; i++) {
         if (i == 100000)
             FAIL("the server did not accept the connection");

@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/sockios.h>
@@ -35,6 +36,8 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "transports/http1.h"
+
+#include "loopback.h"
 
 struct fnet;
 typedef void (*fnet_handler)(struct fnet *n, struct tg_conn *c);
@@ -217,17 +220,11 @@ static void fnet_settle(struct fnet *n)
 /* A new client connection, with its server side accepted. */
 static void fnet_connect(struct fnet *n)
 {
-    n->fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (n->fd < 0)
+    int e = floop_connect(&n->fd, n->port);
+    if (e != 0) {
+        fprintf(stderr, "fnet_connect: %s\n", strerror(e));
         abort();
-    struct linger lg = {1, 0};
-    setsockopt(n->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-    int one = 1; /* no Nagle: a small chunk must not wait for the server's delayed ACK */
-    setsockopt(n->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    struct sockaddr_in a;
-    uv_ip4_addr("127.0.0.1", n->port, &a);
-    if (connect(n->fd, (const struct sockaddr *)&a, sizeof(a)) != 0)
-        abort();
+    }
     n->got.len = 0;
     n->eof = 0;
     int want = n->accepted + 1;
