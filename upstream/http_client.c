@@ -128,7 +128,9 @@ static int on_headers_complete(llhttp_t *p)
     if (r->status >= 100 && r->status < 200)
         return 1; /* interim response, which has no body whatever it says: llhttp goes on to the final one */
     r->cbs->on_head(r, r->status, r->ud);
-    return c->req == NULL ? -1 : 0;
+    if (c->req == NULL)
+        return -1;
+    return r->status == 204 || r->status == 304 ? 1 : 0; /* no content, whatever the headers say */
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t n)

@@ -24,12 +24,10 @@
  * one reason into several lines (regress/conf/newline-in-a-quoted-value.conf). Every line of a
  * reason is checked, and none may hold a control byte.
  *
- * Known gateway bug, exempted so the fuzzer can go on (build with -DTG_FUZZ_CONF_STRICT to see
- * it; its input is kept out of the tree until it is mended): tg__conf_errf makes the message safe
- * but prints its directive argument as it is, and conf_upstream.c builds that from the
- * upstream's name ("upstreams.%s", then ".url" etc.), so an upstream named "a\nb" without a url
- * still splits a reason line, and control bytes in the name still reach the log. For an input
- * with a control byte in any string value, only the first line is checked. */
+ * Its second, fixed too (regress/conf/ ...-in-upstream-name...): tg__conf_errf made the message safe
+ * but printed its directive argument as it was, which conf_upstream.c builds from the
+ * upstream's name ("upstreams.%s"), so an upstream named "a\nb" split a reason line; the
+ * directive is made safe the same way now. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,32 +90,6 @@ static void cleanup(void)
     rmdir(dir);
 }
 
-#ifndef TG_FUZZ_CONF_STRICT
-/* Whether a string value anywhere in the file holds a control byte: the known bug's inputs. */
-static int control_in_string(const config_setting_t *s)
-{
-    if (config_setting_type(s) == CONFIG_TYPE_STRING) {
-        for (const char *p = config_setting_get_string(s); p != NULL && *p != '\0'; p++)
-            if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                return 1;
-        return 0;
-    }
-    int n = config_setting_length(s); /* 0 for a scalar */
-    for (int i = 0; i < n; i++)
-        if (control_in_string(config_setting_get_elem(s, (unsigned)i)))
-            return 1;
-    return 0;
-}
-
-static int known_bug(void)
-{
-    config_t cf;
-    config_init(&cf);
-    int r = config_read_file(&cf, conf_path) == CONFIG_TRUE && control_in_string(config_root_setting(&cf));
-    config_destroy(&cf);
-    return r;
-}
-#endif
 
 static int has(const uint8_t *d, size_t n, const char *s)
 {
@@ -164,10 +136,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* Each reason line names the file and a line: "PATH:N: ..." (a nested file, such as a
          * policy, may follow with its own name after the directive). */
         size_t pl = strlen(conf_path);
-        int first_only = 0;
-#ifndef TG_FUZZ_CONF_STRICT
-        first_only = known_bug();
-#endif
         for (size_t i = 0; i < err.len;) {
             const char *line = err.base + i;
             const char *nl = memchr(line, '\n', err.len - i);
@@ -179,8 +147,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 k++;
             if (k == pl + 1 || k >= len || line[k] != ':')
                 abort();
-            if (first_only)
-                break;
             for (size_t j = 0; j < len; j++) /* no control byte reaches a terminal or a log */
                 if ((unsigned char)line[j] < 0x20 || line[j] == 0x7f)
                     abort();

@@ -31,12 +31,10 @@
  * Its first finding, fixed: on_headers_complete() in upstream/http_client.c took a 101 for an
  * interim response, and llhttp handed its bytes to on_body before any on_head.
  *
- * Known gateway bug, exempted so the fuzzer can go on (build with -DTG_FUZZ_HTTP_STRICT to see
- * it; regression input kept out of the tree until it is mended): any other 1xx with a
- * Content-Length or Transfer-Encoding: chunked has a body for llhttp 8.1 (only 101 is special
- * to it), and on_headers_complete() lets llhttp go on, so those bytes reach on_data before any
- * on_head ("HTTP/1.1 199 OK\r\nContent-Length: 2\r\n\r\nxx" then the real answer). A 1xx has
- * no content (RFC 9112 6.3); returning 1 (skip the body) for it would mend it.
+ * Its second, fixed too (regress/upstream/1xx-*): any other 1xx with a Content-Length or
+ * Transfer-Encoding: chunked had a body for llhttp 8.1 (only 101 is special to it), so those
+ * bytes reached on_data before any on_head; on_headers_complete() now skips the body of a 1xx
+ * (RFC 9112 6.3: it has none), and of a 204 and a 304.
  *
  * A line over max_event + 1024 was capped only when it arrived in pieces (tg_sse_feed now caps
  * a whole one too). Streams with a line that long are still not compared across splits (build
@@ -223,10 +221,6 @@ static void on_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
     struct http_run *h = ud;
     if (h->heads == 0 && !(r->status >= 100 && r->status < 200))
         abort(); /* a body before its head */
-#ifndef TG_FUZZ_HTTP_STRICT
-    if (h->heads == 0 && r->status >= 100 && r->status < 200 && r->status != 101)
-        return; /* the known bug, exempted (see the header comment) */
-#endif
     if (h->heads == 0)
         abort(); /* (a 101 with a body was: upstream/http_client.c now refuses a 101) */
     tg_buf_append(&h->body, p, n);
