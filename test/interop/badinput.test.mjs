@@ -33,7 +33,9 @@ const test = (name, opts, fn) => {
 };
 const url = (p = '/everything/mcp') => `http://127.0.0.1:${gw.plainPort}${p}`;
 const auth = (tok = ALICE) => ({ authorization: `Bearer ${tok}` });
-const upstreamPosts = () => (ev.output().match(/Received MCP POST request/g) ?? []).length;
+// What the gateway sent upstream, from its own counter: the upstream's log lines arrive when its
+// stdout is read, so a line of the test before could land after a test took its count.
+const upstreamPosts = async () => (await gw.metrics()).tollgate_upstream_calls_total;
 
 before(async () => {
   const dir = H.makeTempDir(cleanup);
@@ -46,8 +48,9 @@ before(async () => {
       { name: 'bob', token_sha256: H.sha256hex(BOB) },
     ],
     upstreams: [{ name: 'everything', url: ev.url, default: true }],
+    admin: true,
   });
-  gw = await H.startTollgate(conf, { cleanup });
+  gw = await H.startTollgate(conf, { cleanup, admin: true });
   f = H.makeFetch({ cleanup, keepAlive: false });
   alice = await H.rawInitialize(f, url(), auth());
   assert.ok(alice.sessionId, 'session for grant alice');
@@ -249,22 +252,22 @@ describe('MCP layer', () => {
 
   test(`oversized body with Content-Length (> limits.body_bytes = ${BODY_BYTES}) -> 413 with a JSON-RPC error`, async () => {
     const big = bigCall();
-    const before = upstreamPosts();
+    const before = await upstreamPosts();
     const r = await rawExchange(`${sessionHead()}Content-Length: ${big.length}\r\n\r\n`, big);
     assert.equal(r.status, 413, describeRaw(r));
     assertJsonRpcError(r, undefined, '413 (Content-Length)');
-    assert.equal(upstreamPosts(), before, 'nothing was forwarded upstream');
+    assert.equal(await upstreamPosts(), before, 'nothing was forwarded upstream');
     await assertServed('oversized body (Content-Length)');
   });
 
   test(`oversized chunked body (> limits.body_bytes = ${BODY_BYTES}) -> 413 with a JSON-RPC error`, async () => {
     const big = bigCall();
-    const before = upstreamPosts();
+    const before = await upstreamPosts();
     const chunked = big.match(/.{1,8192}/gs).map((c) => `${Buffer.byteLength(c).toString(16)}\r\n${c}\r\n`).join('') + '0\r\n\r\n';
     const r = await rawExchange(`${sessionHead()}Transfer-Encoding: chunked\r\n\r\n`, chunked);
     assert.equal(r.status, 413, describeRaw(r));
     assertJsonRpcError(r, undefined, '413 (chunked)');
-    assert.equal(upstreamPosts(), before, 'nothing was forwarded upstream');
+    assert.equal(await upstreamPosts(), before, 'nothing was forwarded upstream');
     await assertServed('oversized body (chunked)');
   });
 
@@ -276,18 +279,18 @@ describe('MCP layer', () => {
   });
 
   test('invalid JSON -> 400 with JSON-RPC error -32700', async () => {
-    const before = upstreamPosts();
+    const before = await upstreamPosts();
     for (const body of ['{"jsonrpc":"2.0","id":1,"method":', 'not json at all', '', '{"jsonrpc":"2.0","id":1,"method":"ping"}}']) {
       const r = await postJson(body, alice.headers);
       assert.equal(r.status, 400, `${JSON.stringify(body)}: ${describeRaw(r)}`);
       assertJsonRpcError(r, -32700, `invalid JSON ${JSON.stringify(body)}`);
     }
-    assert.equal(upstreamPosts(), before, 'nothing was forwarded upstream');
+    assert.equal(await upstreamPosts(), before, 'nothing was forwarded upstream');
     await assertServed('invalid JSON');
   });
 
   test('JSON that is not what it seems is refused, not forwarded (strict decoding)', async () => {
-    const before = upstreamPosts();
+    const before = await upstreamPosts();
     const cases = {
       'duplicate keys': '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","name":"get-env","arguments":{"message":"x"}}}',
       'trailing bytes': '{"jsonrpc":"2.0","id":1,"method":"ping"} x',
@@ -301,7 +304,7 @@ describe('MCP layer', () => {
       assert.equal(r.status, 400, `${what}: ${describeRaw(r)}`);
       assertJsonRpcError(r, [-32700, -32600], what);
     }
-    assert.equal(upstreamPosts(), before, 'none of them was forwarded upstream');
+    assert.equal(await upstreamPosts(), before, 'none of them was forwarded upstream');
     await assertServed('strict decoding');
   });
 
@@ -372,7 +375,7 @@ describe('MCP layer', () => {
   });
 
   test('foreign Origin -> 403; a loopback Origin is fine', async () => {
-    const before = upstreamPosts();
+    const before = await upstreamPosts();
     const r = await postJson(H.initializeBody(), { origin: 'https://evil.example' });
     assert.equal(r.status, 403, `Origin https://evil.example: ${describeRaw(r)}`);
     assertJsonRpcError(r, undefined, 'foreign Origin');
@@ -381,7 +384,7 @@ describe('MCP layer', () => {
     // DNS rebinding shape: a foreign Origin, even though Host is loopback
     const r3 = await postJson(H.initializeBody(), { origin: 'http://attacker.example', host: `127.0.0.1:${gw.plainPort}` });
     assert.equal(r3.status, 403, describeRaw(r3));
-    assert.equal(upstreamPosts(), before, 'nothing was forwarded upstream');
+    assert.equal(await upstreamPosts(), before, 'nothing was forwarded upstream');
     const ok = await postJson(H.initializeBody(), { origin: `http://127.0.0.1:${gw.plainPort}` });
     assert.equal(ok.status, 200, `loopback Origin: ${describeRaw(ok)}`);
     const ok2 = await postJson(H.initializeBody(), { origin: 'http://localhost' });
@@ -390,7 +393,7 @@ describe('MCP layer', () => {
   });
 
   test('missing or wrong bearer token -> 401 with WWW-Authenticate: Bearer', async () => {
-    const before = upstreamPosts();
+    const before = await upstreamPosts();
     const variants = {
       'no Authorization': {},
       'wrong token': { authorization: 'Bearer not-the-token' },
@@ -413,7 +416,7 @@ describe('MCP layer', () => {
       body: '{"jsonrpc":"2.0","id":3,"method":"tools/list"}',
     });
     assert.equal(s.status, 401, `session id without token: ${describeRaw(s)}`);
-    assert.equal(upstreamPosts(), before, 'nothing was forwarded upstream');
+    assert.equal(await upstreamPosts(), before, 'nothing was forwarded upstream');
     await assertServed('401');
   });
 
