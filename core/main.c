@@ -10,6 +10,7 @@
 #include "core/conf.h"
 #include "core/log.h"
 #include "core/policy_cli.h"
+#include "core/notify.h"
 #include "policy/policy.h"
 #include "core/server.h"
 #include "policy/auth.h"
@@ -55,12 +56,32 @@ static int hash_token(int argc, char **argv)
     return 0;
 }
 
+/* What the signal handlers reach: the server and the service manager's socket. */
+struct tg_process {
+    struct tg_server *srv;
+    struct tg_notify notify;
+};
+
+/* A SIGHUP reload ended: the manager hears READY=1 again, unless a drain began meanwhile (the
+ * reload was then dropped, and STOPPING=1 was sent). */
+static void on_reloaded(void *ud, int ok, const struct tg_buf *err)
+{
+    struct tg_process *p = ud;
+    if (!p->srv->draining)
+        tg_notify_reloaded(&p->notify, ok);
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
-    struct tg_server *srv = h->data;
+    struct tg_process *p = h->data;
+    struct tg_server *srv = p->srv;
     switch (signum) {
     case SIGTERM:
-    case SIGINT: tg_server_drain(srv); break;
+    case SIGINT:
+        if (!srv->draining)
+            tg_notify_stopping(&p->notify);
+        tg_server_drain(srv);
+        break;
     case SIGUSR1:
         tg_audit_reopen(srv->audit);
         if (tg_log_reopen() != 0)
@@ -68,7 +89,12 @@ static void on_signal(uv_signal_t *h, int signum)
         else
             tg_log(TG_LOG_INFO, "log reopened", NULL);
         break;
-    case SIGHUP: tg_server_reload_start(srv, NULL, NULL); break; /* the files are read off the loop */
+    case SIGHUP:
+        if (srv->draining)
+            break; /* a reload would be dropped anyway; the manager must not see RELOADING now */
+        tg_notify_reloading(&p->notify);
+        tg_server_reload_start(srv, on_reloaded, p); /* the files are read off the loop */
+        break;
     }
 }
 
@@ -168,6 +194,12 @@ int main(int argc, char **argv)
     }
     check_descriptors(conf, 1, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* Before any thread starts: this takes NOTIFY_SOCKET out of the environment. */
+    struct tg_process proc;
+    int nrc = tg_notify_init(&proc.notify);
+    if (nrc != 0)
+        tg_log(TG_LOG_WARN, "NOTIFY_SOCKET is set but cannot be used; the service manager will not hear readiness",
+               "errno=%d error=\"%s\"", -nrc, strerror(-nrc));
     /* One malloc arena: the loop does all the work; the log writer and the reload worker would
      * otherwise each get an arena of their own, whose freed pages stay in the process. */
     mallopt(M_ARENA_MAX, 1);
@@ -175,6 +207,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "tollgate: no log writer thread; log lines are written from the loop\n");
     uv_loop_t *loop = uv_default_loop();
     struct tg_server *srv = tg_xcalloc(1, sizeof(*srv));
+    proc.srv = srv;
     int rc = 0;
     if (tg_server_init(srv, loop, conf) != 0) {
         rc = 1; /* half made: it holds only memory, which tg_server_dispose frees */
@@ -184,7 +217,7 @@ int main(int argc, char **argv)
         uv_signal_t *hs[] = {&srv->sigterm, &srv->sigint, &srv->sighup, &srv->sigusr1};
         for (int i = 0; i < 4; i++) {
             uv_signal_init(loop, hs[i]);
-            hs[i]->data = srv;
+            hs[i]->data = &proc;
             uv_signal_start(hs[i], on_signal, sigs[i]);
         }
         if (tg_server_start(srv) != 0) {
@@ -192,6 +225,7 @@ int main(int argc, char **argv)
             tg_server_drain(srv); /* closes what start opened, and everything else, as at exit */
         } else {
             tg_log(TG_LOG_INFO, "started", "version=%s conf=%s pid=%d", TG_VERSION, conf_path, (int)getpid());
+            tg_notify_ready(&proc.notify); /* the listeners accept from here on */
         }
     }
     tg_conf_unref(conf); /* the server holds its own references */
@@ -199,6 +233,7 @@ int main(int argc, char **argv)
     tg_server_dispose(srv);
     free(srv);
     uv_loop_close(loop);
+    tg_notify_dispose(&proc.notify);
     tg_log(TG_LOG_INFO, "stopped", NULL);
     tg_log_stop(); /* writes what is queued */
     tg_log_setup(TG_LOG_INFO, 0, NULL);
