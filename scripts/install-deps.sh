@@ -13,7 +13,9 @@ if [ "${1:-}" = "--test" ]; then
   # python3-minimal: scripts/check-layout.sh (the include graph).
   # chromium: test/interop/ui.test.mjs drives the approvals page in it, headless, through the
   # npm package playwright-core (no browser is downloaded; about 125 MB to fetch, 415 MB on disk).
-  want+=(nginx-light wrk procps python3-minimal chromium)
+  # systemd: systemd-analyze for lint.systemd (verify and score conf/tollgate.service); the
+  # package installs the tools only, it does not replace the init system or start anything.
+  want+=(nginx-light wrk procps python3-minimal chromium systemd)
 fi
 missing=()
 for p in "${want[@]}"; do
