@@ -100,7 +100,7 @@ static int64_t parse_window(const cJSON *w, int allow_seconds, int allow_units)
     return -1;
 }
 
-static void window_label(int64_t ms, char *out, size_t n)
+void tg__policy_window_label(int64_t ms, char *out, size_t n)
 {
     if (ms == 1000)
         snprintf(out, n, "second");
@@ -439,7 +439,7 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
                     tg__perr(cx, s2, "duplicate state counter \"%s\"", cn->valuestring);
                 } else {
                     char label[160];
-                    window_label(wms, label, sizeof(label));
+                    tg__policy_window_label(wms, label, sizeof(label));
                     char lab2[200];
                     snprintf(lab2, sizeof(lab2), "%s per %s", cn->valuestring, label);
                     struct pcounter pc = {xstrdup(key), xstrdup(lab2), CK_WINDOW, sc, 0, wms};
@@ -567,7 +567,7 @@ static void compile_limits(struct tg__cctx *cx, const cJSON *jl, const char *pat
             continue;
         }
         char wl[64], label[200];
-        window_label(wms, wl, sizeof(wl));
+        tg__policy_window_label(wms, wl, sizeof(wl));
         snprintf(label, sizeof(label), "%.0f calls per %s", max, wl);
         struct pcounter pc = {xstrdup(key), xstrdup(label), CK_BUCKET, sc, max, wms};
         t->limits[i] = add_counter(cx->p, &pc);

@@ -217,20 +217,6 @@ void tg_policy_explain_call(const struct tg_policy *p, struct tg_counters *c, co
     locate(p, c, who, tool, args, now_ms, e);
 }
 
-static void window_str(int64_t ms, char *out, size_t n)
-{
-    if (ms == 1000)
-        snprintf(out, n, "second");
-    else if (ms == 60000)
-        snprintf(out, n, "minute");
-    else if (ms == 3600000)
-        snprintf(out, n, "hour");
-    else if (ms == 86400000)
-        snprintf(out, n, "day");
-    else
-        snprintf(out, n, "%g s", (double)ms / 1000.0);
-}
-
 static void tool_counters(const struct tg_policy *p, const struct ptool *pt, struct tg_buf *out)
 {
     char w[32];
@@ -238,7 +224,7 @@ static void tool_counters(const struct tg_policy *p, const struct ptool *pt, str
         if (pt->limits[i] < 0)
             continue;
         const struct pcounter *pc = &p->counters[pt->limits[i]];
-        window_str(pc->window_ms, w, sizeof(w));
+        tg__policy_window_label(pc->window_ms, w, sizeof(w));
         tg_buf_appendf(out, "  %s: token bucket, scope %s, capacity %.0f, refills %.0f per %s, takes 1 per call "
                             "(tools.%s.limits[%d])\n",
                        pc->key + 2, scope_str(pc->scope), pc->capacity, pc->capacity, w, pt->name, i);
@@ -247,7 +233,7 @@ static void tool_counters(const struct tg_policy *p, const struct ptool *pt, str
         const struct rule *r = &pt->rules[i];
         if (r->counter >= 0) {
             const struct pcounter *pc = &p->counters[r->counter];
-            window_str(pc->window_ms, w, sizeof(w));
+            tg__policy_window_label(pc->window_ms, w, sizeof(w));
             tg_buf_appendf(out, "  %s: fixed window of a %s, scope %s, ", pc->key + 2, w, scope_str(pc->scope));
             if (r->nincr > 0)
                 tg_buf_appendf(out, "adds %s per call", r->incr_from);
@@ -266,7 +252,7 @@ static void tool_counters(const struct tg_policy *p, const struct ptool *pt, str
             if (!cd->is_state || cd->counter < 0 || cd->counter == r->counter)
                 continue;
             const struct pcounter *pc = &p->counters[cd->counter];
-            window_str(pc->window_ms, w, sizeof(w));
+            tg__policy_window_label(pc->window_ms, w, sizeof(w));
             tg_buf_appendf(out, "  %s: fixed window of a %s, scope %s, read by tools.%s.rules[%d].conditions[%d]\n",
                            pc->key + 2, w, scope_str(pc->scope), pt->name, i, k);
         }

@@ -106,4 +106,7 @@ struct tg_policy {
     struct tg_regex_ctx *rx;
 };
 
+/* A window's name for messages: "second", "minute", "hour", "day" or "N seconds" (compile_tool.c). */
+void tg__policy_window_label(int64_t ms, char *out, size_t n);
+
 #endif
