@@ -265,8 +265,9 @@ static void load_log(struct loader *ld, config_t *cfg, struct tg_conf *c)
     c->log_file = NULL;
     if (g == NULL)
         return;
-    static const char *const known[] = {"level", "format", "file", NULL};
+    static const char *const known[] = {"level", "format", "file", "access", NULL};
     tg__conf_check_members(ld, g, known, "log");
+    c->log_access = tg__conf_get_bool(ld, g, "access", 0, "log");
     char *level = tg__conf_get_str(ld, g, "level", "info", 0, "log");
     char *format = tg__conf_get_str(ld, g, "format", "logfmt", 0, "log");
     c->log_file = tg__conf_get_str(ld, g, "file", NULL, 0, "log");

@@ -175,6 +175,7 @@ struct tg_conf {
     int log_level;
     int log_format;
     char *log_file;
+    int log_access; /* log.access: one line per HTTP request */
     struct tg_listen_conf *listeners;
     size_t nlisteners;
     struct tg_admin_conf admin;

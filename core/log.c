@@ -278,10 +278,13 @@ static void pairs_to_json(struct tg_buf *b, const char *p)
             while (*p && *p != ' ')
                 p++;
             size_t vn = (size_t)(p - v);
-            int numeric = vn > 0;
-            for (size_t i = 0; i < vn; i++)
+            int numeric = vn > 0, digits = 0;
+            for (size_t i = 0; i < vn; i++) {
+                digits += v[i] >= '0' && v[i] <= '9';
                 if (!((v[i] >= '0' && v[i] <= '9') || (i == 0 && v[i] == '-') || v[i] == '.'))
                     numeric = 0;
+            }
+            numeric = numeric && digits > 0; /* "-" alone (no value) is a string, not a number */
             if (numeric || (vn == 4 && memcmp(v, "true", 4) == 0) || (vn == 5 && memcmp(v, "false", 5) == 0)) {
                 tg_buf_append(b, v, vn);
             } else {

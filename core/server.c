@@ -150,6 +150,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     srv->conf = tg_conf_ref(conf);
     srv->listen_conf = tg_conf_ref(conf);
     tg_http_env_init(&srv->http, loop, &conf->limits, &srv->metrics, &srv->draining);
+    srv->http.access_log = conf->log_access;
     srv->http.on_request = on_http_request;
     srv->http.ud = srv;
     srv->reload_start = tg_server_reload_start;
@@ -634,6 +635,7 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
     srv->nupstreams = nc->nupstreams;
     srv->conf = nc;
     srv->http.limits = &nc->limits; /* connections read their limits through it */
+    srv->http.access_log = nc->log_access;
     if (tg_log_setup(nc->log_level, nc->log_format, nc->log_file) != 0)
         tg_log(TG_LOG_ERROR, "cannot open the new log file; logging goes on where it went", "file=%s",
                nc->log_file ? nc->log_file : "-");

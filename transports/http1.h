@@ -38,6 +38,7 @@ struct tg_http_env {
     const struct tg_limits *limits; /* the current limits: the owner repoints it on reload */
     struct tg_metrics *metrics;
     const int *draining;            /* never NULL; *draining != 0: answers close their connection */
+    int access_log;                 /* log.access: one "request" line per HTTP exchange */
     /* A complete request is on conn->req (conn is DISPATCHING). Never NULL. */
     tg_http_env_cb on_request;
     /* The connection is about to be freed (it already left conns). May be NULL. */
@@ -114,6 +115,12 @@ struct tg_conn {
     struct tg_buf in; /* plaintext not yet parsed */
     struct tg_http_req req;
     int req_complete;
+    /* For the access line of the current exchange: when it began, the status and the bytes sent,
+     * and who it was (set by the router; copies, so that a reload cannot leave them dangling). */
+    uint64_t log_start_ms;
+    int log_status;
+    uint64_t log_bytes;
+    char log_grant[65], log_upstream[65], log_session[40];
     int close_after; /* close once the current answer is written */
     int over_limit;  /* accepted past limits.max_connections: its request gets 503, then it closes */
     size_t out_pending; /* bytes handed to uv_write (or corked) and not yet confirmed */

@@ -145,6 +145,7 @@ void tg__http_send_owned(struct tg_conn *c, struct tg_buf *b)
         tg_buf_dispose(b);
         return;
     }
+    c->log_bytes += b->len;
     if (c->state == TG_CONN_STREAMING || c->state == TG_CONN_UPGRADED) {
         if (c->cork.len == 0 && c->cork.cap == 0) {
             c->cork = *b; /* take the buffer as it is: no copy for the first write of a burst */
@@ -341,6 +342,7 @@ void tg__http_send_wire(struct tg_conn *c, struct tg_buf *wire_in)
 
 static void append_head(struct tg_conn *c, struct tg_buf *b, int status, const char *extra, const char *ctype)
 {
+    c->log_status = status;
     /* Appends, not printf: this runs for every answer. */
     tg_buf_append(b, "HTTP/1.1 ", 9);
     tg_buf_append_u64(b, (uint64_t)(status < 0 ? 0 : status));
@@ -397,6 +399,7 @@ void tg_http_respond_owned(struct tg_conn *c, int status, const char *extra, con
     tg_buf_append(&head, "Content-Length: ", 16);
     tg_buf_append_u64(&head, body->len);
     tg_buf_append(&head, "\r\n\r\n", 4);
+    c->log_bytes += head.len + body->len;
     if (c->tls == NULL) {
         send_head_body(c, &head, body);
     } else {
