@@ -15,7 +15,9 @@ if [ "${1:-}" = "--test" ]; then
   # npm package playwright-core (no browser is downloaded; about 125 MB to fetch, 415 MB on disk).
   # systemd: systemd-analyze for lint.systemd (verify and score conf/tollgate.service); the
   # package installs the tools only, it does not replace the init system or start anything.
-  want+=(nginx-light wrk procps python3-minimal chromium systemd)
+  # prometheus: promtool, for interop metrics (`promtool check metrics` on a live scrape); the
+  # package's daemon is not started by the install in a chroot or without systemd as init.
+  want+=(nginx-light wrk procps python3-minimal chromium systemd prometheus)
 fi
 missing=()
 for p in "${want[@]}"; do
