@@ -96,26 +96,6 @@ static int on_message_begin(llhttp_t *p)
     return 0;
 }
 
-/* log.access: the exchange that ends now, one line. The path goes without its query string
- * (?access_token=… on /ws, sessionId on /messages), and nothing of a credential is logged. */
-static void access_line(struct tg_conn *c, int status)
-{
-    if (!c->env->access_log || c->log_start_ms == 0)
-        return;
-    struct tg_slice url = tg_slice_of(c->req.head.base ? c->req.head.base + c->req.url_off : "", c->req.url_len);
-    const char *q = memchr(url.ptr, '?', url.len);
-    if (q != NULL)
-        url.len = (size_t)(q - url.ptr);
-    char path[300], sess[64];
-    tg_log(TG_LOG_INFO, "request", "conn=%llu peer=%s method=%s path=%s status=%d bytes=%llu ms=%llu grant=%s session=%s upstream=%s",
-           (unsigned long long)c->id, c->peer, llhttp_method_name((llhttp_method_t)c->req.method),
-           tg_log_esc(path, sizeof(path), url), status, (unsigned long long)c->log_bytes,
-           (unsigned long long)(uv_now(c->env->loop) - c->log_start_ms), c->log_grant[0] ? c->log_grant : "-",
-           tg_log_esc(sess, sizeof(sess), tg_slice_cstr(c->log_session[0] ? c->log_session : "-")),
-           c->log_upstream[0] ? c->log_upstream : "-");
-    c->log_start_ms = 0;
-}
-
 static int head_append(struct tg_conn *c, const char *at, size_t n)
 {
     size_t cap = (size_t)c->env->limits->header_bytes;
@@ -304,7 +284,7 @@ static void notify_closing(struct tg_conn *c)
 static void mark_closing(struct tg_conn *c, unsigned how)
 {
     if (c->state == TG_CONN_DISPATCHING || c->state == TG_CONN_STREAMING || c->state == TG_CONN_READING)
-        access_line(c, c->log_status ? c->log_status : 499); /* nginx's "client closed the request" */
+        tg__http_access_line(c, c->log_status ? c->log_status : 499); /* nginx's "client closed the request" */
     tg_list_unlink(&c->cork_link);
     if (c->out_pending_corked) { /* never written: it no longer counts */
         tg__http_out_sub(c, c->out_pending_corked);
@@ -412,7 +392,7 @@ void tg_http_run_pending(struct tg_http_env *env)
  * from the loop (tg_http_run_pending), never inside the answer that ended this request. */
 void tg__http_finish_request(struct tg_conn *c)
 {
-    access_line(c, c->log_status);
+    tg__http_access_line(c, c->log_status);
     c->exchange = NULL;
     c->on_abort = NULL;
     c->on_drain = NULL;
@@ -443,7 +423,7 @@ void tg_http_upgrade(struct tg_conn *c, const char *extra)
 {
     if (c->state >= TG_CONN_CLOSING)
         return;
-    access_line(c, 101);
+    tg__http_access_line(c, 101);
     c->env->metrics->http_status[1]++;
     struct tg_buf b;
     tg_buf_init(&b);

@@ -18,6 +18,8 @@ void tg__http_set_state(struct tg_conn *c, enum tg_conn_state s);
 /* TLS: encrypt and write more of the plaintext queued in c->tls_plain (a slice per round, while
  * the connection is under its mark). */
 void tg__http_tls_pump(struct tg_conn *c);
+/* log.access: the line of the exchange that ends now, with this status (once per exchange). */
+void tg__http_access_line(struct tg_conn *c, int status);
 /* Queue work (TG_PEND_*) for the end of the loop iteration. */
 void tg__http_pend(struct tg_conn *c, unsigned what);
 /* The current request is answered: close, or get ready for the next one. */

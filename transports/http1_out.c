@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "core/msg.h"
 #include "transports/tls.h"
 
@@ -47,6 +48,26 @@ const char *tg_http_status_text(int status)
     case 504: return "Gateway Timeout";
     }
     return "Unknown";
+}
+
+/* log.access: the exchange that ends now, one line. The path goes without its query string
+ * (?access_token=… on /ws, sessionId on /messages), and nothing of a credential is logged. */
+void tg__http_access_line(struct tg_conn *c, int status)
+{
+    if (!c->env->access_log || c->log_start_ms == 0)
+        return;
+    struct tg_slice url = tg_slice_of(c->req.head.base ? c->req.head.base + c->req.url_off : "", c->req.url_len);
+    const char *q = memchr(url.ptr, '?', url.len);
+    if (q != NULL)
+        url.len = (size_t)(q - url.ptr);
+    char path[300], sess[64];
+    tg_log(TG_LOG_INFO, "request", "conn=%llu peer=%s method=%s path=%s status=%d bytes=%llu ms=%llu grant=%s session=%s upstream=%s",
+           (unsigned long long)c->id, c->peer, llhttp_method_name((llhttp_method_t)c->req.method),
+           tg_log_esc(path, sizeof(path), url), status, (unsigned long long)c->log_bytes,
+           (unsigned long long)(uv_now(c->env->loop) - c->log_start_ms), c->log_grant[0] ? c->log_grant : "-",
+           tg_log_esc(sess, sizeof(sess), tg_slice_cstr(c->log_session[0] ? c->log_session : "-")),
+           c->log_upstream[0] ? c->log_upstream : "-");
+    c->log_start_ms = 0;
 }
 
 /* ---- writing ------------------------------------------------------------------ */
