@@ -109,13 +109,15 @@ static int wait_fd(int fd, short events, long long deadline)
     }
 }
 
-/* Peer text for an error line: printable ASCII, at most max bytes. */
-static void print_snippet(const char *p, size_t n, size_t max)
+/* Peer text for an error line: printable ASCII, at most max bytes, into out (NUL-terminated). */
+static void snippet(char *out, size_t cap, const char *p, size_t n)
 {
-    for (size_t i = 0; i < n && i < max; i++)
-        fputc(p[i] >= 0x20 && p[i] < 0x7f ? p[i] : '.', stderr);
-    if (n > max)
-        fputs("...", stderr);
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 4 < cap; i++)
+        out[o++] = p[i] >= 0x20 && p[i] < 0x7f ? p[i] : '.';
+    if (o < n && o + 3 < cap)
+        memcpy(out + o, "...", 3), o += 3;
+    out[o] = '\0';
 }
 
 /* ---- answers ------------------------------------------------------------------------------ */
@@ -336,9 +338,9 @@ static int http_post(struct scan_client *c, const char *msg, int id, cJSON **ans
         goto out;
     }
     if (status / 100 != 2) {
-        fail("HTTP %d from %s port %s%s", status, c->addr, c->port, a.body.len ? ": " : "");
-        print_snippet(a.body.base, a.body.len, 200);
-        fputc('\n', stderr);
+        char text[204];
+        snippet(text, sizeof(text), a.body.base, a.body.len);
+        fail("HTTP %d from %s port %s%s%s", status, c->addr, c->port, a.body.len ? ": " : "", text);
         goto out;
     }
     if (id < 0) {
@@ -348,10 +350,10 @@ static int http_post(struct scan_client *c, const char *msg, int id, cJSON **ans
     if (!a.is_sse && a.body.len > 0)
         a.answer = take_answer(a.body.base, a.body.len, id);
     if (a.answer == NULL) {
-        fail("HTTP %d from %s port %s without a JSON-RPC answer to request %d%s", status, c->addr, c->port, id,
-             a.body.len ? ": " : "");
-        print_snippet(a.body.base, a.body.len, 200);
-        fputc('\n', stderr);
+        char text[204];
+        snippet(text, sizeof(text), a.body.base, a.body.len);
+        fail("HTTP %d from %s port %s without a JSON-RPC answer to request %d%s%s", status, c->addr, c->port, id,
+             a.body.len ? ": " : "", text);
         goto out;
     }
     *answer = a.answer;
