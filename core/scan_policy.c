@@ -25,8 +25,8 @@ const char tg_scan_heuristics_help[] =
     "  allow        a word of: get list read search fetch query describe show view find, or the\n"
     "               annotation readOnlyHint: true (which never lifts a tool out of the classes above)\n"
     "  denied       nothing matched: the tool is left out, so default: deny refuses and hides it\n"
-    "Words are looked for in the tool's name (split at _ - . / and camelCase) and its description,\n"
-    "case-insensitively, with plain inflections (deletes, deleted, deleting, deletion, running).\n"
+    "Words are looked for in the tool's name (split at every non-letter and at camelCase humps) and\n"
+    "its description, case-insensitively, with plain inflections (deletes, deleted, deleting, deletion, running).\n"
     "Every tool's comment in the YAML says which word (or annotation) decided and where it was.\n"
     "The server wrote its names, descriptions and annotations: review the policy before use.\n";
 
@@ -372,7 +372,7 @@ void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct t
     }
     if (count[TG_SCAN_UNKNOWN] == 0)
         return;
-    tg_buf_appends(out, "  # Denied by default (no word matched); to allow one, add it as above, e.g.\n"
+    tg_buf_appends(out, "  # Denied by default (no word matched); to allow one, list it under tools, e.g.\n"
                         "  #   \"NAME\": {action: allow}\n");
     for (const cJSON *t = tools->child; t != NULL; t = t->next) {
         if (!usable(tools, t))
