@@ -143,7 +143,12 @@ void tg_scan_classify(const cJSON *tool, struct tg_scan_verdict *v)
     char why[128];
     const char *kw = "";
     int ro = hint_true(tool, "readOnlyHint");
-    if (match_class(name, desc, approve_words, why, sizeof(why), &kw)) {
+    if (strcmp(name, "*") == 0) {
+        /* In a policy "*" is every tool: a server must not pick the rule for all of them. */
+        v->cls = TG_SCAN_UNKNOWN;
+        snprintf(v->why, sizeof(v->why), "a tool named \"*\" cannot be listed (in a policy \"*\" means every tool): "
+                 "denied by default (default: deny)");
+    } else if (match_class(name, desc, approve_words, why, sizeof(why), &kw)) {
         v->cls = TG_SCAN_APPROVE;
         snprintf(v->why, sizeof(v->why), "%s: %s, so a human approves each call%s",
                  why, risk_of(kw), ro ? " (its readOnlyHint is not trusted over that)" : "");

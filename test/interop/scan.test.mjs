@@ -9,7 +9,8 @@
 //   2. The hostile fixture over stdio with list=scan (tools/list in pages of 4 with nextCursor, and
 //      annotated tools): every page is fetched, annotations are used (readOnlyHint allows,
 //      destructiveHint approves, a readOnlyHint never lifts a "runs a shell" tool), a tool name
-//      with quotes and a description with U+2028 and a newline give a policy that loads.
+//      with quotes and a description with U+2028 and a newline give a policy that loads, and a
+//      tool named "*" (which a policy reads as every tool) is left out.
 //   3. The hostile fixture over HTTP with answer=sse: SSE answers (a notification event before
 //      the answer), the Mcp-Session-Id and MCP-Protocol-Version sent back on every later POST.
 //   4. Errors: bad arguments → usage, exit 2; an unreachable URL, a 401, https:// and a command
@@ -126,13 +127,16 @@ describe('tollgate scan', () => {
     const r = await tollgate(['scan', '--', process.execPath, HOSTILE, '--stdio', '--log', log, '--flags', 'list=scan']);
     assert.equal(r.code, 0, show(r));
     const total = ALL_TOOLS.length + SCAN_TOOLS.length;
-    assert.match(r.stdout, new RegExp(`${total} tools, 3 allowed, 1 rate-limited, 3 need approval, ${ALL_TOOLS.length} denied by default`), show(r));
+    assert.match(r.stdout, new RegExp(`${total} tools, 3 allowed, 1 rate-limited, 3 need approval, ${ALL_TOOLS.length + 1} denied by default`), show(r));
     assert.match(r.stdout, /^# Server: hostile 1\.0\.0, protocol 2025-06-18$/m);
     assert.match(r.stdout, /annotation readOnlyHint: true: allowed\n {2}"inspect":/);
     assert.match(r.stdout, /annotation destructiveHint: true: a human approves each call\n {2}"wipe":/);
     assert.match(r.stdout, /description says "runs" \(run\)[^\n]*readOnlyHint is not trusted[^\n]*\n {2}"sneaky":\n {4}action: approve/);
     assert.match(r.stdout, /name says "get"[^\n]*\n {2}"getUserProfile":/);
     for (const t of ALL_TOOLS) assert.match(r.stdout, new RegExp(`^ {2}# ${t}: hostile ${t}$`, 'm'));
+    // A tool named "*" would be the rule for every tool: it is left out.
+    assert.match(r.stdout, /^ {2}# \*: Read everything\n {2}# {3}a tool named "\*" cannot be listed/m);
+    assert.doesNotMatch(r.stdout, /^ {2}"\*":/m);
     // What the server was sent: the lifecycle, then one tools/list per page with the cursors it gave.
     const msgs = fs.readFileSync(log, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((x) => x.msg).map((x) => x.msg);
     assert.deepEqual(msgs.slice(0, 2).map((m) => m.method), ['initialize', 'notifications/initialized']);
@@ -142,7 +146,7 @@ describe('tollgate scan', () => {
     assert.deepEqual(lists.map((m) => m.params?.cursor ?? null),
       [null, ...Array.from({ length: lists.length - 1 }, (_, i) => `page-${(i + 1) * 4}-of-hostile`)]);
     const f = save(r.stdout, 'yaml');
-    await assertLoads(f, SCAN_TOOLS.length);
+    await assertLoads(f, SCAN_TOOLS.length - 1);
     await assertCases(f, [
       { call: call('inspect'), expect: 'allow' },
       { call: call('wipe'), expect: 'approve' },
@@ -153,6 +157,7 @@ describe('tollgate scan', () => {
       { call: call('publish_post'), expect: 'limited' },
       { call: call('dot.weird "name"'), expect: 'allow' },
       { call: call('echo'), expect: 'deny', hidden: true },
+      { call: call('*'), expect: 'deny', hidden: true },
     ]);
   });
 
