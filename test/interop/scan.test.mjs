@@ -20,6 +20,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import * as H from './lib/harness.mjs';
 import { startHostile, ALL_TOOLS, SCAN_TOOLS } from '../fixtures/hostile/hostile.mjs';
@@ -211,5 +212,25 @@ describe('tollgate scan', () => {
     r = await tollgate(['scan', '--', process.execPath, HOSTILE, '--stdio', '--flags', 'crash=start']);
     assert.equal(r.code, 1, show(r));
     assert.match(r.stderr, /the server exited \(status 3\) before answering request 1/);
+  });
+
+  it('a server that never answers: --timeout bounds the wait, exit 1 (HTTP and stdio; the child is ended)', async () => {
+    const held = new Set();
+    const silent = net.createServer((s) => { held.add(s); s.on('error', () => {}); });
+    await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    cleanup.add(() => { for (const s of held) s.destroy(); return new Promise((resolve) => silent.close(resolve)); });
+    const port = silent.address().port;
+    let t0 = Date.now();
+    let r = await tollgate(['scan', '--timeout', '0.5', `http://127.0.0.1:${port}/mcp`]);
+    assert.equal(r.code, 1, show(r));
+    assert.match(r.stderr, new RegExp(`no answer from 127\\.0\\.0\\.1 port ${port} within 500 ms`), show(r));
+    assert.equal(held.size, 1);
+    assert.ok(Date.now() - t0 < H.scaled(10000), `took ${Date.now() - t0} ms`);
+    t0 = Date.now();
+    r = await tollgate(['scan', '--timeout', '0.5', '--', 'sleep', '30']);
+    assert.equal(r.code, 1, show(r));
+    assert.match(r.stderr, /no answer to request 1 on the server's stdout within 500 ms/, show(r));
+    // sleep ignores its stdin: it was sent SIGTERM 2 s after stdin closed, far before its 30 s.
+    assert.ok(Date.now() - t0 < H.scaled(15000), `took ${Date.now() - t0} ms`);
   });
 });
