@@ -13,8 +13,10 @@
 //      tool named "*" (which a policy reads as every tool) is left out.
 //   3. The hostile fixture over HTTP with answer=sse: SSE answers (a notification event before
 //      the answer), the Mcp-Session-Id and MCP-Protocol-Version sent back on every later POST.
-//   4. Errors: bad arguments → usage, exit 2; an unreachable URL, a 401, https:// and a command
-//      that does not exist → a clear message, exit 1.
+//   4. The official server-everything over Streamable HTTP (the SDK's SSE answers) and over stdio:
+//      the same policy both ways, and it loads.
+//   5. Errors: bad arguments → usage, exit 2; an unreachable URL, a 401, https://, a command
+//      that does not exist and a server that never answers → a clear message, exit 1.
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -178,6 +180,21 @@ describe('tollgate scan', () => {
       assert.equal(p.headers['mcp-session-id'], sid);
       assert.equal(p.headers['mcp-protocol-version'], '2025-06-18');
     }
+  });
+
+  it('the official server-everything gives the same policy over Streamable HTTP (the SDK answers in SSE) and stdio', async () => {
+    const ev = await H.startEverything({ cleanup });
+    const entry = path.join(H.NODE_MODULES, '@modelcontextprotocol', 'server-everything', 'dist', 'index.js');
+    const overHttp = await tollgate(['scan', ev.url]);
+    assert.equal(overHttp.code, 0, show(overHttp));
+    const overStdio = await tollgate(['scan', '--', process.execPath, entry, 'stdio']);
+    assert.equal(overStdio.code, 0, show(overStdio));
+    const body = (r) => r.stdout.split('\n').filter((l) => !l.startsWith('# Scanned: ')).join('\n');
+    assert.equal(body(overHttp), body(overStdio));
+    assert.match(overHttp.stdout, /^# Server: mcp-servers\/everything [^\n]*, protocol 2025-06-18$/m);
+    const m = /(\d+) tools, (\d+) allowed/.exec(overHttp.stdout);
+    assert.ok(m && Number(m[1]) >= 10 && Number(m[2]) >= 1, overHttp.stdout);
+    await assertLoads(save(overHttp.stdout, 'yaml'), (overHttp.stdout.match(/^ {2}"/gm) ?? []).length);
   });
 
   it('bad arguments print the usage and exit 2', async () => {
