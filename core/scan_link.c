@@ -202,7 +202,10 @@ static int send_all(int fd, const char *p, size_t n, long long deadline, int soc
             p += w;
             n -= (size_t)w;
         } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-            if (wait_fd(fd, POLLOUT, deadline) <= 0)
+            int ready = wait_fd(fd, POLLOUT, deadline);
+            if (ready == 0)
+                errno = ETIMEDOUT;
+            if (ready <= 0)
                 return -1;
         } else {
             return -1;
@@ -334,7 +337,17 @@ int tg_scan_link_start(struct tg_scan_link *c, char **argv)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in[0], 0);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    int rc = posix_spawnp(&c->pid, argv[0], &fa, NULL, argv, environ);
+    /* The command ignores SIGPIPE while it runs; the server must get the default back (an
+     * ignored signal stays ignored across exec). */
+    posix_spawnattr_t attr;
+    sigset_t def;
+    posix_spawnattr_init(&attr);
+    sigemptyset(&def);
+    sigaddset(&def, SIGPIPE);
+    posix_spawnattr_setsigdefault(&attr, &def);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+    int rc = posix_spawnp(&c->pid, argv[0], &fa, &attr, argv, environ);
+    posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     close(in[0]);
     close(out[1]);
@@ -346,7 +359,10 @@ int tg_scan_link_start(struct tg_scan_link *c, char **argv)
     }
     c->to_child = in[1];
     c->from_child = out[0];
+    /* Both ends non-blocking, so a server that stops reading cannot hold a write past the
+     * deadline (send_all waits with poll). */
     fcntl(c->from_child, F_SETFL, O_NONBLOCK);
+    fcntl(c->to_child, F_SETFL, O_NONBLOCK);
     return 0;
 }
 
@@ -354,7 +370,7 @@ static int stdio_send(struct tg_scan_link *c, const char *msg)
 {
     long long deadline = now_ms() + c->timeout_ms;
     if (send_all(c->to_child, msg, strlen(msg), deadline, 0) != 0 || send_all(c->to_child, "\n", 1, deadline, 0) != 0) {
-        tg_scan_fail("cannot write to the server's stdin: %s", errno ? strerror(errno) : "timed out");
+        tg_scan_fail("cannot write to the server's stdin: %s", strerror(errno));
         return -1;
     }
     return 0;
