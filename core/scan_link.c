@@ -438,8 +438,16 @@ static int stdio_wait(struct tg_scan_link *c, int id, cJSON **answer)
         if (r < 0 && (errno == EAGAIN || errno == EINTR))
             continue;
         if (r <= 0) {
-            int st = 0;
-            if (r == 0 && waitpid(c->pid, &st, WNOHANG) == c->pid) {
+            /* EOF usually means the server is exiting: give it a moment to be reaped, so the
+             * message can say how it ended (the pipe closes before the process is gone). */
+            int st = 0, gone = 0;
+            for (long long until = now_ms() + 1000; r == 0 && !gone && now_ms() < until;) {
+                gone = waitpid(c->pid, &st, WNOHANG) == c->pid;
+                struct timespec ts = {0, 10 * 1000000};
+                if (!gone)
+                    nanosleep(&ts, NULL);
+            }
+            if (gone) {
                 c->pid = 0;
                 tg_scan_fail("the server exited (%s %d) before answering request %d", WIFEXITED(st) ? "status" : "signal",
                      WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), id);
