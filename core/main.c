@@ -10,6 +10,7 @@
 #include "core/conf.h"
 #include "core/log.h"
 #include "core/policy_cli.h"
+#include "core/scan.h"
 #include "core/notify.h"
 #include "policy/policy.h"
 #include "core/server.h"
@@ -26,6 +27,9 @@ static void usage(FILE *f)
                "  tollgate policy explain -c FILE --grant G --upstream U --call JSON\n"
                "                                decide one call without contacting anything\n"
                "  tollgate policy test FILE CASES.yaml  run expected decisions against a policy\n"
+               "  tollgate scan [--header H]... URL | tollgate scan -- COMMAND ARG...\n"
+               "                                list an MCP server's tools, print a starting policy\n"
+               "                                (tollgate scan --help)\n"
                "  tollgate -V                   print the version\n"
                "  tollgate -h                   this help\n");
 }
@@ -140,6 +144,8 @@ int main(int argc, char **argv)
         return hash_token(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "policy") == 0)
         return tg_policy_cli(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "scan") == 0)
+        return tg_scan_cli(argc - 1, argv + 1);
     int opt;
     while ((opt = getopt(argc, argv, "c:tVh")) != -1) {
         switch (opt) {

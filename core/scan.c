@@ -1,0 +1,260 @@
+/* `tollgate scan` (core/scan.h): the command line, the MCP lifecycle and tools/list's pages;
+ * the link to the server is core/scan_link.c, the policy core/scan_policy.c. */
+#include "core/scan.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/buf.h"
+#include "core/json.h"
+#include "core/scan_link.h"
+#include "core/scan_policy.h"
+
+#define SCAN_MAX_HEADERS 32
+#define SCAN_MAX_PAGES 1000
+#define SCAN_MAX_TOOLS 10000
+#define SCAN_PROTOCOL "2025-06-18"
+
+static const char usage_text[] =
+    "usage:\n"
+    "  tollgate scan [--json] [--timeout SECONDS] [--header 'Name: value']... http://HOST[:PORT]/PATH\n"
+    "  tollgate scan [--json] [--timeout SECONDS] -- COMMAND [ARG...]\n"
+    "      Connect to an MCP server as a client (MCP " SCAN_PROTOCOL "), list its tools and print a\n"
+    "      starting policy for them in PolicyLayer's format on stdout: YAML with a comment per tool\n"
+    "      saying why it got its rule, or JSON with --json. The policy has default: deny, so any\n"
+    "      tool it does not list is refused and hidden. Check it with `tollgate policy check FILE`.\n"
+    "      URL: a Streamable HTTP endpoint (one POST per message, JSON or SSE answers, the\n"
+    "      Mcp-Session-Id sent back); --header adds a request header, e.g. an Authorization.\n"
+    "      https:// is not supported: scan through a local tunnel or use the stdio form.\n"
+    "      -- COMMAND: start a stdio server (newline-delimited JSON on its stdin and stdout; its\n"
+    "      stderr is passed through) and end it when done.\n"
+    "      --timeout: how long to wait for each answer (default 10 s).\n"
+    "      Exit 0 when the policy was printed, 1 when the server could not be scanned, 2 on bad\n"
+    "      arguments.\n"
+    "\n";
+
+static const char *str_at(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* initialize, initialized, then tools/list page by page into `tools`. Returns 0 or -1. */
+static int scan_server(struct tg_scan_link *c, cJSON *tools, struct tg_scan_source *src, cJSON **init_msg)
+{
+    const cJSON *result;
+    char errtext[300];
+    int rc = tg_scan_link_rpc(c, "initialize",
+                 "{\"protocolVersion\":\"" SCAN_PROTOCOL "\",\"capabilities\":{},"
+                 "\"clientInfo\":{\"name\":\"tollgate-scan\",\"version\":\"" TG_VERSION "\"}}",
+                 init_msg, &result, errtext, sizeof(errtext));
+    if (rc < 0)
+        return -1;
+    if (rc == 1) {
+        tg_scan_fail("warning: the server refused initialize (%s); asking for its tools anyway", errtext);
+    } else {
+        const cJSON *info = cJSON_GetObjectItemCaseSensitive(result, "serverInfo");
+        src->server = str_at(info, "name");
+        src->version = str_at(info, "version");
+        src->protocol = str_at(result, "protocolVersion");
+        if (src->protocol != NULL && strlen(src->protocol) < sizeof(c->protocol) &&
+            strspn(src->protocol, "0123456789-") == strlen(src->protocol))
+            snprintf(c->protocol, sizeof(c->protocol), "%s", src->protocol);
+    }
+    if (tg_scan_link_notify(c, "notifications/initialized") != 0)
+        return -1;
+    char *cursor = NULL;
+    int pages = 0;
+    for (;;) {
+        struct tg_buf params;
+        tg_buf_init(&params);
+        if (cursor != NULL) {
+            tg_buf_appends(&params, "{\"cursor\":");
+            tg_json_write_string(&params, cursor, strlen(cursor));
+            tg_buf_appends(&params, "}");
+        }
+        tg_buf_append(&params, "", 1);
+        cJSON *msg = NULL;
+        rc = tg_scan_link_rpc(c, "tools/list", cursor != NULL ? params.base : NULL, &msg, &result, errtext, sizeof(errtext));
+        tg_buf_dispose(&params);
+        if (rc == 1)
+            tg_scan_fail("tools/list failed: %s", errtext);
+        const cJSON *list = rc == 0 ? cJSON_GetObjectItemCaseSensitive(result, "tools") : NULL;
+        if (rc == 0 && !cJSON_IsArray(list)) {
+            tg_scan_fail("tools/list answered without a tools array");
+            rc = -1;
+        }
+        if (rc != 0) {
+            cJSON_Delete(msg);
+            free(cursor);
+            return -1;
+        }
+        for (cJSON *t = list->child; t != NULL;) {
+            cJSON *next = t->next;
+            if (cJSON_GetArraySize(tools) < SCAN_MAX_TOOLS)
+                cJSON_AddItemToArray(tools, cJSON_DetachItemViaPointer((cJSON *)list, t));
+            t = next;
+        }
+        const char *next = str_at(result, "nextCursor");
+        int again = next != NULL && next[0] != '\0' && (cursor == NULL || strcmp(next, cursor) != 0);
+        free(cursor);
+        cursor = again ? strdup(next) : NULL;
+        cJSON_Delete(msg);
+        if (!again)
+            break;
+        if (++pages >= SCAN_MAX_PAGES) {
+            tg_scan_fail("tools/list still had a nextCursor after %d pages", SCAN_MAX_PAGES);
+            free(cursor);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Splits http://host[:port][/path] into c. Returns 0, or -1 with the reason printed. */
+static int parse_url(struct tg_scan_link *c, const char *url)
+{
+    if (strncasecmp(url, "https://", 8) == 0) {
+        tg_scan_fail("https:// is not supported by tollgate scan; reach the server over http:// (e.g. through an SSH "
+             "tunnel or a local proxy), or scan its stdio command with `tollgate scan -- COMMAND`");
+        return -1;
+    }
+    if (strncasecmp(url, "http://", 7) != 0) {
+        tg_scan_fail("%s: not an http:// URL (for a stdio server: tollgate scan -- COMMAND ARG...)", url);
+        return -1;
+    }
+    const char *h = url + 7, *end = h + strcspn(h, "/?#");
+    const char *port = NULL, *hend = end;
+    if (*h == '[') {
+        const char *rb = memchr(h, ']', (size_t)(end - h));
+        if (rb == NULL)
+            goto bad;
+        snprintf(c->addr, sizeof(c->addr), "%.*s", (int)(rb - h - 1), h + 1);
+        if (rb + 1 < end && rb[1] == ':')
+            port = rb + 2;
+        else if (rb + 1 != end)
+            goto bad;
+        hend = rb + 1;
+    } else {
+        const char *colon = memchr(h, ':', (size_t)(end - h));
+        if (colon != NULL) {
+            port = colon + 1;
+            hend = colon;
+        }
+        snprintf(c->addr, sizeof(c->addr), "%.*s", (int)(hend - h), h);
+    }
+    if (c->addr[0] == '\0' || (size_t)(hend - h) >= sizeof(c->host) || memchr(h, '@', (size_t)(end - h)) != NULL)
+        goto bad;
+    if (port != NULL) {
+        size_t pl = (size_t)(end - port);
+        if (pl == 0 || pl > 5 || strspn(port, "0123456789") < pl || atoi(port) < 1 || atoi(port) > 65535)
+            goto bad;
+        snprintf(c->port, sizeof(c->port), "%.*s", (int)pl, port);
+    } else {
+        snprintf(c->port, sizeof(c->port), "80");
+    }
+    snprintf(c->host, sizeof(c->host), "%.*s", (int)(end - h), h);
+    c->path = *end == '/' ? end : "/";
+    if (*end == '?' || *end == '#' || strpbrk(c->path, " \r\n\t") != NULL || strchr(c->path, '#') != NULL)
+        goto bad;
+    return 0;
+bad:
+    tg_scan_fail("%s: cannot read this URL (want http://HOST[:PORT]/PATH)", url);
+    return -1;
+}
+
+static int usage_error(const char *why)
+{
+    tg_scan_fail("%s", why);
+    fputs(usage_text, stderr);
+    return 2;
+}
+
+int tg_scan_cli(int argc, char **argv)
+{
+    struct tg_scan_header headers[SCAN_MAX_HEADERS];
+    struct tg_scan_link c = {.timeout_ms = 10000, .next_id = 1, .to_child = -1, .from_child = -1};
+    int json = 0, i;
+    const char *url = NULL;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(usage_text, stdout);
+            fputs(tg_scan_heuristics_help, stdout);
+            return 0;
+        } else if (strcmp(a, "--json") == 0) {
+            json = 1;
+        } else if (strcmp(a, "--timeout") == 0 && i + 1 < argc) {
+            char *e;
+            double s = strtod(argv[++i], &e);
+            if (*e != '\0' || !(s > 0 && s <= 3600))
+                return usage_error("--timeout wants a number of seconds between 0 and 3600");
+            c.timeout_ms = (int)(s * 1000) > 0 ? (int)(s * 1000) : 1;
+        } else if (strcmp(a, "--header") == 0 && i + 1 < argc) {
+            const char *h = argv[++i], *colon = strchr(h, ':');
+            if (colon == NULL || colon == h || strpbrk(h, "\r\n") != NULL || strcspn(h, " \t") < (size_t)(colon - h))
+                return usage_error("--header wants 'Name: value'");
+            if (c.nheaders == SCAN_MAX_HEADERS)
+                return usage_error("too many --header options");
+            headers[c.nheaders++].line = h;
+        } else if (strcmp(a, "--") == 0) {
+            c.stdio = 1;
+            i++;
+            break;
+        } else if (a[0] == '-') {
+            tg_scan_fail("unknown option %s", a);
+            fputs(usage_text, stderr);
+            return 2;
+        } else if (url == NULL) {
+            url = a;
+        } else {
+            return usage_error("one URL only (for a command, put -- before it)");
+        }
+    }
+    if (c.stdio && (url != NULL || i >= argc))
+        return usage_error(url != NULL ? "a URL or -- COMMAND, not both" : "-- wants a command");
+    if (!c.stdio && url == NULL)
+        return usage_error("a URL or -- COMMAND is required");
+    if (c.stdio && c.nheaders > 0)
+        return usage_error("--header is for an http:// URL");
+    c.headers = headers;
+    if (!c.stdio && parse_url(&c, url) != 0)
+        return 1;
+    signal(SIGPIPE, SIG_IGN);
+    tg_buf_init(&c.rbuf);
+    struct tg_buf target;
+    tg_buf_init(&target);
+    if (c.stdio) {
+        for (int k = i; k < argc; k++)
+            tg_buf_appendf(&target, "%s%s", k > i ? " " : "", argv[k]);
+    } else {
+        tg_buf_appends(&target, url);
+    }
+    tg_buf_append(&target, "", 1);
+    struct tg_scan_source src = {.target = target.base};
+    cJSON *tools = cJSON_CreateArray();
+    cJSON *init_msg = NULL;
+    int rc = 1;
+    if (c.stdio && tg_scan_link_start(&c, argv + i) != 0)
+        goto out;
+    if (scan_server(&c, tools, &src, &init_msg) != 0)
+        goto out;
+    if (c.skipped > 0)
+        tg_scan_fail("warning: %zu lines on the server's stdout were not JSON, skipped", c.skipped);
+    struct tg_buf policy;
+    tg_buf_init(&policy);
+    tg_scan_write_policy(&policy, tools, &src, json);
+    fwrite(policy.base, 1, policy.len, stdout);
+    tg_buf_dispose(&policy);
+    rc = fflush(stdout) == 0 ? 0 : 1;
+out:
+    if (c.stdio)
+        tg_scan_link_stop(&c);
+    cJSON_Delete(init_msg);
+    cJSON_Delete(tools);
+    tg_buf_dispose(&c.rbuf);
+    tg_buf_dispose(&target);
+    return rc;
+}

@@ -1,0 +1,390 @@
+/* `tollgate scan`: tools to a starting policy (core/scan_policy.h). */
+#include "core/scan_policy.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/json.h"
+
+/* The words, by class. A word matches itself and its usual inflections (see word_matches), in
+ * the tool's name (split at non-letters and camelCase humps) or in its description. */
+static const char *const approve_words[] = {"execute", "exec", "run", "eval", "shell", "command",
+                                            "delete", "remove", "drop", "destroy", "pay", "transfer", NULL};
+static const char *const limit_words[] = {"write", "send", "email", "post", "publish",
+                                          "create", "update", "modify", NULL};
+static const char *const read_words[] = {"get", "list", "read", "search", "fetch", "query",
+                                         "describe", "show", "view", "find", NULL};
+
+const char tg_scan_heuristics_help[] =
+    "How tools are classified (the most cautious class found wins):\n"
+    "  approve      a word of: execute exec run eval shell command delete remove drop destroy pay\n"
+    "               transfer, or the annotation destructiveHint: true -> action: approve (a human\n"
+    "               approves each call)\n"
+    "  rate limit   a word of: write send email post publish create update modify ->\n"
+    "               at most 10 calls a minute per grant\n"
+    "  allow        a word of: get list read search fetch query describe show view find, or the\n"
+    "               annotation readOnlyHint: true (which never lifts a tool out of the classes above)\n"
+    "  denied       nothing matched: the tool is left out, so default: deny refuses and hides it\n"
+    "Words are looked for in the tool's name (split at every non-letter and at camelCase humps) and\n"
+    "its description, case-insensitively, with plain inflections (deletes, deleted, deleting, deletion, running).\n"
+    "Every tool's comment in the YAML says which word (or annotation) decided and where it was.\n"
+    "The server wrote its names, descriptions and annotations: review the policy before use.\n";
+
+static int has_suffix_in(const char *rest, const char *const *list)
+{
+    for (size_t i = 0; list[i] != NULL; i++)
+        if (strcmp(rest, list[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* word (lowercase) is kw or an inflection of it: kw+s/es/ed/d/ing/er/ers/ion/ions, kw with a
+ * doubled last letter + ing/ed/er (running, dropped), or kw without its final e + ing/ion/ions
+ * (executing, deletion). */
+static int word_matches(const char *word, const char *kw)
+{
+    static const char *const plain[] = {"", "s", "es", "ed", "d", "ing", "er", "ers", "ion", "ions", NULL};
+    static const char *const doubled[] = {"ing", "ed", "er", "ers", NULL};
+    static const char *const e_less[] = {"ing", "ion", "ions", NULL};
+    size_t k = strlen(kw);
+    if (strncmp(word, kw, k) == 0 && has_suffix_in(word + k, plain))
+        return 1;
+    if (strncmp(word, kw, k) == 0 && word[k] == kw[k - 1] && word[k] != '\0' && has_suffix_in(word + k + 1, doubled))
+        return 1;
+    if (kw[k - 1] == 'e' && strncmp(word, kw, k - 1) == 0 && has_suffix_in(word + k - 1, e_less))
+        return 1;
+    return 0;
+}
+
+/* The first word of `text` (n bytes) that matches a word of `list`: copies the text's word to
+ * found and the keyword to *kw. Words are runs of ASCII letters; with camel set, an upper-case
+ * letter after a lower-case one starts a new word (getUser -> get, user). */
+static int find_word(const char *text, size_t n, int camel, const char *const *list, char *found, size_t cap,
+                     const char **kw)
+{
+    size_t i = 0;
+    while (i < n) {
+        while (i < n && !((text[i] | 0x20) >= 'a' && (text[i] | 0x20) <= 'z'))
+            i++;
+        char w[64];
+        size_t wl = 0, start = i;
+        while (i < n && ((text[i] | 0x20) >= 'a' && (text[i] | 0x20) <= 'z')) {
+            if (camel && i > start && text[i] >= 'A' && text[i] <= 'Z' && text[i - 1] >= 'a' && text[i - 1] <= 'z')
+                break;
+            if (wl + 1 < sizeof(w))
+                w[wl++] = (char)(text[i] | 0x20);
+            i++;
+        }
+        w[wl] = '\0';
+        if (wl == 0)
+            continue;
+        for (size_t j = 0; list[j] != NULL; j++) {
+            if (word_matches(w, list[j])) {
+                snprintf(found, cap, "%s", w);
+                *kw = list[j];
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Looks for a word of `list` in the name, then in the description; writes "name says "x"" or
+ * "description says "x"" (with the keyword when the word is an inflection) into why. */
+static int match_class(const char *name, const char *desc, const char *const *list, char *why, size_t cap,
+                       const char **kwp)
+{
+    char w[64];
+    const char *kw = NULL;
+    const char *where = NULL;
+    if (find_word(name, strlen(name), 1, list, w, sizeof(w), &kw))
+        where = "name";
+    else if (desc != NULL && find_word(desc, strlen(desc), 0, list, w, sizeof(w), &kw))
+        where = "description";
+    if (where == NULL)
+        return 0;
+    *kwp = kw;
+    if (strcmp(w, kw) == 0)
+        snprintf(why, cap, "%s says \"%s\"", where, w);
+    else
+        snprintf(why, cap, "%s says \"%s\" (%s)", where, w, kw);
+    return 1;
+}
+
+/* What a keyword means, for the comment. */
+static const char *risk_of(const char *kw)
+{
+    static const char *const money[] = {"pay", "transfer", NULL};
+    static const char *const destroy[] = {"delete", "remove", "drop", "destroy", NULL};
+    static const char *const sends[] = {"send", "email", "post", "publish", NULL};
+    if (has_suffix_in(kw, money))
+        return "it may move money";
+    if (has_suffix_in(kw, destroy))
+        return "it may destroy data";
+    if (has_suffix_in(kw, sends))
+        return "it sends something out";
+    if (has_suffix_in(kw, limit_words))
+        return "it changes data";
+    return "it may run code or commands";
+}
+
+static int hint_true(const cJSON *tool, const char *hint)
+{
+    const cJSON *ann = cJSON_GetObjectItemCaseSensitive(tool, "annotations");
+    return cJSON_IsObject(ann) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ann, hint));
+}
+
+void tg_scan_classify(const cJSON *tool, struct tg_scan_verdict *v)
+{
+    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(tool, "name");
+    const cJSON *jd = cJSON_GetObjectItemCaseSensitive(tool, "description");
+    const char *name = cJSON_IsString(jn) ? jn->valuestring : "";
+    const char *desc = cJSON_IsString(jd) ? jd->valuestring : NULL;
+    char why[128];
+    const char *kw = "";
+    int ro = hint_true(tool, "readOnlyHint");
+    if (strcmp(name, "*") == 0) {
+        /* In a policy "*" is every tool: a server must not pick the rule for all of them. */
+        v->cls = TG_SCAN_UNKNOWN;
+        snprintf(v->why, sizeof(v->why), "a tool named \"*\" cannot be listed (in a policy \"*\" means every tool): "
+                 "denied by default (default: deny)");
+    } else if (match_class(name, desc, approve_words, why, sizeof(why), &kw)) {
+        v->cls = TG_SCAN_APPROVE;
+        snprintf(v->why, sizeof(v->why), "%s: %s, so a human approves each call%s",
+                 why, risk_of(kw), ro ? " (its readOnlyHint is not trusted over that)" : "");
+    } else if (hint_true(tool, "destructiveHint")) {
+        v->cls = TG_SCAN_APPROVE;
+        snprintf(v->why, sizeof(v->why), "annotation destructiveHint: true: a human approves each call");
+    } else if (match_class(name, desc, limit_words, why, sizeof(why), &kw)) {
+        v->cls = TG_SCAN_LIMIT;
+        snprintf(v->why, sizeof(v->why), "%s: %s, so it is allowed at most %d times a minute per grant%s",
+                 why, risk_of(kw), TG_SCAN_LIMIT_PER_MINUTE, ro ? " (its readOnlyHint is not trusted over that)" : "");
+    } else if (ro) {
+        v->cls = TG_SCAN_READ;
+        snprintf(v->why, sizeof(v->why), "annotation readOnlyHint: true: allowed");
+    } else if (match_class(name, desc, read_words, why, sizeof(why), &kw)) {
+        v->cls = TG_SCAN_READ;
+        snprintf(v->why, sizeof(v->why), "%s: it looks read-only, so it is allowed", why);
+    } else {
+        v->cls = TG_SCAN_UNKNOWN;
+        snprintf(v->why, sizeof(v->why), "no word of the lists matched: denied by default (default: deny)");
+    }
+}
+
+/* Peer text made safe for one comment line: control characters and the characters YAML counts
+ * as line breaks (U+0085, U+2028, U+2029) become spaces; cut at max bytes on a UTF-8 boundary. */
+static void append_comment_text(struct tg_buf *out, const char *s, size_t max)
+{
+    size_t n = strlen(s), i = 0;
+    int cut = n > max;
+    if (cut) {
+        n = max;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--;
+    }
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f) {
+            tg_buf_append(out, " ", 1);
+            i++;
+        } else if (c == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] == 0x85) {
+            tg_buf_append(out, " ", 1);
+            i += 2;
+        } else if (c == 0xE2 && i + 2 < n && (unsigned char)s[i + 1] == 0x80 &&
+                   ((unsigned char)s[i + 2] == 0xA8 || (unsigned char)s[i + 2] == 0xA9)) {
+            tg_buf_append(out, " ", 1);
+            i += 3;
+        } else {
+            tg_buf_append(out, s + i, 1);
+            i++;
+        }
+    }
+    if (cut)
+        tg_buf_appends(out, "...");
+}
+
+/* A YAML double-quoted scalar: JSON's escapes, plus \u escapes for DEL and the characters
+ * libyaml would take as line breaks or a BOM inside the quotes. */
+static void append_yaml_string(struct tg_buf *out, const char *s)
+{
+    tg_buf_append(out, "\"", 1);
+    size_t n = strlen(s), run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        const char *esc = NULL;
+        size_t skip = 0;
+        char tmp[8];
+        if (c < 0x20 || c == 0x7f) {
+            snprintf(tmp, sizeof(tmp), "\\u%04x", c);
+            esc = tmp;
+        } else if (c == '"') {
+            esc = "\\\"";
+        } else if (c == '\\') {
+            esc = "\\\\";
+        } else if (c == 0xC2 && i + 1 < n && (unsigned char)s[i + 1] == 0x85) {
+            esc = "\\u0085", skip = 1;
+        } else if (c == 0xE2 && i + 2 < n && (unsigned char)s[i + 1] == 0x80 &&
+                   ((unsigned char)s[i + 2] == 0xA8 || (unsigned char)s[i + 2] == 0xA9)) {
+            esc = (unsigned char)s[i + 2] == 0xA8 ? "\\u2028" : "\\u2029", skip = 2;
+        } else if (c == 0xEF && i + 2 < n && (unsigned char)s[i + 1] == 0xBB && (unsigned char)s[i + 2] == 0xBF) {
+            esc = "\\ufeff", skip = 2;
+        }
+        if (esc == NULL)
+            continue;
+        tg_buf_append(out, s + run, i - run);
+        tg_buf_appends(out, esc);
+        i += skip;
+        run = i + 1;
+    }
+    tg_buf_append(out, s + run, n - run);
+    tg_buf_append(out, "\"", 1);
+}
+
+/* The tools to write: index of the first tool with each string name, or -1. */
+static int first_of_name(const cJSON *tools, const cJSON *tool)
+{
+    const char *name = cJSON_GetObjectItemCaseSensitive(tool, "name")->valuestring;
+    for (const cJSON *t = tools->child; t != tool; t = t->next) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(t, "name");
+        if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0)
+            return 0;
+    }
+    return 1;
+}
+
+static int usable(const cJSON *tools, const cJSON *t)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(t, "name");
+    return cJSON_IsObject(t) && cJSON_IsString(n) && n->valuestring[0] != '\0' && first_of_name(tools, t);
+}
+
+static void write_json(struct tg_buf *out, const cJSON *tools, const char *summary)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "version", "1");
+    cJSON_AddStringToObject(root, "description", summary);
+    cJSON_AddStringToObject(root, "default", "deny");
+    cJSON *jt = cJSON_AddObjectToObject(root, "tools");
+    for (const cJSON *t = tools->child; t != NULL; t = t->next) {
+        if (!usable(tools, t))
+            continue;
+        struct tg_scan_verdict v;
+        tg_scan_classify(t, &v);
+        const char *name = cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring;
+        if (v.cls == TG_SCAN_UNKNOWN)
+            continue;
+        cJSON *e = cJSON_AddObjectToObject(jt, name);
+        if (v.cls == TG_SCAN_READ) {
+            cJSON_AddStringToObject(e, "action", "allow");
+        } else if (v.cls == TG_SCAN_APPROVE) {
+            cJSON_AddStringToObject(e, "action", "approve");
+        } else {
+            char rl[32], rn[64];
+            snprintf(rl, sizeof(rl), "%d/minute", TG_SCAN_LIMIT_PER_MINUTE);
+            snprintf(rn, sizeof(rn), "scan: at most %d calls a minute", TG_SCAN_LIMIT_PER_MINUTE);
+            cJSON *rules = cJSON_AddArrayToObject(e, "rules");
+            cJSON *r = cJSON_CreateObject();
+            cJSON_AddStringToObject(r, "name", rn);
+            cJSON_AddStringToObject(r, "rate_limit", rl);
+            cJSON_AddItemToArray(rules, r);
+        }
+    }
+    char *s = cJSON_Print(root);
+    tg_buf_appends(out, s);
+    tg_buf_appends(out, "\n");
+    cJSON_free(s);
+    cJSON_Delete(root);
+}
+
+static void write_tool_comment(struct tg_buf *out, const cJSON *t, const struct tg_scan_verdict *v)
+{
+    const cJSON *jd = cJSON_GetObjectItemCaseSensitive(t, "description");
+    tg_buf_appends(out, "  # ");
+    append_comment_text(out, cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring, 80);
+    if (cJSON_IsString(jd) && jd->valuestring[0] != '\0') {
+        tg_buf_appends(out, ": ");
+        append_comment_text(out, jd->valuestring, 100);
+    }
+    tg_buf_appends(out, "\n  #   ");
+    append_comment_text(out, v->why, sizeof(v->why));
+    tg_buf_appends(out, "\n");
+}
+
+void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct tg_scan_source *src, int json)
+{
+    size_t count[4] = {0, 0, 0, 0};
+    for (const cJSON *t = tools->child; t != NULL; t = t->next) {
+        if (!usable(tools, t))
+            continue;
+        struct tg_scan_verdict v;
+        tg_scan_classify(t, &v);
+        count[v.cls]++;
+    }
+    char summary[200];
+    snprintf(summary, sizeof(summary),
+             "written by tollgate scan: %zu tools, %zu allowed, %zu rate-limited, %zu need approval, %zu denied by default",
+             count[0] + count[1] + count[2] + count[3], count[TG_SCAN_READ], count[TG_SCAN_LIMIT],
+             count[TG_SCAN_APPROVE], count[TG_SCAN_UNKNOWN]);
+    if (json) {
+        write_json(out, tools, summary);
+        return;
+    }
+    tg_buf_appends(out, "# A starting policy, ");
+    tg_buf_appends(out, summary);
+    tg_buf_appends(out, ".\n");
+    if (src->target != NULL) {
+        tg_buf_appends(out, "# Scanned: ");
+        append_comment_text(out, src->target, 200);
+        tg_buf_appends(out, "\n");
+    }
+    if (src->server != NULL) {
+        tg_buf_appends(out, "# Server: ");
+        append_comment_text(out, src->server, 80);
+        if (src->version != NULL) {
+            tg_buf_appends(out, " ");
+            append_comment_text(out, src->version, 40);
+        }
+        if (src->protocol != NULL) {
+            tg_buf_appends(out, ", protocol ");
+            append_comment_text(out, src->protocol, 40);
+        }
+        tg_buf_appends(out, "\n");
+    }
+    tg_buf_appends(out, "# Each choice comes from words in the tool's name or description, or from its annotations,\n"
+                        "# all written by the server (`tollgate scan --help` lists the words): review before use, and\n"
+                        "# check it with `tollgate policy check FILE`.\n"
+                        "version: \"1\"\n"
+                        "default: deny\n");
+    size_t listed = count[TG_SCAN_READ] + count[TG_SCAN_LIMIT] + count[TG_SCAN_APPROVE];
+    tg_buf_appends(out, listed == 0 ? "tools: {}\n" : "tools:\n");
+    for (const cJSON *t = tools->child; t != NULL; t = t->next) {
+        if (!usable(tools, t))
+            continue;
+        struct tg_scan_verdict v;
+        tg_scan_classify(t, &v);
+        if (v.cls == TG_SCAN_UNKNOWN)
+            continue;
+        write_tool_comment(out, t, &v);
+        tg_buf_appends(out, "  ");
+        append_yaml_string(out, cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring);
+        if (v.cls == TG_SCAN_READ)
+            tg_buf_appends(out, ":\n    action: allow\n");
+        else if (v.cls == TG_SCAN_APPROVE)
+            tg_buf_appends(out, ":\n    action: approve\n");
+        else
+            tg_buf_appendf(out, ":\n    rules:\n      - name: \"scan: at most %d calls a minute\"\n        rate_limit: %d/minute\n",
+                           TG_SCAN_LIMIT_PER_MINUTE, TG_SCAN_LIMIT_PER_MINUTE);
+    }
+    if (count[TG_SCAN_UNKNOWN] == 0)
+        return;
+    tg_buf_appends(out, "  # Denied by default (no word matched); to allow one, list it under tools, e.g.\n"
+                        "  #   \"NAME\": {action: allow}\n");
+    for (const cJSON *t = tools->child; t != NULL; t = t->next) {
+        if (!usable(tools, t))
+            continue;
+        struct tg_scan_verdict v;
+        tg_scan_classify(t, &v);
+        if (v.cls == TG_SCAN_UNKNOWN)
+            write_tool_comment(out, t, &v);
+    }
+}

@@ -1,0 +1,253 @@
+// `tollgate scan` (issue 11, item 3): the real binary scans real stand-ins and the policy it prints
+// is judged by tollgate itself (`policy check`, and `policy test` with cases, so the decisions are
+// the gateway's, not a reading of the text).
+//
+//   1. The CoWork OS stand-in over HTTP (JSON answers, a bearer token via --header, and its HTTP
+//      quirk: initialize is refused with "Already initialized"): execute_code, run_command and
+//      delete_file need approval, list/get tools are allowed, write_file and send_email are allowed
+//      10 times a minute, http_request and the health tools are denied and hidden; YAML and --json.
+//   2. The hostile fixture over stdio with list=scan (tools/list in pages of 4 with nextCursor, and
+//      annotated tools): every page is fetched, annotations are used (readOnlyHint allows,
+//      destructiveHint approves, a readOnlyHint never lifts a "runs a shell" tool), a tool name
+//      with quotes and a description with U+2028 and a newline give a policy that loads, and a
+//      tool named "*" (which a policy reads as every tool) is left out.
+//   3. The hostile fixture over HTTP with answer=sse: SSE answers (a notification event before
+//      the answer), the Mcp-Session-Id and MCP-Protocol-Version sent back on every later POST.
+//   4. The official server-everything over Streamable HTTP (the SDK's SSE answers) and over stdio:
+//      the same policy both ways, and it loads.
+//   5. Errors: bad arguments → usage, exit 2; an unreachable URL, a 401, https://, a command
+//      that does not exist and a server that never answers → a clear message, exit 1.
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import * as H from './lib/harness.mjs';
+import { startHostile, ALL_TOOLS, SCAN_TOOLS } from '../fixtures/hostile/hostile.mjs';
+
+const cleanup = new H.Cleanup();
+const dir = H.makeTempDir(cleanup, 'tollgate-scan-');
+const HOSTILE = path.join(H.TEST_DIR, 'fixtures', 'hostile', 'hostile.mjs');
+
+/** Runs tollgate with args (never blocking the loop, so in-process fixtures answer). */
+function tollgate(args, { timeout = H.scaled(30000) } = {}) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(H.tollgateBin(), args, { cwd: H.REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '', stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d) => { stdout += d; });
+    child.stderr.setEncoding('utf8').on('data', (d) => { stderr += d; });
+    const t = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`tollgate ${args.join(' ')} did not end in ${timeout} ms\n${stderr}`)); }, timeout);
+    child.on('error', (e) => { clearTimeout(t); reject(e); });
+    child.on('close', (code) => { clearTimeout(t); resolve({ code, stdout, stderr }); });
+  });
+}
+
+const show = (r) => `exit ${r.code}\n--- stdout\n${r.stdout}\n--- stderr\n${r.stderr}`;
+let nfile = 0;
+function save(text, ext) {
+  const f = path.join(dir, `policy${++nfile}.${ext}`);
+  fs.writeFileSync(f, text);
+  return f;
+}
+
+/** `tollgate policy check` accepts the file and counts `tools` listed tools. */
+async function assertLoads(file, tools) {
+  const r = await tollgate(['policy', 'check', file]);
+  assert.equal(r.code, 0, show(r));
+  assert.match(r.stdout, new RegExp(`: ok \\(${tools} tools\\)`), show(r));
+}
+
+/** Runs `tollgate policy test` on the policy with these cases; each must pass. */
+async function assertCases(file, cases) {
+  const cf = path.join(dir, `cases${++nfile}.json`);
+  fs.writeFileSync(cf, JSON.stringify(cases));
+  const r = await tollgate(['policy', 'test', file, cf]);
+  assert.equal(r.code, 0, show(r));
+  assert.equal((r.stdout.match(/^ok/gm) ?? []).length, cases.length, show(r));
+}
+
+const call = (name) => ({ name, arguments: {} });
+
+describe('tollgate scan', () => {
+  let standin;
+  before(async () => { standin = await H.startStandin({ cleanup }); });
+  after(() => cleanup.run());
+
+  const coworkCases = [
+    { call: call('execute_code'), expect: 'approve' },
+    { call: call('run_command'), expect: 'approve' },
+    { call: call('delete_file'), expect: 'approve' },
+    { call: call('discord.delete_channel'), expect: 'approve' },
+    { call: call('okta.list_users'), expect: 'allow' },
+    { call: call('salesforce.get_record'), expect: 'allow' },
+    { call: call('google-workspace.calendar_events_list'), expect: 'allow' },
+    { name: '10 writes pass', call: call('write_file'), expect: 'allow', repeat: 10 },
+    { name: 'the 11th is limited', call: call('write_file'), expect: 'limited' },
+    { call: call('resend.send_email'), expect: 'allow', repeat: 10 },
+    { call: call('resend.send_email'), expect: 'limited' },
+    { call: call('http_request'), expect: 'deny', hidden: true },
+    { call: call('okta.health'), expect: 'deny', hidden: true },
+    { call: call('echo'), expect: 'deny', hidden: true },
+  ];
+
+  it('scans the CoWork OS stand-in over HTTP: a YAML policy that tollgate loads, with the expected actions', async () => {
+    const r = await tollgate(['scan', '--header', `Authorization: Bearer ${standin.token}`, `${standin.url}`]);
+    assert.equal(r.code, 0, show(r));
+    assert.match(r.stderr, /refused initialize \(error -32600: Already initialized\)/, show(r));
+    const y = r.stdout;
+    assert.match(y, /^version: "1"$/m);
+    assert.match(y, /^default: deny$/m);
+    assert.match(y, /26 tools, 4 allowed, 6 rate-limited, 5 need approval, 11 denied by default/);
+    // Each rule says why, next to it.
+    assert.match(y, /# {3}name says "execute": it may run code or commands, so a human approves each call\n {2}"execute_code":\n {4}action: approve\n/);
+    assert.match(y, /# {3}name says "list": it looks read-only, so it is allowed\n {2}"okta.list_users":\n {4}action: allow\n/);
+    assert.match(y, /# {3}name says "write": it changes data, so it is allowed at most 10 times a minute per grant\n {2}"write_file":\n {4}rules:\n/);
+    assert.match(y, /# http_request: Make an HTTP request[^\n]*\n {2}# {3}no word of the lists matched: denied by default/);
+    const f = save(y, 'yaml');
+    await assertLoads(f, 15);
+    await assertCases(f, coworkCases);
+  });
+
+  it('--json prints the same policy as JSON', async () => {
+    const r = await tollgate(['scan', '--json', '--header', `Authorization: Bearer ${standin.token}`, standin.url]);
+    assert.equal(r.code, 0, show(r));
+    const p = JSON.parse(r.stdout);
+    assert.equal(p.version, '1');
+    assert.equal(p.default, 'deny');
+    assert.deepEqual(p.tools.execute_code, { action: 'approve' });
+    assert.deepEqual(p.tools['jira.get_issue'], { action: 'allow' });
+    assert.equal(p.tools['jira.create_issue'].rules[0].rate_limit, '10/minute');
+    assert.equal(p.tools.http_request, undefined);
+    const f = save(r.stdout, 'json');
+    await assertLoads(f, 15);
+    await assertCases(f, coworkCases);
+  });
+
+  it('scans a stdio server, following nextCursor through every page and using annotations', async () => {
+    const log = path.join(dir, 'hostile-stdio.log');
+    const r = await tollgate(['scan', '--', process.execPath, HOSTILE, '--stdio', '--log', log, '--flags', 'list=scan']);
+    assert.equal(r.code, 0, show(r));
+    const total = ALL_TOOLS.length + SCAN_TOOLS.length;
+    assert.match(r.stdout, new RegExp(`${total} tools, 3 allowed, 1 rate-limited, 3 need approval, ${ALL_TOOLS.length + 1} denied by default`), show(r));
+    assert.match(r.stdout, /^# Server: hostile 1\.0\.0, protocol 2025-06-18$/m);
+    assert.match(r.stdout, /annotation readOnlyHint: true: allowed\n {2}"inspect":/);
+    assert.match(r.stdout, /annotation destructiveHint: true: a human approves each call\n {2}"wipe":/);
+    assert.match(r.stdout, /description says "runs" \(run\)[^\n]*readOnlyHint is not trusted[^\n]*\n {2}"sneaky":\n {4}action: approve/);
+    assert.match(r.stdout, /name says "get"[^\n]*\n {2}"getUserProfile":/);
+    for (const t of ALL_TOOLS) assert.match(r.stdout, new RegExp(`^ {2}# ${t}: hostile ${t}$`, 'm'));
+    // A tool named "*" would be the rule for every tool: it is left out.
+    assert.match(r.stdout, /^ {2}# \*: Read everything\n {2}# {3}a tool named "\*" cannot be listed/m);
+    assert.doesNotMatch(r.stdout, /^ {2}"\*":/m);
+    // What the server was sent: the lifecycle, then one tools/list per page with the cursors it gave.
+    const msgs = fs.readFileSync(log, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((x) => x.msg).map((x) => x.msg);
+    assert.deepEqual(msgs.slice(0, 2).map((m) => m.method), ['initialize', 'notifications/initialized']);
+    assert.equal(msgs[0].params.protocolVersion, '2025-06-18');
+    const lists = msgs.filter((m) => m.method === 'tools/list');
+    assert.equal(lists.length, Math.ceil(total / 4));
+    assert.deepEqual(lists.map((m) => m.params?.cursor ?? null),
+      [null, ...Array.from({ length: lists.length - 1 }, (_, i) => `page-${(i + 1) * 4}-of-hostile`)]);
+    const f = save(r.stdout, 'yaml');
+    await assertLoads(f, SCAN_TOOLS.length - 1);
+    await assertCases(f, [
+      { call: call('inspect'), expect: 'allow' },
+      { call: call('wipe'), expect: 'approve' },
+      { call: call('sneaky'), expect: 'approve' },
+      { call: call('getUserProfile'), expect: 'allow' },
+      { call: call('transfer_funds'), expect: 'approve' },
+      { call: call('publish_post'), expect: 'allow', repeat: 10 },
+      { call: call('publish_post'), expect: 'limited' },
+      { call: call('dot.weird "name"'), expect: 'allow' },
+      { call: call('echo'), expect: 'deny', hidden: true },
+      { call: call('*'), expect: 'deny', hidden: true },
+    ]);
+  });
+
+  it('reads SSE answers over HTTP and sends the Mcp-Session-Id and protocol version back', async () => {
+    const h = await startHostile({ port: 0 });
+    cleanup.add(() => h.stop());
+    const r = await tollgate(['scan', h.url('/list=scan/answer=sse/mcp')]);
+    assert.equal(r.code, 0, show(r));
+    assert.match(r.stdout, /3 allowed, 1 rate-limited, 3 need approval/, show(r));
+    const posts = h.httpLog.filter((e) => e.method === 'POST');
+    assert.equal(posts.length, 2 + Math.ceil((ALL_TOOLS.length + SCAN_TOOLS.length) / 4));
+    for (const p of posts) assert.match(p.headers.accept, /application\/json/), assert.match(p.headers.accept, /text\/event-stream/);
+    assert.equal(posts[0].headers['mcp-session-id'], undefined);
+    const sid = posts[1].headers['mcp-session-id'];
+    assert.match(sid ?? '', /^[0-9a-f]{24}$/);
+    for (const p of posts.slice(1)) {
+      assert.equal(p.headers['mcp-session-id'], sid);
+      assert.equal(p.headers['mcp-protocol-version'], '2025-06-18');
+    }
+  });
+
+  it('the official server-everything gives the same policy over Streamable HTTP (the SDK answers in SSE) and stdio', async () => {
+    const ev = await H.startEverything({ cleanup });
+    const entry = path.join(H.NODE_MODULES, '@modelcontextprotocol', 'server-everything', 'dist', 'index.js');
+    const overHttp = await tollgate(['scan', ev.url]);
+    assert.equal(overHttp.code, 0, show(overHttp));
+    const overStdio = await tollgate(['scan', '--', process.execPath, entry, 'stdio']);
+    assert.equal(overStdio.code, 0, show(overStdio));
+    const body = (r) => r.stdout.split('\n').filter((l) => !l.startsWith('# Scanned: ')).join('\n');
+    assert.equal(body(overHttp), body(overStdio));
+    assert.match(overHttp.stdout, /^# Server: mcp-servers\/everything [^\n]*, protocol 2025-06-18$/m);
+    const m = /(\d+) tools, (\d+) allowed/.exec(overHttp.stdout);
+    assert.ok(m && Number(m[1]) >= 10 && Number(m[2]) >= 1, overHttp.stdout);
+    await assertLoads(save(overHttp.stdout, 'yaml'), (overHttp.stdout.match(/^ {2}"/gm) ?? []).length);
+  });
+
+  it('bad arguments print the usage and exit 2', async () => {
+    for (const args of [[], ['--bogus', 'http://127.0.0.1:1/mcp'], ['--'], ['--header', 'no colon', 'http://127.0.0.1:1/'],
+      ['http://a/', 'http://b/'], ['--timeout', 'x', 'http://127.0.0.1:1/'], ['http://127.0.0.1:1/', '--', 'true'],
+      ['--header', 'A: b', '--', 'true']]) {
+      const r = await tollgate(['scan', ...args]);
+      assert.equal(r.code, 2, `${args.join(' ')}: ${show(r)}`);
+      assert.match(r.stderr, /usage:\n {2}tollgate scan/, show(r));
+      assert.equal(r.stdout, '');
+    }
+    const h = await tollgate(['scan', '--help']);
+    assert.equal(h.code, 0);
+    assert.match(h.stdout, /How tools are classified/);
+  });
+
+  it('an unreachable server, a refused token, https:// and a missing command: a clear message, exit 1', async () => {
+    const port = await H.freePort();
+    let r = await tollgate(['scan', `http://127.0.0.1:${port}/mcp`]);
+    assert.equal(r.code, 1, show(r));
+    assert.match(r.stderr, new RegExp(`^tollgate: scan: cannot connect to 127\\.0\\.0\\.1 port ${port}: Connection refused$`, 'm'));
+    assert.equal(r.stdout, '');
+    r = await tollgate(['scan', '--header', 'Authorization: Bearer wrong', standin.url]);
+    assert.equal(r.code, 1, show(r));
+    assert.match(r.stderr, /HTTP 401 from 127\.0\.0\.1 port \d+: .*Unauthorized/, show(r));
+    r = await tollgate(['scan', 'https://127.0.0.1:1/mcp']);
+    assert.equal(r.code, 1, show(r));
+    assert.match(r.stderr, /https:\/\/ is not supported/);
+    r = await tollgate(['scan', '--', path.join(dir, 'no-such-server')]);
+    assert.equal(r.code, 1, show(r));
+    assert.match(r.stderr, /cannot start .*no-such-server: No such file or directory/);
+    r = await tollgate(['scan', '--', process.execPath, HOSTILE, '--stdio', '--flags', 'crash=start']);
+    assert.equal(r.code, 1, show(r));
+    assert.match(r.stderr, /the server exited \(status 3\) before answering request 1/);
+  });
+
+  it('a server that never answers: --timeout bounds the wait, exit 1 (HTTP and stdio; the child is ended)', async () => {
+    const held = new Set();
+    const silent = net.createServer((s) => { held.add(s); s.on('error', () => {}); });
+    await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    cleanup.add(() => { for (const s of held) s.destroy(); return new Promise((resolve) => silent.close(resolve)); });
+    const port = silent.address().port;
+    let t0 = Date.now();
+    let r = await tollgate(['scan', '--timeout', '0.5', `http://127.0.0.1:${port}/mcp`]);
+    assert.equal(r.code, 1, show(r));
+    assert.match(r.stderr, new RegExp(`no answer from 127\\.0\\.0\\.1 port ${port} within 500 ms`), show(r));
+    assert.equal(held.size, 1);
+    assert.ok(Date.now() - t0 < H.scaled(10000), `took ${Date.now() - t0} ms`);
+    t0 = Date.now();
+    r = await tollgate(['scan', '--timeout', '0.5', '--', 'sleep', '30']);
+    assert.equal(r.code, 1, show(r));
+    assert.match(r.stderr, /no answer to request 1 on the server's stdout within 500 ms/, show(r));
+    // sleep ignores its stdin: it was sent SIGTERM 2 s after stdin closed, far before its 30 s.
+    assert.ok(Date.now() - t0 < H.scaled(15000), `took ${Date.now() - t0} ms`);
+  });
+});
