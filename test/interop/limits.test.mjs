@@ -571,7 +571,7 @@ describe('3. sizes an upstream chooses: the call gets a clean error, the gateway
       limits: { response_bytes: RESP, json_depth: 32 },
       upstreams: [
         { name: 'raw', url: `http://127.0.0.1:${raw.port}/mcp`, initialize: 'local', call_timeout_ms: 4000 },
-        { name: 'lsse', url: hostile.url('/sse'), transport: 'sse', call_timeout_ms: 4000 },
+        { name: 'lsse', url: hostile.url('/sse'), transport: 'sse', call_timeout_ms: 10000 },
         { name: 'st', command: [process.execPath, big], call_timeout_ms: 4000 },
       ],
     });
