@@ -220,12 +220,14 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
         unauthorized(srv, c, path, ar, why);
         return;
     }
-    tg_strlcpy(c->log_grant, g->name, sizeof(c->log_grant));
-    tg_strlcpy(c->log_upstream, srv->conf->upstreams[upstream].name, sizeof(c->log_upstream));
-    struct tg_slice sid = tg_http_req_header(req, "mcp-session-id");
-    if (sid.len > 0 && sid.len < sizeof(c->log_session)) {
-        memcpy(c->log_session, sid.ptr, sid.len);
-        c->log_session[sid.len] = '\0';
+    if (c->env->access_log) { /* who, for the access line (copies: a reload may free the conf) */
+        tg_strlcpy(c->log_grant, g->name, sizeof(c->log_grant));
+        tg_strlcpy(c->log_upstream, srv->conf->upstreams[upstream].name, sizeof(c->log_upstream));
+        struct tg_slice sid = tg_http_req_header(req, "mcp-session-id");
+        if (sid.len > 0 && sid.len < sizeof(c->log_session)) {
+            memcpy(c->log_session, sid.ptr, sid.len);
+            c->log_session[sid.len] = '\0';
+        }
     }
     struct tg_exchange x = {0};
     x.srv = srv;
