@@ -375,3 +375,29 @@ void tg_window_sub(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t wind
 {
     c->ops->window_sub(c, h1, h2, window_start, amount);
 }
+
+void tg_counter_op_apply(struct tg_counters *c, struct tg_counter_op *op)
+{
+    switch (op->kind) {
+    case TG_COP_BUCKET_TAKE:
+        op->ok = tg_bucket_take(c, op->h1, op->h2, op->capacity, op->window_ms, op->amount, op->now_ms, &op->value,
+                                &op->retry_ms);
+        return;
+    case TG_COP_BUCKET_GIVE:
+        tg_bucket_give(c, op->h1, op->h2, op->capacity, op->amount);
+        op->ok = 1;
+        return;
+    case TG_COP_WINDOW_GET:
+        op->value = tg_window_get(c, op->h1, op->h2, op->window_start);
+        op->ok = 1;
+        return;
+    case TG_COP_WINDOW_ADD:
+        op->ok = tg_window_add(c, op->h1, op->h2, op->window_start, op->window_ms, op->amount, op->limit, op->limit_op,
+                               &op->value);
+        return;
+    case TG_COP_WINDOW_SUB:
+        tg_window_sub(c, op->h1, op->h2, op->window_start, op->amount);
+        op->ok = 1;
+        return;
+    }
+}

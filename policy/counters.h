@@ -81,4 +81,83 @@ int tg_window_add(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t windo
  * window began). */
 void tg_window_sub(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, double amount);
 
+/* ---- one operation as data: for stores that answer later (a shared store over the network) -- */
+
+enum tg_counter_op_kind {
+    TG_COP_BUCKET_TAKE = 0,
+    TG_COP_BUCKET_GIVE,
+    TG_COP_WINDOW_GET,
+    TG_COP_WINDOW_ADD,
+    TG_COP_WINDOW_SUB,
+};
+
+/* One call of the functions above, as a value: the arguments, and once answered the result.
+ * Value type, in arrays (the plan below, a shared store's request). */
+struct tg_counter_op {
+    enum tg_counter_op_kind kind;
+    uint64_t h1, h2;
+    double capacity;       /* buckets */
+    int64_t window_ms;     /* buckets and window add */
+    double amount;         /* take, give, add, sub */
+    int64_t now_ms;        /* take */
+    int64_t window_start;  /* windows */
+    double limit;          /* window add */
+    enum tg_limit_op limit_op;
+    /* The result: ok (take, add: 1 taken/added; get, give, sub: 1), value (take: the level
+     * after, *left; add: *now_value; get: the value), retry_ms (take). */
+    int ok;
+    double value;
+    uint64_t retry_ms;
+};
+
+/* Run one operation on a store now and fill its result. */
+void tg_counter_op_apply(struct tg_counters *c, struct tg_counter_op *op);
+
+/* A decision made against a store that answers later (policy/plan.c). The plan is a store whose
+ * operations record what a decision asks; the decision is run again (a "pass") until every
+ * operation it reaches has an answer:
+ *
+ *   tg_plan_init(&p);
+ *   for (;;) {
+ *       tg_plan_begin(&p);
+ *       tg_policy_decide_call(pol, &p.base, who, tool, args, now_ms, &d);  // same now_ms each pass
+ *       size_t from, n = tg_plan_end(&p, &from);
+ *       if (n == 0) break;                   // final: d is the decision
+ *       ...run p.ops[from .. from+n) on the shared store, write their results, tg_plan_answered(&p)
+ *   }
+ *   ...run p.effects[0 .. p.neffects) (refunds; no answer needed), tg_plan_dispose(&p)
+ *
+ * A pass answers a known operation from its result, and an unknown one optimistically (a take
+ * or add that fits succeeds, a window reads 0) while recording it for the next round. A pass
+ * that asks something else than the operation recorded at that place (a real answer changed its
+ * path) leaves the rest of the record unconsumed: what those operations took is given back (an
+ * effect). Gives and subs of the final pass are effects; those of earlier passes are dropped,
+ * as they undid optimistic answers. So a decision costs one round trip when the optimism holds
+ * (every counter fits), and never takes more than the final pass reserved. Passes are bounded:
+ * after TG_PLAN_MAX_ROUNDS rounds tg_plan_end() returns 0 with p->unsettled = 1, and the caller
+ * must fail closed. */
+#define TG_PLAN_MAX_ROUNDS 8
+
+struct tg_counter_plan {
+    struct tg_counters base;     /* first: pass &plan.base as the decision's store */
+    struct tg_counter_op *ops;   /* what the decision asks, in order; [0, nknown) answered */
+    size_t nops, capops, nknown;
+    size_t cursor;               /* the next operation this pass */
+    struct tg_counter_op *effects; /* after the final pass: the gives and subs to run on the
+                                    * shared store, in order (what was given back first) */
+    size_t neffects, capeffects;
+    size_t kept;                 /* effects[0, kept) outlive the pass: what unconsumed operations
+                                  * took; effects[kept ..) are this pass's own */
+    int rounds;
+    int unsettled;
+};
+
+void tg_plan_init(struct tg_counter_plan *p);
+void tg_plan_begin(struct tg_counter_plan *p);
+/* After a pass: how many operations need an answer (ops[*from ..]); 0 when the pass was final. */
+size_t tg_plan_end(struct tg_counter_plan *p, size_t *from);
+/* The operations tg_plan_end() named have their results. */
+void tg_plan_answered(struct tg_counter_plan *p);
+void tg_plan_dispose(struct tg_counter_plan *p);
+
 #endif
