@@ -657,8 +657,10 @@ static void on_kick(uv_timer_t *t)
     }
     uv_handle_t *hs[4] = {(uv_handle_t *)&r->cmd.timer, (uv_handle_t *)&r->sub.timer,
                           (uv_handle_t *)&r->deadline_timer, (uv_handle_t *)&r->kick};
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
+        hs[i]->data = r;
         uv_close(hs[i], on_handle_closed);
+    }
 }
 
 /* ---- the interface ------------------------------------------------------------------------ */
