@@ -212,6 +212,11 @@ static void on_ops(void *ud, int status);
 
 static void send_round(struct tg_cluster_job *j, size_t from, size_t n)
 {
+    /* A window add learns the decision's time too, so its key expires when its window ends
+     * (the plan's operations carry only what the decision asked). */
+    for (size_t i = from; i < from + n; i++)
+        if (j->plan.ops[i].kind == TG_COP_WINDOW_ADD)
+            j->plan.ops[i].now_ms = j->now_ms;
     j->cl->stats.rounds++;
     j->req = tg_redis_counter_ops(j->cl->redis, j->cl->key_prefix, j->plan.ops + from, n, on_ops, j);
 }
