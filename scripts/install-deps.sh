@@ -17,7 +17,9 @@ if [ "${1:-}" = "--test" ]; then
   # package installs the tools only, it does not replace the init system or start anything.
   # prometheus: promtool, for interop metrics (`promtool check metrics` on a live scrape); the
   # package's daemon is not started by the install in a chroot or without systemd as init.
-  want+=(nginx-light wrk procps python3-minimal chromium systemd prometheus)
+  # redis-server, haproxy: test/interop/cluster.test.mjs starts one Redis and an HAProxy in front
+  # of three gateways itself (foreground, loopback, free ports; the packages' daemons are not used).
+  want+=(nginx-light wrk procps python3-minimal chromium systemd prometheus redis-server haproxy)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -423,6 +423,7 @@ function cfgValue(v, indent) {
  *   audit:     { file, args?, redact? } — omitted when falsy
  *   jwt:       [{ issuer, audience, jwks_file, grant_claim?, skew_s? }] — omitted when falsy
  *   public_url: string — omitted when falsy
+ *   cluster:   { redis, key_prefix, secret_file, on_unavailable, ... } — omitted when falsy
  *
  * An upstream without a `policy` gets a pass-everything policy ({"default":"allow"}) written
  * beside the conf, since an upstream with no policy at all is closed; `policy: null` leaves it out.
@@ -451,6 +452,7 @@ export function writeConf(dir, opts) {
     audit: opts.audit || undefined,
     jwt: opts.jwt || undefined,
     public_url: opts.public_url || undefined,
+    cluster: opts.cluster || undefined,
   };
   const lines = ['# written by test/interop/lib/harness.mjs'];
   for (const [k, v] of Object.entries(conf)) {
