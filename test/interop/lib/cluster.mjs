@@ -181,6 +181,7 @@ defaults
   timeout tunnel 1h
   timeout http-keep-alive 10s
   retries 3
+  retry-on conn-failure
   option redispatch 1
   option httpchk
   http-check send meth GET uri /readyz
