@@ -203,6 +203,7 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
       reload: budgetPolicy('reload', 10),
       pause: budgetPolicy('pause', 40),
       kill: budgetPolicy('kill', 20),
+      restart: budgetPolicy('restart', 10),
     });
     c = await C.startCluster({
       cleanup, dir: sub, n: 3, adminToken: ADMIN_TOKEN,
@@ -239,6 +240,8 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     assert.ok(decided.every((d) => d > 0), `every instance decided some of the calls (spread over 3): ${decided}`);
     const rt = after.reduce((a, m, i) => a + family(m, 'tollgate_cluster_redis_round_trips_total') - family(before[i], 'tollgate_cluster_redis_round_trips_total'), 0);
     const cmds = after.reduce((a, m, i) => a + family(m, 'tollgate_cluster_redis_commands_total') - family(before[i], 'tollgate_cluster_redis_commands_total'), 0);
+    const keys = await c.redis.command('KEYS', `${c.keyPrefix}*`);
+    assert.ok(Array.isArray(keys) && keys.length > 0, `the counters live in Redis under ${c.keyPrefix}: ${JSON.stringify(keys)}`);
     t.diagnostic(`decisions per instance ${decided.join('/')}; Redis round trips ${rt}, commands ${cmds} for 1 initialize + 1 tools/list + 11 tools/call`);
     await cl.close();
   });
@@ -372,6 +375,48 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     t.diagnostic(`forwarded ${n} of a budget of 40 (reservations queued in the stopped Redis may be lost, never added)`);
     assert.ok(n <= 40, `overspent: ${n} > 40`);
     assert.ok(n >= 40 - denied.length, `${n} forwarded: more lost than the ${denied.length} calls made while Redis was stopped`);
+  });
+
+  test('Redis killed and restarted empty on its port: -32004 while it is gone, then scripts loaded again and counters work (from a full bucket: no persistence)', async (t) => {
+    const s = await session(c.instanceUrl(0, UPSTREAM), g.restart);
+    const ec = (i, tag) => rawCall(c.instanceUrl(i % 3, UPSTREAM), s, 'execute_code', { language: 'python', code: `restart-${tag}` });
+    for (let i = 0; i < 3; i++) assert.ok(ok(await ec(i, `before-${i}`)));
+    await c.redis.kill();
+    try {
+      for (let i = 0; i < 3; i++) {
+        await c.instances[i].waitForMetric('tollgate_cluster_redis_up', (v) => v === 0, { token: ADMIN_TOKEN });
+        const r = await ec(i, `down-${i}`);
+        assert.equal(code(r), -32004, `Redis gone, on ${c.instances[i].name}: ${JSON.stringify(r)}`);
+        assert.ok(r.msg.error.data?.reason, JSON.stringify(r.msg.error));
+        const e = await rawCall(c.instanceUrl(i, UPSTREAM), s, 'echo', { text: `restart-echo-${i}` });
+        assert.ok(ok(e), `echo with Redis gone, on ${c.instances[i].name}: ${JSON.stringify(e)}`);
+      }
+    } finally {
+      if (c.redis.proc.exitCode !== null || c.redis.proc.signalCode !== null) await c.redis.restart();
+    }
+    assert.deepEqual(forwarded('restart-down-'), []);
+    let unavailable = 0;
+    let served = 0;
+    for (let i = 0; i < 3; i++) {
+      await c.instances[i].waitForMetric('tollgate_cluster_redis_up', (v) => v === 1, { token: ADMIN_TOKEN, timeout: 15000 });
+      let n = 0;
+      await H.waitUntil(async () => {
+        const x = await ec(i, `up-${i}-${n++}`);
+        if (code(x) === -32004) { unavailable++; return false; }
+        assert.ok(ok(x), `after the restart, on ${c.instances[i].name}: ${JSON.stringify(x)}`);
+        served++;
+        return true;
+      }, { what: `a counter call on ${c.instances[i].name} after the restart` });
+    }
+    let limited = null;
+    for (let i = 0; i < 20 && !limited; i++) {
+      const r = await ec(i, `rest-${i}`);
+      if (code(r) === -32002) limited = r;
+      else { assert.ok(ok(r), JSON.stringify(r)); served++; }
+    }
+    assert.ok(limited, 'the new bucket runs out (-32002)');
+    t.diagnostic(`after the restart: ${served} served before -32002, ${unavailable} answered -32004 while reconnecting`);
+    assert.ok(served <= 10 && served >= 10 - unavailable, `a fresh bucket of 10: ${served} served`);
   });
 
   test('an instance killed (SIGKILL) under load: the others keep serving through HAProxy, the budget holds', async (t) => {
