@@ -310,6 +310,17 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     }
     const again = await c.admin(1, 'POST', `/admin/approvals/${listed[1].id}/approve`);
     assert.equal(again.status, 404, `approving a decided call again on b: ${again.text}`);
+    // and a deny on b reaches the client on a: -32003, never forwarded
+    const denyArgs = { path: '/tmp/cluster-denied.txt', content: 'deny-on-b' };
+    const refused = a.client.callTool({ name: 'write_file', arguments: denyArgs }).then((r) => ({ r }), (e) => ({ e }));
+    const item = await H.waitUntil(async () => (await c.admin(1, 'GET', '/admin/approvals')).json?.approvals?.find((x) => x.tool === 'write_file'),
+      { what: "the second parked call in b's list" });
+    const d = await c.admin(1, 'POST', `/admin/approvals/${item.id}/deny`, { headers: { 'X-Tollgate-Approver': 'dave' } });
+    assert.equal(d.status, 200, d.text);
+    const out = await H.within(refused, H.scaled(10000), 'the denied call to be answered on a');
+    assert.ok(out.e instanceof sdk.types.McpError, `denied: ${JSON.stringify(out.r ?? String(out.e))}`);
+    assert.equal(out.e.code, -32003, out.e.message);
+    assert.equal(forwarded('/tmp/cluster-denied', 'path').length, 0, 'a denied call is never forwarded');
     await a.close();
   });
 
@@ -335,14 +346,15 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     c.redis.stop();
     let denied;
     let echoes;
+    const downSeen = [];
     try {
       [denied, echoes] = await Promise.all([
         Promise.all(Array.from({ length: 9 }, (_, i) => ec(i, `paused-${i}`))),
         Promise.all(Array.from({ length: 6 }, (_, i) => rawCall(c.instanceUrl(i % 3, UPSTREAM), s, 'echo', { text: `pause-echo-${i}` }))),
       ]);
-      // while it is still stopped: the instances say so
+      // while it is still stopped: the instances say so (asserted below, after the answers)
       for (let i = 0; i < 3; i++) {
-        await c.instances[i].waitForMetric('tollgate_cluster_redis_up', (v) => v === 0, { token: ADMIN_TOKEN });
+        downSeen[i] = await H.waitFor(async () => (await c.metrics(i)).tollgate_cluster_redis_up === 0, { timeout: H.scaled(10000), interval: 50 });
       }
     } finally {
       c.redis.cont();
@@ -354,6 +366,7 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     }
     for (const r of echoes) assert.ok(ok(r), `echo (no counter) with Redis stopped: ${JSON.stringify(r)}`);
     assert.deepEqual(forwarded('pause-paused-'), [], 'no call answered -32004 was forwarded');
+    assert.deepEqual(downSeen, [true, true, true], 'tollgate_cluster_redis_up went to 0 on every instance while Redis was stopped');
     t.diagnostic(`-32004 answered in ${Math.min(...denied.map((r) => r.ms))}..${Math.max(...denied.map((r) => r.ms))} ms`);
 
     for (let i = 0; i < 3; i++) {
