@@ -2,6 +2,8 @@
  * API (/admin/approvals, /admin/approvals/ID/approve|deny, /admin/reload), and the approvals
  * page under /admin/ui/ (core/admin_ui.c). Answers made inside the gateway, beside the proxy path. */
 #include "core/admin.h"
+
+#include "cluster/cluster.h"
 #include "core/admin_ui.h"
 
 #include <stdio.h>
@@ -33,8 +35,62 @@ static int admin_authorized(struct tg_server *srv, struct tg_conn *c)
     return tg_auth_ct_equal(h, srv->conf->admin.token_sha256, 32);
 }
 
+/* GET /admin/approvals of a cluster: every member's parked calls, from the shared queue.
+ * Owner of the wait: the queue's callback (c NULL once the client has gone). */
+struct list_wait {
+    struct tg_conn *c;
+};
+
+static void on_list_abort(struct tg_conn *c, void *ex)
+{
+    (void)c;
+    ((struct list_wait *)ex)->c = NULL;
+}
+
+static void on_listed(void *ud, const struct tg_approval_item *items, size_t n)
+{
+    struct list_wait *w = ud;
+    struct tg_conn *c = w->c;
+    free(w);
+    if (c == NULL)
+        return;
+    c->exchange = NULL;
+    c->on_abort = NULL;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appends(&b, "{\"approvals\":[");
+    for (size_t i = 0; i < n; i++) {
+        const struct tg_approval_item *it = &items[i];
+        const char *names[] = {"id", "grant", "session", "upstream", "tool", "args_sha256", "instance"};
+        const char *vals[] = {it->id, it->grant, it->session, it->upstream, it->tool, it->args_sha256, it->instance};
+        tg_buf_appends(&b, i ? ",{" : "{");
+        for (int f = 0; f < 7; f++) {
+            tg_buf_appendf(&b, "%s\"%s\":", f ? "," : "", names[f]);
+            tg_json_write_string(&b, vals[f] ? vals[f] : "", vals[f] ? strlen(vals[f]) : 0);
+        }
+        if (it->args) {
+            tg_buf_appends(&b, ",\"args\":");
+            tg_buf_appends(&b, it->args);
+        }
+        tg_buf_appendf(&b, ",\"parked_at_ms\":%llu,\"waited_ms\":%llu,\"expires_in_ms\":%llu}",
+                       (unsigned long long)it->parked_at_ms, (unsigned long long)it->waited_ms,
+                       (unsigned long long)it->expires_in_ms);
+    }
+    tg_buf_appends(&b, "]}");
+    tg_http_respond(c, 200, NULL, "application/json", b.base, b.len);
+    tg_buf_dispose(&b);
+}
+
 static void list_approvals(struct tg_server *srv, struct tg_conn *c)
 {
+    if (srv->cluster != NULL) {
+        struct list_wait *w = tg_xcalloc(1, sizeof(*w));
+        w->c = c;
+        c->exchange = w;
+        c->on_abort = on_list_abort;
+        tg_approvals_queue(srv)->list(srv, on_listed, w);
+        return;
+    }
     struct tg_buf b;
     tg_buf_init(&b);
     tg_approvals_list(srv, &b);
@@ -90,6 +146,7 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
     tg_buf_appendf(out, "tollgate_sessions_open{transport=\"sse\"} %zu\n", nsse);
     tg_buf_appendf(out, "tollgate_sessions_open{transport=\"websocket\"} %zu\n", nws);
     C("sessions_created_total", "MCP sessions created.", m->sessions_created);
+    C("sessions_adopted_total", "2025 sessions another member of the cluster made, served here (their record read from Redis).", m->sessions_adopted);
     C("sessions_expired_total", "MCP sessions dropped after limits.session_idle_timeout_ms.", m->sessions_expired);
     C("rpc_requests_total", "JSON-RPC requests forwarded.", m->rpc_requests);
     C("rpc_notifications_total", "JSON-RPC notifications forwarded.", m->rpc_notifications);
@@ -116,6 +173,8 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
       m->server_requests_denied);
     G("counters_live", "Rate-limit buckets and windows held in memory.", tg_counters_count(srv->counters));
     G("counters_memory_bytes", "Memory of the counter table.", tg_counters_memory(srv->counters));
+    if (srv->cluster != NULL)
+        tg_cluster_metrics(srv->cluster, out);
     C("audit_records_total", "Audit records written.", tg_audit_written(srv->audit));
     C("audit_dropped_total", "Audit records dropped: the disk fell behind or a write failed.", tg_audit_dropped(srv->audit));
     C("reloads_total", "Successful configuration reloads.", srv->reloads);

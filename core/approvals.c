@@ -27,6 +27,8 @@ void tg_approvals_park(struct tg_call *k)
     tg_log(TG_LOG_INFO, "call parked for approval", "approval_id=%s grant=%s session=%s upstream=%s tool=%s",
            k->approval_id, k->grant, k->sess->id_str, up_name(k), k->tool);
     tg_call_audit(k, "approve", -1, NULL, NULL);
+    if (srv->cluster != NULL)
+        tg__approvals_shared_park(k);
 }
 
 /* The answer to a call that was not approved: -32003 with {tool, approval_id, reason}, reason
@@ -55,6 +57,8 @@ static void finish(struct tg_call *k, int approve, const char *by, const char *w
     tg_list_unlink(&k->alink);
     srv->napprovals--;
     k->parked = 0;
+    if (srv->cluster != NULL)
+        tg__approvals_shared_gone(k);
     if (approve) {
         srv->metrics.approvals_approved++;
         tg_call_audit(k, "approved", -1, NULL, by);
@@ -220,6 +224,7 @@ static void local_list(struct tg_server *srv, tg_approval_list_cb done, void *ud
         uint64_t parked_loop = k->approval_deadline - (uint64_t)k->dec->approval_timeout_ms;
         it->waited_ms = now > parked_loop ? now - parked_loop : 0;
         it->expires_in_ms = k->approval_deadline > now ? k->approval_deadline - now : 0;
+        it->args_sha256 = k->args_sha256;
     }
     done(ud, items, n);
     for (i = 0; i < n; i++)
@@ -242,13 +247,12 @@ static void local_decide(struct tg_server *srv, struct tg_slice id, int approve,
     done(ud, 0);
 }
 
-static const struct tg_approval_queue_ops local_queue = {
+const struct tg_approval_queue_ops tg__approvals_local_queue = {
     .list = local_list,
     .decide = local_decide,
 };
 
 const struct tg_approval_queue_ops *tg_approvals_queue(struct tg_server *srv)
 {
-    (void)srv; /* with `cluster` (a later issue) the shared queue is chosen here */
-    return &local_queue;
+    return srv->cluster != NULL ? &tg__approvals_shared_queue : &tg__approvals_local_queue;
 }

@@ -51,6 +51,8 @@ struct tg_approval_item {
     uint64_t parked_at_ms;   /* wall clock (ms since the epoch) */
     uint64_t waited_ms;      /* how long it has waited so far */
     uint64_t expires_in_ms;  /* until its deadline */
+    const char *instance;    /* a cluster: the member holding the call (NULL for the local queue) */
+    const char *args_sha256; /* the arguments' digest (hex), or NULL */
 };
 /* items: valid during the call only. n: how many. */
 typedef void (*tg_approval_list_cb)(void *ud, const struct tg_approval_item *items, size_t n);
@@ -65,7 +67,15 @@ struct tg_approval_queue_ops {
     void (*decide)(struct tg_server *srv, struct tg_slice id, int approve, const char *by, const char *reason,
                    tg_approval_decide_cb done, void *ud);
 };
-/* The queue this server's approvers see. */
+/* The queue this server's approvers see: the shared one with a cluster, else the local one. */
 const struct tg_approval_queue_ops *tg_approvals_queue(struct tg_server *srv);
+
+/* core/approvals_shared.c, with a cluster: the local queue stays the truth for this member's
+ * calls; these mirror it in Redis and take decisions other members publish. */
+extern const struct tg_approval_queue_ops tg__approvals_local_queue;
+extern const struct tg_approval_queue_ops tg__approvals_shared_queue;
+void tg__approvals_shared_start(struct tg_server *srv);
+void tg__approvals_shared_park(struct tg_call *k);
+void tg__approvals_shared_gone(struct tg_call *k);
 
 #endif

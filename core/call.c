@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/cluster.h"
+#include "cluster/sessions.h"
+#include "core/approvals.h"
 #include "core/audit.h"
 #include "core/log.h"
 #include "core/mcp/legacy.h"
@@ -64,7 +67,10 @@ static void refund(struct tg_call *k)
         return;
     k->refunded = 1;
     k->srv->metrics.refunds++;
-    tg_policy_refund(k->srv->counters, k->dec, wall_ms());
+    if (k->dec->shared && k->srv->cluster != NULL)
+        tg_cluster_refund(k->srv->cluster, k->dec);
+    else
+        tg_policy_refund(k->srv->counters, k->dec, wall_ms());
 }
 
 void tg_call_audit(struct tg_call *k, const char *decision, double latency, const char *outcome, const char *by)
@@ -145,6 +151,11 @@ void tg_call_close(struct tg_call *k)
     if (k->closed)
         return;
     k->closed = 1;
+    if (k->deciding != NULL) {
+        /* Its decision still waits for Redis: what that takes is given back when it comes. */
+        tg_cluster_detach(k->deciding);
+        k->deciding = NULL;
+    }
     if (!k->forwarded)
         tg_call_settle(k, TG_OUT_WITHDRAWN, -1);
     k->ops->cancel(k);
@@ -153,6 +164,8 @@ void tg_call_close(struct tg_call *k)
         tg_list_unlink(&k->alink);
         k->srv->napprovals--;
         k->parked = 0;
+        if (k->srv->cluster != NULL)
+            tg__approvals_shared_gone(k);
         k->srv->metrics.approvals_rejected++;
         tg_call_audit(k, "cancelled", -1, NULL, "client");
     }
@@ -189,6 +202,7 @@ static void call_release(struct tg_call *k)
     free(k->input_req_id);
     free(k->mrtr);
     tg_buf_dispose(&k->held);
+    cJSON_Delete(k->resume_params);
     tg_buf_dispose(&k->body);
     tg_sse_dispose(&k->sse);
     free(k->client_id);
@@ -333,8 +347,11 @@ void tg_call_backpressure(struct tg_call *k)
 static void deliver_answer(struct tg_call *k, struct tg_buf *out, int is_error, const char *p, size_t n)
 {
     k->got_response = is_error ? 2 : 1;
-    if (k->is_init)
+    if (k->is_init) {
         tg_mcp_note_init_result(k->sess, p, n, k->srv->conf->limits.json_depth + 16);
+        if (k->srv->cluster != NULL && k->sess != NULL && (size_t)k->sess->upstream < k->srv->conf->nupstreams)
+            tg_cluster_session_share(k->srv->cluster, k->sess, &k->srv->conf->upstreams[k->sess->upstream]);
+    }
     if (k->is_tools_list && !is_error && k->srv->schemas != NULL)
         tg_mcp_schemas_learn(k->srv->schemas, up_name(k), p, n); /* for 2026 clients' Mcp-Param-* */
     char why[160];

@@ -68,6 +68,7 @@ enum tg_outcome {
 /* One client message in flight. Owner: the session's calls list while open; closed by
  * tg_call_close() and freed by tg_call_run_pending(). Holds a session reference, an upstream
  * reference and the sink until it closes. */
+struct tg_cluster_job;
 struct tg_call {
     struct tg_server *srv;
     int closed;               /* tg_call_close() ran: inert, memory released by tg_call_run_pending */
@@ -128,6 +129,12 @@ struct tg_call {
     uint64_t parked_at_wall;
     struct tg_list alink;     /* srv->approvals while parked, srv->awaiting while awaiting */
     struct tg_buf held;       /* the message, serialized, waiting for a decision */
+    /* a decision waiting for the shared counters (cluster/cluster.h; core/dispatch.c) */
+    struct tg_cluster_job *deciding; /* non-NULL while it waits; detached when the call closes */
+    struct cJSON *resume_params;    /* a 2026 retry that resumes a held call: its params, kept */
+    char resume_parked[40];
+    unsigned char decide_no_wait; /* the sink cannot wait for a human (TG_SINK_NO_WAIT) */
+    uint64_t decide_timeout_ms;   /* the upstream's call_timeout_ms, for when it is sent */
     /* message-stream kinds (stdio, legacy SSE): the answer arrives on the session's link */
     int awaiting;             /* in srv->awaiting (uses alink), answer not here yet */
     uint64_t deadline;        /* loop time after which the call times out */

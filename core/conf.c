@@ -440,7 +440,7 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
     c->path = tg_xstrdup(path);
     config_setting_t *root = config_root_setting(&cfg);
     static const char *const known[] = {"log", "listen", "admin", "limits", "grants", "upstreams", "audit", "jwt",
-                                        "public_url", NULL};
+                                        "public_url", "cluster", NULL};
     tg__conf_check_members(&ld, root, known, "");
     load_log(&ld, &cfg, c);
     load_listeners(&ld, &cfg, c);
@@ -454,6 +454,7 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
     tg__conf_load_grants(&ld, &cfg, c);
     tg__conf_load_upstreams(&ld, &cfg, c);
     load_audit(&ld, &cfg, c);
+    tg__conf_load_cluster(&ld, &cfg, c);
     tg__conf_load_jwt(&ld, &cfg, c);
     const config_setting_t *pu = config_lookup(&cfg, "public_url");
     if (pu != NULL) {
@@ -509,6 +510,7 @@ void tg_conf_unref(struct tg_conf *c)
     free(c->public_url);
     tg_buf_dispose(&c->warnings);
     tg__conf_upstreams_free(c);
+    tg__conf_cluster_free(c);
     free(c->log_file);
     free(c->path);
     free(c);

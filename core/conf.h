@@ -45,6 +45,24 @@ struct tg_admin_conf {
     uint8_t token_sha256[32];
 };
 
+/* The cluster group (core/conf_cluster.c): several gateways sharing counters, sessions and
+ * approvals through one Redis. Embedded in struct tg_conf; enabled 0 without the group. Strings
+ * are owned by the conf (tg_conf_unref frees them). */
+enum tg_cluster_unavailable { TG_CLUSTER_DENY = 0, TG_CLUSTER_LOCAL = 1 };
+struct tg_cluster_conf {
+    int enabled;
+    char *redis;      /* "host:port" or "unix:/path" */
+    char *password;   /* NULL: no AUTH */
+    char *key_prefix; /* default "tollgate:" */
+    char *secret_file;
+    uint8_t secret[32]; /* the file's 32 bytes: seals session ids and MRTR envelopes */
+    enum tg_cluster_unavailable on_unavailable;
+    char *instance;   /* this gateway's name in the cluster (default "HOST:PID") */
+    int timeout_ms;   /* deadline of every Redis operation */
+    int backoff_ms, backoff_max_ms; /* reconnect */
+    int session_ttl_ms; /* a 2025 session's record lives this long after its last use */
+};
+
 /* The limits group (plain values). Embedded in struct tg_conf. */
 struct tg_limits {
     int max_connections;
@@ -186,6 +204,7 @@ struct tg_conf {
     size_t nupstreams;
     int default_upstream; /* index or -1 */
     struct tg_audit_conf audit;
+    struct tg_cluster_conf cluster;
     struct tg_jwt_conf *jwt;
     size_t njwt;
     char *public_url; /* base URL clients use, for RFC 9728 metadata (default: from Host) */

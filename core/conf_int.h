@@ -1,6 +1,6 @@
 /* Internal to the conf loader, which is split over core/conf.c (the file, log, listen, admin,
- * limits, audit, refcount), core/conf_upstream.c (upstreams) and core/conf_grant.c (grants, JWT
- * issuers, policies). No other module includes this header.
+ * limits, audit, refcount), core/conf_upstream.c (upstreams), core/conf_grant.c (grants, JWT
+ * issuers, policies) and core/conf_cluster.c (cluster). No other module includes this header.
  *
  * Every tg__conf_load_* fills its part of a struct tg_conf that tg_conf_load() allocated; what it
  * stores there is owned by that conf, and the matching tg__conf_*_free, in the same file, frees it
@@ -57,6 +57,9 @@ void tg__conf_upstreams_free(struct tg_conf *c);
 /* core/conf_grant.c. Grants come before upstreams; policies after both (they name upstreams), and
  * only when everything else loaded without errors. */
 void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c);
+/* core/conf_cluster.c: the cluster group. */
+void tg__conf_load_cluster(struct loader *ld, config_t *cfg, struct tg_conf *c);
+void tg__conf_cluster_free(struct tg_conf *c);
 void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c);
 void tg__conf_load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c);
 /* Free the grants (with their policy overrides) and the JWT issuers (called by tg_conf_unref only). */

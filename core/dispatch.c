@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/cluster.h"
+#include "cluster/sessions.h"
 #include "core/approvals.h"
 #include "core/audit.h"
 #include "core/call.h"
@@ -81,6 +83,118 @@ static void set_gid(struct tg_server *srv, struct tg_call *k)
     k->gid_str[k->gid_len] = '\0';
 }
 
+/* An approve decision: the call waits for a human, unless it cannot (a batch, a full queue).
+ * The serialized message moves into the call. */
+static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
+{
+    struct tg_server *srv = k->srv;
+    if (in_batch || srv->napprovals >= (size_t)srv->conf->limits.approvals_max) {
+        /* A batch cannot wait for a human; a single message on a channel can. */
+        tg_buf_dispose(out);
+        tg_call_audit(k, "rejected", -1, NULL, "(queue full)");
+        struct tg_decision full = *k->dec;
+        if (in_batch)
+            snprintf(full.message, sizeof(full.message), "%s needs a human's approval, which a batch cannot wait for; send it on its own", k->tool);
+        else
+            snprintf(full.message, sizeof(full.message), "%s needs approval, but the approval queue is full (limits.approvals_max); try later", k->tool);
+        tg_call_answer_decision(k, &full, "");
+        tg_call_close(k);
+        return;
+    }
+    k->held = *out;
+    tg_approvals_park(k);
+}
+
+/* A decision that waits for Redis: the message is serialized now (the request's tree is the
+ * transport's and goes when this returns), and the call goes on in on_shared_decision(). */
+static void wait_shared_decision(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m, struct tg_call *k,
+                                 struct tg_cluster_job *job, int retry, const char *parked, cJSON *params)
+{
+    k->deciding = job;
+    k->decide_no_wait = (sk->flags & TG_SINK_NO_WAIT) != 0;
+    if (retry == 2) {
+        k->resume_params = cJSON_Duplicate(params, 1);
+        tg_strlcpy(k->resume_parked, parked, sizeof(k->resume_parked));
+    } else {
+        set_gid(x->srv, k);
+        up_headers(x, k, m);
+        tg_msg_write_with_id(&k->held, m, k->gid);
+        if (x->era == TG_ERA_2025 && x->up_modern && k->mrtr == NULL)
+        {
+            k->resend = tg_xmalloc(k->held.len + 1); /* input_required would need it again */
+            memcpy(k->resend, k->held.base, k->held.len);
+            k->resend[k->held.len] = '\0';
+        }
+    }
+    k->decide_timeout_ms = (uint64_t)x->uc->call_timeout_ms;
+    tg_cluster_bind(job, k);
+}
+
+static void on_shared_decision(void *ud, enum tg_cluster_outcome o, struct tg_decision *d, const char *why)
+{
+    struct tg_call *k = ud;
+    struct tg_server *srv = k->srv;
+    k->deciding = NULL;
+    if (o == TG_CLUSTER_UNAVAILABLE) {
+        /* Fail closed: no counter could be reserved, so nothing is forwarded. */
+        srv->metrics.decisions[TG_VERDICT_DENY]++;
+        snprintf(k->dec->message, sizeof(k->dec->message), "%s", why);
+        snprintf(k->dec->rule, sizeof(k->dec->rule), "(cluster unavailable)");
+        tg_call_audit(k, "unavailable", -1, NULL, NULL);
+        struct tg_buf data, e;
+        tg_buf_init(&data);
+        tg_buf_init(&e);
+        const char *up = tg_call_upstream_name(k);
+        if (up == NULL)
+            up = "";
+        tg_buf_appends(&data, "{\"upstream\":");
+        tg_json_write_string(&data, up, strlen(up));
+        tg_buf_appends(&data, ",\"reason\":");
+        tg_json_write_string(&data, why, strlen(why));
+        tg_buf_appends(&data, "}");
+        tg_buf_append(&data, "", 1);
+        tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, data.base);
+        if (k->sink != NULL)
+            k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
+        tg_buf_dispose(&e);
+        tg_buf_dispose(&data);
+        tg_call_close(k);
+        return;
+    }
+    *k->dec = *d; /* TG_CLUSTER_FALLBACK: decided on this gateway's counters (counted by the cluster) */
+    struct tg_decision *dec = k->dec;
+    srv->metrics.decisions[dec->verdict]++;
+    if (dec->verdict == TG_VERDICT_DENY || dec->verdict == TG_VERDICT_LIMITED) {
+        tg_call_audit(k, dec->verdict == TG_VERDICT_DENY ? "deny" : "limited", -1, NULL, NULL);
+        tg_call_answer_decision(k, dec, NULL);
+        tg_call_close(k);
+        return;
+    }
+    if (k->resume_params != NULL) {
+        const char *rwhy = dec->verdict == TG_VERDICT_APPROVE
+                               ? "Invalid params: the call this retry continues cannot wait for approval again"
+                               : tg__call_input_resume(k, k->resume_parked, k->resume_params);
+        if (rwhy != NULL) {
+            struct tg_buf e;
+            tg_buf_init(&e);
+            tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_INVALID_PARAMS, rwhy, NULL);
+            if (k->sink != NULL)
+                k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
+            tg_buf_dispose(&e);
+        }
+        tg_call_close(k);
+        return;
+    }
+    struct tg_buf out = k->held;
+    tg_buf_init(&k->held);
+    if (dec->verdict == TG_VERDICT_APPROVE) {
+        park(k, &out, k->decide_no_wait);
+        return;
+    }
+    tg_call_send(k, out.base, out.len, k->decide_timeout_ms);
+    tg_buf_dispose(&out);
+}
+
 /* A client request: decide it (tools/call, resources/read, prompts/get), then forward, park or refuse. */
 static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_policy *pol, struct tg_msg *m)
 {
@@ -144,6 +258,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         }
     }
     struct tg_decision *dec = NULL;
+    struct tg_cluster_job *job = NULL; /* the decision waits for the shared counters */
     const char *tool = NULL;
     const cJSON *args = NULL;
     if (strcmp(m->method, "tools/call") == 0) {
@@ -160,10 +275,20 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         args = a;
         dec = tg_xmalloc(sizeof(*dec));
         struct tg_caller who = {g->name, s->id_str, x->uc->name};
-        if (retry >= 1) /* a later round of a call decided already: judged again, nothing reserved */
+        if (srv->cluster != NULL) {
+            /* Shared counters: decided at once when no counter is reached, else when Redis answers. */
+            if (!tg_cluster_decide(srv->cluster, pol, &who, tool, args, (int64_t)wall_ms(), retry >= 1, dec,
+                                   on_shared_decision, NULL, &job)) {
+                memset(dec, 0, sizeof(*dec));
+                dec->verdict = TG_VERDICT_DENY; /* until the answer comes: nothing reserved, nothing allowed */
+            }
+        } else if (retry >= 1) { /* a later round of a call decided already: judged again, nothing reserved */
             tg_policy_decide_continuation(pol, srv->counters, &who, tool, args, wall_ms(), dec);
-        else
+            dec->shared = 0;
+        } else {
             tg_policy_decide_call(pol, srv->counters, &who, tool, args, wall_ms(), dec);
+            dec->shared = 0;
+        }
     } else if (strcmp(m->method, "resources/read") == 0 || strcmp(m->method, "prompts/get") == 0) {
         int res = m->method[0] == 'r';
         cJSON *what = cJSON_GetObjectItemCaseSensitive(params, res ? "uri" : "name");
@@ -224,6 +349,10 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
                 tg_audit_args_hash(args, k->args_sha256);
             k->args_json = tg_audit_args_values(&srv->conf->audit, args);
         }
+        if (job != NULL) {
+            wait_shared_decision(x, sk, m, k, job, retry, parked, params);
+            return;
+        }
         srv->metrics.decisions[dec->verdict]++;
         if (dec->verdict == TG_VERDICT_DENY || dec->verdict == TG_VERDICT_LIMITED) {
             tg_call_audit(k, dec->verdict == TG_VERDICT_DENY ? "deny" : "limited", -1, NULL, NULL);
@@ -265,22 +394,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         k->resend[out.len] = '\0';
     }
     if (dec != NULL && dec->verdict == TG_VERDICT_APPROVE) {
-        /* A batch cannot wait for a human; a single message on a channel can. */
-        int in_batch = (sk->flags & TG_SINK_NO_WAIT) != 0;
-        if (in_batch || srv->napprovals >= (size_t)lim->approvals_max) {
-            tg_buf_dispose(&out);
-            tg_call_audit(k, "rejected", -1, NULL, "(queue full)");
-            struct tg_decision full = *dec;
-            if (in_batch)
-                snprintf(full.message, sizeof(full.message), "%s needs a human's approval, which a batch cannot wait for; send it on its own", k->tool);
-            else
-                snprintf(full.message, sizeof(full.message), "%s needs approval, but the approval queue is full (limits.approvals_max); try later", k->tool);
-            tg_call_answer_decision(k, &full, "");
-            tg_call_close(k);
-            return;
-        }
-        k->held = out;
-        tg_approvals_park(k);
+        park(k, &out, (sk->flags & TG_SINK_NO_WAIT) != 0);
         return;
     }
     tg_call_send(k, out.base, out.len, listen ? 0 : (uint64_t)x->uc->call_timeout_ms); /* a listen lasts */
@@ -446,6 +560,8 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
             free(c);
             cJSON_Delete(res);
         }
+        if (x->srv->cluster != NULL)
+            tg_cluster_session_share(x->srv->cluster, s, x->uc);
         sk->ops->answer(sk, NULL, 200, NULL, out.base, out.len);
         sk->ops->release(sk, NULL);
         tg_buf_dispose(&out);
@@ -578,12 +694,26 @@ int tg_dispatch_session_open(struct tg_exchange *x)
     return 0;
 }
 
+void tg_dispatch_session_used(struct tg_server *srv, struct tg_session *s)
+{
+    if (srv->cluster != NULL)
+        tg_cluster_session_used(srv->cluster, s, uv_now(srv->loop));
+}
+
+void tg_dispatch_session_ready(struct tg_server *srv, struct tg_session *s)
+{
+    if (srv->cluster != NULL && (size_t)s->upstream < srv->conf->nupstreams)
+        tg_cluster_session_share(srv->cluster, s, &srv->conf->upstreams[s->upstream]);
+}
+
 void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum tg_end_how how)
 {
     if (how == TG_END_CLIENT_GONE)
         tg_approvals_withdraw(s); /* nobody is there for their answer */
     if (!s->live)
         return;
+    if (how == TG_END_DELETE && s->shared && srv->cluster != NULL)
+        tg_cluster_session_forget(srv->cluster, s->id_str); /* for every member */
     tg_call_close_upstream_session(srv, s);
     tg_call_end_get_stream(s);
     tg_call_end_session_calls(s);

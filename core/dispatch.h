@@ -26,6 +26,10 @@ int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channe
 /* A new session for x's grant and route: 0 (x->sess set), or the HTTP status of the refusal:
  * 503 (draining) or 429 (the grant's session cap; metrics counted). */
 int tg_dispatch_session_open(struct tg_exchange *x);
+/* A session was used (a cluster renews its shared record), or is ready (initialize answered
+ * by the gateway itself: a cluster shares it). Nothing without a cluster. */
+void tg_dispatch_session_used(struct tg_server *srv, struct tg_session *s);
+void tg_dispatch_session_ready(struct tg_server *srv, struct tg_session *s);
 
 
 /* The session ends: TG_END_DELETE for a client's DELETE, TG_END_CLIENT_GONE when a channel's

@@ -20,6 +20,7 @@
 struct tg_tls_ctx;
 struct tg_mcp_schemas;
 struct tg_counters;
+struct tg_cluster;
 struct tg_audit;
 struct tg_session_table;
 struct tg_upstream;
@@ -63,6 +64,7 @@ struct tg_server {
     size_t nupstreams;
     struct tg_metrics metrics;
     struct tg_counters *counters; /* outlives confs: a reload keeps every counter */
+    struct tg_cluster *cluster;   /* the shared store (cluster group), or NULL: made at start */
     struct tg_audit *audit;
     struct tg_list approvals;     /* parked calls, oldest first */
     struct tg_list channels;      /* legacy SSE and WebSocket client sessions */

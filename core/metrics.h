@@ -16,6 +16,7 @@ struct tg_metrics {
     uint64_t limit_children; /* stdio children refused at upstreams[].max_children */
     uint64_t output_buffered; /* gauge: bytes queued to clients, all connections together */
     uint64_t sessions_open, sessions_created, sessions_expired;
+    uint64_t sessions_adopted; /* 2025 sessions another member of the cluster made, served here */
     uint64_t rpc_requests, rpc_notifications, rpc_responses, rpc_refused_nonstandard;
     uint64_t upstream_calls, upstream_errors, upstream_timeouts, upstream_connects, upstream_queue_timeouts;
     uint64_t upstream_backoff_refusals; /* requests refused at once while an upstream is backing off */

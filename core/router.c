@@ -1,6 +1,9 @@
 #include "core/router.h"
 
+#include "cluster/sessions.h"
+
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -147,6 +150,93 @@ static void unauthorized(struct tg_server *srv, struct tg_conn *c, struct tg_sli
     tg_buf_dispose(&hdr);
 }
 
+/* ---- a 2025 session another member of the cluster made --------------------------------- */
+
+/* A request that names a sealed session this gateway does not have waits for its record.
+ * Owner: itself, until on_shared_record ran; the connection going away only clears c. */
+struct session_wait {
+    struct tg_server *srv;
+    struct tg_conn *c;
+    char sid[TG_SESSION_ID_LEN + 1];
+    char grant[128];
+    char upstream[128];
+};
+
+static void session_wait_abort(struct tg_conn *c, void *ex)
+{
+    (void)c;
+    ((struct session_wait *)ex)->c = NULL; /* the record still comes, and frees the wait */
+}
+
+static void on_shared_record(void *ud, int found, const struct tg_cluster_session_rec *rec, const char *why)
+{
+    struct session_wait *w = ud;
+    struct tg_conn *c = w->c;
+    struct tg_server *srv = w->srv;
+    if (c == NULL) {
+        free(w);
+        return;
+    }
+    c->exchange = NULL;
+    c->on_abort = NULL;
+    int u = -1;
+    tg_conf_find_upstream(srv->conf, tg_slice_cstr(w->upstream), &u);
+    if (found < 0) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "Session lookup failed: %s", why ? why : "Redis is unavailable");
+        tg_http_respond_rpc(c, 503, NULL, NULL, 0, TG_RPC_UPSTREAM, msg, NULL);
+        free(w);
+        return;
+    }
+    struct tg_session *s = NULL;
+    if (found == 1 && u >= 0 && strcmp(rec->grant, w->grant) == 0 && strcmp(rec->upstream, w->upstream) == 0 &&
+        tg_session_find(srv->sessions, tg_slice_cstr(w->sid)) == NULL) {
+        s = tg_session_adopt(srv->sessions, tg_slice_cstr(w->sid), w->grant, u);
+        if (s != NULL) {
+            s->srv = srv;
+            s->last_active_ms = s->shared_touch_ms = uv_now(srv->loop);
+            s->shared = 1;
+            s->initialized = 1;
+            tg_strlcpy(s->proto, rec->proto, sizeof(s->proto));
+            s->up_session = rec->up_session ? tg_xstrdup(rec->up_session) : NULL;
+            if (rec->up_modern) {
+                s->up_modern = 1;
+                s->u.client_caps = rec->client_caps ? tg_xstrdup(rec->client_caps) : NULL;
+                s->log_level = (unsigned char)rec->log_level;
+            }
+            srv->metrics.sessions_adopted++;
+            tg_log(TG_LOG_DEBUG, "shared session adopted", "session=%s grant=%s from=%s", s->id_str, w->grant,
+                   rec->instance ? rec->instance : "-");
+        }
+    }
+    int here = tg_session_find(srv->sessions, tg_slice_cstr(w->sid)) != NULL;
+    free(w);
+    if (!here) {
+        tg_http_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+        return;
+    }
+    tg_router_handle(srv, c); /* the session is here now */
+}
+
+/* 1 if the request waits for a shared session's record (a sealed id this gateway does not have). */
+static int wait_for_shared_session(struct tg_server *srv, struct tg_conn *c, const struct tg_grant_conf *g, int upstream)
+{
+    struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
+    if (sid.ptr == NULL || sid.len != TG_SESSION_ID_LEN || tg_session_find(srv->sessions, sid) != NULL ||
+        !tg_session_id_sealed(srv->sessions, sid))
+        return 0; /* here, absent, or forged: the transport answers as it always does */
+    struct session_wait *w = tg_xcalloc(1, sizeof(*w));
+    w->srv = srv;
+    w->c = c;
+    memcpy(w->sid, sid.ptr, sid.len);
+    tg_strlcpy(w->grant, g->name, sizeof(w->grant));
+    tg_strlcpy(w->upstream, srv->conf->upstreams[upstream].name, sizeof(w->upstream));
+    c->exchange = w;
+    c->on_abort = session_wait_abort;
+    tg_cluster_session_fetch(srv->cluster, w->sid, on_shared_record, w);
+    return 1;
+}
+
 void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
 {
     struct tg_http_req *req = &c->req;
@@ -254,6 +344,9 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
     default:
         break;
     }
+    if (srv->cluster != NULL && (req->method == HTTP_POST || req->method == HTTP_GET || req->method == HTTP_DELETE) &&
+        wait_for_shared_session(srv, c, g, upstream))
+        return; /* routed again when Redis answers */
     switch (req->method) {
     case HTTP_POST: tg_streamable_post(&x, c); return;
     case HTTP_GET: tg_streamable_get(&x, c); return;

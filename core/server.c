@@ -1,9 +1,14 @@
 #include "core/server.h"
 
+#include "cluster/cluster.h"
+
+#include <mbedtls/md.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/approvals.h"
 #include "core/audit.h"
 #include "core/log.h"
 #include "core/mcp/bridge.h"
@@ -143,6 +148,14 @@ static void watch_era(struct tg_server *srv, struct tg_upstream *u)
     tg_upstream_probe(u);
 }
 
+/* A key for one use, from the cluster's secret: HMAC-SHA256(secret, label). */
+static void derive_key(const uint8_t secret[32], const char *label, uint8_t out[32])
+{
+    if (mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), secret, 32, (const unsigned char *)label,
+                        strlen(label), out) != 0)
+        abort();
+}
+
 int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
 {
     memset(srv, 0, sizeof(*srv));
@@ -194,6 +207,22 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
         tg_buf_dispose(&err);
     }
     srv->sessions = tg_session_table_new();
+    if (conf->cluster.enabled) {
+        char why[200];
+        srv->cluster = tg_cluster_new(loop, &conf->cluster, srv->counters, why, sizeof(why));
+        if (srv->cluster == NULL) {
+            tg_log(TG_LOG_ERROR, "cluster setup failed", "redis=%s error=\"%s\"", conf->cluster.redis, why);
+            return TG_EINVAL;
+        }
+        /* Every member seals session ids and 2026 envelopes with keys from the same secret, so
+         * any member can check what another made. */
+        tg_session_table_seal(srv->sessions, conf->cluster.secret);
+        derive_key(conf->cluster.secret, "tollgate mrtr envelope", srv->mrtr.key);
+        srv->mrtr.shared = 1;
+        tg__approvals_shared_start(srv);
+        tg_log(TG_LOG_INFO, "cluster", "redis=%s instance=%s on_unavailable=%s", conf->cluster.redis,
+               conf->cluster.instance, conf->cluster.on_unavailable == TG_CLUSTER_LOCAL ? "local" : "deny");
+    }
     srv->nupstreams = conf->nupstreams;
     srv->upstreams = tg_xcalloc(conf->nupstreams, sizeof(*srv->upstreams));
     for (size_t i = 0; i < conf->nupstreams; i++) {
@@ -334,6 +363,10 @@ static void reload_forget(struct tg_server *srv);
 void tg_server_dispose(struct tg_server *srv)
 {
     reload_forget(srv);
+    /* Decisions still waiting for Redis end now ("shutting down"); the client's memory goes
+     * with the loop runs below. */
+    tg_cluster_free(srv->cluster);
+    srv->cluster = NULL;
     /* The loop ran dry; what was put off to the end of an iteration may still wait. */
     do {
         flush_all(srv);
@@ -633,6 +666,11 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
     free(srv->upstreams);
     srv->upstreams = nu;
     srv->nupstreams = nc->nupstreams;
+    if (srv->cluster != NULL && nc->cluster.enabled)
+        tg_cluster_reconf(srv->cluster, &nc->cluster);
+    else if ((srv->cluster != NULL) != (nc->cluster.enabled != 0))
+        tg_log(TG_LOG_WARN, "the cluster group was added or removed: that takes effect at restart", "conf=%s",
+               nc->path);
     srv->conf = nc;
     srv->http.limits = &nc->limits; /* connections read their limits through it */
     srv->http.access_log = nc->log_access;

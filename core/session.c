@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mbedtls/md.h>
+
 /* Live sessions of one grant, so that the per-grant cap costs O(1) per initialize. Owner: the
  * table; freed when its last session is removed. */
 struct tg_grant_count {
@@ -22,6 +24,8 @@ struct tg_session_table {
     size_t count;
     struct tg_list all;
     struct tg_grant_count *grants[GRANT_BUCKETS];
+    int sealed;          /* ids carry a MAC under secret (a cluster: any member can check one) */
+    uint8_t secret[32];
 };
 
 static struct tg_grant_count **grant_slot(struct tg_session_table *t, const char *grant)
@@ -92,11 +96,28 @@ static void grow(struct tg_session_table *t)
     t->nbuckets = nb;
 }
 
-struct tg_session *tg_session_create(struct tg_session_table *t, const char *grant, int upstream)
+/* A sealed id: 8 random bytes, then the first 8 bytes of HMAC-SHA256(secret, "tollgate session
+ * id\0" || those 8). A gateway of the cluster can refuse an id no member made without asking
+ * Redis; guessing a live one still means guessing 64 random bits, for one grant's token. */
+static void seal_mac(const uint8_t secret[32], const uint8_t rnd[8], uint8_t mac[8])
 {
-    struct tg_session *s = tg_xcalloc(1, sizeof(*s));
-    if (tg_random(s->id, sizeof(s->id)) != 0)
-        abort(); /* no randomness means no unguessable ids: refuse to run rather than issue weak ones */
+    static const char label[] = "tollgate session id";
+    uint8_t in[sizeof(label) + 8], out[32];
+    memcpy(in, label, sizeof(label));
+    memcpy(in + sizeof(label), rnd, 8);
+    if (mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), secret, 32, in, sizeof(in), out) != 0)
+        abort();
+    memcpy(mac, out, 8);
+}
+
+void tg_session_table_seal(struct tg_session_table *t, const uint8_t secret[32])
+{
+    t->sealed = 1;
+    memcpy(t->secret, secret, 32);
+}
+
+static void insert(struct tg_session_table *t, struct tg_session *s, const char *grant, int upstream)
+{
     tg_b64url_encode(s->id, sizeof(s->id), s->id_str);
     s->grant = tg_xstrdup(grant);
     s->upstream = upstream;
@@ -117,6 +138,45 @@ struct tg_session *tg_session_create(struct tg_session_table *t, const char *gra
         (*pp)->grant = tg_xstrdup(grant);
     }
     (*pp)->n++;
+}
+
+struct tg_session *tg_session_create(struct tg_session_table *t, const char *grant, int upstream)
+{
+    struct tg_session *s = tg_xcalloc(1, sizeof(*s));
+    if (tg_random(s->id, t->sealed ? 8 : sizeof(s->id)) != 0)
+        abort(); /* no randomness means no unguessable ids: refuse to run rather than issue weak ones */
+    if (t->sealed)
+        seal_mac(t->secret, s->id, s->id + 8);
+    insert(t, s, grant, upstream);
+    return s;
+}
+
+static int decode_id(struct tg_slice id, uint8_t raw[16]);
+
+int tg_session_id_sealed(const struct tg_session_table *t, struct tg_slice id)
+{
+    uint8_t raw[16], mac[8];
+    if (!t->sealed || decode_id(id, raw) != 0)
+        return 0;
+    seal_mac(t->secret, raw, mac);
+    uint8_t d = 0;
+    for (int i = 0; i < 8; i++)
+        d |= (uint8_t)(mac[i] ^ raw[8 + i]);
+    return d == 0;
+}
+
+struct tg_session *tg_session_adopt(struct tg_session_table *t, struct tg_slice id, const char *grant, int upstream)
+{
+    uint8_t raw[16];
+    if (!tg_session_id_sealed(t, id) || decode_id(id, raw) != 0 || tg_session_find(t, id) != NULL)
+        return NULL;
+    struct tg_session *s = tg_xcalloc(1, sizeof(*s));
+    memcpy(s->id, raw, 16);
+    insert(t, s, grant, upstream);
+    if (memcmp(s->id_str, id.ptr, id.len) != 0) { /* not the canonical spelling of these bytes */
+        tg_session_remove(t, s);
+        return NULL;
+    }
     return s;
 }
 
@@ -135,26 +195,33 @@ static int b64url_val(char c)
     return -1;
 }
 
-struct tg_session *tg_session_find(struct tg_session_table *t, struct tg_slice id)
+static int decode_id(struct tg_slice id, uint8_t raw[16])
 {
     if (id.len != TG_SESSION_ID_LEN)
-        return NULL;
-    uint8_t raw[17];
+        return -1;
     uint32_t acc = 0;
     int bits = 0;
     size_t o = 0;
     for (size_t i = 0; i < id.len; i++) {
         int v = b64url_val(id.ptr[i]);
         if (v < 0)
-            return NULL;
+            return -1;
         acc = acc << 6 | (uint32_t)v;
         bits += 6;
         if (bits >= 8) {
             bits -= 8;
+            if (o == 16)
+                return -1;
             raw[o++] = (uint8_t)(acc >> bits);
         }
     }
-    if (o != 16)
+    return o == 16 ? 0 : -1;
+}
+
+struct tg_session *tg_session_find(struct tg_session_table *t, struct tg_slice id)
+{
+    uint8_t raw[16];
+    if (decode_id(id, raw) != 0)
         return NULL;
     for (struct tg_session *s = t->buckets[bucket_of(t, raw)]; s; s = s->hnext)
         if (memcmp(s->id, raw, 16) == 0 && memcmp(s->id_str, id.ptr, id.len) == 0)

@@ -37,6 +37,8 @@ struct tg_session {
     int refcnt;
     int init_pending;       /* initialize sent upstream, answer not seen yet */
     uint64_t last_active_ms;
+    unsigned char shared;   /* its record is in the cluster's Redis (published or adopted) */
+    uint64_t shared_touch_ms; /* when this gateway last renewed the record's expiry */
     unsigned inflight;
     int stalled;            /* client connections still holding a big answer of this session */
     struct tg_list calls;   /* in-flight calls of this session (struct tg_call, core/call.c) */
@@ -72,6 +74,13 @@ size_t tg_session_count_for_grant(const struct tg_session_table *t, const char *
 struct tg_session *tg_session_create(struct tg_session_table *t, const char *grant, int upstream);
 /* Look up by the base64url id sent by a client; NULL if unknown or not live. */
 struct tg_session *tg_session_find(struct tg_session_table *t, struct tg_slice id);
+/* A cluster: ids made from now on are sealed with secret (8 random bytes and 8 of MAC). */
+void tg_session_table_seal(struct tg_session_table *t, const uint8_t secret[32]);
+/* 1 if id is a well-formed id sealed with the table's secret (made by a member of the cluster). */
+int tg_session_id_sealed(const struct tg_session_table *t, struct tg_slice id);
+/* A session another member made, with that id: NULL if the id is not sealed or already here. The
+ * caller fills in what the shared record says (upstream session, protocol). */
+struct tg_session *tg_session_adopt(struct tg_session_table *t, struct tg_slice id, const char *grant, int upstream);
 /* Remove from the table and drop the table's reference. */
 void tg_session_remove(struct tg_session_table *t, struct tg_session *s);
 struct tg_session *tg_session_ref(struct tg_session *s);

@@ -56,6 +56,8 @@ struct tg_decision {
     struct tg_reservation res[TG_MAX_RESERVATIONS];
     int nres;
     char counters_json[512]; /* counter values after the decision, for the audit log */
+    int shared;              /* set by the caller: the reservations are in a shared store
+                              * (cluster/), so a refund goes there, not to the local one */
 };
 
 /* Who is calling: the identities that counter scopes refer to. Value type on the caller's stack

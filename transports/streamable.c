@@ -380,6 +380,7 @@ static void answer_local_init(struct tg_conn *c, struct tg_session *s, struct tg
     struct tg_buf b;
     tg_buf_init(&b);
     tg_mcp_local_init(s, m, uc, &b);
+    tg_dispatch_session_ready(s->srv, s);
     char hdr[96];
     snprintf(hdr, sizeof(hdr), "Mcp-Session-Id: %s\r\n", s->id_str);
     tg_http_respond(c, 200, hdr, "application/json", b.base, b.len);
@@ -417,6 +418,7 @@ static struct tg_session *post_session(struct tg_exchange *x, struct tg_conn *c,
         return NULL;
     }
     s->last_active_ms = uv_now(x->srv->loop);
+    tg_dispatch_session_used(x->srv, s);
     return s;
 }
 
@@ -636,6 +638,7 @@ static struct tg_session *require_session(struct tg_exchange *x, struct tg_conn 
         return NULL;
     }
     s->last_active_ms = uv_now(x->srv->loop);
+    tg_dispatch_session_used(x->srv, s);
     x->sess = s;
     tg_strlcpy(x->proto, s->proto, sizeof(x->proto));
     return s;

@@ -148,7 +148,11 @@ static int seal(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_c
         tg_buf_appends(&plain, inner);
     int rc = tg_mcp_state_seal(t->key, &c->b, keys->base ? keys->base : "", keys->len, now_ms + ENVELOPE_TTL_MS,
                                plain.base, plain.len, &token);
-    if (rc == 0 && token.len > ID_CHARS) {
+    if (rc == 0 && token.len > ID_CHARS && t->shared) {
+        /* A cluster: any member may take the retry; the ring holds the envelopes used here. */
+        cJSON_DeleteItemFromObjectCaseSensitive(result, "requestState");
+        cJSON_AddStringToObject(result, "requestState", token.base);
+    } else if (rc == 0 && token.len > ID_CHARS) {
         struct issued *slot = &t->ring[t->next];
         t->next = (t->next + 1) % t->max; /* the oldest is forgotten: it can no longer be used */
         memcpy(slot->id, token.base, ID_CHARS);
@@ -182,6 +186,18 @@ static int take_issued(struct tg_mcp_mrtr *t, const char *token, int64_t now_ms)
 {
     if (strlen(token) <= ID_CHARS)
         return 0;
+    if (t->shared) {
+        /* Sealed by a member (the seal verified): good once here, so not in the used ring. */
+        for (size_t i = 0; i < t->max; i++)
+            if (t->ring[i].id[0] != '\0' && t->ring[i].expires_ms > now_ms && memcmp(t->ring[i].id, token, ID_CHARS) == 0)
+                return 0;
+        struct issued *slot = &t->ring[t->next];
+        t->next = (t->next + 1) % t->max;
+        memcpy(slot->id, token, ID_CHARS);
+        slot->id[ID_CHARS] = '\0';
+        slot->expires_ms = now_ms + ENVELOPE_TTL_MS;
+        return 1;
+    }
     for (size_t i = 0; i < t->max; i++) {
         struct issued *s = &t->ring[i];
         if (s->id[0] != '\0' && s->expires_ms > now_ms && memcmp(s->id, token, ID_CHARS) == 0) {

@@ -39,6 +39,9 @@ struct tg_mcp_mrtr {
         int64_t expires_ms;
     } *ring;
     size_t max, next;
+    int shared; /* a cluster (key shared by every member): the ring holds the envelopes used
+                 * here instead of those issued here, so a retry may land on any member (each
+                 * member takes an envelope once; see docs/cluster.md) */
 };
 
 void tg_mcp_mrtr_init(struct tg_mcp_mrtr *t, size_t max);

@@ -1,0 +1,357 @@
+/* The shared side of decisions: the plan (policy/counters.h) run against Redis (cluster/redis.h).
+ * See cluster/cluster.h for the contract. */
+#include "cluster/cluster.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/redis.h"
+#include "core/buf.h"
+#include "core/log.h"
+
+struct tg_cluster {
+    uv_loop_t *loop;
+    struct tg_redis *redis;
+    struct tg_counters *local;
+    char *key_prefix;
+    char *instance;
+    enum tg_cluster_unavailable on_unavailable;
+    struct tg_cluster_conf conf; /* the first conf's values; strings are the copies above */
+    struct tg_list jobs;         /* decisions waiting for Redis */
+    struct tg_cluster_stats stats;
+    int up;
+    uint64_t down_since_ms;
+};
+
+/* A decision that waits for Redis. Owner: the cluster (cl->jobs), from tg_cluster_decide()
+ * until its last answer came (on_ops frees it), whether or not its caller is still there. */
+struct tg_cluster_job {
+    struct tg_cluster *cl;
+    struct tg_list link;
+    struct tg_counter_plan plan;
+    struct tg_redis_req *req;
+    struct tg_policy *policy;
+    char *grant, *session, *upstream, *tool;
+    cJSON *args;
+    int64_t now_ms;
+    int continuation;
+    struct tg_decision dec;
+    tg_cluster_decided_cb cb; /* NULL once detached */
+    void *ud;
+};
+
+static void on_state(void *ud, int up, const char *why)
+{
+    struct tg_cluster *cl = ud;
+    cl->up = up;
+    if (up)
+        tg_log(TG_LOG_INFO, "cluster: redis up", "redis=%s instance=%s", cl->conf.redis, cl->instance);
+    else
+        tg_log(TG_LOG_WARN, "cluster: redis unavailable", "redis=%s why=%s on_unavailable=%s", cl->conf.redis,
+               why ? why : "-", cl->on_unavailable == TG_CLUSTER_LOCAL ? "local" : "deny");
+}
+
+struct tg_cluster *tg_cluster_new(uv_loop_t *loop, const struct tg_cluster_conf *cc, struct tg_counters *local,
+                                  char *why, size_t whyn)
+{
+    struct tg_cluster *cl = tg_xcalloc(1, sizeof(*cl));
+    cl->loop = loop;
+    cl->local = local;
+    cl->conf = *cc;
+    cl->conf.redis = tg_xstrdup(cc->redis);
+    cl->conf.password = cc->password ? tg_xstrdup(cc->password) : NULL;
+    cl->conf.secret_file = NULL;
+    cl->key_prefix = tg_xstrdup(cc->key_prefix ? cc->key_prefix : "tollgate:");
+    cl->conf.key_prefix = cl->key_prefix;
+    cl->instance = tg_xstrdup(cc->instance ? cc->instance : "tollgate");
+    cl->conf.instance = cl->instance;
+    cl->on_unavailable = cc->on_unavailable;
+    tg_list_init(&cl->jobs);
+    struct tg_redis_opts o = {
+        .address = cl->conf.redis,
+        .password = cl->conf.password,
+        .timeout_ms = (uint64_t)cc->timeout_ms,
+        .backoff_ms = (uint64_t)cc->backoff_ms,
+        .backoff_max_ms = (uint64_t)cc->backoff_max_ms,
+        .max_pending = 0,
+    };
+    cl->redis = tg_redis_new(loop, &o, on_state, cl, why, whyn);
+    if (cl->redis == NULL) {
+        tg_cluster_free(cl);
+        return NULL;
+    }
+    return cl;
+}
+
+void tg_cluster_free(struct tg_cluster *cl)
+{
+    if (cl == NULL)
+        return;
+    /* The client answers every waiting request ECLOSED, which ends each job (on_ops). */
+    if (cl->redis != NULL)
+        tg_redis_free(cl->redis);
+    cl->redis = NULL;
+    memset(cl->conf.secret, 0, sizeof(cl->conf.secret));
+    free(cl->conf.redis);
+    free(cl->conf.password);
+    free(cl->key_prefix);
+    free(cl->instance);
+    free(cl);
+}
+
+void tg_cluster_reconf(struct tg_cluster *cl, const struct tg_cluster_conf *cc)
+{
+    cl->on_unavailable = cc->on_unavailable;
+    memcpy(cl->conf.secret, cc->secret, sizeof(cl->conf.secret));
+    if (strcmp(cc->redis, cl->conf.redis) != 0 || strcmp(cc->key_prefix, cl->key_prefix) != 0 ||
+        strcmp(cc->instance, cl->instance) != 0 || cc->timeout_ms != cl->conf.timeout_ms ||
+        (cc->password == NULL) != (cl->conf.password == NULL) ||
+        (cc->password != NULL && strcmp(cc->password, cl->conf.password) != 0))
+        tg_log(TG_LOG_WARN, "cluster: redis, password, key_prefix, instance and timeout_ms take effect at restart",
+               "redis=%s", cl->conf.redis);
+}
+
+int tg_cluster_up(const struct tg_cluster *cl) { return cl->up; }
+const struct tg_cluster_stats *tg_cluster_stats(const struct tg_cluster *cl) { return &cl->stats; }
+struct tg_redis *tg_cluster_redis(struct tg_cluster *cl) { return cl->redis; }
+const struct tg_cluster_conf *tg_cluster_conf(const struct tg_cluster *cl) { return &cl->conf; }
+
+/* ---- fire and forget: gives and subs ------------------------------------------------- */
+
+static void free_ops(void *ud, int status)
+{
+    (void)status;
+    free(ud);
+}
+
+static void send_effects(struct tg_cluster *cl, const struct tg_counter_op *ops, size_t n)
+{
+    if (n == 0 || cl->redis == NULL)
+        return;
+    struct tg_counter_op *copy = tg_xmalloc(n * sizeof(*copy));
+    memcpy(copy, ops, n * sizeof(*copy));
+    cl->stats.refunds += n;
+    tg_redis_counter_ops(cl->redis, cl->key_prefix, copy, n, free_ops, copy);
+}
+
+/* Everything the job's answered operations took, given back (the job ends without a decision
+ * that keeps them). Operations of a batch that failed are not known to have run: they are left
+ * to expire, which errs toward spending less. */
+static void give_back_known(struct tg_cluster_job *j)
+{
+    struct tg_counter_op *g = tg_xcalloc(j->plan.nknown ? j->plan.nknown : 1, sizeof(*g));
+    size_t n = 0;
+    for (size_t i = 0; i < j->plan.nknown; i++) {
+        const struct tg_counter_op *op = &j->plan.ops[i];
+        if (!op->ok || (op->kind != TG_COP_BUCKET_TAKE && op->kind != TG_COP_WINDOW_ADD))
+            continue;
+        g[n] = *op;
+        g[n].kind = op->kind == TG_COP_BUCKET_TAKE ? TG_COP_BUCKET_GIVE : TG_COP_WINDOW_SUB;
+        n++;
+    }
+    send_effects(j->cl, g, n);
+    free(g);
+}
+
+void tg_cluster_refund(struct tg_cluster *cl, const struct tg_decision *d)
+{
+    struct tg_counter_op g[TG_MAX_RESERVATIONS];
+    size_t n = 0;
+    for (int i = d->nres - 1; i >= 0 && n < TG_MAX_RESERVATIONS; i--, n++) {
+        const struct tg_reservation *r = &d->res[i];
+        memset(&g[n], 0, sizeof(g[n]));
+        g[n].kind = r->kind == 1 ? TG_COP_BUCKET_GIVE : TG_COP_WINDOW_SUB;
+        g[n].h1 = r->h1;
+        g[n].h2 = r->h2;
+        g[n].capacity = r->capacity;
+        g[n].amount = r->amount;
+        g[n].window_start = r->window_start;
+    }
+    send_effects(cl, g, n);
+}
+
+/* ---- decisions ------------------------------------------------------------------------ */
+
+static void pass(struct tg_cluster_job *j, const struct tg_caller *who)
+{
+    tg_plan_begin(&j->plan);
+    if (j->continuation)
+        tg_policy_decide_continuation(j->policy, &j->plan.base, who, j->tool, j->args, j->now_ms, &j->dec);
+    else
+        tg_policy_decide_call(j->policy, &j->plan.base, who, j->tool, j->args, j->now_ms, &j->dec);
+}
+
+static void job_free(struct tg_cluster_job *j)
+{
+    tg_list_unlink(&j->link);
+    tg_plan_dispose(&j->plan);
+    tg_policy_unref(j->policy);
+    free(j->grant);
+    free(j->session);
+    free(j->upstream);
+    free(j->tool);
+    cJSON_Delete(j->args);
+    free(j);
+}
+
+static const char *status_text(int status)
+{
+    switch (status) {
+    case TG_REDIS_EDOWN: return "the shared counter store (Redis) is not connected";
+    case TG_REDIS_ETIMEDOUT: return "the shared counter store (Redis) did not answer in time (cluster.timeout_ms)";
+    case TG_REDIS_EREPLY: return "the shared counter store (Redis) gave an unexpected answer";
+    case TG_REDIS_EBUSY: return "too many requests wait for the shared counter store (Redis)";
+    case TG_REDIS_ECLOSED: return "the gateway is shutting down";
+    }
+    return "the shared counter store (Redis) failed";
+}
+
+static void on_ops(void *ud, int status);
+
+static void send_round(struct tg_cluster_job *j, size_t from, size_t n)
+{
+    j->cl->stats.rounds++;
+    j->req = tg_redis_counter_ops(j->cl->redis, j->cl->key_prefix, j->plan.ops + from, n, on_ops, j);
+}
+
+static void on_ops(void *ud, int status)
+{
+    struct tg_cluster_job *j = ud;
+    struct tg_cluster *cl = j->cl;
+    j->req = NULL;
+    struct tg_caller who = {j->grant, j->session, j->upstream};
+    if (status != TG_REDIS_OK) {
+        give_back_known(j);
+        if (j->cb != NULL) {
+            const char *why = status_text(status);
+            if (cl->on_unavailable == TG_CLUSTER_LOCAL && status != TG_REDIS_ECLOSED) {
+                cl->stats.fallback_local++;
+                if (j->continuation)
+                    tg_policy_decide_continuation(j->policy, cl->local, &who, j->tool, j->args, j->now_ms, &j->dec);
+                else
+                    tg_policy_decide_call(j->policy, cl->local, &who, j->tool, j->args, j->now_ms, &j->dec);
+                j->dec.shared = 0;
+                j->cb(j->ud, TG_CLUSTER_FALLBACK, &j->dec, why);
+            } else {
+                cl->stats.unavailable++;
+                j->cb(j->ud, TG_CLUSTER_UNAVAILABLE, NULL, why);
+            }
+        }
+        job_free(j);
+        return;
+    }
+    tg_plan_answered(&j->plan);
+    if (j->cb == NULL) { /* detached: nothing keeps what was taken */
+        give_back_known(j);
+        job_free(j);
+        return;
+    }
+    pass(j, &who);
+    size_t from, n = tg_plan_end(&j->plan, &from);
+    if (n > 0) {
+        send_round(j, from, n);
+        return;
+    }
+    send_effects(cl, j->plan.effects, j->plan.neffects);
+    if (j->plan.unsettled) {
+        cl->stats.unavailable++;
+        j->cb(j->ud, TG_CLUSTER_UNAVAILABLE, NULL, "the shared counters changed under every round of this decision");
+    } else {
+        cl->stats.decisions_shared++;
+        j->dec.shared = 1;
+        j->cb(j->ud, TG_CLUSTER_DECIDED, &j->dec, NULL);
+    }
+    job_free(j);
+}
+
+int tg_cluster_decide(struct tg_cluster *cl, struct tg_policy *p, const struct tg_caller *who, const char *tool,
+                      const cJSON *args, int64_t now_ms, int continuation, struct tg_decision *d,
+                      tg_cluster_decided_cb cb, void *ud, struct tg_cluster_job **job)
+{
+    struct tg_cluster_job *j = tg_xcalloc(1, sizeof(*j));
+    j->cl = cl;
+    tg_list_init(&j->link);
+    tg_plan_init(&j->plan);
+    j->policy = tg_policy_ref(p);
+    j->tool = tg_xstrdup(tool);
+    j->args = (cJSON *)args; /* borrowed for the first pass only */
+    j->now_ms = now_ms;
+    j->continuation = continuation;
+    struct tg_caller w = *who;
+    pass(j, &w);
+    size_t from, n = tg_plan_end(&j->plan, &from);
+    if (n == 0) {
+        /* No counter reached: Redis is not asked, whether or not it is up. */
+        *d = j->dec;
+        d->shared = 0;
+        cl->stats.decisions_local++;
+        j->args = NULL;
+        job_free(j);
+        *job = NULL;
+        return 1;
+    }
+    j->args = args ? cJSON_Duplicate(args, 1) : NULL;
+    j->grant = tg_xstrdup(who->grant ? who->grant : "");
+    j->session = tg_xstrdup(who->session ? who->session : "");
+    j->upstream = tg_xstrdup(who->upstream ? who->upstream : "");
+    j->cb = cb;
+    j->ud = ud;
+    tg_list_insert_tail(&cl->jobs, &j->link);
+    *job = j;
+    send_round(j, from, n);
+    return 0;
+}
+
+void tg_cluster_bind(struct tg_cluster_job *job, void *ud) { job->ud = ud; }
+
+void tg_cluster_detach(struct tg_cluster_job *job)
+{
+    if (job == NULL)
+        return;
+    job->cb = NULL;
+    job->ud = NULL;
+}
+
+void tg_cluster_metrics(const struct tg_cluster *cl, struct tg_buf *out)
+{
+    const struct tg_redis_stats *rs = cl->redis ? tg_redis_stats(cl->redis) : NULL;
+    tg_buf_appendf(out,
+                   "# HELP tollgate_cluster_redis_up 1 while the shared store (Redis) is connected and ready.\n"
+                   "# TYPE tollgate_cluster_redis_up gauge\ntollgate_cluster_redis_up %d\n",
+                   cl->up);
+#define CC(name, help, val)                                                                                   \
+    tg_buf_appendf(out, "# HELP tollgate_cluster_" name " " help "\n# TYPE tollgate_cluster_" name            \
+                        " counter\ntollgate_cluster_" name " %llu\n",                                         \
+                   (unsigned long long)(val))
+    CC("decisions_total", "tools/call decisions that waited for the shared counters and got their answer.",
+       cl->stats.decisions_shared);
+    CC("decisions_without_counters_total", "tools/call decisions that reached no counter (Redis not asked).",
+       cl->stats.decisions_local);
+    CC("fallback_decisions_total", "Decisions made on this instance's own counters because Redis failed (on_unavailable = local).",
+       cl->stats.fallback_local);
+    CC("unavailable_denials_total", "Calls refused with -32004 because Redis failed (on_unavailable = deny).",
+       cl->stats.unavailable);
+    CC("decision_rounds_total", "Redis round trips made for decisions.", cl->stats.rounds);
+    CC("refund_ops_total", "Counter operations sent to give back reservations.", cl->stats.refunds);
+    if (rs != NULL) {
+        CC("redis_requests_total", "Requests made to Redis.", rs->requests);
+        CC("redis_commands_total", "Commands written to Redis.", rs->commands);
+        CC("redis_round_trips_total", "Writes to Redis that waited for replies.", rs->round_trips);
+        CC("redis_reconnects_total", "Connections to Redis made after the first.", rs->reconnects);
+        CC("redis_script_loads_total", "SCRIPT LOADs (at connect and after NOSCRIPT).", rs->script_loads);
+        CC("redis_late_replies_total", "Redis replies that came after their request's deadline.", rs->late_replies);
+        tg_buf_appends(out, "# HELP tollgate_cluster_redis_errors_total Redis requests that failed, by reason.\n"
+                            "# TYPE tollgate_cluster_redis_errors_total counter\n");
+        static const char *const reason[] = {NULL, "down", "timeout", "reply", "busy", "closed"};
+        for (int i = 1; i <= 5; i++)
+            tg_buf_appendf(out, "tollgate_cluster_redis_errors_total{reason=\"%s\"} %llu\n", reason[i],
+                           (unsigned long long)rs->errors[i]);
+        tg_buf_appendf(out,
+                       "# HELP tollgate_cluster_redis_pending Redis requests in flight.\n"
+                       "# TYPE tollgate_cluster_redis_pending gauge\ntollgate_cluster_redis_pending %llu\n",
+                       (unsigned long long)rs->pending);
+    }
+#undef CC
+}

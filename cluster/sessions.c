@@ -1,0 +1,159 @@
+/* Shared 2025 sessions: their records in Redis (cluster/sessions.h). */
+#include "cluster/sessions.h"
+
+#include <cjson/cJSON.h>
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/cluster.h"
+#include "cluster/redis.h"
+#include "core/conf.h"
+#include "core/log.h"
+#include "core/session.h"
+
+/* A read waiting for Redis. Owner: itself, from tg_cluster_session_fetch() until on_get ran
+ * (cancel only drops the callback). */
+struct tg_cluster_fetch {
+    tg_cluster_session_cb cb;
+    void *ud;
+};
+
+static int key_of(struct tg_cluster *cl, const char *id, char *key, size_t n)
+{
+    return snprintf(key, n, "%ss:%s", tg_cluster_conf(cl)->key_prefix, id);
+}
+
+void tg_cluster_session_publish(struct tg_cluster *cl, const char *id, const struct tg_cluster_session_rec *rec)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "grant", rec->grant);
+    cJSON_AddStringToObject(o, "upstream", rec->upstream);
+    if (rec->up_session)
+        cJSON_AddStringToObject(o, "up_session", rec->up_session);
+    cJSON_AddStringToObject(o, "proto", rec->proto ? rec->proto : "");
+    if (rec->up_modern) {
+        cJSON_AddBoolToObject(o, "up_modern", 1);
+        if (rec->client_caps)
+            cJSON_AddStringToObject(o, "client_caps", rec->client_caps);
+        cJSON_AddNumberToObject(o, "log_level", rec->log_level);
+    }
+    cJSON_AddStringToObject(o, "instance", tg_cluster_conf(cl)->instance);
+    char *json = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    char key[160], ttl[24];
+    key_of(cl, id, key, sizeof(key));
+    snprintf(ttl, sizeof(ttl), "%d", tg_cluster_conf(cl)->session_ttl_ms);
+    const char *argv[] = {"SET", key, json, "PX", ttl};
+    size_t lens[] = {3, strlen(key), strlen(json), 2, strlen(ttl)};
+    tg_redis_command(tg_cluster_redis(cl), NULL, NULL, 5, argv, lens);
+    free(json);
+}
+
+void tg_cluster_session_touch(struct tg_cluster *cl, const char *id)
+{
+    char key[160], ttl[24];
+    key_of(cl, id, key, sizeof(key));
+    snprintf(ttl, sizeof(ttl), "%d", tg_cluster_conf(cl)->session_ttl_ms);
+    const char *argv[] = {"PEXPIRE", key, ttl};
+    size_t lens[] = {7, strlen(key), strlen(ttl)};
+    tg_redis_command(tg_cluster_redis(cl), NULL, NULL, 3, argv, lens);
+}
+
+void tg_cluster_session_forget(struct tg_cluster *cl, const char *id)
+{
+    char key[160];
+    key_of(cl, id, key, sizeof(key));
+    const char *argv[] = {"DEL", key};
+    size_t lens[] = {3, strlen(key)};
+    tg_redis_command(tg_cluster_redis(cl), NULL, NULL, 2, argv, lens);
+}
+
+static const char *str_of(const cJSON *o, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static void on_get(void *ud, int status, const struct redisReply *reply)
+{
+    struct tg_cluster_fetch *f = ud;
+    tg_cluster_session_cb cb = f->cb;
+    void *cud = f->ud;
+    free(f);
+    if (cb == NULL)
+        return;
+    if (status != TG_REDIS_OK) {
+        cb(cud, -1, NULL, status == TG_REDIS_ETIMEDOUT ? "Redis did not answer in time" : "Redis is unavailable");
+        return;
+    }
+    if (reply == NULL || reply->type == REDIS_REPLY_NIL) {
+        cb(cud, 0, NULL, NULL);
+        return;
+    }
+    if (reply->type != REDIS_REPLY_STRING) {
+        cb(cud, -1, NULL, "Redis gave an unexpected answer");
+        return;
+    }
+    cJSON *o = cJSON_ParseWithLength(reply->str, reply->len);
+    struct tg_cluster_session_rec rec = {0};
+    rec.grant = str_of(o, "grant");
+    rec.upstream = str_of(o, "upstream");
+    rec.up_session = str_of(o, "up_session");
+    rec.proto = str_of(o, "proto");
+    rec.up_modern = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "up_modern"));
+    rec.client_caps = str_of(o, "client_caps");
+    const cJSON *ll = cJSON_GetObjectItemCaseSensitive(o, "log_level");
+    rec.log_level = cJSON_IsNumber(ll) && ll->valuedouble >= 0 && ll->valuedouble < 16 ? (int)ll->valuedouble : 0;
+    rec.instance = str_of(o, "instance");
+    if (rec.grant == NULL || rec.upstream == NULL || rec.proto == NULL)
+        cb(cud, -1, NULL, "the session's record in Redis is malformed");
+    else
+        cb(cud, 1, &rec, NULL);
+    cJSON_Delete(o);
+}
+
+struct tg_cluster_fetch *tg_cluster_session_fetch(struct tg_cluster *cl, const char *id, tg_cluster_session_cb cb,
+                                                  void *ud)
+{
+    struct tg_cluster_fetch *f = tg_xcalloc(1, sizeof(*f));
+    f->cb = cb;
+    f->ud = ud;
+    char key[160];
+    key_of(cl, id, key, sizeof(key));
+    const char *argv[] = {"GET", key};
+    size_t lens[] = {3, strlen(key)};
+    tg_redis_command(tg_cluster_redis(cl), on_get, f, 2, argv, lens);
+    return f;
+}
+
+void tg_cluster_session_cancel(struct tg_cluster_fetch *f)
+{
+    if (f != NULL)
+        f->cb = NULL;
+}
+
+void tg_cluster_session_share(struct tg_cluster *cl, struct tg_session *s, const struct tg_upstream_conf *uc)
+{
+    if (!s->live || !s->initialized || (uc->transport != TG_UP_STREAMABLE && !s->up_modern))
+        return; /* a stdio child or a legacy SSE stream lives inside this gateway only */
+    struct tg_cluster_session_rec rec = {0};
+    rec.grant = s->grant;
+    rec.upstream = uc->name;
+    rec.up_session = s->up_session;
+    rec.proto = s->proto;
+    rec.up_modern = s->up_modern;
+    rec.client_caps = s->up_modern ? s->u.client_caps : NULL;
+    rec.log_level = s->log_level;
+    tg_cluster_session_publish(cl, s->id_str, &rec);
+    s->shared = 1;
+}
+
+void tg_cluster_session_used(struct tg_cluster *cl, struct tg_session *s, uint64_t now_ms)
+{
+    if (!s->shared || now_ms - s->shared_touch_ms < (uint64_t)tg_cluster_conf(cl)->session_ttl_ms / 8)
+        return;
+    s->shared_touch_ms = now_ms;
+    tg_cluster_session_touch(cl, s->id_str);
+}
