@@ -246,8 +246,9 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     await cl.close();
   });
 
-  test('a 40-call race spread over the 3 instances: exactly the budget (10) allowed, 30 limited', async () => {
+  test('a 40-call race spread over the 3 instances: exactly the budget (10) allowed, 30 limited', async (t) => {
     const s = await session(c.instanceUrl(0, UPSTREAM), g.race);
+    const before = await Promise.all([0, 1, 2].map((i) => c.metrics(i)));
     const calls = Array.from({ length: 40 }, (_, i) => rawCall(c.instanceUrl(i % 3, UPSTREAM), s, 'execute_code', { language: 'python', code: `race-${i}` }));
     const rs = await Promise.all(calls);
     const oks = rs.filter(ok);
@@ -255,6 +256,10 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     assert.equal(oks.length, 10, `allowed: ${oks.length}; answers: ${JSON.stringify(rs.filter((r) => !ok(r) && code(r) !== -32002)).slice(0, 1500)}`);
     assert.equal(limited.length, 30);
     assert.equal(forwarded('race-').length, 10, 'exactly 10 reached the stand-in');
+    const after = await Promise.all([0, 1, 2].map((i) => c.metrics(i)));
+    const delta = (name) => after.reduce((a, m, i) => a + family(m, name) - family(before[i], name), 0);
+    t.diagnostic(`Redis per tools/call: ${(delta('tollgate_cluster_redis_round_trips_total') / 40).toFixed(2)} round trips, ` +
+      `${(delta('tollgate_cluster_redis_commands_total') / 40).toFixed(2)} commands (40 calls, one counter each, sessions adopted on b and c included)`);
   });
 
   test('a session made on instance a serves POSTs on b and c; a forged or foreign id is 404; DELETE on c ends it everywhere', async () => {
