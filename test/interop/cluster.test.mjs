@@ -204,6 +204,7 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
       pause: budgetPolicy('pause', 40),
       kill: budgetPolicy('kill', 20),
       restart: budgetPolicy('restart', 10),
+      local: budgetPolicy('local', 5),
     });
     c = await C.startCluster({
       cleanup, dir: sub, n: 3, adminToken: ADMIN_TOKEN,
@@ -393,6 +394,32 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     t.diagnostic(`forwarded ${n} of a budget of 40 (reservations queued in the stopped Redis may be lost, never added)`);
     assert.ok(n <= 40, `overspent: ${n} > 40`);
     assert.ok(n >= 40 - denied.length, `${n} forwarded: more lost than the ${denied.length} calls made while Redis was stopped`);
+  });
+
+  test('on_unavailable = "local" by a reload on c: with Redis stopped c decides on its own counters (counted), a and b still refuse -32004', async () => {
+    const s = await session(c.instanceUrl(0, UPSTREAM), g.local);
+    const ec = (i, tag) => rawCall(c.instanceUrl(i, UPSTREAM), s, 'execute_code', { language: 'python', code: `local-${tag}` });
+    assert.ok(ok(await ec(2, 'warm')), 'c knows the session before Redis stops');
+    await c.reconfigure(2, { on_unavailable: 'local' });
+    const fb0 = (await c.metrics(2)).tollgate_cluster_fallback_decisions_total ?? 0;
+    const from = c.instances[2].stderr().length;
+    c.redis.stop();
+    const onC = [];
+    let onA;
+    try {
+      for (let i = 0; i < 6; i++) onC.push(await ec(2, `c-${i}`));
+      onA = await ec(0, 'a');
+    } finally {
+      c.redis.cont();
+    }
+    // c's own bucket of 5 is full (it never spent locally): 5 served, then -32002, decided locally
+    assert.deepEqual(onC.map((r) => (ok(r) ? 'ok' : code(r))), ['ok', 'ok', 'ok', 'ok', 'ok', -32002], JSON.stringify(onC.filter((r) => !ok(r))));
+    assert.equal(code(onA), -32004, `a (deny) with Redis stopped: ${JSON.stringify(onA)}`);
+    const fb1 = (await c.metrics(2)).tollgate_cluster_fallback_decisions_total;
+    assert.ok(fb1 - fb0 >= 6, `tollgate_cluster_fallback_decisions_total on c: ${fb0} -> ${fb1}`);
+    await c.instances[2].waitForLog(/redis unavailable.*on_unavailable=local/, { from, what: 'the line saying c decides locally' });
+    await c.reconfigure(2, { on_unavailable: 'deny' });
+    for (let i = 0; i < 3; i++) await c.instances[i].waitForMetric('tollgate_cluster_redis_up', (v) => v === 1, { token: ADMIN_TOKEN, timeout: 15000 });
   });
 
   test('Redis killed and restarted empty on its port: -32004 while it is gone, then scripts loaded again and counters work (from a full bucket: no persistence)', async (t) => {

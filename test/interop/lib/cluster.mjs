@@ -304,7 +304,7 @@ export function writeSecret(dir, name = 'cluster.key') {
  *            with its own memory: the harness without the cluster core).
  *   adminToken: the admin bearer token (admin.token_sha256 is set from it)
  * Returns { redis, instances: [gw...], haproxy, url(up), instanceUrl(i, up), kill(i), hup(i),
- * waitReady(i), metrics(i), clusterMetrics(i), admin(i, method, path), logs() }.
+ * waitReady(i), metrics(i), clusterMetrics(i), admin(i, method, path), reconfigure(i, clusterDirectives), logs() }.
  */
 export async function startCluster({ cleanup, dir, n = 3, conf = {}, cluster = {}, adminToken, names = ['a', 'b', 'c', 'd', 'e'] } = {}) {
   const c = { instances: [], redis: null, haproxy: null, adminToken };
@@ -314,7 +314,7 @@ export async function startCluster({ cleanup, dir, n = 3, conf = {}, cluster = {
     c.secretFile = writeSecret(dir);
     c.keyPrefix = `tollgate-test-${randomBytes(4).toString('hex')}:`;
   }
-  c.confOf = (name) => {
+  c.confOf = (name, more = {}) => {
     const sub = path.join(dir, `instance-${name}`);
     fs.mkdirSync(sub, { recursive: true });
     return H.writeConf(sub, {
@@ -330,6 +330,7 @@ export async function startCluster({ cleanup, dir, n = 3, conf = {}, cluster = {
         backoff_max_ms: 1000,
         instance: name,
         ...cluster,
+        ...more,
       } : undefined,
     });
   };
@@ -386,6 +387,11 @@ export async function startCluster({ cleanup, dir, n = 3, conf = {}, cluster = {
     const from = g.stderr().length;
     process.kill(g.proc.pid, 'SIGHUP');
     await g.waitForLog(/configuration reloaded|reload(ed)? (ok|done)/i, { from, what: 'the reload line' });
+  };
+  /** Rewrites instance i's conf with `more` in its cluster group, then SIGHUPs it (see hup). */
+  c.reconfigure = async (i, more) => {
+    c.confOf(c.instances[i].name, more);
+    await c.hup(i);
   };
   c.logs = () => {
     const o = {};
