@@ -263,7 +263,7 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
       `${(delta('tollgate_cluster_redis_commands_total') / 40).toFixed(2)} commands (40 calls, one counter each, sessions adopted on b and c included)`);
   });
 
-  test('a session made on instance a serves POSTs on b and c; a forged or foreign id is 404; DELETE on c ends it everywhere', async () => {
+  test('a session made on instance a serves POSTs on b and c; a forged or foreign id is 404 there', async () => {
     const s = await session(c.instanceUrl(0, UPSTREAM), g.sess);
     for (const i of [1, 2]) {
       const r = await rawCall(c.instanceUrl(i, UPSTREAM), s, 'echo', { text: `sess-echo-${i}` });
@@ -283,12 +283,18 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     const foreign = await rawCall(c.instanceUrl(2, UPSTREAM), { headers: { ...s.headers, ...bearer(g.other.token) } }, 'echo', { text: 'sess-foreign' });
     assert.equal(foreign.status, 404, `another grant's session: ${JSON.stringify(foreign)}`);
     assert.deepEqual(forwarded('sess-forged', 'text').concat(forwarded('sess-foreign', 'text')), []);
-    // DELETE on c; then a, which made it, does not know it any more
+  });
+
+  test('DELETE on c ends a session made on a and used on b, for every instance', async () => {
+    const s = await session(c.instanceUrl(0, UPSTREAM), g.sess);
+    for (const i of [0, 1, 2]) assert.ok(ok(await rawCall(c.instanceUrl(i, UPSTREAM), s, 'echo', { text: `del-before-${i}` })));
     const d = await fetchFn(c.instanceUrl(2, UPSTREAM), { method: 'DELETE', headers: s.headers });
     await d.text();
     assert.ok(d.status === 200 || d.status === 204, `DELETE: HTTP ${d.status}`);
-    const gone = await rawCall(c.instanceUrl(0, UPSTREAM), s, 'echo', { text: 'sess-after-delete' });
-    assert.equal(gone.status, 404, `after DELETE on c, a: ${JSON.stringify(gone)}`);
+    const after = {};
+    for (const i of [2, 1, 0]) after[c.instances[i].name] = (await rawCall(c.instanceUrl(i, UPSTREAM), s, 'echo', { text: `del-after-${i}` })).status;
+    assert.deepEqual(after, { c: 404, b: 404, a: 404 }, 'HTTP status of a POST with the deleted session id, per instance');
+    assert.deepEqual(forwarded('del-after-', 'text'), [], 'nothing forwarded on a deleted session');
   });
 
   test('approvals: parked on a, listed on b and c, approved on c; the client on a gets the result, the stand-in the call once', async () => {
@@ -353,12 +359,19 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     let denied;
     let echoes;
     const downSeen = [];
+    const readyWhileDown = [];
     try {
       [denied, echoes] = await Promise.all([
         Promise.all(Array.from({ length: 9 }, (_, i) => ec(i, `paused-${i}`))),
         Promise.all(Array.from({ length: 6 }, (_, i) => rawCall(c.instanceUrl(i % 3, UPSTREAM), s, 'echo', { text: `pause-echo-${i}` }))),
       ]);
-      // while it is still stopped: the instances say so (asserted below, after the answers)
+      // while it is still stopped: /readyz stays 200 (HAProxy keeps every instance in), and
+      // the instances say Redis is down (asserted below, after the answers)
+      for (let i = 0; i < 3; i++) {
+        const r = await fetch(`http://127.0.0.1:${c.instances[i].adminPort}/readyz`);
+        await r.text();
+        readyWhileDown[i] = r.status;
+      }
       for (let i = 0; i < 3; i++) {
         downSeen[i] = await H.waitFor(async () => (await c.metrics(i)).tollgate_cluster_redis_up === 0, { timeout: H.scaled(10000), interval: 50 });
       }
@@ -372,6 +385,7 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     }
     for (const r of echoes) assert.ok(ok(r), `echo (no counter) with Redis stopped: ${JSON.stringify(r)}`);
     assert.deepEqual(forwarded('pause-paused-'), [], 'no call answered -32004 was forwarded');
+    assert.deepEqual(readyWhileDown, [200, 200, 200], '/readyz with Redis stopped');
     assert.deepEqual(downSeen, [true, true, true], 'tollgate_cluster_redis_up went to 0 on every instance while Redis was stopped');
     t.diagnostic(`-32004 answered in ${Math.min(...denied.map((r) => r.ms))}..${Math.max(...denied.map((r) => r.ms))} ms`);
 
