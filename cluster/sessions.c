@@ -21,7 +21,10 @@ struct tg_cluster_fetch {
     tg_cluster_session_cb cb;
     void *ud;
     char id[64];
+    int second; /* the second read of a record the first did not find */
 };
+
+static void get(struct tg_cluster_fetch *f);
 
 static int key_of(struct tg_cluster *cl, const char *id, char *key, size_t n)
 {
@@ -143,6 +146,14 @@ static const char *str_of(const cJSON *o, const char *name)
 static void on_get(void *ud, int status, const struct redisReply *reply)
 {
     struct tg_cluster_fetch *f = ud;
+    if (status == TG_REDIS_OK && reply != NULL && reply->type == REDIS_REPLY_NIL && !f->second && f->cb != NULL) {
+        /* The member that made the session answered its client and writes the record in the
+         * same loop iteration, so a client fast enough to reach us first may have: read once
+         * more, one Redis round trip later (ids are sealed: only a real id pays for this). */
+        f->second = 1;
+        get(f);
+        return;
+    }
     tg_cluster_session_cb cb = f->cb;
     void *cud = f->ud;
     struct tg_cluster *cl = f->cl;
@@ -202,12 +213,17 @@ struct tg_cluster_fetch *tg_cluster_session_fetch(struct tg_cluster *cl, const c
     f->cb = cb;
     f->ud = ud;
     snprintf(f->id, sizeof(f->id), "%s", id);
+    get(f);
+    return f;
+}
+
+static void get(struct tg_cluster_fetch *f)
+{
     char key[160];
-    key_of(cl, id, key, sizeof(key));
+    key_of(f->cl, f->id, key, sizeof(key));
     const char *argv[] = {"GET", key};
     size_t lens[] = {3, strlen(key)};
-    tg_redis_command(tg_cluster_redis(cl), on_get, f, 2, argv, lens);
-    return f;
+    tg_redis_command(tg_cluster_redis(f->cl), on_get, f, 2, argv, lens);
 }
 
 void tg_cluster_session_cancel(struct tg_cluster_fetch *f)

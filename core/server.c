@@ -328,6 +328,10 @@ static void finish_drain(struct tg_server *srv)
     }
     tg_audit_close(srv->audit);
     srv->audit = NULL;
+    /* Last: the refunds of the calls ended above are written; then Redis's handles go, or they
+     * would keep the loop alive. */
+    tg_cluster_free(srv->cluster);
+    srv->cluster = NULL;
     uv_close((uv_handle_t *)&srv->drain_timer, NULL);
     /* flush_check and flush_prepare stay until tg_server_dispose: the closes queued here are
      * finished by them. */
