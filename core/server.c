@@ -359,9 +359,11 @@ void tg_server_drain(struct tg_server *srv)
     if (srv->draining)
         return;
     srv->draining = 1;
+    close_listeners(srv);
+    /* Logged once the listeners are closed: the log writer thread may show it at once, and a
+     * reader who connects after seeing it must be refused, not reset from the backlog. */
     tg_log(TG_LOG_INFO, "draining", "inflight=%zu timeout_ms=%d", tg_router_inflight(srv),
            srv->conf->limits.drain_timeout_ms);
-    close_listeners(srv);
     tg_router_end_streams(srv);
     /* Idle keep-alive connections can go now; busy ones close after their answer. */
     struct tg_list *l = srv->http.conns.next;
