@@ -114,7 +114,7 @@ EOF
 head -c 32 /dev/urandom >"$tmp/cluster.key"
 chmod 600 "$tmp/cluster.key"
 
-declare -A tg_port admin_port
+declare -A tg_port admin_port tg_pid
 # start_instance NAME CLUSTER(0|1)
 start_instance() {
     local name=$1 shared=$2 d=$tmp/tg-$1
@@ -144,6 +144,7 @@ EOF
     "$TOLLGATE_BIN" -c "$d/tollgate.conf" >"$d/stdout.log" 2>"$d/stderr.log" &
     local pid=$!
     pids+=("$pid")
+    tg_pid[$name]=$pid
     instance_ready() { port_open "${tg_port[$1]}" && port_open "${admin_port[$1]}"; }
     wait_for "tollgate $name" "$pid" 10 "$d/stderr.log" instance_ready "$name"
     if ((shared)); then
@@ -207,10 +208,17 @@ wait_for haproxy "$hp_pid" 10 "$tmp/haproxy.log" haproxy_ready
 # What is read before and after each wrk run: the cluster counters of every shared instance and
 # Redis's commandstats.
 cluster_metrics="decisions_total decisions_without_counters_total decision_rounds_total redis_requests_total redis_commands_total redis_round_trips_total fallback_decisions_total unavailable_denials_total"
-# snapshot FILE: "INSTANCE.METRIC VALUE" lines and "redis.COMMAND CALLS" / "redisfail.COMMAND N".
+# snapshot FILE: "INSTANCE.METRIC VALUE" lines, "redis.COMMAND CALLS" / "redisfail.COMMAND N",
+# "cpu.PROCESS TICKS" (user + system clock ticks of the processes started here) and "cpu.idle" /
+# "cpu.all" (the whole machine's, from /proc/stat).
 snapshot() {
     local i m
     {
+        for i in local a b c; do echo "cpu.tg-$i $(ticks "${tg_pid[$i]}")"; done
+        echo "cpu.haproxy $(ticks "$hp_pid")"
+        echo "cpu.redis $(ticks "$redis_pid")"
+        echo "cpu.upstream $(ticks "$up_pid")"
+        awk '$1 == "cpu" {t = 0; for (k = 2; k <= NF; k++) t += $k; print "cpu.idle", $5 + $6; print "cpu.all", t}' /proc/stat
         for i in $shared_instances; do
             local all
             all=$(curl -sS --max-time 5 "http://127.0.0.1:${admin_port[$i]}/metrics") ||
@@ -224,12 +232,15 @@ snapshot() {
             sed -n 's/^cmdstat_\([^:]*\):calls=\([0-9]*\),.*failed_calls=\([0-9]*\).*/redis.\1 \2\nredisfail.\1 \3/p'
     } >"$1"
 }
+# ticks PID: user + system clock ticks used so far (fields 14 and 15 of /proc/PID/stat, counted
+# after the ")" that ends the command name).
+ticks() { awk '{sub(/^.*\) /, ""); print $12 + $13}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 # delta A B KEY: B's value less A's (0 when absent).
 delta() {
     awk -v k="$3" 'FNR == NR {if ($1 == k) a = $2; next} $1 == k {b = $2} END {print b - a}' "$1" "$2"
 }
 
-declare -A rps_all p50_all p99_all errs req_all rt_all cmd_all dec_all rcmd_all reval_all split_all rdetail
+declare -A rps_all p50_all p99_all errs req_all rt_all cmd_all dec_all rcmd_all reval_all split_all rdetail cpu_all
 run_phase() {
     local name=$1 url=$2 round=$3 d=$tmp/$1/round$3
     mkdir -p "$d"
@@ -311,8 +322,25 @@ run_phase() {
     rcmd_all[$name]+=" $(per "$rtot")"
     reval_all[$name]+=" $(per "$reval")"
     split_all[$name]="$split"
+    # CPU, in % of one core, over the measurement (clock ticks over elapsed ticks of one core).
+    local hz all idle cpu="" p
+    hz=$(getconf CLK_TCK)
+    all=$(delta "$d/before" "$d/after" cpu.all)
+    idle=$(delta "$d/before" "$d/after" cpu.idle)
+    local ncpu
+    ncpu=$(nproc)
+    pct() { awk -v t="$1" -v a="$all" -v n="$ncpu" 'BEGIN {printf "%.0f", (a > 0 ? 100 * t * n / a : 0)}'; }
+    local tgt=0
+    for p in local a b c; do tgt=$((tgt + $(delta "$d/before" "$d/after" "cpu.tg-$p"))); done
+    cpu="tollgate $(pct "$tgt")%"
+    [[ $name == haproxy-3 ]] && cpu="tollgate a+b+c $(pct "$tgt")% ($(for p in a b c; do pct "$(delta "$d/before" "$d/after" "cpu.tg-$p")"; printf '%% '; done | sed 's/ $//'))"
+    cpu+=", haproxy $(pct "$(delta "$d/before" "$d/after" cpu.haproxy)")%"
+    cpu+=", redis $(pct "$(delta "$d/before" "$d/after" cpu.redis)")%"
+    cpu+=", upstream $(pct "$(delta "$d/before" "$d/after" cpu.upstream)")%"
+    cpu+=", machine idle $(pct "$idle")% of $((ncpu * 100))%"
+    cpu_all[$name]="$cpu"
     rdetail[$name]="${detail# }"
-    echo "   ${r[rps]} calls/s, p50 ${r[p50_us]} us, p99 ${r[p99_us]} us, $e errors; per call: decisions $(per "$dec"), round trips $(per "$rt"), commands $(per "$cmd"); Redis:${detail:- none}; decisions a/b/c $split" >&2
+    echo "   ${r[rps]} calls/s, p50 ${r[p50_us]} us, p99 ${r[p99_us]} us, $e errors; per call: decisions $(per "$dec"), round trips $(per "$rt"), commands $(per "$cmd"); Redis:${detail:- none}; decisions a/b/c $split; CPU: $cpu" >&2
 }
 
 median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
@@ -415,6 +443,8 @@ mkdir -p "$(dirname "$RESULTS")"
     echo "# rt/c, cmd/c, dec/c: tollgate_cluster_redis_round_trips_total, _redis_commands_total, _decisions_total"
     echo "#   (sums over instances a, b, c) per call answered; R cmd: Redis INFO commandstats calls per call"
     for t in shared haproxy-1 haproxy-3; do echo "#   Redis commands per call, $t: ${rdetail[$t]}"; done
+    echo "# CPU in % of one core during the last round's measurement (wrk and other load take the rest):"
+    for t in $phases; do printf '#   %-10s %s\n' "$t" "${cpu_all[$t]}"; done
     echo "shared/local throughput:       $(ratio shared local)"
     echo "haproxy-3/haproxy-1:           $(ratio haproxy-3 haproxy-1)"
     echo "haproxy-1/shared (haproxy hop): $(ratio haproxy-1 shared)"
@@ -433,10 +463,10 @@ mkdir -p "$(dirname "$RESULTS")"
     sep=""
     for t in $phases; do
         list() { tr ' ' '\n' <<<"$1" | grep . | paste -sd, ; }
-        printf '%s\n  "%s":{"calls_per_s":%s,"p50_ms":%s,"p99_ms":%s,"errors":%s,"calls_per_s_rounds":[%s],"round_trips_per_call":%s,"commands_per_call":%s,"decisions_per_call":%s,"redis_commands_per_call":%s,"redis_evalsha_per_call":%s,"decisions_a_b_c":"%s","redis_commandstats_per_call":"%s"}' \
+        printf '%s\n  "%s":{"calls_per_s":%s,"p50_ms":%s,"p99_ms":%s,"errors":%s,"calls_per_s_rounds":[%s],"round_trips_per_call":%s,"commands_per_call":%s,"decisions_per_call":%s,"redis_commands_per_call":%s,"redis_evalsha_per_call":%s,"decisions_a_b_c":"%s","redis_commandstats_per_call":"%s","cpu_last_round":"%s"}' \
             "$sep" "$t" "${rps[$t]}" "${p50[$t]}" "${p99[$t]}" "${errs[$t]}" "$(list "${rps_all[$t]}")" \
             "$(median "${rt_all[$t]}")" "$(median "${cmd_all[$t]}")" "$(median "${dec_all[$t]}")" \
-            "$(median "${rcmd_all[$t]}")" "$(median "${reval_all[$t]}")" "${split_all[$t]:-}" "${rdetail[$t]:-}"
+            "$(median "${rcmd_all[$t]}")" "$(median "${reval_all[$t]}")" "${split_all[$t]:-}" "${rdetail[$t]:-}" "${cpu_all[$t]}"
         sep=","
     done
     printf '},\n "ratios":{"shared_over_local":%s,"haproxy3_over_haproxy1":%s,"haproxy1_over_shared":%s},\n' \
