@@ -240,7 +240,7 @@ delta() {
     awk -v k="$3" 'FNR == NR {if ($1 == k) a = $2; next} $1 == k {b = $2} END {print b - a}' "$1" "$2"
 }
 
-declare -A rps_all p50_all p99_all errs req_all rt_all cmd_all dec_all rcmd_all reval_all split_all rdetail cpu_all
+declare -A rps_all p50_all p99_all errs req_all rt_all cmd_all dec_all rcmd_all reval_all split_all rdetail cpu_all tgus_all rdus_all hpus_all
 run_phase() {
     local name=$1 url=$2 round=$3 d=$tmp/$1/round$3
     mkdir -p "$d"
@@ -339,8 +339,14 @@ run_phase() {
     cpu+=", upstream $(pct "$(delta "$d/before" "$d/after" cpu.upstream)")%"
     cpu+=", machine idle $(pct "$idle")% of $((ncpu * 100))%"
     cpu_all[$name]="$cpu"
+    # CPU time per call (microseconds): steadier than calls/s on a loaded machine, since it does
+    # not count the time a process waits for a core.
+    usc() { awk -v t="$1" -v h="$hz" -v c="$calls" 'BEGIN {printf "%.1f", t / h * 1e6 / c}'; }
+    tgus_all[$name]+=" $(usc "$tgt")"
+    rdus_all[$name]+=" $(usc "$(delta "$d/before" "$d/after" cpu.redis)")"
+    hpus_all[$name]+=" $(usc "$(delta "$d/before" "$d/after" cpu.haproxy)")"
     rdetail[$name]="${detail# }"
-    echo "   ${r[rps]} calls/s, p50 ${r[p50_us]} us, p99 ${r[p99_us]} us, $e errors; per call: decisions $(per "$dec"), round trips $(per "$rt"), commands $(per "$cmd"); Redis:${detail:- none}; decisions a/b/c $split; CPU: $cpu" >&2
+    echo "   ${r[rps]} calls/s, p50 ${r[p50_us]} us, p99 ${r[p99_us]} us, $e errors; per call: decisions $(per "$dec"), round trips $(per "$rt"), commands $(per "$cmd"); Redis:${detail:- none}; decisions a/b/c $split; CPU: $cpu; CPU per call: tollgate $(usc "$tgt") us, redis $(usc "$(delta "$d/before" "$d/after" cpu.redis)") us" >&2
 }
 
 median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
@@ -431,17 +437,19 @@ mkdir -p "$(dirname "$RESULTS")"
     echo "# tollgate cluster bench $(date -u +%Y-%m-%dT%H:%M:%SZ)  $(uname -sr), $(nproc) cores, $($REDIS_SERVER --version | awk '{print $3}'), $($HAPROXY_BIN -v | awk 'NR == 1 {print $1, $3}')"
     echo "# tools/call (2025 session, seed-shaped policy: one token bucket), ${DURATION}s per phase, $CONNS connections, $THREADS wrk thread(s), haproxy nbthread $HAPROXY_THREADS; load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
     ((ROUNDS == 1)) || echo "# $ROUNDS rounds in alternation; medians of the rounds; range = lowest-highest calls/s"
-    printf '%-10s %-32s %10s %7s %7s %6s %6s %6s %6s %6s  %s\n' phase what 'calls/s' 'p50 ms' 'p99 ms' errors 'rt/c' 'cmd/c' 'dec/c' 'R cmd' 'range / decisions per instance'
+    printf '%-10s %-32s %10s %7s %7s %6s %6s %6s %6s %6s %6s %6s %6s  %s\n' phase what 'calls/s' 'p50 ms' 'p99 ms' errors 'rt/c' 'cmd/c' 'dec/c' 'R cmd' 'tg us' 'R us' 'hp us' 'range / decisions per instance'
     for t in $phases; do
         local_note=""
         ((ROUNDS == 1)) || local_note="$(range "${rps_all[$t]}")"
         [[ $t == local ]] || local_note+="${local_note:+ }a/b/c ${split_all[$t]}"
-        printf '%-10s %-32s %10s %7s %7s %6s %6s %6s %6s %6s  %s\n' "$t" "$(what "$t")" "${rps[$t]}" "${p50[$t]}" "${p99[$t]}" \
+        printf '%-10s %-32s %10s %7s %7s %6s %6s %6s %6s %6s %6s %6s %6s  %s\n' "$t" "$(what "$t")" "${rps[$t]}" "${p50[$t]}" "${p99[$t]}" \
             "${errs[$t]}" "$(median "${rt_all[$t]}")" "$(median "${cmd_all[$t]}")" "$(median "${dec_all[$t]}")" \
-            "$(median "${rcmd_all[$t]}")" "$local_note"
+            "$(median "${rcmd_all[$t]}")" "$(median "${tgus_all[$t]}")" "$(median "${rdus_all[$t]}")" \
+            "$(median "${hpus_all[$t]}")" "$local_note"
     done
     echo "# rt/c, cmd/c, dec/c: tollgate_cluster_redis_round_trips_total, _redis_commands_total, _decisions_total"
     echo "#   (sums over instances a, b, c) per call answered; R cmd: Redis INFO commandstats calls per call"
+    echo "# tg us, R us, hp us: CPU time (user + system) of tollgate (all instances), redis-server, haproxy per call"
     for t in shared haproxy-1 haproxy-3; do echo "#   Redis commands per call, $t: ${rdetail[$t]}"; done
     echo "# CPU in % of one core during the last round's measurement (wrk and other load take the rest):"
     for t in $phases; do printf '#   %-10s %s\n' "$t" "${cpu_all[$t]}"; done
@@ -463,10 +471,11 @@ mkdir -p "$(dirname "$RESULTS")"
     sep=""
     for t in $phases; do
         list() { tr ' ' '\n' <<<"$1" | grep . | paste -sd, ; }
-        printf '%s\n  "%s":{"calls_per_s":%s,"p50_ms":%s,"p99_ms":%s,"errors":%s,"calls_per_s_rounds":[%s],"round_trips_per_call":%s,"commands_per_call":%s,"decisions_per_call":%s,"redis_commands_per_call":%s,"redis_evalsha_per_call":%s,"decisions_a_b_c":"%s","redis_commandstats_per_call":"%s","cpu_last_round":"%s"}' \
+        printf '%s\n  "%s":{"calls_per_s":%s,"p50_ms":%s,"p99_ms":%s,"errors":%s,"calls_per_s_rounds":[%s],"round_trips_per_call":%s,"commands_per_call":%s,"decisions_per_call":%s,"redis_commands_per_call":%s,"redis_evalsha_per_call":%s,"decisions_a_b_c":"%s","redis_commandstats_per_call":"%s","cpu_last_round":"%s","tollgate_cpu_us_per_call":%s,"redis_cpu_us_per_call":%s,"haproxy_cpu_us_per_call":%s}' \
             "$sep" "$t" "${rps[$t]}" "${p50[$t]}" "${p99[$t]}" "${errs[$t]}" "$(list "${rps_all[$t]}")" \
             "$(median "${rt_all[$t]}")" "$(median "${cmd_all[$t]}")" "$(median "${dec_all[$t]}")" \
-            "$(median "${rcmd_all[$t]}")" "$(median "${reval_all[$t]}")" "${split_all[$t]:-}" "${rdetail[$t]:-}" "${cpu_all[$t]}"
+            "$(median "${rcmd_all[$t]}")" "$(median "${reval_all[$t]}")" "${split_all[$t]:-}" "${rdetail[$t]:-}" "${cpu_all[$t]}" \
+            "$(median "${tgus_all[$t]}")" "$(median "${rdus_all[$t]}")" "$(median "${hpus_all[$t]}")"
         sep=","
     done
     printf '},\n "ratios":{"shared_over_local":%s,"haproxy3_over_haproxy1":%s,"haproxy1_over_shared":%s},\n' \
