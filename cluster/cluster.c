@@ -104,7 +104,9 @@ void tg_cluster_free(struct tg_cluster *cl)
 void tg_cluster_reconf(struct tg_cluster *cl, const struct tg_cluster_conf *cc)
 {
     cl->on_unavailable = cc->on_unavailable;
-    memcpy(cl->conf.secret, cc->secret, sizeof(cl->conf.secret));
+    if (memcmp(cl->conf.secret, cc->secret, sizeof(cl->conf.secret)) != 0)
+        tg_log(TG_LOG_WARN, "cluster: a new secret_file takes effect at restart (session ids and envelopes stay sealed with the old one)",
+               "secret_file=%s", cc->secret_file);
     if (strcmp(cc->redis, cl->conf.redis) != 0 || strcmp(cc->key_prefix, cl->key_prefix) != 0 ||
         strcmp(cc->instance, cl->instance) != 0 || cc->timeout_ms != cl->conf.timeout_ms ||
         (cc->password == NULL) != (cl->conf.password == NULL) ||
@@ -212,6 +214,11 @@ static void on_ops(void *ud, int status);
 
 static void send_round(struct tg_cluster_job *j, size_t from, size_t n)
 {
+    /* A window add learns the decision's time too, so its key expires when its window ends
+     * (the plan's operations carry only what the decision asked). */
+    for (size_t i = from; i < from + n; i++)
+        if (j->plan.ops[i].kind == TG_COP_WINDOW_ADD)
+            j->plan.ops[i].now_ms = j->now_ms;
     j->cl->stats.rounds++;
     j->req = tg_redis_counter_ops(j->cl->redis, j->cl->key_prefix, j->plan.ops + from, n, on_ops, j);
 }

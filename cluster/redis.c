@@ -271,44 +271,6 @@ static void on_deadline(uv_timer_t *t)
 
 /* ---- replies ------------------------------------------------------------------------------ */
 
-static int parse_double(const redisReply *e, double *out)
-{
-    if (!e || e->type != REDIS_REPLY_STRING || e->len == 0 || e->len > 40)
-        return -1;
-    char buf[48];
-    memcpy(buf, e->str, e->len);
-    buf[e->len] = 0;
-    char *end;
-    errno = 0;
-    *out = strtod(buf, &end);
-    return *end == 0 ? 0 : -1;
-}
-
-/* Fill op from a script's reply: {ok, "value", retry} (take), {ok, "value"} (add, get), {1}. */
-static int parse_op(struct tg_counter_op *op, const redisReply *y)
-{
-    if (y->type != REDIS_REPLY_ARRAY || y->elements < 1 || y->element[0]->type != REDIS_REPLY_INTEGER)
-        return -1;
-    op->ok = y->element[0]->integer ? 1 : 0;
-    switch (op->kind) {
-    case TG_COP_BUCKET_TAKE:
-        if (y->elements != 3 || parse_double(y->element[1], &op->value) < 0 ||
-            y->element[2]->type != REDIS_REPLY_INTEGER)
-            return -1;
-        op->retry_ms = y->element[2]->integer < 0 ? UINT64_MAX : (uint64_t)y->element[2]->integer;
-        return 0;
-    case TG_COP_WINDOW_GET:
-    case TG_COP_WINDOW_ADD:
-        if (y->elements != 2 || parse_double(y->element[1], &op->value) < 0)
-            return -1;
-        return 0;
-    case TG_COP_BUCKET_GIVE:
-    case TG_COP_WINDOW_SUB:
-        return y->elements == 1 ? 0 : -1;
-    }
-    return -1;
-}
-
 static void on_reload_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
 static void on_req_reply(redisAsyncContext *ac, void *reply, void *privdata)
@@ -359,7 +321,7 @@ static void on_req_reply(redisAsyncContext *ac, void *reply, void *privdata)
             answer(q, TG_REDIS_EDOWN, NULL);
         return;
     }
-    if (y->type == REDIS_REPLY_ERROR || (q->ops && parse_op(&q->ops[s->i], y) < 0)) {
+    if (y->type == REDIS_REPLY_ERROR || (q->ops && tg__redis_op_parse(&q->ops[s->i], y) < 0)) {
         answer(q, TG_REDIS_EREPLY, NULL);
         return;
     }
@@ -383,46 +345,9 @@ static int send_op(struct tg_redis_req *q, size_t i)
 {
     struct tg_redis *r = q->r;
     const struct tg_counter_op *op = &q->ops[i];
-    char key[256], a[6][32];
-    const char *argv[10];
-    size_t argvlen[10];
-    int argc = 0;
-    snprintf(key, sizeof(key), "%sc:%016" PRIx64 "%016" PRIx64, q->prefix, op->h1, op->h2);
-    argv[argc++] = "EVALSHA";
-    argv[argc++] = r->sha[op->kind];
-    argv[argc++] = "1";
-    argv[argc++] = key;
-    int na = 0;
-    switch (op->kind) {
-    case TG_COP_BUCKET_TAKE:
-        snprintf(a[na++], 32, "%.17g", op->capacity);
-        snprintf(a[na++], 32, "%" PRId64, op->window_ms);
-        snprintf(a[na++], 32, "%.17g", op->amount);
-        snprintf(a[na++], 32, "%" PRId64, op->now_ms);
-        break;
-    case TG_COP_BUCKET_GIVE:
-        snprintf(a[na++], 32, "%.17g", op->capacity);
-        snprintf(a[na++], 32, "%.17g", op->amount);
-        break;
-    case TG_COP_WINDOW_GET: snprintf(a[na++], 32, "%" PRId64, op->window_start); break;
-    case TG_COP_WINDOW_ADD:
-        snprintf(a[na++], 32, "%" PRId64, op->window_start);
-        snprintf(a[na++], 32, "%" PRId64, op->window_ms);
-        snprintf(a[na++], 32, "%.17g", op->amount);
-        snprintf(a[na++], 32, "%.17g", op->limit);
-        snprintf(a[na++], 32, "%d", (int)op->limit_op);
-        snprintf(a[na++], 32, "%" PRId64, op->now_ms);
-        break;
-    case TG_COP_WINDOW_SUB:
-        snprintf(a[na++], 32, "%" PRId64, op->window_start);
-        snprintf(a[na++], 32, "%.17g", op->amount);
-        break;
-    }
-    for (int k = 0; k < na; k++)
-        argv[argc++] = a[k];
-    for (int k = 0; k < argc; k++)
-        argvlen[k] = strlen(argv[k]);
-    if (!r->cmd.ac || redisAsyncCommandArgv(r->cmd.ac, on_req_reply, &q->slots[i], argc, argv, argvlen) != REDIS_OK)
+    struct tg__redis_argv v;
+    tg__redis_op_argv(&v, op, q->prefix, r->sha[op->kind]);
+    if (!r->cmd.ac || redisAsyncCommandArgv(r->cmd.ac, on_req_reply, &q->slots[i], v.argc, v.argv, v.argvlen) != REDIS_OK)
         return -1;
     q->outstanding++;
     r->st.commands++;
@@ -657,8 +582,10 @@ static void on_kick(uv_timer_t *t)
     }
     uv_handle_t *hs[4] = {(uv_handle_t *)&r->cmd.timer, (uv_handle_t *)&r->sub.timer,
                           (uv_handle_t *)&r->deadline_timer, (uv_handle_t *)&r->kick};
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
+        hs[i]->data = r;
         uv_close(hs[i], on_handle_closed);
+    }
 }
 
 /* ---- the interface ------------------------------------------------------------------------ */

@@ -12,6 +12,14 @@
  * window's start and count. Its TTL is the local store's expire_ms less the caller's now_ms (the
  * clock is always the caller's, never Redis TIME); an update that the local store makes without
  * moving expire_ms keeps the TTL (KEEPTTL). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
 #include "cluster/redis_scripts.h"
 
 #define LUA_COMMON                                                                                                   \
@@ -145,3 +153,85 @@ const char *const tg__redis_scripts[TG__REDIS_NSCRIPTS] = {
     [TG_COP_BUCKET_TAKE] = take_lua, [TG_COP_BUCKET_GIVE] = give_lua, [TG_COP_WINDOW_GET] = get_lua,
     [TG_COP_WINDOW_ADD] = add_lua,   [TG_COP_WINDOW_SUB] = sub_lua,
 };
+
+/* ---- the arguments of an op, and its answer ------------------------------------------------ */
+
+static int parse_double(const redisReply *e, double *out)
+{
+    if (!e || e->type != REDIS_REPLY_STRING || e->len == 0 || e->len > 40)
+        return -1;
+    char buf[48];
+    memcpy(buf, e->str, e->len);
+    buf[e->len] = 0;
+    char *end;
+    errno = 0;
+    *out = strtod(buf, &end);
+    return *end == 0 ? 0 : -1;
+}
+
+/* Fill op from a script's reply: {ok, "value", retry} (take), {ok, "value"} (add, get), {1}. */
+int tg__redis_op_parse(struct tg_counter_op *op, const redisReply *y)
+{
+    if (y->type != REDIS_REPLY_ARRAY || y->elements < 1 || y->element[0]->type != REDIS_REPLY_INTEGER)
+        return -1;
+    op->ok = y->element[0]->integer ? 1 : 0;
+    switch (op->kind) {
+    case TG_COP_BUCKET_TAKE:
+        if (y->elements != 3 || parse_double(y->element[1], &op->value) < 0 ||
+            y->element[2]->type != REDIS_REPLY_INTEGER)
+            return -1;
+        op->retry_ms = y->element[2]->integer < 0 ? UINT64_MAX : (uint64_t)y->element[2]->integer;
+        return 0;
+    case TG_COP_WINDOW_GET:
+    case TG_COP_WINDOW_ADD:
+        if (y->elements != 2 || parse_double(y->element[1], &op->value) < 0)
+            return -1;
+        return 0;
+    case TG_COP_BUCKET_GIVE:
+    case TG_COP_WINDOW_SUB:
+        return y->elements == 1 ? 0 : -1;
+    }
+    return -1;
+}
+
+
+void tg__redis_op_argv(struct tg__redis_argv *v, const struct tg_counter_op *op, const char *prefix, const char *sha)
+{
+    char(*a)[32] = v->num;
+    int na = 0;
+    snprintf(v->key, sizeof(v->key), "%sc:%016" PRIx64 "%016" PRIx64, prefix, op->h1, op->h2);
+    v->argc = 0;
+    v->argv[v->argc++] = "EVALSHA";
+    v->argv[v->argc++] = sha;
+    v->argv[v->argc++] = "1";
+    v->argv[v->argc++] = v->key;
+    switch (op->kind) {
+    case TG_COP_BUCKET_TAKE:
+        snprintf(a[na++], 32, "%.17g", op->capacity);
+        snprintf(a[na++], 32, "%" PRId64, op->window_ms);
+        snprintf(a[na++], 32, "%.17g", op->amount);
+        snprintf(a[na++], 32, "%" PRId64, op->now_ms);
+        break;
+    case TG_COP_BUCKET_GIVE:
+        snprintf(a[na++], 32, "%.17g", op->capacity);
+        snprintf(a[na++], 32, "%.17g", op->amount);
+        break;
+    case TG_COP_WINDOW_GET: snprintf(a[na++], 32, "%" PRId64, op->window_start); break;
+    case TG_COP_WINDOW_ADD:
+        snprintf(a[na++], 32, "%" PRId64, op->window_start);
+        snprintf(a[na++], 32, "%" PRId64, op->window_ms);
+        snprintf(a[na++], 32, "%.17g", op->amount);
+        snprintf(a[na++], 32, "%.17g", op->limit);
+        snprintf(a[na++], 32, "%d", (int)op->limit_op);
+        snprintf(a[na++], 32, "%" PRId64, op->now_ms);
+        break;
+    case TG_COP_WINDOW_SUB:
+        snprintf(a[na++], 32, "%" PRId64, op->window_start);
+        snprintf(a[na++], 32, "%.17g", op->amount);
+        break;
+    }
+    for (int k = 0; k < na; k++)
+        v->argv[v->argc++] = a[k];
+    for (int k = 0; k < v->argc; k++)
+        v->argvlen[k] = strlen(v->argv[k]);
+}

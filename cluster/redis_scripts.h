@@ -8,4 +8,19 @@
 #define TG__REDIS_NSCRIPTS 5
 extern const char *const tg__redis_scripts[TG__REDIS_NSCRIPTS];
 
+struct redisReply;
+
+/* The EVALSHA command of one op: argv points into the struct itself. */
+struct tg__redis_argv {
+    char key[256];
+    char num[6][32];
+    const char *argv[10];
+    size_t argvlen[10];
+    int argc;
+};
+void tg__redis_op_argv(struct tg__redis_argv *v, const struct tg_counter_op *op, const char *prefix, const char *sha);
+/* Fill op's result from its script's reply: 0, or -1 if the reply has another shape. Doubles
+ * come as "%.17g" strings, read back exactly by strtod. */
+int tg__redis_op_parse(struct tg_counter_op *op, const struct redisReply *y);
+
 #endif

@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <hiredis/hiredis.h>
+#include <mbedtls/md.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +17,42 @@
 /* A read waiting for Redis. Owner: itself, from tg_cluster_session_fetch() until on_get ran
  * (cancel only drops the callback). */
 struct tg_cluster_fetch {
+    struct tg_cluster *cl;
     tg_cluster_session_cb cb;
     void *ud;
+    char id[64];
+    int second; /* the second read of a record the first did not find */
 };
+
+static void get(struct tg_cluster_fetch *f);
 
 static int key_of(struct tg_cluster *cl, const char *id, char *key, size_t n)
 {
     return snprintf(key, n, "%ss:%s", tg_cluster_conf(cl)->key_prefix, id);
+}
+
+/* A record carries HMAC-SHA256 under a key from the cluster's secret over what it binds (id,
+ * grant, upstream, upstream session, version): write access to Redis alone cannot move a
+ * session to another grant or upstream session. */
+static void record_mac(struct tg_cluster *cl, const char *id, const struct tg_cluster_session_rec *r, char hex[65])
+{
+    static const char label[] = "tollgate session record";
+    const mbedtls_md_info_t *md = mbedtls_md_info_from_type(MBEDTLS_MD_SHA256);
+    uint8_t key[32], mac[32];
+    if (mbedtls_md_hmac(md, tg_cluster_conf(cl)->secret, 32, (const unsigned char *)label, sizeof(label) - 1, key) != 0)
+        abort();
+    struct tg_buf in;
+    tg_buf_init(&in);
+    const char *parts[] = {id, r->grant, r->upstream, r->up_session ? r->up_session : "", r->proto,
+                           r->up_modern ? "1" : "0", r->client_caps ? r->client_caps : ""};
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        tg_buf_appendf(&in, "%zu:", strlen(parts[i])); /* length-prefixed: no two records read the same */
+        tg_buf_appends(&in, parts[i]);
+    }
+    if (mbedtls_md_hmac(md, key, 32, (const unsigned char *)in.base, in.len, mac) != 0)
+        abort();
+    tg_buf_dispose(&in);
+    tg_hex_encode(mac, 32, hex);
 }
 
 void tg_cluster_session_publish(struct tg_cluster *cl, const char *id, const struct tg_cluster_session_rec *rec)
@@ -40,6 +70,9 @@ void tg_cluster_session_publish(struct tg_cluster *cl, const char *id, const str
         cJSON_AddNumberToObject(o, "log_level", rec->log_level);
     }
     cJSON_AddStringToObject(o, "instance", tg_cluster_conf(cl)->instance);
+    char mac[65];
+    record_mac(cl, id, rec, mac);
+    cJSON_AddStringToObject(o, "mac", mac);
     char *json = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     char key[160], ttl[24];
@@ -68,6 +101,40 @@ void tg_cluster_session_forget(struct tg_cluster *cl, const char *id)
     const char *argv[] = {"DEL", key};
     size_t lens[] = {3, strlen(key)};
     tg_redis_command(tg_cluster_redis(cl), NULL, NULL, 2, argv, lens);
+    char ch[128];
+    snprintf(ch, sizeof(ch), "%ssessions:end", tg_cluster_conf(cl)->key_prefix);
+    const char *pargv[] = {"PUBLISH", ch, id};
+    size_t plens[] = {7, strlen(ch), strlen(id)};
+    tg_redis_command(tg_cluster_redis(cl), NULL, NULL, 3, pargv, plens);
+}
+
+/* The watcher of "sessions:end". Owner: the cluster's subscription (one per cluster, made once
+ * at start and never freed before the cluster). */
+struct ends_watch {
+    void (*ended)(void *ud, const char *id);
+    void *ud;
+};
+
+static void on_end(void *ud, const char *channel, const char *p, size_t n)
+{
+    (void)channel;
+    struct ends_watch *w = ud;
+    char id[64];
+    if (n == 0 || n >= sizeof(id))
+        return;
+    memcpy(id, p, n);
+    id[n] = '\0';
+    w->ended(w->ud, id);
+}
+
+void tg_cluster_sessions_watch(struct tg_cluster *cl, void (*ended)(void *ud, const char *id), void *ud)
+{
+    static struct ends_watch w; /* one cluster per process */
+    w.ended = ended;
+    w.ud = ud;
+    char ch[128];
+    snprintf(ch, sizeof(ch), "%ssessions:end", tg_cluster_conf(cl)->key_prefix);
+    tg_redis_subscribe(tg_cluster_redis(cl), ch, on_end, &w);
 }
 
 static const char *str_of(const cJSON *o, const char *name)
@@ -79,8 +146,19 @@ static const char *str_of(const cJSON *o, const char *name)
 static void on_get(void *ud, int status, const struct redisReply *reply)
 {
     struct tg_cluster_fetch *f = ud;
+    if (status == TG_REDIS_OK && reply != NULL && reply->type == REDIS_REPLY_NIL && !f->second && f->cb != NULL) {
+        /* The member that made the session answered its client and writes the record in the
+         * same loop iteration, so a client fast enough to reach us first may have: read once
+         * more, one Redis round trip later (ids are sealed: only a real id pays for this). */
+        f->second = 1;
+        get(f);
+        return;
+    }
     tg_cluster_session_cb cb = f->cb;
     void *cud = f->ud;
+    struct tg_cluster *cl = f->cl;
+    char id[64];
+    memcpy(id, f->id, sizeof(id));
     free(f);
     if (cb == NULL)
         return;
@@ -107,10 +185,23 @@ static void on_get(void *ud, int status, const struct redisReply *reply)
     const cJSON *ll = cJSON_GetObjectItemCaseSensitive(o, "log_level");
     rec.log_level = cJSON_IsNumber(ll) && ll->valuedouble >= 0 && ll->valuedouble < 16 ? (int)ll->valuedouble : 0;
     rec.instance = str_of(o, "instance");
-    if (rec.grant == NULL || rec.upstream == NULL || rec.proto == NULL)
-        cb(cud, -1, NULL, "the session's record in Redis is malformed");
-    else
+    const char *mac = str_of(o, "mac");
+    char want[65];
+    int ok = rec.grant != NULL && rec.upstream != NULL && rec.proto != NULL && mac != NULL && strlen(mac) == 64;
+    if (ok) {
+        record_mac(cl, id, &rec, want);
+        uint8_t d = 0;
+        for (int i = 0; i < 64; i++)
+            d |= (uint8_t)(want[i] ^ mac[i]);
+        ok = d == 0;
+    }
+    if (!ok) {
+        tg_log(TG_LOG_WARN, "cluster: a session record in Redis is malformed or its MAC does not verify; refused",
+               "session=%s", id);
+        cb(cud, 0, NULL, NULL); /* as if absent: Session not found */
+    } else {
         cb(cud, 1, &rec, NULL);
+    }
     cJSON_Delete(o);
 }
 
@@ -118,14 +209,21 @@ struct tg_cluster_fetch *tg_cluster_session_fetch(struct tg_cluster *cl, const c
                                                   void *ud)
 {
     struct tg_cluster_fetch *f = tg_xcalloc(1, sizeof(*f));
+    f->cl = cl;
     f->cb = cb;
     f->ud = ud;
+    snprintf(f->id, sizeof(f->id), "%s", id);
+    get(f);
+    return f;
+}
+
+static void get(struct tg_cluster_fetch *f)
+{
     char key[160];
-    key_of(cl, id, key, sizeof(key));
+    key_of(f->cl, f->id, key, sizeof(key));
     const char *argv[] = {"GET", key};
     size_t lens[] = {3, strlen(key)};
-    tg_redis_command(tg_cluster_redis(cl), on_get, f, 2, argv, lens);
-    return f;
+    tg_redis_command(tg_cluster_redis(f->cl), on_get, f, 2, argv, lens);
 }
 
 void tg_cluster_session_cancel(struct tg_cluster_fetch *f)

@@ -45,8 +45,11 @@ void tg_cluster_session_used(struct tg_cluster *cl, struct tg_session *s, uint64
 void tg_cluster_session_publish(struct tg_cluster *cl, const char *id, const struct tg_cluster_session_rec *rec);
 /* The session was used: push its expiry back (fire and forget). */
 void tg_cluster_session_touch(struct tg_cluster *cl, const char *id);
-/* DELETE: the record goes, for every member. */
+/* DELETE: the record goes, and every member is told (key_prefix "sessions:end"), so that the
+ * ones holding a copy end it too. */
 void tg_cluster_session_forget(struct tg_cluster *cl, const char *id);
+/* Hear the ends other members announce: ended(ud, id) for each (this member's own too). */
+void tg_cluster_sessions_watch(struct tg_cluster *cl, void (*ended)(void *ud, const char *id), void *ud);
 /* Read a record. The handle is good until cb runs, for tg_cluster_session_cancel (after which
  * cb does not run). */
 struct tg_cluster_fetch *tg_cluster_session_fetch(struct tg_cluster *cl, const char *id, tg_cluster_session_cb cb,

@@ -207,6 +207,7 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
                    (double)m->loop_busy_max_ns / 1e9);
     C("loop_stalls_total", "Event-loop iterations that ran 100 ms or more.", m->loop_stalls);
     C("loop_iterations_total", "Event-loop iterations.", m->loop_iterations);
+    tg_admin_ui_metrics(out);
     tg_buf_appends(out, "# HELP tollgate_upstream_latency_seconds Upstream call latency.\n"
                         "# TYPE tollgate_upstream_latency_seconds histogram\n");
     uint64_t cum = 0;
@@ -264,6 +265,7 @@ struct decide_wait {
     int approve;
     char id[65];
     char by[96];
+    char reason[601]; /* deny: the JSON body's "reason", or "" */
 };
 
 static void on_decide_abort(struct tg_conn *c, void *ex)
@@ -330,12 +332,36 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
         }
         w->by[o] = '\0';
     }
+    /* Deny: an optional JSON body {"reason":"..."} goes to the client in error.data.reason, as
+     * the page's form field does; refused (400) rather than cut or ignored when it is not that. */
+    if (!approve && c->req.body.len > 0) {
+        struct tg_json_doc doc = {0};
+        const char *jerr;
+        size_t joff;
+        int bad = tg_json_parse(c->req.body.base, c->req.body.len, 8, 1, &doc, &jerr, &joff) != 0;
+        const cJSON *r = bad ? NULL : cJSON_GetObjectItemCaseSensitive(doc.root, "reason");
+        bad = bad || !cJSON_IsObject(doc.root) || (r != NULL && !cJSON_IsString(r)) ||
+              (r != NULL && strlen(r->valuestring) >= sizeof(w->reason));
+        if (!bad && r != NULL) {
+            snprintf(w->reason, sizeof(w->reason), "%s", r->valuestring);
+            for (char *p = w->reason; *p; p++) /* no control characters in the log or the answer */
+                if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                    *p = ' ';
+        }
+        cJSON_Delete(doc.root);
+        if (bad) {
+            free(w);
+            tg_http_respond_json(c, 400, "{\"error\":\"the body must be a JSON object with an optional string reason "
+                                         "of at most 600 bytes\"}");
+            return;
+        }
+    }
     memcpy(w->id, id.ptr, id.len);
     w->approve = approve;
     w->conn = c;
     c->exchange = w;
     c->on_abort = on_decide_abort;
-    tg_approvals_queue(srv)->decide(srv, id, approve, w->by, NULL, on_decided, w);
+    tg_approvals_queue(srv)->decide(srv, id, approve, w->by, w->reason, on_decided, w);
 }
 
 void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)

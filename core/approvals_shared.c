@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+#include <mbedtls/md.h>
 
 #include "cluster/cluster.h"
 #include "cluster/redis.h"
@@ -77,6 +78,28 @@ static void hdel(struct tg_server *srv, const char *id)
 
 void tg__approvals_shared_gone(struct tg_call *k) { hdel(k->srv, k->approval_id); }
 
+/* A decision on the wire carries HMAC-SHA256 under a key from the cluster's secret, over
+ * "id \n approve \n by \n reason": whoever can PUBLISH to Redis without being a member
+ * cannot approve a call. */
+static void decision_mac(struct tg_server *srv, const char *id, int approve, const char *by, const char *reason,
+                         char hex[65])
+{
+    static const char label[] = "tollgate approval decision";
+    const mbedtls_md_info_t *md = mbedtls_md_info_from_type(MBEDTLS_MD_SHA256);
+    uint8_t key[32], mac[32];
+    if (mbedtls_md_hmac(md, cconf(srv)->secret, 32, (const unsigned char *)label, sizeof(label) - 1, key) != 0)
+        abort();
+    struct tg_buf in;
+    tg_buf_init(&in);
+    tg_buf_appendf(&in, "%s\n%d\n%s\n", id, approve ? 1 : 0, by);
+    if (reason)
+        tg_buf_appends(&in, reason);
+    if (mbedtls_md_hmac(md, key, 32, (const unsigned char *)in.base, in.len, mac) != 0)
+        abort();
+    tg_buf_dispose(&in);
+    tg_hex_encode(mac, 32, hex);
+}
+
 /* A decision another member published for a call parked here. */
 static void on_decision(void *ud, const char *channel, const char *p, size_t n)
 {
@@ -86,8 +109,21 @@ static void on_decision(void *ud, const char *channel, const char *p, size_t n)
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
     const cJSON *by = cJSON_GetObjectItemCaseSensitive(o, "by");
     const cJSON *reason = cJSON_GetObjectItemCaseSensitive(o, "reason");
+    const cJSON *mac = cJSON_GetObjectItemCaseSensitive(o, "mac");
     int approve = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "approve"));
-    struct tg_call *k = cJSON_IsString(id) ? tg_approvals_find(srv, tg_slice_cstr(id->valuestring)) : NULL;
+    struct tg_call *k = NULL;
+    if (cJSON_IsString(id) && cJSON_IsString(by) && cJSON_IsString(mac) && (reason == NULL || cJSON_IsString(reason))) {
+        char want[65];
+        decision_mac(srv, id->valuestring, approve, by->valuestring, reason ? reason->valuestring : NULL, want);
+        uint8_t d = strlen(mac->valuestring) == 64 ? 0 : 1;
+        for (size_t i = 0; i < 64 && d == 0; i++)
+            d |= (uint8_t)(want[i] ^ mac->valuestring[i]);
+        if (d == 0)
+            k = tg_approvals_find(srv, tg_slice_cstr(id->valuestring));
+        else
+            tg_log(TG_LOG_WARN, "cluster: an approval decision without a valid MAC was ignored", "approval_id=%.64s",
+                   id->valuestring);
+    }
     if (k != NULL) {
         char who[128];
         snprintf(who, sizeof(who), "%s", cJSON_IsString(by) ? by->valuestring : "cluster");
@@ -246,6 +282,9 @@ static void on_item(void *ud, int status, const struct redisReply *r)
     cJSON_AddStringToObject(d, "by", w->by);
     if (w->reason)
         cJSON_AddStringToObject(d, "reason", w->reason);
+    char mac[65];
+    decision_mac(srv, w->id, w->approve, w->by, w->reason, mac);
+    cJSON_AddStringToObject(d, "mac", mac);
     char *json = cJSON_PrintUnformatted(d);
     cJSON_Delete(d);
     cJSON_Delete(o);

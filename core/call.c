@@ -6,7 +6,6 @@
 
 #include "cluster/cluster.h"
 #include "cluster/sessions.h"
-#include "core/approvals.h"
 #include "core/audit.h"
 #include "core/log.h"
 #include "core/mcp/legacy.h"

@@ -714,7 +714,8 @@ void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum t
         return;
     if (how == TG_END_DELETE && s->shared && srv->cluster != NULL)
         tg_cluster_session_forget(srv->cluster, s->id_str); /* for every member */
-    tg_call_close_upstream_session(srv, s);
+    if (how != TG_END_ELSEWHERE) /* the member that was asked closed it upstream */
+        tg_call_close_upstream_session(srv, s);
     tg_call_end_get_stream(s);
     tg_call_end_session_calls(s);
     tg_session_remove(srv->sessions, s);

@@ -35,7 +35,7 @@ void tg_dispatch_session_ready(struct tg_server *srv, struct tg_session *s);
 /* The session ends: TG_END_DELETE for a client's DELETE, TG_END_CLIENT_GONE when a channel's
  * client left (parked calls are withdrawn too). The upstream session is ended, the GET stream
  * and calls in flight are let go (audited as client_gone), and the session is removed. */
-enum tg_end_how { TG_END_DELETE, TG_END_CLIENT_GONE };
+enum tg_end_how { TG_END_DELETE, TG_END_CLIENT_GONE, TG_END_ELSEWHERE /* a cluster member's client deleted it */ };
 void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum tg_end_how how);
 /* The session's GET stream call, if any: its sink (for a client taking it over), else NULL. */
 struct tg_sink *tg_dispatch_get_stream_sink(struct tg_session *s);

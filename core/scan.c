@@ -11,6 +11,7 @@
 #include "core/json.h"
 #include "core/scan_link.h"
 #include "core/scan_policy.h"
+#include "transports/tls.h"
 
 #define SCAN_MAX_HEADERS 32
 #define SCAN_MAX_PAGES 1000
@@ -19,7 +20,8 @@
 
 static const char usage_text[] =
     "usage:\n"
-    "  tollgate scan [--json] [--timeout SECONDS] [--header 'Name: value']... http://HOST[:PORT]/PATH\n"
+    "  tollgate scan [--json] [--timeout SECONDS] [--header 'Name: value']... [--ca FILE | --insecure]\n"
+    "                http[s]://HOST[:PORT]/PATH\n"
     "  tollgate scan [--json] [--timeout SECONDS] -- COMMAND [ARG...]\n"
     "      Connect to an MCP server as a client (MCP " SCAN_PROTOCOL "), list its tools and print a\n"
     "      starting policy for them in PolicyLayer's format on stdout: YAML with a comment per tool\n"
@@ -27,10 +29,13 @@ static const char usage_text[] =
     "      tool it does not list is refused and hidden. Check it with `tollgate policy check FILE`.\n"
     "      URL: a Streamable HTTP endpoint (one POST per message, JSON or SSE answers, the\n"
     "      Mcp-Session-Id sent back); --header adds a request header, e.g. an Authorization.\n"
-    "      https:// is not supported: scan through a local tunnel or use the stdio form.\n"
+    "      https://: TLS 1.2 as the gateway's https upstreams, the certificate checked against\n"
+    "      --ca FILE (PEM) or " TG_TLS_SYSTEM_CA " and the URL's host, before\n"
+    "      anything is sent; --insecure skips the certificate check (for a test server only).\n"
     "      -- COMMAND: start a stdio server (newline-delimited JSON on its stdin and stdout; its\n"
     "      stderr is passed through) and end it when done.\n"
-    "      --timeout: how long to wait for each answer (default 10 s).\n"
+    "      --timeout: how long to wait for each answer, connecting and the TLS handshake included\n"
+    "      (default 10 s).\n"
     "      Exit 0 when the policy was printed, 1 when the server could not be scanned, 2 on bad\n"
     "      arguments.\n"
     "\n";
@@ -113,19 +118,16 @@ static int scan_server(struct tg_scan_link *c, cJSON *tools, struct tg_scan_sour
     return 0;
 }
 
-/* Splits http://host[:port][/path] into c. Returns 0, or -1 with the reason printed. */
-static int parse_url(struct tg_scan_link *c, const char *url)
+/* Splits http[s]://host[:port][/path] into c; *https says which. Returns 0, or -1 with the
+ * reason printed. */
+static int parse_url(struct tg_scan_link *c, const char *url, int *https_out)
 {
-    if (strncasecmp(url, "https://", 8) == 0) {
-        tg_scan_fail("https:// is not supported by tollgate scan; reach the server over http:// (e.g. through an SSH "
-             "tunnel or a local proxy), or scan its stdio command with `tollgate scan -- COMMAND`");
+    int https = strncasecmp(url, "https://", 8) == 0;
+    if (!https && strncasecmp(url, "http://", 7) != 0) {
+        tg_scan_fail("%s: not an http:// or https:// URL (for a stdio server: tollgate scan -- COMMAND ARG...)", url);
         return -1;
     }
-    if (strncasecmp(url, "http://", 7) != 0) {
-        tg_scan_fail("%s: not an http:// URL (for a stdio server: tollgate scan -- COMMAND ARG...)", url);
-        return -1;
-    }
-    const char *h = url + 7, *end = h + strcspn(h, "/?#");
+    const char *h = url + (https ? 8 : 7), *end = h + strcspn(h, "/?#");
     const char *port = NULL, *hend = end;
     if (*h == '[') {
         const char *rb = memchr(h, ']', (size_t)(end - h));
@@ -153,15 +155,16 @@ static int parse_url(struct tg_scan_link *c, const char *url)
             goto bad;
         snprintf(c->port, sizeof(c->port), "%.*s", (int)pl, port);
     } else {
-        snprintf(c->port, sizeof(c->port), "80");
+        snprintf(c->port, sizeof(c->port), "%s", https ? "443" : "80");
     }
     snprintf(c->host, sizeof(c->host), "%.*s", (int)(end - h), h);
     c->path = *end == '/' ? end : "/";
+    *https_out = https;
     if (*end == '?' || *end == '#' || strpbrk(c->path, " \r\n\t") != NULL || strchr(c->path, '#') != NULL)
         goto bad;
     return 0;
 bad:
-    tg_scan_fail("%s: cannot read this URL (want http://HOST[:PORT]/PATH)", url);
+    tg_scan_fail("%s: cannot read this URL (want http[s]://HOST[:PORT]/PATH)", url);
     return -1;
 }
 
@@ -176,8 +179,8 @@ int tg_scan_cli(int argc, char **argv)
 {
     struct tg_scan_header headers[SCAN_MAX_HEADERS];
     struct tg_scan_link c = {.timeout_ms = 10000, .next_id = 1, .to_child = -1, .from_child = -1};
-    int json = 0, i;
-    const char *url = NULL;
+    int json = 0, i, insecure = 0, https = 0;
+    const char *url = NULL, *ca = NULL;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -199,6 +202,10 @@ int tg_scan_cli(int argc, char **argv)
             if (c.nheaders == SCAN_MAX_HEADERS)
                 return usage_error("too many --header options");
             headers[c.nheaders++].line = h;
+        } else if (strcmp(a, "--ca") == 0 && i + 1 < argc) {
+            ca = argv[++i];
+        } else if (strcmp(a, "--insecure") == 0) {
+            insecure = 1;
         } else if (strcmp(a, "--") == 0) {
             c.stdio = 1;
             i++;
@@ -219,9 +226,23 @@ int tg_scan_cli(int argc, char **argv)
         return usage_error("a URL or -- COMMAND is required");
     if (c.stdio && c.nheaders > 0)
         return usage_error("--header is for an http:// URL");
+    if (ca != NULL && insecure)
+        return usage_error("--ca or --insecure, not both");
+    if (c.stdio && (ca != NULL || insecure))
+        return usage_error("--ca and --insecure are for an https:// URL");
     c.headers = headers;
-    if (!c.stdio && parse_url(&c, url) != 0)
+    if (!c.stdio && parse_url(&c, url, &https) != 0)
         return 1;
+    if (!https && (ca != NULL || insecure))
+        return usage_error("--ca and --insecure are for an https:// URL");
+    if (https) {
+        char err[512];
+        struct tg_tls_client_opts o = {.ca_file = ca, .verify = !insecure};
+        if (tg_tls_client_ctx_new(&o, &c.tls, err, sizeof(err)) != 0) {
+            tg_scan_fail("TLS: %s", err);
+            return 1;
+        }
+    }
     signal(SIGPIPE, SIG_IGN);
     tg_buf_init(&c.rbuf);
     struct tg_buf target;
@@ -252,6 +273,7 @@ int tg_scan_cli(int argc, char **argv)
 out:
     if (c.stdio)
         tg_scan_link_stop(&c);
+    tg_tls_client_ctx_free(c.tls);
     cJSON_Delete(init_msg);
     cJSON_Delete(tools);
     tg_buf_dispose(&c.rbuf);

@@ -1,4 +1,4 @@
-/* `tollgate scan URL | -- COMMAND ARG...`: connect to an MCP server as a client (MCP 2025-06-18:
+/* `tollgate scan [--ca FILE | --insecure] URL | -- COMMAND ARG...`: connect to an MCP server as a client (MCP 2025-06-18:
  * initialize, notifications/initialized, tools/list following nextCursor), and print a starting
  * policy for its tools (core/scan_policy.h) on stdout.
  *
@@ -6,7 +6,9 @@
  * bounded by --timeout. Over HTTP each message is one POST on a fresh connection (Streamable
  * HTTP: Accept: application/json, text/event-stream; a JSON or an SSE answer; the Mcp-Session-Id
  * the server gave is sent back). Answers are read with the strict parser (core/json.h).
- * https:// is refused (the gateway's TLS runs on its loop only).
+ * https:// goes through transports/tls.c (buffers in, buffers out), driven over the blocking socket:
+ * the certificate is checked (--ca FILE, else the system bundle; --insecure: not at all) before
+ * the request is sent.
  *
  * Exit status: 0 the policy was printed, 1 the server could not be scanned, 2 bad arguments. */
 #ifndef TG_SCAN_H

@@ -19,6 +19,7 @@
 
 #include "core/json.h"
 #include "core/sse.h"
+#include "transports/tls.h"
 
 #define SCAN_JSON_DEPTH 64
 
@@ -214,6 +215,120 @@ static int send_all(int fd, const char *p, size_t n, long long deadline, int soc
     return 0;
 }
 
+/* One connection's byte stream: plain, or TLS records through transports/tls.c (which works on
+ * buffers: ciphertext in, plaintext out, records to send appended to `out`). */
+struct link_io {
+    struct tg_scan_link *c;
+    int fd;
+    struct tg_tls *tls;
+    struct tg_buf out, plain;
+    int closed; /* close_notify came (with the last plaintext, perhaps): the next read is the end */
+};
+
+static int io_flush(struct link_io *io, long long deadline)
+{
+    int r = send_all(io->fd, io->out.base, io->out.len, deadline, 1);
+    io->out.len = 0;
+    if (r != 0)
+        tg_scan_fail("cannot send to %s port %s: %s", io->c->addr, io->c->port, strerror(errno));
+    return r;
+}
+
+/* Reads what comes next into io->plain (appended): 1 bytes or nothing yet (TLS records that
+ * carried none), 0 end of stream, -1 error (printed). */
+static int io_read(struct link_io *io, long long deadline, const char *waiting_for)
+{
+    char buf[16384];
+    if (io->closed)
+        return 0;
+    for (;;) {
+        int w = wait_fd(io->fd, POLLIN, deadline);
+        if (w <= 0) {
+            tg_scan_fail("no %s from %s port %s within %d ms", waiting_for, io->c->addr, io->c->port, io->c->timeout_ms);
+            return -1;
+        }
+        ssize_t r = recv(io->fd, buf, sizeof(buf), 0);
+        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (r < 0) {
+            tg_scan_fail("reading from %s port %s: %s", io->c->addr, io->c->port, strerror(errno));
+            return -1;
+        }
+        if (io->tls == NULL) {
+            if (r > 0)
+                tg_buf_append(&io->plain, buf, (size_t)r);
+            return r > 0 ? 1 : 0;
+        }
+        if (r == 0)
+            return 0; /* without close_notify: the HTTP parser judges whether the answer ended */
+        int e = tg_tls_feed(io->tls, buf, (size_t)r, &io->plain, SCAN_MAX_ANSWER, &io->out);
+        if (io->out.len > 0 && io_flush(io, deadline) != 0)
+            return -1;
+        if (e == TG_ECLOSED) {
+            io->closed = 1;
+            return io->plain.len > 0 ? 1 : 0;
+        }
+        if (e != 0) {
+            tg_scan_fail("TLS error with %s port %s: %s", io->c->addr, io->c->port, tg_tls_last_error(io->tls));
+            return -1;
+        }
+        return 1;
+    }
+}
+
+/* The TLS handshake, certificate checks included, before any request byte is sent. */
+static int io_handshake(struct link_io *io, long long deadline)
+{
+    io->tls = tg_tls_client_new(io->c->tls, io->c->addr);
+    if (io->tls == NULL) {
+        tg_scan_fail("cannot set up TLS for %s", io->c->addr);
+        return -1;
+    }
+    int e = tg_tls_feed(io->tls, NULL, 0, &io->plain, SCAN_MAX_ANSWER, &io->out);
+    while (e == 0 && !tg_tls_established(io->tls)) {
+        if (io->out.len > 0 && io_flush(io, deadline) != 0)
+            return -1;
+        char buf[16384];
+        int w = wait_fd(io->fd, POLLIN, deadline);
+        if (w <= 0) {
+            tg_scan_fail("TLS handshake with %s port %s: no answer within %d ms", io->c->addr, io->c->port,
+                         io->c->timeout_ms);
+            return -1;
+        }
+        ssize_t r = recv(io->fd, buf, sizeof(buf), 0);
+        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (r <= 0) {
+            tg_scan_fail("TLS handshake with %s port %s: %s", io->c->addr, io->c->port,
+                         r == 0 ? "the server closed the connection" : strerror(errno));
+            return -1;
+        }
+        e = tg_tls_feed(io->tls, buf, (size_t)r, &io->plain, SCAN_MAX_ANSWER, &io->out);
+    }
+    if (e != 0) {
+        const char *why = tg_tls_last_error(io->tls);
+        tg_scan_fail("TLS handshake with %s port %s failed: %s", io->c->addr, io->c->port,
+                     why && why[0] ? why : "the server's answer is not TLS");
+        return -1;
+    }
+    return io->out.len > 0 ? io_flush(io, deadline) : 0;
+}
+
+static int io_send(struct link_io *io, const char *p, size_t n, long long deadline)
+{
+    if (io->tls == NULL) {
+        if (send_all(io->fd, p, n, deadline, 1) == 0)
+            return 0;
+        tg_scan_fail("cannot send to %s port %s: %s", io->c->addr, io->c->port, strerror(errno));
+        return -1;
+    }
+    if (tg_tls_write(io->tls, p, n, &io->out) != 0) {
+        tg_scan_fail("TLS error with %s port %s: %s", io->c->addr, io->c->port, tg_tls_last_error(io->tls));
+        return -1;
+    }
+    return io_flush(io, deadline);
+}
+
 /* POSTs one message. For a request (id >= 0), *answer gets the answer's tree; for a
  * notification, any 2xx passes. Returns 0 or -1 (the reason printed). */
 static int http_post(struct tg_scan_link *c, const char *msg, int id, cJSON **answer)
@@ -251,26 +366,22 @@ static int http_post(struct tg_scan_link *c, const char *msg, int id, cJSON **an
     llhttp_t parser;
     llhttp_init(&parser, HTTP_RESPONSE, &settings);
     parser.data = &a;
-    if (send_all(fd, req.base, req.len, deadline, 1) != 0) {
-        tg_scan_fail("cannot send to %s port %s: %s", c->addr, c->port, strerror(errno));
+    struct link_io io = {.c = c, .fd = fd};
+    tg_buf_init(&io.out);
+    tg_buf_init(&io.plain);
+    if (c->tls != NULL && io_handshake(&io, deadline) != 0)
         goto out;
-    }
-    char buf[16384];
+    if (io_send(&io, req.base, req.len, deadline) != 0)
+        goto out;
     int eof = 0;
     while (!a.complete && a.answer == NULL) {
-        int w = wait_fd(fd, POLLIN, deadline);
-        if (w <= 0) {
-            tg_scan_fail("no answer from %s port %s within %d ms", c->addr, c->port, c->timeout_ms);
+        io.plain.len = 0;
+        int r = io_read(&io, deadline, "answer");
+        if (r < 0)
             goto out;
-        }
-        ssize_t r = recv(fd, buf, sizeof(buf), 0);
-        if (r < 0 && (errno == EAGAIN || errno == EINTR))
+        if (r > 0 && io.plain.len == 0)
             continue;
-        if (r < 0) {
-            tg_scan_fail("reading from %s port %s: %s", c->addr, c->port, strerror(errno));
-            goto out;
-        }
-        llhttp_errno_t e = r == 0 ? llhttp_finish(&parser) : llhttp_execute(&parser, buf, (size_t)r);
+        llhttp_errno_t e = r == 0 ? llhttp_finish(&parser) : llhttp_execute(&parser, io.plain.base, io.plain.len);
         if (r == 0)
             eof = 1;
         if (e != HPE_OK) {
@@ -311,6 +422,9 @@ static int http_post(struct tg_scan_link *c, const char *msg, int id, cJSON **an
     a.answer = NULL;
     rc = 0;
 out:
+    tg_tls_free(io.tls);
+    tg_buf_dispose(&io.out);
+    tg_buf_dispose(&io.plain);
     cJSON_Delete(a.answer);
     tg_sse_dispose(&a.sse);
     tg_buf_dispose(&a.field);

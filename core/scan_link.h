@@ -1,6 +1,7 @@
 /* `tollgate scan`'s link to the server (core/scan.h says what the command does): one blocking
  * JSON-RPC exchange at a time, over HTTP (a POST per message on a fresh connection, a JSON or an
- * SSE answer, the Mcp-Session-Id kept) or over a child's stdin/stdout (newline-delimited JSON;
+ * SSE answer, the Mcp-Session-Id kept; https:// through transports/tls.c, the handshake and the
+ * records driven here over the blocking socket, the certificate checked before anything is sent) or over a child's stdin/stdout (newline-delimited JSON;
  * lines that are not JSON are counted in `skipped`, requests from the server are answered:
  * ping and roots/list, -32601 for the rest). Each wait is bounded by timeout_ms. Answers are
  * parsed with the strict parser (core/json.h). Errors are printed with tg_scan_fail(). */
@@ -14,6 +15,8 @@
 #include "core/buf.h"
 
 #define SCAN_MAX_ANSWER (16u * 1024 * 1024) /* one HTTP answer, one stdio line */
+
+struct tg_tls_client_ctx;
 
 struct tg_scan_header {
     const char *line; /* "Name: value" as given */
@@ -33,6 +36,7 @@ struct tg_scan_link {
     const char *path;
     const struct tg_scan_header *headers;
     size_t nheaders;
+    struct tg_tls_client_ctx *tls; /* https://: the CA bundle and checks (owned by tg_scan_cli), else NULL */
     char session[256]; /* Mcp-Session-Id, or "" */
     char protocol[64]; /* the version initialize chose, sent as MCP-Protocol-Version, or "" */
     /* stdio */

@@ -1,6 +1,7 @@
 #include "core/server.h"
 
 #include "cluster/cluster.h"
+#include "cluster/sessions.h"
 
 #include <mbedtls/md.h>
 
@@ -10,6 +11,7 @@
 
 #include "core/approvals.h"
 #include "core/audit.h"
+#include "core/dispatch.h"
 #include "core/log.h"
 #include "core/mcp/bridge.h"
 #include "core/mcp/schemas.h"
@@ -148,6 +150,17 @@ static void watch_era(struct tg_server *srv, struct tg_upstream *u)
     tg_upstream_probe(u);
 }
 
+/* A member's client deleted a shared session: the copy here ends too. */
+static void on_session_ended(void *ud, const char *id)
+{
+    struct tg_server *srv = ud;
+    struct tg_session *s = tg_session_find(srv->sessions, tg_slice_cstr(id));
+    if (s != NULL && s->shared) {
+        tg_log(TG_LOG_DEBUG, "shared session ended by another instance", "session=%s", s->id_str);
+        tg_dispatch_end_session(srv, s, TG_END_ELSEWHERE);
+    }
+}
+
 /* A key for one use, from the cluster's secret: HMAC-SHA256(secret, label). */
 static void derive_key(const uint8_t secret[32], const char *label, uint8_t out[32])
 {
@@ -220,6 +233,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
         derive_key(conf->cluster.secret, "tollgate mrtr envelope", srv->mrtr.key);
         srv->mrtr.shared = 1;
         tg__approvals_shared_start(srv);
+        tg_cluster_sessions_watch(srv->cluster, on_session_ended, srv);
         tg_log(TG_LOG_INFO, "cluster", "redis=%s instance=%s on_unavailable=%s", conf->cluster.redis,
                conf->cluster.instance, conf->cluster.on_unavailable == TG_CLUSTER_LOCAL ? "local" : "deny");
     }
@@ -314,6 +328,10 @@ static void finish_drain(struct tg_server *srv)
     }
     tg_audit_close(srv->audit);
     srv->audit = NULL;
+    /* Last: the refunds of the calls ended above are written; then Redis's handles go, or they
+     * would keep the loop alive. */
+    tg_cluster_free(srv->cluster);
+    srv->cluster = NULL;
     uv_close((uv_handle_t *)&srv->drain_timer, NULL);
     /* flush_check and flush_prepare stay until tg_server_dispose: the closes queued here are
      * finished by them. */

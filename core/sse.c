@@ -27,6 +27,27 @@ void tg_sse_restart(struct tg_sse_parser *p)
 {
     p->line.len = p->data.len = p->event.len = p->id.len = 0;
     p->has_data = p->has_id = p->last_cr = p->bom_checked = 0;
+    p->skipping = p->skip_line = 0;
+}
+
+/* Resync: the event being read is over the limit. Its first bytes go to on_drop (what a data
+ * line began with: the JSON of an answer, whose id names the call it belonged to), then it is
+ * forgotten and skipped. mid_line: the current line has not ended yet. */
+static void drop_event(struct tg_sse_parser *p, const char *line, size_t ln, int mid_line, void *ud)
+{
+    const char *head = p->data.len ? p->data.base : line;
+    size_t hn = p->data.len ? p->data.len : ln;
+    if (head == line && hn >= 5 && memcmp(head, "data:", 5) == 0) {
+        head += 5, hn -= 5;
+        if (hn && head[0] == ' ')
+            head++, hn--;
+    }
+    if (p->on_drop)
+        p->on_drop(ud, head ? head : "", hn > 4096 ? 4096 : hn);
+    p->line.len = p->data.len = p->event.len = p->id.len = 0;
+    p->has_data = p->has_id = 0;
+    p->skipping = 1;
+    p->skip_line = mid_line;
 }
 
 static int process_line(struct tg_sse_parser *p, const char *l, size_t n, tg_sse_event_cb cb, void *ud)
@@ -114,6 +135,7 @@ int tg_sse_feed(struct tg_sse_parser *p, const char *b, size_t n, tg_sse_event_c
     }
     if (p->bom_checked < 3)
         return 0;
+    int dropped = 0;
     while (i < n) {
         if (p->last_cr && b[i] == '\n') {
             p->last_cr = 0;
@@ -125,23 +147,53 @@ int tg_sse_feed(struct tg_sse_parser *p, const char *b, size_t n, tg_sse_event_c
         size_t k = i;
         while (k < n && b[k] != '\n' && b[k] != '\r')
             k++;
+        if (p->skipping) {
+            /* A dropped event: its lines go unread up to the blank line that ends it. */
+            if (k == n) {
+                if (k > i)
+                    p->skip_line = 1;
+                break;
+            }
+            if (!p->skip_line && k == i)
+                p->skipping = 0;
+            p->skip_line = 0;
+            if (b[k] == '\r')
+                p->last_cr = 1;
+            i = k + 1;
+            continue;
+        }
         if (k == n) {
-            if (tg_buf_try_append(&p->line, start, k - i, p->max_event + 1024) != 0)
-                return TG_ELIMIT;
-            return 0;
+            if (tg_buf_try_append(&p->line, start, k - i, p->max_event + 1024) != 0) {
+                if (!p->resync)
+                    return TG_ELIMIT;
+                drop_event(p, p->line.base, p->line.len, 1, ud), dropped = 1;
+            }
+            break;
         }
         int r;
         if (p->line.len) {
-            if (tg_buf_try_append(&p->line, start, k - i, p->max_event + 1024) != 0)
-                return TG_ELIMIT;
-            r = process_line(p, p->line.base, p->line.len, cb, ud);
-            if (r == TG_SSE_STOPPED)
-                return r;
-            p->line.len = 0;
+            if (tg_buf_try_append(&p->line, start, k - i, p->max_event + 1024) != 0) {
+                if (!p->resync)
+                    return TG_ELIMIT;
+                drop_event(p, p->line.base, p->line.len, 0, ud), dropped = 1;
+                r = 0;
+            } else {
+                r = process_line(p, p->line.base, p->line.len, cb, ud);
+                if (r == TG_SSE_STOPPED)
+                    return r;
+                if (r == TG_ELIMIT && p->resync)
+                    drop_event(p, p->line.base, p->line.len, 0, ud), dropped = 1, r = 0;
+                p->line.len = 0;
+            }
         } else if (k - i > p->max_event + 1024) {
-            return TG_ELIMIT; /* the same cap as a line that came in pieces (fuzz_upstream) */
+            if (!p->resync)
+                return TG_ELIMIT; /* the same cap as a line that came in pieces (fuzz_upstream) */
+            drop_event(p, start, k - i, 0, ud), dropped = 1;
+            r = 0;
         } else {
             r = process_line(p, start, k - i, cb, ud);
+            if (r == TG_ELIMIT && p->resync)
+                drop_event(p, start, k - i, 0, ud), dropped = 1, r = 0;
         }
         if (r != 0)
             return r;
@@ -149,7 +201,7 @@ int tg_sse_feed(struct tg_sse_parser *p, const char *b, size_t n, tg_sse_event_c
             p->last_cr = 1;
         i = k + 1;
     }
-    return 0;
+    return dropped ? TG_ELIMIT : 0;
 }
 
 /* ---- writer ------------------------------------------------------------------------- */

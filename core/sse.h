@@ -48,6 +48,15 @@ struct tg_sse_parser {
     size_t last_id_len;
     int has_last_id;
     long retry_ms;
+    /* A stream that carries many calls (a legacy SSE upstream) sets resync: an event over
+     * max_event is then dropped, on_drop (if set) is told its first bytes (with the ud of the
+     * feed), parsing skips to the end of that event and goes on, and tg_sse_feed returns
+     * TG_ELIMIT once it is done with the bytes. Without resync the first TG_ELIMIT ends the feed
+     * (a stream of one call fails as a whole). */
+    int resync;
+    void (*on_drop)(void *ud, const char *head, size_t n);
+    int skipping;  /* the rest of a dropped event is skipped up to its blank line */
+    int skip_line; /* ... and first the rest of the current line */
 };
 
 void tg_sse_init(struct tg_sse_parser *p, size_t max_event);

@@ -17,8 +17,10 @@ if [ "${1:-}" = "--test" ]; then
   # package installs the tools only, it does not replace the init system or start anything.
   # prometheus: promtool, for interop metrics (`promtool check metrics` on a live scrape); the
   # package's daemon is not started by the install in a chroot or without systemd as init.
-  # redis-server: the cluster tests (test/unit/cluster/test_redis.c) start their own, on loopback.
-  want+=(redis-server nginx-light wrk procps python3-minimal chromium systemd prometheus)
+  # redis-server: the cluster tests (test/unit/cluster/test_redis.c, test/interop/cluster.test.mjs)
+  # start their own, on loopback. haproxy: test/interop/cluster.test.mjs puts one in front of three
+  # gateways (foreground, loopback, free ports; the packages' daemons are not used).
+  want+=(redis-server haproxy nginx-light wrk procps python3-minimal chromium systemd prometheus)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -152,6 +152,16 @@ static void on_link_head(struct tg_upreq *r, int status, void *ud)
                tg_upstream_conf(ln->up)->name, status);
 }
 
+/* An event over limits.response_bytes was dropped (the parser goes on with the next one): the
+ * call it answered, named by the id its JSON begins with, fails now instead of at its timeout. */
+static void on_link_drop(void *ud, const char *head, size_t n)
+{
+    struct sse_link *ln = ud;
+    struct tg_slice id = TG_SLICE_NULL;
+    tg_json_prefix_id(head, n, &id);
+    tg_session_link_oversized(ln->sess, id);
+}
+
 static void on_link_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
 {
     struct sse_link *ln = ud;
@@ -223,6 +233,8 @@ static int sse_open(struct tg_server *srv, struct tg_session *s, struct tg_upstr
     ln->sess = s;
     ln->up = tg_upstream_ref(u);
     tg_sse_init(&ln->sse, (size_t)srv->conf->limits.response_bytes);
+    ln->sse.resync = 1; /* one stream, many calls: a dropped event fails its own call only */
+    ln->sse.on_drop = on_link_drop;
     tg_buf_init(&ln->queue);
     s->uplink = &ln->base;
     s->release_link = release_sse_link;

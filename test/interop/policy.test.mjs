@@ -98,10 +98,11 @@ async function rpcError(p, what) {
 const toolCalls = (s) => s.records().filter((r) => r.http && r.msg?.method === 'tools/call');
 
 /** Admin API request; returns {status, json, text}. */
-async function admin(gw, method, p, { token = ADMIN_TOKEN, headers = {} } = {}) {
+async function admin(gw, method, p, { token = ADMIN_TOKEN, headers = {}, body } = {}) {
   const h = { ...headers };
   if (token) h.authorization = `Bearer ${token}`;
-  const res = await fetchFn(`http://127.0.0.1:${gw.adminPort}${p}`, { method, headers: h });
+  if (body !== undefined) h['content-type'] = 'application/json';
+  const res = await fetchFn(`http://127.0.0.1:${gw.adminPort}${p}`, { method, headers: h, body });
   const text = await res.text();
   let json;
   try { json = JSON.parse(text); } catch { /* not JSON */ }
@@ -344,6 +345,31 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     assert.equal(e.data?.approval_id, item.id, JSON.stringify(e.data));
     await H.quietFor(200); // negative check: nothing reaches the stand-in late
     assert.equal(writes(args.path).length, 0, 'a denied call never reaches the stand-in');
+  });
+
+  test('deny with a JSON body {"reason"}: the client gets -32003 with it in error.data.reason (as from the page)', async () => {
+    const reason = 'not on a Friday é\u0001 ok';
+    const call = rpcError(c.client.callTool({ name: 'write_file', arguments: { path: '/tmp/reason.txt', content: 'x' } }), 'denied with a reason');
+    const item = await parked('write_file');
+    const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/deny`, { body: JSON.stringify({ reason }) });
+    assert.equal(r.status, 200, r.text);
+    const e = await call;
+    assert.equal(e.code, -32003, e.message);
+    assert.equal(e.data?.approval_id, item.id, JSON.stringify(e.data));
+    // control characters become spaces, as the page does with its form field
+    assert.equal(e.data?.reason, 'not on a Friday é  ok', JSON.stringify(e.data));
+    // a body that is not a JSON object with a string reason is refused, and the call stays parked
+    const call2 = rpcError(c.client.callTool({ name: 'write_file', arguments: { path: '/tmp/reason2.txt', content: 'x' } }), 'denied 2');
+    const item2 = await parked('write_file');
+    for (const bad of ['{"reason":', '{"reason":5}', '[1]', JSON.stringify({ reason: 'r'.repeat(601) })]) {
+      const b = await admin(gw, 'POST', `/admin/approvals/${item2.id}/deny`, { body: bad });
+      assert.equal(b.status, 400, `${bad.slice(0, 20)}: ${b.status} ${b.text}`);
+    }
+    const ok = await admin(gw, 'POST', `/admin/approvals/${item2.id}/deny`, { body: '{}' });
+    assert.equal(ok.status, 200, ok.text);
+    const e2 = await call2;
+    assert.equal(e2.code, -32003, e2.message);
+    assert.equal(e2.data?.approval_id, item2.id, JSON.stringify(e2.data));
   });
 
   test('timeout: -32003 after approval_timeout (3 s), never forwarded', async () => {

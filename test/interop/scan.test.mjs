@@ -15,8 +15,14 @@
 //      the answer), the Mcp-Session-Id and MCP-Protocol-Version sent back on every later POST.
 //   4. The official server-everything over Streamable HTTP (the SDK's SSE answers) and over stdio:
 //      the same policy both ways, and it loads.
-//   5. Errors: bad arguments → usage, exit 2; an unreachable URL, a 401, https://, a command
-//      that does not exist and a server that never answers → a clear message, exit 1.
+//   5. Errors: bad arguments → usage, exit 2; an unreachable URL, a 401, a command that does not
+//      exist, a server that never answers, answers garbage or drips its answer → a clear message,
+//      exit 1, within --timeout.
+//   6. https:// (the hostile fixture over TLS with H.makeUpstreamCerts' throwaway CA): --ca
+//      FILE scans it (same policy as over http://, SNI sent for a name); without --ca (the system
+//      bundle), an untrusted certificate, a certificate for another name, a plain HTTP server
+//      and a server that never answers the ClientHello fail with a clear message and send no
+//      request; --insecure accepts the untrusted certificate; a --ca file that does not load.
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -70,10 +76,11 @@ async function assertCases(file, cases) {
 
 const call = (name) => ({ name, arguments: {} });
 
+after(() => cleanup.run()); // once both suites are done (the https one uses dir too)
+
 describe('tollgate scan', () => {
   let standin;
   before(async () => { standin = await H.startStandin({ cleanup }); });
-  after(() => cleanup.run());
 
   const coworkCases = [
     { call: call('execute_code'), expect: 'approve' },
@@ -222,7 +229,7 @@ describe('tollgate scan', () => {
     assert.match(r.stderr, /HTTP 401 from 127\.0\.0\.1 port \d+: .*Unauthorized/, show(r));
     r = await tollgate(['scan', 'https://127.0.0.1:1/mcp']);
     assert.equal(r.code, 1, show(r));
-    assert.match(r.stderr, /https:\/\/ is not supported/);
+    assert.match(r.stderr, /cannot connect to 127\.0\.0\.1 port 1: Connection refused/, show(r));
     r = await tollgate(['scan', '--', path.join(dir, 'no-such-server')]);
     assert.equal(r.code, 1, show(r));
     assert.match(r.stderr, /cannot start .*no-such-server: No such file or directory/);
@@ -249,5 +256,112 @@ describe('tollgate scan', () => {
     assert.match(r.stderr, /no answer to request 1 on the server's stdout within 500 ms/, show(r));
     // sleep ignores its stdin: it was sent SIGTERM 2 s after stdin closed, far before its 30 s.
     assert.ok(Date.now() - t0 < H.scaled(15000), `took ${Date.now() - t0} ms`);
+  });
+});
+
+describe('tollgate scan https://', () => {
+  let certs;
+  const tlsFx = {};
+  before(async () => {
+    certs = H.makeUpstreamCerts(H.makeTempDir(cleanup, 'tollgate-scan-tls-'));
+    for (const [role, c] of [['good', certs.server], ['untrusted', certs.untrusted], ['otherName', certs.otherName]]) {
+      tlsFx[role] = await startHostile({ tls: { key: c.key, cert: c.cert } });
+      cleanup.add(() => tlsFx[role].stop());
+    }
+  });
+  const posts = (h) => h.httpLog.filter((e) => e.method === 'POST');
+
+  it('--ca FILE: scans an https server, the same policy as over http://; SNI is the URL host', async () => {
+    const h = tlsFx.good;
+    const url = h.url('/list=scan/answer=sse/mcp');
+    assert.match(url, /^https:\/\/127\.0\.0\.1:/);
+    const r = await tollgate(['scan', '--ca', certs.ca.cert, url]);
+    assert.equal(r.code, 0, show(r));
+    assert.match(r.stdout, /3 allowed, 1 rate-limited, 3 need approval/, show(r));
+    assert.ok(posts(h).length >= 3, `POSTs over TLS: ${posts(h).length}`);
+    const plain = await startHostile({ port: 0 });
+    cleanup.add(() => plain.stop());
+    const overHttp = await tollgate(['scan', plain.url('/list=scan/answer=sse/mcp')]);
+    const body = (x) => x.stdout.split('\n').filter((l) => !l.startsWith('# Scanned: ')).join('\n');
+    assert.equal(body(r), body(overHttp));
+    await assertLoads(save(r.stdout, 'yaml'), (r.stdout.match(/^ {2}"/gm) ?? []).length);
+    assert.ok(h.tlsSessions.every((t) => t.servername === false), 'no SNI for an IP host');
+    // by name: localhost is in the certificate, and goes as SNI
+    const before = h.tlsSessions.length;
+    const byName = await tollgate(['scan', '--ca', certs.ca.cert, `https://localhost:${h.port}/mcp`]);
+    assert.equal(byName.code, 0, show(byName));
+    assert.ok(h.tlsSessions.slice(before).some((t) => t.servername === 'localhost'), JSON.stringify(h.tlsSessions.slice(before)));
+  });
+
+  it('refused certificates: the system bundle, another CA, another name: a clear message, exit 1, no request sent', async () => {
+    for (const [what, role, args, re] of [
+      ['the system bundle does not know the test CA', 'good', [], /TLS handshake with 127\.0\.0\.1 port \d+ failed: .*(verif|certificate|CA)/i],
+      ['a certificate from another CA', 'untrusted', ['--ca', certs.ca.cert], /TLS handshake with 127\.0\.0\.1 port \d+ failed: .*(verif|certificate|CA)/i],
+      ['a certificate for another name', 'otherName', ['--ca', certs.ca.cert], /TLS handshake with 127\.0\.0\.1 port \d+ failed: .*(verif|certificate|name|CN)/i],
+    ]) {
+      const h = tlsFx[role];
+      const n = posts(h).length;
+      const r = await tollgate(['scan', ...args, h.url('/mcp')]);
+      assert.equal(r.code, 1, `${what}: ${show(r)}`);
+      assert.match(r.stderr, re, `${what}: ${show(r)}`);
+      assert.equal(r.stdout, '', what);
+      assert.equal(posts(h).length, n, `${what}: no request reached the server`);
+    }
+    const ins = await tollgate(['scan', '--insecure', tlsFx.untrusted.url('/mcp')]);
+    assert.equal(ins.code, 0, `--insecure: ${show(ins)}`);
+    const bad = await tollgate(['scan', '--ca', path.join(dir, 'no-such-ca.pem'), tlsFx.good.url('/mcp')]);
+    assert.equal(bad.code, 1, show(bad));
+    assert.match(bad.stderr, /^tollgate: scan: TLS: .*no-such-ca\.pem/m, show(bad));
+    for (const args of [['--ca', certs.ca.cert, '--insecure'], ['--insecure', 'http://127.0.0.1:1/mcp'], ['--ca', certs.ca.cert, '--', 'true']]) {
+      const u = await tollgate(['scan', ...args, ...(args.includes('--') || args.some((a) => a.startsWith('http')) ? [] : [tlsFx.good.url('/mcp')])]);
+      assert.equal(u.code, 2, `${args.join(' ')}: ${show(u)}`);
+    }
+  });
+
+  it('a plain HTTP server, a silent one, garbage and a dripping answer: a clear error within --timeout', async () => {
+    const plain = await startHostile({ port: 0 });
+    cleanup.add(() => plain.stop());
+    let t0 = Date.now();
+    let r = await tollgate(['scan', '--timeout', '2', `https://127.0.0.1:${plain.port}/mcp`]);
+    assert.equal(r.code, 1, show(r));
+    assert.match(r.stderr, /TLS handshake with 127\.0\.0\.1 port \d+(: | failed: )/, show(r));
+    assert.ok(Date.now() - t0 < H.scaled(10000), `took ${Date.now() - t0} ms`);
+    assert.equal(posts(plain).length, 0);
+
+    const held = new Set();
+    const mode = new Map(); // port -> behaviour
+    const servers = [];
+    for (const m of ['silent', 'garbage', 'drip']) {
+      const srv = net.createServer((sock) => {
+        held.add(sock);
+        sock.on('error', () => {});
+        if (m === 'garbage') sock.once('data', () => sock.end('\x16\x03\x01 this is not HTTP at all\r\n\r\n'));
+        if (m === 'drip') {
+          sock.once('data', () => {
+            sock.write('HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n');
+            const t = setInterval(() => sock.write('X'), 100); // a header that never ends
+            sock.on('close', () => clearInterval(t));
+          });
+        }
+      });
+      await new Promise((resolve) => srv.listen(0, '127.0.0.1', resolve));
+      mode.set(m, srv.address().port);
+      servers.push(srv);
+    }
+    cleanup.add(() => { for (const s of held) s.destroy(); return Promise.all(servers.map((s) => new Promise((resolve) => s.close(resolve)))); });
+    t0 = Date.now();
+    r = await tollgate(['scan', '--timeout', '0.5', `https://127.0.0.1:${mode.get('silent')}/mcp`]);
+    assert.equal(r.code, 1, show(r));
+    assert.match(r.stderr, /TLS handshake with 127\.0\.0\.1 port \d+: no answer within 500 ms/, show(r));
+    assert.ok(Date.now() - t0 < H.scaled(10000), `silent TLS: took ${Date.now() - t0} ms`);
+    r = await tollgate(['scan', '--timeout', '2', `http://127.0.0.1:${mode.get('garbage')}/mcp`]);
+    assert.equal(r.code, 1, show(r));
+    assert.match(r.stderr, /bad HTTP answer from 127\.0\.0\.1 port \d+: /, show(r));
+    t0 = Date.now();
+    r = await tollgate(['scan', '--timeout', '1', `http://127.0.0.1:${mode.get('drip')}/mcp`]);
+    assert.equal(r.code, 1, show(r));
+    assert.match(r.stderr, /no answer from 127\.0\.0\.1 port \d+ within 1000 ms|header/i, show(r));
+    const took = Date.now() - t0;
+    assert.ok(took >= 900 && took < H.scaled(10000), `a dripping answer is cut at --timeout: took ${took} ms`);
   });
 });

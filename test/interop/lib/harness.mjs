@@ -50,6 +50,8 @@ export async function loadSdk() {
 // Small utilities
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+/** Resolves 'timeout' after ms, without keeping the process alive once the race it is in is won. */
+const startDeadline = (ms) => new Promise((r) => setTimeout(() => r('timeout'), ms).unref());
 
 /**
  * TOLLGATE_WRAP: a command line put in front of the gateway's (split on spaces), for example
@@ -423,6 +425,7 @@ function cfgValue(v, indent) {
  *   audit:     { file, args?, redact? } — omitted when falsy
  *   jwt:       [{ issuer, audience, jwks_file, grant_claim?, skew_s? }] — omitted when falsy
  *   public_url: string — omitted when falsy
+ *   cluster:   { redis, key_prefix, secret_file, on_unavailable, ... } — omitted when falsy
  *
  * An upstream without a `policy` gets a pass-everything policy ({"default":"allow"}) written
  * beside the conf, since an upstream with no policy at all is closed; `policy: null` leaves it out.
@@ -451,6 +454,7 @@ export function writeConf(dir, opts) {
     audit: opts.audit || undefined,
     jwt: opts.jwt || undefined,
     public_url: opts.public_url || undefined,
+    cluster: opts.cluster || undefined,
   };
   const lines = ['# written by test/interop/lib/harness.mjs'];
   for (const [k, v] of Object.entries(conf)) {
@@ -685,7 +689,7 @@ export async function startStandin({ cleanup, token, logFile, extraArgs = [], ti
       if (m) resolve(Number(m[1]));
     });
   });
-  const r = await Promise.race([ready, exited, sleep(timeout).then(() => 'timeout')]);
+  const r = await Promise.race([ready, exited, startDeadline(timeout)]);
   if (typeof r !== 'number') {
     await s.stop();
     throw new Error(`CoWork OS stand-in did not start (${r === 'timeout' ? 'timeout' : `exit ${JSON.stringify(r)}`}):\n${out}${err}`);
@@ -730,7 +734,7 @@ export async function startEverything({ cleanup, timeout = 15000 } = {}) {
       child.stdout.on('data', on);
       child.stderr.on('data', on);
     });
-    const r = await Promise.race([ready, exited, sleep(timeout).then(() => 'timeout')]);
+    const r = await Promise.race([ready, exited, startDeadline(timeout)]);
     if (r === 'ready') {
       cleanup?.add(() => s.stop());
       return s;

@@ -310,6 +310,76 @@ static int on_event_then_gone(void *ud, const struct tg_sse_event *e)
     return 1;
 }
 
+/* resync (a legacy SSE link: many calls on one stream): an event over the limit is dropped, its
+ * first bytes reported, and the events around it still arrive, whatever the cuts. */
+static char dropped_head[64];
+static int ndropped;
+static void on_drop(void *ud, const char *head, size_t n)
+{
+    (void)ud;
+    ndropped++;
+    size_t k = n < sizeof(dropped_head) - 1 ? n : sizeof(dropped_head) - 1;
+    memcpy(dropped_head, head, k);
+    dropped_head[k] = '\0';
+}
+
+static void resync_drops_one_event(void **state)
+{
+    (void)state;
+    struct tg_buf s;
+    tg_buf_init(&s);
+    tg_buf_appends(&s, "data: {\"id\":1}\n\n");
+    /* 300 bytes of data over two lines (the limit is 100), then an event field and an id */
+    tg_buf_appends(&s, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":\"");
+    for (int i = 0; i < 150; i++)
+        tg_buf_append(&s, "x", 1);
+    tg_buf_appends(&s, "\ndata: ");
+    for (int i = 0; i < 150; i++)
+        tg_buf_append(&s, "y", 1);
+    tg_buf_appends(&s, "\"}\nid: 9\r\n\r\n");
+    tg_buf_appends(&s, "data: {\"id\":2}\r\r");
+    /* and one over the limit in a single line, then the last event */
+    tg_buf_appends(&s, "data: {\"id\":8,");
+    for (int i = 0; i < 400; i++)
+        tg_buf_append(&s, "z", 1);
+    tg_buf_appends(&s, "}\n\ndata: {\"id\":3}\n\n");
+    for (size_t cut = 0; cut <= s.len; cut++) {
+        for (size_t step = 1; step <= 7; step += 6) {
+            struct tg_sse_parser p;
+            tg_sse_init(&p, 100);
+            p.resync = 1;
+            p.on_drop = on_drop;
+            struct col c;
+            memset(&c, 0, sizeof(c));
+            ndropped = 0;
+            int r = 0, any_limit = 0;
+            /* first piece up to cut, then pieces of `step` bytes */
+            size_t at = 0;
+            while (at < s.len) {
+                size_t end = at == 0 && cut > 0 ? cut : at + step;
+                if (end > s.len)
+                    end = s.len;
+                char *piece = malloc(end - at + 1);
+                memcpy(piece, s.base + at, end - at);
+                r = tg_sse_feed(&p, piece, end - at, on_event, &c);
+                free(piece);
+                assert_true(r == 0 || r == TG_ELIMIT);
+                any_limit |= r == TG_ELIMIT;
+                at = end;
+            }
+            tg_sse_dispose(&p);
+            if (c.n != 3 || ndropped != 2 || !any_limit)
+                fail_msg("cut %zu step %zu: %d events, %d dropped", cut, step, c.n, ndropped);
+            assert_string_equal(c.ev[0].data, "{\"id\":1}");
+            assert_string_equal(c.ev[1].data, "{\"id\":2}");
+            assert_string_equal(c.ev[2].data, "{\"id\":3}");
+            assert_false(c.ev[1].has_id); /* the dropped event's id: 9 went with it */
+            assert_true(strncmp(dropped_head, "{\"id\":8,", 8) == 0);
+        }
+    }
+    tg_buf_dispose(&s);
+}
+
 static void owner_gone_in_callback(void **state)
 {
     (void)state;
@@ -601,6 +671,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(bom_at_start),
         cmocka_unit_test(bom_split_across_feeds),
         cmocka_unit_test(max_event_limit),
+        cmocka_unit_test(resync_drops_one_event),
         cmocka_unit_test(owner_gone_in_callback),
         cmocka_unit_test(restart_keeps_last_id_and_retry),
         cmocka_unit_test(writer_message_bytes),
