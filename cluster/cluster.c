@@ -22,7 +22,9 @@ struct tg_cluster {
     struct tg_list jobs;         /* decisions waiting for Redis */
     struct tg_cluster_stats stats;
     int up;
-    uint64_t down_since_ms;
+    /* Who hears the session ends members announce (cluster/sessions.c subscribes). */
+    void (*session_ended)(void *ud, const char *id);
+    void *session_ended_ud;
 };
 
 /* A decision that waits for Redis. Owner: the cluster (cl->jobs), from tg_cluster_decide()
@@ -277,29 +279,32 @@ int tg_cluster_decide(struct tg_cluster *cl, struct tg_policy *p, const struct t
                       const cJSON *args, int64_t now_ms, int continuation, struct tg_decision *d,
                       tg_cluster_decided_cb cb, void *ud, struct tg_cluster_job **job)
 {
-    struct tg_cluster_job *j = tg_xcalloc(1, sizeof(*j));
-    j->cl = cl;
-    tg_list_init(&j->link);
-    tg_plan_init(&j->plan);
-    j->policy = tg_policy_ref(p);
-    j->tool = tg_xstrdup(tool);
-    j->args = (cJSON *)args; /* borrowed for the first pass only */
-    j->now_ms = now_ms;
-    j->continuation = continuation;
-    struct tg_caller w = *who;
-    pass(j, &w);
-    size_t from, n = tg_plan_end(&j->plan, &from);
+    /* The first pass runs on the stack, with the caller's strings: a decision that reaches no
+     * counter (most of them) allocates nothing and never asks Redis, whether or not it is up. */
+    struct tg_counter_plan plan;
+    tg_plan_init(&plan);
+    tg_plan_begin(&plan);
+    if (continuation)
+        tg_policy_decide_continuation(p, &plan.base, who, tool, args, now_ms, d);
+    else
+        tg_policy_decide_call(p, &plan.base, who, tool, args, now_ms, d);
+    size_t from, n = tg_plan_end(&plan, &from);
     if (n == 0) {
-        /* No counter reached: Redis is not asked, whether or not it is up. */
-        *d = j->dec;
         d->shared = 0;
         cl->stats.decisions_local++;
-        j->args = NULL;
-        job_free(j);
+        tg_plan_dispose(&plan);
         *job = NULL;
         return 1;
     }
+    /* It waits for Redis: what the next passes need is copied into the job. */
+    struct tg_cluster_job *j = tg_xcalloc(1, sizeof(*j));
+    j->cl = cl;
+    j->plan = plan; /* the plan's arrays move with it; its operations table is static */
+    j->policy = tg_policy_ref(p);
+    j->tool = tg_xstrdup(tool);
     j->args = args ? cJSON_Duplicate(args, 1) : NULL;
+    j->now_ms = now_ms;
+    j->continuation = continuation;
     j->grant = tg_xstrdup(who->grant ? who->grant : "");
     j->session = tg_xstrdup(who->session ? who->session : "");
     j->upstream = tg_xstrdup(who->upstream ? who->upstream : "");
@@ -309,6 +314,18 @@ int tg_cluster_decide(struct tg_cluster *cl, struct tg_policy *p, const struct t
     *job = j;
     send_round(j, from, n);
     return 0;
+}
+
+void tg_cluster_set_session_ended(struct tg_cluster *cl, void (*ended)(void *ud, const char *id), void *ud)
+{
+    cl->session_ended = ended;
+    cl->session_ended_ud = ud;
+}
+
+void tg_cluster_session_ended(struct tg_cluster *cl, const char *id)
+{
+    if (cl->session_ended != NULL)
+        cl->session_ended(cl->session_ended_ud, id);
 }
 
 void tg_cluster_bind(struct tg_cluster_job *job, void *ud) { job->ud = ud; }

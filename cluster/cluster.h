@@ -73,6 +73,10 @@ void tg_cluster_detach(struct tg_cluster_job *job);
  * errs on the side of spending less. */
 void tg_cluster_refund(struct tg_cluster *cl, const struct tg_decision *d);
 
+/* The session ends other members announce (cluster/sessions.c): who hears them, and one heard. */
+void tg_cluster_set_session_ended(struct tg_cluster *cl, void (*ended)(void *ud, const char *id), void *ud);
+void tg_cluster_session_ended(struct tg_cluster *cl, const char *id);
+
 /* For /metrics. */
 void tg_cluster_metrics(const struct tg_cluster *cl, struct tg_buf *out);
 

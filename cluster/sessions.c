@@ -108,33 +108,23 @@ void tg_cluster_session_forget(struct tg_cluster *cl, const char *id)
     tg_redis_command(tg_cluster_redis(cl), NULL, NULL, 3, pargv, plens);
 }
 
-/* The watcher of "sessions:end". Owner: the cluster's subscription (one per cluster, made once
- * at start and never freed before the cluster). */
-struct ends_watch {
-    void (*ended)(void *ud, const char *id);
-    void *ud;
-};
-
 static void on_end(void *ud, const char *channel, const char *p, size_t n)
 {
     (void)channel;
-    struct ends_watch *w = ud;
     char id[64];
     if (n == 0 || n >= sizeof(id))
         return;
     memcpy(id, p, n);
     id[n] = '\0';
-    w->ended(w->ud, id);
+    tg_cluster_session_ended(ud, id);
 }
 
 void tg_cluster_sessions_watch(struct tg_cluster *cl, void (*ended)(void *ud, const char *id), void *ud)
 {
-    static struct ends_watch w; /* one cluster per process */
-    w.ended = ended;
-    w.ud = ud;
+    tg_cluster_set_session_ended(cl, ended, ud);
     char ch[128];
     snprintf(ch, sizeof(ch), "%ssessions:end", tg_cluster_conf(cl)->key_prefix);
-    tg_redis_subscribe(tg_cluster_redis(cl), ch, on_end, &w);
+    tg_redis_subscribe(tg_cluster_redis(cl), ch, on_end, cl);
 }
 
 static const char *str_of(const cJSON *o, const char *name)

@@ -83,6 +83,38 @@ static void set_gid(struct tg_server *srv, struct tg_call *k)
     k->gid_str[k->gid_len] = '\0';
 }
 
+/* The message as the upstream gets it, into out: the call's gateway id, the upstream's headers,
+ * and for a decided call of a 2025 session on a 2026 upstream a copy (input_required would
+ * need it again). */
+static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m, int decided, struct tg_buf *out)
+{
+    set_gid(x->srv, k);
+    up_headers(x, k, m);
+    tg_msg_write_with_id(out, m, k->gid);
+    if (x->era == TG_ERA_2025 && x->up_modern && k->mrtr == NULL && decided) {
+        k->resend = tg_xmalloc(out->len + 1);
+        memcpy(k->resend, out->base, out->len);
+        k->resend[out->len] = '\0';
+    }
+}
+
+/* A 2026 retry that continues a call held open upstream (its server request answered): decided
+ * again, it carries the answer up and the held call answers through this client; k ends here. */
+static void resume(struct tg_call *k, const struct tg_decision *dec, const char *parked, const cJSON *params)
+{
+    const char *why = dec != NULL && dec->verdict == TG_VERDICT_APPROVE
+                          ? "Invalid params: the call this retry continues cannot wait for approval again"
+                          : tg__call_input_resume(k, parked, params);
+    if (why != NULL && k->sink != NULL) {
+        struct tg_buf e;
+        tg_buf_init(&e);
+        tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_INVALID_PARAMS, why, NULL);
+        k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
+        tg_buf_dispose(&e);
+    }
+    tg_call_close(k);
+}
+
 /* An approve decision: the call waits for a human, unless it cannot (a batch, a full queue).
  * The serialized message moves into the call. */
 static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
@@ -116,15 +148,7 @@ static void wait_shared_decision(struct tg_exchange *x, struct tg_sink *sk, stru
         k->resume_params = cJSON_Duplicate(params, 1);
         tg_strlcpy(k->resume_parked, parked, sizeof(k->resume_parked));
     } else {
-        set_gid(x->srv, k);
-        up_headers(x, k, m);
-        tg_msg_write_with_id(&k->held, m, k->gid);
-        if (x->era == TG_ERA_2025 && x->up_modern && k->mrtr == NULL)
-        {
-            k->resend = tg_xmalloc(k->held.len + 1); /* input_required would need it again */
-            memcpy(k->resend, k->held.base, k->held.len);
-            k->resend[k->held.len] = '\0';
-        }
+        serialize(x, k, m, 1, &k->held);
     }
     k->decide_timeout_ms = (uint64_t)x->uc->call_timeout_ms;
     tg_cluster_bind(job, k);
@@ -171,18 +195,7 @@ static void on_shared_decision(void *ud, enum tg_cluster_outcome o, struct tg_de
         return;
     }
     if (k->resume_params != NULL) {
-        const char *rwhy = dec->verdict == TG_VERDICT_APPROVE
-                               ? "Invalid params: the call this retry continues cannot wait for approval again"
-                               : tg__call_input_resume(k, k->resume_parked, k->resume_params);
-        if (rwhy != NULL) {
-            struct tg_buf e;
-            tg_buf_init(&e);
-            tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_INVALID_PARAMS, rwhy, NULL);
-            if (k->sink != NULL)
-                k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
-            tg_buf_dispose(&e);
-        }
-        tg_call_close(k);
+        resume(k, dec, k->resume_parked, k->resume_params);
         return;
     }
     struct tg_buf out = k->held;
@@ -369,30 +382,12 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     if (retry == 2) {
         /* The retry of a call held open upstream for its server request: decided again above,
          * it now carries the answer up and the held call answers through this client. */
-        const char *why = dec != NULL && dec->verdict == TG_VERDICT_APPROVE
-                              ? "Invalid params: the call this retry continues cannot wait for approval again"
-                              : tg__call_input_resume(k, parked, params);
-        if (why != NULL) {
-            struct tg_buf e;
-            tg_buf_init(&e);
-            tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_INVALID_PARAMS, why, NULL);
-            k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
-            tg_buf_dispose(&e);
-        }
-        tg_call_close(k);
+        resume(k, dec, parked, params);
         return;
     }
-    set_gid(srv, k);
     struct tg_buf out;
     tg_buf_init(&out);
-    up_headers(x, k, m);
-    tg_msg_write_with_id(&out, m, k->gid);
-    if (x->era == TG_ERA_2025 && x->up_modern && k->mrtr == NULL && tool != NULL)
-    {
-        k->resend = tg_xmalloc(out.len + 1); /* input_required would need it again */
-        memcpy(k->resend, out.base, out.len);
-        k->resend[out.len] = '\0';
-    }
+    serialize(x, k, m, tool != NULL, &out);
     if (dec != NULL && dec->verdict == TG_VERDICT_APPROVE) {
         park(k, &out, (sk->flags & TG_SINK_NO_WAIT) != 0);
         return;
