@@ -189,8 +189,19 @@ static void on_shared_record(void *ud, int found, const struct tg_cluster_sessio
         return;
     }
     struct tg_session *s = NULL;
-    if (found == 1 && u >= 0 && strcmp(rec->grant, w->grant) == 0 && strcmp(rec->upstream, w->upstream) == 0 &&
-        tg_session_find(srv->sessions, tg_slice_cstr(w->sid)) == NULL) {
+    const struct tg_grant_conf *g = tg_conf_find_grant(srv->conf, w->grant);
+    size_t cap = g == NULL ? 0 : (size_t)(g->max_sessions > 0 ? g->max_sessions : srv->conf->limits.sessions_per_grant);
+    int match = found == 1 && u >= 0 && strcmp(rec->grant, w->grant) == 0 && strcmp(rec->upstream, w->upstream) == 0;
+    if (match && g != NULL && tg_session_find(srv->sessions, tg_slice_cstr(w->sid)) == NULL &&
+        tg_session_count_for_grant(srv->sessions, w->grant) >= cap) {
+        /* Adopted sessions count toward the grant's cap here as made ones do. */
+        srv->metrics.limit_sessions++;
+        tg_http_respond_rpc(c, 429, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+                            "Too many sessions for this grant on this instance (limits.sessions_per_grant)", NULL);
+        free(w);
+        return;
+    }
+    if (match && tg_session_find(srv->sessions, tg_slice_cstr(w->sid)) == NULL) {
         s = tg_session_adopt(srv->sessions, tg_slice_cstr(w->sid), w->grant, u);
         if (s != NULL) {
             s->srv = srv;
