@@ -74,7 +74,7 @@ int tg_buf_try_reserve(struct tg_buf *b, size_t extra, size_t ceiling)
     return 0;
 }
 
-void tg_buf_append(struct tg_buf *b, const void *p, size_t n)
+void tg_buf_append_grow(struct tg_buf *b, const void *p, size_t n)
 {
     if (tg_buf_try_reserve(b, n, 0) != 0)
         abort();
@@ -83,7 +83,7 @@ void tg_buf_append(struct tg_buf *b, const void *p, size_t n)
     b->len += n;
 }
 
-int tg_buf_try_append(struct tg_buf *b, const void *p, size_t n, size_t ceiling)
+int tg_buf_try_append_grow(struct tg_buf *b, const void *p, size_t n, size_t ceiling)
 {
     int r = tg_buf_try_reserve(b, n, ceiling);
     if (r != 0)

@@ -45,9 +45,29 @@ void tg_buf_init(struct tg_buf *b);
 void tg_buf_dispose(struct tg_buf *b);
 /* Make room for at least `extra` more bytes without passing `ceiling` total (0 = no ceiling). */
 TG_WUR int tg_buf_try_reserve(struct tg_buf *b, size_t extra, size_t ceiling);
-/* Append; aborts on OOM (for sizes we chose, not the peer). */
-void tg_buf_append(struct tg_buf *b, const void *p, size_t n);
-TG_WUR int tg_buf_try_append(struct tg_buf *b, const void *p, size_t n, size_t ceiling);
+/* Append; aborts on OOM (for sizes we chose, not the peer). Inline when the bytes fit: the
+ * relay paths append a handful of short pieces per message, and a literal's memcpy becomes a
+ * move. The _grow halves make the room and append. */
+void tg_buf_append_grow(struct tg_buf *b, const void *p, size_t n);
+TG_WUR int tg_buf_try_append_grow(struct tg_buf *b, const void *p, size_t n, size_t ceiling);
+static inline void tg_buf_append(struct tg_buf *b, const void *p, size_t n)
+{
+    if (n <= b->cap - b->len && n != 0) {
+        memcpy(b->base + b->len, p, n);
+        b->len += n;
+    } else if (n != 0) {
+        tg_buf_append_grow(b, p, n);
+    }
+}
+static inline TG_WUR int tg_buf_try_append(struct tg_buf *b, const void *p, size_t n, size_t ceiling)
+{
+    if (n <= b->cap - b->len && n != 0 && (ceiling == 0 || b->len + n <= ceiling)) {
+        memcpy(b->base + b->len, p, n);
+        b->len += n;
+        return 0;
+    }
+    return tg_buf_try_append_grow(b, p, n, ceiling);
+}
 void tg_buf_appends(struct tg_buf *b, const char *s);
 void tg_buf_appendf(struct tg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void tg_buf_append_u64(struct tg_buf *b, uint64_t v);

@@ -424,12 +424,15 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
     }
     if (mine) {
         deliver_answer(k, &out, is_error, p, n);
-    } else if (out.len == 0) {
+    } else if (valid != 2) {
         tg_log(TG_LOG_INFO, "upstream answer matches no call; dropped", "upstream=%s session=%s", up_name(k),
                k->sess->id_str); /* another call's id: never relayed (see tg_mcp_restore_id) */
-    } else if (tg__call_refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0, NULL) ||
-               ((sk->flags & TG_SINK_STATELESS) && srv_req.len > 0 && tg__call_input_park(k, p, n)) ||
-               tg__call_refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_STATELESS) != 0, NULL)) {
+    } else if (srv_req.len > 0 && /* only a request can be refused: a notification is not parsed again */
+               (tg__call_refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0,
+                                               NULL) ||
+                ((sk->flags & TG_SINK_STATELESS) && tg__call_input_park(k, p, n)) ||
+                tg__call_refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_STATELESS) != 0,
+                                               NULL))) {
         tg_buf_dispose(&out);
         return 0;
     } else {
@@ -437,11 +440,10 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
             tg_mcp_note_server_request(k->sess, srv_req);
         if (k->is_listen) {
             /* Seen through the policy, tagged with the client's listen id. */
-            out.len = 0;
             if (tg_mcp_listen_message(&out, p, n, k->client_id, k->client_id_len, k->policy))
                 sk->ops->message(sk, k, out.base, out.len);
         } else if (!(sk->flags & TG_SINK_ANSWER_ONLY)) {
-            sk->ops->message(sk, k, out.base, out.len);
+            sk->ops->message(sk, k, p, n); /* as it came: nothing in it is rewritten */
         }
     }
     tg_buf_dispose(&out);

@@ -26,8 +26,10 @@ static int fail(struct parser *ps, const char *why)
     return TG_EINVAL;
 }
 
-static void skip_ws(struct parser *ps)
+static inline void skip_ws(struct parser *ps)
 {
+    if (ps->p < ps->end && *ps->p > ' ')
+        return; /* the common case: compact JSON */
     while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
         ps->p++;
 }
@@ -110,7 +112,9 @@ static size_t utf8_seq(const unsigned char *p, const unsigned char *end)
 }
 
 /* The bytes from p on that need no look (printable ASCII other than '"' and '\\'), eight at a
- * time: a long text answer is mostly these. Each test is exact for "any byte of the word". */
+ * time: a long text answer is mostly these, and a short key ends inside its first word. The
+ * tests below can flag a byte above the first one that stops, never below it, so the lowest
+ * flag is exact: on a little-endian machine it gives the length of the run inside the word. */
 static size_t plain_run(const unsigned char *p, const unsigned char *end)
 {
     const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
@@ -121,16 +125,21 @@ static size_t plain_run(const unsigned char *p, const unsigned char *end)
         uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
         uint64_t stop = (x & highs) | ((x - ones * 0x20) & ~x & highs) | ((q - ones) & ~q & highs) |
                         ((b - ones) & ~b & highs);
-        if (stop != 0)
+        if (stop != 0) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            p += (size_t)__builtin_ctzll(stop) >> 3;
+#endif
             break;
+        }
         p += 8;
     }
     return (size_t)(p - s);
 }
 
 /* Parses a string at ps->p (on the opening quote). When out != NULL, stores a
- * malloc'd decoded copy (NUL-terminated) and its length. */
-static int parse_string(struct parser *ps, char **out, size_t *outlen)
+ * malloc'd decoded copy (NUL-terminated) and its length. *escaped (when not NULL) says whether
+ * the raw text had an escape, that is whether it differs from its decoding. */
+static int parse_string(struct parser *ps, char **out, size_t *outlen, int *escaped)
 {
     ps->p++; /* opening quote */
     const unsigned char *s = ps->p;
@@ -192,6 +201,8 @@ static int parse_string(struct parser *ps, char **out, size_t *outlen)
     }
     const unsigned char *e = ps->p;
     ps->p++; /* closing quote */
+    if (escaped != NULL)
+        *escaped = has_escape;
     if (out == NULL)
         return 0;
     unsigned char *d = malloc(dlen + 1);
@@ -288,7 +299,12 @@ cJSON *tg_json_number_raw(const char *text, size_t n)
     }
     memcpy(raw, text, n);
     raw[n] = '\0';
-    double d = strtod(raw, NULL);
+    /* An integer of up to 15 digits is exact in a double: no strtod for ids and counts. */
+    size_t neg = n > 0 && text[0] == '-', i = neg;
+    uint64_t v = 0;
+    while (i < n && i - neg < 15 && text[i] >= '0' && text[i] <= '9')
+        v = v * 10 + (uint64_t)(text[i++] - '0');
+    double d = i == n && n > neg ? (neg ? -(double)v : (double)v) : strtod(raw, NULL);
     cJSON_SetNumberValue(item, d);
     item->valuestring = raw;
     return item;
@@ -405,22 +421,23 @@ static int parse_object(struct parser *ps, int depth, cJSON **out)
         size_t klen = 0;
         const unsigned char *kstart = ps->p;
         if (out) {
-            if (parse_string(ps, &key, &klen) != 0) {
+            if (parse_string(ps, &key, &klen, NULL) != 0) {
                 r = TG_EINVAL;
                 goto out;
             }
         } else {
-            if (parse_string(ps, NULL, NULL) != 0) {
+            int escaped = 0;
+            if (parse_string(ps, NULL, NULL, &escaped) != 0) {
                 r = TG_EINVAL;
                 goto out;
             }
             const char *raw = (const char *)kstart + 1;
             size_t rawn = (size_t)(ps->p - kstart) - 2;
             struct rawkey rk = {raw, rawn, NULL};
-            if (memchr(raw, '\\', rawn) != NULL) {
+            if (escaped) {
                 const unsigned char *after = ps->p;
                 ps->p = kstart;
-                if (parse_string(ps, &rk.owned, &rk.n) != 0) {
+                if (parse_string(ps, &rk.owned, &rk.n, NULL) != 0) {
                     r = TG_EINVAL;
                     goto out;
                 }
@@ -560,15 +577,16 @@ static int parse_value(struct parser *ps, int depth, cJSON **out)
         return *ps->p == '{' ? parse_object(ps, depth, out) : parse_array(ps, depth, out);
     case '"': {
         char *s = NULL;
-        if (parse_string(ps, out ? &s : NULL, NULL) != 0)
+        if (parse_string(ps, out ? &s : NULL, NULL, NULL) != 0)
             return TG_EINVAL;
         if (out) {
-            cJSON *item = cJSON_CreateString("");
+            /* a string node made around the decoded copy: cJSON_CreateString would copy it */
+            cJSON *item = cJSON_CreateNull();
             if (item == NULL) {
                 free(s);
                 return fail(ps, "out of memory");
             }
-            free(item->valuestring);
+            item->type = cJSON_String;
             item->valuestring = s;
             *out = item;
         }

@@ -117,6 +117,30 @@ static int process_line(struct tg_sse_parser *p, const char *l, size_t n, tg_sse
     return 0;
 }
 
+/* The index of the first CR or LF in b[k..n), or n: eight bytes at a time, since the lines of a
+ * relayed stream are whole JSON messages. The lowest flagged byte of a word is exact (a false
+ * flag needs a true one below it). */
+static size_t line_end(const char *b, size_t k, size_t n)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    for (; n - k >= 8; k += 8) {
+        uint64_t x;
+        memcpy(&x, b + k, 8);
+        uint64_t lf = x ^ (ones * '\n'), cr = x ^ (ones * '\r');
+        uint64_t hit = ((lf - ones) & ~lf & highs) | ((cr - ones) & ~cr & highs);
+        if (hit != 0) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            return k + ((size_t)__builtin_ctzll(hit) >> 3);
+#else
+            break;
+#endif
+        }
+    }
+    while (k < n && b[k] != '\n' && b[k] != '\r')
+        k++;
+    return k;
+}
+
 int tg_sse_feed(struct tg_sse_parser *p, const char *b, size_t n, tg_sse_event_cb cb, void *ud)
 {
     size_t i = 0;
@@ -144,9 +168,7 @@ int tg_sse_feed(struct tg_sse_parser *p, const char *b, size_t n, tg_sse_event_c
         }
         p->last_cr = 0;
         const char *start = b + i;
-        size_t k = i;
-        while (k < n && b[k] != '\n' && b[k] != '\r')
-            k++;
+        size_t k = line_end(b, i, n);
         if (p->skipping) {
             /* A dropped event: its lines go unread up to the blank line that ends it. */
             if (k == n) {

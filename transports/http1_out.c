@@ -156,6 +156,19 @@ static void on_write(uv_write_t *req, int status)
 
 static void send_now(struct tg_conn *c, struct tg_buf *b);
 
+/* The room a stream's cork starts with: what a burst of relayed events fills in one iteration. */
+#define STREAM_CORK (8u << 10)
+
+/* Bytes were added to the cork: count them as output, and have it written at the end of this
+ * loop iteration. */
+static void cork_grew(struct tg_conn *c)
+{
+    out_add(c, c->cork.len - c->out_pending_corked);
+    c->out_pending_corked = c->cork.len;
+    if (!tg_list_linked(&c->cork_link))
+        tg_list_insert_tail(&c->env->corked, &c->cork_link);
+}
+
 /* Takes the storage of b (which is left empty): plaintext, encrypted first on a TLS connection.
  * Streams (SSE answers, upgraded connections) are corked: what they write during one loop
  * iteration is gathered and written once at its end, so a burst of relayed events costs one
@@ -175,10 +188,7 @@ void tg__http_send_owned(struct tg_conn *c, struct tg_buf *b)
             tg_buf_append(&c->cork, b->base, b->len);
             tg_buf_dispose(b);
         }
-        out_add(c, c->cork.len - c->out_pending_corked);
-        c->out_pending_corked = c->cork.len;
-        if (!tg_list_linked(&c->cork_link))
-            tg_list_insert_tail(&c->env->corked, &c->cork_link);
+        cork_grew(c);
         return;
     }
     if (c->cork.len > 0)
@@ -461,18 +471,20 @@ void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n)
 {
     if (c->state != TG_CONN_STREAMING || n == 0)
         return;
-    struct tg_buf b;
-    tg_buf_init(&b);
-    if (tg_buf_try_reserve(&b, n + 32, 0) != 0)
+    /* Straight into the cork, chunk framing and all: no buffer per event. The first event of an
+     * iteration makes room for a burst, so the ones after it are only copied. */
+    c->log_bytes += n;
+    struct tg_buf *k = &c->cork;
+    if (tg_buf_try_reserve(k, k->cap == 0 && n + 32 < STREAM_CORK ? STREAM_CORK : n + 32, 0) != 0)
         abort();
     if (c->parser.http_minor != 0) {
-        tg_buf_append_hex(&b, n);
-        tg_buf_append(&b, "\r\n", 2);
+        tg_buf_append_hex(k, n);
+        tg_buf_append(k, "\r\n", 2);
     }
-    tg_buf_append(&b, p, n);
+    tg_buf_append(k, p, n);
     if (c->parser.http_minor != 0)
-        tg_buf_append(&b, "\r\n", 2);
-    tg__http_send_owned(c, &b);
+        tg_buf_append(k, "\r\n", 2);
+    cork_grew(c);
 }
 
 void tg_http_stream_end(struct tg_conn *c)

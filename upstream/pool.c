@@ -115,6 +115,11 @@ static void on_req_timer(uv_timer_t *t)
         tg__upreq_finish(r, TG_ELIMIT);
         return;
     }
+    uint64_t now = uv_now(r->up->loop);
+    if (r->touched_ms + r->timeout_ms > now) {
+        uv_timer_start(&r->timer, on_req_timer, r->touched_ms + r->timeout_ms - now, 0);
+        return;
+    }
     tg_log(TG_LOG_WARN, "upstream call timed out", "upstream=%s timeout_ms=%llu", r->up->uc->name,
            (unsigned long long)r->timeout_ms);
     tg__upreq_finish(r, TG_ETIMEDOUT);
@@ -266,11 +271,10 @@ void tg_upreq_resume(struct tg_upreq *r)
         tg__upconn_read_start(r->conn);
 }
 
-void tg_upreq_touch(struct tg_upreq *r)
-{
-    if (!r->done && !r->queued && !r->pending_err && r->timeout_ms)
-        uv_timer_start(&r->timer, on_req_timer, r->timeout_ms, 0);
-}
+/* A sign of life (a streamed event): the deadline moves. Recorded, not re-armed: a stream of
+ * events would otherwise restart the timer once per event. The timer, when it fires, sees the
+ * deadline moved and waits the rest. */
+void tg_upreq_touch(struct tg_upreq *r) { r->touched_ms = uv_now(r->up->loop); }
 
 struct tg_slice tg_upreq_content_type(const struct tg_upreq *r) { return tg_slice_of(r->ctype, r->ctype_len); }
 struct tg_slice tg_upreq_session_id(const struct tg_upreq *r) { return tg_slice_of(r->sid, r->sid_len); }

@@ -108,6 +108,7 @@ struct tg_upreq {
     int sent; /* bytes of the request may have reached the upstream */
     int status;
     uint64_t timeout_ms;
+    uint64_t touched_ms; /* loop time of the last sign of life (tg_upreq_touch): the timer checks it */
     uint64_t start_ns;
     char ctype[128];
     size_t ctype_len;

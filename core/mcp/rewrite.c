@@ -136,7 +136,7 @@ int tg_mcp_restore_id(const struct tg_mcp_answer *a, const char *p, size_t n, co
     /* An answer to another call (another gateway id, or one never issued) is nobody's here:
      * out stays empty, so that it cannot reach this client as a message on the way. */
     if (doc.method_raw.len > 0 || doc.id_raw.len == 0)
-        tg_buf_append(out, p, n);
+        *valid = 2;
     return 0;
 }
 

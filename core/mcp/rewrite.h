@@ -33,7 +33,8 @@ struct tg_mcp_answer {
 
 /* Rewrite message p for the client into out. Returns 1 if it was the awaited answer. *valid is
  * 0 for something that is not JSON (out is then empty); out is empty too for an answer that
- * is not this call's (nobody's to relay); *is_error 1 for an error answer;
+ * is not this call's (nobody's to relay), and for a server request or notification, which goes
+ * to the client as it is: *valid is then 2 (p is not copied); *is_error 1 for an error answer;
  * server_request_id (may be NULL) gets the id of a server-to-client request. pre: the spans of
  * p if the caller parsed it already, or NULL. An answer that cannot be filtered is replaced by
  * a -32004 error: hidden tools are never shown. */

@@ -63,7 +63,7 @@ run_one() {
         n=$(grep -o 'BENCH_RESULT requests=[0-9]*' "$dir/out.txt" | head -n1 | cut -d= -f2);;
     esac
     # The gateway is the process that ran longest.
-    read -r ir file < <(grep '^summary:' "$dir"/cg.*.out | awk -F: '{split($3, v, " "); print v[1], $1}' |
+    read -r ir file < <(grep -H '^summary:' "$dir"/cg.*.out | awk -F: '{split($3, v, " "); print v[1], $1}' |
         sort -n | tail -n1)
     [[ -n $n && -n $ir ]] || { echo "callgrind.sh: $target on $bin failed: $(tail -n 5 "$dir/out.txt")" >&2; exit 1; }
     echo "$ir $n $file"
