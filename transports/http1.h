@@ -195,6 +195,8 @@ void tg_http_upgraded_timer(struct tg_conn *c, uint64_t ms);
 void tg_http_read_pause(struct tg_conn *c);
 /* Bytes for the peer as they are (encrypted on TLS connections). */
 void tg_http_raw_write(struct tg_conn *c, const char *p, size_t n);
+/* The same with a head before p (a frame header): both go into the cork, no buffer between. */
+void tg_http_raw_write2(struct tg_conn *c, const char *head, size_t hn, const char *p, size_t n);
 /* Write what a stream gathered this iteration. */
 void tg_http_flush(struct tg_conn *c);
 /* tg_http_flush() every connection on env->corked (the owner calls it once per loop iteration). */

@@ -159,6 +159,16 @@ static void send_now(struct tg_conn *c, struct tg_buf *b);
 /* The room a stream's cork starts with: what a burst of relayed events fills in one iteration. */
 #define STREAM_CORK (8u << 10)
 
+/* The cork with room for n more bytes. The first write of an iteration makes room for a
+ * burst, so the ones after it are only copied. */
+static struct tg_buf *cork_room(struct tg_conn *c, size_t n)
+{
+    struct tg_buf *k = &c->cork;
+    if (tg_buf_try_reserve(k, k->cap == 0 && n < STREAM_CORK ? STREAM_CORK : n, 0) != 0)
+        abort();
+    return k;
+}
+
 /* Bytes were added to the cork: count them as output, and have it written at the end of this
  * loop iteration. */
 static void cork_grew(struct tg_conn *c)
@@ -471,12 +481,9 @@ void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n)
 {
     if (c->state != TG_CONN_STREAMING || n == 0)
         return;
-    /* Straight into the cork, chunk framing and all: no buffer per event. The first event of an
-     * iteration makes room for a burst, so the ones after it are only copied. */
+    /* Straight into the cork, chunk framing and all: no buffer per event. */
     c->log_bytes += n;
-    struct tg_buf *k = &c->cork;
-    if (tg_buf_try_reserve(k, k->cap == 0 && n + 32 < STREAM_CORK ? STREAM_CORK : n + 32, 0) != 0)
-        abort();
+    struct tg_buf *k = cork_room(c, n + 32);
     if (c->parser.http_minor != 0) {
         tg_buf_append_hex(k, n);
         tg_buf_append(k, "\r\n", 2);
@@ -500,10 +507,23 @@ void tg_http_stream_end(struct tg_conn *c)
     tg__http_finish_request(c);
 }
 
-void tg_http_raw_write(struct tg_conn *c, const char *p, size_t n)
+void tg_http_raw_write(struct tg_conn *c, const char *p, size_t n) { tg_http_raw_write2(c, NULL, 0, p, n); }
+
+void tg_http_raw_write2(struct tg_conn *c, const char *head, size_t hn, const char *p, size_t n)
 {
-    struct tg_buf b;
-    tg_buf_init(&b);
-    tg_buf_append(&b, p, n);
-    tg__http_send_owned(c, &b);
+    if (c->state != TG_CONN_UPGRADED) {
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_buf_append(&b, head, hn);
+        tg_buf_append(&b, p, n);
+        tg__http_send_owned(c, &b);
+        return;
+    }
+    if (hn + n == 0)
+        return;
+    c->log_bytes += hn + n;
+    struct tg_buf *k = cork_room(c, hn + n);
+    tg_buf_append(k, head, hn);
+    tg_buf_append(k, p, n);
+    cork_grew(c);
 }

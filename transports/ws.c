@@ -304,9 +304,42 @@ struct tg_ws *tg_ws_start(struct tg_conn *c, size_t max_msg, uint64_t ping_ms, t
     return ws;
 }
 
+/* A server's text frame is a header and the bytes (unmasked, RFC 6455 5.2): written here
+ * straight into the connection's cork when wslay holds nothing to send before it, so a relayed
+ * stream needs no wslay context, and none is made and freed per message. */
+static int send_direct(struct tg_ws *ws, const char *p, size_t n)
+{
+    if (ws->closing || ws->lingering || ws->conn->state >= TG_CONN_CLOSING)
+        return 0;
+    if (ws->ctx != NULL && (wslay_event_want_write(ws->ctx) || wslay_event_get_close_sent(ws->ctx) ||
+                            wslay_event_get_queued_msg_length(ws->ctx) != 0))
+        return 0;
+    unsigned char h[10];
+    size_t hn;
+    h[0] = 0x80 | WSLAY_TEXT_FRAME; /* FIN, one frame */
+    if (n < 126) {
+        h[1] = (unsigned char)n;
+        hn = 2;
+    } else if (n <= 0xffff) {
+        h[1] = 126;
+        h[2] = (unsigned char)(n >> 8);
+        h[3] = (unsigned char)n;
+        hn = 4;
+    } else {
+        h[1] = 127;
+        for (int i = 0; i < 8; i++)
+            h[2 + i] = (unsigned char)((uint64_t)n >> (56 - 8 * i));
+        hn = 10;
+    }
+    tg_http_raw_write2(ws->conn, (const char *)h, hn, p, n);
+    return 1;
+}
+
 void tg_ws_send_text(struct tg_ws *ws, const char *p, size_t n)
 {
     if (ws->conn == NULL || ws->closed)
+        return;
+    if (send_direct(ws, p, n))
         return;
     struct wslay_event_msg msg = {WSLAY_TEXT_FRAME, (const uint8_t *)p, n};
     ws->busy++;
