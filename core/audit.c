@@ -223,12 +223,31 @@ char *tg_audit_args_values(const struct tg_audit_conf *ac, const cJSON *args)
     return tg_buf_release(&b);
 }
 
-static void field(struct tg_buf *b, const char *k, const char *v)
+/* ,"k": with k a literal of ours (no escaping needed). */
+#define KEY(b, k) tg_buf_append((b), ",\"" k "\":", sizeof(k) + 3)
+
+static void field_value(struct tg_buf *b, const char *v) { tg_json_write_string(b, v, strlen(v)); }
+#define FIELD(b, k, v)                                                                                                 \
+    do {                                                                                                               \
+        const char *v_ = (v);                                                                                          \
+        if (v_ != NULL) {                                                                                              \
+            KEY(b, k);                                                                                                 \
+            field_value(b, v_);                                                                                        \
+        }                                                                                                              \
+    } while (0)
+
+/* ms with three decimals, as %.3f prints it for the latencies we see, without printf. */
+static void append_ms(struct tg_buf *b, double ms)
 {
-    if (v == NULL)
+    if (!(ms < 1e12)) {
+        tg_buf_appendf(b, "%.3f", ms);
         return;
-    tg_buf_appendf(b, ",\"%s\":", k);
-    tg_json_write_string(b, v, strlen(v));
+    }
+    uint64_t v = (uint64_t)(ms * 1000 + 0.5);
+    char frac[4] = {(char)('0' + v / 100 % 10), (char)('0' + v / 10 % 10), (char)('0' + v % 10), 0};
+    tg_buf_append_u64(b, v / 1000);
+    tg_buf_append(b, ".", 1);
+    tg_buf_append(b, frac, 3);
 }
 
 void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const struct tg_audit_record *r)
@@ -245,42 +264,52 @@ void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const stru
                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
         a->stamp_sec = tv.tv_sec;
     }
-    struct tg_buf b;
-    tg_buf_init(&b);
-    if (tg_buf_try_reserve(&b, 512, 0) != 0)
+    /* Formatted straight into the queue, and taken back if the queue is over its bound. */
+    struct tg_buf *b = &a->pending;
+    size_t mark = b->len;
+    if (tg_buf_try_reserve(b, 512, 0) != 0)
         abort();
     char ms[8] = {'.', (char)('0' + tv.tv_usec / 100000), (char)('0' + tv.tv_usec / 10000 % 10),
                   (char)('0' + tv.tv_usec / 1000 % 10), 'Z', '"', 0, 0};
-    tg_buf_append(&b, "{\"time\":\"", 9);
-    tg_buf_appends(&b, a->stamp);
-    tg_buf_append(&b, ms, 6);
-    field(&b, "grant", r->grant);
-    field(&b, "session", r->session);
-    field(&b, "upstream", r->upstream);
-    field(&b, "method", r->method);
-    field(&b, "tool", r->tool);
-    field(&b, "decision", r->decision);
-    field(&b, "rule", r->rule && r->rule[0] ? r->rule : NULL);
-    if (r->counters_json && r->counters_json[0])
-        tg_buf_appendf(&b, ",\"counters\":{%s}", r->counters_json);
-    if (r->args_sha256)
-        tg_buf_appendf(&b, ",\"args_sha256\":\"%s\"", r->args_sha256);
-    if (r->args_json) {
-        tg_buf_appends(&b, ",\"args\":");
-        tg_buf_appends(&b, r->args_json);
+    tg_buf_append(b, "{\"time\":\"", 9);
+    tg_buf_appends(b, a->stamp);
+    tg_buf_append(b, ms, 6);
+    FIELD(b, "grant", r->grant);
+    FIELD(b, "session", r->session);
+    FIELD(b, "upstream", r->upstream);
+    FIELD(b, "method", r->method);
+    FIELD(b, "tool", r->tool);
+    FIELD(b, "decision", r->decision);
+    FIELD(b, "rule", r->rule && r->rule[0] ? r->rule : NULL);
+    if (r->counters_json && r->counters_json[0]) {
+        KEY(b, "counters");
+        tg_buf_append(b, "{", 1);
+        tg_buf_appends(b, r->counters_json);
+        tg_buf_append(b, "}", 1);
     }
-    field(&b, "approval_id", r->approval_id);
-    field(&b, "decided_by", r->decided_by);
-    if (r->latency_ms >= 0)
-        tg_buf_appendf(&b, ",\"upstream_latency_ms\":%.3f", r->latency_ms);
-    field(&b, "outcome", r->outcome);
-    tg_buf_appends(&b, "}\n");
-    if (a->pending.len + b.len > a->max_pending) {
+    if (r->args_sha256) {
+        KEY(b, "args_sha256");
+        tg_buf_append(b, "\"", 1);
+        tg_buf_appends(b, r->args_sha256);
+        tg_buf_append(b, "\"", 1);
+    }
+    if (r->args_json) {
+        KEY(b, "args");
+        tg_buf_appends(b, r->args_json);
+    }
+    FIELD(b, "approval_id", r->approval_id);
+    FIELD(b, "decided_by", r->decided_by);
+    if (r->latency_ms >= 0) {
+        KEY(b, "upstream_latency_ms");
+        append_ms(b, r->latency_ms);
+    }
+    FIELD(b, "outcome", r->outcome);
+    tg_buf_append(b, "}\n", 2);
+    if (b->len > a->max_pending) {
+        b->len = mark;
         a->dropped++;
     } else {
-        tg_buf_append(&a->pending, b.base, b.len);
         a->pending_n++;
         start_write(a);
     }
-    tg_buf_dispose(&b);
 }

@@ -83,7 +83,7 @@ void tg_call_audit(struct tg_call *k, const char *decision, double latency, cons
     r.decision = decision;
     r.rule = k->dec ? k->dec->rule : NULL;
     r.counters_json = k->dec ? k->dec->counters_json : NULL;
-    r.args_sha256 = k->tool ? k->args_sha256 : NULL;
+    r.args_sha256 = k->tool && k->args_sha256[0] ? k->args_sha256 : NULL; /* none if no reader when it began */
     r.args_json = k->args_json;
     r.approval_id = k->approval_id[0] ? k->approval_id : NULL;
     r.decided_by = by;

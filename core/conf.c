@@ -436,6 +436,8 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
     }
     ld.cfg = &cfg;
     struct tg_conf *c = tg_xcalloc(1, sizeof(*c));
+    static uint64_t serials; /* a reload loads in a worker thread */
+    c->serial = __atomic_add_fetch(&serials, 1, __ATOMIC_RELAXED);
     c->refcnt = 1;
     c->path = tg_xstrdup(path);
     config_setting_t *root = config_root_setting(&cfg);

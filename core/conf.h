@@ -189,6 +189,7 @@ struct tg_jwt_conf {
  * it. */
 struct tg_conf {
     int refcnt;
+    uint64_t serial; /* unique per load: what remembers something of one conf checks it is still this one */
     char *path;
     int log_level;
     int log_format;

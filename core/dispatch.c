@@ -356,9 +356,12 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         if (k->mrtr != NULL)
             k->mrtr->b.name = k->tool;
         if (strcmp(m->method, "tools/call") == 0) {
+            /* The digest is for the audit log and the approval queue: a SHA-256 of the
+             * arguments costs a tenth of a call, so it is made only for a reader. A decision
+             * still waiting for Redis may yet park. */
             if (k->mrtr != NULL)
                 tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* the same digest, made once */
-            else
+            else if (srv->audit != NULL || job != NULL || dec->verdict == TG_VERDICT_APPROVE)
                 tg_audit_args_hash(args, k->args_sha256);
             k->args_json = tg_audit_args_values(&srv->conf->audit, args);
         }

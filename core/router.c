@@ -311,7 +311,7 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
     if (cg != NULL && authz.ptr == NULL) {
         g = cg; /* the client certificate is the credential */
     } else {
-        ar = tg_auth_grant(srv->conf, authz, wall_ms() / 1000, &g, &why);
+        ar = tg_auth_grant_memo(srv->conf, authz, wall_ms() / 1000, &c->auth_memo, &g, &why);
         if (ar == TG_AUTH_OK && cg != NULL && g != cg) {
             ar = TG_AUTH_INVALID; /* two credentials, two grants: neither is believed */
             why = "the bearer token and the client certificate name different grants";

@@ -3,6 +3,7 @@
 #include <mbedtls/sha256.h>
 #include <string.h>
 
+#include "core/siphash.h"
 #include "policy/jwt.h"
 #include <strings.h>
 
@@ -40,9 +41,49 @@ int tg_auth_bearer(struct tg_slice h, struct tg_slice *token)
     return 0;
 }
 
+static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
+                                    const struct tg_grant_conf **grant, const char **why, int *by_static);
+
 enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
                                   const struct tg_grant_conf **grant, const char **why)
 {
+    int by_static;
+    return grant_of(c, authorization, now_s, grant, why, &by_static);
+}
+
+enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
+                                       struct tg_auth_memo *memo, const struct tg_grant_conf **grant,
+                                       const char **why)
+{
+    static uint8_t key[16];
+    static int keyed;
+    if (!keyed) {
+        if (tg_random(key, sizeof(key)) != 0)
+            return tg_auth_grant(c, authorization, now_s, grant, why); /* no key, no memo */
+        keyed = 1;
+    }
+    if (authorization.ptr == NULL)
+        return tg_auth_grant(c, authorization, now_s, grant, why);
+    uint64_t tag = tg_siphash(key, authorization.ptr, authorization.len);
+    if (memo->grant != NULL && memo->conf_serial == c->serial && memo->len == authorization.len && memo->tag == tag) {
+        *grant = memo->grant;
+        if (why)
+            *why = NULL;
+        return TG_AUTH_OK;
+    }
+    int by_static = 0;
+    enum tg_auth_result r = grant_of(c, authorization, now_s, grant, why, &by_static);
+    if (r == TG_AUTH_OK && by_static)
+        *memo = (struct tg_auth_memo){tag, c->serial, authorization.len, *grant};
+    else
+        *memo = (struct tg_auth_memo){0, 0, 0, NULL};
+    return r;
+}
+
+static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
+                                    const struct tg_grant_conf **grant, const char **why, int *by_static)
+{
+    *by_static = 0;
     *grant = NULL;
     if (why)
         *why = NULL;
@@ -72,6 +113,7 @@ enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice autho
     }
     if (found != NULL) {
         *grant = found;
+        *by_static = 1;
         return TG_AUTH_OK;
     }
     /* A JWT: three dot-separated parts, verified against each configured issuer. */

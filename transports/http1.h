@@ -20,6 +20,7 @@
 #include <llhttp.h>
 #include <uv.h>
 
+#include "core/auth_memo.h"
 #include "core/buf.h"
 #include "core/conf.h"
 #include "core/metrics.h"
@@ -121,6 +122,7 @@ struct tg_conn {
     int log_status;
     uint64_t log_bytes;
     char log_grant[65], log_upstream[65], log_session[40];
+    struct tg_auth_memo auth_memo; /* the router's: the last static token this connection proved */
     int close_after; /* close once the current answer is written */
     int over_limit;  /* accepted past limits.max_connections: its request gets 503, then it closes */
     size_t out_pending; /* bytes handed to uv_write (or corked) and not yet confirmed */

@@ -2,6 +2,7 @@
 #include "test/unit/unit.h"
 
 #include "core/conf.h"
+#include "core/siphash.h"
 #include "policy/auth.h"
 
 static void hex_of(const uint8_t h[32], char out[65]) { tg_hex_encode(h, 32, out); }
@@ -219,6 +220,67 @@ static void grant_edge_cases(void **state)
     assert_string_equal(expect_auth(&gs.conf, "Bearer same", TG_AUTH_OK)->name, "first");
 }
 
+/* The reference vector of the SipHash paper (appendix A): key 00..0f, message 00..0e. */
+static void siphash_vector(void **state)
+{
+    (void)state;
+    uint8_t key[16], msg[64];
+    for (int i = 0; i < 16; i++)
+        key[i] = (uint8_t)i;
+    for (int i = 0; i < 64; i++)
+        msg[i] = (uint8_t)i;
+    assert_true(tg_siphash(key, msg, 15) == 0xa129ca6149be45e5ULL);
+    /* the first two of the reference implementation's vectors.h (empty and one byte) */
+    assert_true(tg_siphash(key, msg, 0) == 0x726fdb47dd0e0e31ULL);
+    assert_true(tg_siphash(key, msg, 1) == 0x74f839c593dc67fdULL);
+}
+
+static const struct tg_grant_conf *memo_auth(const struct tg_conf *c, struct tg_auth_memo *m, const char *header,
+                                             enum tg_auth_result want)
+{
+    const struct tg_grant_conf *g = NULL;
+    enum tg_auth_result r = tg_auth_grant_memo(c, header ? tg_slice_cstr(header) : TG_SLICE_NULL, 0, m, &g, NULL);
+    if (r != want)
+        fail_msg("memo, Authorization %s: result %d, expected %d", header ? header : "absent", r, want);
+    return g;
+}
+
+/* The memo gives what a full check gives: the same grant for the same header, a full check
+ * (and its answer) for any other header, nothing across confs. */
+static void grant_memo(void **state)
+{
+    (void)state;
+    struct grants gs;
+    memset(&gs, 0, sizeof(gs));
+    add_grant(&gs, "alice", "alice-token", 0);
+    add_grant(&gs, "bob", "bob-token", 0);
+    gs.conf.serial = 7;
+    struct tg_auth_memo m;
+    memset(&m, 0, sizeof(m));
+    assert_string_equal(memo_auth(&gs.conf, &m, "Bearer alice-token", TG_AUTH_OK)->name, "alice");
+    assert_non_null(m.grant);
+    assert_string_equal(memo_auth(&gs.conf, &m, "Bearer alice-token", TG_AUTH_OK)->name, "alice");
+    /* another token on the same connection: checked, and remembered instead */
+    assert_string_equal(memo_auth(&gs.conf, &m, "Bearer bob-token", TG_AUTH_OK)->name, "bob");
+    assert_null(memo_auth(&gs.conf, &m, "Bearer alice-tokeN", TG_AUTH_INVALID));
+    assert_null(m.grant); /* a failure forgets */
+    assert_null(memo_auth(&gs.conf, &m, NULL, TG_AUTH_MISSING));
+    /* a remembered token whose grant is gone from a reloaded conf: the new conf decides */
+    assert_string_equal(memo_auth(&gs.conf, &m, "Bearer bob-token", TG_AUTH_OK)->name, "bob");
+    struct grants gs2;
+    memset(&gs2, 0, sizeof(gs2));
+    add_grant(&gs2, "alice", "alice-token", 0);
+    gs2.conf.serial = 8;
+    assert_null(memo_auth(&gs2.conf, &m, "Bearer bob-token", TG_AUTH_INVALID));
+    /* the same address with a later serial (a conf loaded where the old one was) */
+    struct tg_auth_memo m2;
+    memset(&m2, 0, sizeof(m2));
+    assert_non_null(memo_auth(&gs.conf, &m2, "Bearer bob-token", TG_AUTH_OK));
+    gs.conf.serial = 9;
+    gs.g[1].has_token = 0; /* bob's token revoked */
+    assert_null(memo_auth(&gs.conf, &m2, "Bearer bob-token", TG_AUTH_INVALID));
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -228,6 +290,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(bearer_parsing),
         cmocka_unit_test(grant_selection),
         cmocka_unit_test(grant_edge_cases),
+        cmocka_unit_test(siphash_vector),
+        cmocka_unit_test(grant_memo),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
