@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/slab.h"
+
 /* The state of one tg_json_parse() call, on the stack of tg_json_parse(). The slices point into
  * the caller's input; the tree being built goes to the caller, or is deleted on error. */
 struct parser {
@@ -205,7 +207,7 @@ static int parse_string(struct parser *ps, char **out, size_t *outlen, int *esca
         *escaped = has_escape;
     if (out == NULL)
         return 0;
-    unsigned char *d = malloc(dlen + 1);
+    unsigned char *d = tg_slab_alloc(dlen + 1);
     if (d == NULL)
         return fail(ps, "out of memory");
     if (!has_escape) {
@@ -292,7 +294,7 @@ cJSON *tg_json_number_raw(const char *text, size_t n)
     cJSON *item = cJSON_CreateNumber(0);
     if (item == NULL)
         return NULL;
-    char *raw = malloc(n + 1);
+    char *raw = tg_slab_alloc(n + 1);
     if (raw == NULL) {
         cJSON_Delete(item);
         return NULL;

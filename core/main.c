@@ -6,11 +6,14 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "core/audit.h"
 #include "core/conf.h"
 #include "core/log.h"
 #include "core/policy_cli.h"
 #include "core/scan.h"
+#include "core/slab.h"
 #include "core/notify.h"
 #include "policy/policy.h"
 #include "core/server.h"
@@ -209,6 +212,9 @@ int main(int argc, char **argv)
     /* One malloc arena: the loop does all the work; the log writer and the reload worker would
      * otherwise each get an arena of their own, whose freed pages stay in the process. */
     mallopt(M_ARENA_MAX, 1);
+    /* A message's JSON tree comes from free lists (core/slab.h), except under the sanitizers. */
+    tg_slab_enable(tg_slab_default());
+    cJSON_InitHooks(&(cJSON_Hooks){tg_slab_alloc, tg_slab_free});
     if (tg_log_start() != 0)
         fprintf(stderr, "tollgate: no log writer thread; log lines are written from the loop\n");
     uv_loop_t *loop = uv_default_loop();
@@ -238,6 +244,7 @@ int main(int argc, char **argv)
     uv_run(loop, UV_RUN_DEFAULT);
     tg_server_dispose(srv);
     free(srv);
+    tg_slab_drain();
     uv_loop_close(loop);
     tg_notify_dispose(&proc.notify);
     tg_log(TG_LOG_INFO, "stopped", NULL);

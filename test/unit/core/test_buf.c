@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include "core/buf.h"
+#include "core/slab.h"
+
+#include <malloc.h>
 
 static void try_reserve_ceiling(void **state)
 {
@@ -245,6 +248,55 @@ static void list_splice(void **state)
     assert_int_equal(tg_list_empty(&b), 0);
 }
 
+/* The slab: blocks come back for requests they can hold, either side may free what the other
+ * allocated, and a full class gives to malloc. Runs under ASan too (enabled by hand). */
+static void slab_lists(void **state)
+{
+    (void)state;
+    tg_slab_enable(1);
+    tg_slab_drain();
+    void *a = tg_slab_alloc(10);
+    assert_true(malloc_usable_size(a) >= 10);
+    memset(a, 0xab, 10);
+    tg_slab_free(a);
+    assert_int_equal(tg_slab_cached(), 1);
+    void *b = tg_slab_alloc(20); /* the same class: the same block */
+    assert_ptr_equal(a, b);
+    assert_int_equal(tg_slab_cached(), 0);
+    free(b); /* a slab block is a malloc block */
+    /* a malloc block given to the slab is kept by its usable size and reused within it */
+    void *m = malloc(56); /* usable 56 with glibc and with ASan: a class */
+    assert_int_equal(malloc_usable_size(m), 56);
+    tg_slab_free(m);
+    void *n = tg_slab_alloc(50);
+    assert_ptr_equal(m, n);
+    memset(n, 1, 50);
+    tg_slab_free(n);
+    void *odd = malloc(100); /* no class's usable size under ASan (exact), 104 with glibc: kept */
+    tg_slab_free(odd);
+    /* big blocks are not kept */
+    tg_slab_drain();
+    void *big = tg_slab_alloc(4096);
+    memset(big, 2, 4096);
+    tg_slab_free(big);
+    assert_int_equal(tg_slab_cached(), 0);
+    /* at most TG_SLAB_KEEP per class */
+    void **v = malloc(sizeof(*v) * (TG_SLAB_KEEP + 10));
+    for (int i = 0; i < TG_SLAB_KEEP + 10; i++)
+        v[i] = tg_slab_alloc(30);
+    for (int i = 0; i < TG_SLAB_KEEP + 10; i++)
+        tg_slab_free(v[i]);
+    assert_int_equal(tg_slab_cached(), TG_SLAB_KEEP);
+    free(v);
+    tg_slab_drain();
+    assert_int_equal(tg_slab_cached(), 0);
+    /* off: everything goes to malloc and back */
+    tg_slab_enable(0);
+    void *o = tg_slab_alloc(10);
+    tg_slab_free(o);
+    assert_int_equal(tg_slab_cached(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -258,6 +310,7 @@ int main(void)
         cmocka_unit_test(random_fills),
         cmocka_unit_test(list_ops),
         cmocka_unit_test(list_splice),
+        cmocka_unit_test(slab_lists),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,31 @@
+/* Free lists for the small blocks a message's JSON tree is made of, in front of malloc.
+ *
+ * A decoded request is a few dozen small allocations (cJSON nodes, keys, strings, numbers'
+ * text) freed together a moment later, once per message: glibc's per-thread cache holds only
+ * seven blocks of a size, and the rest of each burst goes through its slower paths. These lists
+ * keep up to TG_SLAB_KEEP blocks of each size class per thread.
+ *
+ * The blocks are ordinary malloc blocks of a class's usable size, so either side may free what
+ * the other allocated: tg_slab_free() takes any malloc'd block (its class is read back with
+ * malloc_usable_size), and free() takes a tg_slab_alloc() block. This is what lets cJSON's hooks
+ * point here while code that frees cJSON_Print output with free() stays right. Each thread has
+ * its own lists (policies load in a worker thread). Off until tg_slab_enable(1) (main() turns it
+ * on unless built with sanitizers, whose use-after-free checks need every free to be real). */
+#ifndef TG_SLAB_H
+#define TG_SLAB_H
+
+#include <stddef.h>
+
+#define TG_SLAB_KEEP 4096
+
+void tg_slab_enable(int on);
+/* 1, or 0 in a build with AddressSanitizer. */
+int tg_slab_default(void);
+void *tg_slab_alloc(size_t n);
+void tg_slab_free(void *p);
+/* Return this thread's cached blocks to malloc (at exit, and in tests). */
+void tg_slab_drain(void);
+/* Blocks this thread holds (for tests and metrics). */
+size_t tg_slab_cached(void);
+
+#endif
