@@ -114,6 +114,8 @@ started=$SECONDS
     echo "meta - idle_sessions $MEM_SESSIONS"
     echo "meta - when $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "meta - commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    # The last commit that changed anything but the benchmarks and the docs: the gateway measured.
+    echo "meta - gateway_commit $(git -C "$root" log -1 --format=%h -- . ':!test/bench' ':!docs' ':!README.md' 2>/dev/null || echo unknown)"
     echo "meta - tollgate_bin $TOLLGATE_BIN"
     echo "meta - cores $(nproc)"
     echo "meta - uptime_start $(uptime | sed 's/^ *//')"
@@ -339,7 +341,6 @@ for n in tg-policy tg-stream tg-2026 tg-cluster; do
         grep 'level=\(warn\|error\)' "$tmp/$n/stderr.log" | head -n 5 >&2
     fi
 done
-cp "$rec" "$tmp/records.kept" 2>/dev/null || true
 mkdir -p "$(dirname "$json")"
 rc=0
 python3 "$report" build "$rec" "$json" || rc=$?
