@@ -35,8 +35,8 @@
 # (bench_report.py says which direction is worse for each figure).
 #
 # Modes: full (default: 3 rounds of 5 s per wrk target, 1 + 5 s per stream target, 5,000 idle
-# sessions; about 5-6 minutes) and --quick (1 round of 2 s, 1 + 2 s streams, 1,000 sessions;
-# under 2 minutes). Environment: TOLLGATE_BIN, UPSTREAM_BIN, STREAMS_BIN, POLICY_BIN (default
+# sessions; about 4-5 minutes) and --quick (1 round of 2 s, 1 + 2 s streams, 1,000 sessions;
+# about 1 minute). Environment: TOLLGATE_BIN, UPSTREAM_BIN, STREAMS_BIN, POLICY_BIN (default
 # build-rel/...), NGINX_BIN, REDIS_SERVER, NODE_BIN, BENCH_DURATION, BENCH_CONNS (50),
 # STREAMS_CONNS (8), MEM_SESSIONS, BENCH_KEEP_TMP=1.
 #
