@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154  # sourced by bench.sh, whose variables these are
 # The drivers of test/bench/bench.sh, sourced by it (they use its variables: tmp, here, pids,
 # CONNS, SCONNS, DURATION, EVENTS, MEM_SESSIONS, hz, round, and record/cpu_ticks/rss_kb).
 # Each measures one target once and appends its figures with record ROW TARGET KEY VALUE;

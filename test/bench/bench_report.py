@@ -285,6 +285,9 @@ def self_test():
             for v in ("210", "330", "190"):
                 f.write("calls tollgate rps %s\ncalls tollgate p99_ms 1.1\n" % v)
             f.write("policy tollgate ns_per_decision 400\n")
+            # a TLS suite that differs: the row was not driven and must fail, not pass or vanish
+            f.write("tls nginx cipher ECDHE-ECDSA-AES128-GCM-SHA256\ntls tollgate cipher "
+                    "ECDHE-ECDSA-CHACHA20-POLY1305\ntls - cipher_ok 0\n")
         sys.stdout, saved = Buf(), sys.stdout
         try:
             build(rec, os.path.join(d, "b.json"))
@@ -297,6 +300,8 @@ def self_test():
         # the median of the rounds' ratios (2.1, 1.1, 0.95), not of the medians (210 / 200)
         if b["calls"]["ratio"] != 1.1 or b["calls"]["result"] != "PASS":
             failures.append("ratio/verdict wrong: %s" % b["calls"])
+        if not b["tls"]["result"].startswith("FAIL"):
+            failures.append("TLS row with a different suite: %s" % b["tls"])
         if b["policy"]["result"] != "PASS":
             failures.append("policy verdict wrong: %s" % b["policy"])
     if failures:
@@ -304,7 +309,8 @@ def self_test():
         print(text)
         return 1
     print("self-test passed: compare flags exactly %d figures (%s), ignores better ones, unflagged kinds "
-          "and figures in one file only; build takes medians and verdicts" % (len(expect), ", ".join(sorted(expect))))
+          "and figures in one file only; build takes medians, paired ratios and verdicts, and fails a TLS row "
+          "whose suites differ" % (len(expect), ", ".join(sorted(expect))))
     return 0
 
 
