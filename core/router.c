@@ -321,13 +321,14 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
         unauthorized(srv, c, path, ar, why);
         return;
     }
-    if (c->env->access_log) { /* who, for the access line (copies: a reload may free the conf) */
-        tg_strlcpy(c->log_grant, g->name, sizeof(c->log_grant));
-        tg_strlcpy(c->log_upstream, srv->conf->upstreams[upstream].name, sizeof(c->log_upstream));
+    if (c->env->access_log && c->x != NULL) { /* who, for the access line (copies: a reload may free the conf) */
+        struct tg_http_scratch *x = c->x;
+        tg_strlcpy(x->log_grant, g->name, sizeof(x->log_grant));
+        tg_strlcpy(x->log_upstream, srv->conf->upstreams[upstream].name, sizeof(x->log_upstream));
         struct tg_slice sid = tg_http_req_header(req, "mcp-session-id");
-        if (sid.len > 0 && sid.len < sizeof(c->log_session)) {
-            memcpy(c->log_session, sid.ptr, sid.len);
-            c->log_session[sid.len] = '\0';
+        if (sid.len > 0 && sid.len < sizeof(x->log_session)) {
+            memcpy(x->log_session, sid.ptr, sid.len);
+            x->log_session[sid.len] = '\0';
         }
     }
     struct tg_exchange x = {0};

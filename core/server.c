@@ -401,6 +401,7 @@ void tg_server_dispose(struct tg_server *srv)
     for (size_t i = 0; i < srv->nlisteners; i++)
         tg_tls_ctx_free(srv->listeners[i].http.tls);
     free(srv->listeners);
+    tg_http_env_dispose(&srv->http);
     tg_session_table_free(srv->sessions);
     tg_router_dispose(srv);
     free(srv->upstreams);

@@ -52,10 +52,16 @@ struct tg_http_env {
     struct tg_list conn_pending;    /* connections with work put off to the end of the iteration */
     uint64_t next_conn_id;
     char scratch[65536];            /* one read buffer for every connection (see on_alloc) */
+    struct tg_http_scratch *xpool;  /* request scratches given back, at most TG_HTTP_XPOOL */
+    size_t nxpool;
 };
+
+#define TG_HTTP_XPOOL 256
 
 void tg_http_env_init(struct tg_http_env *env, uv_loop_t *loop, const struct tg_limits *limits,
                       struct tg_metrics *metrics, const int *draining);
+/* Frees the pool (after every connection is gone). */
+void tg_http_env_dispose(struct tg_http_env *env);
 
 /* What a connection knows of the listener that accepted it. Owner: the listener's owner
  * (the server embeds one in each of its listeners); it outlives the connections. */
@@ -91,12 +97,23 @@ struct tg_http_req {
     int method; /* llhttp_method_t */
     struct tg_buf head; /* URL and header bytes, copied from the wire; the slices below point into it */
     uint32_t url_off, url_len;
-    struct tg_http_header headers[TG_HTTP_MAX_HEADERS];
+    struct tg_http_header *headers; /* TG_HTTP_MAX_HEADERS of them, in the connection's scratch */
     int nheaders;
     int last_was_value;
     struct tg_buf body;
     int keep_alive;
     int too_many_headers;
+};
+
+/* What a connection needs only while it has a request: the header offsets, the access line's
+ * who, and the storage of the request's head and body (moved into conn->req while it is taken).
+ * Taken from the env's pool when a request begins and given back when it ends, so an idle
+ * keep-alive connection holds none of it and a busy one allocates none of it. */
+struct tg_http_scratch {
+    struct tg_http_header headers[TG_HTTP_MAX_HEADERS];
+    char log_grant[65], log_upstream[65], log_session[40]; /* set by the router; copies, so that a reload cannot leave them dangling */
+    struct tg_buf head, body;
+    struct tg_http_scratch *next; /* in the pool */
 };
 
 typedef void (*tg_conn_cb)(struct tg_conn *conn, void *exchange);
@@ -116,12 +133,12 @@ struct tg_conn {
     struct tg_buf in; /* plaintext not yet parsed */
     struct tg_http_req req;
     int req_complete;
-    /* For the access line of the current exchange: when it began, the status and the bytes sent,
-     * and who it was (set by the router; copies, so that a reload cannot leave them dangling). */
+    struct tg_http_scratch *x; /* while a request is under way (see above), else NULL */
+    /* For the access line of the current exchange: when it began, the status and the bytes sent
+     * (who it was is in x). */
     uint64_t log_start_ms;
     int log_status;
     uint64_t log_bytes;
-    char log_grant[65], log_upstream[65], log_session[40];
     struct tg_auth_memo auth_memo; /* the router's: the last static token this connection proved */
     int close_after; /* close once the current answer is written */
     int over_limit;  /* accepted past limits.max_connections: its request gets 503, then it closes */

@@ -322,6 +322,7 @@ static inline void hh_free(struct hh *h)
         fail_msg("handles left open after the test");
     }
     assert_int_equal(h->metrics.output_buffered, 0);
+    tg_http_env_dispose(&h->env);
     tg_buf_dispose(&h->got);
     free(h);
 }
