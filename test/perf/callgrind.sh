@@ -73,6 +73,13 @@ for b in "$TOLLGATE_BIN" "$UPSTREAM_BIN" "$CLIENT_BIN"; do
     [[ -x $b ]] || fail "$b not found (cmake --build build-perf)"
 done
 [[ $UPDATE == 1 || -r $BUDGET ]] || fail "no budget file $BUDGET (make one with --update)"
+# The budget is for an optimized build without sanitizers: refuse another tree when its cache says so.
+cache=$(dirname "$TOLLGATE_BIN")/CMakeCache.txt
+if [[ -r $cache ]]; then
+    btype=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$cache")
+    [[ $btype == Release ]] || fail "$TOLLGATE_BIN is a '$btype' build; the budget is for -DCMAKE_BUILD_TYPE=Release"
+    ! grep -Eq '^TOLLGATE_(SANITIZE|FUZZ):BOOL=ON' "$cache" || fail "$TOLLGATE_BIN is sanitized; the budget is for a build without"
+fi
 
 tmp=$(mktemp -d /tmp/tg-perf.XXXXXX)
 pids=()
@@ -236,9 +243,13 @@ echo "perf.callgrind: measured in $(( $(date +%s) - start )) s"
 
 # ---- the budget ------------------------------------------------------------------------------
 if [[ $UPDATE == 1 ]]; then
+    # The compiler and build type of the tree the gateway was built in, when its cache is there.
+    compiler="" btype=${btype:-unknown}
+    [[ ! -r $cache ]] || compiler=$(sed -n 's/^CMAKE_C_COMPILER:[A-Z]*=//p' "$cache")
+    compiler=$("${compiler:-cc}" --version 2>/dev/null | head -n1 || echo unknown)
     {
         echo "{"
-        echo "  \"_comment\": \"Instructions (callgrind Ir) per unit; written by test/perf/callgrind.sh --update on $(date -u +%Y-%m-%d), $(uname -sr), $(cc --version 2>/dev/null | head -n1), tollgate $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), CMAKE_BUILD_TYPE=Release. perf.callgrind fails when a figure exceeds its budget by more than 10 per cent. See docs/benchmarks.md, Instruction budget.\","
+        echo "  \"_comment\": \"Instructions (callgrind Ir) per unit; written by test/perf/callgrind.sh --update on $(date -u +%Y-%m-%d), $(uname -sr), $compiler, tollgate $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), CMAKE_BUILD_TYPE=$btype. perf.callgrind fails when a figure exceeds its budget by more than 10 per cent. See docs/benchmarks.md, Instruction budget.\","
         n=${#figures[@]}
         for i in "${!figures[@]}"; do
             sep=","; ((i == n - 1)) && sep=""
