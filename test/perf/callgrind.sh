@@ -261,7 +261,7 @@ if [[ $UPDATE == 1 ]]; then
     exit 0
 fi
 
-over=0
+over=0 under=0
 printf '%-17s %10s %10s %8s\n' figure measured budget change
 for f in "${figures[@]}"; do
     b=$(sed -n "s/^ *\"$f\": *\([0-9]*\).*/\1/p" "$BUDGET")
@@ -273,8 +273,13 @@ for f in "${figures[@]}"; do
         over=$((over + 1))
     elif ((value[$f] * 100 < b * (100 - TOLERANCE))); then
         verdict="  more than $TOLERANCE% under: lower the budget (test/perf/callgrind.sh --update)"
+        under=$((under + 1))
     fi
     printf '%-17s %10d %10d %8s%s\n' "$f" "${value[$f]}" "$b" "$change" "$verdict"
 done
 ((over == 0)) || fail "$over figure(s) over budget"
-echo "perf.callgrind: every figure within +$TOLERANCE% of $BUDGET"
+if ((under > 0)); then
+    echo "perf.callgrind: no figure over budget; $under more than $TOLERANCE% under it: lower the budget with test/perf/callgrind.sh --update"
+else
+    echo "perf.callgrind: every figure within $TOLERANCE% of $BUDGET"
+fi
