@@ -20,7 +20,8 @@ if [ "${1:-}" = "--test" ]; then
   # redis-server: the cluster tests (test/unit/cluster/test_redis.c, test/interop/cluster.test.mjs)
   # start their own, on loopback. haproxy: test/interop/cluster.test.mjs puts one in front of three
   # gateways (foreground, loopback, free ports; the packages' daemons are not used).
-  want+=(redis-server haproxy nginx-light wrk procps python3-minimal chromium systemd prometheus)
+  # valgrind: perf.callgrind (test/perf/callgrind.sh) counts instructions per call under callgrind.
+  want+=(redis-server haproxy nginx-light wrk procps python3-minimal chromium systemd prometheus valgrind)
 fi
 missing=()
 for p in "${want[@]}"; do

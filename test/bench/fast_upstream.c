@@ -27,7 +27,10 @@
  * the result, then the end of the body. N is arguments.events (default
  * --events, 1000); arguments.pad adds that many bytes to each progress message.
  * Events are produced STREAM_CHUNK bytes at a time, the next chunk only once the
- * previous one is written, so a slow reader slows the stream (backpressure).
+ * previous one is written, so a slow reader slows the stream (backpressure). The
+ * head goes out in the same write as the first chunk: a proxy then reads them
+ * together however fast it is, which keeps test/perf/callgrind.sh's instruction
+ * counts from depending on when it happened to read.
  * With --get-stream, GET answers 200 text/event-stream and holds the stream
  * open without sending anything (a session's standalone stream, for
  * test/bench/memory.sh); without it GET is 405.
@@ -797,10 +800,16 @@ static void stream_pump(struct conn *c)
     buf_lit(b, "\r\n");
     if (last)
         buf_lit(b, "0\r\n\r\n");
-    uv_buf_t ub = uv_buf_init(b->base + ROOM - hn, (unsigned int)(b->len - (ROOM - (size_t)hn)));
+    /* c->out holds the head (and any answer before it) on the first chunk: it belongs to this
+     * write until on_stream_write, and nothing is added to it while the stream lasts. */
+    uv_buf_t ub[2];
+    unsigned int nb = 0;
+    if (c->out.len > 0)
+        ub[nb++] = uv_buf_init(c->out.base, (unsigned int)c->out.len);
+    ub[nb++] = uv_buf_init(b->base + ROOM - hn, (unsigned int)(b->len - (ROOM - (size_t)hn)));
     c->stream_busy = 1;
     c->swrite.data = c;
-    if (uv_write(&c->swrite, (uv_stream_t *)&c->tcp, &ub, 1, on_stream_write) != 0) {
+    if (uv_write(&c->swrite, (uv_stream_t *)&c->tcp, ub, nb, on_stream_write) != 0) {
         c->stream_busy = 0;
         conn_close(c);
     }
@@ -810,6 +819,7 @@ static void on_stream_write(uv_write_t *req, int status)
 {
     struct conn *c = req->data;
     c->stream_busy = 0;
+    c->out.len = 0;
     if (status < 0 || c->closing) {
         conn_close(c);
         return;
@@ -849,14 +859,16 @@ static void feed(struct conn *c, const char *p, size_t n)
         done = 1;
     }
 
+    if (c->streaming == 1) {
+        stream_pump(c); /* writes c->out too; close_after, if any, waits for the end of the stream */
+        return;
+    }
     if (conn_flush(c) < 0) {
         conn_close(c);
         return;
     }
-    if (c->streaming) {
-        stream_pump(c); /* close_after, if any, waits for the end of the stream */
-        return;
-    }
+    if (c->streaming)
+        return; /* a GET stream held open */
     if (done) {
         conn_finish(c);
         return;

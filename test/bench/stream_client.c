@@ -17,9 +17,24 @@
  *                 connection; every answer is a "message" event on the GET stream
  *   --mode ws     WebSocket (/NAME/ws, subprotocol mcp): one message per text frame
  *
- * Every call is checked: exactly --events progress notifications, then a result
- * (not an error) carrying the call's id. Any failure (connect, HTTP status,
- * JSON-RPC error, a wrong count, a closed stream) prints "ERROR ..." and exits 1.
+ *   --mode call   Streamable HTTP: POST URL a tools/call of the tool "echo" (the
+ *                 call of test/bench/call.lua), answered with JSON or SSE; with
+ *                 --proto 2026-07-28 (or later) it is a stateless request: no
+ *                 initialize, no session, headers Mcp-Method and Mcp-Name, and
+ *                 params._meta with the version and client capabilities, and the
+ *                 result must say "resultType":"complete"
+ *
+ * Every call is checked: exactly --events progress notifications (none in call
+ * mode), then a result (not an error) carrying the call's id. Any failure
+ * (connect, HTTP status, JSON-RPC error, a wrong count, a closed stream) prints
+ * "ERROR ..." and exits 1.
+ *
+ * --calls N makes the workload fixed instead of timed (test/perf/callgrind.sh
+ * counts the gateway's instructions over it): every session is set up first,
+ * then exactly N calls are made one at a time in all, in turn on the --conns
+ * sessions (call k on session k mod conns), and the client exits when the last
+ * one is answered. Nothing then depends on the clock: --duration and --warmup
+ * are ignored, and every message received is counted.
  *
  * Prints one line:
  *   RESULT mode=.. conns=.. seconds=.. messages=.. messages_per_s=.. calls=.. bytes=.. mib_per_s=..
@@ -45,7 +60,7 @@
 
 #define READ_SIZE 65536u
 
-enum mode { M_POST, M_SSE, M_WS };
+enum mode { M_POST, M_SSE, M_WS, M_CALL };
 enum phase { P_START, P_INIT, P_INITIALIZED, P_CALL };
 enum role { R_MAIN, R_POST };
 
@@ -109,7 +124,14 @@ static struct {
     unsigned long long all_messages; /* warmup included */
     uv_loop_t *loop;
     struct stream *streams;
+    unsigned long fixed_calls; /* --calls: the fixed workload, 0 = timed */
+    int modern;                /* call mode with a 2026-07-28 or later --proto: stateless */
+    int ready;                 /* sessions set up (fixed workload) */
+    unsigned long done_calls;  /* calls answered (fixed workload) */
 } g;
+
+/* Streamable HTTP: every message is a POST to --url. */
+static int posting(void) { return g.mode == M_POST || g.mode == M_CALL; }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
@@ -180,7 +202,8 @@ static void send_bytes(struct hconn *h, const char *p, size_t n)
         die("write: %s", uv_strerror(rc));
 }
 
-static void send_post(struct hconn *h, const char *path, const char *sid, const char *proto, const char *body)
+static void send_post(struct hconn *h, const char *path, const char *sid, const char *proto, const char *extra,
+                      const char *body)
 {
     char head[2048];
     size_t bl = strlen(body);
@@ -191,10 +214,11 @@ static void send_post(struct hconn *h, const char *path, const char *sid, const 
                      "Accept: application/json, text/event-stream\r\n"
                      "%s%s%s"
                      "%s%s%s"
+                     "%s"
                      "Content-Length: %zu\r\n\r\n",
                      path, g.host, g.port, sid && *sid ? "Mcp-Session-Id: " : "", sid && *sid ? sid : "",
                      sid && *sid ? "\r\n" : "", proto ? "MCP-Protocol-Version: " : "", proto ? proto : "",
-                     proto ? "\r\n" : "", bl);
+                     proto ? "\r\n" : "", extra ? extra : "", bl);
     if (n < 0 || (size_t)n >= sizeof head)
         die("request head too long");
     struct buf b = {0};
@@ -253,7 +277,9 @@ static void send_message(struct stream *st, const char *body)
 {
     switch (g.mode) {
     case M_POST:
-        send_post(&st->main, g.path, st->sid, st->phase == P_INIT ? NULL : g.proto, body);
+    case M_CALL:
+        send_post(&st->main, g.path, st->sid, st->phase == P_INIT ? NULL : g.proto,
+                  g.modern ? "Mcp-Method: tools/call\r\nMcp-Name: echo\r\n" : NULL, body);
         break;
     case M_SSE:
         post_message(st, body);
@@ -283,6 +309,22 @@ static void send_call(struct stream *st)
     st->id++;
     st->progress = 0;
     st->got_result = 0;
+    if (g.mode == M_CALL) {
+        /* test/bench/call.lua's call */
+        if (g.modern)
+            snprintf(body, sizeof body,
+                     "{\"jsonrpc\":\"2.0\",\"id\":%lu,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
+                     "\"arguments\":{\"text\":\"hello\"},\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":"
+                     "\"%s\",\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+                     st->id, g.proto);
+        else
+            snprintf(body, sizeof body,
+                     "{\"jsonrpc\":\"2.0\",\"id\":%lu,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
+                     "\"arguments\":{\"text\":\"hello\"}}}",
+                     st->id);
+        send_message(st, body);
+        return;
+    }
     snprintf(body, sizeof body,
              "{\"jsonrpc\":\"2.0\",\"id\":%lu,\"method\":\"tools/call\",\"params\":{\"name\":\"stream\","
              "\"arguments\":{\"events\":%lu,\"pad\":%lu},\"_meta\":{\"progressToken\":\"s%d-%lu\"}}}",
@@ -296,6 +338,21 @@ static void send_initialized(struct stream *st)
     send_message(st, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
 }
 
+static void print_result(void);
+
+/* A session is set up: timed, it starts calling; with a fixed workload, the first call waits
+ * until every session is set up. */
+static void session_ready(struct stream *st)
+{
+    if (g.fixed_calls == 0) {
+        send_call(st);
+        return;
+    }
+    st->phase = P_CALL;
+    if (++g.ready == g.conns)
+        send_call(&g.streams[0]);
+}
+
 /* The answer to the request in flight has fully arrived (and its stream ended, in post mode). */
 static void request_over(struct stream *st)
 {
@@ -303,12 +360,12 @@ static void request_over(struct stream *st)
         if (!st->got_result)
             die("stream %d: initialize got no result", st->idx);
         send_initialized(st);
-        if (g.mode != M_POST) /* a 202 for the notification comes only in post mode */
-            send_call(st);
+        if (!posting()) /* a 202 for the notification comes only in post mode */
+            session_ready(st);
         return;
     }
     if (st->phase == P_INITIALIZED) {
-        send_call(st);
+        session_ready(st);
         return;
     }
     if (!st->got_result)
@@ -319,7 +376,13 @@ static void request_over(struct stream *st)
             g.events);
     if (g.measuring)
         g.calls++;
-    send_call(st);
+    if (g.fixed_calls == 0) {
+        send_call(st);
+        return;
+    }
+    if (++g.done_calls == g.fixed_calls)
+        print_result();
+    send_call(&g.streams[g.done_calls % (unsigned long)g.conns]);
 }
 
 /* One JSON-RPC message from the server. */
@@ -344,8 +407,10 @@ static void on_message(struct stream *st, const char *p, size_t n)
     if (at == NULL || (at + wl < p + n && at[wl] >= '0' && at[wl] <= '9'))
         die("stream %d: unexpected message (waiting for id %lu): %.*s", st->idx, st->id, (int)(n > 400 ? 400 : n),
             p);
+    if (g.modern && st->phase == P_CALL && memmem(p, n, "\"resultType\":\"complete\"", 23) == NULL)
+        die("stream %d: a 2026 result without \"resultType\":\"complete\": %.*s", st->idx, (int)(n > 400 ? 400 : n), p);
     st->got_result = 1;
-    if (g.mode != M_POST)
+    if (!posting())
         request_over(st); /* on a message stream the answer is the end of the request */
 }
 
@@ -568,7 +633,7 @@ static int on_headers_complete(llhttp_t *p)
     } else if (h->status != 200) {
         die("stream %d: POST %s (%s): HTTP %d", st->idx, g.path, st->phase == P_INIT ? "initialize" : "tools/call",
             h->status);
-    } else if (st->phase == P_CALL && !h->is_sse) {
+    } else if (st->phase == P_CALL && !h->is_sse && g.mode == M_POST) {
         die("stream %d: tools/call was answered with JSON, not an SSE stream", st->idx);
     }
     return 0;
@@ -581,7 +646,7 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
         return 0;
     if (h->is_sse)
         sse_feed(h, at, n);
-    else if (g.mode == M_POST && h->st->phase != P_INITIALIZED)
+    else if (posting() && h->st->phase != P_INITIALIZED)
         buf_append(&h->body, at, n);
     return 0;
 }
@@ -668,6 +733,13 @@ static void on_connect(uv_connect_t *req, int status)
     char head[2048];
     int n = 0;
     switch (g.mode) {
+    case M_CALL:
+        if (g.modern) { /* stateless: nothing to set up */
+            session_ready(st);
+            return;
+        }
+        send_initialize(st);
+        return;
     case M_POST:
         send_initialize(st);
         return;
@@ -713,7 +785,7 @@ static void post_next(struct stream *st)
     memmove(st->postq, st->postq + 1, (size_t)(st->npostq - 1) * sizeof(char *));
     st->npostq--;
     st->post_busy = 1;
-    send_post(&st->post, st->endpoint, NULL, NULL, body);
+    send_post(&st->post, st->endpoint, NULL, NULL, NULL, body);
     free(body);
 }
 
@@ -730,18 +802,24 @@ static void post_message(struct stream *st, const char *body)
 
 /* ---- timing ------------------------------------------------------------------------- */
 
-static void on_end(uv_timer_t *t)
+static void print_result(void)
 {
-    (void)t;
+    static const char *const names[] = {[M_POST] = "post", [M_SSE] = "sse", [M_WS] = "ws", [M_CALL] = "call"};
     g.t1 = uv_hrtime();
     g.measuring = 0;
     double secs = (double)(g.t1 - g.t0) / 1e9;
     printf("RESULT mode=%s conns=%d seconds=%.3f messages=%llu messages_per_s=%.1f calls=%llu bytes=%llu "
            "mib_per_s=%.2f events_per_call=%lu all_messages=%llu\n",
-           g.mode == M_POST ? "post" : g.mode == M_SSE ? "sse" : "ws", g.conns, secs, g.messages,
-           (double)g.messages / secs, g.calls, g.bytes, (double)g.bytes / secs / 1048576.0, g.events + 1, g.all_messages);
+           names[g.mode], g.conns, secs, g.messages, (double)g.messages / secs, g.calls, g.bytes,
+           (double)g.bytes / secs / 1048576.0, g.events + 1, g.all_messages);
     fflush(stdout);
     _exit(g.messages > 0 ? 0 : 1);
+}
+
+static void on_end(uv_timer_t *t)
+{
+    (void)t;
+    print_result();
 }
 
 static void on_warm(uv_timer_t *t)
@@ -753,9 +831,9 @@ static void on_warm(uv_timer_t *t)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: tg-bench-streams --mode post|sse|ws --url http://127.0.0.1:PORT/PATH\n"
+    fprintf(stderr, "usage: tg-bench-streams --mode post|sse|ws|call --url http://127.0.0.1:PORT/PATH\n"
                     "       [--conns 8] [--duration 10] [--warmup 2] [--events 1000] [--pad 0] "
-                    "[--proto 2025-06-18]\n");
+                    "[--proto 2025-06-18] [--calls N]\n");
     exit(2);
 }
 
@@ -801,6 +879,8 @@ int main(int argc, char **argv)
             g.pad = strtoul(v, NULL, 10);
         else if (strcmp(a, "--proto") == 0)
             g.proto = v;
+        else if (strcmp(a, "--calls") == 0)
+            g.fixed_calls = strtoul(v, NULL, 10);
         else
             usage();
         i++;
@@ -813,8 +893,14 @@ int main(int argc, char **argv)
         g.mode = M_SSE;
     else if (strcmp(mode, "ws") == 0)
         g.mode = M_WS;
+    else if (strcmp(mode, "call") == 0)
+        g.mode = M_CALL;
     else
         usage();
+    if (g.mode == M_CALL) {
+        g.events = 0; /* an echo call is answered without progress notifications */
+        g.modern = strcmp(g.proto, "2026-07-28") >= 0;
+    }
     parse_url(url);
     signal(SIGPIPE, SIG_IGN);
 
@@ -836,8 +922,13 @@ int main(int argc, char **argv)
         conn_start(&g.streams[i], &g.streams[i].main, R_MAIN);
     }
     uv_timer_t timer;
-    uv_timer_init(g.loop, &timer);
-    uv_timer_start(&timer, on_warm, (uint64_t)(g.warmup * 1000), 0);
+    if (g.fixed_calls > 0) {
+        g.measuring = 1;
+        g.t0 = uv_hrtime();
+    } else {
+        uv_timer_init(g.loop, &timer);
+        uv_timer_start(&timer, on_warm, (uint64_t)(g.warmup * 1000), 0);
+    }
     uv_run(g.loop, UV_RUN_DEFAULT);
     return 1;
 }
