@@ -106,6 +106,7 @@ static void policy_free(struct tg_policy *p)
     for (int i = 0; i < p->ncounters; i++) {
         free(p->counters[i].key);
         free(p->counters[i].label);
+        free(p->counters[i].jlabel);
     }
     free(p->counters);
     for (int i = 0; i < p->nmethods; i++)
@@ -227,8 +228,27 @@ int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **ou
         policy_free(p);
         return TG_EINVAL;
     }
+    tg__finish_counters(p);
     *out = p;
     return 0;
+}
+
+/* What a decision would otherwise work out for each counter on every call: the key's length
+ * (hashed with the caller's names) and the counter's name as counters_json quotes it. */
+void tg__finish_counters(struct tg_policy *p)
+{
+    for (int i = 0; i < p->ncounters; i++) {
+        struct pcounter *pc = &p->counters[i];
+        pc->keylen = strlen(pc->key);
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_json_write_string(&b, pc->key + 2, pc->keylen - 2);
+        pc->jlabel_len = b.len < 120 ? b.len : 120;
+        pc->jlabel = tg_xmalloc(pc->jlabel_len + 1);
+        memcpy(pc->jlabel, b.base, pc->jlabel_len);
+        pc->jlabel[pc->jlabel_len] = '\0';
+        tg_buf_dispose(&b);
+    }
 }
 
 int tg_policy_load(const char *path, struct tg_policy **out, struct tg_buf *err, struct tg_buf *warn)

@@ -57,6 +57,9 @@ void tg_counters_sweep(struct tg_counters *c, int64_t now_ms, size_t budget);
 
 /* The key of a counter: two independent 64-bit hashes of key[0..n), h1 never 0. */
 void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2);
+/* The same hash of the concatenation part[0] .. part[nparts-1] (len[k] bytes each), without
+ * building it: what a decision uses for "upstream\x1fkey\x1fscope\x1fid". */
+void tg_counters_hash_parts(const char *const *part, const size_t *len, int nparts, uint64_t *h1, uint64_t *h2);
 
 /* Token bucket of `capacity` tokens refilled at capacity per window_ms, in whole milliseconds
  * (dt * capacity / window_ms, capped at capacity), starting full: take `amount`; returns 1

@@ -200,36 +200,114 @@ static int eval_op(const struct cond *c, const cJSON *actual, double state_value
     return 0;
 }
 
-/* The key of a counter for this caller: upstream, counter, and the scope's identity. */
-static void counter_hash(const struct pcounter *pc, const struct tg_caller *who, uint64_t *h1, uint64_t *h2)
+/* What one decision works out once and reuses: the lengths of the caller's names, and the
+ * hashes of the counters it has reached (a state condition and its reservation name the same
+ * counter). On the stack of decide_call(). */
+#define MEMO_MAX 8
+struct dctx {
+    const struct tg_policy *p;
+    struct tg_counters *cs;
+    const struct tg_caller *who;
+    int64_t now_ms;
+    const char *up, *grant, *session;
+    size_t uplen, grantlen, sesslen; /* SIZE_MAX: not measured yet */
+    int nmemo;
+    struct {
+        int idx;
+        uint64_t h1, h2;
+    } memo[MEMO_MAX];
+};
+
+static void dctx_init(struct dctx *x, const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                      int64_t now_ms)
 {
-    char key[640];
-    const char *id = pc->scope == SCOPE_SESSION ? who->session : pc->scope == SCOPE_GLOBAL ? "" : who->grant;
-    int n = snprintf(key, sizeof(key), "%s\x1f%s\x1f%c\x1f%s", who->upstream ? who->upstream : "", pc->key,
-                     pc->scope == SCOPE_SESSION ? 's' : pc->scope == SCOPE_GLOBAL ? '*' : 'g', id ? id : "");
-    if (n < 0)
-        n = 0;
-    if ((size_t)n < sizeof(key)) {
-        tg_counters_hash(key, (size_t)n, h1, h2);
-        return;
+    x->p = p;
+    x->cs = cs;
+    x->who = who;
+    x->now_ms = now_ms;
+    x->up = who->upstream ? who->upstream : "";
+    x->grant = who->grant ? who->grant : "";
+    x->session = who->session ? who->session : "";
+    x->uplen = x->grantlen = x->sesslen = SIZE_MAX;
+    x->nmemo = 0;
+}
+
+static size_t lazy_len(const char *s, size_t *len)
+{
+    if (*len == SIZE_MAX)
+        *len = strlen(s);
+    return *len;
+}
+
+/* The key of a counter for this caller: the hash of "upstream\x1fkey\x1fscope\x1fid" (upstream,
+ * counter, and the scope's identity), hashed in its parts rather than formatted. */
+static void counter_hash(struct dctx *x, int idx, uint64_t *h1, uint64_t *h2)
+{
+    for (int i = 0; i < x->nmemo; i++)
+        if (x->memo[i].idx == idx) {
+            *h1 = x->memo[i].h1;
+            *h2 = x->memo[i].h2;
+            return;
+        }
+    const struct pcounter *pc = &x->p->counters[idx];
+    static const char sep_s[] = "\x1fs\x1f", sep_g[] = "\x1fg\x1f", sep_all[] = "\x1f*\x1f";
+    const char *part[5];
+    size_t len[5];
+    part[0] = x->up;
+    len[0] = lazy_len(x->up, &x->uplen);
+    part[1] = "\x1f";
+    len[1] = 1;
+    part[2] = pc->key;
+    len[2] = pc->keylen;
+    len[3] = 3;
+    if (pc->scope == SCOPE_SESSION) {
+        part[3] = sep_s;
+        part[4] = x->session;
+        len[4] = lazy_len(x->session, &x->sesslen);
+    } else if (pc->scope == SCOPE_GLOBAL) {
+        part[3] = sep_all;
+        part[4] = "";
+        len[4] = 0;
+    } else {
+        part[3] = sep_g;
+        part[4] = x->grant;
+        len[4] = lazy_len(x->grant, &x->grantlen);
     }
-    /* Long names: the whole key, never a truncated one (two grants must not share counters). */
-    char *big = tg_xmalloc((size_t)n + 1);
-    snprintf(big, (size_t)n + 1, "%s\x1f%s\x1f%c\x1f%s", who->upstream ? who->upstream : "", pc->key,
-             pc->scope == SCOPE_SESSION ? 's' : pc->scope == SCOPE_GLOBAL ? '*' : 'g', id ? id : "");
-    tg_counters_hash(big, (size_t)n, h1, h2);
-    free(big);
+    tg_counters_hash_parts(part, len, 5, h1, h2);
+    if (x->nmemo < MEMO_MAX) {
+        x->memo[x->nmemo].idx = idx;
+        x->memo[x->nmemo].h1 = *h1;
+        x->memo[x->nmemo].h2 = *h2;
+        x->nmemo++;
+    }
 }
 
 static int64_t window_start(int64_t now_ms, int64_t window_ms) { return now_ms - (now_ms % window_ms); }
 
-static double state_value(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who, int idx,
-                          int64_t now_ms)
+static double state_value(struct dctx *x, int idx)
 {
-    const struct pcounter *pc = &p->counters[idx];
+    const struct pcounter *pc = &x->p->counters[idx];
     uint64_t h1, h2;
-    counter_hash(pc, who, &h1, &h2);
-    return tg_window_get(cs, h1, h2, window_start(now_ms, pc->window_ms));
+    counter_hash(x, idx, &h1, &h2);
+    return tg_window_get(x->cs, h1, h2, window_start(x->now_ms, pc->window_ms));
+}
+
+/* snprintf(dst, n, "%s", src) without the formatter. */
+static void copy_str(char *dst, size_t n, const char *src)
+{
+    size_t len = strlen(src);
+    if (len >= n)
+        len = n - 1;
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
+/* set_decision(d, v, rule, "%s", msg) without the formatter. */
+static void set_decision_str(struct tg_decision *d, enum tg_verdict v, const char *rule, const char *msg)
+{
+    d->verdict = v;
+    copy_str(d->rule, sizeof(d->rule), rule);
+    copy_str(d->message, sizeof(d->message), msg);
 }
 
 static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *rule, const char *fmt, ...)
@@ -237,7 +315,7 @@ static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *r
 static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *rule, const char *fmt, ...)
 {
     d->verdict = v;
-    snprintf(d->rule, sizeof(d->rule), "%s", rule);
+    copy_str(d->rule, sizeof(d->rule), rule);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(d->message, sizeof(d->message), fmt, ap);
@@ -247,8 +325,7 @@ static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *r
 /* Evaluate the conditions of one rule; returns the failing condition index or -1. Only a
  * condition that evaluated to true holds: eval_op's -1 (a regex that hit a limit) fails it like
  * a plain false, and *unanswered says which it was. */
-static int eval_rule(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
-                     const struct rule *r, const cJSON *args, int64_t now_ms, int *unanswered)
+static int eval_rule(struct dctx *x, const struct rule *r, const cJSON *args, int *unanswered)
 {
     *unanswered = 0;
     for (int i = 0; i < r->nconds; i++) {
@@ -257,7 +334,7 @@ static int eval_rule(const struct tg_policy *p, struct tg_counters *cs, const st
         if (c->is_state) {
             if (c->counter < 0)
                 return i;
-            double v = state_value(p, cs, who, c->counter, now_ms);
+            double v = state_value(x, c->counter);
             ok = c->op == OP_EXISTS ? cJSON_IsTrue(c->value) : eval_op(c, NULL, v, 1);
         } else {
             const cJSON *a = resolve_args(args, c->path, c->npath);
@@ -274,36 +351,60 @@ static int eval_rule(const struct tg_policy *p, struct tg_counters *cs, const st
     return -1;
 }
 
-static void refund_all(struct tg_counters *c, struct tg_decision *d)
+static void give_back(struct tg_counters *c, const struct tg_decision *d)
 {
     for (int i = d->nres - 1; i >= 0; i--) {
-        struct tg_reservation *r = &d->res[i];
+        const struct tg_reservation *r = &d->res[i];
         if (r->kind == CK_BUCKET)
             tg_bucket_give(c, r->h1, r->h2, r->capacity, r->amount);
         else
             tg_window_sub(c, r->h1, r->h2, r->window_start, r->amount);
     }
+}
+
+static void refund_all(struct tg_counters *c, struct tg_decision *d)
+{
+    give_back(c, d);
     d->nres = 0;
 }
 
 void tg_policy_refund(struct tg_counters *c, const struct tg_decision *d, int64_t now_ms)
 {
     (void)now_ms;
-    struct tg_decision copy = *d;
-    refund_all(c, &copy);
+    give_back(c, d); /* d is the caller's: read, not reset (it used to be copied whole for that) */
 }
 
-static void note_counter(struct tg_decision *d, const char *label, double value)
+/* "%lld" of v into out (at least 21 bytes); returns the length. */
+static size_t format_ll(long long v, char *out)
+{
+    char tmp[24];
+    size_t n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    size_t k = 0;
+    if (v < 0)
+        out[k++] = '-';
+    while (n > 0)
+        out[k++] = tmp[--n];
+    out[k] = '\0';
+    return k;
+}
+
+/* Append ",NAME:VALUE" (no comma first) to counters_json, where NAME is the counter's name as a
+ * JSON string (made at compile time, pcounter.jlabel). What snprintf would write, truncation
+ * included, without it. */
+static void note_counter(struct tg_decision *d, const struct pcounter *pc, double value)
 {
     size_t len = strlen(d->counters_json);
     if (len + 80 >= sizeof(d->counters_json))
         return;
-    struct tg_buf b;
-    tg_buf_init(&b);
-    tg_json_write_string(&b, label, strlen(label));
     char num[40];
+    size_t numlen;
     if (value == floor(value) && fabs(value) < 9.2e18) {
-        snprintf(num, sizeof(num), "%lld", (long long)value);
+        numlen = format_ll((long long)value, num);
     } else {
         /* The shortest form that reads back as the same double: 0.3, not 0.29999999999999999. */
         for (int prec = 15; prec <= 17; prec++) {
@@ -311,10 +412,19 @@ static void note_counter(struct tg_decision *d, const char *label, double value)
             if (strtod(num, NULL) == value)
                 break;
         }
+        numlen = strlen(num);
     }
-    snprintf(d->counters_json + len, sizeof(d->counters_json) - len, "%s%.*s:%s", len ? "," : "",
-             (int)(b.len < 120 ? b.len : 120), b.base, num);
-    tg_buf_dispose(&b);
+    char *out = d->counters_json + len;
+    size_t room = sizeof(d->counters_json) - len - 1; /* bytes before the NUL */
+    const char *piece[4] = {",", pc->jlabel, ":", num};
+    size_t plen[4] = {len ? 1 : 0, pc->jlabel_len, 1, numlen};
+    for (int k = 0; k < 4; k++) {
+        size_t n = plen[k] < room ? plen[k] : room;
+        memcpy(out, piece[k], n);
+        out += n;
+        room -= n;
+    }
+    *out = '\0';
 }
 
 static const char *type_name(const cJSON *v)
@@ -358,10 +468,12 @@ static int amount_of(const cJSON *a, double *amount, char *why, size_t n)
 }
 
 /* Intercept stateful rules: reserve each counter within its limit (all or nothing). */
-static int reserve_rules(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
-                         const char *tool, const struct ptool *t, const cJSON *args, int64_t now_ms,
+static int reserve_rules(struct dctx *x, const char *tool, const struct ptool *t, const cJSON *args,
                          struct tg_decision *d)
 {
+    const struct tg_policy *p = x->p;
+    struct tg_counters *cs = x->cs;
+    int64_t now_ms = x->now_ms;
     const struct ptool *sets[2] = {t, p->wildcard};
     for (int s = 0; s < 2; s++) {
         const struct ptool *pt = sets[s];
@@ -387,16 +499,16 @@ static int reserve_rules(const struct tg_policy *p, struct tg_counters *cs, cons
              * skipped counting, so such a condition always read 0 and never limited anything. */
             const struct pcounter *pc = &p->counters[r->counter];
             uint64_t h1, h2;
-            counter_hash(pc, who, &h1, &h2);
+            counter_hash(x, r->counter, &h1, &h2);
             int64_t ws = window_start(now_ms, pc->window_ms);
             double nowv;
             if (!tg_window_add(cs, h1, h2, ws, pc->window_ms, amount, r->limit, r->limit_op, &nowv)) {
                 refund_all(cs, d);
                 d->counters_json[0] = '\0';
-                note_counter(d, pc->key + 2, nowv);
+                note_counter(d, pc, nowv);
                 uint64_t retry = (uint64_t)(ws + pc->window_ms - now_ms);
                 d->retry_after_ms = retry;
-                snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
+                copy_str(d->counter, sizeof(d->counter), pc->key + 2);
                 set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s", r->on_deny ? r->on_deny : r->name,
                              (unsigned long long)((retry + 999) / 1000));
                 return -1;
@@ -409,15 +521,17 @@ static int reserve_rules(const struct tg_policy *p, struct tg_counters *cs, cons
                 rv->amount = amount;
                 rv->window_start = ws;
             }
-            note_counter(d, pc->key + 2, nowv);
+            note_counter(d, pc, nowv);
         }
     }
     return 0;
 }
 
-static int reserve_limits(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
-                          const char *tool, const struct ptool *t, int64_t now_ms, struct tg_decision *d)
+static int reserve_limits(struct dctx *x, const char *tool, const struct ptool *t, struct tg_decision *d)
 {
+    const struct tg_policy *p = x->p;
+    struct tg_counters *cs = x->cs;
+    int64_t now_ms = x->now_ms;
     const struct ptool *sets[2] = {t, p->wildcard};
     for (int s = 0; s < 2; s++) {
         const struct ptool *pt = sets[s];
@@ -429,15 +543,15 @@ static int reserve_limits(const struct tg_policy *p, struct tg_counters *cs, con
             const struct pcounter *pc = &p->counters[pt->limits[i]];
             uint64_t h1, h2, retry;
             double left;
-            counter_hash(pc, who, &h1, &h2);
+            counter_hash(x, pt->limits[i], &h1, &h2);
             /* The audit record shows the calls the bucket allows now: its whole tokens. A bucket
              * just emptied reports 0, not the 5.6e-7 of a token that 2 ms of refill bring back. */
             if (!tg_bucket_take(cs, h1, h2, pc->capacity, pc->window_ms, 1, now_ms, &left, &retry)) {
                 refund_all(cs, d);
                 d->counters_json[0] = '\0';
-                note_counter(d, pc->key + 2, floor(left));
+                note_counter(d, pc, floor(left));
                 d->retry_after_ms = retry;
-                snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
+                copy_str(d->counter, sizeof(d->counter), pc->key + 2);
                 set_decision(d, TG_VERDICT_LIMITED, pc->key + 2, "%s is limited to %s %s; retry in %llu s", tool,
                              pc->label, scope_label(pc->scope), (unsigned long long)((retry + 999) / 1000));
                 return -1;
@@ -450,7 +564,7 @@ static int reserve_limits(const struct tg_policy *p, struct tg_counters *cs, con
                 rv->amount = 1;
                 rv->capacity = pc->capacity;
             }
-            note_counter(d, pc->key + 2, floor(left));
+            note_counter(d, pc, floor(left));
         }
     }
     return 0;
@@ -465,6 +579,8 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
     d->retry_after_ms = 0;
     d->approval_timeout_ms = 0;
     d->nres = 0;
+    struct dctx x;
+    dctx_init(&x, p, cs, who, now_ms);
     if (is_hidden(p, tool)) {
         set_decision(d, TG_VERDICT_DENY, "(hidden)", "Tool \"%s\" is hidden by policy", tool);
         return;
@@ -481,7 +597,7 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
             continue;
         if (pt->action == TA_DENY) {
             if (pt->reason)
-                set_decision(d, TG_VERDICT_DENY, pt->name, "%s", pt->reason);
+                set_decision_str(d, TG_VERDICT_DENY, pt->name, pt->reason);
             else
                 set_decision(d, TG_VERDICT_DENY, pt->name, "Tool \"%s\" is denied by policy", tool);
             return;
@@ -490,13 +606,13 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
             const struct rule *r = &pt->rules[i];
             if (r->deny) {
                 if (r->on_deny)
-                    set_decision(d, TG_VERDICT_DENY, r->name, "%s", r->on_deny);
+                    set_decision_str(d, TG_VERDICT_DENY, r->name, r->on_deny);
                 else
                     set_decision(d, TG_VERDICT_DENY, r->name, "Denied by rule \"%s\"", r->name);
                 return;
             }
             int unanswered;
-            int failed = eval_rule(p, cs, who, r, args, now_ms, &unanswered);
+            int failed = eval_rule(&x, r, args, &unanswered);
             if (failed >= 0 && unanswered) {
                 /* Fail closed, and say why: the operator reading the audit log can tell a
                  * pattern that gave up from one that did not match. */
@@ -514,14 +630,14 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
                 if (c->is_state && c->counter >= 0) {
                     const struct pcounter *pc = &p->counters[c->counter];
                     int64_t ws = window_start(now_ms, pc->window_ms);
-                    note_counter(d, pc->key + 2, state_value(p, cs, who, c->counter, now_ms));
+                    note_counter(d, pc, state_value(&x, c->counter));
                     d->retry_after_ms = (uint64_t)(ws + pc->window_ms - now_ms);
-                    snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
+                    copy_str(d->counter, sizeof(d->counter), pc->key + 2);
                     set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s",
                                  r->on_deny ? r->on_deny : r->name,
                                  (unsigned long long)((d->retry_after_ms + 999) / 1000));
                 } else if (r->on_deny) {
-                    set_decision(d, TG_VERDICT_DENY, r->name, "%s", r->on_deny);
+                    set_decision_str(d, TG_VERDICT_DENY, r->name, r->on_deny);
                 } else {
                     set_decision(d, TG_VERDICT_DENY, r->name, "Denied by rule \"%s\"", r->name);
                 }
@@ -529,14 +645,14 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
             }
         }
     }
-    if (reserve && reserve_rules(p, cs, who, tool, t, args, now_ms, d) != 0)
+    if (reserve && reserve_rules(&x, tool, t, args, d) != 0)
         return;
-    if (reserve && reserve_limits(p, cs, who, tool, t, now_ms, d) != 0)
+    if (reserve && reserve_limits(&x, tool, t, d) != 0)
         return;
     if (t != NULL && t->action == TA_APPROVE) {
         d->verdict = TG_VERDICT_APPROVE;
         d->approval_timeout_ms = t->approval_ms;
-        snprintf(d->rule, sizeof(d->rule), "%s", t->name);
+        copy_str(d->rule, sizeof(d->rule), t->name);
         snprintf(d->message, sizeof(d->message), "%s needs a human's approval", tool);
         return;
     }

@@ -26,6 +26,10 @@ struct pcounter {
     enum scope scope;
     double capacity;   /* bucket */
     int64_t window_ms; /* bucket: refills capacity in this time; window: its length */
+    /* Made once the policy is compiled (tg__finish_counters), for decisions: */
+    size_t keylen;     /* strlen(key) */
+    char *jlabel;      /* key + 2 as a JSON string, cut at 120 bytes: its name in counters_json */
+    size_t jlabel_len;
 };
 
 /* One condition of a rule (conditions[i]); an entry of rule.conds. Its path, value and re are
@@ -105,6 +109,9 @@ struct tg_policy {
      * first; NULL if there is none. */
     struct tg_regex_ctx *rx;
 };
+
+/* Fill each counter's keylen and jlabel (compile.c, after every counter is defined). */
+void tg__finish_counters(struct tg_policy *p);
 
 /* A window's name for messages: "second", "minute", "hour", "day" or "N seconds" (compile_tool.c). */
 void tg__policy_window_label(int64_t ms, char *out, size_t n);
