@@ -96,6 +96,7 @@ static void policy_free(struct tg_policy *p)
     for (int i = 0; i < p->ntools; i++)
         tg__free_tool(&p->tools[i]);
     free(p->tools);
+    free(p->tool_slots);
     if (p->wildcard) {
         tg__free_tool(p->wildcard);
         free(p->wildcard);
@@ -109,6 +110,7 @@ static void policy_free(struct tg_policy *p)
         free(p->counters[i].jlabel);
     }
     free(p->counters);
+    free(p->keymemo);
     for (int i = 0; i < p->nmethods; i++)
         free(p->methods[i]);
     free(p->methods);
@@ -229,14 +231,85 @@ int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **ou
         return TG_EINVAL;
     }
     tg__finish_counters(p);
+    tg__index_tools(p);
+    for (int ti = 0; ti < p->ntools; ti++)
+        tg__finish_paths(&p->tools[ti]);
+    if (p->wildcard != NULL)
+        tg__finish_paths(p->wildcard);
     *out = p;
     return 0;
+}
+
+uint32_t tg__tool_hash(const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+        h = (h ^ *c) * 0x100000001b3ULL;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+/* A decision finds its tool by a hash of the name instead of a binary search of strcmp calls.
+ * Only for distinct names: with two tools of one name (the tree allows it) the binary search
+ * keeps deciding which one answers, as it always did. */
+void tg__index_tools(struct tg_policy *p)
+{
+    for (int i = 1; i < p->ntools; i++)
+        if (strcmp(p->tools[i - 1].name, p->tools[i].name) == 0)
+            return;
+    if (p->ntools == 0)
+        return;
+    uint32_t cap = 8;
+    while (cap < 2 * (uint32_t)p->ntools)
+        cap *= 2;
+    p->tool_slots = tg_xcalloc(cap, sizeof(*p->tool_slots));
+    p->tool_mask = cap - 1;
+    for (int i = 0; i < p->ntools; i++) {
+        uint32_t h = tg__tool_hash(p->tools[i].name);
+        uint32_t k = h & p->tool_mask;
+        while (p->tool_slots[k].idx1 != 0)
+            k = (k + 1) & p->tool_mask;
+        p->tool_slots[k].hash = h;
+        p->tool_slots[k].idx1 = i + 1;
+    }
+}
+
+long tg__path_index(const char *seg)
+{
+    char *end;
+    long k = strtol(seg, &end, 10);
+    return (*end != '\0' || k < 0 || end == seg) ? -1 : k;
+}
+
+static long *path_indices(char **path, int n)
+{
+    if (n <= 0)
+        return NULL;
+    long *idx = tg_xmalloc((size_t)n * sizeof(*idx));
+    for (int i = 0; i < n; i++)
+        idx[i] = tg__path_index(path[i]);
+    return idx;
+}
+
+/* Argument paths are split at compile time; which segments read as list indices is decided here
+ * too, not with strtol on every call. */
+void tg__finish_paths(struct ptool *t)
+{
+    for (int r = 0; r < t->nrules; r++) {
+        struct rule *ru = &t->rules[r];
+        for (int k = 0; k < ru->nconds; k++) {
+            struct cond *c = &ru->conds[k];
+            if (!c->is_state)
+                c->path_idx = path_indices(c->path, c->npath);
+        }
+        ru->incr_idx = path_indices(ru->incr_path, ru->nincr);
+    }
 }
 
 /* What a decision would otherwise work out for each counter on every call: the key's length
  * (hashed with the caller's names) and the counter's name as counters_json quotes it. */
 void tg__finish_counters(struct tg_policy *p)
 {
+    p->keymemo = p->ncounters > 0 ? tg_xcalloc((size_t)p->ncounters, sizeof(*p->keymemo)) : NULL;
     for (int i = 0; i < p->ncounters; i++) {
         struct pcounter *pc = &p->counters[i];
         pc->keylen = strlen(pc->key);

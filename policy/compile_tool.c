@@ -657,6 +657,7 @@ void tg__free_tool(struct ptool *t)
             for (int m = 0; m < c->npath; m++)
                 free(c->path[m]);
             free(c->path);
+            free(c->path_idx);
             cJSON_Delete(c->value);
             tg_regex_free(c->re);
         }
@@ -664,6 +665,7 @@ void tg__free_tool(struct ptool *t)
         for (int k = 0; k < r->nincr; k++)
             free(r->incr_path[k]);
         free(r->incr_path);
+        free(r->incr_idx);
         free(r->incr_from);
         free(r->name);
         free(r->on_deny);

@@ -123,22 +123,41 @@ static uint64_t mix(uint64_t x)
     return x;
 }
 
+void tg_counters_hash_begin(struct tg_counters_hasher *h, size_t n)
+{
+    h->a = 0xcbf29ce484222325ULL;
+    h->b = 0x84222325cbf29ce4ULL ^ n;
+}
+
+void tg_counters_hash_feed(struct tg_counters_hasher *h, const char *p, size_t n)
+{
+    const unsigned char *key = (const unsigned char *)p;
+    uint64_t a = h->a, b = h->b;
+    for (size_t i = 0; i < n; i++) {
+        a = (a ^ key[i]) * 0x100000001b3ULL;
+        b = (b + key[i] + 0x9e3779b97f4a7c15ULL) * 0xff51afd7ed558ccdULL;
+        b ^= b >> 29;
+    }
+    h->a = a;
+    h->b = b;
+}
+
+void tg_counters_hash_end(const struct tg_counters_hasher *h, uint64_t *h1, uint64_t *h2)
+{
+    *h1 = mix(h->a) | 1; /* never 0: 0 marks an empty slot */
+    *h2 = mix(h->b ^ h->a);
+}
+
 void tg_counters_hash_parts(const char *const *part, const size_t *len, int nparts, uint64_t *h1, uint64_t *h2)
 {
     size_t n = 0;
     for (int k = 0; k < nparts; k++)
         n += len[k];
-    uint64_t a = 0xcbf29ce484222325ULL, b = 0x84222325cbf29ce4ULL ^ n;
-    for (int k = 0; k < nparts; k++) {
-        const unsigned char *key = (const unsigned char *)part[k];
-        for (size_t i = 0; i < len[k]; i++) {
-            a = (a ^ key[i]) * 0x100000001b3ULL;
-            b = (b + key[i] + 0x9e3779b97f4a7c15ULL) * 0xff51afd7ed558ccdULL;
-            b ^= b >> 29;
-        }
-    }
-    *h1 = mix(a) | 1; /* never 0: 0 marks an empty slot */
-    *h2 = mix(b ^ a);
+    struct tg_counters_hasher h;
+    tg_counters_hash_begin(&h, n);
+    for (int k = 0; k < nparts; k++)
+        tg_counters_hash_feed(&h, part[k], len[k]);
+    tg_counters_hash_end(&h, h1, h2);
 }
 
 void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2)

@@ -60,6 +60,15 @@ void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2);
 /* The same hash of the concatenation part[0] .. part[nparts-1] (len[k] bytes each), without
  * building it: what a decision uses for "upstream\x1fkey\x1fscope\x1fid". */
 void tg_counters_hash_parts(const char *const *part, const size_t *len, int nparts, uint64_t *h1, uint64_t *h2);
+/* The same hash fed in pieces: begin with the total length n, feed exactly n bytes, end. A state
+ * after a prefix is a value that can be kept and fed on from (policy/decide.c keeps one per
+ * counter). Value type. */
+struct tg_counters_hasher {
+    uint64_t a, b;
+};
+void tg_counters_hash_begin(struct tg_counters_hasher *h, size_t n);
+void tg_counters_hash_feed(struct tg_counters_hasher *h, const char *p, size_t n);
+void tg_counters_hash_end(const struct tg_counters_hasher *h, uint64_t *h1, uint64_t *h2);
 
 /* Token bucket of `capacity` tokens refilled at capacity per window_ms, in whole milliseconds
  * (dt * capacity / window_ms, capped at capacity), starting full: take `amount`; returns 1

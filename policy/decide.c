@@ -20,16 +20,38 @@ static const char *scope_label(enum scope s)
 }
 
 
-static const cJSON *resolve_args(const cJSON *args, char **path, int n)
+/* cJSON's type tests (cJSON_IsString and the rest), the same tests inlined: in the library each
+ * is a call through the PLT, and a decision makes dozens. */
+static inline int j_type(const cJSON *v, int t) { return v != NULL && (v->type & 0xFF) == t; }
+static inline int j_str(const cJSON *v) { return j_type(v, cJSON_String); }
+static inline int j_num(const cJSON *v) { return j_type(v, cJSON_Number); }
+static inline int j_true(const cJSON *v) { return j_type(v, cJSON_True); }
+static inline int j_null(const cJSON *v) { return j_type(v, cJSON_NULL); }
+static inline int j_arr(const cJSON *v) { return j_type(v, cJSON_Array); }
+static inline int j_obj(const cJSON *v) { return j_type(v, cJSON_Object); }
+static inline int j_bool(const cJSON *v) { return v != NULL && (v->type & (cJSON_True | cJSON_False)) != 0; }
+
+/* cJSON_GetObjectItemCaseSensitive: the first member named name, stopping at a member without
+ * a name; the first byte is compared before strcmp is called. */
+static const cJSON *member(const cJSON *obj, const char *name)
+{
+    const cJSON *e = obj->child;
+    while (e != NULL && e->string != NULL && (e->string[0] != name[0] || strcmp(name, e->string) != 0))
+        e = e->next;
+    return e != NULL && e->string != NULL ? e : NULL;
+}
+
+/* An argument by its path. idx[i] is path[i] as a list index, worked out when the policy was
+ * compiled (tg__finish_paths: -1 if path[i] is not one); NULL to work it out here. */
+static const cJSON *resolve_args(const cJSON *args, char **path, const long *idx, int n)
 {
     const cJSON *cur = args;
     for (int i = 0; i < n && cur != NULL; i++) {
-        if (cJSON_IsObject(cur)) {
-            cur = cJSON_GetObjectItemCaseSensitive(cur, path[i]);
-        } else if (cJSON_IsArray(cur)) {
-            char *end;
-            long k = strtol(path[i], &end, 10);
-            if (*end != '\0' || k < 0 || end == path[i])
+        if (j_obj(cur)) {
+            cur = member(cur, path[i]);
+        } else if (j_arr(cur)) {
+            long k = idx != NULL ? idx[i] : tg__path_index(path[i]);
+            if (k < 0)
                 return NULL;
             cur = cJSON_GetArrayItem(cur, (int)k);
         } else {
@@ -43,6 +65,17 @@ static const cJSON *resolve_args(const cJSON *args, char **path, int n)
 
 static const struct ptool *find_tool(const struct tg_policy *p, const char *name)
 {
+    if (p->tools == NULL || p->ntools == 0) /* explain.c decides with a copy that has no tools */
+        return NULL;
+    if (p->tool_slots != NULL) {
+        uint32_t h = tg__tool_hash(name);
+        for (uint32_t k = h & p->tool_mask; p->tool_slots[k].idx1 != 0; k = (k + 1) & p->tool_mask) {
+            const struct tool_slot *sl = &p->tool_slots[k];
+            if (sl->hash == h && strcmp(name, p->tools[sl->idx1 - 1].name) == 0)
+                return &p->tools[sl->idx1 - 1];
+        }
+        return NULL;
+    }
     int lo = 0, hi = p->ntools - 1;
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
@@ -116,19 +149,19 @@ static void go_float(double d, char *out, size_t n)
  * Intercept's YAML loader reads it as an int; an argument is a float64 as JSON decodes it. */
 static int scalar_str(const cJSON *v, char *buf, size_t n, const char **out, int policy_side)
 {
-    if (cJSON_IsString(v)) {
+    if (j_str(v)) {
         *out = v->valuestring;
         return 1;
     }
-    if (cJSON_IsBool(v)) {
-        *out = cJSON_IsTrue(v) ? "true" : "false";
+    if (j_bool(v)) {
+        *out = j_true(v) ? "true" : "false";
         return 1;
     }
-    if (cJSON_IsNull(v)) {
+    if (j_null(v)) {
         *out = "<nil>";
         return 1;
     }
-    if (cJSON_IsNumber(v)) {
+    if (j_num(v)) {
         double d = v->valuedouble;
         if (policy_side && d == floor(d) && fabs(d) < 9.2e18)
             snprintf(buf, n, "%lld", (long long)d);
@@ -142,7 +175,7 @@ static int scalar_str(const cJSON *v, char *buf, size_t n, const char **out, int
 
 static int val_eq(const cJSON *a, const cJSON *b)
 {
-    if (cJSON_IsNumber(a) && cJSON_IsNumber(b))
+    if (j_num(a) && j_num(b))
         return a->valuedouble == b->valuedouble;
     char ba[64], bb[64];
     const char *sa, *sb;
@@ -154,7 +187,7 @@ static int val_eq(const cJSON *a, const cJSON *b)
 /* What the deny-list operators (neq, not_in) can say "differs" about. A list or a map is not
  * "some other value": ["production"] or {"env": "production"} must not pass env not_in
  * ["production"], and null is an absent value (exists treats it so). */
-static int is_scalar(const cJSON *v) { return cJSON_IsString(v) || cJSON_IsNumber(v) || cJSON_IsBool(v); }
+static int is_scalar(const cJSON *v) { return j_str(v) || j_num(v) || j_bool(v); }
 
 /* 1 the condition holds, 0 it does not, -1 no answer (a regex that hit a limit). Every operator
  * fails closed: a value of a type it does not compare makes the condition false, and anything
@@ -181,15 +214,15 @@ static int eval_op(const struct cond *c, const cJSON *actual, double state_value
             found = val_eq(actual, e);
         return c->op == OP_IN ? found : !found;
     }
-    case OP_LT: return cJSON_IsNumber(actual) && actual->valuedouble < c->num;
-    case OP_LTE: return cJSON_IsNumber(actual) && actual->valuedouble <= c->num;
-    case OP_GT: return cJSON_IsNumber(actual) && actual->valuedouble > c->num;
-    case OP_GTE: return cJSON_IsNumber(actual) && actual->valuedouble >= c->num;
-    case OP_REGEX: return (cJSON_IsString(actual) && c->re != NULL) ? tg_regex_match(c->re, actual->valuestring) : 0;
+    case OP_LT: return j_num(actual) && actual->valuedouble < c->num;
+    case OP_LTE: return j_num(actual) && actual->valuedouble <= c->num;
+    case OP_GT: return j_num(actual) && actual->valuedouble > c->num;
+    case OP_GTE: return j_num(actual) && actual->valuedouble >= c->num;
+    case OP_REGEX: return (j_str(actual) && c->re != NULL) ? tg_regex_match(c->re, actual->valuestring) : 0;
     case OP_CONTAINS:
-        if (cJSON_IsString(actual))
-            return cJSON_IsString(c->value) && strstr(actual->valuestring, c->value->valuestring) != NULL;
-        if (cJSON_IsArray(actual)) {
+        if (j_str(actual))
+            return j_str(c->value) && strstr(actual->valuestring, c->value->valuestring) != NULL;
+        if (j_arr(actual)) {
             for (const cJSON *e = actual->child; e; e = e->next)
                 if (val_eq(e, c->value))
                     return 1;
@@ -251,29 +284,42 @@ static void counter_hash(struct dctx *x, int idx, uint64_t *h1, uint64_t *h2)
         }
     const struct pcounter *pc = &x->p->counters[idx];
     static const char sep_s[] = "\x1fs\x1f", sep_g[] = "\x1fg\x1f", sep_all[] = "\x1f*\x1f";
-    const char *part[5];
-    size_t len[5];
-    part[0] = x->up;
-    len[0] = lazy_len(x->up, &x->uplen);
-    part[1] = "\x1f";
-    len[1] = 1;
-    part[2] = pc->key;
-    len[2] = pc->keylen;
-    len[3] = 3;
+    const char *sep, *id;
+    size_t idlen;
     if (pc->scope == SCOPE_SESSION) {
-        part[3] = sep_s;
-        part[4] = x->session;
-        len[4] = lazy_len(x->session, &x->sesslen);
+        sep = sep_s;
+        id = x->session;
+        idlen = lazy_len(x->session, &x->sesslen);
     } else if (pc->scope == SCOPE_GLOBAL) {
-        part[3] = sep_all;
-        part[4] = "";
-        len[4] = 0;
+        sep = sep_all;
+        id = "";
+        idlen = 0;
     } else {
-        part[3] = sep_g;
-        part[4] = x->grant;
-        len[4] = lazy_len(x->grant, &x->grantlen);
+        sep = sep_g;
+        id = x->grant;
+        idlen = lazy_len(x->grant, &x->grantlen);
     }
-    tg_counters_hash_parts(part, len, 5, h1, h2);
+    size_t uplen = lazy_len(x->up, &x->uplen);
+    struct keymemo *m = x->p->keymemo != NULL ? &x->p->keymemo[idx] : NULL;
+    struct tg_counters_hasher h;
+    if (m != NULL && m->valid && m->uplen == uplen && m->idlen == idlen && memcmp(m->up, x->up, uplen) == 0) {
+        h = m->h;
+    } else {
+        tg_counters_hash_begin(&h, uplen + 1 + pc->keylen + 3 + idlen);
+        tg_counters_hash_feed(&h, x->up, uplen);
+        tg_counters_hash_feed(&h, "\x1f", 1);
+        tg_counters_hash_feed(&h, pc->key, pc->keylen);
+        tg_counters_hash_feed(&h, sep, 3);
+        if (m != NULL && uplen <= sizeof(m->up)) {
+            m->valid = 1;
+            m->uplen = uplen;
+            m->idlen = idlen;
+            memcpy(m->up, x->up, uplen);
+            m->h = h;
+        }
+    }
+    tg_counters_hash_feed(&h, id, idlen);
+    tg_counters_hash_end(&h, h1, h2);
     if (x->nmemo < MEMO_MAX) {
         x->memo[x->nmemo].idx = idx;
         x->memo[x->nmemo].h1 = *h1;
@@ -335,11 +381,11 @@ static int eval_rule(struct dctx *x, const struct rule *r, const cJSON *args, in
             if (c->counter < 0)
                 return i;
             double v = state_value(x, c->counter);
-            ok = c->op == OP_EXISTS ? cJSON_IsTrue(c->value) : eval_op(c, NULL, v, 1);
+            ok = c->op == OP_EXISTS ? j_true(c->value) : eval_op(c, NULL, v, 1);
         } else {
-            const cJSON *a = resolve_args(args, c->path, c->npath);
+            const cJSON *a = resolve_args(args, c->path, c->path_idx, c->npath);
             if (c->op == OP_EXISTS)
-                ok = (a != NULL && !cJSON_IsNull(a)) == cJSON_IsTrue(c->value);
+                ok = (a != NULL && !j_null(a)) == j_true(c->value);
             else
                 ok = a != NULL ? eval_op(c, a, 0, 0) : 0;
         }
@@ -429,8 +475,8 @@ static void note_counter(struct tg_decision *d, const struct pcounter *pc, doubl
 
 static const char *type_name(const cJSON *v)
 {
-    return cJSON_IsString(v) ? "a string" : cJSON_IsBool(v) ? "a boolean" : cJSON_IsNull(v) ? "null"
-         : cJSON_IsArray(v)  ? "a list" : cJSON_IsObject(v) ? "a map" : "not a value";
+    return j_str(v) ? "a string" : j_bool(v) ? "a boolean" : j_null(v) ? "null"
+         : j_arr(v)  ? "a list" : j_obj(v) ? "a map" : "not a value";
 }
 
 /* The amount an increment_from argument counts, as the call carries it: no rounding to an integer
@@ -445,7 +491,7 @@ static int amount_of(const cJSON *a, double *amount, char *why, size_t n)
         snprintf(why, n, "is missing");
         return 0;
     }
-    if (!cJSON_IsNumber(a)) {
+    if (!j_num(a)) {
         snprintf(why, n, "is %s, not a number", type_name(a));
         return 0;
     }
@@ -485,7 +531,7 @@ static int reserve_rules(struct dctx *x, const char *tool, const struct ptool *t
                 continue;
             double amount = r->increment;
             if (r->nincr > 0) {
-                const cJSON *a = resolve_args(args, r->incr_path, r->nincr);
+                const cJSON *a = resolve_args(args, r->incr_path, r->incr_idx, r->nincr);
                 char why[120];
                 if (!amount_of(a, &amount, why, sizeof(why))) {
                     refund_all(cs, d);
