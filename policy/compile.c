@@ -233,9 +233,9 @@ int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **ou
     tg__finish_counters(p);
     tg__index_tools(p);
     for (int ti = 0; ti < p->ntools; ti++)
-        tg__finish_paths(&p->tools[ti]);
+        tg__finish_tool(&p->tools[ti]);
     if (p->wildcard != NULL)
-        tg__finish_paths(p->wildcard);
+        tg__finish_tool(p->wildcard);
     *out = p;
     return 0;
 }
@@ -290,10 +290,38 @@ static long *path_indices(char **path, int n)
     return idx;
 }
 
-/* Argument paths are split at compile time; which segments read as list indices is decided here
- * too, not with strtol on every call. */
-void tg__finish_paths(struct ptool *t)
+static void reach_add(struct ptool *t, int idx)
 {
+    if (idx < 0)
+        return;
+    for (int i = 0; i < t->nreach; i++)
+        if (t->reach[i] == idx)
+            return;
+    t->reach = tg_xrealloc(t->reach, (size_t)(t->nreach + 1) * sizeof(*t->reach));
+    t->reach[t->nreach++] = idx;
+}
+
+/* Argument paths are split at compile time; which segments read as list indices is decided here
+ * too, not with strtol on every call. And the counters a call can reach, in the order decide_call
+ * reaches them, up to where it stops for certain. */
+void tg__finish_tool(struct ptool *t)
+{
+    t->reach_stops = t->action == TA_DENY;
+    for (int r = 0; r < t->nrules && !t->reach_stops; r++) {
+        if (t->rules[r].deny) {
+            t->reach_stops = 1;
+            break;
+        }
+        for (int k = 0; k < t->rules[r].nconds; k++)
+            if (t->rules[r].conds[k].is_state)
+                reach_add(t, t->rules[r].conds[k].counter);
+    }
+    if (!t->reach_stops) {
+        for (int r = 0; r < t->nrules; r++)
+            reach_add(t, t->rules[r].counter);
+        for (int i = 0; i < t->nlimits; i++)
+            reach_add(t, t->limits[i]);
+    }
     for (int r = 0; r < t->nrules; r++) {
         struct rule *ru = &t->rules[r];
         for (int k = 0; k < ru->nconds; k++) {

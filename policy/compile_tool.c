@@ -671,4 +671,5 @@ void tg__free_tool(struct ptool *t)
         free(r->on_deny);
     }
     free(t->rules);
+    free(t->reach);
 }

@@ -35,6 +35,9 @@ struct tg_counter_store_ops {
     size_t (*count)(const struct tg_counters *c);
     size_t (*memory)(const struct tg_counters *c);
     void (*free)(struct tg_counters *c);
+    /* Optional (NULL: nothing to do): the counter will be asked for soon; start bringing it
+     * close (the local store prefetches its slot). No effect on any answer. */
+    void (*prefetch)(struct tg_counters *c, uint64_t h1, uint64_t h2);
 };
 
 /* The head of every store: an implementation embeds it as the first member of its own struct,
@@ -54,6 +57,11 @@ size_t tg_counters_memory(const struct tg_counters *c);
 /* Drop entries that no longer hold information (full buckets, past windows); at most `budget`
  * slots scanned. A store that expires entries by itself may do nothing. */
 void tg_counters_sweep(struct tg_counters *c, int64_t now_ms, size_t budget);
+
+/* Does the store want to hear of counters before they are asked for (tg_counters_prefetch)? */
+int tg_counters_prefetches(const struct tg_counters *c);
+/* A hint that this counter is about to be read or changed; answers nothing, changes nothing. */
+void tg_counters_prefetch(struct tg_counters *c, uint64_t h1, uint64_t h2);
 
 /* The key of a counter: two independent 64-bit hashes of key[0..n), h1 never 0. */
 void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2);

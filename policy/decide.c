@@ -236,7 +236,7 @@ static int eval_op(const struct cond *c, const cJSON *actual, double state_value
 /* What one decision works out once and reuses: the lengths of the caller's names, and the
  * hashes of the counters it has reached (a state condition and its reservation name the same
  * counter). On the stack of decide_call(). */
-#define MEMO_MAX 8
+#define MEMO_MAX 16
 struct dctx {
     const struct tg_policy *p;
     struct tg_counters *cs;
@@ -616,6 +616,26 @@ static int reserve_limits(struct dctx *x, const char *tool, const struct ptool *
     return 0;
 }
 
+/* Hash every counter this call can reach (ptool.reach, in the order the decision reaches them),
+ * and tell the store about each (tg_counters_prefetch): the hashes are remembered for the
+ * decision, and the store's lookups overlap instead of missing the cache one after another. */
+static void prefetch_counters(struct dctx *x, const struct ptool *t, const struct ptool *wild)
+{
+    uint64_t h1, h2;
+    const struct ptool *sets[2] = {t, wild};
+    for (int s = 0; s < 2; s++) {
+        const struct ptool *pt = sets[s];
+        if (pt == NULL)
+            continue;
+        for (int i = 0; i < pt->nreach; i++) {
+            counter_hash(x, pt->reach[i], &h1, &h2);
+            tg_counters_prefetch(x->cs, h1, h2);
+        }
+        if (pt->reach_stops)
+            return;
+    }
+}
+
 static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
                         const char *tool, const cJSON *args, int64_t now_ms, int reserve, struct tg_decision *d)
 {
@@ -637,6 +657,8 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
         return;
     }
     const struct ptool *sets[2] = {t, p->wildcard};
+    if (tg_counters_prefetches(cs))
+        prefetch_counters(&x, t, p->wildcard);
     for (int s = 0; s < 2; s++) {
         const struct ptool *pt = sets[s];
         if (pt == NULL)

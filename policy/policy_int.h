@@ -92,6 +92,13 @@ struct ptool {
     int nrules;
     int approval_ms;
     int unconditional_deny; /* some rule denies without conditions: hidden from tools/list */
+    /* The counters a call of this tool can reach (state conditions, rule counters, limits), each
+     * once, for the decision to hash and prefetch before it evaluates anything; reach_stops: the
+     * list ends at a deny (the action, or a rule without conditions), so "*" is not reached. Made
+     * by tg__finish_tool(). */
+    int *reach;
+    int nreach;
+    int reach_stops;
 };
 
 /* One slot of tg_policy.tool_slots: idx + 1 of a tool (0: empty) and the hash of its name. */
@@ -142,8 +149,8 @@ void tg__finish_counters(struct tg_policy *p);
 /* The hash of a tool's name in tg_policy.tool_slots, and the index built over the sorted tools. */
 uint32_t tg__tool_hash(const char *name);
 void tg__index_tools(struct tg_policy *p);
-/* Fill path_idx and incr_idx of every rule of t (compile.c). */
-void tg__finish_paths(struct ptool *t);
+/* Fill path_idx and incr_idx of every rule of t, and its reach list (compile.c). */
+void tg__finish_tool(struct ptool *t);
 /* A path segment as a list index: what strtol reads if that is all of it and >= 0, else -1. */
 long tg__path_index(const char *seg);
 
