@@ -95,7 +95,7 @@ static int is_hidden(const struct tg_policy *p, const char *tool)
     if (p->hide_all)
         return 1;
     for (int i = 0; i < p->nhide; i++)
-        if (strcmp(p->hide[i], tool) == 0)
+        if (p->hide[i][0] == tool[0] && strcmp(p->hide[i], tool) == 0)
             return 1;
     return 0;
 }
@@ -449,7 +449,9 @@ static void note_counter(struct tg_decision *d, const struct pcounter *pc, doubl
         return;
     char num[40];
     size_t numlen;
-    if (value == floor(value) && fabs(value) < 9.2e18) {
+    /* value == floor(value) && fabs(value) < 9.2e18, without the call to floor: in that range
+     * the conversion to long long is defined and gives back value exactly when it is whole. */
+    if (fabs(value) < 9.2e18 && (double)(long long)value == value) {
         numlen = format_ll((long long)value, num);
     } else {
         /* The shortest form that reads back as the same double: 0.3, not 0.29999999999999999. */
@@ -462,6 +464,17 @@ static void note_counter(struct tg_decision *d, const struct pcounter *pc, doubl
     }
     char *out = d->counters_json + len;
     size_t room = sizeof(d->counters_json) - len - 1; /* bytes before the NUL */
+    if ((len ? 1 : 0) + pc->jlabel_len + 1 + numlen <= room) {
+        if (len)
+            *out++ = ',';
+        memcpy(out, pc->jlabel, pc->jlabel_len);
+        out += pc->jlabel_len;
+        *out++ = ':';
+        memcpy(out, num, numlen);
+        out[numlen] = '\0';
+        return;
+    }
+    /* Near the end of the buffer: cut where snprintf would have. */
     const char *piece[4] = {",", pc->jlabel, ":", num};
     size_t plen[4] = {len ? 1 : 0, pc->jlabel_len, 1, numlen};
     for (int k = 0; k < 4; k++) {
