@@ -19,7 +19,6 @@ static const char *scope_label(enum scope s)
     return s == SCOPE_SESSION ? "for this session" : s == SCOPE_GLOBAL ? "across all callers" : "for this grant";
 }
 
-
 /* cJSON's type tests (cJSON_IsString and the rest), the same tests inlined: in the library each
  * is a call through the PLT, and a decision makes dozens. */
 static inline int j_type(const cJSON *v, int t) { return v != NULL && (v->type & 0xFF) == t; }
@@ -240,15 +239,11 @@ static int eval_op(const struct cond *c, const cJSON *actual, double state_value
 struct dctx {
     const struct tg_policy *p;
     struct tg_counters *cs;
-    const struct tg_caller *who;
     int64_t now_ms;
     const char *up, *grant, *session;
     size_t uplen, grantlen, sesslen; /* SIZE_MAX: not measured yet */
     int nmemo;
-    struct {
-        int idx;
-        uint64_t h1, h2;
-    } memo[MEMO_MAX];
+    struct { int idx; uint64_t h1, h2; } memo[MEMO_MAX];
 };
 
 static void dctx_init(struct dctx *x, const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
@@ -256,7 +251,6 @@ static void dctx_init(struct dctx *x, const struct tg_policy *p, struct tg_count
 {
     x->p = p;
     x->cs = cs;
-    x->who = who;
     x->now_ms = now_ms;
     x->up = who->upstream ? who->upstream : "";
     x->grant = who->grant ? who->grant : "";
@@ -265,12 +259,7 @@ static void dctx_init(struct dctx *x, const struct tg_policy *p, struct tg_count
     x->nmemo = 0;
 }
 
-static size_t lazy_len(const char *s, size_t *len)
-{
-    if (*len == SIZE_MAX)
-        *len = strlen(s);
-    return *len;
-}
+static size_t lazy_len(const char *s, size_t *len) { return *len != SIZE_MAX ? *len : (*len = strlen(s)); }
 
 /* The key of a counter for this caller: the hash of "upstream\x1fkey\x1fscope\x1fid" (upstream,
  * counter, and the scope's identity), hashed in its parts rather than formatted. */
@@ -424,13 +413,11 @@ void tg_policy_refund(struct tg_counters *c, const struct tg_decision *d, int64_
 static size_t format_ll(long long v, char *out)
 {
     char tmp[24];
-    size_t n = 0;
+    size_t n = 0, k = 0;
     unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do {
+    do
         tmp[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u != 0);
-    size_t k = 0;
+    while ((u /= 10) != 0);
     if (v < 0)
         out[k++] = '-';
     while (n > 0)
