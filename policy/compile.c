@@ -96,6 +96,7 @@ static void policy_free(struct tg_policy *p)
     for (int i = 0; i < p->ntools; i++)
         tg__free_tool(&p->tools[i]);
     free(p->tools);
+    free(p->tool_slots);
     if (p->wildcard) {
         tg__free_tool(p->wildcard);
         free(p->wildcard);
@@ -106,8 +107,10 @@ static void policy_free(struct tg_policy *p)
     for (int i = 0; i < p->ncounters; i++) {
         free(p->counters[i].key);
         free(p->counters[i].label);
+        free(p->counters[i].jlabel);
     }
     free(p->counters);
+    free(p->keymemo);
     for (int i = 0; i < p->nmethods; i++)
         free(p->methods[i]);
     free(p->methods);
@@ -227,8 +230,126 @@ int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **ou
         policy_free(p);
         return TG_EINVAL;
     }
+    tg__finish_counters(p);
+    tg__index_tools(p);
+    for (int ti = 0; ti < p->ntools; ti++)
+        tg__finish_tool(&p->tools[ti]);
+    if (p->wildcard != NULL)
+        tg__finish_tool(p->wildcard);
     *out = p;
     return 0;
+}
+
+uint32_t tg__tool_hash(const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+        h = (h ^ *c) * 0x100000001b3ULL;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+/* A decision finds its tool by a hash of the name instead of a binary search of strcmp calls.
+ * Only for distinct names: with two tools of one name (the tree allows it) the binary search
+ * keeps deciding which one answers, as it always did. */
+void tg__index_tools(struct tg_policy *p)
+{
+    for (int i = 1; i < p->ntools; i++)
+        if (strcmp(p->tools[i - 1].name, p->tools[i].name) == 0)
+            return;
+    if (p->ntools == 0)
+        return;
+    uint32_t cap = 8;
+    while (cap < 2 * (uint32_t)p->ntools)
+        cap *= 2;
+    p->tool_slots = tg_xcalloc(cap, sizeof(*p->tool_slots));
+    p->tool_mask = cap - 1;
+    for (int i = 0; i < p->ntools; i++) {
+        uint32_t h = tg__tool_hash(p->tools[i].name);
+        uint32_t k = h & p->tool_mask;
+        while (p->tool_slots[k].idx1 != 0)
+            k = (k + 1) & p->tool_mask;
+        p->tool_slots[k].hash = h;
+        p->tool_slots[k].idx1 = i + 1;
+    }
+}
+
+long tg__path_index(const char *seg)
+{
+    char *end;
+    long k = strtol(seg, &end, 10);
+    return (*end != '\0' || k < 0 || end == seg) ? -1 : k;
+}
+
+static long *path_indices(char **path, int n)
+{
+    if (n <= 0)
+        return NULL;
+    long *idx = tg_xmalloc((size_t)n * sizeof(*idx));
+    for (int i = 0; i < n; i++)
+        idx[i] = tg__path_index(path[i]);
+    return idx;
+}
+
+static void reach_add(struct ptool *t, int idx)
+{
+    if (idx < 0)
+        return;
+    for (int i = 0; i < t->nreach; i++)
+        if (t->reach[i] == idx)
+            return;
+    t->reach = tg_xrealloc(t->reach, (size_t)(t->nreach + 1) * sizeof(*t->reach));
+    t->reach[t->nreach++] = idx;
+}
+
+/* Argument paths are split at compile time; which segments read as list indices is decided here
+ * too, not with strtol on every call. And the counters a call can reach, in the order decide_call
+ * reaches them, up to where it stops for certain. */
+void tg__finish_tool(struct ptool *t)
+{
+    t->reach_stops = t->action == TA_DENY;
+    for (int r = 0; r < t->nrules && !t->reach_stops; r++) {
+        if (t->rules[r].deny) {
+            t->reach_stops = 1;
+            break;
+        }
+        for (int k = 0; k < t->rules[r].nconds; k++)
+            if (t->rules[r].conds[k].is_state)
+                reach_add(t, t->rules[r].conds[k].counter);
+    }
+    if (!t->reach_stops) {
+        for (int r = 0; r < t->nrules; r++)
+            reach_add(t, t->rules[r].counter);
+        for (int i = 0; i < t->nlimits; i++)
+            reach_add(t, t->limits[i]);
+    }
+    for (int r = 0; r < t->nrules; r++) {
+        struct rule *ru = &t->rules[r];
+        for (int k = 0; k < ru->nconds; k++) {
+            struct cond *c = &ru->conds[k];
+            if (!c->is_state)
+                c->path_idx = path_indices(c->path, c->npath);
+        }
+        ru->incr_idx = path_indices(ru->incr_path, ru->nincr);
+    }
+}
+
+/* What a decision would otherwise work out for each counter on every call: the key's length
+ * (hashed with the caller's names) and the counter's name as counters_json quotes it. */
+void tg__finish_counters(struct tg_policy *p)
+{
+    p->keymemo = p->ncounters > 0 ? tg_xcalloc((size_t)p->ncounters, sizeof(*p->keymemo)) : NULL;
+    for (int i = 0; i < p->ncounters; i++) {
+        struct pcounter *pc = &p->counters[i];
+        pc->keylen = strlen(pc->key);
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_json_write_string(&b, pc->key + 2, pc->keylen - 2);
+        pc->jlabel_len = b.len < 120 ? b.len : 120;
+        pc->jlabel = tg_xmalloc(pc->jlabel_len + 1);
+        memcpy(pc->jlabel, b.base, pc->jlabel_len);
+        pc->jlabel[pc->jlabel_len] = '\0';
+        tg_buf_dispose(&b);
+    }
 }
 
 int tg_policy_load(const char *path, struct tg_policy **out, struct tg_buf *err, struct tg_buf *warn)

@@ -357,7 +357,7 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
         }
         char label[160];
         snprintf(label, sizeof(label), "%ld calls per %s", count, slash + 1);
-        struct pcounter pc = {xstrdup(key), xstrdup(label), CK_WINDOW, SCOPE_GRANT, 0, wms};
+        struct pcounter pc = {xstrdup(key), xstrdup(label), CK_WINDOW, SCOPE_GRANT, 0, wms, 0, NULL, 0};
         out->counter = add_counter(cx->p, &pc);
         out->increment = 1;
         out->limit = (double)count;
@@ -442,7 +442,7 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
                     tg__policy_window_label(wms, label, sizeof(label));
                     char lab2[200];
                     snprintf(lab2, sizeof(lab2), "%s per %s", cn->valuestring, label);
-                    struct pcounter pc = {xstrdup(key), xstrdup(lab2), CK_WINDOW, sc, 0, wms};
+                    struct pcounter pc = {xstrdup(key), xstrdup(lab2), CK_WINDOW, sc, 0, wms, 0, NULL, 0};
                     out->counter = add_counter(cx->p, &pc);
                 }
             }
@@ -569,7 +569,7 @@ static void compile_limits(struct tg__cctx *cx, const cJSON *jl, const char *pat
         char wl[64], label[200];
         tg__policy_window_label(wms, wl, sizeof(wl));
         snprintf(label, sizeof(label), "%.0f calls per %s", max, wl);
-        struct pcounter pc = {xstrdup(key), xstrdup(label), CK_BUCKET, sc, max, wms};
+        struct pcounter pc = {xstrdup(key), xstrdup(label), CK_BUCKET, sc, max, wms, 0, NULL, 0};
         t->limits[i] = add_counter(cx->p, &pc);
     }
 }
@@ -657,6 +657,7 @@ void tg__free_tool(struct ptool *t)
             for (int m = 0; m < c->npath; m++)
                 free(c->path[m]);
             free(c->path);
+            free(c->path_idx);
             cJSON_Delete(c->value);
             tg_regex_free(c->re);
         }
@@ -664,9 +665,11 @@ void tg__free_tool(struct ptool *t)
         for (int k = 0; k < r->nincr; k++)
             free(r->incr_path[k]);
         free(r->incr_path);
+        free(r->incr_idx);
         free(r->incr_from);
         free(r->name);
         free(r->on_deny);
     }
     free(t->rules);
+    free(t->reach);
 }

@@ -123,16 +123,46 @@ static uint64_t mix(uint64_t x)
     return x;
 }
 
-void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2)
+void tg_counters_hash_begin(struct tg_counters_hasher *h, size_t n)
 {
-    uint64_t a = 0xcbf29ce484222325ULL, b = 0x84222325cbf29ce4ULL ^ n;
+    h->a = 0xcbf29ce484222325ULL;
+    h->b = 0x84222325cbf29ce4ULL ^ n;
+}
+
+void tg_counters_hash_feed(struct tg_counters_hasher *h, const char *p, size_t n)
+{
+    const unsigned char *key = (const unsigned char *)p;
+    uint64_t a = h->a, b = h->b;
     for (size_t i = 0; i < n; i++) {
-        a = (a ^ (unsigned char)key[i]) * 0x100000001b3ULL;
-        b = (b + (unsigned char)key[i] + 0x9e3779b97f4a7c15ULL) * 0xff51afd7ed558ccdULL;
+        a = (a ^ key[i]) * 0x100000001b3ULL;
+        b = (b + key[i] + 0x9e3779b97f4a7c15ULL) * 0xff51afd7ed558ccdULL;
         b ^= b >> 29;
     }
-    *h1 = mix(a) | 1; /* never 0: 0 marks an empty slot */
-    *h2 = mix(b ^ a);
+    h->a = a;
+    h->b = b;
+}
+
+void tg_counters_hash_end(const struct tg_counters_hasher *h, uint64_t *h1, uint64_t *h2)
+{
+    *h1 = mix(h->a) | 1; /* never 0: 0 marks an empty slot */
+    *h2 = mix(h->b ^ h->a);
+}
+
+void tg_counters_hash_parts(const char *const *part, const size_t *len, int nparts, uint64_t *h1, uint64_t *h2)
+{
+    size_t n = 0;
+    for (int k = 0; k < nparts; k++)
+        n += len[k];
+    struct tg_counters_hasher h;
+    tg_counters_hash_begin(&h, n);
+    for (int k = 0; k < nparts; k++)
+        tg_counters_hash_feed(&h, part[k], len[k]);
+    tg_counters_hash_end(&h, h1, h2);
+}
+
+void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2)
+{
+    tg_counters_hash_parts(&key, &n, 1, h1, h2);
 }
 
 /* Tokens that dt ms put back: capacity * dt / window, one correctly rounded product and one
@@ -310,7 +340,21 @@ static void local_sweep(struct tg_counters *base, int64_t now_ms, size_t budget)
     }
 }
 
+/* A decision knows which counters it will reach before it reaches them; the table is far larger
+ * than the caches with many callers, so a lookup is a memory miss. Asking for every slot first
+ * lets those misses overlap instead of coming one after another. An entry may straddle two
+ * cache lines: both are asked for. */
+static void local_prefetch(struct tg_counters *base, uint64_t h1, uint64_t h2)
+{
+    (void)h2;
+    struct local_store *c = local_of(base);
+    const struct entry *e = &c->t[(size_t)h1 & (c->cap - 1)];
+    __builtin_prefetch(e);
+    __builtin_prefetch((const char *)(e + 1) - 1);
+}
+
 static const struct tg_counter_store_ops local_ops = {
+    .prefetch = local_prefetch,
     .bucket_take = local_bucket_take,
     .bucket_give = local_bucket_give,
     .window_get = local_window_get,
@@ -345,6 +389,12 @@ void tg_counters_free(struct tg_counters *c)
 }
 
 size_t tg_counters_count(const struct tg_counters *c) { return c->ops->count(c); }
+int tg_counters_prefetches(const struct tg_counters *c) { return c->ops->prefetch != NULL; }
+void tg_counters_prefetch(struct tg_counters *c, uint64_t h1, uint64_t h2)
+{
+    if (c->ops->prefetch != NULL)
+        c->ops->prefetch(c, h1, h2);
+}
 size_t tg_counters_memory(const struct tg_counters *c) { return c->ops->memory(c); }
 
 void tg_counters_sweep(struct tg_counters *c, int64_t now_ms, size_t budget) { c->ops->sweep(c, now_ms, budget); }

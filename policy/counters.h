@@ -35,6 +35,9 @@ struct tg_counter_store_ops {
     size_t (*count)(const struct tg_counters *c);
     size_t (*memory)(const struct tg_counters *c);
     void (*free)(struct tg_counters *c);
+    /* Optional (NULL: nothing to do): the counter will be asked for soon; start bringing it
+     * close (the local store prefetches its slot). No effect on any answer. */
+    void (*prefetch)(struct tg_counters *c, uint64_t h1, uint64_t h2);
 };
 
 /* The head of every store: an implementation embeds it as the first member of its own struct,
@@ -55,8 +58,25 @@ size_t tg_counters_memory(const struct tg_counters *c);
  * slots scanned. A store that expires entries by itself may do nothing. */
 void tg_counters_sweep(struct tg_counters *c, int64_t now_ms, size_t budget);
 
+/* Does the store want to hear of counters before they are asked for (tg_counters_prefetch)? */
+int tg_counters_prefetches(const struct tg_counters *c);
+/* A hint that this counter is about to be read or changed; answers nothing, changes nothing. */
+void tg_counters_prefetch(struct tg_counters *c, uint64_t h1, uint64_t h2);
+
 /* The key of a counter: two independent 64-bit hashes of key[0..n), h1 never 0. */
 void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2);
+/* The same hash of the concatenation part[0] .. part[nparts-1] (len[k] bytes each), without
+ * building it: what a decision uses for "upstream\x1fkey\x1fscope\x1fid". */
+void tg_counters_hash_parts(const char *const *part, const size_t *len, int nparts, uint64_t *h1, uint64_t *h2);
+/* The same hash fed in pieces: begin with the total length n, feed exactly n bytes, end. A state
+ * after a prefix is a value that can be kept and fed on from (policy/decide.c keeps one per
+ * counter). Value type. */
+struct tg_counters_hasher {
+    uint64_t a, b;
+};
+void tg_counters_hash_begin(struct tg_counters_hasher *h, size_t n);
+void tg_counters_hash_feed(struct tg_counters_hasher *h, const char *p, size_t n);
+void tg_counters_hash_end(const struct tg_counters_hasher *h, uint64_t *h1, uint64_t *h2);
 
 /* Token bucket of `capacity` tokens refilled at capacity per window_ms, in whole milliseconds
  * (dt * capacity / window_ms, capped at capacity), starting full: take `amount`; returns 1

@@ -19,17 +19,38 @@ static const char *scope_label(enum scope s)
     return s == SCOPE_SESSION ? "for this session" : s == SCOPE_GLOBAL ? "across all callers" : "for this grant";
 }
 
+/* cJSON's type tests (cJSON_IsString and the rest), the same tests inlined: in the library each
+ * is a call through the PLT, and a decision makes dozens. */
+static inline int j_type(const cJSON *v, int t) { return v != NULL && (v->type & 0xFF) == t; }
+static inline int j_str(const cJSON *v) { return j_type(v, cJSON_String); }
+static inline int j_num(const cJSON *v) { return j_type(v, cJSON_Number); }
+static inline int j_true(const cJSON *v) { return j_type(v, cJSON_True); }
+static inline int j_null(const cJSON *v) { return j_type(v, cJSON_NULL); }
+static inline int j_arr(const cJSON *v) { return j_type(v, cJSON_Array); }
+static inline int j_obj(const cJSON *v) { return j_type(v, cJSON_Object); }
+static inline int j_bool(const cJSON *v) { return v != NULL && (v->type & (cJSON_True | cJSON_False)) != 0; }
 
-static const cJSON *resolve_args(const cJSON *args, char **path, int n)
+/* cJSON_GetObjectItemCaseSensitive: the first member named name, stopping at a member without
+ * a name; the first byte is compared before strcmp is called. */
+static const cJSON *member(const cJSON *obj, const char *name)
+{
+    const cJSON *e = obj->child;
+    while (e != NULL && e->string != NULL && (e->string[0] != name[0] || strcmp(name, e->string) != 0))
+        e = e->next;
+    return e != NULL && e->string != NULL ? e : NULL;
+}
+
+/* An argument by its path. idx[i] is path[i] as a list index, worked out when the policy was
+ * compiled (tg__finish_paths: -1 if path[i] is not one); NULL to work it out here. */
+static const cJSON *resolve_args(const cJSON *args, char **path, const long *idx, int n)
 {
     const cJSON *cur = args;
     for (int i = 0; i < n && cur != NULL; i++) {
-        if (cJSON_IsObject(cur)) {
-            cur = cJSON_GetObjectItemCaseSensitive(cur, path[i]);
-        } else if (cJSON_IsArray(cur)) {
-            char *end;
-            long k = strtol(path[i], &end, 10);
-            if (*end != '\0' || k < 0 || end == path[i])
+        if (j_obj(cur)) {
+            cur = member(cur, path[i]);
+        } else if (j_arr(cur)) {
+            long k = idx != NULL ? idx[i] : tg__path_index(path[i]);
+            if (k < 0)
                 return NULL;
             cur = cJSON_GetArrayItem(cur, (int)k);
         } else {
@@ -43,6 +64,17 @@ static const cJSON *resolve_args(const cJSON *args, char **path, int n)
 
 static const struct ptool *find_tool(const struct tg_policy *p, const char *name)
 {
+    if (p->tools == NULL || p->ntools == 0) /* explain.c decides with a copy that has no tools */
+        return NULL;
+    if (p->tool_slots != NULL) {
+        uint32_t h = tg__tool_hash(name);
+        for (uint32_t k = h & p->tool_mask; p->tool_slots[k].idx1 != 0; k = (k + 1) & p->tool_mask) {
+            const struct tool_slot *sl = &p->tool_slots[k];
+            if (sl->hash == h && strcmp(name, p->tools[sl->idx1 - 1].name) == 0)
+                return &p->tools[sl->idx1 - 1];
+        }
+        return NULL;
+    }
     int lo = 0, hi = p->ntools - 1;
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
@@ -62,7 +94,7 @@ static int is_hidden(const struct tg_policy *p, const char *tool)
     if (p->hide_all)
         return 1;
     for (int i = 0; i < p->nhide; i++)
-        if (strcmp(p->hide[i], tool) == 0)
+        if (p->hide[i][0] == tool[0] && strcmp(p->hide[i], tool) == 0)
             return 1;
     return 0;
 }
@@ -116,19 +148,19 @@ static void go_float(double d, char *out, size_t n)
  * Intercept's YAML loader reads it as an int; an argument is a float64 as JSON decodes it. */
 static int scalar_str(const cJSON *v, char *buf, size_t n, const char **out, int policy_side)
 {
-    if (cJSON_IsString(v)) {
+    if (j_str(v)) {
         *out = v->valuestring;
         return 1;
     }
-    if (cJSON_IsBool(v)) {
-        *out = cJSON_IsTrue(v) ? "true" : "false";
+    if (j_bool(v)) {
+        *out = j_true(v) ? "true" : "false";
         return 1;
     }
-    if (cJSON_IsNull(v)) {
+    if (j_null(v)) {
         *out = "<nil>";
         return 1;
     }
-    if (cJSON_IsNumber(v)) {
+    if (j_num(v)) {
         double d = v->valuedouble;
         if (policy_side && d == floor(d) && fabs(d) < 9.2e18)
             snprintf(buf, n, "%lld", (long long)d);
@@ -142,7 +174,7 @@ static int scalar_str(const cJSON *v, char *buf, size_t n, const char **out, int
 
 static int val_eq(const cJSON *a, const cJSON *b)
 {
-    if (cJSON_IsNumber(a) && cJSON_IsNumber(b))
+    if (j_num(a) && j_num(b))
         return a->valuedouble == b->valuedouble;
     char ba[64], bb[64];
     const char *sa, *sb;
@@ -154,7 +186,7 @@ static int val_eq(const cJSON *a, const cJSON *b)
 /* What the deny-list operators (neq, not_in) can say "differs" about. A list or a map is not
  * "some other value": ["production"] or {"env": "production"} must not pass env not_in
  * ["production"], and null is an absent value (exists treats it so). */
-static int is_scalar(const cJSON *v) { return cJSON_IsString(v) || cJSON_IsNumber(v) || cJSON_IsBool(v); }
+static int is_scalar(const cJSON *v) { return j_str(v) || j_num(v) || j_bool(v); }
 
 /* 1 the condition holds, 0 it does not, -1 no answer (a regex that hit a limit). Every operator
  * fails closed: a value of a type it does not compare makes the condition false, and anything
@@ -181,15 +213,15 @@ static int eval_op(const struct cond *c, const cJSON *actual, double state_value
             found = val_eq(actual, e);
         return c->op == OP_IN ? found : !found;
     }
-    case OP_LT: return cJSON_IsNumber(actual) && actual->valuedouble < c->num;
-    case OP_LTE: return cJSON_IsNumber(actual) && actual->valuedouble <= c->num;
-    case OP_GT: return cJSON_IsNumber(actual) && actual->valuedouble > c->num;
-    case OP_GTE: return cJSON_IsNumber(actual) && actual->valuedouble >= c->num;
-    case OP_REGEX: return (cJSON_IsString(actual) && c->re != NULL) ? tg_regex_match(c->re, actual->valuestring) : 0;
+    case OP_LT: return j_num(actual) && actual->valuedouble < c->num;
+    case OP_LTE: return j_num(actual) && actual->valuedouble <= c->num;
+    case OP_GT: return j_num(actual) && actual->valuedouble > c->num;
+    case OP_GTE: return j_num(actual) && actual->valuedouble >= c->num;
+    case OP_REGEX: return (j_str(actual) && c->re != NULL) ? tg_regex_match(c->re, actual->valuestring) : 0;
     case OP_CONTAINS:
-        if (cJSON_IsString(actual))
-            return cJSON_IsString(c->value) && strstr(actual->valuestring, c->value->valuestring) != NULL;
-        if (cJSON_IsArray(actual)) {
+        if (j_str(actual))
+            return j_str(c->value) && strstr(actual->valuestring, c->value->valuestring) != NULL;
+        if (j_arr(actual)) {
             for (const cJSON *e = actual->child; e; e = e->next)
                 if (val_eq(e, c->value))
                     return 1;
@@ -200,36 +232,117 @@ static int eval_op(const struct cond *c, const cJSON *actual, double state_value
     return 0;
 }
 
-/* The key of a counter for this caller: upstream, counter, and the scope's identity. */
-static void counter_hash(const struct pcounter *pc, const struct tg_caller *who, uint64_t *h1, uint64_t *h2)
+/* What one decision works out once and reuses: the lengths of the caller's names, and the
+ * hashes of the counters it has reached (a state condition and its reservation name the same
+ * counter). On the stack of decide_call(). */
+#define MEMO_MAX 16
+struct dctx {
+    const struct tg_policy *p;
+    struct tg_counters *cs;
+    int64_t now_ms;
+    const char *up, *grant, *session;
+    size_t uplen, grantlen, sesslen; /* SIZE_MAX: not measured yet */
+    int nmemo;
+    struct { int idx; uint64_t h1, h2; } memo[MEMO_MAX];
+};
+
+static void dctx_init(struct dctx *x, const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                      int64_t now_ms)
 {
-    char key[640];
-    const char *id = pc->scope == SCOPE_SESSION ? who->session : pc->scope == SCOPE_GLOBAL ? "" : who->grant;
-    int n = snprintf(key, sizeof(key), "%s\x1f%s\x1f%c\x1f%s", who->upstream ? who->upstream : "", pc->key,
-                     pc->scope == SCOPE_SESSION ? 's' : pc->scope == SCOPE_GLOBAL ? '*' : 'g', id ? id : "");
-    if (n < 0)
-        n = 0;
-    if ((size_t)n < sizeof(key)) {
-        tg_counters_hash(key, (size_t)n, h1, h2);
-        return;
+    x->p = p;
+    x->cs = cs;
+    x->now_ms = now_ms;
+    x->up = who->upstream ? who->upstream : "";
+    x->grant = who->grant ? who->grant : "";
+    x->session = who->session ? who->session : "";
+    x->uplen = x->grantlen = x->sesslen = SIZE_MAX;
+    x->nmemo = 0;
+}
+
+static size_t lazy_len(const char *s, size_t *len) { return *len != SIZE_MAX ? *len : (*len = strlen(s)); }
+
+/* The key of a counter for this caller: the hash of "upstream\x1fkey\x1fscope\x1fid" (upstream,
+ * counter, and the scope's identity), hashed in its parts rather than formatted. */
+static void counter_hash(struct dctx *x, int idx, uint64_t *h1, uint64_t *h2)
+{
+    for (int i = 0; i < x->nmemo; i++)
+        if (x->memo[i].idx == idx) {
+            *h1 = x->memo[i].h1;
+            *h2 = x->memo[i].h2;
+            return;
+        }
+    const struct pcounter *pc = &x->p->counters[idx];
+    static const char sep_s[] = "\x1fs\x1f", sep_g[] = "\x1fg\x1f", sep_all[] = "\x1f*\x1f";
+    const char *sep, *id;
+    size_t idlen;
+    if (pc->scope == SCOPE_SESSION) {
+        sep = sep_s;
+        id = x->session;
+        idlen = lazy_len(x->session, &x->sesslen);
+    } else if (pc->scope == SCOPE_GLOBAL) {
+        sep = sep_all;
+        id = "";
+        idlen = 0;
+    } else {
+        sep = sep_g;
+        id = x->grant;
+        idlen = lazy_len(x->grant, &x->grantlen);
     }
-    /* Long names: the whole key, never a truncated one (two grants must not share counters). */
-    char *big = tg_xmalloc((size_t)n + 1);
-    snprintf(big, (size_t)n + 1, "%s\x1f%s\x1f%c\x1f%s", who->upstream ? who->upstream : "", pc->key,
-             pc->scope == SCOPE_SESSION ? 's' : pc->scope == SCOPE_GLOBAL ? '*' : 'g', id ? id : "");
-    tg_counters_hash(big, (size_t)n, h1, h2);
-    free(big);
+    size_t uplen = lazy_len(x->up, &x->uplen);
+    struct keymemo *m = x->p->keymemo != NULL ? &x->p->keymemo[idx] : NULL;
+    struct tg_counters_hasher h;
+    if (m != NULL && m->valid && m->uplen == uplen && m->idlen == idlen && memcmp(m->up, x->up, uplen) == 0) {
+        h = m->h;
+    } else {
+        tg_counters_hash_begin(&h, uplen + 1 + pc->keylen + 3 + idlen);
+        tg_counters_hash_feed(&h, x->up, uplen);
+        tg_counters_hash_feed(&h, "\x1f", 1);
+        tg_counters_hash_feed(&h, pc->key, pc->keylen);
+        tg_counters_hash_feed(&h, sep, 3);
+        if (m != NULL && uplen <= sizeof(m->up)) {
+            m->valid = 1;
+            m->uplen = uplen;
+            m->idlen = idlen;
+            memcpy(m->up, x->up, uplen);
+            m->h = h;
+        }
+    }
+    tg_counters_hash_feed(&h, id, idlen);
+    tg_counters_hash_end(&h, h1, h2);
+    if (x->nmemo < MEMO_MAX) {
+        x->memo[x->nmemo].idx = idx;
+        x->memo[x->nmemo].h1 = *h1;
+        x->memo[x->nmemo].h2 = *h2;
+        x->nmemo++;
+    }
 }
 
 static int64_t window_start(int64_t now_ms, int64_t window_ms) { return now_ms - (now_ms % window_ms); }
 
-static double state_value(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who, int idx,
-                          int64_t now_ms)
+static double state_value(struct dctx *x, int idx)
 {
-    const struct pcounter *pc = &p->counters[idx];
+    const struct pcounter *pc = &x->p->counters[idx];
     uint64_t h1, h2;
-    counter_hash(pc, who, &h1, &h2);
-    return tg_window_get(cs, h1, h2, window_start(now_ms, pc->window_ms));
+    counter_hash(x, idx, &h1, &h2);
+    return tg_window_get(x->cs, h1, h2, window_start(x->now_ms, pc->window_ms));
+}
+
+/* snprintf(dst, n, "%s", src) without the formatter. */
+static void copy_str(char *dst, size_t n, const char *src)
+{
+    size_t len = strlen(src);
+    if (len >= n)
+        len = n - 1;
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
+/* set_decision(d, v, rule, "%s", msg) without the formatter. */
+static void set_decision_str(struct tg_decision *d, enum tg_verdict v, const char *rule, const char *msg)
+{
+    d->verdict = v;
+    copy_str(d->rule, sizeof(d->rule), rule);
+    copy_str(d->message, sizeof(d->message), msg);
 }
 
 static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *rule, const char *fmt, ...)
@@ -237,7 +350,7 @@ static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *r
 static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *rule, const char *fmt, ...)
 {
     d->verdict = v;
-    snprintf(d->rule, sizeof(d->rule), "%s", rule);
+    copy_str(d->rule, sizeof(d->rule), rule);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(d->message, sizeof(d->message), fmt, ap);
@@ -247,8 +360,7 @@ static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *r
 /* Evaluate the conditions of one rule; returns the failing condition index or -1. Only a
  * condition that evaluated to true holds: eval_op's -1 (a regex that hit a limit) fails it like
  * a plain false, and *unanswered says which it was. */
-static int eval_rule(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
-                     const struct rule *r, const cJSON *args, int64_t now_ms, int *unanswered)
+static int eval_rule(struct dctx *x, const struct rule *r, const cJSON *args, int *unanswered)
 {
     *unanswered = 0;
     for (int i = 0; i < r->nconds; i++) {
@@ -257,12 +369,12 @@ static int eval_rule(const struct tg_policy *p, struct tg_counters *cs, const st
         if (c->is_state) {
             if (c->counter < 0)
                 return i;
-            double v = state_value(p, cs, who, c->counter, now_ms);
-            ok = c->op == OP_EXISTS ? cJSON_IsTrue(c->value) : eval_op(c, NULL, v, 1);
+            double v = state_value(x, c->counter);
+            ok = c->op == OP_EXISTS ? j_true(c->value) : eval_op(c, NULL, v, 1);
         } else {
-            const cJSON *a = resolve_args(args, c->path, c->npath);
+            const cJSON *a = resolve_args(args, c->path, c->path_idx, c->npath);
             if (c->op == OP_EXISTS)
-                ok = (a != NULL && !cJSON_IsNull(a)) == cJSON_IsTrue(c->value);
+                ok = (a != NULL && !j_null(a)) == j_true(c->value);
             else
                 ok = a != NULL ? eval_op(c, a, 0, 0) : 0;
         }
@@ -274,36 +386,60 @@ static int eval_rule(const struct tg_policy *p, struct tg_counters *cs, const st
     return -1;
 }
 
-static void refund_all(struct tg_counters *c, struct tg_decision *d)
+static void give_back(struct tg_counters *c, const struct tg_decision *d)
 {
     for (int i = d->nres - 1; i >= 0; i--) {
-        struct tg_reservation *r = &d->res[i];
+        const struct tg_reservation *r = &d->res[i];
         if (r->kind == CK_BUCKET)
             tg_bucket_give(c, r->h1, r->h2, r->capacity, r->amount);
         else
             tg_window_sub(c, r->h1, r->h2, r->window_start, r->amount);
     }
+}
+
+static void refund_all(struct tg_counters *c, struct tg_decision *d)
+{
+    give_back(c, d);
     d->nres = 0;
 }
 
 void tg_policy_refund(struct tg_counters *c, const struct tg_decision *d, int64_t now_ms)
 {
     (void)now_ms;
-    struct tg_decision copy = *d;
-    refund_all(c, &copy);
+    give_back(c, d); /* d is the caller's: read, not reset (it used to be copied whole for that) */
 }
 
-static void note_counter(struct tg_decision *d, const char *label, double value)
+/* "%lld" of v into out (at least 21 bytes); returns the length. */
+static size_t format_ll(long long v, char *out)
+{
+    char tmp[24];
+    size_t n = 0, k = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do
+        tmp[n++] = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (v < 0)
+        out[k++] = '-';
+    while (n > 0)
+        out[k++] = tmp[--n];
+    out[k] = '\0';
+    return k;
+}
+
+/* Append ",NAME:VALUE" (no comma first) to counters_json, where NAME is the counter's name as a
+ * JSON string (made at compile time, pcounter.jlabel). What snprintf would write, truncation
+ * included, without it. */
+static void note_counter(struct tg_decision *d, const struct pcounter *pc, double value)
 {
     size_t len = strlen(d->counters_json);
     if (len + 80 >= sizeof(d->counters_json))
         return;
-    struct tg_buf b;
-    tg_buf_init(&b);
-    tg_json_write_string(&b, label, strlen(label));
     char num[40];
-    if (value == floor(value) && fabs(value) < 9.2e18) {
-        snprintf(num, sizeof(num), "%lld", (long long)value);
+    size_t numlen;
+    /* value == floor(value) && fabs(value) < 9.2e18, without the call to floor: in that range
+     * the conversion to long long is defined and gives back value exactly when it is whole. */
+    if (fabs(value) < 9.2e18 && (double)(long long)value == value) {
+        numlen = format_ll((long long)value, num);
     } else {
         /* The shortest form that reads back as the same double: 0.3, not 0.29999999999999999. */
         for (int prec = 15; prec <= 17; prec++) {
@@ -311,16 +447,36 @@ static void note_counter(struct tg_decision *d, const char *label, double value)
             if (strtod(num, NULL) == value)
                 break;
         }
+        numlen = strlen(num);
     }
-    snprintf(d->counters_json + len, sizeof(d->counters_json) - len, "%s%.*s:%s", len ? "," : "",
-             (int)(b.len < 120 ? b.len : 120), b.base, num);
-    tg_buf_dispose(&b);
+    char *out = d->counters_json + len;
+    size_t room = sizeof(d->counters_json) - len - 1; /* bytes before the NUL */
+    if ((len ? 1 : 0) + pc->jlabel_len + 1 + numlen <= room) {
+        if (len)
+            *out++ = ',';
+        memcpy(out, pc->jlabel, pc->jlabel_len);
+        out += pc->jlabel_len;
+        *out++ = ':';
+        memcpy(out, num, numlen);
+        out[numlen] = '\0';
+        return;
+    }
+    /* Near the end of the buffer: cut where snprintf would have. */
+    const char *piece[4] = {",", pc->jlabel, ":", num};
+    size_t plen[4] = {len ? 1 : 0, pc->jlabel_len, 1, numlen};
+    for (int k = 0; k < 4; k++) {
+        size_t n = plen[k] < room ? plen[k] : room;
+        memcpy(out, piece[k], n);
+        out += n;
+        room -= n;
+    }
+    *out = '\0';
 }
 
 static const char *type_name(const cJSON *v)
 {
-    return cJSON_IsString(v) ? "a string" : cJSON_IsBool(v) ? "a boolean" : cJSON_IsNull(v) ? "null"
-         : cJSON_IsArray(v)  ? "a list" : cJSON_IsObject(v) ? "a map" : "not a value";
+    return j_str(v) ? "a string" : j_bool(v) ? "a boolean" : j_null(v) ? "null"
+         : j_arr(v)  ? "a list" : j_obj(v) ? "a map" : "not a value";
 }
 
 /* The amount an increment_from argument counts, as the call carries it: no rounding to an integer
@@ -335,7 +491,7 @@ static int amount_of(const cJSON *a, double *amount, char *why, size_t n)
         snprintf(why, n, "is missing");
         return 0;
     }
-    if (!cJSON_IsNumber(a)) {
+    if (!j_num(a)) {
         snprintf(why, n, "is %s, not a number", type_name(a));
         return 0;
     }
@@ -358,10 +514,12 @@ static int amount_of(const cJSON *a, double *amount, char *why, size_t n)
 }
 
 /* Intercept stateful rules: reserve each counter within its limit (all or nothing). */
-static int reserve_rules(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
-                         const char *tool, const struct ptool *t, const cJSON *args, int64_t now_ms,
+static int reserve_rules(struct dctx *x, const char *tool, const struct ptool *t, const cJSON *args,
                          struct tg_decision *d)
 {
+    const struct tg_policy *p = x->p;
+    struct tg_counters *cs = x->cs;
+    int64_t now_ms = x->now_ms;
     const struct ptool *sets[2] = {t, p->wildcard};
     for (int s = 0; s < 2; s++) {
         const struct ptool *pt = sets[s];
@@ -373,7 +531,7 @@ static int reserve_rules(const struct tg_policy *p, struct tg_counters *cs, cons
                 continue;
             double amount = r->increment;
             if (r->nincr > 0) {
-                const cJSON *a = resolve_args(args, r->incr_path, r->nincr);
+                const cJSON *a = resolve_args(args, r->incr_path, r->incr_idx, r->nincr);
                 char why[120];
                 if (!amount_of(a, &amount, why, sizeof(why))) {
                     refund_all(cs, d);
@@ -387,16 +545,16 @@ static int reserve_rules(const struct tg_policy *p, struct tg_counters *cs, cons
              * skipped counting, so such a condition always read 0 and never limited anything. */
             const struct pcounter *pc = &p->counters[r->counter];
             uint64_t h1, h2;
-            counter_hash(pc, who, &h1, &h2);
+            counter_hash(x, r->counter, &h1, &h2);
             int64_t ws = window_start(now_ms, pc->window_ms);
             double nowv;
             if (!tg_window_add(cs, h1, h2, ws, pc->window_ms, amount, r->limit, r->limit_op, &nowv)) {
                 refund_all(cs, d);
                 d->counters_json[0] = '\0';
-                note_counter(d, pc->key + 2, nowv);
+                note_counter(d, pc, nowv);
                 uint64_t retry = (uint64_t)(ws + pc->window_ms - now_ms);
                 d->retry_after_ms = retry;
-                snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
+                copy_str(d->counter, sizeof(d->counter), pc->key + 2);
                 set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s", r->on_deny ? r->on_deny : r->name,
                              (unsigned long long)((retry + 999) / 1000));
                 return -1;
@@ -409,15 +567,17 @@ static int reserve_rules(const struct tg_policy *p, struct tg_counters *cs, cons
                 rv->amount = amount;
                 rv->window_start = ws;
             }
-            note_counter(d, pc->key + 2, nowv);
+            note_counter(d, pc, nowv);
         }
     }
     return 0;
 }
 
-static int reserve_limits(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
-                          const char *tool, const struct ptool *t, int64_t now_ms, struct tg_decision *d)
+static int reserve_limits(struct dctx *x, const char *tool, const struct ptool *t, struct tg_decision *d)
 {
+    const struct tg_policy *p = x->p;
+    struct tg_counters *cs = x->cs;
+    int64_t now_ms = x->now_ms;
     const struct ptool *sets[2] = {t, p->wildcard};
     for (int s = 0; s < 2; s++) {
         const struct ptool *pt = sets[s];
@@ -429,15 +589,15 @@ static int reserve_limits(const struct tg_policy *p, struct tg_counters *cs, con
             const struct pcounter *pc = &p->counters[pt->limits[i]];
             uint64_t h1, h2, retry;
             double left;
-            counter_hash(pc, who, &h1, &h2);
+            counter_hash(x, pt->limits[i], &h1, &h2);
             /* The audit record shows the calls the bucket allows now: its whole tokens. A bucket
              * just emptied reports 0, not the 5.6e-7 of a token that 2 ms of refill bring back. */
             if (!tg_bucket_take(cs, h1, h2, pc->capacity, pc->window_ms, 1, now_ms, &left, &retry)) {
                 refund_all(cs, d);
                 d->counters_json[0] = '\0';
-                note_counter(d, pc->key + 2, floor(left));
+                note_counter(d, pc, floor(left));
                 d->retry_after_ms = retry;
-                snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
+                copy_str(d->counter, sizeof(d->counter), pc->key + 2);
                 set_decision(d, TG_VERDICT_LIMITED, pc->key + 2, "%s is limited to %s %s; retry in %llu s", tool,
                              pc->label, scope_label(pc->scope), (unsigned long long)((retry + 999) / 1000));
                 return -1;
@@ -450,10 +610,30 @@ static int reserve_limits(const struct tg_policy *p, struct tg_counters *cs, con
                 rv->amount = 1;
                 rv->capacity = pc->capacity;
             }
-            note_counter(d, pc->key + 2, floor(left));
+            note_counter(d, pc, floor(left));
         }
     }
     return 0;
+}
+
+/* Hash every counter this call can reach (ptool.reach, in the order the decision reaches them),
+ * and tell the store about each (tg_counters_prefetch): the hashes are remembered for the
+ * decision, and the store's lookups overlap instead of missing the cache one after another. */
+static void prefetch_counters(struct dctx *x, const struct ptool *t, const struct ptool *wild)
+{
+    uint64_t h1, h2;
+    const struct ptool *sets[2] = {t, wild};
+    for (int s = 0; s < 2; s++) {
+        const struct ptool *pt = sets[s];
+        if (pt == NULL)
+            continue;
+        for (int i = 0; i < pt->nreach; i++) {
+            counter_hash(x, pt->reach[i], &h1, &h2);
+            tg_counters_prefetch(x->cs, h1, h2);
+        }
+        if (pt->reach_stops)
+            return;
+    }
 }
 
 static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
@@ -465,6 +645,8 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
     d->retry_after_ms = 0;
     d->approval_timeout_ms = 0;
     d->nres = 0;
+    struct dctx x;
+    dctx_init(&x, p, cs, who, now_ms);
     if (is_hidden(p, tool)) {
         set_decision(d, TG_VERDICT_DENY, "(hidden)", "Tool \"%s\" is hidden by policy", tool);
         return;
@@ -475,13 +657,15 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
         return;
     }
     const struct ptool *sets[2] = {t, p->wildcard};
+    if (tg_counters_prefetches(cs))
+        prefetch_counters(&x, t, p->wildcard);
     for (int s = 0; s < 2; s++) {
         const struct ptool *pt = sets[s];
         if (pt == NULL)
             continue;
         if (pt->action == TA_DENY) {
             if (pt->reason)
-                set_decision(d, TG_VERDICT_DENY, pt->name, "%s", pt->reason);
+                set_decision_str(d, TG_VERDICT_DENY, pt->name, pt->reason);
             else
                 set_decision(d, TG_VERDICT_DENY, pt->name, "Tool \"%s\" is denied by policy", tool);
             return;
@@ -490,13 +674,13 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
             const struct rule *r = &pt->rules[i];
             if (r->deny) {
                 if (r->on_deny)
-                    set_decision(d, TG_VERDICT_DENY, r->name, "%s", r->on_deny);
+                    set_decision_str(d, TG_VERDICT_DENY, r->name, r->on_deny);
                 else
                     set_decision(d, TG_VERDICT_DENY, r->name, "Denied by rule \"%s\"", r->name);
                 return;
             }
             int unanswered;
-            int failed = eval_rule(p, cs, who, r, args, now_ms, &unanswered);
+            int failed = eval_rule(&x, r, args, &unanswered);
             if (failed >= 0 && unanswered) {
                 /* Fail closed, and say why: the operator reading the audit log can tell a
                  * pattern that gave up from one that did not match. */
@@ -514,14 +698,14 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
                 if (c->is_state && c->counter >= 0) {
                     const struct pcounter *pc = &p->counters[c->counter];
                     int64_t ws = window_start(now_ms, pc->window_ms);
-                    note_counter(d, pc->key + 2, state_value(p, cs, who, c->counter, now_ms));
+                    note_counter(d, pc, state_value(&x, c->counter));
                     d->retry_after_ms = (uint64_t)(ws + pc->window_ms - now_ms);
-                    snprintf(d->counter, sizeof(d->counter), "%s", pc->key + 2);
+                    copy_str(d->counter, sizeof(d->counter), pc->key + 2);
                     set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s",
                                  r->on_deny ? r->on_deny : r->name,
                                  (unsigned long long)((d->retry_after_ms + 999) / 1000));
                 } else if (r->on_deny) {
-                    set_decision(d, TG_VERDICT_DENY, r->name, "%s", r->on_deny);
+                    set_decision_str(d, TG_VERDICT_DENY, r->name, r->on_deny);
                 } else {
                     set_decision(d, TG_VERDICT_DENY, r->name, "Denied by rule \"%s\"", r->name);
                 }
@@ -529,14 +713,14 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
             }
         }
     }
-    if (reserve && reserve_rules(p, cs, who, tool, t, args, now_ms, d) != 0)
+    if (reserve && reserve_rules(&x, tool, t, args, d) != 0)
         return;
-    if (reserve && reserve_limits(p, cs, who, tool, t, now_ms, d) != 0)
+    if (reserve && reserve_limits(&x, tool, t, d) != 0)
         return;
     if (t != NULL && t->action == TA_APPROVE) {
         d->verdict = TG_VERDICT_APPROVE;
         d->approval_timeout_ms = t->approval_ms;
-        snprintf(d->rule, sizeof(d->rule), "%s", t->name);
+        copy_str(d->rule, sizeof(d->rule), t->name);
         snprintf(d->message, sizeof(d->message), "%s needs a human's approval", tool);
         return;
     }

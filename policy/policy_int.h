@@ -26,6 +26,24 @@ struct pcounter {
     enum scope scope;
     double capacity;   /* bucket */
     int64_t window_ms; /* bucket: refills capacity in this time; window: its length */
+    /* Made once the policy is compiled (tg__finish_counters), for decisions: */
+    size_t keylen;     /* strlen(key) */
+    char *jlabel;      /* key + 2 as a JSON string, cut at 120 bytes: its name in counters_json */
+    size_t jlabel_len;
+};
+
+/* What hashing a counter's key for one caller starts with: the hash state after
+ * "upstream\x1fkey\x1fscope\x1f" for keys whose identity has idlen bytes (the total length
+ * seeds the hash, see tg_counters_hash_begin). The one part of a policy that changes after
+ * compilation: decisions remember here the prefix they last hashed, per counter, so that the next
+ * caller of the same upstream with an identity of the same length hashes only its identity. Safe
+ * for the reason the regex match data is (regex.c): decisions run on one thread and never nest.
+ * An entry of tg_policy.keymemo (one per counter), freed with it by policy_free(). */
+struct keymemo {
+    int valid;
+    size_t uplen, idlen;
+    char up[48]; /* the upstream's name; longer names are not remembered */
+    struct tg_counters_hasher h;
 };
 
 /* One condition of a rule (conditions[i]); an entry of rule.conds. Its path, value and re are
@@ -33,6 +51,7 @@ struct pcounter {
 struct cond {
     int is_state;
     char **path; /* args path segments */
+    long *path_idx; /* [npath]: each segment as a list index, -1 if not one (tg__finish_paths) */
     int npath;
     int counter; /* state: index into counters, or -1 if the policy never defines it */
     enum cop op;
@@ -53,6 +72,7 @@ struct rule {
     double increment;
     char *incr_from; /* "args.a.b" as written, for messages */
     char **incr_path;
+    long *incr_idx; /* [nincr]: as cond.path_idx */
     int nincr;
     double limit; /* the value after a reservation must be <= or < this (limit_op) */
     enum tg_limit_op limit_op;
@@ -72,6 +92,19 @@ struct ptool {
     int nrules;
     int approval_ms;
     int unconditional_deny; /* some rule denies without conditions: hidden from tools/list */
+    /* The counters a call of this tool can reach (state conditions, rule counters, limits), each
+     * once, for the decision to hash and prefetch before it evaluates anything; reach_stops: the
+     * list ends at a deny (the action, or a rule without conditions), so "*" is not reached. Made
+     * by tg__finish_tool(). */
+    int *reach;
+    int nreach;
+    int reach_stops;
+};
+
+/* One slot of tg_policy.tool_slots: idx + 1 of a tool (0: empty) and the hash of its name. */
+struct tool_slot {
+    uint32_t hash;
+    int idx1;
 };
 
 /* "resources" or "prompts": glob lists, embedded in struct tg_policy. */
@@ -95,9 +128,14 @@ struct tg_policy {
     int nhide;
     struct ptool *tools; /* sorted by name */
     int ntools;
+    /* tools by name: open addressing (linear probing) over tool_mask + 1 slots, made by
+     * tg__index_tools() when the names are distinct; NULL otherwise (a binary search then). */
+    struct tool_slot *tool_slots;
+    uint32_t tool_mask;
     struct ptool *wildcard;
     struct pcounter *counters;
     int ncounters;
+    struct keymemo *keymemo; /* [ncounters]: see struct keymemo; written by decisions */
     char **methods;
     int nmethods;
     struct globset resources, prompts;
@@ -105,6 +143,16 @@ struct tg_policy {
      * first; NULL if there is none. */
     struct tg_regex_ctx *rx;
 };
+
+/* Fill each counter's keylen and jlabel (compile.c, after every counter is defined). */
+void tg__finish_counters(struct tg_policy *p);
+/* The hash of a tool's name in tg_policy.tool_slots, and the index built over the sorted tools. */
+uint32_t tg__tool_hash(const char *name);
+void tg__index_tools(struct tg_policy *p);
+/* Fill path_idx and incr_idx of every rule of t, and its reach list (compile.c). */
+void tg__finish_tool(struct ptool *t);
+/* A path segment as a list index: what strtol reads if that is all of it and >= 0, else -1. */
+long tg__path_index(const char *seg);
 
 /* A window's name for messages: "second", "minute", "hour", "day" or "N seconds" (compile_tool.c). */
 void tg__policy_window_label(int64_t ms, char *out, size_t n);
