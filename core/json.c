@@ -250,6 +250,21 @@ static int parse_string(struct parser *ps, char **out, size_t *outlen, int *esca
     return 0;
 }
 
+/* A string without a tree: the usual one (no escape, no control byte, nothing over 0x7f) ends
+ * inside the words plain_run() skips, and is done here, inline; any other goes through
+ * parse_string() from its start. */
+static inline int scan_string(struct parser *ps, int *escaped)
+{
+    const unsigned char *q = ps->p + 1;
+    q += plain_run(q, ps->end);
+    if (q < ps->end && *q == '"') {
+        ps->p = q + 1;
+        *escaped = 0;
+        return 0;
+    }
+    return parse_string(ps, NULL, NULL, escaped);
+}
+
 static int parse_number(struct parser *ps, cJSON **out)
 {
     const unsigned char *s = ps->p;
@@ -429,7 +444,7 @@ static int parse_object(struct parser *ps, int depth, cJSON **out)
             }
         } else {
             int escaped = 0;
-            if (parse_string(ps, NULL, NULL, &escaped) != 0) {
+            if (scan_string(ps, &escaped) != 0) {
                 r = TG_EINVAL;
                 goto out;
             }
@@ -579,7 +594,10 @@ static int parse_value(struct parser *ps, int depth, cJSON **out)
         return *ps->p == '{' ? parse_object(ps, depth, out) : parse_array(ps, depth, out);
     case '"': {
         char *s = NULL;
-        if (parse_string(ps, out ? &s : NULL, NULL, NULL) != 0)
+        int escaped;
+        if (out == NULL)
+            return scan_string(ps, &escaped);
+        if (parse_string(ps, &s, NULL, NULL) != 0)
             return TG_EINVAL;
         if (out) {
             /* a string node made around the decoded copy: cJSON_CreateString would copy it */
@@ -619,69 +637,11 @@ static int parse_value(struct parser *ps, int depth, cJSON **out)
     }
 }
 
-/* Past the string whose opening quote is at p[i]: the index after its closing quote, or n. */
-static size_t skip_string(const char *p, size_t n, size_t i)
-{
-    for (i++; i < n && p[i] != '"'; i++)
-        if (p[i] == '\\')
-            i++;
-    return i < n ? i + 1 : n;
-}
-
-static size_t skip_blank(const char *p, size_t n, size_t i)
-{
-    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
-        i++;
-    return i;
-}
-
-int tg_json_prefix_id(const char *p, size_t n, struct tg_slice *id)
-{
-    size_t i = skip_blank(p, n, 0);
-    if (i >= n || p[i] != '{')
-        return 0;
-    int depth = 1, want_key = 1;
-    for (i++; i < n;) {
-        char c = p[i];
-        if (c == '"') {
-            size_t s = i;
-            i = skip_string(p, n, i);
-            if (depth != 1 || !want_key)
-                continue;
-            want_key = 0;
-            int is_id = i - s == 4 && memcmp(p + s, "\"id\"", 4) == 0;
-            i = skip_blank(p, n, i);
-            if (i >= n || p[i] != ':')
-                return 0;
-            i = skip_blank(p, n, i + 1);
-            if (!is_id)
-                continue;
-            size_t v = i;
-            if (i < n && p[i] == '"')
-                i = skip_string(p, n, i);
-            else
-                while (i < n && ((p[i] >= '0' && p[i] <= '9') || p[i] == '-' || p[i] == '+' || p[i] == '.' ||
-                                 p[i] == 'e' || p[i] == 'E'))
-                    i++;
-            if (i >= n || i == v)
-                return 0; /* cut inside the id, or not a string or number */
-            *id = tg_slice_of(p + v, i - v);
-            return 1;
-        }
-        if (c == '{' || c == '[')
-            depth++;
-        else if ((c == '}' || c == ']') && --depth == 0)
-            return 0;
-        else if (c == ',' && depth == 1)
-            want_key = 1;
-        i++;
-    }
-    return 0;
-}
-
 int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_json_doc *doc, const char **err,
                   size_t *err_off)
 {
+    if (!build && tg__json_scan_fast(p, n, max_depth, doc) == 0)
+        return 0;
     struct parser ps = {(const unsigned char *)p, (const unsigned char *)p + n, (const unsigned char *)p,
                         max_depth, build, NULL, NULL, TG_SLICE_NULL, TG_SLICE_NULL, TG_SLICE_NULL, TG_SLICE_NULL};
     doc->root = NULL;

@@ -34,6 +34,10 @@ struct tg_json_doc {
 int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_json_doc *doc, const char **err,
                   size_t *err_off);
 
+/* tg_json_parse()'s fast path without a tree (core/json_scan.c): 0 with doc filled when it
+ * accepts, -1 when it leaves the input to the strict parser (it never rejects). */
+int tg__json_scan_fast(const char *p, size_t n, int max_depth, struct tg_json_doc *doc);
+
 /* The raw token of the top-level "id" member of a JSON object cut short (the first bytes of a
  * message too long to keep): found by a lenient scan that tracks strings and nesting only.
  * Returns 1 with *id set, or 0 when the prefix does not show it. */

@@ -70,7 +70,7 @@ void tg__http_set_state(struct tg_conn *c, enum tg_conn_state s)
 
 static struct tg_conn *conn_of(llhttp_t *p) { return p->data; }
 
-static void req_reset(struct tg_http_req *r)
+void tg__http_req_reset(struct tg_http_req *r)
 {
     r->head.len = 0;
     r->url_off = r->url_len = 0;
@@ -82,67 +82,11 @@ static void req_reset(struct tg_http_req *r)
     r->method = 0;
 }
 
-/* A request begins: the connection takes a scratch (headers, who, head and body storage). */
-static void scratch_take(struct tg_conn *c)
-{
-    if (c->x != NULL)
-        return;
-    struct tg_http_env *env = c->env;
-    struct tg_http_scratch *x = env->xpool;
-    if (x != NULL) {
-        env->xpool = x->next;
-        env->nxpool--;
-    } else {
-        x = tg_xcalloc(1, sizeof(*x));
-    }
-    c->x = x;
-    x->log_grant[0] = x->log_upstream[0] = x->log_session[0] = '\0';
-    c->req.headers = x->headers;
-    c->req.head = x->head; /* the storage moves in */
-    c->req.body = x->body;
-    tg_buf_init(&x->head);
-    tg_buf_init(&x->body);
-}
-
-static void scratch_free(struct tg_http_scratch *x)
-{
-    tg_buf_dispose(&x->head);
-    tg_buf_dispose(&x->body);
-    free(x);
-}
-
-/* The request is over: its scratch goes back to the pool, with storage of a usual size. */
-static void scratch_give(struct tg_conn *c)
-{
-    struct tg_http_scratch *x = c->x;
-    if (x == NULL)
-        return;
-    struct tg_http_env *env = c->env;
-    c->x = NULL;
-    req_reset(&c->req);
-    c->req.headers = NULL;
-    x->head = c->req.head;
-    x->body = c->req.body;
-    tg_buf_init(&c->req.head);
-    tg_buf_init(&c->req.body);
-    if (x->head.cap > 4096)
-        tg_buf_dispose(&x->head);
-    if (x->body.cap > 16384)
-        tg_buf_dispose(&x->body);
-    if (env->nxpool >= TG_HTTP_XPOOL) {
-        scratch_free(x);
-        return;
-    }
-    x->next = env->xpool;
-    env->xpool = x;
-    env->nxpool++;
-}
-
 static int on_message_begin(llhttp_t *p)
 {
     struct tg_conn *c = conn_of(p);
-    scratch_take(c);
-    req_reset(&c->req);
+    tg__http_scratch_take(c);
+    tg__http_req_reset(&c->req);
     c->req_complete = 0;
     c->reject_status = 0;
     c->log_start_ms = uv_now(c->env->loop);
@@ -459,7 +403,7 @@ void tg__http_finish_request(struct tg_conn *c)
         return;
     }
     /* Idle connections keep no request buffers (a session costs memory only while it works). */
-    scratch_give(c);
+    tg__http_scratch_give(c);
     c->req_complete = 0;
     llhttp_resume(&c->parser);
     tg__http_set_state(c, TG_CONN_IDLE);
@@ -488,7 +432,7 @@ void tg_http_upgrade(struct tg_conn *c, const char *extra)
     c->exchange = NULL;
     c->on_abort = NULL;
     c->on_drain = NULL;
-    scratch_give(c);
+    tg__http_scratch_give(c);
     tg__http_set_state(c, TG_CONN_UPGRADED);
     if (c->read_stopped) {
         c->read_stopped = 0;
@@ -730,7 +674,7 @@ static void on_handle_closed(uv_handle_t *h)
         c->env->conn_gone(c->env, c);
     tg_tls_free(c->tls);
     tg_buf_dispose(&c->in);
-    scratch_give(c);
+    tg__http_scratch_give(c);
     tg_buf_dispose(&c->req.head);
     tg_buf_dispose(&c->req.body);
     tg_buf_dispose(&c->cork);
@@ -775,16 +719,6 @@ void tg_http_env_init(struct tg_http_env *env, uv_loop_t *loop, const struct tg_
     tg_list_init(&env->conns);
     tg_list_init(&env->corked);
     tg_list_init(&env->conn_pending);
-}
-
-void tg_http_env_dispose(struct tg_http_env *env)
-{
-    while (env->xpool != NULL) {
-        struct tg_http_scratch *x = env->xpool;
-        env->xpool = x->next;
-        scratch_free(x);
-    }
-    env->nxpool = 0;
 }
 
 void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listen_handle)

@@ -37,4 +37,11 @@ void tg__http_out_sub(struct tg_conn *c, size_t n);
 /* 1 when the connection's output, and the process's, are below their low-water marks. */
 int tg__http_out_drained(const struct tg_conn *c);
 
+/* The request under way is forgotten (its buffers kept). */
+void tg__http_req_reset(struct tg_http_req *r);
+/* A request begins: the connection takes a scratch from the pool (http1_scratch.c). */
+void tg__http_scratch_take(struct tg_conn *c);
+/* The request is over: its scratch goes back, with storage of a usual size. */
+void tg__http_scratch_give(struct tg_conn *c);
+
 #endif

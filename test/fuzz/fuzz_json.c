@@ -2,7 +2,9 @@
  * Properties, checked on every input the strict parser takes:
  *   decode(encode(decode(x))) = decode(x)   (the tree survives a round trip)
  *   encode(decode(encode(decode(x)))) = encode(decode(x))   (the output is a fixed point)
- *   a message decoded as JSON-RPC and written with a gateway id decodes again, with that id.
+ *   a message decoded as JSON-RPC and written with a gateway id decodes again, with that id;
+ *   what the fast path without a tree (core/json_scan.c) accepts, the strict parser accepts,
+ *   with the same id, method, error and result slices.
  * Any input: no crash, no leak, no undefined behaviour. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -55,6 +57,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         cJSON_Delete(a.root);
         tg_buf_dispose(&e1);
         tg_buf_dispose(&e2);
+    }
+    struct tg_json_doc f, t;
+    if (tg__json_scan_fast(p, size, DEPTH, &f) == 0) {
+        if (tg_json_parse(p, size, DEPTH, 1, &t, NULL, NULL) != 0)
+            abort();
+        if (f.id_raw.ptr != t.id_raw.ptr || f.id_raw.len != t.id_raw.len || f.method_raw.ptr != t.method_raw.ptr ||
+            f.method_raw.len != t.method_raw.len || f.error_raw.ptr != t.error_raw.ptr ||
+            f.error_raw.len != t.error_raw.len || f.result_raw.ptr != t.result_raw.ptr ||
+            f.result_raw.len != t.result_raw.len)
+            abort();
+        cJSON_Delete(t.root);
     }
     struct tg_msg m;
     const char *why = NULL;

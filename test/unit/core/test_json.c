@@ -743,6 +743,138 @@ static void writer_string_escapes(void **state)
     tg_buf_dispose(&b);
 }
 
+/* ---- the fast path without a tree (core/json_scan.c) against the strict parser ---------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+static unsigned rnd(unsigned n)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (unsigned)(rng_state % n);
+}
+
+static void gen_value(struct tg_buf *b, int depth);
+
+static void gen_string(struct tg_buf *b)
+{
+    static const char *const pieces[] = {"id", "method", "error", "result", "a", "b", "x y", "", "\\n", "\\\"",
+                                         "\xc3\xa9", "\\u0041", "2.0", "tools/call", "ok", "\x7f"};
+    tg_buf_append(b, "\"", 1);
+    int n = (int)rnd(3);
+    for (int i = 0; i < n; i++)
+        tg_buf_appends(b, pieces[rnd(sizeof(pieces) / sizeof(*pieces))]);
+    tg_buf_append(b, "\"", 1);
+}
+
+static void gen_key(struct tg_buf *b)
+{
+    static const char *const keys[] = {"\"id\"", "\"method\"", "\"error\"", "\"result\"", "\"params\"",
+                                       "\"jsonrpc\"", "\"a\"", "\"b\"", "\"i\\u0064\"", "\"\""};
+    tg_buf_appends(b, keys[rnd(sizeof(keys) / sizeof(*keys))]);
+}
+
+static void gen_space(struct tg_buf *b)
+{
+    static const char *const sp[] = {"", "", "", " ", "  ", "\n", "\t"};
+    tg_buf_appends(b, sp[rnd(sizeof(sp) / sizeof(*sp))]);
+}
+
+static void gen_value(struct tg_buf *b, int depth)
+{
+    static const char *const scalars[] = {"0", "-1", "12.5e3", "1E+2", "-0.0", "01", "1.", "-", "true", "false",
+                                          "null", "tru", "nul", "7", "123456789012345678901234567890"};
+    unsigned k = depth > 6 ? rnd(2) + 2 : rnd(5);
+    gen_space(b);
+    if (k == 0 || k == 1) {
+        int obj = k == 0;
+        tg_buf_append(b, obj ? "{" : "[", 1);
+        int n = (int)rnd(5);
+        for (int i = 0; i < n; i++) {
+            if (i)
+                tg_buf_append(b, ",", 1);
+            if (obj) {
+                gen_space(b);
+                gen_key(b);
+                gen_space(b);
+                tg_buf_append(b, ":", 1);
+            }
+            gen_value(b, depth + 1);
+        }
+        gen_space(b);
+        tg_buf_append(b, obj ? "}" : "]", 1);
+    } else if (k == 2) {
+        gen_string(b);
+    } else {
+        tg_buf_appends(b, scalars[rnd(sizeof(scalars) / sizeof(*scalars))]);
+    }
+    gen_space(b);
+}
+
+/* What the fast path accepts, the strict parser accepts, with the same four slices; and on
+ * plain compact messages (what upstreams send) it does accept. Mutations (a byte changed,
+ * dropped or cut) make sure the invalid side is walked too. */
+static void fast_scan_matches_strict(void **state)
+{
+    (void)state;
+    unsigned accepted = 0, agreed_valid = 0, total = 0;
+    for (int round = 0; round < 60000; round++) {
+        struct tg_buf b;
+        tg_buf_init(&b);
+        if (rnd(2)) {
+            tg_buf_append(&b, "{", 1);
+            int n = (int)rnd(6);
+            for (int i = 0; i < n; i++) {
+                if (i)
+                    tg_buf_append(&b, ",", 1);
+                gen_key(&b);
+                tg_buf_append(&b, ":", 1);
+                gen_value(&b, 1);
+            }
+            tg_buf_append(&b, "}", 1);
+        } else {
+            gen_value(&b, 0);
+        }
+        unsigned m = rnd(4);
+        if (m == 1 && b.len > 0)
+            b.base[rnd((unsigned)b.len)] = "{}[],:\" a0-e.\\x"[rnd(16)];
+        else if (m == 2 && b.len > 1)
+            b.len = rnd((unsigned)b.len);
+        int depth = (int)rnd(8) + 1;
+        struct tg_json_doc fast, strict;
+        int rf = tg__json_scan_fast(b.base ? b.base : "", b.len, depth, &fast);
+        int rs = tg_json_parse(b.base ? b.base : "", b.len, depth, 1, &strict, NULL, NULL);
+        total++;
+        if (rs == 0)
+            agreed_valid++;
+        if (rf == 0) {
+            accepted++;
+            if (rs != 0)
+                fail_msg("fast path accepted what the strict parser refuses: %.*s", (int)b.len, b.base);
+            const struct tg_slice *f[] = {&fast.id_raw, &fast.method_raw, &fast.error_raw, &fast.result_raw};
+            const struct tg_slice *t[] = {&strict.id_raw, &strict.method_raw, &strict.error_raw, &strict.result_raw};
+            for (int j = 0; j < 4; j++)
+                if (f[j]->ptr != t[j]->ptr || f[j]->len != t[j]->len)
+                    fail_msg("slice %d differs on %.*s", j, (int)b.len, b.base);
+        }
+        cJSON_Delete(strict.root);
+        tg_buf_dispose(&b);
+    }
+    /* the generator is not degenerate: both sides are walked */
+    assert_true(accepted > total / 10);
+    assert_true(agreed_valid > accepted);
+    /* the messages upstreams send take the fast path */
+    const char *plain[] = {
+        "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":7,\"progress\":1,\"total\":200}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":12,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":\"a b\",\"error\":{\"code\":-32000,\"message\":\"no\"}}",
+    };
+    for (size_t i = 0; i < sizeof(plain) / sizeof(*plain); i++) {
+        struct tg_json_doc d;
+        assert_int_equal(tg__json_scan_fast(plain[i], strlen(plain[i]), 64, &d), 0);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -768,6 +900,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(guard_page_on_bad_input),
         cmocka_unit_test(writer_plain_cjson),
         cmocka_unit_test(writer_string_escapes),
+        cmocka_unit_test(fast_scan_matches_strict),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

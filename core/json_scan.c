@@ -1,0 +1,278 @@
+/* The fast path of tg_json_parse() without a tree: what every relayed upstream message goes
+ * through. It only ever accepts: on anything it is not sure of (an escape, a byte over 0x7f, a
+ * control byte, whitespace other than spaces, deep nesting, many keys, any error at all) it
+ * says "not mine" and the strict parser in core/json.c decides, with its error message. So
+ * what it accepts must be exactly valid JSON, and the four slices it fills must be the ones the
+ * strict parser fills; test/unit/core/test_json.c and test/fuzz/fuzz_json.c hold it to both.
+ *
+ * Why it is faster: with no backslash in the input a string ends at the next quote, and with
+ * no byte under 0x20 or over 0x7f there is nothing to validate inside it, so one pass over the
+ * whole message (eight bytes at a time) replaces the per-string checks, and the grammar is
+ * walked in one loop with an explicit stack instead of a call per value.
+ *
+ * Also here: tg_json_prefix_id(), the other scan that builds nothing (a lenient one, for the
+ * first bytes of a message too long to keep). */
+#include "core/json.h"
+
+#include <string.h>
+
+#define FAST_DEPTH 32 /* nesting beyond this: the strict parser */
+#define FAST_KEYS 64  /* keys of the objects open at once, for the duplicate check */
+#define FAST_OBJ_KEYS 16
+
+/* 1 if no byte of p[0..n) is a backslash, a control byte or over 0x7f. */
+static int plain_input(const unsigned char *p, size_t n)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    uint64_t bad = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x;
+        memcpy(&x, p + i, 8);
+        uint64_t b = x ^ (ones * '\\');
+        bad |= (x & highs) | ((x - ones * 0x20) & ~x & highs) | ((b - ones) & ~b & highs);
+    }
+    if (bad != 0)
+        return 0;
+    for (; i < n; i++)
+        if (p[i] == '\\' || p[i] < 0x20 || p[i] > 0x7f)
+            return 0;
+    return 1;
+}
+
+/* Past the closing quote of the string opening at p (no backslash in the input), or NULL. */
+static const unsigned char *string_end(const unsigned char *p, const unsigned char *end)
+{
+    const unsigned char *q = memchr(p + 1, '"', (size_t)(end - p - 1));
+    return q != NULL ? q + 1 : NULL;
+}
+
+static int digit(unsigned c) { return c - '0' < 10; }
+
+/* Past a JSON number at p (RFC 8259 grammar, as parse_number() takes it), or NULL. */
+static const unsigned char *number_end(const unsigned char *p, const unsigned char *end)
+{
+    if (p < end && *p == '-')
+        p++;
+    if (p >= end)
+        return NULL;
+    if (*p == '0')
+        p++;
+    else if (*p >= '1' && *p <= '9')
+        while (p < end && digit(*p))
+            p++;
+    else
+        return NULL;
+    if (p < end && *p == '.') {
+        if (++p >= end || !digit(*p))
+            return NULL;
+        while (p < end && digit(*p))
+            p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        if (++p < end && (*p == '+' || *p == '-'))
+            p++;
+        if (p >= end || !digit(*p))
+            return NULL;
+        while (p < end && digit(*p))
+            p++;
+    }
+    return p;
+}
+
+struct key {
+    const unsigned char *p;
+    size_t n;
+};
+
+/* A member of the root object, as parse_object() at depth 1 records it. */
+static void record(struct tg_json_doc *doc, const unsigned char *k, size_t kn, const unsigned char *v,
+                   const unsigned char *e)
+{
+    struct tg_slice s = tg_slice_of((const char *)v, (size_t)(e - v));
+    if (kn == 2 && memcmp(k, "id", 2) == 0)
+        doc->id_raw = s;
+    else if (kn == 6 && memcmp(k, "method", 6) == 0)
+        doc->method_raw = s;
+    else if (kn == 5 && memcmp(k, "error", 5) == 0 && *v == '{')
+        doc->error_raw = s;
+    else if (kn == 6 && memcmp(k, "result", 6) == 0 && *v == '{')
+        doc->result_raw = s;
+}
+
+int tg__json_scan_fast(const char *in, size_t n, int max_depth, struct tg_json_doc *doc)
+{
+    const unsigned char *p = (const unsigned char *)in, *end = p + n;
+    if (n == 0 || !plain_input(p, n))
+        return -1;
+    /* One entry per open container: 1 = object, 2 = array; the first key of each open object. */
+    unsigned char kind[FAST_DEPTH + 1];
+    unsigned first_key[FAST_DEPTH + 1];
+    struct key keys[FAST_KEYS];
+    unsigned nkeys = 0;
+    int depth = 0;
+    /* the root object's member under way: its key, and where its value began */
+    const unsigned char *mk = NULL, *mv = NULL;
+    size_t mkn = 0;
+    int limit = max_depth < FAST_DEPTH ? max_depth : FAST_DEPTH;
+    doc->root = NULL;
+    doc->id_raw = doc->method_raw = doc->error_raw = doc->result_raw = TG_SLICE_NULL;
+    for (;;) {
+        /* A value. */
+        while (p < end && *p == ' ')
+            p++;
+        if (p >= end)
+            return -1;
+        if (depth == 1 && kind[1] == 1)
+            mv = p;
+        unsigned c = *p;
+        if (c == '{' || c == '[') {
+            if (depth + 1 > limit)
+                return -1;
+            depth++;
+            kind[depth] = c == '{' ? 1 : 2;
+            first_key[depth] = nkeys;
+            p++;
+            while (p < end && *p == ' ')
+                p++;
+            if (p < end && *p == (c == '{' ? '}' : ']')) {
+                p++;
+                depth--;
+                goto after_value;
+            }
+            if (c == '[')
+                continue; /* the first element */
+            goto key;
+        }
+        if (c == '"')
+            p = string_end(p, end);
+        else if (c == 't')
+            p = end - p >= 4 && memcmp(p, "true", 4) == 0 ? p + 4 : NULL;
+        else if (c == 'f')
+            p = end - p >= 5 && memcmp(p, "false", 5) == 0 ? p + 5 : NULL;
+        else if (c == 'n')
+            p = end - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+        else if (c == '-' || digit(c))
+            p = number_end(p, end);
+        else
+            return -1;
+        if (p == NULL)
+            return -1;
+    after_value:
+        /* p is past a value at this depth: a member's value of the root object ends here */
+        if (depth == 1 && kind[1] == 1)
+            record(doc, mk, mkn, mv, p);
+        for (;;) {
+            while (p < end && *p == ' ')
+                p++;
+            if (depth == 0)
+                return p == end ? 0 : -1;
+            if (p >= end)
+                return -1;
+            if (*p == ',') {
+                p++;
+                break;
+            }
+            if (*p != (kind[depth] == 1 ? '}' : ']'))
+                return -1;
+            p++;
+            if (kind[depth] == 1)
+                nkeys = first_key[depth]; /* its keys are done with */
+            depth--;
+            if (depth == 1 && kind[1] == 1)
+                record(doc, mk, mkn, mv, p); /* the container was a root member's value */
+        }
+        if (kind[depth] == 2)
+            continue; /* the next element */
+    key:
+        while (p < end && *p == ' ')
+            p++;
+        if (p >= end || *p != '"')
+            return -1;
+        {
+            const unsigned char *k = p + 1, *ke = string_end(p, end);
+            if (ke == NULL)
+                return -1;
+            size_t kn = (size_t)(ke - 1 - k);
+            unsigned from = first_key[depth];
+            if (nkeys - from >= FAST_OBJ_KEYS || nkeys >= FAST_KEYS)
+                return -1;
+            for (unsigned i = from; i < nkeys; i++)
+                if (keys[i].n == kn && memcmp(keys[i].p, k, kn) == 0)
+                    return -1; /* a duplicate: the strict parser says so */
+            keys[nkeys++] = (struct key){k, kn};
+            p = ke;
+            while (p < end && *p == ' ')
+                p++;
+            if (p >= end || *p != ':')
+                return -1;
+            p++;
+            if (depth == 1) {
+                mk = k;
+                mkn = kn;
+            }
+        }
+    }
+}
+
+/* ---- the id of a message cut short ---------------------------------------------------- */
+
+/* Past the string whose opening quote is at p[i]: the index after its closing quote, or n. */
+static size_t skip_string(const char *p, size_t n, size_t i)
+{
+    for (i++; i < n && p[i] != '"'; i++)
+        if (p[i] == '\\')
+            i++;
+    return i < n ? i + 1 : n;
+}
+
+static size_t skip_blank(const char *p, size_t n, size_t i)
+{
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
+        i++;
+    return i;
+}
+
+int tg_json_prefix_id(const char *p, size_t n, struct tg_slice *id)
+{
+    size_t i = skip_blank(p, n, 0);
+    if (i >= n || p[i] != '{')
+        return 0;
+    int depth = 1, want_key = 1;
+    for (i++; i < n;) {
+        char c = p[i];
+        if (c == '"') {
+            size_t s = i;
+            i = skip_string(p, n, i);
+            if (depth != 1 || !want_key)
+                continue;
+            want_key = 0;
+            int is_id = i - s == 4 && memcmp(p + s, "\"id\"", 4) == 0;
+            i = skip_blank(p, n, i);
+            if (i >= n || p[i] != ':')
+                return 0;
+            i = skip_blank(p, n, i + 1);
+            if (!is_id)
+                continue;
+            size_t v = i;
+            if (i < n && p[i] == '"')
+                i = skip_string(p, n, i);
+            else
+                while (i < n && ((p[i] >= '0' && p[i] <= '9') || p[i] == '-' || p[i] == '+' || p[i] == '.' ||
+                                 p[i] == 'e' || p[i] == 'E'))
+                    i++;
+            if (i >= n || i == v)
+                return 0; /* cut inside the id, or not a string or number */
+            *id = tg_slice_of(p + v, i - v);
+            return 1;
+        }
+        if (c == '{' || c == '[')
+            depth++;
+        else if ((c == '}' || c == ']') && --depth == 0)
+            return 0;
+        else if (c == ',' && depth == 1)
+            want_key = 1;
+        i++;
+    }
+    return 0;
+}
