@@ -689,6 +689,19 @@ void tg_redis_free(struct tg_redis *r)
 
 int tg_redis_up(const struct tg_redis *r) { return r->cmd.state == CONN_UP && !r->closing; }
 
+void tg_redis_flush(struct tg_redis *r)
+{
+    redisAsyncContext *ac = r->cmd.ac;
+    if (r->closing || r->cmd.state != CONN_UP || ac == NULL || (ac->c.flags & REDIS_CONNECTED) == 0 ||
+        sdslen(ac->c.obuf) == 0)
+        return;
+    /* redisBufferWrite, not redisAsyncHandleWrite: the latter runs the disconnect path (and its
+     * callbacks) on an error; here an error is left for the poll that follows to find. */
+    int done = 0;
+    if (redisBufferWrite(&ac->c, &done) == REDIS_OK && done && ac->ev.delWrite)
+        ac->ev.delWrite(ac->ev.data);
+}
+
 const struct tg_redis_stats *tg_redis_stats(const struct tg_redis *r) { return &r->st; }
 
 struct tg_redis_req *tg_redis_counter_ops(struct tg_redis *r, const char *key_prefix, struct tg_counter_op *ops,

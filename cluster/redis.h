@@ -81,6 +81,10 @@ struct tg_redis *tg_redis_new(uv_loop_t *loop, const struct tg_redis_opts *o, tg
  * memory goes once hiredis and libuv have let go of it (the loop must run on until then). */
 void tg_redis_free(struct tg_redis *r);
 int tg_redis_up(const struct tg_redis *r);
+/* Write what the requests of this loop iteration queued now, instead of at the next poll: the
+ * server calls it once per iteration, before it writes to clients. Replies never run inside it
+ * (a failed write is noticed by the next poll). */
+void tg_redis_flush(struct tg_redis *r);
 const struct tg_redis_stats *tg_redis_stats(const struct tg_redis *r);
 
 /* Run n counter operations in order, pipelined in one write, each one EVALSHA of its script (one

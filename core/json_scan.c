@@ -15,17 +15,32 @@
 #include "core/json.h"
 
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define FAST_DEPTH 32 /* nesting beyond this: the strict parser */
 #define FAST_KEYS 64  /* keys of the objects open at once, for the duplicate check */
 #define FAST_OBJ_KEYS 16
 
-/* 1 if no byte of p[0..n) is a backslash, a control byte or over 0x7f. */
+/* 1 if no byte of p[0..n) is a backslash, a control byte or over 0x7f: sixteen bytes at a time
+ * with SSE2 (every x86-64 has it; a signed compare with 0x20 catches both the control bytes and
+ * those over 0x7f), eight at a time elsewhere. */
 static int plain_input(const unsigned char *p, size_t n)
 {
+    size_t i = 0;
+#if defined(__SSE2__)
+    const __m128i bs = _mm_set1_epi8('\\'), sp = _mm_set1_epi8(0x20);
+    __m128i bad = _mm_setzero_si128();
+    for (; i + 16 <= n; i += 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(p + i));
+        bad = _mm_or_si128(bad, _mm_or_si128(_mm_cmplt_epi8(x, sp), _mm_cmpeq_epi8(x, bs)));
+    }
+    if (_mm_movemask_epi8(bad) != 0)
+        return 0;
+#else
     const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
     uint64_t bad = 0;
-    size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         uint64_t x;
         memcpy(&x, p + i, 8);
@@ -34,6 +49,7 @@ static int plain_input(const unsigned char *p, size_t n)
     }
     if (bad != 0)
         return 0;
+#endif
     for (; i < n; i++)
         if (p[i] == '\\' || p[i] < 0x20 || p[i] > 0x7f)
             return 0;

@@ -1,6 +1,7 @@
 #include "core/server.h"
 
 #include "cluster/cluster.h"
+#include "cluster/redis.h"
 #include "cluster/sessions.h"
 
 #include <mbedtls/md.h>
@@ -89,6 +90,8 @@ static void flush_all(struct tg_server *srv)
 {
     tg_http_run_pending(&srv->http);
     int more = tg_router_run_pending(srv);
+    if (srv->cluster != NULL)
+        tg_redis_flush(tg_cluster_redis(srv->cluster)); /* this iteration's decisions go to Redis now */
     tg_http_flush_corked(&srv->http);
     if (more || !tg_list_empty(&srv->http.conn_pending) || !tg_list_empty(&srv->dead_calls))
         uv_idle_start(&srv->pending_idle, on_pending_idle);

@@ -117,28 +117,15 @@ static int process_line(struct tg_sse_parser *p, const char *l, size_t n, tg_sse
     return 0;
 }
 
-/* The index of the first CR or LF in b[k..n), or n: eight bytes at a time, since the lines of a
- * relayed stream are whole JSON messages. The lowest flagged byte of a word is exact (a false
- * flag needs a true one below it). */
+/* The index of the first CR or LF in b[k..n), or n. A relayed stream's lines are whole JSON
+ * messages that end in LF: libc's memchr (vectorized) finds it, and a CR before it is looked for
+ * only in what precedes it. */
 static size_t line_end(const char *b, size_t k, size_t n)
 {
-    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-    for (; n - k >= 8; k += 8) {
-        uint64_t x;
-        memcpy(&x, b + k, 8);
-        uint64_t lf = x ^ (ones * '\n'), cr = x ^ (ones * '\r');
-        uint64_t hit = ((lf - ones) & ~lf & highs) | ((cr - ones) & ~cr & highs);
-        if (hit != 0) {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-            return k + ((size_t)__builtin_ctzll(hit) >> 3);
-#else
-            break;
-#endif
-        }
-    }
-    while (k < n && b[k] != '\n' && b[k] != '\r')
-        k++;
-    return k;
+    const char *lf = memchr(b + k, '\n', n - k);
+    size_t e = lf != NULL ? (size_t)(lf - b) : n;
+    const char *cr = memchr(b + k, '\r', e - k);
+    return cr != NULL ? (size_t)(cr - b) : e;
 }
 
 int tg_sse_feed(struct tg_sse_parser *p, const char *b, size_t n, tg_sse_event_cb cb, void *ud)
