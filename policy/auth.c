@@ -3,14 +3,12 @@
 #include <mbedtls/sha256.h>
 #include <string.h>
 
+#include "core/sha256.h"
 #include "core/siphash.h"
 #include "policy/jwt.h"
 #include <strings.h>
 
-void tg_auth_sha256(const void *p, size_t n, uint8_t out[32])
-{
-    mbedtls_sha256_ret((const unsigned char *)p, n, out, 0);
-}
+void tg_auth_sha256(const void *p, size_t n, uint8_t out[32]) { tg_sha256(p, n, out); }
 
 int tg_auth_ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
 {

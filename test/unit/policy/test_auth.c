@@ -2,6 +2,7 @@
 #include "test/unit/unit.h"
 
 #include "core/conf.h"
+#include "core/sha256.h"
 #include "core/siphash.h"
 #include "policy/auth.h"
 
@@ -220,6 +221,28 @@ static void grant_edge_cases(void **state)
     assert_string_equal(expect_auth(&gs.conf, "Bearer same", TG_AUTH_OK)->name, "first");
 }
 
+/* The SHA extensions' digest is mbedtls's, for every length around the block and padding
+ * edges (55, 56, 63, 64, 119, 120 ...) and random bytes; on a CPU without them both are
+ * mbedtls (the test says which). */
+static void sha256_accelerated_matches(void **state)
+{
+    (void)state;
+    uint8_t buf[1024];
+    uint64_t x = 0x2545F4914F6CDD1DULL;
+    for (size_t i = 0; i < sizeof(buf); i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        buf[i] = (uint8_t)x;
+    }
+    for (size_t n = 0; n <= sizeof(buf); n++) {
+        uint8_t a[32], b[32];
+        tg_sha256(buf + (n % 7), n > sizeof(buf) - 7 ? sizeof(buf) - 7 : n, a);
+        tg_sha256_portable(buf + (n % 7), n > sizeof(buf) - 7 ? sizeof(buf) - 7 : n, b);
+        if (memcmp(a, b, 32) != 0)
+            fail_msg("SHA-256 of %zu bytes differs (accelerated: %d)", n, tg_sha256_accelerated());
+    }
+    print_message("SHA-256 accelerated: %d\n", tg_sha256_accelerated());
+}
+
 /* The reference vector of the SipHash paper (appendix A): key 00..0f, message 00..0e. */
 static void siphash_vector(void **state)
 {
@@ -291,6 +314,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(grant_selection),
         cmocka_unit_test(grant_edge_cases),
         cmocka_unit_test(siphash_vector),
+        cmocka_unit_test(sha256_accelerated_matches),
         cmocka_unit_test(grant_memo),
     };
     return TG_UNIT_RUN(tests, argc, argv);
