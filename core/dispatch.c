@@ -40,21 +40,27 @@ static void accept_bare(struct tg_sink *sk)
 
 /* A request the upstream hears as 2026-07-28: its Mcp-* headers, from the body. A 2026 request
  * to a 2025 upstream loses its claim instead (that upstream's session speaks 2025). */
-static void up_headers(const struct tg_exchange *x, struct tg_call *k, const struct tg_msg *m)
+static void up_headers(const struct tg_exchange *x, struct tg_call *k, struct tg_msg *m)
 {
-    if (x->up_modern && x->era == TG_ERA_2025)
+    if (x->up_modern && x->era == TG_ERA_2025) {
         tg_mcp_add_claim(m->root, x->sess->up_modern ? x->sess->u.client_caps : NULL,
                          x->sess->log_level); /* a 2025 session's request, as 2026 has it */
+        tg_msg_edited(m);
+    }
     if (!x->up_modern) {
         /* A 2025 upstream session hears 2025 only: no 2026 claim, no MRTR fields (a dual-era
          * upstream would take such a request for a 2026 one). */
         cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
         if (cJSON_IsObject(params)) {
-            if (cJSON_GetObjectItemCaseSensitive(params, "_meta") != NULL)
-                tg_mcp_strip_claim(m->root);
+            if (cJSON_GetObjectItemCaseSensitive(params, "_meta") != NULL && tg_mcp_strip_claim(m->root))
+                tg_msg_edited(m);
             if (x->era == TG_ERA_2025) {
-                cJSON_DeleteItemFromObjectCaseSensitive(params, "requestState");
-                cJSON_DeleteItemFromObjectCaseSensitive(params, "inputResponses");
+                cJSON *a = cJSON_DetachItemFromObjectCaseSensitive(params, "requestState");
+                cJSON *b = cJSON_DetachItemFromObjectCaseSensitive(params, "inputResponses");
+                if (a != NULL || b != NULL)
+                    tg_msg_edited(m);
+                cJSON_Delete(a);
+                cJSON_Delete(b);
             }
         }
         return;
@@ -90,7 +96,13 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
 {
     set_gid(x->srv, k);
     up_headers(x, k, m);
-    tg_msg_write_with_id(out, m, k->gid);
+    if (m->src != NULL && !m->edited && x->era == TG_ERA_2025 && !x->up_modern && k->mrtr == NULL)
+        /* Unchanged since it was checked: its own bytes, the id replaced. The strict decoder
+         * took them (no duplicate or case-twin keys, valid UTF-8, no NUL), so the upstream reads
+         * in them exactly the tree the policy saw. */
+        tg_msg_splice_id(out, m->src, m->src_len, m->src_id_off, m->id_len, k->gid_str, k->gid_len);
+    else
+        tg_msg_write_with_id(out, m, k->gid);
     if (x->era == TG_ERA_2025 && x->up_modern && k->mrtr == NULL && decided) {
         k->resend = tg_xmalloc(out->len + 1);
         memcpy(k->resend, out->base, out->len);
@@ -425,6 +437,7 @@ static int rewrite_cancel(struct tg_session *s, struct tg_msg *m, const char *wa
         if (n == NULL)
             return 0;
         cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->root, "params"), "requestId", n);
+        tg_msg_edited(m);
         return 1;
     }
     return 0;

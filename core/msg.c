@@ -87,6 +87,9 @@ static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m
     if (id != NULL && (cJSON_IsString(id) || cJSON_IsNumber(id))) {
         m->id_raw = tg_slice_dup(doc.id_raw);
         m->id_len = doc.id_raw.len;
+        m->src = p;
+        m->src_len = n;
+        m->src_id_off = (size_t)(doc.id_raw.ptr - p);
     }
     cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "jsonrpc");
     if (!cJSON_IsString(ver) || strcmp(ver->valuestring, "2.0") != 0) {

@@ -33,7 +33,17 @@ struct tg_msg {
     const char *method; /* requests and notifications; points into root */
     char *id_raw;       /* the id token exactly as the peer sent it (NUL-terminated), or NULL */
     size_t id_len;
+    /* The bytes it was decoded from, while the decoder's caller holds them (NULL once the
+     * message outlives that call), with where its id is in them; and whether the tree was
+     * changed since (tg_msg_edited). An unchanged request goes upstream as those bytes with
+     * the id replaced, instead of being written again from the tree. */
+    const char *src;
+    size_t src_len, src_id_off;
+    int edited;
 };
+
+/* Say that m's tree no longer matches its bytes. */
+static inline void tg_msg_edited(struct tg_msg *m) { m->edited = 1; }
 
 /* Decode one message. On error returns TG_RPC_PARSE_ERROR or TG_RPC_INVALID_REQUEST and sets *why;
  * if the body was valid JSON with an id, that id is copied into m->id_raw so the error can carry it. */

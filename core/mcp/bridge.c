@@ -372,6 +372,7 @@ void tg_bridge_dispatch(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg
     w->x = *x;
     w->sk = sk;
     w->m = *m;
+    w->m.src = NULL; /* the transport's bytes are not kept: it is written from the tree */
     memset(m, 0, sizeof(*m));
     if (x->fwd_headers != NULL)
         w->fwd_headers = tg_xstrdup(x->fwd_headers);

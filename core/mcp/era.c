@@ -410,18 +410,27 @@ void tg_mcp_upstream_headers(struct tg_buf *out, const cJSON *root, const char *
     out->len--;
 }
 
-void tg_mcp_strip_claim(cJSON *root)
+/* Delete member key of o; 1 if there was one. */
+static int drop(cJSON *o, const char *key)
+{
+    cJSON *it = cJSON_DetachItemFromObjectCaseSensitive(o, key);
+    cJSON_Delete(it);
+    return it != NULL;
+}
+
+int tg_mcp_strip_claim(cJSON *root)
 {
     cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
     cJSON *meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
     if (!cJSON_IsObject(meta))
-        return;
-    cJSON_DeleteItemFromObjectCaseSensitive(meta, TG_MCP_META_VERSION);
-    cJSON_DeleteItemFromObjectCaseSensitive(meta, TG_MCP_META_CAPS);
-    cJSON_DeleteItemFromObjectCaseSensitive(meta, "io.modelcontextprotocol/clientInfo");
-    cJSON_DeleteItemFromObjectCaseSensitive(meta, "io.modelcontextprotocol/logLevel");
+        return 0;
+    int n = drop(meta, TG_MCP_META_VERSION);
+    n |= drop(meta, TG_MCP_META_CAPS);
+    n |= drop(meta, "io.modelcontextprotocol/clientInfo");
+    n |= drop(meta, "io.modelcontextprotocol/logLevel");
     if (meta->child == NULL)
-        cJSON_DeleteItemFromObjectCaseSensitive(params, "_meta");
+        n |= drop(params, "_meta");
+    return n;
 }
 
 struct build_ctx {

@@ -92,7 +92,7 @@ unsigned tg_mcp_log_level(const char *name);
 const char *tg_mcp_log_level_name(unsigned level);
 /* Remove a 2026 request's claim from its params._meta (protocolVersion, clientCapabilities,
  * clientInfo, logLevel; _meta itself if nothing else is left): what a 2025 upstream is sent. */
-void tg_mcp_strip_claim(cJSON *root);
+int tg_mcp_strip_claim(cJSON *root); /* 1 if it removed anything */
 /* Write one header value as a 2026 request carries it: the value itself when it is plain
  * ASCII (printable, no edge whitespace, not itself like the sentinel), else =?base64?...?=. */
 void tg_mcp_header_value_write(struct tg_buf *out, const char *v, size_t n);

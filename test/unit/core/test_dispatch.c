@@ -68,6 +68,46 @@ static void allow_forwards_with_our_id(void **state)
     mw_free(m);
 }
 
+/* An unchanged request goes up as its own bytes with our id in place (whitespace, escapes and
+ * number spellings as the client sent them); one the gateway had to change (2026 fields sent
+ * to a 2025 upstream) is written from the tree, without them. */
+static void forwarded_bytes_as_sent_unless_changed(void **state)
+{
+    struct mw *m = mw_new(FAKE_HTTP);
+    struct tg_session *s = mw_session(m, 0);
+    m->srv.next_gid = 6;
+    struct rec r;
+    rec_init(&r);
+    const char *raw = "{ \"jsonrpc\": \"2.0\", \"method\":\"tools/call\",\"id\" : \"x\\u0041\",\n"
+                      "  \"params\":{\"name\":\"echo\",\"arguments\":{\"x\":1.50E+1,\"s\":\"\\u00e9\"}}}";
+    mw_send(m, s, fsink_new(&r, 0), raw);
+    assert_int_equal(fake.nsend, 1);
+    assert_string_equal(fake.last_body.base, "{ \"jsonrpc\": \"2.0\", \"method\":\"tools/call\",\"id\" : 7,\n"
+                                             "  \"params\":{\"name\":\"echo\",\"arguments\":{\"x\":1.50E+1,\"s\":\"\\u00e9\"}}}");
+    fake_answer(fake.last, "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}");
+    assert_string_equal(r.answer.base, "{\"jsonrpc\":\"2.0\",\"id\":\"x\\u0041\",\"result\":{}}");
+    rec_dispose(&r);
+    rec_init(&r);
+    mw_send(m, s, fsink_new(&r, 0),
+            "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
+            "\"arguments\":{},\"requestState\":\"abc\"}}");
+    assert_int_equal(fake.nsend, 2);
+    assert_string_equal(fake.last_body.base,
+                        "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{}}}");
+    fake_answer(fake.last, "{\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{}}");
+    rec_dispose(&r);
+    rec_init(&r);
+    mw_send(m, s, fsink_new(&r, 0),
+            "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
+            "\"arguments\":{},\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"x\"}}}");
+    assert_int_equal(fake.nsend, 3);
+    assert_string_equal(fake.last_body.base,
+                        "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{}}}");
+    fake_answer(fake.last, "{\"jsonrpc\":\"2.0\",\"id\":9,\"result\":{}}");
+    rec_dispose(&r);
+    mw_free(m);
+}
+
 /* Messages that are not decided go up as they are (id rewritten for requests). */
 static void undecided_request_forwarded(void **state)
 {
@@ -873,6 +913,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(allow_forwards_with_our_id),
         cmocka_unit_test(undecided_request_forwarded),
         cmocka_unit_test(deny_answers_32001_never_sent),
+        cmocka_unit_test(forwarded_bytes_as_sent_unless_changed),
         cmocka_unit_test(protocol_refusals),
         cmocka_unit_test(limit_answers_32002),
         cmocka_unit_test(limit_refunds_only_what_did_not_run),

@@ -176,12 +176,11 @@ static void json_line_cut_inside_escape(void **state)
         size_t off = 0;
         int r = tg_json_parse(line, len ? len - 1 : 0, 8, 1, &doc, &err, &off);
         cJSON_Delete(doc.root);
-        if (r != 0) {
+        if (r != 0)
             print_error("pairs cut at %zu: %s at %zu: ...%s", pad, err, off, line + (off > 40 ? off - 40 : 0));
-            free(line);
-            fail();
-        }
         free(line);
+        if (r != 0)
+            fail();
     }
 }
 

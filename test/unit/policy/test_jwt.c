@@ -460,6 +460,7 @@ static void structure(void **state)
     const char *good = tok("rs_ok");
     size_t n = strlen(good);
     char *t = malloc(n + 8);
+    assert_non_null(t);
     snprintf(t, n + 8, "%s.", good);
     bad_raw("trailing dot", tg_slice_cstr(t), "malformed token");
     snprintf(t, n + 8, ".%s", good);
