@@ -11,6 +11,7 @@ one line per round for measured figures.
 
 Which way is worse, by the figure's name (the last key of its path):
   higher is better (worse when it falls): rps, events_per_s, and every key starting with "ratio"
+                                          (but mem.ratio_over_nginx, memory over nginx's, is lower-better)
   lower is better (worse when it rises):  p50_ms, p99_ms, cpu_us_per_req, cpu_us_per_msg,
                                           bytes_per_session, ns_per_decision, p99_over_nginx,
                                           cpu_over_nginx (CPU per request or message, tollgate/nginx)
@@ -199,6 +200,8 @@ def flatten(d, prefix=""):
 
 def direction(path):
     key = path.rsplit(".", 1)[-1]
+    if path == "mem.ratio_over_nginx":
+        return -1  # bytes per idle session over nginx's: lower is better
     if key in HIGHER or key.startswith("ratio"):
         return 1
     if key in LOWER:
