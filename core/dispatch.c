@@ -14,6 +14,7 @@
 #include "core/mcp/legacy.h"
 #include "core/mcp/listen.h"
 #include "core/mcp/rewrite.h"
+#include "core/json.h"
 #include "core/msg.h"
 #include "core/gateway.h"
 #include "policy/policy.h"
@@ -96,10 +97,12 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
 {
     set_gid(x->srv, k);
     up_headers(x, k, m);
-    if (m->src != NULL && !m->edited && x->era == TG_ERA_2025 && !x->up_modern && k->mrtr == NULL)
-        /* Unchanged since it was checked: its own bytes, the id replaced. The strict decoder
-         * took them (no duplicate or case-twin keys, valid UTF-8, no NUL), so the upstream reads
-         * in them exactly the tree the policy saw. */
+    if (m->src != NULL && !m->edited && x->era == TG_ERA_2025 && !x->up_modern && k->mrtr == NULL &&
+        tg_json_plain(m->src, m->src_len))
+        /* Unchanged since it was checked, and plain (no escape, nothing outside printable ASCII
+         * and spaces): its own bytes with the id replaced are the tree the policy saw, written
+         * with the client's spacing, so the upstream cannot read anything else in them. Any
+         * other request is written again from its tree. */
         tg_msg_splice_id(out, m->src, m->src_len, m->src_id_off, m->id_len, k->gid_str, k->gid_len);
     else
         tg_msg_write_with_id(out, m, k->gid);

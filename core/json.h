@@ -34,6 +34,11 @@ struct tg_json_doc {
 int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_json_doc *doc, const char **err,
                   size_t *err_off);
 
+/* 1 if no byte of p[0..n) is a backslash, a control byte (whitespace other than spaces
+ * included) or over 0x7f: valid JSON made of such bytes reads the same before and after any
+ * decoder, its strings being their own text. */
+int tg_json_plain(const char *p, size_t n);
+
 /* tg_json_parse()'s fast path without a tree (core/json_scan.c): 0 with doc filled when it
  * accepts, -1 when it leaves the input to the strict parser (it never rejects). */
 int tg__json_scan_fast(const char *p, size_t n, int max_depth, struct tg_json_doc *doc);

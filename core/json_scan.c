@@ -26,8 +26,9 @@
 /* 1 if no byte of p[0..n) is a backslash, a control byte or over 0x7f: sixteen bytes at a time
  * with SSE2 (every x86-64 has it; a signed compare with 0x20 catches both the control bytes and
  * those over 0x7f), eight at a time elsewhere. */
-static int plain_input(const unsigned char *p, size_t n)
+int tg_json_plain(const char *in, size_t n)
 {
+    const unsigned char *p = (const unsigned char *)in;
     size_t i = 0;
 #if defined(__SSE2__)
     const __m128i bs = _mm_set1_epi8('\\'), sp = _mm_set1_epi8(0x20);
@@ -119,7 +120,7 @@ static void record(struct tg_json_doc *doc, const unsigned char *k, size_t kn, c
 int tg__json_scan_fast(const char *in, size_t n, int max_depth, struct tg_json_doc *doc)
 {
     const unsigned char *p = (const unsigned char *)in, *end = p + n;
-    if (n == 0 || !plain_input(p, n))
+    if (n == 0 || !tg_json_plain(in, n))
         return -1;
     /* One entry per open container: 1 = object, 2 = array; the first key of each open object. */
     unsigned char kind[FAST_DEPTH + 1];

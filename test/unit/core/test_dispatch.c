@@ -68,9 +68,9 @@ static void allow_forwards_with_our_id(void **state)
     mw_free(m);
 }
 
-/* An unchanged request goes up as its own bytes with our id in place (whitespace, escapes and
- * number spellings as the client sent them); one the gateway had to change (2026 fields sent
- * to a 2025 upstream) is written from the tree, without them. */
+/* An unchanged plain request goes up as its own bytes with our id in place (spacing and number
+ * spellings as the client sent them); one with an escape, or one the gateway had to change
+ * (2026 fields sent to a 2025 upstream), is written from the tree. */
 static void forwarded_bytes_as_sent_unless_changed(void **state)
 {
     struct mw *m = mw_new(FAKE_HTTP);
@@ -78,14 +78,14 @@ static void forwarded_bytes_as_sent_unless_changed(void **state)
     m->srv.next_gid = 6;
     struct rec r;
     rec_init(&r);
-    const char *raw = "{ \"jsonrpc\": \"2.0\", \"method\":\"tools/call\",\"id\" : \"x\\u0041\",\n"
-                      "  \"params\":{\"name\":\"echo\",\"arguments\":{\"x\":1.50E+1,\"s\":\"\\u00e9\"}}}";
+    const char *raw = "{ \"jsonrpc\": \"2.0\", \"method\":\"tools/call\",\"id\" : \"xA\",  "
+                      "  \"params\":{\"name\":\"echo\",\"arguments\":{\"x\":1.50E+1,\"s\":\"e\"}}}";
     mw_send(m, s, fsink_new(&r, 0), raw);
     assert_int_equal(fake.nsend, 1);
-    assert_string_equal(fake.last_body.base, "{ \"jsonrpc\": \"2.0\", \"method\":\"tools/call\",\"id\" : 7,\n"
-                                             "  \"params\":{\"name\":\"echo\",\"arguments\":{\"x\":1.50E+1,\"s\":\"\\u00e9\"}}}");
+    assert_string_equal(fake.last_body.base, "{ \"jsonrpc\": \"2.0\", \"method\":\"tools/call\",\"id\" : 7,  "
+                                             "  \"params\":{\"name\":\"echo\",\"arguments\":{\"x\":1.50E+1,\"s\":\"e\"}}}");
     fake_answer(fake.last, "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}");
-    assert_string_equal(r.answer.base, "{\"jsonrpc\":\"2.0\",\"id\":\"x\\u0041\",\"result\":{}}");
+    assert_string_equal(r.answer.base, "{\"jsonrpc\":\"2.0\",\"id\":\"xA\",\"result\":{}}");
     rec_dispose(&r);
     rec_init(&r);
     mw_send(m, s, fsink_new(&r, 0),
@@ -96,14 +96,22 @@ static void forwarded_bytes_as_sent_unless_changed(void **state)
                         "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{}}}");
     fake_answer(fake.last, "{\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{}}");
     rec_dispose(&r);
-    rec_init(&r);
+    rec_init(&r); /* an escape: the tree's writing (decoded, compact), not the bytes */
     mw_send(m, s, fsink_new(&r, 0),
-            "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
-            "\"arguments\":{},\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"x\"}}}");
+            "{\"jsonrpc\":\"2.0\", \"id\":4,\"method\":\"tools/call\",\"params\":{\"n\\u0061me\":\"echo\",\"arguments\":{}}}");
     assert_int_equal(fake.nsend, 3);
     assert_string_equal(fake.last_body.base,
                         "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{}}}");
     fake_answer(fake.last, "{\"jsonrpc\":\"2.0\",\"id\":9,\"result\":{}}");
+    rec_dispose(&r);
+    rec_init(&r);
+    mw_send(m, s, fsink_new(&r, 0),
+            "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
+            "\"arguments\":{},\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"x\"}}}");
+    assert_int_equal(fake.nsend, 4);
+    assert_string_equal(fake.last_body.base,
+                        "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{}}}");
+    fake_answer(fake.last, "{\"jsonrpc\":\"2.0\",\"id\":10,\"result\":{}}");
     rec_dispose(&r);
     mw_free(m);
 }
