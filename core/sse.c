@@ -128,6 +128,26 @@ static size_t line_end(const char *b, size_t k, size_t n)
     return cr != NULL ? (size_t)(cr - b) : e;
 }
 
+/* The event a relaying upstream sends, whole at b: "event: message", one "data: " line with no
+ * CR in it, and the blank line. Returns its length with the data's bytes in *d, or 0 for
+ * anything else (which the line parser reads). */
+static size_t usual_event(const char *b, size_t n, size_t max, const char **d, size_t *dn)
+{
+    static const char head[] = "event: message\ndata: ";
+    const size_t hn = sizeof(head) - 1;
+    if (n < hn + 2 || memcmp(b, head, hn) != 0)
+        return 0;
+    const char *lf = memchr(b + hn, '\n', n - hn);
+    if (lf == NULL || (size_t)(lf - b) + 1 >= n || lf[1] != '\n')
+        return 0;
+    size_t len = (size_t)(lf - (b + hn));
+    if (len > max || memchr(b + hn, '\r', len) != NULL)
+        return 0;
+    *d = b + hn;
+    *dn = len;
+    return (size_t)(lf - b) + 2;
+}
+
 int tg_sse_feed(struct tg_sse_parser *p, const char *b, size_t n, tg_sse_event_cb cb, void *ud)
 {
     size_t i = 0;
@@ -154,6 +174,19 @@ int tg_sse_feed(struct tg_sse_parser *p, const char *b, size_t n, tg_sse_event_c
             continue;
         }
         p->last_cr = 0;
+        if (!p->skipping && p->line.len == 0 && !p->has_data && p->event.len == 0 && !p->has_id) {
+            /* At an event's start with nothing carried over: the usual event is dispatched from
+             * the input in one step, as the line parser would dispatch it. */
+            const char *d;
+            size_t dn, e = usual_event(b + i, n - i, p->max_event, &d, &dn);
+            if (e != 0) {
+                struct tg_sse_event ev = {TG_SLICE("message"), tg_slice_of(d, dn), TG_SLICE_NULL, 0};
+                if (cb(ud, &ev) != 0)
+                    return TG_SSE_STOPPED;
+                i += e;
+                continue;
+            }
+        }
         const char *start = b + i;
         size_t k = line_end(b, i, n);
         if (p->skipping) {

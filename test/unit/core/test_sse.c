@@ -125,6 +125,38 @@ static void single_event(void **state)
     expect_ev(&c, 0, "", "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}", NULL);
 }
 
+/* The usual relayed event is read in one step (core/sse.c usual_event) when it is whole in a
+ * feed; cut anywhere it goes through the line parser: both must give the same events, for it and
+ * for everything that only looks like it. */
+static void usual_event_and_near_misses(void **state)
+{
+    struct col c;
+    PARSE("event: message\ndata: {\"a\":1}\n\n"
+          "event: message\ndata: x\r\n\n"
+          "event: message\ndata: y\n\n"
+          ": c\nevent: message\ndata: z\ndata: w\n\n"
+          "event: messagex\ndata: q\n\n"
+          "event: message\ndata: \n\n"
+          "id: 5\nevent: message\ndata: after id\n\n"
+          "event: message\ndata:nospace\n\n"
+          "event: message\ndata: last\n\n",
+          &c);
+    assert_int_equal(c.n, 9);
+    expect_ev(&c, 0, "message", "{\"a\":1}", NULL);
+    expect_ev(&c, 1, "message", "x", NULL);
+    expect_ev(&c, 2, "message", "y", NULL);
+    expect_ev(&c, 3, "message", "z\nw", NULL);
+    expect_ev(&c, 4, "messagex", "q", NULL);
+    expect_ev(&c, 5, "message", "", NULL);
+    expect_ev(&c, 6, "message", "after id", "5");
+    expect_ev(&c, 7, "message", "nospace", NULL);
+    expect_ev(&c, 8, "message", "last", NULL);
+    /* over the limit: the line parser's answer (the event is refused) */
+    struct col d;
+    PARSE_MAX("event: message\ndata: 0123456789\n\n", 5, &d, TG_ELIMIT);
+    assert_int_equal(d.n, 0);
+}
+
 static void line_endings(void **state)
 {
     struct col c;
@@ -663,6 +695,7 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(single_event),
+        cmocka_unit_test(usual_event_and_near_misses),
         cmocka_unit_test(line_endings),
         cmocka_unit_test(multi_line_data),
         cmocka_unit_test(comments_and_unknown_fields),
