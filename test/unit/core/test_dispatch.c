@@ -68,6 +68,22 @@ static void allow_forwards_with_our_id(void **state)
     mw_free(m);
 }
 
+/* Send body on s; the upstream must get want; answer it (with our id gid) and end the call. */
+static void forward_case(struct mw *m, struct tg_session *s, const char *body, const char *want, unsigned gid)
+{
+    struct rec r;
+    rec_init(&r);
+    int before = fake.nsend;
+    mw_send(m, s, fsink_new(&r, 0), body);
+    assert_int_equal(fake.nsend, before + 1);
+    assert_string_equal(fake.last_body.base, want);
+    char ans[96];
+    snprintf(ans, sizeof(ans), "{\"jsonrpc\":\"2.0\",\"id\":%u,\"result\":{}}", gid);
+    fake_answer(fake.last, ans);
+    assert_int_equal(r.status, 200);
+    rec_dispose(&r);
+}
+
 /* An unchanged plain request goes up as its own bytes with our id in place (spacing and number
  * spellings as the client sent them); one with an escape, or one the gateway had to change
  * (2026 fields sent to a 2025 upstream), is written from the tree. */
@@ -76,43 +92,28 @@ static void forwarded_bytes_as_sent_unless_changed(void **state)
     struct mw *m = mw_new(FAKE_HTTP);
     struct tg_session *s = mw_session(m, 0);
     m->srv.next_gid = 6;
-    struct rec r;
-    rec_init(&r);
-    const char *raw = "{ \"jsonrpc\": \"2.0\", \"method\":\"tools/call\",\"id\" : \"xA\",  "
-                      "  \"params\":{\"name\":\"echo\",\"arguments\":{\"x\":1.50E+1,\"s\":\"e\"}}}";
-    mw_send(m, s, fsink_new(&r, 0), raw);
-    assert_int_equal(fake.nsend, 1);
-    assert_string_equal(fake.last_body.base, "{ \"jsonrpc\": \"2.0\", \"method\":\"tools/call\",\"id\" : 7,  "
-                                             "  \"params\":{\"name\":\"echo\",\"arguments\":{\"x\":1.50E+1,\"s\":\"e\"}}}");
-    fake_answer(fake.last, "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}");
-    assert_string_equal(r.answer.base, "{\"jsonrpc\":\"2.0\",\"id\":\"xA\",\"result\":{}}");
-    rec_dispose(&r);
-    rec_init(&r);
-    mw_send(m, s, fsink_new(&r, 0),
-            "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
-            "\"arguments\":{},\"requestState\":\"abc\"}}");
-    assert_int_equal(fake.nsend, 2);
-    assert_string_equal(fake.last_body.base,
-                        "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{}}}");
-    fake_answer(fake.last, "{\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{}}");
-    rec_dispose(&r);
-    rec_init(&r); /* an escape: the tree's writing (decoded, compact), not the bytes */
-    mw_send(m, s, fsink_new(&r, 0),
-            "{\"jsonrpc\":\"2.0\", \"id\":4,\"method\":\"tools/call\",\"params\":{\"n\\u0061me\":\"echo\",\"arguments\":{}}}");
-    assert_int_equal(fake.nsend, 3);
-    assert_string_equal(fake.last_body.base,
-                        "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{}}}");
-    fake_answer(fake.last, "{\"jsonrpc\":\"2.0\",\"id\":9,\"result\":{}}");
-    rec_dispose(&r);
-    rec_init(&r);
-    mw_send(m, s, fsink_new(&r, 0),
-            "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
-            "\"arguments\":{},\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"x\"}}}");
-    assert_int_equal(fake.nsend, 4);
-    assert_string_equal(fake.last_body.base,
-                        "{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{}}}");
-    fake_answer(fake.last, "{\"jsonrpc\":\"2.0\",\"id\":10,\"result\":{}}");
-    rec_dispose(&r);
+    forward_case(m, s,
+                 "{ \"jsonrpc\": \"2.0\", \"method\":\"tools/call\",\"id\" : \"xA\",    \"params\":{\"name\":\"echo\","
+                 "\"arguments\":{\"x\":1.50E+1,\"s\":\"e\"}}}",
+                 "{ \"jsonrpc\": \"2.0\", \"method\":\"tools/call\",\"id\" : 7,    \"params\":{\"name\":\"echo\","
+                 "\"arguments\":{\"x\":1.50E+1,\"s\":\"e\"}}}",
+                 7);
+    const char *tree = "{\"jsonrpc\":\"2.0\",\"id\":%u,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{}}}";
+    char want[160];
+    snprintf(want, sizeof(want), tree, 8u); /* a 2026 field for a 2025 upstream: removed */
+    forward_case(m, s,
+                 "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
+                 "\"arguments\":{},\"requestState\":\"abc\"}}",
+                 want, 8);
+    snprintf(want, sizeof(want), tree, 9u); /* an escape: the tree's writing (decoded, compact) */
+    forward_case(m, s,
+                 "{\"jsonrpc\":\"2.0\", \"id\":4,\"method\":\"tools/call\",\"params\":{\"n\\u0061me\":\"echo\",\"arguments\":{}}}",
+                 want, 9);
+    snprintf(want, sizeof(want), tree, 10u); /* a 2026 claim in _meta: removed, and _meta with it */
+    forward_case(m, s,
+                 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
+                 "\"arguments\":{},\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"x\"}}}",
+                 want, 10);
     mw_free(m);
 }
 
