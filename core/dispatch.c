@@ -72,6 +72,19 @@ static void up_headers(const struct tg_exchange *x, struct tg_call *k, struct tg
     k->up_headers = h.base; /* NUL-terminated; the call frees it */
 }
 
+/* A decision is counted; a deny or a limit is audited and answered, and the call ends
+ * (returns 1). The same for a local decision and one that waited for Redis. */
+static int refused(struct tg_server *srv, struct tg_call *k, const struct tg_decision *dec)
+{
+    srv->metrics.decisions[dec->verdict]++;
+    if (dec->verdict != TG_VERDICT_DENY && dec->verdict != TG_VERDICT_LIMITED)
+        return 0;
+    tg_call_audit(k, dec->verdict == TG_VERDICT_DENY ? "deny" : "limited", -1, NULL, NULL);
+    tg_call_answer_decision(k, dec, NULL);
+    tg_call_close(k);
+    return 1;
+}
+
 /* The call's gateway id, the id the upstream sees. */
 static void set_gid(struct tg_server *srv, struct tg_call *k)
 {
@@ -202,13 +215,8 @@ static void on_shared_decision(void *ud, enum tg_cluster_outcome o, struct tg_de
     }
     *k->dec = *d; /* TG_CLUSTER_FALLBACK: decided on this gateway's counters (counted by the cluster) */
     struct tg_decision *dec = k->dec;
-    srv->metrics.decisions[dec->verdict]++;
-    if (dec->verdict == TG_VERDICT_DENY || dec->verdict == TG_VERDICT_LIMITED) {
-        tg_call_audit(k, dec->verdict == TG_VERDICT_DENY ? "deny" : "limited", -1, NULL, NULL);
-        tg_call_answer_decision(k, dec, NULL);
-        tg_call_close(k);
+    if (refused(srv, k, dec))
         return;
-    }
     if (k->resume_params != NULL) {
         resume(k, dec, k->resume_parked, k->resume_params);
         return;
@@ -384,13 +392,8 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             wait_shared_decision(x, sk, m, k, job, retry, parked, params);
             return;
         }
-        srv->metrics.decisions[dec->verdict]++;
-        if (dec->verdict == TG_VERDICT_DENY || dec->verdict == TG_VERDICT_LIMITED) {
-            tg_call_audit(k, dec->verdict == TG_VERDICT_DENY ? "deny" : "limited", -1, NULL, NULL);
-            tg_call_answer_decision(k, dec, NULL);
-            tg_call_close(k);
+        if (refused(srv, k, dec))
             return;
-        }
     }
     if (listen && !x->up_modern) {
         /* A 2025 upstream session has no listen: its GET stream serves every listen of it. */

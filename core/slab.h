@@ -3,7 +3,8 @@
  * A decoded request is a few dozen small allocations (cJSON nodes, keys, strings, numbers'
  * text) freed together a moment later, once per message: glibc's per-thread cache holds only
  * seven blocks of a size, and the rest of each burst goes through its slower paths. These lists
- * keep up to TG_SLAB_KEEP blocks of each size class per thread.
+ * keep up to TG_SLAB_KEEP blocks of each size class per thread (a hostile burst leaves at most
+ * that much behind).
  *
  * The blocks are ordinary malloc blocks of a class's usable size, so either side may free what
  * the other allocated: tg_slab_free() takes any malloc'd block (its class is read back with
@@ -16,7 +17,7 @@
 
 #include <stddef.h>
 
-#define TG_SLAB_KEEP 4096
+#define TG_SLAB_KEEP 1024 /* per class and thread: at most 16 x 1024 blocks of <= 264 B, 4.3 MiB */
 
 void tg_slab_enable(int on);
 /* 1, or 0 in a build with AddressSanitizer. */

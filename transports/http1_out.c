@@ -160,12 +160,15 @@ static void send_now(struct tg_conn *c, struct tg_buf *b);
 /* The room a stream's cork starts with: what a burst of relayed events fills in one iteration. */
 #define STREAM_CORK (8u << 10)
 
-/* The cork with room for n more bytes. The first write of an iteration makes room for a
- * burst, so the ones after it are only copied. */
+/* The cork with room for n more bytes. A lone event takes what it needs; the write that finds
+ * the cork full makes room for a burst, so the ones after it are only copied. (Room for a burst
+ * up front would be STREAM_CORK per stream for each iteration that writes one event to each of
+ * many streams.) */
 static struct tg_buf *cork_room(struct tg_conn *c, size_t n)
 {
     struct tg_buf *k = &c->cork;
-    if (tg_buf_try_reserve(k, k->cap == 0 && n < STREAM_CORK ? STREAM_CORK : n, 0) != 0)
+    int burst = k->cap != 0 && k->cap - k->len < n && n < STREAM_CORK;
+    if (tg_buf_try_reserve(k, burst ? STREAM_CORK : n, 0) != 0)
         abort();
     return k;
 }
