@@ -14,6 +14,7 @@
  * first bytes of a message too long to keep). */
 #include "core/json.h"
 
+#include <stdint.h>
 #include <string.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -57,11 +58,27 @@ int tg_json_plain(const char *in, size_t n)
     return 1;
 }
 
-/* Past the closing quote of the string opening at p (no backslash in the input), or NULL. */
-static const unsigned char *string_end(const unsigned char *p, const unsigned char *end)
+/* Past the closing quote of the string opening at p (no backslash in the input), or NULL.
+ * Inline and sixteen bytes at a time: most strings here are keys and short values, for which a
+ * call to memchr() costs more than the search. */
+static inline const unsigned char *string_end(const unsigned char *p, const unsigned char *end)
 {
-    const unsigned char *q = memchr(p + 1, '"', (size_t)(end - p - 1));
+    p++;
+#if defined(__SSE2__)
+    const __m128i q = _mm_set1_epi8('"');
+    for (; end - p >= 16; p += 16) {
+        unsigned m = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), q));
+        if (m != 0)
+            return p + __builtin_ctz(m) + 1;
+    }
+    for (; p < end; p++)
+        if (*p == '"')
+            return p + 1;
+    return NULL;
+#else
+    const unsigned char *q = memchr(p, '"', (size_t)(end - p));
     return q != NULL ? q + 1 : NULL;
+#endif
 }
 
 static int digit(unsigned c) { return c - '0' < 10; }
@@ -125,6 +142,9 @@ int tg__json_scan_fast(const char *in, size_t n, int max_depth, struct tg_json_d
     /* One entry per open container: 1 = object, 2 = array; the first key of each open object. */
     unsigned char kind[FAST_DEPTH + 1];
     unsigned first_key[FAST_DEPTH + 1];
+    /* a 64-bit filter of each open object's keys: the pairwise duplicate check runs only when a
+     * key's bit is already set (a duplicate, or two keys that share length and first byte) */
+    uint64_t seen[FAST_DEPTH + 1];
     struct key keys[FAST_KEYS];
     unsigned nkeys = 0;
     int depth = 0;
@@ -149,6 +169,7 @@ int tg__json_scan_fast(const char *in, size_t n, int max_depth, struct tg_json_d
             depth++;
             kind[depth] = c == '{' ? 1 : 2;
             first_key[depth] = nkeys;
+            seen[depth] = 0;
             p++;
             while (p < end && *p == ' ')
                 p++;
@@ -214,9 +235,13 @@ int tg__json_scan_fast(const char *in, size_t n, int max_depth, struct tg_json_d
             unsigned from = first_key[depth];
             if (nkeys - from >= FAST_OBJ_KEYS || nkeys >= FAST_KEYS)
                 return -1;
-            for (unsigned i = from; i < nkeys; i++)
-                if (keys[i].n == kn && memcmp(keys[i].p, k, kn) == 0)
-                    return -1; /* a duplicate: the strict parser says so */
+            /* k[0] is the closing quote of an empty key */
+            uint64_t bit = (uint64_t)1 << ((k[0] + kn * 5) & 63);
+            if (seen[depth] & bit)
+                for (unsigned i = from; i < nkeys; i++)
+                    if (keys[i].n == kn && memcmp(keys[i].p, k, kn) == 0)
+                        return -1; /* a duplicate: the strict parser says so */
+            seen[depth] |= bit;
             keys[nkeys++] = (struct key){k, kn};
             p = ke;
             while (p < end && *p == ' ')

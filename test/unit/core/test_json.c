@@ -875,6 +875,43 @@ static void fast_scan_matches_strict(void **state)
     }
 }
 
+/* The fast path's key filter and its sixteen-byte string search: keys that share a filter bit
+ * (same length and first byte) but differ are taken, a duplicate is refused however many keys
+ * stand between, and a string's closing quote is found at every offset around the block edge
+ * and in the bytes too few for a block at the end. */
+static void fast_scan_keys_and_strings(void **state)
+{
+    (void)state;
+    struct tg_json_doc d;
+    const char *ok[] = {
+        "{\"ab\":1,\"ac\":2,\"ad\":3}",
+        "{\"\":1,\"a\":2,\"b\":{\"\":3}}",
+        "{\"k\":{\"x\":1},\"x\":{\"k\":2}}",
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(*ok); i++)
+        assert_int_equal(tg__json_scan_fast(ok[i], strlen(ok[i]), 64, &d), 0);
+    const char *dup[] = {
+        "{\"ab\":1,\"ac\":2,\"ab\":3}",
+        "{\"\":1,\"\":2}",
+        "{\"a\":{\"q\":1,\"r\":2,\"q\":3}}",
+        "{\"a\":1,\"b\":2,\"c\":3,\"d\":4,\"e\":5,\"f\":6,\"a\":7}",
+    };
+    for (size_t i = 0; i < sizeof(dup) / sizeof(*dup); i++) {
+        assert_int_equal(tg__json_scan_fast(dup[i], strlen(dup[i]), 64, &d), -1);
+        assert_int_not_equal(tg_json_parse(dup[i], strlen(dup[i]), 64, 1, &d, NULL, NULL), 0);
+        cJSON_Delete(d.root);
+    }
+    for (size_t len = 0; len < 70; len++) {
+        char msg[128];
+        int n = snprintf(msg, sizeof msg, "{\"method\":\"%.*s\"}", (int)len,
+                         "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz");
+        assert_int_equal(tg__json_scan_fast(msg, (size_t)n, 64, &d), 0);
+        assert_int_equal(d.method_raw.len, len + 2);
+        /* the closing quote cut off: no string end is found past the input */
+        assert_int_equal(tg__json_scan_fast(msg, (size_t)n - 2, 64, &d), -1);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -888,6 +925,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(duplicate_keys),
         cmocka_unit_test(duplicate_keys_many_members),
         cmocka_unit_test(duplicate_keys_without_tree),
+        cmocka_unit_test(fast_scan_keys_and_strings),
         cmocka_unit_test(invalid_utf8),
         cmocka_unit_test(lone_surrogates),
         cmocka_unit_test(escapes),
