@@ -6,6 +6,7 @@
 
 #include "core/gateway.h"
 #include "core/session.h"
+#include "core/sse.h"
 #include "transports/http1.h"
 
 void tg_replay_free(struct tg_replay *r)
@@ -43,20 +44,27 @@ struct tg_replay *tg_replay_new(struct tg_server *srv, struct tg_session *s, str
     return r;
 }
 
-/* HEX "-" DECIMAL without printf: this runs once per relayed event. */
+/* HEX "-" DECIMAL without printf: this runs once per relayed event, so the "HEX-" part, the
+ * same for the whole stream, is made once. */
 size_t tg_replay_next_id(struct tg_replay *r, char *id)
 {
+    if (r->id_head_len == 0) {
+        char tmp[20];
+        size_t t = 0;
+        uint64_t v = r->id;
+        do {
+            tmp[t++] = "0123456789abcdef"[v & 15];
+            v >>= 4;
+        } while (v != 0);
+        while (t > 0)
+            r->id_head[r->id_head_len++] = tmp[--t];
+        r->id_head[r->id_head_len++] = '-';
+    }
+    size_t n = r->id_head_len;
+    memcpy(id, r->id_head, n);
     char tmp[20];
-    size_t n = 0, t = 0;
-    uint64_t v = r->id;
-    do {
-        tmp[t++] = "0123456789abcdef"[v & 15];
-        v >>= 4;
-    } while (v != 0);
-    while (t > 0)
-        id[n++] = tmp[--t];
-    id[n++] = '-';
-    v = ++r->next_seq;
+    size_t t = 0;
+    uint64_t v = ++r->next_seq;
     do {
         tmp[t++] = (char)('0' + v % 10);
         v /= 10;
@@ -67,18 +75,34 @@ size_t tg_replay_next_id(struct tg_replay *r, char *id)
     return n;
 }
 
-void tg_replay_keep(struct tg_replay *r, const char *ev, size_t n)
+/* Room for this many bytes when a generation takes its first event: a few reallocations per
+ * stream instead of one per doubling from 256 bytes; tg_replay_end() gives back what is unused. */
+#define REPLAY_FIRST_ROOM 16384
+
+struct tg_slice tg_replay_message(struct tg_replay *r, const char *p, size_t n, struct tg_buf *scratch)
 {
+    char id[40];
+    size_t idn = tg_replay_next_id(r, id);
     size_t half = (size_t)r->srv->conf->limits.replay_bytes / 2;
-    if (r->gen[r->cur].len > half) {
-        r->cur ^= 1;
-        r->gen[r->cur].len = 0;
-        if (r->gen[r->cur].cap > 2 * half + 65536)
-            tg_buf_dispose(&r->gen[r->cur]);
-    }
-    if (half > 0)
-        tg_buf_append(&r->gen[r->cur], ev, n);
+    struct tg_buf *b = scratch;
     r->last_write_ms = uv_now(r->srv->loop);
+    if (half == 0) {
+        b->len = 0; /* nothing is kept: the event is framed in the caller's scratch */
+    } else {
+        b = &r->gen[r->cur];
+        if (b->len > half) {
+            r->cur ^= 1;
+            b = &r->gen[r->cur];
+            b->len = 0;
+            if (b->cap > 2 * half + 65536)
+                tg_buf_dispose(b);
+        }
+        if (b->cap == 0 && tg_buf_try_reserve(b, REPLAY_FIRST_ROOM < half ? REPLAY_FIRST_ROOM : half, 0) != 0)
+            abort();
+    }
+    size_t at = b->len;
+    tg_sse_write_message(b, id, idn, p, n);
+    return tg_slice_of(b->base + at, b->len - at);
 }
 
 /* Oldest generation first. Each kept event starts with "id: HEX-SEQ\n" and ends with a blank line. */
@@ -121,10 +145,26 @@ int tg_replay_parse_id(struct tg_slice last, uint64_t *stream, uint64_t *seq)
     return 0;
 }
 
+/* An ended stream is kept TG_REPLAY_KEEP_MS: with its bytes only, not the room it grew. */
+static void fit(struct tg_buf *b)
+{
+    if (b->len == 0) {
+        tg_buf_dispose(b);
+    } else if (b->cap - b->len > 4096) {
+        char *q = realloc(b->base, b->len);
+        if (q != NULL) {
+            b->base = q;
+            b->cap = b->len;
+        }
+    }
+}
+
 void tg_replay_end(struct tg_replay *r)
 {
     r->live = NULL;
     r->ended_at = uv_now(r->srv->loop);
+    fit(&r->gen[0]);
+    fit(&r->gen[1]);
 }
 
 void tg_replay_expire(struct tg_server *srv)

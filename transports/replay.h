@@ -28,9 +28,11 @@ struct tg_replay {
     struct tg_session *sess; /* reference */
     uint64_t id;
     uint64_t next_seq;
+    char id_head[18]; /* "HEX-" of id, made by the first tg_replay_next_id() */
+    unsigned char id_head_len;
     /* The events, as written, in two generations: new ones go to gen[cur]; when it passes half
      * of limits.replay_bytes the older generation is dropped and the roles swap. No allocation
-     * per event, and at most replay_bytes (plus one event) kept. */
+     * per event, and at most replay_bytes (plus one event per generation) kept. */
     struct tg_buf gen[2];
     int cur;
     struct tg_http_sink *live; /* the exchange still producing events, or NULL once it ended */
@@ -46,8 +48,11 @@ struct tg_replay *tg_replay_new(struct tg_server *srv, struct tg_session *s, str
 void tg_replay_free(struct tg_replay *r);
 /* The next event's id ("HEX-SEQ") into id (at least 40 bytes); returns its length. */
 size_t tg_replay_next_id(struct tg_replay *r, char *id);
-/* Keep one written event (the oldest go when the buffer is full). */
-void tg_replay_keep(struct tg_replay *r, const char *ev, size_t n);
+/* Frame message p[0..n) as the stream's next event (its id, "event: message", its data lines)
+ * straight into the replay buffer (the oldest events go when it is full), and return where it
+ * is, valid until the next call. With limits.replay_bytes 0 nothing is kept and the event is
+ * framed in scratch instead. No copy or allocation per event besides that. */
+struct tg_slice tg_replay_message(struct tg_replay *r, const char *p, size_t n, struct tg_buf *scratch);
 /* Write the kept events whose sequence number is above after_seq to c. */
 void tg_replay_write(struct tg_replay *r, struct tg_conn *c, uint64_t after_seq);
 /* Parse a Last-Event-ID of ours: 0 and the stream id and sequence, or -1. */

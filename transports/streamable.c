@@ -103,9 +103,9 @@ static void on_sink_stream(struct tg_sink *sk, struct tg_call *k)
     }
 }
 
-/* Where one event is framed before it is copied to the replay buffer and the connection: one
- * buffer for the process (one loop, one thread), so an event costs no allocation. A big event
- * does not leave its memory behind. */
+/* Where an event is framed when the stream keeps none for replay (limits.replay_bytes 0), or
+ * when it has no replay buffer: one buffer for the process (one loop, one thread), so an event
+ * costs no allocation. A big event does not leave its memory behind. */
 static struct tg_buf event_scratch;
 
 static void write_event(struct tg_http_sink *hs, const char *p, size_t n)
@@ -114,14 +114,16 @@ static void write_event(struct tg_http_sink *hs, const char *p, size_t n)
     if (hs->conn == NULL && r == NULL)
         return;
     struct tg_buf *b = &event_scratch;
-    b->len = 0;
-    char id[40];
-    size_t idn = r != NULL ? tg_replay_next_id(r, id) : 0;
-    tg_sse_write_message(b, r != NULL ? id : NULL, idn, p, n);
-    if (r != NULL)
-        tg_replay_keep(r, b->base, b->len); /* for a resuming client */
+    struct tg_slice ev;
+    if (r != NULL) {
+        ev = tg_replay_message(r, p, n, b); /* kept for a resuming client, and written from there */
+    } else {
+        b->len = 0;
+        tg_sse_write_message(b, NULL, 0, p, n);
+        ev = tg_slice_of(b->base, b->len);
+    }
     if (hs->conn)
-        tg_http_stream_write(hs->conn, b->base, b->len);
+        tg_http_stream_write(hs->conn, ev.ptr, ev.len);
     hs->last_write_ms = uv_now(hs->srv->loop);
     if (b->cap > 65536)
         tg_buf_dispose(b);

@@ -691,6 +691,38 @@ static void writer_parser_cr_becomes_lf(void **state)
     }
 }
 
+/* Line ends at every offset around the sixteen-byte blocks the writer and the parser search
+ * in: a message of lines of 0 to 40 bytes, each ended by LF or CR, written and parsed back
+ * (a CR comes back as LF). */
+static void writer_parser_long_lines(void **state)
+{
+    (void)state;
+    for (size_t first = 0; first <= 40; first++) {
+        char msg[256], back[256];
+        size_t n = 0;
+        for (size_t line = 0; line < 3; line++) {
+            size_t len = line == 0 ? first : (first * 7 + line * 5) % 37;
+            for (size_t i = 0; i < len; i++)
+                msg[n + i] = back[n + i] = (char)('a' + (n + i) % 26);
+            n += len;
+            msg[n] = (first + line) % 2 ? '\r' : '\n';
+            back[n] = '\n';
+            n++;
+        }
+        msg[n] = back[n] = 'z'; /* the last line has no end */
+        n++;
+        back[n] = msg[n] = '\0';
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_sse_write_message(&b, NULL, 0, msg, n);
+        struct col c;
+        parse_all_ways(b.base, b.len, 1 << 20, &c, 0);
+        assert_int_equal(c.n, 1);
+        expect_ev(&c, 0, "message", back, NULL);
+        tg_buf_dispose(&b);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -714,6 +746,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(writer_other_blocks),
         cmocka_unit_test(writer_parser_roundtrip),
         cmocka_unit_test(writer_parser_cr_becomes_lf),
+        cmocka_unit_test(writer_parser_long_lines),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
