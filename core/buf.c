@@ -126,13 +126,16 @@ void tg_buf_append_u64(struct tg_buf *b, uint64_t v)
 void tg_buf_append_hex(struct tg_buf *b, uint64_t v)
 {
     static const char hx[] = "0123456789abcdef";
-    char tmp[16];
-    int i = 16;
+    /* the digits written in place, last first: this is every chunk's size line */
+    size_t n = v != 0 ? (size_t)(67 - __builtin_clzll(v)) / 4 : 1;
+    if (tg_buf_try_reserve(b, n, 0) != 0)
+        abort();
+    char *q = b->base + b->len + n;
     do {
-        tmp[--i] = hx[v & 15];
+        *--q = hx[v & 15];
         v >>= 4;
     } while (v);
-    tg_buf_append(b, tmp + i, (size_t)(16 - i));
+    b->len += n;
 }
 
 void tg_buf_consume(struct tg_buf *b, size_t n)

@@ -120,33 +120,38 @@ static int process_line(struct tg_sse_parser *p, const char *l, size_t n, tg_sse
     return 0;
 }
 
-/* The index of the first CR or LF in p[from..n), or n: one pass, sixteen bytes at a time with
- * SSE2. It finds the ends of the lines a relayed stream brings, and the line ends inside a
- * message to relay (the usual one, compact JSON, has none). */
-static size_t line_end(const char *p, size_t from, size_t n)
+/* The index of the first CR or LF in b[k..n), or n. A relayed stream's lines are whole JSON
+ * messages that end in LF: libc's memchr (vectorized) finds it, and a CR before it is looked for
+ * only in what precedes it. */
+static size_t line_end(const char *b, size_t k, size_t n)
 {
-    size_t i = from;
+    const char *lf = memchr(b + k, '\n', n - k);
+    size_t e = lf != NULL ? (size_t)(lf - b) : n;
+    const char *cr = memchr(b + k, '\r', e - k);
+    return cr != NULL ? (size_t)(cr - b) : e;
+}
+
+/* 1 when p[0..n) holds no byte below 0x0e or over 0x7f, so neither CR nor LF: three
+ * instructions per sixteen bytes with SSE2 (a signed compare catches both ends), for the usual
+ * message, compact ASCII JSON. 0 says only "look closer". */
+static int no_line_end_fast(const char *p, size_t n)
+{
 #if defined(__SSE2__)
-    if (n - from >= 16) {
-        const __m128i lf = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r');
-#define TG_LINE_END_MASK(at)                                                                                      \
-    ((unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + (at))), lf), \
-                                              _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(p + (at))), cr))))
-        for (; i + 16 <= n; i += 16) {
-            unsigned m = TG_LINE_END_MASK(i);
-            if (m != 0)
-                return i + (size_t)__builtin_ctz(m);
-        }
-        /* the last bytes: one more block that ends at n, less what the loop saw */
-        unsigned m = i < n ? TG_LINE_END_MASK(n - 16) >> (16 - (n - i)) : 0;
-#undef TG_LINE_END_MASK
-        return m != 0 ? i + (size_t)__builtin_ctz(m) : n;
+    if (n >= 16) {
+        const __m128i lim = _mm_set1_epi8(0x0e);
+        __m128i bad = _mm_setzero_si128();
+        size_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            bad = _mm_or_si128(bad, _mm_cmplt_epi8(_mm_loadu_si128((const __m128i *)(p + i)), lim));
+        if (i < n) /* the last bytes: one more block that ends at n */
+            bad = _mm_or_si128(bad, _mm_cmplt_epi8(_mm_loadu_si128((const __m128i *)(p + n - 16)), lim));
+        return _mm_movemask_epi8(bad) == 0;
     }
 #endif
-    for (; i < n; i++)
-        if (p[i] == '\n' || p[i] == '\r')
-            return i;
-    return n;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)p[i] < 0x0e || (unsigned char)p[i] > 0x7f)
+            return 0;
+    return 1;
 }
 
 /* The event a relaying upstream sends, whole at b: "event: message", one "data: " line with no
@@ -162,7 +167,7 @@ static size_t usual_event(const char *b, size_t n, size_t max, const char **d, s
     if (lf == NULL || (size_t)(lf - b) + 1 >= n || lf[1] != '\n')
         return 0;
     size_t len = (size_t)(lf - (b + hn));
-    if (len > max || memchr(b + hn, '\r', len) != NULL)
+    if (len > max || (!no_line_end_fast(b + hn, len) && memchr(b + hn, '\r', len) != NULL))
         return 0;
     *d = b + hn;
     *dn = len;
@@ -326,7 +331,7 @@ void tg_sse_write_message(struct tg_buf *out, const char *id, size_t id_len, con
 {
     if (tg_buf_try_reserve(out, n + id_len + 39, 0) != 0)
         abort();
-    if (line_end(p, 0, n) == n) {
+    if (no_line_end_fast(p, n) || line_end(p, 0, n) == n) {
         /* One line, the usual message: its pieces copied into the room just made. */
         assert(id == NULL || one_line(id, id_len));
         char *q = out->base + out->len;

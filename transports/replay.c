@@ -62,15 +62,20 @@ size_t tg_replay_next_id(struct tg_replay *r, char *id)
     }
     size_t n = r->id_head_len;
     memcpy(id, r->id_head, n);
-    char tmp[20];
-    size_t t = 0;
-    uint64_t v = ++r->next_seq;
-    do {
-        tmp[t++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (t > 0)
-        id[n++] = tmp[--t];
+    /* the sequence number in decimal, kept as text and counted up in place */
+    ++r->next_seq;
+    size_t t = r->seq_len;
+    while (t > 0 && r->seq_txt[t - 1] == '9')
+        r->seq_txt[--t] = '0';
+    if (t > 0) {
+        r->seq_txt[t - 1]++;
+    } else {
+        memmove(r->seq_txt + 1, r->seq_txt, r->seq_len);
+        r->seq_txt[0] = '1';
+        r->seq_len++;
+    }
+    memcpy(id + n, r->seq_txt, r->seq_len);
+    n += r->seq_len;
     id[n] = '\0';
     return n;
 }

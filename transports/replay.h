@@ -30,6 +30,8 @@ struct tg_replay {
     uint64_t next_seq;
     char id_head[18]; /* "HEX-" of id, made by the first tg_replay_next_id() */
     unsigned char id_head_len;
+    char seq_txt[20]; /* next_seq in decimal, without a terminator (empty while it is 0) */
+    unsigned char seq_len;
     /* The events, as written, in two generations: new ones go to gen[cur]; when it passes half
      * of limits.replay_bytes the older generation is dropped and the roles swap. No allocation
      * per event, and at most replay_bytes (plus one event per generation) kept. */

@@ -297,9 +297,32 @@ static void slab_lists(void **state)
     assert_int_equal(tg_slab_cached(), 0);
 }
 
+/* Chunk size lines: every digit count, the edges of each, and appending after other bytes. */
+static void append_hex_digits(void **state)
+{
+    (void)state;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    for (int bits = 0; bits <= 64; bits++) {
+        uint64_t edge = bits == 64 ? UINT64_MAX : (((uint64_t)1 << bits) - 1);
+        uint64_t vals[] = {edge, edge + 1, edge / 3};
+        for (size_t i = 0; i < 3; i++) {
+            b.len = 0;
+            tg_buf_append(&b, "x", 1);
+            tg_buf_append_hex(&b, vals[i]);
+            char want[24];
+            int n = snprintf(want, sizeof want, "x%llx", (unsigned long long)vals[i]);
+            assert_int_equal(b.len, (size_t)n);
+            assert_memory_equal(b.base, want, (size_t)n);
+        }
+    }
+    tg_buf_dispose(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(append_hex_digits),
         cmocka_unit_test(try_reserve_ceiling),
         cmocka_unit_test(try_reserve_no_ceiling_and_small_ceiling),
         cmocka_unit_test(append_helpers),

@@ -654,6 +654,8 @@ static void writer_parser_roundtrip(void **state)
     static const char *const msgs[] = {
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"a\\nb\"}]}}",
         "", "x", "a\nb", "\n", "\n\n", "a\n", "\nb", "data: not a field", ": not a comment", "id: 9",
+        /* one line, but not plain ASCII: the writer's quick check says "look closer" */
+        "{\"text\":\"caf\xc3\xa9 \xe2\x82\xac and a\ttab, longer than a block\"}", "\x01\x02\x0b\x0c x",
     };
     for (size_t i = 0; i < sizeof(msgs) / sizeof(msgs[0]); i++) {
         roundtrip_one(msgs[i], strlen(msgs[i]), NULL, 1);
