@@ -1,5 +1,7 @@
 #include "core/buf.h"
 
+#include "core/slab.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -7,9 +9,12 @@
 #include <stdlib.h>
 #include <sys/random.h>
 
+/* Small blocks come from the free lists (core/slab.h): a request's many short-lived pieces
+ * (its state, strings, first buffer room) skip malloc's slower paths. They are malloc blocks, so
+ * free() and tg_xfree() both take them. */
 void *tg_xmalloc(size_t n)
 {
-    void *p = malloc(n ? n : 1);
+    void *p = tg_slab_alloc(n ? n : 1);
     if (p == NULL)
         abort();
     return p;
@@ -17,11 +22,24 @@ void *tg_xmalloc(size_t n)
 
 void *tg_xcalloc(size_t n, size_t sz)
 {
-    void *p = calloc(n ? n : 1, sz ? sz : 1);
+    n = n ? n : 1;
+    sz = sz ? sz : 1;
+    if (n > SIZE_MAX / sz)
+        abort();
+    void *p;
+    if (n * sz <= TG_SLAB_MAX) {
+        p = tg_slab_alloc(n * sz);
+        if (p != NULL)
+            memset(p, 0, n * sz);
+    } else {
+        p = calloc(n, sz);
+    }
     if (p == NULL)
         abort();
     return p;
 }
+
+void tg_xfree(void *p) { tg_slab_free(p); }
 
 void *tg_xrealloc(void *p, size_t n)
 {
@@ -47,7 +65,7 @@ void tg_buf_init(struct tg_buf *b)
 
 void tg_buf_dispose(struct tg_buf *b)
 {
-    free(b->base);
+    tg_slab_free(b->base);
     b->base = NULL;
     b->len = b->cap = 0;
 }
@@ -66,7 +84,7 @@ int tg_buf_try_reserve(struct tg_buf *b, size_t extra, size_t ceiling)
         ncap = ncap > SIZE_MAX / 2 ? need : ncap * 2;
     if (ceiling != 0 && ncap > ceiling && need <= ceiling)
         ncap = ceiling;
-    char *p = realloc(b->base, ncap);
+    char *p = b->base != NULL ? realloc(b->base, ncap) : tg_slab_alloc(ncap);
     if (p == NULL)
         return TG_ENOMEM;
     b->base = p;
@@ -160,36 +178,40 @@ int tg_slice_eq(struct tg_slice a, struct tg_slice b)
     return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
 }
 
-int tg_slice_eq_nocase(struct tg_slice a, const char *lit)
-{
-    size_t n = strlen(lit);
-    return a.len == n && strncasecmp(a.ptr, lit, n) == 0;
-}
-
 int tg_slice_starts_with(struct tg_slice a, const char *lit)
 {
     size_t n = strlen(lit);
     return a.len >= n && memcmp(a.ptr, lit, n) == 0;
 }
 
+int tg_slice_next_token(struct tg_slice h, size_t *at, struct tg_slice *tok)
+{
+    size_t i = *at;
+    while (i < h.len && (h.ptr[i] == ' ' || h.ptr[i] == '\t' || h.ptr[i] == ','))
+        i++;
+    if (i >= h.len) {
+        *at = i;
+        return 0;
+    }
+    size_t start = i;
+    while (i < h.len && h.ptr[i] != ',' && h.ptr[i] != ';')
+        i++;
+    size_t end = i;
+    while (end > start && (h.ptr[end - 1] == ' ' || h.ptr[end - 1] == '\t'))
+        end--;
+    while (i < h.len && h.ptr[i] != ',') /* parameters */
+        i++;
+    *tok = tg_slice_of(h.ptr + start, end - start);
+    *at = i;
+    return 1;
+}
+
 int tg_slice_has_token(struct tg_slice h, const char *token)
 {
-    size_t tn = strlen(token);
-    size_t i = 0;
-    while (i < h.len) {
-        while (i < h.len && (h.ptr[i] == ' ' || h.ptr[i] == '\t' || h.ptr[i] == ','))
-            i++;
-        size_t start = i;
-        while (i < h.len && h.ptr[i] != ',' && h.ptr[i] != ';')
-            i++;
-        size_t end = i;
-        while (end > start && (h.ptr[end - 1] == ' ' || h.ptr[end - 1] == '\t'))
-            end--;
-        if (end - start == tn && strncasecmp(h.ptr + start, token, tn) == 0)
+    struct tg_slice t;
+    for (size_t i = 0; tg_slice_next_token(h, &i, &t);)
+        if (tg_slice_eq_nocase(t, token))
             return 1;
-        while (i < h.len && h.ptr[i] != ',')
-            i++;
-    }
     return 0;
 }
 

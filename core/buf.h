@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <strings.h>
 
 #define TG_WUR __attribute__((warn_unused_result))
 
@@ -80,16 +81,26 @@ char *tg_buf_release(struct tg_buf *b);
 static inline struct tg_slice tg_slice_of(const char *p, size_t n) { return (struct tg_slice){p, n}; }
 static inline struct tg_slice tg_slice_cstr(const char *s) { return (struct tg_slice){s, s ? strlen(s) : 0}; }
 int tg_slice_eq(struct tg_slice a, struct tg_slice b);
-int tg_slice_eq_nocase(struct tg_slice a, const char *lit);
+/* Inline: the literal's length is known where it is called, and most candidates differ in it. */
+static inline int tg_slice_eq_nocase(struct tg_slice a, const char *lit)
+{
+    size_t n = strlen(lit);
+    return a.len == n && strncasecmp(a.ptr, lit, n) == 0;
+}
 int tg_slice_starts_with(struct tg_slice a, const char *lit);
 /* Case-insensitive search of a token in a comma-separated header value (media types ignore parameters). */
 int tg_slice_has_token(struct tg_slice header, const char *token);
+/* The tokens of such a value one by one, parameters left out: 1 with *tok set and *at moved
+ * past it, 0 at the end. Start with *at = 0. */
+int tg_slice_next_token(struct tg_slice header, size_t *at, struct tg_slice *tok);
 /* Returns a malloc'd NUL-terminated copy. */
 char *tg_slice_dup(struct tg_slice s);
 
 /* Allocation helpers that abort on OOM (fixed, small sizes only). */
 void *tg_xmalloc(size_t n);
 void *tg_xcalloc(size_t n, size_t sz);
+/* Frees what any allocator here (or malloc) gave: a small block goes back to the free lists. */
+void tg_xfree(void *p);
 void *tg_xrealloc(void *p, size_t n);
 char *tg_xstrdup(const char *s);
 

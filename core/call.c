@@ -187,26 +187,26 @@ void tg_call_close(struct tg_call *k)
 
 static void call_release(struct tg_call *k)
 {
-    free(k->progress_token);
+    tg_xfree(k->progress_token);
     tg_policy_unref(k->policy);
-    free(k->grant);
-    free(k->method);
-    free(k->tool);
-    free(k->dec);
-    free(k->args_json);
-    free(k->id_key);
-    free(k->up_headers);
-    free(k->resend);
-    free(k->listen_uris);
-    free(k->input_req_id);
-    free(k->mrtr);
+    tg_xfree(k->grant);
+    tg_xfree(k->method);
+    tg_xfree(k->tool);
+    tg_xfree(k->dec);
+    tg_xfree(k->args_json);
+    tg_xfree(k->id_key);
+    tg_xfree(k->up_headers);
+    tg_xfree(k->resend);
+    tg_xfree(k->listen_uris);
+    tg_xfree(k->input_req_id);
+    tg_xfree(k->mrtr);
     tg_buf_dispose(&k->held);
     cJSON_Delete(k->resume_params);
     tg_buf_dispose(&k->body);
     tg_sse_dispose(&k->sse);
-    free(k->client_id);
+    tg_xfree(k->client_id);
     tg_upstream_unref(k->uprt);
-    free(k);
+    tg_xfree(k);
 }
 
 void tg_call_run_pending(struct tg_server *srv)

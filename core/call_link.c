@@ -100,7 +100,7 @@ void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct
         }
     }
     int delivered = session_stream_write(s, p, n, progress);
-    free(progress);
+    tg_xfree(progress);
     if (is_request && delivered) {
         tg_mcp_note_server_request(s, doc.id_raw);
     } else if (is_request) {

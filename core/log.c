@@ -64,7 +64,9 @@ static void writer_main(void *arg)
                 break; /* nothing better to do with a log that cannot be written */
             off += (size_t)w;
         }
-        tg_buf_dispose(&batch);
+        /* straight to malloc: the loop thread filled it, and a block kept in this thread's
+         * free lists (core/slab.h) would never go back to that thread */
+        free(batch.base);
         uv_mutex_lock(&logger.lock);
         logger.writing = 0;
         uv_cond_broadcast(&logger.idle);

@@ -10,7 +10,7 @@ void tg_msg_dispose(struct tg_msg *m)
 {
     cJSON_Delete(m->root);
     m->root = NULL;
-    free(m->id_raw);
+    tg_xfree(m->id_raw);
     m->id_raw = NULL;
     m->method = NULL;
 }

@@ -4,11 +4,15 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-/* Classes by usable size: 24, 40, 56, ... 264 bytes (glibc chunks are 16-byte multiples with
- * 8 bytes of header on 64-bit: a request of u usable bytes for u = 16k + 8 takes a chunk exactly). */
-#define CLASSES 16
+/* Classes by usable size: 24, 40, 56, ... 1288 bytes (glibc chunks are 16-byte multiples with
+ * 8 bytes of header on 64-bit: a request of u usable bytes for u = 16k + 8 takes a chunk exactly).
+ * The first TG_SLAB_SMALL classes (to 264 bytes: tree nodes, keys, short strings) keep
+ * TG_SLAB_KEEP blocks each; the larger ones (a call's state, its buffers' first room) keep
+ * TG_SLAB_KEEP_LARGE. */
+#define CLASSES TG_SLAB_CLASSES
 #define MIN_USABLE 24
 #define CLASS_USABLE(i) ((size_t)(MIN_USABLE + 16 * (i)))
+#define CLASS_KEEP(i) ((i) < TG_SLAB_SMALL ? TG_SLAB_KEEP : TG_SLAB_KEEP_LARGE)
 
 struct freeblock {
     struct freeblock *next;
@@ -73,7 +77,7 @@ void tg_slab_free(void *p)
         return;
     }
     size_t i = (u - MIN_USABLE) / 16;
-    if (counts[i] >= TG_SLAB_KEEP) {
+    if (counts[i] >= CLASS_KEEP(i)) {
         free(p);
         return;
     }

@@ -9,15 +9,24 @@
  * The blocks are ordinary malloc blocks of a class's usable size, so either side may free what
  * the other allocated: tg_slab_free() takes any malloc'd block (its class is read back with
  * malloc_usable_size), and free() takes a tg_slab_alloc() block. This is what lets cJSON's hooks
- * point here while code that frees cJSON_Print output with free() stays right. Each thread has
- * its own lists (policies load in a worker thread). Off until tg_slab_enable(1) (main() turns it
+ * point here while code that frees cJSON_Print output with free() stays right, and what lets
+ * tg_xmalloc(), tg_xcalloc() and a tg_buf's first room (core/buf.c) come from here too: a call's
+ * state, its strings and buffers, freed with tg_xfree() or tg_buf_dispose() on the hot paths and
+ * with free() elsewhere. Each thread has its own lists (policies load in a worker thread; a
+ * buffer handed to another thread to free goes to malloc, as the log writer's does). Off until tg_slab_enable(1) (main() turns it
  * on unless built with sanitizers, whose use-after-free checks need every free to be real). */
 #ifndef TG_SLAB_H
 #define TG_SLAB_H
 
 #include <stddef.h>
 
-#define TG_SLAB_KEEP 1024 /* per class and thread: at most 16 x 1024 blocks of <= 264 B, 4.3 MiB */
+/* Per class and thread: 16 classes of <= 264 B keep 1024 blocks each (4.3 MiB at most), 64 of
+ * 280 B to 1288 B keep 64 each (3.2 MiB at most): what a hostile burst can leave behind. */
+#define TG_SLAB_CLASSES 80
+#define TG_SLAB_SMALL 16
+#define TG_SLAB_KEEP 1024
+#define TG_SLAB_KEEP_LARGE 64
+#define TG_SLAB_MAX 1288 /* the largest request served from the lists */
 
 void tg_slab_enable(int on);
 /* 1, or 0 in a build with AddressSanitizer. */

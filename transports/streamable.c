@@ -309,9 +309,17 @@ static int accept_ok(struct tg_slice accept, int need_json, int need_sse)
 {
     if (accept.ptr == NULL)
         return 0;
-    int any = tg_slice_has_token(accept, "*/*");
-    int json = any || tg_slice_has_token(accept, "application/json") || tg_slice_has_token(accept, "application/*");
-    int sse = any || tg_slice_has_token(accept, "text/event-stream") || tg_slice_has_token(accept, "text/*");
+    /* one pass over the media ranges (this runs for every POST) */
+    int json = 0, sse = 0;
+    struct tg_slice t;
+    for (size_t i = 0; tg_slice_next_token(accept, &i, &t);) {
+        if (tg_slice_eq_nocase(t, "*/*"))
+            json = sse = 1;
+        else if (tg_slice_eq_nocase(t, "application/json") || tg_slice_eq_nocase(t, "application/*"))
+            json = 1;
+        else if (tg_slice_eq_nocase(t, "text/event-stream") || tg_slice_eq_nocase(t, "text/*"))
+            sse = 1;
+    }
     return (!need_json || json) && (!need_sse || sse);
 }
 

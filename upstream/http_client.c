@@ -167,8 +167,8 @@ static const llhttp_settings_t resp_settings = {
 static void on_write_done(uv_write_t *req, int status)
 {
     struct upwrite *w = tg_container_of(req, struct upwrite, req);
-    free(w->base);
-    free(w);
+    tg_xfree(w->base);
+    tg_xfree(w);
     (void)status; /* a failed write shows up as a read error or EOF on the same connection */
 }
 

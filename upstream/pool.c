@@ -49,7 +49,7 @@ static void on_req_timer_closed(uv_handle_t *h)
     struct tg_upreq *r = h->data;
     struct tg_upstream *u = r->up;
     tg_buf_dispose(&r->out);
-    free(r);
+    tg_xfree(r);
     u->open_reqs--;
     tg__upstream_maybe_free(u);
 }

@@ -287,6 +287,20 @@ static void slab_lists(void **state)
     for (int i = 0; i < TG_SLAB_KEEP + 10; i++)
         tg_slab_free(v[i]);
     assert_int_equal(tg_slab_cached(), TG_SLAB_KEEP);
+    tg_slab_drain();
+    /* the larger classes (a call's state) keep fewer */
+    for (int i = 0; i < TG_SLAB_KEEP_LARGE + 10; i++)
+        v[i] = tg_slab_alloc(1176);
+    for (int i = 0; i < TG_SLAB_KEEP_LARGE + 10; i++)
+        tg_slab_free(v[i]);
+    assert_int_equal(tg_slab_cached(), TG_SLAB_KEEP_LARGE);
+    void *again = tg_slab_alloc(1170); /* the same class */
+    assert_true(malloc_usable_size(again) >= 1170);
+    assert_int_equal(tg_slab_cached(), TG_SLAB_KEEP_LARGE - 1);
+    tg_xfree(again);
+    void *past = tg_slab_alloc(TG_SLAB_MAX + 1); /* beyond the classes: malloc's */
+    tg_slab_free(past);
+    assert_int_equal(tg_slab_cached(), TG_SLAB_KEEP_LARGE);
     free(v);
     tg_slab_drain();
     assert_int_equal(tg_slab_cached(), 0);
