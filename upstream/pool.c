@@ -6,9 +6,20 @@
 
 /* ---- connections --------------------------------------------------------------- */
 
+/* The idle timer is armed lazily: a connection that goes idle and busy again once per call
+ * would otherwise start and stop it every time. It runs on while the connection is busy; when
+ * it fires it closes the connection only if it is idle and has been for the whole timeout, and
+ * otherwise waits the rest (idle) or lapses (busy: the next idle spell arms it again). */
 static void on_idle_timer(uv_timer_t *t)
 {
     struct tg_upconn *c = t->data;
+    if (c->state != UC_IDLE)
+        return;
+    uint64_t now = uv_now(c->up->loop), timeout = (uint64_t)c->up->uc->pool_idle_timeout_ms;
+    if (now - c->idle_since < timeout) {
+        uv_timer_start(&c->timer, on_idle_timer, timeout - (now - c->idle_since), 0);
+        return;
+    }
     tg__upconn_close(c);
 }
 
@@ -19,8 +30,7 @@ static void attach(struct tg_upconn *c, struct tg_upreq *r)
     c->state = UC_BUSY;
     tg_list_unlink(&c->link);
     tg_list_insert_tail(&c->up->busy, &c->link);
-    uv_timer_stop(&c->timer);
-    tg__upconn_send(c);
+    tg__upconn_send(c); /* the idle timer, if armed, runs on (on_idle_timer) */
 }
 
 void tg__upconn_to_idle(struct tg_upconn *c)
@@ -38,7 +48,9 @@ void tg__upconn_to_idle(struct tg_upconn *c)
     u->nidle++;
     /* Keep reading while idle so that a server-side close is noticed at once. */
     tg__upconn_read_start(c);
-    uv_timer_start(&c->timer, on_idle_timer, (uint64_t)u->uc->pool_idle_timeout_ms, 0);
+    c->idle_since = uv_now(u->loop);
+    if (!uv_is_active((uv_handle_t *)&c->timer))
+        uv_timer_start(&c->timer, on_idle_timer, (uint64_t)u->uc->pool_idle_timeout_ms, 0);
     tg__upstream_serve_queue(u);
 }
 

@@ -32,6 +32,7 @@ struct tg_upconn {
     enum upconn_state state;
     int dedicated;
     int reused; /* completed at least one exchange: a stale keep-alive close is possible */
+    uint64_t idle_since; /* loop time it last went idle (the lazy idle timer checks it) */
     int resolving;
     int handles;
     llhttp_t parser;

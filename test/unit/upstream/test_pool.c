@@ -795,6 +795,52 @@ static void call_timeout_on_reused_connection(void **state)
     free(f);
 }
 
+/* The pool's idle timer is armed lazily (once per idle spell that finds it stopped, not once per
+ * call): a connection still closes a whole pool_idle_timeout_ms after it last went idle, not
+ * after the first time, and never while a call has it. */
+static void idle_timeout_counts_from_last_use(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 1, 10);
+    f->uc.pool_idle_timeout_ms = 300;
+    upstream_new(f);
+    start_call(f, 0, 1000);
+    run_until_done(f, 1, 3000);
+    run_for(f, 200);
+    start_call(f, 1, 1000); /* the same connection, 200 ms into its idle timeout */
+    run_until_done(f, 2, 3000);
+    assert_int_equal(f->srv.accepted, 1);
+    uint64_t last_idle = f->calls[1].t_done;
+    size_t total, idle, queued, dedicated;
+    tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
+    assert_int_equal(total, 1);
+    RUN_UNTIL(f, (tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated), total == 0), 3000);
+    uint64_t closed = uv_now(&f->loop);
+    if (closed - last_idle < 290)
+        fail_msg("closed %llu ms after it last went idle, before its 300 ms", (unsigned long long)(closed - last_idle));
+    fixture_finish(f);
+    free(f);
+}
+
+static void idle_timer_spares_a_busy_connection(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_FIRST_ONLY, 1, 10);
+    f->uc.pool_idle_timeout_ms = 100;
+    upstream_new(f);
+    start_call(f, 0, 1000);
+    run_until_done(f, 1, 3000);
+    expect_echo(f, 0);
+    start_call(f, 1, 600); /* on the idle connection, whose idle timer is still armed: no answer */
+    run_until_done(f, 2, 3000);
+    /* the idle timer fired while the call had the connection: it stayed, and the call ended by
+     * its own timeout */
+    assert_int_equal(f->calls[1].err, TG_ETIMEDOUT);
+    assert_int_equal(f->srv.accepted, 1);
+    fixture_finish(f);
+    free(f);
+}
+
 static void queued_call_timeout_after_dequeue(void **state)
 {
     /* Pool of 1: call 0 is answered (first request), call 1 waits in the queue, gets the
@@ -1404,6 +1450,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sequential_then_concurrent_share_two_connections),
         cmocka_unit_test(queue_full_gives_elimit),
+        cmocka_unit_test(idle_timeout_counts_from_last_use),
+        cmocka_unit_test(idle_timer_spares_a_busy_connection),
         cmocka_unit_test(queue_deadline_gives_elimit),
         cmocka_unit_test(silent_server_times_out),
         cmocka_unit_test(call_timeout_on_reused_connection),
