@@ -11,6 +11,7 @@
 #include "cluster/cluster.h"
 #include "cluster/redis.h"
 #include "core/conf.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/session.h"
 
@@ -129,7 +130,7 @@ void tg_cluster_sessions_watch(struct tg_cluster *cl, void (*ended)(void *ud, co
 
 static const char *str_of(const cJSON *o, const char *name)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    const cJSON *v = tg_json_get(o, name);
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
@@ -170,9 +171,9 @@ static void on_get(void *ud, int status, const struct redisReply *reply)
     rec.upstream = str_of(o, "upstream");
     rec.up_session = str_of(o, "up_session");
     rec.proto = str_of(o, "proto");
-    rec.up_modern = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "up_modern"));
+    rec.up_modern = cJSON_IsTrue(tg_json_get(o, "up_modern"));
     rec.client_caps = str_of(o, "client_caps");
-    const cJSON *ll = cJSON_GetObjectItemCaseSensitive(o, "log_level");
+    const cJSON *ll = tg_json_get(o, "log_level");
     rec.log_level = cJSON_IsNumber(ll) && ll->valuedouble >= 0 && ll->valuedouble < 16 ? (int)ll->valuedouble : 0;
     rec.instance = str_of(o, "instance");
     const char *mac = str_of(o, "mac");

@@ -339,7 +339,7 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
         const char *jerr;
         size_t joff;
         int bad = tg_json_parse(c->req.body.base, c->req.body.len, 8, 1, &doc, &jerr, &joff) != 0;
-        const cJSON *r = bad ? NULL : cJSON_GetObjectItemCaseSensitive(doc.root, "reason");
+        const cJSON *r = bad ? NULL : tg_json_get(doc.root, "reason");
         bad = bad || !cJSON_IsObject(doc.root) || (r != NULL && !cJSON_IsString(r)) ||
               (r != NULL && strlen(r->valuestring) >= sizeof(w->reason));
         if (!bad && r != NULL) {

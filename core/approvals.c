@@ -216,7 +216,7 @@ static void local_list(struct tg_server *srv, tg_approval_list_cb done, void *ud
         it->upstream = up_name(k);
         it->tool = k->tool;
         cJSON *msg = cJSON_ParseWithLength(k->held.base, k->held.len);
-        const cJSON *args = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(msg, "params"),
+        const cJSON *args = tg_json_get(tg_json_get(msg, "params"),
                                                              "arguments");
         it->args = args ? tg_audit_args_values(&ac, args) : NULL;
         cJSON_Delete(msg);

@@ -21,6 +21,7 @@
 #include "core/audit.h"
 #include "core/call.h"
 #include "core/gateway.h"
+#include "core/json.h"
 #include "core/log.h"
 
 static const struct tg_cluster_conf *cconf(struct tg_server *srv) { return tg_cluster_conf(srv->cluster); }
@@ -41,7 +42,7 @@ void tg__approvals_shared_park(struct tg_call *k)
     struct tg_audit_conf ac = srv->conf->audit;
     ac.values = 1; /* approvers always see the arguments, redacted */
     cJSON *msg = cJSON_ParseWithLength(k->held.base, k->held.len);
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(msg, "params"), "arguments");
+    const cJSON *args = tg_json_get(tg_json_get(msg, "params"), "arguments");
     char *shown = args ? tg_audit_args_values(&ac, args) : NULL;
     cJSON_Delete(msg);
     cJSON *o = cJSON_CreateObject();
@@ -106,11 +107,11 @@ static void on_decision(void *ud, const char *channel, const char *p, size_t n)
     (void)channel;
     struct tg_server *srv = ud;
     cJSON *o = cJSON_ParseWithLength(p, n);
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
-    const cJSON *by = cJSON_GetObjectItemCaseSensitive(o, "by");
-    const cJSON *reason = cJSON_GetObjectItemCaseSensitive(o, "reason");
-    const cJSON *mac = cJSON_GetObjectItemCaseSensitive(o, "mac");
-    int approve = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "approve"));
+    const cJSON *id = tg_json_get(o, "id");
+    const cJSON *by = tg_json_get(o, "by");
+    const cJSON *reason = tg_json_get(o, "reason");
+    const cJSON *mac = tg_json_get(o, "mac");
+    int approve = cJSON_IsTrue(tg_json_get(o, "approve"));
     struct tg_call *k = NULL;
     if (cJSON_IsString(id) && cJSON_IsString(by) && cJSON_IsString(mac) && (reason == NULL || cJSON_IsString(reason))) {
         char want[65];
@@ -158,13 +159,13 @@ static int by_parked(const void *a, const void *b)
 
 static const char *sget(const cJSON *o, const char *name)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    const cJSON *v = tg_json_get(o, name);
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
 static uint64_t nget(const cJSON *o, const char *name)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    const cJSON *v = tg_json_get(o, name);
     return cJSON_IsNumber(v) && v->valuedouble > 0 ? (uint64_t)v->valuedouble : 0;
 }
 

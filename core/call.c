@@ -7,6 +7,7 @@
 #include "cluster/cluster.h"
 #include "cluster/sessions.h"
 #include "core/audit.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
@@ -301,8 +302,8 @@ int tg__call_refuse_server_request(struct tg_server *srv, struct tg_session *s, 
     struct tg_json_doc doc;
     if (tg_json_parse(p, n, 1000, 1, &doc, NULL, NULL) != 0)
         return 0;
-    cJSON *method = cJSON_GetObjectItemCaseSensitive(doc.root, "method");
-    cJSON *id = cJSON_GetObjectItemCaseSensitive(doc.root, "id");
+    cJSON *method = tg_json_get(doc.root, "method");
+    cJSON *id = tg_json_get(doc.root, "id");
     int refused = 0;
     if (cJSON_IsString(method) && id != NULL && !cJSON_IsNull(id)) {
         refused = refuse_all;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/call.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/rewrite.h"
@@ -92,7 +93,7 @@ void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct
     } else if (tg_slice_eq(doc.method_raw, TG_SLICE("\"notifications/progress\""))) {
         struct tg_json_doc full;
         if (tg_json_parse(p, n, 1000, 1, &full, NULL, NULL) == 0) {
-            cJSON *tok = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(full.root, "params"),
+            cJSON *tok = tg_json_get(tg_json_get(full.root, "params"),
                                                           "progressToken");
             if (tok)
                 progress = cJSON_IsString(tok) ? tg_mcp_id_key_string(tok->valuestring) : tg_mcp_id_key_number(tok);

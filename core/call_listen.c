@@ -104,11 +104,11 @@ static void fan_message(struct tg_sink *sk, struct tg_call *gk, const char *p, s
     struct tg_json_doc doc;
     if (tg_json_parse(p, n, 64, 1, &doc, NULL, NULL) != 0)
         return;
-    cJSON *method = cJSON_GetObjectItemCaseSensitive(doc.root, "method");
-    unsigned kind = cJSON_IsString(method) && cJSON_GetObjectItemCaseSensitive(doc.root, "id") == NULL
+    cJSON *method = tg_json_get(doc.root, "method");
+    unsigned kind = cJSON_IsString(method) && tg_json_get(doc.root, "id") == NULL
                         ? kind_of(method->valuestring)
                         : 0;
-    cJSON *uri = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc.root, "params"), "uri");
+    cJSON *uri = tg_json_get(tg_json_get(doc.root, "params"), "uri");
     char *want = NULL; /* "\"URI\"" as it is written in a listen's list */
     if (kind == LISTEN_UPDATED && cJSON_IsString(uri))
         want = cJSON_PrintUnformatted(uri);
@@ -157,22 +157,22 @@ static const struct tg_sink_ops fan_ops = {
 
 static int wants(const cJSON *notifications, const char *key, const cJSON *caps, const char *what)
 {
-    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(notifications, key)) &&
-           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(caps, what), "listChanged"));
+    return cJSON_IsTrue(tg_json_get(notifications, key)) &&
+           cJSON_IsTrue(tg_json_get(tg_json_get(caps, what), "listChanged"));
 }
 
 void tg__call_listen_local(struct tg_call *k, const cJSON *params, const char *up_caps)
 {
     struct tg_session *s = k->sess;
     cJSON *caps = up_caps != NULL ? cJSON_Parse(up_caps) : NULL;
-    const cJSON *want = cJSON_GetObjectItemCaseSensitive(params, "notifications");
+    const cJSON *want = tg_json_get(params, "notifications");
     k->listen_mask = (wants(want, "toolsListChanged", caps, "tools") ? LISTEN_TOOLS : 0) |
                      (wants(want, "promptsListChanged", caps, "prompts") ? LISTEN_PROMPTS : 0) |
                      (wants(want, "resourcesListChanged", caps, "resources") ? LISTEN_RESOURCES : 0);
     /* Resources (the policy let through already): subscribed to on the upstream session, at most
      * 64 per listen; the session keeps them (updates go only to the listens that asked). */
-    const cJSON *subs = cJSON_GetObjectItemCaseSensitive(want, "resourceSubscriptions");
-    int can = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(caps, "resources"), "subscribe"));
+    const cJSON *subs = tg_json_get(want, "resourceSubscriptions");
+    int can = cJSON_IsTrue(tg_json_get(tg_json_get(caps, "resources"), "subscribe"));
     cJSON *taken = cJSON_CreateArray();
     for (const cJSON *u = can && cJSON_IsArray(subs) ? subs->child : NULL; u != NULL; u = u->next) {
         if (!cJSON_IsString(u) || cJSON_GetArraySize(taken) >= 64)
@@ -216,7 +216,7 @@ void tg__call_listen_local(struct tg_call *k, const cJSON *params, const char *u
 
 static const char *lists_changes(const cJSON *caps, const char *what)
 {
-    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(caps, what), "listChanged"))
+    return cJSON_IsTrue(tg_json_get(tg_json_get(caps, what), "listChanged"))
                ? "true"
                : "false";
 }
@@ -232,7 +232,7 @@ void tg__call_listen_upstream(struct tg_call *k, const char *uris)
     k->listen_uris = uris != NULL ? tg_xstrdup(uris) : NULL;
     const char *d = (size_t)s->upstream < srv->nupstreams ? tg_upstream_discover(srv->upstreams[s->upstream]) : NULL;
     cJSON *disc = d != NULL ? cJSON_Parse(d) : NULL;
-    cJSON *caps = cJSON_GetObjectItemCaseSensitive(disc, "capabilities");
+    cJSON *caps = tg_json_get(disc, "capabilities");
     struct tg_buf b, h;
     tg_buf_init(&b);
     tg_buf_init(&h);

@@ -105,14 +105,14 @@ int tg__call_shim_take(struct tg_call *k, const char *p, size_t n, char *why, si
     if (k->resend == NULL || tg_json_parse(p, n, 64, 1, &doc, NULL, NULL) != 0)
         return 0;
     int rc = 0;
-    cJSON *res = cJSON_GetObjectItemCaseSensitive(doc.root, "result");
-    cJSON *rt = cJSON_GetObjectItemCaseSensitive(res, "resultType");
+    cJSON *res = tg_json_get(doc.root, "result");
+    cJSON *rt = tg_json_get(res, "resultType");
     if (!cJSON_IsString(rt) || strcmp(rt->valuestring, "input_required") != 0)
         goto out;
     rc = -1;
     struct tg_sink *sk = k->sink;
-    cJSON *reqs = cJSON_GetObjectItemCaseSensitive(res, "inputRequests");
-    cJSON *state = cJSON_GetObjectItemCaseSensitive(res, "requestState");
+    cJSON *reqs = tg_json_get(res, "inputRequests");
+    cJSON *state = tg_json_get(res, "requestState");
     if (sk == NULL || (sk->flags & (TG_SINK_ANSWER_ONLY | TG_SINK_STATELESS))) {
         snprintf(why, whysz, "the upstream asked for input, which this exchange cannot carry (a batch)");
         goto out;
@@ -127,7 +127,7 @@ int tg__call_shim_take(struct tg_call *k, const char *p, size_t n, char *why, si
         goto out;
     }
     for (cJSON *r = reqs->child; r != NULL; r = r->next) {
-        cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "method");
+        cJSON *m = tg_json_get(r, "method");
         if (strlen(r->string) >= sizeof(((struct shim *)0)->pending[0].key) || !cJSON_IsString(m) ||
             !declared(k->sess->up_modern ? k->sess->u.client_caps : NULL, m->valuestring)) {
             snprintf(why, whysz, "the upstream asked for input the client did not declare: %.60s",
@@ -170,8 +170,8 @@ int tg__call_shim_take(struct tg_call *k, const char *p, size_t n, char *why, si
         tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
         tg_buf_appends(&b, sh->pending[i].id);
         tg_buf_appends(&b, ",\"method\":");
-        tg_json_write(&b, cJSON_GetObjectItemCaseSensitive(r, "method"));
-        cJSON *params = cJSON_GetObjectItemCaseSensitive(r, "params");
+        tg_json_write(&b, tg_json_get(r, "method"));
+        cJSON *params = tg_json_get(r, "params");
         if (params != NULL) {
             tg_buf_appends(&b, ",\"params\":");
             tg_json_write(&b, params);
@@ -196,7 +196,7 @@ static void shim_retry(struct shim *sh)
         return;
     }
     cJSON *req = cJSON_Parse(sh->request);
-    cJSON *params = cJSON_GetObjectItemCaseSensitive(req, "params");
+    cJSON *params = tg_json_get(req, "params");
     if (!cJSON_IsObject(params)) {
         cJSON_Delete(req);
         shim_end(sh, "the gateway lost the request it was to retry");
@@ -229,12 +229,12 @@ static void shim_retry(struct shim *sh)
     tg_buf_init(&h);
     tg_buf_init(&ph);
     tg_json_write(&body, req);
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(params, "name");
+    const cJSON *name = tg_json_get(params, "name");
     const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
     const cJSON *schema = strcmp(k->method, "tools/call") == 0 && cJSON_IsString(name) && srv->schemas != NULL
                               ? tg_mcp_schemas_find(srv->schemas, uc->name, name->valuestring)
                               : NULL;
-    tg_mcp_param_headers_build(&ph, NULL, 0, schema, cJSON_GetObjectItemCaseSensitive(params, "arguments"));
+    tg_mcp_param_headers_build(&ph, NULL, 0, schema, tg_json_get(params, "arguments"));
     tg_mcp_upstream_headers(&h, req, TG_MCP_MODERN_VERSION, ph.base);
     k->up_headers = h.base;
     cJSON_Delete(req);
@@ -255,7 +255,7 @@ int tg__call_shim_answer(struct tg_server *srv, struct tg_session *s, struct tg_
         for (int i = 0; i < sh->npending; i++) {
             if (strlen(sh->pending[i].id) != m->id_len || memcmp(sh->pending[i].id, m->id_raw, m->id_len) != 0)
                 continue;
-            cJSON *result = cJSON_GetObjectItemCaseSensitive(m->root, "result");
+            cJSON *result = tg_json_get(m->root, "result");
             if (!cJSON_IsObject(result)) {
                 shim_end(sh, "the client refused the upstream's request for input");
                 return 1;
@@ -295,8 +295,8 @@ int tg__call_input_park(struct tg_call *k, const char *p, size_t n)
     if (tg_json_parse(p, n, 64, 1, &doc, NULL, NULL) != 0)
         return 0;
     int parked = 0;
-    cJSON *method = cJSON_GetObjectItemCaseSensitive(doc.root, "method");
-    cJSON *id = cJSON_GetObjectItemCaseSensitive(doc.root, "id");
+    cJSON *method = tg_json_get(doc.root, "method");
+    cJSON *id = tg_json_get(doc.root, "id");
     unsigned need = tg_mcp_input_kind(cJSON_IsString(method) ? method->valuestring : NULL, NULL);
     if (need == 0 || !(k->mrtr->client_caps & need) || id == NULL || cJSON_IsNull(id))
         goto out; /* refused by the caller, as before */
@@ -305,7 +305,7 @@ int tg__call_input_park(struct tg_call *k, const char *p, size_t n)
     cJSON *reqs = cJSON_AddObjectToObject(result, "inputRequests");
     cJSON *one = cJSON_AddObjectToObject(reqs, INPUT_KEY);
     cJSON_AddStringToObject(one, "method", method->valuestring);
-    cJSON *params = cJSON_GetObjectItemCaseSensitive(doc.root, "params");
+    cJSON *params = tg_json_get(doc.root, "params");
     if (params != NULL)
         cJSON_AddItemToObject(one, "params", cJSON_Duplicate(params, 1));
     if (tg_mcp_mrtr_seal_parked(&k->srv->mrtr, result, k->mrtr, wall_ms(), k->gid_str) != 0) {
@@ -350,7 +350,7 @@ const char *tg__call_input_resume(struct tg_call *r, const char *parked, const c
     }
     if (k == NULL || !tg_call_running(k))
         return "Invalid params: the call this retry continues has ended (the upstream gave up waiting); call again";
-    cJSON *answer = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(params, "inputResponses"), INPUT_KEY);
+    cJSON *answer = tg_json_get(tg_json_get(params, "inputResponses"), INPUT_KEY);
     if (!cJSON_IsObject(answer))
         return "Invalid params: the retry must answer inputResponses." INPUT_KEY;
     struct tg_buf b;

@@ -51,9 +51,9 @@ static void up_headers(const struct tg_exchange *x, struct tg_call *k, struct tg
     if (!x->up_modern) {
         /* A 2025 upstream session hears 2025 only: no 2026 claim, no MRTR fields (a dual-era
          * upstream would take such a request for a 2026 one). */
-        cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
+        cJSON *params = tg_json_get(m->root, "params");
         if (cJSON_IsObject(params)) {
-            if (cJSON_GetObjectItemCaseSensitive(params, "_meta") != NULL && tg_mcp_strip_claim(m->root))
+            if (tg_json_get(params, "_meta") != NULL && tg_mcp_strip_claim(m->root))
                 tg_msg_edited(m);
             if (x->era == TG_ERA_2025) {
                 cJSON *a = cJSON_DetachItemFromObjectCaseSensitive(params, "requestState");
@@ -257,7 +257,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
                   "Too many calls in flight for this session (limits.inflight_per_session)", NULL);
         return;
     }
-    cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
+    cJSON *params = tg_json_get(m->root, "params");
     int listen = x->era == TG_ERA_2026 && strcmp(m->method, TG_MCP_LISTEN_METHOD) == 0;
     if (listen) {
         unsigned n = 0;
@@ -298,8 +298,8 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     const char *tool = NULL;
     const cJSON *args = NULL;
     if (strcmp(m->method, "tools/call") == 0) {
-        cJSON *name = cJSON_GetObjectItemCaseSensitive(params, "name");
-        cJSON *a = cJSON_GetObjectItemCaseSensitive(params, "arguments");
+        cJSON *name = tg_json_get(params, "name");
+        cJSON *a = tg_json_get(params, "arguments");
         if (!cJSON_IsObject(params) || !cJSON_IsString(name) || (a != NULL && !cJSON_IsObject(a))) {
             free(key);
             free(mc);
@@ -327,7 +327,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         }
     } else if (strcmp(m->method, "resources/read") == 0 || strcmp(m->method, "prompts/get") == 0) {
         int res = m->method[0] == 'r';
-        cJSON *what = cJSON_GetObjectItemCaseSensitive(params, res ? "uri" : "name");
+        cJSON *what = tg_json_get(params, res ? "uri" : "name");
         if (!cJSON_IsString(what)) {
             free(key);
             free(mc);
@@ -351,8 +351,8 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     k->policy = tg_policy_ref(pol);
     k->method = tg_xstrdup(m->method);
     {
-        cJSON *meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
-        cJSON *tok = cJSON_GetObjectItemCaseSensitive(meta, "progressToken");
+        cJSON *meta = tg_json_get(params, "_meta");
+        cJSON *tok = tg_json_get(meta, "progressToken");
         if (cJSON_IsString(tok))
             k->progress_token = tg_mcp_id_key_string(tok->valuestring);
         else if (cJSON_IsNumber(tok))
@@ -422,7 +422,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
  * only by limits.body_bytes), or NULL. */
 static char *cancel_key(struct tg_msg *m)
 {
-    cJSON *rid = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->root, "params"), "requestId");
+    cJSON *rid = tg_json_get(tg_json_get(m->root, "params"), "requestId");
     return cJSON_IsString(rid) ? tg_mcp_id_key_string(rid->valuestring) : tg_mcp_id_key_number(rid);
 }
 
@@ -442,7 +442,7 @@ static int rewrite_cancel(struct tg_session *s, struct tg_msg *m, const char *wa
         cJSON *n = tg_json_number_raw(k->gid_str, k->gid_len);
         if (n == NULL)
             return 0;
-        cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->root, "params"), "requestId", n);
+        cJSON_ReplaceItemInObjectCaseSensitive(tg_json_get(m->root, "params"), "requestId", n);
         tg_msg_edited(m);
         return 1;
     }
@@ -559,7 +559,7 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
     if (m->kind == TG_MSG_RESPONSE || (!s->up_modern && s->u.bridge != NULL))
         return 0; /* (a stateless session's own initialize: its upstream speaks 2025) */
     if (m->kind == TG_MSG_REQUEST && strcmp(m->method, "initialize") == 0) {
-        cJSON *caps = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->root, "params"), "capabilities");
+        cJSON *caps = tg_json_get(tg_json_get(m->root, "params"), "capabilities");
         if (s->up_modern)
             free(s->u.client_caps);
         s->u.client_caps = cJSON_IsObject(caps) ? cJSON_PrintUnformatted(caps) : NULL;
@@ -571,7 +571,7 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
         const char *d = tg_upstream_discover(x->srv->upstreams[x->upstream]);
         if (d != NULL) {
             cJSON *res = cJSON_Parse(d);
-            char *c = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(res, "capabilities"));
+            char *c = cJSON_PrintUnformatted(tg_json_get(res, "capabilities"));
             out.len = 0;
             tg_mcp_bridged_init(s, m, x->uc, c, &out);
             free(c);
@@ -589,7 +589,7 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
     int subscribe = strcmp(m->method, "resources/subscribe") == 0;
     if (m->kind == TG_MSG_REQUEST && (subscribe || strcmp(m->method, "resources/unsubscribe") == 0)) {
         /* The session's listen upstream is made again with the new list of resources. */
-        cJSON *uri = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->root, "params"), "uri");
+        cJSON *uri = tg_json_get(tg_json_get(m->root, "params"), "uri");
         if (!cJSON_IsString(uri)) {
             tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, "resources/subscribe needs params.uri (a string)", NULL);
             return 1;
@@ -607,7 +607,7 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
     }
     if (m->kind == TG_MSG_REQUEST && strcmp(m->method, "logging/setLevel") == 0) {
         /* 2026 has no setLevel: the level goes with each request as _meta logLevel. */
-        cJSON *level = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->root, "params"), "level");
+        cJSON *level = tg_json_get(tg_json_get(m->root, "params"), "level");
         unsigned l = cJSON_IsString(level) ? tg_mcp_log_level(level->valuestring) : 0;
         if (l == 0) {
             tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, "logging/setLevel needs a known params.level", NULL);

@@ -83,7 +83,7 @@ static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m
         return TG_RPC_INVALID_REQUEST;
     }
 
-    cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
+    cJSON *id = tg_json_get(root, "id");
     if (id != NULL && (cJSON_IsString(id) || cJSON_IsNumber(id))) {
         m->id_raw = tg_slice_dup(doc.id_raw);
         m->id_len = doc.id_raw.len;
@@ -91,7 +91,7 @@ static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m
         m->src_len = n;
         m->src_id_off = (size_t)(doc.id_raw.ptr - p);
     }
-    cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "jsonrpc");
+    cJSON *ver = tg_json_get(root, "jsonrpc");
     if (!cJSON_IsString(ver) || strcmp(ver->valuestring, "2.0") != 0) {
         *why = "\"jsonrpc\" must be \"2.0\"";
         return TG_RPC_INVALID_REQUEST;
@@ -105,9 +105,9 @@ static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m
         *why = "a numeric \"id\" must be an integer";
         return TG_RPC_INVALID_REQUEST;
     }
-    cJSON *method = cJSON_GetObjectItemCaseSensitive(root, "method");
-    cJSON *result = cJSON_GetObjectItemCaseSensitive(root, "result");
-    cJSON *error = cJSON_GetObjectItemCaseSensitive(root, "error");
+    cJSON *method = tg_json_get(root, "method");
+    cJSON *result = tg_json_get(root, "result");
+    cJSON *error = tg_json_get(root, "error");
     if (method != NULL) {
         if (!cJSON_IsString(method) || method->valuestring[0] == '\0') {
             *why = "\"method\" must be a non-empty string";
@@ -117,7 +117,7 @@ static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m
             *why = "a request must not carry \"result\" or \"error\"";
             return TG_RPC_INVALID_REQUEST;
         }
-        cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
+        cJSON *params = tg_json_get(root, "params");
         if (params != NULL && !cJSON_IsObject(params) && !cJSON_IsArray(params)) {
             *why = "\"params\" must be an object or an array";
             return TG_RPC_INVALID_REQUEST;
@@ -148,8 +148,8 @@ static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m
         return TG_RPC_INVALID_REQUEST;
     }
     if (error != NULL) {
-        cJSON *code = cJSON_GetObjectItemCaseSensitive(error, "code");
-        cJSON *msg = cJSON_GetObjectItemCaseSensitive(error, "message");
+        cJSON *code = tg_json_get(error, "code");
+        cJSON *msg = tg_json_get(error, "message");
         if (!cJSON_IsObject(error) || !cJSON_IsNumber(code) || !cJSON_IsString(msg)) {
             *why = "\"error\" needs a numeric \"code\" and a string \"message\"";
             return TG_RPC_INVALID_REQUEST;

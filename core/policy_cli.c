@@ -10,6 +10,7 @@
 #include <sys/time.h>
 
 #include "core/conf.h"
+#include "core/json.h"
 #include "core/msg.h"
 #include "policy/explain.h"
 #include "policy/policy.h"
@@ -178,7 +179,7 @@ static int explain_other(const struct tg_policy *p, const char *method, const cJ
     memset(&d, 0, sizeof(d));
     int res = strcmp(method, "resources/read") == 0;
     if (res || strcmp(method, "prompts/get") == 0) {
-        const cJSON *what = cJSON_GetObjectItemCaseSensitive(params, res ? "uri" : "name");
+        const cJSON *what = tg_json_get(params, res ? "uri" : "name");
         if (!cJSON_IsString(what))
             return usage_error(res ? "explain: resources/read needs --params '{\"uri\":...}'%s"
                                    : "explain: prompts/get needs --params '{\"name\":...}'%s",
@@ -250,8 +251,8 @@ static int cmd_explain(int argc, char **argv)
     }
     if (method == NULL)
         method = "tools/call";
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(pj, "name");
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(pj, "arguments");
+    const cJSON *name = tg_json_get(pj, "name");
+    const cJSON *args = tg_json_get(pj, "arguments");
     if (strcmp(method, "tools/call") == 0 &&
         (!cJSON_IsObject(pj) || !cJSON_IsString(name) || (args != NULL && !cJSON_IsObject(args)))) {
         cJSON_Delete(pj);
@@ -348,7 +349,7 @@ static int parse_verdict(const char *s, enum tg_verdict *v)
 
 static const char *opt_string(const cJSON *c, const char *key, const char *def, int *bad)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, key);
+    const cJSON *v = tg_json_get(c, key);
     if (v == NULL || cJSON_IsNull(v))
         return def;
     if (!cJSON_IsString(v)) {
@@ -389,9 +390,9 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
         field = "name", why = "must be a string";
         goto bad;
     }
-    const cJSON *call = cJSON_GetObjectItemCaseSensitive(c, "call");
-    const cJSON *tn = cJSON_GetObjectItemCaseSensitive(call, "name");
-    t->args = cJSON_GetObjectItemCaseSensitive(call, "arguments");
+    const cJSON *call = tg_json_get(c, "call");
+    const cJSON *tn = tg_json_get(call, "name");
+    t->args = tg_json_get(call, "arguments");
     if (!cJSON_IsObject(call) || !cJSON_IsString(tn)) {
         field = "call", why = "must be a map {name: TOOL, arguments: {...}}";
         goto bad;
@@ -403,7 +404,7 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
     if (cJSON_IsNull(t->args))
         t->args = NULL;
     t->tool = tn->valuestring;
-    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(c, "expect");
+    const cJSON *ex = tg_json_get(c, "expect");
     if (!cJSON_IsString(ex) || parse_verdict(ex->valuestring, &t->expect) != 0) {
         field = "expect", why = "must be allow, deny, limited or approve";
         goto bad;
@@ -416,7 +417,7 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
         field = "grant, session, reason, rule", why = "must be strings";
         goto bad;
     }
-    const cJSON *h = cJSON_GetObjectItemCaseSensitive(c, "hidden");
+    const cJSON *h = tg_json_get(c, "hidden");
     if (h != NULL) {
         if (!cJSON_IsBool(h)) {
             field = "hidden", why = "must be true or false";
@@ -424,7 +425,7 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
         }
         t->hidden = cJSON_IsTrue(h);
     }
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(c, "repeat");
+    const cJSON *r = tg_json_get(c, "repeat");
     if (r != NULL) {
         if (!cJSON_IsNumber(r) || r->valuedouble < 1 || r->valuedouble > CASES_MAX_REPEAT ||
             r->valuedouble != (double)(long)r->valuedouble) {
@@ -493,7 +494,7 @@ static int cmd_test(int argc, char **argv)
         return 2;
     }
     cJSON *root = load_cases(cfile);
-    const cJSON *list = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "cases") : root;
+    const cJSON *list = cJSON_IsObject(root) ? tg_json_get(root, "cases") : root;
     if (root != NULL && !cJSON_IsArray(list))
         fprintf(stderr, "%s: must be a list of cases, or a map {cases: [...]}\n", cfile);
     int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : -1;

@@ -42,7 +42,7 @@ static const char usage_text[] =
 
 static const char *str_at(const cJSON *o, const char *k)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    const cJSON *v = tg_json_get(o, k);
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
@@ -60,7 +60,7 @@ static int scan_server(struct tg_scan_link *c, cJSON *tools, struct tg_scan_sour
     if (rc == 1) {
         tg_scan_fail("warning: the server refused initialize (%s); asking for its tools anyway", errtext);
     } else {
-        const cJSON *info = cJSON_GetObjectItemCaseSensitive(result, "serverInfo");
+        const cJSON *info = tg_json_get(result, "serverInfo");
         src->server = str_at(info, "name");
         src->version = str_at(info, "version");
         src->protocol = str_at(result, "protocolVersion");
@@ -86,7 +86,7 @@ static int scan_server(struct tg_scan_link *c, cJSON *tools, struct tg_scan_sour
         tg_buf_dispose(&params);
         if (rc == 1)
             tg_scan_fail("tools/list failed: %s", errtext);
-        const cJSON *list = rc == 0 ? cJSON_GetObjectItemCaseSensitive(result, "tools") : NULL;
+        const cJSON *list = rc == 0 ? tg_json_get(result, "tools") : NULL;
         if (rc == 0 && !cJSON_IsArray(list)) {
             tg_scan_fail("tools/list answered without a tools array");
             rc = -1;

@@ -80,9 +80,9 @@ static cJSON *take_answer(const char *p, size_t n, int id)
     size_t off;
     if (tg_json_parse(p, n, SCAN_JSON_DEPTH, 1, &doc, &err, &off) != 0)
         return NULL;
-    const cJSON *jid = cJSON_GetObjectItemCaseSensitive(doc.root, "id");
+    const cJSON *jid = tg_json_get(doc.root, "id");
     if (cJSON_IsObject(doc.root) && cJSON_IsNumber(jid) && jid->valuedouble == id &&
-        cJSON_GetObjectItemCaseSensitive(doc.root, "method") == NULL)
+        tg_json_get(doc.root, "method") == NULL)
         return doc.root;
     cJSON_Delete(doc.root);
     return NULL;
@@ -493,8 +493,8 @@ static int stdio_send(struct tg_scan_link *c, const char *msg)
 /* A request from the server while we wait: answered so that it does not wait on us. */
 static void stdio_answer_server(struct tg_scan_link *c, const cJSON *msg)
 {
-    const cJSON *method = cJSON_GetObjectItemCaseSensitive(msg, "method");
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
+    const cJSON *method = tg_json_get(msg, "method");
+    const cJSON *id = tg_json_get(msg, "id");
     if (!cJSON_IsString(method) || id == NULL)
         return; /* a notification: nothing to say */
     struct tg_buf b;
@@ -523,8 +523,8 @@ static int stdio_wait(struct tg_scan_link *c, int id, cJSON **answer)
             const char *err;
             size_t off;
             if (tg_json_parse(c->rbuf.base, n, SCAN_JSON_DEPTH, 1, &doc, &err, &off) == 0) {
-                const cJSON *jid = cJSON_GetObjectItemCaseSensitive(doc.root, "id");
-                if (cJSON_GetObjectItemCaseSensitive(doc.root, "method") != NULL) {
+                const cJSON *jid = tg_json_get(doc.root, "id");
+                if (tg_json_get(doc.root, "method") != NULL) {
                     stdio_answer_server(c, doc.root);
                 } else if (cJSON_IsNumber(jid) && jid->valuedouble == id) {
                     tg_buf_consume(&c->rbuf, n + 1);
@@ -619,12 +619,12 @@ int tg_scan_link_rpc(struct tg_scan_link *c, const char *method, const char *par
     tg_buf_dispose(&b);
     if (rc != 0)
         return -1;
-    const cJSON *err = cJSON_GetObjectItemCaseSensitive(*msg, "error");
-    *result = cJSON_GetObjectItemCaseSensitive(*msg, "result");
+    const cJSON *err = tg_json_get(*msg, "error");
+    *result = tg_json_get(*msg, "result");
     if (cJSON_IsObject(*result) && (err == NULL || cJSON_IsNull(err)))
         return 0;
-    const cJSON *code = cJSON_GetObjectItemCaseSensitive(err, "code");
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(err, "message");
+    const cJSON *code = tg_json_get(err, "code");
+    const cJSON *m = tg_json_get(err, "message");
     if (cJSON_IsObject(err))
         snprintf(errtext, errcap, "error %s: %.200s", cJSON_IsNumber(code) ? code->valuestring : "?",
                  cJSON_IsString(m) ? m->valuestring : "(no message)");

@@ -130,14 +130,14 @@ static const char *risk_of(const char *kw)
 
 static int hint_true(const cJSON *tool, const char *hint)
 {
-    const cJSON *ann = cJSON_GetObjectItemCaseSensitive(tool, "annotations");
-    return cJSON_IsObject(ann) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ann, hint));
+    const cJSON *ann = tg_json_get(tool, "annotations");
+    return cJSON_IsObject(ann) && cJSON_IsTrue(tg_json_get(ann, hint));
 }
 
 void tg_scan_classify(const cJSON *tool, struct tg_scan_verdict *v)
 {
-    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(tool, "name");
-    const cJSON *jd = cJSON_GetObjectItemCaseSensitive(tool, "description");
+    const cJSON *jn = tg_json_get(tool, "name");
+    const cJSON *jd = tg_json_get(tool, "description");
     const char *name = cJSON_IsString(jn) ? jn->valuestring : "";
     const char *desc = cJSON_IsString(jd) ? jd->valuestring : NULL;
     char why[128];
@@ -243,9 +243,9 @@ static void append_yaml_string(struct tg_buf *out, const char *s)
 /* The tools to write: index of the first tool with each string name, or -1. */
 static int first_of_name(const cJSON *tools, const cJSON *tool)
 {
-    const char *name = cJSON_GetObjectItemCaseSensitive(tool, "name")->valuestring;
+    const char *name = tg_json_get(tool, "name")->valuestring;
     for (const cJSON *t = tools->child; t != tool; t = t->next) {
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(t, "name");
+        const cJSON *n = tg_json_get(t, "name");
         if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0)
             return 0;
     }
@@ -254,7 +254,7 @@ static int first_of_name(const cJSON *tools, const cJSON *tool)
 
 static int usable(const cJSON *tools, const cJSON *t)
 {
-    const cJSON *n = cJSON_GetObjectItemCaseSensitive(t, "name");
+    const cJSON *n = tg_json_get(t, "name");
     return cJSON_IsObject(t) && cJSON_IsString(n) && n->valuestring[0] != '\0' && first_of_name(tools, t);
 }
 
@@ -270,7 +270,7 @@ static void write_json(struct tg_buf *out, const cJSON *tools, const char *summa
             continue;
         struct tg_scan_verdict v;
         tg_scan_classify(t, &v);
-        const char *name = cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring;
+        const char *name = tg_json_get(t, "name")->valuestring;
         if (v.cls == TG_SCAN_UNKNOWN)
             continue;
         cJSON *e = cJSON_AddObjectToObject(jt, name);
@@ -298,9 +298,9 @@ static void write_json(struct tg_buf *out, const cJSON *tools, const char *summa
 
 static void write_tool_comment(struct tg_buf *out, const cJSON *t, const struct tg_scan_verdict *v)
 {
-    const cJSON *jd = cJSON_GetObjectItemCaseSensitive(t, "description");
+    const cJSON *jd = tg_json_get(t, "description");
     tg_buf_appends(out, "  # ");
-    append_comment_text(out, cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring, 80);
+    append_comment_text(out, tg_json_get(t, "name")->valuestring, 80);
     if (cJSON_IsString(jd) && jd->valuestring[0] != '\0') {
         tg_buf_appends(out, ": ");
         append_comment_text(out, jd->valuestring, 100);
@@ -366,7 +366,7 @@ void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct t
             continue;
         write_tool_comment(out, t, &v);
         tg_buf_appends(out, "  ");
-        append_yaml_string(out, cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring);
+        append_yaml_string(out, tg_json_get(t, "name")->valuestring);
         if (v.cls == TG_SCAN_READ)
             tg_buf_appends(out, ":\n    action: allow\n");
         else if (v.cls == TG_SCAN_APPROVE)

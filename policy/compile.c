@@ -52,7 +52,7 @@ static void compile_globset(struct tg__cctx *cx, const cJSON *j, const char *pat
     tg__check_keys(cx, j, path, known);
     g->present = 1;
     char sub[600];
-    const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "default");
+    const cJSON *d = tg_json_get(j, "default");
     if (d != NULL) {
         snprintf(sub, sizeof(sub), "%s.default", path);
         if (cJSON_IsString(d) && strcmp(d->valuestring, "deny") == 0)
@@ -60,17 +60,17 @@ static void compile_globset(struct tg__cctx *cx, const cJSON *j, const char *pat
         else if (!(cJSON_IsString(d) && strcmp(d->valuestring, "allow") == 0))
             tg__perr(cx, sub, "must be \"allow\" or \"deny\"");
     }
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "allow");
+    const cJSON *a = tg_json_get(j, "allow");
     if (a) {
         snprintf(sub, sizeof(sub), "%s.allow", path);
         compile_list(cx, a, sub, &g->allow, &g->nallow);
     }
-    const cJSON *dn = cJSON_GetObjectItemCaseSensitive(j, "deny");
+    const cJSON *dn = tg_json_get(j, "deny");
     if (dn) {
         snprintf(sub, sizeof(sub), "%s.deny", path);
         compile_list(cx, dn, sub, &g->deny, &g->ndeny);
     }
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "reason");
+    const cJSON *r = tg_json_get(j, "reason");
     if (cJSON_IsString(r))
         g->reason = xstrdup(r->valuestring);
 }
@@ -137,11 +137,11 @@ int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **ou
     static const char *const known[] = {"version", "description", "default", "hide", "tools",
                                         "methods", "resources", "prompts", NULL};
     tg__check_keys(&cx, root, "", known);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "version");
+    const cJSON *v = tg_json_get(root, "version");
     if (!cJSON_IsString(v) || strcmp(v->valuestring, "1") != 0)
         tg__perr(&cx, "version", "version must be \"1\", got \"%s\"",
              cJSON_IsString(v) ? v->valuestring : (cJSON_IsNumber(v) ? "(a number; write \"1\")" : "(missing)"));
-    const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "default");
+    const cJSON *d = tg_json_get(root, "default");
     if (d != NULL) {
         if (cJSON_IsString(d) && strcmp(d->valuestring, "deny") == 0)
             p->default_deny = 1;
@@ -149,14 +149,14 @@ int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **ou
             tg__perr(&cx, "default", "default must be \"allow\" or \"deny\", got \"%s\"",
                  cJSON_IsString(d) ? d->valuestring : "?");
     }
-    const cJSON *h = cJSON_GetObjectItemCaseSensitive(root, "hide");
+    const cJSON *h = tg_json_get(root, "hide");
     if (h != NULL && !cJSON_IsNull(h)) {
         compile_list(&cx, h, "hide", &p->hide, &p->nhide);
         for (int i = 0; i < p->nhide; i++)
             if (strcmp(p->hide[i], "*") == 0)
                 p->hide_all = 1;
     }
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *t = tg_json_get(root, "tools");
     if (t == NULL || cJSON_IsNull(t)) {
         if (p->default_deny)
             tg__pwarn(&cx, "tools", "no tools listed under default deny: every tool is denied");
@@ -217,13 +217,13 @@ int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **ou
     if (wild_counters > TG_MAX_RESERVATIONS)
         tg__perr(&cx, "tools.*", "%d counters apply to one call; at most %d are supported", wild_counters,
              TG_MAX_RESERVATIONS);
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "methods");
+    const cJSON *m = tg_json_get(root, "methods");
     if (m != NULL)
         compile_list(&cx, m, "methods", &p->methods, &p->nmethods);
-    const cJSON *res = cJSON_GetObjectItemCaseSensitive(root, "resources");
+    const cJSON *res = tg_json_get(root, "resources");
     if (res != NULL)
         compile_globset(&cx, res, "resources", &p->resources);
-    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(root, "prompts");
+    const cJSON *pr = tg_json_get(root, "prompts");
     if (pr != NULL)
         compile_globset(&cx, pr, "prompts", &p->prompts);
     if (cx.nerr > 0) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
 #include "policy/regex.h"
 
 #define DEFAULT_APPROVAL_MS (300 * 1000)
@@ -183,9 +184,9 @@ static void compile_cond(struct tg__cctx *cx, const cJSON *c, const char *path, 
     }
     static const char *const known[] = {"path", "op", "value", NULL};
     tg__check_keys(cx, c, path, known);
-    const cJSON *jp = cJSON_GetObjectItemCaseSensitive(c, "path");
-    const cJSON *jo = cJSON_GetObjectItemCaseSensitive(c, "op");
-    const cJSON *jv = cJSON_GetObjectItemCaseSensitive(c, "value");
+    const cJSON *jp = tg_json_get(c, "path");
+    const cJSON *jo = tg_json_get(c, "op");
+    const cJSON *jv = tg_json_get(c, "value");
     char sub[600];
     snprintf(sub, sizeof(sub), "%s.path", path);
     if (!cJSON_IsString(jp)) {
@@ -291,7 +292,7 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
     static const char *const known[] = {"name", "action", "conditions", "on_deny", "state", "rate_limit", NULL};
     tg__check_keys(cx, r, path, known);
     char sub[600];
-    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(r, "name");
+    const cJSON *jn = tg_json_get(r, "name");
     if (!cJSON_IsString(jn) || jn->valuestring[0] == '\0') {
         snprintf(sub, sizeof(sub), "%s.name", path);
         tg__perr(cx, sub, "rule must have a name");
@@ -299,7 +300,7 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
     } else {
         out->name = xstrdup(jn->valuestring);
     }
-    const cJSON *ja = cJSON_GetObjectItemCaseSensitive(r, "action");
+    const cJSON *ja = tg_json_get(r, "action");
     const char *action = "evaluate";
     if (ja != NULL) {
         if (!cJSON_IsString(ja) || (strcmp(ja->valuestring, "evaluate") && strcmp(ja->valuestring, "deny"))) {
@@ -311,7 +312,7 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
         }
     }
     out->deny = strcmp(action, "deny") == 0;
-    const cJSON *jd = cJSON_GetObjectItemCaseSensitive(r, "on_deny");
+    const cJSON *jd = tg_json_get(r, "on_deny");
     if (jd != NULL) {
         if (!cJSON_IsString(jd)) {
             snprintf(sub, sizeof(sub), "%s.on_deny", path);
@@ -321,9 +322,9 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
         }
     }
     const char *scope = strcmp(tool, "*") == 0 ? "_global" : tool;
-    const cJSON *jc = cJSON_GetObjectItemCaseSensitive(r, "conditions");
-    const cJSON *js = cJSON_GetObjectItemCaseSensitive(r, "state");
-    const cJSON *jr = cJSON_GetObjectItemCaseSensitive(r, "rate_limit");
+    const cJSON *jc = tg_json_get(r, "conditions");
+    const cJSON *js = tg_json_get(r, "state");
+    const cJSON *jr = tg_json_get(r, "rate_limit");
     if (jr != NULL) {
         snprintf(sub, sizeof(sub), "%s.rate_limit", path);
         if (jc != NULL || js != NULL) {
@@ -386,11 +387,11 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
         } else {
             static const char *const sknown[] = {"counter", "window", "increment", "increment_from", "scope", NULL};
             tg__check_keys(cx, js, sub, sknown);
-            const cJSON *cn = cJSON_GetObjectItemCaseSensitive(js, "counter");
-            const cJSON *cw = cJSON_GetObjectItemCaseSensitive(js, "window");
-            const cJSON *ci = cJSON_GetObjectItemCaseSensitive(js, "increment");
-            const cJSON *cf = cJSON_GetObjectItemCaseSensitive(js, "increment_from");
-            const cJSON *cs = cJSON_GetObjectItemCaseSensitive(js, "scope");
+            const cJSON *cn = tg_json_get(js, "counter");
+            const cJSON *cw = tg_json_get(js, "window");
+            const cJSON *ci = tg_json_get(js, "increment");
+            const cJSON *cf = tg_json_get(js, "increment_from");
+            const cJSON *cs = tg_json_get(js, "scope");
             char s2[600];
             int64_t wms = parse_window(cw, 0, 0);
             snprintf(s2, sizeof(s2), "%s.counter", sub);
@@ -509,10 +510,10 @@ static void compile_limits(struct tg__cctx *cx, const cJSON *jl, const char *pat
         }
         static const char *const known[] = {"counter", "window", "max", "scope", NULL};
         tg__check_keys(cx, l, lp, known);
-        const cJSON *cn = cJSON_GetObjectItemCaseSensitive(l, "counter");
-        const cJSON *cw = cJSON_GetObjectItemCaseSensitive(l, "window");
-        const cJSON *cm = cJSON_GetObjectItemCaseSensitive(l, "max");
-        const cJSON *cs = cJSON_GetObjectItemCaseSensitive(l, "scope");
+        const cJSON *cn = tg_json_get(l, "counter");
+        const cJSON *cw = tg_json_get(l, "window");
+        const cJSON *cm = tg_json_get(l, "max");
+        const cJSON *cs = tg_json_get(l, "scope");
         int ok = 1;
         char cname[200];
         if (cn == NULL) {
@@ -588,7 +589,7 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
     static const char *const known[] = {"rules", "action", "reason", "limits", "approval_timeout", NULL};
     tg__check_keys(cx, jt, path, known);
     char sub[600];
-    const cJSON *ja = cJSON_GetObjectItemCaseSensitive(jt, "action");
+    const cJSON *ja = tg_json_get(jt, "action");
     if (ja != NULL) {
         snprintf(sub, sizeof(sub), "%s.action", path);
         if (cJSON_IsString(ja) && strcmp(ja->valuestring, "allow") == 0)
@@ -602,7 +603,7 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
         if (strcmp(name, "*") == 0 && t->action == TA_APPROVE)
             tg__perr(cx, sub, "approve is per tool; \"*\" cannot require approval");
     }
-    const cJSON *jr = cJSON_GetObjectItemCaseSensitive(jt, "reason");
+    const cJSON *jr = tg_json_get(jt, "reason");
     if (jr != NULL) {
         if (cJSON_IsString(jr))
             t->reason = xstrdup(jr->valuestring);
@@ -611,7 +612,7 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
             tg__perr(cx, sub, "must be a string");
         }
     }
-    const cJSON *jat = cJSON_GetObjectItemCaseSensitive(jt, "approval_timeout");
+    const cJSON *jat = tg_json_get(jt, "approval_timeout");
     if (jat != NULL) {
         snprintf(sub, sizeof(sub), "%s.approval_timeout", path);
         int64_t ms = parse_window(jat, 1, 1);
@@ -620,12 +621,12 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
         else
             t->approval_ms = (int)(ms > 86400000 ? 86400000 : ms);
     }
-    const cJSON *jl = cJSON_GetObjectItemCaseSensitive(jt, "limits");
+    const cJSON *jl = tg_json_get(jt, "limits");
     if (jl != NULL) {
         snprintf(sub, sizeof(sub), "%s.limits", path);
         compile_limits(cx, jl, sub, name, t);
     }
-    const cJSON *jrules = cJSON_GetObjectItemCaseSensitive(jt, "rules");
+    const cJSON *jrules = tg_json_get(jt, "rules");
     if (jrules != NULL) {
         snprintf(sub, sizeof(sub), "%s.rules", path);
         if (!cJSON_IsArray(jrules) && !cJSON_IsNull(jrules)) {

@@ -30,16 +30,6 @@ static inline int j_arr(const cJSON *v) { return j_type(v, cJSON_Array); }
 static inline int j_obj(const cJSON *v) { return j_type(v, cJSON_Object); }
 static inline int j_bool(const cJSON *v) { return v != NULL && (v->type & (cJSON_True | cJSON_False)) != 0; }
 
-/* cJSON_GetObjectItemCaseSensitive: the first member named name, stopping at a member without
- * a name; the first byte is compared before strcmp is called. */
-static const cJSON *member(const cJSON *obj, const char *name)
-{
-    const cJSON *e = obj->child;
-    while (e != NULL && e->string != NULL && (e->string[0] != name[0] || strcmp(name, e->string) != 0))
-        e = e->next;
-    return e != NULL && e->string != NULL ? e : NULL;
-}
-
 /* An argument by its path. idx[i] is path[i] as a list index, worked out when the policy was
  * compiled (tg__finish_paths: -1 if path[i] is not one); NULL to work it out here. */
 static const cJSON *resolve_args(const cJSON *args, char **path, const long *idx, int n)
@@ -47,7 +37,7 @@ static const cJSON *resolve_args(const cJSON *args, char **path, const long *idx
     const cJSON *cur = args;
     for (int i = 0; i < n && cur != NULL; i++) {
         if (j_obj(cur)) {
-            cur = member(cur, path[i]);
+            cur = tg_json_get(cur, path[i]);
         } else if (j_arr(cur)) {
             long k = idx != NULL ? idx[i] : tg__path_index(path[i]);
             if (k < 0)

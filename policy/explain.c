@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
 #include "policy/policy_int.h"
 
 static const char *const op_names[] = {"eq", "neq", "in", "not_in", "lt", "lte", "gt", "gte", "regex", "contains",
@@ -78,7 +79,7 @@ static const cJSON *resolve(const cJSON *cur, char **path, int n)
 {
     for (int i = 0; i < n && cur != NULL; i++) {
         if (cJSON_IsObject(cur)) {
-            cur = cJSON_GetObjectItemCaseSensitive(cur, path[i]);
+            cur = tg_json_get(cur, path[i]);
         } else if (cJSON_IsArray(cur)) {
             char *end;
             long k = strtol(path[i], &end, 10);

@@ -167,7 +167,7 @@ static void key_error(struct loader *L, size_t i, const char *field, const char 
 static int b64_member(struct loader *L, size_t i, const cJSON *key, const char *field, int required, uint8_t **out,
                       size_t *outlen)
 {
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(key, field);
+    const cJSON *m = tg_json_get(key, field);
     *out = NULL;
     *outlen = 0;
     if (m == NULL) {
@@ -271,7 +271,7 @@ static int load_ec(struct loader *L, size_t i, const cJSON *obj, struct jwk *k)
     uint8_t *x = NULL, *y = NULL;
     size_t xlen = 0, ylen = 0;
     int r = TG_EINVAL;
-    const cJSON *crv = cJSON_GetObjectItemCaseSensitive(obj, "crv");
+    const cJSON *crv = tg_json_get(obj, "crv");
     if (crv == NULL) {
         key_error(L, i, "crv", "missing");
         goto out;
@@ -322,7 +322,7 @@ static int load_key(struct loader *L, size_t i, const cJSON *obj, struct jwk *k)
         return TG_EINVAL;
     }
     int bad = 0;
-    const cJSON *kty = cJSON_GetObjectItemCaseSensitive(obj, "kty");
+    const cJSON *kty = tg_json_get(obj, "kty");
     size_t a = sizeof(algs) / sizeof(algs[0]);
     if (kty == NULL) {
         key_error(L, i, "kty", "missing");
@@ -338,7 +338,7 @@ static int load_key(struct loader *L, size_t i, const cJSON *obj, struct jwk *k)
     }
     k->kty = algs[a].kty;
 
-    const cJSON *kid = cJSON_GetObjectItemCaseSensitive(obj, "kid");
+    const cJSON *kid = tg_json_get(obj, "kid");
     if (kid != NULL) {
         if (!cJSON_IsString(kid) || kid->valuestring[0] == '\0') {
             key_error(L, i, "kid", "must be a non-empty string");
@@ -347,19 +347,19 @@ static int load_key(struct loader *L, size_t i, const cJSON *obj, struct jwk *k)
             k->kid = tg_xstrdup(kid->valuestring);
         }
     }
-    const cJSON *alg = cJSON_GetObjectItemCaseSensitive(obj, "alg");
+    const cJSON *alg = tg_json_get(obj, "alg");
     if (alg != NULL && (!cJSON_IsString(alg) || strcmp(alg->valuestring, algs[a].alg) != 0)) {
         char why[80];
         snprintf(why, sizeof(why), "must be \"%s\" for kty \"%s\"", algs[a].alg, algs[a].kty_name);
         key_error(L, i, "alg", why);
         bad = 1;
     }
-    const cJSON *use = cJSON_GetObjectItemCaseSensitive(obj, "use");
+    const cJSON *use = tg_json_get(obj, "use");
     if (use != NULL && (!cJSON_IsString(use) || strcmp(use->valuestring, "sig") != 0)) {
         key_error(L, i, "use", "must be \"sig\"");
         bad = 1;
     }
-    if (k->kty != KTY_OCT && cJSON_GetObjectItemCaseSensitive(obj, "d") != NULL) {
+    if (k->kty != KTY_OCT && tg_json_get(obj, "d") != NULL) {
         key_error(L, i, "d", "private key material does not belong in a verification key set");
         bad = 1;
     }
@@ -390,7 +390,7 @@ int tg_jwks_parse(const char *json, size_t len, const char *name, struct tg_jwks
         tg_buf_appendf(err, "%s: invalid JSON at byte %zu: %s\n", name, joff, jerr ? jerr : "?");
         return TG_EINVAL;
     }
-    const cJSON *keys = cJSON_IsObject(doc.root) ? cJSON_GetObjectItemCaseSensitive(doc.root, "keys") : NULL;
+    const cJSON *keys = cJSON_IsObject(doc.root) ? tg_json_get(doc.root, "keys") : NULL;
     if (!cJSON_IsObject(doc.root)) {
         tg_buf_appendf(err, "%s: must be a JSON object with \"keys\"\n", name);
         L.nerr++;
@@ -523,7 +523,7 @@ static int verify_with(struct jwk *k, const uint8_t *in, size_t inlen, const uin
  * absent, 0 with *v set, TG_EINVAL when present but not a number. */
 static int numeric_claim(const cJSON *claims, const char *name, double *v)
 {
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(claims, name);
+    const cJSON *m = tg_json_get(claims, name);
     if (m == NULL)
         return 1;
     if (!cJSON_IsNumber(m) || !isfinite(m->valuedouble))
@@ -612,7 +612,7 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
     if (parse_object(hdec, hlen, &header) != 0)
         goto out;
 
-    const cJSON *alg = cJSON_GetObjectItemCaseSensitive(header, "alg");
+    const cJSON *alg = tg_json_get(header, "alg");
     if (!cJSON_IsString(alg))
         goto out;
     size_t a;
@@ -625,12 +625,12 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
     }
     /* RFC 7515 §4.1.11: extensions we would have to understand; we
      * understand none. */
-    if (cJSON_GetObjectItemCaseSensitive(header, "crit") != NULL)
+    if (tg_json_get(header, "crit") != NULL)
         goto out;
-    const cJSON *typ = cJSON_GetObjectItemCaseSensitive(header, "typ");
+    const cJSON *typ = tg_json_get(header, "typ");
     if (typ != NULL && !cJSON_IsString(typ))
         goto out;
-    const cJSON *kidm = cJSON_GetObjectItemCaseSensitive(header, "kid");
+    const cJSON *kidm = tg_json_get(header, "kid");
     if (kidm != NULL && !cJSON_IsString(kidm))
         goto out;
     const char *kid = kidm ? kidm->valuestring : NULL;
@@ -677,15 +677,15 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
         *why = "not yet valid";
         goto out;
     }
-    if (rules->issuer != NULL && !string_claim_is(cJSON_GetObjectItemCaseSensitive(claims, "iss"), rules->issuer)) {
+    if (rules->issuer != NULL && !string_claim_is(tg_json_get(claims, "iss"), rules->issuer)) {
         *why = "wrong issuer";
         goto out;
     }
-    if (rules->audience != NULL && !audience_ok(cJSON_GetObjectItemCaseSensitive(claims, "aud"), rules->audience)) {
+    if (rules->audience != NULL && !audience_ok(tg_json_get(claims, "aud"), rules->audience)) {
         *why = "wrong audience";
         goto out;
     }
-    const cJSON *g = cJSON_GetObjectItemCaseSensitive(claims, rules->grant_claim);
+    const cJSON *g = tg_json_get(claims, rules->grant_claim);
     if (!cJSON_IsString(g) || g->valuestring[0] == '\0') {
         *why = "missing grant claim";
         goto out;

@@ -231,7 +231,7 @@ static int parse_node(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out
                 yaml_event_delete(&k);
                 if (merged != NULL) {
                     for (cJSON *f = merged->child; f; f = f->next)
-                        if (cJSON_GetObjectItemCaseSensitive(obj, f->string) == NULL)
+                        if (tg_json_get(obj, f->string) == NULL)
                             cJSON_AddItemToObject(obj, f->string, cJSON_Duplicate(f, 1));
                     cJSON_Delete(merged);
                     merged = NULL;
@@ -293,13 +293,13 @@ static int parse_node(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out
                         return yerr(b, "a merge key (<<) needs a mapping or a list of mappings", kline);
                     }
                     for (cJSON *f = m->child; f; f = f->next)
-                        if (cJSON_GetObjectItemCaseSensitive(merged, f->string) == NULL)
+                        if (tg_json_get(merged, f->string) == NULL)
                             cJSON_AddItemToObject(merged, f->string, cJSON_Duplicate(f, 1));
                 }
                 cJSON_Delete(src);
                 continue;
             }
-            if (cJSON_GetObjectItemCaseSensitive(obj, key) != NULL) {
+            if (tg_json_get(obj, key) != NULL) {
                 char why[200];
                 snprintf(why, sizeof(why), "duplicate key \"%.100s\"", key);
                 free(key);

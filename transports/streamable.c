@@ -491,13 +491,13 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
     /* Mcp-Param-*: checked against the arguments for the properties the tool marks (as far as a
      * tools/list through the gateway showed its schema), rebuilt from the body for the upstream;
      * the ones the gateway does not recognise go as they came. */
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
-    const cJSON *tool = cJSON_GetObjectItemCaseSensitive(params, "name");
+    const cJSON *params = tg_json_get(m->root, "params");
+    const cJSON *tool = tg_json_get(params, "name");
     const cJSON *schema = m->kind == TG_MSG_REQUEST && strcmp(method, "tools/call") == 0 && cJSON_IsString(tool) &&
                                   x->srv->schemas != NULL
                               ? tg_mcp_schemas_find(x->srv->schemas, x->uc->name, tool->valuestring)
                               : NULL;
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(params, "arguments");
+    const cJSON *args = tg_json_get(params, "arguments");
     if (schema != NULL && tg_mcp_check_param_headers(h, nh, schema, args, &why) != 0) {
         char esc[96];
         tg_log(TG_LOG_INFO, "2026-07-28 request refused: Mcp-Param headers disagree with the arguments",

@@ -66,7 +66,7 @@ static int probe_event(void *ud, const struct tg_sse_event *ev)
 {
     cJSON **out = ud;
     cJSON *m = cJSON_ParseWithLength(ev->data.ptr, ev->data.len);
-    if (cJSON_GetObjectItemCaseSensitive(m, "result") != NULL || cJSON_GetObjectItemCaseSensitive(m, "error") != NULL) {
+    if (tg_json_get(m, "result") != NULL || tg_json_get(m, "error") != NULL) {
         *out = m;
         return 1; /* found: stop */
     }
@@ -92,7 +92,7 @@ static cJSON *answer_of(struct probe *p)
 static int lists_modern(const cJSON *res)
 {
     const cJSON *v;
-    cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(res, "supportedVersions"))
+    cJSON_ArrayForEach(v, tg_json_get(res, "supportedVersions"))
         if (cJSON_IsString(v) && strcmp(v->valuestring, TG_MCP_MODERN_VERSION) == 0)
             return 1;
     return 0;
@@ -125,7 +125,7 @@ static void on_done(struct tg_upreq *r, int err, void *ud)
                u->uc->name, p->step == 0 ? "discover" : "initialize", err);
     } else if (p->step == 0) {
         cJSON *msg = p->status == 200 ? answer_of(p) : NULL;
-        cJSON *res = cJSON_GetObjectItemCaseSensitive(msg, "result");
+        cJSON *res = tg_json_get(msg, "result");
         if (cJSON_IsObject(res) && lists_modern(res)) {
             free(u->discover);
             u->discover = cJSON_PrintUnformatted(res);
@@ -151,7 +151,7 @@ static void on_done(struct tg_upreq *r, int err, void *ud)
         cJSON_Delete(msg);
     } else {
         cJSON *msg = p->status == 200 ? answer_of(p) : NULL;
-        int dual = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(msg, "result"));
+        int dual = cJSON_IsObject(tg_json_get(msg, "result"));
         cJSON_Delete(msg);
         if (dual && p->session[0]) {
             /* The probe's session is of no use: it ends now. */

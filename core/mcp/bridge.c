@@ -90,15 +90,15 @@ static void boot_answer(struct tg_sink *sk, struct tg_call *k, int status, const
         snprintf(bs->why, sizeof(bs->why), "the upstream's answer to initialize is not JSON");
         return;
     }
-    cJSON *res = cJSON_GetObjectItemCaseSensitive(doc.root, "result");
-    cJSON *err = cJSON_GetObjectItemCaseSensitive(doc.root, "error");
+    cJSON *res = tg_json_get(doc.root, "result");
+    cJSON *err = tg_json_get(doc.root, "error");
     if (cJSON_IsObject(res)) {
         bs->ok = 1;
-        cJSON *caps = cJSON_GetObjectItemCaseSensitive(res, "capabilities");
+        cJSON *caps = tg_json_get(res, "capabilities");
         if (cJSON_IsObject(caps))
             bs->caps = cJSON_PrintUnformatted(caps);
     } else {
-        cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+        cJSON *msg = tg_json_get(err, "message");
         snprintf(bs->why, sizeof(bs->why), "the upstream refused the gateway's initialize: %.100s",
                  cJSON_IsString(msg) ? msg->valuestring : "(no message)");
     }
@@ -258,7 +258,7 @@ static int era_known(struct tg_server *srv, struct tg_bridge *b)
     free(b->caps);
     b->caps = NULL;
     cJSON *res = cJSON_Parse(tg_upstream_discover(u));
-    cJSON *caps = cJSON_GetObjectItemCaseSensitive(res, "capabilities");
+    cJSON *caps = tg_json_get(res, "capabilities");
     if (cJSON_IsObject(caps))
         b->caps = cJSON_PrintUnformatted(caps);
     cJSON_Delete(res);

@@ -51,15 +51,15 @@ int tg_mcp_classify(const cJSON *root, struct tg_mcp_claim *out, struct tg_mcp_r
 {
     memset(out, 0, sizeof(*out));
     out->era = TG_ERA_2025;
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
-    const cJSON *meta = cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, "_meta") : NULL;
-    const cJSON *v = cJSON_IsObject(meta) ? cJSON_GetObjectItemCaseSensitive(meta, TG_MCP_META_VERSION) : NULL;
+    const cJSON *params = tg_json_get(root, "params");
+    const cJSON *meta = cJSON_IsObject(params) ? tg_json_get(params, "_meta") : NULL;
+    const cJSON *v = cJSON_IsObject(meta) ? tg_json_get(meta, TG_MCP_META_VERSION) : NULL;
     if (v == NULL)
         return 0; /* no modern claim: the 2025 rules apply */
     if (!cJSON_IsString(v))
         return refuse(why, TG_RPC_INVALID_PARAMS, 400,
                       "Invalid params: _meta[\"" TG_MCP_META_VERSION "\"] must be a string");
-    const cJSON *caps = cJSON_GetObjectItemCaseSensitive(meta, TG_MCP_META_CAPS);
+    const cJSON *caps = tg_json_get(meta, TG_MCP_META_CAPS);
     if (!cJSON_IsObject(caps))
         return refuse(why, TG_RPC_INVALID_PARAMS, 400,
                       "Invalid params: a 2026-07-28 request needs _meta[\"" TG_MCP_META_CAPS "\"] (an object)");
@@ -196,8 +196,8 @@ int tg_mcp_check_headers(const struct tg_mcp_header *h, size_t nh, const cJSON *
     struct tg_buf scratch;
     tg_buf_init(&scratch);
     int rc = -1;
-    const cJSON *method = cJSON_GetObjectItemCaseSensitive(root, "method");
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
+    const cJSON *method = tg_json_get(root, "method");
+    const cJSON *params = tg_json_get(root, "params");
     if (check_one(h, nh, "mcp-protocol-version", NULL, claim->version ? claim->version : "", &scratch, why) != 0)
         goto out;
     if (!cJSON_IsString(method)) {
@@ -210,7 +210,7 @@ int tg_mcp_check_headers(const struct tg_mcp_header *h, size_t nh, const cJSON *
     const char *key = name_key(m);
     struct tg_slice raw;
     if (key != NULL) {
-        const cJSON *name = cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, key) : NULL;
+        const cJSON *name = cJSON_IsObject(params) ? tg_json_get(params, key) : NULL;
         if (!cJSON_IsString(name)) {
             char msg[120];
             snprintf(msg, sizeof(msg), "Invalid params: %s needs params.%s (a string)", m, key);
@@ -246,12 +246,12 @@ typedef int (*marked_cb)(const char *header, const cJSON *prop, const cJSON *arg
 
 static int walk(const cJSON *schema, const cJSON *args, marked_cb fn, void *ud, int depth)
 {
-    const cJSON *props = cJSON_GetObjectItemCaseSensitive(schema, "properties");
+    const cJSON *props = tg_json_get(schema, "properties");
     if (!cJSON_IsObject(props) || depth > MAX_SCHEMA_DEPTH)
         return 0;
     for (const cJSON *p = props->child; p; p = p->next) {
-        const cJSON *arg = cJSON_IsObject(args) ? cJSON_GetObjectItemCaseSensitive(args, p->string) : NULL;
-        const cJSON *mark = cJSON_GetObjectItemCaseSensitive(p, "x-mcp-header");
+        const cJSON *arg = cJSON_IsObject(args) ? tg_json_get(args, p->string) : NULL;
+        const cJSON *mark = tg_json_get(p, "x-mcp-header");
         if (mark != NULL) {
             int r = fn(cJSON_IsString(mark) ? mark->valuestring : NULL, p, arg, ud);
             if (r != 0)
@@ -273,7 +273,7 @@ static int marked_off_path(const cJSON *node, int on_path, int depth)
         return 0;
     if (depth > MAX_SCHEMA_DEPTH)
         return 1; /* too deep to judge, or to check: the tool is dropped */
-    if (cJSON_IsObject(node) && !on_path && cJSON_GetObjectItemCaseSensitive(node, "x-mcp-header") != NULL)
+    if (cJSON_IsObject(node) && !on_path && tg_json_get(node, "x-mcp-header") != NULL)
         return 1;
     for (const cJSON *c = node->child; c; c = c->next) {
         int props = on_path && cJSON_IsObject(node) && c->string != NULL && strcmp(c->string, "properties") == 0 &&
@@ -297,7 +297,7 @@ struct valid_ctx {
 static int check_mark(const char *header, const cJSON *prop, const cJSON *args, void *ud)
 {
     struct valid_ctx *v = ud;
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(prop, "type");
+    const cJSON *type = tg_json_get(prop, "type");
     if (header == NULL || header[0] == '\0' || strlen(header) >= sizeof(v->seen[0]) || !cJSON_IsString(type))
         return 1;
     if (strcmp(type->valuestring, "string") != 0 && strcmp(type->valuestring, "integer") != 0 &&
@@ -321,7 +321,7 @@ int tg_mcp_tool_headers_valid(const cJSON *input_schema)
         return 1;
     struct valid_ctx v;
     v.nseen = 0;
-    if (cJSON_GetObjectItemCaseSensitive(input_schema, "x-mcp-header") != NULL)
+    if (tg_json_get(input_schema, "x-mcp-header") != NULL)
         return 0; /* on the schema itself: no property carries it */
     /* The root is on the path (its own annotation was refused above). */
     if (marked_off_path(input_schema, 1, 0))
@@ -386,8 +386,8 @@ void tg_mcp_header_value_write(struct tg_buf *out, const char *v, size_t n)
 
 void tg_mcp_upstream_headers(struct tg_buf *out, const cJSON *root, const char *version, const char *extra)
 {
-    const cJSON *method = cJSON_GetObjectItemCaseSensitive(root, "method");
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
+    const cJSON *method = tg_json_get(root, "method");
+    const cJSON *params = tg_json_get(root, "params");
     tg_buf_appends(out, "MCP-Protocol-Version: ");
     tg_mcp_header_value_write(out, version, strlen(version));
     tg_buf_appends(out, "\r\n");
@@ -397,7 +397,7 @@ void tg_mcp_upstream_headers(struct tg_buf *out, const cJSON *root, const char *
         tg_mcp_header_value_write(out, m, strlen(m));
         tg_buf_appends(out, "\r\n");
         const char *key = name_key(m);
-        const cJSON *name = key != NULL ? cJSON_GetObjectItemCaseSensitive(params, key) : NULL;
+        const cJSON *name = key != NULL ? tg_json_get(params, key) : NULL;
         if (cJSON_IsString(name)) {
             tg_buf_appends(out, "Mcp-Name: ");
             tg_mcp_header_value_write(out, name->valuestring, strlen(name->valuestring));
@@ -420,8 +420,8 @@ static int drop(cJSON *o, const char *key)
 
 int tg_mcp_strip_claim(cJSON *root)
 {
-    cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
-    cJSON *meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
+    cJSON *params = tg_json_get(root, "params");
+    cJSON *meta = tg_json_get(params, "_meta");
     if (!cJSON_IsObject(meta))
         return 0;
     int n = drop(meta, TG_MCP_META_VERSION);
@@ -508,12 +508,12 @@ const char *tg_mcp_log_level_name(unsigned level) { return level >= 1 && level <
 
 void tg_mcp_add_claim(cJSON *root, const char *caps, unsigned log_level)
 {
-    cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "params");
+    cJSON *params = tg_json_get(root, "params");
     if (!cJSON_IsObject(params)) {
         cJSON_DeleteItemFromObjectCaseSensitive(root, "params");
         params = cJSON_AddObjectToObject(root, "params");
     }
-    cJSON *meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
+    cJSON *meta = tg_json_get(params, "_meta");
     if (!cJSON_IsObject(meta)) {
         cJSON_DeleteItemFromObjectCaseSensitive(params, "_meta");
         meta = cJSON_AddObjectToObject(params, "_meta");

@@ -46,8 +46,8 @@ void tg_mcp_note_init_result(struct tg_session *s, const char *p, size_t n, int 
     struct tg_json_doc doc;
     if (tg_json_parse(p, n, depth, 1, &doc, NULL, NULL) != 0)
         return;
-    cJSON *res = cJSON_GetObjectItemCaseSensitive(doc.root, "result");
-    cJSON *pv = cJSON_GetObjectItemCaseSensitive(res, "protocolVersion");
+    cJSON *res = tg_json_get(doc.root, "result");
+    cJSON *pv = tg_json_get(res, "protocolVersion");
     /* It goes into every later MCP-Protocol-Version header: only a version the gateway knows
      * (an upstream's JSON string may carry CR/LF). */
     if (cJSON_IsString(pv) && strlen(pv->valuestring) < sizeof(s->proto) &&
@@ -105,8 +105,8 @@ int tg_mcp_take_server_request(struct tg_session *s, const char *raw, size_t n)
 /* The version of a client's initialize the gateway answers with. */
 static const char *agreed_version(struct tg_session *s, struct tg_msg *m)
 {
-    cJSON *params = cJSON_GetObjectItemCaseSensitive(m->root, "params");
-    cJSON *pv = cJSON_GetObjectItemCaseSensitive(params, "protocolVersion");
+    cJSON *params = tg_json_get(m->root, "params");
+    cJSON *pv = tg_json_get(params, "protocolVersion");
     const char *ver = TG_PROTO_LATEST;
     if (cJSON_IsString(pv) && tg_mcp_version_supported(tg_slice_cstr(pv->valuestring)))
         ver = pv->valuestring;
@@ -125,16 +125,16 @@ void tg_mcp_bridged_init(struct tg_session *s, struct tg_msg *m, const struct tg
     tg_buf_appendf(out, ",\"result\":{\"protocolVersion\":\"%s\",\"capabilities\":{\"logging\":{}", ver);
     static const char *const relayed[] = {"tools", "resources", "prompts", NULL};
     for (int i = 0; relayed[i]; i++) {
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, relayed[i]);
+        const cJSON *f = tg_json_get(c, relayed[i]);
         if (f == NULL)
             continue;
         tg_buf_appendf(out, ",\"%s\":{\"listChanged\":%s%s}", relayed[i],
-                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "listChanged")) ? "true" : "false",
+                       cJSON_IsTrue(tg_json_get(f, "listChanged")) ? "true" : "false",
                        i != 1                                                             ? ""
-                       : cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "subscribe")) ? ",\"subscribe\":true"
+                       : cJSON_IsTrue(tg_json_get(f, "subscribe")) ? ",\"subscribe\":true"
                                                                                           : ",\"subscribe\":false");
     }
-    if (cJSON_GetObjectItemCaseSensitive(c, "completions") != NULL)
+    if (tg_json_get(c, "completions") != NULL)
         tg_buf_appends(out, ",\"completions\":{}");
     cJSON_Delete(c);
     tg_buf_appends(out, "},\"serverInfo\":{\"name\":");

@@ -16,7 +16,7 @@ static int readable(const struct tg_policy *pol, const char *uri)
 /* Keep only the URIs of notifications.resourceSubscriptions the grant may read. */
 static void filter_subscriptions(cJSON *notifications, const struct tg_policy *pol)
 {
-    cJSON *subs = cJSON_GetObjectItemCaseSensitive(notifications, "resourceSubscriptions");
+    cJSON *subs = tg_json_get(notifications, "resourceSubscriptions");
     if (!cJSON_IsArray(subs))
         return;
     for (cJSON *u = subs->child, *next; u != NULL; u = next) {
@@ -28,7 +28,7 @@ static void filter_subscriptions(cJSON *notifications, const struct tg_policy *p
 
 void tg_mcp_listen_filter_request(cJSON *params, const struct tg_policy *pol)
 {
-    filter_subscriptions(cJSON_GetObjectItemCaseSensitive(params, "notifications"), pol);
+    filter_subscriptions(tg_json_get(params, "notifications"), pol);
 }
 
 int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const char *id, size_t idn,
@@ -38,9 +38,9 @@ int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const cha
     if (tg_json_parse(p, n, 64, 1, &doc, NULL, NULL) != 0)
         return 0;
     int keep = 0;
-    cJSON *method = cJSON_GetObjectItemCaseSensitive(doc.root, "method");
-    cJSON *params = cJSON_GetObjectItemCaseSensitive(doc.root, "params");
-    if (!cJSON_IsString(method) || cJSON_GetObjectItemCaseSensitive(doc.root, "id") != NULL)
+    cJSON *method = tg_json_get(doc.root, "method");
+    cJSON *params = tg_json_get(doc.root, "params");
+    if (!cJSON_IsString(method) || tg_json_get(doc.root, "id") != NULL)
         goto out; /* only notifications travel on a listen stream (its answer is the call's) */
     const char *m = method->valuestring;
     if (strcmp(m, "notifications/progress") == 0 || strcmp(m, "notifications/message") == 0)
@@ -48,9 +48,9 @@ int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const cha
     if (id == NULL && strcmp(m, "notifications/subscriptions/acknowledged") == 0)
         goto out; /* a 2025 client's GET stream: no listen to acknowledge */
     if (strcmp(m, "notifications/subscriptions/acknowledged") == 0) {
-        filter_subscriptions(cJSON_GetObjectItemCaseSensitive(params, "notifications"), pol);
+        filter_subscriptions(tg_json_get(params, "notifications"), pol);
     } else if (strcmp(m, "notifications/resources/updated") == 0) {
-        cJSON *uri = cJSON_GetObjectItemCaseSensitive(params, "uri");
+        cJSON *uri = tg_json_get(params, "uri");
         if (!cJSON_IsString(uri) || !readable(pol, uri->valuestring))
             goto out;
     }
@@ -63,7 +63,7 @@ int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const cha
         params = cJSON_CreateObject();
         cJSON_AddItemToObject(doc.root, "params", params);
     }
-    cJSON *meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
+    cJSON *meta = tg_json_get(params, "_meta");
     if (!cJSON_IsObject(meta)) {
         cJSON_DeleteItemFromObjectCaseSensitive(params, "_meta");
         meta = cJSON_AddObjectToObject(params, "_meta");

@@ -31,13 +31,13 @@ static void write_caps(struct tg_buf *out, const char *caps, int listen)
     tg_buf_appends(out, "{");
     int n = 0;
     for (int i = 0; relayed[i]; i++) {
-        if (c != NULL ? cJSON_GetObjectItemCaseSensitive(c, relayed[i]) == NULL : i == 3)
+        if (c != NULL ? tg_json_get(c, relayed[i]) == NULL : i == 3)
             continue;
         tg_buf_appends(out, n++ ? ",\"" : "\"");
         tg_buf_appends(out, relayed[i]);
-        const cJSON *f = c != NULL ? cJSON_GetObjectItemCaseSensitive(c, relayed[i]) : NULL;
-        int lc = listen && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "listChanged"));
-        int sub = listen > 1 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "subscribe"));
+        const cJSON *f = c != NULL ? tg_json_get(c, relayed[i]) : NULL;
+        int lc = listen && cJSON_IsTrue(tg_json_get(f, "listChanged"));
+        int sub = listen > 1 && cJSON_IsTrue(tg_json_get(f, "subscribe"));
         if (i == 3)
             tg_buf_appends(out, "\":{}");
         else
@@ -99,26 +99,26 @@ int tg_mcp_modern_result(struct tg_buf *answer, const char *method, struct tg_mc
     }
     if (tg_json_parse(answer->base, answer->len, 1000, 1, &doc, NULL, NULL) != 0)
         return 0;
-    cJSON *res = cJSON_GetObjectItemCaseSensitive(doc.root, "result");
+    cJSON *res = tg_json_get(doc.root, "result");
     if (cJSON_IsObject(res)) {
         cJSON *tools = method != NULL && strcmp(method, "tools/list") == 0
-                           ? cJSON_GetObjectItemCaseSensitive(res, "tools") : NULL;
+                           ? tg_json_get(res, "tools") : NULL;
         /* A 2026 client must drop a tool whose x-mcp-header annotations are invalid: it never
          * sees one here. */
         for (cJSON *t = cJSON_IsArray(tools) ? tools->child : NULL, *next; t != NULL; t = next) {
             next = t->next;
-            if (!tg_mcp_tool_headers_valid(cJSON_GetObjectItemCaseSensitive(t, "inputSchema")))
+            if (!tg_mcp_tool_headers_valid(tg_json_get(t, "inputSchema")))
                 cJSON_Delete(cJSON_DetachItemViaPointer(tools, t));
         }
         if (c != NULL)
             rc = tg_mcp_mrtr_result(mt, res, c, now_ms, why, whysz);
-        else if (cJSON_GetObjectItemCaseSensitive(res, "resultType") != NULL &&
-                 !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(res, "resultType")))
+        else if (tg_json_get(res, "resultType") != NULL &&
+                 !cJSON_IsString(tg_json_get(res, "resultType")))
             rc = -1, snprintf(why, whysz, "the upstream's resultType is not a string");
-        else if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(res, "resultType")) &&
-                 strcmp(cJSON_GetObjectItemCaseSensitive(res, "resultType")->valuestring, "complete") != 0)
+        else if (cJSON_IsString(tg_json_get(res, "resultType")) &&
+                 strcmp(tg_json_get(res, "resultType")->valuestring, "complete") != 0)
             rc = -1, snprintf(why, whysz, "the upstream asked for input on %.60s, which cannot take any", method);
-        if (cJSON_GetObjectItemCaseSensitive(res, "resultType") == NULL)
+        if (tg_json_get(res, "resultType") == NULL)
             cJSON_AddStringToObject(res, "resultType", "complete");
         if (method != NULL && cacheable(method)) {
             cJSON_DeleteItemFromObjectCaseSensitive(res, "ttlMs");

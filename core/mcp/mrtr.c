@@ -14,11 +14,11 @@
 unsigned tg_mcp_client_caps(const cJSON *caps)
 {
     unsigned c = 0;
-    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(caps, "elicitation")))
+    if (cJSON_IsObject(tg_json_get(caps, "elicitation")))
         c |= TG_CAP_ELICITATION;
-    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(caps, "sampling")))
+    if (cJSON_IsObject(tg_json_get(caps, "sampling")))
         c |= TG_CAP_SAMPLING;
-    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(caps, "roots")))
+    if (cJSON_IsObject(tg_json_get(caps, "roots")))
         c |= TG_CAP_ROOTS;
     return c;
 }
@@ -52,11 +52,11 @@ void tg_mcp_mrtr_bind(struct tg_mcp_mrtr_call *c, const char *grant, const char 
     c->b.upstream = upstream;
     c->b.method = method;
     const char *key = name_member(method);
-    const cJSON *name = key ? cJSON_GetObjectItemCaseSensitive(params, key) : NULL;
+    const cJSON *name = key ? tg_json_get(params, key) : NULL;
     c->b.name = cJSON_IsString(name) ? name->valuestring : "";
     struct tg_buf a;
     tg_buf_init(&a);
-    const cJSON *args = cJSON_GetObjectItemCaseSensitive(params, "arguments");
+    const cJSON *args = tg_json_get(params, "arguments");
     if (args != NULL)
         tg_json_write(&a, args);
     else
@@ -91,7 +91,7 @@ static int seal(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_c
 int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
                        char *why, size_t whysz)
 {
-    cJSON *rt = cJSON_GetObjectItemCaseSensitive(result, "resultType");
+    cJSON *rt = tg_json_get(result, "resultType");
     if (rt == NULL || (cJSON_IsString(rt) && strcmp(rt->valuestring, "complete") == 0))
         return 0;
     if (!cJSON_IsString(rt) || strcmp(rt->valuestring, "input_required") != 0) {
@@ -102,8 +102,8 @@ int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp
         snprintf(why, whysz, "the upstream asked for input on %.60s, which cannot take any", c->b.method);
         return -1;
     }
-    cJSON *reqs = cJSON_GetObjectItemCaseSensitive(result, "inputRequests");
-    cJSON *state = cJSON_GetObjectItemCaseSensitive(result, "requestState");
+    cJSON *reqs = tg_json_get(result, "inputRequests");
+    cJSON *state = tg_json_get(result, "requestState");
     if ((reqs != NULL && !cJSON_IsObject(reqs)) || (state != NULL && !cJSON_IsString(state)) ||
         (reqs == NULL && state == NULL)) {
         snprintf(why, whysz, "the upstream's input_required result is malformed");
@@ -112,7 +112,7 @@ int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp
     struct tg_buf keys;
     tg_buf_init(&keys);
     for (cJSON *r = reqs ? reqs->child : NULL; r != NULL; r = r->next) {
-        cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "method");
+        cJSON *m = tg_json_get(r, "method");
         const char *kind = NULL;
         unsigned bit = tg_mcp_input_kind(cJSON_IsString(m) ? m->valuestring : NULL, &kind);
         if (!(bit & c->client_caps)) {
@@ -173,7 +173,7 @@ int tg_mcp_mrtr_seal_parked(struct tg_mcp_mrtr *t, cJSON *result, const struct t
 {
     struct tg_buf keys;
     tg_buf_init(&keys);
-    cJSON *reqs = cJSON_GetObjectItemCaseSensitive(result, "inputRequests");
+    cJSON *reqs = tg_json_get(result, "inputRequests");
     for (cJSON *r = reqs ? reqs->child : NULL; r != NULL; r = r->next)
         tg_buf_append(&keys, r->string, strlen(r->string) + 1);
     int rc = seal(t, result, c, now_ms, &keys, 'p', parked);
@@ -222,8 +222,8 @@ static int key_issued(const struct tg_buf *keys, const char *k)
 int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
                       char *parked, size_t psz, char *why, size_t whysz)
 {
-    cJSON *state = cJSON_GetObjectItemCaseSensitive(params, "requestState");
-    cJSON *resp = cJSON_GetObjectItemCaseSensitive(params, "inputResponses");
+    cJSON *state = tg_json_get(params, "requestState");
+    cJSON *resp = tg_json_get(params, "inputResponses");
     if (state == NULL && resp == NULL)
         return 0;
     if (state == NULL && name_member(c->b.method) != NULL) {

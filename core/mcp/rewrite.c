@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
 #include "core/log.h"
 #include "core/msg.h"
 #include "policy/policy.h"
@@ -49,8 +50,8 @@ static int filter_tools_list(const struct tg_mcp_answer *a, const char *p, size_
     struct tg_json_doc doc;
     if (tg_json_parse(p, n, 1000, 1, &doc, NULL, NULL) != 0)
         return 0;
-    cJSON *res = cJSON_GetObjectItemCaseSensitive(doc.root, "result");
-    cJSON *tools = cJSON_GetObjectItemCaseSensitive(res, "tools");
+    cJSON *res = tg_json_get(doc.root, "result");
+    cJSON *tools = tg_json_get(res, "tools");
     if (!cJSON_IsObject(res) || !cJSON_IsArray(tools)) {
         cJSON_Delete(doc.root);
         return 0;
@@ -59,7 +60,7 @@ static int filter_tools_list(const struct tg_mcp_answer *a, const char *p, size_
         cJSON *t = tools->child;
         while (t) {
             cJSON *next = t->next;
-            cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+            cJSON *name = tg_json_get(t, "name");
             if (!cJSON_IsString(name) || !tg_policy_tool_visible(a->tools_filter, name->valuestring))
                 cJSON_Delete(cJSON_DetachItemViaPointer(tools, t));
             t = next;

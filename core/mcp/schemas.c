@@ -46,11 +46,11 @@ void tg_mcp_schemas_learn(struct tg_mcp_schemas *s, const char *upstream, const 
     struct tg_json_doc doc;
     if (tg_json_parse(answer, n, 64, 1, &doc, NULL, NULL) != 0)
         return;
-    cJSON *tools = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc.root, "result"), "tools");
-    cJSON *mine = cJSON_GetObjectItemCaseSensitive(s->by_upstream, upstream);
+    cJSON *tools = tg_json_get(tg_json_get(doc.root, "result"), "tools");
+    cJSON *mine = tg_json_get(s->by_upstream, upstream);
     for (cJSON *t = cJSON_IsArray(tools) ? tools->child : NULL; t != NULL; t = t->next) {
-        cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
-        cJSON *schema = cJSON_GetObjectItemCaseSensitive(t, "inputSchema");
+        cJSON *name = tg_json_get(t, "name");
+        cJSON *schema = tg_json_get(t, "inputSchema");
         if (!cJSON_IsString(name))
             continue;
         int keep = annotated(schema, 0);
@@ -61,7 +61,7 @@ void tg_mcp_schemas_learn(struct tg_mcp_schemas *s, const char *upstream, const 
             keep = text != NULL && strlen(text) <= TG_MCP_SCHEMA_BYTES;
             free(text);
         }
-        if (mine != NULL && cJSON_GetObjectItemCaseSensitive(mine, name->valuestring) != NULL) {
+        if (mine != NULL && tg_json_get(mine, name->valuestring) != NULL) {
             cJSON_DeleteItemFromObjectCaseSensitive(mine, name->valuestring);
         } else if (keep && mine != NULL && cJSON_GetArraySize(mine) >= TG_MCP_SCHEMAS_MAX) {
             continue;
@@ -77,6 +77,6 @@ void tg_mcp_schemas_learn(struct tg_mcp_schemas *s, const char *upstream, const 
 
 const cJSON *tg_mcp_schemas_find(const struct tg_mcp_schemas *s, const char *upstream, const char *tool)
 {
-    const cJSON *mine = cJSON_GetObjectItemCaseSensitive(s->by_upstream, upstream);
-    return mine != NULL ? cJSON_GetObjectItemCaseSensitive(mine, tool) : NULL;
+    const cJSON *mine = tg_json_get(s->by_upstream, upstream);
+    return mine != NULL ? tg_json_get(mine, tool) : NULL;
 }

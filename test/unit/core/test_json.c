@@ -912,6 +912,24 @@ static void fast_scan_keys_and_strings(void **state)
     }
 }
 
+/* tg_json_get() answers as cJSON_GetObjectItemCaseSensitive() does: first match, case counts,
+ * keys that share a first byte, the empty key, an array or a scalar, NULL. */
+static void get_matches_cjson(void **state)
+{
+    (void)state;
+    cJSON *o = cJSON_Parse("{\"a\":1,\"ab\":2,\"A\":3,\"\":4,\"abc\":5,\"x\":[1,2]}");
+    cJSON_AddItemToObject(o, "ab", cJSON_CreateNumber(6)); /* a second "ab": the first wins */
+    const char *keys[] = {"a", "ab", "A", "", "abc", "abd", "b", "x", "AB"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(*keys); i++)
+        assert_ptr_equal(tg_json_get(o, keys[i]), cJSON_GetObjectItemCaseSensitive(o, keys[i]));
+    assert_int_equal(tg_json_get(o, "ab")->valueint, 2);
+    cJSON *arr = tg_json_get(o, "x");
+    assert_null(tg_json_get(arr, "a"));
+    assert_null(tg_json_get(tg_json_get(o, "a"), "a"));
+    assert_null(tg_json_get(NULL, "a"));
+    cJSON_Delete(o);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -926,6 +944,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(duplicate_keys_many_members),
         cmocka_unit_test(duplicate_keys_without_tree),
         cmocka_unit_test(fast_scan_keys_and_strings),
+        cmocka_unit_test(get_matches_cjson),
         cmocka_unit_test(invalid_utf8),
         cmocka_unit_test(lone_surrogates),
         cmocka_unit_test(escapes),
