@@ -134,10 +134,12 @@ static void record(struct tg_json_doc *doc, const unsigned char *k, size_t kn, c
         doc->result_raw = s;
 }
 
-int tg__json_scan_fast(const char *in, size_t n, int max_depth, struct tg_json_doc *doc)
+/* The walker over the input itself, every read bounded: for inputs too long to copy, and for
+ * targets without SSE2. */
+static int scan_walk(const char *in, size_t n, int max_depth, struct tg_json_doc *doc)
 {
     const unsigned char *p = (const unsigned char *)in, *end = p + n;
-    if (n == 0 || !tg_json_plain(in, n))
+    if (!tg_json_plain(in, n))
         return -1;
     /* One entry per open container: 1 = object, 2 = array; the first key of each open object. */
     unsigned char kind[FAST_DEPTH + 1];
@@ -152,8 +154,6 @@ int tg__json_scan_fast(const char *in, size_t n, int max_depth, struct tg_json_d
     const unsigned char *mk = NULL, *mv = NULL;
     size_t mkn = 0;
     int limit = max_depth < FAST_DEPTH ? max_depth : FAST_DEPTH;
-    doc->root = NULL;
-    doc->id_raw = doc->method_raw = doc->error_raw = doc->result_raw = TG_SLICE_NULL;
     for (;;) {
         /* A value. */
         while (p < end && *p == ' ')
@@ -255,6 +255,287 @@ int tg__json_scan_fast(const char *in, size_t n, int max_depth, struct tg_json_d
             }
         }
     }
+}
+
+#if defined(__SSE2__)
+/* ---- the walker over a padded copy ---------------------------------------------------------
+ *
+ * Most of scan_walk()'s cost is in its bounds: a test against the end before every byte it
+ * reads. A message short enough is copied first into a buffer with sixteen zero bytes after
+ * it, sixteen bytes at a time with tg_json_plain()'s check on the way (so that pass is no
+ * extra). A zero byte cannot be in plain input, and no grammar rule takes one, so the walk
+ * reads with no bounds: it stops at the zero wherever the input ends early, and a string's
+ * search (for a quote or a zero) never loads past the padding. The slices it keeps are moved
+ * back onto the input. */
+
+#define FAST_COPY 4096 /* longer inputs: scan_walk() on the input itself */
+
+/* Copy in[0..n) to dst with sixteen zero bytes after it (dst holds n + 32); 1 if plain, with
+ * *spaces set when it has a space anywhere. */
+static int copy_plain(unsigned char *dst, const unsigned char *in, size_t n, int *spaces)
+{
+    const __m128i bs = _mm_set1_epi8('\\'), sp = _mm_set1_epi8(0x20), zero = _mm_setzero_si128();
+    if (n < 16) {
+        _mm_storeu_si128((__m128i *)dst, zero);
+        _mm_storeu_si128((__m128i *)(dst + 16), zero);
+        memcpy(dst, in, n);
+        __m128i x = _mm_loadu_si128((const __m128i *)dst);
+        unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmplt_epi8(x, sp), _mm_cmpeq_epi8(x, bs)));
+        *spaces = (_mm_movemask_epi8(_mm_cmpeq_epi8(x, sp)) & ((1 << n) - 1)) != 0;
+        return (m & ((1u << n) - 1)) == 0;
+    }
+    __m128i bad = zero, spc = zero;
+    size_t i = 0;
+#define COPY16(at)                                                                                             \
+    do {                                                                                                       \
+        __m128i x = _mm_loadu_si128((const __m128i *)(in + (at)));                                             \
+        _mm_storeu_si128((__m128i *)(dst + (at)), x);                                                          \
+        bad = _mm_or_si128(bad, _mm_or_si128(_mm_cmplt_epi8(x, sp), _mm_cmpeq_epi8(x, bs)));                   \
+        spc = _mm_or_si128(spc, _mm_cmpeq_epi8(x, sp));                                                        \
+    } while (0)
+    for (; i + 16 <= n; i += 16)
+        COPY16(i);
+    if (i < n)
+        COPY16(n - 16); /* the last sixteen bytes, over some already copied */
+#undef COPY16
+    _mm_storeu_si128((__m128i *)(dst + n), zero);
+    *spaces = _mm_movemask_epi8(spc) != 0;
+    return _mm_movemask_epi8(bad) == 0;
+}
+
+/* Past the closing quote of the string opening at p, or NULL at the padding. */
+static inline const unsigned char *string_end_z(const unsigned char *p)
+{
+    const __m128i q = _mm_set1_epi8('"'), zero = _mm_setzero_si128();
+    for (p++;; p += 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)p);
+        unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, q), _mm_cmpeq_epi8(x, zero)));
+        if (m != 0) {
+            p += __builtin_ctz(m);
+            return *p == '"' ? p + 1 : NULL;
+        }
+    }
+}
+
+/* number_end() with the padding for a bound. */
+static inline const unsigned char *number_end_z(const unsigned char *p)
+{
+    if (*p == '-')
+        p++;
+    if (*p == '0')
+        p++;
+    else if ((unsigned)*p - '1' < 9)
+        do
+            p++;
+        while (digit(*p));
+    else
+        return NULL;
+    if (*p == '.') {
+        if (!digit(*++p))
+            return NULL;
+        do
+            p++;
+        while (digit(*p));
+    }
+    if ((*p | 0x20) == 'e') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        if (!digit(*p))
+            return NULL;
+        do
+            p++;
+        while (digit(*p));
+    }
+    return p;
+}
+
+/* The member of tg_json_doc that a key of the root object fills with its value (which begins
+ * with v), or NULL: error and result only when their value is an object. */
+static inline uint32_t load32(const void *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline struct tg_slice *root_slot(struct tg_json_doc *doc, const unsigned char *k, size_t kn, unsigned v)
+{
+    /* keys of 5 and 6 bytes as two overlapping 4-byte words */
+    if (kn == 2)
+        return k[0] == 'i' && k[1] == 'd' ? &doc->id_raw : NULL;
+    if (kn == 6 && load32(k) == load32("meth") && load32(k + 2) == load32("thod"))
+        return &doc->method_raw;
+    if (v != '{')
+        return NULL;
+    if (kn == 6 && load32(k) == load32("resu") && load32(k + 2) == load32("sult"))
+        return &doc->result_raw;
+    if (kn == 5 && load32(k) == load32("erro") && load32(k + 1) == load32("rror"))
+        return &doc->error_raw;
+    return NULL;
+}
+
+/* The length of the key opening at k in buf (its closing quote is there). */
+static size_t key_len(const unsigned char *k) { return (size_t)((const unsigned char *)strchr((const char *)k, '"') - k); }
+
+/* The walk over buf (in's copy). With spaced = 0 (a constant: two copies are made) it takes no
+ * space outside strings, and costs no test for one: most upstreams write compact JSON, whose
+ * only spaces are inside strings. */
+static inline __attribute__((always_inline)) int walk_padded(const unsigned char *buf, size_t n, const char *in,
+                                                             int limit, struct tg_json_doc *doc, const int spaced)
+{
+    const unsigned char *p = buf;
+    /* The container open now, in registers: 1 for an object (0 for an array or none), the
+     * 64-bit filter of its keys, its first key in keys[] (the pairwise duplicate check runs only
+     * when a key's bit is already set). Those of the containers around it are on the stack. */
+    unsigned obj = 0, from = 0;
+    uint64_t seen = 0;
+    unsigned char kind_at[FAST_DEPTH + 1];
+    unsigned from_at[FAST_DEPTH + 1];
+    uint64_t seen_at[FAST_DEPTH + 1];
+    const unsigned char *keys[FAST_KEYS]; /* the open objects' keys (their lengths: key_len) */
+    unsigned nkeys = 0;
+    int depth = 0;
+    /* the root object's member under way when doc keeps it: where, and its value in buf */
+    struct tg_slice *slot = NULL;
+    const unsigned char *mv = NULL;
+    for (;;) {
+        /* A value. */
+        while (spaced && *p == ' ')
+            p++;
+        unsigned c = *p;
+        if (c == '"') {
+            if ((p = string_end_z(p)) == NULL)
+                return -1;
+            goto after_value;
+        }
+        if ((c | 0x20) == '{') { /* { or [ */
+            if (depth + 1 > limit)
+                return -1;
+            p++;
+            while (spaced && *p == ' ')
+                p++;
+            if (*p == c + 2) { /* } or ]: nothing to open */
+                p++;
+                goto after_value;
+            }
+            kind_at[depth] = (unsigned char)obj;
+            from_at[depth] = from;
+            seen_at[depth] = seen;
+            depth++;
+            obj = c == '{';
+            from = nkeys;
+            seen = 0;
+            if (c == '[')
+                continue; /* the first element */
+            goto key;
+        }
+        if (c == '-' || digit(c))
+            p = number_end_z(p);
+        else if (c == 't')
+            p = memcmp(p, "true", 4) == 0 ? p + 4 : NULL;
+        else if (c == 'f')
+            p = memcmp(p, "false", 5) == 0 ? p + 5 : NULL;
+        else if (c == 'n')
+            p = memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+        else
+            return -1;
+        if (p == NULL)
+            return -1;
+    after_value:
+        /* p is past a value at this depth: a kept member's value of the root object ends here */
+        if (slot != NULL && depth == 1) {
+            *slot = tg_slice_of(in + (mv - buf), (size_t)(p - mv));
+            slot = NULL;
+        }
+        for (;;) {
+            while (spaced && *p == ' ')
+                p++;
+            if (*p == ',' && depth > 0) {
+                p++;
+                break;
+            }
+            if (depth == 0)
+                return p == buf + n ? 0 : -1;
+            if (*p != (obj ? '}' : ']'))
+                return -1;
+            p++;
+            if (obj)
+                nkeys = from; /* its keys are done with */
+            depth--;
+            obj = kind_at[depth];
+            from = from_at[depth];
+            seen = seen_at[depth];
+            if (slot != NULL && depth == 1) { /* the container was a kept member's value */
+                *slot = tg_slice_of(in + (mv - buf), (size_t)(p - mv));
+                slot = NULL;
+            }
+        }
+        if (!obj)
+            continue; /* the next element */
+    key:
+        while (spaced && *p == ' ')
+            p++;
+        if (*p != '"')
+            return -1;
+        {
+            const unsigned char *k = p + 1, *ke = string_end_z(p);
+            if (ke == NULL)
+                return -1;
+            size_t kn = (size_t)(ke - 1 - k);
+            if (nkeys >= FAST_KEYS)
+                return -1;
+            /* k[0] is the closing quote of an empty key */
+            uint64_t bit = (uint64_t)1 << ((k[0] + kn * 5) & 63);
+            if (seen & bit)
+                for (unsigned i = from; i < nkeys; i++)
+                    if (key_len(keys[i]) == kn && memcmp(keys[i], k, kn) == 0)
+                        return -1; /* a duplicate: the strict parser says so */
+            seen |= bit;
+            keys[nkeys++] = k;
+            p = ke;
+            while (spaced && *p == ' ')
+                p++;
+            if (*p != ':')
+                return -1;
+            p++;
+            if (depth == 1) {
+                while (spaced && *p == ' ')
+                    p++;
+                mv = p;
+                slot = root_slot(doc, k, kn, *p);
+            }
+        }
+    }
+}
+static int scan_padded(const char *in, size_t n, int max_depth, struct tg_json_doc *doc)
+{
+    unsigned char buf[FAST_COPY + 32];
+    int spaces;
+    if (!copy_plain(buf, (const unsigned char *)in, n, &spaces))
+        return -1;
+    int limit = max_depth < FAST_DEPTH ? max_depth : FAST_DEPTH;
+    if (walk_padded(buf, n, in, limit, doc, 0) == 0)
+        return 0;
+    if (!spaces)
+        return -1;
+    /* spaces outside strings, or a refusal: the walk that takes them decides */
+    doc->id_raw = doc->method_raw = doc->error_raw = doc->result_raw = TG_SLICE_NULL;
+    return walk_padded(buf, n, in, limit, doc, 1);
+}
+#endif
+
+int tg__json_scan_fast(const char *in, size_t n, int max_depth, struct tg_json_doc *doc)
+{
+    doc->root = NULL;
+    doc->id_raw = doc->method_raw = doc->error_raw = doc->result_raw = TG_SLICE_NULL;
+    if (n == 0)
+        return -1;
+#if defined(__SSE2__)
+    if (n <= FAST_COPY)
+        return scan_padded(in, n, max_depth, doc);
+#endif
+    return scan_walk(in, n, max_depth, doc);
 }
 
 /* ---- the id of a message cut short ---------------------------------------------------- */

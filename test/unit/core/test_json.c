@@ -759,7 +759,8 @@ static void gen_value(struct tg_buf *b, int depth);
 static void gen_string(struct tg_buf *b)
 {
     static const char *const pieces[] = {"id", "method", "error", "result", "a", "b", "x y", "", "\\n", "\\\"",
-                                         "\xc3\xa9", "\\u0041", "2.0", "tools/call", "ok", "\x7f"};
+                                         "\xc3\xa9", "\\u0041", "2.0", "tools/call", "ok", "\x7f",
+                                         "the quick brown fox jumps over", "{[,:]} \"", "notifications/progress"};
     tg_buf_append(b, "\"", 1);
     int n = (int)rnd(3);
     for (int i = 0; i < n; i++)
@@ -770,7 +771,8 @@ static void gen_string(struct tg_buf *b)
 static void gen_key(struct tg_buf *b)
 {
     static const char *const keys[] = {"\"id\"", "\"method\"", "\"error\"", "\"result\"", "\"params\"",
-                                       "\"jsonrpc\"", "\"a\"", "\"b\"", "\"i\\u0064\"", "\"\""};
+                                       "\"jsonrpc\"", "\"a\"", "\"b\"", "\"i\\u0064\"", "\"\"",
+                                       "\"progressToken\"", "\"a long key, with: [brackets]\""};
     tg_buf_appends(b, keys[rnd(sizeof(keys) / sizeof(*keys))]);
 }
 
@@ -817,19 +819,34 @@ static void gen_value(struct tg_buf *b, int depth)
 static void fast_scan_matches_strict(void **state)
 {
     (void)state;
-    unsigned accepted = 0, agreed_valid = 0, total = 0;
+    unsigned accepted = 0, agreed_valid = 0, total = 0, accepted_long = 0;
     for (int round = 0; round < 60000; round++) {
         struct tg_buf b;
         tg_buf_init(&b);
         if (rnd(2)) {
             tg_buf_append(&b, "{", 1);
-            int n = (int)rnd(6);
+            /* some with many members, under keys of their own (mostly), longer than a few
+             * 64-byte blocks */
+            int many = rnd(4) == 0;
+            int n = (int)rnd(many ? 24 : 6);
             for (int i = 0; i < n; i++) {
                 if (i)
                     tg_buf_append(&b, ",", 1);
-                gen_key(&b);
+                if (many && rnd(8) != 0) {
+                    char k[32];
+                    tg_buf_append(&b, k, (size_t)snprintf(k, sizeof k, "\"member %d\"", i));
+                } else {
+                    gen_key(&b);
+                }
                 tg_buf_append(&b, ":", 1);
-                gen_value(&b, 1);
+                if (many && rnd(8) != 0) {
+                    static const char *const clean[] = {
+                        "\"words with spaces, {[,:]} inside\"", "-12.5e+3", "true", "null", " 0 ",
+                        "[1,\"a b\",{\"c\":null,\"d\":[[],{}]}]", "{\"id\":1,\"method\":\"m\"}", "\"\""};
+                    tg_buf_appends(&b, clean[rnd(sizeof(clean) / sizeof(*clean))]);
+                } else {
+                    gen_value(&b, 1);
+                }
             }
             tg_buf_append(&b, "}", 1);
         } else {
@@ -847,6 +864,8 @@ static void fast_scan_matches_strict(void **state)
         total++;
         if (rs == 0)
             agreed_valid++;
+        if (rf == 0 && b.len > 128)
+            accepted_long++;
         if (rf == 0) {
             accepted++;
             if (rs != 0)
@@ -863,6 +882,8 @@ static void fast_scan_matches_strict(void **state)
     /* the generator is not degenerate: both sides are walked */
     assert_true(accepted > total / 10);
     assert_true(agreed_valid > accepted);
+    print_message("fast path: %u of %u accepted, %u of them over 128 bytes\n", accepted, total, accepted_long);
+    assert_true(accepted_long > total / 200);
     /* the messages upstreams send take the fast path */
     const char *plain[] = {
         "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":7,\"progress\":1,\"total\":200}}",
@@ -928,6 +949,100 @@ static void get_matches_cjson(void **state)
     assert_null(tg_json_get(tg_json_get(o, "a"), "a"));
     assert_null(tg_json_get(NULL, "a"));
     cJSON_Delete(o);
+/* The fast path on one input, against a guard page: if it accepts, the strict parser accepts with
+ * the same four slices; returns what the fast path said. */
+static int fast_vs_strict(const char *s, size_t n)
+{
+    struct guarded g = guard_copy(s, n);
+    struct tg_json_doc fast, strict;
+    int rf = tg__json_scan_fast(g.p, n, 64, &fast);
+    int rs = tg_json_parse(g.p, n, 64, 1, &strict, NULL, NULL);
+    if (rf == 0) {
+        if (rs != 0)
+            fail_msg("fast path accepted what the strict parser refuses: %.*s", (int)n, s);
+        const struct tg_slice *f[] = {&fast.id_raw, &fast.method_raw, &fast.error_raw, &fast.result_raw};
+        const struct tg_slice *t[] = {&strict.id_raw, &strict.method_raw, &strict.error_raw, &strict.result_raw};
+        for (int j = 0; j < 4; j++)
+            if (f[j]->ptr != t[j]->ptr || f[j]->len != t[j]->len)
+                fail_msg("slice %d differs on %.*s", j, (int)n, s);
+    }
+    cJSON_Delete(strict.root);
+    guard_free(&g);
+    return rf;
+}
+
+/* Inputs whose length, strings and numbers fall on every side of the 16- and 64-byte edges and of
+ * the largest input the fast path copies (FAST_COPY, 4096): taken when valid, refused when cut,
+ * with a stray byte after them, or with a quote left open; strings holding structural bytes; a
+ * quote as the very last byte; spaces between every token. */
+static void fast_scan_block_edges(void **state)
+{
+    (void)state;
+    static const size_t lens[] = {15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097, 4200};
+    char *msg = malloc(8192);
+    assert_non_null(msg);
+    for (size_t li = 0; li < sizeof(lens) / sizeof(*lens); li++) {
+        size_t len = lens[li];
+        /* {"method":"xxx...x"}: the string's closing quote at len - 2 */
+        int h = snprintf(msg, 64, "{\"method\":\"");
+        memset(msg + h, 'x', len - (size_t)h - 2);
+        memcpy(msg + len - 2, "\"}", 2);
+        assert_int_equal(fast_vs_strict(msg, len), 0);
+        for (size_t cut = 1; cut < 4; cut++)
+            assert_int_equal(fast_vs_strict(msg, len - cut), -1);
+        /* structural bytes and spaces inside the string, at every offset near the end */
+        for (size_t at = (size_t)h; at < len - 2; at += at + 80 < len ? 61 : 1) {
+            char keep = msg[at];
+            for (const char *c = "{}[],: "; *c; c++) {
+                msg[at] = *c;
+                assert_int_equal(fast_vs_strict(msg, len), 0);
+            }
+            msg[at] = '"'; /* now a second string after the first: refused */
+            assert_int_equal(fast_vs_strict(msg, len), -1);
+            msg[at] = keep;
+        }
+        /* a number to the last byte before the brace: {"id":1111...1} */
+        h = snprintf(msg, 64, "{\"id\":");
+        memset(msg + h, '1', len - (size_t)h - 1);
+        msg[len - 1] = '}';
+        assert_int_equal(fast_vs_strict(msg, len), 0);
+        msg[len - 3] = 'x'; /* a stray byte inside the number */
+        assert_int_equal(fast_vs_strict(msg, len), -1);
+        msg[len - 3] = '.';
+        assert_int_equal(fast_vs_strict(msg, len), 0);
+        msg[len - 2] = 'e'; /* 1.e...: refused, an exponent with no digit */
+        assert_int_equal(fast_vs_strict(msg, len), -1);
+        /* a whole string, its quote the last byte; then left open */
+        memset(msg, 'y', len);
+        msg[0] = msg[len - 1] = '"';
+        assert_int_equal(fast_vs_strict(msg, len), 0);
+        msg[len - 1] = 'y';
+        assert_int_equal(fast_vs_strict(msg, len), -1);
+        msg[len - 1] = ' ';
+        assert_int_equal(fast_vs_strict(msg, len), -1);
+        /* a valid value, then spaces to the end, then a stray quote at the end */
+        memset(msg, ' ', len);
+        memcpy(msg + 3, "[1,{}]", 6);
+        assert_int_equal(fast_vs_strict(msg, len), 0);
+        msg[len - 1] = '"';
+        assert_int_equal(fast_vs_strict(msg, len), -1);
+        msg[len - 1] = '1';
+        assert_int_equal(fast_vs_strict(msg, len), -1);
+    }
+    /* spaces between every token, and around the whole */
+    const char *spaced = "  { \"jsonrpc\" : \"2.0\" , \"id\" : 7 , \"result\" : { \"a\" : [ 1 , true , null , "
+                         "\"x y\" , [ ] , { } ] } , \"method\" : \"m\"  }  ";
+    assert_int_equal(fast_vs_strict(spaced, strlen(spaced)), 0);
+    struct tg_json_doc d;
+    assert_int_equal(tg__json_scan_fast(spaced, strlen(spaced), 64, &d), 0);
+    assert_int_equal(d.id_raw.len, 1);
+    assert_int_equal(d.method_raw.len, 3);
+    assert_true(d.result_raw.len > 20 && d.result_raw.ptr[0] == '{' && d.result_raw.ptr[d.result_raw.len - 1] == '}');
+    /* depth counted as before: max_depth containers are taken, one more is not */
+    const char *deep = "[[[[{\"a\":[]}]]]]";
+    assert_int_equal(tg__json_scan_fast(deep, strlen(deep), 6, &d), 0);
+    assert_int_equal(tg__json_scan_fast(deep, strlen(deep), 5, &d), -1);
+    free(msg);
 }
 
 int main(int argc, char **argv)
@@ -945,6 +1060,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(duplicate_keys_without_tree),
         cmocka_unit_test(fast_scan_keys_and_strings),
         cmocka_unit_test(get_matches_cjson),
+        cmocka_unit_test(fast_scan_block_edges),
         cmocka_unit_test(invalid_utf8),
         cmocka_unit_test(lone_surrogates),
         cmocka_unit_test(escapes),
