@@ -70,7 +70,7 @@ void tg_buf_dispose(struct tg_buf *b)
     b->len = b->cap = 0;
 }
 
-int tg_buf_try_reserve(struct tg_buf *b, size_t extra, size_t ceiling)
+int tg_buf_try_reserve_grow(struct tg_buf *b, size_t extra, size_t ceiling)
 {
     if (extra > SIZE_MAX - b->len)
         return TG_ENOMEM;

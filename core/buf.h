@@ -44,8 +44,15 @@ struct tg_buf {
 
 void tg_buf_init(struct tg_buf *b);
 void tg_buf_dispose(struct tg_buf *b);
-/* Make room for at least `extra` more bytes without passing `ceiling` total (0 = no ceiling). */
-TG_WUR int tg_buf_try_reserve(struct tg_buf *b, size_t extra, size_t ceiling);
+/* Make room for at least `extra` more bytes without passing `ceiling` total (0 = no ceiling).
+ * Inline when the room is there already (most calls on the relay paths); _grow makes it. */
+TG_WUR int tg_buf_try_reserve_grow(struct tg_buf *b, size_t extra, size_t ceiling);
+static inline TG_WUR int tg_buf_try_reserve(struct tg_buf *b, size_t extra, size_t ceiling)
+{
+    if (extra <= b->cap - b->len && (ceiling == 0 || b->len + extra <= ceiling))
+        return 0;
+    return tg_buf_try_reserve_grow(b, extra, ceiling);
+}
 /* Append; aborts on OOM (for sizes we chose, not the peer). Inline when the bytes fit: the
  * relay paths append a handful of short pieces per message, and a literal's memcpy becomes a
  * move. The _grow halves make the room and append. */

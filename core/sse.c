@@ -167,7 +167,7 @@ static size_t usual_event(const char *b, size_t n, size_t max, const char **d, s
     if (lf == NULL || (size_t)(lf - b) + 1 >= n || lf[1] != '\n')
         return 0;
     size_t len = (size_t)(lf - (b + hn));
-    if (len > max || (!no_line_end_fast(b + hn, len) && memchr(b + hn, '\r', len) != NULL))
+    if (len > max || memchr(b + hn, '\r', len) != NULL)
         return 0;
     *d = b + hn;
     *dn = len;

@@ -44,9 +44,11 @@ struct tg_replay *tg_replay_new(struct tg_server *srv, struct tg_session *s, str
     return r;
 }
 
-/* HEX "-" DECIMAL without printf: this runs once per relayed event, so the "HEX-" part, the
- * same for the whole stream, is made once. */
-size_t tg_replay_next_id(struct tg_replay *r, char *id)
+/* "id: HEX-DECIMAL\n" appended to b without printf: this runs once per relayed event, so the
+ * "HEX-" part, the same for the whole stream, is made once, the sequence number is kept as text
+ * and counted up in place, and both are copied as fixed-size blocks (their arrays are padded)
+ * into room made for them, the bytes past their lengths overwritten by what comes next. */
+static void write_id_line(struct tg_replay *r, struct tg_buf *b, size_t more)
 {
     if (r->id_head_len == 0) {
         char tmp[20];
@@ -60,9 +62,6 @@ size_t tg_replay_next_id(struct tg_replay *r, char *id)
             r->id_head[r->id_head_len++] = tmp[--t];
         r->id_head[r->id_head_len++] = '-';
     }
-    size_t n = r->id_head_len;
-    memcpy(id, r->id_head, n);
-    /* the sequence number in decimal, kept as text and counted up in place */
     ++r->next_seq;
     size_t t = r->seq_len;
     while (t > 0 && r->seq_txt[t - 1] == '9')
@@ -74,10 +73,15 @@ size_t tg_replay_next_id(struct tg_replay *r, char *id)
         r->seq_txt[0] = '1';
         r->seq_len++;
     }
-    memcpy(id + n, r->seq_txt, r->seq_len);
-    n += r->seq_len;
-    id[n] = '\0';
-    return n;
+    if (tg_buf_try_reserve(b, 4 + sizeof(r->id_head) + sizeof(r->seq_txt) + more, 0) != 0)
+        abort();
+    char *q = b->base + b->len;
+    memcpy(q, "id: ", 4);
+    memcpy(q + 4, r->id_head, sizeof(r->id_head));
+    q += 4 + r->id_head_len;
+    memcpy(q, r->seq_txt, sizeof(r->seq_txt));
+    q[r->seq_len] = '\n';
+    b->len = (size_t)(q + r->seq_len + 1 - b->base);
 }
 
 /* Room for this many bytes when a generation takes its first event: a few reallocations per
@@ -86,8 +90,6 @@ size_t tg_replay_next_id(struct tg_replay *r, char *id)
 
 struct tg_slice tg_replay_message(struct tg_replay *r, const char *p, size_t n, struct tg_buf *scratch)
 {
-    char id[40];
-    size_t idn = tg_replay_next_id(r, id);
     size_t half = (size_t)r->srv->conf->limits.replay_bytes / 2;
     struct tg_buf *b = scratch;
     r->last_write_ms = uv_now(r->srv->loop);
@@ -106,7 +108,8 @@ struct tg_slice tg_replay_message(struct tg_replay *r, const char *p, size_t n, 
             abort();
     }
     size_t at = b->len;
-    tg_sse_write_message(b, id, idn, p, n);
+    write_id_line(r, b, n + 40); /* room for the rest too: tg_sse_write_message() takes n + 39 */
+    tg_sse_write_message(b, NULL, 0, p, n);
     return tg_slice_of(b->base + at, b->len - at);
 }
 

@@ -28,9 +28,9 @@ struct tg_replay {
     struct tg_session *sess; /* reference */
     uint64_t id;
     uint64_t next_seq;
-    char id_head[18]; /* "HEX-" of id, made by the first tg_replay_next_id() */
+    char id_head[18]; /* "HEX-" of id, made for the stream's first event */
     unsigned char id_head_len;
-    char seq_txt[20]; /* next_seq in decimal, without a terminator (empty while it is 0) */
+    char seq_txt[20]; /* next_seq in decimal (its seq_len bytes; the rest is padding) */
     unsigned char seq_len;
     /* The events, as written, in two generations: new ones go to gen[cur]; when it passes half
      * of limits.replay_bytes the older generation is dropped and the roles swap. No allocation
@@ -48,8 +48,6 @@ struct tg_replay {
 /* A new stream of session s (the oldest ended streams beyond TG_REPLAY_MAX_PER_SESSION go). */
 struct tg_replay *tg_replay_new(struct tg_server *srv, struct tg_session *s, struct tg_http_sink *live);
 void tg_replay_free(struct tg_replay *r);
-/* The next event's id ("HEX-SEQ") into id (at least 40 bytes); returns its length. */
-size_t tg_replay_next_id(struct tg_replay *r, char *id);
 /* Frame message p[0..n) as the stream's next event (its id, "event: message", its data lines)
  * straight into the replay buffer (the oldest events go when it is full), and return where it
  * is, valid until the next call. With limits.replay_bytes 0 nothing is kept and the event is

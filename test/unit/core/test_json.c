@@ -949,6 +949,8 @@ static void get_matches_cjson(void **state)
     assert_null(tg_json_get(tg_json_get(o, "a"), "a"));
     assert_null(tg_json_get(NULL, "a"));
     cJSON_Delete(o);
+}
+
 /* The fast path on one input, against a guard page: if it accepts, the strict parser accepts with
  * the same four slices; returns what the fast path said. */
 static int fast_vs_strict(const char *s, size_t n)
