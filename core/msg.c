@@ -34,9 +34,11 @@ static int has_case_twins(const cJSON *item)
     for (const cJSON *c = item->child; c; c = c->next)
         n++;
     if (n <= 12) {
+        /* twins have first bytes equal once 0x20 is set (ASCII case), so only those pairs are
+         * compared whole */
         for (const cJSON *a = item->child; a; a = a->next)
             for (const cJSON *b = a->next; b; b = b->next)
-                if (strcasecmp(a->string, b->string) == 0)
+                if (((a->string[0] ^ b->string[0]) & ~0x20) == 0 && strcasecmp(a->string, b->string) == 0)
                     return 1;
         return 0;
     }

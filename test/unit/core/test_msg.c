@@ -303,10 +303,36 @@ static void standard_methods(void **state)
     assert_int_equal(tg_msg_is_standard_client_method("notifications/message", TG_MSG_NOTIFICATION), 0);
 }
 
+/* Keys that differ only in ASCII case are refused at any depth, among few keys (pairwise) and
+ * many (sorted); keys whose first bytes differ only in bit 0x20 but are not letters pass. */
+static void case_twins(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *msg;
+        int refused;
+    } cases[] = {
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\",\"Name\":\"b\"}}", 1},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\",\"arguments\":{\"x\":{\"kEy\":1,\"KeY\":2}}}}", 1},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\",\"mame\":\"b\"}}", 0},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\",\"arguments\":{\"a@\":1,\"a`\":2,\"@x\":3,\"`x\":4}}}", 0},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\",\"arguments\":{\"k1\":1,\"k2\":1,\"k3\":1,\"k4\":1,\"k5\":1,\"k6\":1,\"k7\":1,\"k8\":1,\"k9\":1,\"k10\":1,\"k11\":1,\"k12\":1,\"K7\":1}}}", 1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        struct tg_msg m;
+        const char *why = NULL;
+        int r = tg_msg_decode(cases[i].msg, strlen(cases[i].msg), 64, &m, &why);
+        if (cases[i].refused != (r == TG_RPC_INVALID_REQUEST))
+            fail_msg("case %zu: decode gave %d (%s)", i, r, why ? why : "");
+        tg_msg_dispose(&m);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(classify),
+        cmocka_unit_test(case_twins),
         cmocka_unit_test(parse_errors),
         cmocka_unit_test(invalid_requests),
         cmocka_unit_test(dispose_is_idempotent),
