@@ -131,27 +131,37 @@ static size_t line_end(const char *b, size_t k, size_t n)
     return cr != NULL ? (size_t)(cr - b) : e;
 }
 
-/* 1 when p[0..n) holds no byte below 0x0e or over 0x7f, so neither CR nor LF: three
- * instructions per sixteen bytes with SSE2 (a signed compare catches both ends), for the usual
- * message, compact ASCII JSON. 0 says only "look closer". */
-static int no_line_end_fast(const char *p, size_t n)
+/* Copy p[0..n) to dst and say 1 when it holds no byte below 0x0e or over 0x7f, so neither CR
+ * nor LF: one pass that copies and checks, four instructions per sixteen bytes with SSE2 (a
+ * signed compare catches both ends), for the usual message, compact ASCII JSON. 0 says only
+ * "look closer" (the bytes are copied either way). */
+static int copy_no_line_end(char *dst, const char *p, size_t n)
 {
 #if defined(__SSE2__)
     if (n >= 16) {
         const __m128i lim = _mm_set1_epi8(0x0e);
         __m128i bad = _mm_setzero_si128();
         size_t i = 0;
-        for (; i + 16 <= n; i += 16)
-            bad = _mm_or_si128(bad, _mm_cmplt_epi8(_mm_loadu_si128((const __m128i *)(p + i)), lim));
-        if (i < n) /* the last bytes: one more block that ends at n */
-            bad = _mm_or_si128(bad, _mm_cmplt_epi8(_mm_loadu_si128((const __m128i *)(p + n - 16)), lim));
+        for (; i + 16 <= n; i += 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(p + i));
+            _mm_storeu_si128((__m128i *)(dst + i), x);
+            bad = _mm_or_si128(bad, _mm_cmplt_epi8(x, lim));
+        }
+        if (i < n) { /* the last bytes: one more block that ends at n */
+            __m128i x = _mm_loadu_si128((const __m128i *)(p + n - 16));
+            _mm_storeu_si128((__m128i *)(dst + n - 16), x);
+            bad = _mm_or_si128(bad, _mm_cmplt_epi8(x, lim));
+        }
         return _mm_movemask_epi8(bad) == 0;
     }
 #endif
-    for (size_t i = 0; i < n; i++)
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        dst[i] = p[i];
         if ((unsigned char)p[i] < 0x0e || (unsigned char)p[i] > 0x7f)
-            return 0;
-    return 1;
+            ok = 0;
+    }
+    return ok;
 }
 
 /* The event a relaying upstream sends, whole at b: "event: message", one "data: " line with no
@@ -331,19 +341,18 @@ void tg_sse_write_message(struct tg_buf *out, const char *id, size_t id_len, con
 {
     if (tg_buf_try_reserve(out, n + id_len + 39, 0) != 0)
         abort();
-    if (no_line_end_fast(p, n) || line_end(p, 0, n) == n) {
-        /* One line, the usual message: its pieces copied into the room just made. */
-        assert(id == NULL || one_line(id, id_len));
-        char *q = out->base + out->len;
-        if (id != NULL) {
-            memcpy(q, "id: ", 4);
-            memcpy(q + 4, id, id_len);
-            q[4 + id_len] = '\n';
-            q += id_len + 5;
-        }
-        memcpy(q, "event: message\ndata: ", 21);
-        if (n != 0)
-            memcpy(q + 21, p, n);
+    /* One line, the usual message: its pieces copied into the room just made, the message
+     * checked for CR and LF as it is copied. Nothing counts until out->len moves. */
+    assert(id == NULL || one_line(id, id_len));
+    char *q = out->base + out->len;
+    if (id != NULL) {
+        memcpy(q, "id: ", 4);
+        memcpy(q + 4, id, id_len);
+        q[4 + id_len] = '\n';
+        q += id_len + 5;
+    }
+    memcpy(q, "event: message\ndata: ", 21);
+    if (copy_no_line_end(q + 21, p, n) || line_end(p, 0, n) == n) {
         memcpy(q + 21 + n, "\n\n", 2);
         out->len = (size_t)(q + 23 + n - out->base);
         return;
