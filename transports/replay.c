@@ -84,9 +84,11 @@ static void write_id_line(struct tg_replay *r, struct tg_buf *b, size_t more)
     b->len = (size_t)(q + r->seq_len + 1 - b->base);
 }
 
-/* Room for this many bytes when a generation takes its first event: a few reallocations per
- * stream instead of one per doubling from 256 bytes; tg_replay_end() gives back what is unused. */
-#define REPLAY_FIRST_ROOM 16384
+/* A generation's first room: enough for the usual answer of one event, so that a call in
+ * flight (which a client can open many of) holds no more than its bytes need. Past it the room
+ * grows four times over (1 KiB, 4, 16, 64: three reallocations for a long stream instead of
+ * eight doublings); tg_replay_end() gives back what is unused. */
+#define REPLAY_FIRST_ROOM 1024
 
 struct tg_slice tg_replay_message(struct tg_replay *r, const char *p, size_t n, struct tg_buf *scratch)
 {
@@ -104,8 +106,12 @@ struct tg_slice tg_replay_message(struct tg_replay *r, const char *p, size_t n, 
             if (b->cap > 2 * half + 65536)
                 tg_buf_dispose(b);
         }
-        if (b->cap == 0 && tg_buf_try_reserve(b, REPLAY_FIRST_ROOM < half ? REPLAY_FIRST_ROOM : half, 0) != 0)
-            abort();
+        size_t want = n + 64 + sizeof(r->id_head) + sizeof(r->seq_txt); /* the event, framed */
+        if (b->cap - b->len < want) {
+            size_t grow = b->cap == 0 ? REPLAY_FIRST_ROOM : 3 * b->cap;
+            if (tg_buf_try_reserve(b, grow > want ? grow : want, 0) != 0)
+                abort();
+        }
     }
     size_t at = b->len;
     write_id_line(r, b, n + 40); /* room for the rest too: tg_sse_write_message() takes n + 39 */
@@ -158,7 +164,7 @@ static void fit(struct tg_buf *b)
 {
     if (b->len == 0) {
         tg_buf_dispose(b);
-    } else if (b->cap - b->len > 4096) {
+    } else if (b->cap - b->len > 256) {
         char *q = realloc(b->base, b->len);
         if (q != NULL) {
             b->base = q;

@@ -125,7 +125,8 @@ static void nothing_kept_without_room(void **state)
     fix_free(f);
 }
 
-/* A short stream does not hold the first room once it ended. */
+/* A call in flight with one event holds about a kilobyte (a client can open many), and once
+ * it ended, no more than its bytes. */
 static void short_stream_gives_back_room(void **state)
 {
     (void)state;
@@ -133,7 +134,7 @@ static void short_stream_gives_back_room(void **state)
     char m[256];
     size_t n = message(m, sizeof m, 1);
     tg_replay_message(&f->r, m, n, &f->scratch);
-    assert_true(f->r.gen[f->r.cur].cap >= 4096);
+    assert_true(f->r.gen[f->r.cur].cap <= 1024);
     tg_replay_end(&f->r);
     assert_int_equal(f->r.gen[f->r.cur].cap, f->r.gen[f->r.cur].len);
     assert_int_equal(f->r.gen[f->r.cur ^ 1].cap, 0);
