@@ -176,11 +176,7 @@ http {
     access_log off;
     keepalive_requests 1000000;
     keepalive_timeout 600s;
-    client_body_temp_path $ng/tmp/body;
-    proxy_temp_path $ng/tmp/proxy;
-    fastcgi_temp_path $ng/tmp/fastcgi;
-    uwsgi_temp_path $ng/tmp/uwsgi;
-    scgi_temp_path $ng/tmp/scgi;
+$(nginx_temp_paths "$ng")
     upstream mcp_upstream {
         server 127.0.0.1:$up_port;
         keepalive 64;

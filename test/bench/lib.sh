@@ -71,4 +71,13 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
+# The temp-file directives of an nginx.conf http block under DIR (nginx must not write outside
+# the run's directory): run.sh, streams.sh and bench.sh write their own confs around them.
+nginx_temp_paths() {
+    local t
+    for t in client_body proxy fastcgi uwsgi scgi; do
+        printf '    %s_temp_path %s/tmp/%s;\n' "$t" "$1" "${t#client_}"
+    done
+}
+
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

@@ -131,11 +131,7 @@ error_log $d/logs/error.log warn;
 events { worker_connections 4096; }
 http {
     access_log off;
-    client_body_temp_path $d/tmp/body;
-    proxy_temp_path $d/tmp/proxy;
-    fastcgi_temp_path $d/tmp/fastcgi;
-    uwsgi_temp_path $d/tmp/uwsgi;
-    scgi_temp_path $d/tmp/scgi;
+$(nginx_temp_paths "$d")
     upstream mcp_upstream {
         server 127.0.0.1:$up_port;
         keepalive 64;

@@ -81,7 +81,7 @@ if [[ -r $cache ]]; then
     ! grep -Eq '^TOLLGATE_(SANITIZE|FUZZ):BOOL=ON' "$cache" || fail "$TOLLGATE_BIN is sanitized; the budget is for a build without"
 fi
 
-tmp=$(mktemp -d /tmp/tg-perf.XXXXXX)
+tmp=$(mktemp -d --suffix=.tg-perf)
 pids=()
 cleanup() {
     local p
