@@ -111,6 +111,7 @@ static void policy_free(struct tg_policy *p)
     }
     free(p->counters);
     free(p->keymemo);
+    free(p->upmemo);
     for (int i = 0; i < p->nmethods; i++)
         free(p->methods[i]);
     free(p->methods);
@@ -338,6 +339,7 @@ void tg__finish_tool(struct ptool *t)
 void tg__finish_counters(struct tg_policy *p)
 {
     p->keymemo = p->ncounters > 0 ? tg_xcalloc((size_t)p->ncounters, sizeof(*p->keymemo)) : NULL;
+    p->upmemo = p->ncounters > 0 ? tg_xcalloc(1, sizeof(*p->upmemo)) : NULL;
     for (int i = 0; i < p->ncounters; i++) {
         struct pcounter *pc = &p->counters[i];
         pc->keylen = strlen(pc->key);

@@ -86,9 +86,14 @@ static size_t local_memory(const struct tg_counters *base)
     return c->cap * sizeof(struct entry) + sizeof(*c);
 }
 
+/* An entry's home slot. Every h1 has bit 0 set (0 marks an empty slot), so the index starts
+ * above it: with h1's low bits, only odd slots were ever a home and the table probed as if it
+ * were twice as full. */
+static size_t home_of(uint64_t h1, size_t cap) { return (size_t)(h1 >> 1) & (cap - 1); }
+
 static void insert_raw(struct entry *t, size_t cap, const struct entry *e)
 {
-    size_t i = (size_t)e->h1 & (cap - 1);
+    size_t i = home_of(e->h1, cap);
     while (t[i].h1 != 0)
         i = (i + 1) & (cap - 1);
     t[i] = *e;
@@ -109,7 +114,7 @@ static void grow(struct local_store *c)
 /* Find or create. h1 must not be 0 (tg_counters_hash never returns it). */
 static struct entry *slot(struct local_store *c, uint64_t h1, uint64_t h2, int create)
 {
-    size_t i = (size_t)h1 & (c->cap - 1);
+    size_t i = home_of(h1, c->cap);
     while (c->t[i].h1 != 0) {
         if (c->t[i].h1 == h1 && c->t[i].h2 == h2)
             return &c->t[i];
@@ -139,7 +144,7 @@ static void remove_at(struct local_store *c, size_t i)
         j = (j + 1) & mask;
         if (c->t[j].h1 == 0)
             break;
-        size_t home = (size_t)c->t[j].h1 & mask;
+        size_t home = home_of(c->t[j].h1, c->cap);
         /* Move t[j] into the hole at i if its home is not in (i, j]. */
         int between = (i <= j) ? (home > i && home <= j) : (home > i || home <= j);
         if (!between) {
@@ -201,6 +206,12 @@ void tg_counters_hash_parts(const char *const *part, const size_t *len, int npar
 void tg_counters_hash(const char *key, size_t n, uint64_t *h1, uint64_t *h2)
 {
     tg_counters_hash_parts(&key, &n, 1, h1, h2);
+}
+
+void tg_keyhash_end(const struct tg_keyhash *h, uint64_t *h1, uint64_t *h2)
+{
+    *h1 = mix(h->a ^ (h->b >> 17)) | 1; /* never 0: 0 marks an empty slot */
+    *h2 = mix(h->b + (h->a << 23 | h->a >> 41));
 }
 
 /* Tokens that dt ms put back: capacity * dt / window, one correctly rounded product and one
@@ -386,13 +397,14 @@ static void local_prefetch(struct tg_counters *base, uint64_t h1, uint64_t h2)
 {
     (void)h2;
     struct local_store *c = local_of(base);
-    const struct entry *e = &c->t[(size_t)h1 & (c->cap - 1)];
+    const struct entry *e = &c->t[home_of(h1, c->cap)];
     __builtin_prefetch(e);
     __builtin_prefetch((const char *)(e + 1) - 1);
 }
 
 static const struct tg_counter_store_ops local_ops = {
     .prefetch = local_prefetch,
+    .private_keys = 1,
     .bucket_take = local_bucket_take,
     .bucket_give = local_bucket_give,
     .window_get = local_window_get,
@@ -426,6 +438,7 @@ void tg_counters_free(struct tg_counters *c)
 
 size_t tg_counters_count(const struct tg_counters *c) { return c->ops->count(c); }
 int tg_counters_prefetches(const struct tg_counters *c) { return c->ops->prefetch != NULL; }
+int tg_counters_private_keys(const struct tg_counters *c) { return c->ops->private_keys; }
 void tg_counters_prefetch(struct tg_counters *c, uint64_t h1, uint64_t h2)
 {
     if (c->ops->prefetch != NULL)

@@ -232,6 +232,9 @@ struct dctx {
     int64_t now_ms;
     const char *up, *grant, *session;
     size_t uplen, grantlen, sesslen; /* SIZE_MAX: not measured yet */
+    int private_keys; /* the store's keys are tg_keyhash, not tg_counters_hash */
+    uint64_t up_gen;  /* the upmemo gen that means this caller's upstream; 0: not looked up yet,
+                       * UINT64_MAX: an upstream too long to remember */
     int nmemo;
     struct { int idx; uint64_t h1, h2; } memo[MEMO_MAX];
 };
@@ -246,13 +249,61 @@ static void dctx_init(struct dctx *x, const struct tg_policy *p, struct tg_count
     x->grant = who->grant ? who->grant : "";
     x->session = who->session ? who->session : "";
     x->uplen = x->grantlen = x->sesslen = SIZE_MAX;
+    x->private_keys = tg_counters_private_keys(cs);
+    x->up_gen = 0;
     x->nmemo = 0;
 }
 
 static size_t lazy_len(const char *s, size_t *len) { return *len != SIZE_MAX ? *len : (*len = strlen(s)); }
 
+/* The keymemo gen under which this caller's upstream is remembered: looked up once per decision
+ * (one comparison of names, not one per counter). UINT64_MAX: not remembered. */
+static uint64_t up_gen(struct dctx *x)
+{
+    if (x->up_gen != 0)
+        return x->up_gen;
+    struct upmemo *u = x->p->upmemo;
+    size_t uplen = lazy_len(x->up, &x->uplen);
+    if (u == NULL || uplen > sizeof(u->up)) {
+        x->up_gen = UINT64_MAX;
+    } else {
+        if (u->gen == 0 || u->len != uplen || memcmp(u->up, x->up, uplen) != 0) {
+            u->gen++; /* every remembered prefix was of another upstream */
+            u->len = uplen;
+            memcpy(u->up, x->up, uplen);
+        }
+        x->up_gen = u->gen;
+    }
+    return x->up_gen;
+}
+
+/* The private key of a counter for this caller (tg_keyhash): the parts upstream, key, scope
+ * letter, identity. The state after the first three is remembered per counter, as for the other
+ * derivation. */
+static void private_key(struct dctx *x, const struct pcounter *pc, struct keymemo *m, char scope, const char *id,
+                        size_t idlen, uint64_t *h1, uint64_t *h2)
+{
+    uint64_t gen = up_gen(x);
+    struct tg_keyhash h;
+    if (m != NULL && m->priv_gen == gen) {
+        h = m->priv;
+    } else {
+        tg_keyhash_begin(&h);
+        tg_keyhash_part(&h, x->up, lazy_len(x->up, &x->uplen));
+        tg_keyhash_part(&h, pc->key, pc->keylen);
+        tg_keyhash_part(&h, &scope, 1);
+        if (m != NULL && gen != UINT64_MAX) {
+            m->priv_gen = gen;
+            m->priv = h;
+        }
+    }
+    tg_keyhash_part(&h, id, idlen);
+    tg_keyhash_end(&h, h1, h2);
+}
+
 /* The key of a counter for this caller: the hash of "upstream\x1fkey\x1fscope\x1fid" (upstream,
- * counter, and the scope's identity), hashed in its parts rather than formatted. */
+ * counter, and the scope's identity), hashed in its parts rather than formatted; or its private
+ * key when the store takes those. */
 static void counter_hash(struct dctx *x, int idx, uint64_t *h1, uint64_t *h2)
 {
     for (int i = 0; i < x->nmemo; i++)
@@ -278,10 +329,15 @@ static void counter_hash(struct dctx *x, int idx, uint64_t *h1, uint64_t *h2)
         id = x->grant;
         idlen = lazy_len(x->grant, &x->grantlen);
     }
-    size_t uplen = lazy_len(x->up, &x->uplen);
     struct keymemo *m = x->p->keymemo != NULL ? &x->p->keymemo[idx] : NULL;
+    if (x->private_keys) {
+        private_key(x, pc, m, sep[1], id, idlen, h1, h2);
+        goto remember;
+    }
+    size_t uplen = lazy_len(x->up, &x->uplen);
+    uint64_t gen = up_gen(x);
     struct tg_counters_hasher h;
-    if (m != NULL && m->valid && m->uplen == uplen && m->idlen == idlen && memcmp(m->up, x->up, uplen) == 0) {
+    if (m != NULL && m->gen == gen && m->idlen == idlen) {
         h = m->h;
     } else {
         tg_counters_hash_begin(&h, uplen + 1 + pc->keylen + 3 + idlen);
@@ -289,16 +345,15 @@ static void counter_hash(struct dctx *x, int idx, uint64_t *h1, uint64_t *h2)
         tg_counters_hash_feed(&h, "\x1f", 1);
         tg_counters_hash_feed(&h, pc->key, pc->keylen);
         tg_counters_hash_feed(&h, sep, 3);
-        if (m != NULL && uplen <= sizeof(m->up)) {
-            m->valid = 1;
-            m->uplen = uplen;
+        if (m != NULL && gen != UINT64_MAX) {
+            m->gen = gen;
             m->idlen = idlen;
-            memcpy(m->up, x->up, uplen);
             m->h = h;
         }
     }
     tg_counters_hash_feed(&h, id, idlen);
     tg_counters_hash_end(&h, h1, h2);
+remember:
     if (x->nmemo < MEMO_MAX) {
         x->memo[x->nmemo].idx = idx;
         x->memo[x->nmemo].h1 = *h1;

@@ -34,16 +34,27 @@ struct pcounter {
 
 /* What hashing a counter's key for one caller starts with: the hash state after
  * "upstream\x1fkey\x1fscope\x1f" for keys whose identity has idlen bytes (the total length
- * seeds the hash, see tg_counters_hash_begin). The one part of a policy that changes after
- * compilation: decisions remember here the prefix they last hashed, per counter, so that the next
- * caller of the same upstream with an identity of the same length hashes only its identity. Safe
- * for the reason the regex match data is (regex.c): decisions run on one thread and never nest.
- * An entry of tg_policy.keymemo (one per counter), freed with it by policy_free(). */
+ * seeds the hash, see tg_counters_hash_begin), and for private keys (tg_keyhash) the state after
+ * the parts upstream, key, scope. The one part of a policy that changes after compilation:
+ * decisions remember here the prefix they last hashed, per counter, so that the next caller of
+ * the same upstream hashes only its identity. Each state holds for the upstream that
+ * tg_policy.upmemo names while its gen is upmemo's (0: nothing yet). Safe for the reason the
+ * regex match data is (regex.c): decisions run on one thread and never nest. An entry of
+ * tg_policy.keymemo (one per counter), freed with it by policy_free(). */
 struct keymemo {
-    int valid;
-    size_t uplen, idlen;
-    char up[48]; /* the upstream's name; longer names are not remembered */
+    uint64_t gen, priv_gen;
+    size_t idlen;
     struct tg_counters_hasher h;
+    struct tg_keyhash priv;
+};
+
+/* The upstream the prefixes in keymemo are of: a decision for another upstream names it here and
+ * moves gen on, which makes every keymemo state stale at once. An upstream name longer than up
+ * is never remembered. Freed by policy_free(). */
+struct upmemo {
+    uint64_t gen; /* starts at 1; a 64-bit count never wraps */
+    size_t len;
+    char up[48];
 };
 
 /* One condition of a rule (conditions[i]); an entry of rule.conds. Its path, value and re are
@@ -136,6 +147,7 @@ struct tg_policy {
     struct pcounter *counters;
     int ncounters;
     struct keymemo *keymemo; /* [ncounters]: see struct keymemo; written by decisions */
+    struct upmemo *upmemo;   /* with keymemo */
     char **methods;
     int nmethods;
     struct globset resources, prompts;

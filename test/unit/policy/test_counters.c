@@ -159,8 +159,8 @@ static void sweep_across_the_wrap(void **state)
         struct tg_counters *c = tg_counters_new();
         const int n = 300;
         for (int i = 0; i < n; i++) {
-            /* homes 1020..1023 (and a few at 0..3), distinct h2 */
-            uint64_t h1 = ((uint64_t)(i + 1) << 32) | (uint64_t)(i % 8 < 4 ? 1020 + i % 4 : i % 4) | 1;
+            /* homes 1020..1023 (and a few at 0..3; the home is h1 >> 1), distinct h2 */
+            uint64_t h1 = ((uint64_t)(i + 1) << 32) | (uint64_t)(i % 8 < 4 ? 1020 + i % 4 : i % 4) << 1 | 1;
             uint64_t h2 = (uint64_t)i * 0x9e3779b97f4a7c15ULL;
             double now;
             int expires = pattern == 0 ? i % 2 : pattern == 1 ? i < 150 : pattern == 2 ? i >= 150 : i % 5 == 0;
@@ -170,7 +170,7 @@ static void sweep_across_the_wrap(void **state)
         tg_counters_sweep(c, t0 + 60000, SIZE_MAX);
         int kept = 0;
         for (int i = 0; i < n; i++) {
-            uint64_t h1 = ((uint64_t)(i + 1) << 32) | (uint64_t)(i % 8 < 4 ? 1020 + i % 4 : i % 4) | 1;
+            uint64_t h1 = ((uint64_t)(i + 1) << 32) | (uint64_t)(i % 8 < 4 ? 1020 + i % 4 : i % 4) << 1 | 1;
             uint64_t h2 = (uint64_t)i * 0x9e3779b97f4a7c15ULL;
             int expires = pattern == 0 ? i % 2 : pattern == 1 ? i < 150 : pattern == 2 ? i >= 150 : i % 5 == 0;
             double v = tg_window_get(c, h1, h2, t0);
@@ -255,6 +255,93 @@ static void hash_never_zero_and_distinct(void **state)
     assert_true(a1 != b1 || a2 != b2);
 }
 
+static void keyhash_of(const char *const *part, const size_t *len, int n, uint64_t *h1, uint64_t *h2)
+{
+    struct tg_keyhash h;
+    tg_keyhash_begin(&h);
+    for (int i = 0; i < n; i++)
+        tg_keyhash_part(&h, part[i], len[i]);
+    tg_keyhash_end(&h, h1, h2);
+}
+
+struct pair {
+    uint64_t h1, h2;
+};
+static int pair_cmp(const void *a, const void *b)
+{
+    const struct pair *x = a, *y = b;
+    if (x->h1 != y->h1)
+        return x->h1 < y->h1 ? -1 : 1;
+    return x->h2 < y->h2 ? -1 : x->h2 > y->h2;
+}
+
+/* Private keys (tg_keyhash): parts are told apart by their lengths, every byte of a tail counts,
+ * h1 is never 0, and a million keys shaped like the gateway's (upstream, counter, scope, an
+ * identity that differs in a digit or two) neither collide nor crowd the table's slots. */
+static void keyhash_parts_bytes_and_spread(void **state)
+{
+    uint64_t a1, a2, b1, b2;
+    const char *pa[2] = {"ab", "c"}, *pb[2] = {"a", "bc"};
+    size_t la[2] = {2, 1}, lb[2] = {1, 2};
+    keyhash_of(pa, la, 2, &a1, &a2);
+    keyhash_of(pb, lb, 2, &b1, &b2);
+    assert_true(a1 != b1 && a2 != b2);
+    const char *pe[2] = {"", ""};
+    size_t le[2] = {0, 0};
+    keyhash_of(pe, le, 1, &a1, &a2);
+    keyhash_of(pe, le, 2, &b1, &b2);
+    assert_true(a1 != 0 && b1 != 0 && (a1 != b1 || a2 != b2));
+    /* each length from 0 to 40, and each byte of each: one bit flipped gives another key */
+    char buf[41];
+    for (int n = 0; n <= 40; n++) {
+        for (int i = 0; i < n; i++)
+            buf[i] = (char)('a' + (i * 7) % 26);
+        const char *p1[1] = {buf};
+        size_t l1[1] = {(size_t)n};
+        keyhash_of(p1, l1, 1, &a1, &a2);
+        assert_true(a1 != 0);
+        for (int i = 0; i < n; i++) {
+            buf[i] ^= 1;
+            keyhash_of(p1, l1, 1, &b1, &b2);
+            buf[i] ^= 1;
+            if (a1 == b1 || a2 == b2)
+                fail_msg("length %d: flipping byte %d kept a hash", n, i);
+        }
+    }
+    enum { N = 1000000, SLOTS = 1 << 16 };
+    struct pair *v = malloc(N * sizeof(*v));
+    unsigned *fill = calloc(SLOTS, sizeof(*fill));
+    assert_non_null(v);
+    assert_non_null(fill);
+    for (int i = 0; i < N; i++) {
+        char id[32];
+        int n = snprintf(id, sizeof(id), "grant-%07d", i);
+        const char *part[4] = {"cowork", i % 3 ? "L:execute_code_rate" : "S:_global.calls", "g", id};
+        size_t len[4] = {6, strlen(part[1]), 1, (size_t)n};
+        keyhash_of(part, len, 4, &v[i].h1, &v[i].h2);
+        assert_true(v[i].h1 != 0);
+        fill[(v[i].h1 >> 1) & (SLOTS - 1)]++; /* the local store's home slot (bit 0 is always set) */
+    }
+    qsort(v, N, sizeof(*v), pair_cmp);
+    for (int i = 1; i < N; i++)
+        if (v[i].h1 == v[i - 1].h1)
+            fail_msg("two keys share h1 %016llx", (unsigned long long)v[i].h1);
+    /* about 15.3 keys per slot: a fair spread puts no slot far past that (Poisson: above 45 is
+     * a chance of about 2e-10 per slot), and leaves few empty (about 15) */
+    unsigned empty = 0;
+    for (int i = 0; i < SLOTS; i++)
+        empty += fill[i] == 0;
+    if (empty > 100)
+        fail_msg("%u of %d slots are no key's home", empty, SLOTS);
+    unsigned most = 0;
+    for (int i = 0; i < SLOTS; i++)
+        most = fill[i] > most ? fill[i] : most;
+    if (most > 45)
+        fail_msg("a slot of %d holds %u keys of %d", SLOTS, most, N);
+    free(v);
+    free(fill);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -265,6 +352,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(window_add_get_sub),
         cmocka_unit_test(bucket_take_give),
         cmocka_unit_test(hash_never_zero_and_distinct),
+        cmocka_unit_test(keyhash_parts_bytes_and_spread),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

@@ -1640,6 +1640,111 @@ static void counters_are_per_grant_and_per_upstream(void **state)
     }
 }
 
+/* ---- key derivations ---------------------------------------------------------------------- */
+
+/* A local store that answers as a shared one would about its keys (private_keys 0), so that a
+ * decision derives them with tg_counters_hash: the counting is the local store's own. */
+static struct tg_counter_store_ops shared_keys_ops;
+static struct tg_counters *counters_with_shared_keys(void)
+{
+    struct tg_counters *c = tg_counters_new();
+    shared_keys_ops = *c->ops;
+    shared_keys_ops.private_keys = 0;
+    c->ops = &shared_keys_ops;
+    return c;
+}
+
+#define KEYS_POLICY                                                                                            \
+    "{\"version\":\"1\",\"default\":\"deny\",\"tools\":{"                                                      \
+    "\"s\":{\"limits\":[{\"counter\":\"s_rate\",\"window\":\"hour\",\"max\":2,\"scope\":\"session\"}]},"         \
+    "\"g\":{\"limits\":[{\"counter\":\"g_rate\",\"window\":\"hour\",\"max\":2,\"scope\":\"grant\"}]},"           \
+    "\"a\":{\"limits\":[{\"counter\":\"a_rate\",\"window\":\"hour\",\"max\":2,\"scope\":\"global\"}]}}}"
+
+static int allowed_on(const struct tg_policy *p, struct tg_counters *c, const char *up, const char *grant,
+                      const char *tool, int max)
+{
+    struct tg_caller who = {grant, "sess-1", up};
+    struct tg_decision d;
+    for (int i = 0; i < max; i++) {
+        tg_policy_decide_call(p, c, &who, tool, NULL, T0, &d);
+        if (d.verdict != TG_VERDICT_ALLOW)
+            return i;
+    }
+    return max;
+}
+
+/* Decisions remember, per counter, the hash of its key's first parts for the upstream they last
+ * served (struct keymemo, struct upmemo). Upstreams taking turns on one policy, and names too long
+ * to remember, still each have their own counters, with either derivation of the keys. */
+static void keys_keep_upstreams_apart_as_they_take_turns(void **state)
+{
+    struct loaded l;
+    load_text(&l, "keys.json", KEYS_POLICY);
+    if (l.rc != 0)
+        fail_msg("refused: %s", buf_str(&l.err));
+    char long1[80], long2[80];
+    memset(long1, 'u', sizeof(long1) - 1);
+    long1[sizeof(long1) - 1] = '\0';
+    memcpy(long2, long1, sizeof(long2));
+    long2[sizeof(long2) - 2] = 'v';
+    const char *tools[3] = {"s", "g", "a"};
+    for (int shared = 0; shared < 2; shared++) {
+        struct tg_counters *c = shared ? counters_with_shared_keys() : tg_counters_new();
+        assert_int_equal(tg_counters_private_keys(c), !shared);
+        for (int t = 0; t < 3; t++) {
+            const char *tool = tools[t];
+            assert_int_equal(allowed_on(l.p, c, "up-a", "g1", tool, 5), 2);
+            assert_int_equal(allowed_on(l.p, c, "up-b", "g1", tool, 5), 2);
+            assert_int_equal(allowed_on(l.p, c, "up-a", "g1", tool, 5), 0);
+            assert_int_equal(allowed_on(l.p, c, long1, "g1", tool, 5), 2);
+            assert_int_equal(allowed_on(l.p, c, long2, "g1", tool, 5), 2);
+            assert_int_equal(allowed_on(l.p, c, long1, "g1", tool, 5), 0);
+            assert_int_equal(allowed_on(l.p, c, "up-b", "g1", tool, 5), 0);
+            assert_int_equal(allowed_on(l.p, c, "up-a", "g1", tool, 5), 0);
+            /* the same upstream and another grant: only a grant counter starts afresh */
+            assert_int_equal(allowed_on(l.p, c, "up-a", "g2", tool, 5), t == 1 ? 2 : 0);
+        }
+        tg_counters_free(c);
+    }
+    loaded_dispose(&l);
+}
+
+/* A shared store's keys are tg_counters_hash of "upstream\x1fkey\x1fscope\x1fid", the Redis key
+ * names every instance of a cluster must agree on from release to release; a private store's are
+ * another derivation, and neither depends on the other being used first. */
+static void shared_keys_are_the_documented_hash(void **state)
+{
+    struct loaded l;
+    load_text(&l, "keys.json", KEYS_POLICY);
+    if (l.rc != 0)
+        fail_msg("refused: %s", buf_str(&l.err));
+    static const char *const expect[3][2] = {{"s", "up\x1fL:s_rate\x1fs\x1fsess-1"},
+                                             {"g", "up\x1fL:g_rate\x1fg\x1fgrant-a"},
+                                             {"a", "up\x1fL:a_rate\x1f*\x1f"}};
+    struct tg_counters *shared = counters_with_shared_keys(), *local = tg_counters_new();
+    struct tg_caller who = {"grant-a", "sess-1", "up"};
+    for (int i = 0; i < 3; i++) {
+        struct tg_decision d, e;
+        uint64_t h1, h2;
+        tg_counters_hash(expect[i][1], strlen(expect[i][1]), &h1, &h2);
+        tg_policy_decide_call(l.p, local, &who, expect[i][0], NULL, T0, &e);
+        tg_policy_decide_call(l.p, shared, &who, expect[i][0], NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, NULL, NULL);
+        EXPECT(&e, TG_VERDICT_ALLOW, NULL, NULL);
+        assert_int_equal(d.nres, 1);
+        assert_int_equal(e.nres, 1);
+        if (d.res[0].h1 != h1 || d.res[0].h2 != h2)
+            fail_msg("tool %s: shared key %016llx%016llx, expected %016llx%016llx", expect[i][0],
+                     (unsigned long long)d.res[0].h1, (unsigned long long)d.res[0].h2, (unsigned long long)h1,
+                     (unsigned long long)h2);
+        assert_true(e.res[0].h1 != h1 || e.res[0].h2 != h2);
+        assert_true(e.res[0].h1 != 0);
+    }
+    tg_counters_free(shared);
+    tg_counters_free(local);
+    loaded_dispose(&l);
+}
+
 /* tollgate extension: an Intercept state block may say scope: session or global. */
 static void state_scopes_session_and_global(void **state)
 {
@@ -3015,6 +3120,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(audit_counter_values_keep_their_digits),
         cmocka_unit_test(long_grant_ids_have_their_own_counters),
         cmocka_unit_test(yaml_merge_keys_apply),
+        cmocka_unit_test(keys_keep_upstreams_apart_as_they_take_turns),
+        cmocka_unit_test(shared_keys_are_the_documented_hash),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
