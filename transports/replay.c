@@ -9,10 +9,22 @@
 #include "core/sse.h"
 #include "transports/http1.h"
 
+void tg_replay_gen_clear(struct tg_replay_gen *g)
+{
+    while (g->head != NULL) {
+        struct tg_replay_chunk *k = g->head;
+        g->head = k->next;
+        tg_buf_dispose(&k->b);
+        free(k);
+    }
+    g->tail = NULL;
+    g->len = 0;
+}
+
 void tg_replay_free(struct tg_replay *r)
 {
-    tg_buf_dispose(&r->gen[0]);
-    tg_buf_dispose(&r->gen[1]);
+    tg_replay_gen_clear(&r->gen[0]);
+    tg_replay_gen_clear(&r->gen[1]);
     tg_list_unlink(&r->slink);
     tg_list_unlink(&r->glink);
     tg_session_unref(r->sess);
@@ -84,38 +96,58 @@ static void write_id_line(struct tg_replay *r, struct tg_buf *b, size_t more)
     b->len = (size_t)(q + r->seq_len + 1 - b->base);
 }
 
-/* A generation's first room: enough for the usual answer of one event, so that a call in
- * flight (which a client can open many of) holds no more than its bytes need. Past it the room
- * grows four times over (1 KiB, 4, 16, 64: three reallocations for a long stream instead of
- * eight doublings); tg_replay_end() gives back what is unused. */
+/* A generation's first chunk: enough for the usual answer of one event, so that a call in
+ * flight (which a client can open many of) holds no more than its bytes need. Later chunks are
+ * four times the last, up to REPLAY_CHUNK_MAX; tg_replay_end() gives back what is unused. */
 #define REPLAY_FIRST_ROOM 1024
+#define REPLAY_CHUNK_MAX 65536
+
+/* A chunk of g with at least want bytes free: its last one, or a new one after it. */
+static struct tg_replay_chunk *gen_room(struct tg_replay_gen *g, size_t want)
+{
+    struct tg_replay_chunk *t = g->tail;
+    if (t != NULL && t->b.cap - t->b.len >= want)
+        return t;
+    size_t cap = t == NULL ? REPLAY_FIRST_ROOM : t->b.cap >= REPLAY_CHUNK_MAX / 4 ? REPLAY_CHUNK_MAX : 4 * t->b.cap;
+    if (cap < want)
+        cap = want;
+    struct tg_replay_chunk *k = tg_xmalloc(sizeof(*k));
+    k->next = NULL;
+    tg_buf_init(&k->b);
+    if (tg_buf_try_reserve(&k->b, cap, 0) != 0)
+        abort();
+    if (t != NULL)
+        t->next = k;
+    else
+        g->head = k;
+    g->tail = k;
+    return k;
+}
 
 struct tg_slice tg_replay_message(struct tg_replay *r, const char *p, size_t n, struct tg_buf *scratch)
 {
     size_t half = (size_t)r->srv->conf->limits.replay_bytes / 2;
-    struct tg_buf *b = scratch;
     r->last_write_ms = uv_now(r->srv->loop);
+    /* The event, framed: the id line, then what tg_sse_write_message() takes (n + 39 at most). */
+    size_t want = 4 + sizeof(r->id_head) + sizeof(r->seq_txt) + 1 + n + 40;
+    struct tg_buf *b = scratch;
+    struct tg_replay_gen *g = NULL;
     if (half == 0) {
         b->len = 0; /* nothing is kept: the event is framed in the caller's scratch */
     } else {
-        b = &r->gen[r->cur];
-        if (b->len > half) {
+        g = &r->gen[r->cur];
+        if (g->len > half) {
             r->cur ^= 1;
-            b = &r->gen[r->cur];
-            b->len = 0;
-            if (b->cap > 2 * half + 65536)
-                tg_buf_dispose(b);
+            g = &r->gen[r->cur];
+            tg_replay_gen_clear(g);
         }
-        size_t want = n + 64 + sizeof(r->id_head) + sizeof(r->seq_txt); /* the event, framed */
-        if (b->cap - b->len < want) {
-            size_t grow = b->cap == 0 ? REPLAY_FIRST_ROOM : 3 * b->cap;
-            if (tg_buf_try_reserve(b, grow > want ? grow : want, 0) != 0)
-                abort();
-        }
+        b = &gen_room(g, want)->b; /* room for all of it: framing it moves nothing kept */
     }
     size_t at = b->len;
     write_id_line(r, b, n + 40); /* room for the rest too: tg_sse_write_message() takes n + 39 */
     tg_sse_write_message(b, NULL, 0, p, n);
+    if (g != NULL)
+        g->len += b->len - at;
     return tg_slice_of(b->base + at, b->len - at);
 }
 
@@ -123,17 +155,18 @@ struct tg_slice tg_replay_message(struct tg_replay *r, const char *p, size_t n, 
 void tg_replay_write(struct tg_replay *r, struct tg_conn *c, uint64_t after_seq)
 {
     for (int g = 0; g < 2; g++) {
-        struct tg_buf *b = &r->gen[g == 0 ? r->cur ^ 1 : r->cur];
-        size_t off = 0;
-        while (off < b->len) {
-            const char *ev = b->base + off;
-            const char *end = memmem(ev, b->len - off, "\n\n", 2);
-            size_t n = end ? (size_t)(end - ev) + 2 : b->len - off;
-            const char *dash = memchr(ev, '-', n);
-            uint64_t seq = dash ? strtoull(dash + 1, NULL, 10) : 0;
-            if (seq > after_seq)
-                tg_http_stream_write(c, ev, n);
-            off += n;
+        for (const struct tg_replay_chunk *k = r->gen[g == 0 ? r->cur ^ 1 : r->cur].head; k != NULL; k = k->next) {
+            size_t off = 0;
+            while (off < k->b.len) {
+                const char *ev = k->b.base + off;
+                const char *end = memmem(ev, k->b.len - off, "\n\n", 2);
+                size_t n = end ? (size_t)(end - ev) + 2 : k->b.len - off;
+                const char *dash = memchr(ev, '-', n);
+                uint64_t seq = dash ? strtoull(dash + 1, NULL, 10) : 0;
+                if (seq > after_seq)
+                    tg_http_stream_write(c, ev, n);
+                off += n;
+            }
         }
     }
 }
@@ -159,17 +192,21 @@ int tg_replay_parse_id(struct tg_slice last, uint64_t *stream, uint64_t *seq)
     return 0;
 }
 
-/* An ended stream is kept TG_REPLAY_KEEP_MS: with its bytes only, not the room it grew. */
-static void fit(struct tg_buf *b)
+/* An ended stream is kept TG_REPLAY_KEEP_MS: with its bytes only, not the room it grew. Only the
+ * last chunk has room to spare (a new one is made only when an event does not fit the last). */
+static void fit(struct tg_replay_gen *g)
 {
-    if (b->len == 0) {
-        tg_buf_dispose(b);
-    } else if (b->cap - b->len > 256) {
-        char *q = realloc(b->base, b->len);
-        if (q != NULL) {
-            b->base = q;
-            b->cap = b->len;
-        }
+    if (g->len == 0) {
+        tg_replay_gen_clear(g);
+        return;
+    }
+    struct tg_buf *b = &g->tail->b;
+    if (b->cap - b->len <= 256)
+        return;
+    char *q = realloc(b->base, b->len);
+    if (q != NULL) {
+        b->base = q;
+        b->cap = b->len;
     }
 }
 

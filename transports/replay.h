@@ -20,6 +20,21 @@ struct tg_http_sink;
 #define TG_REPLAY_KEEP_MS 60000
 #define TG_REPLAY_MAX_PER_SESSION 16
 
+/* A piece of a generation: whole events back to back in b (an event never spans two). Owned by
+ * its generation's list. */
+struct tg_replay_chunk {
+    struct tg_replay_chunk *next;
+    struct tg_buf b;
+};
+
+/* One generation of kept events: its chunks, oldest first. A new chunk is four times the last
+ * one's size (1 KiB, 4, 16, then 64 KiB each) or one event's, if larger: a stream grows without
+ * copying what it holds, and a call in flight with one event holds about a kilobyte. */
+struct tg_replay_gen {
+    struct tg_replay_chunk *head, *tail;
+    size_t len; /* bytes of events in all its chunks */
+};
+
 /* Owner: the server's list (srv->streams, glink); the session's list links it too (slink), and
  * it holds a session reference. tg_replay_free() frees it: from the tick TG_REPLAY_KEEP_MS after
  * it ended, in tg_replay_new() past TG_REPLAY_MAX_PER_SESSION, or at shutdown. */
@@ -35,7 +50,7 @@ struct tg_replay {
     /* The events, as written, in two generations: new ones go to gen[cur]; when it passes half
      * of limits.replay_bytes the older generation is dropped and the roles swap. No allocation
      * per event, and at most replay_bytes (plus one event per generation) kept. */
-    struct tg_buf gen[2];
+    struct tg_replay_gen gen[2];
     int cur;
     struct tg_http_sink *live; /* the exchange still producing events, or NULL once it ended */
     uint64_t last_write_ms;
@@ -53,6 +68,8 @@ void tg_replay_free(struct tg_replay *r);
  * is, valid until the next call. With limits.replay_bytes 0 nothing is kept and the event is
  * framed in scratch instead. No copy or allocation per event besides that. */
 struct tg_slice tg_replay_message(struct tg_replay *r, const char *p, size_t n, struct tg_buf *scratch);
+/* Free a generation's chunks (it is then empty). */
+void tg_replay_gen_clear(struct tg_replay_gen *g);
 /* Write the kept events whose sequence number is above after_seq to c. */
 void tg_replay_write(struct tg_replay *r, struct tg_conn *c, uint64_t after_seq);
 /* Parse a Last-Event-ID of ours: 0 and the stream id and sequence, or -1. */
