@@ -1,6 +1,6 @@
 /* Policy decisions over a compiled struct tg_policy: tools/call (with its counter
- * reservations and their refund), tools/list visibility, non-standard methods, resources/read
- * and prompts/get. */
+ * reservations and their refund), tools/list visibility and non-standard methods. resources/read
+ * and prompts/get: policy/decide_glob.c. */
 #include "policy/policy.h"
 
 #include <math.h>
@@ -782,60 +782,4 @@ void tg_policy_decide_continuation(const struct tg_policy *p, struct tg_counters
                                    const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d)
 {
     decide_call(p, cs, who, tool, args, now_ms, 0, d);
-}
-
-/* '*' matches any run of characters; everything else literally. */
-static int glob_match(const char *pat, const char *s)
-{
-    const char *star = NULL, *ss = NULL;
-    while (*s) {
-        if (*pat == '*') {
-            star = pat++;
-            ss = s;
-        } else if (*pat == *s) {
-            pat++;
-            s++;
-        } else if (star) {
-            pat = star + 1;
-            s = ++ss;
-        } else {
-            return 0;
-        }
-    }
-    while (*pat == '*')
-        pat++;
-    return *pat == '\0';
-}
-
-static void decide_glob(const struct globset *g, const char *what, const char *kind, struct tg_decision *d)
-{
-    memset(d, 0, sizeof(*d));
-    d->verdict = TG_VERDICT_ALLOW;
-    if (!g->present)
-        return;
-    for (int i = 0; i < g->ndeny; i++)
-        if (glob_match(g->deny[i], what)) {
-            set_decision(d, TG_VERDICT_DENY, g->deny[i], "%s", g->reason ? g->reason : "");
-            if (!g->reason)
-                snprintf(d->message, sizeof(d->message), "%s \"%s\" is denied by policy", kind, what);
-            return;
-        }
-    for (int i = 0; i < g->nallow; i++)
-        if (glob_match(g->allow[i], what))
-            return;
-    if (g->default_deny) {
-        set_decision(d, TG_VERDICT_DENY, "(default deny)", "%s \"%s\" is not permitted by policy", kind, what);
-        if (g->reason)
-            snprintf(d->message, sizeof(d->message), "%s", g->reason);
-    }
-}
-
-void tg_policy_decide_resource(const struct tg_policy *p, const char *uri, struct tg_decision *d)
-{
-    decide_glob(&p->resources, uri, "Resource", d);
-}
-
-void tg_policy_decide_prompt(const struct tg_policy *p, const char *name, struct tg_decision *d)
-{
-    decide_glob(&p->prompts, name, "Prompt", d);
 }
