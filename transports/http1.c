@@ -291,6 +291,7 @@ static void mark_closing(struct tg_conn *c, unsigned how)
         c->out_pending_corked = 0;
     }
     tg_buf_dispose(&c->cork);
+    c->chunk_open = 0;
     if (c->tls_plain.len > c->tls_plain_off) /* never encrypted: it no longer counts either */
         tg__http_out_sub(c, c->tls_plain.len - c->tls_plain_off);
     tg_buf_dispose(&c->tls_plain);

@@ -169,6 +169,7 @@ struct tg_conn {
     void *up_ud;
     struct tg_list link; /* in env->conns */
     struct tg_buf cork;       /* stream output gathered during this loop iteration */
+    size_t chunk_open;        /* 1 + where in cork the open chunk starts (its size not written yet); 0: none */
     struct tg_buf tls_plain;  /* TLS: plaintext not encrypted yet (a big answer goes a slice per round) */
     size_t tls_plain_off;     /* of it, the part already encrypted */
     struct tg_list cork_link; /* in env->corked while cork holds bytes */
@@ -195,6 +196,12 @@ void tg_http_respond_owned(struct tg_conn *c, int status, const char *extra_head
 void tg_http_respond_rpc_error(struct tg_conn *c, int status, const char *extra_headers, int code, const char *msg);
 void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra_headers, const char *content_type);
 void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n);
+/* The same, and the chunk may hold the joined writes just before and after it in this loop
+ * iteration. Only for what a client may take in one piece without changing what it does: the
+ * official TypeScript SDK handles a response at once but notifications and requests a microtask
+ * later, so a response read in one piece with the notifications before it overtakes them. A
+ * response is written with tg_http_stream_write, which always makes its own chunk. */
+void tg_http_stream_write_joined(struct tg_conn *c, const char *p, size_t n);
 void tg_http_stream_end(struct tg_conn *c);
 
 /* Closing marks: the connection stops reading and writing at once, and its users hear of it

@@ -183,6 +183,34 @@ static void cork_grew(struct tg_conn *c)
         tg_list_insert_tail(&c->env->corked, &c->cork_link);
 }
 
+/* A chunked stream's joined writes (tg_http_stream_write_joined) of one loop iteration, one after
+ * another, go out as one chunk, not one chunk per event: its size is not known until the cork is
+ * written or another write comes, so the chunk starts with room for CHUNK_DIGITS hex digits and
+ * they are filled in, with leading zeros (RFC 9112 7.1: chunk-size is 1*HEXDIG), when the chunk
+ * closes. The client parses one chunk header per burst, as it does behind nginx, instead of one
+ * per event. */
+#define CHUNK_DIGITS 6
+#define CHUNK_HEAD (CHUNK_DIGITS + 2)
+#define CHUNK_MAX (((size_t)1 << (4 * CHUNK_DIGITS)) - 1)
+#define CHUNK_HEAD_TEXT "000000\r\n"
+_Static_assert(sizeof(CHUNK_HEAD_TEXT) - 1 == CHUNK_HEAD, "the placeholder has CHUNK_DIGITS digits");
+
+/* Write the open chunk's size into its head and end it. Before anything else joins the cork,
+ * and before the cork is written. */
+static void close_chunk(struct tg_conn *c)
+{
+    if (c->chunk_open == 0)
+        return;
+    struct tg_buf *k = &c->cork;
+    char *head = k->base + c->chunk_open - 1;
+    size_t n = k->len - (c->chunk_open - 1) - CHUNK_HEAD;
+    c->chunk_open = 0;
+    for (int i = CHUNK_DIGITS - 1; i >= 0; i--, n >>= 4)
+        head[i] = "0123456789abcdef"[n & 15];
+    tg_buf_append(k, "\r\n", 2);
+    cork_grew(c);
+}
+
 /* Takes the storage of b (which is left empty): plaintext, encrypted first on a TLS connection.
  * Streams (SSE answers, upgraded connections) are corked: what they write during one loop
  * iteration is gathered and written once at its end, so a burst of relayed events costs one
@@ -195,6 +223,7 @@ void tg__http_send_owned(struct tg_conn *c, struct tg_buf *b)
     }
     c->log_bytes += b->len;
     if (c->state == TG_CONN_STREAMING || c->state == TG_CONN_UPGRADED) {
+        close_chunk(c);
         if (c->cork.len == 0 && c->cork.cap == 0) {
             c->cork = *b; /* take the buffer as it is: no copy for the first write of a burst */
             tg_buf_init(b);
@@ -214,6 +243,7 @@ void tg__http_send_owned(struct tg_conn *c, struct tg_buf *b)
  * close paths too. */
 void tg__http_flush_cork(struct tg_conn *c)
 {
+    close_chunk(c);
     tg_list_unlink(&c->cork_link);
     if (c->cork.len == 0)
         return;
@@ -481,22 +511,38 @@ void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra, cons
     tg__http_set_state(c, TG_CONN_STREAMING);
 }
 
-void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n)
+static void stream_write(struct tg_conn *c, const char *p, size_t n, int joined)
 {
     if (c->state != TG_CONN_STREAMING || n == 0)
         return;
     /* Straight into the cork, chunk framing and all: no buffer per event. */
     c->log_bytes += n;
-    struct tg_buf *k = cork_room(c, n + 32);
-    if (c->parser.http_minor != 0) {
+    if (c->parser.http_minor == 0) { /* HTTP/1.0: the stream is the bytes, to the close */
+        tg_buf_append(cork_room(c, n), p, n);
+        cork_grew(c);
+        return;
+    }
+    if (c->chunk_open != 0 && (!joined || c->cork.len - (c->chunk_open - 1) - CHUNK_HEAD + n > CHUNK_MAX))
+        close_chunk(c);
+    struct tg_buf *k = cork_room(c, n + 2 * CHUNK_HEAD + 2);
+    if (!joined || n > CHUNK_MAX) { /* a chunk of its own */
         tg_buf_append_hex(k, n);
         tg_buf_append(k, "\r\n", 2);
+        tg_buf_append(k, p, n);
+        tg_buf_append(k, "\r\n", 2);
+        cork_grew(c);
+        return;
+    }
+    if (c->chunk_open == 0) {
+        c->chunk_open = k->len + 1;
+        tg_buf_append(k, CHUNK_HEAD_TEXT, CHUNK_HEAD);
     }
     tg_buf_append(k, p, n);
-    if (c->parser.http_minor != 0)
-        tg_buf_append(k, "\r\n", 2);
     cork_grew(c);
 }
+
+void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n) { stream_write(c, p, n, 0); }
+void tg_http_stream_write_joined(struct tg_conn *c, const char *p, size_t n) { stream_write(c, p, n, 1); }
 
 void tg_http_stream_end(struct tg_conn *c)
 {

@@ -108,7 +108,9 @@ static void on_sink_stream(struct tg_sink *sk, struct tg_call *k)
  * costs no allocation. A big event does not leave its memory behind. */
 static struct tg_buf event_scratch;
 
-static void write_event(struct tg_http_sink *hs, const char *p, size_t n)
+/* joined: the event may share its HTTP chunk with its neighbours (tg_http_stream_write_joined):
+ * a server message (a notification or a server request) is, an answer never is. */
+static void write_event(struct tg_http_sink *hs, const char *p, size_t n, int joined)
 {
     struct tg_replay *r = hs->replay;
     if (hs->conn == NULL && r == NULL)
@@ -122,7 +124,9 @@ static void write_event(struct tg_http_sink *hs, const char *p, size_t n)
         tg_sse_write_message(b, NULL, 0, p, n);
         ev = tg_slice_of(b->base, b->len);
     }
-    if (hs->conn)
+    if (hs->conn != NULL && joined)
+        tg_http_stream_write_joined(hs->conn, ev.ptr, ev.len);
+    else if (hs->conn != NULL)
         tg_http_stream_write(hs->conn, ev.ptr, ev.len);
     hs->last_write_ms = uv_now(hs->srv->loop);
     if (b->cap > 65536)
@@ -139,7 +143,7 @@ static void on_sink_message(struct tg_sink *sk, struct tg_call *k, const char *p
             return;
         on_sink_stream(sk, k);
     }
-    write_event(hs, p, n);
+    write_event(hs, p, n, 1); /* a server message, never an answer (which comes to on_sink_answer) */
 }
 
 /* An answer given to a client that is slow to read it: the session's message-stream upstream
@@ -157,7 +161,7 @@ static void on_sink_answer(struct tg_sink *sk, struct tg_call *k, int status, co
     struct tg_http_sink *hs = (struct tg_http_sink *)sk;
     if (hs->streaming) {
         if (n > 0)
-            write_event(hs, p, n);
+            write_event(hs, p, n, 0);
         return;
     }
     struct tg_conn *c = hs->conn;

@@ -186,8 +186,18 @@ static void sse_stream_chunked_framing(void **state)
     tg_http_stream_write(c, "data: 333\n\n", 11);
     tg_http_stream_write(c, "", 0); /* nothing: no empty chunk, which would end the body */
     HH_EXPECT(h, "a\r\ndata: 22\n\n\r\nb\r\ndata: 333\n\n\r\n");
+    /* Joined writes in one iteration share a chunk, its size (leading zeros) filled in once
+     * known; a plain write after them gets its own, and so does the next joined one. */
+    tg_http_stream_write_joined(c, "data: 22\n\n", 10);
+    tg_http_stream_write_joined(c, "", 0);
+    tg_http_stream_write_joined(c, "data: 333\n\n", 11);
+    tg_http_stream_write(c, "data: 4\n\n", 9);
+    tg_http_stream_write_joined(c, "data: 5\n\n", 9);
+    HH_EXPECT(h, "000015\r\ndata: 22\n\ndata: 333\n\n\r\n9\r\ndata: 4\n\n\r\n000009\r\ndata: 5\n\n\r\n");
+    /* the next iteration's are the next chunk; the end closes an open one first */
+    tg_http_stream_write_joined(c, "data: 6\n\n", 9);
     tg_http_stream_end(c);
-    HH_EXPECT(h, "0\r\n\r\n"
+    HH_EXPECT(h, "000009\r\ndata: 6\n\n\r\n0\r\n\r\n"
                  "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 7\r\n\r\n/queued");
     HH_EXPECT_QUIET(h);
     assert_int_equal(h->accepted, 1);
