@@ -454,8 +454,7 @@ void tg_policy_refund(struct tg_counters *c, const struct tg_decision *d, int64_
     give_back(c, d); /* d is the caller's: read, not reset (it used to be copied whole for that) */
 }
 
-/* "%lld" of v into out (at least 26 bytes: the digits go as one fixed-size copy); returns the
- * length. Two digits a step: a decision notes a counter or two, with values in the thousands. */
+/* "%lld" of v into out (26 bytes or more: one fixed-size copy), two digits a step; its length. */
 static size_t format_ll(long long v, char *out)
 {
     static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
