@@ -15,7 +15,7 @@ void tg_replay_gen_clear(struct tg_replay_gen *g)
         struct tg_replay_chunk *k = g->head;
         g->head = k->next;
         tg_buf_dispose(&k->b);
-        free(k);
+        tg_xfree(k);
     }
     g->tail = NULL;
     g->len = 0;
@@ -56,6 +56,10 @@ struct tg_replay *tg_replay_new(struct tg_server *srv, struct tg_session *s, str
     return r;
 }
 
+/* The room write_id_line() asks for before `more`: "id: ", both padded arrays and the newline
+ * fit in it. */
+#define ID_LINE_ROOM(r) (4 + sizeof((r)->id_head) + sizeof((r)->seq_txt))
+
 /* "id: HEX-DECIMAL\n" appended to b without printf: this runs once per relayed event, so the
  * "HEX-" part, the same for the whole stream, is made once, the sequence number is kept as text
  * and counted up in place, and both are copied as fixed-size blocks (their arrays are padded)
@@ -85,7 +89,7 @@ static void write_id_line(struct tg_replay *r, struct tg_buf *b, size_t more)
         r->seq_txt[0] = '1';
         r->seq_len++;
     }
-    if (tg_buf_try_reserve(b, 4 + sizeof(r->id_head) + sizeof(r->seq_txt) + more, 0) != 0)
+    if (tg_buf_try_reserve(b, ID_LINE_ROOM(r) + more, 0) != 0)
         abort();
     char *q = b->base + b->len;
     memcpy(q, "id: ", 4);
@@ -128,8 +132,9 @@ struct tg_slice tg_replay_message(struct tg_replay *r, const char *p, size_t n, 
 {
     size_t half = (size_t)r->srv->conf->limits.replay_bytes / 2;
     r->last_write_ms = uv_now(r->srv->loop);
-    /* The event, framed: the id line, then what tg_sse_write_message() takes (n + 39 at most). */
-    size_t want = 4 + sizeof(r->id_head) + sizeof(r->seq_txt) + 1 + n + 40;
+    /* The event, framed: the id line, then what tg_sse_write_message() takes (n + 39 at most),
+     * all asked for at once so that neither step grows the chunk. */
+    size_t want = ID_LINE_ROOM(r) + n + 40;
     struct tg_buf *b = scratch;
     struct tg_replay_gen *g = NULL;
     if (half == 0) {

@@ -1,6 +1,6 @@
 /* tg-bench-policy: what one policy decision costs, and what a million live counters weigh.
  *
- *   tg-bench-policy [--quick] [--digest] [--tight] [-n CALLS] [-r RUNS] [-b BUCKETS]
+ *   tg-bench-policy [--quick] [--digest | --digest-no-keys] [--tight] [-n CALLS] [-r RUNS] [-b BUCKETS]
  *
  * A 100-tool policy mixing both PolicyLayer shapes: hosted token buckets, Intercept argument
  * conditions (eq/neq/in/lte/gte/contains/exists and one regex), Intercept fixed-window counters
@@ -163,7 +163,9 @@ static __attribute__((noinline)) void run_calls(const struct tg_policy *p, struc
 
 /* The same calls, untimed, folding everything each decision says (verdict, rule, message,
  * counter, retry, counters_json, the reservations) into one FNV-1a digest: two builds that print
- * the same digest decided the same, byte for byte. */
+ * the same digest decided the same, byte for byte. With keys 0 (--digest-no-keys) the
+ * reservations' key hashes are left out: two builds that derive counter keys differently
+ * (policy/counters.h, tg_keyhash) compare on everything else. */
 static void fold(uint64_t *h, const void *p, size_t n)
 {
     const unsigned char *b = p;
@@ -172,7 +174,7 @@ static void fold(uint64_t *h, const void *p, size_t n)
 }
 
 static uint64_t digest_calls(const struct tg_policy *p, const struct tg_caller *who, const struct call *calls,
-                             long ncalls, cJSON *const *args)
+                             long ncalls, cJSON *const *args, int keys)
 {
     static const char *const extra[2] = {"not_in_policy", "debug_dump"};
     struct tg_counters *c = tg_counters_new();
@@ -194,8 +196,10 @@ static uint64_t digest_calls(const struct tg_policy *p, const struct tg_caller *
         fold(&h, &d.nres, sizeof(d.nres));
         for (int j = 0; j < d.nres; j++) {
             const struct tg_reservation *r = &d.res[j];
-            fold(&h, &r->h1, sizeof(r->h1));
-            fold(&h, &r->h2, sizeof(r->h2));
+            if (keys) {
+                fold(&h, &r->h1, sizeof(r->h1));
+                fold(&h, &r->h2, sizeof(r->h2));
+            }
             fold(&h, &r->kind, sizeof(r->kind));
             fold(&h, &r->amount, sizeof(r->amount));
             if (r->kind == 2)
@@ -243,6 +247,8 @@ int main(int argc, char **argv)
             ncalls = strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "--digest") == 0) {
             digest = 1;
+        } else if (strcmp(argv[i], "--digest-no-keys") == 0) {
+            digest = 2;
         } else if (strcmp(argv[i], "--tight") == 0) {
             lim = 3;
             glim = 100000;
@@ -252,7 +258,7 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "-r") == 0 && i + 1 < argc) {
             runs = strtol(argv[++i], NULL, 10);
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--digest] [--tight] [-n CALLS] [-r RUNS] [-b BUCKETS]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--digest | --digest-no-keys] [--tight] [-n CALLS] [-r RUNS] [-b BUCKETS]\n", argv[0]);
             return 2;
         }
     }
@@ -313,7 +319,7 @@ int main(int argc, char **argv)
            verdicts[2], verdicts[3]);
     printf("best: %.1f ns/decision, mean %.1f ns (target <= 500 ns)\n", best, sum / (double)runs);
     if (digest || quick)
-        printf("digest of every decision: %016llx\n", (unsigned long long)digest_calls(p, who, calls, ncalls, args));
+        printf("digest of every decision: %016llx\n", (unsigned long long)digest_calls(p, who, calls, ncalls, args, digest != 2));
 
     /* A million live buckets: the seed policy (one hosted bucket per grant), a million grants. */
     static const char seed[] = "{\"version\":\"1\",\"default\":\"deny\",\"tools\":{\"execute_code\":{\"limits\":"
