@@ -266,13 +266,71 @@ static int scan_walk(const char *in, size_t n, int max_depth, struct tg_json_doc
  * extra). A zero byte cannot be in plain input, and no grammar rule takes one, so the walk
  * reads with no bounds: it stops at the zero wherever the input ends early, and a string's
  * search (for a quote or a zero) never loads past the padding. The slices it keeps are moved
- * back onto the input. */
+ * back onto the input.
+ *
+ * ---- resuming where the last message left off
+ *
+ * The messages of one stream mostly begin alike: a server's progress notifications differ from
+ * one another only from their "progress" value on, its log messages from their "data". The
+ * walk reads left to right, so its state at the start of a value depends only on the bytes
+ * before it (and, for a member of the root object, on the value's first byte, which picks the
+ * member's slot in tg_json_doc: that one is chosen again on resume). So the walker keeps its
+ * state at one value start of the last message (the checkpoint), the copy it walked, and its
+ * stacks. The next message is copied over that copy, the copy noting where the two first
+ * differ; when the checkpoint lies at or before that byte, the walk resumes there instead of at
+ * the first byte, with the slices of the root members that ended before it.
+ *
+ * The checkpoint taken is the last value start at or before where this message differed from
+ * the one before it, where the next one likely differs too. The stacks are not copied for it:
+ * a write below its depth or its count of keys (a container closed and another opened in its
+ * place, a key stored over one it holds) drops it. The keys' pointers point into the copy,
+ * whose bytes before the checkpoint are the next message's too. One memo per thread. */
 
 #define FAST_COPY 4096 /* longer inputs: scan_walk() on the input itself */
 
-/* Copy in[0..n) to dst with sixteen zero bytes after it (dst holds n + 32); 1 if plain, with
- * *spaces set when it has a space anywhere. */
-static int copy_plain(unsigned char *dst, const unsigned char *in, size_t n, int *spaces)
+/* A kept member's value, as an offset into the input (len SIZE_MAX: not seen). */
+struct span {
+    size_t off, len;
+};
+
+struct checkpoint {
+    const unsigned char *p; /* the value's first byte in memo.buf; NULL: no checkpoint */
+    const unsigned char *mv;
+    uint64_t seen;
+    unsigned obj, from, nkeys;
+    int depth;
+    struct span *slot; /* the pending root member's in memo.doc, or NULL */
+};
+
+static _Thread_local struct scan_memo {
+    unsigned char buf[FAST_COPY + 32]; /* the last message's padded copy */
+    size_t n;                          /* its length; 0: nothing to resume from */
+    int limit;                         /* the depth limit its walk had */
+    struct checkpoint cp;
+    struct span doc[4]; /* the four members tg_json_doc keeps (id, method, error, result), as its walk saw them */
+    /* the walk's stacks, kept between messages for the checkpoint */
+    unsigned char kind_at[FAST_DEPTH + 1];
+    unsigned from_at[FAST_DEPTH + 1];
+    uint64_t seen_at[FAST_DEPTH + 1];
+    const unsigned char *keys[FAST_KEYS]; /* the open objects' keys (their lengths: key_len) */
+    size_t resumed, skipped; /* walks resumed, bytes not walked again (tg__json_scan_stats) */
+} memo;
+
+enum { DOC_ID, DOC_METHOD, DOC_ERROR, DOC_RESULT };
+
+/* Sixteen bytes copied to dst, and checked on the way (see copy_plain). */
+static inline __attribute__((always_inline)) void copy16(unsigned char *dst, __m128i x, __m128i *bad)
+{
+    const __m128i bs = _mm_set1_epi8('\\'), sp = _mm_set1_epi8(0x20);
+    _mm_storeu_si128((__m128i *)dst, x);
+    *bad = _mm_or_si128(*bad, _mm_or_si128(_mm_cmplt_epi8(x, sp), _mm_cmpeq_epi8(x, bs)));
+}
+
+/* Copy in[0..n) over the message in dst (dst holds n + 32; its first `had` bytes are plain), with
+ * sixteen zero bytes after it; 1 if plain, with *same set to a length of prefix the two share
+ * (at most had). The blocks the same as those there (within had) are neither copied nor checked
+ * again: they are plain already. */
+static int copy_plain(unsigned char *dst, const unsigned char *in, size_t n, size_t had, size_t *same)
 {
     const __m128i bs = _mm_set1_epi8('\\'), sp = _mm_set1_epi8(0x20), zero = _mm_setzero_si128();
     if (n < 16) {
@@ -281,25 +339,24 @@ static int copy_plain(unsigned char *dst, const unsigned char *in, size_t n, int
         memcpy(dst, in, n);
         __m128i x = _mm_loadu_si128((const __m128i *)dst);
         unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmplt_epi8(x, sp), _mm_cmpeq_epi8(x, bs)));
-        *spaces = (_mm_movemask_epi8(_mm_cmpeq_epi8(x, sp)) & ((1 << n) - 1)) != 0;
+        *same = 0;
         return (m & ((1u << n) - 1)) == 0;
     }
-    __m128i bad = zero, spc = zero;
-    size_t i = 0;
-#define COPY16(at)                                                                                             \
-    do {                                                                                                       \
-        __m128i x = _mm_loadu_si128((const __m128i *)(in + (at)));                                             \
-        _mm_storeu_si128((__m128i *)(dst + (at)), x);                                                          \
-        bad = _mm_or_si128(bad, _mm_or_si128(_mm_cmplt_epi8(x, sp), _mm_cmpeq_epi8(x, bs)));                   \
-        spc = _mm_or_si128(spc, _mm_cmpeq_epi8(x, sp));                                                        \
-    } while (0)
+    size_t i = 0, upto = had < n ? had : n;
+    unsigned d = 0;
+    for (; i + 16 <= upto; i += 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(in + i)), o = _mm_loadu_si128((const __m128i *)(dst + i));
+        d = ~(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, o)) & 0xffff;
+        if (d != 0)
+            break;
+    }
+    *same = i + (d != 0 ? (unsigned)__builtin_ctz(d) : 0);
+    __m128i bad = zero;
     for (; i + 16 <= n; i += 16)
-        COPY16(i);
-    if (i < n)
-        COPY16(n - 16); /* the last sixteen bytes, over some already copied */
-#undef COPY16
+        copy16(dst + i, _mm_loadu_si128((const __m128i *)(in + i)), &bad);
+    if (i < n) /* the last sixteen bytes, over some already there */
+        copy16(dst + n - 16, _mm_loadu_si128((const __m128i *)(in + n - 16)), &bad);
     _mm_storeu_si128((__m128i *)(dst + n), zero);
-    *spaces = _mm_movemask_epi8(spc) != 0;
     return _mm_movemask_epi8(bad) == 0;
 }
 
@@ -350,8 +407,6 @@ static inline const unsigned char *number_end_z(const unsigned char *p)
     return p;
 }
 
-/* The member of tg_json_doc that a key of the root object fills with its value (which begins
- * with v), or NULL: error and result only when their value is an object. */
 static inline uint32_t load32(const void *p)
 {
     uint32_t v;
@@ -359,50 +414,80 @@ static inline uint32_t load32(const void *p)
     return v;
 }
 
-static inline struct tg_slice *root_slot(struct tg_json_doc *doc, const unsigned char *k, size_t kn, unsigned v)
+/* The member of tg_json_doc that a key of the root object fills with its value (which begins
+ * with v), or NULL: error and result only when their value is an object. */
+static inline struct span *root_slot(struct span *doc, const unsigned char *k, size_t kn, unsigned v)
 {
     /* keys of 5 and 6 bytes as two overlapping 4-byte words */
     if (kn == 2)
-        return k[0] == 'i' && k[1] == 'd' ? &doc->id_raw : NULL;
+        return k[0] == 'i' && k[1] == 'd' ? &doc[DOC_ID] : NULL;
     if (kn == 6 && load32(k) == load32("meth") && load32(k + 2) == load32("thod"))
-        return &doc->method_raw;
+        return &doc[DOC_METHOD];
     if (v != '{')
         return NULL;
     if (kn == 6 && load32(k) == load32("resu") && load32(k + 2) == load32("sult"))
-        return &doc->result_raw;
+        return &doc[DOC_RESULT];
     if (kn == 5 && load32(k) == load32("erro") && load32(k + 1) == load32("rror"))
-        return &doc->error_raw;
+        return &doc[DOC_ERROR];
     return NULL;
 }
 
 /* The length of the key opening at k in buf (its closing quote is there). */
 static size_t key_len(const unsigned char *k) { return (size_t)((const unsigned char *)strchr((const char *)k, '"') - k); }
 
-/* The walk over buf (in's copy). With spaced = 0 (a constant: two copies are made) it takes no
- * space outside strings, and costs no test for one: most upstreams write compact JSON, whose
- * only spaces are inside strings. */
-static inline __attribute__((always_inline)) int walk_padded(const unsigned char *buf, size_t n, const char *in,
-                                                             int limit, struct tg_json_doc *doc, const int spaced)
+/* The walk over memo.buf (in's copy), from its first byte or from the checkpoint `at`. With
+ * spaced = 0 (a constant: two copies are made) it takes no space outside strings, and costs no
+ * test for one: most upstreams write compact JSON, whose only spaces are inside strings; that
+ * one keeps memo.cp, a checkpoint at the last value start not past lim. The spaced walk keeps
+ * none. */
+static inline __attribute__((always_inline)) int walk_padded(size_t n, int limit, const int spaced,
+                                                             const unsigned char *lim, const struct checkpoint *at)
 {
+    struct scan_memo *m = &memo;
+    struct checkpoint *cp = &m->cp;
+    const unsigned char *const buf = m->buf;
+    unsigned char *kind_at = m->kind_at;
+    unsigned *from_at = m->from_at;
+    uint64_t *seen_at = m->seen_at;
+    const unsigned char **keys = m->keys;
     const unsigned char *p = buf;
     /* The container open now, in registers: 1 for an object (0 for an array or none), the
      * 64-bit filter of its keys, its first key in keys[] (the pairwise duplicate check runs only
-     * when a key's bit is already set). Those of the containers around it are on the stack. */
+     * when a key's bit is already set). Those of the containers around it are in the stacks. */
     unsigned obj = 0, from = 0;
     uint64_t seen = 0;
-    unsigned char kind_at[FAST_DEPTH + 1];
-    unsigned from_at[FAST_DEPTH + 1];
-    uint64_t seen_at[FAST_DEPTH + 1];
-    const unsigned char *keys[FAST_KEYS]; /* the open objects' keys (their lengths: key_len) */
     unsigned nkeys = 0;
     int depth = 0;
     /* the root object's member under way when doc keeps it: where, and its value in buf */
-    struct tg_slice *slot = NULL;
+    struct span *doc = m->doc, *slot = NULL;
     const unsigned char *mv = NULL;
+    if (!spaced && at != NULL) {
+        p = at->p;
+        mv = at->mv;
+        seen = at->seen;
+        obj = at->obj;
+        from = at->from;
+        nkeys = at->nkeys;
+        depth = at->depth;
+        if (depth == 1 && obj) /* a root member's value: its first byte is this message's */
+            slot = root_slot(doc, keys[nkeys - 1], key_len(keys[nkeys - 1]), *p);
+        else
+            slot = at->slot;
+    }
     for (;;) {
         /* A value. */
         while (spaced && *p == ' ')
             p++;
+        if (!spaced && p <= lim) {
+            cp->p = p;
+            cp->mv = mv;
+            cp->seen = seen;
+            cp->obj = obj;
+            cp->from = from;
+            cp->nkeys = nkeys;
+            cp->depth = depth;
+            cp->slot = slot;
+        }
         unsigned c = *p;
         if (c == '"') {
             if ((p = string_end_z(p)) == NULL)
@@ -419,6 +504,8 @@ static inline __attribute__((always_inline)) int walk_padded(const unsigned char
                 p++;
                 goto after_value;
             }
+            if (!spaced && depth < cp->depth)
+                cp->p = NULL; /* its stacks written over */
             kind_at[depth] = (unsigned char)obj;
             from_at[depth] = from;
             seen_at[depth] = seen;
@@ -445,7 +532,7 @@ static inline __attribute__((always_inline)) int walk_padded(const unsigned char
     after_value:
         /* p is past a value at this depth: a kept member's value of the root object ends here */
         if (slot != NULL && depth == 1) {
-            *slot = tg_slice_of(in + (mv - buf), (size_t)(p - mv));
+            *slot = (struct span){(size_t)(mv - buf), (size_t)(p - mv)};
             slot = NULL;
         }
         for (;;) {
@@ -467,7 +554,7 @@ static inline __attribute__((always_inline)) int walk_padded(const unsigned char
             from = from_at[depth];
             seen = seen_at[depth];
             if (slot != NULL && depth == 1) { /* the container was a kept member's value */
-                *slot = tg_slice_of(in + (mv - buf), (size_t)(p - mv));
+                *slot = (struct span){(size_t)(mv - buf), (size_t)(p - mv)};
                 slot = NULL;
             }
         }
@@ -492,6 +579,8 @@ static inline __attribute__((always_inline)) int walk_padded(const unsigned char
                     if (key_len(keys[i]) == kn && memcmp(keys[i], k, kn) == 0)
                         return -1; /* a duplicate: the strict parser says so */
             seen |= bit;
+            if (!spaced && nkeys < cp->nkeys)
+                cp->p = NULL; /* a key it holds written over */
             keys[nkeys++] = k;
             p = ke;
             while (spaced && *p == ' ')
@@ -508,21 +597,63 @@ static inline __attribute__((always_inline)) int walk_padded(const unsigned char
         }
     }
 }
+
 static int scan_padded(const char *in, size_t n, int max_depth, struct tg_json_doc *doc)
 {
-    unsigned char buf[FAST_COPY + 32];
-    int spaces;
-    if (!copy_plain(buf, (const unsigned char *)in, n, &spaces))
+    struct scan_memo *m = &memo;
+    size_t same;
+    if (!copy_plain(m->buf, (const unsigned char *)in, n, m->n, &same)) {
+        m->n = 0; /* the copy holds another message now */
         return -1;
+    }
     int limit = max_depth < FAST_DEPTH ? max_depth : FAST_DEPTH;
-    if (walk_padded(buf, n, in, limit, doc, 0) == 0)
-        return 0;
-    if (!spaces)
-        return -1;
-    /* spaces outside strings, or a refusal: the walk that takes them decides */
-    doc->id_raw = doc->method_raw = doc->error_raw = doc->result_raw = TG_SLICE_NULL;
-    return walk_padded(buf, n, in, limit, doc, 1);
+    /* after a first message, no checkpoint is worth taking past its first byte */
+    const unsigned char *lim = m->buf + (m->n != 0 ? same : 0);
+    struct checkpoint at;
+    int resume = m->n != 0 && m->cp.p != NULL && m->limit == limit && m->cp.p <= lim;
+    if (resume) {
+        /* the members that ended before it are this message's too */
+        at = m->cp;
+        size_t upto = (size_t)(at.p - m->buf);
+        m->resumed++;
+        m->skipped += upto;
+        for (int j = 0; j < 4; j++)
+            if (m->doc[j].len != SIZE_MAX && m->doc[j].off + m->doc[j].len > upto)
+                m->doc[j].len = SIZE_MAX;
+    } else {
+        for (int j = 0; j < 4; j++)
+            m->doc[j].len = SIZE_MAX;
+    }
+    m->n = n;
+    m->limit = limit;
+    m->cp.p = NULL;
+    int rc = walk_padded(n, limit, 0, lim, resume ? &at : NULL);
+    if (rc != 0 && memchr(m->buf, ' ', n) != NULL) {
+        /* spaces outside strings, or a refusal: the walk that takes them decides */
+        m->cp.p = NULL;
+        for (int j = 0; j < 4; j++)
+            m->doc[j].len = SIZE_MAX;
+        rc = walk_padded(n, limit, 1, lim, NULL);
+    }
+    if (rc == 0) {
+        struct tg_slice *out[4] = {&doc->id_raw, &doc->method_raw, &doc->error_raw, &doc->result_raw};
+        for (int j = 0; j < 4; j++)
+            if (m->doc[j].len != SIZE_MAX)
+                *out[j] = tg_slice_of(in + m->doc[j].off, m->doc[j].len);
+    }
+    return rc;
 }
+
+void tg__json_scan_forget(void) { memo.n = 0; }
+
+void tg__json_scan_stats(size_t *resumed, size_t *skipped)
+{
+    *resumed = memo.resumed;
+    *skipped = memo.skipped;
+}
+#else
+void tg__json_scan_forget(void) {}
+void tg__json_scan_stats(size_t *resumed, size_t *skipped) { *resumed = *skipped = 0; }
 #endif
 
 int tg__json_scan_fast(const char *in, size_t n, int max_depth, struct tg_json_doc *doc)

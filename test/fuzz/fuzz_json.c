@@ -4,7 +4,10 @@
  *   encode(decode(encode(decode(x)))) = encode(decode(x))   (the output is a fixed point)
  *   a message decoded as JSON-RPC and written with a gateway id decodes again, with that id;
  *   what the fast path without a tree (core/json_scan.c) accepts, the strict parser accepts,
- *   with the same id, method, error and result slices.
+ *   with the same id, method, error and result slices;
+ *   a second message made from the input by one byte changed (its place and value taken from
+ *   the input's last two bytes), scanned right after the input so that its walk may resume from
+ *   the input's checkpoint, gets what a walk from its first byte gets.
  * Any input: no crash, no leak, no undefined behaviour. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,6 +19,34 @@
 #define DEPTH 64
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static int same_slices(const struct tg_json_doc *f, const struct tg_json_doc *t)
+{
+    return f->id_raw.ptr == t->id_raw.ptr && f->id_raw.len == t->id_raw.len && f->method_raw.ptr == t->method_raw.ptr &&
+           f->method_raw.len == t->method_raw.len && f->error_raw.ptr == t->error_raw.ptr &&
+           f->error_raw.len == t->error_raw.len && f->result_raw.ptr == t->result_raw.ptr &&
+           f->result_raw.len == t->result_raw.len;
+}
+
+/* The input, then a copy with one byte changed: the copy's resumed walk against a fresh one. */
+static void resumed_pair(const char *p, size_t size)
+{
+    if (size < 3)
+        return;
+    char *q = malloc(size);
+    if (q == NULL)
+        abort();
+    memcpy(q, p, size);
+    q[(unsigned char)p[size - 1] % size] = p[size - 2];
+    struct tg_json_doc a, b;
+    (void)tg__json_scan_fast(p, size, DEPTH, &a);
+    int ra = tg__json_scan_fast(q, size, DEPTH, &a);
+    tg__json_scan_forget();
+    int rb = tg__json_scan_fast(q, size, DEPTH, &b);
+    if (ra != rb || (ra == 0 && !same_slices(&a, &b)))
+        abort();
+    free(q);
+}
 
 /* Tree equality, members in order. Numbers are equal when their doubles are (both out of range
  * the same way counts: -32E600 and -32E600 are both -inf, which cJSON_Compare calls different). */
@@ -62,13 +93,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (tg__json_scan_fast(p, size, DEPTH, &f) == 0) {
         if (tg_json_parse(p, size, DEPTH, 1, &t, NULL, NULL) != 0)
             abort();
-        if (f.id_raw.ptr != t.id_raw.ptr || f.id_raw.len != t.id_raw.len || f.method_raw.ptr != t.method_raw.ptr ||
-            f.method_raw.len != t.method_raw.len || f.error_raw.ptr != t.error_raw.ptr ||
-            f.error_raw.len != t.error_raw.len || f.result_raw.ptr != t.result_raw.ptr ||
-            f.result_raw.len != t.result_raw.len)
+        if (!same_slices(&f, &t))
             abort();
         cJSON_Delete(t.root);
     }
+    resumed_pair(p, size);
     struct tg_msg m;
     const char *why = NULL;
     if (tg_msg_decode(p, size, DEPTH, &m, &why) == 0 && m.kind == TG_MSG_REQUEST) {
