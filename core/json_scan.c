@@ -273,12 +273,14 @@ static int scan_walk(const char *in, size_t n, int max_depth, struct tg_json_doc
  * The messages of one stream mostly begin alike: a server's progress notifications differ from
  * one another only from their "progress" value on, its log messages from their "data". The
  * walk reads left to right, so its state at the start of a value depends only on the bytes
- * before it (and, for a member of the root object, on the value's first byte, which picks the
- * member's slot in tg_json_doc: that one is chosen again on resume). So the walker keeps its
- * state at one value start of the last message (the checkpoint), the copy it walked, and its
- * stacks. The next message is copied over that copy, the copy noting where the two first
- * differ; when the checkpoint lies at or before that byte, the walk resumes there instead of at
- * the first byte, with the slices of the root members that ended before it.
+ * before it, with two exceptions: a member of the root object, whose value's first byte picks
+ * the member's slot in tg_json_doc (chosen again on resume), and an array's first element,
+ * which is one only if that byte is not the ']' of an empty array (so it must be shared too).
+ * So the walker keeps its state at one value start of the last message (the checkpoint), the
+ * copy it walked, and its stacks. The next message is copied over that copy, the copy noting
+ * where the two first differ; when the checkpoint lies at or before that byte, the walk
+ * resumes there instead of at the first byte, with the slices of the root members that ended
+ * before it.
  *
  * The checkpoint taken is the last value start at or before where this message differed from
  * the one before it, where the next one likely differs too. The stacks are not copied for it:
@@ -435,13 +437,13 @@ static inline struct span *root_slot(struct span *doc, const unsigned char *k, s
 /* The length of the key opening at k in buf (its closing quote is there). */
 static size_t key_len(const unsigned char *k) { return (size_t)((const unsigned char *)strchr((const char *)k, '"') - k); }
 
-/* The walk over memo.buf (in's copy), from its first byte or from the checkpoint `at`. With
+/* The walk over memo.buf (in's copy), from its first byte or (resume) from memo.cp. With
  * spaced = 0 (a constant: two copies are made) it takes no space outside strings, and costs no
  * test for one: most upstreams write compact JSON, whose only spaces are inside strings; that
  * one keeps memo.cp, a checkpoint at the last value start not past lim. The spaced walk keeps
  * none. */
 static inline __attribute__((always_inline)) int walk_padded(size_t n, int limit, const int spaced,
-                                                             const unsigned char *lim, const struct checkpoint *at)
+                                                             const unsigned char *lim, const int resume)
 {
     struct scan_memo *m = &memo;
     struct checkpoint *cp = &m->cp;
@@ -461,18 +463,20 @@ static inline __attribute__((always_inline)) int walk_padded(size_t n, int limit
     /* the root object's member under way when doc keeps it: where, and its value in buf */
     struct span *doc = m->doc, *slot = NULL;
     const unsigned char *mv = NULL;
-    if (!spaced && at != NULL) {
-        p = at->p;
-        mv = at->mv;
-        seen = at->seen;
-        obj = at->obj;
-        from = at->from;
-        nkeys = at->nkeys;
-        depth = at->depth;
+    if (!spaced && resume) {
+        p = cp->p;
+        mv = cp->mv;
+        seen = cp->seen;
+        obj = cp->obj;
+        from = cp->from;
+        nkeys = cp->nkeys;
+        depth = cp->depth;
         if (depth == 1 && obj) /* a root member's value: its first byte is this message's */
             slot = root_slot(doc, keys[nkeys - 1], key_len(keys[nkeys - 1]), *p);
         else
-            slot = at->slot;
+            slot = cp->slot;
+    } else {
+        cp->p = NULL;
     }
     for (;;) {
         /* A value. */
@@ -609,12 +613,13 @@ static int scan_padded(const char *in, size_t n, int max_depth, struct tg_json_d
     int limit = max_depth < FAST_DEPTH ? max_depth : FAST_DEPTH;
     /* after a first message, no checkpoint is worth taking past its first byte */
     const unsigned char *lim = m->buf + (m->n != 0 ? same : 0);
-    struct checkpoint at;
-    int resume = m->n != 0 && m->cp.p != NULL && m->limit == limit && m->cp.p <= lim;
+    /* An array's first element starts where its first byte is not ']': that byte must be shared
+     * too. Any other value starts where the bytes before it say. */
+    int resume = m->n != 0 && m->cp.p != NULL && m->limit == limit &&
+                 (m->cp.p < lim || (m->cp.p == lim && (m->cp.p == m->buf || m->cp.p[-1] != '[')));
     if (resume) {
         /* the members that ended before it are this message's too */
-        at = m->cp;
-        size_t upto = (size_t)(at.p - m->buf);
+        size_t upto = (size_t)(m->cp.p - m->buf);
         m->resumed++;
         m->skipped += upto;
         for (int j = 0; j < 4; j++)
@@ -626,14 +631,13 @@ static int scan_padded(const char *in, size_t n, int max_depth, struct tg_json_d
     }
     m->n = n;
     m->limit = limit;
-    m->cp.p = NULL;
-    int rc = walk_padded(n, limit, 0, lim, resume ? &at : NULL);
+    int rc = walk_padded(n, limit, 0, lim, resume);
     if (rc != 0 && memchr(m->buf, ' ', n) != NULL) {
         /* spaces outside strings, or a refusal: the walk that takes them decides */
         m->cp.p = NULL;
         for (int j = 0; j < 4; j++)
             m->doc[j].len = SIZE_MAX;
-        rc = walk_padded(n, limit, 1, lim, NULL);
+        rc = walk_padded(n, limit, 1, lim, 0);
     }
     if (rc == 0) {
         struct tg_slice *out[4] = {&doc->id_raw, &doc->method_raw, &doc->error_raw, &doc->result_raw};

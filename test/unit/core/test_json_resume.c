@@ -330,12 +330,29 @@ static void clobbered_checkpoint_dropped(void **state)
     }
 }
 
+/* An array's first element starts where the byte is not ']': a checkpoint there is no use to
+ * a message whose byte there is (found by fuzz_json: the empty array of the first two is the
+ * close of the third's eighth). */
+static void first_element_needs_its_byte(void **state)
+{
+    (void)state;
+    const char *p = "{\"\":[[[[[[[[]]]]]]}", *q = "{\"\":[[[[[[[]]]]]]]}";
+    struct tg_json_doc d;
+    tg__json_scan_forget();
+    assert_int_equal(tg__json_scan_fast(p, strlen(p), 64, &d), -1);
+    assert_int_equal(tg__json_scan_fast(p, strlen(p), 64, &d), -1);
+    assert_int_equal(tg__json_scan_fast(q, strlen(q), 64, &d), 0);
+    tg__json_scan_forget();
+    assert_int_equal(tg__json_scan_fast(q, strlen(q), 64, &d), 0);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(progress_stream_resumes),
         cmocka_unit_test(resumed_slots),
         cmocka_unit_test(clobbered_checkpoint_dropped),
+        cmocka_unit_test(first_element_needs_its_byte),
         cmocka_unit_test(resumed_walk_as_fresh),
     };
     return TG_UNIT_RUN(tests, argc, argv);
