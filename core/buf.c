@@ -173,11 +173,6 @@ char *tg_buf_release(struct tg_buf *b)
     return p;
 }
 
-int tg_slice_eq(struct tg_slice a, struct tg_slice b)
-{
-    return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
-}
-
 int tg_slice_starts_with(struct tg_slice a, const char *lit)
 {
     size_t n = strlen(lit);

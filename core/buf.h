@@ -87,7 +87,11 @@ char *tg_buf_release(struct tg_buf *b);
 
 static inline struct tg_slice tg_slice_of(const char *p, size_t n) { return (struct tg_slice){p, n}; }
 static inline struct tg_slice tg_slice_cstr(const char *s) { return (struct tg_slice){s, s ? strlen(s) : 0}; }
-int tg_slice_eq(struct tg_slice a, struct tg_slice b);
+/* Inline: with a literal on one side, the compiler compares its bytes as words. */
+static inline int tg_slice_eq(struct tg_slice a, struct tg_slice b)
+{
+    return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
+}
 /* Inline: the literal's length is known where it is called, and most candidates differ in it. */
 static inline int tg_slice_eq_nocase(struct tg_slice a, const char *lit)
 {

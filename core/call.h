@@ -153,6 +153,9 @@ struct tg_call {
     uint64_t first_sent_ns; /* the first upstream request: latency covers the whole call */
     int resuming;      /* the upstream request now is such a GET */
     int resume_failed; /* that GET was refused: what it says is not relayed */
+    /* 1 while the upstream's bytes are fed to the SSE parser: the messages relayed from them
+     * leave the touch and the backpressure check to the end of the bytes (2: some were). */
+    int feeding;
 };
 
 static inline uint64_t now_ms(struct tg_server *srv) { return uv_now(srv->loop); }

@@ -637,11 +637,10 @@ static int parse_value(struct parser *ps, int depth, cJSON **out)
     }
 }
 
-int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_json_doc *doc, const char **err,
-                  size_t *err_off)
+/* The strict parser, out of line: the fast path's caller does not pay for its frame. */
+static __attribute__((noinline)) int parse_strict(const char *p, size_t n, int max_depth, int build,
+                                                  struct tg_json_doc *doc, const char **err, size_t *err_off)
 {
-    if (!build && tg__json_scan_fast(p, n, max_depth, doc) == 0)
-        return 0;
     struct parser ps = {(const unsigned char *)p, (const unsigned char *)p + n, (const unsigned char *)p,
                         max_depth, build, NULL, NULL, TG_SLICE_NULL, TG_SLICE_NULL, TG_SLICE_NULL, TG_SLICE_NULL};
     doc->root = NULL;
@@ -671,6 +670,14 @@ int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_j
     doc->error_raw = ps.error_raw;
     doc->result_raw = ps.result_raw;
     return 0;
+}
+
+int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_json_doc *doc, const char **err,
+                  size_t *err_off)
+{
+    if (!build && tg__json_scan_fast(p, n, max_depth, doc) == 0)
+        return 0;
+    return parse_strict(p, n, max_depth, build, doc, err, err_off);
 }
 
 void tg_json_write_string(struct tg_buf *b, const char *s, size_t n)

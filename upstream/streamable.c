@@ -133,9 +133,14 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
     case MODE_SSE: {
         if (k->resume_failed)
             return;
+        k->feeding = 1;
         int e = tg_sse_feed(&k->sse, p, n, on_sse_event, k);
+        int relayed = k->feeding == 2;
+        k->feeding = 0;
         if (k->closed)
             return;
+        if (relayed)
+            tg_call_backpressure(k); /* once for all the messages these bytes held */
         if (e == 0 && k->resuming && k->got_response && k->up == r) {
             /* A resumed stream is the session's stream upstream and may stay open after the
              * answer: the call is over with the answer, not when the upstream ends it. */
