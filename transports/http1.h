@@ -154,6 +154,7 @@ struct tg_conn {
     unsigned pend;            /* TG_PEND_* */
     struct tg_list pend_link; /* in env->conn_pending while pend != 0 */
     int wait_drain;           /* pipelined input waits for the output to drain below the mark */
+    uint32_t cork_last;       /* the size of the last cork written (in the padding before exchange) */
     /* The handler's pending work for this request, if any. */
     void *exchange;
     tg_conn_cb on_abort; /* the client went away while exchange was set */

@@ -160,15 +160,23 @@ static void send_now(struct tg_conn *c, struct tg_buf *b);
 /* The room a stream's cork starts with: what a burst of relayed events fills in one iteration. */
 #define STREAM_CORK (8u << 10)
 
-/* The cork with room for n more bytes. A lone event takes what it needs; the write that finds
- * the cork full makes room for a burst, so the ones after it are only copied. (Room for a burst
- * up front would be STREAM_CORK per stream for each iteration that writes one event to each of
- * many streams.) */
+/* The largest first room a cork takes from the last one's size. */
+#define CORK_LAST_MAX (128u << 10)
+
+/* The cork with room for n more bytes. The first write of an iteration takes room for as much
+ * as the connection's last cork held: a stream relaying bursts gets one allocation per burst,
+ * not a realloc (and a copy of everything gathered) each time it doubles, while a stream of
+ * lone events keeps taking what one needs. A write that finds the cork full makes room for a
+ * burst, so the ones after it are only copied. */
 static struct tg_buf *cork_room(struct tg_conn *c, size_t n)
 {
     struct tg_buf *k = &c->cork;
-    int burst = k->cap != 0 && k->cap - k->len < n && n < STREAM_CORK;
-    if (tg_buf_try_reserve(k, burst ? STREAM_CORK : n, 0) != 0)
+    size_t want = n;
+    if (k->cap == 0)
+        want = n > c->cork_last ? n : c->cork_last;
+    else if (k->cap - k->len < n && n < STREAM_CORK)
+        want = STREAM_CORK;
+    if (tg_buf_try_reserve(k, want, 0) != 0)
         abort();
     return k;
 }
@@ -249,6 +257,7 @@ void tg__http_flush_cork(struct tg_conn *c)
         return;
     struct tg_buf b = c->cork;
     tg_buf_init(&c->cork);
+    c->cork_last = b.len < CORK_LAST_MAX ? (uint32_t)b.len : CORK_LAST_MAX;
     tg__http_out_sub(c, c->out_pending_corked);
     c->out_pending_corked = 0;
     send_now(c, &b);
