@@ -258,6 +258,15 @@ void tg__http_flush_cork(struct tg_conn *c)
     struct tg_buf b = c->cork;
     tg_buf_init(&c->cork);
     c->cork_last = b.len < CORK_LAST_MAX ? (uint32_t)b.len : CORK_LAST_MAX;
+    if (b.cap - b.len > (16u << 10) && b.cap / 2 > b.len) {
+        /* A burst smaller than the last: the room it did not use is not held while the write
+         * waits on a slow client (only the bytes count against the output limits). */
+        char *q = realloc(b.base, b.len);
+        if (q != NULL) {
+            b.base = q;
+            b.cap = b.len;
+        }
+    }
     tg__http_out_sub(c, c->out_pending_corked);
     c->out_pending_corked = 0;
     send_now(c, &b);

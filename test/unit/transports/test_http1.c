@@ -204,6 +204,55 @@ static void sse_stream_chunked_framing(void **state)
     teardown(h);
 }
 
+/* A stream's cork starts with room for what its last one held, so a burst like the last is
+ * gathered with no realloc; a smaller burst after it sizes the next one down again. The bytes
+ * are the same either way. */
+static void cork_sized_from_the_last_burst(void **state)
+{
+    struct hh *h = setup();
+    hh_connect(h);
+    HH_SEND(h, "GET /sse HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                 "Transfer-Encoding: chunked\r\n\r\n"
+                 "9\r\ndata: 1\n\n\r\n");
+    struct tg_conn *c = t1_of(h)->held;
+    assert_non_null(c);
+    char ev[100];
+    memset(ev, 'x', sizeof ev);
+    memcpy(ev, "data: ", 6);
+    memcpy(ev + sizeof ev - 2, "\n\n", 2);
+    struct tg_buf want;
+    tg_buf_init(&want);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 300; i++) {
+            tg_http_stream_write_joined(c, ev, sizeof ev);
+            if (i == 0 && round == 1)
+                assert_true(c->cork.cap >= 300 * sizeof ev); /* the room of the last burst */
+        }
+        want.len = 0;
+        tg_buf_appends(&want, "007530\r\n"); /* 30,000 bytes in one chunk */
+        for (int i = 0; i < 300; i++)
+            tg_buf_append(&want, ev, sizeof ev);
+        tg_buf_appends(&want, "\r\n");
+        HH_EXPECT_N(h, want.base, want.len);
+        assert_int_equal(c->cork_last, 30000 + 8 + 2);
+    }
+    /* one event: the cork after it is sized for one again */
+    tg_http_stream_write_joined(c, ev, sizeof ev);
+    assert_true(c->cork.cap >= 30010);
+    want.len = 0;
+    tg_buf_appends(&want, "000064\r\n");
+    tg_buf_append(&want, ev, sizeof ev);
+    tg_buf_appends(&want, "\r\n");
+    HH_EXPECT_N(h, want.base, want.len);
+    assert_int_equal(c->cork_last, 100 + 8 + 2);
+    tg_http_stream_write_joined(c, ev, sizeof ev);
+    assert_true(c->cork.cap < 4096);
+    tg_http_stream_end(c);
+    tg_buf_dispose(&want);
+    teardown(h);
+}
+
 static void sse_stream_http10_ends_with_the_connection(void **state)
 {
     struct hh *h = setup();
@@ -423,6 +472,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(post_body_in_pieces_echoed),
         cmocka_unit_test(keepalive_pipelined_answered_in_order),
         cmocka_unit_test(sse_stream_chunked_framing),
+        cmocka_unit_test(cork_sized_from_the_last_burst),
         cmocka_unit_test(sse_stream_http10_ends_with_the_connection),
         cmocka_unit_test(malformed_request_400),
         cmocka_unit_test(body_over_limit_413),
