@@ -290,9 +290,9 @@ static int scan_walk(const char *in, size_t n, int max_depth, struct tg_json_doc
 
 #define FAST_COPY 4096 /* longer inputs: scan_walk() on the input itself */
 
-/* A kept member's value, as an offset into the input (len SIZE_MAX: not seen). */
+/* A kept member's value, as offsets into the input (end 0: not seen; a value never ends at 0). */
 struct span {
-    size_t off, len;
+    size_t off, end;
 };
 
 struct checkpoint {
@@ -346,6 +346,15 @@ static int copy_plain(unsigned char *dst, const unsigned char *in, size_t n, siz
     }
     size_t i = 0, upto = had < n ? had : n;
     unsigned d = 0;
+    /* thirty-two bytes a step while they are the same, then the block that differs */
+    for (; i + 32 <= upto; i += 32) {
+        __m128i e0 = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(in + i)),
+                                    _mm_loadu_si128((const __m128i *)(dst + i)));
+        __m128i e1 = _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(in + i + 16)),
+                                    _mm_loadu_si128((const __m128i *)(dst + i + 16)));
+        if (_mm_movemask_epi8(_mm_and_si128(e0, e1)) != 0xffff)
+            break;
+    }
     for (; i + 16 <= upto; i += 16) {
         __m128i x = _mm_loadu_si128((const __m128i *)(in + i)), o = _mm_loadu_si128((const __m128i *)(dst + i));
         d = ~(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, o)) & 0xffff;
@@ -536,7 +545,7 @@ static inline __attribute__((always_inline)) int walk_padded(size_t n, int limit
     after_value:
         /* p is past a value at this depth: a kept member's value of the root object ends here */
         if (slot != NULL && depth == 1) {
-            *slot = (struct span){(size_t)(mv - buf), (size_t)(p - mv)};
+            *slot = (struct span){(size_t)(mv - buf), (size_t)(p - buf)};
             slot = NULL;
         }
         for (;;) {
@@ -558,7 +567,7 @@ static inline __attribute__((always_inline)) int walk_padded(size_t n, int limit
             from = from_at[depth];
             seen = seen_at[depth];
             if (slot != NULL && depth == 1) { /* the container was a kept member's value */
-                *slot = (struct span){(size_t)(mv - buf), (size_t)(p - mv)};
+                *slot = (struct span){(size_t)(mv - buf), (size_t)(p - buf)};
                 slot = NULL;
             }
         }
@@ -623,11 +632,11 @@ static int scan_padded(const char *in, size_t n, int max_depth, struct tg_json_d
         m->resumed++;
         m->skipped += upto;
         for (int j = 0; j < 4; j++)
-            if (m->doc[j].len != SIZE_MAX && m->doc[j].off + m->doc[j].len > upto)
-                m->doc[j].len = SIZE_MAX;
+            if (m->doc[j].end > upto)
+                m->doc[j].end = 0;
     } else {
         for (int j = 0; j < 4; j++)
-            m->doc[j].len = SIZE_MAX;
+            m->doc[j].end = 0;
     }
     m->n = n;
     m->limit = limit;
@@ -636,14 +645,14 @@ static int scan_padded(const char *in, size_t n, int max_depth, struct tg_json_d
         /* spaces outside strings, or a refusal: the walk that takes them decides */
         m->cp.p = NULL;
         for (int j = 0; j < 4; j++)
-            m->doc[j].len = SIZE_MAX;
+            m->doc[j].end = 0;
         rc = walk_padded(n, limit, 1, lim, 0);
     }
     if (rc == 0) {
         struct tg_slice *out[4] = {&doc->id_raw, &doc->method_raw, &doc->error_raw, &doc->result_raw};
         for (int j = 0; j < 4; j++)
-            if (m->doc[j].len != SIZE_MAX)
-                *out[j] = tg_slice_of(in + m->doc[j].off, m->doc[j].len);
+            if (m->doc[j].end != 0)
+                *out[j] = tg_slice_of(in + m->doc[j].off, m->doc[j].end - m->doc[j].off);
     }
     return rc;
 }
