@@ -157,7 +157,7 @@ static void on_write(uv_write_t *req, int status)
 
 static void send_now(struct tg_conn *c, struct tg_buf *b);
 
-/* The room a stream's cork starts with: what a burst of relayed events fills in one iteration. */
+/* The least room a full cork makes when a small write finds it full: a burst is on its way. */
 #define STREAM_CORK (8u << 10)
 
 /* The largest first room a cork takes from the last one's size. */
