@@ -84,6 +84,8 @@ void tg_call_audit(struct tg_call *k, const char *decision, double latency, cons
     r.decision = decision;
     r.rule = k->dec ? k->dec->rule : NULL;
     r.counters_json = k->dec ? k->dec->counters_json : NULL;
+    if (k->tool && !k->args_sha256[0] && k->mrtr != NULL && k->srv->audit != NULL && tg_mcp_mrtr_digest(k->mrtr) == 0)
+        tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* its arguments were kept (an audit log since) */
     r.args_sha256 = k->tool && k->args_sha256[0] ? k->args_sha256 : NULL; /* none if no reader when it began */
     r.args_json = k->args_json;
     r.approval_id = k->approval_id[0] ? k->approval_id : NULL;
@@ -200,6 +202,8 @@ static void call_release(struct tg_call *k)
     tg_xfree(k->resend);
     tg_xfree(k->listen_uris);
     tg_xfree(k->input_req_id);
+    if (k->mrtr != NULL)
+        tg_mcp_mrtr_call_dispose(k->mrtr);
     tg_xfree(k->mrtr);
     tg_buf_dispose(&k->held);
     cJSON_Delete(k->resume_params);

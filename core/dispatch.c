@@ -177,6 +177,8 @@ static void wait_shared_decision(struct tg_exchange *x, struct tg_sink *sk, stru
         tg_strlcpy(k->resume_parked, parked, sizeof(k->resume_parked));
     } else {
         serialize(x, k, m, 1, &k->held);
+        if (k->mrtr != NULL)
+            tg_mcp_mrtr_keep_args(k->mrtr, params);
     }
     k->decide_timeout_ms = (uint64_t)x->uc->call_timeout_ms;
     tg_cluster_bind(job, k);
@@ -279,7 +281,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         /* A retry is checked before anything is decided: its envelope must open for the call it
          * claims to continue, and the upstream sees only its own state. */
         mc = tg_xcalloc(1, sizeof(*mc));
-        tg_mcp_mrtr_bind(mc, g->name, x->uc->name, m->method, params);
+        tg_mcp_mrtr_bind_later(mc, g->name, x->uc->name, m->method, params); /* a retry makes the digest */
         mc->client_caps = x->client_caps;
         char why[200];
         retry = tg_mcp_mrtr_retry(&srv->mrtr, params, mc, (int64_t)wall_ms(), parked, sizeof(parked), why, sizeof(why));
@@ -382,10 +384,14 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             /* The digest is for the audit log and the approval queue: a SHA-256 of the
              * arguments costs a tenth of a call, so it is made only for a reader. A decision
              * still waiting for Redis may yet park. */
-            if (k->mrtr != NULL)
-                tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* the same digest, made once */
-            else if (srv->audit != NULL || job != NULL || dec->verdict == TG_VERDICT_APPROVE)
-                tg_audit_args_hash(args, k->args_sha256);
+            if (srv->audit != NULL || job != NULL || dec->verdict == TG_VERDICT_APPROVE) {
+                if (k->mrtr != NULL) {
+                    tg_mcp_mrtr_digest_from(k->mrtr, params);
+                    tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* the same digest, made once */
+                } else {
+                    tg_audit_args_hash(args, k->args_sha256);
+                }
+            }
             k->args_json = tg_audit_args_values(&srv->conf->audit, args);
         }
         if (job != NULL) {
@@ -409,6 +415,8 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     struct tg_buf out;
     tg_buf_init(&out);
     serialize(x, k, m, tool != NULL, &out);
+    if (k->mrtr != NULL)
+        tg_mcp_mrtr_keep_args(k->mrtr, params); /* written: an input_required answer digests them */
     if (dec != NULL && dec->verdict == TG_VERDICT_APPROVE) {
         park(k, &out, (sk->flags & TG_SINK_NO_WAIT) != 0);
         return;

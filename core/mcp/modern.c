@@ -74,7 +74,7 @@ static int cacheable(const char *method)
     return 0;
 }
 
-int tg_mcp_modern_result(struct tg_buf *answer, const char *method, struct tg_mcp_mrtr *mt, const struct tg_mcp_mrtr_call *c,
+int tg_mcp_modern_result(struct tg_buf *answer, const char *method, struct tg_mcp_mrtr *mt, struct tg_mcp_mrtr_call *c,
                          int64_t now_ms, char *why, size_t whysz)
 {
     int rc = 0;
