@@ -40,9 +40,11 @@ static void accept_bare(struct tg_sink *sk)
 }
 
 /* A request the upstream hears as 2026-07-28: its Mcp-* headers, from the body. A 2026 request
- * to a 2025 upstream loses its claim instead (that upstream's session speaks 2025). */
-static void up_headers(const struct tg_exchange *x, struct tg_call *k, struct tg_msg *m)
+ * to a 2025 upstream loses its claim instead (that upstream's session speaks 2025). *meta_cut:
+ * 1 if the only change to m's tree since it was decoded is params._meta removed whole. */
+static void up_headers(const struct tg_exchange *x, struct tg_call *k, struct tg_msg *m, int *meta_cut)
 {
+    *meta_cut = 0;
     if (x->up_modern && x->era == TG_ERA_2025) {
         tg_mcp_add_claim(m->root, x->sess->up_modern ? x->sess->u.client_caps : NULL,
                          x->sess->log_level); /* a 2025 session's request, as 2026 has it */
@@ -53,13 +55,20 @@ static void up_headers(const struct tg_exchange *x, struct tg_call *k, struct tg
          * upstream would take such a request for a 2026 one). */
         cJSON *params = tg_json_get(m->root, "params");
         if (cJSON_IsObject(params)) {
-            if (tg_json_get(params, "_meta") != NULL && tg_mcp_strip_claim(m->root))
-                tg_msg_edited(m);
+            if (tg_json_get(params, "_meta") != NULL) {
+                int clean = !m->edited;
+                if (tg_mcp_strip_claim(m->root)) {
+                    *meta_cut = clean && m->src_meta_len > 0 && tg_json_get(params, "_meta") == NULL;
+                    tg_msg_edited(m);
+                }
+            }
             if (x->era == TG_ERA_2025) {
                 cJSON *a = cJSON_DetachItemFromObjectCaseSensitive(params, "requestState");
                 cJSON *b = cJSON_DetachItemFromObjectCaseSensitive(params, "inputResponses");
-                if (a != NULL || b != NULL)
+                if (a != NULL || b != NULL) {
                     tg_msg_edited(m);
+                    *meta_cut = 0;
+                }
                 cJSON_Delete(a);
                 cJSON_Delete(b);
             }
@@ -109,7 +118,8 @@ static void set_gid(struct tg_server *srv, struct tg_call *k)
 static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m, int decided, struct tg_buf *out)
 {
     set_gid(x->srv, k);
-    up_headers(x, k, m);
+    int meta_cut;
+    up_headers(x, k, m, &meta_cut);
     if (m->src != NULL && !m->edited && x->era == TG_ERA_2025 && !x->up_modern && k->mrtr == NULL &&
         tg_json_plain(m->src, m->src_len))
         /* Unchanged since it was checked, and plain (no escape, nothing outside printable ASCII
@@ -117,6 +127,12 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
          * with the client's spacing, so the upstream cannot read anything else in them. Any
          * other request is written again from its tree. */
         tg_msg_splice_id(out, m->src, m->src_len, m->src_id_off, m->id_len, k->gid_str, k->gid_len);
+    else if (m->src != NULL && meta_cut && !x->up_modern && tg_json_plain(m->src, m->src_len) &&
+             tg_msg_splice_id_cut(out, m->src, m->src_len, m->src_id_off, m->id_len, k->gid_str, k->gid_len,
+                                  m->src_meta_off, m->src_meta_len) == 0)
+        /* The same when the only change is params._meta gone whole (a 2026 claim, for a 2025
+         * upstream): its bytes, with the member's and one comma's left out, are that tree. */
+        ;
     else
         tg_msg_write_with_id(out, m, k->gid);
     if (x->era == TG_ERA_2025 && x->up_modern && k->mrtr == NULL && decided) {
@@ -273,6 +289,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             return;
         }
         tg_mcp_listen_filter_request(params, pol); /* resources the grant may not read are not listened to */
+        tg_msg_edited(m);
     }
     struct tg_mcp_mrtr_call *mc = NULL;
     int retry = 0;
@@ -280,6 +297,8 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     if (x->era == TG_ERA_2026) {
         /* A retry is checked before anything is decided: its envelope must open for the call it
          * claims to continue, and the upstream sees only its own state. */
+        if (tg_json_get(params, "requestState") != NULL || tg_json_get(params, "inputResponses") != NULL)
+            tg_msg_edited(m); /* tg_mcp_mrtr_retry may change them: the request is written from its tree */
         mc = tg_xcalloc(1, sizeof(*mc));
         tg_mcp_mrtr_bind_later(mc, g->name, x->uc->name, m->method, params); /* a retry makes the digest */
         mc->client_caps = x->client_caps;
@@ -492,7 +511,8 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     tg_strlcpy(k->proto, x->proto, sizeof(k->proto));
     struct tg_buf out;
     tg_buf_init(&out);
-    up_headers(x, k, m);
+    int meta_cut;
+    up_headers(x, k, m, &meta_cut); /* a notification is always written from its tree */
     tg_json_write(&out, m->root);
     tg_call_send(k, out.base, out.len, (uint64_t)x->uc->call_timeout_ms);
     tg_buf_dispose(&out);

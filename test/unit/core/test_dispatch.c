@@ -115,6 +115,30 @@ static void forwarded_bytes_as_sent_unless_changed(void **state)
                  "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
                  "\"arguments\":{},\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"x\"}}}",
                  want, 10);
+    /* ... which its own bytes say too, the member and a comma left out (the spacing kept) */
+    forward_case(m, s,
+                 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{ \"_meta\" : "
+                 "{\"io.modelcontextprotocol/protocolVersion\":\"x\"} , \"name\":\"echo\", \"arguments\":{} }}",
+                 "{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"tools/call\",\"params\":{  \"name\":\"echo\", "
+                 "\"arguments\":{} }}",
+                 11);
+    /* _meta that keeps a member, an escape, a requestState too: written from the tree */
+    forward_case(m, s,
+                 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\", "
+                 "\"arguments\":{},\"_meta\":{\"progressToken\":\"t\",\"io.modelcontextprotocol/protocolVersion\":\"x\"}}}",
+                 "{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
+                 "\"arguments\":{},\"_meta\":{\"progressToken\":\"t\"}}}",
+                 12);
+    snprintf(want, sizeof(want), tree, 13u);
+    forward_case(m, s,
+                 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"ech\\u006f\", "
+                 "\"arguments\":{},\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"x\"}}}",
+                 want, 13);
+    snprintf(want, sizeof(want), tree, 14u);
+    forward_case(m, s,
+                 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\", "
+                 "\"arguments\":{},\"requestState\":\"s\",\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"x\"}}}",
+                 want, 14);
     mw_free(m);
 }
 
@@ -936,6 +960,7 @@ static void mw_send_2026(struct mw *m, struct tg_session *s, struct tg_sink *sk,
 }
 
 #define CALL_2026 "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{\"x\":1}"
+#define META_2026 "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}"
 #define ASK_2026 "{\"resultType\":\"input_required\",\"inputRequests\":{\"k1\":{\"method\":\"elicitation/create\",\"params\":{}}},\"requestState\":\"up-state\"}"
 
 /* A call's arguments digest binds its envelope. Without a reader for it (no audit log) the call
@@ -953,11 +978,16 @@ static void input_required_sealed_for_the_arguments(void **state)
         m->srv.audit = with_audit ? audit : NULL;
         struct rec r;
         rec_init(&r);
-        mw_send_2026(m, s, fsink_new(&r, 0), CALL_2026 "}}");
+        mw_send_2026(m, s, fsink_new(&r, 0), CALL_2026 "," META_2026 " }}");
         struct tg_call *k = fake.last;
         assert_non_null(k->mrtr);
         assert_int_equal(k->mrtr->args_state, with_audit ? TG_MRTR_ARGS_DIGEST : TG_MRTR_ARGS_KEPT);
-        assert_non_null(strstr(fake.last_body.base, "\"arguments\":{\"x\":1}")); /* written before kept */
+        /* written before the arguments are kept; the claim left out of the client's own bytes */
+        snprintf(buf, sizeof(buf),
+                 "{\"jsonrpc\":\"2.0\",\"id\":%s,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
+                 "\"arguments\":{\"x\":1} }}",
+                 k->gid_str);
+        assert_string_equal(fake.last_body.base, buf);
         fake_answer(k, answer_for_gid(buf, sizeof(buf), ASK_2026));
         assert_int_equal(r.status, 200);
         cJSON *a = cJSON_Parse(r.answer.base);
@@ -978,10 +1008,12 @@ static void input_required_sealed_for_the_arguments(void **state)
         rec_dispose(&r2);
         /* the same arguments: the upstream gets its own state back */
         rec_init(&r2);
-        snprintf(retry, sizeof(retry), CALL_2026 ",\"requestState\":\"%s\",\"inputResponses\":{\"k1\":{}}}}", tok);
+        snprintf(retry, sizeof(retry), CALL_2026 ", \"requestState\":\"%s\",\"inputResponses\":{\"k1\":{}}," META_2026 "}}",
+                 tok);
         mw_send_2026(m, s, fsink_new(&r2, 0), retry);
         assert_int_equal(fake.nsend, before + 1);
-        assert_non_null(strstr(fake.last_body.base, "\"requestState\":\"up-state\""));
+        /* a retry's params are changed: written from the tree */
+        assert_non_null(strstr(fake.last_body.base, "\"arguments\":{\"x\":1},\"requestState\":\"up-state\",\"inputResponses\":{\"k1\":{}}}}"));
         fake_answer(fake.last, answer_for_gid(buf, sizeof(buf), "{\"content\":[]}"));
         assert_non_null(strstr(r2.answer.base, "\"resultType\":\"complete\""));
         rec_dispose(&r2);
