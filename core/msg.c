@@ -226,7 +226,7 @@ int tg_msg_is_standard_client_method(const char *method, enum tg_msg_kind kind)
 {
     const char *const *list = kind == TG_MSG_NOTIFICATION ? standard_notifications : standard_requests;
     for (int i = 0; list[i]; i++)
-        if (strcmp(method, list[i]) == 0)
+        if (method[0] == list[i][0] && strcmp(method, list[i]) == 0) /* the first byte: no call for most */
             return 1;
     return 0;
 }

@@ -15,7 +15,7 @@ static const char *const removed[] = {
 int tg_mcp_removed_method(const char *method)
 {
     for (int i = 0; removed[i]; i++)
-        if (strcmp(method, removed[i]) == 0)
+        if (method[0] == removed[i][0] && strcmp(method, removed[i]) == 0)
             return 1;
     return 0;
 }
@@ -69,7 +69,7 @@ static int cacheable(const char *method)
     static const char *const m[] = {"tools/list", "prompts/list", "resources/list", "resources/templates/list",
                                     "resources/read", NULL};
     for (int i = 0; m[i]; i++)
-        if (strcmp(method, m[i]) == 0)
+        if (method[0] == m[i][0] && strcmp(method, m[i]) == 0)
             return 1;
     return 0;
 }

@@ -86,6 +86,9 @@ static void header_values(void **state)
     tg_buf_init(&b);
     assert_string_equal(value("echo", &b), "echo");
     assert_string_equal(value("  echo\t", &b), "echo"); /* optional whitespace is not the value */
+    assert_string_equal(value("", &b), "");
+    assert_string_equal(value(" \t ", &b), "");
+    assert_string_equal(value("a b", &b), "a b");
     /* =?base64?...?= decodes; "héllo" and a value with a newline travel that way. */
     assert_string_equal(value("=?base64?aMOpbGxv?=", &b), "h\xc3\xa9llo");
     assert_string_equal(value("=?base64?YQpi?=", &b), "a\nb");
@@ -160,6 +163,14 @@ static void standard_headers(void **state)
     const char *b64[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name",
                          "=?base64?ZWNobw==?=", NULL};
     assert_int_equal(check(CALL("echo"), b64), 0);
+    const char *spaced[] = {"MCP-Protocol-Version", " 2026-07-28", "Mcp-Method", "tools/call\t", "Mcp-Name", " echo ", NULL};
+    assert_int_equal(check(CALL("echo"), spaced), 0); /* the value, without optional whitespace */
+    const char *shorter[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "ech", NULL};
+    assert_int_equal(check(CALL("echo"), shorter), TG_RPC_HEADER_MISMATCH);
+    const char *longer[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "echox", NULL};
+    assert_int_equal(check(CALL("echo"), longer), TG_RPC_HEADER_MISMATCH);
+    const char *empty[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", " ", NULL};
+    assert_int_equal(check(CALL("echo"), empty), TG_RPC_HEADER_MISMATCH);
 
     /* The bypass: Mcp-Name names an allowed tool over a body that calls another one. */
     const char *lie[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "echo", NULL};
