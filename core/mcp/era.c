@@ -502,8 +502,10 @@ void tg_mcp_param_headers_build(struct tg_buf *out, const struct tg_mcp_header *
         tg_buf_append(out, h[i].value.ptr, h[i].value.len);
         tg_buf_appends(out, "\r\n");
     }
-    tg_buf_append(out, "", 1);
-    out->len--;
+    if (out->len > 0) { /* nothing: nothing allocated (the common case: no Mcp-Param-* at all) */
+        tg_buf_append(out, "", 1);
+        out->len--;
+    }
 }
 
 static const char *const log_levels[] = {"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency", NULL};

@@ -457,6 +457,11 @@ static void upstream_headers(void **state)
     h.len = 0;
     tg_mcp_param_headers_build(&h, in, 2, NULL, NULL); /* schema unknown: both as they came */
     assert_string_equal(h.base, "Mcp-Param-Region: spoofed\r\nmcp-param-other: kept\r\n");
+    struct tg_buf none;
+    tg_buf_init(&none);
+    tg_mcp_param_headers_build(&none, in, 0, NULL, NULL); /* nothing to send: nothing made */
+    assert_int_equal(none.len, 0);
+    assert_null(none.base);
     tg_mcp_add_claim(root, "{\"elicitation\":{}}", tg_mcp_log_level("warning"));
     assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "params"), "_meta"), "io.modelcontextprotocol/logLevel")->valuestring, "warning");
     assert_int_equal(tg_mcp_log_level("nope"), 0);
