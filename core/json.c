@@ -495,7 +495,7 @@ static int parse_object(struct parser *ps, int depth, cJSON **out)
         skip_ws(ps);
         const unsigned char *vstart = ps->p;
         cJSON *val = NULL;
-        int is_params = depth == 1 && klen == 6 && memcmp(key, "params", 6) == 0;
+        int is_params = depth == 1 && out != NULL && klen == 6 && memcmp(key, "params", 6) == 0;
         ps->in_params |= is_params;
         int vr = parse_value(ps, depth + 1, out ? &val : NULL);
         if (is_params)
@@ -521,7 +521,7 @@ static int parse_object(struct parser *ps, int depth, cJSON **out)
         else if (is_params)
             ps->params_raw = tg_slice_of((const char *)vstart, (size_t)(ps->p - vstart));
         int cut_first = 0;
-        if (depth == 2 && ps->in_params && klen == 5 && memcmp(key, "_meta", 5) == 0) {
+        if (ps->in_params && depth == 2 && klen == 5 && memcmp(key, "_meta", 5) == 0) {
             /* The member with the comma before it; the first one with the comma after it. */
             ps->meta_from = prev_end != NULL ? prev_end : kstart;
             ps->meta_to = ps->p;
