@@ -84,6 +84,8 @@ void tg_call_audit(struct tg_call *k, const char *decision, double latency, cons
     r.decision = decision;
     r.rule = k->dec ? k->dec->rule : NULL;
     r.counters_json = k->dec ? k->dec->counters_json : NULL;
+    if (k->tool && !k->args_sha256[0] && k->mrtr != NULL && k->srv->audit != NULL && tg_mcp_mrtr_digest(k->mrtr) == 0)
+        tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* its arguments were kept (an audit log since) */
     r.args_sha256 = k->tool && k->args_sha256[0] ? k->args_sha256 : NULL; /* none if no reader when it began */
     r.args_json = k->args_json;
     r.approval_id = k->approval_id[0] ? k->approval_id : NULL;
@@ -200,6 +202,8 @@ static void call_release(struct tg_call *k)
     tg_xfree(k->resend);
     tg_xfree(k->listen_uris);
     tg_xfree(k->input_req_id);
+    if (k->mrtr != NULL)
+        tg_mcp_mrtr_call_dispose(k->mrtr);
     tg_xfree(k->mrtr);
     tg_buf_dispose(&k->held);
     cJSON_Delete(k->resume_params);
@@ -288,6 +292,7 @@ static void answer_of(const struct tg_call *k, struct tg_mcp_answer *a)
     a->upstream = up_name(k);
     /* deliver_answer reads the original of an initialize or tools/list answer after the rewrite */
     a->own = k->is_init || k->is_tools_list ? NULL : k->answer_src;
+    a->result_at = NULL;
 }
 
 /* A server-to-client request this upstream may not make (deny_server_requests), or any on a
@@ -344,7 +349,18 @@ void tg_call_backpressure(struct tg_call *k)
 
 /* k's answer, rewritten already (out), to its sink: noted (initialize), made a 2026 result for
  * a 2026 client, answered. The one place an upstream's answer reaches a client. */
+static void deliver_answer_at(struct tg_call *k, struct tg_buf *out, int is_error, const char *p, size_t n,
+                              const size_t result_at[2]);
+
 static void deliver_answer(struct tg_call *k, struct tg_buf *out, int is_error, const char *p, size_t n)
+{
+    static const size_t unknown[2] = {0, 0};
+    deliver_answer_at(k, out, is_error, p, n, unknown);
+}
+
+/* result_at: where the result value is in out, if known (tg_mcp_answer.result_at). */
+static void deliver_answer_at(struct tg_call *k, struct tg_buf *out, int is_error, const char *p, size_t n,
+                              const size_t result_at[2])
 {
     k->got_response = is_error ? 2 : 1;
     if (k->is_init) {
@@ -366,7 +382,8 @@ static void deliver_answer(struct tg_call *k, struct tg_buf *out, int is_error, 
         }
     }
     int mr = k->era == TG_ERA_2026 && !is_error
-                 ? tg_mcp_modern_result(out, k->method, &k->srv->mrtr, k->mrtr, (int64_t)wall_ms(), why, sizeof(why))
+                 ? tg_mcp_modern_result_at(out, result_at[0], result_at[1], k->method, &k->srv->mrtr, k->mrtr,
+                                           (int64_t)wall_ms(), why, sizeof(why))
                  : 0;
     if (mr != 0) {
         /* An answer a 2026 client must not get: input it did not declare (-32021), input on a
@@ -462,9 +479,11 @@ int tg_call_answer(struct tg_call *k, const char *p, size_t n, const struct tg_j
     int valid, is_error;
     struct tg_mcp_answer a;
     answer_of(k, &a);
+    size_t result_at[2] = {0, 0};
+    a.result_at = result_at;
     int mine = tg_mcp_restore_id(&a, p, n, pre, &out, &valid, &is_error, NULL);
     if (mine)
-        deliver_answer(k, &out, is_error, p, n);
+        deliver_answer_at(k, &out, is_error, p, n, result_at);
     tg_buf_dispose(&out);
     return mine;
 }

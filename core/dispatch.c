@@ -40,9 +40,11 @@ static void accept_bare(struct tg_sink *sk)
 }
 
 /* A request the upstream hears as 2026-07-28: its Mcp-* headers, from the body. A 2026 request
- * to a 2025 upstream loses its claim instead (that upstream's session speaks 2025). */
-static void up_headers(const struct tg_exchange *x, struct tg_call *k, struct tg_msg *m)
+ * to a 2025 upstream loses its claim instead (that upstream's session speaks 2025). *meta_cut:
+ * 1 if the only change to m's tree since it was decoded is params._meta removed whole. */
+static void up_headers(const struct tg_exchange *x, struct tg_call *k, struct tg_msg *m, int *meta_cut)
 {
+    *meta_cut = 0;
     if (x->up_modern && x->era == TG_ERA_2025) {
         tg_mcp_add_claim(m->root, x->sess->up_modern ? x->sess->u.client_caps : NULL,
                          x->sess->log_level); /* a 2025 session's request, as 2026 has it */
@@ -53,13 +55,20 @@ static void up_headers(const struct tg_exchange *x, struct tg_call *k, struct tg
          * upstream would take such a request for a 2026 one). */
         cJSON *params = tg_json_get(m->root, "params");
         if (cJSON_IsObject(params)) {
-            if (tg_json_get(params, "_meta") != NULL && tg_mcp_strip_claim(m->root))
-                tg_msg_edited(m);
+            if (tg_json_get(params, "_meta") != NULL) {
+                int clean = !m->edited;
+                if (tg_mcp_strip_claim(m->root)) {
+                    *meta_cut = clean && m->src_meta_len > 0 && tg_json_get(params, "_meta") == NULL;
+                    tg_msg_edited(m);
+                }
+            }
             if (x->era == TG_ERA_2025) {
                 cJSON *a = cJSON_DetachItemFromObjectCaseSensitive(params, "requestState");
                 cJSON *b = cJSON_DetachItemFromObjectCaseSensitive(params, "inputResponses");
-                if (a != NULL || b != NULL)
+                if (a != NULL || b != NULL) {
                     tg_msg_edited(m);
+                    *meta_cut = 0;
+                }
                 cJSON_Delete(a);
                 cJSON_Delete(b);
             }
@@ -109,7 +118,8 @@ static void set_gid(struct tg_server *srv, struct tg_call *k)
 static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m, int decided, struct tg_buf *out)
 {
     set_gid(x->srv, k);
-    up_headers(x, k, m);
+    int meta_cut;
+    up_headers(x, k, m, &meta_cut);
     if (m->src != NULL && !m->edited && x->era == TG_ERA_2025 && !x->up_modern && k->mrtr == NULL &&
         tg_json_plain(m->src, m->src_len))
         /* Unchanged since it was checked, and plain (no escape, nothing outside printable ASCII
@@ -117,6 +127,12 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
          * with the client's spacing, so the upstream cannot read anything else in them. Any
          * other request is written again from its tree. */
         tg_msg_splice_id(out, m->src, m->src_len, m->src_id_off, m->id_len, k->gid_str, k->gid_len);
+    else if (m->src != NULL && meta_cut && !x->up_modern && tg_json_plain(m->src, m->src_len) &&
+             tg_msg_splice_id_cut(out, m->src, m->src_len, m->src_id_off, m->id_len, k->gid_str, k->gid_len,
+                                  m->src_meta_off, m->src_meta_len) == 0)
+        /* The same when the only change is params._meta gone whole (a 2026 claim, for a 2025
+         * upstream): its bytes, with the member's and one comma's left out, are that tree. */
+        ;
     else
         tg_msg_write_with_id(out, m, k->gid);
     if (x->era == TG_ERA_2025 && x->up_modern && k->mrtr == NULL && decided) {
@@ -177,6 +193,8 @@ static void wait_shared_decision(struct tg_exchange *x, struct tg_sink *sk, stru
         tg_strlcpy(k->resume_parked, parked, sizeof(k->resume_parked));
     } else {
         serialize(x, k, m, 1, &k->held);
+        if (k->mrtr != NULL)
+            tg_mcp_mrtr_keep_args(k->mrtr, params);
     }
     k->decide_timeout_ms = (uint64_t)x->uc->call_timeout_ms;
     tg_cluster_bind(job, k);
@@ -271,6 +289,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             return;
         }
         tg_mcp_listen_filter_request(params, pol); /* resources the grant may not read are not listened to */
+        tg_msg_edited(m);
     }
     struct tg_mcp_mrtr_call *mc = NULL;
     int retry = 0;
@@ -278,8 +297,10 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     if (x->era == TG_ERA_2026) {
         /* A retry is checked before anything is decided: its envelope must open for the call it
          * claims to continue, and the upstream sees only its own state. */
+        if (tg_json_get(params, "requestState") != NULL || tg_json_get(params, "inputResponses") != NULL)
+            tg_msg_edited(m); /* tg_mcp_mrtr_retry may change them: the request is written from its tree */
         mc = tg_xcalloc(1, sizeof(*mc));
-        tg_mcp_mrtr_bind(mc, g->name, x->uc->name, m->method, params);
+        tg_mcp_mrtr_bind_later(mc, g->name, x->uc->name, m->method, params); /* a retry makes the digest */
         mc->client_caps = x->client_caps;
         char why[200];
         retry = tg_mcp_mrtr_retry(&srv->mrtr, params, mc, (int64_t)wall_ms(), parked, sizeof(parked), why, sizeof(why));
@@ -382,10 +403,14 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             /* The digest is for the audit log and the approval queue: a SHA-256 of the
              * arguments costs a tenth of a call, so it is made only for a reader. A decision
              * still waiting for Redis may yet park. */
-            if (k->mrtr != NULL)
-                tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* the same digest, made once */
-            else if (srv->audit != NULL || job != NULL || dec->verdict == TG_VERDICT_APPROVE)
-                tg_audit_args_hash(args, k->args_sha256);
+            if (srv->audit != NULL || job != NULL || dec->verdict == TG_VERDICT_APPROVE) {
+                if (k->mrtr != NULL) {
+                    tg_mcp_mrtr_digest_from(k->mrtr, params);
+                    tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* the same digest, made once */
+                } else {
+                    tg_audit_args_hash(args, k->args_sha256);
+                }
+            }
             k->args_json = tg_audit_args_values(&srv->conf->audit, args);
         }
         if (job != NULL) {
@@ -409,6 +434,8 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     struct tg_buf out;
     tg_buf_init(&out);
     serialize(x, k, m, tool != NULL, &out);
+    if (k->mrtr != NULL)
+        tg_mcp_mrtr_keep_args(k->mrtr, params); /* written: an input_required answer digests them */
     if (dec != NULL && dec->verdict == TG_VERDICT_APPROVE) {
         park(k, &out, (sk->flags & TG_SINK_NO_WAIT) != 0);
         return;
@@ -484,7 +511,8 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     tg_strlcpy(k->proto, x->proto, sizeof(k->proto));
     struct tg_buf out;
     tg_buf_init(&out);
-    up_headers(x, k, m);
+    int meta_cut;
+    up_headers(x, k, m, &meta_cut); /* a notification is always written from its tree */
     tg_json_write(&out, m->root);
     tg_call_send(k, out.base, out.len, (uint64_t)x->uc->call_timeout_ms);
     tg_buf_dispose(&out);

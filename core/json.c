@@ -17,6 +17,9 @@ struct parser {
     struct tg_slice method_raw;
     struct tg_slice error_raw;
     struct tg_slice result_raw;
+    struct tg_slice params_raw;        /* the root's "params" value */
+    int in_params;                     /* the root's "params" value is being parsed */
+    const unsigned char *meta_from, *meta_to; /* params._meta, as bytes to cut */
 };
 
 static int fail(struct parser *ps, const char *why)
@@ -417,6 +420,7 @@ static int parse_object(struct parser *ps, int depth, cJSON **out)
     struct rawkey kstack[16], *keys = kstack;
     size_t kcap = 16;
     int r = 0;
+    const unsigned char *prev_end = NULL; /* where the member before ended (its value's last byte + 1) */
     if (out) {
         obj = cJSON_CreateObject();
         if (obj == NULL)
@@ -491,7 +495,12 @@ static int parse_object(struct parser *ps, int depth, cJSON **out)
         skip_ws(ps);
         const unsigned char *vstart = ps->p;
         cJSON *val = NULL;
-        if (parse_value(ps, depth + 1, out ? &val : NULL) != 0) {
+        int is_params = depth == 1 && out != NULL && klen == 6 && memcmp(key, "params", 6) == 0;
+        ps->in_params |= is_params;
+        int vr = parse_value(ps, depth + 1, out ? &val : NULL);
+        if (is_params)
+            ps->in_params = 0;
+        if (vr != 0) {
             if (out)
                 free(key);
             else
@@ -509,6 +518,16 @@ static int parse_object(struct parser *ps, int depth, cJSON **out)
             ps->error_raw = tg_slice_of((const char *)vstart, (size_t)(ps->p - vstart));
         else if (depth == 1 && klen == 6 && memcmp(key, "result", 6) == 0 && *vstart == '{')
             ps->result_raw = tg_slice_of((const char *)vstart, (size_t)(ps->p - vstart));
+        else if (is_params)
+            ps->params_raw = tg_slice_of((const char *)vstart, (size_t)(ps->p - vstart));
+        int cut_first = 0;
+        if (ps->in_params && depth == 2 && klen == 5 && memcmp(key, "_meta", 5) == 0) {
+            /* The member with the comma before it; the first one with the comma after it. */
+            ps->meta_from = prev_end != NULL ? prev_end : kstart;
+            ps->meta_to = ps->p;
+            cut_first = prev_end == NULL;
+        }
+        prev_end = ps->p;
         if (out) {
             val->string = key;
             append_child(obj, &last, val);
@@ -517,6 +536,8 @@ static int parse_object(struct parser *ps, int depth, cJSON **out)
         skip_ws(ps);
         if (ps->p < ps->end && *ps->p == ',') {
             ps->p++;
+            if (cut_first)
+                ps->meta_to = ps->p;
             continue;
         }
         if (ps->p < ps->end && *ps->p == '}') {
@@ -642,7 +663,8 @@ static __attribute__((noinline)) int parse_strict(const char *p, size_t n, int m
                                                   struct tg_json_doc *doc, const char **err, size_t *err_off)
 {
     struct parser ps = {(const unsigned char *)p, (const unsigned char *)p + n, (const unsigned char *)p,
-                        max_depth, build, NULL, NULL, TG_SLICE_NULL, TG_SLICE_NULL, TG_SLICE_NULL, TG_SLICE_NULL};
+                        max_depth, build, NULL, NULL, TG_SLICE_NULL, TG_SLICE_NULL, TG_SLICE_NULL, TG_SLICE_NULL,
+                        TG_SLICE_NULL, 0, NULL, NULL};
     doc->root = NULL;
     doc->id_raw = TG_SLICE_NULL;
     doc->method_raw = TG_SLICE_NULL;
@@ -669,12 +691,17 @@ static __attribute__((noinline)) int parse_strict(const char *p, size_t n, int m
     doc->method_raw = ps.method_raw;
     doc->error_raw = ps.error_raw;
     doc->result_raw = ps.result_raw;
+    /* (A member of the root's params at depth 2 lies within it: checked all the same.) */
+    const char *pf = ps.params_raw.ptr, *mf = (const char *)ps.meta_from, *mt = (const char *)ps.meta_to;
+    if (build && pf != NULL && mf != NULL && mf > pf && mt < pf + ps.params_raw.len)
+        doc->params_meta = tg_slice_of(mf, (size_t)(mt - mf));
     return 0;
 }
 
 int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_json_doc *doc, const char **err,
                   size_t *err_off)
 {
+    doc->params_meta = TG_SLICE_NULL;
     if (!build && tg__json_scan_fast(p, n, max_depth, doc) == 0)
         return 0;
     return parse_strict(p, n, max_depth, build, doc, err, err_off);

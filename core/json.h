@@ -39,6 +39,9 @@ struct tg_json_doc {
     struct tg_slice method_raw; /* raw token of the root's "method" (with quotes), or empty */
     struct tg_slice error_raw;  /* raw value of the root's "error" when it is an object, or empty */
     struct tg_slice result_raw; /* raw value of the root's "result" when it is an object, or empty */
+    struct tg_slice params_meta; /* parsed with a tree: the bytes whose removal removes the root's
+                                  * params._meta member (with the comma before it, or after it when it
+                                  * is the first member), or empty */
 };
 
 /* Returns 0, or TG_EINVAL with *err set to a static description and *err_off to the byte offset. */

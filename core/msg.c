@@ -92,6 +92,10 @@ static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m
         m->src = p;
         m->src_len = n;
         m->src_id_off = (size_t)(doc.id_raw.ptr - p);
+        if (doc.params_meta.len > 0) {
+            m->src_meta_off = (size_t)(doc.params_meta.ptr - p);
+            m->src_meta_len = doc.params_meta.len;
+        }
     }
     cJSON *ver = tg_json_get(root, "jsonrpc");
     if (!cJSON_IsString(ver) || strcmp(ver->valuestring, "2.0") != 0) {
@@ -222,7 +226,7 @@ int tg_msg_is_standard_client_method(const char *method, enum tg_msg_kind kind)
 {
     const char *const *list = kind == TG_MSG_NOTIFICATION ? standard_notifications : standard_requests;
     for (int i = 0; list[i]; i++)
-        if (strcmp(method, list[i]) == 0)
+        if (method[0] == list[i][0] && strcmp(method, list[i]) == 0) /* the first byte: no call for most */
             return 1;
     return 0;
 }
@@ -250,4 +254,24 @@ void tg_msg_splice_id(struct tg_buf *out, const char *in, size_t n, size_t id_of
     tg_buf_append(out, in, id_off);
     tg_buf_append(out, id, id_len);
     tg_buf_append(out, in + id_off + id_old, n - id_off - id_old);
+}
+
+int tg_msg_splice_id_cut(struct tg_buf *out, const char *in, size_t n, size_t id_off, size_t id_old, const char *id,
+                         size_t id_len, size_t cut_off, size_t cut_len)
+{
+    if (id_off > n || id_old > n - id_off || cut_off > n || cut_len > n - cut_off ||
+        (id_off < cut_off + cut_len && cut_off < id_off + id_old))
+        return -1;
+    if (id_off < cut_off) {
+        tg_buf_append(out, in, id_off);
+        tg_buf_append(out, id, id_len);
+        tg_buf_append(out, in + id_off + id_old, cut_off - id_off - id_old);
+        tg_buf_append(out, in + cut_off + cut_len, n - cut_off - cut_len);
+    } else {
+        tg_buf_append(out, in, cut_off);
+        tg_buf_append(out, in + cut_off + cut_len, id_off - cut_off - cut_len);
+        tg_buf_append(out, id, id_len);
+        tg_buf_append(out, in + id_off + id_old, n - id_off - id_old);
+    }
+    return 0;
 }

@@ -36,9 +36,10 @@ struct tg_msg {
     /* The bytes it was decoded from, while the decoder's caller holds them (NULL once the
      * message outlives that call), with where its id is in them; and whether the tree was
      * changed since (tg_msg_edited). An unchanged request goes upstream as those bytes with
-     * the id replaced, instead of being written again from the tree. */
+     * the id replaced, instead of being written again from the tree. src_meta_len > 0: the bytes
+     * at src_meta_off whose removal removes params._meta (tg_json_doc.params_meta). */
     const char *src;
-    size_t src_len, src_id_off;
+    size_t src_len, src_id_off, src_meta_off, src_meta_len;
     int edited;
 };
 
@@ -64,5 +65,9 @@ void tg_rpc_error(struct tg_buf *out, const char *id_raw, size_t id_len, int cod
 /* Replace the bytes of the id token span [id_off, id_off+id_old) in `in` with `id` into `out`. */
 void tg_msg_splice_id(struct tg_buf *out, const char *in, size_t n, size_t id_off, size_t id_old, const char *id,
                       size_t id_len);
+/* The same, with the bytes [cut_off, cut_off+cut_len) left out too. 0, or -1 (nothing written)
+ * if the two spans overlap or do not fit in n. */
+int tg_msg_splice_id_cut(struct tg_buf *out, const char *in, size_t n, size_t id_off, size_t id_old, const char *id,
+                         size_t id_len, size_t cut_off, size_t cut_len);
 
 #endif

@@ -478,7 +478,10 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
     for (int i = 0; i < req->nheaders; i++) {
         const struct tg_http_header *hd = &req->headers[i];
         struct tg_slice name = tg_slice_of(req->head.base + hd->name_off, hd->name_len);
-        if (name.len >= 4 && strncasecmp(name.ptr, "mcp-", 4) == 0) {
+        /* "mcp-" in any case, without a call for each header (x | 0x20 is m, c or p only for
+         * those letters in either case) */
+        if (name.len >= 4 && (name.ptr[0] | 0x20) == 'm' && (name.ptr[1] | 0x20) == 'c' &&
+            (name.ptr[2] | 0x20) == 'p' && name.ptr[3] == '-') {
             h[nh].name = name;
             h[nh].value = tg_slice_of(req->head.base + hd->value_off, hd->value_len);
             nh++;

@@ -73,7 +73,9 @@ int tg_mcp_classify(const cJSON *root, struct tg_mcp_claim *out, struct tg_mcp_r
 
 static int is_ows(char c) { return c == ' ' || c == '\t'; }
 
-int tg_mcp_header_value(struct tg_slice raw, struct tg_buf *out)
+/* tg_mcp_header_value without the copy of a value that is not base64: *d is then the trimmed
+ * bytes of raw, else the decoded bytes in out. */
+static int header_value_view(struct tg_slice raw, struct tg_buf *out, struct tg_slice *d)
 {
     const char *p = raw.ptr;
     size_t n = raw.len;
@@ -105,10 +107,20 @@ int tg_mcp_header_value(struct tg_slice raw, struct tg_buf *out)
         int canonical = mbedtls_base64_encode(again, elen + 1, &elen, (const unsigned char *)out->base, olen) == 0 &&
                         elen == bn && memcmp(again, b, bn) == 0;
         free(again);
+        *d = tg_slice_of(out->base, out->len);
         return canonical ? 0 : -1;
     }
-    tg_buf_append(out, p, n);
+    *d = tg_slice_of(p, n);
     return 0;
+}
+
+int tg_mcp_header_value(struct tg_slice raw, struct tg_buf *out)
+{
+    struct tg_slice d;
+    int rc = header_value_view(raw, out, &d);
+    if (rc == 0 && out->len == 0 && d.len > 0)
+        tg_buf_append(out, d.ptr, d.len); /* not base64: a copy of the trimmed bytes */
+    return rc;
 }
 
 int tg_mcp_header_matches(struct tg_slice d, const cJSON *v)
@@ -174,9 +186,9 @@ static int check_one(const struct tg_mcp_header *h, size_t nh, const char *name,
         return mismatch(why, name, "is missing");
     if (r < 0)
         return mismatch(why, name, "is given more than once");
-    if (tg_mcp_header_value(raw, scratch) != 0)
+    struct tg_slice d;
+    if (header_value_view(raw, scratch, &d) != 0)
         return mismatch(why, name, "is not a valid header value");
-    struct tg_slice d = tg_slice_of(scratch->base, scratch->len);
     if (body_value != NULL ? !tg_mcp_header_matches(d, body_value) : !tg_slice_eq(d, tg_slice_cstr(body_str)))
         return mismatch(why, name, "does not match the body");
     return 0;
@@ -490,8 +502,10 @@ void tg_mcp_param_headers_build(struct tg_buf *out, const struct tg_mcp_header *
         tg_buf_append(out, h[i].value.ptr, h[i].value.len);
         tg_buf_appends(out, "\r\n");
     }
-    tg_buf_append(out, "", 1);
-    out->len--;
+    if (out->len > 0) { /* nothing: nothing allocated (the common case: no Mcp-Param-* at all) */
+        tg_buf_append(out, "", 1);
+        out->len--;
+    }
 }
 
 static const char *const log_levels[] = {"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency", NULL};

@@ -80,7 +80,8 @@ int tg_mcp_tool_headers_valid(const cJSON *input_schema);
 /* The Mcp-Param-* lines a 2026 tools/call is sent upstream with: for the properties the tool's
  * inputSchema (NULL: not known) marks x-mcp-header, rebuilt from the arguments (present and not
  * null); the client's other Mcp-Param-* headers (h), which the gateway does not recognise, as
- * they came. NUL-terminated "Name: value\r\n" lines. */
+ * they came. NUL-terminated "Name: value\r\n" lines, or none at all (out left as it was, its
+ * base NULL if it had none). */
 void tg_mcp_param_headers_build(struct tg_buf *out, const struct tg_mcp_header *h, size_t nh, const cJSON *input_schema,
                                 const cJSON *arguments);
 /* Add the 2026 claim to a request of a 2025 session sent to a 2026-07-28-only upstream:

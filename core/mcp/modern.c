@@ -15,7 +15,7 @@ static const char *const removed[] = {
 int tg_mcp_removed_method(const char *method)
 {
     for (int i = 0; removed[i]; i++)
-        if (strcmp(method, removed[i]) == 0)
+        if (method[0] == removed[i][0] && strcmp(method, removed[i]) == 0)
             return 1;
     return 0;
 }
@@ -69,25 +69,62 @@ static int cacheable(const char *method)
     static const char *const m[] = {"tools/list", "prompts/list", "resources/list", "resources/templates/list",
                                     "resources/read", NULL};
     for (int i = 0; m[i]; i++)
-        if (strcmp(method, m[i]) == 0)
+        if (method[0] == m[i][0] && strcmp(method, m[i]) == 0)
             return 1;
     return 0;
 }
 
-int tg_mcp_modern_result(struct tg_buf *answer, const char *method, struct tg_mcp_mrtr *mt, const struct tg_mcp_mrtr_call *c,
+/* memmem(p, n, "\"resultType\"", 12) != NULL, by its rare 'T' (memchr runs a word at a time). */
+static int has_result_type_key(const char *p, size_t n)
+{
+    static const char key[] = "\"resultType\"";
+    const char *end = p + n;
+    for (const char *t = n >= 12 ? p + 7 : end; t + 5 <= end && (t = memchr(t, 'T', (size_t)(end - t))) != NULL; t++)
+        if (t + 5 <= end && memcmp(t - 7, key, 12) == 0)
+            return 1;
+    return 0;
+}
+
+/* memmem(p, n, "\\u", 2) != NULL, by the backslash. */
+static int has_unicode_escape(const char *p, size_t n)
+{
+    const char *end = p + n;
+    for (const char *t = p; t < end && (t = memchr(t, '\\', (size_t)(end - t))) != NULL; t++)
+        if (t + 1 < end && t[1] == 'u')
+            return 1;
+    return 0;
+}
+
+int tg_mcp_modern_result(struct tg_buf *answer, const char *method, struct tg_mcp_mrtr *mt, struct tg_mcp_mrtr_call *c,
                          int64_t now_ms, char *why, size_t whysz)
+{
+    return tg_mcp_modern_result_at(answer, 0, 0, method, mt, c, now_ms, why, whysz);
+}
+
+int tg_mcp_modern_result_at(struct tg_buf *answer, size_t result_off, size_t result_len, const char *method,
+                            struct tg_mcp_mrtr *mt, struct tg_mcp_mrtr_call *c, int64_t now_ms, char *why, size_t whysz)
 {
     int rc = 0;
     struct tg_json_doc doc;
-    if ((method == NULL || !cacheable(method)) && memmem(answer->base, answer->len, "\"resultType\"", 12) == NULL &&
-        memmem(answer->base, answer->len, "\\u", 2) == NULL) {
+    if ((method == NULL || !cacheable(method)) && !has_result_type_key(answer->base, answer->len) &&
+        !has_unicode_escape(answer->base, answer->len)) {
         /* The common case, a result with no resultType at all (a 2025 upstream's): "complete" goes
          * in front of its members without building a tree. Only \u escapes could spell the key
-         * otherwise: an answer with any takes the slow path below. */
-        if (tg_json_parse(answer->base, answer->len, 1000, 0, &doc, NULL, NULL) != 0 || doc.result_raw.len < 2)
+         * otherwise: an answer with any takes the slow path below. Where the result is may be
+         * known already (result_len > 0: the caller parsed the upstream's answer, and only the id
+         * changed since). */
+        struct tg_slice result;
+        if (result_len > 0 && result_off < answer->len && result_len <= answer->len - result_off) {
+            result = tg_slice_of(answer->base + result_off, result_len);
+        } else {
+            if (tg_json_parse(answer->base, answer->len, 1000, 0, &doc, NULL, NULL) != 0)
+                return 0;
+            result = doc.result_raw;
+        }
+        if (result.len < 2)
             return 0;
-        size_t at = (size_t)(doc.result_raw.ptr - answer->base) + 1;
-        const char *rest = doc.result_raw.ptr + 1;
+        size_t at = (size_t)(result.ptr - answer->base) + 1;
+        const char *rest = result.ptr + 1;
         while (*rest == ' ' || *rest == '\t' || *rest == '\r' || *rest == '\n')
             rest++;
         const char *ins = *rest == '}' ? "\"resultType\":\"complete\"" : "\"resultType\":\"complete\",";

@@ -24,7 +24,11 @@ void tg_mcp_discover_result(struct tg_buf *out, const char *id, size_t id_len, c
  * and its requestState sealed, core/mcp/mrtr.h), else NULL (any result type but complete is
  * refused). Returns 0, or -1 with why: the client must get an error instead (-2: a capability
  * the client did not declare, why "capability:NAME"). */
-int tg_mcp_modern_result(struct tg_buf *answer, const char *method, struct tg_mcp_mrtr *t, const struct tg_mcp_mrtr_call *c,
+int tg_mcp_modern_result(struct tg_buf *answer, const char *method, struct tg_mcp_mrtr *t, struct tg_mcp_mrtr_call *c,
                          int64_t now_ms, char *why, size_t whysz);
+/* The same, told where the answer's result value is (result_len bytes at result_off: the caller
+ * parsed the answer already; result_len 0: not known, it is found here). */
+int tg_mcp_modern_result_at(struct tg_buf *answer, size_t result_off, size_t result_len, const char *method,
+                            struct tg_mcp_mrtr *t, struct tg_mcp_mrtr_call *c, int64_t now_ms, char *why, size_t whysz);
 
 #endif

@@ -45,8 +45,21 @@ static const char *name_member(const char *method)
     return strcmp(method, "resources/read") == 0 ? "uri" : NULL;
 }
 
-void tg_mcp_mrtr_bind(struct tg_mcp_mrtr_call *c, const char *grant, const char *upstream, const char *method,
-                      const cJSON *params)
+/* The digest of a request's arguments (NULL: none, digested as null), as the audit log has it. */
+static void args_digest(const cJSON *args, uint8_t out[32])
+{
+    struct tg_buf a;
+    tg_buf_init(&a);
+    if (args != NULL)
+        tg_json_write(&a, args);
+    else
+        tg_buf_appends(&a, "null");
+    tg_auth_sha256(a.base, a.len, out);
+    tg_buf_dispose(&a);
+}
+
+void tg_mcp_mrtr_bind_later(struct tg_mcp_mrtr_call *c, const char *grant, const char *upstream, const char *method,
+                            const cJSON *params)
 {
     c->b.grant = grant;
     c->b.upstream = upstream;
@@ -54,15 +67,54 @@ void tg_mcp_mrtr_bind(struct tg_mcp_mrtr_call *c, const char *grant, const char 
     const char *key = name_member(method);
     const cJSON *name = key ? tg_json_get(params, key) : NULL;
     c->b.name = cJSON_IsString(name) ? name->valuestring : "";
-    struct tg_buf a;
-    tg_buf_init(&a);
-    const cJSON *args = tg_json_get(params, "arguments");
-    if (args != NULL)
-        tg_json_write(&a, args);
-    else
-        tg_buf_appends(&a, "null");
-    tg_auth_sha256(a.base, a.len, c->b.args_sha256);
-    tg_buf_dispose(&a);
+    c->args_state = TG_MRTR_ARGS_NONE;
+    c->args = NULL;
+}
+
+void tg_mcp_mrtr_bind(struct tg_mcp_mrtr_call *c, const char *grant, const char *upstream, const char *method,
+                      const cJSON *params)
+{
+    tg_mcp_mrtr_bind_later(c, grant, upstream, method, params);
+    tg_mcp_mrtr_digest_from(c, params);
+}
+
+void tg_mcp_mrtr_digest_from(struct tg_mcp_mrtr_call *c, const cJSON *params)
+{
+    if (c->args_state == TG_MRTR_ARGS_DIGEST)
+        return;
+    args_digest(tg_json_get(params, "arguments"), c->b.args_sha256);
+    cJSON_Delete(c->args);
+    c->args = NULL;
+    c->args_state = TG_MRTR_ARGS_DIGEST;
+}
+
+void tg_mcp_mrtr_keep_args(struct tg_mcp_mrtr_call *c, cJSON *params)
+{
+    if (c->args_state != TG_MRTR_ARGS_NONE)
+        return;
+    cJSON *a = tg_json_get(params, "arguments"); /* the member tg_mcp_mrtr_digest_from reads */
+    c->args = a != NULL ? cJSON_DetachItemViaPointer(params, a) : NULL;
+    c->args_state = TG_MRTR_ARGS_KEPT;
+}
+
+int tg_mcp_mrtr_digest(struct tg_mcp_mrtr_call *c)
+{
+    if (c->args_state == TG_MRTR_ARGS_NONE)
+        return -1;
+    if (c->args_state == TG_MRTR_ARGS_KEPT) {
+        args_digest(c->args, c->b.args_sha256);
+        cJSON_Delete(c->args);
+        c->args = NULL;
+        c->args_state = TG_MRTR_ARGS_DIGEST;
+    }
+    return 0;
+}
+
+void tg_mcp_mrtr_call_dispose(struct tg_mcp_mrtr_call *c)
+{
+    cJSON_Delete(c->args);
+    c->args = NULL;
+    c->args_state = TG_MRTR_ARGS_NONE;
 }
 
 unsigned tg_mcp_input_kind(const char *method, const char **cap)
@@ -85,10 +137,10 @@ unsigned tg_mcp_input_kind(const char *method, const char **cap)
     return 0;
 }
 
-static int seal(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+static int seal(struct tg_mcp_mrtr *t, cJSON *result, struct tg_mcp_mrtr_call *c, int64_t now_ms,
                 const struct tg_buf *keys, char flag, const char *inner);
 
-int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, struct tg_mcp_mrtr_call *c, int64_t now_ms,
                        char *why, size_t whysz)
 {
     cJSON *rt = tg_json_get(result, "resultType");
@@ -137,9 +189,11 @@ int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp
 /* Seal (flag, inner) for c with the keys issued, as result's requestState. The plaintext: 'u'
  * and the upstream's state, 'm' when the gateway minted it, 'p' and the id of a call the gateway
  * holds open upstream. */
-static int seal(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+static int seal(struct tg_mcp_mrtr *t, cJSON *result, struct tg_mcp_mrtr_call *c, int64_t now_ms,
                 const struct tg_buf *keys, char flag, const char *inner)
 {
+    if (tg_mcp_mrtr_digest(c) != 0)
+        return -1; /* nothing to bind the envelope to: no envelope */
     struct tg_buf plain, token;
     tg_buf_init(&plain);
     tg_buf_init(&token);
@@ -168,7 +222,7 @@ static int seal(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_c
     return rc == 0 ? 0 : -1;
 }
 
-int tg_mcp_mrtr_seal_parked(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+int tg_mcp_mrtr_seal_parked(struct tg_mcp_mrtr *t, cJSON *result, struct tg_mcp_mrtr_call *c, int64_t now_ms,
                             const char *parked)
 {
     struct tg_buf keys;
@@ -219,7 +273,7 @@ static int key_issued(const struct tg_buf *keys, const char *k)
     return 0;
 }
 
-int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, struct tg_mcp_mrtr_call *c, int64_t now_ms,
                       char *parked, size_t psz, char *why, size_t whysz)
 {
     cJSON *state = tg_json_get(params, "requestState");
@@ -249,6 +303,7 @@ int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, const struct tg_mcp_
     tg_buf_init(&keys);
     const char *bad = NULL;
     int rc = -1;
+    tg_mcp_mrtr_digest_from(c, params); /* the arguments as the retry has them, before any change */
     if (tg_mcp_state_open(t->key, &c->b, now_ms, tg_slice_cstr(state->valuestring), &inner, &keys, &bad) != 0) {
         snprintf(why, whysz, "Invalid params: requestState does not verify for this call (%s)", bad ? bad : "refused");
         goto out;

@@ -47,21 +47,47 @@ struct tg_mcp_mrtr {
 void tg_mcp_mrtr_init(struct tg_mcp_mrtr *t, size_t max);
 void tg_mcp_mrtr_dispose(struct tg_mcp_mrtr *t);
 
-/* The call a result answers, or a retry claims to continue. Strings borrowed. */
+/* Where the binding's arguments digest (b.args_sha256) stands. It costs a serialization and a
+ * SHA-256, and only an answer that asks for input (or a retry, or an audit reader) needs it, so
+ * a call may keep its arguments instead and make the digest when first asked. */
+enum tg_mcp_mrtr_args {
+    TG_MRTR_ARGS_NONE,   /* neither: nothing can be sealed for the call (fail closed) */
+    TG_MRTR_ARGS_DIGEST, /* b.args_sha256 is made */
+    TG_MRTR_ARGS_KEPT,   /* args (owned; NULL: the request had none) are kept for it */
+};
+
+/* The call a result answers, or a retry claims to continue. Strings borrowed; args owned,
+ * released by tg_mcp_mrtr_call_dispose. */
 struct tg_mcp_mrtr_call {
     struct tg_mcp_state_binding b;
     unsigned client_caps;
+    enum tg_mcp_mrtr_args args_state;
+    cJSON *args;
 };
 
 /* Fill c's binding from a request body's params (method, name or uri, arguments digest). */
 void tg_mcp_mrtr_bind(struct tg_mcp_mrtr_call *c, const char *grant, const char *upstream, const char *method,
                       const cJSON *params);
+/* The same without the digest (TG_MRTR_ARGS_NONE): made later by tg_mcp_mrtr_digest_from (a
+ * retry makes it from its params), or kept for by tg_mcp_mrtr_keep_args. */
+void tg_mcp_mrtr_bind_later(struct tg_mcp_mrtr_call *c, const char *grant, const char *upstream, const char *method,
+                            const cJSON *params);
+/* Make c's digest now from params (the request's, as bound), unless it is made already. */
+void tg_mcp_mrtr_digest_from(struct tg_mcp_mrtr_call *c, const cJSON *params);
+/* A call whose digest is not made keeps params' arguments for it: they are detached from params
+ * (which must not be needed whole any more: the request was written for the upstream). */
+void tg_mcp_mrtr_keep_args(struct tg_mcp_mrtr_call *c, cJSON *params);
+/* Make the digest from the kept arguments if it is not made: 0, or -1 if it cannot be
+ * (TG_MRTR_ARGS_NONE). */
+int tg_mcp_mrtr_digest(struct tg_mcp_mrtr_call *c);
+/* Release what c owns (the kept arguments). */
+void tg_mcp_mrtr_call_dispose(struct tg_mcp_mrtr_call *c);
 
 /* An upstream's result for call c, in place: an input_required result gets its requestState
  * sealed; complete (or missing) is left. Returns 0; -1 with why (the client must get an
  * error instead): input on another method, a malformed result, an unknown resultType; -2 for an
  * input kind the client did not declare, why "capability:NAME" (-32021). */
-int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, struct tg_mcp_mrtr_call *c, int64_t now_ms,
                        char *why, size_t whysz);
 /* A request's params: 0 if it is no retry (neither requestState nor inputResponses); 1 for a
  * retry whose envelope opened (requestState now the upstream's own, or removed); inputResponses
@@ -69,12 +95,12 @@ int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp
  * round (0); -1 with why
  * for one refused (-32602); 2 for the retry of a call held open (see below): MRTR fields on another method, a missing, tampered, foreign, used
  * or expired envelope, changed arguments, or input keys never issued. */
-int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, struct tg_mcp_mrtr_call *c, int64_t now_ms,
                       char *parked, size_t psz, char *why, size_t whysz);
 /* A 2025 upstream's server request during call c, as input_required for a 2026 client: seal
  * the id of the call the gateway holds open (parked) with result's inputRequests keys. 0 or -1.
  * A retry that opens it returns 2 from tg_mcp_mrtr_retry, with that id in parked. */
-int tg_mcp_mrtr_seal_parked(struct tg_mcp_mrtr *t, cJSON *result, const struct tg_mcp_mrtr_call *c, int64_t now_ms,
+int tg_mcp_mrtr_seal_parked(struct tg_mcp_mrtr *t, cJSON *result, struct tg_mcp_mrtr_call *c, int64_t now_ms,
                             const char *parked);
 
 #endif

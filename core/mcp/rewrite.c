@@ -114,6 +114,12 @@ int tg_mcp_restore_id(const struct tg_mcp_answer *a, const char *p, size_t n, co
             return 1;
         }
         size_t off = (size_t)(doc.id_raw.ptr - p), old = doc.id_raw.len;
+        if (a->result_at != NULL && doc.result_raw.len > 0) {
+            /* out is p with the id's bytes replaced: what follows the id moves by the difference */
+            size_t r = (size_t)(doc.result_raw.ptr - p);
+            a->result_at[0] = r >= off + old ? r - old + a->client_id_len : r;
+            a->result_at[1] = doc.result_raw.len;
+        }
         if (a->own != NULL && a->own->base == p && a->own->len == n && out->len == 0) {
             /* In place: only the tail after the id moves (within memory already touched). */
             struct tg_buf *b = a->own;

@@ -29,6 +29,8 @@ struct tg_mcp_answer {
     const char *upstream;     /* for logs and error.data */
     struct tg_buf *own;       /* the buffer p is (or NULL): the id may be put right in it and the
                                  buffer moved into out, so that a big answer is not copied */
+    size_t *result_at;        /* non-NULL: set to where the answer's result value is in out (offset,
+                                 then length) when out is p with the id restored; length 0 else */
 };
 
 /* Rewrite message p for the client into out. Returns 1 if it was the awaited answer. *valid is

@@ -13,6 +13,7 @@
 #include "test/unit/core/middle.h"
 
 #include "transports/batch.h"
+#include "core/mcp/mrtr.h"
 
 static struct tg_call *call_tool(struct mw *m, struct tg_session *s, struct rec *r, unsigned flags, const char *id,
                                  const char *tool)
@@ -114,6 +115,30 @@ static void forwarded_bytes_as_sent_unless_changed(void **state)
                  "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
                  "\"arguments\":{},\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"x\"}}}",
                  want, 10);
+    /* ... which its own bytes say too, the member and a comma left out (the spacing kept) */
+    forward_case(m, s,
+                 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{ \"_meta\" : "
+                 "{\"io.modelcontextprotocol/protocolVersion\":\"x\"} , \"name\":\"echo\", \"arguments\":{} }}",
+                 "{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"tools/call\",\"params\":{  \"name\":\"echo\", "
+                 "\"arguments\":{} }}",
+                 11);
+    /* _meta that keeps a member, an escape, a requestState too: written from the tree */
+    forward_case(m, s,
+                 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\", "
+                 "\"arguments\":{},\"_meta\":{\"progressToken\":\"t\",\"io.modelcontextprotocol/protocolVersion\":\"x\"}}}",
+                 "{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
+                 "\"arguments\":{},\"_meta\":{\"progressToken\":\"t\"}}}",
+                 12);
+    snprintf(want, sizeof(want), tree, 13u);
+    forward_case(m, s,
+                 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"ech\\u006f\", "
+                 "\"arguments\":{},\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"x\"}}}",
+                 want, 13);
+    snprintf(want, sizeof(want), tree, 14u);
+    forward_case(m, s,
+                 "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\", "
+                 "\"arguments\":{},\"requestState\":\"s\",\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"x\"}}}",
+                 want, 14);
     mw_free(m);
 }
 
@@ -916,6 +941,107 @@ static void session_open_refusals(void **state)
     mw_free(m);
 }
 
+/* ---- 2026-07-28 input_required ---------------------------------------------------------- */
+
+/* body as a 2026 client's request on s (an upstream session that speaks 2025). */
+static void mw_send_2026(struct mw *m, struct tg_session *s, struct tg_sink *sk, const char *json)
+{
+    struct tg_msg msg;
+    const char *why = NULL;
+    if (tg_msg_decode(json, strlen(json), 64, &msg, &why) != 0)
+        fail_msg("test message does not decode (%s): %s", why, json);
+    struct tg_exchange x;
+    mw_exchange(m, s, &x);
+    x.era = TG_ERA_2026;
+    x.client_caps = TG_CAP_ELICITATION;
+    snprintf(x.proto, sizeof(x.proto), "2026-07-28");
+    tg_dispatch_message(&x, sk, &msg);
+    tg_msg_dispose(&msg);
+}
+
+#define CALL_2026 "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{\"x\":1}"
+#define META_2026 "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/clientCapabilities\":{}}"
+#define ASK_2026 "{\"resultType\":\"input_required\",\"inputRequests\":{\"k1\":{\"method\":\"elicitation/create\",\"params\":{}}},\"requestState\":\"up-state\"}"
+
+/* A call's arguments digest binds its envelope. Without a reader for it (no audit log) the call
+ * keeps its arguments, once written for the upstream, and digests them only if the answer asks
+ * for input; the envelope opens for the same arguments only, and an audit log opened since the
+ * call began still gets the digest. */
+static void input_required_sealed_for_the_arguments(void **state)
+{
+    struct mw *m = mw_new(FAKE_HTTP);
+    tg_mcp_mrtr_init(&m->srv.mrtr, 16);
+    struct tg_session *s = mw_session(m, 0);
+    struct tg_audit *audit = m->srv.audit;
+    char buf[512];
+    for (int with_audit = 0; with_audit < 2; with_audit++) {
+        m->srv.audit = with_audit ? audit : NULL;
+        struct rec r;
+        rec_init(&r);
+        mw_send_2026(m, s, fsink_new(&r, 0), CALL_2026 "," META_2026 " }}");
+        struct tg_call *k = fake.last;
+        assert_non_null(k->mrtr);
+        assert_int_equal(k->mrtr->args_state, with_audit ? TG_MRTR_ARGS_DIGEST : TG_MRTR_ARGS_KEPT);
+        /* written before the arguments are kept; the claim left out of the client's own bytes */
+        snprintf(buf, sizeof(buf),
+                 "{\"jsonrpc\":\"2.0\",\"id\":%s,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
+                 "\"arguments\":{\"x\":1} }}",
+                 k->gid_str);
+        assert_string_equal(fake.last_body.base, buf);
+        fake_answer(k, answer_for_gid(buf, sizeof(buf), ASK_2026));
+        assert_int_equal(r.status, 200);
+        cJSON *a = cJSON_Parse(r.answer.base);
+        const char *tok = json_str(cJSON_GetObjectItem(a, "result"), "requestState");
+        assert_non_null(tok);
+        assert_string_not_equal(tok, "up-state");
+        char retry[1024];
+        /* other arguments: refused, and the envelope is not used up */
+        struct rec r2;
+        rec_init(&r2);
+        int before = fake.nsend;
+        snprintf(retry, sizeof(retry),
+                 "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
+                 "\"arguments\":{\"x\":2},\"requestState\":\"%s\",\"inputResponses\":{\"k1\":{}}}}", tok);
+        mw_send_2026(m, s, fsink_new(&r2, 0), retry);
+        assert_int_equal(fake.nsend, before);
+        assert_non_null(strstr(r2.answer.base, "\"code\":-32602"));
+        rec_dispose(&r2);
+        /* the same arguments: the upstream gets its own state back */
+        rec_init(&r2);
+        snprintf(retry, sizeof(retry), CALL_2026 ", \"requestState\":\"%s\",\"inputResponses\":{\"k1\":{}}," META_2026 "}}",
+                 tok);
+        mw_send_2026(m, s, fsink_new(&r2, 0), retry);
+        assert_int_equal(fake.nsend, before + 1);
+        /* a retry's params are changed: written from the tree */
+        assert_non_null(strstr(fake.last_body.base, "\"arguments\":{\"x\":1},\"requestState\":\"up-state\",\"inputResponses\":{\"k1\":{}}}}"));
+        fake_answer(fake.last, answer_for_gid(buf, sizeof(buf), "{\"content\":[]}"));
+        assert_non_null(strstr(r2.answer.base, "\"resultType\":\"complete\""));
+        rec_dispose(&r2);
+        cJSON_Delete(a);
+        rec_dispose(&r);
+    }
+    /* an audit log opened while the call ran: its line has the digest all the same */
+    m->srv.audit = NULL;
+    struct rec r;
+    rec_init(&r);
+    mw_send_2026(m, s, fsink_new(&r, 0), CALL_2026 "}}");
+    struct tg_call *k = fake.last;
+    assert_int_equal(k->mrtr->args_state, TG_MRTR_ARGS_KEPT);
+    m->srv.audit = audit;
+    mw_audit(m);
+    fake_answer(k, answer_for_gid(buf, sizeof(buf), "{\"content\":[]}"));
+    cJSON *a = mw_audit_last(m);
+    char want[65];
+    cJSON *args = cJSON_Parse("{\"x\":1}");
+    tg_audit_args_hash(args, want);
+    cJSON_Delete(args);
+    assert_string_equal(json_str(a, "args_sha256"), want);
+    cJSON_Delete(a);
+    rec_dispose(&r);
+    tg_mcp_mrtr_dispose(&m->srv.mrtr);
+    mw_free(m);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -942,6 +1068,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(end_session),
         cmocka_unit_test(batch_on_channel),
         cmocka_unit_test(session_open_refusals),
+        cmocka_unit_test(input_required_sealed_for_the_arguments),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

@@ -8,6 +8,7 @@
 #include "core/mcp/era.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
+#include "core/mcp/rewrite.h"
 #include "core/session.h"
 #include "core/mcp/schemas.h"
 #include "core/msg.h"
@@ -85,6 +86,9 @@ static void header_values(void **state)
     tg_buf_init(&b);
     assert_string_equal(value("echo", &b), "echo");
     assert_string_equal(value("  echo\t", &b), "echo"); /* optional whitespace is not the value */
+    assert_string_equal(value("", &b), "");
+    assert_string_equal(value(" \t ", &b), "");
+    assert_string_equal(value("a b", &b), "a b");
     /* =?base64?...?= decodes; "héllo" and a value with a newline travel that way. */
     assert_string_equal(value("=?base64?aMOpbGxv?=", &b), "h\xc3\xa9llo");
     assert_string_equal(value("=?base64?YQpi?=", &b), "a\nb");
@@ -159,6 +163,14 @@ static void standard_headers(void **state)
     const char *b64[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name",
                          "=?base64?ZWNobw==?=", NULL};
     assert_int_equal(check(CALL("echo"), b64), 0);
+    const char *spaced[] = {"MCP-Protocol-Version", " 2026-07-28", "Mcp-Method", "tools/call\t", "Mcp-Name", " echo ", NULL};
+    assert_int_equal(check(CALL("echo"), spaced), 0); /* the value, without optional whitespace */
+    const char *shorter[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "ech", NULL};
+    assert_int_equal(check(CALL("echo"), shorter), TG_RPC_HEADER_MISMATCH);
+    const char *longer[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "echox", NULL};
+    assert_int_equal(check(CALL("echo"), longer), TG_RPC_HEADER_MISMATCH);
+    const char *empty[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", " ", NULL};
+    assert_int_equal(check(CALL("echo"), empty), TG_RPC_HEADER_MISMATCH);
 
     /* The bypass: Mcp-Name names an allowed tool over a body that calls another one. */
     const char *lie[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "echo", NULL};
@@ -341,6 +353,78 @@ static void modern_results(void **state)
     tg_buf_dispose(&b);
 }
 
+/* The fast path (no tree: the upstream's spacing kept) is taken exactly when the answer holds no
+ * "resultType" and no \u anywhere, as memmem would find them; a result whose place is known (the
+ * answer's id restored from a parse already made) is made the same bytes as one found again. */
+static void modern_result_paths(void **state)
+{
+    char why[160];
+    /* JSON string contents: put as the answer's first key, and in its last string value */
+    static const char *const inner[] = {
+        "", "resultType", "resultTyp", "ResultType", "TTTT", "T", "xresultType", "resultTypex", "\\\\", "\\\\u",
+        "\\\\x", "\\n", "\\u0041", "\\\"resultType\\\"", "\\\\\\u0041", "x\\\\",
+    };
+    for (size_t i = 0; i < sizeof(inner) / sizeof(inner[0]); i++) {
+        for (int where = 0; where < 2; where++) {
+            char json[256];
+            if (where == 0)
+                snprintf(json, sizeof(json), "{\"%s\":0,\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{ \"a\": 1}}", inner[i]);
+            else
+                snprintf(json, sizeof(json), "{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{ \"a\": 1,\"b\":\"%s\"}}", inner[i]);
+            size_t n = strlen(json);
+            int slow = memmem(json, n, "\"resultType\"", 12) != NULL || memmem(json, n, "\\u", 2) != NULL;
+            struct tg_buf b;
+            tg_buf_init(&b);
+            tg_buf_append(&b, json, n);
+            tg_mcp_modern_result(&b, "tools/call", NULL, NULL, 0, why, sizeof(why));
+            tg_buf_append(&b, "", 1);
+            assert_non_null(strstr(b.base, "\"resultType\":\"complete\"")); /* it parsed: made a 2026 result */
+            int kept = strstr(b.base, "\"a\": ") != NULL; /* the fast path leaves the space */
+            if (kept == slow)
+                fail_msg("%s: %s path, want the %s one", json, kept ? "fast" : "slow", slow ? "slow" : "fast");
+            tg_buf_dispose(&b);
+        }
+    }
+    static const struct {
+        const char *answer, *client_id;
+    } cases[] = {
+        {"{\"jsonrpc\":\"2.0\",\"id\":17,\"result\":{\"content\":[]}}", "\"a-much-longer-client-id\""},
+        {"{\"jsonrpc\":\"2.0\",\"id\":17,\"result\":{\"content\":[]}}", "1"},
+        {"{\"result\" : {  } , \"id\" : 17,\"jsonrpc\":\"2.0\"}", "\"c\""},
+        {"{\"result\":{\"a\":[1,2]},\"jsonrpc\":\"2.0\",\"id\":17}", "123456789012"},
+        {"{\"jsonrpc\":\"2.0\",\"id\":17,\"result\":\"text\"}", "\"c\""},
+        {"{\"jsonrpc\":\"2.0\",\"id\":17,\"result\":7}", "\"c\""},
+        {"{\"jsonrpc\":\"2.0\",\"id\":17,\"result\":{\"resultType\":\"complete\", \"a\":1}}", "\"c\""},
+        {"{\"jsonrpc\":\"2.0\",\"id\":17,\"result\":{\"t\":\"\\u0041\"}}", "\"c\""},
+        {"{\"jsonrpc\":\"2.0\",\"id\":17,\"result\":{\"t\":1}}", "\"\\u0041\""},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *p = cases[i].answer;
+        size_t n = strlen(p);
+        struct tg_json_doc doc;
+        assert_int_equal(tg_json_parse(p, n, 1000, 0, &doc, NULL, NULL), 0);
+        struct tg_mcp_answer a = {"17", 2, cases[i].client_id, strlen(cases[i].client_id), 1, NULL, "up", NULL, NULL};
+        size_t at[2] = {0, 0};
+        a.result_at = at;
+        struct tg_buf known, found;
+        tg_buf_init(&known);
+        tg_buf_init(&found);
+        int valid, is_error;
+        assert_int_equal(tg_mcp_restore_id(&a, p, n, &doc, &known, &valid, &is_error, NULL), 1);
+        assert_int_equal(at[1], doc.result_raw.len);
+        assert_memory_equal(known.base + at[0], doc.result_raw.ptr, at[1]);
+        tg_buf_append(&found, known.base, known.len);
+        int rc1 = tg_mcp_modern_result_at(&known, at[0], at[1], "tools/call", NULL, NULL, 0, why, sizeof(why));
+        int rc2 = tg_mcp_modern_result(&found, "tools/call", NULL, NULL, 0, why, sizeof(why));
+        assert_int_equal(rc1, rc2);
+        tg_buf_append(&known, "", 1);
+        tg_buf_append(&found, "", 1);
+        assert_string_equal(known.base, found.base);
+        tg_buf_dispose(&known);
+        tg_buf_dispose(&found);
+    }
+}
+
 /* What a 2026 upstream is sent: Mcp-* headers rebuilt from the body, never copied; marked
  * Mcp-Param-* rebuilt from the arguments, unmarked ones passed on; the claim added or removed. */
 static void upstream_headers(void **state)
@@ -373,6 +457,11 @@ static void upstream_headers(void **state)
     h.len = 0;
     tg_mcp_param_headers_build(&h, in, 2, NULL, NULL); /* schema unknown: both as they came */
     assert_string_equal(h.base, "Mcp-Param-Region: spoofed\r\nmcp-param-other: kept\r\n");
+    struct tg_buf none;
+    tg_buf_init(&none);
+    tg_mcp_param_headers_build(&none, in, 0, NULL, NULL); /* nothing to send: nothing made */
+    assert_int_equal(none.len, 0);
+    assert_null(none.base);
     tg_mcp_add_claim(root, "{\"elicitation\":{}}", tg_mcp_log_level("warning"));
     assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "params"), "_meta"), "io.modelcontextprotocol/logLevel")->valuestring, "warning");
     assert_int_equal(tg_mcp_log_level("nope"), 0);
@@ -445,7 +534,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(classify_by_body), cmocka_unit_test(versions),      cmocka_unit_test(header_values),
         cmocka_unit_test(header_matches_body), cmocka_unit_test(standard_headers), cmocka_unit_test(param_headers),
-        cmocka_unit_test(annotations), cmocka_unit_test(modern_results), cmocka_unit_test(upstream_headers), cmocka_unit_test(schemas_learnt), cmocka_unit_test(upstream_values_into_headers),
+        cmocka_unit_test(annotations), cmocka_unit_test(modern_results), cmocka_unit_test(modern_result_paths), cmocka_unit_test(upstream_headers), cmocka_unit_test(schemas_learnt), cmocka_unit_test(upstream_values_into_headers),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

@@ -1047,10 +1047,103 @@ static void fast_scan_block_edges(void **state)
     free(msg);
 }
 
+/* params._meta as bytes to cut: whenever the root's params object has a "_meta" member, the
+ * parse gives the span, and the input without it parses to the same tree less that member
+ * (whitespace, its place among the others, escapes, another "_meta" elsewhere); never without. */
+static void params_meta_cut(void **state)
+{
+    (void)state;
+    static const char *const pkeys[] = {"\"a\"", "\"_meta\"", "\"_meta\"", "\"b\"", "\"progressToken\"", "\"_me\\u0074a\"",
+                                        "\"_metax\""};
+    unsigned cut = 0, checked = 0;
+    for (int round = 0; round < 20000; round++) {
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_buf_append(&b, "{", 1);
+        gen_space(&b);
+        int other = (int)rnd(3); /* another root member with a "_meta" at depth 2: before, after, none */
+        if (other == 1)
+            tg_buf_appends(&b, "\"x\":{\"_meta\":{}},");
+        tg_buf_appends(&b, "\"id\":1,");
+        gen_space(&b);
+        tg_buf_appends(&b, "\"params\"");
+        gen_space(&b);
+        tg_buf_appends(&b, ":");
+        gen_space(&b);
+        if (rnd(8) == 0) {
+            gen_value(&b, 5); /* not always an object */
+        } else {
+            tg_buf_append(&b, "{", 1);
+            int n = (int)rnd(4);
+            for (int i = 0; i < n; i++) {
+                if (i)
+                    tg_buf_append(&b, ",", 1);
+                gen_space(&b);
+                tg_buf_appends(&b, pkeys[rnd(sizeof(pkeys) / sizeof(*pkeys))]);
+                gen_space(&b);
+                tg_buf_append(&b, ":", 1);
+                if (rnd(2))
+                    tg_buf_appends(&b, "{\"_meta\":{\"io.x\":\"2026\"},\"k\":[1,{\"_meta\":2}]}");
+                else
+                    gen_value(&b, 5);
+            }
+            gen_space(&b);
+            tg_buf_append(&b, "}", 1);
+        }
+        gen_space(&b);
+        if (other == 2)
+            tg_buf_appends(&b, ",\"x\":{\"_meta\":{}}");
+        tg_buf_append(&b, "}", 1);
+        struct tg_json_doc doc;
+        if (tg_json_parse(b.base, b.len, 64, 1, &doc, NULL, NULL) != 0) {
+            tg_buf_dispose(&b);
+            continue;
+        }
+        checked++;
+        cJSON *params = cJSON_GetObjectItemCaseSensitive(doc.root, "params");
+        cJSON *meta = cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, "_meta") : NULL;
+        if (meta == NULL) {
+            if (doc.params_meta.len != 0)
+                fail_msg("a cut without params._meta: %.*s", (int)b.len, b.base);
+        } else {
+            if (doc.params_meta.len == 0)
+                fail_msg("no cut for params._meta: %.*s", (int)b.len, b.base);
+            cut++;
+            struct tg_buf rest, want, got;
+            tg_buf_init(&rest);
+            tg_buf_init(&want);
+            tg_buf_init(&got);
+            size_t off = (size_t)(doc.params_meta.ptr - b.base);
+            tg_buf_append(&rest, b.base, off);
+            tg_buf_append(&rest, b.base + off + doc.params_meta.len, b.len - off - doc.params_meta.len);
+            cJSON_Delete(cJSON_DetachItemViaPointer(params, meta));
+            tg_json_write(&want, doc.root);
+            struct tg_json_doc again;
+            if (tg_json_parse(rest.base, rest.len, 64, 1, &again, NULL, NULL) != 0)
+                fail_msg("%.*s less the cut does not parse: %.*s", (int)b.len, b.base, (int)rest.len, rest.base);
+            tg_json_write(&got, again.root);
+            if (got.len != want.len || memcmp(got.base, want.base, got.len) != 0)
+                fail_msg("%.*s less the cut: %.*s, want %.*s", (int)b.len, b.base, (int)got.len, got.base,
+                         (int)want.len, want.base);
+            cJSON_Delete(again.root);
+            tg_buf_dispose(&rest);
+            tg_buf_dispose(&want);
+            tg_buf_dispose(&got);
+        }
+        cJSON_Delete(doc.root);
+        /* without a tree: no cut */
+        assert_int_equal(tg_json_parse(b.base, b.len, 64, 0, &doc, NULL, NULL), 0);
+        assert_int_equal(doc.params_meta.len, 0);
+        tg_buf_dispose(&b);
+    }
+    assert_true(cut > 1000 && checked - cut > 1000);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(round_trip_documents),
+        cmocka_unit_test(params_meta_cut),
         cmocka_unit_test(round_trip_numbers_exact),
         cmocka_unit_test(round_trip_strings),
         cmocka_unit_test(surrogate_pairs_decode_to_4_bytes),

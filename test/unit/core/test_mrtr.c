@@ -38,12 +38,17 @@ static cJSON *retry_of(const char *params_json, const cJSON *res, const char *re
     return p;
 }
 
+/* As core/dispatch.c binds a request: without the digest, which the retry makes itself. */
 static int try_retry(struct tg_mcp_mrtr *t, const char *grant, cJSON *p, int64_t now)
 {
     struct tg_mcp_mrtr_call c;
-    bind(&c, grant, "tools/call", p, TG_CAP_ELICITATION);
+    memset(&c, 0, sizeof(c));
+    tg_mcp_mrtr_bind_later(&c, grant, "up", "tools/call", p);
+    c.client_caps = TG_CAP_ELICITATION;
     char why[200];
-    return tg_mcp_mrtr_retry(t, p, &c, now, NULL, 0, why, sizeof(why));
+    int rc = tg_mcp_mrtr_retry(t, p, &c, now, NULL, 0, why, sizeof(why));
+    tg_mcp_mrtr_call_dispose(&c);
+    return rc;
 }
 
 static const char *P = "{\"name\":\"ask\",\"arguments\":{\"q\":1}}";
@@ -174,12 +179,83 @@ static void results_checked(void **state)
     tg_mcp_mrtr_dispose(&t);
 }
 
+/* A call bound without its digest keeps its arguments; the digest made from them when an answer
+ * asks for input is the one an eager bind makes, and without them nothing is sealed. */
+static void digest_made_late(void **state)
+{
+    (void)state;
+    struct tg_mcp_mrtr t;
+    tg_mcp_mrtr_init(&t, 16);
+    char why[160];
+    struct tg_mcp_mrtr_call c, eager;
+    /* neither digest nor arguments: no envelope (fail closed) */
+    cJSON *p = params_of(P);
+    memset(&c, 0, sizeof(c));
+    tg_mcp_mrtr_bind_later(&c, "alice", "up", "tools/call", p);
+    c.client_caps = TG_CAP_ELICITATION;
+    assert_int_equal(tg_mcp_mrtr_digest(&c), -1);
+    cJSON *res = cJSON_Parse(R);
+    assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), -1);
+    assert_string_equal(cJSON_GetObjectItem(res, "requestState")->valuestring, "upstream-state");
+    cJSON_Delete(res);
+    res = cJSON_Parse("{}");
+    assert_int_equal(tg_mcp_mrtr_seal_parked(&t, res, &c, NOW, "7"), -1);
+    cJSON_Delete(res);
+    /* kept: detached from the request, digested when the answer asks for input */
+    tg_mcp_mrtr_keep_args(&c, p);
+    assert_null(cJSON_GetObjectItem(p, "arguments"));
+    assert_non_null(c.args);
+    res = cJSON_Parse(R);
+    assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), 0);
+    assert_null(c.args); /* the digest is made: the arguments are let go */
+    cJSON *q = params_of(P);
+    bind(&eager, "alice", "tools/call", q, TG_CAP_ELICITATION);
+    assert_memory_equal(c.b.args_sha256, eager.b.args_sha256, 32);
+    cJSON *r = retry_of("{\"name\":\"ask\",\"arguments\":{\"q\":2}}", res, "{\"k1\":{}}");
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 1), -1); /* other arguments */
+    cJSON_Delete(r);
+    r = retry_of(P, res, "{\"k1\":{}}");
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 1), 1);
+    cJSON_Delete(r);
+    cJSON_Delete(res);
+    tg_mcp_mrtr_call_dispose(&c);
+    /* a digest made already: the request keeps its arguments */
+    tg_mcp_mrtr_keep_args(&eager, q);
+    assert_non_null(cJSON_GetObjectItem(q, "arguments"));
+    assert_null(eager.args);
+    cJSON_Delete(q);
+    cJSON_Delete(p);
+    /* no arguments at all: digested as null, either way */
+    p = params_of("{\"name\":\"ask\"}");
+    memset(&c, 0, sizeof(c));
+    tg_mcp_mrtr_bind_later(&c, "alice", "up", "tools/call", p);
+    tg_mcp_mrtr_keep_args(&c, p);
+    assert_int_equal(tg_mcp_mrtr_digest(&c), 0);
+    bind(&eager, "alice", "tools/call", p, 0);
+    assert_memory_equal(c.b.args_sha256, eager.b.args_sha256, 32);
+    cJSON_Delete(p);
+    p = params_of("{\"name\":\"ask\",\"arguments\":null}");
+    bind(&eager, "alice", "tools/call", p, 0);
+    assert_memory_equal(c.b.args_sha256, eager.b.args_sha256, 32);
+    cJSON_Delete(p);
+    /* kept arguments never digested go with the call */
+    p = params_of(P);
+    memset(&c, 0, sizeof(c));
+    tg_mcp_mrtr_bind_later(&c, "alice", "up", "tools/call", p);
+    tg_mcp_mrtr_keep_args(&c, p);
+    tg_mcp_mrtr_call_dispose(&c);
+    assert_null(c.args);
+    cJSON_Delete(p);
+    tg_mcp_mrtr_dispose(&t);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(seal_and_open_once),
         cmocka_unit_test(retries_refused),
         cmocka_unit_test(results_checked),
+        cmocka_unit_test(digest_made_late),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

@@ -250,6 +250,48 @@ static void splice_id(void **state)
     tg_buf_dispose(&out);
 }
 
+/* The id replaced and params._meta left out, the id before or after it; spans that overlap or
+ * run past the input write nothing. */
+static void splice_id_cut(void **state)
+{
+    struct tg_buf out;
+    tg_buf_init(&out);
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"{\"jsonrpc\":\"2.0\",\"id\":17,\"method\":\"m\",\"params\":{\"a\":1, \"_meta\":{\"x\":[]} }}",
+         "{\"jsonrpc\":\"2.0\",\"id\":\"c\",\"method\":\"m\",\"params\":{\"a\":1 }}"},
+        {"{\"params\":{ \"_meta\" : {}, \"a\":1},\"id\":17,\"jsonrpc\":\"2.0\",\"method\":\"m\"}",
+         "{\"params\":{  \"a\":1},\"id\":\"c\",\"jsonrpc\":\"2.0\",\"method\":\"m\"}"},
+        {"{\"params\":{\"_meta\":{}},\"id\":17,\"jsonrpc\":\"2.0\",\"method\":\"m\"}",
+         "{\"params\":{},\"id\":\"c\",\"jsonrpc\":\"2.0\",\"method\":\"m\"}"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *in = cases[i].in;
+        struct tg_msg m;
+        const char *why = NULL;
+        if (tg_msg_decode(in, strlen(in), 64, &m, &why) != 0)
+            assert_string_equal(why, "(decodes)");
+        assert_true(m.src_meta_len > 0);
+        out.len = 0;
+        assert_int_equal(tg_msg_splice_id_cut(&out, in, strlen(in), m.src_id_off, m.id_len, "\"c\"", 3, m.src_meta_off,
+                                              m.src_meta_len), 0);
+        tg_buf_append(&out, "", 1);
+        assert_string_equal(out.base, cases[i].want);
+        tg_msg_dispose(&m);
+    }
+    out.len = 0;
+    assert_int_equal(tg_msg_splice_id_cut(&out, "0123456789", 10, 2, 2, "x", 1, 3, 2), -1);
+    assert_int_equal(tg_msg_splice_id_cut(&out, "0123456789", 10, 4, 2, "x", 1, 2, 3), -1);
+    assert_int_equal(tg_msg_splice_id_cut(&out, "0123456789", 10, 2, 2, "x", 1, 8, 3), -1);
+    assert_int_equal(tg_msg_splice_id_cut(&out, "0123456789", 10, 9, 2, "x", 1, 0, 1), -1);
+    assert_int_equal(out.len, 0);
+    assert_int_equal(tg_msg_splice_id_cut(&out, "0123456789", 10, 2, 2, "x", 1, 4, 6), 0);
+    tg_buf_append(&out, "", 1);
+    assert_string_equal(out.base, "01x");
+    tg_buf_dispose(&out);
+}
+
 static void rpc_error_shape(void **state)
 {
     struct tg_buf out;
@@ -338,6 +380,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(dispose_is_idempotent),
         cmocka_unit_test(write_with_id),
         cmocka_unit_test(splice_id),
+        cmocka_unit_test(splice_id_cut),
         cmocka_unit_test(rpc_error_shape),
         cmocka_unit_test(standard_methods),
     };
