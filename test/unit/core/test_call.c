@@ -670,6 +670,46 @@ static void message_reenters_call(void **state)
 
 /* ---- streamed answers, backpressure, server requests on an answer-only sink ------------- */
 
+/* While upstream/streamable.c feeds a read's bytes to the SSE parser (k->feeding), the messages
+ * relayed from them neither touch the call nor ask the sink: that is done once after the bytes,
+ * and only when a message was relayed (feeding 2). */
+static void feeding_defers_backpressure(void **state)
+{
+    struct mw *m = mw_new(FAKE_HTTP);
+    struct tg_session *s = mw_session(m, 0);
+    struct rec r;
+    rec_init(&r);
+    struct tg_call *k = call_tool(m, s, &r, 0, "\"q\"", "echo");
+    k->mode = MODE_SSE;
+    tg_call_stream(k);
+    const char *prog = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1}}";
+    r.high = 1;
+    int touch0 = fake.ntouch;
+    k->feeding = 1;
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(tg_call_upstream_message(k, prog, strlen(prog), NULL), 0);
+    assert_int_equal(k->feeding, 2);
+    assert_int_equal(r.nmessage, 5);
+    assert_int_equal(fake.ntouch, touch0);
+    assert_int_equal(fake.npause, 0);
+    k->feeding = 0;
+    tg_call_backpressure(k); /* what on_up_data does after the bytes */
+    assert_int_equal(fake.ntouch, touch0 + 1);
+    assert_int_equal(fake.npause, 1);
+    assert_int_equal(m->srv.metrics.limit_output, 1);
+    r.high = 0;
+    tg_call_client_drained(k);
+    const char *ans = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"v\":2}}";
+    assert_int_equal(tg_call_upstream_message(k, ans, strlen(ans), NULL), 1);
+    k->feeding = 0;
+    k->up = NULL;
+    tg_call_settle(k, TG_OUT_OK, 1);
+    tg_call_finish(k);
+    assert_string_equal(mw_audit(m), "allow/ok");
+    rec_dispose(&r);
+    mw_free(m);
+}
+
 static void streamed_answer_and_backpressure(void **state)
 {
     struct mw *m = mw_new(FAKE_HTTP);
@@ -961,6 +1001,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(release_reenters_call),
         cmocka_unit_test(message_reenters_call),
         cmocka_unit_test(streamed_answer_and_backpressure),
+        cmocka_unit_test(feeding_defers_backpressure),
         cmocka_unit_test(answer_only_sink_refuses_server_requests),
         cmocka_unit_test(sink_not_listening_gets_nothing),
         cmocka_unit_test(tools_list_is_filtered),
