@@ -197,8 +197,8 @@ void tg__call_listen_local(struct tg_call *k, const struct cJSON *params, const 
 /* The GET stream k of a 2025 session on a 2026-07-28-only upstream, sent as a listen for the
  * list changes the upstream declared and the resources in uris (a JSON array, or NULL). */
 void tg__call_listen_upstream(struct tg_call *k, const char *uris);
-/* Such a session's client subscribed to (add 1) or unsubscribed from uri: its GET stream's
- * listen is made again with the new list (the old one ends). */
+/* Such a session's client subscribed to (add 1) or unsubscribed from uri: the session keeps the
+ * list, and its GET stream's listen, if it has one, is made again with it (the old one ends). */
 void tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add);
 /* A 2026 call on a 2025 upstream session met a server request (p) for input its client declared:
  * the client gets input_required now, and k stays open upstream (1); 0 if it cannot be. */

@@ -258,10 +258,9 @@ void tg__call_listen_upstream(struct tg_call *k, const char *uris)
 
 void tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
 {
-    struct tg_call *g = s->get_stream;
-    if (g == NULL || g->closed || !g->is_listen || g->sink == NULL)
-        return; /* nothing listens yet: updates would have nowhere to go (the GET stream comes first) */
-    cJSON *list = g->listen_uris != NULL ? cJSON_Parse(g->listen_uris) : cJSON_CreateArray();
+    /* The session keeps the list: a subscription made before the client opens its GET stream (or
+     * while it has none) is asked for by the listen that stream makes. */
+    cJSON *list = s->listen_uris != NULL ? cJSON_Parse(s->listen_uris) : cJSON_CreateArray();
     int at = -1, i = 0;
     for (cJSON *u = list != NULL ? list->child : NULL; u != NULL; u = u->next, i++)
         if (cJSON_IsString(u) && strcmp(u->valuestring, uri) == 0)
@@ -276,6 +275,13 @@ void tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
         cJSON_DeleteItemFromArray(list, at);
     char *uris = cJSON_PrintUnformatted(list);
     cJSON_Delete(list);
+    if (uris == NULL)
+        return;
+    free(s->listen_uris);
+    s->listen_uris = uris;
+    struct tg_call *g = s->get_stream;
+    if (g == NULL || g->closed || !g->is_listen || g->sink == NULL)
+        return; /* no stream listens now: the next one asks for the list */
     /* The stream's client moves to a new listen with the new list; the old one ends. */
     struct tg_sink *sk = g->sink;
     g->sink = NULL;
@@ -284,6 +290,5 @@ void tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
     s->get_stream = n;
     tg_call_close(g);
     s->get_stream = n;
-    tg__call_listen_upstream(n, uris);
-    free(uris);
+    tg__call_listen_upstream(n, s->listen_uris);
 }

@@ -713,7 +713,7 @@ int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channe
         /* A 2026-07-28 upstream has no GET stream: the session's stream is a listen for every
          * list change the upstream declared, and the resources the client subscribes to. */
         k->policy = tg_policy_ref(tg_conf_policy_for(x->srv->conf, x->grant, x->upstream));
-        tg__call_listen_upstream(k, NULL);
+        tg__call_listen_upstream(k, s->listen_uris); /* the resources subscribed to so far */
         return 0;
     }
     tg_call_send(k, NULL, 0, 0);

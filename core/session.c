@@ -266,6 +266,7 @@ void tg_session_unref(struct tg_session *s)
         return;
     free(s->grant);
     free(s->up_session);
+    free(s->listen_uris);
     if (s->up_modern)
         free(s->u.client_caps);
     tg_buf_dispose(&s->server_reqs);

@@ -703,6 +703,36 @@ describe('2025 clients through tollgate', () => {
     await c.close();
   });
 
+  // The session keeps what its client subscribed to: a subscription made before the client
+  // opens its GET stream is asked for by the listen that stream makes (it was answered {} and
+  // lost before, when the subscribe came first).
+  test('a raw 2025 session to the 2026-only upstream subscribes before its GET stream: the stream\'s listen asks for the resource', async () => {
+    const init = await post('strict', H.initializeBody(1, '2025-11-25'));
+    assert.equal(init.status, 200, init.text);
+    const sid = init.headers['mcp-session-id'];
+    assert.ok(sid, init.text);
+    const hs = [['Mcp-Session-Id', sid], ['MCP-Protocol-Version', '2025-11-25']];
+    const ack = await post('strict', { jsonrpc: '2.0', method: 'notifications/initialized' }, hs);
+    assert.equal(ack.status, 202, ack.text);
+    const sub = await post('strict', { jsonrpc: '2.0', id: 2, method: 'resources/subscribe', params: { uri: 'test://early-resource' } }, hs);
+    assert.deepEqual(sub.json?.result, {}, sub.text);
+    const mark = strict.records().length;
+    const get = http.request({ host: '127.0.0.1', port: gw.plainPort, method: 'GET', path: '/strict/mcp', agent: false, headers: {
+      Accept: 'text/event-stream', Authorization: `Bearer ${ALICE}`, 'Mcp-Session-Id': sid, 'MCP-Protocol-Version': '2025-11-25' } });
+    let status = 0;
+    get.on('response', (res) => { status = res.statusCode; res.resume(); });
+    get.on('error', () => {});
+    get.end();
+    try {
+      await H.waitUntil(() => since(strict, mark).some((r) => r.body?.method === 'subscriptions/listen'
+        && r.body.params.notifications.resourceSubscriptions?.includes('test://early-resource')),
+      { what: 'the GET stream\'s listen with the resource subscribed to before it' });
+      assert.equal(status, 200);
+    } finally {
+      get.destroy();
+    }
+  });
+
   test('a raw 2025 initialize to the 2026-only upstream: answered by tollgate from discover, with a session', async () => {
     const mark = strict.records().length;
     const r = await post('strict', H.initializeBody(1, '2025-11-25'));
