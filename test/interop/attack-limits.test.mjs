@@ -39,7 +39,7 @@ after(async () => {
 });
 
 const stdioCommand = (extra = []) => [process.execPath, A.HOSTILE, '--stdio', ...extra];
-const readLog = (f) => (fs.existsSync(f) ? fs.readFileSync(f, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []);
+const readLog = (f) => (fs.existsSync(f) ? fs.readFileSync(f, 'utf8').replace(/[^\n]*$/, '').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []);
 const stLog = () => path.join(ctx.dir, 'refunds-stdio.log');
 
 /** A raw 2025-06-18 session on /UP/mcp. */
@@ -308,7 +308,7 @@ describe('5. refunds: only a call that cannot have run is given back', () => {
 
   const audits = (tool) => {
     if (!fs.existsSync(auditFile)) return [];
-    return fs.readFileSync(auditFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((l) => l.tool === tool);
+    return fs.readFileSync(auditFile, 'utf8').replace(/[^\n]*$/, '').split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((l) => l.tool === tool);
   };
   /** Waits for the audit log to hold n settled records (with an outcome) of `tool`. */
   async function settledCalls(tool, n) {

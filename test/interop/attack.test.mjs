@@ -46,7 +46,7 @@ after(async () => {
 });
 
 const stdioCommand = (log, extra = []) => [process.execPath, A.HOSTILE, '--stdio', '--log', log, ...extra];
-const readLog = (f) => (fs.existsSync(f) ? fs.readFileSync(f, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []);
+const readLog = (f) => (fs.existsSync(f) ? fs.readFileSync(f, 'utf8').replace(/[^\n]*$/, '').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []);
 
 /** A raw 2025 session on /UP/mcp (initialize + initialized); headers for follow-up requests. */
 async function session(gw, up, proto = '2025-06-18') {

@@ -346,7 +346,7 @@ function upstreamView(t0) {
 /** The audit record of the test_reconnection call in this client session, once written. */
 function auditOf(sessionId) {
   if (!fs.existsSync(auditFile)) return undefined;
-  return fs.readFileSync(auditFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
+  return fs.readFileSync(auditFile, 'utf8').replace(/[^\n]*$/, '').split('\n').filter(Boolean).map((l) => JSON.parse(l))
     .find((l) => l.session === sessionId && l.tool === 'test_reconnection' && l.outcome);
 }
 
@@ -534,7 +534,7 @@ describe('server-sse-multiple-streams (SEP-1699), reported only', () => {
 
 describe('tollgate', () => {
   test('audited every test_reconnection call as ok (none unavailable or timed out)', async () => {
-    const done = () => fs.readFileSync(auditFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
+    const done = () => fs.readFileSync(auditFile, 'utf8').replace(/[^\n]*$/, '').split('\n').filter(Boolean).map((l) => JSON.parse(l))
       .filter((l) => l.tool === 'test_reconnection' && l.outcome);
     await H.waitFor(() => done().length >= calls, { timeout: CALL_TIMEOUT_MS + 2000 });
     const lines = done();

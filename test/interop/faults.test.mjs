@@ -40,7 +40,7 @@ after(async () => {
   await ctx.cleanup.run();
 });
 
-const readJsonLines = (f) => (fs.existsSync(f) ? fs.readFileSync(f, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []);
+const readJsonLines = (f) => (fs.existsSync(f) ? fs.readFileSync(f, 'utf8').replace(/[^\n]*$/, '').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []);
 const stdioCommand = (log, flags) => [process.execPath, A.HOSTILE, '--stdio', '--log', log, ...(flags ? ['--flags', flags] : [])];
 
 /** A raw 2025-06-18 session on /UP/mcp; throws with the answer when initialize fails. */

@@ -148,7 +148,7 @@ describe('tollgate scan', () => {
     assert.match(r.stdout, /^ {2}# \*: Read everything\n {2}# {3}a tool named "\*" cannot be listed/m);
     assert.doesNotMatch(r.stdout, /^ {2}"\*":/m);
     // What the server was sent: the lifecycle, then one tools/list per page with the cursors it gave.
-    const msgs = fs.readFileSync(log, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((x) => x.msg).map((x) => x.msg);
+    const msgs = fs.readFileSync(log, 'utf8').replace(/[^\n]*$/, '').split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((x) => x.msg).map((x) => x.msg);
     assert.deepEqual(msgs.slice(0, 2).map((m) => m.method), ['initialize', 'notifications/initialized']);
     assert.equal(msgs[0].params.protocolVersion, '2025-06-18');
     const lists = msgs.filter((m) => m.method === 'tools/list');

@@ -152,7 +152,7 @@ export async function startEra2026({ cleanup, args = [], logFile, timeout = 1000
     output: () => out,
     stop: () => stopChild(child, 2000),
     records: () => (logFile && fs.existsSync(logFile)
-      ? fs.readFileSync(logFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []),
+      ? fs.readFileSync(logFile, 'utf8').replace(/[^\n]*$/, '').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []),
   };
   cleanup?.add(() => s.stop());
   const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
