@@ -198,8 +198,12 @@ void tg__call_listen_local(struct tg_call *k, const struct cJSON *params, const 
  * list changes the upstream declared and the resources in uris (a JSON array, or NULL). */
 void tg__call_listen_upstream(struct tg_call *k, const char *uris);
 /* Such a session's client subscribed to (add 1) or unsubscribed from uri: the session keeps the
- * list, and its GET stream's listen, if it has one, is made again with it (the old one ends). */
-void tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add);
+ * list, and its GET stream's listen, if it has one, is made again with it (the old one ends).
+ * -1 (nothing changed) when the list is full: TG_LISTEN_URIS_MAX resources or
+ * TG_LISTEN_URIS_BYTES of them, which is all a client can make a session hold this way. */
+#define TG_LISTEN_URIS_MAX 256
+#define TG_LISTEN_URIS_BYTES (64u << 10)
+int tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add);
 /* A 2026 call on a 2025 upstream session met a server request (p) for input its client declared:
  * the client gets input_required now, and k stays open upstream (1); 0 if it cannot be. */
 int tg__call_input_park(struct tg_call *k, const char *p, size_t n);

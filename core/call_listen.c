@@ -256,7 +256,7 @@ void tg__call_listen_upstream(struct tg_call *k, const char *uris)
     tg_buf_dispose(&b);
 }
 
-void tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
+int tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
 {
     /* The session keeps the list: a subscription made before the client opens its GET stream (or
      * while it has none) is asked for by the listen that stream makes. */
@@ -265,9 +265,15 @@ void tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
     for (cJSON *u = list != NULL ? list->child : NULL; u != NULL; u = u->next, i++)
         if (cJSON_IsString(u) && strcmp(u->valuestring, uri) == 0)
             at = i;
-    if ((add && at >= 0) || (!add && at < 0) || list == NULL || (add && cJSON_GetArraySize(list) >= 256)) {
+    if (list == NULL)
+        return -1;
+    if ((add && at >= 0) || (!add && at < 0)) {
         cJSON_Delete(list);
-        return; /* no change (or the list is full: at most 256 resources per session) */
+        return 0; /* no change */
+    }
+    if (add && cJSON_GetArraySize(list) >= TG_LISTEN_URIS_MAX) {
+        cJSON_Delete(list);
+        return -1; /* full: the session holds what its client asked for, within bounds */
     }
     if (add)
         cJSON_AddItemToArray(list, cJSON_CreateString(uri));
@@ -276,12 +282,16 @@ void tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
     char *uris = cJSON_PrintUnformatted(list);
     cJSON_Delete(list);
     if (uris == NULL)
-        return;
+        return -1;
+    if (strlen(uris) > TG_LISTEN_URIS_BYTES) {
+        free(uris);
+        return -1; /* the list as sent upstream would pass the bound */
+    }
     free(s->listen_uris);
     s->listen_uris = uris;
     struct tg_call *g = s->get_stream;
     if (g == NULL || g->closed || !g->is_listen || g->sink == NULL)
-        return; /* no stream listens now: the next one asks for the list */
+        return 0; /* no stream listens now: the next one asks for the list */
     /* The stream's client moves to a new listen with the new list; the old one ends. */
     struct tg_sink *sk = g->sink;
     g->sink = NULL;
@@ -291,4 +301,5 @@ void tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
     tg_call_close(g);
     s->get_stream = n;
     tg__call_listen_upstream(n, s->listen_uris);
+    return 0;
 }

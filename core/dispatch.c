@@ -629,7 +629,12 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
             tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, d.message[0] ? d.message : "resource denied by policy", NULL);
             return 1;
         }
-        tg__call_listen_resubscribe(s, uri->valuestring, subscribe);
+        if (tg__call_listen_resubscribe(s, uri->valuestring, subscribe) != 0) {
+            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+                               "too many resource subscriptions on this session (at most 256 resources, 64 KiB of URIs)",
+                               NULL);
+            return 1;
+        }
         answer_empty(sk, m);
         return 1;
     }

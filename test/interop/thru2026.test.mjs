@@ -716,6 +716,9 @@ describe('2025 clients through tollgate', () => {
     assert.equal(ack.status, 202, ack.text);
     const sub = await post('strict', { jsonrpc: '2.0', id: 2, method: 'resources/subscribe', params: { uri: 'test://early-resource' } }, hs);
     assert.deepEqual(sub.json?.result, {}, sub.text);
+    // what a session holds this way is bounded (64 KiB of URIs): past it, an error, nothing kept
+    const big = await post('strict', { jsonrpc: '2.0', id: 3, method: 'resources/subscribe', params: { uri: `test://${'x'.repeat(70000)}` } }, hs);
+    assert.equal(big.json?.error?.code, -32602, big.text.slice(0, 300));
     const mark = strict.records().length;
     const get = http.request({ host: '127.0.0.1', port: gw.plainPort, method: 'GET', path: '/strict/mcp', agent: false, headers: {
       Accept: 'text/event-stream', Authorization: `Bearer ${ALICE}`, 'Mcp-Session-Id': sid, 'MCP-Protocol-Version': '2025-11-25' } });
@@ -727,6 +730,9 @@ describe('2025 clients through tollgate', () => {
       await H.waitUntil(() => since(strict, mark).some((r) => r.body?.method === 'subscriptions/listen'
         && r.body.params.notifications.resourceSubscriptions?.includes('test://early-resource')),
       { what: 'the GET stream\'s listen with the resource subscribed to before it' });
+      const listen = since(strict, mark).find((r) => r.body?.method === 'subscriptions/listen');
+      assert.deepEqual(listen.body.params.notifications.resourceSubscriptions, ['test://early-resource']);
+      await H.waitUntil(() => status !== 0, { what: 'the GET stream\'s answer' });
       assert.equal(status, 200);
     } finally {
       get.destroy();
