@@ -17,6 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A uniform pick in [0, n) from a xorshift64 state (any non-zero seed): generated inputs that
+ * are the same on every run. */
+static inline unsigned tg_unit_rnd(uint64_t *state, unsigned n)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return (unsigned)(*state % n);
+}
+
 static inline int tg_unit_run(const char *group, const struct CMUnitTest *all, size_t n, int argc, char **argv)
 {
     int bugs = argc > 1 && strcmp(argv[1], "--bugs") == 0;

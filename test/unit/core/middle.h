@@ -624,8 +624,10 @@ static inline void mw_exchange(struct mw *m, struct tg_session *s, struct tg_exc
     snprintf(x->proto, sizeof(x->proto), "%s", s->proto);
 }
 
-/* A client message of session s, answered through sk (taken over by the middle). */
-static inline void mw_send(struct mw *m, struct tg_session *s, struct tg_sink *sk, const char *json)
+/* A client message of session s, answered through sk (taken over by the middle); edit, if not
+ * NULL, changes the exchange first (another era, other capabilities). */
+static inline void mw_send_with(struct mw *m, struct tg_session *s, struct tg_sink *sk, const char *json,
+                                void (*edit)(struct tg_exchange *x))
 {
     struct tg_msg msg;
     const char *why = NULL;
@@ -633,8 +635,15 @@ static inline void mw_send(struct mw *m, struct tg_session *s, struct tg_sink *s
         fail_msg("test message does not decode (%s): %s", why, json);
     struct tg_exchange x;
     mw_exchange(m, s, &x);
+    if (edit != NULL)
+        edit(&x);
     tg_dispatch_message(&x, sk, &msg);
     tg_msg_dispose(&msg);
+}
+
+static inline void mw_send(struct mw *m, struct tg_session *s, struct tg_sink *sk, const char *json)
+{
+    mw_send_with(m, s, sk, json, NULL);
 }
 
 /* A message from the upstream on the session's link (FAKE_LINK). */

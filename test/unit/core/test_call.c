@@ -670,6 +670,17 @@ static void message_reenters_call(void **state)
 
 /* ---- streamed answers, backpressure, server requests on an answer-only sink ------------- */
 
+#define PROGRESS "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1}}"
+
+/* A call of echo (client id "q") whose answer streams, as upstream/streamable.c makes it. */
+static struct tg_call *sse_call(struct mw *m, struct tg_session *s, struct rec *r)
+{
+    struct tg_call *k = call_tool(m, s, r, 0, "\"q\"", "echo");
+    k->mode = MODE_SSE;
+    tg_call_stream(k);
+    return k;
+}
+
 /* While upstream/streamable.c feeds a read's bytes to the SSE parser (k->feeding), the messages
  * relayed from them neither touch the call nor ask the sink: that is done once after the bytes,
  * and only when a message was relayed (feeding 2). */
@@ -679,10 +690,8 @@ static void feeding_defers_backpressure(void **state)
     struct tg_session *s = mw_session(m, 0);
     struct rec r;
     rec_init(&r);
-    struct tg_call *k = call_tool(m, s, &r, 0, "\"q\"", "echo");
-    k->mode = MODE_SSE;
-    tg_call_stream(k);
-    const char *prog = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1}}";
+    struct tg_call *k = sse_call(m, s, &r);
+    const char *prog = PROGRESS;
     r.high = 1;
     int touch0 = fake.ntouch;
     k->feeding = 1;
@@ -716,10 +725,8 @@ static void streamed_answer_and_backpressure(void **state)
     struct tg_session *s = mw_session(m, 0);
     struct rec r;
     rec_init(&r);
-    struct tg_call *k = call_tool(m, s, &r, 0, "\"q\"", "echo");
-    k->mode = MODE_SSE;
-    tg_call_stream(k);
-    const char *prog = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1}}";
+    struct tg_call *k = sse_call(m, s, &r);
+    const char *prog = PROGRESS;
     assert_int_equal(tg_call_upstream_message(k, prog, strlen(prog), NULL), 0);
     assert_int_equal(fake.ntouch, 1);
     assert_int_equal(fake.npause, 0);

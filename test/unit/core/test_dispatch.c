@@ -943,20 +943,17 @@ static void session_open_refusals(void **state)
 
 /* ---- 2026-07-28 input_required ---------------------------------------------------------- */
 
+static void as_2026(struct tg_exchange *x)
+{
+    x->era = TG_ERA_2026;
+    x->client_caps = TG_CAP_ELICITATION;
+    snprintf(x->proto, sizeof(x->proto), "2026-07-28");
+}
+
 /* body as a 2026 client's request on s (an upstream session that speaks 2025). */
 static void mw_send_2026(struct mw *m, struct tg_session *s, struct tg_sink *sk, const char *json)
 {
-    struct tg_msg msg;
-    const char *why = NULL;
-    if (tg_msg_decode(json, strlen(json), 64, &msg, &why) != 0)
-        fail_msg("test message does not decode (%s): %s", why, json);
-    struct tg_exchange x;
-    mw_exchange(m, s, &x);
-    x.era = TG_ERA_2026;
-    x.client_caps = TG_CAP_ELICITATION;
-    snprintf(x.proto, sizeof(x.proto), "2026-07-28");
-    tg_dispatch_message(&x, sk, &msg);
-    tg_msg_dispose(&msg);
+    mw_send_with(m, s, sk, json, as_2026);
 }
 
 #define CALL_2026 "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{\"x\":1}"

@@ -748,10 +748,7 @@ static void writer_string_escapes(void **state)
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
 static unsigned rnd(unsigned n)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (unsigned)(rng_state % n);
+    return tg_unit_rnd(&rng_state, n);
 }
 
 static void gen_value(struct tg_buf *b, int depth);

@@ -22,10 +22,7 @@
 static uint64_t rng_state = 0x2545f4914f6cdd1dULL;
 static unsigned rnd(unsigned n)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (unsigned)(rng_state % n);
+    return tg_unit_rnd(&rng_state, n);
 }
 
 static const char *pick(const char *const *v, size_t n) { return v[rnd((unsigned)n)]; }
