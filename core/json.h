@@ -59,8 +59,9 @@ int tg__json_scan_fast(const char *p, size_t n, int max_depth, struct tg_json_do
 /* Forgets the message tg__json_scan_fast() saw last (each thread keeps one, to resume the walk
  * of the next one where the two first differ): its next scan walks from the first byte. */
 void tg__json_scan_forget(void);
-/* This thread's count of walks resumed, and of the bytes they did not walk again. */
-void tg__json_scan_stats(size_t *resumed, size_t *skipped);
+/* This thread's count of walks resumed, of the bytes they did not walk again, and of messages
+ * taken with no walk (the last one with one scalar swapped). */
+void tg__json_scan_stats(size_t *resumed, size_t *skipped, size_t *swapped);
 
 /* The raw token of the top-level "id" member of a JSON object cut short (the first bytes of a
  * message too long to keep): found by a lenient scan that tracks strings and nesting only.

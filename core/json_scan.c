@@ -84,7 +84,7 @@ static inline const unsigned char *string_end(const unsigned char *p, const unsi
 static int digit(unsigned c) { return c - '0' < 10; }
 
 /* Past a JSON number at p (RFC 8259 grammar, as parse_number() takes it), or NULL. */
-static const unsigned char *number_end(const unsigned char *p, const unsigned char *end)
+static inline const unsigned char *number_end(const unsigned char *p, const unsigned char *end)
 {
     if (p < end && *p == '-')
         p++;
@@ -315,7 +315,12 @@ static _Thread_local struct scan_memo {
     unsigned from_at[FAST_DEPTH + 1];
     uint64_t seen_at[FAST_DEPTH + 1];
     const unsigned char *keys[FAST_KEYS]; /* the open objects' keys (their lengths: key_len) */
+    int whole; /* the copy was accepted by the compact walk, and doc holds all of its members */
+    const unsigned char *swap_at; /* where cp.p was taken last (in the compact walk), kept when
+                                   * cp is dropped: scan_swapped() needs no stacks */
+    size_t swap_end;              /* where the value at swap_at ends, once known; 0: not yet */
     size_t resumed, skipped; /* walks resumed, bytes not walked again (tg__json_scan_stats) */
+    size_t swapped;          /* messages taken as the last one with its scalar at cp swapped */
 } memo;
 
 enum { DOC_ID, DOC_METHOD, DOC_ERROR, DOC_RESULT };
@@ -492,6 +497,8 @@ static inline __attribute__((always_inline)) int walk_padded(size_t n, int limit
         while (spaced && *p == ' ')
             p++;
         if (!spaced && p <= lim) {
+            m->swap_at = p;
+            m->swap_end = 0;
             cp->p = p;
             cp->mv = mv;
             cp->seen = seen;
@@ -611,10 +618,97 @@ static inline __attribute__((always_inline)) int walk_padded(size_t n, int limit
     }
 }
 
+/* ---- the same message with one scalar swapped
+ *
+ * A stream's messages often differ in one scalar only: a progress notification from the one
+ * before it in its "progress" number, a log message in its text. When the last message was
+ * accepted whole and this one is that message with the scalar value that starts where its
+ * walk took its last checkpoint (swap_at, kept when the checkpoint is dropped) replaced by
+ * another scalar (the bytes before the checkpoint the same, the bytes
+ * after the old value the same as those after the new one), this one is valid too: a scalar
+ * is a token the grammar takes anywhere another is taken, it ends where the old one did (the
+ * byte after a value in the compact walk is a ',', '}' or ']', or there is none, and none of
+ * them continues a scalar), and it keeps the same slot (root_slot() picks by key, and by '{'
+ * only). The members that end past it move by the difference in length. Nothing is walked:
+ * the new scalar is read, two runs of bytes compared, and the copy patched. */
+
+/* Past the scalar at p in [p, end) (a string of plain bytes, a number, a literal), or NULL. */
+static inline const unsigned char *scalar_end(const unsigned char *p, const unsigned char *end)
+{
+    unsigned c = *p;
+    if (c == '"') {
+        const unsigned char *q = string_end(p, end);
+        return q != NULL && tg_json_plain((const char *)p + 1, (size_t)(q - p - 2)) ? q : NULL;
+    }
+    if (c == '-' || digit(c))
+        return number_end(p, end);
+    static const char *const lit[3] = {"true", "false", "null"};
+    for (int i = 0; i < 3; i++) {
+        size_t ln = strlen(lit[i]);
+        if (c == (unsigned char)lit[i][0])
+            return (size_t)(end - p) >= ln && memcmp(p, lit[i], ln) == 0 ? p + ln : NULL;
+    }
+    return NULL;
+}
+
+/* 0 with doc filled, or 1: not this case (nothing changed, the walk decides). */
+static int scan_swapped(const unsigned char *in, size_t n, int limit, struct tg_json_doc *doc)
+{
+    struct scan_memo *m = &memo;
+    if (!m->whole || m->limit != limit || n < 16)
+        return 1;
+    unsigned char *buf = m->buf;
+    size_t at = (size_t)(m->swap_at - buf);
+    unsigned c = buf[at];
+    if (at >= n || c == '{' || c == '[' || memcmp(in, buf, at) != 0)
+        return 1;
+    if (m->swap_end == 0) { /* the old value was walked: where it ends is read again, once */
+        const unsigned char *oe = c == '"' ? string_end_z(buf + at) : scalar_end(buf + at, buf + m->n);
+        if (oe == NULL)
+            return 1;
+        m->swap_end = (size_t)(oe - buf);
+    }
+    const unsigned char *ne = scalar_end(in + at, in + n);
+    if (ne == NULL)
+        return 1;
+    size_t old_end = m->swap_end, new_end = (size_t)(ne - in), tail = n - new_end;
+    if (m->n - old_end != tail || memcmp(ne, buf + old_end, tail) != 0)
+        return 1;
+    /* this message is the last one with [at, old_end) swapped for [at, new_end) */
+    if (new_end != old_end) {
+        memmove(buf + new_end, buf + old_end, tail);
+        _mm_storeu_si128((__m128i *)(buf + n), _mm_setzero_si128());
+    }
+    if (new_end - at > 16)
+        memcpy(buf + at, in + at, new_end - at);
+    else /* mostly a few digits: no call */
+        for (size_t i = at; i < new_end; i++)
+            buf[i] = in[i];
+    m->swap_end = new_end;
+    for (int j = 0; j < 4; j++) {
+        struct span *sp = &m->doc[j];
+        if (sp->end > at) {
+            sp->end = sp->end - old_end + new_end;
+            if (sp->off > at)
+                sp->off = sp->off - old_end + new_end;
+        }
+    }
+    m->n = n;
+    m->swapped++;
+    struct tg_slice *out[4] = {&doc->id_raw, &doc->method_raw, &doc->error_raw, &doc->result_raw};
+    for (int j = 0; j < 4; j++)
+        if (m->doc[j].end != 0)
+            *out[j] = tg_slice_of((const char *)in + m->doc[j].off, m->doc[j].end - m->doc[j].off);
+    return 0;
+}
+
 static int scan_padded(const char *in, size_t n, int max_depth, struct tg_json_doc *doc)
 {
     struct scan_memo *m = &memo;
     size_t same;
+    if (scan_swapped((const unsigned char *)in, n, max_depth < FAST_DEPTH ? max_depth : FAST_DEPTH, doc) == 0)
+        return 0;
+    m->whole = 0;
     if (!copy_plain(m->buf, (const unsigned char *)in, n, m->n, &same)) {
         m->n = 0; /* the copy holds another message now */
         return -1;
@@ -641,6 +735,7 @@ static int scan_padded(const char *in, size_t n, int max_depth, struct tg_json_d
     m->n = n;
     m->limit = limit;
     int rc = walk_padded(n, limit, 0, lim, resume);
+    m->whole = rc == 0;
     if (rc != 0 && memchr(m->buf, ' ', n) != NULL) {
         /* spaces outside strings, or a refusal: the walk that takes them decides */
         m->cp.p = NULL;
@@ -657,16 +752,21 @@ static int scan_padded(const char *in, size_t n, int max_depth, struct tg_json_d
     return rc;
 }
 
-void tg__json_scan_forget(void) { memo.n = 0; }
+void tg__json_scan_forget(void)
+{
+    memo.n = 0;
+    memo.whole = 0;
+}
 
-void tg__json_scan_stats(size_t *resumed, size_t *skipped)
+void tg__json_scan_stats(size_t *resumed, size_t *skipped, size_t *swapped)
 {
     *resumed = memo.resumed;
     *skipped = memo.skipped;
+    *swapped = memo.swapped;
 }
 #else
 void tg__json_scan_forget(void) {}
-void tg__json_scan_stats(size_t *resumed, size_t *skipped) { *resumed = *skipped = 0; }
+void tg__json_scan_stats(size_t *resumed, size_t *skipped, size_t *swapped) { *resumed = *skipped = *swapped = 0; }
 #endif
 
 int tg__json_scan_fast(const char *in, size_t n, int max_depth, struct tg_json_doc *doc)

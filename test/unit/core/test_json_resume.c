@@ -168,9 +168,9 @@ static void same_doc(const struct tg_json_doc *a, const struct tg_json_doc *b, c
 static void resumed_walk_as_fresh(void **state)
 {
     (void)state;
-    size_t resumed0, skipped0, resumed, skipped;
+    size_t resumed0, skipped0, swapped0, resumed, skipped, swapped;
     tg__json_scan_forget();
-    tg__json_scan_stats(&resumed0, &skipped0);
+    tg__json_scan_stats(&resumed0, &skipped0, &swapped0);
     unsigned scans = 0, accepted = 0;
     for (int round = 0; round < 6000; round++) {
         struct tg_buf m[CHAIN];
@@ -208,25 +208,30 @@ static void resumed_walk_as_fresh(void **state)
         for (int k = 0; k < CHAIN; k++)
             tg_buf_dispose(&m[k]);
     }
-    tg__json_scan_stats(&resumed, &skipped);
+    tg__json_scan_stats(&resumed, &skipped, &swapped);
     resumed -= resumed0;
     skipped -= skipped0;
-    print_message("%u scans, %u accepted; in order, %zu walks resumed, %zu bytes not walked again\n", scans,
-                  accepted, resumed, skipped);
-    /* not degenerate: many are accepted, many resumed, from well past the first byte */
+    swapped -= swapped0;
+    print_message("%u scans, %u accepted; in order, %zu walks resumed, %zu bytes not walked again, %zu taken "
+                  "with one scalar swapped\n",
+                  scans, accepted, resumed, skipped, swapped);
+    /* not degenerate: many are accepted, many resumed, from well past the first byte, many
+     * swapped */
     assert_true(accepted > scans / 8);
     assert_true(resumed > scans / 4);
     assert_true(skipped > resumed * 5);
+    assert_true(swapped > scans / 100);
 }
 
-/* A progress stream as servers send it: every message after the second resumes at its
- * "progress" value, and the slices are this message's. */
+/* A progress stream as servers send it: the second message resumes at its root value, every
+ * one after it is the one before with its "progress" value swapped (counted up, longer now and
+ * then), and the slices are this message's. */
 static void progress_stream_resumes(void **state)
 {
     (void)state;
     tg__json_scan_forget();
-    size_t resumed0, skipped0, resumed, skipped;
-    tg__json_scan_stats(&resumed0, &skipped0);
+    size_t resumed0, skipped0, swapped0, resumed, skipped, swapped;
+    tg__json_scan_stats(&resumed0, &skipped0, &swapped0);
     char t[200];
     for (unsigned i = 1; i <= 200; i++) {
         int n = snprintf(t, sizeof t,
@@ -246,11 +251,11 @@ static void progress_stream_resumes(void **state)
     assert_null(d.method_raw.ptr);
     assert_ptr_equal(d.id_raw.ptr, answer + 22);
     assert_int_equal(d.result_raw.len, strlen("{\"content\":[]}"));
-    tg__json_scan_stats(&resumed, &skipped);
-    /* the first walks from the first byte and the second from its root value */
-    assert_true(resumed - resumed0 >= 199);
-    const char *at = strstr(t, "\"progress\":") + strlen("\"progress\":");
-    assert_true(skipped - skipped0 >= 197 * (size_t)(at - t));
+    tg__json_scan_stats(&resumed, &skipped, &swapped);
+    /* the first walks from the first byte, the second from its root value, the others not */
+    assert_int_equal(resumed - resumed0, 1);
+    assert_int_equal(swapped - swapped0, 198);
+    (void)skipped;
 }
 
 /* A checkpoint inside a kept member's value (the answer's result) and at a root member's
@@ -343,6 +348,58 @@ static void first_element_needs_its_byte(void **state)
     assert_int_equal(tg__json_scan_fast(q, strlen(q), 64, &d), 0);
 }
 
+/* One scalar swapped for another: taken with no walk where the grammar allows it (the same
+ * slices as the strict parser's, those past it moved), left to the walk where it does not (an
+ * escape, a number that is not one, a container, an array's first element gone, a second
+ * change). Each pair is scanned a, b, a, b: from the third, the checkpoint is at the scalar. */
+static void swapped_scalars(void **state)
+{
+    (void)state;
+#define P "{\"p\":\"0123456789abcdefgh\","
+    static const struct {
+        const char *a, *b;
+        int swaps; /* of the third and fourth scans */
+    } pairs[] = {
+        {P "\"id\":12,\"result\":{\"x\":\"abc\"}}", P "\"id\":7,\"result\":{\"x\":\"abc\"}}", 2},
+        {P "\"params\":{\"data\":\"hello\"},\"id\":3}", P "\"params\":{\"data\":\"hello there\"},\"id\":3}", 2},
+        {P "\"a\":5,\"id\":1}", P "\"a\":\"five\",\"id\":1}", 2},
+        {P "\"a\":true,\"method\":\"m\"}", P "\"a\":null,\"method\":\"m\"}", 2},
+        {P "\"a\":[1,-2.5e3,3],\"id\":1}", P "\"a\":[1,-2.5e31,3],\"id\":1}", 2},
+        {"\"0123456789abcdefghij\"", "\"0123456789abcdefghijkl\"", 2},
+        {P "\"a\":\"xy\",\"id\":1}", P "\"a\":\"x\\\"y\",\"id\":1}", 0}, /* an escape */
+        {P "\"a\":10,\"id\":1}", P "\"a\":01,\"id\":1}", 0},
+        {P "\"a\":1,\"id\":1}", P "\"a\":1.,\"id\":1}", 0},
+        {P "\"a\":true,\"id\":1}", P "\"a\":tru,\"id\":1}", 0},
+        {P "\"a\":1,\"id\":1}", P "\"a\":{},\"id\":1}", 0},
+        {P "\"a\":[5],\"id\":1}", P "\"a\":[],\"id\":1}", 0},
+        {P "\"a\":1,\"b\":2}", P "\"a\":3,\"b\":4}", 0},
+        {P "\"a\":1,\"b\":2}", P "\"a\":3,\"b\":2,\"b\":2}", 0},
+    };
+#undef P
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(*pairs); i++) {
+        size_t r0, k0, s0, r1, k1, s1;
+        tg__json_scan_forget();
+        for (int k = 0; k < 4; k++) {
+            if (k == 2)
+                tg__json_scan_stats(&r0, &k0, &s0);
+            const char *m = k % 2 ? pairs[i].b : pairs[i].a;
+            struct tg_json_doc d, s;
+            int rd = tg__json_scan_fast(m, strlen(m), 64, &d);
+            int rs = tg_json_parse(m, strlen(m), 64, 1, &s, NULL, NULL);
+            if (rd == 0) {
+                assert_int_equal(rs, 0);
+                same_doc(&d, &s, &(struct tg_buf){(char *)m, strlen(m), 0});
+            } else if (pairs[i].swaps != 0) {
+                fail_msg("refused %s", m);
+            }
+            cJSON_Delete(s.root);
+        }
+        tg__json_scan_stats(&r1, &k1, &s1);
+        if ((int)(s1 - s0) != pairs[i].swaps)
+            fail_msg("%zu swaps, not %d: %s / %s", s1 - s0, pairs[i].swaps, pairs[i].a, pairs[i].b);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -350,6 +407,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(resumed_slots),
         cmocka_unit_test(clobbered_checkpoint_dropped),
         cmocka_unit_test(first_element_needs_its_byte),
+        cmocka_unit_test(swapped_scalars),
         cmocka_unit_test(resumed_walk_as_fresh),
     };
     return TG_UNIT_RUN(tests, argc, argv);
