@@ -45,7 +45,7 @@ struct tg_replay {
     uint64_t next_seq;
     char id_head[18]; /* "HEX-" of id, made for the stream's first event */
     unsigned char id_head_len;
-    char seq_txt[20]; /* next_seq in decimal (its seq_len bytes; the rest is padding) */
+    char seq_txt[20]; /* next_seq + 1 in decimal, once an event is written (its seq_len bytes; the rest is padding) */
     unsigned char seq_len;
     /* The events, as written, in two generations: new ones go to gen[cur]; when it passes half
      * of limits.replay_bytes the older generation is dropped and the roles swap. No allocation
