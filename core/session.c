@@ -180,42 +180,41 @@ struct tg_session *tg_session_adopt(struct tg_session_table *t, struct tg_slice 
     return s;
 }
 
-static int b64url_val(char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '-')
-        return 62;
-    if (c == '_')
-        return 63;
-    return -1;
-}
+/* base64url's value of each byte, or -1: a table, as this runs for every request that names
+ * its session (a chain of range tests cost a branch per test per character). */
+static const int8_t b64url_val[256] = {
+    /* clang-format off */
+    ['A'] = 1, ['B'] = 2, ['C'] = 3, ['D'] = 4, ['E'] = 5, ['F'] = 6, ['G'] = 7, ['H'] = 8, ['I'] = 9,
+    ['J'] = 10, ['K'] = 11, ['L'] = 12, ['M'] = 13, ['N'] = 14, ['O'] = 15, ['P'] = 16, ['Q'] = 17,
+    ['R'] = 18, ['S'] = 19, ['T'] = 20, ['U'] = 21, ['V'] = 22, ['W'] = 23, ['X'] = 24, ['Y'] = 25,
+    ['Z'] = 26, ['a'] = 27, ['b'] = 28, ['c'] = 29, ['d'] = 30, ['e'] = 31, ['f'] = 32, ['g'] = 33,
+    ['h'] = 34, ['i'] = 35, ['j'] = 36, ['k'] = 37, ['l'] = 38, ['m'] = 39, ['n'] = 40, ['o'] = 41,
+    ['p'] = 42, ['q'] = 43, ['r'] = 44, ['s'] = 45, ['t'] = 46, ['u'] = 47, ['v'] = 48, ['w'] = 49,
+    ['x'] = 50, ['y'] = 51, ['z'] = 52, ['0'] = 53, ['1'] = 54, ['2'] = 55, ['3'] = 56, ['4'] = 57,
+    ['5'] = 58, ['6'] = 59, ['7'] = 60, ['8'] = 61, ['9'] = 62, ['-'] = 63, ['_'] = 64,
+    /* clang-format on */
+}; /* each value plus one: 0 is "not base64url" */
 
 static int decode_id(struct tg_slice id, uint8_t raw[16])
 {
     if (id.len != TG_SESSION_ID_LEN)
         return -1;
-    uint32_t acc = 0;
-    int bits = 0;
-    size_t o = 0;
-    for (size_t i = 0; i < id.len; i++) {
-        int v = b64url_val(id.ptr[i]);
-        if (v < 0)
-            return -1;
-        acc = acc << 6 | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (o == 16)
-                return -1;
-            raw[o++] = (uint8_t)(acc >> bits);
-        }
+    /* 22 characters: five groups of four make 15 bytes, the last two the 16th (their 4 bits
+     * left over are not looked at: tg_session_find() compares the spelling too) */
+    const unsigned char *c = (const unsigned char *)id.ptr;
+    int bad = 0;
+    for (int g = 0; g < 5; g++, c += 4) {
+        int a = b64url_val[c[0]] - 1, b = b64url_val[c[1]] - 1, d = b64url_val[c[2]] - 1, e = b64url_val[c[3]] - 1;
+        bad |= a | b | d | e;
+        uint32_t v = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)d << 6 | (uint32_t)e;
+        raw[3 * g] = (uint8_t)(v >> 16);
+        raw[3 * g + 1] = (uint8_t)(v >> 8);
+        raw[3 * g + 2] = (uint8_t)v;
     }
-    return o == 16 ? 0 : -1;
+    int a = b64url_val[c[0]] - 1, b = b64url_val[c[1]] - 1;
+    bad |= a | b;
+    raw[15] = (uint8_t)((uint32_t)a << 2 | (uint32_t)b >> 4);
+    return bad < 0 ? -1 : 0;
 }
 
 struct tg_session *tg_session_find(struct tg_session_table *t, struct tg_slice id)
