@@ -38,7 +38,9 @@
 # sessions; about 4-5 minutes) and --quick (1 round of 2 s, 1 + 2 s streams, 1,000 sessions;
 # about 1 minute). Environment: TOLLGATE_BIN, UPSTREAM_BIN, STREAMS_BIN, POLICY_BIN (default
 # build-rel/...), NGINX_BIN, REDIS_SERVER, NODE_BIN, BENCH_DURATION, BENCH_CONNS (50),
-# STREAMS_CONNS (8), MEM_SESSIONS, BENCH_KEEP_TMP=1.
+# STREAMS_CONNS (8), MEM_SESSIONS, BENCH_KEEP_TMP=1, BENCH_GATEWAY_COMMIT (what the JSON's
+# meta.gateway_commit says the gateway is, for a TOLLGATE_BIN not built from this tree: unknown
+# without it).
 #
 # Builds nothing: cmake -S . -B build-rel -DCMAKE_BUILD_TYPE=Release && cmake --build build-rel -j2
 set -euo pipefail
@@ -114,8 +116,17 @@ started=$SECONDS
     echo "meta - idle_sessions $MEM_SESSIONS"
     echo "meta - when $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "meta - commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    # The last commit that changed anything but the benchmarks and the docs: the gateway measured.
-    echo "meta - gateway_commit $(git -C "$root" log -1 --format=%h -- . ':!test/bench' ':!docs' ':!README.md' 2>/dev/null || echo unknown)"
+    # The last commit that changed anything but the benchmarks and the docs: the gateway measured,
+    # when it is this tree's build. A TOLLGATE_BIN from elsewhere is what BENCH_GATEWAY_COMMIT
+    # says it is, or unknown: the tree's commit would be a wrong answer.
+    if [[ -n ${BENCH_GATEWAY_COMMIT:-} ]]; then
+        gw=$BENCH_GATEWAY_COMMIT
+    elif [[ $(realpath -m "$TOLLGATE_BIN") == "$(realpath -m "$B/tollgate")" ]]; then
+        gw=$(git -C "$root" log -1 --format=%h -- . ':!test/bench' ':!docs' ':!README.md' 2>/dev/null || echo unknown)
+    else
+        gw=unknown
+    fi
+    echo "meta - gateway_commit $gw"
     echo "meta - tollgate_bin $TOLLGATE_BIN"
     echo "meta - cores $(nproc)"
     echo "meta - uptime_start $(uptime | sed 's/^ *//')"
