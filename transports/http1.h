@@ -127,6 +127,7 @@ struct tg_conn {
     struct tg_http_env *env;
     const struct tg_http_listener *listener;
     uint64_t id;
+    uint64_t due_ms; /* the loop time the current state's deadline falls at; 0: none (see arm()) */
     enum tg_conn_state state;
     struct tg_tls *tls;
     llhttp_t parser;

@@ -396,6 +396,81 @@ static void header_timeout_408(void **state)
     teardown(h);
 }
 
+static void on_waited(uv_timer_t *t) { *(int *)t->data = 1; }
+
+/* Runs the harness loop for ms (the server's timers with it). */
+static void wait_ms(struct hh *h, uint64_t ms)
+{
+    uv_timer_t t;
+    int done = 0;
+    uv_timer_init(&h->loop, &t);
+    t.data = &done;
+    uv_timer_start(&t, on_waited, ms, 0);
+    HH_RUN_UNTIL(h, done);
+    uv_close((uv_handle_t *)&t, NULL);
+    hh_spin(h, 1);
+}
+
+static uint64_t now_ms(struct hh *h)
+{
+    uv_update_time(&h->loop);
+    return uv_now(&h->loop);
+}
+
+/* The connection's one timer is set lazily (http1.c, arm()): a deadline moved later leaves it
+ * where it was, and it sets itself again when it fires early. Each timeout still counts from
+ * the start of its own state, and nothing is due while a request is answered. The bounds are
+ * lower bounds: a slow machine only makes the waits longer. */
+static void timeouts_count_from_their_state(void **state)
+{
+    /* Idle after an answer: closed no sooner than idle_timeout_ms after it (the timer, set for
+     * the request's head first, fires early and sets itself again). */
+    struct hh *h = setup();
+    h->limits.header_timeout_ms = 50;
+    h->limits.idle_timeout_ms = 250;
+    hh_connect(h);
+    HH_SEND(h, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n/a");
+    uint64_t t0 = now_ms(h);
+    HH_EXPECT_EOF(h);
+    uint64_t idle = now_ms(h) - t0;
+    if (idle < 200)
+        fail_msg("closed %llu ms after the answer, idle_timeout_ms 250", (unsigned long long)idle);
+    teardown(h);
+
+    /* A second request's head, begun 40 ms after the first: 408 no sooner than
+     * header_timeout_ms after it began, not when the first one's would have fallen. */
+    h = setup();
+    h->limits.header_timeout_ms = 80;
+    h->limits.idle_timeout_ms = 1000;
+    hh_connect(h);
+    HH_SEND(h, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n/a");
+    wait_ms(h, 40);
+    uint64_t t1 = now_ms(h);
+    HH_SEND(h, "GET /b HTTP/1.1\r\nHo");
+    EXPECT_RPC_ERROR(h, 408, "Request timeout");
+    uint64_t head = now_ms(h) - t1;
+    if (head < 80)
+        fail_msg("408 %llu ms after the head began, header_timeout_ms 80", (unsigned long long)head);
+    teardown(h);
+
+    /* A request held past both timeouts is answered, and the connection stays. */
+    h = setup();
+    h->limits.header_timeout_ms = 30;
+    h->limits.idle_timeout_ms = 60;
+    hh_connect(h);
+    HH_SEND(h, "GET /later HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_RUN_UNTIL(h, t1_of(h)->held != NULL);
+    wait_ms(h, 150);
+    HH_EXPECT_QUIET(h);
+    tg_http_respond(t1_of(h)->held, 200, NULL, "text/plain", "late", 4);
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nlate");
+    HH_SEND(h, "GET /c HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n/c");
+    teardown(h);
+}
+
 /* ---- closing -------------------------------------------------------------------------- */
 
 static void connection_close_honoured(void **state)
@@ -478,6 +553,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(body_over_limit_413),
         cmocka_unit_test(headers_over_limit_431),
         cmocka_unit_test(header_timeout_408),
+        cmocka_unit_test(timeouts_count_from_their_state),
         cmocka_unit_test(connection_close_honoured),
         cmocka_unit_test(close_in_handler_is_deferred),
         cmocka_unit_test(peer_close_aborts_held_request),
