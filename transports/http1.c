@@ -13,7 +13,6 @@
 /* ---- forward declarations ---------------------------------------------- */
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
-static void on_timer(uv_timer_t *t);
 static void on_handle_closed(uv_handle_t *h);
 static void process_input(struct tg_conn *c);
 static size_t input_ceiling(struct tg_conn *c);
@@ -42,42 +41,6 @@ const char *tg_conn_state_str(enum tg_conn_state s)
 
 /* ---- state ----------------------------------------------------------------- */
 
-/* The one timer, set lazily: c->due_ms says when the current state's deadline falls, and the
- * timer is moved only when it would fire after that. Firing early, it sets itself again for
- * what is left (on_timer). A request on a keep-alive connection (READING, DISPATCHING, then
- * IDLE again) used to move it three times, each an operation on libuv's timer heap; now it
- * moves about once per header_timeout_ms. */
-static void arm(struct tg_conn *c, uint64_t ms)
-{
-    c->due_ms = uv_now(c->env->loop) + ms;
-    if (!uv_is_active((uv_handle_t *)&c->timer) || uv_timer_get_due_in(&c->timer) > ms)
-        uv_timer_start(&c->timer, on_timer, ms, 0);
-}
-
-/* Every transition passes here: it checks the edge and sets the one timer's deadline. */
-void tg__http_set_state(struct tg_conn *c, enum tg_conn_state s)
-{
-    const struct tg_limits *lim = c->env->limits;
-    switch (s) {
-    case TG_CONN_HANDSHAKE: break;
-    case TG_CONN_IDLE: arm(c, (uint64_t)lim->idle_timeout_ms); break;
-    case TG_CONN_READING:
-        if (c->state != TG_CONN_READING)
-            arm(c, (uint64_t)lim->header_timeout_ms);
-        break;
-    case TG_CONN_DISPATCHING:
-    case TG_CONN_STREAMING:
-        c->due_ms = 0; /* nothing is due: if the timer fires, on_timer finds that */
-        break;
-    case TG_CONN_UPGRADED:
-        c->due_ms = 0;
-        uv_timer_stop(&c->timer); /* its ticks are the protocol's now (tg_http_upgraded_timer) */
-        break;
-    case TG_CONN_CLOSING:
-    case TG_CONN_CLOSED: break;
-    }
-    c->state = s;
-}
 
 /* ---- llhttp callbacks ---------------------------------------------------- */
 
@@ -467,12 +430,6 @@ void tg_http_take_over(struct tg_conn *c, tg_conn_cb on_data, tg_conn_cb on_tick
         tg__http_pend(c, TG_PEND_INPUT);
 }
 
-void tg_http_upgraded_timer(struct tg_conn *c, uint64_t ms)
-{
-    if (c->state == TG_CONN_UPGRADED)
-        uv_timer_start(&c->timer, on_timer, ms, 0);
-}
-
 void tg_http_read_pause(struct tg_conn *c)
 {
     if (c->read_stopped || c->state >= TG_CONN_CLOSING)
@@ -635,7 +592,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
                        (unsigned long long)c->id, c->peer, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(dn)));
             }
             /* The first request must still arrive within the header timeout. */
-            arm(c, (uint64_t)c->env->limits->header_timeout_ms);
+            tg__http_arm(c, (uint64_t)c->env->limits->header_timeout_ms);
         }
     } else if (tg_buf_try_append(&c->in, buf->base, (size_t)nread, input_ceiling(c)) != 0) {
         c->env->metrics->limit_body_bytes++;
@@ -645,38 +602,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     process_input(c);
     if (c->in.len == 0 && c->in.cap > 4096 && c->state < TG_CONN_CLOSING)
         tg_buf_dispose(&c->in);
-}
-
-static void on_timer(uv_timer_t *t)
-{
-    struct tg_conn *c = t->data;
-    if (c->state == TG_CONN_UPGRADED) {
-        if (c->up_tick)
-            c->up_tick(c, c->up_ud);
-        return;
-    }
-    if (c->due_ms == 0)
-        return; /* nothing due in this state (a request under way, a stream) */
-    uint64_t now = uv_now(c->env->loop);
-    if (now < c->due_ms) { /* set for an earlier deadline since moved on (arm) */
-        uv_timer_start(&c->timer, on_timer, c->due_ms - now, 0);
-        return;
-    }
-    c->due_ms = 0;
-    if (c->state == TG_CONN_READING) {
-        /* A slow request (slowloris) gets 408 and the connection is closed. */
-        c->close_after = 1;
-        c->req.keep_alive = 0;
-        tg__http_set_state(c, TG_CONN_DISPATCHING);
-        tg_http_respond_rpc_error(c, 408, NULL, TG_RPC_INVALID_REQUEST, "Request timeout");
-        return;
-    }
-    if (c->state == TG_CONN_HANDSHAKE) {
-        c->env->metrics->tls_handshake_failures++;
-        tg_log(TG_LOG_INFO, "TLS handshake timed out", "conn=%llu peer=%s timeout_ms=%d", (unsigned long long)c->id,
-               c->peer, c->env->limits->tls_handshake_timeout_ms);
-    }
-    tg_conn_close(c, c->state == TG_CONN_HANDSHAKE ? "handshake timeout" : "idle timeout");
 }
 
 /* ---- closing -------------------------------------------------------------------- */
@@ -803,10 +728,10 @@ void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, 
             return;
         }
         c->state = TG_CONN_HANDSHAKE;
-        arm(c, (uint64_t)env->limits->tls_handshake_timeout_ms);
+        tg__http_arm(c, (uint64_t)env->limits->tls_handshake_timeout_ms);
     } else {
         c->state = TG_CONN_IDLE;
-        arm(c, (uint64_t)env->limits->header_timeout_ms);
+        tg__http_arm(c, (uint64_t)env->limits->header_timeout_ms);
     }
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }

@@ -12,9 +12,14 @@
 #define TG_PEND_INPUT 4u    /* parse pipelined input now that the previous answer is done */
 #define TG_PEND_TLS 8u      /* encrypt more of the plaintext waiting in tls_plain */
 
-/* http1.c */
-/* Every state transition passes here: it checks the edge and re-arms the one timer. */
+/* http1_timer.c */
+/* Every state transition passes here: it checks the edge and sets the one timer's deadline. */
 void tg__http_set_state(struct tg_conn *c, enum tg_conn_state s);
+/* The deadline of the state c is in: ms from now (the timer moves only when it would fire
+ * after it). */
+void tg__http_arm(struct tg_conn *c, uint64_t ms);
+
+/* http1.c */
 /* TLS: encrypt and write more of the plaintext queued in c->tls_plain (a slice per round, while
  * the connection is under its mark). */
 void tg__http_tls_pump(struct tg_conn *c);
