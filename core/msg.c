@@ -58,6 +58,20 @@ static int has_case_twins(const cJSON *item)
 
 static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m, const char **why);
 
+/* Key k is "jsonrpc", "id", a or b (whose first letters are fa and fb): a switch on the first
+ * letter, then one compare (this runs for every member of every message). */
+static int member_of(const char *k, char fa, const char *a, char fb, const char *b)
+{
+    if (k[0] == 'j')
+        return strcmp(k, "jsonrpc") == 0;
+    if (k[0] == 'i')
+        return k[1] == 'd' && k[2] == '\0';
+    if (k[0] == fa)
+        return strcmp(k, a) == 0;
+    return k[0] == fb && strcmp(k, b) == 0;
+}
+
+
 int tg_msg_decode(const char *p, size_t n, int max_depth, struct tg_msg *m, const char **why)
 {
     int r = decode_shape(p, n, max_depth, m, why);
@@ -129,8 +143,7 @@ static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m
             return TG_RPC_INVALID_REQUEST;
         }
         for (cJSON *c = root->child; c; c = c->next)
-            if (strcmp(c->string, "jsonrpc") && strcmp(c->string, "id") && strcmp(c->string, "method") &&
-                strcmp(c->string, "params")) {
+            if (!member_of(c->string, 'm', "method", 'p', "params")) {
                 *why = "unexpected member in a JSON-RPC request";
                 return TG_RPC_INVALID_REQUEST;
             }
@@ -162,8 +175,7 @@ static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m
         }
     }
     for (cJSON *c = root->child; c; c = c->next)
-        if (strcmp(c->string, "jsonrpc") && strcmp(c->string, "id") && strcmp(c->string, "result") &&
-            strcmp(c->string, "error")) {
+        if (!member_of(c->string, 'r', "result", 'e', "error")) {
             *why = "unexpected member in a JSON-RPC response";
             return TG_RPC_INVALID_REQUEST;
         }

@@ -186,12 +186,21 @@ struct tg_slice tg_http_req_url(const struct tg_http_req *r)
     return tg_slice_of(r->head.base + r->url_off, r->url_len);
 }
 
-struct tg_slice tg_http_req_header(const struct tg_http_req *r, const char *name)
+/* Header h is named name[0..n), in any case. The first bytes are compared first, with 0x20 set
+ * in both (ASCII case; bytes equal without regard to case are still equal so), so that a name
+ * of the same length but another first letter costs no call. */
+static int header_named(const struct tg_http_req *r, const struct tg_http_header *h, const char *name, size_t n)
 {
-    size_t n = strlen(name);
+    return h->name_len == n && n > 0 &&
+           (((unsigned char)r->head.base[h->name_off] ^ (unsigned char)name[0]) & ~0x20u) == 0 &&
+           strncasecmp(r->head.base + h->name_off, name, n) == 0;
+}
+
+struct tg_slice tg_http_req_header_n(const struct tg_http_req *r, const char *name, size_t n)
+{
     for (int i = 0; i < r->nheaders; i++) {
         const struct tg_http_header *h = &r->headers[i];
-        if (h->name_len == n && strncasecmp(r->head.base + h->name_off, name, n) == 0) {
+        if (header_named(r, h, name, n)) {
             struct tg_slice v = tg_slice_of(r->head.base + h->value_off, h->value_len);
             if (h->value_len == 0)
                 v.ptr = ""; /* present but empty is not absent */
@@ -203,13 +212,11 @@ struct tg_slice tg_http_req_header(const struct tg_http_req *r, const char *name
     return TG_SLICE_NULL;
 }
 
-int tg_http_req_header_count(const struct tg_http_req *r, const char *name)
+int tg_http_req_header_count_n(const struct tg_http_req *r, const char *name, size_t n)
 {
-    size_t n = strlen(name);
     int count = 0;
     for (int i = 0; i < r->nheaders; i++)
-        if (r->headers[i].name_len == n && strncasecmp(r->head.base + r->headers[i].name_off, name, n) == 0)
-            count++;
+        count += header_named(r, &r->headers[i], name, n);
     return count;
 }
 

@@ -18,6 +18,7 @@
 #define TG_HTTP1_H
 
 #include <llhttp.h>
+#include <string.h>
 #include <uv.h>
 
 #include "core/auth_memo.h"
@@ -183,9 +184,18 @@ void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, 
 
 struct tg_slice tg_http_req_url(const struct tg_http_req *r);
 /* First header with this (case-insensitive) name, or a NULL slice. */
-struct tg_slice tg_http_req_header(const struct tg_http_req *r, const char *name);
+struct tg_slice tg_http_req_header_n(const struct tg_http_req *r, const char *name, size_t n);
 /* How many headers have this name (duplicated security-relevant headers are refused). */
-int tg_http_req_header_count(const struct tg_http_req *r, const char *name);
+int tg_http_req_header_count_n(const struct tg_http_req *r, const char *name, size_t n);
+/* The same for a NUL-terminated name: inline, so that a literal's length is the compiler's. */
+static inline struct tg_slice tg_http_req_header(const struct tg_http_req *r, const char *name)
+{
+    return tg_http_req_header_n(r, name, strlen(name));
+}
+static inline int tg_http_req_header_count(const struct tg_http_req *r, const char *name)
+{
+    return tg_http_req_header_count_n(r, name, strlen(name));
+}
 
 /* A complete answer with Content-Length. extra_headers: "Name: value\r\n"... or NULL. */
 void tg_http_respond(struct tg_conn *c, int status, const char *extra_headers, const char *content_type,

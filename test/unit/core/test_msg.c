@@ -160,6 +160,15 @@ static void invalid_requests(void **state)
                  "unexpected member");
     expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},\"method2\":1}", TG_RPC_INVALID_REQUEST, "1",
                  "unexpected member");
+    /* Keys that share a first letter, or all but the end, with a member's */
+    static const char *const near[] = {"\"i\"", "\"idd\"", "\"jsonrpc2\"", "\"j\"", "\"\"", "\"methods\"", "\"p\""};
+    for (size_t i = 0; i < sizeof(near) / sizeof(*near); i++) {
+        char m[128];
+        snprintf(m, sizeof(m), "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",%s:1}", near[i]);
+        expect_error(m, TG_RPC_INVALID_REQUEST, "1", "unexpected member");
+        snprintf(m, sizeof(m), "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{},%s:1}", i == 5 ? "\"errors\"" : near[i]);
+        expect_error(m, TG_RPC_INVALID_REQUEST, "1", "unexpected member");
+    }
     /* Responses */
     expect_error("{\"jsonrpc\":\"2.0\",\"id\":1}", TG_RPC_INVALID_REQUEST, "1", "method");
     expect_error("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":1,\"error\":{\"code\":1,\"message\":\"m\"}}",
