@@ -2,6 +2,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "core/slab.h"
 
@@ -707,19 +710,40 @@ int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_j
     return parse_strict(p, n, max_depth, build, doc, err, err_off);
 }
 
+/* The length of s[0..n)'s first run of bytes that need no escape in a JSON string (anything but
+ * a control byte, '"' and '\\'): sixteen bytes a step with SSE2. Most strings written (keys, names,
+ * ids, plain text) are one run. */
+static size_t unescaped_run(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+#if defined(__SSE2__)
+    const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), ctl = _mm_set1_epi8(0x1f);
+    for (; i + 16 <= n; i += 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(s + i));
+        __m128i low = _mm_cmpeq_epi8(_mm_min_epu8(x, ctl), x); /* x <= 0x1f, unsigned */
+        unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(low, _mm_or_si128(_mm_cmpeq_epi8(x, q), _mm_cmpeq_epi8(x, bs))));
+        if (m != 0)
+            return i + (unsigned)__builtin_ctz(m);
+    }
+#endif
+    while (i < n && s[i] >= 0x20 && s[i] != '"' && s[i] != '\\')
+        i++;
+    return i;
+}
+
 void tg_json_write_string(struct tg_buf *b, const char *s, size_t n)
 {
     static const char hx[] = "0123456789abcdef";
     if (tg_buf_try_reserve(b, n + 2, 0) != 0)
         abort();
     b->base[b->len++] = '"';
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\')
-            continue;
-        tg_buf_append(b, s + run, i - run);
-        run = i + 1;
+    for (size_t i = 0;;) {
+        size_t r = unescaped_run((const unsigned char *)s + i, n - i);
+        tg_buf_append(b, s + i, r);
+        i += r;
+        if (i == n)
+            break;
+        unsigned char c = (unsigned char)s[i++];
         char esc[7] = {'\\', 0};
         size_t en = 2;
         switch (c) {
@@ -740,7 +764,6 @@ void tg_json_write_string(struct tg_buf *b, const char *s, size_t n)
         }
         tg_buf_append(b, esc, en);
     }
-    tg_buf_append(b, s + run, n - run);
     tg_buf_append(b, "\"", 1);
 }
 

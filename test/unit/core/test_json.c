@@ -740,6 +740,39 @@ static void writer_string_escapes(void **state)
     tg_json_write_string(&b, "", 0);
     assert_int_equal(b.len, 2);
     assert_memory_equal(b.base, "\"\"", 2);
+    /* Long strings (the writer goes sixteen bytes a step) with a byte to escape at every place,
+     * against a byte-at-a-time escaper; bytes over 0x7f and 0x7f itself are kept as they are. */
+    static const unsigned char pick[] = {'a', 'Z', ' ', '/', 0x7f, 0x80, 0xC3, 0xff, '"', '\\', '\n', 0x00, 0x1f, 0x20, 0x1e};
+    struct tg_buf want;
+    tg_buf_init(&want);
+    uint64_t st = 0x243f6a8885a308d3ULL;
+    for (int round = 0; round < 4000; round++) {
+        unsigned char in[80];
+        size_t n = tg_unit_rnd(&st, sizeof(in) + 1);
+        for (size_t i = 0; i < n; i++)
+            in[i] = tg_unit_rnd(&st, 4) == 0 ? pick[tg_unit_rnd(&st, sizeof(pick))] : (unsigned char)('a' + tg_unit_rnd(&st, 26));
+        want.len = 0;
+        tg_buf_append(&want, "\"", 1);
+        for (size_t i = 0; i < n; i++) {
+            char e[8];
+            unsigned c = in[i];
+            if (c == '"' || c == '\\')
+                snprintf(e, sizeof(e), "\\%c", c);
+            else if (c == '\n')
+                snprintf(e, sizeof(e), "\\n");
+            else if (c < 0x20)
+                snprintf(e, sizeof(e), "\\u%04x", c);
+            else
+                snprintf(e, sizeof(e), "%c", c);
+            tg_buf_append(&want, e, c == 0 || c >= 0x20 ? (c >= 0x20 && c != '"' && c != '\\' ? 1 : strlen(e)) : strlen(e));
+        }
+        tg_buf_append(&want, "\"", 1);
+        b.len = 0;
+        tg_json_write_string(&b, (const char *)in, n);
+        if (b.len != want.len || memcmp(b.base, want.base, b.len) != 0)
+            fail_msg("round %d: %zu bytes written, %zu wanted", round, b.len, want.len);
+    }
+    tg_buf_dispose(&want);
     tg_buf_dispose(&b);
 }
 
