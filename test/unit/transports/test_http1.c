@@ -417,7 +417,19 @@ static uint64_t now_ms(struct hh *h)
     return uv_now(&h->loop);
 }
 
-/* The connection's one timer is set lazily (http1.c, arm()): a deadline moved later leaves it
+/* A connection with these timeouts that has had one request answered. */
+static struct hh *answered_once(int header_ms, int idle_ms)
+{
+    struct hh *h = setup();
+    h->limits.header_timeout_ms = header_ms;
+    h->limits.idle_timeout_ms = idle_ms;
+    hh_connect(h);
+    HH_SEND(h, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n/a");
+    return h;
+}
+
+/* The connection's one timer is set lazily (http1_timer.c, tg__http_arm()): a deadline moved later leaves it
  * where it was, and it sets itself again when it fires early. Each timeout still counts from
  * the start of its own state, and nothing is due while a request is answered. The bounds are
  * lower bounds: a slow machine only makes the waits longer. */
@@ -425,12 +437,7 @@ static void timeouts_count_from_their_state(void **state)
 {
     /* Idle after an answer: closed no sooner than idle_timeout_ms after it (the timer, set for
      * the request's head first, fires early and sets itself again). */
-    struct hh *h = setup();
-    h->limits.header_timeout_ms = 50;
-    h->limits.idle_timeout_ms = 250;
-    hh_connect(h);
-    HH_SEND(h, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
-    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n/a");
+    struct hh *h = answered_once(50, 250);
     uint64_t t0 = now_ms(h);
     HH_EXPECT_EOF(h);
     uint64_t idle = now_ms(h) - t0;
@@ -440,12 +447,7 @@ static void timeouts_count_from_their_state(void **state)
 
     /* A second request's head, begun 40 ms after the first: 408 no sooner than
      * header_timeout_ms after it began, not when the first one's would have fallen. */
-    h = setup();
-    h->limits.header_timeout_ms = 80;
-    h->limits.idle_timeout_ms = 1000;
-    hh_connect(h);
-    HH_SEND(h, "GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
-    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n/a");
+    h = answered_once(80, 1000);
     wait_ms(h, 40);
     uint64_t t1 = now_ms(h);
     HH_SEND(h, "GET /b HTTP/1.1\r\nHo");
