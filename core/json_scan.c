@@ -590,13 +590,22 @@ static inline __attribute__((always_inline)) int walk_padded(size_t n, int limit
  * before it in its "progress" number, a log message in its text. When the last message was
  * accepted whole and this one is that message with the scalar value that starts where its
  * walk took its last checkpoint (swap_at, kept when the checkpoint is dropped) replaced by
- * another scalar (the bytes before the checkpoint the same, the bytes
- * after the old value the same as those after the new one), this one is valid too: a scalar
+ * another scalar (the bytes before it the same, the bytes after the old value the same as
+ * those after the new one), this one is valid too: a scalar
  * is a token the grammar takes anywhere another is taken, it ends where the old one did (the
  * byte after a value in the compact walk is a ',', '}' or ']', or there is none, and none of
  * them continues a scalar), and it keeps the same slot (root_slot() picks by key, and by '{'
  * only). The members that end past it move by the difference in length. Nothing is walked:
  * the new scalar is read, two runs of bytes compared, and the copy patched. */
+
+/* doc's slices from the memo's members, onto in (the message the copy is of). */
+static void fill_doc(struct tg_json_doc *doc, const char *in)
+{
+    struct tg_slice *out[4] = {&doc->id_raw, &doc->method_raw, &doc->error_raw, &doc->result_raw};
+    for (int j = 0; j < 4; j++)
+        if (memo.doc[j].end != 0)
+            *out[j] = tg_slice_of(in + memo.doc[j].off, memo.doc[j].end - memo.doc[j].off);
+}
 
 /* Past the scalar at p in [p, end) (a string of plain bytes, a number, a literal), or NULL. */
 static inline const unsigned char *scalar_end(const unsigned char *p, const unsigned char *end)
@@ -629,7 +638,7 @@ static int scan_swapped(const unsigned char *in, size_t n, int limit, struct tg_
     if (at >= n || c == '{' || c == '[' || memcmp(in, buf, at) != 0)
         return 1;
     if (m->swap_end == 0) { /* the old value was walked: where it ends is read again, once */
-        const unsigned char *oe = c == '"' ? string_end_z(buf + at) : scalar_end(buf + at, buf + m->n);
+        const unsigned char *oe = scalar_end(buf + at, buf + m->n);
         if (oe == NULL)
             return 1;
         m->swap_end = (size_t)(oe - buf);
@@ -661,10 +670,7 @@ static int scan_swapped(const unsigned char *in, size_t n, int limit, struct tg_
     }
     m->n = n;
     m->swapped++;
-    struct tg_slice *out[4] = {&doc->id_raw, &doc->method_raw, &doc->error_raw, &doc->result_raw};
-    for (int j = 0; j < 4; j++)
-        if (m->doc[j].end != 0)
-            *out[j] = tg_slice_of((const char *)in + m->doc[j].off, m->doc[j].end - m->doc[j].off);
+    fill_doc(doc, (const char *)in);
     return 0;
 }
 
@@ -672,14 +678,14 @@ static int scan_padded(const char *in, size_t n, int max_depth, struct tg_json_d
 {
     struct scan_memo *m = &memo;
     size_t same;
-    if (scan_swapped((const unsigned char *)in, n, max_depth < FAST_DEPTH ? max_depth : FAST_DEPTH, doc) == 0)
+    int limit = max_depth < FAST_DEPTH ? max_depth : FAST_DEPTH;
+    if (scan_swapped((const unsigned char *)in, n, limit, doc) == 0)
         return 0;
     m->whole = 0;
     if (!copy_plain(m->buf, (const unsigned char *)in, n, m->n, &same)) {
         m->n = 0; /* the copy holds another message now */
         return -1;
     }
-    int limit = max_depth < FAST_DEPTH ? max_depth : FAST_DEPTH;
     /* after a first message, no checkpoint is worth taking past its first byte */
     const unsigned char *lim = m->buf + (m->n != 0 ? same : 0);
     /* An array's first element starts where its first byte is not ']': that byte must be shared
@@ -709,12 +715,8 @@ static int scan_padded(const char *in, size_t n, int max_depth, struct tg_json_d
             m->doc[j].end = 0;
         rc = walk_padded(n, limit, 1, lim, 0);
     }
-    if (rc == 0) {
-        struct tg_slice *out[4] = {&doc->id_raw, &doc->method_raw, &doc->error_raw, &doc->result_raw};
-        for (int j = 0; j < 4; j++)
-            if (m->doc[j].end != 0)
-                *out[j] = tg_slice_of(in + m->doc[j].off, m->doc[j].end - m->doc[j].off);
-    }
+    if (rc == 0)
+        fill_doc(doc, in);
     return rc;
 }
 

@@ -71,7 +71,6 @@ static int member_of(const char *k, char fa, const char *a, char fb, const char 
     return k[0] == fb && strcmp(k, b) == 0;
 }
 
-
 int tg_msg_decode(const char *p, size_t n, int max_depth, struct tg_msg *m, const char **why)
 {
     int r = decode_shape(p, n, max_depth, m, why);

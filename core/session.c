@@ -180,8 +180,9 @@ struct tg_session *tg_session_adopt(struct tg_session_table *t, struct tg_slice 
     return s;
 }
 
-/* base64url's value of each byte, or -1: a table, as this runs for every request that names
- * its session (a chain of range tests cost a branch per test per character). */
+/* base64url's value of each byte plus one, 0 for a byte that is not base64url: a table, as this
+ * runs for every request that names its session (a chain of range tests cost a branch per test
+ * per character). */
 static const int8_t b64url_val[256] = {
     /* clang-format off */
     ['A'] = 1, ['B'] = 2, ['C'] = 3, ['D'] = 4, ['E'] = 5, ['F'] = 6, ['G'] = 7, ['H'] = 8, ['I'] = 9,
@@ -193,7 +194,7 @@ static const int8_t b64url_val[256] = {
     ['x'] = 50, ['y'] = 51, ['z'] = 52, ['0'] = 53, ['1'] = 54, ['2'] = 55, ['3'] = 56, ['4'] = 57,
     ['5'] = 58, ['6'] = 59, ['7'] = 60, ['8'] = 61, ['9'] = 62, ['-'] = 63, ['_'] = 64,
     /* clang-format on */
-}; /* each value plus one: 0 is "not base64url" */
+};
 
 static int decode_id(struct tg_slice id, uint8_t raw[16])
 {

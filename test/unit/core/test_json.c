@@ -764,7 +764,7 @@ static void writer_string_escapes(void **state)
                 snprintf(e, sizeof(e), "\\u%04x", c);
             else
                 snprintf(e, sizeof(e), "%c", c);
-            tg_buf_append(&want, e, c == 0 || c >= 0x20 ? (c >= 0x20 && c != '"' && c != '\\' ? 1 : strlen(e)) : strlen(e));
+            tg_buf_append(&want, e, strlen(e)); /* a 0 byte was escaped: e is a C string */
         }
         tg_buf_append(&want, "\"", 1);
         b.len = 0;
