@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "policy/auth.h"
+#include "core/audit.h"
 
 #include "core/json.h"
 
@@ -45,19 +45,6 @@ static const char *name_member(const char *method)
     return strcmp(method, "resources/read") == 0 ? "uri" : NULL;
 }
 
-/* The digest of a request's arguments (NULL: none, digested as null), as the audit log has it. */
-static void args_digest(const cJSON *args, uint8_t out[32])
-{
-    struct tg_buf a;
-    tg_buf_init(&a);
-    if (args != NULL)
-        tg_json_write(&a, args);
-    else
-        tg_buf_appends(&a, "null");
-    tg_auth_sha256(a.base, a.len, out);
-    tg_buf_dispose(&a);
-}
-
 void tg_mcp_mrtr_bind_later(struct tg_mcp_mrtr_call *c, const char *grant, const char *upstream, const char *method,
                             const cJSON *params)
 {
@@ -82,7 +69,7 @@ void tg_mcp_mrtr_digest_from(struct tg_mcp_mrtr_call *c, const cJSON *params)
 {
     if (c->args_state == TG_MRTR_ARGS_DIGEST)
         return;
-    args_digest(tg_json_get(params, "arguments"), c->b.args_sha256);
+    tg_audit_args_digest(tg_json_get(params, "arguments"), c->b.args_sha256);
     cJSON_Delete(c->args);
     c->args = NULL;
     c->args_state = TG_MRTR_ARGS_DIGEST;
@@ -102,7 +89,7 @@ int tg_mcp_mrtr_digest(struct tg_mcp_mrtr_call *c)
     if (c->args_state == TG_MRTR_ARGS_NONE)
         return -1;
     if (c->args_state == TG_MRTR_ARGS_KEPT) {
-        args_digest(c->args, c->b.args_sha256);
+        tg_audit_args_digest(c->args, c->b.args_sha256);
         cJSON_Delete(c->args);
         c->args = NULL;
         c->args_state = TG_MRTR_ARGS_DIGEST;
