@@ -151,6 +151,28 @@ static void usual_event_and_near_misses(void **state)
     expect_ev(&c, 6, "message", "after id", "5");
     expect_ev(&c, 7, "message", "nospace", NULL);
     expect_ev(&c, 8, "message", "last", NULL);
+    /* Bytes that stop the one-pass search for the line's end (core/sse.c first_odd_byte) before
+     * its LF, in the first sixteen bytes and past them: a tab, UTF-8, a CR (which ends the line:
+     * "b" is then a field of its own, ignored), a CR after the odd byte. */
+    struct col o;
+    PARSE("event: message\ndata: \t{\"k\":\"0123456789abcdef\"}\n\n"
+          "event: message\ndata: {\"k\":\"0123456789abcdef\u00e9\t\"}\n\n"
+          "event: message\ndata: {\"k\":\"0123456789abcdef\xc3\xa9\"}\n\n"
+          "event: message\ndata: a\rb\n\n"
+          "event: message\ndata: 0123456789abcdef0123\rb\n\n"
+          "event: message\ndata: 0123456789abcdef\xc3\xa9 0123456789abcdef\rb\n\n"
+          "event: message\ndata: \xc3\xa9\n\n"
+          "event: message\ndata: 0123456789abcdef0123456789abcdef01\n\n",
+          &o);
+    assert_int_equal(o.n, 8);
+    expect_ev(&o, 0, "message", "\t{\"k\":\"0123456789abcdef\"}", NULL);
+    expect_ev(&o, 1, "message", "{\"k\":\"0123456789abcdef\u00e9\t\"}", NULL);
+    expect_ev(&o, 2, "message", "{\"k\":\"0123456789abcdef\xc3\xa9\"}", NULL);
+    expect_ev(&o, 3, "message", "a", NULL);
+    expect_ev(&o, 4, "message", "0123456789abcdef0123", NULL);
+    expect_ev(&o, 5, "message", "0123456789abcdef\xc3\xa9 0123456789abcdef", NULL);
+    expect_ev(&o, 6, "message", "\xc3\xa9", NULL);
+    expect_ev(&o, 7, "message", "0123456789abcdef0123456789abcdef01", NULL);
     /* over the limit: the line parser's answer (the event is refused) */
     struct col d;
     PARSE_MAX("event: message\ndata: 0123456789\n\n", 5, &d, TG_ELIMIT);
