@@ -112,8 +112,6 @@ int tg_buf_try_append_grow(struct tg_buf *b, const void *p, size_t n, size_t cei
     return 0;
 }
 
-void tg_buf_appends(struct tg_buf *b, const char *s) { tg_buf_append(b, s, strlen(s)); }
-
 void tg_buf_appendf(struct tg_buf *b, const char *fmt, ...)
 {
     va_list ap;
@@ -203,6 +201,8 @@ int tg_slice_next_token(struct tg_slice h, size_t *at, struct tg_slice *tok)
 
 int tg_slice_has_token(struct tg_slice h, const char *token)
 {
+    if (tg_slice_eq_nocase(h, token))
+        return 1; /* the usual value: the token alone */
     struct tg_slice t;
     for (size_t i = 0; tg_slice_next_token(h, &i, &t);)
         if (tg_slice_eq_nocase(t, token))

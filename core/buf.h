@@ -76,7 +76,8 @@ static inline TG_WUR int tg_buf_try_append(struct tg_buf *b, const void *p, size
     }
     return tg_buf_try_append_grow(b, p, n, ceiling);
 }
-void tg_buf_appends(struct tg_buf *b, const char *s);
+/* Inline: a literal's length is known where it is appended. */
+static inline void tg_buf_appends(struct tg_buf *b, const char *s) { tg_buf_append(b, s, strlen(s)); }
 void tg_buf_appendf(struct tg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void tg_buf_append_u64(struct tg_buf *b, uint64_t v);
 void tg_buf_append_hex(struct tg_buf *b, uint64_t v);

@@ -313,6 +313,10 @@ static int accept_ok(struct tg_slice accept, int need_json, int need_sse)
 {
     if (accept.ptr == NULL)
         return 0;
+    /* what MCP clients send, as they send it, is not taken apart */
+    if (tg_slice_eq(accept, TG_SLICE("application/json, text/event-stream")) ||
+        tg_slice_eq(accept, TG_SLICE("text/event-stream, application/json")))
+        return 1;
     /* one pass over the media ranges (this runs for every POST) */
     int json = 0, sse = 0;
     struct tg_slice t;
