@@ -8,6 +8,26 @@
 #include <emmintrin.h>
 #endif
 
+/* The bytes a JSON string escapes. */
+#define ESC4 1, 1, 1, 1
+static const unsigned char needs_escape[256] = {
+    ESC4, ESC4, ESC4, ESC4, ESC4, ESC4, ESC4, ESC4, /* 0x00-0x1f */
+    [(unsigned char)'"'] = 1,
+    [(unsigned char)'\\'] = 1,
+};
+#undef ESC4
+
+#if defined(__SSE2__)
+/* One bit per byte of p[0..16) that needs an escape. */
+static inline unsigned escapes16(const unsigned char *p)
+{
+    const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), ctl = _mm_set1_epi8(0x1f);
+    __m128i x = _mm_loadu_si128((const __m128i *)p);
+    __m128i low = _mm_cmpeq_epi8(_mm_min_epu8(x, ctl), x); /* x <= 0x1f, unsigned */
+    return (unsigned)_mm_movemask_epi8(_mm_or_si128(low, _mm_or_si128(_mm_cmpeq_epi8(x, q), _mm_cmpeq_epi8(x, bs))));
+}
+#endif
+
 /* The length of s[0..n)'s first run of bytes that need no escape in a JSON string (anything but
  * a control byte, '"' and '\\'): sixteen bytes a step with SSE2. Most strings written (keys, names,
  * ids, plain text) are one run. */
@@ -15,16 +35,22 @@ static size_t unescaped_run(const unsigned char *s, size_t n)
 {
     size_t i = 0;
 #if defined(__SSE2__)
-    const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), ctl = _mm_set1_epi8(0x1f);
     for (; i + 16 <= n; i += 16) {
-        __m128i x = _mm_loadu_si128((const __m128i *)(s + i));
-        __m128i low = _mm_cmpeq_epi8(_mm_min_epu8(x, ctl), x); /* x <= 0x1f, unsigned */
-        unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(low, _mm_or_si128(_mm_cmpeq_epi8(x, q), _mm_cmpeq_epi8(x, bs))));
+        unsigned m = escapes16(s + i);
         if (m != 0)
             return i + (unsigned)__builtin_ctz(m);
     }
+    if (n >= 16 && i < n) { /* the last bytes: the sixteen that end at n, those before i left out */
+        unsigned m = escapes16(s + n - 16) >> (i - (n - 16));
+        return m != 0 ? i + (unsigned)__builtin_ctz(m) : n;
+    }
 #endif
-    while (i < n && s[i] >= 0x20 && s[i] != '"' && s[i] != '\\')
+    /* a string shorter than sixteen bytes (most keys and names): a table look-up a byte, four
+     * at a time */
+    for (; i + 4 <= n; i += 4)
+        if (needs_escape[s[i]] | needs_escape[s[i + 1]] | needs_escape[s[i + 2]] | needs_escape[s[i + 3]])
+            break;
+    while (i < n && !needs_escape[s[i]])
         i++;
     return i;
 }
