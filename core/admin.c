@@ -112,6 +112,8 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
     C("connections_accepted_total", "Client connections accepted.", m->conns_accepted);
     C("connections_rejected_total", "Connections refused at limits.max_connections or failed to accept (EMFILE).", m->conns_rejected);
     C("tls_handshake_failures_total", "Failed TLS handshakes.", m->tls_handshake_failures);
+    C("tls_handshakes_put_off_total", "TLS handshakes that waited for a later loop iteration (limits.tls_handshake_slice_ms).",
+      m->tls_handshakes_put_off);
     C("http_requests_total", "HTTP requests parsed.", m->http_requests);
     tg_buf_appends(out, "# HELP tollgate_http_responses_total HTTP responses by status class.\n"
                         "# TYPE tollgate_http_responses_total counter\n");

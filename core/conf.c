@@ -20,6 +20,7 @@ static const struct int_directive limit_directives[] = {
     {"json_depth", LIM(json_depth), 2, 1000, 64, "JSON nesting"},
     {"header_timeout_ms", LIM(header_timeout_ms), 100, 3600000, 10000, "time to send a request head"},
     {"tls_handshake_timeout_ms", LIM(tls_handshake_timeout_ms), 100, 600000, 5000, "a client's TLS handshake"},
+    {"tls_handshake_slice_ms", LIM(tls_handshake_slice_ms), 0, 1000, 4, "TLS handshake work per loop iteration"},
     {"idle_timeout_ms", LIM(idle_timeout_ms), 100, 86400000, 60000, "keep-alive idle time"},
     {"session_idle_timeout_ms", LIM(session_idle_timeout_ms), 1000, 604800000, 1800000, "idle session lifetime"},
     {"sessions_per_grant", LIM(sessions_per_grant), 1, 10000000, 1000, "live sessions per grant"},

@@ -73,6 +73,7 @@ struct tg_limits {
     int header_timeout_ms;
     int ws_ping_ms;
     int tls_handshake_timeout_ms;
+    int tls_handshake_slice_ms;
     int idle_timeout_ms;
     int session_idle_timeout_ms;
     int sessions_per_grant;

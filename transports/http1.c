@@ -15,7 +15,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void on_handle_closed(uv_handle_t *h);
 static void process_input(struct tg_conn *c);
-static size_t input_ceiling(struct tg_conn *c);
+#define input_ceiling tg__http_input_ceiling
 
 /* A uv_shutdown in flight, made by shutdown_now(). Owner: libuv until on_shutdown(), which
  * frees it. */
@@ -352,6 +352,8 @@ void tg_http_run_pending(struct tg_http_env *env)
         tg_list_unlink(&c->pend_link);
         unsigned what = c->pend;
         c->pend = 0;
+        if (what & TG_PEND_HANDSHAKE)
+            env->handshakes_waiting--;
         if (what & (TG_PEND_CLOSE | TG_PEND_SHUTDOWN)) {
             notify_closing(c);
             if ((what & TG_PEND_CLOSE) || uv_is_closing((uv_handle_t *)&c->tcp))
@@ -360,6 +362,8 @@ void tg_http_run_pending(struct tg_http_env *env)
                 shutdown_now(c);
             continue;
         }
+        if ((what & TG_PEND_HANDSHAKE) && c->state == TG_CONN_HANDSHAKE && tg__http_tls_resume(c) == 0)
+            what |= TG_PEND_INPUT; /* established: what came after the handshake is parsed now */
         if ((what & TG_PEND_TLS) && c->state < TG_CONN_CLOSING)
             tg__http_tls_pump(c);
         if ((what & TG_PEND_INPUT) && c->state < TG_CONN_CLOSING && !c->in_process) {
@@ -452,7 +456,7 @@ void tg_http_close_after_writes(struct tg_conn *c) { close_graceful(c); }
 
 /* ---- reading ------------------------------------------------------------------ */
 
-static size_t input_ceiling(struct tg_conn *c)
+size_t tg__http_input_ceiling(struct tg_conn *c)
 {
     const struct tg_limits *l = c->env->limits;
     return (size_t)l->header_bytes + (size_t)l->body_bytes + 65536;
@@ -568,39 +572,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     if (c->tls != NULL) {
-        struct tg_buf out;
-        tg_buf_init(&out);
-        int r = tg_tls_feed(c->tls, buf->base, (size_t)nread, &c->in, input_ceiling(c), &out);
-        if (out.len)
-            tg__http_send_wire(c, &out);
-        tg_buf_dispose(&out);
-        if (r == TG_ECLOSED) {
-            tg_conn_close(c, "TLS close_notify");
+        if (tg__http_tls_input(c, buf->base, (size_t)nread) != 0)
             return;
-        }
-        if (r != 0) {
-            if (c->state == TG_CONN_HANDSHAKE) {
-                c->env->metrics->tls_handshake_failures++;
-                char esc[128];
-                tg_log(TG_LOG_INFO, "TLS handshake failed", "conn=%llu peer=%s error=%s", (unsigned long long)c->id,
-                       c->peer, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(tg_tls_last_error(c->tls))));
-            }
-            tg_conn_close(c, r == TG_ELIMIT ? "input limit" : "TLS error");
-            return;
-        }
-        if (c->state == TG_CONN_HANDSHAKE) {
-            if (!tg_tls_established(c->tls))
-                return;
-            tg__http_set_state(c, TG_CONN_IDLE);
-            char dn[512], cn[256];
-            if (tg_tls_peer_subject(c->tls, dn, sizeof(dn), cn, sizeof(cn))) {
-                char esc[600];
-                tg_log(TG_LOG_DEBUG, "TLS client certificate", "conn=%llu peer=%s subject=%s",
-                       (unsigned long long)c->id, c->peer, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(dn)));
-            }
-            /* The first request must still arrive within the header timeout. */
-            tg__http_arm(c, (uint64_t)c->env->limits->header_timeout_ms);
-        }
     } else if (tg_buf_try_append(&c->in, buf->base, (size_t)nread, input_ceiling(c)) != 0) {
         c->env->metrics->limit_body_bytes++;
         tg_conn_close(c, "input limit");

@@ -11,6 +11,7 @@
 #define TG_PEND_SHUTDOWN 2u /* notify users, then shut down after the queued writes */
 #define TG_PEND_INPUT 4u    /* parse pipelined input now that the previous answer is done */
 #define TG_PEND_TLS 8u      /* encrypt more of the plaintext waiting in tls_plain */
+#define TG_PEND_HANDSHAKE 16u /* feed the TLS handshake input kept in c->in (http1_tls.c) */
 
 /* http1_timer.c */
 /* Every state transition passes here: it checks the edge and sets the one timer's deadline. */
@@ -29,6 +30,17 @@ void tg__http_access_line(struct tg_conn *c, int status);
 void tg__http_pend(struct tg_conn *c, unsigned what);
 /* The current request is answered: close, or get ready for the next one. */
 void tg__http_finish_request(struct tg_conn *c);
+
+/* What a connection may hold of input not parsed yet. */
+size_t tg__http_input_ceiling(struct tg_conn *c);
+
+/* http1_tls.c */
+/* n bytes of c's TLS input: fed now, or kept for a later round when this iteration's handshake
+ * slice is spent (limits.tls_handshake_slice_ms). 0: c is established and c->in holds
+ * plaintext to parse; 1: nothing to parse. */
+int tg__http_tls_input(struct tg_conn *c, const char *p, size_t n);
+/* TG_PEND_HANDSHAKE: feed the kept bytes, or keep waiting. Returns as tg__http_tls_input. */
+int tg__http_tls_resume(struct tg_conn *c);
 
 /* http1_out.c */
 /* Takes the storage of b (left empty): plaintext, corked on streams, encrypted on TLS. */

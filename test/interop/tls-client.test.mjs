@@ -531,6 +531,77 @@ describe('handshake timeout (tls_handshake_timeout_ms = 300, header_timeout_ms =
   });
 });
 
+describe('a burst of handshakes is sliced (tls_handshake_slice_ms = 1)', () => {
+  let gwSlice;
+  const putOff = async () => (await gwSlice.metrics())['tollgate_tls_handshakes_put_off_total'];
+  /** A TLS client that asks /healthz once its handshake is done; resolves with what it got. */
+  function healthz(p) {
+    return new Promise((resolve) => {
+      const s = tls.connect({ host: '127.0.0.1', port: p, ca: certs.caPem });
+      let data = '';
+      s.once('secureConnect', () => s.write('GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n'));
+      s.on('data', (d) => { data += d; });
+      s.once('error', (e) => resolve({ error: e, data }));
+      s.once('close', () => resolve({ data }));
+    });
+  }
+  /** A real ClientHello's bytes (a node client's, caught by a plain TCP server). */
+  async function clientHello() {
+    const srv = net.createServer();
+    srv.listen(0, '127.0.0.1');
+    await once(srv, 'listening');
+    const first = new Promise((resolve) => srv.once('connection', (c) => c.once('data', (d) => { resolve(d); c.destroy(); })));
+    const cl = tls.connect({ host: '127.0.0.1', port: srv.address().port, rejectUnauthorized: false });
+    cl.on('error', () => {});
+    const hello = await H.within(first, 10000, 'a ClientHello');
+    cl.destroy();
+    srv.close();
+    return hello;
+  }
+
+  before(async () => {
+    gwSlice = await H.startTollgate(H.writeConf(dir, {
+      file: 'slice.conf',
+      listeners: [{ tls: { cert: certs.cert, key: certs.key } }],
+      admin: true,
+      // each handshake step (a few ms of public-key work) spends the slice alone: a burst waits
+      limits: { tls_handshake_slice_ms: 1, tls_handshake_timeout_ms: 60000 },
+      grants: [{ name: 'local', anonymous: true }],
+      upstreams: [{ name: 'cowork-os', url: standin.url, default: true, initialize: 'local',
+        headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` } }],
+    }), { cleanup, listeners: 1, admin: true });
+  });
+
+  test('40 clients at once: every handshake ends and its request is answered; some waited for a later iteration', async () => {
+    const p = port(gwSlice, 0);
+    const f0 = await failures(gwSlice);
+    const before0 = await putOff();
+    // and clients that send their ClientHello and go: a connection closed while it waits
+    const hello = await clientHello();
+    const quitters = Array.from({ length: 8 }, () => new Promise((resolve) => {
+      const s = net.connect(p, '127.0.0.1', () => s.write(hello, () => { s.destroy(); resolve(); }));
+      s.on('error', resolve);
+    }));
+    const rs = await H.within(Promise.all(Array.from({ length: 40 }, () => healthz(p))), 60000, '40 handshakes');
+    await Promise.all(quitters);
+    rs.forEach((r, i) => assert.match(r.data, /^HTTP\/1\.1 200 /, `client ${i}: ${r.error ?? ''} ${r.data.slice(0, 200)}`));
+    const waited = (await putOff()) - before0;
+    assert.ok(waited > 0, 'no handshake waited: the slice is not applied');
+    assert.equal(await failures(gwSlice), f0, 'a handshake failed');
+  });
+
+  test('once the burst is over, nothing waits: a lone handshake is not put off (none is left counted as waiting)', async () => {
+    // the burst's connections gone (the one left open is the metrics request's own)
+    await gwSlice.waitForMetric('tollgate_connections_open', (v) => v === 1, { timeout: 20000 });
+    const before0 = await putOff();
+    for (let i = 0; i < 3; i++) {
+      const r = await healthz(port(gwSlice, 0));
+      assert.match(r.data, /^HTTP\/1\.1 200 /, `lone client ${i}: ${r.data.slice(0, 200)}`);
+    }
+    assert.equal(await putOff(), before0, 'a lone handshake waited: the waiting count was left above 0');
+  });
+});
+
 describe('the SDK client over https with alice\'s certificate (no token)', () => {
   async function run(kind) {
     const { Client } = sdk;

@@ -307,6 +307,8 @@ static void out_of_range_has_line(void **state)
     expect_error(text, line_of(text, "header_bytes = 5"), "limits.header_bytes", "5 is out of range 1024..1048576");
     text = MINIMAL "limits = { json_depth = 1001; };\n";
     expect_error(text, line_of(text, "json_depth"), "limits.json_depth", "1001 is out of range 2..1000");
+    text = MINIMAL "limits = { tls_handshake_slice_ms = 1001; };\n";
+    expect_error(text, line_of(text, "slice"), "limits.tls_handshake_slice_ms", "1001 is out of range 0..1000");
     text = MINIMAL "limits = { json_depth = \"64\"; };\n";
     expect_error(text, line_of(text, "json_depth"), "limits.json_depth", "must be an integer");
     text = LISTEN GRANTS "upstreams = (\n { name = \"u1\"; url = \"http://127.0.0.1:1/\";\n"
@@ -512,6 +514,7 @@ static void grant_and_token_errors(void **state)
         load_ok(&l, t);
         assert_string_equal(l.c->grants[0].tls_subject, "alice");
         assert_int_equal(l.c->limits.tls_handshake_timeout_ms, 5000);
+        assert_int_equal(l.c->limits.tls_handshake_slice_ms, 4);
         loaded_dispose(&l);
     }
 
