@@ -1,5 +1,6 @@
 #include "transports/http1.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,14 +187,22 @@ struct tg_slice tg_http_req_url(const struct tg_http_req *r)
     return tg_slice_of(r->head.base + r->url_off, r->url_len);
 }
 
-/* Header h is named name[0..n), in any case. The first bytes are compared first, with 0x20 set
- * in both (ASCII case; bytes equal without regard to case are still equal so), so that a name
- * of the same length but another first letter costs no call. */
+#ifndef NDEBUG
+/* What tg_token_eq_lower() needs of the name looked up: lowercase letters, digits and '-'. */
+static int lower_name(const char *name, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9') || name[i] == '-'))
+            return 0;
+    return 1;
+}
+#endif
+
+/* Header h is named name[0..n) (lowercase), in any case. */
 static int header_named(const struct tg_http_req *r, const struct tg_http_header *h, const char *name, size_t n)
 {
-    return h->name_len == n && n > 0 &&
-           (((unsigned char)r->head.base[h->name_off] ^ (unsigned char)name[0]) & ~0x20u) == 0 &&
-           strncasecmp(r->head.base + h->name_off, name, n) == 0;
+    assert(lower_name(name, n));
+    return h->name_len == n && n > 0 && tg_token_eq_lower(r->head.base + h->name_off, name, n);
 }
 
 struct tg_slice tg_http_req_header_n(const struct tg_http_req *r, const char *name, size_t n)

@@ -94,10 +94,10 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
     if (!c->in_value) {
         c->in_value = 1;
         c->hkind = 0;
-        if (c->hname_len == 12 && strncasecmp(c->hname, "content-type", 12) == 0) {
+        if (c->hname_len == 12 && tg_token_eq_lower(c->hname, "content-type", 12)) {
             c->hkind = 1;
             r->ctype_len = 0;
-        } else if (c->hname_len == 14 && strncasecmp(c->hname, "mcp-session-id", 14) == 0) {
+        } else if (c->hname_len == 14 && tg_token_eq_lower(c->hname, "mcp-session-id", 14)) {
             c->hkind = 2;
             r->sid_len = 0;
         }

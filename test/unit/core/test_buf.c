@@ -87,6 +87,35 @@ static void append_helpers(void **state)
     free(p);
 }
 
+/* tg_token_eq_lower against strncasecmp, for names made of HTTP token bytes (RFC 9110 tchar, as
+ * llhttp lets through): every looked-up name, each byte of it in both cases and replaced by every
+ * token byte. */
+static void token_eq_lower_is_strncasecmp(void **state)
+{
+    static const char *names[] = {"content-type", "mcp-session-id", "mcp-protocol-version", "accept",
+                                  "authorization", "sec-websocket-key", "x-tollgate-approver", "a1-b", "origin"};
+    static const char tchar[] = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+        const char *lo = names[k];
+        size_t n = strlen(lo);
+        char cand[64];
+        memcpy(cand, lo, n);
+        assert_true(tg_token_eq_lower(cand, lo, n));
+        for (size_t i = 0; i < n; i++) {
+            for (size_t t = 0; t < sizeof(tchar) - 1; t++) {
+                memcpy(cand, lo, n);
+                cand[i] = tchar[t];
+                int want = strncasecmp(cand, lo, n) == 0;
+                if (tg_token_eq_lower(cand, lo, n) != want)
+                    fail_msg("%s with byte %zu as '%c': %d, strncasecmp says %d", lo, i, tchar[t], !want, want);
+            }
+            for (size_t j = 0; j < n; j++) /* upper case from byte i on */
+                cand[j] = j >= i && lo[j] >= 'a' && lo[j] <= 'z' ? (char)(lo[j] - 32) : lo[j];
+            assert_true(tg_token_eq_lower(cand, lo, n));
+        }
+    }
+}
+
 static void has_token_accept(void **state)
 {
     struct tg_slice h = TG_SLICE("application/json;q=0.9, text/event-stream");
@@ -337,6 +366,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(append_hex_digits),
+        cmocka_unit_test(token_eq_lower_is_strncasecmp),
         cmocka_unit_test(try_reserve_ceiling),
         cmocka_unit_test(try_reserve_no_ceiling_and_small_ceiling),
         cmocka_unit_test(append_helpers),
