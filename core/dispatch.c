@@ -276,7 +276,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         return;
     }
     cJSON *params = tg_json_get(m->root, "params");
-    int listen = x->era == TG_ERA_2026 && strcmp(m->method, TG_MCP_LISTEN_METHOD) == 0;
+    int listen = x->era == TG_ERA_2026 && m->mid == TG_M_LISTEN;
     if (listen) {
         unsigned n = 0;
         for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next)
@@ -318,7 +318,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     struct tg_cluster_job *job = NULL; /* the decision waits for the shared counters */
     const char *tool = NULL;
     const cJSON *args = NULL;
-    if (strcmp(m->method, "tools/call") == 0) {
+    if (m->mid == TG_M_TOOLS_CALL) {
         cJSON *name = tg_json_get(params, "name");
         cJSON *a = tg_json_get(params, "arguments");
         if (!cJSON_IsObject(params) || !cJSON_IsString(name) || (a != NULL && !cJSON_IsObject(a))) {
@@ -346,7 +346,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             tg_policy_decide_call(pol, srv->counters, &who, tool, args, wall_ms(), dec);
             dec->shared = 0;
         }
-    } else if (strcmp(m->method, "resources/read") == 0 || strcmp(m->method, "prompts/get") == 0) {
+    } else if (m->mid == TG_M_RESOURCES_READ || m->mid == TG_M_PROMPTS_GET) {
         int res = m->method[0] == 'r';
         cJSON *what = tg_json_get(params, res ? "uri" : "name");
         if (!cJSON_IsString(what)) {
@@ -388,9 +388,9 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         mc = NULL;
     }
     free(mc);
-    k->is_tools_list = strcmp(m->method, "tools/list") == 0;
+    k->is_tools_list = m->mid == TG_M_TOOLS_LIST;
     k->is_listen = listen;
-    k->is_init = strcmp(m->method, "initialize") == 0;
+    k->is_init = m->mid == TG_M_INITIALIZE;
     k->client_id = m->id_raw;
     k->client_id_len = m->id_len;
     m->id_raw = NULL;
@@ -399,7 +399,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         k->tool = tg_xstrdup(tool);
         if (k->mrtr != NULL)
             k->mrtr->b.name = k->tool;
-        if (strcmp(m->method, "tools/call") == 0) {
+        if (m->mid == TG_M_TOOLS_CALL) {
             /* The digest is for the audit log and the approval queue: a SHA-256 of the
              * arguments costs a tenth of a call, so it is made only for a reader. A decision
              * still waiting for Redis may yet park. */
@@ -495,7 +495,7 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
                "Invalid Request: no server request with this id is waiting for an answer", NULL);
         return;
     }
-    if (m->kind == TG_MSG_NOTIFICATION && strcmp(m->method, "notifications/cancelled") == 0) {
+    if (m->kind == TG_MSG_NOTIFICATION && m->mid == TG_M_CANCELLED) {
         /* A call parked for approval is withdrawn and never forwarded, whatever an approver does
          * later; one in flight upstream is cancelled there; anything else names nothing. */
         char *want = cancel_key(m);
@@ -586,7 +586,7 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
     struct tg_session *s = x->sess;
     if (m->kind == TG_MSG_RESPONSE || (!s->up_modern && s->u.bridge != NULL))
         return 0; /* (a stateless session's own initialize: its upstream speaks 2025) */
-    if (m->kind == TG_MSG_REQUEST && strcmp(m->method, "initialize") == 0) {
+    if (m->kind == TG_MSG_REQUEST && m->mid == TG_M_INITIALIZE) {
         cJSON *caps = tg_json_get(tg_json_get(m->root, "params"), "capabilities");
         if (s->up_modern)
             free(s->u.client_caps);
@@ -614,8 +614,8 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
     }
     if (!s->up_modern)
         return 0;
-    int subscribe = strcmp(m->method, "resources/subscribe") == 0;
-    if (m->kind == TG_MSG_REQUEST && (subscribe || strcmp(m->method, "resources/unsubscribe") == 0)) {
+    int subscribe = m->mid == TG_M_RESOURCES_SUBSCRIBE;
+    if (m->kind == TG_MSG_REQUEST && (subscribe || m->mid == TG_M_RESOURCES_UNSUBSCRIBE)) {
         /* The session's listen upstream is made again with the new list of resources. */
         cJSON *uri = tg_json_get(tg_json_get(m->root, "params"), "uri");
         if (!cJSON_IsString(uri)) {
@@ -638,7 +638,7 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
         answer_empty(sk, m);
         return 1;
     }
-    if (m->kind == TG_MSG_REQUEST && strcmp(m->method, "logging/setLevel") == 0) {
+    if (m->kind == TG_MSG_REQUEST && m->mid == TG_M_LOGGING_SET_LEVEL) {
         /* 2026 has no setLevel: the level goes with each request as _meta logLevel. */
         cJSON *level = tg_json_get(tg_json_get(m->root, "params"), "level");
         unsigned l = cJSON_IsString(level) ? tg_mcp_log_level(level->valuestring) : 0;
@@ -650,15 +650,18 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
         answer_empty(sk, m);
         return 1;
     }
-    static const char *const local[] = {"notifications/initialized", "ping", "logging/setLevel", "resources/subscribe",
-                                        "resources/unsubscribe", "notifications/roots/list_changed", NULL};
-    for (int i = 0; local[i]; i++) {
-        if (strcmp(m->method, local[i]) == 0) {
-            answer_empty(sk, m);
-            return 1;
-        }
+    switch (m->mid) {
+    case TG_M_INITIALIZED:
+    case TG_M_PING:
+    case TG_M_LOGGING_SET_LEVEL:
+    case TG_M_RESOURCES_SUBSCRIBE:
+    case TG_M_RESOURCES_UNSUBSCRIBE:
+    case TG_M_ROOTS_LIST_CHANGED:
+        answer_empty(sk, m);
+        return 1;
+    default:
+        return 0;
     }
-    return 0;
 }
 
 void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m)
@@ -680,7 +683,7 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
     }
     /* Messages a client may send: standard MCP methods, methods the policy names, and
      * responses to the server's requests. */
-    if (m->kind == TG_MSG_NOTIFICATION && tg_msg_is_standard_client_method(m->method, TG_MSG_REQUEST)) {
+    if (m->kind == TG_MSG_NOTIFICATION && tg_msg_is_standard(m, TG_MSG_REQUEST)) {
         /* A request method without an id would run upstream unanswered and undecided. */
         srv->metrics.decisions[1]++;
         char msg[200];
@@ -688,14 +691,14 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
         tg_dispatch_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST, msg, NULL);
         return;
     }
-    int listen = x->era == TG_ERA_2026 && m->kind == TG_MSG_REQUEST && strcmp(m->method, TG_MCP_LISTEN_METHOD) == 0;
-    if (m->kind != TG_MSG_RESPONSE && !listen && !tg_msg_is_standard_client_method(m->method, m->kind) &&
+    int listen = x->era == TG_ERA_2026 && m->kind == TG_MSG_REQUEST && m->mid == TG_M_LISTEN;
+    if (m->kind != TG_MSG_RESPONSE && !listen && !tg_msg_is_standard(m, m->kind) &&
         !tg_policy_method_allowed(pol, m->method)) {
         refuse_nonstandard(x, sk, m);
         return;
     }
     if (x->uc->init_local && m->kind != TG_MSG_RESPONSE &&
-        (strcmp(m->method, "notifications/initialized") == 0 || strcmp(m->method, "ping") == 0)) {
+        (m->mid == TG_M_INITIALIZED || m->mid == TG_M_PING)) {
         answer_empty(sk, m); /* the gateway owns the lifecycle of a local-initialize upstream */
         return;
     }

@@ -5,6 +5,7 @@
 #include <strings.h>
 
 #include "core/json.h"
+#include "core/mcp/listen.h"
 
 void tg_msg_dispose(struct tg_msg *m)
 {
@@ -147,6 +148,7 @@ static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m
                 return TG_RPC_INVALID_REQUEST;
             }
         m->method = method->valuestring;
+        m->mid = tg_msg_method_id(m->method);
         if (id == NULL) {
             m->kind = TG_MSG_NOTIFICATION;
         } else if (cJSON_IsNull(id)) {
@@ -232,6 +234,43 @@ static const char *const standard_notifications[] = {
     "notifications/tasks/status",
     NULL,
 };
+
+static const struct {
+    const char *name;
+    enum tg_method id;
+} method_ids[] = {
+    {"initialize", TG_M_INITIALIZE},
+    {"ping", TG_M_PING},
+    {"tools/call", TG_M_TOOLS_CALL},
+    {"tools/list", TG_M_TOOLS_LIST},
+    {"resources/read", TG_M_RESOURCES_READ},
+    {"prompts/get", TG_M_PROMPTS_GET},
+    {"resources/subscribe", TG_M_RESOURCES_SUBSCRIBE},
+    {"resources/unsubscribe", TG_M_RESOURCES_UNSUBSCRIBE},
+    {"logging/setLevel", TG_M_LOGGING_SET_LEVEL},
+    {TG_MCP_LISTEN_METHOD, TG_M_LISTEN},
+    {"notifications/initialized", TG_M_INITIALIZED},
+    {"notifications/cancelled", TG_M_CANCELLED},
+    {"notifications/roots/list_changed", TG_M_ROOTS_LIST_CHANGED},
+};
+
+enum tg_method tg_msg_method_id(const char *method)
+{
+    if (method == NULL)
+        return TG_M_OTHER;
+    for (size_t i = 0; i < sizeof(method_ids) / sizeof(method_ids[0]); i++)
+        if (method[0] == method_ids[i].name[0] && strcmp(method, method_ids[i].name) == 0)
+            return method_ids[i].id;
+    return TG_M_OTHER;
+}
+
+int tg_msg_is_standard(const struct tg_msg *m, enum tg_msg_kind kind)
+{
+    /* every named method but subscriptions/listen is standard, as what it is named for */
+    if (m->mid != TG_M_OTHER && m->mid != TG_M_LISTEN)
+        return (m->mid >= TG_M_INITIALIZED) == (kind == TG_MSG_NOTIFICATION);
+    return tg_msg_is_standard_client_method(m->method, kind);
+}
 
 int tg_msg_is_standard_client_method(const char *method, enum tg_msg_kind kind)
 {

@@ -25,12 +25,36 @@ enum {
     TG_RPC_UPSTREAM = -32004,
 };
 
+/* The methods the gateway itself acts on, named once when a message is decoded (tg_msg.mid)
+ * instead of compared as strings at every step of the dispatch. */
+enum tg_method {
+    TG_M_OTHER = 0, /* any other method, and a response */
+    /* requests */
+    TG_M_INITIALIZE,
+    TG_M_PING,
+    TG_M_TOOLS_CALL,
+    TG_M_TOOLS_LIST,
+    TG_M_RESOURCES_READ,
+    TG_M_PROMPTS_GET,
+    TG_M_RESOURCES_SUBSCRIBE,
+    TG_M_RESOURCES_UNSUBSCRIBE,
+    TG_M_LOGGING_SET_LEVEL,
+    TG_M_LISTEN, /* subscriptions/listen (2026-07-28) */
+    /* notifications */
+    TG_M_INITIALIZED,
+    TG_M_CANCELLED,
+    TG_M_ROOTS_LIST_CHANGED,
+};
+/* The id of a method name (TG_M_OTHER for names not above). */
+enum tg_method tg_msg_method_id(const char *method);
+
 /* One decoded message. Value type in caller storage (usually the transport's stack). It owns
  * root and id_raw, freed by tg_msg_dispose(); a call that takes id_raw over leaves it NULL. */
 struct tg_msg {
     cJSON *root;
     enum tg_msg_kind kind;
     const char *method; /* requests and notifications; points into root */
+    enum tg_method mid; /* method's id */
     char *id_raw;       /* the id token exactly as the peer sent it (NUL-terminated), or NULL */
     size_t id_len;
     /* The bytes it was decoded from, while the decoder's caller holds them (NULL once the
@@ -57,6 +81,8 @@ void tg_msg_write_with_id(struct tg_buf *out, struct tg_msg *m, uint64_t gid);
 /* Is `method` defined by the MCP specification for a client to send as this kind of message
  * (a request method as a request, a notification as a notification)? */
 int tg_msg_is_standard_client_method(const char *method, enum tg_msg_kind kind);
+/* The same for m's method, answered from m->mid when it names one. */
+int tg_msg_is_standard(const struct tg_msg *m, enum tg_msg_kind kind);
 
 /* Append a JSON-RPC error object. id_raw NULL means "null". data_json may be NULL (raw JSON text). */
 void tg_rpc_error(struct tg_buf *out, const char *id_raw, size_t id_len, int code, const char *message,

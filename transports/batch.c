@@ -204,7 +204,7 @@ void tg_batch_run(struct tg_batch *b, struct tg_exchange *x, const cJSON *array,
             char msg[160];
             snprintf(msg, sizeof(msg), "%s: %s", code == TG_RPC_PARSE_ERROR ? "Parse error" : "Invalid Request", why);
             tg_batch_add_error(b, m.id_raw, m.id_len, code, msg, NULL);
-        } else if (m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0) {
+        } else if (m.kind == TG_MSG_REQUEST && m.mid == TG_M_INITIALIZE) {
             tg_batch_add_error(b, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
                                "Invalid Request: initialize cannot be batched", NULL);
         } else {

@@ -254,7 +254,7 @@ int tg_channel_message(struct tg_channel *ch, const char *body, size_t blen)
         snprintf(msg, sizeof(msg), "%s: %s", code == TG_RPC_PARSE_ERROR ? "Parse error" : "Invalid Request", why);
         tg_batch_add_error(b, m.id_raw, m.id_len, code, msg, NULL);
         status = 400;
-    } else if (m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0) {
+    } else if (m.kind == TG_MSG_REQUEST && m.mid == TG_M_INITIALIZE) {
         if (s->initialized || s->init_pending) {
             tg_batch_add_error(b, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
                                "Invalid Request: this session is already initialized", NULL);
@@ -269,7 +269,7 @@ int tg_channel_message(struct tg_channel *ch, const char *body, size_t blen)
             tg_dispatch_message(&x, tg_batch_element(b), &m);
         }
     } else {
-        int initialized = m.kind == TG_MSG_NOTIFICATION && strcmp(m.method, "notifications/initialized") == 0;
+        int initialized = m.kind == TG_MSG_NOTIFICATION && m.mid == TG_M_INITIALIZED;
         tg_dispatch_message(&x, tg_batch_element(b), &m);
         /* The upstream's stream of server messages, so that the session hears what the server
          * says on its own. */

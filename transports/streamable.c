@@ -409,7 +409,7 @@ static void answer_local_init(struct tg_conn *c, struct tg_session *s, struct tg
 static struct tg_session *post_session(struct tg_exchange *x, struct tg_conn *c, struct tg_msg *m)
 {
     struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
-    if (m->kind == TG_MSG_REQUEST && strcmp(m->method, "initialize") == 0) {
+    if (m->kind == TG_MSG_REQUEST && m->mid == TG_M_INITIALIZE) {
         if (sid.ptr != NULL) {
             tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST,
                                 "Bad Request: initialize must not carry Mcp-Session-Id", NULL);
@@ -459,7 +459,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
         if (pv.ptr != NULL && pv.len < sizeof(v)) {
             memcpy(v, pv.ptr, pv.len);
             v[pv.len] = '\0';
-            if (tg_mcp_modern_version_supported(v) && m->method != NULL && strcmp(m->method, "initialize") == 0) {
+            if (tg_mcp_modern_version_supported(v) && m->method != NULL && m->mid == TG_M_INITIALIZE) {
                 tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_HEADER_MISMATCH,
                                     "Header mismatch: initialize is a 2025 request, sent with a 2026-07-28 MCP-Protocol-Version",
                                     NULL);
@@ -618,7 +618,7 @@ void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
         tg_msg_dispose(&m);
         return;
     }
-    int is_init = m.kind == TG_MSG_REQUEST && strcmp(m.method, "initialize") == 0;
+    int is_init = m.kind == TG_MSG_REQUEST && m.mid == TG_M_INITIALIZE;
     if (is_init && x->uc->init_local) {
         answer_local_init(c, s, &m, x->uc);
         tg_msg_dispose(&m);

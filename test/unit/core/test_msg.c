@@ -83,6 +83,46 @@ static void classify(void **state)
                 "a/b", "9");
 }
 
+/* The method's id, set by the decoder, and the standard-method answer taken from it: the same
+ * as the names say, for every named method (as a request and as a notification) and for names
+ * that are not, or nearly are, named. */
+static void method_ids(void **state)
+{
+    static const struct {
+        const char *name;
+        enum tg_method id;
+    } cases[] = {
+        {"initialize", TG_M_INITIALIZE}, {"ping", TG_M_PING}, {"tools/call", TG_M_TOOLS_CALL},
+        {"tools/list", TG_M_TOOLS_LIST}, {"resources/read", TG_M_RESOURCES_READ}, {"prompts/get", TG_M_PROMPTS_GET},
+        {"resources/subscribe", TG_M_RESOURCES_SUBSCRIBE}, {"resources/unsubscribe", TG_M_RESOURCES_UNSUBSCRIBE},
+        {"logging/setLevel", TG_M_LOGGING_SET_LEVEL}, {"subscriptions/listen", TG_M_LISTEN},
+        {"notifications/initialized", TG_M_INITIALIZED}, {"notifications/cancelled", TG_M_CANCELLED},
+        {"notifications/roots/list_changed", TG_M_ROOTS_LIST_CHANGED}, {"tools/calls", TG_M_OTHER},
+        {"tools/cal", TG_M_OTHER}, {"Tools/call", TG_M_OTHER}, {"pin", TG_M_OTHER}, {"prompts/list", TG_M_OTHER},
+        {"notifications/progress", TG_M_OTHER}, {"tasks/get", TG_M_OTHER}, {"x/y", TG_M_OTHER},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(tg_msg_method_id(cases[i].name), cases[i].id);
+        for (int notify = 0; notify < 2; notify++) {
+            char body[160];
+            snprintf(body, sizeof(body), "{\"jsonrpc\":\"2.0\",%s\"method\":\"%s\"}", notify ? "" : "\"id\":7,",
+                     cases[i].name);
+            struct tg_msg m;
+            const char *why = NULL;
+            assert_int_equal(tg_msg_decode(body, strlen(body), 64, &m, &why), 0);
+            assert_int_equal(m.mid, cases[i].id);
+            for (int k = 0; k < 2; k++) {
+                enum tg_msg_kind kind = k ? TG_MSG_NOTIFICATION : TG_MSG_REQUEST;
+                if (tg_msg_is_standard(&m, kind) != tg_msg_is_standard_client_method(cases[i].name, kind))
+                    fail_msg("%s (%s) as a %s: the id says %d", cases[i].name, notify ? "notification" : "request",
+                             k ? "notification" : "request", tg_msg_is_standard(&m, kind));
+            }
+            tg_msg_dispose(&m);
+        }
+    }
+    assert_int_equal(tg_msg_method_id(NULL), TG_M_OTHER);
+}
+
 static void parse_errors(void **state)
 {
     expect_error("", TG_RPC_PARSE_ERROR, NULL, NULL);
@@ -385,6 +425,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(classify),
         cmocka_unit_test(case_twins),
         cmocka_unit_test(parse_errors),
+        cmocka_unit_test(method_ids),
         cmocka_unit_test(invalid_requests),
         cmocka_unit_test(dispose_is_idempotent),
         cmocka_unit_test(write_with_id),
