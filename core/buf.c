@@ -57,19 +57,6 @@ char *tg_xstrdup(const char *s)
     return p;
 }
 
-void tg_buf_init(struct tg_buf *b)
-{
-    b->base = NULL;
-    b->len = b->cap = 0;
-}
-
-void tg_buf_dispose(struct tg_buf *b)
-{
-    tg_slab_free(b->base);
-    b->base = NULL;
-    b->len = b->cap = 0;
-}
-
 int tg_buf_try_reserve_grow(struct tg_buf *b, size_t extra, size_t ceiling)
 {
     if (extra > SIZE_MAX - b->len)

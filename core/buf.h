@@ -12,6 +12,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/slab.h"
+
 #define TG_WUR __attribute__((warn_unused_result))
 
 /* Error codes: 0 is success; negatives below -4000 are ours, libuv's errno values pass through. */
@@ -42,8 +44,18 @@ struct tg_buf {
     size_t cap;
 };
 
-void tg_buf_init(struct tg_buf *b);
-void tg_buf_dispose(struct tg_buf *b);
+/* Inline: every relayed message makes (and mostly leaves empty) a buffer or two. */
+static inline void tg_buf_init(struct tg_buf *b)
+{
+    b->base = NULL;
+    b->len = b->cap = 0;
+}
+static inline void tg_buf_dispose(struct tg_buf *b)
+{
+    if (b->base != NULL)
+        tg_slab_free(b->base);
+    tg_buf_init(b);
+}
 /* Make room for at least `extra` more bytes without passing `ceiling` total (0 = no ceiling).
  * Inline when the room is there already (most calls on the relay paths); _grow makes it. */
 TG_WUR int tg_buf_try_reserve_grow(struct tg_buf *b, size_t extra, size_t ceiling);
