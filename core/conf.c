@@ -310,7 +310,12 @@ static void load_listeners(struct loader *ld, config_t *cfg, struct tg_conf *c)
         if (tls != NULL) {
             char tctx[48];
             snprintf(tctx, sizeof(tctx), "%s.tls", ctx);
-            static const char *const tknown[] = {"cert", "key", "client_ca", "client_auth", NULL};
+            static const char *const tknown[] = {"cert", "key", "client_ca", "client_auth", "session_timeout_s", NULL};
+            static const struct int_directive tints[] = {
+                {"session_timeout_s", offsetof(struct tg_listen_conf, session_timeout_s), 0, 86400, 300,
+                 "how long a TLS session ticket resumes a session"},
+                {NULL, 0, 0, 0, 0, NULL},
+            };
             if (!config_setting_is_group(tls))
                 tg__conf_errf(ld, tls, tctx, "must be a group { cert = …; key = …; }");
             else {
@@ -319,6 +324,7 @@ static void load_listeners(struct loader *ld, config_t *cfg, struct tg_conf *c)
                 lc->cert = tg__conf_get_str(ld, tls, "cert", NULL, 1, tctx);
                 lc->key = tg__conf_get_str(ld, tls, "key", NULL, 1, tctx);
                 lc->client_ca = tg__conf_get_str(ld, tls, "client_ca", NULL, 0, tctx);
+                tg__conf_load_ints(ld, tls, tints, lc, tctx, 0);
                 char *ca = tg__conf_get_str(ld, tls, "client_auth", lc->client_ca ? "optional" : "none", 0, tctx);
                 const config_setting_t *cas = config_setting_get_member(tls, "client_auth");
                 if (ca && strcmp(ca, "optional") == 0)

@@ -204,7 +204,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
         if (l->http.lc->tls) {
             char err[256];
             struct tg_tls_server_opts o = {l->http.lc->cert, l->http.lc->key, l->http.lc->client_ca,
-                                           l->http.lc->client_auth};
+                                           l->http.lc->client_auth, l->http.lc->session_timeout_s};
             if (tg_tls_ctx_new(&o, &l->http.tls, err, sizeof(err)) != 0) {
                 tg_log(TG_LOG_ERROR, "TLS setup failed", "listener=%zu error=\"%s\"", i, err);
                 return TG_EINVAL;
@@ -439,7 +439,7 @@ static struct tg_tls_ctx **listener_contexts(const struct tg_conf *c, struct tg_
         const struct tg_listen_conf *lc = &c->listeners[i];
         if (!lc->tls)
             continue;
-        struct tg_tls_server_opts o = {lc->cert, lc->key, lc->client_ca, lc->client_auth};
+        struct tg_tls_server_opts o = {lc->cert, lc->key, lc->client_ca, lc->client_auth, lc->session_timeout_s};
         char e[256];
         if (tg_tls_ctx_new(&o, &v[i], e, sizeof(e)) != 0) {
             tg_buf_appendf(err, "%s: listen[%zu].tls: %s\n", c->path, i, e);

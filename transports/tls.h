@@ -32,6 +32,7 @@ struct tg_tls_server_opts {
     const char *cert_file, *key_file;
     const char *client_ca_file; /* NULL: no client certificates asked for */
     int client_auth;            /* TG_TLS_CLIENT_*: with client_ca_file, optional or required */
+    int session_timeout_s;      /* > 0: session tickets (RFC 5077) that resume for this long */
 };
 
 int tg_tls_ctx_new(const struct tg_tls_server_opts *o, struct tg_tls_ctx **out, char *err, size_t errsz);

@@ -602,6 +602,73 @@ describe('a burst of handshakes is sliced (tls_handshake_slice_ms = 1)', () => {
   });
 });
 
+describe('TLS session resumption (session tickets, listen[].tls.session_timeout_s)', () => {
+  let gwTix;
+  const INIT = JSON.stringify(H.initializeBody());
+  const initRequest = (pathName) => `POST ${pathName} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n` +
+    `Accept: application/json, text/event-stream\r\nConnection: close\r\nContent-Length: ${INIT.length}\r\n\r\n${INIT}`;
+  /** One TLS connection sending `request` once established: its answer, whether the session was
+   * resumed, and the session (ticket) the server gave. */
+  function exchange(opts, request) {
+    return new Promise((resolve, reject) => {
+      const s = tls.connect({ host: '127.0.0.1', ca: certs.caPem, ...opts });
+      let data = '';
+      let session;
+      let reused;
+      s.on('session', (b) => { session = b; });
+      s.once('secureConnect', () => { reused = s.isSessionReused(); s.write(request); });
+      s.on('data', (d) => { data += d; });
+      s.once('error', reject);
+      s.once('close', () => resolve({ data, reused, session }));
+    });
+  }
+
+  before(async () => {
+    gwTix = await H.startTollgate(H.writeConf(dir, {
+      file: 'tickets.conf',
+      listeners: [{ tls: { cert: certs.cert, key: certs.key } }, { tls: { cert: certs.cert, key: certs.key, session_timeout_s: 0 } }],
+      grants: [{ name: 'local', anonymous: true }],
+      upstreams: [{ name: 'cowork-os', url: standin.url, default: true, initialize: 'local',
+        headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` } }],
+    }), { cleanup, listeners: 2 });
+  });
+
+  test('a client that comes back with its ticket resumes (no full handshake) and is served', async () => {
+    const first = await exchange({ port: port(gwTix, 0) }, 'GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    assert.match(first.data, /^HTTP\/1\.1 200 /, first.data.slice(0, 200));
+    assert.equal(first.reused, false);
+    assert.ok(first.session, 'no session ticket was given');
+    const again = await exchange({ port: port(gwTix, 0), session: first.session }, initRequest('/cowork-os/mcp'));
+    assert.equal(again.reused, true, 'the ticket did not resume the session');
+    assert.match(again.data, /^HTTP\/1\.1 200 /, again.data.slice(0, 300));
+  });
+
+  test('a ticket opens only on the listener that issued it; session_timeout_s = 0 gives none', async () => {
+    const first = await exchange({ port: port(gwTix, 0) }, 'GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    const elsewhere = await exchange({ port: port(gwTix, 1), session: first.session }, 'GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    assert.equal(elsewhere.reused, false, 'another listener took the ticket');
+    assert.match(elsewhere.data, /^HTTP\/1\.1 200 /, 'the full handshake instead was served');
+    const again = await exchange({ port: port(gwTix, 1), session: elsewhere.session }, 'GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    assert.equal(again.reused, false, 'a listener with session_timeout_s = 0 resumed a session');
+  });
+
+  test('mTLS: a session resumed keeps the certificate it was made with (alice), and only that', async () => {
+    const alice = { cert: fs.readFileSync(cc.alice.cert), key: fs.readFileSync(cc.alice.key) };
+    const req = initRequest('/cowork-os/mcp');
+    const noCert = await exchange({ port: port(gw, 0) }, req);
+    assert.match(noCert.data, /^HTTP\/1\.1 401 /, `no certificate, no token: ${noCert.data.slice(0, 200)}`);
+    const first = await exchange({ port: port(gw, 0), ...alice }, req);
+    assert.match(first.data, /^HTTP\/1\.1 200 /, `alice: ${first.data.slice(0, 200)}`);
+    const again = await exchange({ port: port(gw, 0), session: first.session }, req); // no certificate sent now
+    assert.equal(again.reused, true, 'alice\'s session was not resumed');
+    assert.match(again.data, /^HTTP\/1\.1 200 /, `the resumed session is alice's: ${again.data.slice(0, 200)}`);
+    // the anonymous session of the no-certificate client resumes as what it was: nobody
+    const anon = await exchange({ port: port(gw, 0), session: noCert.session }, req);
+    assert.equal(anon.reused, true);
+    assert.match(anon.data, /^HTTP\/1\.1 401 /, `a resumed session without a certificate: ${anon.data.slice(0, 200)}`);
+  });
+});
+
 describe('the SDK client over https with alice\'s certificate (no token)', () => {
   async function run(kind) {
     const { Client } = sdk;

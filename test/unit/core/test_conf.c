@@ -503,6 +503,9 @@ static void grant_and_token_errors(void **state)
         const char *t = "listen = ( { address = \"127.0.0.1\"; port = 1;\n  tls = { cert = \"/c\"; key = \"/k\"; client_auth = \"sometimes\"; }; } );\n"
                         GRANTS "upstreams = ( { name = \"u\"; url = \"http://h/\"; } );\n";
         expect_error(t, line_of(t, "client_auth"), "client_auth", "must be \"none\", \"optional\" or \"required\"");
+        t = "listen = ( { address = \"127.0.0.1\"; port = 1;\n  tls = { cert = \"/c\"; key = \"/k\"; session_timeout_s = 86401; }; } );\n"
+            GRANTS "upstreams = ( { name = \"u\"; url = \"http://h/\"; } );\n";
+        expect_error(t, line_of(t, "session_timeout_s"), "listen[0].tls.session_timeout_s", "86401 is out of range 0..86400");
         t = "listen = ( { address = \"127.0.0.1\"; port = 1;\n  tls = { cert = \"/c\"; key = \"/k\"; client_auth = \"required\"; }; } );\n"
             GRANTS "upstreams = ( { name = \"u\"; url = \"http://h/\"; } );\n";
         expect_error(t, line_of(t, "client_auth"), "client_auth", "needs client_ca");
