@@ -6,7 +6,7 @@
  * Fifty clients connecting at once held every established connection for 130 ms, a thousand
  * would hold it for seconds. So handshake work is sliced: once limits.tls_handshake_slice_ms
  * of it is spent in a loop iteration, the input of further handshakes is kept (in c->in, which
- * holds no plaintext before the handshake ends; bounded like any input) and fed in the next
+ * holds no plaintext before the handshake ends; 64 KiB at most) and fed in the next
  * iterations, first come first served, while the established connections' requests go on in
  * between. A handshake under way always gets at least one step per iteration. */
 #include "transports/http1_int.h"
@@ -26,11 +26,15 @@ static int slice_spent(struct tg_http_env *env)
     return ms > 0 && env->handshake_ns >= (uint64_t)ms * 1000000u;
 }
 
+/* What a handshake put off may keep: a client sends a few KiB before the server's next flight (a
+ * certificate chain, then the key exchange and Finished), never more than a few records. */
+#define HANDSHAKE_KEEP_MAX 65536
+
 /* Keep the handshake bytes for tg__http_tls_resume(), in a later round. Returns 1 (nothing to
  * parse). */
 static int put_off(struct tg_conn *c, const char *p, size_t n)
 {
-    if (tg_buf_try_append(&c->in, p, n, tg__http_input_ceiling(c)) != 0) {
+    if (tg_buf_try_append(&c->in, p, n, HANDSHAKE_KEEP_MAX) != 0) {
         c->env->metrics->limit_body_bytes++;
         tg_conn_close(c, "input limit");
         return 1;

@@ -582,12 +582,21 @@ describe('a burst of handshakes is sliced (tls_handshake_slice_ms = 1)', () => {
       const s = net.connect(p, '127.0.0.1', () => s.write(hello, () => { s.destroy(); resolve(); }));
       s.on('error', resolve);
     }));
+    // and clients that send their ClientHello and then 200 KiB more: closed (a handshake put off
+    // keeps 64 KiB at most), whichever way their bytes are taken
+    const floods = Array.from({ length: 2 }, () => new Promise((resolve) => {
+      const s = net.connect(p, '127.0.0.1', () => { s.write(hello); s.write(Buffer.alloc(200 * 1024, 0x16)); });
+      s.on('data', () => {});
+      s.on('error', () => {});
+      s.on('close', resolve);
+    }));
     const rs = await H.within(Promise.all(Array.from({ length: 40 }, () => healthz(p))), 60000, '40 handshakes');
     await Promise.all(quitters);
+    await H.within(Promise.all(floods), 30000, 'the flooding clients to be closed');
     rs.forEach((r, i) => assert.match(r.data, /^HTTP\/1\.1 200 /, `client ${i}: ${r.error ?? ''} ${r.data.slice(0, 200)}`));
     const waited = (await putOff()) - before0;
     assert.ok(waited > 0, 'no handshake waited: the slice is not applied');
-    assert.equal(await failures(gwSlice), f0, 'a handshake failed');
+    assert.ok((await failures(gwSlice)) - f0 <= 2, 'a handshake failed besides the flooding clients\'');
   });
 
   test('once the burst is over, nothing waits: a lone handshake is not put off (none is left counted as waiting)', async () => {
