@@ -183,6 +183,21 @@ function assertAccepted(r, suite, what) {
 
 const failures = async (g) => (await g.metrics())['tollgate_tls_handshake_failures_total'];
 
+/** A real ClientHello's bytes (a node client's, caught by a plain TCP server). */
+async function clientHello() {
+  const srv = net.createServer();
+  srv.listen(0, '127.0.0.1');
+  await once(srv, 'listening');
+  const first = new Promise((resolve) => srv.once('connection', (c) => c.once('data', (d) => { resolve(d); c.destroy(); })));
+  const cl = tls.connect({ host: '127.0.0.1', port: srv.address().port, rejectUnauthorized: false });
+  cl.on('error', () => {});
+  const hello = await H.within(first, 10000, 'a ClientHello');
+  cl.destroy();
+  srv.close();
+  assert.equal(hello[0], 0x16, 'a handshake record');
+  return hello;
+}
+
 /** Node TLS client: resolves 'established' on secureConnect (after a request answered), or the error/close. */
 function tlsAttempt(p, id) {
   return new Promise((resolve) => {
@@ -437,19 +452,6 @@ describe('handshake timeout (tls_handshake_timeout_ms = 300, header_timeout_ms =
   }
 
   /** The first flight of a real TLS client (Node's ClientHello), caught by a local server. */
-  async function clientHello() {
-    const srv = net.createServer();
-    srv.listen(0, '127.0.0.1');
-    await once(srv, 'listening');
-    const first = new Promise((resolve) => srv.once('connection', (c) => c.once('data', (d) => { resolve(d); c.destroy(); })));
-    const cl = tls.connect({ host: '127.0.0.1', port: srv.address().port, rejectUnauthorized: false });
-    cl.on('error', () => {});
-    const hello = await H.within(first, 10000, 'a ClientHello');
-    cl.destroy();
-    srv.close();
-    assert.equal(hello[0], 0x16, 'a handshake record');
-    return hello;
-  }
 
   let base;
   let timeouts = 0;
@@ -544,19 +546,6 @@ describe('a burst of handshakes is sliced (tls_handshake_slice_ms = 1)', () => {
       s.once('error', (e) => resolve({ error: e, data }));
       s.once('close', () => resolve({ data }));
     });
-  }
-  /** A real ClientHello's bytes (a node client's, caught by a plain TCP server). */
-  async function clientHello() {
-    const srv = net.createServer();
-    srv.listen(0, '127.0.0.1');
-    await once(srv, 'listening');
-    const first = new Promise((resolve) => srv.once('connection', (c) => c.once('data', (d) => { resolve(d); c.destroy(); })));
-    const cl = tls.connect({ host: '127.0.0.1', port: srv.address().port, rejectUnauthorized: false });
-    cl.on('error', () => {});
-    const hello = await H.within(first, 10000, 'a ClientHello');
-    cl.destroy();
-    srv.close();
-    return hello;
   }
 
   before(async () => {
