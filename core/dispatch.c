@@ -347,7 +347,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             dec->shared = 0;
         }
     } else if (m->mid == TG_M_RESOURCES_READ || m->mid == TG_M_PROMPTS_GET) {
-        int res = m->method[0] == 'r';
+        int res = m->mid == TG_M_RESOURCES_READ;
         cJSON *what = tg_json_get(params, res ? "uri" : "name");
         if (!cJSON_IsString(what)) {
             free(key);

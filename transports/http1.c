@@ -16,7 +16,6 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void on_handle_closed(uv_handle_t *h);
 static void process_input(struct tg_conn *c);
-#define input_ceiling tg__http_input_ceiling
 
 /* A uv_shutdown in flight, made by shutdown_now(). Owner: libuv until on_shutdown(), which
  * frees it. */
@@ -376,7 +375,7 @@ void tg_http_run_pending(struct tg_http_env *env)
         if ((what & TG_PEND_TLS) && c->state < TG_CONN_CLOSING)
             tg__http_tls_pump(c);
         if ((what & TG_PEND_INPUT) && c->state < TG_CONN_CLOSING && !c->in_process) {
-            if (c->read_stopped && !tg_conn_output_high(c) && c->in.len < input_ceiling(c)) {
+            if (c->read_stopped && !tg_conn_output_high(c) && c->in.len < tg__http_input_ceiling(c)) {
                 c->read_stopped = 0;
                 uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
             }
@@ -562,7 +561,7 @@ static void process_input_loop(struct tg_conn *c)
         return;
     }
     /* Dispatching, streaming or waiting for a drain: keep bytes for later, but not without bound. */
-    if ((c->in.len >= input_ceiling(c) || c->wait_drain) && !c->read_stopped && c->state < TG_CONN_CLOSING) {
+    if ((c->in.len >= tg__http_input_ceiling(c) || c->wait_drain) && !c->read_stopped && c->state < TG_CONN_CLOSING) {
         c->read_stopped = 1;
         uv_read_stop((uv_stream_t *)&c->tcp);
     }
@@ -583,7 +582,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (c->tls != NULL) {
         if (tg__http_tls_input(c, buf->base, (size_t)nread) != 0)
             return;
-    } else if (tg_buf_try_append(&c->in, buf->base, (size_t)nread, input_ceiling(c)) != 0) {
+    } else if (tg_buf_try_append(&c->in, buf->base, (size_t)nread, tg__http_input_ceiling(c)) != 0) {
         c->env->metrics->limit_body_bytes++;
         tg_conn_close(c, "input limit");
         return;

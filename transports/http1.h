@@ -187,7 +187,8 @@ struct tg_conn {
 void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listen_handle);
 
 struct tg_slice tg_http_req_url(const struct tg_http_req *r);
-/* First header with this (case-insensitive) name, or a NULL slice. */
+/* First header with this name (looked up in lowercase letters, digits and '-'; matched in any
+ * case), or a NULL slice. */
 struct tg_slice tg_http_req_header_n(const struct tg_http_req *r, const char *name, size_t n);
 /* How many headers have this name (duplicated security-relevant headers are refused). */
 int tg_http_req_header_count_n(const struct tg_http_req *r, const char *name, size_t n);

@@ -459,7 +459,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
         if (pv.ptr != NULL && pv.len < sizeof(v)) {
             memcpy(v, pv.ptr, pv.len);
             v[pv.len] = '\0';
-            if (tg_mcp_modern_version_supported(v) && m->method != NULL && m->mid == TG_M_INITIALIZE) {
+            if (tg_mcp_modern_version_supported(v) && m->mid == TG_M_INITIALIZE) {
                 tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_HEADER_MISMATCH,
                                     "Header mismatch: initialize is a 2025 request, sent with a 2026-07-28 MCP-Protocol-Version",
                                     NULL);
@@ -504,7 +504,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
      * the ones the gateway does not recognise go as they came. */
     const cJSON *params = tg_json_get(m->root, "params");
     const cJSON *tool = tg_json_get(params, "name");
-    const cJSON *schema = m->kind == TG_MSG_REQUEST && strcmp(method, "tools/call") == 0 && cJSON_IsString(tool) &&
+    const cJSON *schema = m->kind == TG_MSG_REQUEST && m->mid == TG_M_TOOLS_CALL && cJSON_IsString(tool) &&
                                   x->srv->schemas != NULL
                               ? tg_mcp_schemas_find(x->srv->schemas, x->uc->name, tool->valuestring)
                               : NULL;
