@@ -56,11 +56,13 @@ void tg__http_req_reset(struct tg_http_req *r)
     r->keep_alive = 0;
     r->too_many_headers = 0;
     r->method = 0;
+    r->http_minor = 0;
+    r->upgrade = 0;
 }
 
-static int on_message_begin(llhttp_t *p)
+/* A request begins (llhttp's first byte of it, or the fast path's whole of it). */
+static void message_begin(struct tg_conn *c)
 {
-    struct tg_conn *c = conn_of(p);
     tg__http_scratch_take(c);
     tg__http_req_reset(&c->req);
     c->req_complete = 0;
@@ -69,6 +71,11 @@ static int on_message_begin(llhttp_t *p)
     c->log_status = 0;
     c->log_bytes = 0;
     tg__http_set_state(c, TG_CONN_READING);
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+    message_begin(conn_of(p));
     return 0;
 }
 
@@ -165,6 +172,8 @@ static int on_message_complete(llhttp_t *p)
 {
     struct tg_conn *c = conn_of(p);
     c->req.keep_alive = llhttp_should_keep_alive(p);
+    c->req.http_minor = p->http_minor;
+    c->req.upgrade = p->upgrade;
     c->req_complete = 1;
     return HPE_PAUSED;
 }
@@ -512,6 +521,47 @@ static void process_input(struct tg_conn *c)
     c->in_process = 0;
 }
 
+/* The request at the start of c->in read by the fast path (http1_fast.h) and stored as llhttp's
+ * callbacks store one: its length, or 0 to leave it to llhttp (whose on_message_begin resets
+ * whatever this stored). A request over a limit is left to llhttp too, which refuses it. */
+static size_t take_fast(struct tg_conn *c)
+{
+    const struct tg_limits *lim = c->env->limits;
+    struct tg_http_req *r = &c->req;
+    struct tg_http_fast f;
+    message_begin(c);
+    if (!tg_http_fast_request(c->in.base, c->in.len, r->headers, TG_HTTP_MAX_HEADERS, &f) ||
+        f.body_len > (uint64_t)lim->body_bytes ||
+        tg_buf_try_append(&r->head, c->in.base, f.head_len, (size_t)lim->header_bytes) != 0 ||
+        tg_buf_try_append(&r->body, c->in.base + f.head_len, (size_t)f.body_len, (size_t)lim->body_bytes) != 0)
+        return 0;
+    r->method = f.method;
+    r->url_off = f.url_off;
+    r->url_len = f.url_len;
+    r->nheaders = f.nheaders;
+    r->keep_alive = f.keep_alive;
+    r->http_minor = 1;
+    c->req_complete = 1;
+    return f.head_len + (size_t)f.body_len;
+}
+
+/* A whole request is in c->req: to the handler. */
+static void request_ready(struct tg_conn *c)
+{
+    tg__http_set_state(c, TG_CONN_DISPATCHING);
+    c->env->metrics->http_requests++;
+    if (c->over_limit) {
+        c->close_after = 1;
+        c->req.keep_alive = 0;
+        tg_http_respond_rpc_error(c, 503, "Retry-After: 1\r\n", TG_RPC_UPSTREAM,
+                                  "Service Unavailable: the gateway is at limits.max_connections; retry");
+        return;
+    }
+    /* The handler may answer now or later; if it took the connection over (an upgrade), the
+     * bytes that followed are its. The next request is parsed from the loop. */
+    c->env->on_request(c->env, c);
+}
+
 static void process_input_loop(struct tg_conn *c)
 {
     while (c->state == TG_CONN_IDLE || c->state == TG_CONN_READING) {
@@ -523,6 +573,14 @@ static void process_input_loop(struct tg_conn *c)
             c->wait_drain = 1;
             c->env->metrics->limit_output++;
             break;
+        }
+        if (c->state == TG_CONN_IDLE && tg_http_fast_maybe(c->in.base, c->in.len)) {
+            size_t used = take_fast(c);
+            if (used > 0) {
+                tg_buf_consume(&c->in, used);
+                request_ready(c);
+                return;
+            }
         }
         llhttp_errno_t err = llhttp_execute(&c->parser, c->in.base, c->in.len);
         if (err == HPE_OK) {
@@ -537,24 +595,12 @@ static void process_input_loop(struct tg_conn *c)
                 reply_parse_error(c, err);
                 return;
             }
-            if (c->parser.upgrade) {
+            if (c->req.upgrade) {
                 /* The bytes after an Upgrade head belong to another protocol: this connection ends here. */
                 c->close_after = 1;
                 c->req.keep_alive = 0;
             }
-            tg__http_set_state(c, TG_CONN_DISPATCHING);
-            c->env->metrics->http_requests++;
-            if (c->over_limit) {
-                c->close_after = 1;
-                c->req.keep_alive = 0;
-                tg_http_respond_rpc_error(c, 503, "Retry-After: 1\r\n", TG_RPC_UPSTREAM,
-                                          "Service Unavailable: the gateway is at limits.max_connections; retry");
-                return;
-            }
-            c->env->on_request(c->env, c);
-            if (c->state == TG_CONN_UPGRADED)
-                return; /* the protocol that took over has seen the bytes that followed */
-            /* The handler may have answered already; the next request is parsed from the loop. */
+            request_ready(c);
             return;
         }
         reply_parse_error(c, err);

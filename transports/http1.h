@@ -24,6 +24,7 @@
 #include "core/auth_memo.h"
 #include "core/buf.h"
 #include "core/conf.h"
+#include "core/http_fast.h"
 #include "core/metrics.h"
 
 struct tg_tls_ctx;
@@ -91,10 +92,6 @@ enum tg_conn_state {
 };
 const char *tg_conn_state_str(enum tg_conn_state s);
 
-/* One header: offsets into tg_http_req.head. Value type, in the request's headers[]. */
-struct tg_http_header {
-    uint32_t name_off, name_len, value_off, value_len;
-};
 
 /* The request being read. Embedded in its connection (c->req): its buffers are reset for the
  * next request and freed with the connection in on_handle_closed(). */
@@ -108,6 +105,8 @@ struct tg_http_req {
     struct tg_buf body;
     int keep_alive;
     int too_many_headers;
+    int http_minor; /* HTTP/1.<this>; known once the request is whole */
+    int upgrade;    /* llhttp's verdict: the request asks for another protocol (or is CONNECT) */
 };
 
 /* What a connection needs only while it has a request: the header offsets, the access line's

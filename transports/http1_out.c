@@ -451,7 +451,7 @@ static void append_head(struct tg_conn *c, struct tg_buf *b, int status, const c
         tg_buf_appends(b, extra);
     if (c->close_after || !c->req.keep_alive || *c->env->draining)
         tg_buf_appends(b, "Connection: close\r\n");
-    else if (c->parser.http_minor == 0)
+    else if (c->req.http_minor == 0)
         tg_buf_appends(b, "Connection: keep-alive\r\n");
 }
 
@@ -515,14 +515,14 @@ void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra, cons
 {
     if (c->state >= TG_CONN_CLOSING)
         return;
-    if (c->parser.http_minor == 0)
+    if (c->req.http_minor == 0)
         c->close_after = 1; /* HTTP/1.0 has no chunked encoding: the stream ends with the connection */
     c->env->metrics->http_status[status / 100]++;
     struct tg_buf b;
     tg_buf_init(&b);
     append_head(c, &b, status, extra, ctype);
     tg_buf_appends(&b, "Cache-Control: no-cache\r\n");
-    if (c->parser.http_minor != 0)
+    if (c->req.http_minor != 0)
         tg_buf_appends(&b, "Transfer-Encoding: chunked\r\n");
     tg_buf_appends(&b, "\r\n");
     tg__http_send_owned(c, &b);
@@ -535,7 +535,7 @@ static void stream_write(struct tg_conn *c, const char *p, size_t n, int joined)
         return;
     /* Straight into the cork, chunk framing and all: no buffer per event. */
     c->log_bytes += n;
-    if (c->parser.http_minor == 0) { /* HTTP/1.0: the stream is the bytes, to the close */
+    if (c->req.http_minor == 0) { /* HTTP/1.0: the stream is the bytes, to the close */
         tg_buf_append(cork_room(c, n), p, n);
         cork_grew(c);
         return;
@@ -566,7 +566,7 @@ void tg_http_stream_end(struct tg_conn *c)
 {
     if (c->state != TG_CONN_STREAMING)
         return;
-    if (c->parser.http_minor != 0) {
+    if (c->req.http_minor != 0) {
         struct tg_buf b;
         tg_buf_init(&b);
         tg_buf_append(&b, "0\r\n\r\n", 5);

@@ -32,7 +32,7 @@ void tg_ws_channel_open(struct tg_exchange *x, struct tg_conn *c)
     struct tg_slice proto = tg_http_req_header(req, "sec-websocket-protocol");
     char accept[32];
     if (up.ptr == NULL || !tg_slice_eq_nocase(up, "websocket") || !tg_slice_has_token(conn, "upgrade") ||
-        !c->parser.upgrade) {
+        !c->req.upgrade) {
         tg_http_respond_rpc(c, 426, "Upgrade: websocket\r\n", NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Upgrade Required: /ws is a WebSocket endpoint", NULL);
         return;

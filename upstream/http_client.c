@@ -3,6 +3,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/http_fast.h"
 #include "core/log.h"
 #include "upstream/pool_int.h"
 
@@ -283,6 +284,68 @@ static void on_conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(c->up->scratch, sizeof(c->up->scratch));
 }
 
+/* r's answer is whole: r is finished, and c goes back to the pool if keep (bytes after the
+ * answer mean the connection is not sane: closed). */
+static void answered(struct tg_upconn *c, struct tg_upreq *r, int keep)
+{
+    c->req = NULL;
+    r->conn = NULL;
+    if (keep)
+        tg__upconn_to_idle(c);
+    else
+        tg__upconn_close(c);
+    tg__upreq_finish(r, 0);
+}
+
+/* A header the request keeps (content-type, mcp-session-id): 0, or -1 when it does not fit,
+ * which llhttp's reading refuses too (on_header_value). A later one replaces an earlier one. */
+static int keep_header(char *dst, size_t *len, size_t cap, const char *v, size_t n)
+{
+    if (n >= cap)
+        return -1;
+    memcpy(dst, v, n);
+    *len = n;
+    return 0;
+}
+
+/* The first bytes of an answer, when they hold all of it in the shape core/http_fast.h reads:
+ * handed to the request as llhttp's callbacks hand one (on_head, on_data, finished), and 1;
+ * 0 leaves them to llhttp, unread. */
+static int take_fast(struct tg_upconn *c, const char *p, size_t n)
+{
+    struct tg_upreq *r = c->req;
+    struct tg_http_header h[24];
+    struct tg_http_fast f;
+    if (!tg_http_fast_response(p, n, h, 24, &f) || f.head_len > UPSTREAM_HEAD_MAX)
+        return 0;
+    size_t ctype_len = r->ctype_len, sid_len = r->sid_len;
+    for (int i = 0; i < f.nheaders; i++) {
+        const char *name = p + h[i].name_off, *v = p + h[i].value_off;
+        if (h[i].name_len == 12 && tg_token_eq_lower(name, "content-type", 12)) {
+            if (keep_header(r->ctype, &ctype_len, sizeof(r->ctype), v, h[i].value_len) != 0)
+                return 0;
+        } else if (h[i].name_len == 14 && tg_token_eq_lower(name, "mcp-session-id", 14)) {
+            if (keep_header(r->sid, &sid_len, sizeof(r->sid), v, h[i].value_len) != 0)
+                return 0;
+        }
+    }
+    r->ctype_len = ctype_len;
+    r->sid_len = sid_len;
+    r->status = f.status;
+    r->cbs->on_head(r, r->status, r->ud);
+    if (c->req != NULL && f.body_len > 0)
+        r->cbs->on_data(r, p + f.head_len, (size_t)f.body_len, r->ud);
+    if (c->state == UC_CLOSING)
+        return 1;
+    if (c->req == NULL) { /* cancelled from a callback */
+        tg__upconn_close(c);
+        return 1;
+    }
+    c->complete = 1;
+    answered(c, r, f.keep_alive && f.head_len + f.body_len == n);
+    return 1;
+}
+
 /* What the connection read (plaintext), or its end (nread < 0). */
 static void conn_bytes(struct tg_upconn *c, ssize_t nread, const uv_buf_t *buf)
 {
@@ -323,7 +386,11 @@ static void conn_bytes(struct tg_upconn *c, ssize_t nread, const uv_buf_t *buf)
         tg__upreq_finish(r, TG_ECLOSED);
         return;
     }
-    r->got_bytes = 1;
+    if (!r->got_bytes) { /* the answer begins */
+        r->got_bytes = 1;
+        if (take_fast(c, buf->base, (size_t)nread))
+            return;
+    }
     llhttp_errno_t e = llhttp_execute(&c->parser, buf->base, (size_t)nread);
     if (c->state == UC_CLOSING)
         return;
@@ -335,14 +402,7 @@ static void conn_bytes(struct tg_upconn *c, ssize_t nread, const uv_buf_t *buf)
     if (e == HPE_PAUSED && c->complete) {
         const char *pos = llhttp_get_error_pos(&c->parser);
         int extra = pos != NULL && pos < buf->base + nread;
-        int keep = llhttp_should_keep_alive(&c->parser) && !extra;
-        c->req = NULL;
-        r->conn = NULL;
-        if (keep)
-            tg__upconn_to_idle(c);
-        else
-            tg__upconn_close(c);
-        tg__upreq_finish(r, 0);
+        answered(c, r, llhttp_should_keep_alive(&c->parser) && !extra);
         return;
     }
     if (e != HPE_OK) {
