@@ -20,17 +20,25 @@ static const unsigned char CLASS[256] = {
     3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 0, 1, 0, 3, 0,
 };
 
-/* 1 if every byte of p[0..n) is printable ASCII (0x20-0x7e): eight at a time, a byte below 0x20
- * or above 0x7e lighting its top bit in one of the two tests. */
-static int printable(const char *p, size_t n)
+/* 1 if the 8 bytes at p are printable ASCII (0x20-0x7e): a byte below 0x20 or above 0x7e lights
+ * its top bit in one of the two tests. */
+static inline int word_printable(const char *p)
 {
     const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return !(((w - ones * 0x20) & ~w & high) | (((w + ones) | w) & high));
+}
+
+/* 1 if every byte of p[0..n) is printable ASCII, eight at a time. */
+static int printable(const char *p, size_t n)
+{
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        if (((w - ones * 0x20) & ~w & high) | (((w + ones) | w) & high))
-            return 0;
+    if (n >= 8) { /* the last word overlaps the one before it: no byte-by-byte tail */
+        for (; i + 8 < n; i += 8)
+            if (!word_printable(p + i))
+                return 0;
+        return word_printable(p + n - 8);
     }
     for (; i < n; i++) {
         unsigned char b = (unsigned char)p[i];

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/slab.h"
 
@@ -20,6 +21,7 @@ struct parser {
     struct tg_slice params_raw;        /* the root's "params" value */
     int in_params;                     /* the root's "params" value is being parsed */
     const unsigned char *meta_from, *meta_to; /* params._meta, as bytes to cut */
+    int case_twins; /* with a tree: 1 twins seen, -1 an object too big to have been checked */
 };
 
 static int fail(struct parser *ps, const char *why)
@@ -341,12 +343,19 @@ static int check_dup_keys(struct parser *ps, cJSON *obj, size_t count)
     if (count < 2)
         return 0;
     if (count <= 12) {
+        /* Pairs whose first bytes differ in more than ASCII case are neither duplicates nor case
+         * twins (tg_json_doc.case_twins); the others are compared whole, both ways at once. */
         for (cJSON *a = obj->child; a; a = a->next)
             for (cJSON *b = a->next; b; b = b->next)
-                if (strcmp(a->string, b->string) == 0)
-                    return fail(ps, "duplicate object key");
+                if (((a->string[0] ^ b->string[0]) & ~0x20) == 0 && strcasecmp(a->string, b->string) == 0) {
+                    if (strcmp(a->string, b->string) == 0)
+                        return fail(ps, "duplicate object key");
+                    ps->case_twins = 1;
+                }
         return 0;
     }
+    if (ps->case_twins == 0)
+        ps->case_twins = -1;
     cJSON **v = malloc(count * sizeof(*v));
     if (v == NULL)
         return fail(ps, "out of memory");
@@ -664,7 +673,7 @@ static __attribute__((noinline)) int parse_strict(const char *p, size_t n, int m
 {
     struct parser ps = {(const unsigned char *)p, (const unsigned char *)p + n, (const unsigned char *)p,
                         max_depth, build, NULL, NULL, TG_SLICE_NULL, TG_SLICE_NULL, TG_SLICE_NULL, TG_SLICE_NULL,
-                        TG_SLICE_NULL, 0, NULL, NULL};
+                        TG_SLICE_NULL, 0, NULL, NULL, 0};
     doc->root = NULL;
     doc->id_raw = TG_SLICE_NULL;
     doc->method_raw = TG_SLICE_NULL;
@@ -687,6 +696,7 @@ static __attribute__((noinline)) int parse_strict(const char *p, size_t n, int m
         return TG_EINVAL;
     }
     doc->root = root;
+    doc->case_twins = ps.case_twins;
     doc->id_raw = ps.id_raw;
     doc->method_raw = ps.method_raw;
     doc->error_raw = ps.error_raw;

@@ -35,6 +35,9 @@ static inline cJSON *tg_json_get(const cJSON *obj, const char *name)
  * are valid only while it is. */
 struct tg_json_doc {
     cJSON *root;            /* NULL when parsed with build = 0 */
+    int case_twins;         /* with a tree: 1 if an object has keys that differ only in ASCII case
+                             * ("name", "Name"), 0 if none has, -1 if one of over 12 keys was not
+                             * looked at for them */
     struct tg_slice id_raw;     /* raw token of the root object's "id" member (points into the input), or empty */
     struct tg_slice method_raw; /* raw token of the root's "method" (with quotes), or empty */
     struct tg_slice error_raw;  /* raw value of the root's "error" when it is an object, or empty */

@@ -743,6 +743,7 @@ int tg__json_scan_fast(const char *in, size_t n, int max_depth, struct tg_json_d
      * two words and reads it back as one 16-byte load to copy it, a store-forwarding stall that
      * perf put at a quarter of this function's time. */
     doc->root = NULL;
+    doc->case_twins = -1; /* no tree, not looked for */
     doc->id_raw = TG_SLICE_NULL;
     doc->method_raw = TG_SLICE_NULL;
     doc->error_raw = TG_SLICE_NULL;

@@ -57,7 +57,7 @@ static int has_case_twins(const cJSON *item)
     return twins;
 }
 
-static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m, const char **why);
+static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m, const char **why, int *twins);
 
 /* Key k is "jsonrpc", "id", a or b (whose first letters are fa and fb): a switch on the first
  * letter, then one compare (this runs for every member of every message). */
@@ -74,15 +74,16 @@ static int member_of(const char *k, char fa, const char *a, char fb, const char 
 
 int tg_msg_decode(const char *p, size_t n, int max_depth, struct tg_msg *m, const char **why)
 {
-    int r = decode_shape(p, n, max_depth, m, why);
-    if (r == 0 && has_case_twins(m->root)) {
+    int twins = -1; /* the parser looked for them in objects of up to 12 keys (tg_json_doc) */
+    int r = decode_shape(p, n, max_depth, m, why, &twins);
+    if (r == 0 && (twins > 0 || (twins < 0 && has_case_twins(m->root)))) {
         *why = "object keys that differ only in case are not accepted";
         return TG_RPC_INVALID_REQUEST;
     }
     return r;
 }
 
-static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m, const char **why)
+static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m, const char **why, int *twins)
 {
     memset(m, 0, sizeof(*m));
     struct tg_json_doc doc;
@@ -93,6 +94,7 @@ static int decode_shape(const char *p, size_t n, int max_depth, struct tg_msg *m
         return TG_RPC_PARSE_ERROR;
     }
     m->root = doc.root;
+    *twins = doc.case_twins;
     cJSON *root = doc.root;
     if (!cJSON_IsObject(root)) {
         *why = "a JSON-RPC message must be an object";

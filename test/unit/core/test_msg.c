@@ -408,6 +408,10 @@ static void case_twins(void **state)
         {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\",\"mame\":\"b\"}}", 0},
         {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\",\"arguments\":{\"a@\":1,\"a`\":2,\"@x\":3,\"`x\":4}}}", 0},
         {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\",\"arguments\":{\"k1\":1,\"k2\":1,\"k3\":1,\"k4\":1,\"k5\":1,\"k6\":1,\"k7\":1,\"k8\":1,\"k9\":1,\"k10\":1,\"k11\":1,\"k12\":1,\"K7\":1}}}", 1},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\",\"arguments\":{\"k1\":1,\"k2\":1,\"k3\":1,\"k4\":1,\"k5\":1,\"k6\":1,\"k7\":1,\"k8\":1,\"k9\":1,\"k10\":1,\"k11\":1,\"k12\":1,\"k13\":1}}}", 0},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\",\"arguments\":{\"l\":[1,{\"q\":1,\"Q\":2}]}}}", 1},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\",\"arguments\":{\"l\":[{\"q\":1},{\"Q\":2}]}}}", 0},
+        {"{\"jsonrpc\":\"2.0\",\"ID\":1,\"id\":1,\"method\":\"tools/call\"}", 1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
         struct tg_msg m;
@@ -417,6 +421,12 @@ static void case_twins(void **state)
             fail_msg("case %zu: decode gave %d (%s)", i, r, why ? why : "");
         tg_msg_dispose(&m);
     }
+    /* a duplicate is still a duplicate (a parse error), not a pair of twins */
+    static const char dup[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\",\"name\":\"b\"}}";
+    struct tg_msg m;
+    const char *why = NULL;
+    assert_int_equal(tg_msg_decode(dup, strlen(dup), 64, &m, &why), TG_RPC_PARSE_ERROR);
+    tg_msg_dispose(&m);
 }
 
 int main(int argc, char **argv)
