@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,8 +26,12 @@ struct tg_audit {
     struct tg_buf pending;
     struct tg_buf writing;
     uv_fs_t req;
-    int busy;
+    uv_prepare_t flush; /* active while pending holds records: writes them before the loop polls (and,
+                         * like a write in flight, keeps the loop alive until then) */
+    int direct; /* fd is a regular file: the loop writes it itself (see audit.h) */
+    int busy;   /* a uv_fs_write in flight (not direct) */
     int closing;
+    int flush_closed; /* flush's close callback ran: a may be freed once no write is in flight */
     size_t max_pending;
     size_t pending_n, writing_n; /* records in pending and in writing */
     int failing;                 /* the last write failed: logged once, until one succeeds */
@@ -35,6 +41,9 @@ struct tg_audit {
 };
 
 static void start_write(struct tg_audit *a);
+
+/* Records are written at the end of the loop iteration, or at once when this many bytes wait. */
+#define FLUSH_AT 65536
 
 static void finish_close(struct tg_audit *a)
 {
@@ -48,16 +57,9 @@ static void finish_close(struct tg_audit *a)
     free(a);
 }
 
-static void on_written(uv_fs_t *req)
+/* The outcome of writing a->writing: r bytes written, or a libuv error (-errno). */
+static void wrote(struct tg_audit *a, ssize_t r)
 {
-    struct tg_audit *a = req->data;
-    ssize_t r = req->result;
-    uv_fs_req_cleanup(req);
-    a->busy = 0;
-    if (a->old_fd >= 0) {
-        close(a->old_fd);
-        a->old_fd = -1;
-    }
     if (r < 0) {
         /* A full or failing disk fails every write: said once, not once per batch; every record
          * of the batch is lost and counted. */
@@ -79,9 +81,44 @@ static void on_written(uv_fs_t *req)
                    (unsigned long long)a->dropped);
         a->failing = 0;
     }
+}
+
+static void on_written(uv_fs_t *req)
+{
+    struct tg_audit *a = req->data;
+    ssize_t r = req->result;
+    uv_fs_req_cleanup(req);
+    a->busy = 0;
+    if (a->old_fd >= 0) {
+        close(a->old_fd);
+        a->old_fd = -1;
+    }
+    wrote(a, r);
     start_write(a);
-    if (!a->busy && a->closing)
+    if (!a->busy && a->closing && a->flush_closed)
         finish_close(a);
+}
+
+static void on_flush(uv_prepare_t *h)
+{
+    struct tg_audit *a = h->data;
+    uv_prepare_stop(h);
+    start_write(a);
+}
+
+static void on_flush_closed(uv_handle_t *h)
+{
+    struct tg_audit *a = h->data;
+    a->flush_closed = 1;
+    if (!a->busy)
+        finish_close(a);
+}
+
+/* fd's kind decides how it is written (audit.h). */
+static int is_regular(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 static void start_write(struct tg_audit *a)
@@ -97,6 +134,15 @@ static void start_write(struct tg_audit *a)
         a->pending.len = 0;
         a->writing_n = a->pending_n;
         a->pending_n = 0;
+    }
+    if (a->direct) {
+        while (a->writing.len > 0) {
+            ssize_t r = write(a->fd, a->writing.base, a->writing.len);
+            if (r < 0 && errno == EINTR)
+                continue;
+            wrote(a, r < 0 ? -errno : r);
+        }
+        return;
     }
     uv_buf_t b = uv_buf_init(a->writing.base, (unsigned)a->writing.len);
     a->req.data = a;
@@ -126,6 +172,9 @@ struct tg_audit *tg_audit_open(uv_loop_t *loop, const struct tg_audit_conf *ac, 
     a->old_fd = -1;
     a->path = tg_xstrdup(ac->file);
     a->max_pending = (size_t)ac->max_pending;
+    a->direct = is_regular(fd);
+    uv_prepare_init(loop, &a->flush);
+    a->flush.data = a;
     return a;
 }
 
@@ -135,8 +184,7 @@ void tg_audit_close(struct tg_audit *a)
         return;
     a->closing = 1;
     start_write(a);
-    if (!a->busy)
-        finish_close(a);
+    uv_close((uv_handle_t *)&a->flush, on_flush_closed); /* frees a once no write is in flight */
 }
 
 void tg_audit_reopen(struct tg_audit *a)
@@ -157,6 +205,7 @@ void tg_audit_reopen(struct tg_audit *a)
         close(a->fd);
     }
     a->fd = fd;
+    a->direct = is_regular(fd);
 }
 
 uint64_t tg_audit_dropped(const struct tg_audit *a) { return a ? a->dropped : 0; }
@@ -315,6 +364,9 @@ void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const stru
         a->dropped++;
     } else {
         a->pending_n++;
-        start_write(a);
+        if (b->len >= FLUSH_AT)
+            start_write(a);
+        else
+            uv_prepare_start(&a->flush, on_flush); /* this iteration's records, in one write */
     }
 }

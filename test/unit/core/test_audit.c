@@ -1,0 +1,183 @@
+/* core/audit.c: how records reach the file. A regular file is written by the loop itself, once
+ * per iteration (or at once past 64 KiB); anything else (here a pipe) through the thread pool.
+ * Either way every record is written or counted as dropped, and closing writes what waits. */
+#include "../unit.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "core/audit.h"
+
+struct fixture {
+    uv_loop_t loop;
+    char dir[64], path[128];
+    struct tg_audit_conf ac;
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    snprintf(f->dir, sizeof(f->dir), "/tmp/tg-audit-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->path, sizeof(f->path), "%s/audit.log", f->dir);
+    uv_loop_init(&f->loop);
+    f->ac.max_pending = 16 * 1024 * 1024;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    unlink(f->path);
+    rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static struct tg_audit *open_at(struct fixture *f, const char *path)
+{
+    f->ac.file = (char *)path;
+    struct tg_buf err;
+    tg_buf_init(&err);
+    struct tg_audit *a = tg_audit_open(&f->loop, &f->ac, &err);
+    assert_non_null(a);
+    tg_buf_dispose(&err);
+    return a;
+}
+
+static void log_n(struct tg_audit *a, struct fixture *f, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char tool[32];
+        snprintf(tool, sizeof(tool), "tool-%d", i);
+        struct tg_audit_record r = {.grant = "alice", .upstream = "main", .method = "tools/call", .tool = tool,
+                                    .decision = "allow", .latency_ms = -1};
+        tg_audit_log(a, &f->ac, &r);
+    }
+}
+
+static size_t lines_in(const char *p, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += p[i] == '\n';
+    return k;
+}
+
+static size_t file_lines(const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    size_t k = 0;
+    int c;
+    while ((c = fgetc(fp)) != EOF)
+        k += c == '\n';
+    fclose(fp);
+    return k;
+}
+
+/* A regular file: nothing is written while the iteration runs, all of it once the loop turns. */
+static void regular_file_written_once_per_iteration(void **state)
+{
+    struct fixture *f = *state;
+    struct tg_audit *a = open_at(f, f->path);
+    log_n(a, f, 100);
+    assert_int_equal(file_lines(f->path), 0);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(file_lines(f->path), 100);
+    assert_int_equal(tg_audit_written(a), 100);
+    assert_int_equal(tg_audit_dropped(a), 0);
+    /* the loop has nothing left to do for the audit log: it does not keep it alive */
+    assert_int_equal(uv_run(&f->loop, UV_RUN_NOWAIT), 0);
+    tg_audit_close(a);
+}
+
+/* Past 64 KiB waiting, the records go at once, in the iteration that made them. */
+static void big_backlog_written_at_once(void **state)
+{
+    struct fixture *f = *state;
+    struct tg_audit *a = open_at(f, f->path);
+    log_n(a, f, 1000); /* about 130 KiB */
+    assert_true(tg_audit_written(a) > 0);
+    assert_true(file_lines(f->path) > 0);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(file_lines(f->path), 1000);
+    assert_int_equal(tg_audit_written(a), 1000);
+    tg_audit_close(a);
+}
+
+/* Records still waiting when the log closes (a reload, the drain) are written by the close. */
+static void close_writes_what_waits(void **state)
+{
+    struct fixture *f = *state;
+    struct tg_audit *a = open_at(f, f->path);
+    log_n(a, f, 5);
+    tg_audit_close(a);
+    assert_int_equal(file_lines(f->path), 5);
+}
+
+/* A write that fails (here: over RLIMIT_FSIZE, EFBIG) loses its records, counted, and the
+ * loop goes on; once writes succeed again, records are written again. */
+static void failed_write_counts_its_records(void **state)
+{
+    struct fixture *f = *state;
+    struct tg_audit *a = open_at(f, f->path);
+    struct rlimit old, small = {.rlim_cur = 100, .rlim_max = RLIM_INFINITY};
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    small.rlim_max = old.rlim_max;
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    log_n(a, f, 10);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_DFL);
+    /* the first 100 bytes went (a short write), the rest failed: every record is one or the other */
+    assert_int_equal(tg_audit_written(a) + tg_audit_dropped(a), 10);
+    assert_true(tg_audit_dropped(a) > 0);
+    uint64_t dropped = tg_audit_dropped(a);
+    log_n(a, f, 3);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(tg_audit_dropped(a), dropped);
+    assert_int_equal(tg_audit_written(a) + tg_audit_dropped(a), 13);
+    tg_audit_close(a);
+}
+
+/* A pipe is not written by the loop (its reader could stall it): the thread pool writes it, and
+ * the loop stays alive until it has. */
+static void pipe_written_through_the_pool(void **state)
+{
+    struct fixture *f = *state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fds[1]);
+    struct tg_audit *a = open_at(f, path);
+    log_n(a, f, 50);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(tg_audit_written(a), 50);
+    char buf[65536];
+    ssize_t n = read(fds[0], buf, sizeof(buf));
+    assert_true(n > 0);
+    assert_int_equal(lines_in(buf, (size_t)n), 50);
+    tg_audit_close(a);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    close(fds[0]);
+    close(fds[1]);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(regular_file_written_once_per_iteration, setup, teardown),
+        cmocka_unit_test_setup_teardown(big_backlog_written_at_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(close_writes_what_waits, setup, teardown),
+        cmocka_unit_test_setup_teardown(failed_write_counts_its_records, setup, teardown),
+        cmocka_unit_test_setup_teardown(pipe_written_through_the_pool, setup, teardown),
+    };
+    return tg_unit_run("audit", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
+}
