@@ -1,11 +1,11 @@
 #include "core/audit.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <errno.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
@@ -140,7 +140,8 @@ static void start_write(struct tg_audit *a)
             ssize_t r = write(a->fd, a->writing.base, a->writing.len);
             if (r < 0 && errno == EINTR)
                 continue;
-            wrote(a, r < 0 ? -errno : r);
+            /* 0 bytes for a non-empty buffer would loop here for ever: a failure like any other */
+            wrote(a, r < 0 ? -errno : r == 0 ? -EIO : r);
         }
         return;
     }

@@ -521,7 +521,7 @@ static void process_input(struct tg_conn *c)
     c->in_process = 0;
 }
 
-/* The request at the start of c->in read by the fast path (http1_fast.h) and stored as llhttp's
+/* The request at the start of c->in read by the fast path (core/http_fast.h) and stored as llhttp's
  * callbacks store one: its length, or 0 to leave it to llhttp (whose on_message_begin resets
  * whatever this stored). A request over a limit is left to llhttp too, which refuses it. */
 static size_t take_fast(struct tg_conn *c)

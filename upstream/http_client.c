@@ -314,9 +314,9 @@ static int keep_header(char *dst, size_t *len, size_t cap, const char *v, size_t
 static int take_fast(struct tg_upconn *c, const char *p, size_t n)
 {
     struct tg_upreq *r = c->req;
-    struct tg_http_header h[24];
+    struct tg_http_header h[24]; /* more headers than that: llhttp reads the answer */
     struct tg_http_fast f;
-    if (!tg_http_fast_response(p, n, h, 24, &f) || f.head_len > UPSTREAM_HEAD_MAX)
+    if (!tg_http_fast_response(p, n, h, (int)(sizeof(h) / sizeof(h[0])), &f) || f.head_len > UPSTREAM_HEAD_MAX)
         return 0;
     size_t ctype_len = r->ctype_len, sid_len = r->sid_len;
     for (int i = 0; i < f.nheaders; i++) {

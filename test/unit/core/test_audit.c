@@ -14,6 +14,7 @@ struct fixture {
     uv_loop_t loop;
     char dir[64], path[128];
     struct tg_audit_conf ac;
+    struct rlimit fsize; /* RLIMIT_FSIZE as it was: a case that lowers it fails without leaving it low */
 };
 
 static int setup(void **state)
@@ -23,6 +24,7 @@ static int setup(void **state)
     assert_non_null(mkdtemp(f->dir));
     snprintf(f->path, sizeof(f->path), "%s/audit.log", f->dir);
     uv_loop_init(&f->loop);
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &f->fsize), 0);
     f->ac.max_pending = 16 * 1024 * 1024;
     *state = f;
     return 0;
@@ -31,6 +33,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
+    setrlimit(RLIMIT_FSIZE, &f->fsize);
+    signal(SIGXFSZ, SIG_DFL);
     uv_run(&f->loop, UV_RUN_DEFAULT);
     assert_int_equal(uv_loop_close(&f->loop), 0);
     unlink(f->path);
@@ -127,14 +131,12 @@ static void failed_write_counts_its_records(void **state)
 {
     struct fixture *f = *state;
     struct tg_audit *a = open_at(f, f->path);
-    struct rlimit old, small = {.rlim_cur = 100, .rlim_max = RLIM_INFINITY};
-    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
-    small.rlim_max = old.rlim_max;
+    struct rlimit small = {.rlim_cur = 100, .rlim_max = f->fsize.rlim_max};
     signal(SIGXFSZ, SIG_IGN);
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
     log_n(a, f, 10);
     uv_run(&f->loop, UV_RUN_NOWAIT);
-    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &f->fsize), 0);
     signal(SIGXFSZ, SIG_DFL);
     /* the first 100 bytes went (a short write), the rest failed: every record is one or the other */
     assert_int_equal(tg_audit_written(a) + tg_audit_dropped(a), 10);
