@@ -1,9 +1,10 @@
 /* Counter store: the interface (policy/counters.h) and its first implementation, the local
- * store: one open-addressing table (linear probing, backward-shift deletion) of 40-byte entries
- * keyed by two independent 64-bit hashes of "upstream, counter, scope identity". Keys are never
- * stored: two 64-bit hashes of gateway-chosen names (session ids are random, grant and counter
- * names come from the operator) do not collide in practice, and dropping the key keeps a million
- * live buckets well under 128 MiB. */
+ * store: one open-addressing table (linear probing, backward-shift deletion) of 32-byte entries,
+ * two to a cache line, keyed by two independent 64-bit hashes of "upstream, counter, scope
+ * identity". Keys are never stored: the 63 bits of h1 and 32 of h2 that an entry keeps, of names
+ * the gateway chooses (session ids are random, grant and counter names come from the operator),
+ * do not collide in practice (about 2^-56 for a million live counters), and dropping the key
+ * keeps a million live buckets at 64 MiB. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -15,11 +16,29 @@
 /* One slot of the local store's table. Value type: an element of local_store.t, freed with the
  * table (grow, local_free). */
 struct entry {
-    uint64_t h1, h2;   /* h1 == 0: empty slot */
-    int64_t stamp_ms;  /* bucket: last refill; window: window start */
-    double value;      /* bucket: tokens; window: count */
-    int64_t expire_ms; /* after this the entry holds no information */
+    uint64_t h1;      /* 0: empty slot */
+    uint32_t h2;      /* the low half of h2 */
+    uint32_t life;    /* stamp_ms + life_ms(life): from then on the entry holds no information */
+    int64_t stamp_ms; /* bucket: last refill; window: window start */
+    double value;     /* bucket: tokens; window: count */
 };
+
+/* An entry's life, from its stamp: whole milliseconds below 2^31 ms (24 days), whole seconds
+ * (rounded up, flagged by the top bit) above, up to 68 years. Rounding up only keeps an entry a
+ * little longer; never shorter, as a window swept before its end would start again from 0. */
+static uint32_t life_of(int64_t ms)
+{
+    if (ms <= 0)
+        return 0;
+    if (ms < (int64_t)0x80000000)
+        return (uint32_t)ms;
+    int64_t s = ms / 1000 + (ms % 1000 != 0);
+    return 0x80000000u | (uint32_t)(s > 0x7fffffff ? 0x7fffffff : s);
+}
+
+_Static_assert(sizeof(struct entry) == 32, "two entries to a cache line");
+
+static int64_t life_ms(uint32_t life) { return life & 0x80000000u ? (int64_t)(life & 0x7fffffff) * 1000 : life; }
 
 /* The local store. Owned by whoever called tg_counters_new(); freed by tg_counters_free(). */
 struct local_store {
@@ -33,16 +52,18 @@ struct local_store {
 /* The table's memory. A table of 2 MiB or more is mapped on its own, aligned to 2 MiB and marked
  * for transparent huge pages (Debian's default is "madvise"): with many callers a lookup lands on
  * a random page of a table far larger than the TLB reaches with 4 KiB pages, and the page walk
- * cost as much as the cache miss. Smaller tables come from calloc. Both arrive zeroed. */
+ * cost as much as the cache miss. Smaller tables are aligned to a cache line. Both arrive zeroed,
+ * and no entry straddles two lines. */
 #define HUGE_PAGE ((size_t)2 << 20)
 
 static struct entry *table_alloc(size_t cap)
 {
     size_t bytes = cap * sizeof(struct entry);
     if (bytes < HUGE_PAGE) {
-        struct entry *t = calloc(cap, sizeof(struct entry));
+        struct entry *t = aligned_alloc(64, bytes); /* bytes: a power of two >= 32 KiB */
         if (!t)
             abort();
+        memset(t, 0, bytes);
         return t;
     }
     size_t len = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
@@ -116,7 +137,7 @@ static struct entry *slot(struct local_store *c, uint64_t h1, uint64_t h2, int c
 {
     size_t i = home_of(h1, c->cap);
     while (c->t[i].h1 != 0) {
-        if (c->t[i].h1 == h1 && c->t[i].h2 == h2)
+        if (c->t[i].h1 == h1 && c->t[i].h2 == (uint32_t)h2)
             return &c->t[i];
         i = (i + 1) & (c->cap - 1);
     }
@@ -127,10 +148,10 @@ static struct entry *slot(struct local_store *c, uint64_t h1, uint64_t h2, int c
         return slot(c, h1, h2, 1);
     }
     c->t[i].h1 = h1;
-    c->t[i].h2 = h2;
+    c->t[i].h2 = (uint32_t)h2;
+    c->t[i].life = 0;
     c->t[i].stamp_ms = 0;
     c->t[i].value = 0;
-    c->t[i].expire_ms = 0;
     c->count++;
     return &c->t[i];
 }
@@ -263,9 +284,11 @@ static int local_bucket_take(struct tg_counters *base, uint64_t h1, uint64_t h2,
         *retry_ms = amount > capacity ? UINT64_MAX : ms;
         *left = tokens;
         if (e != NULL) {
+            int64_t expire_ms = e->stamp_ms + life_ms(e->life); /* the life counts from the stamp */
             e->value = tokens;
             if (now_ms > e->stamp_ms) /* a clock that steps back must not refill the same time twice */
                 e->stamp_ms = now_ms;
+            e->life = life_of(expire_ms - e->stamp_ms);
         }
         return 0;
     }
@@ -275,7 +298,7 @@ static int local_bucket_take(struct tg_counters *base, uint64_t h1, uint64_t h2,
     e->value = tokens;
     if (now_ms > e->stamp_ms)
         e->stamp_ms = now_ms;
-    e->expire_ms = e->stamp_ms + (int64_t)ceil((capacity - tokens) * (double)window_ms / capacity) + 1;
+    e->life = life_of((int64_t)ceil((capacity - tokens) * (double)window_ms / capacity) + 1);
     *left = tokens;
     *retry_ms = 0;
     return 1;
@@ -355,7 +378,7 @@ static int local_window_add(struct tg_counters *base, uint64_t h1, uint64_t h2, 
         e = slot(c, h1, h2, 1);
     e->stamp_ms = window_start;
     e->value = next;
-    e->expire_ms = window_start + window_ms;
+    e->life = life_of(window_ms);
     *now_value = next;
     return 1;
 }
@@ -379,7 +402,7 @@ static void local_sweep(struct tg_counters *base, int64_t now_ms, size_t budget)
         budget = c->cap;
     while (budget-- > 0) {
         size_t i = c->sweep_pos & (c->cap - 1);
-        if (c->t[i].h1 != 0 && c->t[i].expire_ms <= now_ms) {
+        if (c->t[i].h1 != 0 && c->t[i].stamp_ms + life_ms(c->t[i].life) <= now_ms) {
             remove_at(c, i);
             /* an entry may have shifted into i: look at it again, without spending budget on it */
             budget++;
@@ -391,15 +414,13 @@ static void local_sweep(struct tg_counters *base, int64_t now_ms, size_t budget)
 
 /* A decision knows which counters it will reach before it reaches them; the table is far larger
  * than the caches with many callers, so a lookup is a memory miss. Asking for every slot first
- * lets those misses overlap instead of coming one after another. An entry may straddle two
- * cache lines: both are asked for. */
+ * lets those misses overlap instead of coming one after another. An entry is in one line. */
 static void local_prefetch(struct tg_counters *base, uint64_t h1, uint64_t h2)
 {
     (void)h2;
     struct local_store *c = local_of(base);
     const struct entry *e = &c->t[home_of(h1, c->cap)];
     __builtin_prefetch(e);
-    __builtin_prefetch((const char *)(e + 1) - 1);
 }
 
 static const struct tg_counter_store_ops local_ops = {
