@@ -114,6 +114,44 @@ static void sweep_removes_expired_and_keeps_live(void **state)
     tg_counters_free(c);
 }
 
+/* An entry's life is kept from its stamp, in milliseconds up to 2^31 and in seconds (rounded up)
+ * beyond: a year-long window is never swept before it ends, at most a second after. A failed take
+ * moves a bucket's stamp to now and keeps the moment it is full again. */
+static void long_lives_and_failed_takes(void **state)
+{
+    const int64_t t0 = 1710066600000LL;
+    const int64_t year = 31536000000LL, odd = 2147483648LL + 1500; /* 2^31 ms and a half second */
+    struct tg_counters *c = tg_counters_new();
+    uint64_t y1, y2, o1, o2, b1, b2, retry;
+    double now, left;
+    key_hash("year", 0, &y1, &y2);
+    key_hash("odd", 0, &o1, &o2);
+    assert_int_equal(tg_window_add(c, y1, y2, t0, year, 5, 0, 0, &now), 1);
+    assert_int_equal(tg_window_add(c, o1, o2, t0, odd, 7, 0, 0, &now), 1);
+    tg_counters_sweep(c, t0 + odd - 1, SIZE_MAX);
+    assert_int_equal(tg_counters_count(c), 2);
+    assert_true(tg_window_get(c, o1, o2, t0) == 7);
+    tg_counters_sweep(c, t0 + odd + 1000, SIZE_MAX); /* rounded up to a whole second: gone by now */
+    assert_int_equal(tg_counters_count(c), 1);
+    tg_counters_sweep(c, t0 + year - 1, SIZE_MAX);
+    assert_int_equal(tg_counters_count(c), 1);
+    assert_true(tg_window_get(c, y1, y2, t0) == 5);
+    tg_counters_sweep(c, t0 + year, SIZE_MAX);
+    assert_int_equal(tg_counters_count(c), 0);
+
+    /* 10 tokens a minute, all taken at t0: full again at t0 + 60000. Failed takes at t0 + 30000
+     * and t0 + 50000 move the stamp, not that moment. */
+    key_hash("bucket", 9, &b1, &b2);
+    assert_int_equal(tg_bucket_take(c, b1, b2, 10, 60000, 10, t0, &left, &retry), 1);
+    assert_int_equal(tg_bucket_take(c, b1, b2, 10, 60000, 6, t0 + 30000, &left, &retry), 0);
+    assert_int_equal(tg_bucket_take(c, b1, b2, 10, 60000, 9, t0 + 50000, &left, &retry), 0);
+    tg_counters_sweep(c, t0 + 59999, SIZE_MAX);
+    assert_int_equal(tg_counters_count(c), 1);
+    tg_counters_sweep(c, t0 + 60001, SIZE_MAX);
+    assert_int_equal(tg_counters_count(c), 0);
+    tg_counters_free(c);
+}
+
 /* A sweep with a small budget scans a slice of the table; repeated, it covers all of it. */
 static void sweep_in_slices(void **state)
 {
@@ -349,6 +387,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(sweep_removes_expired_and_keeps_live),
         cmocka_unit_test(sweep_in_slices),
         cmocka_unit_test(sweep_across_the_wrap),
+        cmocka_unit_test(long_lives_and_failed_takes),
         cmocka_unit_test(window_add_get_sub),
         cmocka_unit_test(bucket_take_give),
         cmocka_unit_test(hash_never_zero_and_distinct),
