@@ -56,6 +56,7 @@ struct tg_decision {
     struct tg_reservation res[TG_MAX_RESERVATIONS];
     int nres;
     char counters_json[512]; /* counter values after the decision, for the audit log */
+    size_t counters_json_len; /* strlen(counters_json) */
     int shared;              /* set by the caller: the reservations are in a shared store
                               * (cluster/), so a refund goes there, not to the local one */
 };
