@@ -486,88 +486,6 @@ void tg_policy_refund(struct tg_counters *c, const struct tg_decision *d, int64_
     give_back(c, d); /* d is the caller's: read, not reset (it used to be copied whole for that) */
 }
 
-/* "%lld" of v into out (26 bytes or more: one fixed-size copy), two digits a step; its length. */
-static size_t format_ll(long long v, char *out)
-{
-    static const char pairs[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-                                "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-                                "8081828384858687888990919293949596979899";
-    char tmp[48];
-    char *const end = tmp + 24; /* the digits end here; the 24 bytes after are room for the copy */
-    char *q = end;
-    size_t k = 0;
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    while (u >= 100) {
-        unsigned r = (unsigned)(u % 100);
-        u /= 100;
-        q -= 2;
-        memcpy(q, pairs + 2 * r, 2);
-    }
-    if (u >= 10) {
-        q -= 2;
-        memcpy(q, pairs + 2 * u, 2);
-    } else {
-        *--q = (char)('0' + u);
-    }
-    if (v < 0)
-        out[k++] = '-';
-    size_t n = (size_t)(end - q);
-    memcpy(out + k, q, 24); /* n <= 20 of them count */
-    k += n;
-    out[k] = '\0';
-    return k;
-}
-
-/* Append ",NAME:VALUE" (no comma first) to counters_json, where NAME is the counter's name as a
- * JSON string (made at compile time, pcounter.jlabel). What snprintf would write, truncation
- * included, without it. */
-static void note_counter(struct tg_decision *d, const struct pcounter *pc, double value)
-{
-    size_t len = d->counters_json_len;
-    if (len + 80 >= sizeof(d->counters_json))
-        return;
-    char *out = d->counters_json + len;
-    size_t room = sizeof(d->counters_json) - len - 1; /* bytes before the NUL */
-    /* value == floor(value) && fabs(value) < 9.2e18, without the call to floor: in that range
-     * the conversion to long long is defined and gives back value exactly when it is whole. */
-    int whole = fabs(value) < 9.2e18 && (double)(long long)value == value;
-    if (whole && (len ? 1 : 0) + pc->jlabel_len + 1 + 26 <= room) {
-        /* The common case, written in place: format_ll needs 26 bytes of room. */
-        if (len)
-            *out++ = ',';
-        memcpy(out, pc->jlabel, pc->jlabel_len);
-        out += pc->jlabel_len;
-        *out++ = ':';
-        out += format_ll((long long)value, out);
-        d->counters_json_len = (size_t)(out - d->counters_json);
-        return;
-    }
-    char num[40];
-    size_t numlen;
-    if (whole) {
-        numlen = format_ll((long long)value, num);
-    } else {
-        /* The shortest form that reads back as the same double: 0.3, not 0.29999999999999999. */
-        for (int prec = 15; prec <= 17; prec++) {
-            snprintf(num, sizeof(num), "%.*g", prec, value);
-            if (strtod(num, NULL) == value)
-                break;
-        }
-        numlen = strlen(num);
-    }
-    /* What snprintf would write: the pieces, cut at the end of the buffer. */
-    const char *piece[4] = {",", pc->jlabel, ":", num};
-    size_t plen[4] = {len ? 1 : 0, pc->jlabel_len, 1, numlen};
-    for (int k = 0; k < 4; k++) {
-        size_t n = plen[k] < room ? plen[k] : room;
-        memcpy(out, piece[k], n);
-        out += n;
-        room -= n;
-    }
-    *out = '\0';
-    d->counters_json_len = (size_t)(out - d->counters_json);
-}
-
 static const char *type_name(const cJSON *v)
 {
     return j_str(v) ? "a string" : j_bool(v) ? "a boolean" : j_null(v) ? "null"
@@ -647,7 +565,7 @@ static int reserve_rules(struct dctx *x, const char *tool, const struct ptool *t
                 refund_all(cs, d);
                 d->counters_json[0] = '\0';
                 d->counters_json_len = 0;
-                note_counter(d, pc, nowv);
+                tg__note_counter(d, pc, nowv);
                 uint64_t retry = (uint64_t)(ws + pc->window_ms - now_ms);
                 d->retry_after_ms = retry;
                 copy_str(d->counter, sizeof(d->counter), pc->key + 2);
@@ -663,7 +581,7 @@ static int reserve_rules(struct dctx *x, const char *tool, const struct ptool *t
                 rv->amount = amount;
                 rv->window_start = ws;
             }
-            note_counter(d, pc, nowv);
+            tg__note_counter(d, pc, nowv);
         }
     }
     return 0;
@@ -692,7 +610,7 @@ static int reserve_limits(struct dctx *x, const char *tool, const struct ptool *
                 refund_all(cs, d);
                 d->counters_json[0] = '\0';
                 d->counters_json_len = 0;
-                note_counter(d, pc, floor(left));
+                tg__note_counter(d, pc, floor(left));
                 d->retry_after_ms = retry;
                 copy_str(d->counter, sizeof(d->counter), pc->key + 2);
                 set_decision(d, TG_VERDICT_LIMITED, pc->key + 2, "%s is limited to %s %s; retry in %llu s", tool,
@@ -707,7 +625,7 @@ static int reserve_limits(struct dctx *x, const char *tool, const struct ptool *
                 rv->amount = 1;
                 rv->capacity = pc->capacity;
             }
-            note_counter(d, pc, floor(left));
+            tg__note_counter(d, pc, floor(left));
         }
     }
     return 0;
@@ -796,7 +714,7 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
                 if (c->is_state && c->counter >= 0) {
                     const struct pcounter *pc = &p->counters[c->counter];
                     int64_t ws = window_start(now_ms, pc->window_ms);
-                    note_counter(d, pc, state_value(&x, c->counter));
+                    tg__note_counter(d, pc, state_value(&x, c->counter));
                     d->retry_after_ms = (uint64_t)(ws + pc->window_ms - now_ms);
                     copy_str(d->counter, sizeof(d->counter), pc->key + 2);
                     set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s",

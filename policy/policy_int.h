@@ -169,4 +169,9 @@ long tg__path_index(const char *seg);
 /* A window's name for messages: "second", "minute", "hour", "day" or "N seconds" (compile_tool.c). */
 void tg__policy_window_label(int64_t ms, char *out, size_t n);
 
+/* Append ",NAME:VALUE" for counter pc to d->counters_json (policy/decide_note.c): what
+ * snprintf would write, truncation included. */
+struct tg_decision;
+void tg__note_counter(struct tg_decision *d, const struct pcounter *pc, double value);
+
 #endif
