@@ -35,6 +35,9 @@ struct tg_audit {
     size_t max_pending;
     size_t pending_n, writing_n; /* records in pending and in writing */
     int failing;                 /* the last write failed: logged once, until one succeeds */
+    int torn;                    /* the file ends inside a record (a short write, then a failure):
+                                  * the next batch starts with a newline, so that the torn record
+                                  * is a line of its own and the next one is whole */
     uint64_t dropped, written;   /* records: lost, and on disk */
     time_t stamp_sec;
     char stamp[32];
@@ -71,8 +74,10 @@ static void wrote(struct tg_audit *a, ssize_t r)
         a->writing_n = 0;
         a->writing.len = 0;
     } else if ((size_t)r < a->writing.len) {
+        a->torn = a->writing.base[r - 1] != '\n';
         tg_buf_consume(&a->writing, (size_t)r); /* short write: the rest goes next */
     } else {
+        a->torn = 0; /* a batch ends with its last record's newline */
         a->written += a->writing_n;
         a->writing_n = 0;
         a->writing.len = 0;
@@ -134,6 +139,13 @@ static void start_write(struct tg_audit *a)
         a->pending.len = 0;
         a->writing_n = a->pending_n;
         a->pending_n = 0;
+        if (a->torn) {
+            if (tg_buf_try_reserve(&a->writing, 1, 0) != 0)
+                abort();
+            memmove(a->writing.base + 1, a->writing.base, a->writing.len);
+            a->writing.base[0] = '\n';
+            a->writing.len++;
+        }
     }
     if (a->direct) {
         while (a->writing.len > 0) {

@@ -126,7 +126,8 @@ static void close_writes_what_waits(void **state)
 }
 
 /* A write that fails (here: over RLIMIT_FSIZE, EFBIG) loses its records, counted, and the
- * loop goes on; once writes succeed again, records are written again. */
+ * loop goes on; once writes succeed again, records are written again. The record the short
+ * write tore is ended with a newline before them: the next records are whole lines. */
 static void failed_write_counts_its_records(void **state)
 {
     struct fixture *f = *state;
@@ -147,6 +148,19 @@ static void failed_write_counts_its_records(void **state)
     assert_int_equal(tg_audit_dropped(a), dropped);
     assert_int_equal(tg_audit_written(a) + tg_audit_dropped(a), 13);
     tg_audit_close(a);
+    /* 100 bytes of the first batch (no record is that short: one whole, or none, and a torn
+     * one), then its newline, then the three records, each a line that starts a JSON object */
+    FILE *fp = fopen(f->path, "r");
+    assert_non_null(fp);
+    char line[4096];
+    int n = 0, whole = 0;
+    while (fgets(line, sizeof(line), fp) != NULL) {
+        n++;
+        whole += line[0] == '{' && strstr(line, "}\n") != NULL;
+    }
+    fclose(fp);
+    assert_int_equal(n, 4);
+    assert_true(whole >= 3);
 }
 
 /* A pipe is not written by the loop (its reader could stall it): the thread pool writes it, and
