@@ -66,10 +66,10 @@ int tg_http_fast_maybe(const char *p, size_t n)
 }
 
 /* The header lines at q, through the blank line that ends them: into h[0..f->nheaders),
- * f->keep_alive and f->body_len (*has_length: a Content-Length was there). The position after
- * the blank line, or NULL when the lines are not all there or not of the shape. */
+ * f->keep_alive, f->has_length and f->body_len. The position after the blank line, or NULL when
+ * the lines are not all there or not of the shape. */
 static const char *fields(const char *p, const char *q, const char *end, struct tg_http_header *h, int max_headers,
-                          struct tg_http_fast *f, int *has_length)
+                          struct tg_http_fast *f)
 {
     int nh = 0, have_length = 0, have_connection = 0;
     uint64_t length = 0;
@@ -149,7 +149,7 @@ static const char *fields(const char *p, const char *q, const char *end, struct 
     f->nheaders = nh;
     f->head_len = (uint32_t)(q - p);
     f->body_len = length;
-    *has_length = have_length;
+    f->has_length = have_length;
     return q;
 }
 
@@ -175,8 +175,7 @@ int tg_http_fast_request(const char *p, size_t n, struct tg_http_header *h, int 
     f->url_len = (uint32_t)(q - p) - f->url_off;
     if (cr - q != 9 || (size_t)(end - q) < 11 || memcmp(q, " HTTP/1.1\r\n", 11) != 0)
         return 0;
-    int has_length;
-    return fields(p, q + 11, end, h, max_headers, f, &has_length) != NULL;
+    return fields(p, q + 11, end, h, max_headers, f) != NULL;
 }
 
 int tg_http_fast_response(const char *p, size_t n, struct tg_http_header *h, int max_headers,
@@ -200,6 +199,5 @@ int tg_http_fast_response(const char *p, size_t n, struct tg_http_header *h, int
     f->method = 0;
     f->status = status;
     f->url_off = f->url_len = 0;
-    int has_length;
-    return fields(p, cr + 2, end, h, max_headers, f, &has_length) != NULL && has_length;
+    return fields(p, cr + 2, end, h, max_headers, f) != NULL && f->has_length;
 }

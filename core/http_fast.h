@@ -37,6 +37,7 @@ struct tg_http_fast {
     int nheaders;
     uint32_t head_len; /* the head, through the blank line that ends it */
     uint64_t body_len; /* the body follows the head */
+    int has_length;    /* a Content-Length was there (an answer is taken only with one) */
     int keep_alive;    /* what llhttp_should_keep_alive() says of it */
 };
 

@@ -409,17 +409,8 @@ static void set_decision_around(struct tg_decision *d, enum tg_verdict v, const 
     d->verdict = v;
     copy_str(d->rule, sizeof(d->rule), rule);
     const char *piece[3] = {pre, s, post};
-    char *out = d->message;
-    size_t room = sizeof(d->message) - 1;
-    for (int k = 0; k < 3; k++) {
-        size_t n = strlen(piece[k]);
-        if (n > room)
-            n = room;
-        memcpy(out, piece[k], n);
-        out += n;
-        room -= n;
-    }
-    *out = '\0';
+    size_t len[3] = {strlen(pre), strlen(s), strlen(post)};
+    tg__cat_cut(d->message, sizeof(d->message) - 1, piece, len, 3);
 }
 
 static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *rule, const char *fmt, ...)

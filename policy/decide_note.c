@@ -78,15 +78,20 @@ void tg__note_counter(struct tg_decision *d, const struct pcounter *pc, double v
         }
         numlen = strlen(num);
     }
-    /* What snprintf would write: the pieces, cut at the end of the buffer. */
     const char *piece[4] = {",", pc->jlabel, ":", num};
     size_t plen[4] = {len ? 1 : 0, pc->jlabel_len, 1, numlen};
-    for (int k = 0; k < 4; k++) {
-        size_t n = plen[k] < room ? plen[k] : room;
-        memcpy(out, piece[k], n);
-        out += n;
-        room -= n;
+    out = tg__cat_cut(out, room, piece, plen, 4);
+    d->counters_json_len = (size_t)(out - d->counters_json);
+}
+
+char *tg__cat_cut(char *out, size_t room, const char *const *piece, const size_t *len, int n)
+{
+    for (int k = 0; k < n; k++) {
+        size_t m = len[k] < room ? len[k] : room;
+        memcpy(out, piece[k], m);
+        out += m;
+        room -= m;
     }
     *out = '\0';
-    d->counters_json_len = (size_t)(out - d->counters_json);
+    return out;
 }
