@@ -176,6 +176,8 @@ void tg__approvals_shared_gone(struct tg_call *k);
 
 /* A new call of session s for the message the sink carries (sink may be NULL: nobody reads). */
 struct tg_call *tg_call_new(struct tg_server *srv, struct tg_session *s, struct tg_sink *sink, enum call_kind kind);
+/* Storage for a call's decision (k->dec, freed with the call): uninitialized, from a free list. */
+struct tg_decision *tg_call_decision_new(void);
 /* Send the call's message (body NULL: open the session's stream) through its upstream kind. */
 void tg_call_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout);
 /* Close: idempotent; the call is unhooked, its sink released, its memory freed later. */

@@ -262,14 +262,14 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     for (struct tg_list *l = s->calls.next; key && l != &s->calls; l = l->next) {
         struct tg_call *o = tg_container_of(l, struct tg_call, slink);
         if (o->kind == KIND_REQUEST && o->id_key && strcmp(o->id_key, key) == 0) {
-            free(key);
+            tg_xfree(key);
             tg_dispatch_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
                       "Invalid Request: a request with this id is already in flight in this session", NULL);
             return;
         }
     }
     if (s->inflight >= (unsigned)lim->inflight_per_session) {
-        free(key);
+        tg_xfree(key);
         srv->metrics.limit_inflight++;
         tg_dispatch_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
                   "Too many calls in flight for this session (limits.inflight_per_session)", NULL);
@@ -282,7 +282,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next)
             n += tg_container_of(l, struct tg_call, slink)->is_listen;
         if (n >= (unsigned)lim->listens_per_grant) {
-            free(key);
+            tg_xfree(key);
             srv->metrics.limit_inflight++;
             tg_dispatch_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
                    "Too many subscriptions/listen streams for this grant (limits.listens_per_grant)", NULL);
@@ -305,8 +305,8 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         char why[200];
         retry = tg_mcp_mrtr_retry(&srv->mrtr, params, mc, (int64_t)wall_ms(), parked, sizeof(parked), why, sizeof(why));
         if (retry < 0) {
-            free(key);
-            free(mc);
+            tg_xfree(key);
+            tg_xfree(mc);
             char esc[96];
             tg_log(TG_LOG_INFO, "2026-07-28 retry refused", "grant=%s upstream=%s method=%s why=%s", g->name,
                    x->uc->name, m->method, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why)));
@@ -322,15 +322,15 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         cJSON *name = tg_json_get(params, "name");
         cJSON *a = tg_json_get(params, "arguments");
         if (!cJSON_IsObject(params) || !cJSON_IsString(name) || (a != NULL && !cJSON_IsObject(a))) {
-            free(key);
-            free(mc);
+            tg_xfree(key);
+            tg_xfree(mc);
             tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
                       "tools/call needs params.name (a string) and optional params.arguments (an object)", NULL);
             return;
         }
         tool = name->valuestring;
         args = a;
-        dec = tg_xmalloc(sizeof(*dec));
+        dec = tg_call_decision_new();
         struct tg_caller who = {g->name, s->id_str, x->uc->name};
         if (srv->cluster != NULL) {
             /* Shared counters: decided at once when no counter is reached, else when Redis answers. */
@@ -350,14 +350,14 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         int res = m->mid == TG_M_RESOURCES_READ;
         cJSON *what = tg_json_get(params, res ? "uri" : "name");
         if (!cJSON_IsString(what)) {
-            free(key);
-            free(mc);
+            tg_xfree(key);
+            tg_xfree(mc);
             tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
                       res ? "resources/read needs params.uri (a string)" : "prompts/get needs params.name (a string)",
                       NULL);
             return;
         }
-        dec = tg_xcalloc(1, sizeof(*dec));
+        dec = memset(tg_call_decision_new(), 0, sizeof(*dec));
         if (res)
             tg_policy_decide_resource(pol, what->valuestring, dec);
         else
@@ -387,7 +387,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         mc->b.method = k->method;
         mc = NULL;
     }
-    free(mc);
+    tg_xfree(mc);
     k->is_tools_list = m->mid == TG_M_TOOLS_LIST;
     k->is_listen = listen;
     k->is_init = m->mid == TG_M_INITIALIZE;

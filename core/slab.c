@@ -87,8 +87,47 @@ void tg_slab_free(void *p)
     counts[i]++;
 }
 
+static _Thread_local struct tg_recycler *recyclers;
+
+void *tg_recycle_alloc(struct tg_recycler *r)
+{
+    void *p = r->head;
+    if (p != NULL) {
+        r->head = ((struct freeblock *)p)->next;
+        r->count--;
+        return p;
+    }
+    if (!r->registered) {
+        r->registered = 1;
+        r->next = recyclers;
+        recyclers = r;
+    }
+    return malloc(r->size);
+}
+
+void tg_recycle_free(struct tg_recycler *r, void *p)
+{
+    if (p == NULL)
+        return;
+    if (r->count >= r->keep || !__atomic_load_n(&enabled, __ATOMIC_RELAXED)) {
+        free(p);
+        return;
+    }
+    ((struct freeblock *)p)->next = r->head;
+    r->head = p;
+    r->count++;
+}
+
 void tg_slab_drain(void)
 {
+    for (struct tg_recycler *r = recyclers; r != NULL; r = r->next) {
+        while (r->head != NULL) {
+            struct freeblock *b = r->head;
+            r->head = b->next;
+            free(b);
+        }
+        r->count = 0;
+    }
     for (int i = 0; i < CLASSES; i++) {
         while (lists[i] != NULL) {
             struct freeblock *b = lists[i];
@@ -104,5 +143,7 @@ size_t tg_slab_cached(void)
     size_t n = 0;
     for (int i = 0; i < CLASSES; i++)
         n += counts[i];
+    for (struct tg_recycler *r = recyclers; r != NULL; r = r->next)
+        n += r->count;
     return n;
 }

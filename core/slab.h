@@ -38,4 +38,20 @@ void tg_slab_drain(void);
 /* Blocks this thread holds (for tests and metrics). */
 size_t tg_slab_cached(void);
 
+/* A free list for one kind of object too large for the classes (a call's policy decision is
+ * 4 KiB), kept by its owner: up to `keep` blocks of exactly `size` bytes, for the loop thread
+ * only. Like the classes, its blocks are malloc blocks (free() may take one), it keeps nothing
+ * while the slab is off (the sanitizers see every free), and tg_slab_drain() on the thread that
+ * used it gives its blocks back. */
+struct tg_recycler {
+    size_t size;
+    unsigned keep, count;
+    void *head;
+    struct tg_recycler *next; /* registered on first use, for tg_slab_drain */
+    int registered;
+};
+#define TG_RECYCLER_INIT(sz, n) {(sz), (n), 0, NULL, NULL, 0}
+void *tg_recycle_alloc(struct tg_recycler *r);
+void tg_recycle_free(struct tg_recycler *r, void *p);
+
 #endif

@@ -91,7 +91,7 @@ void tg_batch_done(struct tg_batch *b)
         }
         b->channel->ops->release(b->channel, NULL);
         tg_buf_dispose(&b->out);
-        free(b);
+        tg_xfree(b);
         return;
     }
     struct tg_conn *c = b->conn;
@@ -108,7 +108,7 @@ void tg_batch_done(struct tg_batch *b)
         }
     }
     tg_buf_dispose(&b->out);
-    free(b);
+    tg_xfree(b);
 }
 
 /* ---- the sink ---------------------------------------------------------------------- */

@@ -28,7 +28,7 @@ void tg_replay_free(struct tg_replay *r)
     tg_list_unlink(&r->slink);
     tg_list_unlink(&r->glink);
     tg_session_unref(r->sess);
-    free(r);
+    tg_xfree(r);
 }
 
 struct tg_replay *tg_replay_new(struct tg_server *srv, struct tg_session *s, struct tg_http_sink *live)

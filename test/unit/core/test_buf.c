@@ -340,6 +340,42 @@ static void slab_lists(void **state)
     assert_int_equal(tg_slab_cached(), 0);
 }
 
+/* A recycler: a freed block comes back whole, at most `keep` are kept, drain gives them back, and
+ * with the slab off nothing is kept (so the sanitizers see each free). */
+static void recycler_keeps_and_drains(void **state)
+{
+    (void)state;
+    static struct tg_recycler r = TG_RECYCLER_INIT(4400, 3);
+    tg_slab_enable(1);
+    tg_slab_drain();
+    void *a = tg_recycle_alloc(&r);
+    assert_true(malloc_usable_size(a) >= 4400);
+    memset(a, 0x5a, 4400);
+    tg_recycle_free(&r, a);
+    assert_int_equal(r.count, 1);
+    assert_int_equal(tg_slab_cached(), 1); /* counted with the classes */
+    void *b = tg_recycle_alloc(&r);
+    assert_ptr_equal(a, b);
+    assert_int_equal(r.count, 0);
+    void *v[5] = {b};
+    for (int i = 1; i < 5; i++)
+        v[i] = tg_recycle_alloc(&r);
+    for (int i = 0; i < 5; i++)
+        tg_recycle_free(&r, v[i]);
+    assert_int_equal(r.count, 3);
+    tg_recycle_free(&r, NULL);
+    assert_int_equal(r.count, 3);
+    free(tg_recycle_alloc(&r)); /* a recycled block is a malloc block */
+    assert_int_equal(r.count, 2);
+    tg_slab_drain();
+    assert_int_equal(r.count, 0);
+    assert_ptr_equal(r.head, NULL);
+    tg_slab_enable(0);
+    void *c = tg_recycle_alloc(&r);
+    tg_recycle_free(&r, c);
+    assert_int_equal(r.count, 0);
+}
+
 /* Chunk size lines: every digit count, the edges of each, and appending after other bytes. */
 static void append_hex_digits(void **state)
 {
@@ -378,6 +414,7 @@ int main(void)
         cmocka_unit_test(list_ops),
         cmocka_unit_test(list_splice),
         cmocka_unit_test(slab_lists),
+        cmocka_unit_test(recycler_keeps_and_drains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
