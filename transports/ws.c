@@ -218,6 +218,69 @@ static void pump(struct tg_ws *ws)
     }
 }
 
+/* Unmask n bytes in place (the key's byte i goes with payload byte i mod 4); nonzero when one
+ * of them is outside ASCII. XOR twice restores the frame, for wslay. */
+static int unmask_ascii(unsigned char *d, size_t n, const unsigned char key[4])
+{
+    uint64_t k8, high = 0;
+    uint32_t k4;
+    memcpy(&k4, key, 4);
+    k8 = (uint64_t)k4 << 32 | k4;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, d + i, 8);
+        w ^= k8;
+        high |= w;
+        memcpy(d + i, &w, 8);
+    }
+    for (; i < n; i++) {
+        d[i] ^= key[i & 3];
+        high |= d[i];
+    }
+    return (high & 0x8080808080808080ull) != 0;
+}
+
+/* Whole final text frames from the start of conn->in, handed to on_message without wslay: its
+ * context costs a dozen allocations to make and free, and a request is one such frame. Taken
+ * only while wslay holds nothing (no context: no fragment, no close, nothing queued) and only
+ * frames wslay would accept as they are: FIN, no RSV bit, opcode text, masked, a length in its
+ * shortest form within max_msg, and ASCII (no UTF-8 to validate). Anything else stops here and
+ * goes to wslay, which checks it and answers it as before. The payloads stay in conn->in while
+ * on_message runs (nothing consumes input inside it); returns the bytes taken. */
+static size_t direct_frames(struct tg_ws *ws, struct tg_conn *c)
+{
+    unsigned char *p = (unsigned char *)c->in.base;
+    size_t n = ws->feedable, off = 0;
+    while (ws->ctx == NULL && !ws->closing && !ws->closed && ws->conn == c && c->state < TG_CONN_CLOSING &&
+           n - off >= 6) {
+        unsigned char *f = p + off;
+        if (f[0] != 0x81 || (f[1] & 0x80) == 0)
+            break;
+        size_t len = f[1] & 0x7f, hdr = 6;
+        if (len == 126) {
+            if (n - off < 8)
+                break;
+            len = (size_t)f[2] << 8 | f[3];
+            hdr = 8;
+            if (len < 126)
+                break;
+        } else if (len == 127) {
+            break; /* 64 KiB and over: wslay's */
+        }
+        if (len > ws->max_msg || n - off - hdr < len)
+            break;
+        if (unmask_ascii(f + hdr, len, f + hdr - 4)) {
+            unmask_ascii(f + hdr, len, f + hdr - 4); /* masked again: wslay reads it whole */
+            break;
+        }
+        off += hdr + len;
+        if (ws->on_message)
+            ws->on_message(ws->ud, (const char *)f + hdr, len);
+    }
+    return off;
+}
+
 static void on_data(struct tg_conn *c, void *ud)
 {
     struct tg_ws *ws = ud;
@@ -235,15 +298,24 @@ static void on_data(struct tg_conn *c, void *ud)
     if (ws->feedable == 0 && !ws->oversized)
         return; /* not a whole frame yet: wait for more */
     ws->busy++;
-    ensure_ctx(ws);
-    ws->in_recv = 1;
-    int r = wslay_event_recv(ws->ctx);
-    ws->in_recv = 0;
-    if (ws->conn != NULL) {
-        if (r != 0)
-            tg_conn_close(c, "WebSocket protocol error");
-        else
-            pump(ws);
+    if (!ws->oversized) {
+        size_t used = direct_frames(ws, c);
+        if (used > 0 && ws->conn != NULL) {
+            tg_buf_consume(&c->in, used);
+            ws->feedable -= used;
+        }
+    }
+    if (ws->conn != NULL && c->state < TG_CONN_CLOSING && (ws->feedable > 0 || ws->oversized)) {
+        ensure_ctx(ws);
+        ws->in_recv = 1;
+        int r = wslay_event_recv(ws->ctx);
+        ws->in_recv = 0;
+        if (ws->conn != NULL) {
+            if (r != 0)
+                tg_conn_close(c, "WebSocket protocol error");
+            else
+                pump(ws);
+        }
     }
     leave(ws);
 }

@@ -288,6 +288,108 @@ static void server_close_handshake(void **state)
     teardown(h);
 }
 
+/* Several whole frames in one read: text frames are read without wslay (ws.c direct_frames), a
+ * ping between them goes to wslay, and the answers leave in order. An empty text frame is a
+ * message too, and a frame split over two reads waits for its end. */
+static void frames_in_one_read_keep_their_order(void **state)
+{
+    struct hh *h = setup_upgraded(1024);
+    struct tw *t = tw_of(h);
+    t->echo = 1;
+    uint8_t f[256];
+    size_t n = client_frame(f, 1, 0x1, "A", 1);
+    n += client_frame(f + n, 1, 0x1, "BB", 2);
+    memcpy(f + n, MASKED_PING_HELLO, sizeof(MASKED_PING_HELLO) - 1);
+    n += sizeof(MASKED_PING_HELLO) - 1;
+    n += client_frame(f + n, 1, 0x1, "", 0);
+    n += client_frame(f + n, 1, 0x1, "CCC", 3);
+    hh_send(h, f, n);
+    HH_EXPECT(h, "\x81\x01" "A" "\x81\x02" "BB" "\x8a\x05Hello" "\x81\x00" "\x81\x03" "CCC");
+    assert_msgs(h, "A|BB||CCC|");
+    n = client_frame(f, 1, 0x1, "split", 5);
+    hh_send(h, f, 4);
+    hh_spin(h, 3);
+    assert_int_equal(t->nmsgs, 4);
+    hh_send(h, f + 4, n - 4);
+    HH_EXPECT(h, "\x81\x05split");
+    assert_msgs(h, "A|BB||CCC|split|");
+    /* 126 bytes and over: the 16-bit length form. */
+    char big[300];
+    memset(big, 'q', sizeof(big));
+    send_frame(h, 1, 0x1, big, sizeof(big));
+    HH_EXPECT(h, "\x81\x7e\x01\x2c");
+    HH_EXPECT_N(h, big, sizeof(big));
+    assert_int_equal(t->nmsgs, 6);
+    HH_EXPECT_QUIET(h);
+    teardown(h);
+}
+
+/* Text outside ASCII is wslay's to check: valid UTF-8 arrives as sent, invalid UTF-8 closes with
+ * 1007 and is not delivered. */
+static void utf8_checked_invalid_closes_1007(void **state)
+{
+    struct hh *h = setup_upgraded(1024);
+    struct tw *t = tw_of(h);
+    send_frame(h, 1, 0x1, "h\xc3\xa9llo", 6);
+    HH_RUN_UNTIL(h, t->nmsgs == 1);
+    assert_msgs(h, "h\xc3\xa9llo|");
+    send_frame(h, 1, 0x1, "ok\xff", 3);
+    HH_EXPECT(h, "\x88\x02\x03\xef"); /* 1007 Invalid frame payload data */
+    assert_int_equal(t->nmsgs, 1);
+    send_close(h, 1007);
+    HH_EXPECT_EOF(h);
+    HH_RUN_UNTIL(h, t->closed == 1);
+    teardown(h);
+}
+
+/* Frames the direct path must not take: unmasked, or with an RSV bit, close with 1002 (wslay's
+ * answer); a length not in its shortest form is refused and the connection ends. None is
+ * delivered. */
+static void unmasked_closes_1002(void **state)
+{
+    struct hh *h = setup_upgraded(1024);
+    struct tw *t = tw_of(h);
+    /* A masked frame (key 0) after it is not read either: not as a message of its own, and not
+     * as the unmasked frame's missing key and payload. */
+    hh_send(h, "\x81\x02hi\x81\x82\0\0\0\0ok", 12);
+    HH_EXPECT(h, "\x88\x02\x03\xea"); /* 1002 Protocol error */
+    assert_int_equal(t->nmsgs, 0);
+    send_close(h, 1002);
+    HH_EXPECT_EOF(h);
+    HH_RUN_UNTIL(h, t->closed == 1);
+    teardown(h);
+}
+
+static void rsv_bit_closes_1002(void **state)
+{
+    struct hh *h = setup_upgraded(1024);
+    struct tw *t = tw_of(h);
+    uint8_t f[32];
+    size_t n = client_frame(f, 1, 0x1, "hi", 2);
+    f[0] |= 0x40; /* RSV1, with no extension agreed */
+    hh_send(h, f, n);
+    HH_EXPECT(h, "\x88\x02\x03\xea");
+    assert_int_equal(t->nmsgs, 0);
+    send_close(h, 1002);
+    HH_EXPECT_EOF(h);
+    HH_RUN_UNTIL(h, t->closed == 1);
+    teardown(h);
+}
+
+static void long_length_form_for_short_payload_refused(void **state)
+{
+    struct hh *h = setup_upgraded(1024);
+    struct tw *t = tw_of(h);
+    uint8_t f[32] = {0x81, 0x80 | 126, 0x00, 0x02};
+    memcpy(f + 4, mask_key, 4);
+    f[8] = 'h' ^ mask_key[0];
+    f[9] = 'i' ^ mask_key[1];
+    hh_send(h, f, 10);
+    HH_RUN_UNTIL(h, t->closed == 1);
+    assert_int_equal(t->nmsgs, 0);
+    teardown(h);
+}
+
 int main(int argc, char **argv)
 {
     tg_log_setup(TG_LOG_WARN, TG_LOG_LOGFMT, NULL);
@@ -301,6 +403,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(fragmented_message_reassembled),
         cmocka_unit_test(client_close_echoed),
         cmocka_unit_test(server_close_handshake),
+        cmocka_unit_test(frames_in_one_read_keep_their_order),
+        cmocka_unit_test(utf8_checked_invalid_closes_1007),
+        cmocka_unit_test(unmasked_closes_1002),
+        cmocka_unit_test(rsv_bit_closes_1002),
+        cmocka_unit_test(long_length_form_for_short_payload_refused),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
