@@ -114,6 +114,8 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
     C("tls_handshake_failures_total", "Failed TLS handshakes.", m->tls_handshake_failures);
     C("tls_handshakes_put_off_total", "TLS handshakes that waited for a later loop iteration (limits.tls_handshake_slice_ms).",
       m->tls_handshakes_put_off);
+    C("tls_trimmed_bytes_total", "Bytes of idle TLS connections' record buffers given back to the kernel.",
+      m->tls_trimmed_bytes);
     C("http_requests_total", "HTTP requests parsed.", m->http_requests);
     tg_buf_appends(out, "# HELP tollgate_http_responses_total HTTP responses by status class.\n"
                         "# TYPE tollgate_http_responses_total counter\n");

@@ -12,6 +12,7 @@
 struct tg_metrics {
     uint64_t conns_accepted, conns_rejected, conns_open, tls_handshake_failures;
     uint64_t tls_handshakes_put_off; /* waited for a later loop iteration (limits.tls_handshake_slice_ms) */
+    uint64_t tls_trimmed_bytes;      /* record buffer pages of idle TLS connections given back (tg_tls_trim) */
     uint64_t http_requests, http_status[6]; /* by class 1xx..5xx */
     uint64_t limit_header_bytes, limit_body_bytes, limit_json, limit_inflight, limit_sessions, limit_output;
     uint64_t limit_children; /* stdio children refused at upstreams[].max_children */

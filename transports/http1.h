@@ -153,7 +153,8 @@ struct tg_conn {
     int handles_open;
     int eof;
     int reject_status; /* set by a parser callback that refused the request (413, 414, 431) */
-    int in_process; /* process_input() is on the stack: do not re-enter it */
+    uint8_t in_process; /* process_input() is on the stack: do not re-enter it */
+    uint8_t trim_due;   /* IDLE on TLS: the deadline is TG_TLS_TRIM_MS's, then idle_timeout_ms's (timer.c) */
     /* Work put off to the end of the loop iteration (tg_http_run_pending), so that no callback
      * runs inside the tg_http_* or tg_conn_close call that caused it. */
     unsigned pend;            /* TG_PEND_* */

@@ -4,6 +4,7 @@
 
 #include "core/log.h"
 #include "core/msg.h"
+#include "transports/tls.h"
 
 static void on_timer(uv_timer_t *t);
 
@@ -25,7 +26,11 @@ void tg__http_set_state(struct tg_conn *c, enum tg_conn_state s)
     const struct tg_limits *lim = c->env->limits;
     switch (s) {
     case TG_CONN_HANDSHAKE: break;
-    case TG_CONN_IDLE: tg__http_arm(c, (uint64_t)lim->idle_timeout_ms); break;
+    case TG_CONN_IDLE:
+        /* A TLS connection idle for TG_TLS_TRIM_MS gives its record buffers' pages back first. */
+        c->trim_due = c->tls != NULL && lim->idle_timeout_ms > TG_TLS_TRIM_MS;
+        tg__http_arm(c, c->trim_due ? TG_TLS_TRIM_MS : (uint64_t)lim->idle_timeout_ms);
+        break;
     case TG_CONN_READING:
         if (c->state != TG_CONN_READING)
             tg__http_arm(c, (uint64_t)lim->header_timeout_ms);
@@ -41,6 +46,8 @@ void tg__http_set_state(struct tg_conn *c, enum tg_conn_state s)
     case TG_CONN_CLOSING:
     case TG_CONN_CLOSED: break;
     }
+    if (s != TG_CONN_IDLE)
+        c->trim_due = 0;
     c->state = s;
 }
 
@@ -60,6 +67,12 @@ static void on_timer(uv_timer_t *t)
         return;
     }
     c->due_ms = 0;
+    if (c->state == TG_CONN_IDLE && c->trim_due) {
+        c->trim_due = 0;
+        c->env->metrics->tls_trimmed_bytes += tg_tls_trim(c->tls);
+        tg__http_arm(c, (uint64_t)c->env->limits->idle_timeout_ms - TG_TLS_TRIM_MS);
+        return;
+    }
     if (c->state == TG_CONN_READING) {
         /* A slow request (slowloris) gets 408 and the connection is closed. */
         c->close_after = 1;

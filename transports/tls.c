@@ -10,9 +10,13 @@
 #include <mbedtls/ssl_ticket.h>
 #include <mbedtls/x509_crt.h>
 #include <arpa/inet.h>
+#include <malloc.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* One TLS listener's context. Owner: refcounted: the listener (l->http.tls) holds one reference,
  * made by tg_tls_ctx_new(), and each connection's tg_tls one; a reload that reads the certificate
@@ -434,6 +438,32 @@ int tg_tls_close_notify(struct tg_tls *t, struct tg_buf *out)
 }
 
 int tg_tls_established(const struct tg_tls *t) { return t->established; }
+
+/* The whole pages of a record buffer (a malloc block: mbedtls takes them with calloc) past its
+ * first 64 bytes, where the 8-byte sequence counter and the record header live (in TLS,
+ * in_ctr/out_ctr are the buffer's first bytes; nothing after the header outlives its record). */
+static size_t drop_pages(unsigned char *buf)
+{
+    static uintptr_t page;
+    if (buf == NULL)
+        return 0;
+    if (page == 0)
+        page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)buf + 64 + page - 1) & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)buf + malloc_usable_size(buf)) & ~(page - 1);
+    if (hi <= lo || madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
+        return 0;
+    return hi - lo;
+}
+
+size_t tg_tls_trim(struct tg_tls *t)
+{
+    mbedtls_ssl_context *s = &t->ssl;
+    if (!t->established || s->state != MBEDTLS_SSL_HANDSHAKE_OVER || s->in_left != 0 || s->in_msglen != 0 ||
+        s->in_offt != NULL || s->in_hslen != 0 || s->keep_current_message || s->out_left != 0)
+        return 0;
+    return drop_pages(s->in_buf) + drop_pages(s->out_buf);
+}
 
 int tg_tls_peer_subject(const struct tg_tls *t, char *dn, size_t dnsz, char *cn, size_t cnsz)
 {

@@ -533,6 +533,59 @@ describe('handshake timeout (tls_handshake_timeout_ms = 300, header_timeout_ms =
   });
 });
 
+describe('an idle keep-alive TLS connection gives its record buffers back (transports/tls.c tg_tls_trim)', () => {
+  const trimmed = async () => (await gwTimeout.metrics())['tollgate_tls_trimmed_bytes_total'];
+  /** Reads one HTTP answer with a Content-Length off a keep-alive socket. */
+  function answer(s) {
+    return new Promise((resolve, reject) => {
+      let buf = Buffer.alloc(0);
+      const onData = (d) => {
+        buf = Buffer.concat([buf, d]);
+        const end = buf.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        const head = buf.subarray(0, end).toString();
+        const m = /\r\ncontent-length: *(\d+)/i.exec(head);
+        if (!m) { s.off('data', onData); reject(new Error(`no Content-Length: ${head}`)); return; }
+        if (buf.length < end + 4 + Number(m[1])) return;
+        s.off('data', onData);
+        resolve({ head, body: buf.subarray(end + 4, end + 4 + Number(m[1])).toString() });
+      };
+      s.on('data', onData);
+      s.once('error', reject);
+    });
+  }
+  /** An initialize whose body is ~bytes long (padding in clientInfo), so that its records are full size. */
+  const bigInit = (id, bytes) => {
+    const body = H.initializeBody();
+    body.id = id;
+    body.params.clientInfo = { ...body.params.clientInfo, pad: 'p'.repeat(bytes) };
+    const text = JSON.stringify(body);
+    return 'POST /cowork-os/mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n' +
+      `Accept: application/json, text/event-stream\r\nContent-Length: ${Buffer.byteLength(text)}\r\n\r\n${text}`;
+  };
+
+  test('idle past 1 s, its pages are given back (counted in tollgate_tls_trimmed_bytes_total); big requests after it are read whole', async () => {
+    const base = await trimmed();
+    assert.equal(typeof base, 'number', 'tollgate_tls_trimmed_bytes_total is not exported');
+    const s = tls.connect({ host: '127.0.0.1', port: port(gwTimeout, 0), ca: certs.caPem });
+    s.on('error', () => {});
+    await H.within(once(s, 'secureConnect'), 10000, 'the handshake');
+    for (let round = 1; round <= 3; round++) {
+      const got = answer(s);
+      s.write(bigInit(round, 40000)); // three records of up to 16 KiB: every page of the input buffer
+      const a = await H.within(got, 10000, `answer ${round}`);
+      assert.match(a.head, /^HTTP\/1\.1 200 /, a.head);
+      assert.equal(JSON.parse(a.body).id, round, a.body.slice(0, 300));
+      // The connection idles: the gateway trims it (an event to wait for, not a sleep).
+      const before = await trimmed();
+      await gwTimeout.waitForMetric('tollgate_tls_trimmed_bytes_total', (v) => v >= before + 2 * 4096,
+        { what: `the idle connection's record buffers to be trimmed (round ${round})` });
+    }
+    assert.ok(await trimmed() > base);
+    s.end();
+  });
+});
+
 describe('a burst of handshakes is sliced (tls_handshake_slice_ms = 1)', () => {
   let gwSlice;
   const putOff = async () => (await gwSlice.metrics())['tollgate_tls_handshakes_put_off_total'];
