@@ -554,8 +554,7 @@ static int reserve_rules(struct dctx *x, const char *tool, const struct ptool *t
             double nowv;
             if (!tg_window_add(cs, h1, h2, ws, pc->window_ms, amount, r->limit, r->limit_op, &nowv)) {
                 refund_all(cs, d);
-                d->counters_json[0] = '\0';
-                d->counters_json_len = 0;
+                tg__note_clear(d);
                 tg__note_counter(d, pc, nowv);
                 uint64_t retry = (uint64_t)(ws + pc->window_ms - now_ms);
                 d->retry_after_ms = retry;
@@ -599,8 +598,7 @@ static int reserve_limits(struct dctx *x, const char *tool, const struct ptool *
              * just emptied reports 0, not the 5.6e-7 of a token that 2 ms of refill bring back. */
             if (!tg_bucket_take(cs, h1, h2, pc->capacity, pc->window_ms, 1, now_ms, &left, &retry)) {
                 refund_all(cs, d);
-                d->counters_json[0] = '\0';
-                d->counters_json_len = 0;
+                tg__note_clear(d);
                 tg__note_counter(d, pc, floor(left));
                 d->retry_after_ms = retry;
                 copy_str(d->counter, sizeof(d->counter), pc->key + 2);
@@ -647,8 +645,8 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
 {
     /* Field by field: the reservation array is large and only its first nres entries are read. */
     d->verdict = TG_VERDICT_ALLOW;
-    d->rule[0] = d->message[0] = d->counter[0] = d->counters_json[0] = '\0';
-    d->counters_json_len = 0;
+    d->rule[0] = d->message[0] = d->counter[0] = '\0';
+    tg__note_clear(d);
     d->retry_after_ms = 0;
     d->approval_timeout_ms = 0;
     d->nres = 0;

@@ -84,6 +84,12 @@ void tg__note_counter(struct tg_decision *d, const struct pcounter *pc, double v
     d->counters_json_len = (size_t)(out - d->counters_json);
 }
 
+void tg__note_clear(struct tg_decision *d)
+{
+    d->counters_json[0] = '\0';
+    d->counters_json_len = 0;
+}
+
 char *tg__cat_cut(char *out, size_t room, const char *const *piece, const size_t *len, int n)
 {
     for (int k = 0; k < n; k++) {

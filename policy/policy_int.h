@@ -173,6 +173,8 @@ void tg__policy_window_label(int64_t ms, char *out, size_t n);
  * snprintf would write, truncation included. */
 struct tg_decision;
 void tg__note_counter(struct tg_decision *d, const struct pcounter *pc, double value);
+/* Empty d->counters_json (and its length with it). */
+void tg__note_clear(struct tg_decision *d);
 /* piece[0..n) (len[k] bytes each) copied to out, cut after room bytes, then a NUL (out has room
  * + 1 bytes): what snprintf("%s%s...") writes into a buffer of room + 1. The end (the NUL). */
 char *tg__cat_cut(char *out, size_t room, const char *const *piece, const size_t *len, int n);

@@ -70,7 +70,9 @@ static void on_timer(uv_timer_t *t)
     if (c->state == TG_CONN_IDLE && c->trim_due) {
         c->trim_due = 0;
         c->env->metrics->tls_trimmed_bytes += tg_tls_trim(c->tls);
-        tg__http_arm(c, (uint64_t)c->env->limits->idle_timeout_ms - TG_TLS_TRIM_MS);
+        /* The rest of the idle timeout; a reload may have cut it below the trim's delay since. */
+        int64_t rest = (int64_t)c->env->limits->idle_timeout_ms - TG_TLS_TRIM_MS;
+        tg__http_arm(c, rest > 0 ? (uint64_t)rest : 0);
         return;
     }
     if (c->state == TG_CONN_READING) {

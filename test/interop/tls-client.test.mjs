@@ -584,6 +584,42 @@ describe('an idle keep-alive TLS connection gives its record buffers back (trans
     assert.ok(await trimmed() > base);
     s.end();
   });
+
+  test('a reload that cuts idle_timeout_ms below the trim delay while a connection waits to be trimmed: it still times out', async () => {
+    const conf = (idle) => H.writeConf(dir, {
+      file: 'trim-reload.conf',
+      listeners: [{ tls: { cert: certs.cert, key: certs.key } }],
+      admin: true,
+      limits: { idle_timeout_ms: idle },
+      grants: [{ name: 'local', anonymous: true }],
+      upstreams: [{ name: 'cowork-os', url: standin.url, default: true, headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` } }],
+    });
+    const g = await H.startTollgate(conf(60000), { cleanup, listeners: 1, admin: true });
+    // The reload has to land inside the idle second before the trim; a slow one is tried again.
+    for (let attempt = 1; ; attempt++) {
+      const before = (await g.metrics())['tollgate_tls_trimmed_bytes_total'];
+      const s = tls.connect({ host: '127.0.0.1', port: port(g, 0), ca: certs.caPem });
+      s.on('error', () => {});
+      const closed = new Promise((resolve) => s.once('close', resolve));
+      await H.within(once(s, 'secureConnect'), 10000, 'the handshake');
+      const from = g.stderr().length;
+      conf(attempt % 2 ? 300 : 400); // a change each time, so that each SIGHUP reloads
+      process.kill(g.proc.pid, 'SIGHUP');
+      await g.waitForLog(/msg="configuration reloaded"/, { from });
+      if ((await g.metrics())['tollgate_tls_trimmed_bytes_total'] !== before) {
+        assert.ok(attempt < 5, 'the reload never landed before the trim');
+        s.destroy();
+        conf(60000);
+        const again = g.stderr().length;
+        process.kill(g.proc.pid, 'SIGHUP');
+        await g.waitForLog(/msg="configuration reloaded"/, { from: again });
+        continue;
+      }
+      // Trimmed at 1 s, then closed for idleness at once (before the fix: a deadline 2^64 ms away).
+      await H.within(closed, 10000, 'the idle connection closing after the trim');
+      break;
+    }
+  });
 });
 
 describe('a burst of handshakes is sliced (tls_handshake_slice_ms = 1)', () => {
