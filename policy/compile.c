@@ -143,7 +143,12 @@ int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **ou
         tg__perr(&cx, "version", "version must be \"1\", got \"%s\"",
              cJSON_IsString(v) ? v->valuestring : (cJSON_IsNumber(v) ? "(a number; write \"1\")" : "(missing)"));
     const cJSON *d = tg_json_get(root, "default");
-    if (d != NULL) {
+    if (d == NULL) {
+        /* Fail closed: a policy that does not say what happens to the rest denies it. */
+        p->default_deny = 1;
+        tg__pwarn(&cx, "default", "not set, so what this policy does not name is denied (write \"default\": "
+                                  "\"deny\" to say so, or \"default\": \"allow\" to pass it)");
+    } else {
         if (cJSON_IsString(d) && strcmp(d->valuestring, "deny") == 0)
             p->default_deny = 1;
         else if (!(cJSON_IsString(d) && strcmp(d->valuestring, "allow") == 0))

@@ -19,8 +19,13 @@ struct tg__cctx {
 /* Append "NAME: PATH: reason" to the errors (the policy will be refused) or to the warnings. */
 void tg__perr(struct tg__cctx *cx, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void tg__pwarn(struct tg__cctx *cx, const char *path, const char *what);
-/* Warn about every field of obj that is not in known (NULL-terminated). */
+/* An error for every field of obj that is not in known (NULL-terminated), with the path, and
+ * with the closest known field when one is close (tg__policy_suggest_key). */
 void tg__check_keys(struct tg__cctx *cx, const cJSON *obj, const char *path, const char *const *known);
+/* The entry of known (NULL-terminated) closest to key, if it is one edit away (a known key of up
+ * to four characters) or two (longer ones), counting a swap of neighbours as one edit and
+ * ignoring ASCII case; NULL if none is that close. */
+const char *tg__policy_suggest_key(const char *key, const char *const *known);
 /* Index of the counter with this key in p->counters, or -1. */
 int tg__find_counter(struct tg_policy *p, const char *key);
 /* Compile tools.NAME into t (which it overwrites); errors go to cx. */

@@ -248,6 +248,11 @@ static int parse_node(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out
             char *key = strndup((const char *)k.data.scalar.value, k.data.scalar.length);
             size_t kline = k.start_mark.line;
             size_t klen = k.data.scalar.length;
+            /* Only a plain << is a merge key (YAML 1.1's merge type, as yaml.v3 resolves it); a
+             * quoted '<<' or "<<", or one tagged !!str, is an ordinary key like any other. */
+            int merge_key = k.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+                            (k.data.scalar.tag == NULL ||
+                             strcmp((const char *)k.data.scalar.tag, "tag:yaml.org,2002:merge") == 0);
             yaml_event_delete(&k);
             if (key == NULL || strlen(key) != klen) {
                 free(key);
@@ -255,7 +260,7 @@ static int parse_node(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out
                 free(anchor);
                 return yerr(b, "invalid mapping key", kline);
             }
-            if (strcmp(key, "<<") == 0) {
+            if (merge_key && strcmp(key, "<<") == 0) {
                 /* A merge key (<<: *base or <<: [*a, *b]): its members apply unless the mapping
                  * sets them itself, as yaml.v3 (Intercept's loader) does. */
                 yaml_event_t v;

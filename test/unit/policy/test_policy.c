@@ -12,6 +12,7 @@
 
 #include "core/buf.h"
 #include "core/json.h"
+#include "policy/compile_tool.h"
 #include "policy/counters.h"
 #include "policy/policy.h"
 
@@ -2188,7 +2189,7 @@ static void tool_visibility(void **state)
 {
     struct loaded l;
     load_text(&l, "visible.json",
-              "{\"version\":\"1\",\"hide\":[\"h\"],\"tools\":{"
+              "{\"version\":\"1\",\"default\":\"allow\",\"hide\":[\"h\"],\"tools\":{"
               "\"plain\":{\"rules\":[]},"
               "\"cond\":{\"rules\":[{\"name\":\"c\",\"conditions\":[{\"path\":\"args.x\",\"op\":\"eq\",\"value\":1}]}]},"
               "\"late_deny\":{\"rules\":[{\"name\":\"ok\",\"conditions\":[{\"path\":\"args.x\",\"op\":\"eq\",\"value\":1}]},"
@@ -2213,8 +2214,8 @@ static void tool_visibility(void **state)
 
     /* A wildcard deny (rule or hosted action) hides and denies every tool. */
     static const char *const wild[] = {
-        "{\"version\":\"1\",\"tools\":{\"a\":{\"rules\":[]},\"*\":{\"rules\":[{\"name\":\"lockdown\",\"action\":\"deny\",\"on_deny\":\"Maintenance\"}]}}}",
-        "{\"version\":\"1\",\"tools\":{\"a\":{\"action\":\"allow\"},\"*\":{\"action\":\"deny\",\"reason\":\"Maintenance\"}}}",
+        "{\"version\":\"1\",\"default\":\"allow\",\"tools\":{\"a\":{\"rules\":[]},\"*\":{\"rules\":[{\"name\":\"lockdown\",\"action\":\"deny\",\"on_deny\":\"Maintenance\"}]}}}",
+        "{\"version\":\"1\",\"default\":\"allow\",\"tools\":{\"a\":{\"action\":\"allow\"},\"*\":{\"action\":\"deny\",\"reason\":\"Maintenance\"}}}",
     };
     for (int i = 0; i < 2; i++) {
         load_text(&l, "wild.json", wild[i]);
@@ -2834,41 +2835,55 @@ static void json_duplicate_keys_and_syntax_refused(void **state)
     tg_buf_dispose(&err);
 }
 
-/* Unknown fields at every level warn (with their path) and the policy still loads. */
-static void unknown_fields_warn(void **state)
+/* An unknown field at any level is an error naming the file and the path in it, with the known
+ * field it is close to ("did you mean"), in both shapes and both syntaxes; nothing loads. */
+static void unknown_fields_are_errors(void **state)
 {
     static const char *const texts[][2] = {
         {"unknown.json",
-         "{\"version\":\"1\",\"colour\":\"red\",\"tools\":{\"x\":{\"priority\":1,\"rules\":[{\"name\":\"a\","
-         "\"severity\":\"high\",\"conditions\":[{\"path\":\"args.a\",\"op\":\"eq\",\"value\":1,\"note\":\"n\"}],"
-         "\"state\":{\"counter\":\"c\",\"window\":\"hour\",\"burst\":2}}]},"
-         "\"y\":{\"limits\":[{\"counter\":\"c\",\"window\":\"minute\",\"max\":1,\"burst\":3}]}},"
-         "\"resources\":{\"default\":\"allow\",\"mode\":1}}"},
+         "{\"version\":\"1\",\"defualt\":\"deny\",\"colour\":\"red\",\"tools\":{\"x\":{\"acton\":\"allow\",\"rules\":[{\"name\":\"a\","
+         "\"severity\":\"high\",\"Action\":\"deny\",\"conditions\":[{\"path\":\"args.a\",\"op\":\"eq\",\"valeu\":1,\"value\":1}],"
+         "\"state\":{\"countr\":\"c\",\"counter\":\"c\",\"window\":\"hour\"}}]},"
+         "\"y\":{\"limts\":[],\"limits\":[{\"counter\":\"c\",\"windw\":\"minute\",\"window\":\"minute\",\"max\":1}]}},"
+         "\"resources\":{\"default\":\"allow\",\"alow\":[\"a://*\"]},\"prompts\":{\"dney\":[\"p\"]}}"},
         {"unknown.yaml",
-         "version: \"1\"\ncolour: red\ntools:\n  x:\n    priority: 1\n    rules:\n      - name: a\n"
-         "        severity: high\n        conditions: [{path: args.a, op: eq, value: 1, note: n}]\n"
-         "        state: {counter: c, window: hour, burst: 2}\n"
-         "  y:\n    limits: [{counter: c, window: minute, max: 1, burst: 3}]\n"
-         "resources: {default: allow, mode: 1}\n"},
+         "version: \"1\"\ndefualt: deny\ncolour: red\ntools:\n  x:\n    acton: allow\n    rules:\n      - name: a\n"
+         "        severity: high\n        Action: deny\n"
+         "        conditions: [{path: args.a, op: eq, valeu: 1, value: 1}]\n"
+         "        state: {countr: c, counter: c, window: hour}\n"
+         "  y:\n    limts: []\n    limits: [{counter: c, windw: minute, window: minute, max: 1}]\n"
+         "resources: {default: allow, alow: [\"a://*\"]}\nprompts: {dney: [p]}\n"},
+    };
+    static const char *const want[][2] = {
+        {"defualt", "unknown field; did you mean `default`?"},
+        {"colour", "unknown field (this object takes version, description, default, hide, tools, methods, resources, prompts)"},
+        {"tools.x.acton", "unknown field; did you mean `action`?"},
+        {"tools.x.rules[0].severity", "unknown field (this object takes name, action, conditions, on_deny, state, rate_limit)"},
+        {"tools.x.rules[0].Action", "unknown field; did you mean `action`?"},
+        {"tools.x.rules[0].conditions[0].valeu", "unknown field; did you mean `value`?"},
+        {"tools.x.rules[0].state.countr", "unknown field; did you mean `counter`?"},
+        {"tools.y.limts", "unknown field; did you mean `limits`?"},
+        {"tools.y.limits[0].windw", "unknown field; did you mean `window`?"},
+        {"resources.alow", "unknown field; did you mean `allow`?"},
+        {"prompts.dney", "unknown field; did you mean `deny`?"},
     };
     for (int i = 0; i < 2; i++) {
         struct loaded l;
         load_text(&l, texts[i][0], texts[i][1]);
-        if (l.rc != 0 || l.p == NULL)
-            fail_msg("%s refused: %s", texts[i][0], buf_str(&l.err));
-        assert_int_equal(l.err.len, 0);
-        const char *want[] = {"colour", "tools.x.priority", "tools.x.rules[0].severity",
-                              "tools.x.rules[0].conditions[0].note", "tools.x.rules[0].state.burst",
-                              "tools.y.limits[0].burst", "resources.mode"};
+        if (l.rc == 0 || l.p != NULL)
+            fail_msg("%s loaded with unknown fields", texts[i][0]);
         for (size_t k = 0; k < sizeof(want) / sizeof(want[0]); k++) {
-            char w[300];
-            snprintf(w, sizeof(w), "%s: %s: unknown field, ignored\n", l.path, want[k]);
-            if (strstr(buf_str(&l.warn), w) == NULL)
-                fail_msg("%s: no warning \"%s\" in:\n%s", texts[i][0], w, buf_str(&l.warn));
+            char w[400];
+            snprintf(w, sizeof(w), "%s: %s: %s\n", l.path, want[k][0], want[k][1]);
+            if (strstr(buf_str(&l.err), w) == NULL)
+                fail_msg("%s: no error \"%s\" in:\n%s", texts[i][0], w, buf_str(&l.err));
         }
         loaded_dispose(&l);
     }
-    /* The documented fields, all present, give no warning (the fixtures load without any, too). */
+    /* One slip alone is enough to refuse a policy. */
+    EXPECT_ERROR("one.json", "{\"version\":\"1\",\"default\":\"deny\",\"tools\":{\"x\":{\"acton\":\"allow\"}}}",
+                 "tools.x.acton", "unknown field; did you mean `action`?");
+    /* The documented fields, all present, load without an error or a warning (the fixtures too). */
     struct loaded l;
     load_text(&l, "known.json",
               "{\"version\":\"1\",\"description\":\"d\",\"default\":\"allow\",\"hide\":[],\"methods\":[],"
@@ -2881,6 +2896,65 @@ static void unknown_fields_warn(void **state)
         fail_msg("%s", buf_str(&l.err));
     assert_string_equal(buf_str(&l.warn), "");
     loaded_dispose(&l);
+}
+
+/* The suggestion: one edit away for a known key of up to four characters, two for longer ones;
+ * a swap of neighbours is one edit; case does not count; nothing when nothing is that close. */
+static void unknown_field_suggestions(void **state)
+{
+    static const char *const known[] = {"op", "max", "path", "action", "default", "conditions", NULL};
+    static const char *const cases[][2] = {
+        {"acton", "action"},   {"actoin", "action"},  {"ACTION", "action"},  {"defualt", "default"},
+        {"dflt", NULL},        {"po", "op"},          {"o", "op"},           {"opp", "op"},
+        {"mx", "max"},         {"maxx", "max"},       {"mix", "max"},        {"mxa", "max"},
+        {"pth", "path"},       {"note", NULL},        {"conditons", "conditions"},
+        {"condition", "conditions"}, {"colour", NULL}, {"", NULL},
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *got = tg__policy_suggest_key(cases[i][0], known);
+        if ((got == NULL) != (cases[i][1] == NULL) || (got != NULL && strcmp(got, cases[i][1]) != 0))
+            fail_msg("\"%s\": suggested %s, expected %s", cases[i][0], got ? got : "nothing",
+                     cases[i][1] ? cases[i][1] : "nothing");
+    }
+}
+
+/* Without "default" a policy denies (and hides) what it does not name, and says so in a note. */
+static void missing_default_denies_with_a_note(void **state)
+{
+    static const char *const texts[][2] = {
+        {"nodefault.json", "{\"version\":\"1\",\"tools\":{\"named\":{\"action\":\"allow\"}}}"},
+        {"nodefault.yaml", "version: \"1\"\ntools:\n  named: {action: allow}\n"},
+    };
+    for (int i = 0; i < 2; i++) {
+        struct loaded l;
+        load_text(&l, texts[i][0], texts[i][1]);
+        if (l.rc != 0)
+            fail_msg("%s", buf_str(&l.err));
+        char w[300];
+        snprintf(w, sizeof(w), "%s: default: not set, so what this policy does not name is denied", l.path);
+        if (strstr(buf_str(&l.warn), w) == NULL)
+            fail_msg("%s: no note \"%s\" in:\n%s", texts[i][0], w, buf_str(&l.warn));
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        decide(l.p, c, "g", "named", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, NULL, NULL);
+        decide(l.p, c, "g", "unnamed", NULL, T0, &d);
+        EXPECT(&d, TG_VERDICT_DENY, "(default deny)", "Tool \"unnamed\" is not permitted by policy");
+        assert_int_equal(tg_policy_tool_visible(l.p, "named"), 1);
+        assert_int_equal(tg_policy_tool_visible(l.p, "unnamed"), 0);
+        tg_counters_free(c);
+        loaded_dispose(&l);
+    }
+    /* Said explicitly, either way, there is no note. */
+    for (int i = 0; i < 2; i++) {
+        struct loaded l;
+        load_text(&l, "explicit.json", i ? "{\"version\":\"1\",\"default\":\"allow\"}" : "{\"version\":\"1\",\"default\":\"deny\",\"tools\":{}}");
+        if (l.rc != 0)
+            fail_msg("%s", buf_str(&l.err));
+        assert_string_equal(buf_str(&l.warn), "");
+        loaded_dispose(&l);
+    }
 }
 
 /* ---- reservations beyond TG_MAX_RESERVATIONS ----------------------------------------------- */
@@ -3013,6 +3087,7 @@ static void yaml_merge_keys_apply(void **state)
     struct loaded l;
     load_text(&l, "merge.yaml",
               "version: \"1\"\n"
+              "default: deny\n"
               "tools:\n"
               "  a:\n"
               "    rules:\n"
@@ -3029,6 +3104,41 @@ static void yaml_merge_keys_apply(void **state)
     decide(l.p, c, "g", "b", "{\"n\":11}", T0, &d);
     EXPECT(&d, TG_VERDICT_DENY, "cap", "n is too big");
     tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
+/* Only a plain << is a merge key (YAML 1.1's merge type, as yaml.v3 reads it): '<<', "<<" and
+ * !!str << are ordinary keys, so a tool or field named "<<" (scan writes names quoted) stays one. */
+static void yaml_only_a_plain_merge_key_merges(void **state)
+{
+    static const char *const texts[][2] = {
+        {"base: &b {x: 1}\nm:\n  <<: *b\n", "{\"base\":{\"x\":1},\"m\":{\"x\":1}}"},
+        {"base: &b {x: 1}\nm:\n  !!merge <<: *b\n", "{\"base\":{\"x\":1},\"m\":{\"x\":1}}"},
+        {"base: &b {x: 1}\nm:\n  '<<': *b\n", "{\"base\":{\"x\":1},\"m\":{\"<<\":{\"x\":1}}}"},
+        {"base: &b {x: 1}\nm:\n  \"<<\": *b\n", "{\"base\":{\"x\":1},\"m\":{\"<<\":{\"x\":1}}}"},
+        {"base: &b {x: 1}\nm:\n  !!str <<: *b\n", "{\"base\":{\"x\":1},\"m\":{\"<<\":{\"x\":1}}}"},
+        {"m: {\"<<\": 3, '<<x': 4}\n", "{\"m\":{\"<<\":3,\"<<x\":4}}"},
+        {"m:\n  \"<<\": [1, 2]\n", "{\"m\":{\"<<\":[1,2]}}"},
+    };
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+        cJSON *out = NULL;
+        char err[200] = "";
+        if (tg_yaml_to_json(texts[i][0], strlen(texts[i][0]), &out, err, sizeof(err)) != 0)
+            fail_msg("refused (%s):\n%s", err, texts[i][0]);
+        char *got = cJSON_PrintUnformatted(out);
+        if (strcmp(got, texts[i][1]) != 0)
+            fail_msg("%s\ngave %s, expected %s", texts[i][0], got, texts[i][1]);
+        cJSON_free(got);
+        cJSON_Delete(out);
+    }
+    /* A tool named "<<", as tollgate scan writes it, loads as that tool. */
+    struct loaded l;
+    load_text(&l, "quoted-merge.yaml",
+              "version: \"1\"\ndefault: deny\ntools:\n  \"<<\":\n    action: allow\n  'x':\n    action: deny\n");
+    if (l.rc != 0)
+        fail_msg("refused: %s", buf_str(&l.err));
+    assert_int_equal(tg_policy_tool_count(l.p), 2);
+    assert_int_equal(tg_policy_tool_visible(l.p, "<<"), 1);
     loaded_dispose(&l);
 }
 
@@ -3114,7 +3224,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(yaml_aliases_within_budget),
         cmocka_unit_test(yaml_scalars),
         cmocka_unit_test(json_duplicate_keys_and_syntax_refused),
-        cmocka_unit_test(unknown_fields_warn),
+        cmocka_unit_test(unknown_fields_are_errors),
+        cmocka_unit_test(unknown_field_suggestions),
+        cmocka_unit_test(missing_default_denies_with_a_note),
+        cmocka_unit_test(yaml_only_a_plain_merge_key_merges),
         cmocka_unit_test(many_counters_roll_back_and_too_many_are_refused),
         cmocka_unit_test(audit_counter_values),
         cmocka_unit_test(audit_counter_values_keep_their_digits),
