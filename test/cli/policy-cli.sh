@@ -45,8 +45,29 @@ run 0 policy check conf/policies/*.json && has out ": ok ("
 for f in conf/policies/*.json; do has out "$f: ok ("; done
 run 0 policy check $P/hosted.json $P/intercept.yaml
 has out "$P/hosted.json: ok (4 tools)"; has out "$P/intercept.yaml: ok (4 tools)"
-run 0 policy check $P/warn.json
-has out "$P/warn.json: colour: unknown field, ignored"; has out "$P/warn.json: ok (1 tools)"
+# An unknown field is an error with the file and the path in it, and the known field it is close to.
+run 1 policy check $P/warn.json
+has err "$P/warn.json: colour: unknown field (this object takes version, description, default, hide, tools, methods, resources, prompts)"
+has out "$P/warn.json: invalid"; hasnt out "ok ("
+T=$(mktemp -d); trap 'rm -f "$out" "$err"; rm -rf "$T"' EXIT
+printf '{"version":"1","defualt":"allow","tools":{"read":{"acton":"allow"},"s":{"limits":[{"window":"minute","max":1,"scoep":"grant"}]}}}\n' >"$T/typo.json"
+printf 'version: "1"\ndefault: deny\ntools:\n  deploy:\n    rules:\n      - name: r\n        conditons: [{path: args.env, op: eq, value: dev}]\n' >"$T/typo.yaml"
+run 1 policy check "$T/typo.json" "$T/typo.yaml"
+has err "$T/typo.json: defualt: unknown field; did you mean \`default\`?"
+has err "$T/typo.json: tools.read.acton: unknown field; did you mean \`action\`?"
+has err "$T/typo.json: tools.s.limits[0].scoep: unknown field; did you mean \`scope\`?"
+has err "$T/typo.yaml: tools.deploy.rules[0].conditons: unknown field; did you mean \`conditions\`?"
+has out "$T/typo.json: invalid"; has out "$T/typo.yaml: invalid"
+# No default: a note that what the policy does not name is denied, and explain denies it.
+printf '{"version":"1","tools":{"read_file":{"action":"allow"}}}\n' >"$T/nodefault.json"
+run 0 policy check "$T/nodefault.json"
+has out "$T/nodefault.json: default: not set, so what this policy does not name is denied"
+has out "$T/nodefault.json: ok (1 tools)"
+printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = "a"; anonymous = true; } );\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "%s"; } );\n' \
+    "$T/nodefault.json" >"$T/nodefault.conf"
+run 1 policy explain -c "$T/nodefault.conf" --call '{"name":"write_file","arguments":{}}'
+has out "decision: deny"; has out "at: default"
+run 0 policy explain -c "$T/nodefault.conf" --call '{"name":"read_file","arguments":{}}'
 run 1 policy check $P/broken.json
 has err "$P/broken.json: tools.deploy.rules[0].conditions[0].op: unknown operator \"equals\""
 has err "$P/broken.json: tools.search.limits[0].window: must be"
@@ -59,6 +80,11 @@ printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = 
     "$P/broken.json" >"$out.conf"
 run 1 -t -c "$out.conf"
 has err "$P/broken.json: tools.deploy.rules[0].conditions[0].op: unknown operator \"equals\""
+# -t refuses a policy with a misspelt key, as start and reload do.
+sed "s|$P/broken.json|$T/typo.json|" "$out.conf" >"$T/typo.conf"
+run 1 -t -c "$T/typo.conf"
+has err "$T/typo.json: tools.read.acton: unknown field; did you mean \`action\`?"
+has err "configuration $T/typo.conf is invalid"; hasnt out "is ok"
 rm -f "$out.conf"
 
 # ---- explain

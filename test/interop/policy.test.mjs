@@ -9,6 +9,7 @@
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import * as H from './lib/harness.mjs';
@@ -795,6 +796,44 @@ describe('hot reload: SIGHUP and POST /admin/reload swap policies, keep counters
     const d = await rpcError(c.client.callTool({ name: 'run_command', arguments: { command: 'id' } }), 'run_command');
     assert.equal(d.code, -32001);
     fs.writeFileSync(policyFile, good);
+  });
+
+  test('a misspelt key (acton): SIGHUP fails naming the file, the path and the key it is close to; the old policy stays', async () => {
+    const good = fs.readFileSync(policyFile, 'utf8');
+    // The slip would turn echo off and run_command on if it were read; it must not be read at all.
+    fs.writeFileSync(policyFile, JSON.stringify({
+      version: '1', default: 'deny',
+      tools: { echo: { acton: 'deny' }, run_command: { action: 'allow' }, execute_code: { limits: [{ counter: 'ec_reload', window: 'minute', max: 3, scope: 'grant' }] } },
+    }));
+    const failures = () => (gw.stderr().match(/reload failed/g) ?? []).length;
+    const f = failures();
+    const n = reloaded();
+    const from = gw.stderr().length;
+    try {
+      process.kill(gw.proc.pid, 'SIGHUP');
+      await H.waitUntil(() => failures() > f || reloaded() > n, { timeout: H.scaled(5000), what: 'the outcome of the SIGHUP' });
+      const log = gw.stderr().slice(from);
+      assert.equal(reloaded(), n, `a policy with an unknown key must not be loaded: ${log}`);
+      assert.ok(log.includes(path.basename(policyFile)), `the reason names the file: ${log}`);
+      assert.match(log, /tools\.echo\.acton: unknown field; did you mean `action`\?/, log);
+      const e = await c.client.callTool({ name: 'echo', arguments: { text: 'still the old policy' } });
+      assert.equal(H.resultText(e), 'still the old policy');
+      const d = await rpcError(c.client.callTool({ name: 'run_command', arguments: { command: 'id' } }), 'run_command');
+      assert.equal(d.code, -32001, 'the old policy still denies run_command');
+    } finally { fs.writeFileSync(policyFile, good); }
+  });
+
+  test('a misspelt key: the gateway does not start, and says where', async () => {
+    const sub = path.join(dir, 'typo-start');
+    fs.mkdirSync(sub, { recursive: true });
+    const typo = writePolicy('typo-start.json', { version: '1', defualt: 'allow', tools: { echo: { action: 'allow' } } });
+    const conf = H.writeConf(sub, { grants: [{ name: 'g', token_sha256: H.sha256hex(TOKEN) }], upstreams: [{ name: 'u', url: s.url, policy: typo }] });
+    const r = spawnSync(H.tollgateBin(), ['-c', conf], { encoding: 'utf8', timeout: H.scaled(20000), env: { ...process.env, ASAN_OPTIONS: 'detect_leaks=1:abort_on_error=0' } });
+    const out = `${r.stdout}\n${r.stderr}`;
+    assert.equal(r.signal, null, `tollgate did not exit by itself: ${out}`);
+    assert.equal(r.status, 1, out);
+    assert.ok(out.includes(`${typo}: defualt: unknown field; did you mean \`default\`?`), out);
+    assert.doesNotMatch(out, /listening/, out);
   });
 
   test('a call in flight finishes under the policy it started with; the next one is denied', async () => {
