@@ -23,10 +23,12 @@ static const char usage_text[] =
     "  tollgate scan [--json] [--timeout SECONDS] [--header 'Name: value']... [--ca FILE | --insecure]\n"
     "                http[s]://HOST[:PORT]/PATH\n"
     "  tollgate scan [--json] [--timeout SECONDS] -- COMMAND [ARG...]\n"
-    "      Connect to an MCP server as a client (MCP " SCAN_PROTOCOL "), list its tools and print a\n"
-    "      starting policy for them in PolicyLayer's format on stdout: YAML with a comment per tool\n"
-    "      saying why it got its rule, or JSON with --json. The policy has default: deny, so any\n"
-    "      tool it does not list is refused and hidden. Check it with `tollgate policy check FILE`.\n"
+    "      Connect to an MCP server as a client (MCP " SCAN_PROTOCOL "), list its tools (and its\n"
+    "      resources, resource templates and prompts when it offers them) and print a starting\n"
+    "      policy for them in PolicyLayer's format on stdout: YAML with a comment per entry saying\n"
+    "      why it got its rule, or JSON with --json. The policy has default: deny, so any tool,\n"
+    "      resource or prompt it does not list is refused and hidden. Check it with\n"
+    "      `tollgate policy check FILE`.\n"
     "      URL: a Streamable HTTP endpoint (one POST per message, JSON or SSE answers, the\n"
     "      Mcp-Session-Id sent back); --header adds a request header, e.g. an Authorization.\n"
     "      https://: TLS 1.2 as the gateway's https upstreams, the certificate checked against\n"
@@ -46,30 +48,11 @@ static const char *str_at(const cJSON *o, const char *k)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* initialize, initialized, then tools/list page by page into `tools`. Returns 0 or -1. */
-static int scan_server(struct tg_scan_link *c, cJSON *tools, struct tg_scan_source *src, cJSON **init_msg)
+/* METHOD page by page (following nextCursor), the objects of each answer's FIELD array moved
+ * into `into`. Returns 0, 1 when the server answered with an error or without the array (printed
+ * as a warning unless required, then it is an error), -1 when there was no answer. */
+static int list_pages(struct tg_scan_link *c, const char *method, const char *field, cJSON *into, int required)
 {
-    const cJSON *result;
-    char errtext[300];
-    int rc = tg_scan_link_rpc(c, "initialize",
-                 "{\"protocolVersion\":\"" SCAN_PROTOCOL "\",\"capabilities\":{},"
-                 "\"clientInfo\":{\"name\":\"tollgate-scan\",\"version\":\"" TG_VERSION "\"}}",
-                 init_msg, &result, errtext, sizeof(errtext));
-    if (rc < 0)
-        return -1;
-    if (rc == 1) {
-        tg_scan_fail("warning: the server refused initialize (%s); asking for its tools anyway", errtext);
-    } else {
-        const cJSON *info = tg_json_get(result, "serverInfo");
-        src->server = str_at(info, "name");
-        src->version = str_at(info, "version");
-        src->protocol = str_at(result, "protocolVersion");
-        if (src->protocol != NULL && strlen(src->protocol) < sizeof(c->protocol) &&
-            strspn(src->protocol, "0123456789-") == strlen(src->protocol))
-            snprintf(c->protocol, sizeof(c->protocol), "%s", src->protocol);
-    }
-    if (tg_scan_link_notify(c, "notifications/initialized") != 0)
-        return -1;
     char *cursor = NULL;
     int pages = 0;
     for (;;) {
@@ -82,24 +65,27 @@ static int scan_server(struct tg_scan_link *c, cJSON *tools, struct tg_scan_sour
         }
         tg_buf_append(&params, "", 1);
         cJSON *msg = NULL;
-        rc = tg_scan_link_rpc(c, "tools/list", cursor != NULL ? params.base : NULL, &msg, &result, errtext, sizeof(errtext));
+        const cJSON *result;
+        char errtext[300];
+        int rc = tg_scan_link_rpc(c, method, cursor != NULL ? params.base : NULL, &msg, &result, errtext, sizeof(errtext));
         tg_buf_dispose(&params);
-        if (rc == 1)
-            tg_scan_fail("tools/list failed: %s", errtext);
-        const cJSON *list = rc == 0 ? tg_json_get(result, "tools") : NULL;
+        const cJSON *list = rc == 0 ? tg_json_get(result, field) : NULL;
         if (rc == 0 && !cJSON_IsArray(list)) {
-            tg_scan_fail("tools/list answered without a tools array");
-            rc = -1;
+            snprintf(errtext, sizeof(errtext), "answered without a %s array", field);
+            rc = 1;
         }
+        if (rc == 1)
+            tg_scan_fail("%s%s failed: %s%s", required ? "" : "warning: ", method, errtext,
+                         required ? "" : "; what it lists is left to default: deny");
         if (rc != 0) {
             cJSON_Delete(msg);
             free(cursor);
-            return -1;
+            return rc;
         }
         for (cJSON *t = list->child; t != NULL;) {
             cJSON *next = t->next;
-            if (cJSON_GetArraySize(tools) < SCAN_MAX_TOOLS)
-                cJSON_AddItemToArray(tools, cJSON_DetachItemViaPointer((cJSON *)list, t));
+            if (cJSON_GetArraySize(into) < SCAN_MAX_TOOLS)
+                cJSON_AddItemToArray(into, cJSON_DetachItemViaPointer((cJSON *)list, t));
             t = next;
         }
         const char *next = str_at(result, "nextCursor");
@@ -108,13 +94,71 @@ static int scan_server(struct tg_scan_link *c, cJSON *tools, struct tg_scan_sour
         cursor = again ? strdup(next) : NULL;
         cJSON_Delete(msg);
         if (!again)
-            break;
+            return 0;
         if (++pages >= SCAN_MAX_PAGES) {
-            tg_scan_fail("tools/list still had a nextCursor after %d pages", SCAN_MAX_PAGES);
+            tg_scan_fail("%s still had a nextCursor after %d pages", method, SCAN_MAX_PAGES);
             free(cursor);
             return -1;
         }
     }
+}
+
+/* What the server lists, each NULL until asked and answered. Owned by tg_scan_cli(). */
+struct scan_lists {
+    cJSON *tools, *resources, *templates, *prompts;
+};
+
+/* Asks METHOD when `ask`; on an error answer the list stays NULL (not offered). -1: no answer. */
+static int list_optional(struct tg_scan_link *c, int ask, const char *method, const char *field, cJSON **out)
+{
+    if (!ask)
+        return 0;
+    cJSON *l = cJSON_CreateArray();
+    int rc = list_pages(c, method, field, l, 0);
+    if (rc != 0) {
+        cJSON_Delete(l);
+        return rc < 0 ? -1 : 0;
+    }
+    *out = l;
+    return 0;
+}
+
+/* initialize, initialized, tools/list page by page, then resources/list,
+ * resources/templates/list and prompts/list if the server offers them (or did not say, having
+ * refused initialize). Returns 0 or -1. */
+static int scan_server(struct tg_scan_link *c, struct scan_lists *ls, struct tg_scan_source *src, cJSON **init_msg)
+{
+    const cJSON *result;
+    char errtext[300];
+    int rc = tg_scan_link_rpc(c, "initialize",
+                 "{\"protocolVersion\":\"" SCAN_PROTOCOL "\",\"capabilities\":{},"
+                 "\"clientInfo\":{\"name\":\"tollgate-scan\",\"version\":\"" TG_VERSION "\"}}",
+                 init_msg, &result, errtext, sizeof(errtext));
+    if (rc < 0)
+        return -1;
+    int resources = 1, prompts = 1;
+    if (rc == 1) {
+        tg_scan_fail("warning: the server refused initialize (%s); asking for its tools anyway", errtext);
+    } else {
+        const cJSON *info = tg_json_get(result, "serverInfo");
+        src->server = str_at(info, "name");
+        src->version = str_at(info, "version");
+        src->protocol = str_at(result, "protocolVersion");
+        if (src->protocol != NULL && strlen(src->protocol) < sizeof(c->protocol) &&
+            strspn(src->protocol, "0123456789-") == strlen(src->protocol))
+            snprintf(c->protocol, sizeof(c->protocol), "%s", src->protocol);
+        const cJSON *caps = tg_json_get(result, "capabilities");
+        resources = cJSON_IsObject(tg_json_get(caps, "resources"));
+        prompts = cJSON_IsObject(tg_json_get(caps, "prompts"));
+    }
+    if (tg_scan_link_notify(c, "notifications/initialized") != 0)
+        return -1;
+    if (list_pages(c, "tools/list", "tools", ls->tools, 1) != 0)
+        return -1;
+    if (list_optional(c, resources, "resources/list", "resources", &ls->resources) != 0 ||
+        list_optional(c, resources, "resources/templates/list", "resourceTemplates", &ls->templates) != 0 ||
+        list_optional(c, prompts, "prompts/list", "prompts", &ls->prompts) != 0)
+        return -1;
     return 0;
 }
 
@@ -255,18 +299,19 @@ int tg_scan_cli(int argc, char **argv)
     }
     tg_buf_append(&target, "", 1);
     struct tg_scan_source src = {.target = target.base};
-    cJSON *tools = cJSON_CreateArray();
+    struct scan_lists ls = {.tools = cJSON_CreateArray()};
     cJSON *init_msg = NULL;
     int rc = 1;
     if (c.stdio && tg_scan_link_start(&c, argv + i) != 0)
         goto out;
-    if (scan_server(&c, tools, &src, &init_msg) != 0)
+    if (scan_server(&c, &ls, &src, &init_msg) != 0)
         goto out;
     if (c.skipped > 0)
         tg_scan_fail("warning: %zu lines on the server's stdout were not JSON, skipped", c.skipped);
     struct tg_buf policy;
     tg_buf_init(&policy);
-    tg_scan_write_policy(&policy, tools, &src, json);
+    struct tg_scan_offer offer = {ls.resources, ls.templates, ls.prompts};
+    tg_scan_write_policy(&policy, ls.tools, &offer, &src, json);
     fwrite(policy.base, 1, policy.len, stdout);
     tg_buf_dispose(&policy);
     rc = fflush(stdout) == 0 ? 0 : 1;
@@ -275,7 +320,10 @@ out:
         tg_scan_link_stop(&c);
     tg_tls_client_ctx_free(c.tls);
     cJSON_Delete(init_msg);
-    cJSON_Delete(tools);
+    cJSON_Delete(ls.tools);
+    cJSON_Delete(ls.resources);
+    cJSON_Delete(ls.templates);
+    cJSON_Delete(ls.prompts);
     tg_buf_dispose(&c.rbuf);
     tg_buf_dispose(&target);
     return rc;

@@ -2,6 +2,7 @@
 #include "core/scan_policy.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/json.h"
@@ -12,11 +13,21 @@ static const char *const approve_words[] = {"execute", "exec", "run", "eval", "s
                                             "delete", "remove", "drop", "destroy", "pay", "transfer", NULL};
 static const char *const limit_words[] = {"write", "send", "email", "post", "publish",
                                           "create", "update", "modify", NULL};
+/* Tools that read the environment, credentials or secrets: denied whatever their annotations say
+ * (a read-only tool that hands out an API key is the worst kind). Whole words only, with the
+ * same inflections, so "keyboard", "monkey" and "tokenizer" do not match; "getenv" and
+ * "printenv" are listed because they are one word. */
+static const char *const secret_words[] = {"env", "environ", "environment", "getenv", "printenv", "dotenv",
+                                           "secret", "token", "credential", "creds", "password", "passwd",
+                                           "key", "apikey", NULL};
 static const char *const read_words[] = {"get", "list", "read", "search", "fetch", "query",
                                          "describe", "show", "view", "find", NULL};
 
 const char tg_scan_heuristics_help[] =
     "How tools are classified (the most cautious class found wins):\n"
+    "  deny         a word of: env environ environment getenv printenv dotenv secret token credential\n"
+    "               creds password passwd key apikey -> action: deny, whatever readOnlyHint says (it may\n"
+    "               read the environment, credentials or secrets; allow it by hand if it does not)\n"
     "  approve      a word of: execute exec run eval shell command delete remove drop destroy pay\n"
     "               transfer, or the annotation destructiveHint: true -> action: approve (a human\n"
     "               approves each call)\n"
@@ -27,7 +38,12 @@ const char tg_scan_heuristics_help[] =
     "  denied       nothing matched: the tool is left out, so default: deny refuses and hides it\n"
     "Words are looked for in the tool's name (split at every non-letter and at camelCase humps) and\n"
     "its description, case-insensitively, with plain inflections (deletes, deleted, deleting, deletion, running).\n"
+    "Whole words only: \"keyboard\", \"monkey\" or \"tokenizer\" match nothing.\n"
     "Every tool's comment in the YAML says which word (or annotation) decided and where it was.\n"
+    "Resources and prompts (when the server offers them) go into \"resources\" and \"prompts\" groups with\n"
+    "default: deny: each listed resource URI, each resource template (an {expression} becomes * within\n"
+    "one path segment, or ** when it may hold a /) and each prompt is allowed, unless a word of the\n"
+    "deny list above is in its URI, name or description: then it is denied.\n"
     "The server wrote its names, descriptions and annotations: review the policy before use.\n";
 
 static int has_suffix_in(const char *rest, const char *const *list)
@@ -148,6 +164,10 @@ void tg_scan_classify(const cJSON *tool, struct tg_scan_verdict *v)
         v->cls = TG_SCAN_UNKNOWN;
         snprintf(v->why, sizeof(v->why), "a tool named \"*\" cannot be listed (in a policy \"*\" means every tool): "
                  "denied by default (default: deny)");
+    } else if (match_class(name, desc, secret_words, why, sizeof(why), &kw)) {
+        v->cls = TG_SCAN_SECRET;
+        snprintf(v->why, sizeof(v->why), "%s: it may read the environment, credentials or secrets, so it is denied%s",
+                 why, ro ? " (its readOnlyHint is not trusted over that)" : "");
     } else if (match_class(name, desc, approve_words, why, sizeof(why), &kw)) {
         v->cls = TG_SCAN_APPROVE;
         snprintf(v->why, sizeof(v->why), "%s: %s, so a human approves each call%s",
@@ -258,7 +278,223 @@ static int usable(const cJSON *tools, const cJSON *t)
     return cJSON_IsObject(t) && cJSON_IsString(n) && n->valuestring[0] != '\0' && first_of_name(tools, t);
 }
 
-static void write_json(struct tg_buf *out, const cJSON *tools, const char *summary)
+/* ---- resources and prompts ----------------------------------------------------------------- */
+
+/* One entry of a "resources" or "prompts" group, from one listed resource, template or prompt. */
+struct gentry {
+    char *glob;        /* what the policy names (NULL: it cannot be named safely: left out) */
+    int deny;          /* a secret word: denied */
+    const char *label; /* name, for the comment */
+    const char *desc;  /* description, for the comment; may be NULL */
+    char why[200];
+};
+
+/* A word of the deny list in the URI, the name or the description: writes why. */
+static int secret_in(const char *uri, const char *name, const char *desc, char *why, size_t cap)
+{
+    const char *kw = NULL;
+    char w[64];
+    const char *where = NULL;
+    if (uri != NULL && find_word(uri, strlen(uri), 1, secret_words, w, sizeof(w), &kw))
+        where = "URI";
+    else if (name != NULL && find_word(name, strlen(name), 1, secret_words, w, sizeof(w), &kw))
+        where = "name";
+    else if (desc != NULL && find_word(desc, strlen(desc), 0, secret_words, w, sizeof(w), &kw))
+        where = "description";
+    if (where == NULL)
+        return 0;
+    snprintf(why, cap, "%s says \"%s\": it may hold credentials or secrets, so it is denied", where, w);
+    return 1;
+}
+
+/* An RFC 6570 URI template as a policy glob: a simple {var} expands within one path segment (its
+ * value is percent-encoded, a / included), so it becomes *; an expression with an operator
+ * ({+var}, {/var}, {?q}...), an explode (*) or several variables may hold a /, so it becomes **.
+ * Adjacent wildcards merge (two * stay one segment; anything with ** crosses). NULL when the
+ * template has a literal * (a policy would read it as a wildcard) or an unclosed brace. */
+static char *template_glob(const char *t)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    for (const char *p = t; *p;) {
+        if (*p == '*' || *p == '}')
+            goto bad;
+        if (*p != '{') {
+            tg_buf_append(&b, p++, 1);
+            continue;
+        }
+        const char *end = strchr(p, '}');
+        if (end == NULL || end == p + 1)
+            goto bad;
+        int wide = strchr("+#./;?&", p[1]) != NULL;
+        for (const char *q = p + 1; q < end; q++)
+            wide |= *q == '*' || *q == ',' || *q == '{';
+        size_t stars = 0;
+        while (stars < b.len && b.base[b.len - 1 - stars] == '*')
+            stars++;
+        size_t want = wide || stars >= 2 ? 2 : 1;
+        if (want > stars)
+            tg_buf_append(&b, "**", want - stars);
+        p = end + 1;
+    }
+    tg_buf_append(&b, "", 1);
+    return tg_buf_release(&b);
+bad:
+    tg_buf_dispose(&b);
+    return NULL;
+}
+
+static const char *str_of(const cJSON *o, const char *k)
+{
+    const cJSON *v = tg_json_get(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* kind: 0 a resource (uri), 1 a resource template (uriTemplate), 2 a prompt (name). */
+static void group_entry(const cJSON *item, int kind, struct gentry *e)
+{
+    memset(e, 0, sizeof(*e));
+    const char *key = kind == 0 ? str_of(item, "uri") : kind == 1 ? str_of(item, "uriTemplate") : str_of(item, "name");
+    const char *name = str_of(item, "name");
+    e->label = key != NULL ? key : "(no name)";
+    e->desc = str_of(item, "description");
+    if (key == NULL || key[0] == '\0') {
+        snprintf(e->why, sizeof(e->why), "no %s: left out (denied)", kind == 0 ? "uri" : kind == 1 ? "uriTemplate" : "name");
+        return;
+    }
+    if (kind != 2 && name != NULL && strcmp(name, key) != 0)
+        e->desc = e->desc != NULL ? e->desc : name;
+    if (kind == 1) {
+        e->glob = template_glob(key);
+        if (e->glob == NULL) {
+            snprintf(e->why, sizeof(e->why), "a template with a literal * or a brace out of place cannot be a glob: left out (denied)");
+            return;
+        }
+    } else if (strchr(key, '*') != NULL) {
+        snprintf(e->why, sizeof(e->why), "a %s with a * cannot be listed (a policy reads * as a wildcard): left out (denied)",
+                 kind == 0 ? "URI" : "name");
+        return;
+    } else {
+        e->glob = tg_xstrdup(key);
+    }
+    if (secret_in(kind != 2 ? key : NULL, kind != 2 ? name : key, str_of(item, "description"), e->why, sizeof(e->why)))
+        e->deny = 1;
+    else if (kind == 0)
+        snprintf(e->why, sizeof(e->why), "listed by resources/list: allowed");
+    else if (kind == 1)
+        snprintf(e->why, sizeof(e->why), "a resource template: allowed as %s", e->glob);
+    else
+        snprintf(e->why, sizeof(e->why), "listed by prompts/list: allowed");
+}
+
+/* One group's entries: from up to two lists (resources and templates, or prompts). */
+struct group {
+    const char *key; /* "resources" or "prompts" */
+    int offered;
+    struct gentry *e;
+    size_t n, nallow, ndeny;
+};
+
+static void group_build(struct group *g, const char *key, const cJSON *a, int ka, const cJSON *b, int kb)
+{
+    memset(g, 0, sizeof(*g));
+    g->key = key;
+    g->offered = a != NULL || b != NULL;
+    size_t cap = (size_t)(a ? cJSON_GetArraySize(a) : 0) + (size_t)(b ? cJSON_GetArraySize(b) : 0);
+    g->e = tg_xcalloc(cap ? cap : 1, sizeof(*g->e));
+    for (int pass = 0; pass < 2; pass++) {
+        const cJSON *list = pass ? b : a;
+        for (const cJSON *it = list ? list->child : NULL; it != NULL; it = it->next) {
+            struct gentry *e = &g->e[g->n];
+            group_entry(it, pass ? kb : ka, e);
+            /* A policy list refuses a repeated entry: the first of a glob stays. */
+            for (size_t k = 0; e->glob != NULL && k < g->n; k++)
+                if (g->e[k].glob != NULL && g->e[k].deny == e->deny && strcmp(g->e[k].glob, e->glob) == 0) {
+                    free(e->glob);
+                    e->glob = NULL;
+                    snprintf(e->why, sizeof(e->why), "the same entry as %s above", g->e[k].label);
+                    break;
+                }
+            if (e->glob != NULL) {
+                g->nallow += !e->deny;
+                g->ndeny += e->deny;
+            }
+            g->n++;
+        }
+    }
+}
+
+static void group_free(struct group *g)
+{
+    for (size_t i = 0; i < g->n; i++)
+        free(g->e[i].glob);
+    free(g->e);
+}
+
+static void group_json(cJSON *root, const struct group *g)
+{
+    cJSON *o = cJSON_AddObjectToObject(root, g->key);
+    cJSON_AddStringToObject(o, "default", "deny");
+    for (int deny = 0; deny < 2; deny++) {
+        if ((deny ? g->ndeny : g->nallow) == 0)
+            continue;
+        cJSON *l = cJSON_AddArrayToObject(o, deny ? "deny" : "allow");
+        for (size_t i = 0; i < g->n; i++)
+            if (g->e[i].glob != NULL && g->e[i].deny == deny)
+                cJSON_AddItemToArray(l, cJSON_CreateString(g->e[i].glob));
+    }
+}
+
+static void gentry_comment(struct tg_buf *out, const struct gentry *e, const char *indent)
+{
+    tg_buf_appends(out, indent);
+    tg_buf_appends(out, "# ");
+    append_comment_text(out, e->label, 120);
+    if (e->desc != NULL && e->desc[0] != '\0') {
+        tg_buf_appends(out, ": ");
+        append_comment_text(out, e->desc, 100);
+    }
+    tg_buf_appends(out, "\n");
+    tg_buf_appends(out, indent);
+    tg_buf_appends(out, "#   ");
+    append_comment_text(out, e->why, sizeof(e->why));
+    tg_buf_appends(out, "\n");
+}
+
+static void group_yaml(struct tg_buf *out, const struct group *g)
+{
+    int res = strcmp(g->key, "resources") == 0;
+    tg_buf_appends(out, res ? "# resources/read and resources/subscribe are decided by these URI globs (* stays within one\n"
+                              "# path segment, ** crosses /), and resources/list shows only what they allow.\n"
+                            : "# prompts/get is decided by these names, and prompts/list shows only what they allow.\n");
+    if (!g->offered)
+        tg_buf_appendf(out, "# The server offers no %s: every one is denied.\n", g->key);
+    tg_buf_appendf(out, "%s:\n  default: deny\n", g->key);
+    for (int deny = 0; deny < 2; deny++) {
+        if ((deny ? g->ndeny : g->nallow) == 0)
+            continue;
+        tg_buf_appends(out, deny ? "  deny:\n" : "  allow:\n");
+        for (size_t i = 0; i < g->n; i++) {
+            if (g->e[i].glob == NULL || g->e[i].deny != deny)
+                continue;
+            gentry_comment(out, &g->e[i], "    ");
+            tg_buf_appends(out, "    - ");
+            append_yaml_string(out, g->e[i].glob);
+            tg_buf_appends(out, "\n");
+        }
+    }
+    int left = 0;
+    for (size_t i = 0; i < g->n; i++)
+        if (g->e[i].glob == NULL) {
+            if (!left++)
+                tg_buf_appends(out, "  # Left out, so denied:\n");
+            gentry_comment(out, &g->e[i], "  ");
+        }
+}
+
+/* ---- the policy ------------------------------------------------------------------------------ */
+
+static void write_json(struct tg_buf *out, const cJSON *tools, const char *summary, const struct group *gs)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "version", "1");
@@ -278,6 +514,9 @@ static void write_json(struct tg_buf *out, const cJSON *tools, const char *summa
             cJSON_AddStringToObject(e, "action", "allow");
         } else if (v.cls == TG_SCAN_APPROVE) {
             cJSON_AddStringToObject(e, "action", "approve");
+        } else if (v.cls == TG_SCAN_SECRET) {
+            cJSON_AddStringToObject(e, "action", "deny");
+            cJSON_AddStringToObject(e, "reason", TG_SCAN_SECRET_REASON);
         } else {
             char rl[32], rn[64];
             snprintf(rl, sizeof(rl), "%d/minute", TG_SCAN_LIMIT_PER_MINUTE);
@@ -289,6 +528,8 @@ static void write_json(struct tg_buf *out, const cJSON *tools, const char *summa
             cJSON_AddItemToArray(rules, r);
         }
     }
+    group_json(root, &gs[0]);
+    group_json(root, &gs[1]);
     char *s = cJSON_Print(root);
     tg_buf_appends(out, s);
     tg_buf_appends(out, "\n");
@@ -310,9 +551,10 @@ static void write_tool_comment(struct tg_buf *out, const cJSON *t, const struct 
     tg_buf_appends(out, "\n");
 }
 
-void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct tg_scan_source *src, int json)
+void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct tg_scan_offer *offer,
+                          const struct tg_scan_source *src, int json)
 {
-    size_t count[4] = {0, 0, 0, 0};
+    size_t count[5] = {0, 0, 0, 0, 0};
     for (const cJSON *t = tools->child; t != NULL; t = t->next) {
         if (!usable(tools, t))
             continue;
@@ -320,14 +562,21 @@ void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct t
         tg_scan_classify(t, &v);
         count[v.cls]++;
     }
-    char summary[200];
-    snprintf(summary, sizeof(summary),
-             "written by tollgate scan: %zu tools, %zu allowed, %zu rate-limited, %zu need approval, %zu denied by default",
-             count[0] + count[1] + count[2] + count[3], count[TG_SCAN_READ], count[TG_SCAN_LIMIT],
-             count[TG_SCAN_APPROVE], count[TG_SCAN_UNKNOWN]);
+    struct group gs[2];
+    group_build(&gs[0], "resources", offer->resources, 0, offer->templates, 1);
+    group_build(&gs[1], "prompts", offer->prompts, 2, NULL, 2);
+    char summary[400];
+    int k = snprintf(summary, sizeof(summary),
+             "written by tollgate scan: %zu tools, %zu allowed, %zu rate-limited, %zu need approval, %zu denied as "
+             "reading secrets, %zu denied by default",
+             count[0] + count[1] + count[2] + count[3] + count[4], count[TG_SCAN_READ], count[TG_SCAN_LIMIT],
+             count[TG_SCAN_APPROVE], count[TG_SCAN_SECRET], count[TG_SCAN_UNKNOWN]);
+    for (int i = 0; i < 2 && k > 0 && (size_t)k < sizeof(summary); i++)
+        k += snprintf(summary + k, sizeof(summary) - (size_t)k, "; %s: %zu allowed, %zu denied", gs[i].key,
+                      gs[i].nallow, gs[i].ndeny);
     if (json) {
-        write_json(out, tools, summary);
-        return;
+        write_json(out, tools, summary, gs);
+        goto done;
     }
     tg_buf_appends(out, "# A starting policy, ");
     tg_buf_appends(out, summary);
@@ -355,7 +604,7 @@ void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct t
                         "# check it with `tollgate policy check FILE`.\n"
                         "version: \"1\"\n"
                         "default: deny\n");
-    size_t listed = count[TG_SCAN_READ] + count[TG_SCAN_LIMIT] + count[TG_SCAN_APPROVE];
+    size_t listed = count[TG_SCAN_READ] + count[TG_SCAN_LIMIT] + count[TG_SCAN_APPROVE] + count[TG_SCAN_SECRET];
     tg_buf_appends(out, listed == 0 ? "tools: {}\n" : "tools:\n");
     for (const cJSON *t = tools->child; t != NULL; t = t->next) {
         if (!usable(tools, t))
@@ -371,20 +620,27 @@ void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct t
             tg_buf_appends(out, ":\n    action: allow\n");
         else if (v.cls == TG_SCAN_APPROVE)
             tg_buf_appends(out, ":\n    action: approve\n");
+        else if (v.cls == TG_SCAN_SECRET)
+            tg_buf_appends(out, ":\n    action: deny\n    reason: \"" TG_SCAN_SECRET_REASON "\"\n");
         else
             tg_buf_appendf(out, ":\n    rules:\n      - name: \"scan: at most %d calls a minute\"\n        rate_limit: %d/minute\n",
                            TG_SCAN_LIMIT_PER_MINUTE, TG_SCAN_LIMIT_PER_MINUTE);
     }
-    if (count[TG_SCAN_UNKNOWN] == 0)
-        return;
-    tg_buf_appends(out, "  # Denied by default (no word matched); to allow one, list it under tools, e.g.\n"
-                        "  #   \"NAME\": {action: allow}\n");
-    for (const cJSON *t = tools->child; t != NULL; t = t->next) {
-        if (!usable(tools, t))
-            continue;
-        struct tg_scan_verdict v;
-        tg_scan_classify(t, &v);
-        if (v.cls == TG_SCAN_UNKNOWN)
-            write_tool_comment(out, t, &v);
+    if (count[TG_SCAN_UNKNOWN] > 0) {
+        tg_buf_appends(out, "  # Denied by default (no word matched); to allow one, list it under tools, e.g.\n"
+                            "  #   \"NAME\": {action: allow}\n");
+        for (const cJSON *t = tools->child; t != NULL; t = t->next) {
+            if (!usable(tools, t))
+                continue;
+            struct tg_scan_verdict v;
+            tg_scan_classify(t, &v);
+            if (v.cls == TG_SCAN_UNKNOWN)
+                write_tool_comment(out, t, &v);
+        }
     }
+    group_yaml(out, &gs[0]);
+    group_yaml(out, &gs[1]);
+done:
+    group_free(&gs[0]);
+    group_free(&gs[1]);
 }

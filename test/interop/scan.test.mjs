@@ -23,6 +23,11 @@
 //      bundle), an untrusted certificate, a certificate for another name, a plain HTTP server
 //      and a server that never answers the ClientHello fail with a clear message and send no
 //      request; --insecure accepts the untrusted certificate; a --ca file that does not load.
+//   7. A stdio server written by the test: tools that read the environment, credentials or secrets
+//      are denied with a reason whatever readOnlyHint says (whole words: keyboard, monkey and
+//      tokenizer are not), a tool named "<<" loads as that tool, and the resources, resource
+//      templates and prompts it offers become "resources" and "prompts" groups with default: deny
+//      (templates as globs, secret ones denied), decided by `tollgate policy explain`.
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -106,7 +111,7 @@ describe('tollgate scan', () => {
     const y = r.stdout;
     assert.match(y, /^version: "1"$/m);
     assert.match(y, /^default: deny$/m);
-    assert.match(y, /26 tools, 4 allowed, 6 rate-limited, 5 need approval, 11 denied by default/);
+    assert.match(y, /26 tools, 4 allowed, 6 rate-limited, 5 need approval, 0 denied as reading secrets, 11 denied by default; resources: 15 allowed, 0 denied; prompts: 0 allowed, 0 denied/);
     // Each rule says why, next to it.
     assert.match(y, /# {3}name says "execute": it may run code or commands, so a human approves each call\n {2}"execute_code":\n {4}action: approve\n/);
     assert.match(y, /# {3}name says "list": it looks read-only, so it is allowed\n {2}"okta.list_users":\n {4}action: allow\n/);
@@ -137,7 +142,9 @@ describe('tollgate scan', () => {
     const r = await tollgate(['scan', '--', process.execPath, HOSTILE, '--stdio', '--log', log, '--flags', 'list=scan']);
     assert.equal(r.code, 0, show(r));
     const total = ALL_TOOLS.length + SCAN_TOOLS.length;
-    assert.match(r.stdout, new RegExp(`${total} tools, 3 allowed, 1 rate-limited, 3 need approval, ${ALL_TOOLS.length + 1} denied by default`), show(r));
+    // The fixture's tool "secret" reads as a secret: denied with a reason, the others of ALL_TOOLS by default.
+    assert.match(r.stdout, new RegExp(`${total} tools, 3 allowed, 1 rate-limited, 3 need approval, 1 denied as reading secrets, ${ALL_TOOLS.length} denied by default`), show(r));
+    assert.match(r.stdout, /name says "secret": it may read the environment, credentials or secrets, so it is denied\n {2}"secret":\n {4}action: deny\n {4}reason: "tollgate scan: it may read the environment, credentials or secrets"\n/);
     assert.match(r.stdout, /^# Server: hostile 1\.0\.0, protocol 2025-06-18$/m);
     assert.match(r.stdout, /annotation readOnlyHint: true: allowed\n {2}"inspect":/);
     assert.match(r.stdout, /annotation destructiveHint: true: a human approves each call\n {2}"wipe":/);
@@ -156,8 +163,9 @@ describe('tollgate scan', () => {
     assert.deepEqual(lists.map((m) => m.params?.cursor ?? null),
       [null, ...Array.from({ length: lists.length - 1 }, (_, i) => `page-${(i + 1) * 4}-of-hostile`)]);
     const f = save(r.stdout, 'yaml');
-    await assertLoads(f, SCAN_TOOLS.length - 1);
+    await assertLoads(f, SCAN_TOOLS.length);
     await assertCases(f, [
+      { call: call('secret'), expect: 'deny', hidden: true },
       { call: call('inspect'), expect: 'allow' },
       { call: call('wipe'), expect: 'approve' },
       { call: call('sneaky'), expect: 'approve' },
@@ -178,7 +186,10 @@ describe('tollgate scan', () => {
     assert.equal(r.code, 0, show(r));
     assert.match(r.stdout, /3 allowed, 1 rate-limited, 3 need approval/, show(r));
     const posts = h.httpLog.filter((e) => e.method === 'POST');
-    assert.equal(posts.length, 2 + Math.ceil((ALL_TOOLS.length + SCAN_TOOLS.length) / 4));
+    // initialize, initialized, the tools/list pages, then resources/list and resources/templates/list
+    // (the fixture offers resources, not prompts)
+    assert.equal(posts.length, 2 + Math.ceil((ALL_TOOLS.length + SCAN_TOOLS.length) / 4) + 2);
+    assert.match(r.stdout, /^resources:\n {2}default: deny\n {2}allow:\n(?: {4}#[^\n]*\n)* {4}- "big:\/\/2"$/m, show(r));
     for (const p of posts) assert.match(p.headers.accept, /application\/json/), assert.match(p.headers.accept, /text\/event-stream/);
     assert.equal(posts[0].headers['mcp-session-id'], undefined);
     const sid = posts[1].headers['mcp-session-id'];
@@ -256,6 +267,136 @@ describe('tollgate scan', () => {
     assert.match(r.stderr, /no answer to request 1 on the server's stdout within 500 ms/, show(r));
     // sleep ignores its stdin: it was sent SIGTERM 2 s after stdin closed, far before its 30 s.
     assert.ok(Date.now() - t0 < H.scaled(15000), `took ${Date.now() - t0} ms`);
+  });
+});
+
+// A stdio server written here: tools whose names or descriptions speak of the environment,
+// credentials or secrets (and some that only look like they do), resources, resource templates
+// and prompts, and a tool named "<<" (a YAML merge key when plain, never when quoted).
+const OFFER_SERVER = `
+const tools = [
+  { name: 'get_env', description: 'Returns the process environment', annotations: { readOnlyHint: true } },
+  { name: 'printenv', description: 'Prints variables' },
+  { name: 'readApiKey', description: 'A value' },
+  { name: 'vault_read', description: 'Reads a secret from the vault', annotations: { readOnlyHint: true } },
+  { name: 'login', description: 'Checks a password' },
+  { name: 'issue', description: 'Mints an access token' },
+  { name: 'list_credentials', description: 'Lists what is stored' },
+  { name: 'get_keys', description: 'Lists the keys' },
+  { name: 'keyboard_layout', description: 'Get the keyboard layout' },
+  { name: 'monkey_list', description: 'List monkeys' },
+  { name: 'tokenizer_show', description: 'Show how a tokenizer splits text' },
+  { name: '<<', description: 'Read a merge', annotations: { readOnlyHint: true } },
+];
+const resources = [
+  { uri: 'file:///srv/docs/readme.md', name: 'readme' },
+  { uri: 'file:///srv/app/.env', name: 'app env' },
+  { uri: 'config://db/password', name: 'db' },
+  { uri: 'odd://a*b', name: 'odd' },
+];
+const resourceTemplates = [
+  { uriTemplate: 'file:///srv/docs/{name}', name: 'docs' },
+  { uriTemplate: 'file:///pub/{+path}', name: 'pub' },
+  { uriTemplate: 'x://{a}{b}/y', name: 'two' },
+  { uriTemplate: 'x://{a}{+b}/z', name: 'wide' },
+  { uriTemplate: 'bad://{a}*', name: 'star' },
+  { uriTemplate: 'secret://{id}', name: 'vault', description: 'A secret by id' },
+];
+const prompts = [{ name: 'summarise', description: 'Summarise a text' }, { name: 'rotate_api_key' }, { name: 'all*' }];
+let buf = '';
+process.stdin.setEncoding('utf8').on('data', (d) => {
+  buf += d;
+  let i;
+  while ((i = buf.indexOf('\\n')) >= 0) {
+    const m = JSON.parse(buf.slice(0, i)); buf = buf.slice(i + 1);
+    if (m.id === undefined) continue;
+    const ok = (result) => process.stdout.write(JSON.stringify({ jsonrpc: '2.0', id: m.id, result }) + '\\n');
+    if (m.method === 'initialize') ok({ protocolVersion: m.params.protocolVersion, capabilities: { tools: {}, resources: {}, prompts: {} }, serverInfo: { name: 'offer', version: '1' } });
+    else if (m.method === 'tools/list') ok({ tools });
+    else if (m.method === 'resources/list') ok({ resources });
+    else if (m.method === 'resources/templates/list') ok({ resourceTemplates });
+    else if (m.method === 'prompts/list') ok({ prompts });
+    else process.stdout.write(JSON.stringify({ jsonrpc: '2.0', id: m.id, error: { code: -32601, message: 'no' } }) + '\\n');
+  }
+});
+`;
+
+describe('tollgate scan: secrets, resources and prompts', () => {
+  let server;
+  before(() => { server = path.join(dir, 'offer-server.mjs'); fs.writeFileSync(server, OFFER_SERVER); });
+
+  /** `tollgate policy explain` of one method against the policy, through a one-upstream conf. */
+  async function explain(policy, method, params) {
+    const conf = path.join(dir, `explain${++nfile}.conf`);
+    fs.writeFileSync(conf, `listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = "a"; anonymous = true; } );\n` +
+      `upstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "${policy}"; } );\n`);
+    const r = await tollgate(['policy', 'explain', '-c', conf, '--method', method, '--params', JSON.stringify(params)]);
+    assert.ok(r.code === 0 || r.code === 1, show(r));
+    return r.code === 0 ? 'allow' : 'deny';
+  }
+
+  it('tools that read the environment, credentials or secrets are denied whatever readOnlyHint says; whole words only', async () => {
+    const r = await tollgate(['scan', '--', process.execPath, server]);
+    assert.equal(r.code, 0, show(r));
+    const y = r.stdout;
+    assert.match(y, /12 tools, 4 allowed, 0 rate-limited, 0 need approval, 8 denied as reading secrets, 0 denied by default/, show(r));
+    assert.match(y, /# {3}name says "env": it may read the environment, credentials or secrets, so it is denied \(its readOnlyHint is not trusted over that\)\n {2}"get_env":\n {4}action: deny\n {4}reason: "tollgate scan: it may read the environment, credentials or secrets"\n/);
+    assert.match(y, /name says "key"[^\n]*\n {2}"readApiKey":\n {4}action: deny\n/);
+    assert.match(y, /description says "secret"[^\n]*\n {2}"vault_read":\n {4}action: deny\n/);
+    const f = save(y, 'yaml');
+    await assertLoads(f, 12);
+    const denied = ['get_env', 'printenv', 'readApiKey', 'vault_read', 'login', 'issue', 'list_credentials', 'get_keys'];
+    await assertCases(f, [
+      ...denied.map((t) => ({ call: call(t), expect: 'deny', hidden: true })),
+      { call: call('keyboard_layout'), expect: 'allow' },
+      { call: call('monkey_list'), expect: 'allow' },
+      { call: call('tokenizer_show'), expect: 'allow' },
+      { call: call('<<'), expect: 'allow' },
+      { call: call('anything_else'), expect: 'deny', hidden: true },
+    ]);
+    const j = await tollgate(['scan', '--json', '--', process.execPath, server]);
+    assert.equal(j.code, 0, show(j));
+    const p = JSON.parse(j.stdout);
+    assert.deepEqual(p.tools.get_env, { action: 'deny', reason: 'tollgate scan: it may read the environment, credentials or secrets' });
+    await assertLoads(save(j.stdout, 'json'), 12);
+  });
+
+  it('writes resources and prompts groups with default: deny: listed ones allowed, secret ones denied, templates as globs', async () => {
+    const r = await tollgate(['scan', '--json', '--', process.execPath, server]);
+    assert.equal(r.code, 0, show(r));
+    const p = JSON.parse(r.stdout);
+    assert.deepEqual(p.resources, {
+      default: 'deny',
+      allow: ['file:///srv/docs/readme.md', 'file:///srv/docs/*', 'file:///pub/**', 'x://*/y', 'x://**/z'],
+      deny: ['file:///srv/app/.env', 'config://db/password', 'secret://*'],
+    });
+    assert.deepEqual(p.prompts, { default: 'deny', allow: ['summarise'], deny: ['rotate_api_key'] });
+    const y = await tollgate(['scan', '--', process.execPath, server]);
+    assert.match(y.stdout, /^ {2}# Left out, so denied:\n {2}# odd:\/\/a\*b: odd\n {2}# {3}a URI with a \* cannot be listed/m, show(y));
+    assert.match(y.stdout, /# bad:\/\/\{a\}\*: star\n {2}# {3}a template with a literal \*/, show(y));
+    for (const [text, ext] of [[r.stdout, 'json'], [y.stdout, 'yaml']]) {
+      const f = save(text, ext);
+      await assertLoads(f, 12);
+      assert.equal(await explain(f, 'resources/read', { uri: 'file:///srv/docs/readme.md' }), 'allow');
+      assert.equal(await explain(f, 'resources/read', { uri: 'file:///srv/docs/guide.md' }), 'allow');
+      assert.equal(await explain(f, 'resources/read', { uri: 'file:///pub/a/b/c.txt' }), 'allow');
+      assert.equal(await explain(f, 'resources/read', { uri: 'file:///srv/app/.env' }), 'deny');
+      assert.equal(await explain(f, 'resources/read', { uri: 'config://db/password' }), 'deny');
+      assert.equal(await explain(f, 'resources/read', { uri: 'secret://1' }), 'deny');
+      assert.equal(await explain(f, 'resources/read', { uri: 'odd://a*b' }), 'deny');
+      assert.equal(await explain(f, 'resources/read', { uri: 'file:///etc/passwd' }), 'deny');
+      assert.equal(await explain(f, 'prompts/get', { name: 'summarise' }), 'allow');
+      assert.equal(await explain(f, 'prompts/get', { name: 'rotate_api_key' }), 'deny');
+      assert.equal(await explain(f, 'prompts/get', { name: 'all*' }), 'deny');
+      assert.equal(await explain(f, 'prompts/get', { name: 'other' }), 'deny');
+    }
+  });
+
+  it('a server that offers no prompts still gets a prompts group, which denies every one', async () => {
+    const r = await tollgate(['scan', '--', process.execPath, HOSTILE, '--stdio', '--flags', 'list=scan']);
+    assert.equal(r.code, 0, show(r));
+    assert.match(r.stdout, /# The server offers no prompts: every one is denied\.\nprompts:\n {2}default: deny\n/, show(r));
+    assert.match(r.stdout, /prompts: 0 allowed, 0 denied/);
   });
 });
 
