@@ -24,6 +24,8 @@ static const char usage_text[] =
     "      Load each policy (JSON or YAML, either PolicyLayer shape) as the gateway would. Errors and\n"
     "      warnings are printed as FILE: PATH.IN.FILE: reason (errors on stderr, warnings on stdout),\n"
     "      then \"FILE: ok (N tools)\" or \"FILE: invalid\". Exit 0 if every file loads, 1 if not.\n"
+    "      An unknown field is an error (\"did you mean `action`?\" when a known one is close); a\n"
+    "      policy without \"default\" denies what it does not name, and a note says so.\n"
     "\n"
     "  tollgate policy explain [-c CONF] [--grant G] [--upstream U] [--session S] [--repeat N]\n"
     "                          (--call '{\"name\":T,\"arguments\":{...}}' | --method M [--params JSON])\n"

@@ -155,6 +155,7 @@ has err "$P/broken.json: tools.deploy.rules[0].conditions[0].op"
 
 # ---- bad arguments and help
 run 0 policy --help; has out "tollgate policy test FILE CASES.yaml"; has out "Exit 0 allow, 1 deny, 3 limited, 4 approve"
+has out "An unknown field is an error"
 run 0 -h; has out "tollgate policy check FILE..."
 run 2 policy; has err "usage: tollgate policy check FILE..."
 run 2 policy frobnicate; has err "unknown subcommand: frobnicate"
