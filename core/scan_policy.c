@@ -370,6 +370,15 @@ static void group_entry(const cJSON *item, int kind, struct gentry *e)
             snprintf(e->why, sizeof(e->why), "a template with a literal * or a brace out of place cannot be a glob: left out (denied)");
             return;
         }
+        /* A template whose scheme is itself a variable ({uri}, {scheme}://x) would allow every
+         * resource of every scheme. */
+        size_t lit = strcspn(e->glob, "*");
+        if (memchr(e->glob, ':', lit) == NULL) {
+            free(e->glob);
+            e->glob = NULL;
+            snprintf(e->why, sizeof(e->why), "a template without a fixed scheme would allow any URI: left out (denied)");
+            return;
+        }
     } else if (strchr(key, '*') != NULL) {
         snprintf(e->why, sizeof(e->why), "a %s with a * cannot be listed (a policy reads * as a wildcard): left out (denied)",
                  kind == 0 ? "URI" : "name");

@@ -301,6 +301,7 @@ const resourceTemplates = [
   { uriTemplate: 'x://{a}{+b}/z', name: 'wide' },
   { uriTemplate: 'bad://{a}*', name: 'star' },
   { uriTemplate: 'secret://{id}', name: 'vault', description: 'A secret by id' },
+  { uriTemplate: '{+uri}', name: 'anything' },
 ];
 const prompts = [{ name: 'summarise', description: 'Summarise a text' }, { name: 'rotate_api_key' }, { name: 'all*' }];
 let buf = '';
@@ -374,6 +375,7 @@ describe('tollgate scan: secrets, resources and prompts', () => {
     const y = await tollgate(['scan', '--', process.execPath, server]);
     assert.match(y.stdout, /^ {2}# Left out, so denied:\n {2}# odd:\/\/a\*b: odd\n {2}# {3}a URI with a \* cannot be listed/m, show(y));
     assert.match(y.stdout, /# bad:\/\/\{a\}\*: star\n {2}# {3}a template with a literal \*/, show(y));
+    assert.match(y.stdout, /# \{\+uri\}: anything\n {2}# {3}a template without a fixed scheme would allow any URI: left out \(denied\)/, show(y));
     for (const [text, ext] of [[r.stdout, 'json'], [y.stdout, 'yaml']]) {
       const f = save(text, ext);
       await assertLoads(f, 12);
