@@ -68,6 +68,8 @@ printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = 
 run 1 policy explain -c "$T/nodefault.conf" --call '{"name":"write_file","arguments":{}}'
 has out "decision: deny"; has out "at: default"
 run 0 policy explain -c "$T/nodefault.conf" --call '{"name":"read_file","arguments":{}}'
+run 0 -t -c "$T/nodefault.conf"
+has out "$T/nodefault.json: default: not set, so what this policy does not name is denied"; has out "is ok"
 run 1 policy check $P/broken.json
 has err "$P/broken.json: tools.deploy.rules[0].conditions[0].op: unknown operator \"equals\""
 has err "$P/broken.json: tools.search.limits[0].window: must be"
