@@ -108,7 +108,8 @@ struct scan_lists {
     cJSON *tools, *resources, *templates, *prompts;
 };
 
-/* Asks METHOD when `ask`; on an error answer the list stays NULL (not offered). -1: no answer. */
+/* Asks METHOD when `ask`; on an error answer the list stays NULL (not offered). -1: no answer
+ * (printed), and nothing more is asked. */
 static int list_optional(struct tg_scan_link *c, int ask, const char *method, const char *field, cJSON **out)
 {
     if (!ask)
@@ -155,10 +156,13 @@ static int scan_server(struct tg_scan_link *c, struct scan_lists *ls, struct tg_
         return -1;
     if (list_pages(c, "tools/list", "tools", ls->tools, 1) != 0)
         return -1;
+    /* The tools are in hand: a server that stops answering now still gets its policy, with
+     * what it did not list left to default: deny. */
     if (list_optional(c, resources, "resources/list", "resources", &ls->resources) != 0 ||
         list_optional(c, resources, "resources/templates/list", "resourceTemplates", &ls->templates) != 0 ||
         list_optional(c, prompts, "prompts/list", "prompts", &ls->prompts) != 0)
-        return -1;
+        tg_scan_fail("warning: the server stopped answering after tools/list; the resources and prompts it did not "
+                     "list are left to default: deny");
     return 0;
 }
 

@@ -314,6 +314,7 @@ process.stdin.setEncoding('utf8').on('data', (d) => {
     const ok = (result) => process.stdout.write(JSON.stringify({ jsonrpc: '2.0', id: m.id, result }) + '\\n');
     if (m.method === 'initialize') ok({ protocolVersion: m.params.protocolVersion, capabilities: { tools: {}, resources: {}, prompts: {} }, serverInfo: { name: 'offer', version: '1' } });
     else if (m.method === 'tools/list') ok({ tools });
+    else if (m.method === 'resources/list' && process.argv[2] === 'die') process.exit(0);
     else if (m.method === 'resources/list') ok({ resources });
     else if (m.method === 'resources/templates/list') ok({ resourceTemplates });
     else if (m.method === 'prompts/list') ok({ prompts });
@@ -392,6 +393,15 @@ describe('tollgate scan: secrets, resources and prompts', () => {
       assert.equal(await explain(f, 'prompts/get', { name: 'all*' }), 'deny');
       assert.equal(await explain(f, 'prompts/get', { name: 'other' }), 'deny');
     }
+  });
+
+  it('a server that stops answering after tools/list still gets its policy, with resources and prompts denied', async () => {
+    const r = await tollgate(['scan', '--json', '--', process.execPath, server, 'die']);
+    assert.equal(r.code, 0, show(r));
+    assert.match(r.stderr, /warning: the server stopped answering after tools\/list/, show(r));
+    const p = JSON.parse(r.stdout);
+    assert.deepEqual([p.resources, p.prompts], [{ default: 'deny' }, { default: 'deny' }]);
+    assert.deepEqual(p.tools.get_env.action, 'deny');
   });
 
   it('a server that offers no prompts still gets a prompts group, which denies every one', async () => {
