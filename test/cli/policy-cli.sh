@@ -137,9 +137,9 @@ has out "ok   6 the fourth is limited: limited (rule \"searches\" at tools.searc
 has out "7 cases, 7 passed, 0 failed"
 run 0 policy test $P/intercept.yaml $P/intercept.cases.yaml
 has out "9 cases, 9 passed, 0 failed"; hasnt out "FAIL"
-# The README's example, extracted from README.md itself so that the two cannot drift apart.
-sed -n '/^# CASES.yaml: a list/,/^```$/p' README.md | sed '$d' >"$out.cases"
-cmp -s "$out.cases" $P/readme.cases.yaml || { echo "not ok - README's CASES.yaml differs from $P/readme.cases.yaml"; fails=$((fails + 1)); }
+# The example in docs/cli.md ("Testing a policy"), extracted from the page itself so that the two cannot drift apart.
+sed -n '/^# CASES.yaml: a list/,/^```$/p' docs/cli.md | sed '$d' >"$out.cases"
+cmp -s "$out.cases" $P/readme.cases.yaml || { echo "not ok - docs/cli.md's CASES.yaml differs from $P/readme.cases.yaml"; fails=$((fails + 1)); }
 run 0 policy test $P/readme.yaml "$out.cases"; has out "5 cases, 5 passed, 0 failed"
 rm -f "$out.cases"
 run 1 policy test $P/hosted.json $P/failing.cases.yaml
