@@ -67,7 +67,12 @@ void tg__note_counter(struct tg_decision *d, const struct pcounter *pc, double v
     }
     char num[40];
     size_t numlen;
-    if (whole) {
+    if (!isfinite(value)) {
+        /* No store holds one (policy/counters.c refuses it, a Redis value is read strictly), but
+         * an audit line stays JSON whatever: nan and inf are not JSON numbers. */
+        memcpy(num, "null", 5);
+        numlen = 4;
+    } else if (whole) {
         numlen = format_ll((long long)value, num);
     } else {
         /* The shortest form that reads back as the same double: 0.3, not 0.29999999999999999. */
