@@ -329,10 +329,12 @@ static void format_pairs(struct tg_buf *b, const char *fmt, va_list ap)
     char prev = ' ';
     for (const char *p = fmt; *p;) {
         if (*p != '%') {
-            if (*p == '"')
-                inq = !inq;
-            prev = *p;
-            tg_buf_append(b, p++, 1);
+            const char *run = p;
+            for (; *p && *p != '%'; p++)
+                if (*p == '"')
+                    inq = !inq;
+            prev = p[-1];
+            tg_buf_append(b, run, (size_t)(p - run));
             continue;
         }
         if (p[1] == '%') {
