@@ -208,6 +208,8 @@ static const char *status_text(int status)
     case TG_REDIS_EREPLY: return "the shared counter store (Redis) gave an unexpected answer";
     case TG_REDIS_EBUSY: return "too many requests wait for the shared counter store (Redis)";
     case TG_REDIS_ECLOSED: return "the gateway is shutting down";
+    case TG_REDIS_EVALUE:
+        return "the shared counter store (Redis) holds a counter value that is not a finite decimal number";
     }
     return "the shared counter store (Redis) failed";
 }
@@ -235,7 +237,9 @@ static void on_ops(void *ud, int status)
         give_back_known(j);
         if (j->cb != NULL) {
             const char *why = status_text(status);
-            if (cl->on_unavailable == TG_CLUSTER_LOCAL && status != TG_REDIS_ECLOSED) {
+            /* A poisoned counter is no outage: deciding on the local counters instead would let
+             * whoever wrote it reset the budget. It fails closed whatever on_unavailable says. */
+            if (cl->on_unavailable == TG_CLUSTER_LOCAL && status != TG_REDIS_ECLOSED && status != TG_REDIS_EVALUE) {
                 cl->stats.fallback_local++;
                 if (j->continuation)
                     tg_policy_decide_continuation(j->policy, cl->local, &who, j->tool, j->args, j->now_ms, &j->dec);

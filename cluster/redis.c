@@ -321,8 +321,15 @@ static void on_req_reply(redisAsyncContext *ac, void *reply, void *privdata)
             answer(q, TG_REDIS_EDOWN, NULL);
         return;
     }
-    if (y->type == REDIS_REPLY_ERROR || (q->ops && tg__redis_op_parse(&q->ops[s->i], y) < 0)) {
-        answer(q, TG_REDIS_EREPLY, NULL);
+    if (y->type == REDIS_REPLY_ERROR) {
+        int bad = y->len >= sizeof(TG__REDIS_BADVALUE) - 1 &&
+                  memcmp(y->str, TG__REDIS_BADVALUE, sizeof(TG__REDIS_BADVALUE) - 1) == 0;
+        answer(q, bad ? TG_REDIS_EVALUE : TG_REDIS_EREPLY, NULL);
+        return;
+    }
+    int perr = q->ops ? tg__redis_op_parse(&q->ops[s->i], y) : 0;
+    if (perr < 0) {
+        answer(q, perr == -2 ? TG_REDIS_EVALUE : TG_REDIS_EREPLY, NULL);
         return;
     }
     if (++q->nreplied == q->n)

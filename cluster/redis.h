@@ -37,6 +37,8 @@ enum {
     TG_REDIS_EREPLY = -3,    /* an error reply, or a reply of an unexpected shape */
     TG_REDIS_EBUSY = -4,     /* max_pending requests already in flight */
     TG_REDIS_ECLOSED = -5,   /* tg_redis_free() ran while the request waited */
+    TG_REDIS_EVALUE = -6,    /* a counter value (a stored key or a script's answer) is not a finite
+                              * decimal number: the data is poisoned, not the service down */
 };
 
 struct tg_redis_opts {

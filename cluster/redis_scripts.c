@@ -4,15 +4,15 @@
  * Why this works exactly: Redis's Lua 5.1 numbers are IEEE doubles, its arithmetic is the same
  * correctly rounded + - * / as the C code's, and floor, ceil and log10 are the same libm's. What
  * Lua lacks is written here the way C defines it: nearbyint (round half to even), the exact powers
- * of ten, DBL_EPSILON. Numbers cross the wire as "%.17g" strings both ways, which strtod (C) and
- * tonumber (Lua) read back to the same double: Lua numbers returned as such would be truncated to
- * Redis integers.
+ * of ten, DBL_EPSILON. Numbers cross the wire as "%.17g" strings both ways, which tg_num_parse
+ * (C) and dec() (Lua: the same strict grammar, then tonumber) read back to the same double: Lua
+ * numbers returned as such would be truncated to Redis integers. Neither accepts nan, inf, hex
+ * or a value out of range: a key holding one fails its op, so the decision fails closed.
  *
  * A key holds "stamp value" (two "%.17g" numbers): a bucket's last refill and tokens, or a
  * window's start and count. Its TTL is the local store's expire_ms less the caller's now_ms (the
  * clock is always the caller's, never Redis TIME); an update that the local store makes without
  * moving expire_ms keeps the TTL (KEEPTTL). */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +21,7 @@
 #include <hiredis/hiredis.h>
 
 #include "cluster/redis_scripts.h"
+#include "core/num.h"
 
 #define LUA_COMMON                                                                                                   \
     "local EPS = 2.220446049250313080847263336181640625e-16\n"                                                     \
@@ -69,12 +70,26 @@
     "  if ms > 1e15 then ms = 1e15 end\n"                                                                          \
     "  return string.format('%.0f', ms)\n"                                                                         \
     "end\n"                                                                                                        \
-    "local stamp, value\n"                                                                                         \
-    "local raw = redis.call('GET', KEYS[1])\n"                                                                     \
-    "if raw then\n"                                                                                                \
-    "  local s, v = string.match(raw, '^(%S+) (%S+)$')\n"                                                          \
-    "  stamp, value = tonumber(s), tonumber(v)\n"                                                                  \
-    "  if stamp == nil or value == nil then raw = false end\n"                                                     \
+    /* A stored number is read as core/num.c reads one: a JSON number with a finite value. Lua's  \
+     * tonumber is strtod and more (hex, inf, nan, 1e999): never alone. */                          \
+    "local function dec(s)\n"                                                                      \
+    "  if not s then return nil end\n"                                                             \
+    "  local i, f, e = string.match(s, '^%-?(%d+)(%.?%d*)(.*)$')\n"                               \
+    "  if not i or (#i > 1 and string.sub(i, 1, 1) == '0') or f == '.' then return nil end\n"     \
+    "  if e ~= '' and not string.match(e, '^[eE][%+%-]?%d+$') then return nil end\n"              \
+    "  local x = tonumber(s)\n"                                                                    \
+    "  if x == nil or x ~= x or x == math.huge or x == -math.huge then return nil end\n"          \
+    "  return x\n"                                                                                 \
+    "end\n"                                                                                        \
+    "local stamp, value\n"                                                                         \
+    "local raw = redis.call('GET', KEYS[1])\n"                                                     \
+    "if raw then\n"                                                                                \
+    "  local s, v = string.match(raw, '^(%S+) (%S+)$')\n"                                          \
+    "  stamp, value = dec(s), dec(v)\n"                                                            \
+    /* a key the scripts did not write as such fails the op, never reads as an empty counter */    \
+    "  if stamp == nil or value == nil then\n"                                                     \
+    "    return redis.error_reply('" TG__REDIS_BADVALUE " counter key holds no finite decimal numbers')\n" \
+    "  end\n"                                                                                      \
     "end\n"
 
 /* ARGV: capacity, window_ms, amount, now_ms. Returns {ok, level, retry_ms (-1: never)}. */
@@ -134,7 +149,7 @@ static const char add_lua[] = LUA_COMMON
     "local nxt = settle(cur + amount, cur, amount)\n"
     "local fits = true\n"
     "if op == 1 then fits = nxt <= limit elseif op == 2 then fits = nxt < limit end\n"
-    "if not (amount >= 0) or not fits then return {0, fmt(cur)} end\n"
+    "if not (amount >= 0) or nxt == math.huge or not fits then return {0, fmt(cur)} end\n"
     "local left = w\n"
     "if now > 0 and now >= ws then left = ws + w - now end\n"
     "redis.call('SET', KEYS[1], fmt(ws) .. ' ' .. fmt(nxt), 'PX', ttl(left))\n"
@@ -156,37 +171,36 @@ const char *const tg__redis_scripts[TG__REDIS_NSCRIPTS] = {
 
 /* ---- the arguments of an op, and its answer ------------------------------------------------ */
 
+/* A number a script answered: -1 when the reply is not a string, -2 when the string is not a
+ * finite decimal number (core/num.c: no nan, inf, hex or 1e999 becomes a counter's value). */
 static int parse_double(const redisReply *e, double *out)
 {
-    if (!e || e->type != REDIS_REPLY_STRING || e->len == 0 || e->len > 40)
+    if (!e || e->type != REDIS_REPLY_STRING)
         return -1;
-    char buf[48];
-    memcpy(buf, e->str, e->len);
-    buf[e->len] = 0;
-    char *end;
-    errno = 0;
-    *out = strtod(buf, &end);
-    return *end == 0 ? 0 : -1;
+    return tg_num_parse(e->str, e->len, out) == 0 ? 0 : -2;
 }
 
-/* Fill op from a script's reply: {ok, "value", retry} (take), {ok, "value"} (add, get), {1}. */
+/* Fill op from a script's reply: {ok, "value", retry} (take), {ok, "value"} (add, get), {1}.
+ * 0; -1 for a reply of another shape; -2 when its value is not a finite decimal number. */
 int tg__redis_op_parse(struct tg_counter_op *op, const redisReply *y)
 {
+    int e;
     if (y->type != REDIS_REPLY_ARRAY || y->elements < 1 || y->element[0]->type != REDIS_REPLY_INTEGER)
         return -1;
     op->ok = y->element[0]->integer ? 1 : 0;
     switch (op->kind) {
     case TG_COP_BUCKET_TAKE:
-        if (y->elements != 3 || parse_double(y->element[1], &op->value) < 0 ||
-            y->element[2]->type != REDIS_REPLY_INTEGER)
+        if (y->elements != 3 || y->element[2]->type != REDIS_REPLY_INTEGER)
             return -1;
+        if ((e = parse_double(y->element[1], &op->value)) < 0)
+            return e;
         op->retry_ms = y->element[2]->integer < 0 ? UINT64_MAX : (uint64_t)y->element[2]->integer;
         return 0;
     case TG_COP_WINDOW_GET:
     case TG_COP_WINDOW_ADD:
-        if (y->elements != 2 || parse_double(y->element[1], &op->value) < 0)
+        if (y->elements != 2)
             return -1;
-        return 0;
+        return parse_double(y->element[1], &op->value);
     case TG_COP_BUCKET_GIVE:
     case TG_COP_WINDOW_SUB:
         return y->elements == 1 ? 0 : -1;

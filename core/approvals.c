@@ -24,8 +24,10 @@ void tg_approvals_park(struct tg_call *k)
     k->parked_at_wall = (uint64_t)wall_ms();
     tg_list_insert_tail(&srv->approvals, &k->alink);
     srv->napprovals++;
+    char gesc[160], tesc[300]; /* the tool's name is the client's: escaped, as every name */
     tg_log(TG_LOG_INFO, "call parked for approval", "approval_id=%s grant=%s session=%s upstream=%s tool=%s",
-           k->approval_id, k->grant, k->sess->id_str, up_name(k), k->tool);
+           k->approval_id, tg_log_esc(gesc, sizeof(gesc), tg_slice_cstr(k->grant)), k->sess->id_str, up_name(k),
+           tg_log_esc(tesc, sizeof(tesc), tg_slice_cstr(k->tool)));
     tg_call_audit(k, "approve", -1, NULL, NULL);
     if (srv->cluster != NULL)
         tg__approvals_shared_park(k);

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
+
+#include "core/num.h"
 
 /* The log sink is process-wide: there is one loop and one process, and every
  * module logs. It is configured before the loop starts and on reload.
@@ -227,8 +231,249 @@ const char *tg_log_esc(char *out, size_t outsz, struct tg_slice s)
     return out;
 }
 
-/* Convert `k=v k2="x y"` pairs into JSON members. Values produced by
- * tg_log_esc() only contain \" and \\ and \xNN escapes; \xNN becomes \u00NN. */
+/* ---- the pairs of a line -------------------------------------------------------------------
+ *
+ * tg_log formats its pairs itself, conversion by conversion, so that no string argument can end
+ * a line or forge a field whether or not its caller escaped it:
+ *   - `key=%s`: a bare value is kept as it is when it is printable ASCII with no blank, quote,
+ *     backslash or '=' (or when it is already a quoted tg_log_esc() value); anything else is
+ *     quoted and escaped as tg_log_esc() does (at most VALUE_MAX bytes of it);
+ *   - `key="%s"`: the bytes are escaped inside the caller's quotes;
+ *   - a %s anywhere else is pairs a caller composed: kept, with control bytes escaped.
+ * Other conversions are numbers and are written by snprintf. */
+#define VALUE_MAX 512
+
+static const char hexdig[] = "0123456789abcdef";
+
+/* Escape p[0..n) as a quoted value's inside: \" \\ and \xNN (control bytes, DEL, non-ASCII). */
+static void esc_inside(struct tg_buf *b, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            tg_buf_append(b, e, 2);
+        } else if (c < 0x20 || c >= 0x7f) {
+            char e[4] = {'\\', 'x', hexdig[c >> 4], hexdig[c & 15]};
+            tg_buf_append(b, e, 4);
+        } else {
+            tg_buf_append(b, (const char *)&c, 1);
+        }
+    }
+}
+
+static int bare_ok(const char *p, size_t n)
+{
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c <= 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '=')
+            return 0;
+    }
+    return 1;
+}
+
+/* 1 if p[0..n) is what tg_log_esc() writes: "…" holding printable ASCII, \" \\ and \xNN only. */
+static int is_esc_value(const char *p, size_t n)
+{
+    if (n < 2 || p[0] != '"' || p[n - 1] != '"')
+        return 0;
+    for (size_t i = 1; i + 1 < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c < 0x20 || c >= 0x7f || c == '"')
+            return 0;
+        if (c == '\\') {
+            if (i + 2 < n && (p[i + 1] == '"' || p[i + 1] == '\\'))
+                i++;
+            else if (i + 4 < n && p[i + 1] == 'x' && isxdigit((unsigned char)p[i + 2]) && isxdigit((unsigned char)p[i + 3]))
+                i += 3;
+            else
+                return 0;
+        }
+    }
+    return 1;
+}
+
+enum { CTX_VALUE, CTX_QUOTED, CTX_PAIRS };
+
+static void put_string(struct tg_buf *b, int ctx, const char *s, size_t n)
+{
+    if (ctx == CTX_QUOTED) {
+        esc_inside(b, s, n > VALUE_MAX ? VALUE_MAX : n);
+        if (n > VALUE_MAX)
+            tg_buf_appends(b, "..");
+    } else if (ctx == CTX_PAIRS) {
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = (unsigned char)s[i];
+            if (c < 0x20 || c == 0x7f) {
+                char e[4] = {'\\', 'x', hexdig[c >> 4], hexdig[c & 15]};
+                tg_buf_append(b, e, 4);
+            } else {
+                tg_buf_append(b, s + i, 1);
+            }
+        }
+    } else if ((n <= VALUE_MAX && bare_ok(s, n)) || is_esc_value(s, n)) {
+        tg_buf_append(b, s, n);
+    } else {
+        tg_buf_append(b, "\"", 1);
+        esc_inside(b, s, n > VALUE_MAX ? VALUE_MAX : n);
+        tg_buf_appends(b, n > VALUE_MAX ? "..\"" : "\"");
+    }
+}
+
+/* The pairs of fmt with ap's arguments, into b (see above). */
+static void format_pairs(struct tg_buf *b, const char *fmt, va_list ap)
+{
+    int inq = 0;
+    char prev = ' ';
+    for (const char *p = fmt; *p;) {
+        if (*p != '%') {
+            const char *run = p;
+            for (; *p && *p != '%'; p++)
+                if (*p == '"')
+                    inq = !inq;
+            prev = p[-1];
+            tg_buf_append(b, run, (size_t)(p - run));
+            continue;
+        }
+        if (p[1] == '%') {
+            tg_buf_append(b, "%", 1);
+            p += 2;
+            continue;
+        }
+        /* %[flags][width][.precision][length]conversion, with * read from the arguments */
+        char spec[48];
+        size_t k = 0;
+        spec[k++] = '%';
+        p++;
+        while (*p && strchr("-+ #0", *p) && k < 8)
+            spec[k++] = *p++;
+        if (*p == '*') {
+            k += (size_t)snprintf(spec + k, 12, "%d", va_arg(ap, int));
+            p++;
+        } else {
+            while (*p >= '0' && *p <= '9' && k < 20)
+                spec[k++] = *p++;
+        }
+        int prec = -1;
+        if (*p == '.') {
+            p++;
+            if (*p == '*') {
+                prec = va_arg(ap, int);
+                p++;
+            } else {
+                prec = 0;
+                for (; *p >= '0' && *p <= '9'; p++)
+                    if (prec < 100000)
+                        prec = prec * 10 + (*p - '0');
+            }
+            if (prec >= 0)
+                k += (size_t)snprintf(spec + k, 12, ".%d", prec);
+        }
+        int len = 0; /* 1 h/hh, 2 l, 3 ll, 4 z, 5 j, 6 t, 7 L */
+        const char *lp = p;
+        while (*p && strchr("hlzjtL", *p))
+            p++;
+        size_t ln = (size_t)(p - lp);
+        if (ln > 2)
+            ln = 2;
+        if (ln)
+            len = lp[0] == 'h' ? 1 : lp[0] == 'l' ? (ln == 2 ? 3 : 2) : lp[0] == 'z' ? 4 : lp[0] == 'j' ? 5 : lp[0] == 't' ? 6 : 7;
+        memcpy(spec + k, lp, ln);
+        k += ln;
+        char conv = *p ? *p++ : '\0';
+        spec[k++] = conv;
+        spec[k] = '\0';
+        char num[128];
+        int w = -1;
+        switch (conv) {
+        case 's': {
+            const char *s = va_arg(ap, const char *);
+            if (s == NULL)
+                s = "(null)";
+            size_t n = prec >= 0 ? strnlen(s, (size_t)prec) : strlen(s);
+            put_string(b, inq ? CTX_QUOTED : prev == '=' ? CTX_VALUE : CTX_PAIRS, s, n);
+            break;
+        }
+        case 'c': {
+            char c = (char)va_arg(ap, int);
+            put_string(b, inq ? CTX_QUOTED : prev == '=' ? CTX_VALUE : CTX_PAIRS, &c, 1);
+            break;
+        }
+        case 'd':
+        case 'i':
+            switch (len) {
+            case 2: w = snprintf(num, sizeof(num), spec, va_arg(ap, long)); break;
+            case 3: w = snprintf(num, sizeof(num), spec, va_arg(ap, long long)); break;
+            case 4: w = snprintf(num, sizeof(num), spec, va_arg(ap, ssize_t)); break;
+            case 5: w = snprintf(num, sizeof(num), spec, va_arg(ap, intmax_t)); break;
+            case 6: w = snprintf(num, sizeof(num), spec, va_arg(ap, ptrdiff_t)); break;
+            default: w = snprintf(num, sizeof(num), spec, va_arg(ap, int)); break;
+            }
+            break;
+        case 'u':
+        case 'x':
+        case 'X':
+        case 'o':
+            switch (len) {
+            case 2: w = snprintf(num, sizeof(num), spec, va_arg(ap, unsigned long)); break;
+            case 3: w = snprintf(num, sizeof(num), spec, va_arg(ap, unsigned long long)); break;
+            case 4: w = snprintf(num, sizeof(num), spec, va_arg(ap, size_t)); break;
+            case 5: w = snprintf(num, sizeof(num), spec, va_arg(ap, uintmax_t)); break;
+            case 6: w = snprintf(num, sizeof(num), spec, va_arg(ap, ptrdiff_t)); break;
+            default: w = snprintf(num, sizeof(num), spec, va_arg(ap, unsigned)); break;
+            }
+            break;
+        case 'f':
+        case 'F':
+        case 'e':
+        case 'E':
+        case 'g':
+        case 'G':
+        case 'a':
+        case 'A':
+            if (len == 7)
+                w = snprintf(num, sizeof(num), spec, va_arg(ap, long double));
+            else
+                w = snprintf(num, sizeof(num), spec, va_arg(ap, double));
+            break;
+        case 'p': w = snprintf(num, sizeof(num), spec, va_arg(ap, void *)); break;
+        default:
+            /* A conversion this reader does not know: its argument cannot be taken safely, so
+             * the rest of the format is not read (the compiler's format check keeps this out). */
+            tg_buf_appends(b, "?");
+            return;
+        }
+        if (w > 0)
+            tg_buf_append(b, num, (size_t)w < sizeof(num) ? (size_t)w : sizeof(num) - 1);
+        prev = conv;
+    }
+}
+
+/* A JSON string of p[0..n): quotes, backslashes, control bytes and non-ASCII escaped. */
+static void json_string(struct tg_buf *b, const char *p, size_t n)
+{
+    tg_buf_append(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            tg_buf_append(b, e, 2);
+        } else if (c < 0x20 || c >= 0x7f) {
+            char e[6] = {'\\', 'u', '0', '0', hexdig[c >> 4], hexdig[c & 15]};
+            tg_buf_append(b, e, 6);
+        } else {
+            tg_buf_append(b, (const char *)&c, 1);
+        }
+    }
+    tg_buf_append(b, "\"", 1);
+}
+
+/* Convert `k=v k2="x y"` pairs into JSON members. Quoted values hold only the escapes
+ * tg_log_esc() and format_pairs() write (\" \\ \xNN; \xNN becomes \u00NN). A bare value is a
+ * JSON number only when all of it is one (core/num.h: 127.0.0.1, 0.1.0, 1e, 0x10 and 01 are
+ * strings), true and false are themselves, anything else is a string. */
 static void pairs_to_json(struct tg_buf *b, const char *p)
 {
     while (*p) {
@@ -239,10 +484,9 @@ static void pairs_to_json(struct tg_buf *b, const char *p)
         const char *k = p;
         while (*p && *p != '=' && *p != ' ')
             p++;
-        size_t kn = (size_t)(p - k);
-        tg_buf_appends(b, ",\"");
-        tg_buf_append(b, k, kn);
-        tg_buf_appends(b, "\":");
+        tg_buf_appends(b, ",");
+        json_string(b, k, (size_t)(p - k));
+        tg_buf_appends(b, ":");
         if (*p != '=') {
             tg_buf_appends(b, "true");
             continue;
@@ -252,11 +496,13 @@ static void pairs_to_json(struct tg_buf *b, const char *p)
             p++;
             tg_buf_append(b, "\"", 1);
             while (*p && *p != '"') {
-                if (*p == '\\') {
-                    /* Only the escapes tg_log_esc() writes; one cut short by the line limit ends the value. */
+                unsigned char c = (unsigned char)*p;
+                if (c == '\\') {
+                    /* Only the escapes tg_log_esc() writes; one cut short ends the value. */
                     if (p[1] == 'x' && isxdigit((unsigned char)p[2]) && isxdigit((unsigned char)p[3])) {
                         tg_buf_appends(b, "\\u00");
-                        tg_buf_append(b, p + 2, 2);
+                        char h[2] = {(char)tolower((unsigned char)p[2]), (char)tolower((unsigned char)p[3])};
+                        tg_buf_append(b, h, 2);
                         p += 4;
                     } else if (p[1] == '"' || p[1] == '\\') {
                         tg_buf_append(b, p, 2);
@@ -266,7 +512,9 @@ static void pairs_to_json(struct tg_buf *b, const char *p)
                             p++;
                         break;
                     }
-                } else if ((unsigned char)*p < 0x20) {
+                } else if (c < 0x20 || c >= 0x7f) {
+                    char e[6] = {'\\', 'u', '0', '0', hexdig[c >> 4], hexdig[c & 15]};
+                    tg_buf_append(b, e, 6);
                     p++;
                 } else {
                     tg_buf_append(b, p++, 1);
@@ -280,24 +528,11 @@ static void pairs_to_json(struct tg_buf *b, const char *p)
             while (*p && *p != ' ')
                 p++;
             size_t vn = (size_t)(p - v);
-            int numeric = vn > 0, digits = 0;
-            for (size_t i = 0; i < vn; i++) {
-                digits += v[i] >= '0' && v[i] <= '9';
-                if (!((v[i] >= '0' && v[i] <= '9') || (i == 0 && v[i] == '-') || v[i] == '.'))
-                    numeric = 0;
-            }
-            numeric = numeric && digits > 0; /* "-" alone (no value) is a string, not a number */
-            if (numeric || (vn == 4 && memcmp(v, "true", 4) == 0) || (vn == 5 && memcmp(v, "false", 5) == 0)) {
+            if (tg_num_is_json(v, vn) || (vn == 4 && memcmp(v, "true", 4) == 0) ||
+                (vn == 5 && memcmp(v, "false", 5) == 0))
                 tg_buf_append(b, v, vn);
-            } else {
-                tg_buf_append(b, "\"", 1);
-                for (size_t i = 0; i < vn; i++) {
-                    if (v[i] == '"' || v[i] == '\\')
-                        tg_buf_append(b, "\\", 1);
-                    tg_buf_append(b, v + i, 1);
-                }
-                tg_buf_append(b, "\"", 1);
-            }
+            else
+                json_string(b, v, vn);
         }
     }
 }
@@ -306,14 +541,16 @@ void tg_log(int level, const char *msg, const char *fmt, ...)
 {
     if (level > logger.level)
         return;
-    char pairs[2048];
-    pairs[0] = '\0';
+    struct tg_buf pairs;
+    tg_buf_init(&pairs);
     if (fmt != NULL) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(pairs, sizeof(pairs), fmt, ap);
+        format_pairs(&pairs, fmt, ap);
         va_end(ap);
     }
+    tg_buf_append(&pairs, "", 1);
+    pairs.len--;
     struct timeval tv;
     gettimeofday(&tv, NULL);
     struct tm tm;
@@ -323,14 +560,23 @@ void tg_log(int level, const char *msg, const char *fmt, ...)
              tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000));
     struct tg_buf b;
     tg_buf_init(&b);
+    size_t msglen = msg ? strlen(msg) : 0;
     if (logger.format == TG_LOG_JSON) {
-        tg_buf_appendf(&b, "{\"time\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\"", ts, level_names[level], msg);
-        pairs_to_json(&b, pairs);
+        tg_buf_appendf(&b, "{\"time\":\"%s\",\"level\":\"%s\",\"msg\":", ts, level_names[level]);
+        json_string(&b, msg ? msg : "", msglen);
+        pairs_to_json(&b, pairs.base);
         tg_buf_appends(&b, "}\n");
     } else {
-        tg_buf_appendf(&b, "time=%s level=%s msg=\"%s\"%s%s\n", ts, level_names[level], msg, pairs[0] ? " " : "",
-                       pairs);
+        tg_buf_appendf(&b, "time=%s level=%s msg=\"", ts, level_names[level]);
+        esc_inside(&b, msg ? msg : "", msglen);
+        tg_buf_appends(&b, "\"");
+        if (pairs.len) {
+            tg_buf_append(&b, " ", 1);
+            tg_buf_append(&b, pairs.base, pairs.len);
+        }
+        tg_buf_appends(&b, "\n");
     }
     emit(b.base, b.len);
     tg_buf_dispose(&b);
+    tg_buf_dispose(&pairs);
 }

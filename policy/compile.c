@@ -348,10 +348,23 @@ void tg__finish_counters(struct tg_policy *p)
     for (int i = 0; i < p->ncounters; i++) {
         struct pcounter *pc = &p->counters[i];
         pc->keylen = strlen(pc->key);
+        /* The label is at most 120 bytes of JSON. A long name is cut before it is escaped, on a
+         * UTF-8 character's first byte, so the label is always a whole JSON string (a cut of
+         * the escaped form could end inside an escape or drop the closing quote). */
+        const char *name = pc->key + 2;
+        size_t n = pc->keylen - 2;
         struct tg_buf b;
         tg_buf_init(&b);
-        tg_json_write_string(&b, pc->key + 2, pc->keylen - 2);
-        pc->jlabel_len = b.len < 120 ? b.len : 120;
+        for (;;) {
+            b.len = 0;
+            tg_json_write_string(&b, name, n);
+            if (b.len <= 120)
+                break;
+            n = n > b.len - 120 ? n - (b.len - 120) : 0; /* each byte escapes to one byte or more */
+            while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80)
+                n--;
+        }
+        pc->jlabel_len = b.len;
         pc->jlabel = tg_xmalloc(pc->jlabel_len + 1);
         memcpy(pc->jlabel, b.base, pc->jlabel_len);
         pc->jlabel[pc->jlabel_len] = '\0';

@@ -369,8 +369,9 @@ static int local_window_add(struct tg_counters *base, uint64_t h1, uint64_t h2, 
     struct entry *e = slot(c, h1, h2, 0);
     double cur = (e != NULL && e->stamp_ms == window_start) ? e->value : 0;
     double next = settle(cur + amount, cur, amount);
-    /* Written so that a NaN anywhere refuses. */
-    if (!(amount >= 0) || !within(next, limit, limit_op)) {
+    /* Written so that a NaN anywhere refuses; so does a sum past a double's range (a counter
+     * with no limit fed huge amounts), which would hold inf from then on. */
+    if (!(amount >= 0) || !isfinite(next) || !within(next, limit, limit_op)) {
         *now_value = cur;
         return 0;
     }

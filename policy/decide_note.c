@@ -42,8 +42,8 @@ static size_t format_ll(long long v, char *out)
 }
 
 /* Append ",NAME:VALUE" (no comma first) to counters_json, where NAME is the counter's name as a
- * JSON string (made at compile time, pcounter.jlabel). What snprintf would write, truncation
- * included, without it. */
+ * JSON string (made at compile time, pcounter.jlabel), without snprintf. An entry that does not
+ * fit whole is left out, so counters_json always holds whole members. */
 void tg__note_counter(struct tg_decision *d, const struct pcounter *pc, double value)
 {
     size_t len = d->counters_json_len;
@@ -67,7 +67,12 @@ void tg__note_counter(struct tg_decision *d, const struct pcounter *pc, double v
     }
     char num[40];
     size_t numlen;
-    if (whole) {
+    if (!isfinite(value)) {
+        /* No store holds one (policy/counters.c refuses it, a Redis value is read strictly), but
+         * an audit line stays JSON whatever: nan and inf are not JSON numbers. */
+        memcpy(num, "null", 5);
+        numlen = 4;
+    } else if (whole) {
         numlen = format_ll((long long)value, num);
     } else {
         /* The shortest form that reads back as the same double: 0.3, not 0.29999999999999999. */
@@ -80,6 +85,8 @@ void tg__note_counter(struct tg_decision *d, const struct pcounter *pc, double v
     }
     const char *piece[4] = {",", pc->jlabel, ":", num};
     size_t plen[4] = {len ? 1 : 0, pc->jlabel_len, 1, numlen};
+    if (plen[0] + plen[1] + plen[2] + plen[3] > room)
+        return; /* a whole entry or none: a cut one would leave counters_json no JSON */
     out = tg__cat_cut(out, room, piece, plen, 4);
     d->counters_json_len = (size_t)(out - d->counters_json);
 }

@@ -58,6 +58,8 @@ void tg__http_req_reset(struct tg_http_req *r)
     r->method = 0;
     r->http_minor = 0;
     r->upgrade = 0;
+    r->in_trailers = 0;
+    r->trailer_bytes = 0;
 }
 
 /* A request begins (llhttp's first byte of it, or the fast path's whole of it). */
@@ -102,10 +104,29 @@ static int on_url(llhttp_t *p, const char *at, size_t n)
     return 0;
 }
 
+/* A chunked body's trailer section (RFC 9110 §6.5): llhttp hands its fields to the header
+ * callbacks after the body. They are never headers: authentication, the session, Origin and every
+ * other decision read the head only (§6.5.1 lets a recipient discard them), so they are counted
+ * and dropped. Head and trailers share limits.header_bytes, so a trailer section cannot be
+ * longer than a head may be. */
+static int trailer_bytes(struct tg_conn *c, size_t n)
+{
+    struct tg_http_req *r = &c->req;
+    r->trailer_bytes += n;
+    if (r->head.len + r->trailer_bytes > (size_t)c->env->limits->header_bytes) {
+        c->env->metrics->limit_header_bytes++;
+        c->reject_status = 431;
+        return -1;
+    }
+    return 0;
+}
+
 static int on_header_field(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_conn *c = conn_of(p);
     struct tg_http_req *r = &c->req;
+    if (r->in_trailers)
+        return trailer_bytes(c, n);
     if (r->nheaders == 0 || r->last_was_value) {
         if (r->nheaders == TG_HTTP_MAX_HEADERS) {
             c->reject_status = 431;
@@ -130,6 +151,8 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_conn *c = conn_of(p);
     struct tg_http_req *r = &c->req;
+    if (r->in_trailers)
+        return trailer_bytes(c, n);
     if (r->nheaders == 0)
         return 0;
     struct tg_http_header *h = &r->headers[r->nheaders - 1];
@@ -149,6 +172,7 @@ static int on_headers_complete(llhttp_t *p)
 {
     struct tg_conn *c = conn_of(p);
     c->req.method = p->method;
+    c->req.in_trailers = 1; /* any field from here on is a trailer */
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > (uint64_t)c->env->limits->body_bytes) {
         c->env->metrics->limit_body_bytes++;
         c->reject_status = 413;

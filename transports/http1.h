@@ -107,6 +107,8 @@ struct tg_http_req {
     int too_many_headers;
     int http_minor; /* HTTP/1.<this>; known once the request is whole */
     int upgrade;    /* llhttp's verdict: the request asks for another protocol (or is CONNECT) */
+    int in_trailers;      /* the head is over: fields llhttp reports now are a chunked body's trailers */
+    size_t trailer_bytes; /* trailer bytes read and discarded; with the head, under limits.header_bytes */
 };
 
 /* What a connection needs only while it has a request: the header offsets, the access line's

@@ -92,6 +92,11 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
     struct tg_upreq *r = c->req;
     if (r == NULL || head_bytes(p, c, n) != 0)
         return -1;
+    /* The final head is over (on_headers_complete set the status): this is a chunked body's
+     * trailer field. It never sets Content-Type or Mcp-Session-Id (RFC 9110 §6.5.1); it is
+     * counted in the head's 64 KiB and dropped. */
+    if (r->status >= 200)
+        return 0;
     if (!c->in_value) {
         c->in_value = 1;
         c->hkind = 0;
@@ -208,6 +213,7 @@ void tg__upconn_send(struct tg_upconn *c)
 {
     struct tg_upreq *r = c->req;
     c->complete = 0;
+    r->status = 0; /* no final head yet: on_header_value reads headers, not trailers */
     c->in_value = 0;
     c->hname_len = 0;
     c->head_len = 0;

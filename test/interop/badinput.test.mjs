@@ -420,6 +420,34 @@ describe('MCP layer', () => {
     await assertServed('401');
   });
 
+  test('chunked trailer fields are never headers: no token, session or Origin from a trailer; too long -> 431', async () => {
+    const before = await upstreamPosts();
+    const chunk = (body) => `${Buffer.byteLength(body).toString(16)}\r\n${body}\r\n0\r\n`;
+    const list = '{"jsonrpc":"2.0","id":7,"method":"tools/list"}';
+    const base = `${reqLine()}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n` +
+      `MCP-Protocol-Version: ${alice.protocolVersion}\r\nTransfer-Encoding: chunked\r\n`;
+    // the bearer token only in the trailer: unauthenticated
+    const r1 = await rawExchange(`${base}Mcp-Session-Id: ${alice.sessionId}\r\n\r\n`,
+      `${chunk(list)}Authorization: Bearer ${ALICE}\r\n\r\n`);
+    assert.equal(r1.status, 401, `token in the trailer: ${describeRaw(r1)}`);
+    assertJsonRpcError(r1, undefined, 'token in the trailer');
+    // the session id only in the trailer: no session selected
+    const r2 = await rawExchange(`${base}Authorization: Bearer ${ALICE}\r\n\r\n`,
+      `${chunk(list)}Mcp-Session-Id: ${alice.sessionId}\r\n\r\n`);
+    assert.equal(r2.status, 400, `session id in the trailer: ${describeRaw(r2)}`);
+    assertJsonRpcError(r2, undefined, 'session id in the trailer', 7);
+    assert.equal(await upstreamPosts(), before, 'nothing was forwarded upstream');
+    // a foreign Origin in the trailer is not the request's Origin: the head decides (served)
+    const r3 = await rawExchange(`${base}Authorization: Bearer ${ALICE}\r\nMcp-Session-Id: ${alice.sessionId}\r\n\r\n`,
+      `${chunk(list)}Origin: https://evil.example\r\nAuthorization: Bearer ${BOB}\r\n\r\n`);
+    assert.equal(r3.status, 200, `Origin and another token in the trailer: ${describeRaw(r3)}`);
+    // trailers count against limits.header_bytes with the head
+    const r4 = await rawExchange(`${base}Authorization: Bearer ${ALICE}\r\nMcp-Session-Id: ${alice.sessionId}\r\n\r\n`,
+      `${chunk(list)}X-Pad: ${'p'.repeat(HEADER_BYTES)}\r\n\r\n`);
+    assert.equal(r4.status, 431, `trailer over header_bytes: ${describeRaw(r4)}`);
+    await assertServed('chunked trailers');
+  });
+
   test('a burst of bad requests on one keep-alive connection, then a good client', async () => {
     // Pipelined junk after a valid request on the same socket must not confuse the gateway.
     const good = '{"jsonrpc":"2.0","id":1,"method":"ping"}';

@@ -513,3 +513,59 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     assert.equal(code(r), -32002, JSON.stringify(r));
   });
 });
+
+// ---------------------------------------------------------------------------
+// 3. A counter key poisoned in Redis fails closed
+
+describe('a counter key in Redis that holds no finite decimal number', () => {
+  const local = new H.Cleanup();
+  let c;
+  let g;
+  let audit;
+
+  before(async () => {
+    const sub = path.join(dir, 'poison');
+    fs.mkdirSync(sub);
+    g = makeGrants({ poison: budgetPolicy('poison', 10) });
+    audit = path.join(sub, 'audit.log');
+    c = await C.startCluster({
+      cleanup: local, dir: sub, n: 1, adminToken: ADMIN_TOKEN,
+      cluster: { on_unavailable: 'local' }, // even so: poisoned data is not an outage to fall back from
+      conf: { grants: grantConf(g), upstreams: upstreamConf(), audit: { file: audit } },
+    });
+    current = c;
+  });
+  after(() => local.run());
+
+  test('nan, inf, 0x10, 1e999 ...: -32004 with the reason (never the local counters), nothing forwarded, no nan or inf in the audit', async () => {
+    const url = c.instanceUrl(0, UPSTREAM);
+    const s = await session(url, g.poison);
+    const first = await rawCall(url, s, 'execute_code', { language: 'python', code: 'poison-0' });
+    assert.ok(ok(first), JSON.stringify(first));
+    const keys = (await c.redis.command('KEYS', `${c.keyPrefix}c:*`));
+    assert.equal(keys.length, 1, `one counter key: ${JSON.stringify(keys)}`);
+    const [stamp] = String(await c.redis.command('GET', keys[0])).split(' ');
+    const poisons = ['nan', '-nan', 'inf', '-inf', 'infinity', '0x10', '0x1p3', '1e999', '01', 'x'];
+    for (const [i, bad] of poisons.entries()) {
+      assert.equal(await c.redis.command('SET', keys[0], `${stamp} ${bad}`, 'KEEPTTL'), 'OK');
+      const r = await rawCall(url, s, 'execute_code', { language: 'python', code: `poison-${i + 1}` });
+      assert.equal(code(r), -32004, `counter value ${bad}: ${JSON.stringify(r)}`);
+      assert.match(JSON.stringify(r.msg.error), /not a finite decimal number/, `the reason for ${bad}`);
+    }
+    assert.deepEqual(forwarded('poison-'), ['poison-0'], 'no call against a poisoned counter reached the upstream');
+    const m = await c.metrics(0);
+    assert.equal(family(m, 'tollgate_cluster_fallback_decisions_total'), 0, 'never decided on the local counters');
+    // the audit: one strict JSON line per call, no nan or inf anywhere
+    const lines = await H.waitFor(() => {
+      const t = fs.existsSync(audit) ? fs.readFileSync(audit, 'utf8') : '';
+      const l = t.split('\n').filter((x) => x.includes('"execute_code"'));
+      return l.length >= poisons.length + 1 ? l : null;
+    }, { timeout: 10000 });
+    assert.ok(lines, `audit lines: ${fs.existsSync(audit) ? fs.readFileSync(audit, 'utf8') : '(no file)'}`);
+    for (const l of lines) {
+      const rec = JSON.parse(l);
+      assert.doesNotMatch(l, /\b-?(nan|inf|infinity)\b/i, `audit line: ${l}`);
+      for (const v of Object.values(rec.counters ?? {})) assert.ok(Number.isFinite(v), `counter value in ${l}`);
+    }
+  });
+});

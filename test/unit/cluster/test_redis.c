@@ -8,7 +8,9 @@
 #include "test/unit/unit.h"
 #include "test/unit/cluster/redis_helpers.h"
 
+#include "cluster/cluster.h"
 #include "cluster/redis.h"
+#include "core/json.h"
 #include "policy/counters.h"
 
 static struct th_server srv, srv_auth;
@@ -487,6 +489,188 @@ static void auth(void **state)
     finish(r);
 }
 
+/* ---- (8) a counter value that is not a finite decimal number fails closed ---------------- */
+
+/* What a key may hold that the scripts never write: strtod's extensions, out-of-range values,
+ * blanks, garbage. Each must fail the op (TG_REDIS_EVALUE), never read as a number or as an
+ * empty counter. */
+static const char *const poisons[] = {"nan", "-nan", "inf", "-inf", "infinity", "0x10", "0x1p3", "1e999",
+                                      "-1e999", "01", "1e", "abc", "5 5"};
+
+static void redis_set(const char *key, const char *value)
+{
+    redisContext *c = redisConnect("127.0.0.1", srv.port);
+    assert_non_null(c);
+    redisReply *y = redisCommand(c, "SET %s %s", key, value);
+    assert_non_null(y);
+    assert_int_equal(y->type, REDIS_REPLY_STATUS);
+    freeReplyObject(y);
+    redisFree(c);
+}
+
+static void poisoned_values_refused(void **state)
+{
+    (void)state;
+    struct watch w = {0};
+    struct tg_redis *r = client(&srv, NULL, 3000, 0, &w);
+    wait_up(r, &w);
+    uint64_t h1, h2;
+    tg_counters_hash("poisoned", 8, &h1, &h2);
+    char key[128], value[64];
+    snprintf(key, sizeof(key), "tgpoison:c:%016llx%016llx", (unsigned long long)h1, (unsigned long long)h2);
+    for (size_t i = 0; i < sizeof(poisons) / sizeof(poisons[0]); i++) {
+        for (int kind = 0; kind < 3; kind++) {
+            for (int where = 0; where < 2; where++) { /* the value, then the stamp */
+                if (where == 0)
+                    snprintf(value, sizeof(value), "60000 %s", poisons[i]);
+                else
+                    snprintf(value, sizeof(value), "%s 3", poisons[i]);
+                redis_set(key, value);
+                struct tg_counter_op op;
+                memset(&op, 0, sizeof(op));
+                op.kind = kind == 0 ? TG_COP_BUCKET_TAKE : kind == 1 ? TG_COP_WINDOW_ADD : TG_COP_WINDOW_GET;
+                op.h1 = h1;
+                op.h2 = h2;
+                op.capacity = 10;
+                op.window_ms = 60000;
+                op.amount = 1;
+                op.now_ms = 61000;
+                op.window_start = 60000;
+                op.limit = 10;
+                op.limit_op = TG_LIMIT_LTE;
+                op.value = -7;
+                struct answer a = {0};
+                tg_redis_counter_ops(r, "tgpoison:", &op, 1, on_ops, &a);
+                th_run_until(loop, &a.done, 5000);
+                assert_true(a.done);
+                if (a.status != TG_REDIS_EVALUE)
+                    fail_msg("key \"%s\", op kind %d: status %d (value %.17g), not TG_REDIS_EVALUE", value, op.kind,
+                             a.status, op.value);
+            }
+        }
+    }
+    /* a well-formed key still counts */
+    redis_set(key, "60000 3");
+    struct tg_counter_op op;
+    memset(&op, 0, sizeof(op));
+    op.kind = TG_COP_WINDOW_GET;
+    op.h1 = h1;
+    op.h2 = h2;
+    op.window_start = 60000;
+    struct answer a = {0};
+    tg_redis_counter_ops(r, "tgpoison:", &op, 1, on_ops, &a);
+    th_run_until(loop, &a.done, 5000);
+    assert_int_equal(a.status, TG_REDIS_OK);
+    assert_true(op.value == 3);
+    finish(r);
+}
+
+struct decided {
+    int done;
+    enum tg_cluster_outcome o;
+    char why[256];
+    char counters[512];
+};
+
+static void on_decided(void *ud, enum tg_cluster_outcome o, struct tg_decision *d, const char *why)
+{
+    struct decided *x = ud;
+    x->done = 1;
+    x->o = o;
+    snprintf(x->why, sizeof(x->why), "%s", why ? why : "");
+    snprintf(x->counters, sizeof(x->counters), "%s", d ? d->counters_json : "");
+}
+
+/* One tools/call of "t" decided by the cluster: its outcome. */
+static void cluster_call(struct tg_cluster *cl, struct tg_policy *p, int64_t now, struct decided *x)
+{
+    struct tg_caller who = {"g", "s", "u"};
+    struct tg_decision d;
+    struct tg_cluster_job *job = NULL;
+    memset(x, 0, sizeof(*x));
+    if (tg_cluster_decide(cl, p, &who, "t", NULL, now, 0, &d, on_decided, x, &job)) {
+        x->done = 1;
+        x->o = TG_CLUSTER_DECIDED;
+        snprintf(x->counters, sizeof(x->counters), "%s", d.counters_json);
+        return;
+    }
+    th_run_until(loop, &x->done, 5000);
+    assert_true(x->done);
+}
+
+/* The decision a poisoned key meets: -32004 (TG_CLUSTER_UNAVAILABLE) with the reason, even with
+ * on_unavailable = "local" (deciding on local counters would hand whoever poisoned the key a
+ * fresh budget), and no nan or inf in anything an audit line is made of. */
+static void poisoned_counter_fails_the_decision(void **state)
+{
+    (void)state;
+    char addr[64], why[256];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", srv.port);
+    struct tg_cluster_conf cc = {.enabled = 1, .redis = addr, .key_prefix = "tgpoisonc:",
+                                 .on_unavailable = TG_CLUSTER_LOCAL, .instance = "test", .timeout_ms = 3000,
+                                 .backoff_ms = 50, .backoff_max_ms = 400, .session_ttl_ms = 60000};
+    struct tg_counters *local = tg_counters_new();
+    struct tg_cluster *cl = tg_cluster_new(loop, &cc, local, why, sizeof(why));
+    assert_non_null(cl);
+    for (uint64_t t = th_ms(); th_ms() - t < 10000 && !tg_cluster_up(cl);) {
+        int never = 0;
+        th_run_until(loop, &never, 10);
+    }
+    assert_true(tg_cluster_up(cl));
+    static const char pol[] = "{\"version\":\"1\",\"default\":\"deny\",\"tools\":{\"t\":{\"limits\":"
+                              "[{\"counter\":\"c\",\"window\":\"day\",\"max\":5,\"scope\":\"grant\"}]}}}";
+    cJSON *root = cJSON_Parse(pol);
+    struct tg_buf err, warn;
+    tg_buf_init(&err);
+    tg_buf_init(&warn);
+    struct tg_policy *p = NULL;
+    if (tg_policy_compile(root, "poison", &p, &err, &warn) != 0)
+        fail_msg("policy: %.*s", (int)err.len, err.base);
+    cJSON_Delete(root);
+    int64_t now = 1700000000000LL;
+    struct decided x;
+    cluster_call(cl, p, now, &x);
+    assert_int_equal(x.o, TG_CLUSTER_DECIDED);
+    if (strstr(x.counters, "\"c\":4") == NULL) /* what is left of 5 */
+        fail_msg("counters after the first call: %s", x.counters);
+    for (size_t i = 0; i < sizeof(poisons) / sizeof(poisons[0]); i++) {
+        /* every key of this prefix (the one counter) now holds the poison as its value */
+        redisContext *c = redisConnect("127.0.0.1", srv.port);
+        redisReply *keys = redisCommand(c, "KEYS tgpoisonc:c:*");
+        assert_true(keys != NULL && keys->type == REDIS_REPLY_ARRAY && keys->elements == 1);
+        redisReply *y = redisCommand(c, "GET %s", keys->element[0]->str);
+        assert_true(y != NULL && y->type == REDIS_REPLY_STRING);
+        char stamp[64];
+        snprintf(stamp, sizeof(stamp), "%.*s", (int)strcspn(y->str, " "), y->str);
+        freeReplyObject(y);
+        y = redisCommand(c, "SET %s %s%s%s", keys->element[0]->str, stamp, " ", poisons[i]);
+        freeReplyObject(y);
+        freeReplyObject(keys);
+        redisFree(c);
+        cluster_call(cl, p, now + 1000, &x);
+        if (x.o != TG_CLUSTER_UNAVAILABLE)
+            fail_msg("poison \"%s\": outcome %d, counters %s", poisons[i], x.o, x.counters);
+        assert_non_null(strstr(x.why, "not a finite decimal number"));
+        assert_null(strstr(x.counters, "nan"));
+        assert_null(strstr(x.counters, "inf"));
+        /* put it back, for the next poison */
+        c = redisConnect("127.0.0.1", srv.port);
+        keys = redisCommand(c, "KEYS tgpoisonc:c:*");
+        y = redisCommand(c, "SET %s %s%s", keys->element[0]->str, stamp, " 1");
+        freeReplyObject(y);
+        freeReplyObject(keys);
+        redisFree(c);
+    }
+    assert_int_equal(tg_cluster_stats(cl)->fallback_local, 0);
+    tg_policy_unref(p);
+    tg_buf_dispose(&err);
+    tg_buf_dispose(&warn);
+    tg_cluster_free(cl);
+    for (int i = 0; i < 20; i++)
+        uv_run(loop, UV_RUN_NOWAIT);
+    tg_counters_free(local);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -495,6 +679,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(deadline_sigstop), cmocka_unit_test(killed_and_restarted),
         cmocka_unit_test(busy_and_free),    cmocka_unit_test(pubsub_restart),
         cmocka_unit_test(auth),
+        cmocka_unit_test(poisoned_values_refused), cmocka_unit_test(poisoned_counter_fails_the_decision),
     };
     if (setup(NULL) != 0)
         return 1;

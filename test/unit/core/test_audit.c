@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include "core/audit.h"
+#include "core/json.h"
+#include "policy/counters.h"
+#include "policy/policy.h"
 
 struct fixture {
     uv_loop_t loop;
@@ -186,6 +189,109 @@ static void pipe_written_through_the_pool(void **state)
     close(fds[1]);
 }
 
+/* Every audit line is one line of strict JSON whatever the names in it: tool and grant names
+ * with newlines, quotes, backslashes and control bytes, and counters with 300-byte names (full of
+ * characters that escape, and multi-byte UTF-8 at the 120-byte cut) and so many of them that
+ * counters_json runs out of room. */
+static void lines_are_json_whatever_the_names(void **state)
+{
+    struct fixture *f = *state;
+    /* counter names: long ones whose escaped form crosses 120 bytes in many ways */
+    static const char *const pieces[] = {"\\\"", "\\\\", "\\n", "\\u0001", "\xc3\xa9", "\xf0\x9f\x98\x80", "a", "\\t"};
+    cJSON *limits = cJSON_CreateArray();
+    char names[24][1024];
+    for (int i = 0; i < 24; i++) {
+        /* the JSON text of the policy (escapes stand for one byte each); names go up to the
+         * 149 bytes a counter name may have, decoded */
+        size_t k = (size_t)snprintf(names[i], 16, "c%02d", i), decoded = k;
+        static const size_t dlen[] = {1, 1, 1, 1, 2, 4, 1, 1};
+        for (int j = 0; decoded + 4 <= 140 + (size_t)(i % 9); j++) {
+            const char *pc = pieces[(i + j) % 8];
+            size_t m = strlen(pc);
+            memcpy(names[i] + k, pc, m);
+            k += m;
+            decoded += dlen[(i + j) % 8];
+        }
+        names[i][k] = '\0';
+        char lim[1200];
+        snprintf(lim, sizeof(lim), "{\"counter\":\"%s\",\"window\":\"day\",\"max\":%d,\"scope\":\"grant\"}", names[i],
+                 1000 + i);
+        cJSON_AddItemToArray(limits, cJSON_Parse(lim));
+    }
+    for (int i = 0; i < 24; i++)
+        assert_non_null(cJSON_GetArrayItem(limits, i));
+    cJSON *root = cJSON_Parse("{\"version\":\"1\",\"default\":\"deny\",\"tools\":{\"t\":{}}}");
+    cJSON_AddItemToObject(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "tools"), "t"), "limits", limits);
+    struct tg_buf err, warn;
+    tg_buf_init(&err);
+    tg_buf_init(&warn);
+    struct tg_policy *p = NULL;
+    if (tg_policy_compile(root, "names", &p, &err, &warn) != 0)
+        fail_msg("policy: %.*s", (int)err.len, err.base);
+    cJSON_Delete(root);
+    struct tg_counters *c = tg_counters_new();
+    struct tg_caller who = {"g", "s", "u"};
+    struct tg_decision d;
+    tg_policy_decide_call(p, c, &who, "t", NULL, 1700000000000LL, &d);
+    assert_true(d.counters_json_len > 0);
+
+    struct tg_audit *a = open_at(f, f->path);
+    char big[301];
+    memset(big, 'x', 300);
+    big[300] = '\0';
+    static const char *const odd[] = {"plain", "new\nline", "quo\"te", "back\\slash", "ctl\x01\x1f\x7f",
+                                      "\"}\n{\"forged\":1", "caf\xc3\xa9"};
+    int nrec = 0;
+    for (size_t i = 0; i <= sizeof(odd) / sizeof(odd[0]); i++) {
+        const char *name = i < sizeof(odd) / sizeof(odd[0]) ? odd[i] : big;
+        struct tg_audit_record r = {.grant = name, .session = name, .upstream = "u", .method = "tools/call",
+                                    .tool = name, .decision = "allow", .rule = name, .counters_json = d.counters_json,
+                                    .approval_id = name, .decided_by = name, .latency_ms = 1.5, .outcome = "ok"};
+        tg_audit_log(a, &f->ac, &r);
+        nrec++;
+    }
+    tg_audit_close(a);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    FILE *fp = fopen(f->path, "r");
+    assert_non_null(fp);
+    char *line = malloc(1 << 16);
+    int n = 0;
+    while (fgets(line, 1 << 16, fp) != NULL) {
+        size_t len = strlen(line);
+        assert_true(len > 0 && line[len - 1] == '\n');
+        cJSON *j = cJSON_ParseWithLength(line, len - 1);
+        if (j == NULL)
+            fail_msg("record %d is not JSON: %s", n, line);
+        struct tg_json_doc doc;
+        const char *e = NULL;
+        size_t off = 0;
+        if (tg_json_parse(line, len - 1, 16, 1, &doc, &e, &off) != 0)
+            fail_msg("record %d is not strict JSON (%s at %zu): %s", n, e, off, line);
+        cJSON_Delete(doc.root);
+        const char *name = n < (int)(sizeof(odd) / sizeof(odd[0])) ? odd[n] : big;
+        assert_string_equal(cJSON_GetObjectItem(j, "tool")->valuestring, name);
+        assert_string_equal(cJSON_GetObjectItem(j, "grant")->valuestring, name);
+        assert_null(cJSON_GetObjectItem(j, "forged"));
+        cJSON *cs = cJSON_GetObjectItem(j, "counters");
+        assert_true(cJSON_IsObject(cs));
+        int members = 0;
+        for (cJSON *m = cs->child; m != NULL; m = m->next, members++) {
+            assert_true(cJSON_IsNumber(m));
+            assert_true(strlen(m->string) <= 120);
+        }
+        assert_true(members >= 2); /* as many whole members as fit, the rest left out */
+        cJSON_Delete(j);
+        n++;
+    }
+    fclose(fp);
+    free(line);
+    assert_int_equal(n, nrec);
+    tg_counters_free(c);
+    tg_policy_unref(p);
+    tg_buf_dispose(&err);
+    tg_buf_dispose(&warn);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -194,6 +300,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(close_writes_what_waits, setup, teardown),
         cmocka_unit_test_setup_teardown(failed_write_counts_its_records, setup, teardown),
         cmocka_unit_test_setup_teardown(pipe_written_through_the_pool, setup, teardown),
+        cmocka_unit_test_setup_teardown(lines_are_json_whatever_the_names, setup, teardown),
     };
     return tg_unit_run("audit", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }

@@ -184,6 +184,140 @@ static void json_line_cut_inside_escape(void **state)
     }
 }
 
+/* The sink on a temp file while a test logs; the lines written, after (malloc'd). */
+static char cap_path[32];
+static void capture_begin(int format)
+{
+    snprintf(cap_path, sizeof(cap_path), "/tmp/tg-log-XXXXXX");
+    int fd = mkstemp(cap_path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(tg_log_setup(TG_LOG_DEBUG, format, cap_path), 0);
+}
+static char *capture_end(void)
+{
+    assert_int_equal(tg_log_setup(TG_LOG_INFO, TG_LOG_LOGFMT, NULL), 0);
+    FILE *f = fopen(cap_path, "r");
+    assert_non_null(f);
+    char *text = calloc(1, 65536);
+    size_t n = fread(text, 1, 65535, f);
+    fclose(f);
+    unlink(cap_path);
+    text[n] = '\0';
+    return text;
+}
+
+/* One JSON line (without its newline) parsed strictly, or the test fails. */
+static cJSON *parse_line(const char *line, size_t n)
+{
+    struct tg_json_doc doc;
+    const char *err = NULL;
+    size_t off = 0;
+    if (tg_json_parse(line, n, 8, 1, &doc, &err, &off) != 0)
+        fail_msg("not JSON (%s at %zu): %.*s", err, off, (int)n, line);
+    return doc.root;
+}
+
+/* Names a peer or an operator chooses, printed with a plain %s by a caller that did not escape
+ * them: every line stays one line, each value one field, in both formats; JSON lines are strict
+ * JSON and give the name back. */
+static void unescaped_names_stay_one_field(void **state)
+{
+    char big[301];
+    memset(big, 'n', 300);
+    big[300] = '\0';
+    big[150] = '"';
+    static const char *const names[] = {"plain_tool", "a\nlevel=error msg=\"forged\"", "quo\"te", "back\\slash",
+                                        "ctl\x01\x1f\x7f", "sp ace=1", "", "\"already quoted\"", "=", "tab\there",
+                                        NULL};
+    for (int format = 0; format < 2; format++) {
+        for (size_t i = 0; i <= sizeof(names) / sizeof(names[0]); i++) {
+            const char *name = i < sizeof(names) / sizeof(names[0]) ? names[i] : big;
+            if (name == NULL)
+                name = "\xc3\xa9t\xe9";
+            capture_begin(format);
+            tg_log(TG_LOG_INFO, "call parked for approval", "approval_id=%s grant=%s tool=%s reason=\"%s\" n=%d",
+                   "ap-1", name, name, name, 7);
+            char *text = capture_end();
+            size_t n = strlen(text);
+            assert_true(n > 0);
+            assert_int_equal(text[n - 1], '\n');
+            if (memchr(text, '\n', n - 1) != NULL)
+                fail_msg("format %d, name %zu: more than one line: %s", format, i, text);
+            if (format == TG_LOG_JSON) {
+                cJSON *root = parse_line(text, n - 1);
+                int ascii = 1;
+                for (const char *q = name; *q; q++)
+                    ascii &= (unsigned char)*q < 0x80;
+                for (int f = 0; f < 3; f++) {
+                    const char *key = f == 0 ? "grant" : f == 1 ? "tool" : "reason";
+                    cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+                    if (!cJSON_IsString(v))
+                        fail_msg("name %zu: %s is not a string: %s", i, key, text);
+                    if (ascii && strcmp(v->valuestring, name) != 0 && strcmp(name, "\"already quoted\"") != 0)
+                        fail_msg("name %zu: %s is \"%s\": %s", i, key, v->valuestring, text);
+                }
+                assert_true(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "n")));
+                assert_string_equal(cJSON_GetObjectItemCaseSensitive(root, "level")->valuestring, "info");
+                assert_null(cJSON_GetObjectItemCaseSensitive(root, "msg\"")); /* nothing forged */
+                cJSON_Delete(root);
+            } else {
+                /* logfmt: the line's own level and msg once, every value bare-safe or quoted */
+                const char *lv = strstr(text, " level=");
+                assert_non_null(lv);
+                assert_null(strstr(lv + 1, " level="));
+                assert_null(strstr(text, "msg=\"forged\""));
+                for (size_t k = 0; k + 1 < n; k++)
+                    if ((unsigned char)text[k] < 0x20 || (unsigned char)text[k] >= 0x7f)
+                        fail_msg("raw byte 0x%02x in %s", (unsigned char)text[k], text);
+            }
+            free(text);
+        }
+    }
+}
+
+/* log.format = "json": a bare value is a number only when all of it is a JSON number. */
+static void json_numbers_only_when_numbers(void **state)
+{
+    static const struct {
+        const char *v;
+        int number;
+    } cases[] = {{"127.0.0.1", 0}, {"0.1.0", 0}, {"1e", 0}, {"0x10", 0}, {"01", 0},    {"-", 0},
+                 {"1.", 0},        {".5", 0},    {"+1", 0}, {"inf", 0},  {"nan", 0},   {"1e5x", 0},
+                 {"0", 1},         {"-3", 1},    {"1.5", 1}, {"2e5", 1}, {"-0.25E-2", 1}, {"1234567890123", 1}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        capture_begin(TG_LOG_JSON);
+        tg_log(TG_LOG_WARN, "m", "addr=%s", cases[i].v);
+        char *text = capture_end();
+        cJSON *root = parse_line(text, strlen(text) - 1);
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "addr");
+        if (cases[i].number ? !cJSON_IsNumber(v) : !(cJSON_IsString(v) && strcmp(v->valuestring, cases[i].v) == 0))
+            fail_msg("addr=%s: %s", cases[i].v, text);
+        cJSON_Delete(root);
+        free(text);
+    }
+    /* numbers the caller formats stay numbers; a message with a quote is escaped */
+    capture_begin(TG_LOG_JSON);
+    tg_log(TG_LOG_WARN, "say \"hi\"", "a=%d b=%llu c=%zu d=%.2f e=%.*s", -5, 18446744073709551615ULL, (size_t)3, 0.5,
+           3, "abcdef");
+    char *text = capture_end();
+    cJSON *root = parse_line(text, strlen(text) - 1);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(root, "msg")->valuestring, "say \"hi\"");
+    assert_true(cJSON_GetObjectItemCaseSensitive(root, "a")->valuedouble == -5);
+    assert_true(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(root, "b")));
+    assert_true(cJSON_GetObjectItemCaseSensitive(root, "c")->valuedouble == 3);
+    assert_true(cJSON_GetObjectItemCaseSensitive(root, "d")->valuedouble == 0.5);
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(root, "e")->valuestring, "abc");
+    cJSON_Delete(root);
+    free(text);
+    /* and the same line in logfmt */
+    capture_begin(TG_LOG_LOGFMT);
+    tg_log(TG_LOG_WARN, "say \"hi\"", "a=%d e=%.*s peer=%s", -5, 3, "abcdef", "127.0.0.1");
+    text = capture_end();
+    assert_non_null(strstr(text, " msg=\"say \\\"hi\\\"\" a=-5 e=abc peer=127.0.0.1\n"));
+    free(text);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -192,6 +326,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(json_lines_are_strict_json),
         cmocka_unit_test(logfmt_lines),
         cmocka_unit_test(json_line_cut_inside_escape),
+        cmocka_unit_test(unescaped_names_stay_one_field),
+        cmocka_unit_test(json_numbers_only_when_numbers),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

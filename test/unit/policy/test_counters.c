@@ -5,6 +5,8 @@
  * whatever the probe chains look like (wrap-around at the end of the table included). */
 #include "test/unit/unit.h"
 
+#include <math.h>
+
 #include "policy/counters.h"
 #include "policy/policy.h"
 
@@ -246,6 +248,10 @@ static void window_add_get_sub(void **state)
     assert_true(tg_window_get(c, h1, h2, w1) == 0);
     /* Without a limit anything goes. */
     assert_int_equal(tg_window_add(c, h1, h2, w1, 60000, 1e9, 0, 0, &now), 1);
+    /* ... but a sum past a double's range: the counter never holds inf (nor an audit line). */
+    assert_int_equal(tg_window_add(c, h1, h2, w1, 60000, 1.5e308, 0, 0, &now), 1);
+    assert_int_equal(tg_window_add(c, h1, h2, w1, 60000, 1.5e308, 0, 0, &now), 0);
+    assert_true(isfinite(now) && isfinite(tg_window_get(c, h1, h2, w1)));
     assert_int_equal(tg_counters_count(c), 1);
     tg_counters_free(c);
 }

@@ -16,6 +16,9 @@ struct t1 {
     struct tg_conn *held; /* /later, /sse: answered by the test */
     int method;
     char x_test[64];
+    /* the fields a decision reads, as the handler saw them ("-" when absent), and the count */
+    char auth[64], sid[64], origin[64];
+    int nheaders;
     /* /close */
     int aborts, aborts_inside_handler, abort_in_run_pending;
     void *abort_exchange;
@@ -40,6 +43,13 @@ static void handler(struct hh *h, struct tg_conn *c)
     t->method = c->req.method;
     struct tg_slice xt = tg_http_req_header(&c->req, "x-test");
     snprintf(t->x_test, sizeof(t->x_test), "%.*s", (int)xt.len, xt.ptr ? xt.ptr : "");
+    struct tg_slice v = tg_http_req_header(&c->req, "authorization");
+    snprintf(t->auth, sizeof(t->auth), "%.*s", v.ptr ? (int)v.len : 1, v.ptr ? v.ptr : "-");
+    v = tg_http_req_header(&c->req, "mcp-session-id");
+    snprintf(t->sid, sizeof(t->sid), "%.*s", v.ptr ? (int)v.len : 1, v.ptr ? v.ptr : "-");
+    v = tg_http_req_header(&c->req, "origin");
+    snprintf(t->origin, sizeof(t->origin), "%.*s", v.ptr ? (int)v.len : 1, v.ptr ? v.ptr : "-");
+    t->nheaders = c->req.nheaders;
     if (tg_slice_eq(url, tg_slice_cstr("/hello"))) {
         tg_http_respond(c, 200, NULL, "text/plain", "hello", 5);
     } else if (tg_slice_eq(url, tg_slice_cstr("/echo"))) {
@@ -328,6 +338,64 @@ static void body_over_limit_413(void **state)
     teardown(h);
 }
 
+/* A chunked body's trailer fields are read and dropped (RFC 9110 §6.5.1): Authorization,
+ * Mcp-Session-Id and Origin sent after the body are no request headers, so no authentication,
+ * session or origin check can read them; a header the head did send is not replaced. The trailer
+ * section shares limits.header_bytes with the head: over it, 431. */
+static void chunked_trailers_never_headers(void **state)
+{
+    struct hh *h = setup();
+    hh_connect(h);
+    HH_SEND(h, "POST /echo HTTP/1.1\r\nHost: x\r\nX-Test: head\r\nTransfer-Encoding: chunked\r\n\r\n"
+               "5\r\nhello\r\n0\r\n"
+               "Authorization: Bearer trailer-token\r\nMcp-Session-Id: trailer-session\r\n"
+               "Origin: http://evil.example\r\nX-Test: trailer\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\nhello");
+    struct t1 *t = t1_of(h);
+    assert_string_equal(t->auth, "-");
+    assert_string_equal(t->sid, "-");
+    assert_string_equal(t->origin, "-");
+    assert_string_equal(t->x_test, "head");
+    assert_int_equal(t->nheaders, 3);
+    /* The next request on the connection starts with a head of its own, trailers forgotten. */
+    HH_SEND(h, "GET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer head\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello");
+    assert_string_equal(t->auth, "Bearer head");
+    assert_string_equal(t->sid, "-");
+    HH_EXPECT_QUIET(h);
+    teardown(h);
+
+    /* More trailer fields than a head may hold headers: still only dropped bytes, no 431 for the count. */
+    h = setup();
+    hh_connect(h);
+    struct tg_buf req;
+    tg_buf_init(&req);
+    tg_buf_appends(&req, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n");
+    for (int i = 0; i <= TG_HTTP_MAX_HEADERS; i++)
+        tg_buf_appendf(&req, "X-T%d: v\r\n", i);
+    tg_buf_appends(&req, "\r\n");
+    hh_send(h, req.base, req.len);
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\nok");
+    assert_int_equal(t1_of(h)->nheaders, 2);
+    teardown(h);
+
+    /* Head and trailers over header_bytes together: refused, the handler never sees it. */
+    h = setup();
+    h->limits.header_bytes = 256;
+    hh_connect(h);
+    req.len = 0;
+    tg_buf_appends(&req, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-Big: ");
+    for (int i = 0; i < 250; i++)
+        tg_buf_appends(&req, "a");
+    tg_buf_appends(&req, "\r\n\r\n");
+    hh_send(h, req.base, req.len);
+    EXPECT_RPC_ERROR(h, 431, "Request header fields too large");
+    assert_int_equal(h->requests, 0);
+    assert_int_equal(h->metrics.limit_header_bytes, 1);
+    teardown(h);
+    tg_buf_dispose(&req);
+}
+
 static void headers_over_limit_431(void **state)
 {
     /* One header more than TG_HTTP_MAX_HEADERS. */
@@ -553,6 +621,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(sse_stream_http10_ends_with_the_connection),
         cmocka_unit_test(malformed_request_400),
         cmocka_unit_test(body_over_limit_413),
+        cmocka_unit_test(chunked_trailers_never_headers),
         cmocka_unit_test(headers_over_limit_431),
         cmocka_unit_test(header_timeout_408),
         cmocka_unit_test(timeouts_count_from_their_state),

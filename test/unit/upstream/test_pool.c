@@ -49,6 +49,7 @@ struct srv {
     const char *ctype;
     int interim;    /* send "100 Continue" before the response */
     int garbage;    /* send bytes nobody asked for right after the response */
+    const char *trailer; /* SRV_CHUNKED: trailer fields after the last chunk */
     uint64_t delay_ms; /* SRV_KEEPALIVE: answer this long after the request */
     int served_by[256]; /* connection number (1-based, in accept order) of each request */
     struct tg_list conns;
@@ -193,7 +194,10 @@ static void respond(struct sconn *c)
         c->later.len = 0;
         for (i = half; i < n; i += s->chunk)
             chunk_into(&c->later, body + i, (i + s->chunk <= n ? s->chunk : n - i));
-        tg_buf_appends(&c->later, "0\r\n\r\n");
+        tg_buf_appends(&c->later, "0\r\n");
+        if (s->trailer)
+            tg_buf_appends(&c->later, s->trailer);
+        tg_buf_appends(&c->later, "\r\n");
         s->answered++;
         sc_write(c, r.base, r.len, 0);
         uv_timer_start(&c->timer, on_sc_timer, 3, 0);
@@ -384,6 +388,7 @@ struct call {
     char sent[160];
     size_t sent_len;
     char ctype[64], sid[64];
+    char done_ctype[64], done_sid[64]; /* the same, read again when the call is done */
     uint64_t timeout_ms;
     uint64_t t_start, t_done;
 };
@@ -438,6 +443,9 @@ static void on_done(struct tg_upreq *r, int err, void *ud)
     c->done++;
     c->err = err;
     c->t_done = uv_now(&f->loop);
+    struct tg_slice ct = tg_upreq_content_type(r), sid = tg_upreq_session_id(r);
+    snprintf(c->done_ctype, sizeof(c->done_ctype), "%.*s", (int)ct.len, ct.ptr);
+    snprintf(c->done_sid, sizeof(c->done_sid), "%.*s", (int)sid.len, sid.ptr);
     assert_true(tg_upreq_elapsed_ms(r) >= 0);
     f->ndone++;
     if (c->idx + 1 < f->chain_to)
@@ -935,6 +943,35 @@ static void chunked_body_intact(void **state)
     run_until_done(f, 11, 4000);
     expect_echo(f, 10);
     fixture_finish(f);
+    free(f);
+}
+
+/* Trailer fields after a chunked body are not headers (RFC 9110 §6.5.1): an upstream's
+ * Mcp-Session-Id or Content-Type in the trailer section neither sets nor replaces what the head
+ * said. A trailer section over the 64 KiB the head may have fails the call. */
+static void chunked_trailers_are_not_headers(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_CHUNKED, 1, 10);
+    f->srv.trailer = "Mcp-Session-Id: trailer-sid\r\nContent-Type: text/event-stream\r\n";
+    upstream_new(f);
+    start_call(f, 0, 2000);
+    run_until_done(f, 1, 4000);
+    expect_echo(f, 0);
+    assert_string_equal(f->calls[0].done_ctype, "application/json");
+    assert_string_equal(f->calls[0].done_sid, "");
+    /* Too long: refused, as a head that long would be. */
+    struct tg_buf big;
+    tg_buf_init(&big);
+    for (int i = 0; i < 1100; i++)
+        tg_buf_appendf(&big, "X-Pad-%04d: %050d\r\n", i, 0);
+    tg_buf_append(&big, "", 1);
+    f->srv.trailer = big.base;
+    start_call(f, 1, 2000);
+    run_until_done(f, 2, 4000);
+    assert_int_not_equal(f->calls[1].err, 0);
+    fixture_finish(f);
+    tg_buf_dispose(&big);
     free(f);
 }
 
@@ -1459,6 +1496,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(connection_close_server),
         cmocka_unit_test(server_closes_without_saying),
         cmocka_unit_test(chunked_body_intact),
+        cmocka_unit_test(chunked_trailers_are_not_headers),
         cmocka_unit_test(large_body_across_reads),
         cmocka_unit_test(connect_refused),
         cmocka_unit_test(idle_connection_expires),
