@@ -7,7 +7,8 @@
 // tollgate with roots pinned to folder A, a client that offers roots [B] can list and read in A
 // only, never in B; its roots/list handler is never called; its list_changed goes nowhere. A
 // client that declares no roots at all (the MCP Inspector CLI) still gets a server working in A,
-// because the initialize the server sees declares roots. A grant's roots override the upstream's.
+// because the initialize the server sees declares roots; so does a client behind mcp-remote, and a
+// 2026-07-28 client. A grant's roots override the upstream's.
 // Without roots pinned, the client's roots reach the server as before.
 //
 // The same holds on the other paths a roots/list takes, with the dual-era fixture's
@@ -27,6 +28,7 @@ import { startEra2026 } from './lib/conformance2026.mjs';
 
 const FS_SERVER = path.join(H.NODE_MODULES, '@modelcontextprotocol', 'server-filesystem', 'dist', 'index.js');
 const INSPECTOR = path.join(H.NODE_MODULES, '.bin', 'mcp-inspector-cli');
+const REMOTE = path.join(H.NODE_MODULES, 'mcp-remote', 'dist', 'proxy.js');
 const CAROL = H.randomToken();
 
 const cleanup = new H.Cleanup();
@@ -145,6 +147,51 @@ describe('pinned roots, the filesystem server over stdio', () => {
     assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
     const text = JSON.parse(r.stdout).content.map((c) => c.text).join('\n');
     assert.ok(text.includes(A) && !text.includes(B), text);
+  });
+
+  test('through mcp-remote (stdio to Streamable HTTP): the client\'s roots never reach the server', async () => {
+    const { types } = await H.loadSdk();
+    const { StdioClientTransport } = await import('@modelcontextprotocol/sdk/client/stdio.js');
+    const client = new (await H.loadSdk()).Client({ name: 'roots-remote', version: '1.0.0' },
+      { capabilities: { roots: { listChanged: true } } });
+    let asked = 0;
+    client.setRequestHandler(types.ListRootsRequestSchema, async () => {
+      asked++;
+      return { roots: [{ uri: uri(B) }] };
+    });
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [REMOTE, url('fs'), '--transport', 'http-only', '--allow-http', '--silent'],
+      env: { ...process.env, MCP_REMOTE_CONFIG_DIR: path.join(dir, 'mcp-remote') },
+      stderr: 'pipe',
+    });
+    cleanup.add(() => client.close().catch(() => {}));
+    await client.connect(transport);
+    await H.waitUntil(async () => (await allowed(client)).includes(A), { what: 'the server working in A' });
+    await client.sendRootsListChanged();
+    const dirs = await allowed(client);
+    assert.ok(dirs.includes(A) && !dirs.includes(B), dirs);
+    const r = await tool(client, 'read_text_file', { path: path.join(B, 'b.txt') });
+    assert.equal(r.isError, true, JSON.stringify(r));
+    assert.equal(asked, 0);
+  });
+
+  test('a 2026-07-28 client of the stdio server: the server still gets exactly A', async () => {
+    const { Client, StreamableHTTPClientTransport } = await import('@modelcontextprotocol/client');
+    const client = new Client({ name: 'roots-2026', version: '1.0.0' }, {
+      capabilities: { roots: { listChanged: true } },
+      versionNegotiation: { mode: { pin: '2026-07-28' } },
+    });
+    let asked = 0;
+    client.setRequestHandler('roots/list', async () => {
+      asked++;
+      return { roots: [{ uri: uri(B) }] };
+    });
+    cleanup.add(() => client.close().catch(() => {}));
+    await client.connect(new StreamableHTTPClientTransport(new URL(url('fs'))));
+    const dirs = H.resultText(await client.callTool({ name: 'list_allowed_directories', arguments: {} }));
+    assert.ok(dirs.includes(A) && !dirs.includes(B), dirs);
+    assert.equal(asked, 0);
   });
 
   test('a grant\'s roots override the upstream\'s', async () => {
