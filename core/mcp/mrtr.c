@@ -156,6 +156,11 @@ int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, struct tg_mcp_mrtr_
         cJSON *m = tg_json_get(r, "method");
         const char *kind = NULL;
         unsigned bit = tg_mcp_input_kind(cJSON_IsString(m) ? m->valuestring : NULL, &kind);
+        if (r->string[0] == PINNED_KEY[0]) {
+            snprintf(why, whysz, "the upstream's input_required result is malformed (a key starts with a control character)");
+            tg_buf_dispose(&keys);
+            return -1;
+        }
         if (bit == TG_CAP_ROOTS && c->pinned_roots != NULL) {
             /* The operator's roots answer it at the retry: marked, and the client never sees it. */
             tg_buf_append(&keys, PINNED_KEY, 1);

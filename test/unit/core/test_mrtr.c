@@ -311,6 +311,10 @@ static void pinned_roots_answered_at_retry(void **state)
     cJSON_Delete(r);
     tg_mcp_mrtr_call_dispose(&rc);
     cJSON_Delete(res);
+    /* A key of the upstream's that looks like the gateway's mark is refused, not taken for one. */
+    res = cJSON_Parse("{\"resultType\":\"input_required\",\"inputRequests\":{\"\\u0001r\":{\"method\":\"roots/list\"}}}");
+    assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), -1);
+    cJSON_Delete(res);
     tg_mcp_mrtr_call_dispose(&c);
     cJSON_Delete(p);
     tg_mcp_mrtr_dispose(&t);
