@@ -74,6 +74,26 @@ after(async () => {
   gw?.assertNoSanitizerReport();
 });
 
+/** list_allowed_directories through the MCP Inspector CLI (no roots capability), as text. */
+async function inspectorAllowed(target) {
+  const r = await new Promise((resolve, reject) => {
+    const child = spawn(INSPECTOR, ['--cli', target, '--transport', 'http', '--method', 'tools/call',
+      '--tool-name', 'list_allowed_directories'], {
+      // Inspector CLI 1.0.3 imports its package.json as "../package.json" if that exists from
+      // the working directory, else "../../package.json" (its monorepo layout, not npm's).
+      cwd: path.join(H.TEST_DIR, 'interop'), stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '', stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d) => { stdout += d; });
+    child.stderr.setEncoding('utf8').on('data', (d) => { stderr += d; });
+    const t = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`inspector did not end\n${stderr}`)); }, H.scaled(60000));
+    child.on('error', reject);
+    child.on('close', (code) => { clearTimeout(t); resolve({ code, stdout, stderr }); });
+  });
+  assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
+  return JSON.parse(r.stdout).content.map((c) => c.text).join('\n');
+}
+
 async function rootsAnswered() {
   const res = await fetch(`http://127.0.0.1:${gw.adminPort}/metrics`);
   return H.parseMetrics(await res.text()).tollgate_roots_answered_total;
@@ -130,23 +150,13 @@ describe('pinned roots, the filesystem server over stdio', () => {
   });
 
   test('a client that declares no roots (the MCP Inspector CLI) gets a server working in exactly A', async () => {
-    const r = await new Promise((resolve, reject) => {
-      const child = spawn(INSPECTOR, ['--cli', url('fs'), '--transport', 'http', '--method', 'tools/call',
-        '--tool-name', 'list_allowed_directories'], {
-        // Inspector CLI 1.0.3 imports its package.json as "../package.json" if that exists from
-        // the working directory, else "../../package.json" (its monorepo layout, not npm's).
-        cwd: path.join(H.TEST_DIR, 'interop'), stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      let stdout = '', stderr = '';
-      child.stdout.setEncoding('utf8').on('data', (d) => { stdout += d; });
-      child.stderr.setEncoding('utf8').on('data', (d) => { stderr += d; });
-      const t = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`inspector did not end\n${stderr}`)); }, H.scaled(60000));
-      child.on('error', reject);
-      child.on('close', (code) => { clearTimeout(t); resolve({ code, stdout, stderr }); });
-    });
-    assert.equal(r.code, 0, `${r.stdout}\n${r.stderr}`);
-    const text = JSON.parse(r.stdout).content.map((c) => c.text).join('\n');
-    assert.ok(text.includes(A) && !text.includes(B), text);
+    // Each run is a new session; the server sets its folders a moment after it is initialized
+    // (it asks, then resolves them), so an early run may see none yet, never B.
+    await H.waitUntil(async () => {
+      const text = await inspectorAllowed(url('fs'));
+      assert.ok(!text.includes(B), text);
+      return text.includes(A);
+    }, { what: 'the Inspector CLI seeing A' });
   });
 
   test('through mcp-remote (stdio to Streamable HTTP): the client\'s roots never reach the server', async () => {
@@ -189,8 +199,11 @@ describe('pinned roots, the filesystem server over stdio', () => {
     });
     cleanup.add(() => client.close().catch(() => {}));
     await client.connect(new StreamableHTTPClientTransport(new URL(url('fs'))));
-    const dirs = H.resultText(await client.callTool({ name: 'list_allowed_directories', arguments: {} }));
-    assert.ok(dirs.includes(A) && !dirs.includes(B), dirs);
+    await H.waitUntil(async () => {
+      const dirs = H.resultText(await client.callTool({ name: 'list_allowed_directories', arguments: {} }));
+      assert.ok(!dirs.includes(B), dirs);
+      return dirs.includes(A);
+    }, { what: 'the server working in A' });
     assert.equal(asked, 0);
   });
 
