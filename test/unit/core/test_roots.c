@@ -142,6 +142,35 @@ static void initialize_without_capabilities_declares_roots(void **state)
     mw_free(m);
 }
 
+/* Streamable HTTP: a roots/list on a call's answer stream is answered by the gateway whatever the
+ * stream can carry (a full stream, a batch's answer only, a 2026 client's exchange that would
+ * otherwise get it as input_required), and the stream's client sees nothing of it. */
+static void http_stream_roots_list_answered(void **state)
+{
+    static const unsigned flags[] = {0, TG_SINK_ANSWER_ONLY, TG_SINK_STATELESS};
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+        struct mw *m = mw_new_conf(FAKE_HTTP, ROOTS_CONF);
+        struct tg_session *s = mw_session(m, 0);
+        struct rec r;
+        rec_init(&r);
+        mw_send(m, s, fsink_new(&r, flags[i]),
+                "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\"}}");
+        struct tg_call *k = fake.last;
+        assert_non_null(k);
+        k->mode = MODE_SSE;
+        tg_call_stream(k);
+        const char *req = "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"roots/list\"}";
+        assert_int_equal(tg_call_upstream_message(k, req, strlen(req), NULL), 0);
+        assert_int_equal(r.nmessage, 0);
+        assert_int_equal(r.nanswer, 0);
+        assert_string_equal(fake.replies.base, "{\"jsonrpc\":\"2.0\",\"id\":9,\"result\":" PINNED "}\n");
+        fake_answer(k, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}");
+        assert_int_equal(r.nanswer, 1);
+        rec_dispose(&r);
+        mw_free(m);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -150,6 +179,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(session_of_a_removed_grant_gets_no_roots),
         cmocka_unit_test(client_list_changed_dropped_and_initialize_declares_roots),
         cmocka_unit_test(initialize_without_capabilities_declares_roots),
+        cmocka_unit_test(http_stream_roots_list_answered),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
