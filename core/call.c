@@ -403,7 +403,7 @@ static void deliver_answer_at(struct tg_call *k, struct tg_buf *out, int is_erro
             tg_rpc_error(out, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, NULL);
         }
     }
-    if (k->mrtr != NULL) {
+    if (k->mrtr != NULL && k->era == TG_ERA_2026 && !is_error) {
         const struct tg_roots *roots = tg_roots_of_session(k->srv, k->sess, tg_upstream_conf(k->uprt));
         k->mrtr->pinned_roots = roots != NULL ? roots->result : NULL; /* borrowed for the result below */
     }
