@@ -175,6 +175,8 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
                    (unsigned long long)m->approvals_expired);
     C("server_requests_denied_total", "Server-to-client requests refused (deny_server_requests, batches).",
       m->server_requests_denied);
+    C("roots_answered_total", "Server roots/list requests the gateway answered with the pinned roots.",
+      m->roots_answered);
     G("counters_live", "Rate-limit buckets and windows held in memory.", tg_counters_count(srv->counters));
     G("counters_memory_bytes", "Memory of the counter table.", tg_counters_memory(srv->counters));
     if (srv->cluster != NULL)

@@ -16,6 +16,7 @@
 #include "core/mcp/rewrite.h"
 #include "core/mcp/schemas.h"
 #include "core/msg.h"
+#include "core/roots.h"
 #include "core/slab.h"
 #include "policy/policy.h"
 #include "upstream/upstream.h"
@@ -304,12 +305,14 @@ static void answer_of(const struct tg_call *k, struct tg_mcp_answer *a)
 
 /* A server-to-client request this upstream may not make (deny_server_requests), or any on a
  * sink that can carry only the answer: the gateway answers it with an error and the client
- * never sees it. Returns 1 if refused. */
+ * never sees it. A roots/list while roots are pinned is answered with them, on every path
+ * (the client's own roots never reach the server). Returns 1 if refused or answered. */
 int tg__call_refuse_server_request(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
                                     size_t n, int refuse_all, const char *why)
 {
     const struct tg_upstream_conf *uc = tg_upstream_conf(u);
-    if (uc->ndeny_server_requests == 0 && !refuse_all)
+    const struct tg_roots *roots = tg_roots_of_session(srv, s, uc);
+    if (uc->ndeny_server_requests == 0 && !refuse_all && roots == NULL)
         return 0;
     struct tg_json_doc doc;
     if (tg_json_parse(p, n, 1000, 1, &doc, NULL, NULL) != 0)
@@ -317,6 +320,18 @@ int tg__call_refuse_server_request(struct tg_server *srv, struct tg_session *s, 
     cJSON *method = tg_json_get(doc.root, "method");
     cJSON *id = tg_json_get(doc.root, "id");
     int refused = 0;
+    if (roots != NULL && cJSON_IsString(method) && strcmp(method->valuestring, "roots/list") == 0 && id != NULL &&
+        !cJSON_IsNull(id)) {
+        srv->metrics.roots_answered++;
+        tg_log(TG_LOG_DEBUG, "roots/list answered with the pinned roots", "upstream=%s session=%s", uc->name,
+               s->id_str);
+        struct tg_buf body;
+        tg_roots_answer(&body, doc.id_raw, roots);
+        ops_of(srv, uc)->reply(srv, s, u, body.base, body.len);
+        tg_buf_dispose(&body);
+        cJSON_Delete(doc.root);
+        return 1;
+    }
     if (cJSON_IsString(method) && id != NULL && !cJSON_IsNull(id)) {
         refused = refuse_all;
         for (size_t i = 0; i < uc->ndeny_server_requests; i++)
@@ -388,10 +403,16 @@ static void deliver_answer_at(struct tg_call *k, struct tg_buf *out, int is_erro
             tg_rpc_error(out, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, NULL);
         }
     }
+    if (k->mrtr != NULL && k->era == TG_ERA_2026 && !is_error) {
+        const struct tg_roots *roots = tg_roots_of_session(k->srv, k->sess, tg_upstream_conf(k->uprt));
+        k->mrtr->pinned_roots = roots != NULL ? roots->result : NULL; /* borrowed for the result below */
+    }
     int mr = k->era == TG_ERA_2026 && !is_error
                  ? tg_mcp_modern_result_at(out, result_at[0], result_at[1], k->method, &k->srv->mrtr, k->mrtr,
                                            (int64_t)wall_ms(), why, sizeof(why))
                  : 0;
+    if (k->mrtr != NULL)
+        k->mrtr->pinned_roots = NULL;
     if (mr != 0) {
         /* An answer a 2026 client must not get: input it did not declare (-32021), input on a
          * method that takes none, a result type nobody knows. */

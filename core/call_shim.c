@@ -18,6 +18,7 @@
 #include "core/mcp/mrtr.h"
 #include "core/mcp/schemas.h"
 #include "core/msg.h"
+#include "core/roots.h"
 #include "core/session.h"
 #include "policy/policy.h"
 #include "upstream/pool.h"
@@ -89,6 +90,18 @@ static void on_shim_timeout(uv_timer_t *t)
     shim_end(sh, "the client did not answer the upstream's request for input in time");
 }
 
+static void shim_retry(struct shim *sh);
+
+/* Every input was the operator's to answer (pinned roots): the retry goes from the loop, not
+ * from inside the upstream's answer that asked. */
+static void on_shim_answered(uv_timer_t *t) { shim_retry(t->data); }
+
+/* m is roots/list and roots are pinned for the call's session. */
+static int pinned_roots(const struct tg_roots *roots, const cJSON *m)
+{
+    return roots != NULL && cJSON_IsString(m) && strcmp(m->valuestring, "roots/list") == 0;
+}
+
 static int declared(const char *caps, const char *method)
 {
     if (caps == NULL)
@@ -126,10 +139,11 @@ int tg__call_shim_take(struct tg_call *k, const char *p, size_t n, char *why, si
         snprintf(why, whysz, "the upstream's input_required result is malformed");
         goto out;
     }
+    const struct tg_roots *roots = tg_roots_of_session(k->srv, k->sess, tg_upstream_conf(k->uprt));
     for (cJSON *r = reqs->child; r != NULL; r = r->next) {
         cJSON *m = tg_json_get(r, "method");
         if (strlen(r->string) >= sizeof(((struct shim *)0)->pending[0].key) || !cJSON_IsString(m) ||
-            !declared(k->sess->up_modern ? k->sess->u.client_caps : NULL, m->valuestring)) {
+            (!pinned_roots(roots, m) && !declared(k->sess->up_modern ? k->sess->u.client_caps : NULL, m->valuestring))) {
             snprintf(why, whysz, "the upstream asked for input the client did not declare: %.60s",
                      cJSON_IsString(m) ? m->valuestring : "(no method)");
             goto out;
@@ -161,6 +175,13 @@ int tg__call_shim_take(struct tg_call *k, const char *p, size_t n, char *why, si
     const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
     uv_timer_start(&sh->timer, on_shim_timeout, (uint64_t)uc->call_timeout_ms, 0);
     for (cJSON *r = reqs->child; r != NULL; r = r->next) {
+        if (pinned_roots(roots, tg_json_get(r, "method"))) {
+            /* The operator's roots answer it; the client is never asked. */
+            srv->metrics.roots_answered++;
+            cJSON *pinned = cJSON_Parse(roots->result); /* made at load: always parses */
+            cJSON_AddItemToObject(sh->responses, r->string, pinned != NULL ? pinned : cJSON_CreateObject());
+            continue;
+        }
         int i = sh->npending++;
         snprintf(sh->pending[i].key, sizeof(sh->pending[i].key), "%s", r->string);
         snprintf(sh->pending[i].id, sizeof(sh->pending[i].id), "\"tollgate-input-%llu\"",
@@ -180,6 +201,8 @@ int tg__call_shim_take(struct tg_call *k, const char *p, size_t n, char *why, si
         sk->ops->message(sk, NULL, b.base, b.len);
         tg_buf_dispose(&b);
     }
+    if (sh->npending == 0)
+        uv_timer_start(&sh->timer, on_shim_answered, 0, 0); /* all pinned roots: retry once this answer is done */
     rc = 1;
 out:
     cJSON_Delete(doc.root);

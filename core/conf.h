@@ -99,6 +99,16 @@ struct tg_grant_policy {
     struct tg_policy *policy;
 };
 
+/* Roots the operator pins for a server (upstreams[].roots, grants[].roots): the gateway answers
+ * the server's roots/list with exactly these and never asks a client. Owner: the upstream or
+ * grant conf it is in; freed by tg_conf_unref. pinned: the directive is set (an empty list pins
+ * no roots at all, which is not the same as not pinning). */
+struct tg_roots {
+    int pinned;
+    size_t n;
+    char *result; /* {"roots":[{"uri":…,"name":…},…]}: the roots/list result, made at load */
+};
+
 /* One grants[] entry. Owner: the conf (grants[]); freed by tg_conf_unref. */
 struct tg_grant_conf {
     char *name;
@@ -110,6 +120,7 @@ struct tg_grant_conf {
     char *tls_subject; /* a verified client certificate whose subject (or CN) is this is this grant */
     struct tg_grant_policy *policies;
     size_t npolicies;
+    struct tg_roots roots; /* pinned: overrides every upstream's roots for this grant */
 };
 
 /* The audit group. Embedded in struct tg_conf; its strings freed by tg_conf_unref. */
@@ -169,6 +180,7 @@ struct tg_upstream_conf {
     int max_children; /* stdio: live children at most (sessions, warm ones included) */
     char **deny_server_requests; /* server-to-client methods never relayed to clients */
     size_t ndeny_server_requests;
+    struct tg_roots roots; /* pinned: the server's roots/list gets these (a grant's override) */
 };
 
 struct tg_jwks;
@@ -218,6 +230,9 @@ struct tg_conf {
 /* The policy that governs this grant's calls to upstream index u (never NULL). */
 struct tg_policy *tg_conf_policy_for(const struct tg_conf *c, const struct tg_grant_conf *g, int u);
 const struct tg_grant_conf *tg_conf_find_grant(const struct tg_conf *c, const char *name);
+/* The roots pinned for grant g (may be NULL) on upstream u: the grant's if it pins any, else the
+ * upstream's; NULL if neither does (roots/list goes to the client as before). */
+const struct tg_roots *tg_conf_roots_for(const struct tg_grant_conf *g, const struct tg_upstream_conf *u);
 
 struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err);
 struct tg_conf *tg_conf_ref(struct tg_conf *c);

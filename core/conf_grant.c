@@ -4,8 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/conf_int.h"
+#include "core/json.h"
 #include "policy/jwt.h"
 #include "policy/policy.h"
 
@@ -31,7 +33,7 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
             continue;
         }
         static const char *const known[] = {"name", "token_sha256", "anonymous", "max_sessions", "policies",
-                                            "tls_subject", NULL};
+                                            "tls_subject", "roots", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         gc->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         const config_setting_t *ms = config_setting_get_member(g, "max_sessions");
@@ -59,12 +61,202 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
             else
                 gc->jwt_only = 1;
         }
+        tg__conf_load_roots(ld, g, &gc->roots, ctx);
         if (gc->anonymous && anon++)
             tg__conf_errf(ld, g, ctx, "only one grant may be anonymous");
         for (size_t k = 0; k < i; k++)
             if (gc->name && c->grants[k].name && strcmp(gc->name, c->grants[k].name) == 0)
                 tg__conf_errf(ld, g, ctx, "duplicate grant name \"%s\"", gc->name);
     }
+}
+
+/* ---- pinned roots ----------------------------------------------------------------------
+ *
+ * A root is a file:// URI (the only kind MCP defines), kept in one normal form so that what the
+ * operator wrote is what the server gets: the scheme lower-cased, an empty host (localhost is
+ * dropped), percent-encoded unreserved characters decoded and other escapes upper-cased, no
+ * trailing slash. Refused, not repaired: any other scheme or host, a query or fragment, spaces,
+ * control or non-ASCII bytes, an empty, "." or ".." segment (encoded too), an encoded "/" or "\"
+ * or NUL. A root that names something else than it seems would widen what the server may touch. */
+
+#define TG_ROOTS_MAX 64
+#define TG_ROOT_URI_MAX 4096
+#define TG_ROOT_NAME_MAX 256
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The normal form of root uri in out (malloc'd), or NULL with *why. */
+static char *root_normalise(const char *uri, const char **why)
+{
+    const char *p;
+    if (strncasecmp(uri, "file://", 7) != 0) {
+        *why = "must be a file:// URI (MCP roots are file:// URIs)";
+        return NULL;
+    }
+    p = uri + 7;
+    if (strncasecmp(p, "localhost/", 10) == 0)
+        p += 9;
+    if (*p != '/') {
+        *why = "must be file:///absolute/path (no host but localhost)";
+        return NULL;
+    }
+    if (strlen(uri) > TG_ROOT_URI_MAX) {
+        *why = "is longer than 4096 bytes";
+        return NULL;
+    }
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appends(&b, "file://");
+    size_t seg = b.len + 1; /* where the current segment starts */
+    for (;; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '/' || c == '\0') {
+            size_t n = b.len - seg;
+            const char *sg = b.base + seg;
+            int last = c == '\0';
+            if (b.len >= seg && !(last && n == 0) &&
+                (n == 0 || (n == 1 && sg[0] == '.') || (n == 2 && sg[0] == '.' && sg[1] == '.'))) {
+                *why = n == 0 ? "has an empty path segment (//)" : "has a \".\" or \"..\" segment (plain or percent-encoded)";
+                goto bad;
+            }
+            if (last)
+                break;
+            tg_buf_append(&b, "/", 1);
+            seg = b.len;
+            continue;
+        }
+        if (c == '%') {
+            int hi = hexval(p[1]), lo = hi < 0 ? -1 : hexval(p[2]);
+            if (lo < 0) {
+                *why = "has a % that is not followed by two hex digits";
+                goto bad;
+            }
+            int v = hi * 16 + lo;
+            p += 2;
+            if (v == '/' || v == '\\' || v < 0x20 || v == 0x7f) {
+                *why = "has an encoded /, \\, NUL or control character";
+                goto bad;
+            }
+            if ((v >= 'a' && v <= 'z') || (v >= 'A' && v <= 'Z') || (v >= '0' && v <= '9') || v == '-' || v == '.' ||
+                v == '_' || v == '~') {
+                char d = (char)v;
+                tg_buf_append(&b, &d, 1); /* unreserved: the same character (RFC 3986 section 6.2.2.2) */
+            } else {
+                tg_buf_appendf(&b, "%%%02X", v);
+            }
+            continue;
+        }
+        if (c <= 0x20 || c >= 0x7f || c == '?' || c == '#' || c == '\\' || c == '"') {
+            *why = "has a space, control or non-ASCII byte, \\, a quote, a query or a fragment (percent-encode it)";
+            goto bad;
+        }
+        tg_buf_append(&b, (const char *)&c, 1);
+    }
+    if (b.len > 8 && b.base[b.len - 1] == '/')
+        b.len--; /* file:///srv/data/ is file:///srv/data; file:/// stays */
+    if (b.len == 7)
+        tg_buf_append(&b, "/", 1);
+    tg_buf_append(&b, "", 1);
+    return tg_buf_release(&b);
+bad:
+    tg_buf_dispose(&b);
+    return NULL;
+}
+
+void tg__conf_load_roots(struct loader *ld, const config_setting_t *grp, struct tg_roots *r, const char *ctx)
+{
+    const config_setting_t *l = config_setting_get_member(grp, "roots");
+    if (l == NULL)
+        return;
+    char rctx[120];
+    snprintf(rctx, sizeof(rctx), "%s.roots", ctx);
+    if (!config_setting_is_array(l) && !config_setting_is_list(l)) {
+        tg__conf_errf(ld, l, rctx, "must be a list of file:// URIs [ \"file:///srv/data\", … ] (or groups { uri; name; })");
+        return;
+    }
+    int n = config_setting_length(l);
+    if (n > TG_ROOTS_MAX) {
+        tg__conf_errf(ld, l, rctx, "has %d roots; at most %d", n, TG_ROOTS_MAX);
+        return;
+    }
+    r->pinned = 1;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appends(&b, "{\"roots\":[");
+    char **seen = tg_xcalloc((size_t)n + 1, sizeof(char *));
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
+        char ectx[140];
+        snprintf(ectx, sizeof(ectx), "%s[%d]", rctx, i);
+        const char *uri = NULL, *name = NULL;
+        if (config_setting_type(e) == CONFIG_TYPE_STRING) {
+            uri = config_setting_get_string(e);
+        } else if (config_setting_is_group(e)) {
+            static const char *const known[] = {"uri", "name", NULL};
+            tg__conf_check_members(ld, e, known, ectx);
+            const config_setting_t *u = config_setting_get_member(e, "uri");
+            const config_setting_t *nm = config_setting_get_member(e, "name");
+            uri = u != NULL ? config_setting_get_string(u) : NULL;
+            if (nm != NULL && (name = config_setting_get_string(nm)) == NULL)
+                tg__conf_errf(ld, nm, ectx, "name must be a string");
+            if (u == NULL)
+                tg__conf_errf(ld, e, ectx, "needs uri = \"file:///…\"");
+            else if (uri == NULL)
+                tg__conf_errf(ld, u, ectx, "uri must be a string");
+        } else {
+            tg__conf_errf(ld, e, ectx, "must be a file:// URI string or a group { uri = \"file:///…\"; name = \"…\"; }");
+        }
+        if (uri == NULL)
+            continue;
+        const char *why = NULL;
+        char *norm = root_normalise(uri, &why);
+        if (norm == NULL) {
+            tg__conf_errf(ld, e, ectx, "\"%.200s\" %s", uri, why);
+            continue;
+        }
+        if (name != NULL) {
+            int bad = name[0] == '\0' || strlen(name) > TG_ROOT_NAME_MAX;
+            for (const char *q = name; *q; q++)
+                bad |= (unsigned char)*q < 0x20 || *q == 0x7f;
+            if (bad)
+                tg__conf_errf(ld, e, ectx, "name must be 1-256 bytes without control characters");
+        }
+        for (int k = 0; k < i; k++)
+            if (seen[k] != NULL && strcmp(seen[k], norm) == 0)
+                tg__conf_errf(ld, e, ectx, "\"%s\" is pinned twice", norm);
+        if (r->n++)
+            tg_buf_appends(&b, ",");
+        tg_buf_appends(&b, "{\"uri\":");
+        tg_json_write_string(&b, norm, strlen(norm));
+        if (name != NULL) {
+            tg_buf_appends(&b, ",\"name\":");
+            tg_json_write_string(&b, name, strlen(name));
+        }
+        tg_buf_appends(&b, "}");
+        seen[i] = norm;
+    }
+    tg_buf_appends(&b, "]}");
+    tg_buf_append(&b, "", 1);
+    r->result = tg_buf_release(&b);
+    for (int i = 0; i < n; i++)
+        free(seen[i]);
+    free(seen);
+}
+
+void tg__conf_roots_free(struct tg_roots *r)
+{
+    free(r->result);
+    r->result = NULL;
+}
+
+const struct tg_roots *tg_conf_roots_for(const struct tg_grant_conf *g, const struct tg_upstream_conf *u)
+{
+    if (g != NULL && g->roots.pinned)
+        return &g->roots;
+    return u != NULL && u->roots.pinned ? &u->roots : NULL;
 }
 
 void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
@@ -237,6 +429,7 @@ void tg__conf_grants_free(struct tg_conf *c)
             tg_policy_unref(c->grants[i].policies[k].policy);
         }
         free(c->grants[i].policies);
+        tg__conf_roots_free(&c->grants[i].roots);
     }
     free(c->grants);
 }

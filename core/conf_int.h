@@ -64,6 +64,10 @@ void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c);
 void tg__conf_load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c);
 /* Free the grants (with their policy overrides) and the JWT issuers (called by tg_conf_unref only). */
 void tg__conf_grants_free(struct tg_conf *c);
+/* core/conf_grant.c: a roots = [ "file:///…" or { uri = "file:///…"; name = "…"; }, … ] member of
+ * grp (upstreams[] or grants[]) into r; absent: r stays unpinned. tg__conf_roots_free releases r. */
+void tg__conf_load_roots(struct loader *ld, const config_setting_t *grp, struct tg_roots *r, const char *ctx);
+void tg__conf_roots_free(struct tg_roots *r);
 void tg__conf_jwt_free(struct tg_conf *c);
 
 #endif

@@ -278,7 +278,8 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
         static const char *const known[] = {"name", "url", "default", "headers", "initialize", "protocol", "connect_timeout_ms",
                                             "call_timeout_ms", "pool", "policy", "deny_server_requests",
                                             "transport", "command", "env", "cwd", "warm", "max_children", "tls",
-                                            "backoff_ms", "backoff_max_ms", NULL};
+                                            "backoff_ms", "backoff_max_ms",
+                                            "roots", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         u->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         if (u->name && !valid_upstream_name(u->name))
@@ -338,6 +339,7 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
                 }
             }
         }
+        tg__conf_load_roots(ld, g, &u->roots, ctx); /* pinned roots: core/conf_grant.c */
         char *init = tg__conf_get_str(ld, g, "initialize", "forward", 0, ctx);
         if (init && strcmp(init, "local") == 0) {
             u->init_local = 1;
@@ -449,6 +451,7 @@ void tg__conf_upstreams_free(struct tg_conf *c)
         for (size_t k = 0; k < u->ndeny_server_requests; k++)
             free(u->deny_server_requests[k]);
         free(u->deny_server_requests);
+        tg__conf_roots_free(&u->roots);
     }
     free(c->upstreams);
 }

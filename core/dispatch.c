@@ -16,6 +16,7 @@
 #include "core/mcp/rewrite.h"
 #include "core/json.h"
 #include "core/msg.h"
+#include "core/roots.h"
 #include "core/gateway.h"
 #include "policy/policy.h"
 #include "upstream/pool.h"
@@ -302,8 +303,11 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         mc = tg_xcalloc(1, sizeof(*mc));
         tg_mcp_mrtr_bind_later(mc, g->name, x->uc->name, m->method, params); /* a retry makes the digest */
         mc->client_caps = x->client_caps;
+        const struct tg_roots *pinned = tg_conf_roots_for(g, x->uc);
+        mc->pinned_roots = pinned != NULL ? pinned->result : NULL; /* for this retry only: the conf's */
         char why[200];
         retry = tg_mcp_mrtr_retry(&srv->mrtr, params, mc, (int64_t)wall_ms(), parked, sizeof(parked), why, sizeof(why));
+        mc->pinned_roots = NULL;
         if (retry < 0) {
             tg_xfree(key);
             tg_xfree(mc);
@@ -431,6 +435,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         resume(k, dec, parked, params);
         return;
     }
+    tg_roots_advertise(tg_conf_roots_for(x->grant, x->uc), m); /* pinned roots: the server asks the gateway */
     struct tg_buf out;
     tg_buf_init(&out);
     serialize(x, k, m, tool != NULL, &out);
@@ -493,6 +498,10 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         /* Only answers to requests the server actually sent go up; anything else is a forgery. */
         tg_dispatch_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
                "Invalid Request: no server request with this id is waiting for an answer", NULL);
+        return;
+    }
+    if (tg_roots_drop(tg_conf_roots_for(x->grant, x->uc), m)) {
+        accept_bare(sk); /* the server's roots are the operator's, not the client's */
         return;
     }
     if (m->kind == TG_MSG_NOTIFICATION && m->mid == TG_M_CANCELLED) {

@@ -10,6 +10,7 @@
 
 #define ENVELOPE_TTL_MS (10 * 60 * 1000) /* a person may take a while to answer an elicitation */
 #define ID_CHARS 22                      /* of the token: the version and most of the random nonce */
+#define PINNED_KEY "\x01"                /* in a sealed key list: the key's input is the pinned roots */
 
 unsigned tg_mcp_client_caps(const cJSON *caps)
 {
@@ -150,10 +151,23 @@ int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, struct tg_mcp_mrtr_
     }
     struct tg_buf keys;
     tg_buf_init(&keys);
-    for (cJSON *r = reqs ? reqs->child : NULL; r != NULL; r = r->next) {
+    for (cJSON *r = reqs ? reqs->child : NULL, *next; r != NULL; r = next) {
+        next = r->next;
         cJSON *m = tg_json_get(r, "method");
         const char *kind = NULL;
         unsigned bit = tg_mcp_input_kind(cJSON_IsString(m) ? m->valuestring : NULL, &kind);
+        if (r->string[0] == PINNED_KEY[0]) {
+            snprintf(why, whysz, "the upstream's input_required result is malformed (a key starts with a control character)");
+            tg_buf_dispose(&keys);
+            return -1;
+        }
+        if (bit == TG_CAP_ROOTS && c->pinned_roots != NULL) {
+            /* The operator's roots answer it at the retry: marked, and the client never sees it. */
+            tg_buf_append(&keys, PINNED_KEY, 1);
+            tg_buf_append(&keys, r->string, strlen(r->string) + 1);
+            cJSON_Delete(cJSON_DetachItemViaPointer(reqs, r));
+            continue;
+        }
         if (!(bit & c->client_caps)) {
             /* "capability:" + its name, for the caller's -32021 */
             if (kind != NULL)
@@ -166,6 +180,8 @@ int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, struct tg_mcp_mrtr_
         }
         tg_buf_append(&keys, r->string, strlen(r->string) + 1);
     }
+    if (reqs != NULL && reqs->child == NULL)
+        cJSON_DeleteItemFromObjectCaseSensitive(result, "inputRequests"); /* all pinned: the retry needs only the state */
     int rc = seal(t, result, c, now_ms, &keys, state ? 'u' : 'm', state ? state->valuestring : NULL);
     if (rc != 0)
         snprintf(why, whysz, "the gateway could not seal the upstream's requestState");
@@ -249,15 +265,34 @@ static int take_issued(struct tg_mcp_mrtr *t, const char *token, int64_t now_ms)
     return 0;
 }
 
+/* k is a key issued to the client (never one the pinned roots answer: those are PINNED_KEY k). */
 static int key_issued(const struct tg_buf *keys, const char *k)
 {
     for (size_t off = 0; off < keys->len;) {
         const char *s = keys->base + off;
-        if (strcmp(s, k) == 0)
+        if (s[0] != PINNED_KEY[0] && strcmp(s, k) == 0)
             return 1;
         off += strlen(s) + 1;
     }
     return 0;
+}
+
+/* The pinned roots, as the answer to each key the envelope marks (an empty list if the roots
+ * were unpinned since: the client was never asked, and nothing is what fails closed). */
+static void answer_pinned(const struct tg_buf *keys, cJSON *params, const char *pinned)
+{
+    for (size_t off = 0; off < keys->len;) {
+        const char *s = keys->base + off;
+        off += strlen(s) + 1;
+        if (s[0] != PINNED_KEY[0])
+            continue;
+        cJSON *resp = tg_json_get(params, "inputResponses");
+        if (resp == NULL)
+            resp = cJSON_AddObjectToObject(params, "inputResponses");
+        cJSON *roots = cJSON_Parse(pinned != NULL ? pinned : "{\"roots\":[]}"); /* the conf's: always parses */
+        cJSON_DeleteItemFromObjectCaseSensitive(resp, s + 1);
+        cJSON_AddItemToObject(resp, s + 1, roots != NULL ? roots : cJSON_CreateObject());
+    }
 }
 
 int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, struct tg_mcp_mrtr_call *c, int64_t now_ms,
@@ -322,6 +357,7 @@ int tg_mcp_mrtr_retry(struct tg_mcp_mrtr *t, cJSON *params, struct tg_mcp_mrtr_c
         rc = 2;
         goto out;
     }
+    answer_pinned(&keys, params, c->pinned_roots);
     if (inner.base[0] == 'm') {
         cJSON_DeleteItemFromObjectCaseSensitive(params, "requestState"); /* the gateway's own: the upstream never saw it */
     } else {

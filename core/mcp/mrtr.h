@@ -61,6 +61,9 @@ enum tg_mcp_mrtr_args {
 struct tg_mcp_mrtr_call {
     struct tg_mcp_state_binding b;
     unsigned client_caps;
+    const char *pinned_roots; /* the roots/list result the operator pinned for the call's server
+                               * ({"roots":[…]}), or NULL: set by the caller just before
+                               * tg_mcp_mrtr_result or tg_mcp_mrtr_retry (borrowed for that call) */
     enum tg_mcp_mrtr_args args_state;
     cJSON *args;
 };
@@ -84,7 +87,9 @@ int tg_mcp_mrtr_digest(struct tg_mcp_mrtr_call *c);
 void tg_mcp_mrtr_call_dispose(struct tg_mcp_mrtr_call *c);
 
 /* An upstream's result for call c, in place: an input_required result gets its requestState
- * sealed; complete (or missing) is left. Returns 0; -1 with why (the client must get an
+ * sealed; complete (or missing) is left. With roots pinned (c->pinned_roots), its roots/list
+ * requests leave inputRequests (the client is never asked; the envelope marks their keys) and
+ * the retry carries the pinned roots for them, whatever the client sends (tg_mcp_mrtr_retry). Returns 0; -1 with why (the client must get an
  * error instead): input on another method, a malformed result, an unknown resultType; -2 for an
  * input kind the client did not declare, why "capability:NAME" (-32021). */
 int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, struct tg_mcp_mrtr_call *c, int64_t now_ms,

@@ -579,6 +579,93 @@ static void other_errors(void **state)
     loaded_dispose(&l);
 }
 
+/* ---- pinned roots ------------------------------------------------------------------------- */
+
+#define ROOTS_UP(r) "upstreams = ( { name = \"fs\"; command = [ \"node\" ];\n  roots = " r "; } );\n"
+
+/* The roots/list result an upstream's roots = … directive makes, or fails. */
+static void roots_ok(const char *roots, const char *result)
+{
+    char text[1024];
+    snprintf(text, sizeof(text), LISTEN GRANTS ROOTS_UP("%s"), roots);
+    struct loaded l;
+    load_ok(&l, text);
+    const struct tg_roots *r = tg_conf_roots_for(&l.c->grants[0], &l.c->upstreams[0]);
+    assert_non_null(r);
+    assert_string_equal(r->result, result);
+    loaded_dispose(&l);
+}
+
+static void roots_bad(const char *roots, const char *reason)
+{
+    char text[1024];
+    snprintf(text, sizeof(text), LISTEN GRANTS ROOTS_UP("%s"), roots);
+    expect_error(text, line_of(text, "roots"), "upstreams.fs.roots[0]", reason);
+}
+
+static void pinned_roots(void **state)
+{
+    /* Normal forms: what the server gets is what was meant, written one way. */
+    roots_ok("[ \"file:///srv/data\" ]", "{\"roots\":[{\"uri\":\"file:///srv/data\"}]}");
+    roots_ok("[ \"FILE:///srv/data/\" ]", "{\"roots\":[{\"uri\":\"file:///srv/data\"}]}");
+    roots_ok("[ \"file://localhost/srv/d%61ta\" ]", "{\"roots\":[{\"uri\":\"file:///srv/data\"}]}");
+    roots_ok("[ \"file:///srv/my%20data\", \"file:///\" ]",
+             "{\"roots\":[{\"uri\":\"file:///srv/my%20data\"},{\"uri\":\"file:///\"}]}");
+    roots_ok("[ \"file:///a/b%7e%2Dc%c3%a9\" ]", "{\"roots\":[{\"uri\":\"file:///a/b~-c%C3%A9\"}]}");
+    roots_ok("( { uri = \"file:///srv/data\"; name = \"Data \\\"A\\\"\"; } )",
+             "{\"roots\":[{\"uri\":\"file:///srv/data\",\"name\":\"Data \\\"A\\\"\"}]}");
+    roots_ok("[ ]", "{\"roots\":[]}"); /* pinned to nothing: the server gets no roots at all */
+    /* Anything else is an error, never repaired into something wider. */
+    roots_bad("[ \"/srv/data\" ]", "must be a file:// URI");
+    roots_bad("[ \"https://example.com/x\" ]", "must be a file:// URI");
+    roots_bad("[ \"file://server/share\" ]", "no host but localhost");
+    roots_bad("[ \"file:srv\" ]", "must be a file:// URI");
+    roots_bad("[ \"file:///srv/../etc\" ]", "\"..\" segment");
+    roots_bad("[ \"file:///srv/data/..\" ]", "\"..\" segment");
+    roots_bad("[ \"file:///srv/./data\" ]", "\".\" or");
+    roots_bad("[ \"file:///srv/%2e%2E/etc\" ]", "percent-encoded");
+    roots_bad("[ \"file:///srv/%2E\" ]", "percent-encoded");
+    roots_bad("[ \"file:///srv//data\" ]", "empty path segment");
+    roots_bad("[ \"file:///srv%2fdata\" ]", "encoded /");
+    roots_bad("[ \"file:///srv%5Cdata\" ]", "encoded /");
+    roots_bad("[ \"file:///srv%00\" ]", "NUL");
+    roots_bad("[ \"file:///srv%2\" ]", "two hex digits");
+    roots_bad("[ \"file:///srv/my data\" ]", "percent-encode");
+    roots_bad("[ \"file:///srv?x=1\" ]", "a query");
+    roots_bad("[ \"file:///srv#top\" ]", "a fragment");
+    roots_bad("[ \"file:///srv\\\\data\" ]", "percent-encode");
+    roots_bad("[ \"file:///srv/d\xc3\xa9\" ]", "non-ASCII");
+    roots_bad("[ 5 ]", "must be a file:// URI string or a group");
+    roots_bad("( { name = \"x\"; } )", "needs uri");
+    roots_bad("( { uri = \"file:///x\"; name = \"\"; } )", "name must be 1-256 bytes");
+    const char *text = LISTEN GRANTS ROOTS_UP("[ \"file:///a\", \"file:///a/\" ]");
+    expect_error(text, line_of(text, "roots"), "upstreams.fs.roots[1]", "is pinned twice");
+    text = LISTEN GRANTS ROOTS_UP("( { uri = \"file:///x\"; nam = \"x\"; } )");
+    expect_error(text, line_of(text, "roots"), "upstreams.fs.roots[0].nam", "unknown directive");
+    text = LISTEN GRANTS ROOTS_UP("\"file:///a\"");
+    expect_error(text, line_of(text, "roots"), "upstreams.fs.roots", "must be a list of file:// URIs");
+
+    /* A grant's roots override every upstream's for that grant (even one that pins none); other
+     * grants keep the upstream's; without either, nothing is pinned. */
+    struct loaded l;
+    load_ok(&l, LISTEN
+            "grants = ( { name = \"ro\"; anonymous = true; roots = [ \"file:///srv/ro\" ]; },\n"
+            "  { name = \"rw\"; token_sha256 = \"" "0000000000000000000000000000000000000000000000000000000000000000" "\"; } );\n"
+            "upstreams = ( { name = \"fs\"; command = [ \"node\" ]; roots = [ \"file:///srv/fs\" ]; },\n"
+            "  { name = \"other\"; command = [ \"node\" ]; } );\n");
+    assert_string_equal(tg_conf_roots_for(&l.c->grants[0], &l.c->upstreams[0])->result,
+                        "{\"roots\":[{\"uri\":\"file:///srv/ro\"}]}");
+    assert_string_equal(tg_conf_roots_for(&l.c->grants[0], &l.c->upstreams[1])->result,
+                        "{\"roots\":[{\"uri\":\"file:///srv/ro\"}]}");
+    assert_string_equal(tg_conf_roots_for(&l.c->grants[1], &l.c->upstreams[0])->result,
+                        "{\"roots\":[{\"uri\":\"file:///srv/fs\"}]}");
+    assert_null(tg_conf_roots_for(&l.c->grants[1], &l.c->upstreams[1]));
+    assert_null(tg_conf_roots_for(NULL, &l.c->upstreams[1]));
+    loaded_dispose(&l);
+    text = LISTEN "grants = ( { name = \"g\"; anonymous = true;\n  roots = [ \"file:///srv/../x\" ]; } );\n" UPSTREAM;
+    expect_error(text, line_of(text, "roots"), "grants[0].roots[0]", "\"..\" segment");
+}
+
 /* ---- tg_conf_expand_env ---------------------------------------------------------------- */
 
 static void expand_ok(const char *in, const char *out)
@@ -670,6 +757,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(grant_and_token_errors),
         cmocka_unit_test(other_errors),
         cmocka_unit_test(expand_env),
+        cmocka_unit_test(pinned_roots),
     };
     if (setup_dir(NULL) != 0)
         return 1;

@@ -249,6 +249,77 @@ static void digest_made_late(void **state)
     tg_mcp_mrtr_dispose(&t);
 }
 
+/* Pinned roots: a roots/list input request leaves the result (the client never sees it, even one
+ * that declared roots), and the retry carries the pinned roots for its key, whatever the client
+ * sends; a client that answers that key itself is refused. */
+static void pinned_roots_answered_at_retry(void **state)
+{
+    (void)state;
+    static const char *ROOTS = "{\"roots\":[{\"uri\":\"file:///srv/a\"}]}";
+    static const char *RR = "{\"resultType\":\"input_required\",\"inputRequests\":{\"r\":{\"method\":\"roots/list\"},"
+                            "\"k1\":{\"method\":\"elicitation/create\",\"params\":{}}}}";
+    struct tg_mcp_mrtr t;
+    tg_mcp_mrtr_init(&t, 16);
+    cJSON *p = params_of(P);
+    struct tg_mcp_mrtr_call c;
+    bind(&c, "alice", "tools/call", p, TG_CAP_ELICITATION | TG_CAP_ROOTS);
+    c.pinned_roots = ROOTS;
+    cJSON *res = cJSON_Parse(RR);
+    char why[200];
+    assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), 0);
+    cJSON *reqs = cJSON_GetObjectItem(res, "inputRequests");
+    assert_null(cJSON_GetObjectItem(reqs, "r"));
+    assert_non_null(cJSON_GetObjectItem(reqs, "k1"));
+    /* The client answers what it was asked; the gateway adds the roots. */
+    cJSON *r = retry_of(P, res, "{\"k1\":{\"action\":\"accept\"}}");
+    struct tg_mcp_mrtr_call rc;
+    memset(&rc, 0, sizeof(rc));
+    tg_mcp_mrtr_bind_later(&rc, "alice", "up", "tools/call", r);
+    rc.client_caps = TG_CAP_ELICITATION;
+    rc.pinned_roots = ROOTS;
+    assert_int_equal(tg_mcp_mrtr_retry(&t, r, &rc, NOW + 1, NULL, 0, why, sizeof(why)), 1);
+    char *got = cJSON_PrintUnformatted(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "inputResponses"), "r"));
+    assert_string_equal(got, ROOTS);
+    free(got);
+    assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "inputResponses"), "k1"));
+    cJSON_Delete(r);
+    tg_mcp_mrtr_call_dispose(&rc);
+    cJSON_Delete(res);
+    /* A client that answers the pinned key (with its own roots) is refused. */
+    res = cJSON_Parse(RR);
+    assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), 0);
+    r = retry_of(P, res, "{\"k1\":{},\"r\":{\"roots\":[{\"uri\":\"file:///\"}]}}");
+    assert_int_equal(try_retry(&t, "alice", r, NOW + 1), -1);
+    cJSON_Delete(r);
+    cJSON_Delete(res);
+    /* Only roots asked: no inputRequests left, the state alone makes the retry (minted here). */
+    res = cJSON_Parse("{\"resultType\":\"input_required\",\"inputRequests\":{\"r\":{\"method\":\"roots/list\"}}}");
+    c.client_caps = 0; /* pinned roots need no client capability */
+    assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), 0);
+    assert_null(cJSON_GetObjectItem(res, "inputRequests"));
+    assert_true(cJSON_IsString(cJSON_GetObjectItem(res, "requestState")));
+    r = params_of(P);
+    cJSON_AddStringToObject(r, "requestState", cJSON_GetObjectItem(res, "requestState")->valuestring);
+    memset(&rc, 0, sizeof(rc));
+    tg_mcp_mrtr_bind_later(&rc, "alice", "up", "tools/call", r);
+    rc.pinned_roots = NULL; /* unpinned since: nothing, not the client's */
+    assert_int_equal(tg_mcp_mrtr_retry(&t, r, &rc, NOW + 1, NULL, 0, why, sizeof(why)), 1);
+    got = cJSON_PrintUnformatted(cJSON_GetObjectItem(r, "inputResponses"));
+    assert_string_equal(got, "{\"r\":{\"roots\":[]}}");
+    assert_null(cJSON_GetObjectItem(r, "requestState")); /* minted: the upstream never had one */
+    free(got);
+    cJSON_Delete(r);
+    tg_mcp_mrtr_call_dispose(&rc);
+    cJSON_Delete(res);
+    /* A key of the upstream's that looks like the gateway's mark is refused, not taken for one. */
+    res = cJSON_Parse("{\"resultType\":\"input_required\",\"inputRequests\":{\"\\u0001r\":{\"method\":\"roots/list\"}}}");
+    assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), -1);
+    cJSON_Delete(res);
+    tg_mcp_mrtr_call_dispose(&c);
+    cJSON_Delete(p);
+    tg_mcp_mrtr_dispose(&t);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -256,6 +327,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(retries_refused),
         cmocka_unit_test(results_checked),
         cmocka_unit_test(digest_made_late),
+        cmocka_unit_test(pinned_roots_answered_at_retry),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

@@ -1,0 +1,55 @@
+#include "core/roots.h"
+
+#include <cjson/cJSON.h>
+
+#include "core/conf.h"
+#include "core/json.h"
+#include "core/gateway.h"
+#include "core/msg.h"
+#include "core/session.h"
+
+/* What a session whose grant a reload removed gets: no roots (its grant's pins, if it had any,
+ * are gone with it, and the client's must not take their place). */
+static char no_roots_result[] = "{\"roots\":[]}";
+static const struct tg_roots no_roots = {1, 0, no_roots_result};
+
+const struct tg_roots *tg_roots_of_session(struct tg_server *srv, const struct tg_session *s,
+                                           const struct tg_upstream_conf *uc)
+{
+    const struct tg_grant_conf *g = s != NULL && s->grant != NULL ? tg_conf_find_grant(srv->conf, s->grant) : NULL;
+    if (s != NULL && s->grant != NULL && g == NULL)
+        return &no_roots;
+    return tg_conf_roots_for(g, uc);
+}
+
+void tg_roots_answer(struct tg_buf *b, struct tg_slice id, const struct tg_roots *r)
+{
+    tg_buf_init(b);
+    tg_buf_appends(b, "{\"jsonrpc\":\"2.0\",\"id\":");
+    tg_buf_append(b, id.ptr, id.len);
+    tg_buf_appends(b, ",\"result\":");
+    tg_buf_appends(b, r->result);
+    tg_buf_appends(b, "}");
+}
+
+void tg_roots_advertise(const struct tg_roots *r, struct tg_msg *m)
+{
+    if (r == NULL || m->mid != TG_M_INITIALIZE || m->kind != TG_MSG_REQUEST)
+        return;
+    cJSON *params = tg_json_get(m->root, "params");
+    if (!cJSON_IsObject(params))
+        return; /* not an initialize the server will take anyway */
+    cJSON *caps = tg_json_get(params, "capabilities");
+    if (!cJSON_IsObject(caps)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(params, "capabilities");
+        caps = cJSON_AddObjectToObject(params, "capabilities");
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(caps, "roots");
+    cJSON_AddObjectToObject(caps, "roots");
+    tg_msg_edited(m);
+}
+
+int tg_roots_drop(const struct tg_roots *r, const struct tg_msg *m)
+{
+    return r != NULL && m->kind == TG_MSG_NOTIFICATION && m->mid == TG_M_ROOTS_LIST_CHANGED;
+}
