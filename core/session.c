@@ -284,3 +284,36 @@ void tg_session_sweep(struct tg_session_table *t, tg_session_visit_cb cb, void *
         l = next;
     }
 }
+
+/* Busy: a call of its client is under way (only the GET stream call may be on its calls list). A
+ * server request waiting for the client's answer outside any call does not count: an abandoned
+ * client never answers it. */
+static int session_busy(const struct tg_session *s)
+{
+    if (s->inflight > 0 || s->init_pending)
+        return 1;
+    size_t n = 0;
+    for (const struct tg_list *l = s->calls.next; l != &s->calls; l = l->next)
+        n++;
+    return n > (s->get_stream != NULL ? 1u : 0u);
+}
+
+struct tg_session *tg_session_pick_evictable(struct tg_session_table *t, int upstream, const char *grant,
+                                             uint64_t now_ms, uint64_t other_idle_ms, int *same)
+{
+    struct tg_session *mine = NULL, *other = NULL;
+    for (struct tg_list *l = t->all.next; l != &t->all; l = l->next) {
+        struct tg_session *s = tg_container_of(l, struct tg_session, link);
+        if (!s->live || s->upstream != upstream || s->uplink == NULL || session_busy(s))
+            continue;
+        if (strcmp(s->grant, grant) == 0) {
+            if (mine == NULL || s->last_active_ms < mine->last_active_ms)
+                mine = s;
+        } else if (now_ms >= s->last_active_ms && now_ms - s->last_active_ms >= other_idle_ms) {
+            if (other == NULL || s->last_active_ms < other->last_active_ms)
+                other = s;
+        }
+    }
+    *same = mine != NULL;
+    return mine != NULL ? mine : other;
+}
