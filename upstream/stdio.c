@@ -308,7 +308,7 @@ void tg_child_kill(struct tg_child *ch)
     ch->on_exit = NULL;
     if (ch->exited)
         return;
-    if (ch->counted_in != NULL) { /* no longer in use: it stops counting toward max_children */
+    if (ch->tally != NULL && ch->counted_in == &ch->tally->live) { /* out of use: max_children no longer counts it */
         ch->tally->live--;
         ch->tally->leaving++;
         ch->counted_in = &ch->tally->leaving;
