@@ -299,21 +299,28 @@ static int session_busy(const struct tg_session *s)
 }
 
 struct tg_session *tg_session_pick_evictable(struct tg_session_table *t, int upstream, const char *grant,
-                                             uint64_t now_ms, uint64_t other_idle_ms, int *same)
+                                             uint64_t now_ms, uint64_t idle_ms, int (*connected)(const struct tg_session *),
+                                             int *same)
 {
-    struct tg_session *mine = NULL, *other = NULL;
+    /* Three tiers, the longest idle first in each: the grant's sessions whose client is gone, its
+     * sessions idle idle_ms with a stream still open, other grants' sessions idle idle_ms. */
+    struct tg_session *best[3] = {NULL, NULL, NULL};
     for (struct tg_list *l = t->all.next; l != &t->all; l = l->next) {
         struct tg_session *s = tg_container_of(l, struct tg_session, link);
         if (!s->live || s->upstream != upstream || s->uplink == NULL || session_busy(s))
             continue;
-        if (strcmp(s->grant, grant) == 0) {
-            if (mine == NULL || s->last_active_ms < mine->last_active_ms)
-                mine = s;
-        } else if (now_ms >= s->last_active_ms && now_ms - s->last_active_ms >= other_idle_ms) {
-            if (other == NULL || s->last_active_ms < other->last_active_ms)
-                other = s;
-        }
+        int mine = strcmp(s->grant, grant) == 0;
+        int open = connected(s);
+        int idle_long = now_ms >= s->last_active_ms && now_ms - s->last_active_ms >= idle_ms;
+        int tier = mine && !open ? 0 : mine && idle_long ? 1 : !mine && idle_long ? 2 : -1;
+        if (tier >= 0 && (best[tier] == NULL || s->last_active_ms < best[tier]->last_active_ms))
+            best[tier] = s;
     }
-    *same = mine != NULL;
-    return mine != NULL ? mine : other;
+    for (int i = 0; i < 3; i++)
+        if (best[i] != NULL) {
+            *same = i < 2;
+            return best[i];
+        }
+    *same = 0;
+    return NULL;
 }

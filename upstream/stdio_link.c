@@ -31,10 +31,21 @@ static void release_child(struct tg_session *s)
 }
 
 /* At max_children a new session takes the child of an idle one (core/session.c picks it): of its
- * own grant at once, of another grant once idle limits.stdio_evict_idle_ms. That session ends as
+ * own grant whose client is gone at once, else one idle limits.stdio_evict_idle_ms (its own
+ * grant's first). That session ends as
  * if its child had exited, so its client's next request gets 404 and it initialises again (what
  * the protocol says a client does for a session the server no longer knows). Returns 1 if a
  * child was given up. */
+/* Its client still holds a stream of it open. A GET stream whose connection closed stays (its
+ * events kept for a Last-Event-ID) with no one listening: that client is gone. */
+static int client_connected(const struct tg_session *s)
+{
+    if (s->channel != NULL)
+        return 1;
+    struct tg_sink *sk = s->get_stream != NULL ? tg_call_sink(s->get_stream) : NULL;
+    return sk != NULL && (sk->ops->connected != NULL ? sk->ops->connected(sk) : sk->ops->listening(sk));
+}
+
 static int evict_for(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u)
 {
     int may_evict = 0;
@@ -42,8 +53,9 @@ static int evict_for(struct tg_server *srv, struct tg_session *s, struct tg_upst
         return 0;
     uint64_t now = uv_now(srv->loop);
     int same = 0;
-    struct tg_session *v = tg_session_pick_evictable(srv->sessions, s->upstream, s->grant, now,
-                                                     (uint64_t)srv->conf->limits.stdio_evict_idle_ms, &same);
+    uint64_t idle_ms = (uint64_t)srv->conf->limits.stdio_evict_idle_ms;
+    struct tg_session *v =
+        tg_session_pick_evictable(srv->sessions, s->upstream, s->grant, now, idle_ms, client_connected, &same);
     if (v == NULL)
         return 0;
     tg_upstream_count_eviction(u, same ? TG_EVICT_SAME_GRANT : TG_EVICT_OTHER_GRANT);

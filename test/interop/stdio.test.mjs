@@ -5,9 +5,11 @@
 //      through the SDK client and the MCP Inspector CLI.
 //   2. clients that never end their sessions (the SDK and the Inspector CLI send no DELETE) do not
 //      lock a grant out at upstreams[].max_children: the longest-idle session of the same grant
-//      gives up its child at once (its next request gets 404), another grant's only once idle
+//      whose client is gone gives up its child at once (its next request gets 404), one whose
+//      client still holds a stream (mcp-remote's GET stream) or another grant's only once idle
 //      limits.stdio_evict_idle_ms, a session with a call in flight never; counted in
-//      tollgate_stdio_evictions_total.
+//      tollgate_stdio_evictions_total. mcp-remote's sessions (GET streams open) keep their children
+//      while fresh, give them up once idle, and its grant is served again.
 //
 //   TOLLGATE_BIN=build-asan/tollgate node --test test/interop/stdio.test.mjs
 
@@ -16,6 +18,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import readline from 'node:readline';
 import * as H from './lib/harness.mjs';
 
 H.requireNodeModules();
@@ -24,13 +27,15 @@ const FIXTURE = path.join(H.REPO_ROOT, 'test', 'fixtures', 'stdio-env', 'server.
 const INSPECTOR_BUILD = path.join(H.NODE_MODULES, '@modelcontextprotocol', 'inspector-cli', 'build');
 const TOKEN_A = H.randomToken();
 const TOKEN_B = H.randomToken();
+const TOKEN_C = H.randomToken();
 const EVICT_IDLE_MS = H.scaled(4000);
 
 const cleanup = new H.Cleanup();
 let dir;
 let gw;
 const fetchFn = (...a) => fetch(...a);
-const url = () => `http://127.0.0.1:${gw.plainPort}/envy/mcp`;
+let current = 'envy'; // the upstream the helpers below talk to
+const url = (up = current) => `http://127.0.0.1:${gw.plainPort}/${up}/mcp`;
 const bearer = (t) => ({ authorization: `Bearer ${t}` });
 
 /** The Inspector CLI (1.0.3) against the gateway: one method, then it exits without DELETE. It
@@ -64,20 +69,53 @@ async function pidOf(s) {
   return Number(r.messages[0].result.content[0].text);
 }
 
-const evictions = async (reason) => (await gw.metrics())[`tollgate_stdio_evictions_total{upstream="envy",reason="${reason}"}`];
+const evictions = async (reason, up = current) =>
+  (await gw.metrics())[`tollgate_stdio_evictions_total{upstream="${up}",reason="${reason}"}`];
+
+/** mcp-remote (0.15.1) as a desktop app runs it: a stdio MCP server to its client, which here is
+ * this test writing JSON-RPC lines to its stdin. request() resolves with the answer. */
+function mcpRemote(target, token) {
+  const p = spawn(process.execPath, [path.join(H.NODE_MODULES, 'mcp-remote', 'dist', 'proxy.js'), target,
+    '--header', `Authorization: Bearer ${token}`, '--transport', 'http-only'], {
+    stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, MCP_REMOTE_CONFIG_DIR: path.join(dir, 'mcp-remote') },
+  });
+  let err = '';
+  p.stderr.on('data', (d) => { err += d; });
+  const waiting = new Map();
+  readline.createInterface({ input: p.stdout }).on('line', (l) => {
+    let m;
+    try { m = JSON.parse(l); } catch { return; }
+    waiting.get(m.id)?.(m);
+    waiting.delete(m.id);
+  });
+  const exited = new Promise((r) => p.on('exit', r));
+  cleanup.add(async () => { p.kill(); await exited; });
+  return {
+    stderr: () => err,
+    request: (id, method, params) => new Promise((resolve) => {
+      waiting.set(id, resolve);
+      p.stdin.write(JSON.stringify({ jsonrpc: '2.0', id, method, params }) + '\n');
+    }),
+    notify: (method) => p.stdin.write(JSON.stringify({ jsonrpc: '2.0', method }) + '\n'),
+  };
+}
 
 before(async () => {
   dir = H.makeTempDir(cleanup, 'tollgate-stdio-');
   const conf = H.writeConf(dir, {
     admin: true,
-    limits: { stdio_evict_idle_ms: EVICT_IDLE_MS },
-    grants: [{ name: 'a', token_sha256: H.sha256hex(TOKEN_A) }, { name: 'b', token_sha256: H.sha256hex(TOKEN_B) }],
+    // sse_keepalive_ms: a client gone with its GET stream open is noticed at the next keep-alive
+    limits: { stdio_evict_idle_ms: EVICT_IDLE_MS, sse_keepalive_ms: 1000 },
+    grants: [{ name: 'a', token_sha256: H.sha256hex(TOKEN_A) }, { name: 'b', token_sha256: H.sha256hex(TOKEN_B) },
+      { name: 'c', token_sha256: H.sha256hex(TOKEN_C) }],
     upstreams: [
       {
         name: 'envy', command: [process.execPath, FIXTURE], max_children: 2,
         env: { FROM_CONF: 'set-in-conf', LC_TIME: 'C' },
         env_pass: ['PASSED_ON', 'NOT_SET_ANYWHERE'],
       },
+      { name: 'pair', command: [process.execPath, FIXTURE], max_children: 2 },
+      { name: 'solo', command: [process.execPath, FIXTURE], max_children: 2 },
       // never called: it only makes the gateway read a token through ${VAR}, as a user's conf does
       { name: 'remote', url: 'http://127.0.0.1:9/mcp', protocol: '2025', headers: { Authorization: 'Bearer ${UPSTREAM_TOKEN}' } },
     ],
@@ -127,15 +165,13 @@ describe('a stdio child\'s environment', () => {
 
 describe('sessions nobody ends, at max_children', () => {
   it('another grant waits for idleness, the same grant takes the longest-idle child at once', async () => {
-    // Whatever the first tests left (sessions the clients above never ended) goes first: grant a
-    // takes its own children back, so that the cap holds a1 and a2 below.
+    current = 'pair'; // max_children = 2, nothing on it yet
     const a1 = await rawSession(TOKEN_A);
     const a2 = await rawSession(TOKEN_A);
     const pid1 = await pidOf(a1);
     const pid2 = await pidOf(a2);
     assert.notEqual(pid1, pid2, 'one child per session');
-    const same0 = await evictions('same_grant');
-    assert.ok(same0 >= 1, 'the sessions the first tests left gave up their children');
+    assert.equal(await evictions('same_grant'), 0);
 
     // Grant b: both of a's sessions were used just now, so b is refused with -32004.
     const refused = await H.postRaw(fetchFn, url(), H.initializeBody(1), bearer(TOKEN_B));
@@ -160,13 +196,16 @@ describe('sessions nobody ends, at max_children', () => {
     const r = await inspector(TOKEN_A, '--method', 'tools/call', '--tool-name', 'pid');
     assert.equal(r.code, 0, `inspector-cli failed (${r.code}):\n${r.err}\n${r.out}`);
     assert.notEqual(Number(toolText(r)), pid2);
-    assert.equal(await evictions('same_grant'), same0 + 1);
+    assert.equal(await evictions('same_grant'), 1);
     const a2gone = await onSession(a2, callBody(6, 'pid'));
     assert.equal(a2gone.status, 404, `a2 was evicted: ${a2gone.status} ${a2gone.text}`);
-    // … and its client initialises again and is served (taking the child the Inspector left).
-    const a3 = await rawSession(TOKEN_A);
+    // … and its client initialises again and is served, taking the child the Inspector left as
+    // soon as its GET stream's next keep-alive finds the Inspector gone.
+    let a3;
+    await H.waitUntil(async () => (a3 = await rawSession(TOKEN_A).catch(() => null)) !== null,
+      { interval: 100, what: 'a2\'s client to get a child again' });
     assert.ok(await pidOf(a3) > 0);
-    assert.equal(await evictions('same_grant'), same0 + 2);
+    assert.equal(await evictions('same_grant'), 2);
 
     // A session with a call in flight is never evicted: b1 holds a call, so b's next session finds
     // no child (a3 is fresh, another grant's).
@@ -179,5 +218,51 @@ describe('sessions nobody ends, at max_children', () => {
     const h = await held;
     assert.equal(h.status, 200);
     assert.equal(h.messages[0]?.result?.content?.[0]?.text, 'released', 'the held call was answered by its own child');
+  });
+});
+
+describe('mcp-remote at max_children', () => {
+  it('a connected client keeps its children while fresh, gives them up once idle, and its grant is served again', async () => {
+    current = 'solo'; // max_children = 2
+    const mr = mcpRemote(url(), TOKEN_A);
+    const init = await mr.request(1, 'initialize', { protocolVersion: H.PROTOCOL_VERSION, capabilities: {},
+      clientInfo: { name: 'stdio-interop', version: '1.0.0' } });
+    assert.ok(init.result, `initialize through mcp-remote: ${JSON.stringify(init)}\n${mr.stderr()}`);
+    mr.notify('notifications/initialized');
+    const first = await mr.request(2, 'tools/call', { name: 'pid', arguments: {} });
+    const pid1 = Number(first.result?.content?.[0]?.text);
+    assert.ok(pid1 > 0, `pid through mcp-remote: ${JSON.stringify(first)}\n${mr.stderr()}`);
+    // mcp-remote holds both children: the session it opens at start to check the server and the
+    // one it made for its client, each with a GET stream open. While they are fresh neither its
+    // own grant nor another takes one (two such clients of one grant would otherwise take a child
+    // from each other without end, each initialising again the moment its stream ends).
+    for (const token of [TOKEN_A, TOKEN_B]) {
+      const r = await H.postRaw(fetchFn, url(), H.initializeBody(1), bearer(token));
+      assert.equal(r.messages[0]?.error?.code, -32004, `mcp-remote's fresh sessions keep their children: ${r.text}`);
+    }
+    // Once idle stdio_evict_idle_ms, grants b and c take them.
+    const taken = {};
+    for (const [name, token] of [['b', TOKEN_B], ['c', TOKEN_C]]) {
+      await H.waitUntil(async () => {
+        taken[name] = await H.rawInitialize(fetchFn, url(), bearer(token)).catch(() => null);
+        return taken[name] !== null;
+      }, { timeout: EVICT_IDLE_MS + H.scaled(10000), interval: 200, what: `grant ${name} to take an idle child of mcp-remote's` });
+    }
+    assert.equal(await evictions('other_grant'), 2);
+    // mcp-remote saw its stream end and initialised again at once; with both children taken by
+    // fresh sessions of other grants that was refused, and mcp-remote says so to its client at
+    // once (0.15.1 does not try again: it is restarted, as a desktop app does).
+    const lost = await mr.request(10, 'tools/call', { name: 'pid', arguments: {} });
+    assert.ok(lost.error, `mcp-remote's client is told its session is gone: ${JSON.stringify(lost)}`);
+    assert.match(mr.stderr(), /re-?initiali[sz]/i, 'mcp-remote tried to initialise again');
+    // The grant is not locked out: a new client of it (the Inspector CLI) is served as soon as
+    // b's and c's sessions have been idle stdio_evict_idle_ms.
+    let r;
+    await H.waitUntil(async () => (r = await inspector(TOKEN_A, '--method', 'tools/call', '--tool-name', 'pid')).code === 0,
+      { timeout: EVICT_IDLE_MS + H.scaled(15000), interval: 200, what: 'a new client of grant a to be served' });
+    assert.ok(Number(toolText(r)) > 0);
+    assert.equal(await evictions('other_grant'), 3);
+    const gone = await H.postRaw(fetchFn, url(), callBody(5, 'pid'), taken.b.headers);
+    assert.equal(gone.status, 404, 'b\'s session, the longest idle, gave its child');
   });
 });
