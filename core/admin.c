@@ -207,6 +207,18 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
         tg_buf_appendf(out, "tollgate_upstream_pool{upstream=\"%s\",state=\"queued\"} %zu\n", n, queued);
         tg_buf_appendf(out, "tollgate_upstream_pool{upstream=\"%s\",state=\"streams\"} %zu\n", n, dedicated);
     }
+    tg_buf_appends(out, "# HELP tollgate_stdio_evictions_total stdio children taken at max_children from idle sessions "
+                        "(same_grant: of the new session's grant; other_grant: idle limits.stdio_evict_idle_ms).\n"
+                        "# TYPE tollgate_stdio_evictions_total counter\n");
+    for (size_t i = 0; i < srv->nupstreams; i++) {
+        if (srv->upstreams[i] == NULL || srv->conf->upstreams[i].transport != TG_UP_STDIO)
+            continue;
+        const char *n = srv->conf->upstreams[i].name;
+        tg_buf_appendf(out, "tollgate_stdio_evictions_total{upstream=\"%s\",reason=\"same_grant\"} %llu\n", n,
+                       (unsigned long long)tg_upstream_evictions(srv->upstreams[i], TG_EVICT_SAME_GRANT));
+        tg_buf_appendf(out, "tollgate_stdio_evictions_total{upstream=\"%s\",reason=\"other_grant\"} %llu\n", n,
+                       (unsigned long long)tg_upstream_evictions(srv->upstreams[i], TG_EVICT_OTHER_GRANT));
+    }
     tg_buf_appendf(out,
                    "# HELP tollgate_loop_busy_max_seconds Longest event-loop iteration since start (time not spent "
                    "waiting for I/O).\n# TYPE tollgate_loop_busy_max_seconds gauge\ntollgate_loop_busy_max_seconds %.6f\n",

@@ -70,7 +70,7 @@ static void nop_poll(struct tg_sink *sk, struct tg_call *k, long ms) { (void)sk,
 static int nop_high(const struct tg_sink *sk) { (void)sk; return 0; }
 static int nop_listening(const struct tg_sink *sk) { (void)sk; return 1; }
 static const struct tg_sink_ops nop_ops = {nop_msg, nop_answer, nop_answer, nop_call, nop_call, nop_poll,
-                                           nop_high, nop_listening, NULL, nop_call, nop_call};
+                                           nop_high, nop_listening, NULL, nop_call, nop_call, NULL};
 static struct tg_sink nop_sink = {&nop_ops, TG_SINK_ANSWER_ONLY | TG_SINK_NO_WAIT}; /* shared, never freed */
 
 static void subscribe_upstream(struct tg_session *s, const cJSON *uri)

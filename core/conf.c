@@ -32,6 +32,8 @@ static const struct int_directive limit_directives[] = {
     {"sse_keepalive_ms", LIM(sse_keepalive_ms), 1000, 3600000, 15000, "comment sent on an idle SSE stream"},
     {"ws_ping_ms", LIM(ws_ping_ms), 100, 3600000, 30000, "WebSocket ping interval (no pong, or half a frame, by the next: closed)"},
     {"listens_per_grant", LIM(listens_per_grant), 1, 100000, 16, "2026-07-28 subscriptions/listen streams per grant and upstream"},
+    {"stdio_evict_idle_ms", LIM(stdio_evict_idle_ms), 0, 604800000, 60000,
+     "idle time after which another grant's session gives up its stdio child at max_children"},
     {"output_total_bytes", LIM(output_total_bytes), 1048576, 2147483647, 268435456,
      "bytes queued to all clients together"},
     {NULL, 0, 0, 0, 0, NULL},

@@ -86,6 +86,7 @@ struct tg_limits {
     int sse_keepalive_ms;
     int listens_per_grant;
     int output_total_bytes;
+    int stdio_evict_idle_ms; /* at max_children, another grant's session idle this long gives up its child */
 };
 
 struct tg_policy;
@@ -174,7 +175,7 @@ struct tg_upstream_conf {
     struct tg_policy *policy; /* the conf's reference; NULL: fails closed (everything denied and hidden) */
     int transport;   /* TG_UP_STREAMABLE, TG_UP_SSE (legacy HTTP+SSE) or TG_UP_STDIO */
     char **command;  /* stdio: argv, NULL-terminated */
-    char **env;      /* stdio: the environment (inherited plus env overrides), NULL-terminated */
+    char **env;      /* stdio: the whole environment (env, env_pass, PATH HOME LANG LC_* TZ), NULL-terminated */
     char *cwd;       /* stdio: working directory, or NULL */
     int warm;        /* stdio: children started ahead of need */
     int max_children; /* stdio: live children at most (sessions, warm ones included) */

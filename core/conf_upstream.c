@@ -183,6 +183,87 @@ static void load_tls(struct loader *ld, struct tg_conf *c, const config_setting_
 
 extern char **environ;
 
+/* What a child inherits from the gateway's environment without being asked: the locale, the
+ * time zone, where to find programs and the home folder. Everything else (the tokens the conf
+ * reads through ${VAR}, the gateway's own settings) stays in the gateway. */
+static int inherited_by_default(const char *e, size_t nl)
+{
+    static const char *const names[] = {"PATH", "HOME", "LANG", "TZ", NULL};
+    for (int i = 0; names[i]; i++)
+        if (strlen(names[i]) == nl && strncmp(e, names[i], nl) == 0)
+            return 1;
+    return nl > 3 && strncmp(e, "LC_", 3) == 0;
+}
+
+static int env_has(char *const *env, size_t k, const char *e, size_t nl)
+{
+    for (size_t j = 0; j < k; j++)
+        if (strncmp(env[j], e, nl) == 0 && env[j][nl] == '=')
+            return 1;
+    return 0;
+}
+
+/* The child's whole environment, built once at load: env = { NAME = "value"; } first, then the
+ * names env_pass = [ "NAME", … ] lists and the default ones (PATH, HOME, LANG, LC_*, TZ), each
+ * from the gateway's environment when set there and not already given by env. */
+static void load_child_env(struct loader *ld, const config_setting_t *g, struct tg_upstream_conf *u)
+{
+    const config_setting_t *env = config_setting_get_member(g, "env");
+    const config_setting_t *pass = config_setting_get_member(g, "env_pass");
+    size_t ninherit = 0;
+    while (environ && environ[ninherit])
+        ninherit++;
+    size_t nextra = env && config_setting_is_group(env) ? (size_t)config_setting_length(env) : 0;
+    if (env && !config_setting_is_group(env))
+        tg__conf_errf(ld, env, "env", "must be a group { NAME = \"value\"; }");
+    size_t npass = 0;
+    if (pass != NULL && !config_setting_is_array(pass) && !config_setting_is_list(pass))
+        tg__conf_errf(ld, pass, "env_pass", "must be an array of variable names [ \"NAME\", … ]");
+    else if (pass != NULL)
+        npass = (size_t)config_setting_length(pass);
+    for (size_t i = 0; i < npass; i++) {
+        const char *name = config_setting_get_string_elem(pass, (int)i);
+        if (name == NULL || name[0] == '\0' || strchr(name, '=') != NULL)
+            tg__conf_errf(ld, pass, "env_pass", "element %zu must be a variable name (no \"=\"; values go in env)", i);
+    }
+    u->env = tg_xcalloc(ninherit + nextra + 1, sizeof(char *));
+    size_t k = 0;
+    for (size_t i = 0; i < nextra; i++) {
+        const config_setting_t *e = config_setting_get_elem(env, (unsigned)i);
+        const char *name = config_setting_name(e);
+        const char *val = config_setting_get_string(e);
+        const char *why = NULL;
+        char var[128];
+        char *x = val ? tg_conf_expand_env(val, &why, var, sizeof(var)) : NULL;
+        if (x == NULL) {
+            tg__conf_errf(ld, e, "env", "%s must be a string%s%s", name ? name : "?", why ? ": " : "", why ? why : "");
+            continue;
+        }
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_buf_appendf(&b, "%s=%s", name, x);
+        tg_buf_append(&b, "", 1);
+        u->env[k++] = tg_buf_release(&b);
+        free(x);
+    }
+    /* From the gateway's environment: the default names and those env_pass lists, unless env set
+     * them. A listed name the gateway does not have is simply absent. */
+    for (size_t i = 0; i < ninherit; i++) {
+        const char *eq = strchr(environ[i], '=');
+        if (eq == NULL)
+            continue;
+        size_t nl = (size_t)(eq - environ[i]);
+        int wanted = inherited_by_default(environ[i], nl);
+        for (size_t j = 0; j < npass && !wanted; j++) {
+            const char *name = config_setting_get_string_elem(pass, (int)j);
+            wanted = name != NULL && strlen(name) == nl && strncmp(name, environ[i], nl) == 0;
+        }
+        if (wanted && !env_has(u->env, k, environ[i], nl))
+            u->env[k++] = tg_xstrdup(environ[i]);
+    }
+    u->env[k] = NULL;
+}
+
 /* stdio upstream: command = [ "prog", "arg", … ]; env = { NAME = "value"; }; cwd; warm. */
 static void load_command(struct loader *ld, const config_setting_t *g, const config_setting_t *cmd,
                          struct tg_upstream_conf *u, const char *ctx)
@@ -215,45 +296,7 @@ static void load_command(struct loader *ld, const config_setting_t *g, const con
         else
             u->warm = config_setting_get_int(w);
     }
-    const config_setting_t *env = config_setting_get_member(g, "env");
-    size_t ninherit = 0;
-    while (environ && environ[ninherit])
-        ninherit++;
-    size_t nextra = env && config_setting_is_group(env) ? (size_t)config_setting_length(env) : 0;
-    if (env && !config_setting_is_group(env))
-        tg__conf_errf(ld, env, "env", "must be a group { NAME = \"value\"; }");
-    u->env = tg_xcalloc(ninherit + nextra + 1, sizeof(char *));
-    size_t k = 0;
-    for (size_t i = 0; i < nextra; i++) {
-        const config_setting_t *e = config_setting_get_elem(env, (unsigned)i);
-        const char *name = config_setting_name(e);
-        const char *val = config_setting_get_string(e);
-        const char *why = NULL;
-        char var[128];
-        char *x = val ? tg_conf_expand_env(val, &why, var, sizeof(var)) : NULL;
-        if (x == NULL) {
-            tg__conf_errf(ld, e, "env", "%s must be a string%s%s", name ? name : "?", why ? ": " : "", why ? why : "");
-            continue;
-        }
-        struct tg_buf b;
-        tg_buf_init(&b);
-        tg_buf_appendf(&b, "%s=%s", name, x);
-        tg_buf_append(&b, "", 1);
-        u->env[k++] = tg_buf_release(&b);
-        free(x);
-    }
-    /* The inherited environment, minus what env overrides. */
-    for (size_t i = 0; i < ninherit; i++) {
-        const char *eq = strchr(environ[i], '=');
-        size_t nl = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
-        int overridden = 0;
-        for (size_t j = 0; j < k; j++)
-            if (strncmp(u->env[j], environ[i], nl) == 0 && u->env[j][nl] == '=')
-                overridden = 1;
-        if (!overridden)
-            u->env[k++] = tg_xstrdup(environ[i]);
-    }
-    u->env[k] = NULL;
+    load_child_env(ld, g, u);
 }
 
 void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c)
@@ -277,9 +320,8 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
         }
         static const char *const known[] = {"name", "url", "default", "headers", "initialize", "protocol", "connect_timeout_ms",
                                             "call_timeout_ms", "pool", "policy", "deny_server_requests",
-                                            "transport", "command", "env", "cwd", "warm", "max_children", "tls",
-                                            "backoff_ms", "backoff_max_ms",
-                                            "roots", NULL};
+                                            "transport", "command", "env", "env_pass", "cwd", "warm", "max_children", "tls",
+                                            "backoff_ms", "backoff_max_ms", "roots", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         u->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         if (u->name && !valid_upstream_name(u->name))
@@ -311,9 +353,9 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
                 tg__conf_errf(ld, config_setting_get_member(g, "transport"), "transport",
                               "must be \"streamable\" or \"sse\" (a stdio upstream has command instead of url)");
             free(tr);
-            if (config_setting_get_member(g, "env") || config_setting_get_member(g, "cwd") ||
-                config_setting_get_member(g, "warm"))
-                tg__conf_errf(ld, g, ctx, "env, cwd and warm are for stdio upstreams (command = [ … ])");
+            if (config_setting_get_member(g, "env") || config_setting_get_member(g, "env_pass") ||
+                config_setting_get_member(g, "cwd") || config_setting_get_member(g, "warm"))
+                tg__conf_errf(ld, g, ctx, "env, env_pass, cwd and warm are for stdio upstreams (command = [ … ])");
         }
         u->is_default = tg__conf_get_bool(ld, g, "default", 0, ctx);
         if (u->is_default) {

@@ -93,6 +93,9 @@ struct tg_sink_ops {
     void (*bind)(struct tg_sink *sk, struct tg_call *k);
     /* The middle lets go of the sink: no operation follows. */
     void (*release)(struct tg_sink *sk, struct tg_call *k);
+    /* 1 while a client's connection reads it now (0: at most a replay buffer keeps what comes
+     * for a client that may come back). May be NULL: listening says it. */
+    int (*connected)(const struct tg_sink *sk);
 };
 
 /* Embedded first in each transport's sink object. Owner: the transport object that embeds it

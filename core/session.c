@@ -284,3 +284,43 @@ void tg_session_sweep(struct tg_session_table *t, tg_session_visit_cb cb, void *
         l = next;
     }
 }
+
+/* Busy: a call of its client is under way (only the GET stream call may be on its calls list). A
+ * server request waiting for the client's answer outside any call does not count: an abandoned
+ * client never answers it. */
+static int session_busy(const struct tg_session *s)
+{
+    if (s->inflight > 0 || s->init_pending)
+        return 1;
+    size_t n = 0;
+    for (const struct tg_list *l = s->calls.next; l != &s->calls; l = l->next)
+        n++;
+    return n > (s->get_stream != NULL ? 1u : 0u);
+}
+
+struct tg_session *tg_session_pick_evictable(struct tg_session_table *t, int upstream, const char *grant,
+                                             uint64_t now_ms, uint64_t idle_ms, int (*connected)(const struct tg_session *),
+                                             int *same)
+{
+    /* Three tiers, the longest idle first in each: the grant's sessions whose client is gone, its
+     * sessions idle idle_ms with a stream still open, other grants' sessions idle idle_ms. */
+    struct tg_session *best[3] = {NULL, NULL, NULL};
+    for (struct tg_list *l = t->all.next; l != &t->all; l = l->next) {
+        struct tg_session *s = tg_container_of(l, struct tg_session, link);
+        if (!s->live || s->upstream != upstream || s->uplink == NULL || session_busy(s))
+            continue;
+        int mine = strcmp(s->grant, grant) == 0;
+        int open = connected(s);
+        int idle_long = now_ms >= s->last_active_ms && now_ms - s->last_active_ms >= idle_ms;
+        int tier = mine && !open ? 0 : mine && idle_long ? 1 : !mine && idle_long ? 2 : -1;
+        if (tier >= 0 && (best[tier] == NULL || s->last_active_ms < best[tier]->last_active_ms))
+            best[tier] = s;
+    }
+    for (int i = 0; i < 3; i++)
+        if (best[i] != NULL) {
+            *same = i < 2;
+            return best[i];
+        }
+    *same = 0;
+    return NULL;
+}

@@ -89,6 +89,19 @@ void tg_session_remove(struct tg_session_table *t, struct tg_session *s);
 struct tg_session *tg_session_ref(struct tg_session *s);
 void tg_session_unref(struct tg_session *s);
 
+/* At a stdio upstream's max_children: a live session of upstream that holds a link (a stdio
+ * child) and may give it up to a new session of grant. Never one with work under way (a call in
+ * flight or parked, an initialize pending). First the grant's session idle longest (since its
+ * client's last request or its last call's end) whose client is gone (connected(s) 0: no GET
+ * stream, legacy SSE stream or WebSocket held by a connection), at any idleness; else the grant's, then another
+ * grant's, session idle longest if idle at least idle_ms. A stream alone is not use (clients keep
+ * one open while they do nothing), but it says the client is still there, so it gets idle_ms; and
+ * two clients of one grant that initialise again the moment their stream ends cannot take a child
+ * back and forth. NULL if none. *same: 1 if of grant. */
+struct tg_session *tg_session_pick_evictable(struct tg_session_table *t, int upstream, const char *grant,
+                                             uint64_t now_ms, uint64_t idle_ms, int (*connected)(const struct tg_session *),
+                                             int *same);
+
 typedef int (*tg_session_visit_cb)(struct tg_session *s, void *arg); /* return 1 to remove s */
 void tg_session_sweep(struct tg_session_table *t, tg_session_visit_cb cb, void *arg);
 

@@ -235,6 +235,8 @@ static int on_sink_listening(const struct tg_sink *sk)
     return hs->conn != NULL || hs->replay != NULL;
 }
 
+static int on_sink_connected(const struct tg_sink *sk) { return ((const struct tg_http_sink *)sk)->conn != NULL; }
+
 static void on_sink_bind(struct tg_sink *sk, struct tg_call *k) { ((struct tg_http_sink *)sk)->call = k; }
 
 /* Released sinks are kept for the next exchanges (one per request otherwise costs a malloc and
@@ -271,6 +273,7 @@ static const struct tg_sink_ops http_sink_ops = {
     .poll = on_sink_poll,
     .high = on_sink_high,
     .listening = on_sink_listening,
+    .connected = on_sink_connected,
     .release = on_sink_release,
     .bind = on_sink_bind,
 };

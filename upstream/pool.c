@@ -373,8 +373,10 @@ struct tg_child *tg_upstream_take_child(struct tg_upstream *u, tg_child_message_
     }
     if (c != NULL) {
         tg_child_bind(c, on_message, on_exit, ud);
-    } else if (u->children->live >= (size_t)u->uc->max_children) {
-        /* One token must not start a thousand processes: at the cap the session gets none. */
+    } else if (u->children->live >= (size_t)u->uc->max_children ||
+               u->children->live + u->children->leaving >= 2 * (size_t)u->uc->max_children) {
+        /* One token must not start a thousand processes: at the cap the session gets none (nor
+         * while as many again are still leaving). */
         if (u->metrics != NULL)
             u->metrics->limit_children++;
         tg_log(TG_LOG_WARN, "upstream child refused: upstreams[].max_children reached", "upstream=%s max_children=%d",
@@ -387,6 +389,30 @@ struct tg_child *tg_upstream_take_child(struct tg_upstream *u, tg_child_message_
     }
     fill_warm(u);
     return c;
+}
+
+static int warm_ready(const struct tg_upstream *u)
+{
+    for (int i = 0; i < 64; i++)
+        if (u->warm[i] != NULL && tg_child_alive(u->warm[i]))
+            return 1;
+    return 0;
+}
+
+int tg_upstream_children_full(const struct tg_upstream *u, int *may_evict)
+{
+    size_t max = (size_t)u->uc->max_children;
+    *may_evict = u->children->leaving < max;
+    if (warm_ready(u))
+        return 0;
+    return u->children->live >= max || u->children->live + u->children->leaving >= 2 * max;
+}
+
+void tg_upstream_count_eviction(struct tg_upstream *u, int reason) { u->evictions[reason != TG_EVICT_SAME_GRANT]++; }
+
+uint64_t tg_upstream_evictions(const struct tg_upstream *u, int reason)
+{
+    return u->evictions[reason != TG_EVICT_SAME_GRANT];
 }
 
 struct tg_upstream *tg_upstream_new(uv_loop_t *loop, struct tg_conf *conf, const struct tg_upstream_conf *uc,

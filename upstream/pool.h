@@ -59,6 +59,14 @@ struct tg_child;
 /* stdio upstreams: a child for a new session, warm if one is ready (another is then started). */
 struct tg_child *tg_upstream_take_child(struct tg_upstream *u, tg_child_message_cb on_message,
                                         void (*on_exit)(void *, int64_t, int), void *ud, int *err);
+/* stdio: 1 if tg_upstream_take_child() would refuse now (max_children in use, no warm child);
+ * *may_evict then says whether a session giving up its child would make room (the children
+ * already leaving are fewer than max_children). */
+int tg_upstream_children_full(const struct tg_upstream *u, int *may_evict);
+/* Why a session gave up its child: for another session of its grant, or of another grant. */
+enum { TG_EVICT_SAME_GRANT = 0, TG_EVICT_OTHER_GRANT = 1 };
+void tg_upstream_count_eviction(struct tg_upstream *u, int reason);
+uint64_t tg_upstream_evictions(const struct tg_upstream *u, int reason);
 
 /* extra_headers: complete "Name: value\r\n" lines (may be NULL). timeout_ms 0 = none. */
 struct tg_upreq *tg_upreq_start(struct tg_upstream *u, const char *method, const char *extra_headers,

@@ -86,6 +86,7 @@ struct tg_upstream {
     struct tg_child *warm[64]; /* stdio: children started ahead of need */
     struct tg_child_tally *children; /* stdio: live children (upstreams[].max_children), reference */
     int nwarm;
+    uint64_t evictions[2]; /* stdio: children taken from idle sessions, by TG_EVICT_* */
     char scratch[65536];
 };
 

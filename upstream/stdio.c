@@ -31,6 +31,7 @@ struct tg_child {
     int paused;
     int pid;
     struct tg_child_tally *tally; /* reference, or NULL */
+    size_t *counted_in;           /* &tally->live or &tally->leaving, NULL once reaped */
 };
 
 /* Process-wide count of live children, for metrics and the zombie tests. */
@@ -176,8 +177,9 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int term_signal)
     struct tg_child *ch = p->data;
     ch->exited = 1;
     live_children--;
-    if (ch->tally != NULL)
-        ch->tally->live--;
+    if (ch->counted_in != NULL)
+        (*ch->counted_in)--;
+    ch->counted_in = NULL;
     uv_timer_stop(&ch->kill_timer);
     if (!ch->killed)
         tg_log(TG_LOG_WARN, "upstream process exited", "upstream=%s pid=%d status=%lld signal=%d", ch->name, ch->pid,
@@ -240,6 +242,7 @@ struct tg_child *tg_child_spawn(uv_loop_t *loop, const struct tg_upstream_conf *
         ch->tally = tally;
         tally->refs++;
         tally->live++;
+        ch->counted_in = &tally->live;
     }
     ch->pid = ch->proc.pid;
     uv_read_start((uv_stream_t *)&ch->out, on_alloc, on_stdout);
@@ -305,6 +308,11 @@ void tg_child_kill(struct tg_child *ch)
     ch->on_exit = NULL;
     if (ch->exited)
         return;
+    if (ch->tally != NULL && ch->counted_in == &ch->tally->live) { /* out of use: max_children no longer counts it */
+        ch->tally->live--;
+        ch->tally->leaving++;
+        ch->counted_in = &ch->tally->leaving;
+    }
     /* Closing stdin is how a stdio MCP server is asked to leave; SIGTERM and SIGKILL follow. */
     if (!uv_is_closing((uv_handle_t *)&ch->in))
         uv_close((uv_handle_t *)&ch->in, on_closed);

@@ -18,11 +18,15 @@
 
 struct tg_child;
 
-/* The live children of one upstream, shared by the upstream and its children (each child
- * counts itself from spawn to exit). Owner: refcounted; the last unref frees it. */
+/* The children of one upstream, shared by the upstream and its children. live: from spawn until
+ * tg_child_kill() or the exit, what upstreams[].max_children caps; leaving: killed and not yet
+ * reaped (SIGKILL follows the SIGTERM within KILL_GRACE_MS), so that a session that gives up its
+ * child makes room at once while the processes alive stay bounded. Owner: refcounted; the last
+ * unref frees it. */
 struct tg_child_tally {
     int refs;
     size_t live;
+    size_t leaving;
 };
 struct tg_child_tally *tg_child_tally_new(void);
 void tg_child_tally_unref(struct tg_child_tally *t);
@@ -37,7 +41,7 @@ typedef void (*tg_child_message_cb)(void *ud, const char *p, size_t n, const str
                                     struct tg_buf *own);
 typedef void (*tg_child_exit_cb)(void *ud, int64_t status, int term_signal);
 
-/* tally (may be NULL): counted in from spawn to exit. */
+/* tally (may be NULL): counted in live from spawn, in leaving from tg_child_kill() to the exit. */
 struct tg_child *tg_child_spawn(uv_loop_t *loop, const struct tg_upstream_conf *uc, size_t max_line,
                                 struct tg_child_tally *tally, tg_child_message_cb on_message, tg_child_exit_cb on_exit,
                                 void *ud, int *err);

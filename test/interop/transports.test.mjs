@@ -921,14 +921,16 @@ describe('stdio upstreams', () => {
     assert.ok(r.status === 200 || r.status === 204, `DELETE: HTTP ${r.status} ${r.text}`);
   };
 
-  test('`max_children = 2`: a third session gets no child (-32004, counted), and one is started again once a session ends', async () => {
+  test('`max_children = 2`: a third session of another grant gets no child while the two are fresh (-32004, counted), and one is started again once a session ends', async () => {
     const a = await initSt('capped');
     const b = await initSt('capped');
     const ok = await call(a, 1, 'echo', { text: 'a' }, 'capped');
     assert.equal(H.resultText(ok.messages[0]?.result), 'a', ok.text);
     const hits = (await gw.metrics())['tollgate_limit_hits_total{limit="max_children"}'] ?? 0;
-    // The third initialize needs a child: it gets -32004, and no session is made.
-    const third = await H.postRaw(fetchFn, mcp('capped'), H.initializeBody(1), authA);
+    // The third initialize needs a child: alice's two sessions were used less than
+    // limits.stdio_evict_idle_ms (60 s) ago, so bob gets -32004, and no session is made. (Alice
+    // would take her own longest-idle session's child: stdio.test.mjs.)
+    const third = await H.postRaw(fetchFn, mcp('capped'), H.initializeBody(1), authB);
     assert.match(third.text, /-32004/, third.text);
     assert.equal(third.headers.get('mcp-session-id'), null, 'no session without a child');
     await gw.waitForLog(/max_children reached.*upstream=capped/);

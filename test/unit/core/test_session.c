@@ -272,6 +272,68 @@ static void sweep_removes_what_callback_says(void **state)
     tg_session_table_free(t);
 }
 
+/* At max_children: the session of the same grant idle longest whose client is gone (no stream),
+ * at any idleness; else one idle at least idle_ms, the grant's own first; never one with work
+ * under way, without a child or of another upstream. */
+static int has_stream(const struct tg_session *s) { return s->get_stream != NULL; }
+
+static void pick_evictable(void **state)
+{
+    struct tg_session_table *t = tg_session_table_new();
+    struct tg_uplink *link = (struct tg_uplink *)&t; /* any non-NULL: only looked at, never used */
+    struct tg_session *a1 = tg_session_create(t, "a", 0), *a2 = tg_session_create(t, "a", 0);
+    struct tg_session *b1 = tg_session_create(t, "b", 0), *other_up = tg_session_create(t, "a", 1);
+    struct tg_session *no_child = tg_session_create(t, "a", 0);
+    a1->uplink = a2->uplink = b1->uplink = other_up->uplink = link;
+    a1->last_active_ms = 900, a2->last_active_ms = 950, b1->last_active_ms = 100;
+    other_up->last_active_ms = no_child->last_active_ms = 0;
+    int same = -1;
+    /* Grant a: its own longest idle (a1), although b1 has been idle far longer. */
+    assert_ptr_equal(tg_session_pick_evictable(t, 0, "a", 1000, 60000, has_stream, &same), a1);
+    assert_int_equal(same, 1);
+    /* A call in flight, an initialize pending, or any call but the GET stream: not idle. */
+    a1->inflight = 1;
+    assert_ptr_equal(tg_session_pick_evictable(t, 0, "a", 1000, 60000, has_stream, &same), a2);
+    a1->inflight = 0;
+    a1->init_pending = 1;
+    assert_ptr_equal(tg_session_pick_evictable(t, 0, "a", 1000, 60000, has_stream, &same), a2);
+    a1->init_pending = 0;
+    struct tg_list parked;
+    tg_list_insert_tail(&a1->calls, &parked);
+    assert_ptr_equal(tg_session_pick_evictable(t, 0, "a", 1000, 60000, has_stream, &same), a2);
+    /* With its GET stream open (and only that), its client is still there: a1 goes only once idle
+     * idle_ms, after a2 (no stream) however fresh a2 is. */
+    a1->get_stream = (struct tg_call *)&parked;
+    a1->last_active_ms = 0;
+    assert_ptr_equal(tg_session_pick_evictable(t, 0, "a", 1000, 100, has_stream, &same), a2);
+    a2->uplink = NULL;
+    assert_null(tg_session_pick_evictable(t, 0, "a", 1000, 1001, has_stream, &same));
+    assert_ptr_equal(tg_session_pick_evictable(t, 0, "a", 1000, 1000, has_stream, &same), a1);
+    assert_int_equal(same, 1);
+    a2->uplink = link;
+    a1->get_stream = NULL;
+    tg_list_unlink(&parked);
+    a1->last_active_ms = 900;
+    /* Grant c has no session: another grant's only once idle idle_ms, the longest first. */
+    assert_null(tg_session_pick_evictable(t, 0, "c", 1000, 901, has_stream, &same));
+    assert_ptr_equal(tg_session_pick_evictable(t, 0, "c", 1000, 900, has_stream, &same), b1);
+    assert_int_equal(same, 0);
+    b1->inflight = 2;
+    assert_ptr_equal(tg_session_pick_evictable(t, 0, "c", 1000, 100, has_stream, &same), a1);
+    assert_null(tg_session_pick_evictable(t, 0, "c", 1000, 200, has_stream, &same));
+    /* Grant b: its own b1 is busy; a's sessions are not idle long enough. */
+    assert_null(tg_session_pick_evictable(t, 0, "b", 1000, 60000, has_stream, &same));
+    assert_int_equal(same, 0);
+    b1->inflight = 0;
+    /* Upstream 1: only other_up; a removed session is not a candidate. */
+    assert_ptr_equal(tg_session_pick_evictable(t, 1, "a", 1000, 0, has_stream, &same), other_up);
+    other_up->uplink = NULL;
+    tg_session_remove(t, other_up);
+    assert_null(tg_session_pick_evictable(t, 1, "a", 1000, 0, has_stream, &same));
+    a1->uplink = a2->uplink = b1->uplink = NULL;
+    tg_session_table_free(t);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -282,6 +344,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(refcount_keeps_removed_session),
         cmocka_unit_test(count_for_grant),
         cmocka_unit_test(sweep_removes_what_callback_says),
+        cmocka_unit_test(pick_evictable),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

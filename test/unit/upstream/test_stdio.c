@@ -7,9 +7,11 @@
 #include "test/unit/unit.h"
 
 #include <signal.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "core/buf.h"
+#include "core/conf.h"
 #include "core/log.h"
 #include "upstream/stdio.h"
 
@@ -68,16 +70,20 @@ static void on_exit_cb(void *ud, int64_t status, int term_signal)
 
 static char *cat_argv[] = {"/bin/cat", NULL};
 
-static struct fx *fx_new(char **argv, size_t max_line)
+/* uc: the upstream to start (its command, env, cwd), or NULL for argv with nothing else set. */
+static struct fx *fx_new_conf(const struct tg_upstream_conf *uc, char **argv, size_t max_line)
 {
     struct fx *f = tg_xcalloc(1, sizeof(*f));
     assert_int_equal(uv_loop_init(&f->loop), 0);
     uv_timer_init(&f->loop, &f->watchdog);
     f->watchdog.data = f;
     tg_buf_init(&f->msgs);
+    if (uc != NULL)
+        f->uc = *uc;
     f->uc.name = "test";
     f->uc.transport = TG_UP_STDIO;
-    f->uc.command = argv;
+    if (argv != NULL)
+        f->uc.command = argv;
     f->tally = tg_child_tally_new();
     int err = 0;
     f->ch = tg_child_spawn(&f->loop, &f->uc, max_line, f->tally, on_message, on_exit_cb, f, &err);
@@ -88,6 +94,8 @@ static struct fx *fx_new(char **argv, size_t max_line)
     return f;
 }
 
+static struct fx *fx_new(char **argv, size_t max_line) { return fx_new_conf(NULL, argv, max_line); }
+
 static void fx_free(struct fx *f)
 {
     if (f->ch != NULL)
@@ -95,6 +103,7 @@ static void fx_free(struct fx *f)
     f->ch = NULL;
     RUN_UNTIL(f, tg_child_live_count() == 0); /* reaped */
     assert_int_equal(f->tally->live, 0); /* counted out at exit */
+    assert_int_equal(f->tally->leaving, 0);
     uv_close((uv_handle_t *)&f->watchdog, NULL);
     uv_run(&f->loop, UV_RUN_DEFAULT);
     assert_int_equal(uv_loop_close(&f->loop), 0);
@@ -243,6 +252,135 @@ static void no_callback_after_tg_child_kill(void **state)
     fx_free(f);
 }
 
+/* A child asked to leave stops counting toward max_children at once (a new session may take its
+ * place while it exits), and is counted as leaving until it is reaped. */
+static void killed_child_stops_counting_at_once(void **state)
+{
+    struct fx *f = fx_new(cat_argv, 4096);
+    assert_int_equal(f->tally->live, 1);
+    tg_child_kill(f->ch);
+    f->ch = NULL;
+    assert_int_equal(f->tally->live, 0);
+    assert_int_equal(f->tally->leaving, 1);
+    RUN_UNTIL(f, f->tally->leaving == 0); /* reaped */
+    assert_int_equal(tg_child_live_count(), 0);
+    fx_free(f);
+}
+
+/* ---- the environment upstreams[].env and env_pass make ---------------------------------- */
+
+static char tmpdir[256];
+
+static struct tg_conf *load_text(const char *text, struct tg_buf *err)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/c.conf", tmpdir);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(text, 1, strlen(text), fp), strlen(text));
+    assert_int_equal(fclose(fp), 0);
+    tg_buf_init(err);
+    struct tg_conf *c = tg_conf_load(path, err);
+    tg_buf_append(err, "", 1);
+    return c;
+}
+
+static int env_setup(void **state)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof(tmpdir), "%s/tg-stdio-XXXXXX", base && *base ? base : "/tmp");
+    if (mkdtemp(tmpdir) == NULL)
+        return -1;
+    setenv("TG_T_SECRET", "gateway-secret", 1);
+    setenv("COWORK_TOKEN", "cowork-secret", 1);
+    setenv("TG_T_PASS", "passed", 1);
+    setenv("LC_TIME", "C", 1);
+    setenv("TZ", "UTC", 1);
+    unsetenv("TG_T_ABSENT");
+    return 0;
+}
+
+static int env_teardown(void **state)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+#define ENV_CONF_HEAD                                                                                                 \
+    "listen = ( { address = \"127.0.0.1\"; port = 0; } );\n"                                                          \
+    "grants = ( { name = \"local\"; anonymous = true; } );\n"
+
+/* 1 if env holds exactly "NAME=value" for name (value NULL: any value). */
+static int env_holds(char **env, const char *name, const char *value)
+{
+    size_t nl = strlen(name);
+    for (char **e = env; *e; e++)
+        if (strncmp(*e, name, nl) == 0 && (*e)[nl] == '=')
+            return value == NULL || strcmp(*e + nl + 1, value) == 0;
+    return 0;
+}
+
+static void child_gets_only_what_it_is_given(void **state)
+{
+    struct tg_buf err;
+    struct tg_conf *c = load_text(ENV_CONF_HEAD "upstreams = ( { name = \"s\"; command = [ \"/bin/sh\", \"-c\",\n"
+                                  "  \"printf '{\\\"id\\\":\\\"%s|%s|%s|%s|%s|%s\\\"}\\\\n' \\\"$A\\\" \\\"$TG_T_PASS\\\" "
+                                  "\\\"$TG_T_SECRET\\\" \\\"$COWORK_TOKEN\\\" \\\"$TZ\\\" \\\"$LC_TIME\\\"; cat\" ];\n"
+                                  "  env = { A = \"from-conf\"; TZ = \"Europe/Paris\"; };\n"
+                                  "  env_pass = [ \"TG_T_PASS\", \"TG_T_ABSENT\" ]; } );\n",
+                                  &err);
+    if (c == NULL)
+        fail_msg("load: %s", err.base);
+    tg_buf_dispose(&err);
+    char **env = c->upstreams[0].env;
+    assert_true(env_holds(env, "A", "from-conf"));
+    assert_true(env_holds(env, "TZ", "Europe/Paris")); /* env wins over the gateway's */
+    assert_true(env_holds(env, "TG_T_PASS", "passed"));
+    assert_true(env_holds(env, "LC_TIME", "C"));
+    assert_int_equal(env_holds(env, "PATH", getenv("PATH")), getenv("PATH") != NULL);
+    assert_false(env_holds(env, "TG_T_ABSENT", NULL)); /* named but not set: absent */
+    assert_false(env_holds(env, "TG_T_SECRET", NULL));
+    assert_false(env_holds(env, "COWORK_TOKEN", NULL));
+    for (char **e = env; *e; e++) { /* nothing else */
+        int known = strncmp(*e, "LC_", 3) == 0;
+        static const char *const names[] = {"PATH", "HOME", "LANG", "TZ", "A", "TG_T_PASS", NULL};
+        for (int i = 0; names[i] && !known; i++)
+            known = strncmp(*e, names[i], strlen(names[i])) == 0 && (*e)[strlen(names[i])] == '=';
+        if (!known)
+            fail_msg("the child would get %s", *e);
+    }
+    /* and the child sees exactly that */
+    struct fx *f = fx_new_conf(&c->upstreams[0], NULL, 4096);
+    RUN_UNTIL(f, f->nmsgs == 1);
+    assert_msgs(f, "{\"id\":\"from-conf|passed|||Europe/Paris|C\"}|");
+    fx_free(f);
+    tg_conf_unref(c);
+}
+
+static void env_pass_takes_names_only(void **state)
+{
+    struct tg_buf err;
+    struct tg_conf *c = load_text(ENV_CONF_HEAD "upstreams = ( { name = \"s\"; command = [ \"cat\" ];\n"
+                                  "  env_pass = [ \"OK\", \"A=B\" ]; } );\n",
+                                  &err);
+    assert_null(c);
+    if (strstr(err.base, "c.conf:4: env_pass: element 1 must be a variable name") == NULL)
+        fail_msg("error: %s", err.base);
+    tg_buf_dispose(&err);
+    c = load_text(ENV_CONF_HEAD "upstreams = ( { name = \"s\"; command = [ \"cat\" ]; env_pass = \"PATH\"; } );\n", &err);
+    assert_null(c);
+    if (strstr(err.base, "env_pass: must be an array of variable names") == NULL)
+        fail_msg("error: %s", err.base);
+    tg_buf_dispose(&err);
+    c = load_text(ENV_CONF_HEAD "upstreams = ( { name = \"s\"; url = \"http://127.0.0.1:1/mcp\"; env_pass = [ \"A\" ]; } );\n",
+                  &err);
+    assert_null(c);
+    if (strstr(err.base, "are for stdio upstreams") == NULL)
+        fail_msg("error: %s", err.base);
+    tg_buf_dispose(&err);
+}
+
 int main(int argc, char **argv)
 {
     tg_log_setup(TG_LOG_ERROR, TG_LOG_LOGFMT, NULL);
@@ -253,6 +391,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(on_exit_once_when_killed_from_outside),
         cmocka_unit_test(on_exit_once_when_the_child_exits),
         cmocka_unit_test(no_callback_after_tg_child_kill),
+        cmocka_unit_test(killed_child_stops_counting_at_once),
+        cmocka_unit_test_setup_teardown(child_gets_only_what_it_is_given, env_setup, env_teardown),
+        cmocka_unit_test_setup_teardown(env_pass_takes_names_only, env_setup, env_teardown),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
