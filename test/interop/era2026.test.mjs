@@ -136,7 +136,11 @@ describe('2026-07-28 requests', () => {
       assert.equal(r.json?.error?.code, -32004, r.text);
       assert.match(r.json.error.message, /upstream session unavailable/, r.text);
     }
-    await gw.waitForLog(/upstream protocol probe failed/);
+    // The reason in words, as the OS says it, never a bare errno value (err=-111).
+    await gw.waitForLog(/upstream protocol probe failed.*upstream=dead .*error="connection refused"/);
+    const lines = gw.stderr().split('\n').filter((l) => l.includes('upstream=dead'));
+    assert.ok(lines.some((l) => /upstream connect failed.*error="connection refused"/.test(l)), lines.join('\n'));
+    assert.ok(!lines.some((l) => /\b(err|rc|status)=-\d/.test(l)), lines.join('\n'));
   });
 
   test('bridged: subscriptions/listen on a 2025 upstream session: acknowledged first, list changes tagged with the listen id', async () => {
