@@ -175,8 +175,13 @@ static void on_hash(void *ud, int status, const struct redisReply *r)
     struct tg_server *srv = w->srv;
     if (status != TG_REDIS_OK || r == NULL || r->type != REDIS_REPLY_ARRAY) {
         /* Redis failed: this member's own calls are still here to show. */
-        tg_log(TG_LOG_WARN, "cluster: the shared approvals queue cannot be read; showing this instance's", "status=%d",
-               status);
+        tg_log(TG_LOG_WARN, "cluster: the shared approvals queue cannot be read; showing this instance's",
+               "error=\"%s\"",
+               status == TG_REDIS_EDOWN       ? "Redis not connected"
+               : status == TG_REDIS_ETIMEDOUT ? "Redis timed out"
+               : status == TG_REDIS_EBUSY     ? "too many Redis requests in flight"
+               : status == TG_REDIS_ECLOSED   ? "closed"
+                                              : "unexpected Redis reply");
         tg__approvals_local_queue.list(srv, w->done, w->ud);
         free(w);
         return;

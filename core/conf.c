@@ -1,10 +1,15 @@
 #include "core/conf.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <libconfig.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/conf_int.h"
 #include "core/log.h"
@@ -57,10 +62,173 @@ void tg__conf_errf(struct loader *ld, const config_setting_t *s, const char *dir
     for (char *q = dir; *q; q++)
         if ((unsigned char)*q < 0x20 || *q == 0x7f)
             *q = '?';
-    const char *file = s ? config_setting_source_file(s) : NULL;
-    int line = s ? config_setting_source_line(s) : 0;
-    tg_buf_appendf(ld->err, "%s:%d: %s: %s\n", file ? file : ld->path, line, dir, msg);
+    /* libconfig gives some settings no line (0: list elements, groups, the root): the nearest
+     * enclosing setting that has one is named instead, and with none the line is left out. */
+    const config_setting_t *at = s;
+    while (at != NULL && config_setting_source_line(at) == 0)
+        at = config_setting_parent(at);
+    const char *file = at ? config_setting_source_file(at) : NULL;
+    if (at != NULL)
+        tg_buf_appendf(ld->err, "%s:%d: %s: %s\n", file ? file : ld->path, config_setting_source_line(at), dir, msg);
+    else
+        tg_buf_appendf(ld->err, "%s: %s: %s\n", ld->path, dir, msg);
     ld->nerr++;
+}
+
+char *tg__conf_path(const struct loader *ld, char *p)
+{
+    const char *slash = strrchr(ld->path, '/');
+    if (p == NULL || p[0] == '\0' || p[0] == '/' || slash == NULL)
+        return p; /* absolute, empty, or the conf file is in the working directory already */
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_append(&b, ld->path, (size_t)(slash - ld->path) + 1);
+    tg_buf_appends(&b, p);
+    tg_buf_append(&b, "", 1);
+    free(p);
+    return tg_buf_release(&b);
+}
+
+int tg__conf_check_readable(struct loader *ld, const config_setting_t *s, const char *directive, const char *path)
+{
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) : -1;
+    struct stat st;
+    if (fd < 0) {
+        if (path != NULL)
+            tg__conf_errf(ld, s, directive, "cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int dir = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+    close(fd);
+    if (dir) {
+        tg__conf_errf(ld, s, directive, "cannot open %s: %s", path, strerror(EISDIR));
+        return -1;
+    }
+    return 0;
+}
+
+/* A file the gateway appends to (log.file, audit.file): it, or the folder it would be made in,
+ * must be writable, as start needs. Nothing is created here. */
+static void check_writable(struct loader *ld, const config_setting_t *s, const char *directive, const char *path)
+{
+    if (path == NULL || path[0] == '\0')
+        return;
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            tg__conf_errf(ld, s, directive, "cannot open %s for writing: %s", path, strerror(EISDIR));
+        else if (access(path, W_OK) != 0)
+            tg__conf_errf(ld, s, directive, "cannot open %s for writing: %s", path, strerror(errno));
+        return;
+    }
+    if (errno != ENOENT) {
+        tg__conf_errf(ld, s, directive, "cannot open %s for writing: %s", path, strerror(errno));
+        return;
+    }
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash == path ? 1 : slash - path) : 1, slash ? path : ".");
+    if (access(dir, W_OK | X_OK) != 0)
+        tg__conf_errf(ld, s, directive, "cannot create %s: %s: %s", path, dir, strerror(errno));
+}
+
+/* Is prog, found at path, something execvp can run? 0, or errno. */
+static int executable(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return errno;
+    if (S_ISDIR(st.st_mode))
+        return EISDIR;
+    if (!S_ISREG(st.st_mode) || access(path, X_OK) != 0)
+        return EACCES;
+    return 0;
+}
+
+void tg__conf_check_command(struct loader *ld, const config_setting_t *s, const char *directive, char **command,
+                            const char *cwd, char *const *env)
+{
+    struct stat st;
+    if (cwd != NULL) {
+        int e = stat(cwd, &st) != 0 ? errno : !S_ISDIR(st.st_mode) ? ENOTDIR : 0;
+        if (e != 0) {
+            tg__conf_errf(ld, s, "cwd", "cannot use %s as the working directory: %s", cwd, strerror(e));
+            return;
+        }
+    }
+    const char *prog = command ? command[0] : NULL;
+    if (prog == NULL || prog[0] == '\0') {
+        tg__conf_errf(ld, s, directive, "the program (element 0) is empty");
+        return;
+    }
+    char path[4096];
+    if (strchr(prog, '/') != NULL) {
+        /* A path: from the child's working directory (cwd), or the conf file's folder. */
+        if (prog[0] != '/' && cwd != NULL)
+            snprintf(path, sizeof(path), "%s/%s", cwd, prog);
+        else if (prog[0] != '/') {
+            command[0] = tg__conf_path(ld, command[0]);
+            prog = command[0];
+            snprintf(path, sizeof(path), "%s", prog);
+        } else
+            snprintf(path, sizeof(path), "%s", prog);
+        int e = executable(path);
+        if (e == EACCES)
+            tg__conf_errf(ld, s, directive, "%s is not an executable file", path);
+        else if (e != 0)
+            tg__conf_errf(ld, s, directive, "cannot run %s: %s", path, strerror(e));
+        return;
+    }
+    /* A name: looked up as the child's execvp will, on the PATH of its environment (the
+     * default search path of the C library without one). */
+    const char *search = "/bin:/usr/bin";
+    for (char *const *e = env; e && *e; e++)
+        if (strncmp(*e, "PATH=", 5) == 0)
+            search = *e + 5;
+    const char *denied = NULL;
+    char denied_path[4096];
+    for (const char *p = search;; p++) {
+        const char *end = strchr(p, ':');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        /* An empty entry is the working directory, a relative one is taken from it. */
+        if (n == 0)
+            snprintf(path, sizeof(path), "%s/%s", cwd ? cwd : ".", prog);
+        else if (p[0] != '/' && cwd != NULL)
+            snprintf(path, sizeof(path), "%s/%.*s/%s", cwd, (int)n, p, prog);
+        else
+            snprintf(path, sizeof(path), "%.*s/%s", (int)n, p, prog);
+        int r = executable(path);
+        if (r == 0)
+            return;
+        if (r == EACCES && denied == NULL) {
+            snprintf(denied_path, sizeof(denied_path), "%s", path);
+            denied = denied_path;
+        }
+        if (end == NULL)
+            break;
+        p = end;
+    }
+    if (denied != NULL)
+        tg__conf_errf(ld, s, directive, "%s is not an executable file", denied);
+    else
+        tg__conf_errf(ld, s, directive, "\"%s\" is not found on the PATH the process gets (%s)", prog, search);
+}
+
+/* listen[].address, admin.address: the socket is bound to this address, never a name looked up. */
+static void check_ip_literal(struct loader *ld, const config_setting_t *s, const char *directive, const char *addr)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    char v6[64];
+    snprintf(v6, sizeof(v6), "%s", addr ? addr : "");
+    char *scope = strchr(v6, '%'); /* fe80::1%eth0 */
+    if (scope != NULL)
+        *scope = '\0';
+    if (addr == NULL || inet_pton(AF_INET, addr, buf) == 1 || inet_pton(AF_INET6, v6, buf) == 1)
+        return;
+    tg__conf_errf(ld, s, directive,
+                  "\"%s\" is not an IP address; host names are not looked up (127.0.0.1 or ::1 for this host only, "
+                  "0.0.0.0 or :: for every interface)",
+                  addr);
 }
 
 char *tg_conf_expand_env(const char *in, const char **why, char *varname, size_t varname_sz)
@@ -273,7 +441,8 @@ static void load_log(struct loader *ld, config_t *cfg, struct tg_conf *c)
     c->log_access = tg__conf_get_bool(ld, g, "access", 0, "log");
     char *level = tg__conf_get_str(ld, g, "level", "info", 0, "log");
     char *format = tg__conf_get_str(ld, g, "format", "logfmt", 0, "log");
-    c->log_file = tg__conf_get_str(ld, g, "file", NULL, 0, "log");
+    c->log_file = tg__conf_path(ld, tg__conf_get_str(ld, g, "file", NULL, 0, "log"));
+    check_writable(ld, config_setting_get_member(g, "file"), "log.file", c->log_file);
     if (level && (c->log_level = tg_log_parse_level(level)) < 0) {
         tg__conf_errf(ld, config_setting_get_member(g, "level"), "log.level", "must be error, warn, info or debug");
         c->log_level = TG_LOG_INFO;
@@ -307,6 +476,7 @@ static void load_listeners(struct loader *ld, config_t *cfg, struct tg_conf *c)
         static const char *const known[] = {"address", "port", "tls", "origins", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         lc->address = tg__conf_get_str(ld, g, "address", "127.0.0.1", 0, ctx);
+        check_ip_literal(ld, config_setting_get_member(g, "address"), "address", lc->address);
         lc->port = get_port(ld, g, ctx, -1);
         const config_setting_t *tls = config_setting_get_member(g, "tls");
         if (tls != NULL) {
@@ -323,9 +493,12 @@ static void load_listeners(struct loader *ld, config_t *cfg, struct tg_conf *c)
             else {
                 tg__conf_check_members(ld, tls, tknown, tctx);
                 lc->tls = 1;
-                lc->cert = tg__conf_get_str(ld, tls, "cert", NULL, 1, tctx);
-                lc->key = tg__conf_get_str(ld, tls, "key", NULL, 1, tctx);
-                lc->client_ca = tg__conf_get_str(ld, tls, "client_ca", NULL, 0, tctx);
+                lc->cert = tg__conf_path(ld, tg__conf_get_str(ld, tls, "cert", NULL, 1, tctx));
+                lc->key = tg__conf_path(ld, tg__conf_get_str(ld, tls, "key", NULL, 1, tctx));
+                lc->client_ca = tg__conf_path(ld, tg__conf_get_str(ld, tls, "client_ca", NULL, 0, tctx));
+                tg__conf_check_readable(ld, config_setting_get_member(tls, "cert"), "cert", lc->cert);
+                tg__conf_check_readable(ld, config_setting_get_member(tls, "key"), "key", lc->key);
+                tg__conf_check_readable(ld, config_setting_get_member(tls, "client_ca"), "client_ca", lc->client_ca);
                 tg__conf_load_ints(ld, tls, tints, lc, tctx, 0);
                 char *ca = tg__conf_get_str(ld, tls, "client_auth", lc->client_ca ? "optional" : "none", 0, tctx);
                 const config_setting_t *cas = config_setting_get_member(tls, "client_auth");
@@ -377,6 +550,7 @@ static void load_admin(struct loader *ld, config_t *cfg, struct tg_conf *c)
     tg__conf_check_members(ld, g, known, "admin");
     c->admin.enabled = 1;
     c->admin.address = tg__conf_get_str(ld, g, "address", "127.0.0.1", 0, "admin");
+    check_ip_literal(ld, config_setting_get_member(g, "address"), "admin.address", c->admin.address);
     c->admin.port = get_port(ld, g, "admin", 9090);
     c->admin.has_token = tg__conf_parse_sha256(ld, g, "admin", c->admin.token_sha256);
 }
@@ -393,7 +567,8 @@ static void load_audit(struct loader *ld, config_t *cfg, struct tg_conf *c)
     }
     static const char *const known[] = {"file", "args", "redact", "max_pending_bytes", NULL};
     tg__conf_check_members(ld, g, known, "audit");
-    c->audit.file = tg__conf_get_str(ld, g, "file", NULL, 1, "audit");
+    c->audit.file = tg__conf_path(ld, tg__conf_get_str(ld, g, "file", NULL, 1, "audit"));
+    check_writable(ld, config_setting_get_member(g, "file"), "audit.file", c->audit.file);
     char *args = tg__conf_get_str(ld, g, "args", "hash", 0, "audit");
     if (args && strcmp(args, "values") == 0)
         c->audit.values = 1;
@@ -433,10 +608,17 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
     struct loader ld = {path, err, 0, NULL};
     config_t cfg;
     config_init(&cfg);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        tg_buf_appendf(err, "%s: cannot open: %s\n", path, strerror(errno));
+        config_destroy(&cfg);
+        return NULL;
+    }
+    fclose(f);
     if (config_read_file(&cfg, path) != CONFIG_TRUE) {
         const char *ef = config_error_file(&cfg);
         if (config_error_type(&cfg) == CONFIG_ERR_FILE_IO)
-            tg_buf_appendf(err, "%s:0: file: cannot read\n", path);
+            tg_buf_appendf(err, "%s: cannot read: %s\n", path, strerror(errno));
         else
             tg_buf_appendf(err, "%s:%d: syntax: %s\n", ef ? ef : path, config_error_line(&cfg),
                            config_error_text(&cfg));

@@ -80,7 +80,7 @@ void tg__conf_load_cluster(struct loader *ld, config_t *cfg, struct tg_conf *c)
     cc->key_prefix = tg__conf_get_str(ld, g, "key_prefix", "tollgate:", 0, "cluster");
     if (cc->key_prefix != NULL && strlen(cc->key_prefix) > 64)
         tg__conf_errf(ld, config_setting_get_member(g, "key_prefix"), "cluster.key_prefix", "must be at most 64 bytes");
-    cc->secret_file = tg__conf_get_str(ld, g, "secret_file", NULL, 1, "cluster");
+    cc->secret_file = tg__conf_path(ld, tg__conf_get_str(ld, g, "secret_file", NULL, 1, "cluster"));
     if (cc->secret_file != NULL)
         load_secret(ld, config_setting_get_member(g, "secret_file"), cc);
     char *ou = tg__conf_get_str(ld, g, "on_unavailable", "deny", 0, "cluster");

@@ -284,7 +284,7 @@ void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
         tg__conf_check_members(ld, g, known, ctx);
         j->issuer = tg__conf_get_str(ld, g, "issuer", NULL, 1, ctx);
         j->audience = tg__conf_get_str(ld, g, "audience", NULL, 1, ctx);
-        j->jwks_file = tg__conf_get_str(ld, g, "jwks_file", NULL, 1, ctx);
+        j->jwks_file = tg__conf_path(ld, tg__conf_get_str(ld, g, "jwks_file", NULL, 1, ctx));
         j->grant_claim = tg__conf_get_str(ld, g, "grant_claim", "sub", 0, ctx);
         j->skew_s = 60;
         const config_setting_t *sk = config_setting_get_member(g, "skew_s");
@@ -384,7 +384,7 @@ void tg__conf_load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c)
             static const char *const known[] = {"upstream", "policy", NULL};
             tg__conf_check_members(ld, e, known, ectx);
             char *un = tg__conf_get_str(ld, e, "upstream", NULL, 1, ectx);
-            gp->path = tg__conf_get_str(ld, e, "policy", NULL, 1, ectx);
+            gp->path = tg__conf_path(ld, tg__conf_get_str(ld, e, "policy", NULL, 1, ectx));
             if (un != NULL && tg_conf_find_upstream(c, tg_slice_cstr(un), &gp->upstream) == NULL)
                 tg__conf_errf(ld, config_setting_get_member(e, "upstream"), "upstream", "no upstream named \"%s\"", un);
             for (size_t m = 0; m < k; m++)

@@ -36,6 +36,17 @@ struct loader {
 /* Appends "file:line: directive: reason" for setting s (the file itself when s is NULL). */
 void tg__conf_errf(struct loader *ld, const config_setting_t *s, const char *directive, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* A path from the conf file: a relative one is taken from the conf file's folder (so it means the
+ * same whatever the working directory). Takes p (may be NULL) and returns the path to keep. */
+char *tg__conf_path(const struct loader *ld, char *p);
+/* 0 if path opens for reading; else "cannot open PATH: reason" is reported at s and -1 returned
+ * (-1 without a report when path is NULL). */
+int tg__conf_check_readable(struct loader *ld, const config_setting_t *s, const char *directive, const char *path);
+/* A stdio upstream's program can be run as its child will run it: a path (relative: from cwd, or
+ * from the conf file's folder without cwd, command[0] then rewritten to it), or a name looked up
+ * on the PATH in env (the child's environment). Reports at s otherwise. */
+void tg__conf_check_command(struct loader *ld, const config_setting_t *s, const char *directive, char **command,
+                            const char *cwd, char *const *env);
 /* Reads a string setting, expanding ${VAR}. Missing and not required -> def (may be NULL). */
 char *tg__conf_get_str(struct loader *ld, const config_setting_t *grp, const char *name, const char *def, int required,
                        const char *ctx);

@@ -152,9 +152,9 @@ static void load_tls(struct loader *ld, struct tg_conf *c, const config_setting_
     static const char *const known[] = {"ca", "cert", "key", "server_name", "verify", NULL};
     if (t != NULL)
         tg__conf_check_members(ld, t, known, tctx);
-    u->tls_ca = t ? tg__conf_get_str(ld, t, "ca", NULL, 0, tctx) : NULL;
-    u->tls_cert = t ? tg__conf_get_str(ld, t, "cert", NULL, 0, tctx) : NULL;
-    u->tls_key = t ? tg__conf_get_str(ld, t, "key", NULL, 0, tctx) : NULL;
+    u->tls_ca = t ? tg__conf_path(ld, tg__conf_get_str(ld, t, "ca", NULL, 0, tctx)) : NULL;
+    u->tls_cert = t ? tg__conf_path(ld, tg__conf_get_str(ld, t, "cert", NULL, 0, tctx)) : NULL;
+    u->tls_key = t ? tg__conf_path(ld, tg__conf_get_str(ld, t, "key", NULL, 0, tctx)) : NULL;
     u->tls_server_name = t ? tg__conf_get_str(ld, t, "server_name", NULL, 0, tctx) : NULL;
     u->tls_verify = t ? tg__conf_get_bool(ld, t, "verify", 1, tctx) : 1;
     if ((u->tls_cert == NULL) != (u->tls_key == NULL)) {
@@ -175,6 +175,10 @@ static void load_tls(struct loader *ld, struct tg_conf *c, const config_setting_
         if (u->tls_ca != NULL)
             tg__conf_errf(ld, config_setting_get_member(t, "ca"), "ca", "has no use with verify = false");
     }
+    if ((u->tls_ca && tg__conf_check_readable(ld, config_setting_get_member(t, "ca"), "ca", u->tls_ca) != 0) ||
+        (u->tls_cert && tg__conf_check_readable(ld, config_setting_get_member(t, "cert"), "cert", u->tls_cert) != 0) ||
+        (u->tls_key && tg__conf_check_readable(ld, config_setting_get_member(t, "key"), "key", u->tls_key) != 0))
+        return;
     struct tg_tls_client_opts o = {u->tls_ca, u->tls_cert, u->tls_key, u->tls_verify};
     char err[256];
     if (tg_tls_client_ctx_new(&o, &u->tls_ctx, err, sizeof(err)) != 0)
@@ -288,7 +292,7 @@ static void load_command(struct loader *ld, const config_setting_t *g, const con
         }
         u->command[i] = e;
     }
-    u->cwd = tg__conf_get_str(ld, g, "cwd", NULL, 0, ctx);
+    u->cwd = tg__conf_path(ld, tg__conf_get_str(ld, g, "cwd", NULL, 0, ctx));
     const config_setting_t *w = config_setting_get_member(g, "warm");
     if (w != NULL) {
         if (config_setting_type(w) != CONFIG_TYPE_INT || config_setting_get_int(w) < 0 || config_setting_get_int(w) > 64)
@@ -337,6 +341,8 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
         const config_setting_t *cmd = config_setting_get_member(g, "command");
         if (cmd != NULL) {
             load_command(ld, g, cmd, u, ctx);
+            if (u->command != NULL) /* after env: the child's PATH finds the program */
+                tg__conf_check_command(ld, cmd, "command", u->command, u->cwd, u->env);
             if (config_setting_get_member(g, "tls") != NULL)
                 tg__conf_errf(ld, config_setting_get_member(g, "tls"), "tls", "is for https:// upstreams");
         } else {
@@ -363,7 +369,7 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
                 tg__conf_errf(ld, g, ctx, "only one upstream may be default");
             c->default_upstream = (int)i;
         }
-        u->policy_path = tg__conf_get_str(ld, g, "policy", NULL, 0, ctx);
+        u->policy_path = tg__conf_path(ld, tg__conf_get_str(ld, g, "policy", NULL, 0, ctx));
         const config_setting_t *dsr = config_setting_get_member(g, "deny_server_requests");
         if (dsr != NULL) {
             if (!config_setting_is_array(dsr) && !config_setting_is_list(dsr)) {

@@ -549,6 +549,12 @@ static void refuse_nonstandard(struct tg_exchange *x, struct tg_sink *sk, struct
         accept_bare(sk); /* notifications get no answer; it is dropped */
         return;
     }
+    if (x->era == TG_ERA_2026) {
+        /* What a 2026-07-28 server answers a method it does not know (404, -32601): a client, or
+         * a conformance suite, sees the same code through the gateway as directly. */
+        tg_dispatch_refuse(sk, 404, m->id_raw, m->id_len, TG_RPC_METHOD_NOT_FOUND, "Method not found", NULL);
+        return;
+    }
     struct tg_buf d;
     tg_buf_init(&d);
     tg_buf_appends(&d, "{\"tool\":null,\"rule\":\"non-standard-method\",\"reason\":");

@@ -1,4 +1,5 @@
 /* tollgate — an MCP policy gateway. Command line and process lifecycle. */
+#include <errno.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "policy/policy.h"
 #include "core/server.h"
 #include "policy/auth.h"
+#include "transports/tls.h"
 
 static void usage(FILE *f)
 {
@@ -178,6 +180,25 @@ int main(int argc, char **argv)
     if (conf->warnings.len)
         fwrite(conf->warnings.base, 1, conf->warnings.len, check_only ? stdout : stderr);
     if (check_only) {
+        /* What start does with the listeners' files: parse the certificates and keys, and check
+         * that they match (the loader only checked that they open). */
+        int bad = 0;
+        for (size_t i = 0; i < conf->nlisteners; i++) {
+            const struct tg_listen_conf *lc = &conf->listeners[i];
+            struct tg_tls_server_opts o = {lc->cert, lc->key, lc->client_ca, lc->client_auth, lc->session_timeout_s};
+            struct tg_tls_ctx *ctx = NULL;
+            char e[256];
+            if (lc->tls && tg_tls_ctx_new(&o, &ctx, e, sizeof(e)) != 0) {
+                fprintf(stderr, "%s: listen[%zu].tls: %s\n", conf_path, i, e);
+                bad = 1;
+            }
+            tg_tls_ctx_free(ctx);
+        }
+        if (bad) {
+            fprintf(stderr, "tollgate: configuration %s is invalid\n", conf_path);
+            tg_conf_unref(conf);
+            return 1;
+        }
         check_descriptors(conf, 0, stdout);
         /* scope: session has no session in 2026-07-28: say what it counts there. */
         for (size_t i = 0; i < conf->nupstreams; i++) {
@@ -196,8 +217,9 @@ int main(int argc, char **argv)
         tg_conf_unref(conf);
         return 0;
     }
-    if (tg_log_setup(conf->log_level, conf->log_format, conf->log_file) != 0) {
-        fprintf(stderr, "tollgate: cannot open log file %s\n", conf->log_file);
+    int lrc = tg_log_setup(conf->log_level, conf->log_format, conf->log_file);
+    if (lrc != 0) {
+        fprintf(stderr, "tollgate: cannot open log file %s: %s\n", conf->log_file, strerror(lrc < 0 ? -lrc : EIO));
         tg_conf_unref(conf);
         return 1;
     }

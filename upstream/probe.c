@@ -121,8 +121,13 @@ static void on_done(struct tg_upreq *r, int err, void *ud)
     } else if (err != 0) {
         u->probing = 0;
         u->probe_after = uv_now(u->loop) + PROBE_RETRY_MS;
-        tg_log(TG_LOG_WARN, "upstream protocol probe failed; asked again on the next request", "upstream=%s step=%s err=%d",
-               u->uc->name, p->step == 0 ? "discover" : "initialize", err);
+        tg_log(TG_LOG_WARN, "upstream protocol probe failed; asked again on the next request",
+               "upstream=%s step=%s error=\"%s\" code=%s", u->uc->name, p->step == 0 ? "discover" : "initialize",
+               err > -4000                ? uv_strerror(err)
+               : err == TG_ETIMEDOUT      ? "timed out"
+               : err == TG_EBACKOFF       ? "backing off after repeated failures"
+                                          : "no usable answer",
+               err > -4000 ? uv_err_name(err) : "-");
     } else if (p->step == 0) {
         cJSON *msg = p->status == 200 ? answer_of(p) : NULL;
         cJSON *res = tg_json_get(msg, "result");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `tollgate policy check|explain|test` on the fixture policies in test/fixtures/policies/: the real
 # binary, its exact exit statuses and the lines operators and scripts read. Runs from the source
-# root (the fixture conf names its policies relative to it). Usage: policy-cli.sh TOLLGATE
+# root. Usage: policy-cli.sh TOLLGATE
 set -uo pipefail
 tg=${1:?usage: policy-cli.sh path/to/tollgate}
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -79,7 +79,7 @@ has out "$P/hosted.json: ok"; has err "$P/broken.yaml: line 4:"; has out "$P/bro
 has err "$P/missing.json: cannot open"
 # -t prints the same lines for a conf's policies.
 printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = "a"; anonymous = true; } );\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "%s"; } );\n' \
-    "$P/broken.json" >"$out.conf"
+    "$PWD/$P/broken.json" >"$out.conf"
 run 1 -t -c "$out.conf"
 has err "$P/broken.json: tools.deploy.rules[0].conditions[0].op: unknown operator \"equals\""
 # -t refuses a policy with a misspelt key, as start and reload do.

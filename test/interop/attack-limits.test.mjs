@@ -228,9 +228,13 @@ describe('3. file descriptors: EMFILE on upstream connect and on accept; RLIMIT_
       `must say that the limit cannot cover max_connections; it printed:\n${out}`);
   });
 
-  test('a start that fails (a TLS key that cannot be read) exits 1 at once: warm stdio children go, nothing leaks', async () => {
+  test('a start that fails (a TLS key that does not parse) exits 1 at once: warm stdio children go, nothing leaks', async () => {
     const sub = path.join(ctx.dir, 'bad-start');
     fs.mkdirSync(sub, { recursive: true });
+    // The files open (a missing one is refused at load, before any child starts); they fail at
+    // start, when the listener's TLS is set up, after the warm child is there.
+    fs.writeFileSync(path.join(sub, 'missing.pem'), 'not a certificate\n');
+    fs.writeFileSync(path.join(sub, 'missing.key'), 'not a key\n');
     const conf = path.join(sub, 'tollgate.conf');
     const policy = path.join(H.REPO_ROOT, 'conf/policies/cowork-os.json');
     fs.writeFileSync(conf, [

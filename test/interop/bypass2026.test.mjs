@@ -735,7 +735,8 @@ const TRICKS = [
   { group: 'envelope', name: 'run_command with agreeing headers', body: tc('run_command', { command: 'id' }), headers: STD('run_command'), expect: DECIDED },
   { group: 'envelope', name: 'the hidden delete_file with agreeing headers', body: tc('delete_file', { path: '/etc/passwd' }), headers: STD('delete_file'), expect: DECIDED },
   { group: 'envelope', name: 'the non-standard method shutdown as a 2026 request',
-    body: { jsonrpc: '2.0', id: 1, method: 'shutdown', params: { _meta: META } }, headers: [V, ['Mcp-Method', 'shutdown']], expect: DECIDED },
+    body: { jsonrpc: '2.0', id: 1, method: 'shutdown', params: { _meta: META } }, headers: [V, ['Mcp-Method', 'shutdown']],
+    expect: x('404 -32601') }, // what a 2026 server answers an unknown method; the channels' 2025 sessions keep -32001
 ];
 
 // ---------------------------------------------------------------------------

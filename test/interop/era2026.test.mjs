@@ -71,7 +71,7 @@ before(async () => {
   const allowAll = path.join(dir, 'allow-all.json');
   fs.writeFileSync(allowAll, '{"version":"1","default":"allow","tools":{}}\n');
   const policy = path.join(dir, 'echo-only.json');
-  fs.writeFileSync(policy, '{"version":"1","default":"deny","tools":{"echo":{},"slow":{}}}\n'); // execute_code: denied and hidden
+  fs.writeFileSync(policy, '{"version":"1","default":"deny","methods":["x/named"],"tools":{"echo":{},"slow":{}}}\n'); // execute_code: denied and hidden
   const headers = { Authorization: `Bearer ${UPSTREAM_TOKEN}` };
   confOpts = {
     listeners: [{}],
@@ -136,7 +136,11 @@ describe('2026-07-28 requests', () => {
       assert.equal(r.json?.error?.code, -32004, r.text);
       assert.match(r.json.error.message, /upstream session unavailable/, r.text);
     }
-    await gw.waitForLog(/upstream protocol probe failed/);
+    // The reason in words, as the OS says it, never a bare errno value (err=-111).
+    await gw.waitForLog(/upstream protocol probe failed.*upstream=dead .*error="connection refused"/);
+    const lines = gw.stderr().split('\n').filter((l) => l.includes('upstream=dead'));
+    assert.ok(lines.some((l) => /upstream connect failed.*error="connection refused"/.test(l)), lines.join('\n'));
+    assert.ok(!lines.some((l) => /\b(err|rc|status)=-\d/.test(l)), lines.join('\n'));
   });
 
   test('bridged: subscriptions/listen on a 2025 upstream session: acknowledged first, list changes tagged with the listen id', async () => {
@@ -329,6 +333,22 @@ describe('2026-07-28 requests', () => {
     assert.equal(res.resultType, 'complete');
     assert.equal(res.ttlMs, 0);
     assert.equal(res.cacheScope, 'private');
+  });
+
+  test('a non-standard method the policy does not name -> 404/-32601 (as a server answers an unknown method), never sent; one it names is forwarded', async () => {
+    const sent = (method) => standin.records().filter((r) => r.http && r.msg?.method === method).length;
+    const r = await post({ jsonrpc: '2.0', id: 'u', method: 'unknown/method', params: { _meta: META } }, std('unknown/method'));
+    assert.equal(r.status, 404, r.text);
+    assert.equal(r.json?.id, 'u', r.text);
+    assert.equal(r.json?.error?.code, -32601, r.text);
+    assert.equal(sent('unknown/method'), 0, 'the refused method never reached the upstream');
+    // "methods": ["x/named"] in the policy: the policy decides, and it is forwarded (the stand-in
+    // itself answers -32601, but only after it received it).
+    const before = sent('x/named');
+    const n = await post({ jsonrpc: '2.0', id: 'n', method: 'x/named', params: { _meta: META } }, std('x/named'));
+    assert.equal(n.json?.id, 'n', n.text);
+    assert.notEqual(n.json?.error?.code, -32001, n.text);
+    assert.equal(sent('x/named'), before + 1, `x/named reached the upstream: ${n.text}`);
   });
 
   test('removed methods -> 404/-32601; a claim without clientCapabilities -> 400/-32602', async () => {

@@ -297,11 +297,6 @@ describe('the probe', () => {
 // Checks that pass direct and fail through tollgate because of tollgate's policy, with why. A
 // check listed here must fail through tollgate exactly as `through` says, or pass.
 const POLICY = {
-  'server-stateless sep-2575-http-server-method-not-found-404': {
-    reason: 'the suite sends `unknown/method`; tollgate refuses a non-standard method that the grant\'s policy '
-      + 'does not name in "methods" with -32001 before the upstream (README, Errors a client can get)',
-    through: /got HTTP 200 and code -32001/,
-  },
   'input-required-result-ignore-extra-params sep-2322-ignore-unexpected-params': {
     reason: 'the suite sends inputResponses with no requestState; they answer nothing tollgate issued, so '
       + 'tollgate drops them (they never reach the upstream) and the call goes as a first round, which asks '

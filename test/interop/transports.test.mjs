@@ -382,6 +382,9 @@ before(async () => {
   ev = await H.startEverything({ cleanup });
   const allowShutdown = path.join(dir, 'allow-shutdown.json');
   fs.writeFileSync(allowShutdown, JSON.stringify({ version: '1', default: 'allow', methods: ['shutdown'] }) + '\n');
+  // nocmd's program exists when the conf is loaded (a missing one refuses the conf) and is gone
+  // once the gateway runs: a command that disappears later.
+  fs.writeFileSync(path.join(dir, 'no-such-program'), '#!/bin/sh\nexit 1\n', { mode: 0o755 });
   const conf = H.writeConf(dir, {
     admin: true, // /metrics: how far a call got, instead of guessing with a sleep
     limits: { body_bytes: BODY_BYTES, sse_keepalive_ms: 1000 },
@@ -401,6 +404,7 @@ before(async () => {
     ],
   });
   gw = await H.startTollgate(conf, { cleanup, admin: true });
+  fs.unlinkSync(path.join(dir, 'no-such-program'));
   fetchFn = H.makeFetch({ cleanup });
 });
 
@@ -1034,7 +1038,7 @@ describe('stdio upstreams', () => {
     assert.deepEqual(zombies(), [], 'tollgate reaps every child it started');
   });
 
-  test('a `command` that does not exist: initialize gets -32004 and tollgate keeps serving', async () => {
+  test('a `command` removed after start: initialize gets -32004 and tollgate keeps serving', async () => {
     const r = await H.postRaw(fetchFn, mcp('nocmd'), H.initializeBody(1), authA);
     const m = r.messages[0];
     assert.equal(m?.error?.code, -32004, `HTTP ${r.status} ${r.text}`);

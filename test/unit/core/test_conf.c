@@ -3,6 +3,7 @@
 #include "test/unit/unit.h"
 
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include "core/conf.h"
 
@@ -92,11 +93,16 @@ static void expect_error(const char *text, int line, const char *directive, cons
         fail_msg("config accepted but must fail with %s (%s):\n%s", directive, reason ? reason : "any reason", text);
     }
     char prefix[700];
-    snprintf(prefix, sizeof(prefix), "%s:%d: %s: ", l.path, line, directive);
+    if (line > 0)
+        snprintf(prefix, sizeof(prefix), "%s:%d: %s: ", l.path, line, directive);
+    else /* no setting of the file to point at: no line number (never line 0) */
+        snprintf(prefix, sizeof(prefix), "%s: %s: ", l.path, directive);
     int found = 0;
     for (const char *p = l.err.base; p && *p;) {
         const char *nl = strchr(p, '\n');
         assert_non_null(nl); /* every error is a complete line */
+        if (strncmp(p, l.path, strlen(l.path)) == 0 && strncmp(p + strlen(l.path), ":0:", 3) == 0)
+            fail_msg("an error with line 0: %.*s", (int)(nl - p), p);
         if (strncmp(p, prefix, strlen(prefix)) == 0) {
             const char *r = p + strlen(prefix);
             if (reason == NULL || (memmem(r, (size_t)(nl - r), reason, strlen(reason)) != NULL))
@@ -366,7 +372,7 @@ static void syntax_error_has_line(void **state)
     assert_null(tg_conf_load(missing, &err));
     tg_buf_append(&err, "", 1);
     char want[700];
-    snprintf(want, sizeof(want), "%s:0: file: cannot read\n", missing);
+    snprintf(want, sizeof(want), "%s: cannot open: No such file or directory\n", missing);
     assert_string_equal(err.base, want);
     tg_buf_dispose(&err);
 }
@@ -423,7 +429,7 @@ static void upstream_errors(void **state)
     text = LISTEN GRANTS "upstreams = ( { name = \"u1\"; command = [ \"cat\" ];\n  tls = { }; } );\n";
     expect_error(text, line_of(text, "tls ="), "tls", "is for https:// upstreams");
     text = LISTEN GRANTS "upstreams = ( { name = \"u1\"; url = \"https://h/\";\n  tls = { ca = \"/nonexistent/ca.pem\"; }; } );\n";
-    expect_error(text, line_of(text, "tls ="), "upstreams.u1.tls", "/nonexistent/ca.pem");
+    expect_error(text, line_of(text, "ca ="), "ca", "cannot open /nonexistent/ca.pem: No such file or directory");
     text = LISTEN GRANTS "upstreams = ( { name = \"u1\"; url = \"https://h/\";\n  tls = { cert = \"/c.pem\"; }; } );\n";
     expect_error(text, line_of(text, "tls ="), "upstreams.u1.tls", "cert and key go together");
     text = LISTEN GRANTS "upstreams = ( { name = \"u1\"; url = \"https://h/\";\n  tls = { verify = false; ca = \"/x\"; }; } );\n";
@@ -691,6 +697,162 @@ static void expand_fail(const char *in, const char *why_expected, const char *va
         assert_string_equal(var, var_expected);
 }
 
+/* ---- what start needs, checked at load (so tollgate -t refuses it too) -------------------- */
+
+/* Writes content to tmpdir/name with mode; returns the path (static storage, per call). */
+static const char *write_file(const char *name, const char *content, mode_t mode)
+{
+    static char path[512];
+    snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(content, f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(path, mode), 0);
+    return path;
+}
+
+static void listen_address_is_an_ip_literal(void **state)
+{
+    const char *text = "listen = ( { address = \"localhost\"; port = 8080; } );\n" GRANTS UPSTREAM;
+    expect_error(text, 1, "address", "\"localhost\" is not an IP address; host names are not looked up");
+    text = LISTEN "admin = {\n address = \"my-host.example\"; };\n" GRANTS UPSTREAM;
+    expect_error(text, line_of(text, "my-host"), "admin.address", "\"my-host.example\" is not an IP address");
+    static const char *const ok[] = {"0.0.0.0", "::", "::1", "fe80::1%lo", "127.0.0.2"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        char t[512];
+        snprintf(t, sizeof(t), "listen = ( { address = \"%s\"; port = 8080; } );\n" GRANTS UPSTREAM, ok[i]);
+        struct loaded l;
+        load_ok(&l, t);
+        loaded_dispose(&l);
+    }
+}
+
+static void stdio_command_must_run(void **state)
+{
+    /* A name not on the PATH, an empty program, a path that is not executable, a folder. */
+    const char *text = LISTEN GRANTS "upstreams = ( { name = \"s\";\n command = [ \"tg-no-such-program-29\", \"-y\" ]; } );\n";
+    expect_error(text, line_of(text, "command"), "command", "\"tg-no-such-program-29\" is not found on the PATH the process gets");
+    write_file("not-exec.sh", "#!/bin/sh\nexit 0\n", 0644);
+    text = LISTEN GRANTS "upstreams = ( { name = \"s\";\n command = [ \"./not-exec.sh\" ]; } );\n";
+    char want[700];
+    snprintf(want, sizeof(want), "%s/./not-exec.sh is not an executable file", tmpdir);
+    expect_error(text, line_of(text, "command"), "command", want);
+    text = LISTEN GRANTS "upstreams = ( { name = \"s\";\n command = [ \"/\" ]; } );\n";
+    expect_error(text, line_of(text, "command"), "command", "cannot run /: Is a directory");
+    text = LISTEN GRANTS "upstreams = ( { name = \"s\";\n command = [ \"sh\" ]; cwd = \"no-such-dir\"; } );\n";
+    expect_error(text, line_of(text, "command"), "cwd", "no-such-dir as the working directory: No such file or directory");
+    /* Found on the PATH env gives the child, and only there; a relative path is taken from the
+     * conf file's folder (and becomes that path), or from cwd when it is set. */
+    write_file("tg-fake-server-29", "#!/bin/sh\nexit 0\n", 0755);
+    char t[1024];
+    snprintf(t, sizeof(t), LISTEN GRANTS "upstreams = ( { name = \"s\"; command = [ \"tg-fake-server-29\" ];\n"
+                                         " env = { PATH = \"/nonexistent:%s\"; }; } );\n", tmpdir);
+    struct loaded l;
+    load_ok(&l, t);
+    loaded_dispose(&l);
+    text = LISTEN GRANTS "upstreams = ( { name = \"s\"; command = [ \"tg-fake-server-29\" ]; } );\n";
+    expect_error(text, line_of(text, "command"), "command", "\"tg-fake-server-29\" is not found");
+    load_ok(&l, LISTEN GRANTS "upstreams = ( { name = \"s\"; command = [ \"./tg-fake-server-29\" ]; } );\n");
+    snprintf(want, sizeof(want), "%s/./tg-fake-server-29", tmpdir);
+    assert_string_equal(l.c->upstreams[0].command[0], want);
+    loaded_dispose(&l);
+    snprintf(t, sizeof(t), LISTEN GRANTS "upstreams = ( { name = \"s\"; command = [ \"./tg-fake-server-29\" ]; cwd = \"%s\"; } );\n",
+             tmpdir);
+    load_ok(&l, t);
+    assert_string_equal(l.c->upstreams[0].command[0], "./tg-fake-server-29"); /* the child runs it from cwd */
+    loaded_dispose(&l);
+}
+
+static void files_must_open(void **state)
+{
+    char want[700];
+    /* A policy, a listener's certificate and key, an upstream's CA, a JWKS file: each names the
+     * path tried (relative ones from the conf file's folder) and the reason. */
+    const char *text = LISTEN GRANTS "upstreams = ( { name = \"u1\"; url = \"http://127.0.0.1:1/\";\n policy = \"missing.json\"; } );\n";
+    snprintf(want, sizeof(want), "%s/missing.json: cannot open: No such file or directory", tmpdir);
+    expect_error(text, line_of(text, "policy ="), "upstreams.u1.policy", want);
+    text = "listen = ( { address = \"127.0.0.1\"; port = 8443;\n tls = { cert = \"nope.crt\";\n key = \"/nonexistent/k.pem\"; }; } );\n" GRANTS UPSTREAM;
+    snprintf(want, sizeof(want), "cannot open %s/nope.crt: No such file or directory", tmpdir);
+    expect_error(text, line_of(text, "cert ="), "cert", want);
+    expect_error(text, line_of(text, "key ="), "key", "cannot open /nonexistent/k.pem: No such file or directory");
+    text = "listen = ( { address = \"127.0.0.1\"; port = 8443;\n tls = { cert = \"/\"; key = \"/\"; }; } );\n" GRANTS UPSTREAM;
+    expect_error(text, line_of(text, "cert ="), "cert", "cannot open /: Is a directory");
+    text = LISTEN GRANTS UPSTREAM "jwt = ( { issuer = \"https://i\"; audience = \"a\";\n jwks_file = \"jwks.json\"; } );\n";
+    snprintf(want, sizeof(want), "%s/jwks.json: cannot open: No such file or directory", tmpdir);
+    expect_error(text, line_of(text, "jwks_file"), "jwks_file", want);
+    text = LISTEN GRANTS UPSTREAM "log = {\n file = \"/nonexistent/dir/tollgate.log\"; };\n";
+    expect_error(text, line_of(text, "file ="), "log.file", "cannot create /nonexistent/dir/tollgate.log: /nonexistent/dir: No such file or directory");
+    text = LISTEN GRANTS UPSTREAM "audit = {\n file = \"/\"; };\n";
+    expect_error(text, line_of(text, "file ="), "audit.file", "cannot open / for writing: Is a directory");
+}
+
+/* Relative paths mean the same from any working directory: the conf file's folder. */
+static void relative_paths_from_the_conf_folder(void **state)
+{
+    write_file("rel-policy.json", "{\"version\":\"1\",\"default\":\"deny\",\"tools\":{}}\n", 0644);
+    char cwd[4096];
+    assert_non_null(getcwd(cwd, sizeof(cwd)));
+    const char *path = write_conf(LISTEN GRANTS "upstreams = ( { name = \"u1\"; url = \"http://127.0.0.1:1/\";\n"
+                                               " policy = \"rel-policy.json\"; } );\naudit = { file = \"audit.log\"; };\n");
+    for (int from = 0; from < 2; from++) {
+        /* from /, with the conf's absolute path; from the folder above, with a relative one */
+        char dir[300], rel[600], want[700];
+        snprintf(dir, sizeof(dir), "%s", tmpdir);
+        char *slash = strrchr(dir, '/');
+        assert_non_null(slash);
+        *slash = '\0';
+        assert_int_equal(chdir(from == 0 ? "/" : dir), 0);
+        snprintf(rel, sizeof(rel), "%s", from == 0 ? path : path + strlen(dir) + 1);
+        struct tg_buf err;
+        tg_buf_init(&err);
+        struct tg_conf *c = tg_conf_load(rel, &err);
+        tg_buf_append(&err, "", 1);
+        if (c == NULL)
+            fail_msg("%s from %s: %s", rel, from == 0 ? "/" : dir, err.base);
+        snprintf(want, sizeof(want), "%s/rel-policy.json", from == 0 ? tmpdir : tmpdir + strlen(dir) + 1);
+        assert_string_equal(c->upstreams[0].policy_path, want);
+        snprintf(want, sizeof(want), "%s/audit.log", from == 0 ? tmpdir : tmpdir + strlen(dir) + 1);
+        assert_string_equal(c->audit.file, want);
+        tg_conf_unref(c);
+        tg_buf_dispose(&err);
+    }
+    assert_int_equal(chdir(cwd), 0);
+}
+
+/* Errors point at a line of the file, or at none: never line 0 (libconfig's for list elements,
+ * groups, the root). */
+static void no_error_has_line_zero(void **state)
+{
+    static const char *const broken[] = {
+        "grants = ( { name = \"a\"; anonymous = true; } );\nupstreams = ( { name = \"u\"; url = \"http://h/\"; } );\n",
+        "listen = ( );\nupstreams = ( );\n",
+        "listen = ( 1, \"x\" );\ngrants = ( 2 );\nupstreams = ( 3 );\n",
+        "listen = (\n  {\n    port = 1;\n    tls = { cert = \"nope\"; };\n  }\n);\n" GRANTS UPSTREAM,
+        LISTEN GRANTS "upstreams = (\n  {\n    name = \"s\";\n    command = [ ];\n  },\n  {\n    url = \"http://h/\";\n  }\n);\n",
+        LISTEN GRANTS "upstreams = (\n  {\n    name = \"s\";\n    command = [ 1, \"x\" ];\n    env = { A = 1; };\n  }\n);\n",
+        LISTEN "grants = (\n  {\n    name = \"g\";\n    policies = ( 1, { upstream = \"nope\"; } );\n  }\n);\n" UPSTREAM,
+        LISTEN GRANTS UPSTREAM "jwt = ( 1, { issuer = \"x\"; } );\naudit = ( );\nlimits = 1;\n",
+    };
+    for (size_t i = 0; i < sizeof(broken) / sizeof(broken[0]); i++) {
+        struct loaded l;
+        load(&l, broken[i]);
+        assert_null(l.c);
+        if (l.err.len == 0)
+            fail_msg("case %zu: no error", i);
+        for (const char *p = l.err.base; *p;) {
+            const char *nl = strchr(p, '\n');
+            assert_non_null(nl);
+            if (strncmp(p, l.path, strlen(l.path)) != 0)
+                fail_msg("case %zu: an error line without the file: %.*s", i, (int)(nl - p), p);
+            if (strncmp(p + strlen(l.path), ":0:", 3) == 0)
+                fail_msg("case %zu: an error with line 0: %.*s", i, (int)(nl - p), p);
+            p = nl + 1;
+        }
+        loaded_dispose(&l);
+    }
+}
+
 static void expand_env(void **state)
 {
     expand_ok("", "");
@@ -758,6 +920,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(other_errors),
         cmocka_unit_test(expand_env),
         cmocka_unit_test(pinned_roots),
+        cmocka_unit_test(listen_address_is_an_ip_literal),
+        cmocka_unit_test(stdio_command_must_run),
+        cmocka_unit_test(files_must_open),
+        cmocka_unit_test(relative_paths_from_the_conf_folder),
+        cmocka_unit_test(no_error_has_line_zero),
     };
     if (setup_dir(NULL) != 0)
         return 1;

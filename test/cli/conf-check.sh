@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# What `tollgate -t` refuses, start refuses too, with the same line: a listen address that is not
+# an IP literal, a stdio program that is missing or not executable (looked up on the child's PATH),
+# a policy or certificate that cannot be opened (the path tried and the OS reason). Relative paths
+# in a conf are taken from the conf file's folder whatever the working directory, and no error
+# has line 0. Usage: conf-check.sh TOLLGATE
+set -uo pipefail
+tg=$(realpath "${1:?usage: conf-check.sh path/to/tollgate}")
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+out=$d/out err=$d/err
+fails=0 n=0
+
+# run WANT_STATUS ARGS...: run tollgate (bounded: a conf that loads would start serving), check
+# the status.
+run() {
+    local want=$1; shift
+    n=$((n + 1))
+    last="tollgate $*"
+    timeout 20 "$tg" "$@" >"$out" 2>"$err"
+    local rc=$?
+    if [[ $rc != "$want" ]]; then
+        echo "not ok $n - $last: exit $rc, want $want"; sed 's/^/  stdout: /' "$out"; sed 's/^/  stderr: /' "$err"
+        fails=$((fails + 1))
+        return 1
+    fi
+    echo "ok $n - $last: exit $rc"
+}
+has() {
+    local f=$out; [[ $1 == err ]] && f=$err
+    if ! grep -qF -- "$2" "$f"; then
+        echo "not ok - $last: no \"$2\" on std$1"; sed "s/^/  std$1: /" "$f"
+        fails=$((fails + 1))
+    fi
+}
+no_line_zero() {
+    if grep -q -- ':0:' "$err"; then
+        echo "not ok - $last: an error with line 0"; sed 's/^/  stderr: /' "$err"; fails=$((fails + 1))
+    fi
+}
+# refused NAME FRAGMENT: -t and start both exit 1 and print the fragment, never a line 0.
+refused() {
+    local c=$d/$1.conf
+    run 1 -t -c "$c" && has err "$2" && has err "configuration $c is invalid"; no_line_zero
+    run 1 -c "$c" && has err "$2"; no_line_zero
+}
+
+L='listen = ( { address = "127.0.0.1"; port = 0; } );'
+G='grants = ( { name = "local"; anonymous = true; } );'
+U='upstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "p.json"; } );'
+echo '{"version":"1","default":"deny","tools":{}}' >"$d/p.json"
+printf '#!/bin/sh\nexit 0\n' >"$d/not-exec" && chmod 644 "$d/not-exec"
+
+printf 'listen = ( { address = "localhost"; port = 0; } );\n%s\n%s\n' "$G" "$U" >"$d/hostname.conf"
+refused hostname "hostname.conf:1: address: \"localhost\" is not an IP address; host names are not looked up"
+
+printf '%s\n%s\nupstreams = ( { name = "s"; policy = "p.json";\n  command = [ "tg-no-such-program-29" ]; } );\n' "$L" "$G" >"$d/nocmd.conf"
+refused nocmd "nocmd.conf:4: command: \"tg-no-such-program-29\" is not found on the PATH the process gets"
+
+# On the child's PATH: env sets it, so a program only there is found (and one only on the
+# gateway's PATH is not).
+mkdir -p "$d/bin" && printf '#!/bin/sh\nexit 0\n' >"$d/bin/tg-only-here" && chmod 755 "$d/bin/tg-only-here"
+printf '%s\n%s\nupstreams = ( { name = "s"; policy = "p.json";\n  command = [ "tg-only-here" ]; env = { PATH = "%s"; }; } );\n' \
+    "$L" "$G" "$d/bin" >"$d/childpath.conf"
+run 0 -t -c "$d/childpath.conf" && has out "is ok"
+printf '%s\n%s\nupstreams = ( { name = "s"; policy = "p.json";\n  command = [ "sh" ]; env = { PATH = "%s"; }; } );\n' \
+    "$L" "$G" "$d/bin" >"$d/notonchildpath.conf"
+refused notonchildpath "\"sh\" is not found on the PATH the process gets ($d/bin)"
+
+printf '%s\n%s\nupstreams = ( { name = "s"; policy = "p.json";\n  command = [ "./not-exec" ]; } );\n' "$L" "$G" >"$d/noexec.conf"
+refused noexec "noexec.conf:4: command: $d/./not-exec is not an executable file"
+
+printf '%s\n%s\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp";\n  policy = "missing.json"; } );\n' "$L" "$G" >"$d/nopolicy.conf"
+refused nopolicy "$d/missing.json: cannot open: No such file or directory"
+
+cp "$d/p.json" "$d/unreadable.json" && chmod 000 "$d/unreadable.json"
+if [[ $(id -u) != 0 ]]; then # root reads it anyway
+    printf '%s\n%s\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp";\n  policy = "unreadable.json"; } );\n' "$L" "$G" >"$d/unreadable.conf"
+    refused unreadable "$d/unreadable.json: cannot open: Permission denied"
+fi
+
+printf 'listen = ( { address = "127.0.0.1"; port = 0;\n  tls = { cert = "tls/server.crt"; key = "tls/server.key"; }; } );\n%s\n%s\n' "$G" "$U" >"$d/nocert.conf"
+refused nocert "nocert.conf:2: cert: cannot open $d/tls/server.crt: No such file or directory"
+
+# A certificate that opens but is not one: -t parses it as start does.
+mkdir -p "$d/tls" && echo 'not a certificate' >"$d/tls/server.crt" && echo 'not a key' >"$d/tls/server.key"
+printf 'listen = ( { address = "127.0.0.1"; port = 0;\n  tls = { cert = "tls/server.crt"; key = "tls/server.key"; }; } );\n%s\n%s\n' "$G" "$U" >"$d/badcert.conf"
+run 1 -t -c "$d/badcert.conf" && has err "listen[0].tls: " && has err "is invalid"
+run 1 -c "$d/badcert.conf" && has err "TLS setup failed"
+
+# Broken in ways libconfig gives no line for: each error names a line of the file, or none.
+printf 'listen = ( 1 );\ngrants = ( 2 );\nupstreams = ( );\n' >"$d/shapes.conf"
+run 1 -t -c "$d/shapes.conf"; no_line_zero
+run 1 -t -c "$d/does-not-exist.conf" && has err "$d/does-not-exist.conf: cannot open: No such file or directory"; no_line_zero
+
+# Relative paths: from the conf's folder, whatever the working directory.
+printf '%s\n%s\n%s\n' "$L" "$G" "$U" >"$d/rel.conf"
+cd / && run 0 -t -c "$d/rel.conf" && has out "is ok"
+cd "$d/bin" && run 0 -t -c ../rel.conf && has out "is ok"
+# The shipped conf, from the source root as the quick start runs it and from elsewhere.
+cd "$root" && run 0 -t -c conf/tollgate.conf && has out "is ok"
+cd / && run 0 -t -c "$root/conf/tollgate.conf" && has out "is ok"
+
+echo "$n runs, $fails failures"
+(( fails == 0 ))
