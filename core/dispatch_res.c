@@ -41,6 +41,8 @@ int tg_dispatch_normal_uri(struct tg_msg *m, cJSON *params, const struct tg_poli
     }
     if ((size_t)w != n || memcmp(norm, u->valuestring, n) != 0) {
         cJSON *nu = cJSON_CreateString(norm);
+        nu->string = u->string; /* the member's name moves to the new value */
+        u->string = NULL;
         cJSON_ReplaceItemViaPointer(params, u, nu);
         *uri = nu;
     }
