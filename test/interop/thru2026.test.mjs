@@ -82,6 +82,8 @@ before(async () => {
       execute_code: { action: 'deny', reason: 'no code execution through the gateway' },
     },
     resources: { default: 'allow', deny: ['secret://*'] },
+    // Prompts are read under default deny only through a group that allows them.
+    prompts: { default: 'allow' },
   }) + '\n');
   // The conformance suite cannot send an Authorization header (its `server` command has no such
   // option), so it is the anonymous grant "suite" (README, Grants: `anonymous = true` serves
@@ -448,7 +450,7 @@ describe('the headers an upstream gets are rebuilt from the body', () => {
 
     test(`${mode}: a name that must travel base64-encoded is sent upstream base64-encoded`, async () => {
       // A tool name outside the policy would be refused before the upstream; a prompt name can
-      // be any string and prompts are not restricted here: prompts/get with a non-ASCII name
+      // be any string and this policy's prompts group allows them all: prompts/get with a non-ASCII name
       // (the fixture has no such prompt, so its answer is an error; the headers are the point).
       const fx = fixtureOf(mode);
       const mark = fx.records().length;
