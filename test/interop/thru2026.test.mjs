@@ -758,7 +758,7 @@ describe('2025 clients through tollgate', () => {
 // elicitation (key "name") and no requestState of its own, so the gateway mints its envelope.
 describe('subscriptions/listen through tollgate (2026 upstreams)', () => {
   for (const mode of MODES) {
-    test(`${mode}: resourceSubscriptions the grant may not read never reach the upstream nor the acknowledgement`, async () => {
+    test(`${mode}: resourceSubscriptions the grant may not read never reach the upstream nor the acknowledgement; the rest go in their normal form`, async () => {
       const fx = fixtureOf(mode);
       const mark = fx.records().length;
       const ac = new AbortController();
@@ -767,7 +767,8 @@ describe('subscriptions/listen through tollgate (2026 upstreams)', () => {
         headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
           Authorization: `Bearer ${ALICE}`, 'MCP-Protocol-Version': MODERN, 'Mcp-Method': 'subscriptions/listen' },
         body: JSON.stringify({ jsonrpc: '2.0', id: 'sub-1', method: 'subscriptions/listen', params: {
-          notifications: { toolsListChanged: true, resourceSubscriptions: ['test://open', 'secret://keys'] }, _meta: META } }),
+          notifications: { toolsListChanged: true, resourceSubscriptions: ['test://open', 'secret://keys',
+            'SECRET://keys', 'secret://keys/%2e%2e/x', 'test://a/..%2Fb', 'TEST://Open/./a//b/..'] }, _meta: META } }),
       });
       assert.equal(res.status, 200);
       const reader = res.body.getReader();
@@ -784,10 +785,12 @@ describe('subscriptions/listen through tollgate (2026 upstreams)', () => {
       ac.abort();
       assert.equal(ack.method, 'notifications/subscriptions/acknowledged', JSON.stringify(ack));
       assert.equal(ack.params._meta['io.modelcontextprotocol/subscriptionId'], 'sub-1', 'the client\'s id, not tollgate\'s');
-      assert.ok(!JSON.stringify(ack).includes('secret://keys'), JSON.stringify(ack));
+      assert.ok(!/secret|%2F/i.test(JSON.stringify(ack)), JSON.stringify(ack));
       const up = since(fx, mark).find((r) => r.body?.method === 'subscriptions/listen');
       assert.ok(up, 'the listen reached the upstream');
-      assert.deepEqual(up.body.params.notifications.resourceSubscriptions, ['test://open']);
+      // Decided and sent in the normal form (RFC 3986): case, dot segments and "//" cannot
+      // slip past "secret://*", an encoded "/" is refused.
+      assert.deepEqual(up.body.params.notifications.resourceSubscriptions, ['test://open', 'test://open/a/']);
     });
   }
 });
