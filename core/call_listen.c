@@ -307,8 +307,6 @@ int tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
 
 int tg__call_may_relay(struct tg_server *srv, struct tg_session *s, const char *p, size_t n)
 {
-    if (memmem(p, n, "updated", 7) == NULL && memchr(p, '\\', n) == NULL)
-        return 1; /* the common case, without a look-up */
     const struct tg_grant_conf *g = tg_conf_find_grant(srv->conf, s->grant);
     int ok = g != NULL && tg_mcp_relay_allowed(p, n, tg_conf_policy_for(srv->conf, g, s->upstream));
     if (!ok)

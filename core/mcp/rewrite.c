@@ -29,6 +29,12 @@ int tg_mcp_list_kind(const char *method)
     return -1;
 }
 
+int tg_mcp_method_maybe_update(struct tg_slice method_raw)
+{
+    return tg_slice_eq(method_raw, TG_SLICE("\"notifications/resources/updated\"")) ||
+           memchr(method_raw.ptr, '\\', method_raw.len) != NULL;
+}
+
 /* Does the grant see this entry of a list? */
 static int visible(const struct tg_policy *pol, int kind, const char *v)
 {
@@ -175,6 +181,8 @@ int tg_mcp_restore_id(const struct tg_mcp_answer *a, const char *p, size_t n, co
     }
     if (server_request_id && doc.method_raw.len > 0 && doc.id_raw.len > 0)
         *server_request_id = doc.id_raw;
+    if (a->maybe_update != NULL)
+        *a->maybe_update = doc.method_raw.len > 0 && doc.id_raw.len == 0 && tg_mcp_method_maybe_update(doc.method_raw);
     /* An answer to another call (another gateway id, or one never issued) is nobody's here:
      * out stays empty, so that it cannot reach this client as a message on the way. */
     if (doc.method_raw.len > 0 || doc.id_raw.len == 0)

@@ -26,6 +26,9 @@ enum tg_mcp_list {
 };
 /* The list method's kind, or -1 for another method. */
 int tg_mcp_list_kind(const char *method);
+/* A message's method token, raw JSON with its quotes: 1 if it is, or may spell with escapes,
+ * "notifications/resources/updated" (a look at the token only, not the message). */
+int tg_mcp_method_maybe_update(struct tg_slice method_raw);
 
 /* The answer a call waits for. Value type: answer_of() in core/call.c fills one on its caller's
  * stack; every pointer is borrowed from the call. */
@@ -42,6 +45,8 @@ struct tg_mcp_answer {
     size_t *result_at;        /* non-NULL: set to where the answer's result value is in out (offset,
                                  then length) when out is p with the id restored; length 0 else */
     int list_kind;            /* which list (enum tg_mcp_list; TG_MCP_LIST_TOOLS is 0) */
+    int *maybe_update;        /* non-NULL: set to 1 for a server notification whose method is, or
+                                 may spell with escapes, notifications/resources/updated */
 };
 
 /* Rewrite message p for the client into out. Returns 1 if it was the awaited answer. *valid is

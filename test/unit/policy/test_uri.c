@@ -315,6 +315,42 @@ static void refused_forms(void **state)
     assert_string_equal(why, "holds a NUL byte");
 }
 
+/* Generated URIs from the characters that matter: whatever is accepted is no longer than the
+ * input, normalises to itself, and holds no dot segment, "//" in its path, "%2F" or "\\". */
+static void generated_uris(void **state)
+{
+    static const char *const parts[] = {"/", "//", ".", "..", "%2e", "%2E", "%2f", "%5c", "%41", "%7e", "%3f",
+                                        "a", "B", "?", "#", "=", "&", "@", ":", "%", "%0", "~", "\\"};
+    uint64_t rnd = 0x9e3779b97f4a7c15ull;
+    int accepted = 0;
+    for (int i = 0; i < 20000; i++) {
+        char in[256], out[256], again[256];
+        int k = snprintf(in, sizeof(in), "%s", tg_unit_rnd(&rnd, 2) ? "File://Host" : "x:");
+        int np = (int)tg_unit_rnd(&rnd, 12);
+        for (int j = 0; j < np; j++)
+            k += snprintf(in + k, sizeof(in) - (size_t)k, "%s", parts[tg_unit_rnd(&rnd, sizeof(parts) / sizeof(parts[0]))]);
+        const char *why;
+        long n = tg_uri_normalize(in, (size_t)k, out, &why);
+        if (n < 0)
+            continue;
+        accepted++;
+        if ((size_t)n > (size_t)k || strlen(out) != (size_t)n)
+            fail_msg("\"%s\" -> \"%s\": longer than the input", in, out);
+        if (tg_uri_normalize(out, (size_t)n, again, &why) != n || strcmp(again, out) != 0)
+            fail_msg("\"%s\" -> \"%s\" -> \"%s\": not a fixed point", in, out, again);
+        size_t path = strcspn(out, "?#");
+        char p[256];
+        snprintf(p, sizeof(p), "%.*s", (int)path, out);
+        const char *after = strstr(p, "://");
+        const char *pp = after != NULL ? strchr(after + 3, '/') : strchr(p, ':') + 1;
+        if (pp != NULL && (strstr(pp, "//") != NULL || strstr(pp, "/./") != NULL || strstr(pp, "/../") != NULL))
+            fail_msg("\"%s\" -> \"%s\": a dot or empty segment is left", in, out);
+        if (strstr(out, "%2F") != NULL || strstr(out, "%5C") != NULL || strchr(out, '\\') != NULL)
+            fail_msg("\"%s\" -> \"%s\": an encoded / or \\ is left", in, out);
+    }
+    assert_true(accepted > 1000);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -324,6 +360,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(remove_dot_segments_rfc_walkthrough),
         cmocka_unit_test(normal_forms),
         cmocka_unit_test(refused_forms),
+        cmocka_unit_test(generated_uris),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
