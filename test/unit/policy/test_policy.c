@@ -2436,6 +2436,28 @@ static void resources_and_prompts_defaults(void **state)
             fail_msg("case %zu: prompt %s: got %s (%s)", i, c[i].prompt, verdict_name(d.verdict), d.message);
         loaded_dispose(&l);
     }
+    /* A pattern past the matcher's stack arrays and a URI past decide_resource's: the heap
+     * paths decide the same. */
+    char pat[400], uri[1200], pol[600];
+    memset(pat, 'a', 300);
+    memcpy(pat, "file:///", 8);
+    memcpy(pat + 300, "/**", 4);
+    snprintf(pol, sizeof(pol), "{\"version\":\"1\",\"default\":\"deny\",\"resources\":{\"allow\":[\"%s\"]}}", pat);
+    struct loaded l;
+    load_text(&l, "long.json", pol);
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    snprintf(uri, sizeof(uri), "%.300s/", pat);
+    memset(uri + 301, 'b', 800);
+    uri[1101] = '\0';
+    struct tg_decision d;
+    tg_policy_decide_resource(l.p, uri, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", "");
+    uri[9] = 'c';
+    tg_policy_decide_resource(l.p, uri, &d);
+    assert_int_equal(d.verdict, TG_VERDICT_DENY);
+    assert_string_equal(d.rule, "(default deny)");
+    loaded_dispose(&l);
 }
 
 /* ---- validation errors: FILE: PATH.IN.FILE: reason ---------------------------------------- */
