@@ -7,8 +7,8 @@
 //   2. URIs are decided in their RFC 3986 normal form, and the upstream is sent that form:
 //      "..", "%2e%2e", "//", mixed-case scheme and host cannot reach past a glob, "%2F" is
 //      refused, "*" stays in one path segment;
-//   3. resources/subscribe is decided on a 2025 upstream too, and the upstream subscribes to
-//      the normal form;
+//   3. resources/subscribe is decided on a 2025 upstream too (Streamable HTTP and stdio), and
+//      the upstream subscribes to the normal form;
 //   4. a notifications/resources/updated for a URI the grant may no longer read (the policy
 //      was reloaded) never reaches the client's GET stream, while one it may read does.
 //
@@ -34,6 +34,7 @@ const test = (name, opts, fn) => {
   return it(name, opts, H.withLogs(logs, fn));
 };
 
+const everythingEntry = path.join(H.NODE_MODULES, '@modelcontextprotocol', 'server-everything', 'dist', 'index.js');
 const DOC = 'demo://resource/static/document/architecture.md';
 const DOC2 = 'demo://resource/static/document/features.md';
 const TEXT3 = 'demo://resource/dynamic/text/3';
@@ -88,6 +89,7 @@ before(async () => {
     upstreams: [
       { name: 'ev', url: ev.url, policy: policyFile },
       { name: 'bare', url: ev.url, policy: bare },
+      { name: 'evstdio', command: [process.execPath, everythingEntry, 'stdio'], policy: policyFile },
     ],
   });
   gw = await H.startTollgate(conf, { cleanup });
@@ -195,12 +197,12 @@ describe('2. URIs are decided and forwarded in their normal form', () => {
   });
 });
 
-describe('3 and 4. subscriptions on a 2025 upstream', () => {
+for (const [up, how] of [['ev', 'Streamable HTTP'], ['evstdio', 'stdio']]) describe(`3 and 4. subscriptions on a 2025 upstream over ${how}`, () => {
   test('resources/subscribe is decided; updates the grant may no longer read never reach the GET stream', async () => {
     const updates = [];
     let onUpdate = () => {};
     const { types } = await H.loadSdk();
-    const c = await H.connectClient(url('ev'), {
+    const c = await H.connectClient(url(up), {
       cleanup,
       notificationHandlers: [[types.ResourceUpdatedNotificationSchema, (n) => { updates.push(n.params.uri); onUpdate(); }]],
     });
