@@ -62,8 +62,8 @@ int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const cha
         filter_subscriptions(tg_json_get(params, "notifications"), pol);
     } else if (strcmp(m, "notifications/resources/updated") == 0) {
         cJSON *uri = tg_json_get(params, "uri");
-        if (!cJSON_IsString(uri) || !readable(pol, uri->valuestring))
-            goto out;
+        if (!cJSON_IsString(uri) || !readable(pol, uri->valuestring) || memmem(p, n, "\\u0000", 6) != NULL)
+            goto out; /* a "\u0000" ends the decoded URI early: what follows it was not decided */
     }
     if (id == NULL) {
         tg_json_write(out, doc.root); /* a 2025 client's GET stream: as the upstream said it */
@@ -102,7 +102,7 @@ int tg_mcp_relay_allowed(const char *p, size_t n, const struct tg_policy *pol)
     cJSON *method = tg_json_get(doc.root, "method");
     if (cJSON_IsString(method) && strcmp(method->valuestring, "notifications/resources/updated") == 0) {
         cJSON *uri = tg_json_get(tg_json_get(doc.root, "params"), "uri");
-        ok = cJSON_IsString(uri) && readable(pol, uri->valuestring);
+        ok = cJSON_IsString(uri) && readable(pol, uri->valuestring) && memmem(p, n, "\\u0000", 6) == NULL;
     }
     cJSON_Delete(doc.root);
     return ok;

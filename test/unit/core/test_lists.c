@@ -145,6 +145,8 @@ static void resource_updates_are_seen_through_the_policy(void **state)
         {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/updated\",\"params\":{\"uri\":\"file:\\/\\/\\/secret\"}}",
          0},
         {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/updated\",\"params\":{}}", 0},
+        {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/updated\",\"params\":{\"uri\":\"file:///pub/a\\u0000/../../secret\"}}",
+         0},
         {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/resources/updated\"}", 0},
         {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"updated\"}}", 1},
         {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"data\":\"a \\\"quote\\\"\"}}", 1},
