@@ -296,11 +296,13 @@ static void answer_of(const struct tg_call *k, struct tg_mcp_answer *a)
     a->client_id = k->client_id;
     a->client_id_len = k->client_id_len;
     a->is_request = k->kind == KIND_REQUEST;
-    a->tools_filter = k->is_tools_list ? k->policy : NULL;
+    a->tools_filter = k->is_tools_list || k->list_filtered ? k->policy : NULL;
+    a->list_kind = k->list_filtered ? k->list_kind : TG_MCP_LIST_TOOLS;
     a->upstream = up_name(k);
     /* deliver_answer reads the original of an initialize or tools/list answer after the rewrite */
-    a->own = k->is_init || k->is_tools_list ? NULL : k->answer_src;
+    a->own = k->is_init || k->is_tools_list || k->list_filtered ? NULL : k->answer_src;
     a->result_at = NULL;
+    a->maybe_update = NULL;
 }
 
 /* A server-to-client request this upstream may not make (deny_server_requests), or any on a
@@ -461,6 +463,8 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
     struct tg_slice srv_req;
     struct tg_mcp_answer a;
     answer_of(k, &a);
+    int maybe_update = 0;
+    a.maybe_update = &maybe_update;
     int mine = tg_mcp_restore_id(&a, p, n, pre, &out, &valid, &is_error, &srv_req);
     if (!valid) {
         tg_log(TG_LOG_WARN, "upstream sent a message that is not JSON; dropped", "upstream=%s session=%s",
@@ -488,7 +492,8 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
             /* Seen through the policy, tagged with the client's listen id. */
             if (tg_mcp_listen_message(&out, p, n, k->client_id, k->client_id_len, k->policy))
                 sk->ops->message(sk, k, out.base, out.len);
-        } else if (!(sk->flags & TG_SINK_ANSWER_ONLY)) {
+        } else if (!(sk->flags & TG_SINK_ANSWER_ONLY) &&
+                   (!maybe_update || tg__call_may_relay(k->srv, k->sess, p, n))) {
             sk->ops->message(sk, k, p, n); /* as it came: nothing in it is rewritten */
         }
     }

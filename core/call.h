@@ -101,6 +101,8 @@ struct tg_call {
                                     * from the call) */
     char *args_json;
     int is_tools_list;
+    int list_kind;            /* with list_filtered: enum tg_mcp_list of a resources, templates or prompts list */
+    int list_filtered;        /* a resources/list, resources/templates/list or prompts/list answer: filtered */
     int is_listen;            /* a 2026 subscriptions/listen: no call timeout, notifications seen
                                * through the policy and tagged with the client's id */
     unsigned listen_mask;     /* a listen on a 2025 upstream session: the list changes it takes */
@@ -206,6 +208,11 @@ void tg__call_listen_upstream(struct tg_call *k, const char *uris);
 #define TG_LISTEN_URIS_MAX 256
 #define TG_LISTEN_URIS_BYTES (64u << 10)
 int tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add);
+/* May server notification p go to session s's client (see tg_mcp_relay_allowed)? Decided by
+ * the policy of the session's grant and upstream as the configuration has it now; 0 (dropped,
+ * and logged) if that grant is gone. Callers ask only for a message whose method token may be
+ * notifications/resources/updated (tg_mcp_method_maybe_update): the others pass unlooked-at. */
+int tg__call_may_relay(struct tg_server *srv, struct tg_session *s, const char *p, size_t n);
 /* A 2026 call on a 2025 upstream session met a server request (p) for input its client declared:
  * the client gets input_required now, and k stays open upstream (1); 0 if it cannot be. */
 int tg__call_input_park(struct tg_call *k, const char *p, size_t n);

@@ -100,6 +100,10 @@ void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct
             cJSON_Delete(full.root);
         }
     }
+    if (!is_request && tg_mcp_method_maybe_update(doc.method_raw) && !tg__call_may_relay(srv, s, p, n)) {
+        tg_xfree(progress);
+        return; /* a resource the grant may not read: no client hears of it */
+    }
     int delivered = session_stream_write(s, p, n, progress);
     tg_xfree(progress);
     if (is_request && delivered) {

@@ -14,6 +14,7 @@
 #include "core/call.h"
 #include "core/gateway.h"
 #include "core/json.h"
+#include "core/log.h"
 #include "core/mcp/era.h"
 #include "core/mcp/listen.h"
 #include "core/session.h"
@@ -302,4 +303,14 @@ int tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
     s->get_stream = n;
     tg__call_listen_upstream(n, s->listen_uris);
     return 0;
+}
+
+int tg__call_may_relay(struct tg_server *srv, struct tg_session *s, const char *p, size_t n)
+{
+    const struct tg_grant_conf *g = tg_conf_find_grant(srv->conf, s->grant);
+    int ok = g != NULL && tg_mcp_relay_allowed(p, n, tg_conf_policy_for(srv->conf, g, s->upstream));
+    if (!ok)
+        tg_log(TG_LOG_DEBUG, "resource update for a resource the grant may not read; dropped", "session=%s",
+               s->id_str);
+    return ok;
 }

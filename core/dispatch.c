@@ -322,6 +322,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     struct tg_cluster_job *job = NULL; /* the decision waits for the shared counters */
     const char *tool = NULL;
     const cJSON *args = NULL;
+    int list = -1; /* a resources, templates or prompts list: its answer is filtered */
     if (m->mid == TG_M_TOOLS_CALL) {
         cJSON *name = tg_json_get(params, "name");
         cJSON *a = tg_json_get(params, "arguments");
@@ -350,23 +351,14 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             tg_policy_decide_call(pol, srv->counters, &who, tool, args, wall_ms(), dec);
             dec->shared = 0;
         }
-    } else if (m->mid == TG_M_RESOURCES_READ || m->mid == TG_M_PROMPTS_GET) {
-        int res = m->mid == TG_M_RESOURCES_READ;
-        cJSON *what = tg_json_get(params, res ? "uri" : "name");
-        if (!cJSON_IsString(what)) {
+    } else if (m->mid != TG_M_TOOLS_LIST && m->mid != TG_M_INITIALIZE && !listen) {
+        const char *bad;
+        if (tg_dispatch_decide_reads(m, params, pol, &dec, &tool, &list, &bad) < 0) {
             tg_xfree(key);
             tg_xfree(mc);
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
-                      res ? "resources/read needs params.uri (a string)" : "prompts/get needs params.name (a string)",
-                      NULL);
+            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, bad, NULL);
             return;
         }
-        dec = memset(tg_call_decision_new(), 0, sizeof(*dec));
-        if (res)
-            tg_policy_decide_resource(pol, what->valuestring, dec);
-        else
-            tg_policy_decide_prompt(pol, what->valuestring, dec);
-        tool = what->valuestring;
     }
     srv->metrics.rpc_requests++;
     struct tg_call *k = tg_call_new(srv, s, sk, KIND_REQUEST);
@@ -393,6 +385,8 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     }
     tg_xfree(mc);
     k->is_tools_list = m->mid == TG_M_TOOLS_LIST;
+    k->list_filtered = list > 0;
+    k->list_kind = list;
     k->is_listen = listen;
     k->is_init = m->mid == TG_M_INITIALIZE;
     k->client_id = m->id_raw;
@@ -632,15 +626,21 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
     int subscribe = m->mid == TG_M_RESOURCES_SUBSCRIBE;
     if (m->kind == TG_MSG_REQUEST && (subscribe || m->mid == TG_M_RESOURCES_UNSUBSCRIBE)) {
         /* The session's listen upstream is made again with the new list of resources. */
-        cJSON *uri = tg_json_get(tg_json_get(m->root, "params"), "uri");
-        if (!cJSON_IsString(uri)) {
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, "resources/subscribe needs params.uri (a string)", NULL);
-            return 1;
-        }
+        const struct tg_policy *pol = tg_conf_policy_for(x->srv->conf, x->grant, x->upstream);
         struct tg_decision d;
         memset(&d, 0, sizeof(d));
-        tg_policy_decide_resource(tg_conf_policy_for(x->srv->conf, x->grant, x->upstream), uri->valuestring, &d);
-        if (subscribe && d.verdict != TG_VERDICT_ALLOW) {
+        cJSON *uri;
+        int rc = tg_dispatch_normal_uri(m, tg_json_get(m->root, "params"), pol, &d, &uri); /* the normal form */
+        if (rc == -1) {
+            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+                               subscribe ? "resources/subscribe needs params.uri (a string)"
+                                         : "resources/unsubscribe needs params.uri (a string)",
+                               NULL);
+            return 1;
+        }
+        if (rc == 0)
+            tg_policy_decide_resource(pol, uri->valuestring, &d);
+        if ((subscribe || rc != 0) && d.verdict != TG_VERDICT_ALLOW) {
             tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, d.message[0] ? d.message : "resource denied by policy", NULL);
             return 1;
         }

@@ -36,8 +36,9 @@ static const char usage_text[] =
     "      a rate limit shows). Prints the decision (allow, deny, limited, approve), its reason,\n"
     "      the rule and where it is in the file (and for a rule with conditions, the condition that\n"
     "      did not hold), whether tools/list hides the tool, and the counters a call takes or reads.\n"
-    "      --method decides resources/read (params.uri), prompts/get (params.name), tools/call\n"
-    "      (params), and says whether any other method may be sent.\n"
+    "      --method decides resources/read and resources/subscribe (params.uri), prompts/get\n"
+    "      (params.name), completion/complete (params.ref), tools/call (params), and says whether\n"
+    "      any other method may be sent.\n"
     "      Exit 0 allow, 1 deny, 3 limited, 4 approve, 2 on bad arguments or a conf that does not load.\n"
     "\n"
     "  tollgate policy test FILE CASES.yaml\n"
@@ -179,12 +180,20 @@ static int explain_other(const struct tg_policy *p, const char *method, const cJ
 {
     struct tg_decision d;
     memset(&d, 0, sizeof(d));
-    int res = strcmp(method, "resources/read") == 0;
-    if (res || strcmp(method, "prompts/get") == 0) {
+    int res = strcmp(method, "resources/read") == 0 || strcmp(method, "resources/subscribe") == 0;
+    int completion = strcmp(method, "completion/complete") == 0;
+    if (completion) { /* decided as the prompt or the resource template its ref names */
+        const cJSON *ref = tg_json_get(params, "ref"), *type = tg_json_get(ref, "type");
+        res = cJSON_IsString(type) && strcmp(type->valuestring, "ref/resource") == 0;
+        params = ref;
+    }
+    if (res || completion || strcmp(method, "prompts/get") == 0) {
         const cJSON *what = tg_json_get(params, res ? "uri" : "name");
         if (!cJSON_IsString(what))
-            return usage_error(res ? "explain: resources/read needs --params '{\"uri\":...}'%s"
-                                   : "explain: prompts/get needs --params '{\"name\":...}'%s",
+            return usage_error(completion ? "explain: completion/complete needs --params '{\"ref\":{\"type\":"
+                                            "\"ref/prompt\",\"name\":...}}' or a ref/resource with \"uri\"%s"
+                               : res ? "explain: resources/read and resources/subscribe need --params '{\"uri\":...}'%s"
+                                     : "explain: prompts/get needs --params '{\"name\":...}'%s",
                                NULL);
         if (res)
             tg_policy_decide_resource(p, what->valuestring, &d);

@@ -54,6 +54,7 @@ static void compile_globset(struct tg__cctx *cx, const cJSON *j, const char *pat
     char sub[600];
     const cJSON *d = tg_json_get(j, "default");
     if (d != NULL) {
+        g->has_default = 1;
         snprintf(sub, sizeof(sub), "%s.default", path);
         if (cJSON_IsString(d) && strcmp(d->valuestring, "deny") == 0)
             g->default_deny = 1;

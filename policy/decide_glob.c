@@ -1,11 +1,16 @@
-/* Policy decisions for resources/read and prompts/get: a policy's "resources" and "prompts"
- * glob lists (deny first, then allow, then the list's default). */
+/* Policy decisions for resources and prompts: a policy's "resources" and "prompts" glob lists
+ * (deny first, then allow, then the group's default, else the policy's). Without a group, the
+ * policy's default decides: a deny-by-default policy shows and reads nothing it does not name.
+ * Resource URIs are decided in their normal form (policy/uri.h); one that cannot be normalised
+ * is denied. */
 #include "policy/policy.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "policy/policy_int.h"
+#include "policy/uri.h"
 
 static void deny(struct tg_decision *d, const char *rule)
 {
@@ -13,62 +18,131 @@ static void deny(struct tg_decision *d, const char *rule)
     snprintf(d->rule, sizeof(d->rule), "%s", rule);
 }
 
-/* '*' matches any run of characters; everything else literally. */
-static int glob_match(const char *pat, const char *s)
+enum { TOK_CHAR, TOK_STAR, TOK_ANY };
+
+/* Does s match pat? "**" matches any run of characters; "*" a run without "/" when
+ * star_stops (resource allow lists), any run otherwise; everything else itself. A set of
+ * pattern positions is carried along s (no backtracking), so a long URI costs its length
+ * times the pattern's, never more. */
+static int glob_match(const char *pat, const char *s, int star_stops)
 {
-    const char *star = NULL, *ss = NULL;
-    while (*s) {
-        if (*pat == '*') {
-            star = pat++;
-            ss = s;
-        } else if (*pat == *s) {
-            pat++;
-            s++;
-        } else if (star) {
-            pat = star + 1;
-            s = ++ss;
-        } else {
-            return 0;
+    size_t np = strlen(pat);
+    unsigned char small_tok[128], small_cur[129], small_next[129];
+    unsigned char *tok = small_tok, *cur = small_cur, *next = small_next;
+    char small_lit[128], *lit = small_lit;
+    if (np > sizeof(small_tok)) {
+        tok = malloc(np);
+        lit = malloc(np);
+        cur = malloc(np + 1);
+        next = malloc(np + 1);
+        if (tok == NULL || lit == NULL || cur == NULL || next == NULL) {
+            free(tok);
+            free(lit);
+            free(cur);
+            free(next);
+            return 0; /* matches nothing: an allow is not given, a deny falls to the default */
         }
     }
-    while (*pat == '*')
-        pat++;
-    return *pat == '\0';
+    size_t nt = 0;
+    for (size_t i = 0; i < np; i++) {
+        if (pat[i] == '*') {
+            int two = pat[i + 1] == '*';
+            while (pat[i + 1] == '*')
+                i++;
+            tok[nt++] = two || !star_stops ? TOK_ANY : TOK_STAR;
+        } else {
+            lit[nt] = pat[i];
+            tok[nt++] = TOK_CHAR;
+        }
+    }
+    memset(cur, 0, nt + 1);
+    cur[0] = 1;
+    for (size_t i = 0; i < nt; i++) /* a star matches nothing too */
+        if (cur[i] && tok[i] != TOK_CHAR)
+            cur[i + 1] = 1;
+    int any = 1;
+    for (; *s != '\0' && any; s++) {
+        memset(next, 0, nt + 1);
+        any = 0;
+        for (size_t i = 0; i < nt; i++) {
+            if (!cur[i])
+                continue;
+            if (tok[i] == TOK_CHAR ? lit[i] == *s : (tok[i] == TOK_ANY || *s != '/'))
+                next[tok[i] == TOK_CHAR ? i + 1 : i] = 1;
+        }
+        for (size_t i = 0; i < nt; i++)
+            if (next[i] && tok[i] != TOK_CHAR)
+                next[i + 1] = 1;
+        for (size_t i = 0; i <= nt; i++)
+            any |= next[i];
+        unsigned char *t = cur;
+        cur = next;
+        next = t;
+    }
+    int m = *s == '\0' && cur[nt];
+    if (tok != small_tok) {
+        free(tok);
+        free(lit);
+        free(cur);
+        free(next);
+    }
+    return m;
 }
 
-static void decide_glob(const struct globset *g, const char *what, const char *kind, struct tg_decision *d)
+/* A deny pattern's "*" crosses "/" whatever the group: a deny never matches less than it
+ * did when "*" crossed "/" everywhere. */
+static void decide_glob(const struct tg_policy *p, const struct globset *g, const char *what, const char *kind,
+                        const char *group, int star_stops, struct tg_decision *d)
 {
     memset(d, 0, sizeof(*d));
     d->verdict = TG_VERDICT_ALLOW;
-    if (!g->present)
+    if (!g->present) {
+        if (p->default_deny) {
+            deny(d, "(default deny)");
+            snprintf(d->message, sizeof(d->message),
+                     "%s \"%.200s\" is not permitted by policy (no \"%s\" rules; the policy's default is deny)", kind,
+                     what, group);
+        }
         return;
+    }
     for (int i = 0; i < g->ndeny; i++)
-        if (glob_match(g->deny[i], what)) {
+        if (glob_match(g->deny[i], what, 0)) {
             deny(d, g->deny[i]);
             if (g->reason)
                 snprintf(d->message, sizeof(d->message), "%s", g->reason);
             else
-                snprintf(d->message, sizeof(d->message), "%s \"%s\" is denied by policy", kind, what);
+                snprintf(d->message, sizeof(d->message), "%s \"%.200s\" is denied by policy", kind, what);
             return;
         }
     for (int i = 0; i < g->nallow; i++)
-        if (glob_match(g->allow[i], what))
+        if (glob_match(g->allow[i], what, star_stops))
             return;
-    if (g->default_deny) {
+    if (g->has_default ? g->default_deny : p->default_deny) {
         deny(d, "(default deny)");
         if (g->reason)
             snprintf(d->message, sizeof(d->message), "%s", g->reason);
         else
-            snprintf(d->message, sizeof(d->message), "%s \"%s\" is not permitted by policy", kind, what);
+            snprintf(d->message, sizeof(d->message), "%s \"%.200s\" is not permitted by policy", kind, what);
     }
 }
 
 void tg_policy_decide_resource(const struct tg_policy *p, const char *uri, struct tg_decision *d)
 {
-    decide_glob(&p->resources, uri, "Resource", d);
+    size_t n = strlen(uri);
+    char small[512], *norm = n < sizeof(small) ? small : malloc(n + 1);
+    const char *why = "cannot be normalised";
+    if (norm == NULL || tg_uri_normalize(uri, n, norm, &why) < 0) {
+        memset(d, 0, sizeof(*d));
+        deny(d, "(uri)");
+        snprintf(d->message, sizeof(d->message), "Resource URI \"%.200s\" is refused: it %s", uri, why);
+    } else {
+        decide_glob(p, &p->resources, norm, "Resource", "resources", 1, d);
+    }
+    if (norm != small)
+        free(norm);
 }
 
 void tg_policy_decide_prompt(const struct tg_policy *p, const char *name, struct tg_decision *d)
 {
-    decide_glob(&p->prompts, name, "Prompt", d);
+    decide_glob(p, &p->prompts, name, "Prompt", "prompts", 0, d);
 }

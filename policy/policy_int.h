@@ -121,6 +121,7 @@ struct tool_slot {
 /* "resources" or "prompts": glob lists, embedded in struct tg_policy. */
 struct globset {
     int present;
+    int has_default; /* the group says "default": else the policy's default decides */
     int default_deny;
     char **allow, **deny;
     int nallow, ndeny;

@@ -4,6 +4,7 @@
 
 #include "core/json.h"
 #include "policy/policy.h"
+#include "policy/uri.h"
 
 static int readable(const struct tg_policy *pol, const char *uri)
 {
@@ -13,7 +14,8 @@ static int readable(const struct tg_policy *pol, const char *uri)
     return d.verdict == TG_VERDICT_ALLOW;
 }
 
-/* Keep only the URIs of notifications.resourceSubscriptions the grant may read. */
+/* Keep only the URIs of notifications.resourceSubscriptions the grant may read, each in its
+ * normal form (policy/uri.h): the form that was decided is the one subscribed to. */
 static void filter_subscriptions(cJSON *notifications, const struct tg_policy *pol)
 {
     cJSON *subs = tg_json_get(notifications, "resourceSubscriptions");
@@ -21,8 +23,17 @@ static void filter_subscriptions(cJSON *notifications, const struct tg_policy *p
         return;
     for (cJSON *u = subs->child, *next; u != NULL; u = next) {
         next = u->next;
-        if (!cJSON_IsString(u) || !readable(pol, u->valuestring))
+        if (!cJSON_IsString(u) || !readable(pol, u->valuestring)) {
             cJSON_Delete(cJSON_DetachItemViaPointer(subs, u));
+            continue;
+        }
+        size_t n = strlen(u->valuestring);
+        char *norm = tg_xmalloc(n + 1);
+        const char *why;
+        long w = tg_uri_normalize(u->valuestring, n, norm, &why);
+        if (w >= 0 && ((size_t)w != n || memcmp(norm, u->valuestring, n) != 0))
+            cJSON_ReplaceItemViaPointer(subs, u, cJSON_CreateString(norm));
+        tg_xfree(norm);
     }
 }
 
@@ -51,8 +62,8 @@ int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const cha
         filter_subscriptions(tg_json_get(params, "notifications"), pol);
     } else if (strcmp(m, "notifications/resources/updated") == 0) {
         cJSON *uri = tg_json_get(params, "uri");
-        if (!cJSON_IsString(uri) || !readable(pol, uri->valuestring))
-            goto out;
+        if (!cJSON_IsString(uri) || !readable(pol, uri->valuestring) || memmem(p, n, "\\u0000", 6) != NULL)
+            goto out; /* a "\u0000" ends the decoded URI early: what follows it was not decided */
     }
     if (id == NULL) {
         tg_json_write(out, doc.root); /* a 2025 client's GET stream: as the upstream said it */
@@ -78,4 +89,21 @@ int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const cha
 out:
     cJSON_Delete(doc.root);
     return keep;
+}
+
+int tg_mcp_relay_allowed(const char *p, size_t n, const struct tg_policy *pol)
+{
+    if (memmem(p, n, "updated", 7) == NULL && memchr(p, '\\', n) == NULL)
+        return 1;
+    struct tg_json_doc doc;
+    if (tg_json_parse(p, n, 64, 1, &doc, NULL, NULL) != 0)
+        return 0; /* nothing a client could read either */
+    int ok = 1;
+    cJSON *method = tg_json_get(doc.root, "method");
+    if (cJSON_IsString(method) && strcmp(method->valuestring, "notifications/resources/updated") == 0) {
+        cJSON *uri = tg_json_get(tg_json_get(doc.root, "params"), "uri");
+        ok = cJSON_IsString(uri) && readable(pol, uri->valuestring) && memmem(p, n, "\\u0000", 6) == NULL;
+    }
+    cJSON_Delete(doc.root);
+    return ok;
 }

@@ -29,4 +29,10 @@ void tg_mcp_listen_filter_request(cJSON *params, const struct tg_policy *pol);
 int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const char *id, size_t idn,
                           const struct tg_policy *pol);
 
+/* May server message p go to a client of this policy as it is? 0 for a
+ * notifications/resources/updated whose URI the grant may not read (or that names none), 1 for
+ * anything else. Only a message that says "updated" or holds an escape (which could spell it)
+ * is parsed: the rest pass at the cost of a search. */
+int tg_mcp_relay_allowed(const char *p, size_t n, const struct tg_policy *pol);
+
 #endif

@@ -1,5 +1,6 @@
 #include "core/mcp/rewrite.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,7 +9,44 @@
 #include "core/msg.h"
 #include "policy/policy.h"
 
-static int filter_tools_list(const struct tg_mcp_answer *a, const char *p, size_t n, struct tg_buf *out);
+static int filter_list(const struct tg_mcp_answer *a, const char *p, size_t n, struct tg_buf *out);
+
+static const struct {
+    const char *method, *member, *key, *what;
+} LISTS[] = {
+    [TG_MCP_LIST_TOOLS] = {"tools/list", "tools", "name", "tools/list"},
+    [TG_MCP_LIST_RESOURCES] = {"resources/list", "resources", "uri", "resources/list"},
+    [TG_MCP_LIST_TEMPLATES] = {"resources/templates/list", "resourceTemplates", "uriTemplate",
+                               "resources/templates/list"},
+    [TG_MCP_LIST_PROMPTS] = {"prompts/list", "prompts", "name", "prompts/list"},
+};
+
+int tg_mcp_list_kind(const char *method)
+{
+    for (int i = 0; i < (int)(sizeof(LISTS) / sizeof(LISTS[0])); i++)
+        if (strcmp(method, LISTS[i].method) == 0)
+            return i;
+    return -1;
+}
+
+int tg_mcp_method_maybe_update(struct tg_slice method_raw)
+{
+    return tg_slice_eq(method_raw, TG_SLICE("\"notifications/resources/updated\"")) ||
+           memchr(method_raw.ptr, '\\', method_raw.len) != NULL;
+}
+
+/* Does the grant see this entry of a list? */
+static int visible(const struct tg_policy *pol, int kind, const char *v)
+{
+    if (kind == TG_MCP_LIST_TOOLS)
+        return tg_policy_tool_visible(pol, v);
+    struct tg_decision d;
+    if (kind == TG_MCP_LIST_PROMPTS)
+        tg_policy_decide_prompt(pol, v, &d);
+    else
+        tg_policy_decide_resource(pol, v, &d); /* a template is decided as the URI it is written as */
+    return d.verdict == TG_VERDICT_ALLOW;
+}
 
 /* A canonical form of a request id: "n" + digits, or "s" + the decoded string. */
 char *tg_mcp_id_key(const char *raw, size_t n)
@@ -43,26 +81,28 @@ void tg_mcp_upstream_data(struct tg_buf *b, const char *upstream)
     tg_buf_append(b, "}", 2);
 }
 
-/* tools/list for this grant: drop the tools its policy hides or denies. The page's
- * nextCursor is the upstream's and stays valid, so pagination keeps working. */
-static int filter_tools_list(const struct tg_mcp_answer *a, const char *p, size_t n, struct tg_buf *out)
+/* A list for this grant: drop the tools its policy hides or denies, the resources, templates
+ * and prompts it may not use. The page's nextCursor is the upstream's and stays valid, so
+ * pagination keeps working. */
+static int filter_list(const struct tg_mcp_answer *a, const char *p, size_t n, struct tg_buf *out)
 {
     struct tg_json_doc doc;
     if (tg_json_parse(p, n, 1000, 1, &doc, NULL, NULL) != 0)
         return 0;
+    int kind = a->list_kind;
     cJSON *res = tg_json_get(doc.root, "result");
-    cJSON *tools = tg_json_get(res, "tools");
-    if (!cJSON_IsObject(res) || !cJSON_IsArray(tools)) {
+    cJSON *items = tg_json_get(res, LISTS[kind].member);
+    if (!cJSON_IsObject(res) || !cJSON_IsArray(items)) {
         cJSON_Delete(doc.root);
         return 0;
     }
     {
-        cJSON *t = tools->child;
+        cJSON *t = items->child;
         while (t) {
             cJSON *next = t->next;
-            cJSON *name = tg_json_get(t, "name");
-            if (!cJSON_IsString(name) || !tg_policy_tool_visible(a->tools_filter, name->valuestring))
-                cJSON_Delete(cJSON_DetachItemViaPointer(tools, t));
+            cJSON *v = tg_json_get(t, LISTS[kind].key);
+            if (!cJSON_IsString(v) || !visible(a->tools_filter, kind, v->valuestring))
+                cJSON_Delete(cJSON_DetachItemViaPointer(items, t));
             t = next;
         }
     }
@@ -97,18 +137,19 @@ int tg_mcp_restore_id(const struct tg_mcp_answer *a, const char *p, size_t n, co
         doc.method_raw.len == 0) {
         *is_error = doc.error_raw.len > 0;
         if (a->tools_filter != NULL && !*is_error) {
-            if (filter_tools_list(a, p, n, out))
+            if (filter_list(a, p, n, out))
                 return 1;
-            /* An answer that cannot be filtered is never relayed: it could show hidden tools. */
-            char esc[120];
-            tg_log(TG_LOG_WARN, "upstream tools/list answer cannot be filtered; refused", "upstream=%s body=%s",
-                   a->upstream, tg_log_esc(esc, sizeof(esc), tg_slice_of(p, n)));
+            /* An answer that cannot be filtered is never relayed: it could show hidden tools,
+             * resources or prompts. */
+            char esc[120], msg[120];
+            tg_log(TG_LOG_WARN, "upstream list answer cannot be filtered; refused", "method=%s upstream=%s body=%s",
+                   LISTS[a->list_kind].what, a->upstream, tg_log_esc(esc, sizeof(esc), tg_slice_of(p, n)));
             struct tg_buf d;
             tg_buf_init(&d);
             tg_mcp_upstream_data(&d, a->upstream);
             out->len = 0;
-            tg_rpc_error(out, a->client_id, a->client_id_len, TG_RPC_UPSTREAM,
-                         "upstream sent a tools/list answer the gateway cannot filter", d.base);
+            snprintf(msg, sizeof(msg), "upstream sent a %s answer the gateway cannot filter", LISTS[a->list_kind].what);
+            tg_rpc_error(out, a->client_id, a->client_id_len, TG_RPC_UPSTREAM, msg, d.base);
             tg_buf_dispose(&d);
             *is_error = 1;
             return 1;
@@ -140,6 +181,8 @@ int tg_mcp_restore_id(const struct tg_mcp_answer *a, const char *p, size_t n, co
     }
     if (server_request_id && doc.method_raw.len > 0 && doc.id_raw.len > 0)
         *server_request_id = doc.id_raw;
+    if (a->maybe_update != NULL)
+        *a->maybe_update = doc.method_raw.len > 0 && doc.id_raw.len == 0 && tg_mcp_method_maybe_update(doc.method_raw);
     /* An answer to another call (another gateway id, or one never issued) is nobody's here:
      * out stays empty, so that it cannot reach this client as a message on the way. */
     if (doc.method_raw.len > 0 || doc.id_raw.len == 0)

@@ -17,6 +17,19 @@ char *tg_mcp_id_key_number(const cJSON *n);
 /* error.data for -32004, NUL-terminated (it is passed on as a C string). */
 void tg_mcp_upstream_data(struct tg_buf *b, const char *upstream);
 
+/* The lists a policy filters: what each shows only if the grant may use it. */
+enum tg_mcp_list {
+    TG_MCP_LIST_TOOLS = 0,  /* tools/list: result.tools[].name, hidden or denied tools dropped */
+    TG_MCP_LIST_RESOURCES,  /* resources/list: result.resources[].uri, by the resources rules */
+    TG_MCP_LIST_TEMPLATES,  /* resources/templates/list: result.resourceTemplates[].uriTemplate */
+    TG_MCP_LIST_PROMPTS,    /* prompts/list: result.prompts[].name, by the prompts rules */
+};
+/* The list method's kind, or -1 for another method. */
+int tg_mcp_list_kind(const char *method);
+/* A message's method token, raw JSON with its quotes: 1 if it is, or may spell with escapes,
+ * "notifications/resources/updated" (a look at the token only, not the message). */
+int tg_mcp_method_maybe_update(struct tg_slice method_raw);
+
 /* The answer a call waits for. Value type: answer_of() in core/call.c fills one on its caller's
  * stack; every pointer is borrowed from the call. */
 struct tg_mcp_answer {
@@ -25,12 +38,15 @@ struct tg_mcp_answer {
     const char *client_id;    /* the client's id, raw JSON */
     size_t client_id_len;
     int is_request;           /* 0: nothing is this call's answer (a notification, a stream) */
-    const struct tg_policy *tools_filter; /* non-NULL: a tools/list answer, filtered by this policy */
+    const struct tg_policy *tools_filter; /* non-NULL: a list answer, filtered by this policy */
     const char *upstream;     /* for logs and error.data */
     struct tg_buf *own;       /* the buffer p is (or NULL): the id may be put right in it and the
                                  buffer moved into out, so that a big answer is not copied */
     size_t *result_at;        /* non-NULL: set to where the answer's result value is in out (offset,
                                  then length) when out is p with the id restored; length 0 else */
+    int list_kind;            /* which list (enum tg_mcp_list; TG_MCP_LIST_TOOLS is 0) */
+    int *maybe_update;        /* non-NULL: set to 1 for a server notification whose method is, or
+                                 may spell with escapes, notifications/resources/updated */
 };
 
 /* Rewrite message p for the client into out. Returns 1 if it was the awaited answer. *valid is

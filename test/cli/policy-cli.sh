@@ -127,6 +127,14 @@ has out "reason: No shell"; has out "hidden: yes"
 run 1 "${E[@]}" --grant ops --upstream bare --call '{"name":"anything"}'
 has out "policy: (no policy: everything denied)"
 run 0 "${E[@]}" --grant ops --method ping
+# Resources and prompts follow the policy's default (deny here, no groups); URIs in normal form.
+run 1 "${E[@]}" --grant ops --method resources/subscribe --params '{"uri":"FILE:///srv/../etc/passwd"}'
+has out 'reason: Resource "file:///etc/passwd" is not permitted by policy (no "resources" rules'
+run 1 "${E[@]}" --grant ops --method resources/read --params '{"uri":"file:///a/..%2Fb"}'
+has out 'holds an encoded "/" (%2F)'; has out "rule: (uri)"
+run 1 "${E[@]}" --grant ops --method completion/complete --params '{"ref":{"type":"ref/prompt","name":"p"}}'
+has out 'reason: Prompt "p" is not permitted by policy'
+run 2 "${E[@]}" --grant ops --method completion/complete --params '{}'; has err "completion/complete needs"
 run 1 "${E[@]}" --grant ops --method vendor/thing
 has out "is not a standard MCP method"
 run 0 "${E[@]}" --grant ops --method tools/call --params '{"name":"read_file"}'

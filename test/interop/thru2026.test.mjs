@@ -82,6 +82,8 @@ before(async () => {
       execute_code: { action: 'deny', reason: 'no code execution through the gateway' },
     },
     resources: { default: 'allow', deny: ['secret://*'] },
+    // Prompts are read under default deny only through a group that allows them.
+    prompts: { default: 'allow' },
   }) + '\n');
   // The conformance suite cannot send an Authorization header (its `server` command has no such
   // option), so it is the anonymous grant "suite" (README, Grants: `anonymous = true` serves
@@ -443,7 +445,7 @@ describe('the headers an upstream gets are rebuilt from the body', () => {
 
     test(`${mode}: a name that must travel base64-encoded is sent upstream base64-encoded`, async () => {
       // A tool name outside the policy would be refused before the upstream; a prompt name can
-      // be any string and prompts are not restricted here: prompts/get with a non-ASCII name
+      // be any string and this policy's prompts group allows them all: prompts/get with a non-ASCII name
       // (the fixture has no such prompt, so its answer is an error; the headers are the point).
       const fx = fixtureOf(mode);
       const mark = fx.records().length;
@@ -751,7 +753,7 @@ describe('2025 clients through tollgate', () => {
 // elicitation (key "name") and no requestState of its own, so the gateway mints its envelope.
 describe('subscriptions/listen through tollgate (2026 upstreams)', () => {
   for (const mode of MODES) {
-    test(`${mode}: resourceSubscriptions the grant may not read never reach the upstream nor the acknowledgement`, async () => {
+    test(`${mode}: resourceSubscriptions the grant may not read never reach the upstream nor the acknowledgement; the rest go in their normal form`, async () => {
       const fx = fixtureOf(mode);
       const mark = fx.records().length;
       const ac = new AbortController();
@@ -760,7 +762,8 @@ describe('subscriptions/listen through tollgate (2026 upstreams)', () => {
         headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
           Authorization: `Bearer ${ALICE}`, 'MCP-Protocol-Version': MODERN, 'Mcp-Method': 'subscriptions/listen' },
         body: JSON.stringify({ jsonrpc: '2.0', id: 'sub-1', method: 'subscriptions/listen', params: {
-          notifications: { toolsListChanged: true, resourceSubscriptions: ['test://open', 'secret://keys'] }, _meta: META } }),
+          notifications: { toolsListChanged: true, resourceSubscriptions: ['test://open', 'secret://keys',
+            'SECRET://keys', 'secret://keys/%2e%2e/x', 'test://a/..%2Fb', 'TEST://Open/./a//b/..'] }, _meta: META } }),
       });
       assert.equal(res.status, 200);
       const reader = res.body.getReader();
@@ -777,10 +780,12 @@ describe('subscriptions/listen through tollgate (2026 upstreams)', () => {
       ac.abort();
       assert.equal(ack.method, 'notifications/subscriptions/acknowledged', JSON.stringify(ack));
       assert.equal(ack.params._meta['io.modelcontextprotocol/subscriptionId'], 'sub-1', 'the client\'s id, not tollgate\'s');
-      assert.ok(!JSON.stringify(ack).includes('secret://keys'), JSON.stringify(ack));
+      assert.ok(!/secret|%2F/i.test(JSON.stringify(ack)), JSON.stringify(ack));
       const up = since(fx, mark).find((r) => r.body?.method === 'subscriptions/listen');
       assert.ok(up, 'the listen reached the upstream');
-      assert.deepEqual(up.body.params.notifications.resourceSubscriptions, ['test://open']);
+      // Decided and sent in the normal form (RFC 3986): case, dot segments and "//" cannot
+      // slip past "secret://*", an encoded "/" is refused.
+      assert.deepEqual(up.body.params.notifications.resourceSubscriptions, ['test://open', 'test://open/a/']);
     });
   }
 });

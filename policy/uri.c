@@ -1,0 +1,197 @@
+/* Resource URIs in one normal form (see policy/uri.h). */
+#include "policy/uri.h"
+
+#include <string.h>
+
+static int is_alpha(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+static int is_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static int hex_value(unsigned char c)
+{
+    if (is_digit(c))
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static char lower(char c)
+{
+    return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+
+/* RFC 3986 §2.3: what an escape of it means the same as it. */
+static int unreserved(unsigned char c)
+{
+    return is_alpha(c) || is_digit(c) || c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+/* The input is path[r..n); the output path[0..w), never ahead of r, so the work is in place.
+ * "Replacing a prefix by /" is stepping r to a "/" the input holds already, or writing one
+ * behind the output's end. */
+size_t tg_uri_remove_dot_segments(char *path, size_t n)
+{
+    size_t r = 0, w = 0;
+#define AT(s) (n - r >= sizeof(s) - 1 && memcmp(path + r, s, sizeof(s) - 1) == 0)
+#define IS(s) (n - r == sizeof(s) - 1 && memcmp(path + r, s, sizeof(s) - 1) == 0)
+    while (r < n) {
+        if (AT("../")) { /* A */
+            r += 3;
+        } else if (AT("./")) {
+            r += 2;
+        } else if (AT("/./")) { /* B */
+            r += 2;
+        } else if (IS("/.")) {
+            path[++r] = '/';
+        } else if (AT("/../") || IS("/..")) { /* C */
+            if (IS("/..")) {
+                path[r + 2] = '/';
+                r += 2;
+            } else {
+                r += 3;
+            }
+            while (w > 0 && path[w - 1] != '/')
+                w--;
+            if (w > 0)
+                w--; /* the segment and the "/" before it */
+        } else if (IS(".") || IS("..")) { /* D */
+            r = n;
+        } else { /* E: the first segment, with its leading "/" if any */
+            do
+                path[w++] = path[r++];
+            while (r < n && path[r] != '/');
+        }
+    }
+#undef AT
+#undef IS
+    return w;
+}
+
+/* A ".." left anywhere: a segment of the path, the query or the fragment. */
+static int has_dotdot(const char *s, size_t n)
+{
+    size_t start = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i == n || s[i] == '/' || s[i] == '?' || s[i] == '#' || s[i] == '&' || s[i] == '=' || s[i] == ';') {
+            if (i - start == 2 && s[start] == '.' && s[start + 1] == '.')
+                return 1;
+            start = i + 1;
+        }
+    }
+    return 0;
+}
+
+long tg_uri_normalize(const char *in, size_t n, char *out, const char **why)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)in[i];
+        if (c == 0) {
+            *why = "holds a NUL byte";
+            return -1;
+        }
+        if (c < 0x20 || c == 0x7f) {
+            *why = "holds a control character";
+            return -1;
+        }
+        if (c == '\\') {
+            *why = "holds a backslash";
+            return -1;
+        }
+    }
+    size_t i = 0;
+    while (i < n && (is_alpha((unsigned char)in[i]) || (i > 0 && (is_digit((unsigned char)in[i]) || in[i] == '+' ||
+                                                                  in[i] == '-' || in[i] == '.'))))
+        i++;
+    if (i == 0 || i == n || in[i] != ':') {
+        *why = "cannot be parsed (an absolute URI starts with a scheme and \":\")";
+        return -1;
+    }
+    size_t w = 0;
+    for (; w < i; w++)
+        out[w] = lower(in[w]);
+    out[w++] = ':';
+    size_t s = w; /* after the scheme */
+    for (i++; i < n; i++) {
+        if (in[i] != '%') {
+            out[w++] = in[i];
+            continue;
+        }
+        int hi = i + 2 < n ? hex_value((unsigned char)in[i + 1]) : -1;
+        int lo = hi >= 0 ? hex_value((unsigned char)in[i + 2]) : -1;
+        if (lo < 0) {
+            *why = "cannot be parsed (a \"%\" not followed by two hex digits)";
+            return -1;
+        }
+        unsigned char v = (unsigned char)(hi * 16 + lo);
+        if (v == 0) {
+            *why = "holds an encoded NUL (%00)";
+            return -1;
+        }
+        if (v == '/') {
+            *why = "holds an encoded \"/\" (%2F)";
+            return -1;
+        }
+        if (v == '\\') {
+            *why = "holds an encoded backslash (%5C)";
+            return -1;
+        }
+        if (v < 0x20 || v == 0x7f) {
+            *why = "holds an encoded control character";
+            return -1;
+        }
+        if (unreserved(v)) {
+            out[w++] = (char)v;
+        } else {
+            out[w++] = '%';
+            out[w++] = hex[v >> 4];
+            out[w++] = hex[v & 15];
+        }
+        i += 2;
+    }
+    /* Decoding made no "/", "?", "#" or "@" (reserved: they stay escaped), so the components
+     * are found in the decoded form. */
+    size_t p = s;
+    if (w - p >= 2 && out[p] == '/' && out[p + 1] == '/') {
+        size_t a = p + 2, e = a;
+        while (e < w && out[e] != '/' && out[e] != '?' && out[e] != '#')
+            e++;
+        size_t host = a;
+        for (size_t k = a; k < e; k++)
+            if (out[k] == '@')
+                host = k + 1;
+        for (size_t k = host; k < e; k++) {
+            if (out[k] == '%')
+                k += 2; /* an escape's hex stays upper-case */
+            else
+                out[k] = lower(out[k]);
+        }
+        p = e;
+    }
+    size_t q = p;
+    while (q < w && out[q] != '?' && out[q] != '#')
+        q++;
+    /* Empty segments first: "a//../b" is what a file system reads as "a/../b". */
+    size_t pw = p;
+    for (size_t k = p; k < q; k++)
+        if (!(out[k] == '/' && pw > p && out[pw - 1] == '/'))
+            out[pw++] = out[k];
+    pw = p + tg_uri_remove_dot_segments(out + p, pw - p);
+    memmove(out + pw, out + q, w - q);
+    w = pw + (w - q);
+    out[w] = '\0';
+    if (has_dotdot(out + s, w - s)) {
+        *why = "still holds \"..\" after normalisation";
+        return -1;
+    }
+    return (long)w;
+}

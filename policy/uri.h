@@ -1,0 +1,29 @@
+/* Resource URIs in one normal form (RFC 3986 §6.2.2), so that a policy's globs, the decision
+ * and what the upstream is sent all read the same URI. Pure functions: no allocation, no I/O.
+ *
+ * tg_uri_normalize() writes, in order:
+ *   - the scheme, lower-cased (a URI without one cannot be parsed: refused);
+ *   - percent-encoding: an escape of an unreserved character (ALPHA DIGIT - . _ ~) decoded, the
+ *     hex of every other escape upper-cased; a malformed escape is refused;
+ *   - the authority (after "//") with its host lower-cased (userinfo and port as they are);
+ *   - the path with empty segments collapsed ("//" -> "/") and then dot segments removed
+ *     (§5.2.4), so "a//../b" is "a/b"'s parent's "b" as a file system reads it;
+ *   - the query and fragment as they are (escapes as above).
+ * Refused whatever else it holds: an encoded "/" (%2F) or "\" (%5C), any "\", a NUL (raw or
+ * %00), a control character (raw or encoded), and a ".." segment left after normalisation
+ * (in the query or fragment, or of a path dot-segment removal cannot remove).
+ * The normal form is never longer than the input, and normalising it again gives itself. */
+#ifndef TG_POLICY_URI_H
+#define TG_POLICY_URI_H
+
+#include <stddef.h>
+
+/* Normalise in[0..n) into out, which has room for n + 1 bytes (NUL-terminated). Returns the
+ * length written, or -1 with *why (static text, for an error message) if the URI is refused. */
+long tg_uri_normalize(const char *in, size_t n, char *out, const char **why);
+
+/* RFC 3986 §5.2.4 remove_dot_segments over path[0..n), in place; returns the new length. The
+ * path is taken as it is (no decoding); exposed for the RFC's own examples. */
+size_t tg_uri_remove_dot_segments(char *path, size_t n);
+
+#endif
