@@ -223,6 +223,43 @@ static int usage_error(const char *why)
     return 2;
 }
 
+
+/* The policy's "# Scanned:" comment names what was scanned, but never a credential given on the
+ * command line: an argument that follows a header or environment flag, or that reads like one,
+ * is written as [redacted]; so are a URL's user information and query. */
+static int secret_arg(const char *prev, const char *arg)
+{
+    static const char *const flags[] = {"-H", "--header", "--headers", "-e", "--env", NULL};
+    static const char *const words[] = {"bearer", "authorization", "token", "secret", "password", "passwd",
+                                        "apikey", "api_key", "api-key", "credential", NULL};
+    for (int i = 0; flags[i]; i++)
+        if (strcmp(prev, flags[i]) == 0)
+            return 1;
+    for (int i = 0; words[i]; i++)
+        if (strcasestr(arg, words[i]) != NULL)
+            return 1;
+    return 0;
+}
+
+static void append_url_redacted(struct tg_buf *b, const char *url)
+{
+    const char *host = strstr(url, "://");
+    host = host ? host + 3 : url;
+    size_t hl = strcspn(host, "/?#");
+    const char *at = memchr(host, '@', hl);
+    if (at != NULL) {
+        tg_buf_append(b, url, (size_t)(host - url));
+        tg_buf_appends(b, "[redacted]");
+        host = at;
+    } else {
+        host = url;
+    }
+    size_t n = strcspn(host, "?#");
+    tg_buf_append(b, host, n);
+    if (host[n] != '\0')
+        tg_buf_appends(b, "?[redacted]");
+}
+
 int tg_scan_cli(int argc, char **argv)
 {
     struct tg_scan_header headers[SCAN_MAX_HEADERS];
@@ -297,9 +334,10 @@ int tg_scan_cli(int argc, char **argv)
     tg_buf_init(&target);
     if (c.stdio) {
         for (int k = i; k < argc; k++)
-            tg_buf_appendf(&target, "%s%s", k > i ? " " : "", argv[k]);
+            tg_buf_appendf(&target, "%s%s", k > i ? " " : "",
+                           k > i && secret_arg(argv[k - 1], argv[k]) ? "[redacted]" : argv[k]);
     } else {
-        tg_buf_appends(&target, url);
+        append_url_redacted(&target, url);
     }
     tg_buf_append(&target, "", 1);
     struct tg_scan_source src = {.target = target.base};

@@ -15,7 +15,8 @@
 # The machine's CA bundle, npm config, /etc/hosts and /etc/resolv.conf are copied in, so the
 # package registries are reached as on the machine itself. /proc, /dev, /dev/pts and /sys are
 # mounted inside while it runs and unmounted on exit. Logs: DIR/var/log/tollgate-check/.
-# quickstart listens on 127.0.0.1:8080, 3333 and 9090 (fixed ports), which must be free here.
+# quickstart listens on 127.0.0.1:8080, 3333 and 9090 (its defaults; TOLLGATE_PORT, STANDIN_PORT and
+# TOLLGATE_ADMIN_PORT are not set here), which must be free.
 # Exit status 0 only if every command checked passed.
 set -euo pipefail
 

@@ -404,6 +404,15 @@ describe('tollgate scan: secrets, resources and prompts', () => {
     assert.deepEqual(p.tools.get_env.action, 'deny');
   });
 
+  it('the "# Scanned:" comment never carries a credential from the command line', async () => {
+    const r = await tollgate(['scan', '--', process.execPath, server, '--header', 'X-Key: s3cr3t-1', 'Authorization: Bearer s3cr3t-2', '--api-token=s3cr3t-3', 'plain-arg']);
+    assert.equal(r.code, 0, show(r));
+    const line = r.stdout.split('\n').find((l) => l.startsWith('# Scanned: '));
+    assert.ok(line, show(r));
+    assert.doesNotMatch(r.stdout, /s3cr3t/, show(r));
+    assert.match(line, / --header \[redacted\] \[redacted\] \[redacted\] plain-arg$/);
+  });
+
   it('a server that offers no prompts still gets a prompts group, which denies every one', async () => {
     const r = await tollgate(['scan', '--', process.execPath, HOSTILE, '--stdio', '--flags', 'list=scan']);
     assert.equal(r.code, 0, show(r));
