@@ -1,7 +1,10 @@
 /* Resource URIs in one normal form (see policy/uri.h). */
 #include "policy/uri.h"
 
+#include <stdint.h>
 #include <string.h>
+
+#include "core/buf.h"
 
 static int is_alpha(unsigned char c)
 {
@@ -11,17 +14,6 @@ static int is_alpha(unsigned char c)
 static int is_digit(unsigned char c)
 {
     return c >= '0' && c <= '9';
-}
-
-static int hex_value(unsigned char c)
-{
-    if (is_digit(c))
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 static char lower(char c)
@@ -99,13 +91,11 @@ long tg_uri_normalize_escapes(const char *in, size_t n, char *out, const char **
             out[w++] = in[i];
             continue;
         }
-        int hi = i + 2 < n ? hex_value((unsigned char)in[i + 1]) : -1;
-        int lo = hi >= 0 ? hex_value((unsigned char)in[i + 2]) : -1;
-        if (lo < 0) {
+        uint8_t v;
+        if (i + 2 >= n || tg_hex_decode(in + i + 1, 2, &v) != 0) {
             *why = "cannot be parsed (a \"%\" not followed by two hex digits)";
             return -1;
         }
-        unsigned char v = (unsigned char)(hi * 16 + lo);
         if (v == 0) {
             *why = "holds an encoded NUL (%00)";
             return -2;
