@@ -385,8 +385,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     }
     tg_xfree(mc);
     k->is_tools_list = m->mid == TG_M_TOOLS_LIST;
-    k->list_filtered = list > 0;
-    k->list_kind = list;
+    k->list_kind = list > 0 ? list : 0;
     k->is_listen = listen;
     k->is_init = m->mid == TG_M_INITIALIZE;
     k->client_id = m->id_raw;
