@@ -133,8 +133,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (c == NULL) {
         if (err.len == 0)
             abort(); /* a refusal says why */
-        /* Each reason line names the file and a line: "PATH:N: ..." (a nested file, such as a
-         * policy, may follow with its own name after the directive). */
+        /* Each reason line names the file and a line: "PATH:N: ...", N never 0, or "PATH: ..."
+         * when no setting holds a line (a nested file, such as a policy, may follow with its own
+         * name after the directive). */
         size_t pl = strlen(conf_path);
         for (size_t i = 0; i < err.len;) {
             const char *line = err.base + i;
@@ -145,7 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             size_t k = pl + 1;
             while (k < len && line[k] >= '0' && line[k] <= '9')
                 k++;
-            if (k == pl + 1 || k >= len || line[k] != ':')
+            if (k == pl + 1 ? line[k] != ' ' : k >= len || line[k] != ':' || line[pl + 1] == '0')
                 abort();
             for (size_t j = 0; j < len; j++) /* no control byte reaches a terminal or a log */
                 if ((unsigned char)line[j] < 0x20 || line[j] == 0x7f)
