@@ -541,16 +541,6 @@ void tg_log(int level, const char *msg, const char *fmt, ...)
 {
     if (level > logger.level)
         return;
-    struct tg_buf pairs;
-    tg_buf_init(&pairs);
-    if (fmt != NULL) {
-        va_list ap;
-        va_start(ap, fmt);
-        format_pairs(&pairs, fmt, ap);
-        va_end(ap);
-    }
-    tg_buf_append(&pairs, "", 1);
-    pairs.len--;
     struct timeval tv;
     gettimeofday(&tv, NULL);
     struct tm tm;
@@ -561,22 +551,38 @@ void tg_log(int level, const char *msg, const char *fmt, ...)
     struct tg_buf b;
     tg_buf_init(&b);
     size_t msglen = msg ? strlen(msg) : 0;
+    va_list ap;
     if (logger.format == TG_LOG_JSON) {
+        /* The pairs are made first and then read again as JSON members. */
+        struct tg_buf pairs;
+        tg_buf_init(&pairs);
+        if (fmt != NULL) {
+            va_start(ap, fmt);
+            format_pairs(&pairs, fmt, ap);
+            va_end(ap);
+        }
+        tg_buf_append(&pairs, "", 1);
         tg_buf_appendf(&b, "{\"time\":\"%s\",\"level\":\"%s\",\"msg\":", ts, level_names[level]);
         json_string(&b, msg ? msg : "", msglen);
         pairs_to_json(&b, pairs.base);
         tg_buf_appends(&b, "}\n");
+        tg_buf_dispose(&pairs);
     } else {
+        /* logfmt: the pairs go into the line itself (no second buffer per line). */
         tg_buf_appendf(&b, "time=%s level=%s msg=\"", ts, level_names[level]);
         esc_inside(&b, msg ? msg : "", msglen);
         tg_buf_appends(&b, "\"");
-        if (pairs.len) {
+        if (fmt != NULL) {
+            size_t at = b.len;
             tg_buf_append(&b, " ", 1);
-            tg_buf_append(&b, pairs.base, pairs.len);
+            va_start(ap, fmt);
+            format_pairs(&b, fmt, ap);
+            va_end(ap);
+            if (b.len == at + 1)
+                b.len = at; /* no pairs: no blank either */
         }
         tg_buf_appends(&b, "\n");
     }
     emit(b.base, b.len);
     tg_buf_dispose(&b);
-    tg_buf_dispose(&pairs);
 }
