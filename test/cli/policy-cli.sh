@@ -83,7 +83,7 @@ printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = 
 run 1 -t -c "$out.conf"
 has err "$P/broken.json: tools.deploy.rules[0].conditions[0].op: unknown operator \"equals\""
 # -t refuses a policy with a misspelt key, as start and reload do.
-sed "s|$P/broken.json|$T/typo.json|" "$out.conf" >"$T/typo.conf"
+sed "s|$PWD/$P/broken.json|$T/typo.json|" "$out.conf" >"$T/typo.conf"
 run 1 -t -c "$T/typo.conf"
 has err "$T/typo.json: tools.read.acton: unknown field; did you mean \`action\`?"
 has err "configuration $T/typo.conf is invalid"; hasnt out "is ok"
