@@ -245,8 +245,9 @@ const char *tg_log_esc(char *out, size_t outsz, struct tg_slice s)
 
 static const char hexdig[] = "0123456789abcdef";
 
-/* Escape p[0..n) as a quoted value's inside: \" \\ and \xNN (control bytes, DEL, non-ASCII). */
-static void esc_inside(struct tg_buf *b, const char *p, size_t n)
+/* Escape p[0..n) as a quoted value's inside: \" \\ and, for control bytes, DEL and non-ASCII,
+ * \xNN (logfmt) or \u00NN (json). */
+static void escape(struct tg_buf *b, const char *p, size_t n, int json)
 {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)p[i];
@@ -254,13 +255,21 @@ static void esc_inside(struct tg_buf *b, const char *p, size_t n)
             char e[2] = {'\\', (char)c};
             tg_buf_append(b, e, 2);
         } else if (c < 0x20 || c >= 0x7f) {
-            char e[4] = {'\\', 'x', hexdig[c >> 4], hexdig[c & 15]};
-            tg_buf_append(b, e, 4);
+            char e[6] = {'\\', 'u', '0', '0', hexdig[c >> 4], hexdig[c & 15]};
+            if (json) {
+                tg_buf_append(b, e, 6);
+            } else {
+                e[2] = '\\';
+                e[3] = 'x';
+                tg_buf_append(b, e + 2, 4);
+            }
         } else {
             tg_buf_append(b, (const char *)&c, 1);
         }
     }
 }
+
+static void esc_inside(struct tg_buf *b, const char *p, size_t n) { escape(b, p, n, 0); }
 
 static int bare_ok(const char *p, size_t n)
 {
@@ -455,18 +464,7 @@ static void format_pairs(struct tg_buf *b, const char *fmt, va_list ap)
 static void json_string(struct tg_buf *b, const char *p, size_t n)
 {
     tg_buf_append(b, "\"", 1);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            tg_buf_append(b, e, 2);
-        } else if (c < 0x20 || c >= 0x7f) {
-            char e[6] = {'\\', 'u', '0', '0', hexdig[c >> 4], hexdig[c & 15]};
-            tg_buf_append(b, e, 6);
-        } else {
-            tg_buf_append(b, (const char *)&c, 1);
-        }
-    }
+    escape(b, p, n, 1);
     tg_buf_append(b, "\"", 1);
 }
 
