@@ -163,6 +163,7 @@ void tg__conf_load_roots(struct loader *ld, const config_setting_t *grp, struct 
     tg_buf_init(&b);
     tg_buf_appends(&b, "{\"roots\":[");
     char **seen = tg_xcalloc((size_t)n + 1, sizeof(char *));
+    int listed = 0;
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
         char ectx[140];
@@ -203,7 +204,7 @@ void tg__conf_load_roots(struct loader *ld, const config_setting_t *grp, struct 
         for (int k = 0; k < i; k++)
             if (seen[k] != NULL && strcmp(seen[k], norm) == 0)
                 tg__conf_errf(ld, e, ectx, "\"%s\" is pinned twice", norm);
-        if (r->n++)
+        if (listed++)
             tg_buf_appends(&b, ",");
         tg_buf_appends(&b, "{\"uri\":");
         tg_json_write_string(&b, norm, strlen(norm));
