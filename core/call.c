@@ -296,11 +296,11 @@ static void answer_of(const struct tg_call *k, struct tg_mcp_answer *a)
     a->client_id = k->client_id;
     a->client_id_len = k->client_id_len;
     a->is_request = k->kind == KIND_REQUEST;
-    a->tools_filter = k->is_tools_list || k->list_filtered ? k->policy : NULL;
-    a->list_kind = k->list_filtered ? k->list_kind : TG_MCP_LIST_TOOLS;
+    a->tools_filter = k->is_tools_list || k->list_kind > 0 ? k->policy : NULL;
+    a->list_kind = k->list_kind; /* 0: TG_MCP_LIST_TOOLS */
     a->upstream = up_name(k);
     /* deliver_answer reads the original of an initialize or tools/list answer after the rewrite */
-    a->own = k->is_init || k->is_tools_list || k->list_filtered ? NULL : k->answer_src;
+    a->own = k->is_init || k->is_tools_list || k->list_kind > 0 ? NULL : k->answer_src;
     a->result_at = NULL;
     a->maybe_update = NULL;
 }

@@ -101,8 +101,8 @@ struct tg_call {
                                     * from the call) */
     char *args_json;
     int is_tools_list;
-    int list_kind;            /* with list_filtered: enum tg_mcp_list of a resources, templates or prompts list */
-    int list_filtered;        /* a resources/list, resources/templates/list or prompts/list answer: filtered */
+    int list_kind;            /* > 0: a resources/list, resources/templates/list or prompts/list whose answer
+                               * is filtered (its enum tg_mcp_list); 0 for any other call */
     int is_listen;            /* a 2026 subscriptions/listen: no call timeout, notifications seen
                                * through the policy and tagged with the client's id */
     unsigned listen_mask;     /* a listen on a 2025 upstream session: the list changes it takes */

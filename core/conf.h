@@ -106,7 +106,6 @@ struct tg_grant_policy {
  * no roots at all, which is not the same as not pinning). */
 struct tg_roots {
     int pinned;
-    size_t n;
     char *result; /* {"roots":[{"uri":…,"name":…},…]}: the roots/list result, made at load */
 };
 

@@ -10,6 +10,7 @@
 #include "core/json.h"
 #include "policy/jwt.h"
 #include "policy/policy.h"
+#include "policy/uri.h"
 
 void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
@@ -83,12 +84,8 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
 #define TG_ROOT_URI_MAX 4096
 #define TG_ROOT_NAME_MAX 256
 
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-/* The normal form of root uri in out (malloc'd), or NULL with *why. */
+/* The normal form of root uri in out (malloc'd), or NULL with *why: its escapes as every
+ * resource URI's (policy/uri.h), with a root's own refusals around them. */
 static char *root_normalise(const char *uri, const char **why)
 {
     const char *p;
@@ -107,63 +104,42 @@ static char *root_normalise(const char *uri, const char **why)
         *why = "is longer than 4096 bytes";
         return NULL;
     }
-    struct tg_buf b;
-    tg_buf_init(&b);
-    tg_buf_appends(&b, "file://");
-    size_t seg = b.len + 1; /* where the current segment starts */
-    for (;; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c == '/' || c == '\0') {
-            size_t n = b.len - seg;
-            const char *sg = b.base + seg;
-            int last = c == '\0';
-            if (b.len >= seg && !(last && n == 0) &&
-                (n == 0 || (n == 1 && sg[0] == '.') || (n == 2 && sg[0] == '.' && sg[1] == '.'))) {
-                *why = n == 0 ? "has an empty path segment (//)" : "has a \".\" or \"..\" segment (plain or percent-encoded)";
-                goto bad;
-            }
-            if (last)
-                break;
-            tg_buf_append(&b, "/", 1);
-            seg = b.len;
-            continue;
-        }
-        if (c == '%') {
-            int hi = hexval(p[1]), lo = hi < 0 ? -1 : hexval(p[2]);
-            if (lo < 0) {
-                *why = "has a % that is not followed by two hex digits";
-                goto bad;
-            }
-            int v = hi * 16 + lo;
-            p += 2;
-            if (v == '/' || v == '\\' || v < 0x20 || v == 0x7f) {
-                *why = "has an encoded /, \\, NUL or control character";
-                goto bad;
-            }
-            if ((v >= 'a' && v <= 'z') || (v >= 'A' && v <= 'Z') || (v >= '0' && v <= '9') || v == '-' || v == '.' ||
-                v == '_' || v == '~') {
-                char d = (char)v;
-                tg_buf_append(&b, &d, 1); /* unreserved: the same character (RFC 3986 section 6.2.2.2) */
-            } else {
-                tg_buf_appendf(&b, "%%%02X", v);
-            }
-            continue;
-        }
+    size_t n = strlen(p);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
         if (c <= 0x20 || c >= 0x7f || c == '?' || c == '#' || c == '\\' || c == '"') {
             *why = "has a space, control or non-ASCII byte, \\, a quote, a query or a fragment (percent-encode it)";
-            goto bad;
+            return NULL;
         }
-        tg_buf_append(&b, (const char *)&c, 1);
     }
-    if (b.len > 8 && b.base[b.len - 1] == '/')
-        b.len--; /* file:///srv/data/ is file:///srv/data; file:/// stays */
-    if (b.len == 7)
-        tg_buf_append(&b, "/", 1);
-    tg_buf_append(&b, "", 1);
-    return tg_buf_release(&b);
-bad:
-    tg_buf_dispose(&b);
-    return NULL;
+    char *out = tg_xmalloc(7 + n + 1); /* the normal form is never longer */
+    memcpy(out, "file://", 7);
+    char *path = out + 7;
+    long w = tg_uri_normalize_escapes(p, n, path, why);
+    if (w == -1)
+        *why = "has a % that is not followed by two hex digits";
+    else if (w < 0)
+        *why = "has an encoded /, \\, NUL or control character";
+    /* The decoded path's segments (so %2e%2e is ".."): none empty but a last one, none "." or "..". */
+    for (size_t seg = 1, i = 1; w >= 0 && i <= (size_t)w; i++) {
+        if (i < (size_t)w && path[i] != '/')
+            continue;
+        size_t sn = i - seg;
+        if ((sn == 0 && i < (size_t)w) || (sn == 1 && path[seg] == '.') ||
+            (sn == 2 && path[seg] == '.' && path[seg + 1] == '.')) {
+            *why = sn == 0 ? "has an empty path segment (//)" : "has a \".\" or \"..\" segment (plain or percent-encoded)";
+            w = -1;
+        }
+        seg = i + 1;
+    }
+    if (w < 0) {
+        free(out);
+        return NULL;
+    }
+    if (w > 1 && path[w - 1] == '/')
+        w--; /* file:///srv/data/ is file:///srv/data; file:/// stays */
+    path[w] = '\0';
+    return out;
 }
 
 void tg__conf_load_roots(struct loader *ld, const config_setting_t *grp, struct tg_roots *r, const char *ctx)
@@ -187,6 +163,7 @@ void tg__conf_load_roots(struct loader *ld, const config_setting_t *grp, struct 
     tg_buf_init(&b);
     tg_buf_appends(&b, "{\"roots\":[");
     char **seen = tg_xcalloc((size_t)n + 1, sizeof(char *));
+    int listed = 0;
     for (int i = 0; i < n; i++) {
         const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
         char ectx[140];
@@ -227,7 +204,7 @@ void tg__conf_load_roots(struct loader *ld, const config_setting_t *grp, struct 
         for (int k = 0; k < i; k++)
             if (seen[k] != NULL && strcmp(seen[k], norm) == 0)
                 tg__conf_errf(ld, e, ectx, "\"%s\" is pinned twice", norm);
-        if (r->n++)
+        if (listed++)
             tg_buf_appends(&b, ",");
         tg_buf_appends(&b, "{\"uri\":");
         tg_json_write_string(&b, norm, strlen(norm));

@@ -385,8 +385,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     }
     tg_xfree(mc);
     k->is_tools_list = m->mid == TG_M_TOOLS_LIST;
-    k->list_filtered = list > 0;
-    k->list_kind = list;
+    k->list_kind = list > 0 ? list : 0;
     k->is_listen = listen;
     k->is_init = m->mid == TG_M_INITIALIZE;
     k->client_id = m->id_raw;
@@ -628,19 +627,14 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
         /* The session's listen upstream is made again with the new list of resources. */
         const struct tg_policy *pol = tg_conf_policy_for(x->srv->conf, x->grant, x->upstream);
         struct tg_decision d;
-        memset(&d, 0, sizeof(d));
         cJSON *uri;
-        int rc = tg_dispatch_normal_uri(m, tg_json_get(m->root, "params"), pol, &d, &uri); /* the normal form */
-        if (rc == -1) {
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
-                               subscribe ? "resources/subscribe needs params.uri (a string)"
-                                         : "resources/unsubscribe needs params.uri (a string)",
-                               NULL);
+        const char *bad;
+        int rc = tg_dispatch_decide_uri(m, tg_json_get(m->root, "params"), pol, &d, &uri, &bad); /* the normal form */
+        if (rc < 0) {
+            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, bad, NULL);
             return 1;
         }
-        if (rc == 0)
-            tg_policy_decide_resource(pol, uri->valuestring, &d);
-        if ((subscribe || rc != 0) && d.verdict != TG_VERDICT_ALLOW) {
+        if (rc == 1 && d.verdict != TG_VERDICT_ALLOW) {
             tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, d.message[0] ? d.message : "resource denied by policy", NULL);
             return 1;
         }

@@ -46,6 +46,12 @@ struct tg_decision;
  * the string item), -1 if params.uri is not a string, -2 if the URI is refused (d says why). */
 int tg_dispatch_normal_uri(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision *d,
                            cJSON **uri);
+/* resources/read, resources/subscribe or resources/unsubscribe m: params.uri normalised (as
+ * tg_dispatch_normal_uri) and decided. 1: *d decided (a URI that cannot be normalised is denied);
+ * 0: an unsubscribe, which needs no decision (*uri is its normal form); -1: params.uri is not a
+ * string (*bad says so). */
+int tg_dispatch_decide_uri(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision *d,
+                           cJSON **uri, const char **bad);
 /* Decide a request that reads something other than a tool: resources/read and subscribe (the
  * URI normalised first; unsubscribe is only normalised), prompts/get, completion/complete. 1:
  * *dec (a tg_call_decision_new) and *what (what it names, borrowed from m) are set; -1: the

@@ -75,6 +75,24 @@ static const char *decide_completion(cJSON *params, const struct tg_policy *pol,
     return NULL;
 }
 
+int tg_dispatch_decide_uri(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision *d,
+                           cJSON **uri, const char **bad)
+{
+    memset(d, 0, sizeof(*d));
+    int rc = tg_dispatch_normal_uri(m, params, pol, d, uri);
+    if (rc == -1) {
+        *bad = m->mid == TG_M_RESOURCES_READ        ? "resources/read needs params.uri (a string)"
+               : m->mid == TG_M_RESOURCES_SUBSCRIBE ? "resources/subscribe needs params.uri (a string)"
+                                                    : "resources/unsubscribe needs params.uri (a string)";
+        return -1;
+    }
+    if (rc == 0 && m->mid == TG_M_RESOURCES_UNSUBSCRIBE)
+        return 0; /* letting go of a resource needs no permission; its URI is the normal one */
+    if (rc == 0)
+        tg_policy_decide_resource(pol, (*uri)->valuestring, d);
+    return 1;
+}
+
 int tg_dispatch_decide_reads(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision **dec,
                              const char **what, int *list, const char **bad)
 {
@@ -87,19 +105,10 @@ int tg_dispatch_decide_reads(struct tg_msg *m, cJSON *params, const struct tg_po
     case TG_M_RESOURCES_SUBSCRIBE:
     case TG_M_RESOURCES_UNSUBSCRIBE: {
         struct tg_decision d;
-        memset(&d, 0, sizeof(d));
         cJSON *uri;
-        int rc = tg_dispatch_normal_uri(m, params, pol, &d, &uri);
-        if (rc == -1) {
-            *bad = m->mid == TG_M_RESOURCES_READ        ? "resources/read needs params.uri (a string)"
-                   : m->mid == TG_M_RESOURCES_SUBSCRIBE ? "resources/subscribe needs params.uri (a string)"
-                                                        : "resources/unsubscribe needs params.uri (a string)";
-            return -1;
-        }
-        if (rc == 0 && m->mid == TG_M_RESOURCES_UNSUBSCRIBE)
-            return 0; /* letting go of a resource needs no permission; its URI is the normal one */
-        if (rc == 0)
-            tg_policy_decide_resource(pol, uri->valuestring, &d);
+        int rc = tg_dispatch_decide_uri(m, params, pol, &d, &uri, bad);
+        if (rc <= 0)
+            return rc;
         *dec = memcpy(tg_call_decision_new(), &d, sizeof(d));
         *what = uri->valuestring;
         return 1;

@@ -245,8 +245,9 @@ const char *tg_log_esc(char *out, size_t outsz, struct tg_slice s)
 
 static const char hexdig[] = "0123456789abcdef";
 
-/* Escape p[0..n) as a quoted value's inside: \" \\ and \xNN (control bytes, DEL, non-ASCII). */
-static void esc_inside(struct tg_buf *b, const char *p, size_t n)
+/* Escape p[0..n) as a quoted value's inside: \" \\ and, for control bytes, DEL and non-ASCII,
+ * \xNN (logfmt) or \u00NN (json). */
+static void escape(struct tg_buf *b, const char *p, size_t n, int json)
 {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)p[i];
@@ -254,13 +255,21 @@ static void esc_inside(struct tg_buf *b, const char *p, size_t n)
             char e[2] = {'\\', (char)c};
             tg_buf_append(b, e, 2);
         } else if (c < 0x20 || c >= 0x7f) {
-            char e[4] = {'\\', 'x', hexdig[c >> 4], hexdig[c & 15]};
-            tg_buf_append(b, e, 4);
+            char e[6] = {'\\', 'u', '0', '0', hexdig[c >> 4], hexdig[c & 15]};
+            if (json) {
+                tg_buf_append(b, e, 6);
+            } else {
+                e[2] = '\\';
+                e[3] = 'x';
+                tg_buf_append(b, e + 2, 4);
+            }
         } else {
             tg_buf_append(b, (const char *)&c, 1);
         }
     }
 }
+
+static void esc_inside(struct tg_buf *b, const char *p, size_t n) { escape(b, p, n, 0); }
 
 static int bare_ok(const char *p, size_t n)
 {
@@ -455,18 +464,7 @@ static void format_pairs(struct tg_buf *b, const char *fmt, va_list ap)
 static void json_string(struct tg_buf *b, const char *p, size_t n)
 {
     tg_buf_append(b, "\"", 1);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            tg_buf_append(b, e, 2);
-        } else if (c < 0x20 || c >= 0x7f) {
-            char e[6] = {'\\', 'u', '0', '0', hexdig[c >> 4], hexdig[c & 15]};
-            tg_buf_append(b, e, 6);
-        } else {
-            tg_buf_append(b, (const char *)&c, 1);
-        }
-    }
+    escape(b, p, n, 1);
     tg_buf_append(b, "\"", 1);
 }
 
@@ -541,16 +539,6 @@ void tg_log(int level, const char *msg, const char *fmt, ...)
 {
     if (level > logger.level)
         return;
-    struct tg_buf pairs;
-    tg_buf_init(&pairs);
-    if (fmt != NULL) {
-        va_list ap;
-        va_start(ap, fmt);
-        format_pairs(&pairs, fmt, ap);
-        va_end(ap);
-    }
-    tg_buf_append(&pairs, "", 1);
-    pairs.len--;
     struct timeval tv;
     gettimeofday(&tv, NULL);
     struct tm tm;
@@ -561,22 +549,38 @@ void tg_log(int level, const char *msg, const char *fmt, ...)
     struct tg_buf b;
     tg_buf_init(&b);
     size_t msglen = msg ? strlen(msg) : 0;
+    va_list ap;
     if (logger.format == TG_LOG_JSON) {
+        /* The pairs are made first and then read again as JSON members. */
+        struct tg_buf pairs;
+        tg_buf_init(&pairs);
+        if (fmt != NULL) {
+            va_start(ap, fmt);
+            format_pairs(&pairs, fmt, ap);
+            va_end(ap);
+        }
+        tg_buf_append(&pairs, "", 1);
         tg_buf_appendf(&b, "{\"time\":\"%s\",\"level\":\"%s\",\"msg\":", ts, level_names[level]);
         json_string(&b, msg ? msg : "", msglen);
         pairs_to_json(&b, pairs.base);
         tg_buf_appends(&b, "}\n");
+        tg_buf_dispose(&pairs);
     } else {
+        /* logfmt: the pairs go into the line itself (no second buffer per line). */
         tg_buf_appendf(&b, "time=%s level=%s msg=\"", ts, level_names[level]);
         esc_inside(&b, msg ? msg : "", msglen);
         tg_buf_appends(&b, "\"");
-        if (pairs.len) {
+        if (fmt != NULL) {
+            size_t at = b.len;
             tg_buf_append(&b, " ", 1);
-            tg_buf_append(&b, pairs.base, pairs.len);
+            va_start(ap, fmt);
+            format_pairs(&b, fmt, ap);
+            va_end(ap);
+            if (b.len == at + 1)
+                b.len = at; /* no pairs: no blank either */
         }
         tg_buf_appends(&b, "\n");
     }
     emit(b.base, b.len);
     tg_buf_dispose(&b);
-    tg_buf_dispose(&pairs);
 }

@@ -11,7 +11,7 @@
 /* What a session whose grant a reload removed gets: no roots (its grant's pins, if it had any,
  * are gone with it, and the client's must not take their place). */
 static char no_roots_result[] = "{\"roots\":[]}";
-static const struct tg_roots no_roots = {1, 0, no_roots_result};
+static const struct tg_roots no_roots = {1, no_roots_result};
 
 const struct tg_roots *tg_roots_of_session(struct tg_server *srv, const struct tg_session *s,
                                            const struct tg_upstream_conf *uc)

@@ -1,7 +1,10 @@
 /* Resource URIs in one normal form (see policy/uri.h). */
 #include "policy/uri.h"
 
+#include <stdint.h>
 #include <string.h>
+
+#include "core/buf.h"
 
 static int is_alpha(unsigned char c)
 {
@@ -11,17 +14,6 @@ static int is_alpha(unsigned char c)
 static int is_digit(unsigned char c)
 {
     return c >= '0' && c <= '9';
-}
-
-static int hex_value(unsigned char c)
-{
-    if (is_digit(c))
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 static char lower(char c)
@@ -90,9 +82,50 @@ static int has_dotdot(const char *s, size_t n)
     return 0;
 }
 
-long tg_uri_normalize(const char *in, size_t n, char *out, const char **why)
+long tg_uri_normalize_escapes(const char *in, size_t n, char *out, const char **why)
 {
     static const char hex[] = "0123456789ABCDEF";
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (in[i] != '%') {
+            out[w++] = in[i];
+            continue;
+        }
+        uint8_t v;
+        if (i + 2 >= n || tg_hex_decode(in + i + 1, 2, &v) != 0) {
+            *why = "cannot be parsed (a \"%\" not followed by two hex digits)";
+            return -1;
+        }
+        if (v == 0) {
+            *why = "holds an encoded NUL (%00)";
+            return -2;
+        }
+        if (v == '/') {
+            *why = "holds an encoded \"/\" (%2F)";
+            return -2;
+        }
+        if (v == '\\') {
+            *why = "holds an encoded backslash (%5C)";
+            return -2;
+        }
+        if (v < 0x20 || v == 0x7f) {
+            *why = "holds an encoded control character";
+            return -2;
+        }
+        if (unreserved(v)) {
+            out[w++] = (char)v;
+        } else {
+            out[w++] = '%';
+            out[w++] = hex[v >> 4];
+            out[w++] = hex[v & 15];
+        }
+        i += 2;
+    }
+    return (long)w;
+}
+
+long tg_uri_normalize(const char *in, size_t n, char *out, const char **why)
+{
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)in[i];
         if (c == 0) {
@@ -121,43 +154,10 @@ long tg_uri_normalize(const char *in, size_t n, char *out, const char **why)
         out[w] = lower(in[w]);
     out[w++] = ':';
     size_t s = w; /* after the scheme */
-    for (i++; i < n; i++) {
-        if (in[i] != '%') {
-            out[w++] = in[i];
-            continue;
-        }
-        int hi = i + 2 < n ? hex_value((unsigned char)in[i + 1]) : -1;
-        int lo = hi >= 0 ? hex_value((unsigned char)in[i + 2]) : -1;
-        if (lo < 0) {
-            *why = "cannot be parsed (a \"%\" not followed by two hex digits)";
-            return -1;
-        }
-        unsigned char v = (unsigned char)(hi * 16 + lo);
-        if (v == 0) {
-            *why = "holds an encoded NUL (%00)";
-            return -1;
-        }
-        if (v == '/') {
-            *why = "holds an encoded \"/\" (%2F)";
-            return -1;
-        }
-        if (v == '\\') {
-            *why = "holds an encoded backslash (%5C)";
-            return -1;
-        }
-        if (v < 0x20 || v == 0x7f) {
-            *why = "holds an encoded control character";
-            return -1;
-        }
-        if (unreserved(v)) {
-            out[w++] = (char)v;
-        } else {
-            out[w++] = '%';
-            out[w++] = hex[v >> 4];
-            out[w++] = hex[v & 15];
-        }
-        i += 2;
-    }
+    long esc = tg_uri_normalize_escapes(in + i + 1, n - i - 1, out + s, why);
+    if (esc < 0)
+        return -1;
+    w = s + (size_t)esc;
     /* Decoding made no "/", "?", "#" or "@" (reserved: they stay escaped), so the components
      * are found in the decoded form. */
     size_t p = s;

@@ -22,6 +22,13 @@
  * length written, or -1 with *why (static text, for an error message) if the URI is refused. */
 long tg_uri_normalize(const char *in, size_t n, char *out, const char **why);
 
+/* The percent-encoding of in[0..n) in its normal form, into out (room for n bytes; no NUL is
+ * written): an escape of an unreserved character decoded, the hex of every other upper-cased,
+ * every other byte as it is. Returns the length written; -1 with *why for a malformed escape,
+ * -2 with *why for an escape of a NUL, "/", "\" or a control character. tg_uri_normalize's
+ * escape step, for a caller with refusals of its own (core/conf_grant.c's pinned roots). */
+long tg_uri_normalize_escapes(const char *in, size_t n, char *out, const char **why);
+
 /* RFC 3986 §5.2.4 remove_dot_segments over path[0..n), in place; returns the new length. The
  * path is taken as it is (no decoding); exposed for the RFC's own examples. */
 size_t tg_uri_remove_dot_segments(char *path, size_t n);

@@ -361,6 +361,14 @@ static void fill_warm(struct tg_upstream *u)
     u->nwarm = have;
 }
 
+/* One token must not start a thousand processes: at the cap a session gets no new child (nor
+ * while as many again are still leaving). */
+static int at_cap(const struct tg_upstream *u)
+{
+    size_t max = (size_t)u->uc->max_children;
+    return u->children->live >= max || u->children->live + u->children->leaving >= 2 * max;
+}
+
 struct tg_child *tg_upstream_take_child(struct tg_upstream *u, tg_child_message_cb on_message,
                                         void (*on_exit)(void *, int64_t, int), void *ud, int *err)
 {
@@ -373,10 +381,7 @@ struct tg_child *tg_upstream_take_child(struct tg_upstream *u, tg_child_message_
     }
     if (c != NULL) {
         tg_child_bind(c, on_message, on_exit, ud);
-    } else if (u->children->live >= (size_t)u->uc->max_children ||
-               u->children->live + u->children->leaving >= 2 * (size_t)u->uc->max_children) {
-        /* One token must not start a thousand processes: at the cap the session gets none (nor
-         * while as many again are still leaving). */
+    } else if (at_cap(u)) {
         if (u->metrics != NULL)
             u->metrics->limit_children++;
         tg_log(TG_LOG_WARN, "upstream child refused: upstreams[].max_children reached", "upstream=%s max_children=%d",
@@ -401,11 +406,8 @@ static int warm_ready(const struct tg_upstream *u)
 
 int tg_upstream_children_full(const struct tg_upstream *u, int *may_evict)
 {
-    size_t max = (size_t)u->uc->max_children;
-    *may_evict = u->children->leaving < max;
-    if (warm_ready(u))
-        return 0;
-    return u->children->live >= max || u->children->live + u->children->leaving >= 2 * max;
+    *may_evict = u->children->leaving < (size_t)u->uc->max_children;
+    return !warm_ready(u) && at_cap(u);
 }
 
 void tg_upstream_count_eviction(struct tg_upstream *u, int reason) { u->evictions[reason != TG_EVICT_SAME_GRANT]++; }

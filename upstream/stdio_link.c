@@ -30,12 +30,6 @@ static void release_child(struct tg_session *s)
     free(ln);
 }
 
-/* At max_children a new session takes the child of an idle one (core/session.c picks it): of its
- * own grant whose client is gone at once, else one idle limits.stdio_evict_idle_ms (its own
- * grant's first). That session ends as
- * if its child had exited, so its client's next request gets 404 and it initialises again (what
- * the protocol says a client does for a session the server no longer knows). Returns 1 if a
- * child was given up. */
 /* Its client still holds a stream of it open. A GET stream whose connection closed stays (its
  * events kept for a Last-Event-ID) with no one listening: that client is gone. */
 static int client_connected(const struct tg_session *s)
@@ -46,24 +40,28 @@ static int client_connected(const struct tg_session *s)
     return sk != NULL && (sk->ops->connected != NULL ? sk->ops->connected(sk) : sk->ops->listening(sk));
 }
 
-static int evict_for(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u)
+/* At max_children a new session takes the child of an idle one (core/session.c picks it): of its
+ * own grant whose client is gone at once, else one idle limits.stdio_evict_idle_ms (its own
+ * grant's first). That session ends as if its child had exited, so its client's next request
+ * gets 404 and it initialises again (what the protocol says a client does for a session the
+ * server no longer knows). */
+static void evict_for(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u)
 {
     int may_evict = 0;
     if (!tg_upstream_children_full(u, &may_evict) || !may_evict)
-        return 0;
+        return;
     uint64_t now = uv_now(srv->loop);
     int same = 0;
     uint64_t idle_ms = (uint64_t)srv->conf->limits.stdio_evict_idle_ms;
     struct tg_session *v =
         tg_session_pick_evictable(srv->sessions, s->upstream, s->grant, now, idle_ms, client_connected, &same);
     if (v == NULL)
-        return 0;
+        return;
     tg_upstream_count_eviction(u, same ? TG_EVICT_SAME_GRANT : TG_EVICT_OTHER_GRANT);
     tg_log(TG_LOG_INFO, "stdio child taken from an idle session at max_children",
            "upstream=%s grant=%s for_grant=%s idle_ms=%llu", tg_upstream_conf(u)->name, v->grant, s->grant,
            (unsigned long long)(now - v->last_active_ms));
     tg_session_link_gone(v, "the session was idle and its upstream process went to a new session");
-    return 1;
 }
 
 static int stdio_open(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u)

@@ -37,6 +37,15 @@ static void filter_subscriptions(cJSON *notifications, const struct tg_policy *p
     }
 }
 
+/* A notifications/resources/updated (the whole of it p[0..n), its params) the grant may read: its
+ * URI is a string the policy allows, and no "\u0000" in p ends the decoded URI early (what
+ * follows it was never decided). */
+static int update_readable(const char *p, size_t n, const cJSON *params, const struct tg_policy *pol)
+{
+    cJSON *uri = tg_json_get(params, "uri");
+    return cJSON_IsString(uri) && readable(pol, uri->valuestring) && memmem(p, n, "\\u0000", 6) == NULL;
+}
+
 void tg_mcp_listen_filter_request(cJSON *params, const struct tg_policy *pol)
 {
     filter_subscriptions(tg_json_get(params, "notifications"), pol);
@@ -60,10 +69,8 @@ int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const cha
         goto out; /* a 2025 client's GET stream: no listen to acknowledge */
     if (strcmp(m, "notifications/subscriptions/acknowledged") == 0) {
         filter_subscriptions(tg_json_get(params, "notifications"), pol);
-    } else if (strcmp(m, "notifications/resources/updated") == 0) {
-        cJSON *uri = tg_json_get(params, "uri");
-        if (!cJSON_IsString(uri) || !readable(pol, uri->valuestring) || memmem(p, n, "\\u0000", 6) != NULL)
-            goto out; /* a "\u0000" ends the decoded URI early: what follows it was not decided */
+    } else if (strcmp(m, "notifications/resources/updated") == 0 && !update_readable(p, n, params, pol)) {
+        goto out;
     }
     if (id == NULL) {
         tg_json_write(out, doc.root); /* a 2025 client's GET stream: as the upstream said it */
@@ -93,17 +100,13 @@ out:
 
 int tg_mcp_relay_allowed(const char *p, size_t n, const struct tg_policy *pol)
 {
-    if (memmem(p, n, "updated", 7) == NULL && memchr(p, '\\', n) == NULL)
-        return 1;
     struct tg_json_doc doc;
     if (tg_json_parse(p, n, 64, 1, &doc, NULL, NULL) != 0)
         return 0; /* nothing a client could read either */
     int ok = 1;
     cJSON *method = tg_json_get(doc.root, "method");
-    if (cJSON_IsString(method) && strcmp(method->valuestring, "notifications/resources/updated") == 0) {
-        cJSON *uri = tg_json_get(tg_json_get(doc.root, "params"), "uri");
-        ok = cJSON_IsString(uri) && readable(pol, uri->valuestring) && memmem(p, n, "\\u0000", 6) == NULL;
-    }
+    if (cJSON_IsString(method) && strcmp(method->valuestring, "notifications/resources/updated") == 0)
+        ok = update_readable(p, n, tg_json_get(doc.root, "params"), pol);
     cJSON_Delete(doc.root);
     return ok;
 }

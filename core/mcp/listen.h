@@ -30,9 +30,10 @@ int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const cha
                           const struct tg_policy *pol);
 
 /* May server message p go to a client of this policy as it is? 0 for a
- * notifications/resources/updated whose URI the grant may not read (or that names none), 1 for
- * anything else. Only a message that says "updated" or holds an escape (which could spell it)
- * is parsed: the rest pass at the cost of a search. */
+ * notifications/resources/updated whose URI the grant may not read (or that names none), or for
+ * a message that does not parse; 1 for anything else. p is parsed: callers ask only for a
+ * message whose method token may spell that method (tg_mcp_method_maybe_update), so the others
+ * pay nothing. */
 int tg_mcp_relay_allowed(const char *p, size_t n, const struct tg_policy *pol);
 
 #endif

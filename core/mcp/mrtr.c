@@ -11,6 +11,8 @@
 #define ENVELOPE_TTL_MS (10 * 60 * 1000) /* a person may take a while to answer an elicitation */
 #define ID_CHARS 22                      /* of the token: the version and most of the random nonce */
 #define PINNED_KEY "\x01"                /* in a sealed key list: the key's input is the pinned roots */
+#define PINNED_MAX 8 /* roots/list requests of one result the pinned roots answer: each is a copy of
+                      * them in the retry, so an upstream asking thousands cannot grow it past this */
 
 unsigned tg_mcp_client_caps(const cJSON *caps)
 {
@@ -151,6 +153,7 @@ int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, struct tg_mcp_mrtr_
     }
     struct tg_buf keys;
     tg_buf_init(&keys);
+    int npinned = 0;
     for (cJSON *r = reqs ? reqs->child : NULL, *next; r != NULL; r = next) {
         next = r->next;
         cJSON *m = tg_json_get(r, "method");
@@ -163,6 +166,11 @@ int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, struct tg_mcp_mrtr_
         }
         if (bit == TG_CAP_ROOTS && c->pinned_roots != NULL) {
             /* The operator's roots answer it at the retry: marked, and the client never sees it. */
+            if (++npinned > PINNED_MAX) {
+                snprintf(why, whysz, "the upstream asked for the roots more than %d times in one result", PINNED_MAX);
+                tg_buf_dispose(&keys);
+                return -1;
+            }
             tg_buf_append(&keys, PINNED_KEY, 1);
             tg_buf_append(&keys, r->string, strlen(r->string) + 1);
             cJSON_Delete(cJSON_DetachItemViaPointer(reqs, r));

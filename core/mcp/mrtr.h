@@ -90,7 +90,8 @@ void tg_mcp_mrtr_call_dispose(struct tg_mcp_mrtr_call *c);
  * sealed; complete (or missing) is left. With roots pinned (c->pinned_roots), its roots/list
  * requests leave inputRequests (the client is never asked; the envelope marks their keys) and
  * the retry carries the pinned roots for them, whatever the client sends (tg_mcp_mrtr_retry). Returns 0; -1 with why (the client must get an
- * error instead): input on another method, a malformed result, an unknown resultType; -2 for an
+ * error instead): input on another method, a malformed result, an unknown resultType, more than
+ * 8 roots/list requests while roots are pinned; -2 for an
  * input kind the client did not declare, why "capability:NAME" (-32021). */
 int tg_mcp_mrtr_result(struct tg_mcp_mrtr *t, cJSON *result, struct tg_mcp_mrtr_call *c, int64_t now_ms,
                        char *why, size_t whysz);

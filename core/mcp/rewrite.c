@@ -12,13 +12,12 @@
 static int filter_list(const struct tg_mcp_answer *a, const char *p, size_t n, struct tg_buf *out);
 
 static const struct {
-    const char *method, *member, *key, *what;
+    const char *method, *member, *key;
 } LISTS[] = {
-    [TG_MCP_LIST_TOOLS] = {"tools/list", "tools", "name", "tools/list"},
-    [TG_MCP_LIST_RESOURCES] = {"resources/list", "resources", "uri", "resources/list"},
-    [TG_MCP_LIST_TEMPLATES] = {"resources/templates/list", "resourceTemplates", "uriTemplate",
-                               "resources/templates/list"},
-    [TG_MCP_LIST_PROMPTS] = {"prompts/list", "prompts", "name", "prompts/list"},
+    [TG_MCP_LIST_TOOLS] = {"tools/list", "tools", "name"},
+    [TG_MCP_LIST_RESOURCES] = {"resources/list", "resources", "uri"},
+    [TG_MCP_LIST_TEMPLATES] = {"resources/templates/list", "resourceTemplates", "uriTemplate"},
+    [TG_MCP_LIST_PROMPTS] = {"prompts/list", "prompts", "name"},
 };
 
 int tg_mcp_list_kind(const char *method)
@@ -143,12 +142,12 @@ int tg_mcp_restore_id(const struct tg_mcp_answer *a, const char *p, size_t n, co
              * resources or prompts. */
             char esc[120], msg[120];
             tg_log(TG_LOG_WARN, "upstream list answer cannot be filtered; refused", "method=%s upstream=%s body=%s",
-                   LISTS[a->list_kind].what, a->upstream, tg_log_esc(esc, sizeof(esc), tg_slice_of(p, n)));
+                   LISTS[a->list_kind].method, a->upstream, tg_log_esc(esc, sizeof(esc), tg_slice_of(p, n)));
             struct tg_buf d;
             tg_buf_init(&d);
             tg_mcp_upstream_data(&d, a->upstream);
             out->len = 0;
-            snprintf(msg, sizeof(msg), "upstream sent a %s answer the gateway cannot filter", LISTS[a->list_kind].what);
+            snprintf(msg, sizeof(msg), "upstream sent a %s answer the gateway cannot filter", LISTS[a->list_kind].method);
             tg_rpc_error(out, a->client_id, a->client_id_len, TG_RPC_UPSTREAM, msg, d.base);
             tg_buf_dispose(&d);
             *is_error = 1;

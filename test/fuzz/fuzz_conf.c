@@ -133,10 +133,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (c == NULL) {
         if (err.len == 0)
             abort(); /* a refusal says why */
-        /* Each reason line names the file, and a line when one is known: "PATH:N: ..." with
-         * N >= 1, or "PATH: ..." for what has no line (a required directive that is missing);
-         * never line 0 (a nested file, such as a policy, may follow with its own name after the
-         * directive). */
+        /* Each reason line names the file and a line: "PATH:N: ...", N never 0, or "PATH: ..."
+         * when no setting holds a line (a nested file, such as a policy, may follow with its own
+         * name after the directive). */
         size_t pl = strlen(conf_path);
         for (size_t i = 0; i < err.len;) {
             const char *line = err.base + i;
@@ -145,14 +144,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (len < pl + 3 || memcmp(line, conf_path, pl) != 0 || line[pl] != ':')
                 abort();
             size_t k = pl + 1;
-            if (line[k] != ' ') {
-                if (line[k] == '0')
-                    abort(); /* line 0, or a number with a leading zero */
-                while (k < len && line[k] >= '0' && line[k] <= '9')
-                    k++;
-                if (k == pl + 1 || k >= len || line[k] != ':')
-                    abort();
-            }
+            while (k < len && line[k] >= '0' && line[k] <= '9')
+                k++;
+            if (k == pl + 1 ? line[k] != ' ' : k >= len || line[k] != ':' || line[pl + 1] == '0')
+                abort();
             for (size_t j = 0; j < len; j++) /* no control byte reaches a terminal or a log */
                 if ((unsigned char)line[j] < 0x20 || line[j] == 0x7f)
                     abort();

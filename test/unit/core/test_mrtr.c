@@ -311,6 +311,20 @@ static void pinned_roots_answered_at_retry(void **state)
     cJSON_Delete(r);
     tg_mcp_mrtr_call_dispose(&rc);
     cJSON_Delete(res);
+    /* Each roots/list asked is a copy of the pinned roots in the retry: at most 8 of them. */
+    for (int n = 8; n <= 9; n++) {
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_buf_appends(&b, "{\"resultType\":\"input_required\",\"inputRequests\":{");
+        for (int i = 0; i < n; i++)
+            tg_buf_appendf(&b, "%s\"r%d\":{\"method\":\"roots/list\"}", i ? "," : "", i);
+        tg_buf_appends(&b, "}}");
+        tg_buf_append(&b, "", 1);
+        res = cJSON_Parse(b.base);
+        assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), n <= 8 ? 0 : -1);
+        cJSON_Delete(res);
+        tg_buf_dispose(&b);
+    }
     /* A key of the upstream's that looks like the gateway's mark is refused, not taken for one. */
     res = cJSON_Parse("{\"resultType\":\"input_required\",\"inputRequests\":{\"\\u0001r\":{\"method\":\"roots/list\"}}}");
     assert_int_equal(tg_mcp_mrtr_result(&t, res, &c, NOW, why, sizeof(why)), -1);
