@@ -144,5 +144,12 @@ void tg_policy_decide_resource(const struct tg_policy *p, const char *uri, struc
 
 void tg_policy_decide_prompt(const struct tg_policy *p, const char *name, struct tg_decision *d)
 {
+    if (strlen(name) > TG_URI_MAX) { /* the same bound on matching work as for a URI */
+        memset(d, 0, sizeof(*d));
+        deny(d, "(name)");
+        snprintf(d->message, sizeof(d->message), "Prompt name \"%.200s...\" is refused: it is longer than 8192 bytes",
+                 name);
+        return;
+    }
     decide_glob(p, &p->prompts, name, "Prompt", "prompts", 0, d);
 }

@@ -126,6 +126,10 @@ long tg_uri_normalize_escapes(const char *in, size_t n, char *out, const char **
 
 long tg_uri_normalize(const char *in, size_t n, char *out, const char **why)
 {
+    if (n > TG_URI_MAX) {
+        *why = "is longer than 8192 bytes";
+        return -1;
+    }
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)in[i];
         if (c == 0) {

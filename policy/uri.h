@@ -9,7 +9,7 @@
  *   - the path with empty segments collapsed ("//" -> "/") and then dot segments removed
  *     (§5.2.4), so "a//../b" is "a/b"'s parent's "b" as a file system reads it;
  *   - the query and fragment as they are (escapes as above).
- * Refused whatever else it holds: an encoded "/" (%2F) or "\" (%5C), any "\", a NUL (raw or
+ * Refused whatever else it holds: more than TG_URI_MAX bytes, an encoded "/" (%2F) or "\" (%5C), any "\", a NUL (raw or
  * %00), a control character (raw or encoded), and a ".." segment left after normalisation
  * (in the query or fragment, or of a path dot-segment removal cannot remove).
  * The normal form is never longer than the input, and normalising it again gives itself. */
@@ -17,6 +17,12 @@
 #define TG_POLICY_URI_H
 
 #include <stddef.h>
+
+/* The longest URI a decision reads: a longer one is refused (resources/read, subscribe, list
+ * entries, updates), so that matching a peer's URI against a policy's globs, which costs its
+ * length times the patterns', stays small whatever the body limit allows. Browsers and
+ * servers draw their line about here too. */
+#define TG_URI_MAX 8192
 
 /* Normalise in[0..n) into out, which has room for n + 1 bytes (NUL-terminated). Returns the
  * length written, or -1 with *why (static text, for an error message) if the URI is refused. */

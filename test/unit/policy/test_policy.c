@@ -2459,6 +2459,29 @@ static void resources_and_prompts_defaults(void **state)
     assert_int_equal(d.verdict, TG_VERDICT_DENY);
     assert_string_equal(d.rule, "(default deny)");
     loaded_dispose(&l);
+    /* Past TG_URI_MAX (8 KiB) a URI or a prompt name is refused before any glob reads it, even
+     * where "**" would allow it: matching costs its length times the patterns'. */
+    load_text(&l, "all.json",
+              "{\"version\":\"1\",\"default\":\"deny\",\"resources\":{\"allow\":[\"**\"]},"
+              "\"prompts\":{\"allow\":[\"*\"]}}");
+    if (l.rc != 0)
+        fail_msg("%s", buf_str(&l.err));
+    static char big[8192 + 2];
+    memcpy(big, "file:///", 8);
+    memset(big + 8, 'x', 8192 - 8);
+    tg_policy_decide_resource(l.p, big, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", "");
+    tg_policy_decide_prompt(l.p, big, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, "", "");
+    big[8192] = 'x';
+    tg_policy_decide_resource(l.p, big, &d);
+    assert_int_equal(d.verdict, TG_VERDICT_DENY);
+    assert_string_equal(d.rule, "(uri)");
+    assert_non_null(strstr(d.message, "longer than 8192 bytes"));
+    tg_policy_decide_prompt(l.p, big, &d);
+    assert_int_equal(d.verdict, TG_VERDICT_DENY);
+    assert_string_equal(d.rule, "(name)");
+    loaded_dispose(&l);
 }
 
 /* ---- validation errors: FILE: PATH.IN.FILE: reason ---------------------------------------- */

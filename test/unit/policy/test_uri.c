@@ -313,6 +313,14 @@ static void refused_forms(void **state)
     const char *why;
     assert_int_equal(tg_uri_normalize("file:///a\0b", 11, out, &why), -1);
     assert_string_equal(why, "holds a NUL byte");
+    /* A peer's URI is matched against globs at a cost of its length: at most TG_URI_MAX bytes. */
+    static char big[TG_URI_MAX + 2], bout[TG_URI_MAX + 2];
+    memcpy(big, "file:///", 8);
+    memset(big + 8, 'a', TG_URI_MAX - 8);
+    assert_int_equal(tg_uri_normalize(big, TG_URI_MAX, bout, &why), TG_URI_MAX);
+    big[TG_URI_MAX] = 'a';
+    assert_int_equal(tg_uri_normalize(big, TG_URI_MAX + 1, bout, &why), -1);
+    assert_string_equal(why, "is longer than 8192 bytes");
 }
 
 /* Generated URIs from the characters that matter: whatever is accepted is no longer than the
