@@ -63,6 +63,7 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
                 gc->jwt_only = 1;
         }
         tg__conf_load_roots(ld, g, &gc->roots, ctx);
+        c->grant_roots |= gc->roots.pinned;
         if (gc->anonymous && anon++)
             tg__conf_errf(ld, g, ctx, "only one grant may be anonymous");
         for (size_t k = 0; k < i; k++)

@@ -16,6 +16,10 @@ static const struct tg_roots no_roots = {1, no_roots_result};
 const struct tg_roots *tg_roots_of_session(struct tg_server *srv, const struct tg_session *s,
                                            const struct tg_upstream_conf *uc)
 {
+    /* Asked for every 2026 answer and every server request: without a grant that pins roots,
+     * the upstream's decide, and no grant is looked up. */
+    if (!srv->conf->grant_roots)
+        return uc != NULL && uc->roots.pinned ? &uc->roots : NULL;
     const struct tg_grant_conf *g = s != NULL && s->grant != NULL ? tg_conf_find_grant(srv->conf, s->grant) : NULL;
     if (s != NULL && s->grant != NULL && g == NULL)
         return &no_roots;

@@ -19,7 +19,8 @@ struct tg_upstream_conf;
 /* The roots pinned for session s (may be NULL) on upstream uc: its grant's (grants[].roots, from
  * the server's current conf) if it pins any, else the upstream's; NULL if neither does (its
  * server's roots/list then goes to a client as any server request). A session whose grant is no
- * longer in the conf (a reload removed it) has none pinned: an empty list, never its client's. */
+ * longer in the conf (a reload removed it) has none pinned while some grant pins roots: an empty
+ * list, never its client's (without grant pins, its upstream's roots decide, as for any session). */
 const struct tg_roots *tg_roots_of_session(struct tg_server *srv, const struct tg_session *s,
                                            const struct tg_upstream_conf *uc);
 /* b (initialized here, the caller disposes it): the JSON-RPC response with id that answers a

@@ -72,11 +72,25 @@ static void without_pins_roots_list_is_relayed(void **state)
     mw_free(m);
 }
 
-/* A session whose grant a reload removed: an empty list, never its client's roots, even on an
- * upstream that pins none. */
+/* ROOTS_CONF with a second grant that pins roots of its own. */
+#define GRANT_PINS_CONF                                                                                            \
+    "listen = ( { address = \"127.0.0.1\"; port = 8080; } );\n"                                                    \
+    "audit = { file = \"%s/audit.log\"; };\n"                                                                      \
+    "grants = ( { name = \"alice\"; anonymous = true; },\n"                                                      \
+    "  { name = \"bob\"; token_sha256 = \"" "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" "\";\n" \
+    "    roots = [ \"file:///home/bob\" ]; } );\n"                                                                 \
+    "upstreams = (\n"                                                                                              \
+    "  { name = \"pinned\"; url = \"http://127.0.0.1:9/mcp\"; policy = \"%s/policy.json\";\n"                      \
+    "    roots = ( \"file:///srv/a\", { uri = \"file:///srv/b\"; name = \"B\"; } ); },\n"                          \
+    "  { name = \"open\"; url = \"http://127.0.0.1:9/mcp\"; policy = \"%s/policy.json\"; }\n"                      \
+    ");\n"
+
+/* While some grant pins roots, a session whose grant a reload removed gets an empty list, never
+ * its client's roots, even on an upstream that pins none (without grant pins, the upstream's
+ * decide: an unpinned one relays, as for every session; the grant is then never looked up). */
 static void session_of_a_removed_grant_gets_no_roots(void **state)
 {
-    struct mw *m = mw_new_conf(FAKE_LINK, ROOTS_CONF);
+    struct mw *m = mw_new_conf(FAKE_LINK, GRANT_PINS_CONF);
     struct tg_session *s = mw_session(m, 1);
     struct rec r;
     open_call(m, s, &r);
