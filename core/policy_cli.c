@@ -185,7 +185,10 @@ static int explain_other(const struct tg_policy *p, const char *method, const cJ
     if (completion) { /* decided as the prompt or the resource template its ref names */
         const cJSON *ref = tg_json_get(params, "ref"), *type = tg_json_get(ref, "type");
         res = cJSON_IsString(type) && strcmp(type->valuestring, "ref/resource") == 0;
-        params = ref;
+        if (!res && !(cJSON_IsString(type) && strcmp(type->valuestring, "ref/prompt") == 0))
+            params = NULL; /* the gateway refuses any other ref as invalid params: so does explain */
+        else
+            params = ref;
     }
     if (res || completion || strcmp(method, "prompts/get") == 0) {
         const cJSON *what = tg_json_get(params, res ? "uri" : "name");

@@ -135,6 +135,7 @@ has out 'holds an encoded "/" (%2F)'; has out "rule: (uri)"
 run 1 "${E[@]}" --grant ops --method completion/complete --params '{"ref":{"type":"ref/prompt","name":"p"}}'
 has out 'reason: Prompt "p" is not permitted by policy'
 run 2 "${E[@]}" --grant ops --method completion/complete --params '{}'; has err "completion/complete needs"
+run 2 "${E[@]}" --grant ops --method completion/complete --params '{"ref":{"type":"ref/other","name":"p"}}'; has err "completion/complete needs"
 run 1 "${E[@]}" --grant ops --method vendor/thing
 has out "is not a standard MCP method"
 run 0 "${E[@]}" --grant ops --method tools/call --params '{"name":"read_file"}'

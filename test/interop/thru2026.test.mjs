@@ -713,9 +713,21 @@ describe('2025 clients through tollgate', () => {
     assert.equal(ack.status, 202, ack.text);
     const sub = await post('strict', { jsonrpc: '2.0', id: 2, method: 'resources/subscribe', params: { uri: 'test://early-resource' } }, hs);
     assert.deepEqual(sub.json?.result, {}, sub.text);
-    // what a session holds this way is bounded (64 KiB of URIs): past it, an error, nothing kept
+    // one URI is at most 8 KiB: a longer one is refused before any glob reads it
     const big = await post('strict', { jsonrpc: '2.0', id: 3, method: 'resources/subscribe', params: { uri: `test://${'x'.repeat(70000)}` } }, hs);
-    assert.equal(big.json?.error?.code, -32602, big.text.slice(0, 300));
+    assert.equal(big.json?.error?.code, -32001, big.text.slice(0, 300));
+    assert.match(big.json?.error?.message ?? '', /longer than 8192 bytes/);
+    // what a session holds this way is bounded (64 KiB of URIs): past it, an error, nothing kept
+    let over = null;
+    for (let i = 0; i < 9 && over === null; i++) {
+      const r = await post('strict', { jsonrpc: '2.0', id: 30 + i, method: 'resources/subscribe', params: { uri: `test://big${i}/${'x'.repeat(8000)}` } }, hs);
+      if (r.json?.error) over = r;
+      else assert.deepEqual(r.json?.result, {}, r.text.slice(0, 300));
+    }
+    assert.ok(over, 'nine subscriptions of 8 KB were all kept, past the 64 KiB a session may hold');
+    assert.equal(over.json.error.code, -32602, over.text.slice(0, 300));
+    for (let i = 0; i < 9; i++) // the kept ones go again, so the listen below asks for the early resource only
+      await post('strict', { jsonrpc: '2.0', id: 50 + i, method: 'resources/unsubscribe', params: { uri: `test://big${i}/${'x'.repeat(8000)}` } }, hs);
     const mark = strict.records().length;
     const get = http.request({ host: '127.0.0.1', port: gw.plainPort, method: 'GET', path: '/strict/mcp', agent: false, headers: {
       Accept: 'text/event-stream', Authorization: `Bearer ${ALICE}`, 'Mcp-Session-Id': sid, 'MCP-Protocol-Version': '2025-11-25' } });
