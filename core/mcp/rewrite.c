@@ -30,8 +30,15 @@ int tg_mcp_list_kind(const char *method)
 
 int tg_mcp_method_maybe_update(struct tg_slice method_raw)
 {
-    return tg_slice_eq(method_raw, TG_SLICE("\"notifications/resources/updated\"")) ||
-           memchr(method_raw.ptr, '\\', method_raw.len) != NULL;
+    /* The token as written: the name in quotes, or a spelling with escapes, which is longer
+     * (an escape takes two bytes or more for one character). A shorter token is another
+     * method, and most relayed messages (notifications/progress) are decided by the length. */
+    static const char upd[] = "\"notifications/resources/updated\"";
+    if (method_raw.len < sizeof(upd) - 1)
+        return 0;
+    if (method_raw.len == sizeof(upd) - 1)
+        return memcmp(method_raw.ptr, upd, sizeof(upd) - 1) == 0;
+    return memchr(method_raw.ptr, '\\', method_raw.len) != NULL;
 }
 
 /* Does the grant see this entry of a list? */
