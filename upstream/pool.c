@@ -499,6 +499,18 @@ void tg_upstream_retire(struct tg_upstream *u)
 
 const struct tg_upstream_conf *tg_upstream_conf(const struct tg_upstream *u) { return u->uc; }
 
+/* A stdio child made for a would be the one b makes (the command is the same already). */
+static int same_spawn(const struct tg_upstream_conf *a, const struct tg_upstream_conf *b)
+{
+    if ((a->cwd == NULL) != (b->cwd == NULL) || (a->cwd != NULL && strcmp(a->cwd, b->cwd) != 0))
+        return 0;
+    size_t i = 0;
+    for (; a->env != NULL && b->env != NULL && a->env[i] && b->env[i]; i++)
+        if (strcmp(a->env[i], b->env[i]) != 0)
+            return 0;
+    return (a->env == NULL || a->env[i] == NULL) && (b->env == NULL || b->env[i] == NULL);
+}
+
 void tg_upstream_set_conf(struct tg_upstream *u, struct tg_conf *conf, const struct tg_upstream_conf *uc)
 {
     if (conf)
@@ -507,8 +519,18 @@ void tg_upstream_set_conf(struct tg_upstream *u, struct tg_conf *conf, const str
         tg_conf_unref(u->conf);
     if (u->uc->protocol != uc->protocol && !u->probing)
         u->era = TG_UP_ERA_UNKNOWN; /* told to speak another era: the verdict is made again */
+    int respawn = u->uc->transport == TG_UP_STDIO && !same_spawn(u->uc, uc);
     u->conf = conf;
     u->uc = uc;
+    if (respawn) {
+        /* Warm children were started with the old env, env_pass or cwd: one made for the old
+         * conf must not go to a session of the new (a variable taken out of env stays out). */
+        for (int i = 0; i < 64; i++) {
+            tg_child_kill(u->warm[i]);
+            u->warm[i] = NULL;
+        }
+        fill_warm(u);
+    }
     /* Idle TLS connections were made with the old tls = { … } (a rotated CA, a new client
      * certificate): new ones use the new; busy ones finish their exchange first. */
     while (uc->tls && !tg_list_empty(&u->idle))

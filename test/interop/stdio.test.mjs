@@ -266,3 +266,40 @@ describe('mcp-remote at max_children', () => {
     assert.equal(gone.status, 404, 'b\'s session, the longest idle, gave its child');
   });
 });
+
+describe('a reload that changes a stdio child\'s environment', () => {
+  // A warm child waits, started with the environment of the configuration it was made for; a
+  // reload that keeps the command but takes a variable out of env (or changes env_pass or cwd)
+  // must not hand a new session a child that still holds it.
+  it('new sessions get children made with the new env, warm ones included', async () => {
+    const local = new H.Cleanup();
+    try {
+      const d = H.makeTempDir(local, 'tollgate-stdio-reload-');
+      const write = (env) => H.writeConf(d, {
+        upstreams: [{ name: 'hot', command: [process.execPath, FIXTURE], warm: 1, max_children: 4, env }],
+      });
+      const conf = write({ RETIRED_SECRET: 'old-secret', KEPT: 'kept' });
+      const g = await H.startTollgate(conf, { cleanup: local });
+      const u = `http://127.0.0.1:${g.plainPort}/hot/mcp`;
+      const envOf = async () => {
+        const s = await H.rawInitialize(fetchFn, u, {});
+        const r = await H.postRaw(fetchFn, u, callBody(2, 'env'), s.headers);
+        assert.equal(r.status, 200, `env: HTTP ${r.status} ${r.text}`);
+        return JSON.parse(r.messages[0].result.content[0].text);
+      };
+      assert.equal((await envOf()).RETIRED_SECRET, 'old-secret', 'before the reload the child has it');
+      write({ KEPT: 'kept' }); // the same command: the upstream keeps its runtime
+      const n = (g.stderr().match(/configuration reloaded/g) ?? []).length;
+      process.kill(g.proc.pid, 'SIGHUP');
+      await H.waitUntil(() => (g.stderr().match(/configuration reloaded/g) ?? []).length > n,
+        { what: 'tollgate logged "configuration reloaded"' });
+      for (let i = 0; i < 2; i++) { // the child warm since before the reload, then a fresh one
+        const env = await envOf();
+        assert.equal(env.RETIRED_SECRET, undefined, `session ${i} after the reload got a child with the removed variable`);
+        assert.equal(env.KEPT, 'kept');
+      }
+    } finally {
+      await local.run();
+    }
+  });
+});
