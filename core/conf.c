@@ -555,6 +555,60 @@ static void load_admin(struct loader *ld, config_t *cfg, struct tg_conf *c)
     c->admin.has_token = tg__conf_parse_sha256(ld, g, "admin", c->admin.token_sha256);
 }
 
+/* An address as the kernel compares it for a bind: IPv4 as ::ffff:a.b.c.d. 0, or -1 for what is
+ * left out of the comparison (not a literal, or scoped: fe80::1%eth0 and %eth1 are two). */
+static int bind_key(const char *a, unsigned char k[16])
+{
+    memset(k, 0, 16);
+    if (a == NULL || strchr(a, '%') != NULL)
+        return -1;
+    if (inet_pton(AF_INET, a, k + 12) == 1) {
+        k[10] = k[11] = 0xff;
+        return 0;
+    }
+    return inet_pton(AF_INET6, a, k) == 1 ? 0 : -1;
+}
+
+/* Would binding a and b to one port fail? The same address, or either the wildcard of the
+ * other's family, or :: (which takes IPv4 too unless the host says otherwise). */
+static int binds_clash(const char *a, const char *b)
+{
+    static const unsigned char any6[16], any4[16] = {[10] = 0xff, [11] = 0xff};
+    unsigned char x[16], y[16];
+    if (bind_key(a, x) != 0 || bind_key(b, y) != 0)
+        return 0;
+    int x4 = memcmp(x, any4, 12) == 0, y4 = memcmp(y, any4, 12) == 0;
+    return memcmp(x, y, 16) == 0 || memcmp(x, any6, 16) == 0 || memcmp(y, any6, 16) == 0 ||
+           (x4 && y4 && (memcmp(x, any4, 16) == 0 || memcmp(y, any4, 16) == 0));
+}
+
+/* Two of the conf's sockets (listen[], admin) on one port: start would fail on the second bind
+ * with "address already in use", so the loader refuses it (port 0 is any free one). */
+static void check_ports(struct loader *ld, config_t *cfg, const struct tg_conf *c)
+{
+    const config_setting_t *l = config_lookup(cfg, "listen");
+    size_t n = c->nlisteners + (c->admin.enabled ? 1 : 0);
+    for (size_t j = 1; j < n; j++) {
+        int admin = j == c->nlisteners;
+        const char *addr = admin ? c->admin.address : c->listeners[j].address;
+        int port = admin ? c->admin.port : c->listeners[j].port;
+        for (size_t i = 0; i < j && i < c->nlisteners && port > 0; i++) {
+            if (c->listeners[i].port != port || !binds_clash(c->listeners[i].address, addr))
+                continue;
+            const config_setting_t *g = admin ? config_lookup(cfg, "admin") : config_setting_get_elem(l, (unsigned)j);
+            char ctx[32];
+            if (admin)
+                snprintf(ctx, sizeof(ctx), "admin");
+            else
+                snprintf(ctx, sizeof(ctx), "listen[%zu]", j);
+            tg__conf_errf(ld, config_setting_get_member(g, "port"), ctx,
+                          "%s port %d is listen[%zu]'s too (%s): start would fail with \"address already in use\"",
+                          addr, port, i, c->listeners[i].address);
+            break;
+        }
+    }
+}
+
 static void load_audit(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     c->audit.max_pending = 16 * 1024 * 1024;
@@ -638,6 +692,7 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
     load_log(&ld, &cfg, c);
     load_listeners(&ld, &cfg, c);
     load_admin(&ld, &cfg, c);
+    check_ports(&ld, &cfg, c);
     const config_setting_t *lim = config_lookup(&cfg, "limits");
     if (lim != NULL && !config_setting_is_group(lim)) {
         tg__conf_errf(&ld, lim, "limits", "must be a group");

@@ -89,6 +89,29 @@ printf 'listen = ( { address = "127.0.0.1"; port = 0;\n  tls = { cert = "tls/ser
 run 1 -t -c "$d/badcert.conf" && has err "listen[0].tls: " && has err "is invalid"
 run 1 -c "$d/badcert.conf" && has err "TLS setup failed"
 
+# Two sockets on one port (listen[] and admin): start fails on the second bind ("address already
+# in use"); -t says so first. The same address, a wildcard of its family, or :: (which takes IPv4
+# too). Port 0 is any free port, never a clash.
+port=$((20000 + $$ % 20000))
+printf 'listen = ( { address = "127.0.0.1"; port = %d; },
+  { address = "127.0.0.1"; port = %d; } );
+%s
+%s
+' "$port" "$port" "$G" "$U" >"$d/twice.conf"
+refused twice "twice.conf:2: listen[1]: 127.0.0.1 port $port is listen[0]'s too (127.0.0.1)"
+printf 'listen = ( { address = "::"; port = %d; } );
+admin = { address = "127.0.0.1"; port = %d; };
+%s
+%s
+' "$port" "$port" "$G" "$U" >"$d/adminport.conf"
+refused adminport "adminport.conf:2: admin: 127.0.0.1 port $port is listen[0]'s too (::)"
+printf 'listen = ( { address = "0.0.0.0"; port = %d; }, { address = "::1"; port = %d; },
+  { address = "127.0.0.1"; port = 0; }, { address = "127.0.0.1"; port = 0; } );
+%s
+%s
+' "$port" "$port" "$G" "$U" >"$d/nottwice.conf"
+run 0 -t -c "$d/nottwice.conf" && has out "is ok"
+
 # Broken in ways libconfig gives no line for: each error names a line of the file, or none.
 printf 'listen = ( 1 );\ngrants = ( 2 );\nupstreams = ( );\n' >"$d/shapes.conf"
 run 1 -t -c "$d/shapes.conf"; no_line_zero
