@@ -308,7 +308,8 @@ static void answer_of(const struct tg_call *k, struct tg_mcp_answer *a)
 /* A server-to-client request this upstream may not make (deny_server_requests), or any on a
  * sink that can carry only the answer: the gateway answers it with an error and the client
  * never sees it. A roots/list while roots are pinned is answered with them, on every path
- * (the client's own roots never reach the server). Returns 1 if refused or answered. */
+ * (the client's own roots never reach the server), or dropped if its id is null (nothing to
+ * answer, and no client may be asked). Returns 1 if refused, answered or dropped. */
 int tg__call_refuse_server_request(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
                                     size_t n, int refuse_all, const char *why)
 {
@@ -322,8 +323,12 @@ int tg__call_refuse_server_request(struct tg_server *srv, struct tg_session *s, 
     cJSON *method = tg_json_get(doc.root, "method");
     cJSON *id = tg_json_get(doc.root, "id");
     int refused = 0;
-    if (roots != NULL && cJSON_IsString(method) && strcmp(method->valuestring, "roots/list") == 0 && id != NULL &&
-        !cJSON_IsNull(id)) {
+    if (roots != NULL && cJSON_IsString(method) && strcmp(method->valuestring, "roots/list") == 0 &&
+        cJSON_IsNull(id)) {
+        cJSON_Delete(doc.root); /* no id to answer: dropped, never relayed to a client */
+        return 1;
+    }
+    if (roots != NULL && cJSON_IsString(method) && strcmp(method->valuestring, "roots/list") == 0 && id != NULL) {
         srv->metrics.roots_answered++;
         tg_log(TG_LOG_DEBUG, "roots/list answered with the pinned roots", "upstream=%s session=%s", uc->name,
                s->id_str);

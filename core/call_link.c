@@ -11,6 +11,7 @@
 #include "core/mcp/legacy.h"
 #include "core/mcp/rewrite.h"
 #include "core/msg.h"
+#include "core/roots.h"
 #include "upstream/pool.h"
 #include "upstream/upstream.h"
 
@@ -100,6 +101,9 @@ void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct
             cJSON_Delete(full.root);
         }
     }
+    if (!is_request && tg_slice_eq(doc.method_raw, TG_SLICE("\"roots/list\"")) &&
+        tg_roots_of_session(srv, s, tg_upstream_conf(u)) != NULL)
+        return; /* pinned roots: a roots/list never reaches a client, not even as a notification */
     if (!is_request && tg_mcp_method_maybe_update(doc.method_raw) && !tg__call_may_relay(srv, s, p, n)) {
         tg_xfree(progress);
         return; /* a resource the grant may not read: no client hears of it */

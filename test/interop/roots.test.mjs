@@ -29,6 +29,7 @@ import { startEra2026 } from './lib/conformance2026.mjs';
 const FS_SERVER = path.join(H.NODE_MODULES, '@modelcontextprotocol', 'server-filesystem', 'dist', 'index.js');
 const INSPECTOR = path.join(H.NODE_MODULES, '.bin', 'mcp-inspector-cli');
 const REMOTE = path.join(H.NODE_MODULES, 'mcp-remote', 'dist', 'proxy.js');
+const HOSTILE = path.join(H.TEST_DIR, 'fixtures', 'hostile', 'hostile.mjs');
 const CAROL = H.randomToken();
 
 const cleanup = new H.Cleanup();
@@ -64,6 +65,7 @@ before(async () => {
       { name: 'open', command: fsCommand },
       { name: 'dual', url: dual.url, roots: [uri(A)] },
       { name: 'strict', url: strict.url, roots: [uri(A)] },
+      { name: 'odd', command: [process.execPath, HOSTILE, '--stdio'], roots: [uri(A)] },
     ],
   });
   gw = await H.startTollgate(conf, { cleanup, admin: true });
@@ -262,5 +264,20 @@ describe('pinned roots on the other paths a roots/list takes', () => {
       assert.equal(H.resultText(r), `Roots: ${uri(A)}`, `${name}: ${JSON.stringify(r)}`);
       assert.equal(asked, 0, name);
     }
+  });
+});
+
+describe('pinned roots, a server that asks oddly', () => {
+  // A roots/list with id null, or as a notification, is neither answered with the pins nor
+  // relayed: the client sees no roots/list at all, and the well-formed one gets the pins.
+  test('id null and no id: dropped; the request with an id: the pinned roots', async () => {
+    const s = await H.rawInitialize(fetch, url('odd'), {});
+    const r = await H.postRaw(fetch, url('odd'), { jsonrpc: '2.0', id: 2, method: 'tools/call',
+      params: { name: 'sample', arguments: { method: 'roots/list', odd: true } } }, s.headers);
+    assert.equal(r.status, 200, r.text);
+    const relayed = r.messages.filter((m) => m.method === 'roots/list');
+    assert.deepEqual(relayed, [], `the client was sent ${JSON.stringify(relayed)}`);
+    const answer = r.messages.find((m) => m.id === 2);
+    assert.deepEqual(JSON.parse(answer.result.content[0].text).result, { roots: [{ uri: uri(A) }] });
   });
 });
