@@ -600,6 +600,12 @@ void tg_call_close_upstream_session(struct tg_server *srv, struct tg_session *s)
         ops_of(srv, tg_upstream_conf(srv->upstreams[s->upstream]))->close(srv, s);
 }
 
+void tg_call_tell_upstream(struct tg_server *srv, struct tg_session *s, const char *p, size_t n)
+{
+    if ((size_t)s->upstream < srv->nupstreams)
+        ops_of(srv, tg_upstream_conf(srv->upstreams[s->upstream]))->reply(srv, s, srv->upstreams[s->upstream], p, n);
+}
+
 int tg_call_kind_has_link(struct tg_server *srv, struct tg_session *s)
 {
     return (size_t)s->upstream < srv->nupstreams &&

@@ -247,6 +247,9 @@ void tg_call_answer_error(struct tg_call *k, const char *why, int status);
 void tg_call_answer_decision(struct tg_call *k, const struct tg_decision *d, const char *approval_id);
 /* Send the session's DELETE, kill its child, close its stream: the session ends upstream. */
 void tg_call_close_upstream_session(struct tg_server *srv, struct tg_session *s);
+/* Message p (a notification) to s's upstream, on the session's link (as an answer to a server
+ * request goes): nobody waits for an answer. */
+void tg_call_tell_upstream(struct tg_server *srv, struct tg_session *s, const char *p, size_t n);
 /* 1 if the session's upstream carries the server's own messages on the session's link. */
 int tg_call_kind_has_link(struct tg_server *srv, struct tg_session *s);
 /* Nothing more comes: the sink ends (a stream), and the call closes. */

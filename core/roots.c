@@ -1,29 +1,47 @@
 #include "core/roots.h"
 
 #include <cjson/cJSON.h>
+#include <string.h>
 
 #include "core/conf.h"
 #include "core/json.h"
 #include "core/gateway.h"
 #include "core/msg.h"
 #include "core/session.h"
+#include "upstream/pool.h"
 
 /* What a session whose grant a reload removed gets: no roots (its grant's pins, if it had any,
  * are gone with it, and the client's must not take their place). */
 static char no_roots_result[] = "{\"roots\":[]}";
 static const struct tg_roots no_roots = {1, no_roots_result};
 
-const struct tg_roots *tg_roots_of_session(struct tg_server *srv, const struct tg_session *s,
-                                           const struct tg_upstream_conf *uc)
+static const struct tg_roots *pins_in(const struct tg_conf *c, const struct tg_session *s,
+                                      const struct tg_upstream_conf *uc)
 {
     /* Asked for every 2026 answer and every server request: without a grant that pins roots,
      * the upstream's decide, and no grant is looked up. */
-    if (!srv->conf->grant_roots)
+    if (!c->grant_roots)
         return uc != NULL && uc->roots.pinned ? &uc->roots : NULL;
-    const struct tg_grant_conf *g = s != NULL && s->grant != NULL ? tg_conf_find_grant(srv->conf, s->grant) : NULL;
+    const struct tg_grant_conf *g = s != NULL && s->grant != NULL ? tg_conf_find_grant(c, s->grant) : NULL;
     if (s != NULL && s->grant != NULL && g == NULL)
         return &no_roots;
     return tg_conf_roots_for(g, uc);
+}
+
+const struct tg_roots *tg_roots_of_session(struct tg_server *srv, const struct tg_session *s,
+                                           const struct tg_upstream_conf *uc)
+{
+    return pins_in(srv->conf, s, uc);
+}
+
+int tg_roots_changed(struct tg_server *srv, const struct tg_conf *old, const struct tg_session *s)
+{
+    if (!s->live || !s->initialized || s->up_modern || s->u.bridge != NULL || (size_t)s->upstream >= srv->nupstreams)
+        return 0; /* 2026-07-28 requests carry no roots the server keeps: each asks again */
+    const struct tg_upstream_conf *uc = tg_upstream_conf(srv->upstreams[s->upstream]);
+    const struct tg_roots *now = pins_in(srv->conf, s, uc);
+    const struct tg_roots *was = pins_in(old, s, tg_conf_find_upstream(old, tg_slice_cstr(uc->name), NULL));
+    return now != NULL && (was == NULL || strcmp(was->result, now->result) != 0);
 }
 
 void tg_roots_answer(struct tg_buf *b, struct tg_slice id, const struct tg_roots *r)

@@ -10,6 +10,7 @@
 
 #include "core/buf.h"
 
+struct tg_conf;
 struct tg_roots;
 struct tg_msg;
 struct tg_server;
@@ -23,6 +24,11 @@ struct tg_upstream_conf;
  * list, never its client's (without grant pins, its upstream's roots decide, as for any session). */
 const struct tg_roots *tg_roots_of_session(struct tg_server *srv, const struct tg_session *s,
                                            const struct tg_upstream_conf *uc);
+/* After a reload (srv->conf is the new conf, old the one before): 1 if the server of 2025
+ * session s must be told its roots changed (notifications/roots/list_changed), because its
+ * pinned roots are new or other than they were; it would otherwise keep the roots it had (its
+ * client's, or the old pins) until the session ends, asking again only when it chooses. */
+int tg_roots_changed(struct tg_server *srv, const struct tg_conf *old, const struct tg_session *s);
 /* b (initialized here, the caller disposes it): the JSON-RPC response with id that answers a
  * roots/list with the pinned roots r. */
 void tg_roots_answer(struct tg_buf *b, struct tg_slice id, const struct tg_roots *r);

@@ -12,11 +12,13 @@
 
 #include "core/approvals.h"
 #include "core/audit.h"
+#include "core/call.h"
 #include "core/dispatch.h"
 #include "core/log.h"
 #include "core/mcp/bridge.h"
 #include "core/mcp/schemas.h"
 #include "core/admin.h"
+#include "core/roots.h"
 #include "core/router.h"
 #include "core/session.h"
 #include "transports/http1.h"
@@ -506,6 +508,21 @@ static int remap_session(struct tg_session *s, void *arg)
     return 0;
 }
 
+/* The argument of tell_roots_changed(): on reload_apply()'s stack; it owns nothing. */
+struct roots_ctx {
+    struct tg_server *srv;
+    const struct tg_conf *old;
+};
+
+static int tell_roots_changed(struct tg_session *s, void *arg)
+{
+    static const char note[] = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/roots/list_changed\"}";
+    struct roots_ctx *rc = arg;
+    if (tg_roots_changed(rc->srv, rc->old, s))
+        tg_call_tell_upstream(rc->srv, s, note, sizeof(note) - 1);
+    return 0;
+}
+
 static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls_ctx **tls, struct tg_buf *err);
 
 int tg_server_reload(struct tg_server *srv, struct tg_buf *err)
@@ -696,6 +713,8 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
         tg_log(TG_LOG_WARN, "the cluster group was added or removed: that takes effect at restart", "conf=%s",
                nc->path);
     srv->conf = nc;
+    struct roots_ctx rc2 = {srv, old};
+    tg_session_sweep(srv->sessions, tell_roots_changed, &rc2); /* servers holding other roots ask again */
     srv->http.limits = &nc->limits; /* connections read their limits through it */
     srv->http.access_log = nc->log_access;
     if (tg_log_setup(nc->log_level, nc->log_format, nc->log_file) != 0)

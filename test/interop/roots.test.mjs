@@ -33,7 +33,7 @@ const HOSTILE = path.join(H.TEST_DIR, 'fixtures', 'hostile', 'hostile.mjs');
 const CAROL = H.randomToken();
 
 const cleanup = new H.Cleanup();
-let gw, dir, A, B, C, dual, strict;
+let gw, dir, A, B, C, dual, strict, writeConf;
 const url = (name) => `http://127.0.0.1:${gw.plainPort}/${name}/mcp`;
 const logs = () => ({ 'tollgate stderr': gw?.stderr(), 'dual fixture': dual?.output(), 'strict fixture': strict?.output() });
 const test = (name, fn) => it(name, H.withLogs(logs, fn));
@@ -54,7 +54,7 @@ before(async () => {
   dual = await startEra2026({ cleanup });
   strict = await startEra2026({ cleanup, args: ['--legacy', 'reject'] });
   const fsCommand = [process.execPath, FS_SERVER]; /* no folders: only roots give it any */
-  const conf = H.writeConf(dir, {
+  writeConf = (openRoots) => H.writeConf(dir, {
     admin: true,
     grants: [
       { name: 'local', anonymous: true },
@@ -62,13 +62,13 @@ before(async () => {
     ],
     upstreams: [
       { name: 'fs', command: fsCommand, roots: [uri(A)] },
-      { name: 'open', command: fsCommand },
+      { name: 'open', command: fsCommand, ...(openRoots ? { roots: openRoots } : {}) },
       { name: 'dual', url: dual.url, roots: [uri(A)] },
       { name: 'strict', url: strict.url, roots: [uri(A)] },
       { name: 'odd', command: [process.execPath, HOSTILE, '--stdio'], roots: [uri(A)] },
     ],
   });
-  gw = await H.startTollgate(conf, { cleanup, admin: true });
+  gw = await H.startTollgate(writeConf(null), { cleanup, admin: true });
 });
 
 after(async () => {
@@ -279,5 +279,28 @@ describe('pinned roots, a server that asks oddly', () => {
     assert.deepEqual(relayed, [], `the client was sent ${JSON.stringify(relayed)}`);
     const answer = r.messages.find((m) => m.id === 2);
     assert.deepEqual(JSON.parse(answer.result.content[0].text).result, { roots: [{ uri: uri(A) }] });
+  });
+});
+
+describe('pinned roots added by a reload', () => {
+  // The server of a session that began before the pins holds its client's roots; the reload
+  // tells it that the roots changed (notifications/roots/list_changed), so it asks again and
+  // gets the pins. Without that, the client's roots stayed until the session ended.
+  test('a running session\'s server is told, asks again, and works in the pinned folder only', async () => {
+    const { client, asked } = await rootsClient('open', [B]);
+    await H.waitUntil(async () => { // as above: the first roots/list may come before the stream
+      await client.sendRootsListChanged();
+      return (await allowed(client)).includes(B);
+    }, { what: 'the server working in B' });
+    const before = asked.n;
+    writeConf([uri(A)]);
+    const n = (gw.stderr().match(/configuration reloaded/g) ?? []).length;
+    process.kill(gw.proc.pid, 'SIGHUP');
+    await H.waitUntil(() => (gw.stderr().match(/configuration reloaded/g) ?? []).length > n,
+      { what: 'tollgate logged "configuration reloaded"' });
+    await H.waitUntil(async () => { const d = await allowed(client); return d.includes(A) && !d.includes(B); },
+      { what: 'the server working in A, not B, after the reload' });
+    assert.equal(asked.n, before, 'the client was not asked again: the pins answered');
+    await client.close();
   });
 });
