@@ -225,20 +225,29 @@ static int usage_error(const char *why)
 
 
 /* The policy's "# Scanned:" comment names what was scanned, but never a credential given on the
- * command line: an argument that follows a header or environment flag, or that reads like one,
- * is written as [redacted]; so are a URL's user information and query. */
+ * command line: an argument that follows a header or environment flag, or a flag that names a
+ * secret (--token X, --api-key X), or that reads like one itself, is written as [redacted]; so
+ * are a URL's user information and query, in an argument as in the scanned URL. */
+static const char *const secret_words[] = {"bearer", "auth", "token", "secret", "pass", "apikey", "api_key",
+                                           "api-key", "key", "credential", "creds", "private", NULL};
+
+static int has_secret_word(const char *s)
+{
+    for (int i = 0; secret_words[i]; i++)
+        if (strcasestr(s, secret_words[i]) != NULL)
+            return 1;
+    return 0;
+}
+
 static int secret_arg(const char *prev, const char *arg)
 {
     static const char *const flags[] = {"-H", "--header", "--headers", "-e", "--env", NULL};
-    static const char *const words[] = {"bearer", "authorization", "token", "secret", "password", "passwd",
-                                        "apikey", "api_key", "api-key", "credential", NULL};
     for (int i = 0; flags[i]; i++)
         if (strcmp(prev, flags[i]) == 0)
             return 1;
-    for (int i = 0; words[i]; i++)
-        if (strcasestr(arg, words[i]) != NULL)
-            return 1;
-    return 0;
+    if (prev[0] == '-' && strchr(prev, '=') == NULL && has_secret_word(prev))
+        return 1;
+    return has_secret_word(arg);
 }
 
 static void append_url_redacted(struct tg_buf *b, const char *url)
@@ -333,9 +342,16 @@ int tg_scan_cli(int argc, char **argv)
     struct tg_buf target;
     tg_buf_init(&target);
     if (c.stdio) {
-        for (int k = i; k < argc; k++)
-            tg_buf_appendf(&target, "%s%s", k > i ? " " : "",
-                           k > i && secret_arg(argv[k - 1], argv[k]) ? "[redacted]" : argv[k]);
+        for (int k = i; k < argc; k++) {
+            if (k > i)
+                tg_buf_appends(&target, " ");
+            if (k > i && secret_arg(argv[k - 1], argv[k]))
+                tg_buf_appends(&target, "[redacted]");
+            else if (strstr(argv[k], "://") != NULL)
+                append_url_redacted(&target, argv[k]);
+            else
+                tg_buf_appends(&target, argv[k]);
+        }
     } else {
         append_url_redacted(&target, url);
     }

@@ -274,7 +274,7 @@ describe('tollgate scan', () => {
 // credentials or secrets (and some that only look like they do), resources, resource templates
 // and prompts, and a tool named "<<" (a YAML merge key when plain, never when quoted).
 const OFFER_SERVER = `
-const tools = [
+const tools = process.argv[2] === 'tools' ? JSON.parse(process.argv[3]) : [
   { name: 'get_env', description: 'Returns the process environment', annotations: { readOnlyHint: true } },
   { name: 'printenv', description: 'Prints variables' },
   { name: 'readApiKey', description: 'A value' },
@@ -411,6 +411,33 @@ describe('tollgate scan: secrets, resources and prompts', () => {
     assert.ok(line, show(r));
     assert.doesNotMatch(r.stdout, /s3cr3t/, show(r));
     assert.match(line, / --header \[redacted\] \[redacted\] \[redacted\] plain-arg$/);
+  });
+
+  it('"# Scanned:" also hides the value after a flag that names a secret, and a URL argument\'s user and query', async () => {
+    // The comment keeps 200 bytes of the command: two runs, so that nothing checked is cut off.
+    for (const [args, want] of [
+      [['--token', 's3cr3t-1', '--api-key', 's3cr3t-2', '--password', 's3cr3t-3', 'plain'], / \[redacted\] \[redacted\] \[redacted\] plain$/],
+      [['https://u:s3cr3t-4@e.t/m?k=s3cr3t-5', '--url=http://x:s3cr3t-6@h/'], / https:\/\/\[redacted\]@e\.t\/m\?\[redacted\] --url=http:\/\/\[redacted\]@h\/$/],
+    ]) {
+      const r = await tollgate(['scan', '--', process.execPath, server, ...args]);
+      assert.equal(r.code, 0, show(r));
+      const line = r.stdout.split('\n').find((l) => l.startsWith('# Scanned: '));
+      assert.ok(line, show(r));
+      assert.doesNotMatch(r.stdout, /s3cr3t/, show(r));
+      assert.match(line, want, show(r));
+    }
+  });
+
+  it('secret words in unusual forms: snake, kebab and camel case, acronyms, passphrase', async () => {
+    const secret = ['API_KEY', 'apiKey', 'x-api-key', 'SecretsManager', 'passphrase_check', 'privateKey', 'ssh_key',
+      'getCredentials', 'getAWSSecret', 'readENVVar', 'fetchAPIToken', 'unlockWithPassphrase'];
+    const tools = [...secret.map((name) => ({ name, description: 'x', annotations: { readOnlyHint: true } })),
+      { name: 'getMCPServerInfo', description: 'x', annotations: { readOnlyHint: true } }];
+    const r = await tollgate(['scan', '--json', '--', process.execPath, server, 'tools', JSON.stringify(tools)]);
+    assert.equal(r.code, 0, show(r));
+    const p = JSON.parse(r.stdout);
+    for (const t of secret) assert.equal(p.tools[t]?.action, 'deny', `${t}: ${r.stdout}`);
+    assert.equal(p.tools.getMCPServerInfo?.action, 'allow', r.stdout);
   });
 
   it('a server that offers no prompts still gets a prompts group, which denies every one', async () => {
