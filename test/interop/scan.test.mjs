@@ -107,6 +107,7 @@ describe('tollgate scan', () => {
   it('scans the CoWork OS stand-in over HTTP: a YAML policy that tollgate loads, with the expected actions', async () => {
     const r = await tollgate(['scan', '--header', `Authorization: Bearer ${standin.token}`, `${standin.url}`]);
     assert.equal(r.code, 0, show(r));
+    assert.ok(!r.stdout.includes(standin.token) && !r.stderr.includes(standin.token), 'a --header value is written nowhere');
     assert.match(r.stderr, /refused initialize \(error -32600: Already initialized\)/, show(r));
     const y = r.stdout;
     assert.match(y, /^version: "1"$/m);
