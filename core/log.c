@@ -485,8 +485,9 @@ static void json_string(struct tg_buf *b, const char *p, size_t n)
 
 /* Convert `k=v k2="x y"` pairs into JSON members. Quoted values hold only the escapes
  * tg_log_esc() and format_pairs() write (\" \\ \xNN; \xNN becomes \u00NN). A bare value is a
- * JSON number only when all of it is one (core/num.h: 127.0.0.1, 0.1.0, 1e, 0x10 and 01 are
- * strings), true and false are themselves, anything else is a string. */
+ * JSON number only when all of it is one with a finite value, in 64 bytes at most (core/num.h:
+ * 127.0.0.1, 0.1.0, 1e, 0x10, 01 and 1e999 are strings: a reader that takes numbers as doubles
+ * would refuse the line or read inf), true and false are themselves, anything else is a string. */
 static void pairs_to_json(struct tg_buf *b, const char *p)
 {
     while (*p) {
@@ -541,7 +542,8 @@ static void pairs_to_json(struct tg_buf *b, const char *p)
             while (*p && *p != ' ')
                 p++;
             size_t vn = (size_t)(p - v);
-            if (tg_num_is_json(v, vn) || (vn == 4 && memcmp(v, "true", 4) == 0) ||
+            double d;
+            if (tg_num_parse(v, vn, &d) == 0 || (vn == 4 && memcmp(v, "true", 4) == 0) ||
                 (vn == 5 && memcmp(v, "false", 5) == 0))
                 tg_buf_append(b, v, vn);
             else
