@@ -166,15 +166,33 @@ static int scan_server(struct tg_scan_link *c, struct scan_lists *ls, struct tg_
     return 0;
 }
 
+/* url into b with its user information and its query as [redacted]. */
+static void append_url_redacted(struct tg_buf *b, const char *url)
+{
+    const char *host = strstr(url, "://");
+    host = host ? host + 3 : url;
+    size_t hl = strcspn(host, "/?#");
+    const char *at = memchr(host, '@', hl);
+    if (at != NULL) {
+        tg_buf_append(b, url, (size_t)(host - url));
+        tg_buf_appends(b, "[redacted]");
+        host = at;
+    } else {
+        host = url;
+    }
+    size_t n = strcspn(host, "?#");
+    tg_buf_append(b, host, n);
+    if (host[n] != '\0')
+        tg_buf_appends(b, "?[redacted]");
+}
+
 /* Splits http[s]://host[:port][/path] into c; *https says which. Returns 0, or -1 with the
  * reason printed. */
 static int parse_url(struct tg_scan_link *c, const char *url, int *https_out)
 {
     int https = strncasecmp(url, "https://", 8) == 0;
-    if (!https && strncasecmp(url, "http://", 7) != 0) {
-        tg_scan_fail("%s: not an http:// or https:// URL (for a stdio server: tollgate scan -- COMMAND ARG...)", url);
-        return -1;
-    }
+    if (!https && strncasecmp(url, "http://", 7) != 0)
+        goto bad;
     const char *h = url + (https ? 8 : 7), *end = h + strcspn(h, "/?#");
     const char *port = NULL, *hend = end;
     if (*h == '[') {
@@ -211,8 +229,18 @@ static int parse_url(struct tg_scan_link *c, const char *url, int *https_out)
     if (*end == '?' || *end == '#' || strpbrk(c->path, " \r\n\t") != NULL || strchr(c->path, '#') != NULL)
         goto bad;
     return 0;
-bad:
-    tg_scan_fail("%s: cannot read this URL (want http[s]://HOST[:PORT]/PATH)", url);
+bad:;
+    /* the URL as the policy's comment would name it: no user information or query on stderr */
+    struct tg_buf shown;
+    tg_buf_init(&shown);
+    append_url_redacted(&shown, url);
+    tg_buf_append(&shown, "", 1);
+    if (!https && strncasecmp(url, "http://", 7) != 0)
+        tg_scan_fail("%s: not an http:// or https:// URL (for a stdio server: tollgate scan -- COMMAND ARG...)",
+                     shown.base);
+    else
+        tg_scan_fail("%s: cannot read this URL (want http[s]://HOST[:PORT]/PATH)", shown.base);
+    tg_buf_dispose(&shown);
     return -1;
 }
 
@@ -248,25 +276,6 @@ static int secret_arg(const char *prev, const char *arg)
     if (prev[0] == '-' && strchr(prev, '=') == NULL && has_secret_word(prev))
         return 1;
     return has_secret_word(arg);
-}
-
-static void append_url_redacted(struct tg_buf *b, const char *url)
-{
-    const char *host = strstr(url, "://");
-    host = host ? host + 3 : url;
-    size_t hl = strcspn(host, "/?#");
-    const char *at = memchr(host, '@', hl);
-    if (at != NULL) {
-        tg_buf_append(b, url, (size_t)(host - url));
-        tg_buf_appends(b, "[redacted]");
-        host = at;
-    } else {
-        host = url;
-    }
-    size_t n = strcspn(host, "?#");
-    tg_buf_append(b, host, n);
-    if (host[n] != '\0')
-        tg_buf_appends(b, "?[redacted]");
 }
 
 int tg_scan_cli(int argc, char **argv)

@@ -230,6 +230,15 @@ describe('tollgate scan', () => {
     assert.match(h.stdout, /How tools are classified/);
   });
 
+  it('a URL scan cannot read names it without its user information or query on stderr', async () => {
+    for (const url of ['http://u:s3cr3t-1@127.0.0.1:1/mcp', 'ftp://u:s3cr3t-2@h/x?k=s3cr3t-3', 'http://h:99999/m?t=s3cr3t-4']) {
+      const r = await tollgate(['scan', url]);
+      assert.equal(r.code, 1, show(r));
+      assert.match(r.stderr, /cannot read this URL|not an http/, show(r));
+      assert.doesNotMatch(r.stderr + r.stdout, /s3cr3t/, show(r));
+    }
+  });
+
   it('an unreachable server, a refused token, https:// and a missing command: a clear message, exit 1', async () => {
     const port = await H.freePort();
     let r = await tollgate(['scan', `http://127.0.0.1:${port}/mcp`]);
