@@ -84,7 +84,9 @@
     "  return x\n"                                                                                 \
     "end\n"                                                                                        \
     "local stamp, value\n"                                                                         \
-    "local raw = redis.call('GET', KEYS[1])\n"                                                     \
+    "local raw = redis.pcall('GET', KEYS[1])\n"                                                    \
+    /* a key of another type (a list, a hash) is poison as well: no error to fall back from */    \
+    "if type(raw) == 'table' then raw = '' end\n"                                                  \
     "if raw then\n"                                                                                \
     "  local s, v = string.match(raw, '^(%S+) (%S+)$')\n"                                          \
     "  stamp, value = dec(s), dec(v)\n"                                                            \

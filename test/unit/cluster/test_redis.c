@@ -552,6 +552,35 @@ static void poisoned_values_refused(void **state)
             }
         }
     }
+    /* a key of another type (a list, a hash): poison too, not an error to fall back from */
+    static const char *const typed[] = {"RPUSH %s 60000", "HSET %s a 1", "SADD %s x"};
+    for (size_t t = 0; t < sizeof(typed) / sizeof(typed[0]); t++) {
+        redisContext *rc = redisConnect("127.0.0.1", srv.port);
+        assert_non_null(rc);
+        freeReplyObject(redisCommand(rc, "DEL %s", key));
+        redisReply *y = redisCommand(rc, typed[t], key);
+        assert_non_null(y);
+        assert_int_equal(y->type, REDIS_REPLY_INTEGER);
+        freeReplyObject(y);
+        redisFree(rc);
+        struct tg_counter_op op;
+        memset(&op, 0, sizeof(op));
+        op.kind = t == 0 ? TG_COP_BUCKET_TAKE : t == 1 ? TG_COP_WINDOW_ADD : TG_COP_WINDOW_SUB;
+        op.h1 = h1;
+        op.h2 = h2;
+        op.capacity = 10;
+        op.window_ms = 60000;
+        op.amount = 1;
+        op.now_ms = 61000;
+        op.window_start = 60000;
+        op.limit = 10;
+        op.limit_op = TG_LIMIT_LTE;
+        struct answer a = {0};
+        tg_redis_counter_ops(r, "tgpoison:", &op, 1, on_ops, &a);
+        th_run_until(loop, &a.done, 5000);
+        if (a.status != TG_REDIS_EVALUE)
+            fail_msg("a key made by \"%s\": status %d, not TG_REDIS_EVALUE", typed[t], a.status);
+    }
     /* a well-formed key still counts */
     redis_set(key, "60000 3");
     struct tg_counter_op op;
