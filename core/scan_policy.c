@@ -38,8 +38,9 @@ const char tg_scan_heuristics_help[] =
     "               annotation readOnlyHint: true (which never lifts a tool out of the classes above)\n"
     "  denied       nothing matched: the tool is left out, so default: deny refuses and hides it\n"
     "Words are looked for in the tool's name (split at every non-letter and at camelCase humps, an\n"
-    "acronym's end too: getAWSSecret is get, aws, secret) and\n"
-    "its description, case-insensitively, with plain inflections (deletes, deleted, deleting, deletion, running).\n"
+    "acronym's end too: getAWSSecret is get, aws, secret) and its description (split so too for the\n"
+    "deny words: \"returns the clientSecret\"), case-insensitively, with plain inflections (deletes,\n"
+    "deleted, deleting, deletion, running).\n"
     "Whole words only: \"keyboard\", \"monkey\" or \"tokenizer\" match nothing.\n"
     "Every tool's comment in the YAML says which word (or annotation) decided and where it was.\n"
     "Resources and prompts (when the server offers them) go into \"resources\" and \"prompts\" groups with\n"
@@ -111,7 +112,9 @@ static int find_word(const char *text, size_t n, int camel, const char *const *l
 }
 
 /* Looks for a word of `list` in the name, then in the description; writes "name says "x"" or
- * "description says "x"" (with the keyword when the word is an inflection) into why. */
+ * "description says "x"" (with the keyword when the word is an inflection) into why. For the
+ * secret words a description is split at camelCase humps too ("returns the clientSecret"), as
+ * names are: there a wrong match only denies more. */
 static int match_class(const char *name, const char *desc, const char *const *list, char *why, size_t cap,
                        const char **kwp)
 {
@@ -120,7 +123,7 @@ static int match_class(const char *name, const char *desc, const char *const *li
     const char *where = NULL;
     if (find_word(name, strlen(name), 1, list, w, sizeof(w), &kw))
         where = "name";
-    else if (desc != NULL && find_word(desc, strlen(desc), 0, list, w, sizeof(w), &kw))
+    else if (desc != NULL && find_word(desc, strlen(desc), list == secret_words, list, w, sizeof(w), &kw))
         where = "description";
     if (where == NULL)
         return 0;
@@ -304,7 +307,7 @@ static int secret_in(const char *uri, const char *name, const char *desc, char *
         where = "URI";
     else if (name != NULL && find_word(name, strlen(name), 1, secret_words, w, sizeof(w), &kw))
         where = "name";
-    else if (desc != NULL && find_word(desc, strlen(desc), 0, secret_words, w, sizeof(w), &kw))
+    else if (desc != NULL && find_word(desc, strlen(desc), 1, secret_words, w, sizeof(w), &kw))
         where = "description";
     if (where == NULL)
         return 0;

@@ -438,11 +438,15 @@ describe('tollgate scan: secrets, resources and prompts', () => {
     }
   });
 
-  it('secret words in unusual forms: snake, kebab and camel case, acronyms, passphrase', async () => {
+  it('secret words in unusual forms: snake, kebab and camel case, acronyms, passphrase, camelCase in a description', async () => {
     const secret = ['API_KEY', 'apiKey', 'x-api-key', 'SecretsManager', 'passphrase_check', 'privateKey', 'ssh_key',
       'getCredentials', 'getAWSSecret', 'readENVVar', 'fetchAPIToken', 'unlockWithPassphrase'];
-    const tools = [...secret.map((name) => ({ name, description: 'x', annotations: { readOnlyHint: true } })),
-      { name: 'getMCPServerInfo', description: 'x', annotations: { readOnlyHint: true } }];
+    const described = { fetch_a: 'Returns the clientSecret', fetch_b: 'Reads the user\'s accessToken', fetch_c: 'Gives back the AWSSecretKey' };
+    const ro = { readOnlyHint: true };
+    const tools = [...secret.map((name) => ({ name, description: 'x', annotations: ro })),
+      ...Object.entries(described).map(([name, description]) => ({ name, description, annotations: ro })),
+      { name: 'getMCPServerInfo', description: 'x', annotations: ro }];
+    secret.push(...Object.keys(described));
     const r = await tollgate(['scan', '--json', '--', process.execPath, server, 'tools', JSON.stringify(tools)]);
     assert.equal(r.code, 0, show(r));
     const p = JSON.parse(r.stdout);
