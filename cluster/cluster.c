@@ -209,7 +209,7 @@ static const char *status_text(int status)
     case TG_REDIS_EBUSY: return "too many requests wait for the shared counter store (Redis)";
     case TG_REDIS_ECLOSED: return "the gateway is shutting down";
     case TG_REDIS_EVALUE:
-        return "the shared counter store (Redis) holds a counter value that is not a finite decimal number";
+        return "the shared counter store (Redis) holds a counter value that is not a finite decimal number of 0 or more";
     }
     return "the shared counter store (Redis) failed";
 }

@@ -7,7 +7,8 @@
  * of ten, DBL_EPSILON. Numbers cross the wire as "%.17g" strings both ways, which tg_num_parse
  * (C) and dec() (Lua: the same strict grammar, then tonumber) read back to the same double: Lua
  * numbers returned as such would be truncated to Redis integers. Neither accepts nan, inf, hex
- * or a value out of range: a key holding one fails its op, so the decision fails closed.
+ * or a value out of range, and a stored value below 0 is refused too: a key holding one fails
+ * its op, so the decision fails closed.
  *
  * A key holds "stamp value" (two "%.17g" numbers): a bucket's last refill and tokens, or a
  * window's start and count. Its TTL is the local store's expire_ms less the caller's now_ms (the
@@ -70,19 +71,22 @@
     "  if ms > 1e15 then ms = 1e15 end\n"                                                                          \
     "  return string.format('%.0f', ms)\n"                                                                         \
     "end\n"                                                                                                        \
-    /* A stored number is read as core/num.c reads one: a JSON number with a finite value. Lua's  \
-     * tonumber is strtod and more (hex, inf, nan, 1e999): never alone. */                          \
+    /* A stored number is read as core/num.c reads one: a JSON number with a finite value, and   \
+     * never below 0 (no script writes a negative stamp or count; a window at -1e300 would never  \
+     * fill). Lua's tonumber is strtod and more (hex, inf, nan, 1e999): never alone. */             \
     "local function dec(s)\n"                                                                      \
     "  if not s then return nil end\n"                                                             \
     "  local i, f, e = string.match(s, '^%-?(%d+)(%.?%d*)(.*)$')\n"                               \
     "  if not i or (#i > 1 and string.sub(i, 1, 1) == '0') or f == '.' then return nil end\n"     \
     "  if e ~= '' and not string.match(e, '^[eE][%+%-]?%d+$') then return nil end\n"              \
     "  local x = tonumber(s)\n"                                                                    \
-    "  if x == nil or x ~= x or x == math.huge or x == -math.huge then return nil end\n"          \
+    "  if x == nil or x ~= x or x == math.huge or x < 0 then return nil end\n"                   \
     "  return x\n"                                                                                 \
     "end\n"                                                                                        \
     "local stamp, value\n"                                                                         \
-    "local raw = redis.call('GET', KEYS[1])\n"                                                     \
+    "local raw = redis.pcall('GET', KEYS[1])\n"                                                    \
+    /* a key of another type (a list, a hash) is poison as well: no error to fall back from */    \
+    "if type(raw) == 'table' then raw = '' end\n"                                                  \
     "if raw then\n"                                                                                \
     "  local s, v = string.match(raw, '^(%S+) (%S+)$')\n"                                          \
     "  stamp, value = dec(s), dec(v)\n"                                                            \

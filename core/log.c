@@ -197,9 +197,24 @@ int tg_log_reopen(void)
 
 int tg_log_enabled(int level) { return level <= logger.level; }
 
+/* The buffers tg_log_esc() filled since the last tg_log(): only these are kept as they are when
+ * a %s value is already quoted. A string that merely looks quoted (a tool named "\"x\"") is a
+ * value like any other and is escaped, so it cannot pass for the name x. */
+static _Thread_local const char *esc_made[8];
+static _Thread_local unsigned esc_nmade;
+
+static int esc_made_here(const char *p)
+{
+    for (unsigned i = 0; i < esc_nmade && i < 8; i++)
+        if (esc_made[i] == p)
+            return 1;
+    return 0;
+}
+
 const char *tg_log_esc(char *out, size_t outsz, struct tg_slice s)
 {
     size_t o = 0;
+    esc_made[esc_nmade++ % 8] = out;
     if (outsz < 8) {
         if (outsz)
             out[0] = '\0';
@@ -236,7 +251,7 @@ const char *tg_log_esc(char *out, size_t outsz, struct tg_slice s)
  * tg_log formats its pairs itself, conversion by conversion, so that no string argument can end
  * a line or forge a field whether or not its caller escaped it:
  *   - `key=%s`: a bare value is kept as it is when it is printable ASCII with no blank, quote,
- *     backslash or '=' (or when it is already a quoted tg_log_esc() value); anything else is
+ *     backslash or '=' (or when it is what tg_log_esc() wrote for this line); anything else is
  *     quoted and escaped as tg_log_esc() does (at most VALUE_MAX bytes of it);
  *   - `key="%s"`: the bytes are escaped inside the caller's quotes;
  *   - a %s anywhere else is pairs a caller composed: kept, with control bytes escaped.
@@ -322,7 +337,7 @@ static void put_string(struct tg_buf *b, int ctx, const char *s, size_t n)
                 tg_buf_append(b, s + i, 1);
             }
         }
-    } else if ((n <= VALUE_MAX && bare_ok(s, n)) || is_esc_value(s, n)) {
+    } else if ((n <= VALUE_MAX && bare_ok(s, n)) || (esc_made_here(s) && is_esc_value(s, n))) {
         tg_buf_append(b, s, n);
     } else {
         tg_buf_append(b, "\"", 1);
@@ -470,8 +485,9 @@ static void json_string(struct tg_buf *b, const char *p, size_t n)
 
 /* Convert `k=v k2="x y"` pairs into JSON members. Quoted values hold only the escapes
  * tg_log_esc() and format_pairs() write (\" \\ \xNN; \xNN becomes \u00NN). A bare value is a
- * JSON number only when all of it is one (core/num.h: 127.0.0.1, 0.1.0, 1e, 0x10 and 01 are
- * strings), true and false are themselves, anything else is a string. */
+ * JSON number only when all of it is one with a finite value, in 64 bytes at most (core/num.h:
+ * 127.0.0.1, 0.1.0, 1e, 0x10, 01 and 1e999 are strings: a reader that takes numbers as doubles
+ * would refuse the line or read inf), true and false are themselves, anything else is a string. */
 static void pairs_to_json(struct tg_buf *b, const char *p)
 {
     while (*p) {
@@ -526,7 +542,8 @@ static void pairs_to_json(struct tg_buf *b, const char *p)
             while (*p && *p != ' ')
                 p++;
             size_t vn = (size_t)(p - v);
-            if (tg_num_is_json(v, vn) || (vn == 4 && memcmp(v, "true", 4) == 0) ||
+            double d;
+            if (tg_num_parse(v, vn, &d) == 0 || (vn == 4 && memcmp(v, "true", 4) == 0) ||
                 (vn == 5 && memcmp(v, "false", 5) == 0))
                 tg_buf_append(b, v, vn);
             else
@@ -537,8 +554,10 @@ static void pairs_to_json(struct tg_buf *b, const char *p)
 
 void tg_log(int level, const char *msg, const char *fmt, ...)
 {
-    if (level > logger.level)
+    if (level > logger.level) {
+        esc_nmade = 0;
         return;
+    }
     struct timeval tv;
     gettimeofday(&tv, NULL);
     struct tm tm;
@@ -581,6 +600,7 @@ void tg_log(int level, const char *msg, const char *fmt, ...)
         }
         tg_buf_appends(&b, "\n");
     }
+    esc_nmade = 0; /* the arguments' tg_log_esc() buffers are this line's only */
     emit(b.base, b.len);
     tg_buf_dispose(&b);
 }

@@ -166,15 +166,33 @@ static int scan_server(struct tg_scan_link *c, struct scan_lists *ls, struct tg_
     return 0;
 }
 
+/* url into b with its user information and its query as [redacted]. */
+static void append_url_redacted(struct tg_buf *b, const char *url)
+{
+    const char *host = strstr(url, "://");
+    host = host ? host + 3 : url;
+    size_t hl = strcspn(host, "/?#");
+    const char *at = memchr(host, '@', hl);
+    if (at != NULL) {
+        tg_buf_append(b, url, (size_t)(host - url));
+        tg_buf_appends(b, "[redacted]");
+        host = at;
+    } else {
+        host = url;
+    }
+    size_t n = strcspn(host, "?#");
+    tg_buf_append(b, host, n);
+    if (host[n] != '\0')
+        tg_buf_appends(b, "?[redacted]");
+}
+
 /* Splits http[s]://host[:port][/path] into c; *https says which. Returns 0, or -1 with the
  * reason printed. */
 static int parse_url(struct tg_scan_link *c, const char *url, int *https_out)
 {
     int https = strncasecmp(url, "https://", 8) == 0;
-    if (!https && strncasecmp(url, "http://", 7) != 0) {
-        tg_scan_fail("%s: not an http:// or https:// URL (for a stdio server: tollgate scan -- COMMAND ARG...)", url);
-        return -1;
-    }
+    if (!https && strncasecmp(url, "http://", 7) != 0)
+        goto bad;
     const char *h = url + (https ? 8 : 7), *end = h + strcspn(h, "/?#");
     const char *port = NULL, *hend = end;
     if (*h == '[') {
@@ -211,8 +229,18 @@ static int parse_url(struct tg_scan_link *c, const char *url, int *https_out)
     if (*end == '?' || *end == '#' || strpbrk(c->path, " \r\n\t") != NULL || strchr(c->path, '#') != NULL)
         goto bad;
     return 0;
-bad:
-    tg_scan_fail("%s: cannot read this URL (want http[s]://HOST[:PORT]/PATH)", url);
+bad:;
+    /* the URL as the policy's comment would name it: no user information or query on stderr */
+    struct tg_buf shown;
+    tg_buf_init(&shown);
+    append_url_redacted(&shown, url);
+    tg_buf_append(&shown, "", 1);
+    if (!https && strncasecmp(url, "http://", 7) != 0)
+        tg_scan_fail("%s: not an http:// or https:// URL (for a stdio server: tollgate scan -- COMMAND ARG...)",
+                     shown.base);
+    else
+        tg_scan_fail("%s: cannot read this URL (want http[s]://HOST[:PORT]/PATH)", shown.base);
+    tg_buf_dispose(&shown);
     return -1;
 }
 
@@ -225,39 +253,29 @@ static int usage_error(const char *why)
 
 
 /* The policy's "# Scanned:" comment names what was scanned, but never a credential given on the
- * command line: an argument that follows a header or environment flag, or that reads like one,
- * is written as [redacted]; so are a URL's user information and query. */
-static int secret_arg(const char *prev, const char *arg)
+ * command line: an argument that follows a header or environment flag, or a flag that names a
+ * secret (--token X, --api-key X), or that reads like one itself, is written as [redacted]; so
+ * are a URL's user information and query, in an argument as in the scanned URL. */
+static const char *const secret_words[] = {"bearer", "auth", "token", "secret", "pass", "apikey", "api_key",
+                                           "api-key", "key", "credential", "creds", "private", NULL};
+
+static int has_secret_word(const char *s)
 {
-    static const char *const flags[] = {"-H", "--header", "--headers", "-e", "--env", NULL};
-    static const char *const words[] = {"bearer", "authorization", "token", "secret", "password", "passwd",
-                                        "apikey", "api_key", "api-key", "credential", NULL};
-    for (int i = 0; flags[i]; i++)
-        if (strcmp(prev, flags[i]) == 0)
-            return 1;
-    for (int i = 0; words[i]; i++)
-        if (strcasestr(arg, words[i]) != NULL)
+    for (int i = 0; secret_words[i]; i++)
+        if (strcasestr(s, secret_words[i]) != NULL)
             return 1;
     return 0;
 }
 
-static void append_url_redacted(struct tg_buf *b, const char *url)
+static int secret_arg(const char *prev, const char *arg)
 {
-    const char *host = strstr(url, "://");
-    host = host ? host + 3 : url;
-    size_t hl = strcspn(host, "/?#");
-    const char *at = memchr(host, '@', hl);
-    if (at != NULL) {
-        tg_buf_append(b, url, (size_t)(host - url));
-        tg_buf_appends(b, "[redacted]");
-        host = at;
-    } else {
-        host = url;
-    }
-    size_t n = strcspn(host, "?#");
-    tg_buf_append(b, host, n);
-    if (host[n] != '\0')
-        tg_buf_appends(b, "?[redacted]");
+    static const char *const flags[] = {"-H", "--header", "--headers", "-e", "--env", NULL};
+    for (int i = 0; flags[i]; i++)
+        if (strcmp(prev, flags[i]) == 0)
+            return 1;
+    if (prev[0] == '-' && strchr(prev, '=') == NULL && has_secret_word(prev))
+        return 1;
+    return has_secret_word(arg);
 }
 
 int tg_scan_cli(int argc, char **argv)
@@ -333,9 +351,16 @@ int tg_scan_cli(int argc, char **argv)
     struct tg_buf target;
     tg_buf_init(&target);
     if (c.stdio) {
-        for (int k = i; k < argc; k++)
-            tg_buf_appendf(&target, "%s%s", k > i ? " " : "",
-                           k > i && secret_arg(argv[k - 1], argv[k]) ? "[redacted]" : argv[k]);
+        for (int k = i; k < argc; k++) {
+            if (k > i)
+                tg_buf_appends(&target, " ");
+            if (k > i && secret_arg(argv[k - 1], argv[k]))
+                tg_buf_appends(&target, "[redacted]");
+            else if (strstr(argv[k], "://") != NULL)
+                append_url_redacted(&target, argv[k]);
+            else
+                tg_buf_appends(&target, argv[k]);
+        }
     } else {
         append_url_redacted(&target, url);
     }

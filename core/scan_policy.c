@@ -19,15 +19,16 @@ static const char *const limit_words[] = {"write", "send", "email", "post", "pub
  * "printenv" are listed because they are one word. */
 static const char *const secret_words[] = {"env", "environ", "environment", "getenv", "printenv", "dotenv",
                                            "secret", "token", "credential", "creds", "password", "passwd",
-                                           "key", "apikey", NULL};
+                                           "passphrase", "key", "apikey", NULL};
 static const char *const read_words[] = {"get", "list", "read", "search", "fetch", "query",
                                          "describe", "show", "view", "find", NULL};
 
 const char tg_scan_heuristics_help[] =
     "How tools are classified (the most cautious class found wins):\n"
     "  deny         a word of: env environ environment getenv printenv dotenv secret token credential\n"
-    "               creds password passwd key apikey -> action: deny, whatever readOnlyHint says (it may\n"
-    "               read the environment, credentials or secrets; allow it by hand if it does not)\n"
+    "               creds password passwd passphrase key apikey -> action: deny, whatever readOnlyHint\n"
+    "               says (it may read the environment, credentials or secrets; allow it by hand if it\n"
+    "               does not)\n"
     "  approve      a word of: execute exec run eval shell command delete remove drop destroy pay\n"
     "               transfer, or the annotation destructiveHint: true -> action: approve (a human\n"
     "               approves each call)\n"
@@ -36,8 +37,10 @@ const char tg_scan_heuristics_help[] =
     "  allow        a word of: get list read search fetch query describe show view find, or the\n"
     "               annotation readOnlyHint: true (which never lifts a tool out of the classes above)\n"
     "  denied       nothing matched: the tool is left out, so default: deny refuses and hides it\n"
-    "Words are looked for in the tool's name (split at every non-letter and at camelCase humps) and\n"
-    "its description, case-insensitively, with plain inflections (deletes, deleted, deleting, deletion, running).\n"
+    "Words are looked for in the tool's name (split at every non-letter and at camelCase humps, an\n"
+    "acronym's end too: getAWSSecret is get, aws, secret) and its description (split so too for the\n"
+    "deny words: \"returns the clientSecret\"), case-insensitively, with plain inflections (deletes,\n"
+    "deleted, deleting, deletion, running).\n"
     "Whole words only: \"keyboard\", \"monkey\" or \"tokenizer\" match nothing.\n"
     "Every tool's comment in the YAML says which word (or annotation) decided and where it was.\n"
     "Resources and prompts (when the server offers them) go into \"resources\" and \"prompts\" groups with\n"
@@ -74,7 +77,8 @@ static int word_matches(const char *word, const char *kw)
 
 /* The first word of `text` (n bytes) that matches a word of `list`: copies the text's word to
  * found and the keyword to *kw. Words are runs of ASCII letters; with camel set, an upper-case
- * letter after a lower-case one starts a new word (getUser -> get, user). */
+ * letter after a lower-case one starts a new word (getUser -> get, user), and so does the last
+ * capital of an acronym before a lower-case letter (getAWSSecret -> get, aws, secret). */
 static int find_word(const char *text, size_t n, int camel, const char *const *list, char *found, size_t cap,
                      const char **kw)
 {
@@ -85,7 +89,9 @@ static int find_word(const char *text, size_t n, int camel, const char *const *l
         char w[64];
         size_t wl = 0, start = i;
         while (i < n && ((text[i] | 0x20) >= 'a' && (text[i] | 0x20) <= 'z')) {
-            if (camel && i > start && text[i] >= 'A' && text[i] <= 'Z' && text[i - 1] >= 'a' && text[i - 1] <= 'z')
+            if (camel && i > start && text[i] >= 'A' && text[i] <= 'Z' &&
+                ((text[i - 1] >= 'a' && text[i - 1] <= 'z') ||
+                 (text[i - 1] >= 'A' && text[i - 1] <= 'Z' && i + 1 < n && text[i + 1] >= 'a' && text[i + 1] <= 'z')))
                 break;
             if (wl + 1 < sizeof(w))
                 w[wl++] = (char)(text[i] | 0x20);
@@ -106,7 +112,9 @@ static int find_word(const char *text, size_t n, int camel, const char *const *l
 }
 
 /* Looks for a word of `list` in the name, then in the description; writes "name says "x"" or
- * "description says "x"" (with the keyword when the word is an inflection) into why. */
+ * "description says "x"" (with the keyword when the word is an inflection) into why. For the
+ * secret words a description is split at camelCase humps too ("returns the clientSecret"), as
+ * names are: there a wrong match only denies more. */
 static int match_class(const char *name, const char *desc, const char *const *list, char *why, size_t cap,
                        const char **kwp)
 {
@@ -115,7 +123,7 @@ static int match_class(const char *name, const char *desc, const char *const *li
     const char *where = NULL;
     if (find_word(name, strlen(name), 1, list, w, sizeof(w), &kw))
         where = "name";
-    else if (desc != NULL && find_word(desc, strlen(desc), 0, list, w, sizeof(w), &kw))
+    else if (desc != NULL && find_word(desc, strlen(desc), list == secret_words, list, w, sizeof(w), &kw))
         where = "description";
     if (where == NULL)
         return 0;
@@ -299,7 +307,7 @@ static int secret_in(const char *uri, const char *name, const char *desc, char *
         where = "URI";
     else if (name != NULL && find_word(name, strlen(name), 1, secret_words, w, sizeof(w), &kw))
         where = "name";
-    else if (desc != NULL && find_word(desc, strlen(desc), 0, secret_words, w, sizeof(w), &kw))
+    else if (desc != NULL && find_word(desc, strlen(desc), 1, secret_words, w, sizeof(w), &kw))
         where = "description";
     if (where == NULL)
         return 0;

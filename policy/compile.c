@@ -340,6 +340,15 @@ void tg__finish_tool(struct ptool *t)
     }
 }
 
+/* 1 if one of counters [0, i) has the label b[0..n) already. */
+static int label_taken(const struct tg_policy *p, int i, const char *b, size_t n)
+{
+    for (int k = 0; k < i; k++)
+        if (p->counters[k].jlabel_len == n && memcmp(p->counters[k].jlabel, b, n) == 0)
+            return 1;
+    return 0;
+}
+
 /* What a decision would otherwise work out for each counter on every call: the key's length
  * (hashed with the caller's names) and the counter's name as counters_json quotes it. */
 void tg__finish_counters(struct tg_policy *p)
@@ -351,20 +360,36 @@ void tg__finish_counters(struct tg_policy *p)
         pc->keylen = strlen(pc->key);
         /* The label is at most 120 bytes of JSON. A long name is cut before it is escaped, on a
          * UTF-8 character's first byte, so the label is always a whole JSON string (a cut of
-         * the escaped form could end inside an escape or drop the closing quote). */
+         * the escaped form could end inside an escape or drop the closing quote). Two names
+         * alike up to the cut would be one key twice in an audit line's counters (no strict
+         * JSON, and one value hidden): a label another counter has is cut again with ~N after it,
+         * N this counter's number (and ~N~T should that be taken too). */
         const char *name = pc->key + 2;
-        size_t n = pc->keylen - 2;
+        size_t whole = pc->keylen - 2, n = whole, sl = 0;
+        char *text = tg_xmalloc(whole + 32), suffix[32];
         struct tg_buf b;
         tg_buf_init(&b);
-        for (;;) {
-            b.len = 0;
-            tg_json_write_string(&b, name, n);
-            if (b.len <= 120)
+        for (int tries = 0;; tries++) {
+            for (;;) {
+                memcpy(text, name, n);
+                memcpy(text + n, suffix, sl);
+                b.len = 0;
+                tg_json_write_string(&b, text, n + sl);
+                if (b.len <= 120)
+                    break;
+                n = n > b.len - 120 ? n - (b.len - 120) : 0; /* each byte escapes to one byte or more */
+                while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80)
+                    n--;
+            }
+            if (!label_taken(p, i, b.base, b.len))
                 break;
-            n = n > b.len - 120 ? n - (b.len - 120) : 0; /* each byte escapes to one byte or more */
-            while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80)
-                n--;
+            if (tries == 0)
+                sl = (size_t)snprintf(suffix, sizeof(suffix), "~%d", i);
+            else
+                sl = (size_t)snprintf(suffix, sizeof(suffix), "~%d~%d", i, tries);
+            n = whole;
         }
+        free(text);
         pc->jlabel_len = b.len;
         pc->jlabel = tg_xmalloc(pc->jlabel_len + 1);
         memcpy(pc->jlabel, b.base, pc->jlabel_len);

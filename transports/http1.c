@@ -60,6 +60,7 @@ void tg__http_req_reset(struct tg_http_req *r)
     r->upgrade = 0;
     r->in_trailers = 0;
     r->trailer_bytes = 0;
+    r->head_flags = 0;
 }
 
 /* A request begins (llhttp's first byte of it, or the fast path's whole of it). */
@@ -105,10 +106,11 @@ static int on_url(llhttp_t *p, const char *at, size_t n)
 }
 
 /* A chunked body's trailer section (RFC 9110 §6.5): llhttp hands its fields to the header
- * callbacks after the body. They are never headers: authentication, the session, Origin and every
- * other decision read the head only (§6.5.1 lets a recipient discard them), so they are counted
- * and dropped. Head and trailers share limits.header_bytes, so a trailer section cannot be
+ * callbacks after the body. They are never headers: authentication, the session, Origin, keep-alive
+ * and every other decision read the head only (§6.5.1 lets a recipient discard them), so they are
+ * counted and dropped. Head and trailers share limits.header_bytes, so a trailer section cannot be
  * longer than a head may be. */
+#define CONN_FLAGS (F_CONNECTION_KEEP_ALIVE | F_CONNECTION_CLOSE | F_CONNECTION_UPGRADE | F_UPGRADE)
 static int trailer_bytes(struct tg_conn *c, size_t n)
 {
     struct tg_http_req *r = &c->req;
@@ -173,6 +175,7 @@ static int on_headers_complete(llhttp_t *p)
     struct tg_conn *c = conn_of(p);
     c->req.method = p->method;
     c->req.in_trailers = 1; /* any field from here on is a trailer */
+    c->req.head_flags = p->flags & CONN_FLAGS;
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > (uint64_t)c->env->limits->body_bytes) {
         c->env->metrics->limit_body_bytes++;
         c->reject_status = 413;
@@ -195,6 +198,8 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
 static int on_message_complete(llhttp_t *p)
 {
     struct tg_conn *c = conn_of(p);
+    /* llhttp reads a trailer's Connection as a head's: the head's flags stand (keep-alive, llhttp's state) */
+    p->flags = (uint16_t)((p->flags & ~CONN_FLAGS) | c->req.head_flags);
     c->req.keep_alive = llhttp_should_keep_alive(p);
     c->req.http_minor = p->http_minor;
     c->req.upgrade = p->upgrade;

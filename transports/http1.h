@@ -109,6 +109,7 @@ struct tg_http_req {
     int upgrade;    /* llhttp's verdict: the request asks for another protocol (or is CONNECT) */
     int in_trailers;      /* the head is over: fields llhttp reports now are a chunked body's trailers */
     size_t trailer_bytes; /* trailer bytes read and discarded; with the head, under limits.header_bytes */
+    unsigned head_flags;  /* llhttp's Connection and Upgrade flags as the head left them */
 };
 
 /* What a connection needs only while it has a request: the header offsets, the access line's

@@ -1,11 +1,15 @@
 // log.access (issue 11, item 7): one line per HTTP request, in logfmt or JSON, with method, path,
 // status, bytes, duration, grant, session and upstream, and never a token: not the bearer, not
-// ?access_token= on /ws, not the query string at all.
+// ?access_token= on /ws, not the query string at all. In log.format = "json" with the audit on,
+// every line of both files is strict JSON whatever names a peer sends.
 //
 //   TOLLGATE_BIN=build/tollgate node --test test/interop/accesslog.test.mjs
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+
+import fs from 'node:fs';
+import path from 'node:path';
 
 import * as H from './lib/harness.mjs';
 
@@ -99,3 +103,104 @@ for (const format of ['logfmt', 'json']) {
     });
   });
 }
+
+// log.format = "json" with the audit on: tool names, a counter name and request paths a peer
+// chooses (newlines, quotes, backslashes, U+2028, a name that looks quoted already, non-ASCII)
+// go through the deny path, the parked-approval path (which expires) and the allow path. Every
+// line of the process log and of the audit file is one JSON object with no key twice, and each
+// name comes back exactly as sent.
+describe('log.format = json and the audit, with hostile names on every path', () => {
+  const NAMES = ['a\nlevel=error msg="forged"', 'quo"te', 'back\\slash', 'sep\u2028line', '"echo"', 'caf\u00e9 \u00ff',
+    'ctl\u0001\u001f\u007f', 'eq=1 x="y"'];
+  const PARK = 'park\n"me"\\';
+  const LONG = 'c'.repeat(130);
+  let gw;
+  let auditFile;
+
+  /** JSON.parse, and no object in the text with a key twice (JSON.parse keeps the last one silently). */
+  function strict(line) {
+    const v = JSON.parse(line);
+    const seen = [];
+    JSON.parse(line, function (k) { if (k !== '') seen.push([this, k]); return arguments[1]; });
+    const keys = new Map();
+    for (const [o, k] of seen) { const s = keys.get(o) ?? new Set(); keys.set(o, s); s.add(k); }
+    // a duplicate key leaves fewer members than names read: count the keys in the text itself
+    let members = 0;
+    for (let i = 0; i < line.length; i++) {
+      if (line[i] !== '"') continue;
+      for (i++; line[i] !== '"'; i++) if (line[i] === '\\') i++;
+      let j = i + 1;
+      while (line[j] === ' ') j++;
+      if (line[j] === ':') members++;
+    }
+    let total = 0;
+    for (const s of keys.values()) total += s.size;
+    assert.equal(total, members, `a key twice in: ${line}`);
+    return v;
+  }
+
+  before(async () => {
+    const dir = H.makeTempDir(cleanup);
+    auditFile = path.join(dir, 'audit.log');
+    const policy = path.join(dir, 'hostile.json');
+    fs.writeFileSync(policy, JSON.stringify({
+      version: '1', default: 'deny',
+      tools: {
+        [PARK]: { action: 'approve', approval_timeout: 1 },
+        echo: { action: 'allow', limits: [{ counter: `${LONG}A`, window: 'day', max: 100, scope: 'grant' },
+          { counter: `${LONG}B`, window: 'day', max: 100, scope: 'grant' }] },
+      },
+    }));
+    const conf = H.writeConf(dir, {
+      listeners: [{}],
+      log: { format: 'json', access: true },
+      audit: { file: auditFile, args: 'values' },
+      grants: [{ name: 'alice', token_sha256: H.sha256hex(TOKEN) }],
+      upstreams: [{ name: 'cowork', url: standin.url, initialize: 'local', default: true, policy,
+        headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` } }],
+    });
+    gw = await H.startTollgate(conf, { cleanup });
+  });
+
+  test('every line of both files is strict JSON and gives each name back', async () => {
+    const base = `http://127.0.0.1:${gw.plainPort}`;
+    const f = H.makeFetch({ cleanup });
+    const auth = { authorization: `Bearer ${TOKEN}` };
+    const s = await H.rawInitialize(f, `${base}/mcp`, auth);
+    const call = (name, id) => H.postRaw(f, `${base}/mcp`, { jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: { text: name } } }, s.headers);
+    for (const [i, name] of NAMES.entries()) {
+      const r = await call(name, 10 + i);
+      assert.ok(r.messages[0]?.error, `${JSON.stringify(name)} is denied: ${r.text}`);
+    }
+    const parked = await call(PARK, 50);
+    assert.ok(parked.messages[0]?.error, `the parked call expires: ${parked.text}`);
+    const ok = await call('echo', 51);
+    assert.ok(ok.messages[0]?.result, ok.text);
+    await f(`${base}/x"y%0a\\z%E2%80%A8`, { headers: auth });
+    const audit = await H.waitUntil(() => {
+      const t = fs.existsSync(auditFile) ? fs.readFileSync(auditFile, 'utf8') : '';
+      const l = t.split('\n').filter(Boolean);
+      return l.length >= NAMES.length + 3 ? l : null;
+    }, { what: 'the audit lines', detail: () => (fs.existsSync(auditFile) ? fs.readFileSync(auditFile, 'utf8') : '(none)') });
+    const recs = audit.map(strict);
+    for (const name of NAMES) assert.ok(recs.find((r) => r.tool === name && r.decision === 'deny'), `audit of ${JSON.stringify(name)}`);
+    assert.ok(recs.find((r) => r.tool === PARK && r.decision === 'expired'), 'the parked call expired');
+    const echo = recs.find((r) => r.tool === 'echo' && r.decision === 'allow');
+    assert.ok(echo, 'the allowed call');
+    assert.equal(Object.keys(echo.counters).length, 2, `two counters, two keys: ${JSON.stringify(echo.counters)}`);
+    const logs = await H.waitUntil(() => {
+      const l = gw.stderr().split('\n').filter(Boolean);
+      return l.some((x) => x.includes('approval timed out')) && l.some((x) => x.includes('/x')) ? l : null;
+    }, { what: 'the log lines', detail: () => gw.stderr() });
+    const lines = logs.map(strict);
+    const park = lines.find((l) => l.msg === 'call parked for approval');
+    assert.equal(park?.tool, PARK, 'the parked line names the tool as sent');
+    assert.ok(lines.every((l) => typeof l.level === 'string' && l.level !== 'error'), 'no forged level');
+    assert.ok(lines.find((l) => l.msg === 'request' && typeof l.path === 'string' && l.path.startsWith('/x')), 'the odd path');
+  });
+
+  test('the gateway exits clean', async () => {
+    await gw.stop();
+    assert.doesNotMatch(gw.stderr(), /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:/);
+  });
+});

@@ -107,6 +107,7 @@ describe('tollgate scan', () => {
   it('scans the CoWork OS stand-in over HTTP: a YAML policy that tollgate loads, with the expected actions', async () => {
     const r = await tollgate(['scan', '--header', `Authorization: Bearer ${standin.token}`, `${standin.url}`]);
     assert.equal(r.code, 0, show(r));
+    assert.ok(!r.stdout.includes(standin.token) && !r.stderr.includes(standin.token), 'a --header value is written nowhere');
     assert.match(r.stderr, /refused initialize \(error -32600: Already initialized\)/, show(r));
     const y = r.stdout;
     assert.match(y, /^version: "1"$/m);
@@ -229,6 +230,15 @@ describe('tollgate scan', () => {
     assert.match(h.stdout, /How tools are classified/);
   });
 
+  it('a URL scan cannot read names it without its user information or query on stderr', async () => {
+    for (const url of ['http://u:s3cr3t-1@127.0.0.1:1/mcp', 'ftp://u:s3cr3t-2@h/x?k=s3cr3t-3', 'http://h:99999/m?t=s3cr3t-4']) {
+      const r = await tollgate(['scan', url]);
+      assert.equal(r.code, 1, show(r));
+      assert.match(r.stderr, /cannot read this URL|not an http/, show(r));
+      assert.doesNotMatch(r.stderr + r.stdout, /s3cr3t/, show(r));
+    }
+  });
+
   it('an unreachable server, a refused token, https:// and a missing command: a clear message, exit 1', async () => {
     const port = await H.freePort();
     let r = await tollgate(['scan', `http://127.0.0.1:${port}/mcp`]);
@@ -274,7 +284,7 @@ describe('tollgate scan', () => {
 // credentials or secrets (and some that only look like they do), resources, resource templates
 // and prompts, and a tool named "<<" (a YAML merge key when plain, never when quoted).
 const OFFER_SERVER = `
-const tools = [
+const tools = process.argv[2] === 'tools' ? JSON.parse(process.argv[3]) : [
   { name: 'get_env', description: 'Returns the process environment', annotations: { readOnlyHint: true } },
   { name: 'printenv', description: 'Prints variables' },
   { name: 'readApiKey', description: 'A value' },
@@ -411,6 +421,37 @@ describe('tollgate scan: secrets, resources and prompts', () => {
     assert.ok(line, show(r));
     assert.doesNotMatch(r.stdout, /s3cr3t/, show(r));
     assert.match(line, / --header \[redacted\] \[redacted\] \[redacted\] plain-arg$/);
+  });
+
+  it('"# Scanned:" also hides the value after a flag that names a secret, and a URL argument\'s user and query', async () => {
+    // The comment keeps 200 bytes of the command: two runs, so that nothing checked is cut off.
+    for (const [args, want] of [
+      [['--token', 's3cr3t-1', '--api-key', 's3cr3t-2', '--password', 's3cr3t-3', 'plain'], / \[redacted\] \[redacted\] \[redacted\] plain$/],
+      [['https://u:s3cr3t-4@e.t/m?k=s3cr3t-5', '--url=http://x:s3cr3t-6@h/'], / https:\/\/\[redacted\]@e\.t\/m\?\[redacted\] --url=http:\/\/\[redacted\]@h\/$/],
+    ]) {
+      const r = await tollgate(['scan', '--', process.execPath, server, ...args]);
+      assert.equal(r.code, 0, show(r));
+      const line = r.stdout.split('\n').find((l) => l.startsWith('# Scanned: '));
+      assert.ok(line, show(r));
+      assert.doesNotMatch(r.stdout, /s3cr3t/, show(r));
+      assert.match(line, want, show(r));
+    }
+  });
+
+  it('secret words in unusual forms: snake, kebab and camel case, acronyms, passphrase, camelCase in a description', async () => {
+    const secret = ['API_KEY', 'apiKey', 'x-api-key', 'SecretsManager', 'passphrase_check', 'privateKey', 'ssh_key',
+      'getCredentials', 'getAWSSecret', 'readENVVar', 'fetchAPIToken', 'unlockWithPassphrase'];
+    const described = { fetch_a: 'Returns the clientSecret', fetch_b: 'Reads the user\'s accessToken', fetch_c: 'Gives back the AWSSecretKey' };
+    const ro = { readOnlyHint: true };
+    const tools = [...secret.map((name) => ({ name, description: 'x', annotations: ro })),
+      ...Object.entries(described).map(([name, description]) => ({ name, description, annotations: ro })),
+      { name: 'getMCPServerInfo', description: 'x', annotations: ro }];
+    secret.push(...Object.keys(described));
+    const r = await tollgate(['scan', '--json', '--', process.execPath, server, 'tools', JSON.stringify(tools)]);
+    assert.equal(r.code, 0, show(r));
+    const p = JSON.parse(r.stdout);
+    for (const t of secret) assert.equal(p.tools[t]?.action, 'deny', `${t}: ${r.stdout}`);
+    assert.equal(p.tools.getMCPServerInfo?.action, 'allow', r.stdout);
   });
 
   it('a server that offers no prompts still gets a prompts group, which denies every one', async () => {

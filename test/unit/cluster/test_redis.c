@@ -492,10 +492,11 @@ static void auth(void **state)
 /* ---- (8) a counter value that is not a finite decimal number fails closed ---------------- */
 
 /* What a key may hold that the scripts never write: strtod's extensions, out-of-range values,
- * blanks, garbage. Each must fail the op (TG_REDIS_EVALUE), never read as a number or as an
- * empty counter. */
+ * blanks, signs and dots JSON has not, negative counts, garbage. Each must fail the op
+ * (TG_REDIS_EVALUE), never read as a number or as an empty counter, the refunds' ops too. */
 static const char *const poisons[] = {"nan", "-nan", "inf", "-inf", "infinity", "0x10", "0x1p3", "1e999",
-                                      "-1e999", "01", "1e", "abc", "5 5"};
+                                      "-1e999", "01", "1e", "abc", "5 5", "+5", "05", ".5", "5.", " 5", "5 ", "1e400", "0x", "-5", "-1e300", "1_000", "5e+", "--5",
+                                      "1111111111111111111111111111111111111111111111111111111111111111111111e999"};
 
 static void redis_set(const char *key, const char *value)
 {
@@ -516,10 +517,10 @@ static void poisoned_values_refused(void **state)
     wait_up(r, &w);
     uint64_t h1, h2;
     tg_counters_hash("poisoned", 8, &h1, &h2);
-    char key[128], value[64];
+    char key[128], value[160];
     snprintf(key, sizeof(key), "tgpoison:c:%016llx%016llx", (unsigned long long)h1, (unsigned long long)h2);
     for (size_t i = 0; i < sizeof(poisons) / sizeof(poisons[0]); i++) {
-        for (int kind = 0; kind < 3; kind++) {
+        for (int kind = 0; kind < 5; kind++) { /* take, add, get, and the refunds: give, sub */
             for (int where = 0; where < 2; where++) { /* the value, then the stamp */
                 if (where == 0)
                     snprintf(value, sizeof(value), "60000 %s", poisons[i]);
@@ -528,7 +529,9 @@ static void poisoned_values_refused(void **state)
                 redis_set(key, value);
                 struct tg_counter_op op;
                 memset(&op, 0, sizeof(op));
-                op.kind = kind == 0 ? TG_COP_BUCKET_TAKE : kind == 1 ? TG_COP_WINDOW_ADD : TG_COP_WINDOW_GET;
+                static const enum tg_counter_op_kind kinds[] = {TG_COP_BUCKET_TAKE, TG_COP_WINDOW_ADD, TG_COP_WINDOW_GET,
+                                                                TG_COP_BUCKET_GIVE, TG_COP_WINDOW_SUB};
+                op.kind = kinds[kind];
                 op.h1 = h1;
                 op.h2 = h2;
                 op.capacity = 10;
@@ -548,6 +551,35 @@ static void poisoned_values_refused(void **state)
                              a.status, op.value);
             }
         }
+    }
+    /* a key of another type (a list, a hash): poison too, not an error to fall back from */
+    static const char *const typed[] = {"RPUSH %s 60000", "HSET %s a 1", "SADD %s x"};
+    for (size_t t = 0; t < sizeof(typed) / sizeof(typed[0]); t++) {
+        redisContext *rc = redisConnect("127.0.0.1", srv.port);
+        assert_non_null(rc);
+        freeReplyObject(redisCommand(rc, "DEL %s", key));
+        redisReply *y = redisCommand(rc, typed[t], key);
+        assert_non_null(y);
+        assert_int_equal(y->type, REDIS_REPLY_INTEGER);
+        freeReplyObject(y);
+        redisFree(rc);
+        struct tg_counter_op op;
+        memset(&op, 0, sizeof(op));
+        op.kind = t == 0 ? TG_COP_BUCKET_TAKE : t == 1 ? TG_COP_WINDOW_ADD : TG_COP_WINDOW_SUB;
+        op.h1 = h1;
+        op.h2 = h2;
+        op.capacity = 10;
+        op.window_ms = 60000;
+        op.amount = 1;
+        op.now_ms = 61000;
+        op.window_start = 60000;
+        op.limit = 10;
+        op.limit_op = TG_LIMIT_LTE;
+        struct answer a = {0};
+        tg_redis_counter_ops(r, "tgpoison:", &op, 1, on_ops, &a);
+        th_run_until(loop, &a.done, 5000);
+        if (a.status != TG_REDIS_EVALUE)
+            fail_msg("a key made by \"%s\": status %d, not TG_REDIS_EVALUE", typed[t], a.status);
     }
     /* a well-formed key still counts */
     redis_set(key, "60000 3");

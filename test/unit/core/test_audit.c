@@ -292,6 +292,54 @@ static void lines_are_json_whatever_the_names(void **state)
     tg_buf_dispose(&warn);
 }
 
+/* Two counters whose long names differ only past the 120 bytes a label keeps: each keeps a key of
+ * its own in "counters" (a duplicate key is no strict JSON, and one value would hide the other). */
+static void cut_counter_labels_stay_distinct(void **state)
+{
+    (void)state;
+    char lim[3][400], base[140];
+    memset(base, 'x', 130);
+    base[130] = '\0';
+    cJSON *limits = cJSON_CreateArray();
+    for (int i = 0; i < 3; i++) {
+        /* two long names alike up to byte 130, and a short one that reads like a cut label */
+        if (i < 2)
+            snprintf(lim[i], sizeof(lim[i]), "{\"counter\":\"%s%c\",\"window\":\"day\",\"max\":9,\"scope\":\"grant\"}", base,
+                     'A' + i);
+        else
+            snprintf(lim[i], sizeof(lim[i]), "{\"counter\":\"%.118s\",\"window\":\"day\",\"max\":9,\"scope\":\"grant\"}", base);
+        cJSON_AddItemToArray(limits, cJSON_Parse(lim[i]));
+    }
+    cJSON *root = cJSON_Parse("{\"version\":\"1\",\"default\":\"deny\",\"tools\":{\"t\":{}}}");
+    cJSON_AddItemToObject(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "tools"), "t"), "limits", limits);
+    struct tg_buf err, warn;
+    tg_buf_init(&err);
+    tg_buf_init(&warn);
+    struct tg_policy *p = NULL;
+    if (tg_policy_compile(root, "cut", &p, &err, &warn) != 0)
+        fail_msg("policy: %.*s", (int)err.len, err.base);
+    cJSON_Delete(root);
+    struct tg_counters *c = tg_counters_new();
+    struct tg_caller who = {"g", "s", "u"};
+    struct tg_decision d;
+    tg_policy_decide_call(p, c, &who, "t", NULL, 1700000000000LL, &d);
+    char obj[600];
+    snprintf(obj, sizeof(obj), "{%s}", d.counters_json);
+    struct tg_json_doc doc;
+    const char *e = NULL;
+    size_t off = 0;
+    if (tg_json_parse(obj, strlen(obj), 4, 1, &doc, &e, &off) != 0)
+        fail_msg("counters are not strict JSON (%s at %zu): %s", e, off, obj);
+    assert_int_equal(cJSON_GetArraySize(doc.root), 3);
+    for (cJSON *m = doc.root->child; m != NULL; m = m->next)
+        assert_true(strlen(m->string) <= 118);
+    cJSON_Delete(doc.root);
+    tg_counters_free(c);
+    tg_policy_unref(p);
+    tg_buf_dispose(&err);
+    tg_buf_dispose(&warn);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -301,6 +349,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(failed_write_counts_its_records, setup, teardown),
         cmocka_unit_test_setup_teardown(pipe_written_through_the_pool, setup, teardown),
         cmocka_unit_test_setup_teardown(lines_are_json_whatever_the_names, setup, teardown),
+        cmocka_unit_test(cut_counter_labels_stay_distinct),
     };
     return tg_unit_run("audit", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }

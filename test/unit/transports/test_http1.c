@@ -396,6 +396,50 @@ static void chunked_trailers_never_headers(void **state)
     tg_buf_dispose(&req);
 }
 
+/* Trailer fields that would frame, route or end the connection (Content-Length, Host,
+ * Connection, Upgrade) or fold onto a second line change nothing: the body is the one the chunks
+ * framed, the connection stays as the head asked, the next request starts at the byte after the
+ * trailer section, whether the bytes came at once or one at a time, and its head is its own. A
+ * Transfer-Encoding trailer is malformed (llhttp): 400, and nothing reaches the handler. */
+static void framing_trailers_change_nothing(void **state)
+{
+    static const char *const trailers[] = {
+        "Transfer-Encoding: chunked\r\n", "Content-Length: 40\r\n", "Host: evil.example\r\n", "Connection: close\r\n",
+        "Connection: upgrade\r\nUpgrade: websocket\r\n", "X-Fold: a\r\n folded: b\r\n",
+    };
+    for (size_t i = 0; i < sizeof(trailers) / sizeof(trailers[0]); i++) {
+        for (int bytewise = 0; bytewise < 2; bytewise++) {
+            struct hh *h = setup();
+            hh_connect(h);
+            struct tg_buf req;
+            tg_buf_init(&req);
+            tg_buf_appends(&req, "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n");
+            tg_buf_appends(&req, trailers[i]);
+            tg_buf_appends(&req, "\r\nGET /hello HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer next\r\n\r\n");
+            for (size_t k = 0; k < req.len && !h->eof; k += bytewise ? 1 : req.len) {
+                if (send(h->fd, req.base + k, bytewise ? 1 : req.len, MSG_NOSIGNAL) <= 0)
+                    break; /* closed after the 400 */
+                hh_spin(h, 1);
+            }
+            tg_buf_dispose(&req);
+            if (i == 0) {
+                EXPECT_RPC_ERROR(h, 400, "Bad Request: malformed HTTP");
+                assert_int_equal(h->requests, 0);
+                teardown(h);
+                continue;
+            }
+            HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\nhello");
+            HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello");
+            struct t1 *t = t1_of(h);
+            assert_string_equal(t->auth, "Bearer next");
+            assert_int_equal(t->nheaders, 2);
+            assert_int_equal(h->requests, 2);
+            HH_EXPECT_QUIET(h);
+            teardown(h);
+        }
+    }
+}
+
 static void headers_over_limit_431(void **state)
 {
     /* One header more than TG_HTTP_MAX_HEADERS. */
@@ -622,6 +666,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(malformed_request_400),
         cmocka_unit_test(body_over_limit_413),
         cmocka_unit_test(chunked_trailers_never_headers),
+        cmocka_unit_test(framing_trailers_change_nothing),
         cmocka_unit_test(headers_over_limit_431),
         cmocka_unit_test(header_timeout_408),
         cmocka_unit_test(timeouts_count_from_their_state),
