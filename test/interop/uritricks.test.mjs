@@ -129,6 +129,71 @@ const TRICKS = [
 const LISTED = ['file:///pub/a', 'file:///secret/b', 'file:/secret/c', 'file://localhost/secret/d',
   'https://api.example.com:443/secret/e', 'https://api.example.com/pub/f'];
 
+// The same upstream over stdio (a message-stream link): resources/read of file:///pub/emit first
+// sends what the test asks for (argv[2], JSON lines), then a readable marker update, then the answer.
+const STDIO_SERVER = `
+const emit = JSON.parse(process.argv[2]);
+let buf = '';
+const out = (m) => process.stdout.write((typeof m === 'string' ? m : JSON.stringify(m)) + '\\n');
+process.stdin.setEncoding('utf8').on('data', (d) => {
+  buf += d;
+  let i;
+  while ((i = buf.indexOf('\\n')) >= 0) {
+    const m = JSON.parse(buf.slice(0, i)); buf = buf.slice(i + 1);
+    if (m.id === undefined) continue;
+    const ok = (result) => out({ jsonrpc: '2.0', id: m.id, result });
+    if (m.method === 'initialize') ok({ protocolVersion: m.params.protocolVersion, capabilities: { resources: { subscribe: true } }, serverInfo: { name: 'stdio-rec', version: '1' } });
+    else if (m.method === 'resources/read') {
+      for (const line of emit) out(line);
+      out({ jsonrpc: '2.0', method: 'notifications/resources/updated', params: { uri: 'file:///pub/marker' } });
+      ok({ contents: [{ uri: m.params.uri, text: 'x' }] });
+    } else ok({});
+  }
+});
+`;
+const STDIO_EMITS = [
+  '[{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///secret/batch"}}]',
+  '[{"jsonrpc":"2.0","id":"s1","method":"roots/list"}]',
+  '{"jsonrpc":"2.0","method":"notifications\\/resources\\/updated","params":{"uri":"file:///secret/escaped"}}',
+  '{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file://localhost/secret/host"}}',
+];
+let stdioUrl;
+let sseUrl;
+
+/** The same upstream over legacy HTTP+SSE: what it sends comes on its one event stream. */
+async function startLegacy(emits) {
+  let stream = null;
+  const srv = http.createServer((req, res) => {
+    if (req.method === 'GET') {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('event: endpoint\ndata: /messages?sessionId=1\n\n');
+      stream = res;
+      return;
+    }
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      res.writeHead(202).end();
+      const m = JSON.parse(body);
+      if (m.id === undefined) return;
+      const send = (x) => stream.write(`event: message\ndata: ${typeof x === 'string' ? x : JSON.stringify(x)}\n\n`);
+      const ok = (result) => send({ jsonrpc: '2.0', id: m.id, result });
+      if (m.method === 'initialize') {
+        ok({ protocolVersion: m.params.protocolVersion, capabilities: { resources: { subscribe: true } }, serverInfo: { name: 'sse-rec', version: '1' } });
+      } else if (m.method === 'resources/read') {
+        for (const line of emits) send(line);
+        send({ jsonrpc: '2.0', method: 'notifications/resources/updated', params: { uri: 'file:///pub/marker' } });
+        ok({ contents: [{ uri: m.params.uri, text: 'x' }] });
+      } else {
+        ok({});
+      }
+    });
+  });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  cleanup.add(() => { stream?.destroy(); srv.close(); });
+  return `http://127.0.0.1:${srv.address().port}/sse`;
+}
+
 let url;
 let session;
 let nextId = 100;
@@ -143,7 +208,13 @@ before(async () => {
   up = await startRecorder();
   const policy = path.join(dir, 'policy.json');
   fs.writeFileSync(policy, JSON.stringify(POLICY));
-  gw = await H.startTollgate(H.writeConf(dir, { upstreams: [{ name: 'rec', url: up.url, policy }] }), { cleanup });
+  const server = path.join(dir, 'stdio-rec.mjs');
+  fs.writeFileSync(server, STDIO_SERVER);
+  gw = await H.startTollgate(H.writeConf(dir, { upstreams: [{ name: 'rec', url: up.url, policy },
+    { name: 'srec', command: [process.execPath, server, JSON.stringify(STDIO_EMITS)], policy },
+    { name: 'lrec', url: await startLegacy(STDIO_EMITS), transport: 'sse', policy }] }), { cleanup });
+  stdioUrl = `http://127.0.0.1:${gw.plainPort}/srec/mcp`;
+  sseUrl = `http://127.0.0.1:${gw.plainPort}/lrec/mcp`;
   url = `http://127.0.0.1:${gw.plainPort}/rec/mcp`;
   session = await H.rawInitialize(fetch, url);
 });
@@ -198,4 +269,61 @@ describe('a denied resource spelt as a URL parser reads it', () => {
     assert.deepEqual(uris.filter(secret), [], `updates the client heard: ${uris.join(', ')}`);
     assert.ok(uris.includes('file:///pub/a'), uris.join(', '));
   });
+
+  test('an update spelt another way (escaped method, a batch, extra members) reaches the client only if readable', async () => {
+    const own = await H.rawInitialize(fetch, url); // a session of its own: the last test's stream may not be gone yet
+    const res = await fetch(url, { headers: { accept: 'text/event-stream', ...own.headers } });
+    assert.equal(res.status, 200);
+    const raw = (text) => { for (const s of up.streams) if (!s.destroyed) s.write(`data: ${text}\n\n`); };
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let text = '';
+    // The client's stream is joined to an upstream GET stream when a readable update comes through.
+    const ping = setInterval(() => raw('{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///pub/ping"}}'), 50);
+    try {
+      while (!text.includes('file:///pub/ping')) {
+        const { value, done } = await reader.read();
+        assert.ok(!done, `the stream ended early: ${text}`);
+        text += dec.decode(value);
+      }
+    } finally {
+      clearInterval(ping);
+    }
+    raw('{"jsonrpc":"2.0","method":"notifications\\/resources\\/updated","params":{"uri":"file:///secret/1"}}');
+    raw('{"method":"notifications/resources/updated","jsonrpc":"2.0","params":{"uri":"file:///secret/2"}}');
+    raw('[{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///secret/3"}}]');
+    raw('{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///pub/x","uri":"file:///secret/4"}}');
+    raw('{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":["file:///secret/5"]}}');
+    raw('{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///pub/last2"}}');
+    while (!text.includes('file:///pub/last2')) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, `the stream ended early: ${text}`);
+      text += dec.decode(value);
+    }
+    reader.cancel();
+    const heard = H.parseSse(text).map((e) => e.data).filter((d) => /secret/.test(d) && !/%252e/.test(d));
+    assert.deepEqual(heard, [], 'updates of a denied resource the client heard');
+  });
+
+  for (const [kind, target] of [['stdio', () => stdioUrl], ['legacy HTTP+SSE', () => sseUrl]]) {
+    test(`${kind} upstream: a batch, an escaped method, a host spelling on the session stream reach the client only if readable`, async () => {
+      const u = target();
+      const s = await H.rawInitialize(fetch, u);
+      const res = await fetch(u, { headers: { accept: 'text/event-stream', ...s.headers } });
+      assert.equal(res.status, 200);
+      const read = await H.postRaw(fetch, u, { jsonrpc: '2.0', id: 7, method: 'resources/read', params: { uri: 'file:///pub/emit' } }, s.headers);
+      assert.equal(read.status, 200, read.text);
+      // The messages before the answer go to the GET stream, or to the call's own SSE answer.
+      let text = read.text;
+      const reader = res.body.getReader();
+      const dec = new TextDecoder();
+      while (!text.includes('file:///pub/marker')) {
+        const { value, done } = await reader.read();
+        assert.ok(!done, `the stream ended early: ${text}`);
+        text += dec.decode(value);
+      }
+      reader.cancel();
+      assert.doesNotMatch(text, /secret|roots\/list/, text);
+    });
+  }
 });
