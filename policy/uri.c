@@ -218,6 +218,13 @@ long tg_uri_normalize(const char *in, size_t n, char *out, const char **why)
         for (size_t k = a; k < e; k++)
             if (out[k] == '@')
                 host = k + 1;
+        for (size_t k = host; special && k < e; k++)
+            if (out[k] == '%' || (unsigned char)out[k] >= 0x80) {
+                /* A URL parser decodes it and maps it (IDNA): "https://ＡＰＩ.example.com",
+                 * "api。example。com" and "%EF%BC%A1pi.example.com" are all api.example.com. */
+                *why = "holds a non-ASCII character or an escape in its host";
+                return -1;
+            }
         for (size_t k = host; k < e; k++) {
             if (out[k] == '%')
                 k += 2; /* an escape's hex stays upper-case */

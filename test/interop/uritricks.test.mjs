@@ -124,6 +124,11 @@ const TRICKS = [
   'https:/api.example.com/secret/a',
   'HTTPS://API.EXAMPLE.COM:443/secret/a',
   'https://api.example.com:443/pub/%2e%2e/secret/a',
+  'https://ＡＰＩ.example.com/secret/a', // fullwidth letters, which IDNA maps to ASCII
+  'https://api。example。com/secret/a', // ideographic full stops
+  'https://%EF%BC%A1pi.example.com/secret/a',
+  'https://api.ex\u00ADample.com/secret/a', // a soft hyphen, which IDNA drops
+  'file://ＬＯＣＡＬＨＯＳＴ/secret/a',
 ];
 // The resources the upstream lists (and templates it offers), some spelt the same ways.
 const LISTED = ['file:///pub/a', 'file:///secret/b', 'file:/secret/c', 'file://localhost/secret/d',

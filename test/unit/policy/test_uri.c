@@ -331,6 +331,11 @@ static void refused_forms(void **state)
         {"https:api.example.com/secret", NO_SLASHES},
         {"http:/api.example.com/secret", NO_SLASHES},
         {"wss:h/x", NO_SLASHES},
+        {"https://\xEF\xBC\xA1pi.example.com/secret", "holds a non-ASCII character or an escape in its host"},
+        {"https://api\xE3\x80\x82" "example.com/secret", "holds a non-ASCII character or an escape in its host"},
+        {"https://%EF%BC%A1pi.example.com/secret", "holds a non-ASCII character or an escape in its host"},
+        {"https://api.ex\xC2\xAD" "ample.com/secret", "holds a non-ASCII character or an escape in its host"},
+        {"http://a%25b.com/", "holds a non-ASCII character or an escape in its host"},
     };
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
         char out[256];
