@@ -65,6 +65,35 @@ static size_t authority_excess(const char *out, size_t scheme_len, size_t a, siz
     return c == e || port == def ? e - c + 1 : 0;
 }
 
+/* Is out[a..e), a special scheme's host, one a URL parser reads as an IPv4 address (its last
+ * label a number, decimal or 0x hex) written another way than a.b.c.d, which it would rewrite
+ * ("0x7f.1", "2130706433", "127.000.0.1" are all 127.0.0.1)? */
+static int odd_ipv4(const char *out, size_t a, size_t e)
+{
+    size_t end = e > a && out[e - 1] == '.' ? e - 1 : e, last = end;
+    while (last > a && out[last - 1] != '.')
+        last--;
+    int hex = end - last > 2 && out[last] == '0' && (out[last + 1] | 0x20) == 'x';
+    if (last == end)
+        return 0;
+    for (size_t k = last + (hex ? 2 : 0); k < end; k++)
+        if (!(is_digit((unsigned char)out[k]) || (hex && strchr("abcdefABCDEF", out[k]) != NULL)))
+            return 0; /* a name */
+    if (end != e || hex)
+        return 1;
+    int labels = 0;
+    for (size_t k = a; k <= e; labels++) {
+        size_t d = k;
+        unsigned v = 0;
+        while (d < e && is_digit((unsigned char)out[d]) && d - k < 4)
+            v = v * 10 + (unsigned)(out[d++] - '0');
+        if (d == k || v > 255 || (d - k > 1 && out[k] == '0') || (d < e && out[d] != '.'))
+            return 1;
+        k = d + 1;
+    }
+    return labels != 4;
+}
+
 /* The input is path[r..n); the output path[0..w), never ahead of r, so the work is in place.
  * "Replacing a prefix by /" is stepping r to a "/" the input holds already, or writing one
  * behind the output's end. */
@@ -218,6 +247,13 @@ long tg_uri_normalize(const char *in, size_t n, char *out, const char **why)
         for (size_t k = a; k < e; k++)
             if (out[k] == '@')
                 host = k + 1;
+        size_t hend = host;
+        while (hend < e && out[hend] != ':' && out[host] != '[')
+            hend++;
+        if (special && out[host] != '[' && odd_ipv4(out, host, hend)) {
+            *why = "holds an IPv4 address in its host written another way than a.b.c.d";
+            return -1;
+        }
         for (size_t k = host; special && k < e; k++)
             if (out[k] == '%' || (unsigned char)out[k] >= 0x80) {
                 /* A URL parser decodes it and maps it (IDNA): "https://ＡＰＩ.example.com",

@@ -10,7 +10,8 @@
  *     drops dropped too: a file: URI's "localhost" host, an empty or default port ("https://h:443/"
  *     is "https://h/"); such a URI without "//" after its scheme ("file:/x", "file:x",
  *     "http:h/x", which the parser reads as "file:///x" and "http://h/x") is refused, and so is
- *     one whose host holds a non-ASCII byte or an escape (the parser maps it: IDNA);
+ *     one whose host holds a non-ASCII byte or an escape (the parser maps it: IDNA) or is an
+ *     IPv4 address written another way than a.b.c.d (the parser rewrites it);
  *   - the path with empty segments collapsed ("//" -> "/") and then dot segments removed
  *     (§5.2.4), so "a//../b" is "a/b"'s parent's "b" as a file system reads it;
  *   - the query and fragment as they are (escapes as above).

@@ -30,10 +30,11 @@ const test = (name, fn) => it(name, H.withLogs(logs, fn));
 // Denied whatever the spelling: the secret folder, and the secret API path.
 const SECRET_FILE = 'file:///secret/';
 const SECRET_API = 'https://api.example.com/secret/';
+const SECRET_IP = 'http://127.0.0.1/secret/';
 const POLICY = {
   version: '1',
   default: 'allow',
-  resources: { deny: [`${SECRET_FILE}**`, `${SECRET_API}**`] },
+  resources: { deny: [`${SECRET_FILE}**`, `${SECRET_API}**`, `${SECRET_IP}**`] },
 };
 
 /** Would the upstream (an SDK server: new URL(uri).href) read a denied resource? */
@@ -44,7 +45,7 @@ function secret(uri) {
   } catch {
     return false; // it cannot look it up at all
   }
-  return href.startsWith(SECRET_FILE) || href.startsWith(SECRET_API);
+  return href.startsWith(SECRET_FILE) || href.startsWith(SECRET_API) || href.startsWith(SECRET_IP);
 }
 
 /** A 2025 Streamable HTTP upstream that records every request body and can push on its GET stream. */
@@ -129,6 +130,11 @@ const TRICKS = [
   'https://%EF%BC%A1pi.example.com/secret/a',
   'https://api.ex\u00ADample.com/secret/a', // a soft hyphen, which IDNA drops
   'file://ＬＯＣＡＬＨＯＳＴ/secret/a',
+  'http://127.0.0.1/secret/a',
+  'http://0x7f.1/secret/a', // IPv4 written as a URL parser also reads it
+  'http://2130706433/secret/a',
+  'http://127.000.0.1/secret/a',
+  'http://127.0.0.1./secret/a',
 ];
 // The resources the upstream lists (and templates it offers), some spelt the same ways.
 const LISTED = ['file:///pub/a', 'file:///secret/b', 'file:/secret/c', 'file://localhost/secret/d',

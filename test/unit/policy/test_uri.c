@@ -283,6 +283,11 @@ static void normal_forms(void **state)
         {"http://[::1]:80/x", "http://[::1]/x"},
         {"http://[::80]/x", "http://[::80]/x"},
         {"demo://h:80/x", "demo://h:80/x"}, /* not special: its port is its own */
+        {"http://127.0.0.1:80/x", "http://127.0.0.1/x"},
+        {"http://10.0.0.255/x", "http://10.0.0.255/x"},
+        {"http://0.0.0.0/x", "http://0.0.0.0/x"},
+        {"http://v1.example/x", "http://v1.example/x"},
+        {"demo://0x7f.1/x", "demo://0x7f.1/x"},
         {"demo:x/y", "demo:x/y"},
     };
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
@@ -336,6 +341,15 @@ static void refused_forms(void **state)
         {"https://%EF%BC%A1pi.example.com/secret", "holds a non-ASCII character or an escape in its host"},
         {"https://api.ex\xC2\xAD" "ample.com/secret", "holds a non-ASCII character or an escape in its host"},
         {"http://a%25b.com/", "holds a non-ASCII character or an escape in its host"},
+        {"http://0x7f.1/x", "holds an IPv4 address in its host written another way than a.b.c.d"},
+        {"http://0X7F.0.0.1/x", "holds an IPv4 address in its host written another way than a.b.c.d"},
+        {"http://2130706433/x", "holds an IPv4 address in its host written another way than a.b.c.d"},
+        {"http://127.000.0.1/x", "holds an IPv4 address in its host written another way than a.b.c.d"},
+        {"http://127.1/x", "holds an IPv4 address in its host written another way than a.b.c.d"},
+        {"https://1.2.3.4./x", "holds an IPv4 address in its host written another way than a.b.c.d"},
+        {"http://1.2.3.256/x", "holds an IPv4 address in its host written another way than a.b.c.d"},
+        {"http://1.2.3.4.5/x", "holds an IPv4 address in its host written another way than a.b.c.d"},
+        {"http://u@0x7f.1:80/x", "holds an IPv4 address in its host written another way than a.b.c.d"},
     };
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
         char out[256];
