@@ -247,6 +247,11 @@ long tg_uri_normalize(const char *in, size_t n, char *out, const char **why)
         for (size_t k = a; k < e; k++)
             if (out[k] == '@')
                 host = k + 1;
+        if (special && host != a) {
+            /* "https://u@h/secret" is what a client that fetches it reads as "https://h/secret" */
+            *why = "holds a user name or password before its host";
+            return -1;
+        }
         size_t hend = host;
         while (hend < e && out[hend] != ':' && out[host] != '[')
             hend++;

@@ -37,11 +37,14 @@ const POLICY = {
   resources: { deny: [`${SECRET_FILE}**`, `${SECRET_API}**`, `${SECRET_IP}**`] },
 };
 
-/** Would the upstream (an SDK server: new URL(uri).href) read a denied resource? */
+/** Would the upstream (an SDK server: new URL(uri).href, or one that fetches it) read a denied resource? */
 function secret(uri) {
   let href;
   try {
-    href = new URL(uri).href;
+    const u = new URL(uri);
+    u.username = '';
+    u.password = '';
+    href = u.href;
   } catch {
     return false; // it cannot look it up at all
   }
@@ -135,6 +138,8 @@ const TRICKS = [
   'http://2130706433/secret/a',
   'http://127.000.0.1/secret/a',
   'http://127.0.0.1./secret/a',
+  'https://user@api.example.com/secret/a', // a client that fetches it reads the host alone
+  'https://api.example.com:443@api.example.com/secret/a',
 ];
 // The resources the upstream lists (and templates it offers), some spelt the same ways.
 const LISTED = ['file:///pub/a', 'file:///secret/b', 'file:/secret/c', 'file://localhost/secret/d',

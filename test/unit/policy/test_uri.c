@@ -254,7 +254,8 @@ static void normal_forms(void **state)
         {"file:////etc/passwd", "file:///etc/passwd"},
         {"file:///srv/data//../x", "file:///srv/x"}, /* what a file system does with "data//.." */
         {"FILE:///srv/Data/A.md", "file:///srv/Data/A.md"},
-        {"HtTp://User@EXAMPLE.com:8080/P%7eth/%41", "http://User@example.com:8080/P~th/A"},
+        {"HtTp://EXAMPLE.com:8080/P%7eth/%41", "http://example.com:8080/P~th/A"},
+        {"TeSt://User@EXAMPLE.com:8080/P%7eth/%41", "test://User@example.com:8080/P~th/A"},
         {"http://EXAMPLE.com/%2a%3f?q=%3d", "http://example.com/%2A%3F?q=%3D"},
         {"http://%4A%4b.com/", "http://jk.com/"},
         {"test://static/resource/1", "test://static/resource/1"},
@@ -349,7 +350,10 @@ static void refused_forms(void **state)
         {"https://1.2.3.4./x", "holds an IPv4 address in its host written another way than a.b.c.d"},
         {"http://1.2.3.256/x", "holds an IPv4 address in its host written another way than a.b.c.d"},
         {"http://1.2.3.4.5/x", "holds an IPv4 address in its host written another way than a.b.c.d"},
-        {"http://u@0x7f.1:80/x", "holds an IPv4 address in its host written another way than a.b.c.d"},
+        {"http://u@h/x", "holds a user name or password before its host"},
+        {"https://u:p@api.example.com/secret", "holds a user name or password before its host"},
+        {"https://api.example.com:443@evil/secret", "holds a user name or password before its host"},
+        {"file://u@localhost/x", "holds a user name or password before its host"},
     };
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
         char out[256];
