@@ -253,12 +253,23 @@ long tg_uri_normalize(const char *in, size_t n, char *out, const char **why)
             return -1;
         }
         size_t hend = host;
-        while (hend < e && out[hend] != ':' && out[host] != '[')
-            hend++;
+        if (host < e && out[host] == '[') {
+            const char *rb = memchr(out + host, ']', e - host);
+            hend = rb != NULL ? (size_t)(rb - out) + 1 : e;
+        } else {
+            while (hend < e && out[hend] != ':')
+                hend++;
+        }
         if (special && out[host] != '[' && odd_ipv4(out, host, hend)) {
             *why = "holds an IPv4 address in its host written another way than a.b.c.d";
             return -1;
         }
+        for (size_t k = hend + 1; special && hend < e && k <= e; k++)
+            if (out[hend] != ':' || (k < e && !is_digit((unsigned char)out[k]))) {
+                /* "h::80" would lose one ":80" here and its last ":" at the parser */
+                *why = "has a port that is not a number";
+                return -1;
+            }
         for (size_t k = host; special && k < e; k++)
             if (out[k] == '%' || (unsigned char)out[k] >= 0x80) {
                 /* A URL parser decodes it and maps it (IDNA): "https://ＡＰＩ.example.com",

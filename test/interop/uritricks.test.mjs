@@ -140,6 +140,7 @@ const TRICKS = [
   'http://127.0.0.1./secret/a',
   'https://user@api.example.com/secret/a', // a client that fetches it reads the host alone
   'https://api.example.com:443@api.example.com/secret/a',
+  'https://api.example.com::443/secret/a', // one ":443" dropped would leave "api.example.com:"
 ];
 // The resources the upstream lists (and templates it offers), some spelt the same ways.
 const LISTED = ['file:///pub/a', 'file:///secret/b', 'file:/secret/c', 'file://localhost/secret/d',
