@@ -480,7 +480,7 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
     if (mine) {
         deliver_answer(k, &out, is_error, p, n);
     } else if (valid != 2) {
-        tg_log(TG_LOG_INFO, "upstream answer matches no call; dropped", "upstream=%s session=%s", up_name(k),
+        tg_log(TG_LOG_INFO, "upstream answer matches no call (or is a batch); dropped", "upstream=%s session=%s", up_name(k),
                k->sess->id_str); /* another call's id: never relayed (see tg_mcp_restore_id) */
     } else if (srv_req.len > 0 && /* only a request can be refused: a notification is not parsed again */
                (tg__call_refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0,

@@ -71,6 +71,11 @@ void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct
         doc = *pre; /* parsed once already (a stdio line): a 50 MiB answer is not scanned twice */
     else if (tg_json_parse(p, n, 1000, 0, &doc, NULL, NULL) != 0)
         return;
+    if (!tg_mcp_is_object(p, n)) {
+        tg_log(TG_LOG_INFO, "upstream sent a batch or a bare value; dropped", "upstream=%s session=%s",
+               tg_upstream_conf(u)->name, s->id_str); /* its members would pass undecided */
+        return;
+    }
     if (doc.method_raw.len == 0 && doc.id_raw.len > 0) {
         for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
             struct tg_call *k = tg_container_of(l, struct tg_call, slink);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/json.h"
+#include "policy/uri.h"
 
 /* The words, by class. A word matches itself and its usual inflections (see word_matches), in
  * the tool's name (split at non-letters and camelCase humps) or in its description. */
@@ -358,6 +359,25 @@ static const char *str_of(const cJSON *o, const char *k)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* A resource glob in the normal form the policy decides URIs in (policy/uri.h), which a policy
+ * requires of a glob with a scheme: 0 (and e->why) for a URI that form refuses. */
+static int normal_glob(struct gentry *e)
+{
+    size_t n = strlen(e->glob);
+    char *norm = tg_xmalloc(n + 1);
+    const char *why;
+    if (tg_uri_normalize(e->glob, n, norm, &why) < 0) {
+        tg_xfree(norm);
+        free(e->glob);
+        e->glob = NULL;
+        snprintf(e->why, sizeof(e->why), "a URI that %s is refused by the gateway: left out (denied)", why);
+        return 0;
+    }
+    free(e->glob);
+    e->glob = norm;
+    return 1;
+}
+
 /* kind: 0 a resource (uri), 1 a resource template (uriTemplate), 2 a prompt (name). */
 static void group_entry(const cJSON *item, int kind, struct gentry *e)
 {
@@ -394,6 +414,8 @@ static void group_entry(const cJSON *item, int kind, struct gentry *e)
     } else {
         e->glob = tg_xstrdup(key);
     }
+    if (kind != 2 && !normal_glob(e))
+        return;
     if (secret_in(kind != 2 ? key : NULL, kind != 2 ? name : key, str_of(item, "description"), e->why, sizeof(e->why)))
         e->deny = 1;
     else if (kind == 0)

@@ -5,7 +5,14 @@
  *   - the scheme, lower-cased (a URI without one cannot be parsed: refused);
  *   - percent-encoding: an escape of an unreserved character (ALPHA DIGIT - . _ ~) decoded, the
  *     hex of every other escape upper-cased; a malformed escape is refused;
- *   - the authority (after "//") with its host lower-cased (userinfo and port as they are);
+ *   - the authority (after "//") with its host lower-cased (other schemes' userinfo and port as they are);
+ *     for the schemes a URL parser treats as special (file, http, https, ws, wss, ftp), what it
+ *     drops dropped too: a file: URI's "localhost" host, an empty or default port ("https://h:443/"
+ *     is "https://h/"); such a URI without "//" after its scheme ("file:/x", "file:x",
+ *     "http:h/x", which the parser reads as "file:///x" and "http://h/x") is refused, and so is
+ *     one whose host holds a non-ASCII byte or an escape (the parser maps it: IDNA) or is an
+ *     IPv4 address written another way than a.b.c.d (the parser rewrites it), or that has a
+ *     user name or password before the host (a client fetching it reads the host alone);
  *   - the path with empty segments collapsed ("//" -> "/") and then dot segments removed
  *     (§5.2.4), so "a//../b" is "a/b"'s parent's "b" as a file system reads it;
  *   - the query and fragment as they are (escapes as above).

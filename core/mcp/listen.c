@@ -15,11 +15,16 @@ static int readable(const struct tg_policy *pol, const char *uri)
 }
 
 /* Keep only the URIs of notifications.resourceSubscriptions the grant may read, each in its
- * normal form (policy/uri.h): the form that was decided is the one subscribed to. */
+ * normal form (policy/uri.h): the form that was decided is the one subscribed to. Anything but a
+ * list there is dropped whole: nothing in it was decided. */
 static void filter_subscriptions(cJSON *notifications, const struct tg_policy *pol)
 {
     cJSON *subs = tg_json_get(notifications, "resourceSubscriptions");
-    if (!cJSON_IsArray(subs))
+    if (subs != NULL && !cJSON_IsArray(subs)) {
+        cJSON_Delete(cJSON_DetachItemViaPointer(notifications, subs));
+        return;
+    }
+    if (subs == NULL)
         return;
     for (cJSON *u = subs->child, *next; u != NULL; u = next) {
         next = u->next;

@@ -190,10 +190,19 @@ int tg_mcp_restore_id(const struct tg_mcp_answer *a, const char *p, size_t n, co
     if (a->maybe_update != NULL)
         *a->maybe_update = doc.method_raw.len > 0 && doc.id_raw.len == 0 && tg_mcp_method_maybe_update(doc.method_raw);
     /* An answer to another call (another gateway id, or one never issued) is nobody's here:
-     * out stays empty, so that it cannot reach this client as a message on the way. */
-    if (doc.method_raw.len > 0 || doc.id_raw.len == 0)
+     * out stays empty, so that it cannot reach this client as a message on the way. Nor can
+     * a batch: the gateway sends none, and its members would pass undecided. */
+    if ((doc.method_raw.len > 0 || doc.id_raw.len == 0) && tg_mcp_is_object(p, n))
         *valid = 2;
     return 0;
+}
+
+int tg_mcp_is_object(const char *p, size_t n)
+{
+    size_t i = 0;
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n'))
+        i++;
+    return i < n && p[i] == '{';
 }
 
 char *tg_mcp_id_key_string(const char *v)

@@ -58,5 +58,8 @@ struct tg_mcp_answer {
  * a -32004 error: hidden tools are never shown. */
 int tg_mcp_restore_id(const struct tg_mcp_answer *a, const char *p, size_t n, const struct tg_json_doc *pre,
                       struct tg_buf *out, int *valid, int *is_error, struct tg_slice *server_request_id);
+/* 1 if p[0..n) (JSON) is an object, not an array or a scalar: what an upstream sends is relayed
+ * only as one message the gateway looked at, never as a batch. */
+int tg_mcp_is_object(const char *p, size_t n);
 
 #endif

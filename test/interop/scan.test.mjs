@@ -303,6 +303,8 @@ const resources = [
   { uri: 'file:///srv/app/.env', name: 'app env' },
   { uri: 'config://db/password', name: 'db' },
   { uri: 'odd://a*b', name: 'odd' },
+  { uri: 'FILE://LocalHost/srv/notes/todo.md', name: 'todo' },
+  { uri: 'file:/srv/notes/draft.md', name: 'draft' },
 ];
 const resourceTemplates = [
   { uriTemplate: 'file:///srv/docs/{name}', name: 'docs' },
@@ -312,6 +314,7 @@ const resourceTemplates = [
   { uriTemplate: 'bad://{a}*', name: 'star' },
   { uriTemplate: 'secret://{id}', name: 'vault', description: 'A secret by id' },
   { uriTemplate: '{+uri}', name: 'anything' },
+  { uriTemplate: 'HTTPS://Api.Example.com:443/v1/{id}', name: 'api' },
 ];
 const prompts = [{ name: 'summarise', description: 'Summarise a text' }, { name: 'rotate_api_key' }, { name: 'all*' }];
 let buf = '';
@@ -379,7 +382,8 @@ describe('tollgate scan: secrets, resources and prompts', () => {
     const p = JSON.parse(r.stdout);
     assert.deepEqual(p.resources, {
       default: 'deny',
-      allow: ['file:///srv/docs/readme.md', 'file:///srv/docs/*', 'file:///pub/**', 'x://*/y', 'x://**/z'],
+      allow: ['file:///srv/docs/readme.md', 'file:///srv/notes/todo.md', 'file:///srv/docs/*', 'file:///pub/**', 'x://*/y',
+        'x://**/z', 'https://api.example.com/v1/*'],
       deny: ['file:///srv/app/.env', 'config://db/password', 'secret://*'],
     });
     assert.deepEqual(p.prompts, { default: 'deny', allow: ['summarise'], deny: ['rotate_api_key'] });
@@ -387,6 +391,8 @@ describe('tollgate scan: secrets, resources and prompts', () => {
     assert.match(y.stdout, /^ {2}# Left out, so denied:\n {2}# odd:\/\/a\*b: odd\n {2}# {3}a URI with a \* cannot be listed/m, show(y));
     assert.match(y.stdout, /# bad:\/\/\{a\}\*: star\n {2}# {3}a template with a literal \*/, show(y));
     assert.match(y.stdout, /# \{\+uri\}: anything\n {2}# {3}a template without a fixed scheme would allow any URI: left out \(denied\)/, show(y));
+    // Written in the normal form URIs are decided in (a policy refuses a glob in another), or left out.
+    assert.match(y.stdout, /# file:\/srv\/notes\/draft\.md: draft\n {2}# {3}a URI that cannot be parsed \(a file:, http\(s\): or ws\(s\): URI is written with "\/\/" after the scheme\) is refused by the gateway: left out \(denied\)/, show(y));
     for (const [text, ext] of [[r.stdout, 'json'], [y.stdout, 'yaml']]) {
       const f = save(text, ext);
       await assertLoads(f, 12);
@@ -398,6 +404,8 @@ describe('tollgate scan: secrets, resources and prompts', () => {
       assert.equal(await explain(f, 'resources/read', { uri: 'secret://1' }), 'deny');
       assert.equal(await explain(f, 'resources/read', { uri: 'odd://a*b' }), 'deny');
       assert.equal(await explain(f, 'resources/read', { uri: 'file:///etc/passwd' }), 'deny');
+      assert.equal(await explain(f, 'resources/read', { uri: 'file:///srv/notes/todo.md' }), 'allow');
+      assert.equal(await explain(f, 'resources/read', { uri: 'https://api.example.com/v1/7' }), 'allow');
       assert.equal(await explain(f, 'prompts/get', { name: 'summarise' }), 'allow');
       assert.equal(await explain(f, 'prompts/get', { name: 'rotate_api_key' }), 'deny');
       assert.equal(await explain(f, 'prompts/get', { name: 'all*' }), 'deny');

@@ -799,6 +799,27 @@ describe('subscriptions/listen through tollgate (2026 upstreams)', () => {
       // slip past "secret://*", an encoded "/" is refused.
       assert.deepEqual(up.body.params.notifications.resourceSubscriptions, ['test://open', 'test://open/a/']);
     });
+
+    test(`${mode}: resourceSubscriptions that is not a list never reaches the upstream as it was sent`, async () => {
+      const fx = fixtureOf(mode);
+      for (const subs of [{ a: 'secret://keys' }, 'secret://keys', { 0: 'secret://keys', length: 1 }]) {
+        const mark = fx.records().length;
+        const ac = new AbortController();
+        const res = await fetch(`http://127.0.0.1:${gw.plainPort}/${mode}/mcp`, {
+          method: 'POST', signal: ac.signal,
+          headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
+            Authorization: `Bearer ${ALICE}`, 'MCP-Protocol-Version': MODERN, 'Mcp-Method': 'subscriptions/listen' },
+          body: JSON.stringify({ jsonrpc: '2.0', id: 'sub-2', method: 'subscriptions/listen', params: {
+            notifications: { toolsListChanged: true, resourceSubscriptions: subs }, _meta: META } }),
+        });
+        const text = res.status === 200 ? '' : await res.text();
+        await H.waitUntil(() => res.status !== 200 || since(fx, mark).some((r) => r.body?.method === 'subscriptions/listen'),
+          { what: 'the listen reached the upstream or was refused' });
+        ac.abort();
+        const up = since(fx, mark).filter((r) => r.body?.method === 'subscriptions/listen');
+        assert.ok(!/secret/.test(JSON.stringify(up)), `${JSON.stringify(subs)}: the upstream got ${JSON.stringify(up)} ${text}`);
+      }
+    });
   }
 });
 

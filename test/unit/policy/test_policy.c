@@ -2778,6 +2778,19 @@ static void errors_hosted(void **state)
         {"{\"version\":\"1\",\"resources\":[]}", "resources", "must be an object {default, allow, deny, reason}"},
         {"{\"version\":\"1\",\"resources\":{\"default\":\"block\"}}", "resources.default", "must be \"allow\" or \"deny\""},
         {"{\"version\":\"1\",\"resources\":{\"allow\":\"file:///*\"}}", "resources.allow", "must be a list of strings"},
+        /* A resource glob with a scheme matches URIs in their normal form only: written another
+         * way it would never match (a deny that never denies). */
+        {"{\"version\":\"1\",\"resources\":{\"deny\":[\"*.key\",\"file://localhost/secret/**\"]}}", "resources.deny[1]",
+         "\"file://localhost/secret/**\" matches no resource: URIs are decided in their normal form; write "
+         "\"file:///secret/**\""},
+        {"{\"version\":\"1\",\"resources\":{\"deny\":[\"FILE:///secret/**\"]}}", "resources.deny[0]",
+         "\"FILE:///secret/**\" matches no resource: URIs are decided in their normal form; write \"file:///secret/**\""},
+        {"{\"version\":\"1\",\"resources\":{\"deny\":[\"https://h:443/s/*\"]}}", "resources.deny[0]",
+         "\"https://h:443/s/*\" matches no resource: URIs are decided in their normal form; write \"https://h/s/*\""},
+        {"{\"version\":\"1\",\"resources\":{\"allow\":[\"file:///a/%2e%2e/b/*\"]}}", "resources.allow[0]",
+         "\"file:///a/%2e%2e/b/*\" matches no resource: URIs are decided in their normal form; write \"file:///b/*\""},
+        {"{\"version\":\"1\",\"resources\":{\"deny\":[\"file:/secret/**\"]}}", "resources.deny[0]",
+         "\"file:/secret/**\" matches no resource: a URI written so cannot be parsed"},
         {"{\"version\":\"1\",\"prompts\":{\"deny\":[\"a\",\"\"]}}", "prompts.deny[1]", "entry must not be empty"},
         {"{\"version\":\"1\",\"prompts\":5}", "prompts", "must be an object {default, allow, deny, reason}"},
     };
