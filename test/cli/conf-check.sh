@@ -11,29 +11,10 @@ d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 out=$d/out err=$d/err
 fails=0 n=0
+TG_RUN_TIMEOUT=20 # a conf that loads would start serving
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# run WANT_STATUS ARGS...: run tollgate (bounded: a conf that loads would start serving), check
-# the status.
-run() {
-    local want=$1; shift
-    n=$((n + 1))
-    last="tollgate $*"
-    timeout 20 "$tg" "$@" >"$out" 2>"$err"
-    local rc=$?
-    if [[ $rc != "$want" ]]; then
-        echo "not ok $n - $last: exit $rc, want $want"; sed 's/^/  stdout: /' "$out"; sed 's/^/  stderr: /' "$err"
-        fails=$((fails + 1))
-        return 1
-    fi
-    echo "ok $n - $last: exit $rc"
-}
-has() {
-    local f=$out; [[ $1 == err ]] && f=$err
-    if ! grep -qF -- "$2" "$f"; then
-        echo "not ok - $last: no \"$2\" on std$1"; sed "s/^/  std$1: /" "$f"
-        fails=$((fails + 1))
-    fi
-}
 no_line_zero() {
     if grep -q -- ':0:' "$err"; then
         echo "not ok - $last: an error with line 0"; sed 's/^/  stderr: /' "$err"; fails=$((fails + 1))

@@ -10,35 +10,9 @@ C=$P/explain.conf
 out=$(mktemp) err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
 fails=0 n=0
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# run WANT_STATUS ARGS...: run tollgate, capture stdout/stderr, check the status.
-run() {
-    local want=$1; shift
-    n=$((n + 1))
-    last="tollgate $*"
-    "$tg" "$@" >"$out" 2>"$err"
-    local rc=$?
-    if [[ $rc != "$want" ]]; then
-        echo "not ok $n - $last: exit $rc, want $want"; sed 's/^/  stdout: /' "$out"; sed 's/^/  stderr: /' "$err"
-        fails=$((fails + 1))
-        return 1
-    fi
-    echo "ok $n - $last: exit $rc"
-}
-# has FILE(out|err) FIXED-STRING: the last run printed this line fragment.
-has() {
-    local f=$out; [[ $1 == err ]] && f=$err
-    if ! grep -qF -- "$2" "$f"; then
-        echo "not ok - $last: no \"$2\" on std$1"; sed "s/^/  std$1: /" "$f"
-        fails=$((fails + 1))
-    fi
-}
-hasnt() {
-    local f=$out; [[ $1 == err ]] && f=$err
-    if grep -qF -- "$2" "$f"; then
-        echo "not ok - $last: \"$2\" on std$1"; fails=$((fails + 1))
-    fi
-}
 
 # ---- check
 run 0 policy check conf/policies/*.json && has out ": ok ("
