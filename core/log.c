@@ -286,6 +286,13 @@ static void escape(struct tg_buf *b, const char *p, size_t n, int json)
 
 static void esc_inside(struct tg_buf *b, const char *p, size_t n) { escape(b, p, n, 0); }
 
+/* A string value spelt true or false is quoted, so that a JSON line never reads a peer's name
+ * as a boolean (a bare key, the gateway's own flag, is the only true). */
+static int is_bool(const char *p, size_t n)
+{
+    return (n == 4 && memcmp(p, "true", 4) == 0) || (n == 5 && memcmp(p, "false", 5) == 0);
+}
+
 static int bare_ok(const char *p, size_t n)
 {
     if (n == 0)
@@ -337,7 +344,7 @@ static void put_string(struct tg_buf *b, int ctx, const char *s, size_t n)
                 tg_buf_append(b, s + i, 1);
             }
         }
-    } else if ((n <= VALUE_MAX && bare_ok(s, n)) || (esc_made_here(s) && is_esc_value(s, n))) {
+    } else if ((n <= VALUE_MAX && bare_ok(s, n) && !is_bool(s, n)) || (esc_made_here(s) && is_esc_value(s, n))) {
         tg_buf_append(b, s, n);
     } else {
         tg_buf_append(b, "\"", 1);
