@@ -20,16 +20,16 @@ static const char *const limit_words[] = {"write", "send", "email", "post", "pub
  * "printenv" are listed because they are one word. */
 static const char *const secret_words[] = {"env", "environ", "environment", "getenv", "printenv", "dotenv",
                                            "secret", "token", "credential", "creds", "password", "passwd",
-                                           "passphrase", "key", "apikey", NULL};
+                                           "passphrase", "key", "apikey", "cookie", "bearer", "auth", NULL};
 static const char *const read_words[] = {"get", "list", "read", "search", "fetch", "query",
                                          "describe", "show", "view", "find", NULL};
 
 const char tg_scan_heuristics_help[] =
     "How tools are classified (the most cautious class found wins):\n"
     "  deny         a word of: env environ environment getenv printenv dotenv secret token credential\n"
-    "               creds password passwd passphrase key apikey -> action: deny, whatever readOnlyHint\n"
-    "               says (it may read the environment, credentials or secrets; allow it by hand if it\n"
-    "               does not)\n"
+    "               creds password passwd passphrase key apikey cookie bearer auth -> action: deny,\n"
+    "               whatever readOnlyHint says (it may read the environment, credentials or secrets;\n"
+    "               allow it by hand if it does not)\n"
     "  approve      a word of: execute exec run eval shell command delete remove drop destroy pay\n"
     "               transfer, or the annotation destructiveHint: true -> action: approve (a human\n"
     "               approves each call)\n"

@@ -448,18 +448,21 @@ describe('tollgate scan: secrets, resources and prompts', () => {
 
   it('secret words in unusual forms: snake, kebab and camel case, acronyms, passphrase, camelCase in a description', async () => {
     const secret = ['API_KEY', 'apiKey', 'x-api-key', 'SecretsManager', 'passphrase_check', 'privateKey', 'ssh_key',
-      'getCredentials', 'getAWSSecret', 'readENVVar', 'fetchAPIToken', 'unlockWithPassphrase'];
+      'getCredentials', 'getAWSSecret', 'readENVVar', 'fetchAPIToken', 'unlockWithPassphrase', 'read_cookies',
+      'getBearer', 'get_auth_header'];
     const described = { fetch_a: 'Returns the clientSecret', fetch_b: 'Reads the user\'s accessToken', fetch_c: 'Gives back the AWSSecretKey' };
     const ro = { readOnlyHint: true };
     const tools = [...secret.map((name) => ({ name, description: 'x', annotations: ro })),
       ...Object.entries(described).map(([name, description]) => ({ name, description, annotations: ro })),
-      { name: 'getMCPServerInfo', description: 'x', annotations: ro }];
+      { name: 'getMCPServerInfo', description: 'x', annotations: ro }, { name: 'list_authors', description: 'x', annotations: ro }];
     secret.push(...Object.keys(described));
     const r = await tollgate(['scan', '--json', '--', process.execPath, server, 'tools', JSON.stringify(tools)]);
     assert.equal(r.code, 0, show(r));
     const p = JSON.parse(r.stdout);
     for (const t of secret) assert.equal(p.tools[t]?.action, 'deny', `${t}: ${r.stdout}`);
     assert.equal(p.tools.getMCPServerInfo?.action, 'allow', r.stdout);
+    assert.equal(p.tools.list_authors?.action, 'allow', r.stdout); // "authors" is not the word "auth"
+
   });
 
   it('a server that offers no prompts still gets a prompts group, which denies every one', async () => {
