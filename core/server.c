@@ -273,8 +273,8 @@ int tg_server_start(struct tg_server *srv)
         int r = bind_listener(srv, l, l->http.lc->address, l->http.lc->port);
         if (r != 0)
             return r;
-        tg_log(TG_LOG_INFO, "listening", "address=%s port=%d tls=%s", l->http.lc->address, l->http.port,
-               l->http.tls ? "true" : "false");
+        tg_log(TG_LOG_INFO, "listening", l->http.tls ? "address=%s port=%d tls=true" : "address=%s port=%d tls=false",
+               l->http.lc->address, l->http.port);
     }
     if (srv->conf->admin.enabled) {
         srv->admin.http.is_admin = 1;
