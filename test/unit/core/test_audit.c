@@ -189,6 +189,36 @@ static void pipe_written_through_the_pool(void **state)
     close(fds[1]);
 }
 
+/* A policy whose one tool "t" has these limits (the tree is taken), and one decision of it. */
+struct limited {
+    struct tg_policy *p;
+    struct tg_counters *c;
+};
+
+static void limited_decide(struct limited *l, cJSON *limits, struct tg_decision *d)
+{
+    cJSON *root = cJSON_Parse("{\"version\":\"1\",\"default\":\"deny\",\"tools\":{\"t\":{}}}");
+    cJSON_AddItemToObject(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "tools"), "t"), "limits", limits);
+    struct tg_buf err, warn;
+    tg_buf_init(&err);
+    tg_buf_init(&warn);
+    l->p = NULL;
+    if (tg_policy_compile(root, "limits", &l->p, &err, &warn) != 0)
+        fail_msg("policy: %.*s", (int)err.len, err.base);
+    cJSON_Delete(root);
+    tg_buf_dispose(&err);
+    tg_buf_dispose(&warn);
+    l->c = tg_counters_new();
+    struct tg_caller who = {"g", "s", "u"};
+    tg_policy_decide_call(l->p, l->c, &who, "t", NULL, 1700000000000LL, d);
+}
+
+static void limited_dispose(struct limited *l)
+{
+    tg_counters_free(l->c);
+    tg_policy_unref(l->p);
+}
+
 /* Every audit line is one line of strict JSON whatever the names in it: tool and grant names
  * with newlines, quotes, backslashes and control bytes, and counters with 300-byte names (full of
  * characters that escape, and multi-byte UTF-8 at the 120-byte cut) and so many of them that
@@ -220,19 +250,9 @@ static void lines_are_json_whatever_the_names(void **state)
     }
     for (int i = 0; i < 24; i++)
         assert_non_null(cJSON_GetArrayItem(limits, i));
-    cJSON *root = cJSON_Parse("{\"version\":\"1\",\"default\":\"deny\",\"tools\":{\"t\":{}}}");
-    cJSON_AddItemToObject(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "tools"), "t"), "limits", limits);
-    struct tg_buf err, warn;
-    tg_buf_init(&err);
-    tg_buf_init(&warn);
-    struct tg_policy *p = NULL;
-    if (tg_policy_compile(root, "names", &p, &err, &warn) != 0)
-        fail_msg("policy: %.*s", (int)err.len, err.base);
-    cJSON_Delete(root);
-    struct tg_counters *c = tg_counters_new();
-    struct tg_caller who = {"g", "s", "u"};
+    struct limited l;
     struct tg_decision d;
-    tg_policy_decide_call(p, c, &who, "t", NULL, 1700000000000LL, &d);
+    limited_decide(&l, limits, &d);
     assert_true(d.counters_json_len > 0);
 
     struct tg_audit *a = open_at(f, f->path);
@@ -286,10 +306,7 @@ static void lines_are_json_whatever_the_names(void **state)
     fclose(fp);
     free(line);
     assert_int_equal(n, nrec);
-    tg_counters_free(c);
-    tg_policy_unref(p);
-    tg_buf_dispose(&err);
-    tg_buf_dispose(&warn);
+    limited_dispose(&l);
 }
 
 /* Two counters whose long names differ only past the 120 bytes a label keeps: each keeps a key of
@@ -310,19 +327,9 @@ static void cut_counter_labels_stay_distinct(void **state)
             snprintf(lim[i], sizeof(lim[i]), "{\"counter\":\"%.118s\",\"window\":\"day\",\"max\":9,\"scope\":\"grant\"}", base);
         cJSON_AddItemToArray(limits, cJSON_Parse(lim[i]));
     }
-    cJSON *root = cJSON_Parse("{\"version\":\"1\",\"default\":\"deny\",\"tools\":{\"t\":{}}}");
-    cJSON_AddItemToObject(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "tools"), "t"), "limits", limits);
-    struct tg_buf err, warn;
-    tg_buf_init(&err);
-    tg_buf_init(&warn);
-    struct tg_policy *p = NULL;
-    if (tg_policy_compile(root, "cut", &p, &err, &warn) != 0)
-        fail_msg("policy: %.*s", (int)err.len, err.base);
-    cJSON_Delete(root);
-    struct tg_counters *c = tg_counters_new();
-    struct tg_caller who = {"g", "s", "u"};
+    struct limited l;
     struct tg_decision d;
-    tg_policy_decide_call(p, c, &who, "t", NULL, 1700000000000LL, &d);
+    limited_decide(&l, limits, &d);
     char obj[600];
     snprintf(obj, sizeof(obj), "{%s}", d.counters_json);
     struct tg_json_doc doc;
@@ -334,10 +341,7 @@ static void cut_counter_labels_stay_distinct(void **state)
     for (cJSON *m = doc.root->child; m != NULL; m = m->next)
         assert_true(strlen(m->string) <= 118);
     cJSON_Delete(doc.root);
-    tg_counters_free(c);
-    tg_policy_unref(p);
-    tg_buf_dispose(&err);
-    tg_buf_dispose(&warn);
+    limited_dispose(&l);
 }
 
 int main(int argc, char **argv)
