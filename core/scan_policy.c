@@ -533,27 +533,30 @@ static void group_yaml(struct tg_buf *out, const struct group *g)
 
 /* ---- the policy ------------------------------------------------------------------------------ */
 
-static void write_json(struct tg_buf *out, const cJSON *tools, const char *summary, const struct group *gs)
+/* A usable tool (named, the first of its name) and its class: made once, read by each writer. */
+struct scanned {
+    const cJSON *t;
+    struct tg_scan_verdict v;
+};
+
+static void write_json(struct tg_buf *out, const struct scanned *sc, size_t n, const char *summary,
+                       const struct group *gs)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "version", "1");
     cJSON_AddStringToObject(root, "description", summary);
     cJSON_AddStringToObject(root, "default", "deny");
     cJSON *jt = cJSON_AddObjectToObject(root, "tools");
-    for (const cJSON *t = tools->child; t != NULL; t = t->next) {
-        if (!usable(tools, t))
+    for (size_t i = 0; i < n; i++) {
+        enum tg_scan_class cls = sc[i].v.cls;
+        if (cls == TG_SCAN_UNKNOWN)
             continue;
-        struct tg_scan_verdict v;
-        tg_scan_classify(t, &v);
-        const char *name = tg_json_get(t, "name")->valuestring;
-        if (v.cls == TG_SCAN_UNKNOWN)
-            continue;
-        cJSON *e = cJSON_AddObjectToObject(jt, name);
-        if (v.cls == TG_SCAN_READ) {
+        cJSON *e = cJSON_AddObjectToObject(jt, tg_json_get(sc[i].t, "name")->valuestring);
+        if (cls == TG_SCAN_READ) {
             cJSON_AddStringToObject(e, "action", "allow");
-        } else if (v.cls == TG_SCAN_APPROVE) {
+        } else if (cls == TG_SCAN_APPROVE) {
             cJSON_AddStringToObject(e, "action", "approve");
-        } else if (v.cls == TG_SCAN_SECRET) {
+        } else if (cls == TG_SCAN_SECRET) {
             cJSON_AddStringToObject(e, "action", "deny");
             cJSON_AddStringToObject(e, "reason", TG_SCAN_SECRET_REASON);
         } else {
@@ -593,13 +596,14 @@ static void write_tool_comment(struct tg_buf *out, const cJSON *t, const struct 
 void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct tg_scan_offer *offer,
                           const struct tg_scan_source *src, int json)
 {
-    size_t count[5] = {0, 0, 0, 0, 0};
+    size_t count[5] = {0, 0, 0, 0, 0}, n = 0;
+    struct scanned *sc = tg_xcalloc((size_t)cJSON_GetArraySize(tools) + 1, sizeof(*sc));
     for (const cJSON *t = tools->child; t != NULL; t = t->next) {
         if (!usable(tools, t))
             continue;
-        struct tg_scan_verdict v;
-        tg_scan_classify(t, &v);
-        count[v.cls]++;
+        sc[n].t = t;
+        tg_scan_classify(t, &sc[n].v);
+        count[sc[n++].v.cls]++;
     }
     struct group gs[2];
     group_build(&gs[0], "resources", offer->resources, 0, offer->templates, 1);
@@ -614,7 +618,7 @@ void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct t
         k += snprintf(summary + k, sizeof(summary) - (size_t)k, "; %s: %zu allowed, %zu denied", gs[i].key,
                       gs[i].nallow, gs[i].ndeny);
     if (json) {
-        write_json(out, tools, summary, gs);
+        write_json(out, sc, n, summary, gs);
         goto done;
     }
     tg_buf_appends(out, "# A starting policy, ");
@@ -645,21 +649,18 @@ void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct t
                         "default: deny\n");
     size_t listed = count[TG_SCAN_READ] + count[TG_SCAN_LIMIT] + count[TG_SCAN_APPROVE] + count[TG_SCAN_SECRET];
     tg_buf_appends(out, listed == 0 ? "tools: {}\n" : "tools:\n");
-    for (const cJSON *t = tools->child; t != NULL; t = t->next) {
-        if (!usable(tools, t))
+    for (size_t i = 0; i < n; i++) {
+        const struct tg_scan_verdict *v = &sc[i].v;
+        if (v->cls == TG_SCAN_UNKNOWN)
             continue;
-        struct tg_scan_verdict v;
-        tg_scan_classify(t, &v);
-        if (v.cls == TG_SCAN_UNKNOWN)
-            continue;
-        write_tool_comment(out, t, &v);
+        write_tool_comment(out, sc[i].t, v);
         tg_buf_appends(out, "  ");
-        append_yaml_string(out, tg_json_get(t, "name")->valuestring);
-        if (v.cls == TG_SCAN_READ)
+        append_yaml_string(out, tg_json_get(sc[i].t, "name")->valuestring);
+        if (v->cls == TG_SCAN_READ)
             tg_buf_appends(out, ":\n    action: allow\n");
-        else if (v.cls == TG_SCAN_APPROVE)
+        else if (v->cls == TG_SCAN_APPROVE)
             tg_buf_appends(out, ":\n    action: approve\n");
-        else if (v.cls == TG_SCAN_SECRET)
+        else if (v->cls == TG_SCAN_SECRET)
             tg_buf_appends(out, ":\n    action: deny\n    reason: \"" TG_SCAN_SECRET_REASON "\"\n");
         else
             tg_buf_appendf(out, ":\n    rules:\n      - name: \"scan: at most %d calls a minute\"\n        rate_limit: %d/minute\n",
@@ -668,18 +669,14 @@ void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct t
     if (count[TG_SCAN_UNKNOWN] > 0) {
         tg_buf_appends(out, "  # Denied by default (no word matched); to allow one, list it under tools, e.g.\n"
                             "  #   \"NAME\": {action: allow}\n");
-        for (const cJSON *t = tools->child; t != NULL; t = t->next) {
-            if (!usable(tools, t))
-                continue;
-            struct tg_scan_verdict v;
-            tg_scan_classify(t, &v);
-            if (v.cls == TG_SCAN_UNKNOWN)
-                write_tool_comment(out, t, &v);
-        }
+        for (size_t i = 0; i < n; i++)
+            if (sc[i].v.cls == TG_SCAN_UNKNOWN)
+                write_tool_comment(out, sc[i].t, &sc[i].v);
     }
     group_yaml(out, &gs[0]);
     group_yaml(out, &gs[1]);
 done:
     group_free(&gs[0]);
     group_free(&gs[1]);
+    free(sc);
 }
