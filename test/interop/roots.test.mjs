@@ -117,6 +117,23 @@ async function rootsClient(name, offered, { token } = {}) {
   return { ...c, asked };
 }
 
+/** An SDK 2.x client pinned to 2026-07-28 that offers roots [B] and counts roots/list calls. */
+async function rootsClient2026(name) {
+  const { Client, StreamableHTTPClientTransport } = await import('@modelcontextprotocol/client');
+  const client = new Client({ name: 'roots-2026', version: '1.0.0' }, {
+    capabilities: { roots: { listChanged: true } },
+    versionNegotiation: { mode: { pin: '2026-07-28' } },
+  });
+  const asked = { n: 0 };
+  client.setRequestHandler('roots/list', async () => {
+    asked.n++;
+    return { roots: [{ uri: uri(B) }] };
+  });
+  cleanup.add(() => client.close().catch(() => {}));
+  await client.connect(new StreamableHTTPClientTransport(new URL(url(name))));
+  return { client, asked };
+}
+
 const tool = async (client, name, args = {}) => client.callTool({ name, arguments: args });
 const allowed = async (client) => H.resultText(await tool(client, 'list_allowed_directories'));
 
@@ -189,24 +206,13 @@ describe('pinned roots, the filesystem server over stdio', () => {
   });
 
   test('a 2026-07-28 client of the stdio server: the server still gets exactly A', async () => {
-    const { Client, StreamableHTTPClientTransport } = await import('@modelcontextprotocol/client');
-    const client = new Client({ name: 'roots-2026', version: '1.0.0' }, {
-      capabilities: { roots: { listChanged: true } },
-      versionNegotiation: { mode: { pin: '2026-07-28' } },
-    });
-    let asked = 0;
-    client.setRequestHandler('roots/list', async () => {
-      asked++;
-      return { roots: [{ uri: uri(B) }] };
-    });
-    cleanup.add(() => client.close().catch(() => {}));
-    await client.connect(new StreamableHTTPClientTransport(new URL(url('fs'))));
+    const { client, asked } = await rootsClient2026('fs');
     await H.waitUntil(async () => {
       const dirs = H.resultText(await client.callTool({ name: 'list_allowed_directories', arguments: {} }));
       assert.ok(!dirs.includes(B), dirs);
       return dirs.includes(A);
     }, { what: 'the server working in A' });
-    assert.equal(asked, 0);
+    assert.equal(asked.n, 0);
   });
 
   test('a grant\'s roots override the upstream\'s', async () => {
@@ -247,22 +253,11 @@ describe('pinned roots on the other paths a roots/list takes', () => {
   });
 
   test('a 2026-07-28 client: the input_required round carries the pinned roots, the client is never asked', async () => {
-    const { Client, StreamableHTTPClientTransport } = await import('@modelcontextprotocol/client');
     for (const name of ['dual', 'strict']) {
-      const client = new Client({ name: 'roots-2026', version: '1.0.0' }, {
-        capabilities: { roots: { listChanged: true } },
-        versionNegotiation: { mode: { pin: '2026-07-28' } },
-      });
-      let asked = 0;
-      client.setRequestHandler('roots/list', async () => {
-        asked++;
-        return { roots: [{ uri: uri(B) }] };
-      });
-      cleanup.add(() => client.close().catch(() => {}));
-      await client.connect(new StreamableHTTPClientTransport(new URL(url(name))));
+      const { client, asked } = await rootsClient2026(name);
       const r = await client.callTool({ name: LIST_ROOTS, arguments: {} });
       assert.equal(H.resultText(r), `Roots: ${uri(A)}`, `${name}: ${JSON.stringify(r)}`);
-      assert.equal(asked, 0, name);
+      assert.equal(asked.n, 0, name);
     }
   });
 });
