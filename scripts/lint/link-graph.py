@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Link graph check: reads the gateway's built objects with nm and finds, for every symbol an object
+uses, the object that defines it. A module is one .c file, or a folder that has an internal.h; a room
+is a top-level folder, with core/ counted per subfolder. Prints every circle between modules and
+between rooms, and exits 1 if there is one.
+
+  scripts/lint/link-graph.py BUILD_DIR [-v] [--edges]
+
+-v prints each module's uses; --edges prints 'module -> module: symbols' for every edge."""
+import os, subprocess, sys
+from collections import defaultdict
+
+root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+args = [a for a in sys.argv[1:] if not a.startswith('-')]
+verbose, show_edges = '-v' in sys.argv, '--edges' in sys.argv
+build = args[0] if args else os.path.join(root, 'build-asan')
+objdir = os.path.join(build, 'CMakeFiles', 'tgcore.dir')
+if not os.path.isdir(objdir):
+    sys.exit(f'link-graph: no objects under {objdir}: build first')
+GATEWAY = ('core', 'transports', 'policy', 'upstream', 'cluster')
+
+def module_of(src):
+    d = os.path.dirname(src)
+    while d:
+        if os.path.exists(os.path.join(root, d, 'internal.h')):
+            return d + '/'
+        d = os.path.dirname(d)
+    return src[:-2]
+
+def room_of(src):
+    parts = src.split('/')
+    if parts[0] == 'core':
+        return 'core/' + parts[1] if len(parts) > 2 else 'core'
+    return parts[0]
+
+objs = []
+for dp, _, fs in os.walk(objdir):
+    for f in fs:
+        if f.endswith('.c.o'):
+            src = os.path.relpath(os.path.join(dp, f), objdir)[:-2]
+            if src.split('/')[0] in GATEWAY:
+                objs.append((src, os.path.join(dp, f)))
+if not objs:
+    sys.exit('link-graph: no gateway objects found')
+defs, uses = {}, defaultdict(set)
+for src, path in sorted(objs):
+    out = subprocess.run(['nm', '--defined-only', '-g', path], capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        p = line.split()
+        if len(p) == 3 and p[1] in 'TDBRVWG':
+            defs[p[2]] = src
+    out = subprocess.run(['nm', '-u', path], capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        p = line.split()
+        if p and p[0] == 'U':
+            uses[src].add(p[1])
+
+def graph(key):
+    g, why = defaultdict(set), defaultdict(set)
+    for src, syms in uses.items():
+        a = key(src)
+        g.setdefault(a, set())
+        for s in syms:
+            if s in defs:
+                b = key(defs[s])
+                if b != a:
+                    g[a].add(b)
+                    why[(a, b)].add(s)
+    for src, _ in objs:
+        g.setdefault(key(src), set())
+    return g, why
+
+def circles(g):
+    index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
+    sys.setrecursionlimit(10000)
+    def visit(v):
+        index[v] = low[v] = n[0]; n[0] += 1
+        stack.append(v); on.add(v)
+        for w in sorted(g[v]):
+            if w not in index:
+                visit(w); low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop(); on.discard(w); comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+fail = 0
+for name, key in (('module', module_of), ('room', room_of)):
+    g, why = graph(key)
+    if verbose or show_edges:
+        for a in sorted(g):
+            if show_edges:
+                for b in sorted(g[a]):
+                    print(f'{name}: {a} -> {b}: {" ".join(sorted(why[(a, b)]))}')
+            else:
+                print(f'{name}: {a} -> {" ".join(sorted(g[a]))}')
+    for comp in circles(g):
+        fail = 1
+        members = set(comp)
+        print(f'link-graph: {name} circle: {" ".join(comp)}')
+        for a in comp:
+            for b in sorted(g[a] & members):
+                syms = sorted(why[(a, b)])
+                more = f' (+{len(syms) - 3})' if len(syms) > 3 else ''
+                print(f'    {a} -> {b}: {" ".join(syms[:3])}{more}')
+    if name == 'module':
+        print(f'link-graph: {len(g)} modules, {sum(len(v) for v in g.values())} edges')
+    else:
+        print(f'link-graph: {len(g)} rooms')
+if not fail:
+    print('link-graph: no circle')
+sys.exit(fail)
