@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "cluster/redis.h"
-#include "core/buf.h"
-#include "core/log.h"
+#include "core/base/buf.h"
+#include "core/base/log.h"
 
 struct tg_cluster {
     uv_loop_t *loop;

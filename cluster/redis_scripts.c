@@ -22,7 +22,7 @@
 #include <hiredis/hiredis.h>
 
 #include "cluster/redis_scripts.h"
-#include "core/num.h"
+#include "core/base/num.h"
 
 #define LUA_COMMON                                                                                                   \
     "local EPS = 2.220446049250313080847263336181640625e-16\n"                                                     \
@@ -71,7 +71,7 @@
     "  if ms > 1e15 then ms = 1e15 end\n"                                                                          \
     "  return string.format('%.0f', ms)\n"                                                                         \
     "end\n"                                                                                                        \
-    /* A stored number is read as core/num.c reads one: a JSON number with a finite value, and   \
+    /* A stored number is read as core/base/num.c reads one: a JSON number with a finite value, and   \
      * never below 0 (no script writes a negative stamp or count; a window at -1e300 would never  \
      * fill). Lua's tonumber is strtod and more (hex, inf, nan, 1e999): never alone. */             \
     "local function dec(s)\n"                                                                      \
@@ -176,7 +176,7 @@ const char *const tg__redis_scripts[TG__REDIS_NSCRIPTS] = {
 /* ---- the arguments of an op, and its answer ------------------------------------------------ */
 
 /* A number a script answered: -1 when the reply is not a string, -2 when the string is not a
- * finite decimal number (core/num.c: no nan, inf, hex or 1e999 becomes a counter's value). */
+ * finite decimal number (core/base/num.c: no nan, inf, hex or 1e999 becomes a counter's value). */
 static int parse_double(const redisReply *e, double *out)
 {
     if (!e || e->type != REDIS_REPLY_STRING)

@@ -21,7 +21,7 @@ struct tg__redis_argv {
 void tg__redis_op_argv(struct tg__redis_argv *v, const struct tg_counter_op *op, const char *prefix, const char *sha);
 /* Fill op's result from its script's reply: 0; -1 if the reply has another shape; -2 if a value
  * in it is not a finite decimal number. Doubles come as "%.17g" strings, read back exactly by
- * tg_num_parse (core/num.h), which refuses nan, inf, hex and out-of-range values. */
+ * tg_num_parse (core/base/num.h), which refuses nan, inf, hex and out-of-range values. */
 /* The start of the error a script answers when its key holds something that is not two finite
  * decimal numbers (poisoned, or written by something else): the op fails TG_REDIS_EVALUE. */
 #define TG__REDIS_BADVALUE "TGBADVALUE"

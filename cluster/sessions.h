@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 struct tg_cluster;
 struct tg_cluster_fetch;

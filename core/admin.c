@@ -13,7 +13,7 @@
 #include "core/approvals.h"
 #include "core/audit.h"
 #include "core/gateway.h"
-#include "core/json.h"
+#include "core/base/json.h"
 #include "core/router.h"
 #include "core/session.h"
 #include "policy/auth.h"

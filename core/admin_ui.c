@@ -9,8 +9,8 @@
 
 #include "core/approvals.h"
 #include "core/gateway.h"
-#include "core/json.h"
-#include "core/log.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
 #include "policy/auth.h"
 #include "transports/http1.h"
 #include "transports/respond.h"

@@ -24,7 +24,7 @@
 #ifndef TG_ADMIN_UI_H
 #define TG_ADMIN_UI_H
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 #define TG_ADMIN_UI_SESSIONS 32
 #define TG_ADMIN_UI_IDLE_MS (30 * 60 * 1000ULL)

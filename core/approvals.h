@@ -7,7 +7,7 @@
 #ifndef TG_APPROVALS_H
 #define TG_APPROVALS_H
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 struct tg_call;
 struct tg_server;

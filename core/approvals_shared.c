@@ -21,8 +21,8 @@
 #include "core/audit.h"
 #include "core/call.h"
 #include "core/gateway.h"
-#include "core/json.h"
-#include "core/log.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
 
 static const struct tg_cluster_conf *cconf(struct tg_server *srv) { return tg_cluster_conf(srv->cluster); }
 

@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/json.h"
-#include "core/log.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
 #include "policy/auth.h"
 
 /* The audit log's writer. Owner: the server (srv->audit), made by tg_audit_open() at start or

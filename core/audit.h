@@ -17,7 +17,7 @@
 #include <cjson/cJSON.h>
 #include <uv.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "core/conf.h"
 
 struct tg_audit;

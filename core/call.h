@@ -15,9 +15,9 @@
 #include <time.h>
 #include <uv.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "core/exchange.h"
-#include "core/json.h"
+#include "core/base/json.h"
 #include "core/sse.h"
 #include "core/gateway.h"
 #include "core/session.h"

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "core/call.h"
-#include "core/json.h"
-#include "core/log.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/rewrite.h"
 #include "core/msg.h"

@@ -12,8 +12,8 @@
 
 #include "core/call.h"
 #include "core/gateway.h"
-#include "core/json.h"
-#include "core/log.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
 #include "core/mcp/era.h"
 #include "core/mcp/mrtr.h"
 #include "core/mcp/schemas.h"

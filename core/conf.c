@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "core/conf_int.h"
-#include "core/log.h"
+#include "core/base/log.h"
 #include "policy/policy.h"
 #include "transports/tls.h"
 

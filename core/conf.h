@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 /* One listen[] entry. Owner: the conf (listeners[]); freed by tg_conf_unref. */
 struct tg_listen_conf {

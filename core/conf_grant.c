@@ -7,7 +7,7 @@
 #include <strings.h>
 
 #include "core/conf_int.h"
-#include "core/json.h"
+#include "core/base/json.h"
 #include "policy/jwt.h"
 #include "policy/policy.h"
 #include "policy/uri.h"

@@ -8,7 +8,7 @@
 #define TG_DISPATCH_H
 
 #include "core/exchange.h"
-#include "core/json.h"
+#include "core/base/json.h"
 
 struct tg_msg;
 struct tg_server;

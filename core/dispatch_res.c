@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/call.h"
-#include "core/json.h"
+#include "core/base/json.h"
 #include "core/mcp/rewrite.h"
 #include "core/msg.h"
 #include "policy/policy.h"

@@ -11,10 +11,10 @@
 
 #include <uv.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "core/conf.h"
 #include "core/mcp/mrtr.h"
-#include "core/metrics.h"
+#include "core/base/metrics.h"
 #include "transports/http1.h"
 
 struct tg_tls_ctx;

@@ -4,7 +4,7 @@
 
 #include <llhttp.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 /* Byte classes: TCHAR, RFC 9110's token characters (header names); URLCHAR, what a target may
  * hold here (see the header). Bytes over 0x7f are neither. */

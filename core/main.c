@@ -11,10 +11,10 @@
 
 #include "core/audit.h"
 #include "core/conf.h"
-#include "core/log.h"
+#include "core/base/log.h"
 #include "core/policy_cli.h"
 #include "core/scan.h"
-#include "core/slab.h"
+#include "core/base/slab.h"
 #include "core/notify.h"
 #include "policy/policy.h"
 #include "core/server.h"
@@ -234,7 +234,7 @@ int main(int argc, char **argv)
     /* One malloc arena: the loop does all the work; the log writer and the reload worker would
      * otherwise each get an arena of their own, whose freed pages stay in the process. */
     mallopt(M_ARENA_MAX, 1);
-    /* A message's JSON tree comes from free lists (core/slab.h), except under the sanitizers. */
+    /* A message's JSON tree comes from free lists (core/base/slab.h), except under the sanitizers. */
     tg_slab_enable(tg_slab_default());
     cJSON_InitHooks(&(cJSON_Hooks){tg_slab_alloc, tg_slab_free});
     if (tg_log_start() != 0)

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "core/mcp/listen.h"
 
 void tg_msg_dispose(struct tg_msg *m)

@@ -1,6 +1,6 @@
 /* JSON-RPC 2.0 messages as MCP uses them.
  *
- * tg_msg_decode() parses strictly (core/json.h) and classifies one message.
+ * tg_msg_decode() parses strictly (core/base/json.h) and classifies one message.
  * The tree and the copy of the raw id belong to the tg_msg and are released
  * by tg_msg_dispose(). */
 #ifndef TG_MSG_H
@@ -8,7 +8,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 enum tg_msg_kind { TG_MSG_REQUEST, TG_MSG_NOTIFICATION, TG_MSG_RESPONSE };
 

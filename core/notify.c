@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/log.h"
+#include "core/base/log.h"
 
 static void set_off(struct tg_notify *n)
 {

@@ -10,7 +10,7 @@
 #include <sys/time.h>
 
 #include "core/conf.h"
-#include "core/json.h"
+#include "core/base/json.h"
 #include "core/msg.h"
 #include "policy/explain.h"
 #include "policy/policy.h"

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/gateway.h"
-#include "core/json.h"
+#include "core/base/json.h"
 #include "transports/http1.h"
 #include "transports/respond.h"
 

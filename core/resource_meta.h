@@ -3,7 +3,7 @@
 #ifndef TG_RESOURCE_META_H
 #define TG_RESOURCE_META_H
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 struct tg_conn;
 struct tg_server;

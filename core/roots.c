@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/conf.h"
-#include "core/json.h"
+#include "core/base/json.h"
 #include "core/gateway.h"
 #include "core/msg.h"
 #include "core/session.h"

@@ -8,7 +8,7 @@
 #ifndef TG_ROOTS_H
 #define TG_ROOTS_H
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 struct tg_conf;
 struct tg_roots;

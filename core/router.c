@@ -12,7 +12,7 @@
 #include "core/approvals.h"
 #include "core/exchange.h"
 #include "core/gateway.h"
-#include "core/log.h"
+#include "core/base/log.h"
 #include "core/mcp/bridge.h"
 #include "core/msg.h"
 #include "core/resource_meta.h"

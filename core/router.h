@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 struct tg_conn;
 struct tg_conf;

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/buf.h"
-#include "core/json.h"
+#include "core/base/buf.h"
+#include "core/base/json.h"
 #include "core/scan_link.h"
 #include "core/scan_policy.h"
 #include "transports/tls.h"

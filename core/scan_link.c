@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "core/sse.h"
 #include "transports/tls.h"
 

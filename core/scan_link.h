@@ -4,7 +4,7 @@
  * records driven here over the blocking socket, the certificate checked before anything is sent) or over a child's stdin/stdout (newline-delimited JSON;
  * lines that are not JSON are counted in `skipped`, requests from the server are answered:
  * ping and roots/list, -32601 for the rest). Each wait is bounded by timeout_ms. Answers are
- * parsed with the strict parser (core/json.h). Errors are printed with tg_scan_fail(). */
+ * parsed with the strict parser (core/base/json.h). Errors are printed with tg_scan_fail(). */
 #ifndef TG_SCAN_LINK_H
 #define TG_SCAN_LINK_H
 
@@ -12,7 +12,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 #define SCAN_MAX_ANSWER (16u * 1024 * 1024) /* one HTTP answer, one stdio line */
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "policy/uri.h"
 
 /* The words, by class. A word matches itself and its usual inflections (see word_matches), in

@@ -22,7 +22,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 enum tg_scan_class { TG_SCAN_UNKNOWN, TG_SCAN_READ, TG_SCAN_LIMIT, TG_SCAN_APPROVE, TG_SCAN_SECRET };
 

@@ -14,7 +14,7 @@
 #include "core/audit.h"
 #include "core/call.h"
 #include "core/dispatch.h"
-#include "core/log.h"
+#include "core/base/log.h"
 #include "core/mcp/bridge.h"
 #include "core/mcp/schemas.h"
 #include "core/admin.h"

@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 #define TG_SESSION_ID_LEN 22
 

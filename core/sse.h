@@ -12,7 +12,7 @@
 #ifndef TG_SSE_H
 #define TG_SSE_H
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 /* One parsed event. Value type on the stack of process_line() in core/sse.c (under
  * tg_sse_feed()); its slices point into the parser's buffers, valid only during the callback. */

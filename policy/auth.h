@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "core/auth_memo.h"
 #include "core/conf.h"
 

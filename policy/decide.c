@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "policy/counters.h"
 #include "policy/policy_int.h"
 #include "policy/regex.h"

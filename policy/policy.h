@@ -21,7 +21,7 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "policy/counters.h"
 
 struct tg_policy;

@@ -6,7 +6,7 @@
 
 #include "core/dispatch.h"
 #include "core/gateway.h"
-#include "core/json.h"
+#include "core/base/json.h"
 #include "core/msg.h"
 #include "transports/http1.h"
 

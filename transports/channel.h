@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "core/exchange.h"
 
 struct tg_conn;

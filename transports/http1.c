@@ -6,7 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/log.h"
+#include "core/base/log.h"
 #include "core/msg.h"
 #include "transports/http1_int.h"
 #include "transports/tls.h"

@@ -22,10 +22,10 @@
 #include <uv.h>
 
 #include "core/auth_memo.h"
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "core/conf.h"
 #include "core/http_fast.h"
-#include "core/metrics.h"
+#include "core/base/metrics.h"
 
 struct tg_tls_ctx;
 struct tg_conn;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"
+#include "core/base/log.h"
 #include "core/msg.h"
 #include "transports/tls.h"
 

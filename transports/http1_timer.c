@@ -2,7 +2,7 @@
  * set lazily, and what happens when one passes. */
 #include "transports/http1_int.h"
 
-#include "core/log.h"
+#include "core/base/log.h"
 #include "core/msg.h"
 #include "transports/tls.h"
 

@@ -11,8 +11,8 @@
  * between. A handshake under way always gets at least one step per iteration. */
 #include "transports/http1_int.h"
 
-#include "core/log.h"
-#include "core/metrics.h"
+#include "core/base/log.h"
+#include "core/base/metrics.h"
 #include "transports/tls.h"
 
 /* Has this loop iteration's handshake time run out? */

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "core/exchange.h"
-#include "core/log.h"
+#include "core/base/log.h"
 #include "core/msg.h"
 #include "core/gateway.h"
 #include "core/session.h"

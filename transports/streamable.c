@@ -6,8 +6,8 @@
 #include <strings.h>
 
 #include "core/dispatch.h"
-#include "core/json.h"
-#include "core/log.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
 #include "core/mcp/era.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/bridge.h"

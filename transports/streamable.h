@@ -8,7 +8,7 @@
 #ifndef TG_STREAMABLE_H
 #define TG_STREAMABLE_H
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "core/exchange.h"
 
 struct tg_conn;

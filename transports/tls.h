@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 struct tg_tls_ctx; /* one per TLS listener: certificate, key, config, DRBG. Owner: the listener. */
 struct tg_tls;     /* one per connection. Owner: the connection. */

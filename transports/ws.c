@@ -6,7 +6,7 @@
 #include <string.h>
 #include <wslay/wslay.h>
 
-#include "core/log.h"
+#include "core/base/log.h"
 #include "transports/http1.h"
 
 /* Owner: its channel (ch->ws), made by tg_ws_start() and freed by tg_ws_free() from

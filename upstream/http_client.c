@@ -4,7 +4,7 @@
 #include <strings.h>
 
 #include "core/http_fast.h"
-#include "core/log.h"
+#include "core/base/log.h"
 #include "upstream/pool_int.h"
 
 /* The part of a request uv_try_write() did not take, copied, made by tg__upconn_send(). Owner:

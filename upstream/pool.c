@@ -1,6 +1,6 @@
 #include <stdlib.h>
 
-#include "core/log.h"
+#include "core/base/log.h"
 #include "upstream/pool_int.h"
 #include "upstream/stdio.h"
 

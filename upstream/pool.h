@@ -18,9 +18,9 @@
 
 #include <uv.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "core/conf.h"
-#include "core/metrics.h"
+#include "core/base/metrics.h"
 #include "upstream/stdio.h"
 
 struct tg_upstream;

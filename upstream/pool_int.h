@@ -7,7 +7,7 @@
 #include <llhttp.h>
 #include <uv.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "transports/tls.h"
 #include "upstream/pool.h"
 

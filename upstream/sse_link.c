@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/call.h"
-#include "core/log.h"
+#include "core/base/log.h"
 #include "upstream/upstream.h"
 #include "upstream/pool.h"
 

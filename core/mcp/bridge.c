@@ -6,8 +6,8 @@
 
 #include "core/dispatch.h"
 #include "core/gateway.h"
-#include "core/json.h"
-#include "core/log.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
 #include "core/msg.h"

@@ -9,7 +9,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "core/exchange.h"
 
 #define TG_MCP_MODERN_VERSION "2026-07-28"

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "core/conf.h"
-#include "core/json.h"
-#include "core/log.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
 #include "core/mcp/rewrite.h"
 #include "core/msg.h"
 #include "core/session.h"

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/conf.h"
-#include "core/json.h"
+#include "core/base/json.h"
 #include "core/mcp/era.h"
 
 static const char *const removed[] = {

@@ -6,7 +6,7 @@
 
 #include "core/audit.h"
 
-#include "core/json.h"
+#include "core/base/json.h"
 
 #define ENVELOPE_TTL_MS (10 * 60 * 1000) /* a person may take a while to answer an elicitation */
 #define ID_CHARS 22                      /* of the token: the version and most of the random nonce */

@@ -4,8 +4,8 @@
 #ifndef TG_MCP_REWRITE_H
 #define TG_MCP_REWRITE_H
 
-#include "core/buf.h"
-#include "core/json.h"
+#include "core/base/buf.h"
+#include "core/base/json.h"
 
 struct tg_policy;
 

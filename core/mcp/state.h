@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 #define TG_MCP_STATE_KEY_BYTES 32
 

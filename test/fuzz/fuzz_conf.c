@@ -37,7 +37,7 @@
 #include <libconfig.h>
 
 #include "core/conf.h"
-#include "core/log.h"
+#include "core/base/log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 const char *__lsan_default_suppressions(void);

@@ -35,7 +35,7 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "core/log.h"
+#include "core/base/log.h"
 #include "core/server.h"
 #include "transports/http1.h"
 

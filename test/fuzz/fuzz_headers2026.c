@@ -41,7 +41,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "core/mcp/era.h"
 #include "core/msg.h"
 

@@ -10,7 +10,7 @@
 
 #include "cluster/cluster.h"
 #include "cluster/redis.h"
-#include "core/json.h"
+#include "core/base/json.h"
 #include "policy/counters.h"
 
 static struct th_server srv, srv_auth;

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "core/audit.h"
-#include "core/json.h"
+#include "core/base/json.h"
 #include "policy/counters.h"
 #include "policy/policy.h"
 

@@ -1,4 +1,4 @@
-/* core/buf.c: growth ceilings, Accept-style token search, base64url and hex. */
+/* core/base/buf.c: growth ceilings, Accept-style token search, base64url and hex. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/buf.h"
-#include "core/slab.h"
+#include "core/base/buf.h"
+#include "core/base/slab.h"
 
 #include <malloc.h>
 

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "core/mcp/era.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"

@@ -1,4 +1,4 @@
-/* core/json.c: the strict parser and the writer.
+/* core/base/json.c: the strict parser and the writer.
  *
  * Every rejection is checked with a tree (build = 1) and without (build = 0),
  * in a copy that ends right before a PROT_NONE page, so that a read past the
@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 
 /* ---- helpers --------------------------------------------------------------------- */
 
@@ -779,7 +779,7 @@ static void writer_string_escapes(void **state)
     tg_buf_dispose(&b);
 }
 
-/* ---- the fast path without a tree (core/json_scan.c) against the strict parser ---------- */
+/* ---- the fast path without a tree (core/base/json_scan.c) against the strict parser ---------- */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
 static unsigned rnd(unsigned n)

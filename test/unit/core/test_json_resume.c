@@ -1,4 +1,4 @@
-/* core/json_scan.c: the fast path resumes its walk from the last message's checkpoint, where the
+/* core/base/json_scan.c: the fast path resumes its walk from the last message's checkpoint, where the
  * two messages first differ. Whatever it resumes from, it must say what a walk from the first
  * byte says (the same result and the same four slices), and what it accepts the strict parser
  * accepts with the same slices.
@@ -10,8 +10,8 @@
  * byte), and the two runs compared. */
 #include "test/unit/unit.h"
 
-#include "core/buf.h"
-#include "core/json.h"
+#include "core/base/buf.h"
+#include "core/base/json.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,8 +5,8 @@
 
 #include <string.h>
 
-#include "core/buf.h"
-#include "core/json.h"
+#include "core/base/buf.h"
+#include "core/base/json.h"
 #include "core/mcp/listen.h"
 #include "core/mcp/rewrite.h"
 #include "core/msg.h"

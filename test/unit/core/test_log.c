@@ -1,12 +1,12 @@
-/* core/log.c: escaping of peer bytes (tg_log_esc) and whole log lines in both
+/* core/base/log.c: escaping of peer bytes (tg_log_esc) and whole log lines in both
  * formats. A peer must never be able to forge a field or a line, and every
  * JSON-format line must be strict JSON. */
 #include "test/unit/unit.h"
 
 #include <unistd.h>
 
-#include "core/json.h"
-#include "core/log.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
 
 /* Output of tg_log_esc: "…" with only printable ASCII inside, \" \\ and \xNN escapes. */
 static void check_escaped(const char *out, size_t outsz)

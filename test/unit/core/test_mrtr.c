@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "core/mcp/mrtr.h"
 
 #define NOW 1000000

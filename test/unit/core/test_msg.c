@@ -1,7 +1,7 @@
 /* core/msg.c: JSON-RPC decode and classification, id rewriting, error objects. */
 #include "test/unit/unit.h"
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "core/msg.h"
 
 static int decode(const char *s, struct tg_msg *m, const char **why)

@@ -1,4 +1,4 @@
-/* core/num.c: only decimal JSON numbers are numbers; strtod's extensions (hex, inf, nan, blanks)
+/* core/base/num.c: only decimal JSON numbers are numbers; strtod's extensions (hex, inf, nan, blanks)
  * and values out of a double's range are refused. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/num.h"
+#include "core/base/num.h"
 
 static int parse(const char *s, double *d) { return tg_num_parse(s, strlen(s), d); }
 

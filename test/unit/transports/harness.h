@@ -24,8 +24,8 @@
 #include <uv.h>
 
 #include "core/conf.h"
-#include "core/log.h"
-#include "core/metrics.h"
+#include "core/base/log.h"
+#include "core/base/metrics.h"
 #include "transports/http1.h"
 
 struct hh;

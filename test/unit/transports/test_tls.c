@@ -19,8 +19,8 @@
 #include <mbedtls/pk.h>
 #include <mbedtls/x509_crt.h>
 
-#include "core/buf.h"
-#include "core/log.h"
+#include "core/base/buf.h"
+#include "core/base/log.h"
 #include "transports/tls.h"
 
 static char cert_path[64], key_path[64];

@@ -19,7 +19,7 @@
 #include <uv.h>
 
 #include "core/conf.h"
-#include "core/metrics.h"
+#include "core/base/metrics.h"
 #include "upstream/pool.h"
 
 /* ---- the test server ---------------------------------------------------------------- */

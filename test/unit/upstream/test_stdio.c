@@ -10,9 +10,9 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "core/conf.h"
-#include "core/log.h"
+#include "core/base/log.h"
 #include "upstream/stdio.h"
 
 struct fx {

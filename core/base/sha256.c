@@ -1,4 +1,4 @@
-#include "core/sha256.h"
+#include "core/base/sha256.h"
 
 #include <string.h>
 

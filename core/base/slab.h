@@ -10,7 +10,7 @@
  * the other allocated: tg_slab_free() takes any malloc'd block (its class is read back with
  * malloc_usable_size), and free() takes a tg_slab_alloc() block. This is what lets cJSON's hooks
  * point here while code that frees cJSON_Print output with free() stays right, and what lets
- * tg_xmalloc(), tg_xcalloc() and a tg_buf's first room (core/buf.c) come from here too: a call's
+ * tg_xmalloc(), tg_xcalloc() and a tg_buf's first room (core/base/buf.c) come from here too: a call's
  * state, its strings and buffers, freed with tg_xfree() or tg_buf_dispose() on the hot paths and
  * with free() elsewhere. Each thread has its own lists (policies load in a worker thread; a
  * buffer handed to another thread to free goes to malloc, as the log writer's does). Off until tg_slab_enable(1) (main() turns it

@@ -17,7 +17,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 /* cJSON_GetObjectItemCaseSensitive(), the same answer (the first member named name, stopping
  * at a member without a name, NULL for a NULL object), inline and with the first byte compared
@@ -56,7 +56,7 @@ int tg_json_parse(const char *p, size_t n, int max_depth, int build, struct tg_j
  * decoder, its strings being their own text. */
 int tg_json_plain(const char *p, size_t n);
 
-/* tg_json_parse()'s fast path without a tree (core/json_scan.c): 0 with doc filled when it
+/* tg_json_parse()'s fast path without a tree (core/base/json_scan.c): 0 with doc filled when it
  * accepts, -1 when it leaves the input to the strict parser (it never rejects). */
 int tg__json_scan_fast(const char *p, size_t n, int max_depth, struct tg_json_doc *doc);
 /* Forgets the message tg__json_scan_fast() saw last (each thread keeps one, to resume the walk

@@ -1,7 +1,7 @@
 /* The fast path of tg_json_parse() without a tree: what every relayed upstream message goes
  * through. It only ever accepts: on anything it is not sure of (an escape, a byte over 0x7f, a
  * control byte, whitespace other than spaces, deep nesting, many keys, any error at all) it
- * says "not mine" and the strict parser in core/json.c decides, with its error message. So
+ * says "not mine" and the strict parser in core/base/json.c decides, with its error message. So
  * what it accepts must be exactly valid JSON, and the four slices it fills must be the ones the
  * strict parser fills; test/unit/core/test_json.c and test/fuzz/fuzz_json.c hold it to both.
  *
@@ -11,8 +11,8 @@
  * walked in one loop with an explicit stack instead of a call per value.
  *
  * tg_json_plain() and tg_json_prefix_id(), the other scans that build nothing, are in
- * core/json_plain.c. */
-#include "core/json.h"
+ * core/base/json_plain.c. */
+#include "core/base/json.h"
 
 #include <stdint.h>
 #include <string.h>

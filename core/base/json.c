@@ -1,10 +1,10 @@
-#include "core/json.h"
+#include "core/base/json.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "core/slab.h"
+#include "core/base/slab.h"
 
 /* The state of one tg_json_parse() call, on the stack of tg_json_parse(). The slices point into
  * the caller's input; the tree being built goes to the caller, or is deleted on error. */

@@ -1,4 +1,4 @@
-#include "core/num.h"
+#include "core/base/num.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-#include "core/siphash.h"
+#include "core/base/siphash.h"
 
 #include <string.h>
 

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 /* Value type, embedded in struct tg_server (srv->metrics); connections and upstreams point
  * at it. */

@@ -1,7 +1,7 @@
 /* Scans of JSON text that build nothing: tg_json_plain(), whether a text's strings read the
  * same decoded (the fast path's test, and the writers'), and tg_json_prefix_id(), the lenient
- * scan for the id of a message cut short. The fast path itself is core/json_scan.c. */
-#include "core/json.h"
+ * scan for the id of a message cut short. The fast path itself is core/base/json_scan.c. */
+#include "core/base/json.h"
 
 #include <stdint.h>
 #include <string.h>

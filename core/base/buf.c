@@ -1,6 +1,6 @@
-#include "core/buf.h"
+#include "core/base/buf.h"
 
-#include "core/slab.h"
+#include "core/base/slab.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <sys/random.h>
 
-/* Small blocks come from the free lists (core/slab.h): a request's many short-lived pieces
+/* Small blocks come from the free lists (core/base/slab.h): a request's many short-lived pieces
  * (its state, strings, first buffer room) skip malloc's slower paths. They are malloc blocks, so
  * free() and tg_xfree() both take them. */
 void *tg_xmalloc(size_t n)

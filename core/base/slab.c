@@ -1,4 +1,4 @@
-#include "core/slab.h"
+#include "core/base/slab.h"
 
 #include <malloc.h>
 #include <stdint.h>

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/slab.h"
+#include "core/base/slab.h"
 
 #define TG_WUR __attribute__((warn_unused_result))
 

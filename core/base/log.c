@@ -1,4 +1,4 @@
-#include "core/log.h"
+#include "core/base/log.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "core/num.h"
+#include "core/base/num.h"
 
 /* The log sink is process-wide: there is one loop and one process, and every
  * module logs. It is configured before the loop starts and on reload.
@@ -69,7 +69,7 @@ static void writer_main(void *arg)
             off += (size_t)w;
         }
         /* straight to malloc: the loop thread filled it, and a block kept in this thread's
-         * free lists (core/slab.h) would never go back to that thread */
+         * free lists (core/base/slab.h) would never go back to that thread */
         free(batch.base);
         uv_mutex_lock(&logger.lock);
         logger.writing = 0;
@@ -492,7 +492,7 @@ static void json_string(struct tg_buf *b, const char *p, size_t n)
 
 /* Convert `k=v k2="x y"` pairs into JSON members. Quoted values hold only the escapes
  * tg_log_esc() and format_pairs() write (\" \\ \xNN; \xNN becomes \u00NN). A bare value is a
- * JSON number only when all of it is one with a finite value, in 64 bytes at most (core/num.h:
+ * JSON number only when all of it is one with a finite value, in 64 bytes at most (core/base/num.h:
  * 127.0.0.1, 0.1.0, 1e, 0x10, 01 and 1e999 are strings: a reader that takes numbers as doubles
  * would refuse the line or read inf), true and false are themselves, anything else is a string. */
 static void pairs_to_json(struct tg_buf *b, const char *p)

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 enum tg_log_level { TG_LOG_ERROR = 0, TG_LOG_WARN = 1, TG_LOG_INFO = 2, TG_LOG_DEBUG = 3 };
 enum tg_log_format { TG_LOG_LOGFMT = 0, TG_LOG_JSON = 1 };

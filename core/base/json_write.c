@@ -1,7 +1,7 @@
 /* The JSON writer: cJSON trees and strings as compact JSON text, the bytes tg_json_parse()
  * reads back to the same tree (test/fuzz/fuzz_json.c holds it to that). The reader is
- * core/json.c. */
-#include "core/json.h"
+ * core/base/json.c. */
+#include "core/base/json.h"
 
 #include <string.h>
 #if defined(__SSE2__)
