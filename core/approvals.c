@@ -9,7 +9,7 @@
 #include "core/gateway.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "policy/policy.h"
 #include "upstream/pool.h"
 

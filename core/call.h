@@ -18,7 +18,7 @@
 #include "core/base/buf.h"
 #include "core/exchange.h"
 #include "core/base/json.h"
-#include "core/sse.h"
+#include "core/wire/sse.h"
 #include "core/gateway.h"
 #include "core/session.h"
 

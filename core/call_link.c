@@ -10,7 +10,7 @@
 #include "core/base/log.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/rewrite.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "core/roots.h"
 #include "upstream/pool.h"
 #include "upstream/upstream.h"

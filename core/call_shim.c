@@ -17,7 +17,7 @@
 #include "core/mcp/era.h"
 #include "core/mcp/mrtr.h"
 #include "core/mcp/schemas.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "core/roots.h"
 #include "core/session.h"
 #include "policy/policy.h"

@@ -14,7 +14,7 @@
 #include "core/conf_int.h"
 #include "core/base/log.h"
 #include "policy/policy.h"
-#include "transports/tls.h"
+#include "core/wire/tls.h"
 
 #define LIM(f) offsetof(struct tg_limits, f)
 static const struct int_directive limit_directives[] = {

@@ -30,7 +30,7 @@ struct tg_listen_conf {
     int tls;
     char *cert, *key;
     char *client_ca; /* tls.client_ca: ask clients for certificates chaining to it (mTLS) */
-    int client_auth; /* TG_TLS_CLIENT_* (transports/tls.h): none, optional, required */
+    int client_auth; /* TG_TLS_CLIENT_* (core/wire/tls.h): none, optional, required */
     int session_timeout_s; /* tls.session_timeout_s: how long a session ticket resumes; 0: none */
     char **origins; /* extra allowed Origin values besides loopback ones */
     size_t norigins;

@@ -8,7 +8,7 @@
 
 #include "core/conf_int.h"
 #include "policy/policy.h"
-#include "transports/tls.h"
+#include "core/wire/tls.h"
 
 #define UPS(f) offsetof(struct tg_upstream_conf, f)
 static const struct int_directive upstream_directives[] = {

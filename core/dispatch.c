@@ -15,7 +15,7 @@
 #include "core/mcp/listen.h"
 #include "core/mcp/rewrite.h"
 #include "core/base/json.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "core/roots.h"
 #include "core/gateway.h"
 #include "policy/policy.h"

@@ -9,7 +9,7 @@
 #include "core/call.h"
 #include "core/base/json.h"
 #include "core/mcp/rewrite.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "policy/policy.h"
 #include "policy/uri.h"
 

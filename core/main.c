@@ -19,7 +19,7 @@
 #include "policy/policy.h"
 #include "core/server.h"
 #include "policy/auth.h"
-#include "transports/tls.h"
+#include "core/wire/tls.h"
 
 static void usage(FILE *f)
 {

@@ -11,7 +11,7 @@
 
 #include "core/conf.h"
 #include "core/base/json.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "policy/explain.h"
 #include "policy/policy.h"
 

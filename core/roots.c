@@ -6,7 +6,7 @@
 #include "core/conf.h"
 #include "core/base/json.h"
 #include "core/gateway.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "core/session.h"
 #include "upstream/pool.h"
 

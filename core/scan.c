@@ -11,7 +11,7 @@
 #include "core/base/json.h"
 #include "core/scan_link.h"
 #include "core/scan_policy.h"
-#include "transports/tls.h"
+#include "core/wire/tls.h"
 
 #define SCAN_MAX_HEADERS 32
 #define SCAN_MAX_PAGES 1000

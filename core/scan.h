@@ -6,7 +6,7 @@
  * bounded by --timeout. Over HTTP each message is one POST on a fresh connection (Streamable
  * HTTP: Accept: application/json, text/event-stream; a JSON or an SSE answer; the Mcp-Session-Id
  * the server gave is sent back). Answers are read with the strict parser (core/base/json.h).
- * https:// goes through transports/tls.c (buffers in, buffers out), driven over the blocking socket:
+ * https:// goes through core/wire/tls.c (buffers in, buffers out), driven over the blocking socket:
  * the certificate is checked (--ca FILE, else the system bundle; --insecure: not at all) before
  * the request is sent.
  *

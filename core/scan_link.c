@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #include "core/base/json.h"
-#include "core/sse.h"
-#include "transports/tls.h"
+#include "core/wire/sse.h"
+#include "core/wire/tls.h"
 
 #define SCAN_JSON_DEPTH 64
 
@@ -215,7 +215,7 @@ static int send_all(int fd, const char *p, size_t n, long long deadline, int soc
     return 0;
 }
 
-/* One connection's byte stream: plain, or TLS records through transports/tls.c (which works on
+/* One connection's byte stream: plain, or TLS records through core/wire/tls.c (which works on
  * buffers: ciphertext in, plaintext out, records to send appended to `out`). */
 struct link_io {
     struct tg_scan_link *c;

@@ -22,7 +22,7 @@
 #include "core/router.h"
 #include "core/session.h"
 #include "transports/http1.h"
-#include "transports/tls.h"
+#include "core/wire/tls.h"
 #include "policy/policy.h"
 #include "upstream/pool.h"
 

@@ -7,7 +7,7 @@
 #include "core/dispatch.h"
 #include "core/gateway.h"
 #include "core/base/json.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "transports/http1.h"
 
 /* Gathered answers are output a client will get: they count toward limits.output_total_bytes

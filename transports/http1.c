@@ -7,9 +7,9 @@
 #include <strings.h>
 
 #include "core/base/log.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "transports/http1_int.h"
-#include "transports/tls.h"
+#include "core/wire/tls.h"
 
 /* ---- forward declarations ---------------------------------------------- */
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
@@ -550,7 +550,7 @@ static void process_input(struct tg_conn *c)
     c->in_process = 0;
 }
 
-/* The request at the start of c->in read by the fast path (core/http_fast.h) and stored as llhttp's
+/* The request at the start of c->in read by the fast path (core/wire/http_fast.h) and stored as llhttp's
  * callbacks store one: its length, or 0 to leave it to llhttp (whose on_message_begin resets
  * whatever this stored). A request over a limit is left to llhttp too, which refuses it. */
 static size_t take_fast(struct tg_conn *c)

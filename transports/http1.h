@@ -24,7 +24,7 @@
 #include "core/auth_memo.h"
 #include "core/base/buf.h"
 #include "core/conf.h"
-#include "core/http_fast.h"
+#include "core/wire/http_fast.h"
 #include "core/base/metrics.h"
 
 struct tg_tls_ctx;

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "core/base/log.h"
-#include "core/msg.h"
-#include "transports/tls.h"
+#include "core/wire/msg.h"
+#include "core/wire/tls.h"
 
 /* A uv_write in flight with the bytes it writes, made by tg__http_send_wire(). Owner: libuv
  * until on_write(), which frees both. */

@@ -3,8 +3,8 @@
 #include "transports/http1_int.h"
 
 #include "core/base/log.h"
-#include "core/msg.h"
-#include "transports/tls.h"
+#include "core/wire/msg.h"
+#include "core/wire/tls.h"
 
 static void on_timer(uv_timer_t *t);
 

@@ -13,7 +13,7 @@
 
 #include "core/base/log.h"
 #include "core/base/metrics.h"
-#include "transports/tls.h"
+#include "core/wire/tls.h"
 
 /* Has this loop iteration's handshake time run out? */
 static int slice_spent(struct tg_http_env *env)

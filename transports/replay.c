@@ -6,7 +6,7 @@
 
 #include "core/gateway.h"
 #include "core/session.h"
-#include "core/sse.h"
+#include "core/wire/sse.h"
 #include "transports/http1.h"
 
 void tg_replay_gen_clear(struct tg_replay_gen *g)

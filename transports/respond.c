@@ -2,7 +2,7 @@
 
 #include <string.h>
 
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "transports/http1.h"
 
 void tg_http_respond_rpc(struct tg_conn *c, int status, const char *extra, const char *id, size_t id_len, int code,

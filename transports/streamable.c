@@ -13,14 +13,14 @@
 #include "core/mcp/bridge.h"
 #include "core/mcp/modern.h"
 #include "core/mcp/schemas.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "core/gateway.h"
 #include "core/session.h"
 #include "transports/batch.h"
 #include "transports/http1.h"
 #include "transports/replay.h"
 #include "transports/respond.h"
-#include "core/sse.h"
+#include "core/wire/sse.h"
 
 /* ---- the sink ------------------------------------------------------------------------ */
 

@@ -4,7 +4,7 @@
 
 #include "core/exchange.h"
 #include "core/base/log.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "core/gateway.h"
 #include "core/session.h"
 #include "transports/channel.h"

@@ -3,7 +3,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/http_fast.h"
+#include "core/wire/http_fast.h"
 #include "core/base/log.h"
 #include "upstream/pool_int.h"
 
@@ -314,7 +314,7 @@ static int keep_header(char *dst, size_t *len, size_t cap, const char *v, size_t
     return 0;
 }
 
-/* The first bytes of an answer, when they hold all of it in the shape core/http_fast.h reads:
+/* The first bytes of an answer, when they hold all of it in the shape core/wire/http_fast.h reads:
  * handed to the request as llhttp's callbacks hand one (on_head, on_data, finished), and 1;
  * 0 leaves them to llhttp, unread. */
 static int take_fast(struct tg_upconn *c, const char *p, size_t n)

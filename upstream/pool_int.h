@@ -8,7 +8,7 @@
 #include <uv.h>
 
 #include "core/base/buf.h"
-#include "transports/tls.h"
+#include "core/wire/tls.h"
 #include "upstream/pool.h"
 
 enum upconn_state {

@@ -15,7 +15,7 @@
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/mcp/era.h"
-#include "core/sse.h"
+#include "core/wire/sse.h"
 #include "upstream/pool.h"
 #include "upstream/pool_int.h"
 
@@ -74,7 +74,7 @@ static int probe_event(void *ud, const struct tg_sse_event *ev)
     return 0;
 }
 
-/* The JSON-RPC answer in a probe's response: the body, or on an event stream (core/sse.c) the
+/* The JSON-RPC answer in a probe's response: the body, or on an event stream (core/wire/sse.c) the
  * first event that carries one. */
 static cJSON *answer_of(struct probe *p)
 {

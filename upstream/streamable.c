@@ -7,7 +7,7 @@
 
 #include "core/call.h"
 #include "core/base/log.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "upstream/upstream.h"
 #include "upstream/pool.h"
 

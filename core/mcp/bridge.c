@@ -10,7 +10,7 @@
 #include "core/base/log.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "core/session.h"
 #include "upstream/pool.h"
 

@@ -6,7 +6,7 @@
 
 #include "core/base/json.h"
 #include "core/base/log.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "policy/policy.h"
 
 static int filter_list(const struct tg_mcp_answer *a, const char *p, size_t n, struct tg_buf *out);

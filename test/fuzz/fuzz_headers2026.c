@@ -43,7 +43,7 @@
 
 #include "core/base/json.h"
 #include "core/mcp/era.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 
 #define DEPTH 64
 #define MAXH 64

@@ -1,4 +1,4 @@
-/* Strict JSON and JSON-RPC decoding (core/base/json.c, core/msg.c), and their re-serialisation.
+/* Strict JSON and JSON-RPC decoding (core/base/json.c, core/wire/msg.c), and their re-serialisation.
  * Properties, checked on every input the strict parser takes:
  *   decode(encode(decode(x))) = decode(x)   (the tree survives a round trip)
  *   encode(decode(encode(decode(x)))) = encode(decode(x))   (the output is a fixed point)
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "core/base/json.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 
 #define DEPTH 64
 

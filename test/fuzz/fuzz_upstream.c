@@ -1,5 +1,5 @@
 /* Upstream answers: the HTTP/1.1 response parser of upstream/http_client.c (its llhttp settings
- * and header/body callbacks) and text/event-stream (core/sse.c: tg_sse_init, tg_sse_feed,
+ * and header/body callbacks) and text/event-stream (core/wire/sse.c: tg_sse_init, tg_sse_feed,
  * tg_sse_restart, and the writer tg_sse_write_message), the parser every SSE upstream answer and
  * legacy SSE link goes through.
  *
@@ -25,7 +25,7 @@
  *   that ended the feeding, and the state kept for a reconnect (last id, retry);
  *   an event's data never exceeds max_event; a kept last id is printable ASCII;
  *   the writer: parse(tg_sse_write_message(id, x)) is one event "message" with that id and data
- *   x with each CR turned into LF (what core/sse.h promises).
+ *   x with each CR turned into LF (what core/wire/sse.h promises).
  * Any input: no crash, no leak, no undefined behaviour.
  *
  * Its first finding, fixed: on_headers_complete() in upstream/http_client.c took a 101 for an
@@ -46,7 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/sse.h"
+#include "core/wire/sse.h"
 /* tgcore builds it with its own warning set; -Wextra here would flag an unused callback parameter. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"

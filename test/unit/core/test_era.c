@@ -11,7 +11,7 @@
 #include "core/mcp/rewrite.h"
 #include "core/session.h"
 #include "core/mcp/schemas.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 
 #define META "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"," \
              "\"io.modelcontextprotocol/clientCapabilities\":{}}"

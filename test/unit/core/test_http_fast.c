@@ -1,4 +1,4 @@
-/* core/http_fast.c against llhttp itself: whatever the fast path takes, llhttp (set up as
+/* core/wire/http_fast.c against llhttp itself: whatever the fast path takes, llhttp (set up as
  * transports/http1.c and upstream/http_client.c set it up) must take too, as one whole message
  * of the same length, with the same method or status, target, headers, body and keep-alive;
  * and what it must leave to llhttp, it leaves. The differential cases mutate usual requests
@@ -7,7 +7,7 @@
 
 #include <llhttp.h>
 
-#include "core/http_fast.h"
+#include "core/wire/http_fast.h"
 
 #define MAXH 64 /* MAXH */
 

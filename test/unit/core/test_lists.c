@@ -9,7 +9,7 @@
 #include "core/base/json.h"
 #include "core/mcp/listen.h"
 #include "core/mcp/rewrite.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 #include "policy/policy.h"
 
 static struct tg_policy *policy(const char *json)

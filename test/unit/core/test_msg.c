@@ -1,8 +1,8 @@
-/* core/msg.c: JSON-RPC decode and classification, id rewriting, error objects. */
+/* core/wire/msg.c: JSON-RPC decode and classification, id rewriting, error objects. */
 #include "test/unit/unit.h"
 
 #include "core/base/json.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 
 static int decode(const char *s, struct tg_msg *m, const char **why)
 {

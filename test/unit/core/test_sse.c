@@ -1,10 +1,10 @@
-/* core/sse.c: the incremental text/event-stream parser and the writer.
+/* core/wire/sse.c: the incremental text/event-stream parser and the writer.
  * Every stream is parsed whole, one byte at a time and split at every pair of
  * boundaries; all must give the same events (wslay "*_1byte" style). The
  * writer is checked byte for byte, then read back by the parser. */
 #include "test/unit/unit.h"
 
-#include "core/sse.h"
+#include "core/wire/sse.h"
 
 struct ev {
     char event[64];
@@ -125,7 +125,7 @@ static void single_event(void **state)
     expect_ev(&c, 0, "", "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}", NULL);
 }
 
-/* The usual relayed event is read in one step (core/sse.c usual_event) when it is whole in a
+/* The usual relayed event is read in one step (core/wire/sse.c usual_event) when it is whole in a
  * feed; cut anywhere it goes through the line parser: both must give the same events, for it and
  * for everything that only looks like it. */
 static void usual_event_and_near_misses(void **state)
@@ -151,7 +151,7 @@ static void usual_event_and_near_misses(void **state)
     expect_ev(&c, 6, "message", "after id", "5");
     expect_ev(&c, 7, "message", "nospace", NULL);
     expect_ev(&c, 8, "message", "last", NULL);
-    /* Bytes that stop the one-pass search for the line's end (core/sse.c first_odd_byte) before
+    /* Bytes that stop the one-pass search for the line's end (core/wire/sse.c first_odd_byte) before
      * its LF, in the first sixteen bytes and past them: a tab, UTF-8, a CR (which ends the line:
      * "b" is then a field of its own, ignored), a CR after the odd byte. */
     struct col o;

@@ -10,7 +10,7 @@
  * Each case runs in its own loop and ends with every handle closed and nothing leaked. */
 #include "test/unit/transports/harness.h"
 
-#include "core/msg.h"
+#include "core/wire/msg.h"
 
 struct t1 {
     struct tg_conn *held; /* /later, /sse: answered by the test */

@@ -1,4 +1,4 @@
-/* transports/tls.c in memory: a server and a client tg_tls hand each other their records (no
+/* core/wire/tls.c in memory: a server and a client tg_tls hand each other their records (no
  * socket), with a P-256 key and a self-signed certificate made here with mbedtls. What is
  * checked is tg_tls_trim(): an idle connection gives its record buffers' pages back, never
  * while a record is half read or data waits, and the connection goes on byte-exact in both
@@ -21,7 +21,7 @@
 
 #include "core/base/buf.h"
 #include "core/base/log.h"
-#include "transports/tls.h"
+#include "core/wire/tls.h"
 
 static char cert_path[64], key_path[64];
 

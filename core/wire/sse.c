@@ -1,4 +1,4 @@
-#include "core/sse.h"
+#include "core/wire/sse.h"
 
 #include <assert.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
 
 #include "core/base/buf.h"
 
-/* One parsed event. Value type on the stack of process_line() in core/sse.c (under
+/* One parsed event. Value type on the stack of process_line() in core/wire/sse.c (under
  * tg_sse_feed()); its slices point into the parser's buffers, valid only during the callback. */
 struct tg_sse_event {
     struct tg_slice event; /* empty = "message" */

@@ -1,4 +1,4 @@
-#include "transports/tls.h"
+#include "core/wire/tls.h"
 
 #include <mbedtls/asn1.h>
 #include <mbedtls/ctr_drbg.h>

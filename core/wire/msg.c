@@ -1,4 +1,4 @@
-#include "core/msg.h"
+#include "core/wire/msg.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "core/http_fast.h"
+#include "core/wire/http_fast.h"
 
 #include <string.h>
 
