@@ -10,7 +10,7 @@
 
 #include "cluster/cluster.h"
 #include "cluster/redis.h"
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/session.h"

@@ -18,7 +18,7 @@
 #include <uv.h>
 
 #include "core/base/buf.h"
-#include "core/conf.h"
+#include "core/conf/conf.h"
 
 struct tg_audit;
 

@@ -12,7 +12,7 @@
 #include <uv.h>
 
 #include "core/base/buf.h"
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/mcp/mrtr.h"
 #include "core/base/metrics.h"
 #include "transports/http1.h"

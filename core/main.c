@@ -10,7 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/audit.h"
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/base/log.h"
 #include "core/policy_cli.h"
 #include "core/scan.h"

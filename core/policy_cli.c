@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/time.h>
 
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/base/json.h"
 #include "core/wire/msg.h"
 #include "policy/explain.h"

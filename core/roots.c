@@ -3,7 +3,7 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/base/json.h"
 #include "core/gateway.h"
 #include "core/wire/msg.h"

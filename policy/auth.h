@@ -10,7 +10,7 @@
 
 #include "core/base/buf.h"
 #include "core/auth_memo.h"
-#include "core/conf.h"
+#include "core/conf/conf.h"
 
 enum tg_auth_result {
     TG_AUTH_OK = 0,

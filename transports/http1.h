@@ -23,7 +23,7 @@
 
 #include "core/auth_memo.h"
 #include "core/base/buf.h"
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/wire/http_fast.h"
 #include "core/base/metrics.h"
 

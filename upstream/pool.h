@@ -19,7 +19,7 @@
 #include <uv.h>
 
 #include "core/base/buf.h"
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/base/metrics.h"
 #include "upstream/stdio.h"
 

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "core/conf.h"
+#include "core/conf/conf.h"
 
 struct tg_child;
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/mcp/rewrite.h"

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/base/json.h"
 #include "core/mcp/era.h"
 

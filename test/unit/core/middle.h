@@ -29,7 +29,7 @@
 #include "core/approvals.h"
 #include "core/audit.h"
 #include "core/call.h"
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/dispatch.h"
 #include "core/gateway.h"
 #include "core/base/json.h"

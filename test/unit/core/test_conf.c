@@ -1,11 +1,11 @@
-/* core/conf.c: loading libconfig files into struct tg_conf, ${VAR} expansion,
+/* core/conf/conf.c: loading libconfig files into struct tg_conf, ${VAR} expansion,
  * and "file:line: directive: reason" errors. */
 #include "test/unit/unit.h"
 
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include "core/conf.h"
+#include "core/conf/conf.h"
 
 static char tmpdir[256];
 static int nfile;

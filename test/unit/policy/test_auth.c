@@ -1,7 +1,7 @@
 /* policy/auth.c: bearer parsing, token hashing and grant selection. */
 #include "test/unit/unit.h"
 
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/base/sha256.h"
 #include "core/base/siphash.h"
 #include "policy/auth.h"

@@ -23,7 +23,7 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"
 #include "transports/http1.h"

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/gateway.h"
 #include "transports/replay.h"
 

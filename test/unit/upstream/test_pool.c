@@ -18,7 +18,7 @@
 #include <strings.h>
 #include <uv.h>
 
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/base/metrics.h"
 #include "upstream/pool.h"
 

@@ -11,7 +11,7 @@
 #include <uv.h>
 
 #include "core/base/buf.h"
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "core/base/log.h"
 #include "upstream/stdio.h"
 

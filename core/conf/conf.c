@@ -1,4 +1,4 @@
-#include "core/conf.h"
+#include "core/conf/conf.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/conf_int.h"
+#include "core/conf/internal.h"
 #include "core/base/log.h"
 #include "policy/policy.h"
 #include "core/wire/tls.h"

@@ -1,4 +1,4 @@
-#include "core/conf.h"
+#include "core/conf/conf.h"
 
 #include <libconfig.h>
 #include <stdio.h>
@@ -6,7 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/conf_int.h"
+#include "core/conf/internal.h"
 #include "core/base/json.h"
 #include "policy/jwt.h"
 #include "policy/policy.h"

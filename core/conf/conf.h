@@ -6,7 +6,7 @@
  * conf_upstream.c (upstream and pool). The loader is split by section: conf.c
  * (the file, log, listen, admin, limits, audit, refcount), conf_upstream.c
  * (upstreams) and conf_grant.c (grants, JWT issuers, policies); they share
- * core/conf_int.h. A loaded conf is never modified; it is refcounted so that
+ * core/conf/internal.h. A loaded conf is never modified; it is refcounted so that
  * work started under one conf can finish under it after a reload.
  *
  * Ownership: every struct below is part of one struct tg_conf (embedded in it
@@ -46,7 +46,7 @@ struct tg_admin_conf {
     uint8_t token_sha256[32];
 };
 
-/* The cluster group (core/conf_cluster.c): several gateways sharing counters, sessions and
+/* The cluster group (core/conf/cluster.c): several gateways sharing counters, sessions and
  * approvals through one Redis. Embedded in struct tg_conf; enabled 0 without the group. Strings
  * are owned by the conf (tg_conf_unref frees them). */
 enum tg_cluster_unavailable { TG_CLUSTER_DENY = 0, TG_CLUSTER_LOCAL = 1 };

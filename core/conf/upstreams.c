@@ -1,4 +1,4 @@
-#include "core/conf.h"
+#include "core/conf/conf.h"
 
 #include <libconfig.h>
 #include <stdio.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/conf_int.h"
+#include "core/conf/internal.h"
 #include "policy/policy.h"
 #include "core/wire/tls.h"
 
@@ -387,7 +387,7 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
                 }
             }
         }
-        tg__conf_load_roots(ld, g, &u->roots, ctx); /* pinned roots: core/conf_grant.c */
+        tg__conf_load_roots(ld, g, &u->roots, ctx); /* pinned roots: core/conf/grants.c */
         char *init = tg__conf_get_str(ld, g, "initialize", "forward", 0, ctx);
         if (init && strcmp(init, "local") == 0) {
             u->init_local = 1;

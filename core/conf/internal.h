@@ -1,6 +1,6 @@
-/* Internal to the conf loader, which is split over core/conf.c (the file, log, listen, admin,
- * limits, audit, refcount), core/conf_upstream.c (upstreams), core/conf_grant.c (grants, JWT
- * issuers, policies) and core/conf_cluster.c (cluster). No other module includes this header.
+/* Internal to the conf loader, which is split over core/conf/conf.c (the file, log, listen, admin,
+ * limits, audit, refcount), core/conf/upstreams.c (upstreams), core/conf/grants.c (grants, JWT
+ * issuers, policies) and core/conf/cluster.c (cluster). No other module includes this header.
  *
  * Every tg__conf_load_* fills its part of a struct tg_conf that tg_conf_load() allocated; what it
  * stores there is owned by that conf, and the matching tg__conf_*_free, in the same file, frees it
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/conf.h"
+#include "core/conf/conf.h"
 
 /* One row per scalar integer directive (nginx ngx_command_t, redis createIntConfig). Data only:
  * rows of static const tables (conf.c, conf_upstream.c), never freed. */
@@ -60,22 +60,22 @@ void tg__conf_check_members(struct loader *ld, const config_setting_t *grp, cons
 /* grp's token_sha256 into out: 1 if present and valid, 0 if absent (or invalid, reported). */
 int tg__conf_parse_sha256(struct loader *ld, const config_setting_t *grp, const char *ctx, uint8_t out[32]);
 
-/* core/conf_upstream.c: the upstreams list and the default upstream. */
+/* core/conf/upstreams.c: the upstreams list and the default upstream. */
 void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c);
 /* Frees what tg__conf_load_upstreams stored in c (called by tg_conf_unref only). */
 void tg__conf_upstreams_free(struct tg_conf *c);
 
-/* core/conf_grant.c. Grants come before upstreams; policies after both (they name upstreams), and
+/* core/conf/grants.c. Grants come before upstreams; policies after both (they name upstreams), and
  * only when everything else loaded without errors. */
 void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c);
-/* core/conf_cluster.c: the cluster group. */
+/* core/conf/cluster.c: the cluster group. */
 void tg__conf_load_cluster(struct loader *ld, config_t *cfg, struct tg_conf *c);
 void tg__conf_cluster_free(struct tg_conf *c);
 void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c);
 void tg__conf_load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c);
 /* Free the grants (with their policy overrides) and the JWT issuers (called by tg_conf_unref only). */
 void tg__conf_grants_free(struct tg_conf *c);
-/* core/conf_grant.c: a roots = [ "file:///…" or { uri = "file:///…"; name = "…"; }, … ] member of
+/* core/conf/grants.c: a roots = [ "file:///…" or { uri = "file:///…"; name = "…"; }, … ] member of
  * grp (upstreams[] or grants[]) into r; absent: r stays unpinned. tg__conf_roots_free releases r. */
 void tg__conf_load_roots(struct loader *ld, const config_setting_t *grp, struct tg_roots *r, const char *ctx);
 void tg__conf_roots_free(struct tg_roots *r);

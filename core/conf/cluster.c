@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/conf_int.h"
+#include "core/conf/internal.h"
 
 #define CL(f) offsetof(struct tg_cluster_conf, f)
 static const struct int_directive cluster_ints[] = {
