@@ -1,11 +1,11 @@
-/* core/mcp/state.c: the gateway's envelope around an upstream's requestState. A retry opens
+/* core/mcp/envelope.c: the gateway's envelope around an upstream's requestState. A retry opens
  * it only for the same grant, upstream, method, tool and arguments, under the same key, before
  * it expires, and unchanged. */
 #include "test/unit/unit.h"
 
 #include <string.h>
 
-#include "core/mcp/state.h"
+#include "core/mcp/envelope.h"
 
 static const uint8_t key[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
                                 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};

@@ -1,4 +1,4 @@
-#include "core/mcp/state.h"
+#include "core/mcp/envelope.h"
 
 #include <stdlib.h>
 #include <string.h>
