@@ -13,7 +13,7 @@
 #include "core/conf/conf.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
-#include "core/session.h"
+#include "core/call/session.h"
 
 /* A read waiting for Redis. Owner: itself, from tg_cluster_session_fetch() until on_get ran
  * (cancel only drops the callback). */

@@ -10,12 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/approvals.h"
-#include "core/audit.h"
-#include "core/gateway.h"
+#include "core/call/approvals.h"
+#include "core/call/audit.h"
+#include "core/call/gateway.h"
 #include "core/base/json.h"
 #include "core/router.h"
-#include "core/session.h"
+#include "core/call/session.h"
 #include "policy/auth.h"
 #include "policy/policy.h"
 #include "transports/http1.h"

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/approvals.h"
-#include "core/gateway.h"
+#include "core/call/approvals.h"
+#include "core/call/gateway.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "policy/auth.h"

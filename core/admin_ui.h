@@ -2,7 +2,7 @@
  *
  * Without a page session it shows a login form; POST /admin/ui/login with the admin token opens
  * a session (cookie tollgate_admin, HttpOnly, SameSite=Strict, Path=/admin). The page lists the
- * approval queue (core/approvals.h, polled every second) and decides with POSTs that carry the
+ * approval queue (core/call/approvals.h, polled every second) and decides with POSTs that carry the
  * session's CSRF token; a POST without it is answered 403 and changes nothing.
  *
  *   GET  /admin/ui/                          the page, or the login form

@@ -17,10 +17,10 @@
 
 #include "cluster/cluster.h"
 #include "cluster/redis.h"
-#include "core/approvals.h"
-#include "core/audit.h"
-#include "core/call.h"
-#include "core/gateway.h"
+#include "core/call/approvals.h"
+#include "core/call/audit.h"
+#include "core/call/call.h"
+#include "core/call/gateway.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 

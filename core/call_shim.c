@@ -10,16 +10,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/call.h"
-#include "core/gateway.h"
+#include "core/call/call.h"
+#include "core/call/gateway.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/mcp/era.h"
 #include "core/mcp/mrtr.h"
 #include "core/mcp/schemas.h"
 #include "core/wire/msg.h"
-#include "core/roots.h"
-#include "core/session.h"
+#include "core/call/roots.h"
+#include "core/call/session.h"
 #include "policy/policy.h"
 #include "upstream/pool.h"
 #include "upstream/upstream.h"

@@ -6,9 +6,9 @@
 
 #include "cluster/cluster.h"
 #include "cluster/sessions.h"
-#include "core/approvals.h"
-#include "core/audit.h"
-#include "core/call.h"
+#include "core/call/approvals.h"
+#include "core/call/audit.h"
+#include "core/call/call.h"
 #include "core/base/log.h"
 #include "core/mcp/era.h"
 #include "core/mcp/legacy.h"
@@ -16,8 +16,8 @@
 #include "core/mcp/rewrite.h"
 #include "core/base/json.h"
 #include "core/wire/msg.h"
-#include "core/roots.h"
-#include "core/gateway.h"
+#include "core/call/roots.h"
+#include "core/call/gateway.h"
 #include "policy/policy.h"
 #include "upstream/pool.h"
 

@@ -1,13 +1,13 @@
 /* The gate every client message passes (core/dispatch.c): standard methods only, the policy's
  * decision (allow, deny, limit, approve), then a call to the upstream or an answer made here.
  *
- * Transports call these with a context and a sink (core/exchange.h). tg_dispatch_message()
+ * Transports call these with a context and a sink (core/call/exchange.h). tg_dispatch_message()
  * takes over the sink reference: the answer comes through it (perhaps before it returns, as
  * for a refusal) and it is released exactly once. */
 #ifndef TG_DISPATCH_H
 #define TG_DISPATCH_H
 
-#include "core/exchange.h"
+#include "core/call/exchange.h"
 #include "core/base/json.h"
 
 struct tg_msg;

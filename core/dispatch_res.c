@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/call.h"
+#include "core/call/call.h"
 #include "core/base/json.h"
 #include "core/mcp/rewrite.h"
 #include "core/wire/msg.h"

@@ -9,7 +9,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/audit.h"
+#include "core/call/audit.h"
 #include "core/conf/conf.h"
 #include "core/base/log.h"
 #include "core/policy_cli.h"

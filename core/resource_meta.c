@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/gateway.h"
+#include "core/call/gateway.h"
 #include "core/base/json.h"
 #include "transports/http1.h"
 #include "transports/respond.h"

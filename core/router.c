@@ -7,16 +7,16 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/call.h"
+#include "core/call/call.h"
 #include "core/dispatch.h"
-#include "core/approvals.h"
-#include "core/exchange.h"
-#include "core/gateway.h"
+#include "core/call/approvals.h"
+#include "core/call/exchange.h"
+#include "core/call/gateway.h"
 #include "core/base/log.h"
 #include "core/mcp/bridge.h"
 #include "core/wire/msg.h"
 #include "core/resource_meta.h"
-#include "core/session.h"
+#include "core/call/session.h"
 #include "policy/auth.h"
 #include "policy/policy.h"
 #include "transports/channel.h"

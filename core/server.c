@@ -10,17 +10,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/approvals.h"
-#include "core/audit.h"
-#include "core/call.h"
+#include "core/call/approvals.h"
+#include "core/call/audit.h"
+#include "core/call/call.h"
 #include "core/dispatch.h"
 #include "core/base/log.h"
 #include "core/mcp/bridge.h"
 #include "core/mcp/schemas.h"
 #include "core/admin.h"
-#include "core/roots.h"
+#include "core/call/roots.h"
 #include "core/router.h"
-#include "core/session.h"
+#include "core/call/session.h"
 #include "transports/http1.h"
 #include "core/wire/tls.h"
 #include "policy/policy.h"

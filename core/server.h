@@ -1,10 +1,10 @@
 /* The process (core/server.c): starting the listeners and the loop's hooks, reloading the
  * configuration (a removed upstream lives until its calls end), draining and shutting down.
- * struct tg_server itself is in core/gateway.h. */
+ * struct tg_server itself is in core/call/gateway.h. */
 #ifndef TG_SERVER_H
 #define TG_SERVER_H
 
-#include "core/gateway.h"
+#include "core/call/gateway.h"
 
 int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf);
 int tg_server_start(struct tg_server *srv);

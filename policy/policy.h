@@ -45,7 +45,7 @@ struct tg_reservation {
 };
 
 /* The outcome of a decision. Value type: the tg_policy_decide_* functions fill caller storage;
- * a call's own is malloc'd in core/dispatch.c (k->dec), freed by call_release() in core/call.c. */
+ * a call's own is malloc'd in core/dispatch.c (k->dec), freed by call_release() in core/call/call.c. */
 struct tg_decision {
     enum tg_verdict verdict;
     char rule[128];     /* rule or limit that decided, "" for a plain allow */

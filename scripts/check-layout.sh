@@ -15,8 +15,8 @@ done < <(wc -l core/*.[ch] core/mcp/*.[ch] transports/*.[ch] policy/*.[ch] upstr
 if ! python3 scripts/include-cycles.py; then
     fail=1
 fi
-if grep -nE '^\s+void \*' core/session.h; then
-    echo "layout: core/session.h holds untyped (void *) state"
+if grep -nE '^\s+void \*' core/call/session.h; then
+    echo "layout: core/call/session.h holds untyped (void *) state"
     fail=1
 fi
 (( fail == 0 )) && echo "layout: ok"

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/dispatch.h"
-#include "core/gateway.h"
+#include "core/call/gateway.h"
 #include "core/base/json.h"
 #include "core/wire/msg.h"
 #include "transports/http1.h"

@@ -8,7 +8,7 @@
 #define TG_BATCH_H
 
 #include "core/base/buf.h"
-#include "core/exchange.h"
+#include "core/call/exchange.h"
 #include "core/base/json.h"
 
 struct tg_conn;

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "core/base/buf.h"
-#include "core/exchange.h"
+#include "core/call/exchange.h"
 
 struct tg_conn;
 struct tg_server;

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gateway.h"
-#include "core/session.h"
+#include "core/call/gateway.h"
+#include "core/call/session.h"
 #include "core/wire/sse.h"
 #include "transports/http1.h"
 

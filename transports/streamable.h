@@ -9,7 +9,7 @@
 #define TG_STREAMABLE_H
 
 #include "core/base/buf.h"
-#include "core/exchange.h"
+#include "core/call/exchange.h"
 
 struct tg_conn;
 struct tg_replay;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/call.h"
+#include "core/call/call.h"
 #include "core/base/log.h"
 #include "upstream/upstream.h"
 #include "upstream/pool.h"

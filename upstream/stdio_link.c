@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/call.h"
+#include "core/call/call.h"
 #include "core/base/log.h"
 #include "upstream/upstream.h"
 #include "upstream/pool.h"
@@ -40,7 +40,7 @@ static int client_connected(const struct tg_session *s)
     return sk != NULL && (sk->ops->connected != NULL ? sk->ops->connected(sk) : sk->ops->listening(sk));
 }
 
-/* At max_children a new session takes the child of an idle one (core/session.c picks it): of its
+/* At max_children a new session takes the child of an idle one (core/call/session.c picks it): of its
  * own grant whose client is gone at once, else one idle limits.stdio_evict_idle_ms (its own
  * grant's first). That session ends as if its child had exited, so its client's next request
  * gets 404 and it initialises again (what the protocol says a client does for a session the

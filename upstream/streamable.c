@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/call.h"
+#include "core/call/call.h"
 #include "core/base/log.h"
 #include "core/wire/msg.h"
 #include "upstream/upstream.h"

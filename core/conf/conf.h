@@ -215,7 +215,7 @@ struct tg_conf {
     struct tg_limits limits;
     struct tg_grant_conf *grants;
     size_t ngrants;
-    int grant_roots; /* some grant pins roots: a session must look its grant up (core/roots.c) */
+    int grant_roots; /* some grant pins roots: a session must look its grant up (core/call/roots.c) */
     struct tg_upstream_conf *upstreams;
     size_t nupstreams;
     int default_upstream; /* index or -1 */

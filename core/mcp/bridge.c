@@ -5,13 +5,13 @@
 #include <string.h>
 
 #include "core/dispatch.h"
-#include "core/gateway.h"
+#include "core/call/gateway.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
 #include "core/wire/msg.h"
-#include "core/session.h"
+#include "core/call/session.h"
 #include "upstream/pool.h"
 
 /* Where the upstream session of a stateless session stands. */

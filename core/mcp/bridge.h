@@ -11,7 +11,7 @@
 #ifndef TG_MCP_BRIDGE_H
 #define TG_MCP_BRIDGE_H
 
-#include "core/exchange.h"
+#include "core/call/exchange.h"
 
 struct tg_msg;
 struct tg_server;

@@ -9,7 +9,7 @@
 #include "core/base/log.h"
 #include "core/mcp/rewrite.h"
 #include "core/wire/msg.h"
-#include "core/session.h"
+#include "core/call/session.h"
 
 static const char *const supported_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL};
 

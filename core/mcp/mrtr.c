@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/audit.h"
+#include "core/call/audit.h"
 
 #include "core/base/json.h"
 

@@ -1,4 +1,4 @@
-/* core/audit.c: how records reach the file. A regular file is written by the loop itself, once
+/* core/call/audit.c: how records reach the file. A regular file is written by the loop itself, once
  * per iteration (or at once past 64 KiB); anything else (here a pipe) through the thread pool.
  * Either way every record is written or counted as dropped, and closing writes what waits. */
 #include "../unit.h"
@@ -8,7 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "core/audit.h"
+#include "core/call/audit.h"
 #include "core/base/json.h"
 #include "policy/counters.h"
 #include "policy/policy.h"

@@ -1,4 +1,4 @@
-/* core/call.c: the life of one call, from the moment dispatch made it to its settlement, with
+/* core/call/call.c: the life of one call, from the moment dispatch made it to its settlement, with
  * a fake upstream kind and a fake sink (test/unit/core/middle.h) around the real middle.
  *
  * What is checked is what can be seen from outside: the sink's operations and bytes (the

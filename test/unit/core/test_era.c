@@ -9,7 +9,7 @@
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
 #include "core/mcp/rewrite.h"
-#include "core/session.h"
+#include "core/call/session.h"
 #include "core/mcp/schemas.h"
 #include "core/wire/msg.h"
 

@@ -1,10 +1,10 @@
-/* core/roots.c and its call sites (core/call.c, core/dispatch.c): with roots pinned, a server's
+/* core/call/roots.c and its call sites (core/call/call.c, core/dispatch.c): with roots pinned, a server's
  * roots/list is answered by the gateway with them and never reaches a client, the client's
  * list_changed goes nowhere, and the initialize the server sees declares roots. A fake upstream
  * kind and a fake sink (test/unit/core/middle.h) around the real middle. */
 #include "test/unit/core/middle.h"
 
-#include "core/roots.h"
+#include "core/call/roots.h"
 
 /* Upstream 0 "pinned" (roots pinned, a message-stream link as stdio), upstream 1 "open" (none);
  * grant alice (anonymous) takes them as they are. */

@@ -1,10 +1,10 @@
-/* core/session.c: the session table (ids, lookup, refcounts, growth, sweep).
+/* core/call/session.c: the session table (ids, lookup, refcounts, growth, sweep).
  * Runs under ASan/LSan: a session freed too early or never freed fails the test.
  * The .c file is included to see the table's buckets (its symbols then come from
  * here, not from tgcore's session.o, which the linker leaves out). */
 #include "test/unit/unit.h"
 
-#include "core/session.c"
+#include "core/call/session.c"
 
 static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 

@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "core/conf/conf.h"
-#include "core/gateway.h"
+#include "core/call/gateway.h"
 #include "transports/replay.h"
 
 struct fix {

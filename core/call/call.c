@@ -1,4 +1,4 @@
-#include "core/call.h"
+#include "core/call/call.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,7 +6,7 @@
 
 #include "cluster/cluster.h"
 #include "cluster/sessions.h"
-#include "core/audit.h"
+#include "core/call/audit.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/mcp/legacy.h"
@@ -16,7 +16,7 @@
 #include "core/mcp/rewrite.h"
 #include "core/mcp/schemas.h"
 #include "core/wire/msg.h"
-#include "core/roots.h"
+#include "core/call/roots.h"
 #include "core/base/slab.h"
 #include "policy/policy.h"
 #include "upstream/upstream.h"

@@ -91,7 +91,7 @@ struct tg_server {
     int draining;
     uint64_t drain_deadline;
     uint64_t accept_warned_ms;
-    /* The operations of an upstream's kind; NULL: core/call.c's table by transport (a unit test
+    /* The operations of an upstream's kind; NULL: core/call/call.c's table by transport (a unit test
      * puts a fake upstream here). */
     const struct tg_upstream_ops *(*upstream_ops)(const struct tg_upstream_conf *uc);
     /* Load the configuration file again (core/server.c): the admin API's reload. done runs from

@@ -1,4 +1,4 @@
-#include "core/audit.h"
+#include "core/call/audit.h"
 
 #include <errno.h>
 #include <fcntl.h>

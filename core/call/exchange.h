@@ -1,4 +1,4 @@
-/* What a client transport and the middle (core/dispatch.c, core/call.c) agree on: the request
+/* What a client transport and the middle (core/dispatch.c, core/call/call.c) agree on: the request
  * context, and the sink a call answers through.
  *
  * A transport turns its framing into messages (struct tg_msg) and hands each one to
@@ -105,7 +105,7 @@ struct tg_sink {
     unsigned flags; /* TG_SINK_* */
 };
 
-/* Upcalls from transports to the call they feed (core/call.c). None runs a sink operation
+/* Upcalls from transports to the call they feed (core/call/call.c). None runs a sink operation
  * inside the transport's own call chain: a call that must close is closed, and freed later. */
 void tg_call_client_gone(struct tg_call *k);    /* the client went away for good */
 void tg_call_client_drained(struct tg_call *k); /* the client's output fell below the low-water mark */

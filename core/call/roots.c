@@ -1,13 +1,13 @@
-#include "core/roots.h"
+#include "core/call/roots.h"
 
 #include <cjson/cJSON.h>
 #include <string.h>
 
 #include "core/conf/conf.h"
 #include "core/base/json.h"
-#include "core/gateway.h"
+#include "core/call/gateway.h"
 #include "core/wire/msg.h"
-#include "core/session.h"
+#include "core/call/session.h"
 #include "upstream/pool.h"
 
 /* What a session whose grant a reload removed gets: no roots (its grant's pins, if it had any,

@@ -31,7 +31,7 @@ struct tg_session {
     int upstream;      /* index into the server's upstreams */
     unsigned char log_level; /* up_modern: the level logging/setLevel asked for (tg_mcp_log_level), 0 none */
     char *listen_uris; /* up_modern: the resources its client subscribed to (a JSON array, bounded by
-                        * TG_LISTEN_URIS_MAX and _BYTES in core/call.h),
+                        * TG_LISTEN_URIS_MAX and _BYTES in core/call/call.h),
                         * which every listen standing in for its GET stream asks for; owned */
     char *up_session;  /* upstream's Mcp-Session-Id, never shown to clients */
     char proto[24];    /* negotiated protocol version */
@@ -44,7 +44,7 @@ struct tg_session {
     uint64_t shared_touch_ms; /* when this gateway last renewed the record's expiry */
     unsigned inflight;
     int stalled;            /* client connections still holding a big answer of this session */
-    struct tg_list calls;   /* in-flight calls of this session (struct tg_call, core/call.c) */
+    struct tg_list calls;   /* in-flight calls of this session (struct tg_call, core/call/call.c) */
     struct tg_call *get_stream; /* the call carrying the session's stream of server messages, if any */
     struct tg_sink *channel;    /* the session's long-lived client stream (legacy SSE, WebSocket), if any */
     struct tg_server *srv;      /* the server (for callbacks that only have the session) */

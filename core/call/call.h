@@ -1,8 +1,8 @@
-/* The life of one call (core/call.c): from the policy's decision to its settlement.
+/* The life of one call (core/call/call.c): from the policy's decision to its settlement.
  *
  * A call is one client message in flight: made by core/dispatch.c once the policy allowed it
  * (or parked for approval), sent through its upstream kind's operations (upstream/upstream.h),
- * answered through its sink (core/exchange.h), settled once by tg_call_settle(), and closed by
+ * answered through its sink (core/call/exchange.h), settled once by tg_call_settle(), and closed by
  * tg_call_close(). Closing marks: the call is unhooked from everything that can reach it and
  * queued; its memory goes in tg_call_run_pending(), after the handler that closed it returned.
  *
@@ -16,11 +16,11 @@
 #include <uv.h>
 
 #include "core/base/buf.h"
-#include "core/exchange.h"
+#include "core/call/exchange.h"
 #include "core/base/json.h"
 #include "core/wire/sse.h"
-#include "core/gateway.h"
-#include "core/session.h"
+#include "core/call/gateway.h"
+#include "core/call/session.h"
 
 struct tg_upstream;
 struct tg_msg;
@@ -124,7 +124,7 @@ struct tg_call {
     int forwarded;            /* the message reached the upstream */
     int refunded;
     char *progress_token;     /* canonical params._meta.progressToken, for routing progress */
-    /* approvals (core/approvals.c) */
+    /* approvals (core/call/approvals.c) */
     int parked;
     char approval_id[33];
     uint64_t approval_deadline;
@@ -219,7 +219,7 @@ int tg__call_input_park(struct tg_call *k, const char *p, size_t n);
 /* The retry r of the call held as parked: the answer goes upstream, and the held call takes
  * r's client (r is left without a sink). NULL, or why the retry is refused. */
 const char *tg__call_input_resume(struct tg_call *r, const char *parked, const struct cJSON *params);
-/* core/call.c, for its other files: how long the upstream has had k (ms, -1: not sent); a
+/* core/call/call.c, for its other files: how long the upstream has had k (ms, -1: not sent); a
  * server request the session's policy or client cannot take, answered upstream with an error
  * (1: refused). */
 double tg__call_latency(const struct tg_call *k);

@@ -1,4 +1,4 @@
-#include "core/session.h"
+#include "core/call/session.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,12 +1,12 @@
-#include "core/approvals.h"
+#include "core/call/approvals.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/audit.h"
-#include "core/call.h"
-#include "core/gateway.h"
+#include "core/call/audit.h"
+#include "core/call/call.h"
+#include "core/call/gateway.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/wire/msg.h"

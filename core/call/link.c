@@ -5,13 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/call.h"
+#include "core/call/call.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/rewrite.h"
 #include "core/wire/msg.h"
-#include "core/roots.h"
+#include "core/call/roots.h"
 #include "upstream/pool.h"
 #include "upstream/upstream.h"
 
