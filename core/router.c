@@ -13,7 +13,7 @@
 #include "core/call/exchange.h"
 #include "core/call/gateway.h"
 #include "core/base/log.h"
-#include "core/mcp/bridge.h"
+#include "core/bridge/stateless.h"
 #include "core/wire/msg.h"
 #include "core/resource_meta.h"
 #include "core/call/session.h"

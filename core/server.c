@@ -15,7 +15,7 @@
 #include "core/call/call.h"
 #include "core/dispatch.h"
 #include "core/base/log.h"
-#include "core/mcp/bridge.h"
+#include "core/bridge/stateless.h"
 #include "core/mcp/schemas.h"
 #include "core/admin.h"
 #include "core/call/roots.h"

@@ -115,10 +115,10 @@ struct tg_call {
     struct tg_buf *answer_src; /* during tg_call_answer only, set by its caller: the buffer the
                                   upstream's answer is in, which the rewrite may take over */
     char *resend;             /* a 2025 session's call on a 2026-only upstream: the request as sent,
-                               * for the retry after input_required (core/call_shim.c) */
+                               * for the retry after input_required (core/bridge/input.c) */
     int shim_rounds;          /* input rounds so far */
     char *input_req_id;       /* a 2026 call held open: the upstream's server request id (raw JSON)
-                               * its client answers in a retry (core/call_shim.c) */
+                               * its client answers in a retry (core/bridge/input.c) */
     char *up_headers;         /* a 2026 request's Mcp-* header lines for the upstream, rebuilt
                                * from the body sent (NULL: the session's 2025 headers) */
     int forwarded;            /* the message reached the upstream */
@@ -187,14 +187,14 @@ void tg_call_close(struct tg_call *k);
 /* Free the calls closed since the last run (the server calls it with no handler on the stack). */
 void tg_call_run_pending(struct tg_server *srv);
 
-/* core/call_shim.c: input_required to a 2025 client, as real server requests, then the retry.
+/* core/bridge/input.c: input_required to a 2025 client, as real server requests, then the retry.
  * take: k's answer (p) is input_required: 1 the shim took k's client over (k answers nothing
  * more), -1 with why (the client must get an error), 0 not such an answer. answer: a client's
  * response to one of the shim's requests (1: consumed). dispose: shutdown. */
 int tg__call_shim_take(struct tg_call *k, const char *p, size_t n, char *why, size_t whysz);
 int tg__call_shim_answer(struct tg_server *srv, struct tg_session *s, struct tg_msg *m);
 void tg__call_shim_dispose(struct tg_server *srv);
-/* core/call_listen.c: listen k (a 2026 client's, on a 2025 upstream session, up_caps what its
+/* core/bridge/listen.c: listen k (a 2026 client's, on a 2025 upstream session, up_caps what its
  * initialize declared) is served from the session's GET stream: acknowledged now, open until
  * its client goes. */
 void tg__call_listen_local(struct tg_call *k, const struct cJSON *params, const char *up_caps);

@@ -72,7 +72,7 @@ struct tg_server {
     struct tg_list dead_calls;    /* closed calls whose memory goes at the end of the iteration */
     struct tg_list streams;       /* resumable client SSE streams (keepalive, expiry) */
     struct tg_list listens;
-    struct tg_list shims;         /* 2025 calls waiting for their client's input (core/call_shim.c) */       /* 2026 subscriptions/listen client streams (keepalive) */
+    struct tg_list shims;         /* 2025 calls waiting for their client's input (core/bridge/input.c) */       /* 2026 subscriptions/listen client streams (keepalive) */
     uint64_t next_stream_id;
     size_t napprovals;
     uint64_t reloads, reload_failures;

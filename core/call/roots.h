@@ -1,6 +1,6 @@
 /* Roots the operator pins for a server (upstreams[].roots, grants[].roots; parsed and checked in
  * core/conf/grants.c). With roots pinned, the gateway answers the server's roots/list itself with
- * exactly them (core/call/call.c, core/call_shim.c, core/mcp/mrtr.c), a client is never asked, and a
+ * exactly them (core/call/call.c, core/bridge/input.c, core/mcp/mrtr.c), a client is never asked, and a
  * client's notifications/roots/list_changed goes nowhere: a filesystem server takes the folders
  * it may touch from its client's roots, so pinning them is what keeps a read-only policy
  * read-only. This file holds what the call paths share: which roots a session has, the answer

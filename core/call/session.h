@@ -54,7 +54,7 @@ struct tg_session {
     /* A session is one of these at most: stateless (bridge) or a 2025 one on a 2026-only upstream
      * (up_modern, client_caps). */
     union {
-        struct tg_bridge *bridge; /* a stateless session's upstream-session state (core/mcp/bridge.c,
+        struct tg_bridge *bridge; /* a stateless session's upstream-session state (core/bridge/stateless.c,
                                    * which owns and frees it) */
         char *client_caps;        /* up_modern: the capabilities its initialize declared (JSON),
                                    * sent as _meta with each request; owned, freed with the session */

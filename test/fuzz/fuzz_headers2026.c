@@ -360,7 +360,7 @@ static void headers(const struct hdrs *h, const cJSON *root, const cJSON *schema
     struct tg_buf fwd;
     tg_buf_init(&fwd);
     /* Built for any arguments: a 2025 client's request bridged to a 2026 upstream is built
-     * without a check first (core/call_shim.c). */
+     * without a check first (core/bridge/input.c). */
     int checked = tg_mcp_check_param_headers(h->h, h->n, schema, args, &why) == 0;
     tg_mcp_param_headers_build(&fwd, h->h, h->n, schema, args);
     if (checked) {

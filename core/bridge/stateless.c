@@ -1,4 +1,4 @@
-#include "core/mcp/bridge.h"
+#include "core/bridge/stateless.h"
 
 #include <stdio.h>
 #include <stdlib.h>
