@@ -8,7 +8,7 @@
 #include <strings.h>
 
 #include "core/call/call.h"
-#include "core/dispatch.h"
+#include "core/gate/dispatch.h"
 #include "core/call/approvals.h"
 #include "core/call/exchange.h"
 #include "core/call/gateway.h"

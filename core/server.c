@@ -13,7 +13,7 @@
 #include "core/call/approvals.h"
 #include "core/call/audit.h"
 #include "core/call/call.h"
-#include "core/dispatch.h"
+#include "core/gate/dispatch.h"
 #include "core/base/log.h"
 #include "core/bridge/stateless.h"
 #include "core/mcp/schemas.h"

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/dispatch.h"
+#include "core/gate/dispatch.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/mcp/era.h"

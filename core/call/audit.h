@@ -31,7 +31,7 @@ uint64_t tg_audit_dropped(const struct tg_audit *a);
 uint64_t tg_audit_written(const struct tg_audit *a);
 
 /* The fields of one audit line. Value type: its writer (tg_call_audit() in core/call/call.c,
- * refuse_nonstandard() in core/dispatch.c) fills one on its stack; the strings are borrowed and
+ * refuse_nonstandard() in core/gate/dispatch.c) fills one on its stack; the strings are borrowed and
  * read only during tg_audit_log(). */
 struct tg_audit_record {
     const char *grant, *session, *upstream, *method, *tool;

@@ -1,6 +1,6 @@
 /* The life of one call (core/call/call.c): from the policy's decision to its settlement.
  *
- * A call is one client message in flight: made by core/dispatch.c once the policy allowed it
+ * A call is one client message in flight: made by core/gate/dispatch.c once the policy allowed it
  * (or parked for approval), sent through its upstream kind's operations (upstream/upstream.h),
  * answered through its sink (core/call/exchange.h), settled once by tg_call_settle(), and closed by
  * tg_call_close(). Closing marks: the call is unhooked from everything that can reach it and
@@ -131,7 +131,7 @@ struct tg_call {
     uint64_t parked_at_wall;
     struct tg_list alink;     /* srv->approvals while parked, srv->awaiting while awaiting */
     struct tg_buf held;       /* the message, serialized, waiting for a decision */
-    /* a decision waiting for the shared counters (cluster/cluster.h; core/dispatch.c) */
+    /* a decision waiting for the shared counters (cluster/cluster.h; core/gate/dispatch.c) */
     struct tg_cluster_job *deciding; /* non-NULL while it waits; detached when the call closes */
     struct cJSON *resume_params;    /* a 2026 retry that resumes a held call: its params, kept */
     char resume_parked[40];

@@ -1,4 +1,4 @@
-/* What a client transport and the middle (core/dispatch.c, core/call/call.c) agree on: the request
+/* What a client transport and the middle (core/gate/dispatch.c, core/call/call.c) agree on: the request
  * context, and the sink a call answers through.
  *
  * A transport turns its framing into messages (struct tg_msg) and hands each one to

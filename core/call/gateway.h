@@ -81,7 +81,7 @@ struct tg_server {
     uv_timer_t sweep;
     uv_timer_t drain_timer;
     /* The sessions stateless (2026-07-28) requests use: one per grant and upstream, found by the
-     * session's own grant and upstream; each slot holds a session reference (core/dispatch.c;
+     * session's own grant and upstream; each slot holds a session reference (core/gate/dispatch.c;
      * dropped by tg_bridge_dispose); a slot whose session ended is reused. */
     struct tg_session **stateless;
     size_t nstateless;

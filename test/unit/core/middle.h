@@ -1,4 +1,4 @@
-/* Shared scaffolding for the tests of the middle (core/call/call.c, core/dispatch.c, core/call/approvals.c,
+/* Shared scaffolding for the tests of the middle (core/call/call.c, core/gate/dispatch.c, core/call/approvals.c,
  * core/router.c): a struct tg_server built by hand around a real loop, a real conf (loaded
  * from a small file written to a temporary directory), real sessions, counters, audit log and
  * upstream runtimes, with two fakes at the edges:
@@ -30,7 +30,7 @@
 #include "core/call/audit.h"
 #include "core/call/call.h"
 #include "core/conf/conf.h"
-#include "core/dispatch.h"
+#include "core/gate/dispatch.h"
 #include "core/call/gateway.h"
 #include "core/base/json.h"
 #include "core/base/log.h"

@@ -1,4 +1,4 @@
-/* core/dispatch.c and core/call/approvals.c: the gate every client message passes, with a fake
+/* core/gate/dispatch.c and core/call/approvals.c: the gate every client message passes, with a fake
  * upstream kind and a fake sink (test/unit/core/middle.h) around the real middle.
  *
  * tg_dispatch_message takes a context and a sink and releases the sink exactly once, whether

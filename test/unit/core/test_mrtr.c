@@ -38,7 +38,7 @@ static cJSON *retry_of(const char *params_json, const cJSON *res, const char *re
     return p;
 }
 
-/* As core/dispatch.c binds a request: without the digest, which the retry makes itself. */
+/* As core/gate/dispatch.c binds a request: without the digest, which the retry makes itself. */
 static int try_retry(struct tg_mcp_mrtr *t, const char *grant, cJSON *p, int64_t now)
 {
     struct tg_mcp_mrtr_call c;

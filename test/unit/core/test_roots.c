@@ -1,4 +1,4 @@
-/* core/call/roots.c and its call sites (core/call/call.c, core/dispatch.c): with roots pinned, a server's
+/* core/call/roots.c and its call sites (core/call/call.c, core/gate/dispatch.c): with roots pinned, a server's
  * roots/list is answered by the gateway with them and never reaches a client, the client's
  * list_changed goes nowhere, and the initialize the server sees declares roots. A fake upstream
  * kind and a fake sink (test/unit/core/middle.h) around the real middle. */

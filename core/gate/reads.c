@@ -1,6 +1,6 @@
-/* What a request reads besides tools (see core/dispatch.h): resources, prompts, completions,
+/* What a request reads besides tools (see core/gate/dispatch.h): resources, prompts, completions,
  * and the lists of them. Only these methods pay for it: tools/call never comes here. */
-#include "core/dispatch.h"
+#include "core/gate/dispatch.h"
 
 #include <stdio.h>
 #include <stdlib.h>

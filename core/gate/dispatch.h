@@ -1,4 +1,4 @@
-/* The gate every client message passes (core/dispatch.c): standard methods only, the policy's
+/* The gate every client message passes (core/gate/dispatch.c): standard methods only, the policy's
  * decision (allow, deny, limit, approve), then a call to the upstream or an answer made here.
  *
  * Transports call these with a context and a sink (core/call/exchange.h). tg_dispatch_message()
@@ -38,7 +38,7 @@ void tg_dispatch_session_ready(struct tg_server *srv, struct tg_session *s);
  * and calls in flight are let go (audited as client_gone), and the session is removed. */
 enum tg_end_how { TG_END_DELETE, TG_END_CLIENT_GONE, TG_END_ELSEWHERE /* a cluster member's client deleted it */ };
 void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum tg_end_how how);
-/* ---- resources, prompts and completions (core/dispatch_res.c), for core/dispatch.c ---- */
+/* ---- resources, prompts and completions (core/gate/reads.c), for core/gate/dispatch.c ---- */
 struct tg_policy;
 struct tg_decision;
 /* params.uri of a resources request in its normal form (policy/uri.h), written so into the

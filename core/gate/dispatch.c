@@ -1,4 +1,4 @@
-#include "core/dispatch.h"
+#include "core/gate/dispatch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
