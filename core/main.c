@@ -15,9 +15,9 @@
 #include "core/policy_cli.h"
 #include "core/scan.h"
 #include "core/base/slab.h"
-#include "core/notify.h"
+#include "core/app/sd_notify.h"
 #include "policy/policy.h"
-#include "core/server.h"
+#include "core/app/server.h"
 #include "policy/auth.h"
 #include "core/wire/tls.h"
 

@@ -3,7 +3,7 @@
  * A tg_conn reads bytes, runs them through TLS when the listener has it, and
  * parses requests with llhttp. A complete request (head + body, within the
  * configured limits) is handed to env->on_request (the server routes it to
- * core/router.c). The handler answers at once with tg_http_respond(), or
+ * core/app/route.c). The handler answers at once with tg_http_respond(), or
  * later: it then sets conn->exchange/on_abort so that it hears about a client
  * that goes away first. A streamed answer (SSE) is tg_http_stream_begin(),
  * tg_http_stream_write()* and tg_http_stream_end(). Requests are processed one

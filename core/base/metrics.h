@@ -1,4 +1,4 @@
-/* Counters and gauges of the process, shown in Prometheus text format by core/admin.c.
+/* Counters and gauges of the process, shown in Prometheus text format by core/app/admin.c.
  * Owner: the server (srv->metrics), for the life of the process. */
 #ifndef TG_METRICS_H
 #define TG_METRICS_H

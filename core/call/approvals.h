@@ -1,7 +1,7 @@
 /* Calls parked for a human's approval, and their deadlines.
  *
  * A parked call stays owned by its session (its calls list) and sits in srv->approvals, oldest
- * first, until an approver decides (core/admin.c), its deadline passes (the tick), the client
+ * first, until an approver decides (core/app/admin.c), its deadline passes (the tick), the client
  * cancels it or goes, or the gateway shuts down. Approved, it is sent as it was decided;
  * otherwise it is answered -32001 and closed, and its reservations go back. */
 #ifndef TG_APPROVALS_H
@@ -33,7 +33,7 @@ void tg_approvals_withdraw(struct tg_session *s);
 /* notifications/cancelled for the parked call with this id key: 1 if one was withdrawn. */
 int tg_approvals_cancel(struct tg_session *s, const char *id_key);
 
-/* The queue as approvers see it (the approvals page, core/admin_ui.c), behind a table of
+/* The queue as approvers see it (the approvals page, core/app/approvals_page.c), behind a table of
  * operations: the local queue (srv->approvals) is one implementation; a cluster-wide one (parked
  * calls of every instance, decided from any) is another. Callers never touch struct tg_call.
  *

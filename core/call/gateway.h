@@ -2,7 +2,7 @@
  * upstreams, and the lists of calls, approvals, channels and streams.
  *
  * struct tg_server is the context passed explicitly everywhere instead of global state. Data
- * only: core/server.c fills it and runs it (start, reload, drain); the modules above the base
+ * only: core/app/server.c fills it and runs it (start, reload, drain); the modules above the base
  * read and change their part of it. Owner: main(), for the life of the process. It owns the
  * listeners, every client connection (through http.conns), the session table and the upstream
  * runtimes. */
@@ -94,7 +94,7 @@ struct tg_server {
     /* The operations of an upstream's kind; NULL: core/call/call.c's table by transport (a unit test
      * puts a fake upstream here). */
     const struct tg_upstream_ops *(*upstream_ops)(const struct tg_upstream_conf *uc);
-    /* Load the configuration file again (core/server.c): the admin API's reload. done runs from
+    /* Load the configuration file again (core/app/server.c): the admin API's reload. done runs from
      * the loop, never inside this call, once the new conf is in force (ok 1) or refused (ok 0,
      * err says why). */
     void (*reload_start)(struct tg_server *srv, tg_reload_done_cb done, void *ud);

@@ -1,4 +1,4 @@
-/* End to end: the whole gateway (core/server.c and everything under it: routing, Origin and
+/* End to end: the whole gateway (core/app/server.c and everything under it: routing, Origin and
  * authentication, /mcp in both protocol eras, legacy /sse + /messages, the /ws handshake and
  * WebSocket sessions, batches, policy decisions, local initialize, the admin listener) on a real
  * libuv loop, with the fuzz input as the bytes of one client connection over loopback TCP,
@@ -36,7 +36,7 @@
 #include <uv.h>
 
 #include "core/base/log.h"
-#include "core/server.h"
+#include "core/app/server.h"
 #include "transports/http1.h"
 
 #include "loopback.h"

@@ -1,5 +1,5 @@
 /* Shared scaffolding for the tests of the middle (core/call/call.c, core/gate/dispatch.c, core/call/approvals.c,
- * core/router.c): a struct tg_server built by hand around a real loop, a real conf (loaded
+ * core/app/route.c): a struct tg_server built by hand around a real loop, a real conf (loaded
  * from a small file written to a temporary directory), real sessions, counters, audit log and
  * upstream runtimes, with two fakes at the edges:
  *

@@ -1,9 +1,9 @@
-/* core/admin_ui.c: what the approvals page reads from a peer (form fields, a reason's text) and
+/* core/app/approvals_page.c: what the approvals page reads from a peer (form fields, a reason's text) and
  * its session table (bounded, least recently used replaced, expiry). The .c file is included to
  * reach its statics. */
 #include "test/unit/unit.h"
 
-#include "core/admin_ui.c"
+#include "core/app/approvals_page.c"
 
 static long field(const char *body, const char *key, char *out, size_t cap)
 {

@@ -1,4 +1,4 @@
-/* core/notify.c: sd_notify's datagrams, received on AF_UNIX sockets made here (a path and an
+/* core/app/sd_notify.c: sd_notify's datagrams, received on AF_UNIX sockets made here (a path and an
  * abstract name), and the real binary's notifications over its life (start, SIGHUP reload,
  * a refused reload, SIGTERM drain) as systemd would receive them. */
 #include "test/unit/unit.h"
@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/notify.h"
+#include "core/app/sd_notify.h"
 
 /* A receiving socket, as the service manager holds it. */
 struct sink {

@@ -1,4 +1,4 @@
-/* core/router.c: the route table. tg_route_match (paths to endpoint and upstream) and
+/* core/app/route.c: the route table. tg_route_match (paths to endpoint and upstream) and
  * tg_route_origin_allowed (the Origin check) as functions, then tg_router_handle as the
  * on_request of a real tg_conn (test/unit/transports/harness.h: raw bytes over a loopback
  * socket) in front of a hand-built server with a fake upstream (test/unit/core/middle.h), so
@@ -8,7 +8,7 @@
 #include "test/unit/core/middle.h"
 #include "test/unit/transports/harness.h"
 
-#include "core/router.h"
+#include "core/app/route.h"
 #include "policy/auth.h"
 
 /* ---- tg_route_match ----------------------------------------------------------------------- */

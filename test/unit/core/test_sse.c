@@ -509,7 +509,7 @@ struct wcase {
 };
 #define WCASE(name, msg, lines) {name, msg, sizeof(msg) - 1, lines}
 
-/* The bytes the two writers of the old core/router.c (channel_send and sse_write_message) produced: every
+/* The bytes the two writers of the old core/app/route.c (channel_send and sse_write_message) produced: every
  * LF and every CR ends a data line, so CRLF leaves an empty data line between. */
 static const struct wcase wcases[] = {
     WCASE("no newline", "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}",

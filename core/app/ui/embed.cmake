@@ -1,7 +1,7 @@
 # Turns the approvals page's files into a C file (cmake -P): each file becomes
 #   const unsigned char tg_ui_NAME[] (its bytes, NUL-terminated) and const size_t tg_ui_NAME_len,
 # NAME being the file name with '.' as '_'. Run by the build with -DOUT=file.c -DIN="a;b;...".
-set(src "/* generated from core/ui/ by core/ui/embed.cmake; do not edit */\n#include <stddef.h>\n")
+set(src "/* generated from core/app/ui/ by core/app/ui/embed.cmake; do not edit */\n#include <stddef.h>\n")
 foreach(f IN LISTS IN)
   get_filename_component(name "${f}" NAME)
   string(REPLACE "." "_" name "${name}")

@@ -1,4 +1,4 @@
-/* The admin listener: /metrics, health, and the admin API (core/admin.c). */
+/* The admin listener: /metrics, health, and the admin API (core/app/admin.c). */
 #ifndef TG_ADMIN_H
 #define TG_ADMIN_H
 

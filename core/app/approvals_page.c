@@ -1,7 +1,7 @@
-/* The approvals page: an applet on the admin listener beside the admin API (core/admin.c).
- * The contract is in core/admin_ui.h; the page's files are core/ui/, compiled in by
- * core/ui/embed.cmake, so nothing is read from disk and nothing is fetched from elsewhere. */
-#include "core/admin_ui.h"
+/* The approvals page: an applet on the admin listener beside the admin API (core/app/admin.c).
+ * The contract is in core/app/approvals_page.h; the page's files are core/app/ui/, compiled in by
+ * core/app/ui/embed.cmake, so nothing is read from disk and nothing is fetched from elsewhere. */
+#include "core/app/approvals_page.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +15,7 @@
 #include "transports/http1.h"
 #include "transports/respond.h"
 
-/* Generated from core/ui/ at build time (ui_assets.c in the build directory). */
+/* Generated from core/app/ui/ at build time (ui_assets.c in the build directory). */
 extern const unsigned char tg_ui_login_html[], tg_ui_index_html[], tg_ui_app_css[], tg_ui_app_js[];
 extern const size_t tg_ui_login_html_len, tg_ui_index_html_len, tg_ui_app_css_len, tg_ui_app_js_len;
 

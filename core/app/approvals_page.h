@@ -1,4 +1,4 @@
-/* The approvals page on the admin listener (core/admin_ui.c): /admin/ui/ and what it loads.
+/* The approvals page on the admin listener (core/app/approvals_page.c): /admin/ui/ and what it loads.
  *
  * Without a page session it shows a login form; POST /admin/ui/login with the admin token opens
  * a session (cookie tollgate_admin, HttpOnly, SameSite=Strict, Path=/admin). The page lists the
@@ -6,7 +6,7 @@
  * session's CSRF token; a POST without it is answered 403 and changes nothing.
  *
  *   GET  /admin/ui/                          the page, or the login form
- *   GET  /admin/ui/app.js, /admin/ui/app.css  its script and style (compiled in from core/ui/)
+ *   GET  /admin/ui/app.js, /admin/ui/app.css  its script and style (compiled in from core/app/ui/)
  *   POST /admin/ui/login                     form field token: 303 to the page, or 401 and the form
  *   POST /admin/ui/logout                    form field csrf: ends the session
  *   GET  /admin/ui/queue                     {"approvals":[...]} with redacted arguments

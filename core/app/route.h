@@ -1,4 +1,4 @@
-/* The route table (core/router.c): which applet or client transport answers a request on a
+/* The route table (core/app/route.c): which applet or client transport answers a request on a
  * client listener, after the Origin check and authentication; and the entry points the server
  * drives once per second and at shutdown.
  *

@@ -1,4 +1,4 @@
-#include "core/resource_meta.h"
+#include "core/app/oauth_meta.h"
 
 #include <stdio.h>
 #include <string.h>

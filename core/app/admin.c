@@ -1,10 +1,10 @@
 /* The admin listener's applets: /metrics (Prometheus text), /healthz and /readyz, and the admin
  * API (/admin/approvals, /admin/approvals/ID/approve|deny, /admin/reload), and the approvals
- * page under /admin/ui/ (core/admin_ui.c). Answers made inside the gateway, beside the proxy path. */
-#include "core/admin.h"
+ * page under /admin/ui/ (core/app/approvals_page.c). Answers made inside the gateway, beside the proxy path. */
+#include "core/app/admin.h"
 
 #include "cluster/cluster.h"
-#include "core/admin_ui.h"
+#include "core/app/approvals_page.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 #include "core/call/audit.h"
 #include "core/call/gateway.h"
 #include "core/base/json.h"
-#include "core/router.h"
+#include "core/app/route.h"
 #include "core/call/session.h"
 #include "policy/auth.h"
 #include "policy/policy.h"

@@ -1,4 +1,4 @@
-#include "core/router.h"
+#include "core/app/route.h"
 
 #include "cluster/sessions.h"
 
@@ -15,7 +15,7 @@
 #include "core/base/log.h"
 #include "core/bridge/stateless.h"
 #include "core/wire/msg.h"
-#include "core/resource_meta.h"
+#include "core/app/oauth_meta.h"
 #include "core/call/session.h"
 #include "policy/auth.h"
 #include "policy/policy.h"

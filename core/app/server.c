@@ -1,4 +1,4 @@
-#include "core/server.h"
+#include "core/app/server.h"
 
 #include "cluster/cluster.h"
 #include "cluster/redis.h"
@@ -17,9 +17,9 @@
 #include "core/base/log.h"
 #include "core/bridge/stateless.h"
 #include "core/mcp/schemas.h"
-#include "core/admin.h"
+#include "core/app/admin.h"
 #include "core/call/roots.h"
-#include "core/router.h"
+#include "core/app/route.h"
 #include "core/call/session.h"
 #include "transports/http1.h"
 #include "core/wire/tls.h"

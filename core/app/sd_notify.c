@@ -1,5 +1,5 @@
-/* sd_notify's socket protocol (see core/notify.h). */
-#include "core/notify.h"
+/* sd_notify's socket protocol (see core/app/sd_notify.h). */
+#include "core/app/sd_notify.h"
 
 #include <errno.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* The process (core/server.c): starting the listeners and the loop's hooks, reloading the
+/* The process (core/app/server.c): starting the listeners and the loop's hooks, reloading the
  * configuration (a removed upstream lives until its calls end), draining and shutting down.
  * struct tg_server itself is in core/call/gateway.h. */
 #ifndef TG_SERVER_H
