@@ -1,5 +1,5 @@
 /* `tollgate scan`, the pure half: from a server's tools (the objects of its tools/list answers)
- * to a starting policy in PolicyLayer's format. No I/O; core/scan.c does the talking.
+ * to a starting policy in PolicyLayer's format. No I/O; core/cmd/scan.c does the talking.
  *
  * Each tool is put in one class by words in its name and description and by its MCP annotations
  * (the words and the order are listed in tg_scan_heuristics_help, which `tollgate scan --help`

@@ -1,5 +1,5 @@
 /* `tollgate policy check|explain|test`: a policy judged before it is deployed, without a loop,
- * a listener or an upstream (core/policy_cli.c; the explanations come from policy/explain.h).
+ * a listener or an upstream (core/cmd/policy_cmd.c; the explanations come from policy/explain.h).
  *
  * Exit status (stable, for scripts):
  *   check    0 every file loads, 1 some file does not, 2 bad arguments

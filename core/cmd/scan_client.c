@@ -1,5 +1,5 @@
-/* `tollgate scan`'s MCP client link (core/scan_link.h): blocking HTTP POSTs or a child's pipes. */
-#include "core/scan_link.h"
+/* `tollgate scan`'s MCP client link (core/cmd/scan_client.h): blocking HTTP POSTs or a child's pipes. */
+#include "core/cmd/scan_client.h"
 
 #include <errno.h>
 #include <fcntl.h>

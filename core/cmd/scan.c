@@ -1,6 +1,6 @@
-/* `tollgate scan` (core/scan.h): the command line, the MCP lifecycle and tools/list's pages;
- * the link to the server is core/scan_link.c, the policy core/scan_policy.c. */
-#include "core/scan.h"
+/* `tollgate scan` (core/cmd/scan.h): the command line, the MCP lifecycle and tools/list's pages;
+ * the link to the server is core/cmd/scan_client.c, the policy core/scan_policy.c. */
+#include "core/cmd/scan.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 
 #include "core/base/buf.h"
 #include "core/base/json.h"
-#include "core/scan_link.h"
+#include "core/cmd/scan_client.h"
 #include "core/scan_policy.h"
 #include "core/wire/tls.h"
 

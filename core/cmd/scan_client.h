@@ -1,4 +1,4 @@
-/* `tollgate scan`'s link to the server (core/scan.h says what the command does): one blocking
+/* `tollgate scan`'s link to the server (core/cmd/scan.h says what the command does): one blocking
  * JSON-RPC exchange at a time, over HTTP (a POST per message on a fresh connection, a JSON or an
  * SSE answer, the Mcp-Session-Id kept; https:// through core/wire/tls.c, the handshake and the
  * records driven here over the blocking socket, the certificate checked before anything is sent) or over a child's stdin/stdout (newline-delimited JSON;

@@ -1,7 +1,7 @@
-/* `tollgate policy check|explain|test` (core/policy_cli.h). Everything here runs before any
+/* `tollgate policy check|explain|test` (core/cmd/policy_cmd.h). Everything here runs before any
  * loop exists and touches nothing but the files it is given: decisions are taken on a scratch
  * counter store made for the command, so no real counter is consumed and nothing is contacted. */
-#include "core/policy_cli.h"
+#include "core/cmd/policy_cmd.h"
 
 #include <errno.h>
 #include <stdio.h>
