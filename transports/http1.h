@@ -21,7 +21,7 @@
 #include <string.h>
 #include <uv.h>
 
-#include "core/auth_memo.h"
+#include "policy/auth_memo.h"
 #include "core/base/buf.h"
 #include "core/conf/conf.h"
 #include "core/wire/http_fast.h"

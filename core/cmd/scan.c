@@ -1,5 +1,5 @@
 /* `tollgate scan` (core/cmd/scan.h): the command line, the MCP lifecycle and tools/list's pages;
- * the link to the server is core/cmd/scan_client.c, the policy core/scan_policy.c. */
+ * the link to the server is core/cmd/scan_client.c, the policy policy/suggest.c. */
 #include "core/cmd/scan.h"
 
 #include <signal.h>
@@ -10,7 +10,7 @@
 #include "core/base/buf.h"
 #include "core/base/json.h"
 #include "core/cmd/scan_client.h"
-#include "core/scan_policy.h"
+#include "policy/suggest.h"
 #include "core/wire/tls.h"
 
 #define SCAN_MAX_HEADERS 32

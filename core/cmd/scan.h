@@ -1,6 +1,6 @@
 /* `tollgate scan [--ca FILE | --insecure] URL | -- COMMAND ARG...`: connect to an MCP server as a client (MCP 2025-06-18:
  * initialize, notifications/initialized, tools/list following nextCursor), and print a starting
- * policy for its tools (core/scan_policy.h) on stdout.
+ * policy for its tools (policy/suggest.h) on stdout.
  *
  * A command-line tool, not part of the gateway: it blocks on its socket or pipes, each answer
  * bounded by --timeout. Over HTTP each message is one POST on a fresh connection (Streamable

@@ -1,5 +1,5 @@
-/* `tollgate scan`: tools to a starting policy (core/scan_policy.h). */
-#include "core/scan_policy.h"
+/* `tollgate scan`: tools to a starting policy (policy/suggest.h). */
+#include "policy/suggest.h"
 
 #include <stdio.h>
 #include <stdlib.h>
