@@ -8,7 +8,7 @@
 #include "core/call/gateway.h"
 #include "core/base/json.h"
 #include "core/wire/msg.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 
 /* Gathered answers are output a client will get: they count toward limits.output_total_bytes
  * with every connection's queue, and the batch's whole answer is no longer than one upstream

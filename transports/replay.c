@@ -7,7 +7,7 @@
 #include "core/call/gateway.h"
 #include "core/call/session.h"
 #include "core/wire/sse.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 
 void tg_replay_gen_clear(struct tg_replay_gen *g)
 {

@@ -17,7 +17,7 @@
 #include "core/call/gateway.h"
 #include "core/call/session.h"
 #include "transports/batch.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 #include "transports/replay.h"
 #include "transports/respond.h"
 #include "core/wire/sse.h"

@@ -8,7 +8,7 @@
 #include "core/call/gateway.h"
 #include "core/call/session.h"
 #include "transports/channel.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 #include "transports/respond.h"
 #include "transports/ws.h"
 

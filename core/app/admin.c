@@ -18,7 +18,7 @@
 #include "core/call/session.h"
 #include "policy/auth.h"
 #include "policy/policy.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 #include "transports/respond.h"
 #include "upstream/pool.h"
 #include "upstream/stdio.h"

@@ -12,7 +12,7 @@
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "policy/auth.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 #include "transports/respond.h"
 
 /* Generated from core/app/ui/ at build time (ui_assets.c in the build directory). */

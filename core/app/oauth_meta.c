@@ -5,7 +5,7 @@
 
 #include "core/call/gateway.h"
 #include "core/base/json.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 #include "transports/respond.h"
 
 /* The base URL clients use: public_url, or the scheme and Host of this request when the Host is a plain

@@ -20,7 +20,7 @@
 #include "policy/auth.h"
 #include "policy/policy.h"
 #include "transports/channel.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 #include "transports/legacy_sse.h"
 #include "transports/respond.h"
 #include "core/wire/tls.h"

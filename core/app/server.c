@@ -21,7 +21,7 @@
 #include "core/call/roots.h"
 #include "core/app/route.h"
 #include "core/call/session.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 #include "core/wire/tls.h"
 #include "policy/policy.h"
 #include "upstream/pool.h"
@@ -85,7 +85,7 @@ static void on_pending_idle(uv_idle_t *h) { (void)h; }
 
 /* After each round of I/O, and before polling: closing connections notify their users and
  * pipelined input is parsed (with no handler on the stack), closed calls are released, and
- * what streams gathered is written (see tg__http_send_owned in transports/http1_out.c). Each round takes
+ * what streams gathered is written (see tg__http_send_owned in transports/http1/out.c). Each round takes
  * what was queued before it; what it queues waits for the next round, and an idle handle keeps
  * the loop from blocking in between, so one client pipelining requests cannot hold the loop. */
 static void flush_all(struct tg_server *srv)

@@ -15,7 +15,7 @@
 #include "core/conf/conf.h"
 #include "core/mcp/mrtr.h"
 #include "core/base/metrics.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 
 struct tg_tls_ctx;
 struct tg_mcp_schemas;

@@ -37,7 +37,7 @@
 
 #include "core/base/log.h"
 #include "core/app/server.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 
 #include "loopback.h"
 

@@ -74,7 +74,7 @@ static size_t blank_line(const char *p, size_t n, size_t *next)
     return n;
 }
 
-/* 1 if a header line could come from llhttp (strict, as transports/http1.c runs it): no
+/* 1 if a header line could come from llhttp (strict, as transports/http1/conn.c runs it): no
  * control byte but HTAB, and no DEL. Other lines make the request fail before any check. */
 static int wire_ok(const char *p, size_t n)
 {

@@ -35,7 +35,7 @@
 #include "core/conf/conf.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 
 #include "loopback.h"
 

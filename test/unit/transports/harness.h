@@ -26,7 +26,7 @@
 #include "core/conf/conf.h"
 #include "core/base/log.h"
 #include "core/base/metrics.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 
 struct hh;
 typedef void (*hh_handler)(struct hh *h, struct tg_conn *c);

@@ -2,7 +2,7 @@
  * gathers a stream's writes for one write(2) per loop iteration, TLS encryption on the way
  * out, raw writes on upgraded connections, and the output accounting behind the high-water
  * mark. The connection itself (reading, parsing, state, deferred work) is in http1.c. */
-#include "transports/http1_int.h"
+#include "transports/http1/internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 
 #include "core/base/log.h"
 #include "core/wire/msg.h"
-#include "transports/http1_int.h"
+#include "transports/http1/internal.h"
 #include "core/wire/tls.h"
 
 /* ---- forward declarations ---------------------------------------------- */

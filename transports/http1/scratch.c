@@ -2,8 +2,8 @@
  * connection holds only while a request is under way, pooled in the env. */
 #include <stdlib.h>
 
-#include "transports/http1.h"
-#include "transports/http1_int.h"
+#include "transports/http1/http1.h"
+#include "transports/http1/internal.h"
 
 /* A request begins: the connection takes a scratch (headers, who, head and body storage). */
 void tg__http_scratch_take(struct tg_conn *c)

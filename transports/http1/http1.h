@@ -53,7 +53,7 @@ struct tg_http_env {
     struct tg_list corked;          /* connections with stream output gathered this iteration */
     struct tg_list conn_pending;    /* connections with work put off to the end of the iteration */
     /* TLS handshake work in the loop iteration handshake_iter, and the handshakes waiting for a
-     * later one (transports/http1_tls.c) */
+     * later one (transports/http1/tls_io.c) */
     uint64_t handshake_iter, handshake_ns;
     size_t handshakes_waiting;
     uint64_t next_conn_id;

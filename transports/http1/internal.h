@@ -1,10 +1,10 @@
-/* What transports/http1.c (the connection: reading, parsing, state, deferred work) and
- * transports/http1_out.c (the write path: answers, streams, cork, output accounting) share.
+/* What transports/http1/conn.c (the connection: reading, parsing, state, deferred work) and
+ * transports/http1/out.c (the write path: answers, streams, cork, output accounting) share.
  * Not for use outside transports/http1*.c. */
 #ifndef TG_HTTP1_INT_H
 #define TG_HTTP1_INT_H
 
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 
 /* Bits of tg_conn.pend: work put off to tg_http_run_pending. */
 #define TG_PEND_CLOSE 1u    /* notify users, then uv_close */

@@ -9,7 +9,7 @@
  * holds no plaintext before the handshake ends; 64 KiB at most) and fed in the next
  * iterations, first come first served, while the established connections' requests go on in
  * between. A handshake under way always gets at least one step per iteration. */
-#include "transports/http1_int.h"
+#include "transports/http1/internal.h"
 
 #include "core/base/log.h"
 #include "core/base/metrics.h"

@@ -1,6 +1,6 @@
-/* The connection's one timer (transports/http1.c's connections): the deadline of each state,
+/* The connection's one timer (transports/http1/conn.c's connections): the deadline of each state,
  * set lazily, and what happens when one passes. */
-#include "transports/http1_int.h"
+#include "transports/http1/internal.h"
 
 #include "core/base/log.h"
 #include "core/wire/msg.h"
