@@ -16,8 +16,8 @@
 #include "core/base/log.h"
 #include "core/mcp/era.h"
 #include "core/wire/sse.h"
-#include "upstream/pool.h"
-#include "upstream/pool_int.h"
+#include "upstream/pool/pool.h"
+#include "upstream/pool/internal.h"
 
 #define PROBE_BODY_MAX 65536
 #define PROBE_TIMEOUT_MS 5000

@@ -1,4 +1,4 @@
-/* Streamable HTTP upstreams: each message of a call is a POST on the pool (upstream/pool.h),
+/* Streamable HTTP upstreams: each message of a call is a POST on the pool (upstream/pool/pool.h),
  * answered with JSON or with an SSE stream; a session's stream of server messages is a
  * dedicated GET. This file is the MCP client: the pool knows nothing of MCP. */
 #include <stdio.h>
@@ -9,7 +9,7 @@
 #include "core/base/log.h"
 #include "core/wire/msg.h"
 #include "upstream/upstream.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 
 /* The timer of a call waiting to reconnect. Owner: the call until it is cancelled; freed in
  * its close callback. */

@@ -1,5 +1,5 @@
 /* The upstream kinds behind one table of operations: Streamable HTTP (upstream/streamable.c),
- * legacy HTTP+SSE (upstream/sse_link.c) and stdio children (upstream/stdio_link.c).
+ * legacy HTTP+SSE (upstream/legacy_sse.c) and stdio children (upstream/stdio.c).
  *
  * core/call/call.c picks the table by the upstream's transport and never asks which kind it
  * talks to. What comes back arrives through the call's upcalls (core/call/call.h):

@@ -20,8 +20,8 @@
 #include "policy/policy.h"
 #include "transports/http1/http1.h"
 #include "transports/respond.h"
-#include "upstream/pool.h"
-#include "upstream/stdio.h"
+#include "upstream/pool/pool.h"
+#include "upstream/child.h"
 
 static int admin_authorized(struct tg_server *srv, struct tg_conn *c)
 {

@@ -26,7 +26,7 @@
 #include "core/wire/tls.h"
 #include "transports/streamable.h"
 #include "transports/ws_channel.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 
 /* ---- origin ----------------------------------------------------------------- */
 

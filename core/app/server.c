@@ -24,7 +24,7 @@
 #include "transports/http1/http1.h"
 #include "core/wire/tls.h"
 #include "policy/policy.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 
 static void on_connection(uv_stream_t *h, int status)
 {

@@ -21,7 +21,7 @@
 #include "core/call/roots.h"
 #include "core/call/session.h"
 #include "policy/policy.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 #include "upstream/upstream.h"
 
 #define TG_SHIM_ROUNDS 8

@@ -19,7 +19,7 @@
 #include "core/mcp/listen.h"
 #include "core/call/session.h"
 #include "policy/policy.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 
 #define LISTEN_TOOLS 0x1u
 #define LISTEN_PROMPTS 0x2u

@@ -12,7 +12,7 @@
 #include "core/mcp/modern.h"
 #include "core/wire/msg.h"
 #include "core/call/session.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 
 /* Where the upstream session of a stateless session stands. */
 enum boot_state {

@@ -11,7 +11,7 @@
 #include "core/base/log.h"
 #include "core/wire/msg.h"
 #include "policy/policy.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 
 void tg_approvals_park(struct tg_call *k)
 {

@@ -20,7 +20,7 @@
 #include "core/base/slab.h"
 #include "policy/policy.h"
 #include "upstream/upstream.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 
 const char *tg_call_upstream_name(const struct tg_call *k) { return tg_upstream_conf(k->uprt)->name; }
 

@@ -12,7 +12,7 @@
 #include "core/mcp/rewrite.h"
 #include "core/wire/msg.h"
 #include "core/call/roots.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 #include "upstream/upstream.h"
 
 /* The answer to call k arrived on the session's link. */

@@ -8,7 +8,7 @@
 #include "core/call/gateway.h"
 #include "core/wire/msg.h"
 #include "core/call/session.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 
 /* What a session whose grant a reload removed gets: no roots (its grant's pins, if it had any,
  * are gone with it, and the client's must not take their place). */

@@ -19,7 +19,7 @@
 #include "core/call/roots.h"
 #include "core/call/gateway.h"
 #include "policy/policy.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 
 /* ---- answers made here, before any call ----------------------------------------------- */
 

@@ -1,5 +1,5 @@
 /* A whole, plain HTTP/1.1 message read in one pass, without llhttp: the client's request
- * (transports/http1/conn.c) and the upstream's answer (upstream/http_client.c).
+ * (transports/http1/conn.c) and the upstream's answer (upstream/pool/http_conn.c).
  *
  * Every tools/call arrives, and is answered, in the same shape: a first line, a handful of
  * headers, a Content-Length and the body, all in one read. llhttp reads it through a state

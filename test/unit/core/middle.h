@@ -37,7 +37,7 @@
 #include "core/wire/msg.h"
 #include "core/call/session.h"
 #include "policy/policy.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 #include "upstream/upstream.h"
 
 /* ---- the policy and the conf ----------------------------------------------------------- */

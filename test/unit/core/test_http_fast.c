@@ -1,5 +1,5 @@
 /* core/wire/http_fast.c against llhttp itself: whatever the fast path takes, llhttp (set up as
- * transports/http1/conn.c and upstream/http_client.c set it up) must take too, as one whole message
+ * transports/http1/conn.c and upstream/pool/http_conn.c set it up) must take too, as one whole message
  * of the same length, with the same method or status, target, headers, body and keep-alive;
  * and what it must leave to llhttp, it leaves. The differential cases mutate usual requests
  * and answers byte by byte (a fixed seed) and check every one the fast path takes. */

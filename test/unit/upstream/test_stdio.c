@@ -1,4 +1,4 @@
-/* upstream/stdio.c: a real child process (/bin/cat, or a one-line /bin/sh script) started
+/* upstream/child.c: a real child process (/bin/cat, or a one-line /bin/sh script) started
  * through a struct tg_upstream_conf, on a real loop. What the test writes with
  * tg_child_send() comes back on the child's stdout, so the line framing, the JSON filter
  * and the line limit are seen from the outside. Each case waits by running the loop until
@@ -13,7 +13,7 @@
 #include "core/base/buf.h"
 #include "core/conf/conf.h"
 #include "core/base/log.h"
-#include "upstream/stdio.h"
+#include "upstream/child.h"
 
 struct fx {
     uv_loop_t loop;

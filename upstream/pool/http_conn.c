@@ -5,7 +5,7 @@
 
 #include "core/wire/http_fast.h"
 #include "core/base/log.h"
-#include "upstream/pool_int.h"
+#include "upstream/pool/internal.h"
 
 /* The part of a request uv_try_write() did not take, copied, made by tg__upconn_send(). Owner:
  * libuv until on_write_done(), which frees it. */

@@ -1,8 +1,8 @@
 #include <stdlib.h>
 
 #include "core/base/log.h"
-#include "upstream/pool_int.h"
-#include "upstream/stdio.h"
+#include "upstream/pool/internal.h"
+#include "upstream/child.h"
 
 /* ---- connections --------------------------------------------------------------- */
 

@@ -7,7 +7,7 @@
 #include "core/call/call.h"
 #include "core/base/log.h"
 #include "upstream/upstream.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 
 struct sse_link;
 struct sse_post;

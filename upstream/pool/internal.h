@@ -1,6 +1,6 @@
-/* Internal to the upstream pool (upstream/pool.c) and its HTTP/1.1 client (upstream/http_client.c):
+/* Internal to the upstream pool (upstream/pool/pool.c) and its HTTP/1.1 client (upstream/pool/http_conn.c):
  * the objects both halves work on and the functions each calls in the other. Nothing outside
- * upstream/ includes this; the contract is upstream/pool.h. */
+ * upstream/ includes this; the contract is upstream/pool/pool.h. */
 #ifndef TG_UPSTREAM_POOL_INTERNAL_H
 #define TG_UPSTREAM_POOL_INTERNAL_H
 
@@ -9,7 +9,7 @@
 
 #include "core/base/buf.h"
 #include "core/wire/tls.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 
 enum upconn_state {
     UC_RESOLVING,  /* waiting for uv_getaddrinfo; req may be attached */
@@ -118,7 +118,7 @@ struct tg_upreq {
     size_t sid_len;
 };
 
-/* upstream/http_client.c: one connection, one request at a time on it. */
+/* upstream/pool/http_conn.c: one connection, one request at a time on it. */
 /* Fill r->out with the request: request line (target, or the URL's path if NULL), Host, the
  * upstream's configured headers, extra_headers, and the body with its Content-Length if any. */
 void tg__upreq_format(struct tg_upreq *r, const char *method, const char *target, const char *extra_headers,
@@ -132,7 +132,7 @@ void tg__upconn_close(struct tg_upconn *c);
 /* Read the connection (a response, or an idle connection's close). */
 void tg__upconn_read_start(struct tg_upconn *c);
 
-/* upstream/pool.c: the pool, the queue and the life of a request. */
+/* upstream/pool/pool.c: the pool, the queue and the life of a request. */
 /* A response ended on a reusable connection: back to the idle list, or closed. */
 void tg__upconn_to_idle(struct tg_upconn *c);
 /* Put r on an idle connection, a new one or the queue. */

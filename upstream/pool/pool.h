@@ -21,7 +21,7 @@
 #include "core/base/buf.h"
 #include "core/conf/conf.h"
 #include "core/base/metrics.h"
-#include "upstream/stdio.h"
+#include "upstream/child.h"
 
 struct tg_upstream;
 struct tg_upreq;
