@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cluster/cluster.h"
-#include "cluster/redis.h"
+#include "cluster/redis/redis.h"
 #include "core/conf/conf.h"
 #include "core/base/json.h"
 #include "core/base/log.h"

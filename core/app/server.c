@@ -1,7 +1,7 @@
 #include "core/app/server.h"
 
 #include "cluster/cluster.h"
-#include "cluster/redis.h"
+#include "cluster/redis/redis.h"
 #include "cluster/sessions.h"
 
 #include <mbedtls/md.h>

@@ -70,7 +70,7 @@ struct tg_approval_queue_ops {
 /* The queue this server's approvers see: the shared one with a cluster, else the local one. */
 const struct tg_approval_queue_ops *tg_approvals_queue(struct tg_server *srv);
 
-/* core/approvals_shared.c, with a cluster: the local queue stays the truth for this member's
+/* cluster/approvals.c, with a cluster: the local queue stays the truth for this member's
  * calls; these mirror it in Redis and take decisions other members publish. */
 extern const struct tg_approval_queue_ops tg__approvals_local_queue;
 extern const struct tg_approval_queue_ops tg__approvals_shared_queue;

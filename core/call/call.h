@@ -171,7 +171,7 @@ static inline int64_t wall_ms(void)
 }
 
 const char *tg_call_upstream_name(const struct tg_call *k);
-/* core/approvals_shared.c: a parked call leaves the cluster's shared queue (declared here so
+/* cluster/approvals.c: a parked call leaves the cluster's shared queue (declared here so
  * that tg_call_close, which unparks a call whose client went, does not include approvals.h). */
 void tg__approvals_shared_gone(struct tg_call *k);
 #define up_name tg_call_upstream_name

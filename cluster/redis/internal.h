@@ -1,12 +1,12 @@
-/* Internals of the Redis client shared by cluster/redis.c (connections, requests) and
- * cluster/redis_sub.c (pub/sub). Not for other modules: they use cluster/redis.h. */
+/* Internals of the Redis client shared by cluster/redis/redis.c (connections, requests) and
+ * cluster/redis/sub.c (pub/sub). Not for other modules: they use cluster/redis/redis.h. */
 #ifndef TG_CLUSTER_REDIS_INT_H
 #define TG_CLUSTER_REDIS_INT_H
 
 #include <hiredis/async.h>
 
-#include "cluster/redis.h"
-#include "cluster/redis_scripts.h"
+#include "cluster/redis/redis.h"
+#include "cluster/redis/scripts.h"
 
 /* A connection's state; every transition goes through set_state(). */
 enum conn_state {

@@ -1,4 +1,4 @@
-/* The counter scripts of the Redis client (cluster/redis.c): one Lua script per kind of counter
+/* The counter scripts of the Redis client (cluster/redis/redis.c): one Lua script per kind of counter
  * operation, each reproducing policy/counters.c's local store bit for bit.
  *
  * Why this works exactly: Redis's Lua 5.1 numbers are IEEE doubles, its arithmetic is the same
@@ -21,7 +21,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "cluster/redis_scripts.h"
+#include "cluster/redis/scripts.h"
 #include "core/base/num.h"
 
 #define LUA_COMMON                                                                                                   \

@@ -1,5 +1,5 @@
-/* The Lua text of the counter scripts (cluster/redis_scripts.c), indexed by enum
- * tg_counter_op_kind. Internal to cluster/redis.c. */
+/* The Lua text of the counter scripts (cluster/redis/scripts.c), indexed by enum
+ * tg_counter_op_kind. Internal to cluster/redis/redis.c. */
 #ifndef TG_CLUSTER_REDIS_SCRIPTS_H
 #define TG_CLUSTER_REDIS_SCRIPTS_H
 

@@ -1,12 +1,12 @@
-/* Pub/sub of the Redis client (see cluster/redis.h): the subscriptions table, which the pub/sub
- * connection subscribes again after every reconnect (cluster/redis.c conn_ready), and the
+/* Pub/sub of the Redis client (see cluster/redis/redis.h): the subscriptions table, which the pub/sub
+ * connection subscribes again after every reconnect (cluster/redis/redis.c conn_ready), and the
  * delivery of messages. */
 #include <stdlib.h>
 #include <string.h>
 
 #include <hiredis/hiredis.h>
 
-#include "cluster/redis_int.h"
+#include "cluster/redis/internal.h"
 
 /* ---- pub/sub ------------------------------------------------------------------------------ */
 

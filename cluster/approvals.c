@@ -16,7 +16,7 @@
 #include <mbedtls/md.h>
 
 #include "cluster/cluster.h"
-#include "cluster/redis.h"
+#include "cluster/redis/redis.h"
 #include "core/call/approvals.h"
 #include "core/call/audit.h"
 #include "core/call/call.h"

@@ -1,4 +1,4 @@
-/* The Redis client of a cluster of gateways: see cluster/redis.h for the contract.
+/* The Redis client of a cluster of gateways: see cluster/redis/redis.h for the contract.
  *
  * Shape. One struct tg_redis holds two connections (commands, pub/sub), each a hiredis async
  * context on the loop through hiredis's libuv adapter, and four libuv timers: one per connection
@@ -34,9 +34,9 @@
 #include <hiredis/adapters/libuv.h>
 #pragma GCC diagnostic pop
 
-#include "cluster/redis.h"
-#include "cluster/redis_int.h"
-#include "cluster/redis_scripts.h"
+#include "cluster/redis/redis.h"
+#include "cluster/redis/internal.h"
+#include "cluster/redis/scripts.h"
 
 static void conn_start(struct conn *c);
 static void conn_lost(struct conn *c, const redisAsyncContext *ac, const char *why);
