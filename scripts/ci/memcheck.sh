@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs interop test files with the gateway under valgrind memcheck (issue 10, item 9).
 #
-#   scripts/memcheck.sh [NAME...]     NAME: test/interop/NAME.test.mjs (default: a core subset)
+#   scripts/ci/memcheck.sh [NAME...]     NAME: test/interop/NAME.test.mjs (default: a core subset)
 #
 # Builds a plain Debug gateway in build-vg (no sanitizers: valgrind and ASan do not mix), then runs
 # each file with TOLLGATE_WRAP set (test/interop/lib/harness.mjs puts it in front of the gateway's
@@ -17,7 +17,7 @@
 # Needs valgrind (Debian package valgrind) and `npm ci --prefix test`.
 set -eu
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 BUILD="$ROOT/build-vg"
 OUT=${MEMCHECK_OUT:-$BUILD/memcheck}

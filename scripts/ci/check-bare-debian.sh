@@ -5,7 +5,7 @@
 # Node 18 from apt), to catch what a developer machine with extra software installed hides.
 #
 # Usage (as root, on Debian with debootstrap):
-#   scripts/check-bare-debian.sh [-d DIR] [--reuse] [quickstart] [test]
+#   scripts/ci/check-bare-debian.sh [-d DIR] [--reuse] [quickstart] [test]
 #     -d DIR    the chroot (default /work/chroot-bookworm); it is made anew unless --reuse
 #     --reuse   keep an existing chroot and what earlier runs installed in it (faster, less bare)
 #     quickstart, test   which command(s) to check (default both, quickstart first, so that the

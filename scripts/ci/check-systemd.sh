@@ -8,9 +8,9 @@
 # /usr/local/bin/tollgate is the built binary (argument 1; default build-asan/tollgate); nothing
 # else is changed. Needs systemd-analyze (Debian package systemd; scripts/install-deps.sh --test)
 # but no running systemd: it works in a chroot.
-# Usage: scripts/check-systemd.sh [TOLLGATE_BINARY]
+# Usage: scripts/ci/check-systemd.sh [TOLLGATE_BINARY]
 set -euo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${1:-$repo/build-asan/tollgate}
 unit=$repo/conf/tollgate.service
 MAX_EXPOSURE=${MAX_EXPOSURE:-15}
