@@ -3,7 +3,7 @@
  * of the same length, with the same method or status, target, headers, body and keep-alive;
  * and what it must leave to llhttp, it leaves. The differential cases mutate usual requests
  * and answers byte by byte (a fixed seed) and check every one the fast path takes. */
-#include "../unit.h"
+#include "test/unit/unit.h"
 
 #include <llhttp.h>
 

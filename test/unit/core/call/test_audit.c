@@ -1,7 +1,7 @@
 /* core/call/audit.c: how records reach the file. A regular file is written by the loop itself, once
  * per iteration (or at once past 64 KiB); anything else (here a pipe) through the thread pool.
  * Either way every record is written or counted as dropped, and closing writes what waits. */
-#include "../unit.h"
+#include "test/unit/unit.h"
 
 #include <fcntl.h>
 #include <signal.h>
