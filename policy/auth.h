@@ -6,6 +6,8 @@
 #ifndef TG_AUTH_H
 #define TG_AUTH_H
 
+#include "core/base/sha256.h"
+
 #include <stdint.h>
 
 #include "core/base/buf.h"
@@ -18,9 +20,6 @@ enum tg_auth_result {
     TG_AUTH_INVALID = 2, /* a credential that matches nothing, or a malformed header */
 };
 
-void tg_auth_sha256(const void *p, size_t n, uint8_t out[32]);
-/* Constant-time comparison of n bytes: 1 if equal. */
-int tg_auth_ct_equal(const uint8_t *a, const uint8_t *b, size_t n);
 /* authorization: the Authorization header value, or a NULL slice when absent.
  * A bearer token is a static token (SHA-256 in the conf) or a JWT from a configured issuer whose
  * grant claim names a configured grant. now_s is the wall clock (for exp/nbf). On failure *why

@@ -31,8 +31,8 @@ static int admin_authorized(struct tg_server *srv, struct tg_conn *c)
     uint8_t h[32];
     if (tg_auth_bearer(tg_http_req_header(&c->req, "authorization"), &tok) != 0)
         return 0;
-    tg_auth_sha256(tok.ptr, tok.len, h);
-    return tg_auth_ct_equal(h, srv->conf->admin.token_sha256, 32);
+    tg_sha256(tok.ptr, tok.len, h);
+    return tg_ct_equal(h, srv->conf->admin.token_sha256, 32);
 }
 
 /* GET /admin/approvals of a cluster: every member's parked calls, from the shared queue.

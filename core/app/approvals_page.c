@@ -170,12 +170,12 @@ static struct ui_session *session_of(struct tg_server *srv, struct tg_conn *c)
     if (!is_id(v))
         return NULL;
     uint8_t h[32];
-    tg_auth_sha256(v.ptr, v.len, h);
+    tg_sha256(v.ptr, v.len, h);
     uint64_t now = uv_now(srv->loop);
     struct ui_session *found = NULL;
     for (size_t i = 0; i < TG_ADMIN_UI_SESSIONS; i++) {
         struct ui_session *s = &sessions[i];
-        if (s->used && tg_auth_ct_equal(s->id_sha256, h, 32))
+        if (s->used && tg_ct_equal(s->id_sha256, h, 32))
             found = s;
     }
     if (found != NULL && expired(found, now)) {
@@ -211,7 +211,7 @@ static int session_open(struct tg_server *srv, char id[ID_HEX + 1])
     memset(slot, 0, sizeof(*slot));
     tg_hex_encode(rnd, 32, id);
     tg_hex_encode(rnd + 32, 32, slot->csrf);
-    tg_auth_sha256(id, ID_HEX, slot->id_sha256);
+    tg_sha256(id, ID_HEX, slot->id_sha256);
     slot->used = 1;
     slot->created_ms = slot->used_ms = now;
     return 0;
@@ -228,7 +228,7 @@ static int csrf_ok(struct tg_conn *c, const struct ui_session *s)
             return 0;
         t = tg_slice_of(field, (size_t)n);
     }
-    return t.len == ID_HEX && tg_auth_ct_equal((const uint8_t *)t.ptr, (const uint8_t *)s->csrf, ID_HEX);
+    return t.len == ID_HEX && tg_ct_equal((const uint8_t *)t.ptr, (const uint8_t *)s->csrf, ID_HEX);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -437,8 +437,8 @@ static void on_login(struct tg_server *srv, struct tg_conn *c)
     uint8_t h[32];
     int ok = 0;
     if (n > 0) {
-        tg_auth_sha256(tok, (size_t)n, h);
-        ok = tg_auth_ct_equal(h, srv->conf->admin.token_sha256, 32);
+        tg_sha256(tok, (size_t)n, h);
+        ok = tg_ct_equal(h, srv->conf->admin.token_sha256, 32);
     }
     memset(tok, 0, sizeof(tok));
     char id[ID_HEX + 1];

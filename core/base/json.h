@@ -74,6 +74,9 @@ int tg_json_prefix_id(const char *p, size_t n, struct tg_slice *id);
 /* Serialize compactly. Numbers with original text are printed from it. */
 void tg_json_write(struct tg_buf *b, const cJSON *item);
 void tg_json_write_string(struct tg_buf *b, const char *s, size_t n);
+/* SHA-256 of v as tg_json_write() writes it ("null" for NULL): what the audit log's args hash and a
+ * 2026 envelope's argument binding (core/mcp/mrtr.c) are made of. */
+void tg_json_digest(const cJSON *v, uint8_t out[32]);
 
 /* A number node that prints exactly as `text` (which must be a valid JSON number). */
 cJSON *tg_json_number_raw(const char *text, size_t n);

@@ -3,7 +3,7 @@
  * control byte, whitespace other than spaces, deep nesting, many keys, any error at all) it
  * says "not mine" and the strict parser in core/base/json.c decides, with its error message. So
  * what it accepts must be exactly valid JSON, and the four slices it fills must be the ones the
- * strict parser fills; test/unit/core/test_json.c and test/fuzz/fuzz_json.c hold it to both.
+ * strict parser fills; test/unit/core/base/test_json.c and test/fuzz/fuzz_json.c hold it to both.
  *
  * Why it is faster: with no backslash in the input a string ends at the next quote, and with
  * no byte under 0x20 or over 0x7f there is nothing to validate inside it, so one pass over the

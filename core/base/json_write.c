@@ -4,6 +4,8 @@
 #include "core/base/json.h"
 
 #include <string.h>
+
+#include "core/base/sha256.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -134,4 +136,16 @@ void tg_json_write(struct tg_buf *b, const cJSON *item)
         return;
     default: tg_buf_append(b, "null", 4); return;
     }
+}
+
+void tg_json_digest(const cJSON *args, uint8_t out[32])
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    if (args)
+        tg_json_write(&b, args);
+    else
+        tg_buf_appends(&b, "null");
+    tg_sha256(b.base, b.len, out);
+    tg_buf_dispose(&b);
 }

@@ -114,3 +114,11 @@ void tg_sha256(const void *p, size_t n, uint8_t out[32])
 #endif
     tg_sha256_portable(p, n, out);
 }
+
+int tg_ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    volatile uint8_t d = 0;
+    for (size_t i = 0; i < n; i++)
+        d |= (uint8_t)(a[i] ^ b[i]);
+    return d == 0;
+}

@@ -224,22 +224,10 @@ void tg_audit_reopen(struct tg_audit *a)
 uint64_t tg_audit_dropped(const struct tg_audit *a) { return a ? a->dropped : 0; }
 uint64_t tg_audit_written(const struct tg_audit *a) { return a ? a->written : 0; }
 
-void tg_audit_args_digest(const cJSON *args, uint8_t out[32])
-{
-    struct tg_buf b;
-    tg_buf_init(&b);
-    if (args)
-        tg_json_write(&b, args);
-    else
-        tg_buf_appends(&b, "null");
-    tg_auth_sha256(b.base, b.len, out);
-    tg_buf_dispose(&b);
-}
-
 void tg_audit_args_hash(const cJSON *args, char out[65])
 {
     uint8_t h[32];
-    tg_audit_args_digest(args, h);
+    tg_json_digest(args, h);
     tg_hex_encode(h, 32, out);
 }
 

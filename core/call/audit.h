@@ -48,11 +48,8 @@ struct tg_audit_record {
 
 void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const struct tg_audit_record *r);
 
-/* SHA-256 (hex) of the canonical serialization of args ("null" when absent). */
+/* SHA-256 (hex) of the canonical serialization of args ("null" when absent): tg_json_digest in hex. */
 void tg_audit_args_hash(const cJSON *args, char out[65]);
-/* The same digest as 32 bytes: SHA-256 of the arguments as tg_json_write() writes them ("null"
- * for NULL). A 2026 envelope binds to it (core/mcp/mrtr.c). */
-void tg_audit_args_digest(const cJSON *args, uint8_t out[32]);
 /* Redacted JSON of args (malloc'd) when audit.args = "values", else NULL. */
 char *tg_audit_args_values(const struct tg_audit_conf *ac, const cJSON *args);
 

@@ -59,7 +59,7 @@ static int hash_token(int argc, char **argv)
     }
     uint8_t h[32];
     char hex[65];
-    tg_auth_sha256(tok, strlen(tok), h);
+    tg_sha256(tok, strlen(tok), h);
     tg_hex_encode(h, 32, hex);
     printf("%s\n", hex);
     return 0;

@@ -57,7 +57,7 @@ static int live(void)
 static struct ui_session *find(const char *id)
 {
     uint8_t h[32];
-    tg_auth_sha256(id, ID_HEX, h);
+    tg_sha256(id, ID_HEX, h);
     for (size_t i = 0; i < TG_ADMIN_UI_SESSIONS; i++)
         if (sessions[i].used && memcmp(sessions[i].id_sha256, h, 32) == 0)
             return &sessions[i];

@@ -222,7 +222,7 @@ static void rt_new(struct rt *t, int anonymous)
 {
     uint8_t sum[32];
     char hex[65];
-    tg_auth_sha256(ROUTER_TOKEN, strlen(ROUTER_TOKEN), sum);
+    tg_sha256(ROUTER_TOKEN, strlen(ROUTER_TOKEN), sum);
     tg_hex_encode(sum, 32, hex);
     char fmt[2048];
     snprintf(fmt, sizeof(fmt), CONF_ROUTER, hex);
