@@ -3,8 +3,8 @@
 #include <mbedtls/sha256.h>
 #include <string.h>
 
-#include "core/sha256.h"
-#include "core/siphash.h"
+#include "core/base/sha256.h"
+#include "core/base/siphash.h"
 #include "policy/jwt.h"
 #include <strings.h>
 

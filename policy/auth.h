@@ -8,9 +8,9 @@
 
 #include <stdint.h>
 
-#include "core/buf.h"
-#include "core/auth_memo.h"
-#include "core/conf.h"
+#include "core/base/buf.h"
+#include "policy/auth_memo.h"
+#include "core/conf/conf.h"
 
 enum tg_auth_result {
     TG_AUTH_OK = 0,
@@ -27,7 +27,7 @@ int tg_auth_ct_equal(const uint8_t *a, const uint8_t *b, size_t n);
  * (may be NULL) says why in words fit for WWW-Authenticate error_description. */
 enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
                                   const struct tg_grant_conf **grant, const char **why);
-/* tg_auth_grant() through a connection's memo (core/auth_memo.h). */
+/* tg_auth_grant() through a connection's memo (policy/auth_memo.h). */
 enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
                                        struct tg_auth_memo *memo, const struct tg_grant_conf **grant,
                                        const char **why);

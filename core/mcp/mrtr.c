@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/audit.h"
+#include "core/call/audit.h"
 
-#include "core/json.h"
+#include "core/base/json.h"
 
 #define ENVELOPE_TTL_MS (10 * 60 * 1000) /* a person may take a while to answer an elicitation */
 #define ID_CHARS 22                      /* of the token: the version and most of the random nonce */

@@ -1,9 +1,9 @@
 /* policy/auth.c: bearer parsing, token hashing and grant selection. */
 #include "test/unit/unit.h"
 
-#include "core/conf.h"
-#include "core/sha256.h"
-#include "core/siphash.h"
+#include "core/conf/conf.h"
+#include "core/base/sha256.h"
+#include "core/base/siphash.h"
 #include "policy/auth.h"
 
 static void hex_of(const uint8_t h[32], char out[65]) { tg_hex_encode(h, 32, out); }

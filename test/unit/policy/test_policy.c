@@ -10,8 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/buf.h"
-#include "core/json.h"
+#include "core/base/buf.h"
+#include "core/base/json.h"
 #include "policy/compile_tool.h"
 #include "policy/counters.h"
 #include "policy/policy.h"
@@ -2957,7 +2957,7 @@ static void yaml_scalars(void **state)
 static void json_duplicate_keys_and_syntax_refused(void **state)
 {
     EXPECT_ERROR("dup.json", "{\"version\":\"1\",\"version\":\"1\"}", "", ":1: duplicate object key");
-    /* core/json.c finds duplicates when the object closes, so the line is that of its '}' (6), not
+    /* core/base/json.c finds duplicates when the object closes, so the line is that of its '}' (6), not
      * of the second "x" (5); the error does not name the key either. */
     EXPECT_ERROR("dup.json", "{\n  \"version\": \"1\",\n  \"tools\": {\n    \"x\": {\"rules\": []},\n    \"x\": {\"rules\": []}\n  }\n}\n",
                  NULL, "duplicate object key");
