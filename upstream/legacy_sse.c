@@ -4,8 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/call/call.h"
+#include "core/base/json.h"
 #include "core/base/log.h"
+#include "core/call/gateway.h"
+#include "core/call/session.h"
+#include "core/wire/sse.h"
 #include "upstream/upstream.h"
 #include "upstream/pool/pool.h"
 
@@ -20,10 +23,8 @@ static const struct tg_upreq_cbs link_cbs;
 /* Owner: the session (s->uplink), released with it by release_sse_link. A release while
  * its parser runs only marks it dead; on_link_data frees it once the parser has returned. */
 struct sse_link {
-    struct tg_uplink base;    /* first */
+    struct tg_uplink base;    /* first; base.up is a reference here */
     struct tg_server *srv;
-    struct tg_session *sess;  /* not a reference: the link dies with the session */
-    struct tg_upstream *up;   /* reference */
     int in_feed;              /* tg_sse_feed is on the stack */
     int dead;                 /* released: no more events, freed after the feed */
     struct tg_upreq *get;     /* the stream */
@@ -36,8 +37,8 @@ struct sse_link {
 /* A POST to the endpoint: it should get 202; otherwise the call it carried fails. Owner: the
  * pool request it rides on; freed in on_post_done. */
 struct sse_post {
-    struct tg_server *srv;
-    struct tg_session *sess; /* reference */
+    const struct tg_upstream_host *host;
+    struct tg_session *sess; /* held (host->hold) */
     uint64_t gid;
 };
 
@@ -47,31 +48,27 @@ static void on_post_done(struct tg_upreq *r, int err, void *ud)
 {
     struct sse_post *sp = ud;
     int st = tg_upreq_status(r);
-    if ((err != 0 || st < 200 || st >= 300) && sp->gid != 0) {
-        for (struct tg_list *l = sp->sess->calls.next; l != &sp->sess->calls; l = l->next) {
-            struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-            if (k->awaiting && k->gid == sp->gid) {
-                char why[160];
-                if (err == TG_ETIMEDOUT)
-                    snprintf(why, sizeof(why), "upstream %s timed out", up_name(k));
-                else if (err != 0)
-                    snprintf(why, sizeof(why), "upstream %s is unavailable", up_name(k));
-                else
-                    snprintf(why, sizeof(why), "upstream %s answered HTTP %d", up_name(k), st);
-                /* a refused POST (4xx) or one that never left never ran */
-                enum tg_outcome o;
-                if (err != 0 && !tg_upreq_sent(r))
-                    o = err == TG_ETIMEDOUT ? TG_OUT_NOT_SENT_TIMEOUT : TG_OUT_NOT_SENT;
-                else if (err != 0)
-                    o = err == TG_ETIMEDOUT ? TG_OUT_TIMEOUT : TG_OUT_UNAVAILABLE;
-                else
-                    o = st >= 400 && st < 500 ? TG_OUT_REFUSED : TG_OUT_UNAVAILABLE;
-                tg_call_fail(k, o, why, -1);
-                break;
-            }
-        }
+    struct tg_uplink *ln = sp->sess->uplink;
+    if ((err != 0 || st < 200 || st >= 300) && sp->gid != 0 && ln != NULL) {
+        const char *name = tg_upstream_conf(ln->up)->name;
+        char why[160];
+        if (err == TG_ETIMEDOUT)
+            snprintf(why, sizeof(why), "upstream %s timed out", name);
+        else if (err != 0)
+            snprintf(why, sizeof(why), "upstream %s is unavailable", name);
+        else
+            snprintf(why, sizeof(why), "upstream %s answered HTTP %d", name, st);
+        /* a refused POST (4xx) or one that never left never ran */
+        enum tg_outcome o;
+        if (err != 0 && !tg_upreq_sent(r))
+            o = err == TG_ETIMEDOUT ? TG_OUT_NOT_SENT_TIMEOUT : TG_OUT_NOT_SENT;
+        else if (err != 0)
+            o = err == TG_ETIMEDOUT ? TG_OUT_TIMEOUT : TG_OUT_UNAVAILABLE;
+        else
+            o = st >= 400 && st < 500 ? TG_OUT_REFUSED : TG_OUT_UNAVAILABLE;
+        tg_link_failed(ln, sp->gid, o, why);
     }
-    tg_session_unref(sp->sess);
+    sp->host->hold(sp->sess, 0);
     free(sp);
 }
 static const struct tg_upreq_cbs post_cbs = {on_post_head, on_post_data, on_post_done};
@@ -79,12 +76,13 @@ static const struct tg_upreq_cbs post_cbs = {on_post_head, on_post_data, on_post
 static void sse_post(struct sse_link *ln, const char *body, size_t len, uint64_t gid)
 {
     struct sse_post *sp = tg_xcalloc(1, sizeof(*sp));
-    sp->srv = ln->srv;
-    sp->sess = tg_session_ref(ln->sess);
+    sp->host = ln->base.host;
+    sp->sess = ln->base.sess;
+    sp->host->hold(sp->sess, 1);
     sp->gid = gid;
-    tg_upreq_start_to(ln->up, "POST", ln->endpoint,
+    tg_upreq_start_to(ln->base.up, "POST", ln->endpoint,
                       "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n", body, len,
-                      0, (uint64_t)tg_upstream_conf(ln->up)->call_timeout_ms, &post_cbs, sp);
+                      0, (uint64_t)tg_upstream_conf(ln->base.up)->call_timeout_ms, &post_cbs, sp);
 }
 
 /* The endpoint event: a path (or a URL on the same server) to POST messages to. */
@@ -126,11 +124,11 @@ static int on_link_event(void *ud, const struct tg_sse_event *ev)
     if (tg_slice_eq(ev->event, TG_SLICE("endpoint"))) {
         if (take_endpoint(ln, ev->data) != 0)
             tg_log(TG_LOG_WARN, "legacy SSE upstream sent an unusable endpoint", "upstream=%s",
-                   tg_upstream_conf(ln->up)->name);
+                   tg_upstream_conf(ln->base.up)->name);
         return ln->dead;
     }
     if (ev->event.len == 0 || tg_slice_eq(ev->event, TG_SLICE("message")))
-        tg_session_link_message(ln->srv, ln->sess, ln->up, ev->data.ptr, ev->data.len, NULL, NULL);
+        tg_link_message(&ln->base, ev->data.ptr, ev->data.len, NULL, NULL);
     return ln->dead; /* the message may have ended the session (an initialize refused) */
 }
 
@@ -139,7 +137,7 @@ static void sse_link_destroy(struct sse_link *ln)
     tg_sse_dispose(&ln->sse);
     tg_buf_dispose(&ln->queue);
     free(ln->endpoint);
-    tg_upstream_unref(ln->up);
+    tg_upstream_unref(ln->base.up);
     free(ln);
 }
 
@@ -149,7 +147,7 @@ static void on_link_head(struct tg_upreq *r, int status, void *ud)
     ln->status = status;
     if (status != 200 || !tg_slice_has_token(tg_upreq_content_type(r), "text/event-stream"))
         tg_log(TG_LOG_WARN, "legacy SSE upstream refused the stream", "upstream=%s status=%d",
-               tg_upstream_conf(ln->up)->name, status);
+               tg_upstream_conf(ln->base.up)->name, status);
 }
 
 /* An event over limits.response_bytes was dropped (the parser goes on with the next one): the
@@ -159,7 +157,7 @@ static void on_link_drop(void *ud, const char *head, size_t n)
     struct sse_link *ln = ud;
     struct tg_slice id = TG_SLICE_NULL;
     tg_json_prefix_id(head, n, &id);
-    tg_session_link_oversized(ln->sess, id);
+    tg_link_oversized(&ln->base, id);
 }
 
 static void on_link_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
@@ -167,8 +165,9 @@ static void on_link_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
     struct sse_link *ln = ud;
     if (ln->status != 200 || ln->dead)
         return;
-    struct tg_session *s = tg_session_ref(ln->sess);
-    struct tg_server *srv = ln->srv;
+    struct tg_session *s = ln->base.sess;
+    const struct tg_upstream_host *host = ln->base.host;
+    host->hold(s, 1);
     ln->in_feed = 1;
     int e = tg_sse_feed(&ln->sse, p, n, on_link_event, ln);
     ln->in_feed = 0;
@@ -176,11 +175,12 @@ static void on_link_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
         sse_link_destroy(ln); /* released while its parser ran */
     } else {
         if (e != 0)
-            tg_log(TG_LOG_WARN, "legacy SSE upstream event too large", "upstream=%s", tg_upstream_conf(ln->up)->name);
+            tg_log(TG_LOG_WARN, "legacy SSE upstream event too large", "upstream=%s",
+                   tg_upstream_conf(ln->base.up)->name);
         if (s->uplink == &ln->base)
-            tg_session_backpressure(srv, s);
+            host->backpressure(s);
     }
-    tg_session_unref(s);
+    host->hold(s, 0);
 }
 
 static void on_link_done(struct tg_upreq *r, int err, void *ud)
@@ -189,7 +189,7 @@ static void on_link_done(struct tg_upreq *r, int err, void *ud)
     ln->get = NULL;
     if (ln->dead)
         return;
-    tg_session_link_gone(ln->sess, "the upstream's event stream ended");
+    tg_link_gone(&ln->base, "the upstream's event stream ended");
 }
 
 static const struct tg_upreq_cbs link_cbs = {on_link_head, on_link_data, on_link_done};
@@ -201,6 +201,7 @@ static void release_sse_link(struct tg_session *s)
     if (ln == NULL)
         return;
     ln->dead = 1;
+    tg_link_release(&ln->base);
     if (ln->get) {
         tg_upreq_cancel(ln->get);
         ln->get = NULL;
@@ -210,7 +211,7 @@ static void release_sse_link(struct tg_session *s)
 }
 
 /* Backpressure on a message-stream upstream: stop reading it while its client is behind. */
-static void sse_pause(struct tg_session *s, struct tg_call *k, int pause)
+static void sse_pause(struct tg_session *s, void *state, int pause)
 {
     struct sse_link *ln = (struct sse_link *)s->uplink;
     if (ln == NULL || ln->get == NULL)
@@ -221,17 +222,17 @@ static void sse_pause(struct tg_session *s, struct tg_call *k, int pause)
         tg_upreq_resume(ln->get);
 }
 
-static const struct tg_upstream_ops *sse_ops(void);
-
-static int sse_open(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u)
+static int sse_open(const struct tg_upstream_send *a)
 {
+    struct tg_server *srv = a->srv;
+    struct tg_session *s = a->sess;
+    struct tg_upstream *u = a->up;
     if (s->uplink != NULL)
         return 0;
     struct sse_link *ln = tg_xcalloc(1, sizeof(*ln));
-    ln->base.ops = sse_ops();
+    tg_link_init(&ln->base, &tg_upstream_sse_ops, a);
     ln->srv = srv;
-    ln->sess = s;
-    ln->up = tg_upstream_ref(u);
+    tg_upstream_ref(u);
     tg_sse_init(&ln->sse, (size_t)srv->conf->limits.response_bytes);
     ln->sse.resync = 1; /* one stream, many calls: a dropped event fails its own call only */
     ln->sse.on_drop = on_link_drop;
@@ -242,11 +243,8 @@ static int sse_open(struct tg_server *srv, struct tg_session *s, struct tg_upstr
     return 0;
 }
 
-static int sse_link_send(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *body,
-                         size_t len, uint64_t gid)
+static int sse_link_send(struct tg_server *srv, struct sse_link *ln, const char *body, size_t len, uint64_t gid)
 {
-    sse_open(srv, s, u);
-    struct sse_link *ln = (struct sse_link *)s->uplink;
     if (ln->endpoint == NULL) {
         if (ln->queue.len + len > (size_t)srv->conf->limits.body_bytes * 4)
             return TG_ELIMIT;
@@ -259,20 +257,22 @@ static int sse_link_send(struct tg_server *srv, struct tg_session *s, struct tg_
     return 0;
 }
 
-static void sse_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
+static void sse_send(const struct tg_upstream_send *a)
 {
-    if (body == NULL) {
-        tg_call_link_listen(k); /* the server's own messages come on the session's event stream */
+    if (a->body == NULL) {
+        tg_link_listen(a); /* the server's own messages come on the session's event stream */
         return;
     }
-    int ok = sse_link_send(k->srv, k->sess, k->uprt, body, len, k->kind == KIND_REQUEST ? k->gid : 0) == 0;
-    tg_call_link_sent(k, ok, timeout);
+    sse_open(a);
+    struct sse_link *ln = (struct sse_link *)a->sess->uplink;
+    int ok = sse_link_send(a->srv, ln, a->body, a->len, a->kind == KIND_REQUEST ? a->gid_num : 0) == 0;
+    tg_link_sent(&ln->base, a, ok);
 }
 
 static void sse_reply(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p, size_t n)
 {
     if (s->uplink != NULL)
-        sse_link_send(srv, s, u, p, n, 0); /* POSTed like any reply */
+        sse_link_send(srv, (struct sse_link *)s->uplink, p, n, 0); /* POSTed like any reply */
 }
 
 static void sse_close(struct tg_server *srv, struct tg_session *s) {}
@@ -280,16 +280,12 @@ static void sse_close(struct tg_server *srv, struct tg_session *s) {}
 const struct tg_upstream_ops tg_upstream_sse_ops = {
     .name = "sse",
     .flags = TG_UPOPS_SESSION_LINK,
-    .probe = NULL,
-    .open = sse_open,
     .send = sse_send,
-    .sent = tg_call_link_sent_yes,
-    .cancel = tg_call_link_cancel,
+    .sent = tg_link_op_sent,
+    .cancel = tg_link_op_cancel,
     .pause = sse_pause,
-    .touch = tg_call_link_touch,
+    .touch = tg_link_op_touch,
     .reply = sse_reply,
     .close = sse_close,
 };
-
-static const struct tg_upstream_ops *sse_ops(void) { return &tg_upstream_sse_ops; }
 

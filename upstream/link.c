@@ -1,70 +1,93 @@
-/* The calls of message-stream upstreams (stdio, legacy SSE): everything the upstream sends
- * comes on the session's one link, and is sorted here into the answer of a waiting call, a
- * server request or notification for the session's client stream, or nothing. */
+/* The half the message-stream upstreams share (stdio, legacy SSE): everything the upstream sends
+ * comes on the session's one link. An answer is matched here, by the gateway's id, to the call
+ * waiting for it; anything else goes to the session (tg_upstream_host). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/call/call.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
-#include "core/mcp/legacy.h"
+#include "core/call/session.h"
 #include "core/mcp/rewrite.h"
-#include "core/wire/msg.h"
-#include "core/call/roots.h"
 #include "upstream/pool/pool.h"
 #include "upstream/upstream.h"
 
-/* The answer to call k arrived on the session's link. */
-static void link_answer(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *doc,
-                        struct tg_buf *own)
+/* A call waiting for its answer on a link. Owner: the call's slot (freed by tg_link_op_cancel,
+ * or here when the answer or the end comes); on its link's waiting list until then. */
+struct tg_link_wait {
+    struct tg_list link;     /* ln->waiting; points to itself once the link went */
+    const struct tg_upstream_events *ev;
+    void *call;
+    void **state;
+    uint64_t gid_num;
+    size_t gid_len;
+    char gid[24];
+};
+
+void tg_link_init(struct tg_uplink *ln, const struct tg_upstream_ops *ops, const struct tg_upstream_send *a)
 {
-    int is_error = doc->error_raw.len > 0;
-    if (k->is_init) {
-        k->sess->init_pending = 0;
-        if (is_error && k->sink != NULL && (k->sink->flags & TG_SINK_NEW_SESSION) && k->sess->live)
-            tg_session_remove(k->srv->sessions, k->sess); /* no session was made after all */
-    }
-    tg_call_settle(k, is_error ? TG_OUT_ERROR : TG_OUT_OK, tg__call_latency(k));
-    k->answer_src = own; /* p's buffer: a big answer is rewritten in it, not copied */
-    tg_call_answer(k, p, n, doc);
-    k->answer_src = NULL;
-    tg_call_finish(k);
+    ln->ops = ops;
+    ln->host = a->host;
+    ln->sess = a->sess;
+    ln->up = a->up;
+    tg_list_init(&ln->waiting);
 }
 
-/* Where a server message that answers no call goes. */
-static int session_stream_write(struct tg_session *s, const char *p, size_t n, const char *progress_key)
+void tg_link_listen(const struct tg_upstream_send *a) { a->ev->stream(a->call); }
+
+void tg_link_sent(struct tg_uplink *ln, const struct tg_upstream_send *a, int ok)
 {
-    if (s->channel != NULL) {
-        s->channel->ops->message(s->channel, NULL, p, n);
-        return 1;
+    if (!ok) {
+        char why[160];
+        snprintf(why, sizeof(why), "upstream %s could not be started or has gone", tg_upstream_conf(a->up)->name);
+        a->ev->done(a->call, TG_OUT_NOT_SENT, why, -1); /* the message was never written */
+        return;
     }
-    struct tg_call *target = NULL;
-    for (struct tg_list *l = s->calls.next; progress_key && l != &s->calls; l = l->next) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        if (k->progress_token && strcmp(k->progress_token, progress_key) == 0 && k->awaiting) {
-            target = k;
-            break;
-        }
+    if (a->kind != KIND_REQUEST) {
+        a->ev->done(a->call, TG_OUT_ACCEPTED, NULL, -1); /* nothing comes back for it */
+        return;
     }
-    if (target == NULL && s->get_stream != NULL && s->get_stream->sink != NULL &&
-        s->get_stream->sink->ops->listening(s->get_stream->sink))
-        target = s->get_stream;
-    for (struct tg_list *l = s->calls.prev; target == NULL && l != &s->calls; l = l->prev) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        if (k->awaiting && k->sink != NULL && !(k->sink->flags & (TG_SINK_ANSWER_ONLY | TG_SINK_STATELESS)) &&
-            k->sink->ops->listening(k->sink))
-            target = k;
-    }
-    if (target == NULL)
-        return 0;
-    if (target->sink != NULL && !(target->sink->flags & TG_SINK_ANSWER_ONLY))
-        target->sink->ops->message(target->sink, target, p, n);
-    return 1;
+    struct tg_link_wait *w = tg_xcalloc(1, sizeof(*w));
+    w->ev = a->ev;
+    w->call = a->call;
+    w->state = a->state;
+    w->gid_num = a->gid_num;
+    w->gid_len = a->gid_len < sizeof(w->gid) ? a->gid_len : sizeof(w->gid);
+    memcpy(w->gid, a->gid, w->gid_len);
+    tg_list_insert_tail(&ln->waiting, &w->link);
+    *a->state = w;
+    a->ev->sent(a->call, a->timeout_ms);
 }
 
-void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
-                             size_t n, const struct tg_json_doc *pre, struct tg_buf *own)
+/* w leaves its link and its call's slot: what it held is returned, w freed. */
+static void take(struct tg_link_wait *w, const struct tg_upstream_events **ev, void **call)
+{
+    tg_list_unlink(&w->link);
+    *w->state = NULL;
+    *ev = w->ev;
+    *call = w->call;
+    free(w);
+}
+
+static struct tg_link_wait *find(struct tg_uplink *ln, struct tg_slice id, uint64_t gid)
+{
+    for (struct tg_list *l = ln->waiting.next; l != &ln->waiting; l = l->next) {
+        struct tg_link_wait *w = tg_container_of(l, struct tg_link_wait, link);
+        if (id.ptr != NULL ? id.len == w->gid_len && memcmp(id.ptr, w->gid, id.len) == 0 : w->gid_num == gid)
+            return w;
+    }
+    return NULL;
+}
+
+static void end(struct tg_link_wait *w, enum tg_outcome o, const char *why)
+{
+    const struct tg_upstream_events *ev;
+    void *call;
+    take(w, &ev, &call);
+    ev->done(call, o, why, -1);
+}
+
+void tg_link_message(struct tg_uplink *ln, const char *p, size_t n, const struct tg_json_doc *pre, struct tg_buf *own)
 {
     struct tg_json_doc doc;
     if (pre != NULL)
@@ -73,82 +96,72 @@ void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct
         return;
     if (!tg_mcp_is_object(p, n)) {
         tg_log(TG_LOG_INFO, "upstream sent a batch or a bare value; dropped", "upstream=%s session=%s",
-               tg_upstream_conf(u)->name, s->id_str); /* its members would pass undecided */
+               tg_upstream_conf(ln->up)->name, ln->sess->id_str); /* its members would pass undecided */
         return;
     }
     if (doc.method_raw.len == 0 && doc.id_raw.len > 0) {
-        for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
-            struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-            if (k->awaiting && k->kind == KIND_REQUEST && doc.id_raw.len == k->gid_len &&
-                memcmp(doc.id_raw.ptr, k->gid_str, k->gid_len) == 0) {
-                link_answer(k, p, n, &doc, own);
-                return;
-            }
+        struct tg_link_wait *w = find(ln, doc.id_raw, 0);
+        if (w != NULL) {
+            const struct tg_upstream_events *ev;
+            void *call;
+            take(w, &ev, &call);
+            ev->answered(call, p, n, &doc, own);
+            return;
         }
         char esc[80];
         tg_log(TG_LOG_INFO, "upstream answer matches no call; dropped", "upstream=%s session=%s id=%s",
-               tg_upstream_conf(u)->name, s->id_str, tg_log_esc(esc, sizeof(esc), doc.id_raw));
+               tg_upstream_conf(ln->up)->name, ln->sess->id_str, tg_log_esc(esc, sizeof(esc), doc.id_raw));
         return;
     }
-    /* A server request or notification. */
-    char *progress = NULL;
-    int is_request = doc.method_raw.len > 0 && doc.id_raw.len > 0;
-    if (is_request) {
-        if (tg__call_refuse_server_request(srv, s, u, p, n, 0, NULL))
-            return;
-    } else if (tg_slice_eq(doc.method_raw, TG_SLICE("\"notifications/progress\""))) {
-        struct tg_json_doc full;
-        if (tg_json_parse(p, n, 1000, 1, &full, NULL, NULL) == 0) {
-            cJSON *tok = tg_json_get(tg_json_get(full.root, "params"),
-                                                          "progressToken");
-            if (tok)
-                progress = cJSON_IsString(tok) ? tg_mcp_id_key_string(tok->valuestring) : tg_mcp_id_key_number(tok);
-            cJSON_Delete(full.root);
-        }
-    }
-    if (!is_request && tg_slice_eq(doc.method_raw, TG_SLICE("\"roots/list\"")) &&
-        tg_roots_of_session(srv, s, tg_upstream_conf(u)) != NULL)
-        return; /* pinned roots: a roots/list never reaches a client, not even as a notification */
-    if (!is_request && tg_mcp_method_maybe_update(doc.method_raw) && !tg__call_may_relay(srv, s, p, n)) {
-        tg_xfree(progress);
-        return; /* a resource the grant may not read: no client hears of it */
-    }
-    int delivered = session_stream_write(s, p, n, progress);
-    tg_xfree(progress);
-    if (is_request && delivered) {
-        tg_mcp_note_server_request(s, doc.id_raw);
-    } else if (is_request) {
-        /* No client stream could carry it (none open, or only a batch's answer): the upstream
-         * gets an error now instead of waiting for an answer that cannot come. */
-        tg__call_refuse_server_request(srv, s, u, p, n, 1, "no open stream of this session can carry a server request");
-    } else if (!delivered) {
-        tg_log(TG_LOG_DEBUG, "server message with nowhere to go; dropped", "session=%s", s->id_str);
+    ln->host->message(ln->sess, ln->up, p, n, &doc); /* a server request or notification */
+}
+
+void tg_link_oversized(struct tg_uplink *ln, struct tg_slice id)
+{
+    struct tg_link_wait *w = id.len > 0 ? find(ln, id, 0) : NULL;
+    if (w != NULL) /* it ran (not refunded); its answer is gone */
+        end(w, TG_OUT_GARBLED, "upstream answer exceeds limits.response_bytes");
+}
+
+void tg_link_failed(struct tg_uplink *ln, uint64_t gid, enum tg_outcome o, const char *why)
+{
+    struct tg_link_wait *w = find(ln, TG_SLICE_NULL, gid);
+    if (w != NULL)
+        end(w, o, why);
+}
+
+/* The first waiting call is taken each time, never a saved next: ending one call may end
+ * another (its sink's operations may). */
+void tg_link_gone(struct tg_uplink *ln, const char *why)
+{
+    struct tg_session *s = ln->sess;
+    const struct tg_upstream_host *host = ln->host;
+    host->hold(s, 1);
+    while (!tg_list_empty(&ln->waiting))
+        end(tg_container_of(ln->waiting.next, struct tg_link_wait, link), TG_OUT_UNAVAILABLE, why);
+    host->gone(s, why); /* ln may be freed from here on */
+    host->hold(s, 0);
+}
+
+void tg_link_release(struct tg_uplink *ln)
+{
+    while (!tg_list_empty(&ln->waiting)) {
+        struct tg_list *l = ln->waiting.next;
+        tg_list_unlink(l);
+        tg_list_init(l); /* its call still holds it: freed when the call lets go */
     }
 }
 
-/* A client that stopped reading stops its message-stream upstream too (answers included);
- * its drain resumes it. */
-void tg_session_backpressure(struct tg_server *srv, struct tg_session *s)
+int tg_link_op_sent(const void *state) { return 1; }
+
+void tg_link_op_cancel(void *state)
 {
-    int high = s->channel != NULL && s->channel->ops->high(s->channel);
-    for (struct tg_list *l = s->calls.next; !high && l != &s->calls; l = l->next) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        high = k->sink != NULL && k->sink->ops->high(k->sink);
-    }
-    if (high || s->stalled > 0) {
-        srv->metrics.limit_output++;
-        tg_session_link_pause(s, 1);
-    }
+    struct tg_link_wait *w = state;
+    if (w == NULL)
+        return;
+    tg_list_unlink(&w->link);
+    *w->state = NULL;
+    free(w);
 }
 
-void tg_session_link_oversized(struct tg_session *s, struct tg_slice id)
-{
-    for (struct tg_list *l = s->calls.next; id.len > 0 && l != &s->calls; l = l->next) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        if (k->awaiting && k->kind == KIND_REQUEST && id.len == k->gid_len && memcmp(id.ptr, k->gid_str, id.len) == 0) {
-            /* It ran (not refunded); its answer is gone. */
-            tg_call_fail(k, TG_OUT_GARBLED, "upstream answer exceeds limits.response_bytes", -1);
-            return;
-        }
-    }
-}
+void tg_link_op_touch(void *state) {}

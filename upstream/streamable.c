@@ -1,28 +1,76 @@
 /* Streamable HTTP upstreams: each message of a call is a POST on the pool (upstream/pool/pool.h),
  * answered with JSON or with an SSE stream; a session's stream of server messages is a
- * dedicated GET. This file is the MCP client: the pool knows nothing of MCP. */
+ * dedicated GET. This file is the MCP client: the pool knows nothing of MCP. What it learns it
+ * reports to the call through the callbacks the call gave with the message (upstream/upstream.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/call/call.h"
+#include "core/base/json.h"
 #include "core/base/log.h"
-#include "core/wire/msg.h"
+#include "core/call/gateway.h"
+#include "core/call/session.h"
+#include "core/wire/sse.h"
 #include "upstream/upstream.h"
 #include "upstream/pool/pool.h"
+
+/* What a request is relaying, decided when the upstream's head arrives. */
+enum mode {
+    MODE_WAIT,     /* no upstream head yet */
+    MODE_JSON,     /* application/json body being collected */
+    MODE_SSE,      /* the answer streams to the client */
+    MODE_ACCEPTED, /* 202 for a notification or response */
+    MODE_GONE,     /* upstream says the session does not exist */
+    MODE_ERROR,    /* any other status */
+};
+
+struct resume_wait;
+
+/* One call's upstream half. Owner: the call's slot (*slot) from send until the kind reports
+ * done (it clears the slot first) or the call cancels it; a cancel while the SSE parser runs
+ * only marks it dead, and on_up_data frees it once the parser has returned. */
+struct http_call {
+    const struct tg_upstream_events *ev;
+    void *call;
+    void **slot;
+    struct tg_server *srv;
+    struct tg_session *sess;  /* the call holds it */
+    struct tg_upstream *uprt; /* the call holds it */
+    enum call_kind kind;
+    unsigned char is_init, modern, in_feed, dead, relayed;
+    enum mode mode;
+    int got_response;         /* 1: the answer was relayed, 2: it was an error object */
+    struct tg_upreq *up;
+    struct tg_buf body;
+    struct tg_sse_parser sse;
+    struct tg_json_doc body_doc; /* MODE_JSON: the answer's spans, parsed once */
+    int body_doc_ok;
+    size_t gid_len;
+    char gid[24];
+    /* SEP-1699: the upstream ended the answer stream early with an event id and a retry; the
+     * call waits retry ms (resume), then GETs the stream again with Last-Event-ID. */
+    struct resume_wait *resume;
+    int resumes;       /* reconnects in a row without an event between them */
+    int resumes_total; /* reconnects of this call */
+    uint64_t first_sent_ns; /* the first upstream request: latency covers the whole call */
+    int resuming;      /* the upstream request now is such a GET */
+    int resume_failed; /* that GET was refused: what it says is not relayed */
+};
 
 /* The timer of a call waiting to reconnect. Owner: the call until it is cancelled; freed in
  * its close callback. */
 struct resume_wait {
     uv_timer_t timer;
-    struct tg_call *k; /* NULL once cancelled */
+    struct http_call *k; /* NULL once cancelled */
 };
 
 static const struct tg_upreq_cbs call_cbs;
 
+static const char *up_name(const struct http_call *k) { return tg_upstream_conf(k->uprt)->name; }
+
 static void on_resume_closed(uv_handle_t *h) { free(h->data); }
 
-static void resume_cancel(struct tg_call *k)
+static void resume_cancel(struct http_call *k)
 {
     struct resume_wait *w = k->resume;
     if (w == NULL)
@@ -30,6 +78,29 @@ static void resume_cancel(struct tg_call *k)
     k->resume = NULL;
     w->k = NULL;
     uv_close((uv_handle_t *)&w->timer, on_resume_closed);
+}
+
+static void http_call_free(struct http_call *k)
+{
+    tg_buf_dispose(&k->body);
+    tg_sse_dispose(&k->sse);
+    free(k);
+}
+
+/* The kind is done with the call: out of its slot, so that the call's cancel finds nothing. */
+static void detach(struct http_call *k)
+{
+    if (k->slot != NULL)
+        *k->slot = NULL;
+    k->slot = NULL;
+}
+
+/* Report done (the call ends) and free k. */
+static void finish(struct http_call *k, enum tg_outcome o, const char *why, double latency)
+{
+    detach(k);
+    k->ev->done(k->call, o, why, latency);
+    http_call_free(k);
 }
 
 static void on_noop_head(struct tg_upreq *r, int status, void *ud) { (void)r, (void)status, (void)ud; }
@@ -57,21 +128,25 @@ static void session_headers(struct tg_buf *h, struct tg_session *s, int with_ses
 /* Stops the parser once the call is closed (its owner may free the parser then). */
 static int on_sse_event(void *ud, const struct tg_sse_event *ev)
 {
-    struct tg_call *k = ud;
-    if (k->closed)
+    struct http_call *k = ud;
+    if (k->dead)
         return 1;
     if (ev->event.len != 0 && !tg_slice_eq(ev->event, TG_SLICE("message")))
         return 0; /* only JSON-RPC messages are relayed */
     if (ev->data.len == 0)
         return 0; /* priming events carry no message */
     k->resumes = 0;
-    tg_call_upstream_message(k, ev->data.ptr, ev->data.len, NULL);
-    return k->closed;
+    int r = k->ev->message(k->call, ev->data.ptr, ev->data.len);
+    if (r != 0)
+        k->relayed = 1;
+    if (r >= TG_UPMSG_ANSWER)
+        k->got_response = r - 1;
+    return k->dead;
 }
 
 static void on_up_head(struct tg_upreq *r, int status, void *ud)
 {
-    struct tg_call *k = ud;
+    struct http_call *k = ud;
     struct tg_slice ct = tg_upreq_content_type(r);
     if (k->resuming) {
         /* The answer stream again: the client's stream goes on as it was. */
@@ -96,7 +171,7 @@ static void on_up_head(struct tg_upreq *r, int status, void *ud)
     if (status == 200 && tg_slice_has_token(ct, "text/event-stream") && k->kind != KIND_FORWARD) {
         k->mode = MODE_SSE;
         tg_sse_init(&k->sse, (size_t)k->srv->conf->limits.response_bytes);
-        tg_call_stream(k);
+        k->ev->stream(k->call);
         return;
     }
     if (status >= 200 && status < 300 && k->kind == KIND_FORWARD)
@@ -112,35 +187,39 @@ static void on_up_head(struct tg_upreq *r, int status, void *ud)
 static void on_up_done(struct tg_upreq *r, int err, void *ud);
 
 /* The upstream sent more than limits.response_bytes: the call is cut. The tool may have run. */
-static void too_large(struct tg_call *k, const char *what)
+static void too_large(struct http_call *k, const char *what)
 {
     tg_log(TG_LOG_WARN, what, "upstream=%s limit=%d", up_name(k), k->srv->conf->limits.response_bytes);
     double lat = tg_upreq_elapsed_ms(k->up);
     tg_upreq_cancel(k->up);
     k->up = NULL;
-    tg_call_settle(k, TG_OUT_GARBLED, lat);
     /* The client hears why, on its JSON answer or on the stream it was given (unless the
      * answer went through before the cut). */
-    if (k->mode == MODE_JSON || (k->mode == MODE_SSE && !k->got_response && k->kind == KIND_REQUEST))
-        tg_call_answer_error(k, "upstream response exceeds limits.response_bytes", 0);
-    tg_call_finish(k);
+    int tell = k->mode == MODE_JSON || (k->mode == MODE_SSE && !k->got_response && k->kind == KIND_REQUEST);
+    finish(k, TG_OUT_GARBLED, tell ? "upstream response exceeds limits.response_bytes" : NULL, lat);
 }
 
 static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
 {
-    struct tg_call *k = ud;
+    struct http_call *k = ud;
     switch (k->mode) {
     case MODE_SSE: {
         if (k->resume_failed)
             return;
-        k->feeding = 1;
+        k->relayed = 0;
+        k->in_feed = 1;
         int e = tg_sse_feed(&k->sse, p, n, on_sse_event, k);
-        int relayed = k->feeding == 2;
-        k->feeding = 0;
-        if (k->closed)
+        k->in_feed = 0;
+        if (k->dead) {
+            http_call_free(k); /* cancelled while its parser ran */
             return;
-        if (relayed)
-            tg_call_backpressure(k); /* once for all the messages these bytes held */
+        }
+        if (k->relayed)
+            k->ev->backpressure(k->call); /* once for all the messages these bytes held */
+        if (k->dead) {
+            http_call_free(k);
+            return;
+        }
         if (e == 0 && k->resuming && k->got_response && k->up == r) {
             /* A resumed stream is the session's stream upstream and may stay open after the
              * answer: the call is over with the answer, not when the upstream ends it. */
@@ -153,17 +232,15 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
         return;
     }
     case MODE_JSON:
-        if (k->sink != NULL && k->sink->ops->high(k->sink)) {
-            k->srv->metrics.limit_output++;
+        if (k->ev->behind(k->call))
             tg_upreq_pause(k->up); /* the sink's drain resumes every call of the session */
-        }
         if (tg_buf_try_append(&k->body, p, n, (size_t)k->srv->conf->limits.response_bytes) != 0)
             too_large(k, "upstream response too large");
         return;
     default: {
         /* Error bodies are kept short: for the log, or (a 2026 upstream's error, relayed to
          * the client) up to 4 KiB. */
-        size_t cap = k->up_headers != NULL ? 4096 : 512;
+        size_t cap = k->modern ? 4096 : 512;
         if (k->body.len < cap)
             tg_buf_append(&k->body, p, n < cap - k->body.len ? n : cap - k->body.len);
         return;
@@ -174,12 +251,10 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
 static void on_resume_due(uv_timer_t *t)
 {
     struct resume_wait *w = t->data;
-    struct tg_call *k = w->k;
+    struct http_call *k = w->k;
     if (k == NULL)
         return;
     resume_cancel(k);
-    if (k->closed || k->sess == NULL)
-        return;
     struct tg_buf h;
     tg_buf_init(&h);
     session_headers(&h, k->sess, 1);
@@ -196,7 +271,7 @@ static void on_resume_due(uv_timer_t *t)
 /* The upstream ended a request's SSE answer before the answer, having given the stream an id
  * and a retry time (SEP-1699 polling): reconnect after that time instead of failing the call.
  * Returns 1 if the call now waits for that. */
-static int try_resume(struct tg_call *k)
+static int try_resume(struct http_call *k)
 {
     if (k->kind != KIND_REQUEST || k->got_response || k->resume_failed || !k->sse.has_last_id ||
         k->sse.retry_ms < 0 || k->resumes >= 16 || k->resumes_total >= 256 || k->srv->draining)
@@ -204,7 +279,7 @@ static int try_resume(struct tg_call *k)
     /* The event id goes back as Last-Event-ID: printable ASCII only (the upstream chose it). */
     if (k->sse.last_id_len > 1024 || !tg_header_value_safe(k->sse.last_id, k->sse.last_id_len))
         return 0;
-    if (k->sink == NULL || !k->sink->ops->listening(k->sink))
+    if (!k->ev->listening(k->call))
         return 0; /* nobody would read the answer */
     long ms = k->sse.retry_ms;
     long cap = tg_upstream_conf(k->uprt)->call_timeout_ms;
@@ -220,12 +295,12 @@ static int try_resume(struct tg_call *k)
     k->resumes_total++;
     tg_log(TG_LOG_DEBUG, "upstream closed the answer stream early; reconnecting", "upstream=%s retry_ms=%ld",
            up_name(k), ms);
-    k->sink->ops->poll(k->sink, k, ms); /* a client that can poll too is told so */
+    k->ev->poll(k->call, ms); /* a client that can poll too is told so */
     return 1;
 }
 
 /* How the request ended, for the call's settlement. */
-static enum tg_outcome outcome_of(struct tg_call *k, struct tg_upreq *r, int err)
+static enum tg_outcome outcome_of(struct http_call *k, struct tg_upreq *r, int err)
 {
     if (k->mode == MODE_SSE && k->got_response)
         return k->got_response == 1 ? TG_OUT_OK : TG_OUT_ERROR;
@@ -244,7 +319,7 @@ static enum tg_outcome outcome_of(struct tg_call *k, struct tg_upreq *r, int err
          * as the client is told; never an "ok" in the audit log. */
         if (k->kind == KIND_REQUEST &&
             (k->body_doc.method_raw.len > 0 || k->body_doc.id_raw.len != k->gid_len ||
-             memcmp(k->body_doc.id_raw.ptr, k->gid_str, k->gid_len) != 0))
+             memcmp(k->body_doc.id_raw.ptr, k->gid, k->gid_len) != 0))
             return TG_OUT_GARBLED;
         return k->body_doc.error_raw.len > 0 ? TG_OUT_ERROR : TG_OUT_OK;
     case MODE_GONE: return TG_OUT_REFUSED;
@@ -258,15 +333,18 @@ static enum tg_outcome outcome_of(struct tg_call *k, struct tg_upreq *r, int err
 
 static void on_up_done(struct tg_upreq *r, int err, void *ud)
 {
-    struct tg_call *k = ud;
+    struct http_call *k = ud;
     k->up = NULL;
     if (err == 0 && k->mode == MODE_SSE && try_resume(k))
         return;
     double latency = k->first_sent_ns ? (double)(uv_hrtime() - k->first_sent_ns) / 1e6 : tg_upreq_elapsed_ms(r);
-    tg_call_settle(k, outcome_of(k, r, err), latency);
+    enum tg_outcome o = outcome_of(k, r, err);
+    detach(k);
+    k->ev->settle(k->call, o, latency);
     const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
-    /* Answering cannot close the call under us: a client that goes is heard of from the loop. */
+    /* Answering cannot end the call under us: a client that goes is heard of from the loop. */
     char why[160];
+    const char *tell = NULL;
     if (err != 0) {
         if (err == TG_ETIMEDOUT)
             snprintf(why, sizeof(why), "upstream %s timed out", uc->name);
@@ -281,61 +359,41 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
     case MODE_SSE:
         if (!k->got_response && k->kind == KIND_REQUEST)
             /* The stream ended without the answer: a clean error on the same stream. */
-            tg_call_answer_error(k, err ? why : "upstream ended the stream without answering", 0);
+            tell = err ? why : "upstream ended the stream without answering";
         break;
     case MODE_JSON: {
         if (err != 0) {
-            tg_call_answer_error(k, why, 0);
+            tell = why;
             break;
         }
-        k->answer_src = &k->body; /* a big body is rewritten in place, not copied */
-        int answered = tg_call_answer(k, k->body.base ? k->body.base : "", k->body.len,
-                                      k->body_doc_ok ? &k->body_doc : NULL);
-        k->answer_src = NULL;
-        if (!answered) {
+        /* a big body is rewritten in place, not copied */
+        if (!k->ev->answer(k->call, k->body.base ? k->body.base : "", k->body.len, k->body_doc_ok ? &k->body_doc : NULL,
+                           &k->body, 0)) {
             char esc[200];
             tg_log(TG_LOG_WARN, "upstream answered with something that is not the answer", "upstream=%s body=%s",
                    uc->name, tg_log_esc(esc, sizeof(esc), tg_slice_of(k->body.base, k->body.len)));
-            tg_call_answer_error(k, "upstream sent an invalid response", 0);
+            tell = "upstream sent an invalid response";
         }
         break;
     }
     case MODE_ACCEPTED:
         if (err != 0)
-            tg_call_answer_error(k, why, 0);
-        else if (k->sink != NULL)
-            k->sink->ops->bare(k->sink, k, 202, NULL, NULL, 0);
+            tell = why;
+        else
+            o = TG_OUT_ACCEPTED;
         break;
     case MODE_GONE:
-        tg_log(TG_LOG_INFO, "upstream ended the session", "upstream=%s session=%s", uc->name, k->sess->id_str);
-        tg_session_remove(k->srv->sessions, k->sess);
-        if (k->sink != NULL && k->era == TG_ERA_2026) {
-            /* A stateless client has no session to lose: the next request makes a new one. */
-            tg_call_answer_error(k, "the upstream ended the gateway's session; send the request again", 0);
-        } else if (k->sink != NULL) {
-            struct tg_buf e;
-            tg_buf_init(&e);
-            tg_rpc_error(&e, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
-            if (k->kind == KIND_REQUEST)
-                k->sink->ops->answer(k->sink, k, 404, NULL, e.base, e.len);
-            else
-                k->sink->ops->bare(k->sink, k, 404, NULL, e.base, e.len);
-            tg_buf_dispose(&e);
-        }
+        o = TG_OUT_SESSION_GONE;
         break;
     case MODE_ERROR: {
         int st = tg_upreq_status(r);
-        if (err == 0 && k->up_headers != NULL && k->kind == KIND_REQUEST && st >= 400 && st < 500) {
-            /* A 2026-07-28 upstream refuses with a JSON-RPC error and the status the spec gives
-             * it (-32020 400, -32601 404, ...): the client gets both, its own id restored. */
-            k->answer_status = st;
-            if (tg_call_answer(k, k->body.base ? k->body.base : "", k->body.len, NULL))
-                break;
-            k->answer_status = 0;
-        }
+        /* A 2026-07-28 upstream refuses with a JSON-RPC error and the status the spec gives it
+         * (-32020 400, -32601 404, ...): the client gets both, its own id restored. */
+        if (err == 0 && k->modern && k->kind == KIND_REQUEST && st >= 400 && st < 500 &&
+            k->ev->answer(k->call, k->body.base ? k->body.base : "", k->body.len, NULL, NULL, st))
+            break;
         if (k->kind == KIND_GET && (st == 405 || st == 404)) {
-            if (k->sink != NULL)
-                k->sink->ops->bare(k->sink, k, 405, "Allow: POST, DELETE\r\n", NULL, 0);
+            o = TG_OUT_NO_STREAM;
             break;
         }
         char esc[200];
@@ -343,57 +401,81 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
                tg_log_esc(esc, sizeof(esc), tg_slice_of(k->body.base, k->body.len)));
         if (err == 0)
             snprintf(why, sizeof(why), "upstream %s answered HTTP %d", uc->name, st);
-        tg_call_answer_error(k, why, 0);
+        tell = why;
         break;
     }
     case MODE_WAIT:
-        tg_call_answer_error(k, err ? why : "upstream closed without answering", 0);
+        tell = err ? why : "upstream closed without answering";
         break;
     }
-    tg_call_finish(k);
+    finish(k, o, tell, latency);
 }
 
 static const struct tg_upreq_cbs call_cbs = {on_up_head, on_up_data, on_up_done};
 
 /* ---- operations ---------------------------------------------------------------------------- */
 
-static void http_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
+static void http_send(const struct tg_upstream_send *a)
 {
+    struct http_call *k = tg_xcalloc(1, sizeof(*k));
+    k->ev = a->ev;
+    k->call = a->call;
+    k->slot = a->state;
+    k->srv = a->srv;
+    k->sess = a->sess;
+    k->uprt = a->up;
+    k->kind = a->kind;
+    k->is_init = (unsigned char)a->is_init;
+    k->modern = a->headers != NULL;
+    k->gid_len = a->gid_len < sizeof(k->gid) ? a->gid_len : sizeof(k->gid);
+    memcpy(k->gid, a->gid, k->gid_len);
+    tg_buf_init(&k->body);
+    *a->state = k;
     struct tg_buf h;
     tg_buf_init(&h);
-    if (body)
+    if (a->body)
         tg_buf_appends(&h, "Content-Type: application/json\r\n");
-    if (k->up_headers != NULL) {
+    if (a->headers != NULL) {
         /* 2026-07-28: no session; the Mcp-* headers were rebuilt from the body. */
         tg_buf_appends(&h, "Accept: application/json, text/event-stream\r\n");
-        tg_buf_appends(&h, k->up_headers);
+        tg_buf_appends(&h, a->headers);
     } else {
-        session_headers(&h, k->sess, !k->is_init);
+        session_headers(&h, a->sess, !a->is_init);
     }
     tg_buf_append(&h, "", 1);
-    k->forwarded = 1;
-    if (k->first_sent_ns == 0)
-        k->first_sent_ns = uv_hrtime();
+    k->first_sent_ns = uv_hrtime();
     /* No body: the session's GET stream, on a connection of its own. */
     /* A listen lasts as long as a GET stream: a connection of its own, outside the pool. */
-    k->up = tg_upreq_start(k->uprt, body ? "POST" : "GET", h.base, body, len, body == NULL || k->is_listen, timeout,
-                           &call_cbs, k);
+    k->up = tg_upreq_start(a->up, a->body ? "POST" : "GET", h.base, a->body, a->len, a->body == NULL || a->is_listen,
+                           a->timeout_ms, &call_cbs, k);
     tg_buf_dispose(&h);
 }
 
-static void http_cancel(struct tg_call *k)
+static void http_cancel(void *state)
 {
+    struct http_call *k = state;
+    if (k == NULL)
+        return;
+    detach(k);
     if (k->up != NULL) {
         tg_upreq_cancel(k->up);
         k->up = NULL;
     }
     resume_cancel(k);
+    k->dead = 1;
+    if (!k->in_feed)
+        http_call_free(k);
 }
 
-static int http_sent(const struct tg_call *k) { return k->up == NULL || tg_upreq_sent(k->up); }
-
-static void http_pause(struct tg_session *s, struct tg_call *k, int pause)
+static int http_sent(const void *state)
 {
+    const struct http_call *k = state;
+    return k == NULL || k->up == NULL || tg_upreq_sent(k->up);
+}
+
+static void http_pause(struct tg_session *s, void *state, int pause)
+{
+    struct http_call *k = state;
     if (k == NULL || k->up == NULL)
         return;
     if (pause)
@@ -402,9 +484,10 @@ static void http_pause(struct tg_session *s, struct tg_call *k, int pause)
         tg_upreq_resume(k->up);
 }
 
-static void http_touch(struct tg_call *k)
+static void http_touch(void *state)
 {
-    if (k->up != NULL)
+    struct http_call *k = state;
+    if (k != NULL && k->up != NULL)
         tg_upreq_touch(k->up);
 }
 
@@ -433,13 +516,9 @@ static void http_close(struct tg_server *srv, struct tg_session *s)
     tg_buf_dispose(&h);
 }
 
-static int http_open(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u) { return 0; }
-
 const struct tg_upstream_ops tg_upstream_streamable_ops = {
     .name = "streamable-http",
     .flags = 0,
-    .probe = NULL,
-    .open = http_open,
     .send = http_send,
     .sent = http_sent,
     .cancel = http_cancel,

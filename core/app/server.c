@@ -25,6 +25,7 @@
 #include "core/wire/tls.h"
 #include "policy/policy.h"
 #include "upstream/pool/pool.h"
+#include "upstream/upstream.h"
 
 static void on_connection(uv_stream_t *h, int status)
 {
@@ -185,6 +186,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     srv->http.on_request = on_http_request;
     srv->http.ud = srv;
     srv->reload_start = tg_server_reload_start;
+    srv->upstream_ops = tg_upstream_kind_for; /* the kinds this gateway has (upstream/kinds.c) */
     tg_list_init(&srv->dead_calls);
     tg_list_init(&srv->approvals);
     tg_list_init(&srv->channels);

@@ -396,6 +396,6 @@ const char *tg__call_input_resume(struct tg_call *r, const char *parked, const c
     r->sink = NULL;
     if (k->sink->ops->bind != NULL)
         k->sink->ops->bind(k->sink, k);
-    k->ops->touch(k);
+    k->ops->touch(k->upcall);
     return NULL;
 }

@@ -24,18 +24,26 @@
 
 const char *tg_call_upstream_name(const struct tg_call *k) { return tg_upstream_conf(k->uprt)->name; }
 
-static const struct tg_upstream_ops *kind_ops(const struct tg_upstream_conf *uc)
-{
-    switch (uc->transport) {
-    case TG_UP_STDIO: return &tg_upstream_stdio_ops;
-    case TG_UP_SSE: return &tg_upstream_sse_ops;
-    default: return &tg_upstream_streamable_ops;
-    }
-}
-
+/* The app chose the kinds (srv->upstream_ops: upstream/kinds.c, or a unit test's fake). */
 static const struct tg_upstream_ops *ops_of(const struct tg_server *srv, const struct tg_upstream_conf *uc)
 {
-    return srv->upstream_ops != NULL ? srv->upstream_ops(uc) : kind_ops(uc);
+    return srv->upstream_ops(uc);
+}
+
+const struct tg_upstream_ops *tg__call_ops_of(struct tg_server *srv, struct tg_session *s)
+{
+    return (size_t)s->upstream < srv->nupstreams ? ops_of(srv, tg_upstream_conf(srv->upstreams[s->upstream])) : NULL;
+}
+
+/* The kind lets go of the call: nothing more comes for it. */
+static void upstream_cancel(struct tg_call *k)
+{
+    k->ops->cancel(k->upcall);
+    k->upcall = NULL;
+    if (k->awaiting) {
+        tg_list_unlink(&k->alink);
+        k->awaiting = 0;
+    }
 }
 
 /* ---- settlement ------------------------------------------------------------------------
@@ -61,6 +69,9 @@ static const struct {
     [TG_OUT_CLIENT_GONE] = {"client_gone", 0},
     [TG_OUT_CLIENT_GONE_NOT_SENT] = {"client_gone", 1},
     [TG_OUT_WITHDRAWN] = {NULL, 1},
+    [TG_OUT_ACCEPTED] = {"ok", 0},
+    [TG_OUT_SESSION_GONE] = {"unavailable", 1},
+    [TG_OUT_NO_STREAM] = {"unavailable", 1},
 };
 
 static void refund(struct tg_call *k)
@@ -131,7 +142,6 @@ struct tg_call *tg_call_new(struct tg_server *srv, struct tg_session *s, struct 
     tg_buf_init(&k->held);
     k->sess = tg_session_ref(s);
     k->kind = kind;
-    tg_buf_init(&k->body);
     tg_list_init(&k->slink);
     tg_list_insert_tail(&s->calls, &k->slink);
     s->last_active_ms = now_ms(srv);
@@ -139,11 +149,6 @@ struct tg_call *tg_call_new(struct tg_server *srv, struct tg_session *s, struct 
     if (sink != NULL && sink->ops->bind != NULL)
         sink->ops->bind(sink, k);
     return k;
-}
-
-void tg_call_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
-{
-    k->ops->send(k, body, len, timeout);
 }
 
 /* Closing marks: the call is taken out of everything that can reach it (session, approvals,
@@ -162,7 +167,7 @@ void tg_call_close(struct tg_call *k)
     }
     if (!k->forwarded)
         tg_call_settle(k, TG_OUT_WITHDRAWN, -1);
-    k->ops->cancel(k);
+    upstream_cancel(k);
     if (k->parked) {
         /* Its client went while a human had yet to decide: withdrawn, as a cancel would. */
         tg_list_unlink(&k->alink);
@@ -215,8 +220,6 @@ static void call_release(struct tg_call *k)
     tg_xfree(k->mrtr);
     tg_buf_dispose(&k->held);
     cJSON_Delete(k->resume_params);
-    tg_buf_dispose(&k->body);
-    tg_sse_dispose(&k->sse);
     tg_xfree(k->client_id);
     tg_upstream_unref(k->uprt);
     tg_xfree(k);
@@ -236,8 +239,9 @@ void tg_call_abandon(struct tg_call *k)
     /* A message still queued for a connection never reached the upstream: its reservations go
      * back. Once written, the tool may run: they stand. */
     if (k->forwarded && tg_call_running(k))
-        tg_call_settle(k, k->ops->sent(k) ? TG_OUT_CLIENT_GONE : TG_OUT_CLIENT_GONE_NOT_SENT, tg__call_latency(k));
-    k->ops->cancel(k);
+        tg_call_settle(k, k->ops->sent(k->upcall) ? TG_OUT_CLIENT_GONE : TG_OUT_CLIENT_GONE_NOT_SENT,
+                       tg__call_latency(k));
+    upstream_cancel(k);
 }
 
 /* ---- upcalls from transports --------------------------------------------------------- */
@@ -246,7 +250,7 @@ int tg_call_is_listen(const struct tg_call *k) { return k->is_listen; }
 
 int tg_call_running(const struct tg_call *k)
 {
-    return !k->closed && (k->up != NULL || k->awaiting || k->resume != NULL || k->kind == KIND_GET);
+    return !k->closed && (k->upcall != NULL || k->awaiting || k->kind == KIND_GET);
 }
 
 struct tg_sink *tg_call_sink(const struct tg_call *k) { return k->sink; }
@@ -262,7 +266,7 @@ void tg_call_client_gone(struct tg_call *k)
 void tg_call_client_drained(struct tg_call *k)
 {
     if (!k->closed && k->sess != NULL)
-        k->ops->pause(k->sess, k, 0);
+        k->ops->pause(k->sess, k->upcall, 0);
 }
 
 void tg_session_link_pause(struct tg_session *s, int pause)
@@ -276,7 +280,7 @@ void tg_session_drained(struct tg_session *s)
     tg_session_link_pause(s, 0);
     for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
-        k->ops->pause(s, k, 0);
+        k->ops->pause(s, k->upcall, 0);
     }
 }
 
@@ -369,10 +373,10 @@ int tg__call_refuse_server_request(struct tg_server *srv, struct tg_session *s, 
 void tg_call_backpressure(struct tg_call *k)
 {
     struct tg_sink *sk = k->sink;
-    k->ops->touch(k); /* progress keeps a long call alive */
+    k->ops->touch(k->upcall); /* progress keeps a long call alive */
     if (sk != NULL && sk->ops->high(sk)) {
         k->srv->metrics.limit_output++;
-        k->ops->pause(k->sess, k, 1); /* the sink's drain resumes it */
+        k->ops->pause(k->sess, k->upcall, 1); /* the sink's drain resumes it */
     }
 }
 
@@ -596,20 +600,22 @@ void tg_call_answer_decision(struct tg_call *k, const struct tg_decision *d, con
 
 void tg_call_close_upstream_session(struct tg_server *srv, struct tg_session *s)
 {
-    if ((size_t)s->upstream < srv->nupstreams)
-        ops_of(srv, tg_upstream_conf(srv->upstreams[s->upstream]))->close(srv, s);
+    const struct tg_upstream_ops *ops = tg__call_ops_of(srv, s);
+    if (ops != NULL)
+        ops->close(srv, s);
 }
 
 void tg_call_tell_upstream(struct tg_server *srv, struct tg_session *s, const char *p, size_t n)
 {
-    if ((size_t)s->upstream < srv->nupstreams)
-        ops_of(srv, tg_upstream_conf(srv->upstreams[s->upstream]))->reply(srv, s, srv->upstreams[s->upstream], p, n);
+    const struct tg_upstream_ops *ops = tg__call_ops_of(srv, s);
+    if (ops != NULL)
+        ops->reply(srv, s, srv->upstreams[s->upstream], p, n);
 }
 
 int tg_call_kind_has_link(struct tg_server *srv, struct tg_session *s)
 {
-    return (size_t)s->upstream < srv->nupstreams &&
-           (ops_of(srv, tg_upstream_conf(srv->upstreams[s->upstream]))->flags & TG_UPOPS_SESSION_LINK) != 0;
+    const struct tg_upstream_ops *ops = tg__call_ops_of(srv, s);
+    return ops != NULL && (ops->flags & TG_UPOPS_SESSION_LINK) != 0;
 }
 
 void tg_call_finish(struct tg_call *k)
@@ -626,52 +632,7 @@ void tg_call_fail(struct tg_call *k, enum tg_outcome o, const char *why, double 
     tg_call_finish(k);
 }
 
-/* ---- message-stream upstreams: every message of a session on one link -----------------
- *
- * An answer is matched to its call by our gateway id; what the server says on its own goes to
- * the session's client stream: the channel, the GET stream, or an open call's answer stream. */
-
-void tg_call_link_sent(struct tg_call *k, int ok, uint64_t timeout)
-{
-    const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
-    if (!ok) {
-        char why[160];
-        snprintf(why, sizeof(why), "upstream %s could not be started or has gone", uc->name);
-        tg_call_fail(k, TG_OUT_NOT_SENT, why, -1); /* the message was never written */
-        return;
-    }
-    k->forwarded = 1;
-    k->sent_at = now_ms(k->srv);
-    if (k->kind != KIND_REQUEST) {
-        /* notifications and responses: nothing comes back for them */
-        if (k->sink != NULL)
-            k->sink->ops->bare(k->sink, k, 202, NULL, NULL, 0);
-        tg_call_close(k);
-        return;
-    }
-    k->awaiting = 1;
-    k->deadline = k->sent_at + (timeout ? timeout : (uint64_t)uc->call_timeout_ms);
-    tg_list_insert_tail(&k->srv->awaiting, &k->alink);
-}
-
-void tg_call_link_listen(struct tg_call *k)
-{
-    k->forwarded = 1;
-    k->mode = MODE_SSE;
-    tg_call_stream(k);
-}
-
-void tg_call_link_cancel(struct tg_call *k)
-{
-    if (k->awaiting) {
-        tg_list_unlink(&k->alink);
-        k->awaiting = 0;
-    }
-}
-
-void tg_call_link_touch(struct tg_call *k) {}
-
-int tg_call_link_sent_yes(const struct tg_call *k) { return 1; }
+/* ---- message-stream upstreams: the calls waiting on a session's link ------------------- */
 
 struct tg_call *tg_call_first_awaiting(struct tg_session *s)
 {
@@ -683,25 +644,6 @@ struct tg_call *tg_call_first_awaiting(struct tg_session *s)
     return NULL;
 }
 
-/* Loops that close calls take the first one left each time, never a saved next: closing one
- * call may close another (its sink's operations may), and a saved pointer would then be
- * stale. Each call taken is closed, so the loops end; they are bounded by
- * limits.inflight_per_session. */
-void tg_session_link_gone(struct tg_session *s, const char *why)
-{
-    struct tg_server *srv = s->srv;
-    tg_session_ref(s);
-    for (struct tg_call *k; (k = tg_call_first_awaiting(s)) != NULL;)
-        tg_call_fail(k, TG_OUT_UNAVAILABLE, why, -1);
-    if (s->channel != NULL && s->channel->ops->close != NULL)
-        s->channel->ops->close(s->channel, 1011, "upstream gone");
-    if (s->live) {
-        tg_call_end_get_stream(s);
-        tg_session_remove(srv->sessions, s);
-    }
-    tg_session_unref(s);
-}
-
 /* ---- sessions ending ------------------------------------------------------------------- */
 
 void tg_call_end_get_stream(struct tg_session *s)
@@ -709,7 +651,7 @@ void tg_call_end_get_stream(struct tg_session *s)
     struct tg_call *k = s->get_stream;
     if (k == NULL)
         return;
-    k->ops->cancel(k);
+    upstream_cancel(k);
     struct tg_sink *sk = k->sink;
     if (sk != NULL)
         sk->ops->bare(sk, k, 405, "Allow: POST, DELETE\r\n", NULL, 0); /* a stream only ends */

@@ -6,8 +6,9 @@
  * tg_call_close(). Closing marks: the call is unhooked from everything that can reach it and
  * queued; its memory goes in tg_call_run_pending(), after the handler that closed it returned.
  *
- * The upstream kinds (upstream/streamable.c, stdio_link.c, sse_link.c) implement the upstream
- * half of a call and so see this struct; transports never do. */
+ * The upstream kinds (upstream/) implement the upstream half of a call without seeing this
+ * struct: the call sends through its kind's operations and hears back through the callbacks it
+ * hands them (core/call/upcalls.c). */
 #ifndef TG_CALL_H
 #define TG_CALL_H
 
@@ -21,6 +22,7 @@
 #include "core/wire/sse.h"
 #include "core/call/gateway.h"
 #include "core/call/session.h"
+#include "upstream/upstream.h"
 
 struct tg_upstream;
 struct tg_msg;
@@ -29,41 +31,6 @@ struct tg_upreq;
 struct tg_policy;
 struct tg_decision;
 struct tg_upstream_ops;
-struct resume_wait;
-
-/* What a call is relaying, decided when the upstream's head arrives (Streamable HTTP), or set
- * by the message-stream kinds when the client's stream begins. */
-enum call_mode {
-    MODE_WAIT,     /* no upstream head yet */
-    MODE_JSON,     /* application/json body being collected */
-    MODE_SSE,      /* the answer streams to the client */
-    MODE_ACCEPTED, /* 202 for a notification or response */
-    MODE_GONE,     /* upstream says the session does not exist */
-    MODE_ERROR,    /* any other status */
-};
-
-enum call_kind {
-    KIND_REQUEST, /* a client request; the answer goes back with the client's id */
-    KIND_FORWARD, /* a notification or a response from the client; answered 202 */
-    KIND_GET,     /* the session's stream of server messages (a GET stream, or a channel's) */
-};
-
-/* How a call ended, as far as its reservations go. tg_call_settle() maps it to the audit
- * outcome and decides the refund: the only place that does. */
-enum tg_outcome {
-    TG_OUT_OK,          /* answered with a result */
-    TG_OUT_ERROR,       /* answered with a JSON-RPC error object: the tool did not run */
-    TG_OUT_GARBLED,     /* answered with something that is not a well-formed answer: it may have run */
-    TG_OUT_NOT_SENT,    /* never reached the upstream */
-    TG_OUT_NOT_SENT_TIMEOUT, /* never reached it: no connection before the deadline */
-    TG_OUT_REFUSED,     /* the upstream refused the request (HTTP 4xx, session gone) */
-    TG_OUT_TIMEOUT,     /* no answer in time: it may have run */
-    TG_OUT_UNAVAILABLE, /* connection lost, 5xx, stream ended without the answer: it may have run */
-    TG_OUT_CLIENT_GONE, /* the client left while the upstream had it: it may have run */
-    TG_OUT_CLIENT_GONE_NOT_SENT, /* the client left before the message was written: it did not run */
-    TG_OUT_WITHDRAWN,   /* never forwarded (refused, parked then not approved): its decision's
-                         * audit line is written already; only the reservations go back */
-};
 
 /* One client message in flight. Owner: the session's calls list while open; closed by
  * tg_call_close() and freed by tg_call_run_pending(). Holds a session reference, an upstream
@@ -78,7 +45,6 @@ struct tg_call {
     const struct tg_upstream_ops *ops; /* the upstream kind */
     struct tg_upstream *uprt; /* the upstream runtime this call uses (reference) */
     enum call_kind kind;
-    enum call_mode mode;
     enum tg_era era;          /* the client's protocol era (from the request context) */
     char proto[24];           /* the client's protocol version for this call */
     int is_init;
@@ -137,26 +103,16 @@ struct tg_call {
     char resume_parked[40];
     unsigned char decide_no_wait; /* the sink cannot wait for a human (TG_SINK_NO_WAIT) */
     uint64_t decide_timeout_ms;   /* the upstream's call_timeout_ms, for when it is sent */
+    /* the upstream half: the kind's own state for this call (allocated and freed by the kind;
+     * non-NULL while the upstream may still send for it) */
+    void *upcall;
     /* message-stream kinds (stdio, legacy SSE): the answer arrives on the session's link */
     int awaiting;             /* in srv->awaiting (uses alink), answer not here yet */
     uint64_t deadline;        /* loop time after which the call times out */
     uint64_t sent_at;
-    /* Streamable HTTP kind (upstream/streamable.c) */
-    struct tg_upreq *up;
-    struct tg_buf body;
-    struct tg_sse_parser sse;
-    struct tg_json_doc body_doc; /* MODE_JSON: the answer's spans, parsed once */
-    int body_doc_ok;
-    /* SEP-1699: the upstream ended the answer stream early with an event id and a retry; the
-     * call waits retry ms (resume), then GETs the stream again with Last-Event-ID. */
-    struct resume_wait *resume;
-    int resumes;       /* reconnects in a row without an event between them */
-    int resumes_total; /* reconnects of this call */
-    uint64_t first_sent_ns; /* the first upstream request: latency covers the whole call */
-    int resuming;      /* the upstream request now is such a GET */
-    int resume_failed; /* that GET was refused: what it says is not relayed */
-    /* 1 while the upstream's bytes are fed to the SSE parser: the messages relayed from them
-     * leave the touch and the backpressure check to the end of the bytes (2: some were). */
+    uint64_t first_sent_ns;   /* a request per message: its first one (latency covers the whole call) */
+    /* 1 while a kind hands over a message (core/call/upcalls.c): the touch and the backpressure
+     * check are left to the kind, once for a read's messages (2: this one was relayed). */
     int feeding;
 };
 
@@ -262,26 +218,14 @@ void tg_call_fail(struct tg_call *k, enum tg_outcome o, const char *why, double 
 /* Pause or resume reading the upstream for this call (backpressure). */
 void tg_call_backpressure(struct tg_call *k);
 
-/* Message-stream kinds (stdio, legacy SSE): the shared half of their operations. */
-/* k's message was written to the session's link (ok 1), or could not be (the call fails). */
-void tg_call_link_sent(struct tg_call *k, int ok, uint64_t timeout_ms);
-/* A stream call (body NULL): the server's own messages will come on the session's link. */
-void tg_call_link_listen(struct tg_call *k);
-void tg_call_link_cancel(struct tg_call *k);
-int tg_call_link_sent_yes(const struct tg_call *k); /* a message on the link was written when sent */
-void tg_call_link_touch(struct tg_call *k);
-/* A message on the session's link. */
-void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
-                             size_t n, const struct tg_json_doc *pre, struct tg_buf *own);
-/* A message on the session's link was too long to keep; id is its "id" token if its first bytes
- * showed it: the call waiting for that answer fails now (-32004), instead of at its timeout. */
-void tg_session_link_oversized(struct tg_session *s, struct tg_slice id);
-/* The session's link died: its waiting calls fail, its channel ends, the session ends. */
-void tg_session_link_gone(struct tg_session *s, const char *why);
 /* Pause or resume the session's link (stdio child, legacy SSE stream). */
 void tg_session_link_pause(struct tg_session *s, int pause);
-/* Stop reading the session's link while its readers are behind. */
-void tg_session_backpressure(struct tg_server *srv, struct tg_session *s);
+/* core/call/upcalls.c: what the call hands its kind (the callbacks, the session's), and the
+ * outcome's settlement mapped to what the client gets. */
+extern const struct tg_upstream_events tg__call_events;
+extern const struct tg_upstream_host tg__call_host;
+/* The kind's operations for session s's upstream, or NULL if it is gone from the conf. */
+const struct tg_upstream_ops *tg__call_ops_of(struct tg_server *srv, struct tg_session *s);
 
 /* The session's first call still waiting for an answer on its link, or NULL. */
 struct tg_call *tg_call_first_awaiting(struct tg_session *s);

@@ -91,8 +91,8 @@ struct tg_server {
     int draining;
     uint64_t drain_deadline;
     uint64_t accept_warned_ms;
-    /* The operations of an upstream's kind; NULL: core/call/call.c's table by transport (a unit test
-     * puts a fake upstream here). */
+    /* The operations of an upstream's kind, chosen by the app (upstream/kinds.c: by transport; a
+     * unit test puts a fake kind here). */
     const struct tg_upstream_ops *(*upstream_ops)(const struct tg_upstream_conf *uc);
     /* Load the configuration file again (core/app/server.c): the admin API's reload. done runs from
      * the loop, never inside this call, once the new conf is in force (ok 1) or refused (ok 0,

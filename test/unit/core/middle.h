@@ -4,11 +4,12 @@
  * upstream runtimes, with two fakes at the edges:
  *
  *   - a FAKE UPSTREAM KIND, installed through srv->upstream_ops. Its send records the body (with
- *     our gateway id) and the call; the test then answers as a real kind would, with the
- *     helpers fake_answer / fake_fail / fake_accepted (what upstream/streamable.c does when a
- *     request ends) or, for the message-stream kind (TG_UPOPS_SESSION_LINK, as stdio and legacy
- *     SSE), fake_link() -> tg_session_link_message. fake.fail_send makes send fail the call
- *     before it returns, as stdio does on a write error.
+ *     our gateway id) and the call; the test then answers as a real kind would, through the
+ *     callbacks the call gave with the message (upstream/upstream.h), with the helpers
+ *     fake_answer / fake_fail / fake_accepted (what upstream/streamable.c does when a request
+ *     ends) or, for the message-stream kind (TG_UPOPS_SESSION_LINK, as stdio and legacy SSE),
+ *     fake_link() -> tg_link_message on the real shared half (upstream/link.c). fake.fail_send
+ *     makes send fail the call before it returns, as stdio does on a write error.
  *   - a FAKE SINK (struct fsink on the heap, freed by its release like a real transport's sink)
  *     that records every operation in a struct rec the test owns: counts, the last status and
  *     bytes, every message, and the order of operations. Any operation after release is a
@@ -83,8 +84,9 @@ struct fake {
     int fail_send;               /* send fails the call before it returns */
     int unsent;                  /* FAKE_HTTP: the request is still queued (sent() says 0) */
     enum tg_outcome fail_outcome; /* FAKE_HTTP: the outcome of that failure (LINK: always NOT_SENT) */
-    int nsend, ncancel, npause, nresume, ntouch, nreply, nclose, nopen;
+    int nsend, ncancel, npause, nresume, ntouch, nreply, nclose;
     struct tg_call *last;        /* the call last sent */
+    const struct tg_upstream_events *ev; /* the callbacks it came with (the same for every call) */
     struct tg_buf sent;          /* every body sent, one a line ("(stream)" for a stream) */
     struct tg_buf last_body;     /* the last body, NUL-terminated */
     struct tg_buf replies;       /* what the gateway said to the upstream itself, one a line */
@@ -93,20 +95,21 @@ struct fake {
 
 static struct fake fake;
 
-/* What k->up holds while the fake has the call: tg_call_running() reads it as "the upstream
- * may still send", as for a real request in flight. Never dereferenced. */
+/* What the call's slot holds while the fake has the call (FAKE_HTTP): tg_call_running() reads it
+ * as "the upstream may still send", as for a real request in flight. Never dereferenced. */
 static char fake_upreq_token;
-#define FAKE_UPREQ ((struct tg_upreq *)(void *)&fake_upreq_token)
+#define FAKE_UPREQ ((void *)&fake_upreq_token)
 
-static inline void fake_record(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
+static inline void fake_record(const struct tg_upstream_send *a)
 {
     fake.nsend++;
-    fake.last = k;
-    fake.last_timeout = timeout;
+    fake.last = a->call;
+    fake.ev = a->ev;
+    fake.last_timeout = a->timeout_ms;
     fake.last_body.len = 0;
-    if (body != NULL) {
-        tg_buf_append(&fake.sent, body, len);
-        tg_buf_append(&fake.last_body, body, len);
+    if (a->body != NULL) {
+        tg_buf_append(&fake.sent, a->body, a->len);
+        tg_buf_append(&fake.last_body, a->body, a->len);
     } else {
         tg_buf_appends(&fake.sent, "(stream)");
     }
@@ -117,45 +120,61 @@ static inline void fake_record(struct tg_call *k, const char *body, size_t len, 
     fake.last_body.len--;
 }
 
-static inline void fake_http_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
+static inline void fake_http_send(const struct tg_upstream_send *a)
 {
-    fake_record(k, body, len, timeout);
+    fake_record(a);
     if (fake.fail_send) {
-        tg_call_fail(k, fake.fail_outcome, "upstream main could not be reached (fake)", -1);
+        a->ev->done(a->call, fake.fail_outcome, "upstream main could not be reached (fake)", -1);
         return;
     }
-    k->forwarded = 1;
-    k->up = FAKE_UPREQ;
-    k->sent_at = now_ms(k->srv);
-    if (body == NULL) {
-        k->mode = MODE_SSE;
-        tg_call_stream(k);
-    }
+    *a->state = FAKE_UPREQ;
+    if (a->body == NULL)
+        a->ev->stream(a->call);
 }
 
-static inline void fake_link_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
+/* FAKE_LINK: the session's link is the real shared half (upstream/link.c) with no process or
+ * stream behind it. Owner: the session (s->uplink). */
+static const struct tg_upstream_ops fake_link_ops;
+
+static inline void fake_link_release(struct tg_session *s)
 {
-    fake_record(k, body, len, timeout);
-    if (body == NULL) {
-        tg_call_link_listen(k);
+    struct tg_uplink *ln = s->uplink;
+    s->uplink = NULL;
+    tg_link_release(ln);
+    free(ln);
+}
+
+static inline struct tg_uplink *fake_link_of(struct tg_server *srv, struct tg_session *s)
+{
+    if (s->uplink == NULL) {
+        struct tg_upstream_send a = {.srv = srv, .sess = s, .up = srv->upstreams[s->upstream], .host = &tg__call_host};
+        struct tg_uplink *ln = tg_xcalloc(1, sizeof(*ln));
+        tg_link_init(ln, &fake_link_ops, &a);
+        s->uplink = ln;
+        s->release_link = fake_link_release;
+    }
+    return s->uplink;
+}
+
+static inline void fake_link_send(const struct tg_upstream_send *a)
+{
+    fake_record(a);
+    if (a->body == NULL) {
+        tg_link_listen(a);
         return;
     }
-    tg_call_link_sent(k, !fake.fail_send, timeout);
+    tg_link_sent(fake_link_of(a->srv, a->sess), a, !fake.fail_send);
 }
 
-static inline void fake_http_cancel(struct tg_call *k)
+static inline void fake_http_cancel(void *state) { fake.ncancel++; }
+
+static inline void fake_link_cancel(void *state)
 {
     fake.ncancel++;
-    k->up = NULL;
+    tg_link_op_cancel(state);
 }
 
-static inline void fake_link_cancel(struct tg_call *k)
-{
-    fake.ncancel++;
-    tg_call_link_cancel(k);
-}
-
-static inline void fake_pause(struct tg_session *s, struct tg_call *k, int pause)
+static inline void fake_pause(struct tg_session *s, void *state, int pause)
 {
     if (pause)
         fake.npause++;
@@ -163,9 +182,9 @@ static inline void fake_pause(struct tg_session *s, struct tg_call *k, int pause
         fake.nresume++;
 }
 
-static inline void fake_touch(struct tg_call *k) { fake.ntouch++; }
+static inline void fake_touch(void *state) { fake.ntouch++; }
 
-static inline int fake_sent(const struct tg_call *k) { return fake.kind == FAKE_LINK || !fake.unsent; }
+static inline int fake_sent(const void *state) { return fake.kind == FAKE_LINK || !fake.unsent; }
 
 static inline void fake_reply(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
                               size_t n)
@@ -179,16 +198,9 @@ static inline void fake_reply(struct tg_server *srv, struct tg_session *s, struc
 
 static inline void fake_close(struct tg_server *srv, struct tg_session *s) { fake.nclose++; }
 
-static inline int fake_open(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u)
-{
-    fake.nopen++;
-    return 0;
-}
-
 static const struct tg_upstream_ops fake_http_ops = {
     .name = "fake-http",
     .flags = 0,
-    .open = fake_open,
     .send = fake_http_send,
     .sent = fake_sent,
     .cancel = fake_http_cancel,
@@ -201,7 +213,6 @@ static const struct tg_upstream_ops fake_http_ops = {
 static const struct tg_upstream_ops fake_link_ops = {
     .name = "fake-link",
     .flags = TG_UPOPS_SESSION_LINK,
-    .open = fake_open,
     .send = fake_link_send,
     .sent = fake_sent,
     .cancel = fake_link_cancel,
@@ -216,38 +227,39 @@ static inline const struct tg_upstream_ops *fake_ops_for(const struct tg_upstrea
     return fake.kind == FAKE_LINK ? &fake_link_ops : &fake_http_ops;
 }
 
+/* The fake has k (FAKE_HTTP): it lets go, as a kind does before it reports done. */
+static inline void fake_take(struct tg_call *k)
+{
+    assert_ptr_equal(k->upcall, FAKE_UPREQ);
+    k->upcall = NULL;
+}
+
 /* The upstream answered k's request with json: what upstream/streamable.c does when a JSON
- * answer is complete (on_up_done, MODE_JSON): settle by what came, answer, finish. */
+ * answer is complete (on_up_done, MODE_JSON): settle by what came, answer, done. */
 static inline void fake_answer(struct tg_call *k, const char *json)
 {
-    assert_ptr_equal(k->up, FAKE_UPREQ);
-    k->up = NULL;
+    fake_take(k);
     size_t n = strlen(json);
     struct tg_json_doc doc;
     int ok = tg_json_parse(json, n, 1000, 0, &doc, NULL, NULL) == 0;
-    tg_call_settle(k, !ok ? TG_OUT_GARBLED : doc.error_raw.len > 0 ? TG_OUT_ERROR : TG_OUT_OK, 1.5);
-    if (!tg_call_answer(k, json, n, ok ? &doc : NULL))
-        tg_call_answer_error(k, "upstream sent an invalid response", 0);
-    tg_call_finish(k);
+    enum tg_outcome o = !ok ? TG_OUT_GARBLED : doc.error_raw.len > 0 ? TG_OUT_ERROR : TG_OUT_OK;
+    tg__call_events.settle(k, o, 1.5);
+    int answered = tg__call_events.answer(k, json, n, ok ? &doc : NULL, NULL, 0);
+    tg__call_events.done(k, o, answered ? NULL : "upstream sent an invalid response", 1.5);
 }
 
 /* The request failed (connection lost, timeout, 5xx ...) with outcome o. */
 static inline void fake_fail(struct tg_call *k, enum tg_outcome o, const char *why)
 {
-    assert_ptr_equal(k->up, FAKE_UPREQ);
-    k->up = NULL;
-    tg_call_fail(k, o, why, -1);
+    fake_take(k);
+    tg__call_events.done(k, o, why, -1);
 }
 
 /* A notification or response from the client was accepted upstream (HTTP 202). */
 static inline void fake_accepted(struct tg_call *k)
 {
-    assert_ptr_equal(k->up, FAKE_UPREQ);
-    k->up = NULL;
-    tg_call_settle(k, TG_OUT_OK, 1);
-    if (k->sink != NULL)
-        k->sink->ops->bare(k->sink, k, 202, NULL, NULL, 0);
-    tg_call_finish(k);
+    fake_take(k);
+    tg__call_events.done(k, TG_OUT_ACCEPTED, NULL, 1);
 }
 
 /* ---- the fake sink ------------------------------------------------------------------------ */
@@ -650,7 +662,7 @@ static inline void mw_send(struct mw *m, struct tg_session *s, struct tg_sink *s
 static inline void fake_link(struct mw *m, struct tg_session *s, const char *json)
 {
     tg_session_ref(s);
-    tg_session_link_message(&m->srv, s, m->srv.upstreams[s->upstream], json, strlen(json), NULL, NULL);
+    tg_link_message(fake_link_of(&m->srv, s), json, strlen(json), NULL, NULL);
     tg_session_unref(s);
 }
 

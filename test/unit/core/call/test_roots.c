@@ -171,7 +171,6 @@ static void http_stream_roots_list_answered(void **state)
                 "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\"}}");
         struct tg_call *k = fake.last;
         assert_non_null(k);
-        k->mode = MODE_SSE;
         tg_call_stream(k);
         const char *req = "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"roots/list\"}";
         assert_int_equal(tg_call_upstream_message(k, req, strlen(req), NULL), 0);
