@@ -209,15 +209,11 @@ static void on_up_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
         k->relayed = 0;
         k->in_feed = 1;
         int e = tg_sse_feed(&k->sse, p, n, on_sse_event, k);
+        if (k->relayed && !k->dead)
+            k->ev->backpressure(k->call); /* once for all the messages these bytes held */
         k->in_feed = 0;
         if (k->dead) {
             http_call_free(k); /* cancelled while its parser ran */
-            return;
-        }
-        if (k->relayed)
-            k->ev->backpressure(k->call); /* once for all the messages these bytes held */
-        if (k->dead) {
-            http_call_free(k);
             return;
         }
         if (e == 0 && k->resuming && k->got_response && k->up == r) {

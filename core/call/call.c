@@ -508,7 +508,7 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
     }
     tg_buf_dispose(&out);
     if (k->feeding)
-        k->feeding = 2; /* once, when the bytes are all read (upstream/streamable.c) */
+        k->feeding = 2; /* the kind asks once, when its read is done (core/call/upcalls.c) */
     else if (!k->closed)
         tg_call_backpressure(k);
     return mine;
