@@ -130,16 +130,26 @@ void tg_link_failed(struct tg_uplink *ln, uint64_t gid, enum tg_outcome o, const
         end(w, o, why);
 }
 
-/* The first waiting call is taken each time, never a saved next: ending one call may end
- * another (its sink's operations may). */
+/* The waiting calls move to a list of this function's own first: ending one may end the session
+ * (an initialize that failed), and ln with it. Then the first is taken each time, never a saved
+ * next: ending one call may end another (its sink's operations may). */
 void tg_link_gone(struct tg_uplink *ln, const char *why)
 {
     struct tg_session *s = ln->sess;
     const struct tg_upstream_host *host = ln->host;
+    struct tg_list gone;
+    tg_list_init(&gone);
+    if (!tg_list_empty(&ln->waiting)) {
+        gone.next = ln->waiting.next;
+        gone.prev = ln->waiting.prev;
+        gone.next->prev = &gone;
+        gone.prev->next = &gone;
+        tg_list_init(&ln->waiting);
+    }
     host->hold(s, 1);
-    while (!tg_list_empty(&ln->waiting))
-        end(tg_container_of(ln->waiting.next, struct tg_link_wait, link), TG_OUT_UNAVAILABLE, why);
-    host->gone(s, why); /* ln may be freed from here on */
+    while (!tg_list_empty(&gone)) /* ln may be freed from here on */
+        end(tg_container_of(gone.next, struct tg_link_wait, link), TG_OUT_UNAVAILABLE, why);
+    host->gone(s, why);
     host->hold(s, 0);
 }
 

@@ -351,6 +351,36 @@ static void link_send_fails_not_sent(void **state)
     mw_free(m);
 }
 
+/* The link dies while an initialize waits on it: that initialize fails, which takes its new
+ * session away, and the session its link; the link half must not touch the link after. */
+static void link_gone_during_initialize(void **state)
+{
+    struct mw *m = mw_new(FAKE_LINK);
+    struct tg_session *s = tg_session_ref(mw_session(m, 0));
+    s->initialized = 0;
+    s->proto[0] = '\0';
+    struct rec r1, r2;
+    rec_init(&r1);
+    rec_init(&r2);
+    mw_send(m, s, fsink_new(&r1, TG_SINK_NEW_SESSION),
+            "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-03-26\","
+            "\"capabilities\":{},\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}");
+    struct tg_call *k = fake.last;
+    assert_int_equal(k->is_init, 1);
+    assert_int_equal(k->awaiting, 1);
+    call_tool_id(m, s, &r2, "8", "echo");
+    tg_link_gone(s->uplink, "the upstream's event stream ended");
+    assert_int_equal(s->live, 0);
+    assert_null(s->uplink);
+    assert_string_equal(r1.trace.base, "bind answer end release");
+    assert_string_equal(r2.trace.base, "bind answer end release");
+    assert_non_null(strstr(r2.answer.base, "the upstream's event stream ended"));
+    tg_session_unref(s);
+    rec_dispose(&r1);
+    rec_dispose(&r2);
+    mw_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -365,6 +395,7 @@ int main(void)
         cmocka_unit_test(link_answer_matched_by_id),
         cmocka_unit_test(link_oversized_and_failed),
         cmocka_unit_test(link_send_fails_not_sent),
+        cmocka_unit_test(link_gone_during_initialize),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
