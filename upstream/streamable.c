@@ -439,7 +439,7 @@ static void http_send(const struct tg_upstream_send *a)
         session_headers(&h, a->sess, !a->is_init);
     }
     tg_buf_append(&h, "", 1);
-    k->first_sent_ns = uv_hrtime();
+    k->first_sent_ns = a->first_sent_ns ? a->first_sent_ns : uv_hrtime();
     /* No body: the session's GET stream, on a connection of its own. */
     /* A listen lasts as long as a GET stream: a connection of its own, outside the pool. */
     k->up = tg_upreq_start(a->up, a->body ? "POST" : "GET", h.base, a->body, a->len, a->body == NULL || a->is_listen,

@@ -461,7 +461,8 @@ int tg_call_take_answer(struct tg_call *k, const char *p, size_t n, struct tg_bu
     return ok;
 }
 
-int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *pre)
+/* What tg_call_upstream_message does, saying what p was: 0 (not looked at), or a TG_UPMSG_*. */
+static int relay(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *pre)
 {
     struct tg_sink *sk = k->sink;
     if (sk == NULL || !sk->ops->listening(sk))
@@ -507,11 +508,22 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
         }
     }
     tg_buf_dispose(&out);
+    return !mine ? TG_UPMSG_RELAYED : is_error ? TG_UPMSG_ANSWER_ERROR : TG_UPMSG_ANSWER;
+}
+
+/* The kind's message callback: the kind asks for backpressure once, when its read is done. */
+int tg__call_message(void *call, const char *p, size_t n) { return relay(call, p, n, NULL); }
+
+int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *pre)
+{
+    int r = relay(k, p, n, pre);
+    if (r == 0)
+        return 0;
     if (k->feeding)
-        k->feeding = 2; /* the kind asks once, when its read is done (core/call/upcalls.c) */
+        k->feeding = 2; /* once, when the bytes are all read */
     else if (!k->closed)
         tg_call_backpressure(k);
-    return mine;
+    return r >= TG_UPMSG_ANSWER;
 }
 
 int tg_call_answer(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *pre)

@@ -111,8 +111,9 @@ struct tg_call {
     uint64_t deadline;        /* loop time after which the call times out */
     uint64_t sent_at;
     uint64_t first_sent_ns;   /* a request per message: its first one (latency covers the whole call) */
-    /* 1 while a kind hands over a message (core/call/upcalls.c): the touch and the backpressure
-     * check are left to the kind, once for a read's messages (2: this one was relayed). */
+    /* 1 while the messages of one read are handed to tg_call_upstream_message: the touch and the
+     * backpressure check are left to the caller, once after the read (2: some were relayed). The
+     * kinds' message callback (tg__call_message) always leaves them to the kind. */
     int feeding;
 };
 
@@ -223,6 +224,7 @@ void tg_session_link_pause(struct tg_session *s, int pause);
 /* core/call/upcalls.c: what the call hands its kind (the callbacks, the session's), and the
  * outcome's settlement mapped to what the client gets. */
 extern const struct tg_upstream_events tg__call_events;
+int tg__call_message(void *call, const char *p, size_t n);
 extern const struct tg_upstream_host tg__call_host;
 /* The kind's operations for session s's upstream, or NULL if it is gone from the conf. */
 const struct tg_upstream_ops *tg__call_ops_of(struct tg_server *srv, struct tg_session *s);

@@ -40,22 +40,11 @@ void tg_call_send(struct tg_call *k, const char *body, size_t len, uint64_t time
     k->forwarded = 1;
     if (!(k->ops->flags & TG_UPOPS_SESSION_LINK) && k->first_sent_ns == 0)
         k->first_sent_ns = uv_hrtime(); /* a request per message: latency from the first */
+    a.first_sent_ns = k->first_sent_ns;
     k->ops->send(&a);
 }
 
 /* ---- a call's callbacks ------------------------------------------------------------------ */
-
-static int ev_message(void *call, const char *p, size_t n)
-{
-    struct tg_call *k = call;
-    k->feeding = 1; /* the kind calls backpressure once, after the read */
-    int mine = tg_call_upstream_message(k, p, n, NULL);
-    int r = k->feeding == 2 ? TG_UPMSG_RELAYED : 0;
-    k->feeding = 0;
-    if (mine)
-        r = k->got_response == 2 ? TG_UPMSG_ANSWER_ERROR : TG_UPMSG_ANSWER;
-    return r;
-}
 
 static int ev_answer(void *call, const char *p, size_t n, const struct tg_json_doc *pre, struct tg_buf *own, int status)
 {
@@ -169,7 +158,7 @@ static void ev_poll(void *call, long retry_ms)
 }
 
 const struct tg_upstream_events tg__call_events = {
-    .message = ev_message,
+    .message = tg__call_message,
     .answer = ev_answer,
     .answered = ev_answered,
     .stream = ev_stream,
