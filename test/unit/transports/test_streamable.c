@@ -378,6 +378,128 @@ static void get_stream(void **state)
     edge_free(t);
 }
 
+/* got holds s (the bytes so far, chunk framing and all: an event is never split). */
+static int got_has(struct edge *t, const char *s)
+{
+    return t->h->got.len > 0 && memmem(t->h->got.base, t->h->got.len, s, strlen(s)) != NULL;
+}
+
+/* The GET stream outlives its client: events that come meanwhile are kept, a client that comes
+ * back with Last-Event-ID gets those after it, one without takes the stream over from the start
+ * of what is kept; the tick sends keepalives and lets go of a stream whose client stayed away
+ * TG_REPLAY_KEEP_MS. */
+static void get_resume_and_tick(void **state)
+{
+    struct edge *t = edge_new();
+    struct tg_session *s = edge_session(t, 0, "2025-06-18");
+    char hdr[256];
+    snprintf(hdr, sizeof(hdr), "Accept: text/event-stream\r\nMcp-Session-Id: %s\r\n", s->id_str);
+    edge_request(t, "GET", "/mcp", hdr, NULL);
+    HH_RUN_UNTIL(t->h, fake.nsend == 1 && got_has(t, "\r\n\r\n"));
+    struct tg_call *k = fake.last;
+    struct tg_replay *r = tg_container_of(s->streams.next, struct tg_replay, slink);
+    unsigned long long id = (unsigned long long)r->id;
+    char ev[256];
+    const char *n1 = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/one\"}";
+    const char *n2 = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/two\"}";
+    tg_call_upstream_message(k, n1, strlen(n1), NULL);
+    snprintf(ev, sizeof(ev), "id: %llx-1\nevent: message\ndata: %s\n\n", id, n1);
+    HH_RUN_UNTIL(t->h, got_has(t, ev));
+    /* Idle: a keepalive comment from the tick. */
+    int ka = t->srv->conf->limits.sse_keepalive_ms;
+    t->srv->conf->limits.sse_keepalive_ms = 0;
+    tg_streamable_tick(t->srv);
+    HH_RUN_UNTIL(t->h, got_has(t, ": keepalive\n\n"));
+    t->srv->conf->limits.sse_keepalive_ms = ka;
+    /* The client goes; the stream stays, and keeps what comes. */
+    close(edge_detach(t));
+    HH_RUN_UNTIL(t->h, t->h->env.nconns == 0);
+    edge_clear(t);
+    assert_ptr_equal(s->get_stream, k);
+    assert_true(r->detached_at != 0);
+    tg_call_upstream_message(k, n2, strlen(n2), NULL);
+    snprintf(hdr, sizeof(hdr), "Accept: text/event-stream\r\nMcp-Session-Id: %s\r\nLast-Event-ID: %llx-1\r\n",
+             s->id_str, id);
+    edge_request(t, "GET", "/mcp", hdr, NULL);
+    snprintf(ev, sizeof(ev), "id: %llx-2\nevent: message\ndata: %s\n\n", id, n2);
+    HH_RUN_UNTIL(t->h, got_has(t, ev));
+    assert_true(got_has(t, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"));
+    assert_false(got_has(t, "notifications/one")); /* seen before */
+    assert_int_equal(r->detached_at, 0);
+    /* Gone again; a GET without Last-Event-ID takes the stream over from what is kept. */
+    close(edge_detach(t));
+    HH_RUN_UNTIL(t->h, t->h->env.nconns == 0);
+    edge_clear(t);
+    snprintf(hdr, sizeof(hdr), "Accept: text/event-stream\r\nMcp-Session-Id: %s\r\n", s->id_str);
+    edge_request(t, "GET", "/mcp", hdr, NULL);
+    HH_RUN_UNTIL(t->h, got_has(t, ev));
+    assert_true(got_has(t, "notifications/one"));
+    close(edge_detach(t));
+    HH_RUN_UNTIL(t->h, t->h->env.nconns == 0);
+    /* The tick lets it go only once it has been away TG_REPLAY_KEEP_MS. */
+    uint64_t now = uv_now(&t->h->loop);
+    assert_true(now > TG_REPLAY_KEEP_MS);
+    int cancelled = fake.ncancel;
+    r->detached_at = now - TG_REPLAY_KEEP_MS + 1000;
+    tg_streamable_tick(t->srv);
+    tg_call_run_pending(t->srv);
+    assert_ptr_equal(s->get_stream, k);
+    assert_int_equal(fake.ncancel, cancelled);
+    r->detached_at = now - TG_REPLAY_KEEP_MS;
+    tg_streamable_tick(t->srv);
+    tg_call_run_pending(t->srv);
+    assert_null(s->get_stream);
+    assert_true(fake.ncancel > cancelled); /* the upstream stream is let go */
+    edge_free(t);
+}
+
+/* A POST's stream whose client went: the call goes on however long it is away (only the GET
+ * stream is let go by the tick), its answer is kept, and a client that comes back with
+ * Last-Event-ID gets it and the end of the stream. */
+static void post_stream_resumed_after_end(void **state)
+{
+    struct edge *t = edge_new();
+    struct tg_session *s = edge_session(t, 0, "2025-11-25");
+    char hdr[256];
+    t->srv->next_gid = 79;
+    edge_request(t, "POST", "/mcp", edge_in_session(hdr, sizeof(hdr), s), CALL("8", "echo"));
+    HH_RUN_UNTIL(t->h, fake.nsend == 1);
+    struct tg_call *k = fake.last;
+    k->mode = MODE_SSE;
+    tg_call_stream(k);
+    HH_RUN_UNTIL(t->h, got_has(t, "retry: 1000\ndata:\n\n"));
+    struct tg_replay *r = tg_container_of(s->streams.next, struct tg_replay, slink);
+    close(edge_detach(t));
+    HH_RUN_UNTIL(t->h, t->h->env.nconns == 0);
+    edge_clear(t);
+    int cancelled = fake.ncancel;
+    r->detached_at = uv_now(&t->h->loop) - TG_REPLAY_KEEP_MS - 1;
+    tg_streamable_tick(t->srv);
+    tg_call_run_pending(t->srv);
+    assert_int_equal(fake.ncancel, cancelled);
+    assert_ptr_equal(k->up, FAKE_UPREQ);
+    const char *ans = "{\"jsonrpc\":\"2.0\",\"id\":80,\"result\":{}}";
+    assert_int_equal(tg_call_upstream_message(k, ans, strlen(ans), NULL), 1);
+    k->up = NULL;
+    tg_call_settle(k, TG_OUT_OK, 1);
+    tg_call_finish(k);
+    assert_null(r->live);
+    snprintf(hdr, sizeof(hdr), "Accept: text/event-stream\r\nMcp-Session-Id: %s\r\nLast-Event-ID: %llx-0\r\n",
+             s->id_str, (unsigned long long)r->id);
+    edge_request(t, "GET", "/mcp", hdr, NULL);
+    struct tg_buf head, body;
+    tg_buf_init(&head);
+    tg_buf_init(&body);
+    edge_split_chunked(edge_answer(t), &head, &body);
+    char want[256];
+    snprintf(want, sizeof(want), "id: %llx-1\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{}}\n\n",
+             (unsigned long long)r->id);
+    assert_string_equal(body.base, want);
+    tg_buf_dispose(&head);
+    tg_buf_dispose(&body);
+    edge_free(t);
+}
+
 /* side answers initialize itself and has no stream of server messages to offer. */
 static void get_local_405(void **state)
 {
@@ -435,6 +557,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(batch_refusals),
         cmocka_unit_test(batch_answers),
         cmocka_unit_test(get_stream),
+        cmocka_unit_test(get_resume_and_tick),
+        cmocka_unit_test(post_stream_resumed_after_end),
         cmocka_unit_test(get_local_405),
         cmocka_unit_test(delete_session),
     };
