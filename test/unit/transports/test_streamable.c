@@ -164,7 +164,9 @@ static void post_initialize(void **state)
     HH_RUN_UNTIL(t->h, fake.nsend == 2);
     assert_int_equal(tg_session_table_count(t->srv->sessions), 2);
     fake_fail(fake.last, TG_OUT_UNAVAILABLE, "upstream main is down (test)");
-    EDGE_EXPECT_JSON(t, 200, NULL, "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32004,\"message\":\"upstream main is down (test)\",\"data\":{\"upstream\":\"main\"}}}");
+    EDGE_EXPECT_JSON(t, 200, NULL,
+                     "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32004,\"message\":"
+                     "\"upstream main is down (test)\",\"data\":{\"upstream\":\"main\"}}}");
     assert_int_equal(tg_session_table_count(t->srv->sessions), 1);
 
     edge_request(t, "POST", "/side/mcp", EDGE_JSON_POST, INIT("2025-03-26"));
