@@ -9,6 +9,8 @@
  * handshake's refusals, one message per text frame both ways, and the close. */
 #include "test/unit/transports/edge.h"
 
+#include "transports/ws.h"
+
 #define CALL(id, tool)                                                                                             \
     "{\"jsonrpc\":\"2.0\",\"id\":" id ",\"method\":\"tools/call\",\"params\":{\"name\":\"" tool "\","            \
     "\"arguments\":{\"x\":1}}}"
@@ -523,6 +525,32 @@ static void ws_end(void **state)
     edge_free(t);
 }
 
+/* A WebSocket client that stops reading: the channel is behind once the frames queued for it
+ * pass limits.output_high_water (tg_ws_pending), and catches up when it reads again. */
+static void ws_backpressure(void **state)
+{
+    struct edge *t = edge_new();
+    struct tg_session *s = ws_open(t, "/side/ws");
+    struct tg_channel *ch = (struct tg_channel *)s->channel;
+    t->srv->conf->limits.output_high_water = 65536;
+    uv_poll_stop(&t->h->poll);
+    char big[30000];
+    memset(big, 'x', sizeof(big));
+    int sent = 0;
+    assert_int_equal(tg_channel_high(ch), 0);
+    while (!tg_channel_high(ch) && sent < 2000) {
+        tg_channel_send(ch, big, sizeof(big));
+        sent++;
+        hh_spin(t->h, 1);
+    }
+    assert_int_equal(tg_channel_high(ch), 1);
+    assert_true(tg_ws_pending(ch->ws) > 65536);
+    uv_poll_start(&t->h->poll, UV_READABLE, hh_on_readable);
+    HH_RUN_UNTIL(t->h, !tg_channel_high(ch) && t->h->got.len >= (size_t)sent * (sizeof(big) + 4));
+    assert_int_equal(t->h->got.len, (size_t)sent * (sizeof(big) + 4)); /* 0x81, 126, 2 length bytes */
+    edge_free(t);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -536,6 +564,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(ws_handshake_refusals),
         cmocka_unit_test(ws_messages),
         cmocka_unit_test(ws_end),
+        cmocka_unit_test(ws_backpressure),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
