@@ -111,13 +111,18 @@ static const char *resolve_error(int err)
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
         if (map[i].uv == err)
             return gai_strerror(map[i].eai);
-    return uv_strerror(err);
+    return "the resolver failed";
 }
 
-/* A system error (libuv's are -errno) in strerror's words. */
+/* A system error (libuv's are -errno) in strerror's words; the pool's own (TG_E*) in a few.
+ * (uv_strerror is not asked about a code it does not know: it would allocate its answer.) */
 static const char *sys_error(int err)
 {
-    return err < 0 && err > -3000 ? strerror(-err) : uv_strerror(err);
+    if (err == TG_ETIMEDOUT)
+        return strerror(ETIMEDOUT);
+    if (err == TG_ECLOSED)
+        return "the connection closed";
+    return err < 0 && err > -3000 ? strerror(-err) : "failed";
 }
 
 static int on_sse_event(void *ud, const struct tg_sse_event *ev)
@@ -166,15 +171,12 @@ static void http_failed(struct scan_exchange *x, struct tg_upreq *r, int err)
 {
     struct tg_scan_link *c = x->c;
     const char *why = tg_upreq_error(r);
-    const char *name = uv_err_name(err);
-    if (strncmp(name, "EAI_", 4) == 0)
+    if (err <= UV_EAI_ADDRFAMILY && err >= UV_EAI_PROTOCOL)
         tg_scan_fail("cannot resolve %s: %s", c->addr, resolve_error(err));
-    else if (!tg_upreq_sent(r) && err == TG_EINVAL && c->tls != NULL)
-        tg_scan_fail("TLS handshake with %s port %s failed: %s", c->addr, c->port,
-                     why && why[0] ? why : "the server's answer is not TLS");
+    else if (!tg_upreq_sent(r) && err == TG_EINVAL && c->tls != NULL && why != NULL)
+        tg_scan_fail("TLS handshake with %s port %s failed: %s", c->addr, c->port, why);
     else if (!tg_upreq_sent(r))
-        tg_scan_fail("cannot connect to %s port %s: %s", c->addr, c->port,
-                     err == TG_ETIMEDOUT ? strerror(ETIMEDOUT) : sys_error(err));
+        tg_scan_fail("cannot connect to %s port %s: %s", c->addr, c->port, sys_error(err));
     else if (err == TG_EINVAL)
         tg_scan_fail("bad HTTP answer from %s port %s: %s", c->addr, c->port, why ? why : "malformed");
     else if (err == TG_ECLOSED)

@@ -439,7 +439,7 @@ static void tls_failed(struct tg_upconn *c, const char *why)
     tg_log(TG_LOG_WARN, "upstream TLS handshake failed", "upstream=%s host=%s reason=%s", c->up->uc->name,
            c->up->uc->tls_server_name ? c->up->uc->tls_server_name : c->up->uc->host,
            tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why)));
-    req_why(c->req, why);
+    req_why(c->req, why != NULL && why[0] != '\0' ? why : "the answer is not TLS");
     tg__upstream_reach_failed(c->up);
     connect_failed(c, TG_EINVAL, 0); /* nothing of the request was sent */
 }
