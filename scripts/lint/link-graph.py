@@ -18,6 +18,12 @@ objdir = os.path.join(build, 'CMakeFiles', 'tgcore.dir')
 if not os.path.isdir(objdir):
     sys.exit(f'link-graph: no objects under {objdir}: build first')
 GATEWAY = ('core', 'transports', 'policy', 'upstream', 'cluster')
+# The floors from the top down (docs/architecture.md): a room may use the rooms below it; a use
+# of a room above is a rise, which must be a callback handed down instead. Rooms on one line
+# are side by side and do not use each other.
+FLOORS = [['core/cmd'], ['core/app'], ['transports', 'cluster'], ['core/gate'], ['core/bridge'], ['core/call'],
+          ['upstream'], ['core/mcp'], ['core/conf'], ['policy'], ['core/wire'], ['core/base']]
+LEVEL = {room: i for i, line in enumerate(FLOORS) for room in line}
 
 def module_of(src):
     d = os.path.dirname(src)
@@ -124,12 +130,25 @@ for name, key in (('module', module_of), ('room', room_of)):
                 syms = sorted(why[(a, b)])
                 more = f' (+{len(syms) - 3})' if len(syms) > 3 else ''
                 print(f'    {a} -> {b}: {" ".join(syms[:3])}{more}')
+    if name == 'room':
+        for a in sorted(g):
+            for b in sorted(g[a]):
+                if a not in LEVEL or b not in LEVEL:
+                    print(f'link-graph: room {a if a not in LEVEL else b} has no floor in FLOORS')
+                    fail = 1
+                elif LEVEL[b] <= LEVEL[a]:
+                    seen = 1
+                    listed = f'rise: {a} -> {b}' in known
+                    fail |= not listed
+                    syms = sorted(why[(a, b)])
+                    more = f' (+{len(syms) - 4})' if len(syms) > 4 else ''
+                    print(f'link-graph: rise{" (known, being taken apart)" if listed else ""}: {a} -> {b}: {" ".join(syms[:4])}{more}')
     if name == 'module':
         print(f'link-graph: {len(g)} modules, {sum(len(v) for v in g.values())} edges')
     else:
         print(f'link-graph: {len(g)} rooms')
 if not seen:
-    print('link-graph: no circle')
+    print('link-graph: no circle, no rise')
 elif not fail:
     print('link-graph: only the known circles (scripts/lint/known-circles.txt)')
 sys.exit(fail)
