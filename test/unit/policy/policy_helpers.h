@@ -1,0 +1,220 @@
+/* Shared by the policy unit tests (test/unit/policy/test_*.c): loading a policy from a fixture or
+ * from text, deciding a call, and checking a decision or a load error, each check naming the
+ * caller's file and line. The clock is a parameter, so windows and buckets are driven by hand; T0 is
+ * 2024-03-10T10:30:00.000Z, the start of a UTC minute and half an hour into an hour.
+ *
+ * Everything here is static inline: each test file is its own executable and uses a part. */
+#ifndef TG_TEST_UNIT_POLICY_HELPERS_H
+#define TG_TEST_UNIT_POLICY_HELPERS_H
+
+#include "test/unit/unit.h"
+
+#include <unistd.h>
+
+#include "core/buf.h"
+#include "core/json.h"
+#include "policy/counters.h"
+#include "policy/policy.h"
+
+#define FIX TG_SOURCE_DIR "/test/unit/policy/fixtures/"
+
+#define T0 1710066600000LL       /* 2024-03-10T10:30:00.000Z */
+#define DAY_END 1710115200000LL  /* 2024-03-11T00:00:00.000Z */
+#define MIN_MS 60000LL
+#define HOUR_MS 3600000LL
+
+static inline const char *verdict_name(enum tg_verdict v)
+{
+    switch (v) {
+    case TG_VERDICT_ALLOW: return "ALLOW";
+    case TG_VERDICT_DENY: return "DENY";
+    case TG_VERDICT_LIMITED: return "LIMITED";
+    case TG_VERDICT_APPROVE: return "APPROVE";
+    }
+    return "?";
+}
+
+static inline char *buf_str(struct tg_buf *b)
+{
+    static char empty[] = "";
+    if (b->len == 0)
+        return empty;
+    tg_buf_append(b, "", 1);
+    b->len--;
+    return b->base;
+}
+
+static inline struct tg_policy *load_ok_at(const char *file, int line, const char *path)
+{
+    struct tg_buf err, warn;
+    tg_buf_init(&err);
+    tg_buf_init(&warn);
+    struct tg_policy *p = NULL;
+    int r = tg_policy_load(path, &p, &err, &warn);
+    if (r != 0 || p == NULL)
+        fail_msg("%s:%d: %s did not load (%d):\n%s", file, line, path, r, buf_str(&err));
+    if (warn.len != 0)
+        fail_msg("%s:%d: %s loaded with warnings:\n%s", file, line, path, buf_str(&warn));
+    tg_buf_dispose(&err);
+    tg_buf_dispose(&warn);
+    return p;
+}
+#define LOAD_OK(path) load_ok_at(__FILE__, __LINE__, (path))
+
+static inline struct tg_policy *load_fixture(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof(path), FIX "%s", name);
+    return LOAD_OK(path);
+}
+
+/* Arguments through the gateway's own strict parser, as the router hands them over. */
+static inline cJSON *J(const char *s)
+{
+    struct tg_json_doc doc;
+    const char *why = NULL;
+    size_t off = 0;
+    if (tg_json_parse(s, strlen(s), 64, 1, &doc, &why, &off) != 0)
+        fail_msg("test bug: bad JSON at %zu (%s): %s", off, why, s);
+    return doc.root;
+}
+
+static inline void decide_as(const struct tg_policy *p, struct tg_counters *c, const char *grant, const char *session,
+                             const char *tool, const char *args, int64_t now, struct tg_decision *d)
+{
+    struct tg_caller who = {grant, session, "up"};
+    cJSON *a = args ? J(args) : NULL;
+    tg_policy_decide_call(p, c, &who, tool, a, now, d);
+    cJSON_Delete(a);
+}
+
+static inline void decide(const struct tg_policy *p, struct tg_counters *c, const char *grant, const char *tool,
+                          const char *args, int64_t now, struct tg_decision *d)
+{
+    decide_as(p, c, grant, "sess-1", tool, args, now, d);
+}
+
+/* msg: exact, or a prefix when it ends in '*'; rule and msg may be NULL (not checked). */
+static inline void expect_at(const char *file, int line, const struct tg_decision *d, enum tg_verdict v, const char *rule,
+                             const char *msg)
+{
+    int ok = d->verdict == v;
+    if (rule && strcmp(d->rule, rule) != 0)
+        ok = 0;
+    if (msg) {
+        size_t n = strlen(msg);
+        if (n > 0 && msg[n - 1] == '*')
+            ok = ok && strncmp(d->message, msg, n - 1) == 0;
+        else
+            ok = ok && strcmp(d->message, msg) == 0;
+    }
+    if (!ok)
+        fail_msg("%s:%d: got %s rule \"%s\" message \"%s\"; expected %s rule \"%s\" message \"%s\"", file, line,
+                 verdict_name(d->verdict), d->rule, d->message, verdict_name(v), rule ? rule : "(any)",
+                 msg ? msg : "(any)");
+}
+#define EXPECT(d, v, rule, msg) expect_at(__FILE__, __LINE__, (d), (v), (rule), (msg))
+
+/* "...; retry in N s" with N = ceil(retry_after_ms / 1000) */
+static inline void expect_retry_at(const char *file, int line, const struct tg_decision *d, uint64_t retry_ms)
+{
+    if (d->verdict != TG_VERDICT_LIMITED || d->retry_after_ms != retry_ms)
+        fail_msg("%s:%d: got %s retry_after_ms %llu (\"%s\"); expected LIMITED retry_after_ms %llu", file, line,
+                 verdict_name(d->verdict), (unsigned long long)d->retry_after_ms, d->message,
+                 (unsigned long long)retry_ms);
+    char tail[64];
+    snprintf(tail, sizeof(tail), "; retry in %llu s", (unsigned long long)((retry_ms + 999) / 1000));
+    size_t n = strlen(d->message), k = strlen(tail);
+    if (n < k || strcmp(d->message + n - k, tail) != 0)
+        fail_msg("%s:%d: message \"%s\" does not end in \"%s\"", file, line, d->message, tail);
+}
+#define EXPECT_RETRY(d, ms) expect_retry_at(__FILE__, __LINE__, (d), (ms))
+
+/* Token buckets round the hint up by a millisecond when max/window does not divide evenly in
+ * binary floating point: accept ms or ms + 1, with a message that matches the value given. */
+static inline void expect_retry_near_at(const char *file, int line, const struct tg_decision *d, uint64_t ms)
+{
+    if (d->retry_after_ms != ms && d->retry_after_ms != ms + 1)
+        fail_msg("%s:%d: retry_after_ms %llu, expected %llu (+1)", file, line, (unsigned long long)d->retry_after_ms,
+                 (unsigned long long)ms);
+    expect_retry_at(file, line, d, d->retry_after_ms);
+}
+#define EXPECT_RETRY_NEAR(d, ms) expect_retry_near_at(__FILE__, __LINE__, (d), (ms))
+
+/* Call `tool` until it is not allowed; returns how many calls were allowed (at most `max`). */
+static inline int drain(const struct tg_policy *p, struct tg_counters *c, const char *grant, const char *tool,
+                        const char *args, int64_t now, int max, struct tg_decision *last)
+{
+    for (int i = 0; i < max; i++) {
+        decide(p, c, grant, tool, args, now, last);
+        if (last->verdict != TG_VERDICT_ALLOW && last->verdict != TG_VERDICT_APPROVE)
+            return i;
+    }
+    return max;
+}
+
+/* Write text to a fresh file named `name` in a private directory and load it. */
+struct loaded {
+    char dir[64];
+    char path[160];
+    struct tg_buf err, warn;
+    struct tg_policy *p;
+    int rc;
+};
+
+static inline void load_text(struct loaded *l, const char *name, const char *text)
+{
+    memset(l, 0, sizeof(*l));
+    snprintf(l->dir, sizeof(l->dir), "/tmp/tg-policy-XXXXXX");
+    if (mkdtemp(l->dir) == NULL)
+        fail_msg("mkdtemp failed");
+    snprintf(l->path, sizeof(l->path), "%s/%s", l->dir, name);
+    FILE *f = fopen(l->path, "wb");
+    assert_non_null(f);
+    fwrite(text, 1, strlen(text), f);
+    fclose(f);
+    tg_buf_init(&l->err);
+    tg_buf_init(&l->warn);
+    l->rc = tg_policy_load(l->path, &l->p, &l->err, &l->warn);
+    unlink(l->path);
+    rmdir(l->dir);
+}
+
+static inline void loaded_dispose(struct loaded *l)
+{
+    tg_policy_unref(l->p);
+    tg_buf_dispose(&l->err);
+    tg_buf_dispose(&l->warn);
+}
+
+/* The load must fail, and the errors must hold "PATH: where: what"; where "" means "PATH" + what,
+ * where NULL means the file's path and `what` anywhere. */
+static inline void expect_error_at(const char *file, int line, const char *name, const char *text, const char *where,
+                                   const char *what)
+{
+    struct loaded l;
+    load_text(&l, name, text);
+    char want[600];
+    if (where == NULL)
+        snprintf(want, sizeof(want), "%s", l.path);
+    else if (where[0])
+        snprintf(want, sizeof(want), "%s: %s: %s", l.path, where, what);
+    else
+        snprintf(want, sizeof(want), "%s%s", l.path, what);
+    if (l.rc == 0 || l.p != NULL)
+        fail_msg("%s:%d: %s loaded; expected an error \"%s\"", file, line, name, want);
+    if (strstr(buf_str(&l.err), want) == NULL || (where == NULL && strstr(buf_str(&l.err), what) == NULL))
+        fail_msg("%s:%d: errors do not contain \"%s\"%s%s:\n%s", file, line, want, where ? "" : " and ",
+                 where ? "" : what, buf_str(&l.err));
+    loaded_dispose(&l);
+}
+#define EXPECT_ERROR(name, text, where, what) expect_error_at(__FILE__, __LINE__, (name), (text), (where), (what))
+
+/* A policy whose one tool "x" has the rules given (JSON array text). */
+static inline char *with_rules(char *out, size_t n, const char *rules)
+{
+    snprintf(out, n, "{\"version\":\"1\",\"tools\":{\"x\":{\"rules\":%s}}}", rules);
+    return out;
+}
+
+#endif
