@@ -1,15 +1,8 @@
-/* policy/compile.c, decide.c and yaml.c: PolicyLayer policies in both shapes (hosted JSON, Intercept
- * rules) and both syntaxes (JSON, YAML), their validation errors, and the decisions over them.
- *
- * The fixtures in test/unit/policy/fixtures/ come in pairs, NAME.json and NAME.yaml, holding the
- * same policy: the tests check that both give the same tree and decide identically, then run the
- * semantic cases against both. Helpers, and the clock T0: policy_helpers.h. */
+/* policy/decide.c: tools/call verdicts over both shapes (hosted actions, Intercept rules): hide,
+ * the default, wildcard rules after a tool's own, deny rules with and without on_deny, approvals,
+ * tools/list visibility and the methods list. Against both syntaxes of each fixture pair
+ * (fixtures/NAME.json, NAME.yaml); helpers, and the clock T0: policy_helpers.h. */
 #include "test/unit/policy/policy_helpers.h"
-
-#include <time.h>
-
-#include "policy/compile_tool.h"
-#include "policy/uri.h"
 
 /* ---- Intercept: hide, default, wildcard, deny --------------------------------------- */
 
