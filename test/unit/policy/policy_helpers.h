@@ -16,6 +16,12 @@
 #include "policy/counters.h"
 #include "policy/policy.h"
 
+/* Where a check was asked for, "file:line", as one string literal: the checks below take it (or
+ * a longer label naming a case of a table) as `from` and start their failure messages with it. */
+#define HERE_STR_(x) #x
+#define HERE_STR(x) HERE_STR_(x)
+#define HERE __FILE__ ":" HERE_STR(__LINE__)
+
 #define FIX TG_SOURCE_DIR "/test/unit/policy/fixtures/"
 
 #define T0 1710066600000LL       /* 2024-03-10T10:30:00.000Z */
@@ -44,7 +50,7 @@ static inline char *buf_str(struct tg_buf *b)
     return b->base;
 }
 
-static inline struct tg_policy *load_ok_at(const char *file, int line, const char *path)
+static inline struct tg_policy *load_ok_at(const char *from, const char *path)
 {
     struct tg_buf err, warn;
     tg_buf_init(&err);
@@ -52,14 +58,14 @@ static inline struct tg_policy *load_ok_at(const char *file, int line, const cha
     struct tg_policy *p = NULL;
     int r = tg_policy_load(path, &p, &err, &warn);
     if (r != 0 || p == NULL)
-        fail_msg("%s:%d: %s did not load (%d):\n%s", file, line, path, r, buf_str(&err));
+        fail_msg("%s: %s did not load (%d):\n%s", from, path, r, buf_str(&err));
     if (warn.len != 0)
-        fail_msg("%s:%d: %s loaded with warnings:\n%s", file, line, path, buf_str(&warn));
+        fail_msg("%s: %s loaded with warnings:\n%s", from, path, buf_str(&warn));
     tg_buf_dispose(&err);
     tg_buf_dispose(&warn);
     return p;
 }
-#define LOAD_OK(path) load_ok_at(__FILE__, __LINE__, (path))
+#define LOAD_OK(path) load_ok_at(HERE, (path))
 
 static inline struct tg_policy *load_fixture(const char *name)
 {
@@ -95,7 +101,7 @@ static inline void decide(const struct tg_policy *p, struct tg_counters *c, cons
 }
 
 /* msg: exact, or a prefix when it ends in '*'; rule and msg may be NULL (not checked). */
-static inline void expect_at(const char *file, int line, const struct tg_decision *d, enum tg_verdict v, const char *rule,
+static inline void expect_at(const char *from, const struct tg_decision *d, enum tg_verdict v, const char *rule,
                              const char *msg)
 {
     int ok = d->verdict == v;
@@ -109,37 +115,118 @@ static inline void expect_at(const char *file, int line, const struct tg_decisio
             ok = ok && strcmp(d->message, msg) == 0;
     }
     if (!ok)
-        fail_msg("%s:%d: got %s rule \"%s\" message \"%s\"; expected %s rule \"%s\" message \"%s\"", file, line,
+        fail_msg("%s: got %s rule \"%s\" message \"%s\"; expected %s rule \"%s\" message \"%s\"", from,
                  verdict_name(d->verdict), d->rule, d->message, verdict_name(v), rule ? rule : "(any)",
                  msg ? msg : "(any)");
 }
-#define EXPECT(d, v, rule, msg) expect_at(__FILE__, __LINE__, (d), (v), (rule), (msg))
+#define EXPECT(d, v, rule, msg) expect_at(HERE, (d), (v), (rule), (msg))
 
 /* "...; retry in N s" with N = ceil(retry_after_ms / 1000) */
-static inline void expect_retry_at(const char *file, int line, const struct tg_decision *d, uint64_t retry_ms)
+static inline void expect_retry_at(const char *from, const struct tg_decision *d, uint64_t retry_ms)
 {
     if (d->verdict != TG_VERDICT_LIMITED || d->retry_after_ms != retry_ms)
-        fail_msg("%s:%d: got %s retry_after_ms %llu (\"%s\"); expected LIMITED retry_after_ms %llu", file, line,
+        fail_msg("%s: got %s retry_after_ms %llu (\"%s\"); expected LIMITED retry_after_ms %llu", from,
                  verdict_name(d->verdict), (unsigned long long)d->retry_after_ms, d->message,
                  (unsigned long long)retry_ms);
     char tail[64];
     snprintf(tail, sizeof(tail), "; retry in %llu s", (unsigned long long)((retry_ms + 999) / 1000));
     size_t n = strlen(d->message), k = strlen(tail);
     if (n < k || strcmp(d->message + n - k, tail) != 0)
-        fail_msg("%s:%d: message \"%s\" does not end in \"%s\"", file, line, d->message, tail);
+        fail_msg("%s: message \"%s\" does not end in \"%s\"", from, d->message, tail);
 }
-#define EXPECT_RETRY(d, ms) expect_retry_at(__FILE__, __LINE__, (d), (ms))
+#define EXPECT_RETRY(d, ms) expect_retry_at(HERE, (d), (ms))
 
 /* Token buckets round the hint up by a millisecond when max/window does not divide evenly in
  * binary floating point: accept ms or ms + 1, with a message that matches the value given. */
-static inline void expect_retry_near_at(const char *file, int line, const struct tg_decision *d, uint64_t ms)
+static inline void expect_retry_near_at(const char *from, const struct tg_decision *d, uint64_t ms)
 {
     if (d->retry_after_ms != ms && d->retry_after_ms != ms + 1)
-        fail_msg("%s:%d: retry_after_ms %llu, expected %llu (+1)", file, line, (unsigned long long)d->retry_after_ms,
+        fail_msg("%s: retry_after_ms %llu, expected %llu (+1)", from, (unsigned long long)d->retry_after_ms,
                  (unsigned long long)ms);
-    expect_retry_at(file, line, d, d->retry_after_ms);
+    expect_retry_at(from, d, d->retry_after_ms);
 }
-#define EXPECT_RETRY_NEAR(d, ms) expect_retry_near_at(__FILE__, __LINE__, (d), (ms))
+#define EXPECT_RETRY_NEAR(d, ms) expect_retry_near_at(HERE, (d), (ms))
+
+/* One call of a scenario and the decision it must get. A table of them is walked in order by
+ * RUN_CALLS against one policy and one set of counters, so that counts carry from one call to
+ * the next; a failure names the table's label, the call's index, its tool and its arguments.
+ * rule and msg are checked as EXPECT checks them; retry_ms (when not 0) as EXPECT_RETRY, or as
+ * EXPECT_RETRY_NEAR with retry_near; counter (when not NULL) is d.counter; vis (when not 0) is
+ * what tg_policy_tool_visible says of the tool; session NULL is "sess-1", as decide() calls. */
+enum { SHOWN = 1, HIDDEN = 2 };
+
+struct call {
+    const char *grant, *tool, *args;
+    int64_t at;
+    enum tg_verdict v;
+    const char *rule, *msg;
+    uint64_t retry_ms;
+    int retry_near;
+    const char *counter;
+    int vis;
+    const char *session;
+};
+
+/* A row of a call table: the call and the decision it must get, then any of the checks after
+ * msg by name (.retry_ms = MIN_MS, .vis = HIDDEN, ...). Every field is named, so that the rows
+ * that check nothing more leave the rest zero without a -Wmissing-field-initializers warning. */
+#define CALL(g, t, a, when, verdict, r, ...)                                                                     \
+    {                                                                                                          \
+        .grant = (g), .tool = (t), .args = (a), .at = (when), .v = (verdict), .rule = (r), .msg = __VA_ARGS__ \
+    }
+
+static inline void run_calls_at(const char *from, const char *label, const struct tg_policy *p, struct tg_counters *c,
+                                const struct call *k, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct tg_decision d;
+        decide_as(p, c, k[i].grant, k[i].session ? k[i].session : "sess-1", k[i].tool, k[i].args, k[i].at, &d);
+        char name[400];
+        snprintf(name, sizeof(name), "%s: %s call %zu, %s(%s) for %s", from, label, i, k[i].tool,
+                 k[i].args ? k[i].args : "NULL", k[i].grant);
+        expect_at(name, &d, k[i].v, k[i].rule, k[i].msg);
+        if (k[i].retry_ms && k[i].retry_near)
+            expect_retry_near_at(name, &d, k[i].retry_ms);
+        else if (k[i].retry_ms)
+            expect_retry_at(name, &d, k[i].retry_ms);
+        if (k[i].counter && strcmp(d.counter, k[i].counter) != 0)
+            fail_msg("%s: counter \"%s\", expected \"%s\"", name, d.counter, k[i].counter);
+        if (k[i].vis && tg_policy_tool_visible(p, k[i].tool) != (k[i].vis == SHOWN))
+            fail_msg("%s: visible %d, expected %d", name, tg_policy_tool_visible(p, k[i].tool), k[i].vis == SHOWN);
+    }
+}
+#define RUN_CALLS(label, p, c, calls) run_calls_at(HERE, (label), (p), (c), (calls), sizeof(calls) / sizeof((calls)[0]))
+
+/* What tools/list shows of each tool named: a table walked by EXPECT_SHOWN. */
+struct shown {
+    const char *tool;
+    int visible;
+};
+
+static inline void expect_shown_at(const char *from, const struct tg_policy *p, const struct shown *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tg_policy_tool_visible(p, w[i].tool) != w[i].visible)
+            fail_msg("%s: %s: visible %d, expected %d", from, w[i].tool, tg_policy_tool_visible(p, w[i].tool),
+                     w[i].visible);
+}
+#define EXPECT_SHOWN(p, table) expect_shown_at(HERE, (p), (table), sizeof(table) / sizeof((table)[0]))
+
+/* The fixture pair NAME.json and NAME.yaml: the calls against each, with counters of its own. */
+static inline void run_calls_on_pair_at(const char *from, const char *name, const struct call *k, size_t n)
+{
+    for (int y = 0; y < 2; y++) {
+        char file[64], path[512];
+        snprintf(file, sizeof(file), "%s.%s", name, y ? "yaml" : "json");
+        snprintf(path, sizeof(path), FIX "%s", file);
+        struct tg_policy *p = load_ok_at(from, path);
+        struct tg_counters *c = tg_counters_new();
+        run_calls_at(from, file, p, c, k, n);
+        tg_counters_free(c);
+        tg_policy_unref(p);
+    }
+}
+#define RUN_CALLS_ON_PAIR(name, calls) run_calls_on_pair_at(HERE, (name), (calls), sizeof(calls) / sizeof((calls)[0]))
 
 /* Call `tool` until it is not allowed; returns how many calls were allowed (at most `max`). */
 static inline int drain(const struct tg_policy *p, struct tg_counters *c, const char *grant, const char *tool,
@@ -180,6 +267,15 @@ static inline void load_text(struct loaded *l, const char *name, const char *tex
     rmdir(l->dir);
 }
 
+/* load_text, and the load must succeed (warnings allowed: the caller checks l->warn if it cares). */
+static inline void load_text_ok_at(const char *from, struct loaded *l, const char *name, const char *text)
+{
+    load_text(l, name, text);
+    if (l->rc != 0 || l->p == NULL)
+        fail_msg("%s: %s refused:\n%s", from, name, buf_str(&l->err));
+}
+#define LOAD_TEXT_OK(l, name, text) load_text_ok_at(HERE, (l), (name), (text))
+
 static inline void loaded_dispose(struct loaded *l)
 {
     tg_policy_unref(l->p);
@@ -189,7 +285,7 @@ static inline void loaded_dispose(struct loaded *l)
 
 /* The load must fail, and the errors must hold "PATH: where: what"; where "" means "PATH" + what,
  * where NULL means the file's path and `what` anywhere. */
-static inline void expect_error_at(const char *file, int line, const char *name, const char *text, const char *where,
+static inline void expect_error_at(const char *from, const char *name, const char *text, const char *where,
                                    const char *what)
 {
     struct loaded l;
@@ -202,13 +298,28 @@ static inline void expect_error_at(const char *file, int line, const char *name,
     else
         snprintf(want, sizeof(want), "%s%s", l.path, what);
     if (l.rc == 0 || l.p != NULL)
-        fail_msg("%s:%d: %s loaded; expected an error \"%s\"", file, line, name, want);
+        fail_msg("%s: %s loaded; expected an error \"%s\"", from, name, want);
     if (strstr(buf_str(&l.err), want) == NULL || (where == NULL && strstr(buf_str(&l.err), what) == NULL))
-        fail_msg("%s:%d: errors do not contain \"%s\"%s%s:\n%s", file, line, want, where ? "" : " and ",
+        fail_msg("%s: errors do not contain \"%s\"%s%s:\n%s", from, want, where ? "" : " and ",
                  where ? "" : what, buf_str(&l.err));
     loaded_dispose(&l);
 }
-#define EXPECT_ERROR(name, text, where, what) expect_error_at(__FILE__, __LINE__, (name), (text), (where), (what))
+#define EXPECT_ERROR(name, text, where, what) expect_error_at(HERE, (name), (text), (where), (what))
+
+/* A table of loads that must fail, walked by EXPECT_ERRORS; a failure names the case's index. */
+struct load_error {
+    const char *name, *text, *where, *what;
+};
+
+static inline void expect_errors_at(const char *from, const struct load_error *e, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char label[200];
+        snprintf(label, sizeof(label), "%s: case %zu (%s)", from, i, e[i].name);
+        expect_error_at(label, e[i].name, e[i].text, e[i].where, e[i].what);
+    }
+}
+#define EXPECT_ERRORS(cases) expect_errors_at(HERE, (cases), sizeof(cases) / sizeof((cases)[0]))
 
 /* A policy whose one tool "x" has the rules given (JSON array text). */
 static inline char *with_rules(char *out, size_t n, const char *rules)

@@ -4,32 +4,28 @@
  * (fixtures/NAME.json, NAME.yaml); helpers, and the clock T0: policy_helpers.h. */
 #include "test/unit/policy/policy_helpers.h"
 
+#define ALLOW TG_VERDICT_ALLOW
+#define DENY TG_VERDICT_DENY
+#define LIMITED TG_VERDICT_LIMITED
+#define APPROVE TG_VERDICT_APPROVE
+
 /* ---- Intercept: hide, default, wildcard, deny --------------------------------------- */
 
 static void hide_list(void **state)
 {
-    for (int y = 0; y < 2; y++) {
-        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
-        struct tg_counters *c = tg_counters_new();
-        struct tg_decision d;
+    static const struct call calls[] = {
         /* Listed under tools and hidden: hide wins. Not listed and hidden: denied too. */
-        decide(p, c, "g", "secret_tool", "{}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "(hidden)", "Tool \"secret_tool\" is hidden by policy");
-        decide(p, c, "g", "internal_debug", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "(hidden)", "Tool \"internal_debug\" is hidden by policy");
-        assert_int_equal(tg_policy_tool_visible(p, "secret_tool"), 0);
-        assert_int_equal(tg_policy_tool_visible(p, "internal_debug"), 0);
+        CALL("g", "secret_tool", "{}", T0, DENY, "(hidden)", "Tool \"secret_tool\" is hidden by policy", .vis = HIDDEN),
+        CALL("g", "internal_debug", NULL, T0, DENY, "(hidden)", "Tool \"internal_debug\" is hidden by policy", .vis = HIDDEN),
         /* Exact names only. */
-        static const char *const near[] = {"Secret_tool", "secret_tool2", "secret_too", "secret_tool ", " secret_tool",
-                                           "SECRET_TOOL"};
-        for (size_t i = 0; i < sizeof(near) / sizeof(near[0]); i++) {
-            decide(p, c, "g", near[i], "{}", T0, &d);
-            EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-            assert_int_equal(tg_policy_tool_visible(p, near[i]), 1);
-        }
-        tg_counters_free(c);
-        tg_policy_unref(p);
-    }
+        CALL("g", "Secret_tool", "{}", T0, ALLOW, "", NULL, .vis = SHOWN),
+        CALL("g", "secret_tool2", "{}", T0, ALLOW, "", NULL, .vis = SHOWN),
+        CALL("g", "secret_too", "{}", T0, ALLOW, "", NULL, .vis = SHOWN),
+        CALL("g", "secret_tool ", "{}", T0, ALLOW, "", NULL, .vis = SHOWN),
+        CALL("g", " secret_tool", "{}", T0, ALLOW, "", NULL, .vis = SHOWN),
+        CALL("g", "SECRET_TOOL", "{}", T0, ALLOW, "", NULL, .vis = SHOWN),
+    };
+    RUN_CALLS_ON_PAIR("intercept", calls);
 }
 
 static void hide_star_hides_everything(void **state)
@@ -39,23 +35,18 @@ static void hide_star_hides_everything(void **state)
         {"star.yaml", "version: \"1\"\nhide:\n  - \"*\"\ntools:\n  a:\n    rules: []\n"},
         {"star2.yaml", "version: \"1\"\nhide: [a, \"*\"]\ndefault: allow\ntools: {a: {rules: []}}\n"},
     };
+    static const struct call calls[] = {
+        CALL("g", "a", "{}", T0, DENY, "(hidden)", "Tool \"a\" is hidden by policy", .vis = HIDDEN),
+        CALL("g", "b", "{}", T0, DENY, "(hidden)", "Tool \"b\" is hidden by policy", .vis = HIDDEN),
+        CALL("g", "*", "{}", T0, DENY, "(hidden)", "Tool \"*\" is hidden by policy", .vis = HIDDEN),
+        CALL("g", "anything", "{}", T0, DENY, "(hidden)", "Tool \"anything\" is hidden by policy", .vis = HIDDEN),
+        CALL("g", "a", NULL, T0, DENY, "(hidden)", "Tool \"a\" is hidden by policy"),
+    };
     for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
         struct loaded l;
-        load_text(&l, texts[i][0], texts[i][1]);
-        if (l.rc != 0)
-            fail_msg("%s: %s", texts[i][0], buf_str(&l.err));
+        LOAD_TEXT_OK(&l, texts[i][0], texts[i][1]);
         struct tg_counters *c = tg_counters_new();
-        struct tg_decision d;
-        static const char *const tools[] = {"a", "b", "*", "anything"};
-        for (size_t t = 0; t < 4; t++) {
-            char msg[80];
-            snprintf(msg, sizeof(msg), "Tool \"%s\" is hidden by policy", tools[t]);
-            decide(l.p, c, "g", tools[t], "{}", T0, &d);
-            EXPECT(&d, TG_VERDICT_DENY, "(hidden)", msg);
-            assert_int_equal(tg_policy_tool_visible(l.p, tools[t]), 0);
-        }
-        decide(l.p, c, "g", "a", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "(hidden)", "Tool \"a\" is hidden by policy");
+        RUN_CALLS(texts[i][0], l.p, c, calls);
         tg_counters_free(c);
         loaded_dispose(&l);
     }
@@ -63,115 +54,73 @@ static void hide_star_hides_everything(void **state)
 
 static void default_allow_lets_unlisted_tools_through_wildcard_rules(void **state)
 {
-    for (int y = 0; y < 2; y++) {
-        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
-        struct tg_counters *c = tg_counters_new();
-        struct tg_decision d;
-        decide(p, c, "g", "not_in_the_policy", "{\"x\":1}", T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", "");
-        assert_int_equal(tg_policy_tool_visible(p, "not_in_the_policy"), 1);
+    static const struct call calls[] = {
+        CALL("g", "not_in_the_policy", "{\"x\":1}", T0, ALLOW, "", "", .vis = SHOWN),
         /* ...but the wildcard rules still apply to it. */
-        decide(p, c, "g", "not_in_the_policy", "{\"force\":true}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "no force", "force is not allowed");
-        decide(p, c, "g", "free", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        tg_counters_free(c);
-        tg_policy_unref(p);
-    }
+        CALL("g", "not_in_the_policy", "{\"force\":true}", T0, DENY, "no force", "force is not allowed"),
+        CALL("g", "free", NULL, T0, ALLOW, "", NULL),
+    };
+    RUN_CALLS_ON_PAIR("intercept", calls);
 }
 
 static void default_deny_wildcards_do_not_rescue(void **state)
 {
-    for (int y = 0; y < 2; y++) {
-        struct tg_policy *p = load_fixture(y ? "intercept_deny.yaml" : "intercept_deny.json");
-        struct tg_counters *c = tg_counters_new();
-        struct tg_decision d;
-        decide(p, c, "g", "unlisted", "{}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "(default deny)", "Tool \"unlisted\" is not permitted by policy");
-        assert_int_equal(tg_policy_tool_visible(p, "unlisted"), 0);
+    static const struct call calls[] = {
+        CALL("g", "unlisted", "{}", T0, DENY, "(default deny)", "Tool \"unlisted\" is not permitted by policy", .vis = HIDDEN),
         /* An unlisted call the wildcard rules would pass, or would deny: the default decides first. */
-        decide(p, c, "g", "unlisted", "{\"sudo\":1}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "(default deny)", NULL);
+        CALL("g", "unlisted", "{\"sudo\":1}", T0, DENY, "(default deny)", NULL),
         /* rules: [] is an unconditional allow... */
-        decide(p, c, "g", "listed", "{}", T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        assert_int_equal(tg_policy_tool_visible(p, "listed"), 1);
+        CALL("g", "listed", "{}", T0, ALLOW, "", NULL, .vis = SHOWN),
         /* ...to which the wildcard rules still apply. */
-        decide(p, c, "g", "listed", "{\"sudo\":true}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "no sudo", "sudo is not allowed");
-        decide(p, c, "g", "listed_but_hidden", "{}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "(hidden)", NULL);
-        assert_int_equal(tg_policy_tool_visible(p, "listed_but_hidden"), 0);
+        CALL("g", "listed", "{\"sudo\":true}", T0, DENY, "no sudo", "sudo is not allowed"),
+        CALL("g", "listed_but_hidden", "{}", T0, DENY, "(hidden)", NULL, .vis = HIDDEN),
         /* Tool rules come before the wildcard rules. */
-        decide(p, c, "g", "checked", "{\"n\":30,\"sudo\":1}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "small", "n must be below 10");
-        decide(p, c, "g", "checked", "{\"n\":3,\"sudo\":1}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "no sudo", "sudo is not allowed");
+        CALL("g", "checked", "{\"n\":30,\"sudo\":1}", T0, DENY, "small", "n must be below 10"),
+        CALL("g", "checked", "{\"n\":3,\"sudo\":1}", T0, DENY, "no sudo", "sudo is not allowed"),
         /* The wildcard's own rate limit (5/hour, _global scope) counts every listed tool's calls;
          * two allowed calls above (listed, listed) already count. */
-        decide(p, c, "g", "checked", "{\"n\":3}", T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(p, c, "g", "limited", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(p, c, "g", "limited", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(p, c, "g", "limited", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_LIMITED, "two a minute", "Rate limit of 2 per minute reached. Try again later.; retry in 60 s");
-        EXPECT_RETRY(&d, MIN_MS);
-        assert_string_equal(d.counter, "limited._rate_minute");
-        decide(p, c, "g", "listed", NULL, T0 + 1000, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(p, c, "g", "listed", NULL, T0 + 1000, &d);
-        EXPECT(&d, TG_VERDICT_LIMITED, "global hourly", "Rate limit of 5 per hour reached. Try again later.*");
-        EXPECT_RETRY(&d, HOUR_MS / 2 - 1000);
-        assert_string_equal(d.counter, "_global._rate_hour");
-        tg_counters_free(c);
-        tg_policy_unref(p);
-    }
+        CALL("g", "checked", "{\"n\":3}", T0, ALLOW, "", NULL),
+        CALL("g", "limited", NULL, T0, ALLOW, "", NULL),
+        CALL("g", "limited", NULL, T0, ALLOW, "", NULL),
+        CALL("g", "limited", NULL, T0, LIMITED, "two a minute",
+             "Rate limit of 2 per minute reached. Try again later.; retry in 60 s", .retry_ms = MIN_MS,
+             .counter = "limited._rate_minute"),
+        CALL("g", "listed", NULL, T0 + 1000, ALLOW, "", NULL),
+        CALL("g", "listed", NULL, T0 + 1000, LIMITED, "global hourly", "Rate limit of 5 per hour reached. Try again later.*",
+             .retry_ms = HOUR_MS / 2 - 1000, .counter = "_global._rate_hour"),
+    };
+    RUN_CALLS_ON_PAIR("intercept_deny", calls);
 }
 
 static void wildcard_rules_run_after_tool_rules(void **state)
 {
-    for (int y = 0; y < 2; y++) {
-        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
-        struct tg_counters *c = tg_counters_new();
-        struct tg_decision d;
-        decide(p, c, "g", "eq_num", "{\"v\":6,\"force\":true}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "eq_num", "Denied by rule \"eq_num\"");
-        decide(p, c, "g", "eq_num", "{\"v\":5,\"force\":true}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "no force", "force is not allowed");
-        decide(p, c, "g", "eq_num", "{\"v\":5,\"force\":null}", T0, &d); /* null counts as absent */
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    static const struct call calls[] = {
+        CALL("g", "eq_num", "{\"v\":6,\"force\":true}", T0, DENY, "eq_num", "Denied by rule \"eq_num\""),
+        CALL("g", "eq_num", "{\"v\":5,\"force\":true}", T0, DENY, "no force", "force is not allowed"),
+        CALL("g", "eq_num", "{\"v\":5,\"force\":null}", T0, ALLOW, "", NULL), /* null counts as absent */
         /* A deny rule stops before the wildcard rules too. */
-        decide(p, c, "g", "delete_repo", "{\"force\":true}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "block repo deletion", NULL);
-        tg_counters_free(c);
-        tg_policy_unref(p);
-    }
+        CALL("g", "delete_repo", "{\"force\":true}", T0, DENY, "block repo deletion", NULL),
+    };
+    RUN_CALLS_ON_PAIR("intercept", calls);
 }
 
 static void deny_rules_with_and_without_on_deny(void **state)
 {
+    static const struct call calls[] = {
+        CALL("g", "delete_repo", "{\"repo\":\"x\"}", T0, DENY, "block repo deletion", "Repository deletion is not permitted"),
+        CALL("g", "drop_db", NULL, T0, DENY, "block drop", "Denied by rule \"block drop\""),
+        /* Case and prefix variants are other tools, which the default lets through. */
+        CALL("g", "Delete_repo", NULL, T0, ALLOW, "", NULL),
+        CALL("g", "delete_repo2", NULL, T0, ALLOW, "", NULL),
+        CALL("g", "delete_rep", NULL, T0, ALLOW, "", NULL),
+    };
+    /* An unconditional deny rule hides the tool from tools/list; a conditional rule does not. */
+    static const struct shown shown[] = {{"delete_repo", 0}, {"drop_db", 0}, {"eq_num", 1}, {"create_issue", 1}};
     for (int y = 0; y < 2; y++) {
         struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
         struct tg_counters *c = tg_counters_new();
-        struct tg_decision d;
-        decide(p, c, "g", "delete_repo", "{\"repo\":\"x\"}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "block repo deletion", "Repository deletion is not permitted");
-        decide(p, c, "g", "drop_db", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "block drop", "Denied by rule \"block drop\"");
-        /* An unconditional deny rule hides the tool from tools/list; a conditional rule does not. */
-        assert_int_equal(tg_policy_tool_visible(p, "delete_repo"), 0);
-        assert_int_equal(tg_policy_tool_visible(p, "drop_db"), 0);
-        assert_int_equal(tg_policy_tool_visible(p, "eq_num"), 1);
-        assert_int_equal(tg_policy_tool_visible(p, "create_issue"), 1);
-        /* Case and prefix variants are other tools, which the default lets through. */
-        decide(p, c, "g", "Delete_repo", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(p, c, "g", "delete_repo2", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(p, c, "g", "delete_rep", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        RUN_CALLS(y ? "yaml" : "json", p, c, calls);
+        EXPECT_SHOWN(p, shown);
         tg_counters_free(c);
         tg_policy_unref(p);
     }
@@ -179,41 +128,32 @@ static void deny_rules_with_and_without_on_deny(void **state)
 
 static void evaluate_failures_deny_with_on_deny_or_rule_name(void **state)
 {
-    for (int y = 0; y < 2; y++) {
-        struct tg_policy *p = load_fixture(y ? "intercept.yaml" : "intercept.json");
-        struct tg_counters *c = tg_counters_new();
-        struct tg_decision d;
+    static const struct call calls[] = {
         /* Two conditions ANDed. */
-        decide(p, c, "g", "charge", "{\"amount\":50000,\"currency\":\"usd\"}", T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(p, c, "g", "charge", "{\"amount\":50001,\"currency\":\"usd\"}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "safe charge", "Only USD or EUR charges up to 500.00");
-        decide(p, c, "g", "charge", "{\"amount\":100,\"currency\":\"gbp\"}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "safe charge", "Only USD or EUR charges up to 500.00");
-        decide(p, c, "g", "charge", "{\"currency\":\"eur\"}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "safe charge", NULL);
-        decide(p, c, "g", "charge", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "safe charge", NULL);
+        CALL("g", "charge", "{\"amount\":50000,\"currency\":\"usd\"}", T0, ALLOW, "", NULL),
+        CALL("g", "charge", "{\"amount\":50001,\"currency\":\"usd\"}", T0, DENY, "safe charge",
+             "Only USD or EUR charges up to 500.00"),
+        CALL("g", "charge", "{\"amount\":100,\"currency\":\"gbp\"}", T0, DENY, "safe charge",
+             "Only USD or EUR charges up to 500.00"),
+        CALL("g", "charge", "{\"currency\":\"eur\"}", T0, DENY, "safe charge", NULL),
+        CALL("g", "charge", NULL, T0, DENY, "safe charge", NULL),
         /* No on_deny: the rule's name. */
-        decide(p, c, "g", "lt", "{\"v\":10}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "lt", "Denied by rule \"lt\"");
-        tg_counters_free(c);
-        tg_policy_unref(p);
-    }
+        CALL("g", "lt", "{\"v\":10}", T0, DENY, "lt", "Denied by rule \"lt\""),
+    };
+    RUN_CALLS_ON_PAIR("intercept", calls);
 }
 
 static void hosted_actions_deny_and_approve(void **state)
 {
+    static const struct call calls[] = {
+        CALL("g", "rm", "{\"path\":\"/\"}", T0, DENY, "rm", "Deleting files is not allowed", .vis = HIDDEN),
+        CALL("g", "rm2", NULL, T0, DENY, "rm2", "Tool \"rm2\" is denied by policy", .vis = HIDDEN),
+    };
     for (int y = 0; y < 2; y++) {
         struct tg_policy *p = load_fixture(y ? "hosted.yaml" : "hosted.json");
         struct tg_counters *c = tg_counters_new();
         struct tg_decision d;
-        decide(p, c, "g", "rm", "{\"path\":\"/\"}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "rm", "Deleting files is not allowed");
-        decide(p, c, "g", "rm2", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "rm2", "Tool \"rm2\" is denied by policy");
-        assert_int_equal(tg_policy_tool_visible(p, "rm"), 0);
-        assert_int_equal(tg_policy_tool_visible(p, "rm2"), 0);
+        RUN_CALLS(y ? "yaml" : "json", p, c, calls);
         decide(p, c, "g", "deploy", NULL, T0, &d);
         EXPECT(&d, TG_VERDICT_APPROVE, "deploy", "deploy needs a human's approval");
         assert_int_equal(d.approval_timeout_ms, 300000);
@@ -244,47 +184,40 @@ static void hosted_actions_deny_and_approve(void **state)
 static void tool_visibility(void **state)
 {
     struct loaded l;
-    load_text(&l, "visible.json",
-              "{\"version\":\"1\",\"default\":\"allow\",\"hide\":[\"h\"],\"tools\":{"
-              "\"plain\":{\"rules\":[]},"
-              "\"cond\":{\"rules\":[{\"name\":\"c\",\"conditions\":[{\"path\":\"args.x\",\"op\":\"eq\",\"value\":1}]}]},"
-              "\"late_deny\":{\"rules\":[{\"name\":\"ok\",\"conditions\":[{\"path\":\"args.x\",\"op\":\"eq\",\"value\":1}]},"
-              "{\"name\":\"no\",\"action\":\"deny\"}]},"
-              "\"h\":{\"rules\":[]},"
-              "\"hosted_deny\":{\"action\":\"deny\"},"
-              "\"hosted_allow\":{\"action\":\"allow\"},"
-              "\"approve\":{\"action\":\"approve\"},"
-              "\"limited\":{\"limits\":[{\"window\":\"minute\",\"max\":1}]}}}");
-    if (l.rc != 0)
-        fail_msg("%s", buf_str(&l.err));
-    static const struct {
-        const char *tool;
-        int visible;
-    } want[] = {{"plain", 1},       {"cond", 1},         {"late_deny", 0}, {"h", 0},       {"hosted_deny", 0},
-                {"hosted_allow", 1}, {"approve", 1},     {"limited", 1},   {"unlisted", 1}, {"Plain", 1}};
-    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
-        if (tg_policy_tool_visible(l.p, want[i].tool) != want[i].visible)
-            fail_msg("%s: visible %d, expected %d", want[i].tool, tg_policy_tool_visible(l.p, want[i].tool),
-                     want[i].visible);
+    LOAD_TEXT_OK(&l, "visible.json",
+                 "{\"version\":\"1\",\"default\":\"allow\",\"hide\":[\"h\"],\"tools\":{"
+                 "\"plain\":{\"rules\":[]},"
+                 "\"cond\":{\"rules\":[{\"name\":\"c\",\"conditions\":[{\"path\":\"args.x\",\"op\":\"eq\",\"value\":1}]}]},"
+                 "\"late_deny\":{\"rules\":[{\"name\":\"ok\",\"conditions\":[{\"path\":\"args.x\",\"op\":\"eq\",\"value\":1}]},"
+                 "{\"name\":\"no\",\"action\":\"deny\"}]},"
+                 "\"h\":{\"rules\":[]},"
+                 "\"hosted_deny\":{\"action\":\"deny\"},"
+                 "\"hosted_allow\":{\"action\":\"allow\"},"
+                 "\"approve\":{\"action\":\"approve\"},"
+                 "\"limited\":{\"limits\":[{\"window\":\"minute\",\"max\":1}]}}}");
+    static const struct shown want[] = {{"plain", 1},        {"cond", 1},    {"late_deny", 0}, {"h", 0},
+                                        {"hosted_deny", 0},  {"hosted_allow", 1}, {"approve", 1}, {"limited", 1},
+                                        {"unlisted", 1},     {"Plain", 1}};
+    EXPECT_SHOWN(l.p, want);
     loaded_dispose(&l);
 
     /* A wildcard deny (rule or hosted action) hides and denies every tool. */
-    static const char *const wild[] = {
-        "{\"version\":\"1\",\"default\":\"allow\",\"tools\":{\"a\":{\"rules\":[]},\"*\":{\"rules\":[{\"name\":\"lockdown\",\"action\":\"deny\",\"on_deny\":\"Maintenance\"}]}}}",
-        "{\"version\":\"1\",\"default\":\"allow\",\"tools\":{\"a\":{\"action\":\"allow\"},\"*\":{\"action\":\"deny\",\"reason\":\"Maintenance\"}}}",
+    static const struct {
+        const char *text, *rule;
+    } wild[] = {
+        {"{\"version\":\"1\",\"default\":\"allow\",\"tools\":{\"a\":{\"rules\":[]},\"*\":{\"rules\":[{\"name\":\"lockdown\",\"action\":\"deny\",\"on_deny\":\"Maintenance\"}]}}}",
+         "lockdown"},
+        {"{\"version\":\"1\",\"default\":\"allow\",\"tools\":{\"a\":{\"action\":\"allow\"},\"*\":{\"action\":\"deny\",\"reason\":\"Maintenance\"}}}",
+         "*"},
     };
     for (int i = 0; i < 2; i++) {
-        load_text(&l, "wild.json", wild[i]);
-        if (l.rc != 0)
-            fail_msg("%s", buf_str(&l.err));
+        LOAD_TEXT_OK(&l, "wild.json", wild[i].text);
         struct tg_counters *c = tg_counters_new();
-        struct tg_decision d;
-        assert_int_equal(tg_policy_tool_visible(l.p, "a"), 0);
-        assert_int_equal(tg_policy_tool_visible(l.p, "b"), 0);
-        decide(l.p, c, "g", "a", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, i ? "*" : "lockdown", "Maintenance");
-        decide(l.p, c, "g", "b", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, i ? "*" : "lockdown", "Maintenance");
+        const struct call calls[] = {
+            CALL("g", "a", NULL, T0, DENY, wild[i].rule, "Maintenance", .vis = HIDDEN),
+            CALL("g", "b", NULL, T0, DENY, wild[i].rule, "Maintenance", .vis = HIDDEN),
+        };
+        RUN_CALLS(wild[i].rule, l.p, c, calls);
         tg_counters_free(c);
         loaded_dispose(&l);
     }
@@ -292,15 +225,17 @@ static void tool_visibility(void **state)
 
 static void methods_list(void **state)
 {
+    static const struct {
+        const char *method;
+        int allowed;
+    } m[] = {{"custom/ping", 1}, {"tollgate/echo", 1}, {"custom/Ping", 0}, {"custom/ping2", 0},
+             {"custom/pin", 0},  {"custom/*", 0},      {"", 0}};
     for (int y = 0; y < 2; y++) {
         struct tg_policy *p = load_fixture(y ? "hosted.yaml" : "hosted.json");
-        assert_int_equal(tg_policy_method_allowed(p, "custom/ping"), 1);
-        assert_int_equal(tg_policy_method_allowed(p, "tollgate/echo"), 1);
-        assert_int_equal(tg_policy_method_allowed(p, "custom/Ping"), 0);
-        assert_int_equal(tg_policy_method_allowed(p, "custom/ping2"), 0);
-        assert_int_equal(tg_policy_method_allowed(p, "custom/pin"), 0);
-        assert_int_equal(tg_policy_method_allowed(p, "custom/*"), 0);
-        assert_int_equal(tg_policy_method_allowed(p, ""), 0);
+        for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
+            if (tg_policy_method_allowed(p, m[i].method) != m[i].allowed)
+                fail_msg("%s: method \"%s\": allowed %d, expected %d", y ? "yaml" : "json", m[i].method,
+                         tg_policy_method_allowed(p, m[i].method), m[i].allowed);
         tg_policy_unref(p);
     }
     struct tg_policy *p = load_fixture("intercept.json");
