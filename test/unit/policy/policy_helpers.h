@@ -29,8 +29,13 @@
 #define MIN_MS 60000LL
 #define HOUR_MS 3600000LL
 
+/* Any verdict but ALLOW and APPROVE, for the checks below: what a drain stops at. */
+#define REFUSED ((enum tg_verdict)-1)
+
 static inline const char *verdict_name(enum tg_verdict v)
 {
+    if (v == REFUSED)
+        return "DENY or LIMITED";
     switch (v) {
     case TG_VERDICT_ALLOW: return "ALLOW";
     case TG_VERDICT_DENY: return "DENY";
@@ -104,7 +109,7 @@ static inline void decide(const struct tg_policy *p, struct tg_counters *c, cons
 static inline void expect_at(const char *from, const struct tg_decision *d, enum tg_verdict v, const char *rule,
                              const char *msg)
 {
-    int ok = d->verdict == v;
+    int ok = v == REFUSED ? d->verdict == TG_VERDICT_DENY || d->verdict == TG_VERDICT_LIMITED : d->verdict == v;
     if (rule && strcmp(d->rule, rule) != 0)
         ok = 0;
     if (msg) {
@@ -151,9 +156,14 @@ static inline void expect_retry_near_at(const char *from, const struct tg_decisi
  * RUN_CALLS against one policy and one set of counters, so that counts carry from one call to
  * the next; a failure names the table's label, the call's index, its tool and its arguments.
  * rule and msg are checked as EXPECT checks them; retry_ms (when not 0) as EXPECT_RETRY, or as
- * EXPECT_RETRY_NEAR with retry_near; counter (when not NULL) is d.counter; vis (when not 0) is
- * what tg_policy_tool_visible says of the tool; session NULL is "sess-1", as decide() calls. */
+ * EXPECT_RETRY_NEAR with retry_near; counter and counters_json (when not NULL) are d.counter and
+ * d.counters_json; msg_has (when not NULL) is somewhere in d.message; res (when not 0, written RES(n)) is n, the reservations the decision holds; vis
+ * (when not 0) is what tg_policy_tool_visible says of the tool; session and upstream NULL are
+ * "sess-1" and "up", as decide() calls. allowed (when not 0, written ALLOWED(n)) makes the row a drain: n calls are
+ * allowed (or approved) first, and the checks are of the call that is then refused. */
 enum { SHOWN = 1, HIDDEN = 2 };
+#define RES(n) ((n) + 1)
+#define ALLOWED(n) ((n) + 1)
 
 struct call {
     const char *grant, *tool, *args;
@@ -162,9 +172,9 @@ struct call {
     const char *rule, *msg;
     uint64_t retry_ms;
     int retry_near;
-    const char *counter;
-    int vis;
-    const char *session;
+    const char *counter, *counters_json, *msg_has;
+    int res, vis, allowed;
+    const char *session, *upstream;
 };
 
 /* A row of a call table: the call and the decision it must get, then any of the checks after
@@ -180,10 +190,23 @@ static inline void run_calls_at(const char *from, const char *label, const struc
 {
     for (size_t i = 0; i < n; i++) {
         struct tg_decision d;
-        decide_as(p, c, k[i].grant, k[i].session ? k[i].session : "sess-1", k[i].tool, k[i].args, k[i].at, &d);
         char name[400];
         snprintf(name, sizeof(name), "%s: %s call %zu, %s(%s) for %s", from, label, i, k[i].tool,
                  k[i].args ? k[i].args : "NULL", k[i].grant);
+        int n_ok = 0;
+        for (;;) {
+            struct tg_caller who = {k[i].grant, k[i].session ? k[i].session : "sess-1",
+                                    k[i].upstream ? k[i].upstream : "up"};
+            cJSON *a = k[i].args ? J(k[i].args) : NULL;
+            tg_policy_decide_call(p, c, &who, k[i].tool, a, k[i].at, &d);
+            cJSON_Delete(a);
+            if (!k[i].allowed || (d.verdict != TG_VERDICT_ALLOW && d.verdict != TG_VERDICT_APPROVE))
+                break;
+            if (++n_ok == k[i].allowed)
+                fail_msg("%s: more than %d calls allowed", name, k[i].allowed - 1);
+        }
+        if (k[i].allowed && n_ok != k[i].allowed - 1)
+            fail_msg("%s: %d calls allowed, expected %d", name, n_ok, k[i].allowed - 1);
         expect_at(name, &d, k[i].v, k[i].rule, k[i].msg);
         if (k[i].retry_ms && k[i].retry_near)
             expect_retry_near_at(name, &d, k[i].retry_ms);
@@ -191,6 +214,12 @@ static inline void run_calls_at(const char *from, const char *label, const struc
             expect_retry_at(name, &d, k[i].retry_ms);
         if (k[i].counter && strcmp(d.counter, k[i].counter) != 0)
             fail_msg("%s: counter \"%s\", expected \"%s\"", name, d.counter, k[i].counter);
+        if (k[i].counters_json && strcmp(d.counters_json, k[i].counters_json) != 0)
+            fail_msg("%s: counters_json \"%s\", expected \"%s\"", name, d.counters_json, k[i].counters_json);
+        if (k[i].msg_has && strstr(d.message, k[i].msg_has) == NULL)
+            fail_msg("%s: message \"%s\" does not hold \"%s\"", name, d.message, k[i].msg_has);
+        if (k[i].res && d.nres != k[i].res - 1)
+            fail_msg("%s: %d reservations, expected %d", name, d.nres, k[i].res - 1);
         if (k[i].vis && tg_policy_tool_visible(p, k[i].tool) != (k[i].vis == SHOWN))
             fail_msg("%s: visible %d, expected %d", name, tg_policy_tool_visible(p, k[i].tool), k[i].vis == SHOWN);
     }
