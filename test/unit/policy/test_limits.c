@@ -4,6 +4,10 @@
  * reports for the audit log. */
 #include "test/unit/policy/policy_helpers.h"
 
+#define ALLOW TG_VERDICT_ALLOW
+#define DENY TG_VERDICT_DENY
+#define LIMITED TG_VERDICT_LIMITED
+
 /* ---- key derivations ---------------------------------------------------------------------- */
 
 /* A local store that answers as a shared one would about its keys (private_keys 0), so that a
@@ -43,31 +47,37 @@ static int allowed_on(const struct tg_policy *p, struct tg_counters *c, const ch
 static void keys_keep_upstreams_apart_as_they_take_turns(void **state)
 {
     struct loaded l;
-    load_text(&l, "keys.json", KEYS_POLICY);
-    if (l.rc != 0)
-        fail_msg("refused: %s", buf_str(&l.err));
+    LOAD_TEXT_OK(&l, "keys.json", KEYS_POLICY);
     char long1[80], long2[80];
     memset(long1, 'u', sizeof(long1) - 1);
     long1[sizeof(long1) - 1] = '\0';
     memcpy(long2, long1, sizeof(long2));
     long2[sizeof(long2) - 2] = 'v';
+    const char *ups[4] = {"up-a", "up-b", long1, long2};
     const char *tools[3] = {"s", "g", "a"};
+    /* Turns in order, each as many calls as pass (at most 5) for the tool with a session, a grant
+     * and a global counter. */
+    static const struct {
+        int up;
+        const char *grant;
+        int allowed[3];
+    } turns[] = {
+        {0, "g1", {2, 2, 2}}, {1, "g1", {2, 2, 2}}, {0, "g1", {0, 0, 0}}, {2, "g1", {2, 2, 2}}, {3, "g1", {2, 2, 2}},
+        {2, "g1", {0, 0, 0}}, {1, "g1", {0, 0, 0}}, {0, "g1", {0, 0, 0}},
+        /* the same upstream and another grant: only a grant counter starts afresh */
+        {0, "g2", {0, 2, 0}},
+    };
     for (int shared = 0; shared < 2; shared++) {
         struct tg_counters *c = shared ? counters_with_shared_keys() : tg_counters_new();
         assert_int_equal(tg_counters_private_keys(c), !shared);
-        for (int t = 0; t < 3; t++) {
-            const char *tool = tools[t];
-            assert_int_equal(allowed_on(l.p, c, "up-a", "g1", tool, 5), 2);
-            assert_int_equal(allowed_on(l.p, c, "up-b", "g1", tool, 5), 2);
-            assert_int_equal(allowed_on(l.p, c, "up-a", "g1", tool, 5), 0);
-            assert_int_equal(allowed_on(l.p, c, long1, "g1", tool, 5), 2);
-            assert_int_equal(allowed_on(l.p, c, long2, "g1", tool, 5), 2);
-            assert_int_equal(allowed_on(l.p, c, long1, "g1", tool, 5), 0);
-            assert_int_equal(allowed_on(l.p, c, "up-b", "g1", tool, 5), 0);
-            assert_int_equal(allowed_on(l.p, c, "up-a", "g1", tool, 5), 0);
-            /* the same upstream and another grant: only a grant counter starts afresh */
-            assert_int_equal(allowed_on(l.p, c, "up-a", "g2", tool, 5), t == 1 ? 2 : 0);
-        }
+        for (int t = 0; t < 3; t++)
+            for (size_t i = 0; i < sizeof(turns) / sizeof(turns[0]); i++) {
+                int got = allowed_on(l.p, c, ups[turns[i].up], turns[i].grant, tools[t], 5);
+                if (got != turns[i].allowed[t])
+                    fail_msg("%s keys, tool %s, turn %zu (upstream %d, %s): %d calls allowed, expected %d",
+                             shared ? "shared" : "private", tools[t], i, turns[i].up, turns[i].grant, got,
+                             turns[i].allowed[t]);
+            }
         tg_counters_free(c);
     }
     loaded_dispose(&l);
@@ -79,9 +89,7 @@ static void keys_keep_upstreams_apart_as_they_take_turns(void **state)
 static void shared_keys_are_the_documented_hash(void **state)
 {
     struct loaded l;
-    load_text(&l, "keys.json", KEYS_POLICY);
-    if (l.rc != 0)
-        fail_msg("refused: %s", buf_str(&l.err));
+    LOAD_TEXT_OK(&l, "keys.json", KEYS_POLICY);
     static const char *const expect[3][2] = {{"s", "up\x1fL:s_rate\x1fs\x1fsess-1"},
                                              {"g", "up\x1fL:g_rate\x1fg\x1fgrant-a"},
                                              {"a", "up\x1fL:a_rate\x1f*\x1f"}};
@@ -185,31 +193,22 @@ static void token_bucket_refills_over_time(void **state)
 static void bucket_levels_are_whole_and_exact(void **state)
 {
     struct loaded l;
-    load_text(&l, "dust.json",
-              "{\"version\":\"1\",\"tools\":{"
-              "\"ec\":{\"limits\":[{\"counter\":\"ec_audit\",\"window\":\"hour\",\"max\":1}]},"
-              "\"fast\":{\"limits\":[{\"counter\":\"fast\",\"window\":\"second\",\"max\":36}]}}}");
-    if (l.rc != 0)
-        fail_msg("%s", buf_str(&l.err));
+    LOAD_TEXT_OK(&l, "dust.json",
+                 "{\"version\":\"1\",\"tools\":{"
+                 "\"ec\":{\"limits\":[{\"counter\":\"ec_audit\",\"window\":\"hour\",\"max\":1}]},"
+                 "\"fast\":{\"limits\":[{\"counter\":\"fast\",\"window\":\"second\",\"max\":36}]}}}");
     struct tg_counters *c = tg_counters_new();
     struct tg_decision d;
-    decide(l.p, c, "g", "ec", NULL, T0, &d);
-    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-    assert_string_equal(d.counters_json, "\"ec_audit\":0");
-    decide(l.p, c, "g", "ec", NULL, T0 + 2, &d);
-    EXPECT(&d, TG_VERDICT_LIMITED, "ec_audit", NULL);
-    assert_string_equal(d.counters_json, "\"ec_audit\":0");
-    /* Half a token back is still no call. */
-    decide(l.p, c, "g", "ec", NULL, T0 + HOUR_MS / 2, &d);
-    EXPECT(&d, TG_VERDICT_LIMITED, "ec_audit", NULL);
-    assert_string_equal(d.counters_json, "\"ec_audit\":0");
-    EXPECT_RETRY(&d, HOUR_MS / 2);
-    decide(l.p, c, "g", "ec", NULL, T0 + HOUR_MS, &d);
-    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-    assert_string_equal(d.counters_json, "\"ec_audit\":0");
-
-    assert_int_equal(drain(l.p, c, "g", "fast", NULL, T0, 100, &d), 36);
-    assert_string_equal(d.counters_json, "\"fast\":0");
+    static const struct call ec[] = {
+        CALL("g", "ec", NULL, T0, ALLOW, "", NULL, .counters_json = "\"ec_audit\":0"),
+        CALL("g", "ec", NULL, T0 + 2, LIMITED, "ec_audit", NULL, .counters_json = "\"ec_audit\":0"),
+        /* Half a token back is still no call. */
+        CALL("g", "ec", NULL, T0 + HOUR_MS / 2, LIMITED, "ec_audit", NULL, .counters_json = "\"ec_audit\":0",
+             .retry_ms = HOUR_MS / 2),
+        CALL("g", "ec", NULL, T0 + HOUR_MS, ALLOW, "", NULL, .counters_json = "\"ec_audit\":0"),
+        CALL("g", "fast", NULL, T0, REFUSED, NULL, NULL, .allowed = ALLOWED(36), .counters_json = "\"fast\":0"),
+    };
+    RUN_CALLS("dust.json", l.p, c, ec);
     /* 750 ms refill 27 tokens exactly: 27 calls, each reporting what is left, the last 0. */
     for (int i = 0; i < 27; i++) {
         decide(l.p, c, "g", "fast", NULL, T0 + 750, &d);
@@ -218,114 +217,77 @@ static void bucket_levels_are_whole_and_exact(void **state)
         snprintf(want, sizeof(want), "\"fast\":%d", 26 - i);
         assert_string_equal(d.counters_json, want);
     }
-    decide(l.p, c, "g", "fast", NULL, T0 + 750, &d);
-    EXPECT(&d, TG_VERDICT_LIMITED, "fast", NULL);
-    assert_string_equal(d.counters_json, "\"fast\":0");
-    /* One token takes 1000/36 = 27.8 ms: the hint is the first millisecond at which it is there. */
-    EXPECT_RETRY(&d, 28);
-    decide(l.p, c, "g", "fast", NULL, T0 + 750 + 27, &d);
-    EXPECT(&d, TG_VERDICT_LIMITED, "fast", NULL);
-    decide(l.p, c, "g", "fast", NULL, T0 + 750 + 28, &d);
-    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-    assert_string_equal(d.counters_json, "\"fast\":0");
+    static const struct call fast[] = {
+        /* One token takes 1000/36 = 27.8 ms: the hint is the first millisecond at which it is there. */
+        CALL("g", "fast", NULL, T0 + 750, LIMITED, "fast", NULL, .counters_json = "\"fast\":0", .retry_ms = 28),
+        CALL("g", "fast", NULL, T0 + 750 + 27, LIMITED, "fast", NULL),
+        CALL("g", "fast", NULL, T0 + 750 + 28, ALLOW, "", NULL, .counters_json = "\"fast\":0"),
+    };
+    RUN_CALLS("dust.json", l.p, c, fast);
     tg_counters_free(c);
     loaded_dispose(&l);
 }
 
 static void hosted_scopes_grant_session_global(void **state)
 {
-    for (int y = 0; y < 2; y++) {
-        struct tg_policy *p = load_fixture(y ? "hosted.yaml" : "hosted.json");
-        struct tg_counters *c = tg_counters_new();
-        struct tg_decision d;
+    static const struct call calls[] = {
         /* session: 5 per second per session. */
-        for (int i = 0; i < 5; i++) {
-            decide_as(p, c, "g", "s1", "search", NULL, T0, &d);
-            EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        }
-        decide_as(p, c, "g", "s1", "search", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_LIMITED, "search_burst", "search is limited to 5 calls per second for this session; retry in 1 s");
-        EXPECT_RETRY_NEAR(&d, 200);
-        decide_as(p, c, "g", "s2", "search", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide_as(p, c, "g", "s1", "search", NULL, T0 + 201, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        CALL("g", "search", NULL, T0, LIMITED, "search_burst",
+             "search is limited to 5 calls per second for this session; retry in 1 s", .allowed = ALLOWED(5),
+             .session = "s1", .retry_ms = 200, .retry_near = 1),
+        CALL("g", "search", NULL, T0, ALLOW, "", NULL, .session = "s2"),
+        CALL("g", "search", NULL, T0 + 201, ALLOW, "", NULL, .session = "s1"),
         /* global: 2 an hour across every grant and session. */
-        decide_as(p, c, "a", "s1", "global_tool", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide_as(p, c, "b", "s2", "global_tool", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide_as(p, c, "c", "s3", "global_tool", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_LIMITED, "global_calls", "global_tool is limited to 2 calls per hour across all callers; retry in *");
-        EXPECT_RETRY_NEAR(&d, 1800000);
+        CALL("a", "global_tool", NULL, T0, ALLOW, "", NULL, .session = "s1"),
+        CALL("b", "global_tool", NULL, T0, ALLOW, "", NULL, .session = "s2"),
+        CALL("c", "global_tool", NULL, T0, LIMITED, "global_calls",
+             "global_tool is limited to 2 calls per hour across all callers; retry in *", .session = "s3",
+             .retry_ms = 1800000, .retry_near = 1),
         /* grant (the default scope too): fetch and write share "shared_io", 4 a minute. */
-        decide(p, c, "a", "fetch", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(p, c, "a", "write", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(p, c, "a", "fetch", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(p, c, "a", "write", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(p, c, "a", "fetch", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_LIMITED, "shared_io", "fetch is limited to 4 calls per minute for this grant; retry in *");
-        EXPECT_RETRY_NEAR(&d, 15000);
-        decide(p, c, "a", "write", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_LIMITED, "shared_io", "write is limited to 4 calls per minute for this grant; retry in *");
-        EXPECT_RETRY_NEAR(&d, 15000);
-        decide(p, c, "b", "write", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+        CALL("a", "fetch", NULL, T0, ALLOW, "", NULL),
+        CALL("a", "write", NULL, T0, ALLOW, "", NULL),
+        CALL("a", "fetch", NULL, T0, ALLOW, "", NULL),
+        CALL("a", "write", NULL, T0, ALLOW, "", NULL),
+        CALL("a", "fetch", NULL, T0, LIMITED, "shared_io", "fetch is limited to 4 calls per minute for this grant; retry in *",
+             .retry_ms = 15000, .retry_near = 1),
+        CALL("a", "write", NULL, T0, LIMITED, "shared_io", "write is limited to 4 calls per minute for this grant; retry in *",
+             .retry_ms = 15000, .retry_near = 1),
+        CALL("b", "write", NULL, T0, ALLOW, "", NULL),
         /* A limit without a counter name gets one of its own; window 90 (seconds). */
-        decide(p, c, "a", "unnamed", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(p, c, "a", "unnamed", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_LIMITED, "unnamed_limit_0", "unnamed is limited to 1 calls per 90 seconds for this grant; retry in *");
-        EXPECT_RETRY_NEAR(&d, 90000);
-        tg_counters_free(c);
-        tg_policy_unref(p);
-    }
+        CALL("a", "unnamed", NULL, T0, ALLOW, "", NULL),
+        CALL("a", "unnamed", NULL, T0, LIMITED, "unnamed_limit_0",
+             "unnamed is limited to 1 calls per 90 seconds for this grant; retry in *", .retry_ms = 90000,
+             .retry_near = 1),
+    };
+    RUN_CALLS_ON_PAIR("hosted", calls);
 }
 
 /* All counters of a call or none: a limit that refuses gives back what the others took. */
 static void reservations_roll_back_when_one_counter_refuses(void **state)
 {
-    for (int y = 0; y < 2; y++) {
-        struct tg_policy *p = load_fixture(y ? "hosted.yaml" : "hosted.json");
-        struct tg_counters *c = tg_counters_new();
-        struct tg_decision d;
+    static const struct call calls[] = {
         /* two_limits takes outer (5/day) and inner (1/day). */
-        decide(p, c, "g", "two_limits", NULL, T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        assert_int_equal(d.nres, 2);
-        for (int i = 0; i < 3; i++) {
-            decide(p, c, "g", "two_limits", NULL, T0, &d);
-            EXPECT(&d, TG_VERDICT_LIMITED, "inner", NULL);
-            assert_int_equal(d.nres, 0);
-        }
+        CALL("g", "two_limits", NULL, T0, ALLOW, "", NULL, .res = RES(2)),
+        CALL("g", "two_limits", NULL, T0, LIMITED, "inner", NULL, .res = RES(0)),
+        CALL("g", "two_limits", NULL, T0, LIMITED, "inner", NULL, .res = RES(0)),
+        CALL("g", "two_limits", NULL, T0, LIMITED, "inner", NULL, .res = RES(0)),
         /* outer was taken once, not four times. */
-        assert_int_equal(drain(p, c, "g", "outer_only", NULL, T0, 10, &d), 4);
-        EXPECT(&d, TG_VERDICT_LIMITED, "outer", NULL);
-
+        CALL("g", "outer_only", NULL, T0, LIMITED, "outer", NULL, .allowed = ALLOWED(4)),
         /* mixed: an Intercept window (5/minute) reserved, then the bucket (3 per 30 s) refuses. */
-        assert_int_equal(drain(p, c, "m", "mixed", "{\"n\":1}", T0, 10, &d), 3);
-        EXPECT(&d, TG_VERDICT_LIMITED, "mixed_bucket", "mixed is limited to 3 calls per 30 seconds for this grant; retry in *");
-        EXPECT_RETRY_NEAR(&d, 10000);
-        decide(p, c, "m", "mixed", "{\"n\":1}", T0, &d);
-        EXPECT(&d, TG_VERDICT_LIMITED, "mixed_bucket", NULL);
+        CALL("m", "mixed", "{\"n\":1}", T0, LIMITED, "mixed_bucket",
+             "mixed is limited to 3 calls per 30 seconds for this grant; retry in *", .allowed = ALLOWED(3),
+             .retry_ms = 10000, .retry_near = 1),
+        CALL("m", "mixed", "{\"n\":1}", T0, LIMITED, "mixed_bucket", NULL),
         /* One token every 10 s. Had the refused calls kept their window reservation, the window
          * (5/minute) would refuse these two. */
-        decide(p, c, "m", "mixed", "{\"n\":1}", T0 + 10000, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(p, c, "m", "mixed", "{\"n\":1}", T0 + 20000, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(p, c, "m", "mixed", "{\"n\":1}", T0 + 30000, &d);
-        EXPECT(&d, TG_VERDICT_LIMITED, "mixed window", "Rate limit of 5 per minute reached. Try again later.; retry in 30 s");
+        CALL("m", "mixed", "{\"n\":1}", T0 + 10000, ALLOW, "", NULL),
+        CALL("m", "mixed", "{\"n\":1}", T0 + 20000, ALLOW, "", NULL),
+        CALL("m", "mixed", "{\"n\":1}", T0 + 30000, LIMITED, "mixed window",
+             "Rate limit of 5 per minute reached. Try again later.; retry in 30 s"),
         /* The argument rule of the same tool is a DENY. */
-        decide(p, c, "m2", "mixed", "{\"n\":11}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "small only", "Denied by rule \"small only\"");
-        tg_counters_free(c);
-        tg_policy_unref(p);
-    }
+        CALL("m2", "mixed", "{\"n\":11}", T0, DENY, "small only", "Denied by rule \"small only\""),
+    };
+    RUN_CALLS_ON_PAIR("hosted", calls);
 }
 
 static void refund_restores_a_bucket_token(void **state)
@@ -407,9 +369,7 @@ static void many_counters_roll_back_and_too_many_are_refused(void **state)
                      TG_MAX_RESERVATIONS + 1, TG_MAX_RESERVATIONS);
             EXPECT_ERROR("many.json", buf_str(&m), "tools.many", what);
         } else {
-            load_text(&l, "many.json", buf_str(&m));
-            if (l.rc != 0)
-                fail_msg("%s", buf_str(&l.err));
+            LOAD_TEXT_OK(&l, "many.json", buf_str(&m));
             c = tg_counters_new();
             decide(l.p, c, "g", "many", NULL, T0, &d);
             EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
@@ -441,12 +401,10 @@ static void audit_counter_values(void **state)
 static void audit_counter_values_keep_their_digits(void **state)
 {
     struct loaded l;
-    load_text(&l, "audit.yaml",
-              "version: \"1\"\ntools:\n  pay:\n    rules:\n      - name: spend\n"
-              "        conditions: [{path: state.pay.cents, op: lte, value: 100000000}]\n"
-              "        state: {counter: cents, window: day, increment_from: args.cents}\n");
-    if (l.rc != 0)
-        fail_msg("%s", buf_str(&l.err));
+    LOAD_TEXT_OK(&l, "audit.yaml",
+                 "version: \"1\"\ntools:\n  pay:\n    rules:\n      - name: spend\n"
+                 "        conditions: [{path: state.pay.cents, op: lte, value: 100000000}]\n"
+                 "        state: {counter: cents, window: day, increment_from: args.cents}\n");
     struct tg_counters *c = tg_counters_new();
     struct tg_decision d;
     decide(l.p, c, "g", "pay", "{\"cents\":1234567}", T0, &d);
