@@ -155,15 +155,13 @@ static void unknown_fields_are_errors(void **state)
                  "tools.x.acton", "unknown field; did you mean `action`?");
     /* The documented fields, all present, load without an error or a warning (the fixtures too). */
     struct loaded l;
-    load_text(&l, "known.json",
-              "{\"version\":\"1\",\"description\":\"d\",\"default\":\"allow\",\"hide\":[],\"methods\":[],"
-              "\"tools\":{\"x\":{\"action\":\"approve\",\"reason\":\"r\",\"approval_timeout\":5,\"limits\":[],"
-              "\"rules\":[{\"name\":\"a\",\"action\":\"evaluate\",\"on_deny\":\"o\",\"conditions\":[{\"path\":\"state.x.c\",\"op\":\"lte\",\"value\":1}],"
-              "\"state\":{\"counter\":\"c\",\"window\":\"day\",\"increment\":1,\"increment_from\":\"args.n\",\"scope\":\"grant\"}}]}},"
-              "\"resources\":{\"default\":\"allow\",\"allow\":[],\"deny\":[],\"reason\":\"r\"},"
-              "\"prompts\":{\"default\":\"allow\",\"allow\":[],\"deny\":[],\"reason\":\"r\"}}");
-    if (l.rc != 0)
-        fail_msg("%s", buf_str(&l.err));
+    LOAD_TEXT_OK(&l, "known.json",
+                 "{\"version\":\"1\",\"description\":\"d\",\"default\":\"allow\",\"hide\":[],\"methods\":[],"
+                 "\"tools\":{\"x\":{\"action\":\"approve\",\"reason\":\"r\",\"approval_timeout\":5,\"limits\":[],"
+                 "\"rules\":[{\"name\":\"a\",\"action\":\"evaluate\",\"on_deny\":\"o\",\"conditions\":[{\"path\":\"state.x.c\",\"op\":\"lte\",\"value\":1}],"
+                 "\"state\":{\"counter\":\"c\",\"window\":\"day\",\"increment\":1,\"increment_from\":\"args.n\",\"scope\":\"grant\"}}]}},"
+                 "\"resources\":{\"default\":\"allow\",\"allow\":[],\"deny\":[],\"reason\":\"r\"},"
+                 "\"prompts\":{\"default\":\"allow\",\"allow\":[],\"deny\":[],\"reason\":\"r\"}}");
     assert_string_equal(buf_str(&l.warn), "");
     loaded_dispose(&l);
 }
@@ -177,9 +175,7 @@ static void missing_default_denies_with_a_note(void **state)
     };
     for (int i = 0; i < 2; i++) {
         struct loaded l;
-        load_text(&l, texts[i][0], texts[i][1]);
-        if (l.rc != 0)
-            fail_msg("%s", buf_str(&l.err));
+        LOAD_TEXT_OK(&l, texts[i][0], texts[i][1]);
         char w[300];
         snprintf(w, sizeof(w), "%s: default: not set, so what this policy does not name is denied", l.path);
         if (strstr(buf_str(&l.warn), w) == NULL)
@@ -198,9 +194,7 @@ static void missing_default_denies_with_a_note(void **state)
     /* Said explicitly, either way, there is no note. */
     for (int i = 0; i < 2; i++) {
         struct loaded l;
-        load_text(&l, "explicit.json", i ? "{\"version\":\"1\",\"default\":\"allow\"}" : "{\"version\":\"1\",\"default\":\"deny\",\"tools\":{}}");
-        if (l.rc != 0)
-            fail_msg("%s", buf_str(&l.err));
+        LOAD_TEXT_OK(&l, "explicit.json", i ? "{\"version\":\"1\",\"default\":\"allow\"}" : "{\"version\":\"1\",\"default\":\"deny\",\"tools\":{}}");
         assert_string_equal(buf_str(&l.warn), "");
         loaded_dispose(&l);
     }

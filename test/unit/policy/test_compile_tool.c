@@ -38,9 +38,7 @@ static void approval_timeout_units(void **state)
         snprintf(text, sizeof(text), "{\"version\":\"1\",\"tools\":{\"deploy\":{\"action\":\"approve\",\"approval_timeout\":%s}}}",
                  ok[i].value);
         struct loaded l;
-        load_text(&l, "approve.json", text);
-        if (l.rc != 0)
-            fail_msg("%s refused: %s", ok[i].value, buf_str(&l.err));
+        LOAD_TEXT_OK(&l, "approve.json", text);
         struct tg_counters *c = tg_counters_new();
         struct tg_decision d;
         decide(l.p, c, "g", "deploy", NULL, T0, &d);
@@ -210,15 +208,13 @@ static void errors_state(void **state)
 #undef LTE_N
     /* A condition may read a counter another tool or a later rule defines. */
     struct loaded l;
-    load_text(&l, "cross.yaml",
-              "version: \"1\"\ntools:\n"
-              "  reader:\n    rules:\n      - name: r\n        conditions: [{path: state.writer.n, op: lt, value: 2}]\n"
-              "  writer:\n    rules:\n"
-              "      - name: early\n        conditions: [{path: state.writer.n, op: lt, value: 5}]\n"
-              "      - name: w\n        conditions: [{path: state.writer.n, op: lte, value: 3}]\n"
-              "        state: {counter: n, window: hour}\n");
-    if (l.rc != 0)
-        fail_msg("%s", buf_str(&l.err));
+    LOAD_TEXT_OK(&l, "cross.yaml",
+                 "version: \"1\"\ntools:\n"
+                 "  reader:\n    rules:\n      - name: r\n        conditions: [{path: state.writer.n, op: lt, value: 2}]\n"
+                 "  writer:\n    rules:\n"
+                 "      - name: early\n        conditions: [{path: state.writer.n, op: lt, value: 5}]\n"
+                 "      - name: w\n        conditions: [{path: state.writer.n, op: lte, value: 3}]\n"
+                 "        state: {counter: n, window: hour}\n");
     struct tg_counters *c = tg_counters_new();
     struct tg_decision d;
     decide(l.p, c, "g", "reader", NULL, T0, &d);
@@ -275,11 +271,9 @@ static void errors_rate_limit(void **state)
                  "tools.x.rules[2].rate_limit", "duplicate state counter \"_rate_hour\"");
     /* Same window on different tools: no clash. */
     struct loaded l;
-    load_text(&l, "rl.yaml",
-              "version: \"1\"\ntools:\n  x: {rules: [{name: a, rate_limit: 5/hour}]}\n"
-              "  y: {rules: [{name: a, rate_limit: 5/hour}]}\n  \"*\": {rules: [{name: a, rate_limit: 5/hour}]}\n");
-    if (l.rc != 0)
-        fail_msg("%s", buf_str(&l.err));
+    LOAD_TEXT_OK(&l, "rl.yaml",
+                 "version: \"1\"\ntools:\n  x: {rules: [{name: a, rate_limit: 5/hour}]}\n"
+                 "  y: {rules: [{name: a, rate_limit: 5/hour}]}\n  \"*\": {rules: [{name: a, rate_limit: 5/hour}]}\n");
     loaded_dispose(&l);
 }
 

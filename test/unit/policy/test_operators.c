@@ -270,21 +270,19 @@ static void go_v_policy_integers_print_all_digits(void **state)
 static void operators_fail_closed_on_values_of_another_type(void **state)
 {
     struct loaded l;
-    load_text(&l, "types.yaml",
-              "version: \"1\"\n"
-              "tools:\n"
-              "  neq:      {rules: [{name: neq,      conditions: [{path: args.env, op: neq, value: production}]}]}\n"
-              "  not_in:   {rules: [{name: not_in,   conditions: [{path: args.env, op: not_in, value: [production, prod]}]}]}\n"
-              "  eq:       {rules: [{name: eq,       conditions: [{path: args.env, op: eq, value: staging}]}]}\n"
-              "  in:       {rules: [{name: in,       conditions: [{path: args.env, op: in, value: [staging, dev]}]}]}\n"
-              "  lt:       {rules: [{name: lt,       conditions: [{path: args.env, op: lt, value: 10}]}]}\n"
-              "  lte:      {rules: [{name: lte,      conditions: [{path: args.env, op: lte, value: 10}]}]}\n"
-              "  gt:       {rules: [{name: gt,       conditions: [{path: args.env, op: gt, value: 0}]}]}\n"
-              "  gte:      {rules: [{name: gte,      conditions: [{path: args.env, op: gte, value: 0}]}]}\n"
-              "  contains: {rules: [{name: contains, conditions: [{path: args.env, op: contains, value: stag}]}]}\n"
-              "  regex:    {rules: [{name: regex,    conditions: [{path: args.env, op: regex, value: \"^staging$\"}]}]}\n");
-    if (l.rc != 0)
-        fail_msg("%s", buf_str(&l.err));
+    LOAD_TEXT_OK(&l, "types.yaml",
+                 "version: \"1\"\n"
+                 "tools:\n"
+                 "  neq:      {rules: [{name: neq,      conditions: [{path: args.env, op: neq, value: production}]}]}\n"
+                 "  not_in:   {rules: [{name: not_in,   conditions: [{path: args.env, op: not_in, value: [production, prod]}]}]}\n"
+                 "  eq:       {rules: [{name: eq,       conditions: [{path: args.env, op: eq, value: staging}]}]}\n"
+                 "  in:       {rules: [{name: in,       conditions: [{path: args.env, op: in, value: [staging, dev]}]}]}\n"
+                 "  lt:       {rules: [{name: lt,       conditions: [{path: args.env, op: lt, value: 10}]}]}\n"
+                 "  lte:      {rules: [{name: lte,      conditions: [{path: args.env, op: lte, value: 10}]}]}\n"
+                 "  gt:       {rules: [{name: gt,       conditions: [{path: args.env, op: gt, value: 0}]}]}\n"
+                 "  gte:      {rules: [{name: gte,      conditions: [{path: args.env, op: gte, value: 0}]}]}\n"
+                 "  contains: {rules: [{name: contains, conditions: [{path: args.env, op: contains, value: stag}]}]}\n"
+                 "  regex:    {rules: [{name: regex,    conditions: [{path: args.env, op: regex, value: \"^staging$\"}]}]}\n");
     static const struct {
         const char *tool, *args;
         int allow;

@@ -84,14 +84,12 @@ static void resources_and_prompts_globsets(void **state)
     tg_policy_unref(p);
     /* Globs backtrack: "a*b*c" style patterns, and a reason for the default. */
     struct loaded l;
-    load_text(&l, "glob.yaml",
-              "version: \"1\"\n"
-              "resources:\n"
-              "  default: deny\n"
-              "  reason: Only reports\n"
-              "  allow: [\"x:r*port*.pdf\", \"x:**x\"]\n");
-    if (l.rc != 0)
-        fail_msg("%s", buf_str(&l.err));
+    LOAD_TEXT_OK(&l, "glob.yaml",
+                 "version: \"1\"\n"
+                 "resources:\n"
+                 "  default: deny\n"
+                 "  reason: Only reports\n"
+                 "  allow: [\"x:r*port*.pdf\", \"x:**x\"]\n");
     static const struct {
         const char *uri;
         int allow;
@@ -157,9 +155,7 @@ static void resources_and_prompts_defaults(void **state)
     };
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
         struct loaded l;
-        load_text(&l, "t.json", c[i].policy);
-        if (l.rc != 0)
-            fail_msg("%s: %s", c[i].policy, buf_str(&l.err));
+        LOAD_TEXT_OK(&l, "t.json", c[i].policy);
         struct tg_policy *p = l.p;
         struct tg_decision d;
         tg_policy_decide_resource(p, c[i].uri, &d);
@@ -178,9 +174,7 @@ static void resources_and_prompts_defaults(void **state)
     memcpy(pat + 300, "/**", 4);
     snprintf(pol, sizeof(pol), "{\"version\":\"1\",\"default\":\"deny\",\"resources\":{\"allow\":[\"%s\"]}}", pat);
     struct loaded l;
-    load_text(&l, "long.json", pol);
-    if (l.rc != 0)
-        fail_msg("%s", buf_str(&l.err));
+    LOAD_TEXT_OK(&l, "long.json", pol);
     snprintf(uri, sizeof(uri), "%.300s/", pat);
     memset(uri + 301, 'b', 800);
     uri[1101] = '\0';
@@ -194,11 +188,9 @@ static void resources_and_prompts_defaults(void **state)
     loaded_dispose(&l);
     /* Past TG_URI_MAX (8 KiB) a URI or a prompt name is refused before any glob reads it, even
      * where "**" would allow it: matching costs its length times the patterns'. */
-    load_text(&l, "all.json",
-              "{\"version\":\"1\",\"default\":\"deny\",\"resources\":{\"allow\":[\"**\"]},"
-              "\"prompts\":{\"allow\":[\"*\"]}}");
-    if (l.rc != 0)
-        fail_msg("%s", buf_str(&l.err));
+    LOAD_TEXT_OK(&l, "all.json",
+                 "{\"version\":\"1\",\"default\":\"deny\",\"resources\":{\"allow\":[\"**\"]},"
+                 "\"prompts\":{\"allow\":[\"*\"]}}");
     static char big[8192 + 2];
     memcpy(big, "file:///", 8);
     memset(big + 8, 'x', 8192 - 8);

@@ -168,21 +168,19 @@ static void yaml_alias_bomb_refused(void **state)
 static void yaml_aliases_within_budget(void **state)
 {
     struct loaded l;
-    load_text(&l, "alias.yaml",
-              "version: \"1\"\n"
-              "tools:\n"
-              "  a:\n"
-              "    rules: &limit\n"
-              "      - name: cap\n"
-              "        conditions: &conds [{path: args.n, op: lte, value: &max 10}]\n"
-              "  b:\n"
-              "    rules: *limit\n"
-              "  c:\n"
-              "    rules:\n"
-              "      - {name: cap2, conditions: *conds}\n"
-              "      - {name: exact, conditions: [{path: args.m, op: neq, value: *max}]}\n");
-    if (l.rc != 0)
-        fail_msg("%s", buf_str(&l.err));
+    LOAD_TEXT_OK(&l, "alias.yaml",
+                 "version: \"1\"\n"
+                 "tools:\n"
+                 "  a:\n"
+                 "    rules: &limit\n"
+                 "      - name: cap\n"
+                 "        conditions: &conds [{path: args.n, op: lte, value: &max 10}]\n"
+                 "  b:\n"
+                 "    rules: *limit\n"
+                 "  c:\n"
+                 "    rules:\n"
+                 "      - {name: cap2, conditions: *conds}\n"
+                 "      - {name: exact, conditions: [{path: args.m, op: neq, value: *max}]}\n");
     struct tg_counters *c = tg_counters_new();
     struct tg_decision d;
     decide(l.p, c, "g", "b", "{\"n\":11}", T0, &d);
@@ -244,19 +242,17 @@ static void json_duplicate_keys_and_syntax_refused(void **state)
 static void yaml_merge_keys_apply(void **state)
 {
     struct loaded l;
-    load_text(&l, "merge.yaml",
-              "version: \"1\"\n"
-              "default: deny\n"
-              "tools:\n"
-              "  a:\n"
-              "    rules:\n"
-              "      - &cap {name: cap, conditions: [{path: args.n, op: lte, value: 10}]}\n"
-              "  b:\n"
-              "    rules:\n"
-              "      - <<: *cap\n"
-              "        on_deny: n is too big\n");
-    if (l.rc != 0)
-        fail_msg("refused: %s", buf_str(&l.err));
+    LOAD_TEXT_OK(&l, "merge.yaml",
+                 "version: \"1\"\n"
+                 "default: deny\n"
+                 "tools:\n"
+                 "  a:\n"
+                 "    rules:\n"
+                 "      - &cap {name: cap, conditions: [{path: args.n, op: lte, value: 10}]}\n"
+                 "  b:\n"
+                 "    rules:\n"
+                 "      - <<: *cap\n"
+                 "        on_deny: n is too big\n");
     assert_string_equal(buf_str(&l.warn), "");
     struct tg_counters *c = tg_counters_new();
     struct tg_decision d;
@@ -292,10 +288,8 @@ static void yaml_only_a_plain_merge_key_merges(void **state)
     }
     /* A tool named "<<", as tollgate scan writes it, loads as that tool. */
     struct loaded l;
-    load_text(&l, "quoted-merge.yaml",
-              "version: \"1\"\ndefault: deny\ntools:\n  \"<<\":\n    action: allow\n  'x':\n    action: deny\n");
-    if (l.rc != 0)
-        fail_msg("refused: %s", buf_str(&l.err));
+    LOAD_TEXT_OK(&l, "quoted-merge.yaml",
+                 "version: \"1\"\ndefault: deny\ntools:\n  \"<<\":\n    action: allow\n  'x':\n    action: deny\n");
     assert_int_equal(tg_policy_tool_count(l.p), 2);
     assert_int_equal(tg_policy_tool_visible(l.p, "<<"), 1);
     loaded_dispose(&l);
