@@ -350,7 +350,11 @@ static inline void expect_errors_at(const char *from, const struct load_error *e
 }
 #define EXPECT_ERRORS(cases) expect_errors_at(HERE, (cases), sizeof(cases) / sizeof((cases)[0]))
 
-/* A policy whose one tool "x" has the rules given (JSON array text). */
+/* A policy whose one tool "x" has the rules given (JSON array text): WITH_RULES for a string
+ * literal, with_rules for text made at run time. */
+#define WITH_RULES(rules) "{\"version\":\"1\",\"tools\":{\"x\":{\"rules\":" rules "}}}"
+
+/* with_rules: see WITH_RULES. */
 static inline char *with_rules(char *out, size_t n, const char *rules)
 {
     snprintf(out, n, "{\"version\":\"1\",\"tools\":{\"x\":{\"rules\":%s}}}", rules);

@@ -44,21 +44,24 @@ static void deny_all_policy(void **state)
 
 static void errors_top_level(void **state)
 {
-    EXPECT_ERROR("v.json", "{\"version\":\"2\",\"tools\":{}}", "version", "version must be \"1\", got \"2\"");
-    EXPECT_ERROR("v.yaml", "version: 1\ntools: {}\n", "version", "version must be \"1\", got \"(a number; write \"1\")\"");
-    EXPECT_ERROR("v.json", "{\"tools\":{}}", "version", "version must be \"1\", got \"(missing)\"");
-    EXPECT_ERROR("d.json", "{\"version\":\"1\",\"default\":\"block\"}", "default",
-                 "default must be \"allow\" or \"deny\", got \"block\"");
-    EXPECT_ERROR("d.yaml", "version: \"1\"\ndefault: Deny\n", "default", "default must be \"allow\" or \"deny\", got \"Deny\"");
-    EXPECT_ERROR("h.json", "{\"version\":\"1\",\"hide\":[\"a\",\"b\",\"a\"]}", "hide", "duplicate entry \"a\"");
-    EXPECT_ERROR("h.yaml", "version: \"1\"\nhide: [a, \"\"]\n", "hide[1]", "entry must not be empty");
-    EXPECT_ERROR("h.yaml", "version: \"1\"\nhide: [a, 5]\n", "hide[1]", "entry must not be empty");
-    EXPECT_ERROR("h.yaml", "version: \"1\"\nhide: a\n", "hide", "must be a list of strings");
-    EXPECT_ERROR("t.json", "{\"version\":\"1\",\"tools\":[]}", "tools", "must be an object of tool names");
-    EXPECT_ERROR("t.json", "{\"version\":\"1\",\"tools\":{\"x\":[]}}", "tools.x", "must be an object");
-    EXPECT_ERROR("r.yaml", "- version: \"1\"\n", "(root)", "a policy must be an object");
-    EXPECT_ERROR("r.json", "[{\"version\":\"1\"}]", "(root)", "a policy must be an object");
-    EXPECT_ERROR("r.yaml", "just a string\n", "(root)", "a policy must be an object");
+    static const struct load_error refused[] = {
+        {"v.json", "{\"version\":\"2\",\"tools\":{}}", "version", "version must be \"1\", got \"2\""},
+        {"v.yaml", "version: 1\ntools: {}\n", "version", "version must be \"1\", got \"(a number; write \"1\")\""},
+        {"v.json", "{\"tools\":{}}", "version", "version must be \"1\", got \"(missing)\""},
+        {"d.json", "{\"version\":\"1\",\"default\":\"block\"}", "default",
+         "default must be \"allow\" or \"deny\", got \"block\""},
+        {"d.yaml", "version: \"1\"\ndefault: Deny\n", "default", "default must be \"allow\" or \"deny\", got \"Deny\""},
+        {"h.json", "{\"version\":\"1\",\"hide\":[\"a\",\"b\",\"a\"]}", "hide", "duplicate entry \"a\""},
+        {"h.yaml", "version: \"1\"\nhide: [a, \"\"]\n", "hide[1]", "entry must not be empty"},
+        {"h.yaml", "version: \"1\"\nhide: [a, 5]\n", "hide[1]", "entry must not be empty"},
+        {"h.yaml", "version: \"1\"\nhide: a\n", "hide", "must be a list of strings"},
+        {"t.json", "{\"version\":\"1\",\"tools\":[]}", "tools", "must be an object of tool names"},
+        {"t.json", "{\"version\":\"1\",\"tools\":{\"x\":[]}}", "tools.x", "must be an object"},
+        {"r.yaml", "- version: \"1\"\n", "(root)", "a policy must be an object"},
+        {"r.json", "[{\"version\":\"1\"}]", "(root)", "a policy must be an object"},
+        {"r.yaml", "just a string\n", "(root)", "a policy must be an object"},
+    };
+    EXPECT_ERRORS(refused);
 }
 
 /* Every error in a file is reported, one line each, and no policy comes back. */

@@ -9,19 +9,21 @@
  * the rule above (any scalar differs from it, and no list or map passes): refused at load. */
 static void deny_lists_of_lists_or_maps_refused(void **state)
 {
-    char b[1024];
-    EXPECT_ERROR("t.json",
-                 with_rules(b, sizeof(b), "[{\"name\":\"a\",\"conditions\":[{\"path\":\"args.e\",\"op\":\"neq\",\"value\":[\"p\"]}]}]"),
-                 "tools.x.rules[0].conditions[0].value",
-                 "operator \"neq\" compares a string, number, boolean or null; a list or map cannot be its value");
-    EXPECT_ERROR("t.json",
-                 with_rules(b, sizeof(b), "[{\"name\":\"a\",\"conditions\":[{\"path\":\"args.e\",\"op\":\"neq\",\"value\":{\"p\":1}}]}]"),
-                 "tools.x.rules[0].conditions[0].value",
-                 "operator \"neq\" compares a string, number, boolean or null; a list or map cannot be its value");
-    EXPECT_ERROR("t.json",
-                 with_rules(b, sizeof(b), "[{\"name\":\"a\",\"conditions\":[{\"path\":\"args.e\",\"op\":\"not_in\",\"value\":[\"ok\",[\"p\"]]}]}]"),
-                 "tools.x.rules[0].conditions[0].value[1]",
-                 "operator \"not_in\" compares a string, number, boolean or null; a list or map cannot be in its list");
+    static const struct load_error refused[] = {
+        {"t.json",
+         WITH_RULES("[{\"name\":\"a\",\"conditions\":[{\"path\":\"args.e\",\"op\":\"neq\",\"value\":[\"p\"]}]}]"),
+         "tools.x.rules[0].conditions[0].value",
+         "operator \"neq\" compares a string, number, boolean or null; a list or map cannot be its value"},
+        {"t.json",
+         WITH_RULES("[{\"name\":\"a\",\"conditions\":[{\"path\":\"args.e\",\"op\":\"neq\",\"value\":{\"p\":1}}]}]"),
+         "tools.x.rules[0].conditions[0].value",
+         "operator \"neq\" compares a string, number, boolean or null; a list or map cannot be its value"},
+        {"t.json",
+         WITH_RULES("[{\"name\":\"a\",\"conditions\":[{\"path\":\"args.e\",\"op\":\"not_in\",\"value\":[\"ok\",[\"p\"]]}]}]"),
+         "tools.x.rules[0].conditions[0].value[1]",
+         "operator \"not_in\" compares a string, number, boolean or null; a list or map cannot be in its list"},
+    };
+    EXPECT_ERRORS(refused);
 }
 
 /* policy.h: approval_timeout is seconds, or a count with a unit ("90s", "5m", "2h", "1d"). */
@@ -65,30 +67,31 @@ static void approval_timeout_units(void **state)
 
 static void errors_rules(void **state)
 {
-    char b[1024];
-    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "{}"), "tools.x.rules", "must be a list");
-    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[5]"), "tools.x.rules[0]", "a rule must be an object");
-    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"action\":\"deny\"}]"), "tools.x.rules[0].name",
-                 "rule must have a name");
-    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"name\":\"\",\"action\":\"deny\"}]"), "tools.x.rules[0].name",
-                 "rule must have a name");
-    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"name\":\"a\",\"action\":\"deny\"},{\"name\":\"b\",\"action\":\"block\"}]"),
-                 "tools.x.rules[1].action", "action must be \"evaluate\" or \"deny\", got \"block\"");
-    EXPECT_ERROR("x.json",
-                 with_rules(b, sizeof(b),
-                            "[{\"name\":\"a\",\"action\":\"deny\",\"conditions\":[{\"path\":\"args.a\",\"op\":\"eq\",\"value\":1}]}]"),
-                 "tools.x.rules[0].conditions", "deny rules must not have conditions");
-    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"name\":\"a\"}]"), "tools.x.rules[0].conditions",
-                 "evaluate rules must have at least one condition");
-    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"name\":\"a\",\"action\":\"evaluate\",\"on_deny\":\"no\"}]"),
-                 "tools.x.rules[0].conditions", "evaluate rules must have at least one condition");
-    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"name\":\"a\",\"conditions\":{}}]"), "tools.x.rules[0].conditions",
-                 "must be a list");
-    EXPECT_ERROR("x.json", with_rules(b, sizeof(b), "[{\"name\":\"a\",\"action\":\"deny\",\"on_deny\":5}]"),
-                 "tools.x.rules[0].on_deny", "must be a string");
-    /* A tool named with dots and spaces keeps its name in the path. */
-    EXPECT_ERROR("x.yaml", "version: \"1\"\ntools:\n  \"fs.read file\":\n    rules:\n      - action: deny\n",
-                 "tools.fs.read file.rules[0].name", "rule must have a name");
+    static const struct load_error refused[] = {
+        {"x.json", WITH_RULES("{}"), "tools.x.rules", "must be a list"},
+        {"x.json", WITH_RULES("[5]"), "tools.x.rules[0]", "a rule must be an object"},
+        {"x.json", WITH_RULES("[{\"action\":\"deny\"}]"), "tools.x.rules[0].name",
+         "rule must have a name"},
+        {"x.json", WITH_RULES("[{\"name\":\"\",\"action\":\"deny\"}]"), "tools.x.rules[0].name",
+         "rule must have a name"},
+        {"x.json", WITH_RULES("[{\"name\":\"a\",\"action\":\"deny\"},{\"name\":\"b\",\"action\":\"block\"}]"),
+         "tools.x.rules[1].action", "action must be \"evaluate\" or \"deny\", got \"block\""},
+        {"x.json",
+         WITH_RULES("[{\"name\":\"a\",\"action\":\"deny\",\"conditions\":[{\"path\":\"args.a\",\"op\":\"eq\",\"value\":1}]}]"),
+         "tools.x.rules[0].conditions", "deny rules must not have conditions"},
+        {"x.json", WITH_RULES("[{\"name\":\"a\"}]"), "tools.x.rules[0].conditions",
+         "evaluate rules must have at least one condition"},
+        {"x.json", WITH_RULES("[{\"name\":\"a\",\"action\":\"evaluate\",\"on_deny\":\"no\"}]"),
+         "tools.x.rules[0].conditions", "evaluate rules must have at least one condition"},
+        {"x.json", WITH_RULES("[{\"name\":\"a\",\"conditions\":{}}]"), "tools.x.rules[0].conditions",
+         "must be a list"},
+        {"x.json", WITH_RULES("[{\"name\":\"a\",\"action\":\"deny\",\"on_deny\":5}]"),
+         "tools.x.rules[0].on_deny", "must be a string"},
+        /* A tool named with dots and spaces keeps its name in the path. */
+        {"x.yaml", "version: \"1\"\ntools:\n  \"fs.read file\":\n    rules:\n      - action: deny\n",
+         "tools.fs.read file.rules[0].name", "rule must have a name"},
+    };
+    EXPECT_ERRORS(refused);
 }
 
 /* Intercept: "evaluate rules must have at least one condition" also when the list is there but
@@ -148,62 +151,60 @@ static void errors_conditions(void **state)
 
 static void errors_state(void **state)
 {
-    char b[1024];
 #define STATE_RULE(st, cond) "[{\"name\":\"s\",\"conditions\":[" cond "],\"state\":" st "}]"
 #define LTE_N "{\"path\":\"state.x.n\",\"op\":\"lte\",\"value\":3}"
-    EXPECT_ERROR("s.json", with_rules(b, sizeof(b), STATE_RULE("5", LTE_N)), "tools.x.rules[0].state",
-                 "must be an object {counter, window, increment, increment_from}");
-    EXPECT_ERROR("s.json", with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"\",\"window\":\"hour\"}", LTE_N)),
-                 "tools.x.rules[0].state.counter", "counter must not be empty");
-    EXPECT_ERROR("s.json", with_rules(b, sizeof(b), STATE_RULE("{\"window\":\"hour\"}", LTE_N)),
-                 "tools.x.rules[0].state.counter", "counter must not be empty");
-    EXPECT_ERROR("s.json", with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\",\"window\":\"week\"}", LTE_N)),
-                 "tools.x.rules[0].state.window", "window must be \"minute\", \"hour\", or \"day\", got \"week\"");
-    EXPECT_ERROR("s.json", with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\",\"window\":\"second\"}", LTE_N)),
-                 "tools.x.rules[0].state.window", "window must be \"minute\", \"hour\", or \"day\", got \"second\"");
-    EXPECT_ERROR("s.json", with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\",\"window\":60}", LTE_N)),
-                 "tools.x.rules[0].state.window", "window must be \"minute\", \"hour\", or \"day\"");
-    EXPECT_ERROR("s.json", with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\"}", LTE_N)),
-                 "tools.x.rules[0].state.window", "window must be \"minute\", \"hour\", or \"day\"");
-    EXPECT_ERROR("s.json",
-                 with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"increment\":-1}", LTE_N)),
-                 "tools.x.rules[0].state.increment", "must be a non-negative number");
-    EXPECT_ERROR("s.json",
-                 with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"increment\":\"2\"}", LTE_N)),
-                 "tools.x.rules[0].state.increment", "must be a non-negative number");
-    EXPECT_ERROR("s.json",
-                 with_rules(b, sizeof(b),
-                            STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"increment_from\":\"amount\"}", LTE_N)),
-                 "tools.x.rules[0].state.increment_from", "increment_from must start with \"args.\", got \"amount\"");
-    EXPECT_ERROR("s.json",
-                 with_rules(b, sizeof(b),
-                            STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"increment_from\":\"state.x.n\"}", LTE_N)),
-                 "tools.x.rules[0].state.increment_from", "increment_from must start with \"args.\"");
-    EXPECT_ERROR("s.json",
-                 with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"scope\":\"team\"}", LTE_N)),
-                 "tools.x.rules[0].state.scope", "must be grant, session or global");
-    /* A state condition naming a counter no state block defines. */
-    EXPECT_ERROR("s.json",
-                 with_rules(b, sizeof(b),
-                            "[{\"name\":\"s\",\"conditions\":[{\"path\":\"state.x.nope\",\"op\":\"lt\",\"value\":3}]}]"),
-                 "tools.x.rules[0].conditions[0].path",
-                 "condition references state.x.nope but no matching state block found");
-    EXPECT_ERROR("s.json",
-                 with_rules(b, sizeof(b), STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\"}",
-                                                     "{\"path\":\"state.y.n\",\"op\":\"lt\",\"value\":3}")),
-                 "tools.x.rules[0].conditions[0].path", "condition references state.y.n but no matching state block found");
-    /* In the wildcard, counters live under _global, not "*". */
-    EXPECT_ERROR("s.yaml",
-                 "version: \"1\"\ntools:\n  \"*\":\n    rules:\n      - name: g\n"
-                 "        conditions: [{path: state.*.n, op: lte, value: 3}]\n"
-                 "        state: {counter: n, window: minute}\n",
-                 "tools.*.rules[0].conditions[0].path", "condition references state.*.n but no matching state block found");
-    /* Two rules of a tool defining one counter. */
-    EXPECT_ERROR("s.json",
-                 with_rules(b, sizeof(b),
-                            "[{\"name\":\"a\",\"conditions\":[" LTE_N "],\"state\":{\"counter\":\"n\",\"window\":\"hour\"}},"
-                            "{\"name\":\"b\",\"conditions\":[" LTE_N "],\"state\":{\"counter\":\"n\",\"window\":\"day\"}}]"),
-                 "tools.x.rules[1].state.counter", "duplicate state counter \"n\"");
+    static const struct load_error refused[] = {
+        {"s.json", WITH_RULES(STATE_RULE("5", LTE_N)), "tools.x.rules[0].state",
+         "must be an object {counter, window, increment, increment_from}"},
+        {"s.json", WITH_RULES(STATE_RULE("{\"counter\":\"\",\"window\":\"hour\"}", LTE_N)),
+         "tools.x.rules[0].state.counter", "counter must not be empty"},
+        {"s.json", WITH_RULES(STATE_RULE("{\"window\":\"hour\"}", LTE_N)),
+         "tools.x.rules[0].state.counter", "counter must not be empty"},
+        {"s.json", WITH_RULES(STATE_RULE("{\"counter\":\"n\",\"window\":\"week\"}", LTE_N)),
+         "tools.x.rules[0].state.window", "window must be \"minute\", \"hour\", or \"day\", got \"week\""},
+        {"s.json", WITH_RULES(STATE_RULE("{\"counter\":\"n\",\"window\":\"second\"}", LTE_N)),
+         "tools.x.rules[0].state.window", "window must be \"minute\", \"hour\", or \"day\", got \"second\""},
+        {"s.json", WITH_RULES(STATE_RULE("{\"counter\":\"n\",\"window\":60}", LTE_N)),
+         "tools.x.rules[0].state.window", "window must be \"minute\", \"hour\", or \"day\""},
+        {"s.json", WITH_RULES(STATE_RULE("{\"counter\":\"n\"}", LTE_N)),
+         "tools.x.rules[0].state.window", "window must be \"minute\", \"hour\", or \"day\""},
+        {"s.json",
+         WITH_RULES(STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"increment\":-1}", LTE_N)),
+         "tools.x.rules[0].state.increment", "must be a non-negative number"},
+        {"s.json",
+         WITH_RULES(STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"increment\":\"2\"}", LTE_N)),
+         "tools.x.rules[0].state.increment", "must be a non-negative number"},
+        {"s.json",
+         WITH_RULES(STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"increment_from\":\"amount\"}", LTE_N)),
+         "tools.x.rules[0].state.increment_from", "increment_from must start with \"args.\", got \"amount\""},
+        {"s.json",
+         WITH_RULES(STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"increment_from\":\"state.x.n\"}", LTE_N)),
+         "tools.x.rules[0].state.increment_from", "increment_from must start with \"args.\""},
+        {"s.json",
+         WITH_RULES(STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\",\"scope\":\"team\"}", LTE_N)),
+         "tools.x.rules[0].state.scope", "must be grant, session or global"},
+        /* A state condition naming a counter no state block defines. */
+        {"s.json",
+         WITH_RULES("[{\"name\":\"s\",\"conditions\":[{\"path\":\"state.x.nope\",\"op\":\"lt\",\"value\":3}]}]"),
+         "tools.x.rules[0].conditions[0].path",
+         "condition references state.x.nope but no matching state block found"},
+        {"s.json",
+         WITH_RULES(STATE_RULE("{\"counter\":\"n\",\"window\":\"hour\"}",
+                               "{\"path\":\"state.y.n\",\"op\":\"lt\",\"value\":3}")),
+         "tools.x.rules[0].conditions[0].path", "condition references state.y.n but no matching state block found"},
+        /* In the wildcard, counters live under _global, not "*". */
+        {"s.yaml",
+         "version: \"1\"\ntools:\n  \"*\":\n    rules:\n      - name: g\n"
+         "        conditions: [{path: state.*.n, op: lte, value: 3}]\n"
+         "        state: {counter: n, window: minute}\n",
+         "tools.*.rules[0].conditions[0].path", "condition references state.*.n but no matching state block found"},
+        /* Two rules of a tool defining one counter. */
+        {"s.json",
+         WITH_RULES("[{\"name\":\"a\",\"conditions\":[" LTE_N "],\"state\":{\"counter\":\"n\",\"window\":\"hour\"}},"
+                    "{\"name\":\"b\",\"conditions\":[" LTE_N "],\"state\":{\"counter\":\"n\",\"window\":\"day\"}}]"),
+         "tools.x.rules[1].state.counter", "duplicate state counter \"n\""},
+    };
+    EXPECT_ERRORS(refused);
 #undef STATE_RULE
 #undef LTE_N
     /* A condition may read a counter another tool or a later rule defines. */
@@ -255,20 +256,21 @@ static void errors_rate_limit(void **state)
         snprintf(rules, sizeof(rules), "[{\"name\":\"rl\",\"rate_limit\":%s}]", e[i].rl);
         EXPECT_ERROR("rl.json", with_rules(b, sizeof(b), rules), "tools.x.rules[0].rate_limit", e[i].what);
     }
-    EXPECT_ERROR("rl.json",
-                 with_rules(b, sizeof(b),
-                            "[{\"name\":\"rl\",\"rate_limit\":\"5/hour\",\"conditions\":[{\"path\":\"args.a\",\"op\":\"eq\",\"value\":1}]}]"),
-                 "tools.x.rules[0].rate_limit", "rate_limit cannot be combined with conditions or state");
-    EXPECT_ERROR("rl.json",
-                 with_rules(b, sizeof(b),
-                            "[{\"name\":\"rl\",\"rate_limit\":\"5/hour\",\"state\":{\"counter\":\"n\",\"window\":\"hour\"}}]"),
-                 "tools.x.rules[0].rate_limit", "rate_limit cannot be combined with conditions or state");
-    EXPECT_ERROR("rl.json", with_rules(b, sizeof(b), "[{\"name\":\"rl\",\"action\":\"deny\",\"rate_limit\":\"5/hour\"}]"),
-                 "tools.x.rules[0].rate_limit", "rate_limit cannot be used with action \"deny\"");
-    EXPECT_ERROR("rl.yaml",
-                 "version: \"1\"\ntools:\n  x:\n    rules:\n      - {name: a, rate_limit: 5/hour}\n"
-                 "      - {name: b, rate_limit: 10/minute}\n      - {name: c, rate_limit: 50/hour}\n",
-                 "tools.x.rules[2].rate_limit", "duplicate state counter \"_rate_hour\"");
+    static const struct load_error refused[] = {
+        {"rl.json",
+         WITH_RULES("[{\"name\":\"rl\",\"rate_limit\":\"5/hour\",\"conditions\":[{\"path\":\"args.a\",\"op\":\"eq\",\"value\":1}]}]"),
+         "tools.x.rules[0].rate_limit", "rate_limit cannot be combined with conditions or state"},
+        {"rl.json",
+         WITH_RULES("[{\"name\":\"rl\",\"rate_limit\":\"5/hour\",\"state\":{\"counter\":\"n\",\"window\":\"hour\"}}]"),
+         "tools.x.rules[0].rate_limit", "rate_limit cannot be combined with conditions or state"},
+        {"rl.json", WITH_RULES("[{\"name\":\"rl\",\"action\":\"deny\",\"rate_limit\":\"5/hour\"}]"),
+         "tools.x.rules[0].rate_limit", "rate_limit cannot be used with action \"deny\""},
+        {"rl.yaml",
+         "version: \"1\"\ntools:\n  x:\n    rules:\n      - {name: a, rate_limit: 5/hour}\n"
+         "      - {name: b, rate_limit: 10/minute}\n      - {name: c, rate_limit: 50/hour}\n",
+         "tools.x.rules[2].rate_limit", "duplicate state counter \"_rate_hour\""},
+    };
+    EXPECT_ERRORS(refused);
     /* Same window on different tools: no clash. */
     struct loaded l;
     LOAD_TEXT_OK(&l, "rl.yaml",

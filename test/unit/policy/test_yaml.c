@@ -112,15 +112,18 @@ static void json_and_yaml_decide_identically(void **state)
 
 static void yaml_errors_carry_a_line_number(void **state)
 {
-    EXPECT_ERROR("syntax.yaml", "version: \"1\"\ndefault: allow: deny\n", "line 2", "mapping values are not allowed");
-    EXPECT_ERROR("syntax.yaml", "version: \"1\"\ntools:\n  x:\n    rules: [a, b\nhide: []\n", "", ": line ");
-    EXPECT_ERROR("syntax.yaml", "version: \"1\"\n\n\ntools: {x: {rules: [}}\n", "line 4", "");
-    EXPECT_ERROR("syntax.yaml", "version: \"1\"\ntools:\n  x: *nowhere\n", "line 3", "unknown alias");
-    EXPECT_ERROR("syntax.yaml", "version: \"1\"\n---\nversion: \"1\"\n", "line 2", "a policy file holds one YAML document");
-    EXPECT_ERROR("syntax.yaml", "", "", ": empty document");
-    EXPECT_ERROR("syntax.yaml", "# only a comment\n", "", ": empty document");
-    EXPECT_ERROR("syntax.yaml", "version: \"1\"\n? [a, b]\n: c\n", "line 2", "mapping keys must be scalars");
-    EXPECT_ERROR("syntax.yaml", "version: \"1\"\n\"a\\0b\": 1\n", "line 2", "invalid mapping key");
+    static const struct load_error refused[] = {
+        {"syntax.yaml", "version: \"1\"\ndefault: allow: deny\n", "line 2", "mapping values are not allowed"},
+        {"syntax.yaml", "version: \"1\"\ntools:\n  x:\n    rules: [a, b\nhide: []\n", "", ": line "},
+        {"syntax.yaml", "version: \"1\"\n\n\ntools: {x: {rules: [}}\n", "line 4", ""},
+        {"syntax.yaml", "version: \"1\"\ntools:\n  x: *nowhere\n", "line 3", "unknown alias"},
+        {"syntax.yaml", "version: \"1\"\n---\nversion: \"1\"\n", "line 2", "a policy file holds one YAML document"},
+        {"syntax.yaml", "", "", ": empty document"},
+        {"syntax.yaml", "# only a comment\n", "", ": empty document"},
+        {"syntax.yaml", "version: \"1\"\n? [a, b]\n: c\n", "line 2", "mapping keys must be scalars"},
+        {"syntax.yaml", "version: \"1\"\n\"a\\0b\": 1\n", "line 2", "invalid mapping key"},
+    };
+    EXPECT_ERRORS(refused);
     /* Deep nesting is refused, not recursed into. */
     struct tg_buf deep;
     tg_buf_init(&deep);
@@ -136,13 +139,16 @@ static void yaml_errors_carry_a_line_number(void **state)
 
 static void yaml_duplicate_keys_refused(void **state)
 {
-    EXPECT_ERROR("dup.yaml", "version: \"1\"\ndefault: allow\ndefault: deny\n", "line 3", "duplicate key \"default\"");
-    EXPECT_ERROR("dup.yaml",
-                 "version: \"1\"\ntools:\n  x:\n    rules: []\n  y:\n    rules: []\n  x:\n    rules: []\n",
-                 "line 7", "duplicate key \"x\"");
-    EXPECT_ERROR("dup.yaml", "version: \"1\"\ntools: {x: {rules: []}, \"x\": {rules: []}}\n", "line 2", "duplicate key \"x\"");
-    /* A key that only differs in quoting is the same key. */
-    EXPECT_ERROR("dup.yaml", "version: \"1\"\n'version': \"1\"\n", "line 2", "duplicate key \"version\"");
+    static const struct load_error refused[] = {
+        {"dup.yaml", "version: \"1\"\ndefault: allow\ndefault: deny\n", "line 3", "duplicate key \"default\""},
+        {"dup.yaml",
+         "version: \"1\"\ntools:\n  x:\n    rules: []\n  y:\n    rules: []\n  x:\n    rules: []\n",
+         "line 7", "duplicate key \"x\""},
+        {"dup.yaml", "version: \"1\"\ntools: {x: {rules: []}, \"x\": {rules: []}}\n", "line 2", "duplicate key \"x\""},
+        /* A key that only differs in quoting is the same key. */
+        {"dup.yaml", "version: \"1\"\n'version': \"1\"\n", "line 2", "duplicate key \"version\""},
+    };
+    EXPECT_ERRORS(refused);
 }
 
 /* Billion laughs: nine aliases of nine aliases of ... Refused by the node budget, quickly. */
@@ -216,18 +222,21 @@ static void yaml_scalars(void **state)
 
 static void json_duplicate_keys_and_syntax_refused(void **state)
 {
-    EXPECT_ERROR("dup.json", "{\"version\":\"1\",\"version\":\"1\"}", "", ":1: duplicate object key");
-    /* core/json.c finds duplicates when the object closes, so the line is that of its '}' (6), not
-     * of the second "x" (5); the error does not name the key either. */
-    EXPECT_ERROR("dup.json", "{\n  \"version\": \"1\",\n  \"tools\": {\n    \"x\": {\"rules\": []},\n    \"x\": {\"rules\": []}\n  }\n}\n",
-                 NULL, "duplicate object key");
-    /* Duplicates compare after decoding escapes. */
-    EXPECT_ERROR("dup.json", "{\"version\":\"1\",\"tools\":{\"x\":{},\"\\u0078\":{}}}", "", ":1: duplicate object key");
-    EXPECT_ERROR("syntax.json", "{\n\"version\": \"1\",\n\"tools\": {,}\n}", "", ":3: ");
-    EXPECT_ERROR("syntax.json", "{\"version\":\"1\"} trailing", "", ":1: ");
-    EXPECT_ERROR("syntax.json", "{\"version\":\"1\",}", "", ":1: ");
-    EXPECT_ERROR("utf8.json", "{\"version\":\"1\",\"hide\":[\"\xff\"]}", "", ":1: invalid UTF-8 in string");
-    EXPECT_ERROR("missing.json", "", "", ": empty document");
+    static const struct load_error refused[] = {
+        {"dup.json", "{\"version\":\"1\",\"version\":\"1\"}", "", ":1: duplicate object key"},
+        /* core/json.c finds duplicates when the object closes, so the line is that of its '}' (6),
+         * not of the second "x" (5); the error does not name the key either. */
+        {"dup.json", "{\n  \"version\": \"1\",\n  \"tools\": {\n    \"x\": {\"rules\": []},\n    \"x\": {\"rules\": []}\n  }\n}\n",
+         NULL, "duplicate object key"},
+        /* Duplicates compare after decoding escapes. */
+        {"dup.json", "{\"version\":\"1\",\"tools\":{\"x\":{},\"\\u0078\":{}}}", "", ":1: duplicate object key"},
+        {"syntax.json", "{\n\"version\": \"1\",\n\"tools\": {,}\n}", "", ":3: "},
+        {"syntax.json", "{\"version\":\"1\"} trailing", "", ":1: "},
+        {"syntax.json", "{\"version\":\"1\",}", "", ":1: "},
+        {"utf8.json", "{\"version\":\"1\",\"hide\":[\"\xff\"]}", "", ":1: invalid UTF-8 in string"},
+        {"missing.json", "", "", ": empty document"},
+    };
+    EXPECT_ERRORS(refused);
     struct tg_buf err;
     tg_buf_init(&err);
     struct tg_policy *p = NULL;
