@@ -226,6 +226,29 @@ static inline void run_calls_at(const char *from, const char *label, const struc
 }
 #define RUN_CALLS(label, p, c, calls) run_calls_at(HERE, (label), (p), (c), (calls), sizeof(calls) / sizeof((calls)[0]))
 
+/* Calls that a tool's own rule decides: ALLOW, or DENY by the rule named as the tool. A table
+ * walked by EXPECT_OWN_RULE, one call each at T0 with fresh counters for the table. */
+struct own_rule_case {
+    const char *tool, *args;
+    int allow;
+};
+
+static inline void expect_own_rule_at(const char *from, const struct tg_policy *p, const struct own_rule_case *k,
+                                      size_t n)
+{
+    struct tg_counters *c = tg_counters_new();
+    for (size_t i = 0; i < n; i++) {
+        struct tg_decision d;
+        decide(p, c, "g", k[i].tool, k[i].args, T0, &d);
+        int allowed = d.verdict == TG_VERDICT_ALLOW;
+        if (allowed != k[i].allow || (!allowed && (d.verdict != TG_VERDICT_DENY || strcmp(d.rule, k[i].tool))))
+            fail_msg("%s: case %zu, %s(%s): got %s rule \"%s\" \"%s\", expected %s", from, i, k[i].tool, k[i].args,
+                     verdict_name(d.verdict), d.rule, d.message, k[i].allow ? "ALLOW" : "DENY by its rule");
+    }
+    tg_counters_free(c);
+}
+#define EXPECT_OWN_RULE(p, cases) expect_own_rule_at(HERE, (p), (cases), sizeof(cases) / sizeof((cases)[0]))
+
 /* What tools/list shows of each tool named: a table walked by EXPECT_SHOWN. */
 struct shown {
     const char *tool;

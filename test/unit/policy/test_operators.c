@@ -222,14 +222,13 @@ static void go_v_formats_large_floats_in_exponent_form(void **state)
               "  small:\n"
               "    rules: [{name: s, conditions: [{path: args.v, op: eq, value: \"999999\"}]}]\n");
     assert_int_equal(l.rc, 0);
+    static const struct call calls[] = {
+        CALL("g", "small", "{\"v\":999999}", T0, TG_VERDICT_ALLOW, "", NULL), /* below the threshold both agree */
+        CALL("g", "million", "{\"v\":1000000}", T0, TG_VERDICT_DENY, "m", NULL),
+        CALL("g", "expo", "{\"v\":1234567}", T0, TG_VERDICT_ALLOW, "", NULL),
+    };
     struct tg_counters *c = tg_counters_new();
-    struct tg_decision d;
-    decide(l.p, c, "g", "small", "{\"v\":999999}", T0, &d); /* below the threshold both agree */
-    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-    decide(l.p, c, "g", "million", "{\"v\":1000000}", T0, &d);
-    EXPECT(&d, TG_VERDICT_DENY, "m", NULL);
-    decide(l.p, c, "g", "expo", "{\"v\":1234567}", T0, &d);
-    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    RUN_CALLS("gov.yaml", l.p, c, calls);
     tg_counters_free(c);
     loaded_dispose(&l);
 }
@@ -244,18 +243,17 @@ static void go_v_policy_integers_print_all_digits(void **state)
         {"int.yaml", "version: \"1\"\ntools:\n  t:\n    rules: [{name: id, conditions: [{path: args.id, op: in, value: [1000000, 20000000]}]}]\n"},
         {"int.json", "{\"version\":\"1\",\"tools\":{\"t\":{\"rules\":[{\"name\":\"id\",\"conditions\":[{\"path\":\"args.id\",\"op\":\"in\",\"value\":[1000000,20000000]}]}]}}}"},
     };
+    static const struct call calls[] = {
+        CALL("g", "t", "{\"id\":1000000}", T0, TG_VERDICT_ALLOW, "", NULL), /* number to number */
+        CALL("g", "t", "{\"id\":\"20000000\"}", T0, TG_VERDICT_ALLOW, "", NULL),
+        CALL("g", "t", "{\"id\":\"1e+06\"}", T0, TG_VERDICT_DENY, "id", NULL),
+    };
     for (int i = 0; i < 2; i++) {
         struct loaded l;
         load_text(&l, texts[i][0], texts[i][1]);
         assert_int_equal(l.rc, 0);
         struct tg_counters *c = tg_counters_new();
-        struct tg_decision d;
-        decide(l.p, c, "g", "t", "{\"id\":1000000}", T0, &d); /* number to number */
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(l.p, c, "g", "t", "{\"id\":\"20000000\"}", T0, &d);
-        EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-        decide(l.p, c, "g", "t", "{\"id\":\"1e+06\"}", T0, &d);
-        EXPECT(&d, TG_VERDICT_DENY, "id", NULL);
+        RUN_CALLS(texts[i][0], l.p, c, calls);
         tg_counters_free(c);
         loaded_dispose(&l);
     }
@@ -283,10 +281,7 @@ static void operators_fail_closed_on_values_of_another_type(void **state)
                  "  gte:      {rules: [{name: gte,      conditions: [{path: args.env, op: gte, value: 0}]}]}\n"
                  "  contains: {rules: [{name: contains, conditions: [{path: args.env, op: contains, value: stag}]}]}\n"
                  "  regex:    {rules: [{name: regex,    conditions: [{path: args.env, op: regex, value: \"^staging$\"}]}]}\n");
-    static const struct {
-        const char *tool, *args;
-        int allow;
-    } cases[] = {
+    static const struct own_rule_case cases[] = {
         /* the deny-lists: scalars other than the listed ones pass, everything else fails */
         {"neq", "{\"env\":\"staging\"}", 1},
         {"neq", "{\"env\":7}", 1},
@@ -343,16 +338,7 @@ static void operators_fail_closed_on_values_of_another_type(void **state)
         {"regex", "{\"env\":[\"staging\"]}", 0},
         {"regex", "{\"env\":{\"staging\":1}}", 0},
     };
-    struct tg_counters *c = tg_counters_new();
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        struct tg_decision d;
-        decide(l.p, c, "g", cases[i].tool, cases[i].args, T0, &d);
-        int allowed = d.verdict == TG_VERDICT_ALLOW;
-        if (allowed != cases[i].allow || (!allowed && (d.verdict != TG_VERDICT_DENY || strcmp(d.rule, cases[i].tool))))
-            fail_msg("%s(%s): got %s rule \"%s\" \"%s\", expected %s", cases[i].tool, cases[i].args,
-                     verdict_name(d.verdict), d.rule, d.message, cases[i].allow ? "ALLOW" : "DENY by its rule");
-    }
-    tg_counters_free(c);
+    EXPECT_OWN_RULE(l.p, cases);
     loaded_dispose(&l);
 }
 

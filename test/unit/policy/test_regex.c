@@ -37,22 +37,18 @@ static void regex_z_anchors_the_end_of_text(void **state)
         {"tmp", "^/tmp/[a-z0-9_]+\\.txt\\z"},
         {"data", "\\A/data/[a-z]+\\z"},
     };
+    static const struct call calls[] = {
+        CALL("g", "tmp", "{\"v\":\"/tmp/a.txt\"}", T0, TG_VERDICT_ALLOW, "", NULL),
+        CALL("g", "tmp", "{\"v\":\"/tmp/a.txtz/../../etc/passwd\"}", T0, TG_VERDICT_DENY, "tmp", "Denied by rule \"tmp\""),
+        CALL("g", "tmp", "{\"v\":\"/tmp/a.txt\\n/etc/passwd\"}", T0, TG_VERDICT_DENY, "tmp", NULL),
+        CALL("g", "data", "{\"v\":\"/data/abc\"}", T0, TG_VERDICT_ALLOW, "", NULL),
+        CALL("g", "data", "{\"v\":\"A/data/abcz\"}", T0, TG_VERDICT_DENY, "data", NULL),
+        CALL("g", "data", "{\"v\":\"../../A/data/abc\"}", T0, TG_VERDICT_DENY, "data", NULL),
+    };
     struct loaded l;
     load_regex_tools(&l, rx, 2);
     struct tg_counters *c = tg_counters_new();
-    struct tg_decision d;
-    decide(l.p, c, "g", "tmp", "{\"v\":\"/tmp/a.txt\"}", T0, &d);
-    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-    decide(l.p, c, "g", "tmp", "{\"v\":\"/tmp/a.txtz/../../etc/passwd\"}", T0, &d);
-    EXPECT(&d, TG_VERDICT_DENY, "tmp", "Denied by rule \"tmp\"");
-    decide(l.p, c, "g", "tmp", "{\"v\":\"/tmp/a.txt\\n/etc/passwd\"}", T0, &d);
-    EXPECT(&d, TG_VERDICT_DENY, "tmp", NULL);
-    decide(l.p, c, "g", "data", "{\"v\":\"/data/abc\"}", T0, &d);
-    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-    decide(l.p, c, "g", "data", "{\"v\":\"A/data/abcz\"}", T0, &d);
-    EXPECT(&d, TG_VERDICT_DENY, "data", NULL);
-    decide(l.p, c, "g", "data", "{\"v\":\"../../A/data/abc\"}", T0, &d);
-    EXPECT(&d, TG_VERDICT_DENY, "data", NULL);
+    RUN_CALLS("re2.yaml", l.p, c, calls);
     tg_counters_free(c);
     loaded_dispose(&l);
 }
@@ -102,10 +98,7 @@ static void regex_is_re2_syntax(void **state)
         {"colon_class", "^[:a:]+$"},            /* a class of : and a, not [:alpha:] misplaced */
         {"line_start", "(?m)a\\n^$"},          /* (?m)^ matches after a final newline */
     };
-    static const struct {
-        const char *tool, *args;
-        int allow;
-    } cases[] = {
+    static const struct own_rule_case cases[] = {
         {"z", "{\"v\":\"/tmp/a.txt\"}", 1},
         {"z", "{\"v\":\"/tmp/a.txtz/../../etc/passwd\"}", 0},
         {"z", "{\"v\":\"/tmp/a.txt\\n\"}", 0},
@@ -189,16 +182,7 @@ static void regex_is_re2_syntax(void **state)
     };
     struct loaded l;
     load_regex_tools(&l, rx, sizeof(rx) / sizeof(rx[0]));
-    struct tg_counters *c = tg_counters_new();
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        struct tg_decision d;
-        decide(l.p, c, "g", cases[i].tool, cases[i].args, T0, &d);
-        int allowed = d.verdict == TG_VERDICT_ALLOW;
-        if (allowed != cases[i].allow || (!allowed && (d.verdict != TG_VERDICT_DENY || strcmp(d.rule, cases[i].tool))))
-            fail_msg("%s(%s): got %s rule \"%s\" \"%s\", expected %s", cases[i].tool, cases[i].args,
-                     verdict_name(d.verdict), d.rule, d.message, cases[i].allow ? "ALLOW" : "DENY by its rule");
-    }
-    tg_counters_free(c);
+    EXPECT_OWN_RULE(l.p, cases);
     loaded_dispose(&l);
 }
 

@@ -187,14 +187,13 @@ static void yaml_aliases_within_budget(void **state)
                  "    rules:\n"
                  "      - {name: cap2, conditions: *conds}\n"
                  "      - {name: exact, conditions: [{path: args.m, op: neq, value: *max}]}\n");
+    static const struct call calls[] = {
+        CALL("g", "b", "{\"n\":11}", T0, TG_VERDICT_DENY, "cap", NULL),
+        CALL("g", "c", "{\"n\":10,\"m\":10}", T0, TG_VERDICT_DENY, "exact", NULL),
+        CALL("g", "c", "{\"n\":10,\"m\":9}", T0, TG_VERDICT_ALLOW, "", NULL),
+    };
     struct tg_counters *c = tg_counters_new();
-    struct tg_decision d;
-    decide(l.p, c, "g", "b", "{\"n\":11}", T0, &d);
-    EXPECT(&d, TG_VERDICT_DENY, "cap", NULL);
-    decide(l.p, c, "g", "c", "{\"n\":10,\"m\":10}", T0, &d);
-    EXPECT(&d, TG_VERDICT_DENY, "exact", NULL);
-    decide(l.p, c, "g", "c", "{\"n\":10,\"m\":9}", T0, &d);
-    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
+    RUN_CALLS("alias.yaml", l.p, c, calls);
     tg_counters_free(c);
     loaded_dispose(&l);
 }
