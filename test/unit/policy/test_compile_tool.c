@@ -217,17 +217,14 @@ static void errors_state(void **state)
                  "      - name: w\n        conditions: [{path: state.writer.n, op: lte, value: 3}]\n"
                  "        state: {counter: n, window: hour}\n");
     struct tg_counters *c = tg_counters_new();
-    struct tg_decision d;
-    decide(l.p, c, "g", "reader", NULL, T0, &d);
-    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-    decide(l.p, c, "g", "writer", NULL, T0, &d);
-    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-    decide(l.p, c, "g", "writer", NULL, T0, &d);
-    EXPECT(&d, TG_VERDICT_ALLOW, "", NULL);
-    /* writer's count is 2: reader's lt 2 fails, as a LIMITED until the window ends. */
-    decide(l.p, c, "g", "reader", NULL, T0, &d);
-    EXPECT(&d, TG_VERDICT_LIMITED, "r", "r; retry in 1800 s");
-    assert_string_equal(d.counter, "writer.n");
+    static const struct call calls[] = {
+        CALL("g", "reader", NULL, T0, TG_VERDICT_ALLOW, "", NULL),
+        CALL("g", "writer", NULL, T0, TG_VERDICT_ALLOW, "", NULL),
+        CALL("g", "writer", NULL, T0, TG_VERDICT_ALLOW, "", NULL),
+        /* writer's count is 2: reader's lt 2 fails, as a LIMITED until the window ends. */
+        CALL("g", "reader", NULL, T0, TG_VERDICT_LIMITED, "r", "r; retry in 1800 s", .counter = "writer.n"),
+    };
+    RUN_CALLS("cross.yaml", l.p, c, calls);
     tg_counters_free(c);
     loaded_dispose(&l);
 }
