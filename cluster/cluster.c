@@ -1,4 +1,4 @@
-/* The shared side of decisions: the plan (policy/counters.h) run against Redis (cluster/redis.h).
+/* The shared side of decisions: the plan (policy/counters.h) run against Redis (cluster/redis/redis.h).
  * See cluster/cluster.h for the contract. */
 #include "cluster/cluster.h"
 
@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster/redis.h"
-#include "core/buf.h"
-#include "core/log.h"
+#include "cluster/redis/redis.h"
+#include "core/base/buf.h"
+#include "core/base/log.h"
 
 struct tg_cluster {
     uv_loop_t *loop;

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "core/conf.h"
+#include "core/conf/conf.h"
 #include "policy/policy.h"
 
 struct cJSON;

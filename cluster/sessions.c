@@ -9,11 +9,11 @@
 #include <string.h>
 
 #include "cluster/cluster.h"
-#include "cluster/redis.h"
-#include "core/conf.h"
-#include "core/json.h"
-#include "core/log.h"
-#include "core/session.h"
+#include "cluster/redis/redis.h"
+#include "core/conf/conf.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
+#include "core/call/session.h"
 
 /* A read waiting for Redis. Owner: itself, from tg_cluster_session_fetch() until on_get ran
  * (cancel only drops the callback). */

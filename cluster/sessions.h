@@ -1,7 +1,7 @@
 /* 2025 sessions on any member of a cluster (issue 12): a session's record (grant, upstream,
  * upstream session id, negotiated version) lives in Redis under key_prefix "s:" ID, so that a POST
  * naming it can be served by a gateway that did not make it. Its id is sealed
- * (core/session.h), so a forged one is refused without asking Redis. Streams (GET, legacy SSE,
+ * (core/call/session.h), so a forged one is refused without asking Redis. Streams (GET, legacy SSE,
  * WebSocket) stay with the gateway that holds their connection; sessions whose upstream lives
  * inside one gateway (stdio children, legacy SSE streams) are not shared at all.
  *
@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 struct tg_cluster;
 struct tg_cluster_fetch;

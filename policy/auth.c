@@ -3,20 +3,10 @@
 #include <mbedtls/sha256.h>
 #include <string.h>
 
-#include "core/sha256.h"
-#include "core/siphash.h"
+#include "core/base/sha256.h"
+#include "core/base/siphash.h"
 #include "policy/jwt.h"
 #include <strings.h>
-
-void tg_auth_sha256(const void *p, size_t n, uint8_t out[32]) { tg_sha256(p, n, out); }
-
-int tg_auth_ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
-{
-    volatile uint8_t d = 0;
-    for (size_t i = 0; i < n; i++)
-        d |= (uint8_t)(a[i] ^ b[i]);
-    return d == 0;
-}
 
 int tg_auth_bearer(struct tg_slice h, struct tg_slice *token)
 {
@@ -102,10 +92,10 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
         return TG_AUTH_INVALID;
     }
     uint8_t h[32];
-    tg_auth_sha256(tok.ptr, tok.len, h);
+    tg_sha256(tok.ptr, tok.len, h);
     const struct tg_grant_conf *found = NULL;
     for (size_t i = 0; i < c->ngrants; i++) {
-        int eq = tg_auth_ct_equal(h, c->grants[i].token_sha256, 32) & c->grants[i].has_token;
+        int eq = tg_ct_equal(h, c->grants[i].token_sha256, 32) & c->grants[i].has_token;
         if (eq && found == NULL)
             found = &c->grants[i];
     }

@@ -6,11 +6,13 @@
 #ifndef TG_AUTH_H
 #define TG_AUTH_H
 
+#include "core/base/sha256.h"
+
 #include <stdint.h>
 
-#include "core/buf.h"
-#include "core/auth_memo.h"
-#include "core/conf.h"
+#include "core/base/buf.h"
+#include "policy/auth_memo.h"
+#include "core/conf/conf.h"
 
 enum tg_auth_result {
     TG_AUTH_OK = 0,
@@ -18,16 +20,13 @@ enum tg_auth_result {
     TG_AUTH_INVALID = 2, /* a credential that matches nothing, or a malformed header */
 };
 
-void tg_auth_sha256(const void *p, size_t n, uint8_t out[32]);
-/* Constant-time comparison of n bytes: 1 if equal. */
-int tg_auth_ct_equal(const uint8_t *a, const uint8_t *b, size_t n);
 /* authorization: the Authorization header value, or a NULL slice when absent.
  * A bearer token is a static token (SHA-256 in the conf) or a JWT from a configured issuer whose
  * grant claim names a configured grant. now_s is the wall clock (for exp/nbf). On failure *why
  * (may be NULL) says why in words fit for WWW-Authenticate error_description. */
 enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
                                   const struct tg_grant_conf **grant, const char **why);
-/* tg_auth_grant() through a connection's memo (core/auth_memo.h). */
+/* tg_auth_grant() through a connection's memo (policy/auth_memo.h). */
 enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
                                        struct tg_auth_memo *memo, const struct tg_grant_conf **grant,
                                        const char **why);

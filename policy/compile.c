@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "policy/compile_tool.h"
 #include "policy/regex.h"
 #include "policy/uri.h"

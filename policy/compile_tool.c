@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "policy/regex.h"
 
 #define DEFAULT_APPROVAL_MS (300 * 1000)

@@ -5,7 +5,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "policy/policy_int.h"
 
 /* One compilation: lives on the stack of tg_policy_compile(); p is the policy being built. */

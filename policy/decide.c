@@ -1,6 +1,6 @@
 /* Policy decisions over a compiled struct tg_policy: tools/call (with its counter
  * reservations and their refund), tools/list visibility and non-standard methods. resources/read
- * and prompts/get: policy/decide_glob.c. */
+ * and prompts/get: policy/decide_resource.c. */
 #include "policy/policy.h"
 
 #include <math.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "policy/counters.h"
 #include "policy/policy_int.h"
 #include "policy/regex.h"

@@ -10,7 +10,7 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "policy/policy.h"
 
 /* One explained tools/call. Value type in caller storage (it embeds a struct tg_decision, a few

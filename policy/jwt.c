@@ -15,7 +15,7 @@
 #include <mbedtls/rsa.h>
 #include <mbedtls/sha256.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 
 /* A JOSE header or a claim set is a flat object in practice; nested claims
  * get a little room, deeply nested ones are not worth parsing. */

@@ -39,7 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 #define TG_JWT_MAX_TOKEN 16384     /* bytes of a compact JWS; longer tokens are "malformed token" */
 #define TG_JWKS_MAX_FILE (1 << 20) /* bytes of a JWKS file */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "policy/counters.h"
 
 static struct tg_counter_plan *plan_of(struct tg_counters *c) { return (struct tg_counter_plan *)c; }

@@ -21,7 +21,7 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "policy/counters.h"
 
 struct tg_policy;
@@ -45,7 +45,7 @@ struct tg_reservation {
 };
 
 /* The outcome of a decision. Value type: the tg_policy_decide_* functions fill caller storage;
- * a call's own is malloc'd in core/dispatch.c (k->dec), freed by call_release() in core/call.c. */
+ * a call's own is malloc'd in core/gate/dispatch.c (k->dec), freed by call_release() in core/call/call.c. */
 struct tg_decision {
     enum tg_verdict verdict;
     char rule[128];     /* rule or limit that decided, "" for a plain allow */
@@ -62,7 +62,7 @@ struct tg_decision {
 };
 
 /* Who is calling: the identities that counter scopes refer to. Value type on the caller's stack
- * (core/dispatch.c); the strings are borrowed for the decision. */
+ * (core/gate/dispatch.c); the strings are borrowed for the decision. */
 struct tg_caller {
     const char *grant;
     const char *session;

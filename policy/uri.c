@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 static int is_alpha(unsigned char c)
 {

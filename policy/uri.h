@@ -39,7 +39,7 @@ long tg_uri_normalize(const char *in, size_t n, char *out, const char **why);
  * written): an escape of an unreserved character decoded, the hex of every other upper-cased,
  * every other byte as it is. Returns the length written; -1 with *why for a malformed escape,
  * -2 with *why for an escape of a NUL, "/", "\" or a control character. tg_uri_normalize's
- * escape step, for a caller with refusals of its own (core/conf_grant.c's pinned roots). */
+ * escape step, for a caller with refusals of its own (core/conf/grants.c's pinned roots). */
 long tg_uri_normalize_escapes(const char *in, size_t n, char *out, const char **why);
 
 /* RFC 3986 §5.2.4 remove_dot_segments over path[0..n), in place; returns the new length. The

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <yaml.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "policy/policy.h"
 
 #define YAML_MAX_NODES 200000

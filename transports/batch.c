@@ -4,11 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/dispatch.h"
-#include "core/gateway.h"
-#include "core/json.h"
-#include "core/msg.h"
-#include "transports/http1.h"
+#include "core/gate/dispatch.h"
+#include "core/call/gateway.h"
+#include "core/base/json.h"
+#include "core/wire/msg.h"
+#include "transports/http1/http1.h"
 
 /* Gathered answers are output a client will get: they count toward limits.output_total_bytes
  * with every connection's queue, and the batch's whole answer is no longer than one upstream

@@ -7,9 +7,9 @@
 #ifndef TG_BATCH_H
 #define TG_BATCH_H
 
-#include "core/buf.h"
-#include "core/exchange.h"
-#include "core/json.h"
+#include "core/base/buf.h"
+#include "core/call/exchange.h"
+#include "core/base/json.h"
 
 struct tg_conn;
 struct tg_server;

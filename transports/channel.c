@@ -4,18 +4,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/dispatch.h"
-#include "core/json.h"
-#include "core/log.h"
+#include "core/gate/dispatch.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
 #include "core/mcp/legacy.h"
-#include "core/msg.h"
-#include "core/gateway.h"
-#include "core/session.h"
+#include "core/wire/msg.h"
+#include "core/call/gateway.h"
+#include "core/call/session.h"
 #include "transports/batch.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 #include "transports/respond.h"
 #include "transports/ws.h"
-#include "core/sse.h"
+#include "core/wire/sse.h"
 
 /* One framing buffer for the process (one loop, one thread): no allocation per message. */
 static struct tg_buf frame_scratch;

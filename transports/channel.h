@@ -10,8 +10,8 @@
 
 #include <stdint.h>
 
-#include "core/buf.h"
-#include "core/exchange.h"
+#include "core/base/buf.h"
+#include "core/call/exchange.h"
 
 struct tg_conn;
 struct tg_server;

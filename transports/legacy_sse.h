@@ -3,7 +3,7 @@
 #ifndef TG_LEGACY_SSE_H
 #define TG_LEGACY_SSE_H
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 struct tg_conn;
 struct tg_exchange;

@@ -4,10 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gateway.h"
-#include "core/session.h"
-#include "core/sse.h"
-#include "transports/http1.h"
+#include "core/call/gateway.h"
+#include "core/call/session.h"
+#include "core/wire/sse.h"
+#include "transports/http1/http1.h"
 
 void tg_replay_gen_clear(struct tg_replay_gen *g)
 {

@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 struct tg_conn;
 struct tg_server;

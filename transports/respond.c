@@ -2,8 +2,8 @@
 
 #include <string.h>
 
-#include "core/msg.h"
-#include "transports/http1.h"
+#include "core/wire/msg.h"
+#include "transports/http1/http1.h"
 
 void tg_http_respond_rpc(struct tg_conn *c, int status, const char *extra, const char *id, size_t id_len, int code,
                          const char *msg, const char *data)

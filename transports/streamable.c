@@ -5,22 +5,22 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/dispatch.h"
-#include "core/json.h"
-#include "core/log.h"
+#include "core/gate/dispatch.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
 #include "core/mcp/era.h"
 #include "core/mcp/legacy.h"
-#include "core/mcp/bridge.h"
+#include "core/bridge/stateless.h"
 #include "core/mcp/modern.h"
 #include "core/mcp/schemas.h"
-#include "core/msg.h"
-#include "core/gateway.h"
-#include "core/session.h"
+#include "core/wire/msg.h"
+#include "core/call/gateway.h"
+#include "core/call/session.h"
 #include "transports/batch.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 #include "transports/replay.h"
 #include "transports/respond.h"
-#include "core/sse.h"
+#include "core/wire/sse.h"
 
 /* ---- the sink ------------------------------------------------------------------------ */
 
@@ -445,7 +445,7 @@ static struct tg_session *post_session(struct tg_exchange *x, struct tg_conn *c,
 
 /* A request of the 2026-07-28 era. The body's claim and every Mcp-* header are checked first (a
  * header never talks past the body: -32020). Then it is served statelessly: removed methods
- * 404, answers to server requests 400, anything else through the bridge (core/mcp/bridge.c)
+ * 404, answers to server requests 400, anything else through the bridge (core/bridge/stateless.c)
  * on the grant's stateless session, which answers server/discover and passes the rest through
  * the policy gate, with the answer made a 2026 result. Returns 1 if m was such a request. */
 static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg *m)

@@ -8,8 +8,8 @@
 #ifndef TG_STREAMABLE_H
 #define TG_STREAMABLE_H
 
-#include "core/buf.h"
-#include "core/exchange.h"
+#include "core/base/buf.h"
+#include "core/call/exchange.h"
 
 struct tg_conn;
 struct tg_replay;

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <wslay/wslay.h>
 
-#include "core/log.h"
-#include "transports/http1.h"
+#include "core/base/log.h"
+#include "transports/http1/http1.h"
 
 /* Owner: its channel (ch->ws), made by tg_ws_start() and freed by tg_ws_free() from
  * tg_channel_unref(); a free while one of our functions is on the stack waits for it (busy). */

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 struct tg_conn;
 struct tg_ws;

@@ -2,13 +2,13 @@
 
 #include <stdio.h>
 
-#include "core/exchange.h"
-#include "core/log.h"
-#include "core/msg.h"
-#include "core/gateway.h"
-#include "core/session.h"
+#include "core/call/exchange.h"
+#include "core/base/log.h"
+#include "core/wire/msg.h"
+#include "core/call/gateway.h"
+#include "core/call/session.h"
 #include "transports/channel.h"
-#include "transports/http1.h"
+#include "transports/http1/http1.h"
 #include "transports/respond.h"
 #include "transports/ws.h"
 

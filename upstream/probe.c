@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/json.h"
-#include "core/log.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
 #include "core/mcp/era.h"
-#include "core/sse.h"
-#include "upstream/pool.h"
-#include "upstream/pool_int.h"
+#include "core/wire/sse.h"
+#include "upstream/pool/pool.h"
+#include "upstream/pool/internal.h"
 
 #define PROBE_BODY_MAX 65536
 #define PROBE_TIMEOUT_MS 5000
@@ -74,7 +74,7 @@ static int probe_event(void *ud, const struct tg_sse_event *ev)
     return 0;
 }
 
-/* The JSON-RPC answer in a probe's response: the body, or on an event stream (core/sse.c) the
+/* The JSON-RPC answer in a probe's response: the body, or on an event stream (core/wire/sse.c) the
  * first event that carries one. */
 static cJSON *answer_of(struct probe *p)
 {

@@ -1,15 +1,15 @@
-/* Streamable HTTP upstreams: each message of a call is a POST on the pool (upstream/pool.h),
+/* Streamable HTTP upstreams: each message of a call is a POST on the pool (upstream/pool/pool.h),
  * answered with JSON or with an SSE stream; a session's stream of server messages is a
  * dedicated GET. This file is the MCP client: the pool knows nothing of MCP. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/call.h"
-#include "core/log.h"
-#include "core/msg.h"
+#include "core/call/call.h"
+#include "core/base/log.h"
+#include "core/wire/msg.h"
 #include "upstream/upstream.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 
 /* The timer of a call waiting to reconnect. Owner: the call until it is cancelled; freed in
  * its close callback. */

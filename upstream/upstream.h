@@ -1,8 +1,8 @@
 /* The upstream kinds behind one table of operations: Streamable HTTP (upstream/streamable.c),
- * legacy HTTP+SSE (upstream/sse_link.c) and stdio children (upstream/stdio_link.c).
+ * legacy HTTP+SSE (upstream/legacy_sse.c) and stdio children (upstream/stdio.c).
  *
- * core/call.c picks the table by the upstream's transport and never asks which kind it
- * talks to. What comes back arrives through the call's upcalls (core/call.h):
+ * core/call/call.c picks the table by the upstream's transport and never asks which kind it
+ * talks to. What comes back arrives through the call's upcalls (core/call/call.h):
  * tg_call_upstream_message, tg_call_stream, tg_call_fail, or, for the kinds that carry every
  * message of a session on one link, tg_session_link_message and tg_session_link_gone. No
  * operation calls back from inside itself: a failure found at once is delivered from the loop
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/exchange.h"
+#include "core/call/exchange.h"
 
 struct tg_call;
 struct tg_server;

@@ -8,8 +8,8 @@
 
 #include <mbedtls/base64.h>
 
-#include "core/json.h"
-#include "core/msg.h"
+#include "core/base/json.h"
+#include "core/wire/msg.h"
 
 static const char *const modern_versions[] = {TG_MCP_MODERN_VERSION, NULL};
 

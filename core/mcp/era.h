@@ -9,8 +9,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/buf.h"
-#include "core/exchange.h"
+#include "core/base/buf.h"
+#include "core/call/exchange.h"
 
 #define TG_MCP_MODERN_VERSION "2026-07-28"
 #define TG_MCP_META_VERSION "io.modelcontextprotocol/protocolVersion"

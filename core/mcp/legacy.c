@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/conf.h"
-#include "core/json.h"
-#include "core/log.h"
+#include "core/conf/conf.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
 #include "core/mcp/rewrite.h"
-#include "core/msg.h"
-#include "core/session.h"
+#include "core/wire/msg.h"
+#include "core/call/session.h"
 
 static const char *const supported_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL};
 

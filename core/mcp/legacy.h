@@ -4,7 +4,7 @@
 #ifndef TG_MCP_LEGACY_H
 #define TG_MCP_LEGACY_H
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 struct tg_msg;
 struct tg_session;

@@ -2,7 +2,7 @@
 
 #include <string.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "policy/policy.h"
 #include "policy/uri.h"
 

@@ -13,7 +13,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 
 struct tg_policy;
 

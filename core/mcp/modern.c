@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/conf.h"
-#include "core/json.h"
+#include "core/conf/conf.h"
+#include "core/base/json.h"
 #include "core/mcp/era.h"
 
 static const char *const removed[] = {

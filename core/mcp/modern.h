@@ -3,7 +3,7 @@
 #ifndef TG_MCP_MODERN_H
 #define TG_MCP_MODERN_H
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "core/mcp/mrtr.h"
 
 struct tg_upstream_conf;

@@ -4,9 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/audit.h"
-
-#include "core/json.h"
+#include "core/base/json.h"
 
 #define ENVELOPE_TTL_MS (10 * 60 * 1000) /* a person may take a while to answer an elicitation */
 #define ID_CHARS 22                      /* of the token: the version and most of the random nonce */
@@ -72,7 +70,7 @@ void tg_mcp_mrtr_digest_from(struct tg_mcp_mrtr_call *c, const cJSON *params)
 {
     if (c->args_state == TG_MRTR_ARGS_DIGEST)
         return;
-    tg_audit_args_digest(tg_json_get(params, "arguments"), c->b.args_sha256);
+    tg_json_digest(tg_json_get(params, "arguments"), c->b.args_sha256);
     cJSON_Delete(c->args);
     c->args = NULL;
     c->args_state = TG_MRTR_ARGS_DIGEST;
@@ -92,7 +90,7 @@ int tg_mcp_mrtr_digest(struct tg_mcp_mrtr_call *c)
     if (c->args_state == TG_MRTR_ARGS_NONE)
         return -1;
     if (c->args_state == TG_MRTR_ARGS_KEPT) {
-        tg_audit_args_digest(c->args, c->b.args_sha256);
+        tg_json_digest(c->args, c->b.args_sha256);
         cJSON_Delete(c->args);
         c->args = NULL;
         c->args_state = TG_MRTR_ARGS_DIGEST;

@@ -3,7 +3,7 @@
  *
  * An upstream's input_required result is accepted only for tools/call, prompts/get and
  * resources/read, and only for input kinds the client declared (elicitation, sampling, roots).
- * Its requestState goes to the client sealed in a gateway envelope (core/mcp/state.c) bound to
+ * Its requestState goes to the client sealed in a gateway envelope (core/mcp/envelope.c) bound to
  * the grant, upstream, method, name and a digest of the arguments, with the input keys issued
  * and an expiry; the gateway mints one when the upstream gave none. Each envelope is good for
  * one retry: the retry must carry it unchanged, for the same binding, with inputResponses only
@@ -16,7 +16,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/mcp/state.h"
+#include "core/mcp/envelope.h"
 
 /* Input kinds a 2026 client declared in clientCapabilities (struct tg_exchange.client_caps). */
 #define TG_CAP_ELICITATION 0x1u

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/json.h"
-#include "core/log.h"
-#include "core/msg.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
+#include "core/wire/msg.h"
 #include "policy/policy.h"
 
 static int filter_list(const struct tg_mcp_answer *a, const char *p, size_t n, struct tg_buf *out);

@@ -4,8 +4,8 @@
 #ifndef TG_MCP_REWRITE_H
 #define TG_MCP_REWRITE_H
 
-#include "core/buf.h"
-#include "core/json.h"
+#include "core/base/buf.h"
+#include "core/base/json.h"
 
 struct tg_policy;
 
@@ -30,7 +30,7 @@ int tg_mcp_list_kind(const char *method);
  * "notifications/resources/updated" (a look at the token only, not the message). */
 int tg_mcp_method_maybe_update(struct tg_slice method_raw);
 
-/* The answer a call waits for. Value type: answer_of() in core/call.c fills one on its caller's
+/* The answer a call waits for. Value type: answer_of() in core/call/call.c fills one on its caller's
  * stack; every pointer is borrowed from the call. */
 struct tg_mcp_answer {
     const char *gid;          /* our id, as sent upstream */

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/buf.h"
-#include "core/json.h"
+#include "core/base/buf.h"
+#include "core/base/json.h"
 
 /* { upstream: { tool: inputSchema } }, a cJSON tree the store owns. */
 struct tg_mcp_schemas {

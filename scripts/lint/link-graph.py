@@ -38,7 +38,8 @@ for dp, _, fs in os.walk(objdir):
     for f in fs:
         if f.endswith('.c.o'):
             src = os.path.relpath(os.path.join(dp, f), objdir)[:-2]
-            if src.split('/')[0] in GATEWAY:
+            # objects of sources that moved away stay in an old build tree: skip them
+            if src.split('/')[0] in GATEWAY and os.path.exists(os.path.join(root, src)):
                 objs.append((src, os.path.join(dp, f)))
 if not objs:
     sys.exit('link-graph: no gateway objects found')
@@ -94,7 +95,14 @@ def circles(g):
             visit(v)
     return out
 
-fail = 0
+# Circles being taken apart, one line each ('module: a b c' as printed): they are reported but do
+# not fail the check while listed (or part of a listed one); a circle that is not listed, or grows,
+# fails it.
+known = set()
+kpath = os.path.join(root, 'scripts', 'lint', 'known-circles.txt')
+if os.path.exists(kpath):
+    known = {l.strip() for l in open(kpath) if l.strip() and not l.startswith('#')}
+fail = seen = 0
 for name, key in (('module', module_of), ('room', room_of)):
     g, why = graph(key)
     if verbose or show_edges:
@@ -105,9 +113,12 @@ for name, key in (('module', module_of), ('room', room_of)):
             else:
                 print(f'{name}: {a} -> {" ".join(sorted(g[a]))}')
     for comp in circles(g):
-        fail = 1
         members = set(comp)
-        print(f'link-graph: {name} circle: {" ".join(comp)}')
+        seen = 1
+        line = f'{name}: {" ".join(comp)}'
+        listed = any(k.split(':')[0] == name and members <= set(k.split(':', 1)[1].split()) for k in known)
+        fail |= not listed
+        print(f'link-graph: {name} circle{" (known, being taken apart)" if listed else ""}: {" ".join(comp)}')
         for a in comp:
             for b in sorted(g[a] & members):
                 syms = sorted(why[(a, b)])
@@ -117,6 +128,8 @@ for name, key in (('module', module_of), ('room', room_of)):
         print(f'link-graph: {len(g)} modules, {sum(len(v) for v in g.values())} edges')
     else:
         print(f'link-graph: {len(g)} rooms')
-if not fail:
+if not seen:
     print('link-graph: no circle')
+elif not fail:
+    print('link-graph: only the known circles (scripts/lint/known-circles.txt)')
 sys.exit(fail)

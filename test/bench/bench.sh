@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# tollgate against nginx, every row of issue 13's table, in ONE run (loopback only, bounded time):
+# tollgate against nginx, every row of the benchmark table, in ONE run (loopback only, bounded time):
 #
-#   test/bench/bench.sh [--quick] [--rounds N] [--json FILE] [--compare BASELINE.json]
+#   test/bench/bench.sh [--quick] [--rounds N] [--json FILE] [--compare [BASELINE.json]]
 #   test/bench/bench.sh --self-test          checks the --compare logic on two made-up files
-#   test/bench/bench.sh --compare-only NEW.json BASELINE.json
+#   test/bench/bench.sh --compare-only NEW.json [BASELINE.json]
+#
+# BASELINE.json defaults to test/bench/baseline.json, the committed run of the newest measured
+# tree (docs/benchmarks.md). A run writes its own figures under test/bench/results/ (--json).
 #
 # Starts the fast upstream fixture (tg-bench-upstream, 200 progress events per streamed call),
 # one nginx (nginx-light: 1 worker, master off, keep-alive upstream pool; plain, SSE-unbuffered
@@ -52,20 +55,22 @@ BENCH_NAME=bench.sh
 root=$(cd "$here/../.." && pwd)
 report=$here/bench_report.py
 
-mode=full rounds="" json=$here/results/bench.json compare=""
+mode=full rounds="" json=$here/results/bench.json compare="" baseline=$here/baseline.json
 while [[ $# -gt 0 ]]; do
     case $1 in
     --quick) mode=quick ;;
     --rounds) rounds=${2:?--rounds N}; shift ;;
     --json) json=${2:?--json FILE}; shift ;;
-    --compare) compare=${2:?--compare FILE}; shift ;;
+    --compare)
+        if [[ $# -gt 1 && $2 != -* ]]; then compare=$2; shift; else compare=$baseline; fi ;;
     --self-test) exec python3 "$report" self-test ;;
-    --compare-only) exec python3 "$report" compare "${2:?NEW.json}" "${3:?BASELINE.json}" ;;
+    --compare-only) exec python3 "$report" compare "${2:?NEW.json}" "${3:-$baseline}" ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
     esac
     shift
 done
+[[ -z $compare || -f $compare ]] || die "--compare: no file $compare"
 
 B=${BENCH_BUILD:-$root/build-rel}
 TOLLGATE_BIN=${TOLLGATE_BIN:-$B/tollgate}

@@ -2,8 +2,8 @@
 """The report of test/bench/bench.sh (stdlib only).
 
   bench_report.py build RECORDS JSON     medians of the rounds, ratios, goals; prints the table
-  bench_report.py compare NEW BASELINE   every figure present in both, its change; exit 1 when one
-                                         got worse by more than 10 %
+  bench_report.py compare NEW [BASELINE] every figure present in both, its change; exit 1 when one
+                                         got worse by more than 10 % (BASELINE: test/bench/baseline.json)
   bench_report.py self-test              checks compare on two files made here
 
 RECORDS: one line per figure, "ROW TARGET KEY VALUE" (ROW "meta": VALUE is the rest of the line),
@@ -27,6 +27,8 @@ HIGHER = {"rps", "events_per_s"}
 LOWER = {"p50_ms", "p99_ms", "cpu_us_per_req", "cpu_us_per_msg", "bytes_per_session",
          "ns_per_decision", "p99_over_nginx", "cpu_over_nginx"}
 TOLERANCE = 0.10
+# the committed run --compare reads when given no file; other runs go to test/bench/results/
+BASELINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "baseline.json")
 
 # row, what, the figure compared, goal text, goal test on the ratio (None: reported only)
 ROWS = [
@@ -137,7 +139,7 @@ def fmt(v, spec="%.0f"):
 
 def print_table(doc, verdicts):
     m = doc["meta"]
-    print("# tollgate vs nginx, issue 13 (%s mode, %s round(s), %s s per target; gateway %s, tree %s; %s)" %
+    print("# tollgate vs nginx (%s mode, %s round(s), %s s per target; gateway %s, tree %s; %s)" %
           (m.get("mode"), m.get("rounds"), m.get("duration_s"), m.get("gateway_commit"), m.get("commit"),
            m.get("when")))
     print("# ratio: tollgate/nginx, the median of the rounds' ratios (targets of a round run back to back)")
@@ -321,8 +323,8 @@ if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "build" and len(sys.argv) == 4:
         sys.exit(build(sys.argv[2], sys.argv[3]))
-    if cmd == "compare" and len(sys.argv) == 4:
-        sys.exit(compare(sys.argv[2], sys.argv[3]))
+    if cmd == "compare" and len(sys.argv) in (3, 4):
+        sys.exit(compare(sys.argv[2], sys.argv[3] if len(sys.argv) == 4 else BASELINE))
     if cmd == "self-test":
         sys.exit(self_test())
     print(__doc__, file=sys.stderr)

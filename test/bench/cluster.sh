@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tollgate cluster benchmark (issue 12, item 6), in one run, loopback only, bounded in time:
+# tollgate cluster benchmark, in one run, loopback only, bounded in time:
 #
 #   1. its own redis-server (no persistence) and the fast upstream fixture;
 #   2. tools/call through ONE tollgate with the seed-shaped policy (a token bucket too big ever to

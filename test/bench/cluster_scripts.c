@@ -1,4 +1,4 @@
-/* tg-bench-cluster-scripts: print one of the gateway's Redis counter scripts (cluster/redis_scripts.c)
+/* tg-bench-cluster-scripts: print one of the gateway's Redis counter scripts (cluster/redis/scripts.c)
  * byte for byte, so that test/bench/cluster.sh can SCRIPT LOAD the very text tollgate runs and drive
  * it with redis-benchmark (the limit of one Redis primary in decisions per second).
  *
@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cluster/redis_scripts.h"
+#include "cluster/redis/scripts.h"
 
 int main(int argc, char **argv)
 {

@@ -1,5 +1,5 @@
 /* The limit of one Redis primary for tollgate's shared counters: counter ops per second through
- * cluster/redis.c against a local redis-server started here (loopback, free port), with batches
+ * cluster/redis/redis.c against a local redis-server started here (loopback, free port), with batches
  * of 1 and 3 ops (a decision with one or three counters: one round trip each) and N requests in
  * flight at once. Prints ops/s and decisions/s. Not run by ctest.
  *   build-asan/test/bench/tg-bench-redis-ops [seconds per case, default 2]
@@ -8,7 +8,7 @@
 
 #include "test/unit/cluster/redis_helpers.h"
 
-#include "cluster/redis.h"
+#include "cluster/redis/redis.h"
 
 static uv_loop_t *loop;
 static int up;

@@ -5,7 +5,7 @@
 # tools/call throughput of normal clients (wrk with call.lua on a 2025 session, POST /mcp)
 # alone, then alongside SLOW_CONNS slow clients of that transport (tg-bench-slowloris: each
 # sends one byte of a request head, or of a WebSocket frame after the upgrade, every
-# SLOW_INTERVAL_MS), and prints with/alone per transport. Issue 10 asks for >= 0.90.
+# SLOW_INTERVAL_MS), and prints with/alone per transport. The goal is >= 0.90.
 #
 # The gateway's limits are set so that the slow clients are admitted and kept for the whole
 # phase (max_connections above SLOW_CONNS, header and idle timeouts longer than a phase): the

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// A bounded soak at steady mixed load (issue 10, item 9). Run through test/bench/soak.sh.
+// A bounded soak at steady mixed load. Run through test/bench/soak.sh.
 //
 // For SOAK_SECONDS (default 600) a release gateway serves, all at once:
 //   - one client per client transport and era (Streamable HTTP 2025 session, 2026-07-28

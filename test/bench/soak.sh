@@ -1,5 +1,5 @@
 #!/bin/sh
-# A bounded soak at steady mixed load against a release build (issue 10, item 9): all client
+# A bounded soak at steady mixed load against a release build: all client
 # transports, both eras, HTTP and stdio upstreams, allowed/denied/rate-limited calls, approvals,
 # a SIGHUP reload every 30 s; the gateway's RSS and descriptors sampled every 10 s. See soak.mjs.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Loop stalls as another session sees them (issue 10, item 7). Run through test/bench/stall.sh.
+// Loop stalls as another session sees them. Run through test/bench/stall.sh.
 //
 // A control session (Streamable HTTP, keep-alive) calls a fast tool on the C fast upstream, one
 // call at a time, and records each call's latency (a) at rest, (b) while another session, in a

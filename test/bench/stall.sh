@@ -1,5 +1,5 @@
 #!/bin/sh
-# Loop stalls seen by another session (issue 10, item 7): the latency of a control session's fast
+# Loop stalls seen by another session: the latency of a control session's fast
 # calls (max and p99) at rest, during 50 MiB answers from a stdio and from an HTTP upstream, and
 # during 20 SIGHUP reloads. The goal is under 100 ms in a release build. See stall.mjs.
 #

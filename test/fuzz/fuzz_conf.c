@@ -1,4 +1,4 @@
-/* Configuration loading (core/conf.c, conf_upstream.c, conf_grant.c, and through them
+/* Configuration loading (core/conf/conf.c, conf_upstream.c, conf_grant.c, and through them
  * libconfig, policy files and JWKS files): the input is a tollgate.conf, written to a file and
  * given to tg_conf_load as the gateway is at start and on reload.
  *
@@ -19,7 +19,7 @@
  * `""` alone shows it with nothing but config_read_file and config_destroy
  * (regress/conf/libconfig-leak-string-then-syntax-error).
  *
- * Its finding, fixed: tg__conf_errf (core/conf.c) printed the values it quotes as they were, so a
+ * Its finding, fixed: tg__conf_errf (core/conf/conf.c) printed the values it quotes as they were, so a
  * string with a newline in it (libconfig takes one inside quotes), e.g. an upstream name, split
  * one reason into several lines (regress/conf/newline-in-a-quoted-value.conf). Every line of a
  * reason is checked, and none may hold a control byte.
@@ -36,8 +36,8 @@
 
 #include <libconfig.h>
 
-#include "core/conf.h"
-#include "core/log.h"
+#include "core/conf/conf.h"
+#include "core/base/log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 const char *__lsan_default_suppressions(void);

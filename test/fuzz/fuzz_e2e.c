@@ -1,4 +1,4 @@
-/* End to end: the whole gateway (core/server.c and everything under it: routing, Origin and
+/* End to end: the whole gateway (core/app/server.c and everything under it: routing, Origin and
  * authentication, /mcp in both protocol eras, legacy /sse + /messages, the /ws handshake and
  * WebSocket sessions, batches, policy decisions, local initialize, the admin listener) on a real
  * libuv loop, with the fuzz input as the bytes of one client connection over loopback TCP,
@@ -35,9 +35,9 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "core/log.h"
-#include "core/server.h"
-#include "transports/http1.h"
+#include "core/base/log.h"
+#include "core/app/server.h"
+#include "transports/http1/http1.h"
 
 #include "loopback.h"
 

@@ -41,9 +41,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "core/mcp/era.h"
-#include "core/msg.h"
+#include "core/wire/msg.h"
 
 #define DEPTH 64
 #define MAXH 64
@@ -74,7 +74,7 @@ static size_t blank_line(const char *p, size_t n, size_t *next)
     return n;
 }
 
-/* 1 if a header line could come from llhttp (strict, as transports/http1.c runs it): no
+/* 1 if a header line could come from llhttp (strict, as transports/http1/conn.c runs it): no
  * control byte but HTAB, and no DEL. Other lines make the request fail before any check. */
 static int wire_ok(const char *p, size_t n)
 {
@@ -360,7 +360,7 @@ static void headers(const struct hdrs *h, const cJSON *root, const cJSON *schema
     struct tg_buf fwd;
     tg_buf_init(&fwd);
     /* Built for any arguments: a 2025 client's request bridged to a 2026 upstream is built
-     * without a check first (core/call_shim.c). */
+     * without a check first (core/bridge/input.c). */
     int checked = tg_mcp_check_param_headers(h->h, h->n, schema, args, &why) == 0;
     tg_mcp_param_headers_build(&fwd, h->h, h->n, schema, args);
     if (checked) {

@@ -1,9 +1,9 @@
-/* Strict JSON and JSON-RPC decoding (core/json.c, core/msg.c), and their re-serialisation.
+/* Strict JSON and JSON-RPC decoding (core/base/json.c, core/wire/msg.c), and their re-serialisation.
  * Properties, checked on every input the strict parser takes:
  *   decode(encode(decode(x))) = decode(x)   (the tree survives a round trip)
  *   encode(decode(encode(decode(x)))) = encode(decode(x))   (the output is a fixed point)
  *   a message decoded as JSON-RPC and written with a gateway id decodes again, with that id;
- *   what the fast path without a tree (core/json_scan.c) accepts, the strict parser accepts,
+ *   what the fast path without a tree (core/base/json_scan.c) accepts, the strict parser accepts,
  *   with the same id, method, error and result slices;
  *   a second message made from the input by one byte changed (its place and value taken from
  *   the input's last two bytes), scanned right after the input so that its walk may resume from
@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/json.h"
-#include "core/msg.h"
+#include "core/base/json.h"
+#include "core/wire/msg.h"
 
 #define DEPTH 64
 

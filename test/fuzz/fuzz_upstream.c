@@ -1,5 +1,5 @@
-/* Upstream answers: the HTTP/1.1 response parser of upstream/http_client.c (its llhttp settings
- * and header/body callbacks) and text/event-stream (core/sse.c: tg_sse_init, tg_sse_feed,
+/* Upstream answers: the HTTP/1.1 response parser of upstream/pool/http_conn.c (its llhttp settings
+ * and header/body callbacks) and text/event-stream (core/wire/sse.c: tg_sse_init, tg_sse_feed,
  * tg_sse_restart, and the writer tg_sse_write_message), the parser every SSE upstream answer and
  * legacy SSE link goes through.
  *
@@ -25,10 +25,10 @@
  *   that ended the feeding, and the state kept for a reconnect (last id, retry);
  *   an event's data never exceeds max_event; a kept last id is printable ASCII;
  *   the writer: parse(tg_sse_write_message(id, x)) is one event "message" with that id and data
- *   x with each CR turned into LF (what core/sse.h promises).
+ *   x with each CR turned into LF (what core/wire/sse.h promises).
  * Any input: no crash, no leak, no undefined behaviour.
  *
- * Its first finding, fixed: on_headers_complete() in upstream/http_client.c took a 101 for an
+ * Its first finding, fixed: on_headers_complete() in upstream/pool/http_conn.c took a 101 for an
  * interim response, and llhttp handed its bytes to on_body before any on_head.
  *
  * Its second, fixed too (regress/upstream/1xx-*): any other 1xx with a Content-Length or
@@ -46,11 +46,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/sse.h"
+#include "core/wire/sse.h"
 /* tgcore builds it with its own warning set; -Wextra here would flag an unused callback parameter. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
-#include "upstream/http_client.c"
+#include "upstream/pool/http_conn.c"
 #pragma GCC diagnostic pop
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -222,7 +222,7 @@ static void on_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
     if (h->heads == 0 && !(r->status >= 100 && r->status < 200))
         abort(); /* a body before its head */
     if (h->heads == 0)
-        abort(); /* (a 101 with a body was: upstream/http_client.c now refuses a 101) */
+        abort(); /* (a 101 with a body was: upstream/pool/http_conn.c now refuses a 101) */
     tg_buf_append(&h->body, p, n);
 }
 

@@ -1,5 +1,5 @@
 /* WebSocket frames as the gateway reads them (transports/ws.c over wslay, on an upgraded
- * transports/http1.c connection): frames of any opcode, fragmentation, masking, control
+ * transports/http1/conn.c connection): frames of any opcode, fragmentation, masking, control
  * frames, close codes, lengths over the message limit, and bytes that came with the handshake.
  * The bytes go in over a real loopback TCP connection (see net.h). The handshake is the
  * accept-key check and tg_http_upgrade() as transports/ws_channel.c makes them (the rest of

@@ -1,7 +1,7 @@
 /* What the network fuzz targets (fuzz_http1.c, fuzz_ws.c) share: a real libuv loop with a
  * listener on 127.0.0.1 (ephemeral port) whose connections are real tg_conns
  * (tg_http1_accept), and one client socket per input through which the fuzz bytes go, in
- * chunks, as a client would send them. The harness does what core/server.c does around the
+ * chunks, as a client would send them. The harness does what core/app/server.c does around the
  * transport: tg_http_run_pending() and tg_http_flush_corked() after each round of I/O and
  * before polling, and each complete request goes to the target's handler.
  *
@@ -32,10 +32,10 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "core/conf.h"
-#include "core/log.h"
-#include "core/metrics.h"
-#include "transports/http1.h"
+#include "core/conf/conf.h"
+#include "core/base/log.h"
+#include "core/base/metrics.h"
+#include "transports/http1/http1.h"
 
 #include "loopback.h"
 

@@ -245,7 +245,7 @@ describe(`conformance ${VERSION} server suite (--suite all), direct and through 
     report(t, 'through strict (bridge)', r);
     assert.equal(Object.keys(r.scenarios).length, ALL_SCENARIOS, Object.keys(r.scenarios).join(' '));
     assert.equal(r.failed, 0, `${problems(r)}\n(tools-call-with-logging: logging/setLevel is not carried to the 2026 upstream as `
-      + '_meta io.modelcontextprotocol/logLevel; core/dispatch.c bridged_lifecycle, core/mcp/era.c tg_mcp_add_claim)');
+      + '_meta io.modelcontextprotocol/logLevel; core/gate/dispatch.c bridged_lifecycle, core/mcp/era.c tg_mcp_add_claim)');
     assert.equal(r.warnings, 0, problems(r));
   });
 });

@@ -3,7 +3,7 @@
 //   1. SIGTERM with a call in flight (a tool that takes 1 s) on every client transport (Streamable
 //      HTTP 2025 session, 2026-07-28 stateless, legacy SSE, WebSocket) and on both upstream kinds
 //      (HTTP, stdio): every call gets its own answer, a new connection is refused (the listeners
-//      close at once: ECONNREFUSED, see core/server.c tg_server_drain), /readyz... is gone with the
+//      close at once: ECONNREFUSED, see core/app/server.c tg_server_drain), /readyz... is gone with the
 //      listener, and tollgate exits 0 well within limits.drain_timeout_ms.
 //   2. SIGTERM with a call longer than limits.drain_timeout_ms: it is cut at the deadline with a
 //      clean JSON-RPC error (-32004, "shutting down"), and tollgate exits 0 soon after the deadline.

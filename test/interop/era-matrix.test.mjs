@@ -23,13 +23,13 @@
 // Why the cells that could look impossible work:
 //   - a 2025 client of the 2026-only upstream is bridged: tollgate answers initialize from the
 //     upstream's server/discover, sends each request as a 2026 one, turns input_required into
-//     real elicitation/create requests on the call's stream (core/call_shim.c), and stands a
+//     real elicitation/create requests on the call's stream (core/bridge/input.c), and stands a
 //     subscriptions/listen in for the session's GET stream;
 //   - a 2026 client of a 2025 upstream is served on a stateless session per grant and upstream,
-//     for which tollgate keeps an upstream session of its own (core/mcp/bridge.c): it declares
+//     for which tollgate keeps an upstream session of its own (core/bridge/stateless.c): it declares
 //     every input kind there, hands the upstream's elicitation/create to the client as
 //     input_required and answers it with the retry; its listen is acknowledged by tollgate and
-//     fed from that session's GET stream (core/call_listen.c);
+//     fed from that session's GET stream (core/bridge/listen.c);
 //   - tollgate answers server/discover for every upstream, so an `auto` client always lands in
 //     2026-07-28.
 //
@@ -277,7 +277,7 @@ const UPSTREAMS = {
       // server-everything registers trigger-elicitation-request only for a session whose client
       // declared elicitation, once initialized: a 2025 client's own session, or the stateless
       // session of a 2026 client's grant, for which tollgate declares every input kind upstream
-      // and turns the upstream's elicitation/create into input_required (core/call_shim.c).
+      // and turns the upstream's elicitation/create into input_required (core/bridge/input.c).
       const names = (await c.listTools()).tools.map((t) => t.name);
       assert.ok(names.includes('trigger-elicitation-request'), `listed: ${names}`);
       const n = c.elicitations.length;

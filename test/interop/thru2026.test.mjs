@@ -914,7 +914,7 @@ describe('MRTR through tollgate', () => {
       assert.equal(r.status, 400, r.text);
       assert.equal(r.json?.error?.code, -32021, r.text);
       // The SDK server refuses first (its own -32021, relayed with its status); had it asked anyway,
-      // tollgate would have (core/mcp/mrtr.c, unit.core.mrtr).
+      // tollgate would have (core/mcp/mrtr.c, unit.core.mcp.mrtr).
       assert.ok(r.json.error.data?.requiredCapabilities?.elicitation, r.text);
     });
 

@@ -533,7 +533,7 @@ describe('handshake timeout (tls_handshake_timeout_ms = 300, header_timeout_ms =
   });
 });
 
-describe('an idle keep-alive TLS connection gives its record buffers back (transports/tls.c tg_tls_trim)', () => {
+describe('an idle keep-alive TLS connection gives its record buffers back (core/wire/tls.c tg_tls_trim)', () => {
   const trimmed = async () => (await gwTimeout.metrics())['tollgate_tls_trimmed_bytes_total'];
   /** Reads one HTTP answer with a Content-Length off a keep-alive socket. */
   function answer(s) {

@@ -1,4 +1,4 @@
-// The approvals page's login throttle (core/admin_ui.c): wrong admin tokens on POST /admin/ui/login
+// The approvals page's login throttle (core/app/approvals_page.c): wrong admin tokens on POST /admin/ui/login
 // are limited per peer address (5 at once, then 5 a minute) and for all addresses together (30
 // at once, then 30 a minute), like nginx's limit_req: beyond, 429 with Retry-After, the token not
 // even looked at. Counted in /metrics, logged once per lockout. Plain HTTP requests from several

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""lint.docs: every directive core/conf*.c accepts is in docs/configuration.md, and every
+"""lint.docs: every directive core/conf/*.c accepts is in docs/configuration.md, and every
 directive documented there is accepted.
 
 What the loader accepts is read from its own lists: each `static const char *const known[]`
@@ -22,7 +22,7 @@ root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.pat
 
 # ---- the code --------------------------------------------------------------------------------
 code_sets = []  # (where, set of names)
-for path in sorted(glob.glob(os.path.join(root, 'core', 'conf*.c'))):
+for path in sorted(glob.glob(os.path.join(root, 'core', 'conf', '*.c'))):
     text = open(path, encoding='utf-8').read()
     rel = os.path.relpath(path, root)
     for m in re.finditer(r'static const char \*const (\w*known\w*)\[\]\s*=\s*\{(.*?)NULL\s*\}', text, re.S):
@@ -62,7 +62,7 @@ for line in open(doc_path, encoding='utf-8'):
 # ---- compare -----------------------------------------------------------------------------------
 problems = []
 if not code_sets:
-    problems.append('no directive lists found in core/conf*.c (has the loader changed shape?)')
+    problems.append('no directive lists found in core/conf/*.c (has the loader changed shape?)')
 if not groups:
     problems.append('no directive tables found in docs/configuration.md')
 accepted = {}  # prefix -> union of the code's names matched to it
@@ -86,15 +86,15 @@ for prefix, leaves in sorted(groups.items()):
     code = accepted.get(prefix)
     if code is None:
         problems.append(f'docs/configuration.md documents {", ".join(full(prefix, x) for x in sorted(leaves))}, '
-                        'which no directive list in core/conf*.c accepts')
+                        'which no directive list in core/conf/*.c accepts')
         continue
     # a member that is itself a group (`admin`, `listen[].tls`, `upstreams[].pool`) is
     # documented by that group's own table
     nested = {leaf for leaf in code if full(prefix, leaf) in groups or full(prefix, leaf) + '[]' in groups}
     for leaf in sorted(code - leaves - nested):
-        problems.append(f'{full(prefix, leaf)}: accepted by core/conf*.c, missing from docs/configuration.md')
+        problems.append(f'{full(prefix, leaf)}: accepted by core/conf/*.c, missing from docs/configuration.md')
     for leaf in sorted(leaves - code):
-        problems.append(f'{full(prefix, leaf)}: in docs/configuration.md, not accepted by core/conf*.c')
+        problems.append(f'{full(prefix, leaf)}: in docs/configuration.md, not accepted by core/conf/*.c')
 
 for p in problems:
     print(f'lint.docs: {p}')

@@ -18,8 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/buf.h"
-#include "core/json.h"
+#include "core/base/buf.h"
+#include "core/base/json.h"
 #include "policy/policy.h"
 
 #define NTOOLS 100

@@ -56,7 +56,7 @@ const startDeadline = (ms) => new Promise((r) => setTimeout(() => r('timeout'), 
 /**
  * TOLLGATE_WRAP: a command line put in front of the gateway's (split on spaces), for example
  *   TOLLGATE_WRAP="valgrind --leak-check=full --error-exitcode=99 --log-file=/tmp/vg.%p.log"
- * (scripts/memcheck.sh sets it). TOLLGATE_TIME_FACTOR (default 1, or 20 when TOLLGATE_WRAP names
+ * (scripts/ci/memcheck.sh sets it). TOLLGATE_TIME_FACTOR (default 1, or 20 when TOLLGATE_WRAP names
  * valgrind) scales the harness's waits on the gateway: its start, its log lines, its metrics, its
  * exit, and waitUntil()'s default deadline. Tests that wait on the gateway with their own
  * deadlines scale them with timeFactor() too.

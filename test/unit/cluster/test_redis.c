@@ -1,4 +1,4 @@
-/* cluster/redis.c against real redis-server processes of our own (loopback, free ports): the
+/* cluster/redis/redis.c against real redis-server processes of our own (loopback, free ports): the
  * counter scripts give bit for bit what the local store gives, pipelining, deadlines under
  * SIGSTOP, Redis killed and restarted, NOSCRIPT, EBUSY, free with waiters, pub/sub across a
  * restart, AUTH. */
@@ -9,8 +9,8 @@
 #include "test/unit/cluster/redis_helpers.h"
 
 #include "cluster/cluster.h"
-#include "cluster/redis.h"
-#include "core/json.h"
+#include "cluster/redis/redis.h"
+#include "core/base/json.h"
 #include "policy/counters.h"
 
 static struct th_server srv, srv_auth;

@@ -1,5 +1,5 @@
-/* Shared scaffolding for the tests of the middle (core/call.c, core/dispatch.c, core/approvals.c,
- * core/router.c): a struct tg_server built by hand around a real loop, a real conf (loaded
+/* Shared scaffolding for the tests of the middle (core/call/call.c, core/gate/dispatch.c, core/call/approvals.c,
+ * core/app/route.c): a struct tg_server built by hand around a real loop, a real conf (loaded
  * from a small file written to a temporary directory), real sessions, counters, audit log and
  * upstream runtimes, with two fakes at the edges:
  *
@@ -26,18 +26,18 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "core/approvals.h"
-#include "core/audit.h"
-#include "core/call.h"
-#include "core/conf.h"
-#include "core/dispatch.h"
-#include "core/gateway.h"
-#include "core/json.h"
-#include "core/log.h"
-#include "core/msg.h"
-#include "core/session.h"
+#include "core/call/approvals.h"
+#include "core/call/audit.h"
+#include "core/call/call.h"
+#include "core/conf/conf.h"
+#include "core/gate/dispatch.h"
+#include "core/call/gateway.h"
+#include "core/base/json.h"
+#include "core/base/log.h"
+#include "core/wire/msg.h"
+#include "core/call/session.h"
 #include "policy/policy.h"
-#include "upstream/pool.h"
+#include "upstream/pool/pool.h"
 #include "upstream/upstream.h"
 
 /* ---- the policy and the conf ----------------------------------------------------------- */

@@ -11,8 +11,8 @@
 
 #include <unistd.h>
 
-#include "core/buf.h"
-#include "core/json.h"
+#include "core/base/buf.h"
+#include "core/base/json.h"
 #include "policy/counters.h"
 #include "policy/policy.h"
 

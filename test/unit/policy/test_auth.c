@@ -1,9 +1,9 @@
 /* policy/auth.c: bearer parsing, token hashing and grant selection. */
 #include "test/unit/unit.h"
 
-#include "core/conf.h"
-#include "core/sha256.h"
-#include "core/siphash.h"
+#include "core/conf/conf.h"
+#include "core/base/sha256.h"
+#include "core/base/siphash.h"
 #include "policy/auth.h"
 
 static void hex_of(const uint8_t h[32], char out[65]) { tg_hex_encode(h, 32, out); }
@@ -20,7 +20,7 @@ static void sha256_vectors(void **state)
     for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
         uint8_t h[32];
         char hex[65];
-        tg_auth_sha256(v[i].in, strlen(v[i].in), h);
+        tg_sha256(v[i].in, strlen(v[i].in), h);
         hex_of(h, hex);
         assert_string_equal(hex, v[i].hex);
     }
@@ -45,7 +45,7 @@ static void sha256_matches_sha256sum(void **state)
     line[64] = '\0';
     uint8_t h[32];
     char hex[65];
-    tg_auth_sha256(token, strlen(token), h);
+    tg_sha256(token, strlen(token), h);
     hex_of(h, hex);
     assert_string_equal(hex, line);
 }
@@ -55,15 +55,15 @@ static void ct_equal(void **state)
     uint8_t a[32], b[32];
     memset(a, 0x5a, sizeof(a));
     memcpy(b, a, sizeof(b));
-    assert_int_equal(tg_auth_ct_equal(a, b, 32), 1);
+    assert_int_equal(tg_ct_equal(a, b, 32), 1);
     for (int i = 0; i < 32; i++) {
         b[i] ^= 0x01;
-        assert_int_equal(tg_auth_ct_equal(a, b, 32), 0);
+        assert_int_equal(tg_ct_equal(a, b, 32), 0);
         b[i] ^= 0x81;
-        assert_int_equal(tg_auth_ct_equal(a, b, 32), 0);
+        assert_int_equal(tg_ct_equal(a, b, 32), 0);
         b[i] ^= 0x80;
     }
-    assert_int_equal(tg_auth_ct_equal(a, b, 0), 1);
+    assert_int_equal(tg_ct_equal(a, b, 0), 1);
 }
 
 static void expect_token(const char *header, const char *token)
@@ -142,7 +142,7 @@ static void add_grant(struct grants *gs, const char *name, const char *token, in
     g->anonymous = anonymous;
     if (token) {
         g->has_token = 1;
-        tg_auth_sha256(token, strlen(token), g->token_sha256);
+        tg_sha256(token, strlen(token), g->token_sha256);
     }
     gs->conf.grants = gs->g;
 }

@@ -3,7 +3,7 @@
  * that explaining takes from the counters exactly what deciding takes (the probes take nothing). */
 #include "test/unit/unit.h"
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "policy/counters.h"
 #include "policy/explain.h"
 #include "policy/policy.h"

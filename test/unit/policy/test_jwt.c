@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/json.h"
+#include "core/base/json.h"
 #include "policy/jwt.h"
 
 extern char **environ;

@@ -4,7 +4,7 @@
  * store answers (cluster/); the reference decides directly on its own store. */
 #include "test/unit/unit.h"
 
-#include "core/buf.h"
+#include "core/base/buf.h"
 #include "policy/counters.h"
 #include "policy/policy.h"
 

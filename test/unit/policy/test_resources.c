@@ -1,4 +1,4 @@
-/* policy/decide_glob.c: resources/read and prompts/get decisions: a policy's "resources" and
+/* policy/decide_resource.c: resources/read and prompts/get decisions: a policy's "resources" and
  * "prompts" glob lists (deny first, then allow, then the group's default, else the policy's),
  * over URIs in their normal form (policy/uri.c). */
 #include "test/unit/policy/policy_helpers.h"

@@ -1,7 +1,7 @@
 /* policy/uri.c: the RFC 3986 §5.4 examples (references resolved against the RFC's base by
  * §5.2.2 here, with the module's remove_dot_segments, and the same paths appended to the base
  * and normalised as they are), and the forms a client would use to climb out of a glob. */
-#include "../unit.h"
+#include "test/unit/unit.h"
 
 #include "policy/uri.h"
 

@@ -223,8 +223,8 @@ static void json_duplicate_keys_and_syntax_refused(void **state)
 {
     static const struct load_error refused[] = {
         {"dup.json", "{\"version\":\"1\",\"version\":\"1\"}", "", ":1: duplicate object key"},
-        /* core/json.c finds duplicates when the object closes, so the line is that of its '}' (6),
-         * not of the second "x" (5); the error does not name the key either. */
+        /* core/base/json.c finds duplicates when the object closes, so the line is that of its '}'
+         * (6), not of the second "x" (5); the error does not name the key either. */
         {"dup.json", "{\n  \"version\": \"1\",\n  \"tools\": {\n    \"x\": {\"rules\": []},\n    \"x\": {\"rules\": []}\n  }\n}\n",
          NULL, "duplicate object key"},
         /* Duplicates compare after decoding escapes. */

@@ -23,10 +23,10 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "core/conf.h"
-#include "core/log.h"
-#include "core/metrics.h"
-#include "transports/http1.h"
+#include "core/conf/conf.h"
+#include "core/base/log.h"
+#include "core/base/metrics.h"
+#include "transports/http1/http1.h"
 
 struct hh;
 typedef void (*hh_handler)(struct hh *h, struct tg_conn *c);

@@ -1,4 +1,4 @@
-/* transports/http1.c and http1_out.c, byte for byte: raw request bytes go in over a real
+/* transports/http1/conn.c and http1_out.c, byte for byte: raw request bytes go in over a real
  * TCP connection (see harness.h), and the exact bytes that come back are checked, with a
  * fake environment whose on_request callback answers by URL:
  *
@@ -10,7 +10,7 @@
  * Each case runs in its own loop and ends with every handle closed and nothing leaked. */
 #include "test/unit/transports/harness.h"
 
-#include "core/msg.h"
+#include "core/wire/msg.h"
 
 struct t1 {
     struct tg_conn *held; /* /later, /sse: answered by the test */

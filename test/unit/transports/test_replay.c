@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
-#include "core/conf.h"
-#include "core/gateway.h"
+#include "core/conf/conf.h"
+#include "core/call/gateway.h"
 #include "transports/replay.h"
 
 struct fix {

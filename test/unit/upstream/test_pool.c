@@ -1,4 +1,4 @@
-/* upstream/pool.c: the keep-alive pool, run on a real uv loop against a
+/* upstream/pool/pool.c: the keep-alive pool, run on a real uv loop against a
  * small HTTP/1.1 server living in the same loop (127.0.0.1, ephemeral port).
  *
  * The server echoes each request body as the response body, so a response
@@ -18,9 +18,9 @@
 #include <strings.h>
 #include <uv.h>
 
-#include "core/conf.h"
-#include "core/metrics.h"
-#include "upstream/pool.h"
+#include "core/conf/conf.h"
+#include "core/base/metrics.h"
+#include "upstream/pool/pool.h"
 
 /* ---- the test server ---------------------------------------------------------------- */
 

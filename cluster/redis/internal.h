@@ -1,0 +1,102 @@
+/* Internals of the Redis client shared by cluster/redis/redis.c (connections, requests) and
+ * cluster/redis/sub.c (pub/sub). Not for other modules: they use cluster/redis/redis.h. */
+#ifndef TG_CLUSTER_REDIS_INT_H
+#define TG_CLUSTER_REDIS_INT_H
+
+#include <hiredis/async.h>
+
+#include "cluster/redis/redis.h"
+#include "cluster/redis/scripts.h"
+
+/* A connection's state; every transition goes through set_state(). */
+enum conn_state {
+    CONN_DOWN = 0,   /* no context; the timer is the backoff (or nothing when closing) */
+    CONN_CONNECTING, /* context made, connect callback awaited; the timer is the deadline */
+    CONN_HANDSHAKE,  /* connected, AUTH / SCRIPT LOAD sent; the timer is the deadline */
+    CONN_UP,         /* ready: commands (or subscriptions) are sent */
+};
+
+struct conn {
+    struct tg_redis *r;
+    int is_sub;
+    enum conn_state state;
+    redisAsyncContext *ac; /* NULL when down; the context we speak through */
+    uv_timer_t timer;
+    uint64_t backoff;      /* next delay */
+    int handshake_left;    /* replies still awaited before UP */
+    int reloading;         /* SCRIPT LOAD sent after a NOSCRIPT, not all answered yet */
+    int reload_left;
+    char why[160];         /* the last failure, for on_state */
+};
+
+/* One command of a request, as hiredis's privdata: hiredis holds a pointer to it until the
+ * command's callback ran. Lives inside its request. */
+struct slot {
+    struct tg_redis_req *q;
+    size_t i;     /* the op it is for */
+    int retried;  /* NOSCRIPT seen and resent once */
+};
+
+enum req_kind { REQ_COMMAND, REQ_OPS };
+
+/* A request. Owner: the client (r->pending, r->late or r->done list, or none while only hiredis
+ * holds it); freed by req_release() once answered and no command is outstanding. */
+struct tg_redis_req {
+    struct tg_redis *r;
+    struct tg_redis_req *prev, *next; /* in the list `where` says */
+    struct tg_redis_req **where;      /* &r->pending, &r->late, &r->done or NULL */
+    enum req_kind kind;
+    int answered;    /* the callback ran or will not run (cancelled, answered) */
+    int cancelled;
+    int late;        /* answered ETIMEDOUT: replies after this are late */
+    int retried;     /* a NOSCRIPT resend was made (one more round trip) */
+    int status;      /* for the done list: what to answer */
+    uint64_t deadline;
+    unsigned outstanding;
+    tg_redis_reply_cb reply_cb;
+    tg_redis_ops_cb ops_cb;
+    void *ud;
+    struct tg_counter_op *ops; /* REQ_OPS: the caller's, NULL once answered or cancelled */
+    size_t n, nreplied;
+    char *prefix;
+    struct slot slots[];       /* n of them (1 for a command) */
+};
+
+struct sub {
+    struct sub *next;
+    char *channel;
+    tg_redis_message_cb cb;
+    void *ud;
+};
+
+struct tg_redis {
+    uv_loop_t *loop;
+    char *host;   /* or the socket path when unix */
+    int port;     /* 0: unix socket */
+    char *password;
+    uint64_t timeout_ms, backoff_ms, backoff_max_ms;
+    size_t max_pending;
+    tg_redis_state_cb on_state;
+    void *ud;
+    struct conn cmd, sub;
+    uv_timer_t deadline_timer, kick;
+    struct tg_redis_req *pending, *pending_tail; /* sent, waiting, in deadline order */
+    struct tg_redis_req *late;                   /* answered ETIMEDOUT, replies outstanding */
+    struct tg_redis_req *done;                   /* to answer from kick */
+    redisAsyncContext *doomed[4];                /* to free from kick */
+    int ndoomed;
+    struct sub *subs;
+    char sha[TG__REDIS_NSCRIPTS][41];
+    int reported;        /* -1 nothing yet, else the last up reported */
+    int connects;        /* contexts made, for stats.reconnects */
+    int closing;
+    int handles_open;
+    uint64_t rng;
+    struct tg_redis_stats st;
+};
+
+/* Send verb (SUBSCRIBE, UNSUBSCRIBE) for channel on the pub/sub connection (which is up). */
+void tg__redis_sub_send(struct conn *c, const char *verb, const char *channel);
+char *tg__redis_strdup(const char *s);
+
+#endif

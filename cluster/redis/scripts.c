@@ -1,0 +1,255 @@
+/* The counter scripts of the Redis client (cluster/redis/redis.c): one Lua script per kind of counter
+ * operation, each reproducing policy/counters.c's local store bit for bit.
+ *
+ * Why this works exactly: Redis's Lua 5.1 numbers are IEEE doubles, its arithmetic is the same
+ * correctly rounded + - * / as the C code's, and floor, ceil and log10 are the same libm's. What
+ * Lua lacks is written here the way C defines it: nearbyint (round half to even), the exact powers
+ * of ten, DBL_EPSILON. Numbers cross the wire as "%.17g" strings both ways, which tg_num_parse
+ * (C) and dec() (Lua: the same strict grammar, then tonumber) read back to the same double: Lua
+ * numbers returned as such would be truncated to Redis integers. Neither accepts nan, inf, hex
+ * or a value out of range, and a stored value below 0 is refused too: a key holding one fails
+ * its op, so the decision fails closed.
+ *
+ * A key holds "stamp value" (two "%.17g" numbers): a bucket's last refill and tokens, or a
+ * window's start and count. Its TTL is the local store's expire_ms less the caller's now_ms (the
+ * clock is always the caller's, never Redis TIME); an update that the local store makes without
+ * moving expire_ms keeps the TTL (KEEPTTL). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "cluster/redis/scripts.h"
+#include "core/base/num.h"
+
+#define LUA_COMMON                                                                                                   \
+    "local EPS = 2.220446049250313080847263336181640625e-16\n"                                                     \
+    "local P10 = {1e1,1e2,1e3,1e4,1e5,1e6,1e7,1e8,1e9,1e10,1e11,1e12,1e13,1e14,1e15,1e16,1e17,1e18,1e19,1e20,"     \
+    "1e21,1e22}\n"                                                                                                 \
+    "local floor, ceil, abs = math.floor, math.ceil, math.abs\n"                                                   \
+    "local function fmt(x) return string.format('%.17g', x) end\n"                                                \
+    /* nearbyint in the default rounding mode: half to even. x - floor(x) is exact. */                             \
+    "local function rint(x)\n"                                                                                     \
+    "  if x ~= x or x >= 4503599627370496 or x <= -4503599627370496 then return x end\n"                           \
+    "  local f = floor(x)\n"                                                                                       \
+    "  local d = x - f\n"                                                                                          \
+    "  if d > 0.5 then return f + 1 end\n"                                                                         \
+    "  if d < 0.5 then return f end\n"                                                                             \
+    "  if f % 2 == 0 then return f end\n"                                                                          \
+    "  return f + 1\n"                                                                                             \
+    "end\n"                                                                                                        \
+    "local function refill(dt, cap, w)\n"                                                                          \
+    "  if dt <= 0 then return 0 end\n"                                                                             \
+    "  if dt >= w then return cap end\n"                                                                           \
+    "  return dt * cap / w\n"                                                                                      \
+    "end\n"                                                                                                        \
+    "local function whole(t)\n"                                                                                    \
+    "  local r = rint(t)\n"                                                                                        \
+    "  local m = abs(t)\n"                                                                                         \
+    "  if not (m > 1) then m = 1 end\n"                                                                            \
+    "  if abs(t - r) <= 8 * EPS * m then return r + 0 end\n"                                                       \
+    "  return t\n"                                                                                                 \
+    "end\n"                                                                                                        \
+    "local function settle(x, a, b)\n"                                                                             \
+    "  if x == floor(x) or x ~= x or x == math.huge or x == -math.huge then\n"                                     \
+    "    if x == 0 then return 0 end\n"                                                                            \
+    "    return x\n"                                                                                               \
+    "  end\n"                                                                                                      \
+    "  local mag = abs(a)\n"                                                                                       \
+    "  if abs(b) > mag then mag = abs(b) end\n"                                                                    \
+    "  local k = 14 - floor(math.log10(mag))\n"                                                                    \
+    "  if k <= 0 or k >= 23 then return x end\n"                                                                   \
+    "  local q = P10[k]\n"                                                                                         \
+    "  local r = rint(x * q) / q\n"                                                                                \
+    "  if r == 0 then return 0 end\n"                                                                              \
+    "  return r\n"                                                                                                 \
+    "end\n"                                                                                                        \
+    "local function ttl(ms)\n"                                                                                     \
+    "  if not (ms >= 1) then ms = 1 end\n"                                                                         \
+    "  if ms > 1e15 then ms = 1e15 end\n"                                                                          \
+    "  return string.format('%.0f', ms)\n"                                                                         \
+    "end\n"                                                                                                        \
+    /* A stored number is read as core/base/num.c reads one: a JSON number with a finite value, and   \
+     * never below 0 (no script writes a negative stamp or count; a window at -1e300 would never  \
+     * fill). Lua's tonumber is strtod and more (hex, inf, nan, 1e999): never alone. */             \
+    "local function dec(s)\n"                                                                      \
+    "  if not s then return nil end\n"                                                             \
+    "  local i, f, e = string.match(s, '^%-?(%d+)(%.?%d*)(.*)$')\n"                               \
+    "  if not i or (#i > 1 and string.sub(i, 1, 1) == '0') or f == '.' then return nil end\n"     \
+    "  if e ~= '' and not string.match(e, '^[eE][%+%-]?%d+$') then return nil end\n"              \
+    "  local x = tonumber(s)\n"                                                                    \
+    "  if x == nil or x ~= x or x == math.huge or x < 0 then return nil end\n"                   \
+    "  return x\n"                                                                                 \
+    "end\n"                                                                                        \
+    "local stamp, value\n"                                                                         \
+    "local raw = redis.pcall('GET', KEYS[1])\n"                                                    \
+    /* a key of another type (a list, a hash) is poison as well: no error to fall back from */    \
+    "if type(raw) == 'table' then raw = '' end\n"                                                  \
+    "if raw then\n"                                                                                \
+    "  local s, v = string.match(raw, '^(%S+) (%S+)$')\n"                                          \
+    "  stamp, value = dec(s), dec(v)\n"                                                            \
+    /* a key the scripts did not write as such fails the op, never reads as an empty counter */    \
+    "  if stamp == nil or value == nil then\n"                                                     \
+    "    return redis.error_reply('" TG__REDIS_BADVALUE " counter key holds no finite decimal numbers')\n" \
+    "  end\n"                                                                                      \
+    "end\n"
+
+/* ARGV: capacity, window_ms, amount, now_ms. Returns {ok, level, retry_ms (-1: never)}. */
+static const char take_lua[] = LUA_COMMON
+    "local cap, w, amount, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "local tokens = cap\n"
+    "if raw then\n"
+    "  tokens = whole(value + refill(now - stamp, cap, w))\n"
+    "  if tokens > cap then tokens = cap end\n"
+    "end\n"
+    "if not (tokens >= amount) then\n"
+    "  local retry = -1\n"
+    "  if not (amount > cap) then\n"
+    "    local ms = ceil((amount - tokens) * w / cap)\n"
+    "    if ms < 1 then ms = 1 end\n"
+    "    while ms < w and not (whole(tokens + refill(ms, cap, w)) >= amount) do ms = ms + 1 end\n"
+    "    retry = ms\n"
+    "  end\n"
+    "  if raw then\n"
+    "    local st = stamp\n"
+    "    if now > st then st = now end\n"
+    "    redis.call('SET', KEYS[1], fmt(st) .. ' ' .. fmt(tokens), 'KEEPTTL')\n"
+    "  end\n"
+    "  return {0, fmt(tokens), retry}\n"
+    "end\n"
+    "local st = 0\n"
+    "if raw then st = stamp end\n"
+    "tokens = whole(tokens - amount)\n"
+    "if now > st then st = now end\n"
+    "local expire = st + ceil((cap - tokens) * w / cap) + 1\n"
+    "redis.call('SET', KEYS[1], fmt(st) .. ' ' .. fmt(tokens), 'PX', ttl(expire - now))\n"
+    "return {1, fmt(tokens), 0}\n";
+
+/* ARGV: capacity, amount. Returns {1}. */
+static const char give_lua[] = LUA_COMMON
+    "local cap, amount = tonumber(ARGV[1]), tonumber(ARGV[2])\n"
+    "if not raw then return {1} end\n"
+    "local v = whole(value + amount)\n"
+    "if v > cap then v = cap end\n"
+    "redis.call('SET', KEYS[1], fmt(stamp) .. ' ' .. fmt(v), 'KEEPTTL')\n"
+    "return {1}\n";
+
+/* ARGV: window_start. Returns {1, value}. */
+static const char get_lua[] = LUA_COMMON
+    "local ws = tonumber(ARGV[1])\n"
+    "if not raw or stamp ~= ws then return {1, '0'} end\n"
+    "return {1, fmt(value)}\n";
+
+/* ARGV: window_start, window_ms, amount, limit, limit_op (0 none, 1 <=, 2 <), now_ms (0: unknown,
+ * the TTL is then the whole window, which is never shorter than what is left of it). Returns
+ * {ok, value}. */
+static const char add_lua[] = LUA_COMMON
+    "local ws, w, amount, limit, op, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),\n"
+    "  tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])\n"
+    "local cur = 0\n"
+    "if raw and stamp == ws then cur = value end\n"
+    "local nxt = settle(cur + amount, cur, amount)\n"
+    "local fits = true\n"
+    "if op == 1 then fits = nxt <= limit elseif op == 2 then fits = nxt < limit end\n"
+    "if not (amount >= 0) or nxt == math.huge or not fits then return {0, fmt(cur)} end\n"
+    "local left = w\n"
+    "if now > 0 and now >= ws then left = ws + w - now end\n"
+    "redis.call('SET', KEYS[1], fmt(ws) .. ' ' .. fmt(nxt), 'PX', ttl(left))\n"
+    "return {1, fmt(nxt)}\n";
+
+/* ARGV: window_start, amount. Returns {1}. */
+static const char sub_lua[] = LUA_COMMON
+    "local ws, amount = tonumber(ARGV[1]), tonumber(ARGV[2])\n"
+    "if not raw or stamp ~= ws then return {1} end\n"
+    "local nxt = settle(value - amount, value, amount)\n"
+    "if not (nxt > 0) then nxt = 0 end\n"
+    "redis.call('SET', KEYS[1], fmt(ws) .. ' ' .. fmt(nxt), 'KEEPTTL')\n"
+    "return {1}\n";
+
+const char *const tg__redis_scripts[TG__REDIS_NSCRIPTS] = {
+    [TG_COP_BUCKET_TAKE] = take_lua, [TG_COP_BUCKET_GIVE] = give_lua, [TG_COP_WINDOW_GET] = get_lua,
+    [TG_COP_WINDOW_ADD] = add_lua,   [TG_COP_WINDOW_SUB] = sub_lua,
+};
+
+/* ---- the arguments of an op, and its answer ------------------------------------------------ */
+
+/* A number a script answered: -1 when the reply is not a string, -2 when the string is not a
+ * finite decimal number (core/base/num.c: no nan, inf, hex or 1e999 becomes a counter's value). */
+static int parse_double(const redisReply *e, double *out)
+{
+    if (!e || e->type != REDIS_REPLY_STRING)
+        return -1;
+    return tg_num_parse(e->str, e->len, out) == 0 ? 0 : -2;
+}
+
+/* Fill op from a script's reply: {ok, "value", retry} (take), {ok, "value"} (add, get), {1}.
+ * 0; -1 for a reply of another shape; -2 when its value is not a finite decimal number. */
+int tg__redis_op_parse(struct tg_counter_op *op, const redisReply *y)
+{
+    int e;
+    if (y->type != REDIS_REPLY_ARRAY || y->elements < 1 || y->element[0]->type != REDIS_REPLY_INTEGER)
+        return -1;
+    op->ok = y->element[0]->integer ? 1 : 0;
+    switch (op->kind) {
+    case TG_COP_BUCKET_TAKE:
+        if (y->elements != 3 || y->element[2]->type != REDIS_REPLY_INTEGER)
+            return -1;
+        if ((e = parse_double(y->element[1], &op->value)) < 0)
+            return e;
+        op->retry_ms = y->element[2]->integer < 0 ? UINT64_MAX : (uint64_t)y->element[2]->integer;
+        return 0;
+    case TG_COP_WINDOW_GET:
+    case TG_COP_WINDOW_ADD:
+        if (y->elements != 2)
+            return -1;
+        return parse_double(y->element[1], &op->value);
+    case TG_COP_BUCKET_GIVE:
+    case TG_COP_WINDOW_SUB:
+        return y->elements == 1 ? 0 : -1;
+    }
+    return -1;
+}
+
+
+void tg__redis_op_argv(struct tg__redis_argv *v, const struct tg_counter_op *op, const char *prefix, const char *sha)
+{
+    char(*a)[32] = v->num;
+    int na = 0;
+    snprintf(v->key, sizeof(v->key), "%sc:%016" PRIx64 "%016" PRIx64, prefix, op->h1, op->h2);
+    v->argc = 0;
+    v->argv[v->argc++] = "EVALSHA";
+    v->argv[v->argc++] = sha;
+    v->argv[v->argc++] = "1";
+    v->argv[v->argc++] = v->key;
+    switch (op->kind) {
+    case TG_COP_BUCKET_TAKE:
+        snprintf(a[na++], 32, "%.17g", op->capacity);
+        snprintf(a[na++], 32, "%" PRId64, op->window_ms);
+        snprintf(a[na++], 32, "%.17g", op->amount);
+        snprintf(a[na++], 32, "%" PRId64, op->now_ms);
+        break;
+    case TG_COP_BUCKET_GIVE:
+        snprintf(a[na++], 32, "%.17g", op->capacity);
+        snprintf(a[na++], 32, "%.17g", op->amount);
+        break;
+    case TG_COP_WINDOW_GET: snprintf(a[na++], 32, "%" PRId64, op->window_start); break;
+    case TG_COP_WINDOW_ADD:
+        snprintf(a[na++], 32, "%" PRId64, op->window_start);
+        snprintf(a[na++], 32, "%" PRId64, op->window_ms);
+        snprintf(a[na++], 32, "%.17g", op->amount);
+        snprintf(a[na++], 32, "%.17g", op->limit);
+        snprintf(a[na++], 32, "%d", (int)op->limit_op);
+        snprintf(a[na++], 32, "%" PRId64, op->now_ms);
+        break;
+    case TG_COP_WINDOW_SUB:
+        snprintf(a[na++], 32, "%" PRId64, op->window_start);
+        snprintf(a[na++], 32, "%.17g", op->amount);
+        break;
+    }
+    for (int k = 0; k < na; k++)
+        v->argv[v->argc++] = a[k];
+    for (int k = 0; k < v->argc; k++)
+        v->argvlen[k] = strlen(v->argv[k]);
+}

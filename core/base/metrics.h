@@ -1,0 +1,43 @@
+/* Counters and gauges of the process, shown in Prometheus text format by core/app/admin.c.
+ * Owner: the server (srv->metrics), for the life of the process. */
+#ifndef TG_METRICS_H
+#define TG_METRICS_H
+
+#include <stdint.h>
+
+#include "core/base/buf.h"
+
+/* Value type, embedded in struct tg_server (srv->metrics); connections and upstreams point
+ * at it. */
+struct tg_metrics {
+    uint64_t conns_accepted, conns_rejected, conns_open, tls_handshake_failures;
+    uint64_t tls_handshakes_put_off; /* waited for a later loop iteration (limits.tls_handshake_slice_ms) */
+    uint64_t tls_trimmed_bytes;      /* record buffer pages of idle TLS connections given back (tg_tls_trim) */
+    uint64_t http_requests, http_status[6]; /* by class 1xx..5xx */
+    uint64_t limit_header_bytes, limit_body_bytes, limit_json, limit_inflight, limit_sessions, limit_output;
+    uint64_t limit_children; /* stdio children refused at upstreams[].max_children */
+    uint64_t output_buffered; /* gauge: bytes queued to clients, all connections together */
+    uint64_t sessions_open, sessions_created, sessions_expired;
+    uint64_t sessions_adopted; /* 2025 sessions another member of the cluster made, served here */
+    uint64_t rpc_requests, rpc_notifications, rpc_responses, rpc_refused_nonstandard;
+    uint64_t upstream_calls, upstream_errors, upstream_timeouts, upstream_connects, upstream_queue_timeouts;
+    uint64_t upstream_backoff_refusals; /* requests refused at once while an upstream is backing off */
+    uint64_t sse_events_relayed;
+    /* The loop's iterations: busy time (not waiting in poll) each, its longest and those of 100 ms
+     * or more (a stall every client feels). */
+    uint64_t loop_busy_max_ns, loop_stalls, loop_iterations;
+    uint64_t decisions[5]; /* allow deny limited approve(parked) refused-by-protocol */
+    uint64_t approvals_approved, approvals_rejected, approvals_expired;
+    uint64_t server_requests_denied, refunds;
+    uint64_t roots_answered; /* roots/list answered with pinned roots (upstreams[].roots, grants[].roots) */
+    /* upstream latency histogram (ms buckets) */
+    uint64_t lat_buckets[12];
+    uint64_t lat_count;
+    double lat_sum;
+};
+
+/* Upper bounds (ms) of the latency histogram buckets. */
+extern const double tg_metrics_lat_bounds[12];
+void tg_metrics_observe_latency(struct tg_metrics *m, double ms);
+
+#endif

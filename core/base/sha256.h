@@ -1,0 +1,16 @@
+/* SHA-256: with the CPU's SHA extensions where it has them (x86-64), mbedtls otherwise. */
+#ifndef TG_SHA256_H
+#define TG_SHA256_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void tg_sha256(const void *p, size_t n, uint8_t out[32]);
+/* mbedtls's, always (what tests compare the fast one with). */
+void tg_sha256_portable(const void *p, size_t n, uint8_t out[32]);
+/* 1 if tg_sha256 uses the CPU's instructions. */
+int tg_sha256_accelerated(void);
+/* Constant-time comparison of n bytes (digests, tokens): 1 if equal. */
+int tg_ct_equal(const uint8_t *a, const uint8_t *b, size_t n);
+
+#endif

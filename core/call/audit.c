@@ -1,0 +1,373 @@
+#include "core/call/audit.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/base/json.h"
+#include "core/base/log.h"
+#include "policy/auth.h"
+
+/* The audit log's writer. Owner: the server (srv->audit), made by tg_audit_open() at start or
+ * when a reload names another file; tg_audit_close() marks it closing, and finish_close() frees
+ * it once the write in flight, if any, has ended. */
+struct tg_audit {
+    uv_loop_t *loop;
+    char *path;
+    int fd;
+    int old_fd; /* replaced by a reopen while a write held it: closed when that write ends */
+    struct tg_buf pending;
+    struct tg_buf writing;
+    uv_fs_t req;
+    uv_prepare_t flush; /* active while pending holds records: writes them before the loop polls (and,
+                         * like a write in flight, keeps the loop alive until then) */
+    int direct; /* fd is a regular file: the loop writes it itself (see audit.h) */
+    int busy;   /* a uv_fs_write in flight (not direct) */
+    int closing;
+    int flush_closed; /* flush's close callback ran: a may be freed once no write is in flight */
+    size_t max_pending;
+    size_t pending_n, writing_n; /* records in pending and in writing */
+    int failing;                 /* the last write failed: logged once, until one succeeds */
+    int torn;                    /* the file ends inside a record (a short write, then a failure):
+                                  * the next batch starts with a newline, so that the torn record
+                                  * is a line of its own and the next one is whole */
+    uint64_t dropped, written;   /* records: lost, and on disk */
+    time_t stamp_sec;
+    char stamp[32];
+};
+
+static void start_write(struct tg_audit *a);
+
+/* Records are written at the end of the loop iteration, or at once when this many bytes wait. */
+#define FLUSH_AT 65536
+
+static void finish_close(struct tg_audit *a)
+{
+    if (a->fd >= 0)
+        close(a->fd);
+    if (a->old_fd >= 0)
+        close(a->old_fd);
+    tg_buf_dispose(&a->pending);
+    tg_buf_dispose(&a->writing);
+    free(a->path);
+    free(a);
+}
+
+/* The outcome of writing a->writing: r bytes written, or a libuv error (-errno). */
+static void wrote(struct tg_audit *a, ssize_t r)
+{
+    if (r < 0) {
+        /* A full or failing disk fails every write: said once, not once per batch; every record
+         * of the batch is lost and counted. */
+        if (!a->failing)
+            tg_log(TG_LOG_ERROR, "audit write failed; records are dropped until a write succeeds", "file=%s error=\"%s\"",
+                   a->path, uv_strerror((int)r));
+        a->failing = 1;
+        a->dropped += a->writing_n;
+        a->writing_n = 0;
+        a->writing.len = 0;
+    } else if ((size_t)r < a->writing.len) {
+        a->torn = a->writing.base[r - 1] != '\n';
+        tg_buf_consume(&a->writing, (size_t)r); /* short write: the rest goes next */
+    } else {
+        a->torn = 0; /* a batch ends with its last record's newline */
+        a->written += a->writing_n;
+        a->writing_n = 0;
+        a->writing.len = 0;
+        if (a->failing)
+            tg_log(TG_LOG_INFO, "audit writes succeed again", "file=%s dropped_total=%llu", a->path,
+                   (unsigned long long)a->dropped);
+        a->failing = 0;
+    }
+}
+
+static void on_written(uv_fs_t *req)
+{
+    struct tg_audit *a = req->data;
+    ssize_t r = req->result;
+    uv_fs_req_cleanup(req);
+    a->busy = 0;
+    if (a->old_fd >= 0) {
+        close(a->old_fd);
+        a->old_fd = -1;
+    }
+    wrote(a, r);
+    start_write(a);
+    if (!a->busy && a->closing && a->flush_closed)
+        finish_close(a);
+}
+
+static void on_flush(uv_prepare_t *h)
+{
+    struct tg_audit *a = h->data;
+    uv_prepare_stop(h);
+    start_write(a);
+}
+
+static void on_flush_closed(uv_handle_t *h)
+{
+    struct tg_audit *a = h->data;
+    a->flush_closed = 1;
+    if (!a->busy)
+        finish_close(a);
+}
+
+/* fd's kind decides how it is written (audit.h). */
+static int is_regular(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static void start_write(struct tg_audit *a)
+{
+    if (a->busy)
+        return;
+    if (a->writing.len == 0) {
+        if (a->pending.len == 0)
+            return;
+        struct tg_buf t = a->writing;
+        a->writing = a->pending;
+        a->pending = t;
+        a->pending.len = 0;
+        a->writing_n = a->pending_n;
+        a->pending_n = 0;
+        if (a->torn) {
+            if (tg_buf_try_reserve(&a->writing, 1, 0) != 0)
+                abort();
+            memmove(a->writing.base + 1, a->writing.base, a->writing.len);
+            a->writing.base[0] = '\n';
+            a->writing.len++;
+        }
+    }
+    if (a->direct) {
+        while (a->writing.len > 0) {
+            ssize_t r = write(a->fd, a->writing.base, a->writing.len);
+            if (r < 0 && errno == EINTR)
+                continue;
+            /* 0 bytes for a non-empty buffer would loop here for ever: a failure like any other */
+            wrote(a, r < 0 ? -errno : r == 0 ? -EIO : r);
+        }
+        return;
+    }
+    uv_buf_t b = uv_buf_init(a->writing.base, (unsigned)a->writing.len);
+    a->req.data = a;
+    a->busy = 1;
+    if (uv_fs_write(a->loop, &a->req, a->fd, &b, 1, -1, on_written) != 0) {
+        a->busy = 0;
+        a->dropped += a->writing_n;
+        a->writing_n = 0;
+        a->writing.len = 0;
+    }
+}
+
+static int open_file(const char *path) { return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640); }
+
+struct tg_audit *tg_audit_open(uv_loop_t *loop, const struct tg_audit_conf *ac, struct tg_buf *err)
+{
+    if (ac->file == NULL)
+        return NULL;
+    int fd = open_file(ac->file);
+    if (fd < 0) {
+        tg_buf_appendf(err, "audit.file: cannot open %s\n", ac->file);
+        return NULL;
+    }
+    struct tg_audit *a = tg_xcalloc(1, sizeof(*a));
+    a->loop = loop;
+    a->fd = fd;
+    a->old_fd = -1;
+    a->path = tg_xstrdup(ac->file);
+    a->max_pending = (size_t)ac->max_pending;
+    a->direct = is_regular(fd);
+    uv_prepare_init(loop, &a->flush);
+    a->flush.data = a;
+    return a;
+}
+
+void tg_audit_close(struct tg_audit *a)
+{
+    if (a == NULL)
+        return;
+    a->closing = 1;
+    start_write(a);
+    uv_close((uv_handle_t *)&a->flush, on_flush_closed); /* frees a once no write is in flight */
+}
+
+void tg_audit_reopen(struct tg_audit *a)
+{
+    if (a == NULL)
+        return;
+    int fd = open_file(a->path);
+    if (fd < 0) {
+        tg_log(TG_LOG_ERROR, "cannot reopen audit file", "file=%s", a->path);
+        return;
+    }
+    /* A write in flight still holds the old descriptor: it is closed when that write ends. */
+    if (a->busy) {
+        if (a->old_fd >= 0)
+            close(a->old_fd); /* a reopen before the previous one's write ended: not in use */
+        a->old_fd = a->fd;
+    } else {
+        close(a->fd);
+    }
+    a->fd = fd;
+    a->direct = is_regular(fd);
+}
+
+uint64_t tg_audit_dropped(const struct tg_audit *a) { return a ? a->dropped : 0; }
+uint64_t tg_audit_written(const struct tg_audit *a) { return a ? a->written : 0; }
+
+void tg_audit_args_hash(const cJSON *args, char out[65])
+{
+    uint8_t h[32];
+    tg_json_digest(args, h);
+    tg_hex_encode(h, 32, out);
+}
+
+static int redacted(const struct tg_audit_conf *ac, const char *key)
+{
+    for (size_t i = 0; i < ac->nredact; i++)
+        if (strcasecmp(ac->redact[i], key) == 0)
+            return 1;
+    return 0;
+}
+
+static void write_redacted(struct tg_buf *b, const struct tg_audit_conf *ac, const cJSON *v)
+{
+    if (cJSON_IsObject(v)) {
+        tg_buf_append(b, "{", 1);
+        for (const cJSON *c = v->child; c; c = c->next) {
+            tg_json_write_string(b, c->string, strlen(c->string));
+            tg_buf_append(b, ":", 1);
+            if (redacted(ac, c->string))
+                tg_buf_appends(b, "\"[redacted]\"");
+            else
+                write_redacted(b, ac, c);
+            if (c->next)
+                tg_buf_append(b, ",", 1);
+        }
+        tg_buf_append(b, "}", 1);
+    } else if (cJSON_IsArray(v)) {
+        tg_buf_append(b, "[", 1);
+        for (const cJSON *c = v->child; c; c = c->next) {
+            write_redacted(b, ac, c);
+            if (c->next)
+                tg_buf_append(b, ",", 1);
+        }
+        tg_buf_append(b, "]", 1);
+    } else {
+        tg_json_write(b, v);
+    }
+}
+
+char *tg_audit_args_values(const struct tg_audit_conf *ac, const cJSON *args)
+{
+    if (!ac->values || args == NULL)
+        return NULL;
+    struct tg_buf b;
+    tg_buf_init(&b);
+    write_redacted(&b, ac, args);
+    tg_buf_append(&b, "", 1);
+    return tg_buf_release(&b);
+}
+
+/* ,"k": with k a literal of ours (no escaping needed). */
+#define KEY(b, k) tg_buf_append((b), ",\"" k "\":", sizeof(k) + 3)
+
+static void field_value(struct tg_buf *b, const char *v) { tg_json_write_string(b, v, strlen(v)); }
+#define FIELD(b, k, v)                                                                                                 \
+    do {                                                                                                               \
+        const char *v_ = (v);                                                                                          \
+        if (v_ != NULL) {                                                                                              \
+            KEY(b, k);                                                                                                 \
+            field_value(b, v_);                                                                                        \
+        }                                                                                                              \
+    } while (0)
+
+/* ms with three decimals, as %.3f prints it for the latencies we see, without printf. */
+static void append_ms(struct tg_buf *b, double ms)
+{
+    if (!(ms < 1e12)) {
+        tg_buf_appendf(b, "%.3f", ms);
+        return;
+    }
+    uint64_t v = (uint64_t)(ms * 1000 + 0.5);
+    char frac[4] = {(char)('0' + v / 100 % 10), (char)('0' + v / 10 % 10), (char)('0' + v % 10), 0};
+    tg_buf_append_u64(b, v / 1000);
+    tg_buf_append(b, ".", 1);
+    tg_buf_append(b, frac, 3);
+}
+
+void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const struct tg_audit_record *r)
+{
+    if (a == NULL)
+        return;
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    if (tv.tv_sec != a->stamp_sec) {
+        /* The date part changes once a second: format it then, not for every record. */
+        struct tm tm;
+        gmtime_r(&tv.tv_sec, &tm);
+        snprintf(a->stamp, sizeof(a->stamp), "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900, tm.tm_mon + 1,
+                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        a->stamp_sec = tv.tv_sec;
+    }
+    /* Formatted straight into the queue, and taken back if the queue is over its bound. */
+    struct tg_buf *b = &a->pending;
+    size_t mark = b->len;
+    if (tg_buf_try_reserve(b, 512, 0) != 0)
+        abort();
+    char ms[8] = {'.', (char)('0' + tv.tv_usec / 100000), (char)('0' + tv.tv_usec / 10000 % 10),
+                  (char)('0' + tv.tv_usec / 1000 % 10), 'Z', '"', 0, 0};
+    tg_buf_append(b, "{\"time\":\"", 9);
+    tg_buf_appends(b, a->stamp);
+    tg_buf_append(b, ms, 6);
+    FIELD(b, "grant", r->grant);
+    FIELD(b, "session", r->session);
+    FIELD(b, "upstream", r->upstream);
+    FIELD(b, "method", r->method);
+    FIELD(b, "tool", r->tool);
+    FIELD(b, "decision", r->decision);
+    FIELD(b, "rule", r->rule && r->rule[0] ? r->rule : NULL);
+    if (r->counters_json && r->counters_json[0]) {
+        KEY(b, "counters");
+        tg_buf_append(b, "{", 1);
+        tg_buf_appends(b, r->counters_json);
+        tg_buf_append(b, "}", 1);
+    }
+    if (r->args_sha256) {
+        KEY(b, "args_sha256");
+        tg_buf_append(b, "\"", 1);
+        tg_buf_appends(b, r->args_sha256);
+        tg_buf_append(b, "\"", 1);
+    }
+    if (r->args_json) {
+        KEY(b, "args");
+        tg_buf_appends(b, r->args_json);
+    }
+    FIELD(b, "approval_id", r->approval_id);
+    FIELD(b, "decided_by", r->decided_by);
+    if (r->latency_ms >= 0) {
+        KEY(b, "upstream_latency_ms");
+        append_ms(b, r->latency_ms);
+    }
+    FIELD(b, "outcome", r->outcome);
+    tg_buf_append(b, "}\n", 2);
+    if (b->len > a->max_pending) {
+        b->len = mark;
+        a->dropped++;
+    } else {
+        a->pending_n++;
+        if (b->len >= FLUSH_AT)
+            start_write(a);
+        else
+            uv_prepare_start(&a->flush, on_flush); /* this iteration's records, in one write */
+    }
+}

@@ -1,0 +1,297 @@
+/* The life of one call (core/call/call.c): from the policy's decision to its settlement.
+ *
+ * A call is one client message in flight: made by core/gate/dispatch.c once the policy allowed it
+ * (or parked for approval), sent through its upstream kind's operations (upstream/upstream.h),
+ * answered through its sink (core/call/exchange.h), settled once by tg_call_settle(), and closed by
+ * tg_call_close(). Closing marks: the call is unhooked from everything that can reach it and
+ * queued; its memory goes in tg_call_run_pending(), after the handler that closed it returned.
+ *
+ * The upstream kinds (upstream/streamable.c, stdio_link.c, sse_link.c) implement the upstream
+ * half of a call and so see this struct; transports never do. */
+#ifndef TG_CALL_H
+#define TG_CALL_H
+
+#include <stdint.h>
+#include <time.h>
+#include <uv.h>
+
+#include "core/base/buf.h"
+#include "core/call/exchange.h"
+#include "core/base/json.h"
+#include "core/wire/sse.h"
+#include "core/call/gateway.h"
+#include "core/call/session.h"
+
+struct tg_upstream;
+struct tg_msg;
+struct cJSON;
+struct tg_upreq;
+struct tg_policy;
+struct tg_decision;
+struct tg_upstream_ops;
+struct resume_wait;
+
+/* What a call is relaying, decided when the upstream's head arrives (Streamable HTTP), or set
+ * by the message-stream kinds when the client's stream begins. */
+enum call_mode {
+    MODE_WAIT,     /* no upstream head yet */
+    MODE_JSON,     /* application/json body being collected */
+    MODE_SSE,      /* the answer streams to the client */
+    MODE_ACCEPTED, /* 202 for a notification or response */
+    MODE_GONE,     /* upstream says the session does not exist */
+    MODE_ERROR,    /* any other status */
+};
+
+enum call_kind {
+    KIND_REQUEST, /* a client request; the answer goes back with the client's id */
+    KIND_FORWARD, /* a notification or a response from the client; answered 202 */
+    KIND_GET,     /* the session's stream of server messages (a GET stream, or a channel's) */
+};
+
+/* How a call ended, as far as its reservations go. tg_call_settle() maps it to the audit
+ * outcome and decides the refund: the only place that does. */
+enum tg_outcome {
+    TG_OUT_OK,          /* answered with a result */
+    TG_OUT_ERROR,       /* answered with a JSON-RPC error object: the tool did not run */
+    TG_OUT_GARBLED,     /* answered with something that is not a well-formed answer: it may have run */
+    TG_OUT_NOT_SENT,    /* never reached the upstream */
+    TG_OUT_NOT_SENT_TIMEOUT, /* never reached it: no connection before the deadline */
+    TG_OUT_REFUSED,     /* the upstream refused the request (HTTP 4xx, session gone) */
+    TG_OUT_TIMEOUT,     /* no answer in time: it may have run */
+    TG_OUT_UNAVAILABLE, /* connection lost, 5xx, stream ended without the answer: it may have run */
+    TG_OUT_CLIENT_GONE, /* the client left while the upstream had it: it may have run */
+    TG_OUT_CLIENT_GONE_NOT_SENT, /* the client left before the message was written: it did not run */
+    TG_OUT_WITHDRAWN,   /* never forwarded (refused, parked then not approved): its decision's
+                         * audit line is written already; only the reservations go back */
+};
+
+/* One client message in flight. Owner: the session's calls list while open; closed by
+ * tg_call_close() and freed by tg_call_run_pending(). Holds a session reference, an upstream
+ * reference and the sink until it closes. */
+struct tg_cluster_job;
+struct tg_call {
+    struct tg_server *srv;
+    int closed;               /* tg_call_close() ran: inert, memory released by tg_call_run_pending */
+    struct tg_list dlink;     /* srv->dead_calls once closed */
+    struct tg_session *sess;
+    struct tg_sink *sink;     /* where the answer goes; NULL once released */
+    const struct tg_upstream_ops *ops; /* the upstream kind */
+    struct tg_upstream *uprt; /* the upstream runtime this call uses (reference) */
+    enum call_kind kind;
+    enum call_mode mode;
+    enum tg_era era;          /* the client's protocol era (from the request context) */
+    char proto[24];           /* the client's protocol version for this call */
+    int is_init;
+    int got_response;         /* 1: the answer was relayed, 2: it was an error object */
+    int settled;              /* tg_call_settle() ran */
+    uint64_t gid;
+    char gid_str[24];
+    size_t gid_len;
+    char *client_id;
+    size_t client_id_len;
+    struct tg_list slink;     /* session's calls */
+    struct tg_policy *policy; /* decided under this policy (a reload does not change it) */
+    char *grant;
+    char *method;
+    char *tool;               /* tools/call, resources/read, prompts/get: what was decided */
+    struct tg_decision *dec;  /* the decision and its reservations */
+    char args_sha256[65];
+    struct tg_mcp_mrtr_call *mrtr; /* a 2026 tools/call, prompts/get or resources/read: what an
+                                    * input_required answer is sealed for (owned, strings borrowed
+                                    * from the call) */
+    char *args_json;
+    int is_tools_list;
+    int list_kind;            /* > 0: a resources/list, resources/templates/list or prompts/list whose answer
+                               * is filtered (its enum tg_mcp_list); 0 for any other call */
+    int is_listen;            /* a 2026 subscriptions/listen: no call timeout, notifications seen
+                               * through the policy and tagged with the client's id */
+    unsigned listen_mask;     /* a listen on a 2025 upstream session: the list changes it takes */
+    char *listen_uris;        /* a 2025 session's GET stream as a listen: the resources it asked for
+                               * (JSON array), or NULL */
+    char *id_key;             /* canonical client id: duplicates and cancellation */
+    int answer_status;        /* the HTTP status the answer goes with (0: 200) */
+    struct tg_buf *answer_buf; /* during ops->answer only: the buffer holding the answer, which the
+                                  sink may take (tg_call_take_answer) instead of copying it */
+    struct tg_buf *answer_src; /* during tg_call_answer only, set by its caller: the buffer the
+                                  upstream's answer is in, which the rewrite may take over */
+    char *resend;             /* a 2025 session's call on a 2026-only upstream: the request as sent,
+                               * for the retry after input_required (core/bridge/input.c) */
+    int shim_rounds;          /* input rounds so far */
+    char *input_req_id;       /* a 2026 call held open: the upstream's server request id (raw JSON)
+                               * its client answers in a retry (core/bridge/input.c) */
+    char *up_headers;         /* a 2026 request's Mcp-* header lines for the upstream, rebuilt
+                               * from the body sent (NULL: the session's 2025 headers) */
+    int forwarded;            /* the message reached the upstream */
+    int refunded;
+    char *progress_token;     /* canonical params._meta.progressToken, for routing progress */
+    /* approvals (core/call/approvals.c) */
+    int parked;
+    char approval_id[33];
+    uint64_t approval_deadline;
+    uint64_t parked_at_wall;
+    struct tg_list alink;     /* srv->approvals while parked, srv->awaiting while awaiting */
+    struct tg_buf held;       /* the message, serialized, waiting for a decision */
+    /* a decision waiting for the shared counters (cluster/cluster.h; core/gate/dispatch.c) */
+    struct tg_cluster_job *deciding; /* non-NULL while it waits; detached when the call closes */
+    struct cJSON *resume_params;    /* a 2026 retry that resumes a held call: its params, kept */
+    char resume_parked[40];
+    unsigned char decide_no_wait; /* the sink cannot wait for a human (TG_SINK_NO_WAIT) */
+    uint64_t decide_timeout_ms;   /* the upstream's call_timeout_ms, for when it is sent */
+    /* message-stream kinds (stdio, legacy SSE): the answer arrives on the session's link */
+    int awaiting;             /* in srv->awaiting (uses alink), answer not here yet */
+    uint64_t deadline;        /* loop time after which the call times out */
+    uint64_t sent_at;
+    /* Streamable HTTP kind (upstream/streamable.c) */
+    struct tg_upreq *up;
+    struct tg_buf body;
+    struct tg_sse_parser sse;
+    struct tg_json_doc body_doc; /* MODE_JSON: the answer's spans, parsed once */
+    int body_doc_ok;
+    /* SEP-1699: the upstream ended the answer stream early with an event id and a retry; the
+     * call waits retry ms (resume), then GETs the stream again with Last-Event-ID. */
+    struct resume_wait *resume;
+    int resumes;       /* reconnects in a row without an event between them */
+    int resumes_total; /* reconnects of this call */
+    uint64_t first_sent_ns; /* the first upstream request: latency covers the whole call */
+    int resuming;      /* the upstream request now is such a GET */
+    int resume_failed; /* that GET was refused: what it says is not relayed */
+    /* 1 while the upstream's bytes are fed to the SSE parser: the messages relayed from them
+     * leave the touch and the backpressure check to the end of the bytes (2: some were). */
+    int feeding;
+};
+
+static inline uint64_t now_ms(struct tg_server *srv) { return uv_now(srv->loop); }
+
+/* Counters are aligned to UTC, so decisions use the wall clock. */
+static inline int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+const char *tg_call_upstream_name(const struct tg_call *k);
+/* cluster/approvals.c: a parked call leaves the cluster's shared queue (declared here so
+ * that tg_call_close, which unparks a call whose client went, does not include approvals.h). */
+void tg__approvals_shared_gone(struct tg_call *k);
+#define up_name tg_call_upstream_name
+
+/* A new call of session s for the message the sink carries (sink may be NULL: nobody reads). */
+struct tg_call *tg_call_new(struct tg_server *srv, struct tg_session *s, struct tg_sink *sink, enum call_kind kind);
+/* Storage for a call's decision (k->dec, freed with the call): uninitialized, from a free list. */
+struct tg_decision *tg_call_decision_new(void);
+/* Send the call's message (body NULL: open the session's stream) through its upstream kind. */
+void tg_call_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout);
+/* Close: idempotent; the call is unhooked, its sink released, its memory freed later. */
+void tg_call_close(struct tg_call *k);
+/* Free the calls closed since the last run (the server calls it with no handler on the stack). */
+void tg_call_run_pending(struct tg_server *srv);
+
+/* core/bridge/input.c: input_required to a 2025 client, as real server requests, then the retry.
+ * take: k's answer (p) is input_required: 1 the shim took k's client over (k answers nothing
+ * more), -1 with why (the client must get an error), 0 not such an answer. answer: a client's
+ * response to one of the shim's requests (1: consumed). dispose: shutdown. */
+int tg__call_shim_take(struct tg_call *k, const char *p, size_t n, char *why, size_t whysz);
+int tg__call_shim_answer(struct tg_server *srv, struct tg_session *s, struct tg_msg *m);
+void tg__call_shim_dispose(struct tg_server *srv);
+/* core/bridge/listen.c: listen k (a 2026 client's, on a 2025 upstream session, up_caps what its
+ * initialize declared) is served from the session's GET stream: acknowledged now, open until
+ * its client goes. */
+void tg__call_listen_local(struct tg_call *k, const struct cJSON *params, const char *up_caps);
+/* The GET stream k of a 2025 session on a 2026-07-28-only upstream, sent as a listen for the
+ * list changes the upstream declared and the resources in uris (a JSON array, or NULL). */
+void tg__call_listen_upstream(struct tg_call *k, const char *uris);
+/* Such a session's client subscribed to (add 1) or unsubscribed from uri: the session keeps the
+ * list, and its GET stream's listen, if it has one, is made again with it (the old one ends).
+ * -1 (nothing changed) when the list is full: TG_LISTEN_URIS_MAX resources or
+ * TG_LISTEN_URIS_BYTES of them, which is all a client can make a session hold this way. */
+#define TG_LISTEN_URIS_MAX 256
+#define TG_LISTEN_URIS_BYTES (64u << 10)
+int tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add);
+/* May server notification p go to session s's client (see tg_mcp_relay_allowed)? Decided by
+ * the policy of the session's grant and upstream as the configuration has it now; 0 (dropped,
+ * and logged) if that grant is gone. Callers ask only for a message whose method token may be
+ * notifications/resources/updated (tg_mcp_method_maybe_update): the others pass unlooked-at. */
+int tg__call_may_relay(struct tg_server *srv, struct tg_session *s, const char *p, size_t n);
+/* A 2026 call on a 2025 upstream session met a server request (p) for input its client declared:
+ * the client gets input_required now, and k stays open upstream (1); 0 if it cannot be. */
+int tg__call_input_park(struct tg_call *k, const char *p, size_t n);
+/* The retry r of the call held as parked: the answer goes upstream, and the held call takes
+ * r's client (r is left without a sink). NULL, or why the retry is refused. */
+const char *tg__call_input_resume(struct tg_call *r, const char *parked, const struct cJSON *params);
+/* core/call/call.c, for its other files: how long the upstream has had k (ms, -1: not sent); a
+ * server request the session's policy or client cannot take, answered upstream with an error
+ * (1: refused). */
+double tg__call_latency(const struct tg_call *k);
+int tg__call_refuse_server_request(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
+                                   size_t n, int refuse_all, const char *why);
+/* Keep or give back a decided call's reservations, and write its audit line: once per call. */
+void tg_call_settle(struct tg_call *k, enum tg_outcome o, double latency_ms);
+void tg_call_audit(struct tg_call *k, const char *decision, double latency, const char *outcome, const char *by);
+/* The upstream may have run it and the client is gone: audit client_gone, stop the upstream. */
+void tg_call_abandon(struct tg_call *k);
+
+/* Output from the upstream kinds. */
+/* A message from the upstream for call k: rewritten (id restored, tools/list filtered), checked
+ * (server requests), and passed to the sink as the answer or as a message on the way. Returns 1
+ * if it was k's answer. */
+int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *pre);
+/* p, if it is k's answer, to the client (id restored, tools/list filtered, initialize noted):
+ * returns 1; 0 if it is not k's answer (nothing sent). pre: p's spans if parsed already. */
+int tg_call_answer(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *pre);
+/* An error answer for k: -32004 with the client's id for a request (an initialize that failed
+ * also takes its new session away), or status (0: 504 for a timeout, else 502) otherwise. */
+void tg_call_answer_error(struct tg_call *k, const char *why, int status);
+/* The policy's refusal of k (deny, limited, or an approval that did not come), -32001/-32002/
+ * -32003 with what the client needs to know (rule, counter and retry, approval id). */
+void tg_call_answer_decision(struct tg_call *k, const struct tg_decision *d, const char *approval_id);
+/* Send the session's DELETE, kill its child, close its stream: the session ends upstream. */
+void tg_call_close_upstream_session(struct tg_server *srv, struct tg_session *s);
+/* Message p (a notification) to s's upstream, on the session's link (as an answer to a server
+ * request goes): nobody waits for an answer. */
+void tg_call_tell_upstream(struct tg_server *srv, struct tg_session *s, const char *p, size_t n);
+/* 1 if the session's upstream carries the server's own messages on the session's link. */
+int tg_call_kind_has_link(struct tg_server *srv, struct tg_session *s);
+/* Nothing more comes: the sink ends (a stream), and the call closes. */
+void tg_call_finish(struct tg_call *k);
+/* The answer will stream. */
+void tg_call_stream(struct tg_call *k);
+/* The call failed before or without its answer: settle with o, answer the client with -32004
+ * (or the status for an exchange without answer), end, close. */
+void tg_call_fail(struct tg_call *k, enum tg_outcome o, const char *why, double latency_ms);
+/* Pause or resume reading the upstream for this call (backpressure). */
+void tg_call_backpressure(struct tg_call *k);
+
+/* Message-stream kinds (stdio, legacy SSE): the shared half of their operations. */
+/* k's message was written to the session's link (ok 1), or could not be (the call fails). */
+void tg_call_link_sent(struct tg_call *k, int ok, uint64_t timeout_ms);
+/* A stream call (body NULL): the server's own messages will come on the session's link. */
+void tg_call_link_listen(struct tg_call *k);
+void tg_call_link_cancel(struct tg_call *k);
+int tg_call_link_sent_yes(const struct tg_call *k); /* a message on the link was written when sent */
+void tg_call_link_touch(struct tg_call *k);
+/* A message on the session's link. */
+void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u, const char *p,
+                             size_t n, const struct tg_json_doc *pre, struct tg_buf *own);
+/* A message on the session's link was too long to keep; id is its "id" token if its first bytes
+ * showed it: the call waiting for that answer fails now (-32004), instead of at its timeout. */
+void tg_session_link_oversized(struct tg_session *s, struct tg_slice id);
+/* The session's link died: its waiting calls fail, its channel ends, the session ends. */
+void tg_session_link_gone(struct tg_session *s, const char *why);
+/* Pause or resume the session's link (stdio child, legacy SSE stream). */
+void tg_session_link_pause(struct tg_session *s, int pause);
+/* Stop reading the session's link while its readers are behind. */
+void tg_session_backpressure(struct tg_server *srv, struct tg_session *s);
+
+/* The session's first call still waiting for an answer on its link, or NULL. */
+struct tg_call *tg_call_first_awaiting(struct tg_session *s);
+/* Sessions ending. */
+void tg_call_end_get_stream(struct tg_session *s);
+void tg_call_end_session_calls(struct tg_session *s);
+/* Shutdown: calls waiting on a message stream or a human get an answer now. */
+void tg_call_abort_waiting(struct tg_server *srv);
+/* Calls waiting on a message stream past their deadline fail (the tick). */
+void tg_call_expire_awaiting(struct tg_server *srv);
+size_t tg_call_inflight(struct tg_server *srv);
+
+#endif

@@ -1,0 +1,108 @@
+/* Client sessions, owned by the gateway.
+ *
+ * A session id is 128 random bits (base64url, 22 characters), bound to the
+ * grant and the upstream that created it. The table owns every session;
+ * work in flight holds a reference (tg_session_ref) so that a session removed
+ * by DELETE or expiry stays valid until that work finishes. */
+#ifndef TG_SESSION_H
+#define TG_SESSION_H
+
+#include <stdint.h>
+
+#include "core/base/buf.h"
+
+#define TG_SESSION_ID_LEN 22
+
+struct tg_call;
+struct tg_sink;
+struct tg_server;
+struct tg_uplink;
+struct tg_bridge;
+
+/* One client session. Owner: refcounted. tg_session_create() gives the table its reference,
+ * which tg_session_remove() drops (DELETE, expiry, the client gone); calls, sinks, channels and
+ * replay buffers hold their own, and the last tg_session_unref() frees it. */
+struct tg_session {
+    uint8_t id[16];
+    char id_str[TG_SESSION_ID_LEN + 1];
+    unsigned char up_modern; /* a 2025 session on a 2026-07-28-only upstream: the gateway answered
+                              * initialize, requests go as 2026 (u.client_caps below) */
+    char *grant;       /* grant name (copied: grants can change on reload) */
+    int upstream;      /* index into the server's upstreams */
+    unsigned char log_level; /* up_modern: the level logging/setLevel asked for (tg_mcp_log_level), 0 none */
+    char *listen_uris; /* up_modern: the resources its client subscribed to (a JSON array, bounded by
+                        * TG_LISTEN_URIS_MAX and _BYTES in core/call/call.h),
+                        * which every listen standing in for its GET stream asks for; owned */
+    char *up_session;  /* upstream's Mcp-Session-Id, never shown to clients */
+    char proto[24];    /* negotiated protocol version */
+    int initialized;   /* the initialize exchange succeeded */
+    int live;          /* in the table (0 after DELETE or expiry) */
+    int refcnt;
+    int init_pending;       /* initialize sent upstream, answer not seen yet */
+    uint64_t last_active_ms;
+    unsigned char shared;   /* its record is in the cluster's Redis (published or adopted) */
+    uint64_t shared_touch_ms; /* when this gateway last renewed the record's expiry */
+    unsigned inflight;
+    int stalled;            /* client connections still holding a big answer of this session */
+    struct tg_list calls;   /* in-flight calls of this session (struct tg_call, core/call/call.c) */
+    struct tg_call *get_stream; /* the call carrying the session's stream of server messages, if any */
+    struct tg_sink *channel;    /* the session's long-lived client stream (legacy SSE, WebSocket), if any */
+    struct tg_server *srv;      /* the server (for callbacks that only have the session) */
+    struct tg_uplink *uplink;   /* message-stream upstream (stdio child, legacy SSE stream), if any:
+                                 * owned by the session, freed by release_link */
+    void (*release_link)(struct tg_session *s); /* called when the session is removed */
+    /* A session is one of these at most: stateless (bridge) or a 2025 one on a 2026-only upstream
+     * (up_modern, client_caps). */
+    union {
+        struct tg_bridge *bridge; /* a stateless session's upstream-session state (core/bridge/stateless.c,
+                                   * which owns and frees it) */
+        char *client_caps;        /* up_modern: the capabilities its initialize declared (JSON),
+                                   * sent as _meta with each request; owned, freed with the session */
+    } u;
+    struct tg_buf server_reqs; /* canonical ids of server-to-client requests awaiting the client's answer */
+    int nserver_reqs;
+    struct tg_list streams; /* router's resumable client streams (replay buffers) */
+    struct tg_session *hnext;
+    struct tg_list link;    /* table's list, oldest activity first is not kept: sweep scans */
+};
+
+struct tg_session_table;
+
+struct tg_session_table *tg_session_table_new(void);
+void tg_session_table_free(struct tg_session_table *t);
+size_t tg_session_table_count(const struct tg_session_table *t);
+size_t tg_session_count_for_grant(const struct tg_session_table *t, const char *grant);
+
+/* New live session (refcnt 1, owned by the table). */
+struct tg_session *tg_session_create(struct tg_session_table *t, const char *grant, int upstream);
+/* Look up by the base64url id sent by a client; NULL if unknown or not live. */
+struct tg_session *tg_session_find(struct tg_session_table *t, struct tg_slice id);
+/* A cluster: ids made from now on are sealed with secret (8 random bytes and 8 of MAC). */
+void tg_session_table_seal(struct tg_session_table *t, const uint8_t secret[32]);
+/* 1 if id is a well-formed id sealed with the table's secret (made by a member of the cluster). */
+int tg_session_id_sealed(const struct tg_session_table *t, struct tg_slice id);
+/* A session another member made, with that id: NULL if the id is not sealed or already here. The
+ * caller fills in what the shared record says (upstream session, protocol). */
+struct tg_session *tg_session_adopt(struct tg_session_table *t, struct tg_slice id, const char *grant, int upstream);
+/* Remove from the table and drop the table's reference. */
+void tg_session_remove(struct tg_session_table *t, struct tg_session *s);
+struct tg_session *tg_session_ref(struct tg_session *s);
+void tg_session_unref(struct tg_session *s);
+
+/* At a stdio upstream's max_children: a live session of upstream that holds a link (a stdio
+ * child) and may give it up to a new session of grant. Never one with work under way (a call in
+ * flight or parked, an initialize pending). First the grant's session idle longest (since its
+ * client's last request or its last call's end) whose client is gone (connected(s) 0: no GET
+ * stream, legacy SSE stream or WebSocket held by a connection), at any idleness; else the grant's, then another
+ * grant's, session idle longest if idle at least idle_ms. A stream alone is not use (clients keep
+ * one open while they do nothing), but it says the client is still there, so it gets idle_ms; and
+ * two clients of one grant that initialise again the moment their stream ends cannot take a child
+ * back and forth. NULL if none. *same: 1 if of grant. */
+struct tg_session *tg_session_pick_evictable(struct tg_session_table *t, int upstream, const char *grant,
+                                             uint64_t now_ms, uint64_t idle_ms, int (*connected)(const struct tg_session *),
+                                             int *same);
+
+typedef int (*tg_session_visit_cb)(struct tg_session *s, void *arg); /* return 1 to remove s */
+void tg_session_sweep(struct tg_session_table *t, tg_session_visit_cb cb, void *arg);
+
+#endif

@@ -1,0 +1,66 @@
+/* The gate every client message passes (core/gate/dispatch.c): standard methods only, the policy's
+ * decision (allow, deny, limit, approve), then a call to the upstream or an answer made here.
+ *
+ * Transports call these with a context and a sink (core/call/exchange.h). tg_dispatch_message()
+ * takes over the sink reference: the answer comes through it (perhaps before it returns, as
+ * for a refusal) and it is released exactly once. */
+#ifndef TG_DISPATCH_H
+#define TG_DISPATCH_H
+
+#include "core/call/exchange.h"
+#include "core/base/json.h"
+
+struct tg_msg;
+struct tg_server;
+struct tg_session;
+
+/* Answer with a JSON-RPC error (data: raw JSON or NULL) and let the sink go: for a message no
+ * call took. */
+void tg_dispatch_refuse(struct tg_sink *sk, int status, const char *id, size_t idn, int code, const char *msg,
+                        const char *data);
+/* One decoded message of a live session. */
+void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m);
+/* Open the session's stream of server messages on sk (a GET stream, or a channel's). Returns
+ * 0, or -1 when this upstream needs none for a channel (its messages come on the session's
+ * link); sk is then not taken. */
+int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channel);
+/* A new session for x's grant and route: 0 (x->sess set), or the HTTP status of the refusal:
+ * 503 (draining) or 429 (the grant's session cap; metrics counted). */
+int tg_dispatch_session_open(struct tg_exchange *x);
+/* A session was used (a cluster renews its shared record), or is ready (initialize answered
+ * by the gateway itself: a cluster shares it). Nothing without a cluster. */
+void tg_dispatch_session_used(struct tg_server *srv, struct tg_session *s);
+void tg_dispatch_session_ready(struct tg_server *srv, struct tg_session *s);
+
+
+/* The session ends: TG_END_DELETE for a client's DELETE, TG_END_CLIENT_GONE when a channel's
+ * client left (parked calls are withdrawn too). The upstream session is ended, the GET stream
+ * and calls in flight are let go (audited as client_gone), and the session is removed. */
+enum tg_end_how { TG_END_DELETE, TG_END_CLIENT_GONE, TG_END_ELSEWHERE /* a cluster member's client deleted it */ };
+void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum tg_end_how how);
+/* ---- resources, prompts and completions (core/gate/reads.c), for core/gate/dispatch.c ---- */
+struct tg_policy;
+struct tg_decision;
+/* params.uri of a resources request in its normal form (policy/uri.h), written so into the
+ * request (m is marked edited), so that the upstream reads the URI the policy decides. 0 (*uri
+ * the string item), -1 if params.uri is not a string, -2 if the URI is refused (d says why). */
+int tg_dispatch_normal_uri(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision *d,
+                           cJSON **uri);
+/* resources/read, resources/subscribe or resources/unsubscribe m: params.uri normalised (as
+ * tg_dispatch_normal_uri) and decided. 1: *d decided (a URI that cannot be normalised is denied);
+ * 0: an unsubscribe, which needs no decision (*uri is its normal form); -1: params.uri is not a
+ * string (*bad says so). */
+int tg_dispatch_decide_uri(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision *d,
+                           cJSON **uri, const char **bad);
+/* Decide a request that reads something other than a tool: resources/read and subscribe (the
+ * URI normalised first; unsubscribe is only normalised), prompts/get, completion/complete. 1:
+ * *dec (a tg_call_decision_new) and *what (what it names, borrowed from m) are set; -1: the
+ * params are not valid (*bad says why); 0: not decided here, *list is the enum tg_mcp_list of
+ * a resources, templates or prompts list to filter, else -1. */
+int tg_dispatch_decide_reads(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision **dec,
+                             const char **what, int *list, const char **bad);
+
+/* The session's GET stream call, if any: its sink (for a client taking it over), else NULL. */
+struct tg_sink *tg_dispatch_get_stream_sink(struct tg_session *s);
+
+#endif

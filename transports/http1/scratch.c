@@ -1,0 +1,72 @@
+/* The request scratches of HTTP/1.1 connections (struct tg_http_scratch in http1.h): what a
+ * connection holds only while a request is under way, pooled in the env. */
+#include <stdlib.h>
+
+#include "transports/http1/http1.h"
+#include "transports/http1/internal.h"
+
+/* A request begins: the connection takes a scratch (headers, who, head and body storage). */
+void tg__http_scratch_take(struct tg_conn *c)
+{
+    if (c->x != NULL)
+        return;
+    struct tg_http_env *env = c->env;
+    struct tg_http_scratch *x = env->xpool;
+    if (x != NULL) {
+        env->xpool = x->next;
+        env->nxpool--;
+    } else {
+        x = tg_xcalloc(1, sizeof(*x));
+    }
+    c->x = x;
+    x->log_grant[0] = x->log_upstream[0] = x->log_session[0] = '\0';
+    c->req.headers = x->headers;
+    c->req.head = x->head; /* the storage moves in */
+    c->req.body = x->body;
+    tg_buf_init(&x->head);
+    tg_buf_init(&x->body);
+}
+
+static void scratch_free(struct tg_http_scratch *x)
+{
+    tg_buf_dispose(&x->head);
+    tg_buf_dispose(&x->body);
+    free(x);
+}
+
+/* The request is over: its scratch goes back to the pool, with storage of a usual size. */
+void tg__http_scratch_give(struct tg_conn *c)
+{
+    struct tg_http_scratch *x = c->x;
+    if (x == NULL)
+        return;
+    struct tg_http_env *env = c->env;
+    c->x = NULL;
+    tg__http_req_reset(&c->req);
+    c->req.headers = NULL;
+    x->head = c->req.head;
+    x->body = c->req.body;
+    tg_buf_init(&c->req.head);
+    tg_buf_init(&c->req.body);
+    if (x->head.cap > 4096)
+        tg_buf_dispose(&x->head);
+    if (x->body.cap > 16384)
+        tg_buf_dispose(&x->body);
+    if (env->nxpool >= TG_HTTP_XPOOL) {
+        scratch_free(x);
+        return;
+    }
+    x->next = env->xpool;
+    env->xpool = x;
+    env->nxpool++;
+}
+
+void tg_http_env_dispose(struct tg_http_env *env)
+{
+    while (env->xpool != NULL) {
+        struct tg_http_scratch *x = env->xpool;
+        env->xpool = x->next;
+        scratch_free(x);
+    }
+    env->nxpool = 0;
+}

@@ -1,0 +1,650 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/wire/http_fast.h"
+#include "core/base/log.h"
+#include "upstream/pool/internal.h"
+
+/* The part of a request uv_try_write() did not take, copied, made by tg__upconn_send(). Owner:
+ * libuv until on_write_done(), which frees it. */
+struct upwrite {
+    uv_write_t req;
+    char *base;
+};
+
+static void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void on_conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+
+/* ---- the request ----------------------------------------------------------- */
+
+void tg__upreq_format(struct tg_upreq *r, const char *method, const char *target, const char *extra_headers,
+                      const char *body, size_t len)
+{
+    const struct tg_upstream_conf *uc = r->up->uc;
+    tg_buf_init(&r->out);
+    if (tg_buf_try_reserve(&r->out, len + 512, 0) != 0)
+        abort();
+    /* Appends, not printf: this runs for every call. */
+    tg_buf_appends(&r->out, method);
+    tg_buf_append(&r->out, " ", 1);
+    tg_buf_appends(&r->out, target ? target : uc->path);
+    tg_buf_append(&r->out, " HTTP/1.1\r\nHost: ", 17);
+    tg_buf_appends(&r->out, uc->authority);
+    tg_buf_append(&r->out, "\r\n", 2);
+    for (size_t i = 0; i < uc->nheaders; i++) {
+        tg_buf_appends(&r->out, uc->headers[i].name);
+        tg_buf_append(&r->out, ": ", 2);
+        tg_buf_appends(&r->out, uc->headers[i].value);
+        tg_buf_append(&r->out, "\r\n", 2);
+    }
+    if (extra_headers)
+        tg_buf_appends(&r->out, extra_headers);
+    if (body != NULL) {
+        tg_buf_append(&r->out, "Content-Length: ", 16);
+        tg_buf_append_u64(&r->out, len);
+        tg_buf_append(&r->out, "\r\n\r\n", 4);
+        tg_buf_append(&r->out, body, len);
+    } else {
+        tg_buf_appends(&r->out, "\r\n");
+    }
+}
+
+/* ---- response parsing ------------------------------------------------------ */
+
+static struct tg_upconn *pconn(llhttp_t *p) { return p->data; }
+
+/* An upstream's response head is at most this long (nothing of it is kept but a few headers; the
+ * cap is so that a head that never ends fails now rather than at call_timeout_ms). */
+#define UPSTREAM_HEAD_MAX 65536
+
+static int head_bytes(llhttp_t *p, struct tg_upconn *c, size_t n)
+{
+    c->head_len += n;
+    if (c->head_len <= UPSTREAM_HEAD_MAX)
+        return 0;
+    llhttp_set_error_reason(p, "upstream response head over 64 KiB");
+    return -1;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t n)
+{
+    struct tg_upconn *c = pconn(p);
+    if (head_bytes(p, c, n) != 0)
+        return -1;
+    if (c->in_value) {
+        c->in_value = 0;
+        c->hname_len = 0;
+    }
+    size_t room = sizeof(c->hname) - c->hname_len;
+    size_t k = n < room ? n : room;
+    memcpy(c->hname + c->hname_len, at, k);
+    c->hname_len += k;
+    if (n > k)
+        c->hname_len = sizeof(c->hname); /* too long to be one we care about */
+    return 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t n)
+{
+    struct tg_upconn *c = pconn(p);
+    struct tg_upreq *r = c->req;
+    if (r == NULL || head_bytes(p, c, n) != 0)
+        return -1;
+    /* The final head is over (on_headers_complete set the status): this is a chunked body's
+     * trailer field. It never sets Content-Type or Mcp-Session-Id (RFC 9110 §6.5.1); it is
+     * counted in the head's 64 KiB and dropped. */
+    if (r->status >= 200)
+        return 0;
+    if (!c->in_value) {
+        c->in_value = 1;
+        c->hkind = 0;
+        if (c->hname_len == 12 && tg_token_eq_lower(c->hname, "content-type", 12)) {
+            c->hkind = 1;
+            r->ctype_len = 0;
+        } else if (c->hname_len == 14 && tg_token_eq_lower(c->hname, "mcp-session-id", 14)) {
+            c->hkind = 2;
+            r->sid_len = 0;
+        }
+    }
+    char *dst = c->hkind == 1 ? r->ctype : c->hkind == 2 ? r->sid : NULL;
+    size_t *len = c->hkind == 1 ? &r->ctype_len : &r->sid_len;
+    size_t cap = c->hkind == 1 ? sizeof(r->ctype) : sizeof(r->sid);
+    if (dst != NULL) {
+        if (*len + n >= cap) {
+            llhttp_set_error_reason(p, "upstream header too long");
+            return -1;
+        }
+        memcpy(dst + *len, at, n);
+        *len += n;
+    }
+    return 0;
+}
+
+static int on_headers_complete(llhttp_t *p)
+{
+    struct tg_upconn *c = pconn(p);
+    struct tg_upreq *r = c->req;
+    if (r == NULL)
+        return -1;
+    r->status = p->status_code;
+    if (r->status == 101)
+        return -1; /* no upgrade was asked for: a malformed answer (its bytes are no body) */
+    if (r->status >= 100 && r->status < 200)
+        return 1; /* interim response, which has no body whatever it says: llhttp goes on to the final one */
+    r->cbs->on_head(r, r->status, r->ud);
+    if (c->req == NULL)
+        return -1;
+    return r->status == 204 || r->status == 304 ? 1 : 0; /* no content, whatever the headers say */
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n)
+{
+    struct tg_upconn *c = pconn(p);
+    struct tg_upreq *r = c->req;
+    if (r == NULL)
+        return -1;
+    r->cbs->on_data(r, at, n, r->ud);
+    return c->req == NULL ? -1 : 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    struct tg_upconn *c = pconn(p);
+    if (c->req == NULL)
+        return -1;
+    if (c->req->status >= 100 && c->req->status < 200)
+        return 0;
+    c->complete = 1;
+    return HPE_PAUSED;
+}
+
+static const llhttp_settings_t resp_settings = {
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* ---- connections --------------------------------------------------------------- */
+
+static void on_write_done(uv_write_t *req, int status)
+{
+    struct upwrite *w = tg_container_of(req, struct upwrite, req);
+    tg_xfree(w->base);
+    tg_xfree(w);
+    (void)status; /* a failed write shows up as a read error or EOF on the same connection */
+}
+
+/* Bytes to the socket: what uv_try_write() takes now (no request object, no extra epoll_ctl), the
+ * rest copied and queued behind it. Returns 0 or a libuv error. */
+static int conn_write(struct tg_upconn *c, const char *p, size_t len)
+{
+    size_t off = 0;
+    uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
+    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (n > 0)
+        off = (size_t)n;
+    if (off < len && (n >= 0 || n == UV_EAGAIN)) {
+        struct upwrite *w = tg_xmalloc(sizeof(*w));
+        w->base = tg_xmalloc(len - off);
+        memcpy(w->base, p + off, len - off);
+        b = uv_buf_init(w->base, (unsigned)(len - off));
+        n = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write_done);
+        if (n != 0) {
+            free(w->base);
+            free(w);
+        }
+    }
+    return n < 0 && n != UV_EAGAIN ? n : 0;
+}
+
+/* Records the TLS layer produced (handshake, alerts, application data), to the socket. */
+static int conn_write_records(struct tg_upconn *c, struct tg_buf *out)
+{
+    int n = out->len ? conn_write(c, out->base, out->len) : 0;
+    tg_buf_dispose(out);
+    return n;
+}
+
+void tg__upconn_send(struct tg_upconn *c)
+{
+    struct tg_upreq *r = c->req;
+    c->complete = 0;
+    r->status = 0; /* no final head yet: on_header_value reads headers, not trailers */
+    c->in_value = 0;
+    c->hname_len = 0;
+    c->head_len = 0;
+    llhttp_init(&c->parser, HTTP_RESPONSE, &resp_settings);
+    c->parser.data = c;
+    int n;
+    if (c->tls != NULL) {
+        struct tg_buf enc;
+        tg_buf_init(&enc);
+        n = tg_tls_write(c->tls, r->out.base, r->out.len, &enc) == 0 ? 0 : UV_EPROTO;
+        int w = conn_write_records(c, &enc);
+        if (n == 0)
+            n = w;
+    } else {
+        n = conn_write(c, r->out.base, r->out.len);
+    }
+    if (n < 0) {
+        c->req = NULL;
+        r->conn = NULL;
+        tg__upconn_close(c);
+        tg__upreq_finish_later(r, TG_ECLOSED); /* tg__upconn_send runs inside tg_upreq_start too */
+        return;
+    }
+    r->sent = 1;
+    if (!r->paused)
+        tg__upconn_read_start(c);
+}
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    struct tg_upconn *c = h->data;
+    if (--c->handles > 0)
+        return;
+    struct tg_upstream *u = c->up;
+    tg_tls_free(c->tls);
+    if (c->tls_conf != NULL)
+        tg_conf_unref(c->tls_conf);
+    tg_buf_dispose(&c->plain);
+    free(c);
+    u->open_conns--;
+    tg__upstream_maybe_free(u);
+}
+
+void tg__upconn_close(struct tg_upconn *c)
+{
+    if (c->state == UC_CLOSING)
+        return;
+    struct tg_upstream *u = c->up;
+    if (c->state == UC_IDLE)
+        u->nidle--;
+    c->state = UC_CLOSING;
+    tg_list_unlink(&c->link);
+    if (c->dedicated)
+        u->ndedicated--;
+    else
+        u->npooled--;
+    struct tg_upreq *r = c->req;
+    c->req = NULL;
+    if (r != NULL)
+        r->conn = NULL;
+    if (c->resolving)
+        uv_cancel((uv_req_t *)&c->gai);
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    uv_close((uv_handle_t *)&c->timer, on_conn_closed);
+    if (r != NULL && !r->done)
+        tg__upreq_finish(r, TG_ECLOSED);
+    if (!u->closing)
+        tg__upstream_serve_queue(u); /* a pool slot is free again */
+}
+
+static void on_conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct tg_upconn *c = h->data;
+    *buf = uv_buf_init(c->up->scratch, sizeof(c->up->scratch));
+}
+
+/* r's answer is whole: r is finished, and c goes back to the pool if keep (bytes after the
+ * answer mean the connection is not sane: closed). */
+static void answered(struct tg_upconn *c, struct tg_upreq *r, int keep)
+{
+    c->req = NULL;
+    r->conn = NULL;
+    if (keep)
+        tg__upconn_to_idle(c);
+    else
+        tg__upconn_close(c);
+    tg__upreq_finish(r, 0);
+}
+
+/* A header the request keeps (content-type, mcp-session-id): 0, or -1 when it does not fit,
+ * which llhttp's reading refuses too (on_header_value). A later one replaces an earlier one. */
+static int keep_header(char *dst, size_t *len, size_t cap, const char *v, size_t n)
+{
+    if (n >= cap)
+        return -1;
+    memcpy(dst, v, n);
+    *len = n;
+    return 0;
+}
+
+/* The first bytes of an answer, when they hold all of it in the shape core/wire/http_fast.h reads:
+ * handed to the request as llhttp's callbacks hand one (on_head, on_data, finished), and 1;
+ * 0 leaves them to llhttp, unread. */
+static int take_fast(struct tg_upconn *c, const char *p, size_t n)
+{
+    struct tg_upreq *r = c->req;
+    struct tg_http_header h[24]; /* more headers than that: llhttp reads the answer */
+    struct tg_http_fast f;
+    if (!tg_http_fast_response(p, n, h, (int)(sizeof(h) / sizeof(h[0])), &f) || f.head_len > UPSTREAM_HEAD_MAX)
+        return 0;
+    size_t ctype_len = r->ctype_len, sid_len = r->sid_len;
+    for (int i = 0; i < f.nheaders; i++) {
+        const char *name = p + h[i].name_off, *v = p + h[i].value_off;
+        if (h[i].name_len == 12 && tg_token_eq_lower(name, "content-type", 12)) {
+            if (keep_header(r->ctype, &ctype_len, sizeof(r->ctype), v, h[i].value_len) != 0)
+                return 0;
+        } else if (h[i].name_len == 14 && tg_token_eq_lower(name, "mcp-session-id", 14)) {
+            if (keep_header(r->sid, &sid_len, sizeof(r->sid), v, h[i].value_len) != 0)
+                return 0;
+        }
+    }
+    r->ctype_len = ctype_len;
+    r->sid_len = sid_len;
+    r->status = f.status;
+    r->cbs->on_head(r, r->status, r->ud);
+    if (c->req != NULL && f.body_len > 0)
+        r->cbs->on_data(r, p + f.head_len, (size_t)f.body_len, r->ud);
+    if (c->state == UC_CLOSING)
+        return 1;
+    if (c->req == NULL) { /* cancelled from a callback */
+        tg__upconn_close(c);
+        return 1;
+    }
+    c->complete = 1;
+    answered(c, r, f.keep_alive && f.head_len + f.body_len == n);
+    return 1;
+}
+
+/* What the connection read (plaintext), or its end (nread < 0). */
+static void conn_bytes(struct tg_upconn *c, ssize_t nread, const uv_buf_t *buf)
+{
+    struct tg_upstream *u = c->up;
+    struct tg_upreq *r = c->req;
+    if (c->state == UC_IDLE) {
+        /* Bytes or EOF on an idle connection: the server closed it or misbehaves. */
+        tg__upconn_close(c);
+        return;
+    }
+    if (r == NULL) {
+        tg__upconn_close(c);
+        return;
+    }
+    if (nread < 0) {
+        if (r->got_bytes && llhttp_finish(&c->parser) == HPE_OK && c->complete == 0 && r->status >= 200) {
+            /* body delimited by the close: llhttp_finish ran on_message_complete */
+        }
+        if (c->complete) {
+            c->req = NULL;
+            r->conn = NULL;
+            tg__upconn_close(c);
+            tg__upreq_finish(r, 0);
+            return;
+        }
+        if (!r->got_bytes && c->reused && !r->retried && !u->closing) {
+            /* A pooled connection the server had closed while idle: try once more on a fresh one. */
+            c->req = NULL;
+            r->conn = NULL;
+            r->retried = 1;
+            tg__upconn_close(c);
+            tg__upreq_acquire(r);
+            return;
+        }
+        c->req = NULL;
+        r->conn = NULL;
+        tg__upconn_close(c);
+        tg__upreq_finish(r, TG_ECLOSED);
+        return;
+    }
+    if (!r->got_bytes) { /* the answer begins */
+        r->got_bytes = 1;
+        if (take_fast(c, buf->base, (size_t)nread))
+            return;
+    }
+    llhttp_errno_t e = llhttp_execute(&c->parser, buf->base, (size_t)nread);
+    if (c->state == UC_CLOSING)
+        return;
+    r = c->req;
+    if (r == NULL) { /* cancelled from a callback */
+        tg__upconn_close(c);
+        return;
+    }
+    if (e == HPE_PAUSED && c->complete) {
+        const char *pos = llhttp_get_error_pos(&c->parser);
+        int extra = pos != NULL && pos < buf->base + nread;
+        answered(c, r, llhttp_should_keep_alive(&c->parser) && !extra);
+        return;
+    }
+    if (e != HPE_OK) {
+        char esc[128];
+        tg_log(TG_LOG_WARN, "malformed upstream response", "upstream=%s error=%s", u->uc->name,
+               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(llhttp_get_error_reason(&c->parser))));
+        c->req = NULL;
+        r->conn = NULL;
+        tg__upconn_close(c);
+        tg__upreq_finish(r, TG_EINVAL);
+    }
+}
+
+static void connection_ready(struct tg_upconn *c);
+static void connect_failed(struct tg_upconn *c, int err, int later);
+
+static void tls_failed(struct tg_upconn *c, const char *why)
+{
+    char esc[256];
+    tg_log(TG_LOG_WARN, "upstream TLS handshake failed", "upstream=%s host=%s reason=%s", c->up->uc->name,
+           c->up->uc->tls_server_name ? c->up->uc->tls_server_name : c->up->uc->host,
+           tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why)));
+    tg__upstream_reach_failed(c->up);
+    connect_failed(c, TG_EINVAL, 0); /* nothing of the request was sent */
+}
+
+static void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct tg_upconn *c = s->data;
+    if (nread == 0)
+        return;
+    if (c->tls == NULL) {
+        conn_bytes(c, nread, buf);
+        return;
+    }
+    if (nread < 0) {
+        if (c->state == UC_HANDSHAKE)
+            tls_failed(c, "the upstream closed the connection");
+        else
+            conn_bytes(c, nread, buf);
+        return;
+    }
+    int was_up = tg_tls_established(c->tls);
+    struct tg_buf out;
+    tg_buf_init(&out);
+    c->plain.len = 0;
+    int rc = tg_tls_feed(c->tls, buf->base, (size_t)nread, &c->plain, sizeof(c->up->scratch) * 2, &out);
+    if (conn_write_records(c, &out) != 0 && rc == 0)
+        rc = TG_ECLOSED;
+    if (rc == TG_EINVAL || rc == TG_ELIMIT) {
+        if (!was_up && !tg_tls_established(c->tls)) {
+            tls_failed(c, tg_tls_last_error(c->tls));
+            return;
+        }
+        char esc[256];
+        tg_log(TG_LOG_WARN, "upstream TLS error", "upstream=%s reason=%s", c->up->uc->name,
+               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(tg_tls_last_error(c->tls))));
+        struct tg_upreq *r = c->req;
+        c->req = NULL;
+        if (r != NULL)
+            r->conn = NULL;
+        tg__upconn_close(c);
+        if (r != NULL)
+            tg__upreq_finish(r, TG_EINVAL);
+        return;
+    }
+    if (!was_up && tg_tls_established(c->tls))
+        connection_ready(c);
+    if (c->state != UC_CLOSING && c->plain.len > 0) {
+        uv_buf_t p = uv_buf_init(c->plain.base, (unsigned)c->plain.len);
+        conn_bytes(c, (ssize_t)c->plain.len, &p);
+    }
+    if (c->state != UC_CLOSING && rc == TG_ECLOSED)
+        conn_bytes(c, UV_EOF, NULL);
+}
+
+void tg__upconn_read_start(struct tg_upconn *c)
+{
+    uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read);
+}
+
+/* The connection failed before it carried its request: the request is taken off it and ends with
+ * err, now or (later, when this runs inside tg_upreq_start) from the loop. */
+static void connect_failed(struct tg_upconn *c, int err, int later)
+{
+    struct tg_upreq *r = c->req;
+    c->req = NULL;
+    if (r)
+        r->conn = NULL;
+    tg__upconn_close(c);
+    if (r && later)
+        tg__upreq_finish_later(r, err);
+    else if (r)
+        tg__upreq_finish(r, err);
+}
+
+static void on_connect_timeout(uv_timer_t *t)
+{
+    struct tg_upconn *c = t->data;
+    tg_log(TG_LOG_WARN, c->state == UC_HANDSHAKE ? "upstream TLS handshake timed out" : "upstream connect timed out",
+           "upstream=%s timeout_ms=%d", c->up->uc->name, c->up->uc->connect_timeout_ms);
+    tg__upstream_reach_failed(c->up);
+    connect_failed(c, TG_ETIMEDOUT, 0);
+}
+
+static void on_connected(uv_connect_t *req, int status)
+{
+    struct tg_upconn *c = req->data;
+    if (c->state == UC_CLOSING)
+        return;
+    struct tg_upstream *u = c->up;
+    if (status < 0) {
+        if (!u->last_connect_failed)
+            tg_log(TG_LOG_WARN, "upstream connect failed", "upstream=%s error=\"%s\"", u->uc->name,
+                   uv_strerror(status));
+        tg__upstream_reach_failed(u);
+        connect_failed(c, status, 0);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    if (u->uc->tls) {
+        /* The request waits for the handshake: a certificate that fails sends nothing. */
+        c->tls = tg_tls_client_new(u->uc->tls_ctx, u->uc->tls_server_name ? u->uc->tls_server_name : u->uc->host);
+        c->tls_conf = u->conf ? tg_conf_ref(u->conf) : NULL;
+        if (c->tls == NULL) {
+            tls_failed(c, "out of memory");
+            return;
+        }
+        c->state = UC_HANDSHAKE;
+        struct tg_buf out;
+        tg_buf_init(&out);
+        int rc = tg_tls_feed(c->tls, NULL, 0, &c->plain, 0, &out);
+        if (conn_write_records(c, &out) != 0 || rc != 0) {
+            tls_failed(c, rc != 0 ? tg_tls_last_error(c->tls) : "cannot write");
+            return;
+        }
+        uv_read_start((uv_stream_t *)&c->tcp, on_conn_alloc, on_conn_read);
+        return;
+    }
+    connection_ready(c);
+}
+
+/* Connected (and through the TLS handshake): carry the request, or wait in the pool. */
+static void connection_ready(struct tg_upconn *c)
+{
+    struct tg_upstream *u = c->up;
+    tg__upstream_reached(u);
+    u->metrics->upstream_connects++;
+    uv_timer_stop(&c->timer);
+    struct tg_upreq *r = c->req;
+    if (r == NULL) {
+        tg__upconn_to_idle(c);
+        return;
+    }
+    c->state = UC_BUSY;
+    tg__upconn_send(c);
+}
+
+static void start_connect(struct tg_upconn *c, const struct sockaddr *sa)
+{
+    c->state = UC_CONNECTING;
+    c->connect_req.data = c;
+    uv_timer_start(&c->timer, on_connect_timeout, (uint64_t)c->up->uc->connect_timeout_ms, 0);
+    int e = uv_tcp_connect(&c->connect_req, &c->tcp, sa, on_connected);
+    if (e != 0) {
+        /* EMFILE and the like fail here, inside tg_upreq_start: the caller hears of it later. */
+        tg_log(TG_LOG_WARN, "upstream connect failed", "upstream=%s error=\"%s\"", c->up->uc->name, uv_strerror(e));
+        tg__upstream_reach_failed(c->up);
+        connect_failed(c, e, 1); /* inside tg_upreq_start: the caller hears of it from the loop */
+    }
+}
+
+static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
+{
+    struct tg_upconn *c = g->data;
+    c->resolving = 0;
+    if (c->state == UC_CLOSING || status < 0 || res == NULL) {
+        if (res)
+            uv_freeaddrinfo(res);
+        if (c->state != UC_CLOSING) {
+            tg_log(TG_LOG_WARN, "upstream name resolution failed", "upstream=%s host=%s error=\"%s\"",
+                   c->up->uc->name, c->up->uc->host, uv_strerror(status));
+            tg__upstream_reach_failed(c->up);
+            struct tg_upreq *r = c->req;
+            c->req = NULL;
+            if (r)
+                r->conn = NULL;
+            tg__upconn_close(c);
+            if (r)
+                tg__upreq_finish(r, status < 0 ? status : TG_EINVAL);
+        }
+        return;
+    }
+    start_connect(c, res->ai_addr);
+    uv_freeaddrinfo(res);
+}
+
+/* A new connection, carrying r (or NULL) once connected. */
+void tg__upconn_new(struct tg_upstream *u, struct tg_upreq *r, int dedicated)
+{
+    struct tg_upconn *c = tg_xcalloc(1, sizeof(*c));
+    c->up = u;
+    c->id = ++u->next_conn_id;
+    c->dedicated = dedicated;
+    uv_tcp_init(u->loop, &c->tcp);
+    uv_timer_init(u->loop, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->gai.data = c;
+    c->handles = 2;
+    u->open_conns++;
+    tg_list_init(&c->link);
+    tg_list_insert_tail(&u->busy, &c->link);
+    if (dedicated)
+        u->ndedicated++;
+    else
+        u->npooled++;
+    c->req = r;
+    if (r)
+        r->conn = c;
+    if (u->addr_literal) {
+        start_connect(c, (const struct sockaddr *)&u->addr);
+        return;
+    }
+    c->state = UC_RESOLVING;
+    c->resolving = 1;
+    char port[8];
+    snprintf(port, sizeof(port), "%d", u->uc->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    if (uv_getaddrinfo(u->loop, &c->gai, on_resolved, u->uc->host, port, &hints) != 0) {
+        c->resolving = 0;
+        c->req = NULL;
+        if (r)
+            r->conn = NULL;
+        tg__upconn_close(c);
+        if (r)
+            tg__upreq_finish_later(r, TG_EINVAL);
+    }
+}
