@@ -361,6 +361,10 @@ static void approve_parks_then_sends(void **state)
     tg_buf_append(&list, "", 1);
     assert_non_null(strstr(list.base, "\"tool\":\"deploy\""));
     assert_non_null(strstr(list.base, k->approval_id));
+    /* the shape a cluster's list has too: waited_ms, and instance (null: no member holds it) */
+    assert_non_null(strstr(list.base, "\"waited_ms\":"));
+    assert_non_null(strstr(list.base, ",\"instance\":null}"));
+    assert_non_null(strstr(list.base, "\"args\":{\"x\":1}"));
     tg_buf_dispose(&list);
     cJSON *a = mw_audit_last(m);
     assert_string_equal(json_str(a, "decision"), "approve");
