@@ -222,12 +222,11 @@ static void post_sse_answer(void **state)
         edge_request(t, "POST", "/mcp", edge_in_session(hdr, sizeof(hdr), s), CALL("8", "echo"));
         HH_RUN_UNTIL(t->h, fake.nsend == 1);
         struct tg_call *k = fake.last;
-        k->mode = MODE_SSE;
         tg_call_stream(k);
         assert_int_equal(tg_call_upstream_message(k, PROGRESS, strlen(PROGRESS), NULL), 0);
         const char *ans = "{\"jsonrpc\":\"2.0\",\"id\":20,\"result\":{}}";
         assert_int_equal(tg_call_upstream_message(k, ans, strlen(ans), NULL), 1);
-        k->up = NULL;
+        k->upcall = NULL;
         tg_call_settle(k, TG_OUT_OK, 1);
         tg_call_finish(k);
         struct tg_buf head, body;
@@ -467,7 +466,6 @@ static void post_stream_resumed_after_end(void **state)
     edge_request(t, "POST", "/mcp", edge_in_session(hdr, sizeof(hdr), s), CALL("8", "echo"));
     HH_RUN_UNTIL(t->h, fake.nsend == 1);
     struct tg_call *k = fake.last;
-    k->mode = MODE_SSE;
     tg_call_stream(k);
     HH_RUN_UNTIL(t->h, got_has(t, "retry: 1000\ndata:\n\n"));
     struct tg_replay *r = tg_container_of(s->streams.next, struct tg_replay, slink);
@@ -479,10 +477,10 @@ static void post_stream_resumed_after_end(void **state)
     tg_streamable_tick(t->srv);
     tg_call_run_pending(t->srv);
     assert_int_equal(fake.ncancel, cancelled);
-    assert_ptr_equal(k->up, FAKE_UPREQ);
+    assert_ptr_equal(k->upcall, FAKE_UPREQ);
     const char *ans = "{\"jsonrpc\":\"2.0\",\"id\":80,\"result\":{}}";
     assert_int_equal(tg_call_upstream_message(k, ans, strlen(ans), NULL), 1);
-    k->up = NULL;
+    k->upcall = NULL;
     tg_call_settle(k, TG_OUT_OK, 1);
     tg_call_finish(k);
     assert_null(r->live);

@@ -268,7 +268,7 @@ static void send_fails_synchronously(void **state)
     mw_free(m);
 }
 
-/* The same on a message-stream kind: tg_call_link_sent(k, 0) fails the call as never sent. */
+/* The same on a message-stream kind: tg_link_sent(ln, a, 0) (upstream/link.c) fails the call as never sent. */
 static void link_send_fails_synchronously(void **state)
 {
     struct mw *m = mw_new(FAKE_LINK);
