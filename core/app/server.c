@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/call/approvals.h"
+#include "core/base/slab.h"
 #include "core/call/audit.h"
 #include "core/call/call.h"
 #include "core/gate/dispatch.h"
@@ -563,6 +564,10 @@ static void reload_work(uv_work_t *req)
         tg_conf_unref(j->nc);
         j->nc = NULL;
     }
+    /* What the load freed on this pool thread goes back to malloc: a thread's slab lists are its
+     * own, and a pool thread would keep them (up to TG_SLAB_KEEP blocks a class) until the
+     * process ends, where nothing frees them. */
+    tg_slab_drain();
 }
 
 /* Every waiter hears the end, even a dropped one (err NULL: the server is going), so that what
