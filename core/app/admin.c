@@ -88,7 +88,7 @@ static void list_approvals(struct tg_server *srv, struct tg_conn *c)
         w->c = c;
         c->exchange = w;
         c->on_abort = on_list_abort;
-        tg_approvals_queue(srv)->list(srv, on_listed, w);
+        srv->store.ops->approvals_list(srv->store.ud, on_listed, w);
         return;
     }
     struct tg_buf b;
@@ -379,7 +379,7 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
     w->conn = c;
     c->exchange = w;
     c->on_abort = on_decide_abort;
-    tg_approvals_queue(srv)->decide(srv, id, approve, w->by, w->reason, on_decided, w);
+    srv->store.ops->approval_decide(srv->store.ud, id, approve, w->by, w->reason, on_decided, w);
 }
 
 void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)

@@ -1,7 +1,5 @@
 #include "core/app/route.h"
 
-#include "cluster/sessions.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,7 +166,7 @@ static void session_wait_abort(struct tg_conn *c, void *ex)
     ((struct session_wait *)ex)->c = NULL; /* the record still comes, and frees the wait */
 }
 
-static void on_shared_record(void *ud, int found, const struct tg_cluster_session_rec *rec, const char *why)
+static void on_shared_record(void *ud, int found, const struct tg_shared_session_rec *rec, const char *why)
 {
     struct session_wait *w = ud;
     struct tg_conn *c = w->c;
@@ -244,7 +242,7 @@ static int wait_for_shared_session(struct tg_server *srv, struct tg_conn *c, con
     tg_strlcpy(w->upstream, srv->conf->upstreams[upstream].name, sizeof(w->upstream));
     c->exchange = w;
     c->on_abort = session_wait_abort;
-    tg_cluster_session_fetch(srv->cluster, w->sid, on_shared_record, w);
+    srv->store.ops->session_fetch(srv->store.ud, w->sid, on_shared_record, w);
     return 1;
 }
 
