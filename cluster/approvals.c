@@ -160,6 +160,20 @@ static uint64_t nget(const cJSON *o, const char *name)
     return cJSON_IsNumber(v) && v->valuedouble > 0 ? (uint64_t)v->valuedouble : 0;
 }
 
+/* Redis failed: this member's own calls, named as Redis would have named them. */
+static void on_local(void *ud, const struct tg_approval_item *items, size_t n)
+{
+    struct list_wait *w = ud;
+    struct tg_approval_item *named = n ? tg_xcalloc(n, sizeof(*named)) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        named[i] = items[i];
+        named[i].instance = w->cl->instance;
+    }
+    w->done(w->ud, named, n);
+    free(named);
+    free(w);
+}
+
 static void on_hash(void *ud, int status, const struct redisReply *r)
 {
     struct list_wait *w = ud;
@@ -173,8 +187,7 @@ static void on_hash(void *ud, int status, const struct redisReply *r)
                : status == TG_REDIS_EBUSY     ? "too many Redis requests in flight"
                : status == TG_REDIS_ECLOSED   ? "closed"
                                               : "unexpected Redis reply");
-        cl->local.ops->approvals_list(cl->local.ud, w->done, w->ud);
-        free(w);
+        cl->local.ops->approvals_list(cl->local.ud, on_local, w);
         return;
     }
     size_t n = r->elements / 2, m = 0;

@@ -74,17 +74,21 @@ for dp, _, fs in os.walk(objdir):
 if not objs:
     sys.exit('link-graph: no gateway objects found')
 defs, uses = {}, defaultdict(set)
-for src, path in sorted(objs):
-    out = subprocess.run(['nm', '--defined-only', '-g', path], capture_output=True, text=True, check=True).stdout
+by_path = {path: src for src, path in objs}
+# One nm per question over every object: 'path: value type name' lines (-A names the file).
+for flags in (['--defined-only', '-g'], ['-u']):
+    out = subprocess.run(['nm', '-A'] + flags + sorted(by_path), capture_output=True, text=True, check=True).stdout
     for line in out.splitlines():
-        p = line.split()
-        if len(p) == 3 and p[1] in 'TDBRVWG':
+        cut = line.find('.o:') + 2
+        path, p = line[:cut], line[cut + 1:].split()
+        src = by_path.get(path)
+        if src is None:
+            continue
+        if flags[0] == '-u':
+            if p and p[0] == 'U':
+                uses[src].add(p[1])
+        elif len(p) == 3 and p[1] in 'TDBRVWG':
             defs[p[2]] = src
-    out = subprocess.run(['nm', '-u', path], capture_output=True, text=True, check=True).stdout
-    for line in out.splitlines():
-        p = line.split()
-        if p and p[0] == 'U':
-            uses[src].add(p[1])
 
 def graph(key):
     g, why = defaultdict(set), defaultdict(set)
