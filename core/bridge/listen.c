@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bridge/listen.h"
+
 #include "core/call/call.h"
 #include "core/call/gateway.h"
 #include "core/base/json.h"
@@ -162,7 +164,7 @@ static int wants(const cJSON *notifications, const char *key, const cJSON *caps,
            cJSON_IsTrue(tg_json_get(tg_json_get(caps, what), "listChanged"));
 }
 
-void tg__call_listen_local(struct tg_call *k, const cJSON *params, const char *up_caps)
+void tg_bridge_listen_local(struct tg_call *k, const cJSON *params, const char *up_caps)
 {
     struct tg_session *s = k->sess;
     cJSON *caps = up_caps != NULL ? cJSON_Parse(up_caps) : NULL;
@@ -222,7 +224,7 @@ static const char *lists_changes(const cJSON *caps, const char *what)
                : "false";
 }
 
-void tg__call_listen_upstream(struct tg_call *k, const char *uris)
+void tg_bridge_listen_upstream(struct tg_call *k, const char *uris)
 {
     struct tg_server *srv = k->srv;
     struct tg_session *s = k->sess;
@@ -257,7 +259,7 @@ void tg__call_listen_upstream(struct tg_call *k, const char *uris)
     tg_buf_dispose(&b);
 }
 
-int tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
+int tg_bridge_listen_resubscribe(struct tg_session *s, const char *uri, int add)
 {
     /* The session keeps the list: a subscription made before the client opens its GET stream (or
      * while it has none) is asked for by the listen that stream makes. */
@@ -301,16 +303,6 @@ int tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
     s->get_stream = n;
     tg_call_close(g);
     s->get_stream = n;
-    tg__call_listen_upstream(n, s->listen_uris);
+    tg_bridge_listen_upstream(n, s->listen_uris);
     return 0;
-}
-
-int tg__call_may_relay(struct tg_server *srv, struct tg_session *s, const char *p, size_t n)
-{
-    const struct tg_grant_conf *g = tg_conf_find_grant(srv->conf, s->grant);
-    int ok = g != NULL && tg_mcp_relay_allowed(p, n, tg_conf_policy_for(srv->conf, g, s->upstream));
-    if (!ok)
-        tg_log(TG_LOG_DEBUG, "resource update for a resource the grant may not read; dropped", "session=%s",
-               s->id_str);
-    return ok;
 }

@@ -400,8 +400,9 @@ static void deliver_answer_at(struct tg_call *k, struct tg_buf *out, int is_erro
     if (k->is_tools_list && !is_error && k->srv->schemas != NULL)
         tg_mcp_schemas_learn(k->srv->schemas, up_name(k), p, n); /* for 2026 clients' Mcp-Param-* */
     char why[160];
-    if (k->era == TG_ERA_2025 && k->resend != NULL && !is_error) {
-        int shim = tg__call_shim_take(k, out->base, out->len, why, sizeof(why));
+    if (k->filter != NULL && k->filter->answer != NULL && !is_error) {
+        /* Across the eras: an answer the client's era cannot take (input_required for a 2025 client). */
+        int shim = k->filter->answer(k, k->filter_data, out->base, out->len, why, sizeof(why));
         if (shim == 1)
             return; /* its client is asked for the input; the retry answers it */
         if (shim < 0) {
@@ -485,7 +486,8 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
     } else if (srv_req.len > 0 && /* only a request can be refused: a notification is not parsed again */
                (tg__call_refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0,
                                                NULL) ||
-                ((sk->flags & TG_SINK_STATELESS) && tg__call_input_park(k, p, n)) ||
+                (k->filter != NULL && k->filter->server_request != NULL &&
+                 k->filter->server_request(k, k->filter_data, p, n)) ||
                 tg__call_refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_STATELESS) != 0,
                                                NULL))) {
         tg_buf_dispose(&out);

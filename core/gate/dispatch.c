@@ -7,6 +7,8 @@
 #include "cluster/cluster.h"
 #include "cluster/sessions.h"
 #include "core/call/approvals.h"
+#include "core/bridge/input.h"
+#include "core/bridge/listen.h"
 #include "core/call/audit.h"
 #include "core/call/call.h"
 #include "core/base/log.h"
@@ -140,6 +142,7 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
         k->resend = tg_xmalloc(out->len + 1);
         memcpy(k->resend, out->base, out->len);
         k->resend[out->len] = '\0';
+        tg_bridge_input_filter(k); /* an input_required answer is the bridge's to carry */
     }
 }
 
@@ -149,7 +152,7 @@ static void resume(struct tg_call *k, const struct tg_decision *dec, const char 
 {
     const char *why = dec != NULL && dec->verdict == TG_VERDICT_APPROVE
                           ? "Invalid params: the call this retry continues cannot wait for approval again"
-                          : tg__call_input_resume(k, parked, params);
+                          : tg_bridge_input_resume(k, parked, params);
     if (why != NULL && k->sink != NULL) {
         struct tg_buf e;
         tg_buf_init(&e);
@@ -378,6 +381,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     k->id_key = key;
     if (mc != NULL && dec != NULL) {
         k->mrtr = mc; /* the binding's strings are the call's own from here on */
+        tg_bridge_input_filter(k); /* 2026 has no server requests: one that comes is the bridge's */
         mc->b.grant = k->grant;
         mc->b.upstream = x->uc->name;
         mc->b.method = k->method;
@@ -419,7 +423,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     }
     if (listen && !x->up_modern) {
         /* A 2025 upstream session has no listen: its GET stream serves every listen of it. */
-        tg__call_listen_local(k, params, x->up_caps);
+        tg_bridge_listen_local(k, params, x->up_caps);
         return;
     }
     if (retry == 2) {
@@ -483,7 +487,7 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         srv->metrics.rpc_notifications++;
     else
         srv->metrics.rpc_responses++;
-    if (m->kind == TG_MSG_RESPONSE && tg__call_shim_answer(srv, s, m)) {
+    if (m->kind == TG_MSG_RESPONSE && tg_bridge_input_answer(srv, s, m)) {
         accept_bare(sk); /* an answer to the gateway's own request for input */
         return;
     }
@@ -638,7 +642,7 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
             tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, d.message[0] ? d.message : "resource denied by policy", NULL);
             return 1;
         }
-        if (tg__call_listen_resubscribe(s, uri->valuestring, subscribe) != 0) {
+        if (tg_bridge_listen_resubscribe(s, uri->valuestring, subscribe) != 0) {
             tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
                                "too many resource subscriptions on this session (at most 256 resources, 64 KiB of URIs)",
                                NULL);
@@ -730,7 +734,7 @@ int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channe
         /* A 2026-07-28 upstream has no GET stream: the session's stream is a listen for every
          * list change the upstream declared, and the resources the client subscribes to. */
         k->policy = tg_policy_ref(tg_conf_policy_for(x->srv->conf, x->grant, x->upstream));
-        tg__call_listen_upstream(k, s->listen_uris); /* the resources subscribed to so far */
+        tg_bridge_listen_upstream(k, s->listen_uris); /* the resources subscribed to so far */
         return 0;
     }
     tg_call_send(k, NULL, 0, 0);
