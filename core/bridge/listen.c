@@ -8,10 +8,10 @@
  *
  * A listen is a call that never goes upstream: it ends when its client goes (or the session
  * does), and it counts toward limits.listens_per_grant and inflight_per_session. */
+#include "core/bridge/listen.h"
+
 #include <stdlib.h>
 #include <string.h>
-
-#include "core/bridge/listen.h"
 
 #include "core/call/call.h"
 #include "core/call/gateway.h"

@@ -11,7 +11,6 @@
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
 #include "core/wire/msg.h"
-#include "core/call/roots.h"
 #include "policy/policy.h"
 #include "core/call/session.h"
 #include "upstream/pool/pool.h"
@@ -351,12 +350,10 @@ static void run_bridge(struct tg_server *srv, struct tg_bridge *b)
         struct waiter *w = tg_container_of(b->waiters.next, struct waiter, link);
         b->nwait--;
         tg_list_unlink(&w->link);
-        if (w->sk->ops->listening(w->sk)) {
-            if (!admit(b, &w->x, w->sk, &w->m))
-                w->go(&w->x, w->sk, &w->m, NULL);
-        }
-        else
+        if (!w->sk->ops->listening(w->sk))
             w->sk->ops->release(w->sk, NULL); /* the client left: nothing of its goes upstream */
+        else if (!admit(b, &w->x, w->sk, &w->m))
+            w->go(&w->x, w->sk, &w->m, NULL); /* the gate decides it now */
         tg_list_init(&w->link);
         waiter_free(w);
     }
