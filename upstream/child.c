@@ -25,6 +25,7 @@ struct tg_child {
     struct tg_buf errline; /* stderr likewise */
     size_t max_line;
     int skipping;          /* inside an over-long line: drop up to the next newline */
+    size_t skipped;        /* stdout lines that were not JSON-RPC */
     int handles;           /* open handles; freed at 0 */
     int exited;
     int killed;
@@ -92,6 +93,7 @@ static void deliver_line(struct tg_child *ch, const char *p, size_t n, struct tg
     struct tg_json_doc doc;
     if (p[i] != '{' || tg_json_parse(p + i, n - i, 1000, 0, &doc, NULL, NULL) != 0) {
         char esc[256];
+        ch->skipped++;
         tg_log(TG_LOG_INFO, "upstream stdout line is not JSON-RPC; skipped", "upstream=%s pid=%d line=%s", ch->name,
                ch->pid, tg_log_esc(esc, sizeof(esc), tg_slice_of(p + i, n - i)));
         return;
@@ -215,6 +217,10 @@ struct tg_child *tg_child_spawn(uv_loop_t *loop, const struct tg_upstream_conf *
     stdio[1].data.stream = (uv_stream_t *)&ch->out;
     stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
     stdio[2].data.stream = (uv_stream_t *)&ch->err;
+    if (uc->stderr_inherit) { /* ch->err stays unopened: closed with the others */
+        stdio[2].flags = UV_INHERIT_FD;
+        stdio[2].data.fd = 2;
+    }
     uv_process_options_t opt;
     memset(&opt, 0, sizeof(opt));
     opt.file = uc->command[0];
@@ -243,7 +249,8 @@ struct tg_child *tg_child_spawn(uv_loop_t *loop, const struct tg_upstream_conf *
     }
     ch->pid = ch->proc.pid;
     uv_read_start((uv_stream_t *)&ch->out, on_alloc, on_stdout);
-    uv_read_start((uv_stream_t *)&ch->err, on_alloc, on_stderr);
+    if (!uc->stderr_inherit)
+        uv_read_start((uv_stream_t *)&ch->err, on_alloc, on_stderr);
     tg_log(TG_LOG_DEBUG, "upstream process started", "upstream=%s pid=%d", uc->name, ch->pid);
     return ch;
 }
@@ -319,6 +326,7 @@ void tg_child_kill(struct tg_child *ch)
 
 int tg_child_alive(const struct tg_child *ch) { return ch != NULL && !ch->exited && !ch->killed; }
 int tg_child_pid(const struct tg_child *ch) { return ch->pid; }
+size_t tg_child_skipped(const struct tg_child *ch) { return ch->skipped; }
 
 void tg_child_pause(struct tg_child *ch)
 {
