@@ -1,7 +1,5 @@
 #include "core/app/route.h"
 
-#include "cluster/sessions.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,7 +161,7 @@ struct session_wait {
     char upstream[128];
 };
 
-static void on_shared_record(void *ud, int found, const struct tg_cluster_session_rec *rec, const char *why)
+static void on_shared_record(void *ud, int found, const struct tg_shared_session_rec *rec, const char *why)
 {
     struct session_wait *w = ud;
     struct tg_conn *c = tg_http_wait_stop(&w->w);
@@ -235,7 +233,7 @@ static int wait_for_shared_session(struct tg_server *srv, struct tg_conn *c, con
     tg_strlcpy(w->grant, g->name, sizeof(w->grant));
     tg_strlcpy(w->upstream, srv->conf->upstreams[upstream].name, sizeof(w->upstream));
     tg_http_wait_start(&w->w, c);
-    tg_cluster_session_fetch(srv->cluster, w->sid, on_shared_record, w);
+    srv->store.ops->session_fetch(srv->store.ud, w->sid, on_shared_record, w);
     return 1;
 }
 

@@ -377,7 +377,8 @@ static const struct tg_call_filter input_filter = {
 
 void tg_bridge_input_filter(struct tg_call *k) { tg_call_filter_set(k, &input_filter, NULL); }
 
-const char *tg_bridge_input_resume(struct tg_call *r, const char *parked, const cJSON *params)
+/* The held call named parked takes r's client, and the answer goes up: NULL, or why not. */
+static const char *resume_held(struct tg_call *r, const char *parked, const cJSON *params)
 {
     struct tg_session *s = r->sess;
     struct tg_call *k = NULL;
@@ -413,4 +414,19 @@ const char *tg_bridge_input_resume(struct tg_call *r, const char *parked, const 
         k->sink->ops->bind(k->sink, k);
     k->ops->touch(k);
     return NULL;
+}
+
+void tg_bridge_input_resume(struct tg_call *r, const struct tg_decision *dec, const char *parked, const cJSON *params)
+{
+    const char *why = dec != NULL && dec->verdict == TG_VERDICT_APPROVE
+                          ? "Invalid params: the call this retry continues cannot wait for approval again"
+                          : resume_held(r, parked, params);
+    if (why != NULL && r->sink != NULL) {
+        struct tg_buf e;
+        tg_buf_init(&e);
+        tg_rpc_error(&e, r->client_id, r->client_id_len, TG_RPC_INVALID_PARAMS, why, NULL);
+        r->sink->ops->answer(r->sink, r, 200, NULL, e.base, e.len);
+        tg_buf_dispose(&e);
+    }
+    tg_call_close(r);
 }

@@ -10,6 +10,7 @@
 #include "core/base/json.h"
 
 struct tg_call;
+struct tg_decision;
 struct tg_msg;
 struct tg_server;
 struct tg_session;
@@ -19,9 +20,11 @@ struct tg_session;
 void tg_bridge_input_filter(struct tg_call *k);
 /* A client's response m to one of the gateway's own requests for input (1: consumed). */
 int tg_bridge_input_answer(struct tg_server *srv, struct tg_session *s, struct tg_msg *m);
-/* The retry r of the call held as parked: the answer goes upstream, and the held call takes
- * r's client (r is left without a sink). NULL, or why the retry is refused. */
-const char *tg_bridge_input_resume(struct tg_call *r, const char *parked, const struct cJSON *params);
+/* A 2026 retry r (decided again: dec) that continues the call held open upstream as parked:
+ * the answer goes upstream and the held call answers through r's client; or r's client is told
+ * why not (a retry that would wait for approval again, a held call that ended). r ends here. */
+void tg_bridge_input_resume(struct tg_call *r, const struct tg_decision *dec, const char *parked,
+                            const struct cJSON *params);
 /* Shutdown: the clients still asked for input are answered -32004. */
 void tg_bridge_input_dispose(struct tg_server *srv);
 

@@ -83,7 +83,8 @@ struct tg_call_filter {
 /* One client message in flight. Owner: the session's calls list while open; closed by
  * tg_call_close() and freed by tg_call_run_pending(). Holds a session reference, an upstream
  * reference and the sink until it closes. */
-struct tg_cluster_job;
+struct tg_shared_job;
+struct tg_gate_request;
 struct tg_call {
     struct tg_server *srv;
     int closed;               /* tg_call_close() ran: inert, memory released by tg_call_run_pending */
@@ -148,8 +149,10 @@ struct tg_call {
     uint64_t parked_at_wall;
     struct tg_list alink;     /* srv->approvals while parked, srv->awaiting while awaiting */
     struct tg_buf held;       /* the message, serialized, waiting for a decision */
-    /* a decision waiting for the shared counters (cluster/cluster.h; core/gate/dispatch.c) */
-    struct tg_cluster_job *deciding; /* non-NULL while it waits; detached when the call closes */
+    /* its decision (core/gate/dispatch.c, through the shared store: core/call/shared.h) */
+    struct tg_gate_request *asking;  /* the request on the gate's stack while the store decides
+                                      * inline; NULL once the decision waits (held has it) */
+    struct tg_shared_job *deciding; /* non-NULL while it waits; detached when the call closes */
     struct cJSON *resume_params;    /* a 2026 retry that resumes a held call: its params, kept */
     char resume_parked[40];
     unsigned char decide_no_wait; /* the sink cannot wait for a human (TG_SINK_NO_WAIT) */
@@ -188,9 +191,6 @@ static inline int64_t wall_ms(void)
 }
 
 const char *tg_call_upstream_name(const struct tg_call *k);
-/* cluster/approvals.c: a parked call leaves the cluster's shared queue (declared here so
- * that tg_call_close, which unparks a call whose client went, does not include approvals.h). */
-void tg__approvals_shared_gone(struct tg_call *k);
 #define up_name tg_call_upstream_name
 
 /* A new call of session s for the message the sink carries (sink may be NULL: nobody reads). */

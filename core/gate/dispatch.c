@@ -4,8 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster/cluster.h"
-#include "cluster/sessions.h"
 #include "core/call/approvals.h"
 #include "core/bridge/input.h"
 #include "core/bridge/listen.h"
@@ -20,6 +18,7 @@
 #include "core/wire/msg.h"
 #include "core/call/roots.h"
 #include "core/call/gateway.h"
+#include "core/call/shared.h"
 #include "policy/policy.h"
 #include "upstream/pool/pool.h"
 
@@ -146,23 +145,6 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
     }
 }
 
-/* A 2026 retry that continues a call held open upstream (its server request answered): decided
- * again, it carries the answer up and the held call answers through this client; k ends here. */
-static void resume(struct tg_call *k, const struct tg_decision *dec, const char *parked, const cJSON *params)
-{
-    const char *why = dec != NULL && dec->verdict == TG_VERDICT_APPROVE
-                          ? "Invalid params: the call this retry continues cannot wait for approval again"
-                          : tg_bridge_input_resume(k, parked, params);
-    if (why != NULL && k->sink != NULL) {
-        struct tg_buf e;
-        tg_buf_init(&e);
-        tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_INVALID_PARAMS, why, NULL);
-        k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
-        tg_buf_dispose(&e);
-    }
-    tg_call_close(k);
-}
-
 /* An approve decision: the call waits for a human, unless it cannot (a batch, a full queue).
  * The serialized message moves into the call. */
 static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
@@ -185,72 +167,129 @@ static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
     tg_approvals_park(k);
 }
 
-/* A decision that waits for Redis: the message is serialized now (the request's tree is the
- * transport's and goes when this returns), and the call goes on in on_shared_decision(). */
-static void wait_shared_decision(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m, struct tg_call *k,
-                                 struct tg_cluster_job *job, int retry, const char *parked, cJSON *params)
+/* What the continuation reads of a request while it is still the transport's: on the gate's
+ * stack, and k->asking while the store decides inline. */
+struct tg_gate_request {
+    struct tg_exchange *x;
+    struct tg_msg *m;
+    cJSON *params;
+    const cJSON *args; /* tools/call */
+    int listen, retry; /* retry: tg_mcp_mrtr_retry's (2 continues a call held open upstream) */
+    const char *parked;
+};
+
+/* The arguments' digest (audit log, approval queue): a tenth of a call, made only for a reader. */
+static void digest(struct tg_call *k, const struct tg_gate_request *r)
 {
-    k->deciding = job;
-    k->decide_no_wait = (sk->flags & TG_SINK_NO_WAIT) != 0;
-    if (retry == 2) {
-        k->resume_params = cJSON_Duplicate(params, 1);
-        tg_strlcpy(k->resume_parked, parked, sizeof(k->resume_parked));
+    if (k->mrtr != NULL) {
+        tg_mcp_mrtr_digest_from(k->mrtr, r->params);
+        tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* the same digest, made once */
     } else {
-        serialize(x, k, m, 1, &k->held);
-        if (k->mrtr != NULL)
-            tg_mcp_mrtr_keep_args(k->mrtr, params);
+        tg_audit_args_hash(r->args, k->args_sha256);
     }
-    k->decide_timeout_ms = (uint64_t)x->uc->call_timeout_ms;
-    tg_cluster_bind(job, k);
 }
 
-static void on_shared_decision(void *ud, enum tg_cluster_outcome o, struct tg_decision *d, const char *why)
+/* The decision waits for the shared store: what the continuation needs of the request is kept now
+ * (its tree is the transport's and goes when the gate returns). It may yet park: the digest too. */
+static void hold(struct tg_call *k, const struct tg_gate_request *r, struct tg_shared_job *job)
 {
-    struct tg_call *k = ud;
-    struct tg_server *srv = k->srv;
-    k->deciding = NULL;
-    if (o == TG_CLUSTER_UNAVAILABLE) {
-        /* Fail closed: no counter could be reserved, so nothing is forwarded. */
-        srv->metrics.decisions[TG_VERDICT_DENY]++;
-        snprintf(k->dec->message, sizeof(k->dec->message), "%s", why);
-        snprintf(k->dec->rule, sizeof(k->dec->rule), "(cluster unavailable)");
-        tg_call_audit(k, "unavailable", -1, NULL, NULL);
-        struct tg_buf data, e;
-        tg_buf_init(&data);
-        tg_buf_init(&e);
-        const char *up = tg_call_upstream_name(k);
-        if (up == NULL)
-            up = "";
-        tg_buf_appends(&data, "{\"upstream\":");
-        tg_json_write_string(&data, up, strlen(up));
-        tg_buf_appends(&data, ",\"reason\":");
-        tg_json_write_string(&data, why, strlen(why));
-        tg_buf_appends(&data, "}");
-        tg_buf_append(&data, "", 1);
-        tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, data.base);
-        if (k->sink != NULL)
-            k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
-        tg_buf_dispose(&e);
-        tg_buf_dispose(&data);
-        tg_call_close(k);
-        return;
+    k->deciding = job;
+    digest(k, r);
+    if (r->retry == 2) {
+        k->resume_params = cJSON_Duplicate(r->params, 1);
+        tg_strlcpy(k->resume_parked, r->parked, sizeof(k->resume_parked));
+    } else {
+        serialize(r->x, k, r->m, 1, &k->held);
+        if (k->mrtr != NULL)
+            tg_mcp_mrtr_keep_args(k->mrtr, r->params);
     }
-    *k->dec = *d; /* TG_CLUSTER_FALLBACK: decided on this gateway's counters (counted by the cluster) */
-    struct tg_decision *dec = k->dec;
-    if (refused(srv, k, dec))
-        return;
-    if (k->resume_params != NULL) {
-        resume(k, dec, k->resume_parked, k->resume_params);
-        return;
+}
+
+/* The shared store could not decide and on_unavailable = "deny": fail closed, since no counter
+ * could be reserved nothing is forwarded. */
+static void fail_closed(struct tg_call *k, const char *why)
+{
+    k->srv->metrics.decisions[TG_VERDICT_DENY]++;
+    snprintf(k->dec->message, sizeof(k->dec->message), "%s", why);
+    snprintf(k->dec->rule, sizeof(k->dec->rule), "(cluster unavailable)");
+    tg_call_audit(k, "unavailable", -1, NULL, NULL);
+    struct tg_buf data, e;
+    tg_buf_init(&data);
+    tg_buf_init(&e);
+    const char *up = tg_call_upstream_name(k) ? tg_call_upstream_name(k) : "";
+    tg_buf_appends(&data, "{\"upstream\":");
+    tg_json_write_string(&data, up, strlen(up));
+    tg_buf_appends(&data, ",\"reason\":");
+    tg_json_write_string(&data, why, strlen(why));
+    tg_buf_append(&data, "}", 2); /* with its NUL: tg_rpc_error takes a C string */
+    tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, data.base);
+    if (k->sink != NULL)
+        k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
+    tg_buf_dispose(&e);
+    tg_buf_dispose(&data);
+    tg_call_close(k);
+}
+
+/* A decided (or undecided) request that may go: listened to here, resumed, parked or sent. r:
+ * the request (decided inline), or NULL when the decision waited and k holds it. */
+static void go_on(struct tg_call *k, struct tg_gate_request *r)
+{
+    struct tg_buf out;
+    if (r == NULL) {
+        if (k->resume_params != NULL) {
+            tg_bridge_input_resume(k, k->dec, k->resume_parked, k->resume_params);
+            return;
+        }
+        out = k->held;
+        tg_buf_init(&k->held);
+    } else {
+        struct tg_exchange *x = r->x;
+        if (r->listen && !x->up_modern) {
+            /* A 2025 upstream session has no listen: its GET stream serves every listen of it. */
+            tg_bridge_listen_local(k, r->params, x->up_caps);
+            return;
+        }
+        if (r->retry == 2) {
+            /* The retry of a call held open upstream for its server request: decided again, it
+             * now carries the answer up and the held call answers through this client. */
+            tg_bridge_input_resume(k, k->dec, r->parked, r->params);
+            return;
+        }
+        tg_roots_advertise(tg_conf_roots_for(x->grant, x->uc), r->m); /* pinned roots: the server asks the gateway */
+        tg_buf_init(&out);
+        serialize(x, k, r->m, k->tool != NULL, &out);
+        if (k->mrtr != NULL)
+            tg_mcp_mrtr_keep_args(k->mrtr, r->params); /* written: an input_required answer digests them */
     }
-    struct tg_buf out = k->held;
-    tg_buf_init(&k->held);
-    if (dec->verdict == TG_VERDICT_APPROVE) {
+    if (k->dec != NULL && k->dec->verdict == TG_VERDICT_APPROVE) {
         park(k, &out, k->decide_no_wait);
         return;
     }
-    tg_call_send(k, out.base, out.len, k->decide_timeout_ms);
+    tg_call_send(k, out.base, out.len, k->decide_timeout_ms); /* 0 for a listen: it lasts */
     tg_buf_dispose(&out);
+}
+
+/* The one continuation after a decision, the store's inline (k->asking is the request) or later
+ * (k holds it), the policy's for reads, or none needed (d NULL). */
+static void on_decided(void *ud, enum tg_shared_outcome o, struct tg_decision *d, const char *why)
+{
+    struct tg_call *k = ud;
+    struct tg_gate_request *r = k->asking;
+    k->deciding = NULL;
+    if (o == TG_SHARED_UNAVAILABLE) {
+        fail_closed(k, why);
+        return;
+    }
+    if (d != NULL) {
+        if (d != k->dec)
+            *k->dec = *d; /* TG_SHARED_FALLBACK too: decided on this gateway's counters */
+        if (r != NULL && r->m->mid == TG_M_TOOLS_CALL &&
+            (k->srv->audit != NULL || k->dec->verdict == TG_VERDICT_APPROVE))
+            digest(k, r);
+        if (refused(k->srv, k, k->dec))
+            return;
+    }
+    go_on(k, r);
 }
 
 /* A client request: decide it (tools/call, resources/read, prompts/get), then forward, park or refuse. */
@@ -322,7 +361,6 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         }
     }
     struct tg_decision *dec = NULL;
-    struct tg_cluster_job *job = NULL; /* the decision waits for the shared counters */
     const char *tool = NULL;
     const cJSON *args = NULL;
     int list = -1; /* a resources, templates or prompts list: its answer is filtered */
@@ -338,22 +376,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         }
         tool = name->valuestring;
         args = a;
-        dec = tg_call_decision_new();
-        struct tg_caller who = {g->name, s->id_str, x->uc->name};
-        if (srv->cluster != NULL) {
-            /* Shared counters: decided at once when no counter is reached, else when Redis answers. */
-            if (!tg_cluster_decide(srv->cluster, pol, &who, tool, args, (int64_t)wall_ms(), retry >= 1, dec,
-                                   on_shared_decision, NULL, &job)) {
-                memset(dec, 0, sizeof(*dec));
-                dec->verdict = TG_VERDICT_DENY; /* until the answer comes: nothing reserved, nothing allowed */
-            }
-        } else if (retry >= 1) { /* a later round of a call decided already: judged again, nothing reserved */
-            tg_policy_decide_continuation(pol, srv->counters, &who, tool, args, wall_ms(), dec);
-            dec->shared = 0;
-        } else {
-            tg_policy_decide_call(pol, srv->counters, &who, tool, args, wall_ms(), dec);
-            dec->shared = 0;
-        }
+        dec = tg_call_decision_new(); /* decided through the shared store once the call is made */
     } else if (m->mid != TG_M_TOOLS_LIST && m->mid != TG_M_INITIALIZE && !listen) {
         const char *bad;
         if (tg_dispatch_decide_reads(m, params, pol, &dec, &tool, &list, &bad) < 0) {
@@ -400,52 +423,24 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         k->tool = tg_xstrdup(tool);
         if (k->mrtr != NULL)
             k->mrtr->b.name = k->tool;
-        if (m->mid == TG_M_TOOLS_CALL) {
-            /* The digest is for the audit log and the approval queue: a SHA-256 of the
-             * arguments costs a tenth of a call, so it is made only for a reader. A decision
-             * still waiting for Redis may yet park. */
-            if (srv->audit != NULL || job != NULL || dec->verdict == TG_VERDICT_APPROVE) {
-                if (k->mrtr != NULL) {
-                    tg_mcp_mrtr_digest_from(k->mrtr, params);
-                    tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* the same digest, made once */
-                } else {
-                    tg_audit_args_hash(args, k->args_sha256);
-                }
-            }
+        if (m->mid == TG_M_TOOLS_CALL)
             k->args_json = tg_audit_args_values(&srv->conf->audit, args);
-        }
-        if (job != NULL) {
-            wait_shared_decision(x, sk, m, k, job, retry, parked, params);
-            return;
-        }
-        if (refused(srv, k, dec))
-            return;
     }
-    if (listen && !x->up_modern) {
-        /* A 2025 upstream session has no listen: its GET stream serves every listen of it. */
-        tg_bridge_listen_local(k, params, x->up_caps);
-        return;
+    struct tg_gate_request r = {x, m, params, args, listen, retry, parked};
+    k->decide_no_wait = (sk->flags & TG_SINK_NO_WAIT) != 0;
+    k->decide_timeout_ms = listen ? 0 : (uint64_t)x->uc->call_timeout_ms;
+    k->asking = &r;
+    if (m->mid == TG_M_TOOLS_CALL) {
+        /* Inline by the local store (and a cluster's when no counter is reached), else later. */
+        struct tg_shared_ask q = {pol, {g->name, s->id_str, x->uc->name}, tool, args, (int64_t)wall_ms(), retry >= 1};
+        struct tg_shared_job *job = srv->store.ops->decide(srv->store.ud, &q, dec, on_decided, k);
+        if (job != NULL)
+            hold(k, &r, job);
+    } else {
+        on_decided(k, TG_SHARED_DECIDED, dec, NULL); /* decided by the policy above, or nothing to decide */
     }
-    if (retry == 2) {
-        /* The retry of a call held open upstream for its server request: decided again above,
-         * it now carries the answer up and the held call answers through this client. */
-        resume(k, dec, parked, params);
-        return;
-    }
-    tg_roots_advertise(tg_conf_roots_for(x->grant, x->uc), m); /* pinned roots: the server asks the gateway */
-    struct tg_buf out;
-    tg_buf_init(&out);
-    serialize(x, k, m, tool != NULL, &out);
-    if (k->mrtr != NULL)
-        tg_mcp_mrtr_keep_args(k->mrtr, params); /* written: an input_required answer digests them */
-    if (dec != NULL && dec->verdict == TG_VERDICT_APPROVE) {
-        park(k, &out, (sk->flags & TG_SINK_NO_WAIT) != 0);
-        return;
-    }
-    tg_call_send(k, out.base, out.len, listen ? 0 : (uint64_t)x->uc->call_timeout_ms); /* a listen lasts */
-    tg_buf_dispose(&out);
+    k->asking = NULL; /* (a call closed inside stays readable until the end of the iteration) */
 }
-
 
 /* The id key a notifications/cancelled names (params.requestId, of any length: ids are bounded
  * only by limits.body_bytes), or NULL. */
@@ -617,8 +612,7 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
             free(c);
             cJSON_Delete(res);
         }
-        if (x->srv->cluster != NULL)
-            tg_cluster_session_share(x->srv->cluster, s, x->uc);
+        x->srv->store.ops->session_share(x->srv->store.ud, s, x->uc);
         sk->ops->answer(sk, NULL, 200, NULL, out.base, out.len);
         sk->ops->release(sk, NULL);
         tg_buf_dispose(&out);
@@ -762,14 +756,14 @@ int tg_dispatch_session_open(struct tg_exchange *x)
 
 void tg_dispatch_session_used(struct tg_server *srv, struct tg_session *s)
 {
-    if (srv->cluster != NULL)
-        tg_cluster_session_used(srv->cluster, s, uv_now(srv->loop));
+    if (s->shared) /* only a shared session has a record to renew */
+        srv->store.ops->session_used(srv->store.ud, s, uv_now(srv->loop));
 }
 
 void tg_dispatch_session_ready(struct tg_server *srv, struct tg_session *s)
 {
-    if (srv->cluster != NULL && (size_t)s->upstream < srv->conf->nupstreams)
-        tg_cluster_session_share(srv->cluster, s, &srv->conf->upstreams[s->upstream]);
+    if ((size_t)s->upstream < srv->conf->nupstreams)
+        srv->store.ops->session_share(srv->store.ud, s, &srv->conf->upstreams[s->upstream]);
 }
 
 void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum tg_end_how how)
@@ -778,8 +772,8 @@ void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum t
         tg_approvals_withdraw(s); /* nobody is there for their answer */
     if (!s->live)
         return;
-    if (how == TG_END_DELETE && s->shared && srv->cluster != NULL)
-        tg_cluster_session_forget(srv->cluster, s->id_str); /* for every member */
+    if (how == TG_END_DELETE && s->shared)
+        srv->store.ops->session_forget(srv->store.ud, s->id_str); /* for every member */
     if (how != TG_END_ELSEWHERE) /* the member that was asked closed it upstream */
         tg_call_close_upstream_session(srv, s);
     tg_call_end_get_stream(s);
