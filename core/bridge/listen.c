@@ -8,6 +8,7 @@
  *
  * A listen is a call that never goes upstream: it ends when its client goes (or the session
  * does), and it counts toward limits.listens_per_grant and inflight_per_session. */
+#include "core/call/sink.h"
 #include "core/bridge/listen.h"
 
 #include <stdlib.h>
@@ -62,26 +63,13 @@ static int in_list(const char *list, const char *s)
     return found;
 }
 
-/* A message of the gateway's own to the upstream session; its answer is of no interest. */
-static void nop_msg(struct tg_sink *sk, struct tg_call *k, const char *p, size_t n) { (void)sk, (void)k, (void)p, (void)n; }
-static void nop_answer(struct tg_sink *sk, struct tg_call *k, int st, const char *x, const char *p, size_t n)
-{
-    (void)sk, (void)k, (void)st, (void)x, (void)p, (void)n;
-}
-static void nop_call(struct tg_sink *sk, struct tg_call *k) { (void)sk, (void)k; }
-static void nop_poll(struct tg_sink *sk, struct tg_call *k, long ms) { (void)sk, (void)k, (void)ms; }
-static int nop_high(const struct tg_sink *sk) { (void)sk; return 0; }
-static int nop_listening(const struct tg_sink *sk) { (void)sk; return 1; }
-static const struct tg_sink_ops nop_ops = {nop_msg, nop_answer, nop_answer, nop_call, nop_call, nop_poll,
-                                           nop_high, nop_listening, NULL, nop_call, nop_call, NULL};
-static struct tg_sink nop_sink = {&nop_ops, TG_SINK_ANSWER_ONLY | TG_SINK_NO_WAIT}; /* shared, never freed */
 
 static void subscribe_upstream(struct tg_session *s, const cJSON *uri)
 {
     struct tg_server *srv = s->srv;
     if ((size_t)s->upstream >= srv->nupstreams)
         return;
-    struct tg_call *k = tg_call_new(srv, s, &nop_sink, KIND_REQUEST);
+    struct tg_call *k = tg_call_new(srv, s, &tg_sink_discard, KIND_REQUEST);
     s->inflight++;
     k->era = TG_ERA_2025;
     k->method = tg_xstrdup("resources/subscribe");
@@ -146,15 +134,15 @@ static void fan_release(struct tg_sink *sk, struct tg_call *k)
 
 static const struct tg_sink_ops fan_ops = {
     .message = fan_message,
-    .answer = nop_answer,
-    .bare = nop_answer,
-    .stream = nop_call,
-    .end = nop_call,
-    .poll = nop_poll,
-    .high = nop_high,
-    .listening = nop_listening,
+    .answer = tg_sink_nop_answer,
+    .bare = tg_sink_nop_answer,
+    .stream = tg_sink_nop,
+    .end = tg_sink_nop,
+    .poll = tg_sink_nop_poll,
+    .high = tg_sink_never_high,
+    .listening = tg_sink_always_listening,
     .close = NULL,
-    .bind = nop_call,
+    .bind = tg_sink_nop,
     .release = fan_release,
 };
 

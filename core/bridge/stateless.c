@@ -1,3 +1,4 @@
+#include "core/call/sink.h"
 #include "core/bridge/stateless.h"
 
 #include <stdio.h>
@@ -117,10 +118,6 @@ static void boot_bare(struct tg_sink *sk, struct tg_call *k, int status, const c
         snprintf(bs->why, sizeof(bs->why), "the upstream answered notifications/initialized with HTTP %d", status);
 }
 
-static void boot_nop(struct tg_sink *sk, struct tg_call *k) { (void)sk, (void)k; }
-static void boot_poll(struct tg_sink *sk, struct tg_call *k, long ms) { (void)sk, (void)k, (void)ms; }
-static int boot_high(const struct tg_sink *sk) { (void)sk; return 0; }
-static int boot_listening(const struct tg_sink *sk) { (void)sk; return 1; }
 
 /* The boot step is over: the bridge moves on from the loop, never inside the call's callback. */
 static void boot_release(struct tg_sink *sk, struct tg_call *k)
@@ -156,13 +153,13 @@ static const struct tg_sink_ops boot_ops = {
     .message = boot_message,
     .answer = boot_answer,
     .bare = boot_bare,
-    .stream = boot_nop,
-    .end = boot_nop,
-    .poll = boot_poll,
-    .high = boot_high,
-    .listening = boot_listening,
+    .stream = tg_sink_nop,
+    .end = tg_sink_nop,
+    .poll = tg_sink_nop_poll,
+    .high = tg_sink_never_high,
+    .listening = tg_sink_always_listening,
     .close = NULL,
-    .bind = boot_nop,
+    .bind = tg_sink_nop,
     .release = boot_release,
 };
 

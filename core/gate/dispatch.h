@@ -8,16 +8,13 @@
 #define TG_DISPATCH_H
 
 #include "core/call/exchange.h"
+#include "core/call/sink.h"
 #include "core/base/json.h"
 
 struct tg_msg;
 struct tg_server;
 struct tg_session;
 
-/* Answer with a JSON-RPC error (data: raw JSON or NULL) and let the sink go: for a message no
- * call took. */
-void tg_dispatch_refuse(struct tg_sink *sk, int status, const char *id, size_t idn, int code, const char *msg,
-                        const char *data);
 /* One decoded message of a live session. */
 void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m);
 /* Open the session's stream of server messages on sk (a GET stream, or a channel's). Returns

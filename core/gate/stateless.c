@@ -24,7 +24,7 @@ int tg_dispatch_stateless_session(struct tg_exchange *x)
 static void on_admitted(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m, const char *why)
 {
     if (why != NULL)
-        tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_UPSTREAM, why, NULL);
+        tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_UPSTREAM, why, NULL);
     else
         tg_dispatch_message(x, sk, m);
 }
@@ -36,7 +36,7 @@ void tg_dispatch_stateless(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         tg_dispatch_message(x, sk, m);
         break;
     case TG_BRIDGE_FULL:
-        tg_dispatch_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
+        tg_sink_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
                            "Too many calls in flight for this grant (limits.inflight_per_session)", NULL);
         break;
     case TG_BRIDGE_ANSWERED:
