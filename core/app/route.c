@@ -11,6 +11,7 @@
 #include "core/call/exchange.h"
 #include "core/call/gateway.h"
 #include "core/base/log.h"
+#include "core/bridge/input.h"
 #include "core/bridge/stateless.h"
 #include "core/wire/msg.h"
 #include "core/app/oauth_meta.h"
@@ -441,7 +442,7 @@ void tg_router_free_streams(struct tg_server *srv)
     tg_call_abort_waiting(srv);
     tg_approvals_abort(srv);
     tg_streamable_free_streams(srv);
-    tg__call_shim_dispose(srv);
+    tg_bridge_input_dispose(srv);
     tg_bridge_dispose(srv); /* before the session table goes */
 }
 

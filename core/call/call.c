@@ -398,8 +398,9 @@ static void deliver_answer_at(struct tg_call *k, struct tg_buf *out, int is_erro
     if (k->is_tools_list && !is_error && k->srv->schemas != NULL)
         tg_mcp_schemas_learn(k->srv->schemas, up_name(k), p, n); /* for 2026 clients' Mcp-Param-* */
     char why[160];
-    if (k->era == TG_ERA_2025 && k->resend != NULL && !is_error) {
-        int shim = tg__call_shim_take(k, out->base, out->len, why, sizeof(why));
+    if (k->filter != NULL && k->filter->answer != NULL && !is_error) {
+        /* Across the eras: an answer the client's era cannot take (input_required for a 2025 client). */
+        int shim = k->filter->answer(k, k->filter_data, out->base, out->len, why, sizeof(why));
         if (shim == 1)
             return; /* its client is asked for the input; the retry answers it */
         if (shim < 0) {
@@ -455,6 +456,18 @@ int tg_call_take_answer(struct tg_call *k, const char *p, size_t n, struct tg_bu
     return ok;
 }
 
+/* The policy's word on a resource update, for every session whatever its era (core/bridge/listen.c
+ * needs it too, but nothing in it crosses the eras). */
+int tg__call_may_relay(struct tg_server *srv, struct tg_session *s, const char *p, size_t n)
+{
+    const struct tg_grant_conf *g = tg_conf_find_grant(srv->conf, s->grant);
+    int ok = g != NULL && tg_mcp_relay_allowed(p, n, tg_conf_policy_for(srv->conf, g, s->upstream));
+    if (!ok)
+        tg_log(TG_LOG_DEBUG, "resource update for a resource the grant may not read; dropped", "session=%s",
+               s->id_str);
+    return ok;
+}
+
 /* What tg_call_upstream_message does, saying what p was: 0 (not looked at), or a TG_UPMSG_*. */
 static int relay(struct tg_call *k, const char *p, size_t n, const struct tg_json_doc *pre)
 {
@@ -484,7 +497,8 @@ static int relay(struct tg_call *k, const char *p, size_t n, const struct tg_jso
     } else if (srv_req.len > 0 && /* only a request can be refused: a notification is not parsed again */
                (tg__call_refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0,
                                                NULL) ||
-                ((sk->flags & TG_SINK_STATELESS) && tg__call_input_park(k, p, n)) ||
+                (k->filter != NULL && k->filter->server_request != NULL &&
+                 k->filter->server_request(k, k->filter_data, p, n)) ||
                 tg__call_refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_STATELESS) != 0,
                                                NULL))) {
         tg_buf_dispose(&out);

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "core/call/approvals.h"
+#include "core/bridge/input.h"
+#include "core/bridge/listen.h"
 #include "core/call/audit.h"
 #include "core/call/call.h"
 #include "core/base/log.h"
@@ -17,27 +19,11 @@
 #include "core/call/roots.h"
 #include "core/call/gateway.h"
 #include "core/call/shared.h"
+#include "core/call/sink.h"
 #include "policy/policy.h"
 #include "upstream/pool/pool.h"
 
 /* ---- answers made here, before any call ----------------------------------------------- */
-
-void tg_dispatch_refuse(struct tg_sink *sk, int status, const char *id, size_t idn, int code, const char *msg,
-                        const char *data)
-{
-    struct tg_buf b;
-    tg_buf_init(&b);
-    tg_rpc_error(&b, id, idn, code, msg, data);
-    sk->ops->answer(sk, NULL, status, NULL, b.base, b.len);
-    tg_buf_dispose(&b);
-    sk->ops->release(sk, NULL);
-}
-
-static void accept_bare(struct tg_sink *sk)
-{
-    sk->ops->bare(sk, NULL, 202, NULL, NULL, 0);
-    sk->ops->release(sk, NULL);
-}
 
 /* A request the upstream hears as 2026-07-28: its Mcp-* headers, from the body. A 2026 request
  * to a 2025 upstream loses its claim instead (that upstream's session speaks 2025). *meta_cut:
@@ -139,24 +125,8 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
         k->resend = tg_xmalloc(out->len + 1);
         memcpy(k->resend, out->base, out->len);
         k->resend[out->len] = '\0';
+        tg_bridge_input_filter(k); /* an input_required answer is the bridge's to carry */
     }
-}
-
-/* A 2026 retry that continues a call held open upstream (its server request answered): decided
- * again, it carries the answer up and the held call answers through this client; k ends here. */
-static void resume(struct tg_call *k, const struct tg_decision *dec, const char *parked, const cJSON *params)
-{
-    const char *why = dec != NULL && dec->verdict == TG_VERDICT_APPROVE
-                          ? "Invalid params: the call this retry continues cannot wait for approval again"
-                          : tg__call_input_resume(k, parked, params);
-    if (why != NULL && k->sink != NULL) {
-        struct tg_buf e;
-        tg_buf_init(&e);
-        tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_INVALID_PARAMS, why, NULL);
-        k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
-        tg_buf_dispose(&e);
-    }
-    tg_call_close(k);
 }
 
 /* An approve decision: the call waits for a human, unless it cannot (a batch, a full queue).
@@ -251,7 +221,7 @@ static void go_on(struct tg_call *k, struct tg_gate_request *r)
     struct tg_buf out;
     if (r == NULL) {
         if (k->resume_params != NULL) {
-            resume(k, k->dec, k->resume_parked, k->resume_params);
+            tg_bridge_input_resume(k, k->dec, k->resume_parked, k->resume_params);
             return;
         }
         out = k->held;
@@ -260,13 +230,13 @@ static void go_on(struct tg_call *k, struct tg_gate_request *r)
         struct tg_exchange *x = r->x;
         if (r->listen && !x->up_modern) {
             /* A 2025 upstream session has no listen: its GET stream serves every listen of it. */
-            tg__call_listen_local(k, r->params, x->up_caps);
+            tg_bridge_listen_local(k, r->params, x->up_caps);
             return;
         }
         if (r->retry == 2) {
             /* The retry of a call held open upstream for its server request: decided again, it
              * now carries the answer up and the held call answers through this client. */
-            resume(k, k->dec, r->parked, r->params);
+            tg_bridge_input_resume(k, k->dec, r->parked, r->params);
             return;
         }
         tg_roots_advertise(tg_conf_roots_for(x->grant, x->uc), r->m); /* pinned roots: the server asks the gateway */
@@ -320,7 +290,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         struct tg_call *o = tg_container_of(l, struct tg_call, slink);
         if (o->kind == KIND_REQUEST && o->id_key && strcmp(o->id_key, key) == 0) {
             tg_xfree(key);
-            tg_dispatch_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
+            tg_sink_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
                       "Invalid Request: a request with this id is already in flight in this session", NULL);
             return;
         }
@@ -328,7 +298,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     if (s->inflight >= (unsigned)lim->inflight_per_session) {
         tg_xfree(key);
         srv->metrics.limit_inflight++;
-        tg_dispatch_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
+        tg_sink_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
                   "Too many calls in flight for this session (limits.inflight_per_session)", NULL);
         return;
     }
@@ -341,7 +311,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         if (n >= (unsigned)lim->listens_per_grant) {
             tg_xfree(key);
             srv->metrics.limit_inflight++;
-            tg_dispatch_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
+            tg_sink_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
                    "Too many subscriptions/listen streams for this grant (limits.listens_per_grant)", NULL);
             return;
         }
@@ -370,7 +340,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             char esc[96];
             tg_log(TG_LOG_INFO, "2026-07-28 retry refused", "grant=%s upstream=%s method=%s why=%s", g->name,
                    x->uc->name, m->method, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why)));
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, why, NULL);
+            tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, why, NULL);
             return;
         }
     }
@@ -384,7 +354,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         if (!cJSON_IsObject(params) || !cJSON_IsString(name) || (a != NULL && !cJSON_IsObject(a))) {
             tg_xfree(key);
             tg_xfree(mc);
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+            tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
                       "tools/call needs params.name (a string) and optional params.arguments (an object)", NULL);
             return;
         }
@@ -396,7 +366,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         if (tg_dispatch_decide_reads(m, params, pol, &dec, &tool, &list, &bad) < 0) {
             tg_xfree(key);
             tg_xfree(mc);
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, bad, NULL);
+            tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, bad, NULL);
             return;
         }
     }
@@ -418,6 +388,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     k->id_key = key;
     if (mc != NULL && dec != NULL) {
         k->mrtr = mc; /* the binding's strings are the call's own from here on */
+        tg_bridge_input_filter(k); /* 2026 has no server requests: one that comes is the bridge's */
         mc->b.grant = k->grant;
         mc->b.upstream = x->uc->name;
         mc->b.method = k->method;
@@ -495,18 +466,18 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         srv->metrics.rpc_notifications++;
     else
         srv->metrics.rpc_responses++;
-    if (m->kind == TG_MSG_RESPONSE && tg__call_shim_answer(srv, s, m)) {
-        accept_bare(sk); /* an answer to the gateway's own request for input */
+    if (m->kind == TG_MSG_RESPONSE && tg_bridge_input_answer(srv, s, m)) {
+        tg_sink_accept(sk); /* an answer to the gateway's own request for input */
         return;
     }
     if (m->kind == TG_MSG_RESPONSE && !tg_mcp_take_server_request(s, m->id_raw, m->id_len)) {
         /* Only answers to requests the server actually sent go up; anything else is a forgery. */
-        tg_dispatch_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_sink_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
                "Invalid Request: no server request with this id is waiting for an answer", NULL);
         return;
     }
     if (tg_roots_drop(tg_conf_roots_for(x->grant, x->uc), m)) {
-        accept_bare(sk); /* the server's roots are the operator's, not the client's */
+        tg_sink_accept(sk); /* the server's roots are the operator's, not the client's */
         return;
     }
     if (m->kind == TG_MSG_NOTIFICATION && m->mid == TG_M_CANCELLED) {
@@ -516,7 +487,7 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         int upstream = want != NULL && !tg_approvals_cancel(s, want) && rewrite_cancel(s, m, want);
         free(want);
         if (!upstream) {
-            accept_bare(sk);
+            tg_sink_accept(sk);
             return;
         }
     }
@@ -551,13 +522,13 @@ static void refuse_nonstandard(struct tg_exchange *x, struct tg_sink *sk, struct
     ar.latency_ms = -1;
     tg_audit_log(srv->audit, &srv->conf->audit, &ar);
     if (m->kind == TG_MSG_NOTIFICATION) {
-        accept_bare(sk); /* notifications get no answer; it is dropped */
+        tg_sink_accept(sk); /* notifications get no answer; it is dropped */
         return;
     }
     if (x->era == TG_ERA_2026) {
         /* What a 2026-07-28 server answers a method it does not know (404, -32601): a client, or
          * a conformance suite, sees the same code through the gateway as directly. */
-        tg_dispatch_refuse(sk, 404, m->id_raw, m->id_len, TG_RPC_METHOD_NOT_FOUND, "Method not found", NULL);
+        tg_sink_refuse(sk, 404, m->id_raw, m->id_len, TG_RPC_METHOD_NOT_FOUND, "Method not found", NULL);
         return;
     }
     struct tg_buf d;
@@ -570,7 +541,7 @@ static void refuse_nonstandard(struct tg_exchange *x, struct tg_sink *sk, struct
     tg_buf_append(&d, "", 1);
     char msg[200];
     snprintf(msg, sizeof(msg), "%s is refused by the gateway: not a standard MCP method", m->method);
-    tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, msg, d.base);
+    tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, msg, d.base);
     tg_buf_dispose(&d);
 }
 
@@ -581,22 +552,6 @@ static int modern_only(const struct tg_exchange *x)
     struct tg_server *srv = x->srv;
     return (size_t)x->upstream < srv->nupstreams && srv->upstreams[x->upstream] != NULL &&
            tg_upstream_era(srv->upstreams[x->upstream]) == TG_UP_ERA_2026;
-}
-
-static void answer_empty(struct tg_sink *sk, struct tg_msg *m)
-{
-    if (m->kind == TG_MSG_NOTIFICATION) {
-        accept_bare(sk);
-        return;
-    }
-    struct tg_buf out;
-    tg_buf_init(&out);
-    tg_buf_appends(&out, "{\"jsonrpc\":\"2.0\",\"id\":");
-    tg_buf_append(&out, m->id_raw, m->id_len);
-    tg_buf_appends(&out, ",\"result\":{}}");
-    sk->ops->answer(sk, NULL, 200, NULL, out.base, out.len);
-    sk->ops->release(sk, NULL);
-    tg_buf_dispose(&out);
 }
 
 /* What the gateway answers itself for such a session: initialize (from the upstream's discover
@@ -642,20 +597,20 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
         const char *bad;
         int rc = tg_dispatch_decide_uri(m, tg_json_get(m->root, "params"), pol, &d, &uri, &bad); /* the normal form */
         if (rc < 0) {
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, bad, NULL);
+            tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, bad, NULL);
             return 1;
         }
         if (rc == 1 && d.verdict != TG_VERDICT_ALLOW) {
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, d.message[0] ? d.message : "resource denied by policy", NULL);
+            tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, d.message[0] ? d.message : "resource denied by policy", NULL);
             return 1;
         }
-        if (tg__call_listen_resubscribe(s, uri->valuestring, subscribe) != 0) {
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+        if (tg_bridge_listen_resubscribe(s, uri->valuestring, subscribe) != 0) {
+            tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
                                "too many resource subscriptions on this session (at most 256 resources, 64 KiB of URIs)",
                                NULL);
             return 1;
         }
-        answer_empty(sk, m);
+        tg_sink_answer_empty(sk, m);
         return 1;
     }
     if (m->kind == TG_MSG_REQUEST && m->mid == TG_M_LOGGING_SET_LEVEL) {
@@ -663,11 +618,11 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
         cJSON *level = tg_json_get(tg_json_get(m->root, "params"), "level");
         unsigned l = cJSON_IsString(level) ? tg_mcp_log_level(level->valuestring) : 0;
         if (l == 0) {
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, "logging/setLevel needs a known params.level", NULL);
+            tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, "logging/setLevel needs a known params.level", NULL);
             return 1;
         }
         s->log_level = (unsigned char)l;
-        answer_empty(sk, m);
+        tg_sink_answer_empty(sk, m);
         return 1;
     }
     switch (m->mid) {
@@ -677,7 +632,7 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
     case TG_M_RESOURCES_SUBSCRIBE:
     case TG_M_RESOURCES_UNSUBSCRIBE:
     case TG_M_ROOTS_LIST_CHANGED:
-        answer_empty(sk, m);
+        tg_sink_answer_empty(sk, m);
         return 1;
     default:
         return 0;
@@ -698,7 +653,7 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
     }
     if (srv->draining && m->kind == TG_MSG_REQUEST) {
         /* A drain finishes what runs and starts nothing new (on a channel or a pipelined request). */
-        tg_dispatch_refuse(sk, 503, m->id_raw, m->id_len, TG_RPC_UPSTREAM, "the gateway is shutting down", NULL);
+        tg_sink_refuse(sk, 503, m->id_raw, m->id_len, TG_RPC_UPSTREAM, "the gateway is shutting down", NULL);
         return;
     }
     /* Messages a client may send: standard MCP methods, methods the policy names, and
@@ -708,7 +663,7 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
         srv->metrics.decisions[1]++;
         char msg[200];
         snprintf(msg, sizeof(msg), "Invalid Request: %s is a request and needs an id", m->method);
-        tg_dispatch_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST, msg, NULL);
+        tg_sink_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST, msg, NULL);
         return;
     }
     int listen = x->era == TG_ERA_2026 && m->kind == TG_MSG_REQUEST && m->mid == TG_M_LISTEN;
@@ -719,7 +674,7 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
     }
     if (x->uc->init_local && m->kind != TG_MSG_RESPONSE &&
         (m->mid == TG_M_INITIALIZED || m->mid == TG_M_PING)) {
-        answer_empty(sk, m); /* the gateway owns the lifecycle of a local-initialize upstream */
+        tg_sink_answer_empty(sk, m); /* the gateway owns the lifecycle of a local-initialize upstream */
         return;
     }
     if (m->kind == TG_MSG_REQUEST)
@@ -741,7 +696,7 @@ int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channe
         /* A 2026-07-28 upstream has no GET stream: the session's stream is a listen for every
          * list change the upstream declared, and the resources the client subscribes to. */
         k->policy = tg_policy_ref(tg_conf_policy_for(x->srv->conf, x->grant, x->upstream));
-        tg__call_listen_upstream(k, s->listen_uris); /* the resources subscribed to so far */
+        tg_bridge_listen_upstream(k, s->listen_uris); /* the resources subscribed to so far */
         return 0;
     }
     tg_call_send(k, NULL, 0, 0);
