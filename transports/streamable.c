@@ -151,7 +151,7 @@ static void on_sink_message(struct tg_sink *sk, struct tg_call *k, const char *p
 static void on_answer_drained(struct tg_conn *c, void *ud)
 {
     struct tg_session *s = ud;
-    tg_session_stall(s, -1);
+    tg_call_session_stall(s, -1);
     tg_session_unref(s);
 }
 
@@ -182,7 +182,7 @@ static void on_sink_answer(struct tg_sink *sk, struct tg_call *k, int status, co
     else
         tg_http_respond(c, status, h, n > 0 ? "application/json" : NULL, n > 0 ? p : "", n);
     if (c->state < TG_CONN_CLOSING && c->on_watch == NULL && tg_conn_output_high(c)) {
-        tg_session_stall(hs->sess, +1);
+        tg_call_session_stall(hs->sess, +1);
         c->watch_ud = tg_session_ref(hs->sess);
         c->on_watch = on_answer_drained;
     }

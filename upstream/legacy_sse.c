@@ -189,7 +189,7 @@ static void on_link_done(struct tg_upreq *r, int err, void *ud)
     ln->get = NULL;
     if (ln->dead)
         return;
-    tg_session_link_gone(ln->sess, "the upstream's event stream ended");
+    tg_call_link_gone(ln->sess, "the upstream's event stream ended");
 }
 
 static const struct tg_upreq_cbs link_cbs = {on_link_head, on_link_data, on_link_done};

@@ -61,7 +61,7 @@ static void evict_for(struct tg_server *srv, struct tg_session *s, struct tg_ups
     tg_log(TG_LOG_INFO, "stdio child taken from an idle session at max_children",
            "upstream=%s grant=%s for_grant=%s idle_ms=%llu", tg_upstream_conf(u)->name, v->grant, s->grant,
            (unsigned long long)(now - v->last_active_ms));
-    tg_session_link_gone(v, "the session was idle and its upstream process went to a new session");
+    tg_call_link_gone(v, "the session was idle and its upstream process went to a new session");
 }
 
 static int stdio_open(struct tg_server *srv, struct tg_session *s, struct tg_upstream *u)
@@ -138,7 +138,7 @@ static void on_child_exit(void *ud, int64_t status, int sig)
     struct tg_session *s = ud;
     free(s->uplink); /* the child frees itself */
     s->uplink = NULL;
-    tg_session_link_gone(s, "the upstream process exited");
+    tg_call_link_gone(s, "the upstream process exited");
 }
 
 const struct tg_upstream_ops tg_upstream_stdio_ops = {

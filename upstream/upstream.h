@@ -4,7 +4,7 @@
  * core/call/call.c picks the table by the upstream's transport and never asks which kind it
  * talks to. What comes back arrives through the call's upcalls (core/call/call.h):
  * tg_call_upstream_message, tg_call_stream, tg_call_fail, or, for the kinds that carry every
- * message of a session on one link, tg_session_link_message and tg_session_link_gone. No
+ * message of a session on one link, tg_session_link_message and tg_call_link_gone. No
  * operation calls back from inside itself: a failure found at once is delivered from the loop
  * or handled by the caller's return path, as each operation says. */
 #ifndef TG_UPSTREAM_H

@@ -277,9 +277,9 @@ void tg_session_link_message(struct tg_server *srv, struct tg_session *s, struct
  * showed it: the call waiting for that answer fails now (-32004), instead of at its timeout. */
 void tg_session_link_oversized(struct tg_session *s, struct tg_slice id);
 /* The session's link died: its waiting calls fail, its channel ends, the session ends. */
-void tg_session_link_gone(struct tg_session *s, const char *why);
+void tg_call_link_gone(struct tg_session *s, const char *why);
 /* Pause or resume the session's link (stdio child, legacy SSE stream). */
-void tg_session_link_pause(struct tg_session *s, int pause);
+void tg_call_pause_link(struct tg_session *s, int pause);
 /* Stop reading the session's link while its readers are behind. */
 void tg_session_backpressure(struct tg_server *srv, struct tg_session *s);
 

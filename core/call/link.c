@@ -137,7 +137,7 @@ void tg_session_backpressure(struct tg_server *srv, struct tg_session *s)
     }
     if (high || s->stalled > 0) {
         srv->metrics.limit_output++;
-        tg_session_link_pause(s, 1);
+        tg_call_pause_link(s, 1);
     }
 }
 

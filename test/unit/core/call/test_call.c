@@ -422,7 +422,7 @@ static void link_gone_fails_waiting_calls(void **state)
     call_tool(m, s, &r1, 0, "1", "echo");
     call_tool(m, s, &r2, 0, "2", "once");
     tg_session_ref(s);
-    tg_session_link_gone(s, "the upstream process exited");
+    tg_call_link_gone(s, "the upstream process exited");
     assert_int_equal(s->live, 0);
     tg_session_unref(s);
     for (int i = 0; i < 2; i++) {
