@@ -58,21 +58,6 @@ void tg_channels_count(struct tg_server *srv, size_t *sse, size_t *ws)
     }
 }
 
-struct tg_slice tg_query_param(struct tg_slice q, const char *name)
-{
-    size_t nl = strlen(name);
-    size_t i = (q.len > 0 && q.ptr[0] == '?') ? 1 : 0;
-    while (i < q.len) {
-        size_t e = i;
-        while (e < q.len && q.ptr[e] != '&')
-            e++;
-        if (e - i > nl && memcmp(q.ptr + i, name, nl) == 0 && q.ptr[i + nl] == '=')
-            return tg_slice_of(q.ptr + i + nl + 1, e - i - nl - 1);
-        i = e + 1;
-    }
-    return TG_SLICE_NULL;
-}
-
 struct tg_channel *tg_channel_ref(struct tg_channel *ch)
 {
     ch->refcnt++;
@@ -185,7 +170,7 @@ void tg_channel_end(struct tg_channel *ch, uint16_t ws_code, const char *why)
 void tg_channel_on_drain(struct tg_conn *c, void *ex)
 {
     struct tg_channel *ch = ex;
-    tg_session_drained(ch->sess);
+    tg_call_session_drained(ch->sess);
 }
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }

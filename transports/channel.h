@@ -62,7 +62,5 @@ void tg_channels_end(struct tg_server *srv, int idle_only);
 /* The process's framing buffer goes (after the loop stopped). */
 void tg_channels_dispose(void);
 void tg_channels_count(struct tg_server *srv, size_t *sse, size_t *ws);
-/* The raw value of a query parameter (no percent-decoding: session ids and tokens are plain). */
-struct tg_slice tg_query_param(struct tg_slice q, const char *name);
 
 #endif

@@ -24,6 +24,7 @@
 #include "transports/legacy_sse.h"
 #include "transports/respond.h"
 #include "core/wire/tls.h"
+#include "core/wire/http_fast.h"
 #include "transports/streamable.h"
 #include "transports/ws_channel.h"
 #include "upstream/pool/pool.h"
@@ -300,7 +301,7 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
     if (authz.ptr == NULL && ep == TG_EP_WS) {
         /* Browsers cannot set headers on a WebSocket: ?access_token=TOKEN stands in for
          * "Authorization: Bearer TOKEN" on /ws only. */
-        struct tg_slice tok = tg_query_param(query, "access_token");
+        struct tg_slice tok = tg_http_fast_query_param(query, "access_token");
         if (tok.ptr != NULL && tok.len > 0 && tok.len < sizeof(qauth) - 8) {
             int n = snprintf(qauth, sizeof(qauth), "Bearer %.*s", (int)tok.len, tok.ptr);
             authz = tg_slice_of(qauth, (size_t)n);
