@@ -21,6 +21,7 @@
 #include "core/call/roots.h"
 #include "core/app/route.h"
 #include "core/call/session.h"
+#include "transports/channel.h"
 #include "transports/http1/http1.h"
 #include "core/wire/tls.h"
 #include "policy/policy.h"
@@ -315,7 +316,7 @@ static void finish_drain(struct tg_server *srv)
      * stdio children get their stdin closed, SIGTERM, then SIGKILL. */
     tg_router_end_calls(srv); /* answered while their clients are still connected */
     tg_router_free_streams(srv);
-    tg_router_end_channels(srv, 0);
+    tg_channels_end(srv, 0);
     tg_session_sweep(srv->sessions, remove_session, NULL);
     tg_router_free_streams(srv);
     uv_timer_stop(&srv->drain_timer);
@@ -350,8 +351,8 @@ static void finish_drain(struct tg_server *srv)
 static void on_drain_tick(uv_timer_t *t)
 {
     struct tg_server *srv = t->data;
-    size_t inflight = tg_router_inflight(srv);
-    tg_router_end_channels(srv, 1); /* a channel whose calls are all answered is told now */
+    size_t inflight = tg_call_inflight(srv);
+    tg_channels_end(srv, 1); /* a channel whose calls are all answered is told now */
     if (inflight == 0 || uv_now(srv->loop) >= srv->drain_deadline) {
         if (inflight)
             tg_log(TG_LOG_WARN, "drain deadline passed; closing calls in flight", "inflight=%zu", inflight);
@@ -367,7 +368,7 @@ void tg_server_drain(struct tg_server *srv)
     close_listeners(srv);
     /* Logged once the listeners are closed: the log writer thread may show it at once, and a
      * reader who connects after seeing it must be refused, not reset from the backlog. */
-    tg_log(TG_LOG_INFO, "draining", "inflight=%zu timeout_ms=%d", tg_router_inflight(srv),
+    tg_log(TG_LOG_INFO, "draining", "inflight=%zu timeout_ms=%d", tg_call_inflight(srv),
            srv->conf->limits.drain_timeout_ms);
     tg_router_end_streams(srv);
     /* Idle keep-alive connections can go now; busy ones close after their answer. */
@@ -490,7 +491,7 @@ static int same_target(const struct tg_upstream_conf *a, const struct tg_upstrea
     return a->command[i] == NULL && b->command[i] == NULL;
 }
 
-/* The argument of remap_session(): on the stack of tg_server_reload(); it owns nothing. */
+/* The argument of remap_session(): on reload_apply()'s stack; it owns nothing. */
 struct remap_ctx {
     struct tg_server *srv;
     int *map;
@@ -524,17 +525,6 @@ static int tell_roots_changed(struct tg_session *s, void *arg)
 }
 
 static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls_ctx **tls, struct tg_buf *err);
-
-int tg_server_reload(struct tg_server *srv, struct tg_buf *err)
-{
-    struct tg_conf *nc = tg_conf_load(srv->conf->path, err);
-    struct tg_tls_ctx **tls = nc != NULL ? listener_contexts(nc, err) : NULL;
-    if (nc != NULL && tls == NULL) {
-        tg_conf_unref(nc);
-        nc = NULL;
-    }
-    return reload_apply(srv, nc, tls, err);
-}
 
 /* One who asked for a reload. Owner: the job (or srv->reload_next) until its done has run. */
 struct tg_reload_waiter {
