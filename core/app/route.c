@@ -436,8 +436,6 @@ void tg_router_end_streams(struct tg_server *srv)
     tg_channels_end(srv, 1); /* channel clients are told the gateway is going away, once idle */
 }
 
-void tg_router_end_channels(struct tg_server *srv, int idle_only) { tg_channels_end(srv, idle_only); }
-
 static int end_calls_one(struct tg_session *s, void *arg)
 {
     (void)arg;
@@ -464,4 +462,3 @@ void tg_router_dispose(struct tg_server *srv)
     tg_channels_dispose();
 }
 
-size_t tg_router_inflight(struct tg_server *srv) { return tg_call_inflight(srv); }
