@@ -84,7 +84,7 @@ static void on_http_request(struct tg_http_env *env, struct tg_conn *c)
 
 static void on_pending_idle(uv_idle_t *h) { (void)h; }
 
-/* After each round of I/O, and before polling: closing connections notify their users and
+/* After each round of I/O, and before polling: closing connections tell their users and
  * pipelined input is parsed (with no handler on the stack), closed calls are released, and
  * what streams gathered is written (see tg__http_send_owned in transports/http1/out.c). Each round takes
  * what was queued before it; what it queues waits for the next round, and an idle handle keeps

@@ -286,7 +286,7 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 
 /* The connection is closing: tell whoever uses it (an upgraded protocol, the handler's
  * exchange), so that nothing refers to it afterwards. Runs from tg_http_run_pending only. */
-static void notify_closing(struct tg_conn *c)
+static void tell_closing(struct tg_conn *c)
 {
     if (c->on_watch) {
         tg_conn_cb w = c->on_watch;
@@ -401,7 +401,7 @@ void tg_http_run_pending(struct tg_http_env *env)
         if (what & TG_PEND_HANDSHAKE)
             env->handshakes_waiting--;
         if (what & (TG_PEND_CLOSE | TG_PEND_SHUTDOWN)) {
-            notify_closing(c);
+            tell_closing(c);
             if ((what & TG_PEND_CLOSE) || uv_is_closing((uv_handle_t *)&c->tcp))
                 close_handles(c);
             else

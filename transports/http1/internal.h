@@ -7,8 +7,8 @@
 #include "transports/http1/http1.h"
 
 /* Bits of tg_conn.pend: work put off to tg_http_run_pending. */
-#define TG_PEND_CLOSE 1u    /* notify users, then uv_close */
-#define TG_PEND_SHUTDOWN 2u /* notify users, then shut down after the queued writes */
+#define TG_PEND_CLOSE 1u    /* tell its users, then uv_close */
+#define TG_PEND_SHUTDOWN 2u /* tell its users, then shut down after the queued writes */
 #define TG_PEND_INPUT 4u    /* parse pipelined input now that the previous answer is done */
 #define TG_PEND_TLS 8u      /* encrypt more of the plaintext waiting in tls_plain */
 #define TG_PEND_HANDSHAKE 16u /* feed the TLS handshake input kept in c->in (http1_tls.c) */
