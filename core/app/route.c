@@ -135,7 +135,7 @@ static void unauthorized(struct tg_server *srv, struct tg_conn *c, struct tg_sli
     tg_buf_appends(&hdr, "WWW-Authenticate: Bearer realm=\"tollgate\"");
     if (srv->conf->njwt > 0) {
         tg_buf_appends(&hdr, ", resource_metadata=\"");
-        tg_resource_base_url(srv, c, &hdr);
+        tg_oauth_meta_base_url(srv, c, &hdr);
         tg_buf_appends(&hdr, "/.well-known/oauth-protected-resource");
         tg_buf_append(&hdr, path.ptr, path.len);
         tg_buf_appends(&hdr, "\"");
@@ -271,7 +271,7 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
     }
     if (tg_slice_starts_with(path, "/.well-known/oauth-protected-resource") &&
         (path.len == 37 || path.ptr[37] == '/')) {
-        tg_resource_metadata(srv, c, tg_slice_of(path.ptr + 37, path.len - 37));
+        tg_oauth_meta_handle(srv, c, tg_slice_of(path.ptr + 37, path.len - 37));
         return;
     }
     int upstream;
