@@ -180,7 +180,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     memset(srv, 0, sizeof(*srv));
     srv->loop = loop;
     srv->conf = tg_conf_ref(conf);
-    srv->listen_conf = tg_conf_ref(conf);
+    srv->listener_conf = tg_conf_ref(conf);
     tg_http_env_init(&srv->http, loop, &conf->limits, &srv->metrics, &srv->draining);
     srv->http.access_log = conf->log_access;
     srv->http.on_request = on_http_request;
@@ -413,7 +413,7 @@ void tg_server_dispose(struct tg_server *srv)
     free(srv->upstreams);
     tg_counters_free(srv->counters);
     tg_conf_unref(srv->conf);
-    tg_conf_unref(srv->listen_conf);
+    tg_conf_unref(srv->listener_conf);
     tg_mcp_mrtr_dispose(&srv->mrtr);
     tg_mcp_schemas_free(srv->schemas);
     srv->schemas = NULL;
@@ -655,7 +655,7 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
         tg_audit_close(srv->audit);
     }
     srv->audit = na;
-    if (!same_listeners(srv->listen_conf, nc)) {
+    if (!same_listeners(srv->listener_conf, nc)) {
         tg_log(TG_LOG_WARN, "listener address, port or TLS on/off changed: that needs a restart; listeners unchanged",
                NULL);
     } else if (tls != NULL) {

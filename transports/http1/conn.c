@@ -731,7 +731,7 @@ void tg_http_env_init(struct tg_http_env *env, uv_loop_t *loop, const struct tg_
     tg_list_init(&env->conn_pending);
 }
 
-void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listen_handle)
+void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listener_handle)
 {
     struct tg_conn *c = tg_xcalloc(1, sizeof(*c));
     c->env = env;
@@ -745,7 +745,7 @@ void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, 
     tg_list_init(&c->link);
     tg_list_init(&c->cork_link);
     tg_list_init(&c->pend_link);
-    if (uv_accept(listen_handle, (uv_stream_t *)&c->tcp) != 0) {
+    if (uv_accept(listener_handle, (uv_stream_t *)&c->tcp) != 0) {
         c->state = TG_CONN_CLOSING;
         uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
         uv_close((uv_handle_t *)&c->timer, on_handle_closed);

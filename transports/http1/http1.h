@@ -186,8 +186,8 @@ struct tg_conn {
     char peer[64];
 };
 
-/* Accept one connection from listen_handle (call it from the listener's connection callback). */
-void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listen_handle);
+/* Accept one connection from listener_handle (call it from the listener's connection callback). */
+void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listener_handle);
 
 struct tg_slice tg_http_req_url(const struct tg_http_req *r);
 /* First header with this name (looked up in lowercase letters, digits and '-'; matched in any
