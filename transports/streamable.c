@@ -181,7 +181,7 @@ static void on_sink_answer(struct tg_sink *sk, struct tg_call *k, int status, co
         tg_http_respond_owned(c, status, h, "application/json", &own);
     else
         tg_http_respond(c, status, h, n > 0 ? "application/json" : NULL, n > 0 ? p : "", n);
-    if (c->state < TG_CONN_CLOSING && c->on_watch == NULL && tg_conn_output_high(c)) {
+    if (c->phase < TG_CONN_CLOSING && c->on_watch == NULL && tg_conn_output_high(c)) {
         tg_call_session_stall(hs->sess, +1);
         c->watch_ud = tg_session_ref(hs->sess);
         c->on_watch = on_answer_drained;

@@ -376,7 +376,7 @@ void tg_server_drain(struct tg_server *srv)
     while (l != &srv->http.conns) {
         struct tg_list *next = l->next;
         struct tg_conn *c = tg_container_of(l, struct tg_conn, link);
-        if (c->state == TG_CONN_IDLE || c->state == TG_CONN_HANDSHAKE)
+        if (c->phase == TG_CONN_IDLE || c->phase == TG_CONN_HANDSHAKE)
             tg_conn_close(c, "draining");
         l = next;
     }

@@ -192,7 +192,7 @@ static void fnet_sync(struct fnet *n)
 {
     for (int i = 0;; i++) {
         int sfd = -1;
-        if (n->conn != NULL && n->conn->state < TG_CONN_CLOSING)
+        if (n->conn != NULL && n->conn->phase < TG_CONN_CLOSING)
             uv_fileno((uv_handle_t *)&n->conn->tcp, &sfd);
         if (fnet_outq(n->fd) == 0 && fnet_outq(sfd) == 0)
             return;

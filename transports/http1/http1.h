@@ -80,7 +80,10 @@ struct tg_http_listener {
 
 #define TG_HTTP_MAX_HEADERS 64
 
-enum tg_conn_state {
+/* Where a connection is in its life (its phase; "state" is kept for what a protocol carries,
+ * such as a 2026 requestState or a policy's state counters). All moves go through
+ * tg__http_set_phase() (transports/http1/internal.h). */
+enum tg_conn_phase {
     TG_CONN_HANDSHAKE,   /* TLS handshake in progress; nothing parsed yet */
     TG_CONN_IDLE,        /* between requests; idle timer armed */
     TG_CONN_READING,     /* a request has started; header timer armed until the body is complete */
@@ -90,7 +93,7 @@ enum tg_conn_state {
     TG_CONN_CLOSING,     /* uv_close requested; no more reads or writes */
     TG_CONN_CLOSED,      /* close callback ran; memory is about to be released */
 };
-const char *tg_conn_state_str(enum tg_conn_state s);
+const char *tg_conn_phase_str(enum tg_conn_phase s);
 
 
 /* The request being read. Embedded in its connection (c->req): its buffers are reset for the
@@ -134,8 +137,8 @@ struct tg_conn {
     struct tg_http_env *env;
     const struct tg_http_listener *listener;
     uint64_t id;
-    uint64_t due_ms; /* the loop time the current state's deadline falls at; 0: none (see arm()) */
-    enum tg_conn_state state;
+    uint64_t due_ms; /* the loop time the current phase's deadline falls at; 0: none (see arm()) */
+    enum tg_conn_phase phase;
     struct tg_tls *tls;
     llhttp_t parser;
     struct tg_buf in; /* plaintext not yet parsed */

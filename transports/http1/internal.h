@@ -1,4 +1,4 @@
-/* What transports/http1/conn.c (the connection: reading, parsing, state, deferred work) and
+/* What transports/http1/conn.c (the connection: reading, parsing, phase, deferred work) and
  * transports/http1/out.c (the write path: answers, streams, cork, output accounting) share.
  * Not for use outside transports/http1*.c. */
 #ifndef TG_HTTP1_INT_H
@@ -14,9 +14,9 @@
 #define TG_PEND_HANDSHAKE 16u /* feed the TLS handshake input kept in c->in (http1_tls.c) */
 
 /* http1_timer.c */
-/* Every state transition passes here: it checks the edge and sets the one timer's deadline. */
-void tg__http_set_state(struct tg_conn *c, enum tg_conn_state s);
-/* The deadline of the state c is in: ms from now (the timer moves only when it would fire
+/* Every phase transition passes here: it checks the edge and sets the one timer's deadline. */
+void tg__http_set_phase(struct tg_conn *c, enum tg_conn_phase s);
+/* The deadline of the phase c is in: ms from now (the timer moves only when it would fire
  * after it). */
 void tg__http_arm(struct tg_conn *c, uint64_t ms);
 
