@@ -31,7 +31,7 @@
 
 /* ---- origin ----------------------------------------------------------------- */
 
-int tg_route_origin_allowed(const struct tg_listen_conf *lc, struct tg_slice o)
+int tg_route_origin_allowed(const struct tg_listener_conf *lc, struct tg_slice o)
 {
     if (o.ptr == NULL)
         return 1; /* non-browser clients send no Origin */

@@ -14,7 +14,7 @@
 
 struct tg_conn;
 struct tg_conf;
-struct tg_listen_conf;
+struct tg_listener_conf;
 struct tg_server;
 struct tg_session;
 
@@ -24,7 +24,7 @@ enum tg_endpoint { TG_EP_NONE = -1, TG_EP_MCP, TG_EP_SSE, TG_EP_MESSAGES, TG_EP_
  * and *upstream the index of its upstream (-1 if unknown or no default). */
 enum tg_endpoint tg_route_match(const struct tg_conf *conf, struct tg_slice path, int *upstream);
 /* 1 if a request with this Origin header (ptr NULL: none) may use the listener. */
-int tg_route_origin_allowed(const struct tg_listen_conf *lc, struct tg_slice origin);
+int tg_route_origin_allowed(const struct tg_listener_conf *lc, struct tg_slice origin);
 
 void tg_router_handle(struct tg_server *srv, struct tg_conn *c);
 /* 1 if some upstream was reachable lately. */

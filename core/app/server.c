@@ -426,7 +426,7 @@ static int same_listeners(const struct tg_conf *a, const struct tg_conf *b)
     if (a->nlisteners != b->nlisteners)
         return 0;
     for (size_t i = 0; i < a->nlisteners; i++) {
-        const struct tg_listen_conf *x = &a->listeners[i], *y = &b->listeners[i];
+        const struct tg_listener_conf *x = &a->listeners[i], *y = &b->listeners[i];
         if (strcmp(x->address, y->address) || x->port != y->port || x->tls != y->tls)
             return 0;
     }
@@ -439,7 +439,7 @@ static struct tg_tls_ctx **listener_contexts(const struct tg_conf *c, struct tg_
 {
     struct tg_tls_ctx **v = tg_xcalloc(c->nlisteners ? c->nlisteners : 1, sizeof(*v));
     for (size_t i = 0; i < c->nlisteners; i++) {
-        const struct tg_listen_conf *lc = &c->listeners[i];
+        const struct tg_listener_conf *lc = &c->listeners[i];
         if (!lc->tls)
             continue;
         struct tg_tls_server_opts o = {lc->cert, lc->key, lc->client_ca, lc->client_auth, lc->session_timeout_s};

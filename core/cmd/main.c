@@ -184,7 +184,7 @@ int main(int argc, char **argv)
          * that they match (the loader only checked that they open). */
         int bad = 0;
         for (size_t i = 0; i < conf->nlisteners; i++) {
-            const struct tg_listen_conf *lc = &conf->listeners[i];
+            const struct tg_listener_conf *lc = &conf->listeners[i];
             struct tg_tls_server_opts o = {lc->cert, lc->key, lc->client_ca, lc->client_auth, lc->session_timeout_s};
             struct tg_tls_ctx *ctx = NULL;
             char e[256];

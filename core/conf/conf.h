@@ -24,7 +24,7 @@
 #include "core/base/buf.h"
 
 /* One listen[] entry. Owner: the conf (listeners[]); freed by tg_conf_unref. */
-struct tg_listen_conf {
+struct tg_listener_conf {
     char *address;
     int port;
     int tls;
@@ -209,7 +209,7 @@ struct tg_conf {
     int log_format;
     char *log_file;
     int log_access; /* log.access: one line per HTTP request */
-    struct tg_listen_conf *listeners;
+    struct tg_listener_conf *listeners;
     size_t nlisteners;
     struct tg_admin_conf admin;
     struct tg_limits limits;

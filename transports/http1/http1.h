@@ -72,7 +72,7 @@ void tg_http_env_dispose(struct tg_http_env *env);
 /* What a connection knows of the listener that accepted it. Owner: the listener's owner
  * (the server embeds one in each of its listeners); it outlives the connections. */
 struct tg_http_listener {
-    const struct tg_listen_conf *lc; /* NULL for the admin listener */
+    const struct tg_listener_conf *lc; /* NULL for the admin listener */
     struct tg_tls_ctx *tls;          /* NULL: plain TCP */
     int is_admin;                    /* not counted against max_connections */
     int port;                        /* bound port */
