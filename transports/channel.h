@@ -32,7 +32,7 @@ struct tg_channel {
     uint8_t kind;            /* enum channel_kind (one byte: this is per idle session) */
     uint8_t open;
     uint64_t last_write_ms;
-    struct tg_list link;     /* srv->channels */
+    struct tg_list node;     /* srv->channels */
 };
 
 /* A channel for session s on connection c (the connection's reference). */

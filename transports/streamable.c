@@ -89,7 +89,7 @@ static void on_sink_stream(struct tg_sink *sk, struct tg_call *k)
         tg_http_stream_begin(hs->conn, 200, "X-Accel-Buffering: no\r\n", "text/event-stream");
         if (k != NULL && tg_call_is_listen(k)) {
             hs->last_write_ms = uv_now(hs->srv->loop);
-            tg_list_insert_tail(&hs->srv->listens, &hs->listen_link); /* kept alive by the tick */
+            tg_list_insert_tail(&hs->srv->listens, &hs->listen_node); /* kept alive by the tick */
         }
         return;
     }
@@ -253,8 +253,8 @@ static void on_sink_release(struct tg_sink *sk, struct tg_call *k)
 {
     struct tg_http_sink *hs = (struct tg_http_sink *)sk;
     unhook(hs);
-    if (tg_list_linked(&hs->listen_link))
-        tg_list_unlink(&hs->listen_link);
+    if (tg_list_linked(&hs->listen_node))
+        tg_list_unlink(&hs->listen_node);
     if (hs->replay != NULL)
         tg_replay_end(hs->replay);
     tg_session_unref(hs->sess);
@@ -678,7 +678,7 @@ static void resume_stream(struct tg_conn *c, struct tg_session *s, struct tg_sli
         return;
     }
     for (struct tg_list *l = s->streams.next; l != &s->streams; l = l->next) {
-        struct tg_replay *r = tg_container_of(l, struct tg_replay, slink);
+        struct tg_replay *r = tg_container_of(l, struct tg_replay, snode);
         if (r->id != sid)
             continue;
         if (r->live != NULL && r->live->conn != NULL) {
@@ -749,7 +749,7 @@ void tg_streamable_delete(struct tg_exchange *x, struct tg_conn *c)
 static void listens_tick(struct tg_server *srv, uint64_t now, uint64_t ka)
 {
     for (struct tg_list *l = srv->listens.next; l != &srv->listens; l = l->next) {
-        struct tg_http_sink *hs = tg_container_of(l, struct tg_http_sink, listen_link);
+        struct tg_http_sink *hs = tg_container_of(l, struct tg_http_sink, listen_node);
         if (hs->conn != NULL && now - hs->last_write_ms >= ka) {
             tg_http_stream_write(hs->conn, ": keepalive\n\n", 13);
             hs->last_write_ms = now;
@@ -765,7 +765,7 @@ void tg_streamable_tick(struct tg_server *srv)
     tg_replay_expire(srv);
     struct tg_list *l = srv->streams.next;
     while (l != &srv->streams) {
-        struct tg_replay *r = tg_container_of(l, struct tg_replay, glink);
+        struct tg_replay *r = tg_container_of(l, struct tg_replay, gnode);
         l = l->next;
         struct tg_http_sink *hs = r->live;
         if (hs == NULL)
@@ -790,7 +790,7 @@ void tg_streamable_dispose(void)
 void tg_streamable_free_streams(struct tg_server *srv)
 {
     for (struct tg_list *l = srv->streams.next; l != &srv->streams; l = l->next) {
-        struct tg_replay *r = tg_container_of(l, struct tg_replay, glink);
+        struct tg_replay *r = tg_container_of(l, struct tg_replay, gnode);
         if (r->live != NULL)
             r->live->replay = NULL;
     }

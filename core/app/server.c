@@ -325,7 +325,7 @@ static void finish_drain(struct tg_server *srv)
     struct tg_list *l = srv->http.conns.next;
     while (l != &srv->http.conns) {
         struct tg_list *next = l->next;
-        tg_conn_close_now(tg_container_of(l, struct tg_conn, link), "shutdown");
+        tg_conn_close_now(tg_container_of(l, struct tg_conn, node), "shutdown");
         l = next;
     }
     for (size_t i = 0; i < srv->nupstreams; i++) {
@@ -375,7 +375,7 @@ void tg_server_drain(struct tg_server *srv)
     struct tg_list *l = srv->http.conns.next;
     while (l != &srv->http.conns) {
         struct tg_list *next = l->next;
-        struct tg_conn *c = tg_container_of(l, struct tg_conn, link);
+        struct tg_conn *c = tg_container_of(l, struct tg_conn, node);
         if (c->phase == TG_CONN_IDLE || c->phase == TG_CONN_HANDSHAKE)
             tg_conn_close(c, "draining");
         l = next;

@@ -266,8 +266,8 @@ int tg_http_req_header_count_n(const struct tg_http_req *r, const char *name, si
 void tg__http_pend(struct tg_conn *c, unsigned what)
 {
     c->pend |= what;
-    if (!tg_list_linked(&c->pend_link))
-        tg_list_insert_tail(&c->env->conn_pending, &c->pend_link);
+    if (!tg_list_linked(&c->pend_node))
+        tg_list_insert_tail(&c->env->conn_pending, &c->pend_node);
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status)
@@ -311,7 +311,7 @@ static void mark_closing(struct tg_conn *c, unsigned how)
 {
     if (c->phase == TG_CONN_DISPATCHING || c->phase == TG_CONN_STREAMING || c->phase == TG_CONN_READING)
         tg__http_access_line(c, c->log_status ? c->log_status : 499); /* nginx's "client closed the request" */
-    tg_list_unlink(&c->cork_link);
+    tg_list_unlink(&c->cork_node);
     if (c->out_pending_corked) { /* never written: it no longer counts */
         tg__http_out_sub(c, c->out_pending_corked);
         c->out_pending_corked = 0;
@@ -391,8 +391,8 @@ void tg_http_run_pending(struct tg_http_env *env)
     tg_list_init(&round);
     tg_list_splice_tail(&round, &env->conn_pending); /* what was queued before this round */
     while (!tg_list_empty(&round)) {
-        struct tg_conn *c = tg_container_of(round.next, struct tg_conn, pend_link);
-        tg_list_unlink(&c->pend_link);
+        struct tg_conn *c = tg_container_of(round.next, struct tg_conn, pend_node);
+        tg_list_unlink(&c->pend_node);
         unsigned what = c->pend;
         c->pend = 0;
         if (what & TG_PEND_HANDSHAKE)
@@ -672,9 +672,9 @@ static void on_handle_closed(uv_handle_t *h)
     if (--c->handles_open > 0)
         return;
     c->phase = TG_CONN_CLOSED;
-    tg_list_unlink(&c->pend_link);
-    if (tg_list_linked(&c->link)) { /* not linked when uv_accept failed */
-        tg_list_unlink(&c->link);
+    tg_list_unlink(&c->pend_node);
+    if (tg_list_linked(&c->node)) { /* not linked when uv_accept failed */
+        tg_list_unlink(&c->node);
         c->env->nconns--;
     }
     if (c->env->conn_gone)
@@ -739,16 +739,16 @@ void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, 
     c->tcp.data = c;
     c->timer.data = c;
     c->handles_open = 2;
-    tg_list_init(&c->link);
-    tg_list_init(&c->cork_link);
-    tg_list_init(&c->pend_link);
+    tg_list_init(&c->node);
+    tg_list_init(&c->cork_node);
+    tg_list_init(&c->pend_node);
     if (uv_accept(listener_handle, (uv_stream_t *)&c->tcp) != 0) {
         c->phase = TG_CONN_CLOSING;
         uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
         uv_close((uv_handle_t *)&c->timer, on_handle_closed);
         return;
     }
-    tg_list_insert_tail(&env->conns, &c->link);
+    tg_list_insert_tail(&env->conns, &c->node);
     env->nconns++;
     env->metrics->conns_accepted++;
     struct sockaddr_storage ss;

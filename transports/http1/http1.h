@@ -48,7 +48,7 @@ struct tg_http_env {
     tg_http_env_cb conn_gone;
     void *ud;                       /* the caller's */
     /* Kept by the transport; the owner may walk them. */
-    struct tg_list conns;           /* every open connection, by tg_conn.link */
+    struct tg_list conns;           /* every open connection, by tg_conn.node */
     size_t nconns;
     struct tg_list corked;          /* connections with stream output gathered this iteration */
     struct tg_list conn_pending;    /* connections with work put off to the end of the iteration */
@@ -164,7 +164,7 @@ struct tg_conn {
     /* Work put off to the end of the loop iteration (tg_http_run_pending), so that no callback
      * runs inside the tg_http_* or tg_conn_close call that caused it. */
     unsigned pend;            /* TG_PEND_* */
-    struct tg_list pend_link; /* in env->conn_pending while pend != 0 */
+    struct tg_list pend_node; /* in env->conn_pending while pend != 0 */
     int wait_drain;           /* pipelined input waits for the output to drain below the mark */
     uint32_t cork_last;       /* the size of the last cork written (in the padding before exchange) */
     /* The handler's pending work for this request, if any. */
@@ -180,12 +180,12 @@ struct tg_conn {
     tg_conn_cb up_tick; /* the connection's timer fired */
     tg_conn_cb up_gone; /* the connection is closing */
     void *up_ud;
-    struct tg_list link; /* in env->conns */
+    struct tg_list node; /* in env->conns */
     struct tg_buf cork;       /* stream output gathered during this loop iteration */
     size_t chunk_open;        /* 1 + where in cork the open chunk starts (its size not written yet); 0: none */
     struct tg_buf tls_plain;  /* TLS: plaintext not encrypted yet (a big answer goes a slice per round) */
     size_t tls_plain_off;     /* of it, the part already encrypted */
-    struct tg_list cork_link; /* in env->corked while cork holds bytes */
+    struct tg_list cork_node; /* in env->corked while cork holds bytes */
     char peer[64];
 };
 

@@ -187,8 +187,8 @@ static void cork_grew(struct tg_conn *c)
 {
     out_add(c, c->cork.len - c->out_pending_corked);
     c->out_pending_corked = c->cork.len;
-    if (!tg_list_linked(&c->cork_link))
-        tg_list_insert_tail(&c->env->corked, &c->cork_link);
+    if (!tg_list_linked(&c->cork_node))
+        tg_list_insert_tail(&c->env->corked, &c->cork_node);
 }
 
 /* A chunked stream's joined writes (tg_http_stream_write_joined) of one loop iteration, one after
@@ -252,7 +252,7 @@ void tg__http_send_owned(struct tg_conn *c, struct tg_buf *b)
 void tg__http_flush_cork(struct tg_conn *c)
 {
     close_chunk(c);
-    tg_list_unlink(&c->cork_link);
+    tg_list_unlink(&c->cork_node);
     if (c->cork.len == 0)
         return;
     struct tg_buf b = c->cork;
@@ -283,7 +283,7 @@ void tg_http_flush(struct tg_conn *c)
 void tg_http_flush_corked(struct tg_http_env *env)
 {
     while (!tg_list_empty(&env->corked))
-        tg_http_flush(tg_container_of(env->corked.next, struct tg_conn, cork_link));
+        tg_http_flush(tg_container_of(env->corked.next, struct tg_conn, cork_node));
 }
 
 /* Encrypting is the one step of a big answer to a TLS client that costs real CPU (and a wire copy
