@@ -31,7 +31,7 @@ static inline int j_obj(const cJSON *v) { return j_type(v, cJSON_Object); }
 static inline int j_bool(const cJSON *v) { return v != NULL && (v->type & (cJSON_True | cJSON_False)) != 0; }
 
 /* An argument by its path. idx[i] is path[i] as a list index, worked out when the policy was
- * compiled (tg__finish_paths: -1 if path[i] is not one); NULL to work it out here. */
+ * compiled (tg__finish_tool: -1 if path[i] is not one); NULL to work it out here. */
 static const cJSON *resolve_args(const cJSON *args, char **path, const long *idx, int n)
 {
     const cJSON *cur = args;

@@ -62,7 +62,7 @@ struct upmemo {
 struct cond {
     int is_state;
     char **path; /* args path segments */
-    long *path_idx; /* [npath]: each segment as a list index, -1 if not one (tg__finish_paths) */
+    long *path_idx; /* [npath]: each segment as a list index, -1 if not one (tg__finish_tool) */
     int npath;
     int counter; /* state: index into counters, or -1 if the policy never defines it */
     enum cop op;

@@ -6,7 +6,7 @@
  * tg_call_close(). Closing marks: the call is unhooked from everything that can reach it and
  * queued; its memory goes in tg_call_run_pending(), after the handler that closed it returned.
  *
- * The upstream kinds (upstream/streamable.c, stdio_link.c, sse_link.c) implement the upstream
+ * The upstream kinds (upstream/streamable.c, stdio.c, legacy_sse.c) implement the upstream
  * half of a call and so see this struct; transports never do. */
 #ifndef TG_CALL_H
 #define TG_CALL_H

@@ -26,7 +26,7 @@
 struct tg_upstream;
 struct tg_upreq;
 
-/* Data only: one static const table per kind of request (upstream/streamable.c, sse_link.c); a
+/* Data only: one static const table per kind of request (upstream/streamable.c, legacy_sse.c); a
  * request points at it and never frees it. */
 struct tg_upreq_cbs {
     void (*on_head)(struct tg_upreq *r, int status, void *ud);
