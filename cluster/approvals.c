@@ -169,6 +169,20 @@ static uint64_t nget(const cJSON *o, const char *name)
     return cJSON_IsNumber(v) && v->valuedouble > 0 ? (uint64_t)v->valuedouble : 0;
 }
 
+/* Redis failed: this member's own calls, named as Redis would have named them. */
+static void on_local(void *ud, const struct tg_approval_item *items, size_t n)
+{
+    struct list_wait *w = ud;
+    struct tg_approval_item *named = n ? tg_xcalloc(n, sizeof(*named)) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        named[i] = items[i];
+        named[i].instance = cconf(w->srv)->instance;
+    }
+    w->done(w->ud, named, n);
+    free(named);
+    free(w);
+}
+
 static void on_hash(void *ud, int status, const struct redisReply *r)
 {
     struct list_wait *w = ud;
@@ -182,8 +196,7 @@ static void on_hash(void *ud, int status, const struct redisReply *r)
                : status == TG_REDIS_EBUSY     ? "too many Redis requests in flight"
                : status == TG_REDIS_ECLOSED   ? "closed"
                                               : "unexpected Redis reply");
-        tg__approvals_local_queue.list(srv, w->done, w->ud);
-        free(w);
+        tg__approvals_local_queue.list(srv, on_local, w);
         return;
     }
     size_t n = r->elements / 2, m = 0;

@@ -706,6 +706,14 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
     }
 }
 
+static void free_path(char **path, int n, void *idx)
+{
+    for (int m = 0; m < n; m++)
+        free(path[m]);
+    free(path);
+    free(idx);
+}
+
 void tg__free_tool(struct ptool *t)
 {
     free(t->name);
@@ -715,18 +723,12 @@ void tg__free_tool(struct ptool *t)
         struct rule *r = &t->rules[i];
         for (int k = 0; k < r->nconds; k++) {
             struct cond *c = &r->conds[k];
-            for (int m = 0; m < c->npath; m++)
-                free(c->path[m]);
-            free(c->path);
-            free(c->path_idx);
+            free_path(c->path, c->npath, c->path_idx);
             cJSON_Delete(c->value);
             tg_regex_free(c->re);
         }
         free(r->conds);
-        for (int k = 0; k < r->nincr; k++)
-            free(r->incr_path[k]);
-        free(r->incr_path);
-        free(r->incr_idx);
+        free_path(r->incr_path, r->nincr, r->incr_idx);
         free(r->incr_from);
         free(r->name);
         free(r->on_deny);

@@ -159,6 +159,117 @@ static size_t count_nodes(const cJSON *n)
     return k;
 }
 
+/* The parser's own error, or a syntax error where it gives none. */
+static int parser_err(struct ybuild *b)
+{
+    return yerr(b, b->parser.problem ? b->parser.problem : "syntax error", b->parser.problem_mark.line);
+}
+
+static int parse_node(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out);
+
+/* The next node of the stream: its first event taken, parsed, released. */
+static int parse_next(struct ybuild *b, int depth, cJSON **out)
+{
+    yaml_event_t ev;
+    *out = NULL;
+    if (!yaml_parser_parse(&b->parser, &ev))
+        return parser_err(b);
+    int r = parse_node(b, &ev, depth, out);
+    yaml_event_delete(&ev);
+    return r;
+}
+
+/* Add the members of the mapping(s) a merge key (<<: *base or <<: [*a, *b]) names to merged,
+ * those it does not hold already: the mapping's own keys win over them, as yaml.v3 (Intercept's
+ * loader) does. */
+static int merge_into(struct ybuild *b, cJSON **merged, const cJSON *src, size_t line)
+{
+    const cJSON *one = cJSON_IsObject(src) ? src : NULL;
+    if (one == NULL && !cJSON_IsArray(src))
+        return yerr(b, "a merge key (<<) needs a mapping or a list of mappings", line);
+    for (const cJSON *m = one ? one : src->child; m; m = one ? NULL : m->next)
+        if (!cJSON_IsObject(m))
+            return yerr(b, "a merge key (<<) needs a mapping or a list of mappings", line);
+    if (*merged == NULL)
+        *merged = cJSON_CreateObject();
+    for (const cJSON *m = one ? one : src->child; m; m = one ? NULL : m->next)
+        for (const cJSON *f = m->child; f; f = f->next)
+            if (tg_json_get(*merged, f->string) == NULL)
+                cJSON_AddItemToObject(*merged, f->string, cJSON_Duplicate(f, 1));
+    return 0;
+}
+
+/* A mapping whose start event is ev: keys are plain scalars, unique; merge keys apply last. */
+static int parse_mapping(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out)
+{
+    cJSON *obj = cJSON_CreateObject();
+    cJSON *merged = NULL; /* members from "<<" merge keys; explicit keys win over them */
+    *out = obj;
+    char *anchor = ev->data.mapping_start.anchor ? strdup((const char *)ev->data.mapping_start.anchor) : NULL;
+    char *key = NULL;
+    int r = 0;
+    for (;;) {
+        yaml_event_t k;
+        if (!yaml_parser_parse(&b->parser, &k)) {
+            r = parser_err(b);
+            goto out;
+        }
+        if (k.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&k);
+            break;
+        }
+        if (k.type != YAML_SCALAR_EVENT) {
+            size_t line = k.start_mark.line;
+            yaml_event_delete(&k);
+            r = yerr(b, "mapping keys must be scalars", line);
+            goto out;
+        }
+        key = strndup((const char *)k.data.scalar.value, k.data.scalar.length);
+        size_t kline = k.start_mark.line;
+        size_t klen = k.data.scalar.length;
+        /* Only a plain << is a merge key (YAML 1.1's merge type, as yaml.v3 resolves it); a
+         * quoted '<<' or "<<", or one tagged !!str, is an ordinary key like any other. */
+        int merge_key = k.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+                        (k.data.scalar.tag == NULL ||
+                         strcmp((const char *)k.data.scalar.tag, "tag:yaml.org,2002:merge") == 0);
+        yaml_event_delete(&k);
+        if (key == NULL || strlen(key) != klen) {
+            r = yerr(b, "invalid mapping key", kline);
+            goto out;
+        }
+        int merging = merge_key && strcmp(key, "<<") == 0;
+        if (!merging && tg_json_get(obj, key) != NULL) {
+            char why[200];
+            snprintf(why, sizeof(why), "duplicate key \"%.100s\"", key);
+            r = yerr(b, why, kline);
+            goto out;
+        }
+        cJSON *v;
+        r = parse_next(b, depth + 1, &v);
+        if (r == 0 && merging)
+            r = merge_into(b, &merged, v, kline);
+        if (r != 0 || merging) {
+            cJSON_Delete(v);
+            if (r != 0)
+                goto out;
+        } else {
+            cJSON_AddItemToObject(obj, key, v);
+        }
+        free(key);
+        key = NULL;
+    }
+    if (merged != NULL)
+        for (cJSON *f = merged->child; f; f = f->next)
+            if (tg_json_get(obj, f->string) == NULL)
+                cJSON_AddItemToObject(obj, f->string, cJSON_Duplicate(f, 1));
+    r = remember(b, anchor, obj);
+out:
+    free(key);
+    cJSON_Delete(merged);
+    free(anchor);
+    return r;
+}
+
 /* Parse one node whose first event is ev (already taken). */
 static int parse_node(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out)
 {
@@ -195,7 +306,7 @@ static int parse_node(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out
             yaml_event_t e;
             if (!yaml_parser_parse(&b->parser, &e)) {
                 free(anchor);
-                return yerr(b, b->parser.problem ? b->parser.problem : "syntax error", b->parser.problem_mark.line);
+                return parser_err(b);
             }
             if (e.type == YAML_SEQUENCE_END_EVENT) {
                 yaml_event_delete(&e);
@@ -215,128 +326,7 @@ static int parse_node(struct ybuild *b, yaml_event_t *ev, int depth, cJSON **out
         free(anchor);
         return r;
     }
-    case YAML_MAPPING_START_EVENT: {
-        cJSON *obj = cJSON_CreateObject();
-        cJSON *merged = NULL; /* members from "<<" merge keys; explicit keys win over them */
-        *out = obj;
-        char *anchor = ev->data.mapping_start.anchor ? strdup((const char *)ev->data.mapping_start.anchor) : NULL;
-        for (;;) {
-            yaml_event_t k;
-            if (!yaml_parser_parse(&b->parser, &k)) {
-                cJSON_Delete(merged);
-                free(anchor);
-                return yerr(b, b->parser.problem ? b->parser.problem : "syntax error", b->parser.problem_mark.line);
-            }
-            if (k.type == YAML_MAPPING_END_EVENT) {
-                yaml_event_delete(&k);
-                if (merged != NULL) {
-                    for (cJSON *f = merged->child; f; f = f->next)
-                        if (tg_json_get(obj, f->string) == NULL)
-                            cJSON_AddItemToObject(obj, f->string, cJSON_Duplicate(f, 1));
-                    cJSON_Delete(merged);
-                    merged = NULL;
-                }
-                break;
-            }
-            if (k.type != YAML_SCALAR_EVENT) {
-                size_t line = k.start_mark.line;
-                yaml_event_delete(&k);
-                cJSON_Delete(merged);
-                free(anchor);
-                return yerr(b, "mapping keys must be scalars", line);
-            }
-            char *key = strndup((const char *)k.data.scalar.value, k.data.scalar.length);
-            size_t kline = k.start_mark.line;
-            size_t klen = k.data.scalar.length;
-            /* Only a plain << is a merge key (YAML 1.1's merge type, as yaml.v3 resolves it); a
-             * quoted '<<' or "<<", or one tagged !!str, is an ordinary key like any other. */
-            int merge_key = k.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-                            (k.data.scalar.tag == NULL ||
-                             strcmp((const char *)k.data.scalar.tag, "tag:yaml.org,2002:merge") == 0);
-            yaml_event_delete(&k);
-            if (key == NULL || strlen(key) != klen) {
-                free(key);
-                cJSON_Delete(merged);
-                free(anchor);
-                return yerr(b, "invalid mapping key", kline);
-            }
-            if (merge_key && strcmp(key, "<<") == 0) {
-                /* A merge key (<<: *base or <<: [*a, *b]): its members apply unless the mapping
-                 * sets them itself, as yaml.v3 (Intercept's loader) does. */
-                yaml_event_t v;
-                if (!yaml_parser_parse(&b->parser, &v)) {
-                    free(key);
-                    cJSON_Delete(merged);
-                    free(anchor);
-                    return yerr(b, b->parser.problem ? b->parser.problem : "syntax error", b->parser.problem_mark.line);
-                }
-                cJSON *src;
-                int r = parse_node(b, &v, depth + 1, &src);
-                yaml_event_delete(&v);
-                free(key);
-                if (r != 0) {
-                    cJSON_Delete(src);
-                    cJSON_Delete(merged);
-                    free(anchor);
-                    return r;
-                }
-                if (merged == NULL)
-                    merged = cJSON_CreateObject();
-                cJSON *one = cJSON_IsObject(src) ? src : NULL;
-                cJSON *list = cJSON_IsArray(src) ? src->child : NULL;
-                if (one == NULL && list == NULL && !cJSON_IsArray(src)) {
-                    cJSON_Delete(src);
-                    cJSON_Delete(merged);
-                    free(anchor);
-                    return yerr(b, "a merge key (<<) needs a mapping or a list of mappings", kline);
-                }
-                for (cJSON *m = one ? one : list; m; m = one ? NULL : m->next) {
-                    if (!cJSON_IsObject(m)) {
-                        cJSON_Delete(src);
-                        cJSON_Delete(merged);
-                        free(anchor);
-                        return yerr(b, "a merge key (<<) needs a mapping or a list of mappings", kline);
-                    }
-                    for (cJSON *f = m->child; f; f = f->next)
-                        if (tg_json_get(merged, f->string) == NULL)
-                            cJSON_AddItemToObject(merged, f->string, cJSON_Duplicate(f, 1));
-                }
-                cJSON_Delete(src);
-                continue;
-            }
-            if (tg_json_get(obj, key) != NULL) {
-                char why[200];
-                snprintf(why, sizeof(why), "duplicate key \"%.100s\"", key);
-                free(key);
-                cJSON_Delete(merged);
-                free(anchor);
-                return yerr(b, why, kline);
-            }
-            yaml_event_t v;
-            if (!yaml_parser_parse(&b->parser, &v)) {
-                free(key);
-                cJSON_Delete(merged);
-                free(anchor);
-                return yerr(b, b->parser.problem ? b->parser.problem : "syntax error", b->parser.problem_mark.line);
-            }
-            cJSON *child;
-            int r = parse_node(b, &v, depth + 1, &child);
-            yaml_event_delete(&v);
-            if (r != 0) {
-                free(key);
-                cJSON_Delete(merged);
-                free(anchor);
-                cJSON_Delete(child);
-                return r;
-            }
-            cJSON_AddItemToObject(obj, key, child);
-            free(key);
-        }
-        int r = remember(b, anchor, obj);
-        cJSON_Delete(merged);
-        free(anchor);
-        return r;
-    }
+    case YAML_MAPPING_START_EVENT: return parse_mapping(b, ev, depth, out);
     default: return yerr(b, "unexpected YAML event", ev->start_mark.line);
     }
 }
@@ -359,7 +349,7 @@ int tg_yaml_to_json(const char *text, size_t len, cJSON **out, char *err, size_t
     for (;;) {
         yaml_event_t e;
         if (!yaml_parser_parse(&b.parser, &e)) {
-            yerr(&b, b.parser.problem ? b.parser.problem : "syntax error", b.parser.problem_mark.line);
+            parser_err(&b);
             goto done;
         }
         yaml_event_type_t t = e.type;

@@ -25,6 +25,7 @@ struct tg_child {
     struct tg_buf errline; /* stderr likewise */
     size_t max_line;
     int skipping;          /* inside an over-long line: drop up to the next newline */
+    size_t skipped;        /* stdout lines that were not JSON-RPC */
     int handles;           /* open handles; freed at 0 */
     int exited;
     int killed;
@@ -92,6 +93,7 @@ static void deliver_line(struct tg_child *ch, const char *p, size_t n, struct tg
     struct tg_json_doc doc;
     if (p[i] != '{' || tg_json_parse(p + i, n - i, 1000, 0, &doc, NULL, NULL) != 0) {
         char esc[256];
+        ch->skipped++;
         tg_log(TG_LOG_INFO, "upstream stdout line is not JSON-RPC; skipped", "upstream=%s pid=%d line=%s", ch->name,
                ch->pid, tg_log_esc(esc, sizeof(esc), tg_slice_of(p + i, n - i)));
         return;
@@ -100,7 +102,53 @@ static void deliver_line(struct tg_child *ch, const char *p, size_t n, struct tg
         ch->on_message(ch->ud, p + i, n - i, &doc, own != NULL && own->base == p + i && own->len == n - i ? own : NULL);
 }
 
-static void on_stdout(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+/* One piece of a read from stdout: take bytes, ending a line if nl. */
+static void stdout_piece(struct tg_child *ch, const char *p, size_t take, int nl)
+{
+    if (ch->skipping) {
+        if (nl)
+            ch->skipping = 0;
+    } else if (ch->line.len + take > ch->max_line) {
+        tg_log(TG_LOG_WARN, "upstream stdout line too long; skipped", "upstream=%s pid=%d limit=%zu", ch->name,
+               ch->pid, ch->max_line);
+        struct tg_slice id = TG_SLICE_NULL;
+        if (ch->line.len > 0)
+            tg_json_prefix_id(ch->line.base, ch->line.len, &id);
+        else
+            tg_json_prefix_id(p, take, &id);
+        if (ch->on_message && !ch->killed)
+            ch->on_message(ch->ud, id.ptr ? id.ptr : "", id.len, NULL, NULL);
+        ch->line.len = 0;
+        ch->skipping = !nl;
+    } else if (nl && ch->line.len == 0) {
+        deliver_line(ch, p, take, NULL); /* the common case: a whole line in this read, no copy */
+    } else {
+        tg_buf_append(&ch->line, p, take);
+        if (nl) {
+            deliver_line(ch, ch->line.base, ch->line.len, &ch->line);
+            ch->line.len = 0;
+            if (ch->line.cap > 1048576)
+                tg_buf_dispose(&ch->line); /* one huge answer must not pin its size for good */
+        }
+    }
+}
+
+/* One piece of a read from stderr: a line (kept up to 4 KiB) is logged when it ends. */
+static void stderr_piece(struct tg_child *ch, const char *p, size_t take, int nl)
+{
+    if (ch->errline.len + take <= 4096)
+        tg_buf_append(&ch->errline, p, take);
+    if (nl) {
+        char esc[600];
+        tg_log(TG_LOG_INFO, "upstream stderr", "upstream=%s pid=%d line=%s", ch->name, ch->pid,
+               tg_log_esc(esc, sizeof(esc), tg_slice_of(ch->errline.base, ch->errline.len)));
+        ch->errline.len = 0;
+    }
+}
+
+/* A read from one of the child's pipes, cut at newlines into pieces; stdout stops at a kill. */
+static void read_lines(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf,
+                       void (*piece)(struct tg_child *, const char *, size_t, int))
 {
     struct tg_child *ch = s->data;
     if (nread < 0) {
@@ -109,35 +157,10 @@ static void on_stdout(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     const char *p = buf->base;
     size_t n = (size_t)nread;
-    while (n > 0 && !ch->killed) {
+    while (n > 0 && !(piece == stdout_piece && ch->killed)) {
         const char *nl = memchr(p, '\n', n);
         size_t take = nl ? (size_t)(nl - p) : n;
-        if (ch->skipping) {
-            if (nl)
-                ch->skipping = 0;
-        } else if (ch->line.len + take > ch->max_line) {
-            tg_log(TG_LOG_WARN, "upstream stdout line too long; skipped", "upstream=%s pid=%d limit=%zu", ch->name,
-                   ch->pid, ch->max_line);
-            struct tg_slice id = TG_SLICE_NULL;
-            if (ch->line.len > 0)
-                tg_json_prefix_id(ch->line.base, ch->line.len, &id);
-            else
-                tg_json_prefix_id(p, take, &id);
-            if (ch->on_message && !ch->killed)
-                ch->on_message(ch->ud, id.ptr ? id.ptr : "", id.len, NULL, NULL);
-            ch->line.len = 0;
-            ch->skipping = nl == NULL;
-        } else if (nl && ch->line.len == 0) {
-            deliver_line(ch, p, take, NULL); /* the common case: a whole line in this read, no copy */
-        } else {
-            tg_buf_append(&ch->line, p, take);
-            if (nl) {
-                deliver_line(ch, ch->line.base, ch->line.len, &ch->line);
-                ch->line.len = 0;
-                if (ch->line.cap > 1048576)
-                    tg_buf_dispose(&ch->line); /* one huge answer must not pin its size for good */
-            }
-        }
+        piece(ch, p, take, nl != NULL);
         if (!nl)
             break;
         p = nl + 1;
@@ -145,32 +168,8 @@ static void on_stdout(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
-static void on_stderr(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
-{
-    struct tg_child *ch = s->data;
-    if (nread < 0) {
-        uv_read_stop(s);
-        return;
-    }
-    const char *p = buf->base;
-    size_t n = (size_t)nread;
-    while (n > 0) {
-        const char *nl = memchr(p, '\n', n);
-        size_t take = nl ? (size_t)(nl - p) : n;
-        if (ch->errline.len + take <= 4096)
-            tg_buf_append(&ch->errline, p, take);
-        if (nl) {
-            char esc[600];
-            tg_log(TG_LOG_INFO, "upstream stderr", "upstream=%s pid=%d line=%s", ch->name, ch->pid,
-                   tg_log_esc(esc, sizeof(esc), tg_slice_of(ch->errline.base, ch->errline.len)));
-            ch->errline.len = 0;
-            p = nl + 1;
-            n -= take + 1;
-        } else {
-            break;
-        }
-    }
-}
+static void on_stdout(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) { read_lines(s, nread, buf, stdout_piece); }
+static void on_stderr(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) { read_lines(s, nread, buf, stderr_piece); }
 
 static void on_exit_cb(uv_process_t *p, int64_t status, int term_signal)
 {
@@ -218,6 +217,10 @@ struct tg_child *tg_child_spawn(uv_loop_t *loop, const struct tg_upstream_conf *
     stdio[1].data.stream = (uv_stream_t *)&ch->out;
     stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
     stdio[2].data.stream = (uv_stream_t *)&ch->err;
+    if (uc->stderr_inherit) { /* ch->err stays unopened: closed with the others */
+        stdio[2].flags = UV_INHERIT_FD;
+        stdio[2].data.fd = 2;
+    }
     uv_process_options_t opt;
     memset(&opt, 0, sizeof(opt));
     opt.file = uc->command[0];
@@ -246,7 +249,8 @@ struct tg_child *tg_child_spawn(uv_loop_t *loop, const struct tg_upstream_conf *
     }
     ch->pid = ch->proc.pid;
     uv_read_start((uv_stream_t *)&ch->out, on_alloc, on_stdout);
-    uv_read_start((uv_stream_t *)&ch->err, on_alloc, on_stderr);
+    if (!uc->stderr_inherit)
+        uv_read_start((uv_stream_t *)&ch->err, on_alloc, on_stderr);
     tg_log(TG_LOG_DEBUG, "upstream process started", "upstream=%s pid=%d", uc->name, ch->pid);
     return ch;
 }
@@ -322,6 +326,7 @@ void tg_child_kill(struct tg_child *ch)
 
 int tg_child_alive(const struct tg_child *ch) { return ch != NULL && !ch->exited && !ch->killed; }
 int tg_child_pid(const struct tg_child *ch) { return ch->pid; }
+size_t tg_child_skipped(const struct tg_child *ch) { return ch->skipped; }
 
 void tg_child_pause(struct tg_child *ch)
 {

@@ -3,7 +3,8 @@
  *
  * tg_child_spawn() starts one child (uv_spawn with three pipes). Complete stdout lines
  * that hold a JSON object go to on_message; anything else on stdout (servers log there,
- * CoWork OS does) is skipped and logged, and stderr goes to the log. on_exit runs once,
+ * CoWork OS does) is skipped, logged and counted (tg_child_skipped), and stderr goes to the log
+ * (or is this process's own, uc->stderr_inherit). on_exit runs once,
  * after the process is reaped. tg_child_kill() sends SIGTERM, then SIGKILL after a grace
  * period; the child frees itself once the process and its pipes are closed, and no
  * callback runs after tg_child_kill(). */
@@ -54,6 +55,8 @@ int tg_child_alive(const struct tg_child *ch);
 void tg_child_pause(struct tg_child *ch);
 void tg_child_resume(struct tg_child *ch);
 int tg_child_pid(const struct tg_child *ch);
+/* stdout lines skipped as not JSON-RPC so far. */
+size_t tg_child_skipped(const struct tg_child *ch);
 size_t tg_child_live_count(void);
 
 #endif

@@ -35,67 +35,35 @@ static int admin_authorized(struct tg_server *srv, struct tg_conn *c)
     return tg_ct_equal(h, srv->conf->admin.token_sha256, 32);
 }
 
-/* GET /admin/approvals of a cluster: every member's parked calls, from the shared queue.
- * Owner of the wait: the queue's callback (c NULL once the client has gone). */
+/* GET /admin/approvals: every pending approval (every member's, with a cluster), as the page
+ * lists them; the arguments only with audit.args = "values". Owner: the queue's callback, which
+ * frees it. */
 struct list_wait {
-    struct tg_conn *c;
+    struct tg_http_wait w;
+    int args;
 };
-
-static void on_list_abort(struct tg_conn *c, void *ex)
-{
-    (void)c;
-    ((struct list_wait *)ex)->c = NULL;
-}
 
 static void on_listed(void *ud, const struct tg_approval_item *items, size_t n)
 {
-    struct list_wait *w = ud;
-    struct tg_conn *c = w->c;
-    free(w);
+    struct list_wait *lw = ud;
+    struct tg_conn *c = tg_http_wait_stop(&lw->w);
+    int args = lw->args;
+    free(lw);
     if (c == NULL)
         return;
-    c->exchange = NULL;
-    c->on_abort = NULL;
     struct tg_buf b;
     tg_buf_init(&b);
-    tg_buf_appends(&b, "{\"approvals\":[");
-    for (size_t i = 0; i < n; i++) {
-        const struct tg_approval_item *it = &items[i];
-        const char *names[] = {"id", "grant", "session", "upstream", "tool", "args_sha256", "instance"};
-        const char *vals[] = {it->id, it->grant, it->session, it->upstream, it->tool, it->args_sha256, it->instance};
-        tg_buf_appends(&b, i ? ",{" : "{");
-        for (int f = 0; f < 7; f++) {
-            tg_buf_appendf(&b, "%s\"%s\":", f ? "," : "", names[f]);
-            tg_json_write_string(&b, vals[f] ? vals[f] : "", vals[f] ? strlen(vals[f]) : 0);
-        }
-        if (it->args) {
-            tg_buf_appends(&b, ",\"args\":");
-            tg_buf_appends(&b, it->args);
-        }
-        tg_buf_appendf(&b, ",\"parked_at_ms\":%llu,\"waited_ms\":%llu,\"expires_in_ms\":%llu}",
-                       (unsigned long long)it->parked_at_ms, (unsigned long long)it->waited_ms,
-                       (unsigned long long)it->expires_in_ms);
-    }
-    tg_buf_appends(&b, "]}");
+    tg_approvals_write(&b, items, n, args);
     tg_http_respond(c, 200, NULL, "application/json", b.base, b.len);
     tg_buf_dispose(&b);
 }
 
 static void list_approvals(struct tg_server *srv, struct tg_conn *c)
 {
-    if (srv->cluster != NULL) {
-        struct list_wait *w = tg_xcalloc(1, sizeof(*w));
-        w->c = c;
-        c->exchange = w;
-        c->on_abort = on_list_abort;
-        tg_approvals_queue(srv)->list(srv, on_listed, w);
-        return;
-    }
-    struct tg_buf b;
-    tg_buf_init(&b);
-    tg_approvals_list(srv, &b);
-    tg_http_respond(c, 200, NULL, "application/json", b.base, b.len);
-    tg_buf_dispose(&b);
+    struct list_wait *lw = tg_xcalloc(1, sizeof(*lw));
+    lw->args = srv->conf->audit.values;
+    tg_http_wait_start(&lw->w, c);
+    tg_approvals_queue(srv)->list(srv, on_listed, lw);
 }
 
 #define C(name, help, val)                                                                                     \
@@ -242,27 +210,13 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
                    m->lat_sum, (unsigned long long)m->lat_count);
 }
 
-/* POST /admin/reload waiting for its reload. Owner: the reload (its done callback frees it);
- * conn is NULL once the client has gone. */
-struct reload_wait {
-    struct tg_conn *conn;
-};
-
-static void on_reload_abort(struct tg_conn *c, void *ex)
-{
-    struct reload_wait *w = ex;
-    w->conn = NULL;
-}
-
+/* POST /admin/reload waiting for its reload. Owner: the reload (its done callback frees it). */
 static void on_reloaded(void *ud, int ok, const struct tg_buf *err)
 {
-    struct reload_wait *w = ud;
-    struct tg_conn *c = w->conn;
-    free(w);
+    struct tg_conn *c = tg_http_wait_stop(ud);
+    free(ud);
     if (c == NULL)
         return;
-    c->exchange = NULL;
-    c->on_abort = NULL;
     if (ok) {
         tg_http_respond_json(c, 200, "{\"status\":\"reloaded\"}");
         return;
@@ -277,29 +231,20 @@ static void on_reloaded(void *ud, int ok, const struct tg_buf *err)
 }
 
 /* POST /admin/approvals/ID/... waiting for the queue's answer. Owner: the queue operation (its
- * callback frees it); conn is NULL once the client has gone. */
+ * callback frees it). */
 struct decide_wait {
-    struct tg_conn *conn;
+    struct tg_http_wait w;
     int approve;
     char id[65];
     char by[96];
     char reason[601]; /* deny: the JSON body's "reason", or "" */
 };
 
-static void on_decide_abort(struct tg_conn *c, void *ex)
-{
-    (void)c;
-    struct decide_wait *w = ex;
-    w->conn = NULL;
-}
-
 static void on_decided(void *ud, int rc)
 {
     struct decide_wait *w = ud;
-    struct tg_conn *c = w->conn;
+    struct tg_conn *c = tg_http_wait_stop(&w->w);
     if (c != NULL) {
-        c->exchange = NULL;
-        c->on_abort = NULL;
         if (rc != 0) {
             tg_http_respond_json(c, 404, "{\"error\":\"no pending approval with this id (decided, expired or unknown)\"}");
         } else {
@@ -376,9 +321,7 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
     }
     memcpy(w->id, id.ptr, id.len);
     w->approve = approve;
-    w->conn = c;
-    c->exchange = w;
-    c->on_abort = on_decide_abort;
+    tg_http_wait_start(&w->w, c);
     tg_approvals_queue(srv)->decide(srv, id, approve, w->by, w->reason, on_decided, w);
 }
 
@@ -435,10 +378,8 @@ void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)
         }
         if (tg_slice_eq(path, TG_SLICE("/admin/reload")) && c->req.method == HTTP_POST) {
             /* Answered when the reload is over (the conf is read off the loop). */
-            struct reload_wait *w = tg_xcalloc(1, sizeof(*w));
-            w->conn = c;
-            c->exchange = w;
-            c->on_abort = on_reload_abort;
+            struct tg_http_wait *w = tg_xcalloc(1, sizeof(*w));
+            tg_http_wait_start(w, c);
             srv->reload_start(srv, on_reloaded, w);
             return;
         }

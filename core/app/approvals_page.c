@@ -460,65 +460,30 @@ static void on_login(struct tg_server *srv, struct tg_conn *c)
     respond(c, 303, h2, "text/plain", "signed in\n", 10);
 }
 
-/* A queue operation in flight. Owner: the operation (its callback frees it); conn is NULL once
- * the client has gone. */
+/* A queue operation in flight. Owner: the operation (its callback frees it). */
 struct ui_wait {
-    struct tg_conn *conn;
+    struct tg_http_wait w;
     int approve;
 };
-
-static void on_wait_abort(struct tg_conn *c, void *ex)
-{
-    (void)c;
-    struct ui_wait *w = ex;
-    w->conn = NULL;
-}
-
-static struct tg_conn *wait_done(struct ui_wait *w)
-{
-    struct tg_conn *c = w->conn;
-    free(w);
-    if (c != NULL) {
-        c->exchange = NULL;
-        c->on_abort = NULL;
-    }
-    return c;
-}
 
 static struct ui_wait *wait_new(struct tg_conn *c)
 {
     struct ui_wait *w = tg_xcalloc(1, sizeof(*w));
-    w->conn = c;
-    c->exchange = w;
-    c->on_abort = on_wait_abort;
+    tg_http_wait_start(&w->w, c);
     return w;
 }
 
+/* The page shows the arguments (redacted) whatever audit.args says. */
 static void on_listed(void *ud, const struct tg_approval_item *items, size_t n)
 {
-    struct tg_conn *c = wait_done(ud);
+    struct ui_wait *w = ud;
+    struct tg_conn *c = tg_http_wait_stop(&w->w);
+    free(w);
     if (c == NULL)
         return;
     struct tg_buf b;
     tg_buf_init(&b);
-    tg_buf_appends(&b, "{\"approvals\":[");
-    for (size_t i = 0; i < n; i++) {
-        const struct tg_approval_item *it = &items[i];
-        tg_buf_appends(&b, i ? ",{\"id\":" : "{\"id\":");
-        tg_json_write_string(&b, it->id, strlen(it->id));
-        const char *names[] = {"grant", "session", "upstream", "tool"};
-        const char *vals[] = {it->grant, it->session, it->upstream, it->tool};
-        for (int f = 0; f < 4; f++) {
-            tg_buf_appendf(&b, ",\"%s\":", names[f]);
-            tg_json_write_string(&b, vals[f] ? vals[f] : "", vals[f] ? strlen(vals[f]) : 0);
-        }
-        tg_buf_appends(&b, ",\"args\":");
-        tg_buf_appends(&b, it->args ? it->args : "null");
-        tg_buf_appendf(&b, ",\"parked_at_ms\":%llu,\"waited_ms\":%llu,\"expires_in_ms\":%llu}",
-                       (unsigned long long)it->parked_at_ms, (unsigned long long)it->waited_ms,
-                       (unsigned long long)it->expires_in_ms);
-    }
-    tg_buf_appends(&b, "]}");
+    tg_approvals_write(&b, items, n, 1);
     respond(c, 200, NULL, "application/json", b.base, b.len);
     tg_buf_dispose(&b);
 }
@@ -527,7 +492,8 @@ static void on_decided(void *ud, int rc)
 {
     struct ui_wait *w = ud;
     int approve = w->approve;
-    struct tg_conn *c = wait_done(w);
+    struct tg_conn *c = tg_http_wait_stop(&w->w);
+    free(w);
     if (c == NULL)
         return;
     if (rc != 0) {

@@ -154,32 +154,24 @@ static void unauthorized(struct tg_server *srv, struct tg_conn *c, struct tg_sli
 /* ---- a 2025 session another member of the cluster made --------------------------------- */
 
 /* A request that names a sealed session this gateway does not have waits for its record.
- * Owner: itself, until on_shared_record ran; the connection going away only clears c. */
+ * Owner: the fetch, until on_shared_record ran (the record comes even if the client went). */
 struct session_wait {
+    struct tg_http_wait w;
     struct tg_server *srv;
-    struct tg_conn *c;
     char sid[TG_SESSION_ID_LEN + 1];
     char grant[128];
     char upstream[128];
 };
 
-static void session_wait_abort(struct tg_conn *c, void *ex)
-{
-    (void)c;
-    ((struct session_wait *)ex)->c = NULL; /* the record still comes, and frees the wait */
-}
-
 static void on_shared_record(void *ud, int found, const struct tg_cluster_session_rec *rec, const char *why)
 {
     struct session_wait *w = ud;
-    struct tg_conn *c = w->c;
+    struct tg_conn *c = tg_http_wait_stop(&w->w);
     struct tg_server *srv = w->srv;
     if (c == NULL) {
         free(w);
         return;
     }
-    c->exchange = NULL;
-    c->on_abort = NULL;
     int u = -1;
     tg_conf_find_upstream(srv->conf, tg_slice_cstr(w->upstream), &u);
     if (found < 0) {
@@ -239,12 +231,10 @@ static int wait_for_shared_session(struct tg_server *srv, struct tg_conn *c, con
         return 0; /* here, absent, or forged: the transport answers as it always does */
     struct session_wait *w = tg_xcalloc(1, sizeof(*w));
     w->srv = srv;
-    w->c = c;
     memcpy(w->sid, sid.ptr, sid.len);
     tg_strlcpy(w->grant, g->name, sizeof(w->grant));
     tg_strlcpy(w->upstream, srv->conf->upstreams[upstream].name, sizeof(w->upstream));
-    c->exchange = w;
-    c->on_abort = session_wait_abort;
+    tg_http_wait_start(&w->w, c);
     tg_cluster_session_fetch(srv->cluster, w->sid, on_shared_record, w);
     return 1;
 }

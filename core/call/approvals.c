@@ -118,27 +118,30 @@ struct tg_call *tg_approvals_find(struct tg_server *srv, struct tg_slice id)
     return NULL;
 }
 
-void tg_approvals_list(struct tg_server *srv, struct tg_buf *b)
+void tg_approvals_write(struct tg_buf *b, const struct tg_approval_item *items, size_t n, int args)
 {
     tg_buf_appends(b, "{\"approvals\":[");
-    uint64_t now = now_ms(srv);
-    for (struct tg_list *l = srv->approvals.next; l != &srv->approvals; l = l->next) {
-        struct tg_call *k = tg_container_of(l, struct tg_call, alink);
-        if (l != srv->approvals.next)
-            tg_buf_append(b, ",", 1);
-        tg_buf_appendf(b, "{\"id\":\"%s\",\"grant\":", k->approval_id);
-        tg_json_write_string(b, k->grant, strlen(k->grant));
-        tg_buf_appendf(b, ",\"session\":\"%s\",\"upstream\":", k->sess->id_str);
-        tg_json_write_string(b, up_name(k), strlen(up_name(k)));
-        tg_buf_appends(b, ",\"tool\":");
-        tg_json_write_string(b, k->tool, strlen(k->tool));
-        tg_buf_appendf(b, ",\"args_sha256\":\"%s\"", k->args_sha256);
-        if (k->args_json) {
-            tg_buf_appends(b, ",\"args\":");
-            tg_buf_appends(b, k->args_json);
+    for (size_t i = 0; i < n; i++) {
+        const struct tg_approval_item *it = &items[i];
+        static const char *const names[] = {"id", "grant", "session", "upstream", "tool", "args_sha256"};
+        const char *vals[] = {it->id, it->grant, it->session, it->upstream, it->tool, it->args_sha256};
+        tg_buf_appends(b, i ? ",{" : "{");
+        for (int f = 0; f < 6; f++) {
+            tg_buf_appendf(b, "%s\"%s\":", f ? "," : "", names[f]);
+            tg_json_write_string(b, vals[f] ? vals[f] : "", vals[f] ? strlen(vals[f]) : 0);
         }
-        tg_buf_appendf(b, ",\"parked_at_ms\":%llu,\"expires_in_ms\":%llu}", (unsigned long long)k->parked_at_wall,
-                       (unsigned long long)(k->approval_deadline > now ? k->approval_deadline - now : 0));
+        if (args && it->args) {
+            tg_buf_appends(b, ",\"args\":");
+            tg_buf_appends(b, it->args);
+        }
+        tg_buf_appendf(b, ",\"parked_at_ms\":%llu,\"waited_ms\":%llu,\"expires_in_ms\":%llu,\"instance\":",
+                       (unsigned long long)it->parked_at_ms, (unsigned long long)it->waited_ms,
+                       (unsigned long long)it->expires_in_ms);
+        if (it->instance)
+            tg_json_write_string(b, it->instance, strlen(it->instance));
+        else
+            tg_buf_appends(b, "null");
+        tg_buf_appends(b, "}");
     }
     tg_buf_appends(b, "]}");
 }

@@ -22,8 +22,6 @@ void tg_approvals_finish(struct tg_call *k, int approve, const char *by, const c
  * error.data.reason and to the log, escaped). */
 void tg_approvals_deny(struct tg_call *k, const char *by, const char *reason);
 struct tg_call *tg_approvals_find(struct tg_server *srv, struct tg_slice id);
-/* The pending approvals as {"approvals":[...]} (the admin API). */
-void tg_approvals_list(struct tg_server *srv, struct tg_buf *out);
 /* The tick: the ones past their deadline are refused. */
 void tg_approvals_expire(struct tg_server *srv);
 /* Shutdown: every one is refused. */
@@ -67,6 +65,11 @@ struct tg_approval_queue_ops {
     void (*decide)(struct tg_server *srv, struct tg_slice id, int approve, const char *by, const char *reason,
                    tg_approval_decide_cb done, void *ud);
 };
+/* The queue as the admin API and the page answer it, with or without a cluster:
+ * {"approvals":[{id, grant, session, upstream, tool, args_sha256, args?, parked_at_ms, waited_ms,
+ * expires_in_ms, instance}...]}. args: written when the item has some and `args` is nonzero;
+ * instance: null for the local queue. */
+void tg_approvals_write(struct tg_buf *out, const struct tg_approval_item *items, size_t n, int args);
 /* The queue this server's approvers see: the shared one with a cluster, else the local one. */
 const struct tg_approval_queue_ops *tg_approvals_queue(struct tg_server *srv);
 

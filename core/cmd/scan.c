@@ -281,7 +281,7 @@ static int secret_arg(const char *prev, const char *arg)
 int tg_scan_cli(int argc, char **argv)
 {
     struct tg_scan_header headers[SCAN_MAX_HEADERS];
-    struct tg_scan_link c = {.timeout_ms = 10000, .next_id = 1, .to_child = -1, .from_child = -1};
+    struct tg_scan_link c = {.timeout_ms = 10000, .next_id = 1};
     int json = 0, i, insecure = 0, https = 0;
     const char *url = NULL, *ca = NULL;
     for (i = 1; i < argc; i++) {
@@ -347,7 +347,6 @@ int tg_scan_cli(int argc, char **argv)
         }
     }
     signal(SIGPIPE, SIG_IGN);
-    tg_buf_init(&c.rbuf);
     struct tg_buf target;
     tg_buf_init(&target);
     if (c.stdio) {
@@ -369,7 +368,7 @@ int tg_scan_cli(int argc, char **argv)
     struct scan_lists ls = {.tools = cJSON_CreateArray()};
     cJSON *init_msg = NULL;
     int rc = 1;
-    if (c.stdio && tg_scan_link_start(&c, argv + i) != 0)
+    if (tg_scan_link_start(&c, c.stdio ? argv + i : NULL) != 0)
         goto out;
     if (scan_server(&c, &ls, &src, &init_msg) != 0)
         goto out;
@@ -383,15 +382,13 @@ int tg_scan_cli(int argc, char **argv)
     tg_buf_dispose(&policy);
     rc = fflush(stdout) == 0 ? 0 : 1;
 out:
-    if (c.stdio)
-        tg_scan_link_stop(&c);
+    tg_scan_link_stop(&c);
     tg_tls_client_ctx_free(c.tls);
     cJSON_Delete(init_msg);
     cJSON_Delete(ls.tools);
     cJSON_Delete(ls.resources);
     cJSON_Delete(ls.templates);
     cJSON_Delete(ls.prompts);
-    tg_buf_dispose(&c.rbuf);
     tg_buf_dispose(&target);
     return rc;
 }

@@ -2,13 +2,15 @@
  * initialize, notifications/initialized, tools/list following nextCursor), and print a starting
  * policy for its tools (policy/suggest.h) on stdout.
  *
- * A command-line tool, not part of the gateway: it blocks on its socket or pipes, each answer
- * bounded by --timeout. Over HTTP each message is one POST on a fresh connection (Streamable
- * HTTP: Accept: application/json, text/event-stream; a JSON or an SSE answer; the Mcp-Session-Id
- * the server gave is sent back). Answers are read with the strict parser (core/base/json.h).
- * https:// goes through core/wire/tls.c (buffers in, buffers out), driven over the blocking socket:
- * the certificate is checked (--ca FILE, else the system bundle; --insecure: not at all) before
- * the request is sent.
+ * A command-line tool, not part of the gateway, though it talks to the server with the gateway's
+ * upstream runtime (core/cmd/scan_client.h): each exchange runs a loop of its own until the answer,
+ * bounded by --timeout. Over HTTP each message is one POST through the upstream pool, on one
+ * keep-alive connection (Streamable HTTP: Accept: application/json, text/event-stream; a JSON or
+ * an SSE answer; the Mcp-Session-Id the server gave is sent back); https:// is the pool's TLS
+ * client: the certificate is checked (--ca FILE, else the system bundle; --insecure: not at all)
+ * before the request is sent. A command is started as the gateway starts a stdio upstream
+ * (upstream/child.c), with the whole environment and its stderr passed through. Answers are read
+ * with the strict parser (core/base/json.h).
  *
  * Exit status: 0 the policy was printed, 1 the server could not be scanned, 2 bad arguments. */
 #ifndef TG_SCAN_H

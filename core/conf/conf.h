@@ -178,6 +178,7 @@ struct tg_upstream_conf {
     char *cwd;       /* stdio: working directory, or NULL */
     int warm;        /* stdio: children started ahead of need */
     int max_children; /* stdio: live children at most (sessions, warm ones included) */
+    int stderr_inherit; /* stdio: the child writes to this process's stderr, not the log (tollgate scan; no directive) */
     char **deny_server_requests; /* server-to-client methods never relayed to clients */
     size_t ndeny_server_requests;
     struct tg_roots roots; /* pinned: the server's roots/list gets these (a grant's override) */

@@ -2,7 +2,8 @@
 # The shape docs/architecture.md describes, checked:
 #  - core/ keeps at most two .c files at its top level: the rest lives in floors (core/base ...);
 #  - no gateway source file over 800 lines;
-#  - no circle between modules, nor between rooms, as the linker sees them (link-graph.py reads
+#  - no circle between modules, nor between rooms, and no room using a room above it, as the
+#    linker sees them (link-graph.py reads
 #    the built objects of BUILD_DIR with nm: a module uses a symbol another module defines);
 #  - no untyped state in a session.
 # scripts/lint/layout.sh [BUILD_DIR]   (default: build-asan)

@@ -310,6 +310,12 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
       }, { what: `the parked call in ${c.instances[i].name}'s GET /admin/approvals` });
     }
     assert.equal(listed[1].id, listed[2].id, 'the same approval id on b and c');
+    // the same fields as without a cluster (policy.test.mjs), the member holding it named
+    for (const i of [1, 2]) {
+      assert.deepEqual(H.approvalFields(listed[i]), H.APPROVAL_FIELDS, JSON.stringify(listed[i]));
+      assert.equal(listed[i].instance, c.instances[0].name);
+      assert.ok(!('args' in listed[i]), `audit.args is not "values": no arguments listed: ${JSON.stringify(listed[i])}`);
+    }
     assert.equal(forwarded('/tmp/cluster-approved', 'path').length, 0, 'nothing forwarded before the decision');
     const r = await c.admin(2, 'POST', `/admin/approvals/${listed[2].id}/approve`, { headers: { 'X-Tollgate-Approver': 'carol' } });
     assert.equal(r.status, 200, r.text);

@@ -318,6 +318,11 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     assert.ok(typeof item.id === 'string' && item.id.length > 0, JSON.stringify(item));
     assert.ok(item.expires_in_ms > 0 && item.expires_in_ms <= 3000, JSON.stringify(item));
     assert.ok(Math.abs(item.parked_at_ms - Date.now()) < 10000, `parked_at_ms is wall-clock ms: ${item.parked_at_ms}`);
+    // the same fields as with a cluster (cluster.test.mjs); no member holds it here
+    assert.deepEqual(H.approvalFields(item), H.APPROVAL_FIELDS, JSON.stringify(item));
+    assert.equal(item.instance, null);
+    assert.ok(item.waited_ms >= 0 && item.waited_ms < 10000, JSON.stringify(item));
+    assert.deepEqual(item.args, args, 'audit.args = "values": the arguments are listed');
     assert.equal(await stillPending(call), 'pending', "the client's request stays pending while parked");
     assert.equal(writes(args.path).length, 0, 'nothing reached the stand-in before the approval');
     // nothing else waits while a call is parked

@@ -216,6 +216,45 @@ describe('tollgate scan', () => {
     await assertLoads(save(overHttp.stdout, 'yaml'), (overHttp.stdout.match(/^ {2}"/gm) ?? []).length);
   });
 
+  it('a stdio server: its stderr passes through, its requests are answered, lines that are not JSON are counted', async () => {
+    // It asks ping, roots/list and sampling/createMessage before answering initialize, and answers
+    // only if each got what scan gives (an empty result, no roots, -32601).
+    const server = path.join(dir, 'asking-server.mjs');
+    fs.writeFileSync(server, `
+process.stderr.write('asking-server: starting\\n');
+process.stdout.write('a banner on stdout\\n');
+const want = { p1: (m) => m.result && Object.keys(m.result).length === 0, p2: (m) => Array.isArray(m.result?.roots) && m.result.roots.length === 0,
+  p3: (m) => m.error?.code === -32601 };
+let buf = '', init = null;
+const send = (o) => process.stdout.write(JSON.stringify(o) + '\\n');
+process.stdin.setEncoding('utf8').on('data', (d) => {
+  buf += d;
+  let i;
+  while ((i = buf.indexOf('\\n')) >= 0) {
+    const m = JSON.parse(buf.slice(0, i)); buf = buf.slice(i + 1);
+    if (m.method === 'initialize') {
+      init = m.id;
+      send({ jsonrpc: '2.0', id: 'p1', method: 'ping' });
+      send({ jsonrpc: '2.0', id: 'p2', method: 'roots/list' });
+      send({ jsonrpc: '2.0', id: 'p3', method: 'sampling/createMessage', params: {} });
+    } else if (m.id in want) {
+      if (!want[m.id](m)) { process.stderr.write('asking-server: wrong answer ' + JSON.stringify(m) + '\\n'); process.exit(4); }
+      delete want[m.id];
+      if (Object.keys(want).length === 0)
+        send({ jsonrpc: '2.0', id: init, result: { protocolVersion: '2025-06-18', capabilities: { tools: {} }, serverInfo: { name: 'asking', version: '1' } } });
+    } else if (m.method === 'tools/list') {
+      send({ jsonrpc: '2.0', id: m.id, result: { tools: [{ name: 'list_things', description: 'Lists things' }] } });
+    }
+  }
+});
+`);
+    const r = await tollgate(['scan', '--', process.execPath, server]);
+    assert.equal(r.code, 0, show(r));
+    assert.match(r.stderr, /^asking-server: starting$/m, show(r));
+    assert.match(r.stderr, /^tollgate: scan: warning: 1 lines on the server's stdout were not JSON, skipped$/m, show(r));
+    assert.match(r.stdout, /^# Server: asking 1, protocol 2025-06-18$/m, show(r));
+  });
+
   it('bad arguments print the usage and exit 2', async () => {
     for (const args of [[], ['--bogus', 'http://127.0.0.1:1/mcp'], ['--'], ['--header', 'no colon', 'http://127.0.0.1:1/'],
       ['http://a/', 'http://b/'], ['--timeout', 'x', 'http://127.0.0.1:1/'], ['http://127.0.0.1:1/', '--', 'true'],

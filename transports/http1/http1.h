@@ -227,6 +227,20 @@ void tg_http_stream_write(struct tg_conn *c, const char *p, size_t n);
 void tg_http_stream_write_joined(struct tg_conn *c, const char *p, size_t n);
 void tg_http_stream_end(struct tg_conn *c);
 
+/* A handler that answers later, when something else answers it (a reload, Redis, the approvals
+ * queue): the wait holds the connection as its exchange and forgets it if the client goes
+ * first. Storage: the caller's (usually the first member of its own struct), kept until the
+ * answer comes whether the client stayed or not; the answer's callback calls
+ * tg_http_wait_stop() once, then frees it. */
+struct tg_http_wait {
+    struct tg_conn *_conn; /* NULL once the connection has gone */
+};
+/* Hold c (no other exchange on it) until tg_http_wait_stop(). */
+void tg_http_wait_start(struct tg_http_wait *w, struct tg_conn *c);
+/* The answer came: the connection to answer on, no longer held, or NULL if the client has gone
+ * meanwhile (then there is no one to answer). */
+struct tg_conn *tg_http_wait_stop(struct tg_http_wait *w);
+
 /* Closing marks: the connection stops reading and writing at once, and its users hear of it
  * (on_abort, up_gone, on_watch) from the loop after the current handler has returned, never
  * from inside this call or a tg_http_* call. The memory goes after the handles' close callbacks. */

@@ -170,6 +170,13 @@ static const llhttp_settings_t resp_settings = {
 
 /* ---- connections --------------------------------------------------------------- */
 
+/* r's failure in words, for its owner (tg_upreq_error). */
+static void req_why(struct tg_upreq *r, const char *why)
+{
+    if (r != NULL && why != NULL)
+        snprintf(r->why, sizeof(r->why), "%s", why);
+}
+
 static void on_write_done(uv_write_t *req, int status)
 {
     struct upwrite *w = tg_container_of(req, struct upwrite, req);
@@ -415,6 +422,7 @@ static void conn_bytes(struct tg_upconn *c, ssize_t nread, const uv_buf_t *buf)
         char esc[128];
         tg_log(TG_LOG_WARN, "malformed upstream response", "upstream=%s error=%s", u->uc->name,
                tg_log_esc(esc, sizeof(esc), tg_slice_cstr(llhttp_get_error_reason(&c->parser))));
+        req_why(r, llhttp_get_error_reason(&c->parser));
         c->req = NULL;
         r->conn = NULL;
         tg__upconn_close(c);
@@ -431,6 +439,7 @@ static void tls_failed(struct tg_upconn *c, const char *why)
     tg_log(TG_LOG_WARN, "upstream TLS handshake failed", "upstream=%s host=%s reason=%s", c->up->uc->name,
            c->up->uc->tls_server_name ? c->up->uc->tls_server_name : c->up->uc->host,
            tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why)));
+    req_why(c->req, why != NULL && why[0] != '\0' ? why : "the answer is not TLS");
     tg__upstream_reach_failed(c->up);
     connect_failed(c, TG_EINVAL, 0); /* nothing of the request was sent */
 }
@@ -467,6 +476,7 @@ static void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         tg_log(TG_LOG_WARN, "upstream TLS error", "upstream=%s reason=%s", c->up->uc->name,
                tg_log_esc(esc, sizeof(esc), tg_slice_cstr(tg_tls_last_error(c->tls))));
         struct tg_upreq *r = c->req;
+        req_why(r, tg_tls_last_error(c->tls));
         c->req = NULL;
         if (r != NULL)
             r->conn = NULL;

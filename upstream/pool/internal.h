@@ -116,6 +116,7 @@ struct tg_upreq {
     size_t ctype_len;
     char sid[256];
     size_t sid_len;
+    char why[128]; /* the failure in words (tg_upreq_error), or "" */
 };
 
 /* upstream/pool/http_conn.c: one connection, one request at a time on it. */

@@ -293,6 +293,8 @@ struct tg_slice tg_upreq_session_id(const struct tg_upreq *r) { return tg_slice_
 int tg_upreq_status(const struct tg_upreq *r) { return r->status; }
 int tg_upreq_sent(const struct tg_upreq *r) { return r->sent; }
 double tg_upreq_elapsed_ms(const struct tg_upreq *r) { return (double)(uv_hrtime() - r->start_ns) / 1e6; }
+const char *tg_upreq_error(const struct tg_upreq *r) { return r->why[0] != '\0' ? r->why : NULL; }
+int tg_upreq_handshaking(const struct tg_upreq *r) { return r->conn != NULL && r->conn->state == UC_HANDSHAKE; }
 
 /* ---- upstream ---------------------------------------------------------------------- */
 

@@ -34,7 +34,8 @@ struct tg_upreq_cbs {
     void (*on_done)(struct tg_upreq *r, int err, void *ud);
 };
 
-/* uc points into conf, of which the upstream keeps a reference (conf may be NULL in tests).
+/* uc points into conf, of which the upstream keeps a reference (conf may be NULL outside the
+ * gateway: unit tests, `tollgate scan`; a child's stdout lines are then capped at 64 MiB).
  * The caller owns the one reference the upstream starts with. */
 struct tg_upstream *tg_upstream_new(uv_loop_t *loop, struct tg_conf *conf, const struct tg_upstream_conf *uc,
                                     struct tg_metrics *m);
@@ -89,6 +90,11 @@ int tg_upreq_status(const struct tg_upreq *r);
  * A request that failed with this 0 certainly never reached the upstream. */
 int tg_upreq_sent(const struct tg_upreq *r);
 double tg_upreq_elapsed_ms(const struct tg_upreq *r);
+/* Why on_done's err came, in words when the pool has them (the TLS layer's reason for a failed
+ * handshake or a TLS error, llhttp's for a malformed answer), else NULL. Valid in on_done. */
+const char *tg_upreq_error(const struct tg_upreq *r);
+/* 1 while r waits for its connection's TLS handshake (connected, nothing sent yet). */
+int tg_upreq_handshaking(const struct tg_upreq *r);
 
 /* The era an upstream speaks (upstream/probe.c). */
 enum tg_up_era {

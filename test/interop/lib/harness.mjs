@@ -130,6 +130,14 @@ export function within(p, ms, what = 'the event') {
  */
 export const quietFor = (ms) => sleep(ms);
 
+/**
+ * The fields of an item of GET /admin/approvals (and of the page's queue), with or without a
+ * cluster (docs/operations.md): `instance` is the member holding the call, null without a
+ * cluster; `args` (left out here) only with audit.args = "values" (the page: always).
+ */
+export const APPROVAL_FIELDS = ['args_sha256', 'expires_in_ms', 'grant', 'id', 'instance', 'parked_at_ms', 'session', 'tool', 'upstream', 'waited_ms'];
+export const approvalFields = (item) => Object.keys(item).filter((k) => k !== 'args').sort();
+
 /** Parses a Prometheus text exposition into { 'name{labels}': number } (labels as written). */
 export function parseMetrics(text) {
   const out = {};

@@ -5,6 +5,7 @@
  *   /hello   200 "hello"               /echo  200, the request body as application/json
  *   /later   held: the test answers    /sse   a chunked stream, held open
  *   /close   the handler closes the connection itself
+ *   /wait    held through a struct tg_http_wait (heap, as the admin API's): the test answers
  *   other    200, the URL as the body
  *
  * Each case runs in its own loop and ends with every handle closed and nothing leaked. */
@@ -22,6 +23,7 @@ struct t1 {
     /* /close */
     int aborts, aborts_inside_handler, abort_in_run_pending;
     void *abort_exchange;
+    struct tg_http_wait *wait; /* /wait: the answer still to come */
 };
 
 static struct t1 *t1_of(struct hh *h) { return h->ud; }
@@ -56,6 +58,9 @@ static void handler(struct hh *h, struct tg_conn *c)
         tg_http_respond(c, 200, NULL, "application/json", c->req.body.base, c->req.body.len);
     } else if (tg_slice_eq(url, tg_slice_cstr("/later"))) {
         t->held = c;
+    } else if (tg_slice_eq(url, tg_slice_cstr("/wait"))) {
+        t->wait = tg_xcalloc(1, sizeof(*t->wait));
+        tg_http_wait_start(t->wait, c);
     } else if (tg_slice_eq(url, tg_slice_cstr("/sse"))) {
         tg_http_stream_begin(c, 200, NULL, "text/event-stream");
         tg_http_stream_write(c, "data: 1\n\n", 9);
@@ -653,6 +658,50 @@ static void peer_close_aborts_held_request(void **state)
     teardown(h);
 }
 
+static void wait_answered_on_its_connection(void **state)
+{
+    /* The answer comes while the client is there: the wait gives the connection back, no longer
+     * held, and the answer goes out on it; the connection serves the next request. */
+    struct hh *h = setup();
+    struct t1 *t = t1_of(h);
+    hh_connect(h);
+    HH_SEND(h, "GET /wait HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_RUN_UNTIL(h, t->wait != NULL);
+    hh_spin(h, 5);
+    HH_EXPECT_QUIET(h);
+    struct tg_conn *c = tg_http_wait_stop(t->wait);
+    assert_non_null(c);
+    assert_null(c->exchange);
+    assert_null(c->on_abort);
+    free(t->wait);
+    t->wait = NULL;
+    tg_http_respond(c, 200, NULL, "text/plain", "later", 5);
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nlater");
+    HH_SEND(h, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello");
+    teardown(h);
+}
+
+static void wait_outlives_its_connection(void **state)
+{
+    /* The client goes first: the connection is freed, the wait stays with its owner and, when
+     * the answer comes, says there is no one to answer (reading freed memory here is ASan's to
+     * catch). */
+    struct hh *h = setup();
+    struct t1 *t = t1_of(h);
+    hh_connect(h);
+    HH_SEND(h, "GET /wait HTTP/1.1\r\nHost: x\r\n\r\n");
+    HH_RUN_UNTIL(h, t->wait != NULL);
+    shutdown(h->fd, SHUT_WR);
+    HH_RUN_UNTIL(h, h->gone == 1);
+    assert_int_equal(h->env.nconns, 0);
+    assert_null(tg_http_wait_stop(t->wait));
+    assert_null(tg_http_wait_stop(t->wait)); /* still nothing: the wait keeps no stale pointer */
+    free(t->wait);
+    t->wait = NULL;
+    teardown(h);
+}
+
 int main(int argc, char **argv)
 {
     tg_log_setup(TG_LOG_WARN, TG_LOG_LOGFMT, NULL);
@@ -673,6 +722,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(connection_close_honoured),
         cmocka_unit_test(close_in_handler_is_deferred),
         cmocka_unit_test(peer_close_aborts_held_request),
+        cmocka_unit_test(wait_answered_on_its_connection),
+        cmocka_unit_test(wait_outlives_its_connection),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

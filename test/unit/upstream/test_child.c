@@ -151,7 +151,34 @@ static void non_json_lines_skipped(void **state)
     send_str(f, "{\"id\":2}");
     RUN_UNTIL(f, f->nmsgs == 2);
     assert_msgs(f, "{\"id\":1}|{\"id\":2}|");
+    assert_int_equal(tg_child_skipped(f->ch), 3); /* the empty line is not counted */
     fx_free(f);
+}
+
+/* uc->stderr_inherit: the child writes to this process's stderr itself (tollgate scan passes a
+ * server's stderr through), where it would otherwise be logged line by line. */
+static void stderr_inherited(void **state)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(p[1], 2), 2);
+    close(p[1]);
+    static char *argv[] = {"/bin/sh", "-c", "echo 'to stderr' >&2", NULL};
+    struct tg_upstream_conf uc = {.stderr_inherit = 1};
+    struct fx *f = fx_new_conf(&uc, argv, 4096);
+    RUN_UNTIL(f, f->exits == 1);
+    fx_free(f);
+    assert_int_equal(dup2(saved, 2), 2); /* the pipe's last writer closed: it reads to its end */
+    close(saved);
+    char got[4096];
+    size_t n = 0;
+    for (ssize_t r; n < sizeof(got) && (r = read(p[0], got + n, sizeof(got) - n)) > 0;)
+        n += (size_t)r;
+    close(p[0]);
+    if (n < 10 || memcmp(got, "to stderr\n", 10) != 0)
+        fail_msg("stderr: \"%.*s\"", (int)n, got);
 }
 
 static void line_over_max_line_dropped(void **state)
@@ -387,6 +414,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(line_comes_back_as_a_message),
         cmocka_unit_test(non_json_lines_skipped),
+        cmocka_unit_test(stderr_inherited),
         cmocka_unit_test(line_over_max_line_dropped),
         cmocka_unit_test(on_exit_once_when_killed_from_outside),
         cmocka_unit_test(on_exit_once_when_the_child_exits),

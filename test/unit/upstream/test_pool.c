@@ -389,6 +389,7 @@ struct call {
     size_t sent_len;
     char ctype[64], sid[64];
     char done_ctype[64], done_sid[64]; /* the same, read again when the call is done */
+    char why[128]; /* tg_upreq_error() in on_done, or "" */
     uint64_t timeout_ms;
     uint64_t t_start, t_done;
 };
@@ -446,6 +447,10 @@ static void on_done(struct tg_upreq *r, int err, void *ud)
     struct tg_slice ct = tg_upreq_content_type(r), sid = tg_upreq_session_id(r);
     snprintf(c->done_ctype, sizeof(c->done_ctype), "%.*s", (int)ct.len, ct.ptr);
     snprintf(c->done_sid, sizeof(c->done_sid), "%.*s", (int)sid.len, sid.ptr);
+    const char *why = tg_upreq_error(r);
+    snprintf(c->why, sizeof(c->why), "%s", why ? why : "");
+    if (err == 0)
+        assert_null(why);
     assert_true(tg_upreq_elapsed_ms(r) >= 0);
     f->ndone++;
     if (c->idx + 1 < f->chain_to)
@@ -1180,6 +1185,7 @@ static void malformed_response(void **state)
     run_until_done(f, 1, 3000);
     assert_int_equal(f->calls[0].err, TG_EINVAL);
     assert_int_equal(f->calls[0].heads, 0);
+    assert_true(strlen(f->calls[0].why) > 0); /* llhttp's reason, for the owner to tell */
     size_t total, idle, queued, dedicated;
     tg_upstream_stats(f->u, &total, &idle, &queued, &dedicated);
     assert_int_equal(total, 0);

@@ -333,6 +333,11 @@ static void limit_refunds_only_what_did_not_run(void **state)
 
 /* ---- approve ----------------------------------------------------------------------------- */
 
+static void on_listed(void *ud, const struct tg_approval_item *items, size_t n)
+{
+    tg_approvals_write(ud, items, n, 1);
+}
+
 static void approve_parks_then_sends(void **state)
 {
     struct mw *m = mw_new(FAKE_HTTP);
@@ -352,10 +357,14 @@ static void approve_parks_then_sends(void **state)
     assert_int_equal(m->srv.metrics.decisions[TG_VERDICT_APPROVE], 1);
     struct tg_buf list;
     tg_buf_init(&list);
-    tg_approvals_list(&m->srv, &list);
+    tg_approvals_queue(&m->srv)->list(&m->srv, on_listed, &list); /* the local queue answers at once */
     tg_buf_append(&list, "", 1);
     assert_non_null(strstr(list.base, "\"tool\":\"deploy\""));
     assert_non_null(strstr(list.base, k->approval_id));
+    /* the shape a cluster's list has too: waited_ms, and instance (null: no member holds it) */
+    assert_non_null(strstr(list.base, "\"waited_ms\":"));
+    assert_non_null(strstr(list.base, ",\"instance\":null}"));
+    assert_non_null(strstr(list.base, "\"args\":{\"x\":1}"));
     tg_buf_dispose(&list);
     cJSON *a = mw_audit_last(m);
     assert_string_equal(json_str(a, "decision"), "approve");
