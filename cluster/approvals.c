@@ -13,31 +13,26 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
-#include <mbedtls/md.h>
 
-#include "cluster/cluster.h"
+#include "cluster/internal.h"
 #include "cluster/redis/redis.h"
-#include "core/call/approvals.h"
 #include "core/call/audit.h"
 #include "core/call/call.h"
 #include "core/call/gateway.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
+#include "core/base/sha256.h"
 
-static const struct tg_cluster_conf *cconf(struct tg_server *srv) { return tg_cluster_conf(srv->cluster); }
+static void hash_key(struct tg_cluster *cl, char *key, size_t n) { snprintf(key, n, "%sapprovals", cl->key_prefix); }
 
-static void hash_key(struct tg_server *srv, char *key, size_t n)
+static void channel_of(struct tg_cluster *cl, const char *instance, char *ch, size_t n)
 {
-    snprintf(key, n, "%sapprovals", cconf(srv)->key_prefix);
+    snprintf(ch, n, "%sapprovals:%s", cl->key_prefix, instance);
 }
 
-static void channel_of(struct tg_server *srv, const char *instance, char *ch, size_t n)
+void tg__cluster_approval_park(void *ud, struct tg_call *k)
 {
-    snprintf(ch, n, "%sapprovals:%s", cconf(srv)->key_prefix, instance);
-}
-
-void tg__approvals_shared_park(struct tg_call *k)
-{
+    struct tg_cluster *cl = ud;
     struct tg_server *srv = k->srv;
     struct tg_audit_conf ac = srv->conf->audit;
     ac.values = 1; /* approvers always see the arguments, redacted */
@@ -56,97 +51,93 @@ void tg__approvals_shared_park(struct tg_call *k)
     cJSON_AddStringToObject(o, "args_sha256", k->args_sha256);
     cJSON_AddNumberToObject(o, "parked_at_ms", (double)k->parked_at_wall);
     cJSON_AddNumberToObject(o, "deadline_ms", (double)(k->parked_at_wall + (uint64_t)k->dec->approval_timeout_ms));
-    cJSON_AddStringToObject(o, "instance", cconf(srv)->instance);
+    cJSON_AddStringToObject(o, "instance", cl->instance);
     char *json = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     free(shown);
     char key[128];
-    hash_key(srv, key, sizeof(key));
+    hash_key(cl, key, sizeof(key));
     const char *argv[] = {"HSET", key, k->approval_id, json};
     size_t lens[] = {4, strlen(key), strlen(k->approval_id), strlen(json)};
-    tg_redis_command(tg_cluster_redis(srv->cluster), NULL, NULL, 4, argv, lens);
+    tg_redis_command(cl->redis, NULL, NULL, 4, argv, lens);
     free(json);
 }
 
-static void hdel(struct tg_server *srv, const char *id)
+static void hdel(struct tg_cluster *cl, const char *id)
 {
     char key[128];
-    hash_key(srv, key, sizeof(key));
+    hash_key(cl, key, sizeof(key));
     const char *argv[] = {"HDEL", key, id};
     size_t lens[] = {4, strlen(key), strlen(id)};
-    tg_redis_command(tg_cluster_redis(srv->cluster), NULL, NULL, 3, argv, lens);
+    tg_redis_command(cl->redis, NULL, NULL, 3, argv, lens);
 }
 
-void tg__approvals_shared_gone(struct tg_call *k) { hdel(k->srv, k->approval_id); }
+void tg__cluster_approval_gone(void *cl, struct tg_call *k) { hdel(cl, k->approval_id); }
 
 /* A decision on the wire carries HMAC-SHA256 under a key from the cluster's secret, over
  * "id \n approve \n by \n reason": whoever can PUBLISH to Redis without being a member
  * cannot approve a call. */
-static void decision_mac(struct tg_server *srv, const char *id, int approve, const char *by, const char *reason,
+static void decision_mac(struct tg_cluster *cl, const char *id, int approve, const char *by, const char *reason,
                          char hex[65])
 {
-    static const char label[] = "tollgate approval decision";
-    const mbedtls_md_info_t *md = mbedtls_md_info_from_type(MBEDTLS_MD_SHA256);
-    uint8_t key[32], mac[32];
-    if (mbedtls_md_hmac(md, cconf(srv)->secret, 32, (const unsigned char *)label, sizeof(label) - 1, key) != 0)
-        abort();
     struct tg_buf in;
     tg_buf_init(&in);
     tg_buf_appendf(&in, "%s\n%d\n%s\n", id, approve ? 1 : 0, by);
     if (reason)
         tg_buf_appends(&in, reason);
-    if (mbedtls_md_hmac(md, key, 32, (const unsigned char *)in.base, in.len, mac) != 0)
-        abort();
+    uint8_t mac[32];
+    tg_hmac_labelled(cl->conf.secret, "tollgate approval decision", in.base, in.len, mac);
     tg_buf_dispose(&in);
     tg_hex_encode(mac, 32, hex);
+}
+
+static void on_decided_here(void *ud, int rc)
+{
+    (void)ud;
+    (void)rc; /* decided by this member's queue, or no longer parked here: nothing to answer */
 }
 
 /* A decision another member published for a call parked here. */
 static void on_decision(void *ud, const char *channel, const char *p, size_t n)
 {
     (void)channel;
-    struct tg_server *srv = ud;
+    struct tg_cluster *cl = ud;
     cJSON *o = cJSON_ParseWithLength(p, n);
     const cJSON *id = tg_json_get(o, "id");
     const cJSON *by = tg_json_get(o, "by");
     const cJSON *reason = tg_json_get(o, "reason");
     const cJSON *mac = tg_json_get(o, "mac");
     int approve = cJSON_IsTrue(tg_json_get(o, "approve"));
-    struct tg_call *k = NULL;
     if (cJSON_IsString(id) && cJSON_IsString(by) && cJSON_IsString(mac) && (reason == NULL || cJSON_IsString(reason))) {
         char want[65];
-        decision_mac(srv, id->valuestring, approve, by->valuestring, reason ? reason->valuestring : NULL, want);
-        uint8_t d = strlen(mac->valuestring) == 64 ? 0 : 1;
-        for (size_t i = 0; i < 64 && d == 0; i++)
-            d |= (uint8_t)(want[i] ^ mac->valuestring[i]);
-        if (d == 0)
-            k = tg_approvals_find(srv, tg_slice_cstr(id->valuestring));
-        else
+        decision_mac(cl, id->valuestring, approve, by->valuestring, reason ? reason->valuestring : NULL, want);
+        if (strlen(mac->valuestring) == 64 && tg_ct_equal((const uint8_t *)want, (const uint8_t *)mac->valuestring, 64)) {
+            /* Decided as if this member's own approver had (the local queue; unknown ids are
+             * decided, expired or withdrawn already). */
+            char who[128];
+            snprintf(who, sizeof(who), "%s", by->valuestring);
+            cl->local.ops->approval_decide(cl->local.ud, tg_slice_cstr(id->valuestring), approve, who,
+                                           approve ? NULL : cJSON_IsString(reason) ? reason->valuestring : NULL,
+                                           on_decided_here, NULL);
+        } else {
             tg_log(TG_LOG_WARN, "cluster: an approval decision without a valid MAC was ignored", "approval_id=%.64s",
                    id->valuestring);
-    }
-    if (k != NULL) {
-        char who[128];
-        snprintf(who, sizeof(who), "%s", cJSON_IsString(by) ? by->valuestring : "cluster");
-        if (approve)
-            tg_approvals_finish(k, 1, who, NULL);
-        else
-            tg_approvals_deny(k, who, cJSON_IsString(reason) ? reason->valuestring : NULL);
+        }
     }
     cJSON_Delete(o);
 }
 
-void tg__approvals_shared_start(struct tg_server *srv)
+void tg__cluster_approvals_start(struct tg_cluster *cl)
 {
     char ch[160];
-    channel_of(srv, cconf(srv)->instance, ch, sizeof(ch));
-    tg_redis_subscribe(tg_cluster_redis(srv->cluster), ch, on_decision, srv);
+    channel_of(cl, cl->instance, ch, sizeof(ch));
+    tg_redis_subscribe(cl->redis, ch, on_decision, cl);
 }
 
 /* ---- the queue ---------------------------------------------------------------------------- */
 
 struct list_wait {
-    struct tg_server *srv;
+    struct tg_cluster *cl;
     tg_approval_list_cb done;
     void *ud;
 };
@@ -176,7 +167,7 @@ static void on_local(void *ud, const struct tg_approval_item *items, size_t n)
     struct tg_approval_item *named = n ? tg_xcalloc(n, sizeof(*named)) : NULL;
     for (size_t i = 0; i < n; i++) {
         named[i] = items[i];
-        named[i].instance = cconf(w->srv)->instance;
+        named[i].instance = w->cl->instance;
     }
     w->done(w->ud, named, n);
     free(named);
@@ -186,7 +177,7 @@ static void on_local(void *ud, const struct tg_approval_item *items, size_t n)
 static void on_hash(void *ud, int status, const struct redisReply *r)
 {
     struct list_wait *w = ud;
-    struct tg_server *srv = w->srv;
+    struct tg_cluster *cl = w->cl;
     if (status != TG_REDIS_OK || r == NULL || r->type != REDIS_REPLY_ARRAY) {
         /* Redis failed: this member's own calls are still here to show. */
         tg_log(TG_LOG_WARN, "cluster: the shared approvals queue cannot be read; showing this instance's",
@@ -196,7 +187,7 @@ static void on_hash(void *ud, int status, const struct redisReply *r)
                : status == TG_REDIS_EBUSY     ? "too many Redis requests in flight"
                : status == TG_REDIS_ECLOSED   ? "closed"
                                               : "unexpected Redis reply");
-        tg__approvals_local_queue.list(srv, on_local, w);
+        cl->local.ops->approvals_list(cl->local.ud, on_local, w);
         return;
     }
     size_t n = r->elements / 2, m = 0;
@@ -213,7 +204,7 @@ static void on_hash(void *ud, int status, const struct redisReply *r)
             /* Its member went away without taking it out: gone a minute past its deadline. */
             char id[80];
             snprintf(id, sizeof(id), "%.*s", (int)(f->len < 79 ? f->len : 79), f->str);
-            hdel(srv, id);
+            hdel(cl, id);
             cJSON_Delete(o);
             continue;
         }
@@ -245,22 +236,23 @@ static void on_hash(void *ud, int status, const struct redisReply *r)
     free(w);
 }
 
-static void shared_list(struct tg_server *srv, tg_approval_list_cb done, void *ud)
+void tg__cluster_approvals_list(void *ud, tg_approval_list_cb done, void *cb_ud)
 {
+    struct tg_cluster *cl = ud;
     struct list_wait *w = tg_xcalloc(1, sizeof(*w));
-    w->srv = srv;
+    w->cl = cl;
     w->done = done;
-    w->ud = ud;
+    w->ud = cb_ud;
     char key[128];
-    hash_key(srv, key, sizeof(key));
+    hash_key(cl, key, sizeof(key));
     const char *argv[] = {"HGETALL", key};
     size_t lens[] = {7, strlen(key)};
-    tg_redis_command(tg_cluster_redis(srv->cluster), on_hash, w, 2, argv, lens);
+    tg_redis_command(cl->redis, on_hash, w, 2, argv, lens);
 }
 
 /* A decision for an approval that is not (or no longer) here: its member is asked. */
 struct decide_wait {
-    struct tg_server *srv;
+    struct tg_cluster *cl;
     tg_approval_decide_cb done;
     void *ud;
     char id[80];
@@ -282,7 +274,7 @@ static void on_published(void *ud, int status, const struct redisReply *r)
 static void on_item(void *ud, int status, const struct redisReply *r)
 {
     struct decide_wait *w = ud;
-    struct tg_server *srv = w->srv;
+    struct tg_cluster *cl = w->cl;
     cJSON *o = status == TG_REDIS_OK && r != NULL && r->type == REDIS_REPLY_STRING ? cJSON_ParseWithLength(r->str, r->len)
                                                                                    : NULL;
     const char *inst = sget(o, "instance");
@@ -294,7 +286,7 @@ static void on_item(void *ud, int status, const struct redisReply *r)
         return;
     }
     char ch[160];
-    channel_of(srv, inst, ch, sizeof(ch));
+    channel_of(cl, inst, ch, sizeof(ch));
     cJSON *d = cJSON_CreateObject();
     cJSON_AddStringToObject(d, "id", w->id);
     cJSON_AddBoolToObject(d, "approve", w->approve);
@@ -302,40 +294,41 @@ static void on_item(void *ud, int status, const struct redisReply *r)
     if (w->reason)
         cJSON_AddStringToObject(d, "reason", w->reason);
     char mac[65];
-    decision_mac(srv, w->id, w->approve, w->by, w->reason, mac);
+    decision_mac(cl, w->id, w->approve, w->by, w->reason, mac);
     cJSON_AddStringToObject(d, "mac", mac);
     char *json = cJSON_PrintUnformatted(d);
     cJSON_Delete(d);
     cJSON_Delete(o);
     const char *argv[] = {"PUBLISH", ch, json};
     size_t lens[] = {7, strlen(ch), strlen(json)};
-    tg_redis_command(tg_cluster_redis(srv->cluster), on_published, w, 3, argv, lens);
+    tg_redis_command(cl->redis, on_published, w, 3, argv, lens);
     free(json);
 }
 
-static void shared_decide(struct tg_server *srv, struct tg_slice id, int approve, const char *by, const char *reason,
-                          tg_approval_decide_cb done, void *ud)
+static void on_here(void *ud, int rc) { *(int *)ud = rc; }
+
+void tg__cluster_approval_decide(void *ud, struct tg_slice id, int approve, const char *by, const char *reason,
+                                 tg_approval_decide_cb done, void *cb_ud)
 {
-    if (tg_approvals_find(srv, id) != NULL || id.len >= 80) {
-        tg__approvals_local_queue.decide(srv, id, approve, by, reason, done, ud); /* parked here */
+    struct tg_cluster *cl = ud;
+    /* Parked here: this member's queue decides it (and answers before it returns). */
+    int here = TG_APPROVAL_UNKNOWN;
+    cl->local.ops->approval_decide(cl->local.ud, id, approve, by, reason, on_here, &here);
+    if (here == 0 || id.len >= 80) {
+        done(cb_ud, here);
         return;
     }
     struct decide_wait *w = tg_xcalloc(1, sizeof(*w));
-    w->srv = srv;
+    w->cl = cl;
     w->done = done;
-    w->ud = ud;
+    w->ud = cb_ud;
     memcpy(w->id, id.ptr, id.len);
     w->approve = approve;
-    snprintf(w->by, sizeof(w->by), "%s@%s", by ? by : "admin", cconf(srv)->instance);
+    snprintf(w->by, sizeof(w->by), "%s@%s", by ? by : "admin", cl->instance);
     w->reason = reason ? tg_xstrdup(reason) : NULL;
     char key[128];
-    hash_key(srv, key, sizeof(key));
+    hash_key(cl, key, sizeof(key));
     const char *argv[] = {"HGET", key, w->id};
     size_t lens[] = {4, strlen(key), id.len};
-    tg_redis_command(tg_cluster_redis(srv->cluster), on_item, w, 3, argv, lens);
+    tg_redis_command(cl->redis, on_item, w, 3, argv, lens);
 }
-
-const struct tg_approval_queue_ops tg__approvals_shared_queue = {
-    .list = shared_list,
-    .decide = shared_decide,
-};

@@ -1,4 +1,5 @@
-/* The shared side of decisions: the plan (policy/counters.h) run against Redis (cluster/redis/redis.h).
+/* The cluster's shared store: decisions by the plan (policy/counters.h) run against Redis
+ * (cluster/redis/redis.h), and the table of operations the app installs (core/call/shared.h).
  * See cluster/cluster.h for the contract. */
 #include "cluster/cluster.h"
 
@@ -7,29 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/internal.h"
 #include "cluster/redis/redis.h"
 #include "core/base/buf.h"
 #include "core/base/log.h"
 
-struct tg_cluster {
-    uv_loop_t *loop;
-    struct tg_redis *redis;
-    struct tg_counters *local;
-    char *key_prefix;
-    char *instance;
-    enum tg_cluster_unavailable on_unavailable;
-    struct tg_cluster_conf conf; /* the first conf's values; strings are the copies above */
-    struct tg_list jobs;         /* decisions waiting for Redis */
-    struct tg_cluster_stats stats;
-    int up;
-    /* Who hears the session ends members announce (cluster/sessions.c subscribes). */
-    void (*session_ended)(void *ud, const char *id);
-    void *session_ended_ud;
-};
-
-/* A decision that waits for Redis. Owner: the cluster (cl->jobs), from tg_cluster_decide()
+/* A decision that waits for Redis. Owner: the cluster (cl->jobs), from its decide
  * until its last answer came (on_ops frees it), whether or not its caller is still there. */
-struct tg_cluster_job {
+struct tg_shared_job {
     struct tg_cluster *cl;
     struct tg_list link;
     struct tg_counter_plan plan;
@@ -40,9 +26,11 @@ struct tg_cluster_job {
     int64_t now_ms;
     int continuation;
     struct tg_decision dec;
-    tg_cluster_decided_cb cb; /* NULL once detached */
+    tg_shared_decided_cb cb; /* NULL once detached */
     void *ud;
+    const char *why; /* a fallback decision's: what failed */
 };
+
 
 static void on_state(void *ud, int up, const char *why)
 {
@@ -55,12 +43,12 @@ static void on_state(void *ud, int up, const char *why)
                why ? why : "-", cl->on_unavailable == TG_CLUSTER_LOCAL ? "local" : "deny");
 }
 
-struct tg_cluster *tg_cluster_new(uv_loop_t *loop, const struct tg_cluster_conf *cc, struct tg_counters *local,
+struct tg_cluster *tg_cluster_new(uv_loop_t *loop, const struct tg_cluster_conf *cc, const struct tg_shared *local,
                                   char *why, size_t whyn)
 {
     struct tg_cluster *cl = tg_xcalloc(1, sizeof(*cl));
     cl->loop = loop;
-    cl->local = local;
+    cl->local = *local;
     cl->conf = *cc;
     cl->conf.redis = tg_xstrdup(cc->redis);
     cl->conf.password = cc->password ? tg_xstrdup(cc->password) : NULL;
@@ -84,6 +72,7 @@ struct tg_cluster *tg_cluster_new(uv_loop_t *loop, const struct tg_cluster_conf 
         tg_cluster_free(cl);
         return NULL;
     }
+    tg__cluster_approvals_start(cl); /* decisions for calls parked here, from other members */
     return cl;
 }
 
@@ -120,7 +109,6 @@ void tg_cluster_reconf(struct tg_cluster *cl, const struct tg_cluster_conf *cc)
 int tg_cluster_up(const struct tg_cluster *cl) { return cl->up; }
 const struct tg_cluster_stats *tg_cluster_stats(const struct tg_cluster *cl) { return &cl->stats; }
 struct tg_redis *tg_cluster_redis(struct tg_cluster *cl) { return cl->redis; }
-const struct tg_cluster_conf *tg_cluster_conf(const struct tg_cluster *cl) { return &cl->conf; }
 
 /* ---- fire and forget: gives and subs ------------------------------------------------- */
 
@@ -143,7 +131,7 @@ static void send_effects(struct tg_cluster *cl, const struct tg_counter_op *ops,
 /* Everything the job's answered operations took, given back (the job ends without a decision
  * that keeps them). Operations of a batch that failed are not known to have run: they are left
  * to expire, which errs toward spending less. */
-static void give_back_known(struct tg_cluster_job *j)
+static void give_back_known(struct tg_shared_job *j)
 {
     struct tg_counter_op *g = tg_xcalloc(j->plan.nknown ? j->plan.nknown : 1, sizeof(*g));
     size_t n = 0;
@@ -159,8 +147,14 @@ static void give_back_known(struct tg_cluster_job *j)
     free(g);
 }
 
-void tg_cluster_refund(struct tg_cluster *cl, const struct tg_decision *d)
+static void cluster_refund(void *ud, const struct tg_decision *d)
 {
+    struct tg_cluster *cl = ud;
+    if (!d->shared) {
+        /* Decided on this member's counters (no counter reached, or a fallback). */
+        cl->local.ops->refund(cl->local.ud, d);
+        return;
+    }
     struct tg_counter_op g[TG_MAX_RESERVATIONS];
     size_t n = 0;
     for (int i = d->nres - 1; i >= 0 && n < TG_MAX_RESERVATIONS; i--, n++) {
@@ -178,7 +172,7 @@ void tg_cluster_refund(struct tg_cluster *cl, const struct tg_decision *d)
 
 /* ---- decisions ------------------------------------------------------------------------ */
 
-static void pass(struct tg_cluster_job *j, const struct tg_caller *who)
+static void pass(struct tg_shared_job *j, const struct tg_caller *who)
 {
     tg_plan_begin(&j->plan);
     if (j->continuation)
@@ -187,7 +181,7 @@ static void pass(struct tg_cluster_job *j, const struct tg_caller *who)
         tg_policy_decide_call(j->policy, &j->plan.base, who, j->tool, j->args, j->now_ms, &j->dec);
 }
 
-static void job_free(struct tg_cluster_job *j)
+static void job_free(struct tg_shared_job *j)
 {
     tg_list_unlink(&j->link);
     tg_plan_dispose(&j->plan);
@@ -216,7 +210,16 @@ static const char *status_text(int status)
 
 static void on_ops(void *ud, int status);
 
-static void send_round(struct tg_cluster_job *j, size_t from, size_t n)
+/* A fallback decision, made by the local store (inline, as it always answers). */
+static void on_fallback(void *ud, enum tg_shared_outcome o, struct tg_decision *d, const char *why)
+{
+    (void)o;
+    (void)why;
+    struct tg_shared_job *j = ud;
+    j->cb(j->ud, TG_SHARED_FALLBACK, d, j->why);
+}
+
+static void send_round(struct tg_shared_job *j, size_t from, size_t n)
 {
     /* A window add learns the decision's time too, so its key expires when its window ends
      * (the plan's operations carry only what the decision asked). */
@@ -229,7 +232,7 @@ static void send_round(struct tg_cluster_job *j, size_t from, size_t n)
 
 static void on_ops(void *ud, int status)
 {
-    struct tg_cluster_job *j = ud;
+    struct tg_shared_job *j = ud;
     struct tg_cluster *cl = j->cl;
     j->req = NULL;
     struct tg_caller who = {j->grant, j->session, j->upstream};
@@ -241,15 +244,13 @@ static void on_ops(void *ud, int status)
              * whoever wrote it reset the budget. It fails closed whatever on_unavailable says. */
             if (cl->on_unavailable == TG_CLUSTER_LOCAL && status != TG_REDIS_ECLOSED && status != TG_REDIS_EVALUE) {
                 cl->stats.fallback_local++;
-                if (j->continuation)
-                    tg_policy_decide_continuation(j->policy, cl->local, &who, j->tool, j->args, j->now_ms, &j->dec);
-                else
-                    tg_policy_decide_call(j->policy, cl->local, &who, j->tool, j->args, j->now_ms, &j->dec);
-                j->dec.shared = 0;
-                j->cb(j->ud, TG_CLUSTER_FALLBACK, &j->dec, why);
+                struct tg_shared_ask q = {j->policy, who, j->tool, j->args, j->now_ms, j->continuation};
+                j->why = why;
+                struct tg_shared_job *later = cl->local.ops->decide(cl->local.ud, &q, &j->dec, on_fallback, j);
+                (void)later; /* always NULL: the local store answers inside decide */
             } else {
                 cl->stats.unavailable++;
-                j->cb(j->ud, TG_CLUSTER_UNAVAILABLE, NULL, why);
+                j->cb(j->ud, TG_SHARED_UNAVAILABLE, NULL, why);
             }
         }
         job_free(j);
@@ -270,76 +271,85 @@ static void on_ops(void *ud, int status)
     send_effects(cl, j->plan.effects, j->plan.neffects);
     if (j->plan.unsettled) {
         cl->stats.unavailable++;
-        j->cb(j->ud, TG_CLUSTER_UNAVAILABLE, NULL, "the shared counters changed under every round of this decision");
+        j->cb(j->ud, TG_SHARED_UNAVAILABLE, NULL, "the shared counters changed under every round of this decision");
     } else {
         cl->stats.decisions_shared++;
         j->dec.shared = 1;
-        j->cb(j->ud, TG_CLUSTER_DECIDED, &j->dec, NULL);
+        j->cb(j->ud, TG_SHARED_DECIDED, &j->dec, NULL);
     }
     job_free(j);
 }
 
-int tg_cluster_decide(struct tg_cluster *cl, struct tg_policy *p, const struct tg_caller *who, const char *tool,
-                      const cJSON *args, int64_t now_ms, int continuation, struct tg_decision *d,
-                      tg_cluster_decided_cb cb, void *ud, struct tg_cluster_job **job)
+static struct tg_shared_job *cluster_decide(void *ud, const struct tg_shared_ask *q, struct tg_decision *d,
+                                            tg_shared_decided_cb cb, void *cb_ud)
 {
+    struct tg_cluster *cl = ud;
     /* The first pass runs on the stack, with the caller's strings: a decision that reaches no
      * counter (most of them) allocates nothing and never asks Redis, whether or not it is up. */
     struct tg_counter_plan plan;
     tg_plan_init(&plan);
     tg_plan_begin(&plan);
-    if (continuation)
-        tg_policy_decide_continuation(p, &plan.base, who, tool, args, now_ms, d);
+    if (q->continuation)
+        tg_policy_decide_continuation(q->policy, &plan.base, &q->who, q->tool, q->args, q->now_ms, d);
     else
-        tg_policy_decide_call(p, &plan.base, who, tool, args, now_ms, d);
+        tg_policy_decide_call(q->policy, &plan.base, &q->who, q->tool, q->args, q->now_ms, d);
     size_t from, n = tg_plan_end(&plan, &from);
     if (n == 0) {
         d->shared = 0;
         cl->stats.decisions_local++;
         tg_plan_dispose(&plan);
-        *job = NULL;
-        return 1;
+        cb(cb_ud, TG_SHARED_DECIDED, d, NULL);
+        return NULL;
     }
+    /* Until the answer comes: nothing reserved, nothing allowed. */
+    memset(d, 0, sizeof(*d));
+    d->verdict = TG_VERDICT_DENY;
     /* It waits for Redis: what the next passes need is copied into the job. */
-    struct tg_cluster_job *j = tg_xcalloc(1, sizeof(*j));
+    struct tg_shared_job *j = tg_xcalloc(1, sizeof(*j));
     j->cl = cl;
     j->plan = plan; /* the plan's arrays move with it; its operations table is static */
-    j->policy = tg_policy_ref(p);
-    j->tool = tg_xstrdup(tool);
-    j->args = args ? cJSON_Duplicate(args, 1) : NULL;
-    j->now_ms = now_ms;
-    j->continuation = continuation;
-    j->grant = tg_xstrdup(who->grant ? who->grant : "");
-    j->session = tg_xstrdup(who->session ? who->session : "");
-    j->upstream = tg_xstrdup(who->upstream ? who->upstream : "");
+    j->policy = tg_policy_ref(q->policy);
+    j->tool = tg_xstrdup(q->tool);
+    j->args = q->args ? cJSON_Duplicate(q->args, 1) : NULL;
+    j->now_ms = q->now_ms;
+    j->continuation = q->continuation;
+    j->grant = tg_xstrdup(q->who.grant ? q->who.grant : "");
+    j->session = tg_xstrdup(q->who.session ? q->who.session : "");
+    j->upstream = tg_xstrdup(q->who.upstream ? q->who.upstream : "");
     j->cb = cb;
-    j->ud = ud;
+    j->ud = cb_ud;
     tg_list_insert_tail(&cl->jobs, &j->link);
-    *job = j;
     send_round(j, from, n);
-    return 0;
+    return j;
 }
 
-void tg_cluster_set_session_ended(struct tg_cluster *cl, void (*ended)(void *ud, const char *id), void *ud)
+static void cluster_detach(void *ud, struct tg_shared_job *job)
 {
-    cl->session_ended = ended;
-    cl->session_ended_ud = ud;
-}
-
-void tg_cluster_session_ended(struct tg_cluster *cl, const char *id)
-{
-    if (cl->session_ended != NULL)
-        cl->session_ended(cl->session_ended_ud, id);
-}
-
-void tg_cluster_bind(struct tg_cluster_job *job, void *ud) { job->ud = ud; }
-
-void tg_cluster_detach(struct tg_cluster_job *job)
-{
+    (void)ud;
     if (job == NULL)
         return;
     job->cb = NULL;
     job->ud = NULL;
+}
+
+static const struct tg_shared_ops cluster_ops = {
+    .decide = cluster_decide,
+    .detach = cluster_detach,
+    .refund = cluster_refund,
+    .session_share = tg__cluster_session_share,
+    .session_used = tg__cluster_session_used,
+    .session_forget = tg__cluster_session_forget,
+    .session_fetch = tg__cluster_session_fetch,
+    .approval_park = tg__cluster_approval_park,
+    .approval_gone = tg__cluster_approval_gone,
+    .approvals_list = tg__cluster_approvals_list,
+    .approval_decide = tg__cluster_approval_decide,
+};
+
+void tg_cluster_store(struct tg_cluster *cl, struct tg_shared *st)
+{
+    st->ops = &cluster_ops;
+    st->ud = cl;
 }
 
 void tg_cluster_metrics(const struct tg_cluster *cl, struct tg_buf *out)

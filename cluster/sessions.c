@@ -1,25 +1,24 @@
-/* Shared 2025 sessions: their records in Redis (cluster/sessions.h). */
-#include "cluster/sessions.h"
+/* Shared 2025 sessions: their records in Redis (cluster/internal.h), the shared store's session
+ * operations. */
 
 #include <cjson/cJSON.h>
 #include <hiredis/hiredis.h>
-#include <mbedtls/md.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster/cluster.h"
+#include "cluster/internal.h"
 #include "cluster/redis/redis.h"
 #include "core/conf/conf.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
+#include "core/base/sha256.h"
 #include "core/call/session.h"
 
-/* A read waiting for Redis. Owner: itself, from tg_cluster_session_fetch() until on_get ran
- * (cancel only drops the callback). */
+/* A read waiting for Redis. Owner: itself, from tg__cluster_session_fetch() until on_get ran. */
 struct tg_cluster_fetch {
     struct tg_cluster *cl;
-    tg_cluster_session_cb cb;
+    tg_shared_session_cb cb;
     void *ud;
     char id[64];
     int second; /* the second read of a record the first did not find */
@@ -29,19 +28,14 @@ static void get(struct tg_cluster_fetch *f);
 
 static int key_of(struct tg_cluster *cl, const char *id, char *key, size_t n)
 {
-    return snprintf(key, n, "%ss:%s", tg_cluster_conf(cl)->key_prefix, id);
+    return snprintf(key, n, "%ss:%s", cl->conf.key_prefix, id);
 }
 
 /* A record carries HMAC-SHA256 under a key from the cluster's secret over what it binds (id,
  * grant, upstream, upstream session, version): write access to Redis alone cannot move a
  * session to another grant or upstream session. */
-static void record_mac(struct tg_cluster *cl, const char *id, const struct tg_cluster_session_rec *r, char hex[65])
+static void record_mac(struct tg_cluster *cl, const char *id, const struct tg_shared_session_rec *r, char hex[65])
 {
-    static const char label[] = "tollgate session record";
-    const mbedtls_md_info_t *md = mbedtls_md_info_from_type(MBEDTLS_MD_SHA256);
-    uint8_t key[32], mac[32];
-    if (mbedtls_md_hmac(md, tg_cluster_conf(cl)->secret, 32, (const unsigned char *)label, sizeof(label) - 1, key) != 0)
-        abort();
     struct tg_buf in;
     tg_buf_init(&in);
     const char *parts[] = {id, r->grant, r->upstream, r->up_session ? r->up_session : "", r->proto,
@@ -50,13 +44,13 @@ static void record_mac(struct tg_cluster *cl, const char *id, const struct tg_cl
         tg_buf_appendf(&in, "%zu:", strlen(parts[i])); /* length-prefixed: no two records read the same */
         tg_buf_appends(&in, parts[i]);
     }
-    if (mbedtls_md_hmac(md, key, 32, (const unsigned char *)in.base, in.len, mac) != 0)
-        abort();
+    uint8_t mac[32];
+    tg_hmac_labelled(cl->conf.secret, "tollgate session record", in.base, in.len, mac);
     tg_buf_dispose(&in);
     tg_hex_encode(mac, 32, hex);
 }
 
-void tg_cluster_session_publish(struct tg_cluster *cl, const char *id, const struct tg_cluster_session_rec *rec)
+static void publish(struct tg_cluster *cl, const char *id, const struct tg_shared_session_rec *rec)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "grant", rec->grant);
@@ -70,7 +64,7 @@ void tg_cluster_session_publish(struct tg_cluster *cl, const char *id, const str
             cJSON_AddStringToObject(o, "client_caps", rec->client_caps);
         cJSON_AddNumberToObject(o, "log_level", rec->log_level);
     }
-    cJSON_AddStringToObject(o, "instance", tg_cluster_conf(cl)->instance);
+    cJSON_AddStringToObject(o, "instance", cl->conf.instance);
     char mac[65];
     record_mac(cl, id, rec, mac);
     cJSON_AddStringToObject(o, "mac", mac);
@@ -78,35 +72,36 @@ void tg_cluster_session_publish(struct tg_cluster *cl, const char *id, const str
     cJSON_Delete(o);
     char key[160], ttl[24];
     key_of(cl, id, key, sizeof(key));
-    snprintf(ttl, sizeof(ttl), "%d", tg_cluster_conf(cl)->session_ttl_ms);
+    snprintf(ttl, sizeof(ttl), "%d", cl->conf.session_ttl_ms);
     const char *argv[] = {"SET", key, json, "PX", ttl};
     size_t lens[] = {3, strlen(key), strlen(json), 2, strlen(ttl)};
-    tg_redis_command(tg_cluster_redis(cl), NULL, NULL, 5, argv, lens);
+    tg_redis_command(cl->redis, NULL, NULL, 5, argv, lens);
     free(json);
 }
 
-void tg_cluster_session_touch(struct tg_cluster *cl, const char *id)
+static void touch(struct tg_cluster *cl, const char *id)
 {
     char key[160], ttl[24];
     key_of(cl, id, key, sizeof(key));
-    snprintf(ttl, sizeof(ttl), "%d", tg_cluster_conf(cl)->session_ttl_ms);
+    snprintf(ttl, sizeof(ttl), "%d", cl->conf.session_ttl_ms);
     const char *argv[] = {"PEXPIRE", key, ttl};
     size_t lens[] = {7, strlen(key), strlen(ttl)};
-    tg_redis_command(tg_cluster_redis(cl), NULL, NULL, 3, argv, lens);
+    tg_redis_command(cl->redis, NULL, NULL, 3, argv, lens);
 }
 
-void tg_cluster_session_forget(struct tg_cluster *cl, const char *id)
+void tg__cluster_session_forget(void *ud, const char *id)
 {
+    struct tg_cluster *cl = ud;
     char key[160];
     key_of(cl, id, key, sizeof(key));
     const char *argv[] = {"DEL", key};
     size_t lens[] = {3, strlen(key)};
-    tg_redis_command(tg_cluster_redis(cl), NULL, NULL, 2, argv, lens);
+    tg_redis_command(cl->redis, NULL, NULL, 2, argv, lens);
     char ch[128];
-    snprintf(ch, sizeof(ch), "%ssessions:end", tg_cluster_conf(cl)->key_prefix);
+    snprintf(ch, sizeof(ch), "%ssessions:end", cl->conf.key_prefix);
     const char *pargv[] = {"PUBLISH", ch, id};
     size_t plens[] = {7, strlen(ch), strlen(id)};
-    tg_redis_command(tg_cluster_redis(cl), NULL, NULL, 3, pargv, plens);
+    tg_redis_command(cl->redis, NULL, NULL, 3, pargv, plens);
 }
 
 static void on_end(void *ud, const char *channel, const char *p, size_t n)
@@ -117,15 +112,18 @@ static void on_end(void *ud, const char *channel, const char *p, size_t n)
         return;
     memcpy(id, p, n);
     id[n] = '\0';
-    tg_cluster_session_ended(ud, id);
+    struct tg_cluster *cl = ud;
+    if (cl->session_ended != NULL)
+        cl->session_ended(cl->session_ended_ud, id);
 }
 
 void tg_cluster_sessions_watch(struct tg_cluster *cl, void (*ended)(void *ud, const char *id), void *ud)
 {
-    tg_cluster_set_session_ended(cl, ended, ud);
+    cl->session_ended = ended;
+    cl->session_ended_ud = ud;
     char ch[128];
-    snprintf(ch, sizeof(ch), "%ssessions:end", tg_cluster_conf(cl)->key_prefix);
-    tg_redis_subscribe(tg_cluster_redis(cl), ch, on_end, cl);
+    snprintf(ch, sizeof(ch), "%ssessions:end", cl->conf.key_prefix);
+    tg_redis_subscribe(cl->redis, ch, on_end, cl);
 }
 
 static const char *str_of(const cJSON *o, const char *name)
@@ -145,7 +143,7 @@ static void on_get(void *ud, int status, const struct redisReply *reply)
         get(f);
         return;
     }
-    tg_cluster_session_cb cb = f->cb;
+    tg_shared_session_cb cb = f->cb;
     void *cud = f->ud;
     struct tg_cluster *cl = f->cl;
     char id[64];
@@ -166,7 +164,7 @@ static void on_get(void *ud, int status, const struct redisReply *reply)
         return;
     }
     cJSON *o = cJSON_ParseWithLength(reply->str, reply->len);
-    struct tg_cluster_session_rec rec = {0};
+    struct tg_shared_session_rec rec = {0};
     rec.grant = str_of(o, "grant");
     rec.upstream = str_of(o, "upstream");
     rec.up_session = str_of(o, "up_session");
@@ -181,10 +179,7 @@ static void on_get(void *ud, int status, const struct redisReply *reply)
     int ok = rec.grant != NULL && rec.upstream != NULL && rec.proto != NULL && mac != NULL && strlen(mac) == 64;
     if (ok) {
         record_mac(cl, id, &rec, want);
-        uint8_t d = 0;
-        for (int i = 0; i < 64; i++)
-            d |= (uint8_t)(want[i] ^ mac[i]);
-        ok = d == 0;
+        ok = tg_ct_equal((const uint8_t *)want, (const uint8_t *)mac, 64);
     }
     if (!ok) {
         tg_log(TG_LOG_WARN, "cluster: a session record in Redis is malformed or its MAC does not verify; refused",
@@ -196,16 +191,14 @@ static void on_get(void *ud, int status, const struct redisReply *reply)
     cJSON_Delete(o);
 }
 
-struct tg_cluster_fetch *tg_cluster_session_fetch(struct tg_cluster *cl, const char *id, tg_cluster_session_cb cb,
-                                                  void *ud)
+void tg__cluster_session_fetch(void *cl, const char *id, tg_shared_session_cb cb, void *cb_ud)
 {
     struct tg_cluster_fetch *f = tg_xcalloc(1, sizeof(*f));
     f->cl = cl;
     f->cb = cb;
-    f->ud = ud;
+    f->ud = cb_ud;
     snprintf(f->id, sizeof(f->id), "%s", id);
     get(f);
-    return f;
 }
 
 static void get(struct tg_cluster_fetch *f)
@@ -214,20 +207,14 @@ static void get(struct tg_cluster_fetch *f)
     key_of(f->cl, f->id, key, sizeof(key));
     const char *argv[] = {"GET", key};
     size_t lens[] = {3, strlen(key)};
-    tg_redis_command(tg_cluster_redis(f->cl), on_get, f, 2, argv, lens);
+    tg_redis_command(f->cl->redis, on_get, f, 2, argv, lens);
 }
 
-void tg_cluster_session_cancel(struct tg_cluster_fetch *f)
-{
-    if (f != NULL)
-        f->cb = NULL;
-}
-
-void tg_cluster_session_share(struct tg_cluster *cl, struct tg_session *s, const struct tg_upstream_conf *uc)
+void tg__cluster_session_share(void *cl, struct tg_session *s, const struct tg_upstream_conf *uc)
 {
     if (!s->live || !s->initialized || (uc->transport != TG_UP_STREAMABLE && !s->up_modern))
         return; /* a stdio child or a legacy SSE stream lives inside this gateway only */
-    struct tg_cluster_session_rec rec = {0};
+    struct tg_shared_session_rec rec = {0};
     rec.grant = s->grant;
     rec.upstream = uc->name;
     rec.up_session = s->up_session;
@@ -235,14 +222,15 @@ void tg_cluster_session_share(struct tg_cluster *cl, struct tg_session *s, const
     rec.up_modern = s->up_modern;
     rec.client_caps = s->up_modern ? s->u.client_caps : NULL;
     rec.log_level = s->log_level;
-    tg_cluster_session_publish(cl, s->id_str, &rec);
+    publish(cl, s->id_str, &rec);
     s->shared = 1;
 }
 
-void tg_cluster_session_used(struct tg_cluster *cl, struct tg_session *s, uint64_t now_ms)
+void tg__cluster_session_used(void *ud, struct tg_session *s, uint64_t now_ms)
 {
-    if (!s->shared || now_ms - s->shared_touch_ms < (uint64_t)tg_cluster_conf(cl)->session_ttl_ms / 8)
+    struct tg_cluster *cl = ud;
+    if (!s->shared || now_ms - s->shared_touch_ms < (uint64_t)cl->conf.session_ttl_ms / 8)
         return;
     s->shared_touch_ms = now_ms;
-    tg_cluster_session_touch(cl, s->id_str);
+    touch(cl, s->id_str);
 }

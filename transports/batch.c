@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/call/sink.h"
 #include "core/gate/dispatch.h"
 #include "core/call/gateway.h"
 #include "core/base/json.h"
@@ -129,15 +130,7 @@ static void on_sink_answer(struct tg_sink *sk, struct tg_call *k, int status, co
         tg_batch_add(b, p, n); /* a bare status (202 for a notification) adds nothing */
 }
 
-static void on_sink_stream(struct tg_sink *sk, struct tg_call *k) {}
-static void on_sink_end(struct tg_sink *sk, struct tg_call *k) {}
-static void on_sink_bare(struct tg_sink *sk, struct tg_call *k, int status, const char *extra, const char *p,
-                         size_t n)
-{
-    /* Only an HTTP exchange shows a status. */
-}
 
-static void on_sink_poll(struct tg_sink *sk, struct tg_call *k, long retry_ms) {}
 
 static int on_sink_high(const struct tg_sink *sk)
 {
@@ -152,10 +145,10 @@ static void on_sink_release(struct tg_sink *sk, struct tg_call *k) { tg_batch_do
 static const struct tg_sink_ops batch_sink_ops = {
     .message = on_sink_message,
     .answer = on_sink_answer,
-    .bare = on_sink_bare,
-    .stream = on_sink_stream,
-    .end = on_sink_end,
-    .poll = on_sink_poll,
+    .bare = tg_sink_nop_answer, /* only an HTTP exchange shows a status */
+    .stream = tg_sink_nop,
+    .end = tg_sink_nop,
+    .poll = tg_sink_nop_poll,
     .high = on_sink_high,
     .listening = on_sink_listening,
     .release = on_sink_release,

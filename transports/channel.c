@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/call/sink.h"
 #include "core/gate/dispatch.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
@@ -90,14 +91,7 @@ static void on_sink_answer(struct tg_sink *sk, struct tg_call *k, int status, co
         tg_channel_send((struct tg_channel *)sk, p, n);
 }
 
-static void on_sink_nothing(struct tg_sink *sk, struct tg_call *k) {}
-static void on_sink_bare(struct tg_sink *sk, struct tg_call *k, int status, const char *extra, const char *p,
-                         size_t n)
-{
-    /* Only an HTTP exchange shows a status. */
-}
 
-static void on_sink_poll(struct tg_sink *sk, struct tg_call *k, long retry_ms) {}
 static int on_sink_high(const struct tg_sink *sk) { return tg_channel_high((const struct tg_channel *)sk); }
 static int on_sink_listening(const struct tg_sink *sk) { return ((const struct tg_channel *)sk)->open; }
 
@@ -111,10 +105,10 @@ static void on_sink_release(struct tg_sink *sk, struct tg_call *k) { tg_channel_
 static const struct tg_sink_ops channel_sink_ops = {
     .message = on_sink_message,
     .answer = on_sink_answer,
-    .bare = on_sink_bare,
-    .stream = on_sink_nothing,
-    .end = on_sink_nothing,
-    .poll = on_sink_poll,
+    .bare = tg_sink_nop_answer, /* only an HTTP exchange shows a status */
+    .stream = tg_sink_nop,
+    .end = tg_sink_nop,
+    .poll = tg_sink_nop_poll,
     .high = on_sink_high,
     .listening = on_sink_listening,
     .close = on_sink_close,

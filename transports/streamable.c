@@ -10,7 +10,6 @@
 #include "core/base/log.h"
 #include "core/mcp/era.h"
 #include "core/mcp/legacy.h"
-#include "core/bridge/stateless.h"
 #include "core/mcp/modern.h"
 #include "core/mcp/schemas.h"
 #include "core/wire/msg.h"
@@ -546,7 +545,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
         tg_http_respond_rpc(c, 404, NULL, m->id_raw, m->id_len, TG_RPC_METHOD_NOT_FOUND, msg, NULL);
         return 1;
     }
-    int st = tg_bridge_session(x);
+    int st = tg_dispatch_stateless_session(x);
     if (st != 0) {
         tg_http_respond_rpc(c, st, NULL, m->id_raw, m->id_len, st == 503 ? TG_RPC_UPSTREAM : TG_RPC_INVALID_REQUEST,
                             st == 503 ? "gateway is shutting down" : "Too many sessions for this grant (limits.sessions_per_grant)",
@@ -563,7 +562,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
     tg_buf_init(&fwd);
     tg_mcp_param_headers_build(&fwd, h, nh, schema, args);
     x->fwd_headers = fwd.len > 0 ? fwd.base : NULL;
-    tg_bridge_dispatch(x, &hs->sink, m); /* copies what it keeps */
+    tg_dispatch_stateless(x, &hs->sink, m); /* copies what it keeps */
     x->fwd_headers = NULL;
     tg_buf_dispose(&fwd);
     return 1;

@@ -63,7 +63,7 @@ static void list_approvals(struct tg_server *srv, struct tg_conn *c)
     struct list_wait *lw = tg_xcalloc(1, sizeof(*lw));
     lw->args = srv->conf->audit.values;
     tg_http_wait_start(&lw->w, c);
-    tg_approvals_queue(srv)->list(srv, on_listed, lw);
+    srv->store.ops->approvals_list(srv->store.ud, on_listed, lw);
 }
 
 #define C(name, help, val)                                                                                     \
@@ -322,7 +322,7 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
     memcpy(w->id, id.ptr, id.len);
     w->approve = approve;
     tg_http_wait_start(&w->w, c);
-    tg_approvals_queue(srv)->decide(srv, id, approve, w->by, w->reason, on_decided, w);
+    srv->store.ops->approval_decide(srv->store.ud, id, approve, w->by, w->reason, on_decided, w);
 }
 
 void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)

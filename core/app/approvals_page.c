@@ -525,7 +525,7 @@ static void on_decide(struct tg_server *srv, struct tg_conn *c, struct tg_slice 
     clean_text(reason);
     struct ui_wait *w = wait_new(c);
     w->approve = approve;
-    tg_approvals_queue(srv)->decide(srv, id, approve, "admin:page", reason, on_decided, w);
+    srv->store.ops->approval_decide(srv->store.ud, id, approve, "admin:page", reason, on_decided, w);
 }
 
 void tg_admin_ui_handle(struct tg_server *srv, struct tg_conn *c, struct tg_slice path)
@@ -567,7 +567,7 @@ void tg_admin_ui_handle(struct tg_server *srv, struct tg_conn *c, struct tg_slic
         return;
     }
     if (queue) {
-        tg_approvals_queue(srv)->list(srv, on_listed, wait_new(c));
+        srv->store.ops->approvals_list(srv->store.ud, on_listed, wait_new(c));
         return;
     }
     /* Every state-changing POST: the session's CSRF token, or nothing happens. */

@@ -1,7 +1,5 @@
 #include "core/app/route.h"
 
-#include "cluster/sessions.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +11,7 @@
 #include "core/call/exchange.h"
 #include "core/call/gateway.h"
 #include "core/base/log.h"
+#include "core/bridge/input.h"
 #include "core/bridge/stateless.h"
 #include "core/wire/msg.h"
 #include "core/app/oauth_meta.h"
@@ -163,7 +162,7 @@ struct session_wait {
     char upstream[128];
 };
 
-static void on_shared_record(void *ud, int found, const struct tg_cluster_session_rec *rec, const char *why)
+static void on_shared_record(void *ud, int found, const struct tg_shared_session_rec *rec, const char *why)
 {
     struct session_wait *w = ud;
     struct tg_conn *c = tg_http_wait_stop(&w->w);
@@ -235,7 +234,7 @@ static int wait_for_shared_session(struct tg_server *srv, struct tg_conn *c, con
     tg_strlcpy(w->grant, g->name, sizeof(w->grant));
     tg_strlcpy(w->upstream, srv->conf->upstreams[upstream].name, sizeof(w->upstream));
     tg_http_wait_start(&w->w, c);
-    tg_cluster_session_fetch(srv->cluster, w->sid, on_shared_record, w);
+    srv->store.ops->session_fetch(srv->store.ud, w->sid, on_shared_record, w);
     return 1;
 }
 
@@ -442,7 +441,7 @@ void tg_router_free_streams(struct tg_server *srv)
     tg_call_abort_waiting(srv);
     tg_approvals_abort(srv);
     tg_streamable_free_streams(srv);
-    tg__call_shim_dispose(srv);
+    tg_bridge_input_dispose(srv);
     tg_bridge_dispose(srv); /* before the session table goes */
 }
 

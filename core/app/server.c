@@ -2,19 +2,18 @@
 
 #include "cluster/cluster.h"
 #include "cluster/redis/redis.h"
-#include "cluster/sessions.h"
-
-#include <mbedtls/md.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/call/approvals.h"
+#include "core/base/slab.h"
 #include "core/call/audit.h"
 #include "core/call/call.h"
 #include "core/gate/dispatch.h"
 #include "core/base/log.h"
+#include "core/base/sha256.h"
 #include "core/bridge/stateless.h"
 #include "core/mcp/schemas.h"
 #include "core/app/admin.h"
@@ -167,14 +166,6 @@ static void on_session_ended(void *ud, const char *id)
     }
 }
 
-/* A key for one use, from the cluster's secret: HMAC-SHA256(secret, label). */
-static void derive_key(const uint8_t secret[32], const char *label, uint8_t out[32])
-{
-    if (mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), secret, 32, (const unsigned char *)label,
-                        strlen(label), out) != 0)
-        abort();
-}
-
 int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
 {
     memset(srv, 0, sizeof(*srv));
@@ -226,9 +217,11 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
         tg_buf_dispose(&err);
     }
     srv->sessions = tg_session_table_new();
+    /* The shared store: the server's own, or a cluster's (which falls back to the server's own). */
+    tg_shared_local(&srv->store, srv);
     if (conf->cluster.enabled) {
         char why[200];
-        srv->cluster = tg_cluster_new(loop, &conf->cluster, srv->counters, why, sizeof(why));
+        srv->cluster = tg_cluster_new(loop, &conf->cluster, &srv->store, why, sizeof(why));
         if (srv->cluster == NULL) {
             tg_log(TG_LOG_ERROR, "cluster setup failed", "redis=%s error=\"%s\"", conf->cluster.redis, why);
             return TG_EINVAL;
@@ -236,9 +229,9 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
         /* Every member seals session ids and 2026 envelopes with keys from the same secret, so
          * any member can check what another made. */
         tg_session_table_seal(srv->sessions, conf->cluster.secret);
-        derive_key(conf->cluster.secret, "tollgate mrtr envelope", srv->mrtr.key);
+        tg_hmac_labelled(conf->cluster.secret, "tollgate mrtr envelope", NULL, 0, srv->mrtr.key);
         srv->mrtr.shared = 1;
-        tg__approvals_shared_start(srv);
+        tg_cluster_store(srv->cluster, &srv->store);
         tg_cluster_sessions_watch(srv->cluster, on_session_ended, srv);
         tg_log(TG_LOG_INFO, "cluster", "redis=%s instance=%s on_unavailable=%s", conf->cluster.redis,
                conf->cluster.instance, conf->cluster.on_unavailable == TG_CLUSTER_LOCAL ? "local" : "deny");
@@ -338,6 +331,7 @@ static void finish_drain(struct tg_server *srv)
      * would keep the loop alive. */
     tg_cluster_free(srv->cluster);
     srv->cluster = NULL;
+    tg_shared_local(&srv->store, srv); /* what ends later refunds to the server's own counters */
     uv_close((uv_handle_t *)&srv->drain_timer, NULL);
     /* flush_check and flush_prepare stay until tg_server_dispose: the closes queued here are
      * finished by them. */
@@ -393,6 +387,7 @@ void tg_server_dispose(struct tg_server *srv)
      * with the loop runs below. */
     tg_cluster_free(srv->cluster);
     srv->cluster = NULL;
+    tg_shared_local(&srv->store, srv);
     /* The loop ran dry; what was put off to the end of an iteration may still wait. */
     do {
         flush_all(srv);
@@ -553,6 +548,10 @@ static void reload_work(uv_work_t *req)
         tg_conf_unref(j->nc);
         j->nc = NULL;
     }
+    /* What the load freed on this pool thread goes back to malloc: a thread's slab lists are its
+     * own, and a pool thread would keep them (up to TG_SLAB_KEEP blocks a class) until the
+     * process ends, where nothing frees them. */
+    tg_slab_drain();
 }
 
 /* Every waiter hears the end, even a dropped one (err NULL: the server is going), so that what

@@ -2,7 +2,9 @@
 
 #include <string.h>
 
+#include <mbedtls/md.h>
 #include <mbedtls/sha256.h>
+#include <stdlib.h>
 
 /* SHA-256 with the x86 SHA extensions (FIPS 180-4; the instructions as Intel documents them):
  * a 64-byte block in a few dozen instructions instead of mbedtls's portable rounds, which cost
@@ -121,4 +123,20 @@ int tg_ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
     for (size_t i = 0; i < n; i++)
         d |= (uint8_t)(a[i] ^ b[i]);
     return d == 0;
+}
+
+void tg_hmac_sha256(const void *key, size_t keylen, const void *p, size_t n, uint8_t out[32])
+{
+    if (mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), key, keylen, p, n, out) != 0)
+        abort(); /* only a missing SHA-256 fails: a broken build */
+}
+
+void tg_hmac_labelled(const uint8_t secret[32], const char *label, const void *p, size_t n, uint8_t out[32])
+{
+    uint8_t key[32];
+    tg_hmac_sha256(secret, 32, label, strlen(label), key);
+    if (p == NULL)
+        memcpy(out, key, 32);
+    else
+        tg_hmac_sha256(key, 32, p, n, out);
 }

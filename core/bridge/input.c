@@ -6,6 +6,8 @@
  * The retry is the same call going on: it was decided once, and it takes no second
  * reservation. At most TG_SHIM_ROUNDS rounds; each waits at most the upstream's call timeout
  * for the client. A waiting call counts toward limits.inflight_per_session. */
+#include "core/bridge/input.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,10 +114,13 @@ static int declared(const char *caps, const char *method)
     return ok;
 }
 
-int tg__call_shim_take(struct tg_call *k, const char *p, size_t n, char *why, size_t whysz)
+/* The filter's answer op: an input_required answer to a 2025 client's call becomes the shim's
+ * requests to that client. */
+static int shim_take(struct tg_call *k, void *data, const char *p, size_t n, char *why, size_t whysz)
 {
+    (void)data;
     struct tg_json_doc doc;
-    if (k->resend == NULL || tg_json_parse(p, n, 64, 1, &doc, NULL, NULL) != 0)
+    if (k->era != TG_ERA_2025 || k->resend == NULL || tg_json_parse(p, n, 64, 1, &doc, NULL, NULL) != 0)
         return 0;
     int rc = 0;
     cJSON *res = tg_json_get(doc.root, "result");
@@ -239,6 +244,7 @@ static void shim_retry(struct shim *sh)
     sh->policy = NULL;
     k->shim_rounds = sh->rounds;
     k->resend = sh->request; /* a next round starts from the same request */
+    tg_bridge_input_filter(k);
     sh->request = NULL;
     k->gid = ++srv->next_gid;
     k->gid_len = (size_t)snprintf(k->gid_str, sizeof(k->gid_str), "%llu", (unsigned long long)k->gid);
@@ -267,7 +273,7 @@ static void shim_retry(struct shim *sh)
     tg_buf_dispose(&body);
 }
 
-int tg__call_shim_answer(struct tg_server *srv, struct tg_session *s, struct tg_msg *m)
+int tg_bridge_input_answer(struct tg_server *srv, struct tg_session *s, struct tg_msg *m)
 {
     if (m->id_raw == NULL || srv->shims.next == NULL)
         return 0;
@@ -293,7 +299,7 @@ int tg__call_shim_answer(struct tg_server *srv, struct tg_session *s, struct tg_
     return 0;
 }
 
-void tg__call_shim_dispose(struct tg_server *srv)
+void tg_bridge_input_dispose(struct tg_server *srv)
 {
     while (srv->shims.next != NULL && !tg_list_empty(&srv->shims))
         shim_end(tg_container_of(srv->shims.next, struct shim, link), "the gateway is shutting down");
@@ -309,10 +315,12 @@ void tg__call_shim_dispose(struct tg_server *srv)
 
 #define INPUT_KEY "input-1"
 
-int tg__call_input_park(struct tg_call *k, const char *p, size_t n)
+/* The filter's server_request op, for a 2026 client's own stream (a stateless sink). */
+static int input_park(struct tg_call *k, void *data, const char *p, size_t n)
 {
+    (void)data;
     struct tg_sink *sk = k->sink;
-    if (k->mrtr == NULL || sk == NULL || k->input_req_id != NULL || k->client_id == NULL)
+    if (k->mrtr == NULL || sk == NULL || !(sk->flags & TG_SINK_STATELESS) || k->input_req_id != NULL || k->client_id == NULL)
         return 0;
     struct tg_json_doc doc;
     if (tg_json_parse(p, n, 64, 1, &doc, NULL, NULL) != 0)
@@ -362,7 +370,15 @@ out:
     return parked;
 }
 
-const char *tg__call_input_resume(struct tg_call *r, const char *parked, const cJSON *params)
+static const struct tg_call_filter input_filter = {
+    .answer = shim_take,
+    .server_request = input_park,
+};
+
+void tg_bridge_input_filter(struct tg_call *k) { tg_call_filter_set(k, &input_filter, NULL); }
+
+/* The held call named parked takes r's client, and the answer goes up: NULL, or why not. */
+static const char *resume_held(struct tg_call *r, const char *parked, const cJSON *params)
 {
     struct tg_session *s = r->sess;
     struct tg_call *k = NULL;
@@ -398,4 +414,19 @@ const char *tg__call_input_resume(struct tg_call *r, const char *parked, const c
         k->sink->ops->bind(k->sink, k);
     k->ops->touch(k);
     return NULL;
+}
+
+void tg_bridge_input_resume(struct tg_call *r, const struct tg_decision *dec, const char *parked, const cJSON *params)
+{
+    const char *why = dec != NULL && dec->verdict == TG_VERDICT_APPROVE
+                          ? "Invalid params: the call this retry continues cannot wait for approval again"
+                          : resume_held(r, parked, params);
+    if (why != NULL && r->sink != NULL) {
+        struct tg_buf e;
+        tg_buf_init(&e);
+        tg_rpc_error(&e, r->client_id, r->client_id_len, TG_RPC_INVALID_PARAMS, why, NULL);
+        r->sink->ops->answer(r->sink, r, 200, NULL, e.base, e.len);
+        tg_buf_dispose(&e);
+    }
+    tg_call_close(r);
 }

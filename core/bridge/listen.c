@@ -8,6 +8,9 @@
  *
  * A listen is a call that never goes upstream: it ends when its client goes (or the session
  * does), and it counts toward limits.listens_per_grant and inflight_per_session. */
+#include "core/call/sink.h"
+#include "core/bridge/listen.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,26 +63,13 @@ static int in_list(const char *list, const char *s)
     return found;
 }
 
-/* A message of the gateway's own to the upstream session; its answer is of no interest. */
-static void nop_msg(struct tg_sink *sk, struct tg_call *k, const char *p, size_t n) { (void)sk, (void)k, (void)p, (void)n; }
-static void nop_answer(struct tg_sink *sk, struct tg_call *k, int st, const char *x, const char *p, size_t n)
-{
-    (void)sk, (void)k, (void)st, (void)x, (void)p, (void)n;
-}
-static void nop_call(struct tg_sink *sk, struct tg_call *k) { (void)sk, (void)k; }
-static void nop_poll(struct tg_sink *sk, struct tg_call *k, long ms) { (void)sk, (void)k, (void)ms; }
-static int nop_high(const struct tg_sink *sk) { (void)sk; return 0; }
-static int nop_listening(const struct tg_sink *sk) { (void)sk; return 1; }
-static const struct tg_sink_ops nop_ops = {nop_msg, nop_answer, nop_answer, nop_call, nop_call, nop_poll,
-                                           nop_high, nop_listening, NULL, nop_call, nop_call, NULL};
-static struct tg_sink nop_sink = {&nop_ops, TG_SINK_ANSWER_ONLY | TG_SINK_NO_WAIT}; /* shared, never freed */
 
 static void subscribe_upstream(struct tg_session *s, const cJSON *uri)
 {
     struct tg_server *srv = s->srv;
     if ((size_t)s->upstream >= srv->nupstreams)
         return;
-    struct tg_call *k = tg_call_new(srv, s, &nop_sink, KIND_REQUEST);
+    struct tg_call *k = tg_call_new(srv, s, &tg_sink_discard, KIND_REQUEST);
     s->inflight++;
     k->era = TG_ERA_2025;
     k->method = tg_xstrdup("resources/subscribe");
@@ -144,15 +134,15 @@ static void fan_release(struct tg_sink *sk, struct tg_call *k)
 
 static const struct tg_sink_ops fan_ops = {
     .message = fan_message,
-    .answer = nop_answer,
-    .bare = nop_answer,
-    .stream = nop_call,
-    .end = nop_call,
-    .poll = nop_poll,
-    .high = nop_high,
-    .listening = nop_listening,
+    .answer = tg_sink_nop_answer,
+    .bare = tg_sink_nop_answer,
+    .stream = tg_sink_nop,
+    .end = tg_sink_nop,
+    .poll = tg_sink_nop_poll,
+    .high = tg_sink_never_high,
+    .listening = tg_sink_always_listening,
     .close = NULL,
-    .bind = nop_call,
+    .bind = tg_sink_nop,
     .release = fan_release,
 };
 
@@ -162,7 +152,7 @@ static int wants(const cJSON *notifications, const char *key, const cJSON *caps,
            cJSON_IsTrue(tg_json_get(tg_json_get(caps, what), "listChanged"));
 }
 
-void tg__call_listen_local(struct tg_call *k, const cJSON *params, const char *up_caps)
+void tg_bridge_listen_local(struct tg_call *k, const cJSON *params, const char *up_caps)
 {
     struct tg_session *s = k->sess;
     cJSON *caps = up_caps != NULL ? cJSON_Parse(up_caps) : NULL;
@@ -222,7 +212,7 @@ static const char *lists_changes(const cJSON *caps, const char *what)
                : "false";
 }
 
-void tg__call_listen_upstream(struct tg_call *k, const char *uris)
+void tg_bridge_listen_upstream(struct tg_call *k, const char *uris)
 {
     struct tg_server *srv = k->srv;
     struct tg_session *s = k->sess;
@@ -257,7 +247,7 @@ void tg__call_listen_upstream(struct tg_call *k, const char *uris)
     tg_buf_dispose(&b);
 }
 
-int tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
+int tg_bridge_listen_resubscribe(struct tg_session *s, const char *uri, int add)
 {
     /* The session keeps the list: a subscription made before the client opens its GET stream (or
      * while it has none) is asked for by the listen that stream makes. */
@@ -301,16 +291,6 @@ int tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add)
     s->get_stream = n;
     tg_call_close(g);
     s->get_stream = n;
-    tg__call_listen_upstream(n, s->listen_uris);
+    tg_bridge_listen_upstream(n, s->listen_uris);
     return 0;
-}
-
-int tg__call_may_relay(struct tg_server *srv, struct tg_session *s, const char *p, size_t n)
-{
-    const struct tg_grant_conf *g = tg_conf_find_grant(srv->conf, s->grant);
-    int ok = g != NULL && tg_mcp_relay_allowed(p, n, tg_conf_policy_for(srv->conf, g, s->upstream));
-    if (!ok)
-        tg_log(TG_LOG_DEBUG, "resource update for a resource the grant may not read; dropped", "session=%s",
-               s->id_str);
-    return ok;
 }

@@ -1,16 +1,18 @@
+#include "core/call/sink.h"
 #include "core/bridge/stateless.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gate/dispatch.h"
+#include "core/call/call.h"
 #include "core/call/gateway.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
 #include "core/wire/msg.h"
+#include "policy/policy.h"
 #include "core/call/session.h"
 #include "upstream/pool/pool.h"
 
@@ -46,6 +48,7 @@ struct waiter {
     struct tg_sink *sk;     /* the waiting client's sink (our reference until handed on) */
     struct tg_msg m;        /* the message, taken over from the transport */
     char *fwd_headers;      /* x.fwd_headers, copied (the client's buffer goes) */
+    tg_bridge_go_cb go;     /* the gate's continuation */
 };
 
 /* The sink the gateway's own initialize and notifications/initialized answer through: it keeps
@@ -115,10 +118,6 @@ static void boot_bare(struct tg_sink *sk, struct tg_call *k, int status, const c
         snprintf(bs->why, sizeof(bs->why), "the upstream answered notifications/initialized with HTTP %d", status);
 }
 
-static void boot_nop(struct tg_sink *sk, struct tg_call *k) { (void)sk, (void)k; }
-static void boot_poll(struct tg_sink *sk, struct tg_call *k, long ms) { (void)sk, (void)k, (void)ms; }
-static int boot_high(const struct tg_sink *sk) { (void)sk; return 0; }
-static int boot_listening(const struct tg_sink *sk) { (void)sk; return 1; }
 
 /* The boot step is over: the bridge moves on from the loop, never inside the call's callback. */
 static void boot_release(struct tg_sink *sk, struct tg_call *k)
@@ -154,45 +153,69 @@ static const struct tg_sink_ops boot_ops = {
     .message = boot_message,
     .answer = boot_answer,
     .bare = boot_bare,
-    .stream = boot_nop,
-    .end = boot_nop,
-    .poll = boot_poll,
-    .high = boot_high,
-    .listening = boot_listening,
+    .stream = tg_sink_nop,
+    .end = tg_sink_nop,
+    .poll = tg_sink_nop_poll,
+    .high = tg_sink_never_high,
+    .listening = tg_sink_always_listening,
     .close = NULL,
-    .bind = boot_nop,
+    .bind = tg_sink_nop,
     .release = boot_release,
 };
 
-/* Send one message of the gateway's own on the stateless session, as a 2025 client would. */
-static void boot_send(struct tg_server *srv, struct tg_bridge *b, const char *json)
+/* Send one message of the gateway's own on the stateless session, as a 2025 client would: a call
+ * the bridge makes itself (json: a notification's text, answered 202, or what follows a
+ * request's id, which is the call's own). Nothing to decide: it is the gateway's own lifecycle. */
+static void boot_send(struct tg_server *srv, struct tg_bridge *b, const char *json, int notify)
 {
     struct tg_session *s = b->s;
-    struct tg_msg m;
-    const char *why = NULL;
-    if (tg_msg_decode(json, strlen(json), 16, &m, &why) != 0) {
-        tg_msg_dispose(&m); /* cannot happen: the text is ours */
-        return;
-    }
-    struct tg_exchange x = {0};
-    x.srv = srv;
-    x.era = TG_ERA_2025;
-    tg_strlcpy(x.proto, TG_PROTO_LATEST, sizeof(x.proto));
-    x.grant = tg_conf_find_grant(srv->conf, s->grant);
-    x.upstream = s->upstream;
-    x.uc = (size_t)s->upstream < srv->conf->nupstreams ? &srv->conf->upstreams[s->upstream] : NULL;
-    x.sess = s;
+    const struct tg_grant_conf *g = tg_conf_find_grant(srv->conf, s->grant);
+    const struct tg_upstream_conf *uc =
+        (size_t)s->upstream < srv->conf->nupstreams ? &srv->conf->upstreams[s->upstream] : NULL;
     struct boot_sink *bs = tg_xcalloc(1, sizeof(*bs));
     bs->sink.ops = &boot_ops;
     bs->sink.flags = TG_SINK_ANSWER_ONLY | TG_SINK_NO_WAIT;
     bs->s = tg_session_ref(s);
-    if (x.grant == NULL || x.uc == NULL) {
+    if (g == NULL || uc == NULL) {
         snprintf(bs->why, sizeof(bs->why), "the grant or the upstream is gone (reload)");
         boot_release(&bs->sink, NULL);
-    } else {
-        tg_dispatch_message(&x, &bs->sink, &m);
+        return;
     }
-    tg_msg_dispose(&m);
+    if (!notify && srv->draining) {
+        snprintf(bs->why, sizeof(bs->why), "the gateway is shutting down");
+        boot_release(&bs->sink, NULL);
+        return;
+    }
+    if (!notify && s->inflight >= (unsigned)srv->conf->limits.inflight_per_session) {
+        srv->metrics.limit_inflight++;
+        snprintf(bs->why, sizeof(bs->why), "too many calls in flight for this session (limits.inflight_per_session)");
+        boot_release(&bs->sink, NULL);
+        return;
+    }
+    struct tg_call *k = tg_call_new(srv, s, &bs->sink, notify ? KIND_FORWARD : KIND_REQUEST);
+    k->era = TG_ERA_2025;
+    tg_strlcpy(k->proto, TG_PROTO_LATEST, sizeof(k->proto));
+    struct tg_buf body;
+    tg_buf_init(&body);
+    if (notify) {
+        srv->metrics.rpc_notifications++;
+        tg_buf_appends(&body, json);
+    } else {
+        srv->metrics.rpc_requests++;
+        s->inflight++;
+        k->policy = tg_policy_ref(tg_conf_policy_for(srv->conf, g, s->upstream));
+        k->method = tg_xstrdup("initialize");
+        k->is_init = 1;
+        k->client_id = tg_xstrdup("0"); /* the id the boot sink's answer carries */
+        k->client_id_len = 1;
+        k->gid = ++srv->next_gid;
+        k->gid_len = (size_t)snprintf(k->gid_str, sizeof(k->gid_str), "%llu", (unsigned long long)k->gid);
+        tg_buf_appends(&body, "{\"jsonrpc\":\"2.0\",\"id\":");
+        tg_buf_appends(&body, k->gid_str);
+        tg_buf_appends(&body, json);
+    }
+    tg_call_send(k, body.base, body.len, (uint64_t)uc->call_timeout_ms);
+    tg_buf_dispose(&body);
 }
 
 static void boot_start(struct tg_server *srv, struct tg_bridge *b)
@@ -201,11 +224,10 @@ static void boot_start(struct tg_server *srv, struct tg_bridge *b)
     b->failed = 0;
     /* Every input kind a 2026 client may take: a server request reaches the client that made the
      * call as input_required, when that client declared the kind, and is refused otherwise. */
-    char init[320];
-    snprintf(init, sizeof(init),
-             "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"" TG_PROTO_LATEST
-             "\",\"capabilities\":{\"elicitation\":{},\"sampling\":{},\"roots\":{}},\"clientInfo\":{\"name\":\"tollgate\",\"version\":\"" TG_VERSION "\"}}}");
-    boot_send(srv, b, init);
+    boot_send(srv, b,
+              ",\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"" TG_PROTO_LATEST
+              "\",\"capabilities\":{\"elicitation\":{},\"sampling\":{},\"roots\":{}},\"clientInfo\":{\"name\":\"tollgate\",\"version\":\"" TG_VERSION "\"}}}",
+              0);
 }
 
 /* ---- waiters ----------------------------------------------------------------------------- */
@@ -224,14 +246,17 @@ static void answer_discover(struct tg_exchange *x, struct tg_sink *sk, struct tg
     tg_buf_dispose(&b);
 }
 
-static void serve(struct tg_bridge *b, struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m)
+/* m may go on to the gate now: what the upstream session speaks goes into x. 1 if the bridge
+ * answered m itself (server/discover), 0 if the gate is to decide it. */
+static int admit(struct tg_bridge *b, struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m)
 {
     x->up_modern = b != NULL && b->modern;
     x->up_caps = b != NULL && !b->modern ? b->caps : NULL;
-    if (m->kind == TG_MSG_REQUEST && strcmp(m->method, "server/discover") == 0)
+    if (m->kind == TG_MSG_REQUEST && strcmp(m->method, "server/discover") == 0) {
         answer_discover(x, sk, m, b);
-    else
-        tg_dispatch_message(x, sk, m);
+        return 1;
+    }
+    return 0;
 }
 
 static struct tg_upstream *runtime_of(struct tg_server *srv, const struct tg_session *s)
@@ -282,7 +307,7 @@ static void fail_waiters(struct tg_bridge *b, const char *why)
     while (!tg_list_empty(&b->waiters)) {
         struct waiter *w = tg_container_of(b->waiters.next, struct waiter, link);
         b->nwait--;
-        tg_dispatch_refuse(w->sk, 200, w->m.id_raw, w->m.id_len, TG_RPC_UPSTREAM, msg, NULL);
+        w->go(&w->x, w->sk, &w->m, msg);
         waiter_free(w);
     }
 }
@@ -295,7 +320,7 @@ static void run_bridge(struct tg_server *srv, struct tg_bridge *b)
         return;
     }
     if (b->state == BOOT_NOTIFY) {
-        boot_send(srv, b, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+        boot_send(srv, b, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", 1);
         return;
     }
     if (b->state == BOOT_PROBE) {
@@ -322,10 +347,10 @@ static void run_bridge(struct tg_server *srv, struct tg_bridge *b)
         struct waiter *w = tg_container_of(b->waiters.next, struct waiter, link);
         b->nwait--;
         tg_list_unlink(&w->link);
-        if (w->sk->ops->listening(w->sk))
-            serve(b, &w->x, w->sk, &w->m);
-        else
+        if (!w->sk->ops->listening(w->sk))
             w->sk->ops->release(w->sk, NULL); /* the client left: nothing of its goes upstream */
+        else if (!admit(b, &w->x, w->sk, &w->m))
+            w->go(&w->x, w->sk, &w->m, NULL); /* the gate decides it now */
         tg_list_init(&w->link);
         waiter_free(w);
     }
@@ -347,7 +372,7 @@ void tg_bridge_run_pending(struct tg_server *srv)
 
 int tg_bridge_pending(struct tg_server *srv) { return !tg_list_empty(pending_of(srv)); }
 
-void tg_bridge_dispatch(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m)
+enum tg_bridge_admission tg_bridge_admit(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m, tg_bridge_go_cb go)
 {
     struct tg_server *srv = x->srv;
     struct tg_session *s = x->sess;
@@ -358,15 +383,11 @@ void tg_bridge_dispatch(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg
         b->state = BOOT_PROBE;
         era_known(srv, b);
     }
-    if (x->uc->init_local || (b->state == BOOT_READY && tg_list_empty(&b->waiters))) {
-        serve(b, x, sk, m);
-        return;
-    }
+    if (x->uc->init_local || (b->state == BOOT_READY && tg_list_empty(&b->waiters)))
+        return admit(b, x, sk, m) ? TG_BRIDGE_ANSWERED : TG_BRIDGE_READY;
     if (b->nwait + s->inflight >= (unsigned)srv->conf->limits.inflight_per_session) {
         srv->metrics.limit_inflight++;
-        tg_dispatch_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
-                           "Too many calls in flight for this grant (limits.inflight_per_session)", NULL);
-        return;
+        return TG_BRIDGE_FULL;
     }
     struct waiter *w = tg_xcalloc(1, sizeof(*w));
     w->x = *x;
@@ -377,6 +398,7 @@ void tg_bridge_dispatch(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg
     if (x->fwd_headers != NULL)
         w->fwd_headers = tg_xstrdup(x->fwd_headers);
     w->x.fwd_headers = w->fwd_headers;
+    w->go = go;
     if (tg_list_empty(&b->waiters))
         b->reloads = srv->reloads;
     tg_list_insert_tail(&b->waiters, &w->link);
@@ -384,6 +406,7 @@ void tg_bridge_dispatch(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg
     struct tg_upstream *u = runtime_of(srv, s);
     if (b->state == BOOT_PROBE && (u == NULL || !tg_upstream_probing(u)))
         schedule(b); /* no probe runs (it failed a moment ago): the waiter is answered -32004 */
+    return TG_BRIDGE_PARKED;
 }
 
 void tg_bridge_wake(struct tg_server *srv)
@@ -410,25 +433,29 @@ static void bridge_free(struct tg_session *s)
     s->u.bridge = NULL;
 }
 
-int tg_bridge_session(struct tg_exchange *x)
+int tg_bridge_find(struct tg_exchange *x)
 {
     struct tg_server *srv = x->srv;
     /* Matched on the session's own grant and upstream, which a reload keeps current (upstream
      * indices move when upstreams are added or removed). */
-    struct tg_session **slot = NULL;
     for (size_t i = 0; i < srv->nstateless; i++) {
         struct tg_session *c = srv->stateless[i];
         if (c->live && c->upstream == x->upstream && strcmp(c->grant, x->grant->name) == 0) {
             c->last_active_ms = uv_now(srv->loop);
             x->sess = c;
-            return 0;
+            return 1;
         }
-        if (slot == NULL && !c->live)
-            slot = &srv->stateless[i];
     }
-    int st = tg_dispatch_session_open(x);
-    if (st != 0)
-        return st;
+    return 0;
+}
+
+void tg_bridge_adopt(struct tg_exchange *x)
+{
+    struct tg_server *srv = x->srv;
+    struct tg_session **slot = NULL;
+    for (size_t i = 0; i < srv->nstateless && slot == NULL; i++)
+        if (!srv->stateless[i]->live)
+            slot = &srv->stateless[i];
     struct tg_session *s = x->sess;
     struct tg_bridge *b = tg_xcalloc(1, sizeof(*b));
     b->s = s;
@@ -449,7 +476,6 @@ int tg_bridge_session(struct tg_exchange *x)
         tg_session_unref(*slot);
     }
     *slot = tg_session_ref(s);
-    return 0;
 }
 
 void tg_bridge_dispose(struct tg_server *srv)

@@ -29,8 +29,7 @@ void tg_approvals_park(struct tg_call *k)
            k->approval_id, tg_log_esc(gesc, sizeof(gesc), tg_slice_cstr(k->grant)), k->sess->id_str, up_name(k),
            tg_log_esc(tesc, sizeof(tesc), tg_slice_cstr(k->tool)));
     tg_call_audit(k, "approve", -1, NULL, NULL);
-    if (srv->cluster != NULL)
-        tg__approvals_shared_park(k);
+    srv->store.ops->approval_park(srv->store.ud, k);
 }
 
 /* The answer to a call that was not approved: -32003 with {tool, approval_id, reason}, reason
@@ -59,8 +58,7 @@ static void finish(struct tg_call *k, int approve, const char *by, const char *w
     tg_list_unlink(&k->alink);
     srv->napprovals--;
     k->parked = 0;
-    if (srv->cluster != NULL)
-        tg__approvals_shared_gone(k);
+    srv->store.ops->approval_gone(srv->store.ud, k);
     if (approve) {
         srv->metrics.approvals_approved++;
         tg_call_audit(k, "approved", -1, NULL, by);
@@ -202,7 +200,7 @@ int tg_approvals_cancel(struct tg_session *s, const char *want)
 }
 
 /* The local queue: srv->approvals, answered at once. */
-static void local_list(struct tg_server *srv, tg_approval_list_cb done, void *ud)
+void tg_approvals_local_list(struct tg_server *srv, tg_approval_list_cb done, void *ud)
 {
     size_t n = 0, i = 0;
     for (struct tg_list *l = srv->approvals.next; l != &srv->approvals; l = l->next)
@@ -237,8 +235,8 @@ static void local_list(struct tg_server *srv, tg_approval_list_cb done, void *ud
     free(items);
 }
 
-static void local_decide(struct tg_server *srv, struct tg_slice id, int approve, const char *by, const char *reason,
-                         tg_approval_decide_cb done, void *ud)
+void tg_approvals_local_decide(struct tg_server *srv, struct tg_slice id, int approve, const char *by,
+                               const char *reason, tg_approval_decide_cb done, void *ud)
 {
     struct tg_call *k = tg_approvals_find(srv, id);
     if (k == NULL) {
@@ -250,14 +248,4 @@ static void local_decide(struct tg_server *srv, struct tg_slice id, int approve,
     else
         finish(k, 0, by, NULL, reason);
     done(ud, 0);
-}
-
-const struct tg_approval_queue_ops tg__approvals_local_queue = {
-    .list = local_list,
-    .decide = local_decide,
-};
-
-const struct tg_approval_queue_ops *tg_approvals_queue(struct tg_server *srv)
-{
-    return srv->cluster != NULL ? &tg__approvals_shared_queue : &tg__approvals_local_queue;
 }

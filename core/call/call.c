@@ -4,8 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster/cluster.h"
-#include "cluster/sessions.h"
 #include "core/call/audit.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
@@ -69,10 +67,7 @@ static void refund(struct tg_call *k)
         return;
     k->refunded = 1;
     k->srv->metrics.refunds++;
-    if (k->dec->shared && k->srv->cluster != NULL)
-        tg_cluster_refund(k->srv->cluster, k->dec);
-    else
-        tg_policy_refund(k->srv->counters, k->dec, wall_ms());
+    k->srv->store.ops->refund(k->srv->store.ud, k->dec);
 }
 
 void tg_call_audit(struct tg_call *k, const char *decision, double latency, const char *outcome, const char *by)
@@ -156,8 +151,8 @@ void tg_call_close(struct tg_call *k)
         return;
     k->closed = 1;
     if (k->deciding != NULL) {
-        /* Its decision still waits for Redis: what that takes is given back when it comes. */
-        tg_cluster_detach(k->deciding);
+        /* Its decision still waits for the shared store: what that takes is given back when it comes. */
+        k->srv->store.ops->detach(k->srv->store.ud, k->deciding);
         k->deciding = NULL;
     }
     if (!k->forwarded)
@@ -168,8 +163,7 @@ void tg_call_close(struct tg_call *k)
         tg_list_unlink(&k->alink);
         k->srv->napprovals--;
         k->parked = 0;
-        if (k->srv->cluster != NULL)
-            tg__approvals_shared_gone(k);
+        k->srv->store.ops->approval_gone(k->srv->store.ud, k);
         k->srv->metrics.approvals_rejected++;
         tg_call_audit(k, "cancelled", -1, NULL, "client");
     }
@@ -394,14 +388,15 @@ static void deliver_answer_at(struct tg_call *k, struct tg_buf *out, int is_erro
     k->got_response = is_error ? 2 : 1;
     if (k->is_init) {
         tg_mcp_note_init_result(k->sess, p, n, k->srv->conf->limits.json_depth + 16);
-        if (k->srv->cluster != NULL && k->sess != NULL && (size_t)k->sess->upstream < k->srv->conf->nupstreams)
-            tg_cluster_session_share(k->srv->cluster, k->sess, &k->srv->conf->upstreams[k->sess->upstream]);
+        if (k->sess != NULL && (size_t)k->sess->upstream < k->srv->conf->nupstreams)
+            k->srv->store.ops->session_share(k->srv->store.ud, k->sess, &k->srv->conf->upstreams[k->sess->upstream]);
     }
     if (k->is_tools_list && !is_error && k->srv->schemas != NULL)
         tg_mcp_schemas_learn(k->srv->schemas, up_name(k), p, n); /* for 2026 clients' Mcp-Param-* */
     char why[160];
-    if (k->era == TG_ERA_2025 && k->resend != NULL && !is_error) {
-        int shim = tg__call_shim_take(k, out->base, out->len, why, sizeof(why));
+    if (k->filter != NULL && k->filter->answer != NULL && !is_error) {
+        /* Across the eras: an answer the client's era cannot take (input_required for a 2025 client). */
+        int shim = k->filter->answer(k, k->filter_data, out->base, out->len, why, sizeof(why));
         if (shim == 1)
             return; /* its client is asked for the input; the retry answers it */
         if (shim < 0) {
@@ -485,7 +480,8 @@ int tg_call_upstream_message(struct tg_call *k, const char *p, size_t n, const s
     } else if (srv_req.len > 0 && /* only a request can be refused: a notification is not parsed again */
                (tg__call_refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_ANSWER_ONLY) != 0,
                                                NULL) ||
-                ((sk->flags & TG_SINK_STATELESS) && tg__call_input_park(k, p, n)) ||
+                (k->filter != NULL && k->filter->server_request != NULL &&
+                 k->filter->server_request(k, k->filter_data, p, n)) ||
                 tg__call_refuse_server_request(k->srv, k->sess, k->uprt, p, n, (sk->flags & TG_SINK_STATELESS) != 0,
                                                NULL))) {
         tg_buf_dispose(&out);

@@ -65,10 +65,26 @@ enum tg_outcome {
                          * audit line is written already; only the reservations go back */
 };
 
+/* A filter on a call (like an h2o ostream or an nginx body filter): what crosses the eras
+ * between the call's client and its upstream. The bridge (core/bridge/) installs it on a call
+ * whose client's era differs from the upstream's; the call consults it where the upstream's
+ * traffic turns back toward the client, and never names the bridge. Every op may be NULL. The
+ * filter is static; its data is the installer's, opaque to the call (not freed by it). */
+struct tg_call_filter {
+    /* The upstream's answer to k (not an error), rewritten already (p, n): 0 it goes on to the
+     * client, 1 the filter took k's client over (k answers nothing more), -1 refused: the client
+     * gets an error saying why. */
+    int (*answer)(struct tg_call *k, void *data, const char *p, size_t n, char *why, size_t whysz);
+    /* A server request p on k's stream that the session's policy lets through: 1 the filter
+     * carries it to the client (k stays open upstream), 0 the call goes on as without one. */
+    int (*server_request)(struct tg_call *k, void *data, const char *p, size_t n);
+};
+
 /* One client message in flight. Owner: the session's calls list while open; closed by
  * tg_call_close() and freed by tg_call_run_pending(). Holds a session reference, an upstream
  * reference and the sink until it closes. */
-struct tg_cluster_job;
+struct tg_shared_job;
+struct tg_gate_request;
 struct tg_call {
     struct tg_server *srv;
     int closed;               /* tg_call_close() ran: inert, memory released by tg_call_run_pending */
@@ -80,6 +96,8 @@ struct tg_call {
     enum call_kind kind;
     enum call_mode mode;
     enum tg_era era;          /* the client's protocol era (from the request context) */
+    const struct tg_call_filter *filter; /* the era crossing, or NULL (tg_call_filter_set) */
+    void *filter_data;
     char proto[24];           /* the client's protocol version for this call */
     int is_init;
     int got_response;         /* 1: the answer was relayed, 2: it was an error object */
@@ -131,8 +149,10 @@ struct tg_call {
     uint64_t parked_at_wall;
     struct tg_list alink;     /* srv->approvals while parked, srv->awaiting while awaiting */
     struct tg_buf held;       /* the message, serialized, waiting for a decision */
-    /* a decision waiting for the shared counters (cluster/cluster.h; core/gate/dispatch.c) */
-    struct tg_cluster_job *deciding; /* non-NULL while it waits; detached when the call closes */
+    /* its decision (core/gate/dispatch.c, through the shared store: core/call/shared.h) */
+    struct tg_gate_request *asking;  /* the request on the gate's stack while the store decides
+                                      * inline; NULL once the decision waits (held has it) */
+    struct tg_shared_job *deciding; /* non-NULL while it waits; detached when the call closes */
     struct cJSON *resume_params;    /* a 2026 retry that resumes a held call: its params, kept */
     char resume_parked[40];
     unsigned char decide_no_wait; /* the sink cannot wait for a human (TG_SINK_NO_WAIT) */
@@ -171,15 +191,18 @@ static inline int64_t wall_ms(void)
 }
 
 const char *tg_call_upstream_name(const struct tg_call *k);
-/* cluster/approvals.c: a parked call leaves the cluster's shared queue (declared here so
- * that tg_call_close, which unparks a call whose client went, does not include approvals.h). */
-void tg__approvals_shared_gone(struct tg_call *k);
 #define up_name tg_call_upstream_name
 
 /* A new call of session s for the message the sink carries (sink may be NULL: nobody reads). */
 struct tg_call *tg_call_new(struct tg_server *srv, struct tg_session *s, struct tg_sink *sink, enum call_kind kind);
 /* Storage for a call's decision (k->dec, freed with the call): uninitialized, from a free list. */
 struct tg_decision *tg_call_decision_new(void);
+/* Install filter f (data: its own, opaque here) on k: the bridge, for a call across the eras. */
+static inline void tg_call_filter_set(struct tg_call *k, const struct tg_call_filter *f, void *data)
+{
+    k->filter = f;
+    k->filter_data = data;
+}
 /* Send the call's message (body NULL: open the session's stream) through its upstream kind. */
 void tg_call_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout);
 /* Close: idempotent; the call is unhooked, its sink released, its memory freed later. */
@@ -187,38 +210,11 @@ void tg_call_close(struct tg_call *k);
 /* Free the calls closed since the last run (the server calls it with no handler on the stack). */
 void tg_call_run_pending(struct tg_server *srv);
 
-/* core/bridge/input.c: input_required to a 2025 client, as real server requests, then the retry.
- * take: k's answer (p) is input_required: 1 the shim took k's client over (k answers nothing
- * more), -1 with why (the client must get an error), 0 not such an answer. answer: a client's
- * response to one of the shim's requests (1: consumed). dispose: shutdown. */
-int tg__call_shim_take(struct tg_call *k, const char *p, size_t n, char *why, size_t whysz);
-int tg__call_shim_answer(struct tg_server *srv, struct tg_session *s, struct tg_msg *m);
-void tg__call_shim_dispose(struct tg_server *srv);
-/* core/bridge/listen.c: listen k (a 2026 client's, on a 2025 upstream session, up_caps what its
- * initialize declared) is served from the session's GET stream: acknowledged now, open until
- * its client goes. */
-void tg__call_listen_local(struct tg_call *k, const struct cJSON *params, const char *up_caps);
-/* The GET stream k of a 2025 session on a 2026-07-28-only upstream, sent as a listen for the
- * list changes the upstream declared and the resources in uris (a JSON array, or NULL). */
-void tg__call_listen_upstream(struct tg_call *k, const char *uris);
-/* Such a session's client subscribed to (add 1) or unsubscribed from uri: the session keeps the
- * list, and its GET stream's listen, if it has one, is made again with it (the old one ends).
- * -1 (nothing changed) when the list is full: TG_LISTEN_URIS_MAX resources or
- * TG_LISTEN_URIS_BYTES of them, which is all a client can make a session hold this way. */
-#define TG_LISTEN_URIS_MAX 256
-#define TG_LISTEN_URIS_BYTES (64u << 10)
-int tg__call_listen_resubscribe(struct tg_session *s, const char *uri, int add);
 /* May server notification p go to session s's client (see tg_mcp_relay_allowed)? Decided by
  * the policy of the session's grant and upstream as the configuration has it now; 0 (dropped,
  * and logged) if that grant is gone. Callers ask only for a message whose method token may be
  * notifications/resources/updated (tg_mcp_method_maybe_update): the others pass unlooked-at. */
 int tg__call_may_relay(struct tg_server *srv, struct tg_session *s, const char *p, size_t n);
-/* A 2026 call on a 2025 upstream session met a server request (p) for input its client declared:
- * the client gets input_required now, and k stays open upstream (1); 0 if it cannot be. */
-int tg__call_input_park(struct tg_call *k, const char *p, size_t n);
-/* The retry r of the call held as parked: the answer goes upstream, and the held call takes
- * r's client (r is left without a sink). NULL, or why the retry is refused. */
-const char *tg__call_input_resume(struct tg_call *r, const char *parked, const struct cJSON *params);
 /* core/call/call.c, for its other files: how long the upstream has had k (ms, -1: not sent); a
  * server request the session's policy or client cannot take, answered upstream with an error
  * (1: refused). */

@@ -15,6 +15,7 @@
 #include "core/conf/conf.h"
 #include "core/mcp/mrtr.h"
 #include "core/base/metrics.h"
+#include "core/call/shared.h"
 #include "transports/http1/http1.h"
 
 struct tg_tls_ctx;
@@ -64,7 +65,10 @@ struct tg_server {
     size_t nupstreams;
     struct tg_metrics metrics;
     struct tg_counters *counters; /* outlives confs: a reload keeps every counter */
-    struct tg_cluster *cluster;   /* the shared store (cluster group), or NULL: made at start */
+    /* The shared store (core/call/shared.h) every floor below the app goes through: the local
+     * one, or a cluster's. The app installs it; only the app reads cluster. */
+    struct tg_shared store;
+    struct tg_cluster *cluster;   /* the app's: the cluster group, or NULL (made at start) */
     struct tg_audit *audit;
     struct tg_list approvals;     /* parked calls, oldest first */
     struct tg_list channels;      /* legacy SSE and WebSocket client sessions */

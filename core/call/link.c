@@ -9,6 +9,7 @@
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/mcp/legacy.h"
+#include "core/mcp/listen.h"
 #include "core/mcp/rewrite.h"
 #include "core/wire/msg.h"
 #include "core/call/roots.h"
@@ -151,4 +152,16 @@ void tg_session_link_oversized(struct tg_session *s, struct tg_slice id)
             return;
         }
     }
+}
+
+/* The policy's word on a resource update, for every session whatever its era (it was in
+ * core/bridge/listen.c, which needs it too, but nothing in it crosses the eras). */
+int tg__call_may_relay(struct tg_server *srv, struct tg_session *s, const char *p, size_t n)
+{
+    const struct tg_grant_conf *g = tg_conf_find_grant(srv->conf, s->grant);
+    int ok = g != NULL && tg_mcp_relay_allowed(p, n, tg_conf_policy_for(srv->conf, g, s->upstream));
+    if (!ok)
+        tg_log(TG_LOG_DEBUG, "resource update for a resource the grant may not read; dropped", "session=%s",
+               s->id_str);
+    return ok;
 }

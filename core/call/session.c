@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <mbedtls/md.h>
+#include "core/base/sha256.h"
 
 /* Live sessions of one grant, so that the per-grant cap costs O(1) per initialize. Owner: the
  * table; freed when its last session is removed. */
@@ -105,8 +105,7 @@ static void seal_mac(const uint8_t secret[32], const uint8_t rnd[8], uint8_t mac
     uint8_t in[sizeof(label) + 8], out[32];
     memcpy(in, label, sizeof(label));
     memcpy(in + sizeof(label), rnd, 8);
-    if (mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), secret, 32, in, sizeof(in), out) != 0)
-        abort();
+    tg_hmac_sha256(secret, 32, in, sizeof(in), out);
     memcpy(mac, out, 8);
 }
 

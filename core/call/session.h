@@ -31,7 +31,7 @@ struct tg_session {
     int upstream;      /* index into the server's upstreams */
     unsigned char log_level; /* up_modern: the level logging/setLevel asked for (tg_mcp_log_level), 0 none */
     char *listen_uris; /* up_modern: the resources its client subscribed to (a JSON array, bounded by
-                        * TG_LISTEN_URIS_MAX and _BYTES in core/call/call.h),
+                        * TG_LISTEN_URIS_MAX and _BYTES in core/bridge/listen.h),
                         * which every listen standing in for its GET stream asks for; owned */
     char *up_session;  /* upstream's Mcp-Session-Id, never shown to clients */
     char proto[24];    /* negotiated protocol version */

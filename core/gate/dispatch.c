@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster/cluster.h"
-#include "cluster/sessions.h"
 #include "core/call/approvals.h"
+#include "core/bridge/input.h"
+#include "core/bridge/listen.h"
 #include "core/call/audit.h"
 #include "core/call/call.h"
 #include "core/base/log.h"
@@ -19,27 +19,12 @@
 #include "core/wire/msg.h"
 #include "core/call/roots.h"
 #include "core/call/gateway.h"
+#include "core/call/shared.h"
+#include "core/call/sink.h"
 #include "policy/policy.h"
 #include "upstream/pool/pool.h"
 
 /* ---- answers made here, before any call ----------------------------------------------- */
-
-void tg_dispatch_refuse(struct tg_sink *sk, int status, const char *id, size_t idn, int code, const char *msg,
-                        const char *data)
-{
-    struct tg_buf b;
-    tg_buf_init(&b);
-    tg_rpc_error(&b, id, idn, code, msg, data);
-    sk->ops->answer(sk, NULL, status, NULL, b.base, b.len);
-    tg_buf_dispose(&b);
-    sk->ops->release(sk, NULL);
-}
-
-static void accept_bare(struct tg_sink *sk)
-{
-    sk->ops->bare(sk, NULL, 202, NULL, NULL, 0);
-    sk->ops->release(sk, NULL);
-}
 
 /* A request the upstream hears as 2026-07-28: its Mcp-* headers, from the body. A 2026 request
  * to a 2025 upstream loses its claim instead (that upstream's session speaks 2025). *meta_cut:
@@ -141,24 +126,8 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
         k->resend = tg_xmalloc(out->len + 1);
         memcpy(k->resend, out->base, out->len);
         k->resend[out->len] = '\0';
+        tg_bridge_input_filter(k); /* an input_required answer is the bridge's to carry */
     }
-}
-
-/* A 2026 retry that continues a call held open upstream (its server request answered): decided
- * again, it carries the answer up and the held call answers through this client; k ends here. */
-static void resume(struct tg_call *k, const struct tg_decision *dec, const char *parked, const cJSON *params)
-{
-    const char *why = dec != NULL && dec->verdict == TG_VERDICT_APPROVE
-                          ? "Invalid params: the call this retry continues cannot wait for approval again"
-                          : tg__call_input_resume(k, parked, params);
-    if (why != NULL && k->sink != NULL) {
-        struct tg_buf e;
-        tg_buf_init(&e);
-        tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_INVALID_PARAMS, why, NULL);
-        k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
-        tg_buf_dispose(&e);
-    }
-    tg_call_close(k);
 }
 
 /* An approve decision: the call waits for a human, unless it cannot (a batch, a full queue).
@@ -183,72 +152,129 @@ static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
     tg_approvals_park(k);
 }
 
-/* A decision that waits for Redis: the message is serialized now (the request's tree is the
- * transport's and goes when this returns), and the call goes on in on_shared_decision(). */
-static void wait_shared_decision(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m, struct tg_call *k,
-                                 struct tg_cluster_job *job, int retry, const char *parked, cJSON *params)
+/* What the continuation reads of a request while it is still the transport's: on the gate's
+ * stack, and k->asking while the store decides inline. */
+struct tg_gate_request {
+    struct tg_exchange *x;
+    struct tg_msg *m;
+    cJSON *params;
+    const cJSON *args; /* tools/call */
+    int listen, retry; /* retry: tg_mcp_mrtr_retry's (2 continues a call held open upstream) */
+    const char *parked;
+};
+
+/* The arguments' digest (audit log, approval queue): a tenth of a call, made only for a reader. */
+static void digest(struct tg_call *k, const struct tg_gate_request *r)
 {
-    k->deciding = job;
-    k->decide_no_wait = (sk->flags & TG_SINK_NO_WAIT) != 0;
-    if (retry == 2) {
-        k->resume_params = cJSON_Duplicate(params, 1);
-        tg_strlcpy(k->resume_parked, parked, sizeof(k->resume_parked));
+    if (k->mrtr != NULL) {
+        tg_mcp_mrtr_digest_from(k->mrtr, r->params);
+        tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* the same digest, made once */
     } else {
-        serialize(x, k, m, 1, &k->held);
-        if (k->mrtr != NULL)
-            tg_mcp_mrtr_keep_args(k->mrtr, params);
+        tg_audit_args_hash(r->args, k->args_sha256);
     }
-    k->decide_timeout_ms = (uint64_t)x->uc->call_timeout_ms;
-    tg_cluster_bind(job, k);
 }
 
-static void on_shared_decision(void *ud, enum tg_cluster_outcome o, struct tg_decision *d, const char *why)
+/* The decision waits for the shared store: what the continuation needs of the request is kept now
+ * (its tree is the transport's and goes when the gate returns). It may yet park: the digest too. */
+static void hold(struct tg_call *k, const struct tg_gate_request *r, struct tg_shared_job *job)
 {
-    struct tg_call *k = ud;
-    struct tg_server *srv = k->srv;
-    k->deciding = NULL;
-    if (o == TG_CLUSTER_UNAVAILABLE) {
-        /* Fail closed: no counter could be reserved, so nothing is forwarded. */
-        srv->metrics.decisions[TG_VERDICT_DENY]++;
-        snprintf(k->dec->message, sizeof(k->dec->message), "%s", why);
-        snprintf(k->dec->rule, sizeof(k->dec->rule), "(cluster unavailable)");
-        tg_call_audit(k, "unavailable", -1, NULL, NULL);
-        struct tg_buf data, e;
-        tg_buf_init(&data);
-        tg_buf_init(&e);
-        const char *up = tg_call_upstream_name(k);
-        if (up == NULL)
-            up = "";
-        tg_buf_appends(&data, "{\"upstream\":");
-        tg_json_write_string(&data, up, strlen(up));
-        tg_buf_appends(&data, ",\"reason\":");
-        tg_json_write_string(&data, why, strlen(why));
-        tg_buf_appends(&data, "}");
-        tg_buf_append(&data, "", 1);
-        tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, data.base);
-        if (k->sink != NULL)
-            k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
-        tg_buf_dispose(&e);
-        tg_buf_dispose(&data);
-        tg_call_close(k);
-        return;
+    k->deciding = job;
+    digest(k, r);
+    if (r->retry == 2) {
+        k->resume_params = cJSON_Duplicate(r->params, 1);
+        tg_strlcpy(k->resume_parked, r->parked, sizeof(k->resume_parked));
+    } else {
+        serialize(r->x, k, r->m, 1, &k->held);
+        if (k->mrtr != NULL)
+            tg_mcp_mrtr_keep_args(k->mrtr, r->params);
     }
-    *k->dec = *d; /* TG_CLUSTER_FALLBACK: decided on this gateway's counters (counted by the cluster) */
-    struct tg_decision *dec = k->dec;
-    if (refused(srv, k, dec))
-        return;
-    if (k->resume_params != NULL) {
-        resume(k, dec, k->resume_parked, k->resume_params);
-        return;
+}
+
+/* The shared store could not decide and on_unavailable = "deny": fail closed, since no counter
+ * could be reserved nothing is forwarded. */
+static void fail_closed(struct tg_call *k, const char *why)
+{
+    k->srv->metrics.decisions[TG_VERDICT_DENY]++;
+    snprintf(k->dec->message, sizeof(k->dec->message), "%s", why);
+    snprintf(k->dec->rule, sizeof(k->dec->rule), "(cluster unavailable)");
+    tg_call_audit(k, "unavailable", -1, NULL, NULL);
+    struct tg_buf data, e;
+    tg_buf_init(&data);
+    tg_buf_init(&e);
+    const char *up = tg_call_upstream_name(k) ? tg_call_upstream_name(k) : "";
+    tg_buf_appends(&data, "{\"upstream\":");
+    tg_json_write_string(&data, up, strlen(up));
+    tg_buf_appends(&data, ",\"reason\":");
+    tg_json_write_string(&data, why, strlen(why));
+    tg_buf_append(&data, "}", 2); /* with its NUL: tg_rpc_error takes a C string */
+    tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_UPSTREAM, why, data.base);
+    if (k->sink != NULL)
+        k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
+    tg_buf_dispose(&e);
+    tg_buf_dispose(&data);
+    tg_call_close(k);
+}
+
+/* A decided (or undecided) request that may go: listened to here, resumed, parked or sent. r:
+ * the request (decided inline), or NULL when the decision waited and k holds it. */
+static void go_on(struct tg_call *k, struct tg_gate_request *r)
+{
+    struct tg_buf out;
+    if (r == NULL) {
+        if (k->resume_params != NULL) {
+            tg_bridge_input_resume(k, k->dec, k->resume_parked, k->resume_params);
+            return;
+        }
+        out = k->held;
+        tg_buf_init(&k->held);
+    } else {
+        struct tg_exchange *x = r->x;
+        if (r->listen && !x->up_modern) {
+            /* A 2025 upstream session has no listen: its GET stream serves every listen of it. */
+            tg_bridge_listen_local(k, r->params, x->up_caps);
+            return;
+        }
+        if (r->retry == 2) {
+            /* The retry of a call held open upstream for its server request: decided again, it
+             * now carries the answer up and the held call answers through this client. */
+            tg_bridge_input_resume(k, k->dec, r->parked, r->params);
+            return;
+        }
+        tg_roots_advertise(tg_conf_roots_for(x->grant, x->uc), r->m); /* pinned roots: the server asks the gateway */
+        tg_buf_init(&out);
+        serialize(x, k, r->m, k->tool != NULL, &out);
+        if (k->mrtr != NULL)
+            tg_mcp_mrtr_keep_args(k->mrtr, r->params); /* written: an input_required answer digests them */
     }
-    struct tg_buf out = k->held;
-    tg_buf_init(&k->held);
-    if (dec->verdict == TG_VERDICT_APPROVE) {
+    if (k->dec != NULL && k->dec->verdict == TG_VERDICT_APPROVE) {
         park(k, &out, k->decide_no_wait);
         return;
     }
-    tg_call_send(k, out.base, out.len, k->decide_timeout_ms);
+    tg_call_send(k, out.base, out.len, k->decide_timeout_ms); /* 0 for a listen: it lasts */
     tg_buf_dispose(&out);
+}
+
+/* The one continuation after a decision, the store's inline (k->asking is the request) or later
+ * (k holds it), the policy's for reads, or none needed (d NULL). */
+static void on_decided(void *ud, enum tg_shared_outcome o, struct tg_decision *d, const char *why)
+{
+    struct tg_call *k = ud;
+    struct tg_gate_request *r = k->asking;
+    k->deciding = NULL;
+    if (o == TG_SHARED_UNAVAILABLE) {
+        fail_closed(k, why);
+        return;
+    }
+    if (d != NULL) {
+        if (d != k->dec)
+            *k->dec = *d; /* TG_SHARED_FALLBACK too: decided on this gateway's counters */
+        if (r != NULL && r->m->mid == TG_M_TOOLS_CALL &&
+            (k->srv->audit != NULL || k->dec->verdict == TG_VERDICT_APPROVE))
+            digest(k, r);
+        if (refused(k->srv, k, k->dec))
+            return;
+    }
+    go_on(k, r);
 }
 
 /* A client request: decide it (tools/call, resources/read, prompts/get), then forward, park or refuse. */
@@ -265,7 +291,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         struct tg_call *o = tg_container_of(l, struct tg_call, slink);
         if (o->kind == KIND_REQUEST && o->id_key && strcmp(o->id_key, key) == 0) {
             tg_xfree(key);
-            tg_dispatch_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
+            tg_sink_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
                       "Invalid Request: a request with this id is already in flight in this session", NULL);
             return;
         }
@@ -273,7 +299,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     if (s->inflight >= (unsigned)lim->inflight_per_session) {
         tg_xfree(key);
         srv->metrics.limit_inflight++;
-        tg_dispatch_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
+        tg_sink_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
                   "Too many calls in flight for this session (limits.inflight_per_session)", NULL);
         return;
     }
@@ -286,7 +312,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         if (n >= (unsigned)lim->listens_per_grant) {
             tg_xfree(key);
             srv->metrics.limit_inflight++;
-            tg_dispatch_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
+            tg_sink_refuse(sk, 429, m->id_raw, m->id_len, TG_RPC_UPSTREAM,
                    "Too many subscriptions/listen streams for this grant (limits.listens_per_grant)", NULL);
             return;
         }
@@ -315,12 +341,11 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             char esc[96];
             tg_log(TG_LOG_INFO, "2026-07-28 retry refused", "grant=%s upstream=%s method=%s why=%s", g->name,
                    x->uc->name, m->method, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why)));
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, why, NULL);
+            tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, why, NULL);
             return;
         }
     }
     struct tg_decision *dec = NULL;
-    struct tg_cluster_job *job = NULL; /* the decision waits for the shared counters */
     const char *tool = NULL;
     const cJSON *args = NULL;
     int list = -1; /* a resources, templates or prompts list: its answer is filtered */
@@ -330,34 +355,19 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         if (!cJSON_IsObject(params) || !cJSON_IsString(name) || (a != NULL && !cJSON_IsObject(a))) {
             tg_xfree(key);
             tg_xfree(mc);
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+            tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
                       "tools/call needs params.name (a string) and optional params.arguments (an object)", NULL);
             return;
         }
         tool = name->valuestring;
         args = a;
-        dec = tg_call_decision_new();
-        struct tg_caller who = {g->name, s->id_str, x->uc->name};
-        if (srv->cluster != NULL) {
-            /* Shared counters: decided at once when no counter is reached, else when Redis answers. */
-            if (!tg_cluster_decide(srv->cluster, pol, &who, tool, args, (int64_t)wall_ms(), retry >= 1, dec,
-                                   on_shared_decision, NULL, &job)) {
-                memset(dec, 0, sizeof(*dec));
-                dec->verdict = TG_VERDICT_DENY; /* until the answer comes: nothing reserved, nothing allowed */
-            }
-        } else if (retry >= 1) { /* a later round of a call decided already: judged again, nothing reserved */
-            tg_policy_decide_continuation(pol, srv->counters, &who, tool, args, wall_ms(), dec);
-            dec->shared = 0;
-        } else {
-            tg_policy_decide_call(pol, srv->counters, &who, tool, args, wall_ms(), dec);
-            dec->shared = 0;
-        }
+        dec = tg_call_decision_new(); /* decided through the shared store once the call is made */
     } else if (m->mid != TG_M_TOOLS_LIST && m->mid != TG_M_INITIALIZE && !listen) {
         const char *bad;
         if (tg_reads_decide(m, params, pol, &dec, &tool, &list, &bad) < 0) {
             tg_xfree(key);
             tg_xfree(mc);
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, bad, NULL);
+            tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, bad, NULL);
             return;
         }
     }
@@ -379,6 +389,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     k->id_key = key;
     if (mc != NULL && dec != NULL) {
         k->mrtr = mc; /* the binding's strings are the call's own from here on */
+        tg_bridge_input_filter(k); /* 2026 has no server requests: one that comes is the bridge's */
         mc->b.grant = k->grant;
         mc->b.upstream = x->uc->name;
         mc->b.method = k->method;
@@ -397,52 +408,24 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         k->tool = tg_xstrdup(tool);
         if (k->mrtr != NULL)
             k->mrtr->b.name = k->tool;
-        if (m->mid == TG_M_TOOLS_CALL) {
-            /* The digest is for the audit log and the approval queue: a SHA-256 of the
-             * arguments costs a tenth of a call, so it is made only for a reader. A decision
-             * still waiting for Redis may yet park. */
-            if (srv->audit != NULL || job != NULL || dec->verdict == TG_VERDICT_APPROVE) {
-                if (k->mrtr != NULL) {
-                    tg_mcp_mrtr_digest_from(k->mrtr, params);
-                    tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* the same digest, made once */
-                } else {
-                    tg_audit_args_hash(args, k->args_sha256);
-                }
-            }
+        if (m->mid == TG_M_TOOLS_CALL)
             k->args_json = tg_audit_args_values(&srv->conf->audit, args);
-        }
-        if (job != NULL) {
-            wait_shared_decision(x, sk, m, k, job, retry, parked, params);
-            return;
-        }
-        if (refused(srv, k, dec))
-            return;
     }
-    if (listen && !x->up_modern) {
-        /* A 2025 upstream session has no listen: its GET stream serves every listen of it. */
-        tg__call_listen_local(k, params, x->up_caps);
-        return;
+    struct tg_gate_request r = {x, m, params, args, listen, retry, parked};
+    k->decide_no_wait = (sk->flags & TG_SINK_NO_WAIT) != 0;
+    k->decide_timeout_ms = listen ? 0 : (uint64_t)x->uc->call_timeout_ms;
+    k->asking = &r;
+    if (m->mid == TG_M_TOOLS_CALL) {
+        /* Inline by the local store (and a cluster's when no counter is reached), else later. */
+        struct tg_shared_ask q = {pol, {g->name, s->id_str, x->uc->name}, tool, args, (int64_t)wall_ms(), retry >= 1};
+        struct tg_shared_job *job = srv->store.ops->decide(srv->store.ud, &q, dec, on_decided, k);
+        if (job != NULL)
+            hold(k, &r, job);
+    } else {
+        on_decided(k, TG_SHARED_DECIDED, dec, NULL); /* decided by the policy above, or nothing to decide */
     }
-    if (retry == 2) {
-        /* The retry of a call held open upstream for its server request: decided again above,
-         * it now carries the answer up and the held call answers through this client. */
-        resume(k, dec, parked, params);
-        return;
-    }
-    tg_roots_advertise(tg_conf_roots_for(x->grant, x->uc), m); /* pinned roots: the server asks the gateway */
-    struct tg_buf out;
-    tg_buf_init(&out);
-    serialize(x, k, m, tool != NULL, &out);
-    if (k->mrtr != NULL)
-        tg_mcp_mrtr_keep_args(k->mrtr, params); /* written: an input_required answer digests them */
-    if (dec != NULL && dec->verdict == TG_VERDICT_APPROVE) {
-        park(k, &out, (sk->flags & TG_SINK_NO_WAIT) != 0);
-        return;
-    }
-    tg_call_send(k, out.base, out.len, listen ? 0 : (uint64_t)x->uc->call_timeout_ms); /* a listen lasts */
-    tg_buf_dispose(&out);
+    k->asking = NULL; /* (a call closed inside stays readable until the end of the iteration) */
 }
-
 
 /* The id key a notifications/cancelled names (params.requestId, of any length: ids are bounded
  * only by limits.body_bytes), or NULL. */
@@ -484,18 +467,18 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         srv->metrics.rpc_notifications++;
     else
         srv->metrics.rpc_responses++;
-    if (m->kind == TG_MSG_RESPONSE && tg__call_shim_answer(srv, s, m)) {
-        accept_bare(sk); /* an answer to the gateway's own request for input */
+    if (m->kind == TG_MSG_RESPONSE && tg_bridge_input_answer(srv, s, m)) {
+        tg_sink_accept(sk); /* an answer to the gateway's own request for input */
         return;
     }
     if (m->kind == TG_MSG_RESPONSE && !tg_mcp_take_server_request(s, m->id_raw, m->id_len)) {
         /* Only answers to requests the server actually sent go up; anything else is a forgery. */
-        tg_dispatch_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_sink_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST,
                "Invalid Request: no server request with this id is waiting for an answer", NULL);
         return;
     }
     if (tg_roots_drop(tg_conf_roots_for(x->grant, x->uc), m)) {
-        accept_bare(sk); /* the server's roots are the operator's, not the client's */
+        tg_sink_accept(sk); /* the server's roots are the operator's, not the client's */
         return;
     }
     if (m->kind == TG_MSG_NOTIFICATION && m->mid == TG_M_CANCELLED) {
@@ -505,7 +488,7 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         int upstream = want != NULL && !tg_approvals_cancel(s, want) && rewrite_cancel(s, m, want);
         free(want);
         if (!upstream) {
-            accept_bare(sk);
+            tg_sink_accept(sk);
             return;
         }
     }
@@ -540,13 +523,13 @@ static void refuse_nonstandard(struct tg_exchange *x, struct tg_sink *sk, struct
     ar.latency_ms = -1;
     tg_audit_log(srv->audit, &srv->conf->audit, &ar);
     if (m->kind == TG_MSG_NOTIFICATION) {
-        accept_bare(sk); /* notifications get no answer; it is dropped */
+        tg_sink_accept(sk); /* notifications get no answer; it is dropped */
         return;
     }
     if (x->era == TG_ERA_2026) {
         /* What a 2026-07-28 server answers a method it does not know (404, -32601): a client, or
          * a conformance suite, sees the same code through the gateway as directly. */
-        tg_dispatch_refuse(sk, 404, m->id_raw, m->id_len, TG_RPC_METHOD_NOT_FOUND, "Method not found", NULL);
+        tg_sink_refuse(sk, 404, m->id_raw, m->id_len, TG_RPC_METHOD_NOT_FOUND, "Method not found", NULL);
         return;
     }
     struct tg_buf d;
@@ -559,7 +542,7 @@ static void refuse_nonstandard(struct tg_exchange *x, struct tg_sink *sk, struct
     tg_buf_append(&d, "", 1);
     char msg[200];
     snprintf(msg, sizeof(msg), "%s is refused by the gateway: not a standard MCP method", m->method);
-    tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, msg, d.base);
+    tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, msg, d.base);
     tg_buf_dispose(&d);
 }
 
@@ -570,22 +553,6 @@ static int modern_only(const struct tg_exchange *x)
     struct tg_server *srv = x->srv;
     return (size_t)x->upstream < srv->nupstreams && srv->upstreams[x->upstream] != NULL &&
            tg_upstream_era(srv->upstreams[x->upstream]) == TG_UP_ERA_2026;
-}
-
-static void answer_empty(struct tg_sink *sk, struct tg_msg *m)
-{
-    if (m->kind == TG_MSG_NOTIFICATION) {
-        accept_bare(sk);
-        return;
-    }
-    struct tg_buf out;
-    tg_buf_init(&out);
-    tg_buf_appends(&out, "{\"jsonrpc\":\"2.0\",\"id\":");
-    tg_buf_append(&out, m->id_raw, m->id_len);
-    tg_buf_appends(&out, ",\"result\":{}}");
-    sk->ops->answer(sk, NULL, 200, NULL, out.base, out.len);
-    sk->ops->release(sk, NULL);
-    tg_buf_dispose(&out);
 }
 
 /* What the gateway answers itself for such a session: initialize (from the upstream's discover
@@ -614,8 +581,7 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
             free(c);
             cJSON_Delete(res);
         }
-        if (x->srv->cluster != NULL)
-            tg_cluster_session_share(x->srv->cluster, s, x->uc);
+        x->srv->store.ops->session_share(x->srv->store.ud, s, x->uc);
         sk->ops->answer(sk, NULL, 200, NULL, out.base, out.len);
         sk->ops->release(sk, NULL);
         tg_buf_dispose(&out);
@@ -632,20 +598,20 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
         const char *bad;
         int rc = tg_reads_decide_uri(m, tg_json_get(m->root, "params"), pol, &d, &uri, &bad); /* the normal form */
         if (rc < 0) {
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, bad, NULL);
+            tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, bad, NULL);
             return 1;
         }
         if (rc == 1 && d.verdict != TG_VERDICT_ALLOW) {
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, d.message[0] ? d.message : "resource denied by policy", NULL);
+            tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, d.message[0] ? d.message : "resource denied by policy", NULL);
             return 1;
         }
-        if (tg__call_listen_resubscribe(s, uri->valuestring, subscribe) != 0) {
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+        if (tg_bridge_listen_resubscribe(s, uri->valuestring, subscribe) != 0) {
+            tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
                                "too many resource subscriptions on this session (at most 256 resources, 64 KiB of URIs)",
                                NULL);
             return 1;
         }
-        answer_empty(sk, m);
+        tg_sink_answer_empty(sk, m);
         return 1;
     }
     if (m->kind == TG_MSG_REQUEST && m->mid == TG_M_LOGGING_SET_LEVEL) {
@@ -653,11 +619,11 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
         cJSON *level = tg_json_get(tg_json_get(m->root, "params"), "level");
         unsigned l = cJSON_IsString(level) ? tg_mcp_log_level(level->valuestring) : 0;
         if (l == 0) {
-            tg_dispatch_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, "logging/setLevel needs a known params.level", NULL);
+            tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, "logging/setLevel needs a known params.level", NULL);
             return 1;
         }
         s->log_level = (unsigned char)l;
-        answer_empty(sk, m);
+        tg_sink_answer_empty(sk, m);
         return 1;
     }
     switch (m->mid) {
@@ -667,7 +633,7 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
     case TG_M_RESOURCES_SUBSCRIBE:
     case TG_M_RESOURCES_UNSUBSCRIBE:
     case TG_M_ROOTS_LIST_CHANGED:
-        answer_empty(sk, m);
+        tg_sink_answer_empty(sk, m);
         return 1;
     default:
         return 0;
@@ -688,7 +654,7 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
     }
     if (srv->draining && m->kind == TG_MSG_REQUEST) {
         /* A drain finishes what runs and starts nothing new (on a channel or a pipelined request). */
-        tg_dispatch_refuse(sk, 503, m->id_raw, m->id_len, TG_RPC_UPSTREAM, "the gateway is shutting down", NULL);
+        tg_sink_refuse(sk, 503, m->id_raw, m->id_len, TG_RPC_UPSTREAM, "the gateway is shutting down", NULL);
         return;
     }
     /* Messages a client may send: standard MCP methods, methods the policy names, and
@@ -698,7 +664,7 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
         srv->metrics.decisions[1]++;
         char msg[200];
         snprintf(msg, sizeof(msg), "Invalid Request: %s is a request and needs an id", m->method);
-        tg_dispatch_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST, msg, NULL);
+        tg_sink_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST, msg, NULL);
         return;
     }
     int listen = x->era == TG_ERA_2026 && m->kind == TG_MSG_REQUEST && m->mid == TG_M_LISTEN;
@@ -709,7 +675,7 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
     }
     if (x->uc->init_local && m->kind != TG_MSG_RESPONSE &&
         (m->mid == TG_M_INITIALIZED || m->mid == TG_M_PING)) {
-        answer_empty(sk, m); /* the gateway owns the lifecycle of a local-initialize upstream */
+        tg_sink_answer_empty(sk, m); /* the gateway owns the lifecycle of a local-initialize upstream */
         return;
     }
     if (m->kind == TG_MSG_REQUEST)
@@ -731,7 +697,7 @@ int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channe
         /* A 2026-07-28 upstream has no GET stream: the session's stream is a listen for every
          * list change the upstream declared, and the resources the client subscribes to. */
         k->policy = tg_policy_ref(tg_conf_policy_for(x->srv->conf, x->grant, x->upstream));
-        tg__call_listen_upstream(k, s->listen_uris); /* the resources subscribed to so far */
+        tg_bridge_listen_upstream(k, s->listen_uris); /* the resources subscribed to so far */
         return 0;
     }
     tg_call_send(k, NULL, 0, 0);
@@ -759,14 +725,14 @@ int tg_dispatch_session_open(struct tg_exchange *x)
 
 void tg_dispatch_session_used(struct tg_server *srv, struct tg_session *s)
 {
-    if (srv->cluster != NULL)
-        tg_cluster_session_used(srv->cluster, s, uv_now(srv->loop));
+    if (s->shared) /* only a shared session has a record to renew */
+        srv->store.ops->session_used(srv->store.ud, s, uv_now(srv->loop));
 }
 
 void tg_dispatch_session_ready(struct tg_server *srv, struct tg_session *s)
 {
-    if (srv->cluster != NULL && (size_t)s->upstream < srv->conf->nupstreams)
-        tg_cluster_session_share(srv->cluster, s, &srv->conf->upstreams[s->upstream]);
+    if ((size_t)s->upstream < srv->conf->nupstreams)
+        srv->store.ops->session_share(srv->store.ud, s, &srv->conf->upstreams[s->upstream]);
 }
 
 void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum tg_end_how how)
@@ -775,8 +741,8 @@ void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum t
         tg_approvals_withdraw(s); /* nobody is there for their answer */
     if (!s->live)
         return;
-    if (how == TG_END_DELETE && s->shared && srv->cluster != NULL)
-        tg_cluster_session_forget(srv->cluster, s->id_str); /* for every member */
+    if (how == TG_END_DELETE && s->shared)
+        srv->store.ops->session_forget(srv->store.ud, s->id_str); /* for every member */
     if (how != TG_END_ELSEWHERE) /* the member that was asked closed it upstream */
         tg_call_close_upstream_session(srv, s);
     tg_call_end_get_stream(s);

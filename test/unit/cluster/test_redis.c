@@ -9,6 +9,8 @@
 #include "test/unit/cluster/redis_helpers.h"
 
 #include "cluster/cluster.h"
+#include "core/call/gateway.h"
+#include "core/call/shared.h"
 #include "cluster/redis/redis.h"
 #include "core/base/json.h"
 #include "policy/counters.h"
@@ -599,12 +601,12 @@ static void poisoned_values_refused(void **state)
 
 struct decided {
     int done;
-    enum tg_cluster_outcome o;
+    enum tg_shared_outcome o;
     char why[256];
     char counters[512];
 };
 
-static void on_decided(void *ud, enum tg_cluster_outcome o, struct tg_decision *d, const char *why)
+static void on_decided(void *ud, enum tg_shared_outcome o, struct tg_decision *d, const char *why)
 {
     struct decided *x = ud;
     x->done = 1;
@@ -616,21 +618,18 @@ static void on_decided(void *ud, enum tg_cluster_outcome o, struct tg_decision *
 /* One tools/call of "t" decided by the cluster: its outcome. */
 static void cluster_call(struct tg_cluster *cl, struct tg_policy *p, int64_t now, struct decided *x)
 {
-    struct tg_caller who = {"g", "s", "u"};
+    struct tg_shared st;
+    tg_cluster_store(cl, &st);
+    struct tg_shared_ask q = {p, {"g", "s", "u"}, "t", NULL, now, 0};
     struct tg_decision d;
-    struct tg_cluster_job *job = NULL;
     memset(x, 0, sizeof(*x));
-    if (tg_cluster_decide(cl, p, &who, "t", NULL, now, 0, &d, on_decided, x, &job)) {
-        x->done = 1;
-        x->o = TG_CLUSTER_DECIDED;
-        snprintf(x->counters, sizeof(x->counters), "%s", d.counters_json);
-        return;
-    }
+    if (st.ops->decide(st.ud, &q, &d, on_decided, x) == NULL)
+        return; /* answered inside */
     th_run_until(loop, &x->done, 5000);
     assert_true(x->done);
 }
 
-/* The decision a poisoned key meets: -32004 (TG_CLUSTER_UNAVAILABLE) with the reason, even with
+/* The decision a poisoned key meets: -32004 (TG_SHARED_UNAVAILABLE) with the reason, even with
  * on_unavailable = "local" (deciding on local counters would hand whoever poisoned the key a
  * fresh budget), and no nan or inf in anything an audit line is made of. */
 static void poisoned_counter_fails_the_decision(void **state)
@@ -641,8 +640,11 @@ static void poisoned_counter_fails_the_decision(void **state)
     struct tg_cluster_conf cc = {.enabled = 1, .redis = addr, .key_prefix = "tgpoisonc:",
                                  .on_unavailable = TG_CLUSTER_LOCAL, .instance = "test", .timeout_ms = 3000,
                                  .backoff_ms = 50, .backoff_max_ms = 400, .session_ttl_ms = 60000};
-    struct tg_counters *local = tg_counters_new();
-    struct tg_cluster *cl = tg_cluster_new(loop, &cc, local, why, sizeof(why));
+    struct tg_server gw = {0}; /* the local store needs only the counters */
+    gw.counters = tg_counters_new();
+    struct tg_shared local;
+    tg_shared_local(&local, &gw);
+    struct tg_cluster *cl = tg_cluster_new(loop, &cc, &local, why, sizeof(why));
     assert_non_null(cl);
     for (uint64_t t = th_ms(); th_ms() - t < 10000 && !tg_cluster_up(cl);) {
         int never = 0;
@@ -662,7 +664,7 @@ static void poisoned_counter_fails_the_decision(void **state)
     int64_t now = 1700000000000LL;
     struct decided x;
     cluster_call(cl, p, now, &x);
-    assert_int_equal(x.o, TG_CLUSTER_DECIDED);
+    assert_int_equal(x.o, TG_SHARED_DECIDED);
     if (strstr(x.counters, "\"c\":4") == NULL) /* what is left of 5 */
         fail_msg("counters after the first call: %s", x.counters);
     for (size_t i = 0; i < sizeof(poisons) / sizeof(poisons[0]); i++) {
@@ -680,7 +682,7 @@ static void poisoned_counter_fails_the_decision(void **state)
         freeReplyObject(keys);
         redisFree(c);
         cluster_call(cl, p, now + 1000, &x);
-        if (x.o != TG_CLUSTER_UNAVAILABLE)
+        if (x.o != TG_SHARED_UNAVAILABLE)
             fail_msg("poison \"%s\": outcome %d, counters %s", poisons[i], x.o, x.counters);
         assert_non_null(strstr(x.why, "not a finite decimal number"));
         assert_null(strstr(x.counters, "nan"));
@@ -700,7 +702,7 @@ static void poisoned_counter_fails_the_decision(void **state)
     tg_cluster_free(cl);
     for (int i = 0; i < 20; i++)
         uv_run(loop, UV_RUN_NOWAIT);
-    tg_counters_free(local);
+    tg_counters_free(gw.counters);
 }
 
 int main(int argc, char **argv)

@@ -472,6 +472,7 @@ static inline struct mw *mw_new_on(enum fake_kind kind, const char *conf_fmt, uv
         tg_buf_dispose(&err);
     }
     srv->sessions = tg_session_table_new();
+    tg_shared_local(&srv->store, srv);
     srv->nupstreams = c->nupstreams;
     srv->upstreams = tg_xcalloc(c->nupstreams, sizeof(*srv->upstreams));
     for (size_t i = 0; i < c->nupstreams; i++)

@@ -357,7 +357,7 @@ static void approve_parks_then_sends(void **state)
     assert_int_equal(m->srv.metrics.decisions[TG_VERDICT_APPROVE], 1);
     struct tg_buf list;
     tg_buf_init(&list);
-    tg_approvals_queue(&m->srv)->list(&m->srv, on_listed, &list); /* the local queue answers at once */
+    m->srv.store.ops->approvals_list(m->srv.store.ud, on_listed, &list); /* the local queue answers at once */
     tg_buf_append(&list, "", 1);
     assert_non_null(strstr(list.base, "\"tool\":\"deploy\""));
     assert_non_null(strstr(list.base, k->approval_id));

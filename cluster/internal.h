@@ -1,0 +1,58 @@
+/* The cluster's files (cluster.c: decisions and the store's table; sessions.c: 2025 session
+ * records; approvals.c: the approvals mirror) share the cluster's state through this header. The
+ * rest of the gateway sees cluster/cluster.h, and below the app only the shared store
+ * (core/call/shared.h). Loop thread only. */
+#ifndef TG_CLUSTER_INTERNAL_H
+#define TG_CLUSTER_INTERNAL_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "cluster/cluster.h"
+#include "core/base/buf.h"
+#include "core/call/shared.h"
+#include "core/conf/conf.h"
+
+struct tg_call;
+struct tg_redis;
+struct tg_session;
+struct tg_upstream_conf;
+
+struct tg_cluster {
+    uv_loop_t *loop;
+    struct tg_redis *redis;
+    struct tg_shared local;      /* this member's own store: fallback decisions, refunds of
+                                  * local decisions, the approvals parked here */
+    char *key_prefix;
+    char *instance;
+    enum tg_cluster_unavailable on_unavailable;
+    struct tg_cluster_conf conf; /* the first conf's values; strings are the copies above */
+    struct tg_list jobs;         /* decisions waiting for Redis */
+    struct tg_cluster_stats stats;
+    int up;
+    /* Who hears the session ends members announce (cluster/sessions.c subscribes). */
+    void (*session_ended)(void *ud, const char *id);
+    void *session_ended_ud;
+};
+
+/* 2025 sessions on any member (sessions.c): a session's record (grant, upstream, upstream
+ * session id, negotiated version) lives in Redis under key_prefix "s:" ID, so that a POST naming
+ * it can be served by a member that did not make it. Its id is sealed (core/call/session.h), so
+ * a forged one is refused without asking Redis. Streams (GET, legacy SSE, WebSocket) stay with
+ * the member that holds their connection; sessions whose upstream lives inside one gateway
+ * (stdio children, legacy SSE streams) are not shared at all. The store's session operations. */
+void tg__cluster_session_share(void *cl, struct tg_session *s, const struct tg_upstream_conf *uc);
+void tg__cluster_session_used(void *cl, struct tg_session *s, uint64_t now_ms);
+void tg__cluster_session_forget(void *cl, const char *id);
+void tg__cluster_session_fetch(void *cl, const char *id, tg_shared_session_cb cb, void *cb_ud);
+
+/* The approvals mirror (approvals.c): the store's approval operations, and the channel on which
+ * other members' decisions for calls parked here arrive. */
+void tg__cluster_approval_park(void *cl, struct tg_call *k);
+void tg__cluster_approval_gone(void *cl, struct tg_call *k);
+void tg__cluster_approvals_list(void *cl, tg_approval_list_cb done, void *cb_ud);
+void tg__cluster_approval_decide(void *cl, struct tg_slice id, int approve, const char *by, const char *reason,
+                                 tg_approval_decide_cb done, void *cb_ud);
+void tg__cluster_approvals_start(struct tg_cluster *cl);
+
+#endif

@@ -1,0 +1,144 @@
+/* The shared store: what the members of a cluster share, behind one table of operations.
+ *
+ *   decisions        decide a tools/call against the rate-limit counters; refund what a final
+ *                    decision reserved (the call failed, approval was refused)
+ *   session records  a 2025 session is shared (initialize answered), used, forgotten (DELETE),
+ *                    and fetched by a member that did not make it
+ *   approvals mirror a parked call is mirrored (park) and leaves (gone); the queue approvers see
+ *                    is listed and decided
+ *
+ * Every operation that answers does so through its callback: the local store (no cluster,
+ * core/call/shared.c) runs it before the operation returns; a store that asks another process
+ * (cluster/cluster.c, Redis) may run it later. A caller is written for both: it keeps what the
+ * callback needs until then, and continues in the callback only.
+ *
+ * The app (core/app/server.c) installs the store on the server at start (srv->store) and is the
+ * only code that knows which one it is. Loop thread only. */
+#ifndef TG_CALL_SHARED_H
+#define TG_CALL_SHARED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/base/buf.h"
+#include "policy/policy.h"
+
+struct cJSON;
+struct tg_call;
+struct tg_server;
+struct tg_session;
+struct tg_shared_job;
+struct tg_upstream_conf;
+
+/* ---- decisions ---------------------------------------------------------------------------- */
+
+/* A tools/call to decide. Strings borrowed for the call to decide (a store that waits copies
+ * what it keeps). continuation: a later round of a 2026 call, judged again without reserving. */
+struct tg_shared_ask {
+    struct tg_policy *policy;
+    struct tg_caller who;
+    const char *tool;
+    const struct cJSON *args;
+    int64_t now_ms; /* the wall clock every pass decides at (counters are aligned to UTC) */
+    int continuation;
+};
+
+/* How a decision ended. */
+enum tg_shared_outcome {
+    TG_SHARED_DECIDED = 0,     /* d is the decision (d->shared: its reservations are in the shared store) */
+    TG_SHARED_FALLBACK = 1,    /* the shared store failed; d was decided on this member's counters */
+    TG_SHARED_UNAVAILABLE = 2, /* the shared store failed and on_unavailable = "deny": why says what
+                                * failed; d is NULL and nothing was reserved */
+};
+
+/* The decision is known. d: the decision (the caller's, or a copy it takes), NULL when
+ * unavailable. Runs once per decide, inside it or later, never after detach. */
+typedef void (*tg_shared_decided_cb)(void *ud, enum tg_shared_outcome o, struct tg_decision *d, const char *why);
+
+/* ---- session records ---------------------------------------------------------------------- */
+
+/* What another member needs to serve a session. Strings borrowed for the callback. */
+struct tg_shared_session_rec {
+    const char *grant;
+    const char *upstream;    /* the upstream's name */
+    const char *up_session;  /* the upstream's Mcp-Session-Id, or NULL */
+    const char *proto;
+    int up_modern;           /* a 2025 session bridged to a 2026-07-28 upstream */
+    const char *client_caps; /* up_modern: its initialize's capabilities (JSON), or NULL */
+    int log_level;
+    const char *instance;    /* the member that made it */
+};
+
+/* found: 1 with rec, 0 no such session (or expired, or its record does not verify), -1 the store
+ * failed (why). */
+typedef void (*tg_shared_session_cb)(void *ud, int found, const struct tg_shared_session_rec *rec, const char *why);
+
+/* ---- the approvals queue ------------------------------------------------------------------ */
+
+/* A pending approval as approvers see it. Callers never touch struct tg_call. */
+struct tg_approval_item {
+    const char *id;
+    const char *grant;
+    const char *session;
+    const char *upstream;
+    const char *tool;
+    const char *args;        /* the arguments as JSON with the values of audit.redact keys
+                              * replaced by "[redacted]"; NULL when the call has none */
+    uint64_t parked_at_ms;   /* wall clock (ms since the epoch) */
+    uint64_t waited_ms;      /* how long it has waited so far */
+    uint64_t expires_in_ms;  /* until its deadline */
+    const char *instance;    /* a cluster: the member holding the call (NULL for the local queue) */
+    const char *args_sha256; /* the arguments' digest (hex), or NULL */
+};
+/* items: valid during the call only. n: how many. */
+typedef void (*tg_approval_list_cb)(void *ud, const struct tg_approval_item *items, size_t n);
+/* rc: 0 decided, TG_APPROVAL_UNKNOWN no pending approval with this id (decided, expired, unknown). */
+#define TG_APPROVAL_UNKNOWN (-2)
+typedef void (*tg_approval_decide_cb)(void *ud, int rc);
+
+/* ---- the store ---------------------------------------------------------------------------- */
+
+struct tg_shared_ops {
+    /* Decide q into d (the caller's storage, which stays valid until cb ran or it detached).
+     * Returns NULL when cb ran already (before decide returned), or the handle of a decision
+     * that waits: cb runs later, and until then d holds a deny that reserves nothing. */
+    struct tg_shared_job *(*decide)(void *ud, const struct tg_shared_ask *q, struct tg_decision *d,
+                                    tg_shared_decided_cb cb, void *cb_ud);
+    /* The caller of a waiting decision is gone: cb will not run, and what the decision takes is
+     * given back when its answer comes. */
+    void (*detach)(void *ud, struct tg_shared_job *job);
+    /* Give back a final decision's reservations. Fire and forget. */
+    void (*refund)(void *ud, const struct tg_decision *d);
+
+    /* A session of this member is ready (initialize answered): its record is written if its
+     * upstream can be reached from any member (sets s->shared). */
+    void (*session_share)(void *ud, struct tg_session *s, const struct tg_upstream_conf *uc);
+    /* A shared session was used: its record's expiry is pushed back (at most every ttl/8). */
+    void (*session_used)(void *ud, struct tg_session *s, uint64_t now_ms);
+    /* DELETE of a shared session: its record goes, and every member holding it ends it. */
+    void (*session_forget)(void *ud, const char *id);
+    /* Read the record of a session another member made. */
+    void (*session_fetch)(void *ud, const char *id, tg_shared_session_cb cb, void *cb_ud);
+
+    /* k was parked (core/call/approvals.c): approvers elsewhere see it. */
+    void (*approval_park)(void *ud, struct tg_call *k);
+    /* k left the queue (decided, expired, withdrawn). */
+    void (*approval_gone)(void *ud, struct tg_call *k);
+    /* Every pending approval, oldest first. */
+    void (*approvals_list)(void *ud, tg_approval_list_cb done, void *cb_ud);
+    /* Approve or deny (with a reason, NULL for none) the approval `id`; by: who, for the audit. */
+    void (*approval_decide)(void *ud, struct tg_slice id, int approve, const char *by, const char *reason,
+                            tg_approval_decide_cb done, void *cb_ud);
+};
+
+/* The store a server uses: its operations and their first argument. */
+struct tg_shared {
+    const struct tg_shared_ops *ops;
+    void *ud;
+};
+
+/* The local store (core/call/shared.c): srv's own counters (srv->counters) and approvals queue
+ * (srv->approvals); no session is shared. Every operation answers before it returns. */
+void tg_shared_local(struct tg_shared *st, struct tg_server *srv);
+
+#endif
