@@ -15,8 +15,6 @@
 
 #define POLICY_MAX_FILE (4 * 1024 * 1024)
 
-static char *xstrdup(const char *s) { return tg_xstrdup(s); }
-
 /* ---- compile ------------------------------------------------------------------ */
 
 static void compile_list(struct tg__cctx *cx, const cJSON *j, const char *path, char ***out, int *n)
@@ -33,13 +31,13 @@ static void compile_list(struct tg__cctx *cx, const cJSON *j, const char *path, 
         snprintf(p, sizeof(p), "%s[%d]", path, i);
         if (!cJSON_IsString(c) || c->valuestring[0] == '\0') {
             tg__perr(cx, p, "entry must not be empty");
-            (*out)[i] = xstrdup("");
+            (*out)[i] = tg_xstrdup("");
             continue;
         }
         for (int k = 0; k < i; k++)
             if (strcmp((*out)[k], c->valuestring) == 0)
                 tg__perr(cx, path, "duplicate entry \"%s\"", c->valuestring);
-        (*out)[i] = xstrdup(c->valuestring);
+        (*out)[i] = tg_xstrdup(c->valuestring);
     }
 }
 
@@ -104,7 +102,7 @@ static void compile_globset(struct tg__cctx *cx, const cJSON *j, const char *pat
     }
     const cJSON *r = tg_json_get(j, "reason");
     if (cJSON_IsString(r))
-        g->reason = xstrdup(r->valuestring);
+        g->reason = tg_xstrdup(r->valuestring);
 }
 
 static int cmp_tools(const void *a, const void *b)
@@ -159,7 +157,7 @@ int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **ou
 {
     struct tg_policy *p = tg_xcalloc(1, sizeof(*p));
     p->refcnt = 1;
-    p->name = xstrdup(name);
+    p->name = tg_xstrdup(name);
     struct tg__cctx cx = {name, err, warn, 0, p};
     *out = NULL;
     if (!cJSON_IsObject(root)) {
@@ -486,7 +484,7 @@ struct tg_policy *tg_policy_deny_all(void)
 {
     struct tg_policy *p = tg_xcalloc(1, sizeof(*p));
     p->refcnt = 1;
-    p->name = xstrdup("(no policy: everything denied)");
+    p->name = tg_xstrdup("(no policy: everything denied)");
     p->default_deny = 1;
     p->hide_all = 1;
     return p;

@@ -114,8 +114,6 @@ void tg__check_keys(struct tg__cctx *cx, const cJSON *obj, const char *path, con
     }
 }
 
-static char *xstrdup(const char *s) { return tg_xstrdup(s); }
-
 /* ---- windows ------------------------------------------------------------------- */
 
 /* "second|minute|hour|day" or a positive number of seconds (number or numeric string). */
@@ -273,7 +271,7 @@ static void compile_cond(struct tg__cctx *cx, const cJSON *c, const char *path, 
             snprintf(key, sizeof(key), "S:%s", rest);
             out->counter = tg__find_counter(cx->p, key); /* resolved again after all rules are compiled */
             out->path = tg_xcalloc(1, sizeof(char *));
-            out->path[0] = xstrdup(key);
+            out->path[0] = tg_xstrdup(key);
             out->npath = 1;
         }
     } else {
@@ -358,9 +356,9 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
     if (!cJSON_IsString(jn) || jn->valuestring[0] == '\0') {
         snprintf(sub, sizeof(sub), "%s.name", path);
         tg__perr(cx, sub, "rule must have a name");
-        out->name = xstrdup("?");
+        out->name = tg_xstrdup("?");
     } else {
-        out->name = xstrdup(jn->valuestring);
+        out->name = tg_xstrdup(jn->valuestring);
     }
     const cJSON *ja = tg_json_get(r, "action");
     const char *action = "evaluate";
@@ -380,7 +378,7 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
             snprintf(sub, sizeof(sub), "%s.on_deny", path);
             tg__perr(cx, sub, "must be a string");
         } else {
-            out->on_deny = xstrdup(jd->valuestring);
+            out->on_deny = tg_xstrdup(jd->valuestring);
         }
     }
     const char *scope = strcmp(tool, "*") == 0 ? "_global" : tool;
@@ -420,7 +418,7 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
         }
         char label[160];
         snprintf(label, sizeof(label), "%ld calls per %s", count, slash + 1);
-        struct pcounter pc = {xstrdup(key), xstrdup(label), CK_WINDOW, SCOPE_GRANT, 0, wms, 0, NULL, 0};
+        struct pcounter pc = {tg_xstrdup(key), tg_xstrdup(label), CK_WINDOW, SCOPE_GRANT, 0, wms, 0, NULL, 0};
         out->counter = add_counter(cx->p, &pc);
         out->increment = 1;
         out->limit = (double)count;
@@ -433,12 +431,12 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
         out->conds[0].num = (double)count;
         out->conds[0].value = cJSON_CreateNumber((double)count);
         out->conds[0].path = tg_xcalloc(1, sizeof(char *));
-        out->conds[0].path[0] = xstrdup(key);
+        out->conds[0].path[0] = tg_xstrdup(key);
         out->conds[0].npath = 1;
         if (out->on_deny == NULL) {
             char m[200];
             snprintf(m, sizeof(m), "Rate limit of %ld per %s reached. Try again later.", count, slash + 1);
-            out->on_deny = xstrdup(m);
+            out->on_deny = tg_xstrdup(m);
         }
         return;
     }
@@ -479,7 +477,7 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
                          cJSON_IsString(cf) ? cf->valuestring : "?");
                     out->nincr = 0;
                 } else {
-                    out->incr_from = xstrdup(cf->valuestring);
+                    out->incr_from = tg_xstrdup(cf->valuestring);
                 }
             }
             enum scope sc = SCOPE_GRANT;
@@ -505,7 +503,7 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
                     tg__policy_window_label(wms, label, sizeof(label));
                     char lab2[200];
                     snprintf(lab2, sizeof(lab2), "%s per %s", cn->valuestring, label);
-                    struct pcounter pc = {xstrdup(key), xstrdup(lab2), CK_WINDOW, sc, 0, wms, 0, NULL, 0};
+                    struct pcounter pc = {tg_xstrdup(key), tg_xstrdup(lab2), CK_WINDOW, sc, 0, wms, 0, NULL, 0};
                     out->counter = add_counter(cx->p, &pc);
                 }
             }
@@ -632,7 +630,7 @@ static void compile_limits(struct tg__cctx *cx, const cJSON *jl, const char *pat
         char wl[64], label[200];
         tg__policy_window_label(wms, wl, sizeof(wl));
         snprintf(label, sizeof(label), "%.0f calls per %s", max, wl);
-        struct pcounter pc = {xstrdup(key), xstrdup(label), CK_BUCKET, sc, max, wms, 0, NULL, 0};
+        struct pcounter pc = {tg_xstrdup(key), tg_xstrdup(label), CK_BUCKET, sc, max, wms, 0, NULL, 0};
         t->limits[i] = add_counter(cx->p, &pc);
     }
 }
@@ -640,7 +638,7 @@ static void compile_limits(struct tg__cctx *cx, const cJSON *jl, const char *pat
 void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, struct ptool *t)
 {
     memset(t, 0, sizeof(*t));
-    t->name = xstrdup(name);
+    t->name = tg_xstrdup(name);
     t->approval_ms = DEFAULT_APPROVAL_MS;
     char path[600];
     snprintf(path, sizeof(path), "tools.%s", name);
@@ -668,7 +666,7 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
     const cJSON *jr = tg_json_get(jt, "reason");
     if (jr != NULL) {
         if (cJSON_IsString(jr))
-            t->reason = xstrdup(jr->valuestring);
+            t->reason = tg_xstrdup(jr->valuestring);
         else {
             snprintf(sub, sizeof(sub), "%s.reason", path);
             tg__perr(cx, sub, "must be a string");

@@ -31,7 +31,7 @@ static inline int j_obj(const cJSON *v) { return j_type(v, cJSON_Object); }
 static inline int j_bool(const cJSON *v) { return v != NULL && (v->type & (cJSON_True | cJSON_False)) != 0; }
 
 /* An argument by its path. idx[i] is path[i] as a list index, worked out when the policy was
- * compiled (tg__finish_paths: -1 if path[i] is not one); NULL to work it out here. */
+ * compiled (tg__finish_tool: -1 if path[i] is not one); NULL to work it out here. */
 static const cJSON *resolve_args(const cJSON *args, char **path, const long *idx, int n)
 {
     const cJSON *cur = args;
@@ -54,7 +54,7 @@ static const cJSON *resolve_args(const cJSON *args, char **path, const long *idx
 
 static const struct ptool *find_tool(const struct tg_policy *p, const char *name)
 {
-    if (p->tools == NULL || p->ntools == 0) /* explain.c decides with a copy that has no tools */
+    if (p->tools == NULL || p->ntools == 0) /* a policy of "*" alone */
         return NULL;
     if (p->tool_slots != NULL) {
         uint32_t h = tg__tool_hash(name);
@@ -248,6 +248,20 @@ struct dctx {
     int nmemo;
     struct { int idx; uint64_t h1, h2; } memo[MEMO_MAX];
 };
+
+/* Record the step that decided, when asked to (tr not NULL). tr is a parameter, never kept in
+ * struct dctx (which escapes into calls, so a field would be loaded again at every step): the
+ * gateway's entry points pass a constant NULL, and with decide_call() inlined into each the
+ * compiler drops the recording from them (reserve_rules and reserve_limits are cloned for it). */
+static inline void trace(struct tg__trace *tr, enum tg__trace_at at, const struct ptool *entry, int index, int cond)
+{
+    if (tr != NULL) {
+        tr->at = at;
+        tr->entry = entry;
+        tr->index = index;
+        tr->cond = cond;
+    }
+}
 
 static void dctx_init(struct dctx *x, const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
                       int64_t now_ms)
@@ -519,7 +533,7 @@ static int amount_of(const cJSON *a, double *amount, char *why, size_t n)
 
 /* Intercept stateful rules: reserve each counter within its limit (all or nothing). */
 static int reserve_rules(struct dctx *x, const char *tool, const struct ptool *t, const cJSON *args,
-                         struct tg_decision *d)
+                         struct tg_decision *d, struct tg__trace *tr)
 {
     const struct tg_policy *p = x->p;
     struct tg_counters *cs = x->cs;
@@ -539,6 +553,7 @@ static int reserve_rules(struct dctx *x, const char *tool, const struct ptool *t
                 char why[120];
                 if (!amount_of(a, &amount, why, sizeof(why))) {
                     refund_all(cs, d);
+                    trace(tr, TG_TRACE_INCREMENT, pt, i, -1);
                     set_decision(d, TG_VERDICT_DENY, r->name, "%s: %s, which counts toward \"%s\", %s", tool,
                                  r->incr_from, r->name, why);
                     return -1;
@@ -554,6 +569,7 @@ static int reserve_rules(struct dctx *x, const char *tool, const struct ptool *t
             double nowv;
             if (!tg_window_add(cs, h1, h2, ws, pc->window_ms, amount, r->limit, r->limit_op, &nowv)) {
                 refund_all(cs, d);
+                trace(tr, TG_TRACE_COUNTER, pt, i, -1);
                 tg__note_clear(d);
                 tg__note_counter(d, pc, nowv);
                 uint64_t retry = (uint64_t)(ws + pc->window_ms - now_ms);
@@ -577,7 +593,8 @@ static int reserve_rules(struct dctx *x, const char *tool, const struct ptool *t
     return 0;
 }
 
-static int reserve_limits(struct dctx *x, const char *tool, const struct ptool *t, struct tg_decision *d)
+static int reserve_limits(struct dctx *x, const char *tool, const struct ptool *t, struct tg_decision *d,
+                          struct tg__trace *tr)
 {
     const struct tg_policy *p = x->p;
     struct tg_counters *cs = x->cs;
@@ -598,6 +615,7 @@ static int reserve_limits(struct dctx *x, const char *tool, const struct ptool *
              * just emptied reports 0, not the 5.6e-7 of a token that 2 ms of refill bring back. */
             if (!tg_bucket_take(cs, h1, h2, pc->capacity, pc->window_ms, 1, now_ms, &left, &retry)) {
                 refund_all(cs, d);
+                trace(tr, TG_TRACE_LIMIT, pt, i, -1);
                 tg__note_clear(d);
                 tg__note_counter(d, pc, floor(left));
                 d->retry_after_ms = retry;
@@ -640,8 +658,12 @@ static void prefetch_counters(struct dctx *x, const struct ptool *t, const struc
     }
 }
 
-static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
-                        const char *tool, const cJSON *args, int64_t now_ms, int reserve, struct tg_decision *d)
+/* Inlined into each entry point, so that the two the gateway calls, which pass no trace, carry
+ * no trace code at all: the recording is compiled only into tg__policy_decide_traced(). */
+static inline __attribute__((always_inline)) void decide_call(const struct tg_policy *p, struct tg_counters *cs,
+                                                              const struct tg_caller *who, const char *tool,
+                                                              const cJSON *args, int64_t now_ms, int reserve,
+                                                              struct tg_decision *d, struct tg__trace *tr)
 {
     /* Field by field: the reservation array is large and only its first nres entries are read. */
     d->verdict = TG_VERDICT_ALLOW;
@@ -653,11 +675,13 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
     struct dctx x;
     dctx_init(&x, p, cs, who, now_ms);
     if (is_hidden(p, tool)) {
+        trace(tr, TG_TRACE_HIDE, NULL, 0, -1);
         set_decision_around(d, TG_VERDICT_DENY, "(hidden)", "Tool \"", tool, "\" is hidden by policy");
         return;
     }
     const struct ptool *t = find_tool(p, tool);
     if (t == NULL && p->default_deny) {
+        trace(tr, TG_TRACE_DEFAULT, NULL, 0, -1);
         set_decision_around(d, TG_VERDICT_DENY, "(default deny)", "Tool \"", tool, "\" is not permitted by policy");
         return;
     }
@@ -669,6 +693,7 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
         if (pt == NULL)
             continue;
         if (pt->action == TA_DENY) {
+            trace(tr, TG_TRACE_ACTION, pt, 0, -1);
             if (pt->reason)
                 set_decision_str(d, TG_VERDICT_DENY, pt->name, pt->reason);
             else
@@ -678,6 +703,7 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
         for (int i = 0; i < pt->nrules; i++) {
             const struct rule *r = &pt->rules[i];
             if (r->deny) {
+                trace(tr, TG_TRACE_RULE, pt, i, -1);
                 if (r->on_deny)
                     set_decision_str(d, TG_VERDICT_DENY, r->name, r->on_deny);
                 else
@@ -686,6 +712,8 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
             }
             int unanswered;
             int failed = eval_rule(&x, r, args, &unanswered);
+            if (failed >= 0)
+                trace(tr, TG_TRACE_RULE, pt, i, failed);
             if (failed >= 0 && unanswered) {
                 /* Fail closed, and say why: the operator reading the audit log can tell a
                  * pattern that gave up from one that did not match. */
@@ -718,26 +746,35 @@ static void decide_call(const struct tg_policy *p, struct tg_counters *cs, const
             }
         }
     }
-    if (reserve && reserve_rules(&x, tool, t, args, d) != 0)
+    if (reserve && reserve_rules(&x, tool, t, args, d, tr) != 0)
         return;
-    if (reserve && reserve_limits(&x, tool, t, d) != 0)
+    if (reserve && reserve_limits(&x, tool, t, d, tr) != 0)
         return;
     if (t != NULL && t->action == TA_APPROVE) {
+        trace(tr, TG_TRACE_ACTION, t, 0, -1);
         d->approval_timeout_ms = t->approval_ms;
         set_decision_around(d, TG_VERDICT_APPROVE, t->name, "", tool, " needs a human's approval");
         return;
     }
+    trace(tr, TG_TRACE_ALLOWED, t != NULL ? t : p->wildcard, 0, -1);
     d->verdict = TG_VERDICT_ALLOW;
 }
 
 void tg_policy_decide_call(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
                            const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d)
 {
-    decide_call(p, cs, who, tool, args, now_ms, 1, d);
+    decide_call(p, cs, who, tool, args, now_ms, 1, d, NULL);
 }
 
 void tg_policy_decide_continuation(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
                                    const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d)
 {
-    decide_call(p, cs, who, tool, args, now_ms, 0, d);
+    decide_call(p, cs, who, tool, args, now_ms, 0, d, NULL);
+}
+
+void tg__policy_decide_traced(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                              const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d,
+                              struct tg__trace *tr)
+{
+    decide_call(p, cs, who, tool, args, now_ms, 1, d, tr);
 }

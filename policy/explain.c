@@ -1,9 +1,7 @@
-/* Explaining a decision (policy/explain.h). The verdict is always tg_policy_decide_call()'s;
- * this file finds where in the compiled policy it came from. To name the condition that did not
- * hold it asks the real evaluator again, on a probe: a shallow copy of the policy whose only
- * entry is the deciding rule cut to its first k conditions, decided without reserving. The first
- * k whose probe is refused is the condition. So the explanation can never disagree with the
- * decision about what a condition means: there is one evaluator. */
+/* Explaining a decision (policy/explain.h). The verdict is always tg_policy_decide_call()'s, and
+ * so is where it came from: the decision records the step that gave the verdict (the entry, the
+ * rule or limit, the condition that did not hold) and this file prints it. So the explanation
+ * can never disagree with the decision: there is one walk over the rules, decide.c's. */
 #include "policy/explain.h"
 
 #include <stdio.h>
@@ -38,41 +36,6 @@ static const struct ptool *find_tool(const struct tg_policy *p, const char *name
 static const char *scope_str(enum scope s)
 {
     return s == SCOPE_SESSION ? "session" : s == SCOPE_GLOBAL ? "global" : "grant";
-}
-
-/* Does rule r of the policy hold for this call? Returns the index of the first condition that
- * does not, or -1 if all hold. See the comment at the top of the file. */
-static int failed_condition(const struct tg_policy *p, struct tg_counters *c, const struct tg_caller *who,
-                            const char *tool, const cJSON *args, int64_t now_ms, const struct rule *r)
-{
-    for (int k = 0; k < r->nconds; k++) {
-        struct rule cut = *r;
-        cut.deny = 0;
-        cut.nconds = k + 1;
-        cut.counter = -1;
-        struct ptool only;
-        memset(&only, 0, sizeof(only));
-        only.name = (char *)"*";
-        only.action = TA_ALLOW;
-        only.rules = &cut;
-        only.nrules = 1;
-        struct tg_policy probe = *p; /* shares the counters table and the regex context; never freed */
-        probe.default_deny = 0;
-        probe.hide_all = 0;
-        probe.nhide = 0;
-        probe.tools = NULL;
-        probe.ntools = 0;
-        probe.wildcard = &only;
-        struct tg_decision *d = malloc(sizeof(*d));
-        if (d == NULL)
-            return -1;
-        tg_policy_decide_continuation(&probe, c, who, tool, args, now_ms, d);
-        int refused = d->verdict != TG_VERDICT_ALLOW;
-        free(d);
-        if (refused)
-            return k;
-    }
-    return -1;
 }
 
 static const cJSON *resolve(const cJSON *cur, char **path, int n)
@@ -121,101 +84,44 @@ static void describe_cond(const struct cond *c, const cJSON *args, char *out, si
     tg_buf_dispose(&b);
 }
 
-static void set_where(struct tg_policy_explain *e, const char *fmt, const char *tool, int i)
+/* Say where the decision came from, from the step it recorded (tg__policy_decide_traced). */
+static void locate(const struct tg__trace *tr, const cJSON *args, struct tg_policy_explain *e)
 {
-    snprintf(e->where, sizeof(e->where), fmt, tool, i);
-}
-
-/* Find the entry that made the decision; mirrors the order of decide_call() in decide.c. */
-static void locate(const struct tg_policy *p, struct tg_counters *c, const struct tg_caller *who, const char *tool,
-                   const cJSON *args, int64_t now_ms, struct tg_policy_explain *e)
-{
-    const struct tg_decision *d = &e->d;
-    if (strcmp(d->rule, "(hidden)") == 0) {
-        snprintf(e->where, sizeof(e->where), "hide");
-        return;
-    }
-    if (strcmp(d->rule, "(default deny)") == 0) {
-        snprintf(e->where, sizeof(e->where), "default");
-        return;
-    }
-    const struct ptool *t = find_tool(p, tool);
-    const struct ptool *sets[2] = {t, p->wildcard};
-    /* Refused before any counter was taken: a denying entry, or a rule whose conditions fail. */
-    for (int s = 0; s < 2 && d->verdict != TG_VERDICT_ALLOW && d->verdict != TG_VERDICT_APPROVE; s++) {
-        const struct ptool *pt = sets[s];
-        if (pt == NULL)
-            continue;
-        if (pt->action == TA_DENY) {
-            set_where(e, "tools.%s.action", pt->name, 0);
-            return;
+    const char *name = tr->entry != NULL ? tr->entry->name : NULL;
+    switch (tr->at) {
+    case TG_TRACE_HIDE: snprintf(e->where, sizeof(e->where), "hide"); return;
+    case TG_TRACE_DEFAULT: snprintf(e->where, sizeof(e->where), "default"); return;
+    case TG_TRACE_ACTION: snprintf(e->where, sizeof(e->where), "tools.%s.action", name); return;
+    case TG_TRACE_RULE:
+        snprintf(e->where, sizeof(e->where), "tools.%s.rules[%d]", name, tr->index);
+        if (tr->cond >= 0) {
+            e->cond = tr->cond;
+            describe_cond(&tr->entry->rules[tr->index].conds[tr->cond], args, e->cond_text, sizeof(e->cond_text));
         }
-        for (int i = 0; i < pt->nrules; i++) {
-            const struct rule *r = &pt->rules[i];
-            if (r->deny) {
-                set_where(e, "tools.%s.rules[%d]", pt->name, i);
-                return;
-            }
-            int k = failed_condition(p, c, who, tool, args, now_ms, r);
-            if (k >= 0) {
-                set_where(e, "tools.%s.rules[%d]", pt->name, i);
-                e->cond = k;
-                describe_cond(&r->conds[k], args, e->cond_text, sizeof(e->cond_text));
-                return;
-            }
-        }
-    }
-    /* Refused while taking counters: the counter it names, or a bad increment_from. */
-    for (int s = 0; s < 2 && (d->verdict == TG_VERDICT_LIMITED || d->verdict == TG_VERDICT_DENY); s++) {
-        const struct ptool *pt = sets[s];
-        if (pt == NULL)
-            continue;
-        for (int i = 0; i < pt->nrules; i++) {
-            const struct rule *r = &pt->rules[i];
-            if (r->counter < 0)
-                continue;
-            const char *key = p->counters[r->counter].key + 2;
-            if (d->verdict == TG_VERDICT_LIMITED && strcmp(key, d->counter) == 0 && strcmp(r->name, d->rule) == 0) {
-                set_where(e, "tools.%s.rules[%d]", pt->name, i);
-                return;
-            }
-            if (d->verdict == TG_VERDICT_DENY && r->nincr > 0 && strcmp(r->name, d->rule) == 0) {
-                set_where(e, "tools.%s.rules[%d].state.increment_from", pt->name, i);
-                return;
-            }
-        }
-        for (int i = 0; i < pt->nlimits; i++)
-            if (pt->limits[i] >= 0 && strcmp(p->counters[pt->limits[i]].key + 2, d->counter) == 0) {
-                set_where(e, "tools.%s.limits[%d]", pt->name, i);
-                return;
-            }
-    }
-    if (d->verdict == TG_VERDICT_APPROVE && t != NULL) {
-        set_where(e, "tools.%s.action", t->name, 0);
         return;
-    }
-    if (d->verdict == TG_VERDICT_ALLOW) {
-        if (t != NULL)
-            set_where(e, "tools.%s", t->name, 0);
-        else if (p->wildcard != NULL)
-            set_where(e, "tools.%s", "*", 0);
+    case TG_TRACE_COUNTER: snprintf(e->where, sizeof(e->where), "tools.%s.rules[%d]", name, tr->index); return;
+    case TG_TRACE_INCREMENT:
+        snprintf(e->where, sizeof(e->where), "tools.%s.rules[%d].state.increment_from", name, tr->index);
+        return;
+    case TG_TRACE_LIMIT: snprintf(e->where, sizeof(e->where), "tools.%s.limits[%d]", name, tr->index); return;
+    case TG_TRACE_ALLOWED:
+        if (name != NULL)
+            snprintf(e->where, sizeof(e->where), "tools.%s", name);
         else
             snprintf(e->where, sizeof(e->where), "default");
         return;
     }
-    snprintf(e->where, sizeof(e->where), "%s", d->rule); /* not found: say what the decision said */
 }
 
 void tg_policy_explain_call(const struct tg_policy *p, struct tg_counters *c, const struct tg_caller *who,
                             const char *tool, const cJSON *args, int64_t now_ms, struct tg_policy_explain *e)
 {
-    tg_policy_decide_call(p, c, who, tool, args, now_ms, &e->d);
+    struct tg__trace tr;
+    tg__policy_decide_traced(p, c, who, tool, args, now_ms, &e->d, &tr);
     e->hidden = !tg_policy_tool_visible(p, tool);
     e->where[0] = e->cond_text[0] = '\0';
     e->cond = -1;
-    /* The probes read the store as the decision left it: a rule judged before the reservations
-     * reads state the same way, as no reservation happens on a refusal before them. */
-    locate(p, c, who, tool, args, now_ms, e);
+    locate(&tr, args, e);
 }
 
 static void tool_counters(const struct tg_policy *p, const struct ptool *pt, struct tg_buf *out)

@@ -62,7 +62,7 @@ struct upmemo {
 struct cond {
     int is_state;
     char **path; /* args path segments */
-    long *path_idx; /* [npath]: each segment as a list index, -1 if not one (tg__finish_paths) */
+    long *path_idx; /* [npath]: each segment as a list index, -1 if not one (tg__finish_tool) */
     int npath;
     int counter; /* state: index into counters, or -1 if the policy never defines it */
     enum cop op;
@@ -170,9 +170,35 @@ long tg__path_index(const char *seg);
 /* A window's name for messages: "second", "minute", "hour", "day" or "N seconds" (compile_tool.c). */
 void tg__policy_window_label(int64_t ms, char *out, size_t n);
 
+/* Where a decision came from: the step of the decision that gave its verdict, recorded by
+ * tg__policy_decide_traced() for policy/explain.c (so explain prints the path the decision took
+ * instead of walking the rules again). The other tg_policy_decide_* functions record nothing. */
+enum tg__trace_at {
+    TG_TRACE_HIDE,      /* the tool is hidden ("hide") */
+    TG_TRACE_DEFAULT,   /* no entry names the tool and the policy denies by default */
+    TG_TRACE_ACTION,    /* entry's action: deny, or approve (the tool's own entry) */
+    TG_TRACE_RULE,      /* entry->rules[index]: a deny rule, or condition cond did not hold */
+    TG_TRACE_INCREMENT, /* entry->rules[index]: its increment_from is not a countable amount */
+    TG_TRACE_COUNTER,   /* entry->rules[index]: its counter would pass its limit */
+    TG_TRACE_LIMIT,     /* entry->limits[index]: the token bucket is empty */
+    TG_TRACE_ALLOWED,   /* every rule held: entry allowed it (NULL: allowed by default) */
+};
+struct tg__trace {
+    enum tg__trace_at at;
+    const struct ptool *entry; /* the tool's own entry or the wildcard "*" */
+    int index;                 /* into entry's rules or limits, by at */
+    int cond;                  /* TG_TRACE_RULE: the condition that did not hold; -1 otherwise */
+};
+/* tg_policy_decide_call() that also records into tr where the verdict came from. */
+struct tg_decision;
+struct tg_counters;
+struct tg_caller;
+void tg__policy_decide_traced(const struct tg_policy *p, struct tg_counters *cs, const struct tg_caller *who,
+                              const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d,
+                              struct tg__trace *tr);
+
 /* Append ",NAME:VALUE" for counter pc to d->counters_json (policy/decide_note.c): what
  * snprintf would write, truncation included. */
-struct tg_decision;
 void tg__note_counter(struct tg_decision *d, const struct pcounter *pc, double value);
 /* Empty d->counters_json (and its length with it). */
 void tg__note_clear(struct tg_decision *d);

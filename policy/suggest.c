@@ -24,7 +24,7 @@ static const char *const secret_words[] = {"env", "environ", "environment", "get
 static const char *const read_words[] = {"get", "list", "read", "search", "fetch", "query",
                                          "describe", "show", "view", "find", NULL};
 
-const char tg_scan_heuristics_help[] =
+const char tg_suggest_heuristics_help[] =
     "How tools are classified (the most cautious class found wins):\n"
     "  deny         a word of: env environ environment getenv printenv dotenv secret token credential\n"
     "               creds password passwd passphrase key apikey cookie bearer auth -> action: deny,\n"
@@ -159,7 +159,7 @@ static int hint_true(const cJSON *tool, const char *hint)
     return cJSON_IsObject(ann) && cJSON_IsTrue(tg_json_get(ann, hint));
 }
 
-void tg_scan_classify(const cJSON *tool, struct tg_scan_verdict *v)
+void tg_suggest_classify(const cJSON *tool, struct tg_scan_verdict *v)
 {
     const cJSON *jn = tg_json_get(tool, "name");
     const cJSON *jd = tg_json_get(tool, "description");
@@ -593,7 +593,7 @@ static void write_tool_comment(struct tg_buf *out, const cJSON *t, const struct 
     tg_buf_appends(out, "\n");
 }
 
-void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct tg_scan_offer *offer,
+void tg_suggest_write_policy(struct tg_buf *out, const cJSON *tools, const struct tg_scan_offer *offer,
                           const struct tg_scan_source *src, int json)
 {
     size_t count[5] = {0, 0, 0, 0, 0}, n = 0;
@@ -602,7 +602,7 @@ void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct t
         if (!usable(tools, t))
             continue;
         sc[n].t = t;
-        tg_scan_classify(t, &sc[n].v);
+        tg_suggest_classify(t, &sc[n].v);
         count[sc[n++].v.cls]++;
     }
     struct group gs[2];

@@ -2,7 +2,7 @@
  * to a starting policy in PolicyLayer's format. No I/O; core/cmd/scan.c does the talking.
  *
  * Each tool is put in one class by words in its name and description and by its MCP annotations
- * (the words and the order are listed in tg_scan_heuristics_help, which `tollgate scan --help`
+ * (the words and the order are listed in tg_suggest_heuristics_help, which `tollgate scan --help`
  * prints):
  *   SECRET   a word such as env, secret, token, password or key    -> action: deny, with a reason
  *   APPROVE  a word such as execute, delete or pay, or destructiveHint: true  -> action: approve
@@ -54,16 +54,16 @@ struct tg_scan_offer {
 /* The rate limit given to LIMIT tools. */
 #define TG_SCAN_LIMIT_PER_MINUTE 10
 
-extern const char tg_scan_heuristics_help[];
+extern const char tg_suggest_heuristics_help[];
 
 /* Classify one tool object ({name, description?, annotations?}). */
-void tg_scan_classify(const cJSON *tool, struct tg_scan_verdict *v);
+void tg_suggest_classify(const cJSON *tool, struct tg_scan_verdict *v);
 
 /* Append the policy for `tools` (a cJSON array of tool objects; entries without a string name
  * are skipped, a repeated name is written once) and for what `offer` lists to out: YAML with a
  * comment per tool, resource and prompt, or JSON when json is set (the comments' gist goes to
  * "description"). */
-void tg_scan_write_policy(struct tg_buf *out, const cJSON *tools, const struct tg_scan_offer *offer,
+void tg_suggest_write_policy(struct tg_buf *out, const cJSON *tools, const struct tg_scan_offer *offer,
                           const struct tg_scan_source *src, int json);
 
 #endif

@@ -53,25 +53,10 @@ void tg_channels_count(struct tg_server *srv, size_t *sse, size_t *ws)
 {
     *sse = *ws = 0;
     for (struct tg_list *l = srv->channels.next; l != &srv->channels; l = l->next) {
-        struct tg_channel *ch = tg_container_of(l, struct tg_channel, link);
+        struct tg_channel *ch = tg_container_of(l, struct tg_channel, node);
         if (ch->open)
             (*(ch->kind == CH_WS ? ws : sse))++;
     }
-}
-
-struct tg_slice tg_query_param(struct tg_slice q, const char *name)
-{
-    size_t nl = strlen(name);
-    size_t i = (q.len > 0 && q.ptr[0] == '?') ? 1 : 0;
-    while (i < q.len) {
-        size_t e = i;
-        while (e < q.len && q.ptr[e] != '&')
-            e++;
-        if (e - i > nl && memcmp(q.ptr + i, name, nl) == 0 && q.ptr[i + nl] == '=')
-            return tg_slice_of(q.ptr + i + nl + 1, e - i - nl - 1);
-        i = e + 1;
-    }
-    return TG_SLICE_NULL;
 }
 
 struct tg_channel *tg_channel_ref(struct tg_channel *ch)
@@ -84,7 +69,7 @@ void tg_channel_unref(struct tg_channel *ch)
 {
     if (--ch->refcnt > 0)
         return;
-    tg_list_unlink(&ch->link);
+    tg_list_unlink(&ch->node);
     if (ch->sess->channel == &ch->sink)
         ch->sess->channel = NULL;
     tg_session_unref(ch->sess);
@@ -141,7 +126,7 @@ struct tg_channel *tg_channel_new(struct tg_server *srv, struct tg_session *s, e
     ch->refcnt = 1; /* the client connection's */
     ch->open = 1;
     ch->last_write_ms = uv_now(srv->loop);
-    tg_list_insert_tail(&srv->channels, &ch->link);
+    tg_list_insert_tail(&srv->channels, &ch->node);
     s->channel = &ch->sink;
     return ch;
 }
@@ -179,7 +164,7 @@ void tg_channel_end(struct tg_channel *ch, uint16_t ws_code, const char *why)
 void tg_channel_on_drain(struct tg_conn *c, void *ex)
 {
     struct tg_channel *ch = ex;
-    tg_session_drained(ch->sess);
+    tg_call_session_drained(ch->sess);
 }
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
@@ -293,7 +278,7 @@ void tg_channels_keepalive(struct tg_server *srv)
 {
     uint64_t now = uv_now(srv->loop);
     for (struct tg_list *l = srv->channels.next; l != &srv->channels; l = l->next) {
-        struct tg_channel *ch = tg_container_of(l, struct tg_channel, link);
+        struct tg_channel *ch = tg_container_of(l, struct tg_channel, node);
         if (ch->kind == CH_SSE && ch->open && ch->conn &&
             now - ch->last_write_ms >= (uint64_t)srv->conf->limits.sse_keepalive_ms) {
             tg_http_stream_write(ch->conn, ": keepalive\n\n", 13);
@@ -306,7 +291,7 @@ void tg_channels_end(struct tg_server *srv, int idle_only)
 {
     struct tg_list *l = srv->channels.next;
     while (l != &srv->channels) {
-        struct tg_channel *ch = tg_container_of(l, struct tg_channel, link);
+        struct tg_channel *ch = tg_container_of(l, struct tg_channel, node);
         l = l->next;
         if (!ch->open || ch->conn == NULL || (idle_only && ch->sess != NULL && ch->sess->inflight > 0))
             continue;

@@ -32,7 +32,7 @@ struct tg_channel {
     uint8_t kind;            /* enum channel_kind (one byte: this is per idle session) */
     uint8_t open;
     uint64_t last_write_ms;
-    struct tg_list link;     /* srv->channels */
+    struct tg_list node;     /* srv->channels */
 };
 
 /* A channel for session s on connection c (the connection's reference). */
@@ -62,7 +62,5 @@ void tg_channels_end(struct tg_server *srv, int idle_only);
 /* The process's framing buffer goes (after the loop stopped). */
 void tg_channels_dispose(void);
 void tg_channels_count(struct tg_server *srv, size_t *sse, size_t *ws);
-/* The raw value of a query parameter (no percent-decoding: session ids and tokens are plain). */
-struct tg_slice tg_query_param(struct tg_slice q, const char *name);
 
 #endif

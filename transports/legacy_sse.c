@@ -7,6 +7,7 @@
 #include "core/wire/msg.h"
 #include "core/call/gateway.h"
 #include "core/call/session.h"
+#include "core/wire/http_fast.h"
 #include "transports/channel.h"
 #include "transports/http1/http1.h"
 #include "transports/respond.h"
@@ -49,7 +50,7 @@ void tg_legacy_sse_messages(struct tg_exchange *x, struct tg_conn *c, struct tg_
                             "Unsupported Media Type: Content-Type must be application/json", NULL);
         return;
     }
-    struct tg_slice sid = tg_query_param(query, "sessionId");
+    struct tg_slice sid = tg_http_fast_query_param(query, "sessionId");
     struct tg_session *s = sid.ptr ? tg_session_find(x->srv->sessions, sid) : NULL;
     if (sid.ptr == NULL) {
         tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: sessionId is required", NULL);

@@ -25,8 +25,8 @@ void tg_replay_free(struct tg_replay *r)
 {
     tg_replay_gen_clear(&r->gen[0]);
     tg_replay_gen_clear(&r->gen[1]);
-    tg_list_unlink(&r->slink);
-    tg_list_unlink(&r->glink);
+    tg_list_unlink(&r->snode);
+    tg_list_unlink(&r->gnode);
     tg_session_unref(r->sess);
     tg_xfree(r);
 }
@@ -38,7 +38,7 @@ struct tg_replay *tg_replay_new(struct tg_server *srv, struct tg_session *s, str
     for (struct tg_list *l = s->streams.next; l != &s->streams; l = l->next)
         n++;
     for (struct tg_list *l = s->streams.next; n >= TG_REPLAY_MAX_PER_SESSION && l != &s->streams;) {
-        struct tg_replay *o = tg_container_of(l, struct tg_replay, slink);
+        struct tg_replay *o = tg_container_of(l, struct tg_replay, snode);
         l = l->next;
         if (o->live == NULL) {
             tg_replay_free(o);
@@ -51,8 +51,8 @@ struct tg_replay *tg_replay_new(struct tg_server *srv, struct tg_session *s, str
     r->id = ++srv->next_stream_id;
     r->live = live;
     r->last_write_ms = uv_now(srv->loop);
-    tg_list_insert_tail(&s->streams, &r->slink);
-    tg_list_insert_tail(&srv->streams, &r->glink);
+    tg_list_insert_tail(&s->streams, &r->snode);
+    tg_list_insert_tail(&srv->streams, &r->gnode);
     return r;
 }
 
@@ -235,7 +235,7 @@ void tg_replay_expire(struct tg_server *srv)
     uint64_t now = uv_now(srv->loop);
     struct tg_list *l = srv->streams.next;
     while (l != &srv->streams) {
-        struct tg_replay *r = tg_container_of(l, struct tg_replay, glink);
+        struct tg_replay *r = tg_container_of(l, struct tg_replay, gnode);
         l = l->next;
         if (r->live == NULL && now - r->ended_at >= TG_REPLAY_KEEP_MS)
             tg_replay_free(r);
@@ -245,5 +245,5 @@ void tg_replay_expire(struct tg_server *srv)
 void tg_replay_free_all(struct tg_server *srv)
 {
     while (!tg_list_empty(&srv->streams))
-        tg_replay_free(tg_container_of(srv->streams.next, struct tg_replay, glink));
+        tg_replay_free(tg_container_of(srv->streams.next, struct tg_replay, gnode));
 }

@@ -35,7 +35,7 @@ struct tg_replay_gen {
     size_t len; /* bytes of events in all its chunks */
 };
 
-/* Owner: the server's list (srv->streams, glink); the session's list links it too (slink), and
+/* Owner: the server's list (srv->streams, gnode); the session's list holds it too (snode), and
  * it holds a session reference. tg_replay_free() frees it: from the tick TG_REPLAY_KEEP_MS after
  * it ended, in tg_replay_new() past TG_REPLAY_MAX_PER_SESSION, or at shutdown. */
 struct tg_replay {
@@ -56,8 +56,8 @@ struct tg_replay {
     uint64_t last_write_ms;
     uint64_t ended_at;
     uint64_t detached_at;    /* the client went away while live */
-    struct tg_list slink;    /* session's streams */
-    struct tg_list glink;    /* srv->streams */
+    struct tg_list snode;    /* session's streams */
+    struct tg_list gnode;    /* srv->streams */
 };
 
 /* A new stream of session s (the oldest ended streams beyond TG_REPLAY_MAX_PER_SESSION go). */

@@ -88,7 +88,7 @@ static void on_sink_stream(struct tg_sink *sk, struct tg_call *k)
         tg_http_stream_begin(hs->conn, 200, "X-Accel-Buffering: no\r\n", "text/event-stream");
         if (k != NULL && tg_call_is_listen(k)) {
             hs->last_write_ms = uv_now(hs->srv->loop);
-            tg_list_insert_tail(&hs->srv->listens, &hs->listen_link); /* kept alive by the tick */
+            tg_list_insert_tail(&hs->srv->listens, &hs->listen_node); /* kept alive by the tick */
         }
         return;
     }
@@ -150,7 +150,7 @@ static void on_sink_message(struct tg_sink *sk, struct tg_call *k, const char *p
 static void on_answer_drained(struct tg_conn *c, void *ud)
 {
     struct tg_session *s = ud;
-    tg_session_stall(s, -1);
+    tg_call_session_stall(s, -1);
     tg_session_unref(s);
 }
 
@@ -180,8 +180,8 @@ static void on_sink_answer(struct tg_sink *sk, struct tg_call *k, int status, co
         tg_http_respond_owned(c, status, h, "application/json", &own);
     else
         tg_http_respond(c, status, h, n > 0 ? "application/json" : NULL, n > 0 ? p : "", n);
-    if (c->state < TG_CONN_CLOSING && c->on_watch == NULL && tg_conn_output_high(c)) {
-        tg_session_stall(hs->sess, +1);
+    if (c->phase < TG_CONN_CLOSING && c->on_watch == NULL && tg_conn_output_high(c)) {
+        tg_call_session_stall(hs->sess, +1);
         c->watch_ud = tg_session_ref(hs->sess);
         c->on_watch = on_answer_drained;
     }
@@ -252,8 +252,8 @@ static void on_sink_release(struct tg_sink *sk, struct tg_call *k)
 {
     struct tg_http_sink *hs = (struct tg_http_sink *)sk;
     unhook(hs);
-    if (tg_list_linked(&hs->listen_link))
-        tg_list_unlink(&hs->listen_link);
+    if (tg_list_linked(&hs->listen_node))
+        tg_list_unlink(&hs->listen_node);
     if (hs->replay != NULL)
         tg_replay_end(hs->replay);
     tg_session_unref(hs->sess);
@@ -677,7 +677,7 @@ static void resume_stream(struct tg_conn *c, struct tg_session *s, struct tg_sli
         return;
     }
     for (struct tg_list *l = s->streams.next; l != &s->streams; l = l->next) {
-        struct tg_replay *r = tg_container_of(l, struct tg_replay, slink);
+        struct tg_replay *r = tg_container_of(l, struct tg_replay, snode);
         if (r->id != sid)
             continue;
         if (r->live != NULL && r->live->conn != NULL) {
@@ -748,7 +748,7 @@ void tg_streamable_delete(struct tg_exchange *x, struct tg_conn *c)
 static void listens_tick(struct tg_server *srv, uint64_t now, uint64_t ka)
 {
     for (struct tg_list *l = srv->listens.next; l != &srv->listens; l = l->next) {
-        struct tg_http_sink *hs = tg_container_of(l, struct tg_http_sink, listen_link);
+        struct tg_http_sink *hs = tg_container_of(l, struct tg_http_sink, listen_node);
         if (hs->conn != NULL && now - hs->last_write_ms >= ka) {
             tg_http_stream_write(hs->conn, ": keepalive\n\n", 13);
             hs->last_write_ms = now;
@@ -764,7 +764,7 @@ void tg_streamable_tick(struct tg_server *srv)
     tg_replay_expire(srv);
     struct tg_list *l = srv->streams.next;
     while (l != &srv->streams) {
-        struct tg_replay *r = tg_container_of(l, struct tg_replay, glink);
+        struct tg_replay *r = tg_container_of(l, struct tg_replay, gnode);
         l = l->next;
         struct tg_http_sink *hs = r->live;
         if (hs == NULL)
@@ -789,7 +789,7 @@ void tg_streamable_dispose(void)
 void tg_streamable_free_streams(struct tg_server *srv)
 {
     for (struct tg_list *l = srv->streams.next; l != &srv->streams; l = l->next) {
-        struct tg_replay *r = tg_container_of(l, struct tg_replay, glink);
+        struct tg_replay *r = tg_container_of(l, struct tg_replay, gnode);
         if (r->live != NULL)
             r->live->replay = NULL;
     }

@@ -28,7 +28,7 @@ struct tg_http_sink {
     int streaming;            /* the SSE answer has begun */
     int get;                  /* the session's GET stream (let go when its client does not come back) */
     int modern;               /* a 2026-07-28 request: no event ids, no replay, no priming event */
-    struct tg_list listen_link; /* in srv->listens while it carries a subscriptions/listen stream */
+    struct tg_list listen_node; /* in srv->listens while it carries a subscriptions/listen stream */
     uint64_t last_write_ms;     /* (for its keepalive) */
 };
 

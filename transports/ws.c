@@ -157,7 +157,7 @@ static ssize_t ws_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, in
 static ssize_t ws_send(wslay_event_context_ptr ctx, const uint8_t *data, size_t len, int flags, void *ud)
 {
     struct tg_ws *ws = ud;
-    if (ws->conn == NULL || ws->conn->state >= TG_CONN_CLOSING) {
+    if (ws->conn == NULL || ws->conn->phase >= TG_CONN_CLOSING) {
         wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
         return -1;
     }
@@ -252,7 +252,7 @@ static size_t direct_frames(struct tg_ws *ws, struct tg_conn *c)
 {
     unsigned char *p = (unsigned char *)c->in.base;
     size_t n = ws->feedable, off = 0;
-    while (ws->ctx == NULL && !ws->closing && !ws->closed && ws->conn == c && c->state < TG_CONN_CLOSING &&
+    while (ws->ctx == NULL && !ws->closing && !ws->closed && ws->conn == c && c->phase < TG_CONN_CLOSING &&
            n - off >= 6) {
         unsigned char *f = p + off;
         if (f[0] != 0x81 || (f[1] & 0x80) == 0)
@@ -305,7 +305,7 @@ static void on_data(struct tg_conn *c, void *ud)
             ws->feedable -= used;
         }
     }
-    if (ws->conn != NULL && c->state < TG_CONN_CLOSING && (ws->feedable > 0 || ws->oversized)) {
+    if (ws->conn != NULL && c->phase < TG_CONN_CLOSING && (ws->feedable > 0 || ws->oversized)) {
         ensure_ctx(ws);
         ws->in_recv = 1;
         int r = wslay_event_recv(ws->ctx);
@@ -381,7 +381,7 @@ struct tg_ws *tg_ws_start(struct tg_conn *c, size_t max_msg, uint64_t ping_ms, t
  * stream needs no wslay context, and none is made and freed per message. */
 static int send_direct(struct tg_ws *ws, const char *p, size_t n)
 {
-    if (ws->closing || ws->lingering || ws->conn->state >= TG_CONN_CLOSING)
+    if (ws->closing || ws->lingering || ws->conn->phase >= TG_CONN_CLOSING)
         return 0;
     if (ws->ctx != NULL && (wslay_event_want_write(ws->ctx) || wslay_event_get_close_sent(ws->ctx) ||
                             wslay_event_get_queued_msg_length(ws->ctx) != 0))

@@ -10,7 +10,7 @@
 
 /* The base URL clients use: public_url, or the scheme and Host of this request when the Host is a plain
  * host[:port] (anything else falls back to the listener's address, so a peer cannot inject text). */
-void tg_resource_base_url(struct tg_server *srv, struct tg_conn *c, struct tg_buf *out)
+void tg_oauth_meta_base_url(struct tg_server *srv, struct tg_conn *c, struct tg_buf *out)
 {
     if (srv->conf->public_url) {
         size_t n = strlen(srv->conf->public_url);
@@ -34,7 +34,7 @@ void tg_resource_base_url(struct tg_server *srv, struct tg_conn *c, struct tg_bu
 }
 
 /* RFC 9728 protected-resource metadata for /NAME/mcp (and the default /mcp). */
-void tg_resource_metadata(struct tg_server *srv, struct tg_conn *c, struct tg_slice rest)
+void tg_oauth_meta_handle(struct tg_server *srv, struct tg_conn *c, struct tg_slice rest)
 {
     const struct tg_upstream_conf *uc = NULL;
     if (srv->conf->njwt == 0) {
@@ -54,7 +54,7 @@ void tg_resource_metadata(struct tg_server *srv, struct tg_conn *c, struct tg_sl
     struct tg_buf b, url;
     tg_buf_init(&b);
     tg_buf_init(&url);
-    tg_resource_base_url(srv, c, &url);
+    tg_oauth_meta_base_url(srv, c, &url);
     tg_buf_append(&url, rest.ptr, rest.len);
     tg_buf_appends(&b, "{\"resource\":");
     tg_json_write_string(&b, url.base, url.len);

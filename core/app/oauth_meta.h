@@ -1,7 +1,7 @@
 /* RFC 9728 protected-resource metadata, an applet beside the proxy path: what a client that
  * got 401 needs to find the authorization servers of a resource. */
-#ifndef TG_RESOURCE_META_H
-#define TG_RESOURCE_META_H
+#ifndef TG_OAUTH_META_H
+#define TG_OAUTH_META_H
 
 #include "core/base/buf.h"
 
@@ -9,9 +9,9 @@ struct tg_conn;
 struct tg_server;
 
 /* GET /.well-known/oauth-protected-resource{rest} */
-void tg_resource_metadata(struct tg_server *srv, struct tg_conn *c, struct tg_slice rest);
+void tg_oauth_meta_handle(struct tg_server *srv, struct tg_conn *c, struct tg_slice rest);
 /* The base URL clients use: public_url, or the scheme and Host of this request when the Host
  * is a plain host[:port] (anything else falls back to the listener's address). */
-void tg_resource_base_url(struct tg_server *srv, struct tg_conn *c, struct tg_buf *out);
+void tg_oauth_meta_base_url(struct tg_server *srv, struct tg_conn *c, struct tg_buf *out);
 
 #endif

@@ -23,13 +23,14 @@
 #include "transports/legacy_sse.h"
 #include "transports/respond.h"
 #include "core/wire/tls.h"
+#include "core/wire/http_fast.h"
 #include "transports/streamable.h"
 #include "transports/ws_channel.h"
 #include "upstream/pool/pool.h"
 
 /* ---- origin ----------------------------------------------------------------- */
 
-int tg_route_origin_allowed(const struct tg_listen_conf *lc, struct tg_slice o)
+int tg_route_origin_allowed(const struct tg_listener_conf *lc, struct tg_slice o)
 {
     if (o.ptr == NULL)
         return 1; /* non-browser clients send no Origin */
@@ -133,7 +134,7 @@ static void unauthorized(struct tg_server *srv, struct tg_conn *c, struct tg_sli
     tg_buf_appends(&hdr, "WWW-Authenticate: Bearer realm=\"tollgate\"");
     if (srv->conf->njwt > 0) {
         tg_buf_appends(&hdr, ", resource_metadata=\"");
-        tg_resource_base_url(srv, c, &hdr);
+        tg_oauth_meta_base_url(srv, c, &hdr);
         tg_buf_appends(&hdr, "/.well-known/oauth-protected-resource");
         tg_buf_append(&hdr, path.ptr, path.len);
         tg_buf_appends(&hdr, "\"");
@@ -259,7 +260,7 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
     }
     if (tg_slice_starts_with(path, "/.well-known/oauth-protected-resource") &&
         (path.len == 37 || path.ptr[37] == '/')) {
-        tg_resource_metadata(srv, c, tg_slice_of(path.ptr + 37, path.len - 37));
+        tg_oauth_meta_handle(srv, c, tg_slice_of(path.ptr + 37, path.len - 37));
         return;
     }
     int upstream;
@@ -289,7 +290,7 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
     if (authz.ptr == NULL && ep == TG_EP_WS) {
         /* Browsers cannot set headers on a WebSocket: ?access_token=TOKEN stands in for
          * "Authorization: Bearer TOKEN" on /ws only. */
-        struct tg_slice tok = tg_query_param(query, "access_token");
+        struct tg_slice tok = tg_http_fast_query_param(query, "access_token");
         if (tok.ptr != NULL && tok.len > 0 && tok.len < sizeof(qauth) - 8) {
             int n = snprintf(qauth, sizeof(qauth), "Bearer %.*s", (int)tok.len, tok.ptr);
             authz = tg_slice_of(qauth, (size_t)n);
@@ -424,8 +425,6 @@ void tg_router_end_streams(struct tg_server *srv)
     tg_channels_end(srv, 1); /* channel clients are told the gateway is going away, once idle */
 }
 
-void tg_router_end_channels(struct tg_server *srv, int idle_only) { tg_channels_end(srv, idle_only); }
-
 static int end_calls_one(struct tg_session *s, void *arg)
 {
     (void)arg;
@@ -452,4 +451,3 @@ void tg_router_dispose(struct tg_server *srv)
     tg_channels_dispose();
 }
 
-size_t tg_router_inflight(struct tg_server *srv) { return tg_call_inflight(srv); }

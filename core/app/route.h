@@ -14,7 +14,7 @@
 
 struct tg_conn;
 struct tg_conf;
-struct tg_listen_conf;
+struct tg_listener_conf;
 struct tg_server;
 struct tg_session;
 
@@ -24,7 +24,7 @@ enum tg_endpoint { TG_EP_NONE = -1, TG_EP_MCP, TG_EP_SSE, TG_EP_MESSAGES, TG_EP_
  * and *upstream the index of its upstream (-1 if unknown or no default). */
 enum tg_endpoint tg_route_match(const struct tg_conf *conf, struct tg_slice path, int *upstream);
 /* 1 if a request with this Origin header (ptr NULL: none) may use the listener. */
-int tg_route_origin_allowed(const struct tg_listen_conf *lc, struct tg_slice origin);
+int tg_route_origin_allowed(const struct tg_listener_conf *lc, struct tg_slice origin);
 
 void tg_router_handle(struct tg_server *srv, struct tg_conn *c);
 /* 1 if some upstream was reachable lately. */
@@ -40,15 +40,11 @@ int tg_router_run_pending(struct tg_server *srv); /* 1: more waits for the next 
 void tg_router_end_streams(struct tg_server *srv);
 /* Every call still running gets its error answer now (the drain's deadline). */
 void tg_router_end_calls(struct tg_server *srv);
-/* End the channels (idle_only: those with no call in flight; 0: all, at the drain's end). */
-void tg_router_end_channels(struct tg_server *srv, int idle_only);
 /* Open channel sessions by transport (metrics). */
 void tg_router_channel_counts(struct tg_server *srv, size_t *sse, size_t *ws);
 /* Answer what still waits and drop every replay buffer (shutdown). */
 void tg_router_free_streams(struct tg_server *srv);
 /* The last of the request path's memory (caches), once the loop has stopped. */
 void tg_router_dispose(struct tg_server *srv);
-/* In-flight upstream calls (for draining). */
-size_t tg_router_inflight(struct tg_server *srv);
 
 #endif

@@ -11,13 +11,13 @@
 
 #include "core/base/log.h"
 
-static void set_off(struct tg_notify *n)
+static void set_off(struct tg_sd_notify *n)
 {
     memset(n, 0, sizeof(*n));
     n->_fd = -1;
 }
 
-int tg_notify_init_addr(struct tg_notify *n, const char *addr)
+int tg_sd_notify_init_addr(struct tg_sd_notify *n, const char *addr)
 {
     set_off(n);
     if (addr == NULL || addr[0] == '\0')
@@ -46,7 +46,7 @@ int tg_notify_init_addr(struct tg_notify *n, const char *addr)
     return 0;
 }
 
-int tg_notify_init(struct tg_notify *n)
+int tg_sd_notify_init(struct tg_sd_notify *n)
 {
     const char *v = getenv("NOTIFY_SOCKET");
     char addr[sizeof(n->_addr.sun_path) + 1];
@@ -56,18 +56,18 @@ int tg_notify_init(struct tg_notify *n)
         rc = -ENAMETOOLONG;
     } else {
         snprintf(addr, sizeof(addr), "%s", v != NULL ? v : "");
-        rc = tg_notify_init_addr(n, addr);
+        rc = tg_sd_notify_init_addr(n, addr);
     }
     unsetenv("NOTIFY_SOCKET");
     return rc;
 }
 
-int tg_notify_enabled(const struct tg_notify *n)
+int tg_sd_notify_enabled(const struct tg_sd_notify *n)
 {
     return n->_fd >= 0;
 }
 
-int tg_notify_send(struct tg_notify *n, const char *state)
+int tg_sd_notify_send(struct tg_sd_notify *n, const char *state)
 {
     if (n->_fd < 0)
         return 1;
@@ -87,14 +87,14 @@ int tg_notify_send(struct tg_notify *n, const char *state)
     return -e;
 }
 
-int tg_notify_ready(struct tg_notify *n)
+int tg_sd_notify_ready(struct tg_sd_notify *n)
 {
     char s[64];
     snprintf(s, sizeof(s), "READY=1\nMAINPID=%ld", (long)getpid());
-    return tg_notify_send(n, s);
+    return tg_sd_notify_send(n, s);
 }
 
-int tg_notify_reloading(struct tg_notify *n)
+int tg_sd_notify_reloading(struct tg_sd_notify *n)
 {
     /* MONOTONIC_USEC tells systemd (253 and later) which reload this is; older ones ignore it. */
     struct timespec ts;
@@ -102,23 +102,23 @@ int tg_notify_reloading(struct tg_notify *n)
     char s[80];
     snprintf(s, sizeof(s), "RELOADING=1\nMONOTONIC_USEC=%llu",
              (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000ULL);
-    return tg_notify_send(n, s);
+    return tg_sd_notify_send(n, s);
 }
 
-int tg_notify_reloaded(struct tg_notify *n, int ok)
+int tg_sd_notify_reloaded(struct tg_sd_notify *n, int ok)
 {
     /* A refused configuration leaves the old one serving: still ready, and systemctl status
      * says why in STATUS (the details are in the log). */
-    return tg_notify_send(n, ok ? "READY=1\nSTATUS=" : "READY=1\nSTATUS=reload failed, previous configuration kept "
+    return tg_sd_notify_send(n, ok ? "READY=1\nSTATUS=" : "READY=1\nSTATUS=reload failed, previous configuration kept "
                                                        "(see the log)");
 }
 
-int tg_notify_stopping(struct tg_notify *n)
+int tg_sd_notify_stopping(struct tg_sd_notify *n)
 {
-    return tg_notify_send(n, "STOPPING=1");
+    return tg_sd_notify_send(n, "STOPPING=1");
 }
 
-void tg_notify_dispose(struct tg_notify *n)
+void tg_sd_notify_dispose(struct tg_sd_notify *n)
 {
     if (n->_fd >= 0)
         close(n->_fd);

@@ -20,6 +20,7 @@
 #include "core/call/roots.h"
 #include "core/app/route.h"
 #include "core/call/session.h"
+#include "transports/channel.h"
 #include "transports/http1/http1.h"
 #include "core/wire/tls.h"
 #include "policy/policy.h"
@@ -83,7 +84,7 @@ static void on_http_request(struct tg_http_env *env, struct tg_conn *c)
 
 static void on_pending_idle(uv_idle_t *h) { (void)h; }
 
-/* After each round of I/O, and before polling: closing connections notify their users and
+/* After each round of I/O, and before polling: closing connections tell their users and
  * pipelined input is parsed (with no handler on the stack), closed calls are released, and
  * what streams gathered is written (see tg__http_send_owned in transports/http1/out.c). Each round takes
  * what was queued before it; what it queues waits for the next round, and an idle handle keeps
@@ -171,7 +172,7 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     memset(srv, 0, sizeof(*srv));
     srv->loop = loop;
     srv->conf = tg_conf_ref(conf);
-    srv->listen_conf = tg_conf_ref(conf);
+    srv->listener_conf = tg_conf_ref(conf);
     tg_http_env_init(&srv->http, loop, &conf->limits, &srv->metrics, &srv->draining);
     srv->http.access_log = conf->log_access;
     srv->http.on_request = on_http_request;
@@ -310,7 +311,7 @@ static void finish_drain(struct tg_server *srv)
      * stdio children get their stdin closed, SIGTERM, then SIGKILL. */
     tg_router_end_calls(srv); /* answered while their clients are still connected */
     tg_router_free_streams(srv);
-    tg_router_end_channels(srv, 0);
+    tg_channels_end(srv, 0);
     tg_session_sweep(srv->sessions, remove_session, NULL);
     tg_router_free_streams(srv);
     uv_timer_stop(&srv->drain_timer);
@@ -319,7 +320,7 @@ static void finish_drain(struct tg_server *srv)
     struct tg_list *l = srv->http.conns.next;
     while (l != &srv->http.conns) {
         struct tg_list *next = l->next;
-        tg_conn_close_now(tg_container_of(l, struct tg_conn, link), "shutdown");
+        tg_conn_close_now(tg_container_of(l, struct tg_conn, node), "shutdown");
         l = next;
     }
     for (size_t i = 0; i < srv->nupstreams; i++) {
@@ -346,8 +347,8 @@ static void finish_drain(struct tg_server *srv)
 static void on_drain_tick(uv_timer_t *t)
 {
     struct tg_server *srv = t->data;
-    size_t inflight = tg_router_inflight(srv);
-    tg_router_end_channels(srv, 1); /* a channel whose calls are all answered is told now */
+    size_t inflight = tg_call_inflight(srv);
+    tg_channels_end(srv, 1); /* a channel whose calls are all answered is told now */
     if (inflight == 0 || uv_now(srv->loop) >= srv->drain_deadline) {
         if (inflight)
             tg_log(TG_LOG_WARN, "drain deadline passed; closing calls in flight", "inflight=%zu", inflight);
@@ -363,15 +364,15 @@ void tg_server_drain(struct tg_server *srv)
     close_listeners(srv);
     /* Logged once the listeners are closed: the log writer thread may show it at once, and a
      * reader who connects after seeing it must be refused, not reset from the backlog. */
-    tg_log(TG_LOG_INFO, "draining", "inflight=%zu timeout_ms=%d", tg_router_inflight(srv),
+    tg_log(TG_LOG_INFO, "draining", "inflight=%zu timeout_ms=%d", tg_call_inflight(srv),
            srv->conf->limits.drain_timeout_ms);
     tg_router_end_streams(srv);
     /* Idle keep-alive connections can go now; busy ones close after their answer. */
     struct tg_list *l = srv->http.conns.next;
     while (l != &srv->http.conns) {
         struct tg_list *next = l->next;
-        struct tg_conn *c = tg_container_of(l, struct tg_conn, link);
-        if (c->state == TG_CONN_IDLE || c->state == TG_CONN_HANDSHAKE)
+        struct tg_conn *c = tg_container_of(l, struct tg_conn, node);
+        if (c->phase == TG_CONN_IDLE || c->phase == TG_CONN_HANDSHAKE)
             tg_conn_close(c, "draining");
         l = next;
     }
@@ -409,7 +410,7 @@ void tg_server_dispose(struct tg_server *srv)
     free(srv->upstreams);
     tg_counters_free(srv->counters);
     tg_conf_unref(srv->conf);
-    tg_conf_unref(srv->listen_conf);
+    tg_conf_unref(srv->listener_conf);
     tg_mcp_mrtr_dispose(&srv->mrtr);
     tg_mcp_schemas_free(srv->schemas);
     srv->schemas = NULL;
@@ -422,7 +423,7 @@ static int same_listeners(const struct tg_conf *a, const struct tg_conf *b)
     if (a->nlisteners != b->nlisteners)
         return 0;
     for (size_t i = 0; i < a->nlisteners; i++) {
-        const struct tg_listen_conf *x = &a->listeners[i], *y = &b->listeners[i];
+        const struct tg_listener_conf *x = &a->listeners[i], *y = &b->listeners[i];
         if (strcmp(x->address, y->address) || x->port != y->port || x->tls != y->tls)
             return 0;
     }
@@ -435,7 +436,7 @@ static struct tg_tls_ctx **listener_contexts(const struct tg_conf *c, struct tg_
 {
     struct tg_tls_ctx **v = tg_xcalloc(c->nlisteners ? c->nlisteners : 1, sizeof(*v));
     for (size_t i = 0; i < c->nlisteners; i++) {
-        const struct tg_listen_conf *lc = &c->listeners[i];
+        const struct tg_listener_conf *lc = &c->listeners[i];
         if (!lc->tls)
             continue;
         struct tg_tls_server_opts o = {lc->cert, lc->key, lc->client_ca, lc->client_auth, lc->session_timeout_s};
@@ -487,7 +488,7 @@ static int same_target(const struct tg_upstream_conf *a, const struct tg_upstrea
     return a->command[i] == NULL && b->command[i] == NULL;
 }
 
-/* The argument of remap_session(): on the stack of tg_server_reload(); it owns nothing. */
+/* The argument of remap_session(): on reload_apply()'s stack; it owns nothing. */
 struct remap_ctx {
     struct tg_server *srv;
     int *map;
@@ -521,17 +522,6 @@ static int tell_roots_changed(struct tg_session *s, void *arg)
 }
 
 static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls_ctx **tls, struct tg_buf *err);
-
-int tg_server_reload(struct tg_server *srv, struct tg_buf *err)
-{
-    struct tg_conf *nc = tg_conf_load(srv->conf->path, err);
-    struct tg_tls_ctx **tls = nc != NULL ? listener_contexts(nc, err) : NULL;
-    if (nc != NULL && tls == NULL) {
-        tg_conf_unref(nc);
-        nc = NULL;
-    }
-    return reload_apply(srv, nc, tls, err);
-}
 
 /* One who asked for a reload. Owner: the job (or srv->reload_next) until its done has run. */
 struct tg_reload_waiter {
@@ -666,7 +656,7 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
         tg_audit_close(srv->audit);
     }
     srv->audit = na;
-    if (!same_listeners(srv->listen_conf, nc)) {
+    if (!same_listeners(srv->listener_conf, nc)) {
         tg_log(TG_LOG_WARN, "listener address, port or TLS on/off changed: that needs a restart; listeners unchanged",
                NULL);
     } else if (tls != NULL) {

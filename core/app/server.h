@@ -11,11 +11,10 @@ int tg_server_start(struct tg_server *srv);
 /* Stop accepting, let in-flight work finish (up to drain_timeout_ms), then stop the loop. */
 void tg_server_drain(struct tg_server *srv);
 void tg_server_dispose(struct tg_server *srv);
-/* Load the configuration file again and swap it in; on error keep the old one and describe why in err. */
-int tg_server_reload(struct tg_server *srv, struct tg_buf *err);
-/* The same with the files read off the loop (policies, JWKS, CA bundles and certificates are
- * read and parsed in libuv's thread pool), then swapped in on the loop; done (may be NULL) runs
- * from the loop afterwards. Reloads asked for while one runs are served by one more read. */
+/* Load the configuration file again and swap it in; on error keep the old one and say why. The
+ * files are read off the loop (policies, JWKS, CA bundles and certificates are read and parsed in
+ * libuv's thread pool), then swapped in on the loop; done (may be NULL) runs from the loop
+ * afterwards. Reloads asked for while one runs are served by one more read. */
 void tg_server_reload_start(struct tg_server *srv, tg_reload_done_cb done, void *ud);
 
 #endif

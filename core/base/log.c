@@ -33,10 +33,10 @@ static struct {
     int threaded;
     uv_thread_t thread;
     uv_mutex_t lock;
-    uv_cond_t wake, idle;
+    uv_cond_t wake;
     struct tg_buf queue; /* lines waiting for the writer (under lock) */
     int next_fd;         /* -1, or the descriptor the writer switches to (under lock) */
-    int stop, writing;
+    int stop;
     uint64_t dropped;
 } logger = {.level = TG_LOG_INFO, .format = TG_LOG_LOGFMT, .fd = 2, .next_fd = -1};
 
@@ -58,7 +58,6 @@ static void writer_main(void *arg)
         struct tg_buf batch = logger.queue;
         tg_buf_init(&logger.queue);
         int fd = logger.fd;
-        logger.writing = 1;
         uv_mutex_unlock(&logger.lock);
         for (size_t off = 0; off < batch.len;) {
             ssize_t w = write(fd, batch.base + off, batch.len - off);
@@ -72,8 +71,6 @@ static void writer_main(void *arg)
          * free lists (core/base/slab.h) would never go back to that thread */
         free(batch.base);
         uv_mutex_lock(&logger.lock);
-        logger.writing = 0;
-        uv_cond_broadcast(&logger.idle);
     }
     uv_mutex_unlock(&logger.lock);
 }
@@ -82,7 +79,7 @@ int tg_log_start(void)
 {
     if (logger.threaded)
         return 0;
-    if (uv_mutex_init(&logger.lock) != 0 || uv_cond_init(&logger.wake) != 0 || uv_cond_init(&logger.idle) != 0)
+    if (uv_mutex_init(&logger.lock) != 0 || uv_cond_init(&logger.wake) != 0)
         return -1;
     logger.stop = 0;
     logger.next_fd = -1;
@@ -105,18 +102,7 @@ void tg_log_stop(void)
     logger.threaded = 0;
     tg_buf_dispose(&logger.queue);
     uv_cond_destroy(&logger.wake);
-    uv_cond_destroy(&logger.idle);
     uv_mutex_destroy(&logger.lock);
-}
-
-void tg_log_flush(void)
-{
-    if (!logger.threaded)
-        return;
-    uv_mutex_lock(&logger.lock);
-    while (logger.queue.len > 0 || logger.writing || logger.next_fd >= 0)
-        uv_cond_wait(&logger.idle, &logger.lock);
-    uv_mutex_unlock(&logger.lock);
 }
 
 /* The descriptor lines go to from now on: at once, or through the writer. */

@@ -21,9 +21,8 @@ int tg_log_setup(int level, int format, const char *path);
 int tg_log_reopen(void);
 int tg_log_enabled(int level);
 /* From start to stop, lines are written by a thread of the log's own (tg_log never blocks on
- * the disk or a pipe; it may be called from any thread). flush waits until all is written. */
+ * the disk or a pipe; it may be called from any thread). stop writes what is left. */
 int tg_log_start(void);
-void tg_log_flush(void);
 void tg_log_stop(void);
 int tg_log_parse_level(const char *s);
 

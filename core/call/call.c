@@ -263,26 +263,26 @@ void tg_call_client_drained(struct tg_call *k)
         k->ops->pause(k->sess, k->upcall, 0);
 }
 
-void tg_session_link_pause(struct tg_session *s, int pause)
+void tg_call_pause_link(struct tg_session *s, int pause)
 {
     if (s->uplink != NULL)
         s->uplink->ops->pause(s, NULL, pause);
 }
 
-void tg_session_drained(struct tg_session *s)
+void tg_call_session_drained(struct tg_session *s)
 {
-    tg_session_link_pause(s, 0);
+    tg_call_pause_link(s, 0);
     for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next) {
         struct tg_call *k = tg_container_of(l, struct tg_call, slink);
         k->ops->pause(s, k->upcall, 0);
     }
 }
 
-void tg_session_stall(struct tg_session *s, int delta)
+void tg_call_session_stall(struct tg_session *s, int delta)
 {
     s->stalled += delta;
     if (delta < 0 && s->stalled == 0)
-        tg_session_link_pause(s, 0);
+        tg_call_pause_link(s, 0);
 }
 
 /* ---- what the upstream says ----------------------------------------------------------- */

@@ -216,7 +216,7 @@ void tg_call_fail(struct tg_call *k, enum tg_outcome o, const char *why, double 
 void tg_call_backpressure(struct tg_call *k);
 
 /* Pause or resume the session's link (stdio child, legacy SSE stream). */
-void tg_session_link_pause(struct tg_session *s, int pause);
+void tg_call_pause_link(struct tg_session *s, int pause);
 /* core/call/upcalls.c: what the call hands its kind (the callbacks, the session's), and the
  * outcome's settlement mapped to what the client gets. */
 extern const struct tg_upstream_events tg__call_events;

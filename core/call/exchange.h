@@ -116,9 +116,9 @@ struct tg_sink *tg_call_sink(const struct tg_call *k);
  * buffer the call built (a big answer need not be copied again); 0: copy it. */
 int tg_call_take_answer(struct tg_call *k, const char *p, size_t n, struct tg_buf *to);
 /* A session's long-lived client stream (a channel) drained: every reader of the session resumes. */
-void tg_session_drained(struct tg_session *s);
+void tg_call_session_drained(struct tg_session *s);
 /* An answer already handed to a client that is slow to read it: the session's message-stream
  * upstream pauses until done() runs (delta +1 to stall, -1 when the client drained). */
-void tg_session_stall(struct tg_session *s, int delta);
+void tg_call_session_stall(struct tg_session *s, int delta);
 
 #endif

@@ -75,12 +75,12 @@ struct tg_server {
     struct tg_list awaiting;      /* calls waiting for an answer on a message-stream upstream */
     struct tg_list dead_calls;    /* closed calls whose memory goes at the end of the iteration */
     struct tg_list streams;       /* resumable client SSE streams (keepalive, expiry) */
-    struct tg_list listens;
-    struct tg_list shims;         /* 2025 calls waiting for their client's input (core/bridge/input.c) */       /* 2026 subscriptions/listen client streams (keepalive) */
+    struct tg_list listens;       /* 2026 subscriptions/listen client streams (keepalive) */
+    struct tg_list shims;         /* 2025 calls waiting for their client's input (core/bridge/input.c) */
     uint64_t next_stream_id;
     size_t napprovals;
     uint64_t reloads, reload_failures;
-    struct tg_conf *listen_conf;  /* the conf the listeners were made from (listeners need a restart to change) */
+    struct tg_conf *listener_conf; /* the conf the listeners were made from (listeners need a restart to change) */
     uv_signal_t sigterm, sigint, sighup, sigusr1;
     uv_timer_t sweep;
     uv_timer_t drain_timer;

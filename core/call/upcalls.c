@@ -270,7 +270,7 @@ static void host_backpressure(struct tg_session *s)
     }
     if (high || s->stalled > 0) {
         s->srv->metrics.limit_output++;
-        tg_session_link_pause(s, 1);
+        tg_call_pause_link(s, 1);
     }
 }
 

@@ -68,7 +68,7 @@ static int hash_token(int argc, char **argv)
 /* What the signal handlers reach: the server and the service manager's socket. */
 struct tg_process {
     struct tg_server *srv;
-    struct tg_notify notify;
+    struct tg_sd_notify sd_notify;
 };
 
 /* A SIGHUP reload ended: the manager hears READY=1 again, unless a drain began meanwhile (the
@@ -77,7 +77,7 @@ static void on_reloaded(void *ud, int ok, const struct tg_buf *err)
 {
     struct tg_process *p = ud;
     if (!p->srv->draining)
-        tg_notify_reloaded(&p->notify, ok);
+        tg_sd_notify_reloaded(&p->sd_notify, ok);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -88,7 +88,7 @@ static void on_signal(uv_signal_t *h, int signum)
     case SIGTERM:
     case SIGINT:
         if (!srv->draining)
-            tg_notify_stopping(&p->notify);
+            tg_sd_notify_stopping(&p->sd_notify);
         tg_server_drain(srv);
         break;
     case SIGUSR1:
@@ -101,7 +101,7 @@ static void on_signal(uv_signal_t *h, int signum)
     case SIGHUP:
         if (srv->draining)
             break; /* a reload would be dropped anyway; the manager must not see RELOADING now */
-        tg_notify_reloading(&p->notify);
+        tg_sd_notify_reloading(&p->sd_notify);
         tg_server_reload_start(srv, on_reloaded, p); /* the files are read off the loop */
         break;
     }
@@ -184,7 +184,7 @@ int main(int argc, char **argv)
          * that they match (the loader only checked that they open). */
         int bad = 0;
         for (size_t i = 0; i < conf->nlisteners; i++) {
-            const struct tg_listen_conf *lc = &conf->listeners[i];
+            const struct tg_listener_conf *lc = &conf->listeners[i];
             struct tg_tls_server_opts o = {lc->cert, lc->key, lc->client_ca, lc->client_auth, lc->session_timeout_s};
             struct tg_tls_ctx *ctx = NULL;
             char e[256];
@@ -227,7 +227,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     /* Before any thread starts: this takes NOTIFY_SOCKET out of the environment. */
     struct tg_process proc;
-    int nrc = tg_notify_init(&proc.notify);
+    int nrc = tg_sd_notify_init(&proc.sd_notify);
     if (nrc != 0)
         tg_log(TG_LOG_WARN, "NOTIFY_SOCKET is set but cannot be used; the service manager will not hear readiness",
                "errno=%d error=\"%s\"", -nrc, strerror(-nrc));
@@ -259,7 +259,7 @@ int main(int argc, char **argv)
             tg_server_drain(srv); /* closes what start opened, and everything else, as at exit */
         } else {
             tg_log(TG_LOG_INFO, "started", "version=%s conf=%s pid=%d", TG_VERSION, conf_path, (int)getpid());
-            tg_notify_ready(&proc.notify); /* the listeners accept from here on */
+            tg_sd_notify_ready(&proc.sd_notify); /* the listeners accept from here on */
         }
     }
     tg_conf_unref(conf); /* the server holds its own references */
@@ -268,7 +268,7 @@ int main(int argc, char **argv)
     free(srv);
     tg_slab_drain();
     uv_loop_close(loop);
-    tg_notify_dispose(&proc.notify);
+    tg_sd_notify_dispose(&proc.sd_notify);
     tg_log(TG_LOG_INFO, "stopped", NULL);
     tg_log_stop(); /* writes what is queued */
     tg_log_setup(TG_LOG_INFO, 0, NULL);

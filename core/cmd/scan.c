@@ -288,7 +288,7 @@ int tg_scan_cli(int argc, char **argv)
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(usage_text, stdout);
-            fputs(tg_scan_heuristics_help, stdout);
+            fputs(tg_suggest_heuristics_help, stdout);
             return 0;
         } else if (strcmp(a, "--json") == 0) {
             json = 1;
@@ -377,7 +377,7 @@ int tg_scan_cli(int argc, char **argv)
     struct tg_buf policy;
     tg_buf_init(&policy);
     struct tg_scan_offer offer = {ls.resources, ls.templates, ls.prompts};
-    tg_scan_write_policy(&policy, ls.tools, &offer, &src, json);
+    tg_suggest_write_policy(&policy, ls.tools, &offer, &src, json);
     fwrite(policy.base, 1, policy.len, stdout);
     tg_buf_dispose(&policy);
     rc = fflush(stdout) == 0 ? 0 : 1;

@@ -466,7 +466,7 @@ static void load_listeners(struct loader *ld, config_t *cfg, struct tg_conf *c)
     c->listeners = tg_xcalloc(c->nlisteners, sizeof(*c->listeners));
     for (size_t i = 0; i < c->nlisteners; i++) {
         const config_setting_t *g = config_setting_get_elem(l, (unsigned)i);
-        struct tg_listen_conf *lc = &c->listeners[i];
+        struct tg_listener_conf *lc = &c->listeners[i];
         char ctx[32];
         snprintf(ctx, sizeof(ctx), "listen[%zu]", i);
         if (!config_setting_is_group(g)) {
@@ -484,7 +484,7 @@ static void load_listeners(struct loader *ld, config_t *cfg, struct tg_conf *c)
             snprintf(tctx, sizeof(tctx), "%s.tls", ctx);
             static const char *const tknown[] = {"cert", "key", "client_ca", "client_auth", "session_timeout_s", NULL};
             static const struct int_directive tints[] = {
-                {"session_timeout_s", offsetof(struct tg_listen_conf, session_timeout_s), 0, 86400, 300,
+                {"session_timeout_s", offsetof(struct tg_listener_conf, session_timeout_s), 0, 86400, 300,
                  "how long a TLS session ticket resumes a session"},
                 {NULL, 0, 0, 0, 0, NULL},
             };
@@ -737,7 +737,7 @@ void tg_conf_unref(struct tg_conf *c)
     if (c == NULL || --c->refcnt > 0)
         return;
     for (size_t i = 0; i < c->nlisteners; i++) {
-        struct tg_listen_conf *l = &c->listeners[i];
+        struct tg_listener_conf *l = &c->listeners[i];
         free(l->address);
         free(l->cert);
         free(l->key);

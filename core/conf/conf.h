@@ -3,10 +3,10 @@
  * tg_conf_load() reads and validates the whole file; on error it returns NULL
  * and writes "file:line: directive: reason" lines into err. Scalar directives
  * are declared in tables (name, offset, range, default) in conf.c (limits) and
- * conf_upstream.c (upstream and pool). The loader is split by section: conf.c
- * (the file, log, listen, admin, limits, audit, refcount), conf_upstream.c
- * (upstreams) and conf_grant.c (grants, JWT issuers, policies); they share
- * core/conf/internal.h. A loaded conf is never modified; it is refcounted so that
+ * upstreams.c (upstream and pool). The loader is split by section: conf.c
+ * (the file, log, listen, admin, limits, audit, refcount), upstreams.c
+ * (upstreams), grants.c (grants, JWT issuers, policies, roots) and cluster.c
+ * (the cluster group); they share core/conf/internal.h. A loaded conf is never modified; it is refcounted so that
  * work started under one conf can finish under it after a reload.
  *
  * Ownership: every struct below is part of one struct tg_conf (embedded in it
@@ -24,7 +24,7 @@
 #include "core/base/buf.h"
 
 /* One listen[] entry. Owner: the conf (listeners[]); freed by tg_conf_unref. */
-struct tg_listen_conf {
+struct tg_listener_conf {
     char *address;
     int port;
     int tls;
@@ -210,7 +210,7 @@ struct tg_conf {
     int log_format;
     char *log_file;
     int log_access; /* log.access: one line per HTTP request */
-    struct tg_listen_conf *listeners;
+    struct tg_listener_conf *listeners;
     size_t nlisteners;
     struct tg_admin_conf admin;
     struct tg_limits limits;

@@ -16,7 +16,7 @@
 #include "core/conf/conf.h"
 
 /* One row per scalar integer directive (nginx ngx_command_t, redis createIntConfig). Data only:
- * rows of static const tables (conf.c, conf_upstream.c), never freed. */
+ * rows of static const tables (conf.c, upstreams.c), never freed. */
 struct int_directive {
     const char *name;
     size_t offset;

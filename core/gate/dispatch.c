@@ -14,6 +14,7 @@
 #include "core/mcp/legacy.h"
 #include "core/mcp/listen.h"
 #include "core/mcp/rewrite.h"
+#include "core/gate/reads.h"
 #include "core/base/json.h"
 #include "core/wire/msg.h"
 #include "core/call/roots.h"
@@ -363,7 +364,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         dec = tg_call_decision_new(); /* decided through the shared store once the call is made */
     } else if (m->mid != TG_M_TOOLS_LIST && m->mid != TG_M_INITIALIZE && !listen) {
         const char *bad;
-        if (tg_dispatch_decide_reads(m, params, pol, &dec, &tool, &list, &bad) < 0) {
+        if (tg_reads_decide(m, params, pol, &dec, &tool, &list, &bad) < 0) {
             tg_xfree(key);
             tg_xfree(mc);
             tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, bad, NULL);
@@ -595,7 +596,7 @@ static int bridged_lifecycle(struct tg_exchange *x, struct tg_sink *sk, struct t
         struct tg_decision d;
         cJSON *uri;
         const char *bad;
-        int rc = tg_dispatch_decide_uri(m, tg_json_get(m->root, "params"), pol, &d, &uri, &bad); /* the normal form */
+        int rc = tg_reads_decide_uri(m, tg_json_get(m->root, "params"), pol, &d, &uri, &bad); /* the normal form */
         if (rc < 0) {
             tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, bad, NULL);
             return 1;

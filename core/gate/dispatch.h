@@ -43,28 +43,6 @@ void tg_dispatch_session_ready(struct tg_server *srv, struct tg_session *s);
  * and calls in flight are let go (audited as client_gone), and the session is removed. */
 enum tg_end_how { TG_END_DELETE, TG_END_CLIENT_GONE, TG_END_ELSEWHERE /* a cluster member's client deleted it */ };
 void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum tg_end_how how);
-/* ---- resources, prompts and completions (core/gate/reads.c), for core/gate/dispatch.c ---- */
-struct tg_policy;
-struct tg_decision;
-/* params.uri of a resources request in its normal form (policy/uri.h), written so into the
- * request (m is marked edited), so that the upstream reads the URI the policy decides. 0 (*uri
- * the string item), -1 if params.uri is not a string, -2 if the URI is refused (d says why). */
-int tg_dispatch_normal_uri(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision *d,
-                           cJSON **uri);
-/* resources/read, resources/subscribe or resources/unsubscribe m: params.uri normalised (as
- * tg_dispatch_normal_uri) and decided. 1: *d decided (a URI that cannot be normalised is denied);
- * 0: an unsubscribe, which needs no decision (*uri is its normal form); -1: params.uri is not a
- * string (*bad says so). */
-int tg_dispatch_decide_uri(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision *d,
-                           cJSON **uri, const char **bad);
-/* Decide a request that reads something other than a tool: resources/read and subscribe (the
- * URI normalised first; unsubscribe is only normalised), prompts/get, completion/complete. 1:
- * *dec (a tg_call_decision_new) and *what (what it names, borrowed from m) are set; -1: the
- * params are not valid (*bad says why); 0: not decided here, *list is the enum tg_mcp_list of
- * a resources, templates or prompts list to filter, else -1. */
-int tg_dispatch_decide_reads(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision **dec,
-                             const char **what, int *list, const char **bad);
-
 /* The session's GET stream call, if any: its sink (for a client taking it over), else NULL. */
 struct tg_sink *tg_dispatch_get_stream_sink(struct tg_session *s);
 

@@ -1,6 +1,6 @@
-/* What a request reads besides tools (see core/gate/dispatch.h): resources, prompts, completions,
+/* What a request reads besides tools (core/gate/reads.h): resources, prompts, completions,
  * and the lists of them. Only these methods pay for it: tools/call never comes here. */
-#include "core/gate/dispatch.h"
+#include "core/gate/reads.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,8 +13,10 @@
 #include "policy/policy.h"
 #include "policy/uri.h"
 
-int tg_dispatch_normal_uri(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision *d,
-                           cJSON **uri)
+/* params.uri of a resources request in its normal form, written so into the request. 0 (*uri
+ * the string item), -1 if params.uri is not a string, -2 if the URI is refused (d says why). */
+static int normal_uri(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision *d,
+                      cJSON **uri)
 {
     cJSON *u = tg_json_get(params, "uri");
     *uri = u;
@@ -75,11 +77,11 @@ static const char *decide_completion(cJSON *params, const struct tg_policy *pol,
     return NULL;
 }
 
-int tg_dispatch_decide_uri(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision *d,
-                           cJSON **uri, const char **bad)
+int tg_reads_decide_uri(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision *d,
+                        cJSON **uri, const char **bad)
 {
     memset(d, 0, sizeof(*d));
-    int rc = tg_dispatch_normal_uri(m, params, pol, d, uri);
+    int rc = normal_uri(m, params, pol, d, uri);
     if (rc == -1) {
         *bad = m->mid == TG_M_RESOURCES_READ        ? "resources/read needs params.uri (a string)"
                : m->mid == TG_M_RESOURCES_SUBSCRIBE ? "resources/subscribe needs params.uri (a string)"
@@ -93,8 +95,8 @@ int tg_dispatch_decide_uri(struct tg_msg *m, cJSON *params, const struct tg_poli
     return 1;
 }
 
-int tg_dispatch_decide_reads(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision **dec,
-                             const char **what, int *list, const char **bad)
+int tg_reads_decide(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision **dec,
+                    const char **what, int *list, const char **bad)
 {
     *dec = NULL;
     *what = NULL;
@@ -106,7 +108,7 @@ int tg_dispatch_decide_reads(struct tg_msg *m, cJSON *params, const struct tg_po
     case TG_M_RESOURCES_UNSUBSCRIBE: {
         struct tg_decision d;
         cJSON *uri;
-        int rc = tg_dispatch_decide_uri(m, params, pol, &d, &uri, bad);
+        int rc = tg_reads_decide_uri(m, params, pol, &d, &uri, bad);
         if (rc <= 0)
             return rc;
         *dec = memcpy(tg_call_decision_new(), &d, sizeof(d));

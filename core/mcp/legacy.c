@@ -21,24 +21,6 @@ int tg_mcp_version_supported(struct tg_slice v)
     return 0;
 }
 
-void tg_mcp_versions_write(struct tg_buf *out, const char *also)
-{
-    tg_buf_append(out, "[", 1);
-    int n = 0;
-    while (supported_versions[n])
-        n++;
-    for (int i = n - 1; i >= 0; i--) { /* newest first */
-        tg_json_write_string(out, supported_versions[i], strlen(supported_versions[i]));
-        if (i > 0)
-            tg_buf_append(out, ",", 1);
-    }
-    if (also != NULL) {
-        tg_buf_append(out, ",", 1);
-        tg_json_write_string(out, also, strlen(also));
-    }
-    tg_buf_append(out, "]", 1);
-}
-
 int tg_mcp_batch_allowed(const char *proto) { return strcmp(proto, "2025-03-26") == 0; }
 
 void tg_mcp_note_init_result(struct tg_session *s, const char *p, size_t n, int depth)

@@ -15,8 +15,6 @@ struct tg_upstream_conf;
 #define TG_MCP_MAX_SERVER_REQUESTS 64
 
 int tg_mcp_version_supported(struct tg_slice v);
-/* The 2025-era versions tollgate serves, as a JSON array, newest first, then also (if not NULL). */
-void tg_mcp_versions_write(struct tg_buf *out, const char *also);
 /* JSON-RPC batches exist only in 2025-03-26. */
 int tg_mcp_batch_allowed(const char *proto);
 /* Learn the negotiated version from an initialize result (the session is then initialized). */

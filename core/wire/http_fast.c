@@ -201,3 +201,18 @@ int tg_http_fast_response(const char *p, size_t n, struct tg_http_header *h, int
     f->url_off = f->url_len = 0;
     return fields(p, cr + 2, end, h, max_headers, f) != NULL && f->has_length;
 }
+
+struct tg_slice tg_http_fast_query_param(struct tg_slice q, const char *name)
+{
+    size_t nl = strlen(name);
+    size_t i = (q.len > 0 && q.ptr[0] == '?') ? 1 : 0;
+    while (i < q.len) {
+        size_t e = i;
+        while (e < q.len && q.ptr[e] != '&')
+            e++;
+        if (e - i > nl && memcmp(q.ptr + i, name, nl) == 0 && q.ptr[i + nl] == '=')
+            return tg_slice_of(q.ptr + i + nl + 1, e - i - nl - 1);
+        i = e + 1;
+    }
+    return TG_SLICE_NULL;
+}

@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/base/buf.h"
+
 /* One header: offsets into the bytes it was read from (for a client's request: into
  * tg_http_req.head, which holds a copy of them). */
 struct tg_http_header {
@@ -54,5 +56,9 @@ int tg_http_fast_maybe(const char *p, size_t n);
 /* The same for an answer (f->status set, f->method and the url not). */
 int tg_http_fast_response(const char *p, size_t n, struct tg_http_header *h, int max_headers,
                           struct tg_http_fast *f);
+
+/* The raw value of parameter name in a request target's query q ("?a=1&b=2", the '?' optional):
+ * no percent-decoding (session ids and tokens are plain); TG_SLICE_NULL when it is absent. */
+struct tg_slice tg_http_fast_query_param(struct tg_slice q, const char *name);
 
 #endif

@@ -173,9 +173,9 @@ static void sync_wire(struct tg_server *srv, struct client *cl)
     for (int i = 0; i < 100000; i++) {
         int left = unsent(cl->fd);
         for (struct tg_list *l = srv->http.conns.next; l != &srv->http.conns && left == 0; l = l->next) {
-            struct tg_conn *c = tg_container_of(l, struct tg_conn, link);
+            struct tg_conn *c = tg_container_of(l, struct tg_conn, node);
             int fd = -1;
-            if (c->state < TG_CONN_CLOSING && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+            if (c->phase < TG_CONN_CLOSING && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
                 left = unsent(fd);
         }
         if (left == 0)

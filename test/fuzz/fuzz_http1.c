@@ -79,7 +79,7 @@ static void check_limits(const struct fnet *n, const struct tg_conn *c)
         if ((size_t)h->name_off + h->name_len > r->head.len || (size_t)h->value_off + h->value_len > r->head.len)
             abort();
     }
-    if (c->state != TG_CONN_DISPATCHING)
+    if (c->phase != TG_CONN_DISPATCHING)
         abort();
 }
 

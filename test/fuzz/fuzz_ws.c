@@ -181,11 +181,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         chunk = size;
     for (size_t off = 0; off < size; off += chunk)
         fnet_send(n, data + off, size - off < chunk ? size - off : chunk);
-    if ((st.mode & 0x10) && n->conn != NULL && n->conn->state == TG_CONN_UPGRADED && n->conn->up_tick != NULL) {
+    if ((st.mode & 0x10) && n->conn != NULL && n->conn->phase == TG_CONN_UPGRADED && n->conn->up_tick != NULL) {
         /* The ping timer, fired by hand: a ping goes out; the second tick finds no pong. */
         n->conn->up_tick(n->conn, n->conn->up_ud);
         fnet_settle(n);
-        if (n->conn != NULL && n->conn->state == TG_CONN_UPGRADED && n->conn->up_tick != NULL)
+        if (n->conn != NULL && n->conn->phase == TG_CONN_UPGRADED && n->conn->up_tick != NULL)
             n->conn->up_tick(n->conn, n->conn->up_ud);
         fnet_settle(n);
     }

@@ -104,7 +104,7 @@ static void fnet_on_connection(uv_stream_t *s, int status)
     tg_http1_accept(&n->env, &n->hl, s);
     n->accepted++;
     if (n->env.nconns > before)
-        n->conn = tg_container_of(n->env.conns.prev, struct tg_conn, link);
+        n->conn = tg_container_of(n->env.conns.prev, struct tg_conn, node);
 }
 
 static void fnet_default_limits(struct tg_limits *l)
@@ -192,7 +192,7 @@ static void fnet_sync(struct fnet *n)
 {
     for (int i = 0;; i++) {
         int sfd = -1;
-        if (n->conn != NULL && n->conn->state < TG_CONN_CLOSING)
+        if (n->conn != NULL && n->conn->phase < TG_CONN_CLOSING)
             uv_fileno((uv_handle_t *)&n->conn->tcp, &sfd);
         if (fnet_outq(n->fd) == 0 && fnet_outq(sfd) == 0)
             return;
@@ -258,7 +258,7 @@ static void fnet_close(struct fnet *n)
     n->fd = -1;
     for (struct tg_list *l = n->env.conns.next, *next; l != &n->env.conns; l = next) {
         next = l->next;
-        tg_conn_close_now(tg_container_of(l, struct tg_conn, link), "input over");
+        tg_conn_close_now(tg_container_of(l, struct tg_conn, node), "input over");
     }
     for (int i = 0; n->gone != n->accepted || n->env.nconns != 0 || !tg_list_empty(&n->env.conn_pending); i++) {
         if (i == 100000)

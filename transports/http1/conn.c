@@ -24,7 +24,7 @@ struct shutdown_req {
     struct tg_conn *conn;
 };
 
-const char *tg_conn_state_str(enum tg_conn_state s)
+const char *tg_conn_phase_str(enum tg_conn_phase s)
 {
     switch (s) {
     case TG_CONN_HANDSHAKE: return "handshake";
@@ -38,9 +38,6 @@ const char *tg_conn_state_str(enum tg_conn_state s)
     }
     return "?";
 }
-
-/* ---- state ----------------------------------------------------------------- */
-
 
 /* ---- llhttp callbacks ---------------------------------------------------- */
 
@@ -73,7 +70,7 @@ static void message_begin(struct tg_conn *c)
     c->log_start_ms = uv_now(c->env->loop);
     c->log_status = 0;
     c->log_bytes = 0;
-    tg__http_set_state(c, TG_CONN_READING);
+    tg__http_set_phase(c, TG_CONN_READING);
 }
 
 static int on_message_begin(llhttp_t *p)
@@ -269,8 +266,8 @@ int tg_http_req_header_count_n(const struct tg_http_req *r, const char *name, si
 void tg__http_pend(struct tg_conn *c, unsigned what)
 {
     c->pend |= what;
-    if (!tg_list_linked(&c->pend_link))
-        tg_list_insert_tail(&c->env->conn_pending, &c->pend_link);
+    if (!tg_list_linked(&c->pend_node))
+        tg_list_insert_tail(&c->env->conn_pending, &c->pend_node);
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status)
@@ -286,7 +283,7 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 
 /* The connection is closing: tell whoever uses it (an upgraded protocol, the handler's
  * exchange), so that nothing refers to it afterwards. Runs from tg_http_run_pending only. */
-static void notify_closing(struct tg_conn *c)
+static void tell_closing(struct tg_conn *c)
 {
     if (c->on_watch) {
         tg_conn_cb w = c->on_watch;
@@ -312,9 +309,9 @@ static void notify_closing(struct tg_conn *c)
 /* Mark the connection closing: no reads, no writes, no timer from now on. */
 static void mark_closing(struct tg_conn *c, unsigned how)
 {
-    if (c->state == TG_CONN_DISPATCHING || c->state == TG_CONN_STREAMING || c->state == TG_CONN_READING)
+    if (c->phase == TG_CONN_DISPATCHING || c->phase == TG_CONN_STREAMING || c->phase == TG_CONN_READING)
         tg__http_access_line(c, c->log_status ? c->log_status : 499); /* nginx's "client closed the request" */
-    tg_list_unlink(&c->cork_link);
+    tg_list_unlink(&c->cork_node);
     if (c->out_pending_corked) { /* never written: it no longer counts */
         tg__http_out_sub(c, c->out_pending_corked);
         c->out_pending_corked = 0;
@@ -327,7 +324,7 @@ static void mark_closing(struct tg_conn *c, unsigned how)
     c->tls_plain_off = 0;
     uv_timer_stop(&c->timer);
     uv_read_stop((uv_stream_t *)&c->tcp);
-    tg__http_set_state(c, TG_CONN_CLOSING);
+    tg__http_set_phase(c, TG_CONN_CLOSING);
     c->pend &= ~TG_PEND_INPUT;
     tg__http_pend(c, how);
 }
@@ -343,10 +340,10 @@ static void close_handles(struct tg_conn *c)
 /* Close after everything queued has been written (uv_shutdown waits for pending writes). */
 static void close_graceful(struct tg_conn *c)
 {
-    if (c->state >= TG_CONN_CLOSING)
+    if (c->phase >= TG_CONN_CLOSING)
         return;
     tg__http_flush_cork(c);
-    if (c->state >= TG_CONN_CLOSING)
+    if (c->phase >= TG_CONN_CLOSING)
         return; /* the flush failed and closed it */
     if (c->tls != NULL) {
         struct tg_buf b;
@@ -364,13 +361,13 @@ static void close_graceful(struct tg_conn *c)
                 return;
             }
             tg__http_send_wire(c, &b);
-            if (c->state >= TG_CONN_CLOSING)
+            if (c->phase >= TG_CONN_CLOSING)
                 return;
         }
         if (tg_tls_close_notify(c->tls, &b) == 0 && b.len)
             tg__http_send_wire(c, &b);
         tg_buf_dispose(&b);
-        if (c->state >= TG_CONN_CLOSING)
+        if (c->phase >= TG_CONN_CLOSING)
             return;
     }
     mark_closing(c, TG_PEND_SHUTDOWN);
@@ -394,25 +391,25 @@ void tg_http_run_pending(struct tg_http_env *env)
     tg_list_init(&round);
     tg_list_splice_tail(&round, &env->conn_pending); /* what was queued before this round */
     while (!tg_list_empty(&round)) {
-        struct tg_conn *c = tg_container_of(round.next, struct tg_conn, pend_link);
-        tg_list_unlink(&c->pend_link);
+        struct tg_conn *c = tg_container_of(round.next, struct tg_conn, pend_node);
+        tg_list_unlink(&c->pend_node);
         unsigned what = c->pend;
         c->pend = 0;
         if (what & TG_PEND_HANDSHAKE)
             env->handshakes_waiting--;
         if (what & (TG_PEND_CLOSE | TG_PEND_SHUTDOWN)) {
-            notify_closing(c);
+            tell_closing(c);
             if ((what & TG_PEND_CLOSE) || uv_is_closing((uv_handle_t *)&c->tcp))
                 close_handles(c);
             else
                 shutdown_now(c);
             continue;
         }
-        if ((what & TG_PEND_HANDSHAKE) && c->state == TG_CONN_HANDSHAKE && tg__http_tls_resume(c) == 0)
+        if ((what & TG_PEND_HANDSHAKE) && c->phase == TG_CONN_HANDSHAKE && tg__http_tls_resume(c) == 0)
             what |= TG_PEND_INPUT; /* established: what came after the handshake is parsed now */
-        if ((what & TG_PEND_TLS) && c->state < TG_CONN_CLOSING)
+        if ((what & TG_PEND_TLS) && c->phase < TG_CONN_CLOSING)
             tg__http_tls_pump(c);
-        if ((what & TG_PEND_INPUT) && c->state < TG_CONN_CLOSING && !c->in_process) {
+        if ((what & TG_PEND_INPUT) && c->phase < TG_CONN_CLOSING && !c->in_process) {
             if (c->read_stopped && !tg_conn_output_high(c) && c->in.len < tg__http_input_ceiling(c)) {
                 c->read_stopped = 0;
                 uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
@@ -430,7 +427,7 @@ void tg__http_finish_request(struct tg_conn *c)
     c->exchange = NULL;
     c->on_abort = NULL;
     c->on_drain = NULL;
-    if (c->state >= TG_CONN_CLOSING)
+    if (c->phase >= TG_CONN_CLOSING)
         return;
     if (c->close_after || !c->req.keep_alive || *c->env->draining) {
         close_graceful(c);
@@ -440,7 +437,7 @@ void tg__http_finish_request(struct tg_conn *c)
     tg__http_scratch_give(c);
     c->req_complete = 0;
     llhttp_resume(&c->parser);
-    tg__http_set_state(c, TG_CONN_IDLE);
+    tg__http_set_phase(c, TG_CONN_IDLE);
     if (c->in.len > 0 || c->read_stopped)
         tg__http_pend(c, TG_PEND_INPUT);
     else
@@ -451,7 +448,7 @@ void tg__http_finish_request(struct tg_conn *c)
 
 void tg_http_upgrade(struct tg_conn *c, const char *extra)
 {
-    if (c->state >= TG_CONN_CLOSING)
+    if (c->phase >= TG_CONN_CLOSING)
         return;
     tg__http_access_line(c, 101);
     c->env->metrics->http_status[1]++;
@@ -467,7 +464,7 @@ void tg_http_upgrade(struct tg_conn *c, const char *extra)
     c->on_abort = NULL;
     c->on_drain = NULL;
     tg__http_scratch_give(c);
-    tg__http_set_state(c, TG_CONN_UPGRADED);
+    tg__http_set_phase(c, TG_CONN_UPGRADED);
     if (c->read_stopped) {
         c->read_stopped = 0;
         uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
@@ -489,7 +486,7 @@ void tg_http_take_over(struct tg_conn *c, tg_conn_cb on_data, tg_conn_cb on_tick
 
 void tg_http_read_pause(struct tg_conn *c)
 {
-    if (c->read_stopped || c->state >= TG_CONN_CLOSING)
+    if (c->read_stopped || c->phase >= TG_CONN_CLOSING)
         return;
     c->env->metrics->limit_output++;
     c->read_stopped = 1;
@@ -532,7 +529,7 @@ static void reply_parse_error(struct tg_conn *c, llhttp_errno_t err)
            status, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(reason ? reason : llhttp_errno_name(err))));
     c->close_after = 1;
     c->req.keep_alive = 0;
-    tg__http_set_state(c, TG_CONN_DISPATCHING);
+    tg__http_set_phase(c, TG_CONN_DISPATCHING);
     tg_http_respond_rpc_error(c, status, NULL, TG_RPC_INVALID_REQUEST, msg);
 }
 
@@ -540,7 +537,7 @@ static void process_input_loop(struct tg_conn *c);
 
 static void process_input(struct tg_conn *c)
 {
-    if (c->state == TG_CONN_UPGRADED) {
+    if (c->phase == TG_CONN_UPGRADED) {
         if (c->up_data)
             c->up_data(c, c->up_ud);
         return;
@@ -577,7 +574,7 @@ static size_t take_fast(struct tg_conn *c)
 /* A whole request is in c->req: to the handler. */
 static void request_ready(struct tg_conn *c)
 {
-    tg__http_set_state(c, TG_CONN_DISPATCHING);
+    tg__http_set_phase(c, TG_CONN_DISPATCHING);
     c->env->metrics->http_requests++;
     if (c->over_limit) {
         c->close_after = 1;
@@ -593,17 +590,17 @@ static void request_ready(struct tg_conn *c)
 
 static void process_input_loop(struct tg_conn *c)
 {
-    while (c->state == TG_CONN_IDLE || c->state == TG_CONN_READING) {
+    while (c->phase == TG_CONN_IDLE || c->phase == TG_CONN_READING) {
         if (c->in.len == 0)
             return;
-        if (c->state == TG_CONN_IDLE && tg_conn_output_high(c)) {
+        if (c->phase == TG_CONN_IDLE && tg_conn_output_high(c)) {
             /* A client that sends requests and reads no answers: the next one waits until the
              * answers it has not read drain below the mark (drained() resumes it). */
             c->wait_drain = 1;
             c->env->metrics->limit_output++;
             break;
         }
-        if (c->state == TG_CONN_IDLE && tg_http_fast_maybe(c->in.base, c->in.len)) {
+        if (c->phase == TG_CONN_IDLE && tg_http_fast_maybe(c->in.base, c->in.len)) {
             size_t used = take_fast(c);
             if (used > 0) {
                 tg_buf_consume(&c->in, used);
@@ -636,7 +633,7 @@ static void process_input_loop(struct tg_conn *c)
         return;
     }
     /* Dispatching, streaming or waiting for a drain: keep bytes for later, but not without bound. */
-    if ((c->in.len >= tg__http_input_ceiling(c) || c->wait_drain) && !c->read_stopped && c->state < TG_CONN_CLOSING) {
+    if ((c->in.len >= tg__http_input_ceiling(c) || c->wait_drain) && !c->read_stopped && c->phase < TG_CONN_CLOSING) {
         c->read_stopped = 1;
         uv_read_stop((uv_stream_t *)&c->tcp);
     }
@@ -663,7 +660,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     process_input(c);
-    if (c->in.len == 0 && c->in.cap > 4096 && c->state < TG_CONN_CLOSING)
+    if (c->in.len == 0 && c->in.cap > 4096 && c->phase < TG_CONN_CLOSING)
         tg_buf_dispose(&c->in);
 }
 
@@ -674,10 +671,10 @@ static void on_handle_closed(uv_handle_t *h)
     struct tg_conn *c = h->data;
     if (--c->handles_open > 0)
         return;
-    c->state = TG_CONN_CLOSED;
-    tg_list_unlink(&c->pend_link);
-    if (tg_list_linked(&c->link)) { /* not linked when uv_accept failed */
-        tg_list_unlink(&c->link);
+    c->phase = TG_CONN_CLOSED;
+    tg_list_unlink(&c->pend_node);
+    if (tg_list_linked(&c->node)) { /* not linked when uv_accept failed */
+        tg_list_unlink(&c->node);
         c->env->nconns--;
     }
     if (c->env->conn_gone)
@@ -693,16 +690,16 @@ static void on_handle_closed(uv_handle_t *h)
 
 void tg_conn_close(struct tg_conn *c, const char *why)
 {
-    if (c->state >= TG_CONN_CLOSING)
+    if (c->phase >= TG_CONN_CLOSING)
         return;
     tg_log(TG_LOG_DEBUG, "connection closed", "conn=%llu state=%s reason=\"%s\"", (unsigned long long)c->id,
-           tg_conn_state_str(c->state), why);
+           tg_conn_phase_str(c->phase), why);
     mark_closing(c, TG_PEND_CLOSE);
 }
 
 void tg_conn_close_now(struct tg_conn *c, const char *why)
 {
-    if (c->state < TG_CONN_CLOSING) {
+    if (c->phase < TG_CONN_CLOSING) {
         tg_conn_close(c, why);
         return;
     }
@@ -731,7 +728,7 @@ void tg_http_env_init(struct tg_http_env *env, uv_loop_t *loop, const struct tg_
     tg_list_init(&env->conn_pending);
 }
 
-void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listen_handle)
+void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listener_handle)
 {
     struct tg_conn *c = tg_xcalloc(1, sizeof(*c));
     c->env = env;
@@ -742,16 +739,16 @@ void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, 
     c->tcp.data = c;
     c->timer.data = c;
     c->handles_open = 2;
-    tg_list_init(&c->link);
-    tg_list_init(&c->cork_link);
-    tg_list_init(&c->pend_link);
-    if (uv_accept(listen_handle, (uv_stream_t *)&c->tcp) != 0) {
-        c->state = TG_CONN_CLOSING;
+    tg_list_init(&c->node);
+    tg_list_init(&c->cork_node);
+    tg_list_init(&c->pend_node);
+    if (uv_accept(listener_handle, (uv_stream_t *)&c->tcp) != 0) {
+        c->phase = TG_CONN_CLOSING;
         uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
         uv_close((uv_handle_t *)&c->timer, on_handle_closed);
         return;
     }
-    tg_list_insert_tail(&env->conns, &c->link);
+    tg_list_insert_tail(&env->conns, &c->node);
     env->nconns++;
     env->metrics->conns_accepted++;
     struct sockaddr_storage ss;
@@ -790,10 +787,10 @@ void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, 
             tg_conn_close(c, "TLS setup failed");
             return;
         }
-        c->state = TG_CONN_HANDSHAKE;
+        c->phase = TG_CONN_HANDSHAKE;
         tg__http_arm(c, (uint64_t)env->limits->tls_handshake_timeout_ms);
     } else {
-        c->state = TG_CONN_IDLE;
+        c->phase = TG_CONN_IDLE;
         tg__http_arm(c, (uint64_t)env->limits->header_timeout_ms);
     }
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);

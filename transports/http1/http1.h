@@ -48,7 +48,7 @@ struct tg_http_env {
     tg_http_env_cb conn_gone;
     void *ud;                       /* the caller's */
     /* Kept by the transport; the owner may walk them. */
-    struct tg_list conns;           /* every open connection, by tg_conn.link */
+    struct tg_list conns;           /* every open connection, by tg_conn.node */
     size_t nconns;
     struct tg_list corked;          /* connections with stream output gathered this iteration */
     struct tg_list conn_pending;    /* connections with work put off to the end of the iteration */
@@ -72,7 +72,7 @@ void tg_http_env_dispose(struct tg_http_env *env);
 /* What a connection knows of the listener that accepted it. Owner: the listener's owner
  * (the server embeds one in each of its listeners); it outlives the connections. */
 struct tg_http_listener {
-    const struct tg_listen_conf *lc; /* NULL for the admin listener */
+    const struct tg_listener_conf *lc; /* NULL for the admin listener */
     struct tg_tls_ctx *tls;          /* NULL: plain TCP */
     int is_admin;                    /* not counted against max_connections */
     int port;                        /* bound port */
@@ -80,7 +80,10 @@ struct tg_http_listener {
 
 #define TG_HTTP_MAX_HEADERS 64
 
-enum tg_conn_state {
+/* Where a connection is in its life (its phase; "state" is kept for what a protocol carries,
+ * such as a 2026 requestState or a policy's state counters). All moves go through
+ * tg__http_set_phase() (transports/http1/internal.h). */
+enum tg_conn_phase {
     TG_CONN_HANDSHAKE,   /* TLS handshake in progress; nothing parsed yet */
     TG_CONN_IDLE,        /* between requests; idle timer armed */
     TG_CONN_READING,     /* a request has started; header timer armed until the body is complete */
@@ -90,7 +93,7 @@ enum tg_conn_state {
     TG_CONN_CLOSING,     /* uv_close requested; no more reads or writes */
     TG_CONN_CLOSED,      /* close callback ran; memory is about to be released */
 };
-const char *tg_conn_state_str(enum tg_conn_state s);
+const char *tg_conn_phase_str(enum tg_conn_phase s);
 
 
 /* The request being read. Embedded in its connection (c->req): its buffers are reset for the
@@ -134,8 +137,8 @@ struct tg_conn {
     struct tg_http_env *env;
     const struct tg_http_listener *listener;
     uint64_t id;
-    uint64_t due_ms; /* the loop time the current state's deadline falls at; 0: none (see arm()) */
-    enum tg_conn_state state;
+    uint64_t due_ms; /* the loop time the current phase's deadline falls at; 0: none (see arm()) */
+    enum tg_conn_phase phase;
     struct tg_tls *tls;
     llhttp_t parser;
     struct tg_buf in; /* plaintext not yet parsed */
@@ -161,7 +164,7 @@ struct tg_conn {
     /* Work put off to the end of the loop iteration (tg_http_run_pending), so that no callback
      * runs inside the tg_http_* or tg_conn_close call that caused it. */
     unsigned pend;            /* TG_PEND_* */
-    struct tg_list pend_link; /* in env->conn_pending while pend != 0 */
+    struct tg_list pend_node; /* in env->conn_pending while pend != 0 */
     int wait_drain;           /* pipelined input waits for the output to drain below the mark */
     uint32_t cork_last;       /* the size of the last cork written (in the padding before exchange) */
     /* The handler's pending work for this request, if any. */
@@ -177,17 +180,17 @@ struct tg_conn {
     tg_conn_cb up_tick; /* the connection's timer fired */
     tg_conn_cb up_gone; /* the connection is closing */
     void *up_ud;
-    struct tg_list link; /* in env->conns */
+    struct tg_list node; /* in env->conns */
     struct tg_buf cork;       /* stream output gathered during this loop iteration */
     size_t chunk_open;        /* 1 + where in cork the open chunk starts (its size not written yet); 0: none */
     struct tg_buf tls_plain;  /* TLS: plaintext not encrypted yet (a big answer goes a slice per round) */
     size_t tls_plain_off;     /* of it, the part already encrypted */
-    struct tg_list cork_link; /* in env->corked while cork holds bytes */
+    struct tg_list cork_node; /* in env->corked while cork holds bytes */
     char peer[64];
 };
 
-/* Accept one connection from listen_handle (call it from the listener's connection callback). */
-void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listen_handle);
+/* Accept one connection from listener_handle (call it from the listener's connection callback). */
+void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listener_handle);
 
 struct tg_slice tg_http_req_url(const struct tg_http_req *r);
 /* First header with this name (looked up in lowercase letters, digits and '-'; matched in any

@@ -1,4 +1,4 @@
-/* What transports/http1/conn.c (the connection: reading, parsing, state, deferred work) and
+/* What transports/http1/conn.c (the connection: reading, parsing, phase, deferred work) and
  * transports/http1/out.c (the write path: answers, streams, cork, output accounting) share.
  * Not for use outside transports/http1*.c. */
 #ifndef TG_HTTP1_INT_H
@@ -7,20 +7,20 @@
 #include "transports/http1/http1.h"
 
 /* Bits of tg_conn.pend: work put off to tg_http_run_pending. */
-#define TG_PEND_CLOSE 1u    /* notify users, then uv_close */
-#define TG_PEND_SHUTDOWN 2u /* notify users, then shut down after the queued writes */
+#define TG_PEND_CLOSE 1u    /* tell its users, then uv_close */
+#define TG_PEND_SHUTDOWN 2u /* tell its users, then shut down after the queued writes */
 #define TG_PEND_INPUT 4u    /* parse pipelined input now that the previous answer is done */
 #define TG_PEND_TLS 8u      /* encrypt more of the plaintext waiting in tls_plain */
-#define TG_PEND_HANDSHAKE 16u /* feed the TLS handshake input kept in c->in (http1_tls.c) */
+#define TG_PEND_HANDSHAKE 16u /* feed the TLS handshake input kept in c->in (tls_io.c) */
 
-/* http1_timer.c */
-/* Every state transition passes here: it checks the edge and sets the one timer's deadline. */
-void tg__http_set_state(struct tg_conn *c, enum tg_conn_state s);
-/* The deadline of the state c is in: ms from now (the timer moves only when it would fire
+/* timer.c */
+/* Every phase transition passes here: it checks the edge and sets the one timer's deadline. */
+void tg__http_set_phase(struct tg_conn *c, enum tg_conn_phase s);
+/* The deadline of the phase c is in: ms from now (the timer moves only when it would fire
  * after it). */
 void tg__http_arm(struct tg_conn *c, uint64_t ms);
 
-/* http1.c */
+/* conn.c */
 /* TLS: encrypt and write more of the plaintext queued in c->tls_plain (a slice per round, while
  * the connection is under its mark). */
 void tg__http_tls_pump(struct tg_conn *c);
@@ -34,7 +34,7 @@ void tg__http_finish_request(struct tg_conn *c);
 /* What a connection may hold of input not parsed yet. */
 size_t tg__http_input_ceiling(struct tg_conn *c);
 
-/* http1_tls.c */
+/* tls_io.c */
 /* n bytes of c's TLS input: fed now, or kept for a later round when this iteration's handshake
  * slice is spent (limits.tls_handshake_slice_ms). 0: c is established and c->in holds
  * plaintext to parse; 1: nothing to parse. */
@@ -42,7 +42,7 @@ int tg__http_tls_input(struct tg_conn *c, const char *p, size_t n);
 /* TG_PEND_HANDSHAKE: feed the kept bytes, or keep waiting. Returns as tg__http_tls_input. */
 int tg__http_tls_resume(struct tg_conn *c);
 
-/* http1_out.c */
+/* out.c */
 /* Takes the storage of b (left empty): plaintext, corked on streams, encrypted on TLS. */
 void tg__http_send_owned(struct tg_conn *c, struct tg_buf *b);
 /* Takes the storage of wire: bytes that go to the socket as they are. */
@@ -56,7 +56,7 @@ int tg__http_out_drained(const struct tg_conn *c);
 
 /* The request under way is forgotten (its buffers kept). */
 void tg__http_req_reset(struct tg_http_req *r);
-/* A request begins: the connection takes a scratch from the pool (http1_scratch.c). */
+/* A request begins: the connection takes a scratch from the pool (scratch.c). */
 void tg__http_scratch_take(struct tg_conn *c);
 /* The request is over: its scratch goes back, with storage of a usual size. */
 void tg__http_scratch_give(struct tg_conn *c);

@@ -1,7 +1,7 @@
 /* The HTTP/1.1 write path: answers with Content-Length, chunked streams, the cork that
  * gathers a stream's writes for one write(2) per loop iteration, TLS encryption on the way
  * out, raw writes on upgraded connections, and the output accounting behind the high-water
- * mark. The connection itself (reading, parsing, state, deferred work) is in http1.c. */
+ * mark. The connection itself (reading, parsing, phase, deferred work) is in conn.c. */
 #include "transports/http1/internal.h"
 
 #include <stdlib.h>
@@ -123,17 +123,17 @@ static int wire_high(const struct tg_conn *c)
 /* Output fell: resume whoever waits for it. */
 static void drained(struct tg_conn *c)
 {
-    if (c->state < TG_CONN_CLOSING && c->tls_plain.len > c->tls_plain_off && !wire_high(c))
+    if (c->phase < TG_CONN_CLOSING && c->tls_plain.len > c->tls_plain_off && !wire_high(c))
         tg__http_tls_pump(c);
-    if (c->state >= TG_CONN_CLOSING || !tg__http_out_drained(c))
+    if (c->phase >= TG_CONN_CLOSING || !tg__http_out_drained(c))
         return;
     if (c->on_drain)
         c->on_drain(c, c->exchange);
-    if (c->wait_drain && c->state < TG_CONN_CLOSING) {
+    if (c->wait_drain && c->phase < TG_CONN_CLOSING) {
         c->wait_drain = 0;
         tg__http_pend(c, TG_PEND_INPUT);
     }
-    if (c->state == TG_CONN_UPGRADED && c->read_stopped && c->up_data != NULL) {
+    if (c->phase == TG_CONN_UPGRADED && c->read_stopped && c->up_data != NULL) {
         /* an upgraded protocol paused its reads on this mark: let it see its input again */
         tg__http_pend(c, TG_PEND_INPUT);
     }
@@ -148,7 +148,7 @@ static void on_write(uv_write_t *req, int status)
     free(w->base);
     free(w);
     if (status < 0) {
-        if (c->state < TG_CONN_CLOSING)
+        if (c->phase < TG_CONN_CLOSING)
             tg_conn_close(c, "write failed");
         return;
     }
@@ -187,8 +187,8 @@ static void cork_grew(struct tg_conn *c)
 {
     out_add(c, c->cork.len - c->out_pending_corked);
     c->out_pending_corked = c->cork.len;
-    if (!tg_list_linked(&c->cork_link))
-        tg_list_insert_tail(&c->env->corked, &c->cork_link);
+    if (!tg_list_linked(&c->cork_node))
+        tg_list_insert_tail(&c->env->corked, &c->cork_node);
 }
 
 /* A chunked stream's joined writes (tg_http_stream_write_joined) of one loop iteration, one after
@@ -225,12 +225,12 @@ static void close_chunk(struct tg_conn *c)
  * write(2) (and one TLS pass) instead of one per event. */
 void tg__http_send_owned(struct tg_conn *c, struct tg_buf *b)
 {
-    if (c->state >= TG_CONN_CLOSING || b->len == 0) {
+    if (c->phase >= TG_CONN_CLOSING || b->len == 0) {
         tg_buf_dispose(b);
         return;
     }
     c->log_bytes += b->len;
-    if (c->state == TG_CONN_STREAMING || c->state == TG_CONN_UPGRADED) {
+    if (c->phase == TG_CONN_STREAMING || c->phase == TG_CONN_UPGRADED) {
         close_chunk(c);
         if (c->cork.len == 0 && c->cork.cap == 0) {
             c->cork = *b; /* take the buffer as it is: no copy for the first write of a burst */
@@ -252,7 +252,7 @@ void tg__http_send_owned(struct tg_conn *c, struct tg_buf *b)
 void tg__http_flush_cork(struct tg_conn *c)
 {
     close_chunk(c);
-    tg_list_unlink(&c->cork_link);
+    tg_list_unlink(&c->cork_node);
     if (c->cork.len == 0)
         return;
     struct tg_buf b = c->cork;
@@ -283,7 +283,7 @@ void tg_http_flush(struct tg_conn *c)
 void tg_http_flush_corked(struct tg_http_env *env)
 {
     while (!tg_list_empty(&env->corked))
-        tg_http_flush(tg_container_of(env->corked.next, struct tg_conn, cork_link));
+        tg_http_flush(tg_container_of(env->corked.next, struct tg_conn, cork_node));
 }
 
 /* Encrypting is the one step of a big answer to a TLS client that costs real CPU (and a wire copy
@@ -294,7 +294,7 @@ void tg_http_flush_corked(struct tg_http_env *env)
 
 void tg__http_tls_pump(struct tg_conn *c)
 {
-    for (int i = 0; i < 4 && c->state < TG_CONN_CLOSING && c->tls_plain.len > c->tls_plain_off; i++) {
+    for (int i = 0; i < 4 && c->phase < TG_CONN_CLOSING && c->tls_plain.len > c->tls_plain_off; i++) {
         if (wire_high(c))
             return; /* drained() pumps again */
         size_t n = c->tls_plain.len - c->tls_plain_off;
@@ -312,7 +312,7 @@ void tg__http_tls_pump(struct tg_conn *c)
         }
         tg__http_send_wire(c, &wire);
     }
-    if (c->state >= TG_CONN_CLOSING)
+    if (c->phase >= TG_CONN_CLOSING)
         return;
     if (c->tls_plain.len > c->tls_plain_off) {
         if (!wire_high(c))
@@ -325,7 +325,7 @@ void tg__http_tls_pump(struct tg_conn *c)
 
 static void send_now(struct tg_conn *c, struct tg_buf *b)
 {
-    if (c->state >= TG_CONN_CLOSING || b->len == 0) {
+    if (c->phase >= TG_CONN_CLOSING || b->len == 0) {
         tg_buf_dispose(b);
         return;
     }
@@ -398,7 +398,7 @@ static void send_head_body(struct tg_conn *c, struct tg_buf *head, struct tg_buf
         queue_wire(c, head, off);
     tg_buf_dispose(head);
     off = off > head_len ? off - head_len : 0;
-    if (c->state < TG_CONN_CLOSING && off < body->len)
+    if (c->phase < TG_CONN_CLOSING && off < body->len)
         queue_wire(c, body, off);
     tg_buf_dispose(body);
 }
@@ -408,7 +408,7 @@ void tg__http_send_wire(struct tg_conn *c, struct tg_buf *wire_in)
 {
     struct tg_buf wire = *wire_in;
     tg_buf_init(wire_in);
-    if (c->state >= TG_CONN_CLOSING || wire.len == 0) {
+    if (c->phase >= TG_CONN_CLOSING || wire.len == 0) {
         tg_buf_dispose(&wire);
         return;
     }
@@ -457,7 +457,7 @@ static void append_head(struct tg_conn *c, struct tg_buf *b, int status, const c
 
 void tg_http_respond(struct tg_conn *c, int status, const char *extra, const char *ctype, const char *body, size_t len)
 {
-    if (c->state >= TG_CONN_CLOSING)
+    if (c->phase >= TG_CONN_CLOSING)
         return;
     struct tg_metrics *m = c->env->metrics;
     if (status >= 100 && status < 600)
@@ -478,7 +478,7 @@ void tg_http_respond(struct tg_conn *c, int status, const char *extra, const cha
 
 void tg_http_respond_owned(struct tg_conn *c, int status, const char *extra, const char *ctype, struct tg_buf *body)
 {
-    if (body->len < 65536 || c->req.method == HTTP_HEAD || c->cork.len > 0 || c->state >= TG_CONN_CLOSING) {
+    if (body->len < 65536 || c->req.method == HTTP_HEAD || c->cork.len > 0 || c->phase >= TG_CONN_CLOSING) {
         tg_http_respond(c, status, extra, ctype, body->base ? body->base : "", body->len);
         tg_buf_dispose(body);
         return;
@@ -513,7 +513,7 @@ void tg_http_respond_rpc_error(struct tg_conn *c, int status, const char *extra,
 
 void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra, const char *ctype)
 {
-    if (c->state >= TG_CONN_CLOSING)
+    if (c->phase >= TG_CONN_CLOSING)
         return;
     if (c->req.http_minor == 0)
         c->close_after = 1; /* HTTP/1.0 has no chunked encoding: the stream ends with the connection */
@@ -526,12 +526,12 @@ void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra, cons
         tg_buf_appends(&b, "Transfer-Encoding: chunked\r\n");
     tg_buf_appends(&b, "\r\n");
     tg__http_send_owned(c, &b);
-    tg__http_set_state(c, TG_CONN_STREAMING);
+    tg__http_set_phase(c, TG_CONN_STREAMING);
 }
 
 static void stream_write(struct tg_conn *c, const char *p, size_t n, int joined)
 {
-    if (c->state != TG_CONN_STREAMING || n == 0)
+    if (c->phase != TG_CONN_STREAMING || n == 0)
         return;
     /* Straight into the cork, chunk framing and all: no buffer per event. */
     c->log_bytes += n;
@@ -564,7 +564,7 @@ void tg_http_stream_write_joined(struct tg_conn *c, const char *p, size_t n) { s
 
 void tg_http_stream_end(struct tg_conn *c)
 {
-    if (c->state != TG_CONN_STREAMING)
+    if (c->phase != TG_CONN_STREAMING)
         return;
     if (c->req.http_minor != 0) {
         struct tg_buf b;
@@ -579,7 +579,7 @@ void tg_http_raw_write(struct tg_conn *c, const char *p, size_t n) { tg_http_raw
 
 void tg_http_raw_write2(struct tg_conn *c, const char *head, size_t hn, const char *p, size_t n)
 {
-    if (c->state != TG_CONN_UPGRADED) {
+    if (c->phase != TG_CONN_UPGRADED) {
         struct tg_buf b;
         tg_buf_init(&b);
         tg_buf_append(&b, head, hn);

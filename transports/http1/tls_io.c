@@ -52,7 +52,7 @@ static int put_off(struct tg_conn *c, const char *p, size_t n)
 static int feed(struct tg_conn *c, const char *p, size_t n)
 {
     struct tg_http_env *env = c->env;
-    int handshake = c->state == TG_CONN_HANDSHAKE;
+    int handshake = c->phase == TG_CONN_HANDSHAKE;
     uint64_t t0 = handshake ? uv_hrtime() : 0;
     struct tg_buf out;
     tg_buf_init(&out);
@@ -79,7 +79,7 @@ static int feed(struct tg_conn *c, const char *p, size_t n)
     if (handshake) {
         if (!tg_tls_established(c->tls))
             return 1;
-        tg__http_set_state(c, TG_CONN_IDLE);
+        tg__http_set_phase(c, TG_CONN_IDLE);
         char dn[512], cn[256];
         if (tg_tls_peer_subject(c->tls, dn, sizeof(dn), cn, sizeof(cn))) {
             char esc[600];
@@ -95,7 +95,7 @@ static int feed(struct tg_conn *c, const char *p, size_t n)
 int tg__http_tls_input(struct tg_conn *c, const char *p, size_t n)
 {
     /* behind the handshakes already waiting, or past this iteration's slice: later */
-    if (c->state == TG_CONN_HANDSHAKE &&
+    if (c->phase == TG_CONN_HANDSHAKE &&
         ((c->pend & TG_PEND_HANDSHAKE) || c->env->handshakes_waiting > 0 || slice_spent(c->env)))
         return put_off(c, p, n);
     return feed(c, p, n);

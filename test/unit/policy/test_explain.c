@@ -1,6 +1,7 @@
 /* policy/explain.c: where a decision came from. The verdict is tg_policy_decide_call()'s; these
  * cases check that the entry, the rule and the condition named are the ones that decided, and
- * that explaining takes from the counters exactly what deciding takes (the probes take nothing). */
+ * that explaining takes from the counters exactly what deciding takes (explain decides once, as the
+ * gateway does, and reads where the decision recorded it came from). */
 #include "test/unit/unit.h"
 
 #include "core/base/buf.h"
@@ -186,6 +187,41 @@ static void explaining_takes_what_deciding_takes(void **state)
     tg_policy_unref(p);
 }
 
+/* The steps decided after every rule held: an amount increment_from cannot count (the rule's
+ * state block is named), and an allow by the "*" entry. */
+static void counting_steps_and_the_wildcard(void **state)
+{
+    (void)state;
+    struct tg_policy *p = compile(
+        "{\"version\":\"1\",\"default\":\"allow\",\"tools\":{"
+        "\"pay\":{\"rules\":[{\"name\":\"ok\",\"conditions\":[{\"path\":\"args.to\",\"op\":\"exists\",\"value\":true}]},"
+        "{\"name\":\"budget\",\"conditions\":[{\"path\":\"args.n\",\"op\":\"exists\",\"value\":true}],\"state\":{\"counter\":\"spent\",\"window\":\"day\",\"increment_from\":\"args.n\"}}]},"
+        "\"*\":{\"rules\":[{\"name\":\"any\",\"conditions\":[{\"path\":\"args.x\",\"op\":\"neq\",\"value\":1}]}]}}}");
+    struct tg_counters *c = tg_counters_new();
+    struct tg_policy_explain *e = malloc(sizeof(*e));
+    explain(p, c, "pay", "{\"to\":\"a\",\"n\":-1,\"x\":0}", e);
+    assert_int_equal(e->d.verdict, TG_VERDICT_DENY);
+    assert_string_equal(e->where, "tools.pay.rules[1].state.increment_from");
+    assert_int_equal(e->cond, -1);
+    explain(p, c, "pay", "{\"to\":\"a\",\"n\":2,\"x\":0}", e);
+    assert_int_equal(e->d.verdict, TG_VERDICT_ALLOW);
+    assert_string_equal(e->where, "tools.pay");
+    explain(p, c, "other", "{\"x\":0}", e);
+    assert_int_equal(e->d.verdict, TG_VERDICT_ALLOW);
+    assert_string_equal(e->where, "tools.*");
+    explain(p, c, "other", "{\"x\":1}", e);
+    assert_int_equal(e->d.verdict, TG_VERDICT_DENY);
+    assert_string_equal(e->where, "tools.*.rules[0]");
+    assert_int_equal(e->cond, 0);
+    assert_string_equal(e->cond_text, "args.x neq 1 (the call has 1)");
+    explain(p, c, "pay", "{\"n\":1,\"x\":1}", e); /* the tool's entry is judged first */
+    assert_string_equal(e->where, "tools.pay.rules[0]");
+    assert_string_equal(e->cond_text, "args.to exists true (the call has no such argument)");
+    tg_counters_free(c);
+    free(e);
+    tg_policy_unref(p);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -193,6 +229,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(same_named_rules_name_the_one_that_failed),
         cmocka_unit_test(entries_that_decide_without_rules),
         cmocka_unit_test(explaining_takes_what_deciding_takes),
+        cmocka_unit_test(counting_steps_and_the_wildcard),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

@@ -102,7 +102,7 @@ static inline void hh_on_connection(uv_stream_t *s, int status)
     tg_http1_accept(&h->env, &h->hl, s);
     h->accepted++;
     if (h->env.nconns > before)
-        h->conn = tg_container_of(h->env.conns.prev, struct tg_conn, link);
+        h->conn = tg_container_of(h->env.conns.prev, struct tg_conn, node);
 }
 
 static inline void hh_on_readable(uv_poll_t *p, int status, int events)
@@ -308,7 +308,7 @@ static inline void hh_free(struct hh *h)
     h->fd = -1;
     for (struct tg_list *l = h->env.conns.next, *next; l != &h->env.conns; l = next) {
         next = l->next;
-        tg_conn_close_now(tg_container_of(l, struct tg_conn, link), "test over");
+        tg_conn_close_now(tg_container_of(l, struct tg_conn, node), "test over");
     }
     HH_RUN_UNTIL(h, h->gone == h->accepted && h->env.nconns == 0);
     uv_close((uv_handle_t *)&h->listen, NULL);

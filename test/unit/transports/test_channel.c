@@ -9,6 +9,7 @@
  * handshake's refusals, one message per text frame both ways, and the close. */
 #include "test/unit/transports/edge.h"
 
+#include "core/wire/http_fast.h"
 #include "transports/ws.h"
 
 #define CALL(id, tool)                                                                                             \
@@ -19,7 +20,7 @@
     "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"" version "\","   \
     "\"capabilities\":{},\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}"
 
-/* ---- tg_query_param ------------------------------------------------------------------------ */
+/* ---- tg_http_fast_query_param (core/wire/http_fast.c, read by legacy_sse.c) -------------- */
 
 static void query_param(void **state)
 {
@@ -41,13 +42,13 @@ static void query_param(void **state)
         {"?&&sessionId=z&", "sessionId", "z"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        struct tg_slice v = tg_query_param(tg_slice_cstr(cases[i].q), cases[i].name);
+        struct tg_slice v = tg_http_fast_query_param(tg_slice_cstr(cases[i].q), cases[i].name);
         if (cases[i].want == NULL ? v.ptr != NULL : (v.ptr == NULL || !tg_slice_eq(v, tg_slice_cstr(cases[i].want))))
             fail_msg("%s in \"%s\": got %s%.*s, expected %s", cases[i].name, cases[i].q, v.ptr ? "" : "(none)",
                      (int)v.len, v.ptr ? v.ptr : "", cases[i].want ? cases[i].want : "(none)");
     }
     /* A slice: bytes past its end are not read. */
-    struct tg_slice v = tg_query_param(tg_slice_of("?sessionId=abcdef", 14), "sessionId");
+    struct tg_slice v = tg_http_fast_query_param(tg_slice_of("?sessionId=abcdef", 14), "sessionId");
     assert_true(tg_slice_eq(v, TG_SLICE("abc")));
 }
 
@@ -463,7 +464,7 @@ static struct tg_session *ws_open(struct edge *t, const char *target)
     assert_int_equal(tg_session_table_count(t->srv->sessions), 1);
     struct tg_session *s = NULL;
     for (struct tg_list *l = t->srv->channels.next; l != &t->srv->channels; l = l->next)
-        s = tg_container_of(l, struct tg_channel, link)->sess;
+        s = tg_container_of(l, struct tg_channel, node)->sess;
     assert_non_null(s);
     return s;
 }

@@ -191,7 +191,7 @@ static void sse_stream_chunked_framing(void **state)
                  "9\r\ndata: 1\n\n\r\n");
     struct tg_conn *c = t1_of(h)->held;
     assert_non_null(c);
-    assert_int_equal(c->state, TG_CONN_STREAMING);
+    assert_int_equal(c->phase, TG_CONN_STREAMING);
     /* A request pipelined behind the stream waits for its end. */
     HH_SEND(h, "GET /queued HTTP/1.1\r\nHost: x\r\n\r\n");
     hh_spin(h, 5);

@@ -237,7 +237,7 @@ static void post_sse_answer(void **state)
                                        "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n");
         /* The stream's id is the replay buffer's. */
         assert_false(tg_list_empty(&s->streams));
-        struct tg_replay *r = tg_container_of(s->streams.next, struct tg_replay, slink);
+        struct tg_replay *r = tg_container_of(s->streams.next, struct tg_replay, snode);
         char want[512];
         snprintf(want, sizeof(want),
                  "%s%llx-0\n%s"
@@ -363,7 +363,7 @@ static void get_stream(void **state)
     edge_request(t, "GET", "/mcp", hdr, NULL);
     EDGE_EXPECT_RPC(t, 409, NULL, TG_RPC_INVALID_REQUEST, "Conflict: this session already has a GET stream");
     /* A resumption of a stream that has its client: 409 too. */
-    struct tg_replay *r = tg_container_of(s->streams.next, struct tg_replay, slink);
+    struct tg_replay *r = tg_container_of(s->streams.next, struct tg_replay, snode);
     snprintf(hdr, sizeof(hdr), "Accept: text/event-stream\r\nMcp-Session-Id: %s\r\nLast-Event-ID: %llx-0\r\n",
              s->id_str, (unsigned long long)r->id);
     edge_request(t, "GET", "/mcp", hdr, NULL);
@@ -398,7 +398,7 @@ static void get_resume_and_tick(void **state)
     edge_request(t, "GET", "/mcp", hdr, NULL);
     HH_RUN_UNTIL(t->h, fake.nsend == 1 && got_has(t, "\r\n\r\n"));
     struct tg_call *k = fake.last;
-    struct tg_replay *r = tg_container_of(s->streams.next, struct tg_replay, slink);
+    struct tg_replay *r = tg_container_of(s->streams.next, struct tg_replay, snode);
     unsigned long long id = (unsigned long long)r->id;
     char ev[256];
     const char *n1 = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/one\"}";
@@ -468,7 +468,7 @@ static void post_stream_resumed_after_end(void **state)
     struct tg_call *k = fake.last;
     tg_call_stream(k);
     HH_RUN_UNTIL(t->h, got_has(t, "retry: 1000\ndata:\n\n"));
-    struct tg_replay *r = tg_container_of(s->streams.next, struct tg_replay, slink);
+    struct tg_replay *r = tg_container_of(s->streams.next, struct tg_replay, snode);
     close(edge_detach(t));
     HH_RUN_UNTIL(t->h, t->h->env.nconns == 0);
     edge_clear(t);

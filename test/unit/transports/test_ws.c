@@ -120,7 +120,7 @@ static struct hh *setup_upgraded(size_t max_msg)
     HH_EXPECT(h, SWITCHING);
     assert_non_null(tw_of(h)->ws);
     assert_non_null(h->conn);
-    assert_int_equal(h->conn->state, TG_CONN_UPGRADED);
+    assert_int_equal(h->conn->phase, TG_CONN_UPGRADED);
     return h;
 }
 

@@ -91,7 +91,7 @@ static void route_paths(void **state)
 
 /* ---- tg_route_origin_allowed -------------------------------------------------------------- */
 
-static int origin(const struct tg_listen_conf *lc, const char *o)
+static int origin(const struct tg_listener_conf *lc, const char *o)
 {
     return tg_route_origin_allowed(lc, o ? tg_slice_cstr(o) : TG_SLICE_NULL);
 }
@@ -99,7 +99,7 @@ static int origin(const struct tg_listen_conf *lc, const char *o)
 static void route_origins(void **state)
 {
     char *extra[] = {"https://app.example.com", "http://10.0.0.5:3000"};
-    struct tg_listen_conf lc = {0};
+    struct tg_listener_conf lc = {0};
     lc.origins = extra;
     lc.norigins = 2;
     static const struct {

@@ -84,57 +84,57 @@ static int sink_empty(struct sink *s)
 
 static void off_without_address(void **state)
 {
-    struct tg_notify n;
-    assert_int_equal(tg_notify_init_addr(&n, NULL), 0);
-    assert_false(tg_notify_enabled(&n));
-    assert_int_equal(tg_notify_send(&n, "READY=1"), 1);
-    assert_int_equal(tg_notify_ready(&n), 1);
-    tg_notify_dispose(&n);
-    assert_int_equal(tg_notify_init_addr(&n, ""), 0);
-    assert_false(tg_notify_enabled(&n));
-    tg_notify_dispose(&n);
+    struct tg_sd_notify n;
+    assert_int_equal(tg_sd_notify_init_addr(&n, NULL), 0);
+    assert_false(tg_sd_notify_enabled(&n));
+    assert_int_equal(tg_sd_notify_send(&n, "READY=1"), 1);
+    assert_int_equal(tg_sd_notify_ready(&n), 1);
+    tg_sd_notify_dispose(&n);
+    assert_int_equal(tg_sd_notify_init_addr(&n, ""), 0);
+    assert_false(tg_sd_notify_enabled(&n));
+    tg_sd_notify_dispose(&n);
     unsetenv("NOTIFY_SOCKET");
-    assert_int_equal(tg_notify_init(&n), 0);
-    assert_false(tg_notify_enabled(&n));
-    tg_notify_dispose(&n);
+    assert_int_equal(tg_sd_notify_init(&n), 0);
+    assert_false(tg_sd_notify_enabled(&n));
+    tg_sd_notify_dispose(&n);
 }
 
 static void refuses_unusable_addresses(void **state)
 {
-    struct tg_notify n;
+    struct tg_sd_notify n;
     char longpath[200];
     memset(longpath, 'a', sizeof(longpath) - 1);
     longpath[0] = '/';
     longpath[sizeof(longpath) - 1] = '\0';
-    assert_int_equal(tg_notify_init_addr(&n, "relative/path"), -EAFNOSUPPORT);
-    assert_false(tg_notify_enabled(&n));
-    assert_int_equal(tg_notify_init_addr(&n, "vsock:2:1234"), -EAFNOSUPPORT);
-    assert_int_equal(tg_notify_init_addr(&n, longpath), -ENAMETOOLONG);
-    assert_false(tg_notify_enabled(&n));
+    assert_int_equal(tg_sd_notify_init_addr(&n, "relative/path"), -EAFNOSUPPORT);
+    assert_false(tg_sd_notify_enabled(&n));
+    assert_int_equal(tg_sd_notify_init_addr(&n, "vsock:2:1234"), -EAFNOSUPPORT);
+    assert_int_equal(tg_sd_notify_init_addr(&n, longpath), -ENAMETOOLONG);
+    assert_false(tg_sd_notify_enabled(&n));
     longpath[108] = '\0'; /* 108 bytes: an abstract name may fill sun_path, a path may not (its NUL) */
-    assert_int_equal(tg_notify_init_addr(&n, longpath), -ENAMETOOLONG);
+    assert_int_equal(tg_sd_notify_init_addr(&n, longpath), -ENAMETOOLONG);
     longpath[0] = '@';
-    assert_int_equal(tg_notify_init_addr(&n, longpath), 0);
-    assert_true(tg_notify_enabled(&n));
-    tg_notify_dispose(&n);
-    assert_int_equal(tg_notify_init_addr(&n, "@"), -EINVAL);
-    assert_int_equal(tg_notify_send(&n, "READY=1"), 1);
+    assert_int_equal(tg_sd_notify_init_addr(&n, longpath), 0);
+    assert_true(tg_sd_notify_enabled(&n));
+    tg_sd_notify_dispose(&n);
+    assert_int_equal(tg_sd_notify_init_addr(&n, "@"), -EINVAL);
+    assert_int_equal(tg_sd_notify_send(&n, "READY=1"), 1);
 }
 
 static void path_socket_gets_ready_with_pid(void **state)
 {
     struct sink s;
     sink_path(&s);
-    struct tg_notify n;
-    assert_int_equal(tg_notify_init_addr(&n, s.name), 0);
-    assert_true(tg_notify_enabled(&n));
-    assert_int_equal(tg_notify_ready(&n), 0);
+    struct tg_sd_notify n;
+    assert_int_equal(tg_sd_notify_init_addr(&n, s.name), 0);
+    assert_true(tg_sd_notify_enabled(&n));
+    assert_int_equal(tg_sd_notify_ready(&n), 0);
     char got[256], want[64];
     sink_recv(&s, got, sizeof(got), 2000, "READY=1");
     snprintf(want, sizeof(want), "READY=1\nMAINPID=%ld", (long)getpid());
     assert_string_equal(got, want);
-    tg_notify_dispose(&n);
-    assert_false(tg_notify_enabled(&n));
+    tg_sd_notify_dispose(&n);
+    assert_false(tg_sd_notify_enabled(&n));
     sink_close(&s);
 }
 
@@ -142,11 +142,11 @@ static void abstract_socket_gets_each_state(void **state)
 {
     struct sink s;
     sink_abstract(&s);
-    struct tg_notify n;
-    assert_int_equal(tg_notify_init_addr(&n, s.name), 0);
+    struct tg_sd_notify n;
+    assert_int_equal(tg_sd_notify_init_addr(&n, s.name), 0);
     char got[256];
 
-    assert_int_equal(tg_notify_reloading(&n), 0);
+    assert_int_equal(tg_sd_notify_reloading(&n), 0);
     sink_recv(&s, got, sizeof(got), 2000, "RELOADING=1");
     const char pre[] = "RELOADING=1\nMONOTONIC_USEC=";
     assert_memory_equal(got, pre, sizeof(pre) - 1);
@@ -158,17 +158,17 @@ static void abstract_socket_gets_each_state(void **state)
     unsigned long long now = (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000ULL;
     assert_true(us > 0 && us <= now && now - us < 10000000ULL); /* CLOCK_MONOTONIC, microseconds */
 
-    assert_int_equal(tg_notify_reloaded(&n, 1), 0);
+    assert_int_equal(tg_sd_notify_reloaded(&n, 1), 0);
     sink_recv(&s, got, sizeof(got), 2000, "READY=1 after a reload");
     assert_string_equal(got, "READY=1\nSTATUS=");
-    assert_int_equal(tg_notify_reloaded(&n, 0), 0);
+    assert_int_equal(tg_sd_notify_reloaded(&n, 0), 0);
     sink_recv(&s, got, sizeof(got), 2000, "READY=1 after a refused reload");
     assert_string_equal(got, "READY=1\nSTATUS=reload failed, previous configuration kept (see the log)");
-    assert_int_equal(tg_notify_stopping(&n), 0);
+    assert_int_equal(tg_sd_notify_stopping(&n), 0);
     sink_recv(&s, got, sizeof(got), 2000, "STOPPING=1");
     assert_string_equal(got, "STOPPING=1");
     assert_true(sink_empty(&s));
-    tg_notify_dispose(&n);
+    tg_sd_notify_dispose(&n);
     sink_close(&s);
 }
 
@@ -177,41 +177,41 @@ static void init_takes_the_variable_out_of_the_environment(void **state)
     struct sink s;
     sink_abstract(&s);
     assert_int_equal(setenv("NOTIFY_SOCKET", s.name, 1), 0);
-    struct tg_notify n;
-    assert_int_equal(tg_notify_init(&n), 0);
+    struct tg_sd_notify n;
+    assert_int_equal(tg_sd_notify_init(&n), 0);
     assert_null(getenv("NOTIFY_SOCKET")); /* children (stdio upstreams) must not inherit it */
-    assert_true(tg_notify_enabled(&n));
-    assert_int_equal(tg_notify_stopping(&n), 0);
+    assert_true(tg_sd_notify_enabled(&n));
+    assert_int_equal(tg_sd_notify_stopping(&n), 0);
     char got[64];
     sink_recv(&s, got, sizeof(got), 2000, "STOPPING=1");
     assert_string_equal(got, "STOPPING=1");
-    tg_notify_dispose(&n);
+    tg_sd_notify_dispose(&n);
     /* An unusable value is taken out too, and leaves notifications off. */
     assert_int_equal(setenv("NOTIFY_SOCKET", "vsock:2:99", 1), 0);
-    assert_int_equal(tg_notify_init(&n), -EAFNOSUPPORT);
+    assert_int_equal(tg_sd_notify_init(&n), -EAFNOSUPPORT);
     assert_null(getenv("NOTIFY_SOCKET"));
-    assert_false(tg_notify_enabled(&n));
+    assert_false(tg_sd_notify_enabled(&n));
     sink_close(&s);
 }
 
 /* Nobody listens: each send fails, none blocks or raises a signal, and only the first is logged. */
 static void missing_listener_is_ignored(void **state)
 {
-    struct tg_notify n;
-    assert_int_equal(tg_notify_init_addr(&n, "/nonexistent-tollgate-dir/notify"), 0);
-    assert_true(tg_notify_enabled(&n));
-    assert_int_equal(tg_notify_ready(&n), -ENOENT);
+    struct tg_sd_notify n;
+    assert_int_equal(tg_sd_notify_init_addr(&n, "/nonexistent-tollgate-dir/notify"), 0);
+    assert_true(tg_sd_notify_enabled(&n));
+    assert_int_equal(tg_sd_notify_ready(&n), -ENOENT);
     assert_int_equal(n._failed, 1);
-    assert_int_equal(tg_notify_stopping(&n), -ENOENT);
-    tg_notify_dispose(&n);
+    assert_int_equal(tg_sd_notify_stopping(&n), -ENOENT);
+    tg_sd_notify_dispose(&n);
     struct sink s;
     sink_abstract(&s);
     char name[108];
     snprintf(name, sizeof(name), "%s", s.name);
     sink_close(&s); /* the name is free again: nobody behind it */
-    assert_int_equal(tg_notify_init_addr(&n, name), 0);
-    assert_int_equal(tg_notify_ready(&n), -ECONNREFUSED);
-    tg_notify_dispose(&n);
+    assert_int_equal(tg_sd_notify_init_addr(&n, name), 0);
+    assert_int_equal(tg_sd_notify_ready(&n), -ECONNREFUSED);
+    tg_sd_notify_dispose(&n);
 }
 
 /* A manager that does not read: the receive queue fills, and a send then fails at once with
@@ -220,11 +220,11 @@ static void full_queue_does_not_block(void **state)
 {
     struct sink s;
     sink_abstract(&s);
-    struct tg_notify n;
-    assert_int_equal(tg_notify_init_addr(&n, s.name), 0);
+    struct tg_sd_notify n;
+    assert_int_equal(tg_sd_notify_init_addr(&n, s.name), 0);
     int sent = 0, again = 0;
     for (int i = 0; i < 5000 && again == 0; i++) {
-        int r = tg_notify_send(&n, "STATUS=filling the queue of a manager that does not read");
+        int r = tg_sd_notify_send(&n, "STATUS=filling the queue of a manager that does not read");
         if (r == 0)
             sent++;
         else if (r == -EAGAIN)
@@ -239,10 +239,10 @@ static void full_queue_does_not_block(void **state)
     char got[128];
     while (!sink_empty(&s))
         sink_recv(&s, got, sizeof(got), 0, "the queued datagrams");
-    assert_int_equal(tg_notify_stopping(&n), 0);
+    assert_int_equal(tg_sd_notify_stopping(&n), 0);
     sink_recv(&s, got, sizeof(got), 2000, "STOPPING=1");
     assert_string_equal(got, "STOPPING=1");
-    tg_notify_dispose(&n);
+    tg_sd_notify_dispose(&n);
     sink_close(&s);
 }
 
