@@ -66,7 +66,7 @@ static void take(struct tg_link_wait *w, const struct tg_upstream_events **ev, v
     *w->state = NULL;
     *ev = w->ev;
     *call = w->call;
-    free(w);
+    tg_xfree(w);
 }
 
 static struct tg_link_wait *find(struct tg_uplink *ln, struct tg_slice id, uint64_t gid)
@@ -171,7 +171,7 @@ void tg_link_op_cancel(void *state)
         return;
     tg_list_unlink(&w->link);
     *w->state = NULL;
-    free(w);
+    tg_xfree(w);
 }
 
 void tg_link_op_touch(void *state) {}

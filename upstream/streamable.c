@@ -84,7 +84,7 @@ static void http_call_free(struct http_call *k)
 {
     tg_buf_dispose(&k->body);
     tg_sse_dispose(&k->sse);
-    free(k);
+    tg_xfree(k);
 }
 
 /* The kind is done with the call: out of its slot, so that the call's cancel finds nothing. */
