@@ -1,6 +1,7 @@
 /* The admin listener's applets: /metrics (Prometheus text), /healthz and /readyz, and the admin
  * API (/admin/approvals, /admin/approvals/ID/approve|deny, /admin/reload), and the approvals
  * page under /admin/ui/ (core/app/approvals_page.c). Answers made inside the gateway, beside the proxy path. */
+#include "core/app/server.h"
 #include "core/app/admin.h"
 
 #include "cluster/cluster.h"
@@ -76,7 +77,7 @@ static void list_approvals(struct tg_server *srv, struct tg_conn *c)
 static void metrics_render(struct tg_server *srv, struct tg_buf *out)
 {
     const struct tg_metrics *m = &srv->metrics;
-    G("connections_open", "Client connections open.", srv->http.nconns);
+    G("connections_open", "Client connections open.", tg_app_of(srv)->http.nconns);
     C("connections_accepted_total", "Client connections accepted.", m->conns_accepted);
     C("connections_rejected_total", "Connections refused at limits.max_connections or failed to accept (EMFILE).", m->conns_rejected);
     C("tls_handshake_failures_total", "Failed TLS handshakes.", m->tls_handshake_failures);
@@ -147,8 +148,8 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
       m->roots_answered);
     G("counters_live", "Rate-limit buckets and windows held in memory.", tg_counters_count(srv->counters));
     G("counters_memory_bytes", "Memory of the counter table.", tg_counters_memory(srv->counters));
-    if (srv->cluster != NULL)
-        tg_cluster_metrics(srv->cluster, out);
+    if (tg_app_of(srv)->cluster != NULL)
+        tg_cluster_metrics(tg_app_of(srv)->cluster, out);
     C("audit_records_total", "Audit records written.", tg_audit_written(srv->audit));
     C("audit_dropped_total", "Audit records dropped: the disk fell behind or a write failed.", tg_audit_dropped(srv->audit));
     C("reloads_total", "Successful configuration reloads.", srv->reloads);

@@ -1,3 +1,4 @@
+#include "core/app/server.h"
 #include "core/app/route.h"
 
 #include <stdio.h>
@@ -346,7 +347,7 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
     default:
         break;
     }
-    if (srv->cluster != NULL && (req->method == HTTP_POST || req->method == HTTP_GET || req->method == HTTP_DELETE) &&
+    if (tg_app_of(srv)->cluster != NULL && (req->method == HTTP_POST || req->method == HTTP_GET || req->method == HTTP_DELETE) &&
         wait_for_shared_session(srv, c, g, upstream))
         return; /* routed again when Redis answers */
     switch (req->method) {
