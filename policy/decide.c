@@ -531,109 +531,98 @@ static int amount_of(const cJSON *a, double *amount, char *why, size_t n)
     return 1;
 }
 
-/* Intercept stateful rules: reserve each counter within its limit (all or nothing). */
-static int reserve_rules(struct dctx *x, const char *tool, const struct ptool *t, const cJSON *args,
+/* Intercept stateful rules of one entry (the tool's or "*"): reserve each counter within its
+ * limit; on a refusal every reservation of the decision goes back (all or nothing). */
+static int reserve_rules(struct dctx *x, const char *tool, const struct ptool *pt, const cJSON *args,
                          struct tg_decision *d, struct tg__trace *tr)
 {
     const struct tg_policy *p = x->p;
     struct tg_counters *cs = x->cs;
     int64_t now_ms = x->now_ms;
-    const struct ptool *sets[2] = {t, p->wildcard};
-    for (int s = 0; s < 2; s++) {
-        const struct ptool *pt = sets[s];
-        if (pt == NULL)
+    for (int i = 0; i < pt->nrules; i++) {
+        const struct rule *r = &pt->rules[i];
+        if (r->counter < 0)
             continue;
-        for (int i = 0; i < pt->nrules; i++) {
-            const struct rule *r = &pt->rules[i];
-            if (r->counter < 0)
-                continue;
-            double amount = r->increment;
-            if (r->nincr > 0) {
-                const cJSON *a = resolve_args(args, r->incr_path, r->incr_idx, r->nincr);
-                char why[120];
-                if (!amount_of(a, &amount, why, sizeof(why))) {
-                    refund_all(cs, d);
-                    trace(tr, TG_TRACE_INCREMENT, pt, i, -1);
-                    set_decision(d, TG_VERDICT_DENY, r->name, "%s: %s, which counts toward \"%s\", %s", tool,
-                                 r->incr_from, r->name, why);
-                    return -1;
-                }
-            }
-            /* A counter whose rule sets no limit on it is still counted (Intercept: a state block
-             * increments on every allowed call), for other rules' conditions that read it; it
-             * skipped counting, so such a condition always read 0 and never limited anything. */
-            const struct pcounter *pc = &p->counters[r->counter];
-            uint64_t h1, h2;
-            counter_hash(x, r->counter, &h1, &h2);
-            int64_t ws = window_start(now_ms, pc->window_ms);
-            double nowv;
-            if (!tg_window_add(cs, h1, h2, ws, pc->window_ms, amount, r->limit, r->limit_op, &nowv)) {
+        double amount = r->increment;
+        if (r->nincr > 0) {
+            const cJSON *a = resolve_args(args, r->incr_path, r->incr_idx, r->nincr);
+            char why[120];
+            if (!amount_of(a, &amount, why, sizeof(why))) {
                 refund_all(cs, d);
-                trace(tr, TG_TRACE_COUNTER, pt, i, -1);
-                tg__note_clear(d);
-                tg__note_counter(d, pc, nowv);
-                uint64_t retry = (uint64_t)(ws + pc->window_ms - now_ms);
-                d->retry_after_ms = retry;
-                copy_str(d->counter, sizeof(d->counter), pc->key + 2);
-                set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s", r->on_deny ? r->on_deny : r->name,
-                             (unsigned long long)((retry + 999) / 1000));
+                trace(tr, TG_TRACE_INCREMENT, pt, i, -1);
+                set_decision(d, TG_VERDICT_DENY, r->name, "%s: %s, which counts toward \"%s\", %s", tool,
+                             r->incr_from, r->name, why);
                 return -1;
             }
-            if (d->nres < TG_MAX_RESERVATIONS) {
-                struct tg_reservation *rv = &d->res[d->nres++];
-                rv->h1 = h1;
-                rv->h2 = h2;
-                rv->kind = CK_WINDOW;
-                rv->amount = amount;
-                rv->window_start = ws;
-            }
-            tg__note_counter(d, pc, nowv);
         }
+        /* A counter whose rule sets no limit on it is still counted (Intercept: a state block
+         * increments on every allowed call), for other rules' conditions that read it; it
+         * skipped counting, so such a condition always read 0 and never limited anything. */
+        const struct pcounter *pc = &p->counters[r->counter];
+        uint64_t h1, h2;
+        counter_hash(x, r->counter, &h1, &h2);
+        int64_t ws = window_start(now_ms, pc->window_ms);
+        double nowv;
+        if (!tg_window_add(cs, h1, h2, ws, pc->window_ms, amount, r->limit, r->limit_op, &nowv)) {
+            refund_all(cs, d);
+            trace(tr, TG_TRACE_COUNTER, pt, i, -1);
+            tg__note_clear(d);
+            tg__note_counter(d, pc, nowv);
+            uint64_t retry = (uint64_t)(ws + pc->window_ms - now_ms);
+            d->retry_after_ms = retry;
+            copy_str(d->counter, sizeof(d->counter), pc->key + 2);
+            set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s", r->on_deny ? r->on_deny : r->name,
+                         (unsigned long long)((retry + 999) / 1000));
+            return -1;
+        }
+        if (d->nres < TG_MAX_RESERVATIONS) {
+            struct tg_reservation *rv = &d->res[d->nres++];
+            rv->h1 = h1;
+            rv->h2 = h2;
+            rv->kind = CK_WINDOW;
+            rv->amount = amount;
+            rv->window_start = ws;
+        }
+        tg__note_counter(d, pc, nowv);
     }
     return 0;
 }
 
-static int reserve_limits(struct dctx *x, const char *tool, const struct ptool *t, struct tg_decision *d,
+static int reserve_limits(struct dctx *x, const char *tool, const struct ptool *pt, struct tg_decision *d,
                           struct tg__trace *tr)
 {
     const struct tg_policy *p = x->p;
     struct tg_counters *cs = x->cs;
     int64_t now_ms = x->now_ms;
-    const struct ptool *sets[2] = {t, p->wildcard};
-    for (int s = 0; s < 2; s++) {
-        const struct ptool *pt = sets[s];
-        if (pt == NULL)
+    for (int i = 0; i < pt->nlimits; i++) {
+        if (pt->limits[i] < 0)
             continue;
-        for (int i = 0; i < pt->nlimits; i++) {
-            if (pt->limits[i] < 0)
-                continue;
-            const struct pcounter *pc = &p->counters[pt->limits[i]];
-            uint64_t h1, h2, retry;
-            double left;
-            counter_hash(x, pt->limits[i], &h1, &h2);
-            /* The audit record shows the calls the bucket allows now: its whole tokens. A bucket
-             * just emptied reports 0, not the 5.6e-7 of a token that 2 ms of refill bring back. */
-            if (!tg_bucket_take(cs, h1, h2, pc->capacity, pc->window_ms, 1, now_ms, &left, &retry)) {
-                refund_all(cs, d);
-                trace(tr, TG_TRACE_LIMIT, pt, i, -1);
-                tg__note_clear(d);
-                tg__note_counter(d, pc, floor(left));
-                d->retry_after_ms = retry;
-                copy_str(d->counter, sizeof(d->counter), pc->key + 2);
-                set_decision(d, TG_VERDICT_LIMITED, pc->key + 2, "%s is limited to %s %s; retry in %llu s", tool,
-                             pc->label, scope_label(pc->scope), (unsigned long long)((retry + 999) / 1000));
-                return -1;
-            }
-            if (d->nres < TG_MAX_RESERVATIONS) {
-                struct tg_reservation *rv = &d->res[d->nres++];
-                rv->h1 = h1;
-                rv->h2 = h2;
-                rv->kind = CK_BUCKET;
-                rv->amount = 1;
-                rv->capacity = pc->capacity;
-            }
+        const struct pcounter *pc = &p->counters[pt->limits[i]];
+        uint64_t h1, h2, retry;
+        double left;
+        counter_hash(x, pt->limits[i], &h1, &h2);
+        /* The audit record shows the calls the bucket allows now: its whole tokens. A bucket
+         * just emptied reports 0, not the 5.6e-7 of a token that 2 ms of refill bring back. */
+        if (!tg_bucket_take(cs, h1, h2, pc->capacity, pc->window_ms, 1, now_ms, &left, &retry)) {
+            refund_all(cs, d);
+            trace(tr, TG_TRACE_LIMIT, pt, i, -1);
+            tg__note_clear(d);
             tg__note_counter(d, pc, floor(left));
+            d->retry_after_ms = retry;
+            copy_str(d->counter, sizeof(d->counter), pc->key + 2);
+            set_decision(d, TG_VERDICT_LIMITED, pc->key + 2, "%s is limited to %s %s; retry in %llu s", tool,
+                         pc->label, scope_label(pc->scope), (unsigned long long)((retry + 999) / 1000));
+            return -1;
         }
+        if (d->nres < TG_MAX_RESERVATIONS) {
+            struct tg_reservation *rv = &d->res[d->nres++];
+            rv->h1 = h1;
+            rv->h2 = h2;
+            rv->kind = CK_BUCKET;
+            rv->amount = 1;
+            rv->capacity = pc->capacity;
+        }
+        tg__note_counter(d, pc, floor(left));
     }
     return 0;
 }
@@ -746,10 +735,14 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
             }
         }
     }
-    if (reserve && reserve_rules(&x, tool, t, args, d, tr) != 0)
-        return;
-    if (reserve && reserve_limits(&x, tool, t, d, tr) != 0)
-        return;
+    if (reserve) { /* the tool's counters, then the "*" entry's: every rule's before any limit's */
+        for (int s = 0; s < 2; s++)
+            if (sets[s] != NULL && reserve_rules(&x, tool, sets[s], args, d, tr) != 0)
+                return;
+        for (int s = 0; s < 2; s++)
+            if (sets[s] != NULL && reserve_limits(&x, tool, sets[s], d, tr) != 0)
+                return;
+    }
     if (t != NULL && t->action == TA_APPROVE) {
         trace(tr, TG_TRACE_ACTION, t, 0, -1);
         d->approval_timeout_ms = t->approval_ms;

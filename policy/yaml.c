@@ -40,20 +40,25 @@ static int yerr(struct ybuild *b, const char *why, size_t line)
     return -1;
 }
 
+/* A string of n bytes (a scalar's value is not NUL-terminated for cJSON). */
+static cJSON *string_node(const char *v, size_t n)
+{
+    char *s = malloc(n + 1);
+    if (!s)
+        return NULL;
+    memcpy(s, v, n);
+    s[n] = '\0';
+    cJSON *c = cJSON_CreateString(s);
+    free(s);
+    return c;
+}
+
 static cJSON *scalar_node(const char *v, size_t n, int plain, const char *tag)
 {
     if (tag && strcmp(tag, YAML_STR_TAG) == 0)
         plain = 0;
-    if (!plain) {
-        char *s = malloc(n + 1);
-        if (!s)
-            return NULL;
-        memcpy(s, v, n);
-        s[n] = '\0';
-        cJSON *c = cJSON_CreateString(s);
-        free(s);
-        return c;
-    }
+    if (!plain)
+        return string_node(v, n);
     if (n == 0 || (n == 1 && v[0] == '~') || (n == 4 && (!memcmp(v, "null", 4) || !memcmp(v, "Null", 4) ||
                                                          !memcmp(v, "NULL", 4))))
         return cJSON_CreateNull();
@@ -127,14 +132,7 @@ static cJSON *scalar_node(const char *v, size_t n, int plain, const char *tag)
             }
         }
     }
-    char *s = malloc(n + 1);
-    if (!s)
-        return NULL;
-    memcpy(s, v, n);
-    s[n] = '\0';
-    cJSON *c = cJSON_CreateString(s);
-    free(s);
-    return c;
+    return string_node(v, n);
 }
 
 static int remember(struct ybuild *b, const char *anchor, cJSON *node)

@@ -267,9 +267,9 @@ struct tg_session *tg_channel_session_new(struct tg_exchange *x, struct tg_conn 
 {
     int st = tg_dispatch_session_open(x);
     if (st == 503)
-        tg_http_respond_rpc(c, 503, NULL, NULL, 0, TG_RPC_UPSTREAM, "gateway is shutting down", NULL);
+        tg_respond_rpc(c, 503, NULL, NULL, 0, TG_RPC_UPSTREAM, "gateway is shutting down", NULL);
     else if (st != 0)
-        tg_http_respond_rpc(c, 429, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 429, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Too many sessions for this grant (limits.sessions_per_grant)", NULL);
     return st == 0 ? x->sess : NULL;
 }

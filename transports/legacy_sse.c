@@ -46,20 +46,20 @@ void tg_legacy_sse_messages(struct tg_exchange *x, struct tg_conn *c, struct tg_
     struct tg_slice ct = tg_http_req_header(&c->req, "content-type");
     if (ct.ptr == NULL || !tg_slice_has_token(ct, "application/json") ||
         tg_http_req_header_count(&c->req, "content-type") != 1) {
-        tg_http_respond_rpc(c, 415, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 415, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Unsupported Media Type: Content-Type must be application/json", NULL);
         return;
     }
     struct tg_slice sid = tg_http_fast_query_param(query, "sessionId");
     struct tg_session *s = sid.ptr ? tg_session_find(x->srv->sessions, sid) : NULL;
     if (sid.ptr == NULL) {
-        tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: sessionId is required", NULL);
+        tg_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: sessionId is required", NULL);
         return;
     }
     struct tg_channel *ch = s && s->channel ? (struct tg_channel *)s->channel : NULL;
     if (s == NULL || ch == NULL || ch->kind != CH_SSE || !ch->open || strcmp(s->grant, x->grant->name) != 0 ||
         s->upstream != x->upstream) {
-        tg_http_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+        tg_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
         return;
     }
     tg_channel_ref(ch);
@@ -68,7 +68,7 @@ void tg_legacy_sse_messages(struct tg_exchange *x, struct tg_conn *c, struct tg_
     if (status == 202)
         tg_http_respond(c, 202, NULL, "text/plain", "Accepted", 8);
     else
-        tg_http_respond_rpc(c, status, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, status, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                             status == 404 ? "Session not found" : "Bad Request: the message was refused (see the stream)",
                             NULL);
 }

@@ -5,7 +5,7 @@
 #include "core/wire/msg.h"
 #include "transports/http1/http1.h"
 
-void tg_http_respond_rpc(struct tg_conn *c, int status, const char *extra, const char *id, size_t id_len, int code,
+void tg_respond_rpc(struct tg_conn *c, int status, const char *extra, const char *id, size_t id_len, int code,
                          const char *msg, const char *data)
 {
     struct tg_buf b;
@@ -15,7 +15,7 @@ void tg_http_respond_rpc(struct tg_conn *c, int status, const char *extra, const
     tg_buf_dispose(&b);
 }
 
-void tg_http_respond_json(struct tg_conn *c, int status, const char *json)
+void tg_respond_json(struct tg_conn *c, int status, const char *json)
 {
     tg_http_respond(c, status, NULL, "application/json", json, strlen(json));
 }

@@ -8,8 +8,8 @@ struct tg_conn;
 
 /* {"jsonrpc":"2.0","id":ID,"error":{code,message[,data]}} with this status. id: raw JSON or
  * NULL (null); data: raw JSON or NULL. */
-void tg_http_respond_rpc(struct tg_conn *c, int status, const char *extra, const char *id, size_t id_len, int code,
+void tg_respond_rpc(struct tg_conn *c, int status, const char *extra, const char *id, size_t id_len, int code,
                          const char *msg, const char *data);
-void tg_http_respond_json(struct tg_conn *c, int status, const char *json);
+void tg_respond_json(struct tg_conn *c, int status, const char *json);
 
 #endif

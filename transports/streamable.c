@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "core/gate/dispatch.h"
+#include "core/gate/stateless.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/mcp/era.h"
@@ -337,7 +338,7 @@ int tg_streamable_accepts_sse(struct tg_conn *c)
 {
     if (accept_ok(tg_http_req_header(&c->req, "accept"), 0, 1))
         return 1;
-    tg_http_respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+    tg_respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                         "Not Acceptable: Accept must list text/event-stream", NULL);
     return 0;
 }
@@ -358,7 +359,7 @@ static void handle_batch(struct tg_exchange *x, struct tg_conn *c, const char *b
     if (tg_json_parse(body, blen, lim->json_depth, 1, &doc, &why, NULL) != 0) {
         char msg[160];
         snprintf(msg, sizeof(msg), "Parse error: %s", why);
-        tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_PARSE_ERROR, msg, NULL);
+        tg_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_PARSE_ERROR, msg, NULL);
         return;
     }
     struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
@@ -381,7 +382,7 @@ static void handle_batch(struct tg_exchange *x, struct tg_conn *c, const char *b
                          : "Invalid Request: more batch elements than limits.inflight_per_session";
     }
     if (refusal != NULL) {
-        tg_http_respond_rpc(c, status, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, refusal, NULL);
+        tg_respond_rpc(c, status, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, refusal, NULL);
         cJSON_Delete(doc.root);
         return;
     }
@@ -413,28 +414,28 @@ static struct tg_session *post_session(struct tg_exchange *x, struct tg_conn *c,
     struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
     if (m->kind == TG_MSG_REQUEST && m->mid == TG_M_INITIALIZE) {
         if (sid.ptr != NULL) {
-            tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST,
+            tg_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST,
                                 "Bad Request: initialize must not carry Mcp-Session-Id", NULL);
             return NULL;
         }
         int st = tg_dispatch_session_open(x);
         if (st == 503)
-            tg_http_respond_rpc(c, 503, NULL, m->id_raw, m->id_len, TG_RPC_UPSTREAM, "gateway is shutting down",
+            tg_respond_rpc(c, 503, NULL, m->id_raw, m->id_len, TG_RPC_UPSTREAM, "gateway is shutting down",
                                 NULL);
         else if (st != 0)
-            tg_http_respond_rpc(c, 429, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST,
+            tg_respond_rpc(c, 429, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST,
                                 "Too many sessions for this grant (limits.sessions_per_grant); end one with DELETE",
                                 NULL);
         return st == 0 ? x->sess : NULL;
     }
     if (sid.ptr == NULL) {
-        tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST,
                             "Bad Request: Mcp-Session-Id header is required", NULL);
         return NULL;
     }
     struct tg_session *s = tg_session_find(x->srv->sessions, sid);
     if (!session_matches(s, x)) {
-        tg_http_respond_rpc(c, 404, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+        tg_respond_rpc(c, 404, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
         return NULL;
     }
     s->last_active_ms = uv_now(x->srv->loop);
@@ -452,7 +453,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
     struct tg_mcp_claim claim;
     struct tg_mcp_refusal why;
     if (tg_mcp_classify(m->root, &claim, &why) != 0) {
-        tg_http_respond_rpc(c, why.status, NULL, m->id_raw, m->id_len, why.code, why.message, NULL);
+        tg_respond_rpc(c, why.status, NULL, m->id_raw, m->id_len, why.code, why.message, NULL);
         return 1;
     }
     if (claim.era != TG_ERA_2026) {
@@ -462,7 +463,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
             memcpy(v, pv.ptr, pv.len);
             v[pv.len] = '\0';
             if (tg_mcp_modern_version_supported(v) && m->mid == TG_M_INITIALIZE) {
-                tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_HEADER_MISMATCH,
+                tg_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_HEADER_MISMATCH,
                                     "Header mismatch: initialize is a 2025 request, sent with a 2026-07-28 MCP-Protocol-Version",
                                     NULL);
                 return 1;
@@ -470,7 +471,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
             if (tg_mcp_modern_version_supported(v)) {
                 /* A modern header over a body that makes no claim: the body decides, and it is
                  * incomplete. */
-                tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+                tg_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
                                     "Invalid params: a 2026-07-28 request needs _meta io.modelcontextprotocol/protocolVersion",
                                     NULL);
                 return 1;
@@ -497,7 +498,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
         char esc[96];
         tg_log(TG_LOG_INFO, "2026-07-28 request refused: headers disagree with the body", "grant=%s upstream=%s why=%s",
                x->grant->name, x->uc->name, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why.message)));
-        tg_http_respond_rpc(c, why.status, NULL, m->id_raw, m->id_len, why.code, why.message, NULL);
+        tg_respond_rpc(c, why.status, NULL, m->id_raw, m->id_len, why.code, why.message, NULL);
         return 1;
     }
     const char *method = m->method;
@@ -516,7 +517,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
         tg_log(TG_LOG_INFO, "2026-07-28 request refused: Mcp-Param headers disagree with the arguments",
                "grant=%s upstream=%s why=%s", x->grant->name, x->uc->name,
                tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why.message)));
-        tg_http_respond_rpc(c, why.status, NULL, m->id_raw, m->id_len, why.code, why.message, NULL);
+        tg_respond_rpc(c, why.status, NULL, m->id_raw, m->id_len, why.code, why.message, NULL);
         return 1;
     }
     if (!tg_mcp_modern_version_supported(claim.version)) {
@@ -530,24 +531,24 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
         char msg[160];
         snprintf(msg, sizeof(msg), "Unsupported protocol version %.40s for this upstream: see error.data.supported",
                  claim.version);
-        tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_UNSUPPORTED_VERSION, msg, d.base);
+        tg_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_UNSUPPORTED_VERSION, msg, d.base);
         tg_buf_dispose(&d);
         return 1;
     }
     if (m->kind == TG_MSG_RESPONSE) {
-        tg_http_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST,
                             "Invalid Request: 2026-07-28 has no server-to-client requests to answer", NULL);
         return 1;
     }
     if (tg_mcp_removed_method(method)) {
         char msg[160];
         snprintf(msg, sizeof(msg), "Method not found: %.80s was removed in 2026-07-28", method);
-        tg_http_respond_rpc(c, 404, NULL, m->id_raw, m->id_len, TG_RPC_METHOD_NOT_FOUND, msg, NULL);
+        tg_respond_rpc(c, 404, NULL, m->id_raw, m->id_len, TG_RPC_METHOD_NOT_FOUND, msg, NULL);
         return 1;
     }
-    int st = tg_dispatch_stateless_session(x);
+    int st = tg_stateless_session(x);
     if (st != 0) {
-        tg_http_respond_rpc(c, st, NULL, m->id_raw, m->id_len, st == 503 ? TG_RPC_UPSTREAM : TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, st, NULL, m->id_raw, m->id_len, st == 503 ? TG_RPC_UPSTREAM : TG_RPC_INVALID_REQUEST,
                             st == 503 ? "gateway is shutting down" : "Too many sessions for this grant (limits.sessions_per_grant)",
                             NULL);
         return 1;
@@ -562,7 +563,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
     tg_buf_init(&fwd);
     tg_mcp_param_headers_build(&fwd, h, nh, schema, args);
     x->fwd_headers = fwd.len > 0 ? fwd.base : NULL;
-    tg_dispatch_stateless(x, &hs->sink, m); /* copies what it keeps */
+    tg_stateless_request(x, &hs->sink, m); /* copies what it keeps */
     x->fwd_headers = NULL;
     tg_buf_dispose(&fwd);
     return 1;
@@ -575,12 +576,12 @@ void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
     struct tg_slice ct = tg_http_req_header(req, "content-type");
     if (ct.ptr == NULL || !tg_slice_has_token(ct, "application/json") ||
         tg_http_req_header_count(req, "content-type") != 1) {
-        tg_http_respond_rpc(c, 415, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 415, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Unsupported Media Type: Content-Type must be application/json", NULL);
         return;
     }
     if (!accept_ok(tg_http_req_header(req, "accept"), 1, 1)) {
-        tg_http_respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Not Acceptable: Accept must list application/json and text/event-stream", NULL);
         return;
     }
@@ -600,7 +601,7 @@ void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
         srv->metrics.limit_json++;
         char msg[160];
         snprintf(msg, sizeof(msg), "%s: %s", code == TG_RPC_PARSE_ERROR ? "Parse error" : "Invalid Request", why);
-        tg_http_respond_rpc(c, 400, NULL, m.id_raw, m.id_len, code, msg, NULL);
+        tg_respond_rpc(c, 400, NULL, m.id_raw, m.id_len, code, msg, NULL);
         tg_msg_dispose(&m);
         return;
     }
@@ -610,7 +611,7 @@ void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
     }
     struct tg_slice pv = tg_http_req_header(req, "mcp-protocol-version");
     if (pv.ptr != NULL && !tg_mcp_version_supported(pv)) {
-        tg_http_respond_rpc(c, 400, NULL, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 400, NULL, m.id_raw, m.id_len, TG_RPC_INVALID_REQUEST,
                             "Bad Request: unsupported MCP-Protocol-Version", NULL);
         tg_msg_dispose(&m);
         return;
@@ -645,18 +646,18 @@ static struct tg_session *require_session(struct tg_exchange *x, struct tg_conn 
 {
     struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
     if (sid.ptr == NULL) {
-        tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Bad Request: Mcp-Session-Id header is required", NULL);
         return NULL;
     }
     struct tg_session *s = tg_session_find(x->srv->sessions, sid);
     if (!session_matches(s, x)) {
-        tg_http_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+        tg_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
         return NULL;
     }
     struct tg_slice pv = tg_http_req_header(&c->req, "mcp-protocol-version");
     if (pv.ptr != NULL && !tg_mcp_version_supported(pv)) {
-        tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Bad Request: unsupported MCP-Protocol-Version", NULL);
         return NULL;
     }
@@ -672,7 +673,7 @@ static void resume_stream(struct tg_conn *c, struct tg_session *s, struct tg_sli
 {
     uint64_t sid, seq;
     if (tg_replay_parse_id(last, &sid, &seq) != 0) {
-        tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: malformed Last-Event-ID",
+        tg_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: malformed Last-Event-ID",
                             NULL);
         return;
     }
@@ -681,7 +682,7 @@ static void resume_stream(struct tg_conn *c, struct tg_session *s, struct tg_sli
         if (r->id != sid)
             continue;
         if (r->live != NULL && r->live->conn != NULL) {
-            tg_http_respond_rpc(c, 409, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Conflict: this stream has a client",
+            tg_respond_rpc(c, 409, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Conflict: this stream has a client",
                                 NULL);
             return;
         }
@@ -695,7 +696,7 @@ static void resume_stream(struct tg_conn *c, struct tg_session *s, struct tg_sli
         tg_http_stream_end(c);
         return;
     }
-    tg_http_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+    tg_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                         "Not Found: this stream cannot be resumed (unknown or expired)", NULL);
 }
 
@@ -723,7 +724,7 @@ void tg_streamable_get(struct tg_exchange *x, struct tg_conn *c)
             attach(hs, c, 0);
             return;
         }
-        tg_http_respond_rpc(c, 409, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 409, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Conflict: this session already has a GET stream", NULL);
         return;
     }

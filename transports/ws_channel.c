@@ -33,22 +33,22 @@ void tg_ws_channel_open(struct tg_exchange *x, struct tg_conn *c)
     char accept[32];
     if (up.ptr == NULL || !tg_slice_eq_nocase(up, "websocket") || !tg_slice_has_token(conn, "upgrade") ||
         !c->req.upgrade) {
-        tg_http_respond_rpc(c, 426, "Upgrade: websocket\r\n", NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 426, "Upgrade: websocket\r\n", NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Upgrade Required: /ws is a WebSocket endpoint", NULL);
         return;
     }
     if (!tg_slice_eq(ver, TG_SLICE("13"))) {
-        tg_http_respond_rpc(c, 400, "Sec-WebSocket-Version: 13\r\n", NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 400, "Sec-WebSocket-Version: 13\r\n", NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Bad Request: Sec-WebSocket-Version 13 is required", NULL);
         return;
     }
     if (tg_ws_accept_key(key, accept) != 0) {
-        tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: invalid Sec-WebSocket-Key",
+        tg_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: invalid Sec-WebSocket-Key",
                             NULL);
         return;
     }
     if (proto.ptr == NULL || !tg_slice_has_token(proto, "mcp")) {
-        tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Bad Request: the WebSocket subprotocol \"mcp\" is required", NULL);
         return;
     }

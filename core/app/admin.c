@@ -1,6 +1,7 @@
 /* The admin listener's applets: /metrics (Prometheus text), /healthz and /readyz, and the admin
  * API (/admin/approvals, /admin/approvals/ID/approve|deny, /admin/reload), and the approvals
  * page under /admin/ui/ (core/app/approvals_page.c). Answers made inside the gateway, beside the proxy path. */
+#include "core/app/server.h"
 #include "core/app/admin.h"
 
 #include "cluster/cluster.h"
@@ -19,6 +20,7 @@
 #include "policy/auth.h"
 #include "policy/policy.h"
 #include "transports/http1/http1.h"
+#include "transports/channel.h"
 #include "transports/respond.h"
 #include "upstream/pool/pool.h"
 #include "upstream/child.h"
@@ -76,7 +78,7 @@ static void list_approvals(struct tg_server *srv, struct tg_conn *c)
 static void metrics_render(struct tg_server *srv, struct tg_buf *out)
 {
     const struct tg_metrics *m = &srv->metrics;
-    G("connections_open", "Client connections open.", srv->http.nconns);
+    G("connections_open", "Client connections open.", tg_app_of(srv)->http.nconns);
     C("connections_accepted_total", "Client connections accepted.", m->conns_accepted);
     C("connections_rejected_total", "Connections refused at limits.max_connections or failed to accept (EMFILE).", m->conns_rejected);
     C("tls_handshake_failures_total", "Failed TLS handshakes.", m->tls_handshake_failures);
@@ -110,7 +112,7 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
                         "# TYPE tollgate_output_buffered_bytes gauge\n");
     tg_buf_appendf(out, "tollgate_output_buffered_bytes %llu\n", (unsigned long long)m->output_buffered);
     size_t nsse, nws, nall = tg_session_table_count(srv->sessions);
-    tg_router_channel_counts(srv, &nsse, &nws);
+    tg_channels_count(srv, &nsse, &nws);
     tg_buf_appends(out, "# HELP tollgate_sessions_open Live MCP sessions by client transport.\n"
                         "# TYPE tollgate_sessions_open gauge\n");
     tg_buf_appendf(out, "tollgate_sessions_open{transport=\"streamable_http\"} %zu\n",
@@ -147,8 +149,8 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
       m->roots_answered);
     G("counters_live", "Rate-limit buckets and windows held in memory.", tg_counters_count(srv->counters));
     G("counters_memory_bytes", "Memory of the counter table.", tg_counters_memory(srv->counters));
-    if (srv->cluster != NULL)
-        tg_cluster_metrics(srv->cluster, out);
+    if (tg_app_of(srv)->cluster != NULL)
+        tg_cluster_metrics(tg_app_of(srv)->cluster, out);
     C("audit_records_total", "Audit records written.", tg_audit_written(srv->audit));
     C("audit_dropped_total", "Audit records dropped: the disk fell behind or a write failed.", tg_audit_dropped(srv->audit));
     C("reloads_total", "Successful configuration reloads.", srv->reloads);
@@ -193,7 +195,7 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
                    (double)m->loop_busy_max_ns / 1e9);
     C("loop_stalls_total", "Event-loop iterations that ran 100 ms or more.", m->loop_stalls);
     C("loop_iterations_total", "Event-loop iterations.", m->loop_iterations);
-    tg_admin_ui_metrics(out);
+    tg_approvals_page_metrics(out);
     tg_buf_appends(out, "# HELP tollgate_upstream_latency_seconds Upstream call latency.\n"
                         "# TYPE tollgate_upstream_latency_seconds histogram\n");
     uint64_t cum = 0;
@@ -218,7 +220,7 @@ static void on_reloaded(void *ud, int ok, const struct tg_buf *err)
     if (c == NULL)
         return;
     if (ok) {
-        tg_http_respond_json(c, 200, "{\"status\":\"reloaded\"}");
+        tg_respond_json(c, 200, "{\"status\":\"reloaded\"}");
         return;
     }
     struct tg_buf b;
@@ -246,7 +248,7 @@ static void on_decided(void *ud, int rc)
     struct tg_conn *c = tg_http_wait_stop(&w->w);
     if (c != NULL) {
         if (rc != 0) {
-            tg_http_respond_json(c, 404, "{\"error\":\"no pending approval with this id (decided, expired or unknown)\"}");
+            tg_respond_json(c, 404, "{\"error\":\"no pending approval with this id (decided, expired or unknown)\"}");
         } else {
             struct tg_buf b;
             tg_buf_init(&b);
@@ -267,18 +269,18 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
     /* rest = "ID/approve" or "ID/deny" */
     const char *slash = memchr(rest.ptr, '/', rest.len);
     if (slash == NULL) {
-        tg_http_respond_json(c, 404, "{\"error\":\"use POST /admin/approvals/ID/approve or /deny\"}");
+        tg_respond_json(c, 404, "{\"error\":\"use POST /admin/approvals/ID/approve or /deny\"}");
         return;
     }
     struct tg_slice id = tg_slice_of(rest.ptr, (size_t)(slash - rest.ptr));
     struct tg_slice verb = tg_slice_of(slash + 1, rest.len - id.len - 1);
     int approve = tg_slice_eq(verb, TG_SLICE("approve"));
     if (!approve && !tg_slice_eq(verb, TG_SLICE("deny"))) {
-        tg_http_respond_json(c, 404, "{\"error\":\"use POST /admin/approvals/ID/approve or /deny\"}");
+        tg_respond_json(c, 404, "{\"error\":\"use POST /admin/approvals/ID/approve or /deny\"}");
         return;
     }
     if (id.len == 0 || id.len > 64) {
-        tg_http_respond_json(c, 404, "{\"error\":\"no pending approval with this id (decided, expired or unknown)\"}");
+        tg_respond_json(c, 404, "{\"error\":\"no pending approval with this id (decided, expired or unknown)\"}");
         return;
     }
     /* Who decided: the approver's name if the caller gives one, for the audit log. */
@@ -314,7 +316,7 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
         cJSON_Delete(doc.root);
         if (bad) {
             free(w);
-            tg_http_respond_json(c, 400, "{\"error\":\"the body must be a JSON object with an optional string reason "
+            tg_respond_json(c, 400, "{\"error\":\"the body must be a JSON object with an optional string reason "
                                          "of at most 600 bytes\"}");
             return;
         }
@@ -333,11 +335,11 @@ void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)
         q++;
     struct tg_slice path = tg_slice_of(url.ptr, q);
     if (tg_slice_eq(path, TG_SLICE("/healthz"))) {
-        tg_http_respond_json(c, 200, "{\"status\":\"ok\"}");
+        tg_respond_json(c, 200, "{\"status\":\"ok\"}");
         return;
     }
     if (tg_slice_eq(path, TG_SLICE("/readyz"))) {
-        tg_http_respond_json(c, tg_router_ready(srv) && !srv->draining ? 200 : 503,
+        tg_respond_json(c, tg_router_ready(srv) && !srv->draining ? 200 : 503,
                      tg_router_ready(srv) && !srv->draining ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready\"}");
         return;
     }
@@ -356,11 +358,11 @@ void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)
     }
     if (tg_slice_starts_with(path, "/admin/")) {
         if (!srv->conf->admin.has_token) {
-            tg_http_respond_json(c, 403, "{\"error\":\"the admin API needs admin.token_sha256 in the configuration\"}");
+            tg_respond_json(c, 403, "{\"error\":\"the admin API needs admin.token_sha256 in the configuration\"}");
             return;
         }
         if (tg_slice_eq(path, TG_SLICE("/admin/ui")) || tg_slice_starts_with(path, "/admin/ui/")) {
-            tg_admin_ui_handle(srv, c, path); /* its own sign-in: a session cookie, not the bearer */
+            tg_approvals_page_handle(srv, c, path); /* its own sign-in: a session cookie, not the bearer */
             return;
         }
         if (!admin_authorized(srv, c)) {
@@ -383,7 +385,7 @@ void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)
             srv->reload_start(srv, on_reloaded, w);
             return;
         }
-        tg_http_respond_json(c, 404, "{\"error\":\"unknown admin endpoint\"}");
+        tg_respond_json(c, 404, "{\"error\":\"unknown admin endpoint\"}");
         return;
     }
     tg_http_respond(c, 404, NULL, "text/plain", "not found\n", 10);

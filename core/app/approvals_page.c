@@ -363,7 +363,7 @@ static void throttle_failed(struct tg_server *srv, struct tg_conn *c)
     tstats.failures++;
 }
 
-void tg_admin_ui_metrics(struct tg_buf *out)
+void tg_approvals_page_metrics(struct tg_buf *out)
 {
     size_t live = 0;
     for (size_t i = 0; i < TG_ADMIN_UI_THROTTLE_PEERS; i++)
@@ -528,7 +528,7 @@ static void on_decide(struct tg_server *srv, struct tg_conn *c, struct tg_slice 
     srv->store.ops->approval_decide(srv->store.ud, id, approve, "admin:page", reason, on_decided, w);
 }
 
-void tg_admin_ui_handle(struct tg_server *srv, struct tg_conn *c, struct tg_slice path)
+void tg_approvals_page_handle(struct tg_server *srv, struct tg_conn *c, struct tg_slice path)
 {
     int get = c->req.method == HTTP_GET, post = c->req.method == HTTP_POST;
     if (tg_slice_eq(path, TG_SLICE("/admin/ui"))) {

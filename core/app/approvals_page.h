@@ -40,9 +40,9 @@ struct tg_server;
 
 /* A request on the admin listener whose path (query cut off) is /admin/ui or under it: answers
  * it. The admin token must be configured (the caller checks). */
-void tg_admin_ui_handle(struct tg_server *srv, struct tg_conn *c, struct tg_slice path);
+void tg_approvals_page_handle(struct tg_server *srv, struct tg_conn *c, struct tg_slice path);
 
 /* Appends the page's /metrics families (the login throttle) to out. */
-void tg_admin_ui_metrics(struct tg_buf *out);
+void tg_approvals_page_metrics(struct tg_buf *out);
 
 #endif

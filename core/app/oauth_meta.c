@@ -38,7 +38,7 @@ void tg_oauth_meta_handle(struct tg_server *srv, struct tg_conn *c, struct tg_sl
 {
     const struct tg_upstream_conf *uc = NULL;
     if (srv->conf->njwt == 0) {
-        tg_http_respond_json(c, 404, "{\"error\":\"no JWT issuers configured\"}");
+        tg_respond_json(c, 404, "{\"error\":\"no JWT issuers configured\"}");
         return;
     }
     /* RFC 9728 §3.1: the metadata of resource BASE/P lives at BASE/.well-known/oauth-protected-resource/P,
@@ -48,7 +48,7 @@ void tg_oauth_meta_handle(struct tg_server *srv, struct tg_conn *c, struct tg_sl
     else if (rest.len > 5 && rest.ptr[0] == '/' && memcmp(rest.ptr + rest.len - 4, "/mcp", 4) == 0)
         uc = tg_conf_find_upstream(srv->conf, tg_slice_of(rest.ptr + 1, rest.len - 5), NULL);
     if (uc == NULL) {
-        tg_http_respond_json(c, 404, "{\"error\":\"no MCP endpoint at this path\"}");
+        tg_respond_json(c, 404, "{\"error\":\"no MCP endpoint at this path\"}");
         return;
     }
     struct tg_buf b, url;

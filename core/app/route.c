@@ -1,3 +1,4 @@
+#include "core/app/server.h"
 #include "core/app/route.h"
 
 #include <stdio.h>
@@ -145,7 +146,7 @@ static void unauthorized(struct tg_server *srv, struct tg_conn *c, struct tg_sli
     tg_buf_append(&hdr, "", 1);
     tg_log(TG_LOG_INFO, "unauthorized", "conn=%llu peer=%s reason=\"%s\"", (unsigned long long)c->id, c->peer,
            why ? why : (ar == TG_AUTH_MISSING ? "missing" : "invalid"));
-    tg_http_respond_rpc(c, 401, hdr.base, NULL, 0, TG_RPC_INVALID_REQUEST,
+    tg_respond_rpc(c, 401, hdr.base, NULL, 0, TG_RPC_INVALID_REQUEST,
                         "Unauthorized: a valid bearer token is required", NULL);
     tg_buf_dispose(&hdr);
 }
@@ -176,7 +177,7 @@ static void on_shared_record(void *ud, int found, const struct tg_shared_session
     if (found < 0) {
         char msg[200];
         snprintf(msg, sizeof(msg), "Session lookup failed: %s", why ? why : "Redis is unavailable");
-        tg_http_respond_rpc(c, 503, NULL, NULL, 0, TG_RPC_UPSTREAM, msg, NULL);
+        tg_respond_rpc(c, 503, NULL, NULL, 0, TG_RPC_UPSTREAM, msg, NULL);
         free(w);
         return;
     }
@@ -188,7 +189,7 @@ static void on_shared_record(void *ud, int found, const struct tg_shared_session
         tg_session_count_for_grant(srv->sessions, w->grant) >= cap) {
         /* Adopted sessions count toward the grant's cap here as made ones do. */
         srv->metrics.limit_sessions++;
-        tg_http_respond_rpc(c, 429, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 429, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Too many sessions for this grant on this instance (limits.sessions_per_grant)", NULL);
         free(w);
         return;
@@ -215,7 +216,7 @@ static void on_shared_record(void *ud, int found, const struct tg_shared_session
     int here = tg_session_find(srv->sessions, tg_slice_cstr(w->sid)) != NULL;
     free(w);
     if (!here) {
-        tg_http_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
+        tg_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
         return;
     }
     tg_router_handle(srv, c); /* the session is here now */
@@ -248,14 +249,14 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
     struct tg_slice path = tg_slice_of(url.ptr, q);
     struct tg_slice query = tg_slice_of(url.ptr + q, url.len - q);
     if (tg_slice_eq(path, TG_SLICE("/healthz"))) {
-        tg_http_respond_json(c, 200, "{\"status\":\"ok\"}");
+        tg_respond_json(c, 200, "{\"status\":\"ok\"}");
         return;
     }
     if (tg_slice_eq(path, TG_SLICE("/readyz"))) {
         if (tg_router_ready(srv) && !srv->draining)
-            tg_http_respond_json(c, 200, "{\"status\":\"ready\"}");
+            tg_respond_json(c, 200, "{\"status\":\"ready\"}");
         else
-            tg_http_respond_json(c, 503, "{\"status\":\"not ready\"}");
+            tg_respond_json(c, 503, "{\"status\":\"not ready\"}");
         return;
     }
     if (tg_slice_starts_with(path, "/.well-known/oauth-protected-resource") &&
@@ -266,7 +267,7 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
     int upstream;
     enum tg_endpoint ep = tg_route_match(srv->conf, path, &upstream);
     if (ep == TG_EP_NONE || upstream < 0) {
-        tg_http_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Not Found: no MCP endpoint at this path",
+        tg_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Not Found: no MCP endpoint at this path",
                             NULL);
         return;
     }
@@ -275,11 +276,11 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
         char esc[128];
         tg_log(TG_LOG_INFO, "foreign origin refused", "conn=%llu peer=%s origin=%s", (unsigned long long)c->id,
                c->peer, tg_log_esc(esc, sizeof(esc), tg_http_req_header(req, "origin")));
-        tg_http_respond_rpc(c, 403, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Forbidden: Origin not allowed", NULL);
+        tg_respond_rpc(c, 403, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Forbidden: Origin not allowed", NULL);
         return;
     }
     if (tg_http_req_header_count(req, "authorization") > 1) {
-        tg_http_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
+        tg_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Bad Request: more than one Authorization header", NULL);
         return;
     }
@@ -346,7 +347,7 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
     default:
         break;
     }
-    if (srv->cluster != NULL && (req->method == HTTP_POST || req->method == HTTP_GET || req->method == HTTP_DELETE) &&
+    if (tg_app_of(srv)->cluster != NULL && (req->method == HTTP_POST || req->method == HTTP_GET || req->method == HTTP_DELETE) &&
         wait_for_shared_session(srv, c, g, upstream))
         return; /* routed again when Redis answers */
     switch (req->method) {
@@ -434,7 +435,6 @@ static int end_calls_one(struct tg_session *s, void *arg)
 
 void tg_router_end_calls(struct tg_server *srv) { tg_session_sweep(srv->sessions, end_calls_one, NULL); }
 
-void tg_router_channel_counts(struct tg_server *srv, size_t *sse, size_t *ws) { tg_channels_count(srv, sse, ws); }
 
 void tg_router_free_streams(struct tg_server *srv)
 {

@@ -40,8 +40,6 @@ int tg_router_run_pending(struct tg_server *srv); /* 1: more waits for the next 
 void tg_router_end_streams(struct tg_server *srv);
 /* Every call still running gets its error answer now (the drain's deadline). */
 void tg_router_end_calls(struct tg_server *srv);
-/* Open channel sessions by transport (metrics). */
-void tg_router_channel_counts(struct tg_server *srv, size_t *sse, size_t *ws);
 /* Answer what still waits and drop every replay buffer (shutdown). */
 void tg_router_free_streams(struct tg_server *srv);
 /* The last of the request path's memory (caches), once the loop has stopped. */

@@ -34,16 +34,17 @@ static void on_connection(uv_stream_t *h, int status)
         /* EMFILE: libuv accepts and drops the waiting connection with its reserved descriptor,
          * so the loop does not spin; say so once a second, not once per client. */
         struct tg_server *srv = l->server;
+        struct tg_app *app = tg_app_of(srv);
         srv->metrics.conns_rejected++;
         uint64_t now = uv_now(srv->loop);
-        if (now - srv->accept_warned_ms >= 1000 || srv->accept_warned_ms == 0) {
-            srv->accept_warned_ms = now;
+        if (now - app->accept_warned_ms >= 1000 || app->accept_warned_ms == 0) {
+            app->accept_warned_ms = now;
             tg_log(TG_LOG_WARN, "accept failed", "error=\"%s\" rejected_total=%llu", uv_strerror(status),
                    (unsigned long long)srv->metrics.conns_rejected);
         }
         return;
     }
-    tg_http1_accept(&l->server->http, &l->http, h);
+    tg_http1_accept(&tg_app_of(l->server)->http, &l->http, h);
 }
 
 static int bind_listener(struct tg_server *srv, struct tg_listener *l, const char *address, int port)
@@ -91,23 +92,25 @@ static void on_pending_idle(uv_idle_t *h) { (void)h; }
  * the loop from blocking in between, so one client pipelining requests cannot hold the loop. */
 static void flush_all(struct tg_server *srv)
 {
-    tg_http_run_pending(&srv->http);
+    struct tg_app *app = tg_app_of(srv);
+    tg_http_run_pending(&app->http);
     int more = tg_router_run_pending(srv);
-    if (srv->cluster != NULL)
-        tg_redis_flush(tg_cluster_redis(srv->cluster)); /* this iteration's decisions go to Redis now */
-    tg_http_flush_corked(&srv->http);
-    if (more || !tg_list_empty(&srv->http.conn_pending) || !tg_list_empty(&srv->dead_calls))
-        uv_idle_start(&srv->pending_idle, on_pending_idle);
+    if (app->cluster != NULL)
+        tg_redis_flush(tg_cluster_redis(app->cluster)); /* this iteration's decisions go to Redis now */
+    tg_http_flush_corked(&app->http);
+    if (more || !tg_list_empty(&app->http.conn_pending) || !tg_list_empty(&srv->dead_calls))
+        uv_idle_start(&app->pending_idle, on_pending_idle);
     else
-        uv_idle_stop(&srv->pending_idle);
+        uv_idle_stop(&app->pending_idle);
 }
 
 static void on_flush(uv_check_t *h)
 {
     struct tg_server *srv = h->data;
+    struct tg_app *app = tg_app_of(srv);
     /* libuv set the loop's clock when poll returned (a coarse clock, a few ms at worst): the
      * iteration's work is counted from there. */
-    srv->iter_start_ns = uv_now(srv->loop) * 1000000ULL;
+    app->iter_start_ns = uv_now(srv->loop) * 1000000ULL;
     flush_all(srv);
 }
 
@@ -115,22 +118,23 @@ static void on_flush(uv_check_t *h)
  * closes, timers, this flush) is what the iteration kept every other client waiting. */
 static void note_iteration(struct tg_server *srv)
 {
+    struct tg_app *app = tg_app_of(srv);
     uint64_t now = uv_hrtime();
-    if (srv->iter_start_ns != 0) {
-        uint64_t busy = now > srv->iter_start_ns ? now - srv->iter_start_ns : 0;
+    if (app->iter_start_ns != 0) {
+        uint64_t busy = now > app->iter_start_ns ? now - app->iter_start_ns : 0;
         srv->metrics.loop_iterations++;
         if (busy > srv->metrics.loop_busy_max_ns)
             srv->metrics.loop_busy_max_ns = busy;
         if (busy >= 100000000ULL) {
             srv->metrics.loop_stalls++;
-            if (now - srv->stall_logged_ns > 10000000000ULL) { /* at most one line per 10 s */
-                srv->stall_logged_ns = now;
+            if (now - app->stall_logged_ns > 10000000000ULL) { /* at most one line per 10 s */
+                app->stall_logged_ns = now;
                 tg_log(TG_LOG_WARN, "event loop stalled", "busy_ms=%llu stalls=%llu",
                        (unsigned long long)(busy / 1000000), (unsigned long long)srv->metrics.loop_stalls);
             }
         }
     }
-    srv->iter_start_ns = 0; /* the next one starts when poll returns */
+    app->iter_start_ns = 0; /* the next one starts when poll returns */
 }
 
 static void on_flush_prepare(uv_prepare_t *h)
@@ -167,16 +171,17 @@ static void on_session_ended(void *ud, const char *id)
     }
 }
 
-int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
+int tg_server_init(struct tg_app *app, uv_loop_t *loop, struct tg_conf *conf)
 {
+    struct tg_server *srv = &app->srv;
     memset(srv, 0, sizeof(*srv));
     srv->loop = loop;
     srv->conf = tg_conf_ref(conf);
-    srv->listener_conf = tg_conf_ref(conf);
-    tg_http_env_init(&srv->http, loop, &conf->limits, &srv->metrics, &srv->draining);
-    srv->http.access_log = conf->log_access;
-    srv->http.on_request = on_http_request;
-    srv->http.ud = srv;
+    app->listener_conf = tg_conf_ref(conf);
+    tg_http_env_init(&app->http, loop, &conf->limits, &srv->metrics, &srv->draining);
+    app->http.access_log = conf->log_access;
+    app->http.on_request = on_http_request;
+    app->http.ud = srv;
     srv->reload_start = tg_server_reload_start;
     srv->upstream_ops = tg_upstream_kind_for; /* the kinds this gateway has (upstream/kinds.c) */
     tg_list_init(&srv->dead_calls);
@@ -191,10 +196,10 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     srv->schemas = tg_mcp_schemas_new();
     /* What can fail comes first (TLS keys, the audit log), before anything that would need
      * the loop to close it: a failed init leaves only memory, which tg_server_dispose frees. */
-    srv->nlisteners = conf->nlisteners;
-    srv->listeners = tg_xcalloc(conf->nlisteners, sizeof(*srv->listeners));
+    app->nlisteners = conf->nlisteners;
+    app->listeners = tg_xcalloc(conf->nlisteners, sizeof(*app->listeners));
     for (size_t i = 0; i < conf->nlisteners; i++) {
-        struct tg_listener *l = &srv->listeners[i];
+        struct tg_listener *l = &app->listeners[i];
         l->http.lc = &conf->listeners[i];
         l->server = srv;
         if (l->http.lc->tls) {
@@ -223,8 +228,8 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
     tg_shared_local(&srv->store, srv);
     if (conf->cluster.enabled) {
         char why[200];
-        srv->cluster = tg_cluster_new(loop, &conf->cluster, &srv->store, why, sizeof(why));
-        if (srv->cluster == NULL) {
+        app->cluster = tg_cluster_new(loop, &conf->cluster, &srv->store, why, sizeof(why));
+        if (app->cluster == NULL) {
             tg_log(TG_LOG_ERROR, "cluster setup failed", "redis=%s error=\"%s\"", conf->cluster.redis, why);
             return TG_EINVAL;
         }
@@ -233,8 +238,8 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
         tg_session_table_seal(srv->sessions, conf->cluster.secret);
         tg_hmac_labelled(conf->cluster.secret, "tollgate mrtr envelope", NULL, 0, srv->mrtr.key);
         srv->mrtr.shared = 1;
-        tg_cluster_store(srv->cluster, &srv->store);
-        tg_cluster_sessions_watch(srv->cluster, on_session_ended, srv);
+        tg_cluster_store(app->cluster, &srv->store);
+        tg_cluster_sessions_watch(app->cluster, on_session_ended, srv);
         tg_log(TG_LOG_INFO, "cluster", "redis=%s instance=%s on_unavailable=%s", conf->cluster.redis,
                conf->cluster.instance, conf->cluster.on_unavailable == TG_CLUSTER_LOCAL ? "local" : "deny");
     }
@@ -244,28 +249,29 @@ int tg_server_init(struct tg_server *srv, uv_loop_t *loop, struct tg_conf *conf)
         srv->upstreams[i] = tg_upstream_new(loop, conf, &conf->upstreams[i], &srv->metrics);
         watch_era(srv, srv->upstreams[i]);
     }
-    uv_timer_init(loop, &srv->sweep);
-    srv->sweep.data = srv;
-    uv_check_init(loop, &srv->flush_check);
-    srv->flush_check.data = srv;
-    uv_check_start(&srv->flush_check, on_flush);
-    uv_unref((uv_handle_t *)&srv->flush_check); /* it must not keep the loop alive by itself */
-    uv_prepare_init(loop, &srv->flush_prepare);
-    srv->flush_prepare.data = srv;
-    uv_prepare_start(&srv->flush_prepare, on_flush_prepare);
-    uv_unref((uv_handle_t *)&srv->flush_prepare);
-    uv_idle_init(loop, &srv->pending_idle);
-    uv_unref((uv_handle_t *)&srv->pending_idle);
-    srv->flush_ready = 1;
-    uv_timer_init(loop, &srv->drain_timer);
-    srv->drain_timer.data = srv;
+    uv_timer_init(loop, &app->sweep);
+    app->sweep.data = srv;
+    uv_check_init(loop, &app->flush_check);
+    app->flush_check.data = srv;
+    uv_check_start(&app->flush_check, on_flush);
+    uv_unref((uv_handle_t *)&app->flush_check); /* it must not keep the loop alive by itself */
+    uv_prepare_init(loop, &app->flush_prepare);
+    app->flush_prepare.data = srv;
+    uv_prepare_start(&app->flush_prepare, on_flush_prepare);
+    uv_unref((uv_handle_t *)&app->flush_prepare);
+    uv_idle_init(loop, &app->pending_idle);
+    uv_unref((uv_handle_t *)&app->pending_idle);
+    app->flush_ready = 1;
+    uv_timer_init(loop, &app->drain_timer);
+    app->drain_timer.data = srv;
     return 0;
 }
 
-int tg_server_start(struct tg_server *srv)
+int tg_server_start(struct tg_app *app)
 {
-    for (size_t i = 0; i < srv->nlisteners; i++) {
-        struct tg_listener *l = &srv->listeners[i];
+    struct tg_server *srv = &app->srv;
+    for (size_t i = 0; i < app->nlisteners; i++) {
+        struct tg_listener *l = &app->listeners[i];
         int r = bind_listener(srv, l, l->http.lc->address, l->http.lc->port);
         if (r != 0)
             return r;
@@ -273,29 +279,30 @@ int tg_server_start(struct tg_server *srv)
                l->http.lc->address, l->http.port);
     }
     if (srv->conf->admin.enabled) {
-        srv->admin.http.is_admin = 1;
-        int r = bind_listener(srv, &srv->admin, srv->conf->admin.address, srv->conf->admin.port);
+        app->admin.http.is_admin = 1;
+        int r = bind_listener(srv, &app->admin, srv->conf->admin.address, srv->conf->admin.port);
         if (r != 0)
             return r;
-        srv->admin_open = 1;
-        tg_log(TG_LOG_INFO, "admin listening", "address=%s port=%d", srv->conf->admin.address, srv->admin.http.port);
+        app->admin_open = 1;
+        tg_log(TG_LOG_INFO, "admin listening", "address=%s port=%d", srv->conf->admin.address, app->admin.http.port);
     }
-    uv_timer_start(&srv->sweep, on_sweep, 1000, 1000);
+    uv_timer_start(&app->sweep, on_sweep, 1000, 1000);
     return 0;
 }
 
 static void close_listeners(struct tg_server *srv)
 {
-    for (size_t i = 0; i < srv->nlisteners; i++) {
-        struct tg_listener *l = &srv->listeners[i];
+    struct tg_app *app = tg_app_of(srv);
+    for (size_t i = 0; i < app->nlisteners; i++) {
+        struct tg_listener *l = &app->listeners[i];
         if (!l->closed && l->tcp.loop != NULL && !uv_is_closing((uv_handle_t *)&l->tcp)) {
             uv_close((uv_handle_t *)&l->tcp, NULL);
             l->closed = 1;
         }
     }
-    if ((srv->admin_open || srv->admin.tcp.loop != NULL) && !uv_is_closing((uv_handle_t *)&srv->admin.tcp)) {
-        uv_close((uv_handle_t *)&srv->admin.tcp, NULL); /* also one whose bind failed at start */
-        srv->admin_open = 0;
+    if ((app->admin_open || app->admin.tcp.loop != NULL) && !uv_is_closing((uv_handle_t *)&app->admin.tcp)) {
+        uv_close((uv_handle_t *)&app->admin.tcp, NULL); /* also one whose bind failed at start */
+        app->admin_open = 0;
     }
 }
 
@@ -307,6 +314,7 @@ static int remove_session(struct tg_session *s, void *arg)
 
 static void finish_drain(struct tg_server *srv)
 {
+    struct tg_app *app = tg_app_of(srv);
     /* Calls still running (any upstream kind) and waiting are answered, then sessions end:
      * stdio children get their stdin closed, SIGTERM, then SIGKILL. */
     tg_router_end_calls(srv); /* answered while their clients are still connected */
@@ -314,11 +322,11 @@ static void finish_drain(struct tg_server *srv)
     tg_channels_end(srv, 0);
     tg_session_sweep(srv->sessions, remove_session, NULL);
     tg_router_free_streams(srv);
-    uv_timer_stop(&srv->drain_timer);
-    uv_timer_stop(&srv->sweep);
+    uv_timer_stop(&app->drain_timer);
+    uv_timer_stop(&app->sweep);
     /* Close what is left: connections, upstream pools, our own handles. */
-    struct tg_list *l = srv->http.conns.next;
-    while (l != &srv->http.conns) {
+    struct tg_list *l = app->http.conns.next;
+    while (l != &app->http.conns) {
         struct tg_list *next = l->next;
         tg_conn_close_now(tg_container_of(l, struct tg_conn, node), "shutdown");
         l = next;
@@ -331,25 +339,26 @@ static void finish_drain(struct tg_server *srv)
     srv->audit = NULL;
     /* Last: the refunds of the calls ended above are written; then Redis's handles go, or they
      * would keep the loop alive. */
-    tg_cluster_free(srv->cluster);
-    srv->cluster = NULL;
+    tg_cluster_free(app->cluster);
+    app->cluster = NULL;
     tg_shared_local(&srv->store, srv); /* what ends later refunds to the server's own counters */
-    uv_close((uv_handle_t *)&srv->drain_timer, NULL);
+    uv_close((uv_handle_t *)&app->drain_timer, NULL);
     /* flush_check and flush_prepare stay until tg_server_dispose: the closes queued here are
      * finished by them. */
-    uv_close((uv_handle_t *)&srv->sweep, NULL);
-    uv_close((uv_handle_t *)&srv->sigterm, NULL);
-    uv_close((uv_handle_t *)&srv->sigint, NULL);
-    uv_close((uv_handle_t *)&srv->sighup, NULL);
-    uv_close((uv_handle_t *)&srv->sigusr1, NULL);
+    uv_close((uv_handle_t *)&app->sweep, NULL);
+    uv_close((uv_handle_t *)&app->sigterm, NULL);
+    uv_close((uv_handle_t *)&app->sigint, NULL);
+    uv_close((uv_handle_t *)&app->sighup, NULL);
+    uv_close((uv_handle_t *)&app->sigusr1, NULL);
 }
 
 static void on_drain_tick(uv_timer_t *t)
 {
     struct tg_server *srv = t->data;
+    struct tg_app *app = tg_app_of(srv);
     size_t inflight = tg_call_inflight(srv);
     tg_channels_end(srv, 1); /* a channel whose calls are all answered is told now */
-    if (inflight == 0 || uv_now(srv->loop) >= srv->drain_deadline) {
+    if (inflight == 0 || uv_now(srv->loop) >= app->drain_deadline) {
         if (inflight)
             tg_log(TG_LOG_WARN, "drain deadline passed; closing calls in flight", "inflight=%zu", inflight);
         finish_drain(srv);
@@ -358,6 +367,7 @@ static void on_drain_tick(uv_timer_t *t)
 
 void tg_server_drain(struct tg_server *srv)
 {
+    struct tg_app *app = tg_app_of(srv);
     if (srv->draining)
         return;
     srv->draining = 1;
@@ -368,49 +378,50 @@ void tg_server_drain(struct tg_server *srv)
            srv->conf->limits.drain_timeout_ms);
     tg_router_end_streams(srv);
     /* Idle keep-alive connections can go now; busy ones close after their answer. */
-    struct tg_list *l = srv->http.conns.next;
-    while (l != &srv->http.conns) {
+    struct tg_list *l = app->http.conns.next;
+    while (l != &app->http.conns) {
         struct tg_list *next = l->next;
         struct tg_conn *c = tg_container_of(l, struct tg_conn, node);
         if (c->phase == TG_CONN_IDLE || c->phase == TG_CONN_HANDSHAKE)
             tg_conn_close(c, "draining");
         l = next;
     }
-    srv->drain_deadline = uv_now(srv->loop) + (uint64_t)srv->conf->limits.drain_timeout_ms;
-    uv_timer_start(&srv->drain_timer, on_drain_tick, 0, 50);
+    app->drain_deadline = uv_now(srv->loop) + (uint64_t)srv->conf->limits.drain_timeout_ms;
+    uv_timer_start(&app->drain_timer, on_drain_tick, 0, 50);
 }
 
 static void reload_forget(struct tg_server *srv);
 
-void tg_server_dispose(struct tg_server *srv)
+void tg_server_dispose(struct tg_app *app)
 {
+    struct tg_server *srv = &app->srv;
     reload_forget(srv);
     /* Decisions still waiting for Redis end now ("shutting down"); the client's memory goes
      * with the loop runs below. */
-    tg_cluster_free(srv->cluster);
-    srv->cluster = NULL;
+    tg_cluster_free(app->cluster);
+    app->cluster = NULL;
     tg_shared_local(&srv->store, srv);
     /* The loop ran dry; what was put off to the end of an iteration may still wait. */
     do {
         flush_all(srv);
         uv_run(srv->loop, UV_RUN_DEFAULT);
-    } while (!tg_list_empty(&srv->http.conn_pending) || !tg_list_empty(&srv->dead_calls));
-    if (srv->flush_ready) {
-        uv_close((uv_handle_t *)&srv->flush_check, NULL);
-        uv_close((uv_handle_t *)&srv->flush_prepare, NULL);
-        uv_close((uv_handle_t *)&srv->pending_idle, NULL);
+    } while (!tg_list_empty(&app->http.conn_pending) || !tg_list_empty(&srv->dead_calls));
+    if (app->flush_ready) {
+        uv_close((uv_handle_t *)&app->flush_check, NULL);
+        uv_close((uv_handle_t *)&app->flush_prepare, NULL);
+        uv_close((uv_handle_t *)&app->pending_idle, NULL);
         uv_run(srv->loop, UV_RUN_DEFAULT);
     }
-    for (size_t i = 0; i < srv->nlisteners; i++)
-        tg_tls_ctx_free(srv->listeners[i].http.tls);
-    free(srv->listeners);
-    tg_http_env_dispose(&srv->http);
+    for (size_t i = 0; i < app->nlisteners; i++)
+        tg_tls_ctx_free(app->listeners[i].http.tls);
+    free(app->listeners);
+    tg_http_env_dispose(&app->http);
     tg_session_table_free(srv->sessions);
     tg_router_dispose(srv);
     free(srv->upstreams);
     tg_counters_free(srv->counters);
     tg_conf_unref(srv->conf);
-    tg_conf_unref(srv->listener_conf);
+    tg_conf_unref(app->listener_conf);
     tg_mcp_mrtr_dispose(&srv->mrtr);
     tg_mcp_schemas_free(srv->schemas);
     srv->schemas = NULL;
@@ -575,13 +586,14 @@ static void after_reload(uv_work_t *req, int status);
 
 static void start_job(struct tg_server *srv)
 {
+    struct tg_app *app = tg_app_of(srv);
     struct tg_reload_job *j = tg_xcalloc(1, sizeof(*j));
     j->srv = srv;
     j->path = tg_xstrdup(srv->conf->path);
     tg_buf_init(&j->err);
-    j->waiters = srv->reload_next;
-    srv->reload_next = NULL;
-    srv->reload_job = j;
+    j->waiters = app->reload_next;
+    app->reload_next = NULL;
+    app->reload_job = j;
     if (uv_queue_work(srv->loop, &j->req, reload_work, after_reload) != 0)
         abort(); /* only for a NULL work callback */
 }
@@ -590,19 +602,20 @@ static void after_reload(uv_work_t *req, int status)
 {
     struct tg_reload_job *j = tg_container_of(req, struct tg_reload_job, req);
     struct tg_server *srv = j->srv;
+    struct tg_app *app = tg_app_of(srv);
     if (srv == NULL || srv->draining || status != 0) {
         if (j->nc != NULL)
             free_contexts(j->tls, j->nc->nlisteners);
         if (j->nc != NULL)
             tg_conf_unref(j->nc);
         if (srv != NULL)
-            srv->reload_job = NULL;
+            app->reload_job = NULL;
         free_waiters(j->waiters, 0, NULL);
     } else {
-        srv->reload_job = NULL;
+        app->reload_job = NULL;
         int ok = reload_apply(srv, j->nc, j->tls, &j->err) == 0;
         free_waiters(j->waiters, ok, &j->err);
-        if (srv->reload_next != NULL && !srv->draining)
+        if (app->reload_next != NULL && !srv->draining)
             start_job(srv);
     }
     tg_buf_dispose(&j->err);
@@ -612,28 +625,31 @@ static void after_reload(uv_work_t *req, int status)
 
 static void reload_forget(struct tg_server *srv)
 {
-    if (srv->reload_job != NULL)
-        srv->reload_job->srv = NULL; /* still in the pool: its result is dropped when it comes */
-    free_waiters(srv->reload_next, 0, NULL);
-    srv->reload_next = NULL;
+    struct tg_app *app = tg_app_of(srv);
+    if (app->reload_job != NULL)
+        app->reload_job->srv = NULL; /* still in the pool: its result is dropped when it comes */
+    free_waiters(app->reload_next, 0, NULL);
+    app->reload_next = NULL;
 }
 
 void tg_server_reload_start(struct tg_server *srv, tg_reload_done_cb done, void *ud)
 {
+    struct tg_app *app = tg_app_of(srv);
     struct tg_reload_waiter *w = tg_xcalloc(1, sizeof(*w));
     w->done = done;
     w->ud = ud;
-    struct tg_reload_waiter **tail = &srv->reload_next;
+    struct tg_reload_waiter **tail = &app->reload_next;
     while (*tail != NULL)
         tail = &(*tail)->next;
     *tail = w;
-    if (srv->reload_job == NULL)
+    if (app->reload_job == NULL)
         start_job(srv); /* else: after the running one, a fresh read serves this one */
 }
 
 /* Swap nc in (taking its reference and the listener contexts tls, both may be NULL on a failure). */
 static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls_ctx **tls, struct tg_buf *err)
 {
+    struct tg_app *app = tg_app_of(srv);
     size_t nc_listeners = nc != NULL ? nc->nlisteners : 0;
     if (nc == NULL) {
         log_reload_errors(srv, err);
@@ -656,16 +672,16 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
         tg_audit_close(srv->audit);
     }
     srv->audit = na;
-    if (!same_listeners(srv->listener_conf, nc)) {
+    if (!same_listeners(app->listener_conf, nc)) {
         tg_log(TG_LOG_WARN, "listener address, port or TLS on/off changed: that needs a restart; listeners unchanged",
                NULL);
     } else if (tls != NULL) {
         /* Certificates, keys and client CAs read again: new handshakes use them; connections made
          * before keep the old context until they close. */
-        for (size_t i = 0; i < srv->nlisteners && i < nc->nlisteners; i++)
+        for (size_t i = 0; i < app->nlisteners && i < nc->nlisteners; i++)
             if (tls[i] != NULL) {
-                tg_tls_ctx_free(srv->listeners[i].http.tls);
-                srv->listeners[i].http.tls = tls[i];
+                tg_tls_ctx_free(app->listeners[i].http.tls);
+                app->listeners[i].http.tls = tls[i];
                 tls[i] = NULL;
             }
     }
@@ -698,16 +714,16 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
     free(srv->upstreams);
     srv->upstreams = nu;
     srv->nupstreams = nc->nupstreams;
-    if (srv->cluster != NULL && nc->cluster.enabled)
-        tg_cluster_reconf(srv->cluster, &nc->cluster);
-    else if ((srv->cluster != NULL) != (nc->cluster.enabled != 0))
+    if (app->cluster != NULL && nc->cluster.enabled)
+        tg_cluster_reconf(app->cluster, &nc->cluster);
+    else if ((app->cluster != NULL) != (nc->cluster.enabled != 0))
         tg_log(TG_LOG_WARN, "the cluster group was added or removed: that takes effect at restart", "conf=%s",
                nc->path);
     srv->conf = nc;
     struct roots_ctx rc2 = {srv, old};
     tg_session_sweep(srv->sessions, tell_roots_changed, &rc2); /* servers holding other roots ask again */
-    srv->http.limits = &nc->limits; /* connections read their limits through it */
-    srv->http.access_log = nc->log_access;
+    app->http.limits = &nc->limits; /* connections read their limits through it */
+    app->http.access_log = nc->log_access;
     if (tg_log_setup(nc->log_level, nc->log_format, nc->log_file) != 0)
         tg_log(TG_LOG_ERROR, "cannot open the new log file; logging goes on where it went", "file=%s",
                nc->log_file ? nc->log_file : "-");

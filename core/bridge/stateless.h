@@ -17,7 +17,7 @@
 struct tg_msg;
 struct tg_server;
 
-/* The gate asks (core/gate/dispatch.c: tg_dispatch_stateless); the bridge admits or parks.
+/* The gate asks (core/gate/dispatch.c: tg_stateless_request); the bridge admits or parks.
  *
  * The grant's stateless session on x's upstream, if one is live: 1 (x->sess set), else 0. */
 int tg_bridge_find(struct tg_exchange *x);

@@ -240,21 +240,22 @@ int main(int argc, char **argv)
     if (tg_log_start() != 0)
         fprintf(stderr, "tollgate: no log writer thread; log lines are written from the loop\n");
     uv_loop_t *loop = uv_default_loop();
-    struct tg_server *srv = tg_xcalloc(1, sizeof(*srv));
+    struct tg_app *app = tg_xcalloc(1, sizeof(*app));
+    struct tg_server *srv = &app->srv;
     proc.srv = srv;
     int rc = 0;
-    if (tg_server_init(srv, loop, conf) != 0) {
+    if (tg_server_init(app, loop, conf) != 0) {
         rc = 1; /* half made: it holds only memory, which tg_server_dispose frees */
     } else {
         /* Signals first: once a listener is logged, a supervisor's SIGTERM means a drain. */
         int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
-        uv_signal_t *hs[] = {&srv->sigterm, &srv->sigint, &srv->sighup, &srv->sigusr1};
+        uv_signal_t *hs[] = {&app->sigterm, &app->sigint, &app->sighup, &app->sigusr1};
         for (int i = 0; i < 4; i++) {
             uv_signal_init(loop, hs[i]);
             hs[i]->data = &proc;
             uv_signal_start(hs[i], on_signal, sigs[i]);
         }
-        if (tg_server_start(srv) != 0) {
+        if (tg_server_start(app) != 0) {
             rc = 1;
             tg_server_drain(srv); /* closes what start opened, and everything else, as at exit */
         } else {
@@ -264,8 +265,8 @@ int main(int argc, char **argv)
     }
     tg_conf_unref(conf); /* the server holds its own references */
     uv_run(loop, UV_RUN_DEFAULT);
-    tg_server_dispose(srv);
-    free(srv);
+    tg_server_dispose(app);
+    free(app);
     tg_slab_drain();
     uv_loop_close(loop);
     tg_sd_notify_dispose(&proc.sd_notify);

@@ -24,14 +24,6 @@ int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channe
 /* A new session for x's grant and route: 0 (x->sess set), or the HTTP status of the refusal:
  * 503 (draining) or 429 (the grant's session cap; metrics counted). */
 int tg_dispatch_session_open(struct tg_exchange *x);
-/* Stateless (2026-07-28) requests (core/gate/stateless.c). The grant's stateless session on
- * x's upstream, made on its first such request (the bridge keeps it): 0 (x->sess set), or the
- * HTTP status of the refusal, as tg_dispatch_session_open. */
-int tg_dispatch_stateless_session(struct tg_exchange *x);
-/* Stateless request m (x->sess from tg_dispatch_stateless_session) through sk: decided at once
- * when the bridge admits it, else once its upstream session is ready. Takes the sink, and m's
- * contents if it has to wait (m is left empty: disposing it is a no-op). */
-void tg_dispatch_stateless(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m);
 /* A session was used (a cluster renews its shared record), or is ready (initialize answered
  * by the gateway itself: a cluster shares it). Nothing without a cluster. */
 void tg_dispatch_session_used(struct tg_server *srv, struct tg_session *s);

@@ -2,7 +2,7 @@
  * checked the request's claim; the bridge (core/bridge/stateless.c) says whether the grant's
  * upstream session is ready, and the gate decides. A request that has to wait for that session
  * comes back through one continuation, on_admitted, from the loop. */
-#include "core/gate/dispatch.h"
+#include "core/gate/stateless.h"
 
 #include <stdio.h>
 
@@ -10,7 +10,7 @@
 #include "core/call/gateway.h"
 #include "core/wire/msg.h"
 
-int tg_dispatch_stateless_session(struct tg_exchange *x)
+int tg_stateless_session(struct tg_exchange *x)
 {
     if (tg_bridge_find(x))
         return 0;
@@ -29,7 +29,7 @@ static void on_admitted(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg
         tg_dispatch_message(x, sk, m);
 }
 
-void tg_dispatch_stateless(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m)
+void tg_stateless_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m)
 {
     switch (tg_bridge_admit(x, sk, m, on_admitted)) {
     case TG_BRIDGE_READY:

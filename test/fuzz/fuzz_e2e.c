@@ -172,7 +172,7 @@ static void sync_wire(struct tg_server *srv, struct client *cl)
 {
     for (int i = 0; i < 100000; i++) {
         int left = unsent(cl->fd);
-        for (struct tg_list *l = srv->http.conns.next; l != &srv->http.conns && left == 0; l = l->next) {
+        for (struct tg_list *l = tg_app_of(srv)->http.conns.next; l != &tg_app_of(srv)->http.conns && left == 0; l = l->next) {
             struct tg_conn *c = tg_container_of(l, struct tg_conn, node);
             int fd = -1;
             if (c->phase < TG_CONN_CLOSING && uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
@@ -311,16 +311,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uv_loop_t loop;
     if (uv_loop_init(&loop) != 0)
         FAIL("uv_loop_init failed");
-    struct tg_server *srv = tg_xcalloc(1, sizeof(*srv));
-    if (tg_server_init(srv, &loop, g.conf) != 0)
+    struct tg_app *app = tg_xcalloc(1, sizeof(*app));
+    struct tg_server *srv = &app->srv;
+    if (tg_server_init(app, &loop, g.conf) != 0)
         FAIL("tg_server_init failed");
     /* main() makes these; the drain closes them. They are never started here. */
-    uv_signal_t *sigs[] = {&srv->sigterm, &srv->sigint, &srv->sighup, &srv->sigusr1};
+    uv_signal_t *sigs[] = {&app->sigterm, &app->sigint, &app->sighup, &app->sigusr1};
     for (size_t i = 0; i < 4; i++)
         uv_signal_init(&loop, sigs[i]);
-    if (tg_server_start(srv) != 0)
+    if (tg_server_start(app) != 0)
         FAIL("tg_server_start failed");
-    int port = (mode & 0x40) ? srv->admin.http.port : srv->listeners[0].http.port;
+    int port = (mode & 0x40) ? app->admin.http.port : app->listeners[0].http.port;
 
     struct client cl = {.fd = -1};
     tg_buf_init(&cl.got);
@@ -348,10 +349,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     tg_server_drain(srv);
     uv_run(&loop, UV_RUN_DEFAULT);
-    tg_server_dispose(srv);
+    tg_server_dispose(app);
     if (srv->metrics.output_buffered != 0)
         FAIL("output accounting did not return to zero");
-    free(srv);
+    free(app);
     if (uv_loop_close(&loop) != 0)
         FAIL("a handle outlived the drain");
     return 0;

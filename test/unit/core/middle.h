@@ -27,6 +27,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "core/app/server.h"
 #include "core/call/approvals.h"
 #include "core/call/audit.h"
 #include "core/call/call.h"
@@ -424,7 +425,10 @@ static inline struct tg_sink *fsink_new(struct rec *r, unsigned flags)
 struct mw {
     uv_loop_t loop;
     int ext_loop; /* srv.loop is the caller's (mw_new_on): not run or closed here */
-    struct tg_server srv;
+    union { /* the app's code (route, admin) finds its struct tg_app around srv */
+        struct tg_server srv;
+        struct tg_app app;
+    };
     char dir[256];
     char audit_path[300];
     long audit_off;
