@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Link graph check: reads the gateway's built objects with nm and finds, for every symbol an object
 uses, the object that defines it. A module is one .c file, or a folder that has an internal.h; a room
-is a top-level folder, with core/ counted per subfolder. Prints every circle between modules and
-between rooms, and exits 1 if there is one.
+is a top-level folder, with core/ counted per subfolder. Prints every circle between modules,
+every circle between rooms, and every rise (a room using a room on its floor or above, FLOORS
+below), and exits 1 if there is one.
 
   scripts/lint/link-graph.py BUILD_DIR [-v] [--edges]
+  scripts/lint/link-graph.py --self-test
 
 -v prints each module's uses; --edges prints 'module -> module: symbols' for every edge."""
 import os, subprocess, sys
@@ -129,16 +131,7 @@ def circles(g):
             visit(v)
     return out
 
-# Circles being taken apart, one line each ('module: a b c' as printed): they are reported but do
-# not fail the check while listed (or part of a listed one); a circle that is not listed, or grows,
-# fails it.
-known = set()
-kpath = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'known-circles.txt')
-if 'TG_LINK_GRAPH_ROOT' in os.environ:
-    kpath = os.devnull
-if os.path.exists(kpath):
-    known = {l.strip() for l in open(kpath) if l.strip() and not l.startswith('#')}
-fail = seen = 0
+fail = 0
 for name, key in (('module', module_of), ('room', room_of)):
     g, why = graph(key)
     if verbose or show_edges:
@@ -150,11 +143,8 @@ for name, key in (('module', module_of), ('room', room_of)):
                 print(f'{name}: {a} -> {" ".join(sorted(g[a]))}')
     for comp in circles(g):
         members = set(comp)
-        seen = 1
-        line = f'{name}: {" ".join(comp)}'
-        listed = any(k.split(':')[0] == name and members <= set(k.split(':', 1)[1].split()) for k in known)
-        fail |= not listed
-        print(f'link-graph: {name} circle{" (known, being taken apart)" if listed else ""}: {" ".join(comp)}')
+        fail = 1
+        print(f'link-graph: {name} circle: {" ".join(comp)}')
         for a in comp:
             for b in sorted(g[a] & members):
                 syms = sorted(why[(a, b)])
@@ -167,18 +157,14 @@ for name, key in (('module', module_of), ('room', room_of)):
                     print(f'link-graph: room {a if a not in LEVEL else b} has no floor in FLOORS')
                     fail = 1
                 elif LEVEL[b] <= LEVEL[a]:
-                    seen = 1
-                    listed = f'rise: {a} -> {b}' in known
-                    fail |= not listed
+                    fail = 1
                     syms = sorted(why[(a, b)])
                     more = f' (+{len(syms) - 4})' if len(syms) > 4 else ''
-                    print(f'link-graph: rise{" (known, being taken apart)" if listed else ""}: {a} -> {b}: {" ".join(syms[:4])}{more}')
+                    print(f'link-graph: rise: {a} -> {b}: {" ".join(syms[:4])}{more}')
     if name == 'module':
         print(f'link-graph: {len(g)} modules, {sum(len(v) for v in g.values())} edges')
     else:
         print(f'link-graph: {len(g)} rooms')
-if not seen:
+if not fail:
     print('link-graph: no circle, no rise')
-elif not fail:
-    print('link-graph: only the known circles (scripts/lint/known-circles.txt)')
 sys.exit(fail)
