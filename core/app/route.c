@@ -388,24 +388,6 @@ void tg_router_tick(struct tg_server *srv, int sessions_too)
         tg_session_sweep(srv->sessions, sweep_one, srv);
 }
 
-void tg_router_drop_session(struct tg_server *srv, struct tg_session *s)
-{
-    /* Its upstream was removed by a reload: calls waiting on its child or event stream cannot
-     * be answered any more (calls on a Streamable HTTP pool still finish there). */
-    char why[160];
-    snprintf(why, sizeof(why), "upstream %s was removed by a configuration reload",
-             (size_t)s->upstream < srv->nupstreams ? tg_upstream_conf(srv->upstreams[s->upstream])->name : "-");
-    tg_session_ref(s);
-    for (struct tg_call *k; (k = tg_call_first_awaiting(s)) != NULL;)
-        tg_call_fail(k, TG_OUT_UNAVAILABLE, why, -1);
-    if (s->channel != NULL && s->channel->ops->close != NULL)
-        s->channel->ops->close(s->channel, 1012, "upstream removed");
-    tg_call_end_get_stream(s);
-    if (s->live)
-        tg_session_remove(srv->sessions, s);
-    tg_session_unref(s);
-}
-
 int tg_router_run_pending(struct tg_server *srv)
 {
     tg_bridge_run_pending(srv); /* stateless requests whose upstream session is ready */

@@ -31,8 +31,6 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c);
 int tg_router_ready(struct tg_server *srv);
 /* Periodic (every second): expire approvals, idle sessions, stale counters. */
 void tg_router_tick(struct tg_server *srv, int sessions_too);
-/* Drop a session now (its upstream went away in a reload). */
-void tg_router_drop_session(struct tg_server *srv, struct tg_session *s);
 /* Release the calls closed during this loop iteration (the server calls it with no handler
  * on the stack). */
 int tg_router_run_pending(struct tg_server *srv); /* 1: more waits for the next round */

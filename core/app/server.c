@@ -510,7 +510,7 @@ static int remap_session(struct tg_session *s, void *arg)
     struct remap_ctx *rc = arg;
     int to = rc->map[s->upstream];
     if (to < 0) {
-        tg_router_drop_session(rc->srv, s);
+        tg_dispatch_upstream_removed(rc->srv, s);
         return 0; /* already removed */
     }
     s->upstream = to;

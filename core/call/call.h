@@ -227,6 +227,10 @@ const struct tg_upstream_ops *tg__call_ops_of(struct tg_server *srv, struct tg_s
 
 /* The session's first call still waiting for an answer on its link, or NULL. */
 struct tg_call *tg_call_first_awaiting(struct tg_session *s);
+/* The session's upstream is gone (its link died, or a reload removed it): calls waiting on its
+ * link fail with why (calls on a Streamable HTTP pool still finish there), its channel is closed
+ * with ws_code and ws_why, its GET stream ends, and the session is removed. */
+void tg_call_upstream_gone(struct tg_session *s, const char *why, uint16_t ws_code, const char *ws_why);
 /* Sessions ending. */
 void tg_call_end_get_stream(struct tg_session *s);
 void tg_call_end_session_calls(struct tg_session *s);

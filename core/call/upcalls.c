@@ -246,18 +246,21 @@ static void host_message(struct tg_session *s, struct tg_upstream *u, const char
     }
 }
 
-/* The session's link died (its waiting calls are done): its channel ends, the session ends. */
-static void host_gone(struct tg_session *s, const char *why)
+void tg_call_upstream_gone(struct tg_session *s, const char *why, uint16_t ws_code, const char *ws_why)
 {
     tg_session_ref(s);
+    for (struct tg_call *k; (k = tg_call_first_awaiting(s)) != NULL;)
+        tg_call_fail(k, TG_OUT_UNAVAILABLE, why, -1);
     if (s->channel != NULL && s->channel->ops->close != NULL)
-        s->channel->ops->close(s->channel, 1011, "upstream gone");
-    if (s->live) {
-        tg_call_end_get_stream(s);
+        s->channel->ops->close(s->channel, ws_code, ws_why);
+    tg_call_end_get_stream(s);
+    if (s->live)
         tg_session_remove(s->srv->sessions, s);
-    }
     tg_session_unref(s);
 }
+
+/* The session's link died (the kind has done its waiting calls already). */
+static void host_gone(struct tg_session *s, const char *why) { tg_call_upstream_gone(s, why, 1011, "upstream gone"); }
 
 /* A client that stopped reading stops its message-stream upstream too (answers included);
  * its drain resumes it. */

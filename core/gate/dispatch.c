@@ -735,20 +735,6 @@ void tg_dispatch_session_ready(struct tg_server *srv, struct tg_session *s)
         srv->store.ops->session_share(srv->store.ud, s, &srv->conf->upstreams[s->upstream]);
 }
 
-void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum tg_end_how how)
-{
-    if (how == TG_END_CLIENT_GONE)
-        tg_approvals_withdraw(s); /* nobody is there for their answer */
-    if (!s->live)
-        return;
-    if (how == TG_END_DELETE && s->shared)
-        srv->store.ops->session_forget(srv->store.ud, s->id_str); /* for every member */
-    if (how != TG_END_ELSEWHERE) /* the member that was asked closed it upstream */
-        tg_call_close_upstream_session(srv, s);
-    tg_call_end_get_stream(s);
-    tg_call_end_session_calls(s);
-    tg_session_remove(srv->sessions, s);
-}
 
 struct tg_sink *tg_dispatch_get_stream_sink(struct tg_session *s)
 {

@@ -35,6 +35,9 @@ void tg_dispatch_session_ready(struct tg_server *srv, struct tg_session *s);
  * and calls in flight are let go (audited as client_gone), and the session is removed. */
 enum tg_end_how { TG_END_DELETE, TG_END_CLIENT_GONE, TG_END_ELSEWHERE /* a cluster member's client deleted it */ };
 void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum tg_end_how how);
+/* A reload removed s's upstream: calls waiting on its link fail, its channel is told (1012), and
+ * the session ends (core/gate/session_end.c, with tg_dispatch_end_session). */
+void tg_dispatch_upstream_removed(struct tg_server *srv, struct tg_session *s);
 /* The session's GET stream call, if any: its sink (for a client taking it over), else NULL. */
 struct tg_sink *tg_dispatch_get_stream_sink(struct tg_session *s);
 
