@@ -4,12 +4,14 @@
  * reports to the call through the callbacks the call gave with the message (upstream/upstream.h). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/call/gateway.h"
 #include "core/call/session.h"
+#include "core/base/slab.h"
 #include "core/wire/sse.h"
 #include "upstream/upstream.h"
 #include "upstream/pool/pool.h"
@@ -42,8 +44,6 @@ struct http_call {
     int got_response;         /* 1: the answer was relayed, 2: it was an error object */
     struct tg_upreq *up;
     struct tg_buf body;
-    struct tg_sse_parser sse;
-    struct tg_json_doc body_doc; /* MODE_JSON: the answer's spans, parsed once */
     int body_doc_ok;
     size_t gid_len;
     char gid[24];
@@ -55,7 +55,14 @@ struct http_call {
     uint64_t first_sent_ns; /* the first upstream request: latency covers the whole call */
     int resuming;      /* the upstream request now is such a GET */
     int resume_failed; /* that GET was refused: what it says is not relayed */
+    /* Last, and not cleared at send: set up when used (sse in MODE_SSE only, body_doc when
+     * body_doc_ok), so that a call answered with JSON does not pay for zeroing them. */
+    struct tg_sse_parser sse;
+    struct tg_json_doc body_doc; /* MODE_JSON: the answer's spans, parsed once */
 };
+
+/* One call's state at a time per call in flight, reused: it is made and freed once per call. */
+static struct tg_recycler http_calls = TG_RECYCLER_INIT(sizeof(struct http_call), 64);
 
 /* The timer of a call waiting to reconnect. Owner: the call until it is cancelled; freed in
  * its close callback. */
@@ -83,8 +90,9 @@ static void resume_cancel(struct http_call *k)
 static void http_call_free(struct http_call *k)
 {
     tg_buf_dispose(&k->body);
-    tg_sse_dispose(&k->sse);
-    tg_xfree(k);
+    if (k->mode == MODE_SSE)
+        tg_sse_dispose(&k->sse);
+    tg_recycle_free(&http_calls, k);
 }
 
 /* The kind is done with the call: out of its slot, so that the call's cancel finds nothing. */
@@ -413,7 +421,8 @@ static const struct tg_upreq_cbs call_cbs = {on_up_head, on_up_data, on_up_done}
 
 static void http_send(const struct tg_upstream_send *a)
 {
-    struct http_call *k = tg_xcalloc(1, sizeof(*k));
+    struct http_call *k = tg_recycle_alloc(&http_calls);
+    memset(k, 0, offsetof(struct http_call, sse));
     k->ev = a->ev;
     k->call = a->call;
     k->slot = a->state;
