@@ -339,8 +339,8 @@ void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)
         return;
     }
     if (tg_slice_eq(path, TG_SLICE("/readyz"))) {
-        tg_respond_json(c, tg_router_ready(srv) && !srv->draining ? 200 : 503,
-                     tg_router_ready(srv) && !srv->draining ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready\"}");
+        tg_respond_json(c, tg_route_ready(srv) && !srv->draining ? 200 : 503,
+                     tg_route_ready(srv) && !srv->draining ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready\"}");
         return;
     }
     if (tg_slice_eq(path, TG_SLICE("/metrics"))) {

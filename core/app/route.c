@@ -103,7 +103,7 @@ enum tg_endpoint tg_route_match(const struct tg_conf *conf, struct tg_slice path
     return TG_EP_NONE;
 }
 
-int tg_router_ready(struct tg_server *srv)
+int tg_route_ready(struct tg_server *srv)
 {
     for (size_t i = 0; i < srv->nupstreams; i++)
         if (tg_upstream_reachable(srv->upstreams[i]))
@@ -219,7 +219,7 @@ static void on_shared_record(void *ud, int found, const struct tg_shared_session
         tg_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
         return;
     }
-    tg_router_handle(srv, c); /* the session is here now */
+    tg_route_handle(srv, c); /* the session is here now */
 }
 
 /* 1 if the request waits for a shared session's record (a sealed id this gateway does not have). */
@@ -239,7 +239,7 @@ static int wait_for_shared_session(struct tg_server *srv, struct tg_conn *c, con
     return 1;
 }
 
-void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
+void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
 {
     struct tg_http_req *req = &c->req;
     struct tg_slice url = tg_http_req_url(req);
@@ -253,7 +253,7 @@ void tg_router_handle(struct tg_server *srv, struct tg_conn *c)
         return;
     }
     if (tg_slice_eq(path, TG_SLICE("/readyz"))) {
-        if (tg_router_ready(srv) && !srv->draining)
+        if (tg_route_ready(srv) && !srv->draining)
             tg_respond_json(c, 200, "{\"status\":\"ready\"}");
         else
             tg_respond_json(c, 503, "{\"status\":\"not ready\"}");
@@ -377,7 +377,7 @@ static int sweep_one(struct tg_session *s, void *arg)
     return 0;
 }
 
-void tg_router_tick(struct tg_server *srv, int sessions_too)
+void tg_route_tick(struct tg_server *srv, int sessions_too)
 {
     tg_approvals_expire(srv);
     tg_counters_sweep(srv->counters, wall_ms(), 65536);
@@ -388,7 +388,7 @@ void tg_router_tick(struct tg_server *srv, int sessions_too)
         tg_session_sweep(srv->sessions, sweep_one, srv);
 }
 
-int tg_router_run_pending(struct tg_server *srv)
+int tg_route_run_pending(struct tg_server *srv)
 {
     tg_bridge_run_pending(srv); /* stateless requests whose upstream session is ready */
     tg_call_run_pending(srv);
@@ -402,7 +402,7 @@ static int end_stream_one(struct tg_session *s, void *arg)
     return 0;
 }
 
-void tg_router_end_streams(struct tg_server *srv)
+void tg_route_end_streams(struct tg_server *srv)
 {
     tg_session_sweep(srv->sessions, end_stream_one, srv);
     tg_channels_end(srv, 1); /* channel clients are told the gateway is going away, once idle */
@@ -415,10 +415,10 @@ static int end_calls_one(struct tg_session *s, void *arg)
     return 0;
 }
 
-void tg_router_end_calls(struct tg_server *srv) { tg_session_sweep(srv->sessions, end_calls_one, NULL); }
+void tg_route_end_calls(struct tg_server *srv) { tg_session_sweep(srv->sessions, end_calls_one, NULL); }
 
 
-void tg_router_free_streams(struct tg_server *srv)
+void tg_route_free_streams(struct tg_server *srv)
 {
     tg_call_abort_waiting(srv);
     tg_approvals_abort(srv);
@@ -427,7 +427,7 @@ void tg_router_free_streams(struct tg_server *srv)
     tg_bridge_dispose(srv); /* before the session table goes */
 }
 
-void tg_router_dispose(struct tg_server *srv)
+void tg_route_dispose(struct tg_server *srv)
 {
     tg_streamable_dispose();
     tg_channels_dispose();

@@ -26,21 +26,21 @@ enum tg_endpoint tg_route_match(const struct tg_conf *conf, struct tg_slice path
 /* 1 if a request with this Origin header (ptr NULL: none) may use the listener. */
 int tg_route_origin_allowed(const struct tg_listener_conf *lc, struct tg_slice origin);
 
-void tg_router_handle(struct tg_server *srv, struct tg_conn *c);
+void tg_route_handle(struct tg_server *srv, struct tg_conn *c);
 /* 1 if some upstream was reachable lately. */
-int tg_router_ready(struct tg_server *srv);
+int tg_route_ready(struct tg_server *srv);
 /* Periodic (every second): expire approvals, idle sessions, stale counters. */
-void tg_router_tick(struct tg_server *srv, int sessions_too);
+void tg_route_tick(struct tg_server *srv, int sessions_too);
 /* Release the calls closed during this loop iteration (the server calls it with no handler
  * on the stack). */
-int tg_router_run_pending(struct tg_server *srv); /* 1: more waits for the next round */
+int tg_route_run_pending(struct tg_server *srv); /* 1: more waits for the next round */
 /* End every GET stream, and every channel with no call in flight (drain). */
-void tg_router_end_streams(struct tg_server *srv);
+void tg_route_end_streams(struct tg_server *srv);
 /* Every call still running gets its error answer now (the drain's deadline). */
-void tg_router_end_calls(struct tg_server *srv);
+void tg_route_end_calls(struct tg_server *srv);
 /* Answer what still waits and drop every replay buffer (shutdown). */
-void tg_router_free_streams(struct tg_server *srv);
+void tg_route_free_streams(struct tg_server *srv);
 /* The last of the request path's memory (caches), once the loop has stopped. */
-void tg_router_dispose(struct tg_server *srv);
+void tg_route_dispose(struct tg_server *srv);
 
 #endif

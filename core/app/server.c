@@ -80,7 +80,7 @@ static void on_http_request(struct tg_http_env *env, struct tg_conn *c)
     if (c->listener->is_admin)
         tg_admin_handle(srv, c);
     else
-        tg_router_handle(srv, c);
+        tg_route_handle(srv, c);
 }
 
 static void on_pending_idle(uv_idle_t *h) { (void)h; }
@@ -94,7 +94,7 @@ static void flush_all(struct tg_server *srv)
 {
     struct tg_app *app = tg_app_of(srv);
     tg_http_run_pending(&app->http);
-    int more = tg_router_run_pending(srv);
+    int more = tg_route_run_pending(srv);
     if (app->cluster != NULL)
         tg_redis_flush(tg_cluster_redis(app->cluster)); /* this iteration's decisions go to Redis now */
     tg_http_flush_corked(&app->http);
@@ -147,7 +147,7 @@ static void on_sweep(uv_timer_t *t)
 {
     struct tg_server *srv = t->data;
     static unsigned ticks;
-    tg_router_tick(srv, ++ticks % 10 == 0);
+    tg_route_tick(srv, ++ticks % 10 == 0);
 }
 
 static void on_verdict(void *arg) { tg_bridge_wake(arg); }
@@ -317,11 +317,11 @@ static void finish_drain(struct tg_server *srv)
     struct tg_app *app = tg_app_of(srv);
     /* Calls still running (any upstream kind) and waiting are answered, then sessions end:
      * stdio children get their stdin closed, SIGTERM, then SIGKILL. */
-    tg_router_end_calls(srv); /* answered while their clients are still connected */
-    tg_router_free_streams(srv);
+    tg_route_end_calls(srv); /* answered while their clients are still connected */
+    tg_route_free_streams(srv);
     tg_channels_end(srv, 0);
     tg_session_sweep(srv->sessions, remove_session, NULL);
-    tg_router_free_streams(srv);
+    tg_route_free_streams(srv);
     uv_timer_stop(&app->drain_timer);
     uv_timer_stop(&app->sweep);
     /* Close what is left: connections, upstream pools, our own handles. */
@@ -376,7 +376,7 @@ void tg_server_drain(struct tg_server *srv)
      * reader who connects after seeing it must be refused, not reset from the backlog. */
     tg_log(TG_LOG_INFO, "draining", "inflight=%zu timeout_ms=%d", tg_call_inflight(srv),
            srv->conf->limits.drain_timeout_ms);
-    tg_router_end_streams(srv);
+    tg_route_end_streams(srv);
     /* Idle keep-alive connections can go now; busy ones close after their answer. */
     struct tg_list *l = app->http.conns.next;
     while (l != &app->http.conns) {
@@ -417,7 +417,7 @@ void tg_server_dispose(struct tg_app *app)
     free(app->listeners);
     tg_http_env_dispose(&app->http);
     tg_session_table_free(srv->sessions);
-    tg_router_dispose(srv);
+    tg_route_dispose(srv);
     free(srv->upstreams);
     tg_counters_free(srv->counters);
     tg_conf_unref(srv->conf);

@@ -60,7 +60,7 @@ static void at_new(struct at *t)
 static void at_free(struct at *t)
 {
     hh_free(t->h);
-    tg_router_dispose(&t->m->srv);
+    tg_route_dispose(&t->m->srv);
     mw_free(t->m);
 }
 

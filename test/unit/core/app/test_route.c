@@ -1,5 +1,5 @@
 /* core/app/route.c: the route table. tg_route_match (paths to endpoint and upstream) and
- * tg_route_origin_allowed (the Origin check) as functions, then tg_router_handle as the
+ * tg_route_origin_allowed (the Origin check) as functions, then tg_route_handle as the
  * on_request of a real tg_conn (test/unit/transports/harness.h: raw bytes over a loopback
  * socket) in front of a hand-built server with a fake upstream (test/unit/core/middle.h), so
  * that 404 / 403 / 401 / 400 / 405 are checked byte for byte in the order the router decides
@@ -196,7 +196,7 @@ static void route_origins_from_conf(void **state)
     mw_free(m);
 }
 
-/* ---- tg_router_handle over a real connection ---------------------------------------------- */
+/* ---- tg_route_handle over a real connection ---------------------------------------------- */
 
 #define ROUTER_TOKEN "alice-secret-token"
 
@@ -216,7 +216,7 @@ struct rt {
     struct mw *m;
 };
 
-static void on_request(struct hh *h, struct tg_conn *c) { tg_router_handle(&((struct rt *)h->ud)->m->srv, c); }
+static void on_request(struct hh *h, struct tg_conn *c) { tg_route_handle(&((struct rt *)h->ud)->m->srv, c); }
 
 static void rt_new(struct rt *t, int anonymous)
 {
@@ -242,7 +242,7 @@ static void rt_new(struct rt *t, int anonymous)
 static void rt_free(struct rt *t)
 {
     hh_free(t->h); /* closes the connections: their exchanges go first */
-    tg_router_dispose(&t->m->srv); /* what the transports keep for reuse */
+    tg_route_dispose(&t->m->srv); /* what the transports keep for reuse */
     mw_free(t->m);
 }
 
