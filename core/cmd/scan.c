@@ -51,7 +51,7 @@ static const char *str_at(const cJSON *o, const char *k)
 /* METHOD page by page (following nextCursor), the objects of each answer's FIELD array moved
  * into `into`. Returns 0, 1 when the server answered with an error or without the array (printed
  * as a warning unless required, then it is an error), -1 when there was no answer. */
-static int list_pages(struct tg_scan_link *c, const char *method, const char *field, cJSON *into, int required)
+static int list_pages(struct tg_scan_client *c, const char *method, const char *field, cJSON *into, int required)
 {
     char *cursor = NULL;
     int pages = 0;
@@ -67,7 +67,7 @@ static int list_pages(struct tg_scan_link *c, const char *method, const char *fi
         cJSON *msg = NULL;
         const cJSON *result;
         char errtext[300];
-        int rc = tg_scan_link_rpc(c, method, cursor != NULL ? params.base : NULL, &msg, &result, errtext, sizeof(errtext));
+        int rc = tg_scan_client_rpc(c, method, cursor != NULL ? params.base : NULL, &msg, &result, errtext, sizeof(errtext));
         tg_buf_dispose(&params);
         const cJSON *list = rc == 0 ? tg_json_get(result, field) : NULL;
         if (rc == 0 && !cJSON_IsArray(list)) {
@@ -110,7 +110,7 @@ struct scan_lists {
 
 /* Asks METHOD when `ask`; on an error answer the list stays NULL (not offered). -1: no answer
  * (printed), and nothing more is asked. */
-static int list_optional(struct tg_scan_link *c, int ask, const char *method, const char *field, cJSON **out)
+static int list_optional(struct tg_scan_client *c, int ask, const char *method, const char *field, cJSON **out)
 {
     if (!ask)
         return 0;
@@ -127,11 +127,11 @@ static int list_optional(struct tg_scan_link *c, int ask, const char *method, co
 /* initialize, initialized, tools/list page by page, then resources/list,
  * resources/templates/list and prompts/list if the server offers them (or did not say, having
  * refused initialize). Returns 0 or -1. */
-static int scan_server(struct tg_scan_link *c, struct scan_lists *ls, struct tg_scan_source *src, cJSON **init_msg)
+static int scan_server(struct tg_scan_client *c, struct scan_lists *ls, struct tg_scan_source *src, cJSON **init_msg)
 {
     const cJSON *result;
     char errtext[300];
-    int rc = tg_scan_link_rpc(c, "initialize",
+    int rc = tg_scan_client_rpc(c, "initialize",
                  "{\"protocolVersion\":\"" SCAN_PROTOCOL "\",\"capabilities\":{},"
                  "\"clientInfo\":{\"name\":\"tollgate-scan\",\"version\":\"" TG_VERSION "\"}}",
                  init_msg, &result, errtext, sizeof(errtext));
@@ -152,7 +152,7 @@ static int scan_server(struct tg_scan_link *c, struct scan_lists *ls, struct tg_
         resources = cJSON_IsObject(tg_json_get(caps, "resources"));
         prompts = cJSON_IsObject(tg_json_get(caps, "prompts"));
     }
-    if (tg_scan_link_notify(c, "notifications/initialized") != 0)
+    if (tg_scan_client_notify(c, "notifications/initialized") != 0)
         return -1;
     if (list_pages(c, "tools/list", "tools", ls->tools, 1) != 0)
         return -1;
@@ -188,7 +188,7 @@ static void append_url_redacted(struct tg_buf *b, const char *url)
 
 /* Splits http[s]://host[:port][/path] into c; *https says which. Returns 0, or -1 with the
  * reason printed. */
-static int parse_url(struct tg_scan_link *c, const char *url, int *https_out)
+static int parse_url(struct tg_scan_client *c, const char *url, int *https_out)
 {
     int https = strncasecmp(url, "https://", 8) == 0;
     if (!https && strncasecmp(url, "http://", 7) != 0)
@@ -281,7 +281,7 @@ static int secret_arg(const char *prev, const char *arg)
 int tg_scan_cli(int argc, char **argv)
 {
     struct tg_scan_header headers[SCAN_MAX_HEADERS];
-    struct tg_scan_link c = {.timeout_ms = 10000, .next_id = 1};
+    struct tg_scan_client c = {.timeout_ms = 10000, .next_id = 1};
     int json = 0, i, insecure = 0, https = 0;
     const char *url = NULL, *ca = NULL;
     for (i = 1; i < argc; i++) {
@@ -368,7 +368,7 @@ int tg_scan_cli(int argc, char **argv)
     struct scan_lists ls = {.tools = cJSON_CreateArray()};
     cJSON *init_msg = NULL;
     int rc = 1;
-    if (tg_scan_link_start(&c, c.stdio ? argv + i : NULL) != 0)
+    if (tg_scan_client_start(&c, c.stdio ? argv + i : NULL) != 0)
         goto out;
     if (scan_server(&c, &ls, &src, &init_msg) != 0)
         goto out;
@@ -382,7 +382,7 @@ int tg_scan_cli(int argc, char **argv)
     tg_buf_dispose(&policy);
     rc = fflush(stdout) == 0 ? 0 : 1;
 out:
-    tg_scan_link_stop(&c);
+    tg_scan_client_stop(&c);
     tg_tls_client_ctx_free(c.tls);
     cJSON_Delete(init_msg);
     cJSON_Delete(ls.tools);

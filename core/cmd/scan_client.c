@@ -41,10 +41,10 @@ static void snippet(char *out, size_t cap, const char *p, size_t n)
 
 /* ---- one exchange ------------------------------------------------------------------------- */
 
-/* A message sent and its answer awaited. Owner: the stack of tg_scan_link_rpc() or
- * tg_scan_link_notify(), which runs the loop until `settled`; c->wait points at it meanwhile. */
+/* A message sent and its answer awaited. Owner: the stack of tg_scan_client_rpc() or
+ * tg_scan_client_notify(), which runs the loop until `settled`; c->wait points at it meanwhile. */
 struct scan_exchange {
-    struct tg_scan_link *c;
+    struct tg_scan_client *c;
     int id; /* the request's id, or -1 for a notification */
     int settled;
     int rc;        /* 0 answered (answer set for a request), -1 failed (printed) */
@@ -84,7 +84,7 @@ static cJSON *take_answer(const char *p, size_t n, int id)
 static void on_deadline(uv_timer_t *t);
 
 /* Runs the loop until x is settled or timeout_ms has passed. Returns x->rc. */
-static int wait_for(struct tg_scan_link *c, struct scan_exchange *x)
+static int wait_for(struct tg_scan_client *c, struct scan_exchange *x)
 {
     c->wait = x;
     c->deadline.data = x;
@@ -136,7 +136,7 @@ static int on_sse_event(void *ud, const struct tg_sse_event *ev)
 static void on_http_head(struct tg_upreq *r, int status, void *ud)
 {
     struct scan_exchange *x = ud;
-    struct tg_scan_link *c = x->c;
+    struct tg_scan_client *c = x->c;
     struct tg_slice sid = tg_upreq_session_id(r), ct = tg_upreq_content_type(r);
     if (sid.len > 0 && sid.len < sizeof(c->session)) {
         memcpy(c->session, sid.ptr, sid.len);
@@ -169,7 +169,7 @@ static void on_http_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
 /* The request failed before its answer ended: why, in the words scan has always used. */
 static void http_failed(struct scan_exchange *x, struct tg_upreq *r, int err)
 {
-    struct tg_scan_link *c = x->c;
+    struct tg_scan_client *c = x->c;
     const char *why = tg_upreq_error(r);
     if (err <= UV_EAI_ADDRFAMILY && err >= UV_EAI_PROTOCOL)
         tg_scan_fail("cannot resolve %s: %s", c->addr, resolve_error(err));
@@ -188,7 +188,7 @@ static void http_failed(struct scan_exchange *x, struct tg_upreq *r, int err)
 static void on_http_done(struct tg_upreq *r, int err, void *ud)
 {
     struct scan_exchange *x = ud;
-    struct tg_scan_link *c = x->c;
+    struct tg_scan_client *c = x->c;
     x->req = NULL;
     if (err != 0) {
         http_failed(x, r, err);
@@ -222,7 +222,7 @@ static const struct tg_upreq_cbs http_cbs = {on_http_head, on_http_data, on_http
 
 /* POSTs one message and waits for its answer. For a request (id >= 0), *answer gets the
  * answer's tree; for a notification, any 2xx passes. Returns 0 or -1 (the reason printed). */
-static int http_post(struct tg_scan_link *c, const char *msg, int id, cJSON **answer)
+static int http_post(struct tg_scan_client *c, const char *msg, int id, cJSON **answer)
 {
     struct tg_buf h;
     tg_buf_init(&h);
@@ -252,7 +252,7 @@ static int http_post(struct tg_scan_link *c, const char *msg, int id, cJSON **an
 
 /* ---- stdio --------------------------------------------------------------------------------- */
 
-static int stdio_send(struct tg_scan_link *c, const char *msg, size_t n)
+static int stdio_send(struct tg_scan_client *c, const char *msg, size_t n)
 {
     int r = c->child != NULL ? tg_child_send(c->child, msg, n) : UV_EPIPE;
     if (r != 0) {
@@ -263,7 +263,7 @@ static int stdio_send(struct tg_scan_link *c, const char *msg, size_t n)
 }
 
 /* A request from the server while we wait: answered so that it does not wait on us. */
-static void stdio_answer_server(struct tg_scan_link *c, const cJSON *msg)
+static void stdio_answer_server(struct tg_scan_client *c, const cJSON *msg)
 {
     const cJSON *method = tg_json_get(msg, "method");
     const cJSON *id = tg_json_get(msg, "id");
@@ -286,7 +286,7 @@ static void stdio_answer_server(struct tg_scan_link *c, const cJSON *msg)
 /* A JSON object line from the child's stdout (doc NULL: a line over SCAN_MAX_ANSWER). */
 static void on_child_message(void *ud, const char *p, size_t n, const struct tg_json_doc *doc, struct tg_buf *own)
 {
-    struct tg_scan_link *c = ud;
+    struct tg_scan_client *c = ud;
     struct scan_exchange *x = c->wait;
     (void)own;
     if (doc == NULL) {
@@ -316,7 +316,7 @@ static void on_child_message(void *ud, const char *p, size_t n, const struct tg_
 
 static void on_child_exit(void *ud, int64_t status, int term_signal)
 {
-    struct tg_scan_link *c = ud;
+    struct tg_scan_client *c = ud;
     struct scan_exchange *x = c->wait;
     c->skipped = c->bad_lines + tg_child_skipped(c->child);
     c->child = NULL; /* it frees itself */
@@ -332,7 +332,7 @@ static void on_child_exit(void *ud, int64_t status, int term_signal)
 static void on_deadline(uv_timer_t *t)
 {
     struct scan_exchange *x = t->data;
-    struct tg_scan_link *c = x->c;
+    struct tg_scan_client *c = x->c;
     if (x->settled)
         return;
     if (c->stdio) {
@@ -350,7 +350,7 @@ static void on_deadline(uv_timer_t *t)
     settle(x, -1);
 }
 
-int tg_scan_link_start(struct tg_scan_link *c, char **argv)
+int tg_scan_client_start(struct tg_scan_client *c, char **argv)
 {
     /* The runtime logs as the gateway does; scan says what went wrong itself. */
     tg_log_setup(TG_LOG_ERROR - 1, TG_LOG_LOGFMT, NULL);
@@ -389,7 +389,7 @@ int tg_scan_link_start(struct tg_scan_link *c, char **argv)
     return 0;
 }
 
-void tg_scan_link_stop(struct tg_scan_link *c)
+void tg_scan_client_stop(struct tg_scan_client *c)
 {
     if (!c->started)
         return;
@@ -409,7 +409,7 @@ void tg_scan_link_stop(struct tg_scan_link *c)
 
 /* ---- MCP ----------------------------------------------------------------------------------- */
 
-static int stdio_exchange(struct tg_scan_link *c, const char *msg, size_t n, int id, cJSON **answer)
+static int stdio_exchange(struct tg_scan_client *c, const char *msg, size_t n, int id, cJSON **answer)
 {
     if (stdio_send(c, msg, n) != 0)
         return -1;
@@ -425,7 +425,7 @@ static int stdio_exchange(struct tg_scan_link *c, const char *msg, size_t n, int
 /* Sends a request (params: JSON text or NULL) and waits for its answer: 0 with *result set
  * (owned by *msg, which the caller frees), 1 when the server answered with an error (printed
  * into errtext), -1 when there was no answer (printed). */
-int tg_scan_link_rpc(struct tg_scan_link *c, const char *method, const char *params, cJSON **msg, const cJSON **result,
+int tg_scan_client_rpc(struct tg_scan_client *c, const char *method, const char *params, cJSON **msg, const cJSON **result,
                char *errtext, size_t errcap)
 {
     int id = c->next_id++;
@@ -453,7 +453,7 @@ int tg_scan_link_rpc(struct tg_scan_link *c, const char *method, const char *par
     return 1;
 }
 
-int tg_scan_link_notify(struct tg_scan_link *c, const char *method)
+int tg_scan_client_notify(struct tg_scan_client *c, const char *method)
 {
     char b[256];
     int n = snprintf(b, sizeof(b), "{\"jsonrpc\":\"2.0\",\"method\":\"%s\"}", method);

@@ -7,8 +7,8 @@
  * are counted in `skipped`; requests from the server are answered: ping and roots/list, -32601
  * for the rest). Answers are parsed with the strict parser (core/base/json.h). Errors are printed
  * with tg_scan_fail(). */
-#ifndef TG_SCAN_LINK_H
-#define TG_SCAN_LINK_H
+#ifndef TG_SCAN_CLIENT_H
+#define TG_SCAN_CLIENT_H
 
 #include <uv.h>
 
@@ -29,9 +29,9 @@ struct tg_scan_header {
 };
 
 /* The client: one per run, on tg_scan_cli()'s stack, set up by it (zeroed, then timeout_ms,
- * next_id = 1; the HTTP fields from the URL), started by tg_scan_link_start() and ended by
- * tg_scan_link_stop(). */
-struct tg_scan_link {
+ * next_id = 1; the HTTP fields from the URL), started by tg_scan_client_start() and ended by
+ * tg_scan_client_stop(). */
+struct tg_scan_client {
     int stdio;      /* 1: a child process, 0: HTTP */
     int timeout_ms;
     int next_id;
@@ -46,7 +46,7 @@ struct tg_scan_link {
     char session[256]; /* Mcp-Session-Id, or "" */
     char protocol[64]; /* the version initialize chose, sent as MCP-Protocol-Version, or "" */
     size_t skipped;    /* stdio: stdout lines that were not JSON-RPC */
-    /* the runtime, from tg_scan_link_start() to tg_scan_link_stop() */
+    /* the runtime, from tg_scan_client_start() to tg_scan_client_stop() */
     int started;
     uv_loop_t loop;
     uv_timer_t deadline;             /* one exchange's timeout_ms */
@@ -64,19 +64,19 @@ void tg_scan_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Starts the loop and the pool for c's URL, or (c->stdio) argv[0] (looked up on PATH, the whole
  * environment passed, its stderr this process's) with pipes on its stdin and stdout. 0 or -1
  * (printed). */
-int tg_scan_link_start(struct tg_scan_link *c, char **argv);
+int tg_scan_client_start(struct tg_scan_client *c, char **argv);
 
 /* Ends the child (its stdin closed, SIGTERM, SIGKILL 2 s later) or the pool's connections, and
- * runs the loop until all is closed. Idempotent; nothing to do if tg_scan_link_start() did not run. */
-void tg_scan_link_stop(struct tg_scan_link *c);
+ * runs the loop until all is closed. Idempotent; nothing to do if tg_scan_client_start() did not run. */
+void tg_scan_client_stop(struct tg_scan_client *c);
 
 /* Sends a request (params: JSON text or NULL) and waits for its answer: 0 with *result set
  * (owned by *msg, which the caller frees with cJSON_Delete), 1 when the server answered with an
  * error (described in errtext; *msg set), -1 when there was no usable answer (printed). */
-int tg_scan_link_rpc(struct tg_scan_link *c, const char *method, const char *params, cJSON **msg,
+int tg_scan_client_rpc(struct tg_scan_client *c, const char *method, const char *params, cJSON **msg,
                      const cJSON **result, char *errtext, size_t errcap);
 
 /* Sends a notification (over HTTP: waits for its 2xx): 0 or -1 (printed). */
-int tg_scan_link_notify(struct tg_scan_link *c, const char *method);
+int tg_scan_client_notify(struct tg_scan_client *c, const char *method);
 
 #endif

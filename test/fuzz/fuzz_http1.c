@@ -1,4 +1,4 @@
-/* HTTP/1.1 requests as the gateway reads them (transports/http1/conn.c, http1_out.c): the llhttp
+/* HTTP/1.1 requests as the gateway reads them (transports/http1/conn.c, out.c): the llhttp
  * request parser, the header and body limits, pipelining, keep-alive and close, answers made
  * at once, later, streamed (chunked) and upgrades. The bytes go in over a real loopback TCP
  * connection (see net.h), as a client would send them.

@@ -7,7 +7,7 @@
  * bit 7 set, that the bytes are an HTTP response (else an SSE stream); byte 1 stops the SSE
  * callback after that many events (0: never); bytes 2-3 seed the chunking.
  *
- * HTTP: http_client.c is compiled into this target (#include, as unit tests reach statics), so
+ * HTTP: upstream/pool/http_conn.c is compiled into this target (#include, as unit tests reach statics), so
  * its own resp_settings and callbacks parse the response on a zeroed struct tg_upconn with a
  * request attached, as on_conn_read() runs llhttp_execute: each read until the response is
  * complete (HPE_PAUSED) or an error; at the end of the bytes, llhttp_finish as on an EOF. The

@@ -1,4 +1,4 @@
-/* transports/http1/conn.c and http1_out.c, byte for byte: raw request bytes go in over a real
+/* transports/http1/conn.c and out.c, byte for byte: raw request bytes go in over a real
  * TCP connection (see harness.h), and the exact bytes that come back are checked, with a
  * fake environment whose on_request callback answers by URL:
  *
