@@ -105,10 +105,7 @@ static void on_sink_release(struct tg_sink *sk, struct tg_call *k) { tg_channel_
 static const struct tg_sink_ops channel_sink_ops = {
     .message = on_sink_message,
     .answer = on_sink_answer,
-    .bare = tg_sink_nop_answer, /* only an HTTP exchange shows a status */
-    .stream = tg_sink_nop,
-    .end = tg_sink_nop,
-    .poll = tg_sink_nop_poll,
+    TG_SINK_NO_STREAM, /* only an HTTP exchange shows a status */
     .high = on_sink_high,
     .listening = on_sink_listening,
     .close = on_sink_close,

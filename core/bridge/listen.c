@@ -135,14 +135,8 @@ static void fan_release(struct tg_sink *sk, struct tg_call *k)
 static const struct tg_sink_ops fan_ops = {
     .message = fan_message,
     .answer = tg_sink_nop_answer,
-    .bare = tg_sink_nop_answer,
-    .stream = tg_sink_nop,
-    .end = tg_sink_nop,
-    .poll = tg_sink_nop_poll,
-    .high = tg_sink_never_high,
-    .listening = tg_sink_always_listening,
-    .close = NULL,
-    .bind = tg_sink_nop,
+    TG_SINK_NO_STREAM,
+    TG_SINK_NO_CLIENT,
     .release = fan_release,
 };
 

@@ -156,10 +156,7 @@ static const struct tg_sink_ops boot_ops = {
     .stream = tg_sink_nop,
     .end = tg_sink_nop,
     .poll = tg_sink_nop_poll,
-    .high = tg_sink_never_high,
-    .listening = tg_sink_always_listening,
-    .close = NULL,
-    .bind = tg_sink_nop,
+    TG_SINK_NO_CLIENT,
     .release = boot_release,
 };
 

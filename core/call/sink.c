@@ -24,13 +24,8 @@ int tg_sink_always_listening(const struct tg_sink *sk) { (void)sk; return 1; }
 static const struct tg_sink_ops discard_ops = {
     .message = tg_sink_nop_message,
     .answer = tg_sink_nop_answer,
-    .bare = tg_sink_nop_answer,
-    .stream = tg_sink_nop,
-    .end = tg_sink_nop,
-    .poll = tg_sink_nop_poll,
-    .high = tg_sink_never_high,
-    .listening = tg_sink_always_listening,
-    .bind = tg_sink_nop,
+    TG_SINK_NO_STREAM,
+    TG_SINK_NO_CLIENT,
     .release = tg_sink_nop,
 };
 struct tg_sink tg_sink_discard = {&discard_ops, TG_SINK_ANSWER_ONLY | TG_SINK_NO_WAIT};

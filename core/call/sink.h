@@ -19,6 +19,14 @@ void tg_sink_nop_poll(struct tg_sink *sk, struct tg_call *k, long retry_ms);
 int tg_sink_never_high(const struct tg_sink *sk);
 int tg_sink_always_listening(const struct tg_sink *sk);
 
+/* The operations of a sink that is not one HTTP exchange and does not stream (a batch, a
+ * channel, the gateway's own sinks): no status to show, nothing to start, end or poll. A
+ * designated-initializer list for its table. */
+#define TG_SINK_NO_STREAM .bare = tg_sink_nop_answer, .stream = tg_sink_nop, .end = tg_sink_nop, .poll = tg_sink_nop_poll
+/* And of one that nobody reads behind (the gateway's own): never behind, always listening, and
+ * shared by its calls (no bind). */
+#define TG_SINK_NO_CLIENT .high = tg_sink_never_high, .listening = tg_sink_always_listening, .bind = tg_sink_nop
+
 /* A sink for the gateway's own messages whose answers are of no interest: drops everything,
  * never waits; shared by every such call, never freed. */
 extern struct tg_sink tg_sink_discard;
