@@ -10,7 +10,7 @@ command -v node >/dev/null 2>&1 || want+=(nodejs)
 command -v npm >/dev/null 2>&1 || want+=(npm)
 if [ "${1:-}" = "--test" ]; then
   # procps: the interop tests read child processes with ps (absent from minimal images).
-  # python3-minimal: scripts/lint/layout.sh (the include graph).
+  # python3-minimal: scripts/lint/link-graph.py (the link graph, read with binutils' nm).
   # chromium: test/interop/ui.test.mjs drives the approvals page in it, headless, through the
   # npm package playwright-core (no browser is downloaded; about 125 MB to fetch, 415 MB on disk).
   # systemd: systemd-analyze for lint.systemd (verify and score conf/tollgate.service); the
