@@ -6,6 +6,7 @@
 
 #include "cluster/cluster.h"
 #include "core/app/approvals_page.h"
+#include "core/app/throttle.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,7 +196,7 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
                    (double)m->loop_busy_max_ns / 1e9);
     C("loop_stalls_total", "Event-loop iterations that ran 100 ms or more.", m->loop_stalls);
     C("loop_iterations_total", "Event-loop iterations.", m->loop_iterations);
-    tg_approvals_page_metrics(out);
+    tg_admin_throttle_metrics(out);
     tg_buf_appends(out, "# HELP tollgate_upstream_latency_seconds Upstream call latency.\n"
                         "# TYPE tollgate_upstream_latency_seconds histogram\n");
     uint64_t cum = 0;

@@ -2,6 +2,7 @@
  * The contract is in core/app/approvals_page.h; the page's files are core/app/ui/, compiled in by
  * core/app/ui/embed.cmake, so nothing is read from disk and nothing is fetched from elsewhere. */
 #include "core/app/approvals_page.h"
+#include "core/app/throttle.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,158 +233,6 @@ static int csrf_ok(struct tg_conn *c, const struct ui_session *s)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* The login throttle (nginx limit_req: a leaky bucket per key). Every wrong token fills the
- * bucket of the peer's address and the global one by one; a bucket drains at its rate. A login
- * POST meets a full bucket (per address, or the global one) with 429 and Retry-After, before the
- * token is looked at, so a refused attempt tests nothing (and costs nothing: it does not fill the
- * bucket). A right token never fills one. The table is fixed storage: when it is full, the
- * address seen least recently makes room, drained ones first (the global bucket bounds what an
- * attacker gains by rotating addresses to evict their own). */
-
-struct throttle_bucket {
-    double level;    /* wrong tokens not drained yet */
-    uint64_t last_ms; /* loop time level was computed at */
-    int locked;      /* a lockout was logged and has not ended */
-};
-
-struct throttle_peer {
-    char addr[48]; /* the peer's address without its port; "" when the slot is free */
-    struct throttle_bucket b;
-};
-
-static struct throttle_peer peers[TG_ADMIN_UI_THROTTLE_PEERS];
-static struct throttle_bucket global_bucket;
-static struct {
-    uint64_t failures, throttled, evicted;
-} tstats;
-
-static void bucket_drain(struct throttle_bucket *b, uint64_t now, uint64_t interval_ms)
-{
-    if (now > b->last_ms) {
-        b->level -= (double)(now - b->last_ms) / (double)interval_ms;
-        if (b->level < 0)
-            b->level = 0;
-    }
-    b->last_ms = now;
-}
-
-/* Seconds until one more wrong token fits, or 0 when it fits now. */
-static unsigned bucket_wait_s(const struct throttle_bucket *b, unsigned burst, uint64_t interval_ms)
-{
-    double over = b->level - (double)(burst - 1);
-    if (over <= 0)
-        return 0;
-    return (unsigned)(over * (double)interval_ms / 1000.0) + 1;
-}
-
-static void peer_addr(const struct tg_conn *c, char out[48])
-{
-    const char *colon = strrchr(c->peer, ':'); /* "ip:port", IPv6 without brackets */
-    size_t n = colon ? (size_t)(colon - c->peer) : strlen(c->peer);
-    snprintf(out, 48, "%.*s", (int)n, c->peer);
-}
-
-/* The peer's slot; with make, a new one (evicting) when it has none; else NULL. */
-static struct throttle_peer *peer_slot(const char *addr, uint64_t now, int make)
-{
-    struct throttle_peer *victim = NULL;
-    for (size_t i = 0; i < TG_ADMIN_UI_THROTTLE_PEERS; i++) {
-        struct throttle_peer *p = &peers[i];
-        if (p->addr[0] != '\0' && strcmp(p->addr, addr) == 0)
-            return p;
-        if (!make)
-            continue;
-        if (p->addr[0] == '\0') {
-            if (victim == NULL || victim->addr[0] != '\0')
-                victim = p;
-            continue;
-        }
-        if (victim != NULL && victim->addr[0] == '\0')
-            continue;
-        bucket_drain(&p->b, now, TG_ADMIN_UI_THROTTLE_PEER_MS);
-        int drained = p->b.level == 0, vdrained = victim != NULL && victim->b.level == 0;
-        if (victim == NULL || (drained && !vdrained) || (drained == vdrained && p->b.last_ms < victim->b.last_ms))
-            victim = p;
-    }
-    if (!make)
-        return NULL;
-    if (victim->addr[0] != '\0')
-        tstats.evicted++;
-    memset(victim, 0, sizeof(*victim));
-    snprintf(victim->addr, sizeof(victim->addr), "%s", addr);
-    victim->b.last_ms = now;
-    return victim;
-}
-
-/* Before a login is looked at: 0 to go on, else the Retry-After seconds of a 429. */
-static unsigned throttle_check(struct tg_server *srv, struct tg_conn *c)
-{
-    uint64_t now = uv_now(srv->loop);
-    char addr[48];
-    peer_addr(c, addr);
-    bucket_drain(&global_bucket, now, TG_ADMIN_UI_THROTTLE_GLOBAL_MS);
-    unsigned g = bucket_wait_s(&global_bucket, TG_ADMIN_UI_THROTTLE_GLOBAL_BURST, TG_ADMIN_UI_THROTTLE_GLOBAL_MS);
-    if (g == 0)
-        global_bucket.locked = 0;
-    struct throttle_peer *p = peer_slot(addr, now, 0);
-    unsigned w = 0;
-    if (p != NULL) {
-        bucket_drain(&p->b, now, TG_ADMIN_UI_THROTTLE_PEER_MS);
-        w = bucket_wait_s(&p->b, TG_ADMIN_UI_THROTTLE_PEER_BURST, TG_ADMIN_UI_THROTTLE_PEER_MS);
-        if (w == 0)
-            p->b.locked = 0;
-    }
-    unsigned wait = w > g ? w : g;
-    if (wait == 0)
-        return 0;
-    tstats.throttled++;
-    if (w > 0 && !p->b.locked) {
-        p->b.locked = 1;
-        tg_log(TG_LOG_WARN, "admin page login throttled", "scope=peer peer=%s retry_after_s=%u wrong_tokens_per_min=%u",
-               addr, w, (unsigned)(60000 / TG_ADMIN_UI_THROTTLE_PEER_MS));
-    }
-    if (g > 0 && !global_bucket.locked) {
-        global_bucket.locked = 1;
-        tg_log(TG_LOG_WARN, "admin page login throttled", "scope=global peer=%s retry_after_s=%u wrong_tokens_per_min=%u",
-               addr, g, (unsigned)(60000 / TG_ADMIN_UI_THROTTLE_GLOBAL_MS));
-    }
-    return wait;
-}
-
-static void throttle_failed(struct tg_server *srv, struct tg_conn *c)
-{
-    uint64_t now = uv_now(srv->loop);
-    char addr[48];
-    peer_addr(c, addr);
-    struct throttle_peer *p = peer_slot(addr, now, 1);
-    bucket_drain(&p->b, now, TG_ADMIN_UI_THROTTLE_PEER_MS);
-    p->b.level += 1;
-    bucket_drain(&global_bucket, now, TG_ADMIN_UI_THROTTLE_GLOBAL_MS);
-    global_bucket.level += 1;
-    tstats.failures++;
-}
-
-void tg_approvals_page_metrics(struct tg_buf *out)
-{
-    size_t live = 0;
-    for (size_t i = 0; i < TG_ADMIN_UI_THROTTLE_PEERS; i++)
-        live += peers[i].addr[0] != '\0';
-    tg_buf_appendf(out,
-                   "# HELP tollgate_admin_login_failures_total Approvals page logins with a wrong token.\n"
-                   "# TYPE tollgate_admin_login_failures_total counter\ntollgate_admin_login_failures_total %llu\n"
-                   "# HELP tollgate_admin_login_throttled_total Approvals page logins refused with 429 by the login "
-                   "throttle.\n# TYPE tollgate_admin_login_throttled_total counter\n"
-                   "tollgate_admin_login_throttled_total %llu\n"
-                   "# HELP tollgate_admin_login_throttle_addresses Peer addresses held by the login throttle.\n"
-                   "# TYPE tollgate_admin_login_throttle_addresses gauge\ntollgate_admin_login_throttle_addresses %zu\n"
-                   "# HELP tollgate_admin_login_throttle_evictions_total Addresses dropped from the full login "
-                   "throttle table to make room.\n# TYPE tollgate_admin_login_throttle_evictions_total counter\n"
-                   "tollgate_admin_login_throttle_evictions_total %llu\n",
-                   (unsigned long long)tstats.failures, (unsigned long long)tstats.throttled, live,
-                   (unsigned long long)tstats.evicted);
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* Answers */
 
 /* A template with every "{{NAME}}" replaced by value. */
@@ -425,7 +274,7 @@ static void main_page(struct tg_conn *c, const struct ui_session *s)
 
 static void on_login(struct tg_server *srv, struct tg_conn *c)
 {
-    unsigned wait = throttle_check(srv, c);
+    unsigned wait = tg_admin_throttle_check(srv, c, TG_ADMIN_DOOR_PAGE);
     if (wait > 0) {
         char h429[64];
         snprintf(h429, sizeof(h429), "Retry-After: %u\r\n", wait);
@@ -443,7 +292,7 @@ static void on_login(struct tg_server *srv, struct tg_conn *c)
     memset(tok, 0, sizeof(tok));
     char id[ID_HEX + 1];
     if (!ok)
-        throttle_failed(srv, c);
+        tg_admin_throttle_failed(srv, c, TG_ADMIN_DOOR_PAGE);
     if (!ok || session_open(srv, id) != 0) {
         tg_log(TG_LOG_WARN, "admin page login refused", "conn=%llu", (unsigned long long)c->id);
         login_page(c, ok ? 503 : 401,

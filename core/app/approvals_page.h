@@ -16,11 +16,8 @@
  * recently used one), each ending after TG_ADMIN_UI_IDLE_MS unused or TG_ADMIN_UI_LIFE_MS in all,
  * or at logout. Only the SHA-256 of a session id is kept.
  *
- * Login throttle: wrong tokens fill a leaky bucket per peer address (TG_ADMIN_UI_THROTTLE_PEER_BURST
- * at once, then one per TG_ADMIN_UI_THROTTLE_PEER_MS) and a global one (…_GLOBAL_…); a login POST
- * that meets a full bucket gets 429 with Retry-After and its token is not looked at. The address
- * table holds TG_ADMIN_UI_THROTTLE_PEERS entries (the one seen least recently, drained ones first,
- * makes room). Each lockout is logged once (msg="admin page login throttled"). */
+ * Wrong tokens on the login are limited by the admin throttle (core/app/throttle.h), the same
+ * buckets the bearer-token admin API fills. */
 #ifndef TG_ADMIN_UI_H
 #define TG_ADMIN_UI_H
 
@@ -29,11 +26,6 @@
 #define TG_ADMIN_UI_SESSIONS 32
 #define TG_ADMIN_UI_IDLE_MS (30 * 60 * 1000ULL)
 #define TG_ADMIN_UI_LIFE_MS (12 * 60 * 60 * 1000ULL)
-#define TG_ADMIN_UI_THROTTLE_PEERS 256
-#define TG_ADMIN_UI_THROTTLE_PEER_BURST 5u
-#define TG_ADMIN_UI_THROTTLE_PEER_MS 12000u /* 5 wrong tokens a minute per address */
-#define TG_ADMIN_UI_THROTTLE_GLOBAL_BURST 30u
-#define TG_ADMIN_UI_THROTTLE_GLOBAL_MS 2000u /* 30 a minute from all addresses together */
 
 struct tg_conn;
 struct tg_server;
@@ -41,8 +33,5 @@ struct tg_server;
 /* A request on the admin listener whose path (query cut off) is /admin/ui or under it: answers
  * it. The admin token must be configured (the caller checks). */
 void tg_approvals_page_handle(struct tg_server *srv, struct tg_conn *c, struct tg_slice path);
-
-/* Appends the page's /metrics families (the login throttle) to out. */
-void tg_approvals_page_metrics(struct tg_buf *out);
 
 #endif
