@@ -16,6 +16,7 @@
 #include "core/call/audit.h"
 #include "core/call/gateway.h"
 #include "core/base/json.h"
+#include "core/base/log.h"
 #include "core/app/route.h"
 #include "core/call/session.h"
 #include "policy/auth.h"
@@ -36,6 +37,31 @@ static int admin_authorized(struct tg_server *srv, struct tg_conn *c)
         return 0;
     tg_sha256(tok.ptr, tok.len, h);
     return tg_ct_equal(h, srv->conf->admin.token_sha256, 32);
+}
+
+/* The admin API's bearer check behind the admin throttle (core/app/throttle.h), the buckets the
+ * page's login fills: 1 to go on; else answered. A full bucket is 429 with Retry-After before the
+ * token is looked at; a wrong token is 401 and fills the buckets; a request without an
+ * Authorization header tries no token: 401, not counted. */
+static int admin_api_gate(struct tg_server *srv, struct tg_conn *c)
+{
+    unsigned wait = tg_admin_throttle_check(srv, c, TG_ADMIN_DOOR_API);
+    if (wait > 0) {
+        char h429[64];
+        snprintf(h429, sizeof(h429), "Retry-After: %u\r\n", wait);
+        tg_http_respond(c, 429, h429, "application/json", "{\"error\":\"too many wrong tokens; try again later\"}",
+                        50);
+        return 0;
+    }
+    if (admin_authorized(srv, c))
+        return 1;
+    if (tg_http_req_header(&c->req, "authorization").ptr != NULL) {
+        tg_admin_throttle_failed(srv, c, TG_ADMIN_DOOR_API);
+        tg_log(TG_LOG_WARN, "admin API bearer refused", "conn=%llu", (unsigned long long)c->id);
+    }
+    tg_http_respond(c, 401, "WWW-Authenticate: Bearer realm=\"tollgate-admin\"\r\n", "application/json",
+                    "{\"error\":\"unauthorized\"}", 24);
+    return 0;
 }
 
 /* GET /admin/approvals: every pending approval (every member's, with a cluster), as the page
@@ -366,11 +392,8 @@ void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)
             tg_approvals_page_handle(srv, c, path); /* its own sign-in: a session cookie, not the bearer */
             return;
         }
-        if (!admin_authorized(srv, c)) {
-            tg_http_respond(c, 401, "WWW-Authenticate: Bearer realm=\"tollgate-admin\"\r\n", "application/json",
-                            "{\"error\":\"unauthorized\"}", 24);
+        if (!admin_api_gate(srv, c))
             return;
-        }
         if (tg_slice_eq(path, TG_SLICE("/admin/approvals")) && c->req.method == HTTP_GET) {
             list_approvals(srv, c);
             return;

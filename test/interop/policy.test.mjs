@@ -296,8 +296,10 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
   }
 
   test('the admin API needs the admin token: none or a wrong one is 401', async () => {
-    for (const [token, what] of [[null, 'no token'], ['wrong-' + H.randomToken(), 'wrong token'], [TOKEN, "a client grant's token"]]) {
-      for (const [m, p] of [['GET', '/admin/approvals'], ['POST', '/admin/approvals/x/approve'], ['POST', '/admin/reload']]) {
+    // Wrong tokens fill the admin throttle (5 per address): 4 here, so the right one still works.
+    const all = [['GET', '/admin/approvals'], ['POST', '/admin/approvals/x/approve'], ['POST', '/admin/reload']];
+    for (const [token, what, paths] of [[null, 'no token', all], ['wrong-' + H.randomToken(), 'wrong token', all], [TOKEN, "a client grant's token", all.slice(0, 1)]]) {
+      for (const [m, p] of paths) {
         const r = await admin(gw, m, p, { token });
         assert.equal(r.status, 401, `${what}: ${m} ${p}: HTTP ${r.status} ${r.text}`);
       }

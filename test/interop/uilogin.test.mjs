@@ -1,4 +1,4 @@
-// The approvals page's login throttle (core/app/approvals_page.c): wrong admin tokens on POST /admin/ui/login
+// The admin throttle (core/app/throttle.c): wrong admin tokens on POST /admin/ui/login and on the admin API
 // are limited per peer address (5 at once, then 5 a minute) and for all addresses together (30
 // at once, then 30 a minute), like nginx's limit_req: beyond, 429 with Retry-After, the token not
 // even looked at. Counted in /metrics, logged once per lockout. Plain HTTP requests from several
@@ -18,6 +18,24 @@ let gw;
 
 const logs = () => ({ 'tollgate process': gw?.status(), 'tollgate stderr': gw?.stderr() });
 const test = (name, fn) => it(name, { timeout: 30000 }, H.withLogs(logs, fn));
+
+/** An admin API request with `Authorization: Bearer token` from the loopback address `from`; resolves {status, headers, body}. */
+function bearer(method, path, token, from) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({
+      host: '127.0.0.1', port: gw.adminPort, path, method, localAddress: from, agent: false,
+      headers: { authorization: `Bearer ${token}`, 'content-length': 0 },
+    }, (res) => {
+      let b = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { b += d; });
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: b }));
+    });
+    req.on('error', reject);
+    req.setTimeout(10000, () => req.destroy(new Error(`${method} ${path} from ${from}: no answer in 10 s`)));
+    req.end();
+  });
+}
 
 /** POST /admin/ui/login with token, from the loopback address `from`; resolves {status, headers, body}. */
 function login(token, from = '127.0.0.1') {
@@ -86,16 +104,37 @@ describe('POST /admin/ui/login is throttled', () => {
     assert.equal(await metric('tollgate_admin_login_throttle_addresses'), 1, 'a right token takes no slot');
   });
 
+  test('the bearer-token admin API fills the same buckets: wrong bearers and wrong logins from one address, then 429 even for the right token', async () => {
+    const from = gw.stderr().length;
+    const before = await metric('tollgate_admin_auth_failures_total');
+    const ok = await bearer('GET', '/admin/approvals', ADMIN_TOKEN, '127.0.0.4');
+    assert.equal(ok.status, 200, `the right token before the bucket fills: ${ok.status} ${ok.body}`);
+    for (let i = 0; i < 3; i++) {
+      const r = await bearer('GET', '/admin/approvals', wrong(), '127.0.0.4');
+      assert.equal(r.status, 401, `wrong bearer ${i + 1}: ${r.status} ${r.body}`);
+    }
+    for (let i = 0; i < 2; i++) assert.equal((await login(wrong(), '127.0.0.4')).status, 401, `wrong login ${i + 1}`);
+    const t = await bearer('POST', '/admin/reload', ADMIN_TOKEN, '127.0.0.4');
+    assert.equal(t.status, 429, `the right bearer from a full address: ${t.status} ${t.body}`);
+    const ra = Number(t.headers['retry-after']);
+    assert.ok(Number.isInteger(ra) && ra >= 1 && ra <= 13, `Retry-After: ${t.headers['retry-after']}`);
+    assert.equal((await login(ADMIN_TOKEN, '127.0.0.4')).status, 429, 'the page meets the same full bucket');
+    assert.equal((await bearer('GET', '/admin/approvals', ADMIN_TOKEN, '127.0.0.5')).status, 200, 'another address is not locked out');
+    await gw.waitForLog(/msg="admin API bearer throttled" scope=peer peer=127\.0\.0\.4 /, { from, what: 'the lockout line' });
+    assert.equal(await metric('tollgate_admin_auth_failures_total'), before + 3);
+    assert.equal(await metric('tollgate_admin_auth_throttled_total'), 1);
+  });
+
   test('globally: many addresses together get 30 wrong tokens, then every address gets 429 (bounded table, counted)', async () => {
     const from = gw.stderr().length;
-    // 5 already spent by 127.0.0.2; 25 more from 127.0.1.1..5 (5 each) fill the global bucket
+    // 5 already spent by 127.0.0.2 and 5 by 127.0.0.4; 20 more from 127.0.1.1..4 (5 each) fill the global bucket
     let n401 = 0;
-    for (let a = 1; a <= 5; a++)
+    for (let a = 1; a <= 4; a++)
       for (let i = 0; i < 5; i++) {
         const r = await login(wrong(), `127.0.1.${a}`);
         if (r.status === 401) n401++;
       }
-    assert.ok(n401 >= 24, `wrong tokens answered 401 before the global cap: ${n401}`); // one may have drained meanwhile
+    assert.ok(n401 >= 19, `wrong tokens answered 401 before the global cap: ${n401}`); // one may have drained meanwhile
     let fresh;
     for (let tries = 0; tries < 3; tries++) {
       fresh = await login(wrong(), `127.0.2.${tries + 1}`);
