@@ -683,6 +683,10 @@ static void jwks_errors(void **state)
                "mem.json: keys[0].kid: must be a non-empty string\n");
     jwks_error("{\"keys\":[{\"kty\":\"oct\",\"k\":\"" K32 "\",\"alg\":\"RS256\"}]}",
                "mem.json: keys[0].alg: must be \"HS256\" for kty \"oct\"\n");
+    jwks_error("{\"keys\":[{\"kty\":\"RSA\",\"alg\":\"ES256\"}]}",
+               "mem.json: keys[0].alg: must be \"RS256\" or \"PS256\" for kty \"RSA\"\nmem.json: keys[0].n: missing\n");
+    jwks_error("{\"keys\":[{\"kty\":\"EC\",\"alg\":\"PS256\"}]}",
+               "mem.json: keys[0].alg: must be \"ES256\" for kty \"EC\"\nmem.json: keys[0].crv: missing\n");
     jwks_error("{\"keys\":[{\"kty\":\"oct\",\"k\":\"" K32 "\",\"use\":\"enc\"}]}",
                "mem.json: keys[0].use: must be \"sig\"\n");
     jwks_error("{\"keys\":[{\"kty\":\"OKP\",\"crv\":\"Ed25519\",\"x\":\"" K32 "\"}]}",
