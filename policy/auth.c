@@ -114,7 +114,7 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
             const struct tg_jwt_conf *j = &c->jwt[i];
             if (j->jwks == NULL)
                 continue;
-            struct tg_jwt_rules rules = {j->issuer, j->audience, j->skew_s, j->grant_claim};
+            struct tg_jwt_rules rules = {j->issuer, j->audience, j->skew_s, j->grant_claim, j->algs};
             char name[128];
             const char *w = NULL;
             if (tg_jwt_verify(j->jwks, tok, &rules, now_s, name, sizeof(name), &w) != 0) {

@@ -32,18 +32,31 @@ static const struct {
     const char *alg;
     enum jwk_kty kty;
     const char *kty_name;
+    unsigned bit;
+    const char *not_allowed; /* the reason when the issuer does not list it */
 } algs[] = {
-    {"HS256", KTY_OCT, "oct"},
-    {"RS256", KTY_RSA, "RSA"},
-    {"ES256", KTY_EC, "EC"},
+    {"HS256", KTY_OCT, "oct", TG_JWT_ALG_HS256, "algorithm HS256 is not allowed for this issuer"},
+    {"RS256", KTY_RSA, "RSA", TG_JWT_ALG_RS256, "algorithm RS256 is not allowed for this issuer"},
+    {"ES256", KTY_EC, "EC", TG_JWT_ALG_ES256, "algorithm ES256 is not allowed for this issuer"},
+    {"PS256", KTY_RSA, "RSA", TG_JWT_ALG_PS256, "algorithm PS256 is not allowed for this issuer"},
 };
+#define NALGS (sizeof(algs) / sizeof(algs[0]))
+
+unsigned tg_jwt_alg_bit(const char *name)
+{
+    for (size_t a = 0; a < NALGS; a++)
+        if (strcmp(name, algs[a].alg) == 0)
+            return algs[a].bit;
+    return 0;
+}
 
 /* One verification key. Value type: an element of tg_jwks.keys; jwk_dispose() frees its kid and
  * (when ready) its key material, from tg_jwks_free(). */
 struct jwk {
     enum jwk_kty kty;
-    int ready; /* the mbedtls context below is initialised and must be freed */
-    char *kid; /* NULL when the key has none */
+    int ready;         /* the mbedtls context below is initialised and must be freed */
+    char *kid;         /* NULL when the key has none */
+    unsigned only_alg; /* the TG_JWT_ALG_ bit of the key's own "alg", 0 when it has none */
     union {
         struct {
             uint8_t *k; /* the HMAC secret, wiped before it is freed */
@@ -323,16 +336,16 @@ static int load_key(struct loader *L, size_t i, const cJSON *obj, struct jwk *k)
     }
     int bad = 0;
     const cJSON *kty = tg_json_get(obj, "kty");
-    size_t a = sizeof(algs) / sizeof(algs[0]);
+    size_t a = NALGS;
     if (kty == NULL) {
         key_error(L, i, "kty", "missing");
         return TG_EINVAL;
     }
     if (cJSON_IsString(kty))
-        for (a = 0; a < sizeof(algs) / sizeof(algs[0]); a++)
+        for (a = 0; a < NALGS; a++)
             if (strcmp(kty->valuestring, algs[a].kty_name) == 0)
                 break;
-    if (a == sizeof(algs) / sizeof(algs[0])) {
+    if (a == NALGS) {
         key_error(L, i, "kty", "unsupported key type (\"oct\", \"RSA\" or \"EC\")");
         return TG_EINVAL;
     }
@@ -347,12 +360,24 @@ static int load_key(struct loader *L, size_t i, const cJSON *obj, struct jwk *k)
             k->kid = tg_xstrdup(kid->valuestring);
         }
     }
+    /* A key's own "alg" must suit its kty, and then binds the key to that one algorithm: an RSA key
+     * published for PS256 never verifies an RS256 token, nor the other way round. */
     const cJSON *alg = tg_json_get(obj, "alg");
-    if (alg != NULL && (!cJSON_IsString(alg) || strcmp(alg->valuestring, algs[a].alg) != 0)) {
-        char why[80];
-        snprintf(why, sizeof(why), "must be \"%s\" for kty \"%s\"", algs[a].alg, algs[a].kty_name);
-        key_error(L, i, "alg", why);
-        bad = 1;
+    if (alg != NULL) {
+        size_t b = NALGS;
+        if (cJSON_IsString(alg))
+            for (b = 0; b < NALGS; b++)
+                if (algs[b].kty == k->kty && strcmp(alg->valuestring, algs[b].alg) == 0)
+                    break;
+        if (b == NALGS) {
+            char why[80];
+            snprintf(why, sizeof(why), "must be \"%s\" for kty \"%s\"",
+                     k->kty == KTY_RSA ? "RS256\" or \"PS256" : algs[a].alg, algs[a].kty_name);
+            key_error(L, i, "alg", why);
+            bad = 1;
+        } else {
+            k->only_alg = algs[b].bit;
+        }
     }
     const cJSON *use = tg_json_get(obj, "use");
     if (use != NULL && (!cJSON_IsString(use) || strcmp(use->valuestring, "sig") != 0)) {
@@ -474,8 +499,8 @@ static int ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
 /* Returns 0 when sig is a valid signature of `in` (whose SHA-256 is hash)
  * under k. Every length is checked before mbedtls sees the buffer: the RSA
  * verify reads exactly modulus-length bytes from sig whatever its size. */
-static int verify_with(struct jwk *k, const uint8_t *in, size_t inlen, const uint8_t hash[32], const uint8_t *sig,
-                       size_t siglen)
+static int verify_with(struct jwk *k, unsigned alg, const uint8_t *in, size_t inlen, const uint8_t hash[32],
+                       const uint8_t *sig, size_t siglen)
 {
     switch (k->kty) {
     case KTY_OCT: {
@@ -492,6 +517,13 @@ static int verify_with(struct jwk *k, const uint8_t *in, size_t inlen, const uin
     case KTY_RSA:
         if (siglen != mbedtls_rsa_get_len(&k->u.rsa))
             return TG_EINVAL;
+        /* RFC 7518 §3.5: PSS with SHA-256, MGF1 with SHA-256 and a salt as
+         * long as the hash, exactly (any other salt length is refused). */
+        if (alg == TG_JWT_ALG_PS256)
+            return mbedtls_rsa_rsassa_pss_verify_ext(&k->u.rsa, NULL, NULL, MBEDTLS_RSA_PUBLIC, MBEDTLS_MD_SHA256, 32,
+                                                     hash, MBEDTLS_MD_SHA256, 32, sig) == 0
+                       ? 0
+                       : TG_EINVAL;
         /* Called directly rather than through mbedtls_rsa_pkcs1_verify() so
          * that the padding mode stored in the context cannot matter. */
         return mbedtls_rsa_rsassa_pkcs1_v15_verify(&k->u.rsa, NULL, NULL, MBEDTLS_RSA_PUBLIC, MBEDTLS_MD_SHA256, 32,
@@ -616,11 +648,16 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
     if (!cJSON_IsString(alg))
         goto out;
     size_t a;
-    for (a = 0; a < sizeof(algs) / sizeof(algs[0]); a++)
+    for (a = 0; a < NALGS; a++)
         if (strcmp(alg->valuestring, algs[a].alg) == 0)
             break;
-    if (a == sizeof(algs) / sizeof(algs[0])) {
+    if (a == NALGS) {
         *why = "unsupported alg";
+        goto out;
+    }
+    unsigned allowed = rules->algs != 0 ? rules->algs : TG_JWT_ALGS_DEFAULT;
+    if (!(allowed & algs[a].bit)) {
+        *why = algs[a].not_allowed;
         goto out;
     }
     /* RFC 7515 §4.1.11: extensions we would have to understand; we
@@ -642,12 +679,13 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
     int tried = 0, verified = 0;
     for (size_t i = 0; i < keys->n && !verified; i++) {
         struct jwk *k = &keys->keys[i];
-        if (k->kty != algs[a].kty)
+        if (k->kty != algs[a].kty || (k->only_alg != 0 && k->only_alg != algs[a].bit))
             continue;
         if (kid != NULL && (k->kid == NULL || strcmp(k->kid, kid) != 0))
             continue;
         tried = 1;
-        verified = verify_with(k, (const uint8_t *)signing_input.ptr, signing_input.len, hash, sig, siglen) == 0;
+        verified =
+            verify_with(k, algs[a].bit, (const uint8_t *)signing_input.ptr, signing_input.len, hash, sig, siglen) == 0;
     }
     if (!tried) {
         *why = "unknown key";

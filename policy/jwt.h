@@ -8,20 +8,22 @@
  * What a token must be to pass tg_jwt_verify():
  *   - at most TG_JWT_MAX_TOKEN bytes, exactly three dot-separated parts, each
  *     base64url without padding, with canonical trailing bits;
- *   - a header object whose "alg" is exactly "HS256", "RS256" or "ES256"
- *     ("none" and everything else is refused), with no "crit" member;
+ *   - a header object whose "alg" is exactly "HS256", "RS256", "ES256" or
+ *     "PS256" ("none" and everything else is refused) and one of
+ *     rules->algs, with no "crit" member;
  *     "typ" is optional and any string; "kid", if present, a string;
  *     "jku", "jwk", "x5u" and "x5c" are ignored: keys only ever come from
  *     the configured JWKS;
  *   - signed by a key of the configured set that suits the alg: HS256 only
- *     with "oct" keys, RS256 only with "RSA" keys, ES256 only with "EC" P-256
+ *     with "oct" keys, RS256 and PS256 only with "RSA" keys, ES256 only with "EC" P-256
  *     keys, and never with a key whose own "alg" names another algorithm. So
  *     an RSA or EC public key can never serve as an HMAC secret. With a
  *     "kid" only the key with that kid is tried; without one, every key that
  *     suits the alg is;
  *   - an ES256 signature is the raw 64-byte r||s of RFC 7518 §3.4 (an ASN.1
- *     DER signature is refused); an RS256 signature is exactly as long as the
- *     modulus;
+ *     DER signature is refused); an RS256 or PS256 signature is exactly as
+ *     long as the modulus; PS256 is RSASSA-PSS with SHA-256, MGF1-SHA-256 and
+ *     a 32-byte salt (RFC 7518 §3.5);
  *   - a payload object with a numeric "exp" (required) and optional numeric
  *     "nbf" and "iat" (a non-numeric one makes the token malformed), checked
  *     against now_s with rules->skew_s of tolerance each way: expired when
@@ -57,7 +59,7 @@ struct tg_jwks;
 
 /* Load a JWKS file ({"keys":[...]}). Each key is
  *   kty "oct" (HS256): "k", base64url, at least TG_JWT_MIN_HMAC_BYTES bytes;
- *   kty "RSA" (RS256): "n", "e", base64url big-endian; the modulus has
+ *   kty "RSA" (RS256, PS256): "n", "e", base64url big-endian; the modulus has
  *                      TG_JWT_MIN_RSA_BITS to TG_JWT_MAX_RSA_BITS bits;
  *   kty "EC"  (ES256): crv "P-256", "x", "y", 32 bytes each, on the curve;
  * with optional "kid" (string, unique in the file), "alg" (must fit the kty)
@@ -72,6 +74,17 @@ int tg_jwks_parse(const char *json, size_t len, const char *name_for_errors, str
 /* Accepts NULL. */
 void tg_jwks_free(struct tg_jwks *k);
 
+/* The algorithms an issuer may use, as bits of tg_jwt_rules.algs. */
+#define TG_JWT_ALG_HS256 0x1u
+#define TG_JWT_ALG_RS256 0x2u
+#define TG_JWT_ALG_ES256 0x4u
+#define TG_JWT_ALG_PS256 0x8u
+#define TG_JWT_ALGS_DEFAULT (TG_JWT_ALG_RS256 | TG_JWT_ALG_ES256)
+
+/* The TG_JWT_ALG_ bit of an algorithm name the verifier knows ("HS256", "RS256", "ES256", "PS256",
+ * exact case), or 0. */
+unsigned tg_jwt_alg_bit(const char *name);
+
 /* What a token's claims must match. Value type: the caller fills one on its stack (policy/auth.c,
  * from a struct tg_jwt_conf); the strings are borrowed from the conf. */
 struct tg_jwt_rules {
@@ -79,6 +92,7 @@ struct tg_jwt_rules {
     const char *audience;    /* must be "aud" or one element of an "aud" array (NULL = not checked) */
     int skew_s;              /* allowed clock skew for exp/nbf/iat, >= 0 */
     const char *grant_claim; /* claim whose string value names the grant, e.g. "sub" (required) */
+    unsigned algs;           /* TG_JWT_ALG_ bits the issuer may use; 0 = TG_JWT_ALGS_DEFAULT */
 };
 
 /* Verify a compact JWS against keys and rules at time now_s (Unix seconds).
@@ -88,13 +102,14 @@ struct tg_jwt_rules {
  * Otherwise returns TG_EINVAL and sets *why to a short static reason fit for a
  * log line and a WWW-Authenticate error_description (never token bytes):
  *   "malformed token"     size, parts, base64url, JSON, member types, "crit"
- *   "unsupported alg"     "alg" is not HS256, RS256 or ES256
+ *   "unsupported alg"     "alg" is not HS256, RS256, ES256 or PS256
+ *   "algorithm X is not allowed for this issuer"   X is not in rules->algs
  *   "unknown key"         no key with the token's kid, or none suits the alg
  *   "bad signature"       no suitable key verifies it
  *   "expired", "not yet valid", "wrong issuer", "wrong audience",
  *   "missing grant claim" absent, not a string, or empty.
  * Order: the encoding of all three parts and the header (malformed, alg,
- * crit), the key, the signature, then the payload (malformed, exp, nbf/iat,
+ * allowed alg, crit), the key, the signature, then the payload (malformed, exp, nbf/iat,
  * iss, aud, grant); the first failure wins. *why is NULL on success. */
 int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struct tg_jwt_rules *rules, int64_t now_s,
                   char *grant, size_t grant_sz, const char **why);

@@ -195,6 +195,7 @@ struct tg_jwt_conf {
     char *jwks_file;
     char *grant_claim;
     int skew_s;
+    unsigned algs; /* TG_JWT_ALG_ bits of jwt[].algorithms (default RS256 and ES256) */
     struct tg_jwks *jwks;
 };
 

@@ -237,6 +237,42 @@ const struct tg_roots *tg_conf_roots_for(const struct tg_grant_conf *g, const st
     return u != NULL && u->roots.pinned ? &u->roots : NULL;
 }
 
+/* jwt[].algorithms: the signature algorithms an issuer's tokens may use. Strict: "none" (unsigned)
+ * and any HMAC (a shared secret, never what an identity provider publishes) are refused by name,
+ * as is anything the verifier does not know. Absent: RS256 and ES256. */
+static unsigned jwt_algorithms(struct loader *ld, const config_setting_t *s, const char *issuer)
+{
+    if (s == NULL)
+        return TG_JWT_ALGS_DEFAULT;
+    const char *iss = issuer ? issuer : "?";
+    if (!config_setting_is_array(s) && !config_setting_is_list(s)) {
+        tg__conf_errf(ld, s, "algorithms", "issuer %s: must be a list of strings, e.g. [\"RS256\", \"ES256\"]", iss);
+        return TG_JWT_ALGS_DEFAULT;
+    }
+    unsigned bits = 0;
+    int n = config_setting_length(s);
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        const char *v = config_setting_type(e) == CONFIG_TYPE_STRING ? config_setting_get_string(e) : NULL;
+        if (v == NULL)
+            tg__conf_errf(ld, e, "algorithms", "issuer %s: element %d must be a string", iss, i);
+        else if (strcmp(v, "none") == 0)
+            tg__conf_errf(ld, e, "algorithms", "issuer %s: \"none\" (unsigned tokens) is never accepted", iss);
+        else if (strncmp(v, "HS", 2) == 0)
+            tg__conf_errf(ld, e, "algorithms",
+                          "issuer %s: \"%s\" (HMAC with a shared secret) is not accepted; use RS256, PS256 or ES256",
+                          iss, v);
+        else if (tg_jwt_alg_bit(v) == 0)
+            tg__conf_errf(ld, e, "algorithms", "issuer %s: unknown algorithm \"%s\" (RS256, PS256 or ES256)", iss,
+                          v);
+        else
+            bits |= tg_jwt_alg_bit(v);
+    }
+    if (n == 0)
+        tg__conf_errf(ld, s, "algorithms", "issuer %s: empty; list at least one of RS256, PS256, ES256", iss);
+    return bits != 0 ? bits : TG_JWT_ALGS_DEFAULT;
+}
+
 void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     const config_setting_t *l = config_lookup(cfg, "jwt");
@@ -258,7 +294,8 @@ void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
             tg__conf_errf(ld, g, ctx, "must be a group");
             continue;
         }
-        static const char *const known[] = {"issuer", "audience", "jwks_file", "grant_claim", "skew_s", NULL};
+        static const char *const known[] = {"issuer",  "audience",   "jwks_file", "grant_claim",
+                                            "skew_s", "algorithms", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         j->issuer = tg__conf_get_str(ld, g, "issuer", NULL, 1, ctx);
         j->audience = tg__conf_get_str(ld, g, "audience", NULL, 1, ctx);
@@ -273,6 +310,7 @@ void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
             else
                 j->skew_s = config_setting_get_int(sk);
         }
+        j->algs = jwt_algorithms(ld, config_setting_get_member(g, "algorithms"), j->issuer);
         if (j->jwks_file != NULL) {
             struct tg_buf jerr;
             tg_buf_init(&jerr);

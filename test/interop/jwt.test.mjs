@@ -1,9 +1,12 @@
 // JWT bearer tokens through tollgate, with the official SDK client and the
 // CoWork OS stand-in behind it (initialize = "local").
 //
-// Everything is made at test time: an RSA-2048 key, a P-256 key and a 32-byte
-// HMAC secret (node:crypto), a JWKS with their public parts and the oct key,
-// and every token, signed here as a compact JWS (ES256 as raw r||s).
+// Everything is made at test time: two RSA-2048 keys (one for RS256, one for
+// PS256), a P-256 key and a 32-byte HMAC secret (node:crypto), a JWKS with
+// their public parts and the oct key, and every token, signed here as a
+// compact JWS (ES256 as raw r||s, PS256 with a 32-byte salt). The issuer lists
+// RS256, ES256 and PS256; HS256 can never be listed, so the oct key only
+// shows that an HMAC token is refused by its alg even with the right secret.
 //
 //   TOLLGATE_BIN=build/tollgate node --test test/interop/jwt.test.mjs
 
@@ -39,18 +42,20 @@ let keys;
 
 function makeKeys() {
   const rsa = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 });
+  const rsaPss = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 });
   const ec = crypto.generateKeyPairSync('ec', { namedCurve: 'P-256' });
   const hmac = crypto.randomBytes(32);
   const jwks = {
     keys: [
       { ...rsa.publicKey.export({ format: 'jwk' }), kid: 'rsa-1', alg: 'RS256', use: 'sig' },
       { ...ec.publicKey.export({ format: 'jwk' }), kid: 'ec-1', alg: 'ES256', use: 'sig' },
+      { ...rsaPss.publicKey.export({ format: 'jwk' }), kid: 'ps-1', alg: 'PS256', use: 'sig' },
       { kty: 'oct', k: hmac.toString('base64url'), kid: 'hs-1', alg: 'HS256', use: 'sig' },
     ],
   };
   for (const k of jwks.keys) assert.equal(k.d, undefined, 'no private part in the JWKS');
   return {
-    rsa, ec, hmac, jwks,
+    rsa, rsaPss, ec, hmac, jwks,
     rsaPublicPem: rsa.publicKey.export({ type: 'spki', format: 'pem' }),
   };
 }
@@ -61,9 +66,11 @@ const nowS = () => Math.floor(Date.now() / 1000);
 const SIGNERS = {
   RS256: (data) => crypto.sign('sha256', data, keys.rsa.privateKey),
   ES256: (data) => crypto.sign('sha256', data, { key: keys.ec.privateKey, dsaEncoding: 'ieee-p1363' }),
+  PS256: (data) => crypto.sign('sha256', data,
+    { key: keys.rsaPss.privateKey, padding: crypto.constants.RSA_PKCS1_PSS_PADDING, saltLength: 32 }),
   HS256: (data) => crypto.createHmac('sha256', keys.hmac).update(data).digest(),
 };
-const KIDS = { RS256: 'rsa-1', ES256: 'ec-1', HS256: 'hs-1' };
+const KIDS = { RS256: 'rsa-1', ES256: 'ec-1', PS256: 'ps-1', HS256: 'hs-1' };
 
 /** A compact JWS of header and payload, signed by sign(bytes) -> Buffer (or no signature). */
 function jws(header, payload, sign) {
@@ -190,7 +197,8 @@ before(async () => {
   const opts = (file, extra = {}) => ({
     file,
     listeners: [{}],
-    jwt: [{ issuer: ISSUER, audience: AUDIENCE, jwks_file: jwksFile, grant_claim: 'sub', skew_s: SKEW_S }],
+    jwt: [{ issuer: ISSUER, audience: AUDIENCE, jwks_file: jwksFile, grant_claim: 'sub', skew_s: SKEW_S,
+      algorithms: ['RS256', 'ES256', 'PS256'] }],
     grants: [
       { name: 'alice', policies: [{ upstream: 'cowork-os', policy: policy(ALICE_TOOLS) }] },
       { name: 'bob', policies: [{ upstream: 'cowork-os', policy: policy(BOB_TOOLS) }] },
@@ -213,7 +221,7 @@ after(() => cleanup.run());
 // ---------------------------------------------------------------------------
 
 describe('valid JWTs name the grant; its policy applies', () => {
-  for (const alg of ['RS256', 'ES256', 'HS256']) {
+  for (const alg of ['RS256', 'ES256', 'PS256']) {
     test(`${alg}: alice connects with the SDK and calls a tool her policy allows`, async () => {
       const c = await connect(token({ alg }));
       assert.ok(c.transport.sessionId, 'Mcp-Session-Id issued');
@@ -227,8 +235,8 @@ describe('valid JWTs name the grant; its policy applies', () => {
     });
   }
 
-  test('without a kid every key that suits the alg is tried (RS256, ES256, HS256)', async () => {
-    for (const alg of ['RS256', 'ES256', 'HS256']) {
+  test('without a kid every key that suits the alg is tried (RS256, ES256, PS256)', async () => {
+    for (const alg of ['RS256', 'ES256', 'PS256']) {
       const c = await connect(token({ alg, kid: null }));
       assert.equal(H.resultText(await c.client.callTool({ name: 'echo', arguments: { text: alg } })), alg);
       await c.close();
@@ -263,7 +271,7 @@ describe('valid JWTs name the grant; its policy applies', () => {
   });
 
   test('a JWT also works on /mcp (the default upstream)', async () => {
-    const c = await connect(token({ alg: 'HS256' }), `${base()}/mcp`);
+    const c = await connect(token({ alg: 'PS256' }), `${base()}/mcp`);
     assert.deepEqual(await toolNames(c.client), [...ALICE_TOOLS].sort());
     await c.close();
   });
@@ -288,7 +296,7 @@ describe('valid JWTs name the grant; its policy applies', () => {
     const h = { 'mcp-session-id': c.transport.sessionId, 'mcp-protocol-version': c.transport.protocolVersion };
     const list = { jsonrpc: '2.0', id: 7, method: 'tools/list' };
     // a fresh token for the same grant carries on the session
-    const ok = await H.postRaw(fetchFn, gatewayUrl(), list, { ...h, ...bearer(token({ alg: 'HS256' })) });
+    const ok = await H.postRaw(fetchFn, gatewayUrl(), list, { ...h, ...bearer(token({ alg: 'PS256' })) });
     assert.equal(ok.status, 200, ok.text);
     assert.deepEqual(ok.messages[0]?.result?.tools?.map((t) => t.name).sort(), [...ALICE_TOOLS].sort());
     // an expired one does not
@@ -310,7 +318,7 @@ describe('refused tokens: 401 with error="invalid_token" and the reason', () => 
   });
 
   test('expired (exp in the past beyond the skew) → "expired"', async () => {
-    for (const alg of ['RS256', 'ES256', 'HS256']) {
+    for (const alg of ['RS256', 'ES256', 'PS256']) {
       await expectInvalid(token({ alg, claims: { exp: nowS() - SKEW_S - 60 } }), 'expired');
     }
   });
@@ -338,7 +346,7 @@ describe('refused tokens: 401 with error="invalid_token" and the reason', () => 
   });
 
   test('tampered payload (sub changed to bob, not re-signed) → "bad signature"', async () => {
-    for (const alg of ['RS256', 'ES256', 'HS256']) {
+    for (const alg of ['RS256', 'ES256', 'PS256']) {
       const [h, , s] = token({ alg, sub: 'alice' }).split('.');
       const now = nowS();
       const forged = b64u({ iss: ISSUER, aud: AUDIENCE, sub: 'bob', iat: now, exp: now + 300 });
@@ -369,14 +377,26 @@ describe('refused tokens: 401 with error="invalid_token" and the reason', () => 
     await expectInvalid(token({ header: { alg: 'HS512' } }), 'unsupported alg');
   });
 
-  test('HS256 with the RSA public key (PEM) as HMAC secret (alg confusion) → refused', async () => {
+  test('HS256 is never an issuer\'s algorithm: refused even with the right secret, and with a public key (alg confusion)', async () => {
+    const notAllowed = 'algorithm HS256 is not allowed for this issuer';
+    await expectInvalid(token({ alg: 'HS256' }), notAllowed);
+    await expectInvalid(token({ alg: 'HS256', kid: null }), notAllowed);
     const confused = (d) => crypto.createHmac('sha256', keys.rsaPublicPem).update(d).digest();
-    await expectInvalid(token({ alg: 'HS256', kid: null, sign: confused }), 'bad signature');
-    await expectInvalid(token({ alg: 'HS256', kid: 'rsa-1', sign: confused }), ['unknown key', 'bad signature']);
+    await expectInvalid(token({ alg: 'HS256', kid: null, sign: confused }), notAllowed);
+    await expectInvalid(token({ alg: 'HS256', kid: 'rsa-1', sign: confused }), notAllowed);
     // and the RSA key's DER form, for good measure
     const der = keys.rsa.publicKey.export({ type: 'spki', format: 'der' });
     await expectInvalid(token({ alg: 'HS256', kid: 'rsa-1', sign: (d) => crypto.createHmac('sha256', der).update(d).digest() }),
-      ['unknown key', 'bad signature']);
+      notAllowed);
+  });
+
+  test('PS256 with node\'s default (longest) salt, or signed with the RS256 key, → refused', async () => {
+    const maxSalt = (d) => crypto.sign('sha256', d, { key: keys.rsaPss.privateKey, padding: crypto.constants.RSA_PKCS1_PSS_PADDING });
+    await expectInvalid(token({ alg: 'PS256', sign: maxSalt }), 'bad signature');
+    // rsa-1 is published for RS256 only
+    const withRs = (d) => crypto.sign('sha256', d,
+      { key: keys.rsa.privateKey, padding: crypto.constants.RSA_PKCS1_PSS_PADDING, saltLength: 32 });
+    await expectInvalid(token({ alg: 'PS256', kid: 'rsa-1', sign: withRs }), 'unknown key');
   });
 
   test('an unknown kid → "unknown key"', async () => {

@@ -31,7 +31,9 @@ static struct {
     struct tg_jwks *jwks;
 } fx;
 
-static const struct tg_jwt_rules default_rules = {ISS, AUD, 30, "sub"};
+/* The tests of everything but the allow-list run with every algorithm the verifier knows allowed. */
+#define ALL_ALGS (TG_JWT_ALG_HS256 | TG_JWT_ALG_RS256 | TG_JWT_ALG_ES256 | TG_JWT_ALG_PS256)
+static const struct tg_jwt_rules default_rules = {ISS, AUD, 30, "sub", ALL_ALGS};
 
 /* ---- fixtures ---- */
 
@@ -317,12 +319,57 @@ static void grant_claim_missing(void **state)
 
 static void unsupported_algs(void **state)
 {
-    static const char *const names[] = {"alg_none",  "alg_none_kid", "alg_None",  "alg_none_signed", "alg_hs256_lower",
-                                        "alg_HS384", "alg_RS512",    "alg_PS256", "alg_EdDSA"};
+    static const char *const names[] = {"alg_none",  "alg_none_kid", "alg_None",  "alg_none_signed",
+                                        "alg_hs256_lower", "alg_HS384", "alg_RS512", "alg_EdDSA"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         bad(names[i], "unsupported alg");
     bad("alg_missing", "malformed token");
     bad("alg_number", "malformed token");
+}
+
+/* Each issuer lists the algorithms its tokens may use; 0 means RS256 and ES256. An algorithm outside
+ * the list is refused before any key is looked at, whatever the token's signature. */
+static void algorithm_allow_list(void **state)
+{
+    struct tg_jwt_rules dflt = default_rules, es_only = default_rules, ps = default_rules;
+    dflt.algs = 0;
+    es_only.algs = TG_JWT_ALG_ES256;
+    ps.algs = TG_JWT_ALGS_DEFAULT | TG_JWT_ALG_PS256;
+
+    /* The default: RS256 and ES256 pass, PS256 and HS256 do not, none is never an algorithm. */
+    ok_at("rs_ok", &dflt, NOW, "alice");
+    ok_at("es_ok", &dflt, NOW, "alice");
+    bad_at("ps_ok", &dflt, NOW, "algorithm PS256 is not allowed for this issuer");
+    bad_at("alg_PS256", &dflt, NOW, "algorithm PS256 is not allowed for this issuer");
+    bad_at("hs_ok", &dflt, NOW, "algorithm HS256 is not allowed for this issuer");
+    bad_at("confusion_pem_nokid", &dflt, NOW, "algorithm HS256 is not allowed for this issuer");
+    bad_at("alg_none", &dflt, NOW, "unsupported alg");
+    bad_at("alg_none_signed", &dflt, NOW, "unsupported alg");
+
+    /* Listed: PS256 verifies (RSASSA-PSS, SHA-256, MGF1-SHA-256, 32-byte salt). */
+    ok_at("ps_ok", &ps, NOW, "alice");
+    ok_at("ps_nokid", &ps, NOW, "alice");
+    ok_at("ps_unbound_key", &ps, NOW, "alice");
+    ok_at("rs_ok", &ps, NOW, "alice");
+    bad_at("ps_salt_max", &ps, NOW, "bad signature");
+    bad_at("ps_salt_0", &ps, NOW, "bad signature");
+    bad_at("ps_pkcs1_sig", &ps, NOW, "bad signature");
+    bad_at("ps_tampered", &ps, NOW, "bad signature");
+    /* A key whose own "alg" names the other RSA algorithm is never tried. */
+    bad_at("ps_with_rs_key", &ps, NOW, "unknown key");
+    bad_at("rs_with_ps_key", &ps, NOW, "unknown key");
+    bad_at("hs_ok", &ps, NOW, "algorithm HS256 is not allowed for this issuer");
+
+    /* ["ES256"]: a valid RS256 token is refused by its alg. */
+    ok_at("es_ok", &es_only, NOW, "alice");
+    bad_at("rs_ok", &es_only, NOW, "algorithm RS256 is not allowed for this issuer");
+    bad_at("rs_nokid", &es_only, NOW, "algorithm RS256 is not allowed for this issuer");
+    bad_at("ps_ok", &es_only, NOW, "algorithm PS256 is not allowed for this issuer");
+    bad_at("alg_none", &es_only, NOW, "unsupported alg");
+
+    assert_int_equal(tg_jwt_alg_bit("PS256"), TG_JWT_ALG_PS256);
+    assert_int_equal(tg_jwt_alg_bit("ps256"), 0);
+    assert_int_equal(tg_jwt_alg_bit("none"), 0);
 }
 
 /* HS256 "signed" with the bytes of a public key must never verify: HS256
@@ -554,7 +601,8 @@ static void guard_page(void **state)
 {
     static const char *const reasons[] = {"malformed token", "unsupported alg", "unknown key",
                                           "bad signature",   "expired",         "not yet valid",
-                                          "wrong issuer",    "wrong audience",  "missing grant claim"};
+                                          "wrong issuer",    "wrong audience",  "missing grant claim",
+                                          "algorithm HS256 is not allowed for this issuer"};
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
     size_t span = (TG_JWT_MAX_TOKEN + 8 + pg - 1) / pg * pg;
     char *m = mmap(NULL, span + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -635,6 +683,10 @@ static void jwks_errors(void **state)
                "mem.json: keys[0].kid: must be a non-empty string\n");
     jwks_error("{\"keys\":[{\"kty\":\"oct\",\"k\":\"" K32 "\",\"alg\":\"RS256\"}]}",
                "mem.json: keys[0].alg: must be \"HS256\" for kty \"oct\"\n");
+    jwks_error("{\"keys\":[{\"kty\":\"RSA\",\"alg\":\"ES256\"}]}",
+               "mem.json: keys[0].alg: must be \"RS256\" or \"PS256\" for kty \"RSA\"\nmem.json: keys[0].n: missing\n");
+    jwks_error("{\"keys\":[{\"kty\":\"EC\",\"alg\":\"PS256\"}]}",
+               "mem.json: keys[0].alg: must be \"ES256\" for kty \"EC\"\nmem.json: keys[0].crv: missing\n");
     jwks_error("{\"keys\":[{\"kty\":\"oct\",\"k\":\"" K32 "\",\"use\":\"enc\"}]}",
                "mem.json: keys[0].use: must be \"sig\"\n");
     jwks_error("{\"keys\":[{\"kty\":\"OKP\",\"crv\":\"Ed25519\",\"x\":\"" K32 "\"}]}",
@@ -730,7 +782,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(grant_buffer_size),   cmocka_unit_test(time_claims),
         cmocka_unit_test(skew_boundaries),     cmocka_unit_test(time_claim_types),
         cmocka_unit_test(issuer_and_audience), cmocka_unit_test(grant_claim_missing),
-        cmocka_unit_test(unsupported_algs),    cmocka_unit_test(alg_confusion),
+        cmocka_unit_test(unsupported_algs),    cmocka_unit_test(algorithm_allow_list),
+        cmocka_unit_test(alg_confusion),
         cmocka_unit_test(key_selection),       cmocka_unit_test(keys_without_kid),
         cmocka_unit_test(tampering),           cmocka_unit_test(header_members),
         cmocka_unit_test(payload_encoding),    cmocka_unit_test(base64url_spelling),

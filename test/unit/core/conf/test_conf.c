@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "core/conf/conf.h"
+#include "policy/jwt.h"
 
 static char tmpdir[256];
 static int nfile;
@@ -787,6 +788,51 @@ static void files_must_open(void **state)
     expect_error(text, line_of(text, "file ="), "audit.file", "cannot open / for writing: Is a directory");
 }
 
+/* jwt[].algorithms: the issuer's allow-list. RS256 and ES256 when absent; none, HMAC and unknown
+ * names are load errors that name the issuer and the value. */
+static void jwt_algorithms(void **state)
+{
+    /* P-256's generator: a valid public key. */
+    write_file("jwks-g.json",
+               "{\"keys\":[{\"kty\":\"EC\",\"crv\":\"P-256\",\"x\":\"axfR8uEsQkf4vOblY6RA8ncDfYEt6zOg9KE5RdiYwpY\","
+               "\"y\":\"T-NC4v4af5uO5-tKfA-eFivOM1drMV7Oy7ZAaDe_UfU\"}]}\n",
+               0644);
+#define JWT_ISSUER(extra)                                                                                      \
+    LISTEN GRANTS UPSTREAM "jwt = ( { issuer = \"https://idp.test\"; audience = \"a\";\n"                        \
+                           " jwks_file = \"jwks-g.json\";\n" extra " } );\n"
+    struct loaded l;
+    load_ok(&l, JWT_ISSUER(""));
+    assert_int_equal(l.c->jwt[0].algs, TG_JWT_ALG_RS256 | TG_JWT_ALG_ES256);
+    loaded_dispose(&l);
+    load_ok(&l, JWT_ISSUER(" algorithms = [ \"PS256\", \"ES256\" ];"));
+    assert_int_equal(l.c->jwt[0].algs, TG_JWT_ALG_PS256 | TG_JWT_ALG_ES256);
+    loaded_dispose(&l);
+    load_ok(&l, JWT_ISSUER(" algorithms = [ \"ES256\" ];"));
+    assert_int_equal(l.c->jwt[0].algs, TG_JWT_ALG_ES256);
+    loaded_dispose(&l);
+
+    const char *text = JWT_ISSUER(" algorithms = [ \"HS256\" ];");
+    expect_error(text, line_of(text, "algorithms"), "algorithms",
+                 "issuer https://idp.test: \"HS256\" (HMAC with a shared secret) is not accepted");
+    text = JWT_ISSUER(" algorithms = [ \"RS256\", \"HS512\" ];");
+    expect_error(text, line_of(text, "algorithms"), "algorithms", "\"HS512\" (HMAC with a shared secret)");
+    text = JWT_ISSUER(" algorithms = [ \"none\" ];");
+    expect_error(text, line_of(text, "algorithms"), "algorithms",
+                 "issuer https://idp.test: \"none\" (unsigned tokens) is never accepted");
+    text = JWT_ISSUER(" algorithms = [ \"XX\" ];");
+    expect_error(text, line_of(text, "algorithms"), "algorithms",
+                 "issuer https://idp.test: unknown algorithm \"XX\" (RS256, PS256 or ES256)");
+    text = JWT_ISSUER(" algorithms = [ \"rs256\" ];");
+    expect_error(text, line_of(text, "algorithms"), "algorithms", "unknown algorithm \"rs256\"");
+    text = JWT_ISSUER(" algorithms = [ ];");
+    expect_error(text, line_of(text, "algorithms"), "algorithms", "issuer https://idp.test: empty");
+    text = JWT_ISSUER(" algorithms = [ 1 ];");
+    expect_error(text, line_of(text, "algorithms"), "algorithms", "element 0 must be a string");
+    text = JWT_ISSUER(" algorithms = \"RS256\";");
+    expect_error(text, line_of(text, "algorithms"), "algorithms", "must be a list of strings");
+#undef JWT_ISSUER
+}
+
 /* Relative paths mean the same from any working directory: the conf file's folder. */
 static void relative_paths_from_the_conf_folder(void **state)
 {
@@ -923,6 +969,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(listen_address_is_an_ip_literal),
         cmocka_unit_test(stdio_command_must_run),
         cmocka_unit_test(files_must_open),
+        cmocka_unit_test(jwt_algorithms),
         cmocka_unit_test(relative_paths_from_the_conf_folder),
         cmocka_unit_test(no_error_has_line_zero),
     };
