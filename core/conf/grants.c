@@ -12,6 +12,62 @@
 #include "policy/policy.h"
 #include "policy/uri.h"
 
+/* grants[].issuers = [ "https://idp.example/", … ]: the JWT issuers whose tokens may name this
+ * grant. Whether each is a configured jwt[].issuer is checked once those are loaded. */
+static void load_issuers(struct loader *ld, const config_setting_t *g, struct tg_grant_conf *gc, const char *ctx)
+{
+    const config_setting_t *l = config_setting_get_member(g, "issuers");
+    if (l == NULL)
+        return;
+    char ictx[64];
+    snprintf(ictx, sizeof(ictx), "%s.issuers", ctx);
+    if ((!config_setting_is_array(l) && !config_setting_is_list(l)) || config_setting_length(l) == 0) {
+        tg__conf_errf(ld, l, ictx, "must be a non-empty array of jwt issuers [ \"https://idp.example/\" ]");
+        return;
+    }
+    size_t n = (size_t)config_setting_length(l);
+    gc->issuers = tg_xcalloc(n, sizeof(char *));
+    for (size_t i = 0; i < n; i++) {
+        const char *v = config_setting_get_string_elem(l, (int)i);
+        if (v == NULL || v[0] == '\0') {
+            tg__conf_errf(ld, l, ictx, "must be a non-empty array of jwt issuers [ \"https://idp.example/\" ]");
+            continue;
+        }
+        const char *why = NULL;
+        char var[128] = "";
+        char *e = tg_conf_expand_env(v, &why, var, sizeof(var)); /* as jwt[].issuer is */
+        if (e == NULL) {
+            tg__conf_errf(ld, l, ictx, "%s%s%s", why, var[0] ? ": " : "", var);
+            continue;
+        }
+        for (size_t k = 0; k < gc->nissuers; k++)
+            if (strcmp(gc->issuers[k], e) == 0)
+                tg__conf_errf(ld, l, ictx, "lists \"%s\" twice", e);
+        gc->issuers[gc->nissuers++] = e;
+    }
+}
+
+/* Every grants[].issuers entry is some jwt[].issuer, byte for byte (as a token's iss is compared):
+ * a typo would otherwise leave the grant silently unreachable. */
+static void check_grant_issuers(struct loader *ld, config_t *cfg, const struct tg_conf *c)
+{
+    const config_setting_t *gl = config_lookup(cfg, "grants");
+    for (size_t i = 0; gl && i < c->ngrants; i++) {
+        const struct tg_grant_conf *gc = &c->grants[i];
+        for (size_t k = 0; k < gc->nissuers; k++) {
+            size_t j = 0;
+            while (j < c->njwt && (c->jwt[j].issuer == NULL || strcmp(c->jwt[j].issuer, gc->issuers[k]) != 0))
+                j++;
+            if (j < c->njwt)
+                continue;
+            const config_setting_t *g = config_setting_get_elem(gl, (unsigned)i);
+            tg__conf_errf(ld, g ? config_setting_get_member(g, "issuers") : NULL, "issuers",
+                          "grant %s: \"%s\" is no jwt[].issuer (the issuer is compared exactly, trailing / included)",
+                          gc->name ? gc->name : "?", gc->issuers[k]);
+        }
+    }
+}
+
 void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     const config_setting_t *l = config_lookup(cfg, "grants");
@@ -34,7 +90,7 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
             continue;
         }
         static const char *const known[] = {"name", "token_sha256", "anonymous", "max_sessions", "policies",
-                                            "tls_subject", "roots", NULL};
+                                            "tls_subject", "roots", "issuers", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         gc->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         const config_setting_t *ms = config_setting_get_member(g, "max_sessions");
@@ -55,10 +111,12 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
             if (c->grants[k].tls_subject && strcmp(gc->tls_subject, c->grants[k].tls_subject) == 0)
                 tg__conf_errf(ld, config_setting_get_member(g, "tls_subject"), "tls_subject",
                               "\"%s\" already names grant %s", gc->tls_subject, c->grants[k].name);
+        load_issuers(ld, g, gc, ctx);
         if (!gc->has_token && !gc->anonymous && gc->tls_subject == NULL) {
-            if (config_lookup(ld->cfg, "jwt") == NULL)
+            if (gc->nissuers == 0)
                 tg__conf_errf(ld, g, ctx,
-                              "needs token_sha256, tls_subject, anonymous = true, or a jwt issuer whose tokens name it");
+                              "needs token_sha256, tls_subject, anonymous = true, or issuers = [ \"…\" ] (the jwt "
+                              "issuers whose tokens may name it)");
             else
                 gc->jwt_only = 1;
         }
@@ -237,7 +295,15 @@ const struct tg_roots *tg_conf_roots_for(const struct tg_grant_conf *g, const st
     return u != NULL && u->roots.pinned ? &u->roots : NULL;
 }
 
+static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c);
+
 void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
+{
+    load_jwt_list(ld, cfg, c);
+    check_grant_issuers(ld, cfg, c);
+}
+
+static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     const config_setting_t *l = config_lookup(cfg, "jwt");
     if (l == NULL)
@@ -402,6 +468,9 @@ void tg__conf_grants_free(struct tg_conf *c)
     for (size_t i = 0; i < c->ngrants; i++) {
         free(c->grants[i].name);
         free(c->grants[i].tls_subject);
+        for (size_t k = 0; k < c->grants[i].nissuers; k++)
+            free(c->grants[i].issuers[k]);
+        free(c->grants[i].issuers);
         for (size_t k = 0; k < c->grants[i].npolicies; k++) {
             free(c->grants[i].policies[k].path);
             tg_policy_unref(c->grants[i].policies[k].policy);
