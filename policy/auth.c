@@ -68,6 +68,17 @@ enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice 
     return r;
 }
 
+/* A JWT verified for issuer names grant g only if g lists that issuer (grants[].issuers, compared
+ * byte for byte like the token's iss): a grant without issuers, a static-token or certificate grant
+ * among them, is never reached through a JWT, and one issuer cannot name another issuer's grants. */
+static int grant_takes_issuer(const struct tg_grant_conf *g, const char *issuer)
+{
+    for (size_t i = 0; issuer != NULL && i < g->nissuers; i++)
+        if (strcmp(g->issuers[i], issuer) == 0)
+            return 1;
+    return 0;
+}
+
 static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
                                     const struct tg_grant_conf **grant, const char **why, int *by_static)
 {
@@ -123,12 +134,18 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
                     last = w;
                 continue;
             }
-            for (size_t k = 0; k < c->ngrants; k++)
-                if (c->grants[k].name && strcmp(c->grants[k].name, name) == 0) {
-                    *grant = &c->grants[k];
-                    return TG_AUTH_OK;
-                }
-            last = "the token names no configured grant";
+            const struct tg_grant_conf *named = NULL;
+            for (size_t k = 0; k < c->ngrants && named == NULL; k++)
+                if (c->grants[k].name && strcmp(c->grants[k].name, name) == 0)
+                    named = &c->grants[k];
+            if (named == NULL)
+                last = "the token names no configured grant";
+            else if (!grant_takes_issuer(named, j->issuer))
+                last = "the token's issuer may not use the grant it names";
+            else {
+                *grant = named;
+                return TG_AUTH_OK;
+            }
             break;
         }
         if (why)

@@ -117,6 +117,8 @@ struct tg_grant_conf {
     int anonymous;
     int max_sessions; /* 0 = limits.sessions_per_grant */
     int jwt_only;     /* reachable only with a JWT that names it */
+    char **issuers;   /* the jwt[].issuer values whose tokens may name it (byte-exact); none: no JWT may */
+    size_t nissuers;
     char *tls_subject; /* a verified client certificate whose subject (or CN) is this is this grant */
     struct tg_grant_policy *policies;
     size_t npolicies;

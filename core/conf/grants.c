@@ -12,6 +12,62 @@
 #include "policy/policy.h"
 #include "policy/uri.h"
 
+/* grants[].issuers = [ "https://idp.example/", … ]: the JWT issuers whose tokens may name this
+ * grant. Whether each is a configured jwt[].issuer is checked once those are loaded. */
+static void load_issuers(struct loader *ld, const config_setting_t *g, struct tg_grant_conf *gc, const char *ctx)
+{
+    const config_setting_t *l = config_setting_get_member(g, "issuers");
+    if (l == NULL)
+        return;
+    char ictx[64];
+    snprintf(ictx, sizeof(ictx), "%s.issuers", ctx);
+    if ((!config_setting_is_array(l) && !config_setting_is_list(l)) || config_setting_length(l) == 0) {
+        tg__conf_errf(ld, l, ictx, "must be a non-empty array of jwt issuers [ \"https://idp.example/\" ]");
+        return;
+    }
+    size_t n = (size_t)config_setting_length(l);
+    gc->issuers = tg_xcalloc(n, sizeof(char *));
+    for (size_t i = 0; i < n; i++) {
+        const char *v = config_setting_get_string_elem(l, (int)i);
+        if (v == NULL || v[0] == '\0') {
+            tg__conf_errf(ld, l, ictx, "must be a non-empty array of jwt issuers [ \"https://idp.example/\" ]");
+            continue;
+        }
+        const char *why = NULL;
+        char var[128] = "";
+        char *e = tg_conf_expand_env(v, &why, var, sizeof(var)); /* as jwt[].issuer is */
+        if (e == NULL) {
+            tg__conf_errf(ld, l, ictx, "%s%s%s", why, var[0] ? ": " : "", var);
+            continue;
+        }
+        for (size_t k = 0; k < gc->nissuers; k++)
+            if (strcmp(gc->issuers[k], e) == 0)
+                tg__conf_errf(ld, l, ictx, "lists \"%s\" twice", e);
+        gc->issuers[gc->nissuers++] = e;
+    }
+}
+
+/* Every grants[].issuers entry is some jwt[].issuer, byte for byte (as a token's iss is compared):
+ * a typo would otherwise leave the grant silently unreachable. */
+static void check_grant_issuers(struct loader *ld, config_t *cfg, const struct tg_conf *c)
+{
+    const config_setting_t *gl = config_lookup(cfg, "grants");
+    for (size_t i = 0; gl && i < c->ngrants; i++) {
+        const struct tg_grant_conf *gc = &c->grants[i];
+        for (size_t k = 0; k < gc->nissuers; k++) {
+            size_t j = 0;
+            while (j < c->njwt && (c->jwt[j].issuer == NULL || strcmp(c->jwt[j].issuer, gc->issuers[k]) != 0))
+                j++;
+            if (j < c->njwt)
+                continue;
+            const config_setting_t *g = config_setting_get_elem(gl, (unsigned)i);
+            tg__conf_errf(ld, g ? config_setting_get_member(g, "issuers") : NULL, "issuers",
+                          "grant %s: \"%s\" is no jwt[].issuer (the issuer is compared exactly, trailing / included)",
+                          gc->name ? gc->name : "?", gc->issuers[k]);
+        }
+    }
+}
+
 void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     const config_setting_t *l = config_lookup(cfg, "grants");
@@ -34,7 +90,7 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
             continue;
         }
         static const char *const known[] = {"name", "token_sha256", "anonymous", "max_sessions", "policies",
-                                            "tls_subject", "roots", NULL};
+                                            "tls_subject", "roots", "issuers", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         gc->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         const config_setting_t *ms = config_setting_get_member(g, "max_sessions");
@@ -55,10 +111,12 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
             if (c->grants[k].tls_subject && strcmp(gc->tls_subject, c->grants[k].tls_subject) == 0)
                 tg__conf_errf(ld, config_setting_get_member(g, "tls_subject"), "tls_subject",
                               "\"%s\" already names grant %s", gc->tls_subject, c->grants[k].name);
+        load_issuers(ld, g, gc, ctx);
         if (!gc->has_token && !gc->anonymous && gc->tls_subject == NULL) {
-            if (config_lookup(ld->cfg, "jwt") == NULL)
+            if (gc->nissuers == 0)
                 tg__conf_errf(ld, g, ctx,
-                              "needs token_sha256, tls_subject, anonymous = true, or a jwt issuer whose tokens name it");
+                              "needs token_sha256, tls_subject, anonymous = true, or issuers = [ \"…\" ] (the jwt "
+                              "issuers whose tokens may name it)");
             else
                 gc->jwt_only = 1;
         }
@@ -238,8 +296,9 @@ const struct tg_roots *tg_conf_roots_for(const struct tg_grant_conf *g, const st
 }
 
 /* jwt[].algorithms: the signature algorithms an issuer's tokens may use. Strict: "none" (unsigned)
- * and any HMAC (a shared secret, never what an identity provider publishes) are refused by name,
- * as is anything the verifier does not know. Absent: RS256 and ES256. */
+ * is refused by name, as is anything the verifier does not know; HS256 (a shared secret, never
+ * what an identity provider publishes) only when listed, and only with oct keys. Absent: RS256
+ * and ES256. */
 static unsigned jwt_algorithms(struct loader *ld, const config_setting_t *s, const char *issuer)
 {
     if (s == NULL)
@@ -258,22 +317,28 @@ static unsigned jwt_algorithms(struct loader *ld, const config_setting_t *s, con
             tg__conf_errf(ld, e, "algorithms", "issuer %s: element %d must be a string", iss, i);
         else if (strcmp(v, "none") == 0)
             tg__conf_errf(ld, e, "algorithms", "issuer %s: \"none\" (unsigned tokens) is never accepted", iss);
-        else if (strncmp(v, "HS", 2) == 0)
-            tg__conf_errf(ld, e, "algorithms",
-                          "issuer %s: \"%s\" (HMAC with a shared secret) is not accepted; use RS256, PS256 or ES256",
-                          iss, v);
+        else if (strncmp(v, "HS", 2) == 0 && strcmp(v, "HS256") != 0)
+            tg__conf_errf(ld, e, "algorithms", "issuer %s: \"%s\" is not supported; HMAC is HS256 only", iss, v);
         else if (tg_jwt_alg_bit(v) == 0)
-            tg__conf_errf(ld, e, "algorithms", "issuer %s: unknown algorithm \"%s\" (RS256, PS256 or ES256)", iss,
+            tg__conf_errf(ld, e, "algorithms", "issuer %s: unknown algorithm \"%s\" (RS256, PS256, ES256 or HS256)", iss,
                           v);
         else
             bits |= tg_jwt_alg_bit(v);
     }
     if (n == 0)
-        tg__conf_errf(ld, s, "algorithms", "issuer %s: empty; list at least one of RS256, PS256, ES256", iss);
+        tg__conf_errf(ld, s, "algorithms", "issuer %s: empty; list at least one of RS256, PS256, ES256, HS256", iss);
     return bits != 0 ? bits : TG_JWT_ALGS_DEFAULT;
 }
 
+static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c);
+
 void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
+{
+    load_jwt_list(ld, cfg, c);
+    check_grant_issuers(ld, cfg, c);
+}
+
+static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     const config_setting_t *l = config_lookup(cfg, "jwt");
     if (l == NULL)
@@ -440,6 +505,9 @@ void tg__conf_grants_free(struct tg_conf *c)
     for (size_t i = 0; i < c->ngrants; i++) {
         free(c->grants[i].name);
         free(c->grants[i].tls_subject);
+        for (size_t k = 0; k < c->grants[i].nissuers; k++)
+            free(c->grants[i].issuers[k]);
+        free(c->grants[i].issuers);
         for (size_t k = 0; k < c->grants[i].npolicies; k++) {
             free(c->grants[i].policies[k].path);
             tg_policy_unref(c->grants[i].policies[k].policy);

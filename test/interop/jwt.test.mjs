@@ -5,7 +5,7 @@
 // PS256), a P-256 key and a 32-byte HMAC secret (node:crypto), a JWKS with
 // their public parts and the oct key, and every token, signed here as a
 // compact JWS (ES256 as raw r||s, PS256 with a 32-byte salt). The issuer lists
-// RS256, ES256 and PS256; HS256 can never be listed, so the oct key only
+// RS256, ES256 and PS256; HS256 is not listed for it, so the oct key only
 // shows that an HMAC token is refused by its alg even with the right secret.
 //
 //   TOLLGATE_BIN=build/tollgate node --test test/interop/jwt.test.mjs
@@ -19,6 +19,7 @@ import path from 'node:path';
 import * as H from './lib/harness.mjs';
 
 const ISSUER = 'https://idp.test';
+const ISSUER_B = 'https://other-idp.test/'; // a second issuer (same keys): it names only its own grant, dave
 const AUDIENCE = 'tollgate';
 const SKEW_S = 60;
 const PUBLIC_URL = 'https://gw.example';
@@ -197,12 +198,16 @@ before(async () => {
   const opts = (file, extra = {}) => ({
     file,
     listeners: [{}],
-    jwt: [{ issuer: ISSUER, audience: AUDIENCE, jwks_file: jwksFile, grant_claim: 'sub', skew_s: SKEW_S,
-      algorithms: ['RS256', 'ES256', 'PS256'] }],
+    jwt: [
+      { issuer: ISSUER, audience: AUDIENCE, jwks_file: jwksFile, grant_claim: 'sub', skew_s: SKEW_S,
+        algorithms: ['RS256', 'ES256', 'PS256'] },
+      { issuer: ISSUER_B, audience: AUDIENCE, jwks_file: jwksFile },
+    ],
     grants: [
-      { name: 'alice', policies: [{ upstream: 'cowork-os', policy: policy(ALICE_TOOLS) }] },
-      { name: 'bob', policies: [{ upstream: 'cowork-os', policy: policy(BOB_TOOLS) }] },
+      { name: 'alice', issuers: [ISSUER], policies: [{ upstream: 'cowork-os', policy: policy(ALICE_TOOLS) }] },
+      { name: 'bob', issuers: [ISSUER], policies: [{ upstream: 'cowork-os', policy: policy(BOB_TOOLS) }] },
       { name: 'carol', token_sha256: H.sha256hex(STATIC_TOKEN) },
+      { name: 'dave', issuers: [ISSUER_B], policies: [{ upstream: 'cowork-os', policy: policy(BOB_TOOLS) }] },
     ],
     upstreams: [{
       name: 'cowork-os', url: standin.url, default: true, initialize: 'local',
@@ -377,7 +382,7 @@ describe('refused tokens: 401 with error="invalid_token" and the reason', () => 
     await expectInvalid(token({ header: { alg: 'HS512' } }), 'unsupported alg');
   });
 
-  test('HS256 is never an issuer\'s algorithm: refused even with the right secret, and with a public key (alg confusion)', async () => {
+  test('HS256, not listed for this issuer: refused even with the right secret, and with a public key (alg confusion)', async () => {
     const notAllowed = 'algorithm HS256 is not allowed for this issuer';
     await expectInvalid(token({ alg: 'HS256' }), notAllowed);
     await expectInvalid(token({ alg: 'HS256', kid: null }), notAllowed);
@@ -406,6 +411,46 @@ describe('refused tokens: 401 with error="invalid_token" and the reason', () => 
   test('a token naming no configured grant → "the token names no configured grant"', async () => {
     await expectInvalid(token({ sub: 'mallory' }), 'the token names no configured grant');
     await expectInvalid(token({ alg: 'ES256', sub: 'ALICE' }), 'the token names no configured grant');
+  });
+
+  test('a token naming a grant not bound to its issuer → "the token\'s issuer may not use the grant it names"', async () => {
+    const refused = "the token's issuer may not use the grant it names";
+    await expectInvalid(token({ sub: 'dave' }), refused); // ISSUER naming ISSUER_B's grant
+    await expectInvalid(token({ sub: 'alice', claims: { iss: ISSUER_B } }), refused); // and the other way
+    await expectInvalid(token({ alg: 'ES256', sub: 'carol' }), refused); // a static-token grant lists no issuer
+    // on a live session of alice's, too: the token is checked on every request
+    const c = await connect(token());
+    const h = { 'mcp-session-id': c.transport.sessionId, 'mcp-protocol-version': c.transport.protocolVersion };
+    await expectInvalid(token({ sub: 'alice', claims: { iss: ISSUER_B } }), refused,
+      { body: { jsonrpc: '2.0', id: 9, method: 'tools/list' }, headers: h });
+    await c.close();
+    // the second issuer names its own grant
+    const d = await connect(token({ sub: 'dave', claims: { iss: ISSUER_B } }));
+    assert.deepEqual(await toolNames(d.client), [...BOB_TOOLS].sort());
+    await d.close();
+  });
+
+  test('and on a WebSocket upgrade (/ws) and a legacy SSE GET (/sse): 401 with the same reason', async () => {
+    const { default: WsWebSocket } = await import('ws');
+    const refused = "the token's issuer may not use the grant it names";
+    const wrong = token({ sub: 'dave' });
+    const seen = standinCount();
+    const ws = await new Promise((resolve) => {
+      const w = new WsWebSocket(`ws://127.0.0.1:${gw.plainPort}/cowork-os/ws`, 'mcp', { headers: bearer(wrong) });
+      w.on('open', () => { w.terminate(); resolve({ status: 101 }); });
+      w.on('unexpected-response', (req, res) => {
+        res.resume();
+        res.on('end', () => { w.terminate(); resolve({ status: res.statusCode, www: res.headers['www-authenticate'] }); });
+      });
+      w.on('error', (e) => resolve({ status: 0, error: e }));
+    });
+    assert.equal(ws.status, 401, `WebSocket upgrade: ${ws.status} ${ws.error ?? ''}`);
+    assert.equal(parseWwwAuth(ws.www).error_description, refused);
+    const sse = await fetchFn(`${base()}/cowork-os/sse`, { headers: { accept: 'text/event-stream', ...bearer(wrong) } });
+    const text = await sse.text();
+    assert.equal(sse.status, 401, `GET /sse: HTTP ${sse.status} ${text}`);
+    assert.equal(parseWwwAuth(sse.headers.get('www-authenticate')).error_description, refused);
+    assert.equal(standinCount(), seen, 'a refused request never reaches the upstream');
   });
 
   test('no grant claim → "missing grant claim"', async () => {
@@ -437,7 +482,7 @@ describe('RFC 9728 protected-resource metadata', () => {
     assert.match(res.headers.get('content-type') ?? '', /^application\/json/);
     const m = JSON.parse(text);
     assert.equal(m.resource, gatewayUrl());
-    assert.deepEqual(m.authorization_servers, [ISSUER]);
+    assert.deepEqual(m.authorization_servers, [ISSUER, ISSUER_B]);
     assert.deepEqual(m.bearer_methods_supported, ['header']);
     assert.equal(typeof m.resource_name, 'string');
   });
@@ -455,7 +500,7 @@ describe('RFC 9728 protected-resource metadata', () => {
     assert.equal(www.error, 'invalid_token');
     assert.equal(www.resourceMetadataUrl?.href, `${base()}${metadataPath()}`);
     const m = await auth.discoverOAuthProtectedResourceMetadata(gatewayUrl(), { resourceMetadataUrl: www.resourceMetadataUrl }, fetchFn);
-    assert.deepEqual(m.authorization_servers, [ISSUER]);
+    assert.deepEqual(m.authorization_servers, [ISSUER, ISSUER_B]);
     assert.ok(checkResourceAllowed({ requestedResource: gatewayUrl(), configuredResource: m.resource }),
       `the SDK accepts resource ${m.resource} for ${gatewayUrl()}`);
     // path-aware discovery from the server URL alone finds the same document
@@ -528,7 +573,7 @@ describe('RFC 9728 protected-resource metadata', () => {
       assert.equal(res.status, 200, `HTTP ${res.status} ${text}`);
       const m = JSON.parse(text);
       assert.equal(m.resource, `${PUBLIC_URL}/cowork-os/mcp`);
-      assert.deepEqual(m.authorization_servers, [ISSUER]);
+      assert.deepEqual(m.authorization_servers, [ISSUER, ISSUER_B]);
     }
     // and a valid token still works there
     const c = await connect(token({ alg: 'ES256', sub: 'bob' }), gatewayUrl('cowork-os', gwPublic));

@@ -5,6 +5,9 @@
 #include "core/base/sha256.h"
 #include "core/base/siphash.h"
 #include "policy/auth.h"
+#include "policy/jwt.h"
+
+#include <mbedtls/md.h>
 
 static void hex_of(const uint8_t h[32], char out[65]) { tg_hex_encode(h, 32, out); }
 
@@ -304,6 +307,90 @@ static void grant_memo(void **state)
     assert_null(memo_auth(&gs.conf, &m2, "Bearer bob-token", TG_AUTH_INVALID));
 }
 
+/* An HS256 JWT with key (32 bytes) for payload (JSON), as "Bearer …" in out. */
+static void hs256_bearer(const uint8_t key[32], const char *payload, char *out, size_t n)
+{
+    static const char hdr[] = "{\"alg\":\"HS256\",\"typ\":\"JWT\"}";
+    char input[1024];
+    size_t len = tg_b64url_encode((const uint8_t *)hdr, strlen(hdr), input);
+    input[len++] = '.';
+    len += tg_b64url_encode((const uint8_t *)payload, strlen(payload), input + len);
+    uint8_t mac[32];
+    assert_int_equal(mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), key, 32, (const uint8_t *)input, len,
+                                     mac),
+                     0);
+    char sig[64];
+    sig[tg_b64url_encode(mac, 32, sig)] = '\0';
+    input[len] = '\0';
+    snprintf(out, n, "Bearer %s.%s", input, sig);
+}
+
+static const char *jwt_auth(const struct tg_conf *c, const uint8_t key[32], const char *iss, const char *grant,
+                            enum tg_auth_result want, const char *want_why)
+{
+    char payload[256], header[1200];
+    snprintf(payload, sizeof(payload), "{\"iss\":\"%s\",\"aud\":\"t\",\"sub\":\"%s\",\"exp\":2000}", iss, grant);
+    hs256_bearer(key, payload, header, sizeof(header));
+    const struct tg_grant_conf *g = NULL;
+    const char *why = NULL;
+    enum tg_auth_result r = tg_auth_grant(c, tg_slice_cstr(header), 1000, &g, &why);
+    if (r != want || (want_why != NULL && (why == NULL || strcmp(why, want_why) != 0)))
+        fail_msg("iss %s naming %s: result %d (%s), expected %d (%s)", iss, grant, r, why ? why : "-", want,
+                 want_why ? want_why : "-");
+    return g ? g->name : NULL;
+}
+
+/* A JWT names only a grant bound to its issuer (grants[].issuers): not another issuer's, not a
+ * static-token or certificate grant that lists no issuer, and one of several issuers its own. */
+static void jwt_grants_bound_to_issuers(void **state)
+{
+    (void)state;
+    uint8_t key[32];
+    memset(key, 0x42, sizeof(key));
+    char b64[64], jwks_json[200];
+    b64[tg_b64url_encode(key, 32, b64)] = '\0';
+    snprintf(jwks_json, sizeof(jwks_json), "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"k\":\"%s\"}]}", b64);
+    struct tg_buf err;
+    tg_buf_init(&err);
+    struct tg_jwks *jwks = NULL;
+    assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
+    tg_buf_dispose(&err);
+
+    struct tg_jwt_conf jwt[2] = {{.issuer = "https://a/", .audience = "t", .skew_s = 0, .grant_claim = "sub", .jwks = jwks},
+                                 {.issuer = "https://b/", .audience = "t", .skew_s = 0, .grant_claim = "sub", .jwks = jwks}};
+    char *only_a[] = {"https://a/"}, *only_b[] = {"https://b/"}, *both[] = {"https://b/", "https://a/"};
+    struct grants gs;
+    memset(&gs, 0, sizeof(gs));
+    add_grant(&gs, "ga", NULL, 0);
+    gs.g[0].issuers = only_a, gs.g[0].nissuers = 1;
+    add_grant(&gs, "gb", NULL, 0);
+    gs.g[1].issuers = only_b, gs.g[1].nissuers = 1;
+    add_grant(&gs, "static", "static-token", 0);
+    add_grant(&gs, "shared", NULL, 0);
+    gs.g[3].issuers = both, gs.g[3].nissuers = 2;
+    gs.conf.jwt = jwt;
+    gs.conf.njwt = 2;
+    const struct tg_conf *c = &gs.conf;
+
+    assert_string_equal(jwt_auth(c, key, "https://a/", "ga", TG_AUTH_OK, NULL), "ga");
+    assert_string_equal(jwt_auth(c, key, "https://b/", "gb", TG_AUTH_OK, NULL), "gb");
+    assert_string_equal(jwt_auth(c, key, "https://a/", "shared", TG_AUTH_OK, NULL), "shared");
+    assert_string_equal(jwt_auth(c, key, "https://b/", "shared", TG_AUTH_OK, NULL), "shared");
+    const char *refused = "the token's issuer may not use the grant it names";
+    assert_null(jwt_auth(c, key, "https://a/", "gb", TG_AUTH_INVALID, refused));
+    assert_null(jwt_auth(c, key, "https://b/", "ga", TG_AUTH_INVALID, refused));
+    assert_null(jwt_auth(c, key, "https://a/", "static", TG_AUTH_INVALID, refused));
+    /* a certificate grant without issuers, and a grant without any credential, the same */
+    gs.g[2].has_token = 0;
+    gs.g[2].tls_subject = "CN=static";
+    assert_null(jwt_auth(c, key, "https://b/", "static", TG_AUTH_INVALID, refused));
+    gs.g[2].tls_subject = NULL;
+    assert_null(jwt_auth(c, key, "https://b/", "static", TG_AUTH_INVALID, refused));
+    assert_null(jwt_auth(c, key, "https://a/", "nobody", TG_AUTH_INVALID, "the token names no configured grant"));
+    assert_null(jwt_auth(c, key, "https://c/", "ga", TG_AUTH_INVALID, "wrong issuer"));
+    tg_jwks_free(jwks);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +403,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(siphash_vector),
         cmocka_unit_test(sha256_accelerated_matches),
         cmocka_unit_test(grant_memo),
+        cmocka_unit_test(jwt_grants_bound_to_issuers),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

@@ -556,6 +556,48 @@ static void grant_and_token_errors(void **state)
     loaded_dispose(&l);
 }
 
+/* grants[].issuers: the JWT issuers whose tokens may name a grant. Each must be a jwt[].issuer,
+ * byte for byte; a grant reached by nothing else needs it; a misspelt key is an error. */
+static const char *write_file(const char *name, const char *content, mode_t mode);
+
+static void grant_issuers(void **state)
+{
+    write_file("iss-jwks.json", "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\","
+                                "\"k\":\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"}]}\n", 0644);
+#define JWT2 "jwt = ( { issuer = \"https://a.example/\"; audience = \"t\"; jwks_file = \"iss-jwks.json\"; },\n" \
+             "        { issuer = \"https://b.example/\"; audience = \"t\"; jwks_file = \"iss-jwks.json\"; } );\n"
+    struct loaded l;
+    load_ok(&l, LISTEN UPSTREAM JWT2 "grants = ( { name = \"a\"; issuers = [ \"https://a.example/\" ]; },\n"
+                                     " { name = \"ab\"; issuers = [ \"https://a.example/\", \"https://b.example/\" ];\n"
+                                     "   token_sha256 = \"5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8\"; } );\n");
+    assert_int_equal(l.c->grants[0].nissuers, 1);
+    assert_string_equal(l.c->grants[0].issuers[0], "https://a.example/");
+    assert_int_equal(l.c->grants[0].jwt_only, 1);
+    assert_int_equal(l.c->grants[1].nissuers, 2);
+    assert_string_equal(l.c->grants[1].issuers[1], "https://b.example/");
+    loaded_dispose(&l);
+
+    /* an issuer no jwt[] entry has: compared exactly, so a missing trailing / is one */
+    const char *text = LISTEN UPSTREAM JWT2 "grants = ( { name = \"a\";\n issuers = [ \"https://a.example\" ]; } );\n";
+    expect_error(text, line_of(text, "issuers"), "issuers", "grant a: \"https://a.example\" is no jwt[].issuer");
+    text = LISTEN UPSTREAM "grants = ( { name = \"x\"; anonymous = true;\n issuers = [ \"https://a.example/\" ]; } );\n";
+    expect_error(text, line_of(text, "issuers"), "issuers", "grant x: \"https://a.example/\" is no jwt[].issuer");
+    /* a misspelt key, a wrong shape, an empty list, a repeat */
+    text = LISTEN UPSTREAM JWT2 "grants = ( { name = \"a\"; token_sha256 = \"5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8\";\n"
+                                " issuer = [ \"https://a.example/\" ]; } );\n";
+    expect_error(text, line_of(text, "issuer = ["), "grants[0].issuer", "unknown directive");
+    text = LISTEN UPSTREAM JWT2 "grants = ( { name = \"a\";\n issuers = \"https://a.example/\"; } );\n";
+    expect_error(text, line_of(text, "issuers"), "grants[0].issuers", "must be a non-empty array");
+    text = LISTEN UPSTREAM JWT2 "grants = ( { name = \"a\";\n issuers = [ ]; } );\n";
+    expect_error(text, line_of(text, "issuers"), "grants[0].issuers", "must be a non-empty array");
+    text = LISTEN UPSTREAM JWT2 "grants = ( { name = \"a\";\n issuers = [ \"https://a.example/\", \"https://a.example/\" ]; } );\n";
+    expect_error(text, line_of(text, "issuers"), "grants[0].issuers", "lists \"https://a.example/\" twice");
+    /* with jwt issuers configured, a grant with no credential and no issuers is reached by nothing */
+    text = LISTEN UPSTREAM JWT2 "grants = (\n { name = \"a\"; } );\n";
+    expect_error(text, line_of(text, "\"a\""), "grants[0]", "or issuers = [");
+#undef JWT2
+}
+
 static void other_errors(void **state)
 {
     const char *text = GRANTS UPSTREAM;
@@ -811,11 +853,13 @@ static void jwt_algorithms(void **state)
     assert_int_equal(l.c->jwt[0].algs, TG_JWT_ALG_ES256);
     loaded_dispose(&l);
 
-    const char *text = JWT_ISSUER(" algorithms = [ \"HS256\" ];");
+    /* HS256 (a shared secret) only when listed; no other HMAC size. */
+    load_ok(&l, JWT_ISSUER(" algorithms = [ \"HS256\" ];"));
+    assert_int_equal(l.c->jwt[0].algs, TG_JWT_ALG_HS256);
+    loaded_dispose(&l);
+    const char *text = JWT_ISSUER(" algorithms = [ \"RS256\", \"HS512\" ];");
     expect_error(text, line_of(text, "algorithms"), "algorithms",
-                 "issuer https://idp.test: \"HS256\" (HMAC with a shared secret) is not accepted");
-    text = JWT_ISSUER(" algorithms = [ \"RS256\", \"HS512\" ];");
-    expect_error(text, line_of(text, "algorithms"), "algorithms", "\"HS512\" (HMAC with a shared secret)");
+                 "issuer https://idp.test: \"HS512\" is not supported; HMAC is HS256 only");
     text = JWT_ISSUER(" algorithms = [ \"none\" ];");
     expect_error(text, line_of(text, "algorithms"), "algorithms",
                  "issuer https://idp.test: \"none\" (unsigned tokens) is never accepted");
@@ -963,6 +1007,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(upstream_errors),
         cmocka_unit_test(url_junk_after_ipv6_literal),
         cmocka_unit_test(grant_and_token_errors),
+        cmocka_unit_test(grant_issuers),
         cmocka_unit_test(other_errors),
         cmocka_unit_test(expand_env),
         cmocka_unit_test(pinned_roots),
