@@ -129,8 +129,10 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
             char name[128];
             const char *w = NULL;
             if (tg_jwt_verify(j->jwks, tok, &rules, now_s, name, sizeof(name), &w) != 0) {
-                /* A wrong issuer means "not this one": keep the more telling reason of another. */
-                if (w && (strcmp(w, "wrong issuer") != 0 || strcmp(last, "invalid token") == 0))
+                /* A wrong issuer, or an algorithm this issuer does not allow (checked before the
+                 * issuer is), means "not this one": keep the more telling reason of another. */
+                int not_this = w && (strcmp(w, "wrong issuer") == 0 || strstr(w, "not allowed for this issuer"));
+                if (w && (!not_this || strcmp(last, "invalid token") == 0))
                     last = w;
                 continue;
             }

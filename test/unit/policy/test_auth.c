@@ -356,8 +356,8 @@ static void jwt_grants_bound_to_issuers(void **state)
     assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
     tg_buf_dispose(&err);
 
-    struct tg_jwt_conf jwt[2] = {{.issuer = "https://a/", .audience = "t", .skew_s = 0, .grant_claim = "sub", .jwks = jwks},
-                                 {.issuer = "https://b/", .audience = "t", .skew_s = 0, .grant_claim = "sub", .jwks = jwks}};
+    struct tg_jwt_conf jwt[2] = {{.issuer = "https://a/", .audience = "t", .skew_s = 0, .grant_claim = "sub", .jwks = jwks, .algs = TG_JWT_ALG_HS256},
+                                 {.issuer = "https://b/", .audience = "t", .skew_s = 0, .grant_claim = "sub", .jwks = jwks, .algs = TG_JWT_ALG_HS256}};
     char *only_a[] = {"https://a/"}, *only_b[] = {"https://b/"}, *both[] = {"https://b/", "https://a/"};
     struct grants gs;
     memset(&gs, 0, sizeof(gs));

@@ -865,7 +865,7 @@ static void jwt_algorithms(void **state)
                  "issuer https://idp.test: \"none\" (unsigned tokens) is never accepted");
     text = JWT_ISSUER(" algorithms = [ \"XX\" ];");
     expect_error(text, line_of(text, "algorithms"), "algorithms",
-                 "issuer https://idp.test: unknown algorithm \"XX\" (RS256, PS256 or ES256)");
+                 "issuer https://idp.test: unknown algorithm \"XX\" (RS256, PS256, ES256 or HS256)");
     text = JWT_ISSUER(" algorithms = [ \"rs256\" ];");
     expect_error(text, line_of(text, "algorithms"), "algorithms", "unknown algorithm \"rs256\"");
     text = JWT_ISSUER(" algorithms = [ ];");
