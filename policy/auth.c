@@ -30,13 +30,14 @@ int tg_auth_bearer(struct tg_slice h, struct tg_slice *token)
 }
 
 static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
-                                    const struct tg_grant_conf **grant, const char **why, int *by_static);
+                                    const struct tg_grant_conf **grant, const char **why, int *by_static,
+                                    struct tg_auth_cred *cred);
 
 enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
                                   const struct tg_grant_conf **grant, const char **why)
 {
     int by_static;
-    return grant_of(c, authorization, now_s, grant, why, &by_static);
+    return grant_of(c, authorization, now_s, grant, why, &by_static, NULL);
 }
 
 enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
@@ -60,7 +61,7 @@ enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice 
         return TG_AUTH_OK;
     }
     int by_static = 0;
-    enum tg_auth_result r = grant_of(c, authorization, now_s, grant, why, &by_static);
+    enum tg_auth_result r = grant_of(c, authorization, now_s, grant, why, &by_static, NULL);
     if (r == TG_AUTH_OK && by_static)
         *memo = (struct tg_auth_memo){tag, c->serial, authorization.len, *grant};
     else
@@ -80,7 +81,8 @@ static int grant_takes_issuer(const struct tg_grant_conf *g, const char *issuer)
 }
 
 static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
-                                    const struct tg_grant_conf **grant, const char **why, int *by_static)
+                                    const struct tg_grant_conf **grant, const char **why, int *by_static,
+                                    struct tg_auth_cred *cred)
 {
     *by_static = 0;
     *grant = NULL;
@@ -113,6 +115,10 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
     if (found != NULL) {
         *grant = found;
         *by_static = 1;
+        if (cred != NULL) {
+            cred->kind = TG_CRED_TOKEN;
+            memcpy(cred->token_sha256, h, 32);
+        }
         return TG_AUTH_OK;
     }
     /* A JWT: three dot-separated parts, verified against each configured issuer. */
@@ -125,7 +131,8 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
             const struct tg_jwt_conf *j = &c->jwt[i];
             if (j->jwks == NULL)
                 continue;
-            struct tg_jwt_rules rules = {j->issuer, j->audience, j->skew_s, j->grant_claim, j->algs};
+            int64_t exp = 0;
+            struct tg_jwt_rules rules = {j->issuer, j->audience, j->skew_s, j->grant_claim, j->algs, &exp};
             char name[128];
             const char *w = NULL;
             if (tg_jwt_verify(j->jwks, tok, &rules, now_s, name, sizeof(name), &w) != 0) {
@@ -146,6 +153,11 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
                 last = "the token's issuer may not use the grant it names";
             else {
                 *grant = named;
+                if (cred != NULL) {
+                    cred->kind = TG_CRED_JWT;
+                    cred->end_s = exp + (j->skew_s > 0 ? j->skew_s : 0);
+                    tg_strlcpy(cred->issuer, j->issuer ? j->issuer : "", sizeof(cred->issuer));
+                }
                 return TG_AUTH_OK;
             }
             break;
@@ -157,4 +169,60 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
     if (why)
         *why = "invalid token";
     return TG_AUTH_INVALID;
+}
+
+const struct tg_grant_conf *tg_auth_cert_grant(const struct tg_conf *c, const char *dn, const char *cn)
+{
+    for (size_t i = 0; i < c->ngrants; i++) {
+        const char *ts = c->grants[i].tls_subject;
+        if (ts != NULL && (strcmp(ts, dn) == 0 || (strchr(ts, '=') == NULL && cn[0] && strcmp(ts, cn) == 0)))
+            return &c->grants[i];
+    }
+    return NULL;
+}
+
+void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
+                     const struct tg_grant_conf *g, const char *dn, const char *cn, struct tg_auth_cred *cred)
+{
+    memset(cred, 0, sizeof(*cred));
+    tg_strlcpy(cred->grant, g->name ? g->name : "", sizeof(cred->grant));
+    if (dn != NULL) {
+        cred->has_cert = 1;
+        tg_strlcpy(cred->dn, dn, sizeof(cred->dn));
+        tg_strlcpy(cred->cn, cn ? cn : "", sizeof(cred->cn));
+    }
+    cred->kind = dn != NULL && authorization.ptr == NULL ? TG_CRED_CERT : TG_CRED_ANON;
+    if (authorization.ptr != NULL) {
+        const struct tg_grant_conf *again = NULL;
+        int by_static;
+        grant_of(c, authorization, now_s, &again, NULL, &by_static, cred);
+    }
+}
+
+static const struct tg_grant_conf *named_grant(const struct tg_conf *c, const char *name)
+{
+    for (size_t i = 0; i < c->ngrants; i++)
+        if (c->grants[i].name != NULL && strcmp(c->grants[i].name, name) == 0)
+            return &c->grants[i];
+    return NULL;
+}
+
+int tg_auth_cred_holds(const struct tg_conf *c, const struct tg_auth_cred *cred)
+{
+    const struct tg_grant_conf *g = named_grant(c, cred->grant);
+    if (g == NULL)
+        return 0;
+    if (cred->has_cert && tg_auth_cert_grant(c, cred->dn, cred->cn) != g)
+        return 0; /* the certificate no longer names this grant (tls_subject changed) */
+    switch (cred->kind) {
+    case TG_CRED_ANON: return g->anonymous;
+    case TG_CRED_TOKEN: return g->has_token && tg_ct_equal(g->token_sha256, cred->token_sha256, 32);
+    case TG_CRED_JWT: {
+        int issuer_still = 0;
+        for (size_t i = 0; i < c->njwt; i++)
+            issuer_still |= c->jwt[i].issuer != NULL && strcmp(c->jwt[i].issuer, cred->issuer) == 0;
+        return issuer_still && grant_takes_issuer(g, cred->issuer);
+    }
+    default: return 1; /* TG_CRED_CERT: checked above */
+    }
 }

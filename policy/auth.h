@@ -30,6 +30,28 @@ enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice autho
 enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
                                        struct tg_auth_memo *memo, const struct tg_grant_conf **grant,
                                        const char **why);
+/* What authenticated a long-lived channel (a WebSocket, a legacy SSE stream), kept so that a reload
+ * can ask whether it still names the same grant, and a JWT's channel can end at its exp. Only
+ * digests and names: never the token. Value type, owned by whoever holds it. */
+enum tg_cred_kind { TG_CRED_ANON, TG_CRED_TOKEN, TG_CRED_JWT, TG_CRED_CERT };
+struct tg_auth_cred {
+    uint8_t kind;              /* enum tg_cred_kind */
+    uint8_t has_cert;          /* a client certificate came too (dn, cn) */
+    uint8_t token_sha256[32];  /* TG_CRED_TOKEN */
+    int64_t end_s;             /* TG_CRED_JWT: exp + the issuer's skew_s, when the channel ends */
+    char issuer[256];          /* TG_CRED_JWT */
+    char grant[128];           /* the grant's name */
+    char dn[512], cn[256];     /* has_cert: the certificate's subject */
+};
+/* Fill cred for a request tg_auth_grant() (or a certificate, cert_grant) just admitted to grant g. */
+void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
+                     const struct tg_grant_conf *g, const char *dn, const char *cn, struct tg_auth_cred *cred);
+/* 1 while cred still names a grant of the same name under c (a reload may have removed or rotated
+ * the token, removed the grant, changed its tls_subject or issuers); else 0. */
+int tg_auth_cred_holds(const struct tg_conf *c, const struct tg_auth_cred *cred);
+/* The grant whose tls_subject matches a certificate's subject dn (or, for a tls_subject without
+ * '=', its common name cn), or NULL. */
+const struct tg_grant_conf *tg_auth_cert_grant(const struct tg_conf *c, const char *dn, const char *cn);
 /* Extract the token of "Bearer <token>" (scheme case-insensitive). Returns 0 or TG_EINVAL. */
 int tg_auth_bearer(struct tg_slice authorization, struct tg_slice *token);
 

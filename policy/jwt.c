@@ -735,6 +735,8 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
         goto out;
     }
     memcpy(grant, g->valuestring, glen + 1);
+    if (rules->exp_out != NULL)
+        *rules->exp_out = exp > 9e15 ? INT64_MAX / 2 : (int64_t)exp;
     *why = NULL;
     r = 0;
 out:

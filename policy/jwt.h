@@ -93,6 +93,7 @@ struct tg_jwt_rules {
     int skew_s;              /* allowed clock skew for exp/nbf/iat, >= 0 */
     const char *grant_claim; /* claim whose string value names the grant, e.g. "sub" (required) */
     unsigned algs;           /* TG_JWT_ALG_ bits the issuer may use; 0 = TG_JWT_ALGS_DEFAULT */
+    int64_t *exp_out;        /* when not NULL: the token's "exp" (whole seconds) once verified */
 };
 
 /* Verify a compact JWS against keys and rules at time now_s (Unix seconds).

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/call/call.h"
 #include "core/call/sink.h"
 #include "core/gate/dispatch.h"
 #include "core/base/json.h"
@@ -12,6 +13,7 @@
 #include "core/wire/msg.h"
 #include "core/call/gateway.h"
 #include "core/call/session.h"
+#include "policy/auth.h"
 #include "transports/batch.h"
 #include "transports/http1/http1.h"
 #include "transports/respond.h"
@@ -74,6 +76,9 @@ void tg_channel_unref(struct tg_channel *ch)
         ch->sess->channel = NULL;
     tg_session_unref(ch->sess);
     tg_ws_free(ch->ws);
+    free(ch->cred);
+    if (ch->exp_timer != NULL)
+        uv_close((uv_handle_t *)ch->exp_timer, (uv_close_cb)free); /* stops it; freed on the next turn */
     free(ch);
 }
 
@@ -112,8 +117,15 @@ static const struct tg_sink_ops channel_sink_ops = {
     .release = on_sink_release,
 };
 
+static void on_token_expired(uv_timer_t *t)
+{
+    struct tg_channel *ch = t->data;
+    tg_log(TG_LOG_INFO, "channel ended: its token expired", "session=%s", ch->sess->id_str);
+    tg_channel_end(ch, 1008, "token expired");
+}
+
 struct tg_channel *tg_channel_new(struct tg_server *srv, struct tg_session *s, enum channel_kind kind,
-                                  struct tg_conn *c)
+                                  struct tg_conn *c, const struct tg_auth_cred *cred)
 {
     struct tg_channel *ch = tg_xcalloc(1, sizeof(*ch));
     ch->sink.ops = &channel_sink_ops;
@@ -125,6 +137,18 @@ struct tg_channel *tg_channel_new(struct tg_server *srv, struct tg_session *s, e
     ch->last_write_ms = uv_now(srv->loop);
     tg_list_insert_tail(&srv->channels, &ch->node);
     s->channel = &ch->sink;
+    if (cred != NULL) {
+        ch->cred = tg_xmalloc(sizeof(*ch->cred));
+        *ch->cred = *cred;
+    }
+    if (cred != NULL && cred->kind == TG_CRED_JWT) {
+        int64_t left_ms = (cred->end_s - (int64_t)(wall_ms() / 1000)) * 1000;
+        ch->exp_timer = tg_xmalloc(sizeof(*ch->exp_timer));
+        uv_timer_init(srv->loop, ch->exp_timer);
+        ch->exp_timer->data = ch;
+        uv_unref((uv_handle_t *)ch->exp_timer); /* it never holds the loop open by itself */
+        uv_timer_start(ch->exp_timer, on_token_expired, left_ms > 0 ? (uint64_t)left_ms : 0, 0);
+    }
     return ch;
 }
 
@@ -133,6 +157,8 @@ void tg_channel_gone(struct tg_channel *ch)
     if (!ch->open)
         return;
     ch->open = 0;
+    if (ch->exp_timer != NULL)
+        uv_timer_stop(ch->exp_timer);
     ch->conn = NULL;
     struct tg_session *s = ch->sess;
     if (s->live)
@@ -293,5 +319,19 @@ void tg_channels_end(struct tg_server *srv, int idle_only)
         if (!ch->open || ch->conn == NULL || (idle_only && ch->sess != NULL && ch->sess->inflight > 0))
             continue;
         tg_channel_end(ch, 1001, "gateway shutting down");
+    }
+}
+
+void tg_channels_recheck(struct tg_server *srv)
+{
+    struct tg_list *l = srv->channels.next;
+    while (l != &srv->channels) {
+        struct tg_channel *ch = tg_container_of(l, struct tg_channel, node);
+        l = l->next;
+        if (!ch->open || ch->conn == NULL || ch->cred == NULL || tg_auth_cred_holds(srv->conf, ch->cred))
+            continue;
+        tg_log(TG_LOG_INFO, "channel ended: its credential no longer holds after the reload", "session=%s grant=%s",
+               ch->sess->id_str, ch->cred->grant);
+        tg_channel_end(ch, 1008, "credential no longer valid");
     }
 }

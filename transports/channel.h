@@ -17,6 +17,7 @@ struct tg_conn;
 struct tg_server;
 struct tg_session;
 struct tg_ws;
+struct tg_auth_cred;
 
 enum channel_kind { CH_SSE, CH_WS };
 
@@ -33,11 +34,17 @@ struct tg_channel {
     uint8_t open;
     uint64_t last_write_ms;
     struct tg_list node;     /* srv->channels */
+    struct tg_auth_cred *cred; /* owned copy of what authenticated it, or NULL */
+    struct uv_timer_s *exp_timer; /* owned: a JWT's channel ends at its exp (closed with the channel) */
 };
 
-/* A channel for session s on connection c (the connection's reference). */
+/* A channel for session s on connection c (the connection's reference), authenticated by cred
+ * (copied; NULL = never re-checked). A JWT's channel ends when the token expires. */
 struct tg_channel *tg_channel_new(struct tg_server *srv, struct tg_session *s, enum channel_kind kind,
-                                  struct tg_conn *c);
+                                  struct tg_conn *c, const struct tg_auth_cred *cred);
+/* After a reload to srv->conf: every channel whose credential no longer names the same grant
+ * ends (WebSocket close 1008, a legacy SSE stream ends). */
+void tg_channels_recheck(struct tg_server *srv);
 struct tg_channel *tg_channel_ref(struct tg_channel *ch);
 void tg_channel_unref(struct tg_channel *ch);
 /* One JSON-RPC message to the client. */

@@ -20,7 +20,7 @@ void tg_legacy_sse_open(struct tg_exchange *x, struct tg_conn *c)
     struct tg_session *s = tg_channel_session_new(x, c);
     if (s == NULL)
         return;
-    struct tg_channel *ch = tg_channel_new(x->srv, s, CH_SSE, c);
+    struct tg_channel *ch = tg_channel_new(x->srv, s, CH_SSE, c, x->cred);
     tg_http_stream_begin(c, 200, NULL, "text/event-stream");
     c->exchange = ch;
     c->on_abort = tg_channel_on_conn_abort;

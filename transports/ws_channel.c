@@ -55,7 +55,7 @@ void tg_ws_channel_open(struct tg_exchange *x, struct tg_conn *c)
     struct tg_session *s = tg_channel_session_new(x, c);
     if (s == NULL)
         return;
-    struct tg_channel *ch = tg_channel_new(x->srv, s, CH_WS, c);
+    struct tg_channel *ch = tg_channel_new(x->srv, s, CH_WS, c, x->cred);
     char hdr[200];
     snprintf(hdr, sizeof(hdr),
              "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\nSec-WebSocket-Protocol: mcp\r\n",

@@ -114,17 +114,13 @@ int tg_route_ready(struct tg_server *srv)
 /* 401, with where to find the authorization servers when JWT issuers are configured. */
 /* The grant whose tls_subject names this connection's verified client certificate (mTLS): its
  * whole subject as mbedtls prints it, or its CN when tls_subject has no '='. */
-static const struct tg_grant_conf *cert_grant(const struct tg_conf *conf, const struct tg_conn *c)
+/* The grant the client certificate names (its subject in dn, cn), or NULL. */
+static const struct tg_grant_conf *cert_grant(const struct tg_conf *conf, const struct tg_conn *c, char *dn,
+                                              size_t dn_sz, char *cn, size_t cn_sz)
 {
-    char dn[512], cn[256];
-    if (c->tls == NULL || !tg_tls_peer_subject(c->tls, dn, sizeof(dn), cn, sizeof(cn)))
+    if (c->tls == NULL || !tg_tls_peer_subject(c->tls, dn, dn_sz, cn, cn_sz))
         return NULL;
-    for (size_t i = 0; i < conf->ngrants; i++) {
-        const char *ts = conf->grants[i].tls_subject;
-        if (ts != NULL && (strcmp(ts, dn) == 0 || (strchr(ts, '=') == NULL && cn[0] && strcmp(ts, cn) == 0)))
-            return &conf->grants[i];
-    }
-    return NULL;
+    return tg_auth_cert_grant(conf, dn, cn);
 }
 
 static void unauthorized(struct tg_server *srv, struct tg_conn *c, struct tg_slice path, enum tg_auth_result ar,
@@ -297,7 +293,8 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
             authz = tg_slice_of(qauth, (size_t)n);
         }
     }
-    const struct tg_grant_conf *cg = cert_grant(srv->conf, c);
+    char dn[512], cn[256];
+    const struct tg_grant_conf *cg = cert_grant(srv->conf, c, dn, sizeof(dn), cn, sizeof(cn));
     enum tg_auth_result ar = TG_AUTH_OK;
     if (cg != NULL && authz.ptr == NULL) {
         g = cg; /* the client certificate is the credential */
@@ -328,9 +325,12 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
     x.grant = g;
     x.upstream = upstream;
     x.uc = &srv->conf->upstreams[upstream];
+    struct tg_auth_cred cred; /* a channel's credential: re-checked at reload, ends it at a JWT's exp */
     switch (ep) {
     case TG_EP_SSE:
     case TG_EP_WS:
+        tg_auth_cred_of(srv->conf, authz, wall_ms() / 1000, g, cg != NULL ? dn : NULL, cn, &cred);
+        x.cred = &cred;
         if (req->method != HTTP_GET)
             tg_http_respond(c, 405, "Allow: GET\r\n", NULL, "", 0);
         else if (ep == TG_EP_SSE)

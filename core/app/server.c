@@ -722,6 +722,7 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
     srv->conf = nc;
     struct roots_ctx rc2 = {srv, old};
     tg_session_sweep(srv->sessions, tell_roots_changed, &rc2); /* servers holding other roots ask again */
+    tg_channels_recheck(srv); /* credentials the new conf no longer takes end their channels */
     app->http.limits = &nc->limits; /* connections read their limits through it */
     app->http.access_log = nc->log_access;
     if (tg_log_setup(nc->log_level, nc->log_format, nc->log_file) != 0)

@@ -33,6 +33,8 @@ enum tg_era {
 
 /* The request context. Owner: the transport that built it (usually on its stack); the middle
  * copies what it keeps. */
+struct tg_auth_cred;
+
 struct tg_exchange {
     struct tg_server *srv;
     enum tg_era era;
@@ -48,6 +50,8 @@ struct tg_exchange {
                                          * declared (JSON), or NULL */
     const char *fwd_headers;            /* the client's Mcp-Param-* lines the gateway passes on
                                          * (complete "Name: value\r\n" lines), or NULL */
+    const struct tg_auth_cred *cred;    /* a channel's opening request: what authenticated it
+                                         * (policy/auth.h; the channel keeps a copy), else NULL */
 };
 
 /* Sink flags. */

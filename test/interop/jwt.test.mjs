@@ -37,6 +37,7 @@ let gw; // JWT issuer, base URL from the Host header
 let gwPublic; // the same with public_url
 let fetchFn;
 let keys;
+let confOpts; // (file, extra) -> the conf options of the gateways above
 
 // ---------------------------------------------------------------------------
 // Keys and tokens
@@ -215,6 +216,7 @@ before(async () => {
     }],
     ...extra,
   });
+  confOpts = opts;
   gw = await H.startTollgate(H.writeConf(dir, opts('tollgate.conf')), { cleanup, listeners: 1 });
   gwPublic = await H.startTollgate(H.writeConf(dir, opts('tollgate-public.conf', { public_url: PUBLIC_URL })),
     { cleanup, listeners: 1 });
@@ -579,6 +581,100 @@ describe('RFC 9728 protected-resource metadata', () => {
     const c = await connect(token({ alg: 'ES256', sub: 'bob' }), gatewayUrl('cowork-os', gwPublic));
     assert.deepEqual(await toolNames(c.client), [...BOB_TOOLS].sort());
     await c.close();
+  });
+});
+
+// ---------------------------------------------------------------------------
+// Long-lived channels (WebSocket, legacy SSE) end with the credential that opened them.
+
+/** A WebSocket on /ws with token; resolves once open, with a promise of its close {code, reason}. */
+async function openWs(g, tok) {
+  const { default: WsWebSocket } = await import('ws');
+  const w = new WsWebSocket(`ws://127.0.0.1:${g.plainPort}/cowork-os/ws`, 'mcp', { headers: bearer(tok) });
+  const closed = new Promise((resolve) => w.on('close', (code, reason) => resolve({ code, reason: String(reason) })));
+  await new Promise((resolve, reject) => {
+    w.on('open', resolve);
+    w.on('unexpected-response', (req, res) => reject(new Error(`WebSocket upgrade: HTTP ${res.statusCode}`)));
+    w.on('error', reject);
+  });
+  cleanup.add(() => w.terminate());
+  return { w, closed };
+}
+
+/** A legacy SSE stream on /sse with token; resolves once its endpoint event came, with a promise of its end. */
+async function openSse(g, tok) {
+  const r = await fetchFn(`${base(g)}/cowork-os/sse`, { headers: { accept: 'text/event-stream', ...bearer(tok) } });
+  assert.equal(r.status, 200, `GET /sse: HTTP ${r.status}`);
+  const reader = r.body.getReader();
+  let text = '';
+  while (!text.includes('event: endpoint')) {
+    const { value, done } = await reader.read();
+    assert.ok(!done, `the stream ended before its endpoint event: ${text}`);
+    text += Buffer.from(value).toString();
+  }
+  const ended = (async () => {
+    for (;;) {
+      const { done } = await reader.read();
+      if (done) return 'ended';
+    }
+  })();
+  return { ended };
+}
+
+const within = (p, ms, what) => Promise.race([p,
+  new Promise((_, reject) => setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), H.scaled(ms)))]);
+
+describe('long-lived channels end with their credential', () => {
+  test('a JWT whose exp (plus the issuer\'s skew) passes ends its WebSocket (1008) and its SSE stream', async () => {
+    // valid for about two more seconds: exp + skew_s is the last moment the gateway takes it
+    const soon = () => token({ claims: { exp: nowS() - SKEW_S + 2 } });
+    const ws = await openWs(gw, soon());
+    const sse = await openSse(gw, soon());
+    const lasting = await openWs(gw, token()); // exp 300 s away: stays
+    const c = await within(ws.closed, 8000, 'the WebSocket closing at exp');
+    assert.equal(c.code, 1008, `close code: ${JSON.stringify(c)}`);
+    assert.match(c.reason, /expired/);
+    assert.equal(await within(sse.ended, 8000, 'the SSE stream ending at exp'), 'ended');
+    assert.equal(lasting.w.readyState, 1, 'a channel whose token has not expired stays open');
+    lasting.w.close();
+    await lasting.closed;
+  });
+
+  test('a reload that rotates a static token ends its WebSocket (1008) and its SSE stream; other channels stay', async () => {
+    const conf = (grantsEdit) => {
+      const o = confOpts('tollgate-reload.conf');
+      o.grants = grantsEdit(o.grants);
+      return o;
+    };
+    const same = (gs) => gs;
+    const g = await H.startTollgate(H.writeConf(dir, conf(same)), { cleanup, listeners: 1 });
+    const carolWs = await openWs(g, STATIC_TOKEN);
+    const carolSse = await openSse(g, STATIC_TOKEN);
+    const alice = await openWs(g, token());
+    // a reload that changes nothing of theirs keeps them all
+    const reloaded = async () => {
+      const n = (g.stderr().match(/configuration reloaded/g) ?? []).length;
+      process.kill(g.proc.pid, 'SIGHUP');
+      await H.waitUntil(() => (g.stderr().match(/configuration reloaded/g) ?? []).length > n || g.exit,
+        { timeout: 5000, what: 'the reload in the log' });
+    };
+    await reloaded();
+    const NEW_TOKEN = H.randomToken();
+    H.writeConf(dir, conf((gs) => gs.map((x) => (x.name === 'carol' ? { ...x, token_sha256: H.sha256hex(NEW_TOKEN) } : x))));
+    await reloaded();
+    const c = await within(carolWs.closed, 5000, "carol's WebSocket closing after the reload");
+    assert.equal(c.code, 1008, `close code: ${JSON.stringify(c)}`);
+    assert.match(c.reason, /credential/);
+    assert.equal(await within(carolSse.ended, 5000, "carol's SSE stream ending after the reload"), 'ended');
+    assert.equal(alice.w.readyState, 1, "alice's channel (her grant unchanged) stays open");
+    // the new token opens a channel again
+    const again = await openWs(g, NEW_TOKEN);
+    again.w.close();
+    await again.closed;
+    alice.w.close();
+    await alice.closed;
+    assert.equal(g.status(), 'running');
+    g.assertNoSanitizerReport();
   });
 });
 
