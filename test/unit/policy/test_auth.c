@@ -391,6 +391,81 @@ static void jwt_grants_bound_to_issuers(void **state)
     tg_jwks_free(jwks);
 }
 
+/* What a channel keeps of its credential (tg_auth_cred_of) and whether a later conf still takes it
+ * (tg_auth_cred_holds): a rotated or removed token, a removed grant, a changed tls_subject or
+ * issuers, a removed issuer do not; an unchanged one does. A JWT's end is exp + skew_s. */
+static void channel_credentials(void **state)
+{
+    (void)state;
+    uint8_t key[32];
+    memset(key, 0x24, sizeof(key));
+    char b64[64], jwks_json[200];
+    b64[tg_b64url_encode(key, 32, b64)] = '\0';
+    snprintf(jwks_json, sizeof(jwks_json), "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"k\":\"%s\"}]}", b64);
+    struct tg_buf err;
+    tg_buf_init(&err);
+    struct tg_jwks *jwks = NULL;
+    assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
+    tg_buf_dispose(&err);
+    struct tg_jwt_conf jwt = {.issuer = "https://a/", .audience = "t", .skew_s = 30, .grant_claim = "sub",
+                              .jwks = jwks, .algs = TG_JWT_ALG_HS256};
+    char *only_a[] = {"https://a/"};
+    struct grants gs;
+    memset(&gs, 0, sizeof(gs));
+    add_grant(&gs, "tok", "tok-token", 0);
+    add_grant(&gs, "ga", NULL, 0);
+    gs.g[1].issuers = only_a, gs.g[1].nissuers = 1;
+    add_grant(&gs, "cert", NULL, 0);
+    gs.g[2].tls_subject = "client-1";
+    add_grant(&gs, "anon", NULL, 1);
+    gs.conf.jwt = &jwt;
+    gs.conf.njwt = 1;
+    struct tg_conf *c = &gs.conf;
+
+    struct tg_auth_cred tok, j, cert, anon;
+    tg_auth_cred_of(c, tg_slice_cstr("Bearer tok-token"), 1000, &gs.g[0], NULL, NULL, &tok);
+    assert_int_equal(tok.kind, TG_CRED_TOKEN);
+    char header[1200];
+    hs256_bearer(key, "{\"iss\":\"https://a/\",\"aud\":\"t\",\"sub\":\"ga\",\"exp\":2000}", header, sizeof(header));
+    tg_auth_cred_of(c, tg_slice_cstr(header), 1000, &gs.g[1], NULL, NULL, &j);
+    assert_int_equal(j.kind, TG_CRED_JWT);
+    assert_int_equal(j.end_s, 2030);
+    assert_string_equal(j.issuer, "https://a/");
+    assert_null(tg_auth_cert_grant(c, "CN=other", "other"));
+    assert_ptr_equal(tg_auth_cert_grant(c, "CN=client-1", "client-1"), &gs.g[2]);
+    tg_auth_cred_of(c, TG_SLICE_NULL, 1000, &gs.g[2], "CN=client-1", "client-1", &cert);
+    assert_int_equal(cert.kind, TG_CRED_CERT);
+    tg_auth_cred_of(c, TG_SLICE_NULL, 1000, &gs.g[3], NULL, NULL, &anon);
+    assert_int_equal(anon.kind, TG_CRED_ANON);
+    for (const struct tg_auth_cred *k = &tok; k != NULL; k = k == &tok ? &j : k == &j ? &cert : k == &cert ? &anon : NULL)
+        assert_true(tg_auth_cred_holds(c, k));
+
+    tg_sha256("new-token", 9, gs.g[0].token_sha256); /* rotated */
+    assert_false(tg_auth_cred_holds(c, &tok));
+    tg_sha256("tok-token", 9, gs.g[0].token_sha256);
+    gs.g[0].name = "renamed"; /* the token now names another grant */
+    assert_false(tg_auth_cred_holds(c, &tok));
+    gs.g[0].name = "tok";
+    assert_true(tg_auth_cred_holds(c, &tok));
+
+    gs.g[1].nissuers = 0; /* the grant no longer lists the issuer */
+    assert_false(tg_auth_cred_holds(c, &j));
+    gs.g[1].nissuers = 1;
+    gs.conf.njwt = 0; /* the issuer is gone */
+    assert_false(tg_auth_cred_holds(c, &j));
+    gs.conf.njwt = 1;
+
+    gs.g[2].tls_subject = "client-2";
+    assert_false(tg_auth_cred_holds(c, &cert));
+    gs.g[2].tls_subject = "client-1";
+    gs.g[3].anonymous = 0;
+    assert_false(tg_auth_cred_holds(c, &anon));
+    gs.conf.ngrants = 2; /* cert and anon removed */
+    assert_false(tg_auth_cred_holds(c, &cert));
+    assert_true(tg_auth_cred_holds(c, &j));
+    tg_jwks_free(jwks);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -404,6 +479,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(sha256_accelerated_matches),
         cmocka_unit_test(grant_memo),
         cmocka_unit_test(jwt_grants_bound_to_issuers),
+        cmocka_unit_test(channel_credentials),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
