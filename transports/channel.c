@@ -67,6 +67,8 @@ struct tg_channel *tg_channel_ref(struct tg_channel *ch)
     return ch;
 }
 
+static void free_timer(uv_handle_t *h) { free(h); }
+
 void tg_channel_unref(struct tg_channel *ch)
 {
     if (--ch->refcnt > 0)
@@ -78,7 +80,7 @@ void tg_channel_unref(struct tg_channel *ch)
     tg_ws_free(ch->ws);
     free(ch->cred);
     if (ch->exp_timer != NULL)
-        uv_close((uv_handle_t *)ch->exp_timer, (uv_close_cb)free); /* stops it; freed on the next turn */
+        uv_close((uv_handle_t *)ch->exp_timer, free_timer); /* stops it; freed on the next turn */
     free(ch);
 }
 
