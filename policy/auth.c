@@ -156,7 +156,8 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
                 if (cred != NULL) {
                     cred->kind = TG_CRED_JWT;
                     cred->end_s = exp + (j->skew_s > 0 ? j->skew_s : 0);
-                    tg_strlcpy(cred->issuer, j->issuer ? j->issuer : "", sizeof(cred->issuer));
+                    const char *iss = j->issuer ? j->issuer : "";
+                    tg_sha256(iss, strlen(iss), cred->issuer_sha256);
                 }
                 return TG_AUTH_OK;
             }
@@ -185,7 +186,8 @@ void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int
                      const struct tg_grant_conf *g, const char *dn, const char *cn, struct tg_auth_cred *cred)
 {
     memset(cred, 0, sizeof(*cred));
-    tg_strlcpy(cred->grant, g->name ? g->name : "", sizeof(cred->grant));
+    const char *name = g->name ? g->name : "";
+    tg_sha256(name, strlen(name), cred->grant_sha256);
     if (dn != NULL) {
         cred->has_cert = 1;
         tg_strlcpy(cred->dn, dn, sizeof(cred->dn));
@@ -199,17 +201,19 @@ void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int
     }
 }
 
-static const struct tg_grant_conf *named_grant(const struct tg_conf *c, const char *name)
+static int named(const char *s, const uint8_t want[32])
 {
-    for (size_t i = 0; i < c->ngrants; i++)
-        if (c->grants[i].name != NULL && strcmp(c->grants[i].name, name) == 0)
-            return &c->grants[i];
-    return NULL;
+    uint8_t h[32];
+    tg_sha256(s, strlen(s), h);
+    return tg_ct_equal(h, want, 32);
 }
 
 int tg_auth_cred_holds(const struct tg_conf *c, const struct tg_auth_cred *cred)
 {
-    const struct tg_grant_conf *g = named_grant(c, cred->grant);
+    const struct tg_grant_conf *g = NULL;
+    for (size_t i = 0; i < c->ngrants && g == NULL; i++)
+        if (c->grants[i].name != NULL && named(c->grants[i].name, cred->grant_sha256))
+            g = &c->grants[i];
     if (g == NULL)
         return 0;
     if (cred->has_cert && tg_auth_cert_grant(c, cred->dn, cred->cn) != g)
@@ -218,10 +222,11 @@ int tg_auth_cred_holds(const struct tg_conf *c, const struct tg_auth_cred *cred)
     case TG_CRED_ANON: return g->anonymous;
     case TG_CRED_TOKEN: return g->has_token && tg_ct_equal(g->token_sha256, cred->token_sha256, 32);
     case TG_CRED_JWT: {
-        int issuer_still = 0;
-        for (size_t i = 0; i < c->njwt; i++)
-            issuer_still |= c->jwt[i].issuer != NULL && strcmp(c->jwt[i].issuer, cred->issuer) == 0;
-        return issuer_still && grant_takes_issuer(g, cred->issuer);
+        const char *issuer = NULL; /* still configured, and still one the grant lists */
+        for (size_t i = 0; i < c->njwt && issuer == NULL; i++)
+            if (c->jwt[i].issuer != NULL && named(c->jwt[i].issuer, cred->issuer_sha256))
+                issuer = c->jwt[i].issuer;
+        return grant_takes_issuer(g, issuer);
     }
     default: return 1; /* TG_CRED_CERT: checked above */
     }

@@ -39,8 +39,8 @@ struct tg_auth_cred {
     uint8_t has_cert;          /* a client certificate came too (dn, cn) */
     uint8_t token_sha256[32];  /* TG_CRED_TOKEN */
     int64_t end_s;             /* TG_CRED_JWT: exp + the issuer's skew_s, when the channel ends */
-    char issuer[256];          /* TG_CRED_JWT */
-    char grant[128];           /* the grant's name */
+    uint8_t issuer_sha256[32]; /* TG_CRED_JWT: SHA-256 of the issuer (names of any length, fixed size) */
+    uint8_t grant_sha256[32];  /* SHA-256 of the grant's name */
     char dn[512], cn[256];     /* has_cert: the certificate's subject */
 };
 /* Fill cred for a request tg_auth_grant() (or a certificate, cert_grant) just admitted to grant g. */

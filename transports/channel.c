@@ -333,7 +333,7 @@ void tg_channels_recheck(struct tg_server *srv)
         if (!ch->open || ch->conn == NULL || ch->cred == NULL || tg_auth_cred_holds(srv->conf, ch->cred))
             continue;
         tg_log(TG_LOG_INFO, "channel ended: its credential no longer holds after the reload", "session=%s grant=%s",
-               ch->sess->id_str, ch->cred->grant);
+               ch->sess->id_str, ch->sess->grant);
         tg_channel_end(ch, 1008, "credential no longer valid");
     }
 }
