@@ -640,7 +640,7 @@ describe('long-lived channels end with their credential', () => {
     await lasting.closed;
   });
 
-  test('a reload that rotates a static token ends its WebSocket (1008) and its SSE stream; other channels stay', async () => {
+  test('a reload that rotates a static token ends its WebSocket (1008) and its SSE stream, one that drops a grant\'s issuer its JWT channels; other channels stay', async () => {
     const conf = (grantsEdit) => {
       const o = confOpts('tollgate-reload.conf');
       o.grants = grantsEdit(o.grants);
@@ -671,10 +671,18 @@ describe('long-lived channels end with their credential', () => {
     const again = await openWs(g, NEW_TOKEN);
     again.w.close();
     await again.closed;
+    // a grant that no longer lists the issuer of the JWT that opened the channel: it ends too
+    const bob = await openWs(g, token({ sub: 'bob' }));
+    H.writeConf(dir, conf((gs) => gs.map((x) => (x.name === 'carol' ? { ...x, token_sha256: H.sha256hex(NEW_TOKEN) }
+      : x.name === 'alice' ? { ...x, issuers: [ISSUER_B] } : x))));
+    await reloaded();
+    const a = await within(alice.closed, 5000, "alice's WebSocket closing after her grant dropped its issuer");
+    assert.equal(a.code, 1008, `close code: ${JSON.stringify(a)}`);
+    assert.equal(bob.w.readyState, 1, "bob's channel (his grant unchanged) stays open");
     // stopping with a JWT's channel (and its timer) still open: it closes 1001, nothing leaks
     assert.equal(g.status(), 'running');
     const r = await g.stop();
-    assert.equal((await alice.closed).code, 1001);
+    assert.equal((await bob.closed).code, 1001);
     assert.equal(r.code, 0, `exit: ${JSON.stringify(r)}\n${g.stderr()}`);
     g.assertNoSanitizerReport();
   });
