@@ -119,9 +119,29 @@ static const struct tg_sink_ops channel_sink_ops = {
     .release = on_sink_release,
 };
 
+/* Longest wait of the expiry timer: exp is the issuer's number (the verifier caps it, not to a
+ * clock), so a far one is waited for a year at a time. */
+#define TG_CHANNEL_EXP_MAX_S (365LL * 86400)
+
+static void on_token_expired(uv_timer_t *t);
+
+/* Start ch's expiry timer for what is left of its token (0: now). */
+static void arm_expiry(struct tg_channel *ch)
+{
+    int64_t left_s = ch->cred->end_s - (int64_t)(wall_ms() / 1000);
+    if (left_s < 0)
+        left_s = 0;
+    uv_timer_start(ch->exp_timer, on_token_expired,
+                   (uint64_t)(left_s < TG_CHANNEL_EXP_MAX_S ? left_s : TG_CHANNEL_EXP_MAX_S) * 1000, 0);
+}
+
 static void on_token_expired(uv_timer_t *t)
 {
     struct tg_channel *ch = t->data;
+    if (ch->cred->end_s > (int64_t)(wall_ms() / 1000)) {
+        arm_expiry(ch); /* a far exp: waited for a year at a time */
+        return;
+    }
     tg_log(TG_LOG_INFO, "channel ended: its token expired", "session=%s", ch->sess->id_str);
     tg_channel_end(ch, 1008, "token expired");
 }
@@ -144,12 +164,11 @@ struct tg_channel *tg_channel_new(struct tg_server *srv, struct tg_session *s, e
         *ch->cred = *cred;
     }
     if (cred != NULL && cred->kind == TG_CRED_JWT) {
-        int64_t left_ms = (cred->end_s - (int64_t)(wall_ms() / 1000)) * 1000;
         ch->exp_timer = tg_xmalloc(sizeof(*ch->exp_timer));
         uv_timer_init(srv->loop, ch->exp_timer);
         ch->exp_timer->data = ch;
         uv_unref((uv_handle_t *)ch->exp_timer); /* it never holds the loop open by itself */
-        uv_timer_start(ch->exp_timer, on_token_expired, left_ms > 0 ? (uint64_t)left_ms : 0, 0);
+        arm_expiry(ch);
     }
     return ch;
 }

@@ -631,13 +631,18 @@ describe('long-lived channels end with their credential', () => {
     const ws = await openWs(gw, soon());
     const sse = await openSse(gw, soon());
     const lasting = await openWs(gw, token()); // exp 300 s away: stays
+    // exp far beyond any clock (the verifier caps it): its timer must not overflow, the channel stays
+    const far = await openWs(gw, token({ claims: { exp: 1e16 } }));
     const c = await within(ws.closed, 8000, 'the WebSocket closing at exp');
     assert.equal(c.code, 1008, `close code: ${JSON.stringify(c)}`);
     assert.match(c.reason, /expired/);
     assert.equal(await within(sse.ended, 8000, 'the SSE stream ending at exp'), 'ended');
     assert.equal(lasting.w.readyState, 1, 'a channel whose token has not expired stays open');
+    assert.equal(far.w.readyState, 1, 'a channel whose token expires in the far future stays open');
     lasting.w.close();
+    far.w.close();
     await lasting.closed;
+    await far.closed;
   });
 
   test('a reload that rotates a static token ends its WebSocket (1008) and its SSE stream, one that drops a grant\'s issuer its JWT channels; other channels stay', async () => {
