@@ -196,6 +196,7 @@ struct tg_jwt_conf {
     char *audience;
     char *jwks_file;
     char *grant_claim;
+    char *subject_claim; /* who inside the grant (default "sub") */
     int skew_s;
     unsigned algs; /* TG_JWT_ALG_ bits of jwt[].algorithms (default RS256 and ES256) */
     struct tg_jwks *jwks;
