@@ -6,6 +6,7 @@
 #include "core/base/sha256.h"
 #include "core/base/siphash.h"
 #include "policy/jwt.h"
+#include "policy/keyring.h"
 #include <strings.h>
 
 int tg_auth_bearer(struct tg_slice h, struct tg_slice *token)
@@ -76,6 +77,17 @@ enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice 
     return r;
 }
 
+const char tg_auth_keys_refetching[] = "unknown key (the issuer's keys are being fetched again)";
+
+/* 1 if the token's unverified iss is issuer: only then may its unknown kid or the issuer's missing
+ * keys speak for it (a token of issuer B must not make issuer A refetch). peek caches the iss. */
+static int claims_issuer(struct tg_slice tok, const char *issuer, char *peek, size_t peek_sz, int *peeked)
+{
+    if (!*peeked)
+        *peeked = tg_jwt_peek_issuer(tok, peek, peek_sz) == 0 ? 1 : -1;
+    return *peeked == 1 && issuer != NULL && strcmp(peek, issuer) == 0;
+}
+
 /* A JWT verified for issuer names grant g only if g lists that issuer (grants[].issuers, compared
  * byte for byte like the token's iss): a grant without issuers, a static-token or certificate grant
  * among them, is never reached through a JWT, and one issuer cannot name another issuer's grants. */
@@ -137,10 +149,18 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
         dots += tok.ptr[i] == '.';
     if (dots == 2 && c->njwt > 0) {
         const char *last = "invalid token";
+        char peek[512];
+        int peeked = 0, sticky = 0; /* sticky: last says this issuer's keys are missing or being fetched */
         for (size_t i = 0; i < c->njwt; i++) {
             const struct tg_jwt_conf *j = &c->jwt[i];
-            if (j->jwks == NULL)
+            const struct tg_jwks *keys = j->jwks != NULL ? j->jwks : j->keyring ? tg_keyring_jwks(j->keyring) : NULL;
+            if (keys == NULL) {
+                if (j->keyring != NULL && !sticky && claims_issuer(tok, j->issuer, peek, sizeof(peek), &peeked)) {
+                    last = tg_keyring_pending_why(j->keyring); /* before the first good set: 401, and why */
+                    sticky = 1;
+                }
                 continue;
+            }
             struct tg_jwt_claims claims;
             struct tg_jwt_rules rules = {.issuer = j->issuer,
                                          .audience = j->audience,
@@ -151,7 +171,15 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
                                          .claims = &claims};
             char name[128];
             const char *w = NULL;
-            if (tg_jwt_verify(j->jwks, tok, &rules, now_s, name, sizeof(name), &w) != 0) {
+            if (tg_jwt_verify(keys, tok, &rules, now_s, name, sizeof(name), &w) != 0) {
+                if (sticky)
+                    continue;
+                if (w && j->keyring != NULL && strcmp(w, "unknown key") == 0 &&
+                    claims_issuer(tok, j->issuer, peek, sizeof(peek), &peeked) && tg_keyring_unknown_kid(j->keyring)) {
+                    last = tg_auth_keys_refetching; /* the caller may wait for that fetch (core/app/keys.c) */
+                    sticky = 1;
+                    continue;
+                }
                 /* A wrong issuer, or an algorithm this issuer does not allow (checked before the
                  * issuer is), means "not this one": keep the more telling reason of another. */
                 int not_this = w && (strcmp(w, "wrong issuer") == 0 || strstr(w, "not allowed for this issuer"));

@@ -32,6 +32,11 @@ struct tg_principal {
     int jwt;                      /* a JWT: 1 + the index of its jwt[] issuer; else 0 */
 };
 
+/* *why when a JWT's kid was not in its issuer's fetched set and a refetch now runs for it
+ * (policy/keyring.h): the caller may hold the request until that fetch ends and ask again. Compare
+ * the pointer. */
+extern const char tg_auth_keys_refetching[];
+
 /* authorization: the Authorization header value, or a NULL slice when absent.
  * A bearer token is a static token (SHA-256 in the conf) or a JWT from a configured issuer whose
  * grant claim names a configured grant. now_s is the wall clock (for exp/nbf). On success *who is

@@ -75,6 +75,12 @@ int tg_jwks_load(const char *path, struct tg_jwks **out, struct tg_buf *err);
 int tg_jwks_parse(const char *json, size_t len, const char *name_for_errors, struct tg_jwks **out, struct tg_buf *err);
 /* Accepts NULL. */
 void tg_jwks_free(struct tg_jwks *k);
+/* Keys in the set (0 for NULL). */
+size_t tg_jwks_count(const struct tg_jwks *k);
+
+/* The "iss" of a token's payload, NOT verified (which issuer's keys a token with an unknown kid
+ * asks for: only that issuer refetches). 0 with out filled, or -1. */
+int tg_jwt_peek_issuer(struct tg_slice token, char *out, size_t out_sz);
 
 /* The algorithms an issuer may use, as bits of tg_jwt_rules.algs. */
 #define TG_JWT_ALG_HS256 0x1u

@@ -1,5 +1,7 @@
 #include "core/app/server.h"
 #include "core/app/route.h"
+#include "core/app/keys.h"
+#include "core/base/json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +111,29 @@ int tg_route_ready(struct tg_server *srv)
         if (tg_upstream_reachable(srv->upstreams[i]))
             return 1;
     return 0;
+}
+
+void tg_route_readyz(struct tg_server *srv, struct tg_conn *c)
+{
+    struct tg_buf why;
+    tg_buf_init(&why);
+    int keys = tg_keys_ready(srv->conf, &why);
+    if (tg_route_ready(srv) && !srv->draining && keys) {
+        tg_respond_json(c, 200, "{\"status\":\"ready\"}");
+    } else if (keys) {
+        tg_respond_json(c, 503, "{\"status\":\"not ready\"}");
+    } else {
+        /* An issuer without keys yet: its tokens get 401, so say which and why. */
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_buf_appends(&b, "{\"status\":\"not ready\",\"reason\":");
+        tg_json_write_string(&b, why.base, why.len);
+        tg_buf_appends(&b, "}");
+        tg_buf_append(&b, "", 1);
+        tg_respond_json(c, 503, b.base);
+        tg_buf_dispose(&b);
+    }
+    tg_buf_dispose(&why);
 }
 
 /* 401, with where to find the authorization servers when JWT issuers are configured. */
@@ -249,10 +274,7 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
         return;
     }
     if (tg_slice_eq(path, TG_SLICE("/readyz"))) {
-        if (tg_route_ready(srv) && !srv->draining)
-            tg_respond_json(c, 200, "{\"status\":\"ready\"}");
-        else
-            tg_respond_json(c, 503, "{\"status\":\"not ready\"}");
+        tg_route_readyz(srv, c);
         return;
     }
     if (tg_slice_starts_with(path, "/.well-known/oauth-protected-resource") &&
@@ -304,6 +326,11 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
             ar = TG_AUTH_INVALID; /* two credentials, two grants: neither is believed */
             why = "the bearer token and the client certificate name different grants";
         }
+    }
+    if (ar != TG_AUTH_OK && why == tg_auth_keys_refetching) {
+        if (tg_keys_park(tg_app_of(srv)->keys, c))
+            return; /* routed again when the issuer's keys are fetched again */
+        why = "unknown key";
     }
     if (ar != TG_AUTH_OK) {
         unauthorized(srv, c, path, ar, why);

@@ -1,4 +1,5 @@
 #include "core/app/server.h"
+#include "core/app/keys.h"
 
 #include "cluster/cluster.h"
 #include "cluster/redis/redis.h"
@@ -224,6 +225,8 @@ int tg_server_init(struct tg_app *app, uv_loop_t *loop, struct tg_conf *conf)
         tg_buf_dispose(&err);
     }
     srv->sessions = tg_session_table_new();
+    app->keys = tg_keys_new(srv, tg_route_handle);
+    tg_keys_attach(app->keys, conf); /* fetched when the server starts (never for `tollgate -t`) */
     /* The shared store: the server's own, or a cluster's (which falls back to the server's own). */
     tg_shared_local(&srv->store, srv);
     if (conf->cluster.enabled) {
@@ -287,6 +290,7 @@ int tg_server_start(struct tg_app *app)
         tg_log(TG_LOG_INFO, "admin listening", "address=%s port=%d", srv->conf->admin.address, app->admin.http.port);
     }
     uv_timer_start(&app->sweep, on_sweep, 1000, 1000);
+    tg_keys_start(app->keys);
     return 0;
 }
 
@@ -396,6 +400,8 @@ void tg_server_dispose(struct tg_app *app)
 {
     struct tg_server *srv = &app->srv;
     reload_forget(srv);
+    tg_keys_free(app->keys);
+    app->keys = NULL;
     /* Decisions still waiting for Redis end now ("shutting down"); the client's memory goes
      * with the loop runs below. */
     tg_cluster_free(app->cluster);
@@ -719,7 +725,9 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
     else if ((app->cluster != NULL) != (nc->cluster.enabled != 0))
         tg_log(TG_LOG_WARN, "the cluster group was added or removed: that takes effect at restart", "conf=%s",
                nc->path);
+    tg_keys_attach(app->keys, nc); /* the same issuer, source and CA keep their keys */
     srv->conf = nc;
+    tg_keys_sweep(app->keys, nc);
     struct roots_ctx rc2 = {srv, old};
     tg_session_sweep(srv->sessions, tell_roots_changed, &rc2); /* servers holding other roots ask again */
     tg_channels_recheck(srv); /* credentials the new conf no longer takes end their channels */

@@ -9,6 +9,7 @@
 #include "core/conf/internal.h"
 #include "core/base/json.h"
 #include "policy/jwt.h"
+#include "policy/keyring.h"
 #include "policy/policy.h"
 #include "policy/uri.h"
 
@@ -332,6 +333,43 @@ static unsigned jwt_algorithms(struct loader *ld, const config_setting_t *s, con
 
 static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c);
 
+#define JWT(f) offsetof(struct tg_jwt_conf, f)
+static const struct int_directive jwt_directives[] = {
+    {"refresh_min_s", JWT(refresh_min_s), 1, 86400, 60, "fetched keys kept at least; unknown-kid refetch spacing"},
+    {"refresh_max_s", JWT(refresh_max_s), 1, 31536000, 86400, "fetched keys kept at most"},
+    {"fetch_timeout_ms", JWT(fetch_timeout_ms), 100, 120000, 10000, "one fetch of keys or discovery, whole"},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
+/* Where an issuer's keys come from: exactly one of jwks_file, jwks_url and discovery = true. A
+ * fetched source must be https:// (plain http:// only to loopback); so must a discovered issuer,
+ * whose documents are fetched from it. Nothing is fetched here: the server fetches when it starts
+ * (so `tollgate -t` never reaches the network). */
+static void jwt_source(struct loader *ld, const config_setting_t *g, struct tg_jwt_conf *j, const char *ctx)
+{
+    j->jwks_url = tg__conf_get_str(ld, g, "jwks_url", NULL, 0, ctx);
+    j->discovery = tg__conf_get_bool(ld, g, "discovery", 0, ctx);
+    j->ca = tg__conf_path(ld, tg__conf_get_str(ld, g, "ca", NULL, 0, ctx));
+    tg__conf_load_ints(ld, g, jwt_directives, j, ctx, 0);
+    int n = (j->jwks_file != NULL) + (j->jwks_url != NULL) + (j->discovery != 0);
+    const char *why = NULL;
+    if (n != 1)
+        tg__conf_errf(ld, g, ctx, "needs exactly one of jwks_file, jwks_url and discovery = true (it has %s)",
+                      n == 0 ? "none" : "several");
+    else if (j->jwks_url != NULL && tg_keyring_url_ok(j->jwks_url, &why) != 0)
+        tg__conf_errf(ld, config_setting_get_member(g, "jwks_url"), "jwks_url", "\"%s\" %s", j->jwks_url, why);
+    else if (j->discovery && j->issuer != NULL && tg_keyring_url_ok(j->issuer, &why) != 0)
+        tg__conf_errf(ld, config_setting_get_member(g, "discovery"), "discovery",
+                      "the issuer \"%s\" %s: its discovery document is fetched from it", j->issuer, why);
+    if (j->ca != NULL && j->jwks_file != NULL)
+        tg__conf_errf(ld, config_setting_get_member(g, "ca"), "ca", "is for jwks_url and discovery (a jwks_file is not fetched)");
+    else if (j->ca != NULL)
+        tg__conf_check_readable(ld, config_setting_get_member(g, "ca"), "ca", j->ca);
+    if (j->refresh_min_s > j->refresh_max_s)
+        tg__conf_errf(ld, config_setting_get_member(g, "refresh_min_s"), "refresh_min_s",
+                      "%d is above refresh_max_s (%d)", j->refresh_min_s, j->refresh_max_s);
+}
+
 void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     load_jwt_list(ld, cfg, c);
@@ -359,12 +397,15 @@ static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c)
             tg__conf_errf(ld, g, ctx, "must be a group");
             continue;
         }
-        static const char *const known[] = {"issuer", "audience",   "jwks_file",     "grant_claim",
-                                            "skew_s", "algorithms", "subject_claim", NULL};
+        static const char *const known[] = {"issuer",        "audience",      "jwks_file",        "jwks_url",
+                                            "discovery",     "ca",            "refresh_min_s",    "refresh_max_s",
+                                            "fetch_timeout_ms", "grant_claim", "skew_s",          "algorithms",
+                                            "subject_claim", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         j->issuer = tg__conf_get_str(ld, g, "issuer", NULL, 1, ctx);
         j->audience = tg__conf_get_str(ld, g, "audience", NULL, 1, ctx);
-        j->jwks_file = tg__conf_path(ld, tg__conf_get_str(ld, g, "jwks_file", NULL, 1, ctx));
+        j->jwks_file = tg__conf_path(ld, tg__conf_get_str(ld, g, "jwks_file", NULL, 0, ctx));
+        jwt_source(ld, g, j, ctx);
         j->grant_claim = tg__conf_get_str(ld, g, "grant_claim", "sub", 0, ctx);
         j->subject_claim = tg__conf_get_str(ld, g, "subject_claim", "sub", 0, ctx);
         j->skew_s = 60;
@@ -525,6 +566,9 @@ void tg__conf_jwt_free(struct tg_conf *c)
         free(c->jwt[i].issuer);
         free(c->jwt[i].audience);
         free(c->jwt[i].jwks_file);
+        free(c->jwt[i].jwks_url);
+        free(c->jwt[i].ca);
+        tg_keyring_unref(c->jwt[i].keyring);
         free(c->jwt[i].grant_claim);
         free(c->jwt[i].subject_claim);
         tg_jwks_free(c->jwt[i].jwks);
