@@ -239,6 +239,8 @@ static char *src_id(const struct tg_jwt_conf *j)
 
 void tg_keys_attach(struct tg_keys *ks, struct tg_conf *conf)
 {
+    if (ks == NULL)
+        return; /* shutting down */
     for (struct tg_list *n = ks->srcs.next; n != &ks->srcs; n = n->next)
         tg_container_of(n, struct key_src, link)->used = 0;
     for (size_t i = 0; i < conf->njwt; i++) {
@@ -304,8 +306,8 @@ static void src_close(struct key_src *s)
 void tg_keys_sweep(struct tg_keys *ks, const struct tg_conf *conf)
 {
     (void)conf;
-    struct tg_list gone;
-    tg_list_init(&gone);
+    if (ks == NULL)
+        return;
     for (struct tg_list *n = ks->srcs.next, *next; n != &ks->srcs; n = next) {
         next = n->next;
         struct key_src *s = tg_container_of(n, struct key_src, link);
@@ -320,6 +322,8 @@ void tg_keys_sweep(struct tg_keys *ks, const struct tg_conf *conf)
 
 void tg_keys_start(struct tg_keys *ks)
 {
+    if (ks == NULL)
+        return;
     ks->started = 1;
     for (struct tg_list *n = ks->srcs.next; n != &ks->srcs; n = n->next) {
         struct key_src *s = tg_container_of(n, struct key_src, link);

@@ -328,6 +328,8 @@ static void finish_drain(struct tg_server *srv)
     tg_route_free_streams(srv);
     uv_timer_stop(&app->drain_timer);
     uv_timer_stop(&app->sweep);
+    tg_keys_free(app->keys); /* fetches and refresh timers, which would keep the loop alive */
+    app->keys = NULL;
     /* Close what is left: connections, upstream pools, our own handles. */
     struct tg_list *l = app->http.conns.next;
     while (l != &app->http.conns) {
