@@ -5,6 +5,7 @@
 #include "core/base/sha256.h"
 #include "core/base/siphash.h"
 #include "policy/auth.h"
+#include "policy/keyring.h"
 #include "policy/jwt.h"
 
 #include <mbedtls/md.h>
@@ -311,10 +312,9 @@ static void grant_memo(void **state)
     assert_null(memo_auth(&gs.conf, &m2, "Bearer bob-token", TG_AUTH_INVALID));
 }
 
-/* An HS256 JWT with key (32 bytes) for payload (JSON), as "Bearer …" in out. */
-static void hs256_bearer(const uint8_t key[32], const char *payload, char *out, size_t n)
+/* An HS256 JWT with key (32 bytes) for payload (JSON) and header hdr, as "Bearer …" in out. */
+static void hs256_bearer_hdr(const char *hdr, const uint8_t key[32], const char *payload, char *out, size_t n)
 {
-    static const char hdr[] = "{\"alg\":\"HS256\",\"typ\":\"JWT\"}";
     char input[1024];
     size_t len = tg_b64url_encode((const uint8_t *)hdr, strlen(hdr), input);
     input[len++] = '.';
@@ -327,6 +327,11 @@ static void hs256_bearer(const uint8_t key[32], const char *payload, char *out, 
     sig[tg_b64url_encode(mac, 32, sig)] = '\0';
     input[len] = '\0';
     snprintf(out, n, "Bearer %s.%s", input, sig);
+}
+
+static void hs256_bearer(const uint8_t key[32], const char *payload, char *out, size_t n)
+{
+    hs256_bearer_hdr("{\"alg\":\"HS256\",\"typ\":\"JWT\"}", key, payload, out, n);
 }
 
 static const char *jwt_auth(const struct tg_conf *c, const uint8_t key[32], const char *iss, const char *grant,
@@ -418,6 +423,72 @@ static void jwt_subject_claim(void **state)
     assert_int_equal(tg_auth_grant(&gs.conf, tg_slice_cstr(header), 1000, &who, NULL), TG_AUTH_OK);
     assert_string_equal(who.subject, longsub);
     tg_jwks_free(jwks);
+}
+
+static int refetch_calls, refetch_answer;
+static int on_refetch(void *arg, struct tg_keyring *k)
+{
+    refetch_calls++;
+    return refetch_answer;
+}
+
+/* An issuer whose keys are fetched (policy/keyring.h): before the first set its tokens get 401 and
+ * why; a kid the set lacks asks the driver for a refetch, only for the issuer the token's iss
+ * names, and says so when one runs (the caller may wait for it). */
+static void jwt_fetched_keys(void **state)
+{
+    (void)state;
+    uint8_t key[32];
+    memset(key, 0x42, sizeof(key));
+    char b64[64], jwks_json[200];
+    b64[tg_b64url_encode(key, 32, b64)] = '\0';
+    snprintf(jwks_json, sizeof(jwks_json), "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"k\":\"%s\"}]}", b64);
+    struct tg_buf err;
+    tg_buf_init(&err);
+    struct tg_jwks *jwks = NULL;
+    assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
+    tg_buf_dispose(&err);
+    struct tg_keyring *ring = tg_keyring_new("a");
+    struct tg_jwt_conf jwt = {.issuer = "https://a/", .audience = "t", .grant_claim = "sub", .keyring = ring,
+                              .algs = TG_JWT_ALG_HS256};
+    char *only_a[] = {"https://a/"};
+    struct grants gs;
+    memset(&gs, 0, sizeof(gs));
+    add_grant(&gs, "ga", NULL, 0);
+    gs.g[0].issuers = only_a, gs.g[0].nissuers = 1;
+    gs.conf.jwt = &jwt;
+    gs.conf.njwt = 1;
+    const struct tg_conf *c = &gs.conf;
+
+    assert_null(jwt_auth(c, key, "https://a/", "ga", TG_AUTH_INVALID, "the issuer's keys are not fetched yet"));
+    tg_keyring_failed(ring, "JWKS https://a/keys: timed out", 1);
+    assert_null(jwt_auth(c, key, "https://a/", "ga", TG_AUTH_INVALID,
+                         "the issuer's keys are not fetched yet: JWKS https://a/keys: timed out"));
+    assert_null(jwt_auth(c, key, "https://c/", "ga", TG_AUTH_INVALID, "invalid token")); /* not its issuer */
+    tg_keyring_set_jwks(ring, jwks, 2);
+    assert_string_equal(jwt_auth(c, key, "https://a/", "ga", TG_AUTH_OK, NULL), "ga");
+
+    tg_keyring_on_unknown_kid(ring, on_refetch, NULL);
+    static const char rotated[] = "{\"alg\":\"HS256\",\"kid\":\"rotated\"}";
+    char header[1200];
+    struct tg_principal who;
+    const char *why = NULL;
+    hs256_bearer_hdr(rotated, key, "{\"iss\":\"https://a/\",\"aud\":\"t\",\"sub\":\"ga\",\"exp\":2000}", header,
+                     sizeof(header));
+    refetch_answer = 1;
+    assert_int_equal(tg_auth_grant(c, tg_slice_cstr(header), 1000, &who, &why), TG_AUTH_INVALID);
+    assert_ptr_equal(why, tg_auth_keys_refetching);
+    assert_int_equal(refetch_calls, 1);
+    refetch_answer = 0; /* none runs (at most one per refresh_min_s): plain "unknown key" */
+    assert_int_equal(tg_auth_grant(c, tg_slice_cstr(header), 1000, &who, &why), TG_AUTH_INVALID);
+    assert_string_equal(why, "unknown key");
+    assert_int_equal(refetch_calls, 2);
+    /* another issuer's token with an unknown kid never makes this issuer refetch */
+    hs256_bearer_hdr(rotated, key, "{\"iss\":\"https://c/\",\"aud\":\"t\",\"sub\":\"ga\",\"exp\":2000}", header,
+                     sizeof(header));
+    assert_int_equal(tg_auth_grant(c, tg_slice_cstr(header), 1000, &who, &why), TG_AUTH_INVALID);
+    assert_int_equal(refetch_calls, 2);
+    tg_keyring_unref(ring); /* frees jwks */
 }
 
 /* A JWT names only a grant bound to its issuer (grants[].issuers): not another issuer's, not a
@@ -561,6 +632,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(sha256_accelerated_matches),
         cmocka_unit_test(grant_memo),
         cmocka_unit_test(jwt_grants_bound_to_issuers),
+        cmocka_unit_test(jwt_fetched_keys),
         cmocka_unit_test(jwt_subject_claim),
         cmocka_unit_test(channel_credentials),
     };
