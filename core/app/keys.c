@@ -180,7 +180,7 @@ static void fetch_now(struct key_src *s, int how)
     struct tg_fetch_opts o = {.method = "GET",
                               .url = url,
                               .ca_file = s->ca,
-                              .headers = "Accept: application/json\r\n",
+                              .headers = "Accept: application/json\r\nUser-Agent: tollgate/" TG_VERSION "\r\n",
                               .max_bytes = TG_KEYRING_MAX_BYTES,
                               .timeout_ms = (uint64_t)s->timeout_ms};
     const char *why = NULL;
