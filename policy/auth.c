@@ -30,40 +30,47 @@ int tg_auth_bearer(struct tg_slice h, struct tg_slice *token)
 }
 
 static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
-                                    const struct tg_grant_conf **grant, const char **why, int *by_static,
+                                    struct tg_principal *who, const char **why, int *by_static,
                                     struct tg_auth_cred *cred);
 
+void tg_principal_of_grant(const struct tg_grant_conf *g, struct tg_principal *who)
+{
+    who->grant = g;
+    tg_strlcpy(who->subject, g->name ? g->name : "", sizeof(who->subject));
+    who->exp_s = 0;
+    who->jwt = 0;
+}
+
 enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
-                                  const struct tg_grant_conf **grant, const char **why)
+                                  struct tg_principal *who, const char **why)
 {
     int by_static;
-    return grant_of(c, authorization, now_s, grant, why, &by_static, NULL);
+    return grant_of(c, authorization, now_s, who, why, &by_static, NULL);
 }
 
 enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
-                                       struct tg_auth_memo *memo, const struct tg_grant_conf **grant,
-                                       const char **why)
+                                       struct tg_auth_memo *memo, struct tg_principal *who, const char **why)
 {
     static uint8_t key[16];
     static int keyed;
     if (!keyed) {
         if (tg_random(key, sizeof(key)) != 0)
-            return tg_auth_grant(c, authorization, now_s, grant, why); /* no key, no memo */
+            return tg_auth_grant(c, authorization, now_s, who, why); /* no key, no memo */
         keyed = 1;
     }
     if (authorization.ptr == NULL)
-        return tg_auth_grant(c, authorization, now_s, grant, why);
+        return tg_auth_grant(c, authorization, now_s, who, why);
     uint64_t tag = tg_siphash(key, authorization.ptr, authorization.len);
     if (memo->grant != NULL && memo->conf_serial == c->serial && memo->len == authorization.len && memo->tag == tag) {
-        *grant = memo->grant;
+        tg_principal_of_grant(memo->grant, who); /* only static tokens are memoised */
         if (why)
             *why = NULL;
         return TG_AUTH_OK;
     }
     int by_static = 0;
-    enum tg_auth_result r = grant_of(c, authorization, now_s, grant, why, &by_static, NULL);
+    enum tg_auth_result r = grant_of(c, authorization, now_s, who, why, &by_static, NULL);
     if (r == TG_AUTH_OK && by_static)
-        *memo = (struct tg_auth_memo){tag, c->serial, authorization.len, *grant};
+        *memo = (struct tg_auth_memo){tag, c->serial, authorization.len, who->grant};
     else
         *memo = (struct tg_auth_memo){0, 0, 0, NULL};
     return r;
@@ -81,17 +88,20 @@ static int grant_takes_issuer(const struct tg_grant_conf *g, const char *issuer)
 }
 
 static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
-                                    const struct tg_grant_conf **grant, const char **why, int *by_static,
+                                    struct tg_principal *who, const char **why, int *by_static,
                                     struct tg_auth_cred *cred)
 {
     *by_static = 0;
-    *grant = NULL;
+    who->grant = NULL;
+    who->subject[0] = '\0';
+    who->exp_s = 0;
+    who->jwt = 0;
     if (why)
         *why = NULL;
     if (authorization.ptr == NULL) {
         for (size_t i = 0; i < c->ngrants; i++)
             if (c->grants[i].anonymous) {
-                *grant = &c->grants[i];
+                tg_principal_of_grant(&c->grants[i], who);
                 return TG_AUTH_OK;
             }
         if (why)
@@ -113,7 +123,7 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
             found = &c->grants[i];
     }
     if (found != NULL) {
-        *grant = found;
+        tg_principal_of_grant(found, who);
         *by_static = 1;
         if (cred != NULL) {
             cred->kind = TG_CRED_TOKEN;
@@ -131,8 +141,14 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
             const struct tg_jwt_conf *j = &c->jwt[i];
             if (j->jwks == NULL)
                 continue;
-            int64_t exp = 0;
-            struct tg_jwt_rules rules = {j->issuer, j->audience, j->skew_s, j->grant_claim, j->algs, &exp};
+            struct tg_jwt_claims claims;
+            struct tg_jwt_rules rules = {.issuer = j->issuer,
+                                         .audience = j->audience,
+                                         .skew_s = j->skew_s,
+                                         .grant_claim = j->grant_claim,
+                                         .algs = j->algs,
+                                         .subject_claim = j->subject_claim,
+                                         .claims = &claims};
             char name[128];
             const char *w = NULL;
             if (tg_jwt_verify(j->jwks, tok, &rules, now_s, name, sizeof(name), &w) != 0) {
@@ -152,10 +168,13 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
             else if (!grant_takes_issuer(named, j->issuer))
                 last = "the token's issuer may not use the grant it names";
             else {
-                *grant = named;
+                who->grant = named;
+                memcpy(who->subject, claims.subject, sizeof(who->subject));
+                who->exp_s = claims.exp;
+                who->jwt = (int)i + 1;
                 if (cred != NULL) {
                     cred->kind = TG_CRED_JWT;
-                    cred->end_s = exp + (j->skew_s > 0 ? j->skew_s : 0);
+                    cred->end_s = claims.exp + (j->skew_s > 0 ? j->skew_s : 0);
                     const char *iss = j->issuer ? j->issuer : "";
                     tg_sha256(iss, strlen(iss), cred->issuer_sha256);
                 }
@@ -195,7 +214,7 @@ void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int
     }
     cred->kind = dn != NULL && authorization.ptr == NULL ? TG_CRED_CERT : TG_CRED_ANON;
     if (authorization.ptr != NULL) {
-        const struct tg_grant_conf *again = NULL;
+        struct tg_principal again;
         int by_static;
         grant_of(c, authorization, now_s, &again, NULL, &by_static, cred);
     }

@@ -13,6 +13,7 @@
 #include "core/base/buf.h"
 #include "policy/auth_memo.h"
 #include "core/conf/conf.h"
+#include "policy/jwt.h"
 
 enum tg_auth_result {
     TG_AUTH_OK = 0,
@@ -20,16 +21,30 @@ enum tg_auth_result {
     TG_AUTH_INVALID = 2, /* a credential that matches nothing, or a malformed header */
 };
 
+/* Who a request speaks for: the grant its credential names and, inside it, the subject. Value
+ * type, filled by tg_auth_grant() on the caller's stack; grant points into the conf it was
+ * checked against. */
+struct tg_principal {
+    const struct tg_grant_conf *grant;
+    char subject[TG_SUBJECT_MAX]; /* a JWT: its subject claim (jwt[].subject_claim, "sub"); a static
+                                   * token, a certificate or an anonymous grant: the grant's name */
+    int64_t exp_s;                /* a JWT's exp (0: the credential does not expire) */
+    int jwt;                      /* a JWT: 1 + the index of its jwt[] issuer; else 0 */
+};
+
 /* authorization: the Authorization header value, or a NULL slice when absent.
  * A bearer token is a static token (SHA-256 in the conf) or a JWT from a configured issuer whose
- * grant claim names a configured grant. now_s is the wall clock (for exp/nbf). On failure *why
- * (may be NULL) says why in words fit for WWW-Authenticate error_description. */
+ * grant claim names a configured grant. now_s is the wall clock (for exp/nbf). On success *who is
+ * filled; on failure who->grant is NULL and *why (may be NULL) says why in words fit for
+ * WWW-Authenticate error_description. */
 enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
-                                  const struct tg_grant_conf **grant, const char **why);
+                                  struct tg_principal *who, const char **why);
 /* tg_auth_grant() through a connection's memo (policy/auth_memo.h). */
 enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
-                                       struct tg_auth_memo *memo, const struct tg_grant_conf **grant,
-                                       const char **why);
+                                       struct tg_auth_memo *memo, struct tg_principal *who, const char **why);
+/* The principal of a grant reached without a token (a client certificate, an anonymous grant):
+ * the grant itself is the subject. */
+void tg_principal_of_grant(const struct tg_grant_conf *g, struct tg_principal *who);
 /* What authenticated a long-lived channel (a WebSocket, a legacy SSE stream), kept so that a reload
  * can ask whether it still names the same grant, and a JWT's channel can end at its exp. Only
  * digests and names: never the token. Value type, owned by whoever holds it. */

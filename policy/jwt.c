@@ -734,9 +734,16 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
         r = TG_ELIMIT;
         goto out;
     }
+    const cJSON *sub = tg_json_get(claims, rules->subject_claim != NULL ? rules->subject_claim : "sub");
+    if (!cJSON_IsString(sub) || sub->valuestring[0] == '\0' || strlen(sub->valuestring) >= TG_SUBJECT_MAX) {
+        *why = "missing subject claim";
+        goto out;
+    }
     memcpy(grant, g->valuestring, glen + 1);
-    if (rules->exp_out != NULL)
-        *rules->exp_out = exp > 9e15 ? INT64_MAX / 2 : (int64_t)exp;
+    if (rules->claims != NULL) {
+        rules->claims->exp = exp > 9e15 ? INT64_MAX / 2 : (int64_t)exp;
+        memcpy(rules->claims->subject, sub->valuestring, strlen(sub->valuestring) + 1);
+    }
     *why = NULL;
     r = 0;
 out:

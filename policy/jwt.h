@@ -31,7 +31,9 @@
  *   - "iss" equal to rules->issuer, and "aud" equal to rules->audience or an
  *     array holding it, when those are set (a missing or non-string claim is
  *     a mismatch);
- *   - a non-empty string in the claim rules->grant_claim.
+ *   - a non-empty string in the claim rules->grant_claim, and one in
+ *     rules->subject_claim ("sub" when NULL) of fewer than TG_SUBJECT_MAX
+ *     bytes: who the token speaks for, inside the grant.
  *
  * The payload is parsed only after the signature has been verified, so
  * claims are only ever read from an authenticated payload. */
@@ -85,6 +87,15 @@ void tg_jwks_free(struct tg_jwks *k);
  * exact case), or 0. */
 unsigned tg_jwt_alg_bit(const char *name);
 
+#define TG_SUBJECT_MAX 256 /* bytes of a subject, NUL included */
+
+/* What a verified token says, beyond the grant it names. Value type: the caller's, filled by
+ * tg_jwt_verify() on success. */
+struct tg_jwt_claims {
+    int64_t exp;                  /* "exp" in whole seconds (huge values clamped) */
+    char subject[TG_SUBJECT_MAX]; /* the subject claim's value */
+};
+
 /* What a token's claims must match. Value type: the caller fills one on its stack (policy/auth.c,
  * from a struct tg_jwt_conf); the strings are borrowed from the conf. */
 struct tg_jwt_rules {
@@ -93,7 +104,8 @@ struct tg_jwt_rules {
     int skew_s;              /* allowed clock skew for exp/nbf/iat, >= 0 */
     const char *grant_claim; /* claim whose string value names the grant, e.g. "sub" (required) */
     unsigned algs;           /* TG_JWT_ALG_ bits the issuer may use; 0 = TG_JWT_ALGS_DEFAULT */
-    int64_t *exp_out;        /* when not NULL: the token's "exp" (whole seconds) once verified */
+    const char *subject_claim;   /* claim whose string value is the subject (NULL = "sub") */
+    struct tg_jwt_claims *claims; /* when not NULL: filled once the token is verified */
 };
 
 /* Verify a compact JWS against keys and rules at time now_s (Unix seconds).
@@ -108,7 +120,8 @@ struct tg_jwt_rules {
  *   "unknown key"         no key with the token's kid, or none suits the alg
  *   "bad signature"       no suitable key verifies it
  *   "expired", "not yet valid", "wrong issuer", "wrong audience",
- *   "missing grant claim" absent, not a string, or empty.
+ *   "missing grant claim" absent, not a string, or empty;
+ *   "missing subject claim" the same for the subject claim, or as long as TG_SUBJECT_MAX.
  * Order: the encoding of all three parts and the header (malformed, alg,
  * allowed alg, crit), the key, the signature, then the payload (malformed, exp, nbf/iat,
  * iss, aud, grant); the first failure wins. *why is NULL on success. */

@@ -281,7 +281,7 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
                             "Bad Request: more than one Authorization header", NULL);
         return;
     }
-    const struct tg_grant_conf *g = NULL;
+    struct tg_principal who;
     const char *why = NULL;
     struct tg_slice authz = tg_http_req_header(req, "authorization");
     char qauth[4200];
@@ -298,10 +298,10 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
     const struct tg_grant_conf *cg = cert_grant(srv->conf, c, dn, sizeof(dn), cn, sizeof(cn));
     enum tg_auth_result ar = TG_AUTH_OK;
     if (cg != NULL && authz.ptr == NULL) {
-        g = cg; /* the client certificate is the credential */
+        tg_principal_of_grant(cg, &who); /* the client certificate is the credential */
     } else {
-        ar = tg_auth_grant_memo(srv->conf, authz, wall_ms() / 1000, &c->auth_memo, &g, &why);
-        if (ar == TG_AUTH_OK && cg != NULL && g != cg) {
+        ar = tg_auth_grant_memo(srv->conf, authz, wall_ms() / 1000, &c->auth_memo, &who, &why);
+        if (ar == TG_AUTH_OK && cg != NULL && who.grant != cg) {
             ar = TG_AUTH_INVALID; /* two credentials, two grants: neither is believed */
             why = "the bearer token and the client certificate name different grants";
         }
@@ -310,6 +310,7 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
         unauthorized(srv, c, path, ar, why);
         return;
     }
+    const struct tg_grant_conf *g = who.grant;
     if (c->env->access_log && c->x != NULL) { /* who, for the access line (copies: a reload may free the conf) */
         struct tg_http_scratch *x = c->x;
         tg_strlcpy(x->log_grant, g->name, sizeof(x->log_grant));
@@ -324,6 +325,7 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
     x.srv = srv;
     x.era = TG_ERA_2025;
     x.grant = g;
+    x.who = &who;
     x.upstream = upstream;
     x.uc = &srv->conf->upstreams[upstream];
     struct tg_auth_cred cred; /* a channel's credential: re-checked at reload, ends it at a JWT's exp */

@@ -34,13 +34,17 @@ enum tg_era {
 /* The request context. Owner: the transport that built it (usually on its stack); the middle
  * copies what it keeps. */
 struct tg_auth_cred;
+struct tg_principal;
 
 struct tg_exchange {
     struct tg_server *srv;
     enum tg_era era;
     char proto[24];                     /* protocol version of this request ("" = unknown yet) */
     unsigned client_caps;               /* TG_CAP_* the client declared (2026: core/mcp/mrtr.h) */
-    const struct tg_grant_conf *grant;  /* the principal */
+    const struct tg_grant_conf *grant;  /* the principal's grant (who->grant) */
+    const struct tg_principal *who;     /* who the request speaks for (policy/auth.h), or NULL
+                                         * where no request carried a credential (a reload's
+                                         * ending, a cluster member's message): then the grant */
     int upstream;                       /* index into conf->upstreams */
     const struct tg_upstream_conf *uc;
     struct tg_session *sess;            /* the session, or NULL for a stateless request */

@@ -359,13 +359,14 @@ static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c)
             tg__conf_errf(ld, g, ctx, "must be a group");
             continue;
         }
-        static const char *const known[] = {"issuer",  "audience",   "jwks_file", "grant_claim",
-                                            "skew_s", "algorithms", NULL};
+        static const char *const known[] = {"issuer", "audience",   "jwks_file",     "grant_claim",
+                                            "skew_s", "algorithms", "subject_claim", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         j->issuer = tg__conf_get_str(ld, g, "issuer", NULL, 1, ctx);
         j->audience = tg__conf_get_str(ld, g, "audience", NULL, 1, ctx);
         j->jwks_file = tg__conf_path(ld, tg__conf_get_str(ld, g, "jwks_file", NULL, 1, ctx));
         j->grant_claim = tg__conf_get_str(ld, g, "grant_claim", "sub", 0, ctx);
+        j->subject_claim = tg__conf_get_str(ld, g, "subject_claim", "sub", 0, ctx);
         j->skew_s = 60;
         const config_setting_t *sk = config_setting_get_member(g, "skew_s");
         if (sk != NULL) {
@@ -525,6 +526,7 @@ void tg__conf_jwt_free(struct tg_conf *c)
         free(c->jwt[i].audience);
         free(c->jwt[i].jwks_file);
         free(c->jwt[i].grant_claim);
+        free(c->jwt[i].subject_claim);
         tg_jwks_free(c->jwt[i].jwks);
     }
     free(c->jwt);

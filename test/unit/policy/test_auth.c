@@ -153,8 +153,11 @@ static void add_grant(struct grants *gs, const char *name, const char *token, in
 static const struct tg_grant_conf *expect_auth(const struct tg_conf *c, const char *header,
                                                enum tg_auth_result want)
 {
-    const struct tg_grant_conf *g = (const struct tg_grant_conf *)c; /* must be overwritten */
-    enum tg_auth_result r = tg_auth_grant(c, header ? tg_slice_cstr(header) : TG_SLICE_NULL, 0, &g, NULL);
+    struct tg_principal who = {.grant = (const struct tg_grant_conf *)c}; /* must be overwritten */
+    enum tg_auth_result r = tg_auth_grant(c, header ? tg_slice_cstr(header) : TG_SLICE_NULL, 0, &who, NULL);
+    const struct tg_grant_conf *g = who.grant;
+    if (g != NULL && strcmp(who.subject, g->name) != 0) /* a static token's subject is its grant */
+        fail_msg("subject \"%s\" for grant %s", who.subject, g->name);
     if (r != want)
         fail_msg("Authorization %s%s%s: result %d, expected %d", header ? "\"" : "", header ? header : "absent",
                  header ? "\"" : "", r, want);
@@ -264,8 +267,9 @@ static void siphash_vector(void **state)
 static const struct tg_grant_conf *memo_auth(const struct tg_conf *c, struct tg_auth_memo *m, const char *header,
                                              enum tg_auth_result want)
 {
-    const struct tg_grant_conf *g = NULL;
-    enum tg_auth_result r = tg_auth_grant_memo(c, header ? tg_slice_cstr(header) : TG_SLICE_NULL, 0, m, &g, NULL);
+    struct tg_principal who;
+    enum tg_auth_result r = tg_auth_grant_memo(c, header ? tg_slice_cstr(header) : TG_SLICE_NULL, 0, m, &who, NULL);
+    const struct tg_grant_conf *g = who.grant;
     if (r != want)
         fail_msg("memo, Authorization %s: result %d, expected %d", header ? header : "absent", r, want);
     return g;
@@ -331,13 +335,89 @@ static const char *jwt_auth(const struct tg_conf *c, const uint8_t key[32], cons
     char payload[256], header[1200];
     snprintf(payload, sizeof(payload), "{\"iss\":\"%s\",\"aud\":\"t\",\"sub\":\"%s\",\"exp\":2000}", iss, grant);
     hs256_bearer(key, payload, header, sizeof(header));
-    const struct tg_grant_conf *g = NULL;
+    struct tg_principal who;
     const char *why = NULL;
-    enum tg_auth_result r = tg_auth_grant(c, tg_slice_cstr(header), 1000, &g, &why);
+    enum tg_auth_result r = tg_auth_grant(c, tg_slice_cstr(header), 1000, &who, &why);
+    const struct tg_grant_conf *g = who.grant;
+    if (g != NULL && (strcmp(who.subject, grant) != 0 || who.exp_s != 2000 || who.jwt == 0))
+        fail_msg("iss %s naming %s: subject \"%s\", exp %lld, jwt %d", iss, grant, who.subject, (long long)who.exp_s, who.jwt);
     if (r != want || (want_why != NULL && (why == NULL || strcmp(why, want_why) != 0)))
         fail_msg("iss %s naming %s: result %d (%s), expected %d (%s)", iss, grant, r, why ? why : "-", want,
                  want_why ? want_why : "-");
     return g ? g->name : NULL;
+}
+
+/* Users inside a grant: jwt[].subject_claim says who a token speaks for, separately from the claim
+ * that names the grant; a token without it, or with one too long to keep whole, is refused. */
+static void jwt_subject_claim(void **state)
+{
+    (void)state;
+    uint8_t key[32];
+    memset(key, 0x42, sizeof(key));
+    char b64[64], jwks_json[200];
+    b64[tg_b64url_encode(key, 32, b64)] = '\0';
+    snprintf(jwks_json, sizeof(jwks_json), "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"k\":\"%s\"}]}", b64);
+    struct tg_buf err;
+    tg_buf_init(&err);
+    struct tg_jwks *jwks = NULL;
+    assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
+    tg_buf_dispose(&err);
+    struct tg_jwt_conf jwt = {.issuer = "https://a/", .audience = "t", .grant_claim = "team", .subject_claim = "sub",
+                              .jwks = jwks, .algs = TG_JWT_ALG_HS256};
+    char *only_a[] = {"https://a/"};
+    struct grants gs;
+    memset(&gs, 0, sizeof(gs));
+    add_grant(&gs, "staff", NULL, 0);
+    gs.g[0].issuers = only_a, gs.g[0].nissuers = 1;
+    gs.conf.jwt = &jwt;
+    gs.conf.njwt = 1;
+
+    char longsub[TG_SUBJECT_MAX + 1];
+    memset(longsub, 'u', TG_SUBJECT_MAX);
+    longsub[TG_SUBJECT_MAX] = '\0';
+    static const struct {
+        const char *extra; /* claims besides iss, aud, exp and team */
+        const char *subject, *why;
+    } cases[] = {
+        {"\"sub\":\"alice@example\"", "alice@example", NULL},
+        {"\"sub\":\"bob\"", "bob", NULL},
+        {"\"email\":\"alice@example\"", NULL, "missing subject claim"},
+        {"\"sub\":\"\"", NULL, "missing subject claim"},
+        {"\"sub\":7", NULL, "missing subject claim"},
+        {NULL, NULL, "missing subject claim"}, /* TG_SUBJECT_MAX bytes: does not fit with its NUL */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char payload[600], header[1600], extra[300];
+        if (cases[i].extra == NULL)
+            snprintf(extra, sizeof(extra), "\"sub\":\"%s\"", longsub);
+        else
+            snprintf(extra, sizeof(extra), "%s", cases[i].extra);
+        snprintf(payload, sizeof(payload), "{\"iss\":\"https://a/\",\"aud\":\"t\",\"team\":\"staff\",%s,\"exp\":2000}",
+                 extra);
+        hs256_bearer(key, payload, header, sizeof(header));
+        struct tg_principal who;
+        const char *why = NULL;
+        enum tg_auth_result r = tg_auth_grant(&gs.conf, tg_slice_cstr(header), 1000, &who, &why);
+        if (cases[i].subject != NULL) {
+            assert_int_equal(r, TG_AUTH_OK);
+            assert_string_equal(who.grant->name, "staff");
+            assert_string_equal(who.subject, cases[i].subject);
+        } else {
+            assert_int_equal(r, TG_AUTH_INVALID);
+            assert_null(who.grant);
+            assert_string_equal(why, cases[i].why);
+        }
+    }
+    /* 255 bytes fit */
+    longsub[TG_SUBJECT_MAX - 1] = '\0';
+    char payload[600], header[1600];
+    snprintf(payload, sizeof(payload), "{\"iss\":\"https://a/\",\"aud\":\"t\",\"team\":\"staff\",\"sub\":\"%s\",\"exp\":2000}",
+             longsub);
+    hs256_bearer(key, payload, header, sizeof(header));
+    struct tg_principal who;
+    assert_int_equal(tg_auth_grant(&gs.conf, tg_slice_cstr(header), 1000, &who, NULL), TG_AUTH_OK);
+    assert_string_equal(who.subject, longsub);
+    tg_jwks_free(jwks);
 }
 
 /* A JWT names only a grant bound to its issuer (grants[].issuers): not another issuer's, not a
@@ -481,6 +561,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(sha256_accelerated_matches),
         cmocka_unit_test(grant_memo),
         cmocka_unit_test(jwt_grants_bound_to_issuers),
+        cmocka_unit_test(jwt_subject_claim),
         cmocka_unit_test(channel_credentials),
     };
     return TG_UNIT_RUN(tests, argc, argv);
