@@ -6,6 +6,7 @@
 #include "core/base/log.h"
 #include "core/base/sha256.h"
 #include "core/call/call.h"
+#include "core/call/exchange.h"
 #include "core/call/gateway.h"
 #include "core/wire/tls.h"
 #include "policy/auth.h"
@@ -94,8 +95,18 @@ struct tg_cred_watch *tg_cred_watch_new(struct tg_server *srv, const struct tg_a
     return w;
 }
 
+void tg_cred_hint_of(const struct tg_exchange *x, struct tg_cred_hint *h)
+{
+    memset(h, 0, sizeof(*h));
+    if (x->who == NULL || x->who->jwt <= 0)
+        return;
+    h->conf_serial = x->srv->conf->serial;
+    h->exp_s = x->who->exp_s;
+    h->jwt = x->who->jwt;
+}
+
 struct tg_cred_watch *tg_cred_watch_of_request(struct tg_server *srv, const struct tg_conn *c, const char *grant,
-                                               tg_cred_watch_cb on_end, void *ud)
+                                               const struct tg_cred_hint *hint, tg_cred_watch_cb on_end, void *ud)
 {
     const struct tg_conf *conf = srv->conf;
     const struct tg_grant_conf *g = grant != NULL ? tg_conf_find_grant(conf, grant) : NULL;
@@ -112,7 +123,14 @@ struct tg_cred_watch *tg_cred_watch_of_request(struct tg_server *srv, const stru
     if (c->tls != NULL && tg_tls_peer_subject(c->tls, dn, sizeof(dn), cn, sizeof(cn)) &&
         tg_auth_cert_grant(conf, dn, cn) != NULL)
         cert = dn;
-    tg_auth_cred_of(conf, tg_http_req_header(&c->req, "authorization"), wall_ms() / 1000, g, cert, cn, &cred);
+    if (hint != NULL && hint->jwt > 0 && hint->conf_serial == conf->serial && (size_t)hint->jwt <= conf->njwt) {
+        /* Verified under this very conf when the request came: an RS256 or ES256 verification
+         * costs more than the rest of a call, so it is not done twice. */
+        struct tg_principal who = {.grant = g, .exp_s = hint->exp_s, .jwt = hint->jwt};
+        tg_auth_cred_of_jwt(conf, &who, cert, cn, &cred);
+    } else {
+        tg_auth_cred_of(conf, tg_http_req_header(&c->req, "authorization"), wall_ms() / 1000, g, cert, cn, &cred);
+    }
     return tg_cred_watch_new(srv, &cred, on_end, ud);
 }
 

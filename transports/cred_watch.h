@@ -15,9 +15,12 @@
 #ifndef TG_CRED_WATCH_H
 #define TG_CRED_WATCH_H
 
+#include <stdint.h>
+
 #include "core/base/buf.h"
 
 struct tg_auth_cred;
+struct tg_exchange;
 struct tg_conf;
 struct tg_conn;
 struct tg_server;
@@ -31,10 +34,20 @@ typedef void (*tg_cred_watch_cb)(void *ud, const char *why);
  * of the loop. */
 struct tg_cred_watch *tg_cred_watch_new(struct tg_server *srv, const struct tg_auth_cred *cred, tg_cred_watch_cb on_end,
                                         void *ud);
-/* The same for the request connection c carries now (its Authorization header, or its client
- * certificate), admitted to the grant named grant. */
+/* What the router found of a request's JWT (its principal, policy/auth.h), kept by a stream that
+ * begins later so that the token is not verified again then. Value type; zeroed: nothing. */
+struct tg_cred_hint {
+    uint64_t conf_serial; /* the conf it was verified under */
+    int64_t exp_s;
+    int jwt;              /* 1 + the index of its jwt[] issuer; 0: not a JWT */
+};
+/* The hint of the request x (its principal, if any). */
+void tg_cred_hint_of(const struct tg_exchange *x, struct tg_cred_hint *h);
+/* The same as tg_cred_watch_new for the request connection c carries now (its Authorization
+ * header, or its client certificate), admitted to the grant named grant; hint: what was found of
+ * it when it was admitted, or NULL. */
 struct tg_cred_watch *tg_cred_watch_of_request(struct tg_server *srv, const struct tg_conn *c, const char *grant,
-                                               tg_cred_watch_cb on_end, void *ud);
+                                               const struct tg_cred_hint *hint, tg_cred_watch_cb on_end, void *ud);
 /* The owner lets go (NULL: nothing). on_end never runs after this. */
 void tg_cred_watch_free(struct tg_cred_watch *w);
 /* NULL while the credential holds under conf (and a JWT's exp has not passed); else why not.

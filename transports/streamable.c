@@ -112,7 +112,7 @@ static void on_sink_stream(struct tg_sink *sk, struct tg_call *k)
     if (hs->streaming || hs->conn == NULL)
         return;
     hs->streaming = 1;
-    hs->watch = tg_cred_watch_of_request(hs->srv, hs->conn, hs->sess->grant, on_cred_end, hs); /* it lasts */
+    hs->watch = tg_cred_watch_of_request(hs->srv, hs->conn, hs->sess->grant, &hs->hint, on_cred_end, hs);
     char hdr[96];
     session_header(hs, hdr, sizeof(hdr));
     if (hs->modern) {
@@ -310,7 +310,8 @@ static const struct tg_sink_ops http_sink_ops = {
     .bind = on_sink_bind,
 };
 
-static struct tg_http_sink *http_sink_new(struct tg_server *srv, struct tg_session *s, struct tg_conn *c, int is_init)
+static struct tg_http_sink *http_sink_new(const struct tg_exchange *x, struct tg_session *s, struct tg_conn *c,
+                                          int is_init)
 {
     struct tg_http_sink *hs;
     if (nsink_cache > 0) {
@@ -320,7 +321,8 @@ static struct tg_http_sink *http_sink_new(struct tg_server *srv, struct tg_sessi
         hs = tg_xcalloc(1, sizeof(*hs));
     }
     hs->sink.ops = &http_sink_ops;
-    hs->srv = srv;
+    hs->srv = x->srv;
+    tg_cred_hint_of(x, &hs->hint); /* for a stream: its JWT is not verified again */
     hs->sess = tg_session_ref(s);
     hs->is_init = is_init;
     if (is_init)
@@ -339,7 +341,7 @@ static void attach(struct tg_http_sink *hs, struct tg_conn *c, uint64_t after_se
     }
     hook(hs, c);
     tg_cred_watch_free(hs->watch); /* the request that takes it over brings its own credential */
-    hs->watch = tg_cred_watch_of_request(hs->srv, c, hs->sess->grant, on_cred_end, hs);
+    hs->watch = tg_cred_watch_of_request(hs->srv, c, hs->sess->grant, NULL, on_cred_end, hs);
     if (hs->call != NULL)
         tg_call_client_drained(hs->call); /* reading the upstream again */
 }
@@ -590,7 +592,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
     x->era = TG_ERA_2026;
     x->client_caps = tg_mcp_client_caps(claim.caps);
     tg_strlcpy(x->proto, claim.version, sizeof(x->proto));
-    struct tg_http_sink *hs = http_sink_new(x->srv, x->sess, c, 0);
+    struct tg_http_sink *hs = http_sink_new(x, x->sess, c, 0);
     hs->modern = 1;
     hs->sink.flags |= TG_SINK_STATELESS; /* no server-to-client requests in this era */
     struct tg_buf fwd;
@@ -669,7 +671,7 @@ void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
     } else {
         tg_strlcpy(x->proto, s->proto, sizeof(x->proto));
     }
-    struct tg_http_sink *hs = http_sink_new(srv, s, c, is_init);
+    struct tg_http_sink *hs = http_sink_new(x, s, c, is_init);
     tg_dispatch_message(x, &hs->sink, &m);
     tg_msg_dispose(&m);
 }
@@ -762,7 +764,7 @@ void tg_streamable_get(struct tg_exchange *x, struct tg_conn *c)
                             "Conflict: this session already has a GET stream", NULL);
         return;
     }
-    struct tg_http_sink *hs = http_sink_new(x->srv, s, c, 0);
+    struct tg_http_sink *hs = http_sink_new(x, s, c, 0);
     hs->get = 1;
     tg_dispatch_listen(x, &hs->sink, 0);
 }

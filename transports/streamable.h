@@ -10,9 +10,9 @@
 
 #include "core/base/buf.h"
 #include "core/call/exchange.h"
+#include "transports/cred_watch.h"
 
 struct tg_conn;
-struct tg_cred_watch;
 struct tg_replay;
 struct tg_server;
 
@@ -33,6 +33,7 @@ struct tg_http_sink {
     uint64_t last_write_ms;     /* (for its keepalive) */
     struct tg_cred_watch *watch; /* owned, once it streams: the credential of the request that
                                   * opened it (or took it over) ends it (transports/cred_watch.h) */
+    struct tg_cred_hint hint;    /* what the router found of that request's JWT */
 };
 
 void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c);
