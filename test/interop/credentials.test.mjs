@@ -317,7 +317,8 @@ describe('a reload that no longer takes a credential ends every stream it opened
 
 describe('a JWT ends its streams at its exp', () => {
   test('every transport: the GET stream and the legacy SSE stream end, the listen gets its result, the WebSocket closes 1008; a message to the legacy stream then gets 401 "token expired"', async () => {
-    const exp = nowS() + 4; // skew_s = 0: the last second the gateway takes it
+    // skew_s = 0: exp is when the gateway stops taking it; far enough for the streams to open first
+    const exp = nowS() + Math.max(4, Math.ceil(H.scaled(4000) / 1000));
     const ann = await openAll({ headers: bearer(jwt('ann', { exp })) });
     const lasting = await openWs({ headers: bearer(jwt('ann')) }); // exp 300 s away: stays
     await expectAllEnded(ann, /token expired/, 12000);
