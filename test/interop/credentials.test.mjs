@@ -369,14 +369,14 @@ async function rawWs(port, urlPath, headers) {
     wake();
   });
   sock.on('close', () => wake());
-  const waitFor = async (pred, what) => H.within((async () => {
+  const waitFor = async (pred, what, ms = H.scaled(5000)) => H.within((async () => {
     for (;;) {
       const f = frames.find(pred);
       if (f) return f;
       if (sock.destroyed) throw new Error(`the connection closed before ${what}`);
       await new Promise((r) => { wake = r; });
     }
-  })(), H.scaled(5000), what);
+  })(), ms, what);
   const frame = (opcode, payload) => {
     const mask = crypto.randomBytes(4);
     const n = payload.length;
@@ -392,7 +392,7 @@ async function rawWs(port, urlPath, headers) {
     close: (code) => frame(0x8, Buffer.from([code >> 8, code & 0xff])),
     message: (pred, what) => waitFor((f) => f.opcode === 1 && pred(JSON.parse(f.payload.toString())), what)
       .then((f) => JSON.parse(f.payload.toString())),
-    closeFrame: (what) => waitFor((f) => f.opcode === 8, what),
+    closeFrame: (what, ms) => waitFor((f) => f.opcode === 8, what, ms),
   };
 }
 
@@ -415,6 +415,24 @@ describe('a message on a channel whose credential ended is refused', () => {
     await gw.waitForLog(/message refused: the credential that opened its channel ended/, { from, timeout: 5000 });
     c.close(1000);
     assert.deepEqual(seen().map((r) => r.msg.params.arguments.text), [`${marker}-before`], 'only the call before the reload reached the upstream');
+  });
+
+  test('and one sent after the JWT that opened it expired (the close under way) never reaches the upstream either', async () => {
+    const exp = nowS() + Math.max(2, Math.ceil(H.scaled(2000) / 1000));
+    const c = await rawWs(gw.plainPort, '/cowork/ws', bearer(jwt('ann', { exp })));
+    c.send(H.initializeBody(1));
+    await c.message((m) => m.id === 1, 'the initialize answer');
+    c.send({ jsonrpc: '2.0', method: 'notifications/initialized' });
+    const marker = 'after-exp-' + crypto.randomBytes(4).toString('hex');
+    const from = gw.stderr().length;
+    const close = await c.closeFrame('the close frame at exp', H.scaled(5000) + (exp - nowS()) * 1000);
+    assert.equal(close.payload.readUInt16BE(0), 1008);
+    assert.match(close.payload.subarray(2).toString(), /token expired/);
+    c.send({ jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'echo', arguments: { text: marker } } });
+    await gw.waitForLog(/message refused: the credential that opened its channel ended.*token expired/, { from, timeout: 5000 });
+    c.close(1000);
+    assert.deepEqual(standin.records().filter((r) => JSON.stringify(r.msg ?? {}).includes(marker)), [],
+      'the call after exp never reached the upstream');
   });
 });
 
