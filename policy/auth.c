@@ -99,6 +99,15 @@ static int grant_takes_issuer(const struct tg_grant_conf *g, const char *issuer)
     return 0;
 }
 
+/* A JWT's part of a channel's credential: when the channel ends, and the issuer. */
+static void cred_jwt(struct tg_auth_cred *cred, const struct tg_jwt_conf *j, int64_t exp)
+{
+    cred->kind = TG_CRED_JWT;
+    cred->end_s = exp + (j->skew_s > 0 ? j->skew_s : 0);
+    const char *iss = j->issuer ? j->issuer : "";
+    tg_sha256(iss, strlen(iss), cred->issuer_sha256);
+}
+
 static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
                                     struct tg_principal *who, const char **why, int *by_static,
                                     struct tg_auth_cred *cred)
@@ -200,12 +209,8 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
                 memcpy(who->subject, claims.subject, sizeof(who->subject));
                 who->exp_s = claims.exp;
                 who->jwt = (int)i + 1;
-                if (cred != NULL) {
-                    cred->kind = TG_CRED_JWT;
-                    cred->end_s = claims.exp + (j->skew_s > 0 ? j->skew_s : 0);
-                    const char *iss = j->issuer ? j->issuer : "";
-                    tg_sha256(iss, strlen(iss), cred->issuer_sha256);
-                }
+                if (cred != NULL)
+                    cred_jwt(cred, j, claims.exp);
                 return TG_AUTH_OK;
             }
             break;
@@ -246,6 +251,13 @@ void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int
         int by_static;
         grant_of(c, authorization, now_s, &again, NULL, &by_static, cred);
     }
+}
+
+void tg_auth_cred_of_jwt(const struct tg_conf *c, const struct tg_principal *who, const char *dn, const char *cn,
+                         struct tg_auth_cred *cred)
+{
+    tg_auth_cred_of(c, TG_SLICE_NULL, 0, who->grant, dn, cn, cred);
+    cred_jwt(cred, &c->jwt[who->jwt - 1], who->exp_s);
 }
 
 static int named(const char *s, const uint8_t want[32])

@@ -66,6 +66,10 @@ struct tg_auth_cred {
 /* Fill cred for a request tg_auth_grant() (or a certificate, cert_grant) just admitted to grant g. */
 void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
                      const struct tg_grant_conf *g, const char *dn, const char *cn, struct tg_auth_cred *cred);
+/* The same for a JWT the request's principal who (jwt > 0) came from, verified under c already:
+ * what the verification found is used, the token is not verified again. */
+void tg_auth_cred_of_jwt(const struct tg_conf *c, const struct tg_principal *who, const char *dn, const char *cn,
+                         struct tg_auth_cred *cred);
 /* 1 while cred still names a grant of the same name under c (a reload may have removed or rotated
  * the token, removed the grant, changed its tls_subject or issuers); else 0. */
 int tg_auth_cred_holds(const struct tg_conf *c, const struct tg_auth_cred *cred);

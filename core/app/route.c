@@ -22,6 +22,7 @@
 #include "policy/auth.h"
 #include "policy/policy.h"
 #include "transports/channel.h"
+#include "transports/cred_watch.h"
 #include "transports/http1/http1.h"
 #include "transports/legacy_sse.h"
 #include "transports/respond.h"
@@ -460,5 +461,6 @@ void tg_route_dispose(struct tg_server *srv)
 {
     tg_streamable_dispose();
     tg_channels_dispose();
+    tg_cred_watches_dispose(srv);
 }
 

@@ -22,6 +22,7 @@
 #include "core/app/route.h"
 #include "core/call/session.h"
 #include "transports/channel.h"
+#include "transports/cred_watch.h"
 #include "transports/http1/http1.h"
 #include "core/wire/tls.h"
 #include "policy/policy.h"
@@ -191,6 +192,7 @@ int tg_server_init(struct tg_app *app, uv_loop_t *loop, struct tg_conf *conf)
     tg_list_init(&srv->awaiting);
     tg_list_init(&srv->streams);
     tg_list_init(&srv->listens);
+    tg_list_init(&srv->cred_watches);
     tg_list_init(&srv->shims);
     srv->counters = tg_counters_new();
     tg_mcp_mrtr_init(&srv->mrtr, 10000);
@@ -732,7 +734,7 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
     tg_keys_sweep(app->keys, nc);
     struct roots_ctx rc2 = {srv, old};
     tg_session_sweep(srv->sessions, tell_roots_changed, &rc2); /* servers holding other roots ask again */
-    tg_channels_recheck(srv); /* credentials the new conf no longer takes end their channels */
+    tg_cred_watches_recheck(srv); /* credentials the new conf no longer takes end their streams */
     app->http.limits = &nc->limits; /* connections read their limits through it */
     app->http.access_log = nc->log_access;
     if (tg_log_setup(nc->log_level, nc->log_format, nc->log_file) != 0)

@@ -242,6 +242,12 @@ void tg_call_abandon(struct tg_call *k)
 
 int tg_call_is_listen(const struct tg_call *k) { return k->is_listen; }
 
+const char *tg_call_client_id(const struct tg_call *k, size_t *n)
+{
+    *n = k->client_id_len;
+    return k->client_id;
+}
+
 int tg_call_running(const struct tg_call *k)
 {
     return !k->closed && (k->upcall != NULL || k->awaiting || k->kind == KIND_GET);
