@@ -39,6 +39,7 @@ void tg_principal_of_grant(const struct tg_grant_conf *g, struct tg_principal *w
     tg_strlcpy(who->subject, g->name ? g->name : "", sizeof(who->subject));
     who->exp_s = 0;
     who->jwt = 0;
+    tg_strlcpy(who->scopes, g->scopes ? g->scopes : "", sizeof(who->scopes));
 }
 
 enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
@@ -96,6 +97,7 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
     who->subject[0] = '\0';
     who->exp_s = 0;
     who->jwt = 0;
+    who->scopes[0] = '\0';
     if (why)
         *why = NULL;
     if (authorization.ptr == NULL) {
@@ -141,9 +143,14 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
             const struct tg_jwt_conf *j = &c->jwt[i];
             if (j->jwks == NULL)
                 continue;
+            if (j->audience == NULL && who->resource == NULL) {
+                last = "wrong audience"; /* no audience to check it against: never unchecked */
+                continue;
+            }
             struct tg_jwt_claims claims;
             struct tg_jwt_rules rules = {.issuer = j->issuer,
                                          .audience = j->audience,
+                                         .resource = who->resource,
                                          .skew_s = j->skew_s,
                                          .grant_claim = j->grant_claim,
                                          .algs = j->algs,
@@ -172,6 +179,7 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
                 memcpy(who->subject, claims.subject, sizeof(who->subject));
                 who->exp_s = claims.exp;
                 who->jwt = (int)i + 1;
+                memcpy(who->scopes, claims.scopes, sizeof(who->scopes));
                 if (cred != NULL) {
                     cred->kind = TG_CRED_JWT;
                     cred->end_s = claims.exp + (j->skew_s > 0 ? j->skew_s : 0);
@@ -202,7 +210,8 @@ const struct tg_grant_conf *tg_auth_cert_grant(const struct tg_conf *c, const ch
 }
 
 void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
-                     const struct tg_grant_conf *g, const char *dn, const char *cn, struct tg_auth_cred *cred)
+                     const struct tg_grant_conf *g, const char *dn, const char *cn, const char *resource,
+                     struct tg_auth_cred *cred)
 {
     memset(cred, 0, sizeof(*cred));
     const char *name = g->name ? g->name : "";
@@ -215,6 +224,7 @@ void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int
     cred->kind = dn != NULL && authorization.ptr == NULL ? TG_CRED_CERT : TG_CRED_ANON;
     if (authorization.ptr != NULL) {
         struct tg_principal again;
+        again.resource = resource;
         int by_static;
         grant_of(c, authorization, now_s, &again, NULL, &by_static, cred);
     }
