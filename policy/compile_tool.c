@@ -646,9 +646,14 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
         tg__perr(cx, path, "must be an object");
         return;
     }
-    static const char *const known[] = {"rules", "action", "reason", "limits", "approval_timeout", NULL};
+    static const char *const known[] = {"rules", "action", "reason", "limits", "approval_timeout", "scopes", NULL};
     tg__check_keys(cx, jt, path, known);
     char sub[600];
+    const cJSON *js = tg_json_get(jt, "scopes");
+    if (js != NULL) {
+        snprintf(sub, sizeof(sub), "%s.scopes", path);
+        tg__compile_scopes(cx, js, sub, &t->scopes);
+    }
     const cJSON *ja = tg_json_get(jt, "action");
     if (ja != NULL) {
         snprintf(sub, sizeof(sub), "%s.action", path);
@@ -735,4 +740,5 @@ void tg__free_tool(struct ptool *t)
     }
     free(t->rules);
     free(t->reach);
+    free(t->scopes);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/buf.h"
 #include "policy/policy_int.h"
 #include "policy/uri.h"
 
@@ -152,4 +153,38 @@ void tg_policy_decide_prompt(const struct tg_policy *p, const char *name, struct
         return;
     }
     decide_glob(p, &p->prompts, name, "Prompt", "prompts", 0, d);
+}
+
+/* Every glob of the group's "scopes" that matches adds its scopes. A "*" crosses "/" here, as in
+ * a deny: a requirement never covers less than its pattern could be read to say. */
+static int scopes_of(const struct globset *g, const char *what, const char *have, char *need, size_t n)
+{
+    need[0] = '\0';
+    int lacks = 0;
+    for (int i = 0; i < g->nscoped; i++)
+        if (glob_match(g->scoped[i].glob, what, 0))
+            lacks |= tg__scopes_need(g->scoped[i].scopes, have, need, n);
+    return lacks;
+}
+
+int tg_policy_scopes_resource(const struct tg_policy *p, const char *uri, const char *have, char *need, size_t n)
+{
+    need[0] = '\0';
+    if (p->resources.nscoped == 0)
+        return 0;
+    size_t len = strlen(uri);
+    char *norm = tg_xmalloc(len + 1);
+    const char *why;
+    /* A URI that cannot be normalised is denied by the decision. */
+    int lacks = tg_uri_normalize(uri, len, norm, &why) >= 0 && scopes_of(&p->resources, norm, have, need, n);
+    free(norm);
+    return lacks;
+}
+
+int tg_policy_scopes_prompt(const struct tg_policy *p, const char *name, const char *have, char *need, size_t n)
+{
+    need[0] = '\0';
+    if (strlen(name) > TG_URI_MAX)
+        return 0; /* denied by the decision */
+    return scopes_of(&p->prompts, name, have, need, n);
 }
