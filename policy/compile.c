@@ -41,32 +41,6 @@ static void compile_list(struct tg__cctx *cx, const cJSON *j, const char *path, 
     }
 }
 
-/* A resource glob is matched against URIs in their normal form (policy/uri.h). One that starts
- * with a scheme must be written in it, or it matches no URI at all: a deny that never denies.
- * One that starts with a wildcard (a "*.key" or "*" + "/secret" pattern) is matched as written. */
-void tg__check_uri_globs(struct tg__cctx *cx, const char *path, char **globs, int n)
-{
-    for (int i = 0; i < n; i++) {
-        const char *glob = globs[i];
-        size_t len = strlen(glob), k = 0;
-        while (k < len && (isalpha((unsigned char)glob[k]) ||
-                           (k > 0 && (isdigit((unsigned char)glob[k]) || strchr("+-.", glob[k]) != NULL))))
-            k++;
-        if (k == 0 || glob[k] != ':' || len > TG_URI_MAX)
-            continue;
-        char *norm = tg_xmalloc(len + 1), sub[600];
-        const char *why;
-        long w = tg_uri_normalize(glob, len, norm, &why);
-        snprintf(sub, sizeof(sub), "%s[%d]", path, i);
-        if (w < 0)
-            tg__perr(cx, sub, "\"%s\" matches no resource: a URI written so %s", glob, why);
-        else if ((size_t)w != len || memcmp(norm, glob, len) != 0)
-            tg__perr(cx, sub, "\"%s\" matches no resource: URIs are decided in their normal form; write \"%s\"", glob,
-                     norm);
-        tg_xfree(norm);
-    }
-}
-
 static void compile_globset(struct tg__cctx *cx, const cJSON *j, const char *path, struct globset *g)
 {
     if (!cJSON_IsObject(j)) {

@@ -1,6 +1,6 @@
 /* "scopes" in a policy (either shape): what a tool entry, a resource glob or a prompt glob
- * requires of the caller's credential, compiled into scope sets (policy/scopes.h), and what a
- * tools/call needs. Resource and prompt globs are matched in decide_resource.c. */
+ * requires of the caller's credential, compiled into scope sets (policy/scopes.h). What a call
+ * needs is decided in decide_resource.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,30 +98,3 @@ static int need_all(const char *set, const char *have, char *need, size_t n)
 }
 
 int tg__scopes_need(const char *set, const char *have, char *need, size_t n) { return need_all(set, have, need, n); }
-
-int tg_policy_scopes_tool(const struct tg_policy *p, const char *tool, const char *have, char *need, size_t n)
-{
-    need[0] = '\0';
-    if (!tg_policy_tool_visible(p, tool))
-        return 0; /* refused whatever the token holds: the decision says why */
-    const struct ptool *t = tg__find_tool(p, tool);
-    int lacks = 0;
-    if (t != NULL && t->scopes != NULL)
-        lacks |= need_all(t->scopes, have, need, n);
-    if (p->wildcard != NULL && p->wildcard->scopes != NULL)
-        lacks |= need_all(p->wildcard->scopes, have, need, n);
-    return lacks;
-}
-
-void tg_policy_scopes_all(const struct tg_policy *p, char *out, size_t n)
-{
-    for (int i = 0; i <= p->ntools; i++) {
-        const struct ptool *t = i < p->ntools ? &p->tools[i] : p->wildcard;
-        if (t != NULL && t->scopes != NULL)
-            (void)need_all(t->scopes, "", out, n);
-    }
-    const struct globset *gs[2] = {&p->resources, &p->prompts};
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < gs[k]->nscoped; i++)
-            (void)need_all(gs[k]->scoped[i].scopes, "", out, n);
-}
