@@ -10,7 +10,9 @@
 //     error.data = { error, scope, resource_metadata, www_authenticate, tool }.
 // A token with the scope works. The issuer has no jwt[].audience: a token's aud must name the
 // route's resource (public_url + /NAME/mcp); another route's is refused. The RFC 9728 metadata
-// lists the issuer and the scopes the route's policy mentions.
+// lists the issuer and the scopes the route's policy mentions. Last, a real OpenID provider
+// (oidc-provider, test/fixtures/oidc/) issues client_credentials JWTs for the route's resource
+// indicator, with and without the scope, and they are used through tollgate.
 //
 //   TOLLGATE_BIN=build/tollgate node --test test/interop/scopes.test.mjs
 
@@ -22,6 +24,7 @@ import http from 'node:http';
 import path from 'node:path';
 
 import * as H from './lib/harness.mjs';
+import { makeIdpKeys, startIdp } from './lib/oidc.mjs';
 
 H.requireNodeModules();
 const { default: WebSocket } = await import('ws');
@@ -272,5 +275,45 @@ describe('RFC 9728 metadata', () => {
     assert.equal(m.resource, RESOURCE);
     assert.deepEqual(m.authorization_servers, [ISSUER]);
     assert.deepEqual(m.scopes_supported, ['deploy']);
+  });
+});
+
+describe('a real OpenID provider (oidc-provider): client_credentials tokens for the resource indicator', () => {
+  test('a token for the route without "deploy" gets 403 on echo; one asked with scope=deploy calls it', async () => {
+    const odir = H.makeTempDir(cleanup, 'tollgate-oidc-');
+    const certs = H.makeCerts(odir);
+    const keys = makeIdpKeys('k1');
+    const idp = await startIdp({ cleanup, dir: odir, certs, keys, resources: { [RESOURCE]: { scope: 'deploy read' } } });
+    cleanup.add(() => idp.stop());
+    // tollgate reads the provider's public keys from a file (the private members left out)
+    const pub = { keys: keys.keys.map(({ d, p, q, dp, dq, qi, ...k }) => k) };
+    const jwksFile = path.join(odir, 'idp-public.json');
+    fs.writeFileSync(jwksFile, JSON.stringify(pub));
+    const policy = path.join(odir, 'deploy.json');
+    fs.writeFileSync(policy, JSON.stringify({ version: '1', default: 'deny', tools: { echo: { scopes: ['deploy'] } } }));
+    // client_credentials: the token's sub is the client's id, which names the grant
+    const g = await H.startTollgate(H.writeConf(odir, {
+      listeners: [{}],
+      public_url: PUBLIC_URL,
+      jwt: [{ issuer: idp.issuer, jwks_file: jwksFile }],
+      grants: [{ name: 'tollgate-test', issuers: [idp.issuer] }],
+      upstreams: [{ name: 'cowork-os', url: standin.url, default: true, initialize: 'local',
+        headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` }, policy }],
+    }), { cleanup, listeners: 1 });
+    const url = `http://127.0.0.1:${g.plainPort}/cowork-os/mcp`;
+    const read = await idp.token({ resource: RESOURCE, scope: 'read' });
+    const claims = JSON.parse(Buffer.from(read.split('.')[1], 'base64url'));
+    assert.equal(claims.aud, RESOURCE, 'the provider made the token for the resource indicator');
+    assert.equal(claims.scope, 'read');
+    const s = await H.rawInitialize(fetchFn, url, bearer(read));
+    const r = await H.postRaw(fetchFn, url, callEcho(1, 'idp read'), s.headers);
+    assert.equal(r.status, 403, r.text);
+    assert.equal(r.headers.get('www-authenticate'), CHALLENGE);
+    const deploy = await idp.token({ resource: RESOURCE, scope: 'deploy' });
+    const ok = await H.postRaw(fetchFn, url, callEcho(2, 'idp deploy'), { ...s.headers, ...bearer(deploy) });
+    assert.equal(ok.status, 200, ok.text);
+    assert.equal(H.resultText(ok.messages[0].result), 'idp deploy');
+    assert.equal(echoCalls('idp read'), 0);
+    assert.equal(echoCalls('idp deploy'), 1);
   });
 });
