@@ -40,6 +40,7 @@ void tg_principal_of_grant(const struct tg_grant_conf *g, struct tg_principal *w
     tg_strlcpy(who->subject, g->name ? g->name : "", sizeof(who->subject));
     who->exp_s = 0;
     who->jwt = 0;
+    tg_strlcpy(who->scopes, g->scopes ? g->scopes : "", sizeof(who->scopes));
 }
 
 enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
@@ -117,6 +118,7 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
     who->subject[0] = '\0';
     who->exp_s = 0;
     who->jwt = 0;
+    who->scopes[0] = '\0';
     if (why)
         *why = NULL;
     if (authorization.ptr == NULL) {
@@ -170,9 +172,14 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
                 }
                 continue;
             }
+            if (j->audience == NULL && who->resource == NULL) {
+                last = "wrong audience"; /* no audience to check it against: never unchecked */
+                continue;
+            }
             struct tg_jwt_claims claims;
             struct tg_jwt_rules rules = {.issuer = j->issuer,
                                          .audience = j->audience,
+                                         .resource = who->resource,
                                          .skew_s = j->skew_s,
                                          .grant_claim = j->grant_claim,
                                          .algs = j->algs,
@@ -209,6 +216,7 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
                 memcpy(who->subject, claims.subject, sizeof(who->subject));
                 who->exp_s = claims.exp;
                 who->jwt = (int)i + 1;
+                memcpy(who->scopes, claims.scopes, sizeof(who->scopes));
                 if (cred != NULL)
                     cred_jwt(cred, j, claims.exp);
                 return TG_AUTH_OK;
@@ -235,7 +243,8 @@ const struct tg_grant_conf *tg_auth_cert_grant(const struct tg_conf *c, const ch
 }
 
 void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
-                     const struct tg_grant_conf *g, const char *dn, const char *cn, struct tg_auth_cred *cred)
+                     const struct tg_grant_conf *g, const char *dn, const char *cn, const char *resource,
+                     struct tg_auth_cred *cred)
 {
     memset(cred, 0, sizeof(*cred));
     const char *name = g->name ? g->name : "";
@@ -248,6 +257,7 @@ void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int
     cred->kind = dn != NULL && authorization.ptr == NULL ? TG_CRED_CERT : TG_CRED_ANON;
     if (authorization.ptr != NULL) {
         struct tg_principal again;
+        again.resource = resource;
         int by_static;
         grant_of(c, authorization, now_s, &again, NULL, &by_static, cred);
     }
@@ -256,7 +266,7 @@ void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int
 void tg_auth_cred_of_jwt(const struct tg_conf *c, const struct tg_principal *who, const char *dn, const char *cn,
                          struct tg_auth_cred *cred)
 {
-    tg_auth_cred_of(c, TG_SLICE_NULL, 0, who->grant, dn, cn, cred);
+    tg_auth_cred_of(c, TG_SLICE_NULL, 0, who->grant, dn, cn, NULL, cred);
     cred_jwt(cred, &c->jwt[who->jwt - 1], who->exp_s);
 }
 

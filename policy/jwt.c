@@ -748,7 +748,10 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
         *why = "wrong issuer";
         goto out;
     }
-    if (rules->audience != NULL && !audience_ok(tg_json_get(claims, "aud"), rules->audience)) {
+    const cJSON *aud = tg_json_get(claims, "aud");
+    if ((rules->audience != NULL || rules->resource != NULL) &&
+        !(rules->audience != NULL && audience_ok(aud, rules->audience)) &&
+        !(rules->resource != NULL && audience_ok(aud, rules->resource))) {
         *why = "wrong audience";
         goto out;
     }
@@ -768,8 +771,12 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
         *why = "missing subject claim";
         goto out;
     }
+    char scopes[TG_SCOPES_MAX];
+    if (tg_scopes_of_claims(claims, scopes, sizeof(scopes), why) != 0)
+        goto out;
     memcpy(grant, g->valuestring, glen + 1);
     if (rules->claims != NULL) {
+        memcpy(rules->claims->scopes, scopes, strlen(scopes) + 1);
         rules->claims->exp = exp > 9e15 ? INT64_MAX / 2 : (int64_t)exp;
         memcpy(rules->claims->subject, sub->valuestring, strlen(sub->valuestring) + 1);
     }

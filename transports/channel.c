@@ -77,6 +77,8 @@ void tg_channel_unref(struct tg_channel *ch)
     tg_session_unref(ch->sess);
     tg_ws_free(ch->ws);
     tg_cred_watch_free(ch->watch);
+    free(ch->scopes);
+    free(ch->resource_metadata);
     free(ch);
 }
 
@@ -147,6 +149,12 @@ struct tg_channel *tg_channel_new(struct tg_server *srv, struct tg_session *s, e
     return ch;
 }
 
+void tg_channel_keep_scopes(struct tg_channel *ch, const struct tg_exchange *x)
+{
+    ch->scopes = x->scopes != NULL ? tg_xstrdup(x->scopes) : NULL;
+    ch->resource_metadata = x->resource_metadata != NULL ? tg_xstrdup(x->resource_metadata) : NULL;
+}
+
 void tg_channel_gone(struct tg_channel *ch)
 {
     if (!ch->open)
@@ -187,7 +195,7 @@ void tg_channel_on_drain(struct tg_conn *c, void *ex)
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
-int tg_channel_message(struct tg_channel *ch, const char *body, size_t blen)
+int tg_channel_message(struct tg_channel *ch, const struct tg_exchange *via, const char *body, size_t blen)
 {
     struct tg_server *srv = ch->sess->srv;
     struct tg_session *s = ch->sess;
@@ -216,6 +224,8 @@ int tg_channel_message(struct tg_channel *ch, const char *body, size_t blen)
     x.upstream = s->upstream;
     x.uc = &srv->conf->upstreams[s->upstream];
     x.sess = s;
+    x.scopes = via != NULL ? via->scopes : ch->scopes;
+    x.resource_metadata = via != NULL ? via->resource_metadata : ch->resource_metadata;
     const struct tg_limits *lim = &srv->conf->limits;
     s->last_active_ms = uv_now(srv->loop);
     size_t i = 0;

@@ -129,7 +129,12 @@ struct tg_cred_watch *tg_cred_watch_of_request(struct tg_server *srv, const stru
         struct tg_principal who = {.grant = g, .exp_s = hint->exp_s, .jwt = hint->jwt};
         tg_auth_cred_of_jwt(conf, &who, cert, cn, &cred);
     } else {
-        tg_auth_cred_of(conf, tg_http_req_header(&c->req, "authorization"), wall_ms() / 1000, g, cert, cn, &cred);
+        /* A reload came between the request and its stream: the token is checked again under the
+         * new conf. The route's RFC 8707 resource is not at hand here, so a token whose aud names
+         * only the resource (an issuer without audience) no longer holds: the stream ends, and the
+         * client reconnects (fail closed, and rare). */
+        tg_auth_cred_of(conf, tg_http_req_header(&c->req, "authorization"), wall_ms() / 1000, g, cert, cn, NULL,
+                        &cred);
     }
     return tg_cred_watch_new(srv, &cred, on_end, ud);
 }

@@ -23,6 +23,7 @@ void tg_legacy_sse_open(struct tg_exchange *x, struct tg_conn *c)
     if (s == NULL)
         return;
     struct tg_channel *ch = tg_channel_new(x->srv, s, CH_SSE, c, x->cred);
+    tg_channel_keep_scopes(ch, x);
     tg_http_stream_begin(c, 200, NULL, "text/event-stream");
     c->exchange = ch;
     c->on_abort = tg_channel_on_conn_abort;
@@ -80,7 +81,7 @@ void tg_legacy_sse_messages(struct tg_exchange *x, struct tg_conn *c, struct tg_
         return;
     }
     tg_channel_ref(ch);
-    int status = tg_channel_message(ch, c->req.body.base ? c->req.body.base : "", c->req.body.len);
+    int status = tg_channel_message(ch, x, c->req.body.base ? c->req.body.base : "", c->req.body.len);
     tg_channel_unref(ch);
     if (status == 401) {
         const char *ended = tg_cred_ended_why(x->srv, sid, x->grant->name); /* noted as the stream ended */

@@ -149,19 +149,14 @@ static const struct tg_grant_conf *cert_grant(const struct tg_conf *conf, const 
     return tg_auth_cert_grant(conf, dn, cn);
 }
 
-static void unauthorized(struct tg_server *srv, struct tg_conn *c, struct tg_slice path, enum tg_auth_result ar,
+static void unauthorized(struct tg_server *srv, struct tg_conn *c, const char *metadata, enum tg_auth_result ar,
                          const char *why)
 {
     struct tg_buf hdr;
     tg_buf_init(&hdr);
     tg_buf_appends(&hdr, "WWW-Authenticate: Bearer realm=\"tollgate\"");
-    if (srv->conf->njwt > 0) {
-        tg_buf_appends(&hdr, ", resource_metadata=\"");
-        tg_oauth_meta_base_url(srv, c, &hdr);
-        tg_buf_appends(&hdr, "/.well-known/oauth-protected-resource");
-        tg_buf_append(&hdr, path.ptr, path.len);
-        tg_buf_appends(&hdr, "\"");
-    }
+    if (metadata != NULL)
+        tg_buf_appendf(&hdr, ", resource_metadata=\"%s\"", metadata);
     if (ar == TG_AUTH_INVALID)
         tg_buf_appendf(&hdr, ", error=\"invalid_token\", error_description=\"%s\"", why ? why : "invalid token");
     tg_buf_appends(&hdr, "\r\n");
@@ -303,7 +298,25 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
                             "Bad Request: more than one Authorization header", NULL);
         return;
     }
+    /* The route's RFC 8707 resource (a JWT's aud may name it when public_url says what it is:
+     * never a URL made of the request's Host) and its RFC 9728 metadata URL. */
+    struct tg_buf rbuf;
+    size_t blen = 0;
+    char resource[1024], metadata[1100];
+    resource[0] = metadata[0] = '\0';
+    if (srv->conf->njwt > 0) {
+        tg_buf_init(&rbuf);
+        tg_oauth_meta_resource(srv, c, path, &rbuf, &blen);
+        if (rbuf.len < sizeof(resource)) {
+            memcpy(resource, rbuf.base, rbuf.len);
+            resource[rbuf.len] = '\0';
+            snprintf(metadata, sizeof(metadata), "%.*s/.well-known/oauth-protected-resource%s", (int)blen, rbuf.base,
+                     resource + blen);
+        }
+        tg_buf_dispose(&rbuf);
+    }
     struct tg_principal who;
+    who.resource = srv->conf->public_url != NULL && resource[0] ? resource : NULL;
     const char *why = NULL;
     struct tg_slice authz = tg_http_req_header(req, "authorization");
     char qauth[4200];
@@ -334,7 +347,7 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
         why = "unknown key";
     }
     if (ar != TG_AUTH_OK) {
-        unauthorized(srv, c, path, ar, why);
+        unauthorized(srv, c, metadata[0] ? metadata : NULL, ar, why);
         return;
     }
     const struct tg_grant_conf *g = who.grant;
@@ -353,13 +366,15 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
     x.era = TG_ERA_2025;
     x.grant = g;
     x.who = &who;
+    x.scopes = who.scopes;
+    x.resource_metadata = metadata[0] ? metadata : NULL;
     x.upstream = upstream;
     x.uc = &srv->conf->upstreams[upstream];
     struct tg_auth_cred cred; /* a channel's credential: re-checked at reload, ends it at a JWT's exp */
     switch (ep) {
     case TG_EP_SSE:
     case TG_EP_WS:
-        tg_auth_cred_of(srv->conf, authz, wall_ms() / 1000, g, cg != NULL ? dn : NULL, cn, &cred);
+        tg_auth_cred_of(srv->conf, authz, wall_ms() / 1000, g, cg != NULL ? dn : NULL, cn, who.resource, &cred);
         x.cred = &cred;
         if (req->method != HTTP_GET)
             tg_http_respond(c, 405, "Allow: GET\r\n", NULL, "", 0);

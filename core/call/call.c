@@ -194,6 +194,7 @@ void tg_call_close(struct tg_call *k)
 static struct tg_recycler decisions = TG_RECYCLER_INIT(sizeof(struct tg_decision), 64);
 
 struct tg_decision *tg_call_decision_new(void) { return tg_recycle_alloc(&decisions); }
+void tg_call_decision_free(struct tg_decision *d) { tg_recycle_free(&decisions, d); }
 
 static void call_release(struct tg_call *k)
 {

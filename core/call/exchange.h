@@ -45,6 +45,9 @@ struct tg_exchange {
     const struct tg_principal *who;     /* who the request speaks for (policy/auth.h), or NULL
                                          * where no request carried a credential (a reload's
                                          * ending, a cluster member's message): then the grant */
+    const char *scopes;                 /* the credential's scopes (policy/scopes.h), or NULL: none */
+    const char *resource_metadata;      /* the route's RFC 9728 metadata URL, for a 403
+                                         * insufficient_scope (NULL: no JWT issuers, none) */
     int upstream;                       /* index into conf->upstreams */
     const struct tg_upstream_conf *uc;
     struct tg_session *sess;            /* the session, or NULL for a stateless request */

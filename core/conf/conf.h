@@ -120,6 +120,8 @@ struct tg_grant_conf {
     char **issuers;   /* the jwt[].issuer values whose tokens may name it (byte-exact); none: no JWT may */
     size_t nissuers;
     char *tls_subject; /* a verified client certificate whose subject (or CN) is this is this grant */
+    char *scopes;      /* grants[].scopes as a scope set (policy/scopes.h): what a static token, a
+                        * certificate or anonymous access to it may do; NULL: no scopes */
     struct tg_grant_policy *policies;
     size_t npolicies;
     struct tg_roots roots; /* pinned: overrides every upstream's roots for this grant */

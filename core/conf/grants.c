@@ -48,6 +48,39 @@ static void load_issuers(struct loader *ld, const config_setting_t *g, struct tg
     }
 }
 
+/* grants[].scopes = [ "deploy", … ]: the scopes its credentials other than a JWT (which carries
+ * its own) hold, for policies that require scopes. Each a scope-token, at most TG_SCOPES_MAX_COUNT. */
+static void load_grant_scopes(struct loader *ld, const config_setting_t *g, struct tg_grant_conf *gc,
+                              const char *ctx)
+{
+    const config_setting_t *l = config_setting_get_member(g, "scopes");
+    if (l == NULL)
+        return;
+    char sctx[64];
+    snprintf(sctx, sizeof(sctx), "%s.scopes", ctx);
+    int n = config_setting_length(l);
+    if ((!config_setting_is_array(l) && !config_setting_is_list(l)) || n == 0 || n > TG_SCOPES_MAX_COUNT) {
+        tg__conf_errf(ld, l, sctx, "must be a non-empty array of at most %d scopes [ \"deploy\" ]",
+                      TG_SCOPES_MAX_COUNT);
+        return;
+    }
+    char set[TG_SCOPES_MAX] = "";
+    for (int i = 0; i < n; i++) {
+        const char *v = config_setting_get_string_elem(l, i);
+        if (v == NULL || !tg_scope_token_ok(v, strlen(v))) {
+            tg__conf_errf(ld, l, sctx, "entry %d must be a scope: printable ASCII without spaces, '\"' or '\\'", i);
+            return;
+        }
+        if (tg_scopes_has(set, v))
+            tg__conf_errf(ld, l, sctx, "lists \"%s\" twice", v);
+        else if (tg_scopes_add(set, sizeof(set), v) != 0) {
+            tg__conf_errf(ld, l, sctx, "longer than %d bytes", TG_SCOPES_MAX - 1);
+            return;
+        }
+    }
+    gc->scopes = tg_xstrdup(set);
+}
+
 /* Every grants[].issuers entry is some jwt[].issuer, byte for byte (as a token's iss is compared):
  * a typo would otherwise leave the grant silently unreachable. */
 static void check_grant_issuers(struct loader *ld, config_t *cfg, const struct tg_conf *c)
@@ -91,7 +124,7 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
             continue;
         }
         static const char *const known[] = {"name", "token_sha256", "anonymous", "max_sessions", "policies",
-                                            "tls_subject", "roots", "issuers", NULL};
+                                            "tls_subject", "roots", "issuers", "scopes", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         gc->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         const config_setting_t *ms = config_setting_get_member(g, "max_sessions");
@@ -113,6 +146,7 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
                 tg__conf_errf(ld, config_setting_get_member(g, "tls_subject"), "tls_subject",
                               "\"%s\" already names grant %s", gc->tls_subject, c->grants[k].name);
         load_issuers(ld, g, gc, ctx);
+        load_grant_scopes(ld, g, gc, ctx);
         if (!gc->has_token && !gc->anonymous && gc->tls_subject == NULL) {
             if (gc->nissuers == 0)
                 tg__conf_errf(ld, g, ctx,
@@ -403,7 +437,13 @@ static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c)
                                             "subject_claim", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         j->issuer = tg__conf_get_str(ld, g, "issuer", NULL, 1, ctx);
-        j->audience = tg__conf_get_str(ld, g, "audience", NULL, 1, ctx);
+        /* Without an audience a token's aud must name the resource it is used at (RFC 8707):
+         * public_url + the route's path. That URL must be the operator's, never one made of a
+         * request's Host header, so without public_url there is nothing to check aud against. */
+        j->audience = tg__conf_get_str(ld, g, "audience", NULL, 0, ctx);
+        if (j->audience == NULL && config_lookup(cfg, "public_url") == NULL)
+            tg__conf_errf(ld, g, ctx, "needs audience, or public_url set (then a token's aud must name the "
+                                      "route's resource URL, public_url + its path)");
         j->jwks_file = tg__conf_path(ld, tg__conf_get_str(ld, g, "jwks_file", NULL, 0, ctx));
         jwt_source(ld, g, j, ctx);
         j->grant_claim = tg__conf_get_str(ld, g, "grant_claim", "sub", 0, ctx);
@@ -547,6 +587,7 @@ void tg__conf_grants_free(struct tg_conf *c)
     for (size_t i = 0; i < c->ngrants; i++) {
         free(c->grants[i].name);
         free(c->grants[i].tls_subject);
+        free(c->grants[i].scopes);
         for (size_t k = 0; k < c->grants[i].nissuers; k++)
             free(c->grants[i].issuers[k]);
         free(c->grants[i].issuers);

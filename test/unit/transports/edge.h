@@ -70,7 +70,7 @@ static inline void edge_on_request(struct hh *h, struct tg_conn *c)
     x.uc = &t->srv->conf->upstreams[x.upstream];
     int method = c->req.method;
     struct tg_auth_cred cred; /* a channel's, as the router keeps it */
-    tg_auth_cred_of(t->srv->conf, TG_SLICE_NULL, 0, x.grant, NULL, NULL, &cred);
+    tg_auth_cred_of(t->srv->conf, TG_SLICE_NULL, 0, x.grant, NULL, NULL, NULL, &cred);
     if (edge_ends_with(path, "/sse") || edge_ends_with(path, "/ws"))
         x.cred = &cred;
     if (edge_ends_with(path, "/mcp") && method == HTTP_POST)
