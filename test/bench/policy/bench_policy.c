@@ -340,7 +340,7 @@ int main(int argc, char **argv)
     struct tg_decision d;
     long taken = 0;
     char g[48];
-    struct tg_caller one = {g, "s", "cowork"};
+    struct tg_caller one = {g, "s", "cowork", NULL};
     double t = now_s();
     for (long i = 0; i < nbuckets; i++) {
         snprintf(g, sizeof(g), "bucket-grant-%07ld", i);
