@@ -12,6 +12,7 @@
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
 #include "core/wire/msg.h"
+#include "policy/auth.h"
 #include "policy/policy.h"
 #include "core/call/session.h"
 #include "upstream/pool/pool.h"
@@ -48,6 +49,7 @@ struct waiter {
     struct tg_sink *sk;     /* the waiting client's sink (our reference until handed on) */
     struct tg_msg m;        /* the message, taken over from the transport */
     char *fwd_headers;      /* x.fwd_headers, copied (the client's buffer goes) */
+    struct tg_principal who; /* *x.who, copied (the transport's goes): its subject is counted */
     tg_bridge_go_cb go;     /* the gate's continuation */
 };
 
@@ -395,6 +397,10 @@ enum tg_bridge_admission tg_bridge_admit(struct tg_exchange *x, struct tg_sink *
     if (x->fwd_headers != NULL)
         w->fwd_headers = tg_xstrdup(x->fwd_headers);
     w->x.fwd_headers = w->fwd_headers;
+    if (x->who != NULL) {
+        w->who = *x->who;
+        w->x.who = &w->who;
+    }
     w->go = go;
     if (tg_list_empty(&b->waiters))
         b->reloads = srv->reloads;

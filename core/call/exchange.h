@@ -43,8 +43,9 @@ struct tg_exchange {
     unsigned client_caps;               /* TG_CAP_* the client declared (2026: core/mcp/mrtr.h) */
     const struct tg_grant_conf *grant;  /* the principal's grant (who->grant) */
     const struct tg_principal *who;     /* who the request speaks for (policy/auth.h), or NULL
-                                         * where no request carried a credential (a reload's
-                                         * ending, a cluster member's message): then the grant */
+                                         * where no request carried a credential (a channel's
+                                         * message: then the subject that opened its session; a
+                                         * reload's ending, a cluster member's message: the grant) */
     int upstream;                       /* index into conf->upstreams */
     const struct tg_upstream_conf *uc;
     struct tg_session *sess;            /* the session, or NULL for a stateless request */
