@@ -138,6 +138,18 @@ has err "$P/bad.cases.yaml: cases[2].colour: unknown field"; has err "nothing te
 run 2 policy test $P/broken.json $P/hosted.cases.yaml
 has err "$P/broken.json: tools.deploy.rules[0].conditions[0].op"
 
+# ---- users inside a grant: scope "subject", explain --subject, a case's subject
+printf '{"version":"1","default":"deny","tools":{"ask":{"limits":[{"counter":"per_user","window":"hour","max":2,"scope":"subject"}]}}}\n' >"$T/subject.json"
+printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = "staff"; anonymous = true; } );\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "%s"; } );\n' \
+    "$T/subject.json" >"$T/subject.conf"
+run 3 policy explain -c "$T/subject.conf" --subject alice --repeat 3 --call '{"name":"ask"}'
+has out "policy: $T/subject.json (grant staff, subject alice, upstream u)"; has out "decision: limited"
+has out "per_user: token bucket, scope subject"; has out "limited to 2 calls per hour for this user"
+run 0 policy explain -c "$T/subject.conf" --subject alice --repeat 2 --call '{"name":"ask"}'
+run 2 policy explain -c "$T/subject.conf" --subject; has err "--subject needs a value"
+printf -- '- {call: {name: ask}, subject: alice, expect: allow}\n- {call: {name: ask}, subject: alice, expect: allow}\n- {call: {name: ask}, subject: alice, expect: limited, reason: for this user}\n- {call: {name: ask}, subject: bob, expect: allow}\n- {call: {name: ask}, expect: allow}\n- {call: {name: ask}, subject: test, expect: allow}\n- {call: {name: ask}, expect: limited}\n' >"$T/subject.cases.yaml"
+run 0 policy test "$T/subject.json" "$T/subject.cases.yaml"; has out "7 cases, 7 passed, 0 failed"
+
 # ---- bad arguments and help
 run 0 policy --help; has out "tollgate policy test FILE CASES.yaml"; has out "Exit 0 allow, 1 deny, 3 limited, 4 approve"
 has out "An unknown field is an error"
