@@ -182,9 +182,10 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
                     last = w;
                 continue;
             }
+            const char *gname = j->grant != NULL ? j->grant : name; /* jwt[].grant: every token's */
             const struct tg_grant_conf *named = NULL;
             for (size_t k = 0; k < c->ngrants && named == NULL; k++)
-                if (c->grants[k].name && strcmp(c->grants[k].name, name) == 0)
+                if (c->grants[k].name && strcmp(c->grants[k].name, gname) == 0)
                     named = &c->grants[k];
             if (named == NULL)
                 last = "the token names no configured grant";

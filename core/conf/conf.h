@@ -195,7 +195,8 @@ struct tg_jwt_conf {
     char *issuer;
     char *audience;
     char *jwks_file;
-    char *grant_claim;
+    char *grant_claim;   /* NULL when grant is set */
+    char *grant;         /* every token of this issuer names this grant (no grant claim), or NULL */
     char *subject_claim; /* who inside the grant (default "sub") */
     int skew_s;
     unsigned algs; /* TG_JWT_ALG_ bits of jwt[].algorithms (default RS256 and ES256) */
