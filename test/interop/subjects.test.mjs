@@ -8,7 +8,8 @@
 //   3. a 2025 session belongs to the subject that made it: another user of the same grant, or the
 //      same subject name from another issuer, gets 404 for its Mcp-Session-Id on Streamable HTTP
 //      (POST, GET, DELETE) and on the legacy SSE /messages?sessionId=
-//   4. in a cluster, the shared session record binds the subject: another instance refuses
+//   4. jwt[].grant: an issuer whose tokens name no grant puts all its users in one
+//   5. in a cluster, the shared session record binds the subject: another instance refuses
 //      another user too, and subject counters are shared through Redis
 //
 // Tokens are signed here (RS256, node:crypto) as test/interop/jwt.test.mjs does.
@@ -28,6 +29,7 @@ import { openClient } from './lib/clients.mjs';
 
 const ISSUER = 'https://idp.test/';
 const ISSUER_B = 'https://other-idp.test/'; // also bound to staff: its "alice" is someone else
+const ISSUER_C = 'https://users-idp.test/'; // jwt[].grant = "staff": its tokens name no grant
 const AUDIENCE = 'tollgate';
 const UPSTREAM = 'cowork-os';
 const UPSTREAM_TOKEN = H.randomToken();
@@ -47,7 +49,9 @@ const b64u = (v) => Buffer.from(typeof v === 'string' ? v : JSON.stringify(v)).t
 /** A token of grant `team` for subject `sub`, from `iss`. */
 function token(sub, { team = 'staff', iss = ISSUER } = {}) {
   const now = Math.floor(Date.now() / 1000);
-  const input = `${b64u({ alg: 'RS256', typ: 'JWT', kid: 'k1' })}.${b64u({ iss, aud: AUDIENCE, team, sub, iat: now, exp: now + 600 })}`;
+  const claims = { iss, aud: AUDIENCE, sub, iat: now, exp: now + 600 };
+  if (team !== null) claims.team = team;
+  const input = `${b64u({ alg: 'RS256', typ: 'JWT', kid: 'k1' })}.${b64u(claims)}`;
   return `${input}.${crypto.sign('sha256', Buffer.from(input), key.privateKey).toString('base64url')}`;
 }
 const bearer = (t) => ({ authorization: `Bearer ${t}` });
@@ -78,9 +82,10 @@ function confOpts(policy, extra = {}) {
     jwt: [
       { issuer: ISSUER, audience: AUDIENCE, jwks_file: jwksFile, grant_claim: 'team' },
       { issuer: ISSUER_B, audience: AUDIENCE, jwks_file: jwksFile, grant_claim: 'team' },
+      { issuer: ISSUER_C, audience: AUDIENCE, jwks_file: jwksFile, grant: 'staff' },
     ],
     grants: [
-      { name: 'staff', issuers: [ISSUER, ISSUER_B], policies: [{ upstream: UPSTREAM, policy }] },
+      { name: 'staff', issuers: [ISSUER, ISSUER_B, ISSUER_C], policies: [{ upstream: UPSTREAM, policy }] },
       { name: 'solo', token_sha256: H.sha256hex(STATIC_TOKEN), policies: [{ upstream: UPSTREAM, policy }] },
     ],
     upstreams: [{
@@ -168,6 +173,18 @@ describe('counters of scope "subject": one bucket per user inside the grant', ()
     assert.match(r.error.message, /for this grant/);
     await alice.close();
     await bob.close();
+  });
+
+  test('jwt[].grant: tokens that name no grant land in it, each user counted apart', async () => {
+    const carol = await openClient('streamable', { port: gw.plainPort, upstream: UPSTREAM, token: token('carol-c', { iss: ISSUER_C, team: null }) });
+    const dave = await openClient('streamable', { port: gw.plainPort, upstream: UPSTREAM, token: token('dave-c', { iss: ISSUER_C, team: 'solo' }) });
+    for (let i = 0; i < 2; i++) assert.equal(codeOf(await carol.call('echo', { text: `carol-${i}` })), undefined);
+    assert.equal(codeOf(await carol.call('echo', { text: 'carol-2' })), -32002);
+    assert.equal(codeOf(await dave.call('echo', { text: 'dave-0' })), undefined, 'a grant claim is not read: dave is in staff');
+    await carol.close();
+    await dave.close();
+    const [l] = await auditLines((x) => x.subject === 'dave-c', 1);
+    assert.equal(l.grant, 'staff');
   });
 
   test('a static token is its grant\'s one subject: audit and access lines say so', async () => {
