@@ -264,6 +264,7 @@ void tg_session_unref(struct tg_session *s)
     if (--s->refcnt > 0)
         return;
     free(s->grant);
+    free(s->subject);
     free(s->up_session);
     free(s->listen_uris);
     if (s->up_modern)
