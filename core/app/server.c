@@ -188,6 +188,7 @@ int tg_server_init(struct tg_app *app, uv_loop_t *loop, struct tg_conf *conf)
     srv->upstream_ops = tg_upstream_kind_for; /* the kinds this gateway has (upstream/kinds.c) */
     tg_list_init(&srv->dead_calls);
     tg_list_init(&srv->approvals);
+    tg_list_init(&srv->approvals_decided);
     tg_list_init(&srv->channels);
     tg_list_init(&srv->awaiting);
     tg_list_init(&srv->streams);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/call/approvals_modes.h"
 #include "core/call/audit.h"
 #include "core/call/call.h"
 #include "core/call/gateway.h"
@@ -16,6 +17,8 @@
 void tg_approvals_park(struct tg_call *k)
 {
     struct tg_server *srv = k->srv;
+    if (k->approval_mode != TG_APPROVAL_RETRY)
+        tg_approvals_hold_prepare(k); /* its timeout capped; progress if its client can take it */
     uint8_t rnd[16];
     tg_random(rnd, sizeof(rnd));
     tg_hex_encode(rnd, sizeof(rnd), k->approval_id);
@@ -30,6 +33,8 @@ void tg_approvals_park(struct tg_call *k)
            tg_log_esc(tesc, sizeof(tesc), tg_slice_cstr(k->tool)));
     tg_call_audit(k, "approve", -1, NULL, NULL);
     srv->store.ops->approval_park(srv->store.ud, k);
+    if (k->approval_mode == TG_APPROVAL_RETRY)
+        tg_approvals_retry_detach(k); /* its client has its answer at once; the record stays */
 }
 
 /* The answer to a call that was not approved: -32003 with {tool, approval_id, reason}, reason
@@ -65,6 +70,10 @@ static void finish(struct tg_call *k, int approve, const char *by, const char *w
         char esc[200]; /* the approver's name comes from a header: escaped, it cannot forge log fields */
         tg_log(TG_LOG_INFO, "approval granted", "approval_id=%s by=%s", k->approval_id,
                tg_log_esc(esc, sizeof(esc), tg_slice_cstr(by)));
+        if (k->approval_mode == TG_APPROVAL_RETRY && k->sess == NULL) {
+            tg_approvals_record_decided(k, 1, NULL); /* it runs when its client calls again */
+            return;
+        }
         struct tg_buf body = k->held;
         tg_buf_init(&k->held);
         tg_call_send(k, body.base, body.len, (uint64_t)tg_upstream_conf(k->uprt)->call_timeout_ms);
@@ -81,6 +90,10 @@ static void finish(struct tg_call *k, int approve, const char *by, const char *w
     tg_log(TG_LOG_INFO, why ? "approval timed out" : "approval denied", "approval_id=%s by=%s reason=%s",
            k->approval_id, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(by ? by : "-")),
            tg_log_esc(resc, sizeof(resc), tg_slice_cstr(reason && reason[0] ? reason : "-")));
+    if (why == NULL && k->approval_mode == TG_APPROVAL_RETRY && k->sess == NULL) {
+        tg_approvals_record_decided(k, 0, reason); /* its client hears it when it calls again */
+        return;
+    }
     if (k->sink != NULL && k->sink->ops->listening(k->sink)) {
         char message[sizeof(k->dec->message)];
         if (cancelled)
@@ -161,6 +174,7 @@ void tg_approvals_expire(struct tg_server *srv)
     }
     while (!tg_list_empty(&due))
         tg_approvals_finish(tg_container_of(due.next, struct tg_call, alink), 0, NULL, "timeout");
+    tg_approvals_modes_tick(srv);
 }
 
 void tg_approvals_abort(struct tg_server *srv)
@@ -169,6 +183,7 @@ void tg_approvals_abort(struct tg_server *srv)
         struct tg_call *k = tg_container_of(srv->approvals.next, struct tg_call, alink);
         tg_approvals_finish(k, 0, "shutdown", "timeout");
     }
+    tg_approvals_records_close(srv);
 }
 
 static struct tg_call *first_parked(struct tg_session *s)
@@ -215,7 +230,7 @@ void tg_approvals_local_list(struct tg_server *srv, tg_approval_list_cb done, vo
         struct tg_approval_item *it = &items[i];
         it->id = k->approval_id;
         it->grant = k->grant;
-        it->session = k->sess->id_str;
+        it->session = k->sess ? k->sess->id_str : ""; /* a retry record has none: its client has its answer */
         it->upstream = up_name(k);
         it->tool = k->tool;
         cJSON *msg = cJSON_ParseWithLength(k->held.base, k->held.len);

@@ -109,6 +109,8 @@ void tg_call_settle(struct tg_call *k, enum tg_outcome o, double latency_ms)
     if (k->settled)
         return;
     k->settled = 1;
+    if (k->approval_taken != NULL)
+        k->approval_settled(k, outcomes[o].give_back); /* the approval it used */
     if (outcomes[o].give_back)
         refund(k);
     if (k->dec != NULL && outcomes[o].audit != NULL)
@@ -163,6 +165,8 @@ void tg_call_close(struct tg_call *k)
     }
     if (!k->forwarded)
         tg_call_settle(k, TG_OUT_WITHDRAWN, -1);
+    if (k->approval_taken != NULL)
+        k->approval_settled(k, 0); /* it reached the upstream: the approval is used */
     upstream_cancel(k);
     if (k->parked) {
         /* Its client went while a human had yet to decide: withdrawn, as a cancel would. */
@@ -200,6 +204,7 @@ void tg_call_decision_free(struct tg_decision *d) { tg_recycle_free(&decisions, 
 static void call_release(struct tg_call *k)
 {
     tg_xfree(k->progress_token);
+    tg_xfree(k->approval_reason);
     tg_policy_unref(k->policy);
     tg_xfree(k->grant);
     tg_xfree(k->subject);

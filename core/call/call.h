@@ -116,6 +116,16 @@ struct tg_call {
     uint64_t parked_at_wall;
     struct tg_list alink;     /* srv->approvals while parked, srv->awaiting while awaiting */
     struct tg_buf held;       /* the message, serialized, waiting for a decision */
+    /* approval modes (core/call/approvals_modes.c) */
+    unsigned char approval_mode;  /* the enum tg_approval_mode it parked in */
+    unsigned char approval_state; /* a retry record: TG_RECORD_PENDING, _APPROVED or _DENIED */
+    uint64_t next_progress;       /* hold: when the next notifications/progress goes (0: none) */
+    double progress_sent;         /* hold: the last progress value sent */
+    uint8_t approval_key[32];     /* retry: grant, subject, upstream, tool, canonical arguments */
+    char *approval_reason;        /* a denied retry record: the approver's words */
+    struct tg_call *approval_taken; /* a call that consumed a retry approval: the record, given
+                                     * back if the call certainly did not run, closed otherwise */
+    void (*approval_settled)(struct tg_call *k, int give_back); /* set with approval_taken */
     /* its decision (core/gate/dispatch.c, through the shared store: core/call/shared.h) */
     struct tg_gate_request *asking;  /* the request on the gate's stack while the store decides
                                       * inline; NULL once the decision waits (held has it) */

@@ -82,6 +82,10 @@ struct tg_limits {
     int output_high_water;
     int drain_timeout_ms;
     int approvals_max;
+    int approval_hold_max_ms;  /* approval_mode hold: the longest a held call waits (its tool's
+                                * approval_timeout is cut to this) */
+    int approval_progress_ms;  /* hold: notifications/progress to a client that sent a token */
+    int approval_ttl_ms;       /* retry: how long a decision waits for the call again */
     int replay_bytes;
     int sse_keepalive_ms;
     int listens_per_grant;
@@ -170,6 +174,7 @@ struct tg_upstream_conf {
     size_t nheaders;
     int connect_timeout_ms;
     int call_timeout_ms;
+    int approval_mode; /* enum tg_approval_mode; TG_APPROVAL_AUTO when not set */
     int pool_size;
     int pool_idle_timeout_ms;
     int queue_max;

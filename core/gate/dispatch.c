@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/call/approvals.h"
+#include "core/call/approvals_modes.h"
 #include "core/bridge/input.h"
 #include "core/bridge/listen.h"
 #include "core/call/audit.h"
@@ -138,12 +139,15 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
 static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
 {
     struct tg_server *srv = k->srv;
-    if (in_batch || srv->napprovals >= (size_t)srv->conf->limits.approvals_max) {
+    int retry = tg_approvals_mode_of(k) == TG_APPROVAL_RETRY; /* answered at once: a batch may have it */
+    if (retry && tg_approvals_retry_take(k, out)) /* approved (it runs), denied, or pending already */
+        return;
+    if ((in_batch && !retry) || srv->napprovals >= (size_t)srv->conf->limits.approvals_max) {
         /* A batch cannot wait for a human; a single message on a channel can. */
         tg_buf_dispose(out);
         tg_call_audit(k, "rejected", -1, NULL, "(queue full)");
         struct tg_decision full = *k->dec;
-        if (in_batch)
+        if (in_batch && !retry)
             snprintf(full.message, sizeof(full.message), "%s needs a human's approval, which a batch cannot wait for; send it on its own", k->tool);
         else
             snprintf(full.message, sizeof(full.message), "%s needs approval, but the approval queue is full (limits.approvals_max); try later", k->tool);

@@ -64,7 +64,7 @@ const budgetPolicy = (name, max, window = 'day') => writePolicy(`${name}.json`, 
   tools: {
     execute_code: { limits: [{ counter: 'execute_code_rate', window, max, scope: 'grant' }] },
     echo: { action: 'allow' },
-    write_file: { action: 'approve', approval_timeout: 30 },
+    write_file: { action: 'approve', approval_mode: 'hold', approval_timeout: 30 },
   },
 });
 
