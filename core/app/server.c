@@ -291,6 +291,7 @@ int tg_server_start(struct tg_app *app)
             return r;
         app->admin_open = 1;
         tg_log(TG_LOG_INFO, "admin listening", "address=%s port=%d", srv->conf->admin.address, app->admin.http.port);
+        srv->admin_port = app->admin.http.port;
     }
     uv_timer_start(&app->sweep, on_sweep, 1000, 1000);
     tg_keys_start(app->keys);

@@ -39,7 +39,8 @@ static void approve_url(const struct tg_server *srv, struct tg_buf *b)
         tg_buf_append(b, c->public_url, n);
     } else if (c->admin.enabled && c->admin.address != NULL) {
         int v6 = strchr(c->admin.address, ':') != NULL;
-        tg_buf_appendf(b, "http://%s%s%s:%d", v6 ? "[" : "", c->admin.address, v6 ? "]" : "", c->admin.port);
+        tg_buf_appendf(b, "http://%s%s%s:%d", v6 ? "[" : "", c->admin.address, v6 ? "]" : "",
+                       srv->admin_port ? srv->admin_port : c->admin.port);
     }
     tg_buf_appends(b, "/admin/ui/");
 }

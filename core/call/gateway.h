@@ -53,6 +53,7 @@ struct tg_server {
     struct tg_cred_ended *cred_ended; /* legacy SSE sessions a credential ended, remembered: owned, or NULL */
     uint64_t next_stream_id;
     size_t napprovals;
+    int admin_port;               /* the admin listener's port as bound (approval URLs), or 0 */
     uint64_t reloads, reload_failures;
     /* The sessions stateless (2026-07-28) requests use: one per grant and upstream, found by the
      * session's own grant and upstream; each slot holds a session reference (core/gate/stateless.c;
