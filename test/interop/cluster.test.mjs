@@ -200,6 +200,7 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
       sess: budgetPolicy('sess', 10),
       other: budgetPolicy('other', 10),
       approve: budgetPolicy('approve', 10),
+      retry: writePolicy('retry.json', { version: '1', default: 'deny', tools: { write_file: { action: 'approve', approval_mode: 'retry' } } }),
       reload: budgetPolicy('reload', 10),
       pause: budgetPolicy('pause', 40),
       kill: budgetPolicy('kill', 20),
@@ -339,6 +340,33 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     assert.ok(out.e instanceof sdk.types.McpError, `denied: ${JSON.stringify(out.r ?? String(out.e))}`);
     assert.equal(out.e.code, -32003, out.e.message);
     assert.equal(forwarded('/tmp/cluster-denied', 'path').length, 0, 'a denied call is never forwarded');
+    await a.close();
+  });
+
+  test('approvals in retry mode: pending on a, listed and approved on b; the call made again on a runs once, a third needs a new approval', async () => {
+    const a = await H.connectClient(c.instanceUrl(0, UPSTREAM), { fetch: fetchFn, headers: bearer(g.retry.token), cleanup });
+    const args = { path: '/tmp/cluster-retry.txt', content: 'approve-on-b' };
+    const call = () => a.client.callTool({ name: 'write_file', arguments: args }).then((r) => ({ r }), (e) => ({ e }));
+    const first = await call();
+    assert.equal(first.e?.code, -32003, JSON.stringify(first.r ?? String(first.e)));
+    assert.equal(first.e.data.status, 'pending');
+    const id = first.e.data.approval_id;
+    const item = await H.waitUntil(async () => (await c.admin(1, 'GET', '/admin/approvals')).json?.approvals?.find((x) => x.id === id),
+      { what: "the pending approval in b's list" });
+    assert.equal(item.instance, c.instances[0].name);
+    const r = await c.admin(1, 'POST', `/admin/approvals/${id}/approve`, { headers: { 'X-Tollgate-Approver': 'erin' } });
+    assert.equal(r.status, 200, r.text);
+    await H.waitUntil(async () => !(await c.admin(0, 'GET', '/admin/approvals')).json?.approvals?.some((x) => x.id === id),
+      { what: 'the decision to reach a' });
+    const second = await call();
+    assert.ok(second.r && !second.r.isError, JSON.stringify(second.r ?? String(second.e)));
+    assert.equal(forwarded('/tmp/cluster-retry', 'path').length, 1, 'the call made again ran exactly once');
+    const third = await call();
+    assert.equal(third.e?.code, -32003, JSON.stringify(third.r ?? String(third.e)));
+    assert.notEqual(third.e.data.approval_id, id, 'a new approval');
+    assert.equal(forwarded('/tmp/cluster-retry', 'path').length, 1, 'the third call did not run');
+    const d = await c.admin(2, 'POST', `/admin/approvals/${third.e.data.approval_id}/deny`);
+    assert.equal(d.status, 200, d.text);
     await a.close();
   });
 
