@@ -247,6 +247,10 @@ void tg_conf_unref(struct tg_conf *c);
 /* Expand ${VAR} and ${VAR:-default} from the environment. Returns a malloc'd string or NULL with *why set. */
 char *tg_conf_expand_env(const char *in, const char **why, char *varname, size_t varname_sz);
 
+/* u->url (http://host[:port]/path or https://…) into u's tls, host, port, path and authority
+ * (malloc'd, freed like the rest of u). -1 and *why on a URL it cannot use. */
+int tg_conf_parse_url(struct tg_upstream_conf *u, const char **why);
+
 const struct tg_upstream_conf *tg_conf_find_upstream(const struct tg_conf *c, struct tg_slice name, int *index);
 
 #endif
