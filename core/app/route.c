@@ -325,6 +325,11 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
     x.era = TG_ERA_2025;
     x.grant = g;
     x.who = &who;
+    struct tg_slice jwt;
+    if (who.jwt > 0 && tg_auth_bearer(authz, &jwt) == 0) { /* for a token exchange, this request only */
+        x.subject_token = jwt.ptr;
+        x.subject_token_len = jwt.len;
+    }
     x.upstream = upstream;
     x.uc = &srv->conf->upstreams[upstream];
     struct tg_auth_cred cred; /* a channel's credential: re-checked at reload, ends it at a JWT's exp */

@@ -12,6 +12,7 @@
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
 #include "core/wire/msg.h"
+#include "policy/auth.h"
 #include "policy/policy.h"
 #include "core/call/session.h"
 #include "upstream/pool/pool.h"
@@ -48,6 +49,8 @@ struct waiter {
     struct tg_sink *sk;     /* the waiting client's sink (our reference until handed on) */
     struct tg_msg m;        /* the message, taken over from the transport */
     char *fwd_headers;      /* x.fwd_headers, copied (the client's buffer goes) */
+    struct tg_principal who; /* *x.who, copied (it was on the transport's stack) */
+    char *subject_token;    /* x.subject_token, copied for a token exchange (wiped when freed) */
     tg_bridge_go_cb go;     /* the gate's continuation */
 };
 
@@ -294,6 +297,9 @@ static void waiter_free(struct waiter *w)
     tg_list_unlink(&w->link);
     tg_msg_dispose(&w->m);
     free(w->fwd_headers);
+    if (w->subject_token != NULL)
+        memset(w->subject_token, 0, w->x.subject_token_len);
+    free(w->subject_token);
     free(w);
 }
 
@@ -395,6 +401,15 @@ enum tg_bridge_admission tg_bridge_admit(struct tg_exchange *x, struct tg_sink *
     if (x->fwd_headers != NULL)
         w->fwd_headers = tg_xstrdup(x->fwd_headers);
     w->x.fwd_headers = w->fwd_headers;
+    if (x->who != NULL) {
+        w->who = *x->who;
+        w->x.who = &w->who;
+    }
+    if (x->subject_token != NULL) {
+        w->subject_token = tg_xcalloc(1, x->subject_token_len + 1);
+        memcpy(w->subject_token, x->subject_token, x->subject_token_len);
+        w->x.subject_token = w->subject_token;
+    }
     w->go = go;
     if (tg_list_empty(&b->waiters))
         b->reloads = srv->reloads;

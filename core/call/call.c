@@ -15,6 +15,7 @@
 #include "core/mcp/schemas.h"
 #include "core/wire/msg.h"
 #include "core/call/roots.h"
+#include "core/call/upauth.h"
 #include "core/base/slab.h"
 #include "policy/policy.h"
 #include "upstream/upstream.h"
@@ -162,6 +163,7 @@ void tg_call_close(struct tg_call *k)
     }
     if (!k->forwarded)
         tg_call_settle(k, TG_OUT_WITHDRAWN, -1);
+    tg__call_upauth_cancel(k);
     upstream_cancel(k);
     if (k->parked) {
         /* Its client went while a human had yet to decide: withdrawn, as a cancel would. */
@@ -209,6 +211,7 @@ static void call_release(struct tg_call *k)
     tg_xfree(k->resend);
     tg_xfree(k->listen_uris);
     tg_xfree(k->input_req_id);
+    tg__call_upauth_free(k);
     if (k->mrtr != NULL)
         tg_mcp_mrtr_call_dispose(k->mrtr);
     tg_xfree(k->mrtr);
@@ -238,13 +241,37 @@ void tg_call_abandon(struct tg_call *k)
     upstream_cancel(k);
 }
 
+/* Its upstream credential (core/call/upauth.h): here, not there, so that the call needs
+ * nothing of the file that needs the call. */
+void tg__call_upauth_cancel(struct tg_call *k)
+{
+    if (k->upauth != NULL)
+        tg_tx_wait_cancel(&k->upauth->wait);
+    k->upauth_wait = 0;
+}
+
+void tg__call_upauth_free(struct tg_call *k)
+{
+    struct tg_upauth *u = k->upauth;
+    if (u == NULL)
+        return;
+    tg_tx_wait_cancel(&u->wait);
+    free(u->who);
+    if (u->token != NULL)
+        memset(u->token, 0, u->token_len); /* the caller's JWT */
+    free(u->token);
+    tg_buf_dispose(&u->held);
+    free(u);
+    k->upauth = NULL;
+}
+
 /* ---- upcalls from transports --------------------------------------------------------- */
 
 int tg_call_is_listen(const struct tg_call *k) { return k->is_listen; }
 
 int tg_call_running(const struct tg_call *k)
 {
-    return !k->closed && (k->upcall != NULL || k->awaiting || k->kind == KIND_GET);
+    return !k->closed && (k->upcall != NULL || k->awaiting || k->upauth_wait || k->kind == KIND_GET);
 }
 
 struct tg_sink *tg_call_sink(const struct tg_call *k) { return k->sink; }
