@@ -7,6 +7,7 @@
 
 #include "core/call/call.h"
 #include "core/call/gateway.h"
+#include "core/call/upauth.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/mcp/legacy.h"
@@ -39,6 +40,8 @@ struct tg_bridge {
     unsigned nwait;
     struct tg_list ready;   /* in srv's pending list while waiters should run */
     uint64_t reloads;       /* srv->reloads when the waiters were queued */
+    const struct tg_exchange *asking; /* during tg_bridge_admit only: the request that may start the
+                                       * boot, whose JWT a token_exchange upstream's initialize takes */
 };
 
 /* A stateless request waiting for its upstream session. Owner: its bridge's list; freed when it
@@ -193,6 +196,12 @@ static void boot_send(struct tg_server *srv, struct tg_bridge *b, const char *js
         return;
     }
     struct tg_call *k = tg_call_new(srv, s, &bs->sink, notify ? KIND_FORWARD : KIND_REQUEST);
+    /* A token_exchange upstream: the session's messages go with a token exchanged for the JWT
+     * of the request that made the session be started. */
+    if (b->asking != NULL)
+        tg_call_upauth_from(k, b->asking);
+    else if (!tg_list_empty(&b->waiters))
+        tg_call_upauth_from(k, &tg_container_of(b->waiters.next, struct waiter, link)->x);
     k->era = TG_ERA_2025;
     tg_strlcpy(k->proto, TG_PROTO_LATEST, sizeof(k->proto));
     struct tg_buf body;
@@ -384,7 +393,9 @@ enum tg_bridge_admission tg_bridge_admit(struct tg_exchange *x, struct tg_sink *
         /* A cached verdict decides at once: a modern upstream is ready, a 2025 one gets the
          * gateway's initialize; otherwise the probe's verdict is waited for. */
         b->state = BOOT_PROBE;
+        b->asking = x;
         era_known(srv, b);
+        b->asking = NULL;
     }
     if (x->uc->init_local || (b->state == BOOT_READY && tg_list_empty(&b->waiters)))
         return admit(b, x, sk, m) ? TG_BRIDGE_ANSWERED : TG_BRIDGE_READY;
