@@ -157,6 +157,12 @@ int tg__call_upauth(struct tg_call *k, const char *body, size_t len, uint64_t ti
         *auth = lines_of(gh, NULL); /* a grant without an IdP: its own credential for this upstream */
         return 0;
     }
+    if (tok == NULL && u == NULL && k->sess != NULL && k->sess->up_auth != NULL) {
+        /* A request the gateway makes for the session (a subscription, a stream standing in for
+         * its client's): what the session's latest call carried. */
+        *auth = tg_xstrdup(k->sess->up_auth);
+        return 0;
+    }
     char why[300];
     if (tok == NULL) {
         snprintf(why, sizeof(why),

@@ -39,6 +39,30 @@ const seen = []; // every request the recorder got: { path, headers, msg }
 // ---------------------------------------------------------------------------
 // The peers
 
+/** A legacy HTTP+SSE upstream (2024-11-05) at /legacy: GET /legacy/sse is the stream, whose
+ * endpoint event names /legacy/messages; answers go on the stream. */
+const legacyStreams = [];
+function legacy(req, res, msg) {
+  if (req.method === 'GET' && req.url === '/legacy/sse') {
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+    res.write('event: endpoint\ndata: /legacy/messages?s=1\n\n');
+    legacyStreams.push(res);
+    return;
+  }
+  res.writeHead(202);
+  res.end();
+  if (!msg || msg.id === undefined) return;
+  let result = {};
+  if (msg.method === 'initialize') {
+    result = { protocolVersion: '2024-11-05', capabilities: { tools: {} }, serverInfo: { name: 'legacy', version: '1' } };
+  } else if (msg.method === 'tools/call') {
+    result = { content: [{ type: 'text', text: String(req.headers.authorization ?? '') }] };
+  }
+  for (const st of legacyStreams) {
+    if (!st.writableEnded) st.write(`event: message\ndata: ${JSON.stringify({ jsonrpc: '2.0', id: msg.id, result })}\n\n`);
+  }
+}
+
 function startRecorder() {
   const srv = http.createServer((req, res) => {
     let body = '';
@@ -46,7 +70,9 @@ function startRecorder() {
     req.on('end', () => {
       let msg;
       try { msg = JSON.parse(body); } catch { msg = undefined; }
-      seen.push({ path: req.url, method: req.method, headers: req.headers, msg });
+      const nauth = req.rawHeaders.filter((h, i) => i % 2 === 0 && h.toLowerCase() === 'authorization').length;
+      seen.push({ path: req.url, method: req.method, headers: req.headers, nauth, msg });
+      if (req.url.startsWith('/legacy')) { legacy(req, res, msg); return; }
       if (req.method !== 'POST') { res.writeHead(405); res.end(); return; }
       if (!msg || msg.id === undefined) { res.writeHead(202); res.end(); return; }
       let result = {};
@@ -130,6 +156,7 @@ async function echo(kind, upstream, token) {
 /** No request the upstream got carries any of these secrets in any header. */
 function neverSent(...secrets) {
   for (const r of seen) {
+    assert.ok(r.nauth <= 1, `one Authorization header at most: ${r.path} got ${r.nauth}`);
     const all = JSON.stringify(r.headers);
     for (const s of secrets) assert.ok(!all.includes(s), `the upstream got a client credential on ${r.path}: ${all}`);
   }
@@ -162,7 +189,7 @@ before(async () => {
       { name: 'users', issuers: [ISSUER] },
       { name: 'ci', token_sha256: H.sha256hex(CI_TOKEN),
         upstream_headers: { hdrs: { Authorization: 'Bearer ${TG_T_CI_UPSTREAM}', 'X-Grant': 'ci' },
-          xchg: { Authorization: 'Bearer ${TG_T_CI_UPSTREAM}' } } },
+          xchg: { Authorization: 'Bearer ${TG_T_CI_UPSTREAM}' }, legacy: { Authorization: 'Bearer ${TG_T_CI_UPSTREAM}' } } },
       { name: 'ops', token_sha256: H.sha256hex(OPS_TOKEN), upstream_headers: { hdrs: { 'X-Grant': 'ops' } } },
       { name: 'plain', token_sha256: H.sha256hex(PLAIN_TOKEN) },
     ],
@@ -172,6 +199,7 @@ before(async () => {
       up('short', { token_exchange: exchange('/short') }),
       up('fail', { token_exchange: exchange('/fail') }),
       up('noca', { token_exchange: exchange('/noca', { ca: undefined }) }),
+      { name: 'legacy', url: recorder.url('legacy/sse'), transport: 'sse', headers: { Authorization: `Bearer ${OWN}` } },
     ],
   });
   gw = await H.startTollgate(conf, { cleanup, admin: true, env: { TG_T_CI_UPSTREAM: CI_UPSTREAM } });
@@ -206,6 +234,16 @@ describe('grants[].upstream_headers', () => {
       neverSent(CI_TOKEN, OPS_TOKEN, jwt);
     });
   }
+
+  test('a legacy HTTP+SSE upstream: the stream and every post carry the grant\'s headers', async () => {
+    const from = seen.length;
+    assert.deepEqual(await echo('streamable', 'legacy', CI_TOKEN), { auth: `Bearer ${CI_UPSTREAM}` });
+    const mine = seen.slice(from).filter((r) => r.path.startsWith('/legacy'));
+    assert.ok(mine.some((r) => r.method === 'GET'), 'the event stream was opened');
+    for (const r of mine) assert.equal(r.headers.authorization, `Bearer ${CI_UPSTREAM}`, `${r.method} ${r.path}`);
+    assert.deepEqual(await echo('ws', 'legacy', OPS_TOKEN), { auth: `Bearer ${OWN}` });
+    neverSent(CI_TOKEN, OPS_TOKEN);
+  });
 });
 
 describe('upstreams[].token_exchange (RFC 8693)', () => {
