@@ -91,14 +91,15 @@ static void evict(struct tg_tx_entry *e)
     free(e);
 }
 
-/* Room for one more entry: the oldest idle ones go. */
-static void make_room(struct tg_tx_cache *c, size_t more)
+/* Room for n more entries and more bytes: the oldest idle ones go (never keep, nor one with an
+ * exchange in flight or a waiter: the bounds may be passed by those for a while). */
+static void make_room(struct tg_tx_cache *c, size_t n, size_t more, const struct tg_tx_entry *keep)
 {
     struct tg_list *l = c->entries.next;
-    while (l != &c->entries && (c->count + 1 > c->max_entries || c->bytes + more > c->max_bytes)) {
+    while (l != &c->entries && (c->count + n > c->max_entries || c->bytes + more > c->max_bytes)) {
         struct tg_tx_entry *e = tg_container_of(l, struct tg_tx_entry, node);
         l = l->next;
-        if (e->fetch != NULL || !tg_list_empty(&e->waiters))
+        if (e == keep || e->fetch != NULL || !tg_list_empty(&e->waiters))
             continue;
         evict(e);
         c->evictions++;
@@ -217,6 +218,7 @@ static void on_exchanged(void *ud, const struct tg_fetch_result *res)
         e->fresh_until = uv_now(c->loop) + life - margin;
         tg_list_unlink(&e->node); /* newest now */
         tg_list_insert_tail(&c->entries, &e->node);
+        make_room(c, 0, 0, e); /* within max_bytes again */
     } else {
         c->failed++;
         tg_log(TG_LOG_WARN, "token exchange failed", "why=%s", why);
@@ -264,7 +266,7 @@ int tg_tx_get(struct tg_tx_cache *c, const struct tg_token_exchange_conf *x, con
         return 0;
     }
     if (e == NULL) {
-        make_room(c, sizeof(*e));
+        make_room(c, 1, sizeof(*e), NULL);
         e = tg_xcalloc(1, sizeof(*e));
         memcpy(e->key, key, 32);
         e->c = c;
