@@ -163,7 +163,7 @@ void tg_call_close(struct tg_call *k)
     }
     if (!k->forwarded)
         tg_call_settle(k, TG_OUT_WITHDRAWN, -1);
-    tg__call_upauth_cancel(k);
+    tg__call_upauth_cancel(k->upauth, &k->upauth_wait);
     upstream_cancel(k);
     if (k->parked) {
         /* Its client went while a human had yet to decide: withdrawn, as a cancel would. */
@@ -211,7 +211,7 @@ static void call_release(struct tg_call *k)
     tg_xfree(k->resend);
     tg_xfree(k->listen_uris);
     tg_xfree(k->input_req_id);
-    tg__call_upauth_free(k);
+    tg__call_upauth_free(k->upauth);
     if (k->mrtr != NULL)
         tg_mcp_mrtr_call_dispose(k->mrtr);
     tg_xfree(k->mrtr);
@@ -239,30 +239,6 @@ void tg_call_abandon(struct tg_call *k)
         tg_call_settle(k, k->ops->sent(k->upcall) ? TG_OUT_CLIENT_GONE : TG_OUT_CLIENT_GONE_NOT_SENT,
                        tg__call_latency(k));
     upstream_cancel(k);
-}
-
-/* Its upstream credential (core/call/upauth.h): here, not there, so that the call needs
- * nothing of the file that needs the call. */
-void tg__call_upauth_cancel(struct tg_call *k)
-{
-    if (k->upauth != NULL)
-        tg_tx_wait_cancel(&k->upauth->wait);
-    k->upauth_wait = 0;
-}
-
-void tg__call_upauth_free(struct tg_call *k)
-{
-    struct tg_upauth *u = k->upauth;
-    if (u == NULL)
-        return;
-    tg_tx_wait_cancel(&u->wait);
-    free(u->who);
-    if (u->token != NULL)
-        memset(u->token, 0, u->token_len); /* the caller's JWT */
-    free(u->token);
-    tg_buf_dispose(&u->held);
-    free(u);
-    k->upauth = NULL;
 }
 
 /* ---- upcalls from transports --------------------------------------------------------- */

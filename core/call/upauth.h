@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "core/base/buf.h"
 #include "upstream/token_exchange.h"
@@ -40,8 +42,26 @@ void tg_call_upauth_session(struct tg_session *s, const struct tg_exchange *x);
  * message is held (copied) until the exchange ends, then sent. -1: it cannot be sent; the call
  * was answered -32004 and finished. */
 int tg__call_upauth(struct tg_call *k, const char *body, size_t len, uint64_t timeout, char **auth);
-/* core/call/call.c: the call closes (it stops waiting for an exchange); its memory goes. */
-void tg__call_upauth_cancel(struct tg_call *k);
-void tg__call_upauth_free(struct tg_call *k);
+/* For core/call/call.c: the call closes (it stops waiting for an exchange); its memory goes.
+ * Inline here, so that the call needs nothing of upauth.c, which needs the call. */
+static inline void tg__call_upauth_cancel(struct tg_upauth *u, int *waiting)
+{
+    if (u != NULL)
+        tg_tx_wait_cancel(&u->wait);
+    *waiting = 0;
+}
+
+static inline void tg__call_upauth_free(struct tg_upauth *u)
+{
+    if (u == NULL)
+        return;
+    tg_tx_wait_cancel(&u->wait);
+    free(u->who);
+    if (u->token != NULL)
+        memset(u->token, 0, u->token_len); /* the caller's JWT */
+    free(u->token);
+    tg_buf_dispose(&u->held);
+    free(u);
+}
 
 #endif
