@@ -22,7 +22,7 @@ struct tg_exchange;
 struct tg_session;
 
 /* What a call keeps for its upstream credential. Owner: the call (k->upauth); freed by
- * tg__call_upauth_free (core/call/call.c) when the call's memory goes. */
+ * tg__call_upauth_free (below; core/call/call.c calls it) when the call's memory goes. */
 struct tg_upauth {
     char *who;        /* "issuer length:issuer subject": whose token, or NULL */
     char *token;      /* the caller's JWT (a secret: wiped when freed), or NULL */
