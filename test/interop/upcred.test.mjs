@@ -32,7 +32,7 @@ const CLIENT_SECRET = `s:${H.randomToken(12)}`;
 const TX_AUDIENCE = 'https://xchg.test/';
 
 const cleanup = new H.Cleanup();
-let dir, gw, recorder, idp, userKey, idpKey, idpJwks;
+let dir, gw, recorder, idp, userKey, idpKey, idpJwks, confOpts;
 const hits = {}; // token endpoint hits per path
 const seen = []; // every request the recorder got: { path, headers, msg }
 
@@ -182,7 +182,7 @@ before(async () => {
     audience: TX_AUDIENCE, scope: 'tools:call', ca: certs.caCert, ...extra,
   });
   const up = (name, extra = {}) => ({ name, url: recorder.url(name), protocol: '2025', ...extra });
-  const conf = H.writeConf(dir, {
+  confOpts = {
     admin: true,
     jwt: [{ issuer: ISSUER, audience: 'tollgate', jwks_file: jwksFile, grant_claim: 'grp' }],
     grants: [
@@ -201,7 +201,8 @@ before(async () => {
       up('noca', { token_exchange: exchange('/noca', { ca: undefined }) }),
       { name: 'legacy', url: recorder.url('legacy/sse'), transport: 'sse', headers: { Authorization: `Bearer ${OWN}` } },
     ],
-  });
+  };
+  const conf = H.writeConf(dir, confOpts);
   gw = await H.startTollgate(conf, { cleanup, admin: true, env: { TG_T_CI_UPSTREAM: CI_UPSTREAM } });
 });
 
@@ -344,5 +345,25 @@ describe('upstreams[].token_exchange (RFC 8693)', () => {
     }
     assert.equal(seen.slice(from).filter((x) => x.path === '/xchg').length, 0);
     neverSent(CI_TOKEN, PLAIN_TOKEN);
+  });
+});
+
+describe('reload', () => {
+  test('the next call carries what the new configuration says: new headers, a new exchange for a new audience', async () => {
+    confOpts.grants[1].upstream_headers.hdrs['X-Grant'] = 'ci-2';
+    confOpts.upstreams[1].token_exchange.audience = 'https://xchg2.test/';
+    H.writeConf(dir, confOpts);
+    const n = (gw.stderr().match(/configuration reloaded/g) ?? []).length;
+    process.kill(gw.proc.pid, 'SIGHUP');
+    await H.waitUntil(() => (gw.stderr().match(/configuration reloaded/g) ?? []).length > n || gw.exit,
+      { timeout: H.scaled(5000), what: 'the reload in the log' });
+    const from = seen.length;
+    assert.deepEqual(await echo('streamable', 'hdrs', CI_TOKEN), { auth: `Bearer ${CI_UPSTREAM}` });
+    const calls = seen.slice(from).filter((r) => r.msg?.method === 'tools/call');
+    assert.equal(calls.at(-1).headers['x-grant'], 'ci-2');
+    const before = hits['/token'] ?? 0;
+    const r = await echo('streamable', 'xchg', await userToken('alice'));
+    assert.equal(jose.decodeJwt(r.auth.replace(/^Bearer /, '')).aud, 'https://xchg2.test/');
+    assert.equal((hits['/token'] ?? 0) - before, 1, 'the old audience\'s token is not used');
   });
 });
