@@ -4,9 +4,10 @@
 //
 // The peers are the test's own: a recording MCP upstream (node:http) whose echo tool answers with
 // the Authorization header it got, and an RFC 8693 token endpoint over https with a CA made here,
-// built on `jose` (oidc-provider has no token-exchange grant): it checks client_secret_basic, the
-// grant type and the subject token's signature, issuer and audience, and signs a new token for the
-// subject with the audience and scope asked for. Every hit is counted per path.
+// built on `jose` (oidc-provider 9 has no built-in token-exchange grant, only registerGrantType
+// for one's own): it checks client_secret_basic, the grant type and the subject token's signature,
+// issuer and audience, and signs a new token for the subject with the audience and scope asked
+// for. Every hit is counted per path.
 //
 //   TOLLGATE_BIN=build/tollgate node --test test/interop/upcred.test.mjs
 
