@@ -697,12 +697,14 @@ static struct tg_call *first_running(struct tg_session *s)
 
 void tg_call_end_session_calls(struct tg_session *s)
 {
+    tg_session_ref(s); /* an initialize's error takes its new session away, and its call held the last reference */
     for (struct tg_call *k; (k = first_running(s)) != NULL;) {
         tg_call_abandon(k);
         if (k->sink != NULL && k->sink->ops->listening(k->sink))
             tg_call_answer_error(k, "the session ended before the answer came", 0);
         tg_call_finish(k);
     }
+    tg_session_unref(s);
 }
 
 void tg_call_abort_waiting(struct tg_server *srv)
