@@ -161,6 +161,35 @@ void tg_jwks_free(struct tg_jwks *k)
     free(k);
 }
 
+size_t tg_jwks_count(const struct tg_jwks *k) { return k != NULL ? k->n : 0; }
+
+int tg_jwt_peek_issuer(struct tg_slice token, char *out, size_t out_sz)
+{
+    const char *d1 = memchr(token.ptr, '.', token.len);
+    if (d1 == NULL || token.len > TG_JWT_MAX_TOKEN || out_sz == 0)
+        return -1;
+    const char *p = d1 + 1, *end = token.ptr + token.len;
+    const char *d2 = memchr(p, '.', (size_t)(end - p));
+    if (d2 == NULL)
+        return -1;
+    size_t n = (size_t)(d2 - p), len = 0;
+    uint8_t *buf = tg_xmalloc(n + 1);
+    int rc = -1;
+    struct tg_json_doc doc = {0};
+    const char *jerr;
+    size_t joff;
+    if (b64url_decode(p, n, buf, &len) == 0 && tg_json_parse((const char *)buf, len, 8, 1, &doc, &jerr, &joff) == 0) {
+        const cJSON *iss = cJSON_IsObject(doc.root) ? tg_json_get(doc.root, "iss") : NULL;
+        if (cJSON_IsString(iss) && strlen(iss->valuestring) < out_sz) {
+            memcpy(out, iss->valuestring, strlen(iss->valuestring) + 1);
+            rc = 0;
+        }
+    }
+    cJSON_Delete(doc.root);
+    free(buf);
+    return rc;
+}
+
 /* The state of one tg_jwks_parse() call, on the stack of tg_jwks_parse(); err is the caller's. */
 struct loader {
     const char *name;
@@ -719,7 +748,10 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
         *why = "wrong issuer";
         goto out;
     }
-    if (rules->audience != NULL && !audience_ok(tg_json_get(claims, "aud"), rules->audience)) {
+    const cJSON *aud = tg_json_get(claims, "aud");
+    if ((rules->audience != NULL || rules->resource != NULL) &&
+        !(rules->audience != NULL && audience_ok(aud, rules->audience)) &&
+        !(rules->resource != NULL && audience_ok(aud, rules->resource))) {
         *why = "wrong audience";
         goto out;
     }
@@ -739,8 +771,12 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
         *why = "missing subject claim";
         goto out;
     }
+    char scopes[TG_SCOPES_MAX];
+    if (tg_scopes_of_claims(claims, scopes, sizeof(scopes), why) != 0)
+        goto out;
     memcpy(grant, g->valuestring, glen + 1);
     if (rules->claims != NULL) {
+        memcpy(rules->claims->scopes, scopes, strlen(scopes) + 1);
         rules->claims->exp = exp > 9e15 ? INT64_MAX / 2 : (int64_t)exp;
         memcpy(rules->claims->subject, sub->valuestring, strlen(sub->valuestring) + 1);
     }

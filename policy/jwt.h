@@ -28,12 +28,14 @@
  *     "nbf" and "iat" (a non-numeric one makes the token malformed), checked
  *     against now_s with rules->skew_s of tolerance each way: expired when
  *     now_s >= exp + skew, not yet valid when now_s + skew < nbf or < iat;
- *   - "iss" equal to rules->issuer, and "aud" equal to rules->audience or an
- *     array holding it, when those are set (a missing or non-string claim is
- *     a mismatch);
+ *   - "iss" equal to rules->issuer, and "aud" equal to rules->audience or
+ *     rules->resource, or an array holding one of them, when either is set (a
+ *     missing or non-string claim is a mismatch);
  *   - a non-empty string in the claim rules->grant_claim, and one in
  *     rules->subject_claim ("sub" when NULL) of fewer than TG_SUBJECT_MAX
- *     bytes: who the token speaks for, inside the grant.
+ *     bytes: who the token speaks for, inside the grant;
+ *   - "scope" and "scp", when present, as tg_scopes_of_claims() takes them
+ *     (policy/scopes.h): a malformed or oversized claim refuses the token.
  *
  * The payload is parsed only after the signature has been verified, so
  * claims are only ever read from an authenticated payload. */
@@ -44,6 +46,7 @@
 #include <stdint.h>
 
 #include "core/base/buf.h"
+#include "policy/scopes.h"
 
 #define TG_JWT_MAX_TOKEN 16384     /* bytes of a compact JWS; longer tokens are "malformed token" */
 #define TG_JWKS_MAX_FILE (1 << 20) /* bytes of a JWKS file */
@@ -75,6 +78,12 @@ int tg_jwks_load(const char *path, struct tg_jwks **out, struct tg_buf *err);
 int tg_jwks_parse(const char *json, size_t len, const char *name_for_errors, struct tg_jwks **out, struct tg_buf *err);
 /* Accepts NULL. */
 void tg_jwks_free(struct tg_jwks *k);
+/* Keys in the set (0 for NULL). */
+size_t tg_jwks_count(const struct tg_jwks *k);
+
+/* The "iss" of a token's payload, NOT verified (which issuer's keys a token with an unknown kid
+ * asks for: only that issuer refetches). 0 with out filled, or -1. */
+int tg_jwt_peek_issuer(struct tg_slice token, char *out, size_t out_sz);
 
 /* The algorithms an issuer may use, as bits of tg_jwt_rules.algs. */
 #define TG_JWT_ALG_HS256 0x1u
@@ -94,6 +103,7 @@ unsigned tg_jwt_alg_bit(const char *name);
 struct tg_jwt_claims {
     int64_t exp;                  /* "exp" in whole seconds (huge values clamped) */
     char subject[TG_SUBJECT_MAX]; /* the subject claim's value */
+    char scopes[TG_SCOPES_MAX];   /* "scope" and "scp" (policy/scopes.h); "" when it has none */
 };
 
 /* What a token's claims must match. Value type: the caller fills one on its stack (policy/auth.c,
@@ -106,6 +116,8 @@ struct tg_jwt_rules {
     unsigned algs;           /* TG_JWT_ALG_ bits the issuer may use; 0 = TG_JWT_ALGS_DEFAULT */
     const char *subject_claim;   /* claim whose string value is the subject (NULL = "sub") */
     struct tg_jwt_claims *claims; /* when not NULL: filled once the token is verified */
+    const char *resource;         /* RFC 8707: the resource the token is used at, accepted in "aud"
+                                   * as audience is (either suffices; both NULL = not checked) */
 };
 
 /* Verify a compact JWS against keys and rules at time now_s (Unix seconds).
@@ -121,10 +133,11 @@ struct tg_jwt_rules {
  *   "bad signature"       no suitable key verifies it
  *   "expired", "not yet valid", "wrong issuer", "wrong audience",
  *   "missing grant claim" absent, not a string, or empty;
- *   "missing subject claim" the same for the subject claim, or as long as TG_SUBJECT_MAX.
+ *   "missing subject claim" the same for the subject claim, or as long as TG_SUBJECT_MAX;
+ *   "malformed scope claim", "too many scopes" (policy/scopes.h).
  * Order: the encoding of all three parts and the header (malformed, alg,
  * allowed alg, crit), the key, the signature, then the payload (malformed, exp, nbf/iat,
- * iss, aud, grant); the first failure wins. *why is NULL on success. */
+ * iss, aud, grant, subject, scopes); the first failure wins. *why is NULL on success. */
 int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struct tg_jwt_rules *rules, int64_t now_s,
                   char *grant, size_t grant_sz, const char **why);
 

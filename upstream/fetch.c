@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/base/log.h"
 #include "core/base/metrics.h"
@@ -15,7 +16,16 @@
  * here for the URL's origin: the pool's TLS connections keep it (and the CA chain in it) alive
  * until their last handle is closed, after the fetch itself is gone. */
 struct tg_fetch {
-    struct tg_conf *conf;
+    uv_loop_t *loop;
+    uv_work_t work;    /* https://: the CA bundle is read by a worker (tens of ms for the system's) */
+    int working;       /* work queued: f lives until its after-work callback */
+    int cancelled;     /* tg_fetch_cancel() came while working: that callback frees f, silently */
+    char ca_err[256];
+    int ca_rc;
+    char *method, *headers, *body;
+    size_t body_len;
+    uint64_t timeout_ms;
+    struct tg_conf *conf; /* until the upstream takes it (begin) */
     struct tg_upstream *up;
     struct tg_upreq *req;
     struct tg_metrics metrics; /* the pool counts into it; nobody reads it */
@@ -24,7 +34,7 @@ struct tg_fetch {
     size_t max_bytes;
     int status;
     int over;
-    struct tg_buf body;
+    struct tg_buf answer; /* the answer's body so far */
     char cc[256];
     int has_cc;
     char why[1200];
@@ -34,7 +44,12 @@ static void fetch_free(struct tg_fetch *f)
 {
     if (f->up != NULL)
         tg_upstream_close(f->up); /* drops its reference to conf once its handles are closed */
-    tg_buf_dispose(&f->body);
+    else
+        tg_conf_unref(f->conf);
+    tg_buf_dispose(&f->answer);
+    free(f->method);
+    free(f->headers);
+    free(f->body);
     free(f);
 }
 
@@ -66,12 +81,12 @@ static void on_data(struct tg_upreq *r, const char *p, size_t n, void *ud)
     (void)r;
     if (f->over || f->why[0] != '\0')
         return;
-    if (f->body.len + n > f->max_bytes || tg_buf_try_reserve(&f->body, n, 0) != 0) {
+    if (f->answer.len + n > f->max_bytes || tg_buf_try_reserve(&f->answer, n, 0) != 0) {
         f->over = 1;
         return;
     }
-    memcpy(f->body.base + f->body.len, p, n);
-    f->body.len += n;
+    memcpy(f->answer.base + f->answer.len, p, n);
+    f->answer.len += n;
 }
 
 static const char *err_words(int err)
@@ -103,8 +118,8 @@ static void on_done(struct tg_upreq *r, int err, void *ud)
     res.err = err;
     res.why = err != 0 ? why : NULL;
     res.status = err == 0 ? f->status : 0;
-    res.body = f->body.base != NULL ? f->body.base : "";
-    res.len = f->body.len;
+    res.body = f->answer.base != NULL ? f->answer.base : "";
+    res.len = f->answer.len;
     res.cache_control = f->has_cc ? f->cc : NULL;
     f->req = NULL;
     f->cb(f->ud, &res);
@@ -113,10 +128,48 @@ static void on_done(struct tg_upreq *r, int err, void *ud)
 
 static const struct tg_upreq_cbs fetch_cbs = {on_head, on_data, on_done};
 
+/* Connect and send: the pool's upstream for the URL's origin takes the conf. */
+static void begin(struct tg_fetch *f)
+{
+    struct tg_upstream_conf *uc = &f->conf->upstreams[0];
+    f->up = tg_upstream_new(f->loop, f->conf, uc, &f->metrics);
+    tg_conf_unref(f->conf); /* the upstream holds it now */
+    f->conf = NULL;
+    /* A dedicated connection: the answer's end is its close or its length, and it is never reused. */
+    f->req = tg_upreq_start(f->up, f->method, f->headers, f->body, f->body_len, 1, f->timeout_ms, &fetch_cbs, f);
+    tg_upreq_keep_meta(f->req);
+}
+
+static void on_ca_work(uv_work_t *w)
+{
+    struct tg_fetch *f = w->data;
+    struct tg_upstream_conf *uc = &f->conf->upstreams[0];
+    struct tg_tls_client_opts to = {uc->tls_ca, NULL, NULL, 1};
+    f->ca_rc = tg_tls_client_ctx_new(&to, &uc->tls_ctx, f->ca_err, sizeof(f->ca_err));
+}
+
+static void on_ca_done(uv_work_t *w, int status)
+{
+    struct tg_fetch *f = w->data;
+    f->working = 0;
+    if (f->cancelled) {
+        fetch_free(f);
+        return;
+    }
+    if (status != 0 || f->ca_rc != 0) {
+        char why[300];
+        snprintf(why, sizeof(why), "CA: %s", status != 0 ? uv_strerror(status) : f->ca_err);
+        struct tg_fetch_result res = {.err = TG_EINVAL, .why = why, .body = "", .len = 0};
+        f->cb(f->ud, &res);
+        fetch_free(f);
+        return;
+    }
+    begin(f);
+}
+
 struct tg_fetch *tg_fetch_start(uv_loop_t *loop, const struct tg_fetch_opts *o, tg_fetch_cb cb, void *ud,
                                 const char **why)
 {
-    static char err[256]; /* *why for a CA file that cannot be used; the loop has one thread */
     uint64_t timeout = o->timeout_ms ? o->timeout_ms : 10000;
     struct tg_conf *c = tg_xcalloc(1, sizeof(*c));
     c->refcnt = 1;
@@ -130,16 +183,13 @@ struct tg_fetch *tg_fetch_start(uv_loop_t *loop, const struct tg_fetch_opts *o, 
         tg_conf_unref(c);
         return NULL;
     }
-    if (uc->tls) {
-        uc->tls_verify = 1;
-        uc->tls_ca = o->ca_file ? tg_xstrdup(o->ca_file) : NULL;
-        struct tg_tls_client_opts to = {uc->tls_ca, NULL, NULL, 1};
-        if (tg_tls_client_ctx_new(&to, &uc->tls_ctx, err, sizeof(err)) != 0) {
-            *why = err;
-            tg_conf_unref(c);
-            return NULL;
-        }
+    if (uc->tls && o->ca_file != NULL && access(o->ca_file, R_OK) != 0) {
+        *why = "cannot read the CA file";
+        tg_conf_unref(c);
+        return NULL;
     }
+    uc->tls_verify = 1;
+    uc->tls_ca = uc->tls && o->ca_file ? tg_xstrdup(o->ca_file) : NULL;
     uc->connect_timeout_ms = (int)(timeout < 600000 ? timeout : 600000);
     uc->call_timeout_ms = uc->connect_timeout_ms;
     uc->pool_size = 1;
@@ -149,17 +199,37 @@ struct tg_fetch *tg_fetch_start(uv_loop_t *loop, const struct tg_fetch_opts *o, 
     uc->max_children = 1;
 
     struct tg_fetch *f = tg_xcalloc(1, sizeof(*f));
+    f->loop = loop;
     f->conf = c;
     f->cb = cb;
     f->ud = ud;
     f->max_bytes = o->max_bytes;
-    tg_buf_init(&f->body);
-    f->up = tg_upstream_new(loop, c, uc, &f->metrics);
-    tg_conf_unref(c); /* the upstream holds it now */
-    /* A dedicated connection: the answer's end is its close or its length, and it is never reused. */
-    f->req = tg_upreq_start(f->up, o->method ? o->method : "GET", o->headers, o->body, o->body ? o->body_len : 0, 1,
-                            timeout, &fetch_cbs, f);
-    tg_upreq_keep_meta(f->req);
+    f->timeout_ms = timeout;
+    tg_buf_init(&f->answer);
+    f->method = tg_xstrdup(o->method ? o->method : "GET");
+    f->headers = o->headers ? tg_xstrdup(o->headers) : NULL;
+    if (o->body != NULL) {
+        f->body = tg_xmalloc(o->body_len + 1);
+        memcpy(f->body, o->body, o->body_len);
+        f->body_len = o->body_len;
+    }
+    if (uc->tls) {
+        /* Reading and parsing a CA bundle is file I/O and work the loop must not wait for. */
+        f->work.data = f;
+        f->working = 1;
+        if (uv_queue_work(loop, &f->work, on_ca_work, on_ca_done) == 0)
+            return f;
+        f->working = 0;
+        on_ca_work(&f->work); /* no worker: at once (never expected) */
+        if (f->ca_rc != 0) {
+            static char err[256]; /* *why; the loop has one thread */
+            snprintf(err, sizeof(err), "CA: %s", f->ca_err);
+            *why = err;
+            fetch_free(f);
+            return NULL;
+        }
+    }
+    begin(f);
     return f;
 }
 
@@ -167,6 +237,11 @@ void tg_fetch_cancel(struct tg_fetch *f)
 {
     if (f == NULL)
         return;
+    if (f->working) {
+        f->cancelled = 1; /* freed by on_ca_done, which runs even when the work is cancelled */
+        uv_cancel((uv_req_t *)&f->work);
+        return;
+    }
     if (f->req != NULL)
         tg_upreq_cancel(f->req);
     fetch_free(f);

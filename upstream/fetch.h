@@ -6,8 +6,9 @@
  * once, from the loop and never inside tg_fetch_start(), unless tg_fetch_cancel() came first; after
  * the callback the fetch is gone (do not cancel it then). Redirects are never followed: a 3xx
  * answer is a failure whose why names where it pointed. Any other status is the caller's to judge
- * (err 0, status set). The TLS certificate is checked against ca_file or the system CAs, which are
- * read when the fetch starts. */
+ * (err 0, status set). The TLS certificate is checked against ca_file or the system CAs, which a
+ * worker thread reads before the connection is made (a CA file it cannot parse fails the fetch
+ * through the callback). */
 #ifndef TG_UPSTREAM_FETCH_H
 #define TG_UPSTREAM_FETCH_H
 

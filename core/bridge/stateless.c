@@ -13,7 +13,6 @@
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
 #include "core/wire/msg.h"
-#include "policy/auth.h"
 #include "policy/policy.h"
 #include "core/call/session.h"
 #include "upstream/pool/pool.h"
@@ -52,8 +51,8 @@ struct waiter {
     struct tg_sink *sk;     /* the waiting client's sink (our reference until handed on) */
     struct tg_msg m;        /* the message, taken over from the transport */
     char *fwd_headers;      /* x.fwd_headers, copied (the client's buffer goes) */
-    struct tg_principal who; /* *x.who, copied (it was on the transport's stack) */
-    char *subject_token;    /* x.subject_token, copied for a token exchange (wiped when freed) */
+    char *scopes, *resource_metadata; /* x's, copied (they were on the route's stack) */
+    char *subject_who, *subject_token; /* x's, copied for a token exchange (the JWT wiped when freed) */
     tg_bridge_go_cb go;     /* the gate's continuation */
 };
 
@@ -306,6 +305,9 @@ static void waiter_free(struct waiter *w)
     tg_list_unlink(&w->link);
     tg_msg_dispose(&w->m);
     free(w->fwd_headers);
+    free(w->scopes);
+    free(w->resource_metadata);
+    free(w->subject_who);
     if (w->subject_token != NULL)
         memset(w->subject_token, 0, w->x.subject_token_len);
     free(w->subject_token);
@@ -412,14 +414,18 @@ enum tg_bridge_admission tg_bridge_admit(struct tg_exchange *x, struct tg_sink *
     if (x->fwd_headers != NULL)
         w->fwd_headers = tg_xstrdup(x->fwd_headers);
     w->x.fwd_headers = w->fwd_headers;
-    if (x->who != NULL) {
-        w->who = *x->who;
-        w->x.who = &w->who;
-    }
-    if (x->subject_token != NULL) {
+    w->scopes = x->scopes != NULL ? tg_xstrdup(x->scopes) : NULL;
+    w->resource_metadata = x->resource_metadata != NULL ? tg_xstrdup(x->resource_metadata) : NULL;
+    w->x.scopes = w->scopes;
+    w->x.resource_metadata = w->resource_metadata;
+    w->x.who = NULL; /* the principal was on the route's stack: from here on the grant speaks */
+    w->x.cred = NULL;
+    if (x->subject_token != NULL) { /* a token exchange needs the JWT and whose it is */
+        w->subject_who = tg_call_upauth_who(x);
         w->subject_token = tg_xcalloc(1, x->subject_token_len + 1);
         memcpy(w->subject_token, x->subject_token, x->subject_token_len);
         w->x.subject_token = w->subject_token;
+        w->x.subject_who = w->subject_who;
     }
     w->go = go;
     if (tg_list_empty(&b->waiters))

@@ -37,6 +37,8 @@ static void wipe_free(char *p, size_t n)
 /* "<issuer length>:<issuer><subject>": one subject of one issuer. */
 static char *who_of(const struct tg_exchange *x)
 {
+    if (x->subject_who != NULL)
+        return tg_xstrdup(x->subject_who);
     const struct tg_principal *p = x->who;
     const struct tg_conf *c = x->srv->conf;
     const char *iss = p->jwt > 0 && (size_t)p->jwt <= c->njwt && c->jwt[p->jwt - 1].issuer ? c->jwt[p->jwt - 1].issuer : "";
@@ -47,11 +49,18 @@ static char *who_of(const struct tg_exchange *x)
     return tg_buf_release(&b);
 }
 
+static int has_jwt(const struct tg_exchange *x)
+{
+    return x->subject_token != NULL && x->subject_token_len > 0 &&
+           (x->subject_who != NULL || (x->who != NULL && x->who->jwt > 0));
+}
+
 static int wants_subject(const struct tg_exchange *x)
 {
-    return x->uc != NULL && x->uc->token_exchange != NULL && x->who != NULL && x->who->jwt > 0 &&
-           x->subject_token != NULL && x->subject_token_len > 0;
+    return x->uc != NULL && x->uc->token_exchange != NULL && has_jwt(x);
 }
+
+char *tg_call_upauth_who(const struct tg_exchange *x) { return has_jwt(x) ? who_of(x) : NULL; }
 
 void tg_call_upauth_from(struct tg_call *k, const struct tg_exchange *x)
 {

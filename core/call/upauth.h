@@ -35,6 +35,9 @@ struct tg_upauth {
 
 /* k's upstream exchanges tokens and request x carries a JWT: k keeps who and the token. */
 void tg_call_upauth_from(struct tg_call *k, const struct tg_exchange *x);
+/* Whose JWT x carries, for a token exchange's cache ("<issuer length>:<issuer><subject>",
+ * malloc'd), or NULL when x has none: for a copy of x that outlives x->who (x.subject_who). */
+char *tg_call_upauth_who(const struct tg_exchange *x);
 /* The same for a channel's session s, from the request that opened it. */
 void tg_call_upauth_session(struct tg_session *s, const struct tg_exchange *x);
 

@@ -6,6 +6,7 @@
  * runs the loop until no handle is left, so uv_loop_close() proves nothing stayed open. */
 #include "test/unit/unit.h"
 
+#include <unistd.h>
 #include <uv.h>
 
 #include "core/base/buf.h"
@@ -230,6 +231,36 @@ static void test_bad_urls(void **st)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* https://: the CA bundle is read off the loop; one that does not parse fails through the
+ * callback, and a cancel while it is being read means no callback at all. */
+static void test_ca_off_the_loop(void **st)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char ca[] = "/tmp/tg-fetch-ca-XXXXXX";
+    int fd = mkstemp(ca);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "not a certificate\n", 18), 18);
+    close(fd);
+    struct tg_fetch_opts o = {.method = "GET", .url = "https://127.0.0.1:1/", .ca_file = ca, .max_bytes = 10,
+                              .timeout_ms = 1000};
+    struct got g = {0};
+    const char *why = NULL;
+    assert_non_null(tg_fetch_start(&loop, &o, on_fetched, &g, &why));
+    assert_int_equal(g.called, 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(g.called, 1);
+    assert_int_equal(g.err, TG_EINVAL);
+    assert_non_null(strstr(g.why, "CA: "));
+    memset(&g, 0, sizeof(g));
+    struct tg_fetch *f = tg_fetch_start(&loop, &o, on_fetched, &g, &why);
+    tg_fetch_cancel(f);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(g.called, 0);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    unlink(ca);
+}
+
 static void test_cancel_no_callback(void **st)
 {
     uv_loop_t loop;
@@ -260,7 +291,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_ok_with_cache_control), cmocka_unit_test(test_status_is_the_callers),
         cmocka_unit_test(test_redirect_refused),      cmocka_unit_test(test_body_cap),
         cmocka_unit_test(test_timeout),               cmocka_unit_test(test_bad_urls),
-        cmocka_unit_test(test_cancel_no_callback),
+        cmocka_unit_test(test_cancel_no_callback),    cmocka_unit_test(test_ca_off_the_loop),
     };
     return tg_unit_run("upstream/fetch", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }
