@@ -13,6 +13,7 @@
 #include "core/mcp/legacy.h"
 #include "core/mcp/modern.h"
 #include "core/wire/msg.h"
+#include "policy/auth.h"
 #include "policy/policy.h"
 #include "core/call/session.h"
 #include "upstream/pool/pool.h"
@@ -52,6 +53,7 @@ struct waiter {
     struct tg_msg m;        /* the message, taken over from the transport */
     char *fwd_headers;      /* x.fwd_headers, copied (the client's buffer goes) */
     char *scopes, *resource_metadata; /* x's, copied (they were on the route's stack) */
+    struct tg_principal who; /* *x.who, copied (the transport's goes): its subject is counted */
     char *subject_who, *subject_token; /* x's, copied for a token exchange (the JWT wiped when freed) */
     tg_bridge_go_cb go;     /* the gate's continuation */
 };
@@ -418,8 +420,13 @@ enum tg_bridge_admission tg_bridge_admit(struct tg_exchange *x, struct tg_sink *
     w->resource_metadata = x->resource_metadata != NULL ? tg_xstrdup(x->resource_metadata) : NULL;
     w->x.scopes = w->scopes;
     w->x.resource_metadata = w->resource_metadata;
-    w->x.who = NULL; /* the principal was on the route's stack: from here on the grant speaks */
-    w->x.cred = NULL;
+    w->x.cred = NULL; /* the channel credential was on the route's stack */
+    w->x.who = NULL;
+    if (x->who != NULL) {
+        w->who = *x->who; /* copied: the transport's goes (its resource pointer with it) */
+        w->who.resource = NULL;
+        w->x.who = &w->who;
+    }
     if (x->subject_token != NULL) { /* a token exchange needs the JWT and whose it is */
         w->subject_who = tg_call_upauth_who(x);
         w->subject_token = tg_xcalloc(1, x->subject_token_len + 1);

@@ -86,6 +86,7 @@ void tg_call_audit(struct tg_call *k, const char *decision, double latency, cons
 {
     struct tg_audit_record r = {0};
     r.grant = k->grant;
+    r.subject = k->subject ? k->subject : k->grant;
     r.session = k->sess ? k->sess->id_str : NULL;
     r.upstream = up_name(k);
     r.method = k->method;
@@ -203,6 +204,7 @@ static void call_release(struct tg_call *k)
     tg_xfree(k->progress_token);
     tg_policy_unref(k->policy);
     tg_xfree(k->grant);
+    tg_xfree(k->subject);
     tg_xfree(k->method);
     tg_xfree(k->tool);
     tg_recycle_free(&decisions, k->dec);

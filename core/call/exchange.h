@@ -43,8 +43,9 @@ struct tg_exchange {
     unsigned client_caps;               /* TG_CAP_* the client declared (2026: core/mcp/mrtr.h) */
     const struct tg_grant_conf *grant;  /* the principal's grant (who->grant) */
     const struct tg_principal *who;     /* who the request speaks for (policy/auth.h), or NULL
-                                         * where no request carried a credential (a reload's
-                                         * ending, a cluster member's message): then the grant */
+                                         * where no request carried a credential (a channel's
+                                         * message: then the subject that opened its session; a
+                                         * reload's ending, a cluster member's message: the grant) */
     const char *scopes;                 /* the credential's scopes (policy/scopes.h), or NULL: none */
     const char *resource_metadata;      /* the route's RFC 9728 metadata URL, for a 403
                                          * insufficient_scope (NULL: no JWT issuers, none) */

@@ -229,7 +229,8 @@ struct tg_jwt_conf {
     int refresh_max_s;   /* and at most this long */
     int fetch_timeout_ms; /* one fetch, whole */
     struct tg_keyring *keyring; /* jwks_url, discovery: the fetched keys (attached by the app) */
-    char *grant_claim;
+    char *grant_claim;   /* NULL when grant is set */
+    char *grant;         /* every token of this issuer names this grant (no grant claim), or NULL */
     char *subject_claim; /* who inside the grant (default "sub") */
     int skew_s;
     unsigned algs; /* TG_JWT_ALG_ bits of jwt[].algorithms (default RS256 and ES256) */
