@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/conf/conf.h"
@@ -146,6 +147,18 @@ static char *read_secret(struct loader *ld, const config_setting_t *s, const cha
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         tg__conf_errf(ld, s, "client_secret_file", "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        tg__conf_errf(ld, s, "client_secret_file", "%s is not a regular file", path);
+        return NULL;
+    }
+    if ((st.st_mode & 077) != 0) {
+        close(fd);
+        tg__conf_errf(ld, s, "client_secret_file", "%s is readable by others (mode %03o): chmod 600 it", path,
+                      (unsigned)(st.st_mode & 0777));
         return NULL;
     }
     char buf[1025];

@@ -131,6 +131,7 @@ static const char *secret_file(const char *content)
     assert_non_null(f);
     fputs(content, f);
     fclose(f);
+    chmod(path, 0600);
     return path;
 }
 
@@ -246,6 +247,15 @@ static void token_exchange_errors(void **state)
                     "  client_secret_file = \"%s\"; }; } );\n",
              secret_file("two\nlines\n"));
     expect_error(text, line_of(text, "client_secret_file"), "client_secret_file", "one line");
+    const char *open_secret = secret_file("s");
+    chmod(open_secret, 0644);
+    snprintf(text, sizeof(text),
+             LISTEN "grants = ( { name = \"g\"; anonymous = true; } );\n"
+                    "upstreams = ( { name = \"u1\"; url = \"https://127.0.0.1:3333/mcp\";\n"
+                    "  token_exchange = { token_endpoint = \"https://idp.example/token\"; client_id = \"c\";\n"
+                    "  client_secret_file = \"%s\"; }; } );\n",
+             open_secret);
+    expect_error(text, line_of(text, "client_secret_file"), "client_secret_file", "readable by others (mode 644)");
     snprintf(text, sizeof(text),
              LISTEN "grants = ( { name = \"g\"; anonymous = true; } );\n"
                     "upstreams = ( { name = \"kids\"; command = [ \"/bin/cat\" ];\n"
