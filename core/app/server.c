@@ -21,6 +21,7 @@
 #include "core/call/roots.h"
 #include "core/app/route.h"
 #include "core/call/session.h"
+#include "core/call/tasks.h"
 #include "transports/channel.h"
 #include "transports/cred_watch.h"
 #include "transports/http1/http1.h"
@@ -190,6 +191,7 @@ int tg_server_init(struct tg_app *app, uv_loop_t *loop, struct tg_conf *conf)
     tg_list_init(&srv->dead_calls);
     tg_list_init(&srv->approvals);
     tg_list_init(&srv->approvals_decided);
+    tg_list_init(&srv->tasks);
     tg_list_init(&srv->channels);
     tg_list_init(&srv->awaiting);
     tg_list_init(&srv->streams);
@@ -432,6 +434,7 @@ void tg_server_dispose(struct tg_app *app)
     free(app->listeners);
     tg_http_env_dispose(&app->http);
     tg_session_table_free(srv->sessions);
+    tg_tasks_free(srv); /* no call answers into one any more */
     tg_route_dispose(srv);
     free(srv->upstreams);
     tg_counters_free(srv->counters);

@@ -17,7 +17,7 @@
 void tg_approvals_park(struct tg_call *k)
 {
     struct tg_server *srv = k->srv;
-    if (k->approval_mode != TG_APPROVAL_RETRY)
+    if (k->approval_mode == TG_APPROVAL_HOLD)
         tg_approvals_hold_prepare(k); /* its timeout capped; progress if its client can take it */
     uint8_t rnd[16];
     tg_random(rnd, sizeof(rnd));
@@ -33,8 +33,7 @@ void tg_approvals_park(struct tg_call *k)
            tg_log_esc(tesc, sizeof(tesc), tg_slice_cstr(k->tool)));
     tg_call_audit(k, "approve", -1, NULL, NULL);
     srv->store.ops->approval_park(srv->store.ud, k);
-    if (k->approval_mode == TG_APPROVAL_RETRY)
-        tg_approvals_retry_detach(k); /* its client has its answer at once; the record stays */
+    tg_approvals_answer_now(k); /* retry and task: the client has its answer at once */
 }
 
 /* The answer to a call that was not approved: -32003 with {tool, approval_id, reason}, reason

@@ -9,6 +9,7 @@
 #include "core/base/sha256.h"
 #include "core/call/call.h"
 #include "core/call/gateway.h"
+#include "core/call/tasks.h"
 #include "core/mcp/era.h"
 #include "core/wire/msg.h"
 #include "policy/policy.h"
@@ -21,11 +22,21 @@ int tg_approvals_mode_of(const struct tg_call *k)
     int m = k->dec->approval_mode;
     if (m == TG_APPROVAL_AUTO)
         m = tg_upstream_conf(k->uprt)->approval_mode;
+    if (m == TG_APPROVAL_AUTO && k->task_aug)
+        m = TG_APPROVAL_TASK; /* the client asked for a task */
     if (m == TG_APPROVAL_AUTO)
         m = k->era == TG_ERA_2025 && k->progress_token != NULL ? TG_APPROVAL_HOLD : TG_APPROVAL_RETRY;
-    if (m == TG_APPROVAL_TASK)
-        m = TG_APPROVAL_RETRY; /* the task form is not built: what a client without tasks gets */
+    if (m == TG_APPROVAL_TASK && !k->task_aug)
+        m = TG_APPROVAL_RETRY; /* a client that did not ask for a task cannot take one */
     return m;
+}
+
+int tg_approvals_admit(struct tg_call *k, struct tg_buf *out)
+{
+    k->approval_mode = (unsigned char)tg_approvals_mode_of(k);
+    if (k->approval_mode == TG_APPROVAL_RETRY && tg_approvals_retry_take(k, out))
+        return -1;
+    return k->approval_mode != TG_APPROVAL_HOLD;
 }
 
 /* Where an approver decides: public_url, else the admin listener, then the page's path. */
@@ -272,6 +283,57 @@ void tg_approvals_taken_settled(struct tg_call *k, int give_back)
     tg_call_close(r); /* used: the next call needs a new approval */
 }
 
+/* ---- task ---------------------------------------------------------------------------------- */
+
+static void task_start(struct tg_call *k)
+{
+    struct tg_server *srv = k->srv;
+    struct tg_json_doc doc;
+    if (tg_json_parse(k->held.base, k->held.len, srv->conf->limits.json_depth + 16, 1, &doc, NULL, NULL) == 0) {
+        /* Approved, it runs as a plain call: the task is the gateway's, not the upstream's. */
+        cJSON_DeleteItemFromObjectCaseSensitive(tg_json_get(doc.root, "params"), "task");
+        k->held.len = 0;
+        tg_json_write(&k->held, doc.root);
+        cJSON_Delete(doc.root);
+    }
+    k->task_aug = 0;
+    int64_t ttl = (int64_t)k->dec->approval_timeout_ms + srv->conf->limits.approval_ttl_ms; /* covers the wait */
+    struct tg_task *t = tg_task_new(srv, NULL, k->grant, k->subject, up_name(k), 0, ttl);
+    struct tg_buf b, url;
+    tg_buf_init(&b);
+    tg_buf_init(&url);
+    approve_url(srv, &url);
+    char msg[600];
+    snprintf(msg, sizeof(msg), "waiting for a human to approve %s at %.*s (approval %s)", k->tool, (int)url.len,
+             url.base, k->approval_id);
+    t->status_message = tg_xstrdup(msg);
+    tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
+    tg_buf_append(&b, k->client_id, k->client_id_len);
+    tg_buf_appends(&b, ",\"result\":{\"task\":");
+    tg_task_write(&b, t);
+    tg_buf_appends(&b, "}}");
+    struct tg_sink *sk = k->sink;
+    if (sk != NULL) {
+        sk->ops->answer(sk, k, 200, NULL, b.base, b.len);
+        sk->ops->release(sk, k);
+    }
+    k->sink = &t->sink; /* its answer, or its refusal, is the task's from now on */
+    t->call = k;
+    tg_xfree(k->id_key); /* answered: its id is the client's to use again */
+    k->id_key = NULL;
+    tg_log(TG_LOG_INFO, "parked call answered with a task", "approval_id=%s task=%s", k->approval_id, t->id);
+    tg_buf_dispose(&b);
+    tg_buf_dispose(&url);
+}
+
+void tg_approvals_answer_now(struct tg_call *k)
+{
+    if (k->approval_mode == TG_APPROVAL_RETRY)
+        tg_approvals_retry_detach(k);
+    else if (k->approval_mode == TG_APPROVAL_TASK)
+        task_start(k);
+}
+
 /* ---- the tick ------------------------------------------------------------------------------ */
 
 void tg_approvals_modes_tick(struct tg_server *srv)
@@ -292,6 +354,7 @@ void tg_approvals_modes_tick(struct tg_server *srv)
             tg_call_close(r);
         }
     }
+    tg_tasks_expire(srv);
 }
 
 void tg_approvals_records_close(struct tg_server *srv)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/call/audit.h"
+#include "core/call/tasks.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/mcp/legacy.h"
@@ -412,6 +413,8 @@ static void deliver_answer_at(struct tg_call *k, struct tg_buf *out, int is_erro
         if (k->sess != NULL && (size_t)k->sess->upstream < k->srv->conf->nupstreams)
             k->srv->store.ops->session_share(k->srv->store.ud, k->sess, &k->srv->conf->upstreams[k->sess->upstream]);
     }
+    if (k->task_aug && !is_error) /* an upstream's task id: its caller's alone */
+        tg_tasks_note_relayed(k->srv, p, n, k->grant, k->subject, up_name(k));
     if (k->is_tools_list && !is_error && k->srv->schemas != NULL)
         tg_mcp_schemas_learn(k->srv->schemas, up_name(k), p, n); /* for 2026 clients' Mcp-Param-* */
     char why[160];

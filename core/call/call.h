@@ -118,6 +118,7 @@ struct tg_call {
     struct tg_buf held;       /* the message, serialized, waiting for a decision */
     /* approval modes (core/call/approvals_modes.c) */
     unsigned char approval_mode;  /* the enum tg_approval_mode it parked in */
+    unsigned char task_aug;       /* params.task: a task-augmented request (MCP 2025-11-25) */
     unsigned char approval_state; /* a retry record: TG_RECORD_PENDING, _APPROVED or _DENIED */
     uint64_t next_progress;       /* hold: when the next notifications/progress goes (0: none) */
     double progress_sent;         /* hold: the last progress value sent */

@@ -44,6 +44,8 @@ struct tg_server {
     struct tg_audit *audit;
     struct tg_list approvals;     /* parked calls, oldest first */
     struct tg_list approvals_decided; /* retry records decided, waiting for their call again */
+    struct tg_list tasks;         /* tasks made or relayed, bound to their callers (core/call/tasks.h) */
+    size_t ntasks;
     struct tg_list channels;      /* legacy SSE and WebSocket client sessions */
     struct tg_list awaiting;      /* calls waiting for an answer on a message-stream upstream */
     struct tg_list dead_calls;    /* closed calls whose memory goes at the end of the iteration */

@@ -19,6 +19,7 @@
 #include "core/gate/reads.h"
 #include "core/gate/nonstandard.h"
 #include "core/gate/scopes.h"
+#include "core/gate/tasks.h"
 #include "core/base/json.h"
 #include "core/wire/msg.h"
 #include "core/call/roots.h"
@@ -141,8 +142,8 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
 static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
 {
     struct tg_server *srv = k->srv;
-    int retry = tg_approvals_mode_of(k) == TG_APPROVAL_RETRY; /* answered at once: a batch may have it */
-    if (retry && tg_approvals_retry_take(k, out)) /* approved (it runs), denied, or pending already */
+    int retry = tg_approvals_admit(k, out); /* 1 answered at once (a batch may be); -1 answered already */
+    if (retry < 0)
         return;
     if ((in_batch && !retry) || srv->napprovals >= (size_t)srv->conf->limits.approvals_max) {
         /* A batch cannot wait for a human; a single message on a channel can. */
@@ -407,6 +408,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             k->progress_token = tg_mcp_id_key_string(tok->valuestring);
         else if (cJSON_IsNumber(tok))
             k->progress_token = tg_mcp_id_key_number(tok);
+        k->task_aug = cJSON_IsObject(tg_json_get(params, "task"));
     }
     k->id_key = key;
     if (mc != NULL && dec != NULL) {
@@ -660,6 +662,8 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
         tg_sink_answer_empty(sk, m); /* the gateway owns the lifecycle of a local-initialize upstream */
         return;
     }
+    if (m->kind == TG_MSG_REQUEST && tg_gate_tasks(x, sk, m, tg_dispatch_subject(x)))
+        return; /* a task of the gateway's own, or one the caller does not own */
     if (m->kind == TG_MSG_REQUEST)
         handle_request(x, sk, pol, m);
     else

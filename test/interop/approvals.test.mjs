@@ -11,6 +11,9 @@
 //     limits.approval_progress_ms (1 s here) keep an SDK call with resetTimeoutOnProgress alive
 //     past its own timeout (2 s here, standing for the SDK's 60 s); without progress it would
 //     have failed. The wait is capped at limits.approval_hold_max_ms.
+//   task (a task-augmented call): the SDK 1.x experimental tasks client gets a task, working while
+//     a human decides, completed with the result or failed with the denial; another grant's
+//     tasks/get, tasks/result, tasks/cancel of it are "not found", its tasks/list empty.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -206,4 +209,99 @@ describe('hold mode (a call that sent a progressToken)', () => {
   });
 });
 
-void sdk;
+describe('task mode (a task-augmented call, MCP 2025-11-25)', () => {
+  /** The SDK 1.x experimental tasks client: callToolStream with a task; every message it yields. */
+  async function streamed(c, args, onCreated) {
+    const seen = [];
+    for await (const msg of c.client.experimental.tasks.callToolStream({ name: 'write_file', arguments: args }, undefined, { task: { ttl: 60000 } })) {
+      seen.push(msg);
+      if (msg.type === 'taskCreated') await onCreated(msg.task);
+    }
+    return seen;
+  }
+
+  test('SDK 1.x callToolStream: a task, working while it waits, bound to its caller; approved, completed with the result', async () => {
+    const c = await sdk1(ALICE);
+    const other = await sdk1(BOB);
+    const args = { path: '/tmp/task-approved.txt', content: 'task' };
+    let taskId;
+    const seen = await streamed(c, args, async (task) => {
+      taskId = task.taskId;
+      assert.equal(task.status, 'working');
+      assert.match(task.statusMessage, /waiting for a human to approve write_file at http:\/\/127\.0\.0\.1:\d+\/admin\/ui\/ \(approval [0-9a-f]{32}\)/);
+      assert.ok(task.ttl >= 120000, `the ttl covers the approval window: ${task.ttl}`);
+      // another grant: not found, whatever it asks; its list is empty
+      for (const [method, schema] of [['tasks/get', sdk.types.GetTaskResultSchema], ['tasks/result', sdk.types.CallToolResultSchema], ['tasks/cancel', sdk.types.CancelTaskResultSchema]]) {
+        const e = await rejection(other.client.request({ method, params: { taskId } }, schema), `bob ${method}`);
+        assert.equal(e.code, -32602, `${method}: ${e.message}`);
+        assert.match(e.message, /Task not found/);
+      }
+      assert.deepEqual((await other.client.request({ method: 'tasks/list', params: {} }, sdk.types.ListTasksResultSchema)).tasks, []);
+      const mine = await c.client.request({ method: 'tasks/list', params: {} }, sdk.types.ListTasksResultSchema);
+      assert.deepEqual(mine.tasks.map((t) => t.taskId), [taskId]);
+      const got = await c.client.experimental.tasks.getTask(taskId);
+      assert.equal(got.status, 'working');
+      assert.equal(writes(args.path).length, 0, 'nothing ran before the approval');
+      const item = await H.waitUntil(async () => (await admin('GET', '/admin/approvals')).json.approvals.find((x) => x.tool === 'write_file'),
+        { what: 'the parked task call in the queue' });
+      const r = await admin('POST', `/admin/approvals/${item.id}/approve`);
+      assert.equal(r.status, 200, r.text);
+    });
+    const statuses = seen.filter((m) => m.type === 'taskStatus').map((m) => m.task.status);
+    assert.equal(statuses.at(-1), 'completed', JSON.stringify(seen));
+    const result = seen.find((m) => m.type === 'result');
+    assert.ok(result && !result.result.isError, JSON.stringify(seen));
+    assert.equal(writes(args.path).length, 1, 'the approved call ran exactly once');
+    assert.equal(writes(args.path)[0].msg.params.task, undefined, 'the upstream got a plain call');
+    const again = await c.client.experimental.tasks.getTaskResult(taskId, sdk.types.CallToolResultSchema);
+    assert.deepEqual(again, result.result, 'tasks/result keeps the answer');
+  });
+
+  test('denied: the task fails with the approver\'s reason; the call never runs', async () => {
+    const c = await sdk1(ALICE);
+    const args = { path: '/tmp/task-denied.txt', content: 'no' };
+    let taskId;
+    const seen = await streamed(c, args, async (task) => {
+      taskId = task.taskId;
+      const item = await H.waitUntil(async () => (await admin('GET', '/admin/approvals')).json.approvals.find((x) => x.tool === 'write_file'),
+        { what: 'the parked task call in the queue' });
+      const r = await fetchFn(`http://127.0.0.1:${gw.adminPort}/admin/approvals/${item.id}/deny`, {
+        method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ reason: 'not this file' }),
+      });
+      assert.equal(r.status, 200, await r.text());
+    });
+    assert.equal(seen.at(-1).type, 'error', JSON.stringify(seen));
+    const got = await c.client.experimental.tasks.getTask(taskId);
+    assert.equal(got.status, 'failed');
+    assert.equal(got.statusMessage, 'write_file was refused by a human approver; the call was not made: not this file');
+    const e = await rejection(c.client.experimental.tasks.getTaskResult(taskId, sdk.types.CallToolResultSchema), 'tasks/result');
+    assert.equal(e.code, -32003);
+    assert.equal(e.data.reason, 'not this file');
+    assert.equal(writes(args.path).length, 0);
+  });
+
+  test('tasks/cancel withdraws the parked call: it leaves the queue and never runs', async () => {
+    const c = await sdk1(ALICE);
+    const args = { path: '/tmp/task-cancelled.txt', content: 'no' };
+    const seen = await streamed(c, args, async (task) => {
+      await H.waitUntil(async () => (await admin('GET', '/admin/approvals')).json.approvals.some((x) => x.tool === 'write_file'),
+        { what: 'the parked task call in the queue' });
+      const r = await c.client.experimental.tasks.cancelTask(task.taskId);
+      assert.equal(r.status, 'cancelled');
+      assert.equal((await admin('GET', '/admin/approvals')).json.approvals.some((x) => x.tool === 'write_file'), false);
+    });
+    assert.equal(seen.at(-1).type, 'error', JSON.stringify(seen));
+    assert.equal(writes(args.path).length, 0);
+  });
+});
+
+describe('shutdown with records, tasks and a pending approval left', () => {
+  test('a pending retry approval, decided records and finished tasks at exit: no sanitizer report, no leak', async () => {
+    const c = await sdk1(ALICE);
+    assertPending(await rejection(c.client.callTool({ name: 'write_file', arguments: { path: '/tmp/left.txt' } }), 'left'), 'left');
+    const r = await gw.stop();
+    assert.equal(r.code, 0, `exit: ${JSON.stringify(r)}\n${gw.stderr().slice(-3000)}`);
+    gw.assertNoSanitizerReport();
+  });
+});
