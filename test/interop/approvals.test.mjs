@@ -296,6 +296,41 @@ describe('task mode (a task-augmented call, MCP 2025-11-25)', () => {
   });
 });
 
+describe('an upstream\'s task ids: only the caller they were handed to may name them', () => {
+  test('server-everything\'s simulate-research-query task: alice polls it through; bob\'s tasks/get, tasks/result, tasks/cancel are not found, his tasks/list empty', async () => {
+    const ev = await H.startEverything({ cleanup });
+    const policy = path.join(dir, 'allow.json');
+    fs.writeFileSync(policy, JSON.stringify({ version: '1', default: 'allow' }));
+    const sub = path.join(dir, 'relay');
+    fs.mkdirSync(sub, { recursive: true });
+    const g2 = await H.startTollgate(H.writeConf(sub, {
+      grants: [{ name: 'alice', token_sha256: H.sha256hex(ALICE) }, { name: 'bob', token_sha256: H.sha256hex(BOB) }],
+      upstreams: [{ name: 'everything', url: ev.url, policy }],
+    }), { cleanup, listeners: 1 });
+    const u = `http://127.0.0.1:${g2.plainPort}/everything/mcp`;
+    const caps = { tasks: { list: {}, cancel: {} }, elicitation: {} };
+    const alice = await H.connectClient(u, { fetch: fetchFn, headers: { Authorization: `Bearer ${ALICE}` }, cleanup, capabilities: caps });
+    const bob = await H.connectClient(u, { fetch: fetchFn, headers: { Authorization: `Bearer ${BOB}` }, cleanup, capabilities: caps });
+    const created = await alice.client.request({ method: 'tools/call', params: { name: 'simulate-research-query', arguments: { topic: 'gateways' }, task: { ttl: 60000 } } },
+      sdk.types.CreateTaskResultSchema);
+    const taskId = created.task.taskId;
+    assert.ok(taskId, JSON.stringify(created));
+    const mine = await alice.client.request({ method: 'tasks/get', params: { taskId } }, sdk.types.GetTaskResultSchema);
+    assert.equal(mine.taskId, taskId, 'its caller polls it through the gateway');
+    for (const [method, schema] of [['tasks/get', sdk.types.GetTaskResultSchema], ['tasks/result', sdk.types.CallToolResultSchema], ['tasks/cancel', sdk.types.CancelTaskResultSchema]]) {
+      const from = g2.stderr().length;
+      const e = await rejection(bob.client.request({ method, params: { taskId } }, schema), `bob ${method}`);
+      assert.equal(e.code, -32602, `${method}: ${e.message}`);
+      await g2.waitForLog(/task not found for its caller.*grant=bob/, { from, what: `the gateway refusing bob's ${method}` });
+    }
+    assert.deepEqual((await bob.client.request({ method: 'tasks/list', params: {} }, sdk.types.ListTasksResultSchema)).tasks, []);
+    const done = await alice.client.request({ method: 'tasks/cancel', params: { taskId } }, sdk.types.CancelTaskResultSchema);
+    assert.equal(done.status, 'cancelled', 'its caller may cancel it');
+    await g2.stop();
+    g2.assertNoSanitizerReport();
+  });
+});
+
 describe('shutdown with records, tasks and a pending approval left', () => {
   test('a pending retry approval, decided records and finished tasks at exit: no sanitizer report, no leak', async () => {
     const c = await sdk1(ALICE);
