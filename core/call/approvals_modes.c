@@ -22,11 +22,12 @@ int tg_approvals_mode_of(const struct tg_call *k)
     int m = k->dec->approval_mode;
     if (m == TG_APPROVAL_AUTO)
         m = tg_upstream_conf(k->uprt)->approval_mode;
-    if (m == TG_APPROVAL_AUTO && k->task_aug)
+    int tasks = k->task_aug && k->era == TG_ERA_2025; /* the 2026 tasks extension is not served */
+    if (m == TG_APPROVAL_AUTO && tasks)
         m = TG_APPROVAL_TASK; /* the client asked for a task */
     if (m == TG_APPROVAL_AUTO)
         m = k->era == TG_ERA_2025 && k->progress_token != NULL ? TG_APPROVAL_HOLD : TG_APPROVAL_RETRY;
-    if (m == TG_APPROVAL_TASK && !k->task_aug)
+    if (m == TG_APPROVAL_TASK && !tasks)
         m = TG_APPROVAL_RETRY; /* a client that did not ask for a task cannot take one */
     return m;
 }

@@ -2,7 +2,7 @@
  * when called again once approved (retry), or a task the client polls (task).
  *
  * The mode is the tool's approval_mode (policy), else its upstream's (conf), else chosen by the
- * client: task for a task-augmented call (params.task, MCP 2025-11-25), hold for a 2025-era call
+ * client: task for a 2025-era task-augmented call (params.task, MCP 2025-11-25), hold for a 2025-era call
  * that sent params._meta.progressToken (its client can be kept waiting by progress), retry for
  * every other call (a 2026-07-28 request, a 2025 call without a token: clients with default
  * options give up on a call after 60 s). task for a call that is not task-augmented is retry.
