@@ -739,8 +739,21 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
         *why = "missing subject claim";
         goto out;
     }
+    /* RFC 9449 §6.1: a DPoP-bound token carries its key's thumbprint in cnf.jkt. A cnf that is
+     * there but unreadable is refused: the token is bound to something, and a bound token must
+     * never pass as a plain bearer token. */
+    const cJSON *cnf = tg_json_get(claims, "cnf");
+    const cJSON *jkt = cJSON_IsObject(cnf) ? tg_json_get(cnf, "jkt") : NULL;
+    if ((cnf != NULL && !cJSON_IsObject(cnf)) ||
+        (jkt != NULL && (!cJSON_IsString(jkt) || strlen(jkt->valuestring) != TG_JWT_JKT_LEN))) {
+        *why = "malformed cnf claim";
+        goto out;
+    }
     memcpy(grant, g->valuestring, glen + 1);
     if (rules->claims != NULL) {
+        rules->claims->jkt[0] = '\0';
+        if (jkt != NULL)
+            memcpy(rules->claims->jkt, jkt->valuestring, TG_JWT_JKT_LEN + 1);
         rules->claims->exp = exp > 9e15 ? INT64_MAX / 2 : (int64_t)exp;
         memcpy(rules->claims->subject, sub->valuestring, strlen(sub->valuestring) + 1);
     }
@@ -752,4 +765,71 @@ out:
     free(scratch);
     scratch = NULL;
     return r;
+}
+
+/* ---- single keys, for a DPoP proof (policy/dpop.c) ---- */
+
+int tg_jwt_b64url_decode(const char *in, size_t n, uint8_t *out, size_t *outlen)
+{
+    return b64url_decode(in, n, out, outlen);
+}
+
+int tg_jwt_parse_object(const uint8_t *p, size_t n, cJSON **out) { return parse_object(p, n, out); }
+
+struct tg_jwt_key {
+    struct jwk k;
+};
+
+int tg_jwt_key_from_jwk(const cJSON *obj, const char *alg, struct tg_jwt_key **out, const char **why)
+{
+    *out = NULL;
+    size_t a;
+    for (a = 0; a < NALGS; a++)
+        if (strcmp(alg, algs[a].alg) == 0)
+            break;
+    if (a == NALGS || algs[a].kty == KTY_OCT) {
+        *why = "unsupported alg";
+        return TG_EINVAL;
+    }
+    const cJSON *kty = cJSON_IsObject(obj) ? tg_json_get(obj, "kty") : NULL;
+    if (!cJSON_IsString(kty) || strcmp(kty->valuestring, algs[a].kty_name) != 0) {
+        *why = "the jwk does not suit the alg";
+        return TG_EINVAL;
+    }
+    struct tg_buf err;
+    tg_buf_init(&err);
+    struct loader L = {"jwk", &err, 0};
+    struct tg_jwt_key *key = tg_xcalloc(1, sizeof(*key));
+    int r = load_key(&L, 0, obj, &key->k);
+    tg_buf_dispose(&err);
+    if (r != 0 || (key->k.only_alg != 0 && key->k.only_alg != algs[a].bit)) {
+        tg_jwt_key_free(key);
+        *why = "unusable jwk";
+        return TG_EINVAL;
+    }
+    *out = key;
+    return 0;
+}
+
+int tg_jwt_key_verify(struct tg_jwt_key *k, const char *alg, struct tg_slice signing_input, const uint8_t *sig,
+                      size_t siglen)
+{
+    size_t a;
+    for (a = 0; a < NALGS; a++)
+        if (strcmp(alg, algs[a].alg) == 0)
+            break;
+    if (a == NALGS || algs[a].kty != k->k.kty || algs[a].kty == KTY_OCT)
+        return TG_EINVAL;
+    uint8_t hash[32];
+    if (mbedtls_sha256_ret((const unsigned char *)signing_input.ptr, signing_input.len, hash, 0) != 0)
+        return TG_EINVAL;
+    return verify_with(&k->k, algs[a].bit, (const uint8_t *)signing_input.ptr, signing_input.len, hash, sig, siglen);
+}
+
+void tg_jwt_key_free(struct tg_jwt_key *k)
+{
+    if (k == NULL)
+        return;
+    jwk_dispose(&k->k);
+    free(k);
 }

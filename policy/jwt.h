@@ -91,9 +91,11 @@ unsigned tg_jwt_alg_bit(const char *name);
 
 /* What a verified token says, beyond the grant it names. Value type: the caller's, filled by
  * tg_jwt_verify() on success. */
+#define TG_JWT_JKT_LEN 43 /* base64url of a SHA-256 thumbprint (RFC 7638) */
 struct tg_jwt_claims {
     int64_t exp;                  /* "exp" in whole seconds (huge values clamped) */
     char subject[TG_SUBJECT_MAX]; /* the subject claim's value */
+    char jkt[TG_JWT_JKT_LEN + 1]; /* "cnf":{"jkt"} of a DPoP-bound token (RFC 9449 §6.1), "" when unbound */
 };
 
 /* What a token's claims must match. Value type: the caller fills one on its stack (policy/auth.c,
@@ -121,11 +123,29 @@ struct tg_jwt_rules {
  *   "bad signature"       no suitable key verifies it
  *   "expired", "not yet valid", "wrong issuer", "wrong audience",
  *   "missing grant claim" absent, not a string, or empty;
- *   "missing subject claim" the same for the subject claim, or as long as TG_SUBJECT_MAX.
+ *   "missing subject claim" the same for the subject claim, or as long as TG_SUBJECT_MAX;
+ *   "malformed cnf claim" "cnf" is not an object, or its "jkt" is not a 43-character string.
  * Order: the encoding of all three parts and the header (malformed, alg,
  * allowed alg, crit), the key, the signature, then the payload (malformed, exp, nbf/iat,
  * iss, aud, grant); the first failure wins. *why is NULL on success. */
 int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struct tg_jwt_rules *rules, int64_t now_s,
                   char *grant, size_t grant_sz, const char **why);
+
+/* Single public keys, for what carries its own key: a DPoP proof's "jwk" header (policy/dpop.c).
+ * The same parsing and checks as a JWKS member (RSA 2048..8192 bits, EC P-256 on the curve, "d"
+ * refused), for the key type alg needs (RS256/PS256: RSA, ES256: EC; never HS256).
+ * Owner of *out: the caller, freed with tg_jwt_key_free() (accepts NULL). */
+struct cJSON;
+struct tg_jwt_key;
+int tg_jwt_key_from_jwk(const struct cJSON *jwk, const char *alg, struct tg_jwt_key **out, const char **why);
+/* 0 when sig is alg's signature of signing_input under k, else TG_EINVAL. */
+int tg_jwt_key_verify(struct tg_jwt_key *k, const char *alg, struct tg_slice signing_input, const uint8_t *sig,
+                      size_t siglen);
+void tg_jwt_key_free(struct tg_jwt_key *k);
+/* The strict base64url decoder the verifier uses (out has room for n * 3 / 4 bytes): 0 or TG_EINVAL. */
+int tg_jwt_b64url_decode(const char *in, size_t n, uint8_t *out, size_t *outlen);
+/* A JOSE header or claim set: a JSON object through the strict parser; *out is the caller's
+ * (cJSON_Delete). 0 or TG_EINVAL. */
+int tg_jwt_parse_object(const uint8_t *p, size_t n, struct cJSON **out);
 
 #endif
