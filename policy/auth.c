@@ -8,11 +8,11 @@
 #include "policy/jwt.h"
 #include <strings.h>
 
-int tg_auth_bearer(struct tg_slice h, struct tg_slice *token)
+/* The token after a scheme of skip bytes and its spaces: RFC 6750's b64token charset (printable
+ * ASCII without spaces), trailing blanks trimmed. */
+static int token_after(struct tg_slice h, size_t skip, struct tg_slice *token)
 {
-    if (h.len < 7 || strncasecmp(h.ptr, "Bearer ", 7) != 0)
-        return TG_EINVAL;
-    size_t i = 7;
+    size_t i = skip;
     while (i < h.len && h.ptr[i] == ' ')
         i++;
     size_t end = h.len;
@@ -29,6 +29,20 @@ int tg_auth_bearer(struct tg_slice h, struct tg_slice *token)
     return 0;
 }
 
+int tg_auth_bearer(struct tg_slice h, struct tg_slice *token)
+{
+    if (h.len < 7 || strncasecmp(h.ptr, "Bearer ", 7) != 0)
+        return TG_EINVAL;
+    return token_after(h, 7, token);
+}
+
+/* "Bearer <token>" or "DPoP <token>" (RFC 9449 §7.1; schemes case-insensitive, one token charset). */
+int tg_auth_token(struct tg_slice h, struct tg_slice *token, int *dpop)
+{
+    *dpop = h.len >= 5 && strncasecmp(h.ptr, "DPoP ", 5) == 0;
+    return *dpop ? token_after(h, 5, token) : tg_auth_bearer(h, token);
+}
+
 static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
                                     struct tg_principal *who, const char **why, int *by_static,
                                     struct tg_auth_cred *cred);
@@ -39,6 +53,8 @@ void tg_principal_of_grant(const struct tg_grant_conf *g, struct tg_principal *w
     tg_strlcpy(who->subject, g->name ? g->name : "", sizeof(who->subject));
     who->exp_s = 0;
     who->jwt = 0;
+    who->dpop = 0;
+    who->jkt[0] = '\0';
 }
 
 enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
@@ -58,7 +74,9 @@ enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice 
             return tg_auth_grant(c, authorization, now_s, who, why); /* no key, no memo */
         keyed = 1;
     }
-    if (authorization.ptr == NULL)
+    /* Only a static bearer token is ever remembered; a DPoP request (whose scheme a remembered
+     * principal would lose) is checked in full every time, and its proof after that. */
+    if (authorization.ptr == NULL || (authorization.len >= 5 && strncasecmp(authorization.ptr, "DPoP ", 5) == 0))
         return tg_auth_grant(c, authorization, now_s, who, why);
     uint64_t tag = tg_siphash(key, authorization.ptr, authorization.len);
     if (memo->grant != NULL && memo->conf_serial == c->serial && memo->len == authorization.len && memo->tag == tag) {
@@ -96,6 +114,8 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
     who->subject[0] = '\0';
     who->exp_s = 0;
     who->jwt = 0;
+    who->dpop = 0;
+    who->jkt[0] = '\0';
     if (why)
         *why = NULL;
     if (authorization.ptr == NULL) {
@@ -109,7 +129,8 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
         return TG_AUTH_MISSING;
     }
     struct tg_slice tok;
-    if (tg_auth_bearer(authorization, &tok) != 0) {
+    int dpop = 0;
+    if (tg_auth_token(authorization, &tok, &dpop) != 0) {
         if (why)
             *why = "malformed Authorization header";
         return TG_AUTH_INVALID;
@@ -121,6 +142,11 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
         int eq = tg_ct_equal(h, c->grants[i].token_sha256, 32) & c->grants[i].has_token;
         if (eq && found == NULL)
             found = &c->grants[i];
+    }
+    if (found != NULL && dpop) {
+        if (why)
+            *why = "the DPoP scheme is for a JWT bound to the proof's key, not a static token";
+        return TG_AUTH_INVALID;
     }
     if (found != NULL) {
         tg_principal_of_grant(found, who);
@@ -172,6 +198,8 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
                 memcpy(who->subject, claims.subject, sizeof(who->subject));
                 who->exp_s = claims.exp;
                 who->jwt = (int)i + 1;
+                who->dpop = (uint8_t)dpop;
+                memcpy(who->jkt, claims.jkt, sizeof(who->jkt));
                 if (cred != NULL) {
                     cred->kind = TG_CRED_JWT;
                     cred->end_s = claims.exp + (j->skew_s > 0 ? j->skew_s : 0);

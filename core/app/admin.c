@@ -20,6 +20,7 @@
 #include "core/app/route.h"
 #include "core/call/session.h"
 #include "policy/auth.h"
+#include "policy/dpop.h"
 #include "policy/policy.h"
 #include "transports/http1/http1.h"
 #include "transports/channel.h"
@@ -174,6 +175,15 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
       m->server_requests_denied);
     C("roots_answered_total", "Server roots/list requests the gateway answered with the pinned roots.",
       m->roots_answered);
+    C("dpop_refused_total", "Requests refused for DPoP (401 invalid_dpop_proof or a bound token's invalid_token).",
+      m->dpop_refused);
+    struct tg_dpop_replay_stats ds = {0};
+    if (srv->dpop_replay != NULL)
+        tg_dpop_replay_stats(srv->dpop_replay, &ds);
+    G("dpop_replay_entries", "DPoP proofs remembered against replay (limits.dpop_replay_entries).", ds.entries);
+    G("dpop_replay_memory_bytes", "Memory of the DPoP replay cache.", ds.bytes);
+    C("dpop_replay_evicted_total", "DPoP proofs forgotten inside their window because the cache was full.",
+      ds.evicted);
     G("counters_live", "Rate-limit buckets and windows held in memory.", tg_counters_count(srv->counters));
     G("counters_memory_bytes", "Memory of the counter table.", tg_counters_memory(srv->counters));
     if (tg_app_of(srv)->cluster != NULL)

@@ -16,6 +16,7 @@
 #include "core/bridge/stateless.h"
 #include "core/wire/msg.h"
 #include "core/app/oauth_meta.h"
+#include "core/app/dpop_gate.h"
 #include "core/call/session.h"
 #include "policy/auth.h"
 #include "policy/policy.h"
@@ -309,6 +310,8 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
         unauthorized(srv, c, path, ar, why);
         return;
     }
+    if (tg_dpop_gate(srv, c, path, &who, authz))
+        return; /* 401: a DPoP-bound token without its proof, or DPoP where the issuer has none */
     const struct tg_grant_conf *g = who.grant;
     if (c->env->access_log && c->x != NULL) { /* who, for the access line (copies: a reload may free the conf) */
         struct tg_http_scratch *x = c->x;

@@ -36,6 +36,8 @@ struct tg_server {
     size_t nupstreams;
     struct tg_metrics metrics;
     struct tg_counters *counters; /* outlives confs: a reload keeps every counter */
+    struct tg_dpop_replay *dpop_replay; /* DPoP proofs seen (policy/dpop.h); made by the first proof,
+                                         * outlives confs so a reload cannot reopen a replay */
     /* The shared store (core/call/shared.h) every floor below the app goes through: the local
      * one, or a cluster's. The app installs it. */
     struct tg_shared store;

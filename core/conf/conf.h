@@ -87,6 +87,7 @@ struct tg_limits {
     int listens_per_grant;
     int output_total_bytes;
     int stdio_evict_idle_ms; /* at max_children, another grant's session idle this long gives up its child */
+    int dpop_replay_entries; /* DPoP proofs (key, jti) remembered against replay, one cache per process */
 };
 
 struct tg_policy;
@@ -199,6 +200,8 @@ struct tg_jwt_conf {
     char *subject_claim; /* who inside the grant (default "sub") */
     int skew_s;
     unsigned algs; /* TG_JWT_ALG_ bits of jwt[].algorithms (default RS256 and ES256) */
+    int dpop;          /* enum tg_dpop_mode (policy/dpop.h) of jwt[].dpop */
+    int dpop_window_s; /* a proof's iat within dpop_window_s + skew_s of now */
     struct tg_jwks *jwks;
 };
 
