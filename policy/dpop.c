@@ -331,13 +331,13 @@ int tg_dpop_verify(const struct tg_dpop_check *chk, struct tg_dpop_replay *repla
     scratch = tg_xmalloc(pr.len);
     uint8_t *hdec = scratch, *pdec, *sig;
     size_t hlen = 0, plen = 0, siglen = 0;
-    if (tg_jwt_b64url_decode(pr.ptr, (size_t)(d1 - pr.ptr), hdec, &hlen) != 0)
+    if (tg_b64url_decode(pr.ptr, (size_t)(d1 - pr.ptr), hdec, &hlen) != 0)
         goto out;
     pdec = hdec + hlen;
-    if (tg_jwt_b64url_decode(d1 + 1, (size_t)(d2 - d1 - 1), pdec, &plen) != 0)
+    if (tg_b64url_decode(d1 + 1, (size_t)(d2 - d1 - 1), pdec, &plen) != 0)
         goto out;
     sig = pdec + plen;
-    if (tg_jwt_b64url_decode(d2 + 1, (size_t)(end - d2 - 1), sig, &siglen) != 0)
+    if (tg_b64url_decode(d2 + 1, (size_t)(end - d2 - 1), sig, &siglen) != 0)
         goto out;
     if (tg_jwt_parse_object(hdec, hlen, &header) != 0 || tg_json_get(header, "crit") != NULL)
         goto out;

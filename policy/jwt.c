@@ -76,55 +76,6 @@ struct tg_jwks {
     struct jwk *keys;
 };
 
-/* ---- base64url ---- */
-
-static int b64url_value(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '-')
-        return 62;
-    if (c == '_')
-        return 63;
-    return -1;
-}
-
-/* Decode unpadded base64url (RFC 7515 §2) into out, which has room for
- * n * 3 / 4 bytes. mbedtls_base64_decode() is standard base64 and tolerates
- * padding and line breaks, so decode by hand and refuse anything that is
- * not the one canonical spelling of the bytes: '=' and other non-alphabet
- * characters, a length of 4k+1 characters, and set bits left over after
- * the last whole byte (otherwise "AA" and "AB" would decode alike and one
- * signed token would have several accepted spellings). */
-static int b64url_decode(const char *in, size_t n, uint8_t *out, size_t *outlen)
-{
-    if (n % 4 == 1)
-        return TG_EINVAL;
-    uint32_t acc = 0;
-    unsigned bits = 0;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        int v = b64url_value((unsigned char)in[i]);
-        if (v < 0)
-            return TG_EINVAL;
-        acc = (acc << 6 | (uint32_t)v) & 0xffffff;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[o++] = (uint8_t)(acc >> bits);
-            acc &= (1u << bits) - 1;
-        }
-    }
-    if (acc != 0)
-        return TG_EINVAL;
-    *outlen = o;
-    return 0;
-}
-
 /* ---- keys ---- */
 
 static void jwk_dispose(struct jwk *k)
@@ -195,7 +146,7 @@ static int b64_member(struct loader *L, size_t i, const cJSON *key, const char *
     }
     size_t n = strlen(m->valuestring); /* the strict parser refuses U+0000 */
     uint8_t *b = tg_xmalloc(n / 4 * 3 + 3);
-    if (n == 0 || b64url_decode(m->valuestring, n, b, outlen) != 0) {
+    if (n == 0 || tg_b64url_decode(m->valuestring, n, b, outlen) != 0) {
         free(b);
         key_error(L, i, field, n == 0 ? "empty" : "not base64url (URL-safe alphabet, no padding)");
         return TG_EINVAL;
@@ -633,13 +584,13 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
     scratch = tg_xmalloc(token.len);
     uint8_t *hdec = scratch, *pdec, *sig;
     size_t hlen = 0, plen = 0, siglen = 0;
-    if (b64url_decode(hpart.ptr, hpart.len, hdec, &hlen) != 0)
+    if (tg_b64url_decode(hpart.ptr, hpart.len, hdec, &hlen) != 0)
         goto out;
     pdec = hdec + hlen;
-    if (b64url_decode(ppart.ptr, ppart.len, pdec, &plen) != 0)
+    if (tg_b64url_decode(ppart.ptr, ppart.len, pdec, &plen) != 0)
         goto out;
     sig = pdec + plen;
-    if (b64url_decode(spart.ptr, spart.len, sig, &siglen) != 0)
+    if (tg_b64url_decode(spart.ptr, spart.len, sig, &siglen) != 0)
         goto out;
     if (parse_object(hdec, hlen, &header) != 0)
         goto out;
@@ -768,11 +719,6 @@ out:
 }
 
 /* ---- single keys, for a DPoP proof (policy/dpop.c) ---- */
-
-int tg_jwt_b64url_decode(const char *in, size_t n, uint8_t *out, size_t *outlen)
-{
-    return b64url_decode(in, n, out, outlen);
-}
 
 int tg_jwt_parse_object(const uint8_t *p, size_t n, cJSON **out) { return parse_object(p, n, out); }
 

@@ -142,8 +142,6 @@ int tg_jwt_key_from_jwk(const struct cJSON *jwk, const char *alg, struct tg_jwt_
 int tg_jwt_key_verify(struct tg_jwt_key *k, const char *alg, struct tg_slice signing_input, const uint8_t *sig,
                       size_t siglen);
 void tg_jwt_key_free(struct tg_jwt_key *k);
-/* The strict base64url decoder the verifier uses (out has room for n * 3 / 4 bytes): 0 or TG_EINVAL. */
-int tg_jwt_b64url_decode(const char *in, size_t n, uint8_t *out, size_t *outlen);
 /* A JOSE header or claim set: a JSON object through the strict parser; *out is the caller's
  * (cJSON_Delete). 0 or TG_EINVAL. */
 int tg_jwt_parse_object(const uint8_t *p, size_t n, struct cJSON **out);
