@@ -21,6 +21,7 @@
 #include "core/call/session.h"
 #include "policy/auth.h"
 #include "policy/dpop.h"
+#include "policy/jwt_cache.h"
 #include "policy/policy.h"
 #include "transports/http1/http1.h"
 #include "transports/channel.h"
@@ -184,6 +185,16 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
     G("dpop_replay_memory_bytes", "Memory of the DPoP replay cache.", ds.bytes);
     C("dpop_replay_evicted_total", "DPoP proofs forgotten inside their window because the cache was full.",
       ds.evicted);
+    struct tg_jwt_cache_stats js = {0};
+    for (size_t i = 0; i < srv->conf->njwt; i++) {
+        struct tg_jwt_cache_stats one;
+        tg_jwt_cache_stats(srv->conf->jwt[i].cache, &one);
+        js.entries += one.entries, js.bytes += one.bytes, js.hits += one.hits, js.misses += one.misses;
+    }
+    G("jwt_cache_entries", "Verified JWTs remembered (jwt[].cache_entries; emptied by a reload).", js.entries);
+    G("jwt_cache_memory_bytes", "Memory of the verified-JWT caches.", js.bytes);
+    G("jwt_cache_hits", "JWTs served from the cache since the configuration was loaded.", js.hits);
+    G("jwt_cache_misses", "JWTs verified in full since the configuration was loaded.", js.misses);
     G("counters_live", "Rate-limit buckets and windows held in memory.", tg_counters_count(srv->counters));
     G("counters_memory_bytes", "Memory of the counter table.", tg_counters_memory(srv->counters));
     if (tg_app_of(srv)->cluster != NULL)

@@ -188,6 +188,7 @@ struct tg_upstream_conf {
 };
 
 struct tg_jwks;
+struct tg_jwt_cache;
 struct tg_tls_client_ctx;
 
 /* A JWT issuer whose tokens name a grant in grant_claim. Owner: the conf (jwt[]); freed by
@@ -203,6 +204,8 @@ struct tg_jwt_conf {
     int dpop;          /* enum tg_dpop_mode (policy/dpop.h) of jwt[].dpop */
     int dpop_window_s; /* a proof's iat within dpop_window_s + skew_s of now */
     struct tg_jwks *jwks;
+    struct tg_jwt_cache *cache; /* verified tokens (policy/jwt_cache.h), jwt[].cache_entries slots; mutable
+                                 * inside an immutable conf, like the keys' precomputations */
 };
 
 /* The whole configuration. Refcounted and immutable once loaded: tg_conf_load returns it with one

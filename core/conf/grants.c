@@ -10,6 +10,7 @@
 #include "core/base/json.h"
 #include "policy/jwt.h"
 #include "policy/dpop.h"
+#include "policy/jwt_cache.h"
 #include "policy/policy.h"
 #include "policy/uri.h"
 
@@ -394,7 +395,7 @@ static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c)
         }
         static const char *const known[] = {"issuer", "audience",   "jwks_file",     "grant_claim",
                                             "skew_s", "algorithms", "subject_claim", "dpop",
-                                            "dpop_window_s", NULL};
+                                            "dpop_window_s", "cache_entries", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         j->issuer = tg__conf_get_str(ld, g, "issuer", NULL, 1, ctx);
         j->audience = tg__conf_get_str(ld, g, "audience", NULL, 1, ctx);
@@ -412,6 +413,16 @@ static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c)
         }
         j->algs = jwt_algorithms(ld, config_setting_get_member(g, "algorithms"), j->issuer);
         jwt_dpop(ld, g, j);
+        int slots = 1024;
+        const config_setting_t *ce = config_setting_get_member(g, "cache_entries");
+        if (ce != NULL) {
+            if (config_setting_type(ce) != CONFIG_TYPE_INT || config_setting_get_int(ce) < 0 ||
+                config_setting_get_int(ce) > 1000000)
+                tg__conf_errf(ld, ce, "cache_entries", "must be an integer 0..1000000");
+            else
+                slots = config_setting_get_int(ce);
+        }
+        j->cache = tg_jwt_cache_new((size_t)slots);
         if (j->jwks_file != NULL) {
             struct tg_buf jerr;
             tg_buf_init(&jerr);
@@ -563,6 +574,7 @@ void tg__conf_jwt_free(struct tg_conf *c)
         free(c->jwt[i].grant_claim);
         free(c->jwt[i].subject_claim);
         tg_jwks_free(c->jwt[i].jwks);
+        tg_jwt_cache_free(c->jwt[i].cache);
     }
     free(c->jwt);
 }

@@ -31,7 +31,8 @@
 #   test/bench/auth.sh                      # about 3 minutes on 2 cores
 # Environment: TOLLGATE_BIN (build-rel/tollgate), UPSTREAM_BIN, CLIENT_BIN (build-rel/test/bench/
 # tg-bench-upstream, tg-bench-streams), AUTH_CALLS (20000), AUTH_CONNS (4), AUTH_ROUNDS (3),
-# AUTH_CG_SHORT (20), AUTH_CG_LONG (220), AUTH_RESULTS (test/bench/results/auth.txt).
+# AUTH_CG_SHORT (20), AUTH_CG_LONG (220), AUTH_RESULTS (test/bench/results/auth.txt),
+# AUTH_JWT_CACHE (1024: jwt[].cache_entries; 0 measures every token verified in full).
 set -euo pipefail
 export LC_ALL=C
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,6 +47,7 @@ ROUNDS=${AUTH_ROUNDS:-3}
 CG_SHORT=${AUTH_CG_SHORT:-20}
 CG_LONG=${AUTH_CG_LONG:-220}
 RESULTS=${AUTH_RESULTS:-$here/results/auth.txt}
+JWT_CACHE=${AUTH_JWT_CACHE:-1024} # jwt[].cache_entries: 0 verifies every token in full
 CALLGRIND=1
 modes=()
 for a in "$@"; do
@@ -103,7 +105,7 @@ grants = (
   { name = "bench"; issuers = [ "$ISSUER" ]; }
 );
 jwt = ( { issuer = "$ISSUER"; audience = "tollgate"; jwks_file = "$tmp/jwks.json";
-          algorithms = [ "RS256", "ES256" ]; dpop = "optional"; } );
+          algorithms = [ "RS256", "ES256" ]; dpop = "optional"; cache_entries = $JWT_CACHE; } );
 upstreams = ( { name = "bench"; url = "http://127.0.0.1:$up_port/mcp"; default = true;
                 policy = "$tmp/policy.json"; pool = { size = 64; }; } );
 EOF
@@ -190,7 +192,7 @@ fi
 mkdir -p "$(dirname "$RESULTS")"
 {
     echo "# test/bench/auth.sh: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "# $CALLS calls per mode and round, $ROUNDS rounds in alternation, $CONNS sessions, one call at a time; callgrind $CG_SHORT/$CG_LONG calls"
+    echo "# $CALLS calls per mode and round, $ROUNDS rounds in alternation, $CONNS sessions, one call at a time; callgrind $CG_SHORT/$CG_LONG calls; jwt[].cache_entries = $JWT_CACHE"
     printf '%-8s %14s %14s %12s %12s %12s\n' mode "cpu_us/call" "vs static" "calls/s" "Ir/call" "Ir vs static"
     s_cpu=$(median "${cpu[static]:-}")
     for m in "${modes[@]}"; do
