@@ -1,6 +1,7 @@
 #include "policy/dpop.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -159,7 +160,22 @@ struct seen {
 
 /* Owner: the server (struct tg_server.dpop_replay), freed by tg_dpop_replay_free(). The ring holds
  * entries oldest first from head; buckets chain them by tag. */
+/* A proof header seen lately, already checked: a client signs every proof with the same key and
+ * the same header, so its key is parsed (and mbedtls's precomputation for it made) once. Value
+ * type: an element of tg_dpop_replay.keys; the key is the cache's, freed when the slot is reused
+ * or the cache freed. */
+#define PROOF_KEYS 64
+struct proof_key {
+    uint8_t header_sha256[32]; /* of the decoded header, every member included */
+    unsigned alg_bit;
+    char alg[8];
+    char jkt[TG_JWT_JKT_LEN + 1];
+    struct tg_jwt_key *key; /* NULL: an empty slot */
+};
+
 struct tg_dpop_replay {
+    struct proof_key keys[PROOF_KEYS];
+    uint64_t key_hits, key_misses;
     uint8_t key[16];
     struct seen *ring;
     uint32_t *buckets; /* nbuckets heads, a power of two at least cap */
@@ -245,6 +261,8 @@ void tg_dpop_replay_free(struct tg_dpop_replay *r)
 {
     if (r == NULL)
         return;
+    for (size_t i = 0; i < PROOF_KEYS; i++)
+        tg_jwt_key_free(r->keys[i].key);
     free(r->ring);
     free(r->buckets);
     free(r);
@@ -294,6 +312,8 @@ void tg_dpop_replay_stats(const struct tg_dpop_replay *r, struct tg_dpop_replay_
     out->evicted = r->evicted;
     out->refused_floor = r->refused_floor;
     out->floor_iat = r->floor_iat;
+    out->key_hits = r->key_hits;
+    out->key_misses = r->key_misses;
 }
 
 /* ---- proofs ---- */
@@ -309,11 +329,54 @@ void tg_dpop_algs_names(unsigned algs, struct tg_buf *out)
         }
 }
 
-int tg_dpop_verify(const struct tg_dpop_check *chk, struct tg_dpop_replay *replay, const char **why)
+/* The header of a proof not seen before (RFC 9449 §4.3, checks 4 to 7, but the issuer's
+ * algorithms, checked again for a known header): typ, alg, a public jwk suiting it. On success pk holds the key, its alg and its
+ * thumbprint; the caller owns pk->key. */
+static int header_checks(const uint8_t *hdec, size_t hlen, unsigned algs, struct proof_key *pk, const char **why)
 {
     static const char *const private_members[] = {"d", "p", "q", "dp", "dq", "qi", "oth", "k"};
-    cJSON *header = NULL, *claims = NULL;
-    struct tg_jwt_key *key = NULL;
+    cJSON *header = NULL;
+    int r = TG_EINVAL;
+    if (tg_jwt_parse_object(hdec, hlen, &header) != 0 || tg_json_get(header, "crit") != NULL)
+        goto out; /* *why is "malformed DPoP proof" */
+    const cJSON *typ = tg_json_get(header, "typ");
+    if (!cJSON_IsString(typ) || strcmp(typ->valuestring, "dpop+jwt") != 0) {
+        *why = "DPoP proof typ is not dpop+jwt";
+        goto out;
+    }
+    const cJSON *alg = tg_json_get(header, "alg");
+    unsigned bit = cJSON_IsString(alg) ? tg_jwt_alg_bit(alg->valuestring) : 0;
+    if (bit == 0 || bit == TG_JWT_ALG_HS256 || !(algs & bit)) {
+        *why = "DPoP proof alg is not allowed";
+        goto out;
+    }
+    const cJSON *jwk = tg_json_get(header, "jwk");
+    if (!cJSON_IsObject(jwk)) {
+        *why = "DPoP proof has no jwk header";
+        goto out;
+    }
+    for (size_t i = 0; i < sizeof(private_members) / sizeof(private_members[0]); i++)
+        if (tg_json_get(jwk, private_members[i]) != NULL) {
+            *why = "DPoP proof jwk holds private key material";
+            goto out;
+        }
+    const char *kw = NULL;
+    if (tg_jwt_key_from_jwk(jwk, alg->valuestring, &pk->key, &kw) != 0 || tg_dpop_thumbprint(jwk, pk->jkt) != 0) {
+        *why = "DPoP proof jwk is not a usable public key for its alg";
+        goto out;
+    }
+    pk->alg_bit = bit;
+    snprintf(pk->alg, sizeof(pk->alg), "%s", alg->valuestring);
+    r = 0;
+out:
+    cJSON_Delete(header);
+    return r;
+}
+
+int tg_dpop_verify(const struct tg_dpop_check *chk, struct tg_dpop_replay *replay, const char **why)
+{
+    cJSON *claims = NULL;
+    struct proof_key fresh = {0};
     uint8_t *scratch = NULL;
     struct tg_buf htu;
     tg_buf_init(&htu);
@@ -339,39 +402,33 @@ int tg_dpop_verify(const struct tg_dpop_check *chk, struct tg_dpop_replay *repla
     sig = pdec + plen;
     if (tg_b64url_decode(d2 + 1, (size_t)(end - d2 - 1), sig, &siglen) != 0)
         goto out;
-    if (tg_jwt_parse_object(hdec, hlen, &header) != 0 || tg_json_get(header, "crit") != NULL)
-        goto out;
-
-    /* RFC 9449 §4.3: checks 4 to 7, on the header. */
-    const cJSON *typ = tg_json_get(header, "typ");
-    if (!cJSON_IsString(typ) || strcmp(typ->valuestring, "dpop+jwt") != 0) {
-        *why = "DPoP proof typ is not dpop+jwt";
-        goto out;
+    /* RFC 9449 §4.3: checks 4 to 7, on the header: once per header (proof_key). */
+    uint8_t hsum[32];
+    tg_sha256(hdec, hlen, hsum);
+    struct proof_key *pk = &replay->keys[hsum[0] % PROOF_KEYS];
+    if (pk->key != NULL && tg_ct_equal(pk->header_sha256, hsum, 32)) {
+        replay->key_hits++;
+    } else {
+        replay->key_misses++;
+        pk = &fresh;
+        if (header_checks(hdec, hlen, chk->algs, pk, why) != 0)
+            goto out;
     }
-    const cJSON *alg = tg_json_get(header, "alg");
-    unsigned bit = cJSON_IsString(alg) ? tg_jwt_alg_bit(alg->valuestring) : 0;
-    if (bit == 0 || bit == TG_JWT_ALG_HS256 || !(chk->algs & bit)) {
+    if (!(chk->algs & pk->alg_bit)) {
         *why = "DPoP proof alg is not allowed";
         goto out;
     }
-    const cJSON *jwk = tg_json_get(header, "jwk");
-    if (!cJSON_IsObject(jwk)) {
-        *why = "DPoP proof has no jwk header";
-        goto out;
-    }
-    for (size_t i = 0; i < sizeof(private_members) / sizeof(private_members[0]); i++)
-        if (tg_json_get(jwk, private_members[i]) != NULL) {
-            *why = "DPoP proof jwk holds private key material";
-            goto out;
-        }
-    const char *kw = NULL;
-    if (tg_jwt_key_from_jwk(jwk, alg->valuestring, &key, &kw) != 0) {
-        *why = "DPoP proof jwk is not a usable public key for its alg";
-        goto out;
-    }
-    if (tg_jwt_key_verify(key, alg->valuestring, tg_slice_of(pr.ptr, (size_t)(d2 - pr.ptr)), sig, siglen) != 0) {
+    if (tg_jwt_key_verify(pk->key, pk->alg, tg_slice_of(pr.ptr, (size_t)(d2 - pr.ptr)), sig, siglen) != 0) {
         *why = "DPoP proof signature is invalid";
         goto out;
+    }
+    if (pk == &fresh) { /* a good signature by a new header's key: remember it (its slot's last goes) */
+        struct proof_key *slot = &replay->keys[hsum[0] % PROOF_KEYS];
+        tg_jwt_key_free(slot->key);
+        *slot = fresh;
+        memcpy(slot->header_sha256, hsum, 32);
+        fresh.key = NULL;
+        pk = slot;
     }
 
     /* Checks 8 to 12, on the claims the key signed. */
@@ -409,8 +466,8 @@ int tg_dpop_verify(const struct tg_dpop_check *chk, struct tg_dpop_replay *repla
         *why = "DPoP proof ath does not match the access token";
         goto out;
     }
-    char jkt[TG_JWT_JKT_LEN + 1];
-    if (tg_dpop_thumbprint(jwk, jkt) != 0 || chk->jkt == NULL || strcmp(jkt, chk->jkt) != 0) {
+    const char *jkt = pk->jkt;
+    if (chk->jkt == NULL || strcmp(jkt, chk->jkt) != 0) {
         *why = "DPoP proof key does not match the token's cnf.jkt";
         goto out;
     }
@@ -429,9 +486,8 @@ int tg_dpop_verify(const struct tg_dpop_check *chk, struct tg_dpop_replay *repla
     r = 0;
 out:
     tg_buf_dispose(&htu);
-    tg_jwt_key_free(key);
+    tg_jwt_key_free(fresh.key);
     cJSON_Delete(claims);
-    cJSON_Delete(header);
     free(scratch);
     scratch = NULL;
     return r;

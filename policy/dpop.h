@@ -17,7 +17,8 @@
  *   - the RFC 7638 thumbprint of the jwk equal to chk->jkt (the token's cnf.jkt);
  *   - a jti not seen with the same key since its proof's iat left the window (the replay cache).
  * Checked in that order; the first failure wins, and only a proof that passed everything else is
- * remembered. */
+ * remembered. The header checks and the key are kept for the last few dozen headers whose proof
+ * had a good signature (the cache below), so a client that signs with one key has it parsed once. */
 #ifndef TG_DPOP_H
 #define TG_DPOP_H
 
@@ -74,6 +75,7 @@ struct tg_dpop_replay_stats {
     uint64_t evicted;           /* entries dropped while still in their window (the cache was full) */
     uint64_t refused_floor;     /* proofs refused for an iat at or before the floor */
     int64_t floor_iat;          /* 0 until something was evicted */
+    uint64_t key_hits, key_misses; /* proofs whose header (and key) was known already, or not */
 };
 void tg_dpop_replay_stats(const struct tg_dpop_replay *r, struct tg_dpop_replay_stats *out);
 

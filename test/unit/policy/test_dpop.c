@@ -321,6 +321,52 @@ static void each_check_refuses(void **state)
     key_free(&small);
 }
 
+/* A known header skips its parsing, never the signature, the issuer's algorithms or the claims. */
+static void known_headers(void **state)
+{
+    (void)state;
+    struct key ec, other;
+    key_ec(&ec);
+    key_ec(&other);
+    char h[2000], c[600], proof[6000];
+    struct tg_dpop_replay *rp = tg_dpop_replay_new(64);
+    struct tg_dpop_replay_stats st;
+    const char *why;
+    header(h, sizeof(h), "dpop+jwt", "ES256", ec.jwk);
+    for (int i = 0; i < 3; i++) {
+        char jti[16];
+        snprintf(jti, sizeof(jti), "\"k%d\"", i);
+        claims(c, sizeof(c), NULL, "jti", jti);
+        sign(&ec, h, c, proof, sizeof(proof));
+        assert_int_equal(check(proof, ec.jkt, rp, &why), 0);
+    }
+    tg_dpop_replay_stats(rp, &st);
+    assert_int_equal(st.key_misses, 1);
+    assert_int_equal(st.key_hits, 2);
+    /* The same header signed by another key. */
+    claims(c, sizeof(c), NULL, "jti", "\"k9\"");
+    sign(&other, h, c, proof, sizeof(proof));
+    assert_int_equal(check(proof, ec.jkt, rp, &why), TG_EINVAL);
+    assert_string_equal(why, "DPoP proof signature is invalid");
+    /* The same header under an issuer that does not allow ES256. */
+    sign(&ec, h, c, proof, sizeof(proof));
+    struct tg_dpop_check chk = {.proof = tg_slice_cstr(proof), .method = TG_SLICE("POST"), .htu = TG_SLICE(HTU),
+                                .token = TG_SLICE(TOKEN), .jkt = ec.jkt, .algs = TG_JWT_ALG_RS256,
+                                .window_s = 120, .now_s = NOW};
+    assert_int_equal(tg_dpop_verify(&chk, rp, &why), TG_EINVAL);
+    assert_string_equal(why, "DPoP proof alg is not allowed");
+    /* Claims are still checked. */
+    claims(c, sizeof(c), NULL, "htm", "\"GET\"");
+    sign(&ec, h, c, proof, sizeof(proof));
+    assert_int_equal(check(proof, ec.jkt, rp, &why), TG_EINVAL);
+    assert_string_equal(why, "DPoP proof htm does not match the request method");
+    tg_dpop_replay_stats(rp, &st);
+    assert_int_equal(st.key_hits, 5);
+    tg_dpop_replay_free(rp);
+    key_free(&ec);
+    key_free(&other);
+}
+
 /* RFC 7638 §3.1: the example RSA key and its thumbprint. */
 static void thumbprint_rfc7638(void **state)
 {
@@ -415,7 +461,7 @@ static void replay_cache_bound(void **state)
     assert_int_equal(st.entries, 16);
     assert_int_equal(st.evicted, 0);
     size_t full_bytes = st.bytes;
-    assert_true(full_bytes > 16 * 24 && full_bytes < 4096);
+    assert_true(full_bytes > 16 * 24 && full_bytes < 16384); /* the ring, its index, the proof keys' slots */
     assert_int_equal(tg_dpop_replay_add(r, JKT_A, TG_SLICE("j3"), 1003, 1203, 1016), TG_EINVAL); /* seen */
     /* Full: the 17th evicts the oldest (iat 1000) and makes it the floor. */
     assert_int_equal(tg_dpop_replay_add(r, JKT_A, TG_SLICE("j16"), 1016, 1216, 1016), 0);
@@ -460,7 +506,7 @@ static void replay_cache_bound(void **state)
     assert_int_equal(st.entries, 5000);
     assert_int_equal(st.evicted, 1000);
     assert_true(st.bytes > first);
-    assert_true(st.bytes < (size_t)5000 * 48 + 4096);
+    assert_true(st.bytes < (size_t)5000 * 48 + 16384);
     /* Everything remembered is still refused (the chains survived the resizes). */
     for (int i = 1000; i < 6000; i++) {
         snprintf(jti, sizeof(jti), "g%d", i);
@@ -714,6 +760,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(thumbprint_rfc7638),    cmocka_unit_test(htu_normalisation),
         cmocka_unit_test(replay_cache_bound),    cmocka_unit_test(modes),
         cmocka_unit_test(memo_never_skips_the_proof), cmocka_unit_test(cnf_claim),
+        cmocka_unit_test(known_headers),
     };
     int r = TG_UNIT_RUN(tests, argc, argv);
     mbedtls_ctr_drbg_free(&drbg);
