@@ -7,6 +7,7 @@
 #include "core/base/siphash.h"
 #include "policy/jwt.h"
 #include "policy/jwt_cache.h"
+#include "policy/keyring.h"
 #include <strings.h>
 
 /* The token after a scheme of skip bytes and its spaces: RFC 6750's b64token charset (printable
@@ -56,6 +57,7 @@ void tg_principal_of_grant(const struct tg_grant_conf *g, struct tg_principal *w
     who->jwt = 0;
     who->dpop = 0;
     who->jkt[0] = '\0';
+    tg_strlcpy(who->scopes, g->scopes ? g->scopes : "", sizeof(who->scopes));
 }
 
 enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
@@ -95,6 +97,17 @@ enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice 
     return r;
 }
 
+const char tg_auth_keys_refetching[] = "unknown key (the issuer's keys are being fetched again)";
+
+/* 1 if the token's unverified iss is issuer: only then may its unknown kid or the issuer's missing
+ * keys speak for it (a token of issuer B must not make issuer A refetch). peek caches the iss. */
+static int claims_issuer(struct tg_slice tok, const char *issuer, char *peek, size_t peek_sz, int *peeked)
+{
+    if (!*peeked)
+        *peeked = tg_jwt_peek_issuer(tok, peek, peek_sz) == 0 ? 1 : -1;
+    return *peeked == 1 && issuer != NULL && strcmp(peek, issuer) == 0;
+}
+
 /* A JWT verified for issuer names grant g only if g lists that issuer (grants[].issuers, compared
  * byte for byte like the token's iss): a grant without issuers, a static-token or certificate grant
  * among them, is never reached through a JWT, and one issuer cannot name another issuer's grants. */
@@ -106,23 +119,57 @@ static int grant_takes_issuer(const struct tg_grant_conf *g, const char *issuer)
     return 0;
 }
 
+/* A JWT's part of a channel's credential: when the channel ends, and the issuer. */
+static void cred_jwt(struct tg_auth_cred *cred, const struct tg_jwt_conf *j, int64_t exp)
+{
+    cred->kind = TG_CRED_JWT;
+    cred->end_s = exp + (j->skew_s > 0 ? j->skew_s : 0);
+    const char *iss = j->issuer ? j->issuer : "";
+    tg_sha256(iss, strlen(iss), cred->issuer_sha256);
+}
+
+/* The cache's key of a token whose SHA-256 is h, for a request to resource (NULL: none): a JWT's
+ * "aud" may name the resource, so the same token may pass for one route and not another. */
+static void cache_key(const uint8_t h[32], const char *resource, uint8_t out[32])
+{
+    uint8_t in[32 + 1024];
+    size_t n = resource != NULL ? strlen(resource) : 0;
+    if (n > sizeof(in) - 32) {
+        memset(out, 0, 32); /* never a token's hash: such a key finds nothing it should not */
+        tg_sha256(resource, n, out);
+        out[0] ^= 0xff;
+        return;
+    }
+    memcpy(in, h, 32);
+    if (n > 0)
+        memcpy(in + 32, resource, n);
+    tg_sha256(in, 32 + n, out);
+}
+
+/* Which key set a cached verification used: a fetched set changes without a reload (rotation),
+ * and a token whose key left must be verified again. A jwks_file set lives as long as the conf. */
+static uint64_t keys_gen(const struct tg_jwt_conf *j)
+{
+    if (j->keyring == NULL)
+        return 0;
+    struct tg_keyring_stats st;
+    tg_keyring_stats(j->keyring, &st);
+    return st.fetched;
+}
+
 /* A JWT of issuer i, verified now or before (its cache), names grant g: fill who and cred. */
 static void jwt_admit(const struct tg_conf *c, size_t i, const struct tg_grant_conf *g,
                       const struct tg_jwt_claims *claims, int dpop, struct tg_principal *who, struct tg_auth_cred *cred)
 {
-    const struct tg_jwt_conf *j = &c->jwt[i];
     who->grant = g;
     memcpy(who->subject, claims->subject, sizeof(who->subject));
     who->exp_s = claims->exp;
     who->jwt = (int)i + 1;
+    memcpy(who->scopes, claims->scopes, sizeof(who->scopes));
     who->dpop = (uint8_t)dpop;
     memcpy(who->jkt, claims->jkt, sizeof(who->jkt));
-    if (cred != NULL) {
-        cred->kind = TG_CRED_JWT;
-        cred->end_s = claims->exp + (j->skew_s > 0 ? j->skew_s : 0);
-        const char *iss = j->issuer ? j->issuer : "";
-        tg_sha256(iss, strlen(iss), cred->issuer_sha256);
-    }
+    if (cred != NULL)
+        cred_jwt(cred, &c->jwt[i], claims->exp);
 }
 
 static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
@@ -136,6 +183,7 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
     who->jwt = 0;
     who->dpop = 0;
     who->jkt[0] = '\0';
+    who->scopes[0] = '\0';
     if (why)
         *why = NULL;
     if (authorization.ptr == NULL) {
@@ -182,24 +230,41 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
     for (size_t i = 0; i < tok.len; i++)
         dots += tok.ptr[i] == '.';
     if (dots == 2 && c->njwt > 0) {
-        /* A token verified before under this conf, still before its exp + skew: its issuer's cache
-         * (policy/jwt_cache.h) says what the verification said, without the signature's cost. */
+        /* A token verified before under this conf, for this resource, with the same key set, still
+         * before its exp + skew: its issuer's cache (policy/jwt_cache.h) says what the verification
+         * said, without the signature's cost. */
+        uint8_t ck[32];
+        cache_key(h, who->resource, ck);
         for (size_t i = 0; i < c->njwt; i++) {
             struct tg_jwt_cached hit;
-            if (c->jwt[i].cache != NULL && tg_jwt_cache_get(c->jwt[i].cache, h, now_s, c->jwt[i].skew_s, &hit) &&
+            if (c->jwt[i].cache != NULL &&
+                tg_jwt_cache_get(c->jwt[i].cache, ck, now_s, c->jwt[i].skew_s, keys_gen(&c->jwt[i]), &hit) &&
                 hit.grant < c->ngrants) {
                 jwt_admit(c, i, &c->grants[hit.grant], &hit.claims, dpop, who, cred);
                 return TG_AUTH_OK;
             }
         }
         const char *last = "invalid token";
+        char peek[512];
+        int peeked = 0, sticky = 0; /* sticky: last says this issuer's keys are missing or being fetched */
         for (size_t i = 0; i < c->njwt; i++) {
             const struct tg_jwt_conf *j = &c->jwt[i];
-            if (j->jwks == NULL)
+            const struct tg_jwks *keys = j->jwks != NULL ? j->jwks : j->keyring ? tg_keyring_jwks(j->keyring) : NULL;
+            if (keys == NULL) {
+                if (j->keyring != NULL && !sticky && claims_issuer(tok, j->issuer, peek, sizeof(peek), &peeked)) {
+                    last = tg_keyring_pending_why(j->keyring); /* before the first good set: 401, and why */
+                    sticky = 1;
+                }
                 continue;
+            }
+            if (j->audience == NULL && who->resource == NULL) {
+                last = "wrong audience"; /* no audience to check it against: never unchecked */
+                continue;
+            }
             struct tg_jwt_claims claims;
             struct tg_jwt_rules rules = {.issuer = j->issuer,
                                          .audience = j->audience,
+                                         .resource = who->resource,
                                          .skew_s = j->skew_s,
                                          .grant_claim = j->grant_claim,
                                          .algs = j->algs,
@@ -207,7 +272,15 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
                                          .claims = &claims};
             char name[128];
             const char *w = NULL;
-            if (tg_jwt_verify(j->jwks, tok, &rules, now_s, name, sizeof(name), &w) != 0) {
+            if (tg_jwt_verify(keys, tok, &rules, now_s, name, sizeof(name), &w) != 0) {
+                if (sticky)
+                    continue;
+                if (w && j->keyring != NULL && strcmp(w, "unknown key") == 0 &&
+                    claims_issuer(tok, j->issuer, peek, sizeof(peek), &peeked) && tg_keyring_unknown_kid(j->keyring)) {
+                    last = tg_auth_keys_refetching; /* the caller may wait for that fetch (core/app/keys.c) */
+                    sticky = 1;
+                    continue;
+                }
                 /* A wrong issuer, or an algorithm this issuer does not allow (checked before the
                  * issuer is), means "not this one": keep the more telling reason of another. */
                 int not_this = w && (strcmp(w, "wrong issuer") == 0 || strstr(w, "not allowed for this issuer"));
@@ -225,8 +298,8 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
                 last = "the token's issuer may not use the grant it names";
             else {
                 jwt_admit(c, i, named, &claims, dpop, who, cred);
-                struct tg_jwt_cached v = {.grant = (size_t)(named - c->grants), .claims = claims};
-                tg_jwt_cache_put(j->cache, h, &v);
+                struct tg_jwt_cached v = {.grant = (size_t)(named - c->grants), .keys_gen = keys_gen(j), .claims = claims};
+                tg_jwt_cache_put(j->cache, ck, &v);
                 return TG_AUTH_OK;
             }
             break;
@@ -251,7 +324,8 @@ const struct tg_grant_conf *tg_auth_cert_grant(const struct tg_conf *c, const ch
 }
 
 void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
-                     const struct tg_grant_conf *g, const char *dn, const char *cn, struct tg_auth_cred *cred)
+                     const struct tg_grant_conf *g, const char *dn, const char *cn, const char *resource,
+                     struct tg_auth_cred *cred)
 {
     memset(cred, 0, sizeof(*cred));
     const char *name = g->name ? g->name : "";
@@ -264,9 +338,17 @@ void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int
     cred->kind = dn != NULL && authorization.ptr == NULL ? TG_CRED_CERT : TG_CRED_ANON;
     if (authorization.ptr != NULL) {
         struct tg_principal again;
+        again.resource = resource;
         int by_static;
         grant_of(c, authorization, now_s, &again, NULL, &by_static, cred);
     }
+}
+
+void tg_auth_cred_of_jwt(const struct tg_conf *c, const struct tg_principal *who, const char *dn, const char *cn,
+                         struct tg_auth_cred *cred)
+{
+    tg_auth_cred_of(c, TG_SLICE_NULL, 0, who->grant, dn, cn, NULL, cred);
+    cred_jwt(cred, &c->jwt[who->jwt - 1], who->exp_s);
 }
 
 static int named(const char *s, const uint8_t want[32])

@@ -32,7 +32,17 @@ struct tg_principal {
     int jwt;                      /* a JWT: 1 + the index of its jwt[] issuer; else 0 */
     uint8_t dpop;                 /* the request used the DPoP scheme (Authorization: DPoP TOKEN) */
     char jkt[TG_JWT_JKT_LEN + 1]; /* a JWT's cnf.jkt (RFC 9449), "" when the token is not bound */
+    char scopes[TG_SCOPES_MAX];   /* what it may do (policy/scopes.h): a JWT's "scope"/"scp"; any
+                                   * other credential: its grant's scopes (grants[].scopes), else none */
+    const char *resource;         /* in, set by the caller and kept: the RFC 8707 resource the request
+                                   * is made to, which a JWT's "aud" may name instead of
+                                   * jwt[].audience (NULL: only the audience) */
 };
+
+/* *why when a JWT's kid was not in its issuer's fetched set and a refetch now runs for it
+ * (policy/keyring.h): the caller may hold the request until that fetch ends and ask again. Compare
+ * the pointer. */
+extern const char tg_auth_keys_refetching[];
 
 /* authorization: the Authorization header value, or a NULL slice when absent.
  * A bearer token is a static token (SHA-256 in the conf) or a JWT from a configured issuer whose
@@ -60,9 +70,15 @@ struct tg_auth_cred {
     uint8_t grant_sha256[32];  /* SHA-256 of the grant's name */
     char dn[512], cn[256];     /* has_cert: the certificate's subject */
 };
-/* Fill cred for a request tg_auth_grant() (or a certificate, cert_grant) just admitted to grant g. */
+/* Fill cred for a request tg_auth_grant() (or a certificate, cert_grant) just admitted to grant g
+ * (resource: as who->resource was). */
 void tg_auth_cred_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
-                     const struct tg_grant_conf *g, const char *dn, const char *cn, struct tg_auth_cred *cred);
+                     const struct tg_grant_conf *g, const char *dn, const char *cn, const char *resource,
+                     struct tg_auth_cred *cred);
+/* The same for a JWT the request's principal who (jwt > 0) came from, verified under c already:
+ * what the verification found is used, the token is not verified again. */
+void tg_auth_cred_of_jwt(const struct tg_conf *c, const struct tg_principal *who, const char *dn, const char *cn,
+                         struct tg_auth_cred *cred);
 /* 1 while cred still names a grant of the same name under c (a reload may have removed or rotated
  * the token, removed the grant, changed its tls_subject or issuers); else 0. */
 int tg_auth_cred_holds(const struct tg_conf *c, const struct tg_auth_cred *cred);

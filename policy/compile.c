@@ -41,39 +41,13 @@ static void compile_list(struct tg__cctx *cx, const cJSON *j, const char *path, 
     }
 }
 
-/* A resource glob is matched against URIs in their normal form (policy/uri.h). One that starts
- * with a scheme must be written in it, or it matches no URI at all: a deny that never denies.
- * One that starts with a wildcard (a "*.key" or "*" + "/secret" pattern) is matched as written. */
-static void check_uri_globs(struct tg__cctx *cx, const char *path, char **globs, int n)
-{
-    for (int i = 0; i < n; i++) {
-        const char *glob = globs[i];
-        size_t len = strlen(glob), k = 0;
-        while (k < len && (isalpha((unsigned char)glob[k]) ||
-                           (k > 0 && (isdigit((unsigned char)glob[k]) || strchr("+-.", glob[k]) != NULL))))
-            k++;
-        if (k == 0 || glob[k] != ':' || len > TG_URI_MAX)
-            continue;
-        char *norm = tg_xmalloc(len + 1), sub[600];
-        const char *why;
-        long w = tg_uri_normalize(glob, len, norm, &why);
-        snprintf(sub, sizeof(sub), "%s[%d]", path, i);
-        if (w < 0)
-            tg__perr(cx, sub, "\"%s\" matches no resource: a URI written so %s", glob, why);
-        else if ((size_t)w != len || memcmp(norm, glob, len) != 0)
-            tg__perr(cx, sub, "\"%s\" matches no resource: URIs are decided in their normal form; write \"%s\"", glob,
-                     norm);
-        tg_xfree(norm);
-    }
-}
-
 static void compile_globset(struct tg__cctx *cx, const cJSON *j, const char *path, struct globset *g)
 {
     if (!cJSON_IsObject(j)) {
         tg__perr(cx, path, "must be an object {default, allow, deny, reason}");
         return;
     }
-    static const char *const known[] = {"default", "allow", "deny", "reason", NULL};
+    static const char *const known[] = {"default", "allow", "deny", "reason", "scopes", NULL};
     tg__check_keys(cx, j, path, known);
     g->present = 1;
     char sub[600];
@@ -91,18 +65,23 @@ static void compile_globset(struct tg__cctx *cx, const cJSON *j, const char *pat
         snprintf(sub, sizeof(sub), "%s.allow", path);
         compile_list(cx, a, sub, &g->allow, &g->nallow);
         if (strcmp(path, "resources") == 0)
-            check_uri_globs(cx, sub, g->allow, g->nallow);
+            tg__check_uri_globs(cx, sub, g->allow, g->nallow);
     }
     const cJSON *dn = tg_json_get(j, "deny");
     if (dn) {
         snprintf(sub, sizeof(sub), "%s.deny", path);
         compile_list(cx, dn, sub, &g->deny, &g->ndeny);
         if (strcmp(path, "resources") == 0)
-            check_uri_globs(cx, sub, g->deny, g->ndeny);
+            tg__check_uri_globs(cx, sub, g->deny, g->ndeny);
     }
     const cJSON *r = tg_json_get(j, "reason");
     if (cJSON_IsString(r))
         g->reason = tg_xstrdup(r->valuestring);
+    const cJSON *sc = tg_json_get(j, "scopes");
+    if (sc != NULL) {
+        snprintf(sub, sizeof(sub), "%s.scopes", path);
+        tg__compile_scoped_globs(cx, sc, sub, g);
+    }
 }
 
 static int cmp_tools(const void *a, const void *b)
@@ -119,6 +98,7 @@ static void free_globset(struct globset *g)
     free(g->allow);
     free(g->deny);
     free(g->reason);
+    tg__free_scoped_globs(g);
 }
 
 static void policy_free(struct tg_policy *p)

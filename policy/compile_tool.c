@@ -20,100 +20,6 @@
 static const char *const op_names[] = {"eq", "neq", "in", "not_in", "lt", "lte", "gt", "gte", "regex", "contains",
                                        "exists", NULL};
 
-/* ---- errors ------------------------------------------------------------------ */
-
-void tg__perr(struct tg__cctx *cx, const char *path, const char *fmt, ...)
-{
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    tg_buf_appendf(cx->err, "%s: %s: %s\n", cx->name, path, msg);
-    cx->nerr++;
-}
-
-void tg__pwarn(struct tg__cctx *cx, const char *path, const char *what)
-{
-    if (cx->warn)
-        tg_buf_appendf(cx->warn, "%s: %s: %s\n", cx->name, path, what);
-}
-
-/* How far apart a key someone wrote is from a known one: the optimal string alignment distance
- * (Damerau-Levenshtein where no part is edited twice), ignoring ASCII case. Inserting, deleting
- * or changing one character costs 1, and so does swapping two neighbours ("defualt"). Keys
- * longer than KEY_DIST_MAX are never close to a known one. */
-#define KEY_DIST_MAX 40
-static size_t key_distance(const char *a, const char *b)
-{
-    size_t n = strlen(a), m = strlen(b);
-    if (n > KEY_DIST_MAX || m > KEY_DIST_MAX)
-        return SIZE_MAX;
-    size_t d[KEY_DIST_MAX + 1][KEY_DIST_MAX + 1];
-    for (size_t i = 0; i <= n; i++)
-        d[i][0] = i;
-    for (size_t j = 0; j <= m; j++)
-        d[0][j] = j;
-    for (size_t i = 1; i <= n; i++)
-        for (size_t j = 1; j <= m; j++) {
-            int ai = tolower((unsigned char)a[i - 1]), bj = tolower((unsigned char)b[j - 1]);
-            size_t best = d[i - 1][j - 1] + (ai != bj);
-            if (d[i - 1][j] + 1 < best)
-                best = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < best)
-                best = d[i][j - 1] + 1;
-            if (i > 1 && j > 1 && ai == tolower((unsigned char)b[j - 2]) &&
-                tolower((unsigned char)a[i - 2]) == bj && d[i - 2][j - 2] + 1 < best)
-                best = d[i - 2][j - 2] + 1;
-            d[i][j] = best;
-        }
-    return d[n][m];
-}
-
-const char *tg__policy_suggest_key(const char *key, const char *const *known)
-{
-    const char *best = NULL;
-    size_t bestd = SIZE_MAX;
-    for (int i = 0; known[i]; i++) {
-        size_t dist = key_distance(key, known[i]);
-        /* One edit for a known key of up to four characters ("op", "max"), two for longer ones:
-         * close enough to be a slip, not so loose that "note" becomes "name". */
-        size_t allowed = strlen(known[i]) <= 4 ? 1 : 2;
-        if (dist <= allowed && dist < bestd) {
-            best = known[i];
-            bestd = dist;
-        }
-    }
-    return best;
-}
-
-/* A key the format does not define is an error: a misspelt "action" or "default" would
- * otherwise be dropped in silence and the policy would decide something its author never wrote. */
-void tg__check_keys(struct tg__cctx *cx, const cJSON *obj, const char *path, const char *const *known)
-{
-    for (const cJSON *c = obj->child; c; c = c->next) {
-        int ok = 0;
-        for (int i = 0; known[i]; i++)
-            if (strcmp(c->string, known[i]) == 0)
-                ok = 1;
-        if (ok)
-            continue;
-        char p[600];
-        snprintf(p, sizeof(p), "%s%s%s", path, path[0] ? "." : "", c->string);
-        const char *near = tg__policy_suggest_key(c->string, known);
-        if (near != NULL) {
-            tg__perr(cx, p, "unknown field; did you mean `%s`?", near);
-            continue;
-        }
-        char list[300];
-        size_t k = 0;
-        list[0] = '\0';
-        for (int i = 0; known[i] && k < sizeof(list); i++)
-            k += (size_t)snprintf(list + k, sizeof(list) - k, "%s%s", i ? ", " : "", known[i]);
-        tg__perr(cx, p, "unknown field (this object takes %s)", list);
-    }
-}
-
 /* ---- windows ------------------------------------------------------------------- */
 
 /* "second|minute|hour|day" or a positive number of seconds (number or numeric string). */
@@ -646,9 +552,14 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
         tg__perr(cx, path, "must be an object");
         return;
     }
-    static const char *const known[] = {"rules", "action", "reason", "limits", "approval_timeout", NULL};
+    static const char *const known[] = {"rules", "action", "reason", "limits", "approval_timeout", "scopes", NULL};
     tg__check_keys(cx, jt, path, known);
     char sub[600];
+    const cJSON *js = tg_json_get(jt, "scopes");
+    if (js != NULL) {
+        snprintf(sub, sizeof(sub), "%s.scopes", path);
+        tg__compile_scopes(cx, js, sub, &t->scopes);
+    }
     const cJSON *ja = tg_json_get(jt, "action");
     if (ja != NULL) {
         snprintf(sub, sizeof(sub), "%s.action", path);
@@ -735,4 +646,5 @@ void tg__free_tool(struct ptool *t)
     }
     free(t->rules);
     free(t->reach);
+    free(t->scopes);
 }

@@ -30,6 +30,9 @@ const char *tg__policy_suggest_key(const char *key, const char *const *known);
 int tg__find_counter(struct tg_policy *p, const char *key);
 /* Compile tools.NAME into t (which it overwrites); errors go to cx. */
 void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, struct ptool *t);
+/* An error for each resource glob of globs[0..n) that starts with a scheme but is not written
+ * in the normal form URIs are decided in: it would match no resource (compile.c). */
+void tg__check_uri_globs(struct tg__cctx *cx, const char *path, char **globs, int n);
 /* Free what tg__compile_tool put in t (not t itself). */
 void tg__free_tool(struct ptool *t);
 

@@ -79,6 +79,8 @@ static const struct ptool *find_tool(const struct tg_policy *p, const char *name
     return NULL;
 }
 
+const struct ptool *tg__find_tool(const struct tg_policy *p, const char *name) { return find_tool(p, name); }
+
 static int is_hidden(const struct tg_policy *p, const char *tool)
 {
     if (p->hide_all)

@@ -1,4 +1,5 @@
-/* Policy decisions for resources and prompts: a policy's "resources" and "prompts" glob lists
+/* Policy decisions for resources and prompts, and the scopes a call needs ("scopes" of a tool
+ * entry, of "*", of resource and prompt patterns). Resources and prompts: their glob lists
  * (deny first, then allow, then the group's default, else the policy's). Without a group, the
  * policy's default decides: a deny-by-default policy shows and reads nothing it does not name.
  * Resource URIs are decided in their normal form (policy/uri.h); one that cannot be normalised
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/buf.h"
 #include "policy/policy_int.h"
 #include "policy/uri.h"
 
@@ -152,4 +154,65 @@ void tg_policy_decide_prompt(const struct tg_policy *p, const char *name, struct
         return;
     }
     decide_glob(p, &p->prompts, name, "Prompt", "prompts", 0, d);
+}
+
+/* Every glob of the group's "scopes" that matches adds its scopes. A "*" crosses "/" here, as in
+ * a deny: a requirement never covers less than its pattern could be read to say. */
+static int scopes_of(const struct globset *g, const char *what, const char *have, char *need, size_t n)
+{
+    need[0] = '\0';
+    int lacks = 0;
+    for (int i = 0; i < g->nscoped; i++)
+        if (glob_match(g->scoped[i].glob, what, 0))
+            lacks |= tg__scopes_need(g->scoped[i].scopes, have, need, n);
+    return lacks;
+}
+
+int tg_policy_scopes_resource(const struct tg_policy *p, const char *uri, const char *have, char *need, size_t n)
+{
+    need[0] = '\0';
+    if (p->resources.nscoped == 0)
+        return 0;
+    size_t len = strlen(uri);
+    char *norm = tg_xmalloc(len + 1);
+    const char *why;
+    /* A URI that cannot be normalised is denied by the decision. */
+    int lacks = tg_uri_normalize(uri, len, norm, &why) >= 0 && scopes_of(&p->resources, norm, have, need, n);
+    free(norm);
+    return lacks;
+}
+
+int tg_policy_scopes_prompt(const struct tg_policy *p, const char *name, const char *have, char *need, size_t n)
+{
+    need[0] = '\0';
+    if (strlen(name) > TG_URI_MAX)
+        return 0; /* denied by the decision */
+    return scopes_of(&p->prompts, name, have, need, n);
+}
+
+int tg_policy_scopes_tool(const struct tg_policy *p, const char *tool, const char *have, char *need, size_t n)
+{
+    need[0] = '\0';
+    if (!tg_policy_tool_visible(p, tool))
+        return 0; /* refused whatever the token holds: the decision says why */
+    const struct ptool *t = tg__find_tool(p, tool);
+    int lacks = 0;
+    if (t != NULL && t->scopes != NULL)
+        lacks |= tg__scopes_need(t->scopes, have, need, n);
+    if (p->wildcard != NULL && p->wildcard->scopes != NULL)
+        lacks |= tg__scopes_need(p->wildcard->scopes, have, need, n);
+    return lacks;
+}
+
+void tg_policy_scopes_all(const struct tg_policy *p, char *out, size_t n)
+{
+    for (int i = 0; i <= p->ntools; i++) {
+        const struct ptool *t = i < p->ntools ? &p->tools[i] : p->wildcard;
+        if (t != NULL && t->scopes != NULL)
+            (void)tg__scopes_need(t->scopes, "", out, n);
+    }
+    const struct globset *gs[2] = {&p->resources, &p->prompts};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < gs[k]->nscoped; i++)
+            (void)tg__scopes_need(gs[k]->scoped[i].scopes, "", out, n);
 }

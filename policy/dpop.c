@@ -10,6 +10,21 @@
 #include "core/base/sha256.h"
 #include "core/base/siphash.h"
 
+/* A JOSE header or claim set: a JSON object through the strict parser (policy/jwt.c's rules). */
+static int parse_object(const uint8_t *p, size_t n, cJSON **out)
+{
+    struct tg_json_doc doc = {0};
+    *out = NULL;
+    if (tg_json_parse((const char *)p, n, 16, 1, &doc, NULL, NULL) != 0)
+        return TG_EINVAL;
+    if (!cJSON_IsObject(doc.root)) {
+        cJSON_Delete(doc.root);
+        return TG_EINVAL;
+    }
+    *out = doc.root;
+    return 0;
+}
+
 /* ---- htu ---- */
 
 static char lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c; }
@@ -170,7 +185,7 @@ struct proof_key {
     unsigned alg_bit;
     char alg[8];
     char jkt[TG_JWT_JKT_LEN + 1];
-    struct tg_jwt_key *key; /* NULL: an empty slot */
+    struct tg_jwks *key; /* the jwk as a one-key set; NULL: an empty slot */
 };
 
 struct tg_dpop_replay {
@@ -262,7 +277,7 @@ void tg_dpop_replay_free(struct tg_dpop_replay *r)
     if (r == NULL)
         return;
     for (size_t i = 0; i < PROOF_KEYS; i++)
-        tg_jwt_key_free(r->keys[i].key);
+        tg_jwks_free(r->keys[i].key);
     free(r->ring);
     free(r->buckets);
     free(r);
@@ -337,7 +352,7 @@ static int header_checks(const uint8_t *hdec, size_t hlen, unsigned algs, struct
     static const char *const private_members[] = {"d", "p", "q", "dp", "dq", "qi", "oth", "k"};
     cJSON *header = NULL;
     int r = TG_EINVAL;
-    if (tg_jwt_parse_object(hdec, hlen, &header) != 0 || tg_json_get(header, "crit") != NULL)
+    if (parse_object(hdec, hlen, &header) != 0 || tg_json_get(header, "crit") != NULL)
         goto out; /* *why is "malformed DPoP proof" */
     const cJSON *typ = tg_json_get(header, "typ");
     if (!cJSON_IsString(typ) || strcmp(typ->valuestring, "dpop+jwt") != 0) {
@@ -360,8 +375,24 @@ static int header_checks(const uint8_t *hdec, size_t hlen, unsigned algs, struct
             *why = "DPoP proof jwk holds private key material";
             goto out;
         }
-    const char *kw = NULL;
-    if (tg_jwt_key_from_jwk(jwk, alg->valuestring, &pk->key, &kw) != 0 || tg_dpop_thumbprint(jwk, pk->jkt) != 0) {
+    /* The jwk becomes a one-key set through the JWKS reader, with its checks (RSA 2048..8192
+     * bits, EC P-256 on the curve, "d" refused), after its kty was found to suit the alg. */
+    const cJSON *kty = tg_json_get(jwk, "kty");
+    int want_ec = bit == TG_JWT_ALG_ES256;
+    char *text = NULL;
+    struct tg_buf set, err;
+    tg_buf_init(&set);
+    tg_buf_init(&err);
+    if (cJSON_IsString(kty) && strcmp(kty->valuestring, want_ec ? "EC" : "RSA") == 0 &&
+        (text = cJSON_PrintUnformatted(jwk)) != NULL) {
+        tg_buf_appendf(&set, "{\"keys\":[%s]}", text);
+        cJSON_free(text);
+        if (tg_jwks_parse(set.base, set.len, "jwk", &pk->key, &err) != 0)
+            pk->key = NULL;
+    }
+    tg_buf_dispose(&set);
+    tg_buf_dispose(&err);
+    if (pk->key == NULL || tg_dpop_thumbprint(jwk, pk->jkt) != 0) {
         *why = "DPoP proof jwk is not a usable public key for its alg";
         goto out;
     }
@@ -418,13 +449,13 @@ int tg_dpop_verify(const struct tg_dpop_check *chk, struct tg_dpop_replay *repla
         *why = "DPoP proof alg is not allowed";
         goto out;
     }
-    if (tg_jwt_key_verify(pk->key, pk->alg, tg_slice_of(pr.ptr, (size_t)(d2 - pr.ptr)), sig, siglen) != 0) {
+    if (tg_jwks_verify_sig(pk->key, pk->alg, tg_slice_of(pr.ptr, (size_t)(d2 - pr.ptr)), sig, siglen) != 0) {
         *why = "DPoP proof signature is invalid";
         goto out;
     }
     if (pk == &fresh) { /* a good signature by a new header's key: remember it (its slot's last goes) */
         struct proof_key *slot = &replay->keys[hsum[0] % PROOF_KEYS];
-        tg_jwt_key_free(slot->key);
+        tg_jwks_free(slot->key);
         *slot = fresh;
         memcpy(slot->header_sha256, hsum, 32);
         fresh.key = NULL;
@@ -432,7 +463,7 @@ int tg_dpop_verify(const struct tg_dpop_check *chk, struct tg_dpop_replay *repla
     }
 
     /* Checks 8 to 12, on the claims the key signed. */
-    if (tg_jwt_parse_object(pdec, plen, &claims) != 0)
+    if (parse_object(pdec, plen, &claims) != 0)
         goto out;
     const cJSON *htm = tg_json_get(claims, "htm");
     if (!cJSON_IsString(htm) || !tg_slice_eq(tg_slice_cstr(htm->valuestring), chk->method)) {
@@ -486,7 +517,7 @@ int tg_dpop_verify(const struct tg_dpop_check *chk, struct tg_dpop_replay *repla
     r = 0;
 out:
     tg_buf_dispose(&htu);
-    tg_jwt_key_free(fresh.key);
+    tg_jwks_free(fresh.key);
     cJSON_Delete(claims);
     free(scratch);
     scratch = NULL;

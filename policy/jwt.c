@@ -112,6 +112,35 @@ void tg_jwks_free(struct tg_jwks *k)
     free(k);
 }
 
+size_t tg_jwks_count(const struct tg_jwks *k) { return k != NULL ? k->n : 0; }
+
+int tg_jwt_peek_issuer(struct tg_slice token, char *out, size_t out_sz)
+{
+    const char *d1 = memchr(token.ptr, '.', token.len);
+    if (d1 == NULL || token.len > TG_JWT_MAX_TOKEN || out_sz == 0)
+        return -1;
+    const char *p = d1 + 1, *end = token.ptr + token.len;
+    const char *d2 = memchr(p, '.', (size_t)(end - p));
+    if (d2 == NULL)
+        return -1;
+    size_t n = (size_t)(d2 - p), len = 0;
+    uint8_t *buf = tg_xmalloc(n + 1);
+    int rc = -1;
+    struct tg_json_doc doc = {0};
+    const char *jerr;
+    size_t joff;
+    if (tg_b64url_decode(p, n, buf, &len) == 0 && tg_json_parse((const char *)buf, len, 8, 1, &doc, &jerr, &joff) == 0) {
+        const cJSON *iss = cJSON_IsObject(doc.root) ? tg_json_get(doc.root, "iss") : NULL;
+        if (cJSON_IsString(iss) && strlen(iss->valuestring) < out_sz) {
+            memcpy(out, iss->valuestring, strlen(iss->valuestring) + 1);
+            rc = 0;
+        }
+    }
+    cJSON_Delete(doc.root);
+    free(buf);
+    return rc;
+}
+
 /* The state of one tg_jwks_parse() call, on the stack of tg_jwks_parse(); err is the caller's. */
 struct loader {
     const char *name;
@@ -670,7 +699,10 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
         *why = "wrong issuer";
         goto out;
     }
-    if (rules->audience != NULL && !audience_ok(tg_json_get(claims, "aud"), rules->audience)) {
+    const cJSON *aud = tg_json_get(claims, "aud");
+    if ((rules->audience != NULL || rules->resource != NULL) &&
+        !(rules->audience != NULL && audience_ok(aud, rules->audience)) &&
+        !(rules->resource != NULL && audience_ok(aud, rules->resource))) {
         *why = "wrong audience";
         goto out;
     }
@@ -690,6 +722,9 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
         *why = "missing subject claim";
         goto out;
     }
+    char scopes[TG_SCOPES_MAX];
+    if (tg_scopes_of_claims(claims, scopes, sizeof(scopes), why) != 0)
+        goto out;
     /* RFC 9449 §6.1: a DPoP-bound token carries its key's thumbprint in cnf.jkt. A cnf that is
      * there but unreadable is refused: the token is bound to something, and a bound token must
      * never pass as a plain bearer token. */
@@ -702,6 +737,7 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
     }
     memcpy(grant, g->valuestring, glen + 1);
     if (rules->claims != NULL) {
+        memcpy(rules->claims->scopes, scopes, strlen(scopes) + 1);
         rules->claims->jkt[0] = '\0';
         if (jkt != NULL)
             memcpy(rules->claims->jkt, jkt->valuestring, TG_JWT_JKT_LEN + 1);
@@ -718,64 +754,24 @@ out:
     return r;
 }
 
-/* ---- single keys, for a DPoP proof (policy/dpop.c) ---- */
+/* ---- a signature alone, for a DPoP proof (policy/dpop.c) ---- */
 
-int tg_jwt_parse_object(const uint8_t *p, size_t n, cJSON **out) { return parse_object(p, n, out); }
-
-struct tg_jwt_key {
-    struct jwk k;
-};
-
-int tg_jwt_key_from_jwk(const cJSON *obj, const char *alg, struct tg_jwt_key **out, const char **why)
+int tg_jwks_verify_sig(const struct tg_jwks *keys, const char *alg, struct tg_slice input, const uint8_t *sig,
+                       size_t siglen)
 {
-    *out = NULL;
-    size_t a;
-    for (a = 0; a < NALGS; a++)
-        if (strcmp(alg, algs[a].alg) == 0)
-            break;
-    if (a == NALGS || algs[a].kty == KTY_OCT) {
-        *why = "unsupported alg";
-        return TG_EINVAL;
-    }
-    const cJSON *kty = cJSON_IsObject(obj) ? tg_json_get(obj, "kty") : NULL;
-    if (!cJSON_IsString(kty) || strcmp(kty->valuestring, algs[a].kty_name) != 0) {
-        *why = "the jwk does not suit the alg";
-        return TG_EINVAL;
-    }
-    struct tg_buf err;
-    tg_buf_init(&err);
-    struct loader L = {"jwk", &err, 0};
-    struct tg_jwt_key *key = tg_xcalloc(1, sizeof(*key));
-    int r = load_key(&L, 0, obj, &key->k);
-    tg_buf_dispose(&err);
-    if (r != 0 || (key->k.only_alg != 0 && key->k.only_alg != algs[a].bit)) {
-        tg_jwt_key_free(key);
-        *why = "unusable jwk";
-        return TG_EINVAL;
-    }
-    *out = key;
-    return 0;
-}
-
-int tg_jwt_key_verify(struct tg_jwt_key *k, const char *alg, struct tg_slice signing_input, const uint8_t *sig,
-                      size_t siglen)
-{
-    size_t a;
-    for (a = 0; a < NALGS; a++)
-        if (strcmp(alg, algs[a].alg) == 0)
-            break;
-    if (a == NALGS || algs[a].kty != k->k.kty || algs[a].kty == KTY_OCT)
-        return TG_EINVAL;
+    unsigned bit = tg_jwt_alg_bit(alg);
+    size_t a = 0;
+    while (a < NALGS && algs[a].bit != bit)
+        a++;
     uint8_t hash[32];
-    if (mbedtls_sha256_ret((const unsigned char *)signing_input.ptr, signing_input.len, hash, 0) != 0)
+    if (a == NALGS || algs[a].kty == KTY_OCT || /* never HMAC */
+        mbedtls_sha256_ret((const unsigned char *)input.ptr, input.len, hash, 0) != 0)
         return TG_EINVAL;
-    return verify_with(&k->k, algs[a].bit, (const uint8_t *)signing_input.ptr, signing_input.len, hash, sig, siglen);
-}
-
-void tg_jwt_key_free(struct tg_jwt_key *k)
-{
-    if (k == NULL)
-        return;
-    jwk_dispose(&k->k);
-    free(k);
+    for (size_t i = 0; i < keys->n; i++) {
+        struct jwk *k = &keys->keys[i];
+        if (k->kty == algs[a].kty && (k->only_alg == 0 || k->only_alg == bit) &&
+            verify_with(k, bit, (const uint8_t *)input.ptr, input.len, hash, sig, siglen) == 0)
+            return 0;
+    }
+    return TG_EINVAL;
 }

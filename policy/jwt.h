@@ -28,12 +28,14 @@
  *     "nbf" and "iat" (a non-numeric one makes the token malformed), checked
  *     against now_s with rules->skew_s of tolerance each way: expired when
  *     now_s >= exp + skew, not yet valid when now_s + skew < nbf or < iat;
- *   - "iss" equal to rules->issuer, and "aud" equal to rules->audience or an
- *     array holding it, when those are set (a missing or non-string claim is
- *     a mismatch);
+ *   - "iss" equal to rules->issuer, and "aud" equal to rules->audience or
+ *     rules->resource, or an array holding one of them, when either is set (a
+ *     missing or non-string claim is a mismatch);
  *   - a non-empty string in the claim rules->grant_claim, and one in
  *     rules->subject_claim ("sub" when NULL) of fewer than TG_SUBJECT_MAX
- *     bytes: who the token speaks for, inside the grant.
+ *     bytes: who the token speaks for, inside the grant;
+ *   - "scope" and "scp", when present, as tg_scopes_of_claims() takes them
+ *     (policy/scopes.h): a malformed or oversized claim refuses the token.
  *
  * The payload is parsed only after the signature has been verified, so
  * claims are only ever read from an authenticated payload. */
@@ -44,6 +46,7 @@
 #include <stdint.h>
 
 #include "core/base/buf.h"
+#include "policy/scopes.h"
 
 #define TG_JWT_MAX_TOKEN 16384     /* bytes of a compact JWS; longer tokens are "malformed token" */
 #define TG_JWKS_MAX_FILE (1 << 20) /* bytes of a JWKS file */
@@ -75,6 +78,12 @@ int tg_jwks_load(const char *path, struct tg_jwks **out, struct tg_buf *err);
 int tg_jwks_parse(const char *json, size_t len, const char *name_for_errors, struct tg_jwks **out, struct tg_buf *err);
 /* Accepts NULL. */
 void tg_jwks_free(struct tg_jwks *k);
+/* Keys in the set (0 for NULL). */
+size_t tg_jwks_count(const struct tg_jwks *k);
+
+/* The "iss" of a token's payload, NOT verified (which issuer's keys a token with an unknown kid
+ * asks for: only that issuer refetches). 0 with out filled, or -1. */
+int tg_jwt_peek_issuer(struct tg_slice token, char *out, size_t out_sz);
 
 /* The algorithms an issuer may use, as bits of tg_jwt_rules.algs. */
 #define TG_JWT_ALG_HS256 0x1u
@@ -95,6 +104,7 @@ unsigned tg_jwt_alg_bit(const char *name);
 struct tg_jwt_claims {
     int64_t exp;                  /* "exp" in whole seconds (huge values clamped) */
     char subject[TG_SUBJECT_MAX]; /* the subject claim's value */
+    char scopes[TG_SCOPES_MAX];   /* "scope" and "scp" (policy/scopes.h); "" when it has none */
     char jkt[TG_JWT_JKT_LEN + 1]; /* "cnf":{"jkt"} of a DPoP-bound token (RFC 9449 §6.1), "" when unbound */
 };
 
@@ -108,6 +118,8 @@ struct tg_jwt_rules {
     unsigned algs;           /* TG_JWT_ALG_ bits the issuer may use; 0 = TG_JWT_ALGS_DEFAULT */
     const char *subject_claim;   /* claim whose string value is the subject (NULL = "sub") */
     struct tg_jwt_claims *claims; /* when not NULL: filled once the token is verified */
+    const char *resource;         /* RFC 8707: the resource the token is used at, accepted in "aud"
+                                   * as audience is (either suffices; both NULL = not checked) */
 };
 
 /* Verify a compact JWS against keys and rules at time now_s (Unix seconds).
@@ -124,26 +136,18 @@ struct tg_jwt_rules {
  *   "expired", "not yet valid", "wrong issuer", "wrong audience",
  *   "missing grant claim" absent, not a string, or empty;
  *   "missing subject claim" the same for the subject claim, or as long as TG_SUBJECT_MAX;
- *   "malformed cnf claim" "cnf" is not an object, or its "jkt" is not a 43-character string.
+ *   "malformed cnf claim" "cnf" is not an object, or its "jkt" is not a 43-character string;
+ *   "malformed scope claim", "too many scopes" (policy/scopes.h).
  * Order: the encoding of all three parts and the header (malformed, alg,
  * allowed alg, crit), the key, the signature, then the payload (malformed, exp, nbf/iat,
- * iss, aud, grant); the first failure wins. *why is NULL on success. */
+ * iss, aud, grant, subject, scopes); the first failure wins. *why is NULL on success. */
 int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struct tg_jwt_rules *rules, int64_t now_s,
                   char *grant, size_t grant_sz, const char **why);
 
-/* Single public keys, for what carries its own key: a DPoP proof's "jwk" header (policy/dpop.c).
- * The same parsing and checks as a JWKS member (RSA 2048..8192 bits, EC P-256 on the curve, "d"
- * refused), for the key type alg needs (RS256/PS256: RSA, ES256: EC; never HS256).
- * Owner of *out: the caller, freed with tg_jwt_key_free() (accepts NULL). */
-struct cJSON;
-struct tg_jwt_key;
-int tg_jwt_key_from_jwk(const struct cJSON *jwk, const char *alg, struct tg_jwt_key **out, const char **why);
-/* 0 when sig is alg's signature of signing_input under k, else TG_EINVAL. */
-int tg_jwt_key_verify(struct tg_jwt_key *k, const char *alg, struct tg_slice signing_input, const uint8_t *sig,
-                      size_t siglen);
-void tg_jwt_key_free(struct tg_jwt_key *k);
-/* A JOSE header or claim set: a JSON object through the strict parser; *out is the caller's
- * (cJSON_Delete). 0 or TG_EINVAL. */
-int tg_jwt_parse_object(const uint8_t *p, size_t n, struct cJSON **out);
+/* 0 when sig is alg's signature of input under a key of the set that suits alg (RS256, PS256:
+ * RSA; ES256: EC; never HS256, whose "key" would be a secret), else TG_EINVAL: for what carries its
+ * own key, a DPoP proof's "jwk" header made a one-key set by tg_jwks_parse() (policy/dpop.c). */
+int tg_jwks_verify_sig(const struct tg_jwks *keys, const char *alg, struct tg_slice input, const uint8_t *sig,
+                       size_t siglen);
 
 #endif

@@ -46,7 +46,7 @@ static struct slot *slot_of(struct tg_jwt_cache *c, const uint8_t key[32])
     return &c->slots[h % c->nslots];
 }
 
-int tg_jwt_cache_get(struct tg_jwt_cache *c, const uint8_t key[32], int64_t now_s, int skew_s,
+int tg_jwt_cache_get(struct tg_jwt_cache *c, const uint8_t key[32], int64_t now_s, int skew_s, uint64_t keys_gen,
                      struct tg_jwt_cached *out)
 {
     if (c == NULL || c->slots == NULL) {
@@ -59,8 +59,8 @@ int tg_jwt_cache_get(struct tg_jwt_cache *c, const uint8_t key[32], int64_t now_
         c->misses++;
         return 0;
     }
-    if (now_s >= s->v.claims.exp + (skew_s > 0 ? skew_s : 0)) {
-        s->used = 0; /* expired: verified again, and refused as such */
+    if (now_s >= s->v.claims.exp + (skew_s > 0 ? skew_s : 0) || s->v.keys_gen != keys_gen) {
+        s->used = 0; /* expired, or its key set replaced: verified again (and refused as expired) */
         c->entries--;
         c->misses++;
         return 0;

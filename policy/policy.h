@@ -14,7 +14,9 @@
  *           conditions:[{path, op, value}], on_deny, state:{counter, window, increment, increment_from},
  *           rate_limit:"N/window"}]}}}  state counters are fixed UTC windows.
  * Both may appear in one file. Extensions (tollgate): per tool "approval_timeout" (seconds or
- * "5m"), "methods" (non-standard methods allowed by name), "resources" and "prompts" rules. */
+ * "5m"), "methods" (non-standard methods allowed by name), "resources" and "prompts" rules, and
+ * "scopes": per tool (either shape) a list of OAuth scopes a call needs, and in "resources" and
+ * "prompts" a map {GLOB: [scopes]}. */
 #ifndef TG_POLICY_H
 #define TG_POLICY_H
 
@@ -100,6 +102,19 @@ int tg_policy_method_allowed(const struct tg_policy *p, const char *method);
 /* resources/read (uri) and prompts/get (name): ALLOW or DENY with message. */
 void tg_policy_decide_resource(const struct tg_policy *p, const char *uri, struct tg_decision *d);
 void tg_policy_decide_prompt(const struct tg_policy *p, const char *name, struct tg_decision *d);
+
+/* Scopes (policy/scopes.h): what a credential must hold for a call, from "scopes" in the policy.
+ * Each returns 1 and the needed set in need (n bytes, TG_SCOPES_MAX) when have (the credential's
+ * set; "" none) lacks one of them, else 0. A tool needs its entry's scopes and those of "*"; one
+ * the policy refuses whatever the scopes (hidden, denied outright) needs none: the decision
+ * refuses it, and no client is sent to get scopes that would not help. A resource (URI in any
+ * form: decided in its normal form) or prompt needs the scopes of every pattern of the group's
+ * "scopes" that matches it ("*" crosses "/"). */
+int tg_policy_scopes_tool(const struct tg_policy *p, const char *tool, const char *have, char *need, size_t n);
+int tg_policy_scopes_resource(const struct tg_policy *p, const char *uri, const char *have, char *need, size_t n);
+int tg_policy_scopes_prompt(const struct tg_policy *p, const char *name, const char *have, char *need, size_t n);
+/* Add every scope the policy names to the set out (n bytes), each once (RFC 9728 scopes_supported). */
+void tg_policy_scopes_all(const struct tg_policy *p, char *out, size_t n);
 
 /* YAML to the same cJSON tree a JSON policy gives (libyaml). */
 int tg_yaml_to_json(const char *text, size_t len, cJSON **out, char *err, size_t errsz);

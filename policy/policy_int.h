@@ -110,6 +110,7 @@ struct ptool {
     int *reach;
     int nreach;
     int reach_stops;
+    char *scopes; /* "scopes": the scope set (policy/scopes.h) a call needs, or NULL */
 };
 
 /* One slot of tg_policy.tool_slots: idx + 1 of a tool (0: empty) and the hash of its name. */
@@ -126,6 +127,15 @@ struct globset {
     char **allow, **deny;
     int nallow, ndeny;
     char *reason;
+    struct scoped_glob *scoped; /* "scopes": {GLOB: [scopes]}, in the file's order */
+    int nscoped;
+};
+
+/* One entry of a "resources" or "prompts" group's "scopes": what reading (getting) what glob
+ * matches needs. Owned by its globset, freed with it (compile.c). */
+struct scoped_glob {
+    char *glob;
+    char *scopes; /* a scope set (policy/scopes.h) */
 };
 
 /* A compiled policy. Immutable and refcounted: made by tg_policy_compile() (or _load, _deny_all)
@@ -156,6 +166,17 @@ struct tg_policy {
      * first; NULL if there is none. */
     struct tg_regex_ctx *rx;
 };
+
+/* "scopes": a list of scope-tokens into a scope set (*out, NULL on error); errors go to cx
+ * (policy/compile_scopes.c). And a group's {GLOB: [scopes]} into g. */
+struct tg__cctx;
+void tg__compile_scopes(struct tg__cctx *cx, const cJSON *j, const char *path, char **out);
+void tg__compile_scoped_globs(struct tg__cctx *cx, const cJSON *j, const char *path, struct globset *g);
+void tg__free_scoped_globs(struct globset *g);
+/* Add each scope of set to need (n bytes); 1 if have lacks one of them (compile_scopes.c). */
+int tg__scopes_need(const char *set, const char *have, char *need, size_t n);
+/* The entry of tools named name, or NULL (decide.c). */
+const struct ptool *tg__find_tool(const struct tg_policy *p, const char *name);
 
 /* Fill each counter's keylen and jlabel (compile.c, after every counter is defined). */
 void tg__finish_counters(struct tg_policy *p);

@@ -13,8 +13,8 @@
 #include "core/wire/msg.h"
 #include "core/call/gateway.h"
 #include "core/call/session.h"
-#include "policy/auth.h"
 #include "transports/batch.h"
+#include "transports/cred_watch.h"
 #include "transports/http1/http1.h"
 #include "transports/respond.h"
 #include "transports/ws.h"
@@ -67,8 +67,6 @@ struct tg_channel *tg_channel_ref(struct tg_channel *ch)
     return ch;
 }
 
-static void free_timer(uv_handle_t *h) { free(h); }
-
 void tg_channel_unref(struct tg_channel *ch)
 {
     if (--ch->refcnt > 0)
@@ -78,9 +76,9 @@ void tg_channel_unref(struct tg_channel *ch)
         ch->sess->channel = NULL;
     tg_session_unref(ch->sess);
     tg_ws_free(ch->ws);
-    free(ch->cred);
-    if (ch->exp_timer != NULL)
-        uv_close((uv_handle_t *)ch->exp_timer, free_timer); /* stops it; freed on the next turn */
+    tg_cred_watch_free(ch->watch);
+    free(ch->scopes);
+    free(ch->resource_metadata);
     free(ch);
 }
 
@@ -119,31 +117,18 @@ static const struct tg_sink_ops channel_sink_ops = {
     .release = on_sink_release,
 };
 
-/* Longest wait of the expiry timer: exp is the issuer's number (the verifier caps it, not to a
- * clock), so a far one is waited for a year at a time. */
-#define TG_CHANNEL_EXP_MAX_S (365LL * 86400)
-
-static void on_token_expired(uv_timer_t *t);
-
-/* Start ch's expiry timer for what is left of its token (0: now). */
-static void arm_expiry(struct tg_channel *ch)
+/* The credential that opened the channel ended: a legacy SSE session is remembered, so that a
+ * POST /messages for it hears why (401) rather than that it is unknown. */
+static void on_cred_end(void *ud, const char *why)
 {
-    int64_t left_s = ch->cred->end_s - (int64_t)(wall_ms() / 1000);
-    if (left_s < 0)
-        left_s = 0;
-    uv_timer_start(ch->exp_timer, on_token_expired,
-                   (uint64_t)(left_s < TG_CHANNEL_EXP_MAX_S ? left_s : TG_CHANNEL_EXP_MAX_S) * 1000, 0);
-}
-
-static void on_token_expired(uv_timer_t *t)
-{
-    struct tg_channel *ch = t->data;
-    if (ch->cred->end_s > (int64_t)(wall_ms() / 1000)) {
-        arm_expiry(ch); /* a far exp: waited for a year at a time */
+    struct tg_channel *ch = ud;
+    if (!ch->open || ch->conn == NULL)
         return;
-    }
-    tg_log(TG_LOG_INFO, "channel ended: its token expired", "session=%s", ch->sess->id_str);
-    tg_channel_end(ch, 1008, "token expired");
+    tg_log(TG_LOG_INFO, "channel ended with its credential", "session=%s grant=%s why=\"%s\"", ch->sess->id_str,
+           ch->sess->grant, why);
+    if (ch->kind == CH_SSE)
+        tg_cred_ended_note(ch->sess->srv, ch->sess->id_str, ch->sess->grant, why);
+    tg_channel_end(ch, 1008, why);
 }
 
 struct tg_channel *tg_channel_new(struct tg_server *srv, struct tg_session *s, enum channel_kind kind,
@@ -159,18 +144,15 @@ struct tg_channel *tg_channel_new(struct tg_server *srv, struct tg_session *s, e
     ch->last_write_ms = uv_now(srv->loop);
     tg_list_insert_tail(&srv->channels, &ch->node);
     s->channel = &ch->sink;
-    if (cred != NULL) {
-        ch->cred = tg_xmalloc(sizeof(*ch->cred));
-        *ch->cred = *cred;
-    }
-    if (cred != NULL && cred->kind == TG_CRED_JWT) {
-        ch->exp_timer = tg_xmalloc(sizeof(*ch->exp_timer));
-        uv_timer_init(srv->loop, ch->exp_timer);
-        ch->exp_timer->data = ch;
-        uv_unref((uv_handle_t *)ch->exp_timer); /* it never holds the loop open by itself */
-        arm_expiry(ch);
-    }
+    if (cred != NULL)
+        ch->watch = tg_cred_watch_new(srv, cred, on_cred_end, ch);
     return ch;
+}
+
+void tg_channel_keep_scopes(struct tg_channel *ch, const struct tg_exchange *x)
+{
+    ch->scopes = x->scopes != NULL ? tg_xstrdup(x->scopes) : NULL;
+    ch->resource_metadata = x->resource_metadata != NULL ? tg_xstrdup(x->resource_metadata) : NULL;
 }
 
 void tg_channel_gone(struct tg_channel *ch)
@@ -178,8 +160,8 @@ void tg_channel_gone(struct tg_channel *ch)
     if (!ch->open)
         return;
     ch->open = 0;
-    if (ch->exp_timer != NULL)
-        uv_timer_stop(ch->exp_timer);
+    tg_cred_watch_free(ch->watch); /* nothing to end any more */
+    ch->watch = NULL;
     ch->conn = NULL;
     struct tg_session *s = ch->sess;
     if (s->live)
@@ -213,10 +195,18 @@ void tg_channel_on_drain(struct tg_conn *c, void *ex)
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
-int tg_channel_message(struct tg_channel *ch, const char *body, size_t blen)
+int tg_channel_message(struct tg_channel *ch, const struct tg_exchange *via, const char *body, size_t blen)
 {
     struct tg_server *srv = ch->sess->srv;
     struct tg_session *s = ch->sess;
+    /* Authorized against the credential's state now: after a reload that took it or past a JWT's
+     * exp nothing more goes through, even before the client has seen the channel close. */
+    const char *ended = ch->watch != NULL && ch->open ? tg_cred_watch_check(ch->watch, srv->conf) : NULL;
+    if (ended != NULL) {
+        tg_log(TG_LOG_INFO, "message refused: the credential that opened its channel ended", "session=%s why=\"%s\"",
+               s->id_str, ended);
+        return 401;
+    }
     const struct tg_grant_conf *g = tg_conf_find_grant(srv->conf, s->grant);
     if (!s->live || g == NULL || (size_t)s->upstream >= srv->conf->nupstreams) {
         struct tg_buf e;
@@ -234,6 +224,8 @@ int tg_channel_message(struct tg_channel *ch, const char *body, size_t blen)
     x.upstream = s->upstream;
     x.uc = &srv->conf->upstreams[s->upstream];
     x.sess = s;
+    x.scopes = via != NULL ? via->scopes : ch->scopes;
+    x.resource_metadata = via != NULL ? via->resource_metadata : ch->resource_metadata;
     const struct tg_limits *lim = &srv->conf->limits;
     s->last_active_ms = uv_now(srv->loop);
     size_t i = 0;
@@ -340,19 +332,5 @@ void tg_channels_end(struct tg_server *srv, int idle_only)
         if (!ch->open || ch->conn == NULL || (idle_only && ch->sess != NULL && ch->sess->inflight > 0))
             continue;
         tg_channel_end(ch, 1001, "gateway shutting down");
-    }
-}
-
-void tg_channels_recheck(struct tg_server *srv)
-{
-    struct tg_list *l = srv->channels.next;
-    while (l != &srv->channels) {
-        struct tg_channel *ch = tg_container_of(l, struct tg_channel, node);
-        l = l->next;
-        if (!ch->open || ch->conn == NULL || ch->cred == NULL || tg_auth_cred_holds(srv->conf, ch->cred))
-            continue;
-        tg_log(TG_LOG_INFO, "channel ended: its credential no longer holds after the reload", "session=%s grant=%s",
-               ch->sess->id_str, ch->sess->grant);
-        tg_channel_end(ch, 1008, "credential no longer valid");
     }
 }

@@ -18,6 +18,7 @@ struct tg_server;
 struct tg_session;
 struct tg_ws;
 struct tg_auth_cred;
+struct tg_cred_watch;
 
 enum channel_kind { CH_SSE, CH_WS };
 
@@ -34,17 +35,19 @@ struct tg_channel {
     uint8_t open;
     uint64_t last_write_ms;
     struct tg_list node;     /* srv->channels */
-    struct tg_auth_cred *cred; /* owned copy of what authenticated it, or NULL */
-    struct uv_timer_s *exp_timer; /* owned: a JWT's channel ends at its exp (closed with the channel) */
+    struct tg_cred_watch *watch; /* owned: the credential that opened it (ends it), or NULL */
+    char *scopes;                 /* owned: the opening credential's scopes, or NULL (none) */
+    char *resource_metadata;      /* owned: the route's RFC 9728 metadata URL, or NULL */
 };
 
 /* A channel for session s on connection c (the connection's reference), authenticated by cred
- * (copied; NULL = never re-checked). A JWT's channel ends when the token expires. */
+ * (copied; NULL = never re-checked). It ends with its credential (transports/cred_watch.h): a
+ * reload that no longer takes it, a JWT's exp (WebSocket close 1008, a legacy SSE stream ends). */
 struct tg_channel *tg_channel_new(struct tg_server *srv, struct tg_session *s, enum channel_kind kind,
                                   struct tg_conn *c, const struct tg_auth_cred *cred);
-/* After a reload to srv->conf: every channel whose credential no longer names the same grant
- * ends (WebSocket close 1008, a legacy SSE stream ends). */
-void tg_channels_recheck(struct tg_server *srv);
+/* Keep what the opening request x says the channel's messages may do (its scopes) and where
+ * its route's metadata is: a WebSocket's frames carry no credential of their own. */
+void tg_channel_keep_scopes(struct tg_channel *ch, const struct tg_exchange *x);
 struct tg_channel *tg_channel_ref(struct tg_channel *ch);
 void tg_channel_unref(struct tg_channel *ch);
 /* One JSON-RPC message to the client. */
@@ -55,8 +58,11 @@ int tg_channel_high(const struct tg_channel *ch);
 void tg_channel_gone(struct tg_channel *ch);
 /* The gateway ends the channel (shutdown, upstream gone): the client's side closes, then the session. */
 void tg_channel_end(struct tg_channel *ch, uint16_t ws_code, const char *why);
-/* One message (or array) from the client. Returns the HTTP status for a POST /messages. */
-int tg_channel_message(struct tg_channel *ch, const char *body, size_t blen);
+/* One message (or array) from the client. Returns the HTTP status for a POST /messages: 401 when
+ * the credential that opened the channel ended (the message is refused, never forwarded, and the
+ * channel ends). via: the request that carried it (a legacy SSE POST /messages: its credential's
+ * scopes count), or NULL (a WebSocket frame: the channel's). */
+int tg_channel_message(struct tg_channel *ch, const struct tg_exchange *via, const char *body, size_t blen);
 /* A new session for a channel client (503/429 answered on c when refused: NULL). */
 struct tg_session *tg_channel_session_new(struct tg_exchange *x, struct tg_conn *c);
 void tg_channel_on_conn_abort(struct tg_conn *c, void *ex);

@@ -11,12 +11,14 @@
 #include "core/base/log.h"
 #include "core/mcp/era.h"
 #include "core/mcp/legacy.h"
+#include "core/mcp/listen.h"
 #include "core/mcp/modern.h"
 #include "core/mcp/schemas.h"
 #include "core/wire/msg.h"
 #include "core/call/gateway.h"
 #include "core/call/session.h"
 #include "transports/batch.h"
+#include "transports/cred_watch.h"
 #include "transports/http1/http1.h"
 #include "transports/replay.h"
 #include "transports/respond.h"
@@ -26,6 +28,7 @@
 
 static void on_client_abort(struct tg_conn *c, void *ex);
 static void on_client_drain(struct tg_conn *c, void *ex);
+static void write_event(struct tg_http_sink *hs, const char *p, size_t n, int joined);
 
 static void hook(struct tg_http_sink *hs, struct tg_conn *c)
 {
@@ -75,6 +78,33 @@ static void session_header(const struct tg_http_sink *hs, char *hdr, size_t sz)
         snprintf(hdr, sz, "Mcp-Session-Id: %s\r\n", hs->sess->id_str);
 }
 
+/* The credential of the request that opened this stream ended (a reload no longer takes it, or its
+ * JWT expired): the stream ends cleanly, a 2026 listen with its result as the era ends one, and the
+ * call behind it is let go as when its client leaves. */
+static void on_cred_end(void *ud, const char *why)
+{
+    struct tg_http_sink *hs = ud;
+    struct tg_conn *c = hs->conn;
+    tg_log(TG_LOG_INFO, "stream ended with its credential", "session=%s grant=%s why=\"%s\"", hs->sess->id_str,
+           hs->sess->grant, why);
+    if (c != NULL && hs->streaming) {
+        size_t idn;
+        const char *id = hs->modern && hs->call != NULL && tg_call_is_listen(hs->call)
+                             ? tg_call_client_id(hs->call, &idn) : NULL;
+        if (id != NULL) {
+            struct tg_buf b;
+            tg_buf_init(&b);
+            tg_mcp_listen_complete(&b, id, idn);
+            write_event(hs, b.base, b.len, 0);
+            tg_buf_dispose(&b);
+        }
+        unhook(hs);
+        tg_http_stream_end(c);
+    }
+    if (hs->call != NULL)
+        tg_call_client_gone(hs->call);
+}
+
 /* The client stream begins: give it ids (and prime 2025-11-25 clients to reconnect). */
 static void on_sink_stream(struct tg_sink *sk, struct tg_call *k)
 {
@@ -82,6 +112,7 @@ static void on_sink_stream(struct tg_sink *sk, struct tg_call *k)
     if (hs->streaming || hs->conn == NULL)
         return;
     hs->streaming = 1;
+    hs->watch = tg_cred_watch_of_request(hs->srv, hs->conn, hs->sess->grant, &hs->hint, on_cred_end, hs);
     char hdr[96];
     session_header(hs, hdr, sizeof(hdr));
     if (hs->modern) {
@@ -253,6 +284,7 @@ static void on_sink_release(struct tg_sink *sk, struct tg_call *k)
 {
     struct tg_http_sink *hs = (struct tg_http_sink *)sk;
     unhook(hs);
+    tg_cred_watch_free(hs->watch);
     if (tg_list_linked(&hs->listen_node))
         tg_list_unlink(&hs->listen_node);
     if (hs->replay != NULL)
@@ -278,7 +310,8 @@ static const struct tg_sink_ops http_sink_ops = {
     .bind = on_sink_bind,
 };
 
-static struct tg_http_sink *http_sink_new(struct tg_server *srv, struct tg_session *s, struct tg_conn *c, int is_init)
+static struct tg_http_sink *http_sink_new(const struct tg_exchange *x, struct tg_session *s, struct tg_conn *c,
+                                          int is_init)
 {
     struct tg_http_sink *hs;
     if (nsink_cache > 0) {
@@ -288,7 +321,8 @@ static struct tg_http_sink *http_sink_new(struct tg_server *srv, struct tg_sessi
         hs = tg_xcalloc(1, sizeof(*hs));
     }
     hs->sink.ops = &http_sink_ops;
-    hs->srv = srv;
+    hs->srv = x->srv;
+    tg_cred_hint_of(x, &hs->hint); /* for a stream: its JWT is not verified again */
     hs->sess = tg_session_ref(s);
     hs->is_init = is_init;
     if (is_init)
@@ -306,6 +340,8 @@ static void attach(struct tg_http_sink *hs, struct tg_conn *c, uint64_t after_se
         hs->replay->detached_at = 0;
     }
     hook(hs, c);
+    tg_cred_watch_free(hs->watch); /* the request that takes it over brings its own credential */
+    hs->watch = tg_cred_watch_of_request(hs->srv, c, hs->sess->grant, NULL, on_cred_end, hs);
     if (hs->call != NULL)
         tg_call_client_drained(hs->call); /* reading the upstream again */
 }
@@ -556,7 +592,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
     x->era = TG_ERA_2026;
     x->client_caps = tg_mcp_client_caps(claim.caps);
     tg_strlcpy(x->proto, claim.version, sizeof(x->proto));
-    struct tg_http_sink *hs = http_sink_new(x->srv, x->sess, c, 0);
+    struct tg_http_sink *hs = http_sink_new(x, x->sess, c, 0);
     hs->modern = 1;
     hs->sink.flags |= TG_SINK_STATELESS; /* no server-to-client requests in this era */
     struct tg_buf fwd;
@@ -635,7 +671,7 @@ void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
     } else {
         tg_strlcpy(x->proto, s->proto, sizeof(x->proto));
     }
-    struct tg_http_sink *hs = http_sink_new(srv, s, c, is_init);
+    struct tg_http_sink *hs = http_sink_new(x, s, c, is_init);
     tg_dispatch_message(x, &hs->sink, &m);
     tg_msg_dispose(&m);
 }
@@ -728,7 +764,7 @@ void tg_streamable_get(struct tg_exchange *x, struct tg_conn *c)
                             "Conflict: this session already has a GET stream", NULL);
         return;
     }
-    struct tg_http_sink *hs = http_sink_new(x->srv, s, c, 0);
+    struct tg_http_sink *hs = http_sink_new(x, s, c, 0);
     hs->get = 1;
     tg_dispatch_listen(x, &hs->sink, 0);
 }
@@ -741,43 +777,6 @@ void tg_streamable_delete(struct tg_exchange *x, struct tg_conn *c)
     tg_log(TG_LOG_DEBUG, "session deleted", "session=%s grant=%s", s->id_str, s->grant);
     tg_dispatch_end_session(x->srv, s, TG_END_DELETE);
     tg_http_respond(c, 200, NULL, NULL, "", 0);
-}
-
-/* ---- the tick --------------------------------------------------------------------------- */
-
-/* Keepalive comments on idle subscriptions/listen streams. */
-static void listens_tick(struct tg_server *srv, uint64_t now, uint64_t ka)
-{
-    for (struct tg_list *l = srv->listens.next; l != &srv->listens; l = l->next) {
-        struct tg_http_sink *hs = tg_container_of(l, struct tg_http_sink, listen_node);
-        if (hs->conn != NULL && now - hs->last_write_ms >= ka) {
-            tg_http_stream_write(hs->conn, ": keepalive\n\n", 13);
-            hs->last_write_ms = now;
-        }
-    }
-}
-
-void tg_streamable_tick(struct tg_server *srv)
-{
-    uint64_t now = uv_now(srv->loop);
-    uint64_t ka = (uint64_t)srv->conf->limits.sse_keepalive_ms;
-    listens_tick(srv, now, ka);
-    tg_replay_expire(srv);
-    struct tg_list *l = srv->streams.next;
-    while (l != &srv->streams) {
-        struct tg_replay *r = tg_container_of(l, struct tg_replay, gnode);
-        l = l->next;
-        struct tg_http_sink *hs = r->live;
-        if (hs == NULL)
-            continue;
-        if (hs->conn != NULL && now - r->last_write_ms >= ka) {
-            tg_http_stream_write(hs->conn, ": keepalive\n\n", 13);
-            r->last_write_ms = now;
-        } else if (hs->conn == NULL && r->detached_at != 0 && now - r->detached_at >= TG_REPLAY_KEEP_MS &&
-                   hs->call != NULL && hs->get) {
-            tg_call_client_gone(hs->call);
-        }
-    }
 }
 
 void tg_streamable_dispose(void)

@@ -10,6 +10,7 @@
 
 #include "core/base/buf.h"
 #include "core/call/exchange.h"
+#include "transports/cred_watch.h"
 
 struct tg_conn;
 struct tg_replay;
@@ -30,6 +31,9 @@ struct tg_http_sink {
     int modern;               /* a 2026-07-28 request: no event ids, no replay, no priming event */
     struct tg_list listen_node; /* in srv->listens while it carries a subscriptions/listen stream */
     uint64_t last_write_ms;     /* (for its keepalive) */
+    struct tg_cred_watch *watch; /* owned, once it streams: the credential of the request that
+                                  * opened it (or took it over) ends it (transports/cred_watch.h) */
+    struct tg_cred_hint hint;    /* what the router found of that request's JWT */
 };
 
 void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c);

@@ -16,7 +16,7 @@ static void on_ws_message(void *ud, const char *p, size_t n)
 {
     struct tg_channel *ch = ud;
     tg_channel_ref(ch);
-    tg_channel_message(ch, p, n);
+    tg_channel_message(ch, NULL, p, n);
     tg_channel_unref(ch);
 }
 
@@ -56,6 +56,7 @@ void tg_ws_channel_open(struct tg_exchange *x, struct tg_conn *c)
     if (s == NULL)
         return;
     struct tg_channel *ch = tg_channel_new(x->srv, s, CH_WS, c, x->cred);
+    tg_channel_keep_scopes(ch, x);
     char hdr[200];
     snprintf(hdr, sizeof(hdr),
              "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\nSec-WebSocket-Protocol: mcp\r\n",

@@ -3,6 +3,7 @@
  * page under /admin/ui/ (core/app/approvals_page.c). Answers made inside the gateway, beside the proxy path. */
 #include "core/app/server.h"
 #include "core/app/admin.h"
+#include "core/app/keys.h"
 
 #include "cluster/cluster.h"
 #include "core/app/approvals_page.h"
@@ -202,6 +203,7 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
     C("audit_records_total", "Audit records written.", tg_audit_written(srv->audit));
     C("audit_dropped_total", "Audit records dropped: the disk fell behind or a write failed.", tg_audit_dropped(srv->audit));
     C("reloads_total", "Successful configuration reloads.", srv->reloads);
+    tg_keys_metrics(tg_app_of(srv)->keys, out);
     G("upstream_processes", "stdio upstream children alive (warm ones included).", tg_child_live_count());
     C("reload_failures_total", "Reloads refused (the old configuration stayed).", srv->reload_failures);
     C("upstream_calls_total", "HTTP requests sent to upstreams.", m->upstream_calls);
@@ -387,8 +389,7 @@ void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)
         return;
     }
     if (tg_slice_eq(path, TG_SLICE("/readyz"))) {
-        tg_respond_json(c, tg_route_ready(srv) && !srv->draining ? 200 : 503,
-                     tg_route_ready(srv) && !srv->draining ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready\"}");
+        tg_route_readyz(srv, c);
         return;
     }
     if (tg_slice_eq(path, TG_SLICE("/metrics"))) {

@@ -9,6 +9,7 @@
 #include "core/call/gateway.h"
 #include "core/wire/msg.h"
 #include "policy/auth.h"
+#include "core/conf/conf.h"
 #include "policy/dpop.h"
 #include "transports/http1/http1.h"
 #include "transports/respond.h"
@@ -16,8 +17,10 @@
 int tg_dpop_gate(struct tg_server *srv, struct tg_conn *c, struct tg_slice path, const struct tg_principal *who,
                  struct tg_slice authz)
 {
-    if (who->jwt == 0 && !who->dpop)
-        return 0; /* a static token, a certificate, an anonymous grant: nothing to bind */
+    const struct tg_conf *conf = srv->conf;
+    if (!who->dpop && who->jkt[0] == '\0' &&
+        (who->jwt == 0 || (size_t)who->jwt > conf->njwt || conf->jwt[who->jwt - 1].dpop != TG_DPOP_REQUIRED))
+        return 0; /* a bearer token that is not bound, where that is allowed: nothing to check */
     struct tg_http_req *req = &c->req;
     size_t max = (size_t)srv->conf->limits.dpop_replay_entries;
     if (srv->dpop_replay == NULL && who->dpop)

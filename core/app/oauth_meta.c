@@ -5,6 +5,8 @@
 
 #include "core/call/gateway.h"
 #include "core/base/json.h"
+#include "policy/policy.h"
+#include "policy/scopes.h"
 #include "transports/http1/http1.h"
 #include "transports/respond.h"
 
@@ -33,6 +35,63 @@ void tg_oauth_meta_base_url(struct tg_server *srv, struct tg_conn *c, struct tg_
         tg_buf_appendf(out, "%s:%d", c->listener->lc ? c->listener->lc->address : "127.0.0.1", c->listener->port);
 }
 
+void tg_oauth_meta_resource(struct tg_server *srv, struct tg_conn *c, struct tg_slice path, struct tg_buf *out,
+                            size_t *base_len)
+{
+    size_t start = out->len;
+    tg_oauth_meta_base_url(srv, c, out);
+    *base_len = out->len - start;
+    size_t cut = path.len;
+    while (cut > 0 && path.ptr[cut - 1] != '/')
+        cut--;
+    if (cut > 0)
+        cut--; /* keep /NAME, drop /ENDPOINT */
+    tg_buf_append(out, path.ptr, cut);
+    tg_buf_appends(out, "/mcp");
+}
+
+/* The issuers whose tokens can be used at upstream u: those some grant lists (grants[].issuers)
+ * whose policy for u is not the fail-closed deny-everything one. As JSON strings, comma-separated. */
+static void route_issuers(const struct tg_conf *conf, int u, struct tg_buf *b)
+{
+    int any = 0;
+    for (size_t i = 0; i < conf->njwt; i++) {
+        const char *iss = conf->jwt[i].issuer;
+        int usable = 0;
+        for (size_t k = 0; k < conf->ngrants && !usable; k++) {
+            const struct tg_grant_conf *g = &conf->grants[k];
+            for (size_t m = 0; m < g->nissuers && !usable; m++)
+                usable = strcmp(g->issuers[m], iss) == 0 && tg_conf_policy_for(conf, g, u) != conf->deny_all;
+        }
+        if (!usable)
+            continue;
+        if (any++)
+            tg_buf_append(b, ",", 1);
+        tg_json_write_string(b, iss, strlen(iss));
+    }
+}
+
+/* "scopes_supported":[...], (with its comma) from every policy a grant uses at upstream u, when
+ * any of them names scopes; nothing otherwise. */
+static void route_scopes(const struct tg_conf *conf, int u, struct tg_buf *b)
+{
+    char set[TG_SCOPES_MAX * 2] = "";
+    for (size_t k = 0; k < conf->ngrants; k++)
+        tg_policy_scopes_all(tg_conf_policy_for(conf, &conf->grants[k], u), set, sizeof(set));
+    if (set[0] == '\0')
+        return;
+    tg_buf_appends(b, "\"scopes_supported\":[");
+    for (const char *p = set; *p != '\0';) {
+        const char *sp = strchr(p, ' ');
+        size_t len = sp ? (size_t)(sp - p) : strlen(p);
+        if (p != set)
+            tg_buf_append(b, ",", 1);
+        tg_json_write_string(b, p, len);
+        p += len + (sp != NULL);
+    }
+    tg_buf_appends(b, "],");
+}
+
 /* RFC 9728 protected-resource metadata for /NAME/mcp (and the default /mcp). */
 void tg_oauth_meta_handle(struct tg_server *srv, struct tg_conn *c, struct tg_slice rest)
 {
@@ -59,12 +118,10 @@ void tg_oauth_meta_handle(struct tg_server *srv, struct tg_conn *c, struct tg_sl
     tg_buf_appends(&b, "{\"resource\":");
     tg_json_write_string(&b, url.base, url.len);
     tg_buf_appends(&b, ",\"authorization_servers\":[");
-    for (size_t i = 0; i < srv->conf->njwt; i++) {
-        if (i)
-            tg_buf_append(&b, ",", 1);
-        tg_json_write_string(&b, srv->conf->jwt[i].issuer, strlen(srv->conf->jwt[i].issuer));
-    }
-    tg_buf_appends(&b, "],\"bearer_methods_supported\":[\"header\"],\"resource_name\":");
+    route_issuers(srv->conf, (int)(uc - srv->conf->upstreams), &b);
+    tg_buf_appends(&b, "],");
+    route_scopes(srv->conf, (int)(uc - srv->conf->upstreams), &b);
+    tg_buf_appends(&b, "\"bearer_methods_supported\":[\"header\"],\"resource_name\":");
     char name[96];
     snprintf(name, sizeof(name), "tollgate/%s", uc->name);
     tg_json_write_string(&b, name, strlen(name));

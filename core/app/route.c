@@ -1,5 +1,7 @@
 #include "core/app/server.h"
 #include "core/app/route.h"
+#include "core/app/keys.h"
+#include "core/base/json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 #include "policy/auth.h"
 #include "policy/policy.h"
 #include "transports/channel.h"
+#include "transports/cred_watch.h"
 #include "transports/http1/http1.h"
 #include "transports/legacy_sse.h"
 #include "transports/respond.h"
@@ -112,6 +115,29 @@ int tg_route_ready(struct tg_server *srv)
     return 0;
 }
 
+void tg_route_readyz(struct tg_server *srv, struct tg_conn *c)
+{
+    struct tg_buf why;
+    tg_buf_init(&why);
+    int keys = tg_keys_ready(srv->conf, &why);
+    if (tg_route_ready(srv) && !srv->draining && keys) {
+        tg_respond_json(c, 200, "{\"status\":\"ready\"}");
+    } else if (keys) {
+        tg_respond_json(c, 503, "{\"status\":\"not ready\"}");
+    } else {
+        /* An issuer without keys yet: its tokens get 401, so say which and why. */
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_buf_appends(&b, "{\"status\":\"not ready\",\"reason\":");
+        tg_json_write_string(&b, why.base, why.len);
+        tg_buf_appends(&b, "}");
+        tg_buf_append(&b, "", 1);
+        tg_respond_json(c, 503, b.base);
+        tg_buf_dispose(&b);
+    }
+    tg_buf_dispose(&why);
+}
+
 /* 401, with where to find the authorization servers when JWT issuers are configured. */
 /* The grant whose tls_subject names this connection's verified client certificate (mTLS): its
  * whole subject as mbedtls prints it, or its CN when tls_subject has no '='. */
@@ -124,19 +150,14 @@ static const struct tg_grant_conf *cert_grant(const struct tg_conf *conf, const 
     return tg_auth_cert_grant(conf, dn, cn);
 }
 
-static void unauthorized(struct tg_server *srv, struct tg_conn *c, struct tg_slice path, enum tg_auth_result ar,
+static void unauthorized(struct tg_server *srv, struct tg_conn *c, const char *metadata, enum tg_auth_result ar,
                          const char *why)
 {
     struct tg_buf hdr;
     tg_buf_init(&hdr);
     tg_buf_appends(&hdr, "WWW-Authenticate: Bearer realm=\"tollgate\"");
-    if (srv->conf->njwt > 0) {
-        tg_buf_appends(&hdr, ", resource_metadata=\"");
-        tg_oauth_meta_base_url(srv, c, &hdr);
-        tg_buf_appends(&hdr, "/.well-known/oauth-protected-resource");
-        tg_buf_append(&hdr, path.ptr, path.len);
-        tg_buf_appends(&hdr, "\"");
-    }
+    if (metadata != NULL)
+        tg_buf_appendf(&hdr, ", resource_metadata=\"%s\"", metadata);
     if (ar == TG_AUTH_INVALID)
         tg_buf_appendf(&hdr, ", error=\"invalid_token\", error_description=\"%s\"", why ? why : "invalid token");
     tg_buf_appends(&hdr, "\r\n");
@@ -250,10 +271,7 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
         return;
     }
     if (tg_slice_eq(path, TG_SLICE("/readyz"))) {
-        if (tg_route_ready(srv) && !srv->draining)
-            tg_respond_json(c, 200, "{\"status\":\"ready\"}");
-        else
-            tg_respond_json(c, 503, "{\"status\":\"not ready\"}");
+        tg_route_readyz(srv, c);
         return;
     }
     if (tg_slice_starts_with(path, "/.well-known/oauth-protected-resource") &&
@@ -281,7 +299,25 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
                             "Bad Request: more than one Authorization header", NULL);
         return;
     }
+    /* The route's RFC 8707 resource (a JWT's aud may name it when public_url says what it is:
+     * never a URL made of the request's Host) and its RFC 9728 metadata URL. */
+    struct tg_buf rbuf;
+    size_t blen = 0;
+    char resource[1024], metadata[1100];
+    resource[0] = metadata[0] = '\0';
+    if (srv->conf->njwt > 0) {
+        tg_buf_init(&rbuf);
+        tg_oauth_meta_resource(srv, c, path, &rbuf, &blen);
+        if (rbuf.len < sizeof(resource)) {
+            memcpy(resource, rbuf.base, rbuf.len);
+            resource[rbuf.len] = '\0';
+            snprintf(metadata, sizeof(metadata), "%.*s/.well-known/oauth-protected-resource%s", (int)blen, rbuf.base,
+                     resource + blen);
+        }
+        tg_buf_dispose(&rbuf);
+    }
     struct tg_principal who;
+    who.resource = srv->conf->public_url != NULL && resource[0] ? resource : NULL;
     const char *why = NULL;
     struct tg_slice authz = tg_http_req_header(req, "authorization");
     char qauth[4200];
@@ -306,8 +342,13 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
             why = "the bearer token and the client certificate name different grants";
         }
     }
+    if (ar != TG_AUTH_OK && why == tg_auth_keys_refetching) {
+        if (tg_keys_park(tg_app_of(srv)->keys, c))
+            return; /* routed again when the issuer's keys are fetched again */
+        why = "unknown key";
+    }
     if (ar != TG_AUTH_OK) {
-        unauthorized(srv, c, path, ar, why);
+        unauthorized(srv, c, metadata[0] ? metadata : NULL, ar, why);
         return;
     }
     if (tg_dpop_gate(srv, c, path, &who, authz))
@@ -328,13 +369,15 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
     x.era = TG_ERA_2025;
     x.grant = g;
     x.who = &who;
+    x.scopes = who.scopes;
+    x.resource_metadata = metadata[0] ? metadata : NULL;
     x.upstream = upstream;
     x.uc = &srv->conf->upstreams[upstream];
     struct tg_auth_cred cred; /* a channel's credential: re-checked at reload, ends it at a JWT's exp */
     switch (ep) {
     case TG_EP_SSE:
     case TG_EP_WS:
-        tg_auth_cred_of(srv->conf, authz, wall_ms() / 1000, g, cg != NULL ? dn : NULL, cn, &cred);
+        tg_auth_cred_of(srv->conf, authz, wall_ms() / 1000, g, cg != NULL ? dn : NULL, cn, who.resource, &cred);
         x.cred = &cred;
         if (req->method != HTTP_GET)
             tg_http_respond(c, 405, "Allow: GET\r\n", NULL, "", 0);
@@ -436,5 +479,6 @@ void tg_route_dispose(struct tg_server *srv)
 {
     tg_streamable_dispose();
     tg_channels_dispose();
+    tg_cred_watches_dispose(srv);
 }
 

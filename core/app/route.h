@@ -29,6 +29,8 @@ int tg_route_origin_allowed(const struct tg_listener_conf *lc, struct tg_slice o
 void tg_route_handle(struct tg_server *srv, struct tg_conn *c);
 /* 1 if some upstream was reachable lately. */
 int tg_route_ready(struct tg_server *srv);
+/* Answer /readyz: 200, or 503 with the reason when an issuer's keys are not fetched yet. */
+void tg_route_readyz(struct tg_server *srv, struct tg_conn *c);
 /* Periodic (every second): expire approvals, idle sessions, stale counters. */
 void tg_route_tick(struct tg_server *srv, int sessions_too);
 /* Release the calls closed during this loop iteration (the server calls it with no handler

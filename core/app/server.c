@@ -1,4 +1,5 @@
 #include "core/app/server.h"
+#include "core/app/keys.h"
 
 #include "cluster/cluster.h"
 #include "cluster/redis/redis.h"
@@ -21,6 +22,7 @@
 #include "core/app/route.h"
 #include "core/call/session.h"
 #include "transports/channel.h"
+#include "transports/cred_watch.h"
 #include "transports/http1/http1.h"
 #include "core/wire/tls.h"
 #include "policy/dpop.h"
@@ -191,6 +193,7 @@ int tg_server_init(struct tg_app *app, uv_loop_t *loop, struct tg_conf *conf)
     tg_list_init(&srv->awaiting);
     tg_list_init(&srv->streams);
     tg_list_init(&srv->listens);
+    tg_list_init(&srv->cred_watches);
     tg_list_init(&srv->shims);
     srv->counters = tg_counters_new();
     tg_mcp_mrtr_init(&srv->mrtr, 10000);
@@ -225,6 +228,8 @@ int tg_server_init(struct tg_app *app, uv_loop_t *loop, struct tg_conf *conf)
         tg_buf_dispose(&err);
     }
     srv->sessions = tg_session_table_new();
+    app->keys = tg_keys_new(srv, tg_route_handle);
+    tg_keys_attach(app->keys, conf); /* fetched when the server starts (never for `tollgate -t`) */
     /* The shared store: the server's own, or a cluster's (which falls back to the server's own). */
     tg_shared_local(&srv->store, srv);
     if (conf->cluster.enabled) {
@@ -288,6 +293,7 @@ int tg_server_start(struct tg_app *app)
         tg_log(TG_LOG_INFO, "admin listening", "address=%s port=%d", srv->conf->admin.address, app->admin.http.port);
     }
     uv_timer_start(&app->sweep, on_sweep, 1000, 1000);
+    tg_keys_start(app->keys);
     return 0;
 }
 
@@ -325,6 +331,8 @@ static void finish_drain(struct tg_server *srv)
     tg_route_free_streams(srv);
     uv_timer_stop(&app->drain_timer);
     uv_timer_stop(&app->sweep);
+    tg_keys_free(app->keys); /* fetches and refresh timers, which would keep the loop alive */
+    app->keys = NULL;
     /* Close what is left: connections, upstream pools, our own handles. */
     struct tg_list *l = app->http.conns.next;
     while (l != &app->http.conns) {
@@ -397,6 +405,8 @@ void tg_server_dispose(struct tg_app *app)
 {
     struct tg_server *srv = &app->srv;
     reload_forget(srv);
+    tg_keys_free(app->keys);
+    app->keys = NULL;
     /* Decisions still waiting for Redis end now ("shutting down"); the client's memory goes
      * with the loop runs below. */
     tg_cluster_free(app->cluster);
@@ -722,10 +732,12 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
     else if ((app->cluster != NULL) != (nc->cluster.enabled != 0))
         tg_log(TG_LOG_WARN, "the cluster group was added or removed: that takes effect at restart", "conf=%s",
                nc->path);
+    tg_keys_attach(app->keys, nc); /* the same issuer, source and CA keep their keys */
     srv->conf = nc;
+    tg_keys_sweep(app->keys, nc);
     struct roots_ctx rc2 = {srv, old};
     tg_session_sweep(srv->sessions, tell_roots_changed, &rc2); /* servers holding other roots ask again */
-    tg_channels_recheck(srv); /* credentials the new conf no longer takes end their channels */
+    tg_cred_watches_recheck(srv); /* credentials the new conf no longer takes end their streams */
     app->http.limits = &nc->limits; /* connections read their limits through it */
     app->http.access_log = nc->log_access;
     if (tg_log_setup(nc->log_level, nc->log_format, nc->log_file) != 0)

@@ -39,6 +39,7 @@ struct tg_app {
     uint64_t iter_start_ns;     /* when poll last returned (set in the check phase, cleared at prepare) */
     uint64_t stall_logged_ns;
     struct tg_cluster *cluster;    /* the cluster group, or NULL (made at start); only the app knows it */
+    struct tg_keys *keys;          /* fetched JWT issuer keys (core/app/keys.h) */
     struct tg_conf *listener_conf; /* the conf the listeners were made from (listeners need a restart to change) */
     uv_signal_t sigterm, sigint, sighup, sigusr1;
     uv_timer_t sweep;

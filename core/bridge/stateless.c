@@ -48,6 +48,7 @@ struct waiter {
     struct tg_sink *sk;     /* the waiting client's sink (our reference until handed on) */
     struct tg_msg m;        /* the message, taken over from the transport */
     char *fwd_headers;      /* x.fwd_headers, copied (the client's buffer goes) */
+    char *scopes, *resource_metadata; /* x's, copied (they were on the route's stack) */
     tg_bridge_go_cb go;     /* the gate's continuation */
 };
 
@@ -294,6 +295,8 @@ static void waiter_free(struct waiter *w)
     tg_list_unlink(&w->link);
     tg_msg_dispose(&w->m);
     free(w->fwd_headers);
+    free(w->scopes);
+    free(w->resource_metadata);
     free(w);
 }
 
@@ -395,6 +398,12 @@ enum tg_bridge_admission tg_bridge_admit(struct tg_exchange *x, struct tg_sink *
     if (x->fwd_headers != NULL)
         w->fwd_headers = tg_xstrdup(x->fwd_headers);
     w->x.fwd_headers = w->fwd_headers;
+    w->scopes = x->scopes != NULL ? tg_xstrdup(x->scopes) : NULL;
+    w->resource_metadata = x->resource_metadata != NULL ? tg_xstrdup(x->resource_metadata) : NULL;
+    w->x.scopes = w->scopes;
+    w->x.resource_metadata = w->resource_metadata;
+    w->x.who = NULL; /* the principal was on the route's stack: from here on the grant speaks */
+    w->x.cred = NULL;
     w->go = go;
     if (tg_list_empty(&b->waiters))
         b->reloads = srv->reloads;

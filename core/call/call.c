@@ -194,6 +194,7 @@ void tg_call_close(struct tg_call *k)
 static struct tg_recycler decisions = TG_RECYCLER_INIT(sizeof(struct tg_decision), 64);
 
 struct tg_decision *tg_call_decision_new(void) { return tg_recycle_alloc(&decisions); }
+void tg_call_decision_free(struct tg_decision *d) { tg_recycle_free(&decisions, d); }
 
 static void call_release(struct tg_call *k)
 {
@@ -241,6 +242,12 @@ void tg_call_abandon(struct tg_call *k)
 /* ---- upcalls from transports --------------------------------------------------------- */
 
 int tg_call_is_listen(const struct tg_call *k) { return k->is_listen; }
+
+const char *tg_call_client_id(const struct tg_call *k, size_t *n)
+{
+    *n = k->client_id_len;
+    return k->client_id;
+}
 
 int tg_call_running(const struct tg_call *k)
 {

@@ -154,6 +154,8 @@ const char *tg_call_upstream_name(const struct tg_call *k);
 struct tg_call *tg_call_new(struct tg_server *srv, struct tg_session *s, struct tg_sink *sink, enum call_kind kind);
 /* Storage for a call's decision (k->dec, freed with the call): uninitialized, from a free list. */
 struct tg_decision *tg_call_decision_new(void);
+/* One tg_call_decision_new() gave that no call took. */
+void tg_call_decision_free(struct tg_decision *d);
 /* Install filter f (data: its own, opaque here) on k: the bridge, for a call across the eras. */
 static inline void tg_call_filter_set(struct tg_call *k, const struct tg_call_filter *f, void *data)
 {

@@ -45,6 +45,9 @@ struct tg_exchange {
     const struct tg_principal *who;     /* who the request speaks for (policy/auth.h), or NULL
                                          * where no request carried a credential (a reload's
                                          * ending, a cluster member's message): then the grant */
+    const char *scopes;                 /* the credential's scopes (policy/scopes.h), or NULL: none */
+    const char *resource_metadata;      /* the route's RFC 9728 metadata URL, for a 403
+                                         * insufficient_scope (NULL: no JWT issuers, none) */
     int upstream;                       /* index into conf->upstreams */
     const struct tg_upstream_conf *uc;
     struct tg_session *sess;            /* the session, or NULL for a stateless request */
@@ -119,6 +122,8 @@ void tg_call_client_gone(struct tg_call *k);    /* the client went away for good
 void tg_call_client_drained(struct tg_call *k); /* the client's output fell below the low-water mark */
 int tg_call_running(const struct tg_call *k);   /* 1 while the upstream may still send for k */
 int tg_call_is_listen(const struct tg_call *k); /* a 2026 subscriptions/listen: its stream lasts */
+/* The id the client gave k's request (raw JSON, *n bytes), or NULL. */
+const char *tg_call_client_id(const struct tg_call *k, size_t *n);
 struct tg_sink *tg_call_sink(const struct tg_call *k);
 /* Inside ops->answer(k, ..., p, n): move the answer's storage into *to (1) when p and n are the
  * buffer the call built (a big answer need not be copied again); 0: copy it. */

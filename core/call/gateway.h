@@ -23,6 +23,7 @@ struct tg_audit;
 struct tg_session_table;
 struct tg_upstream;
 struct tg_upstream_ops;
+struct tg_cred_ended;
 
 /* The end of an asynchronous reload (tg_server.reload_start). */
 typedef void (*tg_reload_done_cb)(void *ud, int ok, const struct tg_buf *err);
@@ -49,6 +50,8 @@ struct tg_server {
     struct tg_list streams;       /* resumable client SSE streams (keepalive, expiry) */
     struct tg_list listens;       /* 2026 subscriptions/listen client streams (keepalive) */
     struct tg_list shims;         /* 2025 calls waiting for their client's input (core/bridge/input.c) */
+    struct tg_list cred_watches;  /* long-lived client streams' credentials (transports/cred_watch.c) */
+    struct tg_cred_ended *cred_ended; /* legacy SSE sessions a credential ended, remembered: owned, or NULL */
     uint64_t next_stream_id;
     size_t napprovals;
     uint64_t reloads, reload_failures;

@@ -13,6 +13,7 @@
 #include "core/base/json.h"
 #include "core/wire/msg.h"
 #include "policy/explain.h"
+#include "policy/scopes.h"
 #include "policy/policy.h"
 
 #define CASES_MAX_FILE (4 * 1024 * 1024)
@@ -28,6 +29,7 @@ static const char usage_text[] =
     "      policy without \"default\" denies what it does not name, and a note says so.\n"
     "\n"
     "  tollgate policy explain [-c CONF] [--grant G] [--upstream U] [--session S] [--repeat N]\n"
+    "                          [--scopes 'S1 S2']\n"
     "                          (--call '{\"name\":T,\"arguments\":{...}}' | --method M [--params JSON])\n"
     "      Decide one call with the policy that governs grant G's calls to upstream U in CONF\n"
     "      (default conf/tollgate.conf; G may be left out when CONF has one grant, U when it has a\n"
@@ -38,7 +40,10 @@ static const char usage_text[] =
     "      did not hold), whether tools/list hides the tool, and the counters a call takes or reads.\n"
     "      --method decides resources/read and resources/subscribe (params.uri), prompts/get\n"
     "      (params.name), completion/complete (params.ref), tools/call (params), and says whether\n"
-    "      any other method may be sent.\n"
+    "      any other method may be sent. \"scopes:\" names the OAuth scopes the policy requires for\n"
+    "      the call; with --scopes (the token's scopes, space-separated, '' for none) a call that\n"
+    "      lacks some is explained as the gateway refuses it, before any rule: deny, rule\n"
+    "      insufficient_scope (HTTP 403 with WWW-Authenticate: Bearer error=\"insufficient_scope\").\n"
     "      Exit 0 allow, 1 deny, 3 limited, 4 approve, 2 on bad arguments or a conf that does not load.\n"
     "\n"
     "  tollgate policy test FILE CASES.yaml\n"
@@ -53,6 +58,9 @@ static const char usage_text[] =
     "          hidden: true                        # optional: tools/list hides the tool (true/false)\n"
     "          grant: ci                           # optional (default \"test\"); also session (\"test-session\")\n"
     "          repeat: 3                           # optional: make the call 3 times; expect is the last one's\n"
+    "          scopes: [deploy]                    # optional: the token's scopes (a list, or 'a b'); one\n"
+    "                                              # that lacks what the policy requires is denied,\n"
+    "                                              # rule insufficient_scope (default: not checked)\n"
     "      A call that is allowed or approved takes its counters, as in the gateway. Prints \"ok\" or\n"
     "      \"FAIL\" per case with the expected and actual decision and the deciding rule.\n"
     "      Exit 0 if every case passed, 1 if one failed, 2 if FILE or CASES.yaml cannot be loaded.\n";
@@ -166,6 +174,21 @@ static int option(int argc, char **argv, int *i, const char *name, const char **
     return 1;
 }
 
+/* With --scopes (have): a call whose token lacks the scopes it needs is refused before any rule,
+ * as the gateway refuses it. 1 if so (printed). */
+static int scopes_refuse(int lacks, const char *need, const char *have)
+{
+    if (have == NULL || !lacks)
+        return 0;
+    printf("decision: deny\n");
+    printf("reason: insufficient_scope: the call needs a token with the scopes \"%s\" (it has \"%s\")\n", need, have);
+    printf("rule: insufficient_scope\nat: scopes\n");
+    printf("answer: HTTP 403, WWW-Authenticate: Bearer error=\"insufficient_scope\", scope=\"%s\" (-32005 where no "
+           "status can be shown)\n",
+           need);
+    return 1;
+}
+
 static cJSON *parse_json_arg(const char *what, const char *text)
 {
     const char *end = NULL;
@@ -176,7 +199,7 @@ static cJSON *parse_json_arg(const char *what, const char *text)
     return j;
 }
 
-static int explain_other(const struct tg_policy *p, const char *method, const cJSON *params)
+static int explain_other(const struct tg_policy *p, const char *method, const cJSON *params, const char *have)
 {
     struct tg_decision d;
     memset(&d, 0, sizeof(d));
@@ -202,10 +225,16 @@ static int explain_other(const struct tg_policy *p, const char *method, const cJ
             tg_policy_decide_resource(p, what->valuestring, &d);
         else
             tg_policy_decide_prompt(p, what->valuestring, &d);
+        char need[TG_SCOPES_MAX];
+        int lacks = res ? tg_policy_scopes_resource(p, what->valuestring, have ? have : "", need, sizeof(need))
+                        : tg_policy_scopes_prompt(p, what->valuestring, have ? have : "", need, sizeof(need));
+        if (d.verdict != TG_VERDICT_DENY && scopes_refuse(lacks, need, have))
+            return 1;
         printf("decision: %s\n", tg_policy_verdict_str(d.verdict));
         printf("reason: %s\n", d.message[0] ? d.message : "-");
         printf("rule: %s\n", d.rule[0] ? d.rule : "-");
         printf("at: %s\n", d.rule[0] ? (res ? "resources" : "prompts") : "-");
+        printf("scopes: %s\n", d.verdict != TG_VERDICT_DENY && need[0] ? need : "none");
         return verdict_status(d.verdict);
     }
     if (tg_msg_is_standard_client_method(method, TG_MSG_REQUEST)) {
@@ -224,7 +253,7 @@ static int explain_other(const struct tg_policy *p, const char *method, const cJ
 static int cmd_explain(int argc, char **argv)
 {
     const char *conf_path = "conf/tollgate.conf", *grant = NULL, *upstream = NULL, *session = "explain";
-    const char *call = NULL, *method = NULL, *params = NULL, *repeat_s = NULL;
+    const char *call = NULL, *method = NULL, *params = NULL, *repeat_s = NULL, *scopes = NULL;
     for (int i = 2; i < argc; i++) {
         int missing = 0;
         if (strcmp(argv[i], "-c") == 0) {
@@ -238,7 +267,8 @@ static int cmd_explain(int argc, char **argv)
                    option(argc, argv, &i, "--call", &call, &missing) ||
                    option(argc, argv, &i, "--method", &method, &missing) ||
                    option(argc, argv, &i, "--params", &params, &missing) ||
-                   option(argc, argv, &i, "--repeat", &repeat_s, &missing)) {
+                   option(argc, argv, &i, "--repeat", &repeat_s, &missing) ||
+                   option(argc, argv, &i, "--scopes", &scopes, &missing)) {
             if (missing)
                 return usage_error("explain: %s needs a value", argv[i]);
         } else {
@@ -313,7 +343,13 @@ static int cmd_explain(int argc, char **argv)
     struct tg_policy *p = tg_conf_policy_for(conf, g, u);
     printf("policy: %s (grant %s, upstream %s)\n", tg_policy_name(p), g->name, conf->upstreams[u].name);
     if (strcmp(method, "tools/call") != 0) {
-        rc = explain_other(p, method, pj);
+        rc = explain_other(p, method, pj, scopes);
+        goto out;
+    }
+    char need[TG_SCOPES_MAX];
+    int lacks = tg_policy_scopes_tool(p, name->valuestring, scopes ? scopes : "", need, sizeof(need));
+    if (scopes_refuse(lacks, need, scopes)) {
+        rc = 1;
         goto out;
     }
     struct tg_counters *scratch = tg_counters_new();
@@ -326,6 +362,7 @@ static int cmd_explain(int argc, char **argv)
         printf("call: %ld of %ld at the same instant (the first %ld took their counters if allowed)\n", repeat,
                repeat, repeat - 1);
     print_explain(p, name->valuestring, e);
+    printf("scopes: %s\n", need[0] ? need : "none");
     rc = verdict_status(e->d.verdict);
     free(e);
     tg_counters_free(scratch);
@@ -348,6 +385,8 @@ struct tcase {
     int hidden; /* -1 not checked */
     long repeat;
     char default_name[24]; /* "case N" when the case has no name */
+    int has_scopes;        /* the case gives the token's scopes: checked as the gateway does */
+    char scopes[TG_SCOPES_MAX];
 };
 
 static int parse_verdict(const char *s, enum tg_verdict *v)
@@ -386,14 +425,14 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
         goto bad;
     }
     static const char *const known[] = {"name", "call", "grant", "session", "expect", "reason", "rule", "hidden",
-                                        "repeat", NULL};
+                                        "repeat", "scopes", NULL};
     for (const cJSON *k = c->child; k; k = k->next) {
         int ok = 0;
         for (int j = 0; known[j]; j++)
             ok |= strcmp(k->string, known[j]) == 0;
         if (!ok) {
             fprintf(stderr, "%s: cases[%d].%s: unknown field (name call grant session expect reason rule hidden "
-                            "repeat)\n", file, i, k->string);
+                            "repeat scopes)\n", file, i, k->string);
             return -1;
         }
     }
@@ -447,6 +486,30 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
             goto bad;
         }
         t->repeat = (long)r->valuedouble;
+    }
+    const cJSON *sc = tg_json_get(c, "scopes");
+    if (sc != NULL) {
+        t->has_scopes = 1;
+        int ok = cJSON_IsString(sc) || cJSON_IsArray(sc);
+        for (const char *q = cJSON_IsString(sc) ? sc->valuestring : ""; *q != '\0' && ok;) {
+            const char *sp = strchr(q, ' ');
+            size_t len = sp ? (size_t)(sp - q) : strlen(q);
+            char one[TG_SCOPE_MAX];
+            ok = tg_scope_token_ok(q, len);
+            if (ok) {
+                memcpy(one, q, len);
+                one[len] = '\0';
+                ok = tg_scopes_add(t->scopes, sizeof(t->scopes), one) == 0;
+            }
+            q += len + (sp != NULL);
+        }
+        for (const cJSON *e = cJSON_IsArray(sc) ? sc->child : NULL; e != NULL && ok; e = e->next)
+            ok = cJSON_IsString(e) && tg_scope_token_ok(e->valuestring, strlen(e->valuestring)) &&
+                 tg_scopes_add(t->scopes, sizeof(t->scopes), e->valuestring) == 0;
+        if (!ok) {
+            field = "scopes", why = "must be a list of scopes, or one string of them separated by spaces";
+            goto bad;
+        }
     }
     return 0;
 bad:
@@ -534,8 +597,21 @@ static int cmd_test(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         const struct tcase *t = &cases[i];
         struct tg_caller who = {t->grant, t->session, "test"};
-        for (long r = 0; r < t->repeat; r++)
-            tg_policy_explain_call(p, scratch, &who, t->tool, t->args, now, e);
+        char need[TG_SCOPES_MAX];
+        if (t->has_scopes && tg_policy_scopes_tool(p, t->tool, t->scopes, need, sizeof(need))) {
+            /* refused before any rule, as the gateway does: nothing is decided or counted */
+            memset(e, 0, sizeof(*e));
+            e->d.verdict = TG_VERDICT_DENY;
+            snprintf(e->d.rule, sizeof(e->d.rule), "insufficient_scope");
+            snprintf(e->d.message, sizeof(e->d.message), "insufficient_scope: the call needs a token with the scopes \"%.400s\"",
+                     need);
+            snprintf(e->where, sizeof(e->where), "scopes");
+            e->cond = -1;
+            e->hidden = !tg_policy_tool_visible(p, t->tool);
+        } else {
+            for (long r = 0; r < t->repeat; r++)
+                tg_policy_explain_call(p, scratch, &who, t->tool, t->args, now, e);
+        }
         const struct tg_decision *d = &e->d;
         char why[700] = "";
         if (d->verdict != t->expect)

@@ -121,6 +121,8 @@ struct tg_grant_conf {
     char **issuers;   /* the jwt[].issuer values whose tokens may name it (byte-exact); none: no JWT may */
     size_t nissuers;
     char *tls_subject; /* a verified client certificate whose subject (or CN) is this is this grant */
+    char *scopes;      /* grants[].scopes as a scope set (policy/scopes.h): what a static token, a
+                        * certificate or anonymous access to it may do; NULL: no scopes */
     struct tg_grant_policy *policies;
     size_t npolicies;
     struct tg_roots roots; /* pinned: overrides every upstream's roots for this grant */
@@ -189,14 +191,25 @@ struct tg_upstream_conf {
 
 struct tg_jwks;
 struct tg_jwt_cache;
+struct tg_keyring;
 struct tg_tls_client_ctx;
 
 /* A JWT issuer whose tokens name a grant in grant_claim. Owner: the conf (jwt[]); freed by
- * tg_conf_unref (jwks with tg_jwks_free). */
+ * tg_conf_unref (jwks with tg_jwks_free, the keyring's reference with tg_keyring_unref). Its keys
+ * come from exactly one of jwks_file (read at load into jwks), jwks_url or discovery (fetched at
+ * run time into keyring, policy/keyring.h: the loader leaves keyring NULL; the app attaches the
+ * holder once, before the conf serves a request, and keeps it across reloads). */
 struct tg_jwt_conf {
     char *issuer;
     char *audience;
     char *jwks_file;
+    char *jwks_url;      /* https:// (http:// to loopback only), or NULL */
+    int discovery;       /* 1: jwks_uri from the issuer's discovery document */
+    char *ca;            /* jwt[].ca: CA bundle for jwks_url and discovery (NULL: the system CAs) */
+    int refresh_min_s;   /* a fetched set is kept at least this long; also the unknown-kid refetch spacing */
+    int refresh_max_s;   /* and at most this long */
+    int fetch_timeout_ms; /* one fetch, whole */
+    struct tg_keyring *keyring; /* jwks_url, discovery: the fetched keys (attached by the app) */
     char *grant_claim;
     char *subject_claim; /* who inside the grant (default "sub") */
     int skew_s;
@@ -252,6 +265,10 @@ void tg_conf_unref(struct tg_conf *c);
 
 /* Expand ${VAR} and ${VAR:-default} from the environment. Returns a malloc'd string or NULL with *why set. */
 char *tg_conf_expand_env(const char *in, const char **why, char *varname, size_t varname_sz);
+
+/* u->url (http://host[:port]/path or https://…) into u's tls, host, port, path and authority
+ * (malloc'd, freed like the rest of u). -1 and *why on a URL it cannot use. */
+int tg_conf_parse_url(struct tg_upstream_conf *u, const char **why);
 
 const struct tg_upstream_conf *tg_conf_find_upstream(const struct tg_conf *c, struct tg_slice name, int *index);
 

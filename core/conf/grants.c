@@ -11,6 +11,7 @@
 #include "policy/jwt.h"
 #include "policy/dpop.h"
 #include "policy/jwt_cache.h"
+#include "policy/keyring.h"
 #include "policy/policy.h"
 #include "policy/uri.h"
 
@@ -47,6 +48,39 @@ static void load_issuers(struct loader *ld, const config_setting_t *g, struct tg
                 tg__conf_errf(ld, l, ictx, "lists \"%s\" twice", e);
         gc->issuers[gc->nissuers++] = e;
     }
+}
+
+/* grants[].scopes = [ "deploy", … ]: the scopes its credentials other than a JWT (which carries
+ * its own) hold, for policies that require scopes. Each a scope-token, at most TG_SCOPES_MAX_COUNT. */
+static void load_grant_scopes(struct loader *ld, const config_setting_t *g, struct tg_grant_conf *gc,
+                              const char *ctx)
+{
+    const config_setting_t *l = config_setting_get_member(g, "scopes");
+    if (l == NULL)
+        return;
+    char sctx[64];
+    snprintf(sctx, sizeof(sctx), "%s.scopes", ctx);
+    int n = config_setting_length(l);
+    if ((!config_setting_is_array(l) && !config_setting_is_list(l)) || n == 0 || n > TG_SCOPES_MAX_COUNT) {
+        tg__conf_errf(ld, l, sctx, "must be a non-empty array of at most %d scopes [ \"deploy\" ]",
+                      TG_SCOPES_MAX_COUNT);
+        return;
+    }
+    char set[TG_SCOPES_MAX] = "";
+    for (int i = 0; i < n; i++) {
+        const char *v = config_setting_get_string_elem(l, i);
+        if (v == NULL || !tg_scope_token_ok(v, strlen(v))) {
+            tg__conf_errf(ld, l, sctx, "entry %d must be a scope: printable ASCII without spaces, '\"' or '\\'", i);
+            return;
+        }
+        if (tg_scopes_has(set, v))
+            tg__conf_errf(ld, l, sctx, "lists \"%s\" twice", v);
+        else if (tg_scopes_add(set, sizeof(set), v) != 0) {
+            tg__conf_errf(ld, l, sctx, "longer than %d bytes", TG_SCOPES_MAX - 1);
+            return;
+        }
+    }
+    gc->scopes = tg_xstrdup(set);
 }
 
 /* Every grants[].issuers entry is some jwt[].issuer, byte for byte (as a token's iss is compared):
@@ -92,7 +126,7 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
             continue;
         }
         static const char *const known[] = {"name", "token_sha256", "anonymous", "max_sessions", "policies",
-                                            "tls_subject", "roots", "issuers", NULL};
+                                            "tls_subject", "roots", "issuers", "scopes", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         gc->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         const config_setting_t *ms = config_setting_get_member(g, "max_sessions");
@@ -114,6 +148,7 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
                 tg__conf_errf(ld, config_setting_get_member(g, "tls_subject"), "tls_subject",
                               "\"%s\" already names grant %s", gc->tls_subject, c->grants[k].name);
         load_issuers(ld, g, gc, ctx);
+        load_grant_scopes(ld, g, gc, ctx);
         if (!gc->has_token && !gc->anonymous && gc->tls_subject == NULL) {
             if (gc->nissuers == 0)
                 tg__conf_errf(ld, g, ctx,
@@ -366,6 +401,43 @@ static void jwt_dpop(struct loader *ld, const config_setting_t *g, struct tg_jwt
 
 static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c);
 
+#define JWT(f) offsetof(struct tg_jwt_conf, f)
+static const struct int_directive jwt_directives[] = {
+    {"refresh_min_s", JWT(refresh_min_s), 1, 86400, 60, "fetched keys kept at least; unknown-kid refetch spacing"},
+    {"refresh_max_s", JWT(refresh_max_s), 1, 31536000, 86400, "fetched keys kept at most"},
+    {"fetch_timeout_ms", JWT(fetch_timeout_ms), 100, 120000, 10000, "one fetch of keys or discovery, whole"},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
+/* Where an issuer's keys come from: exactly one of jwks_file, jwks_url and discovery = true. A
+ * fetched source must be https:// (plain http:// only to loopback); so must a discovered issuer,
+ * whose documents are fetched from it. Nothing is fetched here: the server fetches when it starts
+ * (so `tollgate -t` never reaches the network). */
+static void jwt_source(struct loader *ld, const config_setting_t *g, struct tg_jwt_conf *j, const char *ctx)
+{
+    j->jwks_url = tg__conf_get_str(ld, g, "jwks_url", NULL, 0, ctx);
+    j->discovery = tg__conf_get_bool(ld, g, "discovery", 0, ctx);
+    j->ca = tg__conf_path(ld, tg__conf_get_str(ld, g, "ca", NULL, 0, ctx));
+    tg__conf_load_ints(ld, g, jwt_directives, j, ctx, 0);
+    int n = (j->jwks_file != NULL) + (j->jwks_url != NULL) + (j->discovery != 0);
+    const char *why = NULL;
+    if (n != 1)
+        tg__conf_errf(ld, g, ctx, "needs exactly one of jwks_file, jwks_url and discovery = true (it has %s)",
+                      n == 0 ? "none" : "several");
+    else if (j->jwks_url != NULL && tg_keyring_url_ok(j->jwks_url, &why) != 0)
+        tg__conf_errf(ld, config_setting_get_member(g, "jwks_url"), "jwks_url", "\"%s\" %s", j->jwks_url, why);
+    else if (j->discovery && j->issuer != NULL && tg_keyring_url_ok(j->issuer, &why) != 0)
+        tg__conf_errf(ld, config_setting_get_member(g, "discovery"), "discovery",
+                      "the issuer \"%s\" %s: its discovery document is fetched from it", j->issuer, why);
+    if (j->ca != NULL && j->jwks_file != NULL)
+        tg__conf_errf(ld, config_setting_get_member(g, "ca"), "ca", "is for jwks_url and discovery (a jwks_file is not fetched)");
+    else if (j->ca != NULL)
+        tg__conf_check_readable(ld, config_setting_get_member(g, "ca"), "ca", j->ca);
+    if (j->refresh_min_s > j->refresh_max_s)
+        tg__conf_errf(ld, config_setting_get_member(g, "refresh_min_s"), "refresh_min_s",
+                      "%d is above refresh_max_s (%d)", j->refresh_min_s, j->refresh_max_s);
+}
+
 void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     load_jwt_list(ld, cfg, c);
@@ -393,13 +465,22 @@ static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c)
             tg__conf_errf(ld, g, ctx, "must be a group");
             continue;
         }
-        static const char *const known[] = {"issuer", "audience",   "jwks_file",     "grant_claim",
-                                            "skew_s", "algorithms", "subject_claim", "dpop",
+        static const char *const known[] = {"issuer",        "audience",      "jwks_file",        "jwks_url",
+                                            "discovery",     "ca",            "refresh_min_s",    "refresh_max_s",
+                                            "fetch_timeout_ms", "grant_claim", "skew_s",          "algorithms",
+                                            "subject_claim", "dpop",
                                             "dpop_window_s", "cache_entries", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         j->issuer = tg__conf_get_str(ld, g, "issuer", NULL, 1, ctx);
-        j->audience = tg__conf_get_str(ld, g, "audience", NULL, 1, ctx);
-        j->jwks_file = tg__conf_path(ld, tg__conf_get_str(ld, g, "jwks_file", NULL, 1, ctx));
+        /* Without an audience a token's aud must name the resource it is used at (RFC 8707):
+         * public_url + the route's path. That URL must be the operator's, never one made of a
+         * request's Host header, so without public_url there is nothing to check aud against. */
+        j->audience = tg__conf_get_str(ld, g, "audience", NULL, 0, ctx);
+        if (j->audience == NULL && config_lookup(cfg, "public_url") == NULL)
+            tg__conf_errf(ld, g, ctx, "needs audience, or public_url set (then a token's aud must name the "
+                                      "route's resource URL, public_url + its path)");
+        j->jwks_file = tg__conf_path(ld, tg__conf_get_str(ld, g, "jwks_file", NULL, 0, ctx));
+        jwt_source(ld, g, j, ctx);
         j->grant_claim = tg__conf_get_str(ld, g, "grant_claim", "sub", 0, ctx);
         j->subject_claim = tg__conf_get_str(ld, g, "subject_claim", "sub", 0, ctx);
         j->skew_s = 60;
@@ -552,6 +633,7 @@ void tg__conf_grants_free(struct tg_conf *c)
     for (size_t i = 0; i < c->ngrants; i++) {
         free(c->grants[i].name);
         free(c->grants[i].tls_subject);
+        free(c->grants[i].scopes);
         for (size_t k = 0; k < c->grants[i].nissuers; k++)
             free(c->grants[i].issuers[k]);
         free(c->grants[i].issuers);
@@ -571,6 +653,9 @@ void tg__conf_jwt_free(struct tg_conf *c)
         free(c->jwt[i].issuer);
         free(c->jwt[i].audience);
         free(c->jwt[i].jwks_file);
+        free(c->jwt[i].jwks_url);
+        free(c->jwt[i].ca);
+        tg_keyring_unref(c->jwt[i].keyring);
         free(c->jwt[i].grant_claim);
         free(c->jwt[i].subject_claim);
         tg_jwks_free(c->jwt[i].jwks);

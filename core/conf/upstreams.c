@@ -28,7 +28,7 @@ static const struct int_directive pool_directives[] = {
 };
 
 /* http://host[:port]/path or https://host[:port]/path. */
-static int parse_url(struct tg_upstream_conf *u, const char **why)
+int tg_conf_parse_url(struct tg_upstream_conf *u, const char **why)
 {
     const char *p = u->url;
     if (strncmp(p, "https://", 8) == 0) {
@@ -348,7 +348,7 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
         } else {
             u->url = tg__conf_get_str(ld, g, "url", NULL, 1, ctx);
             const char *why = NULL;
-            if (u->url && parse_url(u, &why) != 0)
+            if (u->url && tg_conf_parse_url(u, &why) != 0)
                 tg__conf_errf(ld, config_setting_get_member(g, "url"), "url", "\"%s\" %s", u->url, why);
             else if (u->url)
                 load_tls(ld, c, g, u, ctx);

@@ -15,6 +15,7 @@
 #include "core/mcp/listen.h"
 #include "core/mcp/rewrite.h"
 #include "core/gate/reads.h"
+#include "core/gate/scopes.h"
 #include "core/base/json.h"
 #include "core/wire/msg.h"
 #include "core/call/roots.h"
@@ -361,6 +362,11 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         }
         tool = name->valuestring;
         args = a;
+        if (tg_gate_scopes_refused(x, sk, m, params, pol, tool)) {
+            tg_xfree(key);
+            tg_xfree(mc);
+            return;
+        }
         dec = tg_call_decision_new(); /* decided through the shared store once the call is made */
     } else if (m->mid != TG_M_TOOLS_LIST && m->mid != TG_M_INITIALIZE && !listen) {
         const char *bad;
@@ -368,6 +374,12 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             tg_xfree(key);
             tg_xfree(mc);
             tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, bad, NULL);
+            return;
+        }
+        if (dec != NULL && dec->verdict != TG_VERDICT_DENY && tg_gate_scopes_refused(x, sk, m, params, pol, tool)) {
+            tg_call_decision_free(dec);
+            tg_xfree(key);
+            tg_xfree(mc);
             return;
         }
     }

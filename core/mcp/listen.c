@@ -115,3 +115,14 @@ int tg_mcp_relay_allowed(const char *p, size_t n, const struct tg_policy *pol)
     cJSON_Delete(doc.root);
     return ok;
 }
+
+void tg_mcp_listen_complete(struct tg_buf *out, const char *id, size_t idn)
+{
+    if (id == NULL)
+        id = "null", idn = 4;
+    tg_buf_appends(out, "{\"jsonrpc\":\"2.0\",\"id\":");
+    tg_buf_append(out, id, idn);
+    tg_buf_appends(out, ",\"result\":{\"resultType\":\"complete\",\"_meta\":{\"" TG_MCP_META_SUBSCRIPTION "\":");
+    tg_buf_append(out, id, idn);
+    tg_buf_appends(out, "}}}");
+}

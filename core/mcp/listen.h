@@ -29,6 +29,10 @@ void tg_mcp_listen_filter_request(cJSON *params, const struct tg_policy *pol);
 int tg_mcp_listen_message(struct tg_buf *out, const char *p, size_t n, const char *id, size_t idn,
                           const struct tg_policy *pol);
 
+/* The listen result that ends the listen whose id is id (raw JSON): resultType "complete" with the
+ * id as _meta subscriptionId, the era's graceful end of a subscription. */
+void tg_mcp_listen_complete(struct tg_buf *out, const char *id, size_t idn);
+
 /* May server message p go to a client of this policy as it is? 0 for a
  * notifications/resources/updated whose URI the grant may not read (or that names none), or for
  * a message that does not parse; 1 for anything else. p is parsed: callers ask only for a

@@ -138,6 +138,34 @@ has err "$P/bad.cases.yaml: cases[2].colour: unknown field"; has err "nothing te
 run 2 policy test $P/broken.json $P/hosted.cases.yaml
 has err "$P/broken.json: tools.deploy.rules[0].conditions[0].op"
 
+# ---- scopes: what explain and test say of a call that needs OAuth scopes (both shapes)
+printf '{"version":"1","default":"allow","tools":{"deploy":{"action":"allow","scopes":["deploy"]}},"prompts":{"scopes":{"admin-*":["admin"]}}}\n' >"$T/scoped.json"
+printf 'version: "1"\ndefault: allow\ntools:\n  deploy:\n    scopes: [deploy]\n    rules:\n      - name: no prod\n        conditions: [{path: args.env, op: neq, value: prod}]\n' >"$T/scoped.yaml"
+run 0 policy check "$T/scoped.json" "$T/scoped.yaml"
+for f in scoped.json scoped.yaml; do
+    printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = "a"; anonymous = true; } );\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "%s"; } );\n' \
+        "$T/$f" >"$T/$f.conf"
+    run 0 policy explain -c "$T/$f.conf" --call '{"name":"deploy","arguments":{"env":"dev"}}'
+    has out "decision: allow"; has out "scopes: deploy"
+    run 1 policy explain -c "$T/$f.conf" --scopes 'read' --call '{"name":"deploy","arguments":{"env":"dev"}}'
+    has out "decision: deny"; has out "rule: insufficient_scope"; has out 'scope="deploy"'
+    run 0 policy explain -c "$T/$f.conf" --scopes 'read deploy' --call '{"name":"deploy","arguments":{"env":"dev"}}'
+    has out "decision: allow"
+    run 0 policy explain -c "$T/$f.conf" --scopes '' --call '{"name":"other","arguments":{}}'
+    has out "scopes: none"
+done
+run 1 policy explain -c "$T/scoped.json.conf" --scopes '' --method prompts/get --params '{"name":"admin-reset"}'
+has out "rule: insufficient_scope"
+run 0 policy explain -c "$T/scoped.json.conf" --method prompts/get --params '{"name":"admin-reset"}'
+has out "scopes: admin"
+printf -- '- {call: {name: deploy, arguments: {env: dev}}, scopes: [read], expect: deny, rule: insufficient_scope}\n- {call: {name: deploy, arguments: {env: dev}}, scopes: "read deploy", expect: allow}\n- {call: {name: deploy, arguments: {env: prod}}, scopes: [deploy], expect: deny, rule: no prod}\n- {call: {name: deploy, arguments: {env: dev}}, expect: allow}\n' >"$T/scoped.cases.yaml"
+run 0 policy test "$T/scoped.yaml" "$T/scoped.cases.yaml"; has out "4 cases, 4 passed, 0 failed"
+printf -- '- {call: {name: deploy}, scopes: [7], expect: deny}\n' >"$T/badscopes.cases.yaml"
+run 2 policy test "$T/scoped.yaml" "$T/badscopes.cases.yaml"; has err "cases[0].scopes: must be a list of scopes"
+printf '{"version":"1","default":"allow","tools":{"deploy":{"scopes":["deploy",3],"scope":["x"]}}}\n' >"$T/badscopes.json"
+run 1 policy check "$T/badscopes.json"
+has err "tools.deploy.scopes[1]: a scope must be a string"; has err "tools.deploy.scope: unknown field; did you mean \`scopes\`?"
+
 # ---- bad arguments and help
 run 0 policy --help; has out "tollgate policy test FILE CASES.yaml"; has out "Exit 0 allow, 1 deny, 3 limited, 4 approve"
 has out "An unknown field is an error"

@@ -86,6 +86,33 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n)
     return 0;
 }
 
+/* Which kept header a name is: 1 content-type, 2 mcp-session-id, 3 cache-control and 4
+ * location (only when the request keeps them: tg_upreq_keep_meta), 0 another. */
+static int header_kind(const struct tg_upreq *r, const char *name, size_t n)
+{
+    if (n == 12 && tg_token_eq_lower(name, "content-type", 12))
+        return 1;
+    if (n == 14 && tg_token_eq_lower(name, "mcp-session-id", 14))
+        return 2;
+    if (r->meta != NULL && n == 13 && tg_token_eq_lower(name, "cache-control", 13))
+        return 3;
+    if (r->meta != NULL && n == 8 && tg_token_eq_lower(name, "location", 8))
+        return 4;
+    return 0;
+}
+
+/* Where a kept header's value goes (its length and room), or NULL for one not kept. */
+static char *header_slot(struct tg_upreq *r, int kind, size_t **len, size_t *cap)
+{
+    switch (kind) {
+    case 1: *len = &r->ctype_len; *cap = sizeof(r->ctype); return r->ctype;
+    case 2: *len = &r->sid_len; *cap = sizeof(r->sid); return r->sid;
+    case 3: *len = &r->meta->cc_len; *cap = sizeof(r->meta->cc); return r->meta->cc;
+    case 4: *len = &r->meta->loc_len; *cap = sizeof(r->meta->loc); return r->meta->loc;
+    default: return NULL;
+    }
+}
+
 static int on_header_value(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_upconn *c = pconn(p);
@@ -99,18 +126,15 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
         return 0;
     if (!c->in_value) {
         c->in_value = 1;
-        c->hkind = 0;
-        if (c->hname_len == 12 && tg_token_eq_lower(c->hname, "content-type", 12)) {
-            c->hkind = 1;
-            r->ctype_len = 0;
-        } else if (c->hname_len == 14 && tg_token_eq_lower(c->hname, "mcp-session-id", 14)) {
-            c->hkind = 2;
-            r->sid_len = 0;
-        }
+        c->hkind = header_kind(r, c->hname, c->hname_len);
+        size_t *len;
+        size_t cap;
+        if (header_slot(r, c->hkind, &len, &cap) != NULL)
+            *len = 0;
     }
-    char *dst = c->hkind == 1 ? r->ctype : c->hkind == 2 ? r->sid : NULL;
-    size_t *len = c->hkind == 1 ? &r->ctype_len : &r->sid_len;
-    size_t cap = c->hkind == 1 ? sizeof(r->ctype) : sizeof(r->sid);
+    size_t *len;
+    size_t cap;
+    char *dst = header_slot(r, c->hkind, &len, &cap);
     if (dst != NULL) {
         if (*len + n >= cap) {
             llhttp_set_error_reason(p, "upstream header too long");
@@ -334,13 +358,15 @@ static int take_fast(struct tg_upconn *c, const char *p, size_t n)
     size_t ctype_len = r->ctype_len, sid_len = r->sid_len;
     for (int i = 0; i < f.nheaders; i++) {
         const char *name = p + h[i].name_off, *v = p + h[i].value_off;
-        if (h[i].name_len == 12 && tg_token_eq_lower(name, "content-type", 12)) {
-            if (keep_header(r->ctype, &ctype_len, sizeof(r->ctype), v, h[i].value_len) != 0)
-                return 0;
-        } else if (h[i].name_len == 14 && tg_token_eq_lower(name, "mcp-session-id", 14)) {
-            if (keep_header(r->sid, &sid_len, sizeof(r->sid), v, h[i].value_len) != 0)
-                return 0;
-        }
+        int kind = header_kind(r, name, h[i].name_len);
+        size_t *len, cap;
+        char *dst = header_slot(r, kind, &len, &cap);
+        if (kind == 1)
+            len = &ctype_len;
+        else if (kind == 2)
+            len = &sid_len;
+        if (dst != NULL && keep_header(dst, len, cap, v, h[i].value_len) != 0)
+            return 0;
     }
     r->ctype_len = ctype_len;
     r->sid_len = sid_len;

@@ -42,7 +42,7 @@ struct tg_upconn {
     struct tg_upreq *req;
     char hname[32];
     size_t hname_len;
-    int hkind; /* 1 content-type, 2 mcp-session-id, 0 other */
+    int hkind; /* 1 content-type, 2 mcp-session-id, 3 cache-control, 4 location (kept on request), 0 other */
     int in_value;
     int complete;
     size_t head_len; /* bytes of the response head so far (header names and values) */
@@ -117,6 +117,16 @@ struct tg_upreq {
     char sid[256];
     size_t sid_len;
     char why[128]; /* the failure in words (tg_upreq_error), or "" */
+    struct tg_upreq_meta *meta; /* tg_upreq_keep_meta(): Cache-Control and Location, else NULL */
+};
+
+/* Response headers only a fetch (upstream/fetch.c) reads, kept on request. Owner: its request;
+ * freed with it. */
+struct tg_upreq_meta {
+    char cc[256];
+    size_t cc_len;
+    char loc[1024];
+    size_t loc_len;
 };
 
 /* upstream/pool/http_conn.c: one connection, one request at a time on it. */

@@ -61,6 +61,7 @@ static void on_req_timer_closed(uv_handle_t *h)
     struct tg_upreq *r = h->data;
     struct tg_upstream *u = r->up;
     tg_buf_dispose(&r->out);
+    tg_xfree(r->meta);
     tg_xfree(r);
     u->open_reqs--;
     tg__upstream_maybe_free(u);
@@ -292,6 +293,22 @@ struct tg_slice tg_upreq_content_type(const struct tg_upreq *r) { return tg_slic
 struct tg_slice tg_upreq_session_id(const struct tg_upreq *r) { return tg_slice_of(r->sid, r->sid_len); }
 int tg_upreq_status(const struct tg_upreq *r) { return r->status; }
 int tg_upreq_sent(const struct tg_upreq *r) { return r->sent; }
+
+void tg_upreq_keep_meta(struct tg_upreq *r)
+{
+    if (r->meta == NULL)
+        r->meta = tg_xcalloc(1, sizeof(*r->meta));
+}
+
+struct tg_slice tg_upreq_cache_control(const struct tg_upreq *r)
+{
+    return r->meta ? tg_slice_of(r->meta->cc, r->meta->cc_len) : tg_slice_of("", 0);
+}
+
+struct tg_slice tg_upreq_location(const struct tg_upreq *r)
+{
+    return r->meta ? tg_slice_of(r->meta->loc, r->meta->loc_len) : tg_slice_of("", 0);
+}
 double tg_upreq_elapsed_ms(const struct tg_upreq *r) { return (double)(uv_hrtime() - r->start_ns) / 1e6; }
 const char *tg_upreq_error(const struct tg_upreq *r) { return r->why[0] != '\0' ? r->why : NULL; }
 int tg_upreq_handshaking(const struct tg_upreq *r) { return r->conn != NULL && r->conn->state == UC_HANDSHAKE; }

@@ -86,6 +86,11 @@ void tg_upreq_touch(struct tg_upreq *r);
 struct tg_slice tg_upreq_content_type(const struct tg_upreq *r);
 struct tg_slice tg_upreq_session_id(const struct tg_upreq *r);
 int tg_upreq_status(const struct tg_upreq *r);
+/* Keep the answer's Cache-Control and Location too (call right after tg_upreq_start; for
+ * upstream/fetch.c). Then readable from on_head until on_done; empty when absent. */
+void tg_upreq_keep_meta(struct tg_upreq *r);
+struct tg_slice tg_upreq_cache_control(const struct tg_upreq *r);
+struct tg_slice tg_upreq_location(const struct tg_upreq *r);
 /* 1 once the request was written (in part or whole) to a connection: the upstream may have it.
  * A request that failed with this 0 certainly never reached the upstream. */
 int tg_upreq_sent(const struct tg_upreq *r);

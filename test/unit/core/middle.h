@@ -478,6 +478,7 @@ static inline struct mw *mw_new_on(enum fake_kind kind, const char *conf_fmt, uv
     tg_list_init(&srv->dead_calls);
     tg_list_init(&srv->approvals);
     tg_list_init(&srv->channels);
+    tg_list_init(&srv->cred_watches);
     tg_list_init(&srv->awaiting);
     tg_list_init(&srv->streams);
     srv->counters = tg_counters_new();

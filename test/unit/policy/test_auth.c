@@ -5,6 +5,7 @@
 #include "core/base/sha256.h"
 #include "core/base/siphash.h"
 #include "policy/auth.h"
+#include "policy/keyring.h"
 #include "policy/jwt.h"
 
 #include <mbedtls/md.h>
@@ -267,7 +268,7 @@ static void siphash_vector(void **state)
 static const struct tg_grant_conf *memo_auth(const struct tg_conf *c, struct tg_auth_memo *m, const char *header,
                                              enum tg_auth_result want)
 {
-    struct tg_principal who;
+    struct tg_principal who = {0};
     enum tg_auth_result r = tg_auth_grant_memo(c, header ? tg_slice_cstr(header) : TG_SLICE_NULL, 0, m, &who, NULL);
     const struct tg_grant_conf *g = who.grant;
     if (r != want)
@@ -311,10 +312,9 @@ static void grant_memo(void **state)
     assert_null(memo_auth(&gs.conf, &m2, "Bearer bob-token", TG_AUTH_INVALID));
 }
 
-/* An HS256 JWT with key (32 bytes) for payload (JSON), as "Bearer …" in out. */
-static void hs256_bearer(const uint8_t key[32], const char *payload, char *out, size_t n)
+/* An HS256 JWT with key (32 bytes) for payload (JSON) and header hdr, as "Bearer …" in out. */
+static void hs256_bearer_hdr(const char *hdr, const uint8_t key[32], const char *payload, char *out, size_t n)
 {
-    static const char hdr[] = "{\"alg\":\"HS256\",\"typ\":\"JWT\"}";
     char input[1024];
     size_t len = tg_b64url_encode((const uint8_t *)hdr, strlen(hdr), input);
     input[len++] = '.';
@@ -329,13 +329,18 @@ static void hs256_bearer(const uint8_t key[32], const char *payload, char *out, 
     snprintf(out, n, "Bearer %s.%s", input, sig);
 }
 
+static void hs256_bearer(const uint8_t key[32], const char *payload, char *out, size_t n)
+{
+    hs256_bearer_hdr("{\"alg\":\"HS256\",\"typ\":\"JWT\"}", key, payload, out, n);
+}
+
 static const char *jwt_auth(const struct tg_conf *c, const uint8_t key[32], const char *iss, const char *grant,
                             enum tg_auth_result want, const char *want_why)
 {
     char payload[256], header[1200];
     snprintf(payload, sizeof(payload), "{\"iss\":\"%s\",\"aud\":\"t\",\"sub\":\"%s\",\"exp\":2000}", iss, grant);
     hs256_bearer(key, payload, header, sizeof(header));
-    struct tg_principal who;
+    struct tg_principal who = {0};
     const char *why = NULL;
     enum tg_auth_result r = tg_auth_grant(c, tg_slice_cstr(header), 1000, &who, &why);
     const struct tg_grant_conf *g = who.grant;
@@ -395,7 +400,7 @@ static void jwt_subject_claim(void **state)
         snprintf(payload, sizeof(payload), "{\"iss\":\"https://a/\",\"aud\":\"t\",\"team\":\"staff\",%s,\"exp\":2000}",
                  extra);
         hs256_bearer(key, payload, header, sizeof(header));
-        struct tg_principal who;
+        struct tg_principal who = {0};
         const char *why = NULL;
         enum tg_auth_result r = tg_auth_grant(&gs.conf, tg_slice_cstr(header), 1000, &who, &why);
         if (cases[i].subject != NULL) {
@@ -414,10 +419,76 @@ static void jwt_subject_claim(void **state)
     snprintf(payload, sizeof(payload), "{\"iss\":\"https://a/\",\"aud\":\"t\",\"team\":\"staff\",\"sub\":\"%s\",\"exp\":2000}",
              longsub);
     hs256_bearer(key, payload, header, sizeof(header));
-    struct tg_principal who;
+    struct tg_principal who = {0};
     assert_int_equal(tg_auth_grant(&gs.conf, tg_slice_cstr(header), 1000, &who, NULL), TG_AUTH_OK);
     assert_string_equal(who.subject, longsub);
     tg_jwks_free(jwks);
+}
+
+static int refetch_calls, refetch_answer;
+static int on_refetch(void *arg, struct tg_keyring *k)
+{
+    refetch_calls++;
+    return refetch_answer;
+}
+
+/* An issuer whose keys are fetched (policy/keyring.h): before the first set its tokens get 401 and
+ * why; a kid the set lacks asks the driver for a refetch, only for the issuer the token's iss
+ * names, and says so when one runs (the caller may wait for it). */
+static void jwt_fetched_keys(void **state)
+{
+    (void)state;
+    uint8_t key[32];
+    memset(key, 0x42, sizeof(key));
+    char b64[64], jwks_json[200];
+    b64[tg_b64url_encode(key, 32, b64)] = '\0';
+    snprintf(jwks_json, sizeof(jwks_json), "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"k\":\"%s\"}]}", b64);
+    struct tg_buf err;
+    tg_buf_init(&err);
+    struct tg_jwks *jwks = NULL;
+    assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
+    tg_buf_dispose(&err);
+    struct tg_keyring *ring = tg_keyring_new("a");
+    struct tg_jwt_conf jwt = {.issuer = "https://a/", .audience = "t", .grant_claim = "sub", .keyring = ring,
+                              .algs = TG_JWT_ALG_HS256};
+    char *only_a[] = {"https://a/"};
+    struct grants gs;
+    memset(&gs, 0, sizeof(gs));
+    add_grant(&gs, "ga", NULL, 0);
+    gs.g[0].issuers = only_a, gs.g[0].nissuers = 1;
+    gs.conf.jwt = &jwt;
+    gs.conf.njwt = 1;
+    const struct tg_conf *c = &gs.conf;
+
+    assert_null(jwt_auth(c, key, "https://a/", "ga", TG_AUTH_INVALID, "the issuer's keys are not fetched yet"));
+    tg_keyring_failed(ring, "JWKS https://a/keys: timed out", 1);
+    assert_null(jwt_auth(c, key, "https://a/", "ga", TG_AUTH_INVALID,
+                         "the issuer's keys are not fetched yet: JWKS https://a/keys: timed out"));
+    assert_null(jwt_auth(c, key, "https://c/", "ga", TG_AUTH_INVALID, "invalid token")); /* not its issuer */
+    tg_keyring_set_jwks(ring, jwks, 2);
+    assert_string_equal(jwt_auth(c, key, "https://a/", "ga", TG_AUTH_OK, NULL), "ga");
+
+    tg_keyring_on_unknown_kid(ring, on_refetch, NULL);
+    static const char rotated[] = "{\"alg\":\"HS256\",\"kid\":\"rotated\"}";
+    char header[1200];
+    struct tg_principal who;
+    const char *why = NULL;
+    hs256_bearer_hdr(rotated, key, "{\"iss\":\"https://a/\",\"aud\":\"t\",\"sub\":\"ga\",\"exp\":2000}", header,
+                     sizeof(header));
+    refetch_answer = 1;
+    assert_int_equal(tg_auth_grant(c, tg_slice_cstr(header), 1000, &who, &why), TG_AUTH_INVALID);
+    assert_ptr_equal(why, tg_auth_keys_refetching);
+    assert_int_equal(refetch_calls, 1);
+    refetch_answer = 0; /* none runs (at most one per refresh_min_s): plain "unknown key" */
+    assert_int_equal(tg_auth_grant(c, tg_slice_cstr(header), 1000, &who, &why), TG_AUTH_INVALID);
+    assert_string_equal(why, "unknown key");
+    assert_int_equal(refetch_calls, 2);
+    /* another issuer's token with an unknown kid never makes this issuer refetch */
+    hs256_bearer_hdr(rotated, key, "{\"iss\":\"https://c/\",\"aud\":\"t\",\"sub\":\"ga\",\"exp\":2000}", header,
+                     sizeof(header));
+    assert_int_equal(tg_auth_grant(c, tg_slice_cstr(header), 1000, &who, &why), TG_AUTH_INVALID);
+    assert_int_equal(refetch_calls, 2);
+    tg_keyring_unref(ring); /* frees jwks */
 }
 
 /* A JWT names only a grant bound to its issuer (grants[].issuers): not another issuer's, not a
@@ -503,11 +574,11 @@ static void channel_credentials(void **state)
     struct tg_conf *c = &gs.conf;
 
     struct tg_auth_cred tok, j, cert, anon;
-    tg_auth_cred_of(c, tg_slice_cstr("Bearer tok-token"), 1000, &gs.g[0], NULL, NULL, &tok);
+    tg_auth_cred_of(c, tg_slice_cstr("Bearer tok-token"), 1000, &gs.g[0], NULL, NULL, NULL, &tok);
     assert_int_equal(tok.kind, TG_CRED_TOKEN);
     char header[1200];
     hs256_bearer(key, "{\"iss\":\"https://a/\",\"aud\":\"t\",\"sub\":\"ga\",\"exp\":2000}", header, sizeof(header));
-    tg_auth_cred_of(c, tg_slice_cstr(header), 1000, &gs.g[1], NULL, NULL, &j);
+    tg_auth_cred_of(c, tg_slice_cstr(header), 1000, &gs.g[1], NULL, NULL, NULL, &j);
     assert_int_equal(j.kind, TG_CRED_JWT);
     assert_int_equal(j.end_s, 2030);
     uint8_t iss_h[32];
@@ -515,9 +586,9 @@ static void channel_credentials(void **state)
     assert_memory_equal(j.issuer_sha256, iss_h, 32);
     assert_null(tg_auth_cert_grant(c, "CN=other", "other"));
     assert_ptr_equal(tg_auth_cert_grant(c, "CN=client-1", "client-1"), &gs.g[2]);
-    tg_auth_cred_of(c, TG_SLICE_NULL, 1000, &gs.g[2], "CN=client-1", "client-1", &cert);
+    tg_auth_cred_of(c, TG_SLICE_NULL, 1000, &gs.g[2], "CN=client-1", "client-1", NULL, &cert);
     assert_int_equal(cert.kind, TG_CRED_CERT);
-    tg_auth_cred_of(c, TG_SLICE_NULL, 1000, &gs.g[3], NULL, NULL, &anon);
+    tg_auth_cred_of(c, TG_SLICE_NULL, 1000, &gs.g[3], NULL, NULL, NULL, &anon);
     assert_int_equal(anon.kind, TG_CRED_ANON);
     for (const struct tg_auth_cred *k = &tok; k != NULL; k = k == &tok ? &j : k == &j ? &cert : k == &cert ? &anon : NULL)
         assert_true(tg_auth_cred_holds(c, k));
@@ -548,6 +619,130 @@ static void channel_credentials(void **state)
     tg_jwks_free(jwks);
 }
 
+/* Scopes: a JWT's "scope" (space-separated) and "scp" (an array, or a string), bounded, a malformed
+ * one refusing the token; a static token holds its grant's scopes, or none. And RFC 8707: "aud"
+ * may name the route's resource instead of jwt[].audience; without either it is never unchecked. */
+static void jwt_scopes_and_resource(void **state)
+{
+    (void)state;
+    uint8_t key[32];
+    memset(key, 0x42, sizeof(key));
+    char b64[64], jwks_json[200];
+    b64[tg_b64url_encode(key, 32, b64)] = '\0';
+    snprintf(jwks_json, sizeof(jwks_json), "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"k\":\"%s\"}]}", b64);
+    struct tg_buf err;
+    tg_buf_init(&err);
+    struct tg_jwks *jwks = NULL;
+    assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
+    tg_buf_dispose(&err);
+    struct tg_jwt_conf jwt = {.issuer = "https://a/", .audience = "t", .grant_claim = "team", .subject_claim = "sub",
+                              .jwks = jwks, .algs = TG_JWT_ALG_HS256};
+    char *only_a[] = {"https://a/"};
+    struct grants gs;
+    memset(&gs, 0, sizeof(gs));
+    add_grant(&gs, "staff", NULL, 0);
+    gs.g[0].issuers = only_a, gs.g[0].nissuers = 1;
+    add_grant(&gs, "ci", "ci-token", 0);
+    gs.g[1].scopes = "deploy read";
+    add_grant(&gs, "plain", "plain-token", 0);
+    gs.conf.jwt = &jwt;
+    gs.conf.njwt = 1;
+
+    char many[2000];
+    size_t mn = 0;
+    for (int i = 0; i <= TG_SCOPES_MAX_COUNT; i++)
+        mn += (size_t)snprintf(many + mn, sizeof(many) - mn, "%ss%d", i ? " " : "", i);
+    static const struct {
+        const char *claims; /* besides iss, aud, team, sub, exp; NULL: "scope" with too many */
+        const char *scopes, *why;
+    } cases[] = {
+        {"\"x\":1", "", NULL},
+        {"\"scope\":\"\"", "", NULL},
+        {"\"scope\":\"deploy\"", "deploy", NULL},
+        {"\"scope\":\"read deploy read\"", "read deploy", NULL},
+        {"\"scp\":[\"a:b\",\"c\"]", "a:b c", NULL},
+        {"\"scp\":\"a c\"", "a c", NULL},
+        {"\"scope\":\"a\",\"scp\":[\"b\",\"a\"]", "a b", NULL},
+        {"\"scp\":[]", "", NULL},
+        {"\"scope\":[\"deploy\"]", NULL, "malformed scope claim"},
+        {"\"scope\":7", NULL, "malformed scope claim"},
+        {"\"scope\":\"a  b\"", NULL, "malformed scope claim"},
+        {"\"scope\":\" a\"", NULL, "malformed scope claim"},
+        {"\"scope\":\"a\\\"b\"", NULL, "malformed scope claim"},
+        {"\"scope\":\"caf\\u00e9\"", NULL, "malformed scope claim"},
+        {"\"scp\":[\"a\",3]", NULL, "malformed scope claim"},
+        {"\"scp\":[\"\"]", NULL, "malformed scope claim"},
+        {"\"scp\":{\"a\":1}", NULL, "malformed scope claim"},
+        {NULL, NULL, "too many scopes"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char payload[2400], header[3600], extra[2100];
+        if (cases[i].claims == NULL)
+            snprintf(extra, sizeof(extra), "\"scope\":\"%s\"", many);
+        else
+            snprintf(extra, sizeof(extra), "%s", cases[i].claims);
+        snprintf(payload, sizeof(payload),
+                 "{\"iss\":\"https://a/\",\"aud\":\"t\",\"team\":\"staff\",\"sub\":\"u\",%s,\"exp\":2000}", extra);
+        hs256_bearer(key, payload, header, sizeof(header));
+        struct tg_principal who = {0};
+        const char *why = NULL;
+        enum tg_auth_result r = tg_auth_grant(&gs.conf, tg_slice_cstr(header), 1000, &who, &why);
+        if (cases[i].scopes != NULL) {
+            if (r != TG_AUTH_OK || strcmp(who.scopes, cases[i].scopes) != 0)
+                fail_msg("case %zu: result %d (%s), scopes \"%s\", expected \"%s\"", i, r, why ? why : "-", who.scopes,
+                         cases[i].scopes);
+        } else {
+            assert_int_equal(r, TG_AUTH_INVALID);
+            assert_null(who.grant);
+            assert_string_equal(why, cases[i].why);
+        }
+    }
+    /* A static token: its grant's scopes, or none. */
+    struct tg_principal who = {0};
+    assert_int_equal(tg_auth_grant(&gs.conf, tg_slice_cstr("Bearer ci-token"), 1000, &who, NULL), TG_AUTH_OK);
+    assert_string_equal(who.scopes, "deploy read");
+    assert_int_equal(tg_auth_grant(&gs.conf, tg_slice_cstr("Bearer plain-token"), 1000, &who, NULL), TG_AUTH_OK);
+    assert_string_equal(who.scopes, "");
+
+    /* RFC 8707: aud naming the route's resource, the audience, or neither. */
+    static const struct {
+        const char *aud, *audience, *resource;
+        int ok;
+    } auds[] = {
+        {"\"https://gw/a/mcp\"", "t", "https://gw/a/mcp", 1},
+        {"[\"x\",\"https://gw/a/mcp\"]", "t", "https://gw/a/mcp", 1},
+        {"\"t\"", "t", "https://gw/a/mcp", 1},
+        {"\"https://gw/b/mcp\"", "t", "https://gw/a/mcp", 0}, /* another route's */
+        {"\"https://gw/a/mcp\"", NULL, "https://gw/a/mcp", 1},
+        {"\"https://gw/b/mcp\"", NULL, "https://gw/a/mcp", 0},
+        {"\"t\"", NULL, "https://gw/a/mcp", 0},
+        {"\"https://gw/a/mcp\"", "t", NULL, 0},
+        {"\"https://gw/a/mcp\"", NULL, NULL, 0}, /* nothing to check aud against: refused */
+        {"\"\"", NULL, NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof(auds) / sizeof(auds[0]); i++) {
+        char payload[400], header[1200];
+        snprintf(payload, sizeof(payload),
+                 "{\"iss\":\"https://a/\",\"aud\":%s,\"team\":\"staff\",\"sub\":\"u\",\"exp\":2000}", auds[i].aud);
+        hs256_bearer(key, payload, header, sizeof(header));
+        jwt.audience = (char *)auds[i].audience;
+        struct tg_principal w = {0};
+        w.resource = auds[i].resource;
+        const char *why = NULL;
+        enum tg_auth_result r = tg_auth_grant(&gs.conf, tg_slice_cstr(header), 1000, &w, &why);
+        if ((r == TG_AUTH_OK) != auds[i].ok)
+            fail_msg("aud case %zu: result %d (%s)", i, r, why ? why : "-");
+        if (!auds[i].ok)
+            assert_string_equal(why, "wrong audience");
+        assert_ptr_equal(w.resource, auds[i].resource); /* an input, kept */
+        /* a channel's credential is the JWT's only with the same resource */
+        struct tg_auth_cred cred;
+        tg_auth_cred_of(&gs.conf, tg_slice_cstr(header), 1000, &gs.g[0], NULL, NULL, auds[i].resource, &cred);
+        assert_int_equal(cred.kind, auds[i].ok ? TG_CRED_JWT : TG_CRED_ANON);
+    }
+    tg_jwks_free(jwks);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -561,8 +756,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(sha256_accelerated_matches),
         cmocka_unit_test(grant_memo),
         cmocka_unit_test(jwt_grants_bound_to_issuers),
+        cmocka_unit_test(jwt_fetched_keys),
         cmocka_unit_test(jwt_subject_claim),
         cmocka_unit_test(channel_credentials),
+        cmocka_unit_test(jwt_scopes_and_resource),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

@@ -600,7 +600,7 @@ static enum tg_dpop_verdict admit(const struct fx *f, struct tg_auth_memo *m, co
 {
     char authz[1200];
     snprintf(authz, sizeof(authz), "%s %s", scheme, tok);
-    struct tg_principal who;
+    struct tg_principal who = {0};
     *ar = m ? tg_auth_grant_memo(&f->conf, tg_slice_cstr(authz), NOW, m, &who, why)
             : tg_auth_grant(&f->conf, tg_slice_cstr(authz), NOW, &who, why);
     if (*ar != TG_AUTH_OK)
@@ -734,7 +734,7 @@ static void cnf_claim(void **state)
         b64(mac, 32, sig);
         snprintf(tok, sizeof(tok), "%.*s.%s", (int)len, input, sig);
         snprintf(authz, sizeof(authz), "Bearer %s", tok);
-        struct tg_principal who;
+        struct tg_principal who = {0};
         const char *why = NULL;
         enum tg_auth_result r = tg_auth_grant(&f.conf, tg_slice_cstr(authz), NOW, &who, &why);
         if (i < 3) {

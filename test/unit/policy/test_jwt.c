@@ -33,7 +33,7 @@ static struct {
 
 /* The tests of everything but the allow-list run with every algorithm the verifier knows allowed. */
 #define ALL_ALGS (TG_JWT_ALG_HS256 | TG_JWT_ALG_RS256 | TG_JWT_ALG_ES256 | TG_JWT_ALG_PS256)
-static const struct tg_jwt_rules default_rules = {ISS, AUD, 30, "sub", ALL_ALGS, "sub", NULL};
+static const struct tg_jwt_rules default_rules = {ISS, AUD, 30, "sub", ALL_ALGS, "sub", NULL, NULL};
 
 /* ---- fixtures ---- */
 

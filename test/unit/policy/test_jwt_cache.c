@@ -8,6 +8,7 @@
 #include "policy/auth.h"
 #include "policy/jwt.h"
 #include "policy/jwt_cache.h"
+#include "policy/keyring.h"
 
 #include <mbedtls/md.h>
 
@@ -93,12 +94,13 @@ static void served_until_exp_plus_skew(void **state)
     fx_init(&f, 64, 1);
     char tok[1200];
     token(&f, "alice", 2000, ",\"cnf\":{\"jkt\":\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"}", 0, tok, sizeof(tok));
-    struct tg_principal who;
+    struct tg_principal who = {0};
     const char *why = NULL;
     assert_int_equal(auth(&f, "Bearer", tok, 1000, &who, &why), TG_AUTH_OK);
     stats(&f, 1, 0);
     /* Served from the cache: the same principal, the scheme of this request. */
     memset(&who, 0x55, sizeof(who));
+    who.resource = NULL;
     assert_int_equal(auth(&f, "DPoP", tok, 2009, &who, &why), TG_AUTH_OK);
     stats(&f, 1, 1);
     assert_string_equal(who.grant->name, "staff");
@@ -114,7 +116,7 @@ static void served_until_exp_plus_skew(void **state)
     struct tg_auth_cred cred;
     char h[1400];
     snprintf(h, sizeof(h), "Bearer %s", tok);
-    tg_auth_cred_of(&f.conf, tg_slice_cstr(h), 2009, &f.g[0], NULL, NULL, &cred);
+    tg_auth_cred_of(&f.conf, tg_slice_cstr(h), 2009, &f.g[0], NULL, NULL, NULL, &cred);
     assert_int_equal(cred.kind, TG_CRED_JWT);
     assert_int_equal(cred.end_s, 2010);
     /* At exp + skew it is not served: verified again, and expired. */
@@ -136,7 +138,7 @@ static void revoked_and_refused_are_not_served(void **state)
     fx_init(&now, 64, 0);
     char tok[1200], bad[1200];
     token(&old, "bob", 5000, NULL, 0, tok, sizeof(tok));
-    struct tg_principal who;
+    struct tg_principal who = {0};
     const char *why;
     assert_int_equal(auth(&old, "Bearer", tok, 1000, &who, &why), TG_AUTH_OK);
     assert_int_equal(auth(&old, "Bearer", tok, 1000, &who, &why), TG_AUTH_OK);
@@ -154,6 +156,86 @@ static void revoked_and_refused_are_not_served(void **state)
     fx_dispose(&now);
 }
 
+/* A token whose aud names one route's resource, cached for it, is judged afresh for another. */
+static void per_resource(void **state)
+{
+    (void)state;
+    struct fx f;
+    fx_init(&f, 64, 1);
+    char tok[1200], h[1400];
+    token(&f, "carol", 5000, NULL, 0, tok, sizeof(tok));
+    struct tg_principal who = {.resource = "https://gw/a/mcp"};
+    const char *why;
+    snprintf(h, sizeof(h), "Bearer %s", tok);
+    /* aud is "t" (the audience): good for any resource; cached per resource all the same */
+    assert_int_equal(tg_auth_grant(&f.conf, tg_slice_cstr(h), 1000, &who, &why), TG_AUTH_OK);
+    struct tg_principal other = {.resource = "https://gw/b/mcp"};
+    assert_int_equal(tg_auth_grant(&f.conf, tg_slice_cstr(h), 1000, &other, &why), TG_AUTH_OK);
+    stats(&f, 2, 0);
+    assert_int_equal(tg_auth_grant(&f.conf, tg_slice_cstr(h), 1000, &other, &why), TG_AUTH_OK);
+    stats(&f, 2, 1);
+    /* Without the configured audience, aud must name the resource: a's token is no good for b. */
+    char ta[1200];
+    {
+        struct fx g;
+        fx_init(&g, 64, 1);
+        g.jwt.audience = NULL;
+        char payload[300], input[1200], sig[64];
+        snprintf(payload, sizeof(payload), "{\"iss\":\"https://idp/\",\"aud\":\"https://gw/a/mcp\",\"grant\":\"staff\","
+                 "\"sub\":\"d\",\"exp\":5000}");
+        static const char hdr[] = "{\"alg\":\"HS256\"}";
+        size_t len = tg_b64url_encode((const uint8_t *)hdr, strlen(hdr), input);
+        input[len++] = '.';
+        len += tg_b64url_encode((const uint8_t *)payload, strlen(payload), input + len);
+        uint8_t mac[32];
+        assert_int_equal(mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), g.key, 32,
+                                         (const uint8_t *)input, len, mac), 0);
+        sig[tg_b64url_encode(mac, 32, sig)] = '\0';
+        snprintf(ta, sizeof(ta), "Bearer %.*s.%s", (int)len, input, sig);
+        struct tg_principal wa = {.resource = "https://gw/a/mcp"}, wb = {.resource = "https://gw/b/mcp"};
+        assert_int_equal(tg_auth_grant(&g.conf, tg_slice_cstr(ta), 1000, &wa, &why), TG_AUTH_OK);
+        assert_int_equal(tg_auth_grant(&g.conf, tg_slice_cstr(ta), 1000, &wa, &why), TG_AUTH_OK);
+        stats(&g, 1, 1);
+        assert_int_equal(tg_auth_grant(&g.conf, tg_slice_cstr(ta), 1000, &wb, &why), TG_AUTH_INVALID);
+        assert_string_equal(why, "wrong audience");
+        fx_dispose(&g);
+    }
+    fx_dispose(&f);
+}
+
+/* Fetched keys change without a reload: a token whose key left the set is not served. */
+static void rotated_keys(void **state)
+{
+    (void)state;
+    struct fx f;
+    fx_init(&f, 64, 1);
+    struct tg_keyring *k = tg_keyring_new("test");
+    tg_keyring_set_jwks(k, f.jwt.jwks, 1000); /* the holder takes the set */
+    f.jwt.jwks = NULL;
+    f.jwt.keyring = k;
+    char tok[1200];
+    token(&f, "dave", 5000, NULL, 0, tok, sizeof(tok));
+    struct tg_principal who = {0};
+    const char *why;
+    assert_int_equal(auth(&f, "Bearer", tok, 1000, &who, &why), TG_AUTH_OK);
+    assert_int_equal(auth(&f, "Bearer", tok, 1000, &who, &why), TG_AUTH_OK);
+    stats(&f, 1, 1);
+    /* The issuer rotates: the new set has another secret only. */
+    struct tg_jwks *other = NULL;
+    struct tg_buf err;
+    tg_buf_init(&err);
+    static const char set[] = "{\"keys\":[{\"kty\":\"oct\",\"k\":\"QkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkI\"}]}";
+    assert_int_equal(tg_jwks_parse(set, strlen(set), "mem", &other, &err), 0);
+    tg_buf_dispose(&err);
+    tg_keyring_set_jwks(k, other, 1100);
+    assert_int_equal(auth(&f, "Bearer", tok, 1100, &who, &why), TG_AUTH_INVALID);
+    assert_string_equal(why, "bad signature");
+    stats(&f, 0, 1);
+    f.jwt.keyring = NULL;
+    tg_keyring_unref(k);
+    fx_dispose(&f);
+}
+
 static void bounded(void **state)
 {
     (void)state;
@@ -161,7 +243,7 @@ static void bounded(void **state)
     fx_init(&f, 4, 1);
     struct tg_jwt_cache_stats st0, st;
     char tok[1200], sub[16];
-    struct tg_principal who;
+    struct tg_principal who = {0};
     const char *why;
     for (int i = 0; i < 100; i++) {
         snprintf(sub, sizeof(sub), "u%d", i);
@@ -189,6 +271,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(served_until_exp_plus_skew),
         cmocka_unit_test(revoked_and_refused_are_not_served),
         cmocka_unit_test(bounded),
+        cmocka_unit_test(per_resource),
+        cmocka_unit_test(rotated_keys),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }

@@ -18,8 +18,10 @@
 #include "test/unit/core/middle.h"
 #include "test/unit/transports/harness.h"
 
+#include "policy/auth.h"
 #include "transports/batch.h"
 #include "transports/channel.h"
+#include "transports/cred_watch.h"
 #include "transports/legacy_sse.h"
 #include "transports/replay.h"
 #include "transports/respond.h"
@@ -67,6 +69,10 @@ static inline void edge_on_request(struct hh *h, struct tg_conn *c)
     x.upstream = path.len > 6 && memcmp(path.ptr, "/side/", 6) == 0 ? 1 : 0;
     x.uc = &t->srv->conf->upstreams[x.upstream];
     int method = c->req.method;
+    struct tg_auth_cred cred; /* a channel's, as the router keeps it */
+    tg_auth_cred_of(t->srv->conf, TG_SLICE_NULL, 0, x.grant, NULL, NULL, NULL, &cred);
+    if (edge_ends_with(path, "/sse") || edge_ends_with(path, "/ws"))
+        x.cred = &cred;
     if (edge_ends_with(path, "/mcp") && method == HTTP_POST)
         tg_streamable_post(&x, c);
     else if (edge_ends_with(path, "/mcp") && method == HTTP_GET)
@@ -101,6 +107,7 @@ static inline void edge_free(struct edge *t)
     tg_streamable_free_streams(t->srv);
     tg_streamable_dispose();
     tg_channels_dispose();
+    tg_cred_watches_dispose(t->srv);
     mw_free(t->m);
     free(t);
 }

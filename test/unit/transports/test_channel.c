@@ -226,6 +226,36 @@ static void sse_messages_refusals(void **state)
     edge_free(t);
 }
 
+/* The credential that opened the stream no longer holds (here: the grant is no longer anonymous,
+ * as a reload would make it): the next message is refused with 401 and never dispatched, the
+ * stream ends, and a later POST for the session hears why (401, not 404). */
+static void sse_message_after_its_credential_ended(void **state)
+{
+    struct edge *t = edge_new();
+    struct peer c;
+    struct tg_session *s = sse_open(t, &c, "");
+    char target[128];
+    snprintf(target, sizeof(target), "/messages?sessionId=%s", s->id_str);
+    struct tg_grant_conf *g = (struct tg_grant_conf *)tg_conf_find_grant(t->srv->conf, "alice");
+    g->anonymous = 0;
+    t->srv->conf->serial++; /* what a reload brings: another conf */
+    for (int i = 0; i < 2; i++) {
+        edge_request(t, "POST", target, "Content-Type: application/json\r\n", INIT("2025-06-18"));
+        const char *a = edge_answer(t);
+        assert_non_null(strstr(a, "HTTP/1.1 401 Unauthorized\r\n"));
+        assert_non_null(strstr(a, "\r\nWWW-Authenticate: Bearer realm=\"tollgate\", error=\"invalid_token\", "
+                                  "error_description=\"credential no longer valid\"\r\n"));
+        assert_non_null(strstr(a, "\"message\":\"Unauthorized: the credential that opened this stream ended "
+                                  "(credential no longer valid); open a new one\""));
+    }
+    assert_int_equal(fake.nsend, 0); /* never forwarded */
+    PEER_EXPECT(&c, "0\r\n\r\n");  /* the stream ended */
+    assert_int_equal(tg_session_table_count(t->srv->sessions), 0);
+    g->anonymous = 1;
+    peer_close(&c);
+    edge_free(t);
+}
+
 /* side answers initialize itself: the POST is 202, the answer an event on the stream. */
 static void sse_messages_answered_on_stream(void **state)
 {
@@ -559,6 +589,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(sse_open_refusals),
         cmocka_unit_test(sse_messages_refusals),
         cmocka_unit_test(sse_messages_answered_on_stream),
+        cmocka_unit_test(sse_message_after_its_credential_ended),
         cmocka_unit_test(sse_forwarded),
         cmocka_unit_test(sse_keepalive_and_end),
         cmocka_unit_test(sse_backpressure),

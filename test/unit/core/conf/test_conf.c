@@ -877,6 +877,59 @@ static void jwt_algorithms(void **state)
 #undef JWT_ISSUER
 }
 
+/* jwt[] key sources: exactly one of jwks_file, jwks_url and discovery = true; a fetched one is
+ * https:// (http:// only to loopback, which the error says); nothing is fetched at load. */
+static void jwt_sources(void **state)
+{
+#define JWT_SRC(issuer, src) LISTEN GRANTS UPSTREAM "jwt = ( { issuer = \"" issuer "\"; audience = \"a\";\n" src " } );\n"
+    struct loaded l;
+    load_ok(&l, JWT_SRC("https://idp.test", " jwks_url = \"https://idp.test/keys\";"));
+    assert_string_equal(l.c->jwt[0].jwks_url, "https://idp.test/keys");
+    assert_null(l.c->jwt[0].jwks);
+    assert_null(l.c->jwt[0].keyring); /* the app attaches it; loading fetches nothing */
+    assert_int_equal(l.c->jwt[0].refresh_min_s, 60);
+    assert_int_equal(l.c->jwt[0].refresh_max_s, 86400);
+    assert_int_equal(l.c->jwt[0].fetch_timeout_ms, 10000);
+    loaded_dispose(&l);
+    load_ok(&l, JWT_SRC("https://idp.test/tenant", " discovery = true; refresh_min_s = 5; refresh_max_s = 600;"));
+    assert_int_equal(l.c->jwt[0].discovery, 1);
+    assert_int_equal(l.c->jwt[0].refresh_min_s, 5);
+    assert_int_equal(l.c->jwt[0].refresh_max_s, 600);
+    loaded_dispose(&l);
+    load_ok(&l, JWT_SRC("http://127.0.0.1:9/", " discovery = true;"));
+    loaded_dispose(&l);
+    load_ok(&l, JWT_SRC("https://idp.test", " jwks_url = \"http://[::1]:8080/keys\";"));
+    loaded_dispose(&l);
+    write_file("src-ca.pem", "not read at load beyond being readable\n", 0644);
+    load_ok(&l, JWT_SRC("https://idp.test", " jwks_url = \"https://idp.test/k\"; ca = \"src-ca.pem\";"));
+    assert_non_null(strstr(l.c->jwt[0].ca, "/src-ca.pem"));
+    loaded_dispose(&l);
+
+    const char *text = JWT_SRC("https://idp.test", "");
+    expect_error(text, line_of(text, "jwt = "), "jwt[0]", "needs exactly one of jwks_file, jwks_url and discovery = true (it has none)");
+    text = JWT_SRC("https://idp.test", " jwks_url = \"https://idp.test/k\"; discovery = true;");
+    expect_error(text, line_of(text, "jwt = "), "jwt[0]", "(it has several)");
+    text = JWT_SRC("https://idp.test", " jwks_url = \"http://idp.test/k\";");
+    expect_error(text, line_of(text, "jwks_url"), "jwks_url",
+                 "\"http://idp.test/k\" must be https:// (plain http:// only to a loopback address");
+    text = JWT_SRC("https://idp.test", " jwks_url = \"ftp://idp.test/k\";");
+    expect_error(text, line_of(text, "jwks_url"), "jwks_url", "is not an https:// URL with a host");
+    text = JWT_SRC("http://idp.test", " discovery = true;");
+    expect_error(text, line_of(text, "discovery"), "discovery",
+                 "the issuer \"http://idp.test\" must be https:// (plain http:// only to a loopback address");
+    text = JWT_SRC("https://idp.test", " jwks_url = \"https://idp.test/k\"; refresh_min_s = 100; refresh_max_s = 50;");
+    expect_error(text, line_of(text, "refresh_min_s"), "refresh_min_s", "100 is above refresh_max_s (50)");
+    text = JWT_SRC("https://idp.test", " jwks_url = \"https://idp.test/k\"; refresh_min_s = 0;");
+    expect_error(text, line_of(text, "refresh_min_s"), "jwt[0].refresh_min_s", "0 is out of range 1..86400");
+    text = JWT_SRC("https://idp.test", " jwks_url = \"https://idp.test/k\"; refresh_mins = 5;");
+    expect_error(text, line_of(text, "refresh_mins"), "jwt[0].refresh_mins", "unknown directive");
+    text = JWT_SRC("https://idp.test", " jwks_url = \"https://idp.test/k\"; ca = \"/nonexistent/ca.pem\";");
+    expect_error(text, line_of(text, "ca ="), "ca", "cannot open /nonexistent/ca.pem");
+    text = JWT_SRC("https://idp.test", " discovery = \"yes\";");
+    expect_error(text, line_of(text, "discovery"), "jwt[0].discovery", NULL);
+#undef JWT_SRC
+}
+
 /* Relative paths mean the same from any working directory: the conf file's folder. */
 static void relative_paths_from_the_conf_folder(void **state)
 {
@@ -1015,6 +1068,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(stdio_command_must_run),
         cmocka_unit_test(files_must_open),
         cmocka_unit_test(jwt_algorithms),
+        cmocka_unit_test(jwt_sources),
         cmocka_unit_test(relative_paths_from_the_conf_folder),
         cmocka_unit_test(no_error_has_line_zero),
     };

@@ -157,12 +157,36 @@ static void resource_updates_are_seen_through_the_policy(void **state)
     tg_policy_unref(p);
 }
 
+/* The result that ends a listen (a credential ended): resultType "complete", the listen's own id
+ * as the subscription id, whatever JSON the id was. */
+static void a_listen_ends_with_its_complete_result(void **state)
+{
+    (void)state;
+    const char *ids[] = {"\"L1\"", "7", "\"a\\\"b\""};
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_mcp_listen_complete(&b, ids[i], strlen(ids[i]));
+        cJSON *m = cJSON_ParseWithLength(b.base, b.len);
+        assert_non_null(m);
+        cJSON *id = cJSON_Parse(ids[i]);
+        cJSON *res = tg_json_get(m, "result");
+        assert_true(cJSON_Compare(tg_json_get(m, "id"), id, 1));
+        assert_string_equal(tg_json_get(res, "resultType")->valuestring, "complete");
+        assert_true(cJSON_Compare(tg_json_get(tg_json_get(res, "_meta"), TG_MCP_META_SUBSCRIPTION), id, 1));
+        cJSON_Delete(id);
+        cJSON_Delete(m);
+        tg_buf_dispose(&b);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lists_show_only_what_is_allowed),
         cmocka_unit_test(a_list_that_cannot_be_filtered_is_refused),
         cmocka_unit_test(resource_updates_are_seen_through_the_policy),
+        cmocka_unit_test(a_listen_ends_with_its_complete_result),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
