@@ -7,7 +7,9 @@
 // reaches the upstream.
 //
 // Two gateways: "optional" (its URL from the Host header) and "required" (public_url
-// https://gw.example, so proofs name that URL whatever address the client connected to).
+// https://gw.example, so proofs name that URL whatever address the client connected to). Last, a
+// real OpenID provider (oidc-provider, test/fixtures/oidc) issues a DPoP-bound client_credentials
+// token for a proof of the client's key, and that token works through tollgate with proofs.
 //
 //   TOLLGATE_BIN=build/tollgate node --test test/interop/dpop.test.mjs
 
@@ -20,6 +22,7 @@ import path from 'node:path';
 import * as jose from 'jose';
 
 import * as H from './lib/harness.mjs';
+import { makeIdpKeys, startIdp } from './lib/oidc.mjs';
 
 const ISSUER = 'https://idp.test/';
 const AUDIENCE = 'tollgate';
@@ -351,5 +354,49 @@ describe('jwt[].dpop = "required", behind public_url', () => {
     // a static token is not a JWT: the issuer's rule is not its
     const st = await H.postRaw(fetchFn, url, H.initializeBody(1), { Authorization: `Bearer ${STATIC_TOKEN}` });
     assert.equal(st.status, 200, st.text);
+  });
+});
+
+describe('a real OpenID provider (oidc-provider, features.dPoP)', () => {
+  test('a DPoP-bound client_credentials token from the provider works through tollgate with a proof, not as a bearer token', async () => {
+    const odir = H.makeTempDir(cleanup, 'tollgate-oidc-');
+    const certs = H.makeCerts(odir);
+    const keys = makeIdpKeys('k1');
+    const resource = `${PUBLIC_URL}/cowork-os/mcp`;
+    const idp = await startIdp({ cleanup, dir: odir, certs, keys, alg: 'ES256', resources: { [resource]: { scope: 'read' } } });
+    const pub = { keys: keys.keys.map(({ d, p, q, dp, dq, qi, ...k }) => k) };
+    const jwksFile = path.join(odir, 'idp-public.json');
+    fs.writeFileSync(jwksFile, JSON.stringify(pub));
+    const g = await H.startTollgate(H.writeConf(odir, {
+      listeners: [{}],
+      public_url: PUBLIC_URL,
+      jwt: [{ issuer: idp.issuer, jwks_file: jwksFile, dpop: 'required' }], // aud: the route's resource
+      grants: [{ name: 'tollgate-test', issuers: [idp.issuer] }], // client_credentials: sub is the client
+      upstreams: [{ name: 'cowork-os', url: standin.url, default: true, initialize: 'local',
+        headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` } }],
+    }), { cleanup, listeners: 1 });
+    // The token request carries a proof of the client's key (no ath: there is no token yet).
+    const tokenProof = await new jose.SignJWT({ htm: 'POST', htu: idp.url('/token'), jti: crypto.randomUUID(), iat: nowS() })
+      .setProtectedHeader({ alg: 'ES256', typ: 'dpop+jwt', jwk: client.jwk }).sign(client.privateKey);
+    const answer = await idp.tokenResponse({ resource, scope: 'read', dpop: tokenProof });
+    assert.equal(answer.token_type, 'DPoP', JSON.stringify(answer));
+    const tok = answer.access_token;
+    const claims = JSON.parse(Buffer.from(tok.split('.')[1], 'base64url'));
+    assert.equal(claims.cnf?.jkt, client.jkt, 'the provider bound the token to the client key');
+    assert.equal(claims.aud, resource);
+    const url = mcpUrl(g);
+    const ok = await H.postRaw(fetchFn, url, H.initializeBody(1), dpopHeaders(tok, await proof(client, 'POST', resource, tok)));
+    assert.equal(ok.status, 200, ok.text);
+    const h = { 'mcp-session-id': ok.headers.get('mcp-session-id'), 'mcp-protocol-version': H.PROTOCOL_VERSION };
+    const call = { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'echo', arguments: { text: 'from the idp' } } };
+    const r = await H.postRaw(fetchFn, url, call, { ...h, ...dpopHeaders(tok, await proof(client, 'POST', resource, tok)) });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(H.resultText(r.messages[0]?.result), 'from the idp');
+    // the same token as a bearer token, or with a proof by another key: refused, not forwarded
+    await expectRefused({ Authorization: `Bearer ${tok}` }, 'invalid_token',
+      'the token is DPoP-bound (cnf.jkt): send it with the DPoP scheme and a proof', { url, algs: 'ES256 RS256' });
+    await expectRefused(dpopHeaders(tok, await proof(stranger, 'POST', resource, tok)), 'invalid_dpop_proof',
+      "DPoP proof key does not match the token's cnf.jkt", { url });
+    await idp.stop();
   });
 });
