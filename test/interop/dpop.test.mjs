@@ -351,6 +351,12 @@ describe('jwt[].dpop = "required", behind public_url', () => {
     const plain = await accessToken();
     await expectRefused({ Authorization: `Bearer ${plain}` }, 'invalid_token',
       "this issuer's tokens must be DPoP-bound: send a bound token with the DPoP scheme and a proof", { url });
+    // RFC 9728: the metadata says DPoP is required and which proof algorithms are taken
+    const meta = await (await fetchFn(`${base(gwReq)}/.well-known/oauth-protected-resource/cowork-os/mcp`)).json();
+    assert.deepEqual(meta.dpop_signing_alg_values_supported, ['ES256', 'RS256']);
+    assert.equal(meta.dpop_bound_access_tokens_required, true);
+    const metaOpt = await (await fetchFn(`${base()}/.well-known/oauth-protected-resource/cowork-os/mcp`)).json();
+    assert.equal(metaOpt.dpop_bound_access_tokens_required, false);
     // a static token is not a JWT: the issuer's rule is not its
     const st = await H.postRaw(fetchFn, url, H.initializeBody(1), { Authorization: `Bearer ${STATIC_TOKEN}` });
     assert.equal(st.status, 200, st.text);
