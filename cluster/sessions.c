@@ -32,8 +32,8 @@ static int key_of(struct tg_cluster *cl, const char *id, char *key, size_t n)
 }
 
 /* A record carries HMAC-SHA256 under a key from the cluster's secret over what it binds (id,
- * grant, upstream, upstream session, version): write access to Redis alone cannot move a
- * session to another grant or upstream session. */
+ * grant, upstream, upstream session, version, and the digest of the subject that made it):
+ * write access to Redis alone cannot move a session to another grant, user or upstream session. */
 static void record_mac(struct tg_cluster *cl, const char *id, const struct tg_shared_session_rec *r, char hex[65])
 {
     struct tg_buf in;
@@ -43,6 +43,10 @@ static void record_mac(struct tg_cluster *cl, const char *id, const struct tg_sh
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
         tg_buf_appendf(&in, "%zu:", strlen(parts[i])); /* length-prefixed: no two records read the same */
         tg_buf_appends(&in, parts[i]);
+    }
+    if (r->owner != NULL) { /* a part of its own, after the others: a record without one reads as before */
+        tg_buf_appendf(&in, "owner%zu:", strlen(r->owner));
+        tg_buf_appends(&in, r->owner);
     }
     uint8_t mac[32];
     tg_hmac_labelled(cl->conf.secret, "tollgate session record", in.base, in.len, mac);
@@ -65,6 +69,8 @@ static void publish(struct tg_cluster *cl, const char *id, const struct tg_share
         cJSON_AddNumberToObject(o, "log_level", rec->log_level);
     }
     cJSON_AddStringToObject(o, "instance", cl->conf.instance);
+    if (rec->owner != NULL)
+        cJSON_AddStringToObject(o, "owner", rec->owner);
     char mac[65];
     record_mac(cl, id, rec, mac);
     cJSON_AddStringToObject(o, "mac", mac);
@@ -174,6 +180,7 @@ static void on_get(void *ud, int status, const struct redisReply *reply)
     const cJSON *ll = tg_json_get(o, "log_level");
     rec.log_level = cJSON_IsNumber(ll) && ll->valuedouble >= 0 && ll->valuedouble < 16 ? (int)ll->valuedouble : 0;
     rec.instance = str_of(o, "instance");
+    rec.owner = str_of(o, "owner");
     const char *mac = str_of(o, "mac");
     char want[65];
     int ok = rec.grant != NULL && rec.upstream != NULL && rec.proto != NULL && mac != NULL && strlen(mac) == 64;
@@ -222,6 +229,11 @@ void tg__cluster_session_share(void *cl, struct tg_session *s, const struct tg_u
     rec.up_modern = s->up_modern;
     rec.client_caps = s->up_modern ? s->u.client_caps : NULL;
     rec.log_level = s->log_level;
+    char owner[65];
+    if (s->subject != NULL) {
+        tg_hex_encode(s->subject_sha256, 32, owner);
+        rec.owner = owner;
+    }
     publish(cl, s->id_str, &rec);
     s->shared = 1;
 }

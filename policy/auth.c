@@ -60,6 +60,29 @@ void tg_principal_of_grant(const struct tg_grant_conf *g, struct tg_principal *w
     tg_strlcpy(who->scopes, g->scopes ? g->scopes : "", sizeof(who->scopes));
 }
 
+void tg_principal_sha256(const struct tg_conf *c, const struct tg_principal *who, uint8_t out[32])
+{
+    const char *iss = who->jwt > 0 && (size_t)who->jwt <= c->njwt && c->jwt[who->jwt - 1].issuer != NULL
+                          ? c->jwt[who->jwt - 1].issuer
+                          : "";
+    size_t ilen = strlen(iss), slen = strnlen(who->subject, sizeof(who->subject));
+    char buf[1024];
+    if (ilen + 1 + slen <= sizeof(buf)) { /* the usual case: one pass of the fast digest */
+        memcpy(buf, iss, ilen);
+        buf[ilen] = '\0';
+        memcpy(buf + ilen + 1, who->subject, slen);
+        tg_sha256(buf, ilen + 1 + slen, out);
+        return;
+    }
+    mbedtls_sha256_context ctx;
+    mbedtls_sha256_init(&ctx);
+    mbedtls_sha256_starts_ret(&ctx, 0);
+    mbedtls_sha256_update_ret(&ctx, (const unsigned char *)iss, ilen + 1); /* its NUL too */
+    mbedtls_sha256_update_ret(&ctx, (const unsigned char *)who->subject, slen);
+    mbedtls_sha256_finish_ret(&ctx, out);
+    mbedtls_sha256_free(&ctx);
+}
+
 enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
                                   struct tg_principal *who, const char **why)
 {
@@ -288,9 +311,10 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
                     last = w;
                 continue;
             }
+            const char *gname = j->grant != NULL ? j->grant : name; /* jwt[].grant: every token's */
             const struct tg_grant_conf *named = NULL;
             for (size_t k = 0; k < c->ngrants && named == NULL; k++)
-                if (c->grants[k].name && strcmp(c->grants[k].name, name) == 0)
+                if (c->grants[k].name && strcmp(c->grants[k].name, gname) == 0)
                     named = &c->grants[k];
             if (named == NULL)
                 last = "the token names no configured grant";

@@ -57,6 +57,11 @@ enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice 
 /* The principal of a grant reached without a token (a client certificate, an anonymous grant):
  * the grant itself is the subject. */
 void tg_principal_of_grant(const struct tg_grant_conf *g, struct tg_principal *who);
+/* Who, inside its grant, a principal is, as a digest: SHA-256 of its JWT issuer ("" for a static
+ * token, a certificate or an anonymous grant), a NUL and its subject. Two users of one grant
+ * differ, and so do one subject name from two issuers, or a JWT whose subject is the grant's
+ * name and the grant's static token. c: the conf who was checked against (who->jwt indexes it). */
+void tg_principal_sha256(const struct tg_conf *c, const struct tg_principal *who, uint8_t out[32]);
 /* What authenticated a long-lived channel (a WebSocket, a legacy SSE stream), kept so that a reload
  * can ask whether it still names the same grant, and a JWT's channel can end at its exp. Only
  * digests and names: never the token. Value type, owned by whoever holds it. */

@@ -20,6 +20,26 @@
 static const char *const op_names[] = {"eq", "neq", "in", "not_in", "lt", "lte", "gt", "gte", "regex", "contains",
                                        "exists", NULL};
 
+/* ---- scopes -------------------------------------------------------------------- */
+
+/* A counter's "scope": whose calls share it. "grant" (the default) counts a grant's calls
+ * together, "subject" each user inside it apart (its credential's subject: the JWT's subject
+ * claim; a static token or a certificate is its grant's one subject), "session" each session,
+ * "global" every caller. 0, or -1 for anything else. */
+static int parse_scope(const cJSON *v, enum scope *out)
+{
+    static const struct {
+        const char *name;
+        enum scope scope;
+    } names[] = {{"grant", SCOPE_GRANT}, {"subject", SCOPE_SUBJECT}, {"session", SCOPE_SESSION}, {"global", SCOPE_GLOBAL}};
+    for (size_t i = 0; cJSON_IsString(v) && i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(v->valuestring, names[i].name) == 0) {
+            *out = names[i].scope;
+            return 0;
+        }
+    return -1;
+}
+
 /* ---- windows ------------------------------------------------------------------- */
 
 /* "second|minute|hour|day" or a positive number of seconds (number or numeric string). */
@@ -387,16 +407,9 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
                 }
             }
             enum scope sc = SCOPE_GRANT;
-            if (cs != NULL) {
+            if (cs != NULL && parse_scope(cs, &sc) != 0) {
                 snprintf(s2, sizeof(s2), "%s.scope", sub);
-                if (cJSON_IsString(cs) && strcmp(cs->valuestring, "grant") == 0)
-                    sc = SCOPE_GRANT;
-                else if (cJSON_IsString(cs) && strcmp(cs->valuestring, "session") == 0)
-                    sc = SCOPE_SESSION;
-                else if (cJSON_IsString(cs) && strcmp(cs->valuestring, "global") == 0)
-                    sc = SCOPE_GLOBAL;
-                else
-                    tg__perr(cx, s2, "must be grant, session or global");
+                tg__perr(cx, s2, "must be grant, subject, session or global");
             }
             if (cJSON_IsString(cn) && cn->valuestring[0] && wms > 0) {
                 char key[300];
@@ -504,18 +517,10 @@ static void compile_limits(struct tg__cctx *cx, const cJSON *jl, const char *pat
             ok = 0;
         }
         enum scope sc = SCOPE_GRANT;
-        if (cs != NULL) {
-            if (cJSON_IsString(cs) && strcmp(cs->valuestring, "grant") == 0)
-                sc = SCOPE_GRANT;
-            else if (cJSON_IsString(cs) && strcmp(cs->valuestring, "session") == 0)
-                sc = SCOPE_SESSION;
-            else if (cJSON_IsString(cs) && strcmp(cs->valuestring, "global") == 0)
-                sc = SCOPE_GLOBAL;
-            else {
-                snprintf(sub, sizeof(sub), "%s.scope", lp);
-                tg__perr(cx, sub, "must be grant, session or global");
-                ok = 0;
-            }
+        if (cs != NULL && parse_scope(cs, &sc) != 0) {
+            snprintf(sub, sizeof(sub), "%s.scope", lp);
+            tg__perr(cx, sub, "must be grant, subject, session or global");
+            ok = 0;
         }
         if (!ok)
             continue;

@@ -16,7 +16,10 @@
 
 static const char *scope_label(enum scope s)
 {
-    return s == SCOPE_SESSION ? "for this session" : s == SCOPE_GLOBAL ? "across all callers" : "for this grant";
+    return s == SCOPE_SESSION   ? "for this session"
+           : s == SCOPE_GLOBAL  ? "across all callers"
+           : s == SCOPE_SUBJECT ? "for this user"
+                                : "for this grant";
 }
 
 /* cJSON's type tests (cJSON_IsString and the rest), the same tests inlined: in the library each
@@ -242,8 +245,8 @@ struct dctx {
     const struct tg_policy *p;
     struct tg_counters *cs;
     int64_t now_ms;
-    const char *up, *grant, *session;
-    size_t uplen, grantlen, sesslen; /* SIZE_MAX: not measured yet */
+    const char *up, *grant, *session, *subject;
+    size_t uplen, grantlen, sesslen, subjlen; /* SIZE_MAX: not measured yet */
     int private_keys; /* the store's keys are tg_keyhash, not tg_counters_hash */
     uint64_t up_gen;  /* the upmemo gen that means this caller's upstream; 0: not looked up yet,
                        * UINT64_MAX: an upstream too long to remember */
@@ -274,7 +277,8 @@ static void dctx_init(struct dctx *x, const struct tg_policy *p, struct tg_count
     x->up = who->upstream ? who->upstream : "";
     x->grant = who->grant ? who->grant : "";
     x->session = who->session ? who->session : "";
-    x->uplen = x->grantlen = x->sesslen = SIZE_MAX;
+    x->subject = who->subject ? who->subject : x->grant; /* no subject named: the grant's own */
+    x->uplen = x->grantlen = x->sesslen = x->subjlen = SIZE_MAX;
     x->private_keys = tg_counters_private_keys(cs);
     x->up_gen = 0;
     x->nmemo = 0;
@@ -304,8 +308,8 @@ static uint64_t up_gen(struct dctx *x)
 }
 
 /* The private key of a counter for this caller (tg_keyhash): the parts upstream, key, scope
- * letter, identity. The state after the first three is remembered per counter, as for the other
- * derivation. */
+ * letter, identity (and for a subject's counter the subject as a part of its own). The state
+ * after the first three is remembered per counter, as for the other derivation. */
 static void private_key(struct dctx *x, const struct pcounter *pc, struct keymemo *m, char scope, const char *id,
                         size_t idlen, uint64_t *h1, uint64_t *h2)
 {
@@ -324,6 +328,8 @@ static void private_key(struct dctx *x, const struct pcounter *pc, struct keymem
         }
     }
     tg_keyhash_part(&h, id, idlen);
+    if (pc->scope == SCOPE_SUBJECT)
+        tg_keyhash_part(&h, x->subject, lazy_len(x->subject, &x->subjlen));
     tg_keyhash_end(&h, h1, h2);
 }
 
@@ -339,10 +345,19 @@ static void counter_hash(struct dctx *x, int idx, uint64_t *h1, uint64_t *h2)
             return;
         }
     const struct pcounter *pc = &x->p->counters[idx];
-    static const char sep_s[] = "\x1fs\x1f", sep_g[] = "\x1fg\x1f", sep_all[] = "\x1f*\x1f";
+    static const char sep_s[] = "\x1fs\x1f", sep_g[] = "\x1fg\x1f", sep_all[] = "\x1f*\x1f", sep_u[] = "\x1fu\x1f";
     const char *sep, *id;
-    size_t idlen;
-    if (pc->scope == SCOPE_SESSION) {
+    size_t idlen, subjlen = 0;
+    unsigned char glen[4]; /* a subject's identity: the grant's length (4 bytes, little-endian), the
+                            * grant, the subject, so that no two (grant, subject) pairs read the same */
+    if (pc->scope == SCOPE_SUBJECT) {
+        sep = sep_u;
+        id = x->grant;
+        idlen = lazy_len(x->grant, &x->grantlen);
+        subjlen = lazy_len(x->subject, &x->subjlen);
+        for (int b = 0; b < 4; b++)
+            glen[b] = (unsigned char)((uint64_t)idlen >> (8 * b));
+    } else if (pc->scope == SCOPE_SESSION) {
         sep = sep_s;
         id = x->session;
         idlen = lazy_len(x->session, &x->sesslen);
@@ -361,23 +376,28 @@ static void counter_hash(struct dctx *x, int idx, uint64_t *h1, uint64_t *h2)
         goto remember;
     }
     size_t uplen = lazy_len(x->up, &x->uplen);
+    size_t total = idlen + (pc->scope == SCOPE_SUBJECT ? 4 + subjlen : 0); /* bytes after the prefix */
     uint64_t gen = up_gen(x);
     struct tg_counters_hasher h;
-    if (m != NULL && m->gen == gen && m->idlen == idlen) {
+    if (m != NULL && m->gen == gen && m->idlen == total) {
         h = m->h;
     } else {
-        tg_counters_hash_begin(&h, uplen + 1 + pc->keylen + 3 + idlen);
+        tg_counters_hash_begin(&h, uplen + 1 + pc->keylen + 3 + total);
         tg_counters_hash_feed(&h, x->up, uplen);
         tg_counters_hash_feed(&h, "\x1f", 1);
         tg_counters_hash_feed(&h, pc->key, pc->keylen);
         tg_counters_hash_feed(&h, sep, 3);
         if (m != NULL && gen != UINT64_MAX) {
             m->gen = gen;
-            m->idlen = idlen;
+            m->idlen = total;
             m->h = h;
         }
     }
+    if (pc->scope == SCOPE_SUBJECT)
+        tg_counters_hash_feed(&h, (const char *)glen, 4);
     tg_counters_hash_feed(&h, id, idlen);
+    if (pc->scope == SCOPE_SUBJECT)
+        tg_counters_hash_feed(&h, x->subject, subjlen);
     tg_counters_hash_end(&h, h1, h2);
 remember:
     if (x->nmemo < MEMO_MAX) {

@@ -35,7 +35,7 @@ static const struct ptool *find_tool(const struct tg_policy *p, const char *name
 
 static const char *scope_str(enum scope s)
 {
-    return s == SCOPE_SESSION ? "session" : s == SCOPE_GLOBAL ? "global" : "grant";
+    return s == SCOPE_SESSION ? "session" : s == SCOPE_GLOBAL ? "global" : s == SCOPE_SUBJECT ? "subject" : "grant";
 }
 
 static const cJSON *resolve(const cJSON *cur, char **path, int n)

@@ -31,7 +31,7 @@
  *   - "iss" equal to rules->issuer, and "aud" equal to rules->audience or
  *     rules->resource, or an array holding one of them, when either is set (a
  *     missing or non-string claim is a mismatch);
- *   - a non-empty string in the claim rules->grant_claim, and one in
+ *   - a non-empty string in the claim rules->grant_claim (when set), and one in
  *     rules->subject_claim ("sub" when NULL) of fewer than TG_SUBJECT_MAX
  *     bytes: who the token speaks for, inside the grant;
  *   - "scope" and "scp", when present, as tg_scopes_of_claims() takes them
@@ -114,7 +114,8 @@ struct tg_jwt_rules {
     const char *issuer;      /* required match of "iss" (NULL = not checked) */
     const char *audience;    /* must be "aud" or one element of an "aud" array (NULL = not checked) */
     int skew_s;              /* allowed clock skew for exp/nbf/iat, >= 0 */
-    const char *grant_claim; /* claim whose string value names the grant, e.g. "sub" (required) */
+    const char *grant_claim; /* claim whose string value names the grant, e.g. "sub"; NULL: none is
+                              * read (the issuer's tokens all name one grant), grant is left "" */
     unsigned algs;           /* TG_JWT_ALG_ bits the issuer may use; 0 = TG_JWT_ALGS_DEFAULT */
     const char *subject_claim;   /* claim whose string value is the subject (NULL = "sub") */
     struct tg_jwt_claims *claims; /* when not NULL: filled once the token is verified */

@@ -9,7 +9,7 @@
  *
  * Semantics (ARCHITECTURE.md "Policy files"):
  *   hosted  {version, default, tools:{T:{action, reason, limits:[{counter, window, max, scope}]}}}
- *           limits are token buckets (capacity max, refill max/window), scope grant|session|global.
+ *           limits are token buckets (capacity max, refill max/window), scope grant|subject|session|global.
  *   Intercept {version, description, default, hide, tools:{T|"*":{rules:[{name, action: evaluate|deny,
  *           conditions:[{path, op, value}], on_deny, state:{counter, window, increment, increment_from},
  *           rate_limit:"N/window"}]}}}  state counters are fixed UTC windows.
@@ -69,6 +69,7 @@ struct tg_caller {
     const char *grant;
     const char *session;
     const char *upstream; /* counters of different upstreams never mix */
+    const char *subject;  /* who inside the grant (the credential's subject); NULL: the grant's own */
 };
 
 /* Load a JSON or YAML policy (chosen by content: JSON if it starts with '{'). Errors are appended

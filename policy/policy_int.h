@@ -13,7 +13,7 @@
 
 enum cop { OP_EQ, OP_NEQ, OP_IN, OP_NOT_IN, OP_LT, OP_LTE, OP_GT, OP_GTE, OP_REGEX, OP_CONTAINS, OP_EXISTS };
 
-enum scope { SCOPE_GRANT, SCOPE_SESSION, SCOPE_GLOBAL };
+enum scope { SCOPE_GRANT, SCOPE_SESSION, SCOPE_GLOBAL, SCOPE_SUBJECT };
 enum ckind { CK_BUCKET = 1, CK_WINDOW = 2 };
 
 /* A counter the policy defines (a hosted limit or an Intercept state counter): an entry of

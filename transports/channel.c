@@ -220,7 +220,7 @@ int tg_channel_message(struct tg_channel *ch, const struct tg_exchange *via, con
     x.srv = srv;
     x.era = TG_ERA_2025;
     snprintf(x.proto, sizeof(x.proto), "%s", s->proto);
-    x.grant = g;
+    x.grant = g; /* x.who stays NULL: the gate counts and audits the opener, the session's subject */
     x.upstream = s->upstream;
     x.uc = &srv->conf->upstreams[s->upstream];
     x.sess = s;

@@ -8,6 +8,7 @@
 #include "core/wire/msg.h"
 #include "core/call/gateway.h"
 #include "core/call/session.h"
+#include "core/gate/dispatch.h"
 #include "core/wire/http_fast.h"
 #include "transports/channel.h"
 #include "transports/cred_watch.h"
@@ -72,7 +73,7 @@ void tg_legacy_sse_messages(struct tg_exchange *x, struct tg_conn *c, struct tg_
     }
     struct tg_channel *ch = s && s->channel ? (struct tg_channel *)s->channel : NULL;
     if (s == NULL || ch == NULL || ch->kind != CH_SSE || !ch->open || strcmp(s->grant, x->grant->name) != 0 ||
-        s->upstream != x->upstream) {
+        s->upstream != x->upstream || !tg_dispatch_session_owner(x, s)) { /* another user's: not found */
         const char *ended = tg_cred_ended_why(x->srv, sid, x->grant->name);
         if (ended != NULL)
             stream_ended(c, ended); /* its stream ended with the credential that opened it */

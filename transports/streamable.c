@@ -379,9 +379,11 @@ int tg_streamable_accepts_sse(struct tg_conn *c)
     return 0;
 }
 
+/* The session is this client's: its grant, route and maker (another user of the grant gets 404). */
 static int session_matches(const struct tg_session *s, const struct tg_exchange *x)
 {
-    return s != NULL && strcmp(s->grant, x->grant->name) == 0 && s->upstream == x->upstream;
+    return s != NULL && strcmp(s->grant, x->grant->name) == 0 && s->upstream == x->upstream &&
+           tg_dispatch_session_owner(x, s);
 }
 
 /* A JSON-RPC batch: only for sessions that negotiated 2025-03-26 (later versions removed

@@ -27,6 +27,7 @@
 #include "transports/http1/http1.h"
 #include "transports/channel.h"
 #include "transports/respond.h"
+#include "upstream/token_exchange.h"
 #include "upstream/pool/pool.h"
 #include "upstream/child.h"
 
@@ -175,6 +176,7 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
                    (unsigned long long)m->approvals_expired);
     C("server_requests_denied_total", "Server-to-client requests refused (deny_server_requests, batches).",
       m->server_requests_denied);
+    tg_tx_metrics(srv->token_cache, out);
     C("roots_answered_total", "Server roots/list requests the gateway answered with the pinned roots.",
       m->roots_answered);
     C("dpop_refused_total", "Requests refused for DPoP (401 invalid_dpop_proof or a bound token's invalid_token).",

@@ -14,6 +14,7 @@
 #include "core/call/exchange.h"
 #include "core/call/gateway.h"
 #include "core/base/log.h"
+#include "core/base/sha256.h"
 #include "core/bridge/input.h"
 #include "core/bridge/stateless.h"
 #include "core/wire/msg.h"
@@ -179,6 +180,8 @@ struct session_wait {
     char sid[TG_SESSION_ID_LEN + 1];
     char grant[128];
     char upstream[128];
+    char subject[TG_SUBJECT_MAX]; /* who asks, and as tg_principal_sha256() in hex: a record binds it */
+    char owner[65];
 };
 
 static void on_shared_record(void *ud, int found, const struct tg_shared_session_rec *rec, const char *why)
@@ -202,7 +205,9 @@ static void on_shared_record(void *ud, int found, const struct tg_shared_session
     struct tg_session *s = NULL;
     const struct tg_grant_conf *g = tg_conf_find_grant(srv->conf, w->grant);
     size_t cap = g == NULL ? 0 : (size_t)(g->max_sessions > 0 ? g->max_sessions : srv->conf->limits.sessions_per_grant);
-    int match = found == 1 && u >= 0 && strcmp(rec->grant, w->grant) == 0 && strcmp(rec->upstream, w->upstream) == 0;
+    int match = found == 1 && u >= 0 && strcmp(rec->grant, w->grant) == 0 && strcmp(rec->upstream, w->upstream) == 0 &&
+                rec->owner != NULL && strlen(rec->owner) == 64 &&
+                tg_ct_equal((const uint8_t *)rec->owner, (const uint8_t *)w->owner, 64); /* another user's: 404 */
     if (match && g != NULL && tg_session_find(srv->sessions, tg_slice_cstr(w->sid)) == NULL &&
         tg_session_count_for_grant(srv->sessions, w->grant) >= cap) {
         /* Adopted sessions count toward the grant's cap here as made ones do. */
@@ -219,6 +224,8 @@ static void on_shared_record(void *ud, int found, const struct tg_shared_session
             s->last_active_ms = s->shared_touch_ms = uv_now(srv->loop);
             s->shared = 1;
             s->initialized = 1;
+            s->subject = tg_xstrdup(w->subject);
+            tg_hex_decode(w->owner, 64, s->subject_sha256);
             tg_strlcpy(s->proto, rec->proto, sizeof(s->proto));
             s->up_session = rec->up_session ? tg_xstrdup(rec->up_session) : NULL;
             if (rec->up_modern) {
@@ -241,8 +248,10 @@ static void on_shared_record(void *ud, int found, const struct tg_shared_session
 }
 
 /* 1 if the request waits for a shared session's record (a sealed id this gateway does not have). */
-static int wait_for_shared_session(struct tg_server *srv, struct tg_conn *c, const struct tg_grant_conf *g, int upstream)
+static int wait_for_shared_session(struct tg_server *srv, struct tg_conn *c, const struct tg_principal *who,
+                                   int upstream)
 {
+    const struct tg_grant_conf *g = who->grant;
     struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
     if (sid.ptr == NULL || sid.len != TG_SESSION_ID_LEN || tg_session_find(srv->sessions, sid) != NULL ||
         !tg_session_id_sealed(srv->sessions, sid))
@@ -252,6 +261,10 @@ static int wait_for_shared_session(struct tg_server *srv, struct tg_conn *c, con
     memcpy(w->sid, sid.ptr, sid.len);
     tg_strlcpy(w->grant, g->name, sizeof(w->grant));
     tg_strlcpy(w->upstream, srv->conf->upstreams[upstream].name, sizeof(w->upstream));
+    tg_strlcpy(w->subject, who->subject, sizeof(w->subject));
+    uint8_t d[32];
+    tg_principal_sha256(srv->conf, who, d);
+    tg_hex_encode(d, 32, w->owner);
     tg_http_wait_start(&w->w, c);
     srv->store.ops->session_fetch(srv->store.ud, w->sid, on_shared_record, w);
     return 1;
@@ -357,6 +370,7 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
     if (c->env->access_log && c->x != NULL) { /* who, for the access line (copies: a reload may free the conf) */
         struct tg_http_scratch *x = c->x;
         tg_strlcpy(x->log_grant, g->name, sizeof(x->log_grant));
+        tg_strlcpy(x->log_subject, who.subject, sizeof(x->log_subject));
         tg_strlcpy(x->log_upstream, srv->conf->upstreams[upstream].name, sizeof(x->log_upstream));
         struct tg_slice sid = tg_http_req_header(req, "mcp-session-id");
         if (sid.len > 0 && sid.len < sizeof(x->log_session)) {
@@ -371,6 +385,11 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
     x.who = &who;
     x.scopes = who.scopes;
     x.resource_metadata = metadata[0] ? metadata : NULL;
+    struct tg_slice jwt;
+    if (who.jwt > 0 && tg_auth_bearer(authz, &jwt) == 0) { /* for a token exchange, this request only */
+        x.subject_token = jwt.ptr;
+        x.subject_token_len = jwt.len;
+    }
     x.upstream = upstream;
     x.uc = &srv->conf->upstreams[upstream];
     struct tg_auth_cred cred; /* a channel's credential: re-checked at reload, ends it at a JWT's exp */
@@ -396,7 +415,7 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
         break;
     }
     if (tg_app_of(srv)->cluster != NULL && (req->method == HTTP_POST || req->method == HTTP_GET || req->method == HTTP_DELETE) &&
-        wait_for_shared_session(srv, c, g, upstream))
+        wait_for_shared_session(srv, c, &who, upstream))
         return; /* routed again when Redis answers */
     switch (req->method) {
     case HTTP_POST: tg_streamable_post(&x, c); return;

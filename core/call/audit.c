@@ -330,6 +330,7 @@ void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const stru
     tg_buf_appends(b, a->stamp);
     tg_buf_append(b, ms, 6);
     FIELD(b, "grant", r->grant);
+    FIELD(b, "subject", r->subject);
     FIELD(b, "session", r->session);
     FIELD(b, "upstream", r->upstream);
     FIELD(b, "method", r->method);

@@ -35,6 +35,7 @@ uint64_t tg_audit_written(const struct tg_audit *a);
  * read only during tg_audit_log(). */
 struct tg_audit_record {
     const char *grant, *session, *upstream, *method, *tool;
+    const char *subject; /* who inside the grant (the credential's subject; the grant for a static token) */
     const char *decision; /* allow deny limited approve approved rejected expired refused */
     const char *rule;
     const char *counters_json; /* object members, may be "" */

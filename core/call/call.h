@@ -76,6 +76,7 @@ struct tg_call {
     struct tg_list slink;     /* session's calls */
     struct tg_policy *policy; /* decided under this policy (a reload does not change it) */
     char *grant;
+    char *subject;            /* who inside the grant asked (a decided request), or NULL: the grant */
     char *method;
     char *tool;               /* tools/call, resources/read, prompts/get: what was decided */
     struct tg_decision *dec;  /* the decision and its reservations */
@@ -123,6 +124,9 @@ struct tg_call {
     char resume_parked[40];
     unsigned char decide_no_wait; /* the sink cannot wait for a human (TG_SINK_NO_WAIT) */
     uint64_t decide_timeout_ms;   /* the upstream's call_timeout_ms, for when it is sent */
+    struct tg_upauth *upauth; /* its upstream credential: the caller's JWT for a token exchange, the
+                               * message held while one runs (core/call/upauth.c; owned) */
+    int upauth_wait;          /* waiting for that exchange: sent when it ends */
     /* the upstream half: the kind's own state for this call (allocated and freed by the kind;
      * non-NULL while the upstream may still send for it) */
     void *upcall;

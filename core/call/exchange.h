@@ -43,8 +43,9 @@ struct tg_exchange {
     unsigned client_caps;               /* TG_CAP_* the client declared (2026: core/mcp/mrtr.h) */
     const struct tg_grant_conf *grant;  /* the principal's grant (who->grant) */
     const struct tg_principal *who;     /* who the request speaks for (policy/auth.h), or NULL
-                                         * where no request carried a credential (a reload's
-                                         * ending, a cluster member's message): then the grant */
+                                         * where no request carried a credential (a channel's
+                                         * message: then the subject that opened its session; a
+                                         * reload's ending, a cluster member's message: the grant) */
     const char *scopes;                 /* the credential's scopes (policy/scopes.h), or NULL: none */
     const char *resource_metadata;      /* the route's RFC 9728 metadata URL, for a 403
                                          * insufficient_scope (NULL: no JWT issuers, none) */
@@ -57,6 +58,11 @@ struct tg_exchange {
                                          * declared (JSON), or NULL */
     const char *fwd_headers;            /* the client's Mcp-Param-* lines the gateway passes on
                                          * (complete "Name: value\r\n" lines), or NULL */
+    const char *subject_token;          /* the caller's JWT (borrowed from the request, this request
+                                         * only), for a token exchange (core/call/upauth.h); never
+                                         * logged, never sent upstream; or NULL */
+    size_t subject_token_len;
+    const char *subject_who;            /* whose it is, where who is gone (tg_call_upauth_who), or NULL */
     const struct tg_auth_cred *cred;    /* a channel's opening request: what authenticated it
                                          * (policy/auth.h; the channel keeps a copy), else NULL */
 };

@@ -1,7 +1,8 @@
 /* Client sessions, owned by the gateway.
  *
  * A session id is 128 random bits (base64url, 22 characters), bound to the
- * grant and the upstream that created it. The table owns every session;
+ * grant and the upstream that created it, and a 2025 session to the subject (the user inside
+ * the grant) that created it. The table owns every session;
  * work in flight holds a reference (tg_session_ref) so that a session removed
  * by DELETE or expiry stays valid until that work finishes. */
 #ifndef TG_SESSION_H
@@ -28,12 +29,20 @@ struct tg_session {
     unsigned char up_modern; /* a 2025 session on a 2026-07-28-only upstream: the gateway answered
                               * initialize, requests go as 2026 (u.client_caps below) */
     char *grant;       /* grant name (copied: grants can change on reload) */
+    char *subject;     /* who inside the grant made it (a 2025 session; copied), or NULL */
+    uint8_t subject_sha256[32]; /* with subject: tg_principal_sha256() of its maker, which every
+                                 * request naming the session must match (else 404) */
     int upstream;      /* index into the server's upstreams */
     unsigned char log_level; /* up_modern: the level logging/setLevel asked for (tg_mcp_log_level), 0 none */
     char *listen_uris; /* up_modern: the resources its client subscribed to (a JSON array, bounded by
                         * TG_LISTEN_URIS_MAX and _BYTES in core/bridge/listen.h),
                         * which every listen standing in for its GET stream asks for; owned */
     char *up_session;  /* upstream's Mcp-Session-Id, never shown to clients */
+    char *up_auth;     /* the credential header lines its last call carried to the upstream (a
+                        * grant's upstream_headers, an exchanged token), for the requests no call
+                        * makes (DELETE, a reply, a legacy SSE stream's POSTs); owned, or NULL */
+    char *up_who, *up_token; /* a channel's session on a token_exchange upstream: whose JWT opened the
+                              * channel, and that JWT, for its calls (core/call/upauth.c); owned */
     char proto[24];    /* negotiated protocol version */
     int initialized;   /* the initialize exchange succeeded */
     int live;          /* in the table (0 after DELETE or expiry) */

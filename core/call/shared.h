@@ -67,6 +67,8 @@ struct tg_shared_session_rec {
     const char *client_caps; /* up_modern: its initialize's capabilities (JSON), or NULL */
     int log_level;
     const char *instance;    /* the member that made it */
+    const char *owner;       /* hex SHA-256 of the subject that made it (tg_principal_sha256), or
+                              * NULL: a record without one is served to nobody */
 };
 
 /* found: 1 with rec, 0 no such session (or expired, or its record does not verify), -1 the store

@@ -126,7 +126,8 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
             continue;
         }
         static const char *const known[] = {"name", "token_sha256", "anonymous", "max_sessions", "policies",
-                                            "tls_subject", "roots", "issuers", "scopes", NULL};
+                                            "tls_subject", "roots", "issuers", "scopes",
+                                            "upstream_headers", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         gc->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         const config_setting_t *ms = config_setting_get_member(g, "max_sessions");
@@ -442,6 +443,19 @@ void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
     load_jwt_list(ld, cfg, c);
     check_grant_issuers(ld, cfg, c);
+    /* jwt[].grant: a grant that exists and takes this issuer, else no token of it could ever pass */
+    const config_setting_t *l = config_lookup(cfg, "jwt");
+    for (size_t i = 0; l != NULL && i < c->njwt; i++) {
+        const struct tg_jwt_conf *j = &c->jwt[i];
+        const struct tg_grant_conf *gc = j->grant != NULL ? tg_conf_find_grant(c, j->grant) : NULL;
+        size_t k = 0;
+        while (gc != NULL && j->issuer != NULL && k < gc->nissuers && strcmp(gc->issuers[k], j->issuer) != 0)
+            k++;
+        if (j->grant != NULL && (gc == NULL || k == gc->nissuers))
+            tg__conf_errf(ld, config_setting_get_member(config_setting_get_elem(l, (unsigned)i), "grant"), "grant",
+                          "issuer %s: \"%s\" is no grant that lists this issuer in grants[].issuers",
+                          j->issuer ? j->issuer : "?", j->grant);
+    }
 }
 
 static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c)
@@ -468,7 +482,7 @@ static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c)
         static const char *const known[] = {"issuer",        "audience",      "jwks_file",        "jwks_url",
                                             "discovery",     "ca",            "refresh_min_s",    "refresh_max_s",
                                             "fetch_timeout_ms", "grant_claim", "skew_s",          "algorithms",
-                                            "subject_claim", "dpop",
+                                            "subject_claim", "grant",    "dpop",
                                             "dpop_window_s", "cache_entries", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         j->issuer = tg__conf_get_str(ld, g, "issuer", NULL, 1, ctx);
@@ -481,7 +495,12 @@ static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c)
                                       "route's resource URL, public_url + its path)");
         j->jwks_file = tg__conf_path(ld, tg__conf_get_str(ld, g, "jwks_file", NULL, 0, ctx));
         jwt_source(ld, g, j, ctx);
-        j->grant_claim = tg__conf_get_str(ld, g, "grant_claim", "sub", 0, ctx);
+        j->grant = tg__conf_get_str(ld, g, "grant", NULL, 0, ctx);
+        if (j->grant != NULL && config_setting_get_member(g, "grant_claim") != NULL)
+            tg__conf_errf(ld, config_setting_get_member(g, "grant"), "grant",
+                          "issuer %s: grant and grant_claim exclude each other (grant: every token names that grant)",
+                          j->issuer ? j->issuer : "?");
+        j->grant_claim = j->grant != NULL ? NULL : tg__conf_get_str(ld, g, "grant_claim", "sub", 0, ctx);
         j->subject_claim = tg__conf_get_str(ld, g, "subject_claim", "sub", 0, ctx);
         j->skew_s = 60;
         const config_setting_t *sk = config_setting_get_member(g, "skew_s");
@@ -657,6 +676,7 @@ void tg__conf_jwt_free(struct tg_conf *c)
         free(c->jwt[i].ca);
         tg_keyring_unref(c->jwt[i].keyring);
         free(c->jwt[i].grant_claim);
+        free(c->jwt[i].grant);
         free(c->jwt[i].subject_claim);
         tg_jwks_free(c->jwt[i].jwks);
         tg_jwt_cache_free(c->jwt[i].cache);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/call/upauth.h"
 #include "core/call/approvals.h"
 #include "core/bridge/input.h"
 #include "core/bridge/listen.h"
@@ -22,6 +23,8 @@
 #include "core/call/gateway.h"
 #include "core/call/shared.h"
 #include "core/call/sink.h"
+#include "core/base/sha256.h"
+#include "policy/auth.h"
 #include "policy/policy.h"
 #include "upstream/pool/pool.h"
 
@@ -385,11 +388,13 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     }
     srv->metrics.rpc_requests++;
     struct tg_call *k = tg_call_new(srv, s, sk, KIND_REQUEST);
+    tg_call_upauth_from(k, x);
     k->era = x->era;
     tg_strlcpy(k->proto, x->proto, sizeof(k->proto));
     s->inflight++;
     k->policy = tg_policy_ref(pol);
     k->method = tg_xstrdup(m->method);
+    k->subject = tg_xstrdup(tg_dispatch_subject(x));
     {
         cJSON *meta = tg_json_get(params, "_meta");
         cJSON *tok = tg_json_get(meta, "progressToken");
@@ -429,7 +434,8 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     k->asking = &r;
     if (m->mid == TG_M_TOOLS_CALL) {
         /* Inline by the local store (and a cluster's when no counter is reached), else later. */
-        struct tg_shared_ask q = {pol, {g->name, s->id_str, x->uc->name}, tool, args, (int64_t)wall_ms(), retry >= 1};
+        struct tg_shared_ask q = {pol, {g->name, s->id_str, x->uc->name, k->subject}, tool, args, (int64_t)wall_ms(),
+                                  retry >= 1};
         struct tg_shared_job *job = srv->store.ops->decide(srv->store.ud, &q, dec, on_decided, k);
         if (job != NULL)
             hold(k, &r, job);
@@ -505,6 +511,7 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         }
     }
     struct tg_call *k = tg_call_new(srv, s, sk, KIND_FORWARD);
+    tg_call_upauth_from(k, x);
     k->era = x->era;
     tg_strlcpy(k->proto, x->proto, sizeof(k->proto));
     struct tg_buf out;
@@ -527,6 +534,7 @@ static void refuse_nonstandard(struct tg_exchange *x, struct tg_sink *sk, struct
            x->sess->id_str, x->uc->name, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(m->method)));
     struct tg_audit_record ar = {0};
     ar.grant = x->grant->name;
+    ar.subject = tg_dispatch_subject(x);
     ar.session = x->sess->id_str;
     ar.upstream = x->uc->name;
     ar.method = m->method;
@@ -704,6 +712,7 @@ int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channe
     if (for_channel && (x->uc->init_local || tg_call_kind_has_link(x->srv, s)))
         return -1; /* the server's own messages come on the session's link */
     struct tg_call *k = tg_call_new(x->srv, s, sk, KIND_GET);
+    tg_call_upauth_from(k, x);
     s->get_stream = k;
     if (s->up_modern) {
         /* A 2026-07-28 upstream has no GET stream: the session's stream is a listen for every
@@ -729,10 +738,46 @@ int tg_dispatch_session_open(struct tg_exchange *x)
     }
     struct tg_session *s = tg_session_create(srv->sessions, g->name, x->upstream);
     s->srv = srv;
+    if (x->era == TG_ERA_2025) { /* a stateless (2026) session is the grant's, shared by its users */
+        struct tg_principal own;
+        const struct tg_principal *who = x->who;
+        if (who == NULL) {
+            tg_principal_of_grant(g, &own);
+            who = &own;
+        }
+        s->subject = tg_xstrdup(who->subject);
+        tg_principal_sha256(srv->conf, who, s->subject_sha256);
+    }
     s->last_active_ms = uv_now(srv->loop);
     srv->metrics.sessions_created++;
     x->sess = s;
+    if (x->cred != NULL)
+        tg_call_upauth_session(s, x); /* a channel's messages carry no credential of their own */
     return 0;
+}
+
+int tg_dispatch_session_owner(const struct tg_exchange *x, const struct tg_session *s)
+{
+    if (s->subject == NULL)
+        return 1; /* not bound: a stateless session, checked by grant alone */
+    struct tg_principal own;
+    const struct tg_principal *who = x->who;
+    if (who == NULL) {
+        tg_principal_of_grant(x->grant, &own);
+        who = &own;
+    }
+    uint8_t d[32];
+    tg_principal_sha256(x->srv->conf, who, d);
+    return tg_ct_equal(d, s->subject_sha256, 32);
+}
+
+const char *tg_dispatch_subject(const struct tg_exchange *x)
+{
+    if (x->who != NULL)
+        return x->who->subject;
+    if (x->sess != NULL && x->sess->subject != NULL)
+        return x->sess->subject;
+    return x->grant->name;
 }
 
 void tg_dispatch_session_used(struct tg_server *srv, struct tg_session *s)

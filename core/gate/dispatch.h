@@ -24,6 +24,12 @@ int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channe
 /* A new session for x's grant and route: 0 (x->sess set), or the HTTP status of the refusal:
  * 503 (draining) or 429 (the grant's session cap; metrics counted). */
 int tg_dispatch_session_open(struct tg_exchange *x);
+/* A 2025 session belongs to the subject that made it (x->who at tg_dispatch_session_open): 1 if
+ * x speaks for that subject, 0 if another user of the grant (or another issuer) does. */
+int tg_dispatch_session_owner(const struct tg_exchange *x, const struct tg_session *s);
+/* Who inside the grant x speaks for: x->who's subject; else (a channel's message) the subject
+ * that opened its session; else the grant's name. */
+const char *tg_dispatch_subject(const struct tg_exchange *x);
 /* A session was used (a cluster renews its shared record), or is ready (initialize answered
  * by the gateway itself: a cluster shares it). Nothing without a cluster. */
 void tg_dispatch_session_used(struct tg_server *srv, struct tg_session *s);

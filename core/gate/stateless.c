@@ -14,6 +14,7 @@ int tg_stateless_session(struct tg_exchange *x)
 {
     if (tg_bridge_find(x))
         return 0;
+    x->era = TG_ERA_2026; /* the session is the grant's, shared by its users: bound to no subject */
     int st = tg_dispatch_session_open(x);
     if (st == 0)
         tg_bridge_adopt(x);

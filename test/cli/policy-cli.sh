@@ -165,6 +165,17 @@ run 2 policy test "$T/scoped.yaml" "$T/badscopes.cases.yaml"; has err "cases[0].
 printf '{"version":"1","default":"allow","tools":{"deploy":{"scopes":["deploy",3],"scope":["x"]}}}\n' >"$T/badscopes.json"
 run 1 policy check "$T/badscopes.json"
 has err "tools.deploy.scopes[1]: a scope must be a string"; has err "tools.deploy.scope: unknown field; did you mean \`scopes\`?"
+# ---- users inside a grant: scope "subject", explain --subject, a case's subject
+printf '{"version":"1","default":"deny","tools":{"ask":{"limits":[{"counter":"per_user","window":"hour","max":2,"scope":"subject"}]}}}\n' >"$T/subject.json"
+printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = "staff"; anonymous = true; } );\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "%s"; } );\n' \
+    "$T/subject.json" >"$T/subject.conf"
+run 3 policy explain -c "$T/subject.conf" --subject alice --repeat 3 --call '{"name":"ask"}'
+has out "policy: $T/subject.json (grant staff, subject alice, upstream u)"; has out "decision: limited"
+has out "per_user: token bucket, scope subject"; has out "limited to 2 calls per hour for this user"
+run 0 policy explain -c "$T/subject.conf" --subject alice --repeat 2 --call '{"name":"ask"}'
+run 2 policy explain -c "$T/subject.conf" --subject; has err "--subject needs a value"
+printf -- '- {call: {name: ask}, subject: alice, expect: allow}\n- {call: {name: ask}, subject: alice, expect: allow}\n- {call: {name: ask}, subject: alice, expect: limited, reason: for this user}\n- {call: {name: ask}, subject: bob, expect: allow}\n- {call: {name: ask}, expect: allow}\n- {call: {name: ask}, subject: test, expect: allow}\n- {call: {name: ask}, expect: limited}\n' >"$T/subject.cases.yaml"
+run 0 policy test "$T/subject.json" "$T/subject.cases.yaml"; has out "7 cases, 7 passed, 0 failed"
 
 # ---- bad arguments and help
 run 0 policy --help; has out "tollgate policy test FILE CASES.yaml"; has out "Exit 0 allow, 1 deny, 3 limited, 4 approve"

@@ -122,6 +122,7 @@ struct tg_http_req {
 struct tg_http_scratch {
     struct tg_http_header headers[TG_HTTP_MAX_HEADERS];
     char log_grant[65], log_upstream[65], log_session[40]; /* set by the router; copies, so that a reload cannot leave them dangling */
+    char log_subject[256]; /* who inside the grant (a JWT's subject claim, whole: under 256 bytes) */
     struct tg_buf head, body;
     struct tg_http_scratch *next; /* in the pool */
 };

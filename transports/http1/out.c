@@ -62,10 +62,12 @@ void tg__http_access_line(struct tg_conn *c, int status)
         url.len = (size_t)(q - url.ptr);
     char path[300], sess[64];
     const struct tg_http_scratch *x = c->x;
-    tg_log(TG_LOG_INFO, "request", "conn=%llu peer=%s method=%s path=%s status=%d bytes=%llu ms=%llu grant=%s session=%s upstream=%s",
+    tg_log(TG_LOG_INFO, "request", "conn=%llu peer=%s method=%s path=%s status=%d bytes=%llu ms=%llu grant=%s subject=%s "
+           "session=%s upstream=%s",
            (unsigned long long)c->id, c->peer, llhttp_method_name((llhttp_method_t)c->req.method),
            tg_log_esc(path, sizeof(path), url), status, (unsigned long long)c->log_bytes,
            (unsigned long long)(uv_now(c->env->loop) - c->log_start_ms), x && x->log_grant[0] ? x->log_grant : "-",
+           x && x->log_subject[0] ? x->log_subject : "-",
            tg_log_esc(sess, sizeof(sess), tg_slice_cstr(x && x->log_session[0] ? x->log_session : "-")),
            x && x->log_upstream[0] ? x->log_upstream : "-");
     c->log_start_ms = 0;

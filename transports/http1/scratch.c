@@ -19,7 +19,7 @@ void tg__http_scratch_take(struct tg_conn *c)
         x = tg_xcalloc(1, sizeof(*x));
     }
     c->x = x;
-    x->log_grant[0] = x->log_upstream[0] = x->log_session[0] = '\0';
+    x->log_grant[0] = x->log_upstream[0] = x->log_session[0] = x->log_subject[0] = '\0';
     c->req.headers = x->headers;
     c->req.head = x->head; /* the storage moves in */
     c->req.body = x->body;

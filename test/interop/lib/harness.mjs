@@ -775,6 +775,10 @@ export function makeFetch({ ca, cert, key, cleanup, keepAlive = true } = {}) {
     const headers = {};
     new Headers(init.headers ?? {}).forEach((v, k) => { headers[k] = v; });
     let body = init.body;
+    if (body instanceof URLSearchParams) { // an OAuth token request (the SDK's auth flow)
+      body = body.toString();
+      if (!headers['content-type']) headers['content-type'] = 'application/x-www-form-urlencoded';
+    }
     if (body != null && typeof body !== 'string' && !(body instanceof Uint8Array)) {
       if (body instanceof ArrayBuffer) body = new Uint8Array(body);
       else throw new Error('makeFetch: unsupported body type');

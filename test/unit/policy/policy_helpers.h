@@ -93,7 +93,7 @@ static inline cJSON *J(const char *s)
 static inline void decide_as(const struct tg_policy *p, struct tg_counters *c, const char *grant, const char *session,
                              const char *tool, const char *args, int64_t now, struct tg_decision *d)
 {
-    struct tg_caller who = {grant, session, "up"};
+    struct tg_caller who = {grant, session, "up", NULL};
     cJSON *a = args ? J(args) : NULL;
     tg_policy_decide_call(p, c, &who, tool, a, now, d);
     cJSON_Delete(a);
@@ -159,7 +159,7 @@ static inline void expect_retry_near_at(const char *from, const struct tg_decisi
  * EXPECT_RETRY_NEAR with retry_near; counter and counters_json (when not NULL) are d.counter and
  * d.counters_json; msg_has (when not NULL) is somewhere in d.message; res (when not 0, written RES(n)) is n, the reservations the decision holds; vis
  * (when not 0) is what tg_policy_tool_visible says of the tool; session and upstream NULL are
- * "sess-1" and "up", as decide() calls. allowed (when not 0, written ALLOWED(n)) makes the row a drain: n calls are
+ * "sess-1" and "up", as decide() calls; subject NULL is the grant's own. allowed (when not 0, written ALLOWED(n)) makes the row a drain: n calls are
  * allowed (or approved) first, and the checks are of the call that is then refused. */
 enum { SHOWN = 1, HIDDEN = 2 };
 #define RES(n) ((n) + 1)
@@ -175,6 +175,7 @@ struct call {
     const char *counter, *counters_json, *msg_has;
     int res, vis, allowed;
     const char *session, *upstream;
+    const char *subject; /* who inside the grant (NULL: the grant's own) */
 };
 
 /* A row of a call table: the call and the decision it must get, then any of the checks after
@@ -196,7 +197,7 @@ static inline void run_calls_at(const char *from, const char *label, const struc
         int n_ok = 0;
         for (;;) {
             struct tg_caller who = {k[i].grant, k[i].session ? k[i].session : "sess-1",
-                                    k[i].upstream ? k[i].upstream : "up"};
+                                    k[i].upstream ? k[i].upstream : "up", k[i].subject};
             cJSON *a = k[i].args ? J(k[i].args) : NULL;
             tg_policy_decide_call(p, c, &who, k[i].tool, a, k[i].at, &d);
             cJSON_Delete(a);

@@ -471,7 +471,7 @@ static void jwt_fetched_keys(void **state)
     tg_keyring_on_unknown_kid(ring, on_refetch, NULL);
     static const char rotated[] = "{\"alg\":\"HS256\",\"kid\":\"rotated\"}";
     char header[1200];
-    struct tg_principal who;
+    struct tg_principal who = {0};
     const char *why = NULL;
     hs256_bearer_hdr(rotated, key, "{\"iss\":\"https://a/\",\"aud\":\"t\",\"sub\":\"ga\",\"exp\":2000}", header,
                      sizeof(header));
@@ -490,6 +490,57 @@ static void jwt_fetched_keys(void **state)
     assert_int_equal(refetch_calls, 2);
     tg_keyring_unref(ring); /* frees jwks */
 }
+
+/* jwt[].grant: every token of the issuer names that grant, whatever its claims say; each is told
+ * apart by its subject. The grant must still take the issuer. */
+static void jwt_issuer_grant(void **state)
+{
+    (void)state;
+    uint8_t key[32];
+    memset(key, 0x24, sizeof(key));
+    char b64[64], jwks_json[200];
+    b64[tg_b64url_encode(key, 32, b64)] = '\0';
+    snprintf(jwks_json, sizeof(jwks_json), "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"k\":\"%s\"}]}", b64);
+    struct tg_buf err;
+    tg_buf_init(&err);
+    struct tg_jwks *jwks = NULL;
+    assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
+    tg_buf_dispose(&err);
+    struct tg_jwt_conf jwt = {.issuer = "https://a/", .audience = "t", .grant = "staff", .subject_claim = "sub",
+                              .jwks = jwks, .algs = TG_JWT_ALG_HS256};
+    char *only_a[] = {"https://a/"};
+    struct grants gs;
+    memset(&gs, 0, sizeof(gs));
+    add_grant(&gs, "staff", NULL, 0);
+    add_grant(&gs, "other", NULL, 0);
+    gs.g[0].issuers = only_a, gs.g[0].nissuers = 1;
+    gs.g[1].issuers = only_a, gs.g[1].nissuers = 1;
+    gs.conf.jwt = &jwt;
+    gs.conf.njwt = 1;
+    static const char *const payloads[] = {
+        "{\"iss\":\"https://a/\",\"aud\":\"t\",\"sub\":\"alice\",\"exp\":2000}",              /* no grant claim */
+        "{\"iss\":\"https://a/\",\"aud\":\"t\",\"sub\":\"alice\",\"team\":\"other\",\"exp\":2000}", /* ignored */
+    };
+    for (size_t i = 0; i < 2; i++) {
+        char header[1200];
+        hs256_bearer(key, payloads[i], header, sizeof(header));
+        struct tg_principal who = {0};
+        const char *why = NULL;
+        assert_int_equal(tg_auth_grant(&gs.conf, tg_slice_cstr(header), 1000, &who, &why), TG_AUTH_OK);
+        assert_string_equal(who.grant->name, "staff");
+        assert_string_equal(who.subject, "alice");
+    }
+    /* the grant no longer takes the issuer (a reload in between): refused */
+    gs.g[0].nissuers = 0;
+    char header[1200];
+    hs256_bearer(key, payloads[0], header, sizeof(header));
+    struct tg_principal who = {0};
+    const char *why = NULL;
+    assert_int_equal(tg_auth_grant(&gs.conf, tg_slice_cstr(header), 1000, &who, &why), TG_AUTH_INVALID);
+    assert_string_equal(why, "the token's issuer may not use the grant it names");
+    tg_jwks_free(jwks);
+}
+
 
 /* A JWT names only a grant bound to its issuer (grants[].issuers): not another issuer's, not a
  * static-token or certificate grant that lists no issuer, and one of several issuers its own. */
@@ -758,6 +809,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(jwt_grants_bound_to_issuers),
         cmocka_unit_test(jwt_fetched_keys),
         cmocka_unit_test(jwt_subject_claim),
+        cmocka_unit_test(jwt_issuer_grant),
         cmocka_unit_test(channel_credentials),
         cmocka_unit_test(jwt_scopes_and_resource),
     };

@@ -31,7 +31,7 @@ static struct tg_counters *counters_with_shared_keys(void)
 static int allowed_on(const struct tg_policy *p, struct tg_counters *c, const char *up, const char *grant,
                       const char *tool, int max)
 {
-    struct tg_caller who = {grant, "sess-1", up};
+    struct tg_caller who = {grant, "sess-1", up, NULL};
     struct tg_decision d;
     for (int i = 0; i < max; i++) {
         tg_policy_decide_call(p, c, &who, tool, NULL, T0, &d);
@@ -94,7 +94,7 @@ static void shared_keys_are_the_documented_hash(void **state)
                                              {"g", "up\x1fL:g_rate\x1fg\x1fgrant-a"},
                                              {"a", "up\x1fL:a_rate\x1f*\x1f"}};
     struct tg_counters *shared = counters_with_shared_keys(), *local = tg_counters_new();
-    struct tg_caller who = {"grant-a", "sess-1", "up"};
+    struct tg_caller who = {"grant-a", "sess-1", "up", NULL};
     for (int i = 0; i < 3; i++) {
         struct tg_decision d, e;
         uint64_t h1, h2;
@@ -114,6 +114,71 @@ static void shared_keys_are_the_documented_hash(void **state)
     }
     tg_counters_free(shared);
     tg_counters_free(local);
+    loaded_dispose(&l);
+}
+
+/* Users inside a grant: a limit of scope "subject" is one bucket per (grant, subject), where a
+ * caller that names no subject (a static token, a certificate) is its grant's one subject; a limit
+ * of scope "grant" stays one bucket for all of them. The same with either derivation of the keys,
+ * and a shared store's key is the documented hash of "upstream\x1fkey\x1fu\x1f" followed by the
+ * grant's length (4 bytes, little-endian), the grant and the subject. */
+#define SUBJECT_POLICY                                                                                        \
+    "{\"version\":\"1\",\"default\":\"deny\",\"tools\":{"                                                      \
+    "\"per_user\":{\"limits\":[{\"counter\":\"u_rate\",\"window\":\"hour\",\"max\":2,\"scope\":\"subject\"}]}," \
+    "\"per_team\":{\"limits\":[{\"counter\":\"t_rate\",\"window\":\"hour\",\"max\":3,\"scope\":\"grant\"}]}}}"
+
+static void hosted_scope_subject(void **state)
+{
+    struct loaded l;
+    LOAD_TEXT_OK(&l, "subject.json", SUBJECT_POLICY);
+    static const struct call calls[] = {
+        CALL("staff", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "alice"),
+        CALL("staff", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "alice"),
+        CALL("staff", "per_user", NULL, T0, LIMITED, "u_rate",
+             "per_user is limited to 2 calls per hour for this user; retry in *", .subject = "alice",
+             .retry_ms = HOUR_MS / 2, .retry_near = 1),
+        /* bob, in the same grant, has a bucket of his own; alice in another grant too */
+        CALL("staff", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "bob", .session = "s2"),
+        CALL("staff", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "bob", .session = "s3"),
+        CALL("staff", "per_user", NULL, T0, LIMITED, "u_rate", NULL, .subject = "bob", .retry_ms = HOUR_MS / 2,
+             .retry_near = 1),
+        CALL("ops", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "alice"),
+        /* no subject: the grant's own bucket, which a subject named as the grant shares */
+        CALL("staff", "per_user", NULL, T0, ALLOW, "", NULL),
+        CALL("staff", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "staff"),
+        CALL("staff", "per_user", NULL, T0, LIMITED, "u_rate", NULL, .retry_ms = HOUR_MS / 2, .retry_near = 1),
+        /* (grant, subject) pairs that concatenate alike stay apart */
+        CALL("st", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "affalice"),
+        CALL("st", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "affalice"),
+        CALL("staffa", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "lice"),
+        /* a grant limit is shared by every user of the grant */
+        CALL("staff", "per_team", NULL, T0, ALLOW, "", NULL, .subject = "alice"),
+        CALL("staff", "per_team", NULL, T0, ALLOW, "", NULL, .subject = "bob"),
+        CALL("staff", "per_team", NULL, T0, ALLOW, "", NULL),
+        CALL("staff", "per_team", NULL, T0, LIMITED, "t_rate",
+             "per_team is limited to 3 calls per hour for this grant; retry in *", .subject = "carol",
+             .retry_ms = HOUR_MS / 3, .retry_near = 1),
+    };
+    for (int shared = 0; shared < 2; shared++) {
+        struct tg_counters *c = shared ? counters_with_shared_keys() : tg_counters_new();
+        run_calls_at(HERE, shared ? "subject.json, shared keys" : "subject.json, private keys", l.p, c, calls,
+                     sizeof(calls) / sizeof(calls[0]));
+        tg_counters_free(c);
+    }
+    /* the shared key */
+    static const char key[] = "up\x1fL:u_rate\x1fu\x1f\x05\x00\x00\x00staffalice";
+    uint64_t h1, h2;
+    tg_counters_hash(key, sizeof(key) - 1, &h1, &h2);
+    struct tg_counters *c = counters_with_shared_keys();
+    struct tg_caller who = {"staff", "sess-1", "up", "alice"};
+    struct tg_decision d;
+    tg_policy_decide_call(l.p, c, &who, "per_user", NULL, T0, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, NULL, NULL);
+    assert_int_equal(d.nres, 1);
+    if (d.res[0].h1 != h1 || d.res[0].h2 != h2)
+        fail_msg("subject key %016llx%016llx, expected %016llx%016llx", (unsigned long long)d.res[0].h1,
+                 (unsigned long long)d.res[0].h2, (unsigned long long)h1, (unsigned long long)h2);
+    tg_counters_free(c);
     loaded_dispose(&l);
 }
 
@@ -445,6 +510,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(token_bucket_refills_over_time),
         cmocka_unit_test(bucket_levels_are_whole_and_exact),
         cmocka_unit_test(hosted_scopes_grant_session_global),
+        cmocka_unit_test(hosted_scope_subject),
         cmocka_unit_test(reservations_roll_back_when_one_counter_refuses),
         cmocka_unit_test(refund_restores_a_bucket_token),
         cmocka_unit_test(many_counters_roll_back_and_too_many_are_refused),

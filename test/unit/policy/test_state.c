@@ -368,6 +368,37 @@ static void state_scopes_session_and_global(void **state)
     loaded_dispose(&l);
 }
 
+/* The Intercept shape takes scope: subject too: a state counter per user inside the grant. */
+static void state_scope_subject(void **state)
+{
+    struct loaded l;
+    LOAD_TEXT_OK(&l, "subject.yaml",
+                 "version: \"1\"\n"
+                 "tools:\n"
+                 "  query:\n"
+                 "    rules:\n"
+                 "      - name: per-user\n"
+                 "        conditions: [{path: state.query.n, op: lte, value: 1}]\n"
+                 "        state: {counter: n, window: hour, scope: subject}\n"
+                 "      - name: per-team\n"
+                 "        conditions: [{path: state.query.t, op: lte, value: 2}]\n"
+                 "        state: {counter: t, window: hour}\n");
+    struct tg_counters *c = tg_counters_new();
+    static const struct call calls[] = {
+        CALL("staff", "query", NULL, T0, ALLOW, "", NULL, .subject = "alice"),
+        CALL("staff", "query", NULL, T0, LIMITED, "per-user", NULL, .subject = "alice", .retry_ms = HOUR_MS / 2),
+        CALL("staff", "query", NULL, T0, ALLOW, "", NULL, .subject = "bob"),
+        CALL("staff", "query", NULL, T0, LIMITED, "per-user", NULL, .subject = "bob", .session = "s2",
+             .retry_ms = HOUR_MS / 2),
+        /* carol has a count of her own left, but the grant's counter is spent by alice and bob */
+        CALL("staff", "query", NULL, T0, LIMITED, "per-team", NULL, .subject = "carol", .retry_ms = HOUR_MS / 2),
+        CALL("other", "query", NULL, T0, ALLOW, "", NULL, .subject = "alice"),
+    };
+    RUN_CALLS("subject.yaml", l.p, c, calls);
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
 static void wildcard_counter_is_global_scope_across_tools(void **state)
 {
     static const struct call after[] = {
@@ -457,6 +488,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(windows_reset_at_utc_boundaries),
         cmocka_unit_test(counters_are_per_grant_and_per_upstream),
         cmocka_unit_test(state_scopes_session_and_global),
+        cmocka_unit_test(state_scope_subject),
         cmocka_unit_test(wildcard_counter_is_global_scope_across_tools),
         cmocka_unit_test(refund_restores_a_window_count),
         cmocka_unit_test(refund_never_goes_negative),

@@ -598,6 +598,34 @@ static void grant_issuers(void **state)
 #undef JWT2
 }
 
+/* jwt[].grant: every token of an issuer names one grant (an IdP's tokens carry users, not grants).
+ * The grant must take the issuer; it excludes grant_claim. */
+static void jwt_grant(void **state)
+{
+    write_file("iss-jwks.json", "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\","
+                                "\"k\":\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"}]}\n", 0644);
+    struct loaded l;
+    load_ok(&l, LISTEN UPSTREAM "jwt = ( { issuer = \"https://a.example/\"; audience = \"t\"; jwks_file = \"iss-jwks.json\";\n"
+                                "          grant = \"staff\"; } );\n"
+                                "grants = ( { name = \"staff\"; issuers = [ \"https://a.example/\" ]; } );\n");
+    assert_string_equal(l.c->jwt[0].grant, "staff");
+    assert_null(l.c->jwt[0].grant_claim);
+    loaded_dispose(&l);
+    const char *text = LISTEN UPSTREAM "jwt = ( { issuer = \"https://a.example/\"; audience = \"t\"; jwks_file = \"iss-jwks.json\";\n"
+                                      "          grant = \"staff\"; grant_claim = \"team\"; } );\n"
+                                      "grants = ( { name = \"staff\"; issuers = [ \"https://a.example/\" ]; } );\n";
+    expect_error(text, line_of(text, "grant = "), "grant", "grant and grant_claim exclude each other");
+    text = LISTEN UPSTREAM "jwt = ( { issuer = \"https://a.example/\"; audience = \"t\"; jwks_file = \"iss-jwks.json\";\n"
+                           "          grant = \"nobody\"; } );\n"
+                           "grants = ( { name = \"staff\"; issuers = [ \"https://a.example/\" ]; } );\n";
+    expect_error(text, line_of(text, "grant = "), "grant", "\"nobody\" is no grant that lists this issuer");
+    text = LISTEN UPSTREAM "jwt = ( { issuer = \"https://a.example/\"; audience = \"t\"; jwks_file = \"iss-jwks.json\";\n"
+                           "          grant = \"solo\"; } );\n"
+                           "grants = ( { name = \"staff\"; issuers = [ \"https://a.example/\" ]; },\n"
+                           "  { name = \"solo\"; token_sha256 = \"5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8\"; } );\n";
+    expect_error(text, line_of(text, "grant = "), "grant", "\"solo\" is no grant that lists this issuer");
+}
+
 static void other_errors(void **state)
 {
     const char *text = GRANTS UPSTREAM;
@@ -1061,6 +1089,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(url_junk_after_ipv6_literal),
         cmocka_unit_test(grant_and_token_errors),
         cmocka_unit_test(grant_issuers),
+        cmocka_unit_test(jwt_grant),
         cmocka_unit_test(other_errors),
         cmocka_unit_test(expand_env),
         cmocka_unit_test(pinned_roots),
