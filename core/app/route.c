@@ -386,7 +386,8 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
     x.scopes = who.scopes;
     x.resource_metadata = metadata[0] ? metadata : NULL;
     struct tg_slice jwt;
-    if (who.jwt > 0 && tg_auth_bearer(authz, &jwt) == 0) { /* for a token exchange, this request only */
+    int by_dpop;
+    if (who.jwt > 0 && tg_auth_token(authz, &jwt, &by_dpop) == 0) { /* for a token exchange, this request only */
         x.subject_token = jwt.ptr;
         x.subject_token_len = jwt.len;
     }
