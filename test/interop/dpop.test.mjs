@@ -40,6 +40,7 @@ let idp; // { es: {privateKey}, rs: {privateKey} }
 let client; // the client's DPoP key: { privateKey, jwk, jkt }
 let clientRsa;
 let stranger; // another key pair
+let jwksFile; // the IdP's public keys
 
 const nowS = () => Math.floor(Date.now() / 1000);
 
@@ -133,7 +134,7 @@ before(async () => {
     { ...(await jose.exportJWK(idp.es.publicKey)), kid: 'es-1', alg: 'ES256', use: 'sig' },
     { ...(await jose.exportJWK(idp.rs.publicKey)), kid: 'rs-1', alg: 'RS256', use: 'sig' },
   ] };
-  const jwksFile = path.join(dir, 'jwks.json');
+  jwksFile = path.join(dir, 'jwks.json');
   fs.writeFileSync(jwksFile, JSON.stringify(jwks) + '\n');
   standin = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin.log') });
   const opts = (file, dpop, extra = {}) => ({
@@ -404,5 +405,48 @@ describe('a real OpenID provider (oidc-provider, features.dPoP)', () => {
     await expectRefused(dpopHeaders(tok, await proof(stranger, 'POST', resource, tok)), 'invalid_dpop_proof',
       "DPoP proof key does not match the token's cnf.jkt", { url });
     await idp.stop();
+  });
+});
+
+describe('the verified-JWT cache (jwt[].cache_entries)', () => {
+  test('a token sent again is served from the cache, but not once its exp has passed, nor after a reload that revokes it', async () => {
+    const cdir = H.makeTempDir(cleanup, 'tollgate-jwtcache-');
+    const write = (grants) => H.writeConf(cdir, {
+      file: 'cache.conf', listeners: [{}], admin: true,
+      jwt: [{ issuer: ISSUER, audience: AUDIENCE, jwks_file: jwksFile, skew_s: 0 }],
+      grants,
+      upstreams: [{ name: 'cowork-os', url: standin.url, default: true, initialize: 'local',
+        headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` } }],
+    });
+    const confFile = write([{ name: 'alice', issuers: [ISSUER] }]);
+    const g = await H.startTollgate(confFile, { cleanup, listeners: 1, admin: true });
+    const url = mcpUrl(g);
+    const post = (tok) => H.postRaw(fetchFn, url, H.initializeBody(1), { Authorization: `Bearer ${tok}` });
+    const tok = await accessToken({ alg: 'ES256' });
+    for (let i = 0; i < 3; i++) assert.equal((await post(tok)).status, 200);
+    let m = await g.metrics();
+    assert.equal(m.tollgate_jwt_cache_misses, 1, JSON.stringify(m));
+    assert.equal(m.tollgate_jwt_cache_hits, 2);
+    assert.equal(m.tollgate_jwt_cache_entries, 1);
+    // A token that expires in a moment: served from the cache until then, refused as expired after.
+    const soon = await accessToken({ exp: nowS() + 2 });
+    assert.equal((await post(soon)).status, 200);
+    const refused = await H.waitUntil(async () => {
+      const r = await post(soon);
+      return r.status === 401 ? r : null;
+    }, { timeout: H.scaled(10000), interval: 200, what: 'the expired token refused' });
+    assert.match(refused.headers.get('www-authenticate'), /error_description="expired"/);
+    // A reload that removes the grant: the cached token is judged by the new configuration.
+    assert.equal((await post(tok)).status, 200);
+    write([{ name: 'bob', issuers: [ISSUER] }]);
+    const n = (g.stderr().match(/configuration reloaded/g) ?? []).length;
+    process.kill(g.proc.pid, 'SIGHUP');
+    await H.waitUntil(() => (g.stderr().match(/configuration reloaded/g) ?? []).length > n,
+      { timeout: H.scaled(5000), what: 'the reload in the log' });
+    const after = await post(tok);
+    assert.equal(after.status, 401, after.text);
+    assert.match(after.headers.get('www-authenticate'), /the token names no configured grant/);
+    m = await g.metrics();
+    assert.equal(m.tollgate_jwt_cache_hits, 0, 'a reload starts from an empty cache');
   });
 });
