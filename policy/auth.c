@@ -151,22 +151,25 @@ static void cred_jwt(struct tg_auth_cred *cred, const struct tg_jwt_conf *j, int
     tg_sha256(iss, strlen(iss), cred->issuer_sha256);
 }
 
-/* The cache's key of a token whose SHA-256 is h, for a request to resource (NULL: none): a JWT's
- * "aud" may name the resource, so the same token may pass for one route and not another. */
-static void cache_key(const uint8_t h[32], const char *resource, uint8_t out[32])
+/* The cache's key of a token for a request to resource (NULL: none): a JWT's "aud" may name the
+ * resource, so the same token may pass for one route and not another. Two SipHash-2-4 of the token
+ * and two of the resource, under process-random keys: 128 bits each that nobody without the keys
+ * can aim at, for a fraction of a SHA-256 of the token. 0, or -1 without random keys (no cache). */
+static int cache_key(struct tg_slice tok, const char *resource, uint8_t out[32])
 {
-    uint8_t in[32 + 1024];
-    size_t n = resource != NULL ? strlen(resource) : 0;
-    if (n > sizeof(in) - 32) {
-        memset(out, 0, 32); /* never a token's hash: such a key finds nothing it should not */
-        tg_sha256(resource, n, out);
-        out[0] ^= 0xff;
-        return;
+    static uint8_t k[32];
+    static int keyed;
+    if (!keyed) {
+        if (tg_random(k, sizeof(k)) != 0)
+            return -1;
+        keyed = 1;
     }
-    memcpy(in, h, 32);
-    if (n > 0)
-        memcpy(in + 32, resource, n);
-    tg_sha256(in, 32 + n, out);
+    size_t rn = resource != NULL ? strlen(resource) : 0;
+    uint64_t v[4] = {tg_siphash(k, tok.ptr, tok.len), tg_siphash(k + 16, tok.ptr, tok.len),
+                     tg_siphash(k, resource != NULL ? resource : "", rn),
+                     tg_siphash(k + 16, resource != NULL ? resource : "", rn)};
+    memcpy(out, v, sizeof(v));
+    return 0;
 }
 
 /* Which key set a cached verification used: a fetched set changes without a reload (rotation),
@@ -226,6 +229,24 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
             *why = "malformed Authorization header";
         return TG_AUTH_INVALID;
     }
+    /* A JWT (three dot-separated parts) verified before under this conf, for this resource, with
+     * the same key set, still before its exp + skew: its issuer's cache (policy/jwt_cache.h) says
+     * what the verification said, without the signature's cost. Only tokens that failed the
+     * static-token check under this conf were ever put there, so looking first changes nothing. */
+    size_t dots = 0;
+    for (size_t i = 0; i < tok.len; i++)
+        dots += tok.ptr[i] == '.';
+    uint8_t ck[32];
+    int cacheable = dots == 2 && c->njwt > 0 && cache_key(tok, who->resource, ck) == 0;
+    for (size_t i = 0; cacheable && i < c->njwt; i++) {
+        struct tg_jwt_cached hit;
+        if (c->jwt[i].cache != NULL &&
+            tg_jwt_cache_get(c->jwt[i].cache, ck, now_s, c->jwt[i].skew_s, keys_gen(&c->jwt[i]), &hit) &&
+            hit.grant < c->ngrants) {
+            jwt_admit(c, i, &c->grants[hit.grant], &hit.claims, dpop, who, cred);
+            return TG_AUTH_OK;
+        }
+    }
     uint8_t h[32];
     tg_sha256(tok.ptr, tok.len, h);
     const struct tg_grant_conf *found = NULL;
@@ -249,24 +270,7 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
         return TG_AUTH_OK;
     }
     /* A JWT: three dot-separated parts, verified against each configured issuer. */
-    size_t dots = 0;
-    for (size_t i = 0; i < tok.len; i++)
-        dots += tok.ptr[i] == '.';
     if (dots == 2 && c->njwt > 0) {
-        /* A token verified before under this conf, for this resource, with the same key set, still
-         * before its exp + skew: its issuer's cache (policy/jwt_cache.h) says what the verification
-         * said, without the signature's cost. */
-        uint8_t ck[32];
-        cache_key(h, who->resource, ck);
-        for (size_t i = 0; i < c->njwt; i++) {
-            struct tg_jwt_cached hit;
-            if (c->jwt[i].cache != NULL &&
-                tg_jwt_cache_get(c->jwt[i].cache, ck, now_s, c->jwt[i].skew_s, keys_gen(&c->jwt[i]), &hit) &&
-                hit.grant < c->ngrants) {
-                jwt_admit(c, i, &c->grants[hit.grant], &hit.claims, dpop, who, cred);
-                return TG_AUTH_OK;
-            }
-        }
         const char *last = "invalid token";
         char peek[512];
         int peeked = 0, sticky = 0; /* sticky: last says this issuer's keys are missing or being fetched */
@@ -323,7 +327,8 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
             else {
                 jwt_admit(c, i, named, &claims, dpop, who, cred);
                 struct tg_jwt_cached v = {.grant = (size_t)(named - c->grants), .keys_gen = keys_gen(j), .claims = claims};
-                tg_jwt_cache_put(j->cache, ck, &v);
+                if (cacheable)
+                    tg_jwt_cache_put(j->cache, ck, &v);
                 return TG_AUTH_OK;
             }
             break;

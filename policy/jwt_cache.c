@@ -9,7 +9,7 @@
 /* One slot. Value type: an element of the cache's table. */
 struct slot {
     uint8_t used;
-    uint8_t key[32]; /* SHA-256 of the token */
+    uint8_t key[32]; /* the caller's key of the token and resource */
     struct tg_jwt_cached v;
 };
 
@@ -36,14 +36,13 @@ void tg_jwt_cache_free(struct tg_jwt_cache *c)
     free(c);
 }
 
-/* The key is a SHA-256 of attacker-chosen bytes, but choosing a token whose hash lands in a given
- * slot only evicts that slot's entry, which costs its owner one verification: no worse than not
- * caching. */
+/* The key is a keyed hash of attacker-chosen bytes; even a token aimed at a slot only evicts that
+ * slot's entry, which costs its owner one verification: no worse than not caching. */
 static struct slot *slot_of(struct tg_jwt_cache *c, const uint8_t key[32])
 {
-    uint64_t h;
-    memcpy(&h, key, sizeof(h));
-    return &c->slots[h % c->nslots];
+    uint64_t w[4];
+    memcpy(w, key, sizeof(w));
+    return &c->slots[(w[0] ^ w[1] ^ w[2] ^ w[3]) % c->nslots]; /* every part: one token, two routes, two slots */
 }
 
 int tg_jwt_cache_get(struct tg_jwt_cache *c, const uint8_t key[32], int64_t now_s, int skew_s, uint64_t keys_gen,

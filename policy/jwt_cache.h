@@ -4,8 +4,9 @@
  * Pure module: no I/O, no libuv. One cache per jwt[] issuer, made with its conf and freed with it
  * (tg__conf_jwt_free): a reload, which may remove the issuer, its keys or the grant a token names,
  * starts from empty caches, so nothing verified under the old conf is served under the new one.
- * An entry is found by a SHA-256 of the whole token and the resource the request was made to (a
- * token's "aud" may name one route's resource and not another's, RFC 8707) and holds only what the
+ * An entry is found by a 256-bit key the caller derives from the whole token and the resource the
+ * request was made to (policy/auth.c: keyed SipHash; a token's "aud" may name one route's resource
+ * and not another's, RFC 8707) and holds only what the
  * verification concluded (grant, subject, exp, scopes, cnf.jkt) and with which key set: never the
  * token. A fetched key set that changed (rotation, policy/keyring.h) makes its entries stale.
  * It is served only while now < exp + skew; after that the token is verified again, and refused as
@@ -33,7 +34,7 @@ struct tg_jwt_cache;
 /* A cache of at most slots entries (0: a cache that remembers nothing). Owner: the tg_jwt_conf. */
 struct tg_jwt_cache *tg_jwt_cache_new(size_t slots);
 void tg_jwt_cache_free(struct tg_jwt_cache *c); /* accepts NULL */
-/* The entry of key, if it is there, was verified with the key set keys_gen and now_s < exp +
+/* The entry of key (32 bytes), if it is there, was verified with the key set keys_gen and now_s < exp +
  * skew_s; an entry that fails either is dropped. Returns 1 with *out filled, else 0. c may be NULL. */
 int tg_jwt_cache_get(struct tg_jwt_cache *c, const uint8_t key[32], int64_t now_s, int skew_s, uint64_t keys_gen,
                      struct tg_jwt_cached *out);
