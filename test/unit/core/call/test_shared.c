@@ -154,7 +154,7 @@ static void local_approvals_queue(void **state)
 
     memset(&a, 0, sizeof(a));
     in_op = 1;
-    st->ops->approval_decide(st->ud, tg_slice_cstr("00000000000000000000000000000000"), 1, "bob", NULL, on_approval,
+    st->ops->approval_decide(st->ud, tg_slice_cstr("00000000000000000000000000000000"), 1, NULL, "bob", NULL, on_approval,
                              &a);
     in_op = 0;
     assert_int_equal(a.calls, 1);
@@ -164,7 +164,7 @@ static void local_approvals_queue(void **state)
 
     memset(&a, 0, sizeof(a));
     in_op = 1;
-    st->ops->approval_decide(st->ud, tg_slice_cstr(r.k->approval_id), 1, "bob", NULL, on_approval, &a);
+    st->ops->approval_decide(st->ud, tg_slice_cstr(r.k->approval_id), 1, r.k->approval_digest, "bob", NULL, on_approval, &a);
     in_op = 0;
     assert_int_equal(a.calls, 1);
     assert_int_equal(a.inside, 1);
