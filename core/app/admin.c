@@ -25,6 +25,7 @@
 #include "transports/http1/http1.h"
 #include "transports/channel.h"
 #include "transports/respond.h"
+#include "upstream/token_exchange.h"
 #include "upstream/pool/pool.h"
 #include "upstream/child.h"
 
@@ -173,6 +174,7 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
                    (unsigned long long)m->approvals_expired);
     C("server_requests_denied_total", "Server-to-client requests refused (deny_server_requests, batches).",
       m->server_requests_denied);
+    tg_tx_metrics(srv->token_cache, out);
     C("roots_answered_total", "Server roots/list requests the gateway answered with the pinned roots.",
       m->roots_answered);
     G("counters_live", "Rate-limit buckets and windows held in memory.", tg_counters_count(srv->counters));

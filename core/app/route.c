@@ -382,6 +382,11 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
     x.who = &who;
     x.scopes = who.scopes;
     x.resource_metadata = metadata[0] ? metadata : NULL;
+    struct tg_slice jwt;
+    if (who.jwt > 0 && tg_auth_bearer(authz, &jwt) == 0) { /* for a token exchange, this request only */
+        x.subject_token = jwt.ptr;
+        x.subject_token_len = jwt.len;
+    }
     x.upstream = upstream;
     x.uc = &srv->conf->upstreams[upstream];
     struct tg_auth_cred cred; /* a channel's credential: re-checked at reload, ends it at a JWT's exp */

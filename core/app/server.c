@@ -26,6 +26,7 @@
 #include "transports/http1/http1.h"
 #include "core/wire/tls.h"
 #include "policy/policy.h"
+#include "upstream/token_exchange.h"
 #include "upstream/pool/pool.h"
 #include "upstream/upstream.h"
 
@@ -347,6 +348,8 @@ static void finish_drain(struct tg_server *srv)
     srv->audit = NULL;
     /* Last: the refunds of the calls ended above are written; then Redis's handles go, or they
      * would keep the loop alive. */
+    tg_tx_cache_free(srv->token_cache); /* exchanges in flight end; their calls are told why */
+    srv->token_cache = NULL;
     tg_cluster_free(app->cluster);
     app->cluster = NULL;
     tg_shared_local(&srv->store, srv); /* what ends later refunds to the server's own counters */

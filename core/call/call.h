@@ -129,6 +129,9 @@ struct tg_call {
     char resume_parked[40];
     unsigned char decide_no_wait; /* the sink cannot wait for a human (TG_SINK_NO_WAIT) */
     uint64_t decide_timeout_ms;   /* the upstream's call_timeout_ms, for when it is sent */
+    struct tg_upauth *upauth; /* its upstream credential: the caller's JWT for a token exchange, the
+                               * message held while one runs (core/call/upauth.c; owned) */
+    int upauth_wait;          /* waiting for that exchange: sent when it ends */
     /* the upstream half: the kind's own state for this call (allocated and freed by the kind;
      * non-NULL while the upstream may still send for it) */
     void *upcall;

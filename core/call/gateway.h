@@ -25,6 +25,7 @@ struct tg_audit;
 struct tg_session_table;
 struct tg_upstream;
 struct tg_upstream_ops;
+struct tg_tx_cache;
 struct tg_cred_ended;
 
 /* The end of an asynchronous reload (tg_server.reload_start). */
@@ -72,6 +73,8 @@ struct tg_server {
     struct tg_mcp_mrtr mrtr;       /* MRTR envelopes: the key and the ones issued, not used yet */
     struct tg_mcp_schemas *schemas; /* annotated tools' input schemas, per upstream (core/mcp/schemas.h) */
     int draining;
+    struct tg_tx_cache *token_cache; /* exchanged upstream tokens (upstream/token_exchange.h), made at
+                                      * first use; freed at dispose */
     /* The operations of an upstream's kind, chosen by the app (upstream/kinds.c: by transport; a
      * unit test puts a fake kind here). */
     const struct tg_upstream_ops *(*upstream_ops)(const struct tg_upstream_conf *uc);

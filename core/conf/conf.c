@@ -701,6 +701,7 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
     tg__conf_load_ints(&ld, lim, limit_directives, &c->limits, "limits", 1);
     tg__conf_load_grants(&ld, &cfg, c);
     tg__conf_load_upstreams(&ld, &cfg, c);
+    tg__conf_load_upcred(&ld, &cfg, c);
     load_audit(&ld, &cfg, c);
     tg__conf_load_cluster(&ld, &cfg, c);
     tg__conf_load_jwt(&ld, &cfg, c);
@@ -748,6 +749,7 @@ void tg_conf_unref(struct tg_conf *c)
     }
     free(c->listeners);
     free(c->admin.address);
+    tg__conf_upcred_free(c);
     tg__conf_grants_free(c);
     free(c->audit.file);
     for (size_t i = 0; i < c->audit.nredact; i++)

@@ -109,6 +109,22 @@ struct tg_roots {
     char *result; /* {"roots":[{"uri":…,"name":…},…]}: the roots/list result, made at load */
 };
 
+/* An extra header sent to an upstream. Owner: its upstream conf (headers[]) or grant
+ * (upstream_headers); freed by tg_conf_unref. */
+struct tg_header {
+    char *name;
+    char *value;
+};
+
+/* grants[].upstream_headers: what this grant's requests carry to one upstream (core/conf/upcred.c).
+ * Owner: its grant; freed by tg_conf_unref. */
+struct tg_grant_upheaders {
+    int upstream;   /* index into upstreams */
+    struct tg_header *headers;
+    size_t nheaders;
+    char *lines;    /* the same as "Name: value\r\n" lines, made at load */
+};
+
 /* One grants[] entry. Owner: the conf (grants[]); freed by tg_conf_unref. */
 struct tg_grant_conf {
     char *name;
@@ -125,6 +141,8 @@ struct tg_grant_conf {
     struct tg_grant_policy *policies;
     size_t npolicies;
     struct tg_roots roots; /* pinned: overrides every upstream's roots for this grant */
+    struct tg_grant_upheaders *upheaders; /* upstream_headers, one per upstream named */
+    size_t nupheaders;
 };
 
 /* The audit group. Embedded in struct tg_conf; its strings freed by tg_conf_unref. */
@@ -136,10 +154,12 @@ struct tg_audit_conf {
     int max_pending; /* bytes buffered while the disk is slow; beyond, records are dropped and counted */
 };
 
-/* An extra header sent to an upstream. Owner: its upstream conf (headers[]); freed by tg_conf_unref. */
-struct tg_header {
-    char *name;
-    char *value;
+/* upstreams[].token_exchange (core/conf/upcred.c; the exchange: upstream/token_exchange.c).
+ * Owner: its upstream conf; freed by tg_conf_unref. */
+struct tg_token_exchange_conf {
+    char *token_endpoint, *client_id, *client_secret_file, *audience, *scope, *ca;
+    char *headers;   /* the token request's header lines, client_secret_basic included (secret) */
+    char *form_tail; /* "&audience=…&scope=…", form-encoded ("" for neither) */
 };
 
 enum { TG_UP_STREAMABLE = 0, TG_UP_SSE = 1, TG_UP_STDIO = 2 };
@@ -186,6 +206,7 @@ struct tg_upstream_conf {
     char **deny_server_requests; /* server-to-client methods never relayed to clients */
     size_t ndeny_server_requests;
     struct tg_roots roots; /* pinned: the server's roots/list gets these (a grant's override) */
+    struct tg_token_exchange_conf *token_exchange; /* NULL: none */
 };
 
 struct tg_jwks;
@@ -266,5 +287,8 @@ char *tg_conf_expand_env(const char *in, const char **why, char *varname, size_t
 int tg_conf_parse_url(struct tg_upstream_conf *u, const char **why);
 
 const struct tg_upstream_conf *tg_conf_find_upstream(const struct tg_conf *c, struct tg_slice name, int *index);
+/* Grant g's upstream_headers for the upstream named upstream in c, or NULL. */
+const struct tg_grant_upheaders *tg_conf_grant_upheaders(const struct tg_grant_conf *g, const char *upstream,
+                                                         const struct tg_conf *c);
 
 #endif

@@ -124,7 +124,8 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
             continue;
         }
         static const char *const known[] = {"name", "token_sha256", "anonymous", "max_sessions", "policies",
-                                            "tls_subject", "roots", "issuers", "scopes", NULL};
+                                            "tls_subject", "roots", "issuers", "scopes",
+                                            "upstream_headers", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         gc->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         const config_setting_t *ms = config_setting_get_member(g, "max_sessions");

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/call/upauth.h"
 #include "core/call/approvals.h"
 #include "core/bridge/input.h"
 #include "core/bridge/listen.h"
@@ -387,6 +388,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     }
     srv->metrics.rpc_requests++;
     struct tg_call *k = tg_call_new(srv, s, sk, KIND_REQUEST);
+    tg_call_upauth_from(k, x);
     k->era = x->era;
     tg_strlcpy(k->proto, x->proto, sizeof(k->proto));
     s->inflight++;
@@ -509,6 +511,7 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         }
     }
     struct tg_call *k = tg_call_new(srv, s, sk, KIND_FORWARD);
+    tg_call_upauth_from(k, x);
     k->era = x->era;
     tg_strlcpy(k->proto, x->proto, sizeof(k->proto));
     struct tg_buf out;
@@ -709,6 +712,7 @@ int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channe
     if (for_channel && (x->uc->init_local || tg_call_kind_has_link(x->srv, s)))
         return -1; /* the server's own messages come on the session's link */
     struct tg_call *k = tg_call_new(x->srv, s, sk, KIND_GET);
+    tg_call_upauth_from(k, x);
     s->get_stream = k;
     if (s->up_modern) {
         /* A 2026-07-28 upstream has no GET stream: the session's stream is a listen for every
@@ -747,6 +751,8 @@ int tg_dispatch_session_open(struct tg_exchange *x)
     s->last_active_ms = uv_now(srv->loop);
     srv->metrics.sessions_created++;
     x->sess = s;
+    if (x->cred != NULL)
+        tg_call_upauth_session(s, x); /* a channel's messages carry no credential of their own */
     return 0;
 }
 
