@@ -199,7 +199,7 @@ static void write_item(struct tg_buf *b, const struct tg_approval_item *it, int 
         const char *err;
         size_t eoff;
         tg_buf_appends(b, ",\"args\":");
-        if (tg_json_parse(it->args_text, strlen(it->args_text), 64, 1, &doc, &err, &eoff) == 0)
+        if (tg_json_parse(it->args_text, strlen(it->args_text), 1000, 1, &doc, &err, &eoff) == 0)
             tg_json_write(b, doc.root);
         else
             tg_buf_appends(b, "null");
