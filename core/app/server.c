@@ -26,6 +26,7 @@
 #include "transports/cred_watch.h"
 #include "transports/http1/http1.h"
 #include "core/wire/tls.h"
+#include "policy/dpop.h"
 #include "policy/policy.h"
 #include "upstream/token_exchange.h"
 #include "upstream/pool/pool.h"
@@ -438,6 +439,8 @@ void tg_server_dispose(struct tg_app *app)
     tg_route_dispose(srv);
     free(srv->upstreams);
     tg_counters_free(srv->counters);
+    tg_dpop_replay_free(srv->dpop_replay);
+    srv->dpop_replay = NULL;
     tg_conf_unref(srv->conf);
     tg_conf_unref(app->listener_conf);
     tg_mcp_mrtr_dispose(&srv->mrtr);

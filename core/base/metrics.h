@@ -29,6 +29,7 @@ struct tg_metrics {
     uint64_t decisions[5]; /* allow deny limited approve(parked) refused-by-protocol */
     uint64_t approvals_approved, approvals_rejected, approvals_expired;
     uint64_t server_requests_denied, refunds;
+    uint64_t dpop_refused; /* 401s for DPoP: a bound token without a valid proof, DPoP where it is off */
     uint64_t roots_answered; /* roots/list answered with pinned roots (upstreams[].roots, grants[].roots) */
     /* upstream latency histogram (ms buckets) */
     uint64_t lat_buckets[12];

@@ -37,12 +37,17 @@ int tg_approvals_cancel(struct tg_session *s, const char *id_key);
  * store's approvals_list and approval_decide (core/call/shared.h); a cluster's store lists every
  * member's and passes the decisions for calls parked here to these. */
 void tg_approvals_local_list(struct tg_server *srv, tg_approval_list_cb done, void *ud);
-void tg_approvals_local_decide(struct tg_server *srv, struct tg_slice id, int approve, const char *by,
-                               const char *reason, tg_approval_decide_cb done, void *ud);
+void tg_approvals_local_decide(struct tg_server *srv, struct tg_slice id, int approve, const char *digest,
+                               const char *by, const char *reason, tg_approval_decide_cb done, void *ud);
+/* The item approvers see of parked call k (strings borrowed from k); returns its args_text
+ * (malloc'd, the caller frees it), or NULL. */
+char *tg_approvals_item_of(struct tg_call *k, struct tg_approval_item *it);
 /* The queue as the admin API and the page answer it, with or without a cluster:
- * {"approvals":[{id, grant, session, upstream, tool, args_sha256, args?, parked_at_ms, waited_ms,
- * expires_in_ms, instance}...]}. args: written when the item has some and `args` is nonzero;
- * instance: null for the local queue. */
+ * {"approvals":[{id, grant, subject, session, upstream, tool, args_sha256, digest, args_text?,
+ * args?, policy, parked_at_ms, waited_ms, expires_in_ms, instance}...], "decided":[{..., decision,
+ * by, decided_at_ms, instance}...]}: items with a decision go to "decided". args_text and args:
+ * written when the item has some and `args` is nonzero, as JSON values (a string, and the value
+ * parsed strictly from it); instance: null for the local queue. */
 void tg_approvals_write(struct tg_buf *out, const struct tg_approval_item *items, size_t n, int args);
 
 #endif

@@ -32,11 +32,15 @@ int tg_approvals_mode_of(const struct tg_call *k)
     return m;
 }
 
+static void task_strip(struct tg_call *k, struct tg_buf *out);
+
 int tg_approvals_admit(struct tg_call *k, struct tg_buf *out)
 {
     k->approval_mode = (unsigned char)tg_approvals_mode_of(k);
     if (k->approval_mode == TG_APPROVAL_RETRY && tg_approvals_retry_take(k, out))
         return -1;
+    if (k->approval_mode == TG_APPROVAL_TASK)
+        task_strip(k, out);
     return k->approval_mode != TG_APPROVAL_HOLD;
 }
 
@@ -286,18 +290,23 @@ void tg_approvals_taken_settled(struct tg_call *k, int give_back)
 
 /* ---- task ---------------------------------------------------------------------------------- */
 
-static void task_start(struct tg_call *k)
+/* Before it parks: approved, it runs as a plain call (the task is the gateway's, not the
+ * upstream's), and what the approver sees and approves is that call. */
+static void task_strip(struct tg_call *k, struct tg_buf *out)
 {
-    struct tg_server *srv = k->srv;
     struct tg_json_doc doc;
-    if (tg_json_parse(k->held.base, k->held.len, srv->conf->limits.json_depth + 16, 1, &doc, NULL, NULL) == 0) {
-        /* Approved, it runs as a plain call: the task is the gateway's, not the upstream's. */
+    if (tg_json_parse(out->base, out->len, k->srv->conf->limits.json_depth + 16, 1, &doc, NULL, NULL) == 0) {
         cJSON_DeleteItemFromObjectCaseSensitive(tg_json_get(doc.root, "params"), "task");
-        k->held.len = 0;
-        tg_json_write(&k->held, doc.root);
+        out->len = 0;
+        tg_json_write(out, doc.root);
         cJSON_Delete(doc.root);
     }
     k->task_aug = 0;
+}
+
+static void task_start(struct tg_call *k)
+{
+    struct tg_server *srv = k->srv;
     int64_t ttl = (int64_t)k->dec->approval_timeout_ms + srv->conf->limits.approval_ttl_ms; /* covers the wait */
     struct tg_task *t = tg_task_new(srv, NULL, k->grant, k->subject, up_name(k), 0, ttl);
     struct tg_buf b, url;

@@ -114,6 +114,11 @@ struct tg_call {
     char approval_id[33];
     uint64_t approval_deadline;
     uint64_t parked_at_wall;
+    char approval_digest[65]; /* what an approver approves (tg_approvals_digest), hex */
+    uint64_t approval_policy; /* the serial of the configuration that parked it */
+    size_t approval_args_off, approval_args_len; /* params.arguments in held, as they will be sent */
+    const char *approval_decision, *approval_by; /* while it leaves the queue: "approved" or "denied"
+                                                  * and who decided (NULL: no human decided) */
     struct tg_list alink;     /* srv->approvals while parked, srv->awaiting while awaiting */
     struct tg_buf held;       /* the message, serialized, waiting for a decision */
     /* approval modes (core/call/approvals_modes.c) */

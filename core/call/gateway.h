@@ -17,6 +17,8 @@
 #include "core/base/metrics.h"
 #include "core/call/shared.h"
 
+#define TG_APPROVALS_DECIDED 16 /* decided calls the approvals page keeps showing */
+
 struct tg_mcp_schemas;
 struct tg_counters;
 struct tg_audit;
@@ -38,6 +40,8 @@ struct tg_server {
     size_t nupstreams;
     struct tg_metrics metrics;
     struct tg_counters *counters; /* outlives confs: a reload keeps every counter */
+    struct tg_dpop_replay *dpop_replay; /* DPoP proofs seen (policy/dpop.h); made by the first proof,
+                                         * outlives confs so a reload cannot reopen a replay */
     /* The shared store (core/call/shared.h) every floor below the app goes through: the local
      * one, or a cluster's. The app installs it. */
     struct tg_shared store;
@@ -57,6 +61,14 @@ struct tg_server {
     uint64_t next_stream_id;
     size_t napprovals;
     int admin_port;               /* the admin listener's port as bound (approval URLs), or 0 */
+    /* The last calls a human decided, as the approvals page shows them (core/call/approvals.c):
+     * a ring, decided[ndecided % TG_APPROVALS_DECIDED] next. */
+    struct tg_approval_done {
+        char id[33], decision[9], digest[65];
+        char by[160], tool[192], grant[96], subject[192], upstream[96];
+        uint64_t policy, parked_at_ms, decided_at_ms;
+    } decided[TG_APPROVALS_DECIDED];
+    unsigned ndecided;
     uint64_t reloads, reload_failures;
     /* The sessions stateless (2026-07-28) requests use: one per grant and upstream, found by the
      * session's own grant and upstream; each slot holds a session reference (core/gate/stateless.c;

@@ -46,6 +46,8 @@ static const struct int_directive limit_directives[] = {
      "idle time after which another grant's session gives up its stdio child at max_children"},
     {"output_total_bytes", LIM(output_total_bytes), 1048576, 2147483647, 268435456,
      "bytes queued to all clients together"},
+    {"dpop_replay_entries", LIM(dpop_replay_entries), 16, 10000000, 100000,
+     "DPoP proofs remembered against replay"},
     {NULL, 0, 0, 0, 0, NULL},
 };
 

@@ -91,6 +91,7 @@ struct tg_limits {
     int listens_per_grant;
     int output_total_bytes;
     int stdio_evict_idle_ms; /* at max_children, another grant's session idle this long gives up its child */
+    int dpop_replay_entries; /* DPoP proofs (key, jti) remembered against replay, one cache per process */
 };
 
 struct tg_policy;
@@ -215,6 +216,7 @@ struct tg_upstream_conf {
 };
 
 struct tg_jwks;
+struct tg_jwt_cache;
 struct tg_keyring;
 struct tg_tls_client_ctx;
 
@@ -239,7 +241,11 @@ struct tg_jwt_conf {
     char *subject_claim; /* who inside the grant (default "sub") */
     int skew_s;
     unsigned algs; /* TG_JWT_ALG_ bits of jwt[].algorithms (default RS256 and ES256) */
+    int dpop;          /* enum tg_dpop_mode (policy/dpop.h) of jwt[].dpop */
+    int dpop_window_s; /* a proof's iat within dpop_window_s + skew_s of now */
     struct tg_jwks *jwks;
+    struct tg_jwt_cache *cache; /* verified tokens (policy/jwt_cache.h), jwt[].cache_entries slots; mutable
+                                 * inside an immutable conf, like the keys' precomputations */
 };
 
 /* The whole configuration. Refcounted and immutable once loaded: tg_conf_load returns it with one

@@ -64,8 +64,10 @@ const url = () => `http://127.0.0.1:${gw.plainPort}/cowork-os/mcp`;
 const writes = (p) => s.records().filter((r) => r.http && r.msg?.method === 'tools/call' &&
   r.msg.params?.name === 'write_file' && r.msg.params.arguments?.path === p);
 
-async function admin(method, p, headers = {}) {
-  const res = await fetchFn(`http://127.0.0.1:${gw.adminPort}${p}`, { method, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...headers } });
+async function admin(method, p, headers = {}, body) {
+  const h = { authorization: `Bearer ${ADMIN_TOKEN}`, ...headers };
+  if (body !== undefined) h['content-type'] = 'application/json';
+  const res = await fetchFn(`http://127.0.0.1:${gw.adminPort}${p}`, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body) });
   const text = await res.text();
   let json;
   try { json = JSON.parse(text); } catch { /* not JSON */ }
@@ -139,7 +141,7 @@ describe('retry mode (the default without a progressToken)', () => {
       const other = await sdk1(BOB);
       const bobId = assertPending(await rejection(other.client.callTool({ name: 'write_file', arguments: args }), 'bob'), 'bob');
       assert.notEqual(bobId, id);
-      const r = await admin('POST', `/admin/approvals/${id}/approve`, { 'X-Tollgate-Approver': 'carol' });
+      const r = await admin('POST', `/admin/approvals/${id}/approve`, { 'X-Tollgate-Approver': 'carol' }, { digest: item.digest });
       assert.equal(r.status, 200, r.text);
       assert.equal(await listed(id), undefined, 'decided: no longer listed');
       assert.equal(writes(p).length, 0, 'nothing ran at the approval itself');
@@ -190,7 +192,7 @@ describe('hold mode (a call that sent a progressToken)', () => {
     await H.waitUntil(() => progress.length >= 4, { what: 'four progress notifications (past the 2 s timeout)' });
     assert.match(progress[0].message, /waiting for a human to approve write_file at http:\/\/127\.0\.0\.1:\d+\/admin\/ui\/ \(approval [0-9a-f]{32}\)/);
     assert.ok(progress.every((p, i) => i === 0 || p.progress > progress[i - 1].progress), 'progress increases');
-    const r = await admin('POST', `/admin/approvals/${item.id}/approve`);
+    const r = await admin('POST', `/admin/approvals/${item.id}/approve`, {}, { digest: item.digest });
     assert.equal(r.status, 200, r.text);
     const res = await call;
     assert.ok(!res.isError, JSON.stringify(res));
@@ -244,7 +246,7 @@ describe('task mode (a task-augmented call, MCP 2025-11-25)', () => {
       assert.equal(writes(args.path).length, 0, 'nothing ran before the approval');
       const item = await H.waitUntil(async () => (await admin('GET', '/admin/approvals')).json.approvals.find((x) => x.tool === 'write_file'),
         { what: 'the parked task call in the queue' });
-      const r = await admin('POST', `/admin/approvals/${item.id}/approve`);
+      const r = await admin('POST', `/admin/approvals/${item.id}/approve`, {}, { digest: item.digest });
       assert.equal(r.status, 200, r.text);
     });
     const statuses = seen.filter((m) => m.type === 'taskStatus').map((m) => m.task.status);
