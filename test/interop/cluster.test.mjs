@@ -201,6 +201,7 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
       other: budgetPolicy('other', 10),
       approve: budgetPolicy('approve', 10),
       retry: writePolicy('retry.json', { version: '1', default: 'deny', tools: { write_file: { action: 'approve', approval_mode: 'retry' } } }),
+      task: writePolicy('task.json', { version: '1', default: 'deny', tools: { write_file: { action: 'approve', approval_mode: 'task' } } }),
       reload: budgetPolicy('reload', 10),
       pause: budgetPolicy('pause', 40),
       kill: budgetPolicy('kill', 20),
@@ -374,6 +375,28 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     assert.equal(forwarded('/tmp/cluster-retry', 'path').length, 1, 'the third call did not run');
     const d = await c.admin(2, 'POST', `/admin/approvals/${third.e.data.approval_id}/deny`);
     assert.equal(d.status, 200, d.text);
+    await a.close();
+  });
+
+  test('approvals in task mode: a task on a, approved on c; polled on a, completed with the result, run once', async () => {
+    const a = await H.connectClient(c.instanceUrl(0, UPSTREAM), { fetch: fetchFn, headers: bearer(g.task.token), cleanup });
+    const args = { path: '/tmp/cluster-task.txt', content: 'approve-on-c' };
+    const created = await a.client.request({ method: 'tools/call', params: { name: 'write_file', arguments: args, task: { ttl: 60000 } } },
+      sdk.types.CreateTaskResultSchema);
+    assert.equal(created.task.status, 'working', JSON.stringify(created));
+    const item = await H.waitUntil(async () => (await c.admin(2, 'GET', '/admin/approvals')).json?.approvals?.find((x) => x.tool === 'write_file'),
+      { what: "the parked task call in c's list" });
+    assert.equal(item.instance, c.instances[0].name);
+    const r = await c.admin(2, 'POST', `/admin/approvals/${item.id}/approve`, { body: JSON.stringify({ digest: item.digest }) });
+    assert.equal(r.status, 200, r.text);
+    const done = await H.waitUntil(async () => {
+      const t = await a.client.request({ method: 'tasks/get', params: { taskId: created.task.taskId } }, sdk.types.GetTaskResultSchema);
+      return t.status === 'completed' ? t : null;
+    }, { what: 'the task to complete on a' });
+    assert.equal(done.taskId, created.task.taskId);
+    const res = await a.client.request({ method: 'tasks/result', params: { taskId: created.task.taskId } }, sdk.types.CallToolResultSchema);
+    assert.ok(!res.isError, JSON.stringify(res));
+    assert.equal(forwarded('/tmp/cluster-task', 'path').length, 1, 'run exactly once');
     await a.close();
   });
 
