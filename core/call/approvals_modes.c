@@ -146,8 +146,10 @@ static void retry_key(const struct tg_call *k, const struct tg_buf *out, uint8_t
     struct tg_buf b;
     tg_buf_init(&b);
     const char *parts[] = {k->grant, k->subject ? k->subject : k->grant, up_name(k), k->tool};
-    for (int i = 0; i < 4; i++)
-        tg_buf_append(&b, parts[i] ? parts[i] : "", (parts[i] ? strlen(parts[i]) : 0) + (parts[i] ? 1 : 0));
+    for (int i = 0; i < 4; i++) {
+        const char *p = parts[i] ? parts[i] : "";
+        tg_buf_append(&b, p, strlen(p) + 1); /* with its NUL: no part runs into the next */
+    }
     struct tg_json_doc doc;
     if (tg_json_parse(out->base, out->len, k->srv->conf->limits.json_depth + 16, 1, &doc, NULL, NULL) == 0) {
         const cJSON *args = tg_json_get(tg_json_get(doc.root, "params"), "arguments");

@@ -74,8 +74,9 @@ static void list(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m, co
     int first = 1;
     for (struct tg_list *l = x->srv->tasks.next; l != &x->srv->tasks; l = l->next) {
         struct tg_task *t = tg_container_of(l, struct tg_task, link);
-        if (t->relayed || tg_task_find(x->srv, t->id, x->grant->name, subject, x->uc->name) != t)
-            continue;
+        if (t->relayed || strcmp(t->grant, x->grant->name) != 0 ||
+            strcmp(t->subject, subject ? subject : x->grant->name) != 0 || strcmp(t->upstream, x->uc->name) != 0)
+            continue; /* another's, or an upstream's (its list is not relayed) */
         if (!first)
             tg_buf_appends(&b, ",");
         first = 0;
