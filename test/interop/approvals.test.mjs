@@ -199,6 +199,23 @@ describe('hold mode (a call that sent a progressToken)', () => {
     assert.equal(writes(args.path).length, 1);
   });
 
+  test('SDK 2.x (2025 session) with resetTimeoutOnProgress: the same', async () => {
+    const c = await sdk2(ALICE, 'legacy');
+    const args = { path: '/tmp/hold-sdk2.txt', content: 'held' };
+    const progress = [];
+    const call = c.callTool({ name: 'write_file', arguments: args }, {
+      timeout: 2000, resetTimeoutOnProgress: true, onprogress: (p) => progress.push(p),
+    });
+    const item = await H.waitUntil(async () => (await admin('GET', '/admin/approvals')).json.approvals.find((x) => x.tool === 'write_file' && x.session),
+      { what: 'the held call in GET /admin/approvals' });
+    await H.waitUntil(() => progress.length >= 3, { what: 'three progress notifications (past the 2 s timeout)' });
+    const r = await admin('POST', `/admin/approvals/${item.id}/approve`, {}, { digest: item.digest });
+    assert.equal(r.status, 200, r.text);
+    const res = await call;
+    assert.ok(!res.isError, JSON.stringify(res));
+    assert.equal(writes(args.path).length, 1);
+  });
+
   test('a held call is refused when approval_hold_max_ms passes', async () => {
     const c = await sdk1(ALICE);
     const t0 = Date.now();
