@@ -111,14 +111,18 @@ uint64_t tg_principal_tag(const struct tg_conf *c, const struct tg_principal *wh
     return t != 0 ? t : 1; /* 0 means "unknown" */
 }
 
-int tg_principal_owns(const struct tg_conf *c, const struct tg_principal *who, const char *subject, uint64_t tag,
-                      const uint8_t sha256[32])
+int tg_principal_owns(const struct tg_conf *c, const struct tg_principal *who, const struct tg_owner *o)
 {
-    if (tag != 0) /* the subject is compared whole; the tag stands for the issuer */
-        return strcmp(subject, who->subject) == 0 && tg_principal_tag(c, who) == tag;
+    if (o->tag != 0) { /* the subject is compared whole; the issuer by index, or by the tag */
+        if (strcmp(o->subject, who->subject) != 0)
+            return 0;
+        if (o->serial == c->serial)
+            return o->jwt == who->jwt;
+        return tg_principal_tag(c, who) == o->tag;
+    }
     uint8_t d[32];
     tg_principal_sha256(c, who, d);
-    return tg_ct_equal(d, sha256, 32);
+    return tg_ct_equal(d, o->sha256, 32);
 }
 
 enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,

@@ -66,11 +66,17 @@ void tg_principal_sha256(const struct tg_conf *c, const struct tg_principal *who
  * session this process made or adopted keeps, so that every request naming it is matched
  * without a SHA-256 (tg_principal_owns). Never leaves the process. */
 uint64_t tg_principal_tag(const struct tg_conf *c, const struct tg_principal *who);
-/* 1 if who is the subject that made a session: subject and tag (tg_principal_tag of its maker,
- * 0 when unknown) when the tag is known, else its sha256 (tg_principal_sha256 of its maker, as a
- * cluster record binds it). */
-int tg_principal_owns(const struct tg_conf *c, const struct tg_principal *who, const char *subject, uint64_t tag,
-                      const uint8_t sha256[32]);
+/* What a session keeps of the subject that made it, to match every request naming it. */
+struct tg_owner {
+    const char *subject;    /* its subject (NUL-terminated) */
+    uint64_t tag;           /* tg_principal_tag() of its maker, or 0: not known here */
+    uint64_t serial;        /* the conf serial when it was taken, and */
+    int jwt;                /* ... the maker's who->jwt under that conf */
+    const uint8_t *sha256;  /* tg_principal_sha256() of its maker (what a cluster record binds) */
+};
+/* 1 if who (checked against c) is the owner's maker. Under the conf the owner was taken with, a
+ * compare of subject and issuer index; after a reload, the tag; with no tag, the SHA-256. */
+int tg_principal_owns(const struct tg_conf *c, const struct tg_principal *who, const struct tg_owner *o);
 /* What authenticated a long-lived channel (a WebSocket, a legacy SSE stream), kept so that a reload
  * can ask whether it still names the same grant, and a JWT's channel can end at its exp. Only
  * digests and names: never the token. Value type, owned by whoever holds it. */
