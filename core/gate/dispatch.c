@@ -712,7 +712,9 @@ int tg_dispatch_session_open(struct tg_exchange *x)
             who = &own;
         }
         s->subject = tg_xstrdup(who->subject);
-        tg_principal_sha256(srv->conf, who, s->subject_sha256);
+        tg_principal_sha256(srv->conf, who, s->subject_sha256); /* once: the cluster record binds it */
+        s->subject_tag = tg_principal_tag(srv->conf, who);
+        s->subject_serial = srv->conf->serial, s->subject_jwt = who->jwt;
     }
     s->last_active_ms = uv_now(srv->loop);
     srv->metrics.sessions_created++;
@@ -732,9 +734,8 @@ int tg_dispatch_session_owner(const struct tg_exchange *x, const struct tg_sessi
         tg_principal_of_grant(x->grant, &own);
         who = &own;
     }
-    uint8_t d[32];
-    tg_principal_sha256(x->srv->conf, who, d);
-    return tg_ct_equal(d, s->subject_sha256, 32);
+    struct tg_owner o = {s->subject, s->subject_tag, s->subject_serial, s->subject_jwt, s->subject_sha256};
+    return tg_principal_owns(x->srv->conf, who, &o);
 }
 
 const char *tg_dispatch_subject(const struct tg_exchange *x)
