@@ -33,6 +33,8 @@ static const struct int_directive limit_directives[] = {
     {"output_high_water", LIM(output_high_water), 4096, 1073741824, 1048576, "bytes queued to a slow client"},
     {"drain_timeout_ms", LIM(drain_timeout_ms), 0, 3600000, 10000, "graceful drain on SIGTERM"},
     {"approvals_max", LIM(approvals_max), 0, 1000000, 1000, "calls parked for approval at once"},
+    {"approvals_bytes", LIM(approvals_bytes), 0, 2147483647, 67108864, "bytes parked calls hold together"},
+    {"approvals_per_grant", LIM(approvals_per_grant), 0, 1000000, 0, "calls of one grant parked at once (0: a quarter of approvals_max)"},
     {"replay_bytes", LIM(replay_bytes), 0, 67108864, 65536, "events kept per SSE stream for Last-Event-ID"},
     {"sse_keepalive_ms", LIM(sse_keepalive_ms), 1000, 3600000, 15000, "comment sent on an idle SSE stream"},
     {"ws_ping_ms", LIM(ws_ping_ms), 100, 3600000, 30000, "WebSocket ping interval (no pong, or half a frame, by the next: closed)"},
@@ -687,7 +689,7 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
     c->path = tg_xstrdup(path);
     config_setting_t *root = config_root_setting(&cfg);
     static const char *const known[] = {"log", "listen", "admin", "limits", "grants", "upstreams", "audit", "jwt",
-                                        "public_url", "cluster", NULL};
+                                        "public_url", "cluster", "approvals", NULL};
     tg__conf_check_members(&ld, root, known, "");
     load_log(&ld, &cfg, c);
     load_listeners(&ld, &cfg, c);
@@ -699,9 +701,12 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
         lim = NULL;
     }
     tg__conf_load_ints(&ld, lim, limit_directives, &c->limits, "limits", 1);
+    if (c->limits.approvals_per_grant == 0)
+        c->limits.approvals_per_grant = c->limits.approvals_max / 4 > 0 ? c->limits.approvals_max / 4 : 1;
     tg__conf_load_grants(&ld, &cfg, c);
     tg__conf_load_upstreams(&ld, &cfg, c);
     load_audit(&ld, &cfg, c);
+    tg__conf_load_approvals(&ld, &cfg, c);
     tg__conf_load_cluster(&ld, &cfg, c);
     tg__conf_load_jwt(&ld, &cfg, c);
     const config_setting_t *pu = config_lookup(&cfg, "public_url");
@@ -759,6 +764,7 @@ void tg_conf_unref(struct tg_conf *c)
     tg_buf_dispose(&c->warnings);
     tg__conf_upstreams_free(c);
     tg__conf_cluster_free(c);
+    tg__conf_approvals_free(c);
     free(c->log_file);
     free(c->path);
     free(c);
