@@ -16,6 +16,7 @@
 
 #include "cluster/internal.h"
 #include "cluster/redis/redis.h"
+#include "core/call/approvals.h"
 #include "core/call/audit.h"
 #include "core/call/call.h"
 #include "core/call/gateway.h"
@@ -39,7 +40,6 @@ void tg__cluster_approval_park(void *ud, struct tg_call *k)
     cJSON *msg = cJSON_ParseWithLength(k->held.base, k->held.len);
     const cJSON *args = tg_json_get(tg_json_get(msg, "params"), "arguments");
     char *shown = args ? tg_audit_args_values(&ac, args) : NULL;
-    cJSON_Delete(msg);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", k->approval_id);
     cJSON_AddStringToObject(o, "grant", k->grant);
@@ -52,9 +52,16 @@ void tg__cluster_approval_park(void *ud, struct tg_call *k)
     cJSON_AddNumberToObject(o, "parked_at_ms", (double)k->parked_at_wall);
     cJSON_AddNumberToObject(o, "deadline_ms", (double)(k->parked_at_wall + (uint64_t)k->dec->approval_timeout_ms));
     cJSON_AddStringToObject(o, "instance", cl->instance);
+    char why[600], blocked[640];
+    if (tg_approvals_stale(k, args, why, sizeof(why)) != NULL) { /* written again after each reload */
+        snprintf(blocked, sizeof(blocked), "no longer allowed: %s", why);
+        cJSON_AddStringToObject(o, "blocked", blocked);
+    }
     char *json = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     free(shown);
+    cJSON_Delete(msg);
+    k->parked_bytes += strlen(json); /* the listing is a copy of the arguments the queue keeps */
     char key[128];
     hash_key(cl, key, sizeof(key));
     const char *argv[] = {"HSET", key, k->approval_id, json};
@@ -91,10 +98,11 @@ static void decision_mac(struct tg_cluster *cl, const char *id, int approve, con
     tg_hex_encode(mac, 32, hex);
 }
 
-static void on_decided_here(void *ud, int rc)
+static void on_decided_here(void *ud, int rc, const char *why)
 {
     (void)ud;
     (void)rc; /* decided by this member's queue, or no longer parked here: nothing to answer */
+    (void)why;
 }
 
 /* A decision another member published for a call parked here. */
@@ -225,6 +233,7 @@ static void on_hash(void *ud, int status, const struct redisReply *r)
         it->expires_in_ms = deadline - now;
         it->instance = sget(o, "instance");
         it->args_sha256 = sget(o, "args_sha256");
+        it->blocked = sget(o, "blocked");
     }
     if (m > 1)
         qsort(items, m, sizeof(*items), by_parked);
@@ -259,6 +268,7 @@ struct decide_wait {
     int approve;
     char by[128];
     char *reason;
+    char *blocked; /* the listing says it may no longer run (its member refuses it) */
 };
 
 static void on_published(void *ud, int status, const struct redisReply *r)
@@ -266,8 +276,12 @@ static void on_published(void *ud, int status, const struct redisReply *r)
     struct decide_wait *w = ud;
     /* PUBLISH answers how many members heard it: none means the member holding it is gone. */
     int heard = status == TG_REDIS_OK && r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
-    w->done(w->ud, heard ? 0 : TG_APPROVAL_UNKNOWN);
+    if (heard && w->approve && w->blocked != NULL)
+        w->done(w->ud, TG_APPROVAL_STALE, w->blocked); /* its member refuses it, as it says */
+    else
+        w->done(w->ud, heard ? 0 : TG_APPROVAL_UNKNOWN, NULL);
     free(w->reason);
+    free(w->blocked);
     free(w);
 }
 
@@ -279,12 +293,15 @@ static void on_item(void *ud, int status, const struct redisReply *r)
                                                                                    : NULL;
     const char *inst = sget(o, "instance");
     if (o == NULL || inst == NULL || nget(o, "deadline_ms") <= (uint64_t)wall_ms()) {
-        w->done(w->ud, TG_APPROVAL_UNKNOWN);
+        w->done(w->ud, TG_APPROVAL_UNKNOWN, NULL);
         cJSON_Delete(o);
         free(w->reason);
         free(w);
         return;
     }
+    const char *blocked = sget(o, "blocked");
+    if (blocked != NULL) /* why, without the listing's "no longer allowed: " */
+        w->blocked = tg_xstrdup(strncmp(blocked, "no longer allowed: ", 19) == 0 ? blocked + 19 : blocked);
     char ch[160];
     channel_of(cl, inst, ch, sizeof(ch));
     cJSON *d = cJSON_CreateObject();
@@ -305,17 +322,27 @@ static void on_item(void *ud, int status, const struct redisReply *r)
     free(json);
 }
 
-static void on_here(void *ud, int rc) { *(int *)ud = rc; }
+struct here {
+    int rc;
+    char why[600];
+};
+
+static void on_here(void *ud, int rc, const char *why)
+{
+    struct here *h = ud;
+    h->rc = rc;
+    snprintf(h->why, sizeof(h->why), "%s", why ? why : "");
+}
 
 void tg__cluster_approval_decide(void *ud, struct tg_slice id, int approve, const char *by, const char *reason,
                                  tg_approval_decide_cb done, void *cb_ud)
 {
     struct tg_cluster *cl = ud;
     /* Parked here: this member's queue decides it (and answers before it returns). */
-    int here = TG_APPROVAL_UNKNOWN;
+    struct here here = {TG_APPROVAL_UNKNOWN, ""};
     cl->local.ops->approval_decide(cl->local.ud, id, approve, by, reason, on_here, &here);
-    if (here == 0 || id.len >= 80) {
-        done(cb_ud, here);
+    if (here.rc != TG_APPROVAL_UNKNOWN || id.len >= 80) {
+        done(cb_ud, here.rc, here.why[0] ? here.why : NULL);
         return;
     }
     struct decide_wait *w = tg_xcalloc(1, sizeof(*w));

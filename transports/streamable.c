@@ -308,6 +308,7 @@ static const struct tg_sink_ops http_sink_ops = {
     .connected = on_sink_connected,
     .release = on_sink_release,
     .bind = on_sink_bind,
+    .cred = tg_streamable_sink_cred,
 };
 
 static struct tg_http_sink *http_sink_new(const struct tg_exchange *x, struct tg_session *s, struct tg_conn *c,

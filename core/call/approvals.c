@@ -6,12 +6,71 @@
 
 #include "core/call/audit.h"
 #include "core/call/call.h"
+#include "core/call/webhook.h"
 #include "core/call/gateway.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/wire/msg.h"
+#include "policy/auth.h"
 #include "policy/policy.h"
 #include "upstream/pool/pool.h"
+
+/* An event for the webhook (core/call/webhook.h) about k. */
+static void hook(struct tg_call *k, const char *event, const char *by, const char *reason)
+{
+    struct tg_webhook_event e = {event,   k->approval_id, k->tool,        k->grant, k->subject ? k->subject : k->grant,
+                                 up_name(k), k->args_sha256, by, reason};
+    tg_webhook_post(k->srv, &e);
+}
+
+/* What k holds while parked, besides its struct: the message, and every copy of its arguments
+ * (the audit's, a 2025 session's resend, a 2026 call's tree, counted at its text's size). A
+ * cluster's listing adds its own when it is written (cluster/approvals.c). */
+static size_t held_bytes(const struct tg_call *k)
+{
+    size_t n = sizeof(*k) + k->held.len;
+    if (k->args_json != NULL)
+        n += strlen(k->args_json);
+    if (k->resend != NULL)
+        n += strlen(k->resend);
+    if (k->mrtr != NULL && k->mrtr->args != NULL)
+        n += k->held.len;
+    if (k->cred != NULL)
+        n += sizeof(*k->cred);
+    return n;
+}
+
+static size_t parked_of_grant(struct tg_server *srv, const char *grant)
+{
+    size_t n = 0;
+    for (struct tg_list *l = srv->approvals.next; l != &srv->approvals; l = l->next)
+        n += strcmp(tg_container_of(l, struct tg_call, alink)->grant, grant) == 0;
+    return n;
+}
+
+int tg_approvals_admit(struct tg_call *k, char *msg, size_t n)
+{
+    struct tg_server *srv = k->srv;
+    const struct tg_limits *lim = &srv->conf->limits;
+    int why = -1;
+    if (srv->napprovals >= (size_t)lim->approvals_max) {
+        why = TG_APPROVAL_REFUSED_FULL;
+        snprintf(msg, n, "%s needs approval, but the approval queue is full (limits.approvals_max); try later", k->tool);
+    } else if (srv->approvals_bytes + held_bytes(k) > (size_t)lim->approvals_bytes) {
+        why = TG_APPROVAL_REFUSED_BYTES;
+        snprintf(msg, n, "%s needs approval, but the approval queue is full (limits.approvals_bytes); try later",
+                 k->tool);
+    } else if (parked_of_grant(srv, k->grant) >= (size_t)lim->approvals_per_grant) {
+        why = TG_APPROVAL_REFUSED_GRANT;
+        snprintf(msg, n,
+                 "%s needs approval, but this grant already has %d calls waiting for approval "
+                 "(limits.approvals_per_grant); try later",
+                 k->tool, lim->approvals_per_grant);
+    }
+    if (why >= 0)
+        srv->metrics.approvals_refused[why]++;
+    return why;
+}
 
 void tg_approvals_park(struct tg_call *k)
 {
@@ -24,17 +83,98 @@ void tg_approvals_park(struct tg_call *k)
     k->parked_at_wall = (uint64_t)wall_ms();
     tg_list_insert_tail(&srv->approvals, &k->alink);
     srv->napprovals++;
+    /* The credential it came with: asked again at approval whether it still holds. */
+    k->cred = tg_xmalloc(sizeof(*k->cred));
+    if (k->sink == NULL || k->sink->ops->cred == NULL || !k->sink->ops->cred(k->sink, k->cred)) {
+        free(k->cred);
+        k->cred = NULL;
+    }
     char gesc[160], tesc[300]; /* the tool's name is the client's: escaped, as every name */
     tg_log(TG_LOG_INFO, "call parked for approval", "approval_id=%s grant=%s session=%s upstream=%s tool=%s",
            k->approval_id, tg_log_esc(gesc, sizeof(gesc), tg_slice_cstr(k->grant)), k->sess->id_str, up_name(k),
            tg_log_esc(tesc, sizeof(tesc), tg_slice_cstr(k->tool)));
     tg_call_audit(k, "approve", -1, NULL, NULL);
-    srv->store.ops->approval_park(srv->store.ud, k);
+    k->parked_bytes = held_bytes(k);
+    srv->store.ops->approval_park(srv->store.ud, k); /* a cluster adds its listing's bytes */
+    srv->approvals_bytes += k->parked_bytes;
+    hook(k, "parked", NULL, NULL);
+}
+
+void tg_approvals_unpark(struct tg_call *k)
+{
+    struct tg_server *srv = k->srv;
+    tg_list_unlink(&k->alink);
+    srv->napprovals--;
+    srv->approvals_bytes -= k->parked_bytes < srv->approvals_bytes ? k->parked_bytes : srv->approvals_bytes;
+    k->parked_bytes = 0;
+    k->parked = 0;
+    srv->store.ops->approval_gone(srv->store.ud, k);
+}
+
+void tg_approvals_reconf(struct tg_server *srv)
+{
+    for (struct tg_list *l = srv->approvals.next; l != &srv->approvals; l = l->next) {
+        struct tg_call *k = tg_container_of(l, struct tg_call, alink);
+        size_t before = k->parked_bytes;
+        k->parked_bytes = held_bytes(k);
+        srv->store.ops->approval_park(srv->store.ud, k); /* the listing is written again, its state new */
+        srv->approvals_bytes = srv->approvals_bytes - before + k->parked_bytes;
+    }
+}
+
+const char *tg_approvals_stale(struct tg_call *k, const cJSON *args, char *why, size_t n)
+{
+    const struct tg_conf *c = k->srv->conf;
+    const struct tg_grant_conf *g = tg_conf_find_grant(c, k->grant);
+    const char *up = up_name(k);
+    int u = -1;
+    cJSON *msg = NULL;
+    if (g == NULL) {
+        snprintf(why, n, "grant \"%s\" was removed from the configuration", k->grant);
+        return why;
+    }
+    if (k->cred != NULL && k->cred->kind == TG_CRED_JWT && k->cred->end_s <= (int64_t)(wall_ms() / 1000)) {
+        snprintf(why, n, "the token that made this call has expired");
+        return why;
+    }
+    if (k->cred != NULL && !tg_auth_cred_holds(c, k->cred)) {
+        snprintf(why, n,
+                 "the credential that made this call is no longer accepted for grant \"%s\" (its token was "
+                 "rotated, or its issuer or certificate removed)",
+                 k->grant);
+        return why;
+    }
+    if (up == NULL || tg_conf_find_upstream(c, tg_slice_cstr(up), &u) == NULL) {
+        snprintf(why, n, "upstream \"%s\" was removed from the configuration", up ? up : "-");
+        return why;
+    }
+    struct tg_policy *p = tg_conf_policy_for(c, g, u);
+    if (!tg_policy_tool_visible(p, k->tool)) {
+        snprintf(why, n, "tool \"%s\" is now hidden by the policy", k->tool);
+        return why;
+    }
+    if (args == NULL && k->held.len > 0) {
+        msg = cJSON_ParseWithLength(k->held.base, k->held.len);
+        args = tg_json_get(tg_json_get(msg, "params"), "arguments");
+    }
+    struct tg_decision *d = tg_call_decision_new();
+    struct tg_caller who = {k->grant, k->sess ? k->sess->id_str : NULL, up, k->subject};
+    /* Judged again without reserving: its reservations were taken when it was parked. */
+    tg_policy_decide_continuation(p, k->srv->counters, &who, k->tool, args, wall_ms(), d);
+    const char *out = NULL;
+    if (d->verdict == TG_VERDICT_DENY) {
+        snprintf(why, n, "tool \"%s\" is now denied%s%s: %s", k->tool, d->rule[0] ? " by " : "", d->rule,
+                 d->message);
+        out = why;
+    }
+    tg_call_decision_free(d);
+    cJSON_Delete(msg);
+    return out;
 }
 
 /* The answer to a call that was not approved: -32003 with {tool, approval_id, reason}, reason
  * being the approver's own words when they gave some, else what happened. */
-static void answer_refused(struct tg_call *k, const char *message, const char *reason)
+void tg_approvals_refuse(struct tg_call *k, const char *message, const char *reason)
 {
     struct tg_buf data, e;
     tg_buf_init(&data);
@@ -52,26 +192,48 @@ static void answer_refused(struct tg_call *k, const char *message, const char *r
     tg_buf_dispose(&data);
 }
 
-static void finish(struct tg_call *k, int approve, const char *by, const char *why, const char *reason)
+/* why: NULL a human refused, "cancelled" its client went, "session" its session ended,
+ * "timeout" its deadline passed (or the gateway shut down). Returns 0, or TG_APPROVAL_STALE when
+ * an approval found that the configuration in force no longer lets it run (stale: why not). */
+static int finish(struct tg_call *k, int approve, const char *by, const char *why, const char *reason, char *stale,
+                  size_t stale_n)
 {
     struct tg_server *srv = k->srv;
-    tg_list_unlink(&k->alink);
-    srv->napprovals--;
-    k->parked = 0;
-    srv->store.ops->approval_gone(srv->store.ud, k);
-    if (approve) {
+    const char *no_longer = approve ? tg_approvals_stale(k, NULL, stale, stale_n) : NULL;
+    tg_approvals_unpark(k);
+    if (approve && no_longer == NULL) {
         srv->metrics.approvals_approved++;
         tg_call_audit(k, "approved", -1, NULL, by);
         char esc[200]; /* the approver's name comes from a header: escaped, it cannot forge log fields */
         tg_log(TG_LOG_INFO, "approval granted", "approval_id=%s by=%s", k->approval_id,
                tg_log_esc(esc, sizeof(esc), tg_slice_cstr(by)));
+        hook(k, "approved", by, NULL);
         struct tg_buf body = k->held;
         tg_buf_init(&k->held);
         tg_call_send(k, body.base, body.len, (uint64_t)tg_upstream_conf(k->uprt)->call_timeout_ms);
         tg_buf_dispose(&body);
-        return;
+        return 0;
     }
-    int cancelled = why != NULL && strcmp(why, "cancelled") == 0;
+    if (approve) {
+        /* Approved under a configuration that no longer allows it: nothing is forwarded. */
+        srv->metrics.approvals_refused[TG_APPROVAL_REFUSED_STALE]++;
+        tg_call_audit(k, "refused", -1, NULL, by);
+        char esc[200], resc[700];
+        tg_log(TG_LOG_INFO, "approved call no longer allowed", "approval_id=%s by=%s why=%s", k->approval_id,
+               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(by ? by : "-")),
+               tg_log_esc(resc, sizeof(resc), tg_slice_cstr(no_longer)));
+        hook(k, "refused", by, no_longer);
+        if (k->sink != NULL && k->sink->ops->listening(k->sink)) {
+            char message[sizeof(k->dec->message) + 400];
+            snprintf(message, sizeof(message),
+                     "%s was approved, but the configuration in force no longer allows it: %s; the call was not made",
+                     k->tool, no_longer);
+            tg_approvals_refuse(k, message, no_longer);
+        }
+        tg_call_close(k);
+        return TG_APPROVAL_STALE;
+    }
+    int cancelled = why != NULL && (strcmp(why, "cancelled") == 0 || strcmp(why, "session") == 0);
     if (why == NULL || cancelled)
         srv->metrics.approvals_rejected++;
     else
@@ -81,9 +243,13 @@ static void finish(struct tg_call *k, int approve, const char *by, const char *w
     tg_log(TG_LOG_INFO, why ? "approval timed out" : "approval denied", "approval_id=%s by=%s reason=%s",
            k->approval_id, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(by ? by : "-")),
            tg_log_esc(resc, sizeof(resc), tg_slice_cstr(reason && reason[0] ? reason : "-")));
+    hook(k, cancelled ? "withdrawn" : why ? "expired" : "denied", by, reason);
     if (k->sink != NULL && k->sink->ops->listening(k->sink)) {
         char message[sizeof(k->dec->message)];
-        if (cancelled)
+        if (cancelled && strcmp(why, "session") == 0)
+            snprintf(message, sizeof(message), "%s was withdrawn: its session ended before approval; the call was not made",
+                     k->tool);
+        else if (cancelled)
             snprintf(message, sizeof(message),
                      "%s was cancelled by the client before approval; the call was not made", k->tool);
         else if (why)
@@ -91,19 +257,21 @@ static void finish(struct tg_call *k, int approve, const char *by, const char *w
         else
             snprintf(message, sizeof(message), "%s was refused by a human approver; the call was not made",
                      k->tool);
-        answer_refused(k, message, reason && reason[0] ? reason : message);
+        tg_approvals_refuse(k, message, reason && reason[0] ? reason : message);
     }
     tg_call_close(k);
+    return 0;
 }
 
 void tg_approvals_finish(struct tg_call *k, int approve, const char *by, const char *why)
 {
-    finish(k, approve, by, why, NULL);
+    char stale[600];
+    finish(k, approve, by, why, NULL, stale, sizeof(stale));
 }
 
 void tg_approvals_deny(struct tg_call *k, const char *by, const char *reason)
 {
-    finish(k, 0, by, NULL, reason);
+    finish(k, 0, by, NULL, reason, NULL, 0);
 }
 
 struct tg_call *tg_approvals_find(struct tg_server *srv, struct tg_slice id)
@@ -137,6 +305,11 @@ void tg_approvals_write(struct tg_buf *b, const struct tg_approval_item *items, 
                        (unsigned long long)it->expires_in_ms);
         if (it->instance)
             tg_json_write_string(b, it->instance, strlen(it->instance));
+        else
+            tg_buf_appends(b, "null");
+        tg_buf_appends(b, ",\"blocked\":");
+        if (it->blocked)
+            tg_json_write_string(b, it->blocked, strlen(it->blocked));
         else
             tg_buf_appends(b, "null");
         tg_buf_appends(b, "}");
@@ -181,10 +354,10 @@ static struct tg_call *first_parked(struct tg_session *s)
     return NULL;
 }
 
-void tg_approvals_withdraw(struct tg_session *s)
+void tg_approvals_withdraw(struct tg_session *s, const char *why)
 {
     for (struct tg_call *k; (k = first_parked(s)) != NULL;)
-        tg_approvals_finish(k, 0, "client", "cancelled");
+        tg_approvals_finish(k, 0, strcmp(why, "session") == 0 ? "session" : "client", why);
 }
 
 int tg_approvals_cancel(struct tg_session *s, const char *want)
@@ -222,6 +395,13 @@ void tg_approvals_local_list(struct tg_server *srv, tg_approval_list_cb done, vo
         const cJSON *args = tg_json_get(tg_json_get(msg, "params"),
                                                              "arguments");
         it->args = args ? tg_audit_args_values(&ac, args) : NULL;
+        char why[600];
+        if (tg_approvals_stale(k, args, why, sizeof(why)) != NULL) {
+            size_t bn = strlen(why) + 32;
+            char *b = tg_xmalloc(bn);
+            snprintf(b, bn, "no longer allowed: %s", why);
+            it->blocked = b;
+        }
         cJSON_Delete(msg);
         it->parked_at_ms = k->parked_at_wall;
         uint64_t parked_loop = k->approval_deadline - (uint64_t)k->dec->approval_timeout_ms;
@@ -230,8 +410,10 @@ void tg_approvals_local_list(struct tg_server *srv, tg_approval_list_cb done, vo
         it->args_sha256 = k->args_sha256;
     }
     done(ud, items, n);
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
         free((char *)items[i].args);
+        free((char *)items[i].blocked);
+    }
     free(items);
 }
 
@@ -240,12 +422,10 @@ void tg_approvals_local_decide(struct tg_server *srv, struct tg_slice id, int ap
 {
     struct tg_call *k = tg_approvals_find(srv, id);
     if (k == NULL) {
-        done(ud, TG_APPROVAL_UNKNOWN);
+        done(ud, TG_APPROVAL_UNKNOWN, NULL);
         return;
     }
-    if (approve)
-        finish(k, 1, by, NULL, NULL);
-    else
-        finish(k, 0, by, NULL, reason);
-    done(ud, 0);
+    char stale[600];
+    int rc = approve ? finish(k, 1, by, NULL, NULL, stale, sizeof(stale)) : finish(k, 0, by, NULL, reason, NULL, 0);
+    done(ud, rc, rc == TG_APPROVAL_STALE ? stale : NULL);
 }

@@ -31,6 +31,7 @@ struct tg_upreq;
 struct tg_policy;
 struct tg_decision;
 struct tg_upstream_ops;
+struct tg_auth_cred;
 
 /* A filter on a call (like an h2o ostream or an nginx body filter): what crosses the eras
  * between the call's client and its upstream. The bridge (core/bridge/) installs it on a call
@@ -116,6 +117,8 @@ struct tg_call {
     uint64_t parked_at_wall;
     struct tg_list alink;     /* srv->approvals while parked, srv->awaiting while awaiting */
     struct tg_buf held;       /* the message, serialized, waiting for a decision */
+    struct tg_auth_cred *cred; /* parked: the credential it came with (owned), or NULL: unknown */
+    size_t parked_bytes;      /* parked: what it counts toward limits.approvals_bytes */
     /* its decision (core/gate/dispatch.c, through the shared store: core/call/shared.h) */
     struct tg_gate_request *asking;  /* the request on the gate's stack while the store decides
                                       * inline; NULL once the decision waits (held has it) */

@@ -24,6 +24,7 @@ struct tg_session_table;
 struct tg_upstream;
 struct tg_upstream_ops;
 struct tg_cred_ended;
+struct tg_webhook;
 
 /* The end of an asynchronous reload (tg_server.reload_start). */
 typedef void (*tg_reload_done_cb)(void *ud, int ok, const struct tg_buf *err);
@@ -52,6 +53,8 @@ struct tg_server {
     struct tg_cred_ended *cred_ended; /* legacy SSE sessions a credential ended, remembered: owned, or NULL */
     uint64_t next_stream_id;
     size_t napprovals;
+    size_t approvals_bytes;       /* what the parked calls hold (limits.approvals_bytes) */
+    struct tg_webhook *webhook;   /* approval events for approvals.webhook (core/call/webhook.h) */
     uint64_t reloads, reload_failures;
     /* The sessions stateless (2026-07-28) requests use: one per grant and upstream, found by the
      * session's own grant and upstream; each slot holds a session reference (core/gate/stateless.c;

@@ -91,12 +91,17 @@ struct tg_approval_item {
     uint64_t expires_in_ms;  /* until its deadline */
     const char *instance;    /* a cluster: the member holding the call (NULL for the local queue) */
     const char *args_sha256; /* the arguments' digest (hex), or NULL */
+    const char *blocked;     /* "no longer allowed: WHY" when the configuration in force would not
+                              * let it run any more (approve is refused), or NULL */
 };
 /* items: valid during the call only. n: how many. */
 typedef void (*tg_approval_list_cb)(void *ud, const struct tg_approval_item *items, size_t n);
-/* rc: 0 decided, TG_APPROVAL_UNKNOWN no pending approval with this id (decided, expired, unknown). */
+/* rc: 0 decided, TG_APPROVAL_UNKNOWN no pending approval with this id (decided, expired, unknown),
+ * TG_APPROVAL_STALE approved, but the configuration in force no longer lets it run: it was
+ * refused instead, and why says what changed (else why is NULL). */
 #define TG_APPROVAL_UNKNOWN (-2)
-typedef void (*tg_approval_decide_cb)(void *ud, int rc);
+#define TG_APPROVAL_STALE (-3)
+typedef void (*tg_approval_decide_cb)(void *ud, int rc, const char *why);
 
 /* ---- the store ---------------------------------------------------------------------------- */
 
