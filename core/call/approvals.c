@@ -149,10 +149,6 @@ const char *tg_approvals_stale(struct tg_call *k, const cJSON *args, char *why, 
         return why;
     }
     struct tg_policy *p = tg_conf_policy_for(c, g, u);
-    if (!tg_policy_tool_visible(p, k->tool)) {
-        snprintf(why, n, "tool \"%s\" is now hidden by the policy", k->tool);
-        return why;
-    }
     if (args == NULL && k->held.len > 0) {
         msg = cJSON_ParseWithLength(k->held.base, k->held.len);
         args = tg_json_get(tg_json_get(msg, "params"), "arguments");
@@ -165,6 +161,9 @@ const char *tg_approvals_stale(struct tg_call *k, const cJSON *args, char *why, 
     if (d->verdict == TG_VERDICT_DENY) {
         snprintf(why, n, "tool \"%s\" is now denied%s%s: %s", k->tool, d->rule[0] ? " by " : "", d->rule,
                  d->message);
+        out = why;
+    } else if (!tg_policy_tool_visible(p, k->tool)) {
+        snprintf(why, n, "tool \"%s\" is now hidden by the policy", k->tool);
         out = why;
     }
     tg_call_decision_free(d);

@@ -135,7 +135,7 @@ export const quietFor = (ms) => sleep(ms);
  * cluster (docs/operations.md): `instance` is the member holding the call, null without a
  * cluster; `args` (left out here) only with audit.args = "values" (the page: always).
  */
-export const APPROVAL_FIELDS = ['args_sha256', 'expires_in_ms', 'grant', 'id', 'instance', 'parked_at_ms', 'session', 'tool', 'upstream', 'waited_ms'];
+export const APPROVAL_FIELDS = ['args_sha256', 'blocked', 'expires_in_ms', 'grant', 'id', 'instance', 'parked_at_ms', 'session', 'tool', 'upstream', 'waited_ms'];
 export const approvalFields = (item) => Object.keys(item).filter((k) => k !== 'args').sort();
 
 /** Parses a Prometheus text exposition into { 'name{labels}': number } (labels as written). */
@@ -463,6 +463,7 @@ export function writeConf(dir, opts) {
     jwt: opts.jwt || undefined,
     public_url: opts.public_url || undefined,
     cluster: opts.cluster || undefined,
+    approvals: opts.approvals || undefined,
   };
   const lines = ['# written by test/interop/lib/harness.mjs'];
   for (const [k, v] of Object.entries(conf)) {
