@@ -376,6 +376,8 @@ void tg_cluster_metrics(const struct tg_cluster *cl, struct tg_buf *out)
        cl->stats.unavailable);
     CC("decision_rounds_total", "Redis round trips made for decisions.", cl->stats.rounds);
     CC("refund_ops_total", "Counter operations sent to give back reservations.", cl->stats.refunds);
+    CC("approval_listings_refused_total", "Approval listings read from Redis that did not verify (not shown, "
+       "not decided).", cl->stats.listings_refused);
     if (rs != NULL) {
         CC("redis_requests_total", "Requests made to Redis.", rs->requests);
         CC("redis_commands_total", "Commands written to Redis.", rs->commands);

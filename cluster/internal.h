@@ -29,6 +29,7 @@ struct tg_cluster {
     struct tg_cluster_conf conf; /* the first conf's values; strings are the copies above */
     struct tg_list jobs;         /* decisions waiting for Redis */
     struct tg_cluster_stats stats;
+    uint64_t listing_warned_ms; /* wall clock of the last warning about a listing that did not verify */
     int up;
     /* Who hears the session ends members announce (cluster/sessions.c subscribes). */
     void (*session_ended)(void *ud, const char *id);
@@ -51,8 +52,8 @@ void tg__cluster_session_fetch(void *cl, const char *id, tg_shared_session_cb cb
 void tg__cluster_approval_park(void *cl, struct tg_call *k);
 void tg__cluster_approval_gone(void *cl, struct tg_call *k);
 void tg__cluster_approvals_list(void *cl, tg_approval_list_cb done, void *cb_ud);
-void tg__cluster_approval_decide(void *cl, struct tg_slice id, int approve, const char *by, const char *reason,
-                                 tg_approval_decide_cb done, void *cb_ud);
+void tg__cluster_approval_decide(void *cl, struct tg_slice id, int approve, const char *digest, const char *by,
+                                 const char *reason, tg_approval_decide_cb done, void *cb_ud);
 void tg__cluster_approvals_start(struct tg_cluster *cl);
 
 #endif

@@ -6,14 +6,15 @@
 #include "core/base/sha256.h"
 #include "core/base/siphash.h"
 #include "policy/jwt.h"
+#include "policy/jwt_cache.h"
 #include "policy/keyring.h"
 #include <strings.h>
 
-int tg_auth_bearer(struct tg_slice h, struct tg_slice *token)
+/* The token after a scheme of skip bytes and its spaces: RFC 6750's b64token charset (printable
+ * ASCII without spaces), trailing blanks trimmed. */
+static int token_after(struct tg_slice h, size_t skip, struct tg_slice *token)
 {
-    if (h.len < 7 || strncasecmp(h.ptr, "Bearer ", 7) != 0)
-        return TG_EINVAL;
-    size_t i = 7;
+    size_t i = skip;
     while (i < h.len && h.ptr[i] == ' ')
         i++;
     size_t end = h.len;
@@ -30,6 +31,20 @@ int tg_auth_bearer(struct tg_slice h, struct tg_slice *token)
     return 0;
 }
 
+int tg_auth_bearer(struct tg_slice h, struct tg_slice *token)
+{
+    if (h.len < 7 || strncasecmp(h.ptr, "Bearer ", 7) != 0)
+        return TG_EINVAL;
+    return token_after(h, 7, token);
+}
+
+/* "Bearer <token>" or "DPoP <token>" (RFC 9449 §7.1; schemes case-insensitive, one token charset). */
+int tg_auth_token(struct tg_slice h, struct tg_slice *token, int *dpop)
+{
+    *dpop = h.len >= 5 && strncasecmp(h.ptr, "DPoP ", 5) == 0;
+    return *dpop ? token_after(h, 5, token) : tg_auth_bearer(h, token);
+}
+
 static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
                                     struct tg_principal *who, const char **why, int *by_static,
                                     struct tg_auth_cred *cred);
@@ -40,6 +55,8 @@ void tg_principal_of_grant(const struct tg_grant_conf *g, struct tg_principal *w
     tg_strlcpy(who->subject, g->name ? g->name : "", sizeof(who->subject));
     who->exp_s = 0;
     who->jwt = 0;
+    who->dpop = 0;
+    who->jkt[0] = '\0';
     tg_strlcpy(who->scopes, g->scopes ? g->scopes : "", sizeof(who->scopes));
 }
 
@@ -83,7 +100,9 @@ enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice 
             return tg_auth_grant(c, authorization, now_s, who, why); /* no key, no memo */
         keyed = 1;
     }
-    if (authorization.ptr == NULL)
+    /* Only a static bearer token is ever remembered; a DPoP request (whose scheme a remembered
+     * principal would lose) is checked in full every time, and its proof after that. */
+    if (authorization.ptr == NULL || (authorization.len >= 5 && strncasecmp(authorization.ptr, "DPoP ", 5) == 0))
         return tg_auth_grant(c, authorization, now_s, who, why);
     uint64_t tag = tg_siphash(key, authorization.ptr, authorization.len);
     if (memo->grant != NULL && memo->conf_serial == c->serial && memo->len == authorization.len && memo->tag == tag) {
@@ -132,6 +151,53 @@ static void cred_jwt(struct tg_auth_cred *cred, const struct tg_jwt_conf *j, int
     tg_sha256(iss, strlen(iss), cred->issuer_sha256);
 }
 
+/* The cache's key of a token for a request to resource (NULL: none): a JWT's "aud" may name the
+ * resource, so the same token may pass for one route and not another. Two SipHash-2-4 of the token
+ * and two of the resource, under process-random keys: 128 bits each that nobody without the keys
+ * can aim at, for a fraction of a SHA-256 of the token. 0, or -1 without random keys (no cache). */
+static int cache_key(struct tg_slice tok, const char *resource, uint8_t out[32])
+{
+    static uint8_t k[32];
+    static int keyed;
+    if (!keyed) {
+        if (tg_random(k, sizeof(k)) != 0)
+            return -1;
+        keyed = 1;
+    }
+    size_t rn = resource != NULL ? strlen(resource) : 0;
+    uint64_t v[4] = {tg_siphash(k, tok.ptr, tok.len), tg_siphash(k + 16, tok.ptr, tok.len),
+                     tg_siphash(k, resource != NULL ? resource : "", rn),
+                     tg_siphash(k + 16, resource != NULL ? resource : "", rn)};
+    memcpy(out, v, sizeof(v));
+    return 0;
+}
+
+/* Which key set a cached verification used: a fetched set changes without a reload (rotation),
+ * and a token whose key left must be verified again. A jwks_file set lives as long as the conf. */
+static uint64_t keys_gen(const struct tg_jwt_conf *j)
+{
+    if (j->keyring == NULL)
+        return 0;
+    struct tg_keyring_stats st;
+    tg_keyring_stats(j->keyring, &st);
+    return st.fetched;
+}
+
+/* A JWT of issuer i, verified now or before (its cache), names grant g: fill who and cred. */
+static void jwt_admit(const struct tg_conf *c, size_t i, const struct tg_grant_conf *g,
+                      const struct tg_jwt_claims *claims, int dpop, struct tg_principal *who, struct tg_auth_cred *cred)
+{
+    who->grant = g;
+    memcpy(who->subject, claims->subject, sizeof(who->subject));
+    who->exp_s = claims->exp;
+    who->jwt = (int)i + 1;
+    memcpy(who->scopes, claims->scopes, sizeof(who->scopes));
+    who->dpop = (uint8_t)dpop;
+    memcpy(who->jkt, claims->jkt, sizeof(who->jkt));
+    if (cred != NULL)
+        cred_jwt(cred, &c->jwt[i], claims->exp);
+}
+
 static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,
                                     struct tg_principal *who, const char **why, int *by_static,
                                     struct tg_auth_cred *cred)
@@ -141,6 +207,8 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
     who->subject[0] = '\0';
     who->exp_s = 0;
     who->jwt = 0;
+    who->dpop = 0;
+    who->jkt[0] = '\0';
     who->scopes[0] = '\0';
     if (why)
         *why = NULL;
@@ -155,10 +223,29 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
         return TG_AUTH_MISSING;
     }
     struct tg_slice tok;
-    if (tg_auth_bearer(authorization, &tok) != 0) {
+    int dpop = 0;
+    if (tg_auth_token(authorization, &tok, &dpop) != 0) {
         if (why)
             *why = "malformed Authorization header";
         return TG_AUTH_INVALID;
+    }
+    /* A JWT (three dot-separated parts) verified before under this conf, for this resource, with
+     * the same key set, still before its exp + skew: its issuer's cache (policy/jwt_cache.h) says
+     * what the verification said, without the signature's cost. Only tokens that failed the
+     * static-token check under this conf were ever put there, so looking first changes nothing. */
+    size_t dots = 0;
+    for (size_t i = 0; i < tok.len; i++)
+        dots += tok.ptr[i] == '.';
+    uint8_t ck[32];
+    int cacheable = dots == 2 && c->njwt > 0 && cache_key(tok, who->resource, ck) == 0;
+    for (size_t i = 0; cacheable && i < c->njwt; i++) {
+        struct tg_jwt_cached hit;
+        if (c->jwt[i].cache != NULL &&
+            tg_jwt_cache_get(c->jwt[i].cache, ck, now_s, c->jwt[i].skew_s, keys_gen(&c->jwt[i]), &hit) &&
+            hit.grant < c->ngrants) {
+            jwt_admit(c, i, &c->grants[hit.grant], &hit.claims, dpop, who, cred);
+            return TG_AUTH_OK;
+        }
     }
     uint8_t h[32];
     tg_sha256(tok.ptr, tok.len, h);
@@ -167,6 +254,11 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
         int eq = tg_ct_equal(h, c->grants[i].token_sha256, 32) & c->grants[i].has_token;
         if (eq && found == NULL)
             found = &c->grants[i];
+    }
+    if (found != NULL && dpop) {
+        if (why)
+            *why = "the DPoP scheme is for a JWT bound to the proof's key, not a static token";
+        return TG_AUTH_INVALID;
     }
     if (found != NULL) {
         tg_principal_of_grant(found, who);
@@ -178,9 +270,6 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
         return TG_AUTH_OK;
     }
     /* A JWT: three dot-separated parts, verified against each configured issuer. */
-    size_t dots = 0;
-    for (size_t i = 0; i < tok.len; i++)
-        dots += tok.ptr[i] == '.';
     if (dots == 2 && c->njwt > 0) {
         const char *last = "invalid token";
         char peek[512];
@@ -236,13 +325,10 @@ static enum tg_auth_result grant_of(const struct tg_conf *c, struct tg_slice aut
             else if (!grant_takes_issuer(named, j->issuer))
                 last = "the token's issuer may not use the grant it names";
             else {
-                who->grant = named;
-                memcpy(who->subject, claims.subject, sizeof(who->subject));
-                who->exp_s = claims.exp;
-                who->jwt = (int)i + 1;
-                memcpy(who->scopes, claims.scopes, sizeof(who->scopes));
-                if (cred != NULL)
-                    cred_jwt(cred, j, claims.exp);
+                jwt_admit(c, i, named, &claims, dpop, who, cred);
+                struct tg_jwt_cached v = {.grant = (size_t)(named - c->grants), .keys_gen = keys_gen(j), .claims = claims};
+                if (cacheable)
+                    tg_jwt_cache_put(j->cache, ck, &v);
                 return TG_AUTH_OK;
             }
             break;

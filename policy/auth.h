@@ -30,6 +30,8 @@ struct tg_principal {
                                    * token, a certificate or an anonymous grant: the grant's name */
     int64_t exp_s;                /* a JWT's exp (0: the credential does not expire) */
     int jwt;                      /* a JWT: 1 + the index of its jwt[] issuer; else 0 */
+    uint8_t dpop;                 /* the request used the DPoP scheme (Authorization: DPoP TOKEN) */
+    char jkt[TG_JWT_JKT_LEN + 1]; /* a JWT's cnf.jkt (RFC 9449), "" when the token is not bound */
     char scopes[TG_SCOPES_MAX];   /* what it may do (policy/scopes.h): a JWT's "scope"/"scp"; any
                                    * other credential: its grant's scopes (grants[].scopes), else none */
     const char *resource;         /* in, set by the caller and kept: the RFC 8707 resource the request
@@ -90,5 +92,35 @@ int tg_auth_cred_holds(const struct tg_conf *c, const struct tg_auth_cred *cred)
 const struct tg_grant_conf *tg_auth_cert_grant(const struct tg_conf *c, const char *dn, const char *cn);
 /* Extract the token of "Bearer <token>" (scheme case-insensitive). Returns 0 or TG_EINVAL. */
 int tg_auth_bearer(struct tg_slice authorization, struct tg_slice *token);
+/* The same for "Bearer <token>" or "DPoP <token>"; *dpop says which. */
+int tg_auth_token(struct tg_slice authorization, struct tg_slice *token, int *dpop);
+
+/* DPoP (RFC 9449) for a request tg_auth_grant() admitted as who, under the issuer's jwt[].dpop
+ * (policy/auth_dpop.c; the proof itself is policy/dpop.h's):
+ *   - a static token, certificate or anonymous grant by the Bearer scheme: passes (the DPoP scheme
+ *     with a static token was refused by tg_auth_grant already);
+ *   - a JWT by the Bearer scheme: passes unless it is bound (cnf.jkt) or its issuer says
+ *     "required" (a bound token is never a bearer token, whatever the mode);
+ *   - a JWT by the DPoP scheme: refused under "off" and when unbound; else exactly one DPoP header
+ *     whose proof passes tg_dpop_verify() for this request and the token's cnf.jkt.
+ * Value type on the caller's stack; borrows all. */
+struct tg_dpop_replay;
+struct tg_dpop_request {
+    struct tg_slice proof;  /* the DPoP header's value (NULL slice: none) */
+    unsigned nproofs;       /* how many DPoP headers came */
+    struct tg_slice method; /* "GET", "POST", ... */
+    struct tg_slice url;    /* the public URL the client used, not yet normalised (no query) */
+    int64_t now_s;
+};
+enum tg_dpop_verdict {
+    TG_DPOP_PASS = 0,
+    TG_DPOP_BAD_TOKEN = 1, /* 401 WWW-Authenticate: DPoP error="invalid_token" */
+    TG_DPOP_BAD_PROOF = 2, /* 401 WWW-Authenticate: DPoP error="invalid_dpop_proof" */
+};
+/* *algs: the TG_JWT_ALG_ bits a proof may use (the issuer's, else every DPoP issuer's), for the
+ * challenge's algs; *why: a static reason on failure. */
+enum tg_dpop_verdict tg_auth_dpop(const struct tg_conf *c, const struct tg_principal *who,
+                                  struct tg_slice authorization, const struct tg_dpop_request *rq,
+                                  struct tg_dpop_replay *replay, unsigned *algs, const char **why);
 
 #endif

@@ -76,55 +76,6 @@ struct tg_jwks {
     struct jwk *keys;
 };
 
-/* ---- base64url ---- */
-
-static int b64url_value(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '-')
-        return 62;
-    if (c == '_')
-        return 63;
-    return -1;
-}
-
-/* Decode unpadded base64url (RFC 7515 §2) into out, which has room for
- * n * 3 / 4 bytes. mbedtls_base64_decode() is standard base64 and tolerates
- * padding and line breaks, so decode by hand and refuse anything that is
- * not the one canonical spelling of the bytes: '=' and other non-alphabet
- * characters, a length of 4k+1 characters, and set bits left over after
- * the last whole byte (otherwise "AA" and "AB" would decode alike and one
- * signed token would have several accepted spellings). */
-static int b64url_decode(const char *in, size_t n, uint8_t *out, size_t *outlen)
-{
-    if (n % 4 == 1)
-        return TG_EINVAL;
-    uint32_t acc = 0;
-    unsigned bits = 0;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        int v = b64url_value((unsigned char)in[i]);
-        if (v < 0)
-            return TG_EINVAL;
-        acc = (acc << 6 | (uint32_t)v) & 0xffffff;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[o++] = (uint8_t)(acc >> bits);
-            acc &= (1u << bits) - 1;
-        }
-    }
-    if (acc != 0)
-        return TG_EINVAL;
-    *outlen = o;
-    return 0;
-}
-
 /* ---- keys ---- */
 
 static void jwk_dispose(struct jwk *k)
@@ -178,7 +129,7 @@ int tg_jwt_peek_issuer(struct tg_slice token, char *out, size_t out_sz)
     struct tg_json_doc doc = {0};
     const char *jerr;
     size_t joff;
-    if (b64url_decode(p, n, buf, &len) == 0 && tg_json_parse((const char *)buf, len, 8, 1, &doc, &jerr, &joff) == 0) {
+    if (tg_b64url_decode(p, n, buf, &len) == 0 && tg_json_parse((const char *)buf, len, 8, 1, &doc, &jerr, &joff) == 0) {
         const cJSON *iss = cJSON_IsObject(doc.root) ? tg_json_get(doc.root, "iss") : NULL;
         if (cJSON_IsString(iss) && strlen(iss->valuestring) < out_sz) {
             memcpy(out, iss->valuestring, strlen(iss->valuestring) + 1);
@@ -224,7 +175,7 @@ static int b64_member(struct loader *L, size_t i, const cJSON *key, const char *
     }
     size_t n = strlen(m->valuestring); /* the strict parser refuses U+0000 */
     uint8_t *b = tg_xmalloc(n / 4 * 3 + 3);
-    if (n == 0 || b64url_decode(m->valuestring, n, b, outlen) != 0) {
+    if (n == 0 || tg_b64url_decode(m->valuestring, n, b, outlen) != 0) {
         free(b);
         key_error(L, i, field, n == 0 ? "empty" : "not base64url (URL-safe alphabet, no padding)");
         return TG_EINVAL;
@@ -662,13 +613,13 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
     scratch = tg_xmalloc(token.len);
     uint8_t *hdec = scratch, *pdec, *sig;
     size_t hlen = 0, plen = 0, siglen = 0;
-    if (b64url_decode(hpart.ptr, hpart.len, hdec, &hlen) != 0)
+    if (tg_b64url_decode(hpart.ptr, hpart.len, hdec, &hlen) != 0)
         goto out;
     pdec = hdec + hlen;
-    if (b64url_decode(ppart.ptr, ppart.len, pdec, &plen) != 0)
+    if (tg_b64url_decode(ppart.ptr, ppart.len, pdec, &plen) != 0)
         goto out;
     sig = pdec + plen;
-    if (b64url_decode(spart.ptr, spart.len, sig, &siglen) != 0)
+    if (tg_b64url_decode(spart.ptr, spart.len, sig, &siglen) != 0)
         goto out;
     if (parse_object(hdec, hlen, &header) != 0)
         goto out;
@@ -774,10 +725,23 @@ int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struc
     char scopes[TG_SCOPES_MAX];
     if (tg_scopes_of_claims(claims, scopes, sizeof(scopes), why) != 0)
         goto out;
+    /* RFC 9449 §6.1: a DPoP-bound token carries its key's thumbprint in cnf.jkt. A cnf that is
+     * there but unreadable is refused: the token is bound to something, and a bound token must
+     * never pass as a plain bearer token. */
+    const cJSON *cnf = tg_json_get(claims, "cnf");
+    const cJSON *jkt = cJSON_IsObject(cnf) ? tg_json_get(cnf, "jkt") : NULL;
+    if ((cnf != NULL && !cJSON_IsObject(cnf)) ||
+        (jkt != NULL && (!cJSON_IsString(jkt) || strlen(jkt->valuestring) != TG_JWT_JKT_LEN))) {
+        *why = "malformed cnf claim";
+        goto out;
+    }
     if (g != NULL)
         memcpy(grant, g->valuestring, glen + 1);
     if (rules->claims != NULL) {
         memcpy(rules->claims->scopes, scopes, strlen(scopes) + 1);
+        rules->claims->jkt[0] = '\0';
+        if (jkt != NULL)
+            memcpy(rules->claims->jkt, jkt->valuestring, TG_JWT_JKT_LEN + 1);
         rules->claims->exp = exp > 9e15 ? INT64_MAX / 2 : (int64_t)exp;
         memcpy(rules->claims->subject, sub->valuestring, strlen(sub->valuestring) + 1);
     }
@@ -789,4 +753,26 @@ out:
     free(scratch);
     scratch = NULL;
     return r;
+}
+
+/* ---- a signature alone, for a DPoP proof (policy/dpop.c) ---- */
+
+int tg_jwks_verify_sig(const struct tg_jwks *keys, const char *alg, struct tg_slice input, const uint8_t *sig,
+                       size_t siglen)
+{
+    unsigned bit = tg_jwt_alg_bit(alg);
+    size_t a = 0;
+    while (a < NALGS && algs[a].bit != bit)
+        a++;
+    uint8_t hash[32];
+    if (a == NALGS || algs[a].kty == KTY_OCT || /* never HMAC */
+        mbedtls_sha256_ret((const unsigned char *)input.ptr, input.len, hash, 0) != 0)
+        return TG_EINVAL;
+    for (size_t i = 0; i < keys->n; i++) {
+        struct jwk *k = &keys->keys[i];
+        if (k->kty == algs[a].kty && (k->only_alg == 0 || k->only_alg == bit) &&
+            verify_with(k, bit, (const uint8_t *)input.ptr, input.len, hash, sig, siglen) == 0)
+            return 0;
+    }
+    return TG_EINVAL;
 }

@@ -100,10 +100,12 @@ unsigned tg_jwt_alg_bit(const char *name);
 
 /* What a verified token says, beyond the grant it names. Value type: the caller's, filled by
  * tg_jwt_verify() on success. */
+#define TG_JWT_JKT_LEN 43 /* base64url of a SHA-256 thumbprint (RFC 7638) */
 struct tg_jwt_claims {
     int64_t exp;                  /* "exp" in whole seconds (huge values clamped) */
     char subject[TG_SUBJECT_MAX]; /* the subject claim's value */
     char scopes[TG_SCOPES_MAX];   /* "scope" and "scp" (policy/scopes.h); "" when it has none */
+    char jkt[TG_JWT_JKT_LEN + 1]; /* "cnf":{"jkt"} of a DPoP-bound token (RFC 9449 §6.1), "" when unbound */
 };
 
 /* What a token's claims must match. Value type: the caller fills one on its stack (policy/auth.c,
@@ -135,11 +137,18 @@ struct tg_jwt_rules {
  *   "expired", "not yet valid", "wrong issuer", "wrong audience",
  *   "missing grant claim" absent, not a string, or empty;
  *   "missing subject claim" the same for the subject claim, or as long as TG_SUBJECT_MAX;
+ *   "malformed cnf claim" "cnf" is not an object, or its "jkt" is not a 43-character string;
  *   "malformed scope claim", "too many scopes" (policy/scopes.h).
  * Order: the encoding of all three parts and the header (malformed, alg,
  * allowed alg, crit), the key, the signature, then the payload (malformed, exp, nbf/iat,
  * iss, aud, grant, subject, scopes); the first failure wins. *why is NULL on success. */
 int tg_jwt_verify(const struct tg_jwks *keys, struct tg_slice token, const struct tg_jwt_rules *rules, int64_t now_s,
                   char *grant, size_t grant_sz, const char **why);
+
+/* 0 when sig is alg's signature of input under a key of the set that suits alg (RS256, PS256:
+ * RSA; ES256: EC; never HS256, whose "key" would be a secret), else TG_EINVAL: for what carries its
+ * own key, a DPoP proof's "jwk" header made a one-key set by tg_jwks_parse() (policy/dpop.c). */
+int tg_jwks_verify_sig(const struct tg_jwks *keys, const char *alg, struct tg_slice input, const uint8_t *sig,
+                       size_t siglen);
 
 #endif

@@ -80,9 +80,15 @@ static void sse_post(struct sse_link *ln, const char *body, size_t len, uint64_t
     sp->sess = ln->base.sess;
     sp->host->hold(sp->sess, 1);
     sp->gid = gid;
-    tg_upreq_start_to(ln->base.up, "POST", ln->endpoint,
-                      "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n", body, len,
-                      0, (uint64_t)tg_upstream_conf(ln->base.up)->call_timeout_ms, &post_cbs, sp);
+    struct tg_buf h;
+    tg_buf_init(&h);
+    tg_buf_appends(&h, "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n");
+    if (ln->base.sess->up_auth != NULL)
+        tg_buf_appends(&h, ln->base.sess->up_auth); /* the credential of the session's latest call */
+    tg_buf_append(&h, "", 1);
+    tg_upreq_start_to(ln->base.up, "POST", ln->endpoint, h.base, body, len, 0,
+                      (uint64_t)tg_upstream_conf(ln->base.up)->call_timeout_ms, &post_cbs, sp);
+    tg_buf_dispose(&h);
 }
 
 /* The endpoint event: a path (or a URL on the same server) to POST messages to. */
@@ -239,7 +245,14 @@ static int sse_open(const struct tg_upstream_send *a)
     tg_buf_init(&ln->queue);
     s->uplink = &ln->base;
     s->release_link = release_sse_link;
-    ln->get = tg_upreq_start(u, "GET", "Accept: text/event-stream\r\n", NULL, 0, 1, 0, &link_cbs, ln);
+    struct tg_buf h;
+    tg_buf_init(&h);
+    tg_buf_appends(&h, "Accept: text/event-stream\r\n");
+    if (s->up_auth != NULL)
+        tg_buf_appends(&h, s->up_auth);
+    tg_buf_append(&h, "", 1);
+    ln->get = tg_upreq_start(u, "GET", h.base, NULL, 0, 1, 0, &link_cbs, ln);
+    tg_buf_dispose(&h);
     return 0;
 }
 

@@ -116,9 +116,13 @@ static void on_noop_data(struct tg_upreq *r, const char *p, size_t n, void *ud) 
 static void on_noop_done(struct tg_upreq *r, int err, void *ud) { (void)r, (void)err, (void)ud; }
 static const struct tg_upreq_cbs noop_cbs = {on_noop_head, on_noop_data, on_noop_done};
 
-static void session_headers(struct tg_buf *h, struct tg_session *s, int with_session)
+/* auth: the credential lines (the message's own, or for a request of the session's, the last its
+ * calls carried: s->up_auth). */
+static void session_headers(struct tg_buf *h, struct tg_session *s, int with_session, const char *auth)
 {
     tg_buf_appends(h, "Accept: application/json, text/event-stream\r\n");
+    if (auth != NULL)
+        tg_buf_appends(h, auth);
     if (with_session && s->up_session) {
         tg_buf_append(h, "Mcp-Session-Id: ", 16);
         tg_buf_appends(h, s->up_session);
@@ -261,7 +265,7 @@ static void on_resume_due(uv_timer_t *t)
     resume_cancel(k);
     struct tg_buf h;
     tg_buf_init(&h);
-    session_headers(&h, k->sess, 1);
+    session_headers(&h, k->sess, 1, k->sess->up_auth);
     tg_buf_appends(&h, "Last-Event-ID: ");
     tg_buf_append(&h, k->sse.last_id, k->sse.last_id_len);
     tg_buf_appends(&h, "\r\n");
@@ -444,8 +448,10 @@ static void http_send(const struct tg_upstream_send *a)
         /* 2026-07-28: no session; the Mcp-* headers were rebuilt from the body. */
         tg_buf_appends(&h, "Accept: application/json, text/event-stream\r\n");
         tg_buf_appends(&h, a->headers);
+        if (a->auth != NULL)
+            tg_buf_appends(&h, a->auth);
     } else {
-        session_headers(&h, a->sess, !a->is_init);
+        session_headers(&h, a->sess, !a->is_init, a->auth);
     }
     tg_buf_append(&h, "", 1);
     k->first_sent_ns = a->first_sent_ns ? a->first_sent_ns : uv_hrtime();
@@ -501,7 +507,7 @@ static void http_reply(struct tg_server *srv, struct tg_session *s, struct tg_up
     struct tg_buf h;
     tg_buf_init(&h);
     tg_buf_appends(&h, "Content-Type: application/json\r\n");
-    session_headers(&h, s, 1);
+    session_headers(&h, s, 1, s->up_auth);
     tg_buf_append(&h, "", 1);
     tg_upreq_start(u, "POST", h.base, p, n, 0, (uint64_t)tg_upstream_conf(u)->call_timeout_ms, &noop_cbs, NULL);
     tg_buf_dispose(&h);
@@ -515,7 +521,7 @@ static void http_close(struct tg_server *srv, struct tg_session *s)
     struct tg_upstream *u = srv->upstreams[s->upstream];
     struct tg_buf h;
     tg_buf_init(&h);
-    session_headers(&h, s, 1);
+    session_headers(&h, s, 1, s->up_auth);
     tg_buf_append(&h, "", 1);
     tg_upreq_start(u, "DELETE", h.base, NULL, 0, 0, (uint64_t)tg_upstream_conf(u)->call_timeout_ms, &noop_cbs, NULL);
     tg_buf_dispose(&h);

@@ -121,6 +121,9 @@ struct tg_upstream_send {
     int is_init;             /* an initialize: its answer names the upstream session */
     int is_listen;           /* a 2026 listen: a connection of its own, like a stream */
     const char *headers;     /* a 2026 request's Mcp-* header lines (NULL: the session's) */
+    const char *auth;        /* the credential header lines for this message (a grant's
+                              * upstream_headers, an exchanged token), or NULL; a session's later
+                              * requests of its own take sess->up_auth */
     uint64_t first_sent_ns;  /* when the call first sent a message (uv_hrtime; 0: not stamped) */
     const char *gid;         /* the id the gateway gave the message (JSON), its length, its number */
     size_t gid_len;

@@ -21,10 +21,13 @@
 #include "core/app/route.h"
 #include "core/call/session.h"
 #include "policy/auth.h"
+#include "policy/dpop.h"
+#include "policy/jwt_cache.h"
 #include "policy/policy.h"
 #include "transports/http1/http1.h"
 #include "transports/channel.h"
 #include "transports/respond.h"
+#include "upstream/token_exchange.h"
 #include "upstream/pool/pool.h"
 #include "upstream/child.h"
 
@@ -187,8 +190,28 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
                        (unsigned long long)m->webhook[i]);
     C("server_requests_denied_total", "Server-to-client requests refused (deny_server_requests, batches).",
       m->server_requests_denied);
+    tg_tx_metrics(srv->token_cache, out);
     C("roots_answered_total", "Server roots/list requests the gateway answered with the pinned roots.",
       m->roots_answered);
+    C("dpop_refused_total", "Requests refused for DPoP (401 invalid_dpop_proof or a bound token's invalid_token).",
+      m->dpop_refused);
+    struct tg_dpop_replay_stats ds = {0};
+    if (srv->dpop_replay != NULL)
+        tg_dpop_replay_stats(srv->dpop_replay, &ds);
+    G("dpop_replay_entries", "DPoP proofs remembered against replay (limits.dpop_replay_entries).", ds.entries);
+    G("dpop_replay_memory_bytes", "Memory of the DPoP replay cache.", ds.bytes);
+    C("dpop_replay_evicted_total", "DPoP proofs forgotten inside their window because the cache was full.",
+      ds.evicted);
+    struct tg_jwt_cache_stats js = {0};
+    for (size_t i = 0; i < srv->conf->njwt; i++) {
+        struct tg_jwt_cache_stats one;
+        tg_jwt_cache_stats(srv->conf->jwt[i].cache, &one);
+        js.entries += one.entries, js.bytes += one.bytes, js.hits += one.hits, js.misses += one.misses;
+    }
+    G("jwt_cache_entries", "Verified JWTs remembered (jwt[].cache_entries; emptied by a reload).", js.entries);
+    G("jwt_cache_memory_bytes", "Memory of the verified-JWT caches.", js.bytes);
+    G("jwt_cache_hits", "JWTs served from the cache since the configuration was loaded.", js.hits);
+    G("jwt_cache_misses", "JWTs verified in full since the configuration was loaded.", js.misses);
     G("counters_live", "Rate-limit buckets and windows held in memory.", tg_counters_count(srv->counters));
     G("counters_memory_bytes", "Memory of the counter table.", tg_counters_memory(srv->counters));
     if (tg_app_of(srv)->cluster != NULL)
@@ -282,6 +305,7 @@ struct decide_wait {
     int approve;
     char id[65];
     char by[96];
+    char digest[65];  /* approve: the JSON body's "digest", or "" */
     char reason[601]; /* deny: the JSON body's "reason", or "" */
 };
 
@@ -291,6 +315,9 @@ static void on_decided(void *ud, int rc, const char *why)
     struct tg_conn *c = tg_http_wait_stop(&w->w);
     if (c != NULL) {
         if (rc == TG_APPROVAL_STALE) {
+            tg_respond_json(c, 409, "{\"error\":\"the digest is not the parked call's (GET /admin/approvals shows it); "
+                                    "nothing was run\"}");
+        } else if (rc == TG_APPROVAL_NOT_ALLOWED) {
             /* Approved under a configuration that no longer lets it run: refused, nothing ran. */
             struct tg_buf b;
             tg_buf_init(&b);
@@ -337,48 +364,53 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
         tg_respond_json(c, 404, "{\"error\":\"no pending approval with this id (decided, expired or unknown)\"}");
         return;
     }
-    /* Who decided: the approver's name if the caller gives one, for the audit log. */
+    /* Who decided: the approver's name if the caller gives one, else "api", for the audit log
+     * and the page. */
     struct decide_wait *w = tg_xcalloc(1, sizeof(*w));
-    snprintf(w->by, sizeof(w->by), "admin");
+    snprintf(w->by, sizeof(w->by), "api");
     struct tg_slice who = tg_http_req_header(&c->req, "x-tollgate-approver");
     if (who.ptr != NULL && who.len > 0) {
         /* Recorded as given (JSON-escaped where it is written), printable ASCII only, bounded. */
-        size_t o = strlen(w->by);
-        w->by[o++] = ':';
-        for (size_t i = 0; i < who.len && o < sizeof(w->by) - 1; i++) {
+        size_t o = 0;
+        for (size_t i = 0; i < who.len && o < 64; i++) {
             unsigned char ch = (unsigned char)who.ptr[i];
             w->by[o++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
         }
         w->by[o] = '\0';
     }
-    /* Deny: an optional JSON body {"reason":"..."} goes to the client in error.data.reason, as
-     * the page's form field does; refused (400) rather than cut or ignored when it is not that. */
-    if (!approve && c->req.body.len > 0) {
+    /* The JSON body: approve names the digest of what the approver saw ({"digest":"..."}), which
+     * must be the parked call's; deny may give a reason ({"reason":"..."}) that goes to the client
+     * in error.data.reason, as the page's form field does. Refused (400) rather than cut or
+     * ignored when it is not that. */
+    if (c->req.body.len > 0) {
         struct tg_json_doc doc = {0};
         const char *jerr;
         size_t joff;
         int bad = tg_json_parse(c->req.body.base, c->req.body.len, 8, 1, &doc, &jerr, &joff) != 0;
         const cJSON *r = bad ? NULL : tg_json_get(doc.root, "reason");
+        const cJSON *d = bad ? NULL : tg_json_get(doc.root, "digest");
         bad = bad || !cJSON_IsObject(doc.root) || (r != NULL && !cJSON_IsString(r)) ||
-              (r != NULL && strlen(r->valuestring) >= sizeof(w->reason));
-        if (!bad && r != NULL) {
+              (r != NULL && strlen(r->valuestring) >= sizeof(w->reason)) || (d != NULL && !cJSON_IsString(d));
+        if (!bad && r != NULL && !approve) {
             snprintf(w->reason, sizeof(w->reason), "%s", r->valuestring);
             for (char *p = w->reason; *p; p++) /* no control characters in the log or the answer */
                 if ((unsigned char)*p < 0x20 || *p == 0x7f)
                     *p = ' ';
         }
+        if (!bad && d != NULL && approve && strlen(d->valuestring) < sizeof(w->digest))
+            snprintf(w->digest, sizeof(w->digest), "%s", d->valuestring);
         cJSON_Delete(doc.root);
         if (bad) {
             free(w);
-            tg_respond_json(c, 400, "{\"error\":\"the body must be a JSON object with an optional string reason "
-                                         "of at most 600 bytes\"}");
+            tg_respond_json(c, 400, "{\"error\":\"the body must be a JSON object with a string digest (approve) or an "
+                                    "optional string reason of at most 600 bytes (deny)\"}");
             return;
         }
     }
     memcpy(w->id, id.ptr, id.len);
     w->approve = approve;
     tg_http_wait_start(&w->w, c);
-    srv->store.ops->approval_decide(srv->store.ud, id, approve, w->by, w->reason, on_decided, w);
+    srv->store.ops->approval_decide(srv->store.ud, id, approve, w->digest, w->by, w->reason, on_decided, w);
 }
 
 void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)

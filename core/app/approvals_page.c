@@ -33,6 +33,7 @@ struct ui_session {
     int used;
     uint8_t id_sha256[32]; /* the cookie's value is not kept, only its digest */
     char csrf[ID_HEX + 1];
+    char approver[65]; /* the name given at sign-in (printable ASCII), or "page" */
     uint64_t created_ms, used_ms; /* loop time */
 };
 static struct ui_session sessions[TG_ADMIN_UI_SESSIONS];
@@ -188,8 +189,9 @@ static struct ui_session *session_of(struct tg_server *srv, struct tg_conn *c)
     return found;
 }
 
-/* Opens a session; id gets the cookie's value. -1 when no randomness could be had. */
-static int session_open(struct tg_server *srv, char id[ID_HEX + 1])
+/* Opens a session for approver (a name, or ""); id gets the cookie's value. -1 when no
+ * randomness could be had. */
+static int session_open(struct tg_server *srv, char id[ID_HEX + 1], const char *approver)
 {
     uint64_t now = uv_now(srv->loop);
     struct ui_session *slot = NULL;
@@ -215,6 +217,14 @@ static int session_open(struct tg_server *srv, char id[ID_HEX + 1])
     tg_sha256(id, ID_HEX, slot->id_sha256);
     slot->used = 1;
     slot->created_ms = slot->used_ms = now;
+    /* Printable ASCII only, as X-Tollgate-Approver on the API: it goes to the audit log and the
+     * page, escaped where it is written. */
+    size_t o = 0;
+    for (const char *p = approver; *p && o < sizeof(slot->approver) - 1; p++)
+        slot->approver[o++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+    slot->approver[o] = '\0';
+    if (o == 0)
+        snprintf(slot->approver, sizeof(slot->approver), "page");
     return 0;
 }
 
@@ -290,10 +300,12 @@ static void on_login(struct tg_server *srv, struct tg_conn *c)
         ok = tg_ct_equal(h, srv->conf->admin.token_sha256, 32);
     }
     memset(tok, 0, sizeof(tok));
-    char id[ID_HEX + 1];
+    char id[ID_HEX + 1], approver[sizeof(sessions[0].approver)];
+    if (form_value(tg_slice_of(c->req.body.base, c->req.body.len), "approver", approver, sizeof(approver)) < 0)
+        approver[0] = '\0'; /* none, or longer than the form's field takes */
     if (!ok)
         tg_admin_throttle_failed(srv, c, TG_ADMIN_DOOR_PAGE);
-    if (!ok || session_open(srv, id) != 0) {
+    if (!ok || session_open(srv, id, approver) != 0) {
         tg_log(TG_LOG_WARN, "admin page login refused", "conn=%llu", (unsigned long long)c->id);
         login_page(c, ok ? 503 : 401,
                    ok ? "<p class=\"error\" role=\"alert\">No session could be opened; try again.</p>"
@@ -346,6 +358,10 @@ static void on_decided(void *ud, int rc, const char *why)
     if (c == NULL)
         return;
     if (rc == TG_APPROVAL_STALE) {
+        respond_json(c, 409, "{\"error\":\"this call is not the one shown (its digest differs); nothing was run\"}");
+        return;
+    }
+    if (rc == TG_APPROVAL_NOT_ALLOWED) {
         struct tg_buf b;
         tg_buf_init(&b);
         char msg[700];
@@ -364,8 +380,9 @@ static void on_decided(void *ud, int rc, const char *why)
     respond_json(c, 200, approve ? "{\"decision\":\"approved\"}" : "{\"decision\":\"denied\"}");
 }
 
-/* POST /admin/ui/approvals/ID/approve|deny; rest = "ID/verb". */
-static void on_decide(struct tg_server *srv, struct tg_conn *c, struct tg_slice rest)
+/* POST /admin/ui/approvals/ID/approve|deny; rest = "ID/verb". An approve carries the digest of
+ * the row the approver saw (form field digest). */
+static void on_decide(struct tg_server *srv, struct tg_conn *c, const struct ui_session *s, struct tg_slice rest)
 {
     const char *slash = memchr(rest.ptr, '/', rest.len);
     struct tg_slice id = tg_slice_of(rest.ptr, slash ? (size_t)(slash - rest.ptr) : rest.len);
@@ -384,9 +401,12 @@ static void on_decide(struct tg_server *srv, struct tg_conn *c, struct tg_slice 
     if (rn < 0)
         reason[0] = '\0';
     clean_text(reason);
+    char digest[ID_HEX + 1] = "";
+    if (approve && form_value(tg_slice_of(c->req.body.base, c->req.body.len), "digest", digest, sizeof(digest)) < 0)
+        digest[0] = '\0'; /* none: refused as any digest but the call's */
     struct ui_wait *w = wait_new(c);
     w->approve = approve;
-    srv->store.ops->approval_decide(srv->store.ud, id, approve, "admin:page", reason, on_decided, w);
+    srv->store.ops->approval_decide(srv->store.ud, id, approve, digest, s->approver, reason, on_decided, w);
 }
 
 void tg_approvals_page_handle(struct tg_server *srv, struct tg_conn *c, struct tg_slice path)
@@ -444,5 +464,5 @@ void tg_approvals_page_handle(struct tg_server *srv, struct tg_conn *c, struct t
                 "text/plain", "signed out\n", 11);
         return;
     }
-    on_decide(srv, c, tg_slice_of(path.ptr + 20, path.len - 20));
+    on_decide(srv, c, s, tg_slice_of(path.ptr + 20, path.len - 20));
 }

@@ -1,5 +1,7 @@
 #include "core/app/oauth_meta.h"
 
+#include "policy/dpop.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -92,6 +94,33 @@ static void route_scopes(const struct tg_conf *conf, int u, struct tg_buf *b)
     tg_buf_appends(b, "],");
 }
 
+/* RFC 9728 §2's DPoP members (with their comma) when an issuer takes DPoP: the proof algorithms
+ * (the issuers' algorithms but HMAC) and whether every issuer requires bound tokens. */
+static void route_dpop(const struct tg_conf *conf, struct tg_buf *b)
+{
+    unsigned algs = 0;
+    int all_required = 1;
+    for (size_t i = 0; i < conf->njwt; i++) {
+        if (conf->jwt[i].dpop != TG_DPOP_OFF)
+            algs |= (conf->jwt[i].algs != 0 ? conf->jwt[i].algs : TG_JWT_ALGS_DEFAULT) & ~TG_JWT_ALG_HS256;
+        all_required &= conf->jwt[i].dpop == TG_DPOP_REQUIRED;
+    }
+    if (algs == 0)
+        return;
+    struct tg_buf names;
+    tg_buf_init(&names);
+    tg_dpop_algs_names(algs, &names);
+    tg_buf_appends(b, "\"dpop_signing_alg_values_supported\":[\"");
+    for (size_t i = 0; i < names.len; i++) {
+        if (names.base[i] == ' ')
+            tg_buf_appends(b, "\",\"");
+        else
+            tg_buf_append(b, &names.base[i], 1);
+    }
+    tg_buf_appendf(b, "\"],\"dpop_bound_access_tokens_required\":%s,", all_required ? "true" : "false");
+    tg_buf_dispose(&names);
+}
+
 /* RFC 9728 protected-resource metadata for /NAME/mcp (and the default /mcp). */
 void tg_oauth_meta_handle(struct tg_server *srv, struct tg_conn *c, struct tg_slice rest)
 {
@@ -121,6 +150,7 @@ void tg_oauth_meta_handle(struct tg_server *srv, struct tg_conn *c, struct tg_sl
     route_issuers(srv->conf, (int)(uc - srv->conf->upstreams), &b);
     tg_buf_appends(&b, "],");
     route_scopes(srv->conf, (int)(uc - srv->conf->upstreams), &b);
+    route_dpop(srv->conf, &b);
     tg_buf_appends(&b, "\"bearer_methods_supported\":[\"header\"],\"resource_name\":");
     char name[96];
     snprintf(name, sizeof(name), "tollgate/%s", uc->name);

@@ -19,6 +19,7 @@
 #include "core/bridge/stateless.h"
 #include "core/wire/msg.h"
 #include "core/app/oauth_meta.h"
+#include "core/app/dpop_gate.h"
 #include "core/call/session.h"
 #include "policy/auth.h"
 #include "policy/policy.h"
@@ -363,6 +364,8 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
         unauthorized(srv, c, metadata[0] ? metadata : NULL, ar, why);
         return;
     }
+    if (tg_dpop_gate(srv, c, path, &who, authz))
+        return; /* 401: a DPoP-bound token without its proof, or DPoP where the issuer has none */
     const struct tg_grant_conf *g = who.grant;
     if (c->env->access_log && c->x != NULL) { /* who, for the access line (copies: a reload may free the conf) */
         struct tg_http_scratch *x = c->x;
@@ -382,6 +385,12 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
     x.who = &who;
     x.scopes = who.scopes;
     x.resource_metadata = metadata[0] ? metadata : NULL;
+    struct tg_slice jwt;
+    int by_dpop;
+    if (who.jwt > 0 && tg_auth_token(authz, &jwt, &by_dpop) == 0) { /* for a token exchange, this request only */
+        x.subject_token = jwt.ptr;
+        x.subject_token_len = jwt.len;
+    }
     x.upstream = upstream;
     x.uc = &srv->conf->upstreams[upstream];
     struct tg_auth_cred cred; /* a channel's credential: re-checked at reload, ends it at a JWT's exp */

@@ -26,7 +26,9 @@
 #include "transports/cred_watch.h"
 #include "transports/http1/http1.h"
 #include "core/wire/tls.h"
+#include "policy/dpop.h"
 #include "policy/policy.h"
+#include "upstream/token_exchange.h"
 #include "upstream/pool/pool.h"
 #include "upstream/upstream.h"
 
@@ -349,6 +351,8 @@ static void finish_drain(struct tg_server *srv)
     srv->audit = NULL;
     /* Last: the refunds of the calls ended above are written; then Redis's handles go, or they
      * would keep the loop alive. */
+    tg_tx_cache_free(srv->token_cache); /* exchanges in flight end; their calls are told why */
+    srv->token_cache = NULL;
     tg_cluster_free(app->cluster);
     app->cluster = NULL;
     tg_shared_local(&srv->store, srv); /* what ends later refunds to the server's own counters */
@@ -433,6 +437,8 @@ void tg_server_dispose(struct tg_app *app)
     tg_route_dispose(srv);
     free(srv->upstreams);
     tg_counters_free(srv->counters);
+    tg_dpop_replay_free(srv->dpop_replay);
+    srv->dpop_replay = NULL;
     tg_conf_unref(srv->conf);
     tg_conf_unref(app->listener_conf);
     tg_mcp_mrtr_dispose(&srv->mrtr);

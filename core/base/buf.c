@@ -247,6 +247,53 @@ int tg_hex_decode(const char *in, size_t n, uint8_t *out)
     return 0;
 }
 
+static int b64url_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '-')
+        return 62;
+    if (c == '_')
+        return 63;
+    return -1;
+}
+
+/* Strict unpadded base64url (RFC 7515 §2), here rather than in policy/jwt.c so that every JOSE
+ * reader (tokens, keys, DPoP proofs) decodes alike. mbedtls_base64_decode() is standard base64 and tolerates
+ * padding and line breaks, so decode by hand and refuse anything that is
+ * not the one canonical spelling of the bytes: '=' and other non-alphabet
+ * characters, a length of 4k+1 characters, and set bits left over after
+ * the last whole byte (otherwise "AA" and "AB" would decode alike and one
+ * signed token would have several accepted spellings). */
+int tg_b64url_decode(const char *in, size_t n, uint8_t *out, size_t *outlen)
+{
+    if (n % 4 == 1)
+        return TG_EINVAL;
+    uint32_t acc = 0;
+    unsigned bits = 0;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int v = b64url_value((unsigned char)in[i]);
+        if (v < 0)
+            return TG_EINVAL;
+        acc = (acc << 6 | (uint32_t)v) & 0xffffff;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (uint8_t)(acc >> bits);
+            acc &= (1u << bits) - 1;
+        }
+    }
+    if (acc != 0)
+        return TG_EINVAL;
+    *outlen = o;
+    return 0;
+}
+
 size_t tg_b64url_encode(const uint8_t *in, size_t n, char *out)
 {
     static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";

@@ -152,6 +152,10 @@ char *tg_xstrdup(const char *s);
 void tg_hex_encode(const uint8_t *in, size_t n, char *out /* 2n+1 */);
 int tg_hex_decode(const char *in, size_t n, uint8_t *out /* n/2 */);
 size_t tg_b64url_encode(const uint8_t *in, size_t n, char *out /* 4n/3+4 */);
+/* Decode unpadded base64url into out (room for n * 3 / 4 bytes), the one canonical spelling only:
+ * no '=', nothing outside the URL-safe alphabet, no 4k+1 length, no set bits after the last whole
+ * byte. 0 with *outlen set, or TG_EINVAL. */
+int tg_b64url_decode(const char *in, size_t n, uint8_t *out, size_t *outlen);
 /* Fill with cryptographically random bytes (getrandom). */
 int tg_random(void *out, size_t n);
 /* 1 if n bytes at p may go into an HTTP header value the gateway writes: printable ASCII and

@@ -31,6 +31,7 @@ struct tg_metrics {
     uint64_t approvals_refused[5]; /* calls refused instead of parked or run (TG_APPROVAL_REFUSED_*) */
     uint64_t webhook[4];           /* approval webhook events by outcome (TG_WEBHOOK_*) */
     uint64_t server_requests_denied, refunds;
+    uint64_t dpop_refused; /* 401s for DPoP: a bound token without a valid proof, DPoP where it is off */
     uint64_t roots_answered; /* roots/list answered with pinned roots (upstreams[].roots, grants[].roots) */
     /* upstream latency histogram (ms buckets) */
     uint64_t lat_buckets[12];

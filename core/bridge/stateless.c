@@ -7,6 +7,7 @@
 
 #include "core/call/call.h"
 #include "core/call/gateway.h"
+#include "core/call/upauth.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/mcp/legacy.h"
@@ -39,6 +40,8 @@ struct tg_bridge {
     unsigned nwait;
     struct tg_list ready;   /* in srv's pending list while waiters should run */
     uint64_t reloads;       /* srv->reloads when the waiters were queued */
+    const struct tg_exchange *asking; /* during tg_bridge_admit only: the request that may start the
+                                       * boot, whose JWT a token_exchange upstream's initialize takes */
 };
 
 /* A stateless request waiting for its upstream session. Owner: its bridge's list; freed when it
@@ -51,6 +54,7 @@ struct waiter {
     char *fwd_headers;      /* x.fwd_headers, copied (the client's buffer goes) */
     char *scopes, *resource_metadata; /* x's, copied (they were on the route's stack) */
     struct tg_principal who; /* *x.who, copied (the transport's goes): its subject is counted */
+    char *subject_who, *subject_token; /* x's, copied for a token exchange (the JWT wiped when freed) */
     tg_bridge_go_cb go;     /* the gate's continuation */
 };
 
@@ -193,6 +197,12 @@ static void boot_send(struct tg_server *srv, struct tg_bridge *b, const char *js
         return;
     }
     struct tg_call *k = tg_call_new(srv, s, &bs->sink, notify ? KIND_FORWARD : KIND_REQUEST);
+    /* A token_exchange upstream: the session's messages go with a token exchanged for the JWT
+     * of the request that made the session be started. */
+    if (b->asking != NULL)
+        tg_call_upauth_from(k, b->asking);
+    else if (!tg_list_empty(&b->waiters))
+        tg_call_upauth_from(k, &tg_container_of(b->waiters.next, struct waiter, link)->x);
     k->era = TG_ERA_2025;
     tg_strlcpy(k->proto, TG_PROTO_LATEST, sizeof(k->proto));
     struct tg_buf body;
@@ -299,6 +309,10 @@ static void waiter_free(struct waiter *w)
     free(w->fwd_headers);
     free(w->scopes);
     free(w->resource_metadata);
+    free(w->subject_who);
+    if (w->subject_token != NULL)
+        memset(w->subject_token, 0, w->x.subject_token_len);
+    free(w->subject_token);
     free(w);
 }
 
@@ -383,7 +397,9 @@ enum tg_bridge_admission tg_bridge_admit(struct tg_exchange *x, struct tg_sink *
         /* A cached verdict decides at once: a modern upstream is ready, a 2025 one gets the
          * gateway's initialize; otherwise the probe's verdict is waited for. */
         b->state = BOOT_PROBE;
+        b->asking = x;
         era_known(srv, b);
+        b->asking = NULL;
     }
     if (x->uc->init_local || (b->state == BOOT_READY && tg_list_empty(&b->waiters)))
         return admit(b, x, sk, m) ? TG_BRIDGE_ANSWERED : TG_BRIDGE_READY;
@@ -410,6 +426,13 @@ enum tg_bridge_admission tg_bridge_admit(struct tg_exchange *x, struct tg_sink *
         w->who = *x->who; /* copied: the transport's goes (its resource pointer with it) */
         w->who.resource = NULL;
         w->x.who = &w->who;
+    }
+    if (x->subject_token != NULL) { /* a token exchange needs the JWT and whose it is */
+        w->subject_who = tg_call_upauth_who(x);
+        w->subject_token = tg_xcalloc(1, x->subject_token_len + 1);
+        memcpy(w->subject_token, x->subject_token, x->subject_token_len);
+        w->x.subject_token = w->subject_token;
+        w->x.subject_who = w->subject_who;
     }
     w->go = go;
     if (tg_list_empty(&b->waiters))

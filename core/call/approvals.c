@@ -10,6 +10,7 @@
 #include "core/call/gateway.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
+#include "core/base/sha256.h"
 #include "core/wire/msg.h"
 #include "policy/auth.h"
 #include "policy/policy.h"
@@ -48,12 +49,18 @@ static size_t parked_of_grant(struct tg_server *srv, const char *grant)
     return n;
 }
 
-int tg_approvals_admit(struct tg_call *k, char *msg, size_t n)
+int tg_approvals_admit(struct tg_call *k, int in_batch, char *msg, size_t n, const char **reason)
 {
     struct tg_server *srv = k->srv;
     const struct tg_limits *lim = &srv->conf->limits;
     int why = -1;
-    if (srv->napprovals >= (size_t)lim->approvals_max) {
+    *reason = "approval queue full";
+    if (in_batch) {
+        /* A batch cannot wait for a human; a single message on a channel can. */
+        why = TG_APPROVAL_REFUSED_BATCH;
+        *reason = "a batch cannot wait for approval";
+        snprintf(msg, n, "%s needs a human's approval, which a batch cannot wait for; send it on its own", k->tool);
+    } else if (srv->napprovals >= (size_t)lim->approvals_max) {
         why = TG_APPROVAL_REFUSED_FULL;
         snprintf(msg, n, "%s needs approval, but the approval queue is full (limits.approvals_max); try later", k->tool);
     } else if (srv->approvals_bytes + held_bytes(k) > (size_t)lim->approvals_bytes) {
@@ -62,6 +69,7 @@ int tg_approvals_admit(struct tg_call *k, char *msg, size_t n)
                  k->tool);
     } else if (parked_of_grant(srv, k->grant) >= (size_t)lim->approvals_per_grant) {
         why = TG_APPROVAL_REFUSED_GRANT;
+        *reason = "approval queue full for this grant";
         snprintf(msg, n,
                  "%s needs approval, but this grant already has %d calls waiting for approval "
                  "(limits.approvals_per_grant); try later",
@@ -72,12 +80,49 @@ int tg_approvals_admit(struct tg_call *k, char *msg, size_t n)
     return why;
 }
 
+/* One field of the digest's input: its length in decimal, a colon, its bytes, a newline; so no
+ * field's bytes can pass for another's. */
+static void digest_field(struct tg_buf *in, const char *p, size_t n)
+{
+    tg_buf_appendf(in, "%zu:", n);
+    tg_buf_append(in, p, n);
+    tg_buf_append(in, "\n", 1);
+}
+
+/* What an approver approves, bound: the tool, the arguments' text as they will be sent, the
+ * grant, the subject, the upstream and the configuration that parked it. */
+static void bind_digest(struct tg_call *k)
+{
+    struct tg_server *srv = k->srv;
+    k->approval_policy = srv->conf->serial;
+    if (tg_audit_args_span(k->held.base, k->held.len, &k->approval_args_off, &k->approval_args_len) != 0)
+        k->approval_args_off = k->approval_args_len = 0;
+    const char *up = up_name(k) ? up_name(k) : "";
+    const char *sub = k->subject ? k->subject : k->grant;
+    char pol[24];
+    snprintf(pol, sizeof(pol), "%llu", (unsigned long long)k->approval_policy);
+    struct tg_buf in;
+    tg_buf_init(&in);
+    tg_buf_appends(&in, "tollgate approval 1\n");
+    digest_field(&in, k->tool ? k->tool : "", k->tool ? strlen(k->tool) : 0);
+    digest_field(&in, k->held.base + k->approval_args_off, k->approval_args_len);
+    digest_field(&in, k->grant, strlen(k->grant));
+    digest_field(&in, sub, strlen(sub));
+    digest_field(&in, up, strlen(up));
+    digest_field(&in, pol, strlen(pol));
+    uint8_t h[32];
+    tg_sha256(in.base, in.len, h);
+    tg_buf_dispose(&in);
+    tg_hex_encode(h, 32, k->approval_digest);
+}
+
 void tg_approvals_park(struct tg_call *k)
 {
     struct tg_server *srv = k->srv;
     uint8_t rnd[16];
     tg_random(rnd, sizeof(rnd));
     tg_hex_encode(rnd, sizeof(rnd), k->approval_id);
+    bind_digest(k);
     k->parked = 1;
     k->approval_deadline = now_ms(srv) + (uint64_t)k->dec->approval_timeout_ms;
     k->parked_at_wall = (uint64_t)wall_ms();
@@ -100,7 +145,9 @@ void tg_approvals_park(struct tg_call *k)
     hook(k, "parked", NULL, NULL);
 }
 
-void tg_approvals_unpark(struct tg_call *k)
+/* k leaves the queue: uncounted (its mirror goes with approval_gone, after what a human decided
+ * is noted on k for it). */
+static void leave(struct tg_call *k)
 {
     struct tg_server *srv = k->srv;
     tg_list_unlink(&k->alink);
@@ -108,7 +155,12 @@ void tg_approvals_unpark(struct tg_call *k)
     srv->approvals_bytes -= k->parked_bytes < srv->approvals_bytes ? k->parked_bytes : srv->approvals_bytes;
     k->parked_bytes = 0;
     k->parked = 0;
-    srv->store.ops->approval_gone(srv->store.ud, k);
+}
+
+void tg_approvals_unpark(struct tg_call *k)
+{
+    leave(k);
+    k->srv->store.ops->approval_gone(k->srv->store.ud, k);
 }
 
 void tg_approvals_reconf(struct tg_server *srv)
@@ -191,15 +243,41 @@ void tg_approvals_refuse(struct tg_call *k, const char *message, const char *rea
     tg_buf_dispose(&data);
 }
 
+/* A human decided k: kept for the page (srv->decided). */
+static void remember(struct tg_call *k, const char *decision, const char *by)
+{
+    struct tg_server *srv = k->srv;
+    struct tg_approval_done *d = &srv->decided[srv->ndecided++ % TG_APPROVALS_DECIDED];
+    memset(d, 0, sizeof(*d));
+    snprintf(d->id, sizeof(d->id), "%s", k->approval_id);
+    snprintf(d->decision, sizeof(d->decision), "%s", decision);
+    snprintf(d->digest, sizeof(d->digest), "%s", k->approval_digest);
+    snprintf(d->by, sizeof(d->by), "%s", by ? by : "");
+    snprintf(d->tool, sizeof(d->tool), "%s", k->tool ? k->tool : "");
+    snprintf(d->grant, sizeof(d->grant), "%s", k->grant);
+    snprintf(d->subject, sizeof(d->subject), "%s", k->subject ? k->subject : k->grant);
+    snprintf(d->upstream, sizeof(d->upstream), "%s", up_name(k) ? up_name(k) : "");
+    d->policy = k->approval_policy;
+    d->parked_at_ms = k->parked_at_wall;
+    d->decided_at_ms = (uint64_t)wall_ms();
+}
+
 /* why: NULL a human refused, "cancelled" its client went, "session" its session ended,
- * "timeout" its deadline passed (or the gateway shut down). Returns 0, or TG_APPROVAL_STALE when
- * an approval found that the configuration in force no longer lets it run (stale: why not). */
+ * "timeout" its deadline passed (or the gateway shut down). Returns 0, or TG_APPROVAL_NOT_ALLOWED
+ * when an approval found that the configuration in force no longer lets it run (stale: why not). */
 static int finish(struct tg_call *k, int approve, const char *by, const char *why, const char *reason, char *stale,
                   size_t stale_n)
 {
     struct tg_server *srv = k->srv;
     const char *no_longer = approve ? tg_approvals_stale(k, NULL, stale, stale_n) : NULL;
-    tg_approvals_unpark(k);
+    leave(k);
+    if (approve || why == NULL) { /* a human's decision, not a deadline's or a client's */
+        k->approval_decision = !approve ? "denied" : no_longer ? "refused" : "approved";
+        k->approval_by = by ? by : "";
+        remember(k, k->approval_decision, by);
+    }
+    srv->store.ops->approval_gone(srv->store.ud, k);
+    k->approval_decision = k->approval_by = NULL;
     if (approve && no_longer == NULL) {
         srv->metrics.approvals_approved++;
         tg_call_audit(k, "approved", -1, NULL, by);
@@ -230,7 +308,7 @@ static int finish(struct tg_call *k, int approve, const char *by, const char *wh
             tg_approvals_refuse(k, message, no_longer);
         }
         tg_call_close(k);
-        return TG_APPROVAL_STALE;
+        return TG_APPROVAL_NOT_ALLOWED;
     }
     int cancelled = why != NULL && (strcmp(why, "cancelled") == 0 || strcmp(why, "session") == 0);
     if (why == NULL || cancelled)
@@ -283,35 +361,72 @@ struct tg_call *tg_approvals_find(struct tg_server *srv, struct tg_slice id)
     return NULL;
 }
 
-void tg_approvals_write(struct tg_buf *b, const struct tg_approval_item *items, size_t n, int args)
+static void write_item(struct tg_buf *b, const struct tg_approval_item *it, int args)
 {
-    tg_buf_appends(b, "{\"approvals\":[");
-    for (size_t i = 0; i < n; i++) {
-        const struct tg_approval_item *it = &items[i];
-        static const char *const names[] = {"id", "grant", "session", "upstream", "tool", "args_sha256"};
-        const char *vals[] = {it->id, it->grant, it->session, it->upstream, it->tool, it->args_sha256};
-        tg_buf_appends(b, i ? ",{" : "{");
-        for (int f = 0; f < 6; f++) {
-            tg_buf_appendf(b, "%s\"%s\":", f ? "," : "", names[f]);
-            tg_json_write_string(b, vals[f] ? vals[f] : "", vals[f] ? strlen(vals[f]) : 0);
-        }
-        if (args && it->args) {
-            tg_buf_appends(b, ",\"args\":");
-            tg_buf_appends(b, it->args);
-        }
-        tg_buf_appendf(b, ",\"parked_at_ms\":%llu,\"waited_ms\":%llu,\"expires_in_ms\":%llu,\"instance\":",
-                       (unsigned long long)it->parked_at_ms, (unsigned long long)it->waited_ms,
-                       (unsigned long long)it->expires_in_ms);
-        if (it->instance)
-            tg_json_write_string(b, it->instance, strlen(it->instance));
+    static const char *const names[] = {"id", "grant", "subject", "session", "upstream", "tool", "args_sha256",
+                                        "digest"};
+    const char *vals[] = {it->id, it->grant, it->subject, it->session, it->upstream, it->tool, it->args_sha256,
+                          it->digest};
+    tg_buf_appends(b, "{");
+    for (int f = 0; f < 8; f++) {
+        tg_buf_appendf(b, "%s\"%s\":", f ? "," : "", names[f]);
+        tg_json_write_string(b, vals[f] ? vals[f] : "", vals[f] ? strlen(vals[f]) : 0);
+    }
+    if (args && it->args_text) {
+        /* Written as JSON values, never spliced: the text as a string, and the arguments parsed
+         * strictly from it and written again (numbers keep their text); null if it is not JSON. */
+        tg_buf_appends(b, ",\"args_text\":");
+        tg_json_write_string(b, it->args_text, strlen(it->args_text));
+        struct tg_json_doc doc = {0};
+        const char *err;
+        size_t eoff;
+        tg_buf_appends(b, ",\"args\":");
+        if (tg_json_parse(it->args_text, strlen(it->args_text), 1000, 1, &doc, &err, &eoff) == 0)
+            tg_json_write(b, doc.root);
         else
             tg_buf_appends(b, "null");
+        cJSON_Delete(doc.root);
+    }
+    tg_buf_appendf(b, ",\"policy\":%llu,\"parked_at_ms\":%llu", (unsigned long long)it->policy,
+                   (unsigned long long)it->parked_at_ms);
+    if (it->decision != NULL) {
+        tg_buf_appends(b, ",\"decision\":");
+        tg_json_write_string(b, it->decision, strlen(it->decision));
+        tg_buf_appends(b, ",\"by\":");
+        tg_json_write_string(b, it->by ? it->by : "", it->by ? strlen(it->by) : 0);
+        tg_buf_appendf(b, ",\"decided_at_ms\":%llu", (unsigned long long)it->decided_at_ms);
+    } else {
+        tg_buf_appendf(b, ",\"waited_ms\":%llu,\"expires_in_ms\":%llu", (unsigned long long)it->waited_ms,
+                       (unsigned long long)it->expires_in_ms);
+    }
+    tg_buf_appends(b, ",\"instance\":");
+    if (it->instance)
+        tg_json_write_string(b, it->instance, strlen(it->instance));
+    else
+        tg_buf_appends(b, "null");
+    if (it->decision == NULL) {
         tg_buf_appends(b, ",\"blocked\":");
         if (it->blocked)
             tg_json_write_string(b, it->blocked, strlen(it->blocked));
         else
             tg_buf_appends(b, "null");
-        tg_buf_appends(b, "}");
+    }
+    tg_buf_appends(b, "}");
+}
+
+void tg_approvals_write(struct tg_buf *b, const struct tg_approval_item *items, size_t n, int args)
+{
+    for (int decided = 0; decided < 2; decided++) {
+        tg_buf_appends(b, decided ? "],\"decided\":[" : "{\"approvals\":[");
+        int first = 1;
+        for (size_t i = 0; i < n; i++) {
+            if ((items[i].decision != NULL) != decided)
+                continue;
+            if (!first)
+                tg_buf_appends(b, ",");
+            first = 0;
+            write_item(b, &items[i], args);
+        }
     }
     tg_buf_appends(b, "]}");
 }
@@ -371,60 +486,103 @@ int tg_approvals_cancel(struct tg_session *s, const char *want)
     return 0;
 }
 
-/* The local queue: srv->approvals, answered at once. */
+char *tg_approvals_item_of(struct tg_call *k, struct tg_approval_item *it)
+{
+    struct tg_server *srv = k->srv;
+    /* Shown with redaction whatever audit.args says: the page always shows the arguments. */
+    char *text = k->approval_args_len
+                     ? tg_audit_args_text(&srv->conf->audit, k->held.base + k->approval_args_off, k->approval_args_len)
+                     : NULL;
+    memset(it, 0, sizeof(*it));
+    it->id = k->approval_id;
+    it->grant = k->grant;
+    it->subject = k->subject ? k->subject : k->grant;
+    it->session = k->sess ? k->sess->id_str : "";
+    it->upstream = up_name(k) ? up_name(k) : "";
+    it->tool = k->tool ? k->tool : "";
+    it->args_text = text;
+    it->args_sha256 = k->args_sha256;
+    it->digest = k->approval_digest;
+    it->policy = k->approval_policy;
+    it->parked_at_ms = k->parked_at_wall;
+    return text;
+}
+
+/* The local queue: srv->approvals, answered at once, then the calls decided in the last ten
+ * minutes. */
+#define DECIDED_SHOWN_MS (10 * 60 * 1000)
+
 void tg_approvals_local_list(struct tg_server *srv, tg_approval_list_cb done, void *ud)
 {
     size_t n = 0, i = 0;
     for (struct tg_list *l = srv->approvals.next; l != &srv->approvals; l = l->next)
         n++;
-    struct tg_approval_item *items = n ? tg_xcalloc(n, sizeof(*items)) : NULL;
-    /* Shown with redaction whatever audit.args says: the page always shows the arguments. */
-    struct tg_audit_conf ac = srv->conf->audit;
-    ac.values = 1;
-    uint64_t now = now_ms(srv);
+    struct tg_approval_item *items = tg_xcalloc(n + TG_APPROVALS_DECIDED, sizeof(*items));
+    char **texts = tg_xcalloc(n + 1, sizeof(*texts));
+    char **blocked = tg_xcalloc(n + 1, sizeof(*blocked));
+    uint64_t now = now_ms(srv), wall = (uint64_t)wall_ms();
     for (struct tg_list *l = srv->approvals.next; l != &srv->approvals; l = l->next, i++) {
         struct tg_call *k = tg_container_of(l, struct tg_call, alink);
         struct tg_approval_item *it = &items[i];
-        it->id = k->approval_id;
-        it->grant = k->grant;
-        it->session = k->sess->id_str;
-        it->upstream = up_name(k);
-        it->tool = k->tool;
-        cJSON *msg = cJSON_ParseWithLength(k->held.base, k->held.len);
-        const cJSON *args = tg_json_get(tg_json_get(msg, "params"),
-                                                             "arguments");
-        it->args = args ? tg_audit_args_values(&ac, args) : NULL;
+        texts[i] = tg_approvals_item_of(k, it);
         char why[600];
-        if (tg_approvals_stale(k, args, why, sizeof(why)) != NULL) {
+        if (tg_approvals_stale(k, NULL, why, sizeof(why)) != NULL) {
             size_t bn = strlen(why) + 32;
-            char *b = tg_xmalloc(bn);
-            snprintf(b, bn, "no longer allowed: %s", why);
-            it->blocked = b;
+            blocked[i] = tg_xmalloc(bn);
+            snprintf(blocked[i], bn, "no longer allowed: %s", why);
+            it->blocked = blocked[i];
         }
-        cJSON_Delete(msg);
-        it->parked_at_ms = k->parked_at_wall;
         uint64_t parked_loop = k->approval_deadline - (uint64_t)k->dec->approval_timeout_ms;
         it->waited_ms = now > parked_loop ? now - parked_loop : 0;
         it->expires_in_ms = k->approval_deadline > now ? k->approval_deadline - now : 0;
-        it->args_sha256 = k->args_sha256;
     }
-    done(ud, items, n);
-    for (i = 0; i < n; i++) {
-        free((char *)items[i].args);
-        free((char *)items[i].blocked);
+    unsigned have = srv->ndecided < TG_APPROVALS_DECIDED ? srv->ndecided : TG_APPROVALS_DECIDED;
+    for (unsigned j = 1; j <= have; j++) { /* newest first */
+        const struct tg_approval_done *d = &srv->decided[(srv->ndecided - j) % TG_APPROVALS_DECIDED];
+        if (wall - d->decided_at_ms > DECIDED_SHOWN_MS)
+            continue;
+        struct tg_approval_item *it = &items[i++];
+        it->id = d->id;
+        it->grant = d->grant;
+        it->subject = d->subject;
+        it->session = "";
+        it->upstream = d->upstream;
+        it->tool = d->tool;
+        it->digest = d->digest;
+        it->policy = d->policy;
+        it->parked_at_ms = d->parked_at_ms;
+        it->decision = d->decision;
+        it->by = d->by;
+        it->decided_at_ms = d->decided_at_ms;
     }
+    done(ud, items, i);
+    for (size_t j = 0; j < n; j++) {
+        free(texts[j]);
+        free(blocked[j]);
+    }
+    free(texts);
+    free(blocked);
     free(items);
 }
 
-void tg_approvals_local_decide(struct tg_server *srv, struct tg_slice id, int approve, const char *by,
-                               const char *reason, tg_approval_decide_cb done, void *ud)
+void tg_approvals_local_decide(struct tg_server *srv, struct tg_slice id, int approve, const char *digest,
+                               const char *by, const char *reason, tg_approval_decide_cb done, void *ud)
 {
     struct tg_call *k = tg_approvals_find(srv, id);
     if (k == NULL) {
         done(ud, TG_APPROVAL_UNKNOWN, NULL);
         return;
     }
+    if (approve && (digest == NULL || strlen(digest) != 64 ||
+                    !tg_ct_equal((const uint8_t *)digest, (const uint8_t *)k->approval_digest, 64))) {
+        /* Not what this call would send: whoever approves saw something else. It stays parked. */
+        char esc[200];
+        tg_log(TG_LOG_WARN, "approval refused: its digest is not the parked call's", "approval_id=%s by=%s",
+               k->approval_id, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(by ? by : "-")));
+        done(ud, TG_APPROVAL_STALE, NULL);
+        return;
+    }
     char stale[600];
     int rc = approve ? finish(k, 1, by, NULL, NULL, stale, sizeof(stale)) : finish(k, 0, by, NULL, reason, NULL, 0);
-    done(ud, rc, rc == TG_APPROVAL_STALE ? stale : NULL);
+    done(ud, rc, rc == TG_APPROVAL_NOT_ALLOWED ? stale : NULL);
 }

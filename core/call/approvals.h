@@ -16,10 +16,11 @@ struct tg_server;
 struct tg_session;
 
 /* May k (its message in k->held) wait in the queue? -1 yes; else the reason it may not
- * (TG_APPROVAL_REFUSED_FULL, _BYTES, _GRANT: core/base/metrics.h), counted, with what the client
- * reads in msg: the queue holds limits.approvals_max calls or limits.approvals_bytes, or k's grant
- * holds limits.approvals_per_grant of them (on this member: each member counts its own). */
-int tg_approvals_admit(struct tg_call *k, char *msg, size_t n);
+ * (TG_APPROVAL_REFUSED_*: core/base/metrics.h), counted, with what the client reads in msg and
+ * data.reason in *reason: a batch (in_batch) cannot wait; the queue holds limits.approvals_max
+ * calls or limits.approvals_bytes; k's grant holds limits.approvals_per_grant of them (on this
+ * member: each member counts its own). */
+int tg_approvals_admit(struct tg_call *k, int in_batch, char *msg, size_t n, const char **reason);
 /* Refuse k at once, a call that could not be parked: -32003 with message and data.reason. */
 void tg_approvals_refuse(struct tg_call *k, const char *message, const char *reason);
 /* Park k (its message is in k->held): an id, a deadline, an audit line "approve", its bytes
@@ -57,12 +58,17 @@ int tg_approvals_cancel(struct tg_session *s, const char *id_key);
  * store's approvals_list and approval_decide (core/call/shared.h); a cluster's store lists every
  * member's and passes the decisions for calls parked here to these. */
 void tg_approvals_local_list(struct tg_server *srv, tg_approval_list_cb done, void *ud);
-void tg_approvals_local_decide(struct tg_server *srv, struct tg_slice id, int approve, const char *by,
-                               const char *reason, tg_approval_decide_cb done, void *ud);
+void tg_approvals_local_decide(struct tg_server *srv, struct tg_slice id, int approve, const char *digest,
+                               const char *by, const char *reason, tg_approval_decide_cb done, void *ud);
+/* The item approvers see of parked call k (strings borrowed from k); returns its args_text
+ * (malloc'd, the caller frees it), or NULL. */
+char *tg_approvals_item_of(struct tg_call *k, struct tg_approval_item *it);
 /* The queue as the admin API and the page answer it, with or without a cluster:
- * {"approvals":[{id, grant, session, upstream, tool, args_sha256, args?, parked_at_ms, waited_ms,
- * expires_in_ms, instance, blocked}...]} (blocked: null, or "no longer allowed: WHY"). args: written when the item has some and `args` is nonzero;
- * instance: null for the local queue. */
+ * {"approvals":[{id, grant, subject, session, upstream, tool, args_sha256, digest, args_text?,
+ * args?, policy, parked_at_ms, waited_ms, expires_in_ms, instance, blocked}...], "decided":[{..., decision,
+ * by, decided_at_ms, instance}...]}: items with a decision go to "decided". args_text and args:
+ * written when the item has some and `args` is nonzero, as JSON values (a string, and the value
+ * parsed strictly from it); instance: null for the local queue; blocked: null, or "no longer allowed: WHY". */
 void tg_approvals_write(struct tg_buf *out, const struct tg_approval_item *items, size_t n, int args);
 
 #endif

@@ -278,6 +278,168 @@ char *tg_audit_args_values(const struct tg_audit_conf *ac, const cJSON *args)
     return tg_buf_release(&b);
 }
 
+/* ---- arguments as text ----------------------------------------------------------------- */
+/* A walk over JSON text the gateway already parsed strictly (or wrote itself): tokens are found,
+ * never interpreted, so every byte that is not replaced is copied as it came. */
+
+static size_t skip_ws(const char *p, size_t n, size_t i)
+{
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
+        i++;
+    return i;
+}
+
+/* i at a string's opening quote: the index after its closing one. */
+static size_t string_end(const char *p, size_t n, size_t i)
+{
+    for (i++; i < n; i++) {
+        if (p[i] == '\\')
+            i++;
+        else if (p[i] == '"')
+            return i + 1;
+    }
+    return n;
+}
+
+static size_t value_end(const char *p, size_t n, size_t i)
+{
+    if (i >= n)
+        return n;
+    if (p[i] == '"')
+        return string_end(p, n, i);
+    if (p[i] == '{' || p[i] == '[') {
+        int depth = 0;
+        for (; i < n; i++) {
+            if (p[i] == '"')
+                i = string_end(p, n, i) - 1;
+            else if (p[i] == '{' || p[i] == '[')
+                depth++;
+            else if ((p[i] == '}' || p[i] == ']') && --depth == 0)
+                return i + 1;
+        }
+        return n;
+    }
+    while (i < n && p[i] != ',' && p[i] != '}' && p[i] != ']' && p[i] != ' ' && p[i] != '\t' && p[i] != '\n' &&
+           p[i] != '\r')
+        i++;
+    return i;
+}
+
+/* The value of member `key` (written without escapes) of the object at p[i]: 0 with its span. */
+static int member_span(const char *p, size_t n, size_t i, const char *key, size_t *off, size_t *len)
+{
+    size_t kl = strlen(key);
+    i = skip_ws(p, n, i);
+    if (i >= n || p[i] != '{')
+        return -1;
+    i = skip_ws(p, n, i + 1);
+    while (i < n && p[i] == '"') {
+        size_t ke = string_end(p, n, i);
+        int match = ke - i == kl + 2 && memcmp(p + i + 1, key, kl) == 0;
+        i = skip_ws(p, n, ke);
+        if (i >= n || p[i] != ':')
+            return -1;
+        i = skip_ws(p, n, i + 1);
+        size_t ve = value_end(p, n, i);
+        if (match) {
+            *off = i;
+            *len = ve - i;
+            return 0;
+        }
+        i = skip_ws(p, n, ve);
+        if (i >= n || p[i] != ',')
+            break;
+        i = skip_ws(p, n, i + 1);
+    }
+    return -1;
+}
+
+int tg_audit_args_span(const char *msg, size_t n, size_t *off, size_t *len)
+{
+    size_t po, pl;
+    if (member_span(msg, n, 0, "params", &po, &pl) != 0 || member_span(msg, n, po, "arguments", off, len) != 0)
+        return -1;
+    return 0;
+}
+
+/* Is the key token p[0..n) (with its quotes) one audit.redact names? Decoded first when it has
+ * escapes, so that "\u0074oken" is "token". */
+static int key_redacted(const struct tg_audit_conf *ac, const char *p, size_t n)
+{
+    if (ac->nredact == 0 || n < 2)
+        return 0;
+    if (memchr(p, '\\', n) == NULL) {
+        char key[256];
+        if (n - 2 >= sizeof(key))
+            return 0; /* longer than any name audit.redact can hold */
+        memcpy(key, p + 1, n - 2);
+        key[n - 2] = '\0';
+        return redacted(ac, key);
+    }
+    struct tg_json_doc doc = {0};
+    const char *err;
+    size_t eoff;
+    int hit = tg_json_parse(p, n, 1, 1, &doc, &err, &eoff) == 0 && cJSON_IsString(doc.root) &&
+              redacted(ac, doc.root->valuestring);
+    cJSON_Delete(doc.root);
+    return hit;
+}
+
+static void redact_text(struct tg_buf *b, const struct tg_audit_conf *ac, const char *p, size_t n, size_t *pi)
+{
+    size_t i = *pi;
+    if (i < n && (p[i] == '{' || p[i] == '[')) {
+        int obj = p[i] == '{';
+        char close = obj ? '}' : ']';
+        tg_buf_append(b, p + i, 1);
+        i++;
+        while (i < n) {
+            size_t j = skip_ws(p, n, i);
+            tg_buf_append(b, p + i, j - i);
+            i = j;
+            if (i >= n)
+                break;
+            if (p[i] == close || p[i] == ',') {
+                tg_buf_append(b, p + i, 1);
+                if (p[i++] == close)
+                    break;
+                continue;
+            }
+            int hide = 0;
+            if (obj) {
+                size_t ke = string_end(p, n, i);
+                hide = key_redacted(ac, p + i, ke - i);
+                j = skip_ws(p, n, ke);
+                if (j < n && p[j] == ':')
+                    j = skip_ws(p, n, j + 1);
+                tg_buf_append(b, p + i, j - i); /* the key, the colon and the spaces around it */
+                i = j;
+            }
+            if (hide) {
+                tg_buf_appends(b, "\"[redacted]\"");
+                i = value_end(p, n, i);
+            } else {
+                redact_text(b, ac, p, n, &i);
+            }
+        }
+    } else {
+        size_t e = value_end(p, n, i);
+        tg_buf_append(b, p + i, e - i);
+        i = e;
+    }
+    *pi = i;
+}
+
+char *tg_audit_args_text(const struct tg_audit_conf *ac, const char *p, size_t n)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    size_t i = skip_ws(p, n, 0);
+    redact_text(&b, ac, p, n, &i);
+    tg_buf_append(&b, "", 1);
+    return tg_buf_release(&b);
+}
+
 /* ,"k": with k a literal of ours (no escaping needed). */
 #define KEY(b, k) tg_buf_append((b), ",\"" k "\":", sizeof(k) + 3)
 

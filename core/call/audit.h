@@ -53,5 +53,12 @@ void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const stru
 void tg_audit_args_hash(const cJSON *args, char out[65]);
 /* Redacted JSON of args (malloc'd) when audit.args = "values", else NULL. */
 char *tg_audit_args_values(const struct tg_audit_conf *ac, const cJSON *args);
+/* Where params.arguments is in a message's JSON text (written by the gateway, or parsed strictly
+ * before): 0 with its span, -1 when it has none. */
+int tg_audit_args_span(const char *msg, size_t n, size_t *off, size_t *len);
+/* The JSON text p[0..n) as it is, but the values of audit.redact keys replaced by "[redacted]"
+ * (malloc'd, NUL-terminated): every other byte is copied, so numbers, escapes and spacing are
+ * the sender's (1e400 stays 1e400), which a tree written again would not keep. */
+char *tg_audit_args_text(const struct tg_audit_conf *ac, const char *p, size_t n);
 
 #endif

@@ -16,6 +16,7 @@
 #include "core/mcp/schemas.h"
 #include "core/wire/msg.h"
 #include "core/call/roots.h"
+#include "core/call/upauth.h"
 #include "core/base/slab.h"
 #include "policy/policy.h"
 #include "upstream/upstream.h"
@@ -164,6 +165,7 @@ void tg_call_close(struct tg_call *k)
     }
     if (!k->forwarded)
         tg_call_settle(k, TG_OUT_WITHDRAWN, -1);
+    tg__call_upauth_cancel(k->upauth, &k->upauth_wait);
     upstream_cancel(k);
     if (k->parked) {
         /* Its client went while a human had yet to decide: withdrawn, as a cancel would. */
@@ -218,6 +220,7 @@ static void call_release(struct tg_call *k)
     tg_xfree(k->resend);
     tg_xfree(k->listen_uris);
     tg_xfree(k->input_req_id);
+    tg__call_upauth_free(k->upauth);
     if (k->mrtr != NULL)
         tg_mcp_mrtr_call_dispose(k->mrtr);
     tg_xfree(k->mrtr);
@@ -260,7 +263,7 @@ const char *tg_call_client_id(const struct tg_call *k, size_t *n)
 
 int tg_call_running(const struct tg_call *k)
 {
-    return !k->closed && (k->upcall != NULL || k->awaiting || k->kind == KIND_GET);
+    return !k->closed && (k->upcall != NULL || k->awaiting || k->upauth_wait || k->kind == KIND_GET);
 }
 
 struct tg_sink *tg_call_sink(const struct tg_call *k) { return k->sink; }
@@ -710,12 +713,14 @@ static struct tg_call *first_running(struct tg_session *s)
 
 void tg_call_end_session_calls(struct tg_session *s)
 {
+    tg_session_ref(s); /* an initialize's error takes its new session away, and its call held the last reference */
     for (struct tg_call *k; (k = first_running(s)) != NULL;) {
         tg_call_abandon(k);
         if (k->sink != NULL && k->sink->ops->listening(k->sink))
             tg_call_answer_error(k, "the session ended before the answer came", 0);
         tg_call_finish(k);
     }
+    tg_session_unref(s);
 }
 
 void tg_call_abort_waiting(struct tg_server *srv)

@@ -115,6 +115,11 @@ struct tg_call {
     char approval_id[33];
     uint64_t approval_deadline;
     uint64_t parked_at_wall;
+    char approval_digest[65]; /* what an approver approves (tg_approvals_digest), hex */
+    uint64_t approval_policy; /* the serial of the configuration that parked it */
+    size_t approval_args_off, approval_args_len; /* params.arguments in held, as they will be sent */
+    const char *approval_decision, *approval_by; /* while it leaves the queue: "approved" or "denied"
+                                                  * and who decided (NULL: no human decided) */
     struct tg_list alink;     /* srv->approvals while parked, srv->awaiting while awaiting */
     struct tg_buf held;       /* the message, serialized, waiting for a decision */
     struct tg_auth_cred *cred; /* parked: the credential it came with (owned), or NULL: unknown */
@@ -127,6 +132,9 @@ struct tg_call {
     char resume_parked[40];
     unsigned char decide_no_wait; /* the sink cannot wait for a human (TG_SINK_NO_WAIT) */
     uint64_t decide_timeout_ms;   /* the upstream's call_timeout_ms, for when it is sent */
+    struct tg_upauth *upauth; /* its upstream credential: the caller's JWT for a token exchange, the
+                               * message held while one runs (core/call/upauth.c; owned) */
+    int upauth_wait;          /* waiting for that exchange: sent when it ends */
     /* the upstream half: the kind's own state for this call (allocated and freed by the kind;
      * non-NULL while the upstream may still send for it) */
     void *upcall;

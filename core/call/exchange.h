@@ -58,6 +58,11 @@ struct tg_exchange {
                                          * declared (JSON), or NULL */
     const char *fwd_headers;            /* the client's Mcp-Param-* lines the gateway passes on
                                          * (complete "Name: value\r\n" lines), or NULL */
+    const char *subject_token;          /* the caller's JWT (borrowed from the request, this request
+                                         * only), for a token exchange (core/call/upauth.h); never
+                                         * logged, never sent upstream; or NULL */
+    size_t subject_token_len;
+    const char *subject_who;            /* whose it is, where who is gone (tg_call_upauth_who), or NULL */
     const struct tg_auth_cred *cred;    /* a channel's opening request: what authenticated it
                                          * (policy/auth.h; the channel keeps a copy), else NULL */
 };

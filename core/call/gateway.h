@@ -17,12 +17,15 @@
 #include "core/base/metrics.h"
 #include "core/call/shared.h"
 
+#define TG_APPROVALS_DECIDED 16 /* decided calls the approvals page keeps showing */
+
 struct tg_mcp_schemas;
 struct tg_counters;
 struct tg_audit;
 struct tg_session_table;
 struct tg_upstream;
 struct tg_upstream_ops;
+struct tg_tx_cache;
 struct tg_cred_ended;
 struct tg_webhook;
 
@@ -38,6 +41,8 @@ struct tg_server {
     size_t nupstreams;
     struct tg_metrics metrics;
     struct tg_counters *counters; /* outlives confs: a reload keeps every counter */
+    struct tg_dpop_replay *dpop_replay; /* DPoP proofs seen (policy/dpop.h); made by the first proof,
+                                         * outlives confs so a reload cannot reopen a replay */
     /* The shared store (core/call/shared.h) every floor below the app goes through: the local
      * one, or a cluster's. The app installs it. */
     struct tg_shared store;
@@ -55,6 +60,14 @@ struct tg_server {
     size_t napprovals;
     size_t approvals_bytes;       /* what the parked calls hold (limits.approvals_bytes) */
     struct tg_webhook *webhook;   /* approval events for approvals.webhook (core/call/webhook.h) */
+    /* The last calls a human decided, as the approvals page shows them (core/call/approvals.c):
+     * a ring, decided[ndecided % TG_APPROVALS_DECIDED] next. */
+    struct tg_approval_done {
+        char id[33], decision[9], digest[65];
+        char by[160], tool[192], grant[96], subject[192], upstream[96];
+        uint64_t policy, parked_at_ms, decided_at_ms;
+    } decided[TG_APPROVALS_DECIDED];
+    unsigned ndecided;
     uint64_t reloads, reload_failures;
     /* The sessions stateless (2026-07-28) requests use: one per grant and upstream, found by the
      * session's own grant and upstream; each slot holds a session reference (core/gate/stateless.c;
@@ -65,6 +78,8 @@ struct tg_server {
     struct tg_mcp_mrtr mrtr;       /* MRTR envelopes: the key and the ones issued, not used yet */
     struct tg_mcp_schemas *schemas; /* annotated tools' input schemas, per upstream (core/mcp/schemas.h) */
     int draining;
+    struct tg_tx_cache *token_cache; /* exchanged upstream tokens (upstream/token_exchange.h), made at
+                                      * first use; freed at dispose */
     /* The operations of an upstream's kind, chosen by the app (upstream/kinds.c: by transport; a
      * unit test puts a fake kind here). */
     const struct tg_upstream_ops *(*upstream_ops)(const struct tg_upstream_conf *uc);

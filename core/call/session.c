@@ -266,6 +266,13 @@ void tg_session_unref(struct tg_session *s)
     free(s->grant);
     free(s->subject);
     free(s->up_session);
+    if (s->up_auth != NULL)
+        memset(s->up_auth, 0, strlen(s->up_auth)); /* a credential */
+    free(s->up_auth);
+    free(s->up_who);
+    if (s->up_token != NULL)
+        memset(s->up_token, 0, strlen(s->up_token)); /* the client's JWT */
+    free(s->up_token);
     free(s->listen_uris);
     if (s->up_modern)
         free(s->u.client_caps);

@@ -38,6 +38,11 @@ struct tg_session {
                         * TG_LISTEN_URIS_MAX and _BYTES in core/bridge/listen.h),
                         * which every listen standing in for its GET stream asks for; owned */
     char *up_session;  /* upstream's Mcp-Session-Id, never shown to clients */
+    char *up_auth;     /* the credential header lines its last call carried to the upstream (a
+                        * grant's upstream_headers, an exchanged token), for the requests no call
+                        * makes (DELETE, a reply, a legacy SSE stream's POSTs); owned, or NULL */
+    char *up_who, *up_token; /* a channel's session on a token_exchange upstream: whose JWT opened the
+                              * channel, and that JWT, for its calls (core/call/upauth.c); owned */
     char proto[24];    /* negotiated protocol version */
     int initialized;   /* the initialize exchange succeeded */
     int live;          /* in the table (0 after DELETE or expiry) */

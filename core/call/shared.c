@@ -70,10 +70,10 @@ static void local_approvals_list(void *ud, tg_approval_list_cb done, void *cb_ud
     tg_approvals_local_list(ud, done, cb_ud);
 }
 
-static void local_approval_decide(void *ud, struct tg_slice id, int approve, const char *by, const char *reason,
-                                  tg_approval_decide_cb done, void *cb_ud)
+static void local_approval_decide(void *ud, struct tg_slice id, int approve, const char *digest, const char *by,
+                                  const char *reason, tg_approval_decide_cb done, void *cb_ud)
 {
-    tg_approvals_local_decide(ud, id, approve, by, reason, done, cb_ud);
+    tg_approvals_local_decide(ud, id, approve, digest, by, reason, done, cb_ud);
 }
 
 static const struct tg_shared_ops local_ops = {

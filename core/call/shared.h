@@ -84,23 +84,31 @@ struct tg_approval_item {
     const char *session;
     const char *upstream;
     const char *tool;
-    const char *args;        /* the arguments as JSON with the values of audit.redact keys
-                              * replaced by "[redacted]"; NULL when the call has none */
     uint64_t parked_at_ms;   /* wall clock (ms since the epoch) */
     uint64_t waited_ms;      /* how long it has waited so far */
     uint64_t expires_in_ms;  /* until its deadline */
     const char *instance;    /* a cluster: the member holding the call (NULL for the local queue) */
     const char *args_sha256; /* the arguments' digest (hex), or NULL */
+    const char *subject;     /* who inside the grant asked */
+    const char *args_text;   /* the arguments' text as they will be sent (numbers as written), the
+                              * values of audit.redact keys replaced by "[redacted]"; or NULL */
+    const char *digest;      /* what an approve must name (tg_approvals_digest, hex) */
+    uint64_t policy;         /* the serial of the configuration that parked it, on its member */
+    const char *decision;    /* NULL: pending; "approved" or "denied": decided lately, by `by` */
+    const char *by;
+    uint64_t decided_at_ms;  /* wall clock */
     const char *blocked;     /* "no longer allowed: WHY" when the configuration in force would not
                               * let it run any more (approve is refused), or NULL */
 };
 /* items: valid during the call only. n: how many. */
 typedef void (*tg_approval_list_cb)(void *ud, const struct tg_approval_item *items, size_t n);
 /* rc: 0 decided, TG_APPROVAL_UNKNOWN no pending approval with this id (decided, expired, unknown),
- * TG_APPROVAL_STALE approved, but the configuration in force no longer lets it run: it was
- * refused instead, and why says what changed (else why is NULL). */
+ * TG_APPROVAL_STALE an approve whose digest is not the parked call's (nothing ran),
+ * TG_APPROVAL_NOT_ALLOWED approved, but the configuration in force no longer lets it run: it was
+ * refused instead (its client told, nothing ran), and why says what changed (else why is NULL). */
 #define TG_APPROVAL_UNKNOWN (-2)
 #define TG_APPROVAL_STALE (-3)
+#define TG_APPROVAL_NOT_ALLOWED (-4)
 typedef void (*tg_approval_decide_cb)(void *ud, int rc, const char *why);
 
 /* ---- the store ---------------------------------------------------------------------------- */
@@ -133,9 +141,11 @@ struct tg_shared_ops {
     void (*approval_gone)(void *ud, struct tg_call *k);
     /* Every pending approval, oldest first. */
     void (*approvals_list)(void *ud, tg_approval_list_cb done, void *cb_ud);
-    /* Approve or deny (with a reason, NULL for none) the approval `id`; by: who, for the audit. */
-    void (*approval_decide)(void *ud, struct tg_slice id, int approve, const char *by, const char *reason,
-                            tg_approval_decide_cb done, void *cb_ud);
+    /* Approve or deny (with a reason, NULL for none) the approval `id`; by: who, for the audit.
+     * An approve names the digest the approver saw (the item's digest): any other, or NULL, is
+     * TG_APPROVAL_STALE and nothing runs. */
+    void (*approval_decide)(void *ud, struct tg_slice id, int approve, const char *digest, const char *by,
+                            const char *reason, tg_approval_decide_cb done, void *cb_ud);
 };
 
 /* The store a server uses: its operations and their first argument. */

@@ -16,34 +16,6 @@
 #include "core/call/roots.h"
 #include "upstream/pool/pool.h"
 
-void tg_call_send(struct tg_call *k, const char *body, size_t len, uint64_t timeout)
-{
-    struct tg_upstream_send a = {
-        .srv = k->srv,
-        .sess = k->sess,
-        .up = k->uprt,
-        .kind = k->kind,
-        .body = body,
-        .len = len,
-        .timeout_ms = timeout,
-        .is_init = k->is_init,
-        .is_listen = k->is_listen,
-        .headers = k->up_headers,
-        .gid = k->gid_str,
-        .gid_len = k->gid_len,
-        .gid_num = k->gid,
-        .ev = &tg__call_events,
-        .host = &tg__call_host,
-        .call = k,
-        .state = &k->upcall,
-    };
-    k->forwarded = 1;
-    if (!(k->ops->flags & TG_UPOPS_SESSION_LINK) && k->first_sent_ns == 0)
-        k->first_sent_ns = uv_hrtime(); /* a request per message: latency from the first */
-    a.first_sent_ns = k->first_sent_ns;
-    k->ops->send(&a);
-}
-
 /* ---- a call's callbacks ------------------------------------------------------------------ */
 
 static int ev_answer(void *call, const char *p, size_t n, const struct tg_json_doc *pre, struct tg_buf *own, int status)

@@ -43,6 +43,8 @@ static const struct int_directive limit_directives[] = {
      "idle time after which another grant's session gives up its stdio child at max_children"},
     {"output_total_bytes", LIM(output_total_bytes), 1048576, 2147483647, 268435456,
      "bytes queued to all clients together"},
+    {"dpop_replay_entries", LIM(dpop_replay_entries), 16, 10000000, 100000,
+     "DPoP proofs remembered against replay"},
     {NULL, 0, 0, 0, 0, NULL},
 };
 
@@ -705,6 +707,7 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
         c->limits.approvals_per_grant = c->limits.approvals_max / 4 > 0 ? c->limits.approvals_max / 4 : 1;
     tg__conf_load_grants(&ld, &cfg, c);
     tg__conf_load_upstreams(&ld, &cfg, c);
+    tg__conf_load_upcred(&ld, &cfg, c);
     load_audit(&ld, &cfg, c);
     tg__conf_load_approvals(&ld, &cfg, c);
     tg__conf_load_cluster(&ld, &cfg, c);
@@ -753,6 +756,7 @@ void tg_conf_unref(struct tg_conf *c)
     }
     free(c->listeners);
     free(c->admin.address);
+    tg__conf_upcred_free(c);
     tg__conf_grants_free(c);
     free(c->audit.file);
     for (size_t i = 0; i < c->audit.nredact; i++)

@@ -98,6 +98,7 @@ struct tg_limits {
     int listens_per_grant;
     int output_total_bytes;
     int stdio_evict_idle_ms; /* at max_children, another grant's session idle this long gives up its child */
+    int dpop_replay_entries; /* DPoP proofs (key, jti) remembered against replay, one cache per process */
 };
 
 struct tg_policy;
@@ -120,6 +121,22 @@ struct tg_roots {
     char *result; /* {"roots":[{"uri":…,"name":…},…]}: the roots/list result, made at load */
 };
 
+/* An extra header sent to an upstream. Owner: its upstream conf (headers[]) or grant
+ * (upstream_headers); freed by tg_conf_unref. */
+struct tg_header {
+    char *name;
+    char *value;
+};
+
+/* grants[].upstream_headers: what this grant's requests carry to one upstream (core/conf/upcred.c).
+ * Owner: its grant; freed by tg_conf_unref. */
+struct tg_grant_upheaders {
+    int upstream;   /* index into upstreams */
+    struct tg_header *headers;
+    size_t nheaders;
+    char *lines;    /* the same as "Name: value\r\n" lines, made at load */
+};
+
 /* One grants[] entry. Owner: the conf (grants[]); freed by tg_conf_unref. */
 struct tg_grant_conf {
     char *name;
@@ -136,6 +153,8 @@ struct tg_grant_conf {
     struct tg_grant_policy *policies;
     size_t npolicies;
     struct tg_roots roots; /* pinned: overrides every upstream's roots for this grant */
+    struct tg_grant_upheaders *upheaders; /* upstream_headers, one per upstream named */
+    size_t nupheaders;
 };
 
 /* The audit group. Embedded in struct tg_conf; its strings freed by tg_conf_unref. */
@@ -147,10 +166,12 @@ struct tg_audit_conf {
     int max_pending; /* bytes buffered while the disk is slow; beyond, records are dropped and counted */
 };
 
-/* An extra header sent to an upstream. Owner: its upstream conf (headers[]); freed by tg_conf_unref. */
-struct tg_header {
-    char *name;
-    char *value;
+/* upstreams[].token_exchange (core/conf/upcred.c; the exchange: upstream/token_exchange.c).
+ * Owner: its upstream conf; freed by tg_conf_unref. */
+struct tg_token_exchange_conf {
+    char *token_endpoint, *client_id, *client_secret_file, *audience, *scope, *ca;
+    char *headers;   /* the token request's header lines, client_secret_basic included (secret) */
+    char *form_tail; /* "&audience=…&scope=…", form-encoded ("" for neither) */
 };
 
 enum { TG_UP_STREAMABLE = 0, TG_UP_SSE = 1, TG_UP_STDIO = 2 };
@@ -197,9 +218,11 @@ struct tg_upstream_conf {
     char **deny_server_requests; /* server-to-client methods never relayed to clients */
     size_t ndeny_server_requests;
     struct tg_roots roots; /* pinned: the server's roots/list gets these (a grant's override) */
+    struct tg_token_exchange_conf *token_exchange; /* NULL: none */
 };
 
 struct tg_jwks;
+struct tg_jwt_cache;
 struct tg_keyring;
 struct tg_tls_client_ctx;
 
@@ -224,7 +247,11 @@ struct tg_jwt_conf {
     char *subject_claim; /* who inside the grant (default "sub") */
     int skew_s;
     unsigned algs; /* TG_JWT_ALG_ bits of jwt[].algorithms (default RS256 and ES256) */
+    int dpop;          /* enum tg_dpop_mode (policy/dpop.h) of jwt[].dpop */
+    int dpop_window_s; /* a proof's iat within dpop_window_s + skew_s of now */
     struct tg_jwks *jwks;
+    struct tg_jwt_cache *cache; /* verified tokens (policy/jwt_cache.h), jwt[].cache_entries slots; mutable
+                                 * inside an immutable conf, like the keys' precomputations */
 };
 
 /* The whole configuration. Refcounted and immutable once loaded: tg_conf_load returns it with one
@@ -278,5 +305,8 @@ char *tg_conf_expand_env(const char *in, const char **why, char *varname, size_t
 int tg_conf_parse_url(struct tg_upstream_conf *u, const char **why);
 
 const struct tg_upstream_conf *tg_conf_find_upstream(const struct tg_conf *c, struct tg_slice name, int *index);
+/* Grant g's upstream_headers for the upstream named upstream in c, or NULL. */
+const struct tg_grant_upheaders *tg_conf_grant_upheaders(const struct tg_grant_conf *g, const char *upstream,
+                                                         const struct tg_conf *c);
 
 #endif

@@ -9,6 +9,8 @@
 #include "core/conf/internal.h"
 #include "core/base/json.h"
 #include "policy/jwt.h"
+#include "policy/dpop.h"
+#include "policy/jwt_cache.h"
 #include "policy/keyring.h"
 #include "policy/policy.h"
 #include "policy/uri.h"
@@ -124,7 +126,8 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
             continue;
         }
         static const char *const known[] = {"name", "token_sha256", "anonymous", "max_sessions", "policies",
-                                            "tls_subject", "roots", "issuers", "scopes", NULL};
+                                            "tls_subject", "roots", "issuers", "scopes",
+                                            "upstream_headers", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         gc->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         const config_setting_t *ms = config_setting_get_member(g, "max_sessions");
@@ -365,6 +368,38 @@ static unsigned jwt_algorithms(struct loader *ld, const config_setting_t *s, con
     return bits != 0 ? bits : TG_JWT_ALGS_DEFAULT;
 }
 
+/* jwt[].dpop and dpop_window_s: strict values; a proof is signed with a public key, so an issuer
+ * with DPoP must list an algorithm besides HS256. */
+static void jwt_dpop(struct loader *ld, const config_setting_t *g, struct tg_jwt_conf *j)
+{
+    static const char *const modes[] = {"off", "optional", "required"};
+    j->dpop = TG_DPOP_OFF;
+    j->dpop_window_s = 60;
+    const config_setting_t *m = config_setting_get_member(g, "dpop");
+    if (m != NULL) {
+        const char *v = config_setting_type(m) == CONFIG_TYPE_STRING ? config_setting_get_string(m) : NULL;
+        int found = -1;
+        for (int i = 0; v != NULL && i < 3; i++)
+            if (strcmp(v, modes[i]) == 0)
+                found = i;
+        if (found < 0)
+            tg__conf_errf(ld, m, "dpop", "must be \"off\", \"optional\" or \"required\"");
+        else
+            j->dpop = found;
+    }
+    const config_setting_t *w = config_setting_get_member(g, "dpop_window_s");
+    if (w != NULL) {
+        if (config_setting_type(w) != CONFIG_TYPE_INT || config_setting_get_int(w) < 1 ||
+            config_setting_get_int(w) > 3600)
+            tg__conf_errf(ld, w, "dpop_window_s", "must be an integer 1..3600");
+        else
+            j->dpop_window_s = config_setting_get_int(w);
+    }
+    if (j->dpop != TG_DPOP_OFF && (j->algs & ~TG_JWT_ALG_HS256) == 0)
+        tg__conf_errf(ld, m, "dpop", "issuer %s: DPoP proofs are signed with a public key; list RS256, ES256 or PS256 in "
+                      "algorithms", j->issuer ? j->issuer : "?");
+}
+
 static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c);
 
 #define JWT(f) offsetof(struct tg_jwt_conf, f)
@@ -447,7 +482,8 @@ static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c)
         static const char *const known[] = {"issuer",        "audience",      "jwks_file",        "jwks_url",
                                             "discovery",     "ca",            "refresh_min_s",    "refresh_max_s",
                                             "fetch_timeout_ms", "grant_claim", "skew_s",          "algorithms",
-                                            "subject_claim", "grant",    NULL};
+                                            "subject_claim", "grant",    "dpop",
+                                            "dpop_window_s", "cache_entries", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         j->issuer = tg__conf_get_str(ld, g, "issuer", NULL, 1, ctx);
         /* Without an audience a token's aud must name the resource it is used at (RFC 8707):
@@ -476,6 +512,17 @@ static void load_jwt_list(struct loader *ld, config_t *cfg, struct tg_conf *c)
                 j->skew_s = config_setting_get_int(sk);
         }
         j->algs = jwt_algorithms(ld, config_setting_get_member(g, "algorithms"), j->issuer);
+        jwt_dpop(ld, g, j);
+        int slots = 1024;
+        const config_setting_t *ce = config_setting_get_member(g, "cache_entries");
+        if (ce != NULL) {
+            if (config_setting_type(ce) != CONFIG_TYPE_INT || config_setting_get_int(ce) < 0 ||
+                config_setting_get_int(ce) > 1000000)
+                tg__conf_errf(ld, ce, "cache_entries", "must be an integer 0..1000000");
+            else
+                slots = config_setting_get_int(ce);
+        }
+        j->cache = tg_jwt_cache_new((size_t)slots);
         if (j->jwks_file != NULL) {
             struct tg_buf jerr;
             tg_buf_init(&jerr);
@@ -632,6 +679,7 @@ void tg__conf_jwt_free(struct tg_conf *c)
         free(c->jwt[i].grant);
         free(c->jwt[i].subject_claim);
         tg_jwks_free(c->jwt[i].jwks);
+        tg_jwt_cache_free(c->jwt[i].cache);
     }
     free(c->jwt);
 }

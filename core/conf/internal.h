@@ -83,5 +83,11 @@ void tg__conf_grants_free(struct tg_conf *c);
 void tg__conf_load_roots(struct loader *ld, const config_setting_t *grp, struct tg_roots *r, const char *ctx);
 void tg__conf_roots_free(struct tg_roots *r);
 void tg__conf_jwt_free(struct tg_conf *c);
+/* core/conf/upcred.c: grants[].upstream_headers and upstreams[].token_exchange, after both lists. */
+void tg__conf_load_upcred(struct loader *ld, config_t *cfg, struct tg_conf *c);
+void tg__conf_upcred_free(struct tg_conf *c);
+void tg__conf_form_encode(struct tg_buf *b, const char *s);
+/* core/conf/upstreams.c: a header name the conf may set (not one the gateway writes itself). */
+int tg__conf_header_name_ok(const char *n);
 
 #endif

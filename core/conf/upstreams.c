@@ -115,7 +115,7 @@ static int valid_upstream_name(const char *n)
     return 1;
 }
 
-static int valid_header_name(const char *n)
+int tg__conf_header_name_ok(const char *n)
 {
     if (!*n)
         return 0;
@@ -325,7 +325,7 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
         static const char *const known[] = {"name", "url", "default", "headers", "initialize", "protocol", "connect_timeout_ms",
                                             "call_timeout_ms", "pool", "policy", "deny_server_requests",
                                             "transport", "command", "env", "env_pass", "cwd", "warm", "max_children", "tls",
-                                            "backoff_ms", "backoff_max_ms", "roots", NULL};
+                                            "backoff_ms", "backoff_max_ms", "roots", "token_exchange", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         u->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         if (u->name && !valid_upstream_name(u->name))
@@ -437,7 +437,7 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
                     const char *n = config_setting_name(hs);
                     char hctx[160];
                     snprintf(hctx, sizeof(hctx), "%s.headers.%s", ctx, n ? n : "?");
-                    if (n == NULL || !valid_header_name(n)) {
+                    if (n == NULL || !tg__conf_header_name_ok(n)) {
                         tg__conf_errf(ld, hs, hctx, "is not a header the gateway lets you set");
                         continue;
                     }

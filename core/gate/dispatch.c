@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/call/upauth.h"
 #include "core/call/approvals.h"
 #include "core/bridge/input.h"
 #include "core/bridge/listen.h"
@@ -137,23 +138,17 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
  * grant holding its share of it): refused at once. The serialized message moves into the call. */
 static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
 {
-    struct tg_server *srv = k->srv;
     k->held = *out;
     tg_buf_init(out);
     char msg[sizeof(k->dec->message)];
-    int why = TG_APPROVAL_REFUSED_BATCH;
-    if (in_batch) {
-        /* A batch cannot wait for a human; a single message on a channel can. */
-        srv->metrics.approvals_refused[why]++;
-        snprintf(msg, sizeof(msg), "%s needs a human's approval, which a batch cannot wait for; send it on its own", k->tool);
-    } else if ((why = tg_approvals_admit(k, msg, sizeof(msg))) < 0) {
+    const char *reason;
+    int why = tg_approvals_admit(k, in_batch, msg, sizeof(msg), &reason);
+    if (why < 0) {
         tg_approvals_park(k);
         return;
     }
     tg_call_audit(k, "rejected", -1, NULL, why == TG_APPROVAL_REFUSED_BATCH ? "(batch)" : "(queue full)");
-    tg_approvals_refuse(k, msg, why == TG_APPROVAL_REFUSED_BATCH ? "a batch cannot wait for approval"
-                                : why == TG_APPROVAL_REFUSED_GRANT ? "approval queue full for this grant"
-                                                                   : "approval queue full");
+    tg_approvals_refuse(k, msg, reason);
     tg_call_close(k);
 }
 
@@ -389,6 +384,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     }
     srv->metrics.rpc_requests++;
     struct tg_call *k = tg_call_new(srv, s, sk, KIND_REQUEST);
+    tg_call_upauth_from(k, x);
     k->era = x->era;
     tg_strlcpy(k->proto, x->proto, sizeof(k->proto));
     s->inflight++;
@@ -511,6 +507,7 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         }
     }
     struct tg_call *k = tg_call_new(srv, s, sk, KIND_FORWARD);
+    tg_call_upauth_from(k, x);
     k->era = x->era;
     tg_strlcpy(k->proto, x->proto, sizeof(k->proto));
     struct tg_buf out;
@@ -711,6 +708,7 @@ int tg_dispatch_listen(struct tg_exchange *x, struct tg_sink *sk, int for_channe
     if (for_channel && (x->uc->init_local || tg_call_kind_has_link(x->srv, s)))
         return -1; /* the server's own messages come on the session's link */
     struct tg_call *k = tg_call_new(x->srv, s, sk, KIND_GET);
+    tg_call_upauth_from(k, x);
     s->get_stream = k;
     if (s->up_modern) {
         /* A 2026-07-28 upstream has no GET stream: the session's stream is a listen for every
@@ -749,6 +747,8 @@ int tg_dispatch_session_open(struct tg_exchange *x)
     s->last_active_ms = uv_now(srv->loop);
     srv->metrics.sessions_created++;
     x->sess = s;
+    if (x->cred != NULL)
+        tg_call_upauth_session(s, x); /* a channel's messages carry no credential of their own */
     return 0;
 }
 

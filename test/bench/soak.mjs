@@ -150,13 +150,15 @@ try {
     const auth = { authorization: `Bearer ${ADMIN}` };
     while (!stop) {
       const p = c.call('visible', { text: 'approved' }, { timeout: 20000 });
-      let id;
+      let id, digest;
       await H.waitUntil(async () => {
         const r = await request(agent, gw.adminPort, 'GET', '/admin/approvals', auth);
-        id = JSON.parse(r.text).approvals?.[0]?.id;
+        ({ id, digest } = JSON.parse(r.text).approvals?.[0] ?? {});
         return id;
       }, { timeout: 10000, what: 'the parked call on /admin/approvals' });
-      const r = await request(agent, gw.adminPort, 'POST', `/admin/approvals/${id}/approve`, auth);
+      // an approve names the digest of the item it approves
+      const r = await request(agent, gw.adminPort, 'POST', `/admin/approvals/${id}/approve`,
+        { ...auth, 'content-type': 'application/json' }, JSON.stringify({ digest }));
       if (r.status !== 200) note(`approve: HTTP ${r.status} ${r.text}`);
       const a = await p;
       if (textOf(a) === 'approved') count.approved++; else note(`approved call: ${JSON.stringify(a).slice(0, 200)}`);

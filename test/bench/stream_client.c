@@ -40,6 +40,15 @@
  *   RESULT mode=.. conns=.. seconds=.. messages=.. messages_per_s=.. calls=.. bytes=.. mib_per_s=..
  *          events_per_call=.. all_messages=..   (all_messages: warmup included)
  *
+ * Credentials (test/bench/auth.sh, the cost of authentication):
+ *   --authorization VALUE   every POST carries "Authorization: VALUE" ("Bearer TOKEN" for a
+ *                           static token or a JWT, "DPoP JWT")
+ *   --dpop-key PEM          (call and post modes) every POST also carries a fresh DPoP proof (RFC 9449), ES256,
+ *                           signed per request with this P-256 private key, as a DPoP client
+ *                           does: htm, htu, iat now, a jti never used before, and ath, the hash
+ *                           of the token in --authorization (built with mbedtls when found)
+ *   --dpop-htu URL          the htu proofs name (default: the request's http:// URL)
+ *
  * One libuv loop, llhttp for HTTP framing, no JSON library: it must stay much
  * cheaper than the proxies it measures. Plain HTTP only (loopback benchmark).
  */
@@ -53,10 +62,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <uv.h>
 
 #include "llhttp.h"
+
+#ifdef BENCH_HAVE_MBEDTLS
+#include <mbedtls/ctr_drbg.h>
+#include <mbedtls/ecdsa.h>
+#include <mbedtls/entropy.h>
+#include <mbedtls/pk.h>
+#include <mbedtls/sha256.h>
+#endif
 
 #define READ_SIZE 65536u
 
@@ -126,6 +145,9 @@ static struct {
     struct stream *streams;
     unsigned long fixed_calls; /* --calls: the fixed workload, 0 = timed */
     int modern;                /* call mode with a 2026-07-28 or later --proto: stateless */
+    const char *authorization; /* --authorization: the header's value, or NULL */
+    const char *dpop_key;      /* --dpop-key: a PEM P-256 private key, or NULL */
+    char dpop_htu[1400];       /* what proofs name as htu */
     int ready;                 /* sessions set up (fixed workload) */
     unsigned long done_calls;  /* calls answered (fixed workload) */
 } g;
@@ -202,10 +224,116 @@ static void send_bytes(struct hconn *h, const char *p, size_t n)
         die("write: %s", uv_strerror(rc));
 }
 
+/* ---- credentials ------------------------------------------------------------- */
+
+static size_t b64url(const unsigned char *in, size_t n, char *out)
+{
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    size_t o = 0, i = 0;
+    for (; i + 2 < n; i += 3) {
+        unsigned long v = (unsigned long)in[i] << 16 | (unsigned long)in[i + 1] << 8 | in[i + 2];
+        out[o++] = al[v >> 18 & 63], out[o++] = al[v >> 12 & 63], out[o++] = al[v >> 6 & 63], out[o++] = al[v & 63];
+    }
+    if (n - i == 1) {
+        unsigned long v = (unsigned long)in[i] << 16;
+        out[o++] = al[v >> 18 & 63], out[o++] = al[v >> 12 & 63];
+    } else if (n - i == 2) {
+        unsigned long v = (unsigned long)in[i] << 16 | (unsigned long)in[i + 1] << 8;
+        out[o++] = al[v >> 18 & 63], out[o++] = al[v >> 12 & 63], out[o++] = al[v >> 6 & 63];
+    }
+    out[o] = '\0';
+    return o;
+}
+
+#ifdef BENCH_HAVE_MBEDTLS
+static struct {
+    mbedtls_pk_context pk;
+    mbedtls_entropy_context entropy;
+    mbedtls_ctr_drbg_context drbg;
+    char header_b64[400]; /* {"typ":"dpop+jwt","alg":"ES256","jwk":{...}}, encoded once */
+    char ath[48];
+    unsigned long long n; /* proofs made: each jti is "PID-N" */
+} dp;
+
+static void dpop_init(void)
+{
+    mbedtls_pk_init(&dp.pk);
+    mbedtls_entropy_init(&dp.entropy);
+    mbedtls_ctr_drbg_init(&dp.drbg);
+    if (mbedtls_ctr_drbg_seed(&dp.drbg, mbedtls_entropy_func, &dp.entropy, (const unsigned char *)"dpop", 4) != 0)
+        die("dpop: no random numbers");
+    if (mbedtls_pk_parse_keyfile(&dp.pk, g.dpop_key, NULL) != 0 || !mbedtls_pk_can_do(&dp.pk, MBEDTLS_PK_ECKEY) ||
+        mbedtls_pk_ec(dp.pk)->grp.id != MBEDTLS_ECP_DP_SECP256R1)
+        die("dpop: %s is not a P-256 private key (PEM)", g.dpop_key);
+    const mbedtls_ecp_keypair *ec = mbedtls_pk_ec(dp.pk);
+    unsigned char x[32], y[32];
+    char xs[48], ys[48], hdr[300];
+    mbedtls_mpi_write_binary(&ec->Q.X, x, 32);
+    mbedtls_mpi_write_binary(&ec->Q.Y, y, 32);
+    b64url(x, 32, xs);
+    b64url(y, 32, ys);
+    int n = snprintf(hdr, sizeof hdr,
+                     "{\"typ\":\"dpop+jwt\",\"alg\":\"ES256\",\"jwk\":{\"kty\":\"EC\",\"crv\":\"P-256\",\"x\":\"%s\","
+                     "\"y\":\"%s\"}}",
+                     xs, ys);
+    b64url((const unsigned char *)hdr, (size_t)n, dp.header_b64);
+    const char *tok = g.authorization ? strchr(g.authorization, ' ') : NULL;
+    if (tok == NULL)
+        die("--dpop-key needs --authorization \"DPoP TOKEN\"");
+    unsigned char h[32];
+    mbedtls_sha256_ret((const unsigned char *)tok + 1, strlen(tok + 1), h, 0);
+    b64url(h, 32, dp.ath);
+}
+
+/* Appends "DPoP: <proof>\r\n" for a request with method htm to out (room for 1024 bytes). */
+static void dpop_header(const char *htm, char *out, size_t outsz)
+{
+    char claims[1600], input[2400];
+    int n = snprintf(claims, sizeof claims,
+                     "{\"htm\":\"%s\",\"htu\":\"%s\",\"iat\":%lld,\"jti\":\"%d-%llu\",\"ath\":\"%s\"}", htm,
+                     g.dpop_htu, (long long)time(NULL), (int)getpid(), ++dp.n, dp.ath);
+    size_t hl = strlen(dp.header_b64);
+    memcpy(input, dp.header_b64, hl);
+    input[hl] = '.';
+    size_t il = hl + 1 + b64url((const unsigned char *)claims, (size_t)n, input + hl + 1);
+    unsigned char hash[32], sig[64];
+    mbedtls_sha256_ret((const unsigned char *)input, il, hash, 0);
+    mbedtls_mpi r, s;
+    mbedtls_mpi_init(&r);
+    mbedtls_mpi_init(&s);
+    mbedtls_ecp_keypair *ec = mbedtls_pk_ec(dp.pk);
+    if (mbedtls_ecdsa_sign(&ec->grp, &r, &s, &ec->d, hash, 32, mbedtls_ctr_drbg_random, &dp.drbg) != 0 ||
+        mbedtls_mpi_write_binary(&r, sig, 32) != 0 || mbedtls_mpi_write_binary(&s, sig + 32, 32) != 0)
+        die("dpop: signing failed");
+    mbedtls_mpi_free(&r);
+    mbedtls_mpi_free(&s);
+    char sigs[100];
+    b64url(sig, 64, sigs);
+    size_t used = strlen(out);
+    int w = snprintf(out + used, outsz - used, "DPoP: %.*s.%s\r\n", (int)il, input, sigs);
+    if (w < 0 || (size_t)w >= outsz - used)
+        die("dpop: proof too long");
+}
+#else
+static void dpop_init(void) { die("--dpop-key: this tg-bench-streams was built without mbedtls"); }
+static void dpop_header(const char *htm, char *out, size_t outsz) { (void)htm, (void)out, (void)outsz; }
+#endif
+
+/* The credential lines of one request (method htm): Authorization, and a proof with --dpop-key. */
+static void credentials(const char *htm, char *out, size_t outsz)
+{
+    out[0] = '\0';
+    if (g.authorization)
+        snprintf(out, outsz, "Authorization: %s\r\n", g.authorization);
+    if (g.dpop_key)
+        dpop_header(htm, out, outsz);
+}
+
 static void send_post(struct hconn *h, const char *path, const char *sid, const char *proto, const char *extra,
                       const char *body)
 {
-    char head[2048];
+    char head[2048 + 4096], cred[4096];
+    credentials("POST", cred, sizeof cred);
     size_t bl = strlen(body);
     int n = snprintf(head, sizeof head,
                      "POST %s HTTP/1.1\r\n"
@@ -214,11 +342,11 @@ static void send_post(struct hconn *h, const char *path, const char *sid, const 
                      "Accept: application/json, text/event-stream\r\n"
                      "%s%s%s"
                      "%s%s%s"
-                     "%s"
+                     "%s%s"
                      "Content-Length: %zu\r\n\r\n",
                      path, g.host, g.port, sid && *sid ? "Mcp-Session-Id: " : "", sid && *sid ? sid : "",
                      sid && *sid ? "\r\n" : "", proto ? "MCP-Protocol-Version: " : "", proto ? proto : "",
-                     proto ? "\r\n" : "", extra ? extra : "", bl);
+                     proto ? "\r\n" : "", extra ? extra : "", cred, bl);
     if (n < 0 || (size_t)n >= sizeof head)
         die("request head too long");
     struct buf b = {0};
@@ -833,7 +961,8 @@ static void usage(void)
 {
     fprintf(stderr, "usage: tg-bench-streams --mode post|sse|ws|call --url http://127.0.0.1:PORT/PATH\n"
                     "       [--conns 8] [--duration 10] [--warmup 2] [--events 1000] [--pad 0] "
-                    "[--proto 2025-06-18] [--calls N]\n");
+                    "[--proto 2025-06-18] [--calls N]\n"
+                    "       [--authorization VALUE] [--dpop-key PEM] [--dpop-htu URL]\n");
     exit(2);
 }
 
@@ -881,6 +1010,12 @@ int main(int argc, char **argv)
             g.proto = v;
         else if (strcmp(a, "--calls") == 0)
             g.fixed_calls = strtoul(v, NULL, 10);
+        else if (strcmp(a, "--authorization") == 0)
+            g.authorization = v;
+        else if (strcmp(a, "--dpop-key") == 0)
+            g.dpop_key = v;
+        else if (strcmp(a, "--dpop-htu") == 0)
+            snprintf(g.dpop_htu, sizeof g.dpop_htu, "%s", v);
         else
             usage();
         i++;
@@ -902,6 +1037,13 @@ int main(int argc, char **argv)
         g.modern = strcmp(g.proto, "2026-07-28") >= 0;
     }
     parse_url(url);
+    if (g.dpop_htu[0] == '\0')
+        snprintf(g.dpop_htu, sizeof g.dpop_htu, "http://%.255s:%d%.1023s", g.host, g.port, g.path);
+    if (g.dpop_key) {
+        if (g.mode != M_CALL && g.mode != M_POST)
+            die("--dpop-key: only with --mode call or post");
+        dpop_init();
+    }
     signal(SIGPIPE, SIG_IGN);
 
     llhttp_settings_init(&settings);

@@ -99,7 +99,7 @@ describe('cluster: a parked call leaves the shared listing whatever ends it', ()
     await emptyEverywhere('after the DELETE');
     const a = await p;
     assert.equal(a.msg?.error?.code, -32003, JSON.stringify(a));
-    const r = await c.admin(1, 'POST', `/admin/approvals/${item.id}/approve`);
+    const r = await c.admin(1, 'POST', `/admin/approvals/${item.id}/approve`, { headers: { 'content-type': 'application/json' }, body: JSON.stringify({ digest: item.digest }) });
     assert.equal(r.status, 404, r.text);
     assert.equal(forwarded('/tmp/cl-delete').length, 0);
   });
@@ -129,7 +129,7 @@ describe('cluster: a parked call leaves the shared listing whatever ends it', ()
         return now?.blocked;
       }, { what: 'the shared listing marked after the reload', detail: () => JSON.stringify(now) });
       assert.match(now.blocked, /^no longer allowed: tool "write_file" is now denied.*frozen/);
-      const r = await c.admin(1, 'POST', `/admin/approvals/${item.id}/approve`);
+      const r = await c.admin(1, 'POST', `/admin/approvals/${item.id}/approve`, { headers: { 'content-type': 'application/json' }, body: JSON.stringify({ digest: item.digest }) });
       assert.equal(r.status, 409, r.text);
       assert.match(r.json?.error ?? '', /now denied/);
       const a = await p;

@@ -317,7 +317,9 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
       assert.ok(!('args' in listed[i]), `audit.args is not "values": no arguments listed: ${JSON.stringify(listed[i])}`);
     }
     assert.equal(forwarded('/tmp/cluster-approved', 'path').length, 0, 'nothing forwarded before the decision');
-    const r = await c.admin(2, 'POST', `/admin/approvals/${listed[2].id}/approve`, { headers: { 'X-Tollgate-Approver': 'carol' } });
+    assert.equal(listed[1].digest, listed[2].digest, 'the same digest on b and c');
+    const r = await c.admin(2, 'POST', `/admin/approvals/${listed[2].id}/approve`,
+      { headers: { 'X-Tollgate-Approver': 'carol' }, body: JSON.stringify({ digest: listed[2].digest }) });
     assert.equal(r.status, 200, r.text);
     const res = await H.within(pending, H.scaled(10000), 'the approved call to complete on a');
     assert.ok(!res.isError, JSON.stringify(res));
@@ -326,8 +328,13 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
       await H.waitUntil(async () => (await c.admin(i, 'GET', '/admin/approvals')).json?.approvals?.length === 0,
         { what: `${c.instances[i].name}'s queue to be empty` });
     }
-    const again = await c.admin(1, 'POST', `/admin/approvals/${listed[1].id}/approve`);
+    const again = await c.admin(1, 'POST', `/admin/approvals/${listed[1].id}/approve`, { body: JSON.stringify({ digest: listed[1].digest }) });
     assert.equal(again.status, 404, `approving a decided call again on b: ${again.text}`);
+    // shown as decided on every member, with who decided it and where
+    const decided = await H.waitUntil(async () => (await c.admin(1, 'GET', '/admin/approvals')).json?.decided?.find((x) => x.id === listed[1].id),
+      { what: "the decided call in b's list" });
+    assert.equal(decided.decision, 'approved', JSON.stringify(decided));
+    assert.equal(decided.by, `carol@${c.instances[2].name}`, JSON.stringify(decided));
     // and a deny on b reaches the client on a: -32003, never forwarded
     const denyArgs = { path: '/tmp/cluster-denied.txt', content: 'deny-on-b' };
     const refused = a.client.callTool({ name: 'write_file', arguments: denyArgs }).then((r) => ({ r }), (e) => ({ e }));
@@ -339,6 +346,62 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     assert.ok(out.e instanceof sdk.types.McpError, `denied: ${JSON.stringify(out.r ?? String(out.e))}`);
     assert.equal(out.e.code, -32003, out.e.message);
     assert.equal(forwarded('/tmp/cluster-denied', 'path').length, 0, 'a denied call is never forwarded');
+    await a.close();
+  });
+
+  test('approval listings are signed: one changed in Redis (arguments, tool) or forged is not shown and cannot be decided', async () => {
+    const key = `${c.keyPrefix}approvals`;
+    const a = await H.connectClient(c.instanceUrl(0, UPSTREAM), { fetch: fetchFn, headers: bearer(g.approve.token), cleanup });
+    const args = { path: '/tmp/cluster-tamper.txt', content: 'tamper' };
+    const pending = a.client.callTool({ name: 'write_file', arguments: args });
+    pending.catch(() => {});
+    const listedOn = async (i, id) => ((await c.admin(i, 'GET', '/admin/approvals')).json?.approvals ?? []).find((x) => x.id === id);
+    const item = await H.waitUntil(async () => (await c.admin(1, 'GET', '/admin/approvals')).json?.approvals?.find((x) => x.tool === 'write_file'),
+      { what: "the parked call in b's list" });
+    const original = await c.redis.command('HGET', key, item.id);
+    assert.match(original, /^[0-9a-f]{64}\./, `a listing is its MAC, a dot, then its JSON: ${original}`);
+    const refusedBefore = family(await c.metrics(1), 'tollgate_cluster_approval_listings_refused_total');
+    const forged = 'f'.repeat(32);
+    const forgedJson = JSON.stringify({ ...JSON.parse(original.slice(65)), id: forged, tool: 'echo' });
+    const tampered = {
+      args: original.replace('/tmp/cluster-tamper.txt', '/etc/cluster-evil.txt'),
+      tool: original.replace('"tool":"write_file"', '"tool":"read_file"'),
+    };
+    assert.notEqual(tampered.args, original);
+    assert.notEqual(tampered.tool, original);
+    for (const [what, value] of Object.entries(tampered)) {
+      await c.redis.command('HSET', key, item.id, value);
+      for (const i of [1, 2])
+        assert.equal(await listedOn(i, item.id), undefined, `${what} changed in Redis: not shown on ${c.instances[i].name}`);
+      const r = await c.admin(1, 'POST', `/admin/approvals/${item.id}/approve`, { body: JSON.stringify({ digest: item.digest }) });
+      assert.equal(r.status, 404, `${what} changed in Redis: approve on b answered ${r.status} ${r.text}`);
+    }
+    // forged: a listing of its own, with the MAC of another, or none
+    await c.redis.command('HSET', key, forged, original.slice(0, 65) + forgedJson);
+    await c.redis.command('HSET', key, 'e'.repeat(32), JSON.stringify({ id: 'e'.repeat(32), tool: 'echo', instance: c.instances[0].name, deadline_ms: Date.now() + 60000 }));
+    for (const i of [1, 2]) {
+      const ids = (await c.admin(i, 'GET', '/admin/approvals')).json.approvals.map((x) => x.id);
+      assert.ok(!ids.includes(forged) && !ids.includes('e'.repeat(32)), `forged listings shown on ${c.instances[i].name}: ${ids}`);
+    }
+    for (const id of [forged, 'e'.repeat(32)]) {
+      const r = await c.admin(1, 'POST', `/admin/approvals/${id}/approve`, { body: JSON.stringify({ digest: item.digest }) });
+      assert.equal(r.status, 404, `a forged listing decided: ${r.status} ${r.text}`);
+    }
+    await H.quietFor(200); // negative check: nothing reaches the stand-in late
+    assert.equal(forwarded('/tmp/cluster-tamper', 'path').length + forwarded('/etc/cluster-evil', 'path').length, 0, 'nothing ran');
+    const refused = family(await c.metrics(1), 'tollgate_cluster_approval_listings_refused_total') - refusedBefore;
+    assert.ok(refused >= 4, `listings refused counted on b: ${refused}`);
+    // the listing a member wrote verifies again: shown, and decided from another member
+    await c.redis.command('HDEL', key, forged, 'e'.repeat(32));
+    await c.redis.command('HSET', key, item.id, original);
+    assert.equal((await listedOn(1, item.id))?.digest, item.digest, 'the untouched listing is shown again');
+    const stale = await c.admin(1, 'POST', `/admin/approvals/${item.id}/approve`, { body: JSON.stringify({ digest: '0'.repeat(64) }) });
+    assert.equal(stale.status, 409, `a stale digest through b: ${stale.status} ${stale.text}`);
+    const r = await c.admin(1, 'POST', `/admin/approvals/${item.id}/approve`, { body: JSON.stringify({ digest: item.digest }) });
+    assert.equal(r.status, 200, r.text);
+    const res = await H.within(pending, H.scaled(10000), 'the approved call to complete on a');
+    assert.ok(!res.isError, JSON.stringify(res));
+    assert.equal(forwarded('/tmp/cluster-tamper', 'path').length, 1, 'forwarded once, as listed');
     await a.close();
   });
 

@@ -172,7 +172,7 @@ describe('approval decides again under the configuration in force', () => {
       const now = (await listing(gw)).find((x) => x.id === item.id);
       assert.ok(now, 'still listed after the reload');
       assert.match(now.blocked ?? '', /^no longer allowed: tool "write_file" is now denied.*writes are frozen/, JSON.stringify(now));
-      const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`);
+      const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { body: JSON.stringify({ digest: item.digest }) });
       assert.equal(r.status, 409, r.text);
       assert.match(r.json?.error ?? '', /no longer allowed: tool "write_file" is now denied/, r.text);
       const e = refused(await p, 'the approved call');
@@ -199,7 +199,7 @@ describe('approval decides again under the configuration in force', () => {
     fs.writeFileSync(policy, JSON.stringify(APPROVE));
     await gw.reload();
     assert.equal((await listing(gw))[0].blocked, null, 'the listing is decided again after each reload');
-    const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`);
+    const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { body: JSON.stringify({ digest: item.digest }) });
     assert.equal(r.status, 200, r.text);
     const a = await p;
     assert.ok(a.msg?.result && !a.msg.result.isError, JSON.stringify(a));
@@ -215,7 +215,7 @@ describe('approval decides again under the configuration in force', () => {
       await gw.reload();
       const now = (await listing(gw)).find((x) => x.id === item.id);
       assert.match(now?.blocked ?? '', /^no longer allowed: grant "bob" was removed/, JSON.stringify(now));
-      const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`);
+      const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { body: JSON.stringify({ digest: item.digest }) });
       assert.equal(r.status, 409, r.text);
       assert.match(r.json?.error ?? '', /grant "bob" was removed/);
       const e = refused(await p, 'the approved call of a removed grant');
@@ -236,7 +236,7 @@ describe('approval decides again under the configuration in force', () => {
       await gw.reload();
       const now = (await listing(gw)).find((x) => x.id === item.id);
       assert.match(now?.blocked ?? '', /credential that made this call is no longer accepted for grant "carol"/, JSON.stringify(now));
-      const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`);
+      const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { body: JSON.stringify({ digest: item.digest }) });
       assert.equal(r.status, 409, r.text);
       const e = refused(await p, 'the approved call of a rotated token');
       assert.match(e.data?.reason ?? '', /no longer accepted/, JSON.stringify(e.data));
@@ -289,7 +289,7 @@ describe('a parked call goes with its session', () => {
     await H.waitUntil(async () => (await listing(gw)).length === 0, { what: 'the queue empty after the DELETE' });
     const e = refused(await p, 'the parked call of a deleted session');
     assert.match(e.message, /cancelled|withdrawn/, e.message);
-    const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`);
+    const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { body: JSON.stringify({ digest: item.digest }) });
     assert.equal(r.status, 404, r.text);
     await H.quietFor(200); // negative check: nothing reaches the stand-in late
     assert.equal(forwarded('/tmp/gone-delete').length, 0);
@@ -307,7 +307,7 @@ describe('a parked call goes with its session', () => {
       await H.waitUntil(async () => (await listing(gw)).length === 0, { what: 'the queue empty after the upstream went' });
       const a = await p;
       assert.ok(a.error || a.msg?.error, `the client heard of it: ${JSON.stringify(a)}`);
-      const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`);
+      const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { body: JSON.stringify({ digest: item.digest }) });
       assert.equal(r.status, 404, r.text);
       assert.equal(forwarded('/tmp/gone-upstream').length, 0);
     } finally {

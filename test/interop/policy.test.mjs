@@ -99,6 +99,9 @@ async function rpcError(p, what) {
 const toolCalls = (s) => s.records().filter((r) => r.http && r.msg?.method === 'tools/call');
 
 /** Admin API request; returns {status, json, text}. */
+/** The body of an approve: the digest of the listed item the approver saw. */
+const digestOf = (item) => JSON.stringify({ digest: item.digest });
+
 async function admin(gw, method, p, { token = ADMIN_TOKEN, headers = {}, body } = {}) {
   const h = { ...headers };
   if (token) h.authorization = `Bearer ${token}`;
@@ -306,7 +309,7 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     }
     const ok = await admin(gw, 'GET', '/admin/approvals');
     assert.equal(ok.status, 200, ok.text);
-    assert.deepEqual(ok.json, { approvals: [] });
+    assert.deepEqual(ok.json, { approvals: [], decided: [] });
   });
 
   test('approve: the call waits, is listed, and completes once approved; the stand-in gets it once', async () => {
@@ -325,20 +328,24 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     assert.equal(item.instance, null);
     assert.ok(item.waited_ms >= 0 && item.waited_ms < 10000, JSON.stringify(item));
     assert.deepEqual(item.args, args, 'audit.args = "values": the arguments are listed');
+    assert.equal(item.args_text, JSON.stringify(args), 'and their text as sent');
+    assert.equal(item.subject, 'alice', 'a static token: the grant is the subject');
+    assert.match(item.digest, /^[0-9a-f]{64}$/, JSON.stringify(item));
+    assert.equal(typeof item.policy, 'number', JSON.stringify(item));
     assert.equal(await stillPending(call), 'pending', "the client's request stays pending while parked");
     assert.equal(writes(args.path).length, 0, 'nothing reached the stand-in before the approval');
     // nothing else waits while a call is parked
     const e = await c.client.callTool({ name: 'echo', arguments: { text: 'meanwhile' } });
     assert.equal(H.resultText(e), 'meanwhile');
-    const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { headers: { 'X-Tollgate-Approver': 'carol' } });
+    const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { headers: { 'X-Tollgate-Approver': 'carol' }, body: digestOf(item) });
     assert.equal(r.status, 200, r.text);
     const res = await call;
     assert.ok(!res.isError, JSON.stringify(res));
     assert.equal(writes(args.path).length, 1, 'the approved call reached the stand-in exactly once');
     assert.deepEqual(writes(args.path)[0].msg.params.arguments, args);
-    const again = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`);
+    const again = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { body: digestOf(item) });
     assert.equal(again.status, 404, `deciding twice: ${again.status} ${again.text}`);
-    assert.deepEqual((await admin(gw, 'GET', '/admin/approvals')).json, { approvals: [] });
+    assert.deepEqual((await admin(gw, 'GET', '/admin/approvals')).json.approvals, []);
   });
 
   test('deny: -32003 {tool, approval_id}; the stand-in never gets it', async () => {
@@ -380,6 +387,65 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     assert.equal(e2.data?.approval_id, item2.id, JSON.stringify(e2.data));
   });
 
+  test('approve names the digest it saw: none, a stale or a foreign one is 409 and nothing runs; the right one runs it', async () => {
+    const a = { path: '/tmp/digest-a', content: 'a' };
+    const b = { path: '/tmp/digest-b', content: 'b' };
+    const callA = c.client.callTool({ name: 'write_file', arguments: a });
+    const itemA = await parked('write_file');
+    const callB = rpcError(c.client.callTool({ name: 'write_file', arguments: b }), 'b');
+    const itemB = await H.waitFor(async () => (await admin(gw, 'GET', '/admin/approvals')).json.approvals
+      .find((x) => x.id !== itemA.id), { timeout: 3000 });
+    assert.ok(itemB, 'b parked');
+    assert.notEqual(itemA.digest, itemB.digest, 'two calls with other arguments have other digests');
+    const tries = {
+      none: await admin(gw, 'POST', `/admin/approvals/${itemA.id}/approve`),
+      empty: await admin(gw, 'POST', `/admin/approvals/${itemA.id}/approve`, { body: '{}' }),
+      foreign: await admin(gw, 'POST', `/admin/approvals/${itemA.id}/approve`, { body: digestOf(itemB) }),
+      stale: await admin(gw, 'POST', `/admin/approvals/${itemA.id}/approve`, { body: JSON.stringify({ digest: itemA.digest.replace(/^./, (ch) => (ch === '0' ? '1' : '0')) }) }),
+    };
+    for (const [what, r] of Object.entries(tries)) assert.equal(r.status, 409, `${what}: ${r.status} ${r.text}`);
+    await H.quietFor(200); // negative check: a refused approve must not make it run, even a little later
+    assert.equal(writes(a.path).length, 0, 'a 409 ran nothing');
+    assert.equal(await stillPending(callA), 'pending', 'still parked after the refused approves');
+    assert.deepEqual((await admin(gw, 'GET', '/admin/approvals')).json.approvals.map((x) => x.id).sort(), [itemA.id, itemB.id].sort());
+    // no X-Tollgate-Approver: the decision is the API's
+    const r = await admin(gw, 'POST', `/admin/approvals/${itemA.id}/approve`, { body: digestOf(itemA) });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.by, 'api', r.text);
+    assert.ok(!(await callA).isError);
+    assert.equal(writes(a.path).length, 1);
+    const l = await H.waitUntil(() => auditLines(auditFile).find((x) => x.approval_id === itemA.id && x.decision === 'approved'),
+      { what: `the audit record of approval ${itemA.id}` });
+    assert.equal(l.decided_by, 'api', JSON.stringify(l));
+    // decided calls are listed apart, with who decided
+    const d = (await admin(gw, 'GET', '/admin/approvals')).json.decided.find((x) => x.id === itemA.id);
+    assert.equal(d?.decision, 'approved', JSON.stringify(d));
+    assert.equal(d?.by, 'api', JSON.stringify(d));
+    assert.equal(d?.digest, itemA.digest, JSON.stringify(d));
+    assert.equal((await admin(gw, 'POST', `/admin/approvals/${itemB.id}/deny`)).status, 200);
+    assert.equal((await callB).code, -32003);
+    assert.equal(writes(b.path).length, 0);
+  });
+
+  test('the listing shows the arguments\' text as sent: 1e400, a 30-digit integer and 2^53+1 are not re-parsed', async () => {
+    const h = {
+      ...H.MCP_HEADERS, ...bearer(TOKEN),
+      'mcp-session-id': c.transport.sessionId, 'mcp-protocol-version': c.transport.protocolVersion,
+    };
+    const args = '{"path":"/tmp/numbers","content":"x","huge":1e400,"long":123456789012345678901234567890,"odd":9007199254740993,"neg":-0.0e-7}';
+    const body = `{"jsonrpc":"2.0","id":"numbers-1","method":"tools/call","params":{"name":"write_file","arguments":${args}}}`;
+    const p = fetchFn(url(gw, 'cowork-os'), { method: 'POST', headers: h, body });
+    p.catch(() => {});
+    const item = await parked('write_file');
+    assert.equal(item.args_text, args, 'the exact text, as a JSON string');
+    const raw = (await admin(gw, 'GET', '/admin/approvals')).text;
+    for (const t of ['"huge":1e400', '"long":123456789012345678901234567890', '"odd":9007199254740993', '"neg":-0.0e-7'])
+      assert.ok(raw.includes(t), `${t} in the answer's args value as written: ${raw}`);
+    assert.equal((await admin(gw, 'POST', `/admin/approvals/${item.id}/deny`)).status, 200);
+    await p;
+    assert.equal(writes('/tmp/numbers').length, 0);
+  });
+
   test('timeout: -32003 after approval_timeout (3 s), never forwarded', async () => {
     const args = { path: '/tmp/expired.txt', content: 'late' };
     const t0 = Date.now();
@@ -391,8 +457,8 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     assert.equal(e.data?.approval_id, item.id, JSON.stringify(e.data));
     assert.ok(took >= 2500 && took <= 5500, `expired after ${took} ms (approval_timeout 3 s, checked once a second)`);
     assert.equal(writes(args.path).length, 0);
-    assert.deepEqual((await admin(gw, 'GET', '/admin/approvals')).json, { approvals: [] });
-    const late = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`);
+    assert.deepEqual((await admin(gw, 'GET', '/admin/approvals')).json.approvals, []);
+    const late = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { body: digestOf(item) });
     assert.equal(late.status, 404, `approving an expired call: ${late.status} ${late.text}`);
   });
 
@@ -432,7 +498,7 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     ac.abort();
     const gone = await H.waitFor(async () => (await admin(gw, 'GET', '/admin/approvals')).json.approvals.length === 0, { timeout: 3000 });
     assert.ok(gone, 'the abandoned call left the approval queue');
-    const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`);
+    const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { body: digestOf(item) });
     assert.equal(r.status, 404, `approving an abandoned call: ${r.status} ${r.text}`);
     await H.quietFor(100); // negative check: nothing reaches the stand-in late
     assert.equal(writes('/tmp/closed').length, 0, 'never forwarded');
@@ -447,7 +513,7 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     ac.abort('the user changed their mind'); // the SDK sends notifications/cancelled {requestId}
     await H.waitFor(async () => (await admin(gw, 'GET', '/admin/approvals')).json.approvals.length === 0, { timeout: 1500 });
     // an admin who still sees it and approves must not make it run
-    const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`);
+    const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { body: digestOf(item) });
     await H.quietFor(300); // negative check: an approval must not make it run, even a little later
     assert.equal(writes('/tmp/cancelled').length, 0,
       `a call the client cancelled while parked reached the stand-in after approval (approve answered ${r.status} ${r.text})`);
@@ -467,7 +533,7 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
       assert.equal(rl.status, 200, rl.text);
       const still = (await admin(gw, 'GET', '/admin/approvals')).json.approvals.map((x) => x.id);
       assert.deepEqual(still, [item.id], 'still parked after the reload');
-      const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`);
+      const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { body: digestOf(item) });
       assert.equal(r.status, 200, r.text);
       assert.ok(!(await call).isError);
       assert.equal(writes(args.path).length, 1);
@@ -489,16 +555,16 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     const from = gw.stderr().length;
     const call = c.client.callTool({ name: 'write_file', arguments: { path: '/tmp/approver-name', content: 'x' } });
     const item = await parked('write_file');
-    const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { headers: { 'X-Tollgate-Approver': name } });
+    const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { headers: { 'X-Tollgate-Approver': name }, body: digestOf(item) });
     assert.equal(r.status, 200, r.text);
     await call;
-    assert.equal(r.json.by, `admin:${name}`, r.text);
+    assert.equal(r.json.by, name, r.text);
     const l = await H.waitUntil(() => auditLines(auditFile).find((x) => x.approval_id === item.id && x.decision === 'approved'),
       { what: `the audit record of approval ${item.id}`, detail: () => fs.readFileSync(auditFile, 'utf8').slice(-2000) });
-    assert.equal(l.decided_by, `admin:${name}`, JSON.stringify(l));
+    assert.equal(l.decided_by, name, JSON.stringify(l));
     const [line] = await gw.waitForLog(new RegExp(`^.*msg="approval granted" approval_id=${item.id}\\b.*$`, 'm'), { from });
     const fields = logfmt(line);
-    assert.equal(fields.by, `admin:${name}`, `the process log line carries the name as one quoted value: ${line}`);
+    assert.equal(fields.by, name, `the process log line carries the name as one quoted value: ${line}`);
     assert.deepEqual(Object.keys(fields).sort(), ['approval_id', 'by', 'level', 'msg', 'time'],
       `no field forged by the name's spaces and quotes: ${line}`);
   });
@@ -519,13 +585,13 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
       assert.equal(ds[0], 'approve', `${id}: first record is the parking: ${JSON.stringify(byId[id])}`);
     }
     const approved = lines.find((l) => l.decision === 'approved');
-    assert.equal(approved.decided_by, 'admin:carol', JSON.stringify(approved));
+    assert.equal(approved.decided_by, 'carol', JSON.stringify(approved));
     const done = lines.find((l) => l.approval_id === approved.approval_id && l.outcome);
     assert.ok(done, `the approved call's completion is logged with its outcome: ${JSON.stringify(byId[approved.approval_id])}`);
     assert.equal(done.outcome, 'ok', JSON.stringify(done));
     assert.equal(typeof done.upstream_latency_ms, 'number', JSON.stringify(done));
     const rejected = lines.find((l) => l.decision === 'rejected');
-    assert.equal(rejected.decided_by, 'admin:dave', JSON.stringify(rejected));
+    assert.equal(rejected.decided_by, 'dave', JSON.stringify(rejected));
     const expired = lines.find((l) => l.decision === 'expired');
     assert.ok(expired.approval_id, JSON.stringify(expired));
     assert.ok(!/^admin/.test(expired.decided_by ?? ''), `nobody decided the expired one: ${JSON.stringify(expired)}`);

@@ -22,6 +22,7 @@ const ADMIN_TOKEN = 'admin-' + H.randomToken();
 const UPSTREAM_TOKEN = 'cowork-' + H.randomToken();
 const ALICE_TOKEN = 'alice-' + H.randomToken();
 const SECRET = 'hunter2-' + H.randomToken(); // the redacted argument's value
+const APPROVER = 'Ada "ops" Lovelace'; // the name given at sign-in
 const ARTIFACTS = path.join(path.dirname(H.tollgateBin()), 'artifacts');
 
 const cleanup = new H.Cleanup();
@@ -122,6 +123,7 @@ describe('the approvals page in chromium', () => {
 
   test('the right token: the page, with an HttpOnly SameSite=Strict cookie on Path=/admin', async () => {
     await page.fill('input[name="token"]', ADMIN_TOKEN);
+    await page.fill('input[name="approver"]', APPROVER);
     await Promise.all([page.waitForURL(adminUrl('/admin/ui/')), page.click('button[type="submit"]')]);
     await page.waitForSelector('#empty:visible');
     await page.waitForFunction(() => /waiting/.test(document.getElementById('status').textContent));
@@ -141,6 +143,7 @@ describe('the approvals page in chromium', () => {
     const cells = await page.$eval(row(p.id), (tr) => ({
       tool: tr.querySelector('.tool').textContent,
       grant: tr.querySelector('.grant').textContent,
+      subject: tr.querySelector('.subject').textContent,
       upstream: tr.querySelector('.upstream').textContent,
       args: tr.querySelector('.args').textContent,
       waited: tr.querySelector('.waited').textContent,
@@ -150,6 +153,7 @@ describe('the approvals page in chromium', () => {
     }));
     assert.equal(cells.tool, 'write_file');
     assert.equal(cells.grant, 'alice');
+    assert.equal(cells.subject, 'alice');
     assert.equal(cells.upstream, 'cowork-os');
     assert.match(cells.args, /"path": "\/ws\/appears.txt"/);
     assert.match(cells.args, /"content": "\[redacted\]"/);
@@ -215,6 +219,51 @@ describe('the approvals page in chromium', () => {
     assert.equal(writes('/ws/approved.txt')[0].msg.params.arguments.content, SECRET);
     await page.waitForSelector(row(p.id), { state: 'detached', timeout: H.scaled(3000) });
     assert.ok(!(await apiQueue()).some((a) => a.id === p.id), 'decided');
+    // who decided: on the page, under the calls decided lately, and in the audit line
+    const done = `#decided tr[data-decided-id="${p.id}"]`;
+    await page.waitForSelector(done, { timeout: H.scaled(3000) });
+    const cells = await page.$eval(done, (tr) => ({
+      decision: tr.querySelector('.decision').textContent, by: tr.querySelector('.by').textContent,
+      tool: tr.querySelector('.tool').textContent,
+    }));
+    assert.deepEqual(cells, { decision: 'approved', by: APPROVER, tool: 'write_file' });
+    const audit = path.join(dir, 'audit.log');
+    const line = await H.waitUntil(() => fs.readFileSync(audit, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
+      .find((l) => l.approval_id === p.id && l.decision === 'approved'), { what: 'the audit line of the approval' });
+    assert.equal(line.decided_by, APPROVER, JSON.stringify(line));
+  });
+
+  test('the arguments are shown as sent: 1e400, a 30-digit integer and 2^53+1 exactly; redaction re-writes none of them', async () => {
+    const url = `http://127.0.0.1:${gw.plainPort}/cowork-os/mcp`;
+    const sess = await H.rawInitialize(fetch, url, { authorization: `Bearer ${ALICE_TOKEN}` });
+    const from = gw.stderr().length;
+    const args = `{"path":"/ws/numbers.txt","content":"${SECRET}","huge":1e400,"long":123456789012345678901234567890,"odd":9007199254740993}`;
+    const body = `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"write_file","arguments":${args}}}`;
+    const call = H.postRaw(fetch, url, body, sess.headers);
+    call.catch(() => {});
+    const m = await gw.waitForLog(/msg="call parked for approval" approval_id=([0-9a-f]+)/, { from, what: 'numbers parked' });
+    const id = m[1];
+    await page.waitForSelector(row(id), { timeout: H.scaled(2000) });
+    const text = await page.$eval(`${row(id)} .args pre`, (pre) => pre.textContent);
+    assert.match(text, /"huge": 1e400\b/, text);
+    assert.match(text, /"long": 123456789012345678901234567890\b/, text);
+    assert.match(text, /"odd": 9007199254740993\b/, text);
+    assert.match(text, /"content": "\[redacted\]"/, text);
+    assert.ok(!text.includes(SECRET), text);
+    // an approve that names another digest than the row's (or none) is 409 and runs nothing
+    const statuses = await page.evaluate(async (id) => {
+      const csrf = document.querySelector('meta[name="csrf-token"]').content;
+      const post = (body) => fetch(`/admin/ui/approvals/${id}/approve`, { method: 'POST', headers: { 'X-CSRF-Token': csrf, 'Content-Type': 'application/x-www-form-urlencoded' }, body }).then((r) => r.status);
+      return { none: await post(''), other: await post('digest=' + 'a'.repeat(64)) };
+    }, id);
+    assert.deepEqual(statuses, { none: 409, other: 409 });
+    await H.quietFor(200); // negative check: nothing reaches the stand-in late
+    assert.equal(writes('/ws/numbers.txt').length, 0);
+    assert.ok((await apiQueue()).some((a) => a.id === id), 'still parked');
+    const d = await fetch(adminUrl(`/admin/approvals/${id}/deny`), { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    assert.equal(d.status, 200);
+    const r = await call;
+    assert.equal(r.messages[0]?.error?.code, -32003, r.text);
   });
 
   test('Deny with a reason: the client gets -32003 with the reason in error.data; never forwarded (screenshot saved)', async () => {

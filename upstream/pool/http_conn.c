@@ -19,6 +19,22 @@ static void on_conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 
 /* ---- the request ----------------------------------------------------------- */
 
+/* 1 if the header lines in extra set name (a grant's upstream_headers, an exchanged token): the
+ * caller's line then replaces the upstream's own of that name. */
+static int sets_header(const char *extra, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *l = extra; *l;) {
+        if (strncasecmp(l, name, n) == 0 && l[n] == ':')
+            return 1;
+        const char *nl = strchr(l, '\n');
+        if (nl == NULL)
+            break;
+        l = nl + 1;
+    }
+    return 0;
+}
+
 void tg__upreq_format(struct tg_upreq *r, const char *method, const char *target, const char *extra_headers,
                       const char *body, size_t len)
 {
@@ -34,6 +50,8 @@ void tg__upreq_format(struct tg_upreq *r, const char *method, const char *target
     tg_buf_appends(&r->out, uc->authority);
     tg_buf_append(&r->out, "\r\n", 2);
     for (size_t i = 0; i < uc->nheaders; i++) {
+        if (extra_headers != NULL && sets_header(extra_headers, uc->headers[i].name))
+            continue;
         tg_buf_appends(&r->out, uc->headers[i].name);
         tg_buf_append(&r->out, ": ", 2);
         tg_buf_appends(&r->out, uc->headers[i].value);

@@ -131,7 +131,8 @@ struct tg_upreq_meta {
 
 /* upstream/pool/http_conn.c: one connection, one request at a time on it. */
 /* Fill r->out with the request: request line (target, or the URL's path if NULL), Host, the
- * upstream's configured headers, extra_headers, and the body with its Content-Length if any. */
+ * upstream's configured headers (but those extra_headers sets too), extra_headers, and the body
+ * with its Content-Length if any. */
 void tg__upreq_format(struct tg_upreq *r, const char *method, const char *target, const char *extra_headers,
                       const char *body, size_t len);
 /* A new connection (resolved, then connected), carrying r (or NULL) once connected. */

@@ -22,9 +22,44 @@
     tr.appendChild(td);
     return td;
   };
-  const pretty = (args) => {
-    if (args === undefined || args === null) return '';
-    return JSON.stringify(args, null, 1);
+  // The arguments' text as tollgate received it (args_text), laid out one member a line. It is
+  // never parsed: every token is copied as written, so 1e400, a 30-digit integer or 2^53+1 show
+  // as sent (JSON.parse would turn them into Infinity or a rounded number).
+  const pretty = (text) => {
+    if (typeof text !== 'string') return '';
+    let out = '';
+    let depth = 0;
+    const nl = () => `\n${' '.repeat(depth)}`;
+    for (let i = 0; i < text.length; i++) {
+      const ch = text[i];
+      if (ch === '"') {
+        let j = i + 1;
+        while (j < text.length && text[j] !== '"') j += text[j] === '\\' ? 2 : 1;
+        out += text.slice(i, j + 1);
+        i = j;
+      } else if (ch === '{' || ch === '[') {
+        const close = ch === '{' ? '}' : ']';
+        let j = i + 1;
+        while (j < text.length && /\s/.test(text[j])) j++;
+        if (text[j] === close) {
+          out += ch + close;
+          i = j;
+        } else {
+          depth++;
+          out += ch + nl();
+        }
+      } else if (ch === '}' || ch === ']') {
+        depth--;
+        out += nl() + ch;
+      } else if (ch === ',') {
+        out += ',' + nl();
+      } else if (ch === ':') {
+        out += ': ';
+      } else if (!/\s/.test(ch)) {
+        out += ch;
+      }
+    }
+    return out;
   };
 
   function newRow(a) {
@@ -32,9 +67,11 @@
     tr.dataset.approvalId = a.id;
     cell(tr, 'tool', a.tool);
     cell(tr, 'grant', a.grant);
+    cell(tr, 'subject', a.subject);
     cell(tr, 'upstream', a.upstream);
     const pre = document.createElement('pre');
-    pre.textContent = pretty(a.args);
+    pre.textContent = pretty(a.args_text);
+    pre.title = `digest ${a.digest}`;
     cell(tr, 'args').appendChild(pre);
     cell(tr, 'waited');
     cell(tr, 'deadline');
@@ -52,8 +89,9 @@
     deny.dataset.action = 'deny';
     deny.textContent = 'Deny';
     td.append(approve, ' ', reason, ' ', deny);
-    approve.addEventListener('click', () => decide(tr, a.id, 'approve', ''));
-    deny.addEventListener('click', () => decide(tr, a.id, 'deny', reason.value));
+    // An approve names the digest of this row: tollgate runs the call only if it is the parked one.
+    approve.addEventListener('click', () => decide(tr, a.id, 'approve', { digest: a.digest }));
+    deny.addEventListener('click', () => decide(tr, a.id, 'deny', { reason: reason.value }));
     return tr;
   }
 
@@ -75,6 +113,26 @@
     if (note && !a.blocked) note.remove();
     tr.classList.toggle('is-blocked', !!a.blocked);
     tr.querySelector('button[data-action="approve"]').disabled = !!a.blocked;
+  }
+
+  // Calls decided lately: what, which way, by whom, when.
+  const decidedBody = document.querySelector('#decided tbody');
+  const decidedTable = document.getElementById('decided');
+  function renderDecided(list) {
+    decidedBody.replaceChildren();
+    for (const d of list ?? []) {
+      const tr = document.createElement('tr');
+      tr.dataset.decidedId = d.id;
+      cell(tr, 'tool', d.tool);
+      cell(tr, 'grant', d.grant);
+      cell(tr, 'subject', d.subject);
+      cell(tr, 'upstream', d.upstream);
+      cell(tr, 'decision', d.decision);
+      cell(tr, 'by', d.by);
+      cell(tr, 'when', new Date(d.decided_at_ms).toLocaleTimeString());
+      decidedBody.appendChild(tr);
+    }
+    decidedTable.hidden = decidedBody.children.length === 0;
   }
 
   function render(list) {
@@ -99,13 +157,13 @@
     empty.hidden = rows.size !== 0;
   }
 
-  async function decide(tr, id, verb, reason) {
+  async function decide(tr, id, verb, fields) {
     for (const b of tr.querySelectorAll('button')) b.disabled = true;
     try {
       const res = await fetch(`/admin/ui/approvals/${encodeURIComponent(id)}/${verb}`, {
         method: 'POST',
         headers: { 'X-CSRF-Token': csrf, 'Content-Type': 'application/x-www-form-urlencoded' },
-        body: new URLSearchParams({ reason }).toString(),
+        body: new URLSearchParams(fields).toString(),
         credentials: 'same-origin',
       });
       if (res.status === 401) return location.reload();
@@ -126,6 +184,7 @@
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       const q = await res.json();
       render(q.approvals);
+      renderDecided(q.decided);
       status.textContent = `${q.approvals.length} waiting · updated ${new Date().toLocaleTimeString()}`;
       status.classList.remove('stale');
     } catch (e) {

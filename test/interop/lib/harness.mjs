@@ -135,8 +135,9 @@ export const quietFor = (ms) => sleep(ms);
  * cluster (docs/operations.md): `instance` is the member holding the call, null without a
  * cluster; `args` (left out here) only with audit.args = "values" (the page: always).
  */
-export const APPROVAL_FIELDS = ['args_sha256', 'blocked', 'expires_in_ms', 'grant', 'id', 'instance', 'parked_at_ms', 'session', 'tool', 'upstream', 'waited_ms'];
-export const approvalFields = (item) => Object.keys(item).filter((k) => k !== 'args').sort();
+export const APPROVAL_FIELDS = ['args_sha256', 'blocked', 'digest', 'expires_in_ms', 'grant', 'id', 'instance', 'parked_at_ms', 'policy',
+  'session', 'subject', 'tool', 'upstream', 'waited_ms'];
+export const approvalFields = (item) => Object.keys(item).filter((k) => k !== 'args' && k !== 'args_text').sort();
 
 /** Parses a Prometheus text exposition into { 'name{labels}': number } (labels as written). */
 export function parseMetrics(text) {

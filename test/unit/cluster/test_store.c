@@ -327,19 +327,25 @@ static void session_records(void **state)
 
 struct listed {
     int done;
-    size_t n;
-    char id[40], tool[40], instance[40];
+    size_t n, ndecided; /* pending ones, and decided ones (shown as such) */
+    char id[40], tool[40], instance[40], by[40];
 };
 
 static void on_listed(void *ud, const struct tg_approval_item *items, size_t n)
 {
     struct listed *l = ud;
     l->done = 1;
-    l->n = n;
-    if (n > 0) {
-        snprintf(l->id, sizeof(l->id), "%s", items[0].id);
-        snprintf(l->tool, sizeof(l->tool), "%s", items[0].tool);
-        snprintf(l->instance, sizeof(l->instance), "%s", items[0].instance ? items[0].instance : "");
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].decision != NULL) {
+            snprintf(l->by, sizeof(l->by), "%s", items[i].by ? items[i].by : "");
+            l->ndecided++;
+            continue;
+        }
+        if (l->n++ == 0) {
+            snprintf(l->id, sizeof(l->id), "%s", items[i].id);
+            snprintf(l->tool, sizeof(l->tool), "%s", items[i].tool);
+            snprintf(l->instance, sizeof(l->instance), "%s", items[i].instance ? items[i].instance : "");
+        }
     }
 }
 
@@ -396,12 +402,19 @@ static void approvals_mirror(void **state)
     assert_string_equal(l.instance, "a");
 
     struct verdict v = {0};
-    b->ops->approval_decide(b->ud, tg_slice_cstr("ffffffffffffffffffffffffffffffff"), 1, "carol", NULL, on_approval, &v);
+    b->ops->approval_decide(b->ud, tg_slice_cstr("ffffffffffffffffffffffffffffffff"), 1, NULL, "carol", NULL, on_approval, &v);
     th_run_until(loop, &v.done, 5000);
     assert_int_equal(v.rc, TG_APPROVAL_UNKNOWN);
 
     memset(&v, 0, sizeof(v));
-    b->ops->approval_decide(b->ud, tg_slice_cstr(id), 1, "carol", NULL, on_approval, &v);
+    b->ops->approval_decide(b->ud, tg_slice_cstr(id), 1, "0000000000000000000000000000000000000000000000000000000000000000",
+                            "carol", NULL, on_approval, &v);
+    th_run_until(loop, &v.done, 5000);
+    assert_int_equal(v.rc, TG_APPROVAL_STALE); /* not the digest b lists: nothing published */
+    assert_int_equal(ma->srv.napprovals, 1);
+
+    memset(&v, 0, sizeof(v));
+    b->ops->approval_decide(b->ud, tg_slice_cstr(id), 1, r.k->approval_digest, "carol", NULL, on_approval, &v);
     th_run_until(loop, &v.done, 5000);
     assert_int_equal(v.rc, 0); /* a heard it */
     int sent = 0;
@@ -419,7 +432,9 @@ static void approvals_mirror(void **state)
         if (l.n == 0)
             break;
     }
-    assert_int_equal(l.n, 0); /* gone from the mirror */
+    assert_int_equal(l.n, 0); /* gone from the pending ones */
+    assert_int_equal(l.ndecided, 1);
+    assert_string_equal(l.by, "carol@b"); /* shown as decided, by whom and where */
     rec_dispose(&r);
 
     member_free(ca);

@@ -111,8 +111,8 @@ static void approvals_listed_and_decided(void **state)
     struct at t;
     at_new(&t);
     request(&t, "GET", "/admin/approvals");
-    HH_EXPECT(t.h, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: 16\r\n\r\n"
-                   "{\"approvals\":[]}");
+    HH_EXPECT(t.h, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: 29\r\n\r\n"
+                   "{\"approvals\":[],\"decided\":[]}");
     HH_EXPECT_EOF(t.h);
     request(&t, "POST", "/admin/approvals/abc/approve");
     HH_EXPECT(t.h, "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: 74\r\n\r\n"

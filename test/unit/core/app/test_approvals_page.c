@@ -74,17 +74,19 @@ static void sessions_are_bounded(void **state)
     char ids[TG_ADMIN_UI_SESSIONS + 1][ID_HEX + 1];
     uint64_t base = uv_now(&loop);
     for (int i = 0; i < TG_ADMIN_UI_SESSIONS; i++) {
-        assert_int_equal(session_open(&srv, ids[i]), 0);
+        assert_int_equal(session_open(&srv, ids[i], ""), 0);
         find(ids[i])->used_ms = base - TG_ADMIN_UI_SESSIONS + (uint64_t)i; /* 0 is the least recently used */
     }
     assert_int_equal(live(), TG_ADMIN_UI_SESSIONS);
     assert_string_not_equal(ids[0], ids[1]);
     assert_string_not_equal(find(ids[0])->csrf, find(ids[1])->csrf);
-    assert_int_equal(session_open(&srv, ids[TG_ADMIN_UI_SESSIONS]), 0);
+    assert_int_equal(session_open(&srv, ids[TG_ADMIN_UI_SESSIONS], "ann\x01"), 0);
     assert_int_equal(live(), TG_ADMIN_UI_SESSIONS);
     assert_null(find(ids[0]));
     assert_non_null(find(ids[1]));
     assert_non_null(find(ids[TG_ADMIN_UI_SESSIONS]));
+    assert_string_equal(find(ids[1])->approver, "page");                    /* no name given */
+    assert_string_equal(find(ids[TG_ADMIN_UI_SESSIONS])->approver, "ann?"); /* printable ASCII only */
     /* expiry: idle or too old */
     struct ui_session *s = find(ids[1]);
     uint64_t now = uv_now(&loop);

@@ -344,6 +344,40 @@ static void cut_counter_labels_stay_distinct(void **state)
     limited_dispose(&l);
 }
 
+/* What approvers see of the arguments: the bytes as they came, only the values of audit.redact
+ * keys replaced (an escaped key too, nested ones too); numbers, spacing and escapes kept. */
+static void args_text_is_the_senders_with_redacted_values(void **state)
+{
+    (void)state;
+    char *redact[] = {"content", "Token"};
+    struct tg_audit_conf ac = {0};
+    ac.redact = redact;
+    ac.nredact = 2;
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"{\"n\":1e400,\"big\":123456789012345678901234567890,\"odd\":9007199254740993}",
+         "{\"n\":1e400,\"big\":123456789012345678901234567890,\"odd\":9007199254740993}"},
+        {"{ \"content\" : {\"a\":[1,2]} , \"x\" : -0.0e-7 }", "{ \"content\" : \"[redacted]\" , \"x\" : -0.0e-7 }"},
+        {"{\"a\":[{\"TOKEN\":\"s\\\"e}c\"},\"\\u00e9\"],\"\\u0074oken\":2}",
+         "{\"a\":[{\"TOKEN\":\"[redacted]\"},\"\\u00e9\"],\"\\u0074oken\":\"[redacted]\"}"},
+        {"[]", "[]"},
+        {"{}", "{}"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *got = tg_audit_args_text(&ac, cases[i].in, strlen(cases[i].in));
+        assert_string_equal(got, cases[i].out);
+        free(got);
+    }
+    const char *msg = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"w\",\"x\":{\"arguments\":0},"
+                      "\"arguments\" : {\"k\":\"}\"} }}";
+    size_t off, len;
+    assert_int_equal(tg_audit_args_span(msg, strlen(msg), &off, &len), 0);
+    assert_int_equal(len, strlen("{\"k\":\"}\"}"));
+    assert_memory_equal(msg + off, "{\"k\":\"}\"}", len);
+    assert_int_equal(tg_audit_args_span("{\"params\":{\"name\":\"w\"}}", 23, &off, &len), -1);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -354,6 +388,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(pipe_written_through_the_pool, setup, teardown),
         cmocka_unit_test_setup_teardown(lines_are_json_whatever_the_names, setup, teardown),
         cmocka_unit_test(cut_counter_labels_stay_distinct),
+        cmocka_unit_test(args_text_is_the_senders_with_redacted_values),
     };
     return tg_unit_run("audit", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }

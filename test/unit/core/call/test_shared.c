@@ -24,6 +24,8 @@ struct answer {
     char first_id[40];
     char first_tool[40];
     int instance_null;
+    int first_decided;
+    char first_by[40];
 };
 
 static int in_op; /* 1 while a store operation runs (the callback notes it) */
@@ -118,6 +120,8 @@ static void on_listed(void *ud, const struct tg_approval_item *items, size_t n)
         snprintf(a->first_id, sizeof(a->first_id), "%s", items[0].id);
         snprintf(a->first_tool, sizeof(a->first_tool), "%s", items[0].tool);
         a->instance_null = items[0].instance == NULL;
+        a->first_decided = items[0].decision != NULL;
+        snprintf(a->first_by, sizeof(a->first_by), "%s", items[0].by ? items[0].by : "");
     }
 }
 
@@ -155,7 +159,7 @@ static void local_approvals_queue(void **state)
 
     memset(&a, 0, sizeof(a));
     in_op = 1;
-    st->ops->approval_decide(st->ud, tg_slice_cstr("00000000000000000000000000000000"), 1, "bob", NULL, on_approval,
+    st->ops->approval_decide(st->ud, tg_slice_cstr("00000000000000000000000000000000"), 1, NULL, "bob", NULL, on_approval,
                              &a);
     in_op = 0;
     assert_int_equal(a.calls, 1);
@@ -163,15 +167,33 @@ static void local_approvals_queue(void **state)
     assert_int_equal(a.rc, TG_APPROVAL_UNKNOWN);
     assert_int_equal(fake.nsend, 0);
 
+    /* an approve without the call's digest, or with another, runs nothing: it stays parked */
+    static const char *const wrong[] = {NULL, "", "0000000000000000000000000000000000000000000000000000000000000000"};
+    for (size_t i = 0; i < 3; i++) {
+        memset(&a, 0, sizeof(a));
+        st->ops->approval_decide(st->ud, tg_slice_cstr(r.k->approval_id), 1, wrong[i], "bob", NULL, on_approval, &a);
+        assert_int_equal(a.calls, 1);
+        assert_int_equal(a.rc, TG_APPROVAL_STALE);
+        assert_int_equal(m->srv.napprovals, 1);
+        assert_int_equal(fake.nsend, 0);
+    }
+    assert_int_equal(strlen(r.k->approval_digest), 64);
+
     memset(&a, 0, sizeof(a));
     in_op = 1;
-    st->ops->approval_decide(st->ud, tg_slice_cstr(r.k->approval_id), 1, "bob", NULL, on_approval, &a);
+    st->ops->approval_decide(st->ud, tg_slice_cstr(r.k->approval_id), 1, r.k->approval_digest, "bob", NULL, on_approval, &a);
     in_op = 0;
     assert_int_equal(a.calls, 1);
     assert_int_equal(a.inside, 1);
     assert_int_equal(a.rc, 0);
     assert_int_equal(m->srv.napprovals, 0);
     assert_int_equal(fake.nsend, 1); /* approved: sent */
+    /* listed as decided, by whom */
+    struct answer l = {0};
+    st->ops->approvals_list(st->ud, on_listed, &l);
+    assert_int_equal(l.n, 1);
+    assert_true(l.first_decided);
+    assert_string_equal(l.first_by, "bob");
     fake_answer(fake.last, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}");
     assert_string_equal(r.answer.base, "{\"jsonrpc\":\"2.0\",\"id\":\"d1\",\"result\":{}}");
     rec_dispose(&r);

@@ -7,6 +7,7 @@
 
 #include "core/conf/conf.h"
 #include "policy/jwt.h"
+#include "policy/dpop.h"
 
 static char tmpdir[256];
 static int nfile;
@@ -905,6 +906,43 @@ static void jwt_algorithms(void **state)
 #undef JWT_ISSUER
 }
 
+/* jwt[].dpop, dpop_window_s, cache_entries and limits.dpop_replay_entries: strict values, the
+ * defaults, and DPoP only with an algorithm a public key signs. */
+static void jwt_dpop_directives(void **state)
+{
+    write_file("jwks-g.json",
+               "{\"keys\":[{\"kty\":\"EC\",\"crv\":\"P-256\",\"x\":\"axfR8uEsQkf4vOblY6RA8ncDfYEt6zOg9KE5RdiYwpY\","
+               "\"y\":\"T-NC4v4af5uO5-tKfA-eFivOM1drMV7Oy7ZAaDe_UfU\"}]}\n",
+               0644);
+#define JWT_ISSUER(extra)                                                                                      \
+    LISTEN GRANTS UPSTREAM "jwt = ( { issuer = \"https://idp.test\"; audience = \"a\";\n"                        \
+                           " jwks_file = \"jwks-g.json\";\n" extra " } );\n"
+    struct loaded l;
+    load_ok(&l, JWT_ISSUER(""));
+    assert_int_equal(l.c->jwt[0].dpop, TG_DPOP_OFF);
+    assert_int_equal(l.c->jwt[0].dpop_window_s, 60);
+    assert_int_equal(l.c->limits.dpop_replay_entries, 100000);
+    loaded_dispose(&l);
+    load_ok(&l, JWT_ISSUER(" dpop = \"optional\"; dpop_window_s = 5; cache_entries = 0;"));
+    assert_int_equal(l.c->jwt[0].dpop, TG_DPOP_OPTIONAL);
+    assert_int_equal(l.c->jwt[0].dpop_window_s, 5);
+    loaded_dispose(&l);
+    load_ok(&l, JWT_ISSUER(" dpop = \"required\";"));
+    assert_int_equal(l.c->jwt[0].dpop, TG_DPOP_REQUIRED);
+    loaded_dispose(&l);
+    const char *text = JWT_ISSUER(" dpop = \"Required\";");
+    expect_error(text, line_of(text, "dpop"), "dpop", "must be \"off\", \"optional\" or \"required\"");
+    text = JWT_ISSUER(" dpop = true;");
+    expect_error(text, line_of(text, "dpop"), "dpop", "must be \"off\", \"optional\" or \"required\"");
+    text = JWT_ISSUER(" dpop_window_s = 0;");
+    expect_error(text, line_of(text, "dpop_window_s"), "dpop_window_s", "must be an integer 1..3600");
+    text = JWT_ISSUER(" cache_entries = -1;");
+    expect_error(text, line_of(text, "cache_entries"), "cache_entries", "must be an integer 0..1000000");
+    text = JWT_ISSUER(" algorithms = [ \"HS256\" ];\n dpop = \"optional\";");
+    expect_error(text, line_of(text, "dpop ="), "dpop", "DPoP proofs are signed with a public key");
+#undef JWT_ISSUER
+}
+
 /* jwt[] key sources: exactly one of jwks_file, jwks_url and discovery = true; a fetched one is
  * https:// (http:// only to loopback, which the error says); nothing is fetched at load. */
 static void jwt_sources(void **state)
@@ -1097,6 +1135,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(stdio_command_must_run),
         cmocka_unit_test(files_must_open),
         cmocka_unit_test(jwt_algorithms),
+        cmocka_unit_test(jwt_dpop_directives),
         cmocka_unit_test(jwt_sources),
         cmocka_unit_test(relative_paths_from_the_conf_folder),
         cmocka_unit_test(no_error_has_line_zero),
