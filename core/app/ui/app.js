@@ -112,7 +112,8 @@
     if (note) note.textContent = a.blocked || '';
     if (note && !a.blocked) note.remove();
     tr.classList.toggle('is-blocked', !!a.blocked);
-    tr.querySelector('button[data-action="approve"]').disabled = !!a.blocked;
+    const approve = tr.querySelector('button[data-action="approve"]');
+    if (approve) approve.disabled = !!a.blocked;
   }
 
   // Calls decided lately: what, which way, by whom, when.
