@@ -73,7 +73,7 @@ static size_t write_listing(struct tg_cluster *cl, struct tg_call *k)
     }
     cJSON_AddStringToObject(o, "instance", cl->instance);
     char why[600], blocked[640];
-    if (k->approval_decision == NULL && tg_approvals_stale(k, NULL, why, sizeof(why)) != NULL) {
+    if (k->approval_decision == NULL && tg_approvals_stale(k, why, sizeof(why)) != NULL) {
         /* written again after each reload (tg_approvals_reconf): every member shows it */
         snprintf(blocked, sizeof(blocked), "no longer allowed: %s", why);
         cJSON_AddStringToObject(o, "blocked", blocked);

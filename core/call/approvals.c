@@ -174,13 +174,15 @@ void tg_approvals_reconf(struct tg_server *srv)
     }
 }
 
-const char *tg_approvals_stale(struct tg_call *k, const cJSON *args, char *why, size_t n)
+/* Whether k may still run under srv->conf (see tg_approvals_stale). The policy's verdict needs the
+ * arguments parsed again: a listing (fresh 0, the page asks every second) reuses the one made
+ * under the same configuration; an approval (fresh 1) decides again. */
+static const char *judge(struct tg_call *k, char *why, size_t n, int fresh)
 {
     const struct tg_conf *c = k->srv->conf;
     const struct tg_grant_conf *g = tg_conf_find_grant(c, k->grant);
     const char *up = up_name(k);
     int u = -1;
-    cJSON *msg = NULL;
     if (g == NULL) {
         snprintf(why, n, "grant \"%s\" was removed from the configuration", k->grant);
         return why;
@@ -200,11 +202,15 @@ const char *tg_approvals_stale(struct tg_call *k, const cJSON *args, char *why, 
         snprintf(why, n, "upstream \"%s\" was removed from the configuration", up ? up : "-");
         return why;
     }
-    struct tg_policy *p = tg_conf_policy_for(c, g, u);
-    if (args == NULL && k->held.len > 0) {
-        msg = cJSON_ParseWithLength(k->held.base, k->held.len);
-        args = tg_json_get(tg_json_get(msg, "params"), "arguments");
+    if (!fresh && k->judged_serial == c->serial) {
+        if (k->judged_why == NULL)
+            return NULL;
+        snprintf(why, n, "%s", k->judged_why);
+        return why;
     }
+    struct tg_policy *p = tg_conf_policy_for(c, g, u);
+    cJSON *msg = k->held.len > 0 ? cJSON_ParseWithLength(k->held.base, k->held.len) : NULL;
+    const cJSON *args = tg_json_get(tg_json_get(msg, "params"), "arguments");
     struct tg_decision *d = tg_call_decision_new();
     struct tg_caller who = {k->grant, k->sess ? k->sess->id_str : NULL, up, k->subject};
     /* Judged again without reserving: its reservations were taken when it was parked. */
@@ -220,8 +226,13 @@ const char *tg_approvals_stale(struct tg_call *k, const cJSON *args, char *why, 
     }
     tg_call_decision_free(d);
     cJSON_Delete(msg);
+    tg_xfree(k->judged_why);
+    k->judged_why = out != NULL ? tg_xstrdup(out) : NULL;
+    k->judged_serial = c->serial;
     return out;
 }
+
+const char *tg_approvals_stale(struct tg_call *k, char *why, size_t n) { return judge(k, why, n, 0); }
 
 /* The answer to a call that was not approved: -32003 with {tool, approval_id, reason}, reason
  * being the approver's own words when they gave some, else what happened. */
@@ -269,7 +280,7 @@ static int finish(struct tg_call *k, int approve, const char *by, const char *wh
                   size_t stale_n)
 {
     struct tg_server *srv = k->srv;
-    const char *no_longer = approve ? tg_approvals_stale(k, NULL, stale, stale_n) : NULL;
+    const char *no_longer = approve ? judge(k, stale, stale_n, 1) : NULL;
     leave(k);
     if (approve || why == NULL) { /* a human's decision, not a deadline's or a client's */
         k->approval_decision = !approve ? "denied" : no_longer ? "refused" : "approved";
@@ -526,7 +537,7 @@ void tg_approvals_local_list(struct tg_server *srv, tg_approval_list_cb done, vo
         struct tg_approval_item *it = &items[i];
         texts[i] = tg_approvals_item_of(k, it);
         char why[600];
-        if (tg_approvals_stale(k, NULL, why, sizeof(why)) != NULL) {
+        if (tg_approvals_stale(k, why, sizeof(why)) != NULL) {
             size_t bn = strlen(why) + 32;
             blocked[i] = tg_xmalloc(bn);
             snprintf(blocked[i], bn, "no longer allowed: %s", why);

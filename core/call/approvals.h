@@ -30,9 +30,9 @@ void tg_approvals_park(struct tg_call *k);
 void tg_approvals_unpark(struct tg_call *k);
 /* NULL while parked call k may still run under srv->conf as it is now; else why not, in why (n
  * bytes): its grant or upstream was removed, its credential no longer holds (rotated, expired,
- * its issuer or certificate gone), its tool is now hidden or denied, a rule now fails. args: its
- * arguments (NULL: read from k->held). */
-const char *tg_approvals_stale(struct tg_call *k, const struct cJSON *args, char *why, size_t n);
+ * its issuer or certificate gone), its tool is now hidden or denied, a rule now fails. The
+ * policy's verdict is judged once per configuration for listings; an approval judges it again. */
+const char *tg_approvals_stale(struct tg_call *k, char *why, size_t n);
 /* After a reload: every parked call is mirrored again (a cluster's listing shows its state under
  * the new conf). */
 void tg_approvals_reconf(struct tg_server *srv);

@@ -226,6 +226,7 @@ static void call_release(struct tg_call *k)
     tg_xfree(k->mrtr);
     tg_buf_dispose(&k->held);
     tg_xfree(k->cred);
+    tg_xfree(k->judged_why);
     cJSON_Delete(k->resume_params);
     tg_xfree(k->client_id);
     tg_upstream_unref(k->uprt);

@@ -124,6 +124,8 @@ struct tg_call {
     struct tg_buf held;       /* the message, serialized, waiting for a decision */
     struct tg_auth_cred *cred; /* parked: the credential it came with (owned), or NULL: unknown */
     size_t parked_bytes;      /* parked: what it counts toward limits.approvals_bytes */
+    uint64_t judged_serial;   /* parked: the conf whose policy verdict judged_why is (0: none yet) */
+    char *judged_why;         /* why that conf's policy no longer lets it run, or NULL (owned) */
     /* its decision (core/gate/dispatch.c, through the shared store: core/call/shared.h) */
     struct tg_gate_request *asking;  /* the request on the gate's stack while the store decides
                                       * inline; NULL once the decision waits (held has it) */
