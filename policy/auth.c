@@ -60,11 +60,16 @@ void tg_principal_of_grant(const struct tg_grant_conf *g, struct tg_principal *w
     tg_strlcpy(who->scopes, g->scopes ? g->scopes : "", sizeof(who->scopes));
 }
 
+static const char *principal_issuer(const struct tg_conf *c, const struct tg_principal *who)
+{
+    return who->jwt > 0 && (size_t)who->jwt <= c->njwt && c->jwt[who->jwt - 1].issuer != NULL
+               ? c->jwt[who->jwt - 1].issuer
+               : "";
+}
+
 void tg_principal_sha256(const struct tg_conf *c, const struct tg_principal *who, uint8_t out[32])
 {
-    const char *iss = who->jwt > 0 && (size_t)who->jwt <= c->njwt && c->jwt[who->jwt - 1].issuer != NULL
-                          ? c->jwt[who->jwt - 1].issuer
-                          : "";
+    const char *iss = principal_issuer(c, who);
     size_t ilen = strlen(iss), slen = strnlen(who->subject, sizeof(who->subject));
     char buf[1024];
     if (ilen + 1 + slen <= sizeof(buf)) { /* the usual case: one pass of the fast digest */
@@ -81,6 +86,43 @@ void tg_principal_sha256(const struct tg_conf *c, const struct tg_principal *who
     mbedtls_sha256_update_ret(&ctx, (const unsigned char *)who->subject, slen);
     mbedtls_sha256_finish_ret(&ctx, out);
     mbedtls_sha256_free(&ctx);
+}
+
+uint64_t tg_principal_tag(const struct tg_conf *c, const struct tg_principal *who)
+{
+    static uint8_t key[16];
+    static int keyed;
+    if (!keyed) {
+        if (tg_random(key, sizeof(key)) != 0)
+            memset(key, 0x5a, sizeof(key)); /* still a tag; only the owner's speed depends on it */
+        keyed = 1;
+    }
+    const char *iss = principal_issuer(c, who);
+    size_t ilen = strlen(iss), slen = strnlen(who->subject, sizeof(who->subject));
+    char buf[1024 + TG_SUBJECT_MAX];
+    uint64_t t;
+    if (ilen < 1024) { /* issuer, its NUL ("a" "bc" is not "ab" "c"), subject: one pass */
+        memcpy(buf, iss, ilen + 1);
+        memcpy(buf + ilen + 1, who->subject, slen);
+        t = tg_siphash(key, buf, ilen + 1 + slen);
+    } else {
+        t = tg_siphash(key, iss, ilen + 1) ^ (tg_siphash(key, who->subject, slen) * 0x9e3779b97f4a7c15ull);
+    }
+    return t != 0 ? t : 1; /* 0 means "unknown" */
+}
+
+int tg_principal_owns(const struct tg_conf *c, const struct tg_principal *who, const struct tg_owner *o)
+{
+    if (o->tag != 0) { /* the subject is compared whole; the issuer by index, or by the tag */
+        if (strcmp(o->subject, who->subject) != 0)
+            return 0;
+        if (o->serial == c->serial)
+            return o->jwt == who->jwt;
+        return tg_principal_tag(c, who) == o->tag;
+    }
+    uint8_t d[32];
+    tg_principal_sha256(c, who, d);
+    return tg_ct_equal(d, o->sha256, 32);
 }
 
 enum tg_auth_result tg_auth_grant(const struct tg_conf *c, struct tg_slice authorization, int64_t now_s,

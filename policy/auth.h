@@ -62,6 +62,21 @@ void tg_principal_of_grant(const struct tg_grant_conf *g, struct tg_principal *w
  * differ, and so do one subject name from two issuers, or a JWT whose subject is the grant's
  * name and the grant's static token. c: the conf who was checked against (who->jwt indexes it). */
 void tg_principal_sha256(const struct tg_conf *c, const struct tg_principal *who, uint8_t out[32]);
+/* The same identity as a keyed 64-bit tag (SipHash under a key random per process): what a
+ * session this process made or adopted keeps, so that every request naming it is matched
+ * without a SHA-256 (tg_principal_owns). Never leaves the process. */
+uint64_t tg_principal_tag(const struct tg_conf *c, const struct tg_principal *who);
+/* What a session keeps of the subject that made it, to match every request naming it. */
+struct tg_owner {
+    const char *subject;    /* its subject (NUL-terminated) */
+    uint64_t tag;           /* tg_principal_tag() of its maker, or 0: not known here */
+    uint64_t serial;        /* the conf serial when it was taken, and */
+    int jwt;                /* ... the maker's who->jwt under that conf */
+    const uint8_t *sha256;  /* tg_principal_sha256() of its maker (what a cluster record binds) */
+};
+/* 1 if who (checked against c) is the owner's maker. Under the conf the owner was taken with, a
+ * compare of subject and issuer index; after a reload, the tag; with no tag, the SHA-256. */
+int tg_principal_owns(const struct tg_conf *c, const struct tg_principal *who, const struct tg_owner *o);
 /* What authenticated a long-lived channel (a WebSocket, a legacy SSE stream), kept so that a reload
  * can ask whether it still names the same grant, and a JWT's channel can end at its exp. Only
  * digests and names: never the token. Value type, owned by whoever holds it. */

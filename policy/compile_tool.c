@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/base/json.h"
+#include "policy/policy.h"
 #include "policy/regex.h"
 
 #define DEFAULT_APPROVAL_MS (300 * 1000)
@@ -546,6 +547,15 @@ static void compile_limits(struct tg__cctx *cx, const cJSON *jl, const char *pat
     }
 }
 
+int tg_policy_approval_mode(const char *s)
+{
+    static const char *const names[] = {"hold", "retry", "task"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, names[i]) == 0)
+            return TG_APPROVAL_HOLD + i;
+    return -1;
+}
+
 void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, struct ptool *t)
 {
     memset(t, 0, sizeof(*t));
@@ -557,7 +567,8 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
         tg__perr(cx, path, "must be an object");
         return;
     }
-    static const char *const known[] = {"rules", "action", "reason", "limits", "approval_timeout", "scopes", NULL};
+    static const char *const known[] = {"rules", "action", "reason", "limits", "approval_timeout", "approval_mode",
+                                        "scopes", NULL};
     tg__check_keys(cx, jt, path, known);
     char sub[600];
     const cJSON *js = tg_json_get(jt, "scopes");
@@ -596,6 +607,15 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
             tg__perr(cx, sub, "must be a number of seconds or second|minute|hour|day");
         else
             t->approval_ms = (int)(ms > 86400000 ? 86400000 : ms);
+    }
+    const cJSON *jm = tg_json_get(jt, "approval_mode");
+    if (jm != NULL) {
+        snprintf(sub, sizeof(sub), "%s.approval_mode", path);
+        int mode = cJSON_IsString(jm) ? tg_policy_approval_mode(jm->valuestring) : -1;
+        if (mode < 0)
+            tg__perr(cx, sub, "must be hold, retry or task");
+        else
+            t->approval_mode = mode;
     }
     const cJSON *jl = tg_json_get(jt, "limits");
     if (jl != NULL) {

@@ -682,6 +682,7 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
     tg__note_clear(d);
     d->retry_after_ms = 0;
     d->approval_timeout_ms = 0;
+    d->approval_mode = TG_APPROVAL_AUTO;
     d->nres = 0;
     struct dctx x;
     dctx_init(&x, p, cs, who, now_ms);
@@ -768,6 +769,7 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
     if (t != NULL && t->action == TA_APPROVE) {
         trace(tr, TG_TRACE_ACTION, t, 0, -1);
         d->approval_timeout_ms = t->approval_ms;
+        d->approval_mode = t->approval_mode;
         set_decision_around(d, TG_VERDICT_APPROVE, t->name, "", tool, " needs a human's approval");
         return;
     }

@@ -14,7 +14,7 @@
  *           conditions:[{path, op, value}], on_deny, state:{counter, window, increment, increment_from},
  *           rate_limit:"N/window"}]}}}  state counters are fixed UTC windows.
  * Both may appear in one file. Extensions (tollgate): per tool "approval_timeout" (seconds or
- * "5m"), "methods" (non-standard methods allowed by name), "resources" and "prompts" rules, and
+ * "5m") and "approval_mode" (hold, retry or task), "methods" (non-standard methods allowed by name), "resources" and "prompts" rules, and
  * "scopes": per tool (either shape) a list of OAuth scopes a call needs, and in "resources" and
  * "prompts" a map {GLOB: [scopes]}. */
 #ifndef TG_POLICY_H
@@ -34,6 +34,19 @@ enum tg_verdict {
     TG_VERDICT_LIMITED, /* -32002 */
     TG_VERDICT_APPROVE, /* parked for a human; -32003 if refused or timed out */
 };
+
+/* How a call that needs approval meets its client (per tool "approval_mode", per upstream
+ * approval_mode in the conf): held open while a human decides, answered at once and run when
+ * called again after the approval, or a task the client polls. AUTO: neither says (the gateway
+ * chooses by the client: core/call/approvals_retry.c). */
+enum tg_approval_mode {
+    TG_APPROVAL_AUTO = 0,
+    TG_APPROVAL_HOLD,
+    TG_APPROVAL_RETRY,
+    TG_APPROVAL_TASK,
+};
+/* "hold", "retry" or "task" to its mode; -1 for anything else. */
+int tg_policy_approval_mode(const char *s);
 
 #define TG_MAX_RESERVATIONS 64 /* counters one call may take (checked when a policy is compiled) */
 
@@ -55,6 +68,7 @@ struct tg_decision {
     char counter[128];  /* LIMITED: the counter */
     uint64_t retry_after_ms;
     int approval_timeout_ms;
+    int approval_mode;  /* APPROVE: the tool's enum tg_approval_mode (AUTO: the upstream's) */
     struct tg_reservation res[TG_MAX_RESERVATIONS];
     int nres;
     char counters_json[512]; /* counter values after the decision, for the audit log */

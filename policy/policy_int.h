@@ -102,6 +102,7 @@ struct ptool {
     struct rule *rules;
     int nrules;
     int approval_ms;
+    int approval_mode; /* enum tg_approval_mode */
     int unconditional_deny; /* some rule denies without conditions: hidden from tools/list */
     /* The counters a call of this tool can reach (state conditions, rule counters, limits), each
      * once, for the decision to hash and prefetch before it evaluates anything; reach_stops: the

@@ -182,6 +182,9 @@ struct session_wait {
     char upstream[128];
     char subject[TG_SUBJECT_MAX]; /* who asks, and as tg_principal_sha256() in hex: a record binds it */
     char owner[65];
+    uint64_t tag; /* tg_principal_tag() of who asks: the adopted session's, once its owner matched */
+    uint64_t serial; /* and the conf serial with who->jwt under it */
+    int jwt;
 };
 
 static void on_shared_record(void *ud, int found, const struct tg_shared_session_rec *rec, const char *why)
@@ -226,6 +229,8 @@ static void on_shared_record(void *ud, int found, const struct tg_shared_session
             s->initialized = 1;
             s->subject = tg_xstrdup(w->subject);
             tg_hex_decode(w->owner, 64, s->subject_sha256);
+            s->subject_tag = w->tag; /* its owner asked (match): later requests skip the SHA-256 */
+            s->subject_serial = w->serial, s->subject_jwt = w->jwt;
             tg_strlcpy(s->proto, rec->proto, sizeof(s->proto));
             s->up_session = rec->up_session ? tg_xstrdup(rec->up_session) : NULL;
             if (rec->up_modern) {
@@ -265,6 +270,8 @@ static int wait_for_shared_session(struct tg_server *srv, struct tg_conn *c, con
     uint8_t d[32];
     tg_principal_sha256(srv->conf, who, d);
     tg_hex_encode(d, 32, w->owner);
+    w->tag = tg_principal_tag(srv->conf, who);
+    w->serial = srv->conf->serial, w->jwt = who->jwt;
     tg_http_wait_start(&w->w, c);
     srv->store.ops->session_fetch(srv->store.ud, w->sid, on_shared_record, w);
     return 1;

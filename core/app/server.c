@@ -22,6 +22,7 @@
 #include "core/call/roots.h"
 #include "core/app/route.h"
 #include "core/call/session.h"
+#include "core/call/tasks.h"
 #include "transports/channel.h"
 #include "transports/cred_watch.h"
 #include "transports/http1/http1.h"
@@ -191,6 +192,8 @@ int tg_server_init(struct tg_app *app, uv_loop_t *loop, struct tg_conf *conf)
     srv->upstream_ops = tg_upstream_kind_for; /* the kinds this gateway has (upstream/kinds.c) */
     tg_list_init(&srv->dead_calls);
     tg_list_init(&srv->approvals);
+    tg_list_init(&srv->approvals_decided);
+    tg_list_init(&srv->tasks);
     tg_list_init(&srv->channels);
     tg_list_init(&srv->awaiting);
     tg_list_init(&srv->streams);
@@ -293,6 +296,7 @@ int tg_server_start(struct tg_app *app)
             return r;
         app->admin_open = 1;
         tg_log(TG_LOG_INFO, "admin listening", "address=%s port=%d", srv->conf->admin.address, app->admin.http.port);
+        srv->admin_port = app->admin.http.port;
     }
     uv_timer_start(&app->sweep, on_sweep, 1000, 1000);
     tg_keys_start(app->keys);
@@ -434,6 +438,7 @@ void tg_server_dispose(struct tg_app *app)
     free(app->listeners);
     tg_http_env_dispose(&app->http);
     tg_session_table_free(srv->sessions);
+    tg_tasks_free(srv); /* no call answers into one any more */
     tg_route_dispose(srv);
     free(srv->upstreams);
     tg_counters_free(srv->counters);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/call/approvals_modes.h"
 #include "core/call/audit.h"
 #include "core/call/call.h"
 #include "core/call/webhook.h"
@@ -49,7 +50,7 @@ static size_t parked_of_grant(struct tg_server *srv, const char *grant)
     return n;
 }
 
-int tg_approvals_admit(struct tg_call *k, int in_batch, char *msg, size_t n, const char **reason)
+int tg_approvals_room(struct tg_call *k, int in_batch, char *msg, size_t n, const char **reason)
 {
     struct tg_server *srv = k->srv;
     const struct tg_limits *lim = &srv->conf->limits;
@@ -119,6 +120,8 @@ static void bind_digest(struct tg_call *k)
 void tg_approvals_park(struct tg_call *k)
 {
     struct tg_server *srv = k->srv;
+    if (k->approval_mode == TG_APPROVAL_HOLD)
+        tg_approvals_hold_prepare(k); /* its timeout capped; progress if its client can take it */
     uint8_t rnd[16];
     tg_random(rnd, sizeof(rnd));
     tg_hex_encode(rnd, sizeof(rnd), k->approval_id);
@@ -143,6 +146,7 @@ void tg_approvals_park(struct tg_call *k)
     srv->store.ops->approval_park(srv->store.ud, k); /* a cluster adds its listing's bytes */
     srv->approvals_bytes += k->parked_bytes;
     hook(k, "parked", NULL, NULL);
+    tg_approvals_answer_now(k); /* retry and task: the client has its answer at once */
 }
 
 /* k leaves the queue: uncounted (its mirror goes with approval_gone, after what a human decided
@@ -296,6 +300,10 @@ static int finish(struct tg_call *k, int approve, const char *by, const char *wh
         tg_log(TG_LOG_INFO, "approval granted", "approval_id=%s by=%s", k->approval_id,
                tg_log_esc(esc, sizeof(esc), tg_slice_cstr(by)));
         hook(k, "approved", by, NULL);
+        if (k->approval_mode == TG_APPROVAL_RETRY && k->sess == NULL) {
+            tg_approvals_record_decided(k, 1, NULL); /* it runs when its client calls again */
+            return 0;
+        }
         struct tg_buf body = k->held;
         tg_buf_init(&k->held);
         tg_call_send(k, body.base, body.len, (uint64_t)tg_upstream_conf(k->uprt)->call_timeout_ms);
@@ -332,6 +340,10 @@ static int finish(struct tg_call *k, int approve, const char *by, const char *wh
            k->approval_id, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(by ? by : "-")),
            tg_log_esc(resc, sizeof(resc), tg_slice_cstr(reason && reason[0] ? reason : "-")));
     hook(k, cancelled ? "withdrawn" : why ? "expired" : "denied", by, reason);
+    if (why == NULL && k->approval_mode == TG_APPROVAL_RETRY && k->sess == NULL) {
+        tg_approvals_record_decided(k, 0, reason); /* its client hears it when it calls again */
+        return 0;
+    }
     if (k->sink != NULL && k->sink->ops->listening(k->sink)) {
         char message[sizeof(k->dec->message)];
         if (cancelled && strcmp(why, "session") == 0)
@@ -459,6 +471,7 @@ void tg_approvals_expire(struct tg_server *srv)
     }
     while (!tg_list_empty(&due))
         tg_approvals_finish(tg_container_of(due.next, struct tg_call, alink), 0, NULL, "timeout");
+    tg_approvals_modes_tick(srv);
 }
 
 void tg_approvals_abort(struct tg_server *srv)
@@ -467,6 +480,7 @@ void tg_approvals_abort(struct tg_server *srv)
         struct tg_call *k = tg_container_of(srv->approvals.next, struct tg_call, alink);
         tg_approvals_finish(k, 0, "shutdown", "timeout");
     }
+    tg_approvals_records_close(srv);
 }
 
 static struct tg_call *first_parked(struct tg_session *s)

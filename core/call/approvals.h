@@ -20,7 +20,7 @@ struct tg_session;
  * data.reason in *reason: a batch (in_batch) cannot wait; the queue holds limits.approvals_max
  * calls or limits.approvals_bytes; k's grant holds limits.approvals_per_grant of them (on this
  * member: each member counts its own). */
-int tg_approvals_admit(struct tg_call *k, int in_batch, char *msg, size_t n, const char **reason);
+int tg_approvals_room(struct tg_call *k, int in_batch, char *msg, size_t n, const char **reason);
 /* Refuse k at once, a call that could not be parked: -32003 with message and data.reason. */
 void tg_approvals_refuse(struct tg_call *k, const char *message, const char *reason);
 /* Park k (its message is in k->held): an id, a deadline, an audit line "approve", its bytes

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/call/audit.h"
+#include "core/call/tasks.h"
 #include "core/call/webhook.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
@@ -111,6 +112,8 @@ void tg_call_settle(struct tg_call *k, enum tg_outcome o, double latency_ms)
     if (k->settled)
         return;
     k->settled = 1;
+    if (k->approval_taken != NULL)
+        k->approval_settled(k, outcomes[o].give_back); /* the approval it used */
     if (outcomes[o].give_back)
         refund(k);
     if (k->dec != NULL && outcomes[o].audit != NULL)
@@ -165,6 +168,8 @@ void tg_call_close(struct tg_call *k)
     }
     if (!k->forwarded)
         tg_call_settle(k, TG_OUT_WITHDRAWN, -1);
+    if (k->approval_taken != NULL)
+        k->approval_settled(k, 0); /* it reached the upstream: the approval is used */
     tg__call_upauth_cancel(k->upauth, &k->upauth_wait);
     upstream_cancel(k);
     if (k->parked) {
@@ -208,6 +213,7 @@ void tg_call_decision_free(struct tg_decision *d) { tg_recycle_free(&decisions, 
 static void call_release(struct tg_call *k)
 {
     tg_xfree(k->progress_token);
+    tg_xfree(k->approval_reason);
     tg_policy_unref(k->policy);
     tg_xfree(k->grant);
     tg_xfree(k->subject);
@@ -415,6 +421,8 @@ static void deliver_answer_at(struct tg_call *k, struct tg_buf *out, int is_erro
         if (k->sess != NULL && (size_t)k->sess->upstream < k->srv->conf->nupstreams)
             k->srv->store.ops->session_share(k->srv->store.ud, k->sess, &k->srv->conf->upstreams[k->sess->upstream]);
     }
+    if (k->task_aug && !is_error) /* an upstream's task id: its caller's alone */
+        tg_tasks_note_relayed(k->srv, p, n, k->grant, k->subject, up_name(k));
     if (k->is_tools_list && !is_error && k->srv->schemas != NULL)
         tg_mcp_schemas_learn(k->srv->schemas, up_name(k), p, n); /* for 2026 clients' Mcp-Param-* */
     char why[160];

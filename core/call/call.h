@@ -126,6 +126,17 @@ struct tg_call {
     size_t parked_bytes;      /* parked: what it counts toward limits.approvals_bytes */
     uint64_t judged_serial;   /* parked: the conf whose policy verdict judged_why is (0: none yet) */
     char *judged_why;         /* why that conf's policy no longer lets it run, or NULL (owned) */
+    /* approval modes (core/call/approvals_modes.c) */
+    unsigned char approval_mode;  /* the enum tg_approval_mode it parked in */
+    unsigned char task_aug;       /* params.task: a task-augmented request (MCP 2025-11-25) */
+    unsigned char approval_state; /* a retry record: TG_RECORD_PENDING, _APPROVED or _DENIED */
+    uint64_t next_progress;       /* hold: when the next notifications/progress goes (0: none) */
+    double progress_sent;         /* hold: the last progress value sent */
+    uint8_t approval_key[32];     /* retry: grant, subject, upstream, tool, canonical arguments */
+    char *approval_reason;        /* a denied retry record: the approver's words */
+    struct tg_call *approval_taken; /* a call that consumed a retry approval: the record, given
+                                     * back if the call certainly did not run, closed otherwise */
+    void (*approval_settled)(struct tg_call *k, int give_back); /* set with approval_taken */
     /* its decision (core/gate/dispatch.c, through the shared store: core/call/shared.h) */
     struct tg_gate_request *asking;  /* the request on the gate's stack while the store decides
                                       * inline; NULL once the decision waits (held has it) */

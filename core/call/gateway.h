@@ -48,6 +48,9 @@ struct tg_server {
     struct tg_shared store;
     struct tg_audit *audit;
     struct tg_list approvals;     /* parked calls, oldest first */
+    struct tg_list approvals_decided; /* retry records decided, waiting for their call again */
+    struct tg_list tasks;         /* tasks made or relayed, bound to their callers (core/call/tasks.h) */
+    size_t ntasks;
     struct tg_list channels;      /* legacy SSE and WebSocket client sessions */
     struct tg_list awaiting;      /* calls waiting for an answer on a message-stream upstream */
     struct tg_list dead_calls;    /* closed calls whose memory goes at the end of the iteration */
@@ -60,6 +63,7 @@ struct tg_server {
     size_t napprovals;
     size_t approvals_bytes;       /* what the parked calls hold (limits.approvals_bytes) */
     struct tg_webhook *webhook;   /* approval events for approvals.webhook (core/call/webhook.h) */
+    int admin_port;               /* the admin listener's port as bound (approval URLs), or 0 */
     /* The last calls a human decided, as the approvals page shows them (core/call/approvals.c):
      * a ring, decided[ndecided % TG_APPROVALS_DECIDED] next. */
     struct tg_approval_done {

@@ -32,6 +32,9 @@ struct tg_session {
     char *subject;     /* who inside the grant made it (a 2025 session; copied), or NULL */
     uint8_t subject_sha256[32]; /* with subject: tg_principal_sha256() of its maker, which every
                                  * request naming the session must match (else 404) */
+    uint64_t subject_tag;       /* tg_principal_tag() of its maker, 0 if not known */
+    uint64_t subject_serial;    /* with subject_tag: the conf serial, and its maker's who->jwt */
+    int subject_jwt;            /* under it (a request under the same conf is matched by index) */
     int upstream;      /* index into the server's upstreams */
     unsigned char log_level; /* up_modern: the level logging/setLevel asked for (tg_mcp_log_level), 0 none */
     char *listen_uris; /* up_modern: the resources its client subscribed to (a JSON array, bounded by

@@ -144,8 +144,13 @@ static void print_explain(const struct tg_policy *p, const char *tool, const str
     printf("hidden: %s\n", e->hidden ? "yes (tools/list does not show it)" : "no");
     if (d->verdict == TG_VERDICT_LIMITED)
         printf("limited by: %s (retry in %llu ms)\n", d->counter, (unsigned long long)d->retry_after_ms);
-    if (d->verdict == TG_VERDICT_APPROVE)
+    if (d->verdict == TG_VERDICT_APPROVE) {
+        static const char *const modes[] = {"the upstream's, else by the client (task for params.task, hold for a "
+                                            "2025 call with a progressToken, else retry)",
+                                            "hold", "retry", "task"};
         printf("approval timeout: %d s\n", d->approval_timeout_ms / 1000);
+        printf("approval mode: %s\n", modes[d->approval_mode]);
+    }
     struct tg_buf b;
     tg_buf_init(&b);
     tg_policy_explain_counters(p, tool, &b);

@@ -35,6 +35,11 @@ static const struct int_directive limit_directives[] = {
     {"approvals_max", LIM(approvals_max), 0, 1000000, 1000, "calls parked for approval at once"},
     {"approvals_bytes", LIM(approvals_bytes), 0, 2147483647, 67108864, "bytes parked calls hold together"},
     {"approvals_per_grant", LIM(approvals_per_grant), 0, 1000000, 0, "calls of one grant parked at once (0: a quarter of approvals_max)"},
+    {"approval_hold_max_ms", LIM(approval_hold_max_ms), 1000, 86400000, 55000,
+     "longest wait of a call held for approval (clients give up at 60 s)"},
+    {"approval_progress_ms", LIM(approval_progress_ms), 100, 3600000, 15000,
+     "notifications/progress to a held call's client"},
+    {"approval_ttl_ms", LIM(approval_ttl_ms), 1000, 86400000, 600000, "a retry-mode decision waits for the retry"},
     {"replay_bytes", LIM(replay_bytes), 0, 67108864, 65536, "events kept per SSE stream for Last-Event-ID"},
     {"sse_keepalive_ms", LIM(sse_keepalive_ms), 1000, 3600000, 15000, "comment sent on an idle SSE stream"},
     {"ws_ping_ms", LIM(ws_ping_ms), 100, 3600000, 30000, "WebSocket ping interval (no pong, or half a frame, by the next: closed)"},
@@ -705,6 +710,10 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
     tg__conf_load_ints(&ld, lim, limit_directives, &c->limits, "limits", 1);
     if (c->limits.approvals_per_grant == 0)
         c->limits.approvals_per_grant = c->limits.approvals_max / 4 > 0 ? c->limits.approvals_max / 4 : 1;
+    if (c->limits.approval_hold_max_ms > 60000)
+        tg_buf_appendf(&c->warnings, "%s: limits.approval_hold_max_ms: above 60 s, a held call outlives its client: "
+                       "MCP clients with default options give up after 60 s unless they reset their timeout on "
+                       "progress\n", ld.path);
     tg__conf_load_grants(&ld, &cfg, c);
     tg__conf_load_upstreams(&ld, &cfg, c);
     tg__conf_load_upcred(&ld, &cfg, c);

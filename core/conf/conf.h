@@ -93,6 +93,10 @@ struct tg_limits {
     int approvals_max;
     int approvals_bytes;     /* parked requests and every copy of their arguments, all together */
     int approvals_per_grant; /* parked calls of one grant at once (0 in the file: approvals_max / 4) */
+    int approval_hold_max_ms;  /* approval_mode hold: the longest a held call waits (its tool's
+                                * approval_timeout is cut to this) */
+    int approval_progress_ms;  /* hold: notifications/progress to a client that sent a token */
+    int approval_ttl_ms;       /* retry: how long a decision waits for the call again */
     int replay_bytes;
     int sse_keepalive_ms;
     int listens_per_grant;
@@ -202,6 +206,7 @@ struct tg_upstream_conf {
     size_t nheaders;
     int connect_timeout_ms;
     int call_timeout_ms;
+    int approval_mode; /* enum tg_approval_mode; TG_APPROVAL_AUTO when not set */
     int pool_size;
     int pool_idle_timeout_ms;
     int queue_max;

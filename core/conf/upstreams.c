@@ -325,7 +325,7 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
         static const char *const known[] = {"name", "url", "default", "headers", "initialize", "protocol", "connect_timeout_ms",
                                             "call_timeout_ms", "pool", "policy", "deny_server_requests",
                                             "transport", "command", "env", "env_pass", "cwd", "warm", "max_children", "tls",
-                                            "backoff_ms", "backoff_max_ms", "roots", "token_exchange", NULL};
+                                            "backoff_ms", "backoff_max_ms", "roots", "token_exchange", "approval_mode", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         u->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         if (u->name && !valid_upstream_name(u->name))
@@ -417,6 +417,13 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
         if (u->transport != TG_UP_STREAMABLE || u->init_local)
             u->protocol = TG_PROTOCOL_2025; /* nothing to probe: these speak 2025 */
         tg__conf_load_ints(ld, g, upstream_directives, u, ctx, 0);
+        char *mode = tg__conf_get_str(ld, g, "approval_mode", NULL, 0, ctx);
+        if (mode != NULL && (u->approval_mode = tg_policy_approval_mode(mode)) < 0) {
+            tg__conf_errf(ld, config_setting_get_member(g, "approval_mode"), "approval_mode",
+                          "must be \"hold\", \"retry\" or \"task\"");
+            u->approval_mode = TG_APPROVAL_AUTO;
+        }
+        free(mode);
         const config_setting_t *pool = config_setting_get_member(g, "pool");
         char pctx[80];
         snprintf(pctx, sizeof(pctx), "%s.pool", ctx);

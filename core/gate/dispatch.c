@@ -6,6 +6,7 @@
 
 #include "core/call/upauth.h"
 #include "core/call/approvals.h"
+#include "core/call/approvals_modes.h"
 #include "core/bridge/input.h"
 #include "core/bridge/listen.h"
 #include "core/call/audit.h"
@@ -16,7 +17,9 @@
 #include "core/mcp/listen.h"
 #include "core/mcp/rewrite.h"
 #include "core/gate/reads.h"
+#include "core/gate/nonstandard.h"
 #include "core/gate/scopes.h"
+#include "core/gate/tasks.h"
 #include "core/base/json.h"
 #include "core/wire/msg.h"
 #include "core/call/roots.h"
@@ -138,11 +141,14 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
  * grant holding its share of it): refused at once. The serialized message moves into the call. */
 static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
 {
+    int retry = tg_approvals_admit(k, out); /* 1 answered at once (a batch may be); -1 answered already */
+    if (retry < 0)
+        return;
     k->held = *out;
     tg_buf_init(out);
     char msg[sizeof(k->dec->message)];
     const char *reason;
-    int why = tg_approvals_admit(k, in_batch, msg, sizeof(msg), &reason);
+    int why = tg_approvals_room(k, in_batch && !retry, msg, sizeof(msg), &reason);
     if (why < 0) {
         tg_approvals_park(k);
         return;
@@ -398,6 +404,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             k->progress_token = tg_mcp_id_key_string(tok->valuestring);
         else if (cJSON_IsNumber(tok))
             k->progress_token = tg_mcp_id_key_number(tok);
+        k->task_aug = cJSON_IsObject(tg_json_get(params, "task"));
     }
     k->id_key = key;
     if (mc != NULL && dec != NULL) {
@@ -517,49 +524,6 @@ static void handle_forward(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     tg_json_write(&out, m->root);
     tg_call_send(k, out.base, out.len, (uint64_t)x->uc->call_timeout_ms);
     tg_buf_dispose(&out);
-}
-
-/* A message of a method no standard or policy allows. */
-static void refuse_nonstandard(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m)
-{
-    struct tg_server *srv = x->srv;
-    srv->metrics.rpc_refused_nonstandard++;
-    srv->metrics.decisions[1]++;
-    char esc[96];
-    tg_log(TG_LOG_INFO, "refused non-standard method", "grant=%s session=%s upstream=%s method=%s", x->grant->name,
-           x->sess->id_str, x->uc->name, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(m->method)));
-    struct tg_audit_record ar = {0};
-    ar.grant = x->grant->name;
-    ar.subject = tg_dispatch_subject(x);
-    ar.session = x->sess->id_str;
-    ar.upstream = x->uc->name;
-    ar.method = m->method;
-    ar.decision = "deny";
-    ar.rule = "non-standard-method";
-    ar.latency_ms = -1;
-    tg_audit_log(srv->audit, &srv->conf->audit, &ar);
-    if (m->kind == TG_MSG_NOTIFICATION) {
-        tg_sink_accept(sk); /* notifications get no answer; it is dropped */
-        return;
-    }
-    if (x->era == TG_ERA_2026) {
-        /* What a 2026-07-28 server answers a method it does not know (404, -32601): a client, or
-         * a conformance suite, sees the same code through the gateway as directly. */
-        tg_sink_refuse(sk, 404, m->id_raw, m->id_len, TG_RPC_METHOD_NOT_FOUND, "Method not found", NULL);
-        return;
-    }
-    struct tg_buf d;
-    tg_buf_init(&d);
-    tg_buf_appends(&d, "{\"tool\":null,\"rule\":\"non-standard-method\",\"reason\":");
-    char reason[200];
-    snprintf(reason, sizeof(reason), "%s is not a standard MCP method; a policy must allow it by name", m->method);
-    tg_json_write_string(&d, reason, strlen(reason));
-    tg_buf_appends(&d, "}");
-    tg_buf_append(&d, "", 1);
-    char msg[200];
-    snprintf(msg, sizeof(msg), "%s is refused by the gateway: not a standard MCP method", m->method);
-    tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_DENIED, msg, d.base);
-    tg_buf_dispose(&d);
 }
 
 /* ---- 2025 sessions on a 2026-07-28-only upstream ------------------------------------------ */
@@ -686,7 +650,7 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
     int listen = x->era == TG_ERA_2026 && m->kind == TG_MSG_REQUEST && m->mid == TG_M_LISTEN;
     if (m->kind != TG_MSG_RESPONSE && !listen && !tg_msg_is_standard(m, m->kind) &&
         !tg_policy_method_allowed(pol, m->method)) {
-        refuse_nonstandard(x, sk, m);
+        tg_gate_refuse_nonstandard(x, sk, m, tg_dispatch_subject(x));
         return;
     }
     if (x->uc->init_local && m->kind != TG_MSG_RESPONSE &&
@@ -694,6 +658,8 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
         tg_sink_answer_empty(sk, m); /* the gateway owns the lifecycle of a local-initialize upstream */
         return;
     }
+    if (m->kind == TG_MSG_REQUEST && tg_gate_tasks(x, sk, m, tg_dispatch_subject(x)))
+        return; /* a task of the gateway's own, or one the caller does not own */
     if (m->kind == TG_MSG_REQUEST)
         handle_request(x, sk, pol, m);
     else
@@ -742,7 +708,9 @@ int tg_dispatch_session_open(struct tg_exchange *x)
             who = &own;
         }
         s->subject = tg_xstrdup(who->subject);
-        tg_principal_sha256(srv->conf, who, s->subject_sha256);
+        tg_principal_sha256(srv->conf, who, s->subject_sha256); /* once: the cluster record binds it */
+        s->subject_tag = tg_principal_tag(srv->conf, who);
+        s->subject_serial = srv->conf->serial, s->subject_jwt = who->jwt;
     }
     s->last_active_ms = uv_now(srv->loop);
     srv->metrics.sessions_created++;
@@ -762,9 +730,8 @@ int tg_dispatch_session_owner(const struct tg_exchange *x, const struct tg_sessi
         tg_principal_of_grant(x->grant, &own);
         who = &own;
     }
-    uint8_t d[32];
-    tg_principal_sha256(x->srv->conf, who, d);
-    return tg_ct_equal(d, s->subject_sha256, 32);
+    struct tg_owner o = {s->subject, s->subject_tag, s->subject_serial, s->subject_jwt, s->subject_sha256};
+    return tg_principal_owns(x->srv->conf, who, &o);
 }
 
 const char *tg_dispatch_subject(const struct tg_exchange *x)

@@ -93,6 +93,15 @@ printf 'listen = ( { address = "0.0.0.0"; port = %d; }, { address = "::1"; port 
 ' "$port" "$port" "$G" "$U" >"$d/nottwice.conf"
 run 0 -t -c "$d/nottwice.conf" && has out "is ok"
 
+# Approvals: holding a call past what clients wait for is allowed, with a warning saying why; a
+# mode that does not exist is an error on its line.
+printf '%s\n%s\n%s\nlimits = { approval_hold_max_ms = 120000; };\n' "$L" "$G" "$U" >"$d/holdmax.conf"
+run 0 -t -c "$d/holdmax.conf" && has out "limits.approval_hold_max_ms: above 60 s, a held call outlives its client"
+printf '%s\n%s\n%s\nlimits = { approval_hold_max_ms = 55000; };\n' "$L" "$G" "$U" >"$d/holdok.conf"
+run 0 -t -c "$d/holdok.conf" && hasnt out "approval_hold_max_ms"
+printf '%s\n%s\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "p.json";\n  approval_mode = "wait"; } );\n' "$L" "$G" >"$d/mode.conf"
+refused mode 'mode.conf:4: approval_mode: must be "hold", "retry" or "task"'
+
 # Broken in ways libconfig gives no line for: each error names a line of the file, or none.
 printf 'listen = ( 1 );\ngrants = ( 2 );\nupstreams = ( );\n' >"$d/shapes.conf"
 run 1 -t -c "$d/shapes.conf"; no_line_zero

@@ -72,6 +72,7 @@ has out "decision: deny"; has out "reason: Deleting files is not allowed through
 has out "rule: delete_file"; has out "at: tools.delete_file.action"; has out "hidden: yes"
 run 4 "${E[@]}" --grant ops --call '{"name":"send_email","arguments":{"to":"a@example.com"}}'
 has out "decision: approve"; has out "approval timeout: 120 s"
+has out "approval mode: the upstream's, else by the client"
 has out "emails: token bucket, scope global, capacity 20, refills 20 per hour, takes 1 per call (tools.send_email.limits[0])"
 # A fresh store each time: three searches are allowed, the fourth at the same instant is limited.
 run 0 "${E[@]}" --grant ops --repeat 3 --call '{"name":"search","arguments":{"q":"x"}}'
@@ -165,6 +166,19 @@ run 2 policy test "$T/scoped.yaml" "$T/badscopes.cases.yaml"; has err "cases[0].
 printf '{"version":"1","default":"allow","tools":{"deploy":{"scopes":["deploy",3],"scope":["x"]}}}\n' >"$T/badscopes.json"
 run 1 policy check "$T/badscopes.json"
 has err "tools.deploy.scopes[1]: a scope must be a string"; has err "tools.deploy.scope: unknown field; did you mean \`scopes\`?"
+# ---- approval_mode per tool, in both shapes
+printf 'version: "1"\ndefault: deny\ntools:\n  deploy:\n    action: approve\n    approval_mode: task\n    rules:\n      - name: no prod\n        action: evaluate\n        conditions: [{path: args.env, op: neq, value: prod}]\n        on_deny: not in prod\n' >"$T/mode.yaml"
+printf '{"version":"1","default":"deny","tools":{"deploy":{"action":"approve","approval_mode":"retry"}}}\n' >"$T/mode.json"
+for f in mode.yaml mode.json; do
+    printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = "staff"; anonymous = true; } );\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "%s"; } );\n' \
+        "$T/$f" >"$T/$f.conf"
+    run 4 policy explain -c "$T/$f.conf" --call '{"name":"deploy","arguments":{"env":"dev"}}'
+    has out "decision: approve"
+done
+run 4 policy explain -c "$T/mode.yaml.conf" --call '{"name":"deploy","arguments":{"env":"dev"}}'; has out "approval mode: task"
+run 4 policy explain -c "$T/mode.json.conf" --call '{"name":"deploy","arguments":{"env":"dev"}}'; has out "approval mode: retry"
+printf '{"version":"1","default":"deny","tools":{"deploy":{"action":"approve","approval_mode":"later"}}}\n' >"$T/badmode.json"
+run 1 policy check "$T/badmode.json"; has err "tools.deploy.approval_mode: must be hold, retry or task"
 # ---- users inside a grant: scope "subject", explain --subject, a case's subject
 printf '{"version":"1","default":"deny","tools":{"ask":{"limits":[{"counter":"per_user","window":"hour","max":2,"scope":"subject"}]}}}\n' >"$T/subject.json"
 printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = "staff"; anonymous = true; } );\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "%s"; } );\n' \

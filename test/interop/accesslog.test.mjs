@@ -146,7 +146,7 @@ describe('log.format = json and the audit, with hostile names on every path', ()
     fs.writeFileSync(policy, JSON.stringify({
       version: '1', default: 'deny',
       tools: {
-        [PARK]: { action: 'approve', approval_timeout: 1 },
+        [PARK]: { action: 'approve', approval_mode: 'hold', approval_timeout: 1 },
         echo: { action: 'allow', limits: [{ counter: `${LONG}A`, window: 'day', max: 100, scope: 'grant' },
           { counter: `${LONG}B`, window: 'day', max: 100, scope: 'grant' }] },
       },

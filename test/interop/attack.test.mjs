@@ -90,7 +90,7 @@ describe('1. a refused call then an immediate TCP reset (RST) must not crash the
         echo: { action: 'allow' },
         denied: { action: 'deny', reason: 'never through the gateway' },
         echo_limited: { limits: [{ counter: 'rst_limited', window: 'minute', max: 1 }] },
-        echo_approve: { action: 'approve', approval_timeout: 30 },
+        echo_approve: { action: 'approve', approval_mode: 'hold', approval_timeout: 30 },
       },
     });
   });
@@ -357,7 +357,7 @@ describe('9. a parked call whose id is 1,000 characters long: cancel and disconn
   before(async () => {
     const policy = ctx.writePolicy('park.json', {
       version: '1', default: 'deny',
-      tools: { echo: { action: 'allow' }, echo_park: { action: 'approve', approval_timeout: 60 } },
+      tools: { echo: { action: 'allow' }, echo_park: { action: 'approve', approval_mode: 'hold', approval_timeout: 60 } },
     });
     gw = await ctx.gateway('park', {
       admin: { token_sha256: H.sha256hex(ADMIN) },

@@ -48,7 +48,7 @@ before(async () => {
     cleanup, dir: sub, n: 2, adminToken: ADMIN_TOKEN,
     conf: {
       grants: [{ name: 'appr', token_sha256: H.sha256hex(TOKEN) }],
-      upstreams: [{ name: UPSTREAM, url: standin.url, default: true, headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` }, initialize: 'local', policy }],
+      upstreams: [{ name: UPSTREAM, url: standin.url, default: true, headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` }, initialize: 'local', policy, approval_mode: 'hold' }],
     },
   });
 });

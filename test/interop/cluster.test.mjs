@@ -64,7 +64,7 @@ const budgetPolicy = (name, max, window = 'day') => writePolicy(`${name}.json`, 
   tools: {
     execute_code: { limits: [{ counter: 'execute_code_rate', window, max, scope: 'grant' }] },
     echo: { action: 'allow' },
-    write_file: { action: 'approve', approval_timeout: 30 },
+    write_file: { action: 'approve', approval_mode: 'hold', approval_timeout: 30 },
   },
 });
 
@@ -200,6 +200,8 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
       sess: budgetPolicy('sess', 10),
       other: budgetPolicy('other', 10),
       approve: budgetPolicy('approve', 10),
+      retry: writePolicy('retry.json', { version: '1', default: 'deny', tools: { write_file: { action: 'approve', approval_mode: 'retry' } } }),
+      task: writePolicy('task.json', { version: '1', default: 'deny', tools: { write_file: { action: 'approve', approval_mode: 'task' } } }),
       reload: budgetPolicy('reload', 10),
       pause: budgetPolicy('pause', 40),
       kill: budgetPolicy('kill', 20),
@@ -346,6 +348,55 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     assert.ok(out.e instanceof sdk.types.McpError, `denied: ${JSON.stringify(out.r ?? String(out.e))}`);
     assert.equal(out.e.code, -32003, out.e.message);
     assert.equal(forwarded('/tmp/cluster-denied', 'path').length, 0, 'a denied call is never forwarded');
+    await a.close();
+  });
+
+  test('approvals in retry mode: pending on a, listed and approved on b; the call made again on a runs once, a third needs a new approval', async () => {
+    const a = await H.connectClient(c.instanceUrl(0, UPSTREAM), { fetch: fetchFn, headers: bearer(g.retry.token), cleanup });
+    const args = { path: '/tmp/cluster-retry.txt', content: 'approve-on-b' };
+    const call = () => a.client.callTool({ name: 'write_file', arguments: args }).then((r) => ({ r }), (e) => ({ e }));
+    const first = await call();
+    assert.equal(first.e?.code, -32003, JSON.stringify(first.r ?? String(first.e)));
+    assert.equal(first.e.data.status, 'pending');
+    const id = first.e.data.approval_id;
+    const item = await H.waitUntil(async () => (await c.admin(1, 'GET', '/admin/approvals')).json?.approvals?.find((x) => x.id === id),
+      { what: "the pending approval in b's list" });
+    assert.equal(item.instance, c.instances[0].name);
+    const r = await c.admin(1, 'POST', `/admin/approvals/${id}/approve`, { headers: { 'X-Tollgate-Approver': 'erin' }, body: JSON.stringify({ digest: item.digest }) });
+    assert.equal(r.status, 200, r.text);
+    await H.waitUntil(async () => !(await c.admin(0, 'GET', '/admin/approvals')).json?.approvals?.some((x) => x.id === id),
+      { what: 'the decision to reach a' });
+    const second = await call();
+    assert.ok(second.r && !second.r.isError, JSON.stringify(second.r ?? String(second.e)));
+    assert.equal(forwarded('/tmp/cluster-retry', 'path').length, 1, 'the call made again ran exactly once');
+    const third = await call();
+    assert.equal(third.e?.code, -32003, JSON.stringify(third.r ?? String(third.e)));
+    assert.notEqual(third.e.data.approval_id, id, 'a new approval');
+    assert.equal(forwarded('/tmp/cluster-retry', 'path').length, 1, 'the third call did not run');
+    const d = await c.admin(2, 'POST', `/admin/approvals/${third.e.data.approval_id}/deny`);
+    assert.equal(d.status, 200, d.text);
+    await a.close();
+  });
+
+  test('approvals in task mode: a task on a, approved on c; polled on a, completed with the result, run once', async () => {
+    const a = await H.connectClient(c.instanceUrl(0, UPSTREAM), { fetch: fetchFn, headers: bearer(g.task.token), cleanup });
+    const args = { path: '/tmp/cluster-task.txt', content: 'approve-on-c' };
+    const created = await a.client.request({ method: 'tools/call', params: { name: 'write_file', arguments: args, task: { ttl: 60000 } } },
+      sdk.types.CreateTaskResultSchema);
+    assert.equal(created.task.status, 'working', JSON.stringify(created));
+    const item = await H.waitUntil(async () => (await c.admin(2, 'GET', '/admin/approvals')).json?.approvals?.find((x) => x.tool === 'write_file'),
+      { what: "the parked task call in c's list" });
+    assert.equal(item.instance, c.instances[0].name);
+    const r = await c.admin(2, 'POST', `/admin/approvals/${item.id}/approve`, { body: JSON.stringify({ digest: item.digest }) });
+    assert.equal(r.status, 200, r.text);
+    const done = await H.waitUntil(async () => {
+      const t = await a.client.request({ method: 'tasks/get', params: { taskId: created.task.taskId } }, sdk.types.GetTaskResultSchema);
+      return t.status === 'completed' ? t : null;
+    }, { what: 'the task to complete on a' });
+    assert.equal(done.taskId, created.task.taskId);
+    const res = await a.client.request({ method: 'tasks/result', params: { taskId: created.task.taskId } }, sdk.types.CallToolResultSchema);
+    assert.ok(!res.isError, JSON.stringify(res));
+    assert.equal(forwarded('/tmp/cluster-task', 'path').length, 1, 'run exactly once');
     await a.close();
   });
 

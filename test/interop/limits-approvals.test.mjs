@@ -63,7 +63,8 @@ function writePolicy(name, obj) {
 
 const APPROVE = { version: '1', default: 'deny', tools: { write_file: { action: 'approve', approval_timeout: 60 }, echo: { action: 'allow' } } };
 const bearer = (t) => ({ authorization: `Bearer ${t}` });
-const upstream = (name, policy) => ({ name, url: standin.url, headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` }, initialize: 'local', policy });
+// hold: the call waits for its decision, whose answer it gets (retry mode answers at once)
+const upstream = (name, policy) => ({ name, url: standin.url, headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` }, initialize: 'local', policy, approval_mode: 'hold' });
 
 /** A gateway whose conf can be written again (gw.rewrite(opts)) and reloaded (gw.reload()). */
 async function gateway(name, opts) {

@@ -273,7 +273,7 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     auditFile = path.join(dir, 'audit-approvals.log');
     const policy = writePolicy('approvals.json', {
       version: '1', default: 'deny',
-      tools: { write_file: { action: 'approve', approval_timeout: 3 }, echo: { action: 'allow' } },
+      tools: { write_file: { action: 'approve', approval_mode: 'hold', approval_timeout: 3 }, echo: { action: 'allow' } },
     });
     policyFile = policy;
     gw = await gateway('approvals', {

@@ -77,7 +77,7 @@ before(async () => {
   const policy = path.join(dir, 'policy.json');
   fs.writeFileSync(policy, JSON.stringify({
     version: '1', default: 'deny',
-    tools: { write_file: { action: 'approve', approval_timeout: 120 }, echo: { action: 'allow' } },
+    tools: { write_file: { action: 'approve', approval_mode: 'hold', approval_timeout: 120 }, echo: { action: 'allow' } },
   }));
   const conf = H.writeConf(dir, {
     admin: { token_sha256: H.sha256hex(ADMIN_TOKEN) },

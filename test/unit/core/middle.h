@@ -66,8 +66,8 @@
     "grants = ( { name = \"alice\"; anonymous = true; } );\n"                                                      \
     "upstreams = (\n"                                                                                              \
     "  { name = \"main\"; url = \"http://127.0.0.1:9/mcp\"; default = true; call_timeout_ms = 20;\n"               \
-    "    policy = \"%s/policy.json\"; },\n"                                                                        \
-    "  { name = \"side\"; url = \"http://127.0.0.1:9/mcp\"; policy = \"%s/policy.json\";\n"                        \
+    "    policy = \"%s/policy.json\"; approval_mode = \"hold\"; },\n"                                             \
+    "  { name = \"side\"; url = \"http://127.0.0.1:9/mcp\"; policy = \"%s/policy.json\"; approval_mode = \"hold\";\n" \
     "    deny_server_requests = [ \"sampling/createMessage\" ]; }\n"                                               \
     ");\n"
 
@@ -477,6 +477,8 @@ static inline struct mw *mw_new_on(enum fake_kind kind, const char *conf_fmt, uv
     srv->conf = c; /* the load's reference */
     tg_list_init(&srv->dead_calls);
     tg_list_init(&srv->approvals);
+    tg_list_init(&srv->approvals_decided);
+    tg_list_init(&srv->tasks);
     tg_list_init(&srv->channels);
     tg_list_init(&srv->cred_watches);
     tg_list_init(&srv->awaiting);

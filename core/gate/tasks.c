@@ -1,0 +1,133 @@
+#include "core/gate/tasks.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/base/json.h"
+#include "core/base/log.h"
+#include "core/call/approvals.h"
+#include "core/call/call.h"
+#include "core/call/gateway.h"
+#include "core/call/sink.h"
+#include "core/call/tasks.h"
+#include "core/wire/msg.h"
+
+/* The answer to m, {"jsonrpc","id","result": result} where result is JSON text; sk released. */
+static void answer(struct tg_sink *sk, const struct tg_msg *m, const char *result, size_t n)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
+    tg_buf_append(&b, m->id_raw, m->id_len);
+    tg_buf_appends(&b, ",\"result\":");
+    tg_buf_append(&b, result, n);
+    tg_buf_appends(&b, "}");
+    sk->ops->answer(sk, NULL, 200, NULL, b.base, b.len);
+    sk->ops->release(sk, NULL);
+    tg_buf_dispose(&b);
+}
+
+static void answer_task(struct tg_sink *sk, const struct tg_msg *m, const struct tg_task *t)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_task_write(&b, t);
+    answer(sk, m, b.base, b.len);
+    tg_buf_dispose(&b);
+}
+
+/* tasks/result of a finished task: its call's answer, under this request's id. */
+static void answer_result(struct tg_sink *sk, const struct tg_msg *m, const struct tg_task *t)
+{
+    cJSON *root = t->answer ? cJSON_ParseWithLength(t->answer, t->answer_len) : NULL;
+    const cJSON *result = tg_json_get(root, "result");
+    const cJSON *err = tg_json_get(root, "error");
+    struct tg_buf b;
+    tg_buf_init(&b);
+    if (result != NULL) {
+        tg_json_write(&b, result);
+        answer(sk, m, b.base, b.len);
+    } else if (err != NULL) {
+        tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
+        tg_buf_append(&b, m->id_raw, m->id_len);
+        tg_buf_appends(&b, ",\"error\":");
+        tg_json_write(&b, err);
+        tg_buf_appends(&b, "}");
+        sk->ops->answer(sk, NULL, 200, NULL, b.base, b.len);
+        sk->ops->release(sk, NULL);
+    } else {
+        tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+                       t->status == TG_TASK_CANCELLED ? "the task was cancelled: it has no result"
+                                                      : "the task has no result yet: poll tasks/get until it is completed",
+                       NULL);
+    }
+    tg_buf_dispose(&b);
+    cJSON_Delete(root);
+}
+
+static void list(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m, const char *subject)
+{
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_buf_appends(&b, "{\"tasks\":[");
+    int first = 1;
+    for (struct tg_list *l = x->srv->tasks.next; l != &x->srv->tasks; l = l->next) {
+        struct tg_task *t = tg_container_of(l, struct tg_task, link);
+        if (t->relayed || strcmp(t->grant, x->grant->name) != 0 ||
+            strcmp(t->subject, subject ? subject : x->grant->name) != 0 || strcmp(t->upstream, x->uc->name) != 0)
+            continue; /* another's, or an upstream's (its list is not relayed) */
+        if (!first)
+            tg_buf_appends(&b, ",");
+        first = 0;
+        tg_task_write(&b, t);
+    }
+    tg_buf_appends(&b, "]}");
+    answer(sk, m, b.base, b.len);
+    tg_buf_dispose(&b);
+}
+
+int tg_gate_tasks(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m, const char *subject)
+{
+    if (strncmp(m->method, "tasks/", 6) != 0)
+        return 0;
+    const char *op = m->method + 6;
+    int get = strcmp(op, "get") == 0, result = strcmp(op, "result") == 0, cancel = strcmp(op, "cancel") == 0;
+    if (strcmp(op, "list") == 0) {
+        list(x, sk, m, subject);
+        return 1;
+    }
+    if (!get && !result && !cancel)
+        return 0;
+    const cJSON *id = tg_json_get(tg_json_get(m->root, "params"), "taskId");
+    struct tg_task *t =
+        cJSON_IsString(id) ? tg_task_find(x->srv, id->valuestring, x->grant->name, subject, x->uc->name) : NULL;
+    if (t == NULL) {
+        char esc[96];
+        tg_log(TG_LOG_INFO, "task not found for its caller", "grant=%s upstream=%s method=%s task=%s", x->grant->name,
+               x->uc->name, m->method,
+               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(cJSON_IsString(id) ? id->valuestring : "-")));
+        tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS, "Failed to retrieve task: Task not found",
+                       NULL);
+        return 1;
+    }
+    if (t->relayed)
+        return 0; /* the caller's own upstream task: its upstream answers */
+    if (get) {
+        answer_task(sk, m, t);
+    } else if (result) {
+        answer_result(sk, m, t);
+    } else if (t->status != TG_TASK_WORKING) {
+        tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
+                       "Cannot cancel task: it is already in a terminal status", NULL);
+    } else {
+        struct tg_call *k = t->call;
+        tg_task_finish(t, TG_TASK_CANCELLED, "cancelled by the client");
+        if (k != NULL && k->parked)
+            tg_approvals_finish(k, 0, "client", "cancelled"); /* never forwarded, whatever an approver does */
+        else if (k != NULL)
+            tg_call_client_gone(k);
+        answer_task(sk, m, t);
+    }
+    return 1;
+}
