@@ -161,12 +161,6 @@ static void leave(struct tg_call *k)
     k->parked = 0;
 }
 
-void tg_approvals_unpark(struct tg_call *k)
-{
-    leave(k);
-    k->srv->store.ops->approval_gone(k->srv->store.ud, k);
-}
-
 void tg_approvals_reconf(struct tg_server *srv)
 {
     for (struct tg_list *l = srv->approvals.next; l != &srv->approvals; l = l->next) {

@@ -26,8 +26,6 @@ void tg_approvals_refuse(struct tg_call *k, const char *message, const char *rea
 /* Park k (its message is in k->held): an id, a deadline, an audit line "approve", its bytes
  * counted, the credential it came with kept (its sink's), a webhook event. */
 void tg_approvals_park(struct tg_call *k);
-/* k leaves the queue without a decision (its call closes): uncounted, unmirrored. */
-void tg_approvals_unpark(struct tg_call *k);
 /* NULL while parked call k may still run under srv->conf as it is now; else why not, in why (n
  * bytes): its grant or upstream was removed, its credential no longer holds (rotated, expired,
  * its issuer or certificate gone), its tool is now hidden or denied, a rule now fails. The
