@@ -538,5 +538,10 @@ describe('approvals.webhook: signed events to a receiver of the test\'s own', ()
     assert.equal(verified(got[from + 1]).id, i2.id);
     for (const it of [i1, i2]) await admin(gw, 'POST', `/admin/approvals/${it.id}/deny`);
     await Promise.all([p1, p2]);
+    // Left parked with its event in flight to a receiver that hangs: the gateway's shutdown (the
+    // harness's cleanup) must still exit cleanly, without a sanitizer report.
+    mode = 'hang';
+    call(gw, s, 'write_file', { path: '/tmp/hooked-at-shutdown', content: 'x' }).catch(() => {});
+    await parked(gw, '/tmp/hooked-at-shutdown');
   });
 });
