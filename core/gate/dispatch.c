@@ -139,12 +139,9 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
 
 /* An approve decision: the call waits for a human, unless it cannot (a batch, a full queue).
  * The serialized message moves into the call. */
-static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
+static void park_admitted(struct tg_call *k, struct tg_buf *out, int in_batch, int retry)
 {
     struct tg_server *srv = k->srv;
-    int retry = tg_approvals_admit(k, out); /* 1 answered at once (a batch may be); -1 answered already */
-    if (retry < 0)
-        return;
     if ((in_batch && !retry) || srv->napprovals >= (size_t)srv->conf->limits.approvals_max) {
         /* A batch cannot wait for a human; a single message on a channel can. */
         tg_buf_dispose(out);
@@ -160,6 +157,18 @@ static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
     }
     k->held = *out;
     tg_approvals_park(k);
+}
+
+/* A retry call whose record the shared store looked up: none was there, it parks as the record. */
+static void park_found_none(struct tg_call *k, struct tg_buf *out) { park_admitted(k, out, 0, 1); }
+
+static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
+{
+    /* 1 answered at once (a batch may be); -1 answered already, or park_found_none parks it later */
+    int retry = tg_approvals_admit(k, out, park_found_none);
+    if (retry < 0)
+        return;
+    park_admitted(k, out, in_batch, retry);
 }
 
 /* What the continuation reads of a request while it is still the transport's: on the gate's
