@@ -17,8 +17,10 @@
  * Consumption is one script: an A record becomes T in the same step that reads it, so of two
  * members making the same call at once exactly one finds it approved; the other finds T
  * (busy). The call that took it settles it: T is deleted (used), or turned back into A (given
- * back: it certainly did not run). A lookup that finds nothing makes the caller's pending
- * record in that step too, so identical calls on different members share one approval. */
+ * back: it certainly did not run); key "ar:" KEY ":t" names the lookup that took it, so that a
+ * lookup whose answer never came (Redis timed out) is undone after the fact. A lookup that finds
+ * nothing makes the caller's pending record in that step too, so identical calls on different
+ * members share one approval. */
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +38,8 @@
 #define RECORD_LABEL "tollgate approval record"
 #define HEAD 97 /* STATE, ID (32), MAC (64) */
 
-/* KEYS[1] the record; ARGV[1] the caller's pending record, ARGV[2] its time to live (ms). */
+/* KEYS[1] the record, KEYS[2] who took it; ARGV[1] the caller's pending record, ARGV[2] its time
+ * to live (ms), ARGV[3] the caller's token (its pending record's id). */
 static const char FIND[] = "local v = redis.call('GET', KEYS[1])\n"
                            "if not v then\n"
                            "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
@@ -44,21 +47,31 @@ static const char FIND[] = "local v = redis.call('GET', KEYS[1])\n"
                            "end\n"
                            "if string.sub(v, 1, 1) == 'A' then\n"
                            "  redis.call('SET', KEYS[1], 'T' .. string.sub(v, 2), 'KEEPTTL')\n"
+                           "  local t = redis.call('PTTL', KEYS[1])\n"
+                           "  if t > 0 then redis.call('SET', KEYS[2], ARGV[3], 'PX', t) end\n"
                            "end\n"
                            "return v\n";
 
-/* KEYS[1] the record; ARGV[1] its id, ARGV[2] what to do: P drop a pending one, T delete a taken
- * one (used), G give a taken one back. Only ever to the record of that id in that state. */
+/* KEYS as FIND's; ARGV[1] an id, ARGV[2] what to do: P drop the pending record of that id, T
+ * delete the taken one of that id (used), G give the taken one of that id back, F undo a lookup
+ * whose answer never came (ARGV[1] its token: the pending record it made dropped, or the
+ * record it took given back). Never to any other record. */
 static const char SETTLE[] = "local v = redis.call('GET', KEYS[1])\n"
-                             "if not v or string.sub(v, 2, 33) ~= ARGV[1] then return 0 end\n"
+                             "if not v then return 0 end\n"
                              "local s = string.sub(v, 1, 1)\n"
-                             "if ARGV[2] == 'G' then\n"
-                             "  if s ~= 'T' then return 0 end\n"
-                             "  redis.call('SET', KEYS[1], 'A' .. string.sub(v, 2), 'KEEPTTL')\n"
+                             "local mine = string.sub(v, 2, 33) == ARGV[1]\n"
+                             "if ARGV[2] == 'F' then\n"
+                             "  if s == 'P' and mine then redis.call('DEL', KEYS[1]) return 1 end\n"
+                             "  if s ~= 'T' or redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end\n"
+                             "elseif not mine then return 0\n"
+                             "elseif ARGV[2] ~= 'G' then\n"
+                             "  if s ~= ARGV[2] then return 0 end\n"
+                             "  redis.call('DEL', KEYS[1], KEYS[2])\n"
                              "  return 1\n"
+                             "elseif s ~= 'T' then return 0\n"
                              "end\n"
-                             "if s ~= ARGV[2] then return 0 end\n"
-                             "redis.call('DEL', KEYS[1])\n"
+                             "redis.call('SET', KEYS[1], 'A' .. string.sub(v, 2), 'KEEPTTL')\n"
+                             "redis.call('DEL', KEYS[2])\n"
                              "return 1\n";
 
 static const char *const state_names[] = {"pending", "approved", "denied"};
@@ -160,11 +173,12 @@ static void refused(struct tg_cluster *cl)
 
 static void settle(struct tg_cluster *cl, const uint8_t key[32], const char *id, const char *how)
 {
-    char k[200];
+    char k[200], t[204];
     record_key(cl, key, k, sizeof(k));
-    const char *argv[] = {"EVAL", SETTLE, "1", k, id, how};
-    size_t lens[] = {4, sizeof(SETTLE) - 1, 1, strlen(k), strlen(id), 1};
-    tg_redis_command(cl->redis, NULL, NULL, 6, argv, lens);
+    snprintf(t, sizeof(t), "%s:t", k);
+    const char *argv[] = {"EVAL", SETTLE, "2", k, t, id, how};
+    size_t lens[] = {4, sizeof(SETTLE) - 1, 1, strlen(k), strlen(t), strlen(id), 1};
+    tg_redis_command(cl->redis, NULL, NULL, 7, argv, lens);
 }
 
 /* A lookup waiting for Redis. Owner: the cluster, until its answer came (freed then). */
@@ -185,6 +199,9 @@ static void on_found(void *ud, int status, const struct redisReply *r)
     if (status != TG_REDIS_OK || r == NULL || (r->type != REDIS_REPLY_NIL && r->type != REDIS_REPLY_STRING)) {
         /* Nothing known: the caller fails closed (Redis may have made the pending record or
          * taken an approved one; neither runs anything, and both expire). */
+        /* Its script may yet run (a Redis that timed out): undone after it, on the same connection. */
+        if (status != TG_REDIS_ECLOSED)
+            settle(cl, w->key, w->id, "F");
         if (w->cb != NULL)
             w->cb(w->ud, TG_RECORD_FAILED, NULL,
                   status == TG_REDIS_EDOWN       ? "Redis not connected"
@@ -242,12 +259,13 @@ struct tg_record_wait *tg__cluster_record_find(void *ud, const struct tg_approva
     tg__cluster_record_encode(cl->conf.secret, mine, cl->instance, &w->mine);
     uint64_t now = (uint64_t)wall_ms();
     w->ttl_ms = mine->expires_ms > now ? mine->expires_ms - now : 1;
-    char k[200], px[24];
+    char k[200], t[204], px[24];
     record_key(cl, mine->key, k, sizeof(k));
+    snprintf(t, sizeof(t), "%s:t", k);
     snprintf(px, sizeof(px), "%llu", (unsigned long long)w->ttl_ms);
-    const char *argv[] = {"EVAL", FIND, "1", k, w->mine.base, px};
-    size_t lens[] = {4, sizeof(FIND) - 1, 1, strlen(k), w->mine.len, strlen(px)};
-    tg_redis_command(cl->redis, on_found, w, 6, argv, lens);
+    const char *argv[] = {"EVAL", FIND, "2", k, t, w->mine.base, px, w->id};
+    size_t lens[] = {4, sizeof(FIND) - 1, 1, strlen(k), strlen(t), w->mine.len, strlen(px), strlen(w->id)};
+    tg_redis_command(cl->redis, on_found, w, 8, argv, lens);
     return w;
 }
 
