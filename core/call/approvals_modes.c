@@ -181,7 +181,10 @@ static void answer_record(struct tg_call *k, int st, const char *id, const char 
     approve_url(k->srv, &url);
     tg_buf_append(&url, "", 1);
     char msg[1024];
-    const char *status = st == TG_RECORD_DENIED ? "denied" : st == ST_BUSY ? "running" : st == ST_UNAVAILABLE ? "unavailable" : "pending";
+    const char *status = st == TG_RECORD_DENIED  ? "denied"
+                         : st == ST_BUSY          ? "running"
+                         : st == ST_UNAVAILABLE   ? "unavailable"
+                                                  : "pending";
     if (st == TG_RECORD_DENIED)
         snprintf(msg, sizeof(msg), "%s was refused by a human approver; the call was not made", k->tool);
     else if (st == ST_BUSY)

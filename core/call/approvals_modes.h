@@ -17,7 +17,9 @@
  * same grant, subject, upstream, tool and canonical arguments (sorted keys, numbers as written):
  * approved, that call runs, once (the record is taken, and given back if the call certainly did
  * not run); denied, it is refused with the approver's reason. A call identical to a pending
- * record is answered with that record's id.
+ * record is answered with that record's id. In a cluster the records are the shared store's
+ * (core/call/shared.h, cluster/records.c): a call made again on any member finds them, one member
+ * takes an approved one, and a store that cannot answer refuses the call (fails closed).
  *
  * task: the call parks with its session, its client answered at once with a CreateTaskResult
  * (working); from then on it answers into its task's sink (core/call/tasks.h): approved, it runs
