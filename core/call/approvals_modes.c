@@ -234,7 +234,8 @@ static void shared_taken_settled(struct tg_call *k, int give_back)
     give_back = give_back && !k->srv->draining;
     if (give_back)
         tg_log(TG_LOG_INFO, "approved call did not run: its approval is given back", "approval_id=%s", k->approval_id);
-    k->srv->store.ops->record_settled(k->srv->store.ud, k->approval_key, k->approval_id, give_back);
+    if (k->srv->store.ops->record_settled != NULL) /* NULL: the cluster went (shutdown): it stays taken */
+        k->srv->store.ops->record_settled(k->srv->store.ud, k->approval_key, k->approval_id, give_back);
 }
 
 /* The shared store answered k's lookup (k->held: its message). */

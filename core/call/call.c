@@ -168,7 +168,8 @@ void tg_call_close(struct tg_call *k)
     if (!k->forwarded)
         tg_call_settle(k, TG_OUT_WITHDRAWN, -1);
     if (k->record_wait != NULL) { /* its record lookup still waits: what it takes goes back */
-        k->srv->store.ops->record_detach(k->srv->store.ud, k->record_wait);
+        if (k->srv->store.ops->record_detach != NULL) /* NULL: the cluster went (shutdown) */
+            k->srv->store.ops->record_detach(k->srv->store.ud, k->record_wait);
         k->record_wait = NULL;
     }
     if (k->approval_settled != NULL)
@@ -186,7 +187,8 @@ void tg_call_close(struct tg_call *k)
     }
     if (k->record_shared) { /* a pending retry record nobody decided: others stop finding it */
         k->record_shared = 0;
-        k->srv->store.ops->record_drop(k->srv->store.ud, k->approval_key, k->approval_id);
+        if (k->srv->store.ops->record_drop != NULL) /* NULL: the cluster went (it expires) */
+            k->srv->store.ops->record_drop(k->srv->store.ud, k->approval_key, k->approval_id);
     }
     if (k->sess) {
         if (k->kind == KIND_REQUEST && k->sess->inflight > 0)
