@@ -45,7 +45,7 @@ static void listing_mac(struct tg_cluster *cl, const char *json, size_t n, char 
 
 /* Write k's listing: pending, or (k->approval_decision) decided by k->approval_by, kept for the
  * page for ten minutes (the local queue's rule), then cleaned up with the others. */
-static void write_listing(struct tg_cluster *cl, struct tg_call *k)
+static size_t write_listing(struct tg_cluster *cl, struct tg_call *k)
 {
     struct tg_approval_item it;
     char *text = tg_approvals_item_of(k, &it);
@@ -72,6 +72,12 @@ static void write_listing(struct tg_cluster *cl, struct tg_call *k)
         cJSON_AddNumberToObject(o, "keep_ms", (double)(now + 10 * 60 * 1000));
     }
     cJSON_AddStringToObject(o, "instance", cl->instance);
+    char why[600], blocked[640];
+    if (k->approval_decision == NULL && tg_approvals_stale(k, why, sizeof(why)) != NULL) {
+        /* written again after each reload (tg_approvals_reconf): every member shows it */
+        snprintf(blocked, sizeof(blocked), "no longer allowed: %s", why);
+        cJSON_AddStringToObject(o, "blocked", blocked);
+    }
     char *json = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     free(text);
@@ -88,10 +94,15 @@ static void write_listing(struct tg_cluster *cl, struct tg_call *k)
     const char *argv[] = {"HSET", key, k->approval_id, v.base};
     size_t lens[] = {4, strlen(key), strlen(k->approval_id), v.len};
     tg_redis_command(cl->redis, NULL, NULL, 4, argv, lens);
+    size_t n = v.len;
     tg_buf_dispose(&v);
+    return n;
 }
 
-void tg__cluster_approval_park(void *ud, struct tg_call *k) { write_listing(ud, k); }
+void tg__cluster_approval_park(void *ud, struct tg_call *k)
+{
+    k->parked_bytes += write_listing(ud, k); /* a copy of the arguments the queue keeps */
+}
 
 /* The listing stored under field id, verified: its item (the caller deletes it), or NULL when it
  * is not one a member wrote for this id (counted, and logged at most once a minute). */
@@ -157,10 +168,11 @@ static void decision_mac(struct tg_cluster *cl, const char *id, int approve, con
     tg_hex_encode(mac, 32, hex);
 }
 
-static void on_decided_here(void *ud, int rc)
+static void on_decided_here(void *ud, int rc, const char *why)
 {
     (void)ud;
     (void)rc; /* decided by this member's queue, or no longer parked here: nothing to answer */
+    (void)why;
 }
 
 /* A decision another member published for a call parked here. */
@@ -302,6 +314,7 @@ static void on_hash(void *ud, int status, const struct redisReply *r)
         it->expires_in_ms = deadline > now ? deadline - now : 0;
         it->instance = sget(o, "instance");
         it->args_sha256 = sget(o, "args_sha256");
+        it->blocked = sget(o, "blocked");
         it->decision = decision;
         it->by = sget(o, "by");
         it->decided_at_ms = nget(o, "decided_at_ms");
@@ -340,6 +353,7 @@ struct decide_wait {
     char digest[65];
     char by[128];
     char *reason;
+    char *blocked; /* the listing says it may no longer run (its member refuses it) */
 };
 
 static void on_published(void *ud, int status, const struct redisReply *r)
@@ -347,8 +361,12 @@ static void on_published(void *ud, int status, const struct redisReply *r)
     struct decide_wait *w = ud;
     /* PUBLISH answers how many members heard it: none means the member holding it is gone. */
     int heard = status == TG_REDIS_OK && r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer > 0;
-    w->done(w->ud, heard ? 0 : TG_APPROVAL_UNKNOWN);
+    if (heard && w->approve && w->blocked != NULL)
+        w->done(w->ud, TG_APPROVAL_NOT_ALLOWED, w->blocked); /* its member refuses it, as it says */
+    else
+        w->done(w->ud, heard ? 0 : TG_APPROVAL_UNKNOWN, NULL);
     free(w->reason);
+    free(w->blocked);
     free(w);
 }
 
@@ -369,12 +387,15 @@ static void on_item(void *ud, int status, const struct redisReply *r)
     if (rc != 0) {
         /* Not listed by a member, decided, past its deadline, or (approve) not what the approver
          * saw: nothing is published. Its member checks the digest again when it hears one. */
-        w->done(w->ud, rc);
+        w->done(w->ud, rc, NULL);
         cJSON_Delete(o);
         free(w->reason);
         free(w);
         return;
     }
+    const char *blocked = sget(o, "blocked");
+    if (blocked != NULL) /* why, without the listing's "no longer allowed: " */
+        w->blocked = tg_xstrdup(strncmp(blocked, "no longer allowed: ", 19) == 0 ? blocked + 19 : blocked);
     char ch[160];
     channel_of(cl, inst, ch, sizeof(ch));
     cJSON *d = cJSON_CreateObject();
@@ -396,17 +417,27 @@ static void on_item(void *ud, int status, const struct redisReply *r)
     free(json);
 }
 
-static void on_here(void *ud, int rc) { *(int *)ud = rc; }
+struct here {
+    int rc;
+    char why[600];
+};
+
+static void on_here(void *ud, int rc, const char *why)
+{
+    struct here *h = ud;
+    h->rc = rc;
+    snprintf(h->why, sizeof(h->why), "%s", why ? why : "");
+}
 
 void tg__cluster_approval_decide(void *ud, struct tg_slice id, int approve, const char *digest, const char *by,
                                  const char *reason, tg_approval_decide_cb done, void *cb_ud)
 {
     struct tg_cluster *cl = ud;
     /* Parked here: this member's queue decides it (and answers before it returns). */
-    int here = TG_APPROVAL_UNKNOWN;
+    struct here here = {TG_APPROVAL_UNKNOWN, ""};
     cl->local.ops->approval_decide(cl->local.ud, id, approve, digest, by, reason, on_here, &here);
-    if (here == 0 || id.len >= 80) {
-        done(cb_ud, here);
+    if (here.rc == 0 || here.rc == TG_APPROVAL_NOT_ALLOWED || id.len >= 80) {
+        done(cb_ud, here.rc, here.why[0] ? here.why : NULL);
         return;
     }
     struct decide_wait *w = tg_xcalloc(1, sizeof(*w));

@@ -14,6 +14,7 @@
 #include "core/call/gateway.h"
 #include "core/call/session.h"
 #include "transports/batch.h"
+#include "policy/auth.h"
 #include "transports/cred_watch.h"
 #include "transports/http1/http1.h"
 #include "transports/respond.h"
@@ -107,6 +108,14 @@ static void on_sink_close(struct tg_sink *sk, uint16_t ws_code, const char *why)
 
 static void on_sink_release(struct tg_sink *sk, struct tg_call *k) { tg_channel_unref((struct tg_channel *)sk); }
 
+static int on_sink_cred(const struct tg_sink *sk, struct tg_auth_cred *out)
+{
+    const struct tg_auth_cred *c = tg_cred_watch_cred(((const struct tg_channel *)sk)->watch);
+    if (c != NULL)
+        *out = *c;
+    return c != NULL;
+}
+
 static const struct tg_sink_ops channel_sink_ops = {
     .message = on_sink_message,
     .answer = on_sink_answer,
@@ -115,6 +124,7 @@ static const struct tg_sink_ops channel_sink_ops = {
     .listening = on_sink_listening,
     .close = on_sink_close,
     .release = on_sink_release,
+    .cred = on_sink_cred,
 };
 
 /* The credential that opened the channel ended: a legacy SSE session is remembered, so that a

@@ -105,18 +105,19 @@ void tg_cred_hint_of(const struct tg_exchange *x, struct tg_cred_hint *h)
     h->jwt = x->who->jwt;
 }
 
-struct tg_cred_watch *tg_cred_watch_of_request(struct tg_server *srv, const struct tg_conn *c, const char *grant,
-                                               const struct tg_cred_hint *hint, tg_cred_watch_cb on_end, void *ud)
+void tg_cred_of_request(struct tg_server *srv, const struct tg_conn *c, const char *grant,
+                        const struct tg_cred_hint *hint, struct tg_auth_cred *out)
 {
     const struct tg_conf *conf = srv->conf;
     const struct tg_grant_conf *g = grant != NULL ? tg_conf_find_grant(conf, grant) : NULL;
     struct tg_auth_cred cred;
     if (g == NULL) {
         /* The grant went with a reload since the request was admitted: a credential for a name no
-         * grant has, which the watch ends at once. */
+         * grant has, which never holds. */
         memset(&cred, 0, sizeof(cred));
         tg_sha256(grant != NULL ? grant : "", grant != NULL ? strlen(grant) : 0, cred.grant_sha256);
-        return tg_cred_watch_new(srv, &cred, on_end, ud);
+        *out = cred;
+        return;
     }
     char dn[512], cn[256];
     const char *cert = NULL; /* as the router took it: a certificate counts when it names a grant */
@@ -136,8 +137,28 @@ struct tg_cred_watch *tg_cred_watch_of_request(struct tg_server *srv, const stru
         tg_auth_cred_of(conf, tg_http_req_header(&c->req, "authorization"), wall_ms() / 1000, g, cert, cn, NULL,
                         &cred);
     }
+    *out = cred;
+}
+
+struct tg_cred_watch *tg_cred_watch_of_request(struct tg_server *srv, const struct tg_conn *c, const char *grant,
+                                               const struct tg_cred_hint *hint, tg_cred_watch_cb on_end, void *ud)
+{
+    struct tg_auth_cred cred;
+    tg_cred_of_request(srv, c, grant, hint, &cred);
     return tg_cred_watch_new(srv, &cred, on_end, ud);
 }
+
+int tg_cred_of_stream(const struct tg_cred_watch *w, struct tg_server *srv, const struct tg_conn *c,
+                      const char *grant, const struct tg_cred_hint *hint, struct tg_auth_cred *out)
+{
+    if (w != NULL)
+        *out = w->cred;
+    else if (c != NULL)
+        tg_cred_of_request(srv, c, grant, hint, out);
+    return w != NULL || c != NULL;
+}
+
+const struct tg_auth_cred *tg_cred_watch_cred(const struct tg_cred_watch *w) { return w != NULL ? &w->cred : NULL; }
 
 static void on_closed(uv_handle_t *h) { free(h->data); }
 

@@ -48,6 +48,16 @@ void tg_cred_hint_of(const struct tg_exchange *x, struct tg_cred_hint *h);
  * it when it was admitted, or NULL. */
 struct tg_cred_watch *tg_cred_watch_of_request(struct tg_server *srv, const struct tg_conn *c, const char *grant,
                                                const struct tg_cred_hint *hint, tg_cred_watch_cb on_end, void *ud);
+/* The credential the request connection c carries now, as tg_cred_watch_of_request would watch it
+ * (a grant gone from the conf: a credential that never holds). */
+void tg_cred_of_request(struct tg_server *srv, const struct tg_conn *c, const char *grant,
+                        const struct tg_cred_hint *hint, struct tg_auth_cred *out);
+/* A stream's credential into out: its watch's (w), else what its request connection c carries
+ * now; 1, or 0 with neither. */
+int tg_cred_of_stream(const struct tg_cred_watch *w, struct tg_server *srv, const struct tg_conn *c,
+                      const char *grant, const struct tg_cred_hint *hint, struct tg_auth_cred *out);
+/* The credential w watches (NULL for NULL). */
+const struct tg_auth_cred *tg_cred_watch_cred(const struct tg_cred_watch *w);
 /* The owner lets go (NULL: nothing). on_end never runs after this. */
 void tg_cred_watch_free(struct tg_cred_watch *w);
 /* NULL while the credential holds under conf (and a JWT's exp has not passed); else why not.

@@ -308,6 +308,7 @@ static const struct tg_sink_ops http_sink_ops = {
     .connected = on_sink_connected,
     .release = on_sink_release,
     .bind = on_sink_bind,
+    .cred = tg_streamable_sink_cred,
 };
 
 static struct tg_http_sink *http_sink_new(const struct tg_exchange *x, struct tg_session *s, struct tg_conn *c,
@@ -587,8 +588,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
     int st = tg_stateless_session(x);
     if (st != 0) {
         tg_respond_rpc(c, st, NULL, m->id_raw, m->id_len, st == 503 ? TG_RPC_UPSTREAM : TG_RPC_INVALID_REQUEST,
-                            st == 503 ? "gateway is shutting down" : "Too many sessions for this grant (limits.sessions_per_grant)",
-                            NULL);
+                            st == 503 ? "gateway is shutting down" : "Too many sessions for this grant (limits.sessions_per_grant)", NULL);
         return 1;
     }
     x->era = TG_ERA_2026;
@@ -676,6 +676,8 @@ void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
     struct tg_http_sink *hs = http_sink_new(x, s, c, is_init);
     tg_dispatch_message(x, &hs->sink, &m);
     tg_msg_dispose(&m);
+    if (req->body.cap > 65536) /* dispatched: a call that waits (parked for approval) does not pin it as well */
+        tg_buf_dispose(&req->body);
 }
 
 /* ---- GET and DELETE --------------------------------------------------------------------- */
@@ -711,8 +713,7 @@ static void resume_stream(struct tg_conn *c, struct tg_session *s, struct tg_sli
 {
     uint64_t sid, seq;
     if (tg_replay_parse_id(last, &sid, &seq) != 0) {
-        tg_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: malformed Last-Event-ID",
-                            NULL);
+        tg_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Bad Request: malformed Last-Event-ID", NULL);
         return;
     }
     for (struct tg_list *l = s->streams.next; l != &s->streams; l = l->next) {

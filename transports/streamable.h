@@ -46,6 +46,8 @@ int tg_streamable_accepts_sse(struct tg_conn *c);
 void tg_streamable_tick(struct tg_server *srv);
 /* Shutdown: every replay buffer goes. */
 void tg_streamable_free_streams(struct tg_server *srv);
+/* The sink's cred operation (core/call/exchange.h): its stream's credential, or its request's. */
+int tg_streamable_sink_cred(const struct tg_sink *sk, struct tg_auth_cred *out);
 /* The cache of released sinks goes (after the loop stopped). */
 void tg_streamable_dispose(void);
 

@@ -3,6 +3,7 @@
 #include "transports/streamable.h"
 
 #include "core/call/gateway.h"
+#include "core/call/session.h"
 #include "transports/http1/http1.h"
 #include "transports/replay.h"
 
@@ -39,4 +40,10 @@ void tg_streamable_tick(struct tg_server *srv)
             tg_call_client_gone(hs->call);
         }
     }
+}
+
+int tg_streamable_sink_cred(const struct tg_sink *sk, struct tg_auth_cred *out)
+{
+    const struct tg_http_sink *hs = (const struct tg_http_sink *)sk;
+    return tg_cred_of_stream(hs->watch, hs->srv, hs->conn, hs->sess->grant, &hs->hint, out);
 }

@@ -174,6 +174,20 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
                    (unsigned long long)m->approvals_rejected);
     tg_buf_appendf(out, "tollgate_approvals_total{outcome=\"expired\"} %llu\n",
                    (unsigned long long)m->approvals_expired);
+    G("approvals_parked_bytes", "Bytes the parked calls hold (requests and copies of their arguments).",
+      srv->approvals_bytes);
+    tg_buf_appends(out, "# HELP tollgate_approvals_refused_total Calls that needed approval, refused by reason.\n"
+                        "# TYPE tollgate_approvals_refused_total counter\n");
+    static const char *const refusals[] = {"queue_full", "bytes", "per_grant", "batch", "no_longer_allowed"};
+    for (int i = 0; i < 5; i++)
+        tg_buf_appendf(out, "tollgate_approvals_refused_total{reason=\"%s\"} %llu\n", refusals[i],
+                       (unsigned long long)m->approvals_refused[i]);
+    tg_buf_appends(out, "# HELP tollgate_approval_webhook_total Approval webhook events by outcome.\n"
+                        "# TYPE tollgate_approval_webhook_total counter\n");
+    static const char *const hooks[] = {"sent", "retried", "failed", "dropped"};
+    for (int i = 0; i < 4; i++)
+        tg_buf_appendf(out, "tollgate_approval_webhook_total{outcome=\"%s\"} %llu\n", hooks[i],
+                       (unsigned long long)m->webhook[i]);
     C("server_requests_denied_total", "Server-to-client requests refused (deny_server_requests, batches).",
       m->server_requests_denied);
     tg_tx_metrics(srv->token_cache, out);
@@ -295,7 +309,7 @@ struct decide_wait {
     char reason[601]; /* deny: the JSON body's "reason", or "" */
 };
 
-static void on_decided(void *ud, int rc)
+static void on_decided(void *ud, int rc, const char *why)
 {
     struct decide_wait *w = ud;
     struct tg_conn *c = tg_http_wait_stop(&w->w);
@@ -303,6 +317,17 @@ static void on_decided(void *ud, int rc)
         if (rc == TG_APPROVAL_STALE) {
             tg_respond_json(c, 409, "{\"error\":\"the digest is not the parked call's (GET /admin/approvals shows it); "
                                     "nothing was run\"}");
+        } else if (rc == TG_APPROVAL_NOT_ALLOWED) {
+            /* Approved under a configuration that no longer lets it run: refused, nothing ran. */
+            struct tg_buf b;
+            tg_buf_init(&b);
+            tg_buf_appends(&b, "{\"error\":");
+            char msg[700];
+            snprintf(msg, sizeof(msg), "no longer allowed: %s", why ? why : "the configuration changed");
+            tg_json_write_string(&b, msg, strlen(msg));
+            tg_buf_appends(&b, "}");
+            tg_http_respond(c, 409, NULL, "application/json", b.base, b.len);
+            tg_buf_dispose(&b);
         } else if (rc != 0) {
             tg_respond_json(c, 404, "{\"error\":\"no pending approval with this id (decided, expired or unknown)\"}");
         } else {

@@ -349,7 +349,7 @@ static void on_listed(void *ud, const struct tg_approval_item *items, size_t n)
     tg_buf_dispose(&b);
 }
 
-static void on_decided(void *ud, int rc)
+static void on_decided(void *ud, int rc, const char *why)
 {
     struct ui_wait *w = ud;
     int approve = w->approve;
@@ -359,6 +359,18 @@ static void on_decided(void *ud, int rc)
         return;
     if (rc == TG_APPROVAL_STALE) {
         respond_json(c, 409, "{\"error\":\"this call is not the one shown (its digest differs); nothing was run\"}");
+        return;
+    }
+    if (rc == TG_APPROVAL_NOT_ALLOWED) {
+        struct tg_buf b;
+        tg_buf_init(&b);
+        char msg[700];
+        snprintf(msg, sizeof(msg), "no longer allowed: %s", why ? why : "the configuration changed");
+        tg_buf_appends(&b, "{\"error\":");
+        tg_json_write_string(&b, msg, strlen(msg));
+        tg_buf_appends(&b, "}");
+        respond(c, 409, NULL, "application/json", b.base, b.len);
+        tg_buf_dispose(&b);
         return;
     }
     if (rc != 0) {

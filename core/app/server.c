@@ -12,6 +12,7 @@
 #include "core/base/slab.h"
 #include "core/call/audit.h"
 #include "core/call/call.h"
+#include "core/call/webhook.h"
 #include "core/gate/dispatch.h"
 #include "core/base/log.h"
 #include "core/base/sha256.h"
@@ -338,6 +339,7 @@ static void finish_drain(struct tg_server *srv)
     uv_timer_stop(&app->sweep);
     tg_keys_free(app->keys); /* fetches and refresh timers, which would keep the loop alive */
     app->keys = NULL;
+    tg_webhook_free(srv);
     /* Close what is left: connections, upstream pools, our own handles. */
     struct tg_list *l = app->http.conns.next;
     while (l != &app->http.conns) {
@@ -414,6 +416,7 @@ void tg_server_dispose(struct tg_app *app)
     reload_forget(srv);
     tg_keys_free(app->keys);
     app->keys = NULL;
+    tg_webhook_free(srv);
     /* Decisions still waiting for Redis end now ("shutting down"); the client's memory goes
      * with the loop runs below. */
     tg_cluster_free(app->cluster);
@@ -746,6 +749,7 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
     struct roots_ctx rc2 = {srv, old};
     tg_session_sweep(srv->sessions, tell_roots_changed, &rc2); /* servers holding other roots ask again */
     tg_cred_watches_recheck(srv); /* credentials the new conf no longer takes end their streams */
+    tg_approvals_reconf(srv);     /* a cluster's listing shows what the new conf lets run */
     app->http.limits = &nc->limits; /* connections read their limits through it */
     app->http.access_log = nc->log_access;
     if (tg_log_setup(nc->log_level, nc->log_format, nc->log_file) != 0)

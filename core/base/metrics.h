@@ -28,6 +28,8 @@ struct tg_metrics {
     uint64_t loop_busy_max_ns, loop_stalls, loop_iterations;
     uint64_t decisions[5]; /* allow deny limited approve(parked) refused-by-protocol */
     uint64_t approvals_approved, approvals_rejected, approvals_expired;
+    uint64_t approvals_refused[5]; /* calls refused instead of parked or run (TG_APPROVAL_REFUSED_*) */
+    uint64_t webhook[4];           /* approval webhook events by outcome (TG_WEBHOOK_*) */
     uint64_t server_requests_denied, refunds;
     uint64_t dpop_refused; /* 401s for DPoP: a bound token without a valid proof, DPoP where it is off */
     uint64_t roots_answered; /* roots/list answered with pinned roots (upstreams[].roots, grants[].roots) */
@@ -36,6 +38,20 @@ struct tg_metrics {
     uint64_t lat_count;
     double lat_sum;
 };
+
+/* Why an approval was refused (approvals_refused[]): the queue held approvals_max calls, held
+ * approvals_bytes, the grant held approvals_per_grant; a batch cannot wait; the configuration in
+ * force no longer allowed it when it was approved. */
+enum {
+    TG_APPROVAL_REFUSED_FULL = 0,
+    TG_APPROVAL_REFUSED_BYTES,
+    TG_APPROVAL_REFUSED_GRANT,
+    TG_APPROVAL_REFUSED_BATCH,
+    TG_APPROVAL_REFUSED_STALE,
+};
+/* What became of an approval webhook event (webhook[]): delivered (2xx), tried again after a
+ * failure, given up after its last attempt, dropped from a full queue. */
+enum { TG_WEBHOOK_SENT = 0, TG_WEBHOOK_RETRIED, TG_WEBHOOK_FAILED, TG_WEBHOOK_DROPPED };
 
 /* Upper bounds (ms) of the latency histogram buckets. */
 extern const double tg_metrics_lat_bounds[12];

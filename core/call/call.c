@@ -6,6 +6,7 @@
 
 #include "core/call/audit.h"
 #include "core/call/tasks.h"
+#include "core/call/webhook.h"
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/mcp/legacy.h"
@@ -178,12 +179,17 @@ void tg_call_close(struct tg_call *k)
     upstream_cancel(k);
     if (k->parked) {
         /* Its client went while a human had yet to decide: withdrawn, as a cancel would. */
+        struct tg_server *srv = k->srv;
         tg_list_unlink(&k->alink);
-        k->srv->napprovals--;
+        srv->napprovals--;
+        srv->approvals_bytes -= k->parked_bytes < srv->approvals_bytes ? k->parked_bytes : srv->approvals_bytes;
         k->parked = 0;
-        k->srv->store.ops->approval_gone(k->srv->store.ud, k);
-        k->srv->metrics.approvals_rejected++;
+        srv->store.ops->approval_gone(srv->store.ud, k);
+        srv->metrics.approvals_rejected++;
         tg_call_audit(k, "cancelled", -1, NULL, "client");
+        struct tg_webhook_event e = {"withdrawn", k->approval_id, k->tool, k->grant, k->subject ? k->subject : k->grant,
+                                     up_name(k), k->args_sha256, "client", NULL};
+        tg_webhook_post(srv, &e);
     }
     if (k->record_shared) { /* a pending retry record nobody decided: others stop finding it */
         k->record_shared = 0;
@@ -235,6 +241,8 @@ static void call_release(struct tg_call *k)
         tg_mcp_mrtr_call_dispose(k->mrtr);
     tg_xfree(k->mrtr);
     tg_buf_dispose(&k->held);
+    tg_xfree(k->cred);
+    tg_xfree(k->judged_why);
     cJSON_Delete(k->resume_params);
     tg_xfree(k->client_id);
     tg_upstream_unref(k->uprt);

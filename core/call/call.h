@@ -31,6 +31,7 @@ struct tg_upreq;
 struct tg_policy;
 struct tg_decision;
 struct tg_upstream_ops;
+struct tg_auth_cred;
 
 /* A filter on a call (like an h2o ostream or an nginx body filter): what crosses the eras
  * between the call's client and its upstream. The bridge (core/bridge/) installs it on a call
@@ -121,6 +122,10 @@ struct tg_call {
                                                   * and who decided (NULL: no human decided) */
     struct tg_list alink;     /* srv->approvals while parked, srv->awaiting while awaiting */
     struct tg_buf held;       /* the message, serialized, waiting for a decision */
+    struct tg_auth_cred *cred; /* parked: the credential it came with (owned), or NULL: unknown */
+    size_t parked_bytes;      /* parked: what it counts toward limits.approvals_bytes */
+    uint64_t judged_serial;   /* parked: the conf whose policy verdict judged_why is (0: none yet) */
+    char *judged_why;         /* why that conf's policy no longer lets it run, or NULL (owned) */
     /* approval modes (core/call/approvals_modes.c) */
     unsigned char approval_mode;  /* the enum tg_approval_mode it parked in */
     unsigned char task_aug;       /* params.task: a task-augmented request (MCP 2025-11-25) */

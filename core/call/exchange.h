@@ -113,6 +113,10 @@ struct tg_sink_ops {
     /* 1 while a client's connection reads it now (0: at most a replay buffer keeps what comes
      * for a client that may come back). May be NULL: listening says it. */
     int (*connected)(const struct tg_sink *sk);
+    /* The credential the client authenticated this exchange with (policy/auth.h), into out: 1, or
+     * 0 when the sink cannot say. A parked call keeps it, to ask at approval whether it still
+     * holds. May be NULL: cannot say. */
+    int (*cred)(const struct tg_sink *sk, struct tg_auth_cred *out);
 };
 
 /* Embedded first in each transport's sink object. Owner: the transport object that embeds it

@@ -27,6 +27,7 @@ struct tg_upstream;
 struct tg_upstream_ops;
 struct tg_tx_cache;
 struct tg_cred_ended;
+struct tg_webhook;
 
 /* The end of an asynchronous reload (tg_server.reload_start). */
 typedef void (*tg_reload_done_cb)(void *ud, int ok, const struct tg_buf *err);
@@ -60,6 +61,8 @@ struct tg_server {
     struct tg_cred_ended *cred_ended; /* legacy SSE sessions a credential ended, remembered: owned, or NULL */
     uint64_t next_stream_id;
     size_t napprovals;
+    size_t approvals_bytes;       /* what the parked calls hold (limits.approvals_bytes) */
+    struct tg_webhook *webhook;   /* approval events for approvals.webhook (core/call/webhook.h) */
     int admin_port;               /* the admin listener's port as bound (approval URLs), or 0 */
     /* The last calls a human decided, as the approvals page shows them (core/call/approvals.c):
      * a ring, decided[ndecided % TG_APPROVALS_DECIDED] next. */

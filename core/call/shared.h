@@ -97,14 +97,19 @@ struct tg_approval_item {
     const char *decision;    /* NULL: pending; "approved" or "denied": decided lately, by `by` */
     const char *by;
     uint64_t decided_at_ms;  /* wall clock */
+    const char *blocked;     /* "no longer allowed: WHY" when the configuration in force would not
+                              * let it run any more (approve is refused), or NULL */
 };
 /* items: valid during the call only. n: how many. */
 typedef void (*tg_approval_list_cb)(void *ud, const struct tg_approval_item *items, size_t n);
 /* rc: 0 decided, TG_APPROVAL_UNKNOWN no pending approval with this id (decided, expired, unknown),
- * TG_APPROVAL_STALE an approve whose digest is not the parked call's (nothing ran). */
+ * TG_APPROVAL_STALE an approve whose digest is not the parked call's (nothing ran),
+ * TG_APPROVAL_NOT_ALLOWED approved, but the configuration in force no longer lets it run: it was
+ * refused instead (its client told, nothing ran), and why says what changed (else why is NULL). */
 #define TG_APPROVAL_UNKNOWN (-2)
 #define TG_APPROVAL_STALE (-3)
-typedef void (*tg_approval_decide_cb)(void *ud, int rc);
+#define TG_APPROVAL_NOT_ALLOWED (-4)
+typedef void (*tg_approval_decide_cb)(void *ud, int rc, const char *why);
 
 /* ---- retry records (core/call/approvals_modes.h) ------------------------------------------ */
 

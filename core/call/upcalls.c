@@ -218,11 +218,25 @@ static void host_message(struct tg_session *s, struct tg_upstream *u, const char
     }
 }
 
+static struct tg_call *first_parked(struct tg_session *s)
+{
+    for (struct tg_list *l = s->calls.next; l != &s->calls; l = l->next)
+        if (tg_container_of(l, struct tg_call, slink)->parked)
+            return tg_container_of(l, struct tg_call, slink);
+    return NULL;
+}
+
 void tg_call_upstream_gone(struct tg_session *s, const char *why, uint16_t ws_code, const char *ws_why)
 {
     tg_session_ref(s);
     for (struct tg_call *k; (k = tg_call_first_awaiting(s)) != NULL;)
         tg_call_fail(k, TG_OUT_UNAVAILABLE, why, -1);
+    /* Parked calls go too: an approval would send them to a session that is gone. */
+    for (struct tg_call *k; (k = first_parked(s)) != NULL;) {
+        if (k->sink != NULL && k->sink->ops->listening(k->sink))
+            tg_call_answer_error(k, "the upstream session ended before the call was approved; it was not made", 0);
+        tg_call_close(k); /* withdrawn: out of the queue, its reservations back */
+    }
     if (s->channel != NULL && s->channel->ops->close != NULL)
         s->channel->ops->close(s->channel, ws_code, ws_why);
     tg_call_end_get_stream(s);

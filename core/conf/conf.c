@@ -33,6 +33,8 @@ static const struct int_directive limit_directives[] = {
     {"output_high_water", LIM(output_high_water), 4096, 1073741824, 1048576, "bytes queued to a slow client"},
     {"drain_timeout_ms", LIM(drain_timeout_ms), 0, 3600000, 10000, "graceful drain on SIGTERM"},
     {"approvals_max", LIM(approvals_max), 0, 1000000, 1000, "calls parked for approval at once"},
+    {"approvals_bytes", LIM(approvals_bytes), 0, 2147483647, 67108864, "bytes parked calls hold together"},
+    {"approvals_per_grant", LIM(approvals_per_grant), 0, 1000000, 0, "calls of one grant parked at once (0: a quarter of approvals_max)"},
     {"approval_hold_max_ms", LIM(approval_hold_max_ms), 1000, 86400000, 55000,
      "longest wait of a call held for approval (clients give up at 60 s)"},
     {"approval_progress_ms", LIM(approval_progress_ms), 100, 3600000, 15000,
@@ -694,7 +696,7 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
     c->path = tg_xstrdup(path);
     config_setting_t *root = config_root_setting(&cfg);
     static const char *const known[] = {"log", "listen", "admin", "limits", "grants", "upstreams", "audit", "jwt",
-                                        "public_url", "cluster", NULL};
+                                        "public_url", "cluster", "approvals", NULL};
     tg__conf_check_members(&ld, root, known, "");
     load_log(&ld, &cfg, c);
     load_listeners(&ld, &cfg, c);
@@ -706,6 +708,8 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
         lim = NULL;
     }
     tg__conf_load_ints(&ld, lim, limit_directives, &c->limits, "limits", 1);
+    if (c->limits.approvals_per_grant == 0)
+        c->limits.approvals_per_grant = c->limits.approvals_max / 4 > 0 ? c->limits.approvals_max / 4 : 1;
     if (c->limits.approval_hold_max_ms > 60000)
         tg_buf_appendf(&c->warnings, "%s: limits.approval_hold_max_ms: above 60 s, a held call outlives its client: "
                        "MCP clients with default options give up after 60 s unless they reset their timeout on "
@@ -714,6 +718,7 @@ struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
     tg__conf_load_upstreams(&ld, &cfg, c);
     tg__conf_load_upcred(&ld, &cfg, c);
     load_audit(&ld, &cfg, c);
+    tg__conf_load_approvals(&ld, &cfg, c);
     tg__conf_load_cluster(&ld, &cfg, c);
     tg__conf_load_jwt(&ld, &cfg, c);
     const config_setting_t *pu = config_lookup(&cfg, "public_url");
@@ -772,6 +777,7 @@ void tg_conf_unref(struct tg_conf *c)
     tg_buf_dispose(&c->warnings);
     tg__conf_upstreams_free(c);
     tg__conf_cluster_free(c);
+    tg__conf_approvals_free(c);
     free(c->log_file);
     free(c->path);
     free(c);

@@ -64,6 +64,15 @@ struct tg_cluster_conf {
     int session_ttl_ms; /* a 2025 session's record lives this long after its last use */
 };
 
+/* The approvals group (core/conf/approvals.c). Embedded in struct tg_conf; owned strings and the
+ * secret freed (and wiped) by tg_conf_unref. webhook_url NULL: no webhook. */
+struct tg_approvals_conf {
+    char *webhook_url;         /* https://, or http:// to a loopback address only */
+    char *webhook_secret_file;
+    uint8_t *webhook_secret;   /* the file's bytes (one trailing newline left out) */
+    size_t webhook_secret_len;
+};
+
 /* The limits group (plain values). Embedded in struct tg_conf. */
 struct tg_limits {
     int max_connections;
@@ -82,6 +91,8 @@ struct tg_limits {
     int output_high_water;
     int drain_timeout_ms;
     int approvals_max;
+    int approvals_bytes;     /* parked requests and every copy of their arguments, all together */
+    int approvals_per_grant; /* parked calls of one grant at once (0 in the file: approvals_max / 4) */
     int approval_hold_max_ms;  /* approval_mode hold: the longest a held call waits (its tool's
                                 * approval_timeout is cut to this) */
     int approval_progress_ms;  /* hold: notifications/progress to a client that sent a token */
@@ -271,6 +282,7 @@ struct tg_conf {
     size_t nupstreams;
     int default_upstream; /* index or -1 */
     struct tg_audit_conf audit;
+    struct tg_approvals_conf approvals;
     struct tg_cluster_conf cluster;
     struct tg_jwt_conf *jwt;
     size_t njwt;

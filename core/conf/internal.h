@@ -71,6 +71,9 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c);
 /* core/conf/cluster.c: the cluster group. */
 void tg__conf_load_cluster(struct loader *ld, config_t *cfg, struct tg_conf *c);
 void tg__conf_cluster_free(struct tg_conf *c);
+/* core/conf/approvals.c: the approvals group (its webhook). */
+void tg__conf_load_approvals(struct loader *ld, config_t *cfg, struct tg_conf *c);
+void tg__conf_approvals_free(struct tg_conf *c);
 void tg__conf_load_jwt(struct loader *ld, config_t *cfg, struct tg_conf *c);
 void tg__conf_load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c);
 /* Free the grants (with their policy overrides) and the JWT issuers (called by tg_conf_unref only). */

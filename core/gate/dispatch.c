@@ -137,26 +137,22 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
     }
 }
 
-/* An approve decision: the call waits for a human, unless it cannot (a batch, a full queue).
- * The serialized message moves into the call. */
+/* An approve decision: the call waits for a human, unless it cannot (a batch, a full queue, a
+ * grant holding its share of it): refused at once. The serialized message moves into the call. */
 static void park_admitted(struct tg_call *k, struct tg_buf *out, int in_batch, int retry)
 {
-    struct tg_server *srv = k->srv;
-    if ((in_batch && !retry) || srv->napprovals >= (size_t)srv->conf->limits.approvals_max) {
-        /* A batch cannot wait for a human; a single message on a channel can. */
-        tg_buf_dispose(out);
-        tg_call_audit(k, "rejected", -1, NULL, "(queue full)");
-        struct tg_decision full = *k->dec;
-        if (in_batch && !retry)
-            snprintf(full.message, sizeof(full.message), "%s needs a human's approval, which a batch cannot wait for; send it on its own", k->tool);
-        else
-            snprintf(full.message, sizeof(full.message), "%s needs approval, but the approval queue is full (limits.approvals_max); try later", k->tool);
-        tg_call_answer_decision(k, &full, "");
-        tg_call_close(k);
+    k->held = *out;
+    tg_buf_init(out);
+    char msg[sizeof(k->dec->message)];
+    const char *reason;
+    int why = tg_approvals_room(k, in_batch && !retry, msg, sizeof(msg), &reason);
+    if (why < 0) {
+        tg_approvals_park(k);
         return;
     }
-    k->held = *out;
-    tg_approvals_park(k);
+    tg_call_audit(k, "rejected", -1, NULL, why == TG_APPROVAL_REFUSED_BATCH ? "(batch)" : "(queue full)");
+    tg_approvals_refuse(k, msg, reason);
+    tg_call_close(k);
 }
 
 /* A retry call whose record the shared store looked up: none was there, it parks as the record. */

@@ -13,8 +13,9 @@
 
 void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum tg_end_how how)
 {
-    if (how == TG_END_CLIENT_GONE)
-        tg_approvals_withdraw(s); /* nobody is there for their answer */
+    /* Its parked calls go with it, however it ends: nobody is there for their answer, and an
+     * approval must not send one on a session that is gone. */
+    tg_approvals_withdraw(s, how == TG_END_CLIENT_GONE || how == TG_END_DELETE ? "cancelled" : "session");
     if (!s->live)
         return;
     if (how == TG_END_DELETE && s->shared)

@@ -93,6 +93,8 @@ int tg_gate_tasks(struct tg_exchange *x, struct tg_sink *sk, struct tg_msg *m, c
         return 0;
     const char *op = m->method + 6;
     int get = strcmp(op, "get") == 0, result = strcmp(op, "result") == 0, cancel = strcmp(op, "cancel") == 0;
+    if (x->era == TG_ERA_2026 && (result || strcmp(op, "list") == 0))
+        return 0; /* MCP 2026-07-28 removed both (SEP-2663): the era's unknown-method answer, -32601 */
     if (strcmp(op, "list") == 0) {
         list(x, sk, m, subject);
         return 1;

@@ -279,7 +279,7 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     gw = await gateway('approvals', {
       admin: { token_sha256: H.sha256hex(ADMIN_TOKEN) },
       audit: { file: auditFile, args: 'values' },
-      limits: { approvals_max: 2 },
+      limits: { approvals_max: 2, approvals_per_grant: 2 }, // one grant may take the whole (small) queue here
       grants: [{ name: 'alice', token_sha256: H.sha256hex(TOKEN) }],
       upstreams: [{ name: 'cowork-os', url: s.url, headers: upstreamHeaders, initialize: 'local', policy }],
     }, { admin: true });
@@ -520,12 +520,14 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
     assert.equal(r.status, 404, `the cancelled call left the approval queue: approve answered ${r.status} ${r.text}`);
   });
 
-  test('a parked call survives a reload (even one that drops the approve rule) and is decided under its own policy', async () => {
+  // A reload that no longer allows it (the tool denied, the grant or its token gone) refuses it
+  // instead: test/interop/limits-approvals.test.mjs.
+  test('a parked call survives a reload that still allows its tool, and runs once approved', async () => {
     const args = { path: '/tmp/across-reload', content: 'x' };
     const call = c.client.callTool({ name: 'write_file', arguments: args });
     const item = await parked('write_file');
     const policy = fs.readFileSync(policyFile, 'utf8');
-    fs.writeFileSync(policyFile, JSON.stringify({ version: '1', default: 'deny', tools: { echo: { action: 'allow' } } }));
+    fs.writeFileSync(policyFile, JSON.stringify({ version: '1', default: 'deny', tools: { echo: { action: 'allow' }, write_file: { action: 'allow' } } }));
     try {
       const rl = await admin(gw, 'POST', '/admin/reload');
       assert.equal(rl.status, 200, rl.text);
@@ -535,9 +537,10 @@ describe('approvals: "action":"approve" parks the call for the admin API', () =>
       assert.equal(r.status, 200, r.text);
       assert.ok(!(await call).isError);
       assert.equal(writes(args.path).length, 1);
-      // a new call is decided by the new policy
-      const e = await rpcError(c.client.callTool({ name: 'write_file', arguments: { path: '/tmp/after', content: 'x' } }), 'after reload');
-      assert.equal(e.code, -32001);
+      // a new call is decided by the new policy: allowed outright, not parked
+      const r2 = await c.client.callTool({ name: 'write_file', arguments: { path: '/tmp/after', content: 'x' } });
+      assert.ok(!r2.isError, JSON.stringify(r2));
+      assert.equal(writes('/tmp/after').length, 1);
     } finally {
       fs.writeFileSync(policyFile, policy);
       assert.equal((await admin(gw, 'POST', '/admin/reload')).status, 200);

@@ -101,6 +101,19 @@
     const at = new Date(Date.now() + a.expires_in_ms);
     d.textContent = `in ${secs(a.expires_in_ms)} (${at.toLocaleTimeString()})`;
     d.classList.toggle('soon', a.expires_in_ms < 30000);
+    // The configuration in force no longer lets it run (a reload since it was parked): marked, and
+    // approve is off (the gateway would refuse it with 409); deny still tells its client.
+    let note = tr.querySelector('.blocked');
+    if (a.blocked && !note) {
+      note = document.createElement('div');
+      note.className = 'blocked';
+      tr.querySelector('.tool').appendChild(note);
+    }
+    if (note) note.textContent = a.blocked || '';
+    if (note && !a.blocked) note.remove();
+    tr.classList.toggle('is-blocked', !!a.blocked);
+    const approve = tr.querySelector('button[data-action="approve"]');
+    if (approve) approve.disabled = !!a.blocked;
   }
 
   // Calls decided lately: what, which way, by whom, when.

@@ -135,7 +135,7 @@ export const quietFor = (ms) => sleep(ms);
  * cluster (docs/operations.md): `instance` is the member holding the call, null without a
  * cluster; `args` (left out here) only with audit.args = "values" (the page: always).
  */
-export const APPROVAL_FIELDS = ['args_sha256', 'digest', 'expires_in_ms', 'grant', 'id', 'instance', 'parked_at_ms', 'policy',
+export const APPROVAL_FIELDS = ['args_sha256', 'blocked', 'digest', 'expires_in_ms', 'grant', 'id', 'instance', 'parked_at_ms', 'policy',
   'session', 'subject', 'tool', 'upstream', 'waited_ms'];
 export const approvalFields = (item) => Object.keys(item).filter((k) => k !== 'args' && k !== 'args_text').sort();
 
@@ -464,6 +464,7 @@ export function writeConf(dir, opts) {
     jwt: opts.jwt || undefined,
     public_url: opts.public_url || undefined,
     cluster: opts.cluster || undefined,
+    approvals: opts.approvals || undefined,
   };
   const lines = ['# written by test/interop/lib/harness.mjs'];
   for (const [k, v] of Object.entries(conf)) {

@@ -361,11 +361,12 @@ struct verdict {
     int done, rc;
 };
 
-static void on_approval(void *ud, int rc)
+static void on_approval(void *ud, int rc, const char *why)
 {
     struct verdict *v = ud;
     v->done = 1;
     v->rc = rc;
+    (void)why;
 }
 
 static void approvals_mirror(void **state)

@@ -61,7 +61,7 @@
  * upstream 1 "side" (denies sampling/createMessage). */
 #define MW_CONF                                                                                                    \
     "listen = ( { address = \"127.0.0.1\"; port = 8080; } );\n"                                                    \
-    "limits = { inflight_per_session = 3; approvals_max = 2; };\n"                                                 \
+    "limits = { inflight_per_session = 3; approvals_max = 2; approvals_per_grant = 2; };\n"                                                 \
     "audit = { file = \"%s/audit.log\"; };\n"                                                                      \
     "grants = ( { name = \"alice\"; anonymous = true; } );\n"                                                      \
     "upstreams = (\n"                                                                                              \

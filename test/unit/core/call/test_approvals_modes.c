@@ -12,7 +12,8 @@
 
 #define RETRY_CONF                                                                                                 \
     "listen = ( { address = \"127.0.0.1\"; port = 8080; } );\n"                                                    \
-    "limits = { inflight_per_session = 3; approvals_max = 2; approval_ttl_ms = 60000; };\n"                        \
+    "limits = { inflight_per_session = 3; approvals_max = 2; approvals_per_grant = 2;"                             \
+    " approval_ttl_ms = 60000; };\n"                                                                               \
     "audit = { file = \"%s/audit.log\"; };\n"                                                                      \
     "grants = ( { name = \"alice\"; anonymous = true; } );\n"                                                      \
     "upstreams = (\n"                                                                                              \
@@ -56,7 +57,11 @@ static void pending(struct rec *r, const char *id, char out[33])
     rec_dispose(r);
 }
 
-static void decided(void *ud, int rc) { *(int *)ud = rc; }
+static void decided(void *ud, int rc, const char *why)
+{
+    (void)why;
+    *(int *)ud = rc;
+}
 
 static void decide(struct mw *m, const char *id, int approve, const char *reason)
 {

@@ -125,12 +125,13 @@ static void on_listed(void *ud, const struct tg_approval_item *items, size_t n)
     }
 }
 
-static void on_approval(void *ud, int rc)
+static void on_approval(void *ud, int rc, const char *why)
 {
     struct answer *a = ud;
     a->calls++;
     a->inside = in_op;
     a->rc = rc;
+    (void)why;
 }
 
 static void local_approvals_queue(void **state)
