@@ -404,7 +404,7 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     await H.waitUntil(async () => (await recordOf(id))?.value[0] === (how === 'approve' ? 'A' : 'D'), { what: `the ${how}d record in Redis` });
   };
 
-  test('retry approvals are shared: pending on a (the same approval on c), approved through b, run once on c; again on a or b needs a new approval', async () => {
+  test('retry approvals are shared: pending on a (the same approval on c), approved through b, run once on c; again on a or b needs a new approval', async (t) => {
     const args = { path: '/tmp/cluster-share.txt', content: 'pending-a-approve-b-run-c' };
     const first = await retryCall(0, args);
     assert.equal(code(first), -32003, JSON.stringify(first));
@@ -417,8 +417,13 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     assert.match(rec.value, /^P[0-9a-f]{32}[0-9a-f]{64}\.\{/, `a record is STATE ID MAC . JSON: ${rec.value}`);
     assert.ok(Number(await c.redis.command('PTTL', rec.key)) > 0, 'the record expires');
     await decide(1, id, 'approve');
+    const m0 = await c.metrics(2);
     const ran = await retryCall(2, args);
     assert.ok(ok(ran), `the call made again on c: ${JSON.stringify(ran)}`);
+    const m1 = await c.metrics(2);
+    const delta = (name) => family(m1, name) - family(m0, name);
+    t.diagnostic(`the approved call made again on c: ${delta('tollgate_cluster_redis_requests_total')} Redis requests, ` +
+      `${delta('tollgate_cluster_redis_round_trips_total')} round trips (the lookup that takes it, then its deletion once sent)`);
     assert.equal(forwarded('/tmp/cluster-share', 'path').length, 1, 'ran exactly once, on c');
     assert.equal(await recordOf(id), null, 'the used approval is gone from Redis');
     const onA = await retryCall(0, args);
