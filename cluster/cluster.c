@@ -347,6 +347,11 @@ static const struct tg_shared_ops cluster_ops = {
     .approval_gone = tg__cluster_approval_gone,
     .approvals_list = tg__cluster_approvals_list,
     .approval_decide = tg__cluster_approval_decide,
+    .record_find = tg__cluster_record_find,
+    .record_detach = tg__cluster_record_detach,
+    .record_put = tg__cluster_record_put,
+    .record_drop = tg__cluster_record_drop,
+    .record_settled = tg__cluster_record_settled,
 };
 
 void tg_cluster_store(struct tg_cluster *cl, struct tg_shared *st)
@@ -378,6 +383,8 @@ void tg_cluster_metrics(const struct tg_cluster *cl, struct tg_buf *out)
     CC("refund_ops_total", "Counter operations sent to give back reservations.", cl->stats.refunds);
     CC("approval_listings_refused_total", "Approval listings read from Redis that did not verify (not shown, "
        "not decided).", cl->stats.listings_refused);
+    CC("approval_records_refused_total", "Retry-mode approval records read from Redis that did not verify "
+       "(ignored).", cl->stats.records_refused);
     if (rs != NULL) {
         CC("redis_requests_total", "Requests made to Redis.", rs->requests);
         CC("redis_commands_total", "Commands written to Redis.", rs->commands);

@@ -34,6 +34,7 @@ struct tg_cluster_stats {
     uint64_t rounds;             /* Redis round trips made for decisions */
     uint64_t refunds;            /* reservations given back in Redis */
     uint64_t listings_refused;   /* approval listings read from Redis that did not verify */
+    uint64_t records_refused;    /* retry records read from Redis that did not verify (ignored) */
 };
 
 /* From the configuration's cluster group (enabled). local: this member's own store (the server's

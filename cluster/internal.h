@@ -30,6 +30,7 @@ struct tg_cluster {
     struct tg_list jobs;         /* decisions waiting for Redis */
     struct tg_cluster_stats stats;
     uint64_t listing_warned_ms; /* wall clock of the last warning about a listing that did not verify */
+    uint64_t record_warned_ms;  /* the same for retry records (records.c) */
     int up;
     /* Who hears the session ends members announce (cluster/sessions.c subscribes). */
     void (*session_ended)(void *ud, const char *id);
@@ -55,5 +56,22 @@ void tg__cluster_approvals_list(void *cl, tg_approval_list_cb done, void *cb_ud)
 void tg__cluster_approval_decide(void *cl, struct tg_slice id, int approve, const char *digest, const char *by,
                                  const char *reason, tg_approval_decide_cb done, void *cb_ud);
 void tg__cluster_approvals_start(struct tg_cluster *cl);
+
+/* Retry records every member finds (records.c): the store's record operations. */
+struct tg_record_wait *tg__cluster_record_find(void *cl, const struct tg_approval_record *mine, tg_record_cb cb,
+                                               void *cb_ud);
+void tg__cluster_record_detach(void *cl, struct tg_record_wait *w);
+void tg__cluster_record_put(void *cl, const struct tg_approval_record *rec);
+void tg__cluster_record_drop(void *cl, const uint8_t key[32], const char *id);
+void tg__cluster_record_settled(void *cl, const uint8_t key[32], const char *id, int give_back);
+/* A record's value in Redis: STATE ID MAC "." JSON, signed under secret (records.c says how). */
+void tg__cluster_record_encode(const uint8_t secret[32], const struct tg_approval_record *r, const char *instance,
+                               struct tg_buf *out);
+/* The value v (n bytes) stored for key, verified: its JSON (the caller deletes it; r's strings
+ * point into it) with r filled and *taken 1 for a record taken by a call running now; NULL when
+ * it does not verify (not a member's, changed since, another key's, or its STATE or ID not the
+ * signed ones). Its expiry is the caller's to check. */
+struct cJSON *tg__cluster_record_open(const uint8_t secret[32], const uint8_t key[32], const char *v, size_t n,
+                                      struct tg_approval_record *r, int *taken);
 
 #endif

@@ -122,9 +122,11 @@ void tg_approvals_park(struct tg_call *k)
     struct tg_server *srv = k->srv;
     if (k->approval_mode == TG_APPROVAL_HOLD)
         tg_approvals_hold_prepare(k); /* its timeout capped; progress if its client can take it */
-    uint8_t rnd[16];
-    tg_random(rnd, sizeof(rnd));
-    tg_hex_encode(rnd, sizeof(rnd), k->approval_id);
+    if (!k->approval_id[0]) { /* a retry record shared already has its id */
+        uint8_t rnd[16];
+        tg_random(rnd, sizeof(rnd));
+        tg_hex_encode(rnd, sizeof(rnd), k->approval_id);
+    }
     bind_digest(k);
     k->parked = 1;
     k->approval_deadline = now_ms(srv) + (uint64_t)k->dec->approval_timeout_ms;
@@ -295,7 +297,7 @@ static int finish(struct tg_call *k, int approve, const char *by, const char *wh
                tg_log_esc(esc, sizeof(esc), tg_slice_cstr(by)));
         hook(k, "approved", by, NULL);
         if (k->approval_mode == TG_APPROVAL_RETRY && k->sess == NULL) {
-            tg_approvals_record_decided(k, 1, NULL); /* it runs when its client calls again */
+            tg_approvals_record_decided(k, 1, by, NULL); /* it runs when its client calls again */
             return 0;
         }
         struct tg_buf body = k->held;
@@ -335,7 +337,7 @@ static int finish(struct tg_call *k, int approve, const char *by, const char *wh
            tg_log_esc(resc, sizeof(resc), tg_slice_cstr(reason && reason[0] ? reason : "-")));
     hook(k, cancelled ? "withdrawn" : why ? "expired" : "denied", by, reason);
     if (why == NULL && k->approval_mode == TG_APPROVAL_RETRY && k->sess == NULL) {
-        tg_approvals_record_decided(k, 0, reason); /* its client hears it when it calls again */
+        tg_approvals_record_decided(k, 0, by, reason); /* its client hears it when it calls again */
         return 0;
     }
     if (k->sink != NULL && k->sink->ops->listening(k->sink)) {

@@ -35,10 +35,10 @@ int tg_approvals_mode_of(const struct tg_call *k)
 
 static void task_strip(struct tg_call *k, struct tg_buf *out);
 
-int tg_approvals_admit(struct tg_call *k, struct tg_buf *out)
+int tg_approvals_admit(struct tg_call *k, struct tg_buf *out, void (*park)(struct tg_call *k, struct tg_buf *out))
 {
     k->approval_mode = (unsigned char)tg_approvals_mode_of(k);
-    if (k->approval_mode == TG_APPROVAL_RETRY && tg_approvals_retry_take(k, out))
+    if (k->approval_mode == TG_APPROVAL_RETRY && tg_approvals_retry_take(k, out, park))
         return -1;
     if (k->approval_mode == TG_APPROVAL_TASK)
         task_strip(k, out);
@@ -164,41 +164,61 @@ static void retry_key(const struct tg_call *k, const struct tg_buf *out, uint8_t
     tg_buf_dispose(&b);
 }
 
-/* -32003 to k's client about the record rec: pending (rec NULL: k itself is the record) or denied. */
-static void answer_record(struct tg_call *k, const struct tg_call *rec)
+/* What a call made again meets besides a record's states: its approval in use by a call running
+ * now, or no shared store to ask. */
+enum { ST_BUSY = 10, ST_UNAVAILABLE };
+
+/* -32003 to k's client about the record `id` in state st: pending, denied (with the approver's
+ * reason), busy or unavailable (why). */
+static void answer_record(struct tg_call *k, int st, const char *id, const char *why)
 {
     struct tg_sink *sk = k->sink;
     if (sk == NULL)
         return;
-    if (rec == NULL)
-        rec = k;
     struct tg_buf data, e, url;
     tg_buf_init(&data);
     tg_buf_init(&e);
     tg_buf_init(&url);
     approve_url(k->srv, &url);
     tg_buf_append(&url, "", 1);
-    int denied = rec->approval_state == TG_RECORD_DENIED;
     char msg[1024];
-    if (denied)
+    const char *status = st == TG_RECORD_DENIED  ? "denied"
+                         : st == ST_BUSY          ? "running"
+                         : st == ST_UNAVAILABLE   ? "unavailable"
+                                                  : "pending";
+    if (st == TG_RECORD_DENIED)
         snprintf(msg, sizeof(msg), "%s was refused by a human approver; the call was not made", k->tool);
+    else if (st == ST_BUSY)
+        snprintf(msg, sizeof(msg),
+                 "%s was approved once, and that approved call is running now for another request; the call was "
+                 "not made. If that one fails, its approval comes back: call %s again then",
+                 k->tool, k->tool);
+    else if (st == ST_UNAVAILABLE)
+        snprintf(msg, sizeof(msg),
+                 "%s needs a human's approval, but approvals are unavailable (%s); the call was not made, try again "
+                 "later",
+                 k->tool, why ? why : "the shared store failed");
     else
         snprintf(msg, sizeof(msg),
                  "%s needs a human's approval: a human must approve this call at %s (approval %s); ask the user to "
                  "approve it, then call %s again with the same arguments",
-                 k->tool, url.base, rec->approval_id, k->tool);
+                 k->tool, url.base, id, k->tool);
     tg_buf_appends(&data, "{\"tool\":");
     tg_json_write_string(&data, k->tool, strlen(k->tool));
-    tg_buf_appends(&data, ",\"approval_id\":");
-    tg_json_write_string(&data, rec->approval_id, strlen(rec->approval_id));
-    if (denied) {
-        const char *why = rec->approval_reason && rec->approval_reason[0] ? rec->approval_reason : msg;
-        tg_buf_appends(&data, ",\"status\":\"denied\",\"reason\":");
-        tg_json_write_string(&data, why, strlen(why));
-    } else {
-        tg_buf_appends(&data, ",\"status\":\"pending\",\"approve_url\":");
+    if (id != NULL) {
+        tg_buf_appends(&data, ",\"approval_id\":");
+        tg_json_write_string(&data, id, strlen(id));
+    }
+    tg_buf_appends(&data, ",\"status\":");
+    tg_json_write_string(&data, status, strlen(status));
+    if (st == TG_RECORD_PENDING) {
+        tg_buf_appends(&data, ",\"approve_url\":");
         tg_json_write_string(&data, url.base, url.len - 1);
         tg_buf_appendf(&data, ",\"retry_after_ms\":%d", RETRY_AFTER_MS);
+    } else {
+        const char *r = why && why[0] ? why : msg;
+        tg_buf_appends(&data, ",\"reason\":");
+        tg_json_write_string(&data, r, strlen(r));
     }
     tg_buf_append(&data, "}", 2); /* with its NUL: tg_rpc_error takes a C string */
     tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_APPROVAL, msg, data.base);
@@ -208,7 +228,74 @@ static void answer_record(struct tg_call *k, const struct tg_call *rec)
     tg_buf_dispose(&url);
 }
 
-int tg_approvals_retry_take(struct tg_call *k, struct tg_buf *out)
+/* The call k took the shared record: it settled (given back if it certainly did not run). */
+static void shared_taken_settled(struct tg_call *k, int give_back)
+{
+    k->approval_settled = NULL;
+    give_back = give_back && !k->srv->draining;
+    if (give_back)
+        tg_log(TG_LOG_INFO, "approved call did not run: its approval is given back", "approval_id=%s", k->approval_id);
+    if (k->srv->store.ops->record_settled != NULL) /* NULL: the cluster went (shutdown): it stays taken */
+        k->srv->store.ops->record_settled(k->srv->store.ud, k->approval_key, k->approval_id, give_back);
+}
+
+/* The shared store answered k's lookup (k->held: its message). */
+static void on_record(void *ud, int found, const struct tg_approval_record *rec, const char *why)
+{
+    struct tg_call *k = ud;
+    k->record_wait = NULL;
+    struct tg_buf out = k->held;
+    tg_buf_init(&k->held);
+    if (found == TG_RECORD_MINE) {
+        k->record_shared = 1; /* dropped if k leaves undecided */
+        k->record_then(k, &out); /* parks it as the record, or refuses it (and the record goes) */
+        return;
+    }
+    if (found == TG_RECORD_FOUND && rec->state == TG_RECORD_APPROVED) {
+        snprintf(k->approval_id, sizeof(k->approval_id), "%s", rec->id); /* its audit lines name it */
+        k->approval_settled = shared_taken_settled; /* until the call settles */
+        tg_log(TG_LOG_INFO, "approved call made again: it runs", "approval_id=%s session=%s", k->approval_id,
+               k->sess ? k->sess->id_str : "-");
+        tg_call_send(k, out.base, out.len, (uint64_t)tg_upstream_conf(k->uprt)->call_timeout_ms);
+        tg_buf_dispose(&out);
+        return;
+    }
+    tg_buf_dispose(&out);
+    if (found == TG_RECORD_FOUND) {
+        snprintf(k->approval_id, sizeof(k->approval_id), "%s", rec->id);
+        if (rec->state == TG_RECORD_DENIED)
+            tg_call_audit(k, "rejected", -1, NULL, NULL);
+        answer_record(k, rec->state, rec->id, rec->reason);
+    } else if (found == TG_RECORD_BUSY) {
+        tg_call_audit(k, "rejected", -1, NULL, NULL);
+        answer_record(k, ST_BUSY, rec ? rec->id : NULL, NULL);
+    } else {
+        tg_call_audit(k, "unavailable", -1, NULL, NULL);
+        tg_log(TG_LOG_WARN, "approval records unavailable: the call made again is refused", "why=\"%s\"",
+               why ? why : "-");
+        answer_record(k, ST_UNAVAILABLE, NULL, why);
+    }
+    tg_call_close(k);
+}
+
+/* k's record, asked of the shared store (out moves into k while it waits). A new record's id is
+ * made now: it is the one other members find if none was there. */
+static void shared_find(struct tg_call *k, struct tg_buf *out, void (*park)(struct tg_call *k, struct tg_buf *out))
+{
+    struct tg_server *srv = k->srv;
+    uint8_t rnd[16];
+    tg_random(rnd, sizeof(rnd));
+    tg_hex_encode(rnd, sizeof(rnd), k->approval_id);
+    struct tg_approval_record mine = {.id = k->approval_id, .state = TG_RECORD_PENDING};
+    memcpy(mine.key, k->approval_key, 32);
+    mine.expires_ms = (uint64_t)wall_ms() + (uint64_t)k->dec->approval_timeout_ms;
+    k->held = *out;
+    tg_buf_init(out);
+    k->record_then = park;
+    k->record_wait = srv->store.ops->record_find(srv->store.ud, &mine, on_record, k);
+}
+
+int tg_approvals_retry_take(struct tg_call *k, struct tg_buf *out, void (*park)(struct tg_call *k, struct tg_buf *out))
 {
     struct tg_server *srv = k->srv;
     k->approval_mode = TG_APPROVAL_RETRY;
@@ -228,7 +315,7 @@ int tg_approvals_retry_take(struct tg_call *k, struct tg_buf *out)
             tg_call_send(k, out->base, out->len, (uint64_t)tg_upstream_conf(k->uprt)->call_timeout_ms);
         } else {
             tg_call_audit(k, "rejected", -1, NULL, NULL);
-            answer_record(k, r);
+            answer_record(k, r->approval_state, r->approval_id, r->approval_reason);
             tg_call_close(k);
         }
         tg_buf_dispose(out);
@@ -240,17 +327,20 @@ int tg_approvals_retry_take(struct tg_call *k, struct tg_buf *out)
             memcmp(r->approval_key, k->approval_key, 32) != 0)
             continue;
         /* The same call again while a human has yet to decide: one approval for both. */
-        answer_record(k, r);
+        answer_record(k, TG_RECORD_PENDING, r->approval_id, NULL);
         tg_call_close(k);
         tg_buf_dispose(out);
         return 1;
     }
-    return 0;
+    if (srv->store.ops->record_find == NULL)
+        return 0;
+    shared_find(k, out, park); /* the members' records: the store knows them all */
+    return 1;
 }
 
 void tg_approvals_retry_detach(struct tg_call *k)
 {
-    answer_record(k, NULL);
+    answer_record(k, TG_RECORD_PENDING, k->approval_id, NULL);
     tg_call_settle(k, TG_OUT_WITHDRAWN, -1); /* its reservations back: the call made again decides anew */
     struct tg_sink *sk = k->sink;
     k->sink = NULL;
@@ -268,9 +358,22 @@ void tg_approvals_retry_detach(struct tg_call *k)
     }
 }
 
-void tg_approvals_record_decided(struct tg_call *k, int approve, const char *reason)
+void tg_approvals_record_decided(struct tg_call *k, int approve, const char *by, const char *reason)
 {
     struct tg_server *srv = k->srv;
+    if (srv->store.ops->record_put != NULL) {
+        /* Shared: the store's record is the one every member's call made again meets. */
+        struct tg_approval_record rec = {.id = k->approval_id,
+                                         .state = approve ? TG_RECORD_APPROVED : TG_RECORD_DENIED,
+                                         .by = by,
+                                         .reason = reason != NULL && reason[0] ? reason : NULL};
+        memcpy(rec.key, k->approval_key, 32);
+        rec.expires_ms = (uint64_t)wall_ms() + (uint64_t)srv->conf->limits.approval_ttl_ms;
+        srv->store.ops->record_put(srv->store.ud, &rec);
+        k->record_shared = 0; /* decided: the record is the decision now */
+        tg_call_close(k);
+        return;
+    }
     k->approval_state = approve ? TG_RECORD_APPROVED : TG_RECORD_DENIED;
     tg_xfree(k->approval_reason);
     k->approval_reason = reason != NULL && reason[0] ? tg_xstrdup(reason) : NULL;
@@ -282,6 +385,7 @@ void tg_approvals_taken_settled(struct tg_call *k, int give_back)
 {
     struct tg_call *r = k->approval_taken;
     k->approval_taken = NULL;
+    k->approval_settled = NULL;
     if (give_back && !k->srv->draining) {
         tg_log(TG_LOG_INFO, "approved call did not run: its approval is given back", "approval_id=%s",
                r->approval_id);

@@ -112,7 +112,7 @@ void tg_call_settle(struct tg_call *k, enum tg_outcome o, double latency_ms)
     if (k->settled)
         return;
     k->settled = 1;
-    if (k->approval_taken != NULL)
+    if (k->approval_settled != NULL)
         k->approval_settled(k, outcomes[o].give_back); /* the approval it used */
     if (outcomes[o].give_back)
         refund(k);
@@ -168,7 +168,12 @@ void tg_call_close(struct tg_call *k)
     }
     if (!k->forwarded)
         tg_call_settle(k, TG_OUT_WITHDRAWN, -1);
-    if (k->approval_taken != NULL)
+    if (k->record_wait != NULL) { /* its record lookup still waits: what it takes goes back */
+        if (k->srv->store.ops->record_detach != NULL) /* NULL: the cluster went (shutdown) */
+            k->srv->store.ops->record_detach(k->srv->store.ud, k->record_wait);
+        k->record_wait = NULL;
+    }
+    if (k->approval_settled != NULL)
         k->approval_settled(k, 0); /* it reached the upstream: the approval is used */
     tg__call_upauth_cancel(k->upauth, &k->upauth_wait);
     upstream_cancel(k);
@@ -185,6 +190,11 @@ void tg_call_close(struct tg_call *k)
         struct tg_webhook_event e = {"withdrawn", k->approval_id, k->tool, k->grant, k->subject ? k->subject : k->grant,
                                      up_name(k), k->args_sha256, "client", NULL};
         tg_webhook_post(srv, &e);
+    }
+    if (k->record_shared) { /* a pending retry record nobody decided: others stop finding it */
+        k->record_shared = 0;
+        if (k->srv->store.ops->record_drop != NULL) /* NULL: the cluster went (it expires) */
+            k->srv->store.ops->record_drop(k->srv->store.ud, k->approval_key, k->approval_id);
     }
     if (k->sess) {
         if (k->kind == KIND_REQUEST && k->sess->inflight > 0)

@@ -137,7 +137,12 @@ struct tg_call {
     char *approval_reason;        /* a denied retry record: the approver's words */
     struct tg_call *approval_taken; /* a call that consumed a retry approval: the record, given
                                      * back if the call certainly did not run, closed otherwise */
-    void (*approval_settled)(struct tg_call *k, int give_back); /* set with approval_taken */
+    void (*approval_settled)(struct tg_call *k, int give_back); /* a call that took an approval
+                                     * (approval_taken, or the shared store's record): once, when it settles */
+    struct tg_record_wait *record_wait; /* retry with a shared store: the record lookup, until it answers */
+    void (*record_then)(struct tg_call *k, struct tg_buf *out); /* parks k when no record was found */
+    unsigned char record_shared;  /* its pending record is in the shared store: dropped when k
+                                   * closes undecided */
     /* its decision (core/gate/dispatch.c, through the shared store: core/call/shared.h) */
     struct tg_gate_request *asking;  /* the request on the gate's stack while the store decides
                                       * inline; NULL once the decision waits (held has it) */

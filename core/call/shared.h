@@ -111,6 +111,32 @@ typedef void (*tg_approval_list_cb)(void *ud, const struct tg_approval_item *ite
 #define TG_APPROVAL_NOT_ALLOWED (-4)
 typedef void (*tg_approval_decide_cb)(void *ud, int rc, const char *why);
 
+/* ---- retry records (core/call/approvals_modes.h) ------------------------------------------ */
+
+/* The state of a retry-mode approval: what a call made again with the same key meets. */
+enum { TG_RECORD_PENDING = 0, TG_RECORD_APPROVED, TG_RECORD_DENIED };
+
+/* A retry-mode approval as members share it. Strings borrowed for the call. */
+struct tg_approval_record {
+    uint8_t key[32];     /* grant, subject, upstream, tool, canonical arguments (the match key) */
+    const char *id;      /* its approval id (32 hex digits) */
+    int state;           /* TG_RECORD_PENDING, _APPROVED or _DENIED */
+    const char *by;      /* decided: who, or NULL */
+    const char *reason;  /* denied: the approver's words, or NULL */
+    uint64_t expires_ms; /* wall clock: pending, its call's deadline; decided, approval_ttl on */
+};
+
+/* How a record lookup ended. */
+enum {
+    TG_RECORD_MINE = 0,  /* none was there: the caller's pending record is the record now */
+    TG_RECORD_FOUND = 1, /* rec: pending (another call's), denied, or approved and taken by the
+                          * caller (its call runs, then settles it: record_settled) */
+    TG_RECORD_BUSY = 2,  /* approved, and taken by a call that runs now */
+    TG_RECORD_FAILED = -1, /* the store cannot answer (why): nothing was taken, nothing made */
+};
+struct tg_record_wait;
+typedef void (*tg_record_cb)(void *ud, int found, const struct tg_approval_record *rec, const char *why);
+
 /* ---- the store ---------------------------------------------------------------------------- */
 
 struct tg_shared_ops {
@@ -146,6 +172,22 @@ struct tg_shared_ops {
      * TG_APPROVAL_STALE and nothing runs. */
     void (*approval_decide)(void *ud, struct tg_slice id, int approve, const char *digest, const char *by,
                             const char *reason, tg_approval_decide_cb done, void *cb_ud);
+
+    /* Retry records that every member finds. NULL in the local store: a member's records are its
+     * own lists (srv->approvals, srv->approvals_decided). */
+    /* The record of mine->key, in one round trip and atomically: approved, it is taken (no other
+     * call finds it approved until it is given back); none, mine (pending) becomes the record.
+     * cb runs later, once, unless detached first; returns the handle until then. */
+    struct tg_record_wait *(*record_find)(void *ud, const struct tg_approval_record *mine, tg_record_cb cb,
+                                          void *cb_ud);
+    /* The caller of a waiting lookup is gone: what it took is given back, what it made dropped. */
+    void (*record_detach)(void *ud, struct tg_record_wait *w);
+    /* A human decided the record (approved or denied): it replaces the pending one. */
+    void (*record_put)(void *ud, const struct tg_approval_record *rec);
+    /* A pending record left undecided (expired, withdrawn, refused): dropped if still id's. */
+    void (*record_drop)(void *ud, const uint8_t key[32], const char *id);
+    /* The call that took the approved record id settled: given back (give_back) or used. */
+    void (*record_settled)(void *ud, const uint8_t key[32], const char *id, int give_back);
 };
 
 /* The store a server uses: its operations and their first argument. */

@@ -140,11 +140,8 @@ static void serialize(struct tg_exchange *x, struct tg_call *k, struct tg_msg *m
 
 /* An approve decision: the call waits for a human, unless it cannot (a batch, a full queue, a
  * grant holding its share of it): refused at once. The serialized message moves into the call. */
-static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
+static void park_admitted(struct tg_call *k, struct tg_buf *out, int in_batch, int retry)
 {
-    int retry = tg_approvals_admit(k, out); /* 1 answered at once (a batch may be); -1 answered already */
-    if (retry < 0)
-        return;
     k->held = *out;
     tg_buf_init(out);
     char msg[sizeof(k->dec->message)];
@@ -157,6 +154,18 @@ static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
     tg_call_audit(k, "rejected", -1, NULL, why == TG_APPROVAL_REFUSED_BATCH ? "(batch)" : "(queue full)");
     tg_approvals_refuse(k, msg, reason);
     tg_call_close(k);
+}
+
+/* A retry call whose record the shared store looked up: none was there, it parks as the record. */
+static void park_found_none(struct tg_call *k, struct tg_buf *out) { park_admitted(k, out, 0, 1); }
+
+static void park(struct tg_call *k, struct tg_buf *out, int in_batch)
+{
+    /* 1 answered at once (a batch may be); -1 answered already, or park_found_none parks it later */
+    int retry = tg_approvals_admit(k, out, park_found_none);
+    if (retry < 0)
+        return;
+    park_admitted(k, out, in_batch, retry);
 }
 
 /* What the continuation reads of a request while it is still the transport's: on the gate's

@@ -378,6 +378,155 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     await a.close();
   });
 
+  // Retry-mode approvals shared through Redis: the record a call made again meets is the same on
+  // every member. Each helper call is a fresh raw tools/call on a session of that member.
+  const retrySessions = {};
+  const retryCall = async (i, args) => {
+    retrySessions[i] ??= await session(c.instanceUrl(i, UPSTREAM), g.retry);
+    return rawCall(c.instanceUrl(i, UPSTREAM), retrySessions[i], 'write_file', args);
+  };
+  const status = (r) => r.msg?.error?.data?.status;
+  /** The record value in Redis holding approval `id` (found by scanning the record keys). */
+  const recordOf = async (id) => {
+    for (const k of await c.redis.command('KEYS', `${c.keyPrefix}ar:*`)) {
+      const v = await c.redis.command('GET', k);
+      if (typeof v === 'string' && v.slice(1, 33) === id) return { key: k, value: v };
+    }
+    return null;
+  };
+  /** Approve (or deny, with a reason) the pending approval id through member i's admin API. */
+  const decide = async (i, id, how, body = {}) => {
+    const item = await H.waitUntil(async () => (await c.admin(i, 'GET', '/admin/approvals')).json?.approvals?.find((x) => x.id === id),
+      { what: `approval ${id} in ${c.instances[i].name}'s list` });
+    const r = await c.admin(i, 'POST', `/admin/approvals/${id}/${how}`, { headers: { 'X-Tollgate-Approver': 'frank' }, body: JSON.stringify({ digest: item.digest, ...body }) });
+    assert.equal(r.status, 200, r.text);
+    // the member holding it wrote the decided record (A approved, D denied)
+    await H.waitUntil(async () => (await recordOf(id))?.value[0] === (how === 'approve' ? 'A' : 'D'), { what: `the ${how}d record in Redis` });
+  };
+
+  test('retry approvals are shared: pending on a (the same approval on c), approved through b, run once on c; again on a or b needs a new approval', async (t) => {
+    const args = { path: '/tmp/cluster-share.txt', content: 'pending-a-approve-b-run-c' };
+    const first = await retryCall(0, args);
+    assert.equal(code(first), -32003, JSON.stringify(first));
+    assert.equal(status(first), 'pending');
+    const id = first.msg.error.data.approval_id;
+    const onC = await retryCall(2, args);
+    assert.equal(status(onC), 'pending', JSON.stringify(onC));
+    assert.equal(onC.msg.error.data.approval_id, id, 'the identical call on c shares a\'s approval');
+    const rec = await recordOf(id);
+    assert.match(rec.value, /^P[0-9a-f]{32}[0-9a-f]{64}\.\{/, `a record is STATE ID MAC . JSON: ${rec.value}`);
+    assert.ok(Number(await c.redis.command('PTTL', rec.key)) > 0, 'the record expires');
+    await decide(1, id, 'approve');
+    const m0 = await c.metrics(2);
+    const ran = await retryCall(2, args);
+    assert.ok(ok(ran), `the call made again on c: ${JSON.stringify(ran)}`);
+    const m1 = await c.metrics(2);
+    const delta = (name) => family(m1, name) - family(m0, name);
+    t.diagnostic(`the approved call made again on c: ${delta('tollgate_cluster_redis_requests_total')} Redis requests, ` +
+      `${delta('tollgate_cluster_redis_round_trips_total')} round trips (the lookup that takes it, then its deletion once sent)`);
+    assert.equal(forwarded('/tmp/cluster-share', 'path').length, 1, 'ran exactly once, on c');
+    assert.equal(await recordOf(id), null, 'the used approval is gone from Redis');
+    const onA = await retryCall(0, args);
+    assert.equal(status(onA), 'pending', `again on a: ${JSON.stringify(onA)}`);
+    assert.notEqual(onA.msg.error.data.approval_id, id, 'a new approval');
+    const onB = await retryCall(1, args);
+    assert.equal(status(onB), 'pending', `again on b: ${JSON.stringify(onB)}`);
+    assert.equal(onB.msg.error.data.approval_id, onA.msg.error.data.approval_id, 'b shares the new approval');
+    assert.equal(forwarded('/tmp/cluster-share', 'path').length, 1, 'nothing more ran');
+    await decide(2, onA.msg.error.data.approval_id, 'deny');
+  });
+
+  test('retry approvals: the same approved call made on a and b at once runs exactly once', async () => {
+    for (let round = 0; round < 3; round++) {
+      const args = { path: `/tmp/cluster-race-${round}.txt`, content: 'race' };
+      const id = (await retryCall(0, args)).msg.error.data.approval_id;
+      await decide(2, id, 'approve');
+      const rs = await Promise.all([retryCall(0, args), retryCall(1, args)]);
+      assert.equal(rs.filter(ok).length, 1, `round ${round}: exactly one ran: ${JSON.stringify(rs)}`);
+      const other = rs.find((r) => !ok(r));
+      assert.equal(code(other), -32003, JSON.stringify(other));
+      assert.ok(['running', 'pending'].includes(status(other)), JSON.stringify(other));
+      assert.equal(forwarded(`/tmp/cluster-race-${round}`, 'path').length, 1, `round ${round}: forwarded once`);
+      if (status(other) === 'pending') await decide(0, other.msg.error.data.approval_id, 'deny');
+    }
+  });
+
+  test('retry approvals: a record changed or forged in Redis is ignored (counted); the untouched one runs once', async () => {
+    const refusedOn = async (i) => family(await c.metrics(i), 'tollgate_cluster_approval_records_refused_total');
+    const before = await refusedOn(2);
+    // a pending record turned "approved" by hand: its MAC no longer verifies
+    const args = { path: '/tmp/cluster-forge.txt', content: 'forge' };
+    const id = (await retryCall(0, args)).msg.error.data.approval_id;
+    const pending = await recordOf(id);
+    await c.redis.command('SET', pending.key, 'A' + pending.value.slice(1).replace('"state":"pending"', '"state":"approved"'), 'PX', '60000');
+    const forged = await retryCall(2, args);
+    assert.equal(status(forged), 'pending', `a forged approval: ${JSON.stringify(forged)}`);
+    assert.notEqual(forged.msg.error.data.approval_id, id, 'ignored: c made a pending record of its own');
+    assert.equal(forwarded('/tmp/cluster-forge', 'path').length, 0, 'nothing ran');
+    await decide(2, forged.msg.error.data.approval_id, 'deny');
+    await decide(1, id, 'deny'); // a's pending call, whose record was replaced, is still listed: decided too
+    // an approved record whose approver was changed, then one with no MAC: ignored; put back: it runs
+    const args2 = { path: '/tmp/cluster-alter.txt', content: 'alter' };
+    const id2 = (await retryCall(1, args2)).msg.error.data.approval_id;
+    await decide(0, id2, 'approve');
+    const approved = await recordOf(id2);
+    const json = approved.value.slice(98);
+    for (const value of [approved.value.replace('"by":"frank', '"by":"mallory'), approved.value.slice(0, 33) + '0'.repeat(64) + '.' + json]) {
+      assert.notEqual(value, approved.value);
+      await c.redis.command('SET', approved.key, value, 'PX', '60000');
+      const r = await retryCall(2, args2);
+      assert.equal(code(r), -32003, `a changed record ran the call: ${JSON.stringify(r)}`);
+      await decide(2, r.msg.error.data.approval_id, 'deny');
+    }
+    assert.equal(forwarded('/tmp/cluster-alter', 'path').length, 0, 'nothing ran');
+    assert.ok(await refusedOn(2) - before >= 3, `records refused counted on c: ${await refusedOn(2) - before}`);
+    await c.redis.command('SET', approved.key, approved.value, 'PX', '60000');
+    const r = await retryCall(2, args2);
+    assert.ok(ok(r), `the record as its member wrote it: ${JSON.stringify(r)}`);
+    assert.equal(forwarded('/tmp/cluster-alter', 'path').length, 1);
+  });
+
+  test('retry approvals: a deny on b reaches the call made again on c with the approver\'s reason', async () => {
+    const args = { path: '/tmp/cluster-deny.txt', content: 'deny' };
+    const id = (await retryCall(0, args)).msg.error.data.approval_id;
+    await decide(1, id, 'deny', { reason: 'not this path' });
+    for (const i of [2, 0]) {
+      const r = await retryCall(i, args);
+      assert.equal(code(r), -32003, JSON.stringify(r));
+      assert.equal(status(r), 'denied', JSON.stringify(r));
+      assert.equal(r.msg.error.data.reason, 'not this path');
+      assert.equal(r.msg.error.data.approval_id, id);
+    }
+    assert.equal(forwarded('/tmp/cluster-deny', 'path').length, 0);
+  });
+
+  test('retry approvals with Redis stopped: -32003 "approvals are unavailable", nothing runs; afterwards the approval runs once', async () => {
+    const args = { path: '/tmp/cluster-down.txt', content: 'down' };
+    const id = (await retryCall(0, args)).msg.error.data.approval_id;
+    await decide(1, id, 'approve');
+    const warm = await retryCall(2, { path: '/tmp/cluster-down-warm.txt', content: 'x' }); // c's session exists
+    await decide(2, warm.msg.error.data.approval_id, 'deny');
+    c.redis.stop();
+    let down;
+    try {
+      down = await retryCall(2, args);
+    } finally {
+      c.redis.cont();
+    }
+    assert.equal(code(down), -32003, JSON.stringify(down));
+    assert.equal(status(down), 'unavailable', JSON.stringify(down));
+    assert.match(down.msg.error.message, /approvals are unavailable/);
+    assert.equal(forwarded('/tmp/cluster-down', 'path').length, 0, 'nothing ran while Redis was stopped');
+    for (let i = 0; i < 3; i++) await c.instances[i].waitForMetric('tollgate_cluster_redis_up', (v) => v === 1, { token: ADMIN_TOKEN, timeout: 15000 });
+    const r = await H.waitUntil(async () => { const x = await retryCall(2, args); return status(x) === 'unavailable' ? null : x; },
+      { what: 'the call made again once Redis answers' });
+    assert.ok(ok(r), JSON.stringify(r));
+    const again = await retryCall(1, args);
+    assert.equal(status(again), 'pending', JSON.stringify(again));
+    assert.equal(forwarded('/tmp/cluster-down', 'path').length, 1, 'ran exactly once');
+    await decide(1, again.msg.error.data.approval_id, 'deny');
+  });
+
   test('approvals in task mode: a task on a, approved on c; polled on a, completed with the result, run once', async () => {
     const a = await H.connectClient(c.instanceUrl(0, UPSTREAM), { fetch: fetchFn, headers: bearer(g.task.token), cleanup });
     const args = { path: '/tmp/cluster-task.txt', content: 'approve-on-c' };
