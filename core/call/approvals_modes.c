@@ -22,9 +22,10 @@ int tg_approvals_mode_of(const struct tg_call *k)
     int m = k->dec->approval_mode;
     if (m == TG_APPROVAL_AUTO)
         m = tg_upstream_conf(k->uprt)->approval_mode;
-    int tasks = k->task_aug && k->era == TG_ERA_2025; /* the 2026 tasks extension is not served */
+    /* A task-augmented 2025 call, or a 2026 call whose client declared the tasks extension. */
+    int tasks = (k->task_aug && k->era == TG_ERA_2025) || (k->tasks_ext && k->era == TG_ERA_2026);
     if (m == TG_APPROVAL_AUTO && tasks)
-        m = TG_APPROVAL_TASK; /* the client asked for a task */
+        m = TG_APPROVAL_TASK; /* the client takes a task (SEP-2848: a requestable denial is one) */
     if (m == TG_APPROVAL_AUTO)
         m = k->era == TG_ERA_2025 && k->progress_token != NULL ? TG_APPROVAL_HOLD : TG_APPROVAL_RETRY;
     if (m == TG_APPROVAL_TASK && !tasks)
@@ -415,6 +416,7 @@ static void task_start(struct tg_call *k)
     struct tg_server *srv = k->srv;
     int64_t ttl = (int64_t)k->dec->approval_timeout_ms + srv->conf->limits.approval_ttl_ms; /* covers the wait */
     struct tg_task *t = tg_task_new(srv, NULL, k->grant, k->subject, up_name(k), 0, ttl);
+    t->modern = k->era == TG_ERA_2026;
     struct tg_buf b, url;
     tg_buf_init(&b);
     tg_buf_init(&url);
@@ -425,9 +427,16 @@ static void task_start(struct tg_call *k)
     t->status_message = tg_xstrdup(msg);
     tg_buf_appends(&b, "{\"jsonrpc\":\"2.0\",\"id\":");
     tg_buf_append(&b, k->client_id, k->client_id_len);
-    tg_buf_appends(&b, ",\"result\":{\"task\":");
-    tg_task_write(&b, t);
-    tg_buf_appends(&b, "}}");
+    if (t->modern) {
+        /* The extension's CreateTaskResult: the task's members, flat, beside resultType. */
+        tg_buf_appends(&b, ",\"result\":{\"resultType\":\"task\",");
+        tg_task_write(&b, t);
+        tg_buf_appends(&b, "}}");
+    } else {
+        tg_buf_appends(&b, ",\"result\":{\"task\":");
+        tg_task_write(&b, t);
+        tg_buf_appends(&b, "}}");
+    }
     struct tg_sink *sk = k->sink;
     if (sk != NULL) {
         sk->ops->answer(sk, k, 200, NULL, b.base, b.len);

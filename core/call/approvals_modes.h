@@ -2,10 +2,12 @@
  * when called again once approved (retry), or a task the client polls (task).
  *
  * The mode is the tool's approval_mode (policy), else its upstream's (conf), else chosen by the
- * client: task for a 2025-era task-augmented call (params.task, MCP 2025-11-25), hold for a 2025-era call
- * that sent params._meta.progressToken (its client can be kept waiting by progress), retry for
- * every other call (a 2026-07-28 request, a 2025 call without a token: clients with default
- * options give up on a call after 60 s). task for a call that is not task-augmented is retry.
+ * client: task for a 2025-era task-augmented call (params.task, MCP 2025-11-25) and for a
+ * 2026-07-28 call whose client declared the tasks extension (io.modelcontextprotocol/tasks,
+ * SEP-2663; SEP-2848 answers a requestable denial with a task), hold for a 2025-era call that sent
+ * params._meta.progressToken (its client can be kept waiting by progress), retry for every other
+ * call (a 2026-07-28 request without the extension, a 2025 call without a token: clients with
+ * default options give up on a call after 60 s). task for a client that takes no task is retry.
  *
  * hold: the call parks as it always did, its approval_timeout cut to limits.approval_hold_max_ms,
  * and a client that sent a progressToken gets notifications/progress every
@@ -22,9 +24,9 @@
  * takes an approved one, and a store that cannot answer refuses the call (fails closed).
  *
  * task: the call parks with its session, its client answered at once with a CreateTaskResult
- * (working); from then on it answers into its task's sink (core/call/tasks.h): approved, it runs
- * (without params.task) and the task completes with its answer; refused or expired, the task
- * fails saying why. */
+ * (working; for a 2026 client the extension's flat one, resultType "task"); from then on it
+ * answers into its task's sink (core/call/tasks.h): approved, it runs (without params.task) and
+ * the task completes with its answer; refused or expired, the task fails saying why. */
 #ifndef TG_APPROVALS_MODES_H
 #define TG_APPROVALS_MODES_H
 

@@ -130,6 +130,7 @@ struct tg_call {
     /* approval modes (core/call/approvals_modes.c) */
     unsigned char approval_mode;  /* the enum tg_approval_mode it parked in */
     unsigned char task_aug;       /* params.task: a task-augmented request (MCP 2025-11-25) */
+    unsigned char tasks_ext;      /* a 2026-07-28 request whose client declared the tasks extension */
     unsigned char approval_state; /* a retry record: TG_RECORD_PENDING, _APPROVED or _DENIED */
     uint64_t next_progress;       /* hold: when the next notifications/progress goes (0: none) */
     double progress_sent;         /* hold: the last progress value sent */

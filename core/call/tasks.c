@@ -10,6 +10,7 @@
 #include "core/call/call.h" /* now_ms, wall_ms: inline */
 #include "core/call/gateway.h"
 #include "core/call/sink.h"
+#include "core/wire/msg.h"
 
 static const char *const status_names[] = {"working", "completed", "failed", "cancelled"};
 
@@ -32,7 +33,23 @@ static void task_answer(struct tg_sink *sk, struct tg_call *k, int status, const
     t->answer_len = n;
     cJSON *root = cJSON_ParseWithLength(p, n);
     const cJSON *err = tg_json_get(root, "error");
-    if (err != NULL) {
+    const cJSON *rt = tg_json_get(tg_json_get(root, "result"), "resultType");
+    if (err == NULL && cJSON_IsString(rt) && strcmp(rt->valuestring, "complete") != 0) {
+        /* The tool asked its client for input (input_required): a task the gateway made for an
+         * approval has nobody to ask, so it fails saying so. */
+        static const char why[] = "the tool asked for input, which a task made for an approval cannot relay: "
+                                  "call the tool again";
+        struct tg_buf e;
+        tg_buf_init(&e);
+        tg_rpc_error(&e, NULL, 0, TG_RPC_INTERNAL, why, NULL);
+        free(t->answer);
+        t->answer = tg_xmalloc(e.len + 1);
+        memcpy(t->answer, e.base, e.len);
+        t->answer[e.len] = '\0';
+        t->answer_len = e.len;
+        tg_buf_dispose(&e);
+        tg_task_finish(t, TG_TASK_FAILED, why);
+    } else if (err != NULL) {
         const cJSON *msg = tg_json_get(err, "message");
         const cJSON *reason = tg_json_get(tg_json_get(err, "data"), "reason");
         char why[800];
@@ -153,7 +170,7 @@ static void iso8601(struct tg_buf *b, int64_t ms)
 
 void tg_task_write(struct tg_buf *b, const struct tg_task *t)
 {
-    tg_buf_appends(b, "{\"taskId\":");
+    tg_buf_appends(b, t->modern ? "\"taskId\":" : "{\"taskId\":");
     tg_json_write_string(b, t->id, strlen(t->id));
     tg_buf_appendf(b, ",\"status\":\"%s\"", status_names[t->status]);
     if (t->status_message != NULL) {
@@ -164,7 +181,31 @@ void tg_task_write(struct tg_buf *b, const struct tg_task *t)
     iso8601(b, t->created_ms);
     tg_buf_appends(b, ",\"lastUpdatedAt\":");
     iso8601(b, t->updated_ms);
-    tg_buf_appendf(b, ",\"ttl\":%lld,\"pollInterval\":%d}", (long long)t->ttl_ms, TG_TASK_POLL_MS);
+    if (t->modern)
+        tg_buf_appendf(b, ",\"ttlMs\":%lld,\"pollIntervalMs\":%d", (long long)t->ttl_ms, TG_TASK_POLL_MS);
+    else
+        tg_buf_appendf(b, ",\"ttl\":%lld,\"pollInterval\":%d}", (long long)t->ttl_ms, TG_TASK_POLL_MS);
+}
+
+void tg_task_write_detail(struct tg_buf *b, const struct tg_task *t)
+{
+    tg_buf_appends(b, "{\"resultType\":\"complete\",");
+    tg_task_write(b, t);
+    cJSON *root = t->answer != NULL && t->status != TG_TASK_CANCELLED ? cJSON_ParseWithLength(t->answer, t->answer_len)
+                                                                     : NULL;
+    const cJSON *v = tg_json_get(root, t->status == TG_TASK_COMPLETED ? "result" : "error");
+    if (v != NULL && (t->status == TG_TASK_COMPLETED || t->status == TG_TASK_FAILED)) {
+        tg_buf_appends(b, t->status == TG_TASK_COMPLETED ? ",\"result\":" : ",\"error\":");
+        tg_json_write(b, v);
+    } else if (t->status == TG_TASK_FAILED) {
+        /* It ended without an answer (the gateway stopped): the error says so. */
+        const char *why = t->status_message ? t->status_message : "the call failed";
+        tg_buf_appendf(b, ",\"error\":{\"code\":%d,\"message\":", TG_RPC_INTERNAL);
+        tg_json_write_string(b, why, strlen(why));
+        tg_buf_appends(b, "}");
+    }
+    cJSON_Delete(root);
+    tg_buf_appends(b, "}");
 }
 
 void tg_tasks_note_relayed(struct tg_server *srv, const char *p, size_t n, const char *grant, const char *subject,

@@ -1,4 +1,4 @@
-/* Tasks (MCP 2025-11-25) the gateway knows of, each bound to the grant, subject and upstream that
+/* Tasks (MCP 2025-11-25, and the 2026-07-28 tasks extension, SEP-2663) the gateway knows of, each bound to the grant, subject and upstream that
  * made it:
  *   - its own: a call parked for approval in approval_mode "task" (core/call/approvals_modes.c)
  *     answers into its task's sink, and the task holds that answer for tasks/result;
@@ -32,6 +32,7 @@ struct tg_task {
     char *id;
     char *grant, *subject, *upstream;
     int relayed;               /* an upstream's task id */
+    int modern;                /* made for a 2026-07-28 client: the extension's shape (ttlMs, ...) */
     int status;                /* enum tg_task_status */
     char *status_message;      /* or NULL */
     char *answer;              /* finished: the call's JSON-RPC answer (its own id), or NULL */
@@ -48,8 +49,13 @@ struct tg_task *tg_task_new(struct tg_server *srv, const char *id, const char *g
 /* The task id names for this caller on this upstream, or NULL (none, or another's). */
 struct tg_task *tg_task_find(struct tg_server *srv, const char *id, const char *grant, const char *subject,
                              const char *upstream);
-/* The Task object (taskId, status, statusMessage, createdAt, lastUpdatedAt, ttl, pollInterval). */
+/* The Task object (taskId, status, statusMessage, createdAt, lastUpdatedAt, ttl, pollInterval);
+ * a modern one's members, without the braces, as the extension names them (ttlMs,
+ * pollIntervalMs): a CreateTaskResult or tasks/get result adds its own. */
 void tg_task_write(struct tg_buf *b, const struct tg_task *t);
+/* tasks/get of a modern task (the extension's DetailedTask): resultType "complete", the task,
+ * and once it finished its call's result (completed) or error (failed), inlined. */
+void tg_task_write_detail(struct tg_buf *b, const struct tg_task *t);
 /* A task finished (status, message: statusMessage or NULL): kept limits.approval_ttl_ms more. */
 void tg_task_finish(struct tg_task *t, int status, const char *message);
 /* An upstream's answer p to a task-augmented call of grant/subject on upstream: a task id in it

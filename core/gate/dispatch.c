@@ -14,6 +14,7 @@
 #include "core/base/log.h"
 #include "core/mcp/era.h"
 #include "core/mcp/legacy.h"
+#include "core/mcp/mrtr.h"
 #include "core/mcp/listen.h"
 #include "core/mcp/rewrite.h"
 #include "core/gate/reads.h"
@@ -416,6 +417,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         else if (cJSON_IsNumber(tok))
             k->progress_token = tg_mcp_id_key_number(tok);
         k->task_aug = cJSON_IsObject(tg_json_get(params, "task"));
+        k->tasks_ext = x->era == TG_ERA_2026 && (x->client_caps & TG_CAP_TASKS);
     }
     k->id_key = key;
     if (mc != NULL && dec != NULL) {
@@ -659,6 +661,8 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
         tg_sink_refuse(sk, 400, NULL, 0, TG_RPC_INVALID_REQUEST, msg, NULL);
         return;
     }
+    if (m->kind == TG_MSG_REQUEST && tg_gate_tasks(x, sk, m, tg_dispatch_subject(x)))
+        return; /* a task of the gateway's own, or one the caller does not own */
     int listen = x->era == TG_ERA_2026 && m->kind == TG_MSG_REQUEST && m->mid == TG_M_LISTEN;
     if (m->kind != TG_MSG_RESPONSE && !listen && !tg_msg_is_standard(m, m->kind) &&
         !tg_policy_method_allowed(pol, m->method)) {
@@ -670,8 +674,6 @@ void tg_dispatch_message(struct tg_exchange *x, struct tg_sink *sk, struct tg_ms
         tg_sink_answer_empty(sk, m); /* the gateway owns the lifecycle of a local-initialize upstream */
         return;
     }
-    if (m->kind == TG_MSG_REQUEST && tg_gate_tasks(x, sk, m, tg_dispatch_subject(x)))
-        return; /* a task of the gateway's own, or one the caller does not own */
     if (m->kind == TG_MSG_REQUEST)
         handle_request(x, sk, pol, m);
     else

@@ -194,11 +194,14 @@ static int check_one(const struct tg_mcp_header *h, size_t nh, const char *name,
     return 0;
 }
 
-/* The params member Mcp-Name states for a method, or NULL. */
+/* The params member Mcp-Name states for a method, or NULL: the tasks extension's methods name
+ * their task (SEP-2663). */
 static const char *name_key(const char *m)
 {
     if (strcmp(m, "tools/call") == 0 || strcmp(m, "prompts/get") == 0)
         return "name";
+    if (strcmp(m, "tasks/get") == 0 || strcmp(m, "tasks/update") == 0 || strcmp(m, "tasks/cancel") == 0)
+        return "taskId";
     return strcmp(m, "resources/read") == 0 ? "uri" : NULL;
 }
 

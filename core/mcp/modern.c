@@ -44,7 +44,10 @@ static void write_caps(struct tg_buf *out, const char *caps, int listen)
             tg_buf_appendf(out, "\":{\"listChanged\":%s%s}", lc ? "true" : "false",
                            i == 1 ? (sub ? ",\"subscribe\":true" : ",\"subscribe\":false") : "");
     }
-    tg_buf_appends(out, "}");
+    /* The gateway's own: a call parked for approval is a task for a client that declared the
+     * extension (core/call/approvals_modes.h), polled with tasks/get (core/gate/tasks.c). */
+    tg_buf_appends(out, n ? ",\"extensions\":{\"io.modelcontextprotocol/tasks\":{}}}"
+                          : "\"extensions\":{\"io.modelcontextprotocol/tasks\":{}}}");
     cJSON_Delete(c);
 }
 

@@ -21,6 +21,8 @@ unsigned tg_mcp_client_caps(const cJSON *caps)
         c |= TG_CAP_SAMPLING;
     if (cJSON_IsObject(tg_json_get(caps, "roots")))
         c |= TG_CAP_ROOTS;
+    if (cJSON_IsObject(tg_json_get(tg_json_get(caps, "extensions"), TG_MCP_TASKS_EXT)))
+        c |= TG_CAP_TASKS;
     return c;
 }
 

@@ -22,6 +22,9 @@
 #define TG_CAP_ELICITATION 0x1u
 #define TG_CAP_SAMPLING 0x2u
 #define TG_CAP_ROOTS 0x4u
+/* The tasks extension (SEP-2663): clientCapabilities.extensions["io.modelcontextprotocol/tasks"]. */
+#define TG_CAP_TASKS 0x8u
+#define TG_MCP_TASKS_EXT "io.modelcontextprotocol/tasks"
 
 /* The TG_CAP_* an input request's method needs (elicitation/create, sampling/createMessage,
  * roots/list), with the capability's name in *cap; 0 for any other method. */

@@ -14,6 +14,13 @@
 //   task (a task-augmented call): the SDK 1.x experimental tasks client gets a task, working while
 //     a human decides, completed with the result or failed with the denial; another grant's
 //     tasks/get, tasks/result, tasks/cancel of it are "not found", its tasks/list empty.
+//   task, MCP 2026-07-28 (raw requests declaring the io.modelcontextprotocol/tasks extension; no
+//     npm client implements it yet: the SDK 2.x client rejects resultType "task"): a flat
+//     CreateTaskResult (resultType "task", working, ttlMs covering the approval window), tasks/get
+//     working until decided, then completed with the result inlined or failed with the denial as
+//     the inlined error; tasks/cancel an empty ack that withdraws the call; another grant's
+//     tasks/get|update|cancel "not found"; without the extension declared, -32021 for those and
+//     retry for the call.
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -312,6 +319,147 @@ describe('task mode (a task-augmented call, MCP 2025-11-25)', () => {
     });
     assert.equal(seen.at(-1).type, 'error', JSON.stringify(seen));
     assert.equal(writes(args.path).length, 0);
+  });
+});
+
+describe('task mode, MCP 2026-07-28 (the tasks extension, SEP-2663): raw requests', () => {
+  const MODERN = '2026-07-28';
+  const EXT = 'io.modelcontextprotocol/tasks';
+  const meta = (ext) => ({ 'io.modelcontextprotocol/protocolVersion': MODERN,
+    'io.modelcontextprotocol/clientCapabilities': ext ? { extensions: { [EXT]: {} } } : {} });
+  let nextId = 100;
+  /** One 2026-07-28 request: its standard headers from the body (Mcp-Name: the tool or the task), its answer. */
+  async function rpc(token, method, params, { ext = true, headers } = {}) {
+    const name = method === 'tools/call' ? params.name : ['tasks/get', 'tasks/update', 'tasks/cancel'].includes(method) ? params.taskId : undefined;
+    const h = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', Authorization: `Bearer ${token}`,
+      'MCP-Protocol-Version': MODERN, 'Mcp-Method': method, ...(name !== undefined ? { 'Mcp-Name': name } : {}), ...headers };
+    for (const [k, v] of Object.entries(h)) if (v === null) delete h[k];
+    const id = nextId++;
+    const res = await fetchFn(url(), { method: 'POST', headers: h,
+      body: JSON.stringify({ jsonrpc: '2.0', id, method, params: { ...params, _meta: meta(ext) } }) });
+    const text = await res.text();
+    let msg;
+    try { msg = JSON.parse(text); } catch { msg = H.parseSse(text).map((e) => JSON.parse(e.data)).find((m) => m.id === id); }
+    assert.ok(msg, `${method}: an answer (HTTP ${res.status}): ${text.slice(0, 300)}`);
+    return { status: res.status, msg, text };
+  }
+  const ok = (r, what) => { assert.equal(r.msg.error, undefined, `${what}: ${r.text.slice(0, 400)}`); return r.msg.result; };
+  const err = (r, code, what) => { assert.equal(r.msg.error?.code, code, `${what}: ${r.text.slice(0, 400)}`); return r.msg.error; };
+  const get = (token, taskId, opts) => rpc(token, 'tasks/get', { taskId }, opts);
+  const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+
+  /** A write_file call of alice's that needs approval: its CreateTaskResult, checked, and its listing. */
+  async function created(args) {
+    const r = ok(await rpc(ALICE, 'tools/call', { name: 'write_file', arguments: args }), 'tools/call');
+    assert.equal(r.resultType, 'task', JSON.stringify(r));
+    assert.equal(r.status, 'working');
+    assert.match(r.taskId, /^[0-9a-f]{32}$/);
+    assert.match(r.statusMessage, /^waiting for a human to approve write_file at http:\/\/127\.0\.0\.1:\d+\/admin\/ui\/ \(approval [0-9a-f]{32}\)$/);
+    assert.match(r.createdAt, ISO);
+    assert.match(r.lastUpdatedAt, ISO);
+    assert.ok(Number.isInteger(r.ttlMs) && r.ttlMs >= 120000, `ttlMs covers the approval window (120 s): ${r.ttlMs}`);
+    assert.equal(r.pollIntervalMs, 1000);
+    for (const k of ['task', 'ttl', 'pollInterval', 'result', 'error', 'requestState', 'content'])
+      assert.equal(k in r, false, `a flat CreateTaskResult has no ${k}: ${JSON.stringify(r)}`);
+    const item = await H.waitUntil(async () => (await admin('GET', '/admin/approvals')).json.approvals
+      .find((x) => x.id === r.statusMessage.match(/approval ([0-9a-f]{32})/)[1]), { what: 'the parked task call in the queue' });
+    assert.equal(item.tool, 'write_file');
+    assert.equal(item.grant, 'alice');
+    return { task: r, item };
+  }
+
+  test('server/discover advertises the extension', async () => {
+    const r = ok(await rpc(ALICE, 'server/discover', {}), 'server/discover');
+    assert.deepEqual(r.capabilities.extensions, { [EXT]: {} }, JSON.stringify(r.capabilities));
+  });
+
+  test('approved: working while a human decides, bound to its caller; then completed with the result inlined', async () => {
+    const args = { path: '/tmp/task26-approved.txt', content: 'task' };
+    const { task, item } = await created(args);
+    const w = ok(await get(ALICE, task.taskId), 'tasks/get');
+    assert.equal(w.resultType, 'complete');
+    assert.equal(w.taskId, task.taskId);
+    assert.equal(w.status, 'working');
+    assert.equal('result' in w || 'error' in w, false, JSON.stringify(w));
+    // another grant's tasks/get, tasks/update, tasks/cancel: not found, as a task that does not exist
+    for (const [method, extra] of [['tasks/get', {}], ['tasks/update', { inputResponses: {} }], ['tasks/cancel', {}]]) {
+      const from = gw.stderr().length;
+      const e = err(await rpc(BOB, method, { taskId: task.taskId, ...extra }), -32602, `bob ${method}`);
+      assert.match(e.message, /Task not found/);
+      await gw.waitForLog(/task not found for its caller.*grant=bob/, { from, what: `the gateway refusing bob's ${method}` });
+    }
+    err(await get(ALICE, '0'.repeat(32)), -32602, 'an unknown task id');
+    // the extension's methods for a client that declared it only
+    const { status, msg } = await get(ALICE, task.taskId, { ext: false });
+    assert.equal(status, 400);
+    assert.equal(msg.error.code, -32021, JSON.stringify(msg));
+    assert.deepEqual(msg.error.data, { requiredCapabilities: { extensions: { [EXT]: {} } } });
+    // Mcp-Name states the task: missing or another one is refused before anything
+    for (const h of [{ 'Mcp-Name': null }, { 'Mcp-Name': 'f'.repeat(32) }]) {
+      const r = await get(ALICE, task.taskId, { headers: h });
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.msg.error.code, -32020, r.text);
+    }
+    // removed in 2026-07-28: tasks/result and tasks/list
+    err(await rpc(ALICE, 'tasks/result', { taskId: task.taskId }), -32601, 'tasks/result');
+    err(await rpc(ALICE, 'tasks/list', {}), -32601, 'tasks/list');
+    // tasks/update: nothing was asked, an empty ack; without inputResponses, -32602
+    assert.deepEqual(ok(await rpc(ALICE, 'tasks/update', { taskId: task.taskId, inputResponses: {} }), 'tasks/update'), { resultType: 'complete' });
+    err(await rpc(ALICE, 'tasks/update', { taskId: task.taskId }), -32602, 'tasks/update without inputResponses');
+    assert.equal(writes(args.path).length, 0, 'nothing ran before the approval');
+    const r = await admin('POST', `/admin/approvals/${item.id}/approve`, {}, { digest: item.digest });
+    assert.equal(r.status, 200, r.text);
+    const done = await H.waitUntil(async () => { const g = ok(await get(ALICE, task.taskId), 'tasks/get'); return g.status !== 'working' && g; },
+      { what: 'the task finished' });
+    assert.equal(done.status, 'completed', JSON.stringify(done));
+    assert.equal(done.resultType, 'complete');
+    assert.ok(Array.isArray(done.result?.content) && done.result.content.length > 0, JSON.stringify(done));
+    assert.equal(done.result.isError, undefined, JSON.stringify(done));
+    assert.equal('error' in done, false);
+    assert.equal(writes(args.path).length, 1, 'the approved call ran once');
+    assert.deepEqual(writes(args.path)[0].msg.params.arguments, args);
+    assert.equal(writes(args.path)[0].msg.params.task, undefined, 'the upstream got a plain call');
+    assert.deepEqual(ok(await rpc(ALICE, 'tasks/cancel', { taskId: task.taskId }), 'cancel a finished task'), { resultType: 'complete' },
+      'a finished task\'s cancel is acked the same');
+    assert.equal(ok(await get(ALICE, task.taskId), 'tasks/get').status, 'completed', 'and changes nothing');
+  });
+
+  test('denied: failed, the approver\'s reason in the inlined error; the call never runs', async () => {
+    const args = { path: '/tmp/task26-denied.txt', content: 'no' };
+    const { task, item } = await created(args);
+    const r = await admin('POST', `/admin/approvals/${item.id}/deny`, {}, { reason: 'not on a Friday' });
+    assert.equal(r.status, 200, r.text);
+    const done = await H.waitUntil(async () => { const g = ok(await get(ALICE, task.taskId), 'tasks/get'); return g.status !== 'working' && g; },
+      { what: 'the task finished' });
+    assert.equal(done.status, 'failed', JSON.stringify(done));
+    assert.equal(done.statusMessage, 'write_file was refused by a human approver; the call was not made: not on a Friday');
+    assert.equal(done.error.code, -32003);
+    assert.equal(done.error.message, 'write_file was refused by a human approver; the call was not made');
+    assert.equal(done.error.data.reason, 'not on a Friday');
+    assert.equal(done.error.data.approval_id, item.id);
+    assert.equal('result' in done, false);
+    assert.equal(writes(args.path).length, 0);
+  });
+
+  test('tasks/cancel withdraws the parked call: an empty ack, it leaves the queue, cancelled, never runs', async () => {
+    const args = { path: '/tmp/task26-cancelled.txt', content: 'no' };
+    const { task, item } = await created(args);
+    assert.deepEqual(ok(await rpc(ALICE, 'tasks/cancel', { taskId: task.taskId }), 'tasks/cancel'), { resultType: 'complete' });
+    assert.equal((await admin('GET', '/admin/approvals')).json.approvals.some((x) => x.id === item.id), false, 'withdrawn from the queue');
+    const g = ok(await get(ALICE, task.taskId), 'tasks/get');
+    assert.equal(g.status, 'cancelled');
+    assert.equal('result' in g || 'error' in g, false, JSON.stringify(g));
+    const late = await admin('POST', `/admin/approvals/${item.id}/approve`, {}, { digest: item.digest });
+    assert.notEqual(late.status, 200, 'a withdrawn call cannot be approved');
+    assert.equal(writes(args.path).length, 0);
+  });
+
+  test('a client that did not declare the extension gets retry: -32003 pending, no task', async () => {
+    const args = { path: '/tmp/task26-noext.txt', content: 'x' };
+    const e = err(await rpc(ALICE, 'tools/call', { name: 'write_file', arguments: args }, { ext: false }), -32003, 'no extension');
+    const id = assertPending(e, 'no extension');
+    assert.ok(await listed(id));
+    assert.equal((await admin('POST', `/admin/approvals/${id}/deny`)).status, 200);
   });
 });
 

@@ -105,10 +105,12 @@ describe('2026-07-28 requests', () => {
     // server-everything declares tools, resources (subscribe), prompts (each listChanged), logging
     // and completions: what tollgate relays is there, list changes and subscribe as declared (a
     // listen takes them from the upstream session's GET stream, its resources subscribed to with
-    // resources/subscribe), and logging (setLevel is gone) is not.
+    // resources/subscribe), and logging (setLevel is gone) is not. The tasks extension is the
+    // gateway's own (a call parked for approval is a task for a client that declares it).
     assert.deepEqual(res.capabilities, {
       tools: { listChanged: true }, resources: { listChanged: true, subscribe: true },
       prompts: { listChanged: true }, completions: {},
+      extensions: { 'io.modelcontextprotocol/tasks': {} },
     });
     assert.equal(res._meta?.['io.modelcontextprotocol/serverInfo']?.name, 'tollgate/sessionful');
   });

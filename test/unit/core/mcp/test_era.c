@@ -217,6 +217,22 @@ static void standard_headers(void **state)
                      TG_RPC_HEADER_MISMATCH);
     const char *list[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/list", NULL};
     assert_int_equal(check("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{" META "}}", list), 0);
+    /* The tasks extension's tasks/get, tasks/update, tasks/cancel name their task (params.taskId):
+     * Mcp-Name is required and must state it; tasks/result names nothing. */
+#define TASK(method) "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"" method "\",\"params\":{\"taskId\":\"t1\"," META "}}"
+    const char *tget[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tasks/get", "Mcp-Name", "t1", NULL};
+    assert_int_equal(check(TASK("tasks/get"), tget), 0);
+    const char *tcancel[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tasks/cancel", "Mcp-Name", "t1", NULL};
+    assert_int_equal(check(TASK("tasks/cancel"), tcancel), 0);
+    const char *tupdate[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tasks/update", "Mcp-Name", "t1", NULL};
+    assert_int_equal(check(TASK("tasks/update"), tupdate), 0);
+    const char *tother[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tasks/get", "Mcp-Name", "t2", NULL};
+    assert_int_equal(check(TASK("tasks/get"), tother), TG_RPC_HEADER_MISMATCH);
+    const char *tnone[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tasks/get", NULL};
+    assert_int_equal(check(TASK("tasks/get"), tnone), TG_RPC_HEADER_MISMATCH);
+    const char *tresult[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tasks/result", "Mcp-Name", "t1", NULL};
+    assert_int_equal(check(TASK("tasks/result"), tresult), TG_RPC_HEADER_MISMATCH);
+#undef TASK
     /* tools/call without params.name: -32602. */
     const char *nn[] = {"MCP-Protocol-Version", "2026-07-28", "Mcp-Method", "tools/call", "Mcp-Name", "x", NULL};
     assert_int_equal(check("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{" META "}}", nn),

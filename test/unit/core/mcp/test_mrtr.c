@@ -334,6 +334,30 @@ static void pinned_roots_answered_at_retry(void **state)
     tg_mcp_mrtr_dispose(&t);
 }
 
+/* clientCapabilities: the input kinds, and the tasks extension only as an object under extensions. */
+static void client_caps_read(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *caps;
+        unsigned want;
+    } cases[] = {
+        {"{}", 0},
+        {"{\"elicitation\":{},\"roots\":{}}", TG_CAP_ELICITATION | TG_CAP_ROOTS},
+        {"{\"extensions\":{\"io.modelcontextprotocol/tasks\":{}}}", TG_CAP_TASKS},
+        {"{\"extensions\":{\"io.modelcontextprotocol/tasks\":true}}", 0},
+        {"{\"tasks\":{}}", 0}, /* the 2025 capability is not the extension */
+        {"{\"extensions\":{\"io.modelcontextprotocol/Tasks\":{}}}", 0},
+        {"{\"sampling\":{},\"extensions\":{\"x/y\":{},\"io.modelcontextprotocol/tasks\":{\"a\":1}}}",
+         TG_CAP_SAMPLING | TG_CAP_TASKS},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cJSON *c = cJSON_Parse(cases[i].caps);
+        assert_int_equal(tg_mcp_client_caps(c), cases[i].want);
+        cJSON_Delete(c);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -342,6 +366,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(results_checked),
         cmocka_unit_test(digest_made_late),
         cmocka_unit_test(pinned_roots_answered_at_retry),
+        cmocka_unit_test(client_caps_read),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
