@@ -23,6 +23,7 @@ struct tg_shared_job {
     struct tg_policy *policy;
     char *grant, *session, *upstream, *tool;
     char *subject; /* NULL: the grant's own */
+    char *issuer;  /* NULL: none */
     cJSON *args;
     int64_t now_ms;
     int continuation;
@@ -189,6 +190,7 @@ static void job_free(struct tg_shared_job *j)
     tg_policy_unref(j->policy);
     free(j->grant);
     free(j->subject);
+    free(j->issuer);
     free(j->session);
     free(j->upstream);
     free(j->tool);
@@ -237,7 +239,7 @@ static void on_ops(void *ud, int status)
     struct tg_shared_job *j = ud;
     struct tg_cluster *cl = j->cl;
     j->req = NULL;
-    struct tg_caller who = {j->grant, j->session, j->upstream, j->subject};
+    struct tg_caller who = {j->grant, j->session, j->upstream, j->subject, j->issuer};
     if (status != TG_REDIS_OK) {
         give_back_known(j);
         if (j->cb != NULL) {
@@ -319,6 +321,7 @@ static struct tg_shared_job *cluster_decide(void *ud, const struct tg_shared_ask
     j->session = tg_xstrdup(q->who.session ? q->who.session : "");
     j->upstream = tg_xstrdup(q->who.upstream ? q->who.upstream : "");
     j->subject = q->who.subject ? tg_xstrdup(q->who.subject) : NULL;
+    j->issuer = q->who.issuer && q->who.issuer[0] ? tg_xstrdup(q->who.issuer) : NULL;
     j->cb = cb;
     j->ud = cb_ud;
     tg_list_insert_tail(&cl->jobs, &j->link);

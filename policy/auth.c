@@ -60,7 +60,7 @@ void tg_principal_of_grant(const struct tg_grant_conf *g, struct tg_principal *w
     tg_strlcpy(who->scopes, g->scopes ? g->scopes : "", sizeof(who->scopes));
 }
 
-static const char *principal_issuer(const struct tg_conf *c, const struct tg_principal *who)
+const char *tg_principal_issuer(const struct tg_conf *c, const struct tg_principal *who)
 {
     return who->jwt > 0 && (size_t)who->jwt <= c->njwt && c->jwt[who->jwt - 1].issuer != NULL
                ? c->jwt[who->jwt - 1].issuer
@@ -69,7 +69,7 @@ static const char *principal_issuer(const struct tg_conf *c, const struct tg_pri
 
 void tg_principal_sha256(const struct tg_conf *c, const struct tg_principal *who, uint8_t out[32])
 {
-    const char *iss = principal_issuer(c, who);
+    const char *iss = tg_principal_issuer(c, who);
     size_t ilen = strlen(iss), slen = strnlen(who->subject, sizeof(who->subject));
     char buf[1024];
     if (ilen + 1 + slen <= sizeof(buf)) { /* the usual case: one pass of the fast digest */
@@ -97,7 +97,7 @@ uint64_t tg_principal_tag(const struct tg_conf *c, const struct tg_principal *wh
             memset(key, 0x5a, sizeof(key)); /* still a tag; only the owner's speed depends on it */
         keyed = 1;
     }
-    const char *iss = principal_issuer(c, who);
+    const char *iss = tg_principal_issuer(c, who);
     size_t ilen = strlen(iss), slen = strnlen(who->subject, sizeof(who->subject));
     char buf[1024 + TG_SUBJECT_MAX];
     uint64_t t;

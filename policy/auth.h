@@ -57,6 +57,9 @@ enum tg_auth_result tg_auth_grant_memo(const struct tg_conf *c, struct tg_slice 
 /* The principal of a grant reached without a token (a client certificate, an anonymous grant):
  * the grant itself is the subject. */
 void tg_principal_of_grant(const struct tg_grant_conf *g, struct tg_principal *who);
+/* The issuer of who's JWT (c->jwt[who->jwt - 1].issuer), or "" for a static token, a
+ * certificate or an anonymous grant. */
+const char *tg_principal_issuer(const struct tg_conf *c, const struct tg_principal *who);
 /* Who, inside its grant, a principal is, as a digest: SHA-256 of its JWT issuer ("" for a static
  * token, a certificate or an anonymous grant), a NUL and its subject. Two users of one grant
  * differ, and so do one subject name from two issuers, or a JWT whose subject is the grant's

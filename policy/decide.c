@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/buf.h"
 #include "core/base/json.h"
 #include "policy/counters.h"
 #include "policy/policy_int.h"
@@ -245,8 +246,8 @@ struct dctx {
     const struct tg_policy *p;
     struct tg_counters *cs;
     int64_t now_ms;
-    const char *up, *grant, *session, *subject;
-    size_t uplen, grantlen, sesslen, subjlen; /* SIZE_MAX: not measured yet */
+    const char *up, *grant, *session, *subject, *issuer;
+    size_t uplen, grantlen, sesslen, subjlen, isslen; /* SIZE_MAX: not measured yet */
     int private_keys; /* the store's keys are tg_keyhash, not tg_counters_hash */
     uint64_t up_gen;  /* the upmemo gen that means this caller's upstream; 0: not looked up yet,
                        * UINT64_MAX: an upstream too long to remember */
@@ -278,7 +279,8 @@ static void dctx_init(struct dctx *x, const struct tg_policy *p, struct tg_count
     x->grant = who->grant ? who->grant : "";
     x->session = who->session ? who->session : "";
     x->subject = who->subject ? who->subject : x->grant; /* no subject named: the grant's own */
-    x->uplen = x->grantlen = x->sesslen = x->subjlen = SIZE_MAX;
+    x->issuer = who->issuer ? who->issuer : "";
+    x->uplen = x->grantlen = x->sesslen = x->subjlen = x->isslen = SIZE_MAX;
     x->private_keys = tg_counters_private_keys(cs);
     x->up_gen = 0;
     x->nmemo = 0;
@@ -307,9 +309,9 @@ static uint64_t up_gen(struct dctx *x)
     return x->up_gen;
 }
 
-/* The private key of a counter for this caller (tg_keyhash): the parts upstream, key, scope
- * letter, identity (and for a subject's counter the subject as a part of its own). The state
- * after the first three is remembered per counter, as for the other derivation. */
+/* The private key of a counter for this caller (tg_keyhash): the parts upstream, key, scope letter,
+ * identity (and for a subject's counter, its issuer and the subject). The state after the first
+ * three is remembered per counter, as for the other derivation. */
 static void private_key(struct dctx *x, const struct pcounter *pc, struct keymemo *m, char scope, const char *id,
                         size_t idlen, uint64_t *h1, uint64_t *h2)
 {
@@ -328,8 +330,10 @@ static void private_key(struct dctx *x, const struct pcounter *pc, struct keymem
         }
     }
     tg_keyhash_part(&h, id, idlen);
-    if (pc->scope == SCOPE_SUBJECT)
+    if (pc->scope == SCOPE_SUBJECT) {
+        tg_keyhash_part(&h, x->issuer, lazy_len(x->issuer, &x->isslen));
         tg_keyhash_part(&h, x->subject, lazy_len(x->subject, &x->subjlen));
+    }
     tg_keyhash_end(&h, h1, h2);
 }
 
@@ -347,16 +351,18 @@ static void counter_hash(struct dctx *x, int idx, uint64_t *h1, uint64_t *h2)
     const struct pcounter *pc = &x->p->counters[idx];
     static const char sep_s[] = "\x1fs\x1f", sep_g[] = "\x1fg\x1f", sep_all[] = "\x1f*\x1f", sep_u[] = "\x1fu\x1f";
     const char *sep, *id;
-    size_t idlen, subjlen = 0;
-    unsigned char glen[4]; /* a subject's identity: the grant's length (4 bytes, little-endian), the
-                            * grant, the subject, so that no two (grant, subject) pairs read the same */
+    size_t idlen, subjlen = 0, isslen = 0;
+    /* a subject's identity: the grant's length (4 bytes, little-endian), the grant, the issuer's
+     * length, the issuer, the subject: no two (grant, issuer, subject) read the same */
+    unsigned char lens[8]; /* the grant's length, the issuer's */
     if (pc->scope == SCOPE_SUBJECT) {
         sep = sep_u;
         id = x->grant;
         idlen = lazy_len(x->grant, &x->grantlen);
         subjlen = lazy_len(x->subject, &x->subjlen);
-        for (int b = 0; b < 4; b++)
-            glen[b] = (unsigned char)((uint64_t)idlen >> (8 * b));
+        isslen = lazy_len(x->issuer, &x->isslen);
+        for (int b = 0; b < 8; b++)
+            lens[b] = (unsigned char)((uint64_t)(b < 4 ? idlen : isslen) >> (8 * (b & 3)));
     } else if (pc->scope == SCOPE_SESSION) {
         sep = sep_s;
         id = x->session;
@@ -376,7 +382,7 @@ static void counter_hash(struct dctx *x, int idx, uint64_t *h1, uint64_t *h2)
         goto remember;
     }
     size_t uplen = lazy_len(x->up, &x->uplen);
-    size_t total = idlen + (pc->scope == SCOPE_SUBJECT ? 4 + subjlen : 0); /* bytes after the prefix */
+    size_t total = idlen + (pc->scope == SCOPE_SUBJECT ? 8 + isslen + subjlen : 0); /* bytes after the prefix */
     uint64_t gen = up_gen(x);
     struct tg_counters_hasher h;
     if (m != NULL && m->gen == gen && m->idlen == total) {
@@ -394,10 +400,13 @@ static void counter_hash(struct dctx *x, int idx, uint64_t *h1, uint64_t *h2)
         }
     }
     if (pc->scope == SCOPE_SUBJECT)
-        tg_counters_hash_feed(&h, (const char *)glen, 4);
+        tg_counters_hash_feed(&h, (const char *)lens, 4);
     tg_counters_hash_feed(&h, id, idlen);
-    if (pc->scope == SCOPE_SUBJECT)
+    if (pc->scope == SCOPE_SUBJECT) {
+        tg_counters_hash_feed(&h, (const char *)lens + 4, 4);
+        tg_counters_hash_feed(&h, x->issuer, isslen);
         tg_counters_hash_feed(&h, x->subject, subjlen);
+    }
     tg_counters_hash_end(&h, h1, h2);
 remember:
     if (x->nmemo < MEMO_MAX) {
@@ -418,22 +427,12 @@ static double state_value(struct dctx *x, int idx)
     return tg_window_get(x->cs, h1, h2, window_start(x->now_ms, pc->window_ms));
 }
 
-/* snprintf(dst, n, "%s", src) without the formatter. */
-static void copy_str(char *dst, size_t n, const char *src)
-{
-    size_t len = strlen(src);
-    if (len >= n)
-        len = n - 1;
-    memcpy(dst, src, len);
-    dst[len] = '\0';
-}
-
 /* set_decision(d, v, rule, "%s", msg) without the formatter. */
 static void set_decision_str(struct tg_decision *d, enum tg_verdict v, const char *rule, const char *msg)
 {
     d->verdict = v;
-    copy_str(d->rule, sizeof(d->rule), rule);
-    copy_str(d->message, sizeof(d->message), msg);
+    tg_strlcpy(d->rule, rule, sizeof(d->rule));
+    tg_strlcpy(d->message, msg, sizeof(d->message));
 }
 
 /* set_decision(d, v, rule, "PRE%sPOST", s) without the formatter: what snprintf would write
@@ -443,7 +442,7 @@ static void set_decision_around(struct tg_decision *d, enum tg_verdict v, const 
                                 const char *s, const char *post)
 {
     d->verdict = v;
-    copy_str(d->rule, sizeof(d->rule), rule);
+    tg_strlcpy(d->rule, rule, sizeof(d->rule));
     const char *piece[3] = {pre, s, post};
     size_t len[3] = {strlen(pre), strlen(s), strlen(post)};
     tg__cat_cut(d->message, sizeof(d->message) - 1, piece, len, 3);
@@ -454,7 +453,7 @@ static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *r
 static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *rule, const char *fmt, ...)
 {
     d->verdict = v;
-    copy_str(d->rule, sizeof(d->rule), rule);
+    tg_strlcpy(d->rule, rule, sizeof(d->rule));
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(d->message, sizeof(d->message), fmt, ap);
@@ -592,7 +591,7 @@ static int reserve_rules(struct dctx *x, const char *tool, const struct ptool *p
             tg__note_counter(d, pc, nowv);
             uint64_t retry = (uint64_t)(ws + pc->window_ms - now_ms);
             d->retry_after_ms = retry;
-            copy_str(d->counter, sizeof(d->counter), pc->key + 2);
+            tg_strlcpy(d->counter, pc->key + 2, sizeof(d->counter));
             set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s", r->on_deny ? r->on_deny : r->name,
                          (unsigned long long)((retry + 999) / 1000));
             return -1;
@@ -631,7 +630,7 @@ static int reserve_limits(struct dctx *x, const char *tool, const struct ptool *
             tg__note_clear(d);
             tg__note_counter(d, pc, floor(left));
             d->retry_after_ms = retry;
-            copy_str(d->counter, sizeof(d->counter), pc->key + 2);
+            tg_strlcpy(d->counter, pc->key + 2, sizeof(d->counter));
             set_decision(d, TG_VERDICT_LIMITED, pc->key + 2, "%s is limited to %s %s; retry in %llu s", tool,
                          pc->label, scope_label(pc->scope), (unsigned long long)((retry + 999) / 1000));
             return -1;
@@ -745,7 +744,7 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
                     int64_t ws = window_start(now_ms, pc->window_ms);
                     tg__note_counter(d, pc, state_value(&x, c->counter));
                     d->retry_after_ms = (uint64_t)(ws + pc->window_ms - now_ms);
-                    copy_str(d->counter, sizeof(d->counter), pc->key + 2);
+                    tg_strlcpy(d->counter, pc->key + 2, sizeof(d->counter));
                     set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s",
                                  r->on_deny ? r->on_deny : r->name,
                                  (unsigned long long)((d->retry_after_ms + 999) / 1000));

@@ -87,6 +87,18 @@ int tg_keyring_unknown_kid(struct tg_keyring *k)
 
 void tg_keyring_count_refetch(struct tg_keyring *k) { k->st.unknown_refetch++; }
 
+void tg_keyring_count_skipped(struct tg_keyring *k, const struct tg_jwks_skipped *sk)
+{
+    for (int r = 0; r < TG_JWKS_SKIP_N; r++)
+        k->st.skipped[r] += sk->n[r];
+}
+
+const char *tg_jwks_skip_name(enum tg_jwks_skip r)
+{
+    static const char *const names[TG_JWKS_SKIP_N] = {"oct", "okp", "use", "alg", "curve", "kty"};
+    return (unsigned)r < TG_JWKS_SKIP_N ? names[r] : "?";
+}
+
 /* ---- the rules ------------------------------------------------------------------------ */
 
 /* The host of an http(s) URL (without brackets, port and path), and where its path begins. */
@@ -273,27 +285,64 @@ done:
     return out;
 }
 
-/* A key of a fetched set tollgate verifies with: RSA, or EC on P-256, for signatures. */
-static int usable_key(const cJSON *k)
+/* A key of a fetched set tollgate verifies with (-1): RSA, or EC on P-256, for signatures; else
+ * why not (enum tg_jwks_skip). */
+static int key_skip(const cJSON *k)
 {
     const cJSON *kty = tg_json_get(k, "kty"), *use = tg_json_get(k, "use"), *alg = tg_json_get(k, "alg");
     if (!cJSON_IsObject(k) || !cJSON_IsString(kty))
-        return 0;
+        return TG_JWKS_SKIP_KTY;
+    if (strcmp(kty->valuestring, "oct") == 0)
+        return TG_JWKS_SKIP_OCT; /* never: a published HMAC secret is no secret */
+    if (strcmp(kty->valuestring, "OKP") == 0)
+        return TG_JWKS_SKIP_OKP; /* not verified here */
     if (use != NULL && !(cJSON_IsString(use) && strcmp(use->valuestring, "sig") == 0))
-        return 0;
+        return TG_JWKS_SKIP_USE;
     if (strcmp(kty->valuestring, "RSA") == 0)
         return alg == NULL || (cJSON_IsString(alg) && (strcmp(alg->valuestring, "RS256") == 0 ||
-                                                      strcmp(alg->valuestring, "PS256") == 0));
+                                                      strcmp(alg->valuestring, "PS256") == 0))
+                   ? -1
+                   : TG_JWKS_SKIP_ALG;
     if (strcmp(kty->valuestring, "EC") == 0) {
         const cJSON *crv = tg_json_get(k, "crv");
-        return cJSON_IsString(crv) && strcmp(crv->valuestring, "P-256") == 0 &&
-               (alg == NULL || (cJSON_IsString(alg) && strcmp(alg->valuestring, "ES256") == 0));
+        if (!cJSON_IsString(crv) || strcmp(crv->valuestring, "P-256") != 0)
+            return TG_JWKS_SKIP_CURVE;
+        return alg == NULL || (cJSON_IsString(alg) && strcmp(alg->valuestring, "ES256") == 0) ? -1 : TG_JWKS_SKIP_ALG;
     }
-    return 0; /* "oct" never: a published HMAC secret is no secret; OKP and others: not verified here */
+    return TG_JWKS_SKIP_KTY;
 }
 
-int tg_keyring_parse_jwks(const char *json, size_t len, struct tg_jwks **out, char *why, size_t why_sz)
+/* sk gets key k, skipped for reason r. */
+static void note_skip(struct tg_jwks_skipped *sk, const cJSON *k, int r)
 {
+    sk->n[r]++;
+    sk->total++;
+    const cJSON *kid = cJSON_IsObject(k) ? tg_json_get(k, "kid") : NULL;
+    char one[96];
+    size_t n = 0;
+    if (cJSON_IsString(kid) && kid->valuestring[0] != '\0') {
+        for (const char *p = kid->valuestring; *p && n < 64; p++)
+            one[n++] = *p > 0x20 && *p < 0x7f && *p != '"' && *p != '\\' ? *p : '?';
+    } else {
+        one[n++] = '-';
+    }
+    snprintf(one + n, sizeof(one) - n, ":%s", tg_jwks_skip_name((enum tg_jwks_skip)r));
+    size_t have = strlen(sk->list);
+    if (have >= 3 && strcmp(sk->list + have - 3, "...") == 0)
+        return; /* cut already (an entry ends in its reason) */
+    if (have + (have ? 1 : 0) + strlen(one) + 5 > sizeof(sk->list)) { /* room for " ..." always stays */
+        snprintf(sk->list + have, sizeof(sk->list) - have, "%s...", have ? " " : "");
+        return;
+    }
+    snprintf(sk->list + have, sizeof(sk->list) - have, "%s%s", have ? " " : "", one);
+}
+
+int tg_keyring_parse_jwks(const char *json, size_t len, struct tg_jwks **out, char *why, size_t why_sz,
+                          struct tg_jwks_skipped *skipped)
+{
+    struct tg_jwks_skipped own;
+    struct tg_jwks_skipped *sk = skipped != NULL ? skipped : &own;
+    memset(sk, 0, sizeof(*sk));
     struct tg_json_doc doc = {0};
     const char *jerr = NULL;
     size_t joff = 0;
@@ -319,8 +368,11 @@ int tg_keyring_parse_jwks(const char *json, size_t len, struct tg_jwks **out, ch
     tg_buf_appends(&b, "{\"keys\":[");
     int used = 0;
     for (const cJSON *k = keys->child; k != NULL; k = k->next) {
-        if (!usable_key(k))
+        int r = key_skip(k);
+        if (r >= 0) {
+            note_skip(sk, k, r);
             continue;
+        }
         if (used++)
             tg_buf_append(&b, ",", 1);
         tg_json_write(&b, k);

@@ -25,6 +25,29 @@
 struct tg_jwks;
 struct tg_keyring;
 
+/* Why a key of a fetched set is not used (tg_keyring_parse_jwks): an HMAC secret ("oct"), an
+ * OKP key (Ed25519, X25519), "use" other than "sig", an "alg" tollgate does not verify with, an
+ * EC curve other than P-256, another or no "kty". */
+enum tg_jwks_skip {
+    TG_JWKS_SKIP_OCT,
+    TG_JWKS_SKIP_OKP,
+    TG_JWKS_SKIP_USE,
+    TG_JWKS_SKIP_ALG,
+    TG_JWKS_SKIP_CURVE,
+    TG_JWKS_SKIP_KTY,
+    TG_JWKS_SKIP_N
+};
+/* Its name in logs and metrics: "oct", "okp", "use", "alg", "curve", "kty". */
+const char *tg_jwks_skip_name(enum tg_jwks_skip r);
+/* The keys one fetched set skipped: how many per reason, and "KID:REASON" for each, space
+ * separated (a kid quotable: visible ASCII only, else '?'; "-" for none; cut at the end of the
+ * buffer with "..."). */
+struct tg_jwks_skipped {
+    unsigned n[TG_JWKS_SKIP_N];
+    unsigned total;
+    char list[512];
+};
+
 /* The driver's answer to a token whose kid the current set lacks: 1 if a refetch now runs for
  * it (the request may wait for it), 0 if none will (at most one per refresh_min_s per issuer). */
 typedef int (*tg_keyring_refetch_fn)(void *arg, struct tg_keyring *k);
@@ -56,6 +79,7 @@ struct tg_keyring_stats {
     uint64_t unknown_refetch;  /* refetches those started */
     int64_t last_ok_s;         /* wall clock of the last good set (0: none) */
     size_t nkeys;              /* keys in the current set */
+    uint64_t skipped[TG_JWKS_SKIP_N]; /* keys of fetched sets skipped as unusable, per reason */
 };
 void tg_keyring_stats(const struct tg_keyring *k, struct tg_keyring_stats *out);
 
@@ -63,6 +87,8 @@ void tg_keyring_on_unknown_kid(struct tg_keyring *k, tg_keyring_refetch_fn fn, v
 /* Verification saw a kid the set lacks: 1 if a refetch runs for it now (see tg_keyring_refetch_fn). */
 int tg_keyring_unknown_kid(struct tg_keyring *k);
 void tg_keyring_count_refetch(struct tg_keyring *k);
+/* A fetch's set skipped these keys: counted (per fetch: a set fetched again counts again). */
+void tg_keyring_count_skipped(struct tg_keyring *k, const struct tg_jwks_skipped *sk);
 
 /* ---- the rules ------------------------------------------------------------------------ */
 
@@ -87,7 +113,9 @@ char *tg_keyring_discovery_jwks_uri(const char *json, size_t len, const char *is
 /* A fetched JWKS into a set: the signing keys tollgate can use (RSA, EC P-256 with "use" absent or
  * "sig" and "alg" absent or one it verifies) are kept, the others skipped (an encryption key, an
  * Ed25519 key); never HMAC secrets. 0 with *out, or TG_EINVAL and why (garbage, more than
- * TG_JWKS_MAX_KEYS keys, no usable key, a bad usable key). */
-int tg_keyring_parse_jwks(const char *json, size_t len, struct tg_jwks **out, char *why, size_t why_sz);
+ * TG_JWKS_MAX_KEYS keys, no usable key, a bad usable key). skipped (NULL: not wanted) says which
+ * keys were skipped and why, whatever the result (all zero when the set is not a keys array). */
+int tg_keyring_parse_jwks(const char *json, size_t len, struct tg_jwks **out, char *why, size_t why_sz,
+                          struct tg_jwks_skipped *skipped);
 
 #endif

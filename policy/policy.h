@@ -84,6 +84,8 @@ struct tg_caller {
     const char *session;
     const char *upstream; /* counters of different upstreams never mix */
     const char *subject;  /* who inside the grant (the credential's subject); NULL: the grant's own */
+    const char *issuer;   /* the subject's issuer (a JWT's jwt[].issuer); NULL or "": none (a static
+                           * token, a certificate, an anonymous grant) */
 };
 
 /* Load a JSON or YAML policy (chosen by content: JSON if it starts with '{'). Errors are appended

@@ -345,6 +345,18 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
     k->up = NULL;
     if (err == 0 && k->mode == MODE_SSE && try_resume(k))
         return;
+    if (err == 0 && k->mode == MODE_ERROR && tg_upreq_status(r) == 401 && k->ev->unauthorized != NULL) {
+        /* The credential was refused and the message not run: the call may send it again. */
+        void **slot = k->slot;
+        detach(k);
+        if (k->ev->unauthorized(k->call)) {
+            http_call_free(k);
+            return;
+        }
+        k->slot = slot;
+        if (slot != NULL)
+            *slot = k;
+    }
     double latency = k->first_sent_ns ? (double)(uv_hrtime() - k->first_sent_ns) / 1e6 : tg_upreq_elapsed_ms(r);
     enum tg_outcome o = outcome_of(k, r, err);
     detach(k);

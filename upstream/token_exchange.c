@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "core/base/json.h"
+#include "core/base/sha256.h"
 #include "core/base/log.h"
 #include "core/conf/conf.h"
 #include "upstream/fetch.h"
@@ -37,7 +38,7 @@ struct tg_tx_cache {
     uv_loop_t *loop;
     size_t max_entries, max_bytes;
     size_t count, bytes;
-    uint64_t ok, failed, hits, evictions;
+    uint64_t ok, failed, hits, evictions, refused;
     struct tg_list entries;
     struct tg_tx_entry *buckets[NBUCKETS];
     /* the HTTP client (a unit test puts a fake here) */
@@ -323,6 +324,25 @@ int tg_tx_get(struct tg_tx_cache *c, const struct tg_token_exchange_conf *x, con
     return 1;
 }
 
+int tg_tx_refused(struct tg_tx_cache *c, const uint8_t key[32], const uint8_t token_sha256[32])
+{
+    if (c == NULL)
+        return 0;
+    struct tg_tx_entry *e = *slot_of(c, key);
+    if (e == NULL || e->token == NULL || e->fetch != NULL)
+        return 0;
+    uint8_t d[32];
+    tg_sha256(e->token, e->token_len, d);
+    if (memcmp(d, token_sha256, 32) != 0)
+        return 0;
+    c->refused++;
+    if (tg_list_empty(&e->waiters))
+        evict(e);
+    else
+        forget_token(e);
+    return 1;
+}
+
 void tg_tx_metrics(const struct tg_tx_cache *c, struct tg_buf *out)
 {
     tg_buf_appendf(out,
@@ -342,8 +362,12 @@ void tg_tx_metrics(const struct tg_tx_cache *c, struct tg_buf *out)
                    "# HELP tollgate_token_exchange_evictions_total Cached exchanged tokens evicted to stay within "
                    "bounds.\n"
                    "# TYPE tollgate_token_exchange_evictions_total counter\n"
-                   "tollgate_token_exchange_evictions_total %llu\n",
+                   "tollgate_token_exchange_evictions_total %llu\n"
+                   "# HELP tollgate_token_exchange_refused_total Exchanged tokens an upstream refused (HTTP 401), "
+                   "dropped from the cache.\n"
+                   "# TYPE tollgate_token_exchange_refused_total counter\n"
+                   "tollgate_token_exchange_refused_total %llu\n",
                    c ? c->count : 0, c ? c->bytes : 0, (unsigned long long)(c ? c->ok : 0),
                    (unsigned long long)(c ? c->failed : 0), (unsigned long long)(c ? c->hits : 0),
-                   (unsigned long long)(c ? c->evictions : 0));
+                   (unsigned long long)(c ? c->evictions : 0), (unsigned long long)(c ? c->refused : 0));
 }

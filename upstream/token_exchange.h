@@ -9,6 +9,7 @@
  *   - concurrent uses for one key share one exchange in flight (its waiters all hear its end).
  *   - bounded: at most max_entries tokens and max_bytes of them; the oldest is evicted first
  *     (never one with an exchange in flight). Counted: tg_tx_metrics().
+ *   - a token the upstream refused (HTTP 401) goes at once: tg_tx_refused().
  *
  * Never logged: the subject token, the exchanged token, the client secret. The endpoint's
  * error code (RFC 6749 5.2 "error") is the only part of a refusal that reaches the caller. */
@@ -47,10 +48,15 @@ void tg_tx_cache_free(struct tg_tx_cache *c);
 int tg_tx_get(struct tg_tx_cache *c, const struct tg_token_exchange_conf *x, const uint8_t key[32],
               struct tg_slice subject_token, struct tg_tx_wait *w, tg_tx_cb cb, void *ud, const char **token,
               char *why, size_t whysz);
+/* The upstream refused a token of key's (HTTP 401): it goes from the cache at once, if it is
+ * still the one cached (token_sha256: the digest of the token sent; a newer token, or an
+ * exchange in flight, stays). 1 if it went. Counted. */
+int tg_tx_refused(struct tg_tx_cache *c, const uint8_t key[32], const uint8_t token_sha256[32]);
 /* w stops waiting (no callback). Harmless when it is not waiting. */
 void tg_tx_wait_cancel(struct tg_tx_wait *w);
 
-/* Prometheus lines: tokens cached and their bytes, exchanges by result, hits, evictions. */
+/* Prometheus lines: tokens cached and their bytes, exchanges by result, hits, evictions, tokens
+ * upstreams refused. */
 void tg_tx_metrics(const struct tg_tx_cache *c, struct tg_buf *out);
 
 #endif

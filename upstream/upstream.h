@@ -91,6 +91,11 @@ struct tg_upstream_events {
     int (*listening)(void *call);
     /* The upstream asked to be polled again in retry_ms: the client may be told so. */
     void (*poll)(void *call, long retry_ms);
+    /* The upstream answered HTTP 401: it did not run the message. Called with the kind's slot
+     * for the call empty already. 1: the call took it (sent the message again with a new
+     * credential, or answered), and the kind reports nothing more of this attempt; 0: the kind
+     * goes on as with any refusal. NULL: always 0. */
+    int (*unauthorized)(void *call);
 };
 
 /* What a message-stream kind reports of a session's link (upstream/link.c). */

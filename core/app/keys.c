@@ -147,7 +147,15 @@ static void on_fetched(void *ud, const struct tg_fetch_result *r)
     } else {
         char why[400];
         struct tg_jwks *set = NULL;
-        if (tg_keyring_parse_jwks(r->body, r->len, &set, why, sizeof(why)) != 0) {
+        struct tg_jwks_skipped sk;
+        int prc = tg_keyring_parse_jwks(r->body, r->len, &set, why, sizeof(why), &sk);
+        if (sk.total > 0) { /* once per fetch: which keys of the set are not used, and why */
+            char esc[600];
+            tg_keyring_count_skipped(s->k, &sk);
+            tg_log(TG_LOG_INFO, "issuer keys skipped (not usable to verify tokens)", "issuer=%s skipped=%u keys=%s",
+                   s->issuer, sk.total, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(sk.list)));
+        }
+        if (prc != 0) {
             failed(s, "%s %s: %s", what, url, why);
         } else {
             int64_t ttl = tg_keyring_ttl(r->cache_control, s->min_s, s->max_s);
@@ -371,6 +379,8 @@ void tg_keys_metrics(struct tg_keys *ks, struct tg_buf *out)
         {"jwks_unknown_kid_total", "counter", "Tokens whose kid was not in the issuer's fetched set."},
         {"jwks_refetches_total", "counter", "Refetches an unknown kid started (at most one per refresh_min_s)."},
         {"jwks_last_success_seconds", "gauge", "Unix time of the issuer's last good set (0: none yet)."},
+        {"jwks_keys_skipped_total", "counter",
+         "Keys of an issuer's fetched sets skipped as unusable, by reason (counted per fetch)."},
     };
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
         tg_buf_appendf(out, "# HELP tollgate_%s %s\n# TYPE tollgate_%s %s\n", m[i].name, m[i].help, m[i].name, m[i].type);
@@ -378,14 +388,17 @@ void tg_keys_metrics(struct tg_keys *ks, struct tg_buf *out)
             struct key_src *s = tg_container_of(n, struct key_src, link);
             struct tg_keyring_stats st;
             tg_keyring_stats(s->k, &st);
-            for (int r = 0; r < (i == 0 ? 2 : 1); r++) {
+            for (int r = 0; r < (i == 0 ? 2 : i == 5 ? TG_JWKS_SKIP_N : 1); r++) {
                 tg_buf_appendf(out, "tollgate_%s{issuer=\"", m[i].name);
                 label(out, s->issuer);
                 uint64_t v = i == 0 ? (r == 0 ? st.fetched : st.failed)
                              : i == 1 ? (uint64_t)(tg_keyring_jwks(s->k) ? st.nkeys : 0)
                              : i == 2 ? st.unknown_kid
                              : i == 3 ? st.unknown_refetch
-                                      : (uint64_t)st.last_ok_s;
+                             : i == 4 ? (uint64_t)st.last_ok_s
+                                      : st.skipped[r];
+                if (i == 5)
+                    tg_buf_appendf(out, "\",reason=\"%s", tg_jwks_skip_name((enum tg_jwks_skip)r));
                 tg_buf_appendf(out, "\"%s} %llu\n", i == 0 ? (r == 0 ? ",result=\"ok\"" : ",result=\"failed\"") : "",
                                (unsigned long long)v);
             }

@@ -227,6 +227,7 @@ static void call_release(struct tg_call *k)
     tg_policy_unref(k->policy);
     tg_xfree(k->grant);
     tg_xfree(k->subject);
+    tg_xfree(k->issuer);
     tg_xfree(k->method);
     tg_xfree(k->tool);
     tg_recycle_free(&decisions, k->dec);

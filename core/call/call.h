@@ -78,6 +78,7 @@ struct tg_call {
     struct tg_policy *policy; /* decided under this policy (a reload does not change it) */
     char *grant;
     char *subject;            /* who inside the grant asked (a decided request), or NULL: the grant */
+    char *issuer;             /* its JWT's issuer, or NULL (none: a static token, a certificate) */
     char *method;
     char *tool;               /* tools/call, resources/read, prompts/get: what was decided */
     struct tg_decision *dec;  /* the decision and its reservations */

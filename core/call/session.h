@@ -30,6 +30,7 @@ struct tg_session {
                               * initialize, requests go as 2026 (u.client_caps below) */
     char *grant;       /* grant name (copied: grants can change on reload) */
     char *subject;     /* who inside the grant made it (a 2025 session; copied), or NULL */
+    char *issuer;      /* with subject: its JWT's issuer (copied), or NULL (none) */
     uint8_t subject_sha256[32]; /* with subject: tg_principal_sha256() of its maker, which every
                                  * request naming the session must match (else 404) */
     uint64_t subject_tag;       /* tg_principal_tag() of its maker, 0 if not known */

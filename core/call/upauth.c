@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/base/log.h"
 #include "core/base/sha256.h"
 #include "core/call/call.h"
 #include "core/conf/conf.h"
@@ -70,6 +71,8 @@ void tg_call_upauth_from(struct tg_call *k, const struct tg_exchange *x)
     if (u == NULL) {
         u = k->upauth = tg_xcalloc(1, sizeof(*u));
         tg_buf_init(&u->held);
+        tg_buf_init(&u->resend);
+        u->refused = tg__call_upauth_refused;
     }
     free(u->who);
     wipe_free(u->token, u->token_len);
@@ -133,6 +136,41 @@ static const struct tg_grant_upheaders *grant_headers(struct tg_call *k)
     return tg_conf_grant_upheaders(g, up_name(k), c);
 }
 
+/* What a send with exchanged token tok needs for a retry after a 401: the message, the token's
+ * digest. */
+static void keep_for_retry(struct tg_upauth *u, const char *tok, const char *body, size_t len, uint64_t timeout)
+{
+    u->exchanged = 1;
+    tg_sha256(tok, strlen(tok), u->token_sha);
+    u->resend.len = 0;
+    u->resend_body = body != NULL;
+    if (body != NULL)
+        tg_buf_append(&u->resend, body, len);
+    u->resend_timeout = timeout;
+}
+
+int tg__call_upauth_refused(struct tg_call *k)
+{
+    struct tg_upauth *u = k->upauth;
+    if (u == NULL || !u->exchanged)
+        return 0;
+    u->exchanged = 0;
+    int gone = tg_tx_refused(k->srv->token_cache, u->key, u->token_sha);
+    if (u->retried || k->closed) {
+        tg_log(TG_LOG_WARN, "upstream refused an exchanged token again", "upstream=%s", up_name(k));
+        return 0;
+    }
+    u->retried = 1;
+    tg_log(TG_LOG_INFO, "upstream refused an exchanged token: exchanging again", "upstream=%s dropped=%d",
+           up_name(k), gone);
+    struct tg_buf body = u->resend; /* the send may keep a new copy */
+    tg_buf_init(&u->resend);
+    int with_body = u->resend_body;
+    tg_call_send(k, with_body ? (body.base ? body.base : "") : NULL, body.len, u->resend_timeout);
+    tg_buf_dispose(&body);
+    return 1;
+}
+
 static void on_token(void *ud, const char *token, const char *why)
 {
     struct tg_call *k = ud;
@@ -145,6 +183,7 @@ static void on_token(void *ud, const char *token, const char *why)
     char *auth = lines_of(grant_headers(k), token);
     struct tg_buf held = u->held; /* the send may hold again (a message sent twice) */
     tg_buf_init(&u->held);
+    keep_for_retry(u, token, u->held_body ? (held.base ? held.base : "") : NULL, held.len, u->timeout);
     send_now(k, u->held_body ? held.base : NULL, held.len, u->timeout, auth);
     tg_buf_dispose(&held);
     wipe_free(auth, strlen(auth));
@@ -183,6 +222,8 @@ int tg__call_upauth(struct tg_call *k, const char *body, size_t len, uint64_t ti
     if (u == NULL) {
         u = k->upauth = tg_xcalloc(1, sizeof(*u));
         tg_buf_init(&u->held);
+        tg_buf_init(&u->resend);
+        u->refused = tg__call_upauth_refused;
     }
     struct tg_server *srv = k->srv;
     if (srv->token_cache == NULL)
@@ -192,7 +233,9 @@ int tg__call_upauth(struct tg_call *k, const char *body, size_t len, uint64_t ti
     const char *got = NULL;
     int r = tg_tx_get(srv->token_cache, uc->token_exchange, key, tg_slice_cstr(tok), &u->wait, on_token, k, &got, why,
                       sizeof(why));
+    memcpy(u->key, key, 32);
     if (r == 0) {
+        keep_for_retry(u, got, body, len, timeout);
         *auth = lines_of(gh, got);
         return 0;
     }

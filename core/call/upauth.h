@@ -31,6 +31,18 @@ struct tg_upauth {
     struct tg_buf held; /* the message while the exchange runs */
     int held_body;      /* 0: a GET (no body) */
     uint64_t timeout;
+    /* The last send with an exchanged token: the message again, for one more try with a new
+     * token if the upstream refuses that one (HTTP 401). */
+    int exchanged;          /* the last send carried one */
+    int retried;            /* the call sent again after a 401 once: never twice */
+    uint8_t key[32];        /* its cache key */
+    uint8_t token_sha[32];  /* the token's digest (the token is not kept) */
+    struct tg_buf resend;
+    int resend_body;
+    uint64_t resend_timeout;
+    /* tg__call_upauth_refused, reached through here by core/call/upcalls.c (which upauth.c
+     * needs: a direct call would make the two need each other) */
+    int (*refused)(struct tg_call *k);
 };
 
 /* k's upstream exchanges tokens and request x carries a JWT: k keeps who and the token. */
@@ -45,6 +57,14 @@ void tg_call_upauth_session(struct tg_session *s, const struct tg_exchange *x);
  * message is held (copied) until the exchange ends, then sent. -1: it cannot be sent; the call
  * was answered -32004 and finished. */
 int tg__call_upauth(struct tg_call *k, const char *body, size_t len, uint64_t timeout, char **auth);
+/* The upstream answered k's message HTTP 401 (struct tg_upstream_events.unauthorized): an
+ * exchanged token it carried leaves the cache at once, and the message goes once more with a
+ * token exchanged anew (1). 0: nothing to retry (no exchanged token, or the retry's own 401). */
+int tg__call_upauth_refused(struct tg_call *k);
+static inline int tg__call_upauth_unauthorized(struct tg_call *k, struct tg_upauth *u)
+{
+    return u != NULL && u->refused != NULL ? u->refused(k) : 0;
+}
 /* For core/call/call.c: the call closes (it stops waiting for an exchange); its memory goes.
  * Inline here, so that the call needs nothing of upauth.c, which needs the call. */
 static inline void tg__call_upauth_cancel(struct tg_upauth *u, int *waiting)
@@ -64,6 +84,7 @@ static inline void tg__call_upauth_free(struct tg_upauth *u)
         memset(u->token, 0, u->token_len); /* the caller's JWT */
     free(u->token);
     tg_buf_dispose(&u->held);
+    tg_buf_dispose(&u->resend);
     free(u);
 }
 

@@ -14,6 +14,7 @@
 #include "core/mcp/rewrite.h"
 #include "core/wire/msg.h"
 #include "core/call/roots.h"
+#include "core/call/upauth.h"
 #include "upstream/pool/pool.h"
 
 /* ---- a call's callbacks ------------------------------------------------------------------ */
@@ -129,6 +130,12 @@ static void ev_poll(void *call, long retry_ms)
         k->sink->ops->poll(k->sink, k, retry_ms);
 }
 
+static int ev_unauthorized(void *call)
+{
+    struct tg_call *k = call;
+    return tg__call_upauth_unauthorized(k, k->upauth);
+}
+
 const struct tg_upstream_events tg__call_events = {
     .message = tg__call_message,
     .answer = ev_answer,
@@ -141,6 +148,7 @@ const struct tg_upstream_events tg__call_events = {
     .behind = ev_behind,
     .listening = ev_listening,
     .poll = ev_poll,
+    .unauthorized = ev_unauthorized,
 };
 
 /* ---- a session's callbacks (message-stream kinds) ------------------------------------------

@@ -28,13 +28,15 @@ static const char usage_text[] =
     "      An unknown field is an error (\"did you mean `action`?\" when a known one is close); a\n"
     "      policy without \"default\" denies what it does not name, and a note says so.\n"
     "\n"
-    "  tollgate policy explain [-c CONF] [--grant G] [--subject S] [--upstream U] [--session S]\n"
-    "                          [--repeat N] [--scopes 'S1 S2']\n"
+    "  tollgate policy explain [-c CONF] [--grant G] [--subject S [--issuer I]] [--upstream U]\n"
+    "                          [--session S] [--repeat N] [--scopes 'S1 S2']\n"
     "                          (--call '{\"name\":T,\"arguments\":{...}}' | --method M [--params JSON])\n"
     "      Decide one call with the policy that governs grant G's calls to upstream U in CONF\n"
     "      (default conf/tollgate.conf; G may be left out when CONF has one grant, U when it has a\n"
     "      default upstream; --subject names the user inside the grant, for counters of scope\n"
-    "      \"subject\", default the grant itself, as for a static token). Nothing is contacted and no\n"
+    "      \"subject\", default the grant itself, as for a static token; --issuer the issuer of that\n"
+    "      user's JWT, default none, as for a static token or a certificate: one subject name from\n"
+    "      two issuers is two users). Nothing is contacted and no\n"
     "      real counter is taken: the call is decided\n"
     "      once, on fresh counters (--repeat N: N times at one instant, the last one explained, so\n"
     "      a rate limit shows). Prints the decision (allow, deny, limited, approve), its reason,\n"
@@ -60,6 +62,7 @@ static const char usage_text[] =
     "          hidden: true                        # optional: tools/list hides the tool (true/false)\n"
     "          grant: ci                           # optional (default \"test\"); also session (\"test-session\")\n"
     "          subject: alice                      # optional: the user inside the grant (default: the grant)\n"
+    "          issuer: https://idp.example/        # optional: that user's JWT issuer (default: none)\n"
     "          repeat: 3                           # optional: make the call 3 times; expect is the last one's\n"
     "          scopes: [deploy]                    # optional: the token's scopes (a list, or 'a b'); one\n"
     "                                              # that lacks what the policy requires is denied,\n"
@@ -261,7 +264,7 @@ static int explain_other(const struct tg_policy *p, const char *method, const cJ
 static int cmd_explain(int argc, char **argv)
 {
     const char *conf_path = "conf/tollgate.conf", *grant = NULL, *upstream = NULL, *session = "explain";
-    const char *subject = NULL;
+    const char *subject = NULL, *issuer = NULL;
     const char *call = NULL, *method = NULL, *params = NULL, *repeat_s = NULL, *scopes = NULL;
     for (int i = 2; i < argc; i++) {
         int missing = 0;
@@ -274,6 +277,7 @@ static int cmd_explain(int argc, char **argv)
                    option(argc, argv, &i, "--upstream", &upstream, &missing) ||
                    option(argc, argv, &i, "--session", &session, &missing) ||
                    option(argc, argv, &i, "--subject", &subject, &missing) ||
+                   option(argc, argv, &i, "--issuer", &issuer, &missing) ||
                    option(argc, argv, &i, "--call", &call, &missing) ||
                    option(argc, argv, &i, "--method", &method, &missing) ||
                    option(argc, argv, &i, "--params", &params, &missing) ||
@@ -352,8 +356,8 @@ static int cmd_explain(int argc, char **argv)
     }
     struct tg_policy *p = tg_conf_policy_for(conf, g, u);
     if (subject != NULL)
-        printf("policy: %s (grant %s, subject %s, upstream %s)\n", tg_policy_name(p), g->name, subject,
-               conf->upstreams[u].name);
+        printf("policy: %s (grant %s, subject %s%s%s, upstream %s)\n", tg_policy_name(p), g->name, subject,
+               issuer ? " of " : "", issuer ? issuer : "", conf->upstreams[u].name);
     else
         printf("policy: %s (grant %s, upstream %s)\n", tg_policy_name(p), g->name, conf->upstreams[u].name);
     if (strcmp(method, "tools/call") != 0) {
@@ -368,7 +372,7 @@ static int cmd_explain(int argc, char **argv)
     }
     struct tg_counters *scratch = tg_counters_new();
     struct tg_policy_explain *e = tg_xmalloc(sizeof(*e));
-    struct tg_caller who = {g->name, session, conf->upstreams[u].name, subject};
+    struct tg_caller who = {g->name, session, conf->upstreams[u].name, subject, issuer};
     int64_t now = wall_ms();
     for (long r = 0; r < repeat; r++) /* the same instant: the calls before the last take their counters */
         tg_policy_explain_call(p, scratch, &who, name->valuestring, args, now, e);
@@ -393,7 +397,7 @@ struct tcase {
     const char *name;
     const char *tool;
     const cJSON *args;
-    const char *grant, *session, *subject;
+    const char *grant, *session, *subject, *issuer;
     enum tg_verdict expect;
     const char *reason, *rule;
     int hidden; /* -1 not checked */
@@ -438,14 +442,14 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
         why = "a case must be a map {name, call, expect, ...}";
         goto bad;
     }
-    static const char *const known[] = {"name",   "call", "grant",  "session", "subject", "expect",
+    static const char *const known[] = {"name",   "call", "grant",  "session", "subject", "issuer", "expect",
                                         "reason", "rule", "hidden", "repeat",  "scopes",  NULL};
     for (const cJSON *k = c->child; k; k = k->next) {
         int ok = 0;
         for (int j = 0; known[j]; j++)
             ok |= strcmp(k->string, known[j]) == 0;
         if (!ok) {
-            fprintf(stderr, "%s: cases[%d].%s: unknown field (name call grant session subject expect reason rule "
+            fprintf(stderr, "%s: cases[%d].%s: unknown field (name call grant session subject issuer expect reason rule "
                             "hidden repeat scopes)\n", file, i, k->string);
             return -1;
         }
@@ -479,10 +483,11 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
     t->grant = opt_string(c, "grant", "test", &bad);
     t->session = opt_string(c, "session", "test-session", &bad);
     t->subject = opt_string(c, "subject", NULL, &bad);
+    t->issuer = opt_string(c, "issuer", NULL, &bad);
     t->reason = opt_string(c, "reason", NULL, &bad);
     t->rule = opt_string(c, "rule", NULL, &bad);
     if (bad) {
-        field = "grant, session, subject, reason, rule", why = "must be strings";
+        field = "grant, session, subject, issuer, reason, rule", why = "must be strings";
         goto bad;
     }
     const cJSON *h = tg_json_get(c, "hidden");
@@ -611,7 +616,7 @@ static int cmd_test(int argc, char **argv)
     int failed = 0;
     for (int i = 0; i < n; i++) {
         const struct tcase *t = &cases[i];
-        struct tg_caller who = {t->grant, t->session, "test", t->subject};
+        struct tg_caller who = {t->grant, t->session, "test", t->subject, t->issuer};
         char need[TG_SCOPES_MAX];
         if (t->has_scopes && tg_policy_scopes_tool(p, t->tool, t->scopes, need, sizeof(need))) {
             /* refused before any rule, as the gateway does: nothing is decided or counted */

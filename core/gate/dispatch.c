@@ -407,6 +407,8 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     k->policy = tg_policy_ref(pol);
     k->method = tg_xstrdup(m->method);
     k->subject = tg_xstrdup(tg_dispatch_subject(x));
+    const char *iss = tg_dispatch_issuer(x);
+    k->issuer = iss[0] != '\0' ? tg_xstrdup(iss) : NULL;
     {
         cJSON *meta = tg_json_get(params, "_meta");
         cJSON *tok = tg_json_get(meta, "progressToken");
@@ -448,7 +450,8 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     k->asking = &r;
     if (m->mid == TG_M_TOOLS_CALL) {
         /* Inline by the local store (and a cluster's when no counter is reached), else later. */
-        struct tg_shared_ask q = {pol, {g->name, s->id_str, x->uc->name, k->subject}, tool, args, (int64_t)wall_ms(),
+        struct tg_shared_ask q = {pol, {g->name, s->id_str, x->uc->name, k->subject, k->issuer}, tool, args,
+                                  (int64_t)wall_ms(),
                                   retry >= 1};
         struct tg_shared_job *job = srv->store.ops->decide(srv->store.ud, &q, dec, on_decided, k);
         if (job != NULL)
@@ -719,6 +722,8 @@ int tg_dispatch_session_open(struct tg_exchange *x)
             who = &own;
         }
         s->subject = tg_xstrdup(who->subject);
+        const char *iss = tg_principal_issuer(srv->conf, who);
+        s->issuer = iss[0] != '\0' ? tg_xstrdup(iss) : NULL;
         tg_principal_sha256(srv->conf, who, s->subject_sha256); /* once: the cluster record binds it */
         s->subject_tag = tg_principal_tag(srv->conf, who);
         s->subject_serial = srv->conf->serial, s->subject_jwt = who->jwt;
@@ -752,6 +757,15 @@ const char *tg_dispatch_subject(const struct tg_exchange *x)
     if (x->sess != NULL && x->sess->subject != NULL)
         return x->sess->subject;
     return x->grant->name;
+}
+
+const char *tg_dispatch_issuer(const struct tg_exchange *x)
+{
+    if (x->who != NULL)
+        return tg_principal_issuer(x->srv->conf, x->who);
+    if (x->sess != NULL && x->sess->subject != NULL && x->sess->issuer != NULL)
+        return x->sess->issuer;
+    return "";
 }
 
 void tg_dispatch_session_used(struct tg_server *srv, struct tg_session *s)

@@ -30,6 +30,8 @@ int tg_dispatch_session_owner(const struct tg_exchange *x, const struct tg_sessi
 /* Who inside the grant x speaks for: x->who's subject; else (a channel's message) the subject
  * that opened its session; else the grant's name. */
 const char *tg_dispatch_subject(const struct tg_exchange *x);
+/* The issuer of that subject's JWT, or "" (none: a static token, a certificate, the grant). */
+const char *tg_dispatch_issuer(const struct tg_exchange *x);
 /* A session was used (a cluster renews its shared record), or is ready (initialize answered
  * by the gateway itself: a cluster shares it). Nothing without a cluster. */
 void tg_dispatch_session_used(struct tg_server *srv, struct tg_session *s);

@@ -190,6 +190,11 @@ run 0 policy explain -c "$T/subject.conf" --subject alice --repeat 2 --call '{"n
 run 2 policy explain -c "$T/subject.conf" --subject; has err "--subject needs a value"
 printf -- '- {call: {name: ask}, subject: alice, expect: allow}\n- {call: {name: ask}, subject: alice, expect: allow}\n- {call: {name: ask}, subject: alice, expect: limited, reason: for this user}\n- {call: {name: ask}, subject: bob, expect: allow}\n- {call: {name: ask}, expect: allow}\n- {call: {name: ask}, subject: test, expect: allow}\n- {call: {name: ask}, expect: limited}\n' >"$T/subject.cases.yaml"
 run 0 policy test "$T/subject.json" "$T/subject.cases.yaml"; has out "7 cases, 7 passed, 0 failed"
+# one subject name from two issuers is two users; without an issuer, a third (the static form)
+run 3 policy explain -c "$T/subject.conf" --subject alice --issuer https://a.test/ --repeat 3 --call '{"name":"ask"}'
+has out "policy: $T/subject.json (grant staff, subject alice of https://a.test/, upstream u)"; has out "decision: limited"
+printf -- '- {call: {name: ask}, subject: alice, issuer: "https://a.test/", expect: allow}\n- {call: {name: ask}, subject: alice, issuer: "https://a.test/", expect: allow}\n- {call: {name: ask}, subject: alice, issuer: "https://a.test/", expect: limited}\n- {call: {name: ask}, subject: alice, issuer: "https://b.test/", expect: allow}\n- {call: {name: ask}, subject: alice, expect: allow}\n' >"$T/issuer.cases.yaml"
+run 0 policy test "$T/subject.json" "$T/issuer.cases.yaml"; has out "5 cases, 5 passed, 0 failed"
 
 # ---- bad arguments and help
 run 0 policy --help; has out "tollgate policy test FILE CASES.yaml"; has out "Exit 0 allow, 1 deny, 3 limited, 4 approve"

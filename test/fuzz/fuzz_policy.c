@@ -50,7 +50,7 @@ static void note(struct tg_buf *t, const char *what, const char *name, const str
 static void call(const struct tg_policy *p, struct tg_counters *c, const char *tool, const cJSON *args,
                  struct tg_buf *t)
 {
-    struct tg_caller who = {"grant-a", "session-1", "up", NULL};
+    struct tg_caller who = {"grant-a", "session-1", "up", NULL, NULL};
     struct tg_decision d;
     memset(&d, 0, sizeof(d));
     tg_policy_decide_call(p, c, &who, tool, args, NOW_MS, &d);

@@ -229,6 +229,11 @@ async function badServer() {
       case 'redirect': res.statusCode = 302; res.setHeader('location', 'https://elsewhere.test/jwks'); res.end(); break;
       case 'wrongtype': json({ keys: [{ kty: 'OKP', crv: 'Ed25519', x: crypto.randomBytes(32).toString('base64url'), kid: 'ed' },
         { ...signer.jwks.keys[0], use: 'enc', alg: 'RSA-OAEP', kid: 'enc' }] }); break;
+      case 'mixed': json({ keys: [signer.jwks.keys[0],
+        { kty: 'OKP', crv: 'Ed25519', x: crypto.randomBytes(32).toString('base64url'), kid: 'ed' },
+        { kty: 'oct', k: crypto.randomBytes(32).toString('base64url'), kid: 'hs' },
+        { ...signer.jwks.keys[0], use: 'enc', alg: 'RSA-OAEP', kid: 'enc' },
+        { ...signer.jwks.keys[0], alg: 'RS512', kid: 'rs512' }] }); break;
       default: res.statusCode = 500; res.end();
     }
   });
@@ -265,6 +270,33 @@ describe('bad input keeps the last good set, is counted, and /readyz says why be
       assert.equal((await g.metrics())[metric(issuer, 'jwks_keys')], 1);
     }
     s.mode = 'good';
+  });
+
+  test('a set with unusable keys: the usable one works; each skipped key is counted by reason and logged once per fetch', async () => {
+    const s = await badServer();
+    s.mode = 'mixed';
+    const issuer = `${s.origin}/mixed`;
+    const g = await gateway('mixed', [{ issuer, jwks_url: `${s.origin}/jwks`, refresh_min_s: 1 }]);
+    await waitReady(g);
+    assert.equal((await init(g, s.sign(issuer))).status, 200);
+    const m = await g.metrics();
+    assert.equal(m[metric(issuer, 'jwks_keys')], 1);
+    const skipped = (reason) => m[metric(issuer, 'jwks_keys_skipped_total', `,reason="${reason}"`)];
+    for (const reason of ['okp', 'oct', 'use', 'alg']) assert.ok(skipped(reason) >= 1, `${reason}: ${JSON.stringify(m)}`);
+    assert.equal(skipped('curve'), 0);
+    assert.equal(skipped('kty'), 0);
+    const lines = () => g.stderr().split('\n').filter((l) => /issuer keys skipped/.test(l));
+    await H.waitUntil(() => lines().length >= 1, { what: 'the skipped keys in the log' });
+    assert.match(lines()[0], /skipped=4/);
+    assert.match(lines()[0], /ed:okp hs:oct enc:use rs512:alg/);
+    // the next fetch (max-age=1, refresh_min_s 1) logs and counts again, once
+    const fetched = m[metric(issuer, 'jwks_fetches_total', ',result="ok"')];
+    await g.waitForMetric(metric(issuer, 'jwks_fetches_total', ',result="ok"'), (v) => v > fetched, { what: 'a refetch' });
+    const m2 = await g.metrics();
+    const n = m2[metric(issuer, 'jwks_fetches_total', ',result="ok"')];
+    assert.equal(m2[metric(issuer, 'jwks_keys_skipped_total', ',reason="okp"')], n);
+    const l = lines().length; // each fetch logs before it is counted: one more may be on its way
+    assert.ok(l >= n && l <= n + 1, `one line per fetch: ${l} lines, ${n} fetches`);
   });
 
   test('before the first good set: 401 and /readyz names the issuer and why (garbage, discovery naming another issuer)', async () => {

@@ -161,6 +161,26 @@ describe('counters of scope "subject": one bucket per user inside the grant', ()
     });
   }
 
+  for (const kind of ['streamable', 'stateless', 'sse', 'ws']) {
+    test(`${kind}: one subject name from two issuers bound to the grant is two users: two buckets`, async () => {
+      const sub = `zed-${kind}`;
+      const a = await openClient(kind, { port: gw.plainPort, upstream: UPSTREAM, token: token(sub) });
+      const b = await openClient(kind, { port: gw.plainPort, upstream: UPSTREAM, token: token(sub, { iss: ISSUER_B }) });
+      try {
+        for (let i = 0; i < 2; i++) assert.equal(codeOf(await a.call('echo', { text: `za-${kind}-${i}` })), undefined);
+        assert.equal(codeOf(await a.call('echo', { text: `za-${kind}-2` })), -32002);
+        for (let i = 0; i < 2; i++) {
+          const r = await b.call('echo', { text: `zb-${kind}-${i}` });
+          assert.equal(codeOf(r), undefined, `the other issuer's ${sub}, call ${i}: ${JSON.stringify(r)}`);
+        }
+        assert.equal(codeOf(await b.call('echo', { text: `zb-${kind}-2` })), -32002);
+      } finally {
+        await a.close();
+        await b.close();
+      }
+    });
+  }
+
   test('a counter of scope "grant" is still shared by every user of the grant', async () => {
     const alice = await openClient('streamable', { port: gw.plainPort, upstream: UPSTREAM, token: token('alice-team') });
     const bob = await openClient('streamable', { port: gw.plainPort, upstream: UPSTREAM, token: token('bob-team') });
@@ -330,6 +350,11 @@ describe('cluster: the shared session record binds the subject; subject counters
     const third = await echo(1, a1, 'cc-3');
     assert.equal(codeOf(third), -32002, JSON.stringify(third));
     assert.equal(codeOf(await echo(1, b1, 'cc-bob-1')), undefined);
+    // the same subject name from the other issuer: a bucket of its own, in the cluster too
+    const o1 = await H.rawInitialize(fetchFn, c.instanceUrl(1, UPSTREAM), bearer(token('alice-cc', { iss: ISSUER_B })));
+    assert.equal(codeOf(await echo(1, o1, 'cc-other-1')), undefined);
+    assert.equal(codeOf(await echo(1, o1, 'cc-other-2')), undefined);
+    assert.equal(codeOf(await echo(1, o1, 'cc-other-3')), -32002);
     const keys = await c.redis.command('KEYS', `${c.keyPrefix}*`);
     assert.ok(!JSON.stringify(keys).includes('alice'), `no subject in a Redis key: ${JSON.stringify(keys)}`);
   });

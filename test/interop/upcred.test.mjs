@@ -36,6 +36,7 @@ const cleanup = new H.Cleanup();
 let dir, gw, recorder, idp, userKey, idpKey, idpJwks, confOpts;
 const hits = {}; // token endpoint hits per path
 const seen = []; // every request the recorder got: { path, headers, msg }
+const revoked = new Set(); // Authorization values /rev refuses
 
 // ---------------------------------------------------------------------------
 // The peers
@@ -74,6 +75,12 @@ function startRecorder() {
       const nauth = req.rawHeaders.filter((h, i) => i % 2 === 0 && h.toLowerCase() === 'authorization').length;
       seen.push({ path: req.url, method: req.method, headers: req.headers, nauth, msg });
       if (req.url.startsWith('/legacy')) { legacy(req, res, msg); return; }
+      // /rev refuses a revoked token, /deny every token, with 401 (tools/call only)
+      if (msg?.method === 'tools/call' && (req.url === '/deny' || (req.url === '/rev' && revoked.has(req.headers.authorization)))) {
+        res.writeHead(401, { 'www-authenticate': 'Bearer error="invalid_token"' });
+        res.end();
+        return;
+      }
       if (req.method !== 'POST') { res.writeHead(405); res.end(); return; }
       if (!msg || msg.id === undefined) { res.writeHead(202); res.end(); return; }
       let result = {};
@@ -202,6 +209,8 @@ before(async () => {
       up('fail', { token_exchange: exchange('/fail') }),
       up('noca', { token_exchange: exchange('/noca', { ca: undefined }) }),
       { name: 'legacy', url: recorder.url('legacy/sse'), transport: 'sse', headers: { Authorization: `Bearer ${OWN}` } },
+      up('rev', { token_exchange: exchange('/rev') }),
+      up('deny', { token_exchange: exchange('/deny') }),
     ],
   };
   const conf = H.writeConf(dir, confOpts);
@@ -320,6 +329,44 @@ describe('upstreams[].token_exchange (RFC 8693)', () => {
       assert.equal(seen.slice(from).filter((x) => x.path === '/fail').length, 0, `${kind}: the upstream saw nothing`);
     }
     assert.ok(hits['/fail'] >= 1);
+  });
+
+  for (const kind of KINDS) {
+    test(`${kind}: a token the upstream refuses (401) is dropped at once; the call goes again with a new one`, async () => {
+      const sub = `rev-${kind}`;
+      const before = hits['/rev'] ?? 0;
+      const first = await echo(kind, 'rev', await userToken(sub));
+      assert.ok(first.auth, JSON.stringify(first));
+      assert.equal((await echo(kind, 'rev', await userToken(sub))).auth, first.auth, 'cached');
+      assert.equal((hits['/rev'] ?? 0) - before, 1);
+      revoked.add(first.auth);
+      const from = seen.length;
+      const again = await echo(kind, 'rev', await userToken(sub));
+      assert.ok(again.auth && again.auth !== first.auth, JSON.stringify(again));
+      assert.equal(jose.decodeJwt(again.auth.replace(/^Bearer /, '')).sub, sub);
+      assert.equal((hits['/rev'] ?? 0) - before, 2, 'one new exchange');
+      const calls = seen.slice(from).filter((r) => r.path === '/rev' && r.msg?.method === 'tools/call');
+      assert.deepEqual(calls.map((r) => r.headers.authorization), [first.auth, again.auth]);
+      // the new token is the cached one now
+      assert.equal((await echo(kind, 'rev', await userToken(sub))).auth, again.auth);
+      assert.equal((hits['/rev'] ?? 0) - before, 2);
+    });
+  }
+
+  test('an upstream that refuses every token: -32004 after exactly two attempts, on every transport', async () => {
+    for (const kind of KINDS) {
+      const before = hits['/deny'] ?? 0;
+      const from = seen.length;
+      const r = await echo(kind, 'deny', await userToken(`deny-${kind}`));
+      assert.ok(r.error, `${kind}: ${JSON.stringify(r)}`);
+      assert.equal(r.error.code, -32004);
+      assert.match(r.error.message, /upstream deny answered HTTP 401/);
+      assert.equal(seen.slice(from).filter((x) => x.path === '/deny' && x.msg?.method === 'tools/call').length, 2,
+        `${kind}: two attempts`);
+      assert.equal((hits['/deny'] ?? 0) - before, 2, `${kind}: one exchange per attempt`);
+    }
+    const m = H.parseMetrics(await (await fetch(`http://127.0.0.1:${gw.adminPort}/metrics`)).text());
+    assert.ok(m.tollgate_token_exchange_refused_total >= 12, JSON.stringify(m));
   });
 
   test('the token endpoint\'s certificate is checked: without its CA the exchange fails', async () => {

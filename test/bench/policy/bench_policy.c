@@ -286,7 +286,7 @@ int main(int argc, char **argv)
         snprintf(sessions[i], sizeof(sessions[i]), "%08x-%04x", (unsigned)next_rand(), (unsigned)i);
     struct tg_caller *who = malloc(NSESSIONS * sizeof(*who));
     for (int i = 0; i < NSESSIONS; i++)
-        who[i] = (struct tg_caller){grants[i % NGRANTS], sessions[i], "cowork", NULL};
+        who[i] = (struct tg_caller){grants[i % NGRANTS], sessions[i], "cowork", NULL, NULL};
     struct call *calls = malloc((size_t)ncalls * sizeof(*calls));
     for (long i = 0; i < ncalls; i++) {
         uint32_t r = next_rand();
@@ -340,7 +340,7 @@ int main(int argc, char **argv)
     struct tg_decision d;
     long taken = 0;
     char g[48];
-    struct tg_caller one = {g, "s", "cowork", NULL};
+    struct tg_caller one = {g, "s", "cowork", NULL, NULL};
     double t = now_s();
     for (long i = 0; i < nbuckets; i++) {
         snprintf(g, sizeof(g), "bucket-grant-%07ld", i);
@@ -367,7 +367,7 @@ int main(int argc, char **argv)
     tg_buf_dispose(&serr);
     struct tg_counters *cu = tg_counters_new();
     char sub[48];
-    struct tg_caller user = {"staff", "s", "cowork", sub};
+    struct tg_caller user = {"staff", "s", "cowork", sub, NULL};
     long utaken = 0;
     t = now_s();
     for (long i = 0; i < nbuckets; i++) {

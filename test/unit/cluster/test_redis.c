@@ -620,7 +620,7 @@ static void cluster_call(struct tg_cluster *cl, struct tg_policy *p, int64_t now
 {
     struct tg_shared st;
     tg_cluster_store(cl, &st);
-    struct tg_shared_ask q = {p, {"g", "s", "u", NULL}, "t", NULL, now, 0};
+    struct tg_shared_ask q = {p, {"g", "s", "u", NULL, NULL}, "t", NULL, now, 0};
     struct tg_decision d;
     memset(x, 0, sizeof(*x));
     if (st.ops->decide(st.ud, &q, &d, on_decided, x) == NULL)

@@ -93,7 +93,7 @@ static struct tg_policy *policy(void)
 static struct tg_shared_job *ask(const struct tg_shared *st, struct tg_policy *p, const char *tool, struct decided *x,
                                  struct tg_decision *d)
 {
-    struct tg_shared_ask q = {p, {"g", "s", "u", NULL}, tool, NULL, 1700000000000LL, 0};
+    struct tg_shared_ask q = {p, {"g", "s", "u", NULL, NULL}, tool, NULL, 1700000000000LL, 0};
     memset(x, 0, sizeof(*x));
     in_op = 1;
     struct tg_shared_job *job = st->ops->decide(st->ud, &q, d, on_decided, x);

@@ -93,7 +93,7 @@ static inline cJSON *J(const char *s)
 static inline void decide_as(const struct tg_policy *p, struct tg_counters *c, const char *grant, const char *session,
                              const char *tool, const char *args, int64_t now, struct tg_decision *d)
 {
-    struct tg_caller who = {grant, session, "up", NULL};
+    struct tg_caller who = {grant, session, "up", NULL, NULL};
     cJSON *a = args ? J(args) : NULL;
     tg_policy_decide_call(p, c, &who, tool, a, now, d);
     cJSON_Delete(a);
@@ -176,6 +176,7 @@ struct call {
     int res, vis, allowed;
     const char *session, *upstream;
     const char *subject; /* who inside the grant (NULL: the grant's own) */
+    const char *issuer;  /* its JWT's issuer (NULL: none) */
 };
 
 /* A row of a call table: the call and the decision it must get, then any of the checks after
@@ -197,7 +198,7 @@ static inline void run_calls_at(const char *from, const char *label, const struc
         int n_ok = 0;
         for (;;) {
             struct tg_caller who = {k[i].grant, k[i].session ? k[i].session : "sess-1",
-                                    k[i].upstream ? k[i].upstream : "up", k[i].subject};
+                                    k[i].upstream ? k[i].upstream : "up", k[i].subject, k[i].issuer};
             cJSON *a = k[i].args ? J(k[i].args) : NULL;
             tg_policy_decide_call(p, c, &who, k[i].tool, a, k[i].at, &d);
             cJSON_Delete(a);

@@ -28,7 +28,7 @@ static struct tg_policy *compile(const char *json)
     return p;
 }
 
-static const struct tg_caller who = {"g", "s", "u", NULL};
+static const struct tg_caller who = {"g", "s", "u", NULL, NULL};
 
 static void explain(const struct tg_policy *p, struct tg_counters *c, const char *tool, const char *args_json,
                     struct tg_policy_explain *e)

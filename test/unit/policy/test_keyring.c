@@ -123,21 +123,53 @@ static void fetched_sets_keep_usable_keys(void **st)
                         EC_KEY ",\"use\":\"enc\",\"kid\":\"e\"},"
                         "{\"kty\":\"oct\",\"k\":\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"},"
                         EC_KEY ",\"use\":\"sig\",\"kid\":\"s\",\"alg\":\"ES256\"}],\"extra\":true}";
-    assert_int_equal(tg_keyring_parse_jwks(mixed, strlen(mixed), &k, why, sizeof(why)), 0);
+    struct tg_jwks_skipped sk;
+    assert_int_equal(tg_keyring_parse_jwks(mixed, strlen(mixed), &k, why, sizeof(why), &sk), 0);
     assert_int_equal(tg_jwks_count(k), 1);
     tg_jwks_free(k);
+    /* each skipped key is counted by its reason and named by its kid ("-" without one) */
+    assert_int_equal(sk.total, 3);
+    assert_int_equal(sk.n[TG_JWKS_SKIP_OKP], 1);
+    assert_int_equal(sk.n[TG_JWKS_SKIP_USE], 1);
+    assert_int_equal(sk.n[TG_JWKS_SKIP_OCT], 1);
+    assert_string_equal(sk.list, "-:okp e:use -:oct");
+    /* the other reasons: an alg not verified, a curve other than P-256, an unknown kty; a kid
+     * with bytes that cannot be quoted; a long list is cut with "..." */
+    const char *odd = "{\"keys\":[" EC_KEY ",\"alg\":\"ES384\",\"kid\":\"a\\\"b c\"},"
+                      "{\"kty\":\"EC\",\"crv\":\"P-384\",\"kid\":\"p384\"},{\"kty\":\"PQ\",\"kid\":\"pq\"},\"x\","
+                      EC_KEY ",\"kid\":\"ok\"}]}";
+    assert_int_equal(tg_keyring_parse_jwks(odd, strlen(odd), &k, why, sizeof(why), &sk), 0);
+    tg_jwks_free(k);
+    assert_int_equal(sk.n[TG_JWKS_SKIP_ALG], 1);
+    assert_int_equal(sk.n[TG_JWKS_SKIP_CURVE], 1);
+    assert_int_equal(sk.n[TG_JWKS_SKIP_KTY], 2);
+    assert_string_equal(sk.list, "a?b?c:alg p384:curve pq:kty -:kty");
+    struct tg_buf many;
+    tg_buf_init(&many);
+    tg_buf_appends(&many, "{\"keys\":[");
+    for (int i = 0; i < 40; i++)
+        tg_buf_appendf(&many, "{\"kty\":\"oct\",\"kid\":\"secret-key-number-%02d\"},", i);
+    tg_buf_appends(&many, EC_KEY "}]}");
+    assert_int_equal(tg_keyring_parse_jwks(many.base, many.len, &k, why, sizeof(why), &sk), 0);
+    tg_jwks_free(k);
+    tg_buf_dispose(&many);
+    assert_int_equal(sk.n[TG_JWKS_SKIP_OCT], 40);
+    assert_true(strlen(sk.list) < sizeof(sk.list));
+    assert_non_null(strstr(sk.list, "secret-key-number-00:oct "));
+    assert_string_equal(sk.list + strlen(sk.list) - 4, " ...");
+    assert_int_equal(strcmp(tg_jwks_skip_name(TG_JWKS_SKIP_CURVE), "curve"), 0);
     const char *none = "{\"keys\":[{\"kty\":\"OKP\",\"crv\":\"Ed25519\",\"x\":\"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo\"}]}";
-    assert_int_equal(tg_keyring_parse_jwks(none, strlen(none), &k, why, sizeof(why)), TG_EINVAL);
+    assert_int_equal(tg_keyring_parse_jwks(none, strlen(none), &k, why, sizeof(why), NULL), TG_EINVAL);
     assert_null(k);
     assert_non_null(strstr(why, "no key tollgate can verify with"));
-    assert_int_equal(tg_keyring_parse_jwks("nope", 4, &k, why, sizeof(why)), TG_EINVAL);
+    assert_int_equal(tg_keyring_parse_jwks("nope", 4, &k, why, sizeof(why), NULL), TG_EINVAL);
     assert_non_null(strstr(why, "the JWKS is not JSON"));
-    assert_int_equal(tg_keyring_parse_jwks("{\"keys\":{}}", 11, &k, why, sizeof(why)), TG_EINVAL);
+    assert_int_equal(tg_keyring_parse_jwks("{\"keys\":{}}", 11, &k, why, sizeof(why), NULL), TG_EINVAL);
     assert_non_null(strstr(why, "\"keys\" array"));
     /* a usable key that is broken (not on the curve) refuses the set */
     const char *broken = "{\"keys\":[{\"kty\":\"EC\",\"crv\":\"P-256\",\"x\":\"axfR8uEsQkf4vOblY6RA8ncDfYEt6zOg9KE5RdiYwpY\","
                          "\"y\":\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"}]}";
-    assert_int_equal(tg_keyring_parse_jwks(broken, strlen(broken), &k, why, sizeof(why)), TG_EINVAL);
+    assert_int_equal(tg_keyring_parse_jwks(broken, strlen(broken), &k, why, sizeof(why), NULL), TG_EINVAL);
     assert_non_null(strstr(why, "the JWKS is refused: jwks: keys[0]"));
     /* more than TG_JWKS_MAX_KEYS, counted before any is skipped */
     struct tg_buf b;
@@ -146,7 +178,7 @@ static void fetched_sets_keep_usable_keys(void **st)
     for (int i = 0; i <= TG_JWKS_MAX_KEYS; i++)
         tg_buf_appendf(&b, "%s{\"kty\":\"OKP\"}", i ? "," : "");
     tg_buf_appends(&b, "]}");
-    assert_int_equal(tg_keyring_parse_jwks(b.base, b.len, &k, why, sizeof(why)), TG_EINVAL);
+    assert_int_equal(tg_keyring_parse_jwks(b.base, b.len, &k, why, sizeof(why), NULL), TG_EINVAL);
     assert_non_null(strstr(why, "257 keys (at most 256)"));
     tg_buf_dispose(&b);
 }
@@ -176,7 +208,7 @@ static void holder(void **st)
     char why[200];
     struct tg_jwks *set = NULL;
     const char *one = "{\"keys\":[" EC_KEY "}]}";
-    assert_int_equal(tg_keyring_parse_jwks(one, strlen(one), &set, why, sizeof(why)), 0);
+    assert_int_equal(tg_keyring_parse_jwks(one, strlen(one), &set, why, sizeof(why), NULL), 0);
     struct tg_keyring *r = tg_keyring_ref(k);
     tg_keyring_set_jwks(k, set, 20);
     assert_ptr_equal(tg_keyring_jwks(r), set);

@@ -31,7 +31,7 @@ static struct tg_counters *counters_with_shared_keys(void)
 static int allowed_on(const struct tg_policy *p, struct tg_counters *c, const char *up, const char *grant,
                       const char *tool, int max)
 {
-    struct tg_caller who = {grant, "sess-1", up, NULL};
+    struct tg_caller who = {grant, "sess-1", up, NULL, NULL};
     struct tg_decision d;
     for (int i = 0; i < max; i++) {
         tg_policy_decide_call(p, c, &who, tool, NULL, T0, &d);
@@ -94,7 +94,7 @@ static void shared_keys_are_the_documented_hash(void **state)
                                              {"g", "up\x1fL:g_rate\x1fg\x1fgrant-a"},
                                              {"a", "up\x1fL:a_rate\x1f*\x1f"}};
     struct tg_counters *shared = counters_with_shared_keys(), *local = tg_counters_new();
-    struct tg_caller who = {"grant-a", "sess-1", "up", NULL};
+    struct tg_caller who = {"grant-a", "sess-1", "up", NULL, NULL};
     for (int i = 0; i < 3; i++) {
         struct tg_decision d, e;
         uint64_t h1, h2;
@@ -117,11 +117,12 @@ static void shared_keys_are_the_documented_hash(void **state)
     loaded_dispose(&l);
 }
 
-/* Users inside a grant: a limit of scope "subject" is one bucket per (grant, subject), where a
- * caller that names no subject (a static token, a certificate) is its grant's one subject; a limit
- * of scope "grant" stays one bucket for all of them. The same with either derivation of the keys,
- * and a shared store's key is the documented hash of "upstream\x1fkey\x1fu\x1f" followed by the
- * grant's length (4 bytes, little-endian), the grant and the subject. */
+/* Users inside a grant: a limit of scope "subject" is one bucket per (grant, issuer, subject),
+ * where a caller that names no subject (a static token, a certificate) is its grant's one subject
+ * with no issuer; a limit of scope "grant" stays one bucket for all of them. The same with either
+ * derivation of the keys, and a shared store's key is the documented hash of
+ * "upstream\x1fkey\x1fu\x1f" followed by the grant's length (4 bytes, little-endian), the grant,
+ * the issuer's length (the same), the issuer and the subject. */
 #define SUBJECT_POLICY                                                                                        \
     "{\"version\":\"1\",\"default\":\"deny\",\"tools\":{"                                                      \
     "\"per_user\":{\"limits\":[{\"counter\":\"u_rate\",\"window\":\"hour\",\"max\":2,\"scope\":\"subject\"}]}," \
@@ -147,6 +148,17 @@ static void hosted_scope_subject(void **state)
         CALL("staff", "per_user", NULL, T0, ALLOW, "", NULL),
         CALL("staff", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "staff"),
         CALL("staff", "per_user", NULL, T0, LIMITED, "u_rate", NULL, .retry_ms = HOUR_MS / 2, .retry_near = 1),
+        /* one subject name from two issuers is two users; from no issuer (the grant's own form) a third */
+        CALL("idp", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "zed", .issuer = "https://a.example/"),
+        CALL("idp", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "zed", .issuer = "https://a.example/"),
+        CALL("idp", "per_user", NULL, T0, LIMITED, "u_rate", NULL, .subject = "zed", .issuer = "https://a.example/",
+             .retry_ms = HOUR_MS / 2, .retry_near = 1),
+        CALL("idp", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "zed", .issuer = "https://b.example/"),
+        CALL("idp", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "zed"),
+        /* (issuer, subject) pairs that concatenate alike stay apart */
+        CALL("idp", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "yzed", .issuer = "x"),
+        CALL("idp", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "yzed", .issuer = "x"),
+        CALL("idp", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "zed", .issuer = "xy"),
         /* (grant, subject) pairs that concatenate alike stay apart */
         CALL("st", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "affalice"),
         CALL("st", "per_user", NULL, T0, ALLOW, "", NULL, .subject = "affalice"),
@@ -166,11 +178,11 @@ static void hosted_scope_subject(void **state)
         tg_counters_free(c);
     }
     /* the shared key */
-    static const char key[] = "up\x1fL:u_rate\x1fu\x1f\x05\x00\x00\x00staffalice";
+    static const char key[] = "up\x1fL:u_rate\x1fu\x1f\x05\x00\x00\x00staff\x0a\x00\x00\x00https://a/alice";
     uint64_t h1, h2;
     tg_counters_hash(key, sizeof(key) - 1, &h1, &h2);
     struct tg_counters *c = counters_with_shared_keys();
-    struct tg_caller who = {"staff", "sess-1", "up", "alice"};
+    struct tg_caller who = {"staff", "sess-1", "up", "alice", "https://a/"};
     struct tg_decision d;
     tg_policy_decide_call(l.p, c, &who, "per_user", NULL, T0, &d);
     EXPECT(&d, TG_VERDICT_ALLOW, NULL, NULL);

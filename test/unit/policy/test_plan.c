@@ -98,7 +98,7 @@ static void same_decisions_as_the_local_store(void **state)
             const char *grant = (seed >> 4) & 1 ? "alice" : "bob";
             cJSON *args = cJSON_Parse(argsets[(seed >> 12) % 7]);
             now += (seed >> 16) % 4000;
-            struct tg_caller who = {grant, "s1", "up", NULL};
+            struct tg_caller who = {grant, "s1", "up", NULL, NULL};
             struct tg_decision a, b;
             tg_policy_decide_call(p, direct, &who, tool, args, now, &a);
             int unsettled;
@@ -175,7 +175,7 @@ static void a_race_never_overspends(void **state)
 {
     struct tg_policy *p = compile(policies[1]);
     struct tg_counters *remote = tg_counters_new();
-    struct tg_caller who = {"alice", "s1", "up", NULL};
+    struct tg_caller who = {"alice", "s1", "up", NULL, NULL};
     cJSON *args = cJSON_Parse("{}");
     /* refund: "state.refund.n < 2" with a counter. Forty callers, interleaved so that each
      * one's first round is answered before any of them is final. */

@@ -291,6 +291,43 @@ static void oldest_evicted_at_the_bounds(void **state)
     done(c);
 }
 
+/* A token the upstream refused (401) goes at once, only if it is still the one cached: not a newer
+ * one, nor an entry whose exchange runs again. */
+static void refused_token_goes_at_once(void **state)
+{
+    struct tg_tx_cache *c = new_cache(100, 1 << 20);
+    struct tg_tx_wait w = {0};
+    struct heard h = {0};
+    const char *tok;
+    char why[256];
+    uint8_t k[32], old_sha[32], other[32];
+    key(k, 1);
+    assert_int_equal(get(c, 1, "t", &w, &h, &tok, why), 1);
+    answer(0, 200, OK_BODY("first", "600"));
+    tg_sha256("first", 5, old_sha);
+    tg_sha256("firsT", 5, other);
+    assert_int_equal(tg_tx_refused(c, k, other), 0); /* not the one cached */
+    assert_int_equal(get(c, 1, "t", &w, &h, &tok, why), 0);
+    assert_int_equal(tg_tx_refused(c, k, old_sha), 1);
+    assert_int_equal(c->count, 0);
+    assert_int_equal(c->refused, 1);
+    /* the next use exchanges again; a late 401 for the old token leaves the new one alone */
+    assert_int_equal(get(c, 1, "t", &w, &h, &tok, why), 1);
+    assert_int_equal(tg_tx_refused(c, k, old_sha), 0); /* an exchange in flight */
+    answer(1, 200, OK_BODY("second", "600"));
+    assert_int_equal(tg_tx_refused(c, k, old_sha), 0);
+    assert_int_equal(get(c, 1, "t", &w, &h, &tok, why), 0);
+    assert_string_equal(tok, "second");
+    assert_int_equal(tg_tx_refused(NULL, k, old_sha), 0);
+    struct tg_buf m;
+    tg_buf_init(&m);
+    tg_tx_metrics(c, &m);
+    tg_buf_append(&m, "", 1);
+    assert_non_null(strstr(m.base, "tollgate_token_exchange_refused_total 1\n"));
+    tg_buf_dispose(&m);
+    done(c);
+}
+
 static void cancel_and_free(void **state)
 {
     struct tg_tx_cache *c = new_cache(100, 1 << 20);
@@ -322,6 +359,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(failures_reach_every_waiter_and_are_not_kept),
         cmocka_unit_test(without_expires_in_not_kept),
         cmocka_unit_test(oldest_evicted_at_the_bounds),
+        cmocka_unit_test(refused_token_goes_at_once),
         cmocka_unit_test(cancel_and_free),
     };
     return TG_UNIT_RUN(tests, argc, argv);

@@ -209,7 +209,7 @@ static void limited_decide(struct limited *l, cJSON *limits, struct tg_decision 
     tg_buf_dispose(&err);
     tg_buf_dispose(&warn);
     l->c = tg_counters_new();
-    struct tg_caller who = {"g", "s", "u", NULL};
+    struct tg_caller who = {"g", "s", "u", NULL, NULL};
     tg_policy_decide_call(l->p, l->c, &who, "t", NULL, 1700000000000LL, d);
 }
 

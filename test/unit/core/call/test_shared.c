@@ -45,7 +45,7 @@ static enum tg_verdict decide(struct mw *m, struct tg_session *s, const char *to
 {
     struct tg_shared *st = &m->srv.store;
     const struct tg_grant_conf *g = tg_conf_find_grant(m->srv.conf, "alice");
-    struct tg_shared_ask q = {tg_conf_policy_for(m->srv.conf, g, 0), {"alice", s->id_str, "main", NULL}, tool, NULL,
+    struct tg_shared_ask q = {tg_conf_policy_for(m->srv.conf, g, 0), {"alice", s->id_str, "main", NULL, NULL}, tool, NULL,
                               1700000000000LL, continuation};
     struct answer a = {0};
     in_op = 1;
