@@ -174,11 +174,16 @@ void tg_webhook_post(struct tg_server *srv, const struct tg_webhook_event *ev)
     add_string(&b, "decided_by", ev->decided_by);
     add_string(&b, "reason", ev->reason && ev->reason[0] ? ev->reason : NULL);
     tg_buf_appendf(&b, ",\"time_ms\":%lld}", (long long)tg_webhook_wall_ms());
-    if (w->n >= TG_WEBHOOK_QUEUE) {
-        /* Full: the oldest waiting goes (the head, unless it is in flight or waiting to retry). */
+    const int q = srv->conf->approvals.webhook_queue;
+    const size_t cap = q >= 2 ? (size_t)q : TG_WEBHOOK_QUEUE;
+    while (w->n >= cap) {
+        /* Full (or a reload made it smaller): the oldest waiting goes (the head, unless it is in
+         * flight or waiting to retry; that one is never taken from under its attempt). */
         struct tg_list *victim = w->queue.next;
-        if ((w->inflight != NULL || w->waiting) && victim->next != &w->queue)
+        if (w->inflight != NULL || w->waiting)
             victim = victim->next;
+        if (victim == &w->queue)
+            break;
         struct hook_event *old = tg_container_of(victim, struct hook_event, node);
         tg_list_unlink(&old->node);
         w->n--;

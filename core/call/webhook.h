@@ -11,8 +11,9 @@
  *
  * Delivery never blocks the loop (upstream/fetch.h, one event in flight at a time, in order): a
  * 2xx answer is delivered; anything else (a status, a timeout, a refused connection) is tried
- * again after 0.5 s, 1 s, 2 s, 4 s (five attempts), then given up. At most TG_WEBHOOK_QUEUE
- * events wait; past that the oldest is dropped. Each outcome is counted (metrics webhook[]).
+ * again after 0.5 s, 1 s, 2 s, 4 s (five attempts), then given up. At most approvals.webhook.queue
+ * events wait (TG_WEBHOOK_QUEUE by default, the one in flight counted); past that the oldest
+ * waiting is dropped. Each outcome is counted (metrics webhook[]).
  *
  * State: srv->webhook, made at the first event, freed by tg_webhook_free(). Loop thread only. */
 #ifndef TG_CALL_WEBHOOK_H

@@ -13,6 +13,8 @@
 
 #define TG_WEBHOOK_SECRET_MIN 16
 #define TG_WEBHOOK_SECRET_MAX 4096
+#define TG_WEBHOOK_QUEUE_DEFAULT 256
+#define TG_WEBHOOK_QUEUE_MAX 1000000
 
 /* The secret: 16 to 4096 bytes (one trailing newline is not part of it), in a file only its
  * owner may read or write: whoever holds it can sign events the receiver believes. */
@@ -50,6 +52,7 @@ static void load_secret(struct loader *ld, const config_setting_t *s, struct tg_
 
 void tg__conf_load_approvals(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
+    c->approvals.webhook_queue = TG_WEBHOOK_QUEUE_DEFAULT;
     const config_setting_t *g = config_lookup(cfg, "approvals");
     if (g == NULL)
         return;
@@ -66,9 +69,18 @@ void tg__conf_load_approvals(struct loader *ld, config_t *cfg, struct tg_conf *c
         tg__conf_errf(ld, w, "approvals.webhook", "must be a group { url = …; secret_file = …; }");
         return;
     }
-    static const char *const wknown[] = {"url", "secret_file", NULL};
+    static const char *const wknown[] = {"url", "secret_file", "queue", NULL};
     tg__conf_check_members(ld, w, wknown, "approvals.webhook");
     struct tg_approvals_conf *ac = &c->approvals;
+    const config_setting_t *q = config_setting_get_member(w, "queue");
+    if (q != NULL) {
+        /* 2 at least: the event in flight stays, so one more can always take a dropped one's place */
+        if (config_setting_type(q) != CONFIG_TYPE_INT || config_setting_get_int(q) < 2 ||
+            config_setting_get_int(q) > TG_WEBHOOK_QUEUE_MAX)
+            tg__conf_errf(ld, q, "approvals.webhook.queue", "must be an integer in 2..%d", TG_WEBHOOK_QUEUE_MAX);
+        else
+            ac->webhook_queue = config_setting_get_int(q);
+    }
     ac->webhook_url = tg__conf_get_str(ld, w, "url", NULL, 1, "approvals.webhook");
     const char *why = NULL;
     if (ac->webhook_url != NULL && tg_keyring_url_ok(ac->webhook_url, &why) != 0)

@@ -71,6 +71,7 @@ struct tg_approvals_conf {
     char *webhook_secret_file;
     uint8_t *webhook_secret;   /* the file's bytes (one trailing newline left out) */
     size_t webhook_secret_len;
+    int webhook_queue;         /* events that may wait (approvals.webhook.queue), >= 2 */
 };
 
 /* The limits group (plain values). Embedded in struct tg_conf. */
