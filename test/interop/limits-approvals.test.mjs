@@ -8,7 +8,9 @@
 //   3. limits: 40 parked calls of 3 MiB from one grant (RSS measured), the 41st refused at once;
 //      limits.approvals_bytes; one grant filling its share while another can still park
 //   4. approvals.webhook with a receiver of the test's own: signed events, a retry after a 500,
-//      and a receiver that hangs blocks nothing
+//      and a receiver that hangs blocks nothing; a receiver that always fails gets exactly five
+//      attempts, then the event is given up (counted); a queue (approvals.webhook.queue) that
+//      overflows drops its oldest waiting events (counted)
 //
 //   TOLLGATE_BIN=build/tollgate node --test test/interop/limits-approvals.test.mjs
 
@@ -543,5 +545,92 @@ describe('approvals.webhook: signed events to a receiver of the test\'s own', ()
     mode = 'hang';
     call(gw, s, 'write_file', { path: '/tmp/hooked-at-shutdown', content: 'x' }).catch(() => {});
     await parked(gw, '/tmp/hooked-at-shutdown');
+  });
+});
+
+describe('approvals.webhook: retries end, a full queue drops its oldest', () => {
+  let gw;
+  let receiver;
+  const got = [];
+  let mode = 'ok';
+  const hung = [];
+  const TOKEN = 'hook2-' + H.randomToken();
+
+  before(async () => {
+    receiver = http.createServer((req, res) => {
+      let body = '';
+      req.setEncoding('utf8');
+      req.on('data', (d) => { body += d; });
+      req.on('end', () => {
+        got.push({ body: JSON.parse(body), at: Date.now() });
+        if (mode === 'hang') { hung.push(res); return; }
+        if (mode === 'fail') { res.writeHead(500).end('no'); return; }
+        res.writeHead(204).end();
+      });
+    });
+    await new Promise((r) => receiver.listen(0, '127.0.0.1', r));
+    cleanup.add(() => new Promise((r) => { for (const h of hung) h.destroy(); receiver.close(r); receiver.closeAllConnections?.(); }));
+    const secretFile = path.join(dir, 'webhook2.key');
+    fs.writeFileSync(secretFile, crypto.randomBytes(32).toString('base64') + '\n', { mode: 0o600 });
+    const policy = writePolicy('hook2.json', APPROVE);
+    gw = await gateway('hook2', {
+      grants: [{ name: 'hooked2', token_sha256: H.sha256hex(TOKEN) }],
+      upstreams: [upstream(UPSTREAM, policy)],
+      approvals: { webhook: { url: `http://127.0.0.1:${receiver.address().port}/hook`, secret_file: secretFile, queue: 3 } },
+    });
+  });
+
+  const hookMetric = async (outcome) => (await gw.metrics({ token: ADMIN_TOKEN }))[`tollgate_approval_webhook_total{outcome="${outcome}"}`] ?? 0;
+
+  test('a receiver that always answers 500: five attempts (0.5, 1, 2, 4 s apart), then given up and counted', async () => {
+    mode = 'fail';
+    const failed0 = await hookMetric('failed');
+    const s = await session(gw, TOKEN);
+    const p = call(gw, s, 'write_file', { path: '/tmp/hook2-fail', content: 'x' });
+    const item = await parked(gw, '/tmp/hook2-fail');
+    await H.waitUntil(async () => (await hookMetric('failed')) === failed0 + 1,
+      { timeout: H.scaled(30000), what: 'the event given up (outcome="failed")' });
+    await H.quietFor(1000); // negative check: no sixth attempt
+    const tries = got.filter((d) => d.body.id === item.id && d.body.event === 'parked');
+    assert.equal(tries.length, 5, `attempts: ${tries.map((d) => d.at - tries[0].at).join(', ')} ms`);
+    const gaps = tries.slice(1).map((d, i) => d.at - tries[i].at);
+    [500, 1000, 2000, 4000].forEach((want, i) => assert.ok(gaps[i] >= want - 50 && gaps[i] < want + 1500, `gap ${i + 1}: ${gaps[i]} ms, want about ${want}`));
+    assert.ok((await hookMetric('retried')) >= 4);
+    mode = 'ok';
+    await admin(gw, 'POST', `/admin/approvals/${item.id}/deny`);
+    refused(await p, 'the denied call');
+  });
+
+  test('a receiver that hangs while more events come than the queue holds: the oldest waiting dropped and counted, calls answered', async () => {
+    await H.waitUntil(async () => (await listing(gw)).length === 0, { what: 'an empty queue' });
+    await H.waitUntil(() => got.at(-1)?.body.event === 'denied', { what: 'the previous test\'s denied event delivered' });
+    mode = 'hang';
+    const dropped0 = await hookMetric('dropped');
+    const from = got.length;
+    const s = await session(gw, TOKEN);
+    const pending = [];
+    const items = [];
+    for (let i = 1; i <= 5; i++) {
+      pending.push(call(gw, s, 'write_file', { path: `/tmp/hook2-full-${i}`, content: 'x' }));
+      items.push(await parked(gw, `/tmp/hook2-full-${i}`));
+      if (i === 1) await H.waitUntil(() => hung.length >= 1, { what: 'the receiver holding the first event' });
+    }
+    // queue = 3: #1 in flight, #2 and #3 wait; #4 drops #2, #5 drops #3
+    assert.equal(await hookMetric('dropped'), dropped0 + 2, 'two events dropped from the full queue');
+    for (let i = 0; i < 3; i++) {
+      const t0 = Date.now();
+      const r = await call(gw, s, 'echo', { text: `while-full-${i}` });
+      assert.ok(r.msg?.result && !r.msg.result.isError, JSON.stringify(r));
+      assert.ok(Date.now() - t0 < 2000, `echo answered in ${Date.now() - t0} ms while the receiver hangs`);
+    }
+    assert.equal(got.length - from, 1, 'only the first event reached the receiver so far');
+    mode = 'ok';
+    for (const h of hung.splice(0)) h.writeHead(200).end();
+    await H.waitUntil(() => got.length - from >= 3, { what: 'the events that waited, once the receiver answered' });
+    await H.quietFor(300); // negative check: nothing else was waiting
+    assert.deepEqual(got.slice(from).map((d) => items.findIndex((it) => it.id === d.body.id) + 1), [1, 4, 5],
+      'the first (in flight) and the two newest delivered, in order; #2 and #3 were the oldest waiting');
+    for (const it of items) await admin(gw, 'POST', `/admin/approvals/${it.id}/deny`);
+    await Promise.all(pending);
   });
 });
