@@ -11,6 +11,10 @@
 //      and a receiver that hangs blocks nothing; a receiver that always fails gets exactly five
 //      attempts, then the event is given up (counted); a queue (approvals.webhook.queue) that
 //      overflows drops its oldest waiting events (counted)
+//   5. two JWT subjects of one grant: a token that expires while its call is held (the listing
+//      marks it, approve 409, the client -32003, nothing forwarded); alice's task is "not found"
+//      for bob and absent from his tasks/list; bob's identical retry-mode call is never covered
+//      by alice's approval
 //
 //   TOLLGATE_BIN=build/tollgate node --test test/interop/limits-approvals.test.mjs
 
@@ -632,5 +636,117 @@ describe('approvals.webhook: retries end, a full queue drops its oldest', () => 
       'the first (in flight) and the two newest delivered, in order; #2 and #3 were the oldest waiting');
     for (const it of items) await admin(gw, 'POST', `/admin/approvals/${it.id}/deny`);
     await Promise.all(pending);
+  });
+});
+
+// ---------------------------------------------------------------------------
+// 5. JWT subjects of one grant: what one parked stays theirs, and their token's exp counts
+
+describe('JWT subjects of one grant: parked calls, tasks and approvals stay their subject\'s', () => {
+  let gw;
+  let rsa;
+  const ISSUER = 'https://idp.approvals.test';
+  const AUDIENCE = 'tollgate';
+  const b64u = (v) => Buffer.from(JSON.stringify(v)).toString('base64url');
+  /** An RS256 JWT for sub in grant "team" (the issuer's jwt[].grant), valid for ttl_s seconds. */
+  const jwt = (sub, ttlS = 300) => {
+    const now = Math.floor(Date.now() / 1000);
+    const input = `${b64u({ alg: 'RS256', typ: 'JWT', kid: 'k1' })}.${b64u({ iss: ISSUER, aud: AUDIENCE, sub, iat: now, exp: now + ttlS })}`;
+    return `${input}.${crypto.sign('sha256', Buffer.from(input), rsa.privateKey).toString('base64url')}`;
+  };
+  const ALICE = () => jwt('alice');
+  const BOB = () => jwt('bob');
+
+  before(async () => {
+    rsa = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 });
+    const jwksFile = path.join(dir, 'subjects.jwks.json');
+    fs.writeFileSync(jwksFile, JSON.stringify({ keys: [{ ...rsa.publicKey.export({ format: 'jwk' }), kid: 'k1', alg: 'RS256', use: 'sig' }] }));
+    const policy = writePolicy('subjects.json', APPROVE);
+    gw = await gateway('subjects', {
+      // skew_s 0: a token is refused from its exp on, so the test waits no longer than it must
+      jwt: [{ issuer: ISSUER, audience: AUDIENCE, jwks_file: jwksFile, grant: 'team', skew_s: 0 }],
+      grants: [{ name: 'team', issuers: [ISSUER] }],
+      upstreams: [upstream(UPSTREAM, policy), { ...upstream('tasked', policy), approval_mode: 'task' }, { ...upstream('retried', policy), approval_mode: 'retry' }],
+    });
+  });
+
+  /** One raw JSON-RPC request in sess; resolves with the message that answers it. */
+  async function rpc(sess, up, method, params) {
+    const r = await H.postRaw(fetchFn, url(gw, up), { jsonrpc: '2.0', id: nextId++, method, params }, { ...H.MCP_HEADERS, ...sess.headers });
+    const m = r.messages.find((x) => 'id' in x);
+    assert.ok(m, `${method}: an answer (HTTP ${r.status}: ${r.text?.slice(0, 400)})`);
+    return m;
+  }
+
+  test('a JWT that expires while its call is held: the listing marks it, approve is 409, the client -32003 naming it, nothing forwarded', async () => {
+    const s = await session(gw, jwt('alice', 3));
+    const p = call(gw, s, 'write_file', { path: '/tmp/subj-expired', content: 'x' });
+    const item = await parked(gw, '/tmp/subj-expired');
+    assert.equal(item.subject, 'alice');
+    assert.equal(item.blocked, null, 'allowed while the token is valid');
+    let now;
+    await H.waitUntil(async () => /expired/.test((now = (await listing(gw)).find((x) => x.id === item.id))?.blocked ?? ''),
+      { timeout: H.scaled(15000), what: 'the listing marking the call once its token expired', detail: () => JSON.stringify(now) });
+    assert.match(now.blocked, /^no longer allowed: the token that made this call has expired/, JSON.stringify(now));
+    const r = await admin(gw, 'POST', `/admin/approvals/${item.id}/approve`, { body: JSON.stringify({ digest: item.digest }) });
+    assert.equal(r.status, 409, r.text);
+    assert.match(r.json?.error ?? '', /no longer allowed: the token that made this call has expired/, r.text);
+    const e = refused(await p, 'the approved call of an expired token');
+    assert.match(e.message, /no longer allows it: the token that made this call has expired/, e.message);
+    assert.match(e.data?.reason ?? '', /token that made this call has expired/, JSON.stringify(e.data));
+    assert.equal(e.data?.approval_id, item.id);
+    assert.equal(forwarded('/tmp/subj-expired').length, 0, 'nothing reached the stand-in');
+    assert.deepEqual(await listing(gw), [], 'gone from the queue');
+  });
+
+  test('task mode: alice\'s task is "Task not found" for bob (same grant) on tasks/get, tasks/result, tasks/cancel; his tasks/list has none of hers', async () => {
+    const sa = await session(gw, ALICE(), 'tasked');
+    const sb = await session(gw, BOB(), 'tasked');
+    const created = await rpc(sa, 'tasked', 'tools/call', { name: 'write_file', arguments: { path: '/tmp/subj-task', content: 'x' }, task: { ttl: 60000 } });
+    const taskId = created.result?.task?.taskId;
+    assert.ok(taskId, `a task: ${JSON.stringify(created)}`);
+    assert.equal(created.result.task.status, 'working');
+    const item = await parked(gw, '/tmp/subj-task');
+    assert.equal(item.subject, 'alice');
+    for (const method of ['tasks/get', 'tasks/result', 'tasks/cancel']) {
+      const m = await rpc(sb, 'tasked', method, { taskId });
+      assert.equal(m.error?.code, -32602, `bob ${method}: ${JSON.stringify(m)}`);
+      assert.match(m.error.message, /Task not found/, `bob ${method}`);
+    }
+    const bobs = await rpc(sb, 'tasked', 'tasks/list', {});
+    assert.deepEqual(bobs.result?.tasks, [], `bob's tasks/list: ${JSON.stringify(bobs)}`);
+    const alices = await rpc(sa, 'tasked', 'tasks/list', {});
+    assert.deepEqual(alices.result?.tasks?.map((t) => t.taskId), [taskId], JSON.stringify(alices));
+    const g = await rpc(sa, 'tasked', 'tasks/get', { taskId });
+    assert.equal(g.result?.status, 'working', 'bob\'s tasks/cancel did not touch it');
+    assert.ok((await listing(gw)).some((x) => x.id === item.id), 'still parked after bob\'s tasks/cancel');
+    const c = await rpc(sa, 'tasked', 'tasks/cancel', { taskId });
+    assert.ok(c.result, `alice cancels her own: ${JSON.stringify(c)}`);
+    await H.waitUntil(async () => !(await listing(gw)).some((x) => x.id === item.id), { what: 'alice\'s cancelled task out of the queue' });
+    assert.equal(forwarded('/tmp/subj-task').length, 0);
+  });
+
+  test('retry mode: bob\'s identical call gets its own pending approval, never alice\'s approved one', async () => {
+    const sa = await session(gw, ALICE(), 'retried');
+    const sb = await session(gw, BOB(), 'retried');
+    const args = { path: '/tmp/subj-retry', content: 'x' };
+    const pending = (r, who) => {
+      const e = refused(r, who);
+      assert.equal(e.data?.status, 'pending', `${who}: ${JSON.stringify(e)}`);
+      return e.data.approval_id;
+    };
+    const aid = pending(await call(gw, sa, 'write_file', args, { up: 'retried' }), 'alice');
+    const item = (await listing(gw)).find((x) => x.id === aid);
+    assert.equal(item?.subject, 'alice', JSON.stringify(item));
+    const r = await admin(gw, 'POST', `/admin/approvals/${aid}/approve`, { body: JSON.stringify({ digest: item.digest }) });
+    assert.equal(r.status, 200, r.text);
+    const bid = pending(await call(gw, sb, 'write_file', args, { up: 'retried' }), 'bob\'s identical call after alice\'s approval');
+    assert.notEqual(bid, aid, 'bob has an approval of his own');
+    assert.equal((await listing(gw)).find((x) => x.id === bid)?.subject, 'bob');
+    assert.equal(forwarded('/tmp/subj-retry').length, 0, 'bob\'s call did not run on alice\'s approval');
+    const a = await call(gw, sa, 'write_file', args, { up: 'retried' });
+    assert.ok(a.msg?.result && !a.msg.result.isError, `alice's call made again runs: ${JSON.stringify(a)}`);
+    assert.equal(forwarded('/tmp/subj-retry').length, 1);
+    assert.equal((await admin(gw, 'POST', `/admin/approvals/${bid}/deny`)).status, 200);
   });
 });
