@@ -101,6 +101,13 @@ printf '%s\n%s\n%s\nlimits = { approval_hold_max_ms = 55000; };\n' "$L" "$G" "$U
 run 0 -t -c "$d/holdok.conf" && hasnt out "approval_hold_max_ms"
 printf '%s\n%s\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "p.json";\n  approval_mode = "wait"; } );\n' "$L" "$G" >"$d/mode.conf"
 refused mode 'mode.conf:4: approval_mode: must be "hold", "retry" or "task"'
+# The webhook's queue: 2 at least (the event in flight stays while one more waits).
+head -c 32 /dev/urandom | base64 >"$d/hook.key" && chmod 600 "$d/hook.key"
+H='approvals = { webhook = { url = "http://127.0.0.1:1/hook"; secret_file = "hook.key";'
+printf '%s\n%s\n%s\n%s\n  queue = 1; }; };\n' "$L" "$G" "$U" "$H" >"$d/hookq.conf"
+refused hookq 'hookq.conf:5: approvals.webhook.queue: must be an integer in 2..1000000'
+printf '%s\n%s\n%s\n%s\n  queue = 2; }; };\n' "$L" "$G" "$U" "$H" >"$d/hookq2.conf"
+run 0 -t -c "$d/hookq2.conf" && has out "is ok"
 
 # Broken in ways libconfig gives no line for: each error names a line of the file, or none.
 printf 'listen = ( 1 );\ngrants = ( 2 );\nupstreams = ( );\n' >"$d/shapes.conf"
