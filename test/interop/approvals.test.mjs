@@ -8,9 +8,9 @@
 //     approval; identical pending calls share one approval; a denial reaches the retry with the
 //     approver's reason; another grant's identical call is not covered by the approval.
 //   hold (a call that sent a progressToken): the call waits; notifications/progress every
-//     limits.approval_progress_ms (1 s here) keep an SDK call with resetTimeoutOnProgress alive
-//     past its own timeout (2 s here, standing for the SDK's 60 s); without progress it would
-//     have failed. The wait is capped at limits.approval_hold_max_ms.
+//     limits.approval_progress_ms (1 s here; sent on the gateway's 1 s tick, so 1 to 2 s apart)
+//     keep an SDK call with resetTimeoutOnProgress alive past its own timeout (4 s here, standing
+//     for the SDK's 60 s); without progress it would have failed. The wait is capped at limits.approval_hold_max_ms.
 //   task (a task-augmented call): the SDK 1.x experimental tasks client gets a task, working while
 //     a human decides, completed with the result or failed with the denial; another grant's
 //     tasks/get, tasks/result, tasks/cancel of it are "not found", its tasks/list empty.
@@ -190,13 +190,15 @@ describe('hold mode (a call that sent a progressToken)', () => {
     const c = await sdk1(ALICE);
     const args = { path: '/tmp/hold.txt', content: 'held' };
     const progress = [];
+    const t0 = Date.now();
     const call = c.client.callTool({ name: 'write_file', arguments: args }, undefined, {
-      timeout: 2000, resetTimeoutOnProgress: true, onprogress: (p) => progress.push(p),
+      timeout: 4000, resetTimeoutOnProgress: true, onprogress: (p) => progress.push(p),
     });
     const item = await H.waitUntil(async () => (await admin('GET', '/admin/approvals')).json.approvals.find((x) => x.tool === 'write_file' && x.session),
       { what: 'the held call in GET /admin/approvals' });
     assert.ok(item.expires_in_ms <= 8000, `approval_timeout 120 s is capped at approval_hold_max_ms: ${item.expires_in_ms}`);
-    await H.waitUntil(() => progress.length >= 4, { what: 'four progress notifications (past the 2 s timeout)' });
+    await H.waitUntil(() => progress.length >= 3 && Date.now() - t0 > 5000,
+      { what: 'progress notifications past the 4 s timeout' });
     assert.match(progress[0].message, /waiting for a human to approve write_file at http:\/\/127\.0\.0\.1:\d+\/admin\/ui\/ \(approval [0-9a-f]{32}\)/);
     assert.ok(progress.every((p, i) => i === 0 || p.progress > progress[i - 1].progress), 'progress increases');
     const r = await admin('POST', `/admin/approvals/${item.id}/approve`, {}, { digest: item.digest });
@@ -210,12 +212,14 @@ describe('hold mode (a call that sent a progressToken)', () => {
     const c = await sdk2(ALICE, 'legacy');
     const args = { path: '/tmp/hold-sdk2.txt', content: 'held' };
     const progress = [];
+    const t0 = Date.now();
     const call = c.callTool({ name: 'write_file', arguments: args }, {
-      timeout: 2000, resetTimeoutOnProgress: true, onprogress: (p) => progress.push(p),
+      timeout: 4000, resetTimeoutOnProgress: true, onprogress: (p) => progress.push(p),
     });
     const item = await H.waitUntil(async () => (await admin('GET', '/admin/approvals')).json.approvals.find((x) => x.tool === 'write_file' && x.session),
       { what: 'the held call in GET /admin/approvals' });
-    await H.waitUntil(() => progress.length >= 3, { what: 'three progress notifications (past the 2 s timeout)' });
+    await H.waitUntil(() => progress.length >= 3 && Date.now() - t0 > 5000,
+      { what: 'progress notifications past the 4 s timeout' });
     const r = await admin('POST', `/admin/approvals/${item.id}/approve`, {}, { digest: item.digest });
     assert.equal(r.status, 200, r.text);
     const res = await call;
@@ -227,7 +231,7 @@ describe('hold mode (a call that sent a progressToken)', () => {
     const c = await sdk1(ALICE);
     const t0 = Date.now();
     const e = await rejection(c.client.callTool({ name: 'write_file', arguments: { path: '/tmp/hold-expired.txt', content: 'x' } }, undefined,
-      { timeout: 3000, resetTimeoutOnProgress: true, onprogress: () => {} }), 'expired');
+      { timeout: 4000, resetTimeoutOnProgress: true, onprogress: () => {} }), 'expired');
     assert.equal(e.code, -32003, e.message);
     assert.match(e.message, /write_file was not approved in time; the call was not made/);
     const took = Date.now() - t0;
