@@ -313,6 +313,21 @@ static void grant_memo(void **state)
 }
 
 /* An HS256 JWT with key (32 bytes) for payload (JSON) and header hdr, as "Bearer …" in out. */
+/* A JWKS of one HS256 secret (kid "k"), every byte fill; the secret goes to key. */
+static struct tg_jwks *oct_jwks(uint8_t fill, uint8_t key[32])
+{
+    memset(key, fill, 32);
+    char b64[64], jwks_json[200];
+    b64[tg_b64url_encode(key, 32, b64)] = '\0';
+    snprintf(jwks_json, sizeof(jwks_json), "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"k\":\"%s\"}]}", b64);
+    struct tg_buf err;
+    tg_buf_init(&err);
+    struct tg_jwks *jwks = NULL;
+    assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
+    tg_buf_dispose(&err);
+    return jwks;
+}
+
 static void hs256_bearer_hdr(const char *hdr, const uint8_t key[32], const char *payload, char *out, size_t n)
 {
     char input[1024];
@@ -358,15 +373,7 @@ static void jwt_subject_claim(void **state)
 {
     (void)state;
     uint8_t key[32];
-    memset(key, 0x42, sizeof(key));
-    char b64[64], jwks_json[200];
-    b64[tg_b64url_encode(key, 32, b64)] = '\0';
-    snprintf(jwks_json, sizeof(jwks_json), "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"k\":\"%s\"}]}", b64);
-    struct tg_buf err;
-    tg_buf_init(&err);
-    struct tg_jwks *jwks = NULL;
-    assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
-    tg_buf_dispose(&err);
+    struct tg_jwks *jwks = oct_jwks(0x42, key);
     struct tg_jwt_conf jwt = {.issuer = "https://a/", .audience = "t", .grant_claim = "team", .subject_claim = "sub",
                               .jwks = jwks, .algs = TG_JWT_ALG_HS256};
     char *only_a[] = {"https://a/"};
@@ -439,15 +446,7 @@ static void jwt_fetched_keys(void **state)
 {
     (void)state;
     uint8_t key[32];
-    memset(key, 0x42, sizeof(key));
-    char b64[64], jwks_json[200];
-    b64[tg_b64url_encode(key, 32, b64)] = '\0';
-    snprintf(jwks_json, sizeof(jwks_json), "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"k\":\"%s\"}]}", b64);
-    struct tg_buf err;
-    tg_buf_init(&err);
-    struct tg_jwks *jwks = NULL;
-    assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
-    tg_buf_dispose(&err);
+    struct tg_jwks *jwks = oct_jwks(0x42, key);
     struct tg_keyring *ring = tg_keyring_new("a");
     struct tg_jwt_conf jwt = {.issuer = "https://a/", .audience = "t", .grant_claim = "sub", .keyring = ring,
                               .algs = TG_JWT_ALG_HS256};
@@ -497,15 +496,7 @@ static void jwt_issuer_grant(void **state)
 {
     (void)state;
     uint8_t key[32];
-    memset(key, 0x24, sizeof(key));
-    char b64[64], jwks_json[200];
-    b64[tg_b64url_encode(key, 32, b64)] = '\0';
-    snprintf(jwks_json, sizeof(jwks_json), "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"k\":\"%s\"}]}", b64);
-    struct tg_buf err;
-    tg_buf_init(&err);
-    struct tg_jwks *jwks = NULL;
-    assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
-    tg_buf_dispose(&err);
+    struct tg_jwks *jwks = oct_jwks(0x24, key);
     struct tg_jwt_conf jwt = {.issuer = "https://a/", .audience = "t", .grant = "staff", .subject_claim = "sub",
                               .jwks = jwks, .algs = TG_JWT_ALG_HS256};
     char *only_a[] = {"https://a/"};
@@ -548,15 +539,7 @@ static void jwt_grants_bound_to_issuers(void **state)
 {
     (void)state;
     uint8_t key[32];
-    memset(key, 0x42, sizeof(key));
-    char b64[64], jwks_json[200];
-    b64[tg_b64url_encode(key, 32, b64)] = '\0';
-    snprintf(jwks_json, sizeof(jwks_json), "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"k\":\"%s\"}]}", b64);
-    struct tg_buf err;
-    tg_buf_init(&err);
-    struct tg_jwks *jwks = NULL;
-    assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
-    tg_buf_dispose(&err);
+    struct tg_jwks *jwks = oct_jwks(0x42, key);
 
     struct tg_jwt_conf jwt[2] = {{.issuer = "https://a/", .audience = "t", .skew_s = 0, .grant_claim = "sub", .jwks = jwks, .algs = TG_JWT_ALG_HS256},
                                  {.issuer = "https://b/", .audience = "t", .skew_s = 0, .grant_claim = "sub", .jwks = jwks, .algs = TG_JWT_ALG_HS256}};
@@ -600,15 +583,7 @@ static void channel_credentials(void **state)
 {
     (void)state;
     uint8_t key[32];
-    memset(key, 0x24, sizeof(key));
-    char b64[64], jwks_json[200];
-    b64[tg_b64url_encode(key, 32, b64)] = '\0';
-    snprintf(jwks_json, sizeof(jwks_json), "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"k\":\"%s\"}]}", b64);
-    struct tg_buf err;
-    tg_buf_init(&err);
-    struct tg_jwks *jwks = NULL;
-    assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
-    tg_buf_dispose(&err);
+    struct tg_jwks *jwks = oct_jwks(0x24, key);
     struct tg_jwt_conf jwt = {.issuer = "https://a/", .audience = "t", .skew_s = 30, .grant_claim = "sub",
                               .jwks = jwks, .algs = TG_JWT_ALG_HS256};
     char *only_a[] = {"https://a/"};
@@ -677,15 +652,7 @@ static void jwt_scopes_and_resource(void **state)
 {
     (void)state;
     uint8_t key[32];
-    memset(key, 0x42, sizeof(key));
-    char b64[64], jwks_json[200];
-    b64[tg_b64url_encode(key, 32, b64)] = '\0';
-    snprintf(jwks_json, sizeof(jwks_json), "{\"keys\":[{\"kty\":\"oct\",\"kid\":\"k\",\"k\":\"%s\"}]}", b64);
-    struct tg_buf err;
-    tg_buf_init(&err);
-    struct tg_jwks *jwks = NULL;
-    assert_int_equal(tg_jwks_parse(jwks_json, strlen(jwks_json), "mem", &jwks, &err), 0);
-    tg_buf_dispose(&err);
+    struct tg_jwks *jwks = oct_jwks(0x42, key);
     struct tg_jwt_conf jwt = {.issuer = "https://a/", .audience = "t", .grant_claim = "team", .subject_claim = "sub",
                               .jwks = jwks, .algs = TG_JWT_ALG_HS256};
     char *only_a[] = {"https://a/"};
