@@ -78,6 +78,17 @@ void tg_json_write_string(struct tg_buf *b, const char *s, size_t n);
  * 2026 envelope's argument binding (core/mcp/mrtr.c) are made of. */
 void tg_json_digest(const cJSON *v, uint8_t out[32]);
 
+/* Canonical JSON (core/base/json_canon.c): one text for every spelling of a value. Object
+ * members sorted by name (byte order; members of one name keep their order), no whitespace,
+ * strings as tg_json_write_string() writes them, numbers by exact decimal value (1, 1.0, 1e0 and
+ * 10e-1 are all 1; -0 is 0; no rounding, so two integers that a double cannot tell apart stay
+ * apart). Deeper than 256 levels writes null. */
+void tg_json_canon(struct tg_buf *b, const cJSON *v);
+void tg_json_canon_sha256(const cJSON *v, uint8_t out[32]);
+/* A 64-bit hash of the canonical text (SipHash-2-4 under a fixed key, seed mixed in first): the
+ * same in every process and release, for identities shared across a cluster. Not a secret. */
+uint64_t tg_json_canon_hash(const cJSON *v, uint64_t seed);
+
 /* A number node that prints exactly as `text` (which must be a valid JSON number). */
 cJSON *tg_json_number_raw(const char *text, size_t n);
 

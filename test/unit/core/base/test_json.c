@@ -1172,6 +1172,84 @@ static void params_meta_cut(void **state)
     assert_true(cut > 1000 && checked - cut > 1000);
 }
 
+/* ---- canonical JSON (json_canon.c) ------------------------------------------------------ */
+
+static char *canon_of(const char *text)
+{
+    struct tg_json_doc doc;
+    assert_int_equal(tg_json_parse(text, strlen(text), 64, 1, &doc, NULL, NULL), 0);
+    struct tg_buf b;
+    tg_buf_init(&b);
+    tg_json_canon(&b, doc.root);
+    cJSON_Delete(doc.root);
+    char *s = strndup(b.base ? b.base : "", b.len);
+    tg_buf_dispose(&b);
+    return s;
+}
+
+static void canon_expect(const char *in, const char *want)
+{
+    char *got = canon_of(in);
+    char shown[256];
+    int same = strcmp(got, want) == 0;
+    snprintf(shown, sizeof(shown), "%s", got);
+    free(got);
+    if (!same)
+        fail_msg("canonical form of %s: got %s, want %s", in, shown, want);
+}
+
+static void canonical_forms(void **state)
+{
+    (void)state;
+    /* members sorted, whitespace gone, nested too */
+    canon_expect("{ \"b\" : 1 , \"a\" : {\"z\":[3, 2], \"y\": \"x\"} }", "{\"a\":{\"y\":\"x\",\"z\":[3,2]},\"b\":1}");
+    /* one number, many spellings */
+    const char *ones[] = {"1", "1.0", "1e0", "10e-1", "0.1e1", "1.000", "100E-2"};
+    for (size_t i = 0; i < sizeof(ones) / sizeof(ones[0]); i++)
+        canon_expect(ones[i], "1");
+    canon_expect("-0", "0");
+    canon_expect("-0.0e5", "0");
+    canon_expect("0.10", "0.1");
+    canon_expect("1e2", "100");
+    canon_expect("-12.500", "-12.5");
+    canon_expect("0.000001", "0.000001");
+    canon_expect("1e-7", "1e-7");
+    canon_expect("123e-9", "1.23e-7");
+    canon_expect("1e20", "100000000000000000000");
+    canon_expect("1e21", "1e21");
+    canon_expect("1e400", "1e400");
+    /* no rounding: integers a double cannot tell apart stay apart */
+    canon_expect("9007199254740993", "9007199254740993");
+    canon_expect("9007199254740992", "9007199254740992");
+    /* strings and literals as written, escapes normalised */
+    canon_expect("[\"\\u0041\", true, null, false]", "[\"A\",true,null,false]");
+    /* the same value hashes the same; another value does not */
+    struct tg_json_doc a, b, c;
+    const char *ta = "{\"n\": 1.0, \"s\": [ \"x\" ]}", *tb = "{\"s\":[\"x\"],\"n\":1}", *tc = "{\"s\":[\"x\"],\"n\":2}";
+    assert_int_equal(tg_json_parse(ta, strlen(ta), 64, 1, &a, NULL, NULL), 0);
+    assert_int_equal(tg_json_parse(tb, strlen(tb), 64, 1, &b, NULL, NULL), 0);
+    assert_int_equal(tg_json_parse(tc, strlen(tc), 64, 1, &c, NULL, NULL), 0);
+    assert_true(tg_json_canon_hash(a.root, 7) == tg_json_canon_hash(b.root, 7));
+    assert_true(tg_json_canon_hash(a.root, 7) != tg_json_canon_hash(b.root, 8));
+    assert_true(tg_json_canon_hash(a.root, 7) != tg_json_canon_hash(c.root, 7));
+    uint8_t d1[32], d2[32];
+    tg_json_canon_sha256(a.root, d1);
+    tg_json_canon_sha256(b.root, d2);
+    assert_memory_equal(d1, d2, 32);
+    cJSON_Delete(a.root);
+    cJSON_Delete(b.root);
+    cJSON_Delete(c.root);
+    /* a number made without text (cJSON_CreateNumber) has the same form */
+    cJSON *n = cJSON_CreateNumber(0.5);
+    struct tg_buf w;
+    tg_buf_init(&w);
+    tg_json_canon(&w, n);
+    assert_int_equal((int)w.len, 3);
+    assert_memory_equal(w.base, "0.5", 3);
+    tg_buf_dispose(&w);
+    cJSON_Delete(n);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1202,6 +1280,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(writer_plain_cjson),
         cmocka_unit_test(writer_string_escapes),
         cmocka_unit_test(fast_scan_matches_strict),
+        cmocka_unit_test(canonical_forms),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
