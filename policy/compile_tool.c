@@ -568,9 +568,17 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
         return;
     }
     static const char *const known[] = {"rules", "action", "reason", "limits", "approval_timeout", "approval_mode",
-                                        "scopes", NULL};
+                                        "scopes", "tags", NULL};
     tg__check_keys(cx, jt, path, known);
     char sub[600];
+    const cJSON *jtags = tg_json_get(jt, "tags");
+    if (jtags != NULL) {
+        snprintf(sub, sizeof(sub), "%s.tags", path);
+        if (strcmp(name, "*") == 0)
+            tg__perr(cx, sub, "tags say what one tool does; put them on the tool's own entry");
+        else
+            tg__compile_tags(cx, jtags, sub, &t->tags, &t->ntags);
+    }
     const cJSON *js = tg_json_get(jt, "scopes");
     if (js != NULL) {
         snprintf(sub, sizeof(sub), "%s.scopes", path);
@@ -672,4 +680,5 @@ void tg__free_tool(struct ptool *t)
     free(t->rules);
     free(t->reach);
     free(t->scopes);
+    tg__free_tags(t->tags, t->ntags);
 }

@@ -33,6 +33,9 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
 /* An error for each resource glob of globs[0..n) that starts with a scheme but is not written
  * in the normal form URIs are decided in: it would match no resource (compile.c). */
 void tg__check_uri_globs(struct tg__cctx *cx, const char *path, char **globs, int n);
+/* "tags": a list of tags into out[0..*nout) (policy/compile_tags.c); errors go to cx. */
+void tg__compile_tags(struct tg__cctx *cx, const cJSON *j, const char *path, char ***out, int *nout);
+void tg__free_tags(char **tags, int n);
 /* Free what tg__compile_tool put in t (not t itself). */
 void tg__free_tool(struct ptool *t);
 

@@ -216,3 +216,15 @@ void tg_policy_scopes_all(const struct tg_policy *p, char *out, size_t n)
         for (int i = 0; i < gs[k]->nscoped; i++)
             (void)tg__scopes_need(gs[k]->scoped[i].scopes, "", out, n);
 }
+
+/* A tool's own tags (policy.h). */
+int tg_policy_tool_tags(const struct tg_policy *p, const char *tool, const char *const **tags)
+{
+    const struct ptool *t = tg__find_tool(p, tool);
+    if (t == NULL) {
+        *tags = NULL;
+        return 0;
+    }
+    *tags = (const char *const *)t->tags;
+    return t->ntags;
+}

@@ -133,6 +133,13 @@ int tg_policy_scopes_prompt(const struct tg_policy *p, const char *name, const c
 /* Add every scope the policy names to the set out (n bytes), each once (RFC 9728 scopes_supported). */
 void tg_policy_scopes_all(const struct tg_policy *p, char *out, size_t n);
 
+/* Tags (a tool entry's "tags", either shape): what a tool does, which history conditions and
+ * brakes select calls by. A tag is 1..TG_TAG_MAX bytes of [A-Za-z0-9_.:-]; a tool has at most
+ * TG_TAGS_PER_TOOL. The tags of tool's own entry into *tags (borrowed from p), and how many. */
+#define TG_TAG_MAX 64
+#define TG_TAGS_PER_TOOL 16
+int tg_policy_tool_tags(const struct tg_policy *p, const char *tool, const char *const **tags);
+
 /* YAML to the same cJSON tree a JSON policy gives (libyaml). */
 int tg_yaml_to_json(const char *text, size_t len, cJSON **out, char *err, size_t errsz);
 

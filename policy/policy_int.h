@@ -112,6 +112,8 @@ struct ptool {
     int nreach;
     int reach_stops;
     char *scopes; /* "scopes": the scope set (policy/scopes.h) a call needs, or NULL */
+    char **tags;  /* "tags" (never on "*"): what the tool does, for history conditions and brakes */
+    int ntags;
 };
 
 /* One slot of tg_policy.tool_slots: idx + 1 of a tool (0: empty) and the hash of its name. */
@@ -176,6 +178,8 @@ void tg__compile_scoped_globs(struct tg__cctx *cx, const cJSON *j, const char *p
 void tg__free_scoped_globs(struct globset *g);
 /* Add each scope of set to need (n bytes); 1 if have lacks one of them (compile_scopes.c). */
 int tg__scopes_need(const char *set, const char *have, char *need, size_t n);
+/* Is tag one of tags[0..n)? (compile_tags.c) */
+int tg__has_tag(char *const *tags, int n, const char *tag);
 /* The entry of tools named name, or NULL (decide.c). */
 const struct ptool *tg__find_tool(const struct tg_policy *p, const char *name);
 

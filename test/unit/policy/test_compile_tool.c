@@ -355,6 +355,48 @@ static void errors_hosted(void **state)
                  "tools.execute_code.limits[0].window", "must be second, minute, hour, day or a number of seconds");
 }
 
+/* "tags": a list of distinct short words per tool, never on "*"; a tool's tags are found by name. */
+static void tags_compile_and_errors(void **state)
+{
+    (void)state;
+#define T(t) "{\"version\":\"1\",\"default\":\"allow\",\"tools\":{\"x\":{\"tags\":" t "}}}"
+    EXPECT_ERROR("tags.json", T("\"egress\""), "tools.x.tags", "must be a list of tags");
+    EXPECT_ERROR("tags.json", T("[\"egress\",\"\"]"), "tools.x.tags[1]", "a tag must not be empty");
+    EXPECT_ERROR("tags.json", T("[\"reads secrets\"]"), "tools.x.tags[0]", "a tag is made of letters, digits, _ - . and : only");
+    EXPECT_ERROR("tags.json", T("[\"a*\"]"), "tools.x.tags[0]", "a tag is made of letters");
+    EXPECT_ERROR("tags.json", T("[5]"), "tools.x.tags[0]", "a tag must be a string");
+    EXPECT_ERROR("tags.json", T("[\"a\",\"a\"]"), "tools.x.tags[1]", "\"a\" is listed twice");
+    EXPECT_ERROR("tags.json", T("[\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"]"), "tools.x.tags[0]",
+                 "a tag is at most 64 bytes");
+    EXPECT_ERROR("tags.json", T("[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]"),
+                 "tools.x.tags", "at most 16 tags");
+    EXPECT_ERROR("tags.json", "{\"version\":\"1\",\"tools\":{\"*\":{\"tags\":[\"egress\"]}}}", "tools.*.tags",
+                 "tags say what one tool does; put them on the tool's own entry");
+    EXPECT_ERROR("tags.json", "{\"version\":\"1\",\"tools\":{\"x\":{\"tag\":[\"egress\"]}}}", "tools.x.tag",
+                 "unknown field; did you mean `tags`?");
+#undef T
+    struct tg_policy *p = NULL;
+    struct tg_buf err, warn;
+    tg_buf_init(&err);
+    tg_buf_init(&warn);
+    const char *yaml = "version: \"1\"\ndefault: deny\ntools:\n  read_env: {tags: [reads_secrets, \"fs:read\"]}\n  post: {}\n";
+    cJSON *root = NULL;
+    char e[256];
+    assert_int_equal(tg_yaml_to_json(yaml, strlen(yaml), &root, e, sizeof(e)), 0);
+    assert_int_equal(tg_policy_compile(root, "tags.yaml", &p, &err, &warn), 0);
+    const char *const *tags;
+    assert_int_equal(tg_policy_tool_tags(p, "read_env", &tags), 2);
+    assert_string_equal(tags[0], "reads_secrets");
+    assert_string_equal(tags[1], "fs:read");
+    assert_int_equal(tg_policy_tool_tags(p, "post", &tags), 0);
+    assert_int_equal(tg_policy_tool_tags(p, "nope", &tags), 0);
+    assert_null(tags);
+    tg_policy_unref(p);
+    cJSON_Delete(root);
+    tg_buf_dispose(&err);
+    tg_buf_dispose(&warn);
+}
+
 /* The suggestion: one edit away for a known key of up to four characters, two for longer ones;
  * a swap of neighbours is one edit; case does not count; nothing when nothing is that close. */
 static void unknown_field_suggestions(void **state)
@@ -381,6 +423,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(deny_lists_of_lists_or_maps_refused),
         cmocka_unit_test(approval_timeout_units),
+        cmocka_unit_test(tags_compile_and_errors),
         cmocka_unit_test(errors_rules),
         cmocka_unit_test(evaluate_rule_with_empty_conditions_list_refused),
         cmocka_unit_test(errors_conditions),
