@@ -76,9 +76,12 @@ void tg_suggest_classify(const cJSON *tool, struct tg_scan_verdict *v)
     char why[128];
     const char *kw = "";
     int ro = hint_true(tool, "readOnlyHint");
+    tg_suggest_tags(tool, v);
     if (strcmp(name, "*") == 0) {
         /* In a policy "*" is every tool: a server must not pick the rule for all of them. */
         v->cls = TG_SCAN_UNKNOWN;
+        v->tags = 0;
+        v->tags_why[0] = '\0';
         snprintf(v->why, sizeof(v->why), "a tool named \"*\" cannot be listed (in a policy \"*\" means every tool): "
                  "denied by default (default: deny)");
     } else if (tg__suggest_match(name, desc, tg__suggest_secret_words, why, sizeof(why), &kw)) {
@@ -441,6 +444,65 @@ static void group_yaml(struct tg_buf *out, const struct group *g)
 
 /* ---- the policy ------------------------------------------------------------------------------ */
 
+/* The brake proposed under "*" for the tools tagged execute or write: more than REPEATS calls of
+ * one tool with the same arguments within WITHIN, or a cycle of up to CYCLE calls repeated so, is
+ * refused. The policy compiler does not read `brake` yet (another change adds it): while
+ * SCAN_BRAKE_LIVE is 0 the YAML carries the brake as a comment saying so and --json leaves it
+ * out, so that every scanned policy loads; set it to 1 once a policy with `brake` compiles. */
+#define SCAN_BRAKE_LIVE 0
+#define SCAN_BRAKE_REPEATS 5
+#define SCAN_BRAKE_WITHIN "60s"
+#define SCAN_BRAKE_CYCLE 4
+
+static void tags_json(cJSON *e, unsigned tags)
+{
+    if (tags == 0)
+        return;
+    cJSON *a = cJSON_AddArrayToObject(e, "tags");
+    for (int t = 0; t < TG_SCAN_NTAGS; t++)
+        if (tags & (1u << t))
+            cJSON_AddItemToArray(a, cJSON_CreateString(tg_suggest_tag_names[t]));
+}
+
+/* "[read, filesystem]": the names are plain words, safe unquoted in a flow sequence. */
+static void tags_flow(struct tg_buf *out, unsigned tags)
+{
+    const char *sep = "[";
+    for (int t = 0; t < TG_SCAN_NTAGS; t++)
+        if (tags & (1u << t)) {
+            tg_buf_appendf(out, "%s%s", sep, tg_suggest_tag_names[t]);
+            sep = ", ";
+        }
+    tg_buf_appends(out, "]");
+}
+
+static void brake_json(cJSON *tools)
+{
+    cJSON *b = cJSON_AddObjectToObject(cJSON_AddObjectToObject(tools, "*"), "brake");
+    cJSON_AddNumberToObject(b, "repeats", SCAN_BRAKE_REPEATS);
+    cJSON_AddStringToObject(b, "within", SCAN_BRAKE_WITHIN);
+    cJSON_AddNumberToObject(b, "cycle", SCAN_BRAKE_CYCLE);
+    cJSON *t = cJSON_AddArrayToObject(b, "tags");
+    cJSON_AddItemToArray(t, cJSON_CreateString(tg_suggest_tag_names[TG_SCAN_TAG_EXECUTE]));
+    cJSON_AddItemToArray(t, cJSON_CreateString(tg_suggest_tag_names[TG_SCAN_TAG_WRITE]));
+}
+
+/* The "*" entry with the brake, live or (SCAN_BRAKE_LIVE 0) as a comment; nbraked tools above are
+ * tagged execute or write. */
+static void brake_yaml(struct tg_buf *out, size_t nbraked)
+{
+    const char *c = SCAN_BRAKE_LIVE ? "" : "# ";
+    tg_buf_appendf(out, "  # A brake for the %zu tool%s above tagged execute or write: a call that repeats one with the\n"
+                        "  # same arguments more than %d times within %s (or ends a cycle of up to %d calls repeated\n"
+                        "  # so) is refused, with a message telling the model to stop and report to the user.\n",
+                   nbraked, nbraked == 1 ? "" : "s", SCAN_BRAKE_REPEATS, SCAN_BRAKE_WITHIN, SCAN_BRAKE_CYCLE);
+    if (!SCAN_BRAKE_LIVE)
+        tg_buf_appends(out, "  # This tollgate's policy compiler does not read `brake` yet: uncomment it once it does.\n");
+    tg_buf_appendf(out, "  %s\"*\":\n  %s  brake: {repeats: %d, within: \"%s\", cycle: %d, tags: [%s, %s]}\n", c, c,
+                   SCAN_BRAKE_REPEATS, SCAN_BRAKE_WITHIN, SCAN_BRAKE_CYCLE, tg_suggest_tag_names[TG_SCAN_TAG_EXECUTE],
+                   tg_suggest_tag_names[TG_SCAN_TAG_WRITE]);
+}
+
 /* A usable tool (named, the first of its name) and its class: made once, read by each writer. */
 struct scanned {
     const cJSON *t;
@@ -477,7 +539,10 @@ static void write_json(struct tg_buf *out, const struct scanned *sc, size_t n, c
             cJSON_AddStringToObject(r, "rate_limit", rl);
             cJSON_AddItemToArray(rules, r);
         }
+        tags_json(e, sc[i].v.tags);
     }
+    if (SCAN_BRAKE_LIVE)
+        brake_json(jt);
     group_json(root, &gs[0]);
     group_json(root, &gs[1]);
     char *s = cJSON_Print(root);
@@ -498,6 +563,10 @@ static void write_tool_comment(struct tg_buf *out, const cJSON *t, const struct 
     }
     tg_buf_appends(out, "\n  #   ");
     append_comment_text(out, v->why, sizeof(v->why));
+    if (v->tags != 0) {
+        tg_buf_appends(out, v->cls == TG_SCAN_UNKNOWN ? "\n  #   tags if you allow it: " : "\n  #   tags: ");
+        append_comment_text(out, v->tags_why, sizeof(v->tags_why));
+    }
     tg_buf_appends(out, "\n");
 }
 
@@ -556,7 +625,8 @@ void tg_suggest_write_policy(struct tg_buf *out, const cJSON *tools, const struc
                         "version: \"1\"\n"
                         "default: deny\n");
     size_t listed = count[TG_SCAN_READ] + count[TG_SCAN_LIMIT] + count[TG_SCAN_APPROVE] + count[TG_SCAN_SECRET];
-    tg_buf_appends(out, listed == 0 ? "tools: {}\n" : "tools:\n");
+    tg_buf_appends(out, listed == 0 && SCAN_BRAKE_LIVE == 0 ? "tools: {}\n" : "tools:\n");
+    size_t nbraked = 0;
     for (size_t i = 0; i < n; i++) {
         const struct tg_scan_verdict *v = &sc[i].v;
         if (v->cls == TG_SCAN_UNKNOWN)
@@ -573,10 +643,17 @@ void tg_suggest_write_policy(struct tg_buf *out, const cJSON *tools, const struc
         else
             tg_buf_appendf(out, ":\n    rules:\n      - name: \"scan: at most %d calls a minute\"\n        rate_limit: %d/minute\n",
                            TG_SCAN_LIMIT_PER_MINUTE, TG_SCAN_LIMIT_PER_MINUTE);
+        if (v->tags != 0) {
+            tg_buf_appends(out, "    tags: ");
+            tags_flow(out, v->tags);
+            tg_buf_appends(out, "\n");
+        }
+        nbraked += (v->tags & (1u << TG_SCAN_TAG_EXECUTE | 1u << TG_SCAN_TAG_WRITE)) != 0;
     }
+    brake_yaml(out, nbraked);
     if (count[TG_SCAN_UNKNOWN] > 0) {
         tg_buf_appends(out, "  # Denied by default (no word matched); to allow one, list it under tools, e.g.\n"
-                            "  #   \"NAME\": {action: allow}\n");
+                            "  #   \"NAME\": {action: allow, tags: [...]}\n");
         for (size_t i = 0; i < n; i++)
             if (sc[i].v.cls == TG_SCAN_UNKNOWN)
                 write_tool_comment(out, sc[i].t, &sc[i].v);

@@ -1,8 +1,11 @@
 /* `tollgate scan`'s words (policy/suggest_int.h): how a word of a list is found in a tool's name or
- * description, whole words with plain inflections, so "keyboard" never reads as "key". */
+ * description, whole words with plain inflections, so "keyboard" never reads as "key"; and the
+ * tags a tool gets from its words and annotations (policy/suggest.h). */
 #include <stdio.h>
 #include <string.h>
 
+#include "core/base/json.h"
+#include "policy/suggest.h"
 #include "policy/suggest_int.h"
 
 /* Tools that read the environment, credentials or secrets: denied whatever their annotations say
@@ -99,3 +102,128 @@ int tg__suggest_match(const char *name, const char *desc, const char *const *lis
     return 1;
 }
 
+
+/* ---- tags ------------------------------------------------------------------------------------ */
+
+const char *const tg_suggest_tag_names[TG_SCAN_NTAGS] = {"read",   "write",         "destructive", "execute",
+                                                        "egress", "reads_secrets", "filesystem",  "network"};
+
+/* The words of each tag, in tg_suggest_tags_help too. A delete word is a write word as well; the
+ * read words are the classes' (suggest.c), repeated here so that the two lists can differ. */
+static const char *const execute_words[] = {"execute", "exec", "run", "eval", "shell", "command",
+                                            "script", "bash", "spawn", NULL};
+static const char *const destructive_words[] = {"delete", "remove", "drop", "destroy", "wipe",
+                                                "purge", "erase", "truncate", NULL};
+static const char *const write_words[] = {"write", "create", "update", "modify", "edit", "insert", "upload",
+                                          "save", "rename", "move", "patch", "append", "send", "publish", NULL};
+static const char *const egress_words[] = {"send", "email", "mail", "post", "publish", "upload", "webhook",
+                                           "http", "https", "url", "smtp", "sms", "notify", "share", NULL};
+static const char *const network_words[] = {"http", "https", "url", "download", "upload", "socket", "network",
+                                            "webhook", "dns", "curl", "wget", "web", "browse", "internet", NULL};
+static const char *const filesystem_words[] = {"file", "filesystem", "fs", "directory", "dir", "folder",
+                                               "path", "disk", "mkdir", NULL};
+static const char *const read_words[] = {"get", "list", "read", "search", "fetch", "query",
+                                         "describe", "show", "view", "find", NULL};
+
+const char tg_suggest_tags_help[] =
+    "Tags (written as tags: [...] on each tool's entry, for history conditions and brakes; a tool\n"
+    "may get several, whatever its class; the comment says which word or annotation gave each):\n"
+    "  reads_secrets  a word of the deny list above\n"
+    "  execute        execute exec run eval shell command script bash spawn\n"
+    "  destructive    delete remove drop destroy wipe purge erase truncate, or destructiveHint: true\n"
+    "  write          write create update modify edit insert upload save rename move patch append\n"
+    "                 send publish, a destructive word, destructiveHint: true, or (when readOnlyHint\n"
+    "                 is not true) readOnlyHint: false, destructiveHint: false or an idempotentHint,\n"
+    "                 which MCP says only of a tool that changes its environment\n"
+    "  egress         send email mail post publish upload webhook http https url smtp sms notify\n"
+    "                 share, or openWorldHint: true\n"
+    "  network        http https url download upload socket network webhook dns curl wget web\n"
+    "                 browse internet, or openWorldHint: true\n"
+    "  filesystem     file filesystem fs directory dir folder path disk mkdir\n"
+    "  read           get list read search fetch query describe show view find, or readOnlyHint:\n"
+    "                 true, and neither write, destructive nor execute (a readOnlyHint never takes\n"
+    "                 away a tag the words give)\n"
+    "Under \"*\" a brake is proposed for the tools tagged execute or write: the same call repeated\n"
+    "more than 5 times within 60 s (or a cycle of up to 4 calls repeating) is refused.\n";
+
+/* A boolean annotation: 1 true, 0 false, -1 absent or not a boolean. */
+static int hint(const cJSON *tool, const char *name)
+{
+    const cJSON *ann = tg_json_get(tool, "annotations");
+    const cJSON *h = cJSON_IsObject(ann) ? tg_json_get(ann, name) : NULL;
+    return cJSON_IsBool(h) ? cJSON_IsTrue(h) : -1;
+}
+
+struct tagging {
+    unsigned tags;
+    char why[TG_SCAN_NTAGS][120];
+};
+
+static void tag(struct tagging *g, enum tg_scan_tag t, const char *why)
+{
+    if (g->tags & (1u << t))
+        return;
+    g->tags |= 1u << t;
+    snprintf(g->why[t], sizeof(g->why[t]), "%s", why);
+}
+
+static void tag_by_words(struct tagging *g, enum tg_scan_tag t, const char *name, const char *desc,
+                         const char *const *list)
+{
+    char why[120];
+    const char *kw;
+    if (!(g->tags & (1u << t)) && tg__suggest_match(name, desc, list, why, sizeof(why), &kw))
+        tag(g, t, why);
+}
+
+void tg_suggest_tags(const cJSON *tool, struct tg_scan_verdict *v)
+{
+    const cJSON *jn = tg_json_get(tool, "name");
+    const cJSON *jd = tg_json_get(tool, "description");
+    const char *name = cJSON_IsString(jn) ? jn->valuestring : "";
+    const char *desc = cJSON_IsString(jd) ? jd->valuestring : NULL;
+    int ro = hint(tool, "readOnlyHint"), destructive = hint(tool, "destructiveHint");
+    int idem = hint(tool, "idempotentHint"), open = hint(tool, "openWorldHint");
+    struct tagging g;
+    memset(&g, 0, sizeof(g));
+    tag_by_words(&g, TG_SCAN_TAG_READS_SECRETS, name, desc, tg__suggest_secret_words);
+    tag_by_words(&g, TG_SCAN_TAG_EXECUTE, name, desc, execute_words);
+    tag_by_words(&g, TG_SCAN_TAG_DESTRUCTIVE, name, desc, destructive_words);
+    if (destructive == 1)
+        tag(&g, TG_SCAN_TAG_DESTRUCTIVE, "annotation destructiveHint: true");
+    tag_by_words(&g, TG_SCAN_TAG_WRITE, name, desc, write_words);
+    if (g.tags & (1u << TG_SCAN_TAG_DESTRUCTIVE))
+        tag(&g, TG_SCAN_TAG_WRITE, g.why[TG_SCAN_TAG_DESTRUCTIVE]);
+    /* MCP: destructiveHint and idempotentHint are "meaningful only when readOnlyHint == false":
+     * a server that states one (or readOnlyHint: false) describes a tool that changes things. */
+    if (ro != 1 && (ro == 0 || destructive == 0 || idem != -1))
+        tag(&g, TG_SCAN_TAG_WRITE, ro == 0 ? "annotation readOnlyHint: false"
+                                   : destructive == 0 ? "annotation destructiveHint: false (a tool that changes things)"
+                                                      : "annotation idempotentHint (a tool that changes things)");
+    tag_by_words(&g, TG_SCAN_TAG_EGRESS, name, desc, egress_words);
+    tag_by_words(&g, TG_SCAN_TAG_NETWORK, name, desc, network_words);
+    if (open == 1) {
+        tag(&g, TG_SCAN_TAG_EGRESS, "annotation openWorldHint: true");
+        tag(&g, TG_SCAN_TAG_NETWORK, "annotation openWorldHint: true");
+    }
+    tag_by_words(&g, TG_SCAN_TAG_FILESYSTEM, name, desc, filesystem_words);
+    /* read: only what looks read-only; a readOnlyHint lifts no write or execute word. */
+    if (!(g.tags & (1u << TG_SCAN_TAG_WRITE | 1u << TG_SCAN_TAG_DESTRUCTIVE | 1u << TG_SCAN_TAG_EXECUTE))) {
+        if (ro == 1)
+            tag(&g, TG_SCAN_TAG_READ, "annotation readOnlyHint: true");
+        else
+            tag_by_words(&g, TG_SCAN_TAG_READ, name, desc, read_words);
+    }
+    v->tags = g.tags;
+    v->tags_why[0] = '\0';
+    size_t k = 0;
+    for (int t = 0; t < TG_SCAN_NTAGS; t++) {
+        if (!(g.tags & (1u << t)))
+            continue;
+        int w = snprintf(v->tags_why + k, sizeof(v->tags_why) - k, "%s%s (%s)", k ? "; " : "", tg_suggest_tag_names[t],
+                         g.why[t]);
+        if (w < 0 || (size_t)w >= sizeof(v->tags_why) - k)
+            break;
+        k += (size_t)w;
+    }
+}
