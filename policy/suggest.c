@@ -492,10 +492,14 @@ static void brake_json(cJSON *tools)
 static void brake_yaml(struct tg_buf *out, size_t nbraked)
 {
     const char *c = SCAN_BRAKE_LIVE ? "" : "# ";
-    tg_buf_appendf(out, "  # A brake for the %zu tool%s above tagged execute or write: a call that repeats one with the\n"
+    if (nbraked == 0)
+        tg_buf_appends(out, "  # A brake for the tools tagged execute or write (none above):");
+    else
+        tg_buf_appendf(out, "  # A brake for the %zu tool%s above tagged execute or write:", nbraked, nbraked == 1 ? "" : "s");
+    tg_buf_appendf(out, " a call that repeats one with the\n"
                         "  # same arguments more than %d times within %s (or ends a cycle of up to %d calls repeated\n"
                         "  # so) is refused, with a message telling the model to stop and report to the user.\n",
-                   nbraked, nbraked == 1 ? "" : "s", SCAN_BRAKE_REPEATS, SCAN_BRAKE_WITHIN, SCAN_BRAKE_CYCLE);
+                   SCAN_BRAKE_REPEATS, SCAN_BRAKE_WITHIN, SCAN_BRAKE_CYCLE);
     if (!SCAN_BRAKE_LIVE)
         tg_buf_appends(out, "  # This tollgate's policy compiler does not read `brake` yet: uncomment it once it does.\n");
     tg_buf_appendf(out, "  %s\"*\":\n  %s  brake: {repeats: %d, within: \"%s\", cycle: %d, tags: [%s, %s]}\n", c, c,
