@@ -453,6 +453,20 @@ static void group_yaml(struct tg_buf *out, const struct group *g)
 #define SCAN_BRAKE_REPEATS 5
 #define SCAN_BRAKE_WITHIN "60s"
 #define SCAN_BRAKE_CYCLE 4
+#define SCAN_STR_(x) #x
+#define SCAN_STR(x) SCAN_STR_(x)
+
+const char tg_suggest_brake_help[] =
+    "Under \"*\" a brake is proposed for the tools tagged execute or write: a call that repeats one\n"
+    "with the same arguments more than " SCAN_STR(SCAN_BRAKE_REPEATS) " times within " SCAN_BRAKE_WITHIN
+    " (or ends a cycle of up to " SCAN_STR(SCAN_BRAKE_CYCLE) " calls\n"
+    "repeated so) is refused"
+#if SCAN_BRAKE_LIVE
+    ".\n";
+#else
+    "; it is written as a comment (and left out of --json) until the policy\n"
+    "compiler reads brake.\n";
+#endif
 
 static void tags_json(cJSON *e, unsigned tags)
 {

@@ -84,6 +84,9 @@ extern const char *const tg_suggest_tag_names[TG_SCAN_NTAGS];
 /* How tags are proposed, for `tollgate scan --help` (after tg_suggest_heuristics_help). */
 extern const char tg_suggest_tags_help[];
 
+/* What the brake under "*" does, for `tollgate scan --help` (after tg_suggest_tags_help). */
+extern const char tg_suggest_brake_help[];
+
 /* Classify one tool object ({name, description?, annotations?}): v->cls and v->why, and its tags
  * (tg_suggest_tags). */
 void tg_suggest_classify(const cJSON *tool, struct tg_scan_verdict *v);

@@ -142,9 +142,7 @@ const char tg_suggest_tags_help[] =
     "  filesystem     file filesystem fs directory dir folder path disk mkdir\n"
     "  read           get list read search fetch query describe show view find, or readOnlyHint:\n"
     "                 true, and neither write, destructive nor execute (a readOnlyHint never takes\n"
-    "                 away a tag the words give)\n"
-    "Under \"*\" a brake is proposed for the tools tagged execute or write: the same call repeated\n"
-    "more than 5 times within 60 s (or a cycle of up to 4 calls repeating) is refused.\n";
+    "                 away a tag the words give)\n";
 
 /* A boolean annotation: 1 true, 0 false, -1 absent or not a boolean. */
 static int hint(const cJSON *tool, const char *name)

@@ -358,6 +358,7 @@ process.stdin.setEncoding('utf8').on('data', (d) => {
     assert.match(h.stdout, /How tools are classified/);
     assert.match(h.stdout, /^Tags \(written as tags: \[\.\.\.\] on each tool's entry/m);
     assert.match(h.stdout, /^ {2}execute {8}execute exec run eval shell command script bash spawn$/m);
+    assert.match(h.stdout, /^Under "\*" a brake is proposed for the tools tagged execute or write: [^]*more than 5 times within 60s [^]*written as a comment/m);
   });
 
   it('a URL scan cannot read names it without its user information or query on stderr', async () => {
