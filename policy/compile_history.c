@@ -208,6 +208,7 @@ void tg__compile_history_cond(struct tg__cctx *cx, const cJSON *c, const char *p
     snprintf(sub, sizeof(sub), "%s.history", path);
     struct hcond *h = tg_xcalloc(1, sizeof(*h));
     out->hist = h;
+    out->is_state = 1;
     out->counter = -1;
     h->same = h->distinct = -1;
     const cJSON *jh = tg_json_get(c, "history");
@@ -428,8 +429,10 @@ void tg__compile_glob_tags(struct tg__cctx *cx, const cJSON *j, const char *path
 
 /* ---- the whole policy ------------------------------------------------------------------------ */
 
-static int tool_records(const struct ptool *t)
+static int tool_records(struct ptool *t)
 {
+    for (int r = 0; r < t->nrules; r++)
+        t->rules[r].gate = t->rules[r].deny || t->rules[r].when != NULL;
     if (t->ntags > 0 || t->brake != NULL)
         return 1;
     for (int r = 0; r < t->nrules; r++)
@@ -439,13 +442,24 @@ static int tool_records(const struct ptool *t)
     return 0;
 }
 
+static void hash_tags(struct ptool *t)
+{
+    if (t->ntags == 0)
+        return;
+    t->tagh = tg_xcalloc((size_t)t->ntags, sizeof(*t->tagh));
+    for (int i = 0; i < t->ntags; i++)
+        t->tagh[i] = tg_hist_tag_hash(t->tags[i], strlen(t->tags[i]));
+}
+
 void tg__finish_history(struct tg_policy *p)
 {
+    for (int i = 0; i < p->ntools; i++)
+        hash_tags(&p->tools[i]);
     int rec = p->hist != NULL && (p->hist->nrtags > 0 || p->hist->nptags > 0);
-    for (int i = 0; i < p->ntools && !rec; i++)
-        rec = tool_records(&p->tools[i]);
-    if (!rec && p->wildcard != NULL)
-        rec = tool_records(p->wildcard);
+    for (int i = 0; i < p->ntools; i++)
+        rec |= tool_records(&p->tools[i]);
+    if (p->wildcard != NULL)
+        rec |= tool_records(p->wildcard);
     p->records = rec;
     if (rec)
         hpolicy_of(p);

@@ -693,4 +693,5 @@ void tg__free_tool(struct ptool *t)
     free(t->scopes);
     tg__free_tags(t->tags, t->ntags);
     tg__free_brake(t->brake);
+    free(t->tagh);
 }

@@ -448,11 +448,12 @@ static int eval_rule(struct dctx *x, const struct rule *r, const cJSON *args, in
     for (int i = 0; i < r->nconds; i++) {
         const struct cond *c = &r->conds[i];
         int ok;
-        if (c->hist != NULL) {
-            ok = tg__hist_cond(x->hx, c);
-        } else if (c->is_state) {
-            if (c->counter < 0)
-                return i;
+        if (c->is_state) {
+            if (c->counter < 0) { /* never defined, or a history condition (decide_history.c) */
+                if (c->hist == NULL || !tg__hist_cond(x->hx, c))
+                    return i;
+                continue;
+            }
             double v = state_value(x, c->counter);
             ok = c->op == OP_EXISTS ? j_true(c->value) : eval_op(c, NULL, v, 1);
         } else {
@@ -704,15 +705,17 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
         }
         for (int i = 0; i < pt->nrules; i++) {
             const struct rule *r = &pt->rules[i];
-            if (r->when != NULL && !tg__hist_when(r->when, tool, t))
-                continue;
-            if (r->deny) {
-                trace(tr, TG_TRACE_RULE, pt, i, -1);
-                if (r->on_deny)
-                    set_decision_str(d, TG_VERDICT_DENY, r->name, r->on_deny);
-                else
-                    set_decision_around(d, TG_VERDICT_DENY, r->name, "Denied by rule \"", r->name, "\"");
-                return;
+            if (r->gate) { /* deny, or "when" (decide_history.c): one test for a plain rule */
+                if (r->when != NULL && !tg__hist_when(r->when, tool, t))
+                    continue;
+                if (r->deny) {
+                    trace(tr, TG_TRACE_RULE, pt, i, -1);
+                    if (r->on_deny)
+                        set_decision_str(d, TG_VERDICT_DENY, r->name, r->on_deny);
+                    else
+                        set_decision_around(d, TG_VERDICT_DENY, r->name, "Denied by rule \"", r->name, "\"");
+                    return;
+                }
             }
             int unanswered;
             int failed = eval_rule(&x, r, args, &unanswered);

@@ -20,6 +20,7 @@
 #include "policy/explain.h"
 
 enum { HX_SUBJ = 1, HX_GRANT = 2, HX_SELF = 4, HX_KEYS = 8 };
+_Static_assert(TG_TAGS_PER_TOOL <= TG_HIST_TAGS, "an entry holds every tag of a tool");
 
 static const char *const kind_word[] = {"tool", "resource", "prompt"};
 
@@ -40,6 +41,93 @@ void tg__hist_begin(struct tg__hctx *h, const struct tg_policy *p, struct tg_cou
     h->has_cause = 0;
 }
 
+/* ---- a call's identity, fast ------------------------------------------------------------------
+ * The same canonical-JSON equality as tg_json_canon (key order, number spelling and whitespace
+ * do not count) without writing the canonical text: a hash over the tree, members of an object
+ * summed (so their order does not count), a number by its canonical digits (an integer of up to
+ * 15 digits as written, which is its canonical form; anything else through tg_json_canon).
+ * Words are read little-endian, so every member of a cluster computes the same. Not keyed: a
+ * caller who finds a collision only brakes its own calls or escapes a brake it could escape by
+ * changing an argument; values that decide access ("same", "distinct") use tg_json_canon_hash. */
+static inline uint64_t hmix(uint64_t h, uint64_t w)
+{
+    h ^= w;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 31;
+    h *= 0x94d049bb133111ebULL;
+    return h ^ (h >> 29);
+}
+
+static inline uint64_t le64(const unsigned char *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    return w;
+}
+
+/* n bytes: one multiply per word, mixed fully at the end. */
+static uint64_t hbytes(uint64_t h, const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    h ^= (uint64_t)n * 0x9e3779b97f4a7c15ULL;
+    for (; n >= 8; p += 8, n -= 8) {
+        h = (h ^ le64(p)) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+    }
+    uint64_t w = 0;
+    for (size_t i = 0; i < n; i++)
+        w |= (uint64_t)p[i] << (8 * i);
+    return hmix(h, w);
+}
+
+static uint64_t hjson(const cJSON *v, int depth)
+{
+    if (v == NULL || depth > 64)
+        return hmix(1, 'n');
+    switch (v->type & 0xFF) {
+    case cJSON_False: return hmix(1, 'f');
+    case cJSON_True: return hmix(1, 't');
+    case cJSON_NULL: return hmix(1, 'n');
+    case cJSON_String: return hbytes(2, v->valuestring, strlen(v->valuestring));
+    case cJSON_Number: {
+        const char *t = v->valuestring;
+        size_t n = 0;
+        if (t != NULL) { /* -?[1-9][0-9]{0,14} or 0: its own canonical form */
+            size_t neg = t[0] == '-';
+            n = neg;
+            while (t[n] >= '0' && t[n] <= '9' && n - neg < 16)
+                n++;
+            if (t[n] != '\0' || n == neg || n - neg > 15 || (t[neg] == '0' && (neg || n > 1)))
+                n = 0;
+        }
+        if (n > 0)
+            return hbytes(3, t, n);
+        struct tg_buf b;
+        tg_buf_init(&b);
+        tg_json_canon(&b, v);
+        uint64_t h = hbytes(3, b.base ? b.base : "", b.len);
+        tg_buf_dispose(&b);
+        return h;
+    }
+    case cJSON_Array: {
+        uint64_t h = hmix(4, '[');
+        for (const cJSON *c = v->child; c != NULL; c = c->next)
+            h = hmix(h, hjson(c, depth + 1));
+        return h;
+    }
+    case cJSON_Object: {
+        uint64_t sum = 0, n = 0;
+        for (const cJSON *c = v->child; c != NULL; c = c->next, n++)
+            sum += hmix(hbytes(5, c->string ? c->string : "", c->string ? strlen(c->string) : 0), hjson(c, depth + 1));
+        return hmix(hmix(6, n), sum);
+    }
+    default: return hmix(1, 'r');
+    }
+}
+
 static void le32(unsigned char *out, size_t v)
 {
     for (int b = 0; b < 4; b++)
@@ -52,6 +140,26 @@ static void keys(struct tg__hctx *h)
         return;
     h->have |= HX_KEYS;
     const char *grant = h->who->grant ? h->who->grant : "";
+    h->own = h->who->subject == NULL;
+    if (tg_counters_private_keys(h->cs)) { /* keys that never leave the process: the faster hash */
+        const char *iss = h->who->issuer ? h->who->issuer : "";
+        struct tg_keyhash k;
+        tg_keyhash_begin(&k);
+        tg_keyhash_part(&k, "hist\x1fg", 6);
+        tg_keyhash_part(&k, grant, strlen(grant));
+        tg_keyhash_end(&k, &h->kg1, &h->kg2);
+        h->ks1 = h->kg1;
+        h->ks2 = h->kg2;
+        if (!h->own) {
+            tg_keyhash_begin(&k);
+            tg_keyhash_part(&k, "hist\x1fu", 6);
+            tg_keyhash_part(&k, grant, strlen(grant));
+            tg_keyhash_part(&k, iss, strlen(iss));
+            tg_keyhash_part(&k, h->who->subject, strlen(h->who->subject));
+            tg_keyhash_end(&k, &h->ks1, &h->ks2);
+        }
+        return;
+    }
     const char *part[6];
     size_t len[6];
     part[0] = "hist\x1fg\x1f";
@@ -59,7 +167,6 @@ static void keys(struct tg__hctx *h)
     part[1] = grant;
     len[1] = strlen(grant);
     tg_counters_hash_parts(part, len, 2, &h->kg1, &h->kg2);
-    h->own = h->who->subject == NULL;
     if (h->own) {
         h->ks1 = h->kg1;
         h->ks2 = h->kg2;
@@ -133,17 +240,12 @@ static void fill_entry(struct tg__hctx *h, struct tg_hist_entry *e, enum tg_hist
     memcpy(e->upstream, up, uplen > TG_HIST_UPSTREAM ? TG_HIST_UPSTREAM : uplen);
     memcpy(e->name, name, nlen > TG_HIST_NAME ? TG_HIST_NAME : nlen);
     e->truncated = nlen > TG_HIST_NAME;
-    e->session = sess[0] ? tg_hist_session_hash(sess, strlen(sess)) : 0;
+    e->session = sess[0] ? hbytes(7, sess, strlen(sess)) | 1 : 0;
     /* identity: upstream, kind, name, canonical arguments (absent arguments are {}) */
-    const char kc = (char)('0' + kind);
-    const char *part[5] = {up, "\x1f", &kc, "\x1f", name};
-    size_t len[5] = {uplen, 1, 1, 1, nlen};
-    uint64_t h1, h2;
-    tg_counters_hash_parts(part, len, 5, &h1, &h2);
     cJSON empty;
     memset(&empty, 0, sizeof(empty));
     empty.type = cJSON_Object;
-    e->call = tg_json_canon_hash(args != NULL ? args : &empty, h1);
+    e->call = hmix(hbytes(hbytes(hmix(8, (uint64_t)kind), up, uplen), name, nlen), hjson(args ? args : &empty, 0));
     if (e->call == 0)
         e->call = 1;
     const struct hpolicy *hp = h->p->hist;
@@ -172,8 +274,10 @@ static const struct tg_hist_entry *self_entry(struct tg__hctx *h)
 {
     if (!(h->have & HX_SELF)) {
         fill_entry(h, &h->self, TG_HIST_TOOL, h->tool, h->args, h->now_ms);
-        if (h->t != NULL)
-            add_tags(&h->self, h->t->tags, h->t->ntags);
+        if (h->t != NULL && h->t->ntags > 0) { /* distinct, at most TG_TAGS_PER_TOOL: hashed at load */
+            memcpy(h->self.tags, h->t->tagh, (size_t)h->t->ntags * sizeof(uint64_t));
+            h->self.ntags = (uint8_t)h->t->ntags;
+        }
         h->have |= HX_SELF;
     }
     return &h->self;
@@ -240,8 +344,10 @@ static const struct brake *brake_of(const struct ptool *t, const struct ptool *w
 }
 
 static void braked(struct tg_decision *d, const struct brake *b, int64_t oldest_ms, int64_t now_ms, const char *fmt,
-                   const char *a, int n, const char *w)
+                   const char *a, int n)
 {
+    char w[32];
+    tg__hist_duration(b->within_ms, w, sizeof(w));
     int64_t retry = oldest_ms + b->within_ms - now_ms;
     d->verdict = TG_VERDICT_LIMITED;
     tg_strlcpy(d->rule, "brake", sizeof(d->rule));
@@ -262,8 +368,6 @@ int tg__hist_brake(struct tg__hctx *h, const struct ptool *wild, struct tg_decis
     const struct tg_hist_view *v = subj_view(h);
     size_t len = tg_hist_view_len(v);
     int64_t start = h->now_ms - b->within_ms;
-    char w[32];
-    tg__hist_duration(b->within_ms, w, sizeof(w));
     /* cycles first, so that the message names the loop: this call and the ones before it, newest
      * first (s[0] = this call), a run within the window. The calls ending with this one go round a
      * sequence of L different calls for the N+1th time: s[i] == s[i + L] over N * L + 1 calls. */
@@ -296,7 +400,7 @@ int tg__hist_brake(struct tg__hctx *h, const struct ptool *wild, struct tg_decis
         snprintf(what, sizeof(what), "the same %d calls (%s)", L, names);
         /* fewer than N rounds are left in the window when the oldest counted call leaves it */
         braked(d, b, tg_hist_view_newest(v, total - 2)->at_ms, h->now_ms,
-               "you have repeated %s %d times in %s; stop and report to the user", what, b->repeats + 1, w);
+               "you have repeated %s %d times in %s; stop and report to the user", what, b->repeats + 1);
         return 1;
     }
     /* repeats: the same call (upstream, tool, canonical arguments) more than repeats times */
@@ -309,7 +413,7 @@ int tg__hist_brake(struct tg__hctx *h, const struct ptool *wild, struct tg_decis
     }
     if (n >= b->repeats) {
         braked(d, b, nth_ms, h->now_ms, "you have called %s with the same arguments %d times in %s; stop and report to "
-               "the user", h->tool, n + 1, w);
+               "the user", h->tool, n + 1);
         return 1;
     }
     return 0;

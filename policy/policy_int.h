@@ -69,7 +69,9 @@ struct cond {
     cJSON *value;
     double num;
     struct tg_regex *re; /* regex: compiled at load; this condition owns it */
-    struct hcond *hist;  /* a history condition (policy/history_rules.h), or NULL; owned */
+    struct hcond *hist;  /* a history condition (policy/history_rules.h), or NULL; owned. Such a
+                          * condition has is_state 1 and counter -1, so that argument conditions
+                          * are told from it by the test they already make */
 };
 
 /* One Intercept rule of a tool (rules[i]); an entry of ptool.rules, freed with its conds by
@@ -89,6 +91,7 @@ struct rule {
     double limit; /* the value after a reservation must be <= or < this (limit_op) */
     enum tg_limit_op limit_op;
     struct hwhen *when; /* "when": the calls the rule applies to (history_rules.h), NULL all; owned */
+    int gate;           /* deny or when: the one test decide_call makes of a rule before its conditions */
 };
 
 enum taction { TA_ALLOW, TA_DENY, TA_APPROVE };
@@ -117,6 +120,7 @@ struct ptool {
     char **tags;  /* "tags" (never on "*"): what the tool does, for history conditions and brakes */
     int ntags;
     struct brake *brake; /* "brake" (policy/history_rules.h), or NULL; owned */
+    uint64_t *tagh;      /* tg_hist_tag_hash of each of tags (tg__finish_history), or NULL; owned */
 };
 
 /* One slot of tg_policy.tool_slots: idx + 1 of a tool (0: empty) and the hash of its name. */

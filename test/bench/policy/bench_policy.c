@@ -12,7 +12,10 @@
  *
  * --history adds session history: every tool carries a tag, "*" a brake on repeated calls, and a
  * rule for the calls of one tag counts the calls of another within 10 minutes, so every allowed
- * call is remembered and most read their caller's ring (what such a policy costs per decision).
+ * call is remembered and reads its caller's ring (what such a policy costs per decision). The
+ * count is compared with gte 0, which holds: a caller here makes a thousand calls a second, so
+ * its ring of 64 (limits.history_calls) never covers 10 minutes, and a bound such as lte would
+ * fail closed on every call ("history is too short").
  *
  * --quick (the bench-smoke ctest) runs a few thousand calls and checks the verdict mix, so that
  * the benchmark cannot rot; speed is only reported, never asserted. */
@@ -115,7 +118,7 @@ static struct tg_policy *build_policy(void)
     if (hist)
         tg_buf_appends(&b, ",\"*\":{\"brake\":{\"repeats\":1000,\"within\":\"60s\"},\"rules\":["
                            "{\"name\":\"flow\",\"when\":{\"tags\":[\"t1\"]},\"conditions\":[{\"history\":"
-                           "{\"tags\":[\"t0\"],\"within\":\"10m\"},\"op\":\"lte\",\"value\":1000000}]},"
+                           "{\"tags\":[\"t0\"],\"within\":\"10m\"},\"op\":\"gte\",\"value\":0}]},"
                            "{\"name\":\"no force\",");
     else
         tg_buf_appends(&b, ",\"*\":{\"rules\":[{\"name\":\"no force\",");
