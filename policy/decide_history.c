@@ -408,7 +408,9 @@ int tg__hist_brake(struct tg__hctx *h, const struct ptool *wild, struct tg_decis
     int64_t nth_ms = 0;
     for (size_t i = 0; i < len && n < b->repeats; i++) {
         const struct tg_hist_entry *e = tg_hist_view_newest(v, i);
-        if (e->at_ms > start && e->call == self->call && ++n == b->repeats)
+        if (e->at_ms <= start) /* newest first: the rest is older (one out of order brakes late, no more) */
+            break;
+        if (e->call == self->call && ++n == b->repeats)
             nth_ms = e->at_ms; /* when it leaves the window, fewer than repeats are left */
     }
     if (n >= b->repeats) {

@@ -215,6 +215,45 @@ static void brake_on_identical_calls(void **state)
     loaded_dispose(&l);
 }
 
+/* What counts as the same arguments: canonical JSON, nothing looser. With repeats 1, the second
+ * call is braked exactly when its arguments are the first's. */
+static void brake_compares_canonical_arguments(void **state)
+{
+    (void)state;
+    struct loaded l;
+    LOAD_TEXT_OK(&l, "one.json", "{\"version\":\"1\",\"default\":\"allow\",\"tools\":{\"t\":{\"brake\":{\"repeats\":1,\"within\":60}}}}");
+    static const struct {
+        const char *a, *b;
+        int same;
+    } pairs[] = {
+        {"{\"a\":{\"x\":1,\"y\":[1,2]},\"s\":\"v\"}", "{ \"s\" : \"v\", \"a\" : {\"y\":[1, 2.0], \"x\":1e0} }", 1},
+        {"{\"n\":100}", "{\"n\":1e2}", 1},
+        {"{\"n\":-0}", "{\"n\":0}", 1},
+        {"{\"n\":0.5}", "{\"n\":5e-1}", 1},
+        {"{\"n\":123456789012345678901}", "{\"n\":123456789012345678902}", 0},
+        {"{\"l\":[1,2]}", "{\"l\":[2,1]}", 0},
+        {"{\"a\":1}", "{\"a\":\"1\"}", 0},
+        {"{\"a\":1,\"b\":2}", "{\"a\":2,\"b\":1}", 0},
+        {"{\"a\":{\"b\":1}}", "{\"a\":{\"c\":1}}", 0},
+        {"{\"a\":null}", "{}", 0},
+        {"{}", NULL, 1}, /* no arguments are {} */
+        {"{\"s\":\"ab\"}", "{\"s\":\"a\\u0062\"}", 1},
+    };
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+        struct tg_counters *c = tg_counters_new();
+        struct tg_decision d;
+        call(l.p, c, "t", pairs[i].a, T0, &d);
+        EXPECT(&d, TG_VERDICT_ALLOW, NULL, NULL);
+        call(l.p, c, "t", pairs[i].b, T0 + 1, &d);
+        if ((d.verdict == TG_VERDICT_LIMITED) != pairs[i].same)
+            fail_msg("pair %zu: %s then %s: %s", i, pairs[i].a, pairs[i].b ? pairs[i].b : "(none)", d.message);
+        call_as(l.p, c, "alice", "s1", "t2", pairs[i].a, T0 + 2, &d); /* another tool is another call */
+        EXPECT(&d, TG_VERDICT_ALLOW, NULL, NULL);
+        tg_counters_free(c);
+    }
+    loaded_dispose(&l);
+}
+
 /* "*"'s brake applies to tools with one of its tags; cycles of 2 and 3 calls are braked and
  * named; a tool without the tag is never braked by it. */
 static void brake_cycles_and_tags(void **state)
@@ -578,6 +617,7 @@ int main(void)
         cmocka_unit_test(distinct_values_per_hour),
         cmocka_unit_test(list_before_delete_in_the_session),
         cmocka_unit_test(brake_on_identical_calls),
+        cmocka_unit_test(brake_compares_canonical_arguments),
         cmocka_unit_test(brake_cycles_and_tags),
         cmocka_unit_test(known_since_fails_closed),
         cmocka_unit_test(continuation_records_nothing),
