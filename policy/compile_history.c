@@ -381,7 +381,7 @@ void tg__compile_brake(struct tg__cctx *cx, const cJSON *j, const char *path, co
         if (!whole_in(jc, 2, MAX_CYCLE))
             tg__perr(cx, s2, "must be a whole number from 2 to %d: the longest sequence of calls to look for", MAX_CYCLE);
         else
-            b->cycle = (int)jc->valuedouble;
+            hpolicy_of(cx->p)->cycles = b->cycle = (int)jc->valuedouble;
     }
     const cJSON *jt = tg_json_get(j, "tags");
     if (jt != NULL) {

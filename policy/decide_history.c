@@ -229,7 +229,7 @@ static const cJSON *resolve(const cJSON *cur, const struct hpath *hp)
 
 /* An entry for a call: everything but tags. */
 static void fill_entry(struct tg__hctx *h, struct tg_hist_entry *e, enum tg_hist_kind kind, const char *name,
-                       const cJSON *args, int64_t at_ms)
+                       const cJSON *args, int64_t at_ms, int identify)
 {
     memset(e, 0, sizeof(*e));
     const char *up = h->who->upstream ? h->who->upstream : "";
@@ -245,9 +245,11 @@ static void fill_entry(struct tg__hctx *h, struct tg_hist_entry *e, enum tg_hist
     cJSON empty;
     memset(&empty, 0, sizeof(empty));
     empty.type = cJSON_Object;
-    e->call = hmix(hbytes(hbytes(hmix(8, (uint64_t)kind), up, uplen), name, nlen), hjson(args ? args : &empty, 0));
-    if (e->call == 0)
-        e->call = 1;
+    /* 0 (unknown, equal to nothing) when no brake can ask: neither one of this tool nor a cycle */
+    if (identify) {
+        e->call = hmix(hbytes(hbytes(hmix(8, (uint64_t)kind), up, uplen), name, nlen), hjson(args ? args : &empty, 0));
+        e->call += e->call == 0;
+    }
     const struct hpolicy *hp = h->p->hist;
     for (int k = 0; hp != NULL && k < hp->npaths && args != NULL; k++) {
         const cJSON *v = resolve(args, &hp->paths[k]);
@@ -270,10 +272,28 @@ static void add_tags(struct tg_hist_entry *e, char *const *tags, int n)
     }
 }
 
+static const struct brake *brake_of(const struct ptool *t, const struct ptool *wild, const struct ptool **owner)
+{
+    if (t != NULL && t->brake != NULL) {
+        *owner = t;
+        return t->brake;
+    }
+    if (wild == NULL || wild->brake == NULL)
+        return NULL;
+    const struct brake *b = wild->brake;
+    int fits = b->ntags == 0;
+    for (int i = 0; i < b->ntags && !fits && t != NULL; i++)
+        fits = tg__has_tag(t->tags, t->ntags, b->tags[i]);
+    *owner = wild;
+    return fits ? b : NULL;
+}
+
 static const struct tg_hist_entry *self_entry(struct tg__hctx *h)
 {
     if (!(h->have & HX_SELF)) {
-        fill_entry(h, &h->self, TG_HIST_TOOL, h->tool, h->args, h->now_ms);
+        const struct ptool *owner;
+        fill_entry(h, &h->self, TG_HIST_TOOL, h->tool, h->args, h->now_ms,
+                   h->p->hist->cycles || brake_of(h->t, h->p->wildcard, &owner) != NULL);
         if (h->t != NULL && h->t->ntags > 0) { /* distinct, at most TG_TAGS_PER_TOOL: hashed at load */
             memcpy(h->self.tags, h->t->tagh, (size_t)h->t->ntags * sizeof(uint64_t));
             h->self.ntags = (uint8_t)h->t->ntags;
@@ -283,14 +303,15 @@ static const struct tg_hist_entry *self_entry(struct tg__hctx *h)
     return &h->self;
 }
 
-static int filter_match(const struct hfilter *f, const struct tg_hist_entry *e)
+static inline int filter_match(const struct hfilter *f, const struct tg_hist_entry *e)
 {
-    if (f->ntags == 0 && f->ntools == 0 && f->nresources == 0 && f->nprompts == 0)
-        return 1;
+    int nt = e->ntags;
     for (int i = 0; i < f->ntags; i++)
-        for (int k = 0; k < e->ntags; k++)
+        for (int k = 0; k < nt; k++)
             if (e->tags[k] == f->tagh[i])
                 return 1;
+    if (f->ntools == 0 && f->nresources == 0 && f->nprompts == 0)
+        return f->ntags == 0; /* no filter at all: every call */
     char *const *g = e->kind == TG_HIST_TOOL ? f->tools : e->kind == TG_HIST_RESOURCE ? f->resources : f->prompts;
     int ng = e->kind == TG_HIST_TOOL ? f->ntools : e->kind == TG_HIST_RESOURCE ? f->nresources : f->nprompts;
     for (int i = 0; i < ng; i++)
@@ -326,22 +347,6 @@ int tg__hist_when(const struct hwhen *w, const char *tool, const struct ptool *t
 }
 
 /* ---- brakes --------------------------------------------------------------------------------- */
-
-static const struct brake *brake_of(const struct ptool *t, const struct ptool *wild, const struct ptool **owner)
-{
-    if (t != NULL && t->brake != NULL) {
-        *owner = t;
-        return t->brake;
-    }
-    if (wild == NULL || wild->brake == NULL)
-        return NULL;
-    const struct brake *b = wild->brake;
-    int fits = b->ntags == 0;
-    for (int i = 0; i < b->ntags && !fits && t != NULL; i++)
-        fits = tg__has_tag(t->tags, t->ntags, b->tags[i]);
-    *owner = wild;
-    return fits ? b : NULL;
-}
 
 static void braked(struct tg_decision *d, const struct brake *b, int64_t oldest_ms, int64_t now_ms, const char *fmt,
                    const char *a, int n)
@@ -381,7 +386,7 @@ int tg__hist_brake(struct tg__hctx *h, const struct ptool *wild, struct tg_decis
         int same = 1, varied = 0;
         for (size_t i = 0; i + (size_t)L < total && same; i++) {
             uint64_t a = i == 0 ? self->call : tg_hist_view_newest(v, i - 1)->call;
-            same = a == tg_hist_view_newest(v, i + (size_t)L - 1)->call;
+            same = a != 0 && a == tg_hist_view_newest(v, i + (size_t)L - 1)->call;
             varied |= i < (size_t)L && a != self->call;
         }
         if (!same || !varied)
@@ -406,13 +411,20 @@ int tg__hist_brake(struct tg__hctx *h, const struct ptool *wild, struct tg_decis
     /* repeats: the same call (upstream, tool, canonical arguments) more than repeats times */
     int n = 0;
     int64_t nth_ms = 0;
-    for (size_t i = 0; i < len && n < b->repeats; i++) {
-        const struct tg_hist_entry *e = tg_hist_view_newest(v, i);
-        if (e->at_ms <= start) /* newest first: the rest is older (one out of order brakes late, no more) */
-            break;
-        if (e->call == self->call && ++n == b->repeats)
-            nth_ms = e->at_ms; /* when it leaves the window, fewer than repeats are left */
+    const uint64_t call = self->call;
+    for (int r = 0; r < 2 && n < b->repeats; r++) { /* newest first: the ring's head run, then its tail */
+        const struct tg_hist_entry *run0 = r == 0 ? v->b : v->a;
+        for (size_t k = r == 0 ? v->nb : v->na; k-- > 0;) {
+            const struct tg_hist_entry *e = &run0[k];
+            if (e->at_ms <= start) /* the rest is older (one out of order brakes late, no more) */
+                goto counted;
+            if (e->call == call && ++n == b->repeats) {
+                nth_ms = e->at_ms; /* when it leaves the window, fewer than repeats are left */
+                goto counted;
+            }
+        }
     }
+counted:
     if (n >= b->repeats) {
         braked(d, b, nth_ms, h->now_ms, "you have called %s with the same arguments %d times in %s; stop and report to "
                "the user", h->tool, n + 1);
@@ -459,7 +471,8 @@ int tg__hist_cond(struct tg__hctx *h, const struct cond *c)
             vals[nvals++] = self->vals[hc->distinct];
     }
     for (size_t i = 0; i < len; i++) {
-        const struct tg_hist_entry *e = tg_hist_view_newest(v, i);
+        /* newest first, over the ring's two runs without working out an index each time */
+        const struct tg_hist_entry *e = i < v->nb ? &v->b[v->nb - 1 - i] : &v->a[len - 1 - i];
         if (e->at_ms <= start)
             continue;
         if (hc->scope == HS_SESSION && e->session != self->session)
@@ -593,7 +606,7 @@ static void record_other(const struct tg_policy *p, struct tg_counters *cs, cons
         return;
     struct tg__hctx h;
     tg__hist_begin(&h, p, cs, who, name, NULL, args, at_ms, 0);
-    fill_entry(&h, &h.self, kind, name, args, at_ms);
+    fill_entry(&h, &h.self, kind, name, args, at_ms, 1);
     if (kind == TG_HIST_TOOL) {
         const struct ptool *t = NULL;
         for (int i = 0; i < p->ntools && t == NULL; i++)

@@ -70,6 +70,7 @@ struct hpolicy {
     struct hpath paths[TG_HIST_VALS];
     int npaths;
     int reads_grant; /* some condition has scope grant */
+    int cycles;      /* some brake looks for cycles: every remembered call needs its identity */
     struct tagged_glob *rtags, *ptags;
     int nrtags, nptags;
 };
