@@ -16,6 +16,8 @@
 //   cluster 2025      one 2025 session made on instance a, its calls sent to a, b, a, b, ...
 //                     (two gateways sharing one redis-server) -> the stand-in
 //   cluster 2026      stateless requests sent to a, b, a, b, ... -> the era2026 fixture
+//   cluster bridge 2025->2026  a 2025 session made on a, sent to a, b, ... -> the 2026-only fixture
+//   cluster ws        WebSocket on instance b (a channel lives on one member) -> the stand-in
 //   explain           `tollgate policy explain` for every step it can decide alone (a resource,
 //                     a prompt, a tool's `hidden:`, the k-th of k identical calls with --repeat k,
 //                     with its "counter values after this call"), and `tollgate policy test` for
@@ -285,6 +287,8 @@ const PATHS = [
   { id: 'bridge 2026->2025', gw: 'local', kind: 'stateless', up: 'cowork' },
   { id: 'cluster 2025', gw: 'cluster', kind: 'streamable', up: 'cowork' },
   { id: 'cluster 2026', gw: 'cluster', kind: 'stateless', up: 'dual' },
+  { id: 'cluster bridge 2025->2026', gw: 'cluster', kind: 'streamable', up: 'strict' },
+  { id: 'cluster ws', gw: 'cluster', kind: 'ws', up: 'cowork', only: 1 },
   { id: 'explain', gw: 'none' },
 ];
 const UPSTREAMS = ['cowork', 'dual', 'strict'];
@@ -380,7 +384,7 @@ const logs = () => ({
 });
 
 before(async () => {
-  await notAcrossMidnight(180000);
+  await notAcrossMidnight(60000);
   dir = H.makeTempDir(cleanup, 'tollgate-differential-');
   [standin, dual, strict, redis] = await Promise.all([
     H.startStandin({ cleanup, token: STANDIN_TOKEN }),
@@ -439,6 +443,10 @@ async function clientsFor(p, token) {
   if (p.gw === 'local') {
     const c = await openClient(p.kind, { port: local.gw.plainPort, upstream: p.up, token });
     return { gws: [local], pick: () => 0, request: (m, params) => c.request(m, params), close: () => c.close() };
+  }
+  if (p.only !== undefined) { // a channel lives on one instance: the cluster's counters, one member
+    const c = await openClient(p.kind, { port: cluster[p.only].gw.plainPort, upstream: p.up, token });
+    return { gws: cluster, pick: () => p.only, request: (m, params) => c.request(m, params), close: () => c.close() };
   }
   const ports = cluster.map((g) => g.gw.plainPort);
   let served = 0;
@@ -781,8 +789,11 @@ describe('the comparison itself', () => {
   });
 });
 
-// DIFF_CASES=name,name runs only those cases (while writing one); ctest runs them all.
-const RUN = process.env.DIFF_CASES ? CASES.filter((c) => process.env.DIFF_CASES.split(',').includes(c.name)) : CASES;
+// DIFF_CASES=name,name runs only those cases (while writing one), DIFF_REPEAT=N each of them N
+// times on fresh grants (to shake out a race); ctest runs every case once.
+const RUN = (process.env.DIFF_CASES ? CASES.filter((c) => process.env.DIFF_CASES.split(',').includes(c.name)) : CASES.slice())
+  .flatMap((c) => Array.from({ length: Number(process.env.DIFF_REPEAT) || 1 }, (_, i) => (i ? { ...c, name: `${c.name}-r${i}` } : c)));
+for (const c of RUN) if (!CASES.includes(c)) CASES.push(c);
 
 describe('the same decision on every path', () => {
   for (const c of RUN) {
