@@ -38,22 +38,43 @@
 //   { name: 'short-id',                  // also the grant names' stem: [a-z0-9-]
 //     why: 'what it pins',
 //     policy: {...} | 'YAML text',       // an object is written as JSON, a string as YAML
-//     steps: [ T('echo', {text: 'x'}), ... ],   // T(tool, args), R(uri), P(prompt), LIST
-//     expect: ['allow', 'limited', ...] }       // the reference path's decisions (the anchor:
-//                                              // a case where every path is wrong alike fails)
-// Steps may only call tools both upstreams have (`echo`, `execute_code`: ALLOWED_TOOLS) when the
-// policy lets them through (a tool the upstream lacks is an upstream JSON-RPC error, which gives
-// the call's counters back); denied calls may name anything. A field the new feature adds to
-// error.data is compared as it is, unless it differs by nature (a time, an id): then add it to
-// VOLATILE_DATA with how it is compared. A path that cannot take part in a case gets
-// `skip: {PATH_ID: 'why'}` in the case (printed as a diagnostic), never a silent pass. Steps that
-// need a feature's own request (a tools/list to see a pin hide a tool, say) are LIST and the
-// like; a conf directive a case needs (limits.history_calls, upstreams[].pins) goes into the
-// case's `conf` (merged into every gateway's conf: see confFor) when the harness grows it.
+//     steps: [ T('echo', {text: 'x'}), ... ],   // T(tool, args), R(uri), P(prompt), LIST, APPROVE(n)
+//     expect: ['allow', 'limited', ...],        // the reference path's decisions (the anchor: a
+//                                              // case where every path is wrong alike fails)
+//     conf: { limits: {...}, upstreams: { cowork: {...} } },  // optional, see below
+//     skip: { 'PATH ID': 'why' },               // optional: a path that cannot take part
+//     known: [{ path, steps: [1-based], why }] } // optional: a divergence found and not fixed yet
+// - Steps may only call tools both upstreams have (`echo`, `execute_code`: ALLOWED_TOOLS) when
+//   the policy lets them through (a tool the upstream lacks is an upstream JSON-RPC error, which
+//   gives the call's counters back); denied calls may name anything.
+// - Whatever the feature adds to error.data is compared as it is; a member that differs by
+//   nature (a time, an id) goes into VOLATILE_DATA with how it is compared instead. A refusal of
+//   the gateway's own is told from an upstream's error by isGatewayRefusal (a new -320xx code or
+//   a new marker member goes there). The audit line's decision, rule and counters are compared;
+//   a new audit member the feature writes goes into recordOf's `audit`.
+// - A history condition or a brake is a sequence like the limits here: the steps are the calls,
+//   and the record of the call that trips it (rule, message, error.data.history, retry_after_ms)
+//   is compared across paths and cluster members. Bound arguments: the decision sees the final
+//   arguments, so a row with `set:` and conditions on the bound value shows it; what the upstream
+//   received needs the fixtures' request logs (the stand-in's --log, the era2026 fixture's
+//   --log), not part of the record today. A pin: a LIST step (the hidden tool) and a call (-32001,
+//   rule "pin").
+// - `conf`: merged into every gateway's configuration (all cases share the gateways): `limits`
+//   into limits, `upstreams.NAME` into that upstream's entry. It must not change what the other
+//   cases decide.
+// - `skip` is printed as a diagnostic, never a silent pass. `known` is asserted as it is (each
+//   listed path and step must still differ, printed as KNOWN DIVERGENCE), so that the entry goes
+//   when the gateway is fixed.
+// - The explain path can only decide what `policy explain` / `policy test` take: tool calls
+//   (a sequence, through `policy test`), resources and prompts (one at a time), hidden tools.
+//   It stops at the first APPROVE (no approvers offline).
+// - DIFF_CASES=a,b runs those cases only; DIFF_REPEAT=N runs each N times on fresh grants (how
+//   the cluster's give-back race was shaken out: about 1 run in 30 before the fix).
 //
 // Time: no window rolls and no bucket refills within a run (fixed windows are `day`, buckets hold
 // a day's tokens); a run that would cross 00:00 UTC waits for it first (the one clock event the
-// fixed windows depend on). Whole file: about 40 s on 2 cores with an ASan build.
+// fixed windows depend on). Waits are for events (the answers, the audit lines, the admin API's
+// listing). Whole file: about 10 s with an ASan build (15 cases x 13 paths).
 //
 //   TOLLGATE_BIN=build-asan/tollgate node --test test/interop/differential.test.mjs
 
@@ -65,7 +86,7 @@ import http from 'node:http';
 import path from 'node:path';
 import * as H from './lib/harness.mjs';
 import * as C from './lib/cluster.mjs';
-import { openClient, request as httpRequest, messagesOf, MODERN, META } from './lib/clients.mjs';
+import { openClient, request as httpRequest, messagesOf } from './lib/clients.mjs';
 import { startEra2026 } from './lib/conformance2026.mjs';
 
 H.requireNodeModules();
@@ -350,7 +371,9 @@ function writePolicies() {
 /** The conf of a gateway (local, or one cluster instance): every grant, each case's policy on every upstream. */
 function confFor(sub, { auditFile, clusterGroup }) {
   fs.mkdirSync(sub, { recursive: true });
+  const more = (up) => Object.assign({}, ...CASES.map((c) => c.conf?.upstreams?.[up] ?? {}));
   return H.writeConf(sub, {
+    limits: Object.assign({}, ...CASES.map((c) => c.conf?.limits ?? {})),
     admin: { token_sha256: H.sha256hex(ADMIN_TOKEN) },
     grants: CASES.flatMap((c) => PATHS.map((p) => {
       const g = grants[grantKey(c, p)];
@@ -360,9 +383,9 @@ function confFor(sub, { auditFile, clusterGroup }) {
       };
     })),
     upstreams: [
-      { name: 'cowork', url: standin.url, initialize: 'local', headers: { Authorization: `Bearer ${STANDIN_TOKEN}` }, policy: policyFiles[CASES[0].name] },
-      { name: 'dual', url: dual.url, policy: policyFiles[CASES[0].name] },
-      { name: 'strict', url: strict.url, policy: policyFiles[CASES[0].name] },
+      { name: 'cowork', url: standin.url, initialize: 'local', headers: { Authorization: `Bearer ${STANDIN_TOKEN}` }, policy: policyFiles[CASES[0].name], ...more('cowork') },
+      { name: 'dual', url: dual.url, policy: policyFiles[CASES[0].name], ...more('dual') },
+      { name: 'strict', url: strict.url, policy: policyFiles[CASES[0].name], ...more('strict') },
     ],
     audit: { file: auditFile },
     cluster: clusterGroup,
