@@ -74,7 +74,7 @@
 // Time: no window rolls and no bucket refills within a run (fixed windows are `day`, buckets hold
 // a day's tokens); a run that would cross 00:00 UTC waits for it first (the one clock event the
 // fixed windows depend on). Waits are for events (the answers, the audit lines, the admin API's
-// listing). Whole file: about 10 s with an ASan build (15 cases x 13 paths).
+// listing). Whole file: about 10 s with an ASan build (13 cases x 12 paths).
 //
 //   TOLLGATE_BIN=build-asan/tollgate node --test test/interop/differential.test.mjs
 
