@@ -450,7 +450,8 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     k->asking = &r;
     if (m->mid == TG_M_TOOLS_CALL) {
         /* Inline by the local store (and a cluster's when no counter is reached), else later. */
-        struct tg_shared_ask q = {pol, {g->name, s->id_str, x->uc->name, k->subject, k->issuer}, tool, args,
+        const char *sess = tg_call_counter_session(x->era, g->name, s);
+        struct tg_shared_ask q = {pol, {g->name, sess, x->uc->name, k->subject, k->issuer}, tool, args,
                                   (int64_t)wall_ms(),
                                   retry >= 1};
         struct tg_shared_job *job = srv->store.ops->decide(srv->store.ud, &q, dec, on_decided, k);

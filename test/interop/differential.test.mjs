@@ -260,12 +260,6 @@ tools:
     },
     steps: [echo(), echo(), echo(), exec(), exec()],
     expect: ['allow', 'allow', 'limited', 'allow', 'limited'],
-    known: [{
-      path: 'cluster 2026', steps: [2, 3],
-      why: 'a stateless 2026-07-28 request counts scope session under the grant\'s stateless session of the instance that serves it ' +
-        '(core/gate/dispatch.c passes s->id_str, a random id per instance), so two instances give a grant twice the budget; ' +
-        'docs/policy.md says per grant and upstream',
-    }],
   },
   {
     name: 'approve-retry',
