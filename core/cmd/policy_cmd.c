@@ -261,6 +261,17 @@ static int explain_other(const struct tg_policy *p, const char *method, const cJ
     return 1;
 }
 
+/* An approval in retry mode is answered at once and gives its counters back (the call made
+ * again reserves its own), as the gateway does; hold and task keep them while the call is parked.
+ * mode: the tool's, else the upstream's (explain); left open, it is chosen per call there, and
+ * taken as kept here. */
+static void settle_approval(struct tg_counters *c, const struct tg_decision *d, int upstream_mode, int64_t now)
+{
+    int mode = d->approval_mode != TG_APPROVAL_AUTO ? d->approval_mode : upstream_mode;
+    if (d->verdict == TG_VERDICT_APPROVE && mode == TG_APPROVAL_RETRY)
+        tg_policy_refund(c, d, now);
+}
+
 static int cmd_explain(int argc, char **argv)
 {
     const char *conf_path = "conf/tollgate.conf", *grant = NULL, *upstream = NULL, *session = "explain";
@@ -374,8 +385,11 @@ static int cmd_explain(int argc, char **argv)
     struct tg_policy_explain *e = tg_xmalloc(sizeof(*e));
     struct tg_caller who = {g->name, session, conf->upstreams[u].name, subject, issuer};
     int64_t now = wall_ms();
-    for (long r = 0; r < repeat; r++) /* the same instant: the calls before the last take their counters */
+    for (long r = 0; r < repeat; r++) { /* the same instant: the calls before the last take their counters */
         tg_policy_explain_call(p, scratch, &who, name->valuestring, args, now, e);
+        if (r + 1 < repeat)
+            settle_approval(scratch, &e->d, conf->upstreams[u].approval_mode, now);
+    }
     if (repeat > 1)
         printf("call: %ld of %ld at the same instant (the first %ld took their counters if allowed)\n", repeat,
                repeat, repeat - 1);
@@ -629,8 +643,10 @@ static int cmd_test(int argc, char **argv)
             e->cond = -1;
             e->hidden = !tg_policy_tool_visible(p, t->tool);
         } else {
-            for (long r = 0; r < t->repeat; r++)
+            for (long r = 0; r < t->repeat; r++) {
                 tg_policy_explain_call(p, scratch, &who, t->tool, t->args, now, e);
+                settle_approval(scratch, &e->d, TG_APPROVAL_AUTO, now);
+            }
         }
         const struct tg_decision *d = &e->d;
         char why[700] = "";
