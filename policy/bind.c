@@ -1,0 +1,291 @@
+/* Applying "set" and "forbid" (policy/bind.h): each call's arguments bound to its caller, and
+ * the bound arguments hidden from tools/list. A policy without them pays one pointer test per
+ * call (the entry's nebind). */
+#include "policy/bind.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/base/json.h"
+#include "policy/policy_int.h"
+
+/* The entry whose binding a call of tool applies: its own, else "*"; NULL when neither binds. */
+static const struct ptool *binding(const struct tg_policy *p, const char *tool)
+{
+    const struct ptool *t = tg__find_tool(p, tool);
+    if (t == NULL)
+        t = p->wildcard;
+    return t != NULL && t->nebind > 0 ? t : NULL;
+}
+
+int tg_policy_binds(const struct tg_policy *p, const char *tool) { return binding(p, tool) != NULL; }
+
+int tg_policy_binds_claims(const struct tg_policy *p, const char *tool)
+{
+    if (p->nbind_claims == 0)
+        return 0;
+    const struct ptool *t = binding(p, tool);
+    for (int i = 0; t != NULL && i < t->nebind; i++)
+        if (t->ebind[i]->templated == 2)
+            return 1;
+    return 0;
+}
+
+int tg_policy_bind_claims(const struct tg_policy *p, const char *const **names)
+{
+    *names = (const char *const *)p->bind_claims;
+    return p->nbind_claims;
+}
+
+/* ---- expanding a template --------------------------------------------------------------- */
+
+struct expand {
+    const struct tg_bind_ctx *cx;
+    struct tg_buf text;  /* the string so far */
+    const cJSON *whole;  /* a claim that is the whole string: its JSON value */
+    int pieces;
+    char missing[200];   /* what was missing, for the message */
+};
+
+static const char *attr_of(const struct tg_bind_ctx *cx, const char *name, size_t n)
+{
+    for (size_t i = 0; i < cx->nattrs; i++) {
+        const char *a = cx->attrs[2 * i];
+        if (strlen(a) == n && memcmp(a, name, n) == 0)
+            return cx->attrs[2 * i + 1];
+    }
+    return NULL;
+}
+
+static const cJSON *claim_of(const cJSON *claims, const char *name, size_t n)
+{
+    for (const cJSON *e = claims != NULL ? claims->child : NULL; e != NULL; e = e->next)
+        if (e->string != NULL && strlen(e->string) == n && memcmp(e->string, name, n) == 0)
+            return e;
+    return NULL;
+}
+
+static int on_piece(void *ud, enum tref kind, const char *s, size_t n)
+{
+    struct expand *ex = ud;
+    const struct tg_bind_ctx *cx = ex->cx;
+    ex->pieces++;
+    const char *v = NULL;
+    switch (kind) {
+    case TREF_TEXT:
+        tg_buf_append(&ex->text, s, n);
+        return 0;
+    case TREF_SUBJECT: v = cx->subject; break;
+    case TREF_GRANT: v = cx->grant; break;
+    case TREF_ATTR:
+        v = attr_of(cx, s, n);
+        if (v == NULL) {
+            snprintf(ex->missing, sizeof(ex->missing), "grant \"%s\" has no attribute \"%.*s\"",
+                     cx->grant != NULL ? cx->grant : "", (int)(n > 64 ? 64 : n), s);
+            return 1;
+        }
+        break;
+    case TREF_CLAIM: {
+        const cJSON *c = claim_of(cx->claims, s, n);
+        if (c == NULL) {
+            snprintf(ex->missing, sizeof(ex->missing), "the caller's token carries no claim \"%.*s\"",
+                     (int)(n > 128 ? 128 : n), s);
+            return 1;
+        }
+        ex->whole = c;
+        if (cJSON_IsString(c))
+            tg_buf_appends(&ex->text, c->valuestring);
+        else
+            tg_json_write(&ex->text, c); /* embedded in text: its JSON text (numbers as written) */
+        return 0;
+    }
+    }
+    if (v == NULL) {
+        snprintf(ex->missing, sizeof(ex->missing), "the call has no %s", kind == TREF_SUBJECT ? "subject" : "grant");
+        return 1;
+    }
+    tg_buf_appends(&ex->text, v);
+    return 0;
+}
+
+/* A copy of v with every string's templates expanded, or NULL with why filled (something named is
+ * missing). A string that is one claim template and nothing else is the claim's JSON value. */
+static cJSON *expand_value(const cJSON *v, const struct tg_bind_ctx *cx, char *why, size_t n)
+{
+    if (cJSON_IsString(v)) {
+        struct expand ex = {.cx = cx};
+        tg_buf_init(&ex.text);
+        const char *err = NULL;
+        int rc = tg__template_walk(v->valuestring, on_piece, &ex, &err);
+        cJSON *out = NULL;
+        if (rc != 0) {
+            snprintf(why, n, "%s", rc > 0 ? ex.missing : err);
+        } else if (ex.pieces == 1 && ex.whole != NULL) {
+            out = cJSON_Duplicate(ex.whole, 1);
+            if (out != NULL) {
+                free(out->string);
+                out->string = NULL;
+            }
+        } else {
+            tg_buf_append(&ex.text, "", 1);
+            out = cJSON_CreateString(ex.text.base);
+        }
+        tg_buf_dispose(&ex.text);
+        return out;
+    }
+    cJSON *out = cJSON_IsObject(v) ? cJSON_CreateObject() : cJSON_IsArray(v) ? cJSON_CreateArray() : NULL;
+    if (out == NULL)
+        return cJSON_Duplicate(v, 1);
+    for (const cJSON *e = v->child; e != NULL; e = e->next) {
+        cJSON *c = expand_value(e, cx, why, n);
+        if (c == NULL) {
+            cJSON_Delete(out);
+            return NULL;
+        }
+        if (cJSON_IsObject(v))
+            cJSON_AddItemToObject(out, e->string, c);
+        else
+            cJSON_AddItemToArray(out, c);
+    }
+    return out;
+}
+
+static int same_value(const cJSON *a, const cJSON *b)
+{
+    struct tg_buf x, y;
+    tg_buf_init(&x);
+    tg_buf_init(&y);
+    tg_json_canon(&x, a);
+    tg_json_canon(&y, b);
+    int same = x.len == y.len && (x.len == 0 || memcmp(x.base, y.base, x.len) == 0);
+    tg_buf_dispose(&x);
+    tg_buf_dispose(&y);
+    return same;
+}
+
+static int refuse(struct tg_decision *d, const char *rule, const char *fmt, const char *name, const char *what)
+{
+    memset(d, 0, sizeof(*d));
+    d->verdict = TG_VERDICT_DENY;
+    snprintf(d->rule, sizeof(d->rule), "%s", rule);
+    snprintf(d->message, sizeof(d->message), fmt, name, what);
+    return -1;
+}
+
+int tg_policy_bind_args(const struct tg_policy *p, const char *tool, const struct tg_bind_ctx *cx, cJSON *params,
+                        struct tg_decision *d)
+{
+    const struct ptool *t = binding(p, tool);
+    if (t == NULL)
+        return 0;
+    cJSON *args = tg_json_get(params, "arguments");
+    int changed = 0;
+    for (int i = 0; i < t->nebind; i++) {
+        const struct bitem *b = t->ebind[i];
+        cJSON *had = tg_json_get(args, b->name);
+        if (b->value == NULL) { /* forbidden */
+            if (had == NULL)
+                continue;
+            if (t->ebind_strict)
+                return refuse(d, "forbid", "argument \"%s\" may not be sent to this tool%s", b->name, "");
+            cJSON_Delete(cJSON_DetachItemViaPointer(args, had));
+            changed = 1;
+            continue;
+        }
+        char why[300] = "";
+        cJSON *v = b->templated ? expand_value(b->value, cx, why, sizeof(why)) : cJSON_Duplicate(b->value, 1);
+        if (v == NULL)
+            return refuse(d, "set", "argument \"%s\" is bound by the policy, but %s", b->name, why);
+        if (had != NULL && same_value(had, v)) {
+            cJSON_Delete(v);
+            continue;
+        }
+        if (had != NULL && t->ebind_strict) {
+            cJSON_Delete(v);
+            return refuse(d, "set", "argument \"%s\" is set by the policy%s; the call may not choose another value",
+                          b->name, "");
+        }
+        if (args == NULL) {
+            args = cJSON_CreateObject();
+            cJSON_AddItemToObject(params, "arguments", args);
+        }
+        if (had != NULL)
+            cJSON_ReplaceItemViaPointer(args, had, v);
+        else
+            cJSON_AddItemToObject(args, b->name, v);
+        changed = 1;
+    }
+    return changed;
+}
+
+/* Drop name from the list required (strings). */
+static int drop_required(cJSON *required, const char *name)
+{
+    for (cJSON *e = cJSON_IsArray(required) ? required->child : NULL; e != NULL; e = e->next)
+        if (cJSON_IsString(e) && strcmp(e->valuestring, name) == 0) {
+            cJSON_Delete(cJSON_DetachItemViaPointer(required, e));
+            return 1;
+        }
+    return 0;
+}
+
+int tg_policy_bind_schema(const struct tg_policy *p, const char *tool, cJSON *input_schema)
+{
+    const struct ptool *t = binding(p, tool);
+    if (t == NULL || !cJSON_IsObject(input_schema))
+        return 0;
+    cJSON *props = tg_json_get(input_schema, "properties");
+    cJSON *required = tg_json_get(input_schema, "required");
+    int changed = 0;
+    for (int i = 0; i < t->nebind; i++) {
+        cJSON *had = cJSON_IsObject(props) ? tg_json_get(props, t->ebind[i]->name) : NULL;
+        if (had != NULL) {
+            cJSON_Delete(cJSON_DetachItemViaPointer(props, had));
+            changed = 1;
+        }
+        while (drop_required(required, t->ebind[i]->name))
+            changed = 1;
+    }
+    return changed;
+}
+
+/* ---- claims ------------------------------------------------------------------------------ */
+
+char *tg_bind_claims_of_token(const char *token, size_t len, const char *const *names, int n)
+{
+    const char *a = memchr(token, '.', len);
+    const char *b = a != NULL ? memchr(a + 1, '.', len - (size_t)(a + 1 - token)) : NULL;
+    if (b == NULL || n <= 0)
+        return NULL;
+    size_t plen = (size_t)(b - a - 1);
+    uint8_t *raw = tg_xmalloc(plen * 3 / 4 + 4);
+    size_t rlen = 0;
+    char *out = NULL;
+    struct tg_json_doc doc = {0};
+    if (tg_b64url_decode(a + 1, plen, raw, &rlen) == 0 &&
+        tg_json_parse((const char *)raw, rlen, 32, 1, &doc, NULL, NULL) == 0 && cJSON_IsObject(doc.root)) {
+        struct tg_buf o;
+        tg_buf_init(&o);
+        tg_buf_appends(&o, "{");
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            const cJSON *c = tg_json_get(doc.root, names[i]);
+            if (c == NULL)
+                continue;
+            if (k++ > 0)
+                tg_buf_appends(&o, ",");
+            tg_json_write_string(&o, names[i], strlen(names[i]));
+            tg_buf_appends(&o, ":");
+            tg_json_write(&o, c);
+        }
+        tg_buf_append(&o, "}", 2);
+        if (k > 0)
+            out = o.base;
+        else
+            tg_buf_dispose(&o);
+    }
+    cJSON_Delete(doc.root);
+    free(raw);
+    return out;
+}
