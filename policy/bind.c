@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/base/json.h"
+#include "policy/explain.h"
 #include "policy/policy_int.h"
 
 /* The entry whose binding a call of tool applies: its own, else "*"; NULL when neither binds. */
@@ -211,7 +212,7 @@ int tg_policy_bind_args(const struct tg_policy *p, const char *tool, const struc
             cJSON_AddItemToObject(params, "arguments", args);
         }
         if (had != NULL)
-            cJSON_ReplaceItemViaPointer(args, had, v);
+            cJSON_ReplaceItemInObjectCaseSensitive(args, b->name, v);
         else
             cJSON_AddItemToObject(args, b->name, v);
         changed = 1;
@@ -288,4 +289,22 @@ char *tg_bind_claims_of_token(const char *token, size_t len, const char *const *
     cJSON_Delete(doc.root);
     free(raw);
     return out;
+}
+
+/* ---- explain ----------------------------------------------------------------------------- */
+
+int tg_policy_explain_bind(const struct tg_policy *p, const char *tool, const struct tg_bind_ctx *cx, cJSON *params,
+                           struct tg_policy_explain *e)
+{
+    struct tg_decision d;
+    int rc = tg_policy_bind_args(p, tool, cx, params, &d);
+    if (rc >= 0)
+        return rc;
+    memset(e, 0, sizeof(*e));
+    e->d = d;
+    e->cond = -1;
+    e->hidden = !tg_policy_tool_visible(p, tool);
+    const struct ptool *t = tg__find_tool(p, tool);
+    snprintf(e->where, sizeof(e->where), "tools.%s.%s", t != NULL && t->nebind > 0 ? t->name : "*", d.rule);
+    return -1;
 }

@@ -43,5 +43,11 @@ int tg_policy_bind_claims(const struct tg_policy *p, const char *const **names);
 /* The named claims of a JWT (compact JWS; the caller verified it already: its payload is only
  * read here) as a compact JSON object text, malloc'd; NULL if it carries none of them or cannot
  * be read. */
-char *tg_bind_claims_of_token(const char *token, size_t len, const char *const *names, int n);
+char *tg_bind_claims_of_token(const char *token, size_t len, const char *const *names, int n);/* The binding as `tollgate policy explain` and `policy test` show it: tg_policy_bind_args(), and
+ * when it refuses, e filled as the explanation of that deny (where: "tools.T.set" or
+ * "tools.T.forbid", T the entry that binds). */
+struct tg_policy_explain;
+int tg_policy_explain_bind(const struct tg_policy *p, const char *tool, const struct tg_bind_ctx *cx, cJSON *params,
+                           struct tg_policy_explain *e);
+
 #endif
