@@ -106,9 +106,10 @@ struct tg_decision *tg_gate_bind(struct tg_exchange *x, const struct tg_policy *
     if (rc < 0)
         return d;
     tg_call_decision_free(d);
-    if (rc > 0) {
+    if (rc > 0)
         tg_msg_edited(m); /* written from its tree from here on */
-        rebuild_param_headers(x, tool, tg_json_get(params, "arguments"));
-    }
+    /* Even when nothing changed: the client saw the schema without the bound arguments and sent
+     * no header for them. */
+    rebuild_param_headers(x, tool, tg_json_get(params, "arguments"));
     return NULL;
 }
