@@ -112,12 +112,20 @@ static void load_grant_attributes(struct loader *ld, const config_setting_t *g, 
             tg__conf_errf(ld, e, sctx, "\"%s\": a name is 1 to 64 letters, digits, _ and -", name ? name : "");
             continue;
         }
-        if (v == NULL || strlen(v) > 1024) {
+        const char *why = NULL;
+        char var[128] = "";
+        char *x = v != NULL ? tg_conf_expand_env(v, &why, var, sizeof(var)) : NULL;
+        if (v != NULL && x == NULL) {
+            tg__conf_errf(ld, e, sctx, "%s: %s%s%s", name, why, var[0] ? ": " : "", var);
+            continue;
+        }
+        if (x == NULL || strlen(x) > 1024) {
             tg__conf_errf(ld, e, sctx, "%s must be a string of at most 1024 bytes", name);
+            free(x);
             continue;
         }
         gc->attributes[2 * gc->nattributes] = tg_xstrdup(name);
-        gc->attributes[2 * gc->nattributes + 1] = tg_xstrdup(v);
+        gc->attributes[2 * gc->nattributes + 1] = x;
         gc->nattributes++;
     }
 }

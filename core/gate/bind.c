@@ -2,6 +2,7 @@
  * check and the decision: a retry's envelope, the decision, the audit digest, the approval queue
  * and the message sent upstream are all made from the bound tree afterwards. */
 #include "core/gate/bind.h"
+#include "core/gate/dispatch.h" /* tg_gate_bind_check_params */
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,6 @@
 #include "core/call/exchange.h"
 #include "core/call/gateway.h"
 #include "core/call/session.h"
-#include "core/gate/dispatch.h"
 #include "core/mcp/era.h"
 #include "core/mcp/schemas.h"
 #include "core/wire/msg.h"
@@ -79,7 +79,7 @@ int tg_gate_bind_check_params(const struct tg_exchange *x, const struct tg_mcp_h
     return rc;
 }
 
-struct tg_decision *tg_gate_bind(struct tg_exchange *x, const struct tg_policy *pol, struct tg_msg *m)
+struct tg_decision *tg_gate_bind(struct tg_exchange *x, const struct tg_policy *pol, struct tg_msg *m, const char *subject)
 {
     cJSON *params = tg_json_get(m->root, "params");
     cJSON *name = tg_json_get(params, "name");
@@ -89,7 +89,7 @@ struct tg_decision *tg_gate_bind(struct tg_exchange *x, const struct tg_policy *
         return NULL; /* nothing bound (or no tools/call: the gate refuses it) */
     const char *tool = name->valuestring;
     const struct tg_grant_conf *g = x->grant;
-    struct tg_bind_ctx cx = {g->name, tg_dispatch_subject(x), (const char *const *)g->attributes, g->nattributes, NULL};
+    struct tg_bind_ctx cx = {g->name, subject, (const char *const *)g->attributes, g->nattributes, NULL};
     cJSON *claims = NULL;
     if (tg_policy_binds_claims(pol, tool)) {
         /* A request's own token, else what its session kept of its maker's (a channel's). */

@@ -337,7 +337,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         tg_msg_edited(m);
     }
     /* Bound first: a 2026 retry's envelope was made of the bound arguments too. */
-    struct tg_decision *bound = m->mid == TG_M_TOOLS_CALL ? tg_gate_bind(x, pol, m) : NULL;
+    struct tg_decision *bound = m->mid == TG_M_TOOLS_CALL ? tg_gate_bind(x, pol, m, tg_dispatch_subject(x)) : NULL;
     struct tg_mcp_mrtr_call *mc = NULL;
     int retry = 0;
     char parked[40] = "";
