@@ -20,7 +20,9 @@ static const struct ptool *binding(const struct tg_policy *p, const char *tool)
     return t != NULL && t->nebind > 0 ? t : NULL;
 }
 
-int tg_policy_binds(const struct tg_policy *p, const char *tool) { return binding(p, tool) != NULL; }
+int tg_policy_binds(const struct tg_policy *p, const char *tool) { return p->binds && binding(p, tool) != NULL; }
+
+int tg_policy_binds_any(const struct tg_policy *p) { return p->binds; }
 
 int tg_policy_binds_claims(const struct tg_policy *p, const char *tool)
 {
@@ -177,7 +179,7 @@ static int refuse(struct tg_decision *d, const char *rule, const char *fmt, cons
 int tg_policy_bind_args(const struct tg_policy *p, const char *tool, const struct tg_bind_ctx *cx, cJSON *params,
                         struct tg_decision *d)
 {
-    const struct ptool *t = binding(p, tool);
+    const struct ptool *t = p->binds ? binding(p, tool) : NULL;
     if (t == NULL)
         return 0;
     cJSON *args = tg_json_get(params, "arguments");
@@ -233,7 +235,7 @@ static int drop_required(cJSON *required, const char *name)
 
 int tg_policy_bind_schema(const struct tg_policy *p, const char *tool, cJSON *input_schema)
 {
-    const struct ptool *t = binding(p, tool);
+    const struct ptool *t = p->binds ? binding(p, tool) : NULL;
     if (t == NULL || !cJSON_IsObject(input_schema))
         return 0;
     cJSON *props = tg_json_get(input_schema, "properties");

@@ -23,6 +23,8 @@ struct tg_bind_ctx {
                                  * tg_policy_bind_claims names suffice), or NULL: no token */
 };
 
+/* 1 if some entry of the policy has "set" or "forbid", else 0 (one load, for the per-call path). */
+int tg_policy_binds_any(const struct tg_policy *p);
 /* 1 if calls of tool have arguments bound or forbidden (its own entry's or "*"'s), else 0. */
 int tg_policy_binds(const struct tg_policy *p, const char *tool);
 /* 1 if the binding of tool names a claim (the caller must find the claims), else 0. */

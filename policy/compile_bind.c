@@ -208,9 +208,10 @@ void tg__compile_bind(struct tg__cctx *cx, const cJSON *jt, const char *path, st
 }
 
 /* An entry's ebind: its own items, then those of w ("*", or NULL) it does not name. */
-static void finish_one(struct ptool *t, const struct ptool *w)
+static void finish_one(struct tg_policy *p, struct ptool *t, const struct ptool *w)
 {
     int n = t->nbind + (w != NULL ? w->nbind : 0);
+    p->binds |= n > 0;
     t->ebind_strict = t->strict >= 0 ? t->strict : w != NULL && w->strict > 0;
     if (n == 0)
         return;
@@ -225,9 +226,9 @@ static void finish_one(struct ptool *t, const struct ptool *w)
 void tg__finish_bind(struct tg_policy *p)
 {
     for (int i = 0; i < p->ntools; i++)
-        finish_one(&p->tools[i], p->wildcard);
+        finish_one(p, &p->tools[i], p->wildcard);
     if (p->wildcard != NULL)
-        finish_one(p->wildcard, p->wildcard);
+        finish_one(p, p->wildcard, p->wildcard);
 }
 
 void tg__free_bind(struct ptool *t)

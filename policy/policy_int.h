@@ -192,6 +192,7 @@ struct tg_policy {
      * for the policy (tg_policy_bind_claims). */
     char **bind_claims;
     int nbind_claims;
+    int binds; /* some entry has "set" or "forbid": without, a call's arguments are not looked at */
 };
 
 /* "scopes": a list of scope-tokens into a scope set (*out, NULL on error); errors go to cx

@@ -81,6 +81,8 @@ int tg_gate_bind_check_params(const struct tg_exchange *x, const struct tg_mcp_h
 
 struct tg_decision *tg_gate_bind(struct tg_exchange *x, const struct tg_policy *pol, struct tg_msg *m, const char *subject)
 {
+    if (!tg_policy_binds_any(pol))
+        return NULL; /* the common case: nothing to look at */
     cJSON *params = tg_json_get(m->root, "params");
     cJSON *name = tg_json_get(params, "name");
     cJSON *a = tg_json_get(params, "arguments");

@@ -10,7 +10,9 @@
 //      fixture logs the request, whose Mcp-Param-Region header carries it too); a forbidden
 //      argument is removed; the audit line logs the final arguments
 //   3. strict: true refuses a different value (-32001, rule "set") and lets the same one pass
-//   4. a claim-bound argument whose claim the caller's token lacks is denied (-32001, rule
+//   4. an approver sees (args_text, args_sha256) and approves the final arguments, and the
+//      approved call runs with them
+//   5. a claim-bound argument whose claim the caller's token lacks is denied (-32001, rule
 //      "set", the reason naming the claim), and so is a static token (no claims at all)
 //
 // Tokens are signed here (RS256, node:crypto) as test/interop/subjects.test.mjs does.
@@ -32,6 +34,7 @@ const ISSUER = 'https://idp.test/';
 const AUDIENCE = 'tollgate';
 const STANDIN_TOKEN = H.randomToken();
 const STATIC_TOKEN = H.randomToken(); // grant "acme" too, by a static token: no claims
+const ADMIN_TOKEN = H.randomToken();
 
 const cleanup = new H.Cleanup();
 let dir;
@@ -62,6 +65,7 @@ const COWORK_POLICY = {
     '*': { forbid: ['requestId'] },
     'jira.create_issue': { set: { projectKey: '${grant.tenant}' }, forbid: ['idempotencyKey'] },
     'jira.get_issue': { set: { id: '${claims.org}' }, strict: true },
+    write_file: { action: 'approve', approval_mode: 'retry', set: { path: '/tenants/${grant.tenant}/notes.txt' } },
   },
 };
 const MODERN_POLICY = {
@@ -96,7 +100,8 @@ before(async () => {
       { name: 'modern', url: modern.url },
     ],
     audit: { file: auditFile, args: 'values' },
-  }), { cleanup });
+    admin: { token_sha256: H.sha256hex(ADMIN_TOKEN) },
+  }), { cleanup, admin: true });
   await gw.waitForLog(/msg="upstream protocol" upstream=modern era=(\S+)/, { what: 'the probe of the 2026 upstream' });
 });
 after(() => cleanup.run());
@@ -242,4 +247,36 @@ describe('a claim-bound argument whose claim is missing is denied', () => {
       assert.equal(modern.records().slice(mark).filter((x) => x.body?.method === 'tools/call').length, 0);
     });
   }
+});
+
+describe('an approver sees and approves the final arguments', () => {
+  test('write_file parked for approval shows the bound path; approved, the same call runs with it', async () => {
+    const c = await openClient('streamable', { port: gw.plainPort, upstream: 'cowork', token: token('appr') });
+    const args = { path: '/etc/passwd', content: 'x' };
+    try {
+      const first = await c.call('write_file', args);
+      assert.equal(codeOf(first), -32003, JSON.stringify(first));
+      const id = first.error.data.approval_id;
+      const adminGet = async () => {
+        const res = await fetch(`http://127.0.0.1:${gw.adminPort}/admin/approvals`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+        return (await res.json()).approvals.find((x) => x.id === id);
+      };
+      const item = await H.waitUntil(adminGet, { what: 'the parked call in GET /admin/approvals' });
+      const shown = JSON.parse(item.args_text);
+      assert.deepEqual(shown, { path: '/tenants/acme/notes.txt', content: 'x' });
+      assert.equal(item.args_sha256, crypto.createHash('sha256').update(item.args_text).digest('hex'));
+      const res = await fetch(`http://127.0.0.1:${gw.adminPort}/admin/approvals/${id}/approve`, {
+        method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ digest: item.digest }),
+      });
+      assert.equal(res.status, 200, await res.text());
+      const again = await c.call('write_file', { ...args, path: '/somewhere/else' }); // bound either way: the same call
+      assert.equal(codeOf(again), undefined, JSON.stringify(again));
+      assert.match(textOf(again), /\/tenants\/acme\/notes\.txt/);
+    } finally {
+      await c.close();
+    }
+    const ran = standin.records().filter((r) => r.http && r.msg?.method === 'tools/call' && r.msg.params?.name === 'write_file');
+    assert.deepEqual(ran.map((r) => r.msg.params.arguments.path), ['/tenants/acme/notes.txt']);
+  });
 });
