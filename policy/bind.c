@@ -176,8 +176,9 @@ static int refuse(struct tg_decision *d, const char *rule, const char *fmt, cons
     return -1;
 }
 
-int tg_policy_bind_args(const struct tg_policy *p, const char *tool, const struct tg_bind_ctx *cx, cJSON *params,
-                        struct tg_decision *d)
+/* tg_policy_bind_args(), and the item that refused (*failed) when it refuses. */
+static int bind_args(const struct tg_policy *p, const char *tool, const struct tg_bind_ctx *cx, cJSON *params,
+                     struct tg_decision *d, const struct bitem **failed)
 {
     const struct ptool *t = p->binds ? binding(p, tool) : NULL;
     if (t == NULL)
@@ -186,6 +187,7 @@ int tg_policy_bind_args(const struct tg_policy *p, const char *tool, const struc
     int changed = 0;
     for (int i = 0; i < t->nebind; i++) {
         const struct bitem *b = t->ebind[i];
+        *failed = b;
         cJSON *had = tg_json_get(args, b->name);
         if (b->value == NULL) { /* forbidden */
             if (had == NULL)
@@ -220,6 +222,13 @@ int tg_policy_bind_args(const struct tg_policy *p, const char *tool, const struc
         changed = 1;
     }
     return changed;
+}
+
+int tg_policy_bind_args(const struct tg_policy *p, const char *tool, const struct tg_bind_ctx *cx, cJSON *params,
+                        struct tg_decision *d)
+{
+    const struct bitem *failed;
+    return bind_args(p, tool, cx, params, d, &failed);
 }
 
 /* Drop name from the list required (strings). */
@@ -299,7 +308,8 @@ int tg_policy_explain_bind(const struct tg_policy *p, const char *tool, const st
                            struct tg_policy_explain *e)
 {
     struct tg_decision d;
-    int rc = tg_policy_bind_args(p, tool, cx, params, &d);
+    const struct bitem *failed = NULL;
+    int rc = bind_args(p, tool, cx, params, &d, &failed);
     if (rc >= 0)
         return rc;
     memset(e, 0, sizeof(*e));
@@ -307,6 +317,9 @@ int tg_policy_explain_bind(const struct tg_policy *p, const char *tool, const st
     e->cond = -1;
     e->hidden = !tg_policy_tool_visible(p, tool);
     const struct ptool *t = tg__find_tool(p, tool);
-    snprintf(e->where, sizeof(e->where), "tools.%s.%s", t != NULL && t->nebind > 0 ? t->name : "*", d.rule);
+    int own = 0; /* the tool's own entry's item, else "*"'s */
+    for (int i = 0; t != NULL && i < t->nbind; i++)
+        own |= failed == &t->bind[i];
+    snprintf(e->where, sizeof(e->where), "tools.%s.%s", own ? t->name : "*", d.rule);
     return -1;
 }
