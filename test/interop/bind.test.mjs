@@ -12,7 +12,10 @@
 //   3. strict: true refuses a different value (-32001, rule "set") and lets the same one pass
 //   4. an approver sees (args_text, args_sha256) and approves the final arguments, and the
 //      approved call runs with them
-//   5. a claim-bound argument whose claim the caller's token lacks is denied (-32001, rule
+//   5. a 2026 call that needs input (input_required): its retry, which resends the model's own
+//      arguments, is bound the same way, so the envelope the gateway minted for the bound call
+//      opens for it
+//   6. a claim-bound argument whose claim the caller's token lacks is denied (-32001, rule
 //      "set", the reason naming the claim), and so is a static token (no claims at all)
 //
 // Tokens are signed here (RS256, node:crypto) as test/interop/subjects.test.mjs does.
@@ -70,7 +73,10 @@ const COWORK_POLICY = {
 };
 const MODERN_POLICY = {
   version: '1', default: 'allow',
-  tools: { region_lookup: { set: { region: '${grant.region}', query: 'org ${claims.org} for ${subject}' } } },
+  tools: {
+    region_lookup: { set: { region: '${grant.region}', query: 'org ${claims.org} for ${subject}' } },
+    test_elicitation: { set: { message: 'for ${grant.tenant}' } },
+  },
 };
 
 before(async () => {
@@ -278,5 +284,33 @@ describe('an approver sees and approves the final arguments', () => {
     }
     const ran = standin.records().filter((r) => r.http && r.msg?.method === 'tools/call' && r.msg.params?.name === 'write_file');
     assert.deepEqual(ran.map((r) => r.msg.params.arguments.path), ['/tenants/acme/notes.txt']);
+  });
+});
+
+describe('a 2026 call that needs input: the retry is bound as the first round was', () => {
+  test('test_elicitation on the 2026 upstream: input_required, then the retry with the model\'s own message completes', async () => {
+    const mark = modern.records().length;
+    const meta = { ...META, 'io.modelcontextprotocol/clientCapabilities': { elicitation: {} } };
+    const post = async (id, params) => {
+      const res = await fetch(`http://127.0.0.1:${gw.plainPort}/modern/mcp`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream',
+          authorization: `Bearer ${token('mrtr')}`, 'mcp-protocol-version': MODERN, 'mcp-method': 'tools/call', 'mcp-name': 'test_elicitation' },
+        body: JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'test_elicitation', ...params, _meta: meta } }),
+      });
+      const text = await res.text();
+      const m = messagesOf({ status: res.status, text, headers: Object.fromEntries(res.headers) }).find((x) => x?.id === id);
+      assert.ok(m, `HTTP ${res.status}: ${text}`);
+      return m;
+    };
+    const first = await post('m1', { arguments: { message: 'evil' } });
+    assert.equal(first.result?.resultType, 'input_required', JSON.stringify(first));
+    const answer = { user: { action: 'accept', content: { username: 'ada', email: 'ada@example.com' } } };
+    const second = await post('m2', { arguments: { message: 'evil' }, inputResponses: answer, requestState: first.result.requestState });
+    assert.equal(codeOf(second), undefined, JSON.stringify(second));
+    assert.match(textOf(second), /User response: action=accept/);
+    const calls = modern.records().slice(mark).filter((x) => x.body?.method === 'tools/call');
+    assert.equal(calls.length, 2, JSON.stringify(calls));
+    for (const c of calls) assert.deepEqual(c.body.params.arguments, { message: 'for acme' });
   });
 });
