@@ -68,8 +68,8 @@ int tg__bind_call(const struct tg_policy *p, cJSON *call, const char *grant, con
                      const struct tg__bind_opts *b, int print, struct tg_policy_explain *e)
 {
     const char *tool = tg_json_get(call, "name")->valuestring;
-    if (!tg_policy_binds(p, tool))
-        return 0;
+    if (!tg_policy_binds(p, tool) || !tg_policy_tool_visible(p, tool))
+        return 0; /* (a tool refused whatever its arguments is refused as such, as the gateway does) */
     struct tg_bind_ctx cx = {grant, subject ? subject : grant, (const char *const *)b->attrs, b->nattrs, b->claims};
     if (tg_policy_explain_bind(p, tool, &cx, call, e) < 0)
         return -1;

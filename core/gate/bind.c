@@ -87,8 +87,9 @@ struct tg_decision *tg_gate_bind(struct tg_exchange *x, const struct tg_policy *
     cJSON *name = tg_json_get(params, "name");
     cJSON *a = tg_json_get(params, "arguments");
     if (!cJSON_IsObject(params) || !cJSON_IsString(name) || (a != NULL && !cJSON_IsObject(a)) ||
-        !tg_policy_binds(pol, name->valuestring))
-        return NULL; /* nothing bound (or no tools/call: the gate refuses it) */
+        !tg_policy_binds(pol, name->valuestring) || !tg_policy_tool_visible(pol, name->valuestring))
+        return NULL; /* nothing bound (or no tools/call: the gate refuses it; or a tool refused
+                      * whatever its arguments: its refusal says so, not the binding's) */
     const char *tool = name->valuestring;
     const struct tg_grant_conf *g = x->grant;
     struct tg_bind_ctx cx = {g->name, subject, (const char *const *)g->attributes, g->nattributes, NULL};

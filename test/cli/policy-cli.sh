@@ -137,6 +137,11 @@ has out 'arguments: {"tenant_id":"other","org_id":"x"} (after set and forbid)'
 run 1 policy explain -c "$T/bind.conf" --call '{"name":"create_ticket","arguments":{}}'
 has out "decision: deny"; has out "rule: set"; has out "at: tools.create_ticket.set"; has out 'no claim "org_id"'
 run 2 policy explain -c "$T/bind.conf" --claim org_id --call '{"name":"create_ticket"}'
+# A tool refused whatever its arguments (default deny) is refused as such, not by the binding of "*".
+printf '{"version":"1","default":"deny","tools":{"*":{"set":{"t":"${claims.org}"}},"x":{}}}\n' >"$T/bindstar.json"
+sed "s|$PWD/$P/readme.yaml|$T/bindstar.json|" "$T/bind.conf" >"$T/bindstar.conf"
+run 1 policy explain -c "$T/bindstar.conf" --call '{"name":"y"}'; has out "at: default"
+run 1 policy explain -c "$T/bindstar.conf" --call '{"name":"x"}'; has out "at: tools.*.set"
 run 1 policy test $P/hosted.json $P/failing.cases.yaml
 has out "ok   1 reading is allowed: allow (tools.read_file)"
 has out "FAIL 2 wrongly expects deletes to pass: expected allow, got deny (rule \"delete_file\" at tools.delete_file.action)"
