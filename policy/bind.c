@@ -43,13 +43,57 @@ int tg_policy_bind_claims(const struct tg_policy *p, const char *const **names)
 
 /* ---- expanding a template --------------------------------------------------------------- */
 
+/* One string being expanded: on the stack while it is short (every call of a binding tool
+ * expands its templates: no allocation for the usual tenant id), else in heap. */
 struct expand {
     const struct tg_bind_ctx *cx;
-    struct tg_buf text;  /* the string so far */
-    const cJSON *whole;  /* a claim that is the whole string: its JSON value */
+    char stack[256];
+    struct tg_buf heap;
+    size_t len;
+    int on_heap;
+    const cJSON *whole;  /* the claim a one-template string names: its JSON value */
     int pieces;
     char missing[200];   /* what was missing, for the message */
 };
+
+/* Only what is read before it is written: the 256 bytes of stack are not cleared, each call. */
+static void ex_init(struct expand *ex, const struct tg_bind_ctx *cx)
+{
+    ex->cx = cx;
+    ex->len = 0;
+    ex->on_heap = 0;
+    ex->whole = NULL;
+    ex->pieces = 0;
+    ex->missing[0] = '\0';
+}
+
+static void put(struct expand *ex, const char *s, size_t n)
+{
+    if (!ex->on_heap && ex->len + n < sizeof(ex->stack)) {
+        memcpy(ex->stack + ex->len, s, n);
+        ex->len += n;
+        return;
+    }
+    if (!ex->on_heap) {
+        tg_buf_init(&ex->heap);
+        tg_buf_append(&ex->heap, ex->stack, ex->len);
+        ex->on_heap = 1;
+    }
+    tg_buf_append(&ex->heap, s, n);
+    ex->len += n;
+}
+
+/* The text so far, NUL-terminated. */
+static const char *text_of(struct expand *ex)
+{
+    if (!ex->on_heap) {
+        ex->stack[ex->len] = '\0';
+        return ex->stack;
+    }
+    tg_buf_append(&ex->heap, "", 1);
+    ex->heap.len--;
+    return ex->heap.base;
+}
 
 static const char *attr_of(const struct tg_bind_ctx *cx, const char *name, size_t n)
 {
@@ -77,7 +121,7 @@ static int on_piece(void *ud, enum tref kind, const char *s, size_t n)
     const char *v = NULL;
     switch (kind) {
     case TREF_TEXT:
-        tg_buf_append(&ex->text, s, n);
+        put(ex, s, n);
         return 0;
     case TREF_SUBJECT: v = cx->subject; break;
     case TREF_GRANT: v = cx->grant; break;
@@ -97,10 +141,15 @@ static int on_piece(void *ud, enum tref kind, const char *s, size_t n)
             return 1;
         }
         ex->whole = c;
-        if (cJSON_IsString(c))
-            tg_buf_appends(&ex->text, c->valuestring);
-        else
-            tg_json_write(&ex->text, c); /* embedded in text: its JSON text (numbers as written) */
+        if (cJSON_IsString(c)) {
+            put(ex, c->valuestring, strlen(c->valuestring));
+        } else { /* embedded in text: its JSON text (numbers as written) */
+            struct tg_buf j;
+            tg_buf_init(&j);
+            tg_json_write(&j, c);
+            put(ex, j.base, j.len);
+            tg_buf_dispose(&j);
+        }
         return 0;
     }
     }
@@ -108,8 +157,30 @@ static int on_piece(void *ud, enum tref kind, const char *s, size_t n)
         snprintf(ex->missing, sizeof(ex->missing), "the call has no %s", kind == TREF_SUBJECT ? "subject" : "grant");
         return 1;
     }
-    tg_buf_appends(&ex->text, v);
+    put(ex, v, strlen(v));
     return 0;
+}
+
+/* Expand template string tmpl into ex (which the caller disposes with ex_dispose): 0, or -1 with
+ * why filled (something named is missing). Then ex->whole, when the string was one claim
+ * template and nothing else, is the value; else text_of(ex). */
+static int expand_string(const char *tmpl, struct expand *ex, char *why, size_t n)
+{
+    const char *err = NULL;
+    int rc = tg__template_walk(tmpl, on_piece, ex, &err);
+    if (rc != 0) {
+        snprintf(why, n, "%s", rc > 0 ? ex->missing : err);
+        return -1;
+    }
+    if (ex->pieces != 1)
+        ex->whole = NULL;
+    return 0;
+}
+
+static void ex_dispose(struct expand *ex)
+{
+    if (ex->on_heap)
+        tg_buf_dispose(&ex->heap);
 }
 
 /* A copy of v with every string's templates expanded, or NULL with why filled (something named is
@@ -117,24 +188,17 @@ static int on_piece(void *ud, enum tref kind, const char *s, size_t n)
 static cJSON *expand_value(const cJSON *v, const struct tg_bind_ctx *cx, char *why, size_t n)
 {
     if (cJSON_IsString(v)) {
-        struct expand ex = {.cx = cx};
-        tg_buf_init(&ex.text);
-        const char *err = NULL;
-        int rc = tg__template_walk(v->valuestring, on_piece, &ex, &err);
+        struct expand ex;
+        ex_init(&ex, cx);
         cJSON *out = NULL;
-        if (rc != 0) {
-            snprintf(why, n, "%s", rc > 0 ? ex.missing : err);
-        } else if (ex.pieces == 1 && ex.whole != NULL) {
-            out = cJSON_Duplicate(ex.whole, 1);
-            if (out != NULL) {
+        if (expand_string(v->valuestring, &ex, why, n) == 0) {
+            out = ex.whole != NULL ? cJSON_Duplicate(ex.whole, 1) : cJSON_CreateString(text_of(&ex));
+            if (out != NULL && ex.whole != NULL) {
                 free(out->string);
                 out->string = NULL;
             }
-        } else {
-            tg_buf_append(&ex.text, "", 1);
-            out = cJSON_CreateString(ex.text.base);
         }
-        tg_buf_dispose(&ex.text);
+        ex_dispose(&ex);
         return out;
     }
     cJSON *out = cJSON_IsObject(v) ? cJSON_CreateObject() : cJSON_IsArray(v) ? cJSON_CreateArray() : NULL;
@@ -154,8 +218,15 @@ static cJSON *expand_value(const cJSON *v, const struct tg_bind_ctx *cx, char *w
     return out;
 }
 
+/* a and b are one value (canonical JSON: 1 and 1.0 are, member order does not count). */
 static int same_value(const cJSON *a, const cJSON *b)
 {
+    if ((a->type & 0xFF) != (b->type & 0xFF))
+        return 0;
+    if (cJSON_IsString(a))
+        return strcmp(a->valuestring, b->valuestring) == 0;
+    if (cJSON_IsBool(a) || cJSON_IsNull(a))
+        return 1;
     struct tg_buf x, y;
     tg_buf_init(&x);
     tg_buf_init(&y);
@@ -174,6 +245,48 @@ static int refuse(struct tg_decision *d, const char *rule, const char *fmt, cons
     snprintf(d->rule, sizeof(d->rule), "%s", rule);
     snprintf(d->message, sizeof(d->message), fmt, name, what);
     return -1;
+}
+
+/* The value b binds for this call: *v a new node, or NULL when had (the model's) is that value
+ * already. -1 with why when something named is missing. */
+static int bound_value(const struct bitem *b, const struct tg_bind_ctx *cx, const cJSON *had, cJSON **v, char *why,
+                       size_t n)
+{
+    *v = NULL;
+    if (!b->templated) {
+        if (had == NULL || !same_value(had, b->value))
+            *v = cJSON_Duplicate(b->value, 1);
+        return 0;
+    }
+    if (!cJSON_IsString(b->value)) { /* templates inside a list or a map */
+        *v = expand_value(b->value, cx, why, n);
+        if (*v == NULL)
+            return -1;
+        if (had != NULL && same_value(had, *v)) {
+            cJSON_Delete(*v);
+            *v = NULL;
+        }
+        return 0;
+    }
+    struct expand ex;
+    ex_init(&ex, cx);
+    if (expand_string(b->value->valuestring, &ex, why, n) != 0) {
+        ex_dispose(&ex);
+        return -1;
+    }
+    if (ex.whole != NULL) {
+        if (had == NULL || !same_value(had, ex.whole)) {
+            *v = cJSON_Duplicate(ex.whole, 1);
+            free((*v)->string);
+            (*v)->string = NULL;
+        }
+    } else {
+        const char *text = text_of(&ex);
+        if (!cJSON_IsString(had) || strcmp(had->valuestring, text) != 0)
+            *v = cJSON_CreateString(text);
+    }
+    ex_dispose(&ex);
+    return 0;
 }
 
 /* tg_policy_bind_args(), and the item that refused (*failed) when it refuses. */
@@ -199,13 +312,11 @@ static int bind_args(const struct tg_policy *p, const char *tool, const struct t
             continue;
         }
         char why[300] = "";
-        cJSON *v = b->templated ? expand_value(b->value, cx, why, sizeof(why)) : cJSON_Duplicate(b->value, 1);
-        if (v == NULL)
+        cJSON *v;
+        if (bound_value(b, cx, had, &v, why, sizeof(why)) != 0)
             return refuse(d, "set", "argument \"%s\" is bound by the policy, but %s", b->name, why);
-        if (had != NULL && same_value(had, v)) {
-            cJSON_Delete(v);
-            continue;
-        }
+        if (v == NULL)
+            continue; /* the model sent the bound value itself */
         if (had != NULL && t->ebind_strict) {
             cJSON_Delete(v);
             return refuse(d, "set", "argument \"%s\" is set by the policy%s; the call may not choose another value",
@@ -264,42 +375,50 @@ int tg_policy_bind_schema(const struct tg_policy *p, const char *tool, cJSON *in
 
 /* ---- claims ------------------------------------------------------------------------------ */
 
-char *tg_bind_claims_of_token(const char *token, size_t len, const char *const *names, int n)
+cJSON *tg_bind_token_claims(const char *token, size_t len)
 {
     const char *a = memchr(token, '.', len);
     const char *b = a != NULL ? memchr(a + 1, '.', len - (size_t)(a + 1 - token)) : NULL;
-    if (b == NULL || n <= 0)
+    if (b == NULL)
         return NULL;
     size_t plen = (size_t)(b - a - 1);
     uint8_t *raw = tg_xmalloc(plen * 3 / 4 + 4);
     size_t rlen = 0;
-    char *out = NULL;
     struct tg_json_doc doc = {0};
-    if (tg_b64url_decode(a + 1, plen, raw, &rlen) == 0 &&
-        tg_json_parse((const char *)raw, rlen, 32, 1, &doc, NULL, NULL) == 0 && cJSON_IsObject(doc.root)) {
-        struct tg_buf o;
-        tg_buf_init(&o);
-        tg_buf_appends(&o, "{");
-        int k = 0;
-        for (int i = 0; i < n; i++) {
-            const cJSON *c = tg_json_get(doc.root, names[i]);
-            if (c == NULL)
-                continue;
-            if (k++ > 0)
-                tg_buf_appends(&o, ",");
-            tg_json_write_string(&o, names[i], strlen(names[i]));
-            tg_buf_appends(&o, ":");
-            tg_json_write(&o, c);
-        }
-        tg_buf_append(&o, "}", 2);
-        if (k > 0)
-            out = o.base;
-        else
-            tg_buf_dispose(&o);
+    if (tg_b64url_decode(a + 1, plen, raw, &rlen) != 0 || tg_json_parse((const char *)raw, rlen, 32, 1, &doc, NULL, NULL) != 0 ||
+        !cJSON_IsObject(doc.root)) {
+        cJSON_Delete(doc.root);
+        doc.root = NULL;
     }
-    cJSON_Delete(doc.root);
     free(raw);
-    return out;
+    return doc.root;
+}
+
+char *tg_bind_claims_of_token(const char *token, size_t len, const char *const *names, int n)
+{
+    cJSON *claims = n > 0 ? tg_bind_token_claims(token, len) : NULL;
+    if (claims == NULL)
+        return NULL;
+    struct tg_buf o;
+    tg_buf_init(&o);
+    tg_buf_appends(&o, "{");
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const cJSON *c = tg_json_get(claims, names[i]);
+        if (c == NULL)
+            continue;
+        if (k++ > 0)
+            tg_buf_appends(&o, ",");
+        tg_json_write_string(&o, names[i], strlen(names[i]));
+        tg_buf_appends(&o, ":");
+        tg_json_write(&o, c);
+    }
+    tg_buf_append(&o, "}", 2);
+    cJSON_Delete(claims);
+    if (k > 0)
+        return o.base;
+    tg_buf_dispose(&o);
+    return NULL;
 }
 
 /* ---- explain ----------------------------------------------------------------------------- */

@@ -42,6 +42,9 @@ int tg_policy_bind_args(const struct tg_policy *p, const char *tool, const struc
 int tg_policy_bind_schema(const struct tg_policy *p, const char *tool, cJSON *input_schema);
 /* The claims the policy's templates name, each once (borrowed from p), and how many. */
 int tg_policy_bind_claims(const struct tg_policy *p, const char *const **names);
+/* The claims of a JWT (compact JWS; the caller verified it already: its payload is only read
+ * here) as an object (cJSON_Delete), or NULL if it cannot be read. */
+cJSON *tg_bind_token_claims(const char *token, size_t len);
 /* The named claims of a JWT (compact JWS; the caller verified it already: its payload is only
  * read here) as a compact JSON object text, malloc'd; NULL if it carries none of them or cannot
  * be read. */

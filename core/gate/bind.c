@@ -96,19 +96,20 @@ struct tg_decision *tg_gate_bind(struct tg_exchange *x, const struct tg_policy *
     cJSON *claims = NULL;
     if (tg_policy_binds_claims(pol, tool)) {
         /* A request's own token, else what its session kept of its maker's (a channel's). */
-        char *text = claims_of(x, pol);
-        const char *t = text != NULL ? text : x->sess != NULL ? x->sess->claims : NULL;
-        if (t != NULL)
-            claims = cJSON_Parse(t);
-        free(text);
+        if (x->who != NULL && x->who->jwt > 0 && x->subject_token != NULL)
+            claims = tg_bind_token_claims(x->subject_token, x->subject_token_len);
+        else if (x->sess != NULL && x->sess->claims != NULL)
+            claims = cJSON_Parse(x->sess->claims);
         cx.claims = claims;
     }
-    struct tg_decision *d = tg_call_decision_new();
-    int rc = tg_policy_bind_args(pol, tool, &cx, params, d);
+    struct tg_decision d; /* written only when it refuses */
+    int rc = tg_policy_bind_args(pol, tool, &cx, params, &d);
     cJSON_Delete(claims);
-    if (rc < 0)
-        return d;
-    tg_call_decision_free(d);
+    if (rc < 0) {
+        struct tg_decision *own = tg_call_decision_new();
+        *own = d;
+        return own;
+    }
     if (rc > 0)
         tg_msg_edited(m); /* written from its tree from here on */
     /* Even when nothing changed: the client saw the schema without the bound arguments and sent
