@@ -575,8 +575,9 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
         return;
     }
     static const char *const known[] = {"rules", "action", "reason", "limits", "approval_timeout", "approval_mode",
-                                        "scopes", "tags", "brake", NULL};
+                                        "scopes", "tags", "set", "forbid", "strict", "brake", NULL};
     tg__check_keys(cx, jt, path, known);
+    tg__compile_bind(cx, jt, path, t);
     if (tg_json_get(jt, "brake") != NULL)
         tg__compile_brake(cx, tg_json_get(jt, "brake"), path, name, &t->brake);
     char sub[600];
@@ -694,4 +695,5 @@ void tg__free_tool(struct ptool *t)
     tg__free_tags(t->tags, t->ntags);
     tg__free_brake(t->brake);
     free(t->tagh);
+    tg__free_bind(t);
 }

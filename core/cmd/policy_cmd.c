@@ -11,12 +11,13 @@
 
 #include "core/conf/conf.h"
 #include "core/base/json.h"
+#include "core/cmd/policy_bind.h"
+#include "core/cmd/policy_cases.h"
 #include "core/wire/msg.h"
 #include "policy/explain.h"
 #include "policy/scopes.h"
 #include "policy/policy.h"
 
-#define CASES_MAX_FILE (4 * 1024 * 1024)
 #define CASES_MAX_REPEAT 100000
 
 static const char usage_text[] =
@@ -30,6 +31,7 @@ static const char usage_text[] =
     "\n"
     "  tollgate policy explain [-c CONF] [--grant G] [--subject S [--issuer I]] [--upstream U]\n"
     "                          [--session S] [--repeat N] [--scopes 'S1 S2'] [--after TOOL[:AGO]]...\n"
+    "                          [--attribute NAME=VALUE]... [--claim NAME=VALUE]...\n"
     "                          (--call '{\"name\":T,\"arguments\":{...}}' | --method M [--params JSON])\n"
     "      Decide one call with the policy that governs grant G's calls to upstream U in CONF\n"
     "      (default conf/tollgate.conf; G may be left out when CONF has one grant, U when it has a\n"
@@ -48,10 +50,12 @@ static const char usage_text[] =
     "      the call; with --scopes (the token's scopes, space-separated, '' for none) a call that\n"
     "      lacks some is explained as the gateway refuses it, before any rule: deny, rule\n"
     "      insufficient_scope (HTTP 403 with WWW-Authenticate: Bearer error=\"insufficient_scope\").\n"
-    "      --after TOOL[:AGO] (repeated; AGO \"30s\", \"5m\", \"1h\", default 1 s), or --after\n"
-    "      '{\"tool\":T,\"args\":{...},\"ago\":\"5m\"}' (or \"resource\"/\"prompt\" instead of \"tool\"): an\n"
-    "      earlier call of the same caller, remembered as if the policy had let it through, so a\n"
-    "      history condition or a brake decides as it would after them.\n"
+    "      --after TOOL[:AGO] (repeated; AGO \"30s\", \"5m\", default 1 s) or '{\"tool\":T,\"args\":{..},\"ago\":A}'\n"
+    "      (or resource, prompt): an earlier call of the caller, for history conditions and brakes.\n"
+    "      A tool whose entry has \"set\" or \"forbid\" is decided on its final arguments, printed as\n"
+    "      \"arguments:\"; --attribute gives a grant attribute (over CONF's grants[].attributes),\n"
+    "      --claim a claim of the caller's token (VALUE as JSON when it is JSON, else a string); a\n"
+    "      template naming one that is not given denies, rule set, as the gateway does.\n"
     "      Exit 0 allow, 1 deny, 3 limited, 4 approve, 2 on bad arguments or a conf that does not load.\n"
     "\n"
     "  tollgate policy test FILE CASES.yaml\n"
@@ -72,6 +76,9 @@ static const char usage_text[] =
     "          scopes: [deploy]                    # optional: the token's scopes (a list, or 'a b'); one\n"
     "                                              # that lacks what the policy requires is denied,\n"
     "                                              # rule insufficient_scope (default: not checked)\n"
+    "          attributes: {tenant: acme}          # optional: the grant's attributes, for \"set\"\n"
+    "          claims: {org: acme}                 # optional: the caller's token's claims (default: no token)\n"
+    "          arguments: {tenant_id: acme}        # optional: the arguments after set and forbid\n"
     "      A call that is allowed or approved takes its counters, as in the gateway. Prints \"ok\" or\n"
     "      \"FAIL\" per case with the expected and actual decision and the deciding rule.\n"
     "      Exit 0 if every case passed, 1 if one failed, 2 if FILE or CASES.yaml cannot be loaded.\n";
@@ -268,21 +275,44 @@ static int explain_other(const struct tg_policy *p, const char *method, const cJ
     return 1;
 }
 
+/* An approval in retry mode is answered at once and gives its counters back (the call made
+ * again reserves its own), as the gateway does; hold and task keep them while the call is parked.
+ * mode: the tool's, else the upstream's (explain); left open, it is chosen per call there, and
+ * taken as kept here. */
+static void settle_approval(struct tg_counters *c, const struct tg_decision *d, int upstream_mode, int64_t now)
+{
+    int mode = d->approval_mode != TG_APPROVAL_AUTO ? d->approval_mode : upstream_mode;
+    if (d->verdict == TG_VERDICT_APPROVE && mode == TG_APPROVAL_RETRY)
+        tg_policy_refund(c, d, now);
+}
+
+static int explain_run(int argc, char **argv, struct tg__bind_opts *bo, cJSON *afters);
+
 static int cmd_explain(int argc, char **argv)
+{
+    struct tg__bind_opts bo = {0};
+    cJSON *afters = cJSON_CreateArray(); /* --after, in order */
+    int rc = explain_run(argc, argv, &bo, afters);
+    tg__bind_opts_dispose(&bo);
+    cJSON_Delete(afters);
+    return rc;
+}
+
+static int explain_run(int argc, char **argv, struct tg__bind_opts *bo, cJSON *afters)
 {
     const char *conf_path = "conf/tollgate.conf", *grant = NULL, *upstream = NULL, *session = "explain";
     const char *subject = NULL, *issuer = NULL;
     const char *call = NULL, *method = NULL, *params = NULL, *repeat_s = NULL, *scopes = NULL, *after = NULL;
-    cJSON *afters = cJSON_CreateArray(); /* --after, in order */
     for (int i = 2; i < argc; i++) {
         int missing = 0;
         if (option(argc, argv, &i, "--after", &after, &missing)) {
             cJSON *one = missing ? NULL : after[0] == '{' ? cJSON_Parse(after) : cJSON_CreateString(after);
-            if (one == NULL) {
-                cJSON_Delete(afters);
+            if (one == NULL)
                 return usage_error("explain: --after needs TOOL[:AGO] or a JSON map, not %s", missing ? "nothing" : after);
-            }
             cJSON_AddItemToArray(afters, one);
+        } else if (tg__bind_option(argc, argv, &i, bo, &missing)) {
+            if (missing)
+                return usage_error("explain: %s needs NAME=VALUE (at most 64 attributes)", argv[i]);
         } else if (strcmp(argv[i], "-c") == 0) {
             if (i + 1 >= argc)
                 return usage_error("explain: -c needs a value%s", NULL);
@@ -298,44 +328,32 @@ static int cmd_explain(int argc, char **argv)
                    option(argc, argv, &i, "--params", &params, &missing) ||
                    option(argc, argv, &i, "--repeat", &repeat_s, &missing) ||
                    option(argc, argv, &i, "--scopes", &scopes, &missing)) {
-            if (missing) {
-                cJSON_Delete(afters);
+            if (missing)
                 return usage_error("explain: %s needs a value", argv[i]);
-            }
         } else {
-            cJSON_Delete(afters);
             return usage_error("explain: unknown argument: %s", argv[i]);
         }
     }
     char hwhy[300];
-    if (tg_policy_history_add_list(NULL, NULL, NULL, afters, 0, hwhy, sizeof(hwhy)) != 0) {
-        cJSON_Delete(afters);
+    if (tg_policy_history_add_list(NULL, NULL, NULL, afters, 0, hwhy, sizeof(hwhy)) != 0)
         return usage_error("explain: --after: %s", hwhy);
-    }
     long repeat = 1;
     if (repeat_s != NULL) {
         char *end;
         errno = 0;
         repeat = strtol(repeat_s, &end, 10);
-        if (errno != 0 || end == repeat_s || *end != '\0' || repeat < 1 || repeat > CASES_MAX_REPEAT) {
-            cJSON_Delete(afters);
+        if (errno != 0 || end == repeat_s || *end != '\0' || repeat < 1 || repeat > CASES_MAX_REPEAT)
             return usage_error("explain: --repeat must be a whole number from 1 to 100000, not %s", repeat_s);
-        }
     }
-    const char *argerr = (call == NULL) == (method == NULL) ? "explain: give either --call or --method%s"
-                         : call != NULL && params != NULL   ? "explain: --params goes with --method, not --call%s"
-                                                            : NULL;
-    if (argerr != NULL) {
-        cJSON_Delete(afters);
-        return usage_error(argerr, NULL);
-    }
+    if ((call == NULL) == (method == NULL))
+        return usage_error("explain: give either --call or --method%s", NULL);
+    if (call != NULL && params != NULL)
+        return usage_error("explain: --params goes with --method, not --call%s", NULL);
     cJSON *pj = NULL;
     if (call != NULL || params != NULL) {
         pj = parse_json_arg(call ? "--call" : "--params", call ? call : params);
-        if (pj == NULL) {
-            cJSON_Delete(afters);
+        if (pj == NULL)
             return 2;
-        }
     }
     if (method == NULL)
         method = "tools/call";
@@ -344,7 +362,6 @@ static int cmd_explain(int argc, char **argv)
     if (strcmp(method, "tools/call") == 0 &&
         (!cJSON_IsObject(pj) || !cJSON_IsString(name) || (args != NULL && !cJSON_IsObject(args)))) {
         cJSON_Delete(pj);
-        cJSON_Delete(afters);
         return usage_error("explain: a tools/call needs {\"name\": a string, \"arguments\": an object}%s", NULL);
     }
     struct tg_buf err;
@@ -355,7 +372,6 @@ static int cmd_explain(int argc, char **argv)
         fprintf(stderr, "tollgate policy: explain: configuration %s is invalid\n", conf_path);
         tg_buf_dispose(&err);
         cJSON_Delete(pj);
-        cJSON_Delete(afters);
         return 2;
     }
     tg_buf_dispose(&err);
@@ -410,8 +426,22 @@ static int cmd_explain(int argc, char **argv)
     if (cJSON_GetArraySize(afters) > 0)
         printf("after: %d earlier call%s of this caller\n", cJSON_GetArraySize(afters),
                cJSON_GetArraySize(afters) == 1 ? "" : "s");
-    for (long r = 0; r < repeat; r++) /* the same instant: the calls before the last take their counters */
+    for (size_t k = 0; k < g->nattributes; k++) { /* the conf's, unless an --attribute gives it */
+        int given = 0;
+        for (size_t j = 0; j < bo->nattrs; j++)
+            given |= strcmp(bo->attrs[2 * j], g->attributes[2 * k]) == 0;
+        cJSON *v = cJSON_CreateString(g->attributes[2 * k + 1]);
+        if (!given)
+            tg__bind_opt_add(bo, 0, g->attributes[2 * k], strlen(g->attributes[2 * k]), v);
+        cJSON_Delete(v);
+    }
+    int refused = tg__bind_call(p, pj, g->name, subject, bo, 1, e) < 0; /* the final arguments are decided */
+    args = tg_json_get(pj, "arguments");
+    for (long r = 0; r < repeat && !refused; r++) { /* the same instant: the calls before the last take their counters */
         tg_policy_explain_call(p, scratch, &who, name->valuestring, args, now, e);
+        if (r + 1 < repeat)
+            settle_approval(scratch, &e->d, conf->upstreams[u].approval_mode, now);
+    }
     if (repeat > 1)
         printf("call: %ld of %ld at the same instant (the first %ld took their counters if allowed)\n", repeat,
                repeat, repeat - 1);
@@ -423,7 +453,6 @@ static int cmd_explain(int argc, char **argv)
 out:
     tg_conf_unref(conf);
     cJSON_Delete(pj);
-    cJSON_Delete(afters);
     return rc;
 }
 
@@ -443,6 +472,9 @@ struct tcase {
     char default_name[24]; /* "case N" when the case has no name */
     int has_scopes;        /* the case gives the token's scopes: checked as the gateway does */
     char scopes[TG_SCOPES_MAX];
+    cJSON *call;           /* the call, copied: its arguments are bound (set, forbid) */
+    const cJSON *want_args; /* "arguments": what they must be after the binding, or NULL */
+    struct tg__bind_opts bind; /* "attributes" and "claims" */
 };
 
 static int parse_verdict(const char *s, enum tg_verdict *v)
@@ -480,15 +512,16 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
         why = "a case must be a map {name, call, expect, ...}";
         goto bad;
     }
-    static const char *const known[] = {"name", "call",   "grant",  "session", "subject", "issuer", "expect",
-                                        "reason", "rule", "hidden", "repeat", "scopes", "history", NULL};
+    static const char *const known[] = {"name",   "call",   "grant",  "session", "subject",    "issuer",
+                                        "expect", "reason", "rule",   "hidden",  "repeat",     "scopes",
+                                        "claims", "attributes", "arguments", "history", NULL};
     for (const cJSON *k = c->child; k; k = k->next) {
         int ok = 0;
         for (int j = 0; known[j]; j++)
             ok |= strcmp(k->string, known[j]) == 0;
         if (!ok) {
             fprintf(stderr, "%s: cases[%d].%s: unknown field (name call grant session subject issuer expect reason rule "
-                            "hidden repeat scopes history)\n", file, i, k->string);
+                            "hidden repeat scopes claims attributes arguments history)\n", file, i, k->string);
             return -1;
         }
     }
@@ -513,6 +546,23 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
     if (cJSON_IsNull(t->args))
         t->args = NULL;
     t->tool = tn->valuestring;
+    const cJSON *jc = tg_json_get(c, "claims"), *ja = tg_json_get(c, "attributes");
+    if ((jc != NULL && !cJSON_IsObject(jc)) || (ja != NULL && !cJSON_IsObject(ja))) {
+        field = "claims, attributes", why = "must be maps {NAME: VALUE}";
+        goto bad;
+    }
+    for (const cJSON *e = jc != NULL ? jc->child : NULL; e != NULL; e = e->next)
+        tg__bind_opt_add(&t->bind, 1, e->string, strlen(e->string), e);
+    for (const cJSON *e = ja != NULL ? ja->child : NULL; e != NULL; e = e->next)
+        if (tg__bind_opt_add(&t->bind, 0, e->string, strlen(e->string), e) != 0) {
+            field = "attributes", why = "must be at most 64 strings";
+            goto bad;
+        }
+    t->want_args = tg_json_get(c, "arguments");
+    if (t->want_args != NULL && !cJSON_IsObject(t->want_args)) {
+        field = "arguments", why = "must be a map: the arguments after set and forbid";
+        goto bad;
+    }
     const cJSON *ex = tg_json_get(c, "expect");
     if (!cJSON_IsString(ex) || parse_verdict(ex->valuestring, &t->expect) != 0) {
         field = "expect", why = "must be allow, deny, limited or approve";
@@ -581,37 +631,6 @@ bad:
     return -1;
 }
 
-static cJSON *load_cases(const char *file)
-{
-    FILE *f = fopen(file, "rb");
-    if (f == NULL) {
-        fprintf(stderr, "%s: cannot open: %s\n", file, strerror(errno));
-        return NULL;
-    }
-    struct tg_buf b;
-    tg_buf_init(&b);
-    char chunk[65536];
-    size_t n;
-    int big = 0;
-    while (!big && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        big = tg_buf_try_append(&b, chunk, n, CASES_MAX_FILE) != 0;
-    fclose(f);
-    if (big) {
-        fprintf(stderr, "%s: larger than %d bytes\n", file, CASES_MAX_FILE);
-        tg_buf_dispose(&b);
-        return NULL;
-    }
-    cJSON *root = NULL;
-    char why[300];
-    /* YAML's flow style reads JSON too. */
-    if (tg_yaml_to_json(b.base ? b.base : "", b.len, &root, why, sizeof(why)) != 0) {
-        fprintf(stderr, "%s: %s\n", file, why);
-        root = NULL;
-    }
-    tg_buf_dispose(&b);
-    return root;
-}
-
 static int contains(const char *hay, const char *needle) { return needle == NULL || strstr(hay, needle) != NULL; }
 
 static int cmd_test(int argc, char **argv)
@@ -634,7 +653,7 @@ static int cmd_test(int argc, char **argv)
         fprintf(stderr, "tollgate policy: test: %s is invalid; nothing tested\n", pfile);
         return 2;
     }
-    cJSON *root = load_cases(cfile);
+    cJSON *root = tg__policy_load_cases(cfile);
     const cJSON *list = cJSON_IsObject(root) ? tg_json_get(root, "cases") : root;
     if (root != NULL && !cJSON_IsArray(list))
         fprintf(stderr, "%s: must be a list of cases, or a map {cases: [...]}\n", cfile);
@@ -649,6 +668,8 @@ static int cmd_test(int argc, char **argv)
         bad |= parse_case(cfile, i, cJSON_GetArrayItem(list, i), &cases[i]) != 0;
     if (bad) {
         fprintf(stderr, "tollgate policy: test: %s is invalid; nothing tested\n", cfile);
+        for (int i = 0; i < n; i++)
+            tg__bind_opts_dispose(&cases[i].bind);
         free(cases);
         cJSON_Delete(root);
         tg_policy_unref(p);
@@ -676,12 +697,38 @@ static int cmd_test(int argc, char **argv)
             char hwhy[300];
             if (t->history != NULL)
                 tg_policy_history_add_list(p, scratch, &who, t->history, now, hwhy, sizeof(hwhy));
-            for (long r = 0; r < t->repeat; r++)
-                tg_policy_explain_call(p, scratch, &who, t->tool, t->args, now, e);
+            cJSON *call = cJSON_CreateObject();
+            cJSON_AddStringToObject(call, "name", t->tool);
+            if (t->args != NULL)
+                cJSON_AddItemToObject(call, "arguments", cJSON_Duplicate(t->args, 1));
+            cases[i].call = call;
+            if (tg__bind_call(p, call, t->grant, t->subject, &t->bind, 0, e) == 0)
+                for (long r = 0; r < t->repeat; r++) {
+                    tg_policy_explain_call(p, scratch, &who, t->tool, tg_json_get(call, "arguments"), now, e);
+                    settle_approval(scratch, &e->d, TG_APPROVAL_AUTO, now);
+                }
         }
         const struct tg_decision *d = &e->d;
         char why[700] = "";
-        if (d->verdict != t->expect)
+        const cJSON *got = t->call != NULL ? tg_json_get(t->call, "arguments") : t->args;
+        struct tg_buf wa, ga;
+        tg_buf_init(&wa);
+        tg_buf_init(&ga);
+        if (t->want_args != NULL) {
+            tg_json_canon(&wa, t->want_args);
+            if (got != NULL)
+                tg_json_canon(&ga, got);
+            else
+                tg_buf_appends(&ga, "{}");
+        }
+        if (wa.len != ga.len || (wa.len > 0 && memcmp(wa.base, ga.base, wa.len) != 0))
+            snprintf(why, sizeof(why), "arguments after set and forbid are %.*s, expected %.*s", (int)(ga.len > 300 ? 300 : ga.len),
+                     ga.base, (int)(wa.len > 300 ? 300 : wa.len), wa.base);
+        tg_buf_dispose(&wa);
+        tg_buf_dispose(&ga);
+        if (why[0] != '\0')
+            ;
+        else if (d->verdict != t->expect)
             snprintf(why, sizeof(why), "expected %s, got %s", tg_policy_verdict_str(t->expect),
                      tg_policy_verdict_str(d->verdict));
         else if (!contains(d->message, t->reason))
@@ -710,6 +757,10 @@ static int cmd_test(int argc, char **argv)
     printf("%d cases, %d passed, %d failed\n", n, n - failed, failed);
     free(e);
     tg_counters_free(scratch);
+    for (int i = 0; i < n; i++) {
+        cJSON_Delete(cases[i].call);
+        tg__bind_opts_dispose(&cases[i].bind);
+    }
     free(cases);
     cJSON_Delete(root);
     tg_policy_unref(p);
