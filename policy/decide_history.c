@@ -6,7 +6,7 @@
  * The rings: one per (grant, issuer, subject), and one per grant that every subject of it also
  * writes to (a caller with no subject of its own is the grant's own: one ring is both). Keys are
  * tg_counters_hash_parts() of "hist" and those names, the same in every process, so members of a
- * cluster share them. Not per upstream: a flow from one upstream's secrets to another's egress is
+ * cluster share them (tg_keyhash for a store whose keys stay in the process). Not per upstream: a flow from one upstream's secrets to another's egress is
  * what they are for. A ring is read at most once per decision, before anything is added. */
 #include "policy/history_rules.h"
 
@@ -240,7 +240,7 @@ static void fill_entry(struct tg__hctx *h, struct tg_hist_entry *e, enum tg_hist
     memcpy(e->upstream, up, uplen > TG_HIST_UPSTREAM ? TG_HIST_UPSTREAM : uplen);
     memcpy(e->name, name, nlen > TG_HIST_NAME ? TG_HIST_NAME : nlen);
     e->truncated = nlen > TG_HIST_NAME;
-    e->session = sess[0] ? hbytes(7, sess, strlen(sess)) | 1 : 0;
+    e->session = sess[0] ? tg_hist_session_hash(sess, strlen(sess)) : 0;
     /* identity: upstream, kind, name, canonical arguments (absent arguments are {}) */
     cJSON empty;
     memset(&empty, 0, sizeof(empty));
