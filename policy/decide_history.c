@@ -227,6 +227,17 @@ static const cJSON *resolve(const cJSON *cur, const struct hpath *hp)
     return cur;
 }
 
+static inline uint64_t path_tag(const struct hpath *p) { return (p->seed & 0xFFFF) ? (p->seed & 0xFFFF) : 1; }
+
+/* The value an entry remembers for path p, or 0. */
+static inline uint64_t val_of(const struct tg_hist_entry *e, uint64_t tag)
+{
+    for (int k = 0; k < TG_HIST_VALS; k++)
+        if (e->vals[k] != 0 && (e->vals[k] & 0xFFFF) == tag)
+            return e->vals[k];
+    return 0;
+}
+
 /* An entry for a call: everything but tags. */
 static void fill_entry(struct tg__hctx *h, struct tg_hist_entry *e, enum tg_hist_kind kind, const char *name,
                        const cJSON *args, int64_t at_ms, int identify)
@@ -254,8 +265,9 @@ static void fill_entry(struct tg__hctx *h, struct tg_hist_entry *e, enum tg_hist
     for (int k = 0; hp != NULL && k < hp->npaths && args != NULL; k++) {
         const cJSON *v = resolve(args, &hp->paths[k]);
         if (v != NULL && !cJSON_IsNull(v)) {
-            uint64_t x = tg_json_canon_hash(v, hp->paths[k].seed);
-            e->vals[k] = x ? x : 1;
+            /* the low 16 bits say whose path it is (never 0), so that an entry another policy
+             * recorded, or this one before a reload, is read by path and not by slot */
+            e->vals[k] = (tg_json_canon_hash(v, hp->paths[k].seed) & ~(uint64_t)0xFFFF) | path_tag(&hp->paths[k]);
         }
     }
 }
@@ -462,6 +474,7 @@ int tg__hist_cond(struct tg__hctx *h, const struct cond *c)
     if (hc->distinct >= 0 && len + 1 > sizeof(small) / sizeof(small[0]))
         vals = tg_xmalloc((len + 1) * sizeof(*vals));
     double count = 0;
+    uint64_t dv, dtag = hc->distinct >= 0 ? path_tag(&h->p->hist->paths[hc->distinct]) : 0;
     h->has_cause = 0;
     h->unproven = 0;
     if (!h->continuation && filter_match(&hc->f, self) && (hc->same < 0 || want != 0)) {
@@ -483,8 +496,8 @@ int tg__hist_cond(struct tg__hctx *h, const struct cond *c)
             continue;
         if (hc->distinct < 0)
             count++;
-        else if (e->vals[hc->distinct] != 0)
-            vals[nvals++] = e->vals[hc->distinct];
+        else if ((dv = val_of(e, dtag)) != 0)
+            vals[nvals++] = dv;
         else
             continue;
         if (!h->has_cause) {

@@ -118,6 +118,34 @@ static void distinct_values_per_hour(void **state)
     loaded_dispose(&l);
 }
 
+/* A remembered value is read by its path, not its slot: a policy whose paths come in another
+ * order (another upstream's, or this one after a reload) counts the same distinct values. */
+static void distinct_values_are_read_by_path(void **state)
+{
+    (void)state;
+    struct loaded a, b;
+    LOAD_TEXT_OK(&a, "a.json",
+                 "{\"version\":\"1\",\"default\":\"allow\",\"tools\":{\"create_issue\":{\"rules\":[{\"name\":\"r\","
+                 "\"conditions\":[{\"history\":{\"same\":\"args.x\",\"within\":\"1h\"},\"op\":\"gte\",\"value\":0},"
+                 "{\"history\":{\"distinct\":\"args.repo\",\"within\":\"1h\"},\"op\":\"gte\",\"value\":0}]}]}}}");
+    LOAD_TEXT_OK(&b, "b.json",
+                 "{\"version\":\"1\",\"default\":\"allow\",\"tools\":{\"create_issue\":{\"rules\":[{\"name\":\"two\","
+                 "\"conditions\":[{\"history\":{\"tools\":[\"create_issue\"],\"distinct\":\"args.repo\",\"within\":\"1h\"},"
+                 "\"op\":\"lte\",\"value\":2}]}]}}}");
+    struct tg_counters *c = tg_counters_new();
+    struct tg_decision d;
+    call(a.p, c, "create_issue", "{\"repo\":\"p\",\"x\":1}", T0, &d);
+    call(a.p, c, "create_issue", "{\"repo\":\"q\",\"x\":2}", T0 + 1, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, NULL, NULL);
+    call(b.p, c, "create_issue", "{\"repo\":\"q\"}", T0 + 2, &d);
+    EXPECT(&d, TG_VERDICT_ALLOW, NULL, NULL);
+    call(b.p, c, "create_issue", "{\"repo\":\"r\"}", T0 + 3, &d);
+    EXPECT(&d, TG_VERDICT_DENY, "two", "Denied by rule \"two\": 3 distinct values of args.repo within 1 h*");
+    tg_counters_free(c);
+    loaded_dispose(&a);
+    loaded_dispose(&b);
+}
+
 static const char list_first[] = "version: \"1\"\n"
                                  "default: allow\n"
                                  "tools:\n"
@@ -615,6 +643,7 @@ int main(void)
         cmocka_unit_test(toxic_flow_is_refused_for_the_window),
         cmocka_unit_test(scope_grant_sees_every_subject),
         cmocka_unit_test(distinct_values_per_hour),
+        cmocka_unit_test(distinct_values_are_read_by_path),
         cmocka_unit_test(list_before_delete_in_the_session),
         cmocka_unit_test(brake_on_identical_calls),
         cmocka_unit_test(brake_compares_canonical_arguments),
