@@ -18,6 +18,7 @@
 #include "core/base/sha256.h"
 #include "core/bridge/stateless.h"
 #include "core/mcp/schemas.h"
+#include "policy/pins.h"
 #include "core/app/admin.h"
 #include "core/call/roots.h"
 #include "core/app/route.h"
@@ -203,6 +204,7 @@ int tg_server_init(struct tg_app *app, uv_loop_t *loop, struct tg_conf *conf)
     srv->counters = tg_counters_new();
     tg_mcp_mrtr_init(&srv->mrtr, 10000);
     srv->schemas = tg_mcp_schemas_new();
+    srv->pins_seen = tg_pins_seen_new();
     /* What can fail comes first (TLS keys, the audit log), before anything that would need
      * the loop to close it: a failed init leaves only memory, which tg_server_dispose frees. */
     app->nlisteners = conf->nlisteners;
@@ -449,6 +451,8 @@ void tg_server_dispose(struct tg_app *app)
     tg_mcp_mrtr_dispose(&srv->mrtr);
     tg_mcp_schemas_free(srv->schemas);
     srv->schemas = NULL;
+    tg_pins_seen_free(srv->pins_seen);
+    srv->pins_seen = NULL;
 }
 
 /* The same sockets: a reload can change a listener's certificate, key and client CA (read again
