@@ -19,6 +19,7 @@
 #include "core/mcp/rewrite.h"
 #include "core/gate/reads.h"
 #include "core/gate/nonstandard.h"
+#include "core/gate/pins.h"
 #include "core/gate/scopes.h"
 #include "core/gate/tasks.h"
 #include "core/base/json.h"
@@ -448,7 +449,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     k->decide_no_wait = (sk->flags & TG_SINK_NO_WAIT) != 0;
     k->decide_timeout_ms = listen ? 0 : (uint64_t)x->uc->call_timeout_ms;
     k->asking = &r;
-    if (m->mid == TG_M_TOOLS_CALL) {
+    if (m->mid == TG_M_TOOLS_CALL && !(x->uc->pins != NULL && tg_gate_pins_refused(x, pol, tool, dec))) {
         /* Inline by the local store (and a cluster's when no counter is reached), else later. */
         struct tg_shared_ask q = {pol, {g->name, s->id_str, x->uc->name, k->subject, k->issuer}, tool, args,
                                   (int64_t)wall_ms(),
