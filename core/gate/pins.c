@@ -16,6 +16,7 @@ int tg_gate_pins_refused(const struct tg_exchange *x, const struct tg_policy *po
     char why[sizeof(dec->message)];
     if (tg_pins_admit_call(x->srv->pins_seen, x->uc->pins, x->uc->name, pol, tool, why, sizeof(why)))
         return 0;
+    memset(dec, 0, sizeof(*dec)); /* as a policy decision leaves it: no counter taken, none to log */
     dec->verdict = TG_VERDICT_DENY;
     snprintf(dec->rule, sizeof(dec->rule), "pin");
     snprintf(dec->message, sizeof(dec->message), "%s", why);

@@ -4,6 +4,7 @@
 //
 //   const c = await openClient(kind, { port, upstream, token, agent });
 //   const answer = await c.call('echo', { text: 'x' });   // the JSON-RPC answer message
+//   const list = await c.rpc('tools/list');                 // any other request, its answer
 //   await c.close();
 //
 // kind: 'streamable' (2025 session: initialize, Mcp-Session-Id), 'stateless' (2026-07-28: _meta
@@ -99,6 +100,16 @@ async function streamableClient({ port, upstream, token, agent, stateless }) {
       const r = await request(agent, port, 'POST', url, h, JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params }), { timeout });
       const a = messagesOf(r).find(isAnswer(id));
       if (!a) throw fail('http', `tools/call ${name}: HTTP ${r.status} without an answer: ${r.text.slice(0, 300)}`, { status: r.status, text: r.text });
+      return a;
+    },
+    /** Any request without a name header (tools/list, ...): its answer. */
+    async rpc(method, params = {}, { timeout = 30000 } = {}) {
+      const id = nextId('s');
+      const p = stateless ? { ...params, _meta: META } : params;
+      const h = stateless ? { ...headers, 'mcp-protocol-version': MODERN, 'mcp-method': method } : headers;
+      const r = await request(agent, port, 'POST', url, h, JSON.stringify({ jsonrpc: '2.0', id, method, params: p }), { timeout });
+      const a = messagesOf(r).find(isAnswer(id));
+      if (!a) throw fail('http', `${method}: HTTP ${r.status} without an answer: ${r.text.slice(0, 300)}`, { status: r.status, text: r.text });
       return a;
     },
     async close() {
@@ -199,6 +210,9 @@ async function sseClient({ port, upstream, token, agent }) {
       const id = nextId('e');
       return send({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } }, timeout);
     },
+    rpc(method, params = {}, { timeout = 30000 } = {}) {
+      return send({ jsonrpc: '2.0', id: nextId('e'), method, params }, timeout);
+    },
     async close() { req.destroy(); },
   };
 }
@@ -234,6 +248,9 @@ async function wsClient({ port, upstream, token }) {
     get closedWhy() { return closedWhy; },
     call(name, args = {}, { timeout = 30000 } = {}) {
       return send({ jsonrpc: '2.0', id: nextId('w'), method: 'tools/call', params: { name, arguments: args } }, timeout);
+    },
+    rpc(method, params = {}, { timeout = 30000 } = {}) {
+      return send({ jsonrpc: '2.0', id: nextId('w'), method, params }, timeout);
     },
     async close() {
       if (closed) return;
