@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/base/json.h"
 #include "core/base/log.h"
@@ -384,6 +385,35 @@ void tg_pins_write(struct tg_buf *out, const char *upstream, const cJSON *tools)
     indent(out, flat.base, flat.len);
     tg_buf_dispose(&flat);
     tg_buf_append(out, "\n", 1);
+}
+
+int tg_pins_write_file(const char *path, const char *upstream, const cJSON *tools, struct tg_buf *err)
+{
+    struct tg_buf b, tmp;
+    tg_buf_init(&b);
+    tg_buf_init(&tmp);
+    tg_pins_write(&b, upstream, tools);
+    tg_buf_appendf(&tmp, "%s.tmp.%ld", path, (long)getpid());
+    tg_buf_append(&tmp, "", 1);
+    int rc = -1;
+    FILE *f = fopen(tmp.base, "w");
+    int wrote = f != NULL && fwrite(b.base, 1, b.len, f) == b.len;
+    if (f != NULL && fclose(f) != 0)
+        wrote = 0;
+    if (f == NULL) {
+        tg_buf_appendf(err, "cannot write %s: %s", tmp.base, strerror(errno));
+    } else if (!wrote) {
+        tg_buf_appendf(err, "cannot write %s: %s", tmp.base, strerror(errno));
+        unlink(tmp.base);
+    } else if (rename(tmp.base, path) != 0) {
+        tg_buf_appendf(err, "cannot rename %s to %s: %s", tmp.base, path, strerror(errno));
+        unlink(tmp.base);
+    } else {
+        rc = 0;
+    }
+    tg_buf_dispose(&b);
+    tg_buf_dispose(&tmp);
+    return rc;
 }
 
 /* ---- what the gateway learnt ------------------------------------------------------------- */

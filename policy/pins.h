@@ -49,6 +49,9 @@ cJSON *tg_pins_definition_of(const cJSON *tool);
 void tg_pins_hash(const cJSON *tool, uint8_t out[32]);
 /* The pin file of these tools (a tools/list "tools" array), as written: pretty JSON + "\n". */
 void tg_pins_write(struct tg_buf *out, const char *upstream, const cJSON *tools);
+/* The same into the file path: a temporary file beside it renamed over it. 0, or -1 with the
+ * reason in err (no newline). */
+int tg_pins_write_file(const char *path, const char *upstream, const cJSON *tools, struct tg_buf *err);
 
 /* What the gateway learnt of pinned tools, per upstream: the hash of each pinned tool's
  * definition as last listed, and whether it was listed since the upstream last said its tools

@@ -48,32 +48,6 @@ static void fail(const char *fmt, ...)
     va_end(ap);
 }
 
-int tg_pin_write_file(const char *path, const char *upstream, const cJSON *tools)
-{
-    struct tg_buf b, tmp;
-    tg_buf_init(&b);
-    tg_buf_init(&tmp);
-    tg_pins_write(&b, upstream, tools);
-    tg_buf_appendf(&tmp, "%s.tmp.%ld", path, (long)getpid());
-    tg_buf_append(&tmp, "", 1);
-    int rc = -1;
-    FILE *f = fopen(tmp.base, "w");
-    if (f == NULL) {
-        fail("cannot write %s: %s", tmp.base, strerror(errno));
-    } else if (fwrite(b.base, 1, b.len, f) != b.len || fclose(f) != 0) {
-        fail("cannot write %s: %s", tmp.base, strerror(errno));
-        unlink(tmp.base);
-    } else if (rename(tmp.base, path) != 0) {
-        fail("cannot rename %s to %s: %s", tmp.base, path, strerror(errno));
-        unlink(tmp.base);
-    } else {
-        rc = 0;
-    }
-    tg_buf_dispose(&b);
-    tg_buf_dispose(&tmp);
-    return rc;
-}
-
 /* The default pin file: beside the policy, its extension replaced; else beside the conf. */
 static char *default_path(const struct tg_conf *conf, const struct tg_upstream_conf *u)
 {
@@ -318,8 +292,14 @@ int tg_pin_cli(int argc, char **argv)
         free(path);
         path = default_path(conf, u);
     }
-    if (tg_pin_write_file(path, u->name, tools) != 0)
+    struct tg_buf werr;
+    tg_buf_init(&werr);
+    if (tg_pins_write_file(path, u->name, tools, &werr) != 0) {
+        fail("%.*s", (int)werr.len, werr.base);
+        tg_buf_dispose(&werr);
         goto done;
+    }
+    tg_buf_dispose(&werr);
     rc = 0;
     fprintf(stderr, "tollgate: pin: %d tool(s) of upstream %s pinned in %s\n", cJSON_GetArraySize(tools), name, path);
     if (u->pins_path == NULL || (out != NULL && strcmp(out, u->pins_path) != 0))

@@ -12,13 +12,7 @@
 #ifndef TG_CMD_PIN_H
 #define TG_CMD_PIN_H
 
-#include <cjson/cJSON.h>
-
 /* argv[0] is "pin". */
 int tg_pin_cli(int argc, char **argv);
-
-/* Writes the pin file of tools (a tools/list "tools" array) for upstream to path: a temporary
- * file beside it renamed over it. 0, or -1 (printed on stderr). */
-int tg_pin_write_file(const char *path, const char *upstream, const cJSON *tools);
 
 #endif

@@ -9,8 +9,8 @@
 
 #include "core/base/buf.h"
 #include "core/base/json.h"
-#include "core/cmd/pin.h"
 #include "core/cmd/scan_client.h"
+#include "policy/pins.h"
 #include "policy/suggest.h"
 #include "core/wire/tls.h"
 
@@ -264,6 +264,20 @@ bad:;
     return -1;
 }
 
+/* --pin FILE: the tools listed, pinned for an upstream named as the server calls itself. 0 or 1. */
+static int write_pins(const char *path, const char *server, const cJSON *tools)
+{
+    struct tg_buf err;
+    tg_buf_init(&err);
+    int rc = tg_pins_write_file(path, server != NULL ? server : "scanned", tools, &err);
+    if (rc != 0)
+        tg_scan_fail("%.*s", (int)err.len, err.base);
+    else
+        tg_scan_fail("%d tool(s) pinned in %s", cJSON_GetArraySize(tools), path);
+    tg_buf_dispose(&err);
+    return rc == 0 ? 0 : 1;
+}
+
 static int usage_error(const char *why)
 {
     tg_scan_fail("%s", why);
@@ -404,7 +418,7 @@ int tg_scan_cli(int argc, char **argv)
     tg_buf_dispose(&policy);
     rc = fflush(stdout) == 0 ? 0 : 1;
     if (rc == 0 && pin != NULL)
-        rc = tg_pin_write_file(pin, src.server != NULL ? src.server : "scanned", ls.tools) == 0 ? 0 : 1;
+        rc = write_pins(pin, src.server, ls.tools);
 out:
     tg_scan_client_stop(&c);
     tg_tls_client_ctx_free(c.tls);
