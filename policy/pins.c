@@ -596,7 +596,7 @@ void tg_pins_seen_each(const struct tg_pins_seen *s,
                 fn(ud, s->u[i].name, s->u[i].v[j].name, s->u[i].v[j].mismatches);
 }
 
-void tg_pins_explain(const struct tg_pins *pins, const struct tg_policy *pol, const char *tool, char *out, size_t n)
+int tg_pins_explain(const struct tg_pins *pins, const struct tg_policy *pol, const char *tool, char *out, size_t n)
 {
     const uint8_t *pin = tg_pins_find(pins, tool);
     if (pin != NULL) {
@@ -608,7 +608,9 @@ void tg_pins_explain(const struct tg_pins *pins, const struct tg_policy *pol, co
     } else if (pol->default_deny) {
         snprintf(out, n, "not pinned in %s, and the policy denies by default: hidden and denied (rule \"pin\")",
                  pins->path);
+        return 1;
     } else {
         snprintf(out, n, "not pinned in %s; the policy allows by default, so the policy alone decides", pins->path);
     }
+    return 0;
 }

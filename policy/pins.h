@@ -81,8 +81,9 @@ int tg_pins_admit_call(const struct tg_pins_seen *s, const struct tg_pins *pins,
 void tg_pins_seen_each(const struct tg_pins_seen *s,
                        void (*fn)(void *ud, const char *upstream, const char *tool, uint64_t mismatches), void *ud);
 
-/* The pin status of a tool for `tollgate policy explain` (no run time: the file only):
- * "pinned (sha256 HEX...)", "not pinned: ...". */
-void tg_pins_explain(const struct tg_pins *pins, const struct tg_policy *pol, const char *tool, char *out, size_t n);
+/* The pin status of a tool for `tollgate policy explain` (no run time: the file only) into out:
+ * "pinned (sha256 HEX… in FILE): …", "not pinned in FILE…". Returns 1 when the pins alone refuse
+ * the call whatever the upstream lists (not pinned, and the policy denies by default), else 0. */
+int tg_pins_explain(const struct tg_pins *pins, const struct tg_policy *pol, const char *tool, char *out, size_t n);
 
 #endif

@@ -13,6 +13,7 @@
 #include "core/base/json.h"
 #include "core/wire/msg.h"
 #include "policy/explain.h"
+#include "policy/pins.h"
 #include "policy/scopes.h"
 #include "policy/policy.h"
 
@@ -376,11 +377,26 @@ static int cmd_explain(int argc, char **argv)
     int64_t now = wall_ms();
     for (long r = 0; r < repeat; r++) /* the same instant: the calls before the last take their counters */
         tg_policy_explain_call(p, scratch, &who, name->valuestring, args, now, e);
+    char pin[700] = "";
+    if (conf->upstreams[u].pins != NULL &&
+        tg_pins_explain(conf->upstreams[u].pins, p, name->valuestring, pin, sizeof(pin))) {
+        /* the gateway refuses it at the pins, before the policy: so does the prediction */
+        memset(&e->d, 0, sizeof(e->d));
+        e->d.verdict = TG_VERDICT_DENY;
+        snprintf(e->d.rule, sizeof(e->d.rule), "pin");
+        snprintf(e->d.message, sizeof(e->d.message), "tool \"%s\" of upstream \"%s\" is not pinned, and the policy "
+                 "denies by default", name->valuestring, conf->upstreams[u].name);
+        e->where[0] = '\0';
+        e->cond = -1;
+        e->hidden = 1;
+    }
     if (repeat > 1)
         printf("call: %ld of %ld at the same instant (the first %ld took their counters if allowed)\n", repeat,
                repeat, repeat - 1);
     print_explain(p, name->valuestring, e);
     printf("scopes: %s\n", need[0] ? need : "none");
+    if (pin[0] != '\0')
+        printf("pin: %s\n", pin);
     rc = verdict_status(e->d.verdict);
     free(e);
     tg_counters_free(scratch);

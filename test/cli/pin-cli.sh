@@ -18,7 +18,7 @@ cat >"$T/tools.json" <<'J'
  {"name":"send","description":"Sends a message.","inputSchema":{"type":"object","properties":{"to":{"type":"string","maxLength":1.0e2}}}}]
 J
 cp "$T/tools.json" "$T/tools.orig.json"
-echo '{"version":"1","default":"deny","tools":{"echo":{"action":"allow"},"send":{"action":"allow"}}}' >"$T/srv.json"
+echo '{"version":"1","default":"deny","tools":{"echo":{"action":"allow"},"send":{"action":"allow"},"extra":{"action":"allow"}}}' >"$T/srv.json"
 conf() { # conf [PINS-LINE]
     printf 'listen = ( { address = "127.0.0.1"; port = 0; } );\ngrants = ( { name = "a"; anonymous = true; } );\n' >"$T/t.conf"
     printf 'upstreams = ( { name = "srv"; command = ["python3", "%s", "%s"]; policy = "srv.json"; %s } );\n' \
@@ -75,6 +75,17 @@ hasnt err "to enforce it"
 run 0 pin --diff -c "$T/t.conf" srv
 cp "$T/tools.orig.json" "$T/tools.json"
 run 0 pin -c "$T/t.conf" srv
+
+# ---- policy explain: the pin status; a tool the file does not pin is denied under default: deny
+run 0 policy explain -c "$T/t.conf" --call '{"name":"echo","arguments":{}}'
+has out "pin: pinned (sha256 "
+run 1 policy explain -c "$T/t.conf" --call '{"name":"extra","arguments":{}}'
+has out "rule: pin"; has out 'reason: tool "extra" of upstream "srv" is not pinned, and the policy denies by default'
+has out "hidden: yes"; has out "pin: not pinned in "
+echo '{"version":"1","default":"allow"}' >"$T/allow.json"
+sed 's/policy = "srv.json"/policy = "allow.json"/' "$T/t.conf" >"$T/allow.conf"
+run 0 policy explain -c "$T/allow.conf" --call '{"name":"extra","arguments":{}}'
+has out "the policy allows by default, so the policy alone decides"
 
 # ---- pin files edited by hand: -t names the file and the path in it
 good=$(cat "$T/srv.pins.json")
