@@ -47,6 +47,8 @@ struct local_store {
     size_t cap; /* power of two */
     size_t count;
     size_t sweep_pos;
+    struct tg_history *hist; /* made with the first entry (policy/history.c) */
+    size_t hist_calls, hist_bytes;
 };
 
 /* The table's memory. A table of 2 MiB or more is mapped on its own, aligned to 2 MiB and marked
@@ -97,6 +99,7 @@ static void local_free(struct tg_counters *base)
 {
     struct local_store *c = local_of(base);
     table_free(c->t, c->cap);
+    tg_history_free(c->hist);
     free(c);
 }
 
@@ -397,6 +400,8 @@ static void local_window_sub(struct tg_counters *base, uint64_t h1, uint64_t h2,
 static void local_sweep(struct tg_counters *base, int64_t now_ms, size_t budget)
 {
     struct local_store *c = local_of(base);
+    if (c->hist != NULL)
+        tg_history_sweep(c->hist, now_ms, budget / 64 + 1);
     if (c->count == 0)
         return;
     if (budget > c->cap)
@@ -424,8 +429,29 @@ static void local_prefetch(struct tg_counters *base, uint64_t h1, uint64_t h2)
     __builtin_prefetch(e);
 }
 
+static void local_hist_get(struct tg_counters *base, uint64_t h1, uint64_t h2, struct tg_hist_view *out)
+{
+    struct local_store *c = local_of(base);
+    if (c->hist == NULL) {
+        memset(out, 0, sizeof(*out));
+        out->known_since_ms = INT64_MIN;
+        return;
+    }
+    tg_history_get(c->hist, h1, h2, out);
+}
+
+static void local_hist_add(struct tg_counters *base, uint64_t h1, uint64_t h2, const struct tg_hist_entry *e)
+{
+    struct local_store *c = local_of(base);
+    if (c->hist == NULL)
+        c->hist = tg_history_new(c->hist_calls, c->hist_bytes);
+    tg_history_add(c->hist, h1, h2, e);
+}
+
 static const struct tg_counter_store_ops local_ops = {
     .prefetch = local_prefetch,
+    .hist_get = local_hist_get,
+    .hist_add = local_hist_add,
     .private_keys = 1,
     .bucket_take = local_bucket_take,
     .bucket_give = local_bucket_give,
@@ -444,6 +470,8 @@ struct tg_counters *tg_counters_new(void)
     if (!c)
         abort();
     c->base.ops = &local_ops;
+    c->hist_calls = 64;
+    c->hist_bytes = (size_t)64 << 20;
     c->cap = 1024;
     c->t = table_alloc(c->cap);
     return &c->base;
@@ -520,5 +548,51 @@ void tg_counter_op_apply(struct tg_counters *c, struct tg_counter_op *op)
         tg_window_sub(c, op->h1, op->h2, op->window_start, op->amount);
         op->ok = 1;
         return;
+    case TG_COP_HIST_GET:
+        tg_hist_get(c, op->h1, op->h2, &op->view);
+        op->ok = 1;
+        return;
+    case TG_COP_HIST_ADD:
+        if (op->entry != NULL)
+            tg_hist_add(c, op->h1, op->h2, op->entry);
+        op->ok = 1;
+        return;
     }
+}
+
+void tg_hist_get(struct tg_counters *c, uint64_t h1, uint64_t h2, struct tg_hist_view *out)
+{
+    if (c->ops->hist_get == NULL) {
+        memset(out, 0, sizeof(*out));
+        out->known_since_ms = INT64_MIN;
+        return;
+    }
+    c->ops->hist_get(c, h1, h2, out);
+}
+
+void tg_hist_add(struct tg_counters *c, uint64_t h1, uint64_t h2, const struct tg_hist_entry *e)
+{
+    if (c->ops->hist_add != NULL)
+        c->ops->hist_add(c, h1, h2, e);
+}
+
+void tg_counters_history_limits(struct tg_counters *c, size_t calls_per_key, size_t max_bytes)
+{
+    if (c->ops != &local_ops)
+        return;
+    struct local_store *l = local_of(c);
+    l->hist_calls = calls_per_key;
+    l->hist_bytes = max_bytes;
+    if (l->hist != NULL)
+        tg_history_limits(l->hist, calls_per_key, max_bytes);
+}
+
+size_t tg_counters_history_keys(const struct tg_counters *c)
+{
+    return c->ops == &local_ops && clocal_of(c)->hist ? tg_history_keys(clocal_of(c)->hist) : 0;
+}
+
+size_t tg_counters_history_memory(const struct tg_counters *c)
+{
+    return c->ops == &local_ops && clocal_of(c)->hist ? tg_history_memory(clocal_of(c)->hist) : 0;
 }

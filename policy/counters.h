@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "policy/history.h"
+
 /* What the value after a window add must satisfy: nothing, "<= limit" or "< limit". */
 enum tg_limit_op { TG_LIMIT_NONE = 0, TG_LIMIT_LTE, TG_LIMIT_LT };
 
@@ -40,6 +42,10 @@ struct tg_counter_store_ops {
     /* Optional (NULL: nothing to do): the counter will be asked for soon; start bringing it
      * close (the local store prefetches its slot). No effect on any answer. */
     void (*prefetch)(struct tg_counters *c, uint64_t h1, uint64_t h2);
+    /* History (policy/history.h). Optional: NULL in a store that keeps none (it answers an empty
+     * history, known since ever, and forgets what it is given). */
+    void (*hist_get)(struct tg_counters *c, uint64_t h1, uint64_t h2, struct tg_hist_view *out);
+    void (*hist_add)(struct tg_counters *c, uint64_t h1, uint64_t h2, const struct tg_hist_entry *e);
     /* 1: the store's keys never leave this process, so a decision may derive them with
      * tg_keyhash (faster) rather than tg_counters_hash; 0 (a store that names its counters to
      * others, as the cluster's Redis keys do): tg_counters_hash, the same in every release. */
@@ -160,6 +166,16 @@ int tg_window_add(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t windo
  * window began). */
 void tg_window_sub(struct tg_counters *c, uint64_t h1, uint64_t h2, int64_t window_start, double amount);
 
+/* History: the entries of key (h1, h2), oldest first (the view is borrowed: valid until the store
+ * changes or, for a plan, until it is disposed), and one more entry for it (copied). */
+void tg_hist_get(struct tg_counters *c, uint64_t h1, uint64_t h2, struct tg_hist_view *out);
+void tg_hist_add(struct tg_counters *c, uint64_t h1, uint64_t h2, const struct tg_hist_entry *e);
+/* The local store's history: its bounds (calls per key, bytes over all keys; defaults 64 and
+ * 64 MiB), and what it holds (for /metrics). Other stores ignore the bounds and report 0. */
+void tg_counters_history_limits(struct tg_counters *c, size_t calls_per_key, size_t max_bytes);
+size_t tg_counters_history_keys(const struct tg_counters *c);
+size_t tg_counters_history_memory(const struct tg_counters *c);
+
 /* ---- one operation as data: for stores that answer later (a shared store over the network) -- */
 
 enum tg_counter_op_kind {
@@ -168,6 +184,8 @@ enum tg_counter_op_kind {
     TG_COP_WINDOW_GET,
     TG_COP_WINDOW_ADD,
     TG_COP_WINDOW_SUB,
+    TG_COP_HIST_GET, /* answered: view */
+    TG_COP_HIST_ADD, /* an effect: entry */
 };
 
 /* One call of the functions above, as a value: the arguments, and once answered the result.
@@ -187,6 +205,10 @@ struct tg_counter_op {
     int ok;
     double value;
     uint64_t retry_ms;
+    /* History: an add's entry; a get's answer. Both point into memory that the plan (or the
+     * caller of tg_counter_op_apply) keeps: see tg_plan_hist_alloc. */
+    const struct tg_hist_entry *entry;
+    struct tg_hist_view view;
 };
 
 /* Run one operation on a store now and fill its result. */
@@ -229,6 +251,8 @@ struct tg_counter_plan {
                                   * took; effects[kept ..) are this pass's own */
     int rounds;
     int unsettled;
+    void **blocks;               /* what tg_plan_hist_alloc gave out, freed by tg_plan_dispose */
+    size_t nblocks;
 };
 
 void tg_plan_init(struct tg_counter_plan *p);
@@ -238,5 +262,8 @@ size_t tg_plan_end(struct tg_counter_plan *p, size_t *from);
 /* The operations tg_plan_end() named have their results. */
 void tg_plan_answered(struct tg_counter_plan *p);
 void tg_plan_dispose(struct tg_counter_plan *p);
+/* n entries (zeroed) that live until the plan is disposed: where a shared store writes the
+ * entries of a history it answers (a get's view points into them). */
+struct tg_hist_entry *tg_plan_hist_alloc(struct tg_counter_plan *p, size_t n);
 
 #endif

@@ -24,6 +24,8 @@ static int same_op(const struct tg_counter_op *a, const struct tg_counter_op *b)
 {
     if (a->kind != b->kind || a->h1 != b->h1 || a->h2 != b->h2 || a->amount != b->amount)
         return 0;
+    if (a->kind == TG_COP_HIST_GET)
+        return 1;
     if (a->kind == TG_COP_BUCKET_TAKE)
         return a->now_ms == b->now_ms && a->capacity == b->capacity && a->window_ms == b->window_ms;
     return a->window_start == b->window_start && a->limit == b->limit && a->limit_op == b->limit_op;
@@ -139,6 +141,38 @@ static void plan_window_sub(struct tg_counters *c, uint64_t h1, uint64_t h2, int
     record_effect(plan_of(c), &s);
 }
 
+/* A history not asked yet reads as empty and complete: the optimism of a window that reads 0. The
+ * real answer comes with the round's other operations, and the next pass decides on it. */
+static void plan_hist_get(struct tg_counters *c, uint64_t h1, uint64_t h2, struct tg_hist_view *out)
+{
+    struct tg_counter_op want = {.kind = TG_COP_HIST_GET, .h1 = h1, .h2 = h2};
+    struct tg_counter_op a;
+    if (step(plan_of(c), &want, &a)) {
+        *out = a.view;
+        return;
+    }
+    memset(out, 0, sizeof(*out));
+    out->known_since_ms = INT64_MIN;
+}
+
+struct tg_hist_entry *tg_plan_hist_alloc(struct tg_counter_plan *p, size_t n)
+{
+    struct tg_hist_entry *e = tg_xcalloc(n ? n : 1, sizeof(*e));
+    p->blocks = tg_xrealloc(p->blocks, (p->nblocks + 1) * sizeof(*p->blocks));
+    p->blocks[p->nblocks++] = e;
+    return e;
+}
+
+/* An add is an effect of the final pass, like a give: the entry is copied into the plan. */
+static void plan_hist_add(struct tg_counters *c, uint64_t h1, uint64_t h2, const struct tg_hist_entry *e)
+{
+    struct tg_counter_plan *p = plan_of(c);
+    struct tg_hist_entry *copy = tg_plan_hist_alloc(p, 1);
+    *copy = *e;
+    struct tg_counter_op a = {.kind = TG_COP_HIST_ADD, .h1 = h1, .h2 = h2, .entry = copy};
+    record_effect(p, &a);
+}
+
 static void plan_sweep(struct tg_counters *c, int64_t now_ms, size_t budget) { (void)c, (void)now_ms, (void)budget; }
 static size_t plan_count(const struct tg_counters *c) { return ((const struct tg_counter_plan *)c)->nops; }
 static size_t plan_memory(const struct tg_counters *c)
@@ -158,6 +192,8 @@ static const struct tg_counter_store_ops plan_ops = {
     .count = plan_count,
     .memory = plan_memory,
     .free = plan_free, /* disposes; the plan itself is the caller's storage */
+    .hist_get = plan_hist_get,
+    .hist_add = plan_hist_add,
 };
 
 void tg_plan_init(struct tg_counter_plan *p)
@@ -201,6 +237,11 @@ void tg_plan_dispose(struct tg_counter_plan *p)
 {
     free(p->ops);
     free(p->effects);
+    for (size_t i = 0; i < p->nblocks; i++)
+        free(p->blocks[i]);
+    free(p->blocks);
+    p->blocks = NULL;
+    p->nblocks = 0;
     p->ops = p->effects = NULL;
     p->nops = p->capops = p->nknown = p->neffects = p->capeffects = p->kept = 0;
 }

@@ -137,7 +137,7 @@ void tg_policy_scopes_all(const struct tg_policy *p, char *out, size_t n);
  * brakes select calls by. A tag is 1..TG_TAG_MAX bytes of [A-Za-z0-9_.:-]; a tool has at most
  * TG_TAGS_PER_TOOL. The tags of tool's own entry into *tags (borrowed from p), and how many. */
 #define TG_TAG_MAX 64
-#define TG_TAGS_PER_TOOL 16
+#define TG_TAGS_PER_TOOL 8
 int tg_policy_tool_tags(const struct tg_policy *p, const char *tool, const char *const **tags);
 
 /* YAML to the same cJSON tree a JSON policy gives (libyaml). */

@@ -208,6 +208,9 @@ int tg__redis_op_parse(struct tg_counter_op *op, const redisReply *y)
     case TG_COP_BUCKET_GIVE:
     case TG_COP_WINDOW_SUB:
         return y->elements == 1 ? 0 : -1;
+    case TG_COP_HIST_GET: /* not kept in Redis yet: no answer can be trusted */
+    case TG_COP_HIST_ADD:
+        return -1;
     }
     return -1;
 }
@@ -246,6 +249,9 @@ void tg__redis_op_argv(struct tg__redis_argv *v, const struct tg_counter_op *op,
     case TG_COP_WINDOW_SUB:
         snprintf(a[na++], 32, "%" PRId64, op->window_start);
         snprintf(a[na++], 32, "%.17g", op->amount);
+        break;
+    case TG_COP_HIST_GET:
+    case TG_COP_HIST_ADD:
         break;
     }
     for (int k = 0; k < na; k++)

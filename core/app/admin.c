@@ -238,6 +238,9 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
     G("jwt_cache_misses", "JWTs verified in full since the configuration was loaded.", js.misses);
     G("counters_live", "Rate-limit buckets and windows held in memory.", tg_counters_count(srv->counters));
     G("counters_memory_bytes", "Memory of the counter table.", tg_counters_memory(srv->counters));
+    G("history_keys", "Subjects and grants whose calls history remembers (limits.history_calls each).",
+      tg_counters_history_keys(srv->counters));
+    G("history_memory_bytes", "Memory of the remembered calls (limits.history_bytes).", tg_counters_history_memory(srv->counters));
     if (tg_app_of(srv)->cluster != NULL)
         tg_cluster_metrics(tg_app_of(srv)->cluster, out);
     C("audit_records_total", "Audit records written.", tg_audit_written(srv->audit));

@@ -202,6 +202,7 @@ int tg_server_init(struct tg_app *app, uv_loop_t *loop, struct tg_conf *conf)
     tg_list_init(&srv->cred_watches);
     tg_list_init(&srv->shims);
     srv->counters = tg_counters_new();
+    tg_counters_history_limits(srv->counters, (size_t)conf->limits.history_calls, (size_t)conf->limits.history_bytes);
     tg_mcp_mrtr_init(&srv->mrtr, 10000);
     srv->schemas = tg_mcp_schemas_new();
     srv->pins_seen = tg_pins_seen_new();
@@ -749,6 +750,7 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
                nc->path);
     tg_keys_attach(app->keys, nc); /* the same issuer, source and CA keep their keys */
     srv->conf = nc;
+    tg_counters_history_limits(srv->counters, (size_t)nc->limits.history_calls, (size_t)nc->limits.history_bytes);
     tg_keys_sweep(app->keys, nc);
     struct roots_ctx rc2 = {srv, old};
     tg_session_sweep(srv->sessions, tell_roots_changed, &rc2); /* servers holding other roots ask again */

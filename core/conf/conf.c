@@ -50,6 +50,8 @@ static const struct int_directive limit_directives[] = {
      "bytes queued to all clients together"},
     {"dpop_replay_entries", LIM(dpop_replay_entries), 16, 10000000, 100000,
      "DPoP proofs remembered against replay"},
+    {"history_calls", LIM(history_calls), 1, 4096, 64, "calls remembered per subject (and per grant) for history conditions and brakes"},
+    {"history_bytes", LIM(history_bytes), 65536, 2147483647, 67108864, "bytes every remembered call takes together"},
     {NULL, 0, 0, 0, 0, NULL},
 };
 

@@ -104,6 +104,8 @@ struct tg_limits {
     int output_total_bytes;
     int stdio_evict_idle_ms; /* at max_children, another grant's session idle this long gives up its child */
     int dpop_replay_entries; /* DPoP proofs (key, jti) remembered against replay, one cache per process */
+    int history_calls;       /* policy/history.h: entries per ring (per subject, per grant) */
+    int history_bytes;       /* every ring of the local history together */
 };
 
 struct tg_policy;
