@@ -548,7 +548,8 @@ static int relay(struct tg_call *k, const char *p, size_t n, const struct tg_jso
     } else {
         if (srv_req.len > 0)
             tg_mcp_note_server_request(k->sess, srv_req);
-        tg_pins_seen_note(k->srv->pins_seen, tg_upstream_conf(k->uprt)->pins, up_name(k), p, n);
+        if (k->srv->conf->has_pins) /* a conf without pins pays one load per message */
+            tg_pins_seen_note(k->srv->pins_seen, tg_upstream_conf(k->uprt)->pins, up_name(k), p, n);
         if (k->is_listen) {
             /* Seen through the policy, tagged with the client's listen id. */
             if (tg_mcp_listen_message(&out, p, n, k->client_id, k->client_id_len, k->policy))

@@ -272,6 +272,7 @@ struct tg_conf {
     int refcnt;
     uint64_t serial; /* unique per load: what remembers something of one conf checks it is still this one */
     char *path;
+    int has_pins;    /* an upstream has pins: what the relay looks at only then (policy/pins.h) */
     int log_level;
     int log_format;
     char *log_file;

@@ -577,6 +577,7 @@ static void load_pins(struct loader *ld, const config_setting_t *g, struct tg_co
     tg_buf_init(&perr);
     char d[120];
     snprintf(d, sizeof(d), "upstreams.%s.pins", u->name ? u->name : "?");
+    c->has_pins = 1;
     if (tg_pins_load(u->pins_path, u->name, &u->pins, &perr, &c->warnings) != 0) {
         tg_buf_append(&perr, "", 1);
         for (const char *q = perr.base; *q;) {
