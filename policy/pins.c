@@ -456,6 +456,8 @@ void tg_pins_seen_free(struct tg_pins_seen *s)
 
 static struct seen_upstream *seen_up(const struct tg_pins_seen *s, const char *upstream, int add)
 {
+    if (s == NULL)
+        return NULL; /* nothing learnt: every pinned tool is "not seen" */
     for (size_t i = 0; i < s->n; i++)
         if (strcmp(s->u[i].name, upstream) == 0)
             return &s->u[i];

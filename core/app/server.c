@@ -205,7 +205,7 @@ int tg_server_init(struct tg_app *app, uv_loop_t *loop, struct tg_conf *conf)
     tg_counters_history_limits(srv->counters, (size_t)conf->limits.history_calls, (size_t)conf->limits.history_bytes);
     tg_mcp_mrtr_init(&srv->mrtr, 10000);
     srv->schemas = tg_mcp_schemas_new();
-    srv->pins_seen = tg_pins_seen_new();
+    srv->pins_seen = conf->has_pins ? tg_pins_seen_new() : NULL; /* NULL: no conf had pins yet */
     /* What can fail comes first (TLS keys, the audit log), before anything that would need
      * the loop to close it: a failed init leaves only memory, which tg_server_dispose frees. */
     app->nlisteners = conf->nlisteners;
@@ -750,6 +750,8 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
                nc->path);
     tg_keys_attach(app->keys, nc); /* the same issuer, source and CA keep their keys */
     srv->conf = nc;
+    if (nc->has_pins && srv->pins_seen == NULL)
+        srv->pins_seen = tg_pins_seen_new();
     tg_counters_history_limits(srv->counters, (size_t)nc->limits.history_calls, (size_t)nc->limits.history_bytes);
     tg_keys_sweep(app->keys, nc);
     struct roots_ctx rc2 = {srv, old};
