@@ -22,7 +22,7 @@ import { openClient, KINDS, textOf } from './lib/clients.mjs';
 const cleanup = new H.Cleanup();
 const CLIENT_TOKEN = H.randomToken();
 const UPSTREAM_TOKEN = H.randomToken();
-let dir, gw, standin, conf, pinsFile, rugFile, auditFile;
+let dir, gw, standin, conf, confOpts, pinsFile, rugFile, auditFile;
 
 const logs = () => ({ 'tollgate process': gw?.status(), 'tollgate stderr': gw?.stderr() });
 const test = (name, opts, fn) => {
@@ -78,7 +78,8 @@ before(async () => {
   assert.equal(pins.upstream, 'cowork');
   assert.match(pins.tools.echo.sha256, /^[0-9a-f]{64}$/);
   assert.equal(pins.tools.echo.definition.description, 'Test tool: returns text unchanged.');
-  conf = H.writeConf(dir, { ...opts, upstreams: [{ ...opts.upstreams[0], pins: pinsFile }] });
+  confOpts = { ...opts, upstreams: [{ ...opts.upstreams[0], pins: pinsFile }] };
+  conf = H.writeConf(dir, confOpts);
   gw = await H.startTollgate(conf, { cleanup, admin: true });
 });
 
@@ -190,5 +191,29 @@ describe('pinned tool definitions', () => {
         assert.equal(textOf(await c.call('echo', { text: 'kept' })), 'kept');
       } finally { await c.close(); }
     } finally { fs.writeFileSync(pinsFile, good); }
+  });
+
+  test('a gateway started without pins takes them on a reload', async () => {
+    const file = 'nopins.conf';
+    const plain = H.writeConf(dir, { ...confOpts, file, audit: undefined, upstreams: [{ ...confOpts.upstreams[0], pins: undefined }] });
+    const gw2 = await H.startTollgate(plain, { cleanup });
+    fs.writeFileSync(rugFile, '');
+    try {
+      const c = await openClient('streamable', { port: gw2.plainPort, upstream: 'cowork', token: CLIENT_TOKEN });
+      try {
+        assert.ok(names(await c.rpc('tools/list')).includes('echo'), 'no pins: the changed echo is listed');
+        assert.equal(textOf(await c.call('echo', { text: 'unpinned' })), 'unpinned');
+        H.writeConf(dir, { ...confOpts, file, audit: undefined });
+        const from = gw2.stderr().length;
+        process.kill(gw2.proc.pid, 'SIGHUP');
+        await gw2.waitForLog(/configuration reloaded/, { from });
+        const a = await c.call('echo', { text: 'not listed since' });
+        assert.equal(a.error?.data?.rule, 'pin', JSON.stringify(a));
+        assert.doesNotMatch(a.error.data.reason, /changed since/, 'nothing was learnt before the pins came');
+        assert.ok(!names(await c.rpc('tools/list')).includes('echo'), 'pins: the changed echo is hidden');
+        const b = await c.call('echo', { text: 'changed' });
+        assert.match(b.error?.data?.reason ?? '', /changed since it was pinned/, JSON.stringify(b));
+      } finally { await c.close(); }
+    } finally { fs.rmSync(rugFile, { force: true }); }
   });
 });
