@@ -209,6 +209,16 @@ static void edited_by_hand(void **state)
     LOAD_FAILS("{\"version\":\"1\",\"tools\":{}}", "upstream: must be the upstream's name");
     LOAD_FAILS("{\"version\":\"1\",\"upstream\":\"up\",\"tools\":{},\"tools\":{}}", "not JSON");
     LOAD_FAILS("[]", "must be an object {version, upstream, tools}");
+    /* bounded: more tools than TG_PINS_MAX_TOOLS is refused before any is read */
+    struct tg_buf big;
+    tg_buf_init(&big);
+    tg_buf_appends(&big, "{\"version\":\"1\",\"upstream\":\"up\",\"tools\":{");
+    for (int i = 0; i <= TG_PINS_MAX_TOOLS; i++)
+        tg_buf_appendf(&big, "%s\"t%d\":{}", i ? "," : "", i);
+    tg_buf_appends(&big, "}}");
+    tg_buf_append(&big, "", 1);
+    LOAD_FAILS(big.base, "tools: pins 4097 tools; at most 4096");
+    tg_buf_dispose(&big);
     struct tg_buf err;
     tg_buf_init(&err);
     struct tg_pins *p = NULL;
