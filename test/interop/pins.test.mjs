@@ -6,7 +6,9 @@
 // change is logged once, counted on /metrics and audited, and `tollgate pin --diff` shows it;
 // the pinned definition back, the tool is back. Also: a call before any tools/list is refused
 // with the instruction to list first; a pin file edited by hand is refused by tollgate -t and by
-// a reload, which keeps the running pins.
+// a reload, which keeps the running pins. And with the era2026 fixture (@modelcontextprotocol/server)
+// and the SDK client in a 2025 session: the server's notifications/tools/list_changed makes what
+// was learnt stale, so a pinned tool is refused until the tools are listed again.
 //
 //   TOLLGATE_BIN=build/tollgate node --test test/interop/pins.test.mjs
 
@@ -18,6 +20,7 @@ import path from 'node:path';
 
 import * as H from './lib/harness.mjs';
 import { openClient, KINDS, textOf } from './lib/clients.mjs';
+import { startEra2026 } from './lib/conformance2026.mjs';
 
 const cleanup = new H.Cleanup();
 const CLIENT_TOKEN = H.randomToken();
@@ -217,3 +220,57 @@ describe('pinned tool definitions', () => {
     } finally { fs.rmSync(rugFile, { force: true }); }
   });
 });
+
+describe('notifications/tools/list_changed', () => {
+  let era, gw3;
+  const TOKEN = H.randomToken();
+  const logs3 = () => ({ 'tollgate stderr': gw3?.stderr(), 'era2026 fixture': era?.output() });
+  const test3 = (name, fn) => it(name, H.withLogs(logs3, fn));
+
+  before(async () => {
+    const d = H.makeTempDir(cleanup, 'tollgate-pins-era-');
+    era = await startEra2026({ cleanup });
+    const policy = path.join(d, 'era.json');
+    fs.writeFileSync(policy, JSON.stringify({ version: '1', default: 'deny', tools: { echo: {}, notify_change: {} } }));
+    const opts = {
+      grants: [{ name: 'bob', token_sha256: H.sha256hex(TOKEN) }],
+      upstreams: [{ name: 'era', url: era.url, policy }],
+    };
+    const c = H.writeConf(d, opts);
+    const r = await tollgate(['pin', '-c', c, 'era']);
+    assert.equal(r.code, 0, show(r));
+    gw3 = await H.startTollgate(H.writeConf(d, { ...opts, upstreams: [{ ...opts.upstreams[0], pins: path.join(d, 'era.pins.json') }] }), { cleanup });
+  });
+
+  test3('a 2025 session: after list_changed a pinned tool is refused until the tools are listed again', async () => {
+    const { types } = await H.loadSdk();
+    let changed = 0;
+    const { client, close } = await H.connectClient(`http://127.0.0.1:${gw3.plainPort}/era/mcp`, {
+      headers: { Authorization: `Bearer ${TOKEN}` },
+      notificationHandlers: [[types.ToolListChangedNotificationSchema, () => { changed++; }]],
+    });
+    const callErr = async (name, args) => {
+      try { return { result: await client.callTool({ name, arguments: args }) }; } catch (e) { return { error: e }; }
+    };
+    try {
+      const listed = (await client.listTools()).tools.map((t) => t.name).sort();
+      assert.deepEqual(listed, ['echo', 'notify_change']);
+      assert.equal((await callErr('echo', { message: 'one' })).result?.content?.[0]?.text, 'one');
+      // The session's GET stream may not be attached yet when the first change is sent: change the
+      // tools until the notification reaches the client (the gateway saw it on its way).
+      await H.waitUntil(async () => {
+        const r = await callErr('notify_change', {});
+        assert.equal(r.error, undefined, String(r.error));
+        await H.sleep(50);
+        return changed > 0;
+      }, { what: 'notifications/tools/list_changed through the gateway' });
+      const refused = await callErr('echo', { message: 'two' });
+      assert.equal(refused.error?.code, -32001, String(refused.error));
+      assert.equal(refused.error.data?.rule, 'pin');
+      assert.match(refused.error.data.reason, /since the upstream said its tools changed; list the tools/);
+      assert.ok((await client.listTools()).tools.some((t) => t.name === 'echo'));
+      assert.equal((await callErr('echo', { message: 'three' })).result?.content?.[0]?.text, 'three');
+    } finally { await close(); }
+  });
+});
+
