@@ -6,7 +6,8 @@
 // change is logged once, counted on /metrics and audited, and `tollgate pin --diff` shows it;
 // the pinned definition back, the tool is back. Also: a call before any tools/list is refused
 // with the instruction to list first; a pin file edited by hand is refused by tollgate -t and by
-// a reload, which keeps the running pins. And with the era2026 fixture (@modelcontextprotocol/server)
+// a reload, which keeps the running pins; a call held for approval while its tool changes is
+// refused when approved. And with the era2026 fixture (@modelcontextprotocol/server)
 // and the SDK client in a 2025 session: the server's notifications/tools/list_changed makes what
 // was learnt stale, so a pinned tool is refused until the tools are listed again.
 //
@@ -218,6 +219,57 @@ describe('pinned tool definitions', () => {
         assert.match(b.error?.data?.reason ?? '', /changed since it was pinned/, JSON.stringify(b));
       } finally { await c.close(); }
     } finally { fs.rmSync(rugFile, { force: true }); }
+  });
+});
+
+describe('a call parked for approval', () => {
+  let gw4;
+  const ADMIN_TOKEN = H.randomToken();
+  const logs4 = () => ({ 'tollgate stderr': gw4?.stderr() });
+  const test4 = (name, fn) => it(name, H.withLogs(logs4, fn));
+  const adminReq = async (method, p, body) => {
+    const res = await fetch(`http://127.0.0.1:${gw4.adminPort}${p}`, {
+      method, body: body ? JSON.stringify(body) : undefined,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+    });
+    const text = await res.text();
+    let json;
+    try { json = JSON.parse(text); } catch { /* not JSON */ }
+    return { status: res.status, json, text };
+  };
+
+  before(async () => {
+    const d = H.makeTempDir(cleanup, 'tollgate-pins-approve-');
+    const policy = path.join(d, 'approve.json');
+    fs.writeFileSync(policy, JSON.stringify({ version: '1', default: 'deny', tools: { echo: { action: 'approve' } } }));
+    const c = H.writeConf(d, {
+      ...confOpts, admin: { token_sha256: H.sha256hex(ADMIN_TOKEN) }, audit: undefined,
+      upstreams: [{ ...confOpts.upstreams[0], policy, approval_mode: 'hold' }],
+    });
+    gw4 = await H.startTollgate(c, { cleanup, admin: true });
+  });
+
+  test4('held for approval while its tool changes: the approval is refused (409), the call -32003, nothing forwarded', async () => {
+    const c = await openClient('streamable', { port: gw4.plainPort, upstream: 'cowork', token: CLIENT_TOKEN });
+    const other = await openClient('ws', { port: gw4.plainPort, upstream: 'cowork', token: CLIENT_TOKEN });
+    try {
+      assert.deepEqual(names(await c.rpc('tools/list')), ['echo']);
+      const pending = c.call('echo', { text: 'parked-then-pulled' });
+      const item = await H.waitUntil(async () => (await adminReq('GET', '/admin/approvals')).json?.approvals?.find((x) => x.tool === 'echo'),
+        { what: 'the parked echo in GET /admin/approvals' });
+      fs.writeFileSync(rugFile, '');
+      assert.deepEqual(names(await other.rpc('tools/list')), [], 'the changed echo is hidden');
+      const r = await adminReq('POST', `/admin/approvals/${item.id}/approve`, { digest: item.digest });
+      assert.equal(r.status, 409, r.text);
+      assert.match(r.json?.error ?? '', /no longer allowed: tool "echo" is now refused by its pin: the definition of tool "echo" changed since it was pinned/);
+      const a = await pending;
+      assert.equal(a.error?.code, -32003, JSON.stringify(a));
+      assert.ok(!JSON.stringify(standin.records()).includes('parked-then-pulled'), 'never forwarded');
+    } finally {
+      fs.rmSync(rugFile, { force: true });
+      await c.close();
+      await other.close();
+    }
   });
 });
 
