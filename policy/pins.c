@@ -500,8 +500,10 @@ void tg_pins_seen_stale(struct tg_pins_seen *s, const char *upstream)
     }
 }
 
-void tg_pins_seen_note(struct tg_pins_seen *s, const struct tg_pins *pins, const char *upstream, const char *p,
-                       size_t n)
+/* noinline (here and below): with link-time optimisation they would be inlined into the relay
+ * and the list rewrite, whose every message then pays for the registers they need. */
+__attribute__((noinline, cold)) void tg_pins_seen_note(struct tg_pins_seen *s, const struct tg_pins *pins,
+                                                     const char *upstream, const char *p, size_t n)
 {
     /* Looked for in the bytes, not the tree: a notification is relayed as it came, unparsed. One
      * that only mentions the name (in a log message's text) makes the tools stale too, which
@@ -511,8 +513,8 @@ void tg_pins_seen_note(struct tg_pins_seen *s, const struct tg_pins *pins, const
         tg_pins_seen_stale(s, upstream);
 }
 
-int tg_pins_admit_listed(struct tg_pins_seen *s, const struct tg_pins *pins, const char *upstream,
-                         const struct tg_policy *pol, const cJSON *tool)
+__attribute__((noinline)) int tg_pins_admit_listed(struct tg_pins_seen *s, const struct tg_pins *pins,
+                                                   const char *upstream, const struct tg_policy *pol, const cJSON *tool)
 {
     const cJSON *name = tg_json_get(tool, "name");
     if (!cJSON_IsString(name))
