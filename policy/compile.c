@@ -128,6 +128,9 @@ static void policy_free(struct tg_policy *p)
     free_globset(&p->resources);
     free_globset(&p->prompts);
     tg_regex_ctx_free(p->rx);
+    for (int i = 0; i < p->nbind_claims; i++)
+        free(p->bind_claims[i]);
+    free(p->bind_claims);
     free(p->name);
     free(p);
 }
@@ -252,6 +255,7 @@ int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **ou
         tg__finish_tool(&p->tools[ti]);
     if (p->wildcard != NULL)
         tg__finish_tool(p->wildcard);
+    tg__finish_bind(p);
     *out = p;
     return 0;
 }

@@ -568,8 +568,9 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
         return;
     }
     static const char *const known[] = {"rules", "action", "reason", "limits", "approval_timeout", "approval_mode",
-                                        "scopes", "tags", NULL};
+                                        "scopes", "tags", "set", "forbid", "strict", NULL};
     tg__check_keys(cx, jt, path, known);
+    tg__compile_bind(cx, jt, path, t);
     char sub[600];
     const cJSON *jtags = tg_json_get(jt, "tags");
     if (jtags != NULL) {
@@ -681,4 +682,5 @@ void tg__free_tool(struct ptool *t)
     free(t->reach);
     free(t->scopes);
     tg__free_tags(t->tags, t->ntags);
+    tg__free_bind(t);
 }

@@ -462,8 +462,10 @@ static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *r
 
 /* Evaluate the conditions of one rule; returns the failing condition index or -1. Only a
  * condition that evaluated to true holds: eval_op's -1 (a regex that hit a limit) fails it like
- * a plain false, and *unanswered says which it was. */
-static int eval_rule(struct dctx *x, const struct rule *r, const cJSON *args, int *unanswered)
+ * a plain false, and *unanswered says which it was. A failing state condition leaves the value
+ * it read in *state_read: the refusal reports that value, never a second read (a store that
+ * answers later, a cluster's, would then see the reservations of an earlier pass). */
+static int eval_rule(struct dctx *x, const struct rule *r, const cJSON *args, int *unanswered, double *state_read)
 {
     *unanswered = 0;
     for (int i = 0; i < r->nconds; i++) {
@@ -474,6 +476,7 @@ static int eval_rule(struct dctx *x, const struct rule *r, const cJSON *args, in
                 return i;
             double v = state_value(x, c->counter);
             ok = c->op == OP_EXISTS ? j_true(c->value) : eval_op(c, NULL, v, 1);
+            *state_read = v;
         } else {
             const cJSON *a = resolve_args(args, c->path, c->path_idx, c->npath);
             if (c->op == OP_EXISTS)
@@ -722,7 +725,8 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
                 return;
             }
             int unanswered;
-            int failed = eval_rule(&x, r, args, &unanswered);
+            double state_read = 0;
+            int failed = eval_rule(&x, r, args, &unanswered, &state_read);
             if (failed >= 0)
                 trace(tr, TG_TRACE_RULE, pt, i, failed);
             if (failed >= 0 && unanswered) {
@@ -742,7 +746,7 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
                 if (c->is_state && c->counter >= 0) {
                     const struct pcounter *pc = &p->counters[c->counter];
                     int64_t ws = window_start(now_ms, pc->window_ms);
-                    tg__note_counter(d, pc, state_value(&x, c->counter));
+                    tg__note_counter(d, pc, state_read);
                     d->retry_after_ms = (uint64_t)(ws + pc->window_ms - now_ms);
                     tg_strlcpy(d->counter, pc->key + 2, sizeof(d->counter));
                     set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s",

@@ -91,6 +91,16 @@ struct rule {
 
 enum taction { TA_ALLOW, TA_DENY, TA_APPROVE };
 
+/* One argument a tool entry binds ("set": value) or forbids ("forbid": value NULL): an entry of
+ * ptool.bind, its name and value owned by it and freed by tg__free_tool(). templated: some
+ * string in value holds a ${...} template (policy/bind.c expands it for each call), 2 when one
+ * of them names a claim. */
+struct bitem {
+    char *name;
+    cJSON *value;
+    int templated;
+};
+
 /* One entry of "tools": an entry of tg_policy.tools, or tg_policy.wildcard for "*". What it holds
  * is freed by tg__free_tool(); policy_free() frees the array and the wildcard itself. */
 struct ptool {
@@ -114,6 +124,16 @@ struct ptool {
     char *scopes; /* "scopes": the scope set (policy/scopes.h) a call needs, or NULL */
     char **tags;  /* "tags" (never on "*"): what the tool does, for history conditions and brakes */
     int ntags;
+    /* "set" and "forbid" (policy/compile_bind.c): the entry's own, and what a call of the tool
+     * applies (ebind: its own and, for the arguments it does not name, those of "*"; borrowed from
+     * the two entries, made by tg__finish_bind). strict: "strict" (-1 not given); ebind_strict:
+     * the entry's, else "*"'s, else 0. */
+    struct bitem *bind;
+    int nbind;
+    int strict;
+    const struct bitem **ebind;
+    int nebind;
+    int ebind_strict;
 };
 
 /* One slot of tg_policy.tool_slots: idx + 1 of a tool (0: empty) and the hash of its name. */
@@ -168,6 +188,11 @@ struct tg_policy {
     /* Regex conditions: one match context (limits, JIT stack) for all of them, made with the
      * first; NULL if there is none. */
     struct tg_regex_ctx *rx;
+    /* The claims some "set" names (${claims.NAME}), each once: what a caller's token must keep
+     * for the policy (tg_policy_bind_claims). */
+    char **bind_claims;
+    int nbind_claims;
+    int binds; /* some entry has "set" or "forbid": without, a call's arguments are not looked at */
 };
 
 /* "scopes": a list of scope-tokens into a scope set (*out, NULL on error); errors go to cx
@@ -182,6 +207,19 @@ int tg__scopes_need(const char *set, const char *have, char *need, size_t n);
 int tg__has_tag(char *const *tags, int n, const char *tag);
 /* The entry of tools named name, or NULL (decide.c). */
 const struct ptool *tg__find_tool(const struct tg_policy *p, const char *name);
+
+/* "set", "forbid" and "strict" of a tool entry (policy/compile_bind.c); and, once every entry is
+ * compiled, each entry's ebind. */
+void tg__compile_bind(struct tg__cctx *cx, const cJSON *jt, const char *path, struct ptool *t);
+void tg__finish_bind(struct tg_policy *p);
+void tg__free_bind(struct ptool *t);
+/* The pieces of a "set" string (compile_bind.c): literal text ("$$" is one '$'), and the
+ * templates ${grant.ATTR}, ${claims.NAME}, ${subject}, ${grant}. cb is called for each piece in
+ * order (a literal piece may come in several parts); a nonzero return stops the walk and is
+ * returned. -1 with *err for a malformed template (cb may have run for what came before). */
+enum tref { TREF_TEXT, TREF_ATTR, TREF_CLAIM, TREF_SUBJECT, TREF_GRANT };
+typedef int (*tg__tref_cb)(void *ud, enum tref kind, const char *s, size_t n);
+int tg__template_walk(const char *s, tg__tref_cb cb, void *ud, const char **err);
 
 /* Fill each counter's keylen and jlabel (compile.c, after every counter is defined). */
 void tg__finish_counters(struct tg_policy *p);

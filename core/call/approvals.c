@@ -213,7 +213,7 @@ static const char *judge(struct tg_call *k, char *why, size_t n, int fresh)
     cJSON *msg = k->held.len > 0 ? cJSON_ParseWithLength(k->held.base, k->held.len) : NULL;
     const cJSON *args = tg_json_get(tg_json_get(msg, "params"), "arguments");
     struct tg_decision *d = tg_call_decision_new();
-    struct tg_caller who = {k->grant, k->sess ? k->sess->id_str : NULL, up, k->subject, k->issuer};
+    struct tg_caller who = {k->grant, tg_call_counter_session(k->era, k->grant, k->sess), up, k->subject, k->issuer};
     /* Judged again without reserving: its reservations were taken when it was parked. */
     tg_policy_decide_continuation(p, k->srv->counters, &who, k->tool, args, wall_ms(), d);
     const char *out = NULL;

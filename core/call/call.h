@@ -188,6 +188,15 @@ struct tg_call *tg_call_new(struct tg_server *srv, struct tg_session *s, struct 
 struct tg_decision *tg_call_decision_new(void);
 /* One tg_call_decision_new() gave that no call took. */
 void tg_call_decision_free(struct tg_decision *d);
+/* Whose session a call's counters of scope "session" count under: its 2025 session's id. A
+ * stateless (2026-07-28) request has none: its grant's, so they count per grant and upstream
+ * (docs/policy.md), the same on every member of a cluster and whichever stateless session of the
+ * grant served it (the session id is per member). A grant's name never reads as a session id. */
+static inline const char *tg_call_counter_session(enum tg_era era, const char *grant, const struct tg_session *s)
+{
+    return era == TG_ERA_2026 ? grant : s != NULL ? s->id_str : NULL;
+}
+
 /* Install filter f (data: its own, opaque here) on k: the bridge, for a call across the eras. */
 static inline void tg_call_filter_set(struct tg_call *k, const struct tg_call_filter *f, void *data)
 {

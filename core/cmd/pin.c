@@ -15,7 +15,9 @@
 #include "core/cmd/scan.h"
 #include "core/cmd/scan_client.h"
 #include "core/conf/conf.h"
+#include "policy/explain.h"
 #include "policy/pins.h"
+#include "policy/policy.h"
 
 #define PIN_MAX_HEADERS 64
 
@@ -188,6 +190,22 @@ static int diff(const struct tg_pins *pins, const cJSON *tools, const char *upst
                "tollgate pin %s\n",
                ndiff, tg_pins_path(pins), upstream, upstream);
     return ndiff;
+}
+
+void tg_pin_explain(const struct tg_upstream_conf *u, const struct tg_policy *p, const char *tool, int refused,
+                    struct tg_policy_explain *e, char *pin, size_t n)
+{
+    pin[0] = '\0';
+    if (u->pins == NULL || !tg_pins_explain(u->pins, p, tool, pin, n) || refused)
+        return;
+    memset(&e->d, 0, sizeof(e->d));
+    e->d.verdict = TG_VERDICT_DENY;
+    snprintf(e->d.rule, sizeof(e->d.rule), "pin");
+    snprintf(e->d.message, sizeof(e->d.message),
+             "tool \"%s\" of upstream \"%s\" is not pinned, and the policy denies by default", tool, u->name);
+    e->where[0] = '\0';
+    e->cond = -1;
+    e->hidden = 1;
 }
 
 static int usage_error(const char *why)

@@ -12,7 +12,19 @@
 #ifndef TG_CMD_PIN_H
 #define TG_CMD_PIN_H
 
+#include <stddef.h>
+
 /* argv[0] is "pin". */
 int tg_pin_cli(int argc, char **argv);
+
+struct tg_upstream_conf;
+struct tg_policy;
+struct tg_policy_explain;
+/* `tollgate policy explain`'s pin line for tool of upstream u into pin (n bytes; "" when u has no
+ * pins). A tool the pins refuse whatever the upstream lists (not pinned, default: deny) gets the
+ * gateway's refusal in e, as the gateway decides it before the policy, unless refused (the
+ * bindings refused it first). */
+void tg_pin_explain(const struct tg_upstream_conf *u, const struct tg_policy *p, const char *tool, int refused,
+                    struct tg_policy_explain *e, char *pin, size_t n);
 
 #endif

@@ -162,6 +162,9 @@ struct tg_grant_conf {
     struct tg_roots roots; /* pinned: overrides every upstream's roots for this grant */
     struct tg_grant_upheaders *upheaders; /* upstream_headers, one per upstream named */
     size_t nupheaders;
+    char **attributes; /* attributes = { tenant = "acme"; }: name and value in turn, what a policy's
+                        * ${grant.NAME} binds arguments to (policy/bind.h) */
+    size_t nattributes; /* pairs */
 };
 
 /* The audit group. Embedded in struct tg_conf; its strings freed by tg_conf_unref. */

@@ -8,6 +8,7 @@
 #include "core/base/log.h"
 #include "core/wire/msg.h"
 #include "policy/pins.h"
+#include "policy/bind.h"
 #include "policy/policy.h"
 
 static int filter_list(const struct tg_mcp_answer *a, const char *p, size_t n, struct tg_buf *out);
@@ -113,6 +114,8 @@ static int filter_list(const struct tg_mcp_answer *a, const char *p, size_t n, s
                 (a->pins != NULL && !tg_pins_admit_listed(a->pins_seen, a->pins, a->upstream, a->tools_filter, t)) ||
                 !visible(a->tools_filter, kind, v->valuestring))
                 cJSON_Delete(cJSON_DetachItemViaPointer(items, t));
+            else if (kind == TG_MCP_LIST_TOOLS) /* arguments the policy binds: the model never sees them */
+                tg_policy_bind_schema(a->tools_filter, v->valuestring, tg_json_get(t, "inputSchema"));
             t = next;
         }
     }

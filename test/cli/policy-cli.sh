@@ -124,8 +124,24 @@ has out "9 cases, 9 passed, 0 failed"; hasnt out "FAIL"
 # The example in docs/cli.md ("Testing a policy"), extracted from the page itself so that the two cannot drift apart.
 sed -n '/^# CASES.yaml: a list/,/^```$/p' docs/cli.md | sed '$d' >"$out.cases"
 cmp -s "$out.cases" $P/readme.cases.yaml || { echo "not ok - docs/cli.md's CASES.yaml differs from $P/readme.cases.yaml"; fails=$((fails + 1)); }
-run 0 policy test $P/readme.yaml "$out.cases"; has out "5 cases, 5 passed, 0 failed"
+run 0 policy test $P/readme.yaml "$out.cases"; has out "6 cases, 6 passed, 0 failed"
 rm -f "$out.cases"
+# Bound arguments (set): explain decides and prints the final arguments; the conf's attribute, an
+# --attribute over it, --claim as JSON; a claim not given denies with rule set.
+printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = "a"; anonymous = true; attributes = { tenant = "acme"; }; } );\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "%s"; } );\n' \
+    "$PWD/$P/readme.yaml" >"$T/bind.conf"
+run 0 policy explain -c "$T/bind.conf" --claim org_id=42 --call '{"name":"create_ticket","arguments":{"tenant_id":"evil","t":1}}'
+has out 'arguments: {"tenant_id":"acme","t":1,"org_id":42} (after set and forbid)'; has out "decision: allow"
+run 0 policy explain -c "$T/bind.conf" --attribute tenant=other --claim 'org_id="x"' --call '{"name":"create_ticket"}'
+has out 'arguments: {"tenant_id":"other","org_id":"x"} (after set and forbid)'
+run 1 policy explain -c "$T/bind.conf" --call '{"name":"create_ticket","arguments":{}}'
+has out "decision: deny"; has out "rule: set"; has out "at: tools.create_ticket.set"; has out 'no claim "org_id"'
+run 2 policy explain -c "$T/bind.conf" --claim org_id --call '{"name":"create_ticket"}'
+# A tool refused whatever its arguments (default deny) is refused as such, not by the binding of "*".
+printf '{"version":"1","default":"deny","tools":{"*":{"set":{"t":"${claims.org}"}},"x":{}}}\n' >"$T/bindstar.json"
+sed "s|$PWD/$P/readme.yaml|$T/bindstar.json|" "$T/bind.conf" >"$T/bindstar.conf"
+run 1 policy explain -c "$T/bindstar.conf" --call '{"name":"y"}'; has out "at: default"
+run 1 policy explain -c "$T/bindstar.conf" --call '{"name":"x"}'; has out "at: tools.*.set"
 run 1 policy test $P/hosted.json $P/failing.cases.yaml
 has out "ok   1 reading is allowed: allow (tools.read_file)"
 has out "FAIL 2 wrongly expects deletes to pass: expected allow, got deny (rule \"delete_file\" at tools.delete_file.action)"

@@ -110,7 +110,7 @@ describe('pinned tool definitions', () => {
     test(`${kind}: echo changed on the upstream is hidden and denied, then back once it is as pinned`, async () => {
       const c = await openClient(kind, { port: gw.plainPort, upstream: 'cowork', token: CLIENT_TOKEN });
       try {
-        let l = await c.rpc('tools/list');
+        let l = await c.request('tools/list', {});
         assert.deepEqual(names(l).sort(), ['echo', 'fail', 'slow'], JSON.stringify(l));
         let a = await c.call('echo', { text: `before-${kind}` });
         assert.equal(textOf(a), `before-${kind}`, JSON.stringify(a));
@@ -118,7 +118,7 @@ describe('pinned tool definitions', () => {
         const mismatches = (await gw.metrics())[MISMATCH] ?? 0;
         const logFrom = gw.stderr().length;
         fs.writeFileSync(rugFile, '');
-        l = await c.rpc('tools/list');
+        l = await c.request('tools/list', {});
         assert.deepEqual(names(l).sort(), ['fail', 'slow'], `echo changed: hidden; ${JSON.stringify(l)}`);
         a = await c.call('echo', { text: `after-${kind}` });
         assert.equal(a.error?.code, -32001, JSON.stringify(a));
@@ -130,14 +130,14 @@ describe('pinned tool definitions', () => {
         // another tool is untouched
         assert.equal((await c.call('fail', {})).result?.isError, true);
         // logged once, counted once, however often the changed tool is listed
-        await c.rpc('tools/list');
+        await c.request('tools/list', {});
         await gw.waitForLog(/tool definition differs from its pin; tool hidden and its calls denied" upstream=cowork tool=echo/, { from: logFrom });
         const warned = gw.stderr().slice(logFrom).match(/tool definition differs from its pin/g) ?? [];
         assert.equal(warned.length, 1, gw.stderr().slice(logFrom));
         assert.equal((await gw.metrics())[MISMATCH], mismatches + 1);
 
         fs.rmSync(rugFile);
-        l = await c.rpc('tools/list');
+        l = await c.request('tools/list', {});
         assert.deepEqual(names(l).sort(), ['echo', 'fail', 'slow']);
         a = await c.call('echo', { text: `again-${kind}` });
         assert.equal(textOf(a), `again-${kind}`, JSON.stringify(a));
@@ -191,7 +191,7 @@ describe('pinned tool definitions', () => {
       // the running pins still hold: echo as the upstream lists it is still pinned and callable
       const c = await openClient('ws', { port: gw.plainPort, upstream: 'cowork', token: CLIENT_TOKEN });
       try {
-        assert.ok(names(await c.rpc('tools/list')).includes('echo'));
+        assert.ok(names(await c.request('tools/list', {})).includes('echo'));
         assert.equal(textOf(await c.call('echo', { text: 'kept' })), 'kept');
       } finally { await c.close(); }
     } finally { fs.writeFileSync(pinsFile, good); }
@@ -205,7 +205,7 @@ describe('pinned tool definitions', () => {
     try {
       const c = await openClient('streamable', { port: gw2.plainPort, upstream: 'cowork', token: CLIENT_TOKEN });
       try {
-        assert.ok(names(await c.rpc('tools/list')).includes('echo'), 'no pins: the changed echo is listed');
+        assert.ok(names(await c.request('tools/list', {})).includes('echo'), 'no pins: the changed echo is listed');
         assert.equal(textOf(await c.call('echo', { text: 'unpinned' })), 'unpinned');
         H.writeConf(dir, { ...confOpts, file, audit: undefined });
         const from = gw2.stderr().length;
@@ -214,7 +214,7 @@ describe('pinned tool definitions', () => {
         const a = await c.call('echo', { text: 'not listed since' });
         assert.equal(a.error?.data?.rule, 'pin', JSON.stringify(a));
         assert.doesNotMatch(a.error.data.reason, /changed since/, 'nothing was learnt before the pins came');
-        assert.ok(!names(await c.rpc('tools/list')).includes('echo'), 'pins: the changed echo is hidden');
+        assert.ok(!names(await c.request('tools/list', {})).includes('echo'), 'pins: the changed echo is hidden');
         const b = await c.call('echo', { text: 'changed' });
         assert.match(b.error?.data?.reason ?? '', /changed since it was pinned/, JSON.stringify(b));
       } finally { await c.close(); }
@@ -253,12 +253,12 @@ describe('a call parked for approval', () => {
     const c = await openClient('streamable', { port: gw4.plainPort, upstream: 'cowork', token: CLIENT_TOKEN });
     const other = await openClient('ws', { port: gw4.plainPort, upstream: 'cowork', token: CLIENT_TOKEN });
     try {
-      assert.deepEqual(names(await c.rpc('tools/list')), ['echo']);
+      assert.deepEqual(names(await c.request('tools/list', {})), ['echo']);
       const pending = c.call('echo', { text: 'parked-then-pulled' });
       const item = await H.waitUntil(async () => (await adminReq('GET', '/admin/approvals')).json?.approvals?.find((x) => x.tool === 'echo'),
         { what: 'the parked echo in GET /admin/approvals' });
       fs.writeFileSync(rugFile, '');
-      assert.deepEqual(names(await other.rpc('tools/list')), [], 'the changed echo is hidden');
+      assert.deepEqual(names(await other.request('tools/list', {})), [], 'the changed echo is hidden');
       const r = await adminReq('POST', `/admin/approvals/${item.id}/approve`, { digest: item.digest });
       assert.equal(r.status, 409, r.text);
       assert.match(r.json?.error ?? '', /no longer allowed: tool "echo" is now refused by its pin: the definition of tool "echo" changed since it was pinned/);

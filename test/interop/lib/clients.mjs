@@ -4,7 +4,7 @@
 //
 //   const c = await openClient(kind, { port, upstream, token, agent });
 //   const answer = await c.call('echo', { text: 'x' });   // the JSON-RPC answer message
-//   const list = await c.rpc('tools/list');                 // any other request, its answer
+//   const list = await c.request('tools/list', {});        // any request method, same answer shape
 //   await c.close();
 //
 // kind: 'streamable' (2025 session: initialize, Mcp-Session-Id), 'stateless' (2026-07-28: _meta
@@ -90,27 +90,25 @@ async function streamableClient({ port, upstream, token, agent, stateless }) {
     const n = await request(agent, port, 'POST', url, headers, JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
     if (n.status !== 202 && n.status !== 200) throw fail('http', `initialized: HTTP ${n.status}`, { status: n.status });
   }
-  return {
+  const client = {
     kind: stateless ? 'stateless' : 'streamable',
     sessionId: headers['mcp-session-id'],
-    async call(name, args = {}, { timeout = 30000 } = {}) {
+    async request(method, p = {}, { timeout = 30000 } = {}) {
       const id = nextId('s');
-      const params = stateless ? { name, arguments: args, _meta: META } : { name, arguments: args };
-      const h = stateless ? { ...headers, 'mcp-protocol-version': MODERN, 'mcp-method': 'tools/call', 'mcp-name': name } : headers;
-      const r = await request(agent, port, 'POST', url, h, JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params }), { timeout });
-      const a = messagesOf(r).find(isAnswer(id));
-      if (!a) throw fail('http', `tools/call ${name}: HTTP ${r.status} without an answer: ${r.text.slice(0, 300)}`, { status: r.status, text: r.text });
-      return a;
-    },
-    /** Any request without a name header (tools/list, ...): its answer. */
-    async rpc(method, params = {}, { timeout = 30000 } = {}) {
-      const id = nextId('s');
-      const p = stateless ? { ...params, _meta: META } : params;
-      const h = stateless ? { ...headers, 'mcp-protocol-version': MODERN, 'mcp-method': method } : headers;
-      const r = await request(agent, port, 'POST', url, h, JSON.stringify({ jsonrpc: '2.0', id, method, params: p }), { timeout });
+      const params = stateless ? { ...p, _meta: { ...(p._meta ?? {}), ...META } } : p;
+      let h = headers;
+      if (stateless) {
+        h = { ...headers, 'mcp-protocol-version': MODERN, 'mcp-method': method };
+        const named = method === 'tools/call' || method === 'prompts/get' ? p.name : method === 'resources/read' ? p.uri : undefined;
+        if (named !== undefined) h['mcp-name'] = named;
+      }
+      const r = await request(agent, port, 'POST', url, h, JSON.stringify({ jsonrpc: '2.0', id, method, params }), { timeout });
       const a = messagesOf(r).find(isAnswer(id));
       if (!a) throw fail('http', `${method}: HTTP ${r.status} without an answer: ${r.text.slice(0, 300)}`, { status: r.status, text: r.text });
       return a;
+    },
+    call(name, args = {}, opts = {}) {
+      return client.request('tools/call', { name, arguments: args }, opts);
     },
     async close() {
       if (!stateless && headers['mcp-session-id']) {
@@ -118,6 +116,7 @@ async function streamableClient({ port, upstream, token, agent, stateless }) {
       }
     },
   };
+  return client;
 }
 
 /** Calls waiting for their answer on a stream, by id. */
@@ -202,19 +201,19 @@ async function sseClient({ port, upstream, token, agent }) {
   const init = await send(initBody('init', '2024-11-05'), 10000);
   if (!init.result) throw fail('http', `sse initialize: ${JSON.stringify(init)}`);
   await post({ jsonrpc: '2.0', method: 'notifications/initialized' });
-  return {
+  const client = {
     kind: 'sse',
     get closed() { return closed; },
     get closedWhy() { return closedWhy; },
-    call(name, args = {}, { timeout = 30000 } = {}) {
-      const id = nextId('e');
-      return send({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } }, timeout);
-    },
-    rpc(method, params = {}, { timeout = 30000 } = {}) {
+    request(method, params = {}, { timeout = 30000 } = {}) {
       return send({ jsonrpc: '2.0', id: nextId('e'), method, params }, timeout);
+    },
+    call(name, args = {}, opts = {}) {
+      return client.request('tools/call', { name, arguments: args }, opts);
     },
     async close() { req.destroy(); },
   };
+  return client;
 }
 
 async function wsClient({ port, upstream, token }) {
@@ -242,15 +241,15 @@ async function wsClient({ port, upstream, token }) {
   const init = await send(initBody('init', '2025-06-18'), 10000);
   if (!init.result) throw fail('http', `ws initialize: ${JSON.stringify(init)}`);
   ws.send(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
-  return {
+  const client = {
     kind: 'ws',
     get closed() { return closed; },
     get closedWhy() { return closedWhy; },
-    call(name, args = {}, { timeout = 30000 } = {}) {
-      return send({ jsonrpc: '2.0', id: nextId('w'), method: 'tools/call', params: { name, arguments: args } }, timeout);
-    },
-    rpc(method, params = {}, { timeout = 30000 } = {}) {
+    request(method, params = {}, { timeout = 30000 } = {}) {
       return send({ jsonrpc: '2.0', id: nextId('w'), method, params }, timeout);
+    },
+    call(name, args = {}, opts = {}) {
+      return client.request('tools/call', { name, arguments: args }, opts);
     },
     async close() {
       if (closed) return;
@@ -259,6 +258,7 @@ async function wsClient({ port, upstream, token }) {
       ws.terminate();
     },
   };
+  return client;
 }
 
 export const KINDS = ['streamable', 'stateless', 'sse', 'ws'];
