@@ -17,6 +17,7 @@
 #include "core/call/audit.h"
 #include "core/call/gateway.h"
 #include "core/base/json.h"
+#include "policy/pins.h"
 #include "core/base/log.h"
 #include "core/app/route.h"
 #include "core/call/session.h"
@@ -97,6 +98,29 @@ static void list_approvals(struct tg_server *srv, struct tg_conn *c)
     lw->args = srv->conf->audit.values;
     tg_http_wait_start(&lw->w, c);
     srv->store.ops->approvals_list(srv->store.ud, on_listed, lw);
+}
+
+/* A label value as Prometheus reads it: backslash, double quote and newline escaped. */
+static void label(struct tg_buf *out, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            tg_buf_append(out, "\\", 1);
+        if (*v == '\n')
+            tg_buf_append(out, "\\n", 2);
+        else
+            tg_buf_append(out, v, 1);
+    }
+}
+
+static void pin_metric(void *ud, const char *upstream, const char *tool, uint64_t n)
+{
+    struct tg_buf *out = ud;
+    tg_buf_appends(out, "tollgate_pin_mismatches_total{upstream=\"");
+    label(out, upstream);
+    tg_buf_appends(out, "\",tool=\"");
+    label(out, tool);
+    tg_buf_appendf(out, "\"} %llu\n", (unsigned long long)n);
 }
 
 #define C(name, help, val)                                                                                     \
@@ -246,6 +270,9 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
         tg_buf_appendf(out, "tollgate_upstream_pool{upstream=\"%s\",state=\"queued\"} %zu\n", n, queued);
         tg_buf_appendf(out, "tollgate_upstream_pool{upstream=\"%s\",state=\"streams\"} %zu\n", n, dedicated);
     }
+    tg_buf_appends(out, "# HELP tollgate_pin_mismatches_total Tool definitions listed by an upstream that differ from "
+                        "their pin (each distinct change once).\n# TYPE tollgate_pin_mismatches_total counter\n");
+    tg_pins_seen_each(srv->pins_seen, pin_metric, out);
     tg_buf_appends(out, "# HELP tollgate_stdio_evictions_total stdio children taken at max_children from idle sessions "
                         "(same_grant: of the new session's grant; other_grant: idle limits.stdio_evict_idle_ms).\n"
                         "# TYPE tollgate_stdio_evictions_total counter\n");

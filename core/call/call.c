@@ -19,6 +19,7 @@
 #include "core/call/roots.h"
 #include "core/call/upauth.h"
 #include "core/base/slab.h"
+#include "policy/pins.h"
 #include "policy/policy.h"
 #include "upstream/upstream.h"
 #include "upstream/pool/pool.h"
@@ -338,6 +339,9 @@ static void answer_of(const struct tg_call *k, struct tg_mcp_answer *a)
     a->own = k->is_init || k->is_tools_list || k->list_kind > 0 ? NULL : k->answer_src;
     a->result_at = NULL;
     a->maybe_update = NULL;
+    int pins = k->is_tools_list && k->srv->pins_seen != NULL; /* a list that may teach pinned definitions */
+    a->pins = pins ? tg_upstream_conf(k->uprt)->pins : NULL;
+    a->pins_seen = pins ? k->srv->pins_seen : NULL;
 }
 
 /* A server-to-client request this upstream may not make (deny_server_requests), or any on a
@@ -545,6 +549,8 @@ static int relay(struct tg_call *k, const char *p, size_t n, const struct tg_jso
     } else {
         if (srv_req.len > 0)
             tg_mcp_note_server_request(k->sess, srv_req);
+        if (k->srv->pins_seen != NULL) /* NULL until a conf has pins: nothing to look for */
+            tg_pins_seen_note(k->srv->pins_seen, tg_upstream_conf(k->uprt)->pins, up_name(k), p, n);
         if (k->is_listen) {
             /* Seen through the policy, tagged with the client's listen id. */
             if (tg_mcp_listen_message(&out, p, n, k->client_id, k->client_id_len, k->policy))

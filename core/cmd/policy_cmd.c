@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "core/cmd/pin.h"
 #include "core/conf/conf.h"
 #include "core/base/json.h"
 #include "core/cmd/policy_bind.h"
@@ -442,11 +443,15 @@ static int explain_run(int argc, char **argv, struct tg__bind_opts *bo, cJSON *a
         if (r + 1 < repeat)
             settle_approval(scratch, &e->d, conf->upstreams[u].approval_mode, now);
     }
+    char pin[700];
+    tg_pin_explain(&conf->upstreams[u], p, name->valuestring, refused, e, pin, sizeof(pin));
     if (repeat > 1)
         printf("call: %ld of %ld at the same instant (the first %ld took their counters if allowed)\n", repeat,
                repeat, repeat - 1);
     print_explain(p, name->valuestring, e);
     printf("scopes: %s\n", need[0] ? need : "none");
+    if (pin[0] != '\0')
+        printf("pin: %s\n", pin);
     rc = verdict_status(e->d.verdict);
     free(e);
     tg_counters_free(scratch);

@@ -12,6 +12,7 @@
 #include "policy/dpop.h"
 #include "policy/jwt_cache.h"
 #include "policy/keyring.h"
+#include "policy/pins.h"
 #include "policy/policy.h"
 #include "policy/uri.h"
 
@@ -614,6 +615,28 @@ static struct tg_policy *load_policy_file(struct loader *ld, const config_settin
     return p;
 }
 
+/* An upstream's pins = "FILE" (policy/pins.h): strict, like a policy; the errors name the file
+ * and the path inside it. */
+static void load_pins(struct loader *ld, const config_setting_t *g, struct tg_conf *c, struct tg_upstream_conf *u)
+{
+    if (u->pins_path == NULL)
+        return;
+    struct tg_buf perr;
+    tg_buf_init(&perr);
+    char d[120];
+    snprintf(d, sizeof(d), "upstreams.%s.pins", u->name ? u->name : "?");
+    c->has_pins = 1;
+    if (tg_pins_load(u->pins_path, u->name, &u->pins, &perr, &c->warnings) != 0) {
+        tg_buf_append(&perr, "", 1);
+        for (const char *q = perr.base; *q;) {
+            size_t n = strcspn(q, "\n");
+            tg__conf_errf(ld, g ? config_setting_get_member(g, "pins") : NULL, d, "%.*s", (int)n, q);
+            q += n + (q[n] ? 1 : 0);
+        }
+    }
+    tg_buf_dispose(&perr);
+}
+
 /* Policies, after upstreams are known: the upstream's own, then per-grant overrides. */
 void tg__conf_load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
@@ -632,6 +655,8 @@ void tg__conf_load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c)
         snprintf(d, sizeof(d), "upstreams.%s.policy", u->name ? u->name : "?");
         u->policy = load_policy_file(ld, g ? config_setting_get_member(g, "policy") : NULL, d, u->policy_path, c);
     }
+    for (size_t i = 0; i < c->nupstreams && !(ld->flags & TG_CONF_NO_PINS); i++)
+        load_pins(ld, ul ? config_setting_get_elem(ul, (unsigned)i) : NULL, c, &c->upstreams[i]);
     const config_setting_t *gl = config_lookup(cfg, "grants");
     for (size_t i = 0; gl && i < c->ngrants; i++) {
         struct tg_grant_conf *gc = &c->grants[i];

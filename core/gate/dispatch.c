@@ -20,6 +20,7 @@
 #include "core/gate/bind.h"
 #include "core/gate/reads.h"
 #include "core/gate/nonstandard.h"
+#include "core/gate/pins.h"
 #include "core/gate/scopes.h"
 #include "core/gate/tasks.h"
 #include "core/base/json.h"
@@ -454,7 +455,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     k->decide_no_wait = (sk->flags & TG_SINK_NO_WAIT) != 0;
     k->decide_timeout_ms = listen ? 0 : (uint64_t)x->uc->call_timeout_ms;
     k->asking = &r;
-    if (m->mid == TG_M_TOOLS_CALL && bound == NULL) {
+    if (m->mid == TG_M_TOOLS_CALL && bound == NULL && !(x->uc->pins != NULL && tg_gate_pins_refused(x, pol, tool, dec))) {
         /* Inline by the local store (and a cluster's when no counter is reached), else later. */
         const char *sess = tg_call_counter_session(x->era, g->name, s);
         struct tg_shared_ask q = {pol, {g->name, sess, x->uc->name, k->subject, k->issuer}, tool, args,
