@@ -135,6 +135,13 @@ void tg_policy_explain_call(const struct tg_policy *p, struct tg_counters *c, co
 static void tool_counters(const struct tg_policy *p, const struct ptool *pt, struct tg_buf *out)
 {
     char w[32];
+    if (pt->brake != NULL) {
+        tg__hist_duration(pt->brake->within_ms, w, sizeof(w));
+        tg_buf_appendf(out, "  brake: more than %d calls with the same arguments within %s", pt->brake->repeats, w);
+        if (pt->brake->cycle)
+            tg_buf_appendf(out, ", or a loop of up to %d calls", pt->brake->cycle);
+        tg_buf_appendf(out, ", checked before any counter (tools.%s.brake)\n", pt->name);
+    }
     for (int i = 0; i < pt->nlimits; i++) {
         if (pt->limits[i] < 0)
             continue;
@@ -161,6 +168,12 @@ static void tool_counters(const struct tg_policy *p, const struct ptool *pt, str
                 tg_buf_appendf(out, ", no limit of its own");
             tg_buf_appendf(out, " (tools.%s.rules[%d], rule \"%s\")\n", pt->name, i, r->name);
         }
+        for (int k = 0; k < r->nconds; k++) /* history the rule reads (its count is not a counter) */
+            if (r->conds[k].hist != NULL) {
+                char text[480];
+                tg__describe_history_cond(&r->conds[k], text, sizeof(text));
+                tg_buf_appendf(out, "  history: %s, read by tools.%s.rules[%d].conditions[%d]\n", text, pt->name, i, k);
+            }
         /* State that this rule reads but another rule counts. */
         for (int k = 0; k < r->nconds; k++) {
             const struct cond *cd = &r->conds[k];

@@ -219,12 +219,14 @@ printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = 
 run 0 policy explain -c "$T/hist.conf" --call '{"name":"http_post","arguments":{}}'
 run 1 policy explain -c "$T/hist.conf" --after read_env:5m --call '{"name":"http_post","arguments":{}}'
 has out "after: 1 earlier call of this caller"; has out "rule: no-egress-after-secrets"; has out "at: tools.*.rules[0]"
+has out "history: history{tags [reads_secrets], within 10 min, scope subject} count eq 0, read by tools.*.rules[0].conditions[0]"
 has out "condition: conditions[0] does not hold: history{tags [reads_secrets], within 10 min, scope subject} count eq 0"
 has out 'earlier call: {"tool":"read_env","upstream":"u","at":'
 run 0 policy explain -c "$T/hist.conf" --after read_env:11m --call '{"name":"http_post","arguments":{}}'
 run 3 policy explain -c "$T/hist.conf" --after '{"tool":"create_issue","args":{"a":1,"b":"x"},"ago":"20s"}' \
     --after '{"tool":"create_issue","args":{"b":"x","a":1.0}}' --call '{"name":"create_issue","arguments":{"a":1e0,"b":"x"}}'
 has out "rule: brake"; has out "at: tools.create_issue.brake"
+has out "brake: more than 2 calls with the same arguments within 60 s, checked before any counter (tools.create_issue.brake)"
 has out "reason: you have called create_issue with the same arguments 3 times in 60 s; stop and report to the user"
 has out "limited by: brake (retry in 40000 ms)"
 run 2 policy explain -c "$T/hist.conf" --after '{"tool":"x","ago":"2d"}' --call '{"name":"x"}'; has err "history[0].ago: must be"
