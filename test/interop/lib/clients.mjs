@@ -4,6 +4,8 @@
 //
 //   const c = await openClient(kind, { port, upstream, token, agent });
 //   const answer = await c.call('echo', { text: 'x' });   // the JSON-RPC answer message
+//   await c.call('echo', null, { raw: '{"text":"x","n":1e0}' }); // the arguments as this exact JSON text
+//   await c.rpc('resources/read', { uri: 'x://y' });       // any other request
 //   await c.close();
 //
 // kind: 'streamable' (2025 session: initialize, Mcp-Session-Id), 'stateless' (2026-07-28: _meta
@@ -75,6 +77,17 @@ const initBody = (id, protocolVersion) => ({
 let seq = 0;
 const nextId = (kind) => `${kind}-${process.pid}-${++seq}`;
 
+// A request's text; with `raw`, params.arguments is that JSON text as it is (its key order, number
+// spelling and spacing), for tests of what makes two calls the same.
+const RAW = '\u0000raw-arguments\u0000';
+function callText(id, name, args, raw, extra = {}) {
+  const params = { name, arguments: raw == null ? args : RAW, ...extra };
+  const text = JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params });
+  return raw == null ? text : text.replace(JSON.stringify(RAW), () => raw);
+}
+/** The Mcp-Name a 2026-07-28 request carries: params.name, or params.uri for resources. */
+const mcpName = (params) => params?.name ?? params?.uri;
+
 async function streamableClient({ port, upstream, token, agent, stateless }) {
   agent ??= new http.Agent({ keepAlive: true });
   const url = `/${upstream}/mcp`;
@@ -92,13 +105,22 @@ async function streamableClient({ port, upstream, token, agent, stateless }) {
   return {
     kind: stateless ? 'stateless' : 'streamable',
     sessionId: headers['mcp-session-id'],
-    async call(name, args = {}, { timeout = 30000 } = {}) {
+    async call(name, args = {}, { timeout = 30000, raw } = {}) {
       const id = nextId('s');
-      const params = stateless ? { name, arguments: args, _meta: META } : { name, arguments: args };
       const h = stateless ? { ...headers, 'mcp-protocol-version': MODERN, 'mcp-method': 'tools/call', 'mcp-name': name } : headers;
-      const r = await request(agent, port, 'POST', url, h, JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params }), { timeout });
+      const body = callText(id, name, args, raw, stateless ? { _meta: META } : {});
+      const r = await request(agent, port, 'POST', url, h, body, { timeout });
       const a = messagesOf(r).find(isAnswer(id));
       if (!a) throw fail('http', `tools/call ${name}: HTTP ${r.status} without an answer: ${r.text.slice(0, 300)}`, { status: r.status, text: r.text });
+      return a;
+    },
+    async rpc(method, params = {}, { timeout = 30000 } = {}) {
+      const id = nextId('s');
+      const p = stateless ? { ...params, _meta: META } : params;
+      const h = stateless ? { ...headers, 'mcp-protocol-version': MODERN, 'mcp-method': method, ...(mcpName(params) != null ? { 'mcp-name': mcpName(params) } : {}) } : headers;
+      const r = await request(agent, port, 'POST', url, h, JSON.stringify({ jsonrpc: '2.0', id, method, params: p }), { timeout });
+      const a = messagesOf(r).find(isAnswer(id));
+      if (!a) throw fail('http', `${method}: HTTP ${r.status} without an answer: ${r.text.slice(0, 300)}`, { status: r.status, text: r.text });
       return a;
     },
     async close() {
@@ -179,13 +201,13 @@ async function sseClient({ port, upstream, token, agent }) {
   });
   req.end();
   await endpointP;
-  const post = async (body) => {
-    const r = await request(agent, port, 'POST', endpoint, { ...auth, 'content-type': 'application/json' }, JSON.stringify(body));
+  const post = async (body, text) => {
+    const r = await request(agent, port, 'POST', endpoint, { ...auth, 'content-type': 'application/json' }, text ?? JSON.stringify(body));
     if (r.status !== 202) throw fail('http', `POST ${endpoint}: HTTP ${r.status} ${r.text.slice(0, 200)}`, { status: r.status, text: r.text });
   };
-  const send = async (body, timeout) => {
+  const send = async (body, timeout, text) => {
     const p = pend.add(body.id, timeout);
-    try { await post(body); } catch (e) { p.catch(() => {}); pend.answer({ id: body.id, error: {} }); throw e; }
+    try { await post(body, text); } catch (e) { p.catch(() => {}); pend.answer({ id: body.id, error: {} }); throw e; }
     return p;
   };
   const init = await send(initBody('init', '2024-11-05'), 10000);
@@ -195,9 +217,12 @@ async function sseClient({ port, upstream, token, agent }) {
     kind: 'sse',
     get closed() { return closed; },
     get closedWhy() { return closedWhy; },
-    call(name, args = {}, { timeout = 30000 } = {}) {
+    call(name, args = {}, { timeout = 30000, raw } = {}) {
       const id = nextId('e');
-      return send({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } }, timeout);
+      return send({ id }, timeout, callText(id, name, args, raw));
+    },
+    rpc(method, params = {}, { timeout = 30000 } = {}) {
+      return send({ jsonrpc: '2.0', id: nextId('e'), method, params }, timeout);
     },
     async close() { req.destroy(); },
   };
@@ -219,10 +244,10 @@ async function wsClient({ port, upstream, token }) {
     ws.once('unexpected-response', (q, res) => reject(fail('http', `ws handshake: HTTP ${res.statusCode}`, { status: res.statusCode })));
   });
   ws.on('error', () => {});
-  const send = (body, timeout) => {
+  const send = (body, timeout, text) => {
     if (closed) return Promise.reject(fail('closed', `ws: closed (${closedWhy})`));
     const p = pend.add(body.id, timeout);
-    ws.send(JSON.stringify(body));
+    ws.send(text ?? JSON.stringify(body));
     return p;
   };
   const init = await send(initBody('init', '2025-06-18'), 10000);
@@ -232,8 +257,12 @@ async function wsClient({ port, upstream, token }) {
     kind: 'ws',
     get closed() { return closed; },
     get closedWhy() { return closedWhy; },
-    call(name, args = {}, { timeout = 30000 } = {}) {
-      return send({ jsonrpc: '2.0', id: nextId('w'), method: 'tools/call', params: { name, arguments: args } }, timeout);
+    call(name, args = {}, { timeout = 30000, raw } = {}) {
+      const id = nextId('w');
+      return send({ id }, timeout, callText(id, name, args, raw));
+    },
+    rpc(method, params = {}, { timeout = 30000 } = {}) {
+      return send({ jsonrpc: '2.0', id: nextId('w'), method, params }, timeout);
     },
     async close() {
       if (closed) return;
