@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/base/json.h"
+#include "policy/history_rules.h"
 #include "policy/policy_int.h"
 
 static const char *const op_names[] = {"eq", "neq", "in", "not_in", "lt", "lte", "gt", "gte", "regex", "contains",
@@ -59,6 +60,10 @@ static const cJSON *resolve(const cJSON *cur, char **path, int n)
 /* "PATH OP VALUE (the call has X)" for a condition. */
 static void describe_cond(const struct cond *c, const cJSON *args, char *out, size_t n)
 {
+    if (c->hist != NULL) {
+        tg__describe_history_cond(c, out, n);
+        return;
+    }
     struct tg_buf b;
     tg_buf_init(&b);
     if (c->is_state) {
@@ -104,6 +109,7 @@ static void locate(const struct tg__trace *tr, const cJSON *args, struct tg_poli
         snprintf(e->where, sizeof(e->where), "tools.%s.rules[%d].state.increment_from", name, tr->index);
         return;
     case TG_TRACE_LIMIT: snprintf(e->where, sizeof(e->where), "tools.%s.limits[%d]", name, tr->index); return;
+    case TG_TRACE_BRAKE: snprintf(e->where, sizeof(e->where), "tools.%s.brake", name); return;
     case TG_TRACE_ALLOWED:
         if (name != NULL)
             snprintf(e->where, sizeof(e->where), "tools.%s", name);

@@ -35,6 +35,12 @@ void tg_policy_explain_call(const struct tg_policy *p, struct tg_counters *c, co
  * window, increment and limit for a fixed window. Appends nothing when there is none. */
 void tg_policy_explain_counters(const struct tg_policy *p, const char *tool, struct tg_buf *out);
 
+/* Remember an earlier call of tool (args may be NULL) at at_ms in store c as the gateway would
+ * have, had the policy allowed it: so explain and test can predict a decision that depends on
+ * history (`--after`, a case's "history"). Nothing when the policy does not record. */
+void tg_policy_history_add_call(const struct tg_policy *p, struct tg_counters *c, const struct tg_caller *who,
+                                const char *tool, const cJSON *args, int64_t at_ms);
+
 /* "allow", "deny", "limited" or "approve". */
 const char *tg_policy_verdict_str(enum tg_verdict v);
 

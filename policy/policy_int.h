@@ -69,6 +69,7 @@ struct cond {
     cJSON *value;
     double num;
     struct tg_regex *re; /* regex: compiled at load; this condition owns it */
+    struct hcond *hist;  /* a history condition (policy/history_rules.h), or NULL; owned */
 };
 
 /* One Intercept rule of a tool (rules[i]); an entry of ptool.rules, freed with its conds by
@@ -87,6 +88,7 @@ struct rule {
     int nincr;
     double limit; /* the value after a reservation must be <= or < this (limit_op) */
     enum tg_limit_op limit_op;
+    struct hwhen *when; /* "when": the calls the rule applies to (history_rules.h), NULL all; owned */
 };
 
 enum taction { TA_ALLOW, TA_DENY, TA_APPROVE };
@@ -114,6 +116,7 @@ struct ptool {
     char *scopes; /* "scopes": the scope set (policy/scopes.h) a call needs, or NULL */
     char **tags;  /* "tags" (never on "*"): what the tool does, for history conditions and brakes */
     int ntags;
+    struct brake *brake; /* "brake" (policy/history_rules.h), or NULL; owned */
 };
 
 /* One slot of tg_policy.tool_slots: idx + 1 of a tool (0: empty) and the hash of its name. */
@@ -168,6 +171,11 @@ struct tg_policy {
     /* Regex conditions: one match context (limits, JIT stack) for all of them, made with the
      * first; NULL if there is none. */
     struct tg_regex_ctx *rx;
+    /* History (policy/history_rules.h): records is 1 when the policy uses tags, history
+     * conditions or brakes, so its allowed calls are remembered; hist (NULL when it does not)
+     * holds the argument paths its entries remember and the tags of resources and prompts. */
+    int records;
+    struct hpolicy *hist;
 };
 
 /* "scopes": a list of scope-tokens into a scope set (*out, NULL on error); errors go to cx
@@ -178,6 +186,10 @@ void tg__compile_scoped_globs(struct tg__cctx *cx, const cJSON *j, const char *p
 void tg__free_scoped_globs(struct globset *g);
 /* Add each scope of set to need (n bytes); 1 if have lacks one of them (compile_scopes.c). */
 int tg__scopes_need(const char *set, const char *have, char *need, size_t n);
+/* Does s match the glob pat ("*" crosses "/" unless star_stops; decide_resource.c)? */
+int tg__glob_match(const char *pat, const char *s, int star_stops);
+/* Go's %v for a float64 (decide_note.c). */
+void tg__go_float(double d, char *out, size_t n);
 /* Is tag one of tags[0..n)? (compile_tags.c) */
 int tg__has_tag(char *const *tags, int n, const char *tag);
 /* The entry of tools named name, or NULL (decide.c). */
@@ -208,6 +220,7 @@ enum tg__trace_at {
     TG_TRACE_COUNTER,   /* entry->rules[index]: its counter would pass its limit */
     TG_TRACE_LIMIT,     /* entry->limits[index]: the token bucket is empty */
     TG_TRACE_ALLOWED,   /* every rule held: entry allowed it (NULL: allowed by default) */
+    TG_TRACE_BRAKE,     /* entry's "brake": the call repeats itself */
 };
 struct tg__trace {
     enum tg__trace_at at;
