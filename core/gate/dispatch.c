@@ -84,6 +84,7 @@ static int refused(struct tg_server *srv, struct tg_call *k, const struct tg_dec
     if (dec->verdict != TG_VERDICT_DENY && dec->verdict != TG_VERDICT_LIMITED)
         return 0;
     tg_call_audit(k, dec->verdict == TG_VERDICT_DENY ? "deny" : "limited", -1, NULL, NULL);
+    tg_call_count_refusal(k, dec);
     tg_call_answer_decision(k, dec, NULL);
     tg_call_close(k);
     return 1;
