@@ -264,37 +264,23 @@ int tg__hist_brake(struct tg__hctx *h, const struct ptool *wild, struct tg_decis
     int64_t start = h->now_ms - b->within_ms;
     char w[32];
     tg__hist_duration(b->within_ms, w, sizeof(w));
-    /* repeats: the same call (upstream, tool, canonical arguments) more than repeats times */
-    int n = 0;
-    int64_t nth_ms = 0;
-    for (size_t i = 0; i < len && n < b->repeats; i++) {
-        const struct tg_hist_entry *e = tg_hist_view_newest(v, i);
-        if (e->at_ms > start && e->call == self->call && ++n == b->repeats)
-            nth_ms = e->at_ms; /* when it leaves the window, fewer than repeats are left */
-    }
-    if (n >= b->repeats) {
-        braked(d, b, nth_ms, h->now_ms, "you have called %s with the same arguments %d times in %s; stop and report to "
-               "the user", h->tool, n + 1, w);
-        return 1;
-    }
-    if (b->cycle < 2)
-        return 0;
-    /* cycles: this call and the ones before it, newest first, s[0] = this call; a run within the
-     * window. A sequence of L calls repeated more than repeats times: s[i] == s[i + L] over
-     * (repeats + 1) * L calls. */
+    /* cycles first, so that the message names the loop: this call and the ones before it, newest
+     * first (s[0] = this call), a run within the window. The calls ending with this one go round a
+     * sequence of L different calls for the N+1th time: s[i] == s[i + L] over N * L + 1 calls. */
     size_t run = 1;
-    while (run - 1 < len && tg_hist_view_newest(v, run - 1)->at_ms > start)
+    while (b->cycle >= 2 && run - 1 < len && tg_hist_view_newest(v, run - 1)->at_ms > start)
         run++;
     for (int L = 2; L <= b->cycle; L++) {
-        size_t total = (size_t)(b->repeats + 1) * (size_t)L;
+        size_t total = (size_t)b->repeats * (size_t)L + 1;
         if (total > run)
             break;
-        int same = 1;
+        int same = 1, varied = 0;
         for (size_t i = 0; i + (size_t)L < total && same; i++) {
             uint64_t a = i == 0 ? self->call : tg_hist_view_newest(v, i - 1)->call;
             same = a == tg_hist_view_newest(v, i + (size_t)L - 1)->call;
+            varied |= i < (size_t)L && a != self->call;
         }
-        if (!same)
+        if (!same || !varied)
             continue;
         char names[200];
         size_t o = 0;
@@ -306,13 +292,24 @@ int tg__hist_brake(struct tg__hctx *h, const struct ptool *wild, struct tg_decis
                 break;
             o += (size_t)wr;
         }
-        const struct tg_hist_entry *oldest = tg_hist_view_newest(v, total - 2);
-        int64_t oldest_ms = oldest->at_ms;
-        /* the message names the cycle's calls and how many times it ran */
         char what[260];
         snprintf(what, sizeof(what), "the same %d calls (%s)", L, names);
-        braked(d, b, oldest_ms, h->now_ms, "you have repeated %s %d times in %s; stop and report to the user", what,
-               b->repeats + 1, w);
+        /* fewer than N rounds are left in the window when the oldest counted call leaves it */
+        braked(d, b, tg_hist_view_newest(v, total - 2)->at_ms, h->now_ms,
+               "you have repeated %s %d times in %s; stop and report to the user", what, b->repeats + 1, w);
+        return 1;
+    }
+    /* repeats: the same call (upstream, tool, canonical arguments) more than repeats times */
+    int n = 0;
+    int64_t nth_ms = 0;
+    for (size_t i = 0; i < len && n < b->repeats; i++) {
+        const struct tg_hist_entry *e = tg_hist_view_newest(v, i);
+        if (e->at_ms > start && e->call == self->call && ++n == b->repeats)
+            nth_ms = e->at_ms; /* when it leaves the window, fewer than repeats are left */
+    }
+    if (n >= b->repeats) {
+        braked(d, b, nth_ms, h->now_ms, "you have called %s with the same arguments %d times in %s; stop and report to "
+               "the user", h->tool, n + 1, w);
         return 1;
     }
     return 0;
