@@ -398,7 +398,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             tg_xfree(mc);
             return;
         }
-        tg_reads_record(x, pol, m, tool, dec); /* remembered for history conditions */
+        tg_reads_record(x, pol, m, tool, dec, tg_dispatch_subject(x), tg_dispatch_issuer(x)); /* for history */
     }
     srv->metrics.rpc_requests++;
     struct tg_call *k = tg_call_new(srv, s, sk, KIND_REQUEST);
