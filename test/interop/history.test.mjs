@@ -552,7 +552,7 @@ describe('bad input', () => {
     }
   });
 
-  test('a flood of distinct calls keeps history memory under limits.history_bytes; a too-short ring fails closed; still serving', async () => {
+  test('a flood of distinct calls keeps history memory under limits.history_bytes; a too-short ring fails closed; still serving', async (t) => {
     const side = H.makeTempDir(cleanup, 'tollgate-history-flood-');
     const pol = path.join(side, 'cw.json');
     writeJson(pol, cwPolicyJson());
@@ -603,6 +603,7 @@ describe('bad input', () => {
     const m = await g2.metrics();
     assert.ok(peak > 0 && peak <= BYTES, `tollgate_history_memory_bytes peaked at ${peak}, limit ${BYTES}`);
     assert.ok(m.tollgate_history_keys < many.length, `rings were dropped: ${m.tollgate_history_keys} keys for ${many.length + 2} subjects`);
+    t.diagnostic(`history memory peaked at ${peak} of ${BYTES} bytes; ${m.tollgate_history_keys} keys held for ${many.length + 2} subjects`);
     // Still serving, on every transport.
     for (const kind of KINDS) {
       const c = await open('fresh', kind);
