@@ -13,7 +13,8 @@
 //      refused at the N+1th (-32002, rule "brake", retry_after_ms, the reason the model reads)
 //      whatever the key order, number spelling and spacing; a varied workload of the same tool
 //      passes; braked calls spend no rate limit (the tool's own limit still has exactly the
-//      tokens the allowed calls left) and are not recorded (retry_after_ms does not grow).
+//      tokens the allowed calls left) and are not recorded (retry_after_ms does not grow); a
+//      loop of two calls (brake.cycle) is braked as it starts its third round, the loop named.
 //   3. a 2 s window: the braked call passes again once retry_after_ms has gone by (polled).
 //   4. history survives a reload (SIGHUP, with the policy's message changed): the refusal after
 //      it names the read made before it, and the loop stays braked.
@@ -102,7 +103,7 @@ const test = (name, opts, fn) => {
 
 /** A grant of its own per scenario and transport: each has its own history. */
 const grantNames = [];
-for (const s of ['toxic-cw', 'toxic-e26', 'cross-a', 'cross-b', 'brake-cw', 'brake-e26'])
+for (const s of ['toxic-cw', 'toxic-e26', 'cross-a', 'cross-b', 'brake-cw', 'brake-e26', 'cycle'])
   for (const k of KINDS) grantNames.push(`${s}-${k}`);
 grantNames.push('short', 'reload', 'audit', 'reads', 'reads-denied', 'prompts-streamable', 'prompts-stateless');
 for (const g of grantNames) TOKENS[g] = `${g}-${H.randomToken()}`;
@@ -121,6 +122,7 @@ function cwPolicyJson(onDeny = DENY_MSG) {
         rules: [{ name: 'issue budget', rate_limit: `${LIMIT}/hour` }],
       },
       'jira.get_issue': { brake: { repeats: 2, within: '2s' } },
+      'okta.list_users': { brake: { repeats: 2, within: '60s', cycle: 3 } },
       '*': {
         rules: [{
           name: RULE, when: { tags: ['egress'] },
@@ -295,7 +297,7 @@ describe('across two upstreams: the read on one, the egress on the other', () =>
 // ---- 2. brakes -------------------------------------------------------------------------------------
 
 /** A -32002 brake refusal of tool; returns its retry_after_ms. */
-function assertBraked(a, tool, { windowMs = BRAKE_WINDOW_MS, repeats = REPEATS } = {}) {
+function assertBraked(a, tool, { windowMs = BRAKE_WINDOW_MS, repeats = REPEATS, loop = false } = {}) {
   assert.ok(a.error, `${tool}: braked, got ${JSON.stringify(a).slice(0, 400)}`);
   assert.equal(a.error.code, -32002, JSON.stringify(a.error));
   const d = a.error.data;
@@ -305,8 +307,10 @@ function assertBraked(a, tool, { windowMs = BRAKE_WINDOW_MS, repeats = REPEATS }
   assert.ok(d.retry_after_ms > 0 && d.retry_after_ms <= windowMs, `0 < retry_after_ms ${d.retry_after_ms} <= ${windowMs}`);
   assert.equal(d.reason, a.error.message, 'the reason is the message the model reads');
   const short = tool.split('.').pop();
-  assert.match(a.error.message, new RegExp(`${short.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}.*same arguments ${repeats + 1} times in ${windowMs / 1000} s`),
-    `the model reads what it did: ${a.error.message}`);
+  if (!loop) {
+    assert.match(a.error.message, new RegExp(`${short.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}.*same arguments ${repeats + 1} times in ${windowMs / 1000} s`),
+      `the model reads what it did: ${a.error.message}`);
+  }
   assert.match(a.error.message, /stop and report to the user/);
   return d.retry_after_ms;
 }
@@ -351,6 +355,30 @@ describe('a loop of identical calls braked at N+1 while a varied workload passes
         }
       });
     }
+  }
+
+  for (const kind of KINDS) {
+    test(`${kind} client: a loop of two calls braked as it starts its third round, named in the message`, async () => {
+      const c = await client(kind, 'cw', `cycle-${kind}`);
+      try {
+        const list = ['okta.list_users', { limit: 5 }];
+        const other = ['echo', { text: 'looping' }];
+        // Other arguments break the loop: no brake.
+        assertResult(await c.call('okta.list_users', { limit: 6 }), 'a different call first');
+        for (let round = 1; round <= 2; round++) {
+          assertResult(await c.call(...list), `round ${round}: list`);
+          assertResult(await c.call(...other), `round ${round}: echo`);
+        }
+        // The third round starts: braked, the message names the loop in the order it was called.
+        const a = await c.call(...list);
+        assertBraked(a, 'okta.list_users', { repeats: 2, loop: true });
+        assert.match(a.error.message, /repeated the same 2 calls \(echo, okta\.list_users\) 3 times in 60 s; stop and report to the user/);
+        // The other member of the loop has no brake of its own: still served.
+        assertResult(await c.call(...other), 'echo, unbraked');
+      } finally {
+        await c.close();
+      }
+    });
   }
 
   test('a 2 s window: braked at the 3rd call, and let through again once retry_after_ms has passed', async () => {
