@@ -468,7 +468,7 @@ describe('history survives a reload; the audit line and /metrics show it', () =>
     const c = await client('streamable', 'cw', 'reads');
     try {
       const t0 = Date.now();
-      const r = await c.rpc('resources/read', { uri: 'cowork://workspaces' });
+      const r = await c.request('resources/read', { uri: 'cowork://workspaces' });
       assertResult(r, 'resources/read');
       const t1 = Date.now();
       const a = await c.call(...TOOLS.cw.egress);
@@ -487,7 +487,7 @@ describe('history survives a reload; the audit line and /metrics show it', () =>
       const c = await client(kind, 'e26', `prompts-${kind}`);
       try {
         const t0 = Date.now();
-        assertResult(await c.rpc('prompts/get', { name: 'test_simple_prompt' }), 'prompts/get');
+        assertResult(await c.request('prompts/get', { name: 'test_simple_prompt' }), 'prompts/get');
         const t1 = Date.now();
         const a = await c.call(...TOOLS.e26.egress);
         assert.equal(a.error?.code, -32001, JSON.stringify(a));
@@ -504,7 +504,7 @@ describe('history survives a reload; the audit line and /metrics show it', () =>
   test('a refused read is not remembered: a denied resource does not close egress', async () => {
     const c = await client('sse', 'cw', 'reads-denied');
     try {
-      const r = await c.rpc('resources/read', { uri: 'cowork://workspaces/secret-vault' });
+      const r = await c.request('resources/read', { uri: 'cowork://workspaces/secret-vault' });
       assert.equal(r.error?.code, -32001, JSON.stringify(r));
       assertResult(await c.call(...TOOLS.cw.egress), 'egress after a refused read');
     } finally {

@@ -5,7 +5,8 @@
 //   const c = await openClient(kind, { port, upstream, token, agent });
 //   const answer = await c.call('echo', { text: 'x' });   // the JSON-RPC answer message
 //   await c.call('echo', null, { raw: '{"text":"x","n":1e0}' }); // the arguments as this exact JSON text
-//   await c.rpc('resources/read', { uri: 'x://y' });       // any other request
+//   const list = await c.request('tools/list', {});        // any request method, same answer shape
+//                                                           // (c.rpc is the same function)
 //   await c.close();
 //
 // kind: 'streamable' (2025 session: initialize, Mcp-Session-Id), 'stateless' (2026-07-28: _meta
@@ -77,16 +78,14 @@ const initBody = (id, protocolVersion) => ({
 let seq = 0;
 const nextId = (kind) => `${kind}-${process.pid}-${++seq}`;
 
-// A request's text; with `raw`, params.arguments is that JSON text as it is (its key order, number
-// spelling and spacing), for tests of what makes two calls the same.
+// A request's text; with `raw` (tools/call), params.arguments is that JSON text as it is (its key
+// order, number spelling and spacing), for tests of what makes two calls the same.
 const RAW = '\u0000raw-arguments\u0000';
-function callText(id, name, args, raw, extra = {}) {
-  const params = { name, arguments: raw == null ? args : RAW, ...extra };
-  const text = JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params });
+function requestText(id, method, params, raw) {
+  const p = raw == null ? params : { ...params, arguments: RAW };
+  const text = JSON.stringify({ jsonrpc: '2.0', id, method, params: p });
   return raw == null ? text : text.replace(JSON.stringify(RAW), () => raw);
 }
-/** The Mcp-Name a 2026-07-28 request carries: params.name, or params.uri for resources. */
-const mcpName = (params) => params?.name ?? params?.uri;
 
 async function streamableClient({ port, upstream, token, agent, stateless }) {
   agent ??= new http.Agent({ keepAlive: true });
@@ -102,26 +101,25 @@ async function streamableClient({ port, upstream, token, agent, stateless }) {
     const n = await request(agent, port, 'POST', url, headers, JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
     if (n.status !== 202 && n.status !== 200) throw fail('http', `initialized: HTTP ${n.status}`, { status: n.status });
   }
-  return {
+  const client = {
     kind: stateless ? 'stateless' : 'streamable',
     sessionId: headers['mcp-session-id'],
-    async call(name, args = {}, { timeout = 30000, raw } = {}) {
+    async request(method, p = {}, { timeout = 30000, raw } = {}) {
       const id = nextId('s');
-      const h = stateless ? { ...headers, 'mcp-protocol-version': MODERN, 'mcp-method': 'tools/call', 'mcp-name': name } : headers;
-      const body = callText(id, name, args, raw, stateless ? { _meta: META } : {});
-      const r = await request(agent, port, 'POST', url, h, body, { timeout });
-      const a = messagesOf(r).find(isAnswer(id));
-      if (!a) throw fail('http', `tools/call ${name}: HTTP ${r.status} without an answer: ${r.text.slice(0, 300)}`, { status: r.status, text: r.text });
-      return a;
-    },
-    async rpc(method, params = {}, { timeout = 30000 } = {}) {
-      const id = nextId('s');
-      const p = stateless ? { ...params, _meta: META } : params;
-      const h = stateless ? { ...headers, 'mcp-protocol-version': MODERN, 'mcp-method': method, ...(mcpName(params) != null ? { 'mcp-name': mcpName(params) } : {}) } : headers;
-      const r = await request(agent, port, 'POST', url, h, JSON.stringify({ jsonrpc: '2.0', id, method, params: p }), { timeout });
+      const params = stateless ? { ...p, _meta: { ...(p._meta ?? {}), ...META } } : p;
+      let h = headers;
+      if (stateless) {
+        h = { ...headers, 'mcp-protocol-version': MODERN, 'mcp-method': method };
+        const named = method === 'tools/call' || method === 'prompts/get' ? p.name : method === 'resources/read' ? p.uri : undefined;
+        if (named !== undefined) h['mcp-name'] = named;
+      }
+      const r = await request(agent, port, 'POST', url, h, requestText(id, method, params, raw), { timeout });
       const a = messagesOf(r).find(isAnswer(id));
       if (!a) throw fail('http', `${method}: HTTP ${r.status} without an answer: ${r.text.slice(0, 300)}`, { status: r.status, text: r.text });
       return a;
+    },
+    call(name, args = {}, opts = {}) {
+      return client.request('tools/call', { name, arguments: args }, opts);
     },
     async close() {
       if (!stateless && headers['mcp-session-id']) {
@@ -129,6 +127,8 @@ async function streamableClient({ port, upstream, token, agent, stateless }) {
       }
     },
   };
+  client.rpc = client.request;
+  return client;
 }
 
 /** Calls waiting for their answer on a stream, by id. */
@@ -213,19 +213,21 @@ async function sseClient({ port, upstream, token, agent }) {
   const init = await send(initBody('init', '2024-11-05'), 10000);
   if (!init.result) throw fail('http', `sse initialize: ${JSON.stringify(init)}`);
   await post({ jsonrpc: '2.0', method: 'notifications/initialized' });
-  return {
+  const client = {
     kind: 'sse',
     get closed() { return closed; },
     get closedWhy() { return closedWhy; },
-    call(name, args = {}, { timeout = 30000, raw } = {}) {
+    request(method, params = {}, { timeout = 30000, raw } = {}) {
       const id = nextId('e');
-      return send({ id }, timeout, callText(id, name, args, raw));
+      return send({ id }, timeout, requestText(id, method, params, raw));
     },
-    rpc(method, params = {}, { timeout = 30000 } = {}) {
-      return send({ jsonrpc: '2.0', id: nextId('e'), method, params }, timeout);
+    call(name, args = {}, opts = {}) {
+      return client.request('tools/call', { name, arguments: args }, opts);
     },
     async close() { req.destroy(); },
   };
+  client.rpc = client.request;
+  return client;
 }
 
 async function wsClient({ port, upstream, token }) {
@@ -253,16 +255,16 @@ async function wsClient({ port, upstream, token }) {
   const init = await send(initBody('init', '2025-06-18'), 10000);
   if (!init.result) throw fail('http', `ws initialize: ${JSON.stringify(init)}`);
   ws.send(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
-  return {
+  const client = {
     kind: 'ws',
     get closed() { return closed; },
     get closedWhy() { return closedWhy; },
-    call(name, args = {}, { timeout = 30000, raw } = {}) {
+    request(method, params = {}, { timeout = 30000, raw } = {}) {
       const id = nextId('w');
-      return send({ id }, timeout, callText(id, name, args, raw));
+      return send({ id }, timeout, requestText(id, method, params, raw));
     },
-    rpc(method, params = {}, { timeout = 30000 } = {}) {
-      return send({ jsonrpc: '2.0', id: nextId('w'), method, params }, timeout);
+    call(name, args = {}, opts = {}) {
+      return client.request('tools/call', { name, arguments: args }, opts);
     },
     async close() {
       if (closed) return;
@@ -271,6 +273,8 @@ async function wsClient({ port, upstream, token }) {
       ws.terminate();
     },
   };
+  client.rpc = client.request;
+  return client;
 }
 
 export const KINDS = ['streamable', 'stateless', 'sse', 'ws'];
