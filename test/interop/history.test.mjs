@@ -82,6 +82,10 @@ const TOOLS = {
   },
 };
 
+// Names a history entry must carry safely: longer than it keeps (128 bytes), and with bytes JSON
+// escapes (a quote, a backslash, a control character, non-ASCII).
+const LONG_NAME = 'read_' + 'é'.repeat(150);
+const ODD_NAME = 'read "secret" \\ \u0001 ✓';
 const REPEATS = 3;      // brake.repeats: the 4th identical call is braked
 const LIMIT = 10;       // the braked tool's own rate limit (per grant, an hour)
 const BRAKE_WINDOW_MS = 60000;
@@ -105,7 +109,7 @@ const test = (name, opts, fn) => {
 const grantNames = [];
 for (const s of ['toxic-cw', 'toxic-e26', 'cross-a', 'cross-b', 'brake-cw', 'brake-e26', 'cycle'])
   for (const k of KINDS) grantNames.push(`${s}-${k}`);
-grantNames.push('short', 'reload', 'audit', 'reads', 'reads-denied', 'prompts-streamable', 'prompts-stateless');
+grantNames.push('short', 'reload', 'audit', 'reads', 'reads-denied', 'prompts-streamable', 'prompts-stateless', 'huge', 'long-name', 'odd-name');
 for (const g of grantNames) TOKENS[g] = `${g}-${H.randomToken()}`;
 
 /** The stand-in's policy: tags, the toxic-flow rule on "*", a brake with a limit, a 2 s brake. */
@@ -115,6 +119,8 @@ function cwPolicyJson(onDeny = DENY_MSG) {
     resources: { tags: { 'cowork://workspaces*': ['reads_secrets'] }, deny: ['cowork://workspaces/secret-*'] },
     tools: {
       'salesforce.get_record': { tags: ['reads_secrets'] },
+      [LONG_NAME]: { tags: ['reads_secrets'] },
+      [ODD_NAME]: { tags: ['reads_secrets'] },
       'resend.send_email': { tags: ['egress'] },
       http_request: { tags: ['egress'] },
       'jira.create_issue': {
@@ -579,6 +585,41 @@ describe('bad input', () => {
       assert.equal(r.status, 0, `within ${within} loads: ${r.out}`);
     }
   });
+
+  test('huge arguments: a loop of identical 1 MiB calls is braked, one differing in its last byte is not', async () => {
+    const c = await client('streamable', 'cw', 'huge');
+    try {
+      const big = 'x'.repeat(1 << 20);
+      const args = (last) => ({ projectKey: 'BIG', issueType: 'Task', fields: { blob: big + last } });
+      for (let i = 0; i < REPEATS; i++) assertResult(await c.call('jira.create_issue', args('a')), `identical 1 MiB call ${i + 1}`);
+      assertBraked(await c.call('jira.create_issue', args('a')), 'jira.create_issue');
+      assertResult(await c.call('jira.create_issue', args('b')), 'the last byte differs: another call');
+    } finally {
+      await c.close();
+    }
+  });
+
+  for (const [grant, name] of [['long-name', LONG_NAME], ['odd-name', ODD_NAME]]) {
+    test(`error.data.history stays valid JSON for a ${grant === 'long-name' ? 'name longer than history keeps' : 'name JSON must escape'}`, async () => {
+      const c = await client('ws', 'cw', grant);
+      try {
+        const read = await c.call(name, {});
+        assert.ok(read.result || read.error?.code !== -32001, `the tagged tool is let through: ${JSON.stringify(read).slice(0, 300)}`);
+        const a = await c.call(...TOOLS.cw.egress); // the ws client parses the answer: it is JSON
+        assert.equal(a.error?.code, -32001, JSON.stringify(a).slice(0, 400));
+        const h = a.error.data.history;
+        assert.equal(h.upstream, 'cw');
+        if (name === LONG_NAME) {
+          assert.ok(name.startsWith(h.tool) && h.tool.length < name.length && h.tool.length >= 32,
+            `cut on a character boundary: ${JSON.stringify(h.tool)}`);
+        } else {
+          assert.equal(h.tool, name);
+        }
+      } finally {
+        await c.close();
+      }
+    });
+  }
 
   test('a flood of distinct calls keeps history memory under limits.history_bytes; a too-short ring fails closed; still serving', async (t) => {
     const side = H.makeTempDir(cleanup, 'tollgate-history-flood-');
