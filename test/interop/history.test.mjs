@@ -21,7 +21,8 @@
 //   5. the audit line (rule, history) and /metrics (tollgate_brakes_total{upstream,tool},
 //      tollgate_history_refusals_total{upstream,rule}).
 //   6. bad input: `tollgate -t` refuses pathological windows and malformed history conditions
-//      and brakes, naming the file and the path; a flood of distinct calls from one subject and
+//      and brakes, naming the file and the path; 1 MiB arguments braked by their canonical form;
+//      error.data.history valid JSON for long and odd names; a flood of distinct calls from one subject and
 //      from many keeps tollgate_history_memory_bytes under limits.history_bytes, a window longer
 //      than the ring remembers fails closed (the message says to raise limits.history_calls),
 //      and the gateway keeps serving.
