@@ -29,7 +29,7 @@ static const char usage_text[] =
     "      policy without \"default\" denies what it does not name, and a note says so.\n"
     "\n"
     "  tollgate policy explain [-c CONF] [--grant G] [--subject S [--issuer I]] [--upstream U]\n"
-    "                          [--session S] [--repeat N] [--scopes 'S1 S2']\n"
+    "                          [--session S] [--repeat N] [--scopes 'S1 S2'] [--after TOOL[:AGO]]...\n"
     "                          (--call '{\"name\":T,\"arguments\":{...}}' | --method M [--params JSON])\n"
     "      Decide one call with the policy that governs grant G's calls to upstream U in CONF\n"
     "      (default conf/tollgate.conf; G may be left out when CONF has one grant, U when it has a\n"
@@ -48,6 +48,10 @@ static const char usage_text[] =
     "      the call; with --scopes (the token's scopes, space-separated, '' for none) a call that\n"
     "      lacks some is explained as the gateway refuses it, before any rule: deny, rule\n"
     "      insufficient_scope (HTTP 403 with WWW-Authenticate: Bearer error=\"insufficient_scope\").\n"
+    "      --after TOOL[:AGO] (repeated; AGO \"30s\", \"5m\", \"1h\", default 1 s), or --after\n"
+    "      '{\"tool\":T,\"args\":{...},\"ago\":\"5m\"}' (or \"resource\"/\"prompt\" instead of \"tool\"): an\n"
+    "      earlier call of the same caller, remembered as if the policy had let it through, so a\n"
+    "      history condition or a brake decides as it would after them.\n"
     "      Exit 0 allow, 1 deny, 3 limited, 4 approve, 2 on bad arguments or a conf that does not load.\n"
     "\n"
     "  tollgate policy test FILE CASES.yaml\n"
@@ -63,7 +67,8 @@ static const char usage_text[] =
     "          grant: ci                           # optional (default \"test\"); also session (\"test-session\")\n"
     "          subject: alice                      # optional: the user inside the grant (default: the grant)\n"
     "          issuer: https://idp.example/        # optional: that user's JWT issuer (default: none)\n"
-    "          repeat: 3                           # optional: make the call 3 times; expect is the last one's\n"
+    "          repeat: 3                           # optional: make the call 3 times; expect is the last one's\n"    "          history: [read_env, {tool: fetch, args: {url: x}, ago: 5m}]  # optional: earlier calls of\n"
+    "                                              # the same caller, remembered first (AGO default 1 s)\n"
     "          scopes: [deploy]                    # optional: the token's scopes (a list, or 'a b'); one\n"
     "                                              # that lacks what the policy requires is denied,\n"
     "                                              # rule insufficient_scope (default: not checked)\n"
@@ -145,6 +150,8 @@ static void print_explain(const struct tg_policy *p, const char *tool, const str
     if (e->cond >= 0)
         printf("condition: conditions[%d] does not hold: %s\n", e->cond, e->cond_text);
     printf("hidden: %s\n", e->hidden ? "yes (tools/list does not show it)" : "no");
+    if (d->history_json[0])
+        printf("earlier call: %s\n", d->history_json);
     if (d->verdict == TG_VERDICT_LIMITED)
         printf("limited by: %s (retry in %llu ms)\n", d->counter, (unsigned long long)d->retry_after_ms);
     if (d->verdict == TG_VERDICT_APPROVE) {
@@ -265,10 +272,18 @@ static int cmd_explain(int argc, char **argv)
 {
     const char *conf_path = "conf/tollgate.conf", *grant = NULL, *upstream = NULL, *session = "explain";
     const char *subject = NULL, *issuer = NULL;
-    const char *call = NULL, *method = NULL, *params = NULL, *repeat_s = NULL, *scopes = NULL;
+    const char *call = NULL, *method = NULL, *params = NULL, *repeat_s = NULL, *scopes = NULL, *after = NULL;
+    cJSON *afters = cJSON_CreateArray(); /* --after, in order */
     for (int i = 2; i < argc; i++) {
         int missing = 0;
-        if (strcmp(argv[i], "-c") == 0) {
+        if (option(argc, argv, &i, "--after", &after, &missing)) {
+            cJSON *one = missing ? NULL : after[0] == '{' ? cJSON_Parse(after) : cJSON_CreateString(after);
+            if (one == NULL) {
+                cJSON_Delete(afters);
+                return usage_error("explain: --after needs TOOL[:AGO] or a JSON map, not %s", missing ? "nothing" : after);
+            }
+            cJSON_AddItemToArray(afters, one);
+        } else if (strcmp(argv[i], "-c") == 0) {
             if (i + 1 >= argc)
                 return usage_error("explain: -c needs a value%s", NULL);
             conf_path = argv[++i];
@@ -283,29 +298,44 @@ static int cmd_explain(int argc, char **argv)
                    option(argc, argv, &i, "--params", &params, &missing) ||
                    option(argc, argv, &i, "--repeat", &repeat_s, &missing) ||
                    option(argc, argv, &i, "--scopes", &scopes, &missing)) {
-            if (missing)
+            if (missing) {
+                cJSON_Delete(afters);
                 return usage_error("explain: %s needs a value", argv[i]);
+            }
         } else {
+            cJSON_Delete(afters);
             return usage_error("explain: unknown argument: %s", argv[i]);
         }
+    }
+    char hwhy[300];
+    if (tg_policy_history_add_list(NULL, NULL, NULL, afters, 0, hwhy, sizeof(hwhy)) != 0) {
+        cJSON_Delete(afters);
+        return usage_error("explain: --after: %s", hwhy);
     }
     long repeat = 1;
     if (repeat_s != NULL) {
         char *end;
         errno = 0;
         repeat = strtol(repeat_s, &end, 10);
-        if (errno != 0 || end == repeat_s || *end != '\0' || repeat < 1 || repeat > CASES_MAX_REPEAT)
+        if (errno != 0 || end == repeat_s || *end != '\0' || repeat < 1 || repeat > CASES_MAX_REPEAT) {
+            cJSON_Delete(afters);
             return usage_error("explain: --repeat must be a whole number from 1 to 100000, not %s", repeat_s);
+        }
     }
-    if ((call == NULL) == (method == NULL))
-        return usage_error("explain: give either --call or --method%s", NULL);
-    if (call != NULL && params != NULL)
-        return usage_error("explain: --params goes with --method, not --call%s", NULL);
+    const char *argerr = (call == NULL) == (method == NULL) ? "explain: give either --call or --method%s"
+                         : call != NULL && params != NULL   ? "explain: --params goes with --method, not --call%s"
+                                                            : NULL;
+    if (argerr != NULL) {
+        cJSON_Delete(afters);
+        return usage_error(argerr, NULL);
+    }
     cJSON *pj = NULL;
     if (call != NULL || params != NULL) {
         pj = parse_json_arg(call ? "--call" : "--params", call ? call : params);
-        if (pj == NULL)
+        if (pj == NULL) {
+            cJSON_Delete(afters);
             return 2;
+        }
     }
     if (method == NULL)
         method = "tools/call";
@@ -314,6 +344,7 @@ static int cmd_explain(int argc, char **argv)
     if (strcmp(method, "tools/call") == 0 &&
         (!cJSON_IsObject(pj) || !cJSON_IsString(name) || (args != NULL && !cJSON_IsObject(args)))) {
         cJSON_Delete(pj);
+        cJSON_Delete(afters);
         return usage_error("explain: a tools/call needs {\"name\": a string, \"arguments\": an object}%s", NULL);
     }
     struct tg_buf err;
@@ -324,6 +355,7 @@ static int cmd_explain(int argc, char **argv)
         fprintf(stderr, "tollgate policy: explain: configuration %s is invalid\n", conf_path);
         tg_buf_dispose(&err);
         cJSON_Delete(pj);
+        cJSON_Delete(afters);
         return 2;
     }
     tg_buf_dispose(&err);
@@ -374,6 +406,10 @@ static int cmd_explain(int argc, char **argv)
     struct tg_policy_explain *e = tg_xmalloc(sizeof(*e));
     struct tg_caller who = {g->name, session, conf->upstreams[u].name, subject, issuer};
     int64_t now = wall_ms();
+    tg_policy_history_add_list(p, scratch, &who, afters, now, hwhy, sizeof(hwhy));
+    if (cJSON_GetArraySize(afters) > 0)
+        printf("after: %d earlier call%s of this caller\n", cJSON_GetArraySize(afters),
+               cJSON_GetArraySize(afters) == 1 ? "" : "s");
     for (long r = 0; r < repeat; r++) /* the same instant: the calls before the last take their counters */
         tg_policy_explain_call(p, scratch, &who, name->valuestring, args, now, e);
     if (repeat > 1)
@@ -387,6 +423,7 @@ static int cmd_explain(int argc, char **argv)
 out:
     tg_conf_unref(conf);
     cJSON_Delete(pj);
+    cJSON_Delete(afters);
     return rc;
 }
 
@@ -399,6 +436,7 @@ struct tcase {
     const cJSON *args;
     const char *grant, *session, *subject, *issuer;
     enum tg_verdict expect;
+    const cJSON *history; /* earlier calls, or NULL */
     const char *reason, *rule;
     int hidden; /* -1 not checked */
     long repeat;
@@ -442,15 +480,15 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
         why = "a case must be a map {name, call, expect, ...}";
         goto bad;
     }
-    static const char *const known[] = {"name",   "call", "grant",  "session", "subject", "issuer", "expect",
-                                        "reason", "rule", "hidden", "repeat",  "scopes",  NULL};
+    static const char *const known[] = {"name", "call",   "grant",  "session", "subject", "issuer", "expect",
+                                        "reason", "rule", "hidden", "repeat", "scopes", "history", NULL};
     for (const cJSON *k = c->child; k; k = k->next) {
         int ok = 0;
         for (int j = 0; known[j]; j++)
             ok |= strcmp(k->string, known[j]) == 0;
         if (!ok) {
             fprintf(stderr, "%s: cases[%d].%s: unknown field (name call grant session subject issuer expect reason rule "
-                            "hidden repeat scopes)\n", file, i, k->string);
+                            "hidden repeat scopes history)\n", file, i, k->string);
             return -1;
         }
     }
@@ -506,6 +544,12 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
             goto bad;
         }
         t->repeat = (long)r->valuedouble;
+    }
+    static char hwhy[300];
+    t->history = tg_json_get(c, "history");
+    if (t->history != NULL && tg_policy_history_add_list(NULL, NULL, NULL, t->history, 0, hwhy, sizeof(hwhy)) != 0) {
+        field = "", why = hwhy;
+        goto bad;
     }
     const cJSON *sc = tg_json_get(c, "scopes");
     if (sc != NULL) {
@@ -629,6 +673,9 @@ static int cmd_test(int argc, char **argv)
             e->cond = -1;
             e->hidden = !tg_policy_tool_visible(p, t->tool);
         } else {
+            char hwhy[300];
+            if (t->history != NULL)
+                tg_policy_history_add_list(p, scratch, &who, t->history, now, hwhy, sizeof(hwhy));
             for (long r = 0; r < t->repeat; r++)
                 tg_policy_explain_call(p, scratch, &who, t->tool, t->args, now, e);
         }
