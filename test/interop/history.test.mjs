@@ -110,7 +110,7 @@ const test = (name, opts, fn) => {
 const grantNames = [];
 for (const s of ['toxic-cw', 'toxic-e26', 'cross-a', 'cross-b', 'brake-cw', 'brake-e26', 'cycle'])
   for (const k of KINDS) grantNames.push(`${s}-${k}`);
-grantNames.push('short', 'reload', 'audit', 'reads', 'reads-denied', 'prompts-streamable', 'prompts-stateless', 'huge', 'long-name', 'odd-name');
+grantNames.push('short', 'reload', 'audit', 'reads', 'reads-denied', 'prompts-streamable', 'prompts-stateless', 'huge', 'long-name', 'odd-name', 'mrtr');
 for (const g of grantNames) TOKENS[g] = `${g}-${H.randomToken()}`;
 
 /** The stand-in's policy: tags, the toxic-flow rule on "*", a brake with a limit, a 2 s brake. */
@@ -153,6 +153,7 @@ function e26PolicyJson(onDeny = DENY_MSG) {
         rules: [{ name: 'echo budget', rate_limit: `${LIMIT}/hour` }],
       },
       execute_code: { tags: ['egress'] },
+      ask_name: { brake: { repeats: 1, within: '60s' } },
       '*': {
         rules: [{
           name: RULE, when: { tags: ['egress'] },
@@ -387,6 +388,22 @@ describe('a loop of identical calls braked at N+1 while a varied workload passes
       }
     });
   }
+
+  test('2026-07-28 input rounds: the retry that carries the answer is the same call, not a repeat; a new call is', async () => {
+    const c = await client('stateless', 'e26', 'mrtr');
+    try {
+      const _meta = { 'io.modelcontextprotocol/clientCapabilities': { elicitation: { form: {} } } };
+      const ask = (more = {}) => c.request('tools/call', { name: 'ask_name', arguments: {}, _meta, ...more });
+      const first = await ask();
+      assert.equal(first.result?.resultType, 'input_required', JSON.stringify(first));
+      const done = await ask({ inputResponses: { name: { action: 'accept', content: { name: 'Ada' } } }, requestState: first.result.requestState });
+      assert.match(textOf(done) ?? '', /hello Ada/, `the retry is answered, not braked: ${JSON.stringify(done)}`);
+      // repeats: 1. The retry was not remembered as a second call; the next first round is one.
+      assertBraked(await ask(), 'ask_name', { repeats: 1 });
+    } finally {
+      await c.close();
+    }
+  });
 
   test('a 2 s window: braked at the 3rd call, and let through again once retry_after_ms has passed', async () => {
     const c = await client('streamable', 'cw', 'short');

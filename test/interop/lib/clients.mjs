@@ -106,7 +106,7 @@ async function streamableClient({ port, upstream, token, agent, stateless }) {
     sessionId: headers['mcp-session-id'],
     async request(method, p = {}, { timeout = 30000, raw } = {}) {
       const id = nextId('s');
-      const params = stateless ? { ...p, _meta: { ...(p._meta ?? {}), ...META } } : p;
+      const params = stateless ? { ...p, _meta: { ...META, ...(p._meta ?? {}) } } : p; // the caller's _meta wins
       let h = headers;
       if (stateless) {
         h = { ...headers, 'mcp-protocol-version': MODERN, 'mcp-method': method };
