@@ -449,6 +449,7 @@ void tg__hist_refuse(struct tg__hctx *h, const struct rule *r, const struct cond
     char w[32], why[360];
     tg__hist_duration(hc->within_ms, w, sizeof(w));
     d->verdict = TG_VERDICT_DENY;
+    d->by_history = 1;
     tg_strlcpy(d->rule, r->name, sizeof(d->rule));
     if (h->has_cause)
         history_json(&h->cause, d);

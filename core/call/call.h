@@ -234,7 +234,8 @@ void tg_call_answer_error(struct tg_call *k, const char *why, int status);
  * a history condition saw, counter and retry, approval id): core/call/refusal.c. */
 void tg_call_answer_decision(struct tg_call *k, const struct tg_decision *d, const char *approval_id);
 /* Counts a refusal on /metrics by what made it: a brake (tollgate_brakes_total{upstream,tool}),
- * a history condition (tollgate_history_refusals_total{upstream,rule}); others not here. */
+ * a history condition, whether or not it named an earlier call (tollgate_history_refusals_total
+ * {upstream,rule}); others not here. */
 void tg_call_count_refusal(struct tg_call *k, const struct tg_decision *d);
 /* Send the session's DELETE, kill its child, close its stream: the session ends upstream. */
 void tg_call_close_upstream_session(struct tg_server *srv, struct tg_session *s);

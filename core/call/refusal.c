@@ -81,6 +81,6 @@ void tg_call_count_refusal(struct tg_call *k, const struct tg_decision *d)
     const char *up = up_name(k) != NULL ? up_name(k) : "";
     if (is_brake(d))
         tg_label_counts_add(&m->brakes, up, k->tool != NULL ? k->tool : "", 1);
-    else if (d->verdict == TG_VERDICT_DENY && d->history_json[0] != '\0')
+    else if (d->verdict == TG_VERDICT_DENY && d->by_history)
         tg_label_counts_add(&m->history_refusals, up, d->rule, 1);
 }
