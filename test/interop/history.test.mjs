@@ -672,6 +672,9 @@ describe('bad input', () => {
     const a = await one.call(...TOOLS.cw.egress);
     assert.equal(a.error?.code, -32001, `a window past the ring's oldest call denies: ${JSON.stringify(a)}`);
     assert.match(a.error.message, /limits\.history_calls/, 'the message says what to raise');
+    assert.equal(a.error.data.history, undefined, 'the read is forgotten: no earlier call to name');
+    await g2.waitForMetric(`tollgate_history_refusals_total{upstream="cw",rule="${RULE}"}`, (v) => v === 1,
+      { what: 'the refusal for a too-short history counted as a history refusal' });
     await one.close();
     // A subject whose history is whole is not affected.
     const fresh = await open('fresh');
