@@ -651,9 +651,19 @@ describe('bad input', () => {
       admin: true,
       limits: { history_calls: CALLS, history_bytes: BYTES },
       grants: Object.keys(toks).map((name) => ({ name, token_sha256: H.sha256hex(toks[name]) })),
-      upstreams: [{ name: 'cw', url: standin.url, initialize: 'local', headers: { Authorization: `Bearer ${STANDIN_TOKEN}` }, policy: pol }],
+      upstreams: [
+        { name: 'cw', url: standin.url, initialize: 'local', headers: { Authorization: `Bearer ${STANDIN_TOKEN}` }, policy: pol },
+        { name: 'plain', url: standin.url, initialize: 'local', headers: { Authorization: `Bearer ${STANDIN_TOKEN}` } },
+      ],
     });
     const g2 = await H.startTollgate(conf, { cleanup, admin: true });
+    // A policy with no tags, history conditions or brakes remembers nothing.
+    const plain = await openClient('streamable', { port: g2.plainPort, upstream: 'plain', token: toks.fresh });
+    for (let i = 0; i < 20; i++) assertResult(await plain.call('echo', { text: `plain ${i}` }), 'a call under a policy that does not record');
+    await plain.close();
+    const m0 = await g2.metrics();
+    assert.equal(m0.tollgate_history_keys, 0, 'nothing remembered for a policy that does not record');
+    assert.ok(m0.tollgate_history_memory_bytes < 4096, `no ring allocated: ${m0.tollgate_history_memory_bytes} bytes`);
     const open = (grant, kind = 'streamable') => openClient(kind, { port: g2.plainPort, upstream: 'cw', token: toks[grant] });
     const memory = async () => (await g2.metrics()).tollgate_history_memory_bytes;
     let peak = 0;
