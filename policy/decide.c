@@ -669,6 +669,7 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
     d->approval_mode = TG_APPROVAL_AUTO;
     d->nres = 0;
     d->history_json[0] = '\0';
+    d->by_history = 0;
     struct dctx x;
     struct tg__hctx hx;
     dctx_init(&x, p, cs, who, now_ms);

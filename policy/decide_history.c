@@ -238,6 +238,18 @@ static inline uint64_t val_of(const struct tg_hist_entry *e, uint64_t tag)
     return 0;
 }
 
+/* How many of s's n bytes fit in max without cutting a UTF-8 character: a name cut inside one
+ * would make error.data.history and the audit line invalid UTF-8 (a WebSocket client drops the
+ * connection over such a text frame). */
+static size_t utf8_fit(const char *s, size_t n, size_t max)
+{
+    if (n <= max)
+        return n;
+    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
+        max--;
+    return max;
+}
+
 /* An entry for a call: everything but tags. */
 static void fill_entry(struct tg__hctx *h, struct tg_hist_entry *e, enum tg_hist_kind kind, const char *name,
                        const cJSON *args, int64_t at_ms, int identify)
@@ -248,8 +260,8 @@ static void fill_entry(struct tg__hctx *h, struct tg_hist_entry *e, enum tg_hist
     e->at_ms = at_ms;
     e->kind = (uint8_t)kind;
     size_t uplen = strlen(up), nlen = strlen(name);
-    memcpy(e->upstream, up, uplen > TG_HIST_UPSTREAM ? TG_HIST_UPSTREAM : uplen);
-    memcpy(e->name, name, nlen > TG_HIST_NAME ? TG_HIST_NAME : nlen);
+    memcpy(e->upstream, up, utf8_fit(up, uplen, TG_HIST_UPSTREAM));
+    memcpy(e->name, name, utf8_fit(name, nlen, TG_HIST_NAME));
     e->truncated = nlen > TG_HIST_NAME;
     e->session = sess[0] ? tg_hist_session_hash(sess, strlen(sess)) : 0;
     /* identity: upstream, kind, name, canonical arguments (absent arguments are {}) */
@@ -545,8 +557,9 @@ static void history_json(const struct tg_hist_entry *e, struct tg_decision *d)
     for (int cut = 0; cut < 2; cut++) {
         cJSON *o = cJSON_CreateObject();
         char name[TG_HIST_NAME + 1], up[TG_HIST_UPSTREAM + 1];
-        snprintf(name, sizeof(name), "%.*s", cut ? 32 : TG_HIST_NAME, e->name);
-        snprintf(up, sizeof(up), "%.*s", cut ? 16 : TG_HIST_UPSTREAM, e->upstream);
+        snprintf(name, sizeof(name), "%.*s", (int)utf8_fit(e->name, strlen(e->name), cut ? 32 : TG_HIST_NAME), e->name);
+        snprintf(up, sizeof(up), "%.*s", (int)utf8_fit(e->upstream, strlen(e->upstream), cut ? 16 : TG_HIST_UPSTREAM),
+                 e->upstream);
         cJSON_AddStringToObject(o, kind_word[e->kind < 3 ? e->kind : 0], name);
         cJSON_AddStringToObject(o, "upstream", up);
         cJSON_AddStringToObject(o, "at", at);
@@ -568,6 +581,7 @@ void tg__hist_refuse(struct tg__hctx *h, const struct rule *r, const struct cond
     char w[32], why[360];
     tg__hist_duration(hc->within_ms, w, sizeof(w));
     d->verdict = TG_VERDICT_DENY;
+    d->by_history = 1;
     tg_strlcpy(d->rule, r->name, sizeof(d->rule));
     if (h->has_cause)
         history_json(&h->cause, d);

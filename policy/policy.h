@@ -78,6 +78,8 @@ struct tg_decision {
     char history_json[256];  /* a refusal by a history condition: the earlier call that caused it,
                               * {"tool"|"resource"|"prompt": NAME, "upstream": U, "at": ISO-8601},
                               * for error.data.history; "" otherwise */
+    unsigned char by_history; /* DENY by a history condition (history_json may still be "": none
+                               * counted, or history too short): tollgate_history_refusals_total */
 };
 
 /* Who is calling: the identities that counter scopes refer to. Value type on the caller's stack

@@ -189,6 +189,10 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
         tg_buf_appendf(out, "tollgate_decisions_total{verdict=\"%s\"} %llu\n", verdicts[i],
                        (unsigned long long)m->decisions[i]);
     C("refunds_total", "Calls whose counter reservations were given back.", m->refunds);
+    tg_label_counts_render(m->brakes, out, "tollgate_brakes_total",
+                           "Calls a runaway-loop brake refused (-32002, rule brake), by upstream and tool.", "upstream", "tool");
+    tg_label_counts_render(m->history_refusals, out, "tollgate_history_refusals_total",
+                           "Calls a history condition refused (-32001), by upstream and rule.", "upstream", "rule");
     G("approvals_pending", "Calls parked for a human's approval.", srv->napprovals);
     tg_buf_appends(out, "# HELP tollgate_approvals_total Parked calls by outcome.\n"
                         "# TYPE tollgate_approvals_total counter\n");

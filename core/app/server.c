@@ -445,6 +445,9 @@ void tg_server_dispose(struct tg_app *app)
     tg_route_dispose(srv);
     free(srv->upstreams);
     tg_counters_free(srv->counters);
+    tg_label_counts_free(srv->metrics.brakes);
+    tg_label_counts_free(srv->metrics.history_refusals);
+    srv->metrics.brakes = srv->metrics.history_refusals = NULL;
     tg_dpop_replay_free(srv->dpop_replay);
     srv->dpop_replay = NULL;
     tg_conf_unref(srv->conf);

@@ -238,9 +238,14 @@ int tg_call_answer(struct tg_call *k, const char *p, size_t n, const struct tg_j
 /* An error answer for k: -32004 with the client's id for a request (an initialize that failed
  * also takes its new session away), or status (0: 504 for a timeout, else 502) otherwise. */
 void tg_call_answer_error(struct tg_call *k, const char *why, int status);
-/* The policy's refusal of k (deny, limited, or an approval that did not come), -32001/-32002/
- * -32003 with what the client needs to know (rule, counter and retry, approval id). */
+/* The policy's refusal of k (deny, limited, a brake, or an approval that did not come),
+ * -32001/-32002/-32003 with what the client needs to know in error.data (rule, the earlier call
+ * a history condition saw, counter and retry, approval id): core/call/refusal.c. */
 void tg_call_answer_decision(struct tg_call *k, const struct tg_decision *d, const char *approval_id);
+/* Counts a refusal on /metrics by what made it: a brake (tollgate_brakes_total{upstream,tool}),
+ * a history condition, whether or not it named an earlier call (tollgate_history_refusals_total
+ * {upstream,rule}); others not here. */
+void tg_call_count_refusal(struct tg_call *k, const struct tg_decision *d);
 /* Send the session's DELETE, kill its child, close its stream: the session ends upstream. */
 void tg_call_close_upstream_session(struct tg_server *srv, struct tg_session *s);
 /* Message p (a notification) to s's upstream, on the session's link (as an answer to a server

@@ -86,6 +86,7 @@ static int refused(struct tg_server *srv, struct tg_call *k, const struct tg_dec
     if (dec->verdict != TG_VERDICT_DENY && dec->verdict != TG_VERDICT_LIMITED)
         return 0;
     tg_call_audit(k, dec->verdict == TG_VERDICT_DENY ? "deny" : "limited", -1, NULL, NULL);
+    tg_call_count_refusal(k, dec);
     tg_call_answer_decision(k, dec, NULL);
     tg_call_close(k);
     return 1;
@@ -404,6 +405,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             tg_xfree(mc);
             return;
         }
+        tg_reads_record(x, pol, m, tool, dec, tg_dispatch_subject(x), tg_dispatch_issuer(x)); /* for history */
     }
     srv->metrics.rpc_requests++;
     struct tg_call *k = tg_call_new(srv, s, sk, KIND_REQUEST);
