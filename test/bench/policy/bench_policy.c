@@ -239,31 +239,54 @@ static __attribute__((noinline)) void run_plain(const struct tg_policy *p, struc
  * the upstream and what was learnt of its tools (--pins); and what it did in the last run. */
 struct gate {
     const char *(*attrs)[4];        /* per grant: "region", "tenant" and their values */
-    char (*tokens)[320];            /* per grant: a JWT whose payload carries "org" */
+    char (*tokens)[512];            /* per grant: a JWT whose payload carries "org" */
     size_t *token_len;
     struct tg_pins *pins;           /* NULL: an upstream without pins */
     struct tg_pins_seen *seen;
     cJSON *const *params;           /* per argument set: {"arguments": args[i]}, as a tools/call has it */
     cJSON *const *pristine;         /* per argument set: a copy of the arguments as the model sent them */
+    int keep[NARGS];                /* per argument set: its leading members that no binding touches */
     long bound, bind_refused, pin_refused;
 };
 
-/* The arguments bench_policy's bindings touch, put back as the model sent them (pristine). */
-static __attribute__((noinline)) void unbind_args(cJSON *args, const cJSON *pristine)
+/* The arguments the policy binds or forbids (build_policy with --bind). */
+static const char *const bound_names[] = {"tenant_id", "org", "channel", "internal"};
+
+/* How many leading members of args no binding touches: a binding replaces or removes only the
+ * members it names, and adds its own after the last. */
+static int untouched(const cJSON *args)
 {
-    static const char *const names[] = {"tenant_id", "org", "channel", "internal"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        cJSON *now = tg_json_get(args, names[i]);
-        const cJSON *was = tg_json_get(pristine, names[i]);
-        if (was == NULL) {
-            if (now != NULL)
-                cJSON_Delete(cJSON_DetachItemViaPointer(args, now));
-        } else if (now == NULL) {
-            cJSON_AddItemToObject(args, names[i], cJSON_Duplicate(was, 1));
-        } else if (!cJSON_Compare(now, was, 1)) {
-            cJSON_ReplaceItemInObjectCaseSensitive(args, names[i], cJSON_Duplicate(was, 1));
-        }
+    int n = 0;
+    for (const cJSON *e = args->child; e != NULL; e = e->next, n++)
+        for (size_t i = 0; i < sizeof(bound_names) / sizeof(bound_names[0]); i++)
+            if (strcmp(e->string, bound_names[i]) == 0)
+                return n;
+    return n;
+}
+
+/* Arguments a binding changed put back as the model sent them (pristine): the members after the
+ * keep untouched ones are freed (what the gateway pays when it frees the request: the nodes the
+ * binding made) and those the model sent there copied back (which only the argument set that
+ * sends a bound and a forbidden argument has: what the gateway's parse would have made). */
+static __attribute__((noinline)) void unbind_args(cJSON *args, const cJSON *pristine, int keep)
+{
+    cJSON *last = NULL, *tail = args->child;
+    for (int i = 0; i < keep; i++) {
+        last = tail;
+        tail = tail->next;
     }
+    if (last == NULL) {
+        args->child = NULL;
+    } else {
+        last->next = NULL;
+        args->child->prev = last;
+    }
+    cJSON_Delete(tail);
+    const cJSON *e = pristine->child;
+    for (int i = 0; i < keep; i++)
+        e = e->next;
+    for (; e != NULL; e = e->next)
+        cJSON_AddItemToArray(args, cJSON_Duplicate(e, 1)); /* the copy keeps its name */
 }
 
 /* Per call what the gateway does for a tools/call before and with its decision (core/gate/bind.c,
@@ -312,7 +335,7 @@ static __attribute__((noinline)) void run_gate_calls(const struct tg_policy *p, 
         }
         v[d.verdict]++;
         if (changed)
-            unbind_args(tg_json_get(params, "arguments"), g->pristine[k->args]);
+            unbind_args(tg_json_get(params, "arguments"), g->pristine[k->args], g->keep[k->args]);
     }
     g->bound = bound;
     g->bind_refused = bind_refused;
@@ -417,6 +440,8 @@ static void setup_callers(struct gate *g, char (*grants)[24])
                          "{\"iss\":\"https://idp.example\",\"sub\":\"user-%04d@idp.example\",\"aud\":\"%s\","
                          "\"iat\":1710066000,\"exp\":1710069600,\"scope\":\"mcp:call\",\"org\":\"org-%02d\"}",
                          i, grants[i], i % 50);
+        if ((sizeof(head) + (size_t)n + sizeof(sig)) * 4 / 3 + 8 > sizeof(g->tokens[i]))
+            exit(2); /* the token would not fit */
         char *t = g->tokens[i];
         size_t len = tg_b64url_encode((const uint8_t *)head, sizeof(head) - 1, t);
         t[len++] = '.';
@@ -428,7 +453,7 @@ static void setup_callers(struct gate *g, char (*grants)[24])
     }
 }
 
-/* --pins: a pin file of the upstream's 100 tools (written beside the temporary directory, loaded
+/* --pins: a pin file of the upstream's 100 tools (written in the temporary directory, loaded
  * as the conf loads upstreams[].pins, removed), and each tool listed once with its pinned
  * definition, as a tools/list answer teaches the gateway. */
 static void setup_pins(struct gate *g, const struct tg_policy *p)
@@ -498,7 +523,7 @@ static int check_binding(const struct tg_policy *p, struct gate *g, const char *
     int ok = rc == 1 && cJSON_IsString(tenant) && strcmp(tenant->valuestring, g->attrs[gi][3]) == 0 &&
              cJSON_IsString(org) && strcmp(org->valuestring, want_org) == 0 && cJSON_IsString(channel) &&
              strcmp(channel->valuestring, "api") == 0 && tg_json_get(args, "internal") == NULL;
-    unbind_args(args, g->pristine[a]);
+    unbind_args(args, g->pristine[a], g->keep[a]);
     if (!ok || !cJSON_Compare(args, g->pristine[a], 1)) {
         fprintf(stderr, "FAIL: the binding of %s did not bind as the policy says, or was not undone\n", tool_names[1]);
         return -1;
@@ -576,11 +601,13 @@ int main(int argc, char **argv)
         cJSON_AddStringToObject(args[2], "tenant_id", "acme-other");
         cJSON_AddTrueToObject(args[2], "internal");
     }
+    struct gate gt = {0};
     cJSON *params[NARGS], *pristine[NARGS];
     for (size_t i = 0; i < NARGS; i++) {
         params[i] = cJSON_CreateObject();
         cJSON_AddItemToObject(params[i], "arguments", args[i]);
         pristine[i] = cJSON_Duplicate(args[i], 1);
+        gt.keep[i] = untouched(args[i]);
     }
     static char grants[NGRANTS][24], sessions[NSESSIONS][24];
     for (int i = 0; i < NGRANTS; i++)
@@ -599,7 +626,6 @@ int main(int argc, char **argv)
         calls[i].args = (uint16_t)(a < 28 ? a % 4 : 4 + a % 4);
         calls[i].who = (r >> 16) % NSESSIONS;
     }
-    struct gate gt = {0};
     gt.params = params;
     gt.pristine = pristine;
     if (bindf) {
