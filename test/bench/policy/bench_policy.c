@@ -228,9 +228,10 @@ static __attribute__((noinline)) void run_calls(const struct tg_policy *p, struc
     decide_calls(p, c, who, calls, ncalls, args, v);
 }
 
-static __attribute__((noinline)) void run_plain(const struct tg_policy *p, struct tg_counters *c,
-                                                const struct tg_caller *who, const struct call *calls, long ncalls,
-                                                cJSON *const *args, long v[4])
+/* noipa: the compiler would fold the two identical functions into one name. */
+static __attribute__((noipa)) void run_plain(const struct tg_policy *p, struct tg_counters *c,
+                                             const struct tg_caller *who, const struct call *calls, long ncalls,
+                                             cJSON *const *args, long v[4])
 {
     decide_calls(p, c, who, calls, ncalls, args, v);
 }
