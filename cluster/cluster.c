@@ -60,6 +60,7 @@ struct tg_cluster *tg_cluster_new(uv_loop_t *loop, const struct tg_cluster_conf 
     cl->instance = tg_xstrdup(cc->instance ? cc->instance : "tollgate");
     cl->conf.instance = cl->instance;
     cl->on_unavailable = cc->on_unavailable;
+    cl->hist_calls = 64;
     tg_list_init(&cl->jobs);
     struct tg_redis_opts o = {
         .address = cl->conf.redis,
@@ -108,26 +109,48 @@ void tg_cluster_reconf(struct tg_cluster *cl, const struct tg_cluster_conf *cc)
                "redis=%s", cl->conf.redis);
 }
 
+void tg_cluster_history_calls(struct tg_cluster *cl, size_t calls)
+{
+    cl->hist_calls = calls < 1 ? 1 : calls > TG_HIST_MAX_CALLS ? TG_HIST_MAX_CALLS : calls;
+}
+
 int tg_cluster_up(const struct tg_cluster *cl) { return cl->up; }
 const struct tg_cluster_stats *tg_cluster_stats(const struct tg_cluster *cl) { return &cl->stats; }
 struct tg_redis *tg_cluster_redis(struct tg_cluster *cl) { return cl->redis; }
 
-/* ---- fire and forget: gives and subs ------------------------------------------------- */
+/* ---- fire and forget: gives, subs and history adds ------------------------------------- */
 
-static void free_ops(void *ud, int status)
-{
-    (void)status;
-    free(ud);
-}
-
+/* The client copies the ops and the entries they point to (the plan that holds them goes now). */
 static void send_effects(struct tg_cluster *cl, const struct tg_counter_op *ops, size_t n)
 {
     if (n == 0 || cl->redis == NULL)
         return;
-    struct tg_counter_op *copy = tg_xmalloc(n * sizeof(*copy));
-    memcpy(copy, ops, n * sizeof(*copy));
-    cl->stats.refunds += n;
-    tg_redis_counter_ops(cl->redis, cl->key_prefix, copy, n, free_ops, copy);
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i].kind == TG_COP_HIST_ADD)
+            cl->stats.history_adds++;
+        else
+            cl->stats.refunds++;
+    }
+    struct tg_redis_hist h = {NULL, cl->hist_calls};
+    tg_redis_counter_ops(cl->redis, cl->key_prefix, (struct tg_counter_op *)ops, n, &h, NULL, NULL);
+}
+
+/* The history adds of a decision that reached no counter and no history (answered by its first
+ * pass): they go to Redis like any decision's, without waiting. */
+static void send_hist_adds(struct tg_cluster *cl, const struct tg_counter_plan *p)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < p->neffects; i++)
+        k += p->effects[i].kind == TG_COP_HIST_ADD;
+    if (k == 0)
+        return;
+    struct tg_counter_op *a = tg_xcalloc(k, sizeof(*a));
+    k = 0;
+    for (size_t i = 0; i < p->neffects; i++)
+        if (p->effects[i].kind == TG_COP_HIST_ADD)
+            a[k++] = p->effects[i];
+    send_effects(cl, a, k);
+    free(a);
 }
 
 /* Everything the job's answered operations took, given back (the job ends without a decision
@@ -207,12 +230,31 @@ static const char *status_text(int status)
     case TG_REDIS_EBUSY: return "too many requests wait for the shared counter store (Redis)";
     case TG_REDIS_ECLOSED: return "the gateway is shutting down";
     case TG_REDIS_EVALUE:
-        return "the shared counter store (Redis) holds a counter value that is not a finite decimal number of 0 or more";
+        return "the shared counter store (Redis) holds a counter value that is not a finite decimal number of 0 or more, "
+               "or a history entry that is not one";
     }
     return "the shared counter store (Redis) failed";
 }
 
 static void on_ops(void *ud, int status);
+
+/* A value in Redis that no member writes: counted, and logged at most once a minute. */
+static void value_refused(struct tg_shared_job *j)
+{
+    struct tg_cluster *cl = j->cl;
+    cl->stats.values_refused++;
+    uint64_t now = uv_now(cl->loop);
+    if (cl->value_warned_ms != 0 && now - cl->value_warned_ms < 60000)
+        return;
+    cl->value_warned_ms = now ? now : 1;
+    char esc[2][100];
+    tg_log(TG_LOG_WARN, "cluster: a counter or history entry in Redis is not one a member writes; the decision is "
+                        "refused",
+           "upstream=%s tool=%s grant=%s refused=%llu",
+           tg_log_esc(esc[0], sizeof(esc[0]), tg_slice_of(j->upstream, strlen(j->upstream))),
+           tg_log_esc(esc[1], sizeof(esc[1]), tg_slice_of(j->tool, strlen(j->tool))), j->grant,
+           (unsigned long long)cl->stats.values_refused);
+}
 
 /* A fallback decision, made by the local store (inline, as it always answers). */
 static void on_fallback(void *ud, enum tg_shared_outcome o, struct tg_decision *d, const char *why)
@@ -231,7 +273,8 @@ static void send_round(struct tg_shared_job *j, size_t from, size_t n)
         if (j->plan.ops[i].kind == TG_COP_WINDOW_ADD)
             j->plan.ops[i].now_ms = j->now_ms;
     j->cl->stats.rounds++;
-    j->req = tg_redis_counter_ops(j->cl->redis, j->cl->key_prefix, j->plan.ops + from, n, on_ops, j);
+    struct tg_redis_hist h = {&j->plan, j->cl->hist_calls};
+    j->req = tg_redis_counter_ops(j->cl->redis, j->cl->key_prefix, j->plan.ops + from, n, &h, on_ops, j);
 }
 
 static void on_ops(void *ud, int status)
@@ -242,6 +285,8 @@ static void on_ops(void *ud, int status)
     struct tg_caller who = {j->grant, j->session, j->upstream, j->subject, j->issuer};
     if (status != TG_REDIS_OK) {
         give_back_known(j);
+        if (status == TG_REDIS_EVALUE)
+            value_refused(j);
         if (j->cb != NULL) {
             const char *why = status_text(status);
             /* A poisoned counter is no outage: deciding on the local counters instead would let
@@ -301,6 +346,7 @@ static struct tg_shared_job *cluster_decide(void *ud, const struct tg_shared_ask
     if (n == 0) {
         d->shared = 0;
         cl->stats.decisions_local++;
+        send_hist_adds(cl, &plan);
         tg_plan_dispose(&plan);
         cb(cb_ud, TG_SHARED_DECIDED, d, NULL);
         return NULL;
@@ -384,6 +430,9 @@ void tg_cluster_metrics(const struct tg_cluster *cl, struct tg_buf *out)
        cl->stats.unavailable);
     CC("decision_rounds_total", "Redis round trips made for decisions.", cl->stats.rounds);
     CC("refund_ops_total", "Counter operations sent to give back reservations.", cl->stats.refunds);
+    CC("history_adds_total", "Calls added to a history in Redis.", cl->stats.history_adds);
+    CC("values_refused_total", "Decisions refused because a counter or history entry in Redis is not one a member "
+       "writes (poisoned).", cl->stats.values_refused);
     CC("approval_listings_refused_total", "Approval listings read from Redis that did not verify (not shown, "
        "not decided).", cl->stats.listings_refused);
     CC("approval_records_refused_total", "Retry-mode approval records read from Redis that did not verify "
@@ -397,8 +446,8 @@ void tg_cluster_metrics(const struct tg_cluster *cl, struct tg_buf *out)
         CC("redis_late_replies_total", "Redis replies that came after their request's deadline.", rs->late_replies);
         tg_buf_appends(out, "# HELP tollgate_cluster_redis_errors_total Redis requests that failed, by reason.\n"
                             "# TYPE tollgate_cluster_redis_errors_total counter\n");
-        static const char *const reason[] = {NULL, "down", "timeout", "reply", "busy", "closed"};
-        for (int i = 1; i <= 5; i++)
+        static const char *const reason[] = {NULL, "down", "timeout", "reply", "busy", "closed", "value"};
+        for (int i = 1; i <= 6; i++)
             tg_buf_appendf(out, "tollgate_cluster_redis_errors_total{reason=\"%s\"} %llu\n", reason[i],
                            (unsigned long long)rs->errors[i]);
         tg_buf_appendf(out,

@@ -33,6 +33,8 @@ struct tg_cluster_stats {
     uint64_t unavailable;        /* on_unavailable = "deny": refused with -32004 */
     uint64_t rounds;             /* Redis round trips made for decisions */
     uint64_t refunds;            /* reservations given back in Redis */
+    uint64_t history_adds;       /* calls added to a history in Redis */
+    uint64_t values_refused;     /* decisions refused: a counter or history entry in Redis did not parse */
     uint64_t listings_refused;   /* approval listings read from Redis that did not verify */
     uint64_t records_refused;    /* retry records read from Redis that did not verify (ignored) */
 };
@@ -50,6 +52,9 @@ void tg_cluster_free(struct tg_cluster *cl);
 void tg_cluster_store(struct tg_cluster *cl, struct tg_shared *st);
 /* A reload's cluster group: what can change without a restart (on_unavailable, timeout_ms). */
 void tg_cluster_reconf(struct tg_cluster *cl, const struct tg_cluster_conf *cc);
+/* limits.history_calls (at start and at every reload): the history lists in Redis keep this many
+ * calls per key, and a decision reads as many (default 64). */
+void tg_cluster_history_calls(struct tg_cluster *cl, size_t calls);
 int tg_cluster_up(const struct tg_cluster *cl);
 const struct tg_cluster_stats *tg_cluster_stats(const struct tg_cluster *cl);
 struct tg_redis *tg_cluster_redis(struct tg_cluster *cl);

@@ -54,7 +54,7 @@ static void issue(struct worker *w)
         op->amount = 1;
         op->now_ms = (int64_t)uv_now(loop);
     }
-    tg_redis_counter_ops(w->r, "bench:", w->ops, w->batch, on_ops, w);
+    tg_redis_counter_ops(w->r, "bench:", w->ops, w->batch, NULL, on_ops, w);
 }
 
 static void on_stop(uv_timer_t *t) { *(int *)t->data = 0; }
