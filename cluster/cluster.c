@@ -12,6 +12,7 @@
 #include "cluster/redis/redis.h"
 #include "core/base/buf.h"
 #include "core/base/log.h"
+#include "core/base/sha256.h"
 
 /* A decision that waits for Redis. Owner: the cluster (cl->jobs), from its decide
  * until its last answer came (on_ops frees it), whether or not its caller is still there. */
@@ -61,6 +62,10 @@ struct tg_cluster *tg_cluster_new(uv_loop_t *loop, const struct tg_cluster_conf 
     cl->conf.instance = cl->instance;
     cl->on_unavailable = cc->on_unavailable;
     cl->hist_calls = 64;
+    uint8_t k[32];
+    tg_hmac_labelled(cc->secret, "tollgate history entry", NULL, 0, k);
+    memcpy(cl->hist_key, k, sizeof(cl->hist_key));
+    memset(k, 0, sizeof(k));
     tg_list_init(&cl->jobs);
     struct tg_redis_opts o = {
         .address = cl->conf.redis,
@@ -88,6 +93,7 @@ void tg_cluster_free(struct tg_cluster *cl)
         tg_redis_free(cl->redis);
     cl->redis = NULL;
     memset(cl->conf.secret, 0, sizeof(cl->conf.secret));
+    memset(cl->hist_key, 0, sizeof(cl->hist_key));
     free(cl->conf.redis);
     free(cl->conf.password);
     free(cl->key_prefix);
@@ -131,7 +137,8 @@ static void send_effects(struct tg_cluster *cl, const struct tg_counter_op *ops,
         else
             cl->stats.refunds++;
     }
-    struct tg_redis_hist h = {NULL, cl->hist_calls};
+    struct tg_redis_hist h = {NULL, cl->hist_calls, {0}};
+    memcpy(h.key, cl->hist_key, sizeof(h.key));
     tg_redis_counter_ops(cl->redis, cl->key_prefix, (struct tg_counter_op *)ops, n, &h, NULL, NULL);
 }
 
@@ -273,7 +280,8 @@ static void send_round(struct tg_shared_job *j, size_t from, size_t n)
         if (j->plan.ops[i].kind == TG_COP_WINDOW_ADD)
             j->plan.ops[i].now_ms = j->now_ms;
     j->cl->stats.rounds++;
-    struct tg_redis_hist h = {&j->plan, j->cl->hist_calls};
+    struct tg_redis_hist h = {&j->plan, j->cl->hist_calls, {0}};
+    memcpy(h.key, j->cl->hist_key, sizeof(h.key));
     j->req = tg_redis_counter_ops(j->cl->redis, j->cl->key_prefix, j->plan.ops + from, n, &h, on_ops, j);
 }
 

@@ -26,10 +26,15 @@
  *      tags      8 bytes per tag (never 0)
  *      upstream  ulen bytes, no NUL
  *      name      nlen bytes, no NUL
+ *      mac       8 bytes: SipHash-2-4, under a key derived from the cluster's secret, of h1, h2
+ *                (8 bytes each) and every byte before it, the head's trim bit cleared
  *
  * and its length is exactly what these say. Nothing in Redis is trusted: an element that is not
- * exactly this fails the op TG_REDIS_EVALUE (the decision is refused, never made on the local
- * store instead: an entry someone could write or wipe must not decide for them). */
+ * exactly this, or whose mac does not verify, fails the op TG_REDIS_EVALUE (the decision is
+ * refused, never made on the local store instead). The mac matters because a condition can
+ * allow on what history holds ("only after list_* was called on the same path"): whoever can
+ * write to Redis can delete a history, but cannot make up a call, nor move one to another
+ * subject's key. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,10 +42,12 @@
 #include <hiredis/hiredis.h>
 
 #include "cluster/redis/scripts.h"
+#include "core/base/siphash.h"
 
 #define HEAD_V1 0x01
 #define HEAD_TRIMMED 0x80
 #define FIXED 30
+#define MAC 8
 
 /* "1 e1 e2 ...": the newest ARGV[1] + 1 elements. A key of another type, or an element longer
  * than any entry, is poison: TG__REDIS_BADVALUE (and nothing big crosses the wire). */
@@ -91,7 +98,19 @@ static size_t field_len(const char *s, size_t max)
     return z ? (size_t)(z - s) : max;
 }
 
-size_t tg__redis_hist_encode(const struct tg_hist_entry *e, unsigned char out[TG__REDIS_HIST_MAXLEN])
+/* The mac of the n bytes of an element before its mac, for key (h1, h2). */
+static uint64_t mac_of(const uint8_t key[16], uint64_t h1, uint64_t h2, const unsigned char *p, size_t n)
+{
+    unsigned char b[16 + TG__REDIS_HIST_MAXLEN];
+    put64(b, h1);
+    put64(b + 8, h2);
+    memcpy(b + 16, p, n);
+    b[16] &= (unsigned char)~HEAD_TRIMMED;
+    return tg_siphash(key, b, 16 + n);
+}
+
+size_t tg__redis_hist_encode(const struct tg_hist_entry *e, uint64_t h1, uint64_t h2, const uint8_t key[16],
+                             unsigned char out[TG__REDIS_HIST_MAXLEN])
 {
     size_t ntags = e->ntags <= TG_HIST_TAGS ? e->ntags : TG_HIST_TAGS;
     size_t ulen = field_len(e->upstream, TG_HIST_UPSTREAM), nlen = field_len(e->name, TG_HIST_NAME);
@@ -120,10 +139,12 @@ size_t tg__redis_hist_encode(const struct tg_hist_entry *e, unsigned char out[TG
     put64(out + 6, (uint64_t)(e->at_ms > 0 ? e->at_ms : 0));
     put64(out + 14, e->call);
     put64(out + 22, e->session);
-    return (size_t)(p - out);
+    put64(p, mac_of(key, h1, h2, out, (size_t)(p - out)));
+    return (size_t)(p + MAC - out);
 }
 
-int tg__redis_hist_decode(const void *data, size_t n, struct tg_hist_entry *e, int *trimmed)
+int tg__redis_hist_decode(const void *data, size_t n, uint64_t h1, uint64_t h2, const uint8_t key[16],
+                          struct tg_hist_entry *e, int *trimmed)
 {
     const unsigned char *s = data;
     if (n < FIXED || (s[0] & ~HEAD_TRIMMED) != HEAD_V1 || s[1] > TG_HIST_PROMPT || (s[2] & 0x0e) != 0 ||
@@ -132,7 +153,7 @@ int tg__redis_hist_decode(const void *data, size_t n, struct tg_hist_entry *e, i
     size_t nvals = 0;
     for (int k = 0; k < TG_HIST_VALS; k++)
         nvals += (s[2] >> (4 + k)) & 1;
-    if (n != FIXED + 8 * (nvals + s[3]) + s[4] + s[5])
+    if (n != FIXED + 8 * (nvals + s[3]) + s[4] + s[5] + MAC || get64(s + n - MAC) != mac_of(key, h1, h2, s, n - MAC))
         return -1;
     memset(e, 0, sizeof(*e));
     *trimmed = (s[0] & HEAD_TRIMMED) != 0;
@@ -162,8 +183,10 @@ int tg__redis_hist_decode(const void *data, size_t n, struct tg_hist_entry *e, i
     return 0;
 }
 
-int tg__redis_hist_parse(struct tg_counter_op *op, const redisReply *y, struct tg_counter_plan *plan, size_t calls)
+int tg__redis_hist_parse(struct tg_counter_op *op, const redisReply *y, const struct tg_redis_hist *h)
 {
+    struct tg_counter_plan *plan = h->plan;
+    size_t calls = h->calls;
     if (plan == NULL || y->elements - 1 > calls + 1)
         return -1;
     size_t k = y->elements - 1, skip = 0;
@@ -176,7 +199,7 @@ int tg__redis_hist_parse(struct tg_counter_op *op, const redisReply *y, struct t
     if (k > 0) {
         struct tg_hist_entry first;
         int trimmed;
-        if (tg__redis_hist_decode(y->element[1]->str, y->element[1]->len, &first, &trimmed) < 0)
+        if (tg__redis_hist_decode(y->element[1]->str, y->element[1]->len, op->h1, op->h2, h->key, &first, &trimmed) < 0)
             return -2;
         /* calls + 1 elements: the first is the newest one this member's bound forgets. */
         if (trimmed || k == calls + 1) {
@@ -188,7 +211,7 @@ int tg__redis_hist_parse(struct tg_counter_op *op, const redisReply *y, struct t
     for (size_t i = skip; i < k; i++) {
         int trimmed;
         const redisReply *x = y->element[1 + i];
-        if (tg__redis_hist_decode(x->str, x->len, &e[i - skip], &trimmed) < 0 || trimmed)
+        if (tg__redis_hist_decode(x->str, x->len, op->h1, op->h2, h->key, &e[i - skip], &trimmed) < 0 || trimmed)
             return -2; /* a trim marks the first element only */
     }
     v->a = e;
@@ -197,15 +220,15 @@ int tg__redis_hist_parse(struct tg_counter_op *op, const redisReply *y, struct t
     return 0;
 }
 
-void tg__redis_hist_argv(struct tg__redis_argv *v, const struct tg_counter_op *op, size_t calls)
+void tg__redis_hist_argv(struct tg__redis_argv *v, const struct tg_counter_op *op, const struct tg_redis_hist *h)
 {
-    snprintf(v->num[0], sizeof(v->num[0]), "%zu", calls);
+    snprintf(v->num[0], sizeof(v->num[0]), "%zu", h->calls);
     if (op->kind == TG_COP_HIST_GET) {
         v->argv[v->argc] = v->num[0];
         v->argvlen[v->argc++] = strlen(v->num[0]);
         return;
     }
-    size_t n = tg__redis_hist_encode(op->entry, v->blob);
+    size_t n = tg__redis_hist_encode(op->entry, op->h1, op->h2, h->key, v->blob);
     snprintf(v->num[1], sizeof(v->num[1]), "%" PRId64, TG_HIST_MAX_AGE_MS);
     v->argv[v->argc] = (const char *)v->blob;
     v->argvlen[v->argc++] = n;

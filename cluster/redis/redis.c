@@ -327,7 +327,7 @@ static void on_req_reply(redisAsyncContext *ac, void *reply, void *privdata)
         answer(q, bad ? TG_REDIS_EVALUE : TG_REDIS_EREPLY, NULL);
         return;
     }
-    int perr = q->ops ? tg__redis_op_parse(&q->ops[s->i], y, q->hist.plan, q->hist.calls) : 0;
+    int perr = q->ops ? tg__redis_op_parse(&q->ops[s->i], y, &q->hist) : 0;
     if (perr < 0) {
         answer(q, perr == -2 ? TG_REDIS_EVALUE : TG_REDIS_EREPLY, NULL);
         return;
@@ -354,9 +354,10 @@ static int send_op(struct tg_redis_req *q, size_t i)
     struct tg_redis *r = q->r;
     const struct tg_counter_op *op = &q->ops[i];
     struct tg__redis_argv v;
-    if ((op->kind == TG_COP_HIST_GET || op->kind == TG_COP_HIST_ADD) && (q->hist.calls == 0 || (op->kind == TG_COP_HIST_ADD && op->entry == NULL)))
+    if ((op->kind == TG_COP_HIST_GET || op->kind == TG_COP_HIST_ADD) &&
+        (q->hist.calls == 0 || (op->kind == TG_COP_HIST_ADD && op->entry == NULL)))
         return -2; /* no bound given, or nothing to add: never an empty or unbounded list */
-    tg__redis_op_argv(&v, op, q->prefix, r->sha[op->kind], q->hist.calls);
+    tg__redis_op_argv(&v, op, q->prefix, r->sha[op->kind], &q->hist);
     if (!r->cmd.ac || redisAsyncCommandArgv(r->cmd.ac, on_req_reply, &q->slots[i], v.argc, v.argv, v.argvlen) != REDIS_OK)
         return -1;
     q->outstanding++;

@@ -97,6 +97,8 @@ struct tg_redis_hist {
                                    * live until the plan is disposed; NULL: a HIST_GET fails */
     size_t calls;                 /* limits.history_calls: what an add trims a list to, and
                                    * how many of the newest a get reads */
+    uint8_t key[16];              /* entries are signed with it (derived from the cluster's
+                                   * secret): one that does not verify fails TG_REDIS_EVALUE */
 };
 
 /* Run n counter operations in order, pipelined in one write, each one EVALSHA of its script (one
@@ -106,7 +108,7 @@ struct tg_redis_hist {
  * when it holds no more information (a full bucket, a past window). History operations go in the
  * same write (the same round trip): key_prefix "h:" and the same hex, a list of entries that
  * answers what the local store's ring answers after the same adds (cluster/redis/history.c has
- * the form); hist may be NULL for a batch without them (such an op then fails TG_REDIS_EREPLY).
+ * the form, each entry signed under hist->key); hist may be NULL for a batch without them (such an op then fails TG_REDIS_EREPLY).
  * An entry in Redis that is not exactly an entry fails the batch TG_REDIS_EVALUE. ops (and a
  * HIST_ADD's entry) must stay valid until cb runs or the request is cancelled. cb may be NULL
  * (fire and forget: refunds, history adds): the request then keeps a copy of ops and entries. */

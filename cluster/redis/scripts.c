@@ -188,7 +188,7 @@ static int parse_double(const redisReply *e, double *out)
 
 /* Fill op from a script's reply: {ok, "value", retry} (take), {ok, "value"} (add, get), {1}.
  * 0; -1 for a reply of another shape; -2 when its value is not a finite decimal number. */
-int tg__redis_op_parse(struct tg_counter_op *op, const redisReply *y, struct tg_counter_plan *plan, size_t hist_calls)
+int tg__redis_op_parse(struct tg_counter_op *op, const redisReply *y, const struct tg_redis_hist *hist)
 {
     int e;
     if (y->type != REDIS_REPLY_ARRAY || y->elements < 1 || y->element[0]->type != REDIS_REPLY_INTEGER)
@@ -210,19 +210,19 @@ int tg__redis_op_parse(struct tg_counter_op *op, const redisReply *y, struct tg_
     case TG_COP_BUCKET_GIVE:
     case TG_COP_WINDOW_SUB:
         return y->elements == 1 ? 0 : -1;
-    case TG_COP_HIST_GET: return tg__redis_hist_parse(op, y, plan, hist_calls);
+    case TG_COP_HIST_GET: return tg__redis_hist_parse(op, y, hist);
     case TG_COP_HIST_ADD: return y->elements == 1 ? 0 : -1;
     }
     return -1;
 }
 
 void tg__redis_op_argv(struct tg__redis_argv *v, const struct tg_counter_op *op, const char *prefix, const char *sha,
-                       size_t hist_calls)
+                       const struct tg_redis_hist *hist)
 {
     char(*a)[32] = v->num;
     int na = 0;
-    int hist = op->kind == TG_COP_HIST_GET || op->kind == TG_COP_HIST_ADD;
-    snprintf(v->key, sizeof(v->key), "%s%s:%016" PRIx64 "%016" PRIx64, prefix, hist ? "h" : "c", op->h1, op->h2);
+    int is_hist = op->kind == TG_COP_HIST_GET || op->kind == TG_COP_HIST_ADD;
+    snprintf(v->key, sizeof(v->key), "%s%s:%016" PRIx64 "%016" PRIx64, prefix, is_hist ? "h" : "c", op->h1, op->h2);
     v->argc = 0;
     v->argv[v->argc++] = "EVALSHA";
     v->argv[v->argc++] = sha;
@@ -230,8 +230,8 @@ void tg__redis_op_argv(struct tg__redis_argv *v, const struct tg_counter_op *op,
     v->argv[v->argc++] = v->key;
     for (int k = 0; k < v->argc; k++)
         v->argvlen[k] = strlen(v->argv[k]);
-    if (hist) {
-        tg__redis_hist_argv(v, op, hist_calls);
+    if (is_hist) {
+        tg__redis_hist_argv(v, op, hist);
         return;
     }
     switch (op->kind) {

@@ -12,11 +12,36 @@
 
 #include "cluster/redis/redis.h"
 #include "cluster/redis/scripts.h"
+#include "core/base/siphash.h"
 #include "policy/counters.h"
 #include "policy/history.h"
 
 static struct th_server srv;
 static uv_loop_t *loop;
+static uint8_t K[16]; /* what a cluster derives from its secret */
+
+static struct tg_redis_hist hist(struct tg_counter_plan *plan, size_t calls)
+{
+    struct tg_redis_hist h = {plan, calls, {0}};
+    memcpy(h.key, K, sizeof(K));
+    return h;
+}
+
+/* The mac history.c describes, written again from its description: SipHash-2-4 of h1, h2 (big
+ * endian) and the element before its last 8 bytes, the head's trim bit cleared. */
+static void resign(unsigned char *p, size_t n, uint64_t h1, uint64_t h2, const uint8_t key[16])
+{
+    unsigned char b[16 + 4096];
+    for (int i = 0; i < 8; i++) {
+        b[i] = (unsigned char)(h1 >> (56 - 8 * i));
+        b[8 + i] = (unsigned char)(h2 >> (56 - 8 * i));
+    }
+    memcpy(b + 16, p, n - 8);
+    b[16] &= 0x7f;
+    uint64_t m = tg_siphash(key, b, 16 + n - 8);
+    for (int i = 0; i < 8; i++)
+        p[n - 8 + i] = (unsigned char)(m >> (56 - 8 * i));
+}
 
 static void on_state(void *ud, int up, const char *why) { (void)ud, (void)up, (void)why; }
 
@@ -120,10 +145,12 @@ static void entry_form(void **state)
     int trimmed;
     for (int v = 0; v < 40; v++) {
         struct tg_hist_entry e = entry(1700000000000LL + v, v);
-        size_t n = tg__redis_hist_encode(&e, b);
-        assert_int_equal(tg__redis_hist_decode(b, n, &d, &trimmed), 0);
+        size_t n = tg__redis_hist_encode(&e, 1, 2, K, b);
+        assert_int_equal(tg__redis_hist_decode(b, n, 1, 2, K, &d, &trimmed), 0);
         assert_int_equal(trimmed, 0);
         assert_same_entry(&d, &e);
+        resign(b, n, 1, 2, K); /* the mac is the one described */
+        assert_int_equal(tg__redis_hist_decode(b, n, 1, 2, K, &d, &trimmed), 0);
     }
     /* the longest entry: every value, every tag, both names at their longest */
     struct tg_hist_entry e = entry(5, 15);
@@ -135,61 +162,120 @@ static void entry_form(void **state)
     memset(e.name, 'n', TG_HIST_NAME);
     e.name[TG_HIST_NAME] = 0;
     e.truncated = 1;
-    size_t n = tg__redis_hist_encode(&e, b);
+    size_t n = tg__redis_hist_encode(&e, 1, 2, K, b);
     assert_int_equal(n, TG__REDIS_HIST_MAXLEN);
-    assert_int_equal(tg__redis_hist_decode(b, n, &d, &trimmed), 0);
+    assert_int_equal(tg__redis_hist_decode(b, n, 1, 2, K, &d, &trimmed), 0);
     assert_same_entry(&d, &e);
 
-    /* Each of these is not an entry. */
     struct tg_hist_entry small = entry(1000, 3); /* kind 0, 3 tags, vals 0 and 1 */
     unsigned char good[TG__REDIS_HIST_MAXLEN];
-    size_t gn = tg__redis_hist_encode(&small, good);
-    assert_int_equal(tg__redis_hist_decode(good, gn, &d, &trimmed), 0);
+    size_t gn = tg__redis_hist_encode(&small, 1, 2, K, good);
+    assert_int_equal(tg__redis_hist_decode(good, gn, 1, 2, K, &d, &trimmed), 0);
     good[0] |= 0x80;
-    assert_int_equal(tg__redis_hist_decode(good, gn, &d, &trimmed), 0); /* marked by a trim */
+    assert_int_equal(tg__redis_hist_decode(good, gn, 1, 2, K, &d, &trimmed), 0); /* marked by a trim */
     assert_int_equal(trimmed, 1);
     good[0] = 0x01;
-    struct {
-        const char *what;
-        size_t at;      /* byte to set (SIZE_MAX: none) */
-        unsigned char to;
-        long dlen;      /* change of length */
-    } bad[] = {
-        {"empty", SIZE_MAX, 0, -(long)gn},
-        {"short header", SIZE_MAX, 0, -(long)gn + 29},
-        {"one byte short", SIZE_MAX, 0, -1},
-        {"one byte more", SIZE_MAX, 0, 1},
-        {"version 0", 0, 0x00, 0},
-        {"version 2", 0, 0x02, 0},
-        {"marked version 2", 0, 0x82, 0},
-        {"kind 3", 1, 3, 0},
-        {"kind 255", 1, 255, 0},
-        {"unknown flag", 2, 0x32 /* vals 0, 1 and bit 1 */, 0},
-        {"ntags 9", 3, 9, 0},
-        {"upstream too long", 4, TG_HIST_UPSTREAM + 1, 0},
-        {"name too long", 5, TG_HIST_NAME + 1, 0},
-        {"lengths disagree", 5, 1, 0},
-        {"negative time", 6, 0x80, 0},
-        {"a NUL inside the name", gn - 2, 0, 0},
-        {"a NUL inside the upstream", gn - strlen(small.name) - 1, 0, 0},
-        {"a tag hash of 0", 30 + 16 + 7, 0, 0}, /* vals 0, 1 then the first tag (low byte) */
-    };
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    /* the mac: another list's key, another secret, any byte changed */
+    uint8_t other[16];
+    memcpy(other, K, sizeof(other));
+    other[3] ^= 1;
+    assert_int_equal(tg__redis_hist_decode(good, gn, 1, 3, K, &d, &trimmed), -1);
+    assert_int_equal(tg__redis_hist_decode(good, gn, 2, 2, K, &d, &trimmed), -1);
+    assert_int_equal(tg__redis_hist_decode(good, gn, 1, 2, other, &d, &trimmed), -1);
+    for (size_t i = 0; i < gn; i++) {
+        unsigned char c[TG__REDIS_HIST_MAXLEN];
+        memcpy(c, good, gn);
+        c[i] ^= i == 0 ? 0x02 : 0x01;
+        if (tg__redis_hist_decode(c, gn, 1, 2, K, &d, &trimmed) != -1)
+            fail_msg("byte %zu changed: accepted", i);
+    }
+
+    /* Each of these is not an entry, even signed (the test signs each under the right key). A
+     * wrong length: */
+    static const long dlen[] = {-1, 1, -8, 8};
+    for (size_t i = 0; i < sizeof(dlen) / sizeof(dlen[0]); i++) {
         unsigned char c[TG__REDIS_HIST_MAXLEN + 8];
         memcpy(c, good, gn);
-        c[gn] = 'x';
-        if (bad[i].at != SIZE_MAX)
-            c[bad[i].at] = bad[i].to;
-        if (strcmp(bad[i].what, "a tag hash of 0") == 0)
-            memset(c + 30 + 16, 0, 8);
-        size_t cn = (size_t)((long)gn + bad[i].dlen);
-        if (tg__redis_hist_decode(c, cn, &d, &trimmed) != -1)
+        memset(c + gn, 'x', 8);
+        size_t cn = (size_t)((long)gn + dlen[i]);
+        resign(c, cn, 1, 2, K);
+        if (tg__redis_hist_decode(c, cn, 1, 2, K, &d, &trimmed) != -1)
+            fail_msg("accepted: %ld bytes more", dlen[i]);
+    }
+    for (size_t cn = 0; cn < 38; cn++) { /* shorter than any entry */
+        unsigned char c[64];
+        memcpy(c, good, cn);
+        if (cn >= 8)
+            resign(c, cn, 1, 2, K);
+        assert_int_equal(tg__redis_hist_decode(c, cn, 1, 2, K, &d, &trimmed), -1);
+    }
+    /* Fields out of range in an element whose length agrees with them: */
+    struct {
+        const char *what;
+        unsigned head, kind, flags, ntags, ulen, nlen;
+        int poke; /* 1: a NUL in the upstream, 2: in the name, 3: a tag of 0, 4: a value of 0, 5: time < 0 */
+    } bad[] = {
+        {"version 0", 0x00, 0, 0, 0, 1, 1, 0},
+        {"version 2", 0x02, 0, 0, 0, 1, 1, 0},
+        {"marked version 2", 0x82, 0, 0, 0, 1, 1, 0},
+        {"version 0x7f", 0x7f, 0, 0, 0, 1, 1, 0},
+        {"kind 3", 0x01, 3, 0, 0, 1, 1, 0},
+        {"kind 255", 0x01, 255, 0, 0, 1, 1, 0},
+        {"flag bit 1", 0x01, 0, 0x02, 0, 1, 1, 0},
+        {"flag bit 3", 0x01, 0, 0x08, 0, 1, 1, 0},
+        {"9 tags", 0x01, 0, 0, TG_HIST_TAGS + 1, 1, 1, 0},
+        {"255 tags", 0x01, 0, 0, 255, 1, 1, 0},
+        {"upstream too long", 0x01, 0, 0, 0, TG_HIST_UPSTREAM + 1, 1, 0},
+        {"name too long (unterminated)", 0x01, 0, 0, 0, 1, TG_HIST_NAME + 1, 0},
+        {"a NUL inside the upstream", 0x01, 0, 0, 0, 3, 3, 1},
+        {"a NUL inside the name", 0x01, 0, 0, 0, 3, 3, 2},
+        {"a tag hash of 0", 0x01, 0, 0, 2, 1, 1, 3},
+        {"a present value of 0", 0x01, 0, 0x30, 0, 1, 1, 4},
+        {"a negative time", 0x01, 0, 0, 0, 1, 1, 5},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        unsigned char c[4096];
+        memset(c, 'a', sizeof(c));
+        memset(c, 0, 30);
+        c[0] = (unsigned char)bad[i].head;
+        c[1] = (unsigned char)bad[i].kind;
+        c[2] = (unsigned char)bad[i].flags;
+        c[3] = (unsigned char)bad[i].ntags;
+        c[4] = (unsigned char)bad[i].ulen;
+        c[5] = (unsigned char)bad[i].nlen;
+        c[6] = bad[i].poke == 5 ? 0x80 : 0x01;
+        size_t nv = (bad[i].flags >> 4 & 1) + (bad[i].flags >> 5 & 1) + (bad[i].flags >> 6 & 1) + (bad[i].flags >> 7 & 1);
+        size_t at = 30 + 8 * nv + 8 * bad[i].ntags; /* the upstream */
+        if (bad[i].poke == 1)
+            c[at + 1] = 0;
+        if (bad[i].poke == 2)
+            c[at + bad[i].ulen + 1] = 0;
+        if (bad[i].poke == 3)
+            memset(c + 30 + 8 * nv + 8, 0, 8);
+        if (bad[i].poke == 4)
+            memset(c + 30 + 8, 0, 8);
+        size_t cn = at + bad[i].ulen + bad[i].nlen + 8;
+        resign(c, cn, 1, 2, K);
+        if (tg__redis_hist_decode(c, cn, 1, 2, K, &d, &trimmed) != -1)
             fail_msg("accepted: %s", bad[i].what);
+        /* the same element with the field set right passes: the test finds the check it names */
+        c[0] = 0x01, c[1] = 0, c[2] &= 0xf0, c[6] = 0x01;
+        if (bad[i].ntags > TG_HIST_TAGS || bad[i].ulen > TG_HIST_UPSTREAM || bad[i].nlen > TG_HIST_NAME)
+            continue;
+        memset(c + at, 'a', bad[i].ulen + bad[i].nlen);
+        memset(c + 30, 'v', 8 * (nv + bad[i].ntags));
+        resign(c, cn, 1, 2, K);
+        if (tg__redis_hist_decode(c, cn, 1, 2, K, &d, &trimmed) != 0)
+            fail_msg("refused when fixed: %s", bad[i].what);
     }
     /* a value that is present must not be 0 */
     memcpy(b, good, gn);
     memset(b + 30, 0, 8);
-    assert_int_equal(tg__redis_hist_decode(b, gn, &d, &trimmed), -1);
+    resign(b, gn, 1, 2, K);
+    assert_int_equal(tg__redis_hist_decode(b, gn, 1, 2, K, &d, &trimmed), -1);
+    memcpy(b, good, gn); /* and the test's mac is the real one: the same bytes pass */
+    resign(b, gn, 1, 2, K);
+    assert_int_equal(tg__redis_hist_decode(b, gn, 1, 2, K, &d, &trimmed), 0);
 }
 
 /* ---- add, get, trim, expiry ---------------------------------------------------------------- */
@@ -199,7 +285,7 @@ static int run(struct tg_redis *r, const char *prefix, struct tg_counter_op *ops
                struct tg_counter_plan *plan)
 {
     struct answer a = {0};
-    struct tg_redis_hist h = {plan, calls};
+    struct tg_redis_hist h = hist(plan, calls);
     tg_redis_counter_ops(r, prefix, ops, n, &h, on_ops, &a);
     assert_int_equal(a.done, 0);
     th_run_until(loop, &a.done, 5000);
@@ -264,7 +350,7 @@ static void add_get_round_trip(void **state)
     *heap = entry(1700000000100LL, 9);
     struct tg_hist_entry keep = *heap;
     *op = (struct tg_counter_op){.kind = TG_COP_HIST_ADD, .h1 = 1, .h2 = 2, .entry = heap};
-    struct tg_redis_hist h = {NULL, 64};
+    struct tg_redis_hist h = hist(NULL, 64);
     tg_redis_counter_ops(r, "tgh1:", op, 1, &h, NULL, NULL);
     memset(heap, 0xee, sizeof(*heap));
     free(heap);
@@ -368,9 +454,14 @@ static void malformed_fail_closed(void **state)
     tg_plan_init(&plan);
     struct tg_hist_entry e = entry(1700000000000LL, 2);
     unsigned char good[TG__REDIS_HIST_MAXLEN], marked[TG__REDIS_HIST_MAXLEN];
-    size_t gn = tg__redis_hist_encode(&e, good);
+    size_t gn = tg__redis_hist_encode(&e, 7, 8, K, good);
     memcpy(marked, good, gn);
     marked[0] |= 0x80;
+    unsigned char moved[TG__REDIS_HIST_MAXLEN], forged[TG__REDIS_HIST_MAXLEN];
+    uint8_t other[16];
+    memset(other, 0x11, sizeof(other));
+    tg__redis_hist_encode(&e, 7, 9, K, moved);
+    tg__redis_hist_encode(&e, 7, 8, other, forged);
     char huge[400];
     memset(huge, 'x', sizeof(huge));
     struct {
@@ -384,6 +475,8 @@ static void malformed_fail_closed(void **state)
         {"a good entry cut short", good, gn - 1, 1},
         {"longer than any entry", huge, sizeof(huge), 1},
         {"a trim mark after the first", marked, gn, 1},
+        {"an entry of another list", moved, gn, 1},
+        {"an entry signed under another secret", forged, gn, 1},
     };
     for (size_t i = 0; i < sizeof(poisons) / sizeof(poisons[0]); i++) {
         freeReplyObject(cmd("DEL %s", key));
@@ -417,7 +510,7 @@ static void malformed_fail_closed(void **state)
         {.kind = TG_COP_HIST_GET, .h1 = 7, .h2 = 8},
     };
     assert_int_equal(run(r, "tgh4:", two, 2, 64, &plan), TG_REDIS_EVALUE);
-    assert_int_equal(tg_redis_stats(r)->errors[-TG_REDIS_EVALUE], 8);
+    assert_int_equal(tg_redis_stats(r)->errors[-TG_REDIS_EVALUE], 10);
     tg_plan_dispose(&plan);
     finish(r);
 }
@@ -460,7 +553,7 @@ static int decide_on_redis(struct tg_redis *r, int64_t now, int *rounds)
         tg_plan_answered(&p);
     }
     assert_int_equal(p.unsettled, 0);
-    struct tg_redis_hist h = {NULL, 64};
+    struct tg_redis_hist h = hist(NULL, 64);
     tg_redis_counter_ops(r, "tgh5:", p.effects, p.neffects, &h, NULL, NULL);
     tg_plan_dispose(&p);
     return verdict;
@@ -513,6 +606,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(one_round_trip),
     };
     loop = uv_default_loop();
+    memset(K, 0x5a, sizeof(K));
     th_start(&srv);
     int rc = TG_UNIT_RUN(tests, argc, argv);
     th_kill(&srv);
