@@ -6,21 +6,15 @@
 #include <string.h>
 
 #include "core/base/json.h"
+#include "policy/suggest_int.h"
 #include "policy/uri.h"
 
-/* The words, by class. A word matches itself and its usual inflections (see word_matches), in
+/* The words, by class. A word matches itself and its usual inflections (policy/suggest_words.c), in
  * the tool's name (split at non-letters and camelCase humps) or in its description. */
 static const char *const approve_words[] = {"execute", "exec", "run", "eval", "shell", "command",
                                             "delete", "remove", "drop", "destroy", "pay", "transfer", NULL};
 static const char *const limit_words[] = {"write", "send", "email", "post", "publish",
                                           "create", "update", "modify", NULL};
-/* Tools that read the environment, credentials or secrets: denied whatever their annotations say
- * (a read-only tool that hands out an API key is the worst kind). Whole words only, with the
- * same inflections, so "keyboard", "monkey" and "tokenizer" do not match; "getenv" and
- * "printenv" are listed because they are one word. */
-static const char *const secret_words[] = {"env", "environ", "environment", "getenv", "printenv", "dotenv",
-                                           "secret", "token", "credential", "creds", "password", "passwd",
-                                           "passphrase", "key", "apikey", "cookie", "bearer", "auth", NULL};
 static const char *const read_words[] = {"get", "list", "read", "search", "fetch", "query",
                                          "describe", "show", "view", "find", NULL};
 
@@ -50,105 +44,19 @@ const char tg_suggest_heuristics_help[] =
     "deny list above is in its URI, name or description: then it is denied.\n"
     "The server wrote its names, descriptions and annotations: review the policy before use.\n";
 
-static int has_suffix_in(const char *rest, const char *const *list)
-{
-    for (size_t i = 0; list[i] != NULL; i++)
-        if (strcmp(rest, list[i]) == 0)
-            return 1;
-    return 0;
-}
-
-/* word (lowercase) is kw or an inflection of it: kw+s/es/ed/d/ing/er/ers/ion/ions, kw with a
- * doubled last letter + ing/ed/er (running, dropped), or kw without its final e + ing/ion/ions
- * (executing, deletion). */
-static int word_matches(const char *word, const char *kw)
-{
-    static const char *const plain[] = {"", "s", "es", "ed", "d", "ing", "er", "ers", "ion", "ions", NULL};
-    static const char *const doubled[] = {"ing", "ed", "er", "ers", NULL};
-    static const char *const e_less[] = {"ing", "ion", "ions", NULL};
-    size_t k = strlen(kw);
-    if (strncmp(word, kw, k) == 0 && has_suffix_in(word + k, plain))
-        return 1;
-    if (strncmp(word, kw, k) == 0 && word[k] == kw[k - 1] && word[k] != '\0' && has_suffix_in(word + k + 1, doubled))
-        return 1;
-    if (kw[k - 1] == 'e' && strncmp(word, kw, k - 1) == 0 && has_suffix_in(word + k - 1, e_less))
-        return 1;
-    return 0;
-}
-
-/* The first word of `text` (n bytes) that matches a word of `list`: copies the text's word to
- * found and the keyword to *kw. Words are runs of ASCII letters; with camel set, an upper-case
- * letter after a lower-case one starts a new word (getUser -> get, user), and so does the last
- * capital of an acronym before a lower-case letter (getAWSSecret -> get, aws, secret). */
-static int find_word(const char *text, size_t n, int camel, const char *const *list, char *found, size_t cap,
-                     const char **kw)
-{
-    size_t i = 0;
-    while (i < n) {
-        while (i < n && !((text[i] | 0x20) >= 'a' && (text[i] | 0x20) <= 'z'))
-            i++;
-        char w[64];
-        size_t wl = 0, start = i;
-        while (i < n && ((text[i] | 0x20) >= 'a' && (text[i] | 0x20) <= 'z')) {
-            if (camel && i > start && text[i] >= 'A' && text[i] <= 'Z' &&
-                ((text[i - 1] >= 'a' && text[i - 1] <= 'z') ||
-                 (text[i - 1] >= 'A' && text[i - 1] <= 'Z' && i + 1 < n && text[i + 1] >= 'a' && text[i + 1] <= 'z')))
-                break;
-            if (wl + 1 < sizeof(w))
-                w[wl++] = (char)(text[i] | 0x20);
-            i++;
-        }
-        w[wl] = '\0';
-        if (wl == 0)
-            continue;
-        for (size_t j = 0; list[j] != NULL; j++) {
-            if (word_matches(w, list[j])) {
-                snprintf(found, cap, "%s", w);
-                *kw = list[j];
-                return 1;
-            }
-        }
-    }
-    return 0;
-}
-
-/* Looks for a word of `list` in the name, then in the description; writes "name says "x"" or
- * "description says "x"" (with the keyword when the word is an inflection) into why. For the
- * secret words a description is split at camelCase humps too ("returns the clientSecret"), as
- * names are: there a wrong match only denies more. */
-static int match_class(const char *name, const char *desc, const char *const *list, char *why, size_t cap,
-                       const char **kwp)
-{
-    char w[64];
-    const char *kw = NULL;
-    const char *where = NULL;
-    if (find_word(name, strlen(name), 1, list, w, sizeof(w), &kw))
-        where = "name";
-    else if (desc != NULL && find_word(desc, strlen(desc), list == secret_words, list, w, sizeof(w), &kw))
-        where = "description";
-    if (where == NULL)
-        return 0;
-    *kwp = kw;
-    if (strcmp(w, kw) == 0)
-        snprintf(why, cap, "%s says \"%s\"", where, w);
-    else
-        snprintf(why, cap, "%s says \"%s\" (%s)", where, w, kw);
-    return 1;
-}
-
 /* What a keyword means, for the comment. */
 static const char *risk_of(const char *kw)
 {
     static const char *const money[] = {"pay", "transfer", NULL};
     static const char *const destroy[] = {"delete", "remove", "drop", "destroy", NULL};
     static const char *const sends[] = {"send", "email", "post", "publish", NULL};
-    if (has_suffix_in(kw, money))
+    if (tg__suggest_in_list(kw, money))
         return "it may move money";
-    if (has_suffix_in(kw, destroy))
+    if (tg__suggest_in_list(kw, destroy))
         return "it may destroy data";
-    if (has_suffix_in(kw, sends))
+    if (tg__suggest_in_list(kw, sends))
         return "it sends something out";
-    if (has_suffix_in(kw, limit_words))
+    if (tg__suggest_in_list(kw, limit_words))
         return "it changes data";
     return "it may run code or commands";
 }
@@ -168,30 +76,33 @@ void tg_suggest_classify(const cJSON *tool, struct tg_scan_verdict *v)
     char why[128];
     const char *kw = "";
     int ro = hint_true(tool, "readOnlyHint");
+    tg_suggest_tags(tool, v);
     if (strcmp(name, "*") == 0) {
         /* In a policy "*" is every tool: a server must not pick the rule for all of them. */
         v->cls = TG_SCAN_UNKNOWN;
+        v->tags = 0;
+        v->tags_why[0] = '\0';
         snprintf(v->why, sizeof(v->why), "a tool named \"*\" cannot be listed (in a policy \"*\" means every tool): "
                  "denied by default (default: deny)");
-    } else if (match_class(name, desc, secret_words, why, sizeof(why), &kw)) {
+    } else if (tg__suggest_match(name, desc, tg__suggest_secret_words, why, sizeof(why), &kw)) {
         v->cls = TG_SCAN_SECRET;
         snprintf(v->why, sizeof(v->why), "%s: it may read the environment, credentials or secrets, so it is denied%s",
                  why, ro ? " (its readOnlyHint is not trusted over that)" : "");
-    } else if (match_class(name, desc, approve_words, why, sizeof(why), &kw)) {
+    } else if (tg__suggest_match(name, desc, approve_words, why, sizeof(why), &kw)) {
         v->cls = TG_SCAN_APPROVE;
         snprintf(v->why, sizeof(v->why), "%s: %s, so a human approves each call%s",
                  why, risk_of(kw), ro ? " (its readOnlyHint is not trusted over that)" : "");
     } else if (hint_true(tool, "destructiveHint")) {
         v->cls = TG_SCAN_APPROVE;
         snprintf(v->why, sizeof(v->why), "annotation destructiveHint: true: a human approves each call");
-    } else if (match_class(name, desc, limit_words, why, sizeof(why), &kw)) {
+    } else if (tg__suggest_match(name, desc, limit_words, why, sizeof(why), &kw)) {
         v->cls = TG_SCAN_LIMIT;
         snprintf(v->why, sizeof(v->why), "%s: %s, so it is allowed at most %d times a minute per grant%s",
                  why, risk_of(kw), TG_SCAN_LIMIT_PER_MINUTE, ro ? " (its readOnlyHint is not trusted over that)" : "");
     } else if (ro) {
         v->cls = TG_SCAN_READ;
         snprintf(v->why, sizeof(v->why), "annotation readOnlyHint: true: allowed");
-    } else if (match_class(name, desc, read_words, why, sizeof(why), &kw)) {
+    } else if (tg__suggest_match(name, desc, read_words, why, sizeof(why), &kw)) {
         v->cls = TG_SCAN_READ;
         snprintf(v->why, sizeof(v->why), "%s: it looks read-only, so it is allowed", why);
     } else {
@@ -304,11 +215,11 @@ static int secret_in(const char *uri, const char *name, const char *desc, char *
     const char *kw = NULL;
     char w[64];
     const char *where = NULL;
-    if (uri != NULL && find_word(uri, strlen(uri), 1, secret_words, w, sizeof(w), &kw))
+    if (uri != NULL && tg__suggest_find_word(uri, strlen(uri), 1, tg__suggest_secret_words, w, sizeof(w), &kw))
         where = "URI";
-    else if (name != NULL && find_word(name, strlen(name), 1, secret_words, w, sizeof(w), &kw))
+    else if (name != NULL && tg__suggest_find_word(name, strlen(name), 1, tg__suggest_secret_words, w, sizeof(w), &kw))
         where = "name";
-    else if (desc != NULL && find_word(desc, strlen(desc), 1, secret_words, w, sizeof(w), &kw))
+    else if (desc != NULL && tg__suggest_find_word(desc, strlen(desc), 1, tg__suggest_secret_words, w, sizeof(w), &kw))
         where = "description";
     if (where == NULL)
         return 0;
@@ -533,6 +444,83 @@ static void group_yaml(struct tg_buf *out, const struct group *g)
 
 /* ---- the policy ------------------------------------------------------------------------------ */
 
+/* The brake proposed under "*" for the tools tagged execute or write: more than REPEATS calls of
+ * one tool with the same arguments within WITHIN, or a cycle of up to CYCLE calls repeated so, is
+ * refused. The policy compiler does not read `brake` yet (another change adds it): while
+ * SCAN_BRAKE_LIVE is 0 the YAML carries the brake as a comment saying so and --json leaves it
+ * out, so that every scanned policy loads; set it to 1 once a policy with `brake` compiles. */
+#define SCAN_BRAKE_LIVE 0
+#define SCAN_BRAKE_REPEATS 5
+#define SCAN_BRAKE_WITHIN "60s"
+#define SCAN_BRAKE_CYCLE 4
+#define SCAN_STR_(x) #x
+#define SCAN_STR(x) SCAN_STR_(x)
+
+const char tg_suggest_brake_help[] =
+    "Under \"*\" a brake is proposed for the tools tagged execute or write: a call that repeats one\n"
+    "with the same arguments more than " SCAN_STR(SCAN_BRAKE_REPEATS) " times within " SCAN_BRAKE_WITHIN
+    " (or ends a cycle of up to " SCAN_STR(SCAN_BRAKE_CYCLE) " calls\n"
+    "repeated so) is refused"
+#if SCAN_BRAKE_LIVE
+    ".\n";
+#else
+    "; it is written as a comment (and left out of --json) until the policy\n"
+    "compiler reads brake.\n";
+#endif
+
+static void tags_json(cJSON *e, unsigned tags)
+{
+    if (tags == 0)
+        return;
+    cJSON *a = cJSON_AddArrayToObject(e, "tags");
+    for (int t = 0; t < TG_SCAN_NTAGS; t++)
+        if (tags & (1u << t))
+            cJSON_AddItemToArray(a, cJSON_CreateString(tg_suggest_tag_names[t]));
+}
+
+/* "[read, filesystem]": the names are plain words, safe unquoted in a flow sequence. */
+static void tags_flow(struct tg_buf *out, unsigned tags)
+{
+    const char *sep = "[";
+    for (int t = 0; t < TG_SCAN_NTAGS; t++)
+        if (tags & (1u << t)) {
+            tg_buf_appendf(out, "%s%s", sep, tg_suggest_tag_names[t]);
+            sep = ", ";
+        }
+    tg_buf_appends(out, "]");
+}
+
+static void brake_json(cJSON *tools)
+{
+    cJSON *b = cJSON_AddObjectToObject(cJSON_AddObjectToObject(tools, "*"), "brake");
+    cJSON_AddNumberToObject(b, "repeats", SCAN_BRAKE_REPEATS);
+    cJSON_AddStringToObject(b, "within", SCAN_BRAKE_WITHIN);
+    cJSON_AddNumberToObject(b, "cycle", SCAN_BRAKE_CYCLE);
+    cJSON *t = cJSON_AddArrayToObject(b, "tags");
+    cJSON_AddItemToArray(t, cJSON_CreateString(tg_suggest_tag_names[TG_SCAN_TAG_EXECUTE]));
+    cJSON_AddItemToArray(t, cJSON_CreateString(tg_suggest_tag_names[TG_SCAN_TAG_WRITE]));
+}
+
+/* The "*" entry with the brake, live or (SCAN_BRAKE_LIVE 0) as a comment; nbraked tools above are
+ * tagged execute or write. */
+static void brake_yaml(struct tg_buf *out, size_t nbraked)
+{
+    const char *c = SCAN_BRAKE_LIVE ? "" : "# ";
+    if (nbraked == 0)
+        tg_buf_appends(out, "  # A brake for the tools tagged execute or write (none above):");
+    else
+        tg_buf_appendf(out, "  # A brake for the %zu tool%s above tagged execute or write:", nbraked, nbraked == 1 ? "" : "s");
+    tg_buf_appendf(out, " a call that repeats one with the\n"
+                        "  # same arguments more than %d times within %s (or ends a cycle of up to %d calls repeated\n"
+                        "  # so) is refused, with a message telling the model to stop and report to the user.\n",
+                   SCAN_BRAKE_REPEATS, SCAN_BRAKE_WITHIN, SCAN_BRAKE_CYCLE);
+    if (!SCAN_BRAKE_LIVE)
+        tg_buf_appends(out, "  # This tollgate's policy compiler does not read `brake` yet: uncomment it once it does.\n");
+    tg_buf_appendf(out, "  %s\"*\":\n  %s  brake: {repeats: %d, within: \"%s\", cycle: %d, tags: [%s, %s]}\n", c, c,
+                   SCAN_BRAKE_REPEATS, SCAN_BRAKE_WITHIN, SCAN_BRAKE_CYCLE, tg_suggest_tag_names[TG_SCAN_TAG_EXECUTE],
+                   tg_suggest_tag_names[TG_SCAN_TAG_WRITE]);
+}
+
 /* A usable tool (named, the first of its name) and its class: made once, read by each writer. */
 struct scanned {
     const cJSON *t;
@@ -569,7 +557,10 @@ static void write_json(struct tg_buf *out, const struct scanned *sc, size_t n, c
             cJSON_AddStringToObject(r, "rate_limit", rl);
             cJSON_AddItemToArray(rules, r);
         }
+        tags_json(e, sc[i].v.tags);
     }
+    if (SCAN_BRAKE_LIVE)
+        brake_json(jt);
     group_json(root, &gs[0]);
     group_json(root, &gs[1]);
     char *s = cJSON_Print(root);
@@ -590,6 +581,10 @@ static void write_tool_comment(struct tg_buf *out, const cJSON *t, const struct 
     }
     tg_buf_appends(out, "\n  #   ");
     append_comment_text(out, v->why, sizeof(v->why));
+    if (v->tags != 0) {
+        tg_buf_appends(out, v->cls == TG_SCAN_UNKNOWN ? "\n  #   tags if you allow it: " : "\n  #   tags: ");
+        append_comment_text(out, v->tags_why, sizeof(v->tags_why));
+    }
     tg_buf_appends(out, "\n");
 }
 
@@ -648,7 +643,8 @@ void tg_suggest_write_policy(struct tg_buf *out, const cJSON *tools, const struc
                         "version: \"1\"\n"
                         "default: deny\n");
     size_t listed = count[TG_SCAN_READ] + count[TG_SCAN_LIMIT] + count[TG_SCAN_APPROVE] + count[TG_SCAN_SECRET];
-    tg_buf_appends(out, listed == 0 ? "tools: {}\n" : "tools:\n");
+    tg_buf_appends(out, listed == 0 && SCAN_BRAKE_LIVE == 0 ? "tools: {}\n" : "tools:\n");
+    size_t nbraked = 0;
     for (size_t i = 0; i < n; i++) {
         const struct tg_scan_verdict *v = &sc[i].v;
         if (v->cls == TG_SCAN_UNKNOWN)
@@ -665,10 +661,17 @@ void tg_suggest_write_policy(struct tg_buf *out, const cJSON *tools, const struc
         else
             tg_buf_appendf(out, ":\n    rules:\n      - name: \"scan: at most %d calls a minute\"\n        rate_limit: %d/minute\n",
                            TG_SCAN_LIMIT_PER_MINUTE, TG_SCAN_LIMIT_PER_MINUTE);
+        if (v->tags != 0) {
+            tg_buf_appends(out, "    tags: ");
+            tags_flow(out, v->tags);
+            tg_buf_appends(out, "\n");
+        }
+        nbraked += (v->tags & (1u << TG_SCAN_TAG_EXECUTE | 1u << TG_SCAN_TAG_WRITE)) != 0;
     }
+    brake_yaml(out, nbraked);
     if (count[TG_SCAN_UNKNOWN] > 0) {
         tg_buf_appends(out, "  # Denied by default (no word matched); to allow one, list it under tools, e.g.\n"
-                            "  #   \"NAME\": {action: allow}\n");
+                            "  #   \"NAME\": {action: allow, tags: [...]}\n");
         for (size_t i = 0; i < n; i++)
             if (sc[i].v.cls == TG_SCAN_UNKNOWN)
                 write_tool_comment(out, sc[i].t, &sc[i].v);

@@ -14,6 +14,11 @@
  * nothing lifts a SECRET tool. Words are whole words (split at non-letters and camelCase humps)
  * with plain inflections, so "keyboard" or "monkey" never reads as "key".
  *
+ * Each tool also gets tags (enum tg_scan_tag) from the same kind of words and from all four
+ * annotations, independent of its class; the YAML comment says which word or annotation gave each.
+ * A brake for the tools tagged execute or write is written under "*" (as a comment until the
+ * policy compiler reads `brake`: SCAN_BRAKE_LIVE in suggest.c).
+ *
  * Resources, resource templates and prompts go into "resources" and "prompts" groups, both with
  * default: deny (a group the server does not offer is written that way too): each is allowed by
  * its exact URI, name or template glob, or denied when a SECRET word is in it. */
@@ -26,10 +31,27 @@
 
 enum tg_scan_class { TG_SCAN_UNKNOWN, TG_SCAN_READ, TG_SCAN_LIMIT, TG_SCAN_APPROVE, TG_SCAN_SECRET };
 
-/* Why a tool got its class: one sentence for the policy's comment. Value type, caller storage. */
+/* The tags scan proposes for a tool (a policy accepts any tag: policy/compile_tags.c; these are
+ * the words scan uses, listed in tg_suggest_tags_help). A tool may get several. */
+enum tg_scan_tag {
+    TG_SCAN_TAG_READ,          /* looks read-only: a read word or readOnlyHint, and no write/execute word */
+    TG_SCAN_TAG_WRITE,         /* changes something: a write or delete word, or an annotation of a changing tool */
+    TG_SCAN_TAG_DESTRUCTIVE,   /* may destroy data: a delete word or destructiveHint: true */
+    TG_SCAN_TAG_EXECUTE,       /* runs code or commands */
+    TG_SCAN_TAG_EGRESS,        /* sends data out: email, http, post, upload, webhook, openWorldHint: true */
+    TG_SCAN_TAG_READS_SECRETS, /* the environment, credentials, keys, tokens, passwords */
+    TG_SCAN_TAG_FILESYSTEM,    /* files, directories, paths */
+    TG_SCAN_TAG_NETWORK,       /* http, URLs, sockets, downloads, openWorldHint: true */
+    TG_SCAN_NTAGS
+};
+
+/* Why a tool got its class: one sentence for the policy's comment; its tags (bit 1 << tag) and
+ * why each (one line: "execute (name says "execute"); write (...)"). Value type, caller storage. */
 struct tg_scan_verdict {
     enum tg_scan_class cls;
     char why[320];
+    unsigned tags;
+    char tags_why[1152];
 };
 
 /* What the header comment says about where the tools came from; every field may be NULL. */
@@ -56,8 +78,21 @@ struct tg_scan_offer {
 
 extern const char tg_suggest_heuristics_help[];
 
-/* Classify one tool object ({name, description?, annotations?}). */
+/* The tags' names, by enum tg_scan_tag ("read", "write", ..., "reads_secrets"). */
+extern const char *const tg_suggest_tag_names[TG_SCAN_NTAGS];
+
+/* How tags are proposed, for `tollgate scan --help` (after tg_suggest_heuristics_help). */
+extern const char tg_suggest_tags_help[];
+
+/* What the brake under "*" does, for `tollgate scan --help` (after tg_suggest_tags_help). */
+extern const char tg_suggest_brake_help[];
+
+/* Classify one tool object ({name, description?, annotations?}): v->cls and v->why, and its tags
+ * (tg_suggest_tags). */
 void tg_suggest_classify(const cJSON *tool, struct tg_scan_verdict *v);
+
+/* The tags of one tool object: v->tags and v->tags_why (policy/suggest_words.c). */
+void tg_suggest_tags(const cJSON *tool, struct tg_scan_verdict *v);
 
 /* Append the policy for `tools` (a cJSON array of tool objects; entries without a string name
  * are skipped, a repeated name is written once) and for what `offer` lists to out: YAML with a

@@ -289,6 +289,8 @@ int tg_scan_cli(int argc, char **argv)
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(usage_text, stdout);
             fputs(tg_suggest_heuristics_help, stdout);
+            fputs(tg_suggest_tags_help, stdout);
+            fputs(tg_suggest_brake_help, stdout);
             return 0;
         } else if (strcmp(a, "--json") == 0) {
             json = 1;

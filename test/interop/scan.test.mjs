@@ -28,6 +28,15 @@
 //      tokenizer are not), a tool named "<<" loads as that tool, and the resources, resource
 //      templates and prompts it offers become "resources" and "prompts" groups with default: deny
 //      (templates as globs, secret ones denied), decided by `tollgate policy explain`.
+//   8. Tags: every listed tool gets tags from scan's vocabulary (read, write, destructive, execute,
+//      egress, reads_secrets, filesystem, network), the same in YAML and JSON, each with the word
+//      or annotation behind it in the comment: execute_code and run_command execute,
+//      delete_channel destructive and write, send_email egress, a tool reading the environment
+//      reads_secrets; a readOnlyHint tool gets read and never write, and takes no tag away; the
+//      other annotations (readOnlyHint: false, destructiveHint, idempotentHint, openWorldHint);
+//      the CoWork OS stand-in, the hostile fixture, server-everything, server-filesystem and
+//      server-memory. The brake for execute/write tools is written as a comment under "*" (the
+//      policy compiler does not read brake yet) and left out of --json, so the policy loads.
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -81,6 +90,26 @@ async function assertCases(file, cases) {
 
 const call = (name) => ({ name, arguments: {} });
 
+/** The tags of each tool listed in a scanned YAML policy (`"NAME":` entries and their `tags: [..]`). */
+function yamlTags(y) {
+  const out = {};
+  for (const m of y.matchAll(/^ {2}("(?:[^"\\]|\\.)*"):\n((?: {4}[^\n]*\n)*)/gm)) {
+    const t = /^ {4}tags: \[([^\]\n]*)\]$/m.exec(m[2]);
+    out[JSON.parse(m[1])] = t ? t[1].split(', ') : undefined;
+  }
+  return out;
+}
+
+/** The tags of each tool of a --json policy. */
+const jsonTags = (p) => Object.fromEntries(Object.entries(p.tools).map(([k, v]) => [k, v.tags]));
+
+/** The brake is proposed as a comment (the policy compiler does not read it yet), never live. */
+function assertBrakeComment(y, n) {
+  assert.match(y, new RegExp(`^ {2}# A brake for the ${n} tools? above tagged execute or write: `, 'm'));
+  assert.match(y, /^ {2}# This tollgate's policy compiler does not read `brake` yet: uncomment it once it does\.\n {2}# "\*":\n {2}# {3}brake: \{repeats: 5, within: "60s", cycle: 4, tags: \[execute, write\]\}$/m);
+  assert.doesNotMatch(y, /^ {2}"\*":/m);
+}
+
 after(() => cleanup.run()); // once both suites are done (the https one uses dir too)
 
 describe('tollgate scan', () => {
@@ -103,6 +132,23 @@ describe('tollgate scan', () => {
     { call: call('okta.health'), expect: 'deny', hidden: true },
     { call: call('echo'), expect: 'deny', hidden: true },
   ];
+  const coworkTags = {
+    execute_code: ['execute', 'network'], // "network" from its description ("allow_network")
+    run_command: ['execute', 'filesystem'],
+    write_file: ['write', 'filesystem'],
+    delete_file: ['write', 'destructive', 'filesystem'],
+    'resend.send_email': ['write', 'egress'],
+    'discord.send_message': ['write', 'egress'],
+    'discord.delete_channel': ['write', 'destructive'],
+    'google-workspace.calendar_events_list': ['read'],
+    'google-workspace.calendar_event_delete': ['write', 'destructive'],
+    'okta.list_users': ['read'],
+    'okta.create_user': ['write'],
+    'salesforce.get_record': ['read'],
+    'salesforce.update_record': ['write'],
+    'jira.get_issue': ['read'],
+    'jira.create_issue': ['write'],
+  };
 
   it('scans the CoWork OS stand-in over HTTP: a YAML policy that tollgate loads, with the expected actions', async () => {
     const r = await tollgate(['scan', '--header', `Authorization: Bearer ${standin.token}`, `${standin.url}`]);
@@ -113,11 +159,17 @@ describe('tollgate scan', () => {
     assert.match(y, /^version: "1"$/m);
     assert.match(y, /^default: deny$/m);
     assert.match(y, /26 tools, 4 allowed, 6 rate-limited, 5 need approval, 0 denied as reading secrets, 11 denied by default; resources: 15 allowed, 0 denied; prompts: 0 allowed, 0 denied/);
-    // Each rule says why, next to it.
-    assert.match(y, /# {3}name says "execute": it may run code or commands, so a human approves each call\n {2}"execute_code":\n {4}action: approve\n/);
-    assert.match(y, /# {3}name says "list": it looks read-only, so it is allowed\n {2}"okta.list_users":\n {4}action: allow\n/);
-    assert.match(y, /# {3}name says "write": it changes data, so it is allowed at most 10 times a minute per grant\n {2}"write_file":\n {4}rules:\n/);
-    assert.match(y, /# http_request: Make an HTTP request[^\n]*\n {2}# {3}no word of the lists matched: denied by default/);
+    // Each rule and each tag says why, next to it.
+    assert.match(y, /# {3}name says "execute": it may run code or commands, so a human approves each call\n {2}# {3}tags: execute \(name says "execute"\); network \(description says "network"\)\n {2}"execute_code":\n {4}action: approve\n {4}tags: \[execute, network\]\n/);
+    assert.match(y, /# {3}name says "list": it looks read-only, so it is allowed\n {2}# {3}tags: read \(name says "list"\)\n {2}"okta.list_users":\n {4}action: allow\n {4}tags: \[read\]\n/);
+    assert.match(y, /# {3}name says "write": it changes data, so it is allowed at most 10 times a minute per grant\n {2}# {3}tags: write \(name says "write"\); filesystem \(name says "file"\)\n {2}"write_file":\n {4}rules:\n(?: {6}[^\n]*\n)+ {4}tags: \[write, filesystem\]\n/);
+    assert.match(y, /# {3}tags: execute \(name says "run"\); filesystem \(description says "directory"\)\n {2}"run_command":/);
+    assert.match(y, /# {3}tags: write \(name says "delete"\); destructive \(name says "delete"\)\n {2}"discord.delete_channel":/);
+    assert.match(y, /# {3}tags: write \(name says "send"\); egress \(name says "send"\)\n {2}"resend.send_email":/);
+    // A tool left out still shows the tags it would get.
+    assert.match(y, /# http_request: Make an HTTP request[^\n]*\n {2}# {3}no word of the lists matched: denied by default[^\n]*\n {2}# {3}tags if you allow it: egress \(name says "http"\); network \(name says "http"\)\n/);
+    assert.deepEqual(yamlTags(y), coworkTags);
+    assertBrakeComment(y, 11);
     const f = save(y, 'yaml');
     await assertLoads(f, 15);
     await assertCases(f, coworkCases);
@@ -129,8 +181,10 @@ describe('tollgate scan', () => {
     const p = JSON.parse(r.stdout);
     assert.equal(p.version, '1');
     assert.equal(p.default, 'deny');
-    assert.deepEqual(p.tools.execute_code, { action: 'approve' });
-    assert.deepEqual(p.tools['jira.get_issue'], { action: 'allow' });
+    assert.deepEqual(p.tools.execute_code, { action: 'approve', tags: ['execute', 'network'] });
+    assert.deepEqual(p.tools['jira.get_issue'], { action: 'allow', tags: ['read'] });
+    assert.deepEqual(jsonTags(p), coworkTags);
+    assert.equal(p.tools['*'], undefined, 'no brake in --json until the policy compiler reads it');
     assert.equal(p.tools['jira.create_issue'].rules[0].rate_limit, '10/minute');
     assert.equal(p.tools.http_request, undefined);
     const f = save(r.stdout, 'json');
@@ -145,12 +199,18 @@ describe('tollgate scan', () => {
     const total = ALL_TOOLS.length + SCAN_TOOLS.length;
     // The fixture's tool "secret" reads as a secret: denied with a reason, the others of ALL_TOOLS by default.
     assert.match(r.stdout, new RegExp(`${total} tools, 3 allowed, 1 rate-limited, 3 need approval, 1 denied as reading secrets, ${ALL_TOOLS.length} denied by default`), show(r));
-    assert.match(r.stdout, /name says "secret": it may read the environment, credentials or secrets, so it is denied\n {2}"secret":\n {4}action: deny\n {4}reason: "tollgate scan: it may read the environment, credentials or secrets"\n/);
+    assert.match(r.stdout, /name says "secret": it may read the environment, credentials or secrets, so it is denied\n {2}# {3}tags: reads_secrets \(name says "secret"\)\n {2}"secret":\n {4}action: deny\n {4}reason: "tollgate scan: it may read the environment, credentials or secrets"\n {4}tags: \[reads_secrets\]\n/);
     assert.match(r.stdout, /^# Server: hostile 1\.0\.0, protocol 2025-06-18$/m);
-    assert.match(r.stdout, /annotation readOnlyHint: true: allowed\n {2}"inspect":/);
-    assert.match(r.stdout, /annotation destructiveHint: true: a human approves each call\n {2}"wipe":/);
-    assert.match(r.stdout, /description says "runs" \(run\)[^\n]*readOnlyHint is not trusted[^\n]*\n {2}"sneaky":\n {4}action: approve/);
-    assert.match(r.stdout, /name says "get"[^\n]*\n {2}"getUserProfile":/);
+    assert.match(r.stdout, /annotation readOnlyHint: true: allowed\n {2}# {3}tags: read \(annotation readOnlyHint: true\)\n {2}"inspect":/);
+    assert.match(r.stdout, /annotation destructiveHint: true: a human approves each call\n {2}# {3}tags: write \(name says "wipe"\); destructive \(name says "wipe"\)\n {2}"wipe":/);
+    assert.match(r.stdout, /description says "runs" \(run\)[^\n]*readOnlyHint is not trusted[^\n]*\n {2}# {3}tags: execute \(description says "runs" \(run\)\)\n {2}"sneaky":\n {4}action: approve/);
+    assert.match(r.stdout, /name says "get"[^\n]*\n {2}# {3}tags: read[^\n]*\n {2}"getUserProfile":/);
+    // A readOnlyHint gives read and never write; it takes away no tag the words give (sneaky runs a shell).
+    assert.deepEqual(yamlTags(r.stdout), {
+      secret: ['reads_secrets'], inspect: ['read'], wipe: ['write', 'destructive'], sneaky: ['execute'],
+      getUserProfile: ['read'], publish_post: ['write', 'egress'], transfer_funds: ['write'], 'dot.weird "name"': ['read'],
+    });
+    assertBrakeComment(r.stdout, 4);
     for (const t of ALL_TOOLS) assert.match(r.stdout, new RegExp(`^ {2}# ${t}: hostile ${t}$`, 'm'));
     // A tool named "*" would be the rule for every tool: it is left out.
     assert.match(r.stdout, /^ {2}# \*: Read everything\n {2}# {3}a tool named "\*" cannot be listed/m);
@@ -211,9 +271,38 @@ describe('tollgate scan', () => {
     const body = (r) => r.stdout.split('\n').filter((l) => !l.startsWith('# Scanned: ')).join('\n');
     assert.equal(body(overHttp), body(overStdio));
     assert.match(overHttp.stdout, /^# Server: mcp-servers\/everything [^\n]*, protocol 2025-06-18$/m);
+    // Its tools state all four annotations: a readOnlyHint tool is read (its destructiveHint: false and
+    // idempotentHint do not make it write), get-env reads secrets; a tool left out shows the tags
+    // readOnlyHint: false and openWorldHint: true would give it.
+    const tags = yamlTags(overHttp.stdout);
+    assert.deepEqual(tags.echo, ['read'], overHttp.stdout);
+    assert.deepEqual(tags['get-env'], ['read', 'reads_secrets'], overHttp.stdout);
+    assert.match(overHttp.stdout, /# {3}tags: read \(annotation readOnlyHint: true\); reads_secrets \(name says "env"\)\n {2}"get-env":/);
+    assert.match(overHttp.stdout, /# gzip-file-as-resource: [^\n]*\n(?: {2}#[^\n]*\n)*? {2}# {3}tags if you allow it: write \(annotation readOnlyHint: false\); egress \(annotation openWorldHint: true\);/);
     const m = /(\d+) tools, (\d+) allowed/.exec(overHttp.stdout);
     assert.ok(m && Number(m[1]) >= 10 && Number(m[2]) >= 1, overHttp.stdout);
     await assertLoads(save(overHttp.stdout, 'yaml'), (overHttp.stdout.match(/^ {2}"/gm) ?? []).length);
+  });
+
+  it('the reference servers filesystem and memory: tags from their words and annotations, and the policy loads', async () => {
+    const ref = (pkg) => path.join(H.NODE_MODULES, '@modelcontextprotocol', pkg, 'dist', 'index.js');
+    const root = H.makeTempDir(cleanup, 'tollgate-scan-fs-');
+    const fsr = await tollgate(['scan', '--', process.execPath, ref('server-filesystem'), root]);
+    assert.equal(fsr.code, 0, show(fsr));
+    const ft = yamlTags(fsr.stdout);
+    assert.deepEqual(ft.read_text_file, ['read', 'filesystem']);
+    assert.deepEqual(ft.list_directory, ['read', 'filesystem']);
+    assert.deepEqual(ft.write_file, ['write', 'destructive', 'filesystem']); // destructiveHint: true
+    assert.deepEqual(ft.create_directory, ['write', 'filesystem']);
+    for (const [t, tags] of Object.entries(ft)) if (tags.includes('read')) assert.ok(!tags.includes('write'), `${t}: ${tags}`);
+    await assertLoads(save(fsr.stdout, 'yaml'), Object.keys(ft).length);
+    const mem = await tollgate(['scan', '--json', '--', process.execPath, ref('server-memory')]);
+    assert.equal(mem.code, 0, show(mem));
+    const mt = jsonTags(JSON.parse(mem.stdout));
+    assert.deepEqual(mt.delete_entities, ['write', 'destructive']);
+    assert.deepEqual(mt.create_entities, ['write']);
+    assert.deepEqual(mt.read_graph, ['read']);
+    await assertLoads(save(mem.stdout, 'json'), Object.keys(mt).length);
   });
 
   it('a stdio server: its stderr passes through, its requests are answered, lines that are not JSON are counted', async () => {
@@ -267,6 +356,9 @@ process.stdin.setEncoding('utf8').on('data', (d) => {
     const h = await tollgate(['scan', '--help']);
     assert.equal(h.code, 0);
     assert.match(h.stdout, /How tools are classified/);
+    assert.match(h.stdout, /^Tags \(written as tags: \[\.\.\.\] on each tool's entry/m);
+    assert.match(h.stdout, /^ {2}execute {8}execute exec run eval shell command script bash spawn$/m);
+    assert.match(h.stdout, /^Under "\*" a brake is proposed for the tools tagged execute or write: [^]*more than 5 times within 60s [^]*written as a comment/m);
   });
 
   it('a URL scan cannot read names it without its user information or query on stderr', async () => {
@@ -394,9 +486,10 @@ describe('tollgate scan: secrets, resources and prompts', () => {
     assert.equal(r.code, 0, show(r));
     const y = r.stdout;
     assert.match(y, /12 tools, 4 allowed, 0 rate-limited, 0 need approval, 8 denied as reading secrets, 0 denied by default/, show(r));
-    assert.match(y, /# {3}name says "env": it may read the environment, credentials or secrets, so it is denied \(its readOnlyHint is not trusted over that\)\n {2}"get_env":\n {4}action: deny\n {4}reason: "tollgate scan: it may read the environment, credentials or secrets"\n/);
-    assert.match(y, /name says "key"[^\n]*\n {2}"readApiKey":\n {4}action: deny\n/);
-    assert.match(y, /description says "secret"[^\n]*\n {2}"vault_read":\n {4}action: deny\n/);
+    assert.match(y, /# {3}name says "env": it may read the environment, credentials or secrets, so it is denied \(its readOnlyHint is not trusted over that\)\n {2}# {3}tags: read \(annotation readOnlyHint: true\); reads_secrets \(name says "env"\)\n {2}"get_env":\n {4}action: deny\n {4}reason: "tollgate scan: it may read the environment, credentials or secrets"\n {4}tags: \[read, reads_secrets\]\n/);
+    assert.match(y, /name says "key"[^\n]*\n {2}# {3}tags: [^\n]*\n {2}"readApiKey":\n {4}action: deny\n/);
+    assert.match(y, /description says "secret"[^\n]*\n {2}# {3}tags: [^\n]*\n {2}"vault_read":\n {4}action: deny\n/);
+    assert.match(y, /^ {2}# A brake for the tools tagged execute or write \(none above\): /m);
     const f = save(y, 'yaml');
     await assertLoads(f, 12);
     const denied = ['get_env', 'printenv', 'readApiKey', 'vault_read', 'login', 'issue', 'list_credentials', 'get_keys'];
@@ -411,7 +504,7 @@ describe('tollgate scan: secrets, resources and prompts', () => {
     const j = await tollgate(['scan', '--json', '--', process.execPath, server]);
     assert.equal(j.code, 0, show(j));
     const p = JSON.parse(j.stdout);
-    assert.deepEqual(p.tools.get_env, { action: 'deny', reason: 'tollgate scan: it may read the environment, credentials or secrets' });
+    assert.deepEqual(p.tools.get_env, { action: 'deny', reason: 'tollgate scan: it may read the environment, credentials or secrets', tags: ['read', 'reads_secrets'] });
     await assertLoads(save(j.stdout, 'json'), 12);
   });
 
@@ -502,6 +595,53 @@ describe('tollgate scan: secrets, resources and prompts', () => {
     assert.equal(p.tools.getMCPServerInfo?.action, 'allow', r.stdout);
     assert.equal(p.tools.list_authors?.action, 'allow', r.stdout); // "authors" is not the word "auth"
 
+  });
+
+  it('tags from words and from each annotation, with the reason for each; the same in YAML and JSON', async () => {
+    const tools = [
+      { name: 'get_alpha', description: 'x', annotations: { readOnlyHint: false } },
+      { name: 'show_beta', description: 'x', annotations: { idempotentHint: true } },
+      { name: 'show_gamma', description: 'x', annotations: { destructiveHint: false } },
+      { name: 'view_delta', description: 'x', annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false } },
+      { name: 'find_things', description: 'x', annotations: { readOnlyHint: true, openWorldHint: true } },
+      { name: 'read_env', description: 'Reads an environment variable', annotations: { readOnlyHint: true } },
+      { name: 'list_files', description: 'x' },
+      { name: 'save_view', description: 'x', annotations: { readOnlyHint: true } },
+      { name: 'run_script', description: 'x' },
+      { name: 'send_mail', description: 'x' },
+      { name: 'wipe_cache', description: 'Deletes cached entries' },
+      { name: 'post_webhook', description: 'x' },
+      { name: 'upload_report', description: 'x' },
+    ];
+    const want = {
+      get_alpha: ['write'], show_beta: ['write'], show_gamma: ['write'], view_delta: ['read'],
+      find_things: ['read', 'egress', 'network'], read_env: ['read', 'reads_secrets'], list_files: ['read', 'filesystem'],
+      save_view: ['write'], run_script: ['execute'], send_mail: ['write', 'egress'], wipe_cache: ['write', 'destructive'],
+      post_webhook: ['egress', 'network'],
+    };
+    const j = await tollgate(['scan', '--json', '--', process.execPath, server, 'tools', JSON.stringify(tools)]);
+    assert.equal(j.code, 0, show(j));
+    const p = JSON.parse(j.stdout);
+    assert.deepEqual(jsonTags(p), want, j.stdout);
+    assert.equal(p.tools.read_env.action, 'deny');
+    const y = await tollgate(['scan', '--', process.execPath, server, 'tools', JSON.stringify(tools)]);
+    assert.equal(y.code, 0, show(y));
+    assert.deepEqual(yamlTags(y.stdout), want, y.stdout);
+    for (const [tool, why] of [
+      ['get_alpha', 'write \\(annotation readOnlyHint: false\\)'],
+      ['show_beta', 'write \\(annotation idempotentHint \\(a tool that changes things\\)\\)'],
+      ['show_gamma', 'write \\(annotation destructiveHint: false \\(a tool that changes things\\)\\)'],
+      ['view_delta', 'read \\(annotation readOnlyHint: true\\)'],
+      ['find_things', 'read \\(annotation readOnlyHint: true\\); egress \\(annotation openWorldHint: true\\); network \\(annotation openWorldHint: true\\)'],
+      ['read_env', 'read \\(annotation readOnlyHint: true\\); reads_secrets \\(name says "env"\\)'],
+      ['save_view', 'write \\(name says "save"\\)'],
+      ['wipe_cache', 'write \\(name says "wipe"\\); destructive \\(name says "wipe"\\)'],
+    ]) assert.match(y.stdout, new RegExp(`^ {2}# {3}tags: ${why}\\n {2}"${tool}":$`, 'm'), y.stdout);
+    // upload_report matches no class: left out, with the tags it would get.
+    assert.match(y.stdout, /# upload_report: x\n {2}# {3}no word of the lists matched[^\n]*\n {2}# {3}tags if you allow it: write \(name says "upload"\); egress \(name says "upload"\); network \(name says "upload"\)\n/);
+    assertBrakeComment(y.stdout, 7);
+    await assertLoads(save(y.stdout, 'yaml'), 12);
+    await assertLoads(save(j.stdout, 'json'), 12);
   });
 
   it('a server that offers no prompts still gets a prompts group, which denies every one', async () => {
