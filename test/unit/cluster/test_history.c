@@ -368,6 +368,14 @@ static void add_get_round_trip(void **state)
     struct tg_counter_op n0 = {.kind = TG_COP_HIST_ADD, .h1 = 1, .h2 = 2};
     assert_int_equal(run(r, "tgh1:", &n0, 1, 64, NULL), TG_REDIS_EREPLY);
     assert_int_equal(cmd_int("LLEN %s", "tgh1:h:00000000000000010000000000000002"), 4);
+    /* Redis lost its scripts (restart, SCRIPT FLUSH): loaded again, the ops resent once. */
+    freeReplyObject(cmd("SCRIPT FLUSH"));
+    struct tg_hist_entry e4 = entry(1700000000200LL, 11);
+    add(r, "tgh1:", 1, 2, &e4, 64);
+    freeReplyObject(cmd("SCRIPT FLUSH"));
+    get(r, "tgh1:", 1, 2, 64, &plan, &v);
+    assert_int_equal(tg_hist_view_len(&v), 5);
+    assert_same_entry(tg_hist_view_newest(&v, 0), &e4);
     tg_plan_dispose(&plan);
     finish(r);
 }

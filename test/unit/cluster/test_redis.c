@@ -696,6 +696,8 @@ static void poisoned_counter_fails_the_decision(void **state)
         redisFree(c);
     }
     assert_int_equal(tg_cluster_stats(cl)->fallback_local, 0);
+    assert_int_equal(tg_cluster_stats(cl)->values_refused, sizeof(poisons) / sizeof(poisons[0]));
+    assert_int_equal(tg_redis_stats(tg_cluster_redis(cl))->errors[-TG_REDIS_EVALUE], sizeof(poisons) / sizeof(poisons[0]));
     tg_policy_unref(p);
     tg_buf_dispose(&err);
     tg_buf_dispose(&warn);
