@@ -1,10 +1,10 @@
 /* The limit of one Redis primary for tollgate's shared counters: counter ops per second through
  * cluster/redis/redis.c against a local redis-server started here (loopback, free port), with batches
  * of 1 and 3 ops (a decision with one or three counters: one round trip each) and N requests in
- * flight at once; then "h+1": a decision that reads a history of 64 calls and takes one counter
+ * flight at once; then "h+1": a decision that reads a history of 64 calls (or argv[2]) and takes one counter
  * (one round trip) and adds its call (sent without waiting). Prints ops/s and decisions/s, and
  * with one in flight the mean time of a decision's round trip. Not run by ctest.
- *   build-asan/test/bench/tg-bench-redis-ops [seconds per case, default 2]
+ *   build-asan/test/bench/tg-bench-redis-ops [seconds per case, default 2] [history calls, default 64]
  * (use a build without sanitizers for figures: cmake -B build-rel -DCMAKE_BUILD_TYPE=Release) */
 #include <fcntl.h>
 
@@ -14,6 +14,7 @@
 
 static uv_loop_t *loop;
 static int up;
+static size_t hist_calls = 64;
 
 static void on_state(void *ud, int u, const char *why)
 {
@@ -41,7 +42,7 @@ static void on_ops(void *ud, int status)
     if (w->hist && status == TG_REDIS_OK) {
         struct tg_counter_op add = {.kind = TG_COP_HIST_ADD, .h1 = w->ops[0].h1, .h2 = 43, .entry = &w->entry};
         w->entry.at_ms = (int64_t)uv_now(loop);
-        struct tg_redis_hist h = {NULL, 64, {0}};
+        struct tg_redis_hist h = {NULL, hist_calls, {0}};
         tg_redis_counter_ops(w->r, "bench:", &add, 1, &h, NULL, NULL);
     }
     if (status == TG_REDIS_OK)
@@ -65,7 +66,7 @@ static void issue(struct worker *w)
         op->amount = 1;
         op->now_ms = (int64_t)uv_now(loop);
     }
-    struct tg_redis_hist h = {&w->plan, 64, {0}};
+    struct tg_redis_hist h = {&w->plan, hist_calls, {0}};
     if (w->hist) {
         tg_plan_dispose(&w->plan); /* the last answer's entries */
         tg_plan_init(&w->plan);
@@ -82,6 +83,8 @@ static void on_stop(uv_timer_t *t) { *(int *)t->data = 0; }
 int main(int argc, char **argv)
 {
     double secs = argc > 1 ? atof(argv[1]) : 2;
+    if (argc > 2)
+        hist_calls = (size_t)atol(argv[2]);
     signal(SIGPIPE, SIG_IGN);
     loop = uv_default_loop();
     struct th_server s = {0};
