@@ -244,6 +244,8 @@ static const char *status_text(int status)
 }
 
 static void on_ops(void *ud, int status);
+static void on_effects(void *ud, int status);
+static void decided(struct tg_shared_job *j);
 
 /* A value in Redis that no member writes: counted, and logged at most once a minute. */
 static void value_refused(struct tg_shared_job *j)
@@ -325,7 +327,23 @@ static void on_ops(void *ud, int status)
         send_round(j, from, n);
         return;
     }
-    send_effects(cl, j->plan.effects, j->plan.neffects);
+    if (j->plan.neffects > 0) {
+        /* What earlier passes took and this decision gives back is back in Redis before the
+         * caller hears the decision: a call refused here spends nothing, and the next call (on
+         * any member) must not find it still counted. A give-back that fails is left to expire. */
+        cl->stats.refunds += j->plan.neffects;
+        j->req = tg_redis_counter_ops(cl->redis, cl->key_prefix, j->plan.effects, j->plan.neffects, on_effects, j);
+        return;
+    }
+    decided(j);
+    job_free(j);
+}
+
+static void decided(struct tg_shared_job *j)
+{
+    struct tg_cluster *cl = j->cl;
+    if (j->cb == NULL) /* detached while its give-backs were sent */
+        return;
     if (j->plan.unsettled) {
         cl->stats.unavailable++;
         j->cb(j->ud, TG_SHARED_UNAVAILABLE, NULL, "the shared counters changed under every round of this decision");
@@ -334,6 +352,16 @@ static void on_ops(void *ud, int status)
         j->dec.shared = 1;
         j->cb(j->ud, TG_SHARED_DECIDED, &j->dec, NULL);
     }
+}
+
+static void on_effects(void *ud, int status)
+{
+    struct tg_shared_job *j = ud;
+    j->req = NULL;
+    if (status == TG_REDIS_ECLOSED && j->cb != NULL) /* shutting down: no decision goes on from here */
+        j->cb(j->ud, TG_SHARED_UNAVAILABLE, NULL, status_text(status));
+    else
+        decided(j);
     job_free(j);
 }
 

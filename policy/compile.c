@@ -10,6 +10,7 @@
 
 #include "core/base/json.h"
 #include "policy/compile_tool.h"
+#include "policy/history_rules.h"
 #include "policy/regex.h"
 #include "policy/uri.h"
 
@@ -47,7 +48,7 @@ static void compile_globset(struct tg__cctx *cx, const cJSON *j, const char *pat
         tg__perr(cx, path, "must be an object {default, allow, deny, reason}");
         return;
     }
-    static const char *const known[] = {"default", "allow", "deny", "reason", "scopes", NULL};
+    static const char *const known[] = {"default", "allow", "deny", "reason", "scopes", "tags", NULL};
     tg__check_keys(cx, j, path, known);
     g->present = 1;
     char sub[600];
@@ -81,6 +82,11 @@ static void compile_globset(struct tg__cctx *cx, const cJSON *j, const char *pat
     if (sc != NULL) {
         snprintf(sub, sizeof(sub), "%s.scopes", path);
         tg__compile_scoped_globs(cx, sc, sub, g);
+    }
+    const cJSON *tg = tg_json_get(j, "tags"); /* {GLOB: [tags]}: what history records them with */
+    if (tg != NULL) {
+        snprintf(sub, sizeof(sub), "%s.tags", path);
+        tg__compile_glob_tags(cx, tg, sub, strcmp(path, "prompts") == 0);
     }
 }
 
@@ -128,6 +134,10 @@ static void policy_free(struct tg_policy *p)
     free_globset(&p->resources);
     free_globset(&p->prompts);
     tg_regex_ctx_free(p->rx);
+    tg__free_hpolicy(p->hist);
+    for (int i = 0; i < p->nbind_claims; i++)
+        free(p->bind_claims[i]);
+    free(p->bind_claims);
     free(p->name);
     free(p);
 }
@@ -247,11 +257,13 @@ int tg_policy_compile(const cJSON *root, const char *name, struct tg_policy **ou
         return TG_EINVAL;
     }
     tg__finish_counters(p);
+    tg__finish_history(p);
     tg__index_tools(p);
     for (int ti = 0; ti < p->ntools; ti++)
         tg__finish_tool(&p->tools[ti]);
     if (p->wildcard != NULL)
         tg__finish_tool(p->wildcard);
+    tg__finish_bind(p);
     *out = p;
     return 0;
 }
@@ -324,7 +336,7 @@ void tg__finish_tool(struct ptool *t)
 {
     t->reach_stops = t->action == TA_DENY;
     for (int r = 0; r < t->nrules && !t->reach_stops; r++) {
-        if (t->rules[r].deny) {
+        if (t->rules[r].deny && t->rules[r].when == NULL) {
             t->reach_stops = 1;
             break;
         }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/base/json.h"
+#include "policy/history_rules.h"
 #include "policy/policy.h"
 #include "policy/regex.h"
 
@@ -169,6 +170,10 @@ static void compile_cond(struct tg__cctx *cx, const cJSON *c, const char *path, 
         tg__perr(cx, path, "a condition must be an object {path, op, value}");
         return;
     }
+    if (tg_json_get(c, "history") != NULL) { /* {history: {...}, op, value}: policy/compile_history.c */
+        tg__compile_history_cond(cx, c, path, out);
+        return;
+    }
     static const char *const known[] = {"path", "op", "value", NULL};
     tg__check_keys(cx, c, path, known);
     const cJSON *jp = tg_json_get(c, "path");
@@ -276,8 +281,10 @@ static void compile_rule(struct tg__cctx *cx, const cJSON *r, const char *path, 
         tg__perr(cx, path, "a rule must be an object");
         return;
     }
-    static const char *const known[] = {"name", "action", "conditions", "on_deny", "state", "rate_limit", NULL};
+    static const char *const known[] = {"name", "action", "conditions", "on_deny", "state", "rate_limit", "when", NULL};
     tg__check_keys(cx, r, path, known);
+    if (tg_json_get(r, "when") != NULL)
+        tg__compile_when(cx, tg_json_get(r, "when"), path, &out->when);
     char sub[600];
     const cJSON *jn = tg_json_get(r, "name");
     if (!cJSON_IsString(jn) || jn->valuestring[0] == '\0') {
@@ -568,8 +575,11 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
         return;
     }
     static const char *const known[] = {"rules", "action", "reason", "limits", "approval_timeout", "approval_mode",
-                                        "scopes", "tags", NULL};
+                                        "scopes", "tags", "set", "forbid", "strict", "brake", NULL};
     tg__check_keys(cx, jt, path, known);
+    tg__compile_bind(cx, jt, path, t);
+    if (tg_json_get(jt, "brake") != NULL)
+        tg__compile_brake(cx, tg_json_get(jt, "brake"), path, name, &t->brake);
     char sub[600];
     const cJSON *jtags = tg_json_get(jt, "tags");
     if (jtags != NULL) {
@@ -643,7 +653,7 @@ void tg__compile_tool(struct tg__cctx *cx, const char *name, const cJSON *jt, st
                 char rp[600];
                 snprintf(rp, sizeof(rp), "%s[%d]", sub, i);
                 compile_rule(cx, r, rp, name, &t->rules[i]);
-                if (t->rules[i].deny)
+                if (t->rules[i].deny && t->rules[i].when == NULL)
                     t->unconditional_deny = 1;
             }
         }
@@ -670,7 +680,9 @@ void tg__free_tool(struct ptool *t)
             free_path(c->path, c->npath, c->path_idx);
             cJSON_Delete(c->value);
             tg_regex_free(c->re);
+            tg__free_hcond(c->hist);
         }
+        tg__free_hwhen(r->when);
         free(r->conds);
         free_path(r->incr_path, r->nincr, r->incr_idx);
         free(r->incr_from);
@@ -681,4 +693,7 @@ void tg__free_tool(struct ptool *t)
     free(t->reach);
     free(t->scopes);
     tg__free_tags(t->tags, t->ntags);
+    tg__free_brake(t->brake);
+    free(t->tagh);
+    tg__free_bind(t);
 }

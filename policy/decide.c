@@ -12,6 +12,7 @@
 #include "core/base/buf.h"
 #include "core/base/json.h"
 #include "policy/counters.h"
+#include "policy/history_rules.h"
 #include "policy/policy_int.h"
 #include "policy/regex.h"
 
@@ -117,29 +118,6 @@ int tg_policy_method_allowed(const struct tg_policy *p, const char *method)
     return 0;
 }
 
-/* Go's %v for a float64, so that eq between a string and a number behaves as in Intercept. */
-static void go_float(double d, char *out, size_t n)
-{
-    if (d == 0) {
-        snprintf(out, n, "0");
-        return;
-    }
-    int prec;
-    char tmp[64];
-    for (prec = 1; prec <= 17; prec++) {
-        snprintf(tmp, sizeof(tmp), "%.*e", prec - 1, d);
-        if (strtod(tmp, NULL) == d)
-            break;
-    }
-    const char *e = strchr(tmp, 'e');
-    int exp = e ? atoi(e + 1) : 0;
-    /* strconv's 'g' with the shortest precision switches to an exponent from 1e+06 on. */
-    if (exp < -4 || exp >= 6)
-        snprintf(out, n, "%.*e", prec - 1, d);
-    else
-        snprintf(out, n, "%.*f", prec - 1 - exp > 0 ? prec - 1 - exp : 0, d);
-}
-
 /* policy_side: a number written in the policy prints every digit when it is an integer, as
  * Intercept's YAML loader reads it as an int; an argument is a float64 as JSON decodes it. */
 static int scalar_str(const cJSON *v, char *buf, size_t n, const char **out, int policy_side)
@@ -161,7 +139,7 @@ static int scalar_str(const cJSON *v, char *buf, size_t n, const char **out, int
         if (policy_side && d == floor(d) && fabs(d) < 9.2e18)
             snprintf(buf, n, "%lld", (long long)d);
         else
-            go_float(d, buf, n);
+            tg__go_float(d, buf, n);
         *out = buf;
         return 1;
     }
@@ -253,6 +231,7 @@ struct dctx {
                        * UINT64_MAX: an upstream too long to remember */
     int nmemo;
     struct { int idx; uint64_t h1, h2; } memo[MEMO_MAX];
+    struct tg__hctx *hx; /* the policy records (policy/decide_history.c), else NULL */
 };
 
 /* Record the step that decided, when asked to (tr not NULL). tr is a parameter, never kept in
@@ -462,18 +441,24 @@ static void set_decision(struct tg_decision *d, enum tg_verdict v, const char *r
 
 /* Evaluate the conditions of one rule; returns the failing condition index or -1. Only a
  * condition that evaluated to true holds: eval_op's -1 (a regex that hit a limit) fails it like
- * a plain false, and *unanswered says which it was. */
-static int eval_rule(struct dctx *x, const struct rule *r, const cJSON *args, int *unanswered)
+ * a plain false, and *unanswered says which it was. A failing state condition leaves the value
+ * it read in *state_read: the refusal reports that value, never a second read (a store that
+ * answers later, a cluster's, would then see the reservations of an earlier pass). */
+static int eval_rule(struct dctx *x, const struct rule *r, const cJSON *args, int *unanswered, double *state_read)
 {
     *unanswered = 0;
     for (int i = 0; i < r->nconds; i++) {
         const struct cond *c = &r->conds[i];
         int ok;
         if (c->is_state) {
-            if (c->counter < 0)
-                return i;
+            if (c->counter < 0) { /* never defined, or a history condition (decide_history.c) */
+                if (c->hist == NULL || !tg__hist_cond(x->hx, c))
+                    return i;
+                continue;
+            }
             double v = state_value(x, c->counter);
             ok = c->op == OP_EXISTS ? j_true(c->value) : eval_op(c, NULL, v, 1);
+            *state_read = v;
         } else {
             const cJSON *a = resolve_args(args, c->path, c->path_idx, c->npath);
             if (c->op == OP_EXISTS)
@@ -683,7 +668,10 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
     d->approval_timeout_ms = 0;
     d->approval_mode = TG_APPROVAL_AUTO;
     d->nres = 0;
+    d->history_json[0] = '\0';
+    d->by_history = 0;
     struct dctx x;
+    struct tg__hctx hx;
     dctx_init(&x, p, cs, who, now_ms);
     if (is_hidden(p, tool)) {
         trace(tr, TG_TRACE_HIDE, NULL, 0, -1);
@@ -699,6 +687,14 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
     const struct ptool *sets[2] = {t, p->wildcard};
     if (tg_counters_prefetches(cs))
         prefetch_counters(&x, t, p->wildcard);
+    const struct ptool *bo = NULL; /* history: brakes first, spending nothing (decide_history.c) */
+    if (p->records) {
+        tg__hist_begin(x.hx = &hx, p, cs, who, tool, t, args, now_ms, !reserve);
+        if (reserve && tg__hist_brake(&hx, p->wildcard, d, &bo)) {
+            trace(tr, TG_TRACE_BRAKE, bo, 0, -1);
+            return;
+        }
+    }
     for (int s = 0; s < 2; s++) {
         const struct ptool *pt = sets[s];
         if (pt == NULL)
@@ -713,16 +709,21 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
         }
         for (int i = 0; i < pt->nrules; i++) {
             const struct rule *r = &pt->rules[i];
-            if (r->deny) {
-                trace(tr, TG_TRACE_RULE, pt, i, -1);
-                if (r->on_deny)
-                    set_decision_str(d, TG_VERDICT_DENY, r->name, r->on_deny);
-                else
-                    set_decision_around(d, TG_VERDICT_DENY, r->name, "Denied by rule \"", r->name, "\"");
-                return;
+            if (r->gate) { /* deny, or "when" (decide_history.c): one test for a plain rule */
+                if (r->when != NULL && !tg__hist_when(r->when, tool, t))
+                    continue;
+                if (r->deny) {
+                    trace(tr, TG_TRACE_RULE, pt, i, -1);
+                    if (r->on_deny)
+                        set_decision_str(d, TG_VERDICT_DENY, r->name, r->on_deny);
+                    else
+                        set_decision_around(d, TG_VERDICT_DENY, r->name, "Denied by rule \"", r->name, "\"");
+                    return;
+                }
             }
             int unanswered;
-            int failed = eval_rule(&x, r, args, &unanswered);
+            double state_read = 0;
+            int failed = eval_rule(&x, r, args, &unanswered, &state_read);
             if (failed >= 0)
                 trace(tr, TG_TRACE_RULE, pt, i, failed);
             if (failed >= 0 && unanswered) {
@@ -742,12 +743,14 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
                 if (c->is_state && c->counter >= 0) {
                     const struct pcounter *pc = &p->counters[c->counter];
                     int64_t ws = window_start(now_ms, pc->window_ms);
-                    tg__note_counter(d, pc, state_value(&x, c->counter));
+                    tg__note_counter(d, pc, state_read);
                     d->retry_after_ms = (uint64_t)(ws + pc->window_ms - now_ms);
                     tg_strlcpy(d->counter, pc->key + 2, sizeof(d->counter));
                     set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s",
                                  r->on_deny ? r->on_deny : r->name,
                                  (unsigned long long)((d->retry_after_ms + 999) / 1000));
+                } else if (c->hist != NULL) {
+                    tg__hist_refuse(x.hx, r, c, d);
                 } else if (r->on_deny) {
                     set_decision_str(d, TG_VERDICT_DENY, r->name, r->on_deny);
                 } else {
@@ -764,6 +767,8 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
         for (int s = 0; s < 2; s++)
             if (sets[s] != NULL && reserve_limits(&x, tool, sets[s], d, tr) != 0)
                 return;
+        if (p->records) /* after every read: a local store's views end with an add */
+            tg__hist_record(&hx);
     }
     if (t != NULL && t->action == TA_APPROVE) {
         trace(tr, TG_TRACE_ACTION, t, 0, -1);

@@ -108,3 +108,26 @@ char *tg__cat_cut(char *out, size_t room, const char *const *piece, const size_t
     *out = '\0';
     return out;
 }
+
+/* Go's %v for a float64, so that eq between a string and a number behaves as in Intercept. */
+void tg__go_float(double d, char *out, size_t n)
+{
+    if (d == 0) {
+        snprintf(out, n, "0");
+        return;
+    }
+    int prec;
+    char tmp[64];
+    for (prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof(tmp), "%.*e", prec - 1, d);
+        if (strtod(tmp, NULL) == d)
+            break;
+    }
+    const char *e = strchr(tmp, 'e');
+    int exp = e ? atoi(e + 1) : 0;
+    /* strconv's 'g' with the shortest precision switches to an exponent from 1e+06 on. */
+    if (exp < -4 || exp >= 6)
+        snprintf(out, n, "%.*e", prec - 1, d);
+    else
+        snprintf(out, n, "%.*f", prec - 1 - exp > 0 ? prec - 1 - exp : 0, d);
+}

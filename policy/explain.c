@@ -4,11 +4,14 @@
  * can never disagree with the decision: there is one walk over the rules, decide.c's. */
 #include "policy/explain.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/base/json.h"
+#include "policy/history_rules.h"
 #include "policy/policy_int.h"
 
 static const char *const op_names[] = {"eq", "neq", "in", "not_in", "lt", "lte", "gt", "gte", "regex", "contains",
@@ -59,6 +62,10 @@ static const cJSON *resolve(const cJSON *cur, char **path, int n)
 /* "PATH OP VALUE (the call has X)" for a condition. */
 static void describe_cond(const struct cond *c, const cJSON *args, char *out, size_t n)
 {
+    if (c->hist != NULL) {
+        tg__describe_history_cond(c, out, n);
+        return;
+    }
     struct tg_buf b;
     tg_buf_init(&b);
     if (c->is_state) {
@@ -104,6 +111,7 @@ static void locate(const struct tg__trace *tr, const cJSON *args, struct tg_poli
         snprintf(e->where, sizeof(e->where), "tools.%s.rules[%d].state.increment_from", name, tr->index);
         return;
     case TG_TRACE_LIMIT: snprintf(e->where, sizeof(e->where), "tools.%s.limits[%d]", name, tr->index); return;
+    case TG_TRACE_BRAKE: snprintf(e->where, sizeof(e->where), "tools.%s.brake", name); return;
     case TG_TRACE_ALLOWED:
         if (name != NULL)
             snprintf(e->where, sizeof(e->where), "tools.%s", name);
@@ -127,6 +135,13 @@ void tg_policy_explain_call(const struct tg_policy *p, struct tg_counters *c, co
 static void tool_counters(const struct tg_policy *p, const struct ptool *pt, struct tg_buf *out)
 {
     char w[32];
+    if (pt->brake != NULL) {
+        tg__hist_duration(pt->brake->within_ms, w, sizeof(w));
+        tg_buf_appendf(out, "  brake: more than %d calls with the same arguments within %s", pt->brake->repeats, w);
+        if (pt->brake->cycle)
+            tg_buf_appendf(out, ", or a loop of up to %d calls", pt->brake->cycle);
+        tg_buf_appendf(out, ", checked before any counter (tools.%s.brake)\n", pt->name);
+    }
     for (int i = 0; i < pt->nlimits; i++) {
         if (pt->limits[i] < 0)
             continue;
@@ -153,6 +168,12 @@ static void tool_counters(const struct tg_policy *p, const struct ptool *pt, str
                 tg_buf_appendf(out, ", no limit of its own");
             tg_buf_appendf(out, " (tools.%s.rules[%d], rule \"%s\")\n", pt->name, i, r->name);
         }
+        for (int k = 0; k < r->nconds; k++) /* history the rule reads (its count is not a counter) */
+            if (r->conds[k].hist != NULL) {
+                char text[480];
+                tg__describe_history_cond(&r->conds[k], text, sizeof(text));
+                tg_buf_appendf(out, "  history: %s, read by tools.%s.rules[%d].conditions[%d]\n", text, pt->name, i, k);
+            }
         /* State that this rule reads but another rule counts. */
         for (int k = 0; k < r->nconds; k++) {
             const struct cond *cd = &r->conds[k];
@@ -173,4 +194,116 @@ void tg_policy_explain_counters(const struct tg_policy *p, const char *tool, str
         tool_counters(p, t, out);
     if (p->wildcard != NULL && (t != NULL || !p->default_deny))
         tool_counters(p, p->wildcard, out);
+}
+
+/* ---- earlier calls as data ------------------------------------------------------------------ */
+
+/* "30s", "5m", "1h", "1d", "90" or a number: seconds ago, 0 to 1 day; -1 otherwise. */
+static int64_t ago_ms(const cJSON *j, const char *s)
+{
+    if (j != NULL && cJSON_IsNumber(j))
+        return isfinite(j->valuedouble) && j->valuedouble >= 0 && j->valuedouble <= 86400
+                   ? (int64_t)llround(j->valuedouble * 1000) : -1;
+    if (j != NULL)
+        s = cJSON_IsString(j) ? j->valuestring : "";
+    if (*s < '0' || *s > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    long long mult = *end == '\0' || *end == 's' ? 1 : *end == 'm' ? 60 : *end == 'h' ? 3600 : *end == 'd' ? 86400 : 0;
+    if (errno != 0 || mult == 0 || (*end != '\0' && end[1] != '\0') || v > 86400 || v * mult > 86400)
+        return -1;
+    return v * mult * 1000;
+}
+
+struct earlier {
+    int kind; /* 0 tool, 1 resource, 2 prompt */
+    char name[256];
+    const cJSON *args;
+    int64_t ago;
+};
+
+static int parse_earlier(const cJSON *e, struct earlier *out, char *why, size_t n, int i)
+{
+    memset(out, 0, sizeof(*out));
+    out->ago = 1000;
+    if (cJSON_IsString(e)) {
+        snprintf(out->name, sizeof(out->name), "%s", e->valuestring);
+        char *colon = strrchr(out->name, ':');
+        if (colon != NULL && ago_ms(NULL, colon + 1) >= 0) {
+            out->ago = ago_ms(NULL, colon + 1);
+            *colon = '\0';
+        }
+    } else if (cJSON_IsObject(e)) {
+        static const char *const kinds[] = {"tool", "resource", "prompt"};
+        int found = 0;
+        for (const cJSON *k = e->child; k != NULL; k = k->next) {
+            int known = strcmp(k->string, "args") == 0 || strcmp(k->string, "ago") == 0;
+            for (int m = 0; m < 3; m++)
+                if (strcmp(k->string, kinds[m]) == 0 && cJSON_IsString(k)) {
+                    out->kind = m;
+                    snprintf(out->name, sizeof(out->name), "%s", k->valuestring);
+                    known = 1;
+                    found++;
+                }
+            if (!known) {
+                snprintf(why, n, "history[%d].%s: unknown field (tool, resource, prompt, args, ago)", i, k->string);
+                return -1;
+            }
+        }
+        if (found != 1) {
+            snprintf(why, n, "history[%d]: name one tool, resource or prompt (a string)", i);
+            return -1;
+        }
+        out->args = tg_json_get(e, "args");
+        if (out->args != NULL && (out->kind != 0 || !cJSON_IsObject(out->args))) {
+            snprintf(why, n, "history[%d].args: must be a map, and only with tool", i);
+            return -1;
+        }
+        const cJSON *a = tg_json_get(e, "ago");
+        if (a != NULL && (out->ago = ago_ms(a, NULL)) < 0) {
+            snprintf(why, n, "history[%d].ago: must be \"30s\", \"5m\", \"1h\", \"1d\" or seconds, at most a day", i);
+            return -1;
+        }
+    } else {
+        snprintf(why, n, "history[%d]: must be \"TOOL\", \"TOOL:AGO\" or a map {tool, args, ago}", i);
+        return -1;
+    }
+    if (out->name[0] == '\0') {
+        snprintf(why, n, "history[%d]: the name is empty", i);
+        return -1;
+    }
+    return 0;
+}
+
+int tg_policy_history_add_list(const struct tg_policy *p, struct tg_counters *c, const struct tg_caller *who,
+                               const cJSON *list, int64_t now_ms, char *why, size_t n)
+{
+    if (!cJSON_IsArray(list)) {
+        snprintf(why, n, "history: must be a list of earlier calls");
+        return -1;
+    }
+    int len = cJSON_GetArraySize(list);
+    if (len > 4096) {
+        snprintf(why, n, "history: at most 4096 earlier calls");
+        return -1;
+    }
+    struct earlier *v = tg_xcalloc((size_t)(len ? len : 1), sizeof(*v));
+    int i = 0, rc = 0;
+    for (const cJSON *e = list->child; e != NULL && rc == 0; e = e->next, i++)
+        rc = parse_earlier(e, &v[i], why, n, i);
+    for (int done = 0; rc == 0 && c != NULL && done < len; done++) { /* the oldest first, in order given */
+        int k = -1;
+        for (int m = 0; m < len; m++)
+            if (v[m].ago >= 0 && (k < 0 || v[m].ago > v[k].ago))
+                k = m;
+        if (v[k].kind == 0)
+            tg_policy_history_add_call(p, c, who, v[k].name, v[k].args, now_ms - v[k].ago);
+        else
+            tg_policy_record_read(p, c, who, v[k].kind == 2, v[k].name, now_ms - v[k].ago);
+        v[k].ago = -1;
+    }
+    free(v);
+    return rc;
 }

@@ -35,6 +35,20 @@ void tg_policy_explain_call(const struct tg_policy *p, struct tg_counters *c, co
  * window, increment and limit for a fixed window. Appends nothing when there is none. */
 void tg_policy_explain_counters(const struct tg_policy *p, const char *tool, struct tg_buf *out);
 
+/* Remember an earlier call of tool (args may be NULL) at at_ms in store c as the gateway would
+ * have, had the policy allowed it: so explain and test can predict a decision that depends on
+ * history (`--after`, a case's "history"). Nothing when the policy does not record. */
+void tg_policy_history_add_call(const struct tg_policy *p, struct tg_counters *c, const struct tg_caller *who,
+                                const char *tool, const cJSON *args, int64_t at_ms);
+
+/* Earlier calls given as data (`policy explain --after`, a test case's "history"), remembered
+ * oldest first as tg_policy_history_add_call() does, each at now_ms - ago. list is a list whose
+ * items are "TOOL" or "TOOL:AGO" strings, or maps {tool | resource | prompt: NAME, args: {...},
+ * ago: AGO}; AGO is "30s", "5m", "1h", "1d" or a number of seconds (0 to 1 day; default 1 s).
+ * With c NULL, only checked. 0, or -1 with why (n bytes) naming the item at fault. */
+int tg_policy_history_add_list(const struct tg_policy *p, struct tg_counters *c, const struct tg_caller *who,
+                               const cJSON *list, int64_t now_ms, char *why, size_t n);
+
 /* "allow", "deny", "limited" or "approve". */
 const char *tg_policy_verdict_str(enum tg_verdict v);
 

@@ -75,6 +75,11 @@ struct tg_decision {
     size_t counters_json_len; /* strlen(counters_json) */
     int shared;              /* set by the caller: the reservations are in a shared store
                               * (cluster/), so a refund goes there, not to the local one */
+    char history_json[256];  /* a refusal by a history condition: the earlier call that caused it,
+                              * {"tool"|"resource"|"prompt": NAME, "upstream": U, "at": ISO-8601},
+                              * for error.data.history; "" otherwise */
+    unsigned char by_history; /* DENY by a history condition (history_json may still be "": none
+                               * counted, or history too short): tollgate_history_refusals_total */
 };
 
 /* Who is calling: the identities that counter scopes refer to. Value type on the caller's stack
@@ -112,6 +117,11 @@ void tg_policy_decide_continuation(const struct tg_policy *p, struct tg_counters
                                    const char *tool, const cJSON *args, int64_t now_ms, struct tg_decision *d);
 /* Undo the reservations of a decision (the upstream call failed, or approval was refused). */
 void tg_policy_refund(struct tg_counters *c, const struct tg_decision *d, int64_t now_ms);
+/* Remember an allowed resources/read (prompt 0: name is the URI) or prompts/get (prompt 1) in the
+ * caller's history, with the tags of the group's "tags" patterns that match it, for history
+ * conditions that count resources or prompts. Nothing when the policy does not record. */
+void tg_policy_record_read(const struct tg_policy *p, struct tg_counters *c, const struct tg_caller *who, int prompt,
+                           const char *name, int64_t now_ms);
 /* Should tools/list show this tool to callers of this policy? */
 int tg_policy_tool_visible(const struct tg_policy *p, const char *tool);
 /* Non-standard method named by the policy's "methods": 1 allowed, 0 not. */

@@ -69,6 +69,9 @@ struct cond {
     cJSON *value;
     double num;
     struct tg_regex *re; /* regex: compiled at load; this condition owns it */
+    struct hcond *hist;  /* a history condition (policy/history_rules.h), or NULL; owned. Such a
+                          * condition has is_state 1 and counter -1, so that argument conditions
+                          * are told from it by the test they already make */
 };
 
 /* One Intercept rule of a tool (rules[i]); an entry of ptool.rules, freed with its conds by
@@ -87,9 +90,21 @@ struct rule {
     int nincr;
     double limit; /* the value after a reservation must be <= or < this (limit_op) */
     enum tg_limit_op limit_op;
+    struct hwhen *when; /* "when": the calls the rule applies to (history_rules.h), NULL all; owned */
+    int gate;           /* deny or when: the one test decide_call makes of a rule before its conditions */
 };
 
 enum taction { TA_ALLOW, TA_DENY, TA_APPROVE };
+
+/* One argument a tool entry binds ("set": value) or forbids ("forbid": value NULL): an entry of
+ * ptool.bind, its name and value owned by it and freed by tg__free_tool(). templated: some
+ * string in value holds a ${...} template (policy/bind.c expands it for each call), 2 when one
+ * of them names a claim. */
+struct bitem {
+    char *name;
+    cJSON *value;
+    int templated;
+};
 
 /* One entry of "tools": an entry of tg_policy.tools, or tg_policy.wildcard for "*". What it holds
  * is freed by tg__free_tool(); policy_free() frees the array and the wildcard itself. */
@@ -114,6 +129,18 @@ struct ptool {
     char *scopes; /* "scopes": the scope set (policy/scopes.h) a call needs, or NULL */
     char **tags;  /* "tags" (never on "*"): what the tool does, for history conditions and brakes */
     int ntags;
+    struct brake *brake; /* "brake" (policy/history_rules.h), or NULL; owned */
+    uint64_t *tagh;      /* tg_hist_tag_hash of each of tags (tg__finish_history), or NULL; owned */
+    /* "set" and "forbid" (policy/compile_bind.c): the entry's own, and what a call of the tool
+     * applies (ebind: its own and, for the arguments it does not name, those of "*"; borrowed from
+     * the two entries, made by tg__finish_bind). strict: "strict" (-1 not given); ebind_strict:
+     * the entry's, else "*"'s, else 0. */
+    struct bitem *bind;
+    int nbind;
+    int strict;
+    const struct bitem **ebind;
+    int nebind;
+    int ebind_strict;
 };
 
 /* One slot of tg_policy.tool_slots: idx + 1 of a tool (0: empty) and the hash of its name. */
@@ -168,6 +195,16 @@ struct tg_policy {
     /* Regex conditions: one match context (limits, JIT stack) for all of them, made with the
      * first; NULL if there is none. */
     struct tg_regex_ctx *rx;
+    /* History (policy/history_rules.h): records is 1 when the policy uses tags, history
+     * conditions or brakes, so its allowed calls are remembered; hist (NULL when it does not)
+     * holds the argument paths its entries remember and the tags of resources and prompts. */
+    int records;
+    struct hpolicy *hist;
+    /* The claims some "set" names (${claims.NAME}), each once: what a caller's token must keep
+     * for the policy (tg_policy_bind_claims). */
+    char **bind_claims;
+    int nbind_claims;
+    int binds; /* some entry has "set" or "forbid": without, a call's arguments are not looked at */
 };
 
 /* "scopes": a list of scope-tokens into a scope set (*out, NULL on error); errors go to cx
@@ -178,10 +215,27 @@ void tg__compile_scoped_globs(struct tg__cctx *cx, const cJSON *j, const char *p
 void tg__free_scoped_globs(struct globset *g);
 /* Add each scope of set to need (n bytes); 1 if have lacks one of them (compile_scopes.c). */
 int tg__scopes_need(const char *set, const char *have, char *need, size_t n);
+/* Does s match the glob pat ("*" crosses "/" unless star_stops; decide_resource.c)? */
+int tg__glob_match(const char *pat, const char *s, int star_stops);
+/* Go's %v for a float64 (decide_note.c). */
+void tg__go_float(double d, char *out, size_t n);
 /* Is tag one of tags[0..n)? (compile_tags.c) */
 int tg__has_tag(char *const *tags, int n, const char *tag);
 /* The entry of tools named name, or NULL (decide.c). */
 const struct ptool *tg__find_tool(const struct tg_policy *p, const char *name);
+
+/* "set", "forbid" and "strict" of a tool entry (policy/compile_bind.c); and, once every entry is
+ * compiled, each entry's ebind. */
+void tg__compile_bind(struct tg__cctx *cx, const cJSON *jt, const char *path, struct ptool *t);
+void tg__finish_bind(struct tg_policy *p);
+void tg__free_bind(struct ptool *t);
+/* The pieces of a "set" string (compile_bind.c): literal text ("$$" is one '$'), and the
+ * templates ${grant.ATTR}, ${claims.NAME}, ${subject}, ${grant}. cb is called for each piece in
+ * order (a literal piece may come in several parts); a nonzero return stops the walk and is
+ * returned. -1 with *err for a malformed template (cb may have run for what came before). */
+enum tref { TREF_TEXT, TREF_ATTR, TREF_CLAIM, TREF_SUBJECT, TREF_GRANT };
+typedef int (*tg__tref_cb)(void *ud, enum tref kind, const char *s, size_t n);
+int tg__template_walk(const char *s, tg__tref_cb cb, void *ud, const char **err);
 
 /* Fill each counter's keylen and jlabel (compile.c, after every counter is defined). */
 void tg__finish_counters(struct tg_policy *p);
@@ -208,6 +262,7 @@ enum tg__trace_at {
     TG_TRACE_COUNTER,   /* entry->rules[index]: its counter would pass its limit */
     TG_TRACE_LIMIT,     /* entry->limits[index]: the token bucket is empty */
     TG_TRACE_ALLOWED,   /* every rule held: entry allowed it (NULL: allowed by default) */
+    TG_TRACE_BRAKE,     /* entry's "brake": the call repeats itself */
 };
 struct tg__trace {
     enum tg__trace_at at;

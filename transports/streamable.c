@@ -551,7 +551,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
                               ? tg_mcp_schemas_find(x->srv->schemas, x->uc->name, tool->valuestring)
                               : NULL;
     const cJSON *args = tg_json_get(params, "arguments");
-    if (schema != NULL && tg_mcp_check_param_headers(h, nh, schema, args, &why) != 0) {
+    if (schema != NULL && tg_gate_bind_check_params(x, h, nh, schema, tool->valuestring, args, &why) != 0) {
         char esc[96];
         tg_log(TG_LOG_INFO, "2026-07-28 request refused: Mcp-Param headers disagree with the arguments",
                "grant=%s upstream=%s why=%s", x->grant->name, x->uc->name,

@@ -17,6 +17,7 @@
 #include "core/call/audit.h"
 #include "core/call/gateway.h"
 #include "core/base/json.h"
+#include "policy/pins.h"
 #include "core/base/log.h"
 #include "core/app/route.h"
 #include "core/call/session.h"
@@ -99,6 +100,29 @@ static void list_approvals(struct tg_server *srv, struct tg_conn *c)
     srv->store.ops->approvals_list(srv->store.ud, on_listed, lw);
 }
 
+/* A label value as Prometheus reads it: backslash, double quote and newline escaped. */
+static void label(struct tg_buf *out, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            tg_buf_append(out, "\\", 1);
+        if (*v == '\n')
+            tg_buf_append(out, "\\n", 2);
+        else
+            tg_buf_append(out, v, 1);
+    }
+}
+
+static void pin_metric(void *ud, const char *upstream, const char *tool, uint64_t n)
+{
+    struct tg_buf *out = ud;
+    tg_buf_appends(out, "tollgate_pin_mismatches_total{upstream=\"");
+    label(out, upstream);
+    tg_buf_appends(out, "\",tool=\"");
+    label(out, tool);
+    tg_buf_appendf(out, "\"} %llu\n", (unsigned long long)n);
+}
+
 #define C(name, help, val)                                                                                     \
     tg_buf_appendf(out, "# HELP tollgate_" name " " help "\n# TYPE tollgate_" name " counter\ntollgate_" name " %llu\n", \
                    (unsigned long long)(val))
@@ -165,6 +189,10 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
         tg_buf_appendf(out, "tollgate_decisions_total{verdict=\"%s\"} %llu\n", verdicts[i],
                        (unsigned long long)m->decisions[i]);
     C("refunds_total", "Calls whose counter reservations were given back.", m->refunds);
+    tg_label_counts_render(m->brakes, out, "tollgate_brakes_total",
+                           "Calls a runaway-loop brake refused (-32002, rule brake), by upstream and tool.", "upstream", "tool");
+    tg_label_counts_render(m->history_refusals, out, "tollgate_history_refusals_total",
+                           "Calls a history condition refused (-32001), by upstream and rule.", "upstream", "rule");
     G("approvals_pending", "Calls parked for a human's approval.", srv->napprovals);
     tg_buf_appends(out, "# HELP tollgate_approvals_total Parked calls by outcome.\n"
                         "# TYPE tollgate_approvals_total counter\n");
@@ -246,6 +274,9 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
         tg_buf_appendf(out, "tollgate_upstream_pool{upstream=\"%s\",state=\"queued\"} %zu\n", n, queued);
         tg_buf_appendf(out, "tollgate_upstream_pool{upstream=\"%s\",state=\"streams\"} %zu\n", n, dedicated);
     }
+    tg_buf_appends(out, "# HELP tollgate_pin_mismatches_total Tool definitions listed by an upstream that differ from "
+                        "their pin (each distinct change once).\n# TYPE tollgate_pin_mismatches_total counter\n");
+    tg_pins_seen_each(srv->pins_seen, pin_metric, out);
     tg_buf_appends(out, "# HELP tollgate_stdio_evictions_total stdio children taken at max_children from idle sessions "
                         "(same_grant: of the new session's grant; other_grant: idle limits.stdio_evict_idle_ms).\n"
                         "# TYPE tollgate_stdio_evictions_total counter\n");

@@ -18,6 +18,7 @@
 #include "core/base/sha256.h"
 #include "core/bridge/stateless.h"
 #include "core/mcp/schemas.h"
+#include "policy/pins.h"
 #include "core/app/admin.h"
 #include "core/call/roots.h"
 #include "core/app/route.h"
@@ -204,6 +205,7 @@ int tg_server_init(struct tg_app *app, uv_loop_t *loop, struct tg_conf *conf)
     tg_counters_history_limits(srv->counters, (size_t)conf->limits.history_calls, (size_t)conf->limits.history_bytes);
     tg_mcp_mrtr_init(&srv->mrtr, 10000);
     srv->schemas = tg_mcp_schemas_new();
+    srv->pins_seen = conf->has_pins ? tg_pins_seen_new() : NULL; /* NULL: no conf had pins yet */
     /* What can fail comes first (TLS keys, the audit log), before anything that would need
      * the loop to close it: a failed init leaves only memory, which tg_server_dispose frees. */
     app->nlisteners = conf->nlisteners;
@@ -444,6 +446,9 @@ void tg_server_dispose(struct tg_app *app)
     tg_route_dispose(srv);
     free(srv->upstreams);
     tg_counters_free(srv->counters);
+    tg_label_counts_free(srv->metrics.brakes);
+    tg_label_counts_free(srv->metrics.history_refusals);
+    srv->metrics.brakes = srv->metrics.history_refusals = NULL;
     tg_dpop_replay_free(srv->dpop_replay);
     srv->dpop_replay = NULL;
     tg_conf_unref(srv->conf);
@@ -451,6 +456,8 @@ void tg_server_dispose(struct tg_app *app)
     tg_mcp_mrtr_dispose(&srv->mrtr);
     tg_mcp_schemas_free(srv->schemas);
     srv->schemas = NULL;
+    tg_pins_seen_free(srv->pins_seen);
+    srv->pins_seen = NULL;
 }
 
 /* The same sockets: a reload can change a listener's certificate, key and client CA (read again
@@ -747,6 +754,8 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
                nc->path);
     tg_keys_attach(app->keys, nc); /* the same issuer, source and CA keep their keys */
     srv->conf = nc;
+    if (nc->has_pins && srv->pins_seen == NULL)
+        srv->pins_seen = tg_pins_seen_new();
     tg_counters_history_limits(srv->counters, (size_t)nc->limits.history_calls, (size_t)nc->limits.history_bytes);
     if (app->cluster != NULL)
         tg_cluster_history_calls(app->cluster, (size_t)nc->limits.history_calls);

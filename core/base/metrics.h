@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "core/base/buf.h"
+#include "core/base/label_counts.h"
 
 /* Value type, embedded in struct tg_server (srv->metrics); connections and upstreams point
  * at it. */
@@ -33,6 +34,9 @@ struct tg_metrics {
     uint64_t server_requests_denied, refunds;
     uint64_t dpop_refused; /* 401s for DPoP: a bound token without a valid proof, DPoP where it is off */
     uint64_t roots_answered; /* roots/list answered with pinned roots (upstreams[].roots, grants[].roots) */
+    /* Calls a brake stopped, by (upstream, tool); refusals a history condition decided, by
+     * (upstream, rule). Made on first use, freed with the server (tg_label_counts_free). */
+    struct tg_label_counts *brakes, *history_refusals;
     /* upstream latency histogram (ms buckets) */
     uint64_t lat_buckets[12];
     uint64_t lat_count;

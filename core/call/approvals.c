@@ -14,6 +14,7 @@
 #include "core/base/sha256.h"
 #include "core/wire/msg.h"
 #include "policy/auth.h"
+#include "policy/pins.h"
 #include "policy/policy.h"
 #include "upstream/pool/pool.h"
 
@@ -212,7 +213,7 @@ static const char *judge(struct tg_call *k, char *why, size_t n, int fresh)
     cJSON *msg = k->held.len > 0 ? cJSON_ParseWithLength(k->held.base, k->held.len) : NULL;
     const cJSON *args = tg_json_get(tg_json_get(msg, "params"), "arguments");
     struct tg_decision *d = tg_call_decision_new();
-    struct tg_caller who = {k->grant, k->sess ? k->sess->id_str : NULL, up, k->subject, k->issuer};
+    struct tg_caller who = {k->grant, tg_call_counter_session(k->era, k->grant, k->sess), up, k->subject, k->issuer};
     /* Judged again without reserving: its reservations were taken when it was parked. */
     tg_policy_decide_continuation(p, k->srv->counters, &who, k->tool, args, wall_ms(), d);
     const char *out = NULL;
@@ -222,6 +223,11 @@ static const char *judge(struct tg_call *k, char *why, size_t n, int fresh)
         out = why;
     } else if (!tg_policy_tool_visible(p, k->tool)) {
         snprintf(why, n, "tool \"%s\" is now hidden by the policy", k->tool);
+        out = why;
+    } else if (c->upstreams[u].pins != NULL && /* its definition changed while it waited */
+               !tg_pins_admit_call(k->srv->pins_seen, c->upstreams[u].pins, up, p, k->tool, d->message,
+                                   sizeof(d->message))) {
+        snprintf(why, n, "tool \"%s\" is now refused by its pin: %s", k->tool, d->message);
         out = why;
     }
     tg_call_decision_free(d);

@@ -499,6 +499,10 @@ void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const stru
     FIELD(b, "tool", r->tool);
     FIELD(b, "decision", r->decision);
     FIELD(b, "rule", r->rule && r->rule[0] ? r->rule : NULL);
+    if (r->history_json && r->history_json[0]) {
+        KEY(b, "history");
+        tg_buf_appends(b, r->history_json);
+    }
     if (r->counters_json && r->counters_json[0]) {
         KEY(b, "counters");
         tg_buf_append(b, "{", 1);

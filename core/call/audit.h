@@ -38,6 +38,7 @@ struct tg_audit_record {
     const char *subject; /* who inside the grant (the credential's subject; the grant for a static token) */
     const char *decision; /* allow deny limited approve approved rejected expired refused */
     const char *rule;
+    const char *history_json;  /* the earlier call a history condition refused for (a JSON object), or NULL/"" */
     const char *counters_json; /* object members, may be "" */
     const char *args_sha256;   /* tools/call: SHA-256 of the canonical arguments */
     const char *args_json;     /* redacted argument values, only when audit.args = "values" */

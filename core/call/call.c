@@ -19,6 +19,7 @@
 #include "core/call/roots.h"
 #include "core/call/upauth.h"
 #include "core/base/slab.h"
+#include "policy/pins.h"
 #include "policy/policy.h"
 #include "upstream/upstream.h"
 #include "upstream/pool/pool.h"
@@ -95,6 +96,7 @@ void tg_call_audit(struct tg_call *k, const char *decision, double latency, cons
     r.tool = k->tool;
     r.decision = decision;
     r.rule = k->dec ? k->dec->rule : NULL;
+    r.history_json = k->dec ? k->dec->history_json : NULL;
     r.counters_json = k->dec ? k->dec->counters_json : NULL;
     if (k->tool && !k->args_sha256[0] && k->mrtr != NULL && k->srv->audit != NULL && tg_mcp_mrtr_digest(k->mrtr) == 0)
         tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* its arguments were kept (an audit log since) */
@@ -338,6 +340,9 @@ static void answer_of(const struct tg_call *k, struct tg_mcp_answer *a)
     a->own = k->is_init || k->is_tools_list || k->list_kind > 0 ? NULL : k->answer_src;
     a->result_at = NULL;
     a->maybe_update = NULL;
+    int pins = k->is_tools_list && k->srv->pins_seen != NULL; /* a list that may teach pinned definitions */
+    a->pins = pins ? tg_upstream_conf(k->uprt)->pins : NULL;
+    a->pins_seen = pins ? k->srv->pins_seen : NULL;
 }
 
 /* A server-to-client request this upstream may not make (deny_server_requests), or any on a
@@ -545,6 +550,8 @@ static int relay(struct tg_call *k, const char *p, size_t n, const struct tg_jso
     } else {
         if (srv_req.len > 0)
             tg_mcp_note_server_request(k->sess, srv_req);
+        if (k->srv->pins_seen != NULL) /* NULL until a conf has pins: nothing to look for */
+            tg_pins_seen_note(k->srv->pins_seen, tg_upstream_conf(k->uprt)->pins, up_name(k), p, n);
         if (k->is_listen) {
             /* Seen through the policy, tagged with the client's listen id. */
             if (tg_mcp_listen_message(&out, p, n, k->client_id, k->client_id_len, k->policy))
@@ -616,45 +623,6 @@ void tg_call_answer_error(struct tg_call *k, const char *why, int status)
     }
     tg_buf_dispose(&e);
     tg_buf_dispose(&d);
-}
-
-void tg_call_answer_decision(struct tg_call *k, const struct tg_decision *d, const char *approval_id)
-{
-    struct tg_sink *sk = k->sink;
-    if (sk == NULL)
-        return;
-    const char *tool = k->tool;
-    struct tg_buf data;
-    tg_buf_init(&data);
-    int code = TG_RPC_DENIED;
-    tg_buf_appends(&data, "{\"tool\":");
-    if (tool)
-        tg_json_write_string(&data, tool, strlen(tool));
-    else
-        tg_buf_appends(&data, "null");
-    if (d->verdict == TG_VERDICT_LIMITED) {
-        code = TG_RPC_LIMITED;
-        tg_buf_appends(&data, ",\"counter\":");
-        tg_json_write_string(&data, d->counter, strlen(d->counter));
-        tg_buf_appendf(&data, ",\"retry_after_ms\":%llu", (unsigned long long)d->retry_after_ms);
-    } else if (approval_id != NULL) {
-        code = TG_RPC_APPROVAL;
-        tg_buf_appends(&data, ",\"approval_id\":");
-        tg_json_write_string(&data, approval_id, strlen(approval_id));
-    } else {
-        tg_buf_appends(&data, ",\"rule\":");
-        tg_json_write_string(&data, d->rule, strlen(d->rule));
-        tg_buf_appends(&data, ",\"reason\":");
-        tg_json_write_string(&data, d->message, strlen(d->message));
-    }
-    tg_buf_appends(&data, "}");
-    tg_buf_append(&data, "", 1);
-    struct tg_buf e;
-    tg_buf_init(&e);
-    tg_rpc_error(&e, k->client_id, k->client_id_len, code, d->message, data.base);
-    sk->ops->answer(sk, k, 200, NULL, e.base, e.len);
-    tg_buf_dispose(&e);
-    tg_buf_dispose(&data);
 }
 
 void tg_call_close_upstream_session(struct tg_server *srv, struct tg_session *s)

@@ -188,6 +188,15 @@ struct tg_call *tg_call_new(struct tg_server *srv, struct tg_session *s, struct 
 struct tg_decision *tg_call_decision_new(void);
 /* One tg_call_decision_new() gave that no call took. */
 void tg_call_decision_free(struct tg_decision *d);
+/* Whose session a call's counters of scope "session" count under: its 2025 session's id. A
+ * stateless (2026-07-28) request has none: its grant's, so they count per grant and upstream
+ * (docs/policy.md), the same on every member of a cluster and whichever stateless session of the
+ * grant served it (the session id is per member). A grant's name never reads as a session id. */
+static inline const char *tg_call_counter_session(enum tg_era era, const char *grant, const struct tg_session *s)
+{
+    return era == TG_ERA_2026 ? grant : s != NULL ? s->id_str : NULL;
+}
+
 /* Install filter f (data: its own, opaque here) on k: the bridge, for a call across the eras. */
 static inline void tg_call_filter_set(struct tg_call *k, const struct tg_call_filter *f, void *data)
 {
@@ -229,9 +238,14 @@ int tg_call_answer(struct tg_call *k, const char *p, size_t n, const struct tg_j
 /* An error answer for k: -32004 with the client's id for a request (an initialize that failed
  * also takes its new session away), or status (0: 504 for a timeout, else 502) otherwise. */
 void tg_call_answer_error(struct tg_call *k, const char *why, int status);
-/* The policy's refusal of k (deny, limited, or an approval that did not come), -32001/-32002/
- * -32003 with what the client needs to know (rule, counter and retry, approval id). */
+/* The policy's refusal of k (deny, limited, a brake, or an approval that did not come),
+ * -32001/-32002/-32003 with what the client needs to know in error.data (rule, the earlier call
+ * a history condition saw, counter and retry, approval id): core/call/refusal.c. */
 void tg_call_answer_decision(struct tg_call *k, const struct tg_decision *d, const char *approval_id);
+/* Counts a refusal on /metrics by what made it: a brake (tollgate_brakes_total{upstream,tool}),
+ * a history condition, whether or not it named an earlier call (tollgate_history_refusals_total
+ * {upstream,rule}); others not here. */
+void tg_call_count_refusal(struct tg_call *k, const struct tg_decision *d);
 /* Send the session's DELETE, kill its child, close its stream: the session ends upstream. */
 void tg_call_close_upstream_session(struct tg_server *srv, struct tg_session *s);
 /* Message p (a notification) to s's upstream, on the session's link (as an answer to a server

@@ -20,6 +20,7 @@
 #define TG_APPROVALS_DECIDED 16 /* decided calls the approvals page keeps showing */
 
 struct tg_mcp_schemas;
+struct tg_pins_seen;
 struct tg_counters;
 struct tg_audit;
 struct tg_session_table;
@@ -81,6 +82,8 @@ struct tg_server {
     struct tg_list bridge_pending; /* stateless sessions whose waiting requests run next round */
     struct tg_mcp_mrtr mrtr;       /* MRTR envelopes: the key and the ones issued, not used yet */
     struct tg_mcp_schemas *schemas; /* annotated tools' input schemas, per upstream (core/mcp/schemas.h) */
+    struct tg_pins_seen *pins_seen; /* pinned tools' definitions as listed, per upstream (policy/pins.h);
+                                     * made when the first conf with pins is applied, NULL before */
     int draining;
     struct tg_tx_cache *token_cache; /* exchanged upstream tokens (upstream/token_exchange.h), made at
                                       * first use; freed at dispose */

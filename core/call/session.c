@@ -266,6 +266,7 @@ void tg_session_unref(struct tg_session *s)
     free(s->grant);
     free(s->subject);
     free(s->issuer);
+    free(s->claims);
     free(s->up_session);
     if (s->up_auth != NULL)
         memset(s->up_auth, 0, strlen(s->up_auth)); /* a credential */

@@ -31,6 +31,9 @@ struct tg_session {
     char *grant;       /* grant name (copied: grants can change on reload) */
     char *subject;     /* who inside the grant made it (a 2025 session; copied), or NULL */
     char *issuer;      /* with subject: its JWT's issuer (copied), or NULL (none) */
+    char *claims;      /* with subject: the claims of its maker's JWT that its policy's "set" names
+                        * (a compact JSON object, policy/bind.h), for the requests of a channel, which
+                        * carry no token; NULL: none (no JWT, or the policy names none) */
     uint8_t subject_sha256[32]; /* with subject: tg_principal_sha256() of its maker, which every
                                  * request naming the session must match (else 404) */
     uint64_t subject_tag;       /* tg_principal_tag() of its maker, 0 if not known */

@@ -15,6 +15,7 @@
 #include "core/wire/msg.h"
 #include "core/call/roots.h"
 #include "core/call/upauth.h"
+#include "policy/pins.h"
 #include "upstream/pool/pool.h"
 
 /* ---- a call's callbacks ------------------------------------------------------------------ */
@@ -213,6 +214,8 @@ static void host_message(struct tg_session *s, struct tg_upstream *u, const char
         tg_xfree(progress);
         return; /* a resource the grant may not read: no client hears of it */
     }
+    if (!is_request && srv->pins_seen != NULL)
+        tg_pins_seen_note(srv->pins_seen, tg_upstream_conf(u)->pins, tg_upstream_conf(u)->name, p, n);
     int delivered = session_stream_write(s, p, n, progress);
     tg_xfree(progress);
     if (is_request && delivered) {

@@ -13,6 +13,7 @@
 #include "core/conf/conf.h"
 #include "core/base/log.h"
 #include "core/cmd/policy_cmd.h"
+#include "core/cmd/pin.h"
 #include "core/cmd/scan.h"
 #include "core/base/slab.h"
 #include "core/app/sd_notify.h"
@@ -35,6 +36,9 @@ static void usage(FILE *f)
                "  tollgate scan [--header H]... URL | tollgate scan -- COMMAND ARG...\n"
                "                                list an MCP server's tools, print a starting policy\n"
                "                                (tollgate scan --help)\n"
+               "  tollgate pin [-c FILE] [--diff] UPSTREAM\n"
+               "                                pin an upstream's tool definitions, or compare them\n"
+               "                                with what it lists now (tollgate pin --help)\n"
                "  tollgate -V                   print the version\n"
                "  tollgate -h                   this help\n");
 }
@@ -151,6 +155,8 @@ int main(int argc, char **argv)
         return tg_policy_cli(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "scan") == 0)
         return tg_scan_cli(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "pin") == 0)
+        return tg_pin_cli(argc - 1, argv + 1);
     int opt;
     while ((opt = getopt(argc, argv, "c:tVh")) != -1) {
         switch (opt) {

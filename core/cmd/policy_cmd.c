@@ -9,14 +9,16 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "core/cmd/pin.h"
 #include "core/conf/conf.h"
 #include "core/base/json.h"
+#include "core/cmd/policy_bind.h"
+#include "core/cmd/policy_cases.h"
 #include "core/wire/msg.h"
 #include "policy/explain.h"
 #include "policy/scopes.h"
 #include "policy/policy.h"
 
-#define CASES_MAX_FILE (4 * 1024 * 1024)
 #define CASES_MAX_REPEAT 100000
 
 static const char usage_text[] =
@@ -29,7 +31,8 @@ static const char usage_text[] =
     "      policy without \"default\" denies what it does not name, and a note says so.\n"
     "\n"
     "  tollgate policy explain [-c CONF] [--grant G] [--subject S [--issuer I]] [--upstream U]\n"
-    "                          [--session S] [--repeat N] [--scopes 'S1 S2']\n"
+    "                          [--session S] [--repeat N] [--scopes 'S1 S2'] [--after TOOL[:AGO]]...\n"
+    "                          [--attribute NAME=VALUE]... [--claim NAME=VALUE]...\n"
     "                          (--call '{\"name\":T,\"arguments\":{...}}' | --method M [--params JSON])\n"
     "      Decide one call with the policy that governs grant G's calls to upstream U in CONF\n"
     "      (default conf/tollgate.conf; G may be left out when CONF has one grant, U when it has a\n"
@@ -48,6 +51,12 @@ static const char usage_text[] =
     "      the call; with --scopes (the token's scopes, space-separated, '' for none) a call that\n"
     "      lacks some is explained as the gateway refuses it, before any rule: deny, rule\n"
     "      insufficient_scope (HTTP 403 with WWW-Authenticate: Bearer error=\"insufficient_scope\").\n"
+    "      --after TOOL[:AGO] (repeated; AGO \"30s\", \"5m\", default 1 s) or '{\"tool\":T,\"args\":{..},\"ago\":A}'\n"
+    "      (or resource, prompt): an earlier call of the caller, for history conditions and brakes.\n"
+    "      A tool whose entry has \"set\" or \"forbid\" is decided on its final arguments, printed as\n"
+    "      \"arguments:\"; --attribute gives a grant attribute (over CONF's grants[].attributes),\n"
+    "      --claim a claim of the caller's token (VALUE as JSON when it is JSON, else a string); a\n"
+    "      template naming one that is not given denies, rule set, as the gateway does.\n"
     "      Exit 0 allow, 1 deny, 3 limited, 4 approve, 2 on bad arguments or a conf that does not load.\n"
     "\n"
     "  tollgate policy test FILE CASES.yaml\n"
@@ -63,10 +72,14 @@ static const char usage_text[] =
     "          grant: ci                           # optional (default \"test\"); also session (\"test-session\")\n"
     "          subject: alice                      # optional: the user inside the grant (default: the grant)\n"
     "          issuer: https://idp.example/        # optional: that user's JWT issuer (default: none)\n"
-    "          repeat: 3                           # optional: make the call 3 times; expect is the last one's\n"
+    "          repeat: 3                           # optional: make the call 3 times; expect is the last one's\n"    "          history: [read_env, {tool: fetch, args: {url: x}, ago: 5m}]  # optional: earlier calls of\n"
+    "                                              # the same caller, remembered first (AGO default 1 s)\n"
     "          scopes: [deploy]                    # optional: the token's scopes (a list, or 'a b'); one\n"
     "                                              # that lacks what the policy requires is denied,\n"
     "                                              # rule insufficient_scope (default: not checked)\n"
+    "          attributes: {tenant: acme}          # optional: the grant's attributes, for \"set\"\n"
+    "          claims: {org: acme}                 # optional: the caller's token's claims (default: no token)\n"
+    "          arguments: {tenant_id: acme}        # optional: the arguments after set and forbid\n"
     "      A call that is allowed or approved takes its counters, as in the gateway. Prints \"ok\" or\n"
     "      \"FAIL\" per case with the expected and actual decision and the deciding rule.\n"
     "      Exit 0 if every case passed, 1 if one failed, 2 if FILE or CASES.yaml cannot be loaded.\n";
@@ -145,6 +158,8 @@ static void print_explain(const struct tg_policy *p, const char *tool, const str
     if (e->cond >= 0)
         printf("condition: conditions[%d] does not hold: %s\n", e->cond, e->cond_text);
     printf("hidden: %s\n", e->hidden ? "yes (tools/list does not show it)" : "no");
+    if (d->history_json[0])
+        printf("earlier call: %s\n", d->history_json);
     if (d->verdict == TG_VERDICT_LIMITED)
         printf("limited by: %s (retry in %llu ms)\n", d->counter, (unsigned long long)d->retry_after_ms);
     if (d->verdict == TG_VERDICT_APPROVE) {
@@ -261,14 +276,45 @@ static int explain_other(const struct tg_policy *p, const char *method, const cJ
     return 1;
 }
 
+/* An approval in retry mode is answered at once and gives its counters back (the call made
+ * again reserves its own), as the gateway does; hold and task keep them while the call is parked.
+ * mode: the tool's, else the upstream's (explain); left open, it is chosen per call there, and
+ * taken as kept here. */
+static void settle_approval(struct tg_counters *c, const struct tg_decision *d, int upstream_mode, int64_t now)
+{
+    int mode = d->approval_mode != TG_APPROVAL_AUTO ? d->approval_mode : upstream_mode;
+    if (d->verdict == TG_VERDICT_APPROVE && mode == TG_APPROVAL_RETRY)
+        tg_policy_refund(c, d, now);
+}
+
+static int explain_run(int argc, char **argv, struct tg__bind_opts *bo, cJSON *afters);
+
 static int cmd_explain(int argc, char **argv)
+{
+    struct tg__bind_opts bo = {0};
+    cJSON *afters = cJSON_CreateArray(); /* --after, in order */
+    int rc = explain_run(argc, argv, &bo, afters);
+    tg__bind_opts_dispose(&bo);
+    cJSON_Delete(afters);
+    return rc;
+}
+
+static int explain_run(int argc, char **argv, struct tg__bind_opts *bo, cJSON *afters)
 {
     const char *conf_path = "conf/tollgate.conf", *grant = NULL, *upstream = NULL, *session = "explain";
     const char *subject = NULL, *issuer = NULL;
-    const char *call = NULL, *method = NULL, *params = NULL, *repeat_s = NULL, *scopes = NULL;
+    const char *call = NULL, *method = NULL, *params = NULL, *repeat_s = NULL, *scopes = NULL, *after = NULL;
     for (int i = 2; i < argc; i++) {
         int missing = 0;
-        if (strcmp(argv[i], "-c") == 0) {
+        if (option(argc, argv, &i, "--after", &after, &missing)) {
+            cJSON *one = missing ? NULL : after[0] == '{' ? cJSON_Parse(after) : cJSON_CreateString(after);
+            if (one == NULL)
+                return usage_error("explain: --after needs TOOL[:AGO] or a JSON map, not %s", missing ? "nothing" : after);
+            cJSON_AddItemToArray(afters, one);
+        } else if (tg__bind_option(argc, argv, &i, bo, &missing)) {
+            if (missing)
+                return usage_error("explain: %s needs NAME=VALUE (at most 64 attributes)", argv[i]);
+        } else if (strcmp(argv[i], "-c") == 0) {
             if (i + 1 >= argc)
                 return usage_error("explain: -c needs a value%s", NULL);
             conf_path = argv[++i];
@@ -289,6 +335,9 @@ static int cmd_explain(int argc, char **argv)
             return usage_error("explain: unknown argument: %s", argv[i]);
         }
     }
+    char hwhy[300];
+    if (tg_policy_history_add_list(NULL, NULL, NULL, afters, 0, hwhy, sizeof(hwhy)) != 0)
+        return usage_error("explain: --after: %s", hwhy);
     long repeat = 1;
     if (repeat_s != NULL) {
         char *end;
@@ -374,13 +423,35 @@ static int cmd_explain(int argc, char **argv)
     struct tg_policy_explain *e = tg_xmalloc(sizeof(*e));
     struct tg_caller who = {g->name, session, conf->upstreams[u].name, subject, issuer};
     int64_t now = wall_ms();
-    for (long r = 0; r < repeat; r++) /* the same instant: the calls before the last take their counters */
+    tg_policy_history_add_list(p, scratch, &who, afters, now, hwhy, sizeof(hwhy));
+    if (cJSON_GetArraySize(afters) > 0)
+        printf("after: %d earlier call%s of this caller\n", cJSON_GetArraySize(afters),
+               cJSON_GetArraySize(afters) == 1 ? "" : "s");
+    for (size_t k = 0; k < g->nattributes; k++) { /* the conf's, unless an --attribute gives it */
+        int given = 0;
+        for (size_t j = 0; j < bo->nattrs; j++)
+            given |= strcmp(bo->attrs[2 * j], g->attributes[2 * k]) == 0;
+        cJSON *v = cJSON_CreateString(g->attributes[2 * k + 1]);
+        if (!given)
+            tg__bind_opt_add(bo, 0, g->attributes[2 * k], strlen(g->attributes[2 * k]), v);
+        cJSON_Delete(v);
+    }
+    int refused = tg__bind_call(p, pj, g->name, subject, bo, 1, e) < 0; /* the final arguments are decided */
+    args = tg_json_get(pj, "arguments");
+    for (long r = 0; r < repeat && !refused; r++) { /* the same instant: the calls before the last take their counters */
         tg_policy_explain_call(p, scratch, &who, name->valuestring, args, now, e);
+        if (r + 1 < repeat)
+            settle_approval(scratch, &e->d, conf->upstreams[u].approval_mode, now);
+    }
+    char pin[700];
+    tg_pin_explain(&conf->upstreams[u], p, name->valuestring, refused, e, pin, sizeof(pin));
     if (repeat > 1)
         printf("call: %ld of %ld at the same instant (the first %ld took their counters if allowed)\n", repeat,
                repeat, repeat - 1);
     print_explain(p, name->valuestring, e);
     printf("scopes: %s\n", need[0] ? need : "none");
+    if (pin[0] != '\0')
+        printf("pin: %s\n", pin);
     rc = verdict_status(e->d.verdict);
     free(e);
     tg_counters_free(scratch);
@@ -399,12 +470,16 @@ struct tcase {
     const cJSON *args;
     const char *grant, *session, *subject, *issuer;
     enum tg_verdict expect;
+    const cJSON *history; /* earlier calls, or NULL */
     const char *reason, *rule;
     int hidden; /* -1 not checked */
     long repeat;
     char default_name[24]; /* "case N" when the case has no name */
     int has_scopes;        /* the case gives the token's scopes: checked as the gateway does */
     char scopes[TG_SCOPES_MAX];
+    cJSON *call;           /* the call, copied: its arguments are bound (set, forbid) */
+    const cJSON *want_args; /* "arguments": what they must be after the binding, or NULL */
+    struct tg__bind_opts bind; /* "attributes" and "claims" */
 };
 
 static int parse_verdict(const char *s, enum tg_verdict *v)
@@ -442,15 +517,16 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
         why = "a case must be a map {name, call, expect, ...}";
         goto bad;
     }
-    static const char *const known[] = {"name",   "call", "grant",  "session", "subject", "issuer", "expect",
-                                        "reason", "rule", "hidden", "repeat",  "scopes",  NULL};
+    static const char *const known[] = {"name",   "call",   "grant",  "session", "subject",    "issuer",
+                                        "expect", "reason", "rule",   "hidden",  "repeat",     "scopes",
+                                        "claims", "attributes", "arguments", "history", NULL};
     for (const cJSON *k = c->child; k; k = k->next) {
         int ok = 0;
         for (int j = 0; known[j]; j++)
             ok |= strcmp(k->string, known[j]) == 0;
         if (!ok) {
             fprintf(stderr, "%s: cases[%d].%s: unknown field (name call grant session subject issuer expect reason rule "
-                            "hidden repeat scopes)\n", file, i, k->string);
+                            "hidden repeat scopes claims attributes arguments history)\n", file, i, k->string);
             return -1;
         }
     }
@@ -475,6 +551,23 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
     if (cJSON_IsNull(t->args))
         t->args = NULL;
     t->tool = tn->valuestring;
+    const cJSON *jc = tg_json_get(c, "claims"), *ja = tg_json_get(c, "attributes");
+    if ((jc != NULL && !cJSON_IsObject(jc)) || (ja != NULL && !cJSON_IsObject(ja))) {
+        field = "claims, attributes", why = "must be maps {NAME: VALUE}";
+        goto bad;
+    }
+    for (const cJSON *e = jc != NULL ? jc->child : NULL; e != NULL; e = e->next)
+        tg__bind_opt_add(&t->bind, 1, e->string, strlen(e->string), e);
+    for (const cJSON *e = ja != NULL ? ja->child : NULL; e != NULL; e = e->next)
+        if (tg__bind_opt_add(&t->bind, 0, e->string, strlen(e->string), e) != 0) {
+            field = "attributes", why = "must be at most 64 strings";
+            goto bad;
+        }
+    t->want_args = tg_json_get(c, "arguments");
+    if (t->want_args != NULL && !cJSON_IsObject(t->want_args)) {
+        field = "arguments", why = "must be a map: the arguments after set and forbid";
+        goto bad;
+    }
     const cJSON *ex = tg_json_get(c, "expect");
     if (!cJSON_IsString(ex) || parse_verdict(ex->valuestring, &t->expect) != 0) {
         field = "expect", why = "must be allow, deny, limited or approve";
@@ -507,6 +600,12 @@ static int parse_case(const char *file, int i, const cJSON *c, struct tcase *t)
         }
         t->repeat = (long)r->valuedouble;
     }
+    static char hwhy[300];
+    t->history = tg_json_get(c, "history");
+    if (t->history != NULL && tg_policy_history_add_list(NULL, NULL, NULL, t->history, 0, hwhy, sizeof(hwhy)) != 0) {
+        field = "", why = hwhy;
+        goto bad;
+    }
     const cJSON *sc = tg_json_get(c, "scopes");
     if (sc != NULL) {
         t->has_scopes = 1;
@@ -537,37 +636,6 @@ bad:
     return -1;
 }
 
-static cJSON *load_cases(const char *file)
-{
-    FILE *f = fopen(file, "rb");
-    if (f == NULL) {
-        fprintf(stderr, "%s: cannot open: %s\n", file, strerror(errno));
-        return NULL;
-    }
-    struct tg_buf b;
-    tg_buf_init(&b);
-    char chunk[65536];
-    size_t n;
-    int big = 0;
-    while (!big && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        big = tg_buf_try_append(&b, chunk, n, CASES_MAX_FILE) != 0;
-    fclose(f);
-    if (big) {
-        fprintf(stderr, "%s: larger than %d bytes\n", file, CASES_MAX_FILE);
-        tg_buf_dispose(&b);
-        return NULL;
-    }
-    cJSON *root = NULL;
-    char why[300];
-    /* YAML's flow style reads JSON too. */
-    if (tg_yaml_to_json(b.base ? b.base : "", b.len, &root, why, sizeof(why)) != 0) {
-        fprintf(stderr, "%s: %s\n", file, why);
-        root = NULL;
-    }
-    tg_buf_dispose(&b);
-    return root;
-}
-
 static int contains(const char *hay, const char *needle) { return needle == NULL || strstr(hay, needle) != NULL; }
 
 static int cmd_test(int argc, char **argv)
@@ -590,7 +658,7 @@ static int cmd_test(int argc, char **argv)
         fprintf(stderr, "tollgate policy: test: %s is invalid; nothing tested\n", pfile);
         return 2;
     }
-    cJSON *root = load_cases(cfile);
+    cJSON *root = tg__policy_load_cases(cfile);
     const cJSON *list = cJSON_IsObject(root) ? tg_json_get(root, "cases") : root;
     if (root != NULL && !cJSON_IsArray(list))
         fprintf(stderr, "%s: must be a list of cases, or a map {cases: [...]}\n", cfile);
@@ -605,6 +673,8 @@ static int cmd_test(int argc, char **argv)
         bad |= parse_case(cfile, i, cJSON_GetArrayItem(list, i), &cases[i]) != 0;
     if (bad) {
         fprintf(stderr, "tollgate policy: test: %s is invalid; nothing tested\n", cfile);
+        for (int i = 0; i < n; i++)
+            tg__bind_opts_dispose(&cases[i].bind);
         free(cases);
         cJSON_Delete(root);
         tg_policy_unref(p);
@@ -629,12 +699,41 @@ static int cmd_test(int argc, char **argv)
             e->cond = -1;
             e->hidden = !tg_policy_tool_visible(p, t->tool);
         } else {
-            for (long r = 0; r < t->repeat; r++)
-                tg_policy_explain_call(p, scratch, &who, t->tool, t->args, now, e);
+            char hwhy[300];
+            if (t->history != NULL)
+                tg_policy_history_add_list(p, scratch, &who, t->history, now, hwhy, sizeof(hwhy));
+            cJSON *call = cJSON_CreateObject();
+            cJSON_AddStringToObject(call, "name", t->tool);
+            if (t->args != NULL)
+                cJSON_AddItemToObject(call, "arguments", cJSON_Duplicate(t->args, 1));
+            cases[i].call = call;
+            if (tg__bind_call(p, call, t->grant, t->subject, &t->bind, 0, e) == 0)
+                for (long r = 0; r < t->repeat; r++) {
+                    tg_policy_explain_call(p, scratch, &who, t->tool, tg_json_get(call, "arguments"), now, e);
+                    settle_approval(scratch, &e->d, TG_APPROVAL_AUTO, now);
+                }
         }
         const struct tg_decision *d = &e->d;
         char why[700] = "";
-        if (d->verdict != t->expect)
+        const cJSON *got = t->call != NULL ? tg_json_get(t->call, "arguments") : t->args;
+        struct tg_buf wa, ga;
+        tg_buf_init(&wa);
+        tg_buf_init(&ga);
+        if (t->want_args != NULL) {
+            tg_json_canon(&wa, t->want_args);
+            if (got != NULL)
+                tg_json_canon(&ga, got);
+            else
+                tg_buf_appends(&ga, "{}");
+        }
+        if (wa.len != ga.len || (wa.len > 0 && memcmp(wa.base, ga.base, wa.len) != 0))
+            snprintf(why, sizeof(why), "arguments after set and forbid are %.*s, expected %.*s", (int)(ga.len > 300 ? 300 : ga.len),
+                     ga.base, (int)(wa.len > 300 ? 300 : wa.len), wa.base);
+        tg_buf_dispose(&wa);
+        tg_buf_dispose(&ga);
+        if (why[0] != '\0')
+            ;
+        else if (d->verdict != t->expect)
             snprintf(why, sizeof(why), "expected %s, got %s", tg_policy_verdict_str(t->expect),
                      tg_policy_verdict_str(d->verdict));
         else if (!contains(d->message, t->reason))
@@ -663,6 +762,10 @@ static int cmd_test(int argc, char **argv)
     printf("%d cases, %d passed, %d failed\n", n, n - failed, failed);
     free(e);
     tg_counters_free(scratch);
+    for (int i = 0; i < n; i++) {
+        cJSON_Delete(cases[i].call);
+        tg__bind_opts_dispose(&cases[i].bind);
+    }
     free(cases);
     cJSON_Delete(root);
     tg_policy_unref(p);

@@ -10,6 +10,7 @@
 #include "core/base/buf.h"
 #include "core/base/json.h"
 #include "core/cmd/scan_client.h"
+#include "policy/pins.h"
 #include "policy/suggest.h"
 #include "core/wire/tls.h"
 
@@ -20,9 +21,10 @@
 
 static const char usage_text[] =
     "usage:\n"
-    "  tollgate scan [--json] [--timeout SECONDS] [--header 'Name: value']... [--ca FILE | --insecure]\n"
+    "  tollgate scan [--json] [--pin FILE] [--timeout SECONDS] [--header 'Name: value']...\n"
+    "                [--ca FILE | --insecure]\n"
     "                http[s]://HOST[:PORT]/PATH\n"
-    "  tollgate scan [--json] [--timeout SECONDS] -- COMMAND [ARG...]\n"
+    "  tollgate scan [--json] [--pin FILE] [--timeout SECONDS] -- COMMAND [ARG...]\n"
     "      Connect to an MCP server as a client (MCP " SCAN_PROTOCOL "), list its tools (and its\n"
     "      resources, resource templates and prompts when it offers them) and print a starting\n"
     "      policy for them in PolicyLayer's format on stdout: YAML with a comment per entry saying\n"
@@ -38,6 +40,8 @@ static const char usage_text[] =
     "      stderr is passed through) and end it when done.\n"
     "      --timeout: how long to wait for each answer, connecting and the TLS handshake included\n"
     "      (default 10 s).\n"
+    "      --pin FILE: also write a pin file of the tools listed (their definitions and SHA-256s)\n"
+    "      to FILE; name it in the conf as the upstream's pins = \"FILE\" (tollgate pin --help).\n"
     "      Exit 0 when the policy was printed, 1 when the server could not be scanned, 2 on bad\n"
     "      arguments.\n"
     "\n";
@@ -126,8 +130,9 @@ static int list_optional(struct tg_scan_client *c, int ask, const char *method, 
 
 /* initialize, initialized, tools/list page by page, then resources/list,
  * resources/templates/list and prompts/list if the server offers them (or did not say, having
- * refused initialize). Returns 0 or -1. */
-static int scan_server(struct tg_scan_client *c, struct scan_lists *ls, struct tg_scan_source *src, cJSON **init_msg)
+ * refused initialize) and `others` asks for them. Returns 0 or -1. */
+static int scan_server(struct tg_scan_client *c, struct scan_lists *ls, struct tg_scan_source *src, cJSON **init_msg,
+                       int others)
 {
     const cJSON *result;
     char errtext[300];
@@ -156,6 +161,8 @@ static int scan_server(struct tg_scan_client *c, struct scan_lists *ls, struct t
         return -1;
     if (list_pages(c, "tools/list", "tools", ls->tools, 1) != 0)
         return -1;
+    if (!others)
+        return 0;
     /* The tools are in hand: a server that stops answering now still gets its policy, with
      * what it did not list left to default: deny. */
     if (list_optional(c, resources, "resources/list", "resources", &ls->resources) != 0 ||
@@ -164,6 +171,19 @@ static int scan_server(struct tg_scan_client *c, struct scan_lists *ls, struct t
         tg_scan_fail("warning: the server stopped answering after tools/list; the resources and prompts it did not "
                      "list are left to default: deny");
     return 0;
+}
+
+int tg_scan_list_tools(struct tg_scan_client *c, cJSON *into, char **server)
+{
+    struct scan_lists ls = {.tools = into};
+    struct tg_scan_source src = {0};
+    cJSON *init = NULL;
+    /* resources and prompts are not asked for: the server is told nothing of them (no caps) */
+    int rc = scan_server(c, &ls, &src, &init, 0);
+    if (server != NULL)
+        *server = rc == 0 && src.server != NULL ? strdup(src.server) : NULL;
+    cJSON_Delete(init);
+    return rc;
 }
 
 /* url into b with its user information and its query as [redacted]. */
@@ -244,6 +264,20 @@ bad:;
     return -1;
 }
 
+/* --pin FILE: the tools listed, pinned for an upstream named as the server calls itself. 0 or 1. */
+static int write_pins(const char *path, const char *server, const cJSON *tools)
+{
+    struct tg_buf err;
+    tg_buf_init(&err);
+    int rc = tg_pins_write_file(path, server != NULL ? server : "scanned", tools, &err);
+    if (rc != 0)
+        tg_scan_fail("%.*s", (int)err.len, err.base);
+    else
+        tg_scan_fail("%d tool(s) pinned in %s", cJSON_GetArraySize(tools), path);
+    tg_buf_dispose(&err);
+    return rc == 0 ? 0 : 1;
+}
+
 static int usage_error(const char *why)
 {
     tg_scan_fail("%s", why);
@@ -283,7 +317,7 @@ int tg_scan_cli(int argc, char **argv)
     struct tg_scan_header headers[SCAN_MAX_HEADERS];
     struct tg_scan_client c = {.timeout_ms = 10000, .next_id = 1};
     int json = 0, i, insecure = 0, https = 0;
-    const char *url = NULL, *ca = NULL;
+    const char *url = NULL, *ca = NULL, *pin = NULL;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -309,6 +343,8 @@ int tg_scan_cli(int argc, char **argv)
             headers[c.nheaders++].line = h;
         } else if (strcmp(a, "--ca") == 0 && i + 1 < argc) {
             ca = argv[++i];
+        } else if (strcmp(a, "--pin") == 0 && i + 1 < argc) {
+            pin = argv[++i];
         } else if (strcmp(a, "--insecure") == 0) {
             insecure = 1;
         } else if (strcmp(a, "--") == 0) {
@@ -372,7 +408,7 @@ int tg_scan_cli(int argc, char **argv)
     int rc = 1;
     if (tg_scan_client_start(&c, c.stdio ? argv + i : NULL) != 0)
         goto out;
-    if (scan_server(&c, &ls, &src, &init_msg) != 0)
+    if (scan_server(&c, &ls, &src, &init_msg, 1) != 0)
         goto out;
     if (c.skipped > 0)
         tg_scan_fail("warning: %zu lines on the server's stdout were not JSON, skipped", c.skipped);
@@ -383,6 +419,8 @@ int tg_scan_cli(int argc, char **argv)
     fwrite(policy.base, 1, policy.len, stdout);
     tg_buf_dispose(&policy);
     rc = fflush(stdout) == 0 ? 0 : 1;
+    if (rc == 0 && pin != NULL)
+        rc = write_pins(pin, src.server, ls.tools);
 out:
     tg_scan_client_stop(&c);
     tg_tls_client_ctx_free(c.tls);

@@ -16,7 +16,15 @@
 #ifndef TG_SCAN_H
 #define TG_SCAN_H
 
+#include <cjson/cJSON.h>
+
 /* argv[0] is "scan". */
 int tg_scan_cli(int argc, char **argv);
+
+struct tg_scan_client;
+/* initialize, notifications/initialized and tools/list page by page (at most 10000 tools) into
+ * `into` (a cJSON array), with a started client (core/cmd/scan_client.h); `tollgate pin` lists
+ * this way. *server (may be NULL) gets serverInfo.name (malloc'd) or NULL. 0, or -1 (printed). */
+int tg_scan_list_tools(struct tg_scan_client *c, cJSON *into, char **server);
 
 #endif

@@ -362,6 +362,8 @@ int tg_scan_client_start(struct tg_scan_client *c, char **argv)
         /* The environment as it is (uc.env NULL), argv[0] looked up on its PATH. */
         c->uc.transport = TG_UP_STDIO;
         c->uc.command = argv;
+        c->uc.env = c->env;
+        c->uc.cwd = (char *)c->cwd;
         c->uc.stderr_inherit = 1;
         int err = 0;
         c->child = tg_child_spawn(&c->loop, &c->uc, SCAN_MAX_ANSWER, NULL, on_child_message, on_child_exit, c, &err);

@@ -46,6 +46,8 @@ struct tg_scan_client {
     char session[256]; /* Mcp-Session-Id, or "" */
     char protocol[64]; /* the version initialize chose, sent as MCP-Protocol-Version, or "" */
     size_t skipped;    /* stdio: stdout lines that were not JSON-RPC */
+    char **env;        /* stdio: the child's whole environment (NULL: this process's) */
+    const char *cwd;   /* stdio: its working directory (NULL: this one) */
     /* the runtime, from tg_scan_client_start() to tg_scan_client_stop() */
     int started;
     uv_loop_t loop;

@@ -668,9 +668,11 @@ static void load_audit(struct loader *ld, config_t *cfg, struct tg_conf *c)
     }
 }
 
-struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err)
+struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err) { return tg_conf_load_flags(path, err, 0); }
+
+struct tg_conf *tg_conf_load_flags(const char *path, struct tg_buf *err, unsigned flags)
 {
-    struct loader ld = {path, err, 0, NULL};
+    struct loader ld = {path, err, 0, NULL, flags};
     config_t cfg;
     config_init(&cfg);
     FILE *f = fopen(path, "r");

@@ -162,6 +162,9 @@ struct tg_grant_conf {
     struct tg_roots roots; /* pinned: overrides every upstream's roots for this grant */
     struct tg_grant_upheaders *upheaders; /* upstream_headers, one per upstream named */
     size_t nupheaders;
+    char **attributes; /* attributes = { tenant = "acme"; }: name and value in turn, what a policy's
+                        * ${grant.NAME} binds arguments to (policy/bind.h) */
+    size_t nattributes; /* pairs */
 };
 
 /* The audit group. Embedded in struct tg_conf; its strings freed by tg_conf_unref. */
@@ -216,6 +219,8 @@ struct tg_upstream_conf {
     int queue_timeout_ms;
     char *policy_path;
     struct tg_policy *policy; /* the conf's reference; NULL: fails closed (everything denied and hidden) */
+    char *pins_path;          /* pins = "FILE", or NULL */
+    struct tg_pins *pins;     /* the conf's reference (policy/pins.h); NULL: no pins (or TG_CONF_NO_PINS) */
     int transport;   /* TG_UP_STREAMABLE, TG_UP_SSE (legacy HTTP+SSE) or TG_UP_STDIO */
     char **command;  /* stdio: argv, NULL-terminated */
     char **env;      /* stdio: the whole environment (env, env_pass, PATH HOME LANG LC_* TZ), NULL-terminated */
@@ -270,6 +275,7 @@ struct tg_conf {
     int refcnt;
     uint64_t serial; /* unique per load: what remembers something of one conf checks it is still this one */
     char *path;
+    int has_pins;    /* an upstream has pins: what the relay looks at only then (policy/pins.h) */
     int log_level;
     int log_format;
     char *log_file;
@@ -302,6 +308,10 @@ const struct tg_grant_conf *tg_conf_find_grant(const struct tg_conf *c, const ch
 const struct tg_roots *tg_conf_roots_for(const struct tg_grant_conf *g, const struct tg_upstream_conf *u);
 
 struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err);
+/* The same, with TG_CONF_* flags. TG_CONF_NO_PINS: upstreams' pins files are named (pins_path)
+ * but not read (`tollgate pin`, which writes them). */
+#define TG_CONF_NO_PINS 0x1u
+struct tg_conf *tg_conf_load_flags(const char *path, struct tg_buf *err, unsigned flags);
 struct tg_conf *tg_conf_ref(struct tg_conf *c);
 void tg_conf_unref(struct tg_conf *c);
 

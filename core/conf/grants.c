@@ -12,6 +12,7 @@
 #include "policy/dpop.h"
 #include "policy/jwt_cache.h"
 #include "policy/keyring.h"
+#include "policy/pins.h"
 #include "policy/policy.h"
 #include "policy/uri.h"
 
@@ -83,6 +84,53 @@ static void load_grant_scopes(struct loader *ld, const config_setting_t *g, stru
     gc->scopes = tg_xstrdup(set);
 }
 
+/* grants[].attributes = { tenant = "acme"; region = "eu"; }: what a policy's "set" may bind
+ * arguments to (${grant.tenant}). Names as the templates spell them, values strings. */
+static void load_grant_attributes(struct loader *ld, const config_setting_t *g, struct tg_grant_conf *gc,
+                                  const char *ctx)
+{
+    const config_setting_t *l = config_setting_get_member(g, "attributes");
+    if (l == NULL)
+        return;
+    char sctx[64];
+    snprintf(sctx, sizeof(sctx), "%s.attributes", ctx);
+    int n = config_setting_length(l);
+    if (!config_setting_is_group(l) || n > 64) {
+        tg__conf_errf(ld, l, sctx, "must be a group of at most 64 strings { tenant = \"acme\"; }");
+        return;
+    }
+    gc->attributes = tg_xcalloc((size_t)(2 * n + 1), sizeof(char *));
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(l, (unsigned)i);
+        const char *name = config_setting_name(e);
+        const char *v = config_setting_get_string(e);
+        size_t nl = name != NULL ? strlen(name) : 0;
+        int ok = nl > 0 && nl <= 64;
+        for (size_t k = 0; ok && k < nl; k++)
+            ok = (name[k] >= 'a' && name[k] <= 'z') || (name[k] >= 'A' && name[k] <= 'Z') ||
+                 (name[k] >= '0' && name[k] <= '9') || name[k] == '_' || name[k] == '-';
+        if (!ok) {
+            tg__conf_errf(ld, e, sctx, "\"%s\": a name is 1 to 64 letters, digits, _ and -", name ? name : "");
+            continue;
+        }
+        const char *why = NULL;
+        char var[128] = "";
+        char *x = v != NULL ? tg_conf_expand_env(v, &why, var, sizeof(var)) : NULL;
+        if (v != NULL && x == NULL) {
+            tg__conf_errf(ld, e, sctx, "%s: %s%s%s", name, why, var[0] ? ": " : "", var);
+            continue;
+        }
+        if (x == NULL || strlen(x) > 1024) {
+            tg__conf_errf(ld, e, sctx, "%s must be a string of at most 1024 bytes", name);
+            free(x);
+            continue;
+        }
+        gc->attributes[2 * gc->nattributes] = tg_xstrdup(name);
+        gc->attributes[2 * gc->nattributes + 1] = x;
+        gc->nattributes++;
+    }
+}
+
 /* Every grants[].issuers entry is some jwt[].issuer, byte for byte (as a token's iss is compared):
  * a typo would otherwise leave the grant silently unreachable. */
 static void check_grant_issuers(struct loader *ld, config_t *cfg, const struct tg_conf *c)
@@ -127,7 +175,7 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
         }
         static const char *const known[] = {"name", "token_sha256", "anonymous", "max_sessions", "policies",
                                             "tls_subject", "roots", "issuers", "scopes",
-                                            "upstream_headers", NULL};
+                                            "upstream_headers", "attributes", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         gc->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         const config_setting_t *ms = config_setting_get_member(g, "max_sessions");
@@ -150,6 +198,7 @@ void tg__conf_load_grants(struct loader *ld, config_t *cfg, struct tg_conf *c)
                               "\"%s\" already names grant %s", gc->tls_subject, c->grants[k].name);
         load_issuers(ld, g, gc, ctx);
         load_grant_scopes(ld, g, gc, ctx);
+        load_grant_attributes(ld, g, gc, ctx);
         if (!gc->has_token && !gc->anonymous && gc->tls_subject == NULL) {
             if (gc->nissuers == 0)
                 tg__conf_errf(ld, g, ctx,
@@ -566,6 +615,28 @@ static struct tg_policy *load_policy_file(struct loader *ld, const config_settin
     return p;
 }
 
+/* An upstream's pins = "FILE" (policy/pins.h): strict, like a policy; the errors name the file
+ * and the path inside it. */
+static void load_pins(struct loader *ld, const config_setting_t *g, struct tg_conf *c, struct tg_upstream_conf *u)
+{
+    if (u->pins_path == NULL)
+        return;
+    struct tg_buf perr;
+    tg_buf_init(&perr);
+    char d[120];
+    snprintf(d, sizeof(d), "upstreams.%s.pins", u->name ? u->name : "?");
+    c->has_pins = 1;
+    if (tg_pins_load(u->pins_path, u->name, &u->pins, &perr, &c->warnings) != 0) {
+        tg_buf_append(&perr, "", 1);
+        for (const char *q = perr.base; *q;) {
+            size_t n = strcspn(q, "\n");
+            tg__conf_errf(ld, g ? config_setting_get_member(g, "pins") : NULL, d, "%.*s", (int)n, q);
+            q += n + (q[n] ? 1 : 0);
+        }
+    }
+    tg_buf_dispose(&perr);
+}
+
 /* Policies, after upstreams are known: the upstream's own, then per-grant overrides. */
 void tg__conf_load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c)
 {
@@ -584,6 +655,8 @@ void tg__conf_load_policies(struct loader *ld, config_t *cfg, struct tg_conf *c)
         snprintf(d, sizeof(d), "upstreams.%s.policy", u->name ? u->name : "?");
         u->policy = load_policy_file(ld, g ? config_setting_get_member(g, "policy") : NULL, d, u->policy_path, c);
     }
+    for (size_t i = 0; i < c->nupstreams && !(ld->flags & TG_CONF_NO_PINS); i++)
+        load_pins(ld, ul ? config_setting_get_elem(ul, (unsigned)i) : NULL, c, &c->upstreams[i]);
     const config_setting_t *gl = config_lookup(cfg, "grants");
     for (size_t i = 0; gl && i < c->ngrants; i++) {
         struct tg_grant_conf *gc = &c->grants[i];
@@ -653,6 +726,9 @@ void tg__conf_grants_free(struct tg_conf *c)
         free(c->grants[i].name);
         free(c->grants[i].tls_subject);
         free(c->grants[i].scopes);
+        for (size_t k = 0; k < 2 * c->grants[i].nattributes; k++)
+            free(c->grants[i].attributes[k]);
+        free(c->grants[i].attributes);
         for (size_t k = 0; k < c->grants[i].nissuers; k++)
             free(c->grants[i].issuers[k]);
         free(c->grants[i].issuers);

@@ -31,6 +31,7 @@ struct loader {
     struct tg_buf *err;
     int nerr;
     config_t *cfg;
+    unsigned flags; /* TG_CONF_* */
 };
 
 /* Appends "file:line: directive: reason" for setting s (the file itself when s is NULL). */

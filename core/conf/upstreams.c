@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/conf/internal.h"
+#include "policy/pins.h"
 #include "policy/policy.h"
 #include "core/wire/tls.h"
 
@@ -325,7 +326,7 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
         static const char *const known[] = {"name", "url", "default", "headers", "initialize", "protocol", "connect_timeout_ms",
                                             "call_timeout_ms", "pool", "policy", "deny_server_requests",
                                             "transport", "command", "env", "env_pass", "cwd", "warm", "max_children", "tls",
-                                            "backoff_ms", "backoff_max_ms", "roots", "token_exchange", "approval_mode", NULL};
+                                            "backoff_ms", "backoff_max_ms", "roots", "token_exchange", "approval_mode", "pins", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         u->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         if (u->name && !valid_upstream_name(u->name))
@@ -370,6 +371,7 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
             c->default_upstream = (int)i;
         }
         u->policy_path = tg__conf_path(ld, tg__conf_get_str(ld, g, "policy", NULL, 0, ctx));
+        u->pins_path = tg__conf_path(ld, tg__conf_get_str(ld, g, "pins", NULL, 0, ctx));
         const config_setting_t *dsr = config_setting_get_member(g, "deny_server_requests");
         if (dsr != NULL) {
             if (!config_setting_is_array(dsr) && !config_setting_is_list(dsr)) {
@@ -496,6 +498,8 @@ void tg__conf_upstreams_free(struct tg_conf *c)
         free(u->headers);
         free(u->policy_path);
         tg_policy_unref(u->policy);
+        free(u->pins_path);
+        tg_pins_unref(u->pins);
         for (char **a = u->command; a && *a; a++)
             free(*a);
         free(u->command);

@@ -17,8 +17,10 @@
 #include "core/mcp/mrtr.h"
 #include "core/mcp/listen.h"
 #include "core/mcp/rewrite.h"
+#include "core/gate/bind.h"
 #include "core/gate/reads.h"
 #include "core/gate/nonstandard.h"
+#include "core/gate/pins.h"
 #include "core/gate/scopes.h"
 #include "core/gate/tasks.h"
 #include "core/base/json.h"
@@ -84,6 +86,7 @@ static int refused(struct tg_server *srv, struct tg_call *k, const struct tg_dec
     if (dec->verdict != TG_VERDICT_DENY && dec->verdict != TG_VERDICT_LIMITED)
         return 0;
     tg_call_audit(k, dec->verdict == TG_VERDICT_DENY ? "deny" : "limited", -1, NULL, NULL);
+    tg_call_count_refusal(k, dec);
     tg_call_answer_decision(k, dec, NULL);
     tg_call_close(k);
     return 1;
@@ -335,6 +338,8 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         tg_mcp_listen_filter_request(params, pol); /* resources the grant may not read are not listened to */
         tg_msg_edited(m);
     }
+    /* Bound first: a 2026 retry's envelope was made of the bound arguments too. */
+    struct tg_decision *bound = m->mid == TG_M_TOOLS_CALL ? tg_gate_bind(x, pol, m, tg_dispatch_subject(x)) : NULL;
     struct tg_mcp_mrtr_call *mc = NULL;
     int retry = 0;
     char parked[40] = "";
@@ -354,6 +359,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         if (retry < 0) {
             tg_xfree(key);
             tg_xfree(mc);
+            tg_call_decision_free(bound);
             char esc[96];
             tg_log(TG_LOG_INFO, "2026-07-28 retry refused", "grant=%s upstream=%s method=%s why=%s", g->name,
                    x->uc->name, m->method, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(why)));
@@ -371,6 +377,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         if (!cJSON_IsObject(params) || !cJSON_IsString(name) || (a != NULL && !cJSON_IsObject(a))) {
             tg_xfree(key);
             tg_xfree(mc);
+            tg_call_decision_free(bound);
             tg_sink_refuse(sk, 200, m->id_raw, m->id_len, TG_RPC_INVALID_PARAMS,
                       "tools/call needs params.name (a string) and optional params.arguments (an object)", NULL);
             return;
@@ -380,9 +387,10 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         if (tg_gate_scopes_refused(x, sk, m, params, pol, tool)) {
             tg_xfree(key);
             tg_xfree(mc);
+            tg_call_decision_free(bound);
             return;
         }
-        dec = tg_call_decision_new(); /* decided through the shared store once the call is made */
+        dec = bound != NULL ? bound : tg_call_decision_new(); /* decided through the shared store once the call is made */
     } else if (m->mid != TG_M_TOOLS_LIST && m->mid != TG_M_INITIALIZE && !listen) {
         const char *bad;
         if (tg_reads_decide(m, params, pol, &dec, &tool, &list, &bad) < 0) {
@@ -397,6 +405,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
             tg_xfree(mc);
             return;
         }
+        tg_reads_record(x, pol, m, tool, dec, tg_dispatch_subject(x), tg_dispatch_issuer(x)); /* for history */
     }
     srv->metrics.rpc_requests++;
     struct tg_call *k = tg_call_new(srv, s, sk, KIND_REQUEST);
@@ -448,9 +457,10 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     k->decide_no_wait = (sk->flags & TG_SINK_NO_WAIT) != 0;
     k->decide_timeout_ms = listen ? 0 : (uint64_t)x->uc->call_timeout_ms;
     k->asking = &r;
-    if (m->mid == TG_M_TOOLS_CALL) {
+    if (m->mid == TG_M_TOOLS_CALL && bound == NULL && !(x->uc->pins != NULL && tg_gate_pins_refused(x, pol, tool, dec))) {
         /* Inline by the local store (and a cluster's when no counter is reached), else later. */
-        struct tg_shared_ask q = {pol, {g->name, s->id_str, x->uc->name, k->subject, k->issuer}, tool, args,
+        const char *sess = tg_call_counter_session(x->era, g->name, s);
+        struct tg_shared_ask q = {pol, {g->name, sess, x->uc->name, k->subject, k->issuer}, tool, args,
                                   (int64_t)wall_ms(),
                                   retry >= 1};
         struct tg_shared_job *job = srv->store.ops->decide(srv->store.ud, &q, dec, on_decided, k);
@@ -725,6 +735,7 @@ int tg_dispatch_session_open(struct tg_exchange *x)
         const char *iss = tg_principal_issuer(srv->conf, who);
         s->issuer = iss[0] != '\0' ? tg_xstrdup(iss) : NULL;
         tg_principal_sha256(srv->conf, who, s->subject_sha256); /* once: the cluster record binds it */
+        tg_gate_bind_session(x, tg_conf_policy_for(srv->conf, g, x->upstream), s);
         s->subject_tag = tg_principal_tag(srv->conf, who);
         s->subject_serial = srv->conf->serial, s->subject_jwt = who->jwt;
     }

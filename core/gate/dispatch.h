@@ -48,5 +48,11 @@ void tg_dispatch_end_session(struct tg_server *srv, struct tg_session *s, enum t
 void tg_dispatch_upstream_removed(struct tg_server *srv, struct tg_session *s);
 /* The session's GET stream call, if any: its sink (for a client taking it over), else NULL. */
 struct tg_sink *tg_dispatch_get_stream_sink(struct tg_session *s);
+/* tg_mcp_check_param_headers() (core/mcp/era.h) of a 2026 tools/call of tool against the schema
+ * its client saw: the upstream's, without the arguments the grant's policy binds (core/gate/bind.c). */
+struct tg_mcp_header;
+struct tg_mcp_refusal;
+int tg_gate_bind_check_params(const struct tg_exchange *x, const struct tg_mcp_header *h, size_t nh,
+                              const cJSON *schema, const char *tool, const cJSON *args, struct tg_mcp_refusal *why);
 
 #endif

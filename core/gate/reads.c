@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "core/call/call.h"
+#include "core/call/exchange.h"
+#include "core/call/gateway.h"
+#include "core/call/session.h"
 #include "core/base/json.h"
 #include "core/mcp/rewrite.h"
 #include "core/wire/msg.h"
@@ -147,4 +150,16 @@ int tg_reads_decide(struct tg_msg *m, cJSON *params, const struct tg_policy *pol
     if (k > TG_MCP_LIST_TOOLS)
         *list = k;
     return 0;
+}
+
+void tg_reads_record(struct tg_exchange *x, const struct tg_policy *pol, const struct tg_msg *m, const char *what,
+                     const struct tg_decision *d, const char *subject, const char *issuer)
+{
+    if (d == NULL || d->verdict != TG_VERDICT_ALLOW || what == NULL ||
+        (m->mid != TG_M_RESOURCES_READ && m->mid != TG_M_PROMPTS_GET))
+        return;
+    /* The same caller a tools/call is decided for (core/gate/dispatch.c handle_request). */
+    struct tg_caller who = {x->grant->name, x->sess != NULL ? x->sess->id_str : NULL, x->uc->name, subject,
+                            issuer != NULL && issuer[0] != '\0' ? issuer : NULL};
+    tg_policy_record_read(pol, x->srv->counters, &who, m->mid == TG_M_PROMPTS_GET, what, (int64_t)wall_ms());
 }

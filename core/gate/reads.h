@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 
+struct tg_exchange;
 struct tg_msg;
 struct tg_policy;
 struct tg_decision;
@@ -23,5 +24,12 @@ int tg_reads_decide_uri(struct tg_msg *m, cJSON *params, const struct tg_policy 
  * a resources, templates or prompts list to filter, else -1. */
 int tg_reads_decide(struct tg_msg *m, cJSON *params, const struct tg_policy *pol, struct tg_decision **dec,
                     const char **what, int *list, const char **bad);
+
+/* An allowed resources/read or prompts/get (what: its URI or name, d: its decision) goes into
+ * the history of x's caller, subject (and issuer, "" none) as the gate names them (policy.h
+ * tg_policy_record_read), so that history conditions can count it; anything else, or a refused
+ * read, is not remembered. */
+void tg_reads_record(struct tg_exchange *x, const struct tg_policy *pol, const struct tg_msg *m, const char *what,
+                     const struct tg_decision *d, const char *subject, const char *issuer);
 
 #endif

@@ -7,6 +7,8 @@
 #include "core/base/json.h"
 #include "core/base/log.h"
 #include "core/wire/msg.h"
+#include "policy/pins.h"
+#include "policy/bind.h"
 #include "policy/policy.h"
 
 static int filter_list(const struct tg_mcp_answer *a, const char *p, size_t n, struct tg_buf *out);
@@ -107,8 +109,13 @@ static int filter_list(const struct tg_mcp_answer *a, const char *p, size_t n, s
         while (t) {
             cJSON *next = t->next;
             cJSON *v = tg_json_get(t, LISTS[kind].key);
-            if (!cJSON_IsString(v) || !visible(a->tools_filter, kind, v->valuestring))
+            /* Pins first: every pinned tool listed is learnt, whether this grant sees it or not. */
+            if (!cJSON_IsString(v) ||
+                (a->pins != NULL && !tg_pins_admit_listed(a->pins_seen, a->pins, a->upstream, a->tools_filter, t)) ||
+                !visible(a->tools_filter, kind, v->valuestring))
                 cJSON_Delete(cJSON_DetachItemViaPointer(items, t));
+            else if (kind == TG_MCP_LIST_TOOLS) /* arguments the policy binds: the model never sees them */
+                tg_policy_bind_schema(a->tools_filter, v->valuestring, tg_json_get(t, "inputSchema"));
             t = next;
         }
     }

@@ -8,6 +8,8 @@
 #include "core/base/json.h"
 
 struct tg_policy;
+struct tg_pins;
+struct tg_pins_seen;
 
 /* A canonical key of a request id: "n" + digits, or "s" + the decoded string. Malloc'd (the
  * caller frees), NULL for something that is not an id. */
@@ -47,6 +49,8 @@ struct tg_mcp_answer {
     int list_kind;            /* which list (enum tg_mcp_list; TG_MCP_LIST_TOOLS is 0) */
     int *maybe_update;        /* non-NULL: set to 1 for a server notification whose method is, or
                                  may spell with escapes, notifications/resources/updated */
+    const struct tg_pins *pins;        /* a tools/list answer of an upstream with pins, or NULL */
+    struct tg_pins_seen *pins_seen;    /* what the gateway learns of it (policy/pins.h) */
 };
 
 /* Rewrite message p for the client into out. Returns 1 if it was the awaited answer. *valid is

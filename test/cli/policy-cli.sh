@@ -124,8 +124,24 @@ has out "9 cases, 9 passed, 0 failed"; hasnt out "FAIL"
 # The example in docs/cli.md ("Testing a policy"), extracted from the page itself so that the two cannot drift apart.
 sed -n '/^# CASES.yaml: a list/,/^```$/p' docs/cli.md | sed '$d' >"$out.cases"
 cmp -s "$out.cases" $P/readme.cases.yaml || { echo "not ok - docs/cli.md's CASES.yaml differs from $P/readme.cases.yaml"; fails=$((fails + 1)); }
-run 0 policy test $P/readme.yaml "$out.cases"; has out "5 cases, 5 passed, 0 failed"
+run 0 policy test $P/readme.yaml "$out.cases"; has out "6 cases, 6 passed, 0 failed"
 rm -f "$out.cases"
+# Bound arguments (set): explain decides and prints the final arguments; the conf's attribute, an
+# --attribute over it, --claim as JSON; a claim not given denies with rule set.
+printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = "a"; anonymous = true; attributes = { tenant = "acme"; }; } );\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "%s"; } );\n' \
+    "$PWD/$P/readme.yaml" >"$T/bind.conf"
+run 0 policy explain -c "$T/bind.conf" --claim org_id=42 --call '{"name":"create_ticket","arguments":{"tenant_id":"evil","t":1}}'
+has out 'arguments: {"tenant_id":"acme","t":1,"org_id":42} (after set and forbid)'; has out "decision: allow"
+run 0 policy explain -c "$T/bind.conf" --attribute tenant=other --claim 'org_id="x"' --call '{"name":"create_ticket"}'
+has out 'arguments: {"tenant_id":"other","org_id":"x"} (after set and forbid)'
+run 1 policy explain -c "$T/bind.conf" --call '{"name":"create_ticket","arguments":{}}'
+has out "decision: deny"; has out "rule: set"; has out "at: tools.create_ticket.set"; has out 'no claim "org_id"'
+run 2 policy explain -c "$T/bind.conf" --claim org_id --call '{"name":"create_ticket"}'
+# A tool refused whatever its arguments (default deny) is refused as such, not by the binding of "*".
+printf '{"version":"1","default":"deny","tools":{"*":{"set":{"t":"${claims.org}"}},"x":{}}}\n' >"$T/bindstar.json"
+sed "s|$PWD/$P/readme.yaml|$T/bindstar.json|" "$T/bind.conf" >"$T/bindstar.conf"
+run 1 policy explain -c "$T/bindstar.conf" --call '{"name":"y"}'; has out "at: default"
+run 1 policy explain -c "$T/bindstar.conf" --call '{"name":"x"}'; has out "at: tools.*.set"
 run 1 policy test $P/hosted.json $P/failing.cases.yaml
 has out "ok   1 reading is allowed: allow (tools.read_file)"
 has out "FAIL 2 wrongly expects deletes to pass: expected allow, got deny (rule \"delete_file\" at tools.delete_file.action)"
@@ -195,6 +211,29 @@ run 3 policy explain -c "$T/subject.conf" --subject alice --issuer https://a.tes
 has out "policy: $T/subject.json (grant staff, subject alice of https://a.test/, upstream u)"; has out "decision: limited"
 printf -- '- {call: {name: ask}, subject: alice, issuer: "https://a.test/", expect: allow}\n- {call: {name: ask}, subject: alice, issuer: "https://a.test/", expect: allow}\n- {call: {name: ask}, subject: alice, issuer: "https://a.test/", expect: limited}\n- {call: {name: ask}, subject: alice, issuer: "https://b.test/", expect: allow}\n- {call: {name: ask}, subject: alice, expect: allow}\n' >"$T/issuer.cases.yaml"
 run 0 policy test "$T/subject.json" "$T/issuer.cases.yaml"; has out "5 cases, 5 passed, 0 failed"
+
+# ---- session history and brakes: explain --after, a case's history
+printf 'version: "1"\ndefault: allow\ntools:\n  read_env: {tags: [reads_secrets]}\n  http_post: {tags: [egress]}\n  create_issue:\n    brake: {repeats: 2, within: 60s}\n  "*":\n    rules:\n      - name: no-egress-after-secrets\n        when: {tags: [egress]}\n        conditions:\n          - history: {tags: [reads_secrets], within: 10m}\n            op: eq\n            value: 0\n' >"$T/hist.yaml"
+printf 'listen = ( { address = "127.0.0.1"; port = 1; } );\ngrants = ( { name = "staff"; anonymous = true; } );\nupstreams = ( { name = "u"; url = "http://127.0.0.1:1/mcp"; policy = "%s"; } );\n' \
+    "$T/hist.yaml" >"$T/hist.conf"
+run 0 policy explain -c "$T/hist.conf" --call '{"name":"http_post","arguments":{}}'
+run 1 policy explain -c "$T/hist.conf" --after read_env:5m --call '{"name":"http_post","arguments":{}}'
+has out "after: 1 earlier call of this caller"; has out "rule: no-egress-after-secrets"; has out "at: tools.*.rules[0]"
+has out "history: history{tags [reads_secrets], within 10 min, scope subject} count eq 0, read by tools.*.rules[0].conditions[0]"
+has out "condition: conditions[0] does not hold: history{tags [reads_secrets], within 10 min, scope subject} count eq 0"
+has out 'earlier call: {"tool":"read_env","upstream":"u","at":'
+run 0 policy explain -c "$T/hist.conf" --after read_env:11m --call '{"name":"http_post","arguments":{}}'
+run 3 policy explain -c "$T/hist.conf" --after '{"tool":"create_issue","args":{"a":1,"b":"x"},"ago":"20s"}' \
+    --after '{"tool":"create_issue","args":{"b":"x","a":1.0}}' --call '{"name":"create_issue","arguments":{"a":1e0,"b":"x"}}'
+has out "rule: brake"; has out "at: tools.create_issue.brake"
+has out "brake: more than 2 calls with the same arguments within 60 s, checked before any counter (tools.create_issue.brake)"
+has out "reason: you have called create_issue with the same arguments 3 times in 60 s; stop and report to the user"
+has out "limited by: brake (retry in 40000 ms)"
+run 2 policy explain -c "$T/hist.conf" --after '{"tool":"x","ago":"2d"}' --call '{"name":"x"}'; has err "history[0].ago: must be"
+printf -- '- {call: {name: http_post}, expect: allow}\n- {history: [read_env:5m], call: {name: http_post}, expect: deny, rule: no-egress-after-secrets, reason: read_env}\n- {subject: bob, history: [{tool: read_env, ago: 11m}], call: {name: http_post}, expect: allow}\n- {subject: carol, call: {name: create_issue, arguments: {a: 1}}, repeat: 3, expect: limited, rule: brake}\n' >"$T/hist.cases.yaml"
+run 0 policy test "$T/hist.yaml" "$T/hist.cases.yaml"; has out "4 cases, 4 passed, 0 failed"
+printf -- '- {history: [{tool: x, agoo: 1}], call: {name: x}, expect: allow}\n' >"$T/badhist.cases.yaml"
+run 2 policy test "$T/hist.yaml" "$T/badhist.cases.yaml"; has err "cases[0]: history[0].agoo: unknown field"
 
 # ---- bad arguments and help
 run 0 policy --help; has out "tollgate policy test FILE CASES.yaml"; has out "Exit 0 allow, 1 deny, 3 limited, 4 approve"

@@ -1,6 +1,6 @@
 /* tg-bench-policy: what one policy decision costs, and what a million live counters weigh.
  *
- *   tg-bench-policy [--quick] [--digest | --digest-no-keys] [--tight] [-n CALLS] [-r RUNS] [-b BUCKETS]
+ *   tg-bench-policy [--quick] [--digest | --digest-no-keys] [--tight] [--history] [-n CALLS] [-r RUNS] [-b BUCKETS]
  *
  * A 100-tool policy mixing both PolicyLayer shapes: hosted token buckets, Intercept argument
  * conditions (eq/neq/in/lte/gte/contains/exists and one regex), Intercept fixed-window counters
@@ -9,6 +9,13 @@
  * the router hands them over); the timed loop only calls tg_policy_decide_call(). Best of RUNS
  * runs (CLOCK_MONOTONIC), each on fresh counters. Then a million distinct grants each take one
  * token from a bucket: tg_counters_memory() and the RSS growth (/proc/self/status VmRSS).
+ *
+ * --history adds session history: every tool carries a tag, "*" a brake on repeated calls, and a
+ * rule for the calls of one tag counts the calls of another within 10 minutes, so every allowed
+ * call is remembered and reads its caller's ring (what such a policy costs per decision). The
+ * count is compared with gte 0, which holds: a caller here makes a thousand calls a second, so
+ * its ring of 64 (limits.history_calls) never covers 10 minutes, and a bound such as lte would
+ * fail closed on every call ("history is too short").
  *
  * --quick (the bench-smoke ctest) runs a few thousand calls and checks the verdict mix, so that
  * the benchmark cannot rot; speed is only reported, never asserted. */
@@ -37,13 +44,28 @@ static char tool_names[NTOOLS][16];
 /* The limits of the policy: high enough that none is reached, or (--tight, for the digest)
  * low enough that many are. */
 static long lim = 100000, glim = 1000000;
+static int hist; /* --history */
 
 /* ---- the policy ---------------------------------------------------------------------- */
 
-static void append_tool(struct tg_buf *b, int i)
+static void append_entry(struct tg_buf *b, int i);
+
+static void append_tool(struct tg_buf *out, int i)
+{
+    tg_buf_appendf(out, "%s\"%s\":", i ? "," : "", tool_names[i]);
+    struct tg_buf e;
+    tg_buf_init(&e);
+    append_entry(&e, i);
+    if (hist) /* the entry's own tags, before its other fields */
+        tg_buf_appendf(out, "{\"tags\":[\"t%d\"],%.*s", i % 4, (int)e.len - 1, e.base + 1);
+    else
+        tg_buf_append(out, e.base, e.len);
+    tg_buf_dispose(&e);
+}
+
+static void append_entry(struct tg_buf *b, int i)
 {
     const char *n = tool_names[i];
-    tg_buf_appendf(b, "%s\"%s\":", i ? "," : "", n);
     switch (i % 5) {
     case 0: /* hosted token bucket, per grant */
         tg_buf_appendf(b, "{\"limits\":[{\"counter\":\"%s_rate\",\"window\":\"minute\",\"max\":%ld,\"scope\":\"grant\"}]}", n, lim);
@@ -93,7 +115,14 @@ static struct tg_policy *build_policy(void)
     tg_buf_appends(&b, "{\"version\":\"1\",\"default\":\"deny\",\"hide\":[\"debug_dump\"],\"tools\":{");
     for (int i = 0; i < NTOOLS; i++)
         append_tool(&b, i);
-    tg_buf_appendf(&b, ",\"*\":{\"rules\":[{\"name\":\"no force\",\"conditions\":[{\"path\":\"args.force\",\"op\":\"exists\",\"value\":false}]},"
+    if (hist)
+        tg_buf_appends(&b, ",\"*\":{\"brake\":{\"repeats\":1000,\"within\":\"60s\"},\"rules\":["
+                           "{\"name\":\"flow\",\"when\":{\"tags\":[\"t1\"]},\"conditions\":[{\"history\":"
+                           "{\"tags\":[\"t0\"],\"within\":\"10m\"},\"op\":\"gte\",\"value\":0}]},"
+                           "{\"name\":\"no force\",");
+    else
+        tg_buf_appends(&b, ",\"*\":{\"rules\":[{\"name\":\"no force\",");
+    tg_buf_appendf(&b, "\"conditions\":[{\"path\":\"args.force\",\"op\":\"exists\",\"value\":false}]},"
                        "{\"name\":\"global\",\"conditions\":[{\"path\":\"state._global.calls\",\"op\":\"lt\",\"value\":%ld}],"
                        "\"state\":{\"counter\":\"calls\",\"window\":\"hour\"}}]}}}",
                    glim);
@@ -253,12 +282,14 @@ int main(int argc, char **argv)
             lim = 3;
             glim = 100000;
             tight = 1;
+        } else if (strcmp(argv[i], "--history") == 0) {
+            hist = 1;
         } else if (strcmp(argv[i], "-b") == 0 && i + 1 < argc) {
             nbuckets = strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "-r") == 0 && i + 1 < argc) {
             runs = strtol(argv[++i], NULL, 10);
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--digest | --digest-no-keys] [--tight] [-n CALLS] [-r RUNS] [-b BUCKETS]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--digest | --digest-no-keys] [--tight] [--history] [-n CALLS] [-r RUNS] [-b BUCKETS]\n", argv[0]);
             return 2;
         }
     }

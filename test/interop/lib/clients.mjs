@@ -4,6 +4,9 @@
 //
 //   const c = await openClient(kind, { port, upstream, token, agent });
 //   const answer = await c.call('echo', { text: 'x' });   // the JSON-RPC answer message
+//   await c.call('echo', null, { raw: '{"text":"x","n":1e0}' }); // the arguments as this exact JSON text
+//   const list = await c.request('tools/list', {});        // any request method, same answer shape
+//                                                           // (c.rpc is the same function)
 //   await c.close();
 //
 // kind: 'streamable' (2025 session: initialize, Mcp-Session-Id), 'stateless' (2026-07-28: _meta
@@ -75,6 +78,15 @@ const initBody = (id, protocolVersion) => ({
 let seq = 0;
 const nextId = (kind) => `${kind}-${process.pid}-${++seq}`;
 
+// A request's text; with `raw` (tools/call), params.arguments is that JSON text as it is (its key
+// order, number spelling and spacing), for tests of what makes two calls the same.
+const RAW = '\u0000raw-arguments\u0000';
+function requestText(id, method, params, raw) {
+  const p = raw == null ? params : { ...params, arguments: RAW };
+  const text = JSON.stringify({ jsonrpc: '2.0', id, method, params: p });
+  return raw == null ? text : text.replace(JSON.stringify(RAW), () => raw);
+}
+
 async function streamableClient({ port, upstream, token, agent, stateless }) {
   agent ??= new http.Agent({ keepAlive: true });
   const url = `/${upstream}/mcp`;
@@ -89,17 +101,25 @@ async function streamableClient({ port, upstream, token, agent, stateless }) {
     const n = await request(agent, port, 'POST', url, headers, JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
     if (n.status !== 202 && n.status !== 200) throw fail('http', `initialized: HTTP ${n.status}`, { status: n.status });
   }
-  return {
+  const client = {
     kind: stateless ? 'stateless' : 'streamable',
     sessionId: headers['mcp-session-id'],
-    async call(name, args = {}, { timeout = 30000 } = {}) {
+    async request(method, p = {}, { timeout = 30000, raw } = {}) {
       const id = nextId('s');
-      const params = stateless ? { name, arguments: args, _meta: META } : { name, arguments: args };
-      const h = stateless ? { ...headers, 'mcp-protocol-version': MODERN, 'mcp-method': 'tools/call', 'mcp-name': name } : headers;
-      const r = await request(agent, port, 'POST', url, h, JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params }), { timeout });
+      const params = stateless ? { ...p, _meta: { ...META, ...(p._meta ?? {}) } } : p; // the caller's _meta wins
+      let h = headers;
+      if (stateless) {
+        h = { ...headers, 'mcp-protocol-version': MODERN, 'mcp-method': method };
+        const named = method === 'tools/call' || method === 'prompts/get' ? p.name : method === 'resources/read' ? p.uri : undefined;
+        if (named !== undefined) h['mcp-name'] = named;
+      }
+      const r = await request(agent, port, 'POST', url, h, requestText(id, method, params, raw), { timeout });
       const a = messagesOf(r).find(isAnswer(id));
-      if (!a) throw fail('http', `tools/call ${name}: HTTP ${r.status} without an answer: ${r.text.slice(0, 300)}`, { status: r.status, text: r.text });
+      if (!a) throw fail('http', `${method}: HTTP ${r.status} without an answer: ${r.text.slice(0, 300)}`, { status: r.status, text: r.text });
       return a;
+    },
+    call(name, args = {}, opts = {}) {
+      return client.request('tools/call', { name, arguments: args }, opts);
     },
     async close() {
       if (!stateless && headers['mcp-session-id']) {
@@ -107,6 +127,8 @@ async function streamableClient({ port, upstream, token, agent, stateless }) {
       }
     },
   };
+  client.rpc = client.request;
+  return client;
 }
 
 /** Calls waiting for their answer on a stream, by id. */
@@ -179,28 +201,33 @@ async function sseClient({ port, upstream, token, agent }) {
   });
   req.end();
   await endpointP;
-  const post = async (body) => {
-    const r = await request(agent, port, 'POST', endpoint, { ...auth, 'content-type': 'application/json' }, JSON.stringify(body));
+  const post = async (body, text) => {
+    const r = await request(agent, port, 'POST', endpoint, { ...auth, 'content-type': 'application/json' }, text ?? JSON.stringify(body));
     if (r.status !== 202) throw fail('http', `POST ${endpoint}: HTTP ${r.status} ${r.text.slice(0, 200)}`, { status: r.status, text: r.text });
   };
-  const send = async (body, timeout) => {
+  const send = async (body, timeout, text) => {
     const p = pend.add(body.id, timeout);
-    try { await post(body); } catch (e) { p.catch(() => {}); pend.answer({ id: body.id, error: {} }); throw e; }
+    try { await post(body, text); } catch (e) { p.catch(() => {}); pend.answer({ id: body.id, error: {} }); throw e; }
     return p;
   };
   const init = await send(initBody('init', '2024-11-05'), 10000);
   if (!init.result) throw fail('http', `sse initialize: ${JSON.stringify(init)}`);
   await post({ jsonrpc: '2.0', method: 'notifications/initialized' });
-  return {
+  const client = {
     kind: 'sse',
     get closed() { return closed; },
     get closedWhy() { return closedWhy; },
-    call(name, args = {}, { timeout = 30000 } = {}) {
+    request(method, params = {}, { timeout = 30000, raw } = {}) {
       const id = nextId('e');
-      return send({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } }, timeout);
+      return send({ id }, timeout, requestText(id, method, params, raw));
+    },
+    call(name, args = {}, opts = {}) {
+      return client.request('tools/call', { name, arguments: args }, opts);
     },
     async close() { req.destroy(); },
   };
+  client.rpc = client.request;
+  return client;
 }
 
 async function wsClient({ port, upstream, token }) {
@@ -219,21 +246,25 @@ async function wsClient({ port, upstream, token }) {
     ws.once('unexpected-response', (q, res) => reject(fail('http', `ws handshake: HTTP ${res.statusCode}`, { status: res.statusCode })));
   });
   ws.on('error', () => {});
-  const send = (body, timeout) => {
+  const send = (body, timeout, text) => {
     if (closed) return Promise.reject(fail('closed', `ws: closed (${closedWhy})`));
     const p = pend.add(body.id, timeout);
-    ws.send(JSON.stringify(body));
+    ws.send(text ?? JSON.stringify(body));
     return p;
   };
   const init = await send(initBody('init', '2025-06-18'), 10000);
   if (!init.result) throw fail('http', `ws initialize: ${JSON.stringify(init)}`);
   ws.send(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
-  return {
+  const client = {
     kind: 'ws',
     get closed() { return closed; },
     get closedWhy() { return closedWhy; },
-    call(name, args = {}, { timeout = 30000 } = {}) {
-      return send({ jsonrpc: '2.0', id: nextId('w'), method: 'tools/call', params: { name, arguments: args } }, timeout);
+    request(method, params = {}, { timeout = 30000, raw } = {}) {
+      const id = nextId('w');
+      return send({ id }, timeout, requestText(id, method, params, raw));
+    },
+    call(name, args = {}, opts = {}) {
+      return client.request('tools/call', { name, arguments: args }, opts);
     },
     async close() {
       if (closed) return;
@@ -242,6 +273,8 @@ async function wsClient({ port, upstream, token }) {
       ws.terminate();
     },
   };
+  client.rpc = client.request;
+  return client;
 }
 
 export const KINDS = ['streamable', 'stateless', 'sse', 'ws'];

@@ -169,6 +169,78 @@ static void decide_refund_detach(void **state)
     tg_counters_free(gw.counters);
 }
 
+/* The tokens left in every bucket under prefix, summed, read from Redis at once (a key holds
+ * "stamp tokens"). */
+static double tokens_in_redis(const char *prefix)
+{
+    struct timeval tv = {1, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", rs.port, tv);
+    assert_true(c != NULL && !c->err);
+    redisReply *keys = redisCommand(c, "KEYS %s*", prefix);
+    assert_true(keys != NULL && keys->type == REDIS_REPLY_ARRAY);
+    double sum = 0;
+    for (size_t i = 0; i < keys->elements; i++) {
+        redisReply *v = redisCommand(c, "GET %s", keys->element[i]->str);
+        double stamp, tokens;
+        if (v != NULL && v->type == REDIS_REPLY_STRING && sscanf(v->str, "%lf %lf", &stamp, &tokens) == 2)
+            sum += tokens;
+        freeReplyObject(v);
+    }
+    freeReplyObject(keys);
+    redisFree(c);
+    return sum;
+}
+
+struct checked {
+    struct decided x;
+    double tokens; /* in Redis when the decision was heard */
+};
+
+static void on_decided_check(void *ud, enum tg_shared_outcome o, struct tg_decision *d, const char *why)
+{
+    struct checked *c = ud;
+    c->tokens = tokens_in_redis("tgstore3:");
+    on_decided(&c->x, o, d, why);
+}
+
+/* A call refused by its second bucket after the first round took from both: what the round took
+ * from the first is back in Redis when the caller hears "limited", so no member's next call finds
+ * it spent (before, the give-back was sent and the refusal answered at once). */
+static void refusal_gives_back_first(void **state)
+{
+    struct tg_server gw = {0};
+    gw.counters = tg_counters_new();
+    struct tg_shared local, st;
+    tg_shared_local(&local, &gw);
+    struct tg_cluster *cl = member("a", "tgstore3:", 0, TG_CLUSTER_DENY, &local);
+    tg_cluster_store(cl, &st);
+    static const char pol[] = "{\"version\":\"1\",\"default\":\"deny\",\"tools\":{\"two\":{\"limits\":["
+                              "{\"counter\":\"a\",\"window\":\"day\",\"max\":5},{\"counter\":\"b\",\"window\":\"day\",\"max\":1}]}}}";
+    cJSON *root = cJSON_Parse(pol);
+    struct tg_buf err, warn;
+    tg_buf_init(&err);
+    tg_buf_init(&warn);
+    struct tg_policy *p = NULL;
+    assert_int_equal(tg_policy_compile(root, "store", &p, &err, &warn), 0);
+    cJSON_Delete(root);
+    tg_buf_dispose(&err);
+    tg_buf_dispose(&warn);
+    struct tg_shared_ask q = {p, {"g", "s", "u", NULL, NULL}, "two", NULL, 1700000000000LL, 0};
+    struct checked c;
+    struct tg_decision d;
+    for (int i = 0; i < 2; i++) {
+        memset(&c, 0, sizeof(c));
+        assert_non_null(st.ops->decide(st.ud, &q, &d, on_decided_check, &c));
+        wait_decided(&c.x);
+    }
+    assert_int_equal(c.x.d.verdict, TG_VERDICT_LIMITED);
+    assert_true(c.tokens == 4.0); /* a: 5 less the first call's; b: 0 */
+    member_free(cl);
+    tg_policy_unref(p);
+    tg_counters_free(gw.counters);
+    (void)state;
+}
+
 static void unreachable_redis(void **state)
 {
     struct tg_server gw = {0};
@@ -452,6 +524,7 @@ int main(int argc, char **argv)
     th_start(&rs);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(decide_refund_detach),
+        cmocka_unit_test(refusal_gives_back_first),
         cmocka_unit_test(unreachable_redis),
         cmocka_unit_test(session_records),
         cmocka_unit_test(approvals_mirror),

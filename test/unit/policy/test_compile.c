@@ -131,7 +131,7 @@ static void unknown_fields_are_errors(void **state)
         {"defualt", "unknown field; did you mean `default`?"},
         {"colour", "unknown field (this object takes version, description, default, hide, tools, methods, resources, prompts)"},
         {"tools.x.acton", "unknown field; did you mean `action`?"},
-        {"tools.x.rules[0].severity", "unknown field (this object takes name, action, conditions, on_deny, state, rate_limit)"},
+        {"tools.x.rules[0].severity", "unknown field (this object takes name, action, conditions, on_deny, state, rate_limit, when)"},
         {"tools.x.rules[0].Action", "unknown field; did you mean `action`?"},
         {"tools.x.rules[0].conditions[0].valeu", "unknown field; did you mean `value`?"},
         {"tools.x.rules[0].state.countr", "unknown field; did you mean `counter`?"},

@@ -71,11 +71,18 @@ static const char *const policies[] = {
     "\"issue\":{\"rules\":[{\"name\":\"rl\",\"rate_limit\":\"3/hour\"},{\"name\":\"rl2\",\"rate_limit\":\"2/minute\"}]},"
     "\"bulk\":{\"rules\":[{\"name\":\"units\",\"conditions\":[{\"path\":\"state.bulk.u\",\"op\":\"lte\",\"value\":12}],"
     "\"state\":{\"counter\":\"u\",\"window\":\"hour\",\"increment\":5}}]}}}",
+    /* a rule that only counts, and another that limits on what it counted: a refusal reports
+     * the value the condition read, not one a later pass read past its own reservation */
+    "{\"version\":\"1\",\"default\":\"allow\",\"tools\":{"
+    "\"tally\":{\"rules\":[{\"name\":\"count\",\"conditions\":[{\"path\":\"args.amount\",\"op\":\"exists\",\"value\":true}],"
+    "\"state\":{\"counter\":\"n\",\"window\":\"minute\"}},"
+    "{\"name\":\"three\",\"conditions\":[{\"path\":\"state.tally.n\",\"op\":\"lt\",\"value\":3}]}]}}}",
 };
 
 static const char *const tools[][7] = {
     {"execute_code", "read", "deploy", "other", "execute_code", "execute_code", NULL},
     {"charge", "refund", "after", "issue", "bulk", "charge", NULL},
+    {"tally", "read", "tally", "other", "tally", "tally", NULL},
 };
 
 static const char *const argsets[] = {

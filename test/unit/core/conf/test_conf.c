@@ -488,6 +488,29 @@ static void grant_issuers(void **state)
 #undef JWT2
 }
 
+/* grants[].attributes: what a policy's ${grant.NAME} binds arguments to; names as templates spell
+ * them, values strings (with ${VAR}). */
+static void grant_attributes(void **state)
+{
+    (void)state;
+    setenv("TG_TEST_REGION", "eu", 1);
+    struct loaded l;
+    load_ok(&l, LISTEN UPSTREAM "grants = ( { name = \"a\"; anonymous = true;\n"
+                                " attributes = { tenant = \"acme\"; region = \"${TG_TEST_REGION}\"; }; } );\n");
+    assert_int_equal(l.c->grants[0].nattributes, 2);
+    assert_string_equal(l.c->grants[0].attributes[0], "tenant");
+    assert_string_equal(l.c->grants[0].attributes[1], "acme");
+    assert_string_equal(l.c->grants[0].attributes[3], "eu");
+    loaded_dispose(&l);
+    const char *text = LISTEN UPSTREAM "grants = ( { name = \"a\"; anonymous = true;\n attributes = [ \"acme\" ]; } );\n";
+    expect_error(text, line_of(text, "attributes"), "grants[0].attributes", "must be a group of at most 64 strings");
+    text = LISTEN UPSTREAM "grants = ( { name = \"a\"; anonymous = true;\n attributes = { tenant = 5; }; } );\n";
+    expect_error(text, line_of(text, "attributes"), "grants[0].attributes", "tenant must be a string");
+    text = LISTEN UPSTREAM "grants = ( { name = \"a\"; anonymous = true;\n attributes = { tenant = \"${TG_TEST_UNSET_VAR}\"; }; } );\n";
+    unsetenv("TG_TEST_UNSET_VAR");
+    expect_error(text, line_of(text, "attributes"), "grants[0].attributes", "TG_TEST_UNSET_VAR");
+}
+
 /* jwt[].grant: every token of an issuer names one grant (an IdP's tokens carry users, not grants).
  * The grant must take the issuer; it excludes grant_claim. */
 static void jwt_grant(void **state)
@@ -1016,6 +1039,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(url_junk_after_ipv6_literal),
         cmocka_unit_test(grant_and_token_errors),
         cmocka_unit_test(grant_issuers),
+        cmocka_unit_test(grant_attributes),
         cmocka_unit_test(jwt_grant),
         cmocka_unit_test(other_errors),
         cmocka_unit_test(expand_env),

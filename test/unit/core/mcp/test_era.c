@@ -419,7 +419,7 @@ static void modern_result_paths(void **state)
         size_t n = strlen(p);
         struct tg_json_doc doc;
         assert_int_equal(tg_json_parse(p, n, 1000, 0, &doc, NULL, NULL), 0);
-        struct tg_mcp_answer a = {"17", 2, cases[i].client_id, strlen(cases[i].client_id), 1, NULL, "up", NULL, NULL, 0, NULL};
+        struct tg_mcp_answer a = {"17", 2, cases[i].client_id, strlen(cases[i].client_id), 1, NULL, "up", NULL, NULL, 0, NULL, NULL, NULL};
         size_t at[2] = {0, 0};
         a.result_at = at;
         struct tg_buf known, found;

@@ -1,0 +1,86 @@
+/* The policy's refusal of a call as its client reads it (core/call/call.h tg_call_answer_decision),
+ * and as /metrics counts it. One place for every client transport and era: the gate answers a
+ * deny or a limit through here whether the decision was local or waited for the shared store.
+ *
+ *   deny     -32001 {tool, rule, reason[, history]}
+ *   brake    -32002 {tool, rule: "brake", retry_after_ms, reason}
+ *   limited  -32002 {tool, counter, retry_after_ms}
+ *   approval -32003 {tool, approval_id}
+ *
+ * history: the earlier call that made a history condition refuse this one, {tool|resource|prompt,
+ * upstream, at}, as the decision wrote it (a JSON object). */
+#include <string.h>
+
+#include "core/base/buf.h"
+#include "core/base/json.h"
+#include "core/base/label_counts.h"
+#include "core/call/call.h"
+#include "core/call/gateway.h"
+#include "core/wire/msg.h"
+#include "policy/policy.h"
+
+static int is_brake(const struct tg_decision *d)
+{
+    return d->verdict == TG_VERDICT_LIMITED && strcmp(d->rule, "brake") == 0;
+}
+
+static void add_string(struct tg_buf *b, const char *key, const char *v)
+{
+    tg_buf_appends(b, key);
+    tg_json_write_string(b, v, strlen(v));
+}
+
+void tg_call_answer_decision(struct tg_call *k, const struct tg_decision *d, const char *approval_id)
+{
+    struct tg_sink *sk = k->sink;
+    if (sk == NULL)
+        return;
+    const char *tool = k->tool;
+    struct tg_buf data;
+    tg_buf_init(&data);
+    int code = TG_RPC_DENIED;
+    tg_buf_appends(&data, "{\"tool\":");
+    if (tool)
+        tg_json_write_string(&data, tool, strlen(tool));
+    else
+        tg_buf_appends(&data, "null");
+    if (is_brake(d)) {
+        code = TG_RPC_LIMITED;
+        add_string(&data, ",\"rule\":", d->rule);
+        tg_buf_appendf(&data, ",\"retry_after_ms\":%llu", (unsigned long long)d->retry_after_ms);
+        add_string(&data, ",\"reason\":", d->message);
+    } else if (d->verdict == TG_VERDICT_LIMITED) {
+        code = TG_RPC_LIMITED;
+        add_string(&data, ",\"counter\":", d->counter);
+        tg_buf_appendf(&data, ",\"retry_after_ms\":%llu", (unsigned long long)d->retry_after_ms);
+    } else if (approval_id != NULL) {
+        code = TG_RPC_APPROVAL;
+        add_string(&data, ",\"approval_id\":", approval_id);
+    } else {
+        add_string(&data, ",\"rule\":", d->rule);
+        add_string(&data, ",\"reason\":", d->message);
+    }
+    if (approval_id == NULL && d->history_json[0] != '\0') {
+        /* Written by the decision from the history it read: an object of ours, not a peer's text. */
+        tg_buf_appends(&data, ",\"history\":");
+        tg_buf_appends(&data, d->history_json);
+    }
+    tg_buf_appends(&data, "}");
+    tg_buf_append(&data, "", 1);
+    struct tg_buf e;
+    tg_buf_init(&e);
+    tg_rpc_error(&e, k->client_id, k->client_id_len, code, d->message, data.base);
+    sk->ops->answer(sk, k, 200, NULL, e.base, e.len);
+    tg_buf_dispose(&e);
+    tg_buf_dispose(&data);
+}
+
+void tg_call_count_refusal(struct tg_call *k, const struct tg_decision *d)
+{
+    struct tg_metrics *m = &k->srv->metrics;
+    const char *up = up_name(k) != NULL ? up_name(k) : "";
+    if (is_brake(d))
+        tg_label_counts_add(&m->brakes, up, k->tool != NULL ? k->tool : "", 1);
+    else if (d->verdict == TG_VERDICT_DENY && d->by_history)
+        tg_label_counts_add(&m->history_refusals, up, d->rule, 1);
+}

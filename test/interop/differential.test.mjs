@@ -1,0 +1,851 @@
+// The same decision on every path: a differential test of the policy.
+//
+// For every case of CASES (a policy and a sequence of steps), each path of PATHS makes the same
+// steps with a grant of its own (so every path starts on fresh counters) and turns each answer into
+// a normalised record; the records of every path must equal those of the reference path (the
+// first), and `tollgate policy explain` / `tollgate policy test` must predict them. A mismatch fails
+// the case with a diff naming the case, the step and the two paths.
+//
+// Paths (PATHS below):
+//   2025-http         2025 Streamable HTTP session -> the CoWork OS stand-in (2025, initialize local)
+//   sse               legacy HTTP+SSE -> the stand-in
+//   ws                WebSocket -> the stand-in
+//   2026              2026-07-28 stateless requests -> the era2026 fixture (dual-era: served in 2026)
+//   bridge 2025->2026 a 2025 session -> the era2026 fixture with --legacy reject (2026 only)
+//   bridge 2026->2025 2026-07-28 stateless requests -> the stand-in (2025 only)
+//   ws bridge 2025->2026  a WebSocket channel (2025) -> the 2026-only fixture
+//   cluster 2025      one 2025 session made on instance a, its calls sent to a, b, a, b, ...
+//                     (two gateways sharing one redis-server) -> the stand-in
+//   cluster 2026      stateless requests sent to a, b, a, b, ... -> the era2026 fixture
+//   cluster bridge 2025->2026  a 2025 session made on a, sent to a, b, ... -> the 2026-only fixture
+//   cluster ws        WebSocket on instance b (a channel lives on one member) -> the stand-in
+//   explain           `tollgate policy explain` for every step it can decide alone (a resource,
+//                     a prompt, a tool's `hidden:`, the k-th of k identical calls with --repeat k,
+//                     with its "counter values after this call"), and `tollgate policy test` for
+//                     the whole sequence of tool calls (cases expecting the reference's decision,
+//                     rule and reason: a FAIL line is the mismatch)
+//
+// A record (see recordOf): the decision (allow, deny, limited, approve; `list` for a tools/list
+// step), the JSON-RPC error code, error.message and error.data with what differs by nature taken
+// out (an approval's id and page URL; `retry in N s` in a message), error.data.retry_after_ms
+// (compared within the time that passed between the two paths' calls, plus 1.5 s), and the
+// call's audit line (decision, rule, counters: the counter effects). An allowed call is one the
+// upstream answered, whatever it answered (a result, or an error of its own: the stand-in has no
+// prompts, the era2026 fixture no cowork:// resources); its audit outcome is not compared.
+//
+// Adding a case (a new feature: history conditions, brakes, bound arguments, pins, ...): add an
+// entry to CASES:
+//   { name: 'short-id',                  // also the grant names' stem: [a-z0-9-]
+//     why: 'what it pins',
+//     policy: {...} | 'YAML text',       // an object is written as JSON, a string as YAML
+//     steps: [ T('echo', {text: 'x'}), ... ],   // T(tool, args), R(uri), P(prompt), LIST, APPROVE(n)
+//     expect: ['allow', 'limited', ...],        // the reference path's decisions (the anchor: a
+//                                              // case where every path is wrong alike fails)
+//     conf: { limits: {...}, upstreams: { cowork: {...} } },  // optional, see below
+//     skip: { 'PATH ID': 'why' },               // optional: a path that cannot take part
+//     known: [{ path, steps: [1-based], why }] } // optional: a divergence found and not fixed yet
+// - Steps may only call tools both upstreams have (`echo`, `execute_code`: ALLOWED_TOOLS) when
+//   the policy lets them through (a tool the upstream lacks is an upstream JSON-RPC error, which
+//   gives the call's counters back); denied calls may name anything.
+// - Whatever the feature adds to error.data is compared as it is; a member that differs by
+//   nature (a time, an id) goes into VOLATILE_DATA with how it is compared instead. A refusal of
+//   the gateway's own is told from an upstream's error by isGatewayRefusal (a new -320xx code or
+//   a new marker member goes there). The audit line's decision, rule and counters are compared;
+//   a new audit member the feature writes goes into recordOf's `audit`.
+// - A history condition or a brake is a sequence like the limits here: the steps are the calls,
+//   and the record of the call that trips it (rule, message, error.data.history, retry_after_ms)
+//   is compared across paths and cluster members. Bound arguments: the decision sees the final
+//   arguments, so a row with `set:` and conditions on the bound value shows it; what the upstream
+//   received needs the fixtures' request logs (the stand-in's --log, the era2026 fixture's
+//   --log), not part of the record today. A pin: a LIST step (the hidden tool) and a call (-32001,
+//   rule "pin").
+// - `conf`: merged into every gateway's configuration (all cases share the gateways): `limits`
+//   into limits, `upstreams.NAME` into that upstream's entry. It must not change what the other
+//   cases decide.
+// - `skip` is printed as a diagnostic, never a silent pass. `known` is asserted as it is (each
+//   listed path and step must still differ, printed as KNOWN DIVERGENCE), so that the entry goes
+//   when the gateway is fixed.
+// - The explain path can only decide what `policy explain` / `policy test` take: tool calls
+//   (a sequence, through `policy test`), resources and prompts (one at a time), hidden tools.
+//   It stops at the first APPROVE (no approvers offline).
+// - DIFF_CASES=a,b runs those cases only; DIFF_REPEAT=N runs each N times on fresh grants (how
+//   the cluster's give-back race was shaken out: about 1 run in 30 before the fix).
+//
+// Time: no window rolls and no bucket refills within a run (fixed windows are `day`, buckets hold
+// a day's tokens); a run that would cross 00:00 UTC waits for it first (the one clock event the
+// fixed windows depend on). Waits are for events (the answers, the audit lines, the admin API's
+// listing). Whole file: about 10 s with an ASan build (13 cases x 12 paths).
+//
+//   TOLLGATE_BIN=build-asan/tollgate node --test test/interop/differential.test.mjs
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import * as H from './lib/harness.mjs';
+import * as C from './lib/cluster.mjs';
+import { openClient, request as httpRequest, messagesOf } from './lib/clients.mjs';
+import { startEra2026 } from './lib/conformance2026.mjs';
+
+H.requireNodeModules();
+
+// ---------------------------------------------------------------------------------------------
+// The table
+
+/** A tools/call step. */
+const T = (name, args = {}) => ({ method: 'tools/call', params: { name, arguments: args } });
+/** A resources/read step. */
+const R = (uri) => ({ method: 'resources/read', params: { uri } });
+/** A prompts/get step. */
+const P = (name) => ({ method: 'prompts/get', params: { name } });
+/** A tools/list step: the record is which of ALLOWED_TOOLS the list shows. */
+const LIST = { method: 'tools/list', params: {} };
+/**
+ * An approver approves the path's n-th approval (1: the first the path met) on the admin API, with
+ * the digest the listing shows; in a cluster on the instance that did not park the call. The
+ * record is the admin API's answer; `policy test` has no approvers, so the explain path's records
+ * end at the first APPROVE.
+ */
+const APPROVE = (n = 1) => ({ method: 'approve', params: { approval: n } });
+const times = (n, step) => Array.from({ length: n }, () => step);
+
+/** Tools both upstreams (the stand-in and the era2026 fixture) have: an allowed call reaches a real tool. */
+const ALLOWED_TOOLS = ['echo', 'execute_code'];
+/** Arguments both upstreams' `echo` and `execute_code` accept (the rest is the case's). */
+const echo = (more = {}) => T('echo', { text: 'hi', message: 'hi', ...more });
+const exec = (more = {}) => T('execute_code', { language: 'python', code: 'print(1)', ...more });
+
+const CASES = [
+  {
+    name: 'hosted-bucket',
+    why: 'a hosted token bucket of 3 a day: the 4th call is limited, with the counter, retry_after_ms and message',
+    policy: { version: '1', default: 'deny', tools: { echo: { limits: [{ counter: 'echoes', window: 'day', max: 3 }] } } },
+    steps: times(5, echo()),
+    expect: ['allow', 'allow', 'allow', 'limited', 'limited'],
+  },
+  {
+    name: 'hosted-two-buckets',
+    why: 'a tool bucket and a "*" bucket: the tighter one limits, all or nothing (the refused call spends neither)',
+    policy: {
+      version: '1', default: 'allow', tools: {
+        echo: { limits: [{ counter: 'echo_day', window: 'day', max: 4 }] },
+        '*': { limits: [{ counter: 'all_day', window: 'day', max: 3, scope: 'subject' }] },
+      },
+    },
+    steps: [echo(), exec(), echo(), echo(), exec()],
+    expect: ['allow', 'allow', 'allow', 'limited', 'limited'],
+  },
+  {
+    name: 'hosted-actions',
+    why: 'default deny, action deny with a reason, an unlisted tool, and a listed one allowed',
+    policy: {
+      version: '1', default: 'deny', tools: {
+        echo: { action: 'allow' },
+        execute_code: { action: 'deny', reason: 'no code through the gateway' },
+      },
+    },
+    steps: [echo(), exec(), T('delete_file', { path: '/tmp/x' }), LIST],
+    expect: ['allow', 'deny', 'deny', 'list'],
+  },
+  {
+    name: 'hide',
+    why: 'hide: the tool is missing from tools/list and refused (hidden); default allow passes the rest',
+    policy: { version: '1', default: 'allow', hide: ['execute_code'] },
+    steps: [LIST, exec(), echo()],
+    expect: ['list', 'deny', 'allow'],
+  },
+  {
+    name: 'intercept-conditions',
+    why: 'Intercept rules with conditions (in, lte, regex, exists): the first that fails names itself',
+    policy: `# YAML on purpose: the other syntax of the same shapes
+version: "1"
+default: deny
+tools:
+  execute_code:
+    rules:
+      - name: python only
+        conditions:
+          - {path: args.language, op: in, value: [python]}
+          - {path: args.code, op: regex, value: "^print"}
+        on_deny: Only print statements in python
+      - name: small amounts
+        conditions: [{path: args.amount, op: lte, value: 5}]
+  echo:
+    rules:
+      - name: needs a ticket
+        conditions: [{path: args.ticket, op: exists, value: true}]
+        on_deny: Say which ticket this is for
+`,
+    steps: [
+      exec({ amount: 5 }), exec({ language: 'shell', amount: 1 }), exec({ code: 'import os', amount: 1 }),
+      exec({ amount: 6 }), exec({ amount: '5' }), echo(), echo({ ticket: 'T-1' }),
+    ],
+    expect: ['allow', 'deny', 'deny', 'deny', 'deny', 'deny', 'allow'],
+  },
+  {
+    name: 'intercept-state',
+    why: 'a spend cap (state, increment_from) in a day window: the call that would pass the cap is limited and counts nothing',
+    policy: {
+      version: '1', default: 'deny', tools: {
+        execute_code: {
+          rules: [{
+            name: 'daily spend',
+            conditions: [{ path: 'state.execute_code.spend', op: 'lte', value: 10 }],
+            state: { counter: 'spend', window: 'day', increment_from: 'args.amount' },
+            on_deny: 'Daily budget of 10 spent',
+          }],
+        },
+      },
+    },
+    steps: [exec({ amount: 4 }), exec({ amount: 4 }), exec({ amount: 4 }), exec({ amount: 2 }), exec({ amount: 1 }), exec({ amount: -1 })],
+    expect: ['allow', 'allow', 'limited', 'allow', 'limited', 'deny'],
+  },
+  {
+    name: 'intercept-rate-limit',
+    why: 'rate_limit shorthand on a tool and on "*" (counted together, default message)',
+    policy: {
+      version: '1', default: 'allow', tools: {
+        echo: { rules: [{ name: 'echo rate', rate_limit: '2/day' }] },
+        '*': { rules: [{ name: 'global rate', rate_limit: '4/day' }] },
+      },
+    },
+    steps: [echo(), echo(), echo(), exec(), exec(), exec()],
+    expect: ['allow', 'allow', 'limited', 'allow', 'allow', 'limited'],
+  },
+  {
+    name: 'intercept-deny-and-counter',
+    why: 'a deny rule hides its tool; a counting rule read by a limiting rule (state.TOOL.COUNTER) of another',
+    policy: {
+      version: '1', default: 'allow', tools: {
+        execute_code: { rules: [{ name: 'never', action: 'deny', on_deny: 'Not via agents' }] },
+        echo: {
+          rules: [
+            { name: 'count echoes', conditions: [{ path: 'args.text', op: 'exists', value: true }], state: { counter: 'n', window: 'day' } },
+            { name: 'two echoes', conditions: [{ path: 'state.echo.n', op: 'lt', value: 3 }], on_deny: 'Two echoes a day' },
+          ],
+        },
+      },
+    },
+    // the refusals count nothing: in a cluster their first round did, and gave it back
+    steps: [exec(), LIST, echo(), echo(), echo(), echo(), echo()],
+    expect: ['deny', 'list', 'allow', 'allow', 'allow', 'limited', 'limited'],
+  },
+  {
+    name: 'refusal-gives-back',
+    why: 'a call refused by its second bucket spends nothing from its first, which another tool shares: the next calls find it whole',
+    policy: {
+      version: '1', default: 'deny', tools: {
+        echo: { limits: [{ counter: 'shared', window: 'day', max: 5 }, { counter: 'echo_only', window: 'day', max: 2 }] },
+        execute_code: { limits: [{ counter: 'shared', window: 'day', max: 5 }] },
+      },
+    },
+    steps: [echo(), echo(), echo(), echo(), exec(), exec(), exec(), exec()],
+    expect: ['allow', 'allow', 'limited', 'limited', 'allow', 'allow', 'allow', 'limited'],
+  },
+  {
+    name: 'scopes-of-counters',
+    why: 'session and subject scopes beside grant: a session is one sequence here (the cluster path keeps its session across instances)',
+    policy: {
+      version: '1', default: 'deny', tools: {
+        echo: {
+          limits: [
+            { counter: 'per_session', window: 'day', max: 2, scope: 'session' },
+            { counter: 'per_subject', window: 'day', max: 5, scope: 'subject' },
+          ],
+        },
+        execute_code: { rules: [{ name: 'session window', rate_limit: '1/day' }] },
+      },
+    },
+    steps: [echo(), echo(), echo(), exec(), exec()],
+    expect: ['allow', 'allow', 'limited', 'allow', 'limited'],
+  },
+  {
+    name: 'approve-retry',
+    why: 'action approve in retry mode: -32003 pending at once (counters given back), the same call meets the same approval; approved, the call made again runs once and spends',
+    policy: {
+      version: '1', default: 'deny', tools: {
+        execute_code: { action: 'approve', approval_mode: 'retry', limits: [{ counter: 'runs', window: 'day', max: 1 }] },
+        echo: {},
+      },
+    },
+    steps: [exec({ code: 'print(2)' }), exec({ code: 'print(2)' }), echo(), APPROVE(1), exec({ code: 'print(2)' }), exec({ code: 'print(2)' })],
+    expect: ['approve', 'approve', 'allow', 'approved', 'allow', 'limited'],
+  },
+  {
+    name: 'resources-prompts',
+    why: 'resources and prompts groups: allow and deny globs, a reason, a URI decided in its normal form, one refused before matching',
+    policy: {
+      version: '1', default: 'deny', tools: {},
+      resources: { allow: ['cowork://workspaces/**', 'test://static/*'], deny: ['**/secret*'], reason: 'only workspaces' },
+      prompts: { allow: ['greeting*'], deny: ['greeting-admin'] },
+    },
+    steps: [
+      R('cowork://workspaces/w1'), R('cowork://workspaces/secret-1'), R('cowork://tasks/t1'), R('COWORK://workspaces/../tasks/t1'),
+      R('cowork://workspaces/%2Fetc'), P('greeting'), P('greeting-admin'), P('other'),
+    ],
+    expect: ['allow', 'deny', 'deny', 'allow', 'deny', 'allow', 'deny', 'deny'],
+  },
+  {
+    name: 'default-deny-no-groups',
+    why: 'default deny without resources and prompts groups refuses tools, resources and prompts alike',
+    policy: { version: '1', default: 'deny', tools: { echo: {} } },
+    steps: [echo(), exec(), R('cowork://workspaces'), P('greeting'), LIST],
+    expect: ['allow', 'deny', 'deny', 'deny', 'list'],
+  },
+];
+
+// ---------------------------------------------------------------------------------------------
+// The paths
+
+const PATHS = [
+  { id: '2025-http', gw: 'local', kind: 'streamable', up: 'cowork' },
+  { id: 'sse', gw: 'local', kind: 'sse', up: 'cowork' },
+  { id: 'ws', gw: 'local', kind: 'ws', up: 'cowork' },
+  { id: '2026', gw: 'local', kind: 'stateless', up: 'dual' },
+  { id: 'bridge 2025->2026', gw: 'local', kind: 'streamable', up: 'strict' },
+  { id: 'bridge 2026->2025', gw: 'local', kind: 'stateless', up: 'cowork' },
+  { id: 'ws bridge 2025->2026', gw: 'local', kind: 'ws', up: 'strict' },
+  { id: 'cluster 2025', gw: 'cluster', kind: 'streamable', up: 'cowork' },
+  { id: 'cluster 2026', gw: 'cluster', kind: 'stateless', up: 'dual' },
+  { id: 'cluster bridge 2025->2026', gw: 'cluster', kind: 'streamable', up: 'strict' },
+  { id: 'cluster ws', gw: 'cluster', kind: 'ws', up: 'cowork', only: 1 },
+  { id: 'explain', gw: 'none' },
+];
+const UPSTREAMS = ['cowork', 'dual', 'strict'];
+
+// error.data members that differ by nature, and how they are compared instead
+const VOLATILE_DATA = {
+  retry_after_ms: 'within the time between the two paths\' calls + 1.5 s (field retry_after_ms of the record)',
+  approval_id: 'left out: an id per parked call',
+  url: 'left out: the approvals page of the instance that answered',
+  approval_url: 'left out: the approvals page of the instance that answered',
+  expires_in_ms: 'left out: counts down',
+};
+
+// ---------------------------------------------------------------------------------------------
+// Setup
+
+const cleanup = new H.Cleanup();
+let dir;
+let standin;
+let dual;
+let strict;
+let redis;
+let local; // { gw, conf, audit }
+let cluster; // [{ gw, conf, audit }, ...]
+const grants = {}; // `${case}/${path}` -> { name, token }
+const policyFiles = {}; // case name -> file
+const STANDIN_TOKEN = 'cowork-' + H.randomToken();
+const ADMIN_TOKEN = 'admin-' + H.randomToken();
+const ADMIN = { authorization: `Bearer ${ADMIN_TOKEN}` };
+
+const grantKey = (c, p) => `${c.name}/${p.id}`;
+const slug = (s) => s.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '');
+
+function writePolicies() {
+  for (const c of CASES) {
+    const yaml = typeof c.policy === 'string';
+    const f = path.join(dir, `${c.name}.${yaml ? 'yaml' : 'json'}`);
+    fs.writeFileSync(f, yaml ? c.policy : JSON.stringify(c.policy, null, 1) + '\n');
+    policyFiles[c.name] = f;
+    for (const p of PATHS) {
+      const name = `d-${c.name}-${slug(p.id)}`;
+      grants[grantKey(c, p)] = { name, token: `${name}-${H.randomToken()}` };
+    }
+  }
+}
+
+/** The conf of a gateway (local, or one cluster instance): every grant, each case's policy on every upstream. */
+function confFor(sub, { auditFile, clusterGroup }) {
+  fs.mkdirSync(sub, { recursive: true });
+  const more = (up) => Object.assign({}, ...CASES.map((c) => c.conf?.upstreams?.[up] ?? {}));
+  return H.writeConf(sub, {
+    limits: Object.assign({}, ...CASES.map((c) => c.conf?.limits ?? {})),
+    admin: { token_sha256: H.sha256hex(ADMIN_TOKEN) },
+    grants: CASES.flatMap((c) => PATHS.map((p) => {
+      const g = grants[grantKey(c, p)];
+      return {
+        name: g.name, token_sha256: H.sha256hex(g.token),
+        policies: UPSTREAMS.map((up) => ({ upstream: up, policy: policyFiles[c.name] })),
+      };
+    })),
+    upstreams: [
+      { name: 'cowork', url: standin.url, initialize: 'local', headers: { Authorization: `Bearer ${STANDIN_TOKEN}` }, policy: policyFiles[CASES[0].name], ...more('cowork') },
+      { name: 'dual', url: dual.url, policy: policyFiles[CASES[0].name], ...more('dual') },
+      { name: 'strict', url: strict.url, policy: policyFiles[CASES[0].name], ...more('strict') },
+    ],
+    audit: { file: auditFile },
+    cluster: clusterGroup,
+  });
+}
+
+async function startGateway(sub, opts) {
+  const auditFile = path.join(sub, 'audit.log');
+  const conf = confFor(sub, { ...opts, auditFile });
+  const gw = await H.startTollgate(conf, { cleanup, admin: true });
+  for (const name of ['dual', 'strict']) {
+    await gw.waitForLog(new RegExp(`msg="upstream protocol" upstream=${name} era=`), { what: `the probe's verdict on ${name}` });
+  }
+  return { gw, conf, audit: auditFile };
+}
+
+/** Waits until 00:00 UTC has passed if it is less than `ms` away: the `day` windows must not roll mid-run. */
+async function notAcrossMidnight(ms) {
+  const day = 86400000;
+  const left = day - (Date.now() % day);
+  if (left < ms) {
+    process.stderr.write(`# differential: ${left} ms to 00:00 UTC; waiting for the day windows to roll first\n`);
+    await H.sleep(left + 1000);
+  }
+}
+
+const logs = () => ({
+  'tollgate (local) stderr': local?.gw.stderr(),
+  'tollgate (cluster a) stderr': cluster?.[0]?.gw.stderr(),
+  'tollgate (cluster b) stderr': cluster?.[1]?.gw.stderr(),
+});
+
+before(async () => {
+  await notAcrossMidnight(60000);
+  dir = H.makeTempDir(cleanup, 'tollgate-differential-');
+  [standin, dual, strict, redis] = await Promise.all([
+    H.startStandin({ cleanup, token: STANDIN_TOKEN }),
+    startEra2026({ cleanup }),
+    startEra2026({ cleanup, args: ['--legacy', 'reject'] }),
+    C.startRedis({ cleanup, dir }),
+  ]);
+  writePolicies();
+  const secretFile = C.writeSecret(dir);
+  const clusterGroup = (instance) => ({
+    redis: redis.addr, key_prefix: `tollgate-diff-${H.randomToken(4)}:`, secret_file: secretFile,
+    on_unavailable: 'deny', timeout_ms: 1000, instance,
+  });
+  const group = clusterGroup('a');
+  [local, ...cluster] = await Promise.all([
+    startGateway(path.join(dir, 'local'), {}),
+    startGateway(path.join(dir, 'cluster-a'), { clusterGroup: group }),
+    startGateway(path.join(dir, 'cluster-b'), { clusterGroup: { ...group, instance: 'b' } }),
+  ]);
+});
+
+after(() => cleanup.run());
+
+// ---------------------------------------------------------------------------------------------
+// Running one path
+
+/** A 2025 session made on ports[0] whose requests go to ports[i % n] (a cluster shares the session). */
+async function roamingSession(ports, upstream, token) {
+  const agent = new http.Agent({ keepAlive: true });
+  cleanup.add(() => agent.destroy());
+  const url = `/${upstream}/mcp`;
+  const base = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${token}` };
+  const init = { jsonrpc: '2.0', id: 'init', method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'differential', version: '1' } } };
+  const r = await httpRequest(agent, ports[0], 'POST', url, base, JSON.stringify(init));
+  assert.equal(r.status, 200, `initialize: HTTP ${r.status} ${r.text}`);
+  const headers = { ...base, 'mcp-session-id': r.headers['mcp-session-id'], 'mcp-protocol-version': messagesOf(r)[0]?.result?.protocolVersion ?? '2025-06-18' };
+  const n = await httpRequest(agent, ports[0], 'POST', url, headers, JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
+  assert.ok(n.status === 202 || n.status === 200, `initialized: HTTP ${n.status}`);
+  let i = 0;
+  let seq = 0;
+  return {
+    async request(method, params) {
+      const port = ports[i++ % ports.length];
+      const id = `roam-${++seq}`;
+      const a = await httpRequest(agent, port, 'POST', url, headers, JSON.stringify({ jsonrpc: '2.0', id, method, params }));
+      const m = messagesOf(a).find((x) => x && x.id === id);
+      if (!m) throw new Error(`${method} on port ${port}: HTTP ${a.status} without an answer: ${a.text.slice(0, 300)}`);
+      return m;
+    },
+    close: () => httpRequest(agent, ports[0], 'DELETE', url, headers, null).catch(() => {}),
+  };
+}
+
+/** Clients of one path: request(method, params) and which gateway (index into gws) served each request. */
+async function clientsFor(p, token) {
+  if (p.gw === 'local') {
+    const c = await openClient(p.kind, { port: local.gw.plainPort, upstream: p.up, token });
+    return { gws: [local], pick: () => 0, request: (m, params) => c.request(m, params), close: () => c.close() };
+  }
+  if (p.only !== undefined) { // a channel lives on one instance: the cluster's counters, one member
+    const c = await openClient(p.kind, { port: cluster[p.only].gw.plainPort, upstream: p.up, token });
+    return { gws: cluster, pick: () => p.only, request: (m, params) => c.request(m, params), close: () => c.close() };
+  }
+  const ports = cluster.map((g) => g.gw.plainPort);
+  let served = 0;
+  if (p.kind === 'streamable') {
+    const s = await roamingSession(ports, p.up, token);
+    return { gws: cluster, pick: () => served++ % 2, request: (m, params) => s.request(m, params), close: () => s.close() };
+  }
+  const cs = await Promise.all(ports.map((port) => openClient(p.kind, { port, upstream: p.up, token })));
+  let i = 0;
+  return {
+    gws: cluster, pick: () => served++ % 2,
+    request: (m, params) => cs[i++ % 2].request(m, params),
+    close: () => Promise.all(cs.map((c) => c.close())),
+  };
+}
+
+/** Approves approval `id` on gateway g's admin API with the digest its listing shows; the answer is {approved: status}. */
+async function approveOn(g, id) {
+  const base = `http://127.0.0.1:${g.gw.adminPort}/admin/approvals`;
+  let last;
+  const item = await H.waitUntil(async () => {
+    last = await (await fetch(base, { headers: ADMIN })).text();
+    return JSON.parse(last).approvals?.find((x) => x.id === id);
+  }, { what: `approval ${id} in GET /admin/approvals`, detail: () => last });
+  const r = await fetch(`${base}/${id}/approve`, {
+    method: 'POST', headers: { ...ADMIN, 'content-type': 'application/json' }, body: JSON.stringify({ digest: item.digest }),
+  });
+  return { approved: r.status, text: await r.text() };
+}
+
+const auditLines = (file) => (fs.existsSync(file)
+  ? fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => { try { return JSON.parse(l); } catch { return { unparsable: l }; } })
+  : []);
+const AUDITED = new Set(['tools/call', 'resources/read', 'prompts/get']);
+
+/** Makes the case's steps on path p; returns one record per step. */
+async function runPath(c, p) {
+  const g = grants[grantKey(c, p)];
+  const cl = await clientsFor(p, g.token);
+  const raw = [];
+  const approvalIds = []; // in the order the path met them
+  try {
+    for (const step of c.steps) {
+      const at = Date.now();
+      if (step.method === 'approve') {
+        const k = cl.gws.length - 1;
+        raw.push({ step, answer: await approveOn(cl.gws[k], approvalIds[step.params.approval - 1]), at, gwIndex: k });
+        continue;
+      }
+      const gwIndex = cl.pick();
+      const answer = await cl.request(step.method, step.params);
+      const id = answer.error?.data?.approval_id;
+      if (id !== undefined && !approvalIds.includes(id)) approvalIds.push(id);
+      raw.push({ step, answer, at, gwIndex });
+    }
+  } finally {
+    await cl.close();
+  }
+  // The audit lines of this grant. A line that ends an approval (approved, rejected, ...) is the
+  // APPROVE step's, found by its approval_id on whichever gateway held the approval. The others
+  // are in order per gateway: the i-th audited call on gateway k is its i-th such line there,
+  // except a call that meets an approval already pending (the same call made again), which has
+  // no line of its own. Allowed calls are written when they finish: wait for all of them.
+  const approvals = new Map(); // approval_id -> its number in this path (1, 2, ...)
+  for (const r of raw) {
+    const id = r.answer.error?.data?.approval_id;
+    r.audited = AUDITED.has(r.step.method);
+    if (id !== undefined) {
+      if (approvals.has(id)) r.audited = false;
+      else approvals.set(id, approvals.size + 1);
+      r.approval = approvals.get(id);
+    }
+    if (r.step.method === 'approve') r.approvalId = approvalIds[r.step.params.approval - 1];
+  }
+  const ENDS = new Set(['approved', 'rejected', 'expired', 'cancelled', 'refused']);
+  const want = cl.gws.map((_, k) => raw.filter((r) => r.gwIndex === k && r.audited).length);
+  const wantEnds = raw.filter((r) => r.approvalId !== undefined).map((r) => r.approvalId);
+  const read = () => cl.gws.map((gw) => auditLines(gw.audit).filter((l) => l.grant === g.name));
+  const lines = await H.waitUntil(() => {
+    const got = read();
+    const calls = got.map((l) => l.filter((x) => !ENDS.has(x.decision)));
+    const ends = got.flat().filter((x) => ENDS.has(x.decision)).map((x) => x.approval_id);
+    return calls.every((l, k) => l.length >= want[k]) && wantEnds.every((id) => ends.includes(id)) && got;
+  }, { what: `${want.join('+')} audit lines of calls and ${wantEnds.length} of approvals of grant ${g.name}`, detail: () => show(read()) });
+  const callLines = lines.map((l) => l.filter((x) => !ENDS.has(x.decision)));
+  const endLines = lines.flat().filter((x) => ENDS.has(x.decision));
+  const next = cl.gws.map(() => 0);
+  return raw.map((r) => {
+    let audit;
+    if (r.approvalId !== undefined) audit = endLines.find((x) => x.approval_id === r.approvalId);
+    else if (r.audited) audit = callLines[r.gwIndex][next[r.gwIndex]++];
+    const rec = recordOf(r.step, r.answer, r.at, audit);
+    if (r.approval !== undefined) {
+      rec.data.approval = r.approval; // which approval: the same call made again meets the same one
+      if (!r.audited) rec.audit = `none (approval ${r.approval} is already pending)`;
+    }
+    return rec;
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Records
+
+const normMessage = (s) => (typeof s !== 'string' ? s : s
+  .replace(/retry in \d+ s/g, 'retry in N s')
+  .replace(/https?:\/\/127\.0\.0\.1:\d+\S*/g, '<url>')
+  .replace(/\b[0-9a-f]{32,64}\b/g, '<hex>'));
+
+/** The gateway's own refusals carry one of these in error.data; an upstream's error does not. */
+const isGatewayRefusal = (e) => e && typeof e.data === 'object' && e.data !== null &&
+  [-32001, -32002, -32003, -32004, -32005].includes(e.code) &&
+  ('rule' in e.data || 'counter' in e.data || 'approval_id' in e.data || 'upstream' in e.data || e.data.error === 'insufficient_scope');
+
+function decisionOf(e) {
+  switch (e.code) {
+    case -32001: return 'deny';
+    case -32002: return 'limited';
+    case -32003: return 'approve';
+    case -32005: return 'insufficient_scope';
+    default: return `gateway error ${e.code}`;
+  }
+}
+
+/** The comparable record of one step's answer (and its audit line). */
+function recordOf(step, answer, at, audit) {
+  if (step.method === 'approve') {
+    return {
+      decision: answer.approved === 200 ? 'approved' : `approve: HTTP ${answer.approved} ${answer.text}`, at,
+      // who decided, without the member (a cluster writes api@b): the same approver everywhere
+      audit: audit && { decision: audit.decision, rule: audit.rule, counters: audit.counters, decided_by: String(audit.decided_by).replace(/@.*$/, '') },
+    };
+  }
+  if (step.method === 'tools/list') {
+    const names = (answer.result?.tools ?? []).map((t) => t.name);
+    return { decision: answer.result ? 'list' : 'list failed', visible: ALLOWED_TOOLS.filter((n) => names.includes(n)), at };
+  }
+  const rec = { decision: 'allow', at };
+  const e = answer.error;
+  if (isGatewayRefusal(e)) {
+    rec.decision = decisionOf(e);
+    rec.code = e.code;
+    rec.message = normMessage(e.message);
+    const data = {};
+    for (const [k, v] of Object.entries(e.data)) {
+      if (k === 'retry_after_ms') rec.retry_after_ms = v;
+      else if (!(k in VOLATILE_DATA)) data[k] = typeof v === 'string' ? normMessage(v) : v;
+    }
+    rec.data = data;
+  }
+  if (audit) {
+    rec.audit = { method: audit.method, tool: audit.tool, decision: audit.decision, rule: audit.rule, counters: audit.counters };
+  }
+  return rec;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The explain path: tollgate policy explain / policy test, offline
+
+function run(args) {
+  return new Promise((resolve) => {
+    execFile(H.tollgateBin(), args, { cwd: dir, env: { ...process.env, ASAN_OPTIONS: 'detect_leaks=1' } }, (err, stdout, stderr) => {
+      resolve({ code: err ? err.code : 0, stdout, stderr });
+    });
+  });
+}
+
+/** `tollgate policy explain` output as { decision, reason, rule, at, hidden, counters }. */
+function parseExplain(out) {
+  const field = (k) => new RegExp(`^${k}: (.*)$`, 'm').exec(out)?.[1];
+  const after = /^counter values after this call: (.*)$/m.exec(out)?.[1];
+  return {
+    decision: field('decision'), reason: field('reason'), rule: field('rule'), hidden: field('hidden'),
+    counters: after ? JSON.parse(after) : undefined,
+    retry: /retry in (\d+) ms\)/.exec(out)?.[1],
+  };
+}
+
+const yamlString = (s) => JSON.stringify(s); // a JSON string is a YAML double-quoted scalar
+
+/**
+ * The explain path's records, compared with the reference's `ref`: an explain per step it can
+ * decide alone, and a `policy test` run over the tool calls. Returns { records, notes }.
+ */
+async function explainPath(c, ref) {
+  const g = grants[grantKey(c, PATHS.find((p) => p.id === 'explain'))];
+  const base = ['policy', 'explain', '-c', local.conf, '--grant', g.name, '--upstream', 'cowork'];
+  const records = [];
+  const notes = [];
+  const testFails = []; // {step, lines}
+  const approveAt = c.steps.findIndex((s) => s.method === 'approve');
+  const until = approveAt < 0 ? c.steps.length : approveAt; // policy test has no approvers
+  for (let i = 0; i < c.steps.length; i++) {
+    const step = c.steps[i];
+    if (i >= until) { records.push(null); continue; }
+    if (step.method === 'tools/list') {
+      const visible = [];
+      for (const name of ALLOWED_TOOLS) {
+        const r = parseExplain((await run([...base, '--call', JSON.stringify({ name, arguments: {} })])).stdout);
+        if (r.hidden === 'no') visible.push(name);
+      }
+      records.push({ decision: 'list', visible, at: Date.now() });
+      continue;
+    }
+    // the k-th of k identical tool calls (nothing else before it) is what --repeat k explains
+    const same = c.steps.slice(0, i + 1).every((s) => JSON.stringify(s) === JSON.stringify(step));
+    if (step.method === 'tools/call' && !same) { records.push(null); continue; }
+    const args = step.method === 'tools/call'
+      ? ['--call', JSON.stringify(step.params), '--repeat', String(i + 1)]
+      : ['--method', step.method, '--params', JSON.stringify(step.params)];
+    const out = await run([...base, ...args]);
+    const x = parseExplain(out.stdout);
+    if (!x.decision) { records.push({ decision: `explain failed (${out.code}): ${out.stderr.trim()}` }); continue; }
+    const rec = { decision: x.decision, at: Date.now() };
+    if (x.decision !== 'allow') {
+      rec.message = normMessage(x.reason);
+      // a counter names the limit that refused; explain's "rule:" is the counter then
+      rec.explainRule = x.rule;
+      if (x.retry !== undefined) rec.retry_after_ms = Number(x.retry);
+    }
+    if (x.counters !== undefined && step.method === 'tools/call') rec.counters = x.counters;
+    records.push(rec);
+  }
+  // policy test: the whole sequence of tool calls on one set of counters, each case expecting
+  // what the reference path got
+  const calls = c.steps.map((s, i) => ({ s, i })).filter(({ s, i }) => s.method === 'tools/call' && i < until);
+  if (calls.length) {
+    const lines = calls.map(({ s, i }) => {
+      const r = ref[i];
+      let text = `- name: ${yamlString(`step ${i + 1}`)}\n  session: test-session\n  call: ${JSON.stringify(s.params)}\n  expect: ${r.decision}\n`;
+      if (r.decision !== 'allow') {
+        if (r.audit?.rule) text += `  rule: ${yamlString(r.audit.rule)}\n`;
+        // what the model reads, less what only the gateway can say (the retry time, the page)
+        const reason = r.decision === 'approve' ? '' : String(r.message).replace(/;? ?retry in N s.*$/, '');
+        if (reason) text += `  reason: ${yamlString(reason)}\n`;
+      }
+      return text;
+    });
+    const casesFile = path.join(dir, `${c.name}.cases.yaml`);
+    fs.writeFileSync(casesFile, lines.join(''));
+    const out = await run(['policy', 'test', policyFiles[c.name], casesFile]);
+    // each FAIL line (and the reason line under it) is a mismatch of that step
+    const outLines = out.stdout.split('\n');
+    outLines.forEach((l, j) => {
+      const m = /^FAIL +\d+ step (\d+): (.*)$/.exec(l);
+      if (m) testFails.push({ step: Number(m[1]) - 1, lines: [`policy test: ${m[2]}`, ...(/^ +reason:/.test(outLines[j + 1] ?? '') ? [`policy test: ${outLines[j + 1].trim()}`] : [])] });
+    });
+    if (out.code !== 0 && !testFails.length) testFails.push({ step: -1, lines: [`policy test exited ${out.code}:`, out.stdout, out.stderr] });
+    notes.push(`policy test ${path.basename(casesFile)}: ${calls.length} calls, exit ${out.code}`);
+  }
+  return { records, notes, testFails };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparing
+
+const show = (v) => JSON.stringify(v);
+
+/** The differences between record a (path A) and b (path B): a list of lines, empty when they agree. */
+export function diffRecords(a, b, { explain = false } = {}) {
+  const out = [];
+  if (a === null || b === null) return out;
+  const cmp = (what, x, y) => { if (show(x) !== show(y)) out.push(`${what}: ${show(x)} vs ${show(y)}`); };
+  cmp('decision', a.decision, b.decision);
+  if (a.decision === 'list' || b.decision === 'list') { cmp('tools/list shows', a.visible, b.visible); return out; }
+  if (explain) {
+    // explain says what the model reads and which rule or counter decided, and the counters after
+    if (b.decision !== 'allow' || a.decision !== 'allow') {
+      // an approval's answer adds how to get it approved (retry mode: the page, the id) to what
+      // explain says; the rest is the same
+      if (a.decision === 'approve' && b.decision === 'approve') {
+        if (!String(a.message).startsWith(b.message)) out.push(`message: ${show(a.message)} does not start with ${show(b.message)}`);
+      } else {
+        cmp('message', a.message, b.message);
+      }
+      // (a call that met a pending approval has no audit line of its own to say them)
+      if (typeof a.audit === 'object') cmp('rule (the audit line\'s)', a.audit?.rule, b.explainRule);
+    }
+    if (b.counters !== undefined && typeof a.audit === 'object') cmp('counters after the call', a.audit.counters ?? {}, b.counters);
+    if (a.decision !== 'limited' || b.decision !== 'limited') return out; // explain gives a retry only for a limit
+  } else {
+    cmp('error.code', a.code, b.code);
+    cmp('error.message', a.message, b.message);
+    cmp('error.data', a.data, b.data);
+    cmp('audit line', a.audit, b.audit);
+  }
+  if (a.retry_after_ms !== undefined || b.retry_after_ms !== undefined) {
+    const tol = Math.abs((a.at ?? 0) - (b.at ?? 0)) + 1500;
+    if (a.retry_after_ms === undefined || b.retry_after_ms === undefined || Math.abs(a.retry_after_ms - b.retry_after_ms) > tol) {
+      out.push(`retry_after_ms: ${a.retry_after_ms} vs ${b.retry_after_ms} (tolerance ${tol} ms)`);
+    }
+  }
+  return out;
+}
+
+/** Every difference between the reference's records and each path's: [{path, step, lines}]. */
+function differences(c, ref, byPath) {
+  const out = [];
+  for (const [id, recs] of Object.entries(byPath)) {
+    for (let i = 0; i < c.steps.length; i++) {
+      const lines = diffRecords(ref[i], recs[i], { explain: id === 'explain' });
+      if (lines.length) out.push({ path: id, step: i, lines });
+    }
+  }
+  return out;
+}
+
+/** The text of differences: case, step, path A vs path B, then what differs. */
+const describeDiffs = (c, refId, diffs) => diffs.map((d) => [
+  d.step < 0 ? `case ${c.name}: ${refId} vs ${d.path}` : `case ${c.name}, step ${d.step + 1} (${c.steps[d.step].method} ${show(c.steps[d.step].params)}): ${refId} vs ${d.path}`,
+  ...d.lines.map((l) => `    ${l}`),
+].join('\n')).join('\n');
+
+/**
+ * Splits diffs into the known ones (case.known: [{path, steps (1-based), why}], a divergence
+ * reported and pinned until it is fixed) and the rest; a known one that no longer shows is a
+ * failure too, so that its entry goes when the gateway is fixed.
+ */
+function sortOut(c, diffs) {
+  const known = c.known ?? [];
+  const isKnown = (d) => known.find((k) => d.path.split(' (')[0] === k.path && k.steps.includes(d.step + 1));
+  const gone = [];
+  for (const k of known) {
+    for (const st of k.steps) {
+      if (!diffs.some((d) => d.path.split(' (')[0] === k.path && d.step === st - 1)) gone.push(`${k.path} step ${st} (${k.why})`);
+    }
+  }
+  return { knownDiffs: diffs.filter(isKnown), newDiffs: diffs.filter((d) => !isKnown(d)), gone };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tests
+
+describe('the comparison itself', () => {
+  it('reports a different decision, message, data, audit line and a retry_after_ms out of tolerance', () => {
+    const a = { decision: 'limited', code: -32002, message: 'x', data: { counter: 'c' }, retry_after_ms: 1000, at: 0, audit: { decision: 'limited', rule: 'c', counters: { c: 0 } } };
+    assert.deepEqual(diffRecords(a, structuredClone(a)), []);
+    for (const [k, v] of [['decision', 'deny'], ['message', 'y'], ['data', { counter: 'd' }], ['audit', { decision: 'limited', rule: 'c', counters: { c: 1 } }], ['retry_after_ms', 4000]]) {
+      assert.equal(diffRecords(a, { ...structuredClone(a), [k]: v }).length, 1, `a different ${k} is reported`);
+    }
+    assert.deepEqual(diffRecords(a, { ...structuredClone(a), retry_after_ms: 2400 }), [], 'within 1.5 s is the same');
+  });
+});
+
+// DIFF_CASES=name,name runs only those cases (while writing one), DIFF_REPEAT=N each of them N
+// times on fresh grants (to shake out a race); ctest runs every case once.
+const RUN = (process.env.DIFF_CASES ? CASES.filter((c) => process.env.DIFF_CASES.split(',').includes(c.name)) : CASES.slice())
+  .flatMap((c) => Array.from({ length: Number(process.env.DIFF_REPEAT) || 1 }, (_, i) => (i ? { ...c, name: `${c.name}-r${i}` } : c)));
+for (const c of RUN) if (!CASES.includes(c)) CASES.push(c);
+
+describe('the same decision on every path', () => {
+  for (const c of RUN) {
+    it(`${c.name}: ${c.why}`, H.withLogs(logs, async (t) => {
+      const skip = c.skip ?? {};
+      const live = PATHS.filter((p) => p.gw !== 'none' && !(p.id in skip));
+      for (const [id, why] of Object.entries(skip)) t.diagnostic(`path ${id} skipped: ${why}`);
+      const recs = await Promise.all(live.map((p) => runPath(c, p)));
+      const byPath = Object.fromEntries(live.map((p, i) => [p.id, recs[i]]));
+      const refId = live[0].id;
+      const ref = byPath[refId];
+      assert.deepEqual(ref.map((r) => r.decision), c.expect,
+        `case ${c.name}: the reference path (${refId}) decided ${show(ref.map((r) => r.decision))}, the table expects ${show(c.expect)}`);
+      delete byPath[refId];
+      let testFails = [];
+      if (!('explain' in skip)) {
+        const x = await explainPath(c, ref);
+        byPath.explain = x.records;
+        testFails = x.testFails.map((f) => ({ path: 'explain (policy test)', ...f }));
+        for (const n of x.notes) t.diagnostic(n);
+      }
+      const { knownDiffs, newDiffs, gone } = sortOut(c, [...differences(c, ref, byPath), ...testFails]);
+      for (const k of c.known ?? []) t.diagnostic(`KNOWN DIVERGENCE, ${k.path} steps ${k.steps.join(', ')}: ${k.why}`);
+      if (knownDiffs.length) t.diagnostic(describeDiffs(c, refId, knownDiffs));
+      const refText = `reference records (${refId}):\n${ref.map((r, i) => `  ${i + 1}. ${show({ ...r, at: undefined })}`).join('\n')}`;
+      assert.ok(!newDiffs.length, `the paths disagree:\n${describeDiffs(c, refId, newDiffs)}\n${refText}`);
+      assert.ok(!gone.length, `a known divergence no longer shows (fixed? then remove it from the case's \`known\`): ${gone.join('; ')}`);
+    }));
+  }
+});
