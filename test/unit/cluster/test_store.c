@@ -282,6 +282,104 @@ static void unreachable_redis(void **state)
     tg_counters_free(gw.counters);
 }
 
+/* ---- histories ------------------------------------------------------------------------------ */
+
+static struct tg_policy *compile(const char *json)
+{
+    cJSON *root = cJSON_Parse(json);
+    struct tg_buf err, warn;
+    tg_buf_init(&err);
+    tg_buf_init(&warn);
+    struct tg_policy *p = NULL;
+    if (tg_policy_compile(root, "history", &p, &err, &warn) != 0)
+        fail_msg("policy: %.*s", (int)err.len, err.base);
+    cJSON_Delete(root);
+    tg_buf_dispose(&err);
+    tg_buf_dispose(&warn);
+    return p;
+}
+
+static void on_pong(void *ud, int status, const struct redisReply *y)
+{
+    (void)status, (void)y;
+    *(int *)ud = 1;
+}
+
+/* Everything member cl sent without waiting (history adds) has reached Redis: a PING on the same
+ * connection is answered after it. */
+static void settle(struct tg_cluster *cl)
+{
+    int done = 0;
+    const char *argv[] = {"PING"};
+    size_t len[] = {4};
+    tg_redis_command(tg_cluster_redis(cl), on_pong, &done, 1, argv, len);
+    th_run_until(loop, &done, 5000);
+    assert_true(done);
+}
+
+/* A toxic flow across two members: secrets read through a, egress refused on b. A decision that
+ * reads the history and takes a counter costs one round trip (stats.rounds), one that reads
+ * neither none, and the call is added to the shared history all the same. */
+static void history_across_members(void **state)
+{
+    struct tg_server gw = {0};
+    gw.counters = tg_counters_new();
+    struct tg_shared local, sa, sb;
+    tg_shared_local(&local, &gw);
+    struct tg_cluster *a = member("a", "tgstore5:", 0, TG_CLUSTER_LOCAL, &local);
+    struct tg_cluster *b = member("b", "tgstore5:", 0, TG_CLUSTER_LOCAL, &local);
+    tg_cluster_store(a, &sa);
+    tg_cluster_store(b, &sb);
+    struct tg_policy *p = compile(
+        "{\"version\":\"1\",\"default\":\"allow\",\"tools\":{"
+        "\"read_env\":{\"tags\":[\"reads_secrets\"]},"
+        "\"http_post\":{\"tags\":[\"egress\"],\"rules\":[{\"name\":\"rl\",\"rate_limit\":\"100/minute\"}]},"
+        "\"*\":{\"rules\":[{\"name\":\"no-egress-after-secrets\",\"when\":{\"tags\":[\"egress\"]},"
+        "\"conditions\":[{\"history\":{\"tags\":[\"reads_secrets\"],\"within\":\"10m\"},\"op\":\"eq\","
+        "\"value\":0}]}]}}}");
+    struct decided x;
+    struct tg_decision d;
+
+    /* egress first: the history (empty) and the rate limit in one round trip */
+    uint64_t rounds = tg_cluster_stats(a)->rounds, rt = tg_redis_stats(tg_cluster_redis(a))->round_trips;
+    assert_non_null(ask(&sa, p, "http_post", &x, &d));
+    wait_decided(&x);
+    assert_int_equal(x.o, TG_SHARED_DECIDED);
+    assert_int_equal(x.d.verdict, TG_VERDICT_ALLOW);
+    assert_int_equal(tg_cluster_stats(a)->rounds - rounds, 1);
+    settle(a);
+    /* the round, the add sent after it, the PING */
+    assert_int_equal(tg_redis_stats(tg_cluster_redis(a))->round_trips - rt, 3);
+    assert_int_equal(tg_cluster_stats(a)->history_adds, 1);
+
+    /* the secrets read through a: no counter, no history condition: answered inside decide, no
+     * round trip waited for, and still added to the shared history */
+    rounds = tg_cluster_stats(a)->rounds;
+    assert_null(ask(&sa, p, "read_env", &x, &d));
+    assert_int_equal(x.d.verdict, TG_VERDICT_ALLOW);
+    assert_int_equal(tg_cluster_stats(a)->rounds, rounds);
+    assert_int_equal(tg_cluster_stats(a)->history_adds, 2);
+    settle(a);
+
+    /* egress through b: refused by what a saw, in one round trip, naming the earlier call */
+    rounds = tg_cluster_stats(b)->rounds;
+    assert_non_null(ask(&sb, p, "http_post", &x, &d));
+    wait_decided(&x);
+    assert_int_equal(x.o, TG_SHARED_DECIDED);
+    assert_int_equal(x.d.verdict, TG_VERDICT_DENY);
+    assert_int_equal(tg_cluster_stats(b)->rounds - rounds, 1);
+    if (strstr(x.d.history_json, "read_env") == NULL)
+        fail_msg("error.data.history: %s", x.d.history_json);
+    assert_int_equal(tg_cluster_stats(b)->history_adds, 0); /* a refused call is not recorded */
+    /* b's own memory knows nothing of it: the history is Redis's */
+    assert_int_equal(tg_counters_history_keys(gw.counters), 0);
+
+    member_free(a);
+    member_free(b);
+    tg_policy_unref(p);
+    tg_counters_free(gw.counters);
+}
+
 /* ---- session records ---------------------------------------------------------------------- */
 
 struct fetched {
@@ -526,6 +624,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(decide_refund_detach),
         cmocka_unit_test(refusal_gives_back_first),
         cmocka_unit_test(unreachable_redis),
+        cmocka_unit_test(history_across_members),
         cmocka_unit_test(session_records),
         cmocka_unit_test(approvals_mirror),
     };
