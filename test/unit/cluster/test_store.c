@@ -380,6 +380,44 @@ static void history_across_members(void **state)
     tg_counters_free(gw.counters);
 }
 
+/* A brake counts the identical calls made through every member: two through a, the third through
+ * b is braked, spending nothing. */
+static void brake_across_members(void **state)
+{
+    struct tg_server gw = {0};
+    gw.counters = tg_counters_new();
+    struct tg_shared local, sa, sb;
+    tg_shared_local(&local, &gw);
+    struct tg_cluster *a = member("a", "tgstore6:", 0, TG_CLUSTER_LOCAL, &local);
+    struct tg_cluster *b = member("b", "tgstore6:", 0, TG_CLUSTER_LOCAL, &local);
+    tg_cluster_store(a, &sa);
+    tg_cluster_store(b, &sb);
+    struct tg_policy *p = compile("{\"version\":\"1\",\"default\":\"deny\",\"tools\":{\"t\":{\"limits\":"
+                                  "[{\"counter\":\"c\",\"window\":\"day\",\"max\":10,\"scope\":\"grant\"}],"
+                                  "\"brake\":{\"repeats\":2,\"within\":\"60s\"}}}}");
+    struct decided x;
+    struct tg_decision d;
+    for (int i = 0; i < 2; i++) {
+        assert_non_null(ask(&sa, p, "t", &x, &d));
+        wait_decided(&x);
+        assert_int_equal(x.d.verdict, TG_VERDICT_ALLOW);
+    }
+    settle(a);
+    uint64_t rounds = tg_cluster_stats(b)->rounds;
+    assert_non_null(ask(&sb, p, "t", &x, &d));
+    wait_decided(&x);
+    assert_int_equal(x.o, TG_SHARED_DECIDED);
+    assert_int_equal(x.d.verdict, TG_VERDICT_LIMITED);
+    assert_string_equal(x.d.rule, "brake");
+    assert_int_equal(x.d.nres, 0); /* spends nothing */
+    assert_int_equal(tg_cluster_stats(b)->rounds - rounds, 1);
+    assert_int_equal(tg_cluster_stats(b)->history_adds, 0); /* a braked call is not recorded */
+    member_free(a);
+    member_free(b);
+    tg_policy_unref(p);
+    tg_counters_free(gw.counters);
+}
+
 /* ---- session records ---------------------------------------------------------------------- */
 
 struct fetched {
@@ -625,6 +663,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(refusal_gives_back_first),
         cmocka_unit_test(unreachable_redis),
         cmocka_unit_test(history_across_members),
+        cmocka_unit_test(brake_across_members),
         cmocka_unit_test(session_records),
         cmocka_unit_test(approvals_mirror),
     };
