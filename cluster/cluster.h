@@ -33,7 +33,8 @@ struct tg_cluster_stats {
     uint64_t unavailable;        /* on_unavailable = "deny": refused with -32004 */
     uint64_t rounds;             /* Redis round trips made for decisions */
     uint64_t refunds;            /* reservations given back in Redis */
-    uint64_t history_adds;       /* calls added to a history in Redis */
+    uint64_t history_adds;       /* calls added to a history in Redis (ahead of the decision included) */
+    uint64_t history_dels;       /* calls added ahead and taken back: the decision did not record them */
     uint64_t values_refused;     /* decisions refused: a counter or history entry in Redis did not parse */
     uint64_t listings_refused;   /* approval listings read from Redis that did not verify */
     uint64_t records_refused;    /* retry records read from Redis that did not verify (ignored) */

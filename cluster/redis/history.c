@@ -77,6 +77,12 @@ const char tg__redis_hist_add_lua[] =
     "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
     "return {1}\n";
 
+/* ARGV: the entry. Takes back the newest element equal to it (an add sent ahead of a decision
+ * that did not keep it). A key of another type is left alone. Returns {1}. */
+const char tg__redis_hist_del_lua[] =
+    "redis.pcall('LREM', KEYS[1], -1, ARGV[1])\n"
+    "return {1}\n";
+
 static void put64(unsigned char *p, uint64_t v)
 {
     for (int i = 7; i >= 0; i--, v >>= 8)
@@ -232,6 +238,8 @@ void tg__redis_hist_argv(struct tg__redis_argv *v, const struct tg_counter_op *o
     snprintf(v->num[1], sizeof(v->num[1]), "%" PRId64, TG_HIST_MAX_AGE_MS);
     v->argv[v->argc] = (const char *)v->blob;
     v->argvlen[v->argc++] = n;
+    if (op->kind == TG_COP_HIST_DEL)
+        return;
     v->argv[v->argc] = v->num[0];
     v->argvlen[v->argc++] = strlen(v->num[0]);
     v->argv[v->argc] = v->num[1];

@@ -354,8 +354,8 @@ static int send_op(struct tg_redis_req *q, size_t i)
     struct tg_redis *r = q->r;
     const struct tg_counter_op *op = &q->ops[i];
     struct tg__redis_argv v;
-    if ((op->kind == TG_COP_HIST_GET || op->kind == TG_COP_HIST_ADD) &&
-        (q->hist.calls == 0 || (op->kind == TG_COP_HIST_ADD && op->entry == NULL)))
+    int adds = op->kind == TG_COP_HIST_ADD || op->kind == TG_COP_HIST_DEL;
+    if ((op->kind == TG_COP_HIST_GET || adds) && (q->hist.calls == 0 || (adds && op->entry == NULL)))
         return -2; /* no bound given, or nothing to add: never an empty or unbounded list */
     tg__redis_op_argv(&v, op, q->prefix, r->sha[op->kind], &q->hist);
     if (!r->cmd.ac || redisAsyncCommandArgv(r->cmd.ac, on_req_reply, &q->slots[i], v.argc, v.argv, v.argvlen) != REDIS_OK)
@@ -722,7 +722,7 @@ struct tg_redis_req *tg_redis_counter_ops(struct tg_redis *r, const char *key_pr
      * which a NOSCRIPT resend needs, and of the entries its history adds point to. */
     size_t nent = 0;
     for (size_t i = 0; !cb && i < n; i++)
-        nent += ops[i].kind == TG_COP_HIST_ADD && ops[i].entry != NULL;
+        nent += (ops[i].kind == TG_COP_HIST_ADD || ops[i].kind == TG_COP_HIST_DEL) && ops[i].entry != NULL;
     size_t extra = cb ? 0 : n * sizeof(*ops) + nent * sizeof(struct tg_hist_entry);
     struct tg_redis_req *q = req_new(r, REQ_OPS, n, extra);
     q->ops_cb = cb;
@@ -736,7 +736,7 @@ struct tg_redis_req *tg_redis_counter_ops(struct tg_redis *r, const char *key_pr
         struct tg_hist_entry *e = (struct tg_hist_entry *)(void *)&q->ops[n];
         q->hist.plan = NULL; /* nobody waits for an answer to write */
         for (size_t i = 0; i < n; i++)
-            if (q->ops[i].kind == TG_COP_HIST_ADD && q->ops[i].entry != NULL) {
+            if ((q->ops[i].kind == TG_COP_HIST_ADD || q->ops[i].kind == TG_COP_HIST_DEL) && q->ops[i].entry != NULL) {
                 *e = *q->ops[i].entry;
                 q->ops[i].entry = e++;
             }

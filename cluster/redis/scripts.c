@@ -172,7 +172,7 @@ static const char sub_lua[] = LUA_COMMON
 const char *const tg__redis_scripts[TG__REDIS_NSCRIPTS] = {
     [TG_COP_BUCKET_TAKE] = take_lua, [TG_COP_BUCKET_GIVE] = give_lua, [TG_COP_WINDOW_GET] = get_lua,
     [TG_COP_WINDOW_ADD] = add_lua,   [TG_COP_WINDOW_SUB] = sub_lua,  [TG_COP_HIST_GET] = tg__redis_hist_get_lua,
-    [TG_COP_HIST_ADD] = tg__redis_hist_add_lua,
+    [TG_COP_HIST_ADD] = tg__redis_hist_add_lua, [TG_COP_HIST_DEL] = tg__redis_hist_del_lua,
 };
 
 /* ---- the arguments of an op, and its answer ------------------------------------------------ */
@@ -211,7 +211,8 @@ int tg__redis_op_parse(struct tg_counter_op *op, const redisReply *y, const stru
     case TG_COP_WINDOW_SUB:
         return y->elements == 1 ? 0 : -1;
     case TG_COP_HIST_GET: return tg__redis_hist_parse(op, y, hist);
-    case TG_COP_HIST_ADD: return y->elements == 1 ? 0 : -1;
+    case TG_COP_HIST_ADD:
+    case TG_COP_HIST_DEL: return y->elements == 1 ? 0 : -1;
     }
     return -1;
 }
@@ -221,7 +222,7 @@ void tg__redis_op_argv(struct tg__redis_argv *v, const struct tg_counter_op *op,
 {
     char(*a)[32] = v->num;
     int na = 0;
-    int is_hist = op->kind == TG_COP_HIST_GET || op->kind == TG_COP_HIST_ADD;
+    int is_hist = op->kind == TG_COP_HIST_GET || op->kind == TG_COP_HIST_ADD || op->kind == TG_COP_HIST_DEL;
     snprintf(v->key, sizeof(v->key), "%s%s:%016" PRIx64 "%016" PRIx64, prefix, is_hist ? "h" : "c", op->h1, op->h2);
     v->argc = 0;
     v->argv[v->argc++] = "EVALSHA";
@@ -260,6 +261,7 @@ void tg__redis_op_argv(struct tg__redis_argv *v, const struct tg_counter_op *op,
         break;
     case TG_COP_HIST_GET:
     case TG_COP_HIST_ADD:
+    case TG_COP_HIST_DEL:
         break;
     }
     for (int k = 0; k < na; k++) {

@@ -6,7 +6,7 @@
 #include "cluster/redis/redis.h"
 #include "policy/counters.h"
 
-#define TG__REDIS_NSCRIPTS 7
+#define TG__REDIS_NSCRIPTS 8
 extern const char *const tg__redis_scripts[TG__REDIS_NSCRIPTS];
 
 struct redisReply;
@@ -45,6 +45,7 @@ int tg__redis_op_parse(struct tg_counter_op *op, const struct redisReply *y, con
 
 extern const char tg__redis_hist_get_lua[];
 extern const char tg__redis_hist_add_lua[];
+extern const char tg__redis_hist_del_lua[];
 /* e as an element of the list of key (h1, h2), signed under key (its length returned; never more
  * than TG__REDIS_HIST_MAXLEN). */
 size_t tg__redis_hist_encode(const struct tg_hist_entry *e, uint64_t h1, uint64_t h2, const uint8_t key[16],

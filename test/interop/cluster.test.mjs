@@ -893,9 +893,8 @@ describe('histories: a toxic flow started on one instance is refused on another'
       'the history and the rate limit of one decision: one round trip');
     const read = await rawCall(c.instanceUrl(0, UPSTREAM), a, 'run_command', { command: 'cat /run/secrets/token' });
     assert.ok(ok(read), JSON.stringify(read));
-    // the read reaches Redis without the caller waiting for it: wait for it there
-    const seen = await H.waitFor(async () => ((await lists()).flat().some((e) => String(e).includes('run_command')) ? true : null), { timeout: 5000 });
-    assert.ok(seen, 'the read is in a history list in Redis');
+    // answered once it was in Redis: no waiting here
+    assert.ok((await lists()).flat().some((e) => String(e).includes('run_command')), 'the read is in a history list in Redis');
     const r = await rawCall(c.instanceUrl(1, UPSTREAM), b, 'http_request', { url: 'https://example.com/egress-1' });
     assert.equal(code(r), -32001, JSON.stringify(r));
     assert.equal(r.msg.error.data.rule, 'no-egress-after-secrets');
@@ -903,10 +902,13 @@ describe('histories: a toxic flow started on one instance is refused on another'
     assert.deepEqual(forwarded('https://example.com/egress-', 'url'), ['https://example.com/egress-0'], 'the egress after the read never reached the upstream');
     const ma = await c.metrics(0);
     const mb = await c.metrics(1);
-    // one call each (to the subject's ring and, when that is not the grant's own, the grant's)
-    assert.ok(family(ma, 'tollgate_cluster_history_adds_total') >= 1, 'a recorded the read');
-    assert.equal(family(mb, 'tollgate_cluster_history_adds_total'), family(ma, 'tollgate_cluster_history_adds_total'),
-      'b recorded its first egress, not the refused one');
+    // one call kept each (to the subject's ring and, when that is not the grant's own, the
+    // grant's); b's refused egress was added ahead of its decision and taken back
+    const kept = (m) => family(m, 'tollgate_cluster_history_adds_total') - family(m, 'tollgate_cluster_history_removals_total');
+    assert.ok(kept(ma) >= 1, 'a recorded the read');
+    assert.equal(kept(mb), kept(ma), 'b recorded its first egress, not the refused one');
+    assert.ok(family(mb, 'tollgate_cluster_history_removals_total') >= 1, 'the refused egress was taken back');
+    for (const l of await lists()) assert.equal(l.length, 2, 'each list: the first egress and the read');
     assert.equal(family(mb, 'tollgate_history_keys'), 0, "b's own memory holds no history: it is Redis's");
   });
 
