@@ -2,8 +2,10 @@
  * installs on the server when the configuration has a `cluster` group. Such a gateway decides
  * tools/call against counters in Redis instead of its own memory, by the
  * plan of policy/counters.h: a first pass runs at once, and only a decision that reaches a counter
- * waits for Redis (one pipelined round trip when every counter fits). A decision that reaches no
- * counter never asks Redis, so a dead Redis does not stop calls that need none.
+ * or a history waits for Redis (one pipelined round trip when every counter fits: the history
+ * reads, the counters and the call it records, which is in Redis before the answer). A decision
+ * that reaches no counter and records nothing never asks Redis, so a dead Redis does not stop
+ * calls that need none.
  *
  * When Redis cannot answer (down, slow past cluster.timeout_ms, busy), the decision fails closed
  * (-32004 with the reason) unless on_unavailable = "local", which decides it on the gateway's own
