@@ -665,11 +665,9 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
     d->rule[0] = d->message[0] = d->counter[0] = '\0';
     tg__note_clear(d);
     d->retry_after_ms = 0;
-    d->approval_timeout_ms = 0;
+    d->approval_timeout_ms = d->nres = d->by_history = 0;
     d->approval_mode = TG_APPROVAL_AUTO;
-    d->nres = 0;
     d->history_json[0] = '\0';
-    d->by_history = 0;
     struct dctx x;
     struct tg__hctx hx;
     dctx_init(&x, p, cs, who, now_ms);
