@@ -299,6 +299,24 @@ static struct tg_policy *compile(const char *json)
     return p;
 }
 
+static void on_pong(void *ud, int status, const struct redisReply *y)
+{
+    (void)status, (void)y;
+    *(int *)ud = 1;
+}
+
+/* Everything member cl sent without waiting has reached Redis: a PING on the same connection is
+ * answered after it. */
+static void settle(struct tg_cluster *cl)
+{
+    int done = 0;
+    const char *argv[] = {"PING"};
+    size_t len[] = {4};
+    tg_redis_command(tg_cluster_redis(cl), on_pong, &done, 1, argv, len);
+    th_run_until(loop, &done, 5000);
+    assert_true(done);
+}
+
 /* The calls in the history lists of prefix in Redis. */
 static long long history_len(const char *prefix)
 {
@@ -380,6 +398,23 @@ static void history_across_members(void **state)
     assert_int_equal(history_len("tgstore5:"), 2);
     /* b's own memory knows nothing of it: the history is Redis's */
     assert_int_equal(tg_counters_history_keys(gw.counters), 0);
+
+    /* A history entry poisoned in Redis: refused (-32004); the call its first round added ahead
+     * of the read that failed is taken back. */
+    redisContext *rc = redisConnect("127.0.0.1", rs.port);
+    redisReply *keys = redisCommand(rc, "KEYS tgstore5:h:*");
+    assert_int_equal(keys->elements, 1);
+    freeReplyObject(redisCommand(rc, "RPUSH %s junk", keys->element[0]->str));
+    assert_non_null(ask(&sb, p, "http_post", &x, &d));
+    wait_decided(&x);
+    assert_int_equal(x.o, TG_SHARED_UNAVAILABLE);
+    assert_int_equal(tg_cluster_stats(b)->values_refused, 1);
+    settle(b);
+    assert_int_equal(history_len("tgstore5:"), 3); /* the two calls and the junk, no http_post */
+    assert_int_equal(tg_cluster_stats(b)->history_adds - tg_cluster_stats(b)->history_dels, 0);
+    freeReplyObject(redisCommand(rc, "RPOP %s", keys->element[0]->str));
+    freeReplyObject(keys);
+    redisFree(rc);
 
     /* Redis unreachable: a call that would be recorded is refused (on_unavailable = "deny"), even
      * one that reads nothing: let through unrecorded, the flow after it could not be seen. */
