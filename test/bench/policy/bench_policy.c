@@ -31,14 +31,15 @@
  * --bind --pins: all four features. With any of these flags the same calls also run through
  * the policy without them (run_plain, the runs alternated) and the overhead is printed.
  *
- * --quick (the bench-smoke ctest) runs a few thousand calls and checks the verdict mix, so that
- * the benchmark cannot rot; speed is only reported, never asserted. */
+ * --quick (the bench-smoke ctests, with and without --all) runs a few thousand calls and checks
+ * the verdict mix (and with --bind or --pins one binding value by value, and that no call was
+ * refused by a binding or, of a listed tool, by its pin), so that the benchmark cannot rot;
+ * speed is only reported, never asserted. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
 #include <unistd.h>
 
 #include "core/base/buf.h"
