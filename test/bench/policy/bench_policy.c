@@ -312,11 +312,9 @@ static __attribute__((noinline)) void run_gate_calls(const struct tg_policy *p, 
         if (tg_policy_binds_any(p) && tg_policy_binds(p, tool) && tg_policy_tool_visible(p, tool)) {
             unsigned gi = k->who % NGRANTS;
             struct tg_bind_ctx cx = {w->grant, w->grant, g->attrs[gi], 2, NULL};
-            cJSON *claims = NULL;
-            if (tg_policy_binds_claims(p, tool))
-                cx.claims = claims = tg_bind_token_claims(g->tokens[gi], g->token_len[gi]);
+            if (tg_policy_binds_claims(p, tool)) /* as the gate: a token read lately is not read again */
+                cx.claims = tg_bind_token_claims_memo(g->tokens[gi], g->token_len[gi]);
             int rc = tg_policy_bind_args(p, tool, &cx, params, &d);
-            cJSON_Delete(claims);
             if (rc < 0) {
                 v[d.verdict]++;
                 bind_refused++;
