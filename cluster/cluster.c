@@ -572,7 +572,26 @@ static void cluster_detach(void *ud, struct tg_shared_job *job)
     job->ud = NULL;
 }
 
+/* A read's entry goes to Redis as a decision's would: the record made against a plan (one pass,
+ * nothing to answer), its adds sent without waiting. Without Redis, to this member's store. */
+static void cluster_record_read(void *ud, const struct tg_policy *p, const struct tg_caller *who, int prompt,
+                                const char *name, int64_t now_ms)
+{
+    struct tg_cluster *cl = ud;
+    if (cl->redis == NULL) {
+        cl->local.ops->record_read(cl->local.ud, p, who, prompt, name, now_ms);
+        return;
+    }
+    struct tg_counter_plan plan;
+    tg_plan_init(&plan);
+    tg_plan_begin(&plan);
+    tg_policy_record_read(p, &plan.base, who, prompt, name, now_ms);
+    send_effects(cl, plan.effects, plan.neffects);
+    tg_plan_dispose(&plan);
+}
+
 static const struct tg_shared_ops cluster_ops = {
+    .record_read = cluster_record_read,
     .decide = cluster_decide,
     .detach = cluster_detach,
     .refund = cluster_refund,

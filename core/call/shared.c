@@ -32,6 +32,13 @@ static void local_refund(void *ud, const struct tg_decision *d)
     tg_policy_refund(srv->counters, d, wall_ms());
 }
 
+static void local_record_read(void *ud, const struct tg_policy *p, const struct tg_caller *who, int prompt,
+                              const char *name, int64_t now_ms)
+{
+    struct tg_server *srv = ud;
+    tg_policy_record_read(p, srv->counters, who, prompt, name, now_ms);
+}
+
 static void local_session_share(void *ud, struct tg_session *s, const struct tg_upstream_conf *uc)
 {
     (void)ud;
@@ -80,6 +87,7 @@ static const struct tg_shared_ops local_ops = {
     .decide = local_decide,
     .detach = local_detach,
     .refund = local_refund,
+    .record_read = local_record_read,
     .session_share = local_session_share,
     .session_used = local_session_used,
     .session_forget = local_session_forget,

@@ -150,6 +150,10 @@ struct tg_shared_ops {
     void (*detach)(void *ud, struct tg_shared_job *job);
     /* Give back a final decision's reservations. Fire and forget. */
     void (*refund)(void *ud, const struct tg_decision *d);
+    /* An allowed resources/read (name: the URI in normal form) or prompts/get (prompt) goes into
+     * its caller's history when p records (tg_policy_record_read). Fire and forget. */
+    void (*record_read)(void *ud, const struct tg_policy *p, const struct tg_caller *who, int prompt,
+                        const char *name, int64_t now_ms);
 
     /* A session of this member is ready (initialize answered): its record is written if its
      * upstream can be reached from any member (sets s->shared). */

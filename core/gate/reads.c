@@ -161,5 +161,5 @@ void tg_reads_record(struct tg_exchange *x, const struct tg_policy *pol, const s
     /* The same caller a tools/call is decided for (core/gate/dispatch.c handle_request). */
     struct tg_caller who = {x->grant->name, x->sess != NULL ? x->sess->id_str : NULL, x->uc->name, subject,
                             issuer != NULL && issuer[0] != '\0' ? issuer : NULL};
-    tg_policy_record_read(pol, x->srv->counters, &who, m->mid == TG_M_PROMPTS_GET, what, (int64_t)wall_ms());
+    x->srv->store.ops->record_read(x->srv->store.ud, pol, &who, m->mid == TG_M_PROMPTS_GET, what, (int64_t)wall_ms());
 }
