@@ -86,7 +86,7 @@ import http from 'node:http';
 import path from 'node:path';
 import * as H from './lib/harness.mjs';
 import * as C from './lib/cluster.mjs';
-import { openClient, request as httpRequest, messagesOf } from './lib/clients.mjs';
+import { openClient, request as httpRequest, messagesOf, textOf } from './lib/clients.mjs';
 import { startEra2026 } from './lib/conformance2026.mjs';
 
 H.requireNodeModules();
@@ -110,12 +110,21 @@ const LIST = { method: 'tools/list', params: {} };
  */
 const APPROVE = (n = 1) => ({ method: 'approve', params: { approval: n } });
 const times = (n, step) => Array.from({ length: n }, () => step);
+/**
+ * A tools/call step whose arguments are sent as the JSON text `raw` as it is (its key order,
+ * number spelling, spacing): what makes two calls "the same" for a brake or a `same` condition.
+ */
+const TRAW = (name, raw) => ({ method: 'tools/call', params: { name, arguments: JSON.parse(raw) }, raw });
 
 /** Tools both upstreams (the stand-in and the era2026 fixture) have: an allowed call reaches a real tool. */
 const ALLOWED_TOOLS = ['echo', 'execute_code'];
 /** Arguments both upstreams' `echo` and `execute_code` accept (the rest is the case's). */
 const echo = (more = {}) => T('echo', { text: 'hi', message: 'hi', ...more });
 const exec = (more = {}) => T('execute_code', { language: 'python', code: 'print(1)', ...more });
+
+/** Until history is shared through Redis, a cluster refuses a decision that reads it (fail closed). */
+const CLUSTER_HISTORY_SKIP = Object.fromEntries(['cluster 2025', 'cluster 2026', 'cluster bridge 2025->2026', 'cluster ws']
+  .map((id) => [id, 'history is not shared in a cluster yet: a decision that reads it fails closed (-32004)']));
 
 const CASES = [
   {
@@ -294,6 +303,122 @@ tools:
     steps: [echo(), exec(), R('cowork://workspaces'), P('greeting'), LIST],
     expect: ['allow', 'deny', 'deny', 'deny', 'list'],
   },
+  // --- history, brakes, bound arguments (the calls before a call decide it too) -------------------
+  {
+    name: 'toxic-flow',
+    skip: CLUSTER_HISTORY_SKIP,
+    why: 'tags and a history rule on "*": egress after a reads_secrets call is refused, error.data.history naming that call; egress before it, an untagged tool and the read itself pass',
+    policy: `# YAML: the worked example's shape, over the two tools both upstreams have
+version: "1"
+default: allow
+tools:
+  echo: {tags: [reads_secrets]}
+  execute_code: {tags: [egress]}
+  "*":
+    rules:
+      - name: no-egress-after-secrets
+        when: {tags: [egress]}
+        conditions:
+          - history: {tags: [reads_secrets], within: 10m}
+            op: eq
+            value: 0
+`,
+    // get_weather: untagged, on neither upstream (an upstream error: allowed by the policy)
+    steps: [exec(), echo(), exec(), T('get_weather', { city: 'Oslo' }), echo(), exec({ code: 'print(3)' })],
+    explainAfter: true,
+    expect: ['allow', 'allow', 'deny', 'allow', 'allow', 'deny'],
+  },
+  {
+    name: 'history-distinct',
+    skip: CLUSTER_HISTORY_SKIP,
+    why: 'at most 2 distinct args.repo an hour (canonical values: 1 and 1.0 are one), the refusal naming the latest counted call; a refused call is not remembered',
+    policy: {
+      version: '1', default: 'deny', tools: {
+        echo: {
+          rules: [{
+            name: 'two-repos',
+            conditions: [{ history: { tools: ['echo'], distinct: 'args.repo', within: '1h' }, op: 'lte', value: 2 }],
+          }],
+        },
+      },
+    },
+    steps: [
+      echo({ repo: 'a' }), echo({ repo: 1 }), TRAW('echo', '{"repo": 1.0, "text": "hi", "message": "hi"}'),
+      echo({ repo: 'c' }), echo({ repo: 'a' }), echo({ repo: 'd' }), echo({ repo: 1 }),
+    ],
+    explainAfter: true,
+    expect: ['allow', 'allow', 'allow', 'deny', 'allow', 'deny', 'allow'],
+  },
+  {
+    name: 'history-same',
+    skip: CLUSTER_HISTORY_SKIP,
+    why: 'execute_code only after an echo of the same args.path in this session (list before delete): canonical values match, another path is refused with on_deny',
+    policy: {
+      version: '1', default: 'deny', tools: {
+        echo: {},
+        execute_code: {
+          rules: [{
+            name: 'list-before-delete',
+            when: { tools: ['execute_*'] },
+            on_deny: 'list the directory first',
+            conditions: [{ history: { tools: ['echo'], same: 'args.path', scope: 'session', within: '1h' }, op: 'gte', value: 1 }],
+          }],
+        },
+      },
+    },
+    steps: [
+      exec({ path: '/a' }), echo({ path: '/a' }), exec({ path: '/a' }), exec({ path: '/b' }),
+      echo({ path: { d: 2, n: 1 } }), TRAW('execute_code', '{"path": {"n": 1e0, "d": 2.0}, "language": "python", "code": "print(1)"}'),
+      exec({ path: { d: 2 } }),
+    ],
+    explainAfter: true,
+    expect: ['deny', 'allow', 'allow', 'deny', 'allow', 'allow', 'deny'],
+  },
+  {
+    name: 'brake',
+    skip: CLUSTER_HISTORY_SKIP,
+    why: 'a brake of 2 identical calls a minute: the 3rd is braked whatever its key order and number spelling (-32002, rule brake, retry_after_ms); varied calls pass; a braked call spends nothing of the tool\'s bucket',
+    policy: {
+      version: '1', default: 'deny', tools: {
+        echo: { brake: { repeats: 2, within: '60s' }, limits: [{ counter: 'echoes', window: 'day', max: 5 }] },
+        execute_code: { brake: { repeats: 1, within: '60s', message: 'Run it once; then ask the user.' } },
+      },
+    },
+    steps: [
+      TRAW('echo', '{"text": "a", "message": "a", "n": 1}'), TRAW('echo', '{"n": 1.0, "message": "a", "text": "a"}'),
+      TRAW('echo', '{"message":"a","text":"a","n":1e0}'), TRAW('echo', '{"text": "a", "message": "a", "n": 1}'),
+      echo({ n: 2 }), echo({ n: 3 }), echo({ n: 4 }), echo({ n: 5 }),
+      exec(), exec(), exec({ code: 'print(2)' }),
+    ],
+    // 5 echoes spent (1, 1.0, 2, 3, 4): the braked two took nothing, so n=5 is the first the bucket refuses
+    explainAfter: true,
+    explainNot: { 8: 'explain --after remembers earlier calls for history only, not the bucket they spent (policy test checks it)' },
+    expect: ['allow', 'allow', 'limited', 'limited', 'allow', 'allow', 'allow', 'limited', 'allow', 'limited', 'allow'],
+  },
+  {
+    name: 'bind',
+    why: 'set from grants[].attributes overwrites what the model sent (the upstream echoes the bound text, the audit line logs it), forbid removes, strict refuses another value, a claim a static token lacks denies (rule set)',
+    attributes: { tenant: 'acme-prod', region: 'eu' },
+    policy: {
+      version: '1', default: 'deny', tools: {
+        '*': { forbid: ['debug'] },
+        echo: {
+          set: { text: '${grant.tenant}', message: '${grant.tenant}', region: '${grant.region}' },
+          rules: [{ name: 'own-tenant', conditions: [{ path: 'args.text', op: 'eq', value: 'acme-prod' }] }],
+        },
+        execute_code: { set: { tenant: '${grant.tenant}' }, strict: true },
+        delete_file: { set: { org: '${claims.org_id}' } },
+      },
+    },
+    steps: [
+      echo({ text: 'globex', message: 'globex', debug: true }), echo({ region: 'us' }),
+      exec({ tenant: 'globex' }), exec({ tenant: 'acme-prod' }), exec(), exec({ debug: false }),
+      T('delete_file', { path: '/tmp/x' }),
+    ],
+    explainAfter: true,
+    expect: ['allow', 'allow', 'deny', 'allow', 'allow', 'deny', 'deny'],
+    echoes: ['acme-prod', 'acme-prod'],
+  },
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -369,6 +494,7 @@ function confFor(sub, { auditFile, clusterGroup }) {
       return {
         name: g.name, token_sha256: H.sha256hex(g.token),
         policies: UPSTREAMS.map((up) => ({ upstream: up, policy: policyFiles[c.name] })),
+        ...(c.attributes ? { attributes: c.attributes } : {}),
       };
     })),
     upstreams: [
@@ -376,7 +502,7 @@ function confFor(sub, { auditFile, clusterGroup }) {
       { name: 'dual', url: dual.url, policy: policyFiles[CASES[0].name], ...more('dual') },
       { name: 'strict', url: strict.url, policy: policyFiles[CASES[0].name], ...more('strict') },
     ],
-    audit: { file: auditFile },
+    audit: { file: auditFile, args: 'values' }, // the final arguments, as the upstream got them
     cluster: clusterGroup,
   });
 }
@@ -450,10 +576,13 @@ async function roamingSession(ports, upstream, token) {
   let i = 0;
   let seq = 0;
   return {
-    async request(method, params) {
+    async request(method, params, { raw } = {}) {
       const port = ports[i++ % ports.length];
       const id = `roam-${++seq}`;
-      const a = await httpRequest(agent, port, 'POST', url, headers, JSON.stringify({ jsonrpc: '2.0', id, method, params }));
+      const RAW = '\u0000raw\u0000';
+      const body = raw == null ? JSON.stringify({ jsonrpc: '2.0', id, method, params })
+        : JSON.stringify({ jsonrpc: '2.0', id, method, params: { ...params, arguments: RAW } }).replace(JSON.stringify(RAW), () => raw);
+      const a = await httpRequest(agent, port, 'POST', url, headers, body);
       const m = messagesOf(a).find((x) => x && x.id === id);
       if (!m) throw new Error(`${method} on port ${port}: HTTP ${a.status} without an answer: ${a.text.slice(0, 300)}`);
       return m;
@@ -466,23 +595,23 @@ async function roamingSession(ports, upstream, token) {
 async function clientsFor(p, token) {
   if (p.gw === 'local') {
     const c = await openClient(p.kind, { port: local.gw.plainPort, upstream: p.up, token });
-    return { gws: [local], pick: () => 0, request: (m, params) => c.request(m, params), close: () => c.close() };
+    return { gws: [local], pick: () => 0, request: (m, params, o) => c.request(m, params, o), close: () => c.close() };
   }
   if (p.only !== undefined) { // a channel lives on one instance: the cluster's counters, one member
     const c = await openClient(p.kind, { port: cluster[p.only].gw.plainPort, upstream: p.up, token });
-    return { gws: cluster, pick: () => p.only, request: (m, params) => c.request(m, params), close: () => c.close() };
+    return { gws: cluster, pick: () => p.only, request: (m, params, o) => c.request(m, params, o), close: () => c.close() };
   }
   const ports = cluster.map((g) => g.gw.plainPort);
   let served = 0;
   if (p.kind === 'streamable') {
     const s = await roamingSession(ports, p.up, token);
-    return { gws: cluster, pick: () => served++ % 2, request: (m, params) => s.request(m, params), close: () => s.close() };
+    return { gws: cluster, pick: () => served++ % 2, request: (m, params, o) => s.request(m, params, o), close: () => s.close() };
   }
   const cs = await Promise.all(ports.map((port) => openClient(p.kind, { port, upstream: p.up, token })));
   let i = 0;
   return {
     gws: cluster, pick: () => served++ % 2,
-    request: (m, params) => cs[i++ % 2].request(m, params),
+    request: (m, params, o) => cs[i++ % 2].request(m, params, o),
     close: () => Promise.all(cs.map((c) => c.close())),
   };
 }
@@ -505,6 +634,8 @@ const auditLines = (file) => (fs.existsSync(file)
   ? fs.readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => { try { return JSON.parse(l); } catch { return { unparsable: l }; } })
   : []);
 const AUDITED = new Set(['tools/call', 'resources/read', 'prompts/get']);
+/** Seconds between the earlier calls the explain path gives with --after (see explainPath). */
+const AFTER_SPACING = 0.2;
 
 /** Makes the case's steps on path p; returns one record per step. */
 async function runPath(c, p) {
@@ -521,10 +652,10 @@ async function runPath(c, p) {
         continue;
       }
       const gwIndex = cl.pick();
-      const answer = await cl.request(step.method, step.params);
+      const answer = await cl.request(step.method, step.params, step.raw === undefined ? undefined : { raw: step.raw });
       const id = answer.error?.data?.approval_id;
       if (id !== undefined && !approvalIds.includes(id)) approvalIds.push(id);
-      raw.push({ step, answer, at, gwIndex });
+      raw.push({ step, answer, at, done: Date.now(), gwIndex });
     }
   } finally {
     await cl.close();
@@ -562,7 +693,7 @@ async function runPath(c, p) {
     let audit;
     if (r.approvalId !== undefined) audit = endLines.find((x) => x.approval_id === r.approvalId);
     else if (r.audited) audit = callLines[r.gwIndex][next[r.gwIndex]++];
-    const rec = recordOf(r.step, r.answer, r.at, audit);
+    const rec = recordOf(r.step, r.answer, r.at, audit, { up: p.up, steps: raw });
     if (r.approval !== undefined) {
       rec.data.approval = r.approval; // which approval: the same call made again meets the same one
       if (!r.audited) rec.audit = `none (approval ${r.approval} is already pending)`;
@@ -577,6 +708,9 @@ async function runPath(c, p) {
 const normMessage = (s) => (typeof s !== 'string' ? s : s
   .replace(/retry in \d+ s/g, 'retry in N s')
   .replace(/https?:\/\/127\.0\.0\.1:\d+\S*/g, '<url>')
+  // a history refusal names the earlier call's time and upstream (each path has its own)
+  .replace(/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z/g, '<time>')
+  .replace(/ on (cowork|dual|strict) at /g, ' on <upstream> at ')
   .replace(/\b[0-9a-f]{32,64}\b/g, '<hex>'));
 
 /** The gateway's own refusals carry one of these in error.data; an upstream's error does not. */
@@ -594,8 +728,35 @@ function decisionOf(e) {
   }
 }
 
-/** The comparable record of one step's answer (and its audit line). */
-function recordOf(step, answer, at, audit) {
+/**
+ * error.data.history with what differs by path made comparable: `upstream` (this path's own is
+ * '<upstream>') and `at`: which of this path's calls of that tool (resource, prompt) it names,
+ * `step N`, the one in flight nearest that instant (the gateway's clock is its event loop's, a
+ * millisecond or so behind the test's).
+ */
+function historyOf(h, ctx) {
+  if (!h || typeof h !== 'object' || !ctx) return h;
+  const t = typeof h.at === 'number' ? h.at : Date.parse(h.at);
+  const named = (st) => (h.tool !== undefined ? st.method === 'tools/call' && st.params.name === h.tool
+    : h.resource !== undefined ? st.method === 'resources/read' && st.params.uri === h.resource
+      : st.method === 'prompts/get' && st.params.name === h.prompt);
+  let best = -1;
+  let dist = Infinity;
+  ctx.steps.forEach((r, j) => {
+    if (!r.done || !named(r.step)) return;
+    const d = t < r.at ? r.at - t : t > r.done ? t - r.done : 0;
+    if (d <= dist) { best = j; dist = d; }
+  });
+  const at = best < 0 || dist > 1000 ? `${h.at} (during no call of it)` : `step ${best + 1}`;
+  return { ...h, upstream: h.upstream === ctx.up ? '<upstream>' : h.upstream, at };
+}
+
+/** Members sorted at every depth: two JSON values compared as values. */
+const canon = (v) => (Array.isArray(v) ? v.map(canon) : v && typeof v === 'object'
+  ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, canon(v[k])])) : v);
+
+/** The comparable record of one step's answer (and its audit line); ctx: {up, steps} of the path. */
+function recordOf(step, answer, at, audit, ctx) {
   if (step.method === 'approve') {
     return {
       decision: answer.approved === 200 ? 'approved' : `approve: HTTP ${answer.approved} ${answer.text}`, at,
@@ -616,12 +777,17 @@ function recordOf(step, answer, at, audit) {
     const data = {};
     for (const [k, v] of Object.entries(e.data)) {
       if (k === 'retry_after_ms') rec.retry_after_ms = v;
+      else if (k === 'history') data[k] = historyOf(v, ctx);
       else if (!(k in VOLATILE_DATA)) data[k] = typeof v === 'string' ? normMessage(v) : v;
     }
     rec.data = data;
+  } else if (step.params?.name === 'echo' && answer.result) {
+    rec.echoed = textOf(answer); // what the upstream received: both upstreams' echo answers with its text
   }
   if (audit) {
-    rec.audit = { method: audit.method, tool: audit.tool, decision: audit.decision, rule: audit.rule, counters: audit.counters };
+    // args: the final arguments (bound values written, forbidden ones removed), canonical
+    rec.audit = { method: audit.method, tool: audit.tool, decision: audit.decision, rule: audit.rule, counters: audit.counters, args: canon(audit.args) };
+    if (audit.history !== undefined) rec.audit.history = historyOf(audit.history, ctx);
   }
   return rec;
 }
@@ -644,6 +810,8 @@ function parseExplain(out) {
   return {
     decision: field('decision'), reason: field('reason'), rule: field('rule'), hidden: field('hidden'),
     counters: after ? JSON.parse(after) : undefined,
+    earlier: (() => { const e = /^earlier call: (.*)$/m.exec(out)?.[1]; return e === undefined ? undefined : JSON.parse(e); })(),
+    arguments: (() => { const a = /^arguments: (.*) \(after set and forbid\)$/m.exec(out)?.[1]; return a === undefined ? undefined : JSON.parse(a); })(),
     retry: /retry in (\d+) ms\)/.exec(out)?.[1],
   };
 }
@@ -674,13 +842,28 @@ async function explainPath(c, ref) {
       records.push({ decision: 'list', visible, at: Date.now() });
       continue;
     }
-    // the k-th of k identical tool calls (nothing else before it) is what --repeat k explains
+    // the k-th of k identical tool calls (nothing else before it) is what --repeat k explains; in
+    // a case with history (c.explainAfter), any call after the ones the reference let through
+    // (--after, oldest first: a refused call is not remembered)
     const same = c.steps.slice(0, i + 1).every((s) => JSON.stringify(s) === JSON.stringify(step));
-    if (step.method === 'tools/call' && !same) { records.push(null); continue; }
+    if (step.method === 'tools/call' && !same && !c.explainAfter) { records.push(null); continue; }
+    if (c.explainNot?.[i + 1]) { records.push(null); notes.push(`explain: step ${i + 1} not explained: ${c.explainNot[i + 1]}`); continue; }
+    const callText = step.raw === undefined ? JSON.stringify(step.params)
+      : JSON.stringify({ ...step.params, arguments: '\u0000' }).replace('"\\u0000"', () => step.raw);
+    // each AFTER_SPACING s before the next, so that the instant of the earlier call a refusal names
+    // tells which step it was
+    const remembered = c.explainAfter && !same ? c.steps.slice(0, i).map((s, j) => ({ s, j }))
+      .filter(({ s, j }) => ref[j].decision === 'allow' && AUDITED.has(s.method)) : [];
+    const agoOf = (k) => (remembered.length - k) * AFTER_SPACING;
+    const earlier = remembered.flatMap(({ s }, k) => ['--after', JSON.stringify(
+      s.method === 'tools/call' ? { tool: s.params.name, args: s.params.arguments, ago: agoOf(k) }
+        : s.method === 'resources/read' ? { resource: s.params.uri, ago: agoOf(k) } : { prompt: s.params.name, ago: agoOf(k) })]);
     const args = step.method === 'tools/call'
-      ? ['--call', JSON.stringify(step.params), '--repeat', String(i + 1)]
-      : ['--method', step.method, '--params', JSON.stringify(step.params)];
+      ? ['--call', callText, ...(same ? ['--repeat', String(i + 1)] : earlier)]
+      : ['--method', step.method, '--params', JSON.stringify(step.params), ...earlier];
+    const started = Date.now();
     const out = await run([...base, ...args]);
+    const now = (started + Date.now()) / 2; // the instant explain decided at, about
     const x = parseExplain(out.stdout);
     if (!x.decision) { records.push({ decision: `explain failed (${out.code}): ${out.stderr.trim()}` }); continue; }
     const rec = { decision: x.decision, at: Date.now() };
@@ -690,7 +873,16 @@ async function explainPath(c, ref) {
       rec.explainRule = x.rule;
       if (x.retry !== undefined) rec.retry_after_ms = Number(x.retry);
     }
-    if (x.counters !== undefined && step.method === 'tools/call') rec.counters = x.counters;
+    // (--after gives earlier calls to history only: the counters start fresh, and only `policy test`
+    // sees the sequence's counters)
+    if (x.counters !== undefined && step.method === 'tools/call' && same) rec.counters = x.counters;
+    if (x.arguments !== undefined) rec.arguments = canon(x.arguments);
+    if (x.earlier !== undefined) {
+      const t = Date.parse(x.earlier.at);
+      let k = -1;
+      remembered.forEach((_, n) => { if (k < 0 || Math.abs(now - agoOf(n) * 1000 - t) < Math.abs(now - agoOf(k) * 1000 - t)) k = n; });
+      rec.history = { ...x.earlier, upstream: x.earlier.upstream === 'cowork' ? '<upstream>' : x.earlier.upstream, at: k < 0 ? x.earlier.at : `step ${remembered[k].j + 1}` };
+    }
     records.push(rec);
   }
   // policy test: the whole sequence of tool calls on one set of counters, each case expecting
@@ -700,10 +892,14 @@ async function explainPath(c, ref) {
     const lines = calls.map(({ s, i }) => {
       const r = ref[i];
       let text = `- name: ${yamlString(`step ${i + 1}`)}\n  session: test-session\n  call: ${JSON.stringify(s.params)}\n  expect: ${r.decision}\n`;
+      if (c.attributes) text += `  attributes: ${JSON.stringify(c.attributes)}\n`;
+      // the final arguments the upstream got (the audit line's)
+      if (c.attributes && r.decision === 'allow' && r.audit?.args) text += `  arguments: ${JSON.stringify(r.audit.args)}\n`;
       if (r.decision !== 'allow') {
         if (r.audit?.rule) text += `  rule: ${yamlString(r.audit.rule)}\n`;
         // what the model reads, less what only the gateway can say (the retry time, the page)
-        const reason = r.decision === 'approve' ? '' : String(r.message).replace(/;? ?retry in N s.*$/, '');
+        // (and what differs by path: the earlier call's upstream and time)
+        const reason = r.decision === 'approve' ? '' : String(r.message).replace(/;? ?retry in N s.*$/, '').split(/ on <upstream> at |<(time|hex|url)>/)[0];
         if (reason) text += `  reason: ${yamlString(reason)}\n`;
       }
       return text;
@@ -747,14 +943,17 @@ export function diffRecords(a, b, { explain = false } = {}) {
       }
       // (a call that met a pending approval has no audit line of its own to say them)
       if (typeof a.audit === 'object') cmp('rule (the audit line\'s)', a.audit?.rule, b.explainRule);
+      if (a.data?.history !== undefined || b.history !== undefined) cmp('error.data.history (explain\'s "earlier call:")', a.data?.history, b.history);
     }
     if (b.counters !== undefined && typeof a.audit === 'object') cmp('counters after the call', a.audit.counters ?? {}, b.counters);
+    if (b.arguments !== undefined && a.decision === 'allow' && typeof a.audit === 'object') cmp('final arguments (explain\'s vs the audit line\'s)', a.audit.args, b.arguments);
     if (a.decision !== 'limited' || b.decision !== 'limited') return out; // explain gives a retry only for a limit
   } else {
     cmp('error.code', a.code, b.code);
     cmp('error.message', a.message, b.message);
     cmp('error.data', a.data, b.data);
     cmp('audit line', a.audit, b.audit);
+    cmp('what the upstream echoed', a.echoed, b.echoed);
   }
   if (a.retry_after_ms !== undefined || b.retry_after_ms !== undefined) {
     const tol = Math.abs((a.at ?? 0) - (b.at ?? 0)) + 1500;
@@ -832,6 +1031,10 @@ describe('the same decision on every path', () => {
       const ref = byPath[refId];
       assert.deepEqual(ref.map((r) => r.decision), c.expect,
         `case ${c.name}: the reference path (${refId}) decided ${show(ref.map((r) => r.decision))}, the table expects ${show(c.expect)}`);
+      if (c.echoes) {
+        assert.deepEqual(ref.filter((r) => r.echoed !== undefined).map((r) => r.echoed), c.echoes,
+          `case ${c.name}: what the upstream echoed on the reference path (${refId})`);
+      }
       delete byPath[refId];
       let testFails = [];
       if (!('explain' in skip)) {
