@@ -41,6 +41,10 @@
 //     steps: [ T('echo', {text: 'x'}), ... ],   // T(tool, args), R(uri), P(prompt), LIST, APPROVE(n)
 //     expect: ['allow', 'limited', ...],        // the reference path's decisions (the anchor: a
 //                                              // case where every path is wrong alike fails)
+//     anchors: { 3: 'brake', 1: ['echo'] },    // optional: the reference's deciding rule at step 3
+//                                              // (its audit line's), the tools a LIST step shows
+//     echoes: ['x', ...],                      // optional: what the upstream's echo answered, in
+//                                              // order, on the reference path (the arguments it got)
 //     conf: { limits: {...}, upstreams: { cowork: {...} } },  // optional, see below
 //     skip: { 'PATH ID': 'why' },               // optional: a path that cannot take part
 //     known: [{ path, steps: [1-based], why }] } // optional: a divergence found and not fixed yet
@@ -327,6 +331,7 @@ tools:
     steps: [exec(), echo(), exec(), T('get_weather', { city: 'Oslo' }), echo(), exec({ code: 'print(3)' })],
     explainAfter: true,
     expect: ['allow', 'allow', 'deny', 'allow', 'allow', 'deny'],
+    anchors: { 3: 'no-egress-after-secrets', 6: 'no-egress-after-secrets' },
   },
   {
     name: 'history-distinct',
@@ -348,6 +353,7 @@ tools:
     ],
     explainAfter: true,
     expect: ['allow', 'allow', 'allow', 'deny', 'allow', 'deny', 'allow'],
+    anchors: { 4: 'two-repos', 6: 'two-repos' },
   },
   {
     name: 'history-same',
@@ -373,6 +379,7 @@ tools:
     ],
     explainAfter: true,
     expect: ['deny', 'allow', 'allow', 'deny', 'allow', 'allow', 'deny'],
+    anchors: { 1: 'list-before-delete', 4: 'list-before-delete', 7: 'list-before-delete' },
   },
   {
     name: 'brake',
@@ -394,6 +401,7 @@ tools:
     explainAfter: true,
     explainNot: { 8: 'explain --after remembers earlier calls for history only, not the bucket they spent (policy test checks it)' },
     expect: ['allow', 'allow', 'limited', 'limited', 'allow', 'allow', 'allow', 'limited', 'allow', 'limited', 'allow'],
+    anchors: { 3: 'brake', 4: 'brake', 8: 'echoes', 10: 'brake' },
   },
   {
     name: 'bind',
@@ -417,7 +425,21 @@ tools:
     ],
     explainAfter: true,
     expect: ['allow', 'allow', 'deny', 'allow', 'allow', 'deny', 'deny'],
+    anchors: { 3: 'set', 6: 'forbid', 7: 'set' },
     echoes: ['acme-prod', 'acme-prod'],
+  },
+  {
+    name: 'pins',
+    why: 'a pin file pinning echo only: echo listed and allowed; execute_code, named by the policy but not pinned, hidden and refused under default deny (rule pin)',
+    pins: ['echo'],
+    policy: { version: '1', default: 'deny', tools: { echo: {}, execute_code: {} } },
+    // the gateway learns a pinned tool's definition from a tools/list it relays (each cluster
+    // member its own): two lists first, so that both members of a cluster path have seen one
+    steps: [LIST, LIST, echo(), exec(), echo({ text: 'again', message: 'again' }), exec()],
+    explainAfter: true,
+    policyTestNot: 'policy test reads the policy file alone, without the conf\'s pin file',
+    expect: ['list', 'list', 'allow', 'deny', 'allow', 'deny'],
+    anchors: { 1: ['echo'], 2: ['echo'], 4: 'pin', 6: 'pin' },
   },
 ];
 
@@ -439,6 +461,10 @@ const PATHS = [
   { id: 'explain', gw: 'none' },
 ];
 const UPSTREAMS = ['cowork', 'dual', 'strict'];
+/** The upstream a path of case c sends to: its own, or (a case with `pins`) the same one with c's pin file. */
+const upOf = (c, up) => (c.pins ? `${up}-pins-${c.name}` : up);
+/** The upstreams with pin files: [{name, entry (the conf's entry it copies), file}], made in before(). */
+const pinned = [];
 
 // error.data members that differ by nature, and how they are compared instead
 const VOLATILE_DATA = {
@@ -483,9 +509,14 @@ function writePolicies() {
 }
 
 /** The conf of a gateway (local, or one cluster instance): every grant, each case's policy on every upstream. */
-function confFor(sub, { auditFile, clusterGroup }) {
+function confFor(sub, { auditFile, clusterGroup, withPins = true }) {
   fs.mkdirSync(sub, { recursive: true });
   const more = (up) => Object.assign({}, ...CASES.map((c) => c.conf?.upstreams?.[up] ?? {}));
+  const base = [
+    { name: 'cowork', url: standin.url, initialize: 'local', headers: { Authorization: `Bearer ${STANDIN_TOKEN}` }, policy: policyFiles[CASES[0].name], ...more('cowork') },
+    { name: 'dual', url: dual.url, policy: policyFiles[CASES[0].name], ...more('dual') },
+    { name: 'strict', url: strict.url, policy: policyFiles[CASES[0].name], ...more('strict') },
+  ];
   return H.writeConf(sub, {
     limits: Object.assign({}, ...CASES.map((c) => c.conf?.limits ?? {})),
     admin: { token_sha256: H.sha256hex(ADMIN_TOKEN) },
@@ -493,14 +524,14 @@ function confFor(sub, { auditFile, clusterGroup }) {
       const g = grants[grantKey(c, p)];
       return {
         name: g.name, token_sha256: H.sha256hex(g.token),
-        policies: UPSTREAMS.map((up) => ({ upstream: up, policy: policyFiles[c.name] })),
+        policies: [...UPSTREAMS, ...pinned.map((x) => x.name)].map((up) => ({ upstream: up, policy: policyFiles[c.name] })),
         ...(c.attributes ? { attributes: c.attributes } : {}),
       };
     })),
     upstreams: [
-      { name: 'cowork', url: standin.url, initialize: 'local', headers: { Authorization: `Bearer ${STANDIN_TOKEN}` }, policy: policyFiles[CASES[0].name], ...more('cowork') },
-      { name: 'dual', url: dual.url, policy: policyFiles[CASES[0].name], ...more('dual') },
-      { name: 'strict', url: strict.url, policy: policyFiles[CASES[0].name], ...more('strict') },
+      ...base,
+      // a case with `pins`: the same upstreams under names of their own, with its pin file
+      ...(withPins ? pinned.map((x) => ({ ...base.find((b) => b.name === x.base), name: x.name, pins: x.file })) : []),
     ],
     audit: { file: auditFile, args: 'values' }, // the final arguments, as the upstream got them
     cluster: clusterGroup,
@@ -511,10 +542,40 @@ async function startGateway(sub, opts) {
   const auditFile = path.join(sub, 'audit.log');
   const conf = confFor(sub, { ...opts, auditFile });
   const gw = await H.startTollgate(conf, { cleanup, admin: true });
-  for (const name of ['dual', 'strict']) {
+  for (const name of ['dual', 'strict', ...pinned.map((x) => x.name).filter((n) => !n.startsWith('cowork'))]) {
     await gw.waitForLog(new RegExp(`msg="upstream protocol" upstream=${name} era=`), { what: `the probe's verdict on ${name}` });
   }
   return { gw, conf, audit: auditFile };
+}
+
+/**
+ * The pin files of the cases with `pins` (the tools they pin): `tollgate pin` of each upstream as
+ * it lists its tools now, cut down to those tools, for an upstream of the case's own (upOf).
+ */
+async function writePins() {
+  const cases = CASES.filter((c) => c.pins);
+  if (!cases.length) return;
+  const pre = confFor(path.join(dir, 'pin'), { auditFile: path.join(dir, 'pin', 'audit.log'), withPins: false });
+  const listed = {};
+  // (strict is the same fixture as dual, served in 2026 only, which `tollgate pin`, a 2025
+  // client, cannot list: it gets dual's definitions)
+  for (const up of ['cowork', 'dual']) {
+    const f = path.join(dir, 'pin', `${up}.pins.json`);
+    const r = await run(['pin', '-c', pre, '--out', f, up]);
+    assert.equal(r.code, 0, `tollgate pin ${up}: ${r.stdout}${r.stderr}`);
+    listed[up] = JSON.parse(fs.readFileSync(f, 'utf8'));
+  }
+  listed.strict = listed.dual;
+  for (const c of cases) {
+    for (const up of UPSTREAMS) {
+      const name = upOf(c, up);
+      const tools = Object.fromEntries(c.pins.map((t) => [t, listed[up].tools[t]]));
+      assert.ok(c.pins.every((t) => tools[t]), `${up} lists ${c.pins.join(', ')}`);
+      const file = path.join(dir, `${name}.pins.json`);
+      fs.writeFileSync(file, JSON.stringify({ ...listed[up], upstream: name, tools }, null, 1));
+      pinned.push({ name, base: up, file });
+    }
+  }
 }
 
 /** Waits until 00:00 UTC has passed if it is less than `ms` away: the `day` windows must not roll mid-run. */
@@ -543,6 +604,7 @@ before(async () => {
     C.startRedis({ cleanup, dir }),
   ]);
   writePolicies();
+  await writePins();
   const secretFile = C.writeSecret(dir);
   const clusterGroup = (instance) => ({
     redis: redis.addr, key_prefix: `tollgate-diff-${H.randomToken(4)}:`, secret_file: secretFile,
@@ -592,22 +654,22 @@ async function roamingSession(ports, upstream, token) {
 }
 
 /** Clients of one path: request(method, params) and which gateway (index into gws) served each request. */
-async function clientsFor(p, token) {
+async function clientsFor(p, token, up) {
   if (p.gw === 'local') {
-    const c = await openClient(p.kind, { port: local.gw.plainPort, upstream: p.up, token });
+    const c = await openClient(p.kind, { port: local.gw.plainPort, upstream: up, token });
     return { gws: [local], pick: () => 0, request: (m, params, o) => c.request(m, params, o), close: () => c.close() };
   }
   if (p.only !== undefined) { // a channel lives on one instance: the cluster's counters, one member
-    const c = await openClient(p.kind, { port: cluster[p.only].gw.plainPort, upstream: p.up, token });
+    const c = await openClient(p.kind, { port: cluster[p.only].gw.plainPort, upstream: up, token });
     return { gws: cluster, pick: () => p.only, request: (m, params, o) => c.request(m, params, o), close: () => c.close() };
   }
   const ports = cluster.map((g) => g.gw.plainPort);
   let served = 0;
   if (p.kind === 'streamable') {
-    const s = await roamingSession(ports, p.up, token);
+    const s = await roamingSession(ports, up, token);
     return { gws: cluster, pick: () => served++ % 2, request: (m, params, o) => s.request(m, params, o), close: () => s.close() };
   }
-  const cs = await Promise.all(ports.map((port) => openClient(p.kind, { port, upstream: p.up, token })));
+  const cs = await Promise.all(ports.map((port) => openClient(p.kind, { port, upstream: up, token })));
   let i = 0;
   return {
     gws: cluster, pick: () => served++ % 2,
@@ -640,7 +702,7 @@ const AFTER_SPACING = 0.2;
 /** Makes the case's steps on path p; returns one record per step. */
 async function runPath(c, p) {
   const g = grants[grantKey(c, p)];
-  const cl = await clientsFor(p, g.token);
+  const cl = await clientsFor(p, g.token, upOf(c, p.up));
   const raw = [];
   const approvalIds = []; // in the order the path met them
   try {
@@ -693,7 +755,7 @@ async function runPath(c, p) {
     let audit;
     if (r.approvalId !== undefined) audit = endLines.find((x) => x.approval_id === r.approvalId);
     else if (r.audited) audit = callLines[r.gwIndex][next[r.gwIndex]++];
-    const rec = recordOf(r.step, r.answer, r.at, audit, { up: p.up, steps: raw });
+    const rec = recordOf(r.step, r.answer, r.at, audit, { up: upOf(c, p.up), steps: raw });
     if (r.approval !== undefined) {
       rec.data.approval = r.approval; // which approval: the same call made again meets the same one
       if (!r.audited) rec.audit = `none (approval ${r.approval} is already pending)`;
@@ -705,7 +767,9 @@ async function runPath(c, p) {
 // ---------------------------------------------------------------------------------------------
 // Records
 
-const normMessage = (s) => (typeof s !== 'string' ? s : s
+// (a pinned upstream's name, which each path has its own, is '<upstream>' too)
+const normMessage = (s, up) => (typeof s !== 'string' ? s : s
+  .replaceAll(up?.includes('-pins-') ? up : '\u0000', '<upstream>')
   .replace(/retry in \d+ s/g, 'retry in N s')
   .replace(/https?:\/\/127\.0\.0\.1:\d+\S*/g, '<url>')
   // a history refusal names the earlier call's time and upstream (each path has its own)
@@ -773,12 +837,12 @@ function recordOf(step, answer, at, audit, ctx) {
   if (isGatewayRefusal(e)) {
     rec.decision = decisionOf(e);
     rec.code = e.code;
-    rec.message = normMessage(e.message);
+    rec.message = normMessage(e.message, ctx?.up);
     const data = {};
     for (const [k, v] of Object.entries(e.data)) {
       if (k === 'retry_after_ms') rec.retry_after_ms = v;
       else if (k === 'history') data[k] = historyOf(v, ctx);
-      else if (!(k in VOLATILE_DATA)) data[k] = typeof v === 'string' ? normMessage(v) : v;
+      else if (!(k in VOLATILE_DATA)) data[k] = typeof v === 'string' ? normMessage(v, ctx?.up) : v;
     }
     rec.data = data;
   } else if (step.params?.name === 'echo' && answer.result) {
@@ -824,7 +888,7 @@ const yamlString = (s) => JSON.stringify(s); // a JSON string is a YAML double-q
  */
 async function explainPath(c, ref) {
   const g = grants[grantKey(c, PATHS.find((p) => p.id === 'explain'))];
-  const base = ['policy', 'explain', '-c', local.conf, '--grant', g.name, '--upstream', 'cowork'];
+  const base = ['policy', 'explain', '-c', local.conf, '--grant', g.name, '--upstream', upOf(c, 'cowork')];
   const records = [];
   const notes = [];
   const testFails = []; // {step, lines}
@@ -868,7 +932,7 @@ async function explainPath(c, ref) {
     if (!x.decision) { records.push({ decision: `explain failed (${out.code}): ${out.stderr.trim()}` }); continue; }
     const rec = { decision: x.decision, at: Date.now() };
     if (x.decision !== 'allow') {
-      rec.message = normMessage(x.reason);
+      rec.message = normMessage(x.reason, upOf(c, 'cowork'));
       // a counter names the limit that refused; explain's "rule:" is the counter then
       rec.explainRule = x.rule;
       if (x.retry !== undefined) rec.retry_after_ms = Number(x.retry);
@@ -888,7 +952,8 @@ async function explainPath(c, ref) {
   // policy test: the whole sequence of tool calls on one set of counters, each case expecting
   // what the reference path got
   const calls = c.steps.map((s, i) => ({ s, i })).filter(({ s, i }) => s.method === 'tools/call' && i < until);
-  if (calls.length) {
+  if (c.policyTestNot) notes.push(`policy test not run: ${c.policyTestNot}`);
+  else if (calls.length) {
     const lines = calls.map(({ s, i }) => {
       const r = ref[i];
       let text = `- name: ${yamlString(`step ${i + 1}`)}\n  session: test-session\n  call: ${JSON.stringify(s.params)}\n  expect: ${r.decision}\n`;
@@ -1031,6 +1096,11 @@ describe('the same decision on every path', () => {
       const ref = byPath[refId];
       assert.deepEqual(ref.map((r) => r.decision), c.expect,
         `case ${c.name}: the reference path (${refId}) decided ${show(ref.map((r) => r.decision))}, the table expects ${show(c.expect)}`);
+      // the reference's deciding rule (the audit line's) or, for a LIST, the tools it shows
+      for (const [n, want] of Object.entries(c.anchors ?? {})) {
+        const r = ref[n - 1];
+        assert.deepEqual(Array.isArray(want) ? r.visible : r.audit?.rule, want, `case ${c.name}, step ${n} on the reference path (${refId}): ${show({ ...r, at: undefined })}`);
+      }
       if (c.echoes) {
         assert.deepEqual(ref.filter((r) => r.echoed !== undefined).map((r) => r.echoed), c.echoes,
           `case ${c.name}: what the upstream echoed on the reference path (${refId})`);
