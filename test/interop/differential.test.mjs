@@ -21,15 +21,23 @@
 //   cluster ws        WebSocket on instance b (a channel lives on one member) -> the stand-in
 //   explain           `tollgate policy explain` for every step it can decide alone (a resource,
 //                     a prompt, a tool's `hidden:`, the k-th of k identical calls with --repeat k,
-//                     with its "counter values after this call"), and `tollgate policy test` for
-//                     the whole sequence of tool calls (cases expecting the reference's decision,
-//                     rule and reason: a FAIL line is the mismatch)
+//                     with its "counter values after this call"; in a case with `explainAfter`,
+//                     every call, after the ones the reference let through given with --after:
+//                     its "earlier call:" and "arguments:" compared too), and `tollgate policy
+//                     test` for the whole sequence of tool calls (cases expecting the
+//                     reference's decision, rule and reason, and with `attributes` the final
+//                     arguments: a FAIL line is the mismatch)
 //
 // A record (see recordOf): the decision (allow, deny, limited, approve; `list` for a tools/list
 // step), the JSON-RPC error code, error.message and error.data with what differs by nature taken
 // out (an approval's id and page URL; `retry in N s` in a message), error.data.retry_after_ms
 // (compared within the time that passed between the two paths' calls, plus 1.5 s), and the
-// call's audit line (decision, rule, counters: the counter effects). An allowed call is one the
+// call's audit line (decision, rule, counters: the counter effects; args: the final arguments,
+// audit.args = "values"; history), and what an allowed `echo` answered (both upstreams echo their
+// text: the arguments the upstream received). error.data.history (and the audit line's) is
+// compared as the step it names: its `at` becomes `step N` (that path's call of the named tool
+// in flight nearest that instant), its upstream '<upstream>' when it is the path's own; a time
+// and the upstream in a message become <time> and <upstream>. An allowed call is one the
 // upstream answered, whatever it answered (a result, or an error of its own: the stand-in has no
 // prompts, the era2026 fixture no cowork:// resources); its audit outcome is not compared.
 //
@@ -38,7 +46,8 @@
 //   { name: 'short-id',                  // also the grant names' stem: [a-z0-9-]
 //     why: 'what it pins',
 //     policy: {...} | 'YAML text',       // an object is written as JSON, a string as YAML
-//     steps: [ T('echo', {text: 'x'}), ... ],   // T(tool, args), R(uri), P(prompt), LIST, APPROVE(n)
+//     steps: [ T('echo', {text: 'x'}), ... ],   // T(tool, args), R(uri), P(prompt), LIST, APPROVE(n),
+//                                              // TRAW(tool, 'JSON text'): arguments sent as written
 //     expect: ['allow', 'limited', ...],        // the reference path's decisions (the anchor: a
 //                                              // case where every path is wrong alike fails)
 //     anchors: { 3: 'brake', 1: ['echo'] },    // optional: the reference's deciding rule at step 3
@@ -46,6 +55,11 @@
 //     echoes: ['x', ...],                      // optional: what the upstream's echo answered, in
 //                                              // order, on the reference path (the arguments it got)
 //     conf: { limits: {...}, upstreams: { cowork: {...} } },  // optional, see below
+//     attributes: { tenant: 'x' },             // optional: grants[].attributes of the case's grants
+//     pins: ['echo'],                          // optional: the tools the case's pin file pins
+//     explainAfter: true,                      // optional: explain every call (--after, above)
+//     explainNot: { 8: 'why' },                // optional: steps explain cannot decide, printed
+//     policyTestNot: 'why',                    // optional: policy test cannot run the case
 //     skip: { 'PATH ID': 'why' },               // optional: a path that cannot take part
 //     known: [{ path, steps: [1-based], why }] } // optional: a divergence found and not fixed yet
 // - Steps may only call tools both upstreams have (`echo`, `execute_code`: ALLOWED_TOOLS) when
@@ -59,10 +73,12 @@
 // - A history condition or a brake is a sequence like the limits here: the steps are the calls,
 //   and the record of the call that trips it (rule, message, error.data.history, retry_after_ms)
 //   is compared across paths and cluster members. Bound arguments: the decision sees the final
-//   arguments, so a row with `set:` and conditions on the bound value shows it; what the upstream
-//   received needs the fixtures' request logs (the stand-in's --log, the era2026 fixture's
-//   --log), not part of the record today. A pin: a LIST step (the hidden tool) and a call (-32001,
-//   rule "pin").
+//   arguments, the audit line logs them and `echo` answers with its bound text (both upstreams
+//   get `text` and `message` set alike). A pin file belongs to an upstream, and the gateways are
+//   shared: a case with `pins` sends to the same three upstreams under names of its own (upOf),
+//   whose pin files before() makes with `tollgate pin` (strict gets dual's: `tollgate pin` lists
+//   as a 2025 client) cut down to the case's tools. The gateway learns a pinned tool's definition
+//   from a tools/list it relays, per cluster member: such a case lists twice first.
 // - `conf`: merged into every gateway's configuration (all cases share the gateways): `limits`
 //   into limits, `upstreams.NAME` into that upstream's entry. It must not change what the other
 //   cases decide.
@@ -77,8 +93,9 @@
 //
 // Time: no window rolls and no bucket refills within a run (fixed windows are `day`, buckets hold
 // a day's tokens); a run that would cross 00:00 UTC waits for it first (the one clock event the
-// fixed windows depend on). Waits are for events (the answers, the audit lines, the admin API's
-// listing). Whole file: about 10 s with an ASan build (13 cases x 12 paths).
+// fixed windows depend on); history windows and brakes are a minute or more, longer than a run.
+// Waits are for events (the answers, the audit lines, the admin API's listing). Whole file:
+// about 14 s with an ASan build (19 cases x 12 paths).
 //
 //   TOLLGATE_BIN=build-asan/tollgate node --test test/interop/differential.test.mjs
 
@@ -883,15 +900,15 @@ function parseExplain(out) {
 const yamlString = (s) => JSON.stringify(s); // a JSON string is a YAML double-quoted scalar
 
 /**
- * The explain path's records, compared with the reference's `ref`: an explain per step it can
- * decide alone, and a `policy test` run over the tool calls. Returns { records, notes }.
+ * The explain path's records: an explain per step it can decide alone (with --after, the calls
+ * before it that the table expects allowed: the reference path is held to them). Returns
+ * { records, notes }; it runs beside the other paths (policyTestOf runs after them).
  */
-async function explainPath(c, ref) {
+async function explainPath(c) {
   const g = grants[grantKey(c, PATHS.find((p) => p.id === 'explain'))];
   const base = ['policy', 'explain', '-c', local.conf, '--grant', g.name, '--upstream', upOf(c, 'cowork')];
   const records = [];
   const notes = [];
-  const testFails = []; // {step, lines}
   const approveAt = c.steps.findIndex((s) => s.method === 'approve');
   const until = approveAt < 0 ? c.steps.length : approveAt; // policy test has no approvers
   for (let i = 0; i < c.steps.length; i++) {
@@ -917,7 +934,7 @@ async function explainPath(c, ref) {
     // each AFTER_SPACING s before the next, so that the instant of the earlier call a refusal names
     // tells which step it was
     const remembered = c.explainAfter && !same ? c.steps.slice(0, i).map((s, j) => ({ s, j }))
-      .filter(({ s, j }) => ref[j].decision === 'allow' && AUDITED.has(s.method)) : [];
+      .filter(({ s, j }) => c.expect[j] === 'allow' && AUDITED.has(s.method)) : [];
     const agoOf = (k) => (remembered.length - k) * AFTER_SPACING;
     const earlier = remembered.flatMap(({ s }, k) => ['--after', JSON.stringify(
       s.method === 'tools/call' ? { tool: s.params.name, args: s.params.arguments, ago: agoOf(k) }
@@ -949,6 +966,18 @@ async function explainPath(c, ref) {
     }
     records.push(rec);
   }
+  return { records, notes };
+}
+
+/**
+ * `tollgate policy test` over the case's tool calls, each expecting what the reference path
+ * `ref` got; returns { notes, testFails }.
+ */
+async function policyTestOf(c, ref) {
+  const notes = [];
+  const testFails = []; // {step, lines}
+  const approveAt = c.steps.findIndex((s) => s.method === 'approve');
+  const until = approveAt < 0 ? c.steps.length : approveAt; // policy test has no approvers
   // policy test: the whole sequence of tool calls on one set of counters, each case expecting
   // what the reference path got
   const calls = c.steps.map((s, i) => ({ s, i })).filter(({ s, i }) => s.method === 'tools/call' && i < until);
@@ -981,7 +1010,7 @@ async function explainPath(c, ref) {
     if (out.code !== 0 && !testFails.length) testFails.push({ step: -1, lines: [`policy test exited ${out.code}:`, out.stdout, out.stderr] });
     notes.push(`policy test ${path.basename(casesFile)}: ${calls.length} calls, exit ${out.code}`);
   }
-  return { records, notes, testFails };
+  return { notes, testFails };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1090,6 +1119,7 @@ describe('the same decision on every path', () => {
       const skip = c.skip ?? {};
       const live = PATHS.filter((p) => p.gw !== 'none' && !(p.id in skip));
       for (const [id, why] of Object.entries(skip)) t.diagnostic(`path ${id} skipped: ${why}`);
+      const explained = 'explain' in skip ? null : explainPath(c); // offline: beside the others
       const recs = await Promise.all(live.map((p) => runPath(c, p)));
       const byPath = Object.fromEntries(live.map((p, i) => [p.id, recs[i]]));
       const refId = live[0].id;
@@ -1107,11 +1137,12 @@ describe('the same decision on every path', () => {
       }
       delete byPath[refId];
       let testFails = [];
-      if (!('explain' in skip)) {
-        const x = await explainPath(c, ref);
+      if (explained) {
+        const x = await explained;
+        const y = await policyTestOf(c, ref);
         byPath.explain = x.records;
-        testFails = x.testFails.map((f) => ({ path: 'explain (policy test)', ...f }));
-        for (const n of x.notes) t.diagnostic(n);
+        testFails = y.testFails.map((f) => ({ path: 'explain (policy test)', ...f }));
+        for (const n of [...x.notes, ...y.notes]) t.diagnostic(n);
       }
       const { knownDiffs, newDiffs, gone } = sortOut(c, [...differences(c, ref, byPath), ...testFails]);
       for (const k of c.known ?? []) t.diagnostic(`KNOWN DIVERGENCE, ${k.path} steps ${k.steps.join(', ')}: ${k.why}`);
