@@ -351,6 +351,22 @@ tools:
     anchors: { 3: 'no-egress-after-secrets', 6: 'no-egress-after-secrets' },
   },
   {
+    name: 'toxic-resource',
+    why: 'a resource tagged by its group\'s pattern counts as the earlier call: error.data.history names the resource; an untagged read does not',
+    skip: CLUSTER_HISTORY_SKIP,
+    policy: {
+      version: '1', default: 'allow', tools: {
+        execute_code: { tags: ['egress'], rules: [{ name: 'no-egress-after-secrets', conditions: [{ history: { tags: ['reads_secrets'], within: '10m' }, op: 'eq', value: 0 }] }] },
+      },
+      resources: { default: 'allow', tags: { 'cowork://workspaces/secret*': ['reads_secrets'] } },
+    },
+    // (the era2026 fixture has no cowork:// resources: an upstream error, allowed by the policy)
+    steps: [R('cowork://workspaces/w1'), exec(), R('cowork://workspaces/secret-1'), exec()],
+    explainAfter: true,
+    expect: ['allow', 'allow', 'allow', 'deny'],
+    anchors: { 4: 'no-egress-after-secrets' },
+  },
+  {
     name: 'history-distinct',
     skip: CLUSTER_HISTORY_SKIP,
     why: 'at most 2 distinct args.repo an hour (canonical values: 1 and 1.0 are one), the refusal naming the latest counted call; a refused call is not remembered',
@@ -983,9 +999,15 @@ async function policyTestOf(c, ref) {
   const calls = c.steps.map((s, i) => ({ s, i })).filter(({ s, i }) => s.method === 'tools/call' && i < until);
   if (c.policyTestNot) notes.push(`policy test not run: ${c.policyTestNot}`);
   else if (calls.length) {
+    let prev = 0;
     const lines = calls.map(({ s, i }) => {
       const r = ref[i];
       let text = `- name: ${yamlString(`step ${i + 1}`)}\n  session: test-session\n  call: ${JSON.stringify(s.params)}\n  expect: ${r.decision}\n`;
+      // reads and prompts the reference let through since the last call: the case's history
+      const reads = c.steps.slice(prev, i).flatMap((x, k) => (ref[prev + k].decision !== 'allow' ? []
+        : x.method === 'resources/read' ? [{ resource: x.params.uri }] : x.method === 'prompts/get' ? [{ prompt: x.params.name }] : []));
+      prev = i + 1;
+      if (c.explainAfter && reads.length) text += `  history: ${JSON.stringify(reads)}\n`;
       if (c.attributes) text += `  attributes: ${JSON.stringify(c.attributes)}\n`;
       // the final arguments the upstream got (the audit line's)
       if (c.attributes && r.decision === 'allow' && r.audit?.args) text += `  arguments: ${JSON.stringify(r.audit.args)}\n`;
