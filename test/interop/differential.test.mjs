@@ -57,6 +57,8 @@
 //     conf: { limits: {...}, upstreams: { cowork: {...} } },  // optional, see below
 //     attributes: { tenant: 'x' },             // optional: grants[].attributes of the case's grants
 //     pins: ['echo'],                          // optional: the tools the case's pin file pins
+//     bound: ['tenant', ...],                  // optional: a LIST records which of these the
+//                                              // listed schemas show (properties, required)
 //     explainAfter: true,                      // optional: explain every call (--after, above)
 //     explainNot: { 8: 'why' },                // optional: steps explain cannot decide, printed
 //     policyTestNot: 'why',                    // optional: policy test cannot run the case
@@ -438,7 +440,7 @@ tools:
   },
   {
     name: 'bind',
-    why: 'set from grants[].attributes overwrites what the model sent (the upstream echoes the bound text, the audit line logs it), forbid removes, strict refuses another value, a claim a static token lacks denies (rule set)',
+    why: 'set from grants[].attributes overwrites what the model sent (the upstream echoes the bound text, the audit line logs it), forbid removes, strict refuses another value, a claim a static token lacks denies (rule set); tools/list schemas without them',
     attributes: { tenant: 'acme-prod', region: 'eu' },
     policy: {
       version: '1', default: 'deny', tools: {
@@ -454,11 +456,12 @@ tools:
     steps: [
       echo({ text: 'globex', message: 'globex', debug: true }), echo({ region: 'us' }),
       exec({ tenant: 'globex' }), exec({ tenant: 'acme-prod' }), exec(), exec({ debug: false }),
-      T('delete_file', { path: '/tmp/x' }),
+      T('delete_file', { path: '/tmp/x' }), LIST,
     ],
     explainAfter: true,
-    expect: ['allow', 'allow', 'deny', 'allow', 'allow', 'deny', 'deny'],
-    anchors: { 3: 'set', 6: 'forbid', 7: 'set' },
+    expect: ['allow', 'allow', 'deny', 'allow', 'allow', 'deny', 'deny', 'list'],
+    anchors: { 3: 'set', 6: 'forbid', 7: 'set', 8: ['echo', 'execute_code'] },
+    bound: ['text', 'message', 'region', 'tenant', 'debug'], // tools/list: none of them in a schema
     echoes: ['acme-prod', 'acme-prod'],
   },
   {
@@ -788,7 +791,7 @@ async function runPath(c, p) {
     let audit;
     if (r.approvalId !== undefined) audit = endLines.find((x) => x.approval_id === r.approvalId);
     else if (r.audited) audit = callLines[r.gwIndex][next[r.gwIndex]++];
-    const rec = recordOf(r.step, r.answer, r.at, audit, { up: upOf(c, p.up), steps: raw });
+    const rec = recordOf(r.step, r.answer, r.at, audit, { up: upOf(c, p.up), steps: raw, bound: c.bound });
     if (r.approval !== undefined) {
       rec.data.approval = r.approval; // which approval: the same call made again meets the same one
       if (!r.audited) rec.audit = `none (approval ${r.approval} is already pending)`;
@@ -862,8 +865,17 @@ function recordOf(step, answer, at, audit, ctx) {
     };
   }
   if (step.method === 'tools/list') {
-    const names = (answer.result?.tools ?? []).map((t) => t.name);
-    return { decision: answer.result ? 'list' : 'list failed', visible: ALLOWED_TOOLS.filter((n) => names.includes(n)), at };
+    const tools = answer.result?.tools ?? [];
+    const names = tools.map((t) => t.name);
+    const rec = { decision: answer.result ? 'list' : 'list failed', visible: ALLOWED_TOOLS.filter((n) => names.includes(n)), at };
+    if (ctx?.bound) {
+      // which of the bound and forbidden arguments the listed schemas still show (none: the
+      // upstreams' own schemas differ, stripped they agree)
+      rec.schema = canon(Object.fromEntries(tools.filter((t) => ALLOWED_TOOLS.includes(t.name)).map((t) => [t.name, [
+        ...Object.keys(t.inputSchema?.properties ?? {}), ...(t.inputSchema?.required ?? []).map((r) => `required ${r}`),
+      ].filter((k) => ctx.bound.includes(k.replace(/^required /, ''))).sort()])));
+    }
+    return rec;
   }
   const rec = { decision: 'allow', at };
   const e = answer.error;
@@ -1046,7 +1058,11 @@ export function diffRecords(a, b, { explain = false } = {}) {
   if (a === null || b === null) return out;
   const cmp = (what, x, y) => { if (show(x) !== show(y)) out.push(`${what}: ${show(x)} vs ${show(y)}`); };
   cmp('decision', a.decision, b.decision);
-  if (a.decision === 'list' || b.decision === 'list') { cmp('tools/list shows', a.visible, b.visible); return out; }
+  if (a.decision === 'list' || b.decision === 'list') {
+    cmp('tools/list shows', a.visible, b.visible);
+    if (!explain) cmp('bound arguments in the listed schemas', a.schema, b.schema);
+    return out;
+  }
   if (explain) {
     // explain says what the model reads and which rule or counter decided, and the counters after
     if (b.decision !== 'allow' || a.decision !== 'allow') {
