@@ -2,8 +2,10 @@
  * installs on the server when the configuration has a `cluster` group. Such a gateway decides
  * tools/call against counters in Redis instead of its own memory, by the
  * plan of policy/counters.h: a first pass runs at once, and only a decision that reaches a counter
- * waits for Redis (one pipelined round trip when every counter fits). A decision that reaches no
- * counter never asks Redis, so a dead Redis does not stop calls that need none.
+ * or a history waits for Redis (one pipelined round trip when every counter fits: the history
+ * reads, the counters and the call it records, which is in Redis before the answer). A decision
+ * that reaches no counter and records nothing never asks Redis, so a dead Redis does not stop
+ * calls that need none.
  *
  * When Redis cannot answer (down, slow past cluster.timeout_ms, busy), the decision fails closed
  * (-32004 with the reason) unless on_unavailable = "local", which decides it on the gateway's own
@@ -33,6 +35,9 @@ struct tg_cluster_stats {
     uint64_t unavailable;        /* on_unavailable = "deny": refused with -32004 */
     uint64_t rounds;             /* Redis round trips made for decisions */
     uint64_t refunds;            /* reservations given back in Redis */
+    uint64_t history_adds;       /* calls added to a history in Redis (ahead of the decision included) */
+    uint64_t history_dels;       /* calls added ahead and taken back: the decision did not record them */
+    uint64_t values_refused;     /* decisions refused: a counter or history entry in Redis did not parse */
     uint64_t listings_refused;   /* approval listings read from Redis that did not verify */
     uint64_t records_refused;    /* retry records read from Redis that did not verify (ignored) */
 };
@@ -50,6 +55,9 @@ void tg_cluster_free(struct tg_cluster *cl);
 void tg_cluster_store(struct tg_cluster *cl, struct tg_shared *st);
 /* A reload's cluster group: what can change without a restart (on_unavailable, timeout_ms). */
 void tg_cluster_reconf(struct tg_cluster *cl, const struct tg_cluster_conf *cc);
+/* limits.history_calls (at start and at every reload): the history lists in Redis keep this many
+ * calls per key, and a decision reads as many (default 64). */
+void tg_cluster_history_calls(struct tg_cluster *cl, size_t calls);
 int tg_cluster_up(const struct tg_cluster *cl);
 const struct tg_cluster_stats *tg_cluster_stats(const struct tg_cluster *cl);
 struct tg_redis *tg_cluster_redis(struct tg_cluster *cl);

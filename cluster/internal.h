@@ -31,6 +31,9 @@ struct tg_cluster {
     struct tg_cluster_stats stats;
     uint64_t listing_warned_ms; /* wall clock of the last warning about a listing that did not verify */
     uint64_t record_warned_ms;  /* the same for retry records (records.c) */
+    uint64_t value_warned_ms;   /* the same for counters and history entries that do not parse */
+    size_t hist_calls;          /* limits.history_calls: what the history lists in Redis keep */
+    uint8_t hist_key[16];       /* signs history entries (from the secret, its own label) */
     int up;
     /* Who hears the session ends members announce (cluster/sessions.c subscribes). */
     void (*session_ended)(void *ud, const char *id);

@@ -552,6 +552,9 @@ void tg_counter_op_apply(struct tg_counters *c, struct tg_counter_op *op)
         tg_hist_get(c, op->h1, op->h2, &op->view);
         op->ok = 1;
         return;
+    case TG_COP_HIST_DEL:
+        op->ok = 1;
+        return;
     case TG_COP_HIST_ADD:
         if (op->entry != NULL)
             tg_hist_add(c, op->h1, op->h2, op->entry);

@@ -186,6 +186,8 @@ enum tg_counter_op_kind {
     TG_COP_WINDOW_SUB,
     TG_COP_HIST_GET, /* answered: view */
     TG_COP_HIST_ADD, /* an effect: entry */
+    TG_COP_HIST_DEL, /* a shared store's own effect: take back the entry of a HIST_ADD it sent ahead
+                      * of the decision (cluster/cluster.c); the local store has nothing to undo */
 };
 
 /* One call of the functions above, as a value: the arguments, and once answered the result.

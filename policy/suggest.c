@@ -446,10 +446,9 @@ static void group_yaml(struct tg_buf *out, const struct group *g)
 
 /* The brake proposed under "*" for the tools tagged execute or write: more than REPEATS calls of
  * one tool with the same arguments within WITHIN, or a cycle of up to CYCLE calls repeated so, is
- * refused. The policy compiler does not read `brake` yet (another change adds it): while
- * SCAN_BRAKE_LIVE is 0 the YAML carries the brake as a comment saying so and --json leaves it
- * out, so that every scanned policy loads; set it to 1 once a policy with `brake` compiles. */
-#define SCAN_BRAKE_LIVE 0
+ * refused. SCAN_BRAKE_LIVE 0 would write it as a comment and leave it out of --json (for a
+ * compiler that does not read `brake`). */
+#define SCAN_BRAKE_LIVE 1
 #define SCAN_BRAKE_REPEATS 5
 #define SCAN_BRAKE_WITHIN "60s"
 #define SCAN_BRAKE_CYCLE 4

@@ -16,8 +16,8 @@
  *
  * Each tool also gets tags (enum tg_scan_tag) from the same kind of words and from all four
  * annotations, independent of its class; the YAML comment says which word or annotation gave each.
- * A brake for the tools tagged execute or write is written under "*" (as a comment until the
- * policy compiler reads `brake`: SCAN_BRAKE_LIVE in suggest.c).
+ * A brake for the tools tagged execute or write is written under "*" (SCAN_BRAKE_LIVE in
+ * suggest.c).
  *
  * Resources, resource templates and prompts go into "resources" and "prompts" groups, both with
  * default: deny (a group the server does not offer is written that way too): each is allowed by

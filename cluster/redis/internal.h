@@ -59,6 +59,7 @@ struct tg_redis_req {
     struct tg_counter_op *ops; /* REQ_OPS: the caller's, NULL once answered or cancelled */
     size_t n, nreplied;
     char *prefix;
+    struct tg_redis_hist hist; /* REQ_OPS: for history ops (plan NULL when none given) */
     struct slot slots[];       /* n of them (1 for a command) */
 };
 

@@ -145,7 +145,7 @@ static void answer(struct tg_redis_req *q, int status, const struct redisReply *
     if (was_pending && r->st.pending > 0)
         r->st.pending--;
     q->answered = 1;
-    if (status < 0 && -status < 6)
+    if (status < 0 && -status < 7)
         r->st.errors[-status]++;
     if (status == TG_REDIS_ETIMEDOUT) {
         q->late = 1;
@@ -327,7 +327,7 @@ static void on_req_reply(redisAsyncContext *ac, void *reply, void *privdata)
         answer(q, bad ? TG_REDIS_EVALUE : TG_REDIS_EREPLY, NULL);
         return;
     }
-    int perr = q->ops ? tg__redis_op_parse(&q->ops[s->i], y) : 0;
+    int perr = q->ops ? tg__redis_op_parse(&q->ops[s->i], y, &q->hist) : 0;
     if (perr < 0) {
         answer(q, perr == -2 ? TG_REDIS_EVALUE : TG_REDIS_EREPLY, NULL);
         return;
@@ -347,13 +347,17 @@ static void on_reload_reply(redisAsyncContext *ac, void *reply, void *privdata)
 }
 
 /* Send ops[i] of q as one EVALSHA (hiredis buffers it; the loop writes the batch at once).
- * Returns -1 if the context refuses it (disconnecting). */
+ * Returns -1 if the context refuses it (disconnecting), -2 for a history op the request cannot
+ * send (no bound, no entry). */
 static int send_op(struct tg_redis_req *q, size_t i)
 {
     struct tg_redis *r = q->r;
     const struct tg_counter_op *op = &q->ops[i];
     struct tg__redis_argv v;
-    tg__redis_op_argv(&v, op, q->prefix, r->sha[op->kind]);
+    int adds = op->kind == TG_COP_HIST_ADD || op->kind == TG_COP_HIST_DEL;
+    if ((op->kind == TG_COP_HIST_GET || adds) && (q->hist.calls == 0 || (adds && op->entry == NULL)))
+        return -2; /* no bound given, or nothing to add: never an empty or unbounded list */
+    tg__redis_op_argv(&v, op, q->prefix, r->sha[op->kind], &q->hist);
     if (!r->cmd.ac || redisAsyncCommandArgv(r->cmd.ac, on_req_reply, &q->slots[i], v.argc, v.argv, v.argvlen) != REDIS_OK)
         return -1;
     q->outstanding++;
@@ -712,18 +716,30 @@ void tg_redis_flush(struct tg_redis *r)
 const struct tg_redis_stats *tg_redis_stats(const struct tg_redis *r) { return &r->st; }
 
 struct tg_redis_req *tg_redis_counter_ops(struct tg_redis *r, const char *key_prefix, struct tg_counter_op *ops,
-                                          size_t n, tg_redis_ops_cb cb, void *ud)
+                                          size_t n, const struct tg_redis_hist *hist, tg_redis_ops_cb cb, void *ud)
 {
     /* Fire and forget (no cb): the caller may drop ops at once, so the request keeps a copy,
-     * which a NOSCRIPT resend needs. */
-    size_t extra = cb ? 0 : n * sizeof(*ops);
+     * which a NOSCRIPT resend needs, and of the entries its history adds point to. */
+    size_t nent = 0;
+    for (size_t i = 0; !cb && i < n; i++)
+        nent += (ops[i].kind == TG_COP_HIST_ADD || ops[i].kind == TG_COP_HIST_DEL) && ops[i].entry != NULL;
+    size_t extra = cb ? 0 : n * sizeof(*ops) + nent * sizeof(struct tg_hist_entry);
     struct tg_redis_req *q = req_new(r, REQ_OPS, n, extra);
     q->ops_cb = cb;
     q->ud = ud;
     q->ops = ops;
+    if (hist != NULL)
+        q->hist = *hist;
     if (!cb) {
         q->ops = (struct tg_counter_op *)(void *)&q->slots[n];
-        memcpy(q->ops, ops, extra);
+        memcpy(q->ops, ops, n * sizeof(*ops));
+        struct tg_hist_entry *e = (struct tg_hist_entry *)(void *)&q->ops[n];
+        q->hist.plan = NULL; /* nobody waits for an answer to write */
+        for (size_t i = 0; i < n; i++)
+            if ((q->ops[i].kind == TG_COP_HIST_ADD || q->ops[i].kind == TG_COP_HIST_DEL) && q->ops[i].entry != NULL) {
+                *e = *q->ops[i].entry;
+                q->ops[i].entry = e++;
+            }
     }
     q->n = n;
     q->prefix = tg__redis_strdup(key_prefix);
@@ -734,11 +750,13 @@ struct tg_redis_req *tg_redis_counter_ops(struct tg_redis *r, const char *key_pr
         return q;
     }
     r->st.round_trips++;
-    for (size_t i = 0; i < n; i++)
-        if (send_op(q, i) < 0) {
-            answer_later(q, TG_REDIS_EDOWN);
+    for (size_t i = 0; i < n; i++) {
+        int e = send_op(q, i);
+        if (e < 0) {
+            answer_later(q, e == -2 ? TG_REDIS_EREPLY : TG_REDIS_EDOWN);
             break;
         }
+    }
     return q;
 }
 

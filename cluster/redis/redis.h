@@ -38,7 +38,8 @@ enum {
     TG_REDIS_EBUSY = -4,     /* max_pending requests already in flight */
     TG_REDIS_ECLOSED = -5,   /* tg_redis_free() ran while the request waited */
     TG_REDIS_EVALUE = -6,    /* a counter value (a stored key or a script's answer) is not a finite
-                              * decimal number: the data is poisoned, not the service down */
+                              * decimal number, or a history entry not one: the data is poisoned,
+                              * not the service down */
 };
 
 struct tg_redis_opts {
@@ -55,7 +56,7 @@ struct tg_redis_stats {
     uint64_t requests;       /* tg_redis_* requests made */
     uint64_t commands;       /* commands written to Redis (a counter batch of n ops is n) */
     uint64_t round_trips;    /* writes of one or more commands that waited for replies */
-    uint64_t errors[6];      /* requests answered with -status (index 1..5) */
+    uint64_t errors[7];      /* requests answered with -status (index 1..6) */
     uint64_t reconnects;     /* connections made after the first */
     uint64_t script_loads;   /* SCRIPT LOADs (at connect and after NOSCRIPT) */
     uint64_t pending;        /* requests in flight now */
@@ -89,14 +90,30 @@ int tg_redis_up(const struct tg_redis *r);
 void tg_redis_flush(struct tg_redis *r);
 const struct tg_redis_stats *tg_redis_stats(const struct tg_redis *r);
 
+/* What a batch needs for history operations (TG_COP_HIST_GET, TG_COP_HIST_ADD). */
+struct tg_redis_hist {
+    struct tg_counter_plan *plan; /* a HIST_GET's answer: its entries are made here
+                                   * (tg_plan_hist_alloc) and its view points into them, so they
+                                   * live until the plan is disposed; NULL: a HIST_GET fails */
+    size_t calls;                 /* limits.history_calls: what an add trims a list to, and
+                                   * how many of the newest a get reads */
+    uint8_t key[16];              /* entries are signed with it (derived from the cluster's
+                                   * secret): one that does not verify fails TG_REDIS_EVALUE */
+};
+
 /* Run n counter operations in order, pipelined in one write, each one EVALSHA of its script (one
  * script per kind of operation, with the arithmetic of policy/counters.c reproduced exactly: a
  * take/give/get/add/sub on Redis gives bit for bit what tg_counter_op_apply() gives on the local
  * store). Keys: key_prefix "c:" then h1 and h2 as 32 lowercase hex digits; each key expires
- * when it holds no more information (a full bucket, a past window). ops must stay valid until
- * cb runs or the request is cancelled. cb may be NULL (fire and forget: refunds). */
+ * when it holds no more information (a full bucket, a past window). History operations go in the
+ * same write (the same round trip): key_prefix "h:" and the same hex, a list of entries that
+ * answers what the local store's ring answers after the same adds (cluster/redis/history.c has
+ * the form, each entry signed under hist->key); hist may be NULL for a batch without them (such an op then fails TG_REDIS_EREPLY).
+ * An entry in Redis that is not exactly an entry fails the batch TG_REDIS_EVALUE. ops (and a
+ * HIST_ADD's entry) must stay valid until cb runs or the request is cancelled. cb may be NULL
+ * (fire and forget: refunds, history adds): the request then keeps a copy of ops and entries. */
 struct tg_redis_req *tg_redis_counter_ops(struct tg_redis *r, const char *key_prefix, struct tg_counter_op *ops,
-                                          size_t n, tg_redis_ops_cb cb, void *ud);
+                                          size_t n, const struct tg_redis_hist *hist, tg_redis_ops_cb cb, void *ud);
 
 /* Any command (argv with lengths, binary-safe). cb may be NULL. */
 struct tg_redis_req *tg_redis_command(struct tg_redis *r, tg_redis_reply_cb cb, void *ud, int argc,

@@ -1,5 +1,6 @@
 /* The counter scripts of the Redis client (cluster/redis/redis.c): one Lua script per kind of counter
- * operation, each reproducing policy/counters.c's local store bit for bit.
+ * operation, each reproducing policy/counters.c's local store bit for bit (the history scripts,
+ * cluster/redis/history.c, keep lists instead).
  *
  * Why this works exactly: Redis's Lua 5.1 numbers are IEEE doubles, its arithmetic is the same
  * correctly rounded + - * / as the C code's, and floor, ceil and log10 are the same libm's. What
@@ -170,7 +171,8 @@ static const char sub_lua[] = LUA_COMMON
 
 const char *const tg__redis_scripts[TG__REDIS_NSCRIPTS] = {
     [TG_COP_BUCKET_TAKE] = take_lua, [TG_COP_BUCKET_GIVE] = give_lua, [TG_COP_WINDOW_GET] = get_lua,
-    [TG_COP_WINDOW_ADD] = add_lua,   [TG_COP_WINDOW_SUB] = sub_lua,
+    [TG_COP_WINDOW_ADD] = add_lua,   [TG_COP_WINDOW_SUB] = sub_lua,  [TG_COP_HIST_GET] = tg__redis_hist_get_lua,
+    [TG_COP_HIST_ADD] = tg__redis_hist_add_lua, [TG_COP_HIST_DEL] = tg__redis_hist_del_lua,
 };
 
 /* ---- the arguments of an op, and its answer ------------------------------------------------ */
@@ -186,7 +188,7 @@ static int parse_double(const redisReply *e, double *out)
 
 /* Fill op from a script's reply: {ok, "value", retry} (take), {ok, "value"} (add, get), {1}.
  * 0; -1 for a reply of another shape; -2 when its value is not a finite decimal number. */
-int tg__redis_op_parse(struct tg_counter_op *op, const redisReply *y)
+int tg__redis_op_parse(struct tg_counter_op *op, const redisReply *y, const struct tg_redis_hist *hist)
 {
     int e;
     if (y->type != REDIS_REPLY_ARRAY || y->elements < 1 || y->element[0]->type != REDIS_REPLY_INTEGER)
@@ -208,24 +210,31 @@ int tg__redis_op_parse(struct tg_counter_op *op, const redisReply *y)
     case TG_COP_BUCKET_GIVE:
     case TG_COP_WINDOW_SUB:
         return y->elements == 1 ? 0 : -1;
-    case TG_COP_HIST_GET: /* not kept in Redis yet: no answer can be trusted */
+    case TG_COP_HIST_GET: return tg__redis_hist_parse(op, y, hist);
     case TG_COP_HIST_ADD:
-        return -1;
+    case TG_COP_HIST_DEL: return y->elements == 1 ? 0 : -1;
     }
     return -1;
 }
 
-
-void tg__redis_op_argv(struct tg__redis_argv *v, const struct tg_counter_op *op, const char *prefix, const char *sha)
+void tg__redis_op_argv(struct tg__redis_argv *v, const struct tg_counter_op *op, const char *prefix, const char *sha,
+                       const struct tg_redis_hist *hist)
 {
     char(*a)[32] = v->num;
     int na = 0;
-    snprintf(v->key, sizeof(v->key), "%sc:%016" PRIx64 "%016" PRIx64, prefix, op->h1, op->h2);
+    int is_hist = op->kind == TG_COP_HIST_GET || op->kind == TG_COP_HIST_ADD || op->kind == TG_COP_HIST_DEL;
+    snprintf(v->key, sizeof(v->key), "%s%s:%016" PRIx64 "%016" PRIx64, prefix, is_hist ? "h" : "c", op->h1, op->h2);
     v->argc = 0;
     v->argv[v->argc++] = "EVALSHA";
     v->argv[v->argc++] = sha;
     v->argv[v->argc++] = "1";
     v->argv[v->argc++] = v->key;
+    for (int k = 0; k < v->argc; k++)
+        v->argvlen[k] = strlen(v->argv[k]);
+    if (is_hist) {
+        tg__redis_hist_argv(v, op, hist);
+        return;
+    }
     switch (op->kind) {
     case TG_COP_BUCKET_TAKE:
         snprintf(a[na++], 32, "%.17g", op->capacity);
@@ -252,10 +261,11 @@ void tg__redis_op_argv(struct tg__redis_argv *v, const struct tg_counter_op *op,
         break;
     case TG_COP_HIST_GET:
     case TG_COP_HIST_ADD:
+    case TG_COP_HIST_DEL:
         break;
     }
-    for (int k = 0; k < na; k++)
+    for (int k = 0; k < na; k++) {
+        v->argvlen[v->argc] = strlen(a[k]);
         v->argv[v->argc++] = a[k];
-    for (int k = 0; k < v->argc; k++)
-        v->argvlen[k] = strlen(v->argv[k]);
+    }
 }

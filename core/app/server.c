@@ -253,6 +253,7 @@ int tg_server_init(struct tg_app *app, uv_loop_t *loop, struct tg_conf *conf)
         tg_hmac_labelled(conf->cluster.secret, "tollgate mrtr envelope", NULL, 0, srv->mrtr.key);
         srv->mrtr.shared = 1;
         tg_cluster_store(app->cluster, &srv->store);
+        tg_cluster_history_calls(app->cluster, (size_t)conf->limits.history_calls);
         tg_cluster_sessions_watch(app->cluster, on_session_ended, srv);
         tg_log(TG_LOG_INFO, "cluster", "redis=%s instance=%s on_unavailable=%s", conf->cluster.redis,
                conf->cluster.instance, conf->cluster.on_unavailable == TG_CLUSTER_LOCAL ? "local" : "deny");
@@ -756,6 +757,8 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
     if (nc->has_pins && srv->pins_seen == NULL)
         srv->pins_seen = tg_pins_seen_new();
     tg_counters_history_limits(srv->counters, (size_t)nc->limits.history_calls, (size_t)nc->limits.history_bytes);
+    if (app->cluster != NULL)
+        tg_cluster_history_calls(app->cluster, (size_t)nc->limits.history_calls);
     tg_keys_sweep(app->keys, nc);
     struct roots_ctx rc2 = {srv, old};
     tg_session_sweep(srv->sessions, tell_roots_changed, &rc2); /* servers holding other roots ask again */

@@ -1,8 +1,10 @@
 /* The limit of one Redis primary for tollgate's shared counters: counter ops per second through
  * cluster/redis/redis.c against a local redis-server started here (loopback, free port), with batches
  * of 1 and 3 ops (a decision with one or three counters: one round trip each) and N requests in
- * flight at once. Prints ops/s and decisions/s. Not run by ctest.
- *   build-asan/test/bench/tg-bench-redis-ops [seconds per case, default 2]
+ * flight at once; then "h+1": a decision that reads a history of 64 calls (or argv[2]), takes one
+ * counter and adds its call, in one round trip. Prints ops/s and decisions/s, and
+ * with one in flight the mean time of a decision's round trip. Not run by ctest.
+ *   build-asan/test/bench/tg-bench-redis-ops [seconds per case, default 2] [history calls, default 64]
  * (use a build without sanitizers for figures: cmake -B build-rel -DCMAKE_BUILD_TYPE=Release) */
 #include <fcntl.h>
 
@@ -12,6 +14,7 @@
 
 static uv_loop_t *loop;
 static int up;
+static size_t hist_calls = 64;
 
 static void on_state(void *ud, int u, const char *why)
 {
@@ -22,7 +25,10 @@ static void on_state(void *ud, int u, const char *why)
 struct worker {
     struct tg_redis *r;
     struct tg_counter_op ops[3];
+    struct tg_counter_plan plan; /* holds a history's answer */
+    struct tg_hist_entry entry;
     size_t batch;
+    int hist;
     uint64_t *done, *errors;
     int *running;
     int idx;
@@ -54,7 +60,19 @@ static void issue(struct worker *w)
         op->amount = 1;
         op->now_ms = (int64_t)uv_now(loop);
     }
-    tg_redis_counter_ops(w->r, "bench:", w->ops, w->batch, on_ops, w);
+    struct tg_redis_hist h = {&w->plan, hist_calls, {0}};
+    if (w->hist) {
+        tg_plan_dispose(&w->plan); /* the last answer's entries */
+        tg_plan_init(&w->plan);
+        memset(&w->ops[0], 0, sizeof(w->ops[0]));
+        w->ops[0].kind = TG_COP_HIST_GET;
+        w->ops[0].h1 = (uint64_t)w->idx + 1;
+        w->ops[0].h2 = 43;
+        /* the call it records, after the read in the same write (as cluster/cluster.c sends it) */
+        w->entry.at_ms = (int64_t)uv_now(loop);
+        w->ops[2] = (struct tg_counter_op){.kind = TG_COP_HIST_ADD, .h1 = w->ops[0].h1, .h2 = 43, .entry = &w->entry};
+    }
+    tg_redis_counter_ops(w->r, "bench:", w->ops, w->batch, &h, on_ops, w);
 }
 
 static void on_stop(uv_timer_t *t) { *(int *)t->data = 0; }
@@ -62,6 +80,8 @@ static void on_stop(uv_timer_t *t) { *(int *)t->data = 0; }
 int main(int argc, char **argv)
 {
     double secs = argc > 1 ? atof(argv[1]) : 2;
+    if (argc > 2)
+        hist_calls = (size_t)atol(argv[2]);
     signal(SIGPIPE, SIG_IGN);
     loop = uv_default_loop();
     struct th_server s = {0};
@@ -78,8 +98,9 @@ int main(int argc, char **argv)
     }
     static const int conc[] = {1, 16, 64, 256};
     printf("%-6s %-6s %12s %14s %10s\n", "batch", "inflt", "ops/s", "decisions/s", "errors");
-    for (size_t b = 1; b <= 3; b += 2)
+    for (size_t b = 1; b <= 5; b += 2)
         for (size_t c = 0; c < sizeof(conc) / sizeof(conc[0]); c++) {
+            int hist = b == 5;
             int n = conc[c], running = 1;
             uint64_t done = 0, errors = 0;
             struct worker *ws = calloc((size_t)n, sizeof(*ws));
@@ -90,7 +111,14 @@ int main(int argc, char **argv)
             uint64_t t0 = uv_hrtime();
             uv_timer_start(&stop, on_stop, (uint64_t)(secs * 1000), 0);
             for (int i = 0; i < n; i++) {
-                ws[i] = (struct worker){.r = r, .batch = b, .done = &done, .errors = &errors, .running = &running, .idx = i};
+                ws[i] = (struct worker){.r = r, .batch = hist ? 3 : b, .hist = hist, .done = &done, .errors = &errors,
+                                        .running = &running, .idx = i};
+                tg_plan_init(&ws[i].plan);
+                snprintf(ws[i].entry.upstream, sizeof(ws[i].entry.upstream), "github");
+                snprintf(ws[i].entry.name, sizeof(ws[i].entry.name), "create_issue");
+                ws[i].entry.ntags = 1;
+                ws[i].entry.tags[0] = 77;
+                ws[i].entry.vals[0] = 99;
                 issue(&ws[i]);
             }
             while (running)
@@ -101,8 +129,15 @@ int main(int argc, char **argv)
                 uv_run(loop, UV_RUN_ONCE);
             uv_close((uv_handle_t *)&stop, NULL);
             uv_run(loop, UV_RUN_NOWAIT);
-            printf("%-6zu %-6d %12.0f %14.0f %10llu\n", b, n, (double)done * (double)b / dt, (double)done / dt,
-                   (unsigned long long)errors);
+            char name[8];
+            snprintf(name, sizeof(name), hist ? "h+1" : "%zu", b);
+            printf("%-6s %-6d %12.0f %14.0f %10llu", name, n, (double)done * (double)(hist ? 3 : b) / dt,
+                   (double)done / dt, (unsigned long long)errors);
+            if (n == 1 && done > 0)
+                printf("   %.1f us per decision", dt * 1e6 / (double)done);
+            printf("\n");
+            for (int i = 0; i < n; i++)
+                tg_plan_dispose(&ws[i].plan);
             free(ws);
         }
     const struct tg_redis_stats *st = tg_redis_stats(r);

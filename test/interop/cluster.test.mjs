@@ -9,6 +9,8 @@
 //      on one instance and used on the others, approvals parked on one and decided on another, a
 //      reload on one instance, Redis paused (SIGSTOP) under load and resumed, an instance killed
 //      under load.
+//   3. a counter key poisoned in Redis; 4. histories: a toxic flow (secrets read through one
+//      instance, egress through another) refused, and a history entry changed in Redis failing closed.
 //
 //   TOLLGATE_BIN=build/tollgate node --test test/interop/cluster.test.mjs
 
@@ -836,5 +838,90 @@ describe('a counter key in Redis that holds no finite decimal number', () => {
       assert.doesNotMatch(l, /\b-?(nan|inf|infinity)\b/i, `audit line: ${l}`);
       for (const v of Object.values(rec.counters ?? {})) assert.ok(Number.isFinite(v), `counter value in ${l}`);
     }
+  });
+});
+
+// ---------------------------------------------------------------------------
+// 4. Histories shared through Redis: a toxic flow split over two instances
+
+describe('histories: a toxic flow started on one instance is refused on another', () => {
+  const local = new H.Cleanup();
+  let c;
+  let g;
+
+  before(async () => {
+    const sub = path.join(dir, 'history');
+    fs.mkdirSync(sub);
+    g = makeGrants({
+      toxic: writePolicy('toxic.json', {
+        version: '1', default: 'allow',
+        tools: {
+          run_command: { tags: ['reads_secrets'] },
+          http_request: { tags: ['egress'], rules: [{ name: 'egress-rate', rate_limit: '100/minute' }] },
+          '*': {
+            rules: [{
+              name: 'no-egress-after-secrets', when: { tags: ['egress'] },
+              conditions: [{ history: { tags: ['reads_secrets'], within: '10m' }, op: 'eq', value: 0 }],
+            }],
+          },
+        },
+      }),
+    });
+    c = await C.startCluster({
+      cleanup: local, dir: sub, n: 2, adminToken: ADMIN_TOKEN,
+      conf: { grants: grantConf(g), upstreams: upstreamConf() },
+    });
+    current = c;
+  });
+  after(() => local.run());
+
+  /** The history lists in Redis, each as its elements (binary, read as latin1 text). */
+  const lists = async () => {
+    const out = [];
+    for (const k of await c.redis.command('KEYS', `${c.keyPrefix}h:*`)) out.push(await c.redis.command('LRANGE', k, 0, -1));
+    return out;
+  };
+
+  test('secrets read through a, egress through b refused (-32001 naming the read), forwarded never; one Redis round per decision', async () => {
+    const a = await session(c.instanceUrl(0, UPSTREAM), g.toxic);
+    const b = await session(c.instanceUrl(1, UPSTREAM), g.toxic);
+    const before = await c.metrics(1);
+    const first = await rawCall(c.instanceUrl(1, UPSTREAM), b, 'http_request', { url: 'https://example.com/egress-0' });
+    assert.ok(ok(first), JSON.stringify(first));
+    const mid = await c.metrics(1);
+    assert.equal(family(mid, 'tollgate_cluster_decision_rounds_total') - family(before, 'tollgate_cluster_decision_rounds_total'), 1,
+      'the history and the rate limit of one decision: one round trip');
+    const read = await rawCall(c.instanceUrl(0, UPSTREAM), a, 'run_command', { command: 'cat /run/secrets/token' });
+    assert.ok(ok(read), JSON.stringify(read));
+    // answered once it was in Redis: no waiting here
+    assert.ok((await lists()).flat().some((e) => String(e).includes('run_command')), 'the read is in a history list in Redis');
+    const r = await rawCall(c.instanceUrl(1, UPSTREAM), b, 'http_request', { url: 'https://example.com/egress-1' });
+    assert.equal(code(r), -32001, JSON.stringify(r));
+    assert.equal(r.msg.error.data.rule, 'no-egress-after-secrets');
+    assert.match(r.msg.error.data.reason, /run_command on cowork-os/, 'the refusal names the read made through a');
+    assert.deepEqual(forwarded('https://example.com/egress-', 'url'), ['https://example.com/egress-0'], 'the egress after the read never reached the upstream');
+    const ma = await c.metrics(0);
+    const mb = await c.metrics(1);
+    // one call kept each (to the subject's ring and, when that is not the grant's own, the
+    // grant's); b's refused egress was added ahead of its decision and taken back
+    const kept = (m) => family(m, 'tollgate_cluster_history_adds_total') - family(m, 'tollgate_cluster_history_removals_total');
+    assert.ok(kept(ma) >= 1, 'a recorded the read');
+    assert.equal(kept(mb), kept(ma), 'b recorded its first egress, not the refused one');
+    assert.ok(family(mb, 'tollgate_cluster_history_removals_total') >= 1, 'the refused egress was taken back');
+    for (const l of await lists()) assert.equal(l.length, 2, 'each list: the first egress and the read');
+    assert.equal(family(mb, 'tollgate_history_keys'), 0, "b's own memory holds no history: it is Redis's");
+  });
+
+  test('a history entry changed in Redis fails the decision closed (-32004, counted), never decided without it', async () => {
+    const b = await session(c.instanceUrl(1, UPSTREAM), g.toxic);
+    const keys = await c.redis.command('KEYS', `${c.keyPrefix}h:*`);
+    assert.ok(keys.length >= 1, JSON.stringify(keys));
+    for (const k of keys) await c.redis.command('RPUSH', k, 'not an entry');
+    const r = await rawCall(c.instanceUrl(1, UPSTREAM), b, 'http_request', { url: 'https://example.com/egress-2' });
+    assert.equal(code(r), -32004, JSON.stringify(r));
+    assert.match(JSON.stringify(r.msg.error), /history entry/);
+    const m = await c.metrics(1);
+    assert.ok(family(m, 'tollgate_cluster_values_refused_total') >= 1, 'counted');
+    assert.deepEqual(forwarded('https://example.com/egress-2', 'url'), []);
   });
 });

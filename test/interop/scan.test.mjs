@@ -35,8 +35,8 @@
 //      reads_secrets; a readOnlyHint tool gets read and never write, and takes no tag away; the
 //      other annotations (readOnlyHint: false, destructiveHint, idempotentHint, openWorldHint);
 //      the CoWork OS stand-in, the hostile fixture, server-everything, server-filesystem and
-//      server-memory. The brake for execute/write tools is written as a comment under "*" (the
-//      policy compiler does not read brake yet) and left out of --json, so the policy loads.
+//      server-memory. The brake for execute/write tools is written under "*", in YAML and JSON,
+//      and braked calls are checked with `policy test`.
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -88,26 +88,29 @@ async function assertCases(file, cases) {
   assert.equal((r.stdout.match(/^ok/gm) ?? []).length, cases.length, show(r));
 }
 
-const call = (name) => ({ name, arguments: {} });
+const call = (name, args = {}) => ({ name, arguments: args });
+/** n calls of name, each with other arguments (a brake counts only identical ones). */
+const varied = (name, n, expect) => Array.from({ length: n }, (_, i) => ({ call: call(name, { n: i }), expect }));
 
-/** The tags of each tool listed in a scanned YAML policy (`"NAME":` entries and their `tags: [..]`). */
+/** The tags of each tool listed in a scanned YAML policy (`"NAME":` entries and their `tags: [..]`;
+ * not "*", which holds the brake). */
 function yamlTags(y) {
   const out = {};
   for (const m of y.matchAll(/^ {2}("(?:[^"\\]|\\.)*"):\n((?: {4}[^\n]*\n)*)/gm)) {
     const t = /^ {4}tags: \[([^\]\n]*)\]$/m.exec(m[2]);
-    out[JSON.parse(m[1])] = t ? t[1].split(', ') : undefined;
+    if (m[1] !== '"*"') out[JSON.parse(m[1])] = t ? t[1].split(', ') : undefined;
   }
   return out;
 }
 
 /** The tags of each tool of a --json policy. */
-const jsonTags = (p) => Object.fromEntries(Object.entries(p.tools).map(([k, v]) => [k, v.tags]));
+const jsonTags = (p) => Object.fromEntries(Object.entries(p.tools).filter(([k]) => k !== '*').map(([k, v]) => [k, v.tags]));
 
-/** The brake is proposed as a comment (the policy compiler does not read it yet), never live. */
-function assertBrakeComment(y, n) {
+/** The brake is proposed under "*", live, after a comment saying what it does. */
+function assertBrake(y, n) {
   assert.match(y, new RegExp(`^ {2}# A brake for the ${n} tools? above tagged execute or write: `, 'm'));
-  assert.match(y, /^ {2}# This tollgate's policy compiler does not read `brake` yet: uncomment it once it does\.\n {2}# "\*":\n {2}# {3}brake: \{repeats: 5, within: "60s", cycle: 4, tags: \[execute, write\]\}$/m);
-  assert.doesNotMatch(y, /^ {2}"\*":/m);
+  assert.match(y, /^ {2}"\*":\n {4}brake: \{repeats: 5, within: "60s", cycle: 4, tags: \[execute, write\]\}$/m);
+  assert.doesNotMatch(y, /does not read `brake`/);
 }
 
 after(() => cleanup.run()); // once both suites are done (the https one uses dir too)
@@ -124,9 +127,13 @@ describe('tollgate scan', () => {
     { call: call('okta.list_users'), expect: 'allow' },
     { call: call('salesforce.get_record'), expect: 'allow' },
     { call: call('google-workspace.calendar_events_list'), expect: 'allow' },
-    { name: '10 writes pass', call: call('write_file'), expect: 'allow', repeat: 10 },
+    // The brake under "*" (write is tagged write): 5 identical calls pass, the 6th is braked and
+    // spends nothing, so 5 more with other arguments reach the rate limit of 10 a minute.
+    { name: '5 identical writes pass', call: call('write_file'), expect: 'allow', repeat: 5 },
+    { name: 'the 6th identical write is braked', call: call('write_file'), expect: 'limited' },
+    ...varied('write_file', 5, 'allow'),
     { name: 'the 11th is limited', call: call('write_file'), expect: 'limited' },
-    { call: call('resend.send_email'), expect: 'allow', repeat: 10 },
+    ...varied('resend.send_email', 10, 'allow'),
     { call: call('resend.send_email'), expect: 'limited' },
     { call: call('http_request'), expect: 'deny', hidden: true },
     { call: call('okta.health'), expect: 'deny', hidden: true },
@@ -169,7 +176,7 @@ describe('tollgate scan', () => {
     // A tool left out still shows the tags it would get.
     assert.match(y, /# http_request: Make an HTTP request[^\n]*\n {2}# {3}no word of the lists matched: denied by default[^\n]*\n {2}# {3}tags if you allow it: egress \(name says "http"\); network \(name says "http"\)\n/);
     assert.deepEqual(yamlTags(y), coworkTags);
-    assertBrakeComment(y, 11);
+    assertBrake(y, 11);
     const f = save(y, 'yaml');
     await assertLoads(f, 15);
     await assertCases(f, coworkCases);
@@ -184,7 +191,7 @@ describe('tollgate scan', () => {
     assert.deepEqual(p.tools.execute_code, { action: 'approve', tags: ['execute', 'network'] });
     assert.deepEqual(p.tools['jira.get_issue'], { action: 'allow', tags: ['read'] });
     assert.deepEqual(jsonTags(p), coworkTags);
-    assert.equal(p.tools['*'], undefined, 'no brake in --json until the policy compiler reads it');
+    assert.deepEqual(p.tools['*'], { brake: { repeats: 5, within: '60s', cycle: 4, tags: ['execute', 'write'] } });
     assert.equal(p.tools['jira.create_issue'].rules[0].rate_limit, '10/minute');
     assert.equal(p.tools.http_request, undefined);
     const f = save(r.stdout, 'json');
@@ -210,11 +217,11 @@ describe('tollgate scan', () => {
       secret: ['reads_secrets'], inspect: ['read'], wipe: ['write', 'destructive'], sneaky: ['execute'],
       getUserProfile: ['read'], publish_post: ['write', 'egress'], transfer_funds: ['write'], 'dot.weird "name"': ['read'],
     });
-    assertBrakeComment(r.stdout, 4);
+    assertBrake(r.stdout, 4);
     for (const t of ALL_TOOLS) assert.match(r.stdout, new RegExp(`^ {2}# ${t}: hostile ${t}$`, 'm'));
     // A tool named "*" would be the rule for every tool: it is left out.
     assert.match(r.stdout, /^ {2}# \*: Read everything\n {2}# {3}a tool named "\*" cannot be listed/m);
-    assert.doesNotMatch(r.stdout, /^ {2}"\*":/m);
+    assert.doesNotMatch(r.stdout, /^ {2}"\*":\n {4}(?!brake: )/m); // "*" holds only the brake
     // What the server was sent: the lifecycle, then one tools/list per page with the cursors it gave.
     const msgs = fs.readFileSync(log, 'utf8').replace(/[^\n]*$/, '').split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((x) => x.msg).map((x) => x.msg);
     assert.deepEqual(msgs.slice(0, 2).map((m) => m.method), ['initialize', 'notifications/initialized']);
@@ -232,7 +239,7 @@ describe('tollgate scan', () => {
       { call: call('sneaky'), expect: 'approve' },
       { call: call('getUserProfile'), expect: 'allow' },
       { call: call('transfer_funds'), expect: 'approve' },
-      { call: call('publish_post'), expect: 'allow', repeat: 10 },
+      ...varied('publish_post', 10, 'allow'),
       { call: call('publish_post'), expect: 'limited' },
       { call: call('dot.weird "name"'), expect: 'allow' },
       { call: call('echo'), expect: 'deny', hidden: true },
@@ -281,7 +288,7 @@ describe('tollgate scan', () => {
     assert.match(overHttp.stdout, /# gzip-file-as-resource: [^\n]*\n(?: {2}#[^\n]*\n)*? {2}# {3}tags if you allow it: write \(annotation readOnlyHint: false\); egress \(annotation openWorldHint: true\);/);
     const m = /(\d+) tools, (\d+) allowed/.exec(overHttp.stdout);
     assert.ok(m && Number(m[1]) >= 10 && Number(m[2]) >= 1, overHttp.stdout);
-    await assertLoads(save(overHttp.stdout, 'yaml'), (overHttp.stdout.match(/^ {2}"/gm) ?? []).length);
+    await assertLoads(save(overHttp.stdout, 'yaml'), (overHttp.stdout.match(/^ {2}"(?!\*")/gm) ?? []).length);
   });
 
   it('the reference servers filesystem and memory: tags from their words and annotations, and the policy loads', async () => {
@@ -358,7 +365,7 @@ process.stdin.setEncoding('utf8').on('data', (d) => {
     assert.match(h.stdout, /How tools are classified/);
     assert.match(h.stdout, /^Tags \(written as tags: \[\.\.\.\] on each tool's entry/m);
     assert.match(h.stdout, /^ {2}execute {8}execute exec run eval shell command script bash spawn$/m);
-    assert.match(h.stdout, /^Under "\*" a brake is proposed for the tools tagged execute or write: [^]*more than 5 times within 60s [^]*written as a comment/m);
+    assert.match(h.stdout, /^Under "\*" a brake is proposed for the tools tagged execute or write: [^]*more than 5 times within 60s [^]*is refused\.$/m);
   });
 
   it('a URL scan cannot read names it without its user information or query on stderr', async () => {
@@ -639,7 +646,7 @@ describe('tollgate scan: secrets, resources and prompts', () => {
     ]) assert.match(y.stdout, new RegExp(`^ {2}# {3}tags: ${why}\\n {2}"${tool}":$`, 'm'), y.stdout);
     // upload_report matches no class: left out, with the tags it would get.
     assert.match(y.stdout, /# upload_report: x\n {2}# {3}no word of the lists matched[^\n]*\n {2}# {3}tags if you allow it: write \(name says "upload"\); egress \(name says "upload"\); network \(name says "upload"\)\n/);
-    assertBrakeComment(y.stdout, 7);
+    assertBrake(y.stdout, 7);
     await assertLoads(save(y.stdout, 'yaml'), 12);
     await assertLoads(save(j.stdout, 'json'), 12);
   });
@@ -677,7 +684,7 @@ describe('tollgate scan https://', () => {
     const overHttp = await tollgate(['scan', plain.url('/list=scan/answer=sse/mcp')]);
     const body = (x) => x.stdout.split('\n').filter((l) => !l.startsWith('# Scanned: ')).join('\n');
     assert.equal(body(r), body(overHttp));
-    await assertLoads(save(r.stdout, 'yaml'), (r.stdout.match(/^ {2}"/gm) ?? []).length);
+    await assertLoads(save(r.stdout, 'yaml'), (r.stdout.match(/^ {2}"(?!\*")/gm) ?? []).length);
     assert.ok(h.tlsSessions.every((t) => t.servername === false), 'no SNI for an IP host');
     // by name: localhost is in the certificate, and goes as SNI
     const before = h.tlsSessions.length;

@@ -201,7 +201,7 @@ static void same_results(void **state)
         for (size_t i = 0; i < n; i++)
             tg_counter_op_apply(local, &mine[i]);
         struct answer a = {0};
-        tg_redis_counter_ops(r, "tgtest:", ops, n, on_ops, &a);
+        tg_redis_counter_ops(r, "tgtest:", ops, n, NULL, on_ops, &a);
         th_run_until(loop, &a.done, 5000);
         assert_true(a.done);
         assert_int_equal(a.status, TG_REDIS_OK);
@@ -255,7 +255,7 @@ static void pipelined_and_noscript(void **state)
     }
     struct tg_redis_stats before = *tg_redis_stats(r);
     struct answer a = {0};
-    tg_redis_counter_ops(r, "tgtest2:", ops, 3, on_ops, &a);
+    tg_redis_counter_ops(r, "tgtest2:", ops, 3, NULL, on_ops, &a);
     th_run_until(loop, &a.done, 5000);
     assert_int_equal(a.status, TG_REDIS_OK);
     const struct tg_redis_stats *st = tg_redis_stats(r);
@@ -273,7 +273,7 @@ static void pipelined_and_noscript(void **state)
     assert_int_equal(f.status, TG_REDIS_OK);
     uint64_t loads = st->script_loads;
     memset(&a, 0, sizeof(a));
-    tg_redis_counter_ops(r, "tgtest2:", ops, 3, on_ops, &a);
+    tg_redis_counter_ops(r, "tgtest2:", ops, 3, NULL, on_ops, &a);
     th_run_until(loop, &a.done, 5000);
     assert_int_equal(a.status, TG_REDIS_OK);
     assert_true(ops[0].value == 3 && ops[2].value == 3);
@@ -352,7 +352,7 @@ static void killed_and_restarted(void **state)
     struct tg_counter_op op = {.kind = TG_COP_WINDOW_ADD, .h1 = 5, .h2 = 5, .window_start = 0, .window_ms = 60000,
                                .amount = 1, .limit = 10, .limit_op = TG_LIMIT_LTE};
     struct answer a = {0};
-    tg_redis_counter_ops(r, "tgtest4:", &op, 1, on_ops, &a);
+    tg_redis_counter_ops(r, "tgtest4:", &op, 1, NULL, on_ops, &a);
     assert_int_equal(a.done, 0); /* answered from the loop, not inside the call */
     th_run_until(loop, &a.done, 2000);
     assert_int_equal(a.status, TG_REDIS_EDOWN);
@@ -362,7 +362,7 @@ static void killed_and_restarted(void **state)
     assert_true(st->reconnects >= 1);
     assert_true(st->script_loads >= loads + 5);
     memset(&a, 0, sizeof(a));
-    tg_redis_counter_ops(r, "tgtest4:", &op, 1, on_ops, &a);
+    tg_redis_counter_ops(r, "tgtest4:", &op, 1, NULL, on_ops, &a);
     th_run_until(loop, &a.done, 2000);
     assert_int_equal(a.status, TG_REDIS_OK);
     assert_true(op.ok == 1 && op.value == 1);
@@ -394,7 +394,7 @@ static void busy_and_free(void **state)
     struct answer b[3] = {{0}}, c = {0};
     struct tg_counter_op ops[2] = {{.kind = TG_COP_WINDOW_GET, .h1 = 1, .h2 = 2}, {.kind = TG_COP_WINDOW_GET, .h1 = 3}};
     tg_redis_command(r, on_reply, &b[0], 1, argv, len);
-    tg_redis_counter_ops(r, "x:", ops, 2, on_ops, &b[1]);
+    tg_redis_counter_ops(r, "x:", ops, 2, NULL, on_ops, &b[1]);
     tg_redis_command(r, on_reply, &b[2], 1, argv, len); /* over max_pending */
     struct tg_redis_req *q = tg_redis_command(r, on_reply, &c, 1, argv, len);
     tg_redis_cancel(q);
@@ -545,7 +545,7 @@ static void poisoned_values_refused(void **state)
                 op.limit_op = TG_LIMIT_LTE;
                 op.value = -7;
                 struct answer a = {0};
-                tg_redis_counter_ops(r, "tgpoison:", &op, 1, on_ops, &a);
+                tg_redis_counter_ops(r, "tgpoison:", &op, 1, NULL, on_ops, &a);
                 th_run_until(loop, &a.done, 5000);
                 assert_true(a.done);
                 if (a.status != TG_REDIS_EVALUE)
@@ -578,7 +578,7 @@ static void poisoned_values_refused(void **state)
         op.limit = 10;
         op.limit_op = TG_LIMIT_LTE;
         struct answer a = {0};
-        tg_redis_counter_ops(r, "tgpoison:", &op, 1, on_ops, &a);
+        tg_redis_counter_ops(r, "tgpoison:", &op, 1, NULL, on_ops, &a);
         th_run_until(loop, &a.done, 5000);
         if (a.status != TG_REDIS_EVALUE)
             fail_msg("a key made by \"%s\": status %d, not TG_REDIS_EVALUE", typed[t], a.status);
@@ -592,7 +592,7 @@ static void poisoned_values_refused(void **state)
     op.h2 = h2;
     op.window_start = 60000;
     struct answer a = {0};
-    tg_redis_counter_ops(r, "tgpoison:", &op, 1, on_ops, &a);
+    tg_redis_counter_ops(r, "tgpoison:", &op, 1, NULL, on_ops, &a);
     th_run_until(loop, &a.done, 5000);
     assert_int_equal(a.status, TG_REDIS_OK);
     assert_true(op.value == 3);
@@ -696,6 +696,8 @@ static void poisoned_counter_fails_the_decision(void **state)
         redisFree(c);
     }
     assert_int_equal(tg_cluster_stats(cl)->fallback_local, 0);
+    assert_int_equal(tg_cluster_stats(cl)->values_refused, sizeof(poisons) / sizeof(poisons[0]));
+    assert_int_equal(tg_redis_stats(tg_cluster_redis(cl))->errors[-TG_REDIS_EVALUE], sizeof(poisons) / sizeof(poisons[0]));
     tg_policy_unref(p);
     tg_buf_dispose(&err);
     tg_buf_dispose(&warn);

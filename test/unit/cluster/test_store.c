@@ -282,6 +282,195 @@ static void unreachable_redis(void **state)
     tg_counters_free(gw.counters);
 }
 
+/* ---- histories ------------------------------------------------------------------------------ */
+
+static struct tg_policy *compile(const char *json)
+{
+    cJSON *root = cJSON_Parse(json);
+    struct tg_buf err, warn;
+    tg_buf_init(&err);
+    tg_buf_init(&warn);
+    struct tg_policy *p = NULL;
+    if (tg_policy_compile(root, "history", &p, &err, &warn) != 0)
+        fail_msg("policy: %.*s", (int)err.len, err.base);
+    cJSON_Delete(root);
+    tg_buf_dispose(&err);
+    tg_buf_dispose(&warn);
+    return p;
+}
+
+static void on_pong(void *ud, int status, const struct redisReply *y)
+{
+    (void)status, (void)y;
+    *(int *)ud = 1;
+}
+
+/* Everything member cl sent without waiting has reached Redis: a PING on the same connection is
+ * answered after it. */
+static void settle(struct tg_cluster *cl)
+{
+    int done = 0;
+    const char *argv[] = {"PING"};
+    size_t len[] = {4};
+    tg_redis_command(tg_cluster_redis(cl), on_pong, &done, 1, argv, len);
+    th_run_until(loop, &done, 5000);
+    assert_true(done);
+}
+
+/* The calls in the history lists of prefix in Redis. */
+static long long history_len(const char *prefix)
+{
+    redisContext *c = redisConnect("127.0.0.1", rs.port);
+    assert_true(c != NULL && !c->err);
+    redisReply *keys = redisCommand(c, "KEYS %sh:*", prefix);
+    assert_true(keys != NULL && keys->type == REDIS_REPLY_ARRAY);
+    long long n = 0;
+    for (size_t i = 0; i < keys->elements; i++) {
+        redisReply *y = redisCommand(c, "LLEN %s", keys->element[i]->str);
+        n += y->integer;
+        freeReplyObject(y);
+    }
+    freeReplyObject(keys);
+    redisFree(c);
+    return n;
+}
+
+/* A toxic flow across two members: secrets read through a, egress refused on b. A decision that
+ * reads the history, takes a counter and records the call costs one round trip (stats.rounds,
+ * and the client's own count), and is answered once its call is in Redis; one that reads
+ * neither but records waits for that one round trip too; a refused one is taken back out. */
+static void history_across_members(void **state)
+{
+    struct tg_server gw = {0};
+    gw.counters = tg_counters_new();
+    struct tg_shared local, sa, sb;
+    tg_shared_local(&local, &gw);
+    struct tg_cluster *a = member("a", "tgstore5:", 0, TG_CLUSTER_LOCAL, &local);
+    struct tg_cluster *b = member("b", "tgstore5:", 0, TG_CLUSTER_LOCAL, &local);
+    tg_cluster_store(a, &sa);
+    tg_cluster_store(b, &sb);
+    struct tg_policy *p = compile(
+        "{\"version\":\"1\",\"default\":\"allow\",\"tools\":{"
+        "\"read_env\":{\"tags\":[\"reads_secrets\"]},"
+        "\"http_post\":{\"tags\":[\"egress\"],\"rules\":[{\"name\":\"rl\",\"rate_limit\":\"100/minute\"}]},"
+        "\"*\":{\"rules\":[{\"name\":\"no-egress-after-secrets\",\"when\":{\"tags\":[\"egress\"]},"
+        "\"conditions\":[{\"history\":{\"tags\":[\"reads_secrets\"],\"within\":\"10m\"},\"op\":\"eq\","
+        "\"value\":0}]}]}}}");
+    struct decided x;
+    struct tg_decision d;
+
+    /* egress first: the history (empty) and the rate limit in one round trip */
+    uint64_t rounds = tg_cluster_stats(a)->rounds, rt = tg_redis_stats(tg_cluster_redis(a))->round_trips;
+    assert_non_null(ask(&sa, p, "http_post", &x, &d));
+    wait_decided(&x);
+    assert_int_equal(x.o, TG_SHARED_DECIDED);
+    assert_int_equal(x.d.verdict, TG_VERDICT_ALLOW);
+    assert_int_equal(tg_cluster_stats(a)->rounds - rounds, 1);
+    /* one write to Redis in all: the read, the take and the add, pipelined */
+    assert_int_equal(tg_redis_stats(tg_cluster_redis(a))->round_trips - rt, 1);
+    assert_int_equal(tg_cluster_stats(a)->history_adds, 1);
+    assert_int_equal(history_len("tgstore5:"), 1); /* there before the answer */
+
+    /* the secrets read through a: no counter, no history condition, but recorded: answered after
+     * its one round trip, its call in Redis by then */
+    rounds = tg_cluster_stats(a)->rounds;
+    rt = tg_redis_stats(tg_cluster_redis(a))->round_trips;
+    assert_non_null(ask(&sa, p, "read_env", &x, &d));
+    wait_decided(&x);
+    assert_int_equal(x.d.verdict, TG_VERDICT_ALLOW);
+    assert_int_equal(tg_cluster_stats(a)->rounds - rounds, 1);
+    assert_int_equal(tg_redis_stats(tg_cluster_redis(a))->round_trips - rt, 1);
+    assert_int_equal(tg_cluster_stats(a)->history_adds, 2);
+    assert_int_equal(history_len("tgstore5:"), 2);
+
+    /* egress through b: refused by what a saw, in one round trip, naming the earlier call */
+    rounds = tg_cluster_stats(b)->rounds;
+    assert_non_null(ask(&sb, p, "http_post", &x, &d));
+    wait_decided(&x);
+    assert_int_equal(x.o, TG_SHARED_DECIDED);
+    assert_int_equal(x.d.verdict, TG_VERDICT_DENY);
+    assert_int_equal(tg_cluster_stats(b)->rounds - rounds, 1);
+    if (strstr(x.d.history_json, "read_env") == NULL)
+        fail_msg("error.data.history: %s", x.d.history_json);
+    /* its add, sent ahead with the read, was taken back before the answer: not recorded */
+    assert_int_equal(tg_cluster_stats(b)->history_adds, 1);
+    assert_int_equal(tg_cluster_stats(b)->history_dels, 1);
+    assert_int_equal(history_len("tgstore5:"), 2);
+    /* b's own memory knows nothing of it: the history is Redis's */
+    assert_int_equal(tg_counters_history_keys(gw.counters), 0);
+
+    /* A history entry poisoned in Redis: refused (-32004); the call its first round added ahead
+     * of the read that failed is taken back. */
+    redisContext *rc = redisConnect("127.0.0.1", rs.port);
+    redisReply *keys = redisCommand(rc, "KEYS tgstore5:h:*");
+    assert_int_equal(keys->elements, 1);
+    freeReplyObject(redisCommand(rc, "RPUSH %s junk", keys->element[0]->str));
+    assert_non_null(ask(&sb, p, "http_post", &x, &d));
+    wait_decided(&x);
+    assert_int_equal(x.o, TG_SHARED_UNAVAILABLE);
+    assert_int_equal(tg_cluster_stats(b)->values_refused, 1);
+    settle(b);
+    assert_int_equal(history_len("tgstore5:"), 3); /* the two calls and the junk, no http_post */
+    assert_int_equal(tg_cluster_stats(b)->history_adds - tg_cluster_stats(b)->history_dels, 0);
+    freeReplyObject(redisCommand(rc, "RPOP %s", keys->element[0]->str));
+    freeReplyObject(keys);
+    redisFree(rc);
+
+    /* Redis unreachable: a call that would be recorded is refused (on_unavailable = "deny"), even
+     * one that reads nothing: let through unrecorded, the flow after it could not be seen. */
+    struct tg_cluster *c = member("c", "tgstore5:", th_free_port(), TG_CLUSTER_DENY, &local);
+    struct tg_shared sc;
+    tg_cluster_store(c, &sc);
+    assert_non_null(ask(&sc, p, "read_env", &x, &d));
+    wait_decided(&x);
+    assert_int_equal(x.o, TG_SHARED_UNAVAILABLE);
+    member_free(c);
+
+    member_free(a);
+    member_free(b);
+    tg_policy_unref(p);
+    tg_counters_free(gw.counters);
+}
+
+/* A brake counts the identical calls made through every member: two through a, the third through
+ * b is braked, spending nothing. */
+static void brake_across_members(void **state)
+{
+    struct tg_server gw = {0};
+    gw.counters = tg_counters_new();
+    struct tg_shared local, sa, sb;
+    tg_shared_local(&local, &gw);
+    struct tg_cluster *a = member("a", "tgstore6:", 0, TG_CLUSTER_LOCAL, &local);
+    struct tg_cluster *b = member("b", "tgstore6:", 0, TG_CLUSTER_LOCAL, &local);
+    tg_cluster_store(a, &sa);
+    tg_cluster_store(b, &sb);
+    struct tg_policy *p = compile("{\"version\":\"1\",\"default\":\"deny\",\"tools\":{\"t\":{\"limits\":"
+                                  "[{\"counter\":\"c\",\"window\":\"day\",\"max\":10,\"scope\":\"grant\"}],"
+                                  "\"brake\":{\"repeats\":2,\"within\":\"60s\"}}}}");
+    struct decided x;
+    struct tg_decision d;
+    for (int i = 0; i < 2; i++) {
+        assert_non_null(ask(&sa, p, "t", &x, &d));
+        wait_decided(&x);
+        assert_int_equal(x.d.verdict, TG_VERDICT_ALLOW);
+    }
+    uint64_t rounds = tg_cluster_stats(b)->rounds;
+    assert_non_null(ask(&sb, p, "t", &x, &d));
+    wait_decided(&x);
+    assert_int_equal(x.o, TG_SHARED_DECIDED);
+    assert_int_equal(x.d.verdict, TG_VERDICT_LIMITED);
+    assert_string_equal(x.d.rule, "brake");
+    assert_int_equal(x.d.nres, 0); /* spends nothing */
+    assert_int_equal(tg_cluster_stats(b)->rounds - rounds, 1);
+    /* a braked call is not recorded: its add sent ahead is taken back before the answer */
+    assert_int_equal(tg_cluster_stats(b)->history_adds - tg_cluster_stats(b)->history_dels, 0);
+    assert_int_equal(history_len("tgstore6:"), 2);
+    member_free(a);
+    member_free(b);
+    tg_policy_unref(p);
+    tg_counters_free(gw.counters);
+}
+
 /* ---- session records ---------------------------------------------------------------------- */
 
 struct fetched {
@@ -526,6 +715,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(decide_refund_detach),
         cmocka_unit_test(refusal_gives_back_first),
         cmocka_unit_test(unreachable_redis),
+        cmocka_unit_test(history_across_members),
+        cmocka_unit_test(brake_across_members),
         cmocka_unit_test(session_records),
         cmocka_unit_test(approvals_mirror),
     };
