@@ -97,7 +97,7 @@
 // a day's tokens); a run that would cross 00:00 UTC waits for it first (the one clock event the
 // fixed windows depend on); history windows and brakes are a minute or more, longer than a run.
 // Waits are for events (the answers, the audit lines, the admin API's listing). Whole file:
-// about 14 s with an ASan build (19 cases x 12 paths).
+// about 15 s with an ASan build (20 cases x 12 paths).
 //
 //   TOLLGATE_BIN=build-asan/tollgate node --test test/interop/differential.test.mjs
 
@@ -144,10 +144,6 @@ const ALLOWED_TOOLS = ['echo', 'execute_code'];
 /** Arguments both upstreams' `echo` and `execute_code` accept (the rest is the case's). */
 const echo = (more = {}) => T('echo', { text: 'hi', message: 'hi', ...more });
 const exec = (more = {}) => T('execute_code', { language: 'python', code: 'print(1)', ...more });
-
-/** Until history is shared through Redis, a cluster refuses a decision that reads it (fail closed). */
-const CLUSTER_HISTORY_SKIP = Object.fromEntries(['cluster 2025', 'cluster 2026', 'cluster bridge 2025->2026', 'cluster ws']
-  .map((id) => [id, 'history is not shared in a cluster yet: a decision that reads it fails closed (-32004)']));
 
 const CASES = [
   {
@@ -329,7 +325,6 @@ tools:
   // --- history, brakes, bound arguments (the calls before a call decide it too) -------------------
   {
     name: 'toxic-flow',
-    skip: CLUSTER_HISTORY_SKIP,
     why: 'tags and a history rule on "*": egress after a reads_secrets call is refused, error.data.history naming that call; egress before it, an untagged tool and the read itself pass',
     policy: `# YAML: the worked example's shape, over the two tools both upstreams have
 version: "1"
@@ -355,7 +350,6 @@ tools:
   {
     name: 'toxic-resource',
     why: 'a resource tagged by its group\'s pattern counts as the earlier call: error.data.history names the resource; an untagged read does not',
-    skip: CLUSTER_HISTORY_SKIP,
     policy: {
       version: '1', default: 'allow', tools: {
         execute_code: { tags: ['egress'], rules: [{ name: 'no-egress-after-secrets', conditions: [{ history: { tags: ['reads_secrets'], within: '10m' }, op: 'eq', value: 0 }] }] },
@@ -367,10 +361,15 @@ tools:
     explainAfter: true,
     expect: ['allow', 'allow', 'allow', 'deny'],
     anchors: { 4: 'no-egress-after-secrets' },
+    // core/gate/reads.c records a read the policy lets through in the instance's own history
+    // (tg_policy_record_read on srv->counters), never in the shared one a cluster decides from:
+    // a flow from a read to egress passes in a cluster, on one member too (cluster ws)
+    known: ['cluster 2025', 'cluster 2026', 'cluster bridge 2025->2026', 'cluster ws'].map((path) => ({
+      path, steps: [4], why: 'a cluster does not share (or read) the history of resources/read and prompts/get: the egress after the tagged read is allowed',
+    })),
   },
   {
     name: 'history-distinct',
-    skip: CLUSTER_HISTORY_SKIP,
     why: 'at most 2 distinct args.repo an hour (canonical values: 1 and 1.0 are one), the refusal naming the latest counted call; a refused call is not remembered',
     policy: {
       version: '1', default: 'deny', tools: {
@@ -392,7 +391,6 @@ tools:
   },
   {
     name: 'history-same',
-    skip: CLUSTER_HISTORY_SKIP,
     why: 'execute_code only after an echo of the same args.path in this session (list before delete): canonical values match, another path is refused with on_deny',
     policy: {
       version: '1', default: 'deny', tools: {
@@ -418,7 +416,6 @@ tools:
   },
   {
     name: 'brake',
-    skip: CLUSTER_HISTORY_SKIP,
     why: 'a brake of 2 identical calls a minute: the 3rd is braked whatever its key order and number spelling (-32002, rule brake, retry_after_ms); varied calls pass; a braked call spends nothing of the tool\'s bucket',
     policy: {
       version: '1', default: 'deny', tools: {
