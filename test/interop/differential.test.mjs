@@ -56,6 +56,9 @@
 //                                              // order, on the reference path (the arguments it got)
 //     conf: { limits: {...}, upstreams: { cowork: {...} } },  // optional, see below
 //     attributes: { tenant: 'x' },             // optional: grants[].attributes of the case's grants
+//     claims: { org: 7 },                      // optional: every path calls with a JWT (subject
+//                                              // JWT_SUBJECT) carrying these claims, explain
+//                                              // and policy test are given them
 //     pins: ['echo'],                          // optional: the tools the case's pin file pins
 //     bound: ['tenant', ...],                  // optional: a LIST records which of these the
 //                                              // listed schemas show (properties, required)
@@ -97,13 +100,14 @@
 // a day's tokens); a run that would cross 00:00 UTC waits for it first (the one clock event the
 // fixed windows depend on); history windows and brakes are a minute or more, longer than a run.
 // Waits are for events (the answers, the audit lines, the admin API's listing). Whole file:
-// about 15 s with an ASan build (20 cases x 12 paths).
+// about 15 s with an ASan build (21 cases x 12 paths).
 //
 //   TOLLGATE_BIN=build-asan/tollgate node --test test/interop/differential.test.mjs
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
@@ -462,6 +466,26 @@ tools:
     echoes: ['acme-prod', 'acme-prod'],
   },
   {
+    name: 'bind-claims',
+    why: 'set from the caller\'s JWT claims and subject: a whole-string template keeps the claim\'s type (strict compares it canonically: 42.0 is 42, "42" is not), a template inside text, a claim the token lacks denies (rule set)',
+    claims: { org_id: 42, team_name: 'blue' },
+    policy: {
+      version: '1', default: 'deny', tools: {
+        echo: { set: { text: 'org ${claims.org_id} (${claims.team_name}) for ${subject}', message: 'org ${claims.org_id} (${claims.team_name}) for ${subject}' } },
+        execute_code: { set: { org: '${claims.org_id}' }, strict: true },
+        delete_file: { set: { region: '${claims.region}' } },
+      },
+    },
+    steps: [
+      echo({ text: 'org 7' }), TRAW('execute_code', '{"org": 42.0, "language": "python", "code": "print(1)"}'),
+      exec({ org: '42' }), exec(), T('delete_file', { path: '/tmp/x' }),
+    ],
+    explainAfter: true,
+    expect: ['allow', 'allow', 'deny', 'allow', 'deny'],
+    anchors: { 3: 'set', 5: 'set' },
+    echoes: ['org 42 (blue) for alice'],
+  },
+  {
     name: 'pins',
     why: 'a pin file pinning echo only: echo listed and allowed; execute_code, named by the policy but not pinned, hidden and refused under default deny (rule pin)',
     pins: ['echo'],
@@ -526,6 +550,24 @@ const ADMIN_TOKEN = 'admin-' + H.randomToken();
 const ADMIN = { authorization: `Bearer ${ADMIN_TOKEN}` };
 
 const grantKey = (c, p) => `${c.name}/${p.id}`;
+
+// A case with `claims` calls with a JWT of this issuer (keys made in before()), naming its grant
+// by the claim dgrant.
+const JWT_ISSUER = 'https://idp.differential.test/';
+const JWT_AUDIENCE = 'tollgate-differential';
+const JWT_SUBJECT = 'alice';
+let jwtKey;
+let jwksFile;
+const b64u = (v) => Buffer.from(JSON.stringify(v)).toString('base64url');
+/** The bearer token of grant g in case c: its static token, or a JWT with the case's claims. */
+function tokenOf(c, g) {
+  if (!c.claims) return g.token;
+  const now = Math.floor(Date.now() / 1000);
+  const input = `${b64u({ alg: 'RS256', typ: 'JWT', kid: 'd1' })}.${b64u({
+    iss: JWT_ISSUER, aud: JWT_AUDIENCE, sub: JWT_SUBJECT, dgrant: g.name, iat: now, exp: now + 3600, ...c.claims,
+  })}`;
+  return `${input}.${crypto.sign('sha256', Buffer.from(input), jwtKey.privateKey).toString('base64url')}`;
+}
 const slug = (s) => s.toLowerCase().replace(/[^a-z0-9]+/g, '-').replace(/^-|-$/g, '');
 
 function writePolicies() {
@@ -559,6 +601,7 @@ function confFor(sub, { auditFile, clusterGroup, withPins = true }) {
         name: g.name, token_sha256: H.sha256hex(g.token),
         policies: [...UPSTREAMS, ...pinned.map((x) => x.name)].map((up) => ({ upstream: up, policy: policyFiles[c.name] })),
         ...(c.attributes ? { attributes: c.attributes } : {}),
+        ...(c.claims ? { issuers: [JWT_ISSUER] } : {}),
       };
     })),
     upstreams: [
@@ -567,6 +610,7 @@ function confFor(sub, { auditFile, clusterGroup, withPins = true }) {
       ...(withPins ? pinned.map((x) => ({ ...base.find((b) => b.name === x.base), name: x.name, pins: x.file })) : []),
     ],
     audit: { file: auditFile, args: 'values' }, // the final arguments, as the upstream got them
+    jwt: [{ issuer: JWT_ISSUER, audience: JWT_AUDIENCE, jwks_file: jwksFile, grant_claim: 'dgrant' }],
     cluster: clusterGroup,
   });
 }
@@ -637,6 +681,9 @@ before(async () => {
     C.startRedis({ cleanup, dir }),
   ]);
   writePolicies();
+  jwtKey = crypto.generateKeyPairSync('rsa', { modulusLength: 2048 });
+  jwksFile = path.join(dir, 'jwks.json');
+  fs.writeFileSync(jwksFile, JSON.stringify({ keys: [{ ...jwtKey.publicKey.export({ format: 'jwk' }), kid: 'd1', alg: 'RS256', use: 'sig' }] }) + '\n');
   await writePins();
   const secretFile = C.writeSecret(dir);
   const clusterGroup = (instance) => ({
@@ -735,7 +782,7 @@ const AFTER_SPACING = 0.2;
 /** Makes the case's steps on path p; returns one record per step. */
 async function runPath(c, p) {
   const g = grants[grantKey(c, p)];
-  const cl = await clientsFor(p, g.token, upOf(c, p.up));
+  const cl = await clientsFor(p, tokenOf(c, g), upOf(c, p.up));
   const raw = [];
   const approvalIds = []; // in the order the path met them
   try {
@@ -931,7 +978,8 @@ const yamlString = (s) => JSON.stringify(s); // a JSON string is a YAML double-q
  */
 async function explainPath(c) {
   const g = grants[grantKey(c, PATHS.find((p) => p.id === 'explain'))];
-  const base = ['policy', 'explain', '-c', local.conf, '--grant', g.name, '--upstream', upOf(c, 'cowork')];
+  const base = ['policy', 'explain', '-c', local.conf, '--grant', g.name, '--upstream', upOf(c, 'cowork'),
+    ...(c.claims ? ['--subject', JWT_SUBJECT, '--issuer', JWT_ISSUER, ...Object.entries(c.claims).flatMap(([k, v]) => ['--claim', `${k}=${JSON.stringify(v)}`])] : [])];
   const records = [];
   const notes = [];
   const approveAt = c.steps.findIndex((s) => s.method === 'approve');
@@ -1018,8 +1066,9 @@ async function policyTestOf(c, ref) {
       prev = i + 1;
       if (c.explainAfter && reads.length) text += `  history: ${JSON.stringify(reads)}\n`;
       if (c.attributes) text += `  attributes: ${JSON.stringify(c.attributes)}\n`;
+      if (c.claims) text += `  claims: ${JSON.stringify(c.claims)}\n  subject: ${JWT_SUBJECT}\n  issuer: ${yamlString(JWT_ISSUER)}\n`;
       // the final arguments the upstream got (the audit line's)
-      if (c.attributes && r.decision === 'allow' && r.audit?.args) text += `  arguments: ${JSON.stringify(r.audit.args)}\n`;
+      if ((c.attributes || c.claims) && r.decision === 'allow' && r.audit?.args) text += `  arguments: ${JSON.stringify(r.audit.args)}\n`;
       if (r.decision !== 'allow') {
         if (r.audit?.rule) text += `  rule: ${yamlString(r.audit.rule)}\n`;
         // what the model reads, less what only the gateway can say (the retry time, the page)
