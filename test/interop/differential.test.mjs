@@ -100,7 +100,7 @@
 // a day's tokens); a run that would cross 00:00 UTC waits for it first (the one clock event the
 // fixed windows depend on); history windows and brakes are a minute or more, longer than a run.
 // Waits are for events (the answers, the audit lines, the admin API's listing). Whole file:
-// about 15 s with an ASan build (21 cases x 12 paths).
+// about 16 s with an ASan build (22 cases x 12 paths).
 //
 //   TOLLGATE_BIN=build-asan/tollgate node --test test/interop/differential.test.mjs
 
@@ -438,6 +438,25 @@ tools:
     explainNot: { 8: 'explain --after remembers earlier calls for history only, not the bucket they spent (policy test checks it)' },
     expect: ['allow', 'allow', 'limited', 'limited', 'allow', 'allow', 'allow', 'limited', 'allow', 'limited', 'allow'],
     anchors: { 3: 'brake', 4: 'brake', 8: 'echoes', 10: 'brake' },
+  },
+  {
+    name: 'brake-cycle',
+    why: 'a "*" brake with cycle and tags: a loop of two calls is braked as it starts its third round, the loop named; an untagged tool is never braked',
+    policy: `version: "1"
+default: allow
+tools:
+  echo: {tags: [write]}
+  execute_code: {tags: [write]}
+  "*":
+    brake: {repeats: 2, within: 60s, cycle: 3, tags: [write]}
+`,
+    steps: [
+      echo({ n: 1 }), exec({ n: 1 }), echo({ n: 1 }), exec({ n: 1 }), echo({ n: 1 }), exec({ n: 2 }),
+      T('get_weather', { city: 'Oslo' }), T('get_weather', { city: 'Oslo' }), T('get_weather', { city: 'Oslo' }),
+    ],
+    explainAfter: true,
+    expect: ['allow', 'allow', 'allow', 'allow', 'limited', 'allow', 'allow', 'allow', 'allow'],
+    anchors: { 5: 'brake' },
   },
   {
     name: 'bind',
