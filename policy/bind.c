@@ -394,6 +394,37 @@ cJSON *tg_bind_token_claims(const char *token, size_t len)
     return doc.root;
 }
 
+/* Tokens' claims read lately (tg_bind_token_claims_memo): a direct-mapped table by a hash of the
+ * token's last bytes (its signature, which no two tokens share), each slot its token's bytes and
+ * claims. Reachable until exit; at most MEMO_SLOTS tokens of up to 8 KiB and their trees. */
+#define MEMO_SLOTS 256
+static struct memo_slot {
+    char *token;
+    size_t len;
+    cJSON *claims;
+} memo[MEMO_SLOTS];
+
+const cJSON *tg_bind_token_claims_memo(const char *token, size_t len)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ len;
+    for (size_t i = len > 16 ? len - 16 : 0; i < len; i++)
+        h = (h ^ (unsigned char)token[i]) * 0x100000001b3ULL;
+    struct memo_slot *m = &memo[(h ^ (h >> 29)) % MEMO_SLOTS];
+    if (m->token != NULL && m->len == len && memcmp(m->token, token, len) == 0)
+        return m->claims;
+    cJSON_Delete(m->claims);
+    m->claims = tg_bind_token_claims(token, len);
+    free(m->token);
+    m->token = NULL;
+    m->len = 0;
+    if (len <= 8192) { /* a longer one is read each time */
+        m->token = tg_xmalloc(len ? len : 1);
+        memcpy(m->token, token, len);
+        m->len = len;
+    }
+    return m->claims;
+}
+
 char *tg_bind_claims_of_token(const char *token, size_t len, const char *const *names, int n)
 {
     cJSON *claims = n > 0 ? tg_bind_token_claims(token, len) : NULL;

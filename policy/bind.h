@@ -45,6 +45,10 @@ int tg_policy_bind_claims(const struct tg_policy *p, const char *const **names);
 /* The claims of a JWT (compact JWS; the caller verified it already: its payload is only read
  * here) as an object (cJSON_Delete), or NULL if it cannot be read. */
 cJSON *tg_bind_token_claims(const char *token, size_t len);
+/* The same, borrowed: the claims of tokens asked for lately are kept (256 of up to 8 KiB), so
+ * that the calls of one client, which bring the same token each time, read its payload once.
+ * Valid until the next call of this function; loop thread only. */
+const cJSON *tg_bind_token_claims_memo(const char *token, size_t len);
 /* The named claims of a JWT (compact JWS; the caller verified it already: its payload is only
  * read here) as a compact JSON object text, malloc'd; NULL if it carries none of them or cannot
  * be read. */

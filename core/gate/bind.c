@@ -93,14 +93,13 @@ struct tg_decision *tg_gate_bind(struct tg_exchange *x, const struct tg_policy *
     const char *tool = name->valuestring;
     const struct tg_grant_conf *g = x->grant;
     struct tg_bind_ctx cx = {g->name, subject, (const char *const *)g->attributes, g->nattributes, NULL};
-    cJSON *claims = NULL;
+    cJSON *claims = NULL; /* ours to free; a request's token's claims are the memo's */
     if (tg_policy_binds_claims(pol, tool)) {
         /* A request's own token, else what its session kept of its maker's (a channel's). */
         if (x->who != NULL && x->who->jwt > 0 && x->subject_token != NULL)
-            claims = tg_bind_token_claims(x->subject_token, x->subject_token_len);
+            cx.claims = tg_bind_token_claims_memo(x->subject_token, x->subject_token_len);
         else if (x->sess != NULL && x->sess->claims != NULL)
-            claims = cJSON_Parse(x->sess->claims);
-        cx.claims = claims;
+            cx.claims = claims = cJSON_Parse(x->sess->claims);
     }
     struct tg_decision d; /* written only when it refuses */
     int rc = tg_policy_bind_args(pol, tool, &cx, params, &d);

@@ -1,6 +1,7 @@
 /* tg-bench-policy: what one policy decision costs, and what a million live counters weigh.
  *
- *   tg-bench-policy [--quick] [--digest | --digest-no-keys] [--tight] [--history] [-n CALLS] [-r RUNS] [-b BUCKETS]
+ *   tg-bench-policy [--quick] [--digest | --digest-no-keys] [--tight] [--history] [--bind] [--pins] [--all]
+ *                   [-n CALLS] [-r RUNS] [-b BUCKETS]
  *
  * A 100-tool policy mixing both PolicyLayer shapes: hosted token buckets, Intercept argument
  * conditions (eq/neq/in/lte/gte/contains/exists and one regex), Intercept fixed-window counters
@@ -17,16 +18,34 @@
  * its ring of 64 (limits.history_calls) never covers 10 minutes, and a bound such as lte would
  * fail closed on every call ("history is too short").
  *
- * --quick (the bench-smoke ctest) runs a few thousand calls and checks the verdict mix, so that
- * the benchmark cannot rot; speed is only reported, never asserted. */
+ * --bind adds arguments the model cannot choose: "*" sets tenant_id from the grant's attribute
+ * (${grant.tenant}), and the payment tools (a fifth) also set org from the caller's JWT claim
+ * (${claims.org}) and channel to a static "api", and forbid "internal". --pins pins every tool of
+ * the upstream and lists them once before the timed loop, so that each call's definition is
+ * looked up against its pin. With either, the timed loop (run_gate_calls) does per call what the
+ * gateway's gate does before it decides (core/gate/bind.c, core/gate/pins.c): the binding, with
+ * the caller's token's claims read from the token for a tool whose binding names one, then the
+ * pin check, then the decision. The prepared argument trees are shared between calls, so a call
+ * that bound something has its arguments put back as the model sent them (unbind_args) after
+ * the decision: the gateway frees the bound nodes with the request instead. --all is --history
+ * --bind --pins: all four features. With any of these flags the same calls also run through
+ * the policy without them (run_plain, the runs alternated) and the overhead is printed.
+ *
+ * --quick (the bench-smoke ctests, with and without --all) runs a few thousand calls and checks
+ * the verdict mix (and with --bind or --pins one binding value by value, and that no call was
+ * refused by a binding or, of a listed tool, by its pin), so that the benchmark cannot rot;
+ * speed is only reported, never asserted. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/base/buf.h"
 #include "core/base/json.h"
+#include "policy/bind.h"
+#include "policy/pins.h"
 #include "policy/policy.h"
 
 #define NTOOLS 100
@@ -44,7 +63,9 @@ static char tool_names[NTOOLS][16];
 /* The limits of the policy: high enough that none is reached, or (--tight, for the digest)
  * low enough that many are. */
 static long lim = 100000, glim = 1000000;
-static int hist; /* --history */
+/* The features of the policy being built (build_policy): --history, --bind. */
+static int hist, bindf;
+#define UPSTREAM "cowork"
 
 /* ---- the policy ---------------------------------------------------------------------- */
 
@@ -56,10 +77,13 @@ static void append_tool(struct tg_buf *out, int i)
     struct tg_buf e;
     tg_buf_init(&e);
     append_entry(&e, i);
-    if (hist) /* the entry's own tags, before its other fields */
-        tg_buf_appendf(out, "{\"tags\":[\"t%d\"],%.*s", i % 4, (int)e.len - 1, e.base + 1);
-    else
-        tg_buf_append(out, e.base, e.len);
+    /* the entry's own tags and binding, before its other fields */
+    tg_buf_appends(out, "{");
+    if (hist)
+        tg_buf_appendf(out, "\"tags\":[\"t%d\"],", i % 4);
+    if (bindf && i % 5 == 1)
+        tg_buf_appends(out, "\"set\":{\"org\":\"${claims.org}\",\"channel\":\"api\"},\"forbid\":[\"internal\"],");
+    tg_buf_append(out, e.base + 1, e.len - 1);
     tg_buf_dispose(&e);
 }
 
@@ -115,13 +139,16 @@ static struct tg_policy *build_policy(void)
     tg_buf_appends(&b, "{\"version\":\"1\",\"default\":\"deny\",\"hide\":[\"debug_dump\"],\"tools\":{");
     for (int i = 0; i < NTOOLS; i++)
         append_tool(&b, i);
+    tg_buf_appends(&b, ",\"*\":{");
+    if (bindf)
+        tg_buf_appends(&b, "\"set\":{\"tenant_id\":\"${grant.tenant}\"},");
     if (hist)
-        tg_buf_appends(&b, ",\"*\":{\"brake\":{\"repeats\":1000,\"within\":\"60s\"},\"rules\":["
+        tg_buf_appends(&b, "\"brake\":{\"repeats\":1000,\"within\":\"60s\"},\"rules\":["
                            "{\"name\":\"flow\",\"when\":{\"tags\":[\"t1\"]},\"conditions\":[{\"history\":"
                            "{\"tags\":[\"t0\"],\"within\":\"10m\"},\"op\":\"gte\",\"value\":0}]},"
                            "{\"name\":\"no force\",");
     else
-        tg_buf_appends(&b, ",\"*\":{\"rules\":[{\"name\":\"no force\",");
+        tg_buf_appends(&b, "\"rules\":[{\"name\":\"no force\",");
     tg_buf_appendf(&b, "\"conditions\":[{\"path\":\"args.force\",\"op\":\"exists\",\"value\":false}]},"
                        "{\"name\":\"global\",\"conditions\":[{\"path\":\"state._global.calls\",\"op\":\"lt\",\"value\":%ld}],"
                        "\"state\":{\"counter\":\"calls\",\"window\":\"hour\"}}]}}}",
@@ -170,15 +197,15 @@ static uint32_t next_rand(void)
     return (uint32_t)(rng >> 11);
 }
 
-/* The timed loop, on its own so that callgrind can count it alone:
- *   valgrind --tool=callgrind --toggle-collect=run_calls tg-bench-policy -n 20000 -r 1 -b 1000
- * gives the instructions of 20000 decisions. */
-static __attribute__((noinline)) void run_calls(const struct tg_policy *p, struct tg_counters *c,
-                                                const struct tg_caller *who, const struct call *calls, long ncalls,
-                                                cJSON *const *args, long v[4])
+/* A few calls for unlisted and hidden tools. */
+static const char *const extra[2] = {"not_in_policy", "debug_dump"};
+
+/* The timed loop of decisions alone, as the gateway pays them for a policy that binds nothing and
+ * an upstream without pins. */
+static inline __attribute__((always_inline)) void decide_calls(const struct tg_policy *p, struct tg_counters *c,
+                                                               const struct tg_caller *who, const struct call *calls,
+                                                               long ncalls, cJSON *const *args, long v[4])
 {
-    /* A few calls for unlisted and hidden tools. */
-    static const char *const extra[2] = {"not_in_policy", "debug_dump"};
     struct tg_decision d;
     for (long i = 0; i < ncalls; i++) {
         const struct call *k = &calls[i];
@@ -188,6 +215,131 @@ static __attribute__((noinline)) void run_calls(const struct tg_policy *p, struc
         tg_policy_decide_call(p, c, &who[k->who], tool, args[k->args], now, &d);
         v[d.verdict]++;
     }
+}
+
+/* The timed loops, each on its own so that callgrind can count it alone:
+ *   valgrind --tool=callgrind --toggle-collect=run_calls tg-bench-policy -n 20000 -r 1 -b 1000
+ * gives the instructions of 20000 decisions; --toggle-collect=run_gate_calls those of --bind,
+ * --pins or --all, and --toggle-collect=run_plain those of the policy without the features that
+ * these runs measure beside them. run_calls and run_plain are the same code. */
+static __attribute__((noinline)) void run_calls(const struct tg_policy *p, struct tg_counters *c,
+                                                const struct tg_caller *who, const struct call *calls, long ncalls,
+                                                cJSON *const *args, long v[4])
+{
+    decide_calls(p, c, who, calls, ncalls, args, v);
+}
+
+/* noipa: the compiler would fold the two identical functions into one name. */
+static __attribute__((noipa)) void run_plain(const struct tg_policy *p, struct tg_counters *c,
+                                             const struct tg_caller *who, const struct call *calls, long ncalls,
+                                             cJSON *const *args, long v[4])
+{
+    decide_calls(p, c, who, calls, ncalls, args, v);
+}
+
+/* What the gate needs beside the policy: the grants' attributes and tokens (--bind), the pins of
+ * the upstream and what was learnt of its tools (--pins); and what it did in the last run. */
+struct gate {
+    const char *(*attrs)[4];        /* per grant: "region", "tenant" and their values */
+    char (*tokens)[512];            /* per grant: a JWT whose payload carries "org" */
+    size_t *token_len;
+    struct tg_pins *pins;           /* NULL: an upstream without pins */
+    struct tg_pins_seen *seen;
+    cJSON *const *params;           /* per argument set: {"arguments": args[i]}, as a tools/call has it */
+    cJSON *const *pristine;         /* per argument set: a copy of the arguments as the model sent them */
+    int keep[NARGS];                /* per argument set: its leading members that no binding touches */
+    long bound, bind_refused, pin_refused;
+};
+
+/* The arguments the policy binds or forbids (build_policy with --bind). */
+static const char *const bound_names[] = {"tenant_id", "org", "channel", "internal"};
+
+/* How many leading members of args no binding touches: a binding replaces or removes only the
+ * members it names, and adds its own after the last. */
+static int untouched(const cJSON *args)
+{
+    int n = 0;
+    for (const cJSON *e = args->child; e != NULL; e = e->next, n++)
+        for (size_t i = 0; i < sizeof(bound_names) / sizeof(bound_names[0]); i++)
+            if (strcmp(e->string, bound_names[i]) == 0)
+                return n;
+    return n;
+}
+
+/* Arguments a binding changed put back as the model sent them (pristine): the members after the
+ * keep untouched ones are freed (what the gateway pays when it frees the request: the nodes the
+ * binding made) and those the model sent there copied back (which only the argument set that
+ * sends a bound and a forbidden argument has: what the gateway's parse would have made). */
+static __attribute__((noinline)) void unbind_args(cJSON *args, const cJSON *pristine, int keep)
+{
+    cJSON *last = NULL, *tail = args->child;
+    for (int i = 0; i < keep; i++) {
+        last = tail;
+        tail = tail->next;
+    }
+    if (last == NULL) {
+        args->child = NULL;
+    } else {
+        last->next = NULL;
+        args->child->prev = last;
+    }
+    cJSON_Delete(tail);
+    const cJSON *e = pristine->child;
+    for (int i = 0; i < keep; i++)
+        e = e->next;
+    for (; e != NULL; e = e->next)
+        cJSON_AddItemToArray(args, cJSON_Duplicate(e, 1)); /* the copy keeps its name */
+}
+
+/* Per call what the gateway does for a tools/call before and with its decision (core/gate/bind.c,
+ * then core/gate/pins.c, then the decision; core/gate/dispatch.c): the arguments bound to the
+ * caller, the caller's claims read from its token when the binding names one; a binding that
+ * refuses ends the call; then the pin check, which may refuse it (the gate would also log that
+ * refusal: not done here); then the decision on the bound arguments. */
+static __attribute__((noinline)) void run_gate_calls(const struct tg_policy *p, struct tg_counters *c,
+                                                     const struct tg_caller *who, const struct call *calls,
+                                                     long ncalls, struct gate *g, long v[4])
+{
+    struct tg_decision d;
+    long bound = 0, bind_refused = 0, pin_refused = 0;
+    for (long i = 0; i < ncalls; i++) {
+        const struct call *k = &calls[i];
+        int64_t now = T0 + (i >> 6);
+        const char *tool = (i & 1023) == 1023 ? extra[(i >> 10) & 1] : tool_names[k->tool];
+        const struct tg_caller *w = &who[k->who];
+        cJSON *params = g->params[k->args];
+        int changed = 0;
+        if (tg_policy_binds_any(p) && tg_policy_binds(p, tool) && tg_policy_tool_visible(p, tool)) {
+            unsigned gi = k->who % NGRANTS;
+            struct tg_bind_ctx cx = {w->grant, w->grant, g->attrs[gi], 2, NULL};
+            if (tg_policy_binds_claims(p, tool)) /* as the gate: a token read lately is not read again */
+                cx.claims = tg_bind_token_claims_memo(g->tokens[gi], g->token_len[gi]);
+            int rc = tg_policy_bind_args(p, tool, &cx, params, &d);
+            if (rc < 0) {
+                v[d.verdict]++;
+                bind_refused++;
+                continue;
+            }
+            changed = rc > 0;
+            bound += changed;
+        }
+        char why[sizeof(d.message)];
+        if (g->pins != NULL && !tg_pins_admit_call(g->seen, g->pins, UPSTREAM, p, tool, why, sizeof(why))) {
+            memset(&d, 0, sizeof(d));
+            d.verdict = TG_VERDICT_DENY;
+            snprintf(d.rule, sizeof(d.rule), "pin");
+            snprintf(d.message, sizeof(d.message), "%s", why);
+            pin_refused++;
+        } else {
+            tg_policy_decide_call(p, c, w, tool, tg_json_get(params, "arguments"), now, &d);
+        }
+        v[d.verdict]++;
+        if (changed)
+            unbind_args(tg_json_get(params, "arguments"), g->pristine[k->args], g->keep[k->args]);
+    }
+    g->bound = bound;
+    g->bind_refused = bind_refused;
+    g->pin_refused = pin_refused;
 }
 
 /* The same calls, untimed, folding everything each decision says (verdict, rule, message,
@@ -205,7 +357,6 @@ static void fold(uint64_t *h, const void *p, size_t n)
 static uint64_t digest_calls(const struct tg_policy *p, const struct tg_caller *who, const struct call *calls,
                              long ncalls, cJSON *const *args, int keys)
 {
-    static const char *const extra[2] = {"not_in_policy", "debug_dump"};
     struct tg_counters *c = tg_counters_new();
     struct tg_decision d;
     uint64_t h = 0xcbf29ce484222325ULL;
@@ -262,10 +413,128 @@ static long rss_kib(void)
     return kib;
 }
 
+/* ---- the gate's side ----------------------------------------------------------------------- */
+
+/* --bind: each grant's attributes (conf grants[].attributes) and a JWT of its caller, whose
+ * payload carries the "org" claim the policy binds (signature bytes only: the gateway verified it
+ * before the gate reads its payload). */
+static void setup_callers(struct gate *g, char (*grants)[24])
+{
+    static char values[NGRANTS][2][24];
+    g->attrs = calloc(NGRANTS, sizeof(*g->attrs));
+    g->tokens = calloc(NGRANTS, sizeof(*g->tokens));
+    g->token_len = calloc(NGRANTS, sizeof(*g->token_len));
+    static const char head[] = "{\"alg\":\"ES256\",\"typ\":\"JWT\",\"kid\":\"idp-2024-03\"}";
+    uint8_t sig[64];
+    for (size_t i = 0; i < sizeof(sig); i++)
+        sig[i] = (uint8_t)(i * 37 + 11);
+    for (int i = 0; i < NGRANTS; i++) {
+        snprintf(values[i][0], sizeof(values[i][0]), "eu-west-%d", i % 3);
+        snprintf(values[i][1], sizeof(values[i][1]), "acme-%04d", i);
+        g->attrs[i][0] = "region";
+        g->attrs[i][1] = values[i][0];
+        g->attrs[i][2] = "tenant";
+        g->attrs[i][3] = values[i][1];
+        char body[256];
+        int n = snprintf(body, sizeof(body),
+                         "{\"iss\":\"https://idp.example\",\"sub\":\"user-%04d@idp.example\",\"aud\":\"%s\","
+                         "\"iat\":1710066000,\"exp\":1710069600,\"scope\":\"mcp:call\",\"org\":\"org-%02d\"}",
+                         i, grants[i], i % 50);
+        if ((sizeof(head) + (size_t)n + sizeof(sig)) * 4 / 3 + 8 > sizeof(g->tokens[i]))
+            exit(2); /* the token would not fit */
+        char *t = g->tokens[i];
+        size_t len = tg_b64url_encode((const uint8_t *)head, sizeof(head) - 1, t);
+        t[len++] = '.';
+        len += tg_b64url_encode((const uint8_t *)body, (size_t)n, t + len);
+        t[len++] = '.';
+        len += tg_b64url_encode(sig, sizeof(sig), t + len);
+        t[len] = '\0';
+        g->token_len[i] = len;
+    }
+}
+
+/* --pins: a pin file of the upstream's 100 tools (written in the temporary directory, loaded
+ * as the conf loads upstreams[].pins, removed), and each tool listed once with its pinned
+ * definition, as a tools/list answer teaches the gateway. */
+static void setup_pins(struct gate *g, const struct tg_policy *p)
+{
+    struct tg_buf t;
+    tg_buf_init(&t);
+    tg_buf_appends(&t, "[");
+    for (int i = 0; i < NTOOLS; i++)
+        tg_buf_appendf(&t,
+                       "%s{\"name\":\"%s\",\"description\":\"Tool %d of the benchmark's upstream: reads or writes "
+                       "the records of one tenant.\",\"inputSchema\":{\"type\":\"object\",\"properties\":{"
+                       "\"amount\":{\"type\":\"number\"},\"currency\":{\"type\":\"string\",\"enum\":[\"usd\",\"eur\",\"gbp\"]},"
+                       "\"path\":{\"type\":\"string\"},\"opts\":{\"type\":\"object\"},\"tags\":{\"type\":\"array\","
+                       "\"items\":{\"type\":\"string\"}}},\"required\":[\"amount\"]},"
+                       "\"annotations\":{\"readOnlyHint\":%s}}",
+                       i ? "," : "", tool_names[i], i, i % 2 ? "true" : "false");
+    tg_buf_appends(&t, "]");
+    struct tg_json_doc doc;
+    const char *why = NULL;
+    size_t off = 0;
+    if (tg_json_parse(t.base, t.len, 64, 1, &doc, &why, &off) != 0) {
+        fprintf(stderr, "bench tools: %s at %zu\n", why, off);
+        exit(2);
+    }
+    tg_buf_dispose(&t);
+    const char *dir = getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp";
+    char path[512];
+    snprintf(path, sizeof(path), "%s/tg-bench-policy-%ld.pins.json", dir, (long)getpid());
+    struct tg_buf err, warn;
+    tg_buf_init(&err);
+    tg_buf_init(&warn);
+    int rc = tg_pins_write_file(path, UPSTREAM, doc.root, &err);
+    if (rc == 0)
+        rc = tg_pins_load(path, UPSTREAM, &g->pins, &err, &warn);
+    unlink(path);
+    if (rc != 0) {
+        fprintf(stderr, "bench pins: %.*s\n", (int)err.len, err.base);
+        exit(2);
+    }
+    g->seen = tg_pins_seen_new();
+    for (const cJSON *e = doc.root->child; e != NULL; e = e->next)
+        if (!tg_pins_admit_listed(g->seen, g->pins, UPSTREAM, p, e)) {
+            fprintf(stderr, "bench pins: a listed tool was not admitted\n");
+            exit(2);
+        }
+    cJSON_Delete(doc.root);
+    tg_buf_dispose(&err);
+    tg_buf_dispose(&warn);
+}
+
+/* --bind: one call bound and put back, checked: the bound values are the caller's, the forbidden
+ * argument is gone, and the arguments are as the model sent them afterwards. 0, or -1. */
+static int check_binding(const struct tg_policy *p, struct gate *g, const char *grant, int gi)
+{
+    int a = 2; /* the argument set that sends its own tenant_id and a forbidden "internal" */
+    struct tg_bind_ctx cx = {grant, grant, g->attrs[gi], 2, NULL};
+    cJSON *claims = tg_bind_token_claims(g->tokens[gi], g->token_len[gi]);
+    cx.claims = claims;
+    struct tg_decision d;
+    int rc = tg_policy_bind_args(p, tool_names[1], &cx, g->params[a], &d);
+    cJSON_Delete(claims);
+    cJSON *args = tg_json_get(g->params[a], "arguments");
+    const cJSON *tenant = tg_json_get(args, "tenant_id"), *org = tg_json_get(args, "org");
+    const cJSON *channel = tg_json_get(args, "channel");
+    char want_org[16];
+    snprintf(want_org, sizeof(want_org), "org-%02d", gi % 50);
+    int ok = rc == 1 && cJSON_IsString(tenant) && strcmp(tenant->valuestring, g->attrs[gi][3]) == 0 &&
+             cJSON_IsString(org) && strcmp(org->valuestring, want_org) == 0 && cJSON_IsString(channel) &&
+             strcmp(channel->valuestring, "api") == 0 && tg_json_get(args, "internal") == NULL;
+    unbind_args(args, g->pristine[a], g->keep[a]);
+    if (!ok || !cJSON_Compare(args, g->pristine[a], 1)) {
+        fprintf(stderr, "FAIL: the binding of %s did not bind as the policy says, or was not undone\n", tool_names[1]);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     long ncalls = 2000000, runs = 5, nbuckets = 1000000;
-    int quick = 0, digest = 0, tight = 0;
+    int quick = 0, digest = 0, tight = 0, pinsf = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
@@ -284,19 +553,35 @@ int main(int argc, char **argv)
             tight = 1;
         } else if (strcmp(argv[i], "--history") == 0) {
             hist = 1;
+        } else if (strcmp(argv[i], "--bind") == 0) {
+            bindf = 1;
+        } else if (strcmp(argv[i], "--pins") == 0) {
+            pinsf = 1;
+        } else if (strcmp(argv[i], "--all") == 0) {
+            hist = bindf = pinsf = 1;
         } else if (strcmp(argv[i], "-b") == 0 && i + 1 < argc) {
             nbuckets = strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "-r") == 0 && i + 1 < argc) {
             runs = strtol(argv[++i], NULL, 10);
         } else {
-            fprintf(stderr, "usage: %s [--quick] [--digest | --digest-no-keys] [--tight] [--history] [-n CALLS] [-r RUNS] [-b BUCKETS]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--digest | --digest-no-keys] [--tight] [--history] [--bind] [--pins] [--all] "
+                            "[-n CALLS] [-r RUNS] [-b BUCKETS]\n", argv[0]);
             return 2;
         }
     }
     if (ncalls < 1 || runs < 1 || nbuckets < 1)
         return 2;
 
-    struct tg_policy *p = build_policy();
+    /* With features, the same policy without them too, to measure them against. */
+    int features = hist || bindf || pinsf, gated = bindf || pinsf;
+    struct tg_policy *p = build_policy(), *plain = NULL;
+    if (features) {
+        int h = hist, b = bindf;
+        hist = bindf = 0;
+        plain = build_policy();
+        hist = h;
+        bindf = b;
+    }
 
     /* Everything the loop touches is prepared here. */
     cJSON *args[NARGS];
@@ -309,6 +594,20 @@ int main(int argc, char **argv)
             return 2;
         }
         args[i] = doc.root;
+    }
+    /* With bindings, one argument set sends a tenant_id of its own and a forbidden argument: the
+     * binding overwrites the one and removes the other (the runs without features see them too). */
+    if (bindf) {
+        cJSON_AddStringToObject(args[2], "tenant_id", "acme-other");
+        cJSON_AddTrueToObject(args[2], "internal");
+    }
+    struct gate gt = {0};
+    cJSON *params[NARGS], *pristine[NARGS];
+    for (size_t i = 0; i < NARGS; i++) {
+        params[i] = cJSON_CreateObject();
+        cJSON_AddItemToObject(params[i], "arguments", args[i]);
+        pristine[i] = cJSON_Duplicate(args[i], 1);
+        gt.keep[i] = untouched(args[i]);
     }
     static char grants[NGRANTS][24], sessions[NSESSIONS][24];
     for (int i = 0; i < NGRANTS; i++)
@@ -327,21 +626,52 @@ int main(int argc, char **argv)
         calls[i].args = (uint16_t)(a < 28 ? a % 4 : 4 + a % 4);
         calls[i].who = (r >> 16) % NSESSIONS;
     }
-    double best = 1e30, sum = 0;
+    gt.params = params;
+    gt.pristine = pristine;
+    if (bindf) {
+        setup_callers(&gt, grants);
+        if (check_binding(p, &gt, grants[0], 0) != 0)
+            return 1;
+    }
+    if (pinsf)
+        setup_pins(&gt, p);
+
+    /* With features, each run is one without them (run_plain) then one with them, on the same
+     * calls, each on fresh counters: the two see the same machine as nearly as it goes. */
+    double best = 1e30, sum = 0, pbest = 1e30, psum = 0;
     long verdicts[4] = {0};
+    size_t hkeys = 0, hbytes = 0;
     for (long run = 0; run < runs; run++) {
+        char without[64] = "";
+        if (features) {
+            struct tg_counters *c = tg_counters_new();
+            long v[4] = {0};
+            double t = now_s();
+            run_plain(plain, c, who, calls, ncalls, args, v);
+            double ns = (now_s() - t) * 1e9 / (double)ncalls;
+            snprintf(without, sizeof(without), "; without the features %.1f ns", ns);
+            if (ns < pbest)
+                pbest = ns;
+            psum += ns;
+            tg_counters_free(c);
+        }
         struct tg_counters *c = tg_counters_new();
         long v[4] = {0};
         double t = now_s();
-        run_calls(p, c, who, calls, ncalls, args, v);
+        if (gated)
+            run_gate_calls(p, c, who, calls, ncalls, &gt, v);
+        else
+            run_calls(p, c, who, calls, ncalls, args, v);
         double dt = now_s() - t;
         double ns = dt * 1e9 / (double)ncalls;
-        printf("run %ld: %.1f ns/decision (%.2f M decisions/s), %zu counters\n", run + 1, ns, (double)ncalls / dt / 1e6,
-               tg_counters_count(c));
+        printf("run %ld: %.1f ns/decision (%.2f M decisions/s), %zu counters%s\n", run + 1, ns,
+               (double)ncalls / dt / 1e6, tg_counters_count(c), without);
         if (ns < best)
             best = ns;
         sum += ns;
         memcpy(verdicts, v, sizeof(v));
+        hkeys = tg_counters_history_keys(c);
+        hbytes = tg_counters_history_memory(c);
         tg_counters_free(c);
     }
     printf("decisions: %ld calls x %ld runs over %d tools, %d grants, %d sessions\n", ncalls, runs, NTOOLS, NGRANTS,
@@ -349,6 +679,20 @@ int main(int argc, char **argv)
     printf("verdicts (last run): ALLOW %ld, DENY %ld, LIMITED %ld, APPROVE %ld\n", verdicts[0], verdicts[1],
            verdicts[2], verdicts[3]);
     printf("best: %.1f ns/decision, mean %.1f ns (target <= 500 ns)\n", best, sum / (double)runs);
+    if (features) {
+        char names[40];
+        snprintf(names, sizeof(names), "%s%s%s", hist ? "+history" : "", bindf ? "+bind" : "", pinsf ? "+pins" : "");
+        printf("without the features (%s): best %.1f ns/decision, mean %.1f ns\n", names + 1, pbest,
+               psum / (double)runs);
+        printf("the features cost %+.1f ns/decision: %+.1f %% (best %.1f / %.1f = %.2f)\n", best - pbest,
+               (best / pbest - 1) * 100, best, pbest, best / pbest);
+    }
+    if (hist)
+        printf("history (last run): %zu rings, %.1f KiB, %.0f B per ring\n", hkeys, (double)hbytes / 1024.0,
+               hkeys ? (double)hbytes / (double)hkeys : 0.0);
+    if (gated)
+        printf("gate (last run): %ld calls had arguments bound, %ld refused by a binding, %ld refused by a pin\n",
+               gt.bound, gt.bind_refused, gt.pin_refused);
     if (digest || quick)
         printf("digest of every decision: %016llx\n", (unsigned long long)digest_calls(p, who, calls, ncalls, args, digest != 2));
 
@@ -427,6 +771,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "FAIL: unexpected verdict mix\n");
         ok = 0;
     }
+    /* Every visible tool binds tenant_id ("*"); nothing lacks what it binds; only the calls of the
+     * unlisted and the hidden tool (1 in 1024) are refused by the pins. */
+    if (bindf && (gt.bound < ncalls / 2 || gt.bind_refused != 0)) {
+        fprintf(stderr, "FAIL: %ld calls bound, %ld refused by a binding\n", gt.bound, gt.bind_refused);
+        ok = 0;
+    }
+    if (pinsf && gt.pin_refused > ncalls / 500 + 1) {
+        fprintf(stderr, "FAIL: %ld calls refused by a pin\n", gt.pin_refused);
+        ok = 0;
+    }
     if (nbuckets >= 1000000 && mem > (size_t)128 * 1024 * 1024) {
         fprintf(stderr, "FAIL: %zu bytes for %ld buckets, budget 128 MiB\n", mem, nbuckets);
         ok = 0;
@@ -436,10 +790,20 @@ int main(int argc, char **argv)
 
     tg_counters_free(c);
     tg_policy_unref(sp);
-    for (size_t i = 0; i < NARGS; i++)
-        cJSON_Delete(args[i]);
+    for (size_t i = 0; i < NARGS; i++) {
+        cJSON_Delete(params[i]); /* and args[i] */
+        cJSON_Delete(pristine[i]);
+    }
+    free(gt.attrs);
+    free(gt.tokens);
+    free(gt.token_len);
+    tg_pins_seen_free(gt.seen);
+    if (gt.pins != NULL)
+        tg_pins_unref(gt.pins);
     free(calls);
     free(who);
     tg_policy_unref(p);
+    if (plain != NULL)
+        tg_policy_unref(plain);
     return ok ? 0 : 1;
 }
