@@ -85,8 +85,9 @@ void tg_json_digest(const cJSON *v, uint8_t out[32]);
  * apart). Deeper than 256 levels writes null. */
 void tg_json_canon(struct tg_buf *b, const cJSON *v);
 void tg_json_canon_sha256(const cJSON *v, uint8_t out[32]);
-/* A 64-bit hash of the canonical text (SipHash-2-4 under a fixed key, seed mixed in first): the
- * same in every process and release, for identities shared across a cluster. Not a secret. */
+/* A 64-bit hash of the canonical form (SipHash-2-4 under a fixed key, seed mixed in first; a
+ * string of up to 240 bytes by its bytes, without writing its text): the same in every process
+ * and release, for identities shared across a cluster. Not a secret. */
 uint64_t tg_json_canon_hash(const cJSON *v, uint64_t seed);
 
 /* A number node that prints exactly as `text` (which must be a valid JSON number). */

@@ -1239,6 +1239,23 @@ static void canonical_forms(void **state)
     cJSON_Delete(a.root);
     cJSON_Delete(b.root);
     cJSON_Delete(c.root);
+    /* strings: short ones hash by their bytes, long ones by their text; either way one value, one
+     * hash, and a string never hashes as the number or the literal it spells */
+    char longs[400];
+    memset(longs, 'x', sizeof(longs) - 1);
+    longs[sizeof(longs) - 1] = '\0';
+    cJSON *s1 = cJSON_CreateString("tenant-a"), *s2 = cJSON_CreateString("tenant-a"), *s3 = cJSON_CreateString("1");
+    cJSON *l1 = cJSON_CreateString(longs), *l2 = cJSON_CreateString(longs), *one = cJSON_CreateNumber(1);
+    assert_true(tg_json_canon_hash(s1, 3) == tg_json_canon_hash(s2, 3));
+    assert_true(tg_json_canon_hash(l1, 3) == tg_json_canon_hash(l2, 3));
+    assert_true(tg_json_canon_hash(s1, 3) != tg_json_canon_hash(l1, 3));
+    assert_true(tg_json_canon_hash(s3, 3) != tg_json_canon_hash(one, 3));
+    cJSON_Delete(s1);
+    cJSON_Delete(s2);
+    cJSON_Delete(s3);
+    cJSON_Delete(l1);
+    cJSON_Delete(l2);
+    cJSON_Delete(one);
     /* a number made without text (cJSON_CreateNumber) has the same form */
     cJSON *n = cJSON_CreateNumber(0.5);
     struct tg_buf w;
