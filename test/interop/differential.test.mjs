@@ -365,12 +365,6 @@ tools:
     explainAfter: true,
     expect: ['allow', 'allow', 'allow', 'deny'],
     anchors: { 4: 'no-egress-after-secrets' },
-    // core/gate/reads.c records a read the policy lets through in the instance's own history
-    // (tg_policy_record_read on srv->counters), never in the shared one a cluster decides from:
-    // a flow from a read to egress passes in a cluster, on one member too (cluster ws)
-    known: ['cluster 2025', 'cluster 2026', 'cluster bridge 2025->2026', 'cluster ws'].map((path) => ({
-      path, steps: [4], why: 'a cluster does not share (or read) the history of resources/read and prompts/get: the egress after the tagged read is allowed',
-    })),
   },
   {
     name: 'history-distinct',
