@@ -844,11 +844,11 @@ async function runPath(c, p) {
   const callLines = lines.map((l) => l.filter((x) => !ENDS.has(x.decision)));
   const endLines = lines.flat().filter((x) => ENDS.has(x.decision));
   const next = cl.gws.map(() => 0);
-  return raw.map((r) => {
+  return raw.map((r, self) => {
     let audit;
     if (r.approvalId !== undefined) audit = endLines.find((x) => x.approval_id === r.approvalId);
     else if (r.audited) audit = callLines[r.gwIndex][next[r.gwIndex]++];
-    const rec = recordOf(r.step, r.answer, r.at, audit, { up: upOf(c, p.up), steps: raw, bound: c.bound });
+    const rec = recordOf(r.step, r.answer, r.at, audit, { up: upOf(c, p.up), steps: raw, self, bound: c.bound });
     if (r.approval !== undefined) {
       rec.data.approval = r.approval; // which approval: the same call made again meets the same one
       if (!r.audited) rec.audit = `none (approval ${r.approval} is already pending)`;
@@ -889,7 +889,9 @@ function decisionOf(e) {
  * error.data.history with what differs by path made comparable: `upstream` (this path's own is
  * '<upstream>') and `at`: which of this path's calls of that tool (resource, prompt) it names,
  * `step N`, the one in flight nearest that instant (the gateway's clock is its event loop's, a
- * millisecond or so behind the test's).
+ * millisecond or so behind the test's), among the steps before ctx.self (the step whose answer
+ * names it: an earlier call is never the call itself; on a fast path two steps can share the
+ * millisecond).
  */
 function historyOf(h, ctx) {
   if (!h || typeof h !== 'object' || !ctx) return h;
@@ -900,7 +902,7 @@ function historyOf(h, ctx) {
   let best = -1;
   let dist = Infinity;
   ctx.steps.forEach((r, j) => {
-    if (!r.done || !named(r.step)) return;
+    if (!r.done || !named(r.step) || (ctx.self !== undefined && j >= ctx.self)) return;
     const d = t < r.at ? r.at - t : t > r.done ? t - r.done : 0;
     if (d <= dist) { best = j; dist = d; }
   });
