@@ -375,6 +375,9 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     assert.equal(third.e?.code, -32003, JSON.stringify(third.r ?? String(third.e)));
     assert.notEqual(third.e.data.approval_id, id, 'a new approval');
     assert.equal(forwarded('/tmp/cluster-retry', 'path').length, 1, 'the third call did not run');
+    // c learns of the new approval through Redis, a moment after a parked it: deny it once listed
+    await H.waitUntil(async () => (await c.admin(2, 'GET', '/admin/approvals')).json?.approvals?.some((x) => x.id === third.e.data.approval_id),
+      { what: "the third call's approval in c's list" });
     const d = await c.admin(2, 'POST', `/admin/approvals/${third.e.data.approval_id}/deny`);
     assert.equal(d.status, 200, d.text);
     await a.close();
@@ -535,7 +538,7 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     const created = await a.client.request({ method: 'tools/call', params: { name: 'write_file', arguments: args, task: { ttl: 60000 } } },
       sdk.types.CreateTaskResultSchema);
     assert.equal(created.task.status, 'working', JSON.stringify(created));
-    const item = await H.waitUntil(async () => (await c.admin(2, 'GET', '/admin/approvals')).json?.approvals?.find((x) => x.tool === 'write_file'),
+    const item = await H.waitUntil(async () => (await c.admin(2, 'GET', '/admin/approvals')).json?.approvals?.find((x) => x.tool === 'write_file' && x.grant === 'task'),
       { what: "the parked task call in c's list" });
     assert.equal(item.instance, c.instances[0].name);
     const r = await c.admin(2, 'POST', `/admin/approvals/${item.id}/approve`, { body: JSON.stringify({ digest: item.digest }) });
