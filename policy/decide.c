@@ -575,7 +575,7 @@ static int reserve_rules(struct dctx *x, const char *tool, const struct ptool *p
             tg__note_clear(d);
             tg__note_counter(d, pc, nowv);
             uint64_t retry = (uint64_t)(ws + pc->window_ms - now_ms);
-            d->retry_after_ms = retry;
+            tg__note_window_limit(d, retry, r->limit, r->limit_op, nowv);
             tg_strlcpy(d->counter, pc->key + 2, sizeof(d->counter));
             set_decision(d, TG_VERDICT_LIMITED, r->name, "%s; retry in %llu s", r->on_deny ? r->on_deny : r->name,
                          (unsigned long long)((retry + 999) / 1000));
@@ -614,7 +614,7 @@ static int reserve_limits(struct dctx *x, const char *tool, const struct ptool *
             trace(tr, TG_TRACE_LIMIT, pt, i, -1);
             tg__note_clear(d);
             tg__note_counter(d, pc, floor(left));
-            d->retry_after_ms = retry;
+            tg__note_limit(d, retry, pc->capacity, left);
             tg_strlcpy(d->counter, pc->key + 2, sizeof(d->counter));
             set_decision(d, TG_VERDICT_LIMITED, pc->key + 2, "%s is limited to %s %s; retry in %llu s", tool,
                          pc->label, scope_label(pc->scope), (unsigned long long)((retry + 999) / 1000));
@@ -665,7 +665,7 @@ static inline __attribute__((always_inline)) void decide_call(const struct tg_po
     d->rule[0] = d->message[0] = d->counter[0] = '\0';
     tg__note_clear(d);
     d->retry_after_ms = 0;
-    d->approval_timeout_ms = d->nres = d->by_history = 0;
+    d->approval_timeout_ms = d->nres = d->by_history = d->limit_known = 0;
     d->approval_mode = TG_APPROVAL_AUTO;
     d->history_json[0] = '\0';
     struct dctx x;

@@ -131,3 +131,21 @@ void tg__go_float(double d, char *out, size_t n)
     else
         snprintf(out, n, "%.*f", prec - 1 - exp > 0 ? prec - 1 - exp : 0, d);
 }
+
+void tg__note_limit(struct tg_decision *d, uint64_t retry_ms, double limit, double left)
+{
+    d->retry_after_ms = retry_ms;
+    d->limit = limit;
+    d->remaining = isfinite(left) && left > 0 ? floor(left) : 0;
+    d->limit_known = isfinite(limit) ? 1 : 0;
+}
+
+void tg__note_window_limit(struct tg_decision *d, uint64_t retry_ms, double limit, int limit_op, double now)
+{
+    /* Units a call could still add: limit - now under <=; under < the limit itself is out of
+     * reach, so one unit less (a count of 10 under "< 10" has no call left at 9). */
+    double left = limit - now;
+    if (limit_op == TG_LIMIT_LT)
+        left = ceil(left) - 1;
+    tg__note_limit(d, retry_ms, limit, left);
+}

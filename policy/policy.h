@@ -67,6 +67,9 @@ struct tg_decision {
     char message[512];  /* what the model reads */
     char counter[128];  /* LIMITED: the counter */
     uint64_t retry_after_ms;
+    double limit, remaining;  /* LIMITED by a limit: its capacity and what is left of it, when
+                               * limit_known (a brake or a state condition: not known) */
+    unsigned char limit_known;
     int approval_timeout_ms;
     int approval_mode;  /* APPROVE: the tool's enum tg_approval_mode (AUTO: the upstream's) */
     struct tg_reservation res[TG_MAX_RESERVATIONS];

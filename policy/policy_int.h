@@ -281,6 +281,11 @@ void tg__policy_decide_traced(const struct tg_policy *p, struct tg_counters *cs,
 /* Append ",NAME:VALUE" for counter pc to d->counters_json (policy/decide_note.c): what
  * snprintf would write, truncation included. */
 void tg__note_counter(struct tg_decision *d, const struct pcounter *pc, double value);
+/* A refusal by a limit: retry_after_ms, and the limit's capacity and what is left of it (whole
+ * units, never below 0) for the rate-limit signals. For a window, left is worked out from the
+ * value now and the limit's operator (< leaves one unit less than <=). */
+void tg__note_limit(struct tg_decision *d, uint64_t retry_ms, double limit, double left);
+void tg__note_window_limit(struct tg_decision *d, uint64_t retry_ms, double limit, int limit_op, double now);
 /* Empty d->counters_json (and its length with it). */
 void tg__note_clear(struct tg_decision *d);
 /* piece[0..n) (len[k] bytes each) copied to out, cut after room bytes, then a NUL (out has room

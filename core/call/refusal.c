@@ -7,8 +7,16 @@
  *   limited  -32002 {tool, counter, retry_after_ms}
  *   approval -32003 {tool, approval_id}
  *
+ * With signals = "mcp-drafts" (the call's upstream, else the conf), a brake or a limited call is
+ * answered in the shape of the MCP rate-limited error draft (SEP-3304): code -32023, the same
+ * data plus retryAfterMs and, when the limit says, limit and remaining; and where the answer is a
+ * plain HTTP response, status 429 with Retry-After (seconds, rounded up), RateLimit-Limit and
+ * RateLimit-Remaining. A sink that cannot show a status (a stream already open, WebSocket, legacy
+ * SSE) sends the JSON-RPC error alone: it ignores the status and the headers.
+ *
  * history: the earlier call that made a history condition refuse this one, {tool|resource|prompt,
  * upstream, at}, as the decision wrote it (a JSON object). */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/base/buf.h"
@@ -16,12 +24,35 @@
 #include "core/base/label_counts.h"
 #include "core/call/call.h"
 #include "core/call/gateway.h"
+#include "core/conf/conf.h"
 #include "core/wire/msg.h"
 #include "policy/policy.h"
+#include "upstream/pool/pool.h"
 
 static int is_brake(const struct tg_decision *d)
 {
     return d->verdict == TG_VERDICT_LIMITED && strcmp(d->rule, "brake") == 0;
+}
+
+/* The code a draft names for a rate-limited call (SEP-3304), in MCP's reserved range. */
+#define TG_RPC_RATE_LIMITED (-32023)
+
+static int drafts(const struct tg_call *k)
+{
+    return k->uprt != NULL && tg_upstream_conf(k->uprt)->signals == TG_SIGNALS_MCP_DRAFTS;
+}
+
+/* SEP-3304's data members beside ours, and the HTTP headers a 429 carries (extra: room for them). */
+static void rate_limited(struct tg_buf *data, const struct tg_decision *d, char *extra, size_t room)
+{
+    uint64_t secs = (d->retry_after_ms + 999) / 1000;
+    tg_buf_appendf(data, ",\"retryAfterMs\":%llu", (unsigned long long)d->retry_after_ms);
+    int n = snprintf(extra, room, "Retry-After: %llu\r\n", (unsigned long long)secs);
+    if (d->limit_known) {
+        tg_buf_appendf(data, ",\"limit\":%.15g,\"remaining\":%.15g", d->limit, d->remaining);
+        snprintf(extra + n, room - (size_t)n, "RateLimit-Limit: %.15g\r\nRateLimit-Remaining: %.15g\r\n", d->limit,
+                 d->remaining);
+    }
 }
 
 static void add_string(struct tg_buf *b, const char *key, const char *v)
@@ -38,7 +69,9 @@ void tg_call_answer_decision(struct tg_call *k, const struct tg_decision *d, con
     const char *tool = k->tool;
     struct tg_buf data;
     tg_buf_init(&data);
-    int code = TG_RPC_DENIED;
+    int code = TG_RPC_DENIED, status = 200;
+    char extra[160];
+    extra[0] = '\0';
     tg_buf_appends(&data, "{\"tool\":");
     if (tool)
         tg_json_write_string(&data, tool, strlen(tool));
@@ -65,12 +98,17 @@ void tg_call_answer_decision(struct tg_call *k, const struct tg_decision *d, con
         tg_buf_appends(&data, ",\"history\":");
         tg_buf_appends(&data, d->history_json);
     }
+    if (code == TG_RPC_LIMITED && drafts(k)) {
+        code = TG_RPC_RATE_LIMITED;
+        status = 429;
+        rate_limited(&data, d, extra, sizeof(extra));
+    }
     tg_buf_appends(&data, "}");
     tg_buf_append(&data, "", 1);
     struct tg_buf e;
     tg_buf_init(&e);
     tg_rpc_error(&e, k->client_id, k->client_id_len, code, d->message, data.base);
-    sk->ops->answer(sk, k, 200, NULL, e.base, e.len);
+    sk->ops->answer(sk, k, status, extra[0] ? extra : NULL, e.base, e.len);
     tg_buf_dispose(&e);
     tg_buf_dispose(&data);
 }

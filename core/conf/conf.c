@@ -700,7 +700,7 @@ struct tg_conf *tg_conf_load_flags(const char *path, struct tg_buf *err, unsigne
     c->path = tg_xstrdup(path);
     config_setting_t *root = config_root_setting(&cfg);
     static const char *const known[] = {"log", "listen", "admin", "limits", "grants", "upstreams", "audit", "jwt",
-                                        "public_url", "cluster", "approvals", NULL};
+                                        "public_url", "cluster", "approvals", "signals", NULL};
     tg__conf_check_members(&ld, root, known, "");
     load_log(&ld, &cfg, c);
     load_listeners(&ld, &cfg, c);
@@ -720,6 +720,7 @@ struct tg_conf *tg_conf_load_flags(const char *path, struct tg_buf *err, unsigne
                        "progress\n", ld.path);
     tg__conf_load_grants(&ld, &cfg, c);
     tg__conf_load_upstreams(&ld, &cfg, c);
+    tg__conf_load_signals(&ld, &cfg, c);
     tg__conf_load_upcred(&ld, &cfg, c);
     load_audit(&ld, &cfg, c);
     tg__conf_load_approvals(&ld, &cfg, c);

@@ -213,6 +213,7 @@ struct tg_upstream_conf {
     int connect_timeout_ms;
     int call_timeout_ms;
     int approval_mode; /* enum tg_approval_mode; TG_APPROVAL_AUTO when not set */
+    int signals;       /* enum tg_signals: upstreams[].signals, else the conf's signals */
     int pool_size;
     int pool_idle_timeout_ms;
     int queue_max;
@@ -271,8 +272,13 @@ struct tg_jwt_conf {
  * reference, owned by the caller; each further holder (the server, each struct tg_upstream) takes
  * one with tg_conf_ref, and the tg_conf_unref that drops the last frees the conf and everything in
  * it. */
+/* signals: the shapes of the gateway's own refusals (core/conf/signals.c). TOLLGATE: its own
+ * codes (-32002 for a limited call); MCP_DRAFTS: the MCP drafts' (-32023 and HTTP 429). */
+enum tg_signals { TG_SIGNALS_TOLLGATE = 0, TG_SIGNALS_MCP_DRAFTS = 1 };
+
 struct tg_conf {
     int refcnt;
+    int signals; /* enum tg_signals: the top-level signals directive */
     uint64_t serial; /* unique per load: what remembers something of one conf checks it is still this one */
     char *path;
     int has_pins;    /* an upstream has pins: what the relay looks at only then (policy/pins.h) */

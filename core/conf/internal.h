@@ -56,6 +56,8 @@ int tg__conf_get_bool(struct loader *ld, const config_setting_t *grp, const char
  * grp holds only these directives, so any other member is an "unknown directive" error. */
 void tg__conf_load_ints(struct loader *ld, const config_setting_t *grp, const struct int_directive *tab, void *base,
                         const char *ctx, int whole_group);
+/* signals at the top level and in each upstream (core/conf/signals.c); after the upstreams. */
+void tg__conf_load_signals(struct loader *ld, config_t *cfg, struct tg_conf *c);
 /* Reports every member of grp whose name is not in the NULL-terminated known. */
 void tg__conf_check_members(struct loader *ld, const config_setting_t *grp, const char *const *known, const char *ctx);
 /* grp's token_sha256 into out: 1 if present and valid, 0 if absent (or invalid, reported). */

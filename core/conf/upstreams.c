@@ -326,7 +326,8 @@ void tg__conf_load_upstreams(struct loader *ld, config_t *cfg, struct tg_conf *c
         static const char *const known[] = {"name", "url", "default", "headers", "initialize", "protocol", "connect_timeout_ms",
                                             "call_timeout_ms", "pool", "policy", "deny_server_requests",
                                             "transport", "command", "env", "env_pass", "cwd", "warm", "max_children", "tls",
-                                            "backoff_ms", "backoff_max_ms", "roots", "token_exchange", "approval_mode", "pins", NULL};
+                                            "backoff_ms", "backoff_max_ms", "roots", "token_exchange", "approval_mode", "pins",
+                                            "signals", NULL};
         tg__conf_check_members(ld, g, known, ctx);
         u->name = tg__conf_get_str(ld, g, "name", NULL, 1, ctx);
         if (u->name && !valid_upstream_name(u->name))
