@@ -465,6 +465,7 @@ export function writeConf(dir, opts) {
     public_url: opts.public_url || undefined,
     cluster: opts.cluster || undefined,
     approvals: opts.approvals || undefined,
+    signals: opts.signals || undefined,
   };
   const lines = ['# written by test/interop/lib/harness.mjs'];
   for (const [k, v] of Object.entries(conf)) {
