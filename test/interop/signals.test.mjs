@@ -27,7 +27,7 @@ const UPSTREAM_TOKEN = 'cowork-' + H.randomToken();
 const upstreamHeaders = { Authorization: `Bearer ${UPSTREAM_TOKEN}` };
 const EC_ARGS = (i) => ({ language: 'python', code: `print(${i})` });
 const KINDS = ['streamable', 'stateless', 'sse', 'ws'];
-const TOKENS = Object.fromEntries([...KINDS, 'raw25', 'raw26', 'sdk'].map((k) => [k, `${k}-${H.randomToken()}`]));
+const TOKENS = Object.fromEntries([...KINDS, 'raw25', 'raw26', 'sdk', 'sdksse'].map((k) => [k, `${k}-${H.randomToken()}`]));
 let dir;
 let s;
 let gw;
@@ -168,4 +168,62 @@ describe('the official SDK client and a 429 carrying -32023', () => {
     assert.equal(posts(), before429 + 1, 'the SDK sent the limited call once: no retry of a 429');
     await c.close();
   });
+
+  test('on legacy SSE (no status to change) the SDK raises an McpError with -32023 and its data', async () => {
+    const { Client, types } = await H.loadSdk();
+    const { SSEClientTransport } = await import('@modelcontextprotocol/sdk/client/sse.js');
+    const auth = { Authorization: `Bearer ${TOKENS.sdksse}` };
+    const client = new Client({ name: 'tollgate-signals', version: '1.0.0' }, { capabilities: {} });
+    await client.connect(new SSEClientTransport(new URL(`http://127.0.0.1:${port}/drafts/sse`), { fetch, requestInit: { headers: auth } }));
+    cleanup.add(() => client.close().catch(() => {}));
+    assert.ok(!(await client.callTool({ name: 'execute_code', arguments: EC_ARGS(1) })).isError);
+    const err = await client.callTool({ name: 'execute_code', arguments: EC_ARGS(2) }).then(() => undefined, (e) => e);
+    assert.ok(err instanceof types.McpError, `an McpError: ${err?.stack ?? err}`);
+    assert.equal(err.code, -32023);
+    assert.ok(err.data?.retryAfterMs > 0 && err.data.limit === 1 && err.data.remaining === 0, JSON.stringify(err.data));
+    await client.close();
+  });
+});
+
+describe('tool failures (SEP-3313): an upstream\'s _meta toolFailure passes as it was written', () => {
+  const KEY = 'io.modelcontextprotocol/toolFailure';
+  // Members in no sorted order, a float, a nested object, escapes and non-ASCII: what a gateway
+  // that rebuilt the object would change.
+  const FAILURE = { class: 'transient', retryable: true, retryAfterMs: 1500, score: 0.25, detail: 'quota "west" \\ é ✓\u2028', cause: { z: 1, a: [null, false] } };
+  const text = JSON.stringify({ [KEY]: FAILURE });
+  const args = { toolFailure: FAILURE };
+
+  for (const kind of KINDS) {
+    test(`${kind}: result._meta toolFailure unchanged, with signals "mcp-drafts" and "tollgate"`, async () => {
+      for (const upstream of ['drafts', 'plain']) {
+        const c = await C.openClient(kind, { port, upstream, token: TOKENS[kind], agent });
+        try {
+          const a = await c.call('fail', args);
+          assert.equal(a.result?.isError, true, `${kind} ${upstream}: ${JSON.stringify(a)}`);
+          assert.equal(JSON.stringify(a.result._meta && { [KEY]: a.result._meta[KEY] }), text, `${kind} ${upstream}: ${JSON.stringify(a.result)}`);
+        } finally {
+          await c.close();
+        }
+      }
+    });
+  }
+
+  for (const [era, name] of [['2025-06-18 session', 'raw25'], ['2026-07-28 stateless', 'raw26']]) {
+    test(`Streamable HTTP, ${era}: the answer's bytes hold the upstream's _meta text`, async () => {
+      const base = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${TOKENS[name]}` };
+      let headers;
+      const meta = name === 'raw26' ? { _meta: C.META } : {};
+      if (name === 'raw25') {
+        const r = await C.request(agent, port, 'POST', '/drafts/mcp', base, JSON.stringify(H.initializeBody(1)));
+        headers = { ...base, 'mcp-protocol-version': '2025-06-18', 'mcp-session-id': r.headers['mcp-session-id'] };
+        await C.request(agent, port, 'POST', '/drafts/mcp', headers, JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
+      } else {
+        headers = { ...base, 'mcp-protocol-version': C.MODERN, 'mcp-method': 'tools/call', 'mcp-name': 'fail' };
+      }
+      const r = await C.request(agent, port, 'POST', '/drafts/mcp', headers,
+        JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'fail', arguments: args, ...meta } }));
+      assert.equal(r.status, 200, r.text);
+      assert.ok(r.text.includes(text.slice(1, -1)), `the upstream's bytes ${text} in: ${r.text}`);
+    });
+  }
 });
