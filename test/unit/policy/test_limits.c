@@ -515,10 +515,51 @@ static void long_grant_ids_have_their_own_counters(void **state)
     tg_policy_unref(p);
 }
 
+/* A limited decision says the refusing limit's capacity and what is left of it (limit_known), for
+ * the rate-limit signals (core/call/refusal.c): a bucket's max and its whole tokens; a window
+ * rule's limit and the units a call could still add, one less under "lt". */
+#define SIGNAL_RULE(tool, ctr, op, v, inc)                                                                     \
+    "\"" tool "\":{\"rules\":[{\"name\":\"" tool "_rule\",\"conditions\":[{\"path\":\"state." tool "." ctr     \
+    "\",\"op\":\"" op "\",\"value\":" v "}],\"state\":{\"counter\":\"" ctr "\",\"window\":\"hour\",\"increment\":" inc \
+    ",\"scope\":\"grant\"}}]}"
+
+static void limited_decisions_say_limit_and_remaining(void **state)
+{
+    struct loaded l;
+    LOAD_TEXT_OK(&l, "signals.json",
+                 "{\"version\":\"1\",\"default\":\"deny\",\"tools\":{"
+                 "\"b\":{\"limits\":[{\"counter\":\"b_rate\",\"window\":\"hour\",\"max\":2,\"scope\":\"grant\"}]},"
+                 SIGNAL_RULE("w", "n", "lte", "3", "1") "," SIGNAL_RULE("v", "m", "lt", "3", "1") ","
+                 SIGNAL_RULE("x", "k", "lte", "5", "2") "}}");
+    static const struct {
+        const char *tool;
+        int allowed;
+        double limit, remaining;
+    } cases[] = {{"b", 2, 2, 0}, {"w", 3, 3, 0}, {"v", 2, 3, 0}, {"x", 2, 5, 1}};
+    struct tg_counters *c = tg_counters_new();
+    struct tg_caller who = {"g1", "sess-1", "up", NULL, NULL};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct tg_decision d;
+        for (int n = 0; n < cases[i].allowed; n++) {
+            tg_policy_decide_call(l.p, c, &who, cases[i].tool, NULL, T0, &d);
+            assert_int_equal(d.verdict, ALLOW);
+            assert_int_equal(d.limit_known, 0);
+        }
+        tg_policy_decide_call(l.p, c, &who, cases[i].tool, NULL, T0, &d);
+        if (d.verdict != LIMITED || !d.limit_known || d.limit != cases[i].limit || d.remaining != cases[i].remaining)
+            fail_msg("%s: verdict %d, limit_known %d, limit %g, remaining %g; expected limited, %g, %g", cases[i].tool,
+                     (int)d.verdict, d.limit_known, d.limit, d.remaining, cases[i].limit, cases[i].remaining);
+        assert_true(d.retry_after_ms > 0);
+    }
+    tg_counters_free(c);
+    loaded_dispose(&l);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(seed_policy),
+        cmocka_unit_test(limited_decisions_say_limit_and_remaining),
         cmocka_unit_test(token_bucket_refills_over_time),
         cmocka_unit_test(bucket_levels_are_whole_and_exact),
         cmocka_unit_test(hosted_scopes_grant_session_global),
