@@ -77,9 +77,21 @@ static uint64_t hbytes(uint64_t h, const char *s, size_t n)
         h = (h ^ le64(p)) * 0xff51afd7ed558ccdULL;
         h ^= h >> 32;
     }
+    /* the last 0..7 bytes as one word: two 4-byte loads that overlap (n >= 4), or the bytes; for
+     * a given n two different tails give two different words */
     uint64_t w = 0;
-    for (size_t i = 0; i < n; i++)
-        w |= (uint64_t)p[i] << (8 * i);
+    if (n >= 4) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + n - 4, 4);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        lo = __builtin_bswap32(lo);
+        hi = __builtin_bswap32(hi);
+#endif
+        w = (uint64_t)lo | (uint64_t)hi << 32;
+    } else if (n > 0) {
+        w = (uint64_t)p[0] | (uint64_t)p[n >> 1] << 8 | (uint64_t)p[n - 1] << 16;
+    }
     return hmix(h, w);
 }
 
