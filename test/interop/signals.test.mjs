@@ -27,7 +27,7 @@ const UPSTREAM_TOKEN = 'cowork-' + H.randomToken();
 const upstreamHeaders = { Authorization: `Bearer ${UPSTREAM_TOKEN}` };
 const EC_ARGS = (i) => ({ language: 'python', code: `print(${i})` });
 const KINDS = ['streamable', 'stateless', 'sse', 'ws'];
-const TOKENS = Object.fromEntries([...KINDS, 'raw25', 'raw26', 'sdk', 'sdksse'].map((k) => [k, `${k}-${H.randomToken()}`]));
+const TOKENS = Object.fromEntries([...KINDS, 'raw25', 'raw26', 'sdk', 'sdksse', 'brake'].map((k) => [k, `${k}-${H.randomToken()}`]));
 let dir;
 let s;
 let gw;
@@ -45,7 +45,10 @@ before(async () => {
   const policy = path.join(dir, 'limited.json');
   fs.writeFileSync(policy, JSON.stringify({
     version: '1', default: 'allow',
-    tools: { execute_code: { limits: [{ counter: 'ec_rate', window: 'hour', max: 1, scope: 'grant' }] } },
+    tools: {
+      execute_code: { limits: [{ counter: 'ec_rate', window: 'hour', max: 1, scope: 'grant' }] },
+      echo: { brake: { repeats: 1, within: '60s' } }, // the second identical echo is braked
+    },
   }) + '\n');
   const up = (name, extra = {}) => ({ name, url: s.url, headers: upstreamHeaders, initialize: 'local', policy, ...extra });
   const conf = H.writeConf(dir, {
@@ -136,6 +139,28 @@ describe('rate limits in the shape of the MCP rate-limited error draft (SEP-3304
       }
     });
   }
+});
+
+describe('a brake in the same shape: no counter, so no limit or remaining', () => {
+  test('Streamable HTTP 2025: 429 with Retry-After only, -32023 with retryAfterMs and rule "brake"', async () => {
+    const base = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${TOKENS.brake}` };
+    const r0 = await C.request(agent, port, 'POST', '/drafts/mcp', base, JSON.stringify(H.initializeBody(1)));
+    const headers = { ...base, 'mcp-protocol-version': '2025-06-18', 'mcp-session-id': r0.headers['mcp-session-id'] };
+    await C.request(agent, port, 'POST', '/drafts/mcp', headers, JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
+    const echo = (id) => C.request(agent, port, 'POST', '/drafts/mcp', headers,
+      JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'echo', arguments: { text: 'again' } } }));
+    assert.equal((await echo(1)).status, 200);
+    const r = await echo(2);
+    const e = C.messagesOf(r)[0]?.error;
+    assert.equal(r.status, 429, r.text);
+    assert.equal(e?.code, -32023, r.text);
+    assert.equal(e.data.rule, 'brake', r.text);
+    assert.ok(e.data.retryAfterMs > 0 && e.data.retryAfterMs <= 60000 && e.data.retryAfterMs === e.data.retry_after_ms, r.text);
+    assert.ok(!('limit' in e.data) && !('remaining' in e.data), `nothing made up: ${r.text}`);
+    assert.equal(r.headers['retry-after'], String(Math.ceil(e.data.retryAfterMs / 1000)));
+    assert.equal(r.headers['ratelimit-limit'], undefined);
+    assert.equal(r.headers['ratelimit-remaining'], undefined);
+  });
 });
 
 describe('the official SDK client and a 429 carrying -32023', () => {
