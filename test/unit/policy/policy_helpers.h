@@ -29,6 +29,37 @@
 #define MIN_MS 60000LL
 #define HOUR_MS 3600000LL
 
+/* Decide through a plan against `remote`, the way the cluster does (policy/counters.h): each round
+ * of operations is answered by `remote` between passes, then the final pass's effects (gives,
+ * history adds) are applied to it. Returns the rounds that needed an answer; *neffects: how many
+ * effects there were (a store that sends them in a round of their own counts one more), and
+ * *unsettled whether the plan gave up. */
+static inline int decide_through_plan(const struct tg_policy *p, struct tg_counters *remote, const struct tg_caller *who,
+                                      const char *tool, const cJSON *args, int64_t now, struct tg_decision *d,
+                                      size_t *neffects, int *unsettled)
+{
+    struct tg_counter_plan plan;
+    tg_plan_init(&plan);
+    int trips = 0;
+    for (;;) {
+        tg_plan_begin(&plan);
+        tg_policy_decide_call(p, &plan.base, who, tool, args, now, d);
+        size_t from, n = tg_plan_end(&plan, &from);
+        if (n == 0)
+            break;
+        trips++;
+        for (size_t i = from; i < from + n; i++)
+            tg_counter_op_apply(remote, &plan.ops[i]);
+        tg_plan_answered(&plan);
+    }
+    for (size_t i = 0; i < plan.neffects; i++)
+        tg_counter_op_apply(remote, &plan.effects[i]);
+    *neffects = plan.neffects;
+    *unsettled = plan.unsettled;
+    tg_plan_dispose(&plan);
+    return trips;
+}
+
 /* Any verdict but ALLOW and APPROVE, for the checks below: what a drain stops at. */
 #define REFUSED ((enum tg_verdict)-1)
 

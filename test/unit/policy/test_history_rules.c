@@ -390,24 +390,10 @@ static void continuation_records_nothing(void **state)
 static int planned(const struct tg_policy *p, struct tg_counters *remote, const struct tg_caller *who,
                    const char *tool, const cJSON *args, int64_t now, struct tg_decision *d)
 {
-    struct tg_counter_plan plan;
-    tg_plan_init(&plan);
-    int trips = 0;
-    for (;;) {
-        tg_plan_begin(&plan);
-        tg_policy_decide_call(p, &plan.base, who, tool, args, now, d);
-        size_t from, n = tg_plan_end(&plan, &from);
-        if (n == 0)
-            break;
-        trips++;
-        for (size_t i = from; i < from + n; i++)
-            tg_counter_op_apply(remote, &plan.ops[i]);
-        tg_plan_answered(&plan);
-    }
-    assert_int_equal(plan.unsettled, 0);
-    for (size_t i = 0; i < plan.neffects; i++)
-        tg_counter_op_apply(remote, &plan.effects[i]);
-    tg_plan_dispose(&plan);
+    size_t neffects;
+    int unsettled;
+    int trips = decide_through_plan(p, remote, who, tool, args, now, d, &neffects, &unsettled);
+    assert_int_equal(unsettled, 0);
     return trips;
 }
 

@@ -7,8 +7,8 @@
 #include "core/base/buf.h"
 #include "policy/counters.h"
 #include "policy/policy.h"
+#include "test/unit/policy/policy_helpers.h"
 
-#define T0 1710066600000LL /* 2024-03-10T10:30:00.000Z */
 
 static struct tg_policy *compile(const char *json)
 {
@@ -26,31 +26,14 @@ static struct tg_policy *compile(const char *json)
     return p;
 }
 
-/* Decide through a plan against `remote`; returns the round trips it took. */
+/* Decide through a plan against `remote`; returns the round trips it took, the gives sent after
+ * the decision counting as one. */
 static int planned(const struct tg_policy *p, struct tg_counters *remote, const struct tg_caller *who,
                    const char *tool, const cJSON *args, int64_t now, struct tg_decision *d, int *unsettled)
 {
-    struct tg_counter_plan plan;
-    tg_plan_init(&plan);
-    int trips = 0;
-    for (;;) {
-        tg_plan_begin(&plan);
-        tg_policy_decide_call(p, &plan.base, who, tool, args, now, d);
-        size_t from, n = tg_plan_end(&plan, &from);
-        if (n == 0)
-            break;
-        trips++;
-        for (size_t i = from; i < from + n; i++)
-            tg_counter_op_apply(remote, &plan.ops[i]);
-        tg_plan_answered(&plan);
-    }
-    if (plan.neffects > 0)
-        trips++;
-    for (size_t i = 0; i < plan.neffects; i++)
-        tg_counter_op_apply(remote, &plan.effects[i]);
-    *unsettled = plan.unsettled;
-    tg_plan_dispose(&plan);
-    return trips;
+    size_t neffects;
+    int trips = decide_through_plan(p, remote, who, tool, args, now, d, &neffects, unsettled);
+    return trips + (neffects > 0);
 }
 
 static const char *const policies[] = {
