@@ -84,6 +84,9 @@ void tg_json_digest(const cJSON *v, uint8_t out[32]);
  * 10e-1 are all 1; -0 is 0; no rounding, so two integers that a double cannot tell apart stay
  * apart). Deeper than 256 levels writes null. */
 void tg_json_canon(struct tg_buf *b, const cJSON *v);
+/* The same with every number as its client wrote it (1 and 1.0 differ): what a call made again
+ * must repeat exactly (core/call/approvals_modes.c). */
+void tg_json_canon_as_written(struct tg_buf *b, const cJSON *v);
 void tg_json_canon_sha256(const cJSON *v, uint8_t out[32]);
 /* A 64-bit hash of the canonical form (SipHash-2-4 under a fixed key, seed mixed in first; a
  * string of up to 240 bytes by its bytes, without writing its text): the same in every process

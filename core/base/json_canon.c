@@ -134,13 +134,14 @@ static int by_name(const void *a, const void *b)
     return x < y ? -1 : x > y; /* never equal for two members: qsort is not stable, this is */
 }
 
-static void canon(struct tg_buf *b, const cJSON *v, int depth)
+/* as_written: numbers as their text (tg_json_write), not by value. */
+static void canon(struct tg_buf *b, const cJSON *v, int depth, int as_written)
 {
     if (v == NULL || depth > 256) {
         tg_buf_appends(b, "null");
         return;
     }
-    if (cJSON_IsNumber(v)) {
+    if (cJSON_IsNumber(v) && !as_written) {
         if (v->valuestring != NULL) {
             canon_number(b, v->valuestring, strlen(v->valuestring));
         } else {
@@ -164,7 +165,7 @@ static void canon(struct tg_buf *b, const cJSON *v, int depth)
         for (const cJSON *c = v->child; c != NULL; c = c->next, i++) {
             if (i)
                 tg_buf_appends(b, ",");
-            canon(b, c, depth + 1);
+            canon(b, c, depth + 1, as_written);
         }
     } else if (n > 0) {
         const cJSON *small[16];
@@ -180,7 +181,7 @@ static void canon(struct tg_buf *b, const cJSON *v, int depth)
             const char *k = m[i]->string ? m[i]->string : "";
             tg_json_write_string(b, k, strlen(k));
             tg_buf_appends(b, ":");
-            canon(b, m[i], depth + 1);
+            canon(b, m[i], depth + 1, as_written);
         }
         if (m != small)
             free(m);
@@ -190,14 +191,19 @@ static void canon(struct tg_buf *b, const cJSON *v, int depth)
 
 void tg_json_canon(struct tg_buf *b, const cJSON *v)
 {
-    canon(b, v, 0);
+    canon(b, v, 0, 0);
+}
+
+void tg_json_canon_as_written(struct tg_buf *b, const cJSON *v)
+{
+    canon(b, v, 0, 1);
 }
 
 void tg_json_canon_sha256(const cJSON *v, uint8_t out[32])
 {
     struct tg_buf b;
     tg_buf_init(&b);
-    canon(&b, v, 0);
+    canon(&b, v, 0, 0);
     tg_sha256(b.base, b.len, out);
     tg_buf_dispose(&b);
 }
@@ -224,7 +230,7 @@ uint64_t tg_json_canon_hash(const cJSON *v, uint64_t seed)
     for (int i = 0; i < 8; i++)
         lead[i] = (char)(seed >> (8 * i));
     tg_buf_append(&b, lead, 8);
-    canon(&b, v, 0);
+    canon(&b, v, 0, 0);
     uint64_t h = tg_siphash(key, b.base, b.len);
     tg_buf_dispose(&b);
     return h;

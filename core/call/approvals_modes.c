@@ -105,41 +105,6 @@ static void send_progress(struct tg_call *k)
 
 /* ---- retry --------------------------------------------------------------------------------- */
 
-static int by_key(const void *a, const void *b)
-{
-    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
-}
-
-/* Canonical JSON: objects' members sorted by name, numbers as the client wrote them. */
-static void canonical(struct tg_buf *b, const cJSON *v)
-{
-    if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
-        size_t n = 0, i = 0;
-        for (const cJSON *c = v->child; c != NULL; c = c->next)
-            n++;
-        const cJSON **m = tg_xcalloc(n ? n : 1, sizeof(*m));
-        for (const cJSON *c = v->child; c != NULL; c = c->next)
-            m[i++] = c;
-        int obj = cJSON_IsObject(v);
-        if (obj)
-            qsort(m, n, sizeof(*m), by_key);
-        tg_buf_appends(b, obj ? "{" : "[");
-        for (i = 0; i < n; i++) {
-            if (i)
-                tg_buf_appends(b, ",");
-            if (obj) {
-                tg_json_write_string(b, m[i]->string, strlen(m[i]->string));
-                tg_buf_appends(b, ":");
-            }
-            canonical(b, m[i]);
-        }
-        tg_buf_appends(b, obj ? "}" : "]");
-        free(m);
-        return;
-    }
-    tg_json_write(b, v);
-}
-
 /* What a retry must match: grant, subject, upstream, tool and the arguments of the message as
  * it goes upstream (out), canonical. */
 static void retry_key(const struct tg_call *k, const struct tg_buf *out, uint8_t key[32])
@@ -155,7 +120,7 @@ static void retry_key(const struct tg_call *k, const struct tg_buf *out, uint8_t
     if (tg_json_parse(out->base, out->len, k->srv->conf->limits.json_depth + 16, 1, &doc, NULL, NULL) == 0) {
         const cJSON *args = tg_json_get(tg_json_get(doc.root, "params"), "arguments");
         if (args != NULL)
-            canonical(&b, args);
+            tg_json_canon_as_written(&b, args);
         else
             tg_buf_appends(&b, "{}"); /* no arguments and {} are the same call */
         cJSON_Delete(doc.root);

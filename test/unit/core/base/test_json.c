@@ -1256,6 +1256,19 @@ static void canonical_forms(void **state)
     cJSON_Delete(l1);
     cJSON_Delete(l2);
     cJSON_Delete(one);
+    /* as written: members sorted, but numbers keep their text (1.0 is not 1) */
+    {
+        struct tg_json_doc w;
+        const char *tw = "{\"b\": 1.0, \"a\": [ 1e0 ]}";
+        assert_int_equal(tg_json_parse(tw, strlen(tw), 64, 1, &w, NULL, NULL), 0);
+        struct tg_buf o;
+        tg_buf_init(&o);
+        tg_json_canon_as_written(&o, w.root);
+        assert_int_equal((int)o.len, (int)strlen("{\"a\":[1e0],\"b\":1.0}"));
+        assert_memory_equal(o.base, "{\"a\":[1e0],\"b\":1.0}", o.len);
+        tg_buf_dispose(&o);
+        cJSON_Delete(w.root);
+    }
     /* a number made without text (cJSON_CreateNumber) has the same form */
     cJSON *n = cJSON_CreateNumber(0.5);
     struct tg_buf w;
