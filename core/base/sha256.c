@@ -2,30 +2,19 @@
 
 #include <string.h>
 
-#include <mbedtls/md.h>
-#include <mbedtls/sha256.h>
-#include <stdlib.h>
+#include <mbedtls/platform_util.h>
 
 /* SHA-256 with the x86 SHA extensions (FIPS 180-4; the instructions as Intel documents them):
- * a 64-byte block in a few dozen instructions instead of mbedtls's portable rounds, which cost
- * a tenth of a proxied call for the audit log's argument digest. Used when the CPU has them
- * (cpuid); mbedtls otherwise, and for the answer the unit tests compare both against. */
+ * a 64-byte block in a few dozen instructions instead of portable rounds, which cost a tenth of
+ * a proxied call for the audit log's argument digest. Used when the CPU has them (cpuid); the
+ * portable C of sha256_portable.c otherwise (and under valgrind, which hides them). */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
 #include <immintrin.h>
 
 #define SHA_TARGET __attribute__((target("sha,sse4.1,ssse3")))
-
-static const uint32_t K[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
-};
+#define NI 1
+#define K tg__sha256_k
 
 /* state: ABEF and CDGH, the order the round instruction takes. */
 SHA_TARGET static void blocks(__m128i *abef, __m128i *cdgh, const uint8_t *p, size_t nblocks)
@@ -57,8 +46,7 @@ SHA_TARGET static void blocks(__m128i *abef, __m128i *cdgh, const uint8_t *p, si
 
 SHA_TARGET static void sha256_ni(const uint8_t *p, size_t n, uint8_t out[32])
 {
-    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    const uint32_t *h0 = tg__sha256_h0;
     __m128i dcba = _mm_loadu_si128((const __m128i *)h0), hgfe = _mm_loadu_si128((const __m128i *)(h0 + 4));
     __m128i cdab = _mm_shuffle_epi32(dcba, 0xb1);
     __m128i efgh = _mm_shuffle_epi32(hgfe, 0x1b);
@@ -86,7 +74,22 @@ SHA_TARGET static void sha256_ni(const uint8_t *p, size_t n, uint8_t out[32])
     _mm_storeu_si128((__m128i *)(out + 16), _mm_shuffle_epi8(hi, be));
 }
 
-int tg_sha256_accelerated(void)
+/* blocks() on a state in FIPS order (A..H): the incremental digest's and the HMAC's. */
+SHA_TARGET static void ni_blocks(uint32_t state[8], const uint8_t *p, size_t nblocks)
+{
+    __m128i dcba = _mm_loadu_si128((const __m128i *)state), hgfe = _mm_loadu_si128((const __m128i *)(state + 4));
+    __m128i cdab = _mm_shuffle_epi32(dcba, 0xb1);
+    __m128i efgh = _mm_shuffle_epi32(hgfe, 0x1b);
+    __m128i abef = _mm_alignr_epi8(cdab, efgh, 8);
+    __m128i cdgh = _mm_blend_epi16(efgh, cdab, 0xf0);
+    blocks(&abef, &cdgh, p, nblocks);
+    __m128i feba = _mm_shuffle_epi32(abef, 0x1b);
+    __m128i dchg = _mm_shuffle_epi32(cdgh, 0xb1);
+    _mm_storeu_si128((__m128i *)state, _mm_blend_epi16(feba, dchg, 0xf0));
+    _mm_storeu_si128((__m128i *)(state + 4), _mm_alignr_epi8(dchg, feba, 8));
+}
+
+static int cpu_has(void)
 {
     static int known = -1;
     if (known < 0) {
@@ -98,23 +101,67 @@ int tg_sha256_accelerated(void)
     return known;
 }
 #else
-int tg_sha256_accelerated(void) { return 0; }
+#define NI 0
+static int cpu_has(void) { return 0; }
 #endif
 
-void tg_sha256_portable(const void *p, size_t n, uint8_t out[32])
-{
-    mbedtls_sha256_ret((const unsigned char *)p, n, out, 0);
-}
+static int turned_off;
+
+int tg_sha256_accelerated(void) { return !turned_off && cpu_has(); }
+
+void tg_sha256_set_accelerated(int on) { turned_off = !on; }
 
 void tg_sha256(const void *p, size_t n, uint8_t out[32])
 {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if NI
     if (tg_sha256_accelerated()) {
         sha256_ni(p, n, out);
         return;
     }
 #endif
     tg_sha256_portable(p, n, out);
+}
+
+static tg__sha256_blocks_fn *blocks_fn(void)
+{
+#if NI
+    if (tg_sha256_accelerated())
+        return ni_blocks;
+#endif
+    return tg__sha256_blocks_portable;
+}
+
+void tg_sha256_init(struct tg_sha256_ctx *c)
+{
+    memcpy(c->_state, tg__sha256_h0, sizeof(c->_state));
+    c->_len = 0;
+}
+
+void tg_sha256_update(struct tg_sha256_ctx *c, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    size_t have = (size_t)(c->_len % 64);
+    if (n == 0)
+        return;
+    c->_len += n;
+    tg__sha256_blocks_fn *fn = blocks_fn();
+    if (have > 0) { /* fill the block begun by an earlier piece first */
+        size_t take = 64 - have < n ? 64 - have : n;
+        memcpy(c->_buf + have, p, take);
+        if (have + take < 64)
+            return;
+        fn(c->_state, c->_buf, 1);
+        p += take, n -= take;
+    }
+    size_t whole = n / 64;
+    if (whole > 0)
+        fn(c->_state, p, whole);
+    memcpy(c->_buf, p + whole * 64, n - whole * 64);
+}
+
+void tg_sha256_final(struct tg_sha256_ctx *c, uint8_t out[32])
+{
+    tg__sha256_pad(c->_state, blocks_fn(), c->_buf, (size_t)(c->_len % 64), c->_len, out);
 }
 
 int tg_ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
@@ -125,10 +172,31 @@ int tg_ct_equal(const uint8_t *a, const uint8_t *b, size_t n)
     return d == 0;
 }
 
+/* RFC 2104 on the incremental digest: the CPU's instructions when tg_sha256 has them. */
 void tg_hmac_sha256(const void *key, size_t keylen, const void *p, size_t n, uint8_t out[32])
 {
-    if (mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), key, keylen, p, n, out) != 0)
-        abort(); /* only a missing SHA-256 fails: a broken build */
+    uint8_t k[64] = {0}, pad[64], inner[32];
+    if (keylen > sizeof(k))
+        tg_sha256(key, keylen, k);
+    else if (keylen > 0)
+        memcpy(k, key, keylen);
+    struct tg_sha256_ctx c;
+    for (size_t i = 0; i < sizeof(pad); i++)
+        pad[i] = k[i] ^ 0x36;
+    tg_sha256_init(&c);
+    tg_sha256_update(&c, pad, sizeof(pad));
+    tg_sha256_update(&c, p, n);
+    tg_sha256_final(&c, inner);
+    for (size_t i = 0; i < sizeof(pad); i++)
+        pad[i] = k[i] ^ 0x5c;
+    tg_sha256_init(&c);
+    tg_sha256_update(&c, pad, sizeof(pad));
+    tg_sha256_update(&c, inner, sizeof(inner));
+    tg_sha256_final(&c, out);
+    mbedtls_platform_zeroize(k, sizeof(k));
+    mbedtls_platform_zeroize(pad, sizeof(pad));
+    mbedtls_platform_zeroize(inner, sizeof(inner));
+    mbedtls_platform_zeroize(&c, sizeof(c));
 }
 
 void tg_hmac_labelled(const uint8_t secret[32], const char *label, const void *p, size_t n, uint8_t out[32])
