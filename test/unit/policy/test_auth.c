@@ -228,9 +228,9 @@ static void grant_edge_cases(void **state)
     assert_string_equal(expect_auth(&gs.conf, "Bearer same", TG_AUTH_OK)->name, "first");
 }
 
-/* The SHA extensions' digest is mbedtls's, for every length around the block and padding
- * edges (55, 56, 63, 64, 119, 120 ...) and random bytes; on a CPU without them both are
- * mbedtls (the test says which). */
+/* The SHA extensions' digest is the portable one's, for every length around the block and
+ * padding edges (55, 56, 63, 64, 119, 120 ...) and random bytes; on a CPU without them both are
+ * the portable one (the test says which). test/unit/core/base/test_sha256.c checks both. */
 static void sha256_accelerated_matches(void **state)
 {
     (void)state;
