@@ -53,7 +53,7 @@ static inline uint32_t load_be32(const uint8_t *p)
 #define ROUND(a, b, c, d, e, f, g, h, t)                                                           \
     do {                                                                                           \
         uint32_t ab_ = (a) ^ (b);                                                                  \
-        h += wk[t];                                                                                \
+        h += WK(t);                                                                                \
         h += BSIG1(e);                                                                             \
         h += bmi ? ((e) & (f)) + (~(e) & (g)) : ((((f) ^ (g)) & (e)) ^ (g));                       \
         d += h;                                                                                    \
@@ -72,29 +72,43 @@ static inline uint32_t load_be32(const uint8_t *p)
     ROUND(c, d, e, f, g, h, a, b, (t) + 6);                                                        \
     ROUND(b, c, d, e, f, g, h, a, (t) + 7)
 
+/* K[t] + W[t] for the rounds, four words at a time: words t..t+3 of a block at 8 * (t / 4), so
+ * that two blocks' schedules can interleave (the second's at 8 * (t / 4) + 4). */
+#define WK(t) wk[((t) >> 2) * 8 + ((t)&3)]
+
 #if defined(__GNUC__) && (__GNUC__ >= 12 || defined(__clang__))
 /* The schedule four words at a time in vectors of 4 (GNU C's vector types: SSE on x86-64,
  * whatever the target has elsewhere). W[t..t+3] = s1(W[t-2..t+1]) + W[t-7..t-4] +
  * s0(W[t-15..t-12]) + W[t-16..t-13]: s0 and the rest for all four at once; s1 in two halves,
  * since W[t+2..t+3] need W[t..t+1]. A rotation of a 32-bit word is the low half of a 64-bit
- * shift of the word written twice, so s1 of two words is three 64-bit shifts of one shuffle. */
+ * shift of the word written twice, so s1 of two words is three 64-bit shifts of one shuffle.
+ * With 256-bit vectors (AVX2) the same steps take two blocks at once, one in each half. */
 typedef uint32_t v4u __attribute__((vector_size(16)));
 typedef uint64_t v2q __attribute__((vector_size(16)));
 typedef uint8_t v16b __attribute__((vector_size(16)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint64_t v4q __attribute__((vector_size(32)));
 
-/* s1 of lanes 0 and 2, given a vector whose 64-bit halves each hold one word twice. */
-static inline __attribute__((always_inline)) v4u vsig1_even(v4u dup)
+#define AI static inline __attribute__((always_inline))
+
+/* s1 of lanes 0 and 2 (and 4 and 6), given a vector whose 64-bit parts each hold one word twice. */
+AI v4u vsig1_even(v4u dup)
 {
     v2q q = (v2q)dup;
     return (v4u)((q >> 17) ^ (q >> 19)) ^ (dup >> 10);
 }
+
+/* (Macros, not functions: a function taking a 256-bit vector has an ABI without AVX.) */
+#define VSIG1_EVEN2(dup) ((v8u)(((v4q)(dup) >> 17) ^ ((v4q)(dup) >> 19)) ^ ((dup) >> 10))
+
+#define VSIG0(x) ((((x) >> 7) ^ ((x) << 25)) ^ (((x) >> 18) ^ ((x) << 14)) ^ ((x) >> 3))
 
 /* W[t..t+3] into x0, which held W[t-16..t-13]; x1..x3 hold W[t-12..t-1]. */
 #define VSTEP(x0, x1, x2, x3, t)                                                                   \
     do {                                                                                           \
         v4u w15 = __builtin_shufflevector(x0, x1, 1, 2, 3, 4);                                     \
         v4u w7 = __builtin_shufflevector(x2, x3, 1, 2, 3, 4);                                      \
-        x0 += w7 + (((w15 >> 7) ^ (w15 << 25)) ^ ((w15 >> 18) ^ (w15 << 14)) ^ (w15 >> 3));        \
+        x0 += w7 + VSIG0(w15);                                                                     \
         v4u r_ = vsig1_even(__builtin_shufflevector(x3, x3, 2, 2, 3, 3));                          \
         x0 += __builtin_shufflevector(r_, zero, 0, 2, 4, 4);                                       \
         r_ = vsig1_even(__builtin_shufflevector(x0, x0, 0, 0, 1, 1));                              \
@@ -102,15 +116,38 @@ static inline __attribute__((always_inline)) v4u vsig1_even(v4u dup)
         vstore_k(wk, x0, t);                                                                       \
     } while (0)
 
-static inline __attribute__((always_inline)) void vstore_k(uint32_t wk[64], v4u x, int t)
+/* The same for two blocks, lanes 0..3 one's and 4..7 the other's. */
+#define VSTEP2(x0, x1, x2, x3, t)                                                                  \
+    do {                                                                                           \
+        v8u w15 = __builtin_shufflevector(x0, x1, 1, 2, 3, 8, 5, 6, 7, 12);                        \
+        v8u w7 = __builtin_shufflevector(x2, x3, 1, 2, 3, 8, 5, 6, 7, 12);                         \
+        x0 += w7 + VSIG0(w15);                                                                     \
+        v8u d_ = __builtin_shufflevector(x3, x3, 2, 2, 3, 3, 6, 6, 7, 7);                          \
+        v8u r_ = VSIG1_EVEN2(d_);                                                                  \
+        x0 += __builtin_shufflevector(r_, zero, 0, 2, 8, 8, 4, 6, 8, 8);                           \
+        d_ = __builtin_shufflevector(x0, x0, 0, 0, 1, 1, 4, 4, 5, 5);                              \
+        r_ = VSIG1_EVEN2(d_);                                                                      \
+        x0 += __builtin_shufflevector(r_, zero, 8, 8, 0, 2, 8, 8, 4, 6);                           \
+        VSTORE_K2(x0, t);                                                                          \
+    } while (0)
+
+AI void vstore_k(uint32_t *wk, v4u x, int t)
 {
     v4u k;
     memcpy(&k, tg__sha256_k + t, 16);
     k += x;
-    memcpy(wk + t, &k, 16);
+    memcpy(wk + 2 * t, &k, 16);
 }
 
-static inline __attribute__((always_inline)) v4u vload_be(const uint8_t *p)
+#define VSTORE_K2(x, t)                                                                            \
+    do {                                                                                           \
+        v4u k4_;                                                                                   \
+        memcpy(&k4_, tg__sha256_k + (t), 16);                                                      \
+        v8u s_ = (x) + __builtin_shufflevector(k4_, k4_, 0, 1, 2, 3, 0, 1, 2, 3);                  \
+        memcpy(wk + 2 * (t), &s_, 32);                                                             \
+    } while (0)
+
+AI v4u vload_be(const uint8_t *p)
 {
     v16b raw;
     memcpy(&raw, p, 16);
@@ -120,7 +157,10 @@ static inline __attribute__((always_inline)) v4u vload_be(const uint8_t *p)
     return (v4u)raw;
 }
 
-static inline __attribute__((always_inline)) void schedule(uint32_t wk[64], const uint8_t *p)
+/* 16 bytes of each block, the first's in lanes 0..3 */
+#define VLOAD_BE2(p, q) __builtin_shufflevector(vload_be(p), vload_be(q), 0, 1, 2, 3, 4, 5, 6, 7)
+
+AI void schedule(uint32_t wk[128], const uint8_t *p)
 {
     const v4u zero = {0, 0, 0, 0};
     v4u x0 = vload_be(p), x1 = vload_be(p + 16), x2 = vload_be(p + 32), x3 = vload_be(p + 48);
@@ -135,57 +175,93 @@ static inline __attribute__((always_inline)) void schedule(uint32_t wk[64], cons
         VSTEP(x3, x0, x1, x2, t + 12);
     }
 }
+
+AI void schedule2(uint32_t wk[128], const uint8_t *p)
+{
+    const v8u zero = {0, 0, 0, 0, 0, 0, 0, 0};
+    v8u x0 = VLOAD_BE2(p, p + 64), x1 = VLOAD_BE2(p + 16, p + 80);
+    v8u x2 = VLOAD_BE2(p + 32, p + 96), x3 = VLOAD_BE2(p + 48, p + 112);
+    VSTORE_K2(x0, 0);
+    VSTORE_K2(x1, 4);
+    VSTORE_K2(x2, 8);
+    VSTORE_K2(x3, 12);
+    for (int t = 16; t < 64; t += 16) {
+        VSTEP2(x0, x1, x2, x3, t);
+        VSTEP2(x1, x2, x3, x0, t + 4);
+        VSTEP2(x2, x3, x0, x1, t + 8);
+        VSTEP2(x3, x0, x1, x2, t + 12);
+    }
+}
+#define PAIRS 1
 #else
-static void schedule(uint32_t wk[64], const uint8_t *p)
+#define AI static inline
+#define PAIRS 0
+static void schedule(uint32_t wk[128], const uint8_t *p)
 {
     uint32_t w[16];
     for (int t = 0; t < 16; t++) {
         w[t] = load_be32(p + 4 * t);
-        wk[t] = w[t] + tg__sha256_k[t];
+        WK(t) = w[t] + tg__sha256_k[t];
     }
     for (int t = 16; t < 64; t++) {
         uint32_t x = w[(t - 15) & 15], y = w[(t - 2) & 15];
         w[t & 15] += SSIG1(y) + w[(t - 7) & 15] + SSIG0(x);
-        wk[t] = w[t & 15] + tg__sha256_k[t];
+        WK(t) = w[t & 15] + tg__sha256_k[t];
     }
 }
 #endif
 
-static inline __attribute__((always_inline)) void compress(uint32_t state[8], const uint8_t *p, size_t nblocks,
-                                                            int bmi)
+/* The 64 rounds of one block on the state, reading K + W from wk as WK lays it out. */
+AI void rounds(uint32_t state[8], const uint32_t *wk, int bmi)
 {
     uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
     uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
-    for (; nblocks > 0; nblocks--, p += 64) {
-        uint32_t wk[64], bc = b ^ c;
-        schedule(wk, p);
-        EIGHT(0);
-        EIGHT(8);
-        EIGHT(16);
-        EIGHT(24);
-        EIGHT(32);
-        EIGHT(40);
-        EIGHT(48);
-        EIGHT(56);
-        a += state[0], b += state[1], c += state[2], d += state[3];
-        e += state[4], f += state[5], g += state[6], h += state[7];
-        state[0] = a, state[1] = b, state[2] = c, state[3] = d;
-        state[4] = e, state[5] = f, state[6] = g, state[7] = h;
+    uint32_t bc = b ^ c;
+    EIGHT(0);
+    EIGHT(8);
+    EIGHT(16);
+    EIGHT(24);
+    EIGHT(32);
+    EIGHT(40);
+    EIGHT(48);
+    EIGHT(56);
+    state[0] += a, state[1] += b, state[2] += c, state[3] += d;
+    state[4] += e, state[5] += f, state[6] += g, state[7] += h;
+}
+
+/* pairs: take two blocks' schedules at once where there are two (with 256-bit vectors). */
+AI void compress(uint32_t state[8], const uint8_t *p, size_t nblocks, int bmi, int pairs)
+{
+    uint32_t wk[128];
+    while (nblocks > 0) {
+        size_t two = 0;
+#if PAIRS
+        if (pairs && nblocks >= 2) {
+            schedule2(wk, p);
+            two = 1;
+        } else
+#endif
+            schedule(wk, p);
+        for (size_t i = 0; i <= two; i++)
+            rounds(state, wk + 4 * i, bmi);
+        p += 64 * (1 + two);
+        nblocks -= 1 + two;
     }
 }
 
 void tg__sha256_blocks_base(uint32_t state[8], const uint8_t *p, size_t nblocks)
 {
-    compress(state, p, nblocks, 0);
+    compress(state, p, nblocks, 0, 0);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 /* The same C for CPUs with AVX2 and BMI2 (x86-64 since 2013, and valgrind's): three-operand
- * rotations (rorx) and vector instructions spare most register copies. */
+ * rotations (rorx) and vector instructions spare most register copies, and the schedules of
+ * two blocks share the instructions. */
 __attribute__((target("avx2,bmi,bmi2"))) void tg__sha256_blocks_avx2(uint32_t state[8], const uint8_t *p,
                                                                      size_t nblocks)
 {
-    compress(state, p, nblocks, 1);
+    compress(state, p, nblocks, 1, 1);
 }
 
 void tg__sha256_blocks_portable(uint32_t state[8], const uint8_t *p, size_t nblocks)
@@ -201,7 +277,7 @@ void tg__sha256_blocks_portable(uint32_t state[8], const uint8_t *p, size_t nblo
 #else
 void tg__sha256_blocks_portable(uint32_t state[8], const uint8_t *p, size_t nblocks)
 {
-    compress(state, p, nblocks, 0);
+    compress(state, p, nblocks, 0, 0);
 }
 #endif
 
