@@ -270,11 +270,13 @@ __attribute__((target("avx2,bmi,bmi2"))) void tg__sha256_blocks_avx2(uint32_t st
 
 void tg__sha256_blocks_portable(uint32_t state[8], const uint8_t *p, size_t nblocks)
 {
-    static tg__sha256_blocks_fn *fn;
+    static tg__sha256_blocks_fn *chosen; /* any thread may choose first: all choose the same */
+    tg__sha256_blocks_fn *fn = __atomic_load_n(&chosen, __ATOMIC_RELAXED);
     if (fn == NULL) {
         __builtin_cpu_init();
         fn = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") ? tg__sha256_blocks_avx2
                                                                             : tg__sha256_blocks_base;
+        __atomic_store_n(&chosen, fn, __ATOMIC_RELAXED);
     }
     fn(state, p, nblocks);
 }
