@@ -291,7 +291,8 @@ void tg__sha256_pad(uint32_t state[8], tg__sha256_blocks_fn *blocks, const uint8
                     uint64_t total, uint8_t out[32])
 {
     uint8_t last[128] = {0};
-    memcpy(last, tail, rest);
+    if (rest > 0) /* an empty message may come as NULL */
+        memcpy(last, tail, rest);
     last[rest] = 0x80;
     size_t n = rest < 56 ? 64 : 128;
     uint64_t bits = total * 8;

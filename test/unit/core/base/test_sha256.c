@@ -145,6 +145,33 @@ static void fips_vectors(void **state)
     }
 }
 
+/* An empty message given as NULL, each way in: the digest of nothing. */
+static void null_and_empty(void **state)
+{
+    (void)state;
+    static const uint8_t empty[32] = {0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4,
+                                      0xc8, 0x99, 0x6f, 0xb9, 0x24, 0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b,
+                                      0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52, 0xb8, 0x55};
+    for (int on = 1; on >= 0; on--) {
+        uint8_t d[32], a[32], b[32];
+        tg_sha256_set_accelerated(on);
+        tg_sha256(NULL, 0, d);
+        assert_memory_equal(d, empty, 32);
+        tg_sha256_portable(NULL, 0, d);
+        assert_memory_equal(d, empty, 32);
+        struct tg_sha256_ctx c;
+        tg_sha256_init(&c);
+        tg_sha256_update(&c, NULL, 0);
+        tg_sha256_final(&c, d);
+        assert_memory_equal(d, empty, 32);
+        tg_hmac_sha256(NULL, 0, NULL, 0, a);
+        assert_int_equal(mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), (const uint8_t *)"", 0,
+                                         (const uint8_t *)"", 0, b),
+                         0);
+        assert_memory_equal(a, b, 32);
+    }
+}
+
 /* Random bytes of every length 0..300 (one to five blocks, both padding cases, every tail
  * length), at every alignment 0..7 in turn: mbedtls's digest, every way. */
 static void matches_mbedtls(void **state)
@@ -296,6 +323,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(fips_vectors, restore),
+        cmocka_unit_test_teardown(null_and_empty, restore),
         cmocka_unit_test_teardown(matches_mbedtls, restore),
         cmocka_unit_test_teardown(pieces_at_every_offset, restore),
         cmocka_unit_test_teardown(hmac_rfc4231, restore),
