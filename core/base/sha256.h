@@ -45,7 +45,7 @@ tg__sha256_blocks_fn tg__sha256_blocks_base;     /* the C for any CPU */
 #if defined(__x86_64__) && defined(__GNUC__)
 tg__sha256_blocks_fn tg__sha256_blocks_avx2; /* the same C for CPUs with AVX2 and BMI2 only */
 #endif
-/* Pads the last rest (< 64) bytes of a message of total bytes, compresses them and writes the digest. */
+/* Pads the last rest (< 128) bytes of a message of total bytes, compresses them and writes the digest. */
 void tg__sha256_pad(uint32_t state[8], tg__sha256_blocks_fn *blocks, const uint8_t *tail, size_t rest,
                     uint64_t total, uint8_t out[32]);
 

@@ -17,13 +17,17 @@
 
 #include "core/base/sha256.h"
 
-/* A one-shot digest through one compression function, the way tg_sha256_portable does it. */
+/* A one-shot digest through one compression function, the way tg_sha256_portable does it: for
+ * an even length, a last whole block goes with the padding (tg__sha256_pad's tail of 64..127). */
 static void with_blocks(tg__sha256_blocks_fn *fn, const uint8_t *p, size_t n, uint8_t out[32])
 {
     uint32_t state[8];
+    size_t whole = n / 64;
+    if (n % 2 == 0 && whole > 0)
+        whole--;
     memcpy(state, tg__sha256_h0, sizeof(state));
-    fn(state, p, n / 64);
-    tg__sha256_pad(state, fn, p + n / 64 * 64, n % 64, n, out);
+    fn(state, p, whole);
+    tg__sha256_pad(state, fn, p + whole * 64, n - whole * 64, n, out);
 }
 
 static int avx2_cpu(void)
