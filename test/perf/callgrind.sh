@@ -36,7 +36,9 @@
 # Environment: CG_CONNS (4), CG_CALLS_SHORT/CG_CALLS_LONG (200/2200 echo calls),
 # CG_STREAMS_SHORT/CG_STREAMS_LONG (4/44 stream calls of 200 events), CG_TOLERANCE (10),
 # CG_FIGURES="NAME ..." measures only those (not with --update),
-# CG_KEEP=DIR keeps every run's callgrind file and logs there (for callgrind_annotate).
+# CG_KEEP=DIR keeps every run's callgrind file and logs there (for callgrind_annotate),
+# CG_AUDIT_OPTS="chain = false;" adds directives to the policy figures' audit group (to measure
+# what a setting costs; not with --update).
 set -euo pipefail
 export LC_ALL=C
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -119,7 +121,7 @@ write_conf() {
     mkdir -p "$d"
     if [[ $name == policy ]]; then
         echo '{"version":"1","default":"deny","tools":{"echo":{"limits":[{"counter":"echo_rate","window":"second","max":100000000,"scope":"grant"}]}}}' >"$d/policy.json"
-        audit="audit = { file = \"$d/audit.log\"; };"
+        audit="audit = { file = \"$d/audit.log\"; ${CG_AUDIT_OPTS:-} };"
     else
         echo '{"version":"1","default":"allow"}' >"$d/policy.json"
     fi
