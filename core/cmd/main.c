@@ -12,6 +12,7 @@
 #include "core/call/audit.h"
 #include "core/conf/conf.h"
 #include "core/base/log.h"
+#include "core/cmd/audit_cmd.h"
 #include "core/cmd/policy_cmd.h"
 #include "core/cmd/pin.h"
 #include "core/cmd/scan.h"
@@ -39,6 +40,10 @@ static void usage(FILE *f)
                "  tollgate pin [-c FILE] [--diff] UPSTREAM\n"
                "                                pin an upstream's tool definitions, or compare them\n"
                "                                with what it lists now (tollgate pin --help)\n"
+               "  tollgate audit verify [--key PUB.pem] [--closed] FILE...\n"
+               "                                check chained audit files and checkpoint signatures\n"
+               "  tollgate audit pubkey (-c FILE | --key PRIV.pem) | tollgate audit keygen FILE\n"
+               "                                the audit signing key (tollgate audit --help)\n"
                "  tollgate -V                   print the version\n"
                "  tollgate -h                   this help\n");
 }
@@ -157,6 +162,8 @@ int main(int argc, char **argv)
         return tg_scan_cli(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "pin") == 0)
         return tg_pin_cli(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "audit") == 0)
+        return tg_audit_cli(argc - 1, argv + 1);
     int opt;
     while ((opt = getopt(argc, argv, "c:tVh")) != -1) {
         switch (opt) {
