@@ -441,7 +441,9 @@ int tg_audit_verify(const char *const *paths, size_t n, struct tg_audit_key *con
         rc = 2;
     }
     for (size_t i = 0; i < n && rc == 0; i++)
-        if (!files[i].chained)
+        if (files[i].torn_only)
+            note(&w, i, 0, "no whole line, only torn ones (a crash while writing?)");
+        else if (!files[i].chained)
             fprintf(out, "%s: empty\n", paths[i]);
     for (size_t i = 0; i < norder && rc == 0; i++)
         rc = walk_file(&w, order[i]);

@@ -308,7 +308,7 @@ static int tail_line(int fd, off_t size, struct tg__audit_line *li)
     return rc;
 }
 
-static int head_line(FILE *f, struct tg__audit_line *li, uint64_t *lines_before)
+static int head_line(FILE *f, struct tg__audit_line *li, int *plain)
 {
     struct tg__audit_reader r = {.f = f, .chunk = tg_xmalloc(CHUNK)};
     tg_buf_init(&r.line);
@@ -319,8 +319,8 @@ static int head_line(FILE *f, struct tg__audit_line *li, uint64_t *lines_before)
         tg__audit_line(r.line.base, r.line.len, li);
         if (li->kind == TG__AUDIT_CHAINED)
             break;
+        *plain |= li->kind == TG__AUDIT_PLAIN;
     }
-    *lines_before = r.lineno;
     tg_buf_dispose(&r.line);
     free(r.chunk);
     return rc;
@@ -345,8 +345,8 @@ int tg__audit_ends(struct tg__audit_file *af, FILE *err)
     af->dev = st.st_dev;
     af->ino = st.st_ino;
     FILE *f = fdopen(dup(fd), "r");
-    uint64_t before = 0;
-    int h = f != NULL ? head_line(f, &af->head, &before) : -2;
+    int plain = 0;
+    int h = f != NULL ? head_line(f, &af->head, &plain) : -2;
     if (f != NULL)
         fclose(f);
     int t = h == 1 ? tail_line(fd, st.st_size, &af->tail) : h;
@@ -355,8 +355,10 @@ int tg__audit_ends(struct tg__audit_file *af, FILE *err)
         af->chained = 1;
         return 0;
     }
-    if (h == 0 && st.st_size == 0)
-        return 0; /* empty: a file just rotated in; it is said so and skipped */
+    if (h == 0 && !plain) {
+        af->torn_only = st.st_size > 0;
+        return 0; /* empty (a file just rotated in), or a crash in its first line: said so, skipped */
+    }
     if (h == 0) {
         fprintf(err, "tollgate: audit verify: %s: no chained line (written with audit.chain = false?)\n", af->path);
         return 2;

@@ -42,7 +42,8 @@ void tg__audit_line(const char *p, size_t n, struct tg__audit_line *li);
 /* A file given to verify. */
 struct tg__audit_file {
     const char *path;
-    int chained;                  /* it has a chained line (else it is empty) */
+    int chained;                  /* it has a chained line (else it is empty, or torn_only) */
+    int torn_only;                /* nothing but torn lines (not JSON) */
     dev_t dev;
     ino_t ino;
     struct tg__audit_line head;   /* its first chained line */

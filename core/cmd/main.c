@@ -45,7 +45,7 @@ static void usage(FILE *f)
                "  tollgate audit pubkey (-c FILE | --key PRIV.pem) | tollgate audit keygen FILE\n"
                "                                the audit signing key (tollgate audit --help)\n"
                "  tollgate -V                   print the version\n"
-               "  tollgate -h                   this help\n");
+               "  tollgate -h, --help           this help\n");
 }
 
 static int hash_token(int argc, char **argv)
@@ -154,6 +154,10 @@ int main(int argc, char **argv)
 {
     const char *conf_path = "conf/tollgate.conf";
     int check_only = 0;
+    if (argc == 2 && strcmp(argv[1], "--help") == 0) {
+        usage(stdout);
+        return 0;
+    }
     if (argc >= 2 && strcmp(argv[1], "hash-token") == 0)
         return hash_token(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "policy") == 0)
