@@ -291,6 +291,11 @@ static int boundary(struct walk *w, const struct tg__audit_line *l)
         w->dropped_base = 0;
         return accept(w, l);
     }
+    if (l->seq <= a->seq)
+        return fail(w, TG_AUDIT_REORDERED, w->cur, l->line, l->seq,
+                    "%s starts at seq %" PRId64 ", which the chain has passed (%s ends at seq %" PRId64
+                    "): a copy of a file, or a file of another chain?",
+                    cf, l->seq, pf, a->seq);
     if (!a->rotate)
         return fail(w, TG_AUDIT_TRUNCATED, a->file, a->line, a->seq,
                     "the file ends at seq %" PRId64 " without a rotate checkpoint, and %s continues from seq %" PRId64

@@ -112,10 +112,14 @@ static int64_t seq_of(const char *line)
     return s;
 }
 
+static int64_t tshift; /* added to seq for a line's time: a later chain's lines are later */
+
 static cJSON *record(int64_t seq)
 {
     char t[40], tool[16];
+    seq += tshift;
     snprintf(t, sizeof(t), "2026-12-05T07:%02d:%02d.000Z", (int)(seq / 60), (int)(seq % 60));
+    seq -= tshift;
     snprintf(tool, sizeof(tool), "t%" PRId64, seq);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "time", t);
@@ -131,7 +135,7 @@ static cJSON *record(int64_t seq)
 static cJSON *checkpoint(int64_t seq, const char *reason, int records, int dropped)
 {
     char t[40], body[300];
-    snprintf(t, sizeof(t), "2026-12-05T07:%02d:%02d.000Z", (int)(seq / 60), (int)(seq % 60));
+    snprintf(t, sizeof(t), "2026-12-05T07:%02d:%02d.000Z", (int)((seq + tshift) / 60), (int)((seq + tshift) % 60));
     snprintf(body, sizeof(body),
              "{\"conf\":{\"file\":\"/etc/tollgate/tollgate.conf\",\"sha256\":\"%064d\"},\"dropped\":%d,"
              "\"instance\":\"host:1\",\"policies\":{},\"reason\":\"%s\",\"records\":%d}",
@@ -233,6 +237,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *f = *state;
+    tshift = 0;
     for (size_t i = 0; i < f->n; i++)
         free(f->l[i]);
     mbedtls_pk_free(&f->key);
@@ -654,6 +659,56 @@ static void gap_counted_as_dropped(void **state)
                 "checkpoint counts as dropped");
 }
 
+static void copy_of_a_file(void **state)
+{
+    struct fx *f = *state;
+    chain(f, 1);
+    write_split(f, 10, 22);
+    char copy[128];
+    snprintf(copy, sizeof(copy), "%s/copy", f->dir);
+    write_file(copy, f->l, 10, 22, 0);
+    const char *files[] = {path_a, path_b, path_c, copy};
+    struct run r;
+    verify(f, files, 4, 1, 0, &r);
+    unlink(copy);
+    char want[400];
+    snprintf(want, sizeof(want), ":1 (seq 11): reordered: %s starts at seq 11, which the chain has passed (%s ends at seq 31)",
+             copy, path_c);
+    expect_fail(&r, TG_AUDIT_REORDERED, copy, 1, 11, want);
+}
+
+static void restart_into_an_empty_file(void **state)
+{
+    struct fx *f = *state;
+    chain(f, 1);
+    /* A crash in the middle of seq 9; the files rotated; the restart begins a chain of its own. */
+    write_file(path_a, f->l, 0, 8, 0);
+    FILE *fp = fopen(path_a, "a");
+    fprintf(fp, "%.50s", f->l[8]);
+    fclose(fp);
+    for (size_t i = 0; i < f->n; i++)
+        free(f->l[i]);
+    f->n = 0;
+    tshift = 100;
+    push(f, checkpoint(1, "start", 0, 0), 1);
+    push(f, record(2), 0);
+    push(f, checkpoint(3, "shutdown", 1, 0), 1);
+    write_file(path_b, f->l, 0, f->n, 0);
+    write_file(path_c, f->l, 0, 0, 0); /* empty: just rotated in */
+    const char *files[] = {path_c, path_b, path_a};
+    struct run r;
+    verify(f, files, 3, 1, 1, &r);
+    assert_non_null(strstr(r.out, "audit.log.2:9: note: torn last line"));
+    assert_non_null(strstr(r.out, "audit.log: empty\n"));
+    expect_ok(&r, "audit.log.1:1: note: starts a new chain (previous_hash null) after ");
+    /* Only a torn line: said so. */
+    fp = fopen(path_c, "w");
+    fputs("{\"decis", fp);
+    fclose(fp);
+    verify(f, files, 3, 1, 1, &r);
+    expect_ok(&r, "audit.log: note: no whole line, only torn ones (a crash while writing?)");
+}
+
 static void line_too_long_is_an_error(void **state)
 {
     struct fx *f = *state;
@@ -706,6 +761,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(torn_line_then_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(reformatted_line_verifies, setup, teardown),
         cmocka_unit_test_setup_teardown(gap_counted_as_dropped, setup, teardown),
+        cmocka_unit_test_setup_teardown(copy_of_a_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(restart_into_an_empty_file, setup, teardown),
         cmocka_unit_test_setup_teardown(line_too_long_is_an_error, setup, teardown),
         cmocka_unit_test_setup_teardown(keys_load, setup, teardown),
     };
