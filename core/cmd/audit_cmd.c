@@ -58,14 +58,16 @@ static int verify_cli(int argc, char **argv)
         } else if (opts && (strcmp(a, "--key") == 0 || strncmp(a, "--key=", 6) == 0)) {
             const char *path = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
             char e[300];
-            if (path == NULL || path[0] == '\0')
+            if (path == NULL || path[0] == '\0') {
                 rc = usage_error("verify", "--key needs a file");
-            else if (nkeys == TG_AUDIT_MAX_KEYS)
+            } else if (nkeys == TG_AUDIT_MAX_KEYS) {
                 rc = usage_error("verify", "at most 8 keys");
-            else if (tg_audit_key_load(path, &keys[nkeys], e, sizeof(e)) != 0)
-                fprintf(stderr, "tollgate: audit verify: %s\n", e), rc = 2;
-            else
+            } else if (tg_audit_key_load(path, &keys[nkeys], e, sizeof(e)) != 0) {
+                fprintf(stderr, "tollgate: audit verify: %s\n", e);
+                rc = 2;
+            } else {
                 nkeys++;
+            }
         } else if (opts && a[0] == '-' && a[1] != '\0') {
             char why[300];
             snprintf(why, sizeof(why), "unknown option %s", a);

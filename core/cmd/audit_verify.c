@@ -95,7 +95,8 @@ int tg__audit_key_sha256(mbedtls_pk_context *pk, uint8_t out[32])
 
 /* ---- reading lines */
 
-/* Lines of one file, at most TG_AUDIT_LINE_MAX bytes each. Owned by verify_file(). */
+/* Lines of one file, at most TG_AUDIT_LINE_MAX bytes each. Owned by its tg__audit_rd (freed by
+ * tg__audit_rd_close), or on head_line()'s stack. */
 struct tg__audit_reader {
     FILE *f;
     char *chunk;

@@ -395,6 +395,17 @@ static void value_changed_is_edited(void **state)
     struct run r;
     verify3(f, 1, &r);
     expect_fail(&r, TG_AUDIT_EDITED, path_a, 6, 6, ":6 (seq 6): edited: the line does not match its event_hash");
+    /* Its own hash made again: the next line does not continue from it. */
+    char prev[65];
+    hash_of(f->l[4], prev);
+    char *t = finish(parse(f->l[5]), prev, 6, NULL);
+    free(f->l[5]);
+    f->l[5] = t;
+    write_split(f, 10, 22);
+    verify3(f, 1, &r);
+    expect_fail(&r, TG_AUDIT_EDITED, path_a, 6, 6,
+                ":6 (seq 6): edited: line 6 was changed and its event_hash made again: line 7 (seq 7) does not continue "
+                "from it");
 }
 
 static void line_removed(void **state)
