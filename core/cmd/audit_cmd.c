@@ -15,6 +15,7 @@
 #include <mbedtls/pk.h>
 
 #include "core/base/buf.h"
+#include "core/base/ecsign.h"
 #include "core/cmd/audit_verify.h"
 
 static const char usage_text[] =
@@ -136,26 +137,20 @@ static int pubkey_cli(int argc, char **argv)
     char *path = keyfile != NULL ? tg_xstrdup(keyfile) : conf_signing_key(conf);
     if (path == NULL)
         return 1;
-    mbedtls_pk_context pk;
-    mbedtls_pk_init(&pk);
-    unsigned char pem[1024];
-    uint8_t sha[32];
-    char hex[65];
-    int rc = 1, r = mbedtls_pk_parse_keyfile(&pk, path, NULL);
-    if (r != 0)
-        fprintf(stderr, "tollgate: audit pubkey: %s: not a PEM private key (mbedtls -0x%04x)\n", path, (unsigned)-r);
-    else if (mbedtls_pk_get_type(&pk) != MBEDTLS_PK_ECKEY || mbedtls_pk_ec(pk)->grp.id != MBEDTLS_ECP_DP_SECP256R1)
-        fprintf(stderr, "tollgate: audit pubkey: %s: not an EC P-256 key\n", path);
-    else if (mbedtls_pk_write_pubkey_pem(&pk, pem, sizeof(pem)) != 0 || tg__audit_key_sha256(&pk, sha) != 0)
+    char why[256], pem[1024];
+    int rc = 1;
+    struct tg_ecsign *k = tg_ecsign_load(path, why, sizeof(why)); /* as the gateway loads it */
+    if (k == NULL)
+        fprintf(stderr, "tollgate: audit pubkey: %s\n", why);
+    else if (tg_ecsign_public_pem(k, pem, sizeof(pem)) != 0)
         fprintf(stderr, "tollgate: audit pubkey: %s: cannot write the public key\n", path);
     else
         rc = 0;
     if (rc == 0) {
-        tg_hex_encode(sha, 32, hex);
-        fputs((const char *)pem, stdout);
-        fprintf(stderr, "tollgate: audit pubkey: key_sha256 %s\n", hex);
+        fputs(pem, stdout);
+        fprintf(stderr, "tollgate: audit pubkey: key_sha256 %s\n", tg_ecsign_key_sha256(k));
     }
-    mbedtls_pk_free(&pk);
+    tg_ecsign_free(k);
     free(path);
     return rc;
 }

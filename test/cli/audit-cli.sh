@@ -35,7 +35,7 @@ cmp -s "$out" "$T/pub.pem" || { echo "not ok - pubkey -c differs from pubkey --k
 printf 'audit = { file = "%s/audit.log"; };\n' "$T" >"$T/nokey.conf"
 run 1 audit pubkey -c "$T/nokey.conf" && has err "no audit.signing_key"
 run 2 audit pubkey
-run 1 audit pubkey --key "$T/nokey.conf" && has err "not a PEM private key"
+run 1 audit pubkey --key "$T/nokey.conf" && has err "not a private key in PEM or DER"
 
 # ---- verify
 python3 "$here/audit-gen.py" "$T/audit.key" "$T" || { echo "not ok - audit-gen.py failed"; exit 1; }
