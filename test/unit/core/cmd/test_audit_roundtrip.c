@@ -4,6 +4,8 @@
 #include "test/unit/unit.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -172,10 +174,50 @@ static void writer_files_verify(void **state)
     free(text);
 }
 
+/* A full disk: a write cut short, then failing. The records lost were chained already; the next
+ * checkpoint counts them as dropped, so the gap they leave is the writer's word, not tampering. */
+static void failed_write_is_counted_not_tampering(void **state)
+{
+    struct fixture *f = *state;
+    f->conf.audit.checkpoint_lines = 1000;
+    struct tg_audit *a = open_log(f);
+    log_one(f, a, 0);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    struct stat st;
+    assert_int_equal(stat(f->path, &st), 0);
+    struct rlimit was, small;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &was), 0);
+    small = was;
+    small.rlim_cur = (rlim_t)st.st_size + 100;
+    signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    for (int i = 1; i <= 5; i++)
+        log_one(f, a, i);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &was), 0);
+    signal(SIGXFSZ, SIG_DFL);
+    assert_int_equal(tg_audit_dropped(a), 5);
+    log_one(f, a, 6);
+    close_log(f, a);
+    unlink(f->old);
+    assert_int_equal(rename(f->path, f->old), 0);
+    int fd = open(f->path, O_WRONLY | O_CREAT, 0600); /* verify takes two files */
+    close(fd);
+
+    struct tg_audit_verdict v;
+    char *text = NULL;
+    assert_int_equal(verify(f, 1, &v, &text), 0);
+    assert_non_null(strstr(text, ":3: note: torn line (not JSON"));
+    assert_non_null(strstr(text, "note: 5 line(s) missing before line 4 (seq 3 to 7) are counted as dropped by the writer "
+                                 "in this checkpoint"));
+    free(text);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(writer_files_verify, setup, teardown),
+        cmocka_unit_test_setup_teardown(failed_write_is_counted_not_tampering, setup, teardown),
     };
     return tg_unit_run("audit_roundtrip", tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
 }
