@@ -46,6 +46,7 @@ struct walk {
     int64_t dropped_base;   /* `dropped` of the last checkpoint */
     struct {
         int on;
+        unsigned n; /* gaps waiting */
         size_t file;
         uint64_t line, k;
         int64_t seq, from;
@@ -118,10 +119,14 @@ static int report_f(struct walk *w, enum tg_audit_problem p, size_t file, uint64
 /* The gap waiting for a checkpoint, as the problem it now is. */
 static int gap_fail(struct walk *w, const char *why)
 {
+    uint64_t first = (uint64_t)(w->gap.seq - w->gap.from - 1);
+    char more[64] = "";
+    if (w->gap.n > 1)
+        snprintf(more, sizeof(more), " (%" PRIu64 " more in %u later gap(s))", w->gap.k - first, w->gap.n - 1);
     return report_f(w, TG_AUDIT_REMOVED, w->gap.file, w->gap.line, w->gap.seq,
                     "%" PRIu64 " line(s) missing before line %" PRIu64 " (seq jumps from %" PRId64 " to %" PRId64
-                    ")%s",
-                    w->gap.k, w->gap.line, w->gap.from, w->gap.seq, why);
+                    ")%s%s",
+                    first, w->gap.line, w->gap.from, w->gap.seq, more, why);
 }
 
 /* The first problem: a gap still waiting comes before it. */
@@ -176,11 +181,14 @@ static int accept(struct walk *w, const struct tg__audit_line *l)
     }
     if (w->nkeys > 0) {
         const struct tg_audit_key *k = key_for(w, l);
-        char id[65] = "none";
+        char id[65] = "";
         if (l->has_key_sha)
             tg_hex_encode(l->key_sha, 32, id);
         if (l->sig_state == 0)
             return fail(w, TG_AUDIT_BAD_SIGNATURE, w->cur, l->line, l->seq, "the checkpoint has no signature");
+        if (!l->has_key_sha)
+            return fail(w, TG_AUDIT_BAD_SIGNATURE, w->cur, l->line, l->seq,
+                        "the checkpoint has no key_sha256 (64 lowercase hex digits) to name its key");
         if (k == NULL)
             return fail(w, TG_AUDIT_BAD_SIGNATURE, w->cur, l->line, l->seq,
                         "the checkpoint names key_sha256 %.16s..., which is not the SHA-256 of a key given", id);
@@ -191,10 +199,16 @@ static int accept(struct walk *w, const struct tg__audit_line *l)
     int start = strcmp(l->reason, "start") == 0;
     if (w->gap.on) {
         if (!start && l->dropped >= w->dropped_base && (uint64_t)(l->dropped - w->dropped_base) >= w->gap.k) {
-            note(w, w->cur, l->line,
-                 "%" PRIu64 " line(s) missing before %s (seq %" PRId64 " to %" PRId64
-                 ") are counted as dropped by the writer in this checkpoint",
-                 w->gap.k, at(w, w->gap.file, w->gap.line, w->cur).s, w->gap.from + 1, w->gap.seq - 1);
+            if (w->gap.n == 1)
+                note(w, w->cur, l->line,
+                     "%" PRIu64 " line(s) missing before %s (seq %" PRId64 " to %" PRId64
+                     ") are counted as dropped by the writer in this checkpoint",
+                     w->gap.k, at(w, w->gap.file, w->gap.line, w->cur).s, w->gap.from + 1, w->gap.seq - 1);
+            else
+                note(w, w->cur, l->line,
+                     "%" PRIu64 " line(s) missing in %u gaps from %s on are counted as dropped by the writer in this "
+                     "checkpoint",
+                     w->gap.k, w->gap.n, at(w, w->gap.file, w->gap.line, w->cur).s);
             w->gap.on = 0;
         } else {
             return gap_fail(w, start ? ", and the writer restarted without counting them as dropped"
@@ -259,8 +273,10 @@ static int classify(struct walk *w, const struct tg__audit_line *l)
          * checkpoint. Wait for it. */
         if (w->gap.on) {
             w->gap.k += (uint64_t)(l->seq - w->a.seq - 1);
+            w->gap.n++;
         } else {
             w->gap.on = 1;
+            w->gap.n = 1;
             w->gap.file = f;
             w->gap.line = l->line;
             w->gap.seq = l->seq;

@@ -668,6 +668,27 @@ static void gap_counted_as_dropped(void **state)
     expect_fail(&r, TG_AUDIT_REMOVED, path_a, 5, 7,
                 ":5 (seq 7): removed: 2 line(s) missing before line 5 (seq jumps from 4 to 7), more than the next "
                 "checkpoint counts as dropped");
+    /* Two gaps before one checkpoint, counted together. */
+    for (size_t i = 0; i < f->n; i++)
+        free(f->l[i]);
+    f->n = 0;
+    push(f, checkpoint(1, "start", 0, 0), 1);
+    for (int i = 2; i <= 8; i++)
+        push(f, record(i), 0);
+    push(f, checkpoint(9, "lines", 7, 2), 1);
+    drop(f, 5); /* seq 6 */
+    drop(f, 2); /* seq 3 */
+    write_file(path_a, f->l, 0, f->n, 0);
+    verify(f, files, 1, 1, 0, &r);
+    expect_ok(&r, "audit.log.2:7: note: 2 line(s) missing in 2 gaps from line 3 on are counted as dropped by the writer "
+                  "in this checkpoint\n");
+    edit(f, 6, "\"dropped\":2", "\"dropped\":1");
+    rechain(f, 6, &f->key);
+    write_file(path_a, f->l, 0, f->n, 0);
+    verify(f, files, 1, 1, 0, &r);
+    expect_fail(&r, TG_AUDIT_REMOVED, path_a, 3, 4,
+                ":3 (seq 4): removed: 1 line(s) missing before line 3 (seq jumps from 2 to 4) (1 more in 1 later gap(s)), "
+                "more than the next checkpoint counts as dropped");
 }
 
 static void copy_of_a_file(void **state)
