@@ -52,6 +52,7 @@ struct walk {
         int64_t seq, from;
     } gap; /* lines missing, waiting for a checkpoint to count them as dropped */
     uint64_t unchained;    /* lines before the chain starts */
+    int torn_tail;         /* a torn line came after the last line of the chain */
     /* the current file's figures */
     uint64_t f_records, f_cps, f_signed, f_first, f_last;
     int64_t f_lo, f_hi;
@@ -162,6 +163,7 @@ static int accept(struct walk *w, const struct tg__audit_line *l)
 {
     w->a2 = w->a;
     w->a = (struct pos){1, w->cur, l->line, l->seq, {0}, 0, 0};
+    w->torn_tail = 0;
     memcpy(w->a.hash, l->hash, 32);
     if (w->f_first == 0)
         w->f_first = l->line, w->f_lo = l->seq;
@@ -341,6 +343,7 @@ static int step(struct walk *w, const struct tg__audit_line *l, int first_in_fil
         if (m == NULL) { /* the end of the file, or a line past the limit (walk_file says so) */
             if (q->status == 0)
                 note(w, f, l->line, "torn last line (%s; a crash while writing?): not part of the chain", l->why);
+            w->torn_tail = 1;
             return 0;
         }
         if (continues(m, &w->a)) {
@@ -473,6 +476,9 @@ int tg_audit_verify(const char *const *paths, size_t n, struct tg_audit_key *con
     if (rc == 0 && closed && !w.a.shutdown)
         rc = fail(&w, TG_AUDIT_TRUNCATED, w.a.file, w.a.line, w.a.seq,
                   "the last line of the chain is not a shutdown checkpoint (--closed)");
+    else if (rc == 0 && closed && w.torn_tail)
+        rc = fail(&w, TG_AUDIT_TRUNCATED, w.a.file, w.a.line, w.a.seq,
+                  "a torn line follows the shutdown checkpoint: the gateway started again and crashed (--closed)");
     if (rc == 0) {
         size_t last = order[norder - 1];
         if (w.after_cp > 0 && (w.any_signed || nkeys > 0) && w.last_cp.valid)

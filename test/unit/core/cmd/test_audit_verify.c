@@ -583,6 +583,17 @@ static void torn_last_line(void **state)
     verify(f, files, 3, 1, 1, &r);
     expect_fail(&r, TG_AUDIT_TRUNCATED, path_c, 10, 32,
                 ":10 (seq 32): truncated: the last line of the chain is not a shutdown checkpoint (--closed)");
+    /* A torn line after the shutdown checkpoint: started again, and crashed. */
+    write_file(path_c, f->l, 22, 31, 0);
+    FILE *fp = fopen(path_c, "a");
+    fputs("{\"checkpoint\":{\"con", fp);
+    fclose(fp);
+    verify(f, files, 3, 1, 1, &r);
+    expect_fail(&r, TG_AUDIT_TRUNCATED, path_c, 9, 31,
+                ":9 (seq 31): truncated: a torn line follows the shutdown checkpoint: the gateway started again and "
+                "crashed (--closed)");
+    verify(f, files, 3, 1, 0, &r);
+    expect_ok(&r, "audit.log:10: note: torn last line");
 }
 
 static void torn_line_then_restart(void **state)
