@@ -46,6 +46,8 @@ struct tg_audit_record {
     const char *decided_by;
     double latency_ms; /* < 0: not forwarded */
     const char *outcome; /* ok error timeout unavailable, or NULL */
+    const char *correlation_id; /* signals = "mcp-drafts": the handle sent in the refusal's _meta
+                                 * (authorizationContextId, toolFailure.correlationId), or NULL */
 };
 
 void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const struct tg_audit_record *r);

@@ -451,7 +451,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         if (k->mrtr != NULL)
             k->mrtr->b.name = k->tool;
         if (m->mid == TG_M_TOOLS_CALL)
-            k->args_json = tg_audit_args_values(&srv->conf->audit, args);
+            tg_call_tools_call_begin(k, params, args); /* its audited arguments, an echoed context */
     }
     struct tg_gate_request r = {x, m, params, args, listen, retry, parked};
     k->decide_no_wait = (sk->flags & TG_SINK_NO_WAIT) != 0;
