@@ -255,6 +255,10 @@ struct tg_denial;
 /* Answers k with a CallToolResult that says d (core/call/denial.h) and text; 0. -1: k's upstream
  * keeps signals = "tollgate" or k is not a tools/call: nothing is sent, the caller answers. */
 int tg_call_answer_denial(struct tg_call *k, const char *text, struct tg_denial *d);
+/* A call parked for approval whose answer is a task (its CreateTaskResult, a tasks/get while it
+ * waits), with signals = "mcp-drafts": appends ,"_meta":{...} with the envelope, remediation
+ * "available" and a "task" hint, and returns 1; else 0, nothing appended. */
+int tg_call_task_denial_meta(struct tg_call *k, struct tg_buf *b);
 /* A tools/call begins: its redacted arguments for the audit log, and a retry's echo of an
  * authorization context noted in the log (it changes no decision). */
 void tg_call_tools_call_begin(struct tg_call *k, const struct cJSON *params, const struct cJSON *args);

@@ -91,6 +91,19 @@ int tg_call_answer_denial(struct tg_call *k, const char *text, struct tg_denial 
     return 0;
 }
 
+int tg_call_task_denial_meta(struct tg_call *k, struct tg_buf *b)
+{
+    if (k == NULL || !k->parked || !drafts_tool_call(k))
+        return 0;
+    if (k->denial_id[0] == '\0')
+        tg_denial_new_id(k->denial_id);
+    struct tg_denial dn = {TG_REMEDIATION_AVAILABLE, "task", NULL, "user_action_required", k->denial_id, NULL};
+    tg_buf_appends(b, ",\"_meta\":{");
+    tg_denial_meta(b, &dn);
+    tg_buf_appends(b, "}");
+    return 1;
+}
+
 /* Would tools/list show k's tool to k's caller? A pin's refusal hides the tool as well. */
 static int tool_shown(const struct tg_call *k, const struct tg_decision *d)
 {

@@ -155,7 +155,7 @@ static void park_admitted(struct tg_call *k, struct tg_buf *out, int in_batch, i
         return;
     }
     tg_call_audit(k, "rejected", -1, NULL, why == TG_APPROVAL_REFUSED_BATCH ? "(batch)" : "(queue full)");
-    tg_approvals_refuse(k, msg, reason);
+    tg_approvals_refuse(k, msg, reason, 1); /* a free queue, or the call alone, can take it */
     tg_call_close(k);
 }
 
