@@ -1,0 +1,218 @@
+// Denials in the MCP drafts' shapes (signals = "mcp-drafts"): SEP-2643's authorization denial
+// envelope and SEP-3313's tool-failure classification on a tools/call tollgate refuses, through
+// a 2025 upstream (the CoWork OS stand-in) and a 2026-07-28-only one (the era2026 fixture):
+//   1. on every client transport (Streamable HTTP 2025, 2026-07-28 stateless, legacy SSE,
+//      WebSocket) a policy's deny is a CallToolResult with isError true whose _meta holds
+//      "io.modelcontextprotocol/authorization" {reason, remediation "unavailable",
+//      authorizationContextId} and "io.modelcontextprotocol/toolFailure" {class "governance",
+//      code "policy_blocked", correlationId: the same handle}, tollgate's own data beside them
+//   2. a tool tools/list does not show (hidden, denied outright) is "undisclosed": the same text
+//      and code for a hidden name and a denied one, no rule, no reason, no hints
+//   3. a call waiting for approval (retry mode) is "available" with a "url" hint naming the page;
+//      a task-mode call's CreateTaskResult and its tasks/get while it waits carry a "task" hint
+//   4. an upstream with signals = "tollgate" keeps -32001 / -32003 with none of it
+//   5. a retry echoing the handle in params._meta["io.modelcontextprotocol/authorization-context-id"]
+//      is accepted and logged, and is still denied: the handle never authorizes
+//   6. what the official SDK client (Client.callTool) gives for such a denial
+//
+//   TOLLGATE_BIN=build-asan/tollgate node --test test/interop/denials.test.mjs
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import * as H from './lib/harness.mjs';
+import * as C from './lib/clients.mjs';
+import { startEra2026 } from './lib/conformance2026.mjs';
+
+H.requireNodeModules();
+
+const AUTHZ = 'io.modelcontextprotocol/authorization';
+const FAILURE = 'io.modelcontextprotocol/toolFailure';
+const ECHO_KEY = 'io.modelcontextprotocol/authorization-context-id';
+const HANDLE = /^[0-9a-f]{32}$/;
+const cleanup = new H.Cleanup();
+const UPSTREAM_TOKEN = 'cowork-' + H.randomToken();
+const KINDS = ['streamable', 'stateless', 'sse', 'ws'];
+const UPSTREAMS = ['cowork', 'modern']; // 2025 and 2026-07-28-only
+const TOKENS = Object.fromEntries([...KINDS, 'echo', 'sdk', 'task', 'plain'].map((k) => [k, `${k}-${H.randomToken()}`]));
+let dir;
+let s;
+let modern;
+let gw;
+let port;
+let agent;
+
+const logs = () => ({ 'tollgate stderr': gw?.stderr() });
+const test = (name, fn) => it(name, H.withLogs(logs, fn));
+
+before(async () => {
+  dir = H.makeTempDir(cleanup, 'tollgate-denials-');
+  agent = new http.Agent({ keepAlive: true });
+  cleanup.add(() => agent.destroy());
+  [s, modern] = await Promise.all([
+    H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin.log') }),
+    startEra2026({ cleanup, args: ['--legacy', 'reject'], logFile: path.join(dir, 'era2026.log') }),
+  ]);
+  const policy = path.join(dir, 'policy.json');
+  fs.writeFileSync(policy, JSON.stringify({
+    version: '1', default: 'allow', hide: ['secret'],
+    tools: {
+      echo: { rules: [{ name: 'no-forbidden', conditions: [{ path: 'args.text', op: 'neq', value: 'forbidden' }], on_deny: 'echo will not say that' }] },
+      drop_table: { action: 'deny', reason: 'tables stay' },
+      execute_code: { action: 'approve', approval_mode: 'retry', approval_timeout: 120 },
+      write_file: { action: 'approve', approval_mode: 'task', approval_timeout: 120 },
+    },
+  }) + '\n');
+  const cowork = (name, extra = {}) => ({ name, url: s.url, headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` }, initialize: 'local', policy, ...extra });
+  const conf = H.writeConf(dir, {
+    signals: 'mcp-drafts',
+    grants: Object.entries(TOKENS).map(([name, t]) => ({ name, token_sha256: H.sha256hex(t) })),
+    upstreams: [cowork('cowork', { default: true }), { name: 'modern', url: modern.url, policy }, cowork('plain', { signals: 'tollgate' })],
+  });
+  gw = await H.startTollgate(conf, { cleanup });
+  port = gw.plainPort;
+  await gw.waitForLog(/msg="upstream protocol" upstream=modern era=(\S+)/, { what: 'the probe of the 2026 upstream' });
+});
+after(() => cleanup.run());
+
+async function withClient(kind, upstream, token, fn) {
+  const c = await C.openClient(kind, { port, upstream, token, agent });
+  try {
+    return await fn(c);
+  } finally {
+    await c.close();
+  }
+}
+
+/** A drafts denial: the result, its two _meta objects checked as SEP-2643 and SEP-3313 have them. */
+function draftDenial(a, { remediation, code, kind, what }) {
+  assert.equal(a.error, undefined, `${what}: a result, not a JSON-RPC error: ${JSON.stringify(a)}`);
+  const r = a.result;
+  assert.equal(r?.isError, true, `${what}: ${JSON.stringify(a)}`);
+  assert.equal(r.content?.[0]?.type, 'text', what);
+  if (kind === 'stateless') assert.equal(r.resultType, 'complete', `${what}: a 2026 result says its type`);
+  else assert.equal('resultType' in r, false, what);
+  const env = r._meta?.[AUTHZ];
+  const tf = r._meta?.[FAILURE];
+  assert.equal(env?.reason, 'insufficient_authorization', `${what}: ${JSON.stringify(r._meta)}`);
+  assert.equal(env.remediation, remediation, `${what}: ${JSON.stringify(env)}`);
+  assert.match(env.authorizationContextId, HANDLE, what);
+  assert.deepEqual(Object.keys(tf ?? {}), ['class', 'code', 'correlationId'], `${what}: ${JSON.stringify(tf)}`);
+  assert.equal(tf.class, 'governance', what);
+  assert.equal(tf.code, code, what);
+  assert.equal(tf.correlationId, env.authorizationContextId, `${what}: one handle for both`);
+  if (remediation !== 'available') assert.equal('remediationHints' in env, false, `${what}: no hints when ${remediation}`);
+  return r;
+}
+
+describe('denials in the drafts\' shapes (SEP-2643, SEP-3313) on every transport and both upstream eras', () => {
+  for (const kind of KINDS) {
+    for (const upstream of UPSTREAMS) {
+      test(`${kind} → ${upstream}: a deny is "unavailable", a hidden or denied-outright tool "undisclosed", an approval "available" with a url hint`, async () => {
+        await withClient(kind, upstream, TOKENS[kind], async (c) => {
+          const what = `${kind} ${upstream}`;
+          const deny = draftDenial(await c.call('echo', { text: 'forbidden' }), { remediation: 'unavailable', code: 'policy_blocked', kind, what: `${what} deny` });
+          assert.equal(deny.content[0].text, 'echo will not say that');
+          assert.deepEqual(deny._meta['tollgate/refusal'], { tool: 'echo', rule: 'no-forbidden', reason: 'echo will not say that' });
+
+          const hidden = draftDenial(await c.call('secret', {}), { remediation: 'undisclosed', code: 'permission_denied', kind, what: `${what} hidden` });
+          const outright = draftDenial(await c.call('drop_table', {}), { remediation: 'undisclosed', code: 'permission_denied', kind, what: `${what} denied outright` });
+          assert.equal(hidden.content[0].text, 'Tool "secret" is not available');
+          // Nothing tells a hidden name from a denied one but the name and the fresh handle.
+          const same = (r, name) => JSON.stringify(r).replaceAll(name, 'NAME').replace(/[0-9a-f]{32}/g, 'ID');
+          assert.equal(same(hidden, 'secret'), same(outright, 'drop_table'), `${what}: ${JSON.stringify(hidden)} vs ${JSON.stringify(outright)}`);
+          for (const r of [hidden, outright]) {
+            assert.deepEqual(Object.keys(r._meta), [AUTHZ, FAILURE], `${what}: nothing of tollgate's own: ${JSON.stringify(r._meta)}`);
+            assert.doesNotMatch(JSON.stringify(r), /hidden|tables stay|\(default deny\)|rule/, what);
+          }
+          assert.notEqual(hidden._meta[AUTHZ].authorizationContextId, outright._meta[AUTHZ].authorizationContextId, 'a fresh handle per denial');
+
+          const pending = draftDenial(await c.call('execute_code', { language: 'python', code: `print("${kind}")` }),
+            { remediation: 'available', code: 'user_action_required', kind, what: `${what} approval` });
+          const hints = pending._meta[AUTHZ].remediationHints;
+          assert.equal(hints?.length, 1, JSON.stringify(hints));
+          assert.equal(hints[0].type, 'url');
+          assert.match(hints[0].url, /\/admin\/ui\/$/);
+          assert.equal(pending._meta['tollgate/refusal'].status, 'pending');
+          assert.match(pending._meta['tollgate/refusal'].approval_id, HANDLE);
+        });
+      });
+    }
+  }
+
+  test('an upstream with signals = "tollgate" keeps its JSON-RPC errors, none of the drafts\' members', async () => {
+    for (const kind of KINDS) {
+      await withClient(kind, 'plain', TOKENS.plain, async (c) => {
+        const deny = await c.call('echo', { text: 'forbidden' });
+        assert.deepEqual(deny.error, { code: -32001, message: 'echo will not say that', data: { tool: 'echo', rule: 'no-forbidden', reason: 'echo will not say that' } }, `${kind}: ${JSON.stringify(deny)}`);
+        const hidden = await c.call('secret', {});
+        assert.deepEqual(hidden.error, { code: -32001, message: 'Tool "secret" is hidden by policy', data: { tool: 'secret', rule: '(hidden)', reason: 'Tool "secret" is hidden by policy' } }, `${kind}: ${JSON.stringify(hidden)}`);
+        const pending = await c.call('execute_code', { language: 'python', code: `print("plain ${kind}")` });
+        assert.equal(pending.error?.code, -32003, JSON.stringify(pending));
+        assert.equal(pending.error.data.status, 'pending');
+        for (const a of [deny, hidden, pending]) assert.doesNotMatch(JSON.stringify(a), /io\.modelcontextprotocol|authorizationContextId|correlationId/);
+      });
+    }
+  });
+});
+
+describe('the retry echo (SEP-2643 "Retry Echo via _meta")', () => {
+  for (const upstream of UPSTREAMS) {
+    test(`${upstream}: an echoed handle is accepted and logged, and never lets a denied call through`, async () => {
+      await withClient('streamable', upstream, TOKENS.echo, async (c) => {
+        const first = draftDenial(await c.call('echo', { text: 'forbidden' }), { remediation: 'unavailable', code: 'policy_blocked', what: 'first' });
+        const id = first._meta[AUTHZ].authorizationContextId;
+        const again = await c.request('tools/call', { name: 'echo', arguments: { text: 'forbidden' }, _meta: { [ECHO_KEY]: id } });
+        const second = draftDenial(again, { remediation: 'unavailable', code: 'policy_blocked', what: 'retry with the handle' });
+        assert.notEqual(second._meta[AUTHZ].authorizationContextId, id, 'the retry is a new denial with its own handle');
+        await gw.waitForLog(new RegExp(`msg="call echoes an authorization context" grant=echo upstream=${upstream} tool="echo" authorization_context_id="${id}"`),
+          { what: 'the echo in the log' });
+        // Nor does a hidden tool's: the echo of any handle is no key.
+        const h = draftDenial(await c.call('secret', {}), { remediation: 'undisclosed', code: 'permission_denied', what: 'hidden' });
+        const h2 = await c.request('tools/call', { name: 'secret', arguments: {}, _meta: { [ECHO_KEY]: h._meta[AUTHZ].authorizationContextId } });
+        draftDenial(h2, { remediation: 'undisclosed', code: 'permission_denied', what: 'hidden, echoed' });
+        // An allowed call with an echo (even one that resolves to nothing) runs as any other.
+        const ok = await c.request('tools/call', { name: 'echo', arguments: { text: 'hello', message: 'hello' }, _meta: { [ECHO_KEY]: 'not-one-of-ours' } });
+        assert.equal(ok.result?.isError ?? false, false, JSON.stringify(ok));
+      });
+    });
+  }
+});
+
+describe('a task-mode approval: the envelope with a "task" hint while a human decides', () => {
+  test('2026-07-28 with the tasks extension: CreateTaskResult and tasks/get carry it, the same handle', async () => {
+    const EXT = 'io.modelcontextprotocol/tasks';
+    const meta = { 'io.modelcontextprotocol/protocolVersion': C.MODERN, 'io.modelcontextprotocol/clientCapabilities': { extensions: { [EXT]: {} } } };
+    const base = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${TOKENS.task}`, 'mcp-protocol-version': C.MODERN };
+    const rpc = async (id, method, params, name) => {
+      const r = await C.request(agent, port, 'POST', '/cowork/mcp', { ...base, 'mcp-method': method, 'mcp-name': name },
+        JSON.stringify({ jsonrpc: '2.0', id, method, params: { ...params, _meta: meta } }));
+      return C.messagesOf(r).find((m) => m.id === id);
+    };
+    const created = (await rpc(1, 'tools/call', { name: 'write_file', arguments: { path: 'x.md', content: 'x' } }, 'write_file'))?.result;
+    assert.equal(created?.resultType, 'task', JSON.stringify(created));
+    const env = created._meta?.[AUTHZ];
+    assert.deepEqual({ ...env, authorizationContextId: 'ID' }, { reason: 'insufficient_authorization', remediation: 'available', authorizationContextId: 'ID', remediationHints: [{ type: 'task' }] }, JSON.stringify(created));
+    assert.match(env.authorizationContextId, HANDLE);
+    assert.equal(created._meta[FAILURE]?.code, 'user_action_required');
+    const got = (await rpc(2, 'tasks/get', { taskId: created.taskId }, created.taskId))?.result;
+    assert.equal(got?.status, 'working', JSON.stringify(got));
+    assert.deepEqual(got._meta?.[AUTHZ], env, `tasks/get repeats the envelope while the task waits: ${JSON.stringify(got)}`);
+  });
+});
+
+describe('the official SDK client and a denial with the envelope', () => {
+  test('Client.callTool resolves (no throw) with isError true and the _meta members', async () => {
+    const c = await H.connectClient(`http://127.0.0.1:${port}/cowork/mcp`, { headers: { Authorization: `Bearer ${TOKENS.sdk}` }, cleanup });
+    const r = await c.client.callTool({ name: 'echo', arguments: { text: 'forbidden' } });
+    process.stderr.write(`SDK callTool on a drafts denial: ${JSON.stringify(r)}\n`);
+    assert.equal(r.isError, true, JSON.stringify(r));
+    assert.equal(r._meta?.[AUTHZ]?.remediation, 'unavailable', JSON.stringify(r));
+    assert.equal(r._meta?.[FAILURE]?.class, 'governance', JSON.stringify(r));
+    const h = await c.client.callTool({ name: 'secret', arguments: {} });
+    assert.equal(h._meta?.[AUTHZ]?.remediation, 'undisclosed', JSON.stringify(h));
+    await c.close();
+  });
+});
