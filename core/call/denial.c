@@ -12,6 +12,9 @@
 #include <string.h>
 
 #include "core/base/json.h"
+#include "core/call/call.h"
+#include "core/conf/conf.h"
+#include "upstream/pool/pool.h"
 
 void tg_denial_new_id(char out[TG_DENIAL_ID_LEN + 1])
 {
@@ -83,4 +86,38 @@ const char *tg_denial_echoed(const cJSON *params)
         if (n >= 128 || (unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e || *p == '"' || *p == '\\')
             return NULL;
     return n > 0 ? v->valuestring : NULL;
+}
+
+int tg_denial_drafts(const struct tg_call *k)
+{
+    return k->tool != NULL && k->method != NULL && strcmp(k->method, "tools/call") == 0 && k->uprt != NULL &&
+           tg_upstream_conf(k->uprt)->signals == TG_SIGNALS_MCP_DRAFTS;
+}
+
+const char *tg_call_denial_id(struct tg_call *k, const char *decision)
+{
+    static const char *const refusals[] = {"deny", "approve", "rejected", "expired", "refused"};
+    if (k->denial_id[0] != '\0')
+        return k->denial_id;
+    if (decision == NULL || !tg_denial_drafts(k))
+        return NULL;
+    for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++)
+        if (strcmp(decision, refusals[i]) == 0) {
+            tg_denial_new_id(k->denial_id);
+            return k->denial_id;
+        }
+    return NULL;
+}
+
+int tg_call_task_denial_meta(struct tg_call *k, struct tg_buf *b)
+{
+    if (k == NULL || !k->parked || !tg_denial_drafts(k))
+        return 0;
+    if (k->denial_id[0] == '\0')
+        tg_denial_new_id(k->denial_id);
+    struct tg_denial dn = {TG_REMEDIATION_AVAILABLE, "task", NULL, "user_action_required", k->denial_id, NULL};
+    tg_buf_appends(b, ",\"_meta\":{");
+    tg_denial_meta(b, &dn);
+    tg_buf_appends(b, "}");
+    return 1;
 }

@@ -45,6 +45,10 @@ void tg_denial_result(struct tg_buf *out, const char *id_raw, size_t id_len, int
  * never authorization: the call is decided afresh as any other. */
 const char *tg_denial_echoed(const cJSON *params);
 
+struct tg_call;
+/* 1 when k is a tools/call whose upstream has signals = "mcp-drafts". */
+int tg_denial_drafts(const struct tg_call *k);
+
 #define TG_META_AUTHORIZATION "io.modelcontextprotocol/authorization"
 #define TG_META_TOOL_FAILURE "io.modelcontextprotocol/toolFailure"
 #define TG_META_AUTHORIZATION_CONTEXT_ID "io.modelcontextprotocol/authorization-context-id"

@@ -53,29 +53,9 @@ static int drafts(const struct tg_call *k)
     return k->uprt != NULL && tg_upstream_conf(k->uprt)->signals == TG_SIGNALS_MCP_DRAFTS;
 }
 
-static int drafts_tool_call(const struct tg_call *k)
-{
-    return k->tool != NULL && k->method != NULL && strcmp(k->method, "tools/call") == 0 && drafts(k);
-}
-
-const char *tg_call_denial_id(struct tg_call *k, const char *decision)
-{
-    static const char *const refusals[] = {"deny", "approve", "rejected", "expired", "refused"};
-    if (k->denial_id[0] != '\0')
-        return k->denial_id;
-    if (decision == NULL || !drafts_tool_call(k))
-        return NULL;
-    for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++)
-        if (strcmp(decision, refusals[i]) == 0) {
-            tg_denial_new_id(k->denial_id);
-            return k->denial_id;
-        }
-    return NULL;
-}
-
 int tg_call_answer_denial(struct tg_call *k, const char *text, struct tg_denial *d)
 {
-    if (!drafts_tool_call(k))
+    if (!tg_denial_drafts(k))
         return -1;
     struct tg_sink *sk = k->sink;
     if (sk == NULL)
@@ -89,19 +69,6 @@ int tg_call_answer_denial(struct tg_call *k, const char *text, struct tg_denial 
     sk->ops->answer(sk, k, 200, NULL, e.base, e.len);
     tg_buf_dispose(&e);
     return 0;
-}
-
-int tg_call_task_denial_meta(struct tg_call *k, struct tg_buf *b)
-{
-    if (k == NULL || !k->parked || !drafts_tool_call(k))
-        return 0;
-    if (k->denial_id[0] == '\0')
-        tg_denial_new_id(k->denial_id);
-    struct tg_denial dn = {TG_REMEDIATION_AVAILABLE, "task", NULL, "user_action_required", k->denial_id, NULL};
-    tg_buf_appends(b, ",\"_meta\":{");
-    tg_denial_meta(b, &dn);
-    tg_buf_appends(b, "}");
-    return 1;
 }
 
 /* Would tools/list show k's tool to k's caller? A pin's refusal hides the tool as well. */
@@ -120,7 +87,7 @@ static int tool_shown(const struct tg_call *k, const struct tg_decision *d)
 /* A policy's deny of a tools/call as the drafts have it: 0, or -1 (not answered here). */
 static int drafts_deny(struct tg_call *k, const struct tg_decision *d, const char *own)
 {
-    if (!drafts_tool_call(k))
+    if (!tg_denial_drafts(k))
         return -1;
     struct tg_denial dn = {0};
     if (!tool_shown(k, d)) {
