@@ -14,6 +14,10 @@
 //   5. a retry echoing the handle in params._meta["io.modelcontextprotocol/authorization-context-id"]
 //      is accepted and logged, and is still denied: the handle never authorizes
 //   6. what the official SDK client (Client.callTool) gives for such a denial
+//   7. what a human decides: a refused retry-mode call made again, a refused held call and a
+//      refused task's result are "unavailable"; an approved one made again with the echoed
+//      handle runs; a 2025-11-25 task-augmented call has the envelope beside its task
+//   8. under default: deny, an unnamed tool is "undisclosed" as a hidden one is
 //
 //   TOLLGATE_BIN=build-asan/tollgate node --test test/interop/denials.test.mjs
 
@@ -36,7 +40,8 @@ const cleanup = new H.Cleanup();
 const UPSTREAM_TOKEN = 'cowork-' + H.randomToken();
 const KINDS = ['streamable', 'stateless', 'sse', 'ws'];
 const UPSTREAMS = ['cowork', 'modern']; // 2025 and 2026-07-28-only
-const TOKENS = Object.fromEntries([...KINDS, 'echo', 'sdk', 'task', 'plain'].map((k) => [k, `${k}-${H.randomToken()}`]));
+const ADMIN_TOKEN = 'admin-' + H.randomToken();
+const TOKENS = Object.fromEntries([...KINDS, 'echo', 'sdk', 'task', 'plain', 'decided', 'hold', 'strict', 'taskdeny', 'task25'].map((k) => [k, `${k}-${H.randomToken()}`]));
 let dir;
 let s;
 let modern;
@@ -62,20 +67,33 @@ before(async () => {
       echo: { rules: [{ name: 'no-forbidden', conditions: [{ path: 'args.text', op: 'neq', value: 'forbidden' }], on_deny: 'echo will not say that' }] },
       drop_table: { action: 'deny', reason: 'tables stay' },
       execute_code: { action: 'approve', approval_mode: 'retry', approval_timeout: 120 },
-      write_file: { action: 'approve', approval_mode: 'task', approval_timeout: 120 },
+      write_file: { action: 'approve', approval_timeout: 120 }, // its mode by the call: hold, task or retry
     },
   }) + '\n');
   const cowork = (name, extra = {}) => ({ name, url: s.url, headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` }, initialize: 'local', policy, ...extra });
+  const strict = path.join(dir, 'strict.json');
+  fs.writeFileSync(strict, JSON.stringify({ version: '1', default: 'deny', tools: { echo: { action: 'allow' } } }) + '\n');
   const conf = H.writeConf(dir, {
+    admin: { token_sha256: H.sha256hex(ADMIN_TOKEN) },
     signals: 'mcp-drafts',
     grants: Object.entries(TOKENS).map(([name, t]) => ({ name, token_sha256: H.sha256hex(t) })),
-    upstreams: [cowork('cowork', { default: true }), { name: 'modern', url: modern.url, policy }, cowork('plain', { signals: 'tollgate' })],
+    upstreams: [cowork('cowork', { default: true }), { name: 'modern', url: modern.url, policy }, cowork('plain', { signals: 'tollgate' }), cowork('strict', { policy: strict })],
   });
-  gw = await H.startTollgate(conf, { cleanup });
+  gw = await H.startTollgate(conf, { cleanup, admin: true });
   port = gw.plainPort;
   await gw.waitForLog(/msg="upstream protocol" upstream=modern era=(\S+)/, { what: 'the probe of the 2026 upstream' });
 });
 after(() => cleanup.run());
+
+async function admin(method, p, body) {
+  const h = { authorization: `Bearer ${ADMIN_TOKEN}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) };
+  const r = await C.request(agent, gw.adminPort, method, p, h, body === undefined ? undefined : JSON.stringify(body));
+  return { status: r.status, json: (() => { try { return JSON.parse(r.text); } catch { return undefined; } })(), text: r.text };
+}
+
+/** The queued approval of grant's call of tool, once it is there. */
+const queued = (grant, tool) => H.waitUntil(async () => (await admin('GET', '/admin/approvals')).json?.approvals
+  ?.find((x) => x.grant === grant && x.tool === tool), { what: `${grant}'s ${tool} in the approvals queue` });
 
 async function withClient(kind, upstream, token, fn) {
   const c = await C.openClient(kind, { port, upstream, token, agent });
@@ -214,5 +232,91 @@ describe('the official SDK client and a denial with the envelope', () => {
     const h = await c.client.callTool({ name: 'secret', arguments: {} });
     assert.equal(h._meta?.[AUTHZ]?.remediation, 'undisclosed', JSON.stringify(h));
     await c.close();
+  });
+});
+
+describe('what a human decides, in the drafts\' shapes', () => {
+  test('retry mode: refused → "unavailable"; approved → the call made again with the echoed handle runs', async () => {
+    await withClient('streamable', 'cowork', TOKENS.decided, async (c) => {
+      const args = (n) => ({ language: 'python', code: `print(${n})` });
+      const p1 = draftDenial(await c.call('execute_code', args(1)), { remediation: 'available', code: 'user_action_required', what: 'pending 1' });
+      const d = await admin('POST', `/admin/approvals/${p1._meta['tollgate/refusal'].approval_id}/deny`);
+      assert.equal(d.status, 200, d.text);
+      const refused = draftDenial(await c.call('execute_code', args(1)), { remediation: 'unavailable', code: 'permission_denied', what: 'refused' });
+      assert.equal(refused._meta['tollgate/refusal'].status, 'denied', JSON.stringify(refused));
+
+      const p2 = draftDenial(await c.call('execute_code', args(2)), { remediation: 'available', code: 'user_action_required', what: 'pending 2' });
+      const item = await queued('decided', 'execute_code');
+      const a = await admin('POST', `/admin/approvals/${item.id}/approve`, { digest: item.digest });
+      assert.equal(a.status, 200, a.text);
+      const ran = await c.request('tools/call', { name: 'execute_code', arguments: args(2), _meta: { [ECHO_KEY]: p2._meta[AUTHZ].authorizationContextId } });
+      assert.equal(ran.error, undefined, JSON.stringify(ran));
+      assert.equal(ran.result?.isError ?? false, false, `approved, it runs: ${JSON.stringify(ran)}`);
+    });
+  });
+
+  test('hold mode: a call refused while it waited ends "unavailable"', async () => {
+    await withClient('streamable', 'cowork', TOKENS.hold, async (c) => {
+      const answer = c.request('tools/call', { name: 'write_file', arguments: { path: 'held.md', content: 'x' }, _meta: { progressToken: 'p-hold' } });
+      const item = await queued('hold', 'write_file');
+      assert.equal((await admin('POST', `/admin/approvals/${item.id}/deny`)).status, 200);
+      draftDenial(await answer, { remediation: 'unavailable', code: 'permission_denied', what: 'hold refused' });
+    });
+  });
+
+  test('task mode (2026-07-28): refused → the task completes with the refusal as its result, the same handle', async () => {
+    const EXT = 'io.modelcontextprotocol/tasks';
+    const meta = { 'io.modelcontextprotocol/protocolVersion': C.MODERN, 'io.modelcontextprotocol/clientCapabilities': { extensions: { [EXT]: {} } } };
+    const base = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${TOKENS.taskdeny}`, 'mcp-protocol-version': C.MODERN };
+    let id = 100;
+    const rpc = async (method, params, name) => {
+      const n = id++;
+      const r = await C.request(agent, port, 'POST', '/cowork/mcp', { ...base, 'mcp-method': method, 'mcp-name': name },
+        JSON.stringify({ jsonrpc: '2.0', id: n, method, params: { ...params, _meta: meta } }));
+      return C.messagesOf(r).find((m) => m.id === n);
+    };
+    const created = (await rpc('tools/call', { name: 'write_file', arguments: { path: 'refused.md', content: 'x' } }, 'write_file'))?.result;
+    assert.equal(created?.resultType, 'task', JSON.stringify(created));
+    const handle = created._meta[AUTHZ].authorizationContextId;
+    const item = await queued('taskdeny', 'write_file');
+    assert.equal((await admin('POST', `/admin/approvals/${item.id}/deny`)).status, 200);
+    const done = await H.waitUntil(async () => {
+      const g = (await rpc('tasks/get', { taskId: created.taskId }, created.taskId))?.result;
+      return g?.status !== 'working' ? g : undefined;
+    }, { what: 'the refused task to finish' });
+    assert.equal(done.status, 'completed', JSON.stringify(done));
+    assert.equal(done._meta?.[AUTHZ], undefined, `no envelope on the finished task itself: ${JSON.stringify(done)}`);
+    draftDenial({ result: done.result }, { remediation: 'unavailable', code: 'permission_denied', kind: 'stateless', what: 'the task\'s result' });
+    assert.equal(done.result._meta[AUTHZ].authorizationContextId, handle, 'one handle from the parking to the refusal');
+  });
+
+  test('2025-11-25 task-augmented call: the envelope beside its task, and in tasks/get', async () => {
+    const base = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${TOKENS.task25}` };
+    const init = await C.request(agent, port, 'POST', '/cowork/mcp', base, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize',
+      params: { protocolVersion: '2025-11-25', capabilities: { tasks: {} }, clientInfo: { name: 'denials', version: '1' } } }));
+    assert.equal(init.status, 200, init.text);
+    const h = { ...base, 'mcp-protocol-version': '2025-11-25', 'mcp-session-id': init.headers['mcp-session-id'] };
+    await C.request(agent, port, 'POST', '/cowork/mcp', h, JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
+    const r = await C.request(agent, port, 'POST', '/cowork/mcp', h, JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/call',
+      params: { name: 'write_file', arguments: { path: 't25.md', content: 'x' }, task: { ttl: 60000 } } }));
+    const res = C.messagesOf(r).find((m) => m.id === 2)?.result;
+    assert.equal(res?.task?.status, 'working', r.text);
+    assert.deepEqual(res._meta?.[AUTHZ]?.remediationHints, [{ type: 'task' }], r.text);
+    const g = await C.request(agent, port, 'POST', '/cowork/mcp', h, JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tasks/get', params: { taskId: res.task.taskId } }));
+    const got = C.messagesOf(g).find((m) => m.id === 3)?.result;
+    assert.equal(got?.status, 'working', g.text);
+    assert.deepEqual(got._meta?.[AUTHZ], res._meta[AUTHZ], g.text);
+  });
+});
+
+describe('default: deny', () => {
+  test('a name the policy does not name is "undisclosed", as a hidden one is', async () => {
+    for (const kind of KINDS) {
+      await withClient(kind, 'strict', TOKENS.strict, async (c) => {
+        const r = draftDenial(await c.call('anything_else', {}), { remediation: 'undisclosed', code: 'permission_denied', kind, what: `${kind} unnamed` });
+        assert.equal(r.content[0].text, 'Tool "anything_else" is not available');
+        assert.deepEqual(Object.keys(r._meta), [AUTHZ, FAILURE]);
+      });
+    }
   });
 });
