@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/sha256.h"
 #include "core/base/json.h"
 #include "policy/compile_tool.h"
 #include "policy/history_rules.h"
@@ -443,6 +444,10 @@ int tg_policy_load(const char *path, struct tg_policy **out, struct tg_buf *err,
     size_t i = 0;
     while (i < b.len && isspace((unsigned char)b.base[i]))
         i++;
+    uint8_t h[32];
+    char file_sha256[65];
+    tg_sha256(b.base ? b.base : "", b.len, h); /* the file in force, as the audit log's checkpoints record it */
+    tg_hex_encode(h, 32, file_sha256);
     cJSON *root = NULL;
     if (i < b.len && b.base[i] == '{') {
         struct tg_json_doc doc;
@@ -469,6 +474,8 @@ int tg_policy_load(const char *path, struct tg_policy **out, struct tg_buf *err,
     tg_buf_dispose(&b);
     int r = tg_policy_compile(root, path, out, err, warn);
     cJSON_Delete(root);
+    if (r == 0)
+        memcpy((*out)->file_sha256, file_sha256, sizeof(file_sha256));
     return r;
 }
 
@@ -495,6 +502,7 @@ void tg_policy_unref(struct tg_policy *p)
 }
 
 const char *tg_policy_name(const struct tg_policy *p) { return p->name; }
+const char *tg_policy_file_sha256(const struct tg_policy *p) { return p->file_sha256[0] ? p->file_sha256 : NULL; }
 
 int tg_policy_session_counters(const struct tg_policy *p)
 {

@@ -107,6 +107,8 @@ struct tg_policy *tg_policy_deny_all(void);
 struct tg_policy *tg_policy_ref(struct tg_policy *p);
 void tg_policy_unref(struct tg_policy *p);
 const char *tg_policy_name(const struct tg_policy *p);
+/* SHA-256 (hex) of the file the policy was loaded from, or NULL when it was not read from one. */
+const char *tg_policy_file_sha256(const struct tg_policy *p);
 /* How many of its counters have scope "session" (which count per grant for stateless requests). */
 int tg_policy_session_counters(const struct tg_policy *p);
 size_t tg_policy_tool_count(const struct tg_policy *p);

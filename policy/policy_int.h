@@ -174,6 +174,7 @@ struct scoped_glob {
 struct tg_policy {
     int refcnt;
     char *name;
+    char file_sha256[65]; /* of the file it was loaded from (hex), "" when it was not read from one */
     int default_deny;
     int hide_all;
     char **hide;

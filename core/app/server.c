@@ -234,6 +234,7 @@ int tg_server_init(struct tg_app *app, uv_loop_t *loop, struct tg_conf *conf)
             return TG_EINVAL;
         }
         tg_buf_dispose(&err);
+        tg_audit_set_conf(srv->audit, conf); /* the chain's first checkpoint */
     }
     srv->sessions = tg_session_table_new();
     app->keys = tg_keys_new(srv, tg_route_handle);
@@ -692,7 +693,8 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
     struct tg_conf *old = srv->conf;
     /* Audit file: reopen only if it changed. */
     int audit_changed = (old->audit.file == NULL) != (nc->audit.file == NULL) ||
-                        (old->audit.file && nc->audit.file && strcmp(old->audit.file, nc->audit.file) != 0);
+                        (old->audit.file && nc->audit.file && strcmp(old->audit.file, nc->audit.file) != 0) ||
+                        old->audit.chain != nc->audit.chain;
     struct tg_audit *na = srv->audit;
     if (audit_changed) {
         na = NULL;
@@ -705,6 +707,7 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
         tg_audit_close(srv->audit);
     }
     srv->audit = na;
+    tg_audit_set_conf(srv->audit, nc); /* a checkpoint: "start" in a new file, "reload" in the same one */
     if (!same_listeners(app->listener_conf, nc)) {
         tg_log(TG_LOG_WARN, "listener address, port or TLS on/off changed: that needs a restart; listeners unchanged",
                NULL);

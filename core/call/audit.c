@@ -13,6 +13,7 @@
 
 #include "core/base/json.h"
 #include "core/base/log.h"
+#include "core/call/audit_chain.h"
 #include "policy/auth.h"
 
 /* The audit log's writer. Owner: the server (srv->audit), made by tg_audit_open() at start or
@@ -31,7 +32,6 @@ struct tg_audit {
     int direct; /* fd is a regular file: the loop writes it itself (see audit.h) */
     int busy;   /* a uv_fs_write in flight (not direct) */
     int closing;
-    int flush_closed; /* flush's close callback ran: a may be freed once no write is in flight */
     size_t max_pending;
     size_t pending_n, writing_n; /* records in pending and in writing */
     int failing;                 /* the last write failed: logged once, until one succeeds */
@@ -41,6 +41,14 @@ struct tg_audit {
     uint64_t dropped, written;   /* records: lost, and on disk */
     time_t stamp_sec;
     char stamp[32];
+    /* The hash chain (audit.chain; NULL without): checkpoints every checkpoint_lines records, or
+     * at the timer's tick when a record came since the last one. */
+    struct tg_audit_chain *chain;
+    uv_timer_t tick;
+    int handles; /* flush, and tick with a chain: open handles; freed when both closed */
+    int started; /* the start checkpoint is written (tg_audit_set_conf) */
+    int checkpoint_lines;
+    uint64_t since_checkpoint, checkpoints;
 };
 
 static void start_write(struct tg_audit *a);
@@ -50,6 +58,7 @@ static void start_write(struct tg_audit *a);
 
 static void finish_close(struct tg_audit *a)
 {
+    tg_audit_chain_free(a->chain);
     if (a->fd >= 0)
         close(a->fd);
     if (a->old_fd >= 0)
@@ -100,7 +109,7 @@ static void on_written(uv_fs_t *req)
     }
     wrote(a, r);
     start_write(a);
-    if (!a->busy && a->closing && a->flush_closed)
+    if (!a->busy && a->closing && a->handles == 0)
         finish_close(a);
 }
 
@@ -111,11 +120,10 @@ static void on_flush(uv_prepare_t *h)
     start_write(a);
 }
 
-static void on_flush_closed(uv_handle_t *h)
+static void on_handle_closed(uv_handle_t *h)
 {
     struct tg_audit *a = h->data;
-    a->flush_closed = 1;
-    if (!a->busy)
+    if (--a->handles == 0 && !a->busy)
         finish_close(a);
 }
 
@@ -170,6 +178,15 @@ static void start_write(struct tg_audit *a)
 
 static int open_file(const char *path) { return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640); }
 
+static void checkpoint(struct tg_audit *a, const char *reason);
+
+static void on_tick(uv_timer_t *t)
+{
+    struct tg_audit *a = t->data;
+    if (a->since_checkpoint > 0)
+        checkpoint(a, "interval");
+}
+
 struct tg_audit *tg_audit_open(uv_loop_t *loop, const struct tg_audit_conf *ac, struct tg_buf *err)
 {
     if (ac->file == NULL)
@@ -188,22 +205,59 @@ struct tg_audit *tg_audit_open(uv_loop_t *loop, const struct tg_audit_conf *ac, 
     a->direct = is_regular(fd);
     uv_prepare_init(loop, &a->flush);
     a->flush.data = a;
+    a->handles = 1;
+    if (ac->chain) {
+        a->chain = tg_audit_chain_new();
+        a->torn = tg_audit_chain_resume(a->chain, fd, a->path);
+        a->checkpoint_lines = ac->checkpoint_lines;
+        uv_timer_init(loop, &a->tick);
+        a->tick.data = a;
+        uv_unref((uv_handle_t *)&a->tick);
+        uint64_t ms = (uint64_t)ac->checkpoint_seconds * 1000;
+        uv_timer_start(&a->tick, on_tick, ms, ms);
+        a->handles = 2;
+    }
     return a;
+}
+
+void tg_audit_set_conf(struct tg_audit *a, const struct tg_conf *conf)
+{
+    if (a == NULL || a->chain == NULL)
+        return;
+    tg_audit_chain_set_conf(a->chain, conf);
+    a->checkpoint_lines = conf->audit.checkpoint_lines;
+    uint64_t ms = (uint64_t)conf->audit.checkpoint_seconds * 1000;
+    if (uv_timer_get_repeat(&a->tick) != ms)
+        uv_timer_start(&a->tick, on_tick, ms, ms);
+    checkpoint(a, a->started ? "reload" : "start");
+    a->started = 1;
 }
 
 void tg_audit_close(struct tg_audit *a)
 {
     if (a == NULL)
         return;
+    if (a->chain != NULL) {
+        if (a->started)
+            checkpoint(a, "shutdown");
+        uv_close((uv_handle_t *)&a->tick, on_handle_closed);
+    }
     a->closing = 1;
     start_write(a);
-    uv_close((uv_handle_t *)&a->flush, on_flush_closed); /* frees a once no write is in flight */
+    uv_close((uv_handle_t *)&a->flush, on_handle_closed); /* frees a once no write is in flight */
 }
 
 void tg_audit_reopen(struct tg_audit *a)
 {
     if (a == NULL)
         return;
+    if (a->chain != NULL && a->started) {
+        /* The old file ends with a checkpoint, which the new one continues from: written now,
+         * to the old descriptor, before the new file is opened. */
+        checkpoint(a, "rotate");
+        if (a->direct)
+            start_write(a);
+    }
     int fd = open_file(a->path);
     if (fd < 0) {
         tg_log(TG_LOG_ERROR, "cannot reopen audit file", "file=%s", a->path);
@@ -219,6 +273,8 @@ void tg_audit_reopen(struct tg_audit *a)
     }
     a->fd = fd;
     a->direct = is_regular(fd);
+    if (a->chain != NULL && tg_audit_chain_resume(a->chain, fd, a->path))
+        a->torn = 1;
 }
 
 uint64_t tg_audit_dropped(const struct tg_audit *a) { return a ? a->dropped : 0; }
@@ -467,10 +523,9 @@ static void append_ms(struct tg_buf *b, double ms)
     tg_buf_append(b, frac, 3);
 }
 
-void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const struct tg_audit_record *r)
+/* The time of a line, "2026-12-05T07:02:08.123Z" (24 bytes and a NUL). */
+static void stamp_now(struct tg_audit *a, char out[32])
 {
-    if (a == NULL)
-        return;
     struct timeval tv;
     gettimeofday(&tv, NULL);
     if (tv.tv_sec != a->stamp_sec) {
@@ -481,33 +536,71 @@ void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const stru
                  tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
         a->stamp_sec = tv.tv_sec;
     }
-    /* Formatted straight into the queue, and taken back if the queue is over its bound. */
+    memcpy(out, a->stamp, 19);
+    out[19] = '.';
+    out[20] = (char)('0' + tv.tv_usec / 100000);
+    out[21] = (char)('0' + tv.tv_usec / 10000 % 10);
+    out[22] = (char)('0' + tv.tv_usec / 1000 % 10);
+    out[23] = 'Z';
+    out[24] = '\0';
+}
+
+/* A member whose value is JSON text of ours or of a client's: written canonical in a chained
+ * line (the hash is of the line's bytes), as it is otherwise. One member of a number, the usual
+ * counters, is canonical already. */
+static void put_json(struct tg_audit *a, struct tg_buf *b, const char *text)
+{
+    if (a->chain == NULL || (text[0] == '{' && strpbrk(text, ", \t\n\r") == NULL && strchr(text + 1, '{') == NULL &&
+                             strchr(text, '[') == NULL)) {
+        tg_buf_appends(b, text);
+        return;
+    }
+    struct tg_json_doc doc = {0};
+    const char *why;
+    size_t off;
+    if (tg_json_parse(text, strlen(text), 256, 1, &doc, &why, &off) == 0) {
+        tg_json_canon_as_written(b, doc.root);
+        cJSON_Delete(doc.root);
+    } else {
+        tg_buf_appends(b, "null"); /* not JSON: never written, so never here */
+    }
+}
+
+static void queued(struct tg_audit *a)
+{
+    if (a->pending.len >= FLUSH_AT)
+        start_write(a);
+    else
+        uv_prepare_start(&a->flush, on_flush); /* this iteration's records, in one write */
+}
+
+static void checkpoint(struct tg_audit *a, const char *reason)
+{
+    char stamp[32];
+    stamp_now(a, stamp);
+    tg_audit_chain_checkpoint(a->chain, &a->pending, reason, a->since_checkpoint, a->dropped, stamp);
+    a->since_checkpoint = 0;
+    a->checkpoints++;
+    queued(a);
+}
+
+void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const struct tg_audit_record *r)
+{
+    if (a == NULL)
+        return;
+    (void)ac;
+    char stamp[32];
+    stamp_now(a, stamp);
+    /* Formatted straight into the queue, members in byte order (a chained line is canonical JSON),
+     * and taken back if the queue is over its bound. The first member's comma becomes the brace. */
     struct tg_buf *b = &a->pending;
     size_t mark = b->len;
-    if (tg_buf_try_reserve(b, 512, 0) != 0)
+    if (tg_buf_try_reserve(b, 640, 0) != 0)
         abort();
-    char ms[8] = {'.', (char)('0' + tv.tv_usec / 100000), (char)('0' + tv.tv_usec / 10000 % 10),
-                  (char)('0' + tv.tv_usec / 1000 % 10), 'Z', '"', 0, 0};
-    tg_buf_append(b, "{\"time\":\"", 9);
-    tg_buf_appends(b, a->stamp);
-    tg_buf_append(b, ms, 6);
-    FIELD(b, "grant", r->grant);
-    FIELD(b, "subject", r->subject);
-    FIELD(b, "session", r->session);
-    FIELD(b, "upstream", r->upstream);
-    FIELD(b, "method", r->method);
-    FIELD(b, "tool", r->tool);
-    FIELD(b, "decision", r->decision);
-    FIELD(b, "rule", r->rule && r->rule[0] ? r->rule : NULL);
-    if (r->history_json && r->history_json[0]) {
-        KEY(b, "history");
-        tg_buf_appends(b, r->history_json);
-    }
-    if (r->counters_json && r->counters_json[0]) {
-        KEY(b, "counters");
-        tg_buf_append(b, "{", 1);
-        tg_buf_appends(b, r->counters_json);
-        tg_buf_append(b, "}", 1);
+    FIELD(b, "approval_id", r->approval_id);
+    if (r->args_json) {
+        KEY(b, "args");
+        put_json(a, b, r->args_json);
     }
     if (r->args_sha256) {
         KEY(b, "args_sha256");
@@ -515,26 +608,63 @@ void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const stru
         tg_buf_appends(b, r->args_sha256);
         tg_buf_append(b, "\"", 1);
     }
-    if (r->args_json) {
-        KEY(b, "args");
-        tg_buf_appends(b, r->args_json);
+    FIELD(b, "correlation_id", r->correlation_id);
+    if (r->counters_json && r->counters_json[0]) {
+        KEY(b, "counters");
+        if (a->chain && strchr(r->counters_json, ',')) { /* several: in byte order */
+            struct tg_buf t;
+            tg_buf_init(&t);
+            tg_buf_appendf(&t, "{%s}", r->counters_json);
+            put_json(a, b, t.base);
+            tg_buf_dispose(&t);
+        } else {
+            tg_buf_append(b, "{", 1);
+            tg_buf_appends(b, r->counters_json);
+            tg_buf_append(b, "}", 1);
+        }
     }
-    FIELD(b, "approval_id", r->approval_id);
     FIELD(b, "decided_by", r->decided_by);
+    FIELD(b, "decision", r->decision);
+    FIELD(b, "disposition", tg_audit_disposition(r->decision));
+    FIELD(b, "grant", r->grant);
+    if (r->history_json && r->history_json[0]) {
+        KEY(b, "history");
+        put_json(a, b, r->history_json);
+    }
+    FIELD(b, "method", r->method);
+    FIELD(b, "outcome", r->outcome);
+    if (a->chain)
+        tg_audit_chain_put_prev(a->chain, b);
+    FIELD(b, "rule", r->rule && r->rule[0] ? r->rule : NULL);
+    if (a->chain)
+        tg_audit_chain_put_seq(a->chain, b);
+    FIELD(b, "session", r->session);
+    FIELD(b, "subject", r->subject);
+    KEY(b, "time");
+    tg_buf_append(b, "\"", 1);
+    tg_buf_append(b, stamp, 24);
+    tg_buf_append(b, "\"", 1);
+    FIELD(b, "tool", r->tool);
+    FIELD(b, "upstream", r->upstream);
     if (r->latency_ms >= 0) {
         KEY(b, "upstream_latency_ms");
         append_ms(b, r->latency_ms);
     }
-    FIELD(b, "outcome", r->outcome);
-    tg_buf_append(b, "}\n", 2);
-    if (b->len > a->max_pending) {
+    b->base[mark] = '{';
+    if (b->len + 82 > a->max_pending) { /* 82: the event_hash member and the newline */
         b->len = mark;
         a->dropped++;
-    } else {
-        a->pending_n++;
-        if (b->len >= FLUSH_AT)
-            start_write(a);
-        else
-            uv_prepare_start(&a->flush, on_flush); /* this iteration's records, in one write */
+        return;
     }
+    if (a->chain) {
+        tg_buf_append(b, "}", 1);
+        tg_audit_chain_seal(a->chain, b, mark);
+    } else {
+        tg_buf_append(b, "}\n", 2);
+    }
+    a->pending_n++;
+    if (a->chain && ++a->since_checkpoint >= (uint64_t)a->checkpoint_lines)
+        checkpoint(a, "lines");
+    else
+        queued(a);
 }

@@ -25,7 +25,11 @@ struct tg_audit;
 struct tg_audit *tg_audit_open(uv_loop_t *loop, const struct tg_audit_conf *ac, struct tg_buf *err);
 /* Flush what is buffered, then free (async; safe to call once). */
 void tg_audit_close(struct tg_audit *a);
-/* Reopen the file (SIGUSR1). */
+/* What the chain's checkpoints record (the conf and policy files in force, the signing key):
+ * called once after tg_audit_open (writes the "start" checkpoint) and after each reload that
+ * keeps the writer ("reload"). No-op without audit.chain. */
+void tg_audit_set_conf(struct tg_audit *a, const struct tg_conf *conf);
+/* Reopen the file (SIGUSR1); with a chain, the old file ends with a "rotate" checkpoint. */
 void tg_audit_reopen(struct tg_audit *a);
 uint64_t tg_audit_dropped(const struct tg_audit *a);
 uint64_t tg_audit_written(const struct tg_audit *a);
@@ -46,8 +50,7 @@ struct tg_audit_record {
     const char *decided_by;
     double latency_ms; /* < 0: not forwarded */
     const char *outcome; /* ok error timeout unavailable, or NULL */
-    const char *correlation_id; /* signals = "mcp-drafts": the handle sent in the refusal's _meta
-                                 * (authorizationContextId, toolFailure.correlationId), or NULL */
+    const char *correlation_id; /* of a refusal the client was told of (its toolFailure), or NULL */
 };
 
 void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const struct tg_audit_record *r);

@@ -120,7 +120,7 @@ int tg__conf_check_readable(struct loader *ld, const config_setting_t *s, const 
 
 /* A file the gateway appends to (log.file, audit.file): it, or the folder it would be made in,
  * must be writable, as start needs. Nothing is created here. */
-static void check_writable(struct loader *ld, const config_setting_t *s, const char *directive, const char *path)
+void tg__conf_check_writable(struct loader *ld, const config_setting_t *s, const char *directive, const char *path)
 {
     if (path == NULL || path[0] == '\0')
         return;
@@ -453,7 +453,7 @@ static void load_log(struct loader *ld, config_t *cfg, struct tg_conf *c)
     char *level = tg__conf_get_str(ld, g, "level", "info", 0, "log");
     char *format = tg__conf_get_str(ld, g, "format", "logfmt", 0, "log");
     c->log_file = tg__conf_path(ld, tg__conf_get_str(ld, g, "file", NULL, 0, "log"));
-    check_writable(ld, config_setting_get_member(g, "file"), "log.file", c->log_file);
+    tg__conf_check_writable(ld, config_setting_get_member(g, "file"), "log.file", c->log_file);
     if (level && (c->log_level = tg_log_parse_level(level)) < 0) {
         tg__conf_errf(ld, config_setting_get_member(g, "level"), "log.level", "must be error, warn, info or debug");
         c->log_level = TG_LOG_INFO;
@@ -620,54 +620,6 @@ static void check_ports(struct loader *ld, config_t *cfg, const struct tg_conf *
     }
 }
 
-static void load_audit(struct loader *ld, config_t *cfg, struct tg_conf *c)
-{
-    c->audit.max_pending = 16 * 1024 * 1024;
-    const config_setting_t *g = config_lookup(cfg, "audit");
-    if (g == NULL)
-        return;
-    if (!config_setting_is_group(g)) {
-        tg__conf_errf(ld, g, "audit", "must be a group { file = …; args = \"hash\" | \"values\"; redact = [ … ]; }");
-        return;
-    }
-    static const char *const known[] = {"file", "args", "redact", "max_pending_bytes", NULL};
-    tg__conf_check_members(ld, g, known, "audit");
-    c->audit.file = tg__conf_path(ld, tg__conf_get_str(ld, g, "file", NULL, 1, "audit"));
-    check_writable(ld, config_setting_get_member(g, "file"), "audit.file", c->audit.file);
-    char *args = tg__conf_get_str(ld, g, "args", "hash", 0, "audit");
-    if (args && strcmp(args, "values") == 0)
-        c->audit.values = 1;
-    else if (args && strcmp(args, "hash") != 0)
-        tg__conf_errf(ld, config_setting_get_member(g, "args"), "audit.args", "must be \"hash\" or \"values\"");
-    free(args);
-    const config_setting_t *mp = config_setting_get_member(g, "max_pending_bytes");
-    if (mp != NULL) {
-        if (config_setting_type(mp) != CONFIG_TYPE_INT || config_setting_get_int(mp) < 4096)
-            tg__conf_errf(ld, mp, "audit.max_pending_bytes", "must be an integer >= 4096");
-        else
-            c->audit.max_pending = config_setting_get_int(mp);
-    }
-    const config_setting_t *r = config_setting_get_member(g, "redact");
-    static const char *const default_redact[] = {"password", "passwd", "secret", "token", "api_key", "apikey",
-                                                 "authorization", "cookie", "private_key", NULL};
-    if (r == NULL) {
-        for (const char *const *d = default_redact; *d; d++) {
-            c->audit.redact = tg_xrealloc(c->audit.redact, (c->audit.nredact + 1) * sizeof(char *));
-            c->audit.redact[c->audit.nredact++] = tg_xstrdup(*d);
-        }
-    } else if (!config_setting_is_array(r)) {
-        tg__conf_errf(ld, r, "audit.redact", "must be an array of argument names");
-    } else {
-        for (int i = 0; i < config_setting_length(r); i++) {
-            const char *v = config_setting_get_string_elem(r, i);
-            if (v == NULL)
-                continue;
-            c->audit.redact = tg_xrealloc(c->audit.redact, (c->audit.nredact + 1) * sizeof(char *));
-            c->audit.redact[c->audit.nredact++] = tg_xstrdup(v);
-        }
-    }
-}
-
 struct tg_conf *tg_conf_load(const char *path, struct tg_buf *err) { return tg_conf_load_flags(path, err, 0); }
 
 struct tg_conf *tg_conf_load_flags(const char *path, struct tg_buf *err, unsigned flags)
@@ -681,6 +633,8 @@ struct tg_conf *tg_conf_load_flags(const char *path, struct tg_buf *err, unsigne
         config_destroy(&cfg);
         return NULL;
     }
+    char sha[65];
+    tg__conf_file_sha256(f, sha); /* what the audit log's checkpoints record as the conf in force */
     fclose(f);
     if (config_read_file(&cfg, path) != CONFIG_TRUE) {
         const char *ef = config_error_file(&cfg);
@@ -698,6 +652,7 @@ struct tg_conf *tg_conf_load_flags(const char *path, struct tg_buf *err, unsigne
     c->serial = __atomic_add_fetch(&serials, 1, __ATOMIC_RELAXED);
     c->refcnt = 1;
     c->path = tg_xstrdup(path);
+    memcpy(c->sha256, sha, sizeof(sha));
     config_setting_t *root = config_root_setting(&cfg);
     static const char *const known[] = {"log", "listen", "admin", "limits", "grants", "upstreams", "audit", "jwt",
                                         "public_url", "cluster", "approvals", "signals", NULL};
@@ -722,7 +677,7 @@ struct tg_conf *tg_conf_load_flags(const char *path, struct tg_buf *err, unsigne
     tg__conf_load_upstreams(&ld, &cfg, c);
     tg__conf_load_signals(&ld, &cfg, c);
     tg__conf_load_upcred(&ld, &cfg, c);
-    load_audit(&ld, &cfg, c);
+    tg__conf_load_audit(&ld, &cfg, c);
     tg__conf_load_approvals(&ld, &cfg, c);
     tg__conf_load_cluster(&ld, &cfg, c);
     tg__conf_load_jwt(&ld, &cfg, c);
@@ -773,6 +728,7 @@ void tg_conf_unref(struct tg_conf *c)
     tg__conf_upcred_free(c);
     tg__conf_grants_free(c);
     free(c->audit.file);
+    free(c->audit.signing_key);
     for (size_t i = 0; i < c->audit.nredact; i++)
         free(c->audit.redact[i]);
     free(c->audit.redact);

@@ -174,6 +174,10 @@ struct tg_audit_conf {
     char **redact; /* argument keys whose values are replaced by "[redacted]" */
     size_t nredact;
     int max_pending; /* bytes buffered while the disk is slow; beyond, records are dropped and counted */
+    int chain;       /* lines carry previous_hash, seq and event_hash, and checkpoints are written */
+    char *signing_key;      /* PEM file of the EC P-256 key that signs checkpoints; NULL: unsigned */
+    int checkpoint_lines;   /* a checkpoint after this many records */
+    int checkpoint_seconds; /* or after this many seconds, when a record came since the last one */
 };
 
 /* upstreams[].token_exchange (core/conf/upcred.c; the exchange: upstream/token_exchange.c).
@@ -281,6 +285,7 @@ struct tg_conf {
     int signals; /* enum tg_signals: the top-level signals directive */
     uint64_t serial; /* unique per load: what remembers something of one conf checks it is still this one */
     char *path;
+    char sha256[65]; /* of the file as read (hex): what the audit log's checkpoints record */
     int has_pins;    /* an upstream has pins: what the relay looks at only then (policy/pins.h) */
     int log_level;
     int log_format;

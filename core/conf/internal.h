@@ -11,6 +11,7 @@
 
 #include <libconfig.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "core/conf/conf.h"
@@ -58,6 +59,12 @@ void tg__conf_load_ints(struct loader *ld, const config_setting_t *grp, const st
                         const char *ctx, int whole_group);
 /* signals at the top level and in each upstream (core/conf/signals.c); after the upstreams. */
 void tg__conf_load_signals(struct loader *ld, config_t *cfg, struct tg_conf *c);
+/* core/conf/audit.c: the audit group. */
+void tg__conf_load_audit(struct loader *ld, config_t *cfg, struct tg_conf *c);
+/* The file (or the folder it would be made in) must be writable by this process. */
+void tg__conf_check_writable(struct loader *ld, const config_setting_t *s, const char *directive, const char *path);
+/* Lowercase hex SHA-256 of what is left to read of f. */
+void tg__conf_file_sha256(FILE *f, char out[65]);
 /* Reports every member of grp whose name is not in the NULL-terminated known. */
 void tg__conf_check_members(struct loader *ld, const config_setting_t *grp, const char *const *known, const char *ctx);
 /* grp's token_sha256 into out: 1 if present and valid, 0 if absent (or invalid, reported). */
