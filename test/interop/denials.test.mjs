@@ -13,6 +13,7 @@
 //   4. an upstream with signals = "tollgate" keeps -32001 / -32003 with none of it
 //   5. a retry echoing the handle in params._meta["io.modelcontextprotocol/authorization-context-id"]
 //      is accepted and logged, and is still denied: the handle never authorizes
+//      The handle is the correlation_id of the refusal's audit line; none by default.
 //   6. what the official SDK client (Client.callTool) gives for such a denial
 //   7. what a human decides: a refused retry-mode call made again, a refused held call and a
 //      refused task's result are "unavailable"; an approved one made again with the echoed
@@ -48,6 +49,8 @@ let modern;
 let gw;
 let port;
 let agent;
+/** The audit lines written so far (whole lines only). */
+const auditLines = () => fs.readFileSync(path.join(dir, 'audit.log'), 'utf8').split('\n').slice(0, -1).map((l) => JSON.parse(l));
 
 const logs = () => ({ 'tollgate stderr': gw?.stderr() });
 const test = (name, fn) => it(name, H.withLogs(logs, fn));
@@ -75,6 +78,7 @@ before(async () => {
   fs.writeFileSync(strict, JSON.stringify({ version: '1', default: 'deny', tools: { echo: { action: 'allow' } } }) + '\n');
   const conf = H.writeConf(dir, {
     admin: { token_sha256: H.sha256hex(ADMIN_TOKEN) },
+    audit: { file: path.join(dir, 'audit.log') },
     signals: 'mcp-drafts',
     grants: Object.entries(TOKENS).map(([name, t]) => ({ name, token_sha256: H.sha256hex(t) })),
     upstreams: [cowork('cowork', { default: true }), { name: 'modern', url: modern.url, policy }, cowork('plain', { signals: 'tollgate' }), cowork('strict', { policy: strict })],
@@ -173,6 +177,10 @@ describe('denials in the drafts\' shapes (SEP-2643, SEP-3313) on every transport
         for (const a of [deny, hidden, pending]) assert.doesNotMatch(JSON.stringify(a), /io\.modelcontextprotocol|authorizationContextId|correlationId/);
       });
     }
+    // deny, hidden and the parked call, on each of the four: none has a correlation_id
+    const lines = await H.waitUntil(() => { const l = auditLines().filter((x) => x.upstream === 'plain'); return l.length >= 12 ? l : undefined; },
+      { what: 'the default upstream\'s audit lines' });
+    assert.ok(lines.every((l) => !('correlation_id' in l)), `no correlation_id by default: ${JSON.stringify(lines)}`);
   });
 });
 
@@ -185,6 +193,13 @@ describe('the retry echo (SEP-2643 "Retry Echo via _meta")', () => {
         const again = await c.request('tools/call', { name: 'echo', arguments: { text: 'forbidden' }, _meta: { [ECHO_KEY]: id } });
         const second = draftDenial(again, { remediation: 'unavailable', code: 'policy_blocked', what: 'retry with the handle' });
         assert.notEqual(second._meta[AUTHZ].authorizationContextId, id, 'the retry is a new denial with its own handle');
+        // The handle is the refusal's audit line's correlation_id (SEP-3313: the operator's key).
+        for (const [h, what] of [[id, 'first'], [second._meta[AUTHZ].authorizationContextId, 'retry']]) {
+          const line = await H.waitUntil(() => auditLines().find((l) => l.correlation_id === h), { what: `the ${what} denial's audit line` });
+          assert.equal(line.decision, 'deny', JSON.stringify(line));
+          assert.equal(line.tool, 'echo');
+          assert.equal(line.upstream, upstream);
+        }
         await gw.waitForLog(new RegExp(`msg="call echoes an authorization context" grant=echo upstream=${upstream} tool="echo" authorization_context_id="${id}"`),
           { what: 'the echo in the log' });
         // Nor does a hidden tool's: the echo of any handle is no key.
@@ -240,6 +255,10 @@ describe('what a human decides, in the drafts\' shapes', () => {
     await withClient('streamable', 'cowork', TOKENS.decided, async (c) => {
       const args = (n) => ({ language: 'python', code: `print(${n})` });
       const p1 = draftDenial(await c.call('execute_code', args(1)), { remediation: 'available', code: 'user_action_required', what: 'pending 1' });
+      const parkLine = await H.waitUntil(() => auditLines().find((l) => l.correlation_id === p1._meta[AUTHZ].authorizationContextId),
+        { what: 'the parked call\'s audit line' });
+      assert.equal(parkLine.decision, 'approve', JSON.stringify(parkLine));
+      assert.equal(parkLine.approval_id, p1._meta['tollgate/refusal'].approval_id);
       const d = await admin('POST', `/admin/approvals/${p1._meta['tollgate/refusal'].approval_id}/deny`);
       assert.equal(d.status, 200, d.text);
       const refused = draftDenial(await c.call('execute_code', args(1)), { remediation: 'unavailable', code: 'permission_denied', what: 'refused' });
