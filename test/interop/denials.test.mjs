@@ -14,7 +14,7 @@
 //   5. a retry echoing the handle in params._meta["io.modelcontextprotocol/authorization-context-id"]
 //      is accepted and logged, and is still denied: the handle never authorizes
 //      The handle is the correlation_id of the refusal's audit line; none by default.
-//   6. what the official SDK client (Client.callTool) gives for such a denial
+//   6. what the official SDK clients (1.x and 2.x Client.callTool) give for such a denial
 //   7. what a human decides: a refused retry-mode call made again, a refused held call and a
 //      refused task's result are "unavailable"; an approved one made again with the echoed
 //      handle runs; a 2025-11-25 task-augmented call has the envelope beside its task
@@ -248,6 +248,23 @@ describe('the official SDK client and a denial with the envelope', () => {
     assert.equal(h._meta?.[AUTHZ]?.remediation, 'undisclosed', JSON.stringify(h));
     await c.close();
   });
+
+  for (const mode of ['pin', 'legacy']) {
+    test(`the SDK 2.x client (${mode === 'pin' ? '2026-07-28' : '2025'}): callTool resolves the same way`, async () => {
+      const { Client, StreamableHTTPClientTransport } = await import('@modelcontextprotocol/client');
+      const client = new Client({ name: `denials-${mode}`, version: '1.0.0' },
+        { capabilities: {}, versionNegotiation: { mode: mode === 'pin' ? { pin: C.MODERN } : 'legacy' } });
+      cleanup.add(() => client.close().catch(() => {}));
+      await client.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${port}/cowork/mcp`),
+        { requestInit: { headers: { Authorization: `Bearer ${TOKENS.sdk}` } } }));
+      const r = await client.callTool({ name: 'echo', arguments: { text: 'forbidden' } });
+      process.stderr.write(`SDK 2.x (${mode}) callTool on a drafts denial: ${JSON.stringify(r)}\n`);
+      assert.equal(r.isError, true, JSON.stringify(r));
+      assert.equal(r._meta?.[AUTHZ]?.remediation, 'unavailable', JSON.stringify(r));
+      assert.equal(r._meta?.[FAILURE]?.correlationId, r._meta[AUTHZ].authorizationContextId, JSON.stringify(r));
+      await client.close();
+    });
+  }
 });
 
 describe('what a human decides, in the drafts\' shapes', () => {
