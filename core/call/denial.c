@@ -5,7 +5,11 @@
  * interaction to offer. reason is always "insufficient_authorization" (the only value the draft
  * defines); remediationHints only with remediation "available".
  * SEP-3313 (pull request 3313, opened 2026-08-27): class, code and the required correlationId in
- * the same result's _meta; retryable left out (MUST be absent or false outside "reliability"). */
+ * the same result's _meta; retryable left out (MUST be absent or false outside "reliability").
+ *
+ * A call's handle (k->denial_id) is made once, by its first refusal or parking, whichever writes
+ * first (its audit line, or its answer): every later line of the same call (approved, allow,
+ * rejected) and its answer carry the same one. */
 #include "core/call/denial.h"
 
 #include <stdint.h>
