@@ -197,6 +197,7 @@ void tg_call_tools_call_begin(struct tg_call *k, const cJSON *params, const cJSO
         char esc[120], esc2[160];
         tg_log(TG_LOG_INFO, "call echoes an authorization context",
                "grant=%s upstream=%s tool=%s authorization_context_id=%s", k->grant, up_name(k) ? up_name(k) : "-",
-               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(k->tool)), tg_log_esc(esc2, sizeof(esc2), tg_slice_cstr(echo)));
+               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(k->tool)),
+               tg_log_esc(esc2, sizeof(esc2), tg_slice_cstr(echo)));
     }
 }
