@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ptrace.h>
+#include <sys/user.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
@@ -49,6 +50,21 @@ static long count_region(region_fn setup, region_fn fn, void *arg)
     ptrace(PTRACE_CONT, pid, NULL, NULL);
     waitpid(pid, &st, 0); /* the first mark */
     long steps = 0;
+    /* TG_INSNS_TRACE=FILE: every instruction's address, and the child's maps, in FILE.N for region N */
+    const char *trace = getenv("TG_INSNS_TRACE");
+    static int region;
+    char tname[512];
+    snprintf(tname, sizeof(tname), "%s.%d", trace ? trace : "", region++);
+    FILE *tf = trace ? fopen(tname, "w") : NULL;
+    if (tf) {
+        char mp[64], line[512];
+        snprintf(mp, sizeof(mp), "/proc/%d/maps", (int)pid);
+        FILE *m = fopen(mp, "r");
+        while (m && fgets(line, sizeof(line), m))
+            fprintf(tf, "map %s", line);
+        if (m)
+            fclose(m);
+    }
     for (;;) {
         if (ptrace(PTRACE_SINGLESTEP, pid, NULL, NULL) != 0) {
             perror("ptrace");
@@ -60,9 +76,16 @@ static long count_region(region_fn setup, region_fn fn, void *arg)
             exit(2);
         }
         steps++;
+        if (tf) {
+            struct user_regs_struct regs;
+            ptrace(PTRACE_GETREGS, pid, NULL, &regs);
+            fprintf(tf, "%llx\n", (unsigned long long)regs.rip);
+        }
         if (WIFSTOPPED(st) && WSTOPSIG(st) == SIGSTOP)
             break;
     }
+    if (tf)
+        fclose(tf);
     ptrace(PTRACE_CONT, pid, NULL, NULL);
     waitpid(pid, &st, 0);
     return steps;
@@ -75,6 +98,13 @@ struct sha_arg {
     int portable;
     uint8_t buf[65536], out[32];
 };
+
+/* The first call asks the CPU what it has (cpuid): made before the region. */
+static void sha_warm(void *v)
+{
+    struct sha_arg *a = v;
+    tg_sha256(a->buf, 1, a->out);
+}
 
 static void sha_fn(void *v)
 {
@@ -120,8 +150,13 @@ static void audit_setup(void *v)
     if (a->a == NULL)
         exit(2);
     tg_audit_set_conf(a->a, &a->conf);
-    for (int i = 0; i < 3; i++)
-        tg_audit_log(a->a, &a->conf.audit, &record);
+    /* Both of the writer's buffers grown (they swap at each write), then a record behind. */
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 32; i++)
+            tg_audit_log(a->a, &a->conf.audit, &record);
+        uv_run(&a->loop, UV_RUN_NOWAIT);
+    }
+    tg_audit_log(a->a, &a->conf.audit, &record);
 }
 
 static void audit_fn(void *v)
@@ -132,21 +167,32 @@ static void audit_fn(void *v)
 
 int main(int argc, char **argv)
 {
-    long marks = count_region(NULL, nothing, NULL);
+    long marks = argc >= 2 && strcmp(argv[1], "--loop") == 0 ? 0 : count_region(NULL, nothing, NULL);
     static struct sha_arg sa;
     if (argc == 3 && strcmp(argv[1], "--sha") == 0) {
         sa.len = (size_t)atol(argv[2]);
         if (sa.len > sizeof(sa.buf))
             return 2;
-        long fast = count_region(NULL, sha_fn, &sa) - marks;
+        long fast = count_region(sha_warm, sha_fn, &sa) - marks;
         sa.portable = 1;
-        long slow = count_region(NULL, sha_fn, &sa) - marks;
+        long slow = count_region(sha_warm, sha_fn, &sa) - marks;
         printf("sha256 of %zu bytes: %ld instructions (%s), %ld portable\n", sa.len, fast,
                tg_sha256_accelerated() ? "SHA extensions" : "portable: no SHA extensions", slow);
         return 0;
     }
+    if (argc >= 3 && strcmp(argv[1], "--loop") == 0) { /* for a profiler: N records (chained), no ptrace */
+        static struct audit_arg la;
+        la.chain = argc < 4 || strcmp(argv[3], "plain") != 0;
+        audit_setup(&la);
+        for (long i = atol(argv[2]); i > 0; i--) {
+            audit_fn(&la);
+            if (i % 64 == 0)
+                uv_run(&la.loop, UV_RUN_NOWAIT);
+        }
+        return 0;
+    }
     if (argc != 1) {
-        fprintf(stderr, "usage: tg-bench-insns [--sha LEN]\n");
+        fprintf(stderr, "usage: tg-bench-insns [--sha LEN | --loop N [plain]]\n");
         return 2;
     }
     static struct audit_arg plain, chained;
@@ -167,9 +213,9 @@ int main(int argc, char **argv)
     size_t hashed = len > 81 ? len - 81 : 0; /* without ,"event_hash":"…" and the newline, with the brace */
     sa.len = hashed;
     sa.portable = 0;
-    long fast = count_region(NULL, sha_fn, &sa) - marks;
+    long fast = count_region(sha_warm, sha_fn, &sa) - marks;
     sa.portable = 1;
-    long slow = count_region(NULL, sha_fn, &sa) - marks;
+    long slow = count_region(sha_warm, sha_fn, &sa) - marks;
     printf("audit record, plain:   %ld instructions\n", p);
     printf("audit record, chained: %ld instructions (+%ld), %zu bytes hashed\n", c, c - p, hashed);
     printf("sha256 of %zu bytes:   %ld instructions (%s), %ld portable (what callgrind counts)\n", hashed, fast,
