@@ -1,0 +1,344 @@
+// The tamper-evident audit log with a real gateway, checked by a verifier of this file's own (node
+// crypto, nothing from tollgate): every line's event_hash (SHA-256 of the line's canonical form
+// without it: members sorted by byte order at every level, no whitespace, numbers as written),
+// previous_hash and seq threading, every checkpoint's ECDSA P-256 signature (over the canonical
+// form without event_hash and signature) against the public key, and key_sha256 (SHA-256 of the
+// key's SubjectPublicKeyInfo DER). The signing key is made here with node's crypto.
+//
+//   1. calls over Streamable HTTP 2025, 2026-07-28 stateless, legacy SSE and WebSocket to the
+//      CoWork OS stand-in (allowed, denied, rate-limited, parked for approval then approved or
+//      rejected through the admin API) give chained lines with the right decision and
+//      disposition; the file starts with a `start` checkpoint carrying the conf's and the
+//      policy's SHA-256 and the instance; the verifier itself fails on an edited line
+//   2. checkpoint_lines = 5: a `lines` checkpoint after every 5 records; checkpoint_seconds = 1:
+//      none while idle, an `interval` checkpoint after a record
+//   3. rotation: the file renamed, SIGUSR1: the old file ends with a `rotate` checkpoint, the new
+//      file's first line continues from it
+//   4. SIGHUP after the policy and the conf changed: a `reload` checkpoint with the new hashes
+//   5. SIGTERM: the file ends with a `shutdown` checkpoint; a restart on it continues the chain
+//   6. SIGKILL under traffic, then restarts: the chain continues from the last whole line; a torn
+//      last line (appended here, as a cut write) stays a line of its own and the chain skips it
+//   7. audit.chain = false: no chain members, no checkpoints, one JSON object per line, keys in
+//      byte order
+//   8. `tollgate -t` refuses an RSA key, a P-384 key, a file that is not a key, signing_key with
+//      chain = false, and an unknown audit key, naming the directive
+//   9. two cluster instances (one redis-server): each its own file and chain, its own `instance`
+//
+//   TOLLGATE_BIN=build-asan/tollgate node --test test/interop/audit-chain.test.mjs
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import * as H from './lib/harness.mjs';
+import * as C from './lib/clients.mjs';
+import * as R from './lib/cluster.mjs';
+
+H.requireNodeModules();
+
+const cleanup = new H.Cleanup();
+const UPSTREAM_TOKEN = 'cowork-' + H.randomToken();
+const ADMIN_TOKEN = 'admin-' + H.randomToken();
+const KINDS = C.KINDS; // streamable (2025 session), stateless (2026-07-28), sse, ws
+const TOKENS = Object.fromEntries([...KINDS, 'plain'].map((k) => [k, `${k}-${H.randomToken()}`]));
+const KEY = crypto.generateKeyPairSync('ec', { namedCurve: 'P-256' });
+const sha256 = (b) => crypto.createHash('sha256').update(b).digest('hex');
+const KEY_SHA256 = sha256(KEY.publicKey.export({ type: 'spki', format: 'der' }));
+let dir;
+let keyFile;
+let s;
+let agent;
+let current = []; // the gateways of the running test, for the failure context
+
+const logs = () => Object.fromEntries(current.map((g, i) => [`tollgate[${i}] (${g.status()}) stderr`, g.stderr()]));
+const test = (name, fn) => it(name, H.withLogs(logs, fn));
+
+before(async () => {
+  dir = H.makeTempDir(cleanup, 'tollgate-audit-chain-');
+  agent = new http.Agent({ keepAlive: true });
+  cleanup.add(() => agent.destroy());
+  keyFile = path.join(dir, 'audit.key');
+  fs.writeFileSync(keyFile, KEY.privateKey.export({ type: 'sec1', format: 'pem' }), { mode: 0o600 });
+  s = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin.log') });
+});
+after(() => cleanup.run());
+
+// ---------------------------------------------------------------------------
+// The verifier
+
+/** JSON text parsed with every number kept as its text (JSON.rawJSON), so it is written back as it was. */
+const parseRaw = (text) => JSON.parse(text, (k, v, ctx) => (typeof v === 'number' ? JSON.rawJSON(ctx.source) : v));
+const byBytes = (a, b) => Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
+
+/** The canonical form: members sorted by their UTF-8 bytes at every level, no whitespace, numbers as written. */
+function canon(v) {
+  if (v !== null && typeof v === 'object' && JSON.isRawJSON(v)) return v.rawJSON;
+  if (Array.isArray(v)) return `[${v.map(canon).join(',')}]`;
+  if (v !== null && typeof v === 'object') {
+    // Object.keys puts integer-like names first: sorted here by bytes, whatever JS's order
+    return `{${Object.keys(v).sort(byBytes).map((k) => `${JSON.stringify(k)}:${canon(v[k])}`).join(',')}}`;
+  }
+  return JSON.stringify(v); // strings: the escapes tollgate writes (", \, \b\f\n\r\t, other controls as \u00xx)
+}
+const without = (o, ...keys) => Object.fromEntries(Object.entries(o).filter(([k]) => !keys.includes(k)));
+
+/** A file's whole lines and what follows its last newline. */
+function readAudit(file) {
+  const t = fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '';
+  const cut = t.lastIndexOf('\n') + 1;
+  return { lines: t.slice(0, cut).split('\n').slice(0, -1), tail: t.slice(cut), text: t };
+}
+
+/**
+ * Checks `lines` as one stretch of a chain; throws at the first line that is not what it must be.
+ *   prev: null (the stretch starts a chain: previous_hash null, seq 1) or {hash, seq, since} (it
+ *     continues from that line; since = records after the last checkpoint before it, if known)
+ *   signed: checkpoints must carry a signature that verifies with KEY and its key_sha256
+ * Returns { records, checkpoints (parsed), last: {hash, seq, since} }.
+ */
+function verifyChain(lines, { prev = null, signed = true, what = 'audit' } = {}) {
+  const records = [];
+  const checkpoints = [];
+  let since = prev?.since; // undefined: unknown until the first checkpoint of the stretch
+  let last = prev;
+  lines.forEach((line, i) => {
+    const at = `${what} line ${i + 1}: ${line.slice(0, 400)}`;
+    let raw;
+    try { raw = parseRaw(line); } catch (e) { assert.fail(`${at}: not JSON (${e.message})`); }
+    assert.ok(raw && typeof raw === 'object' && !Array.isArray(raw), `${at}: not an object`);
+    const eh = raw.event_hash;
+    assert.match(eh ?? '', /^[0-9a-f]{64}$/, `${at}: event_hash`);
+    const pre = canon(without(raw, 'event_hash'));
+    assert.equal(sha256(pre), eh, `${at}: event_hash is not the SHA-256 of the canonical form`);
+    // written canonical, event_hash last: the preimage is the line's own bytes
+    assert.equal(line, `${pre.slice(0, -1)},"event_hash":"${eh}"}`, `${at}: not written in canonical form`);
+    const o = JSON.parse(line);
+    assert.ok(Number.isSafeInteger(o.seq) && /^[1-9][0-9]*$/.test(raw.seq.rawJSON), `${at}: seq ${raw.seq?.rawJSON}`);
+    if (last == null) {
+      assert.equal(o.previous_hash, null, `${at}: the first line of a chain has previous_hash null`);
+      assert.equal(o.seq, 1, `${at}: the first line of a chain has seq 1`);
+    } else {
+      assert.equal(o.previous_hash, last.hash, `${at}: previous_hash is not the event_hash of the line before`);
+      assert.equal(o.seq, last.seq + 1, `${at}: seq does not follow ${last.seq}`);
+    }
+    if ('checkpoint' in o) {
+      assert.ok(!('decision' in o), `${at}: a checkpoint has no decision`);
+      const cp = o.checkpoint;
+      assert.ok(Number.isSafeInteger(cp.records) && Number.isSafeInteger(cp.dropped), `${at}: records, dropped`);
+      if (since !== undefined) assert.equal(cp.records, since, `${at}: records since the previous checkpoint`);
+      if (signed) {
+        assert.match(o.signature ?? '', /^[A-Za-z0-9+/]+={0,2}$/, `${at}: signature`);
+        const signedText = canon(without(raw, 'event_hash', 'signature'));
+        assert.ok(crypto.verify('sha256', Buffer.from(signedText), { key: KEY.publicKey, dsaEncoding: 'der' }, Buffer.from(o.signature, 'base64')),
+          `${at}: the signature does not verify over ${signedText}`);
+        assert.equal(cp.key_sha256, KEY_SHA256, `${at}: key_sha256 is not the SHA-256 of the public key's DER`);
+      } else {
+        assert.ok(!('signature' in o) && !('key_sha256' in cp), `${at}: unsigned`);
+      }
+      checkpoints.push(o);
+      since = 0;
+    } else {
+      assert.ok(typeof o.decision === 'string' && typeof o.disposition === 'string', `${at}: a record has decision and disposition`);
+      records.push(o);
+      if (since !== undefined) since++;
+    }
+    last = { hash: eh, seq: o.seq, since };
+  });
+  return { records, checkpoints, last };
+}
+
+// ---------------------------------------------------------------------------
+// Gateways
+
+const policyFile = (name, obj) => {
+  const f = path.join(dir, name);
+  fs.writeFileSync(f, JSON.stringify(obj) + '\n');
+  return f;
+};
+
+/** A policy: echo allowed, run_command denied (default), execute_code 1 an hour a grant, write_file approved by hand. */
+const POLICY = {
+  version: '1', default: 'deny',
+  tools: {
+    echo: { action: 'allow' },
+    execute_code: { limits: [{ counter: 'ec_rate', window: 'hour', max: 1, scope: 'grant' }] },
+    write_file: { action: 'approve', approval_timeout: 120 },
+  },
+};
+
+/** A directory, a policy, a conf with an audit group (merged into the defaults) and a gateway. */
+async function gateway(name, { audit = {}, conf = {}, policy = POLICY } = {}) {
+  const sub = path.join(dir, name);
+  fs.mkdirSync(sub, { recursive: true });
+  const pol = path.join(sub, 'policy.json');
+  fs.writeFileSync(pol, JSON.stringify(policy) + '\n');
+  const file = path.join(sub, 'audit.log');
+  const confOpts = {
+    admin: { token_sha256: H.sha256hex(ADMIN_TOKEN) },
+    grants: Object.entries(TOKENS).map(([n, t]) => ({ name: n, token_sha256: H.sha256hex(t) })),
+    upstreams: [{ name: 'cowork-os', url: s.url, headers: { Authorization: `Bearer ${UPSTREAM_TOKEN}` }, initialize: 'local', policy: pol }],
+    audit: { file, signing_key: keyFile, ...audit },
+    ...conf,
+  };
+  const confFile = H.writeConf(sub, confOpts);
+  const g = { dir: sub, file, policy: pol, conf: confFile, confOpts, gw: null };
+  g.start = async () => {
+    g.gw = await H.startTollgate(confFile, { cleanup, admin: true });
+    current.push(g.gw);
+    return g.gw;
+  };
+  /** SIGTERM; asserts a clean exit and a clean stderr. */
+  g.stop = async () => {
+    const r = await g.gw.stop();
+    assert.deepEqual(r, { code: 0, signal: null }, `tollgate exits 0 on SIGTERM:\n${g.gw.stderr().slice(-3000)}`);
+    assertCleanStderr(g.gw);
+  };
+  /** SIGKILL (meant: the harness's cleanup is told so). */
+  g.kill = async () => {
+    const gw = g.gw;
+    gw.stopping = true;
+    const gone = new Promise((resolve) => (gw.proc.exitCode !== null || gw.proc.signalCode !== null ? resolve() : gw.proc.once('exit', resolve)));
+    process.kill(gw.proc.pid, 'SIGKILL');
+    await gone;
+    gw.stop = async () => ({ code: 0, signal: null });
+  };
+  g.signal = (sig) => process.kill(g.gw.proc.pid, sig);
+  g.client = (kind = 'streamable', token = TOKENS[kind]) => C.openClient(kind, { port: g.gw.plainPort, upstream: 'cowork-os', token, agent });
+  await g.start();
+  return g;
+}
+
+/** No sanitizer report and no error-level line in tollgate's stderr. */
+function assertCleanStderr(gw, allow = /$^/) {
+  const err = gw.stderr();
+  assert.doesNotMatch(err, /AddressSanitizer|LeakSanitizer|runtime error:|SUMMARY: UndefinedBehaviorSanitizer/, 'sanitizer report');
+  const errors = err.split('\n').filter((l) => /\blevel=(error|fatal)\b/.test(l) && !allow.test(l));
+  assert.deepEqual(errors, [], 'no error in the log');
+}
+
+/** Waits until the file's whole lines satisfy pred(lines); returns them. */
+async function linesWhen(file, pred, what) {
+  let got;
+  await H.waitUntil(() => pred((got = readAudit(file).lines)), { what, detail: () => got.join('\n').slice(-4000) });
+  return got;
+}
+const reasons = (lines) => lines.map((l) => JSON.parse(l)).filter((o) => o.checkpoint).map((o) => o.checkpoint.reason);
+const nrecords = (lines) => lines.filter((l) => !JSON.parse(l).checkpoint).length;
+
+async function echoes(g, n, kind = 'streamable') {
+  const c = await g.client(kind);
+  try {
+    for (let i = 0; i < n; i++) {
+      const a = await c.call('echo', { text: `e${i}` });
+      assert.equal(C.textOf(a), `e${i}`, JSON.stringify(a));
+    }
+  } finally {
+    await c.close();
+  }
+}
+
+async function admin(gw, method, p, body) {
+  const headers = { authorization: `Bearer ${ADMIN_TOKEN}` };
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  const r = await C.request(agent, gw.adminPort, method, p, headers, body === undefined ? undefined : JSON.stringify(body));
+  let json;
+  try { json = JSON.parse(r.text); } catch { /* not JSON */ }
+  return { ...r, json };
+}
+
+// ---------------------------------------------------------------------------
+
+describe('1. every transport: chained lines with decision and disposition, a signed start checkpoint', () => {
+  test('allowed, denied, limited, parked then approved or rejected, on Streamable HTTP 2025 and 2026, SSE and WebSocket', async () => {
+    const g = await gateway('transports');
+    const gw = g.gw;
+    // the start checkpoint is there before any call
+    const [first] = await linesWhen(g.file, (l) => l.length >= 1, 'the start checkpoint');
+    const parked = {};
+    for (const kind of KINDS) {
+      const c = await g.client(kind);
+      try {
+        assert.equal(C.textOf(await c.call('echo', { text: kind })), kind);
+        assert.equal((await c.call('run_command', { command: 'id' })).error?.code, -32001, `${kind}: run_command denied`);
+        assert.ok((await c.call('execute_code', { language: 'python', code: '1' })).result, `${kind}: the first execute_code passes`);
+        assert.equal((await c.call('execute_code', { language: 'python', code: '2' })).error?.code, -32002, `${kind}: the second is limited`);
+        const p = await c.call('write_file', { path: `/tmp/${kind}`, content: 'x' });
+        assert.equal(p.error?.code, -32003, `${kind}: parked ${JSON.stringify(p)}`);
+        parked[kind] = p.error.data.approval_id;
+        if (kind === 'streamable' || kind === 'sse') {
+          // decided by a human: approved for one, rejected for the other; then the same call again
+          const item = (await admin(gw, 'GET', '/admin/approvals')).json.approvals.find((x) => x.id === parked[kind]);
+          const verb = kind === 'streamable' ? 'approve' : 'deny';
+          const r = await admin(gw, 'POST', `/admin/approvals/${parked[kind]}/${verb}`, { digest: item.digest });
+          assert.equal(r.status, 200, r.text);
+          const again = await c.call('write_file', { path: `/tmp/${kind}`, content: 'x' });
+          if (verb === 'approve') assert.ok(again.result && !again.result.isError, `${kind}: approved call ${JSON.stringify(again)}`);
+          else assert.equal(again.error?.code, -32003, `${kind}: rejected call ${JSON.stringify(again)}`);
+        }
+      } finally {
+        await c.close();
+      }
+    }
+    const lines = await linesWhen(g.file, (l) => nrecords(l) >= 24, 'the records of every call');
+    const { checkpoints } = verifyChain(lines);
+    assert.equal(lines.length, 25, `one start checkpoint and 24 records:\n${lines.join('\n')}`);
+    // the start checkpoint: first, signed, with the files in force and the instance
+    const cp = JSON.parse(first).checkpoint;
+    assert.equal(cp.reason, 'start', first);
+    assert.deepEqual(checkpoints.map((c) => c.checkpoint.reason), ['start']);
+    assert.deepEqual(cp.conf, { file: fs.realpathSync(g.conf), sha256: sha256(fs.readFileSync(g.conf)) }, first);
+    assert.deepEqual(cp.policies, { [g.policy]: sha256(fs.readFileSync(g.policy)) }, first);
+    assert.equal(cp.instance, os.hostname(), first);
+    assert.equal(cp.records, 0, first);
+    assert.equal(cp.dropped, 0, first);
+    // each transport's calls, in order, with tollgate's decision and SEP-3004's disposition
+    const base = [['echo', 'allow', 'allowed'], ['run_command', 'deny', 'denied'], ['execute_code', 'allow', 'allowed'],
+      ['execute_code', 'limited', 'denied'], ['write_file', 'approve', 'deferred']];
+    const want = {
+      streamable: [...base, ['write_file', 'approved', 'allowed'], ['write_file', 'allow', 'allowed']],
+      stateless: base,
+      sse: [...base, ['write_file', 'rejected', 'denied'], ['write_file', 'rejected', 'denied']],
+      ws: base,
+    };
+    const recs = lines.slice(1).map((l) => JSON.parse(l));
+    for (const kind of KINDS) {
+      const mine = recs.filter((r) => r.grant === kind);
+      assert.deepEqual(mine.map((r) => [r.tool, r.decision, r.disposition]), want[kind], `${kind}: ${JSON.stringify(mine)}`);
+      assert.ok(mine.every((r) => r.method === 'tools/call' && r.upstream === 'cowork-os' && r.subject === kind), kind);
+      assert.equal(mine.find((r) => r.decision === 'approve').approval_id, parked[kind], kind);
+      assert.equal(mine.find((r) => r.decision === 'limited').rule, 'ec_rate', kind);
+    }
+
+    // The verifier is not vacuous: each kind of change to the file is caught.
+    const changed = (l, a, b) => { assert.ok(l.includes(a), l); return l.replace(a, b); };
+    const swap = (a, i, j) => { const b = [...a]; [b[i], b[j]] = [b[j], b[i]]; return b; };
+    const resealed = (line, f) => { // content changed and event_hash recomputed: only a signature can tell
+      const o = f(parseRaw(line));
+      const pre = canon(without(o, 'event_hash'));
+      return `${pre.slice(0, -1)},"event_hash":"${sha256(pre)}"}`;
+    };
+    const tampered = {
+      'a value changed': lines.map((l, i) => (i === 2 ? changed(l, '"decision":"deny"', '"decision":"allow"') : l)),
+      'a line removed': lines.filter((l, i) => i !== 5),
+      'two lines swapped': swap(lines, 4, 5),
+      'a line inserted': [...lines.slice(0, 6), lines[2], ...lines.slice(6)],
+      'a checkpoint re-hashed after its instance changed': [resealed(lines[0], (o) => { o.checkpoint.instance = 'elsewhere'; return o; }), ...lines.slice(1)],
+    };
+    for (const [how, t] of Object.entries(tampered)) {
+      assert.throws(() => verifyChain(t), (e) => e.code === 'ERR_ASSERTION', `the verifier catches: ${how}`);
+    }
+
+    await g.stop();
+    // at shutdown, a last signed checkpoint: records since the start
+    const all = readAudit(g.file);
+    assert.equal(all.tail, '', 'the file ends with a newline');
+    const v = verifyChain(all.lines);
+    const end = v.checkpoints.at(-1);
+    assert.equal(JSON.parse(all.lines.at(-1)).checkpoint?.reason, 'shutdown', all.lines.at(-1));
+    assert.equal(end.checkpoint.records, v.records.length, JSON.stringify(end));
+  });
+});
