@@ -129,7 +129,9 @@ function verifyChain(lines, { prev = null, signed = true, what = 'audit' } = {})
       assert.ok(!('decision' in o), `${at}: a checkpoint has no decision`);
       const cp = o.checkpoint;
       assert.ok(Number.isSafeInteger(cp.records) && Number.isSafeInteger(cp.dropped), `${at}: records, dropped`);
-      if (since !== undefined) assert.equal(cp.records, since, `${at}: records since the previous checkpoint`);
+      // records: since the previous checkpoint this process wrote; a start checkpoint has none before it
+      if (cp.reason === 'start') assert.equal(cp.records, 0, `${at}: records of a start checkpoint`);
+      else if (since !== undefined) assert.equal(cp.records, since, `${at}: records since the previous checkpoint`);
       if (signed) {
         assert.match(o.signature ?? '', /^[A-Za-z0-9+/]+={0,2}$/, `${at}: signature`);
         const signedText = canon(without(raw, 'event_hash', 'signature'));
@@ -340,5 +342,292 @@ describe('1. every transport: chained lines with decision and disposition, a sig
     const end = v.checkpoints.at(-1);
     assert.equal(JSON.parse(all.lines.at(-1)).checkpoint?.reason, 'shutdown', all.lines.at(-1));
     assert.equal(end.checkpoint.records, v.records.length, JSON.stringify(end));
+  });
+});
+
+describe('2. checkpoints every checkpoint_lines records and every checkpoint_seconds', () => {
+  test('checkpoint_lines = 5: a "lines" checkpoint after every 5 records, records 5', async () => {
+    const g = await gateway('lines', { audit: { checkpoint_lines: 5, checkpoint_seconds: 3600 } });
+    await echoes(g, 12);
+    const lines = await linesWhen(g.file, (l) => nrecords(l) >= 12, '12 records');
+    const { checkpoints } = verifyChain(lines);
+    const shape = lines.map((l) => JSON.parse(l).checkpoint?.reason ?? 'r').join(' ');
+    assert.equal(shape, 'start r r r r r lines r r r r r lines r r', shape);
+    assert.deepEqual(checkpoints.map((c) => c.checkpoint.records), [0, 5, 5]);
+    await g.stop();
+    const all = readAudit(g.file).lines;
+    const v = verifyChain(all);
+    assert.deepEqual(v.checkpoints.map((c) => [c.checkpoint.reason, c.checkpoint.records]), [['start', 0], ['lines', 5], ['lines', 5], ['shutdown', 2]]);
+  });
+
+  test('checkpoint_seconds = 1: none while idle, an "interval" checkpoint after a record', async () => {
+    const g = await gateway('interval', { audit: { checkpoint_seconds: 1 } });
+    await linesWhen(g.file, (l) => l.length === 1, 'the start checkpoint');
+    await H.quietFor(1500); // at least one tick with nothing to sign
+    assert.equal(readAudit(g.file).lines.length, 1, 'idle: nothing after the start checkpoint');
+    await echoes(g, 1);
+    const lines = await linesWhen(g.file, (l) => reasons(l).includes('interval'), 'an interval checkpoint');
+    const { checkpoints } = verifyChain(lines);
+    assert.deepEqual(checkpoints.map((c) => [c.checkpoint.reason, c.checkpoint.records]), [['start', 0], ['interval', 1]]);
+    await H.quietFor(1500);
+    assert.equal(readAudit(g.file).lines.length, 3, 'idle again: no checkpoint without a record');
+    await g.stop();
+    assert.deepEqual(reasons(readAudit(g.file).lines), ['start', 'interval', 'shutdown']);
+    verifyChain(readAudit(g.file).lines);
+  });
+});
+
+describe('3. rotation', () => {
+  test('renamed, SIGUSR1: the old file ends with a "rotate" checkpoint, the new one continues from it', async () => {
+    const g = await gateway('rotate');
+    await echoes(g, 2);
+    await linesWhen(g.file, (l) => nrecords(l) === 2, '2 records');
+    const old = `${g.file}.1`;
+    fs.renameSync(g.file, old);
+    g.signal('SIGUSR1');
+    const oldLines = await linesWhen(old, (l) => reasons(l).includes('rotate'), 'the rotate checkpoint in the renamed file');
+    await H.waitUntil(() => fs.existsSync(g.file), { what: 'the new file' });
+    await echoes(g, 3);
+    await linesWhen(g.file, (l) => l.length === 3, '3 records in the new file');
+    await g.stop();
+    const a = verifyChain(readAudit(old).lines, { what: 'old file' });
+    assert.deepEqual(readAudit(old).lines, oldLines, 'nothing after the rotate checkpoint in the old file');
+    assert.deepEqual(a.checkpoints.map((c) => [c.checkpoint.reason, c.checkpoint.records]), [['start', 0], ['rotate', 2]]);
+    const newLines = readAudit(g.file).lines;
+    const b = verifyChain(newLines, { prev: a.last, what: 'new file' });
+    assert.ok(!JSON.parse(newLines[0]).checkpoint, `the new file starts with the next record: ${newLines[0]}`);
+    assert.equal(JSON.parse(newLines[0]).previous_hash, JSON.parse(oldLines.at(-1)).event_hash);
+    assert.deepEqual(b.checkpoints.map((c) => [c.checkpoint.reason, c.checkpoint.records]), [['shutdown', 3]]);
+  });
+});
+
+describe('4. reload', () => {
+  test('SIGHUP after the policy and the conf changed: a "reload" checkpoint with their new hashes', async () => {
+    const g = await gateway('reload');
+    await echoes(g, 1);
+    await linesWhen(g.file, (l) => l.length === 2, 'a record');
+    const before = { conf: sha256(fs.readFileSync(g.conf)), policy: sha256(fs.readFileSync(g.policy)) };
+    fs.writeFileSync(g.policy, JSON.stringify({ ...POLICY, tools: { ...POLICY.tools, delete_file: { action: 'allow' } } }) + '\n');
+    fs.appendFileSync(g.conf, '# edited\n');
+    const after = { conf: sha256(fs.readFileSync(g.conf)), policy: sha256(fs.readFileSync(g.policy)) };
+    assert.notEqual(after.policy, before.policy);
+    const from = g.gw.stderr().length;
+    g.signal('SIGHUP');
+    await g.gw.waitForLog(/configuration reloaded/, { from, what: 'the reload line' });
+    const lines = await linesWhen(g.file, (l) => reasons(l).includes('reload'), 'the reload checkpoint');
+    // the new policy is in force: delete_file, denied before, passes
+    const c = await g.client();
+    assert.ok((await c.call('delete_file', { path: '/tmp/x' })).result, 'delete_file allowed by the new policy');
+    await c.close();
+    await g.stop();
+    const all = readAudit(g.file).lines;
+    const v = verifyChain(all);
+    const [start, reload] = v.checkpoints.map((x) => x.checkpoint);
+    assert.equal(start.conf.sha256, before.conf);
+    assert.equal(start.policies[g.policy], before.policy);
+    assert.deepEqual(reload.conf, { file: fs.realpathSync(g.conf), sha256: after.conf }, lines.at(-1));
+    assert.deepEqual(reload.policies, { [g.policy]: after.policy }, lines.at(-1));
+    assert.equal(reload.reason, 'reload');
+    assert.equal(reload.records, 1);
+    assert.equal(reload.instance, start.instance);
+    assert.deepEqual(v.records.map((r) => [r.tool, r.disposition]), [['echo', 'allowed'], ['delete_file', 'allowed']]);
+    assert.deepEqual(reasons(all), ['start', 'reload', 'shutdown']);
+  });
+});
+
+describe('5. shutdown and restart', () => {
+  test('SIGTERM: the file ends with a "shutdown" checkpoint; a restart on it continues the chain', async () => {
+    const g = await gateway('restart');
+    await echoes(g, 3);
+    await g.stop();
+    const first = readAudit(g.file).lines;
+    const a = verifyChain(first);
+    assert.deepEqual(reasons(first), ['start', 'shutdown']);
+    assert.equal(JSON.parse(first.at(-1)).checkpoint.reason, 'shutdown', 'the shutdown checkpoint is the last line');
+    assert.equal(JSON.parse(first.at(-1)).checkpoint.records, 3);
+    await g.start();
+    const lines = await linesWhen(g.file, (l) => l.length === first.length + 1, 'the new start checkpoint');
+    const b = verifyChain(lines.slice(first.length), { prev: a.last, what: 'after the restart' });
+    assert.deepEqual(b.checkpoints.map((c) => [c.checkpoint.reason, c.checkpoint.records]), [['start', 0]]);
+    await echoes(g, 2);
+    await g.stop();
+    const all = readAudit(g.file).lines;
+    verifyChain(all);
+    assert.deepEqual(reasons(all), ['start', 'shutdown', 'start', 'shutdown']);
+    assert.equal(JSON.parse(all.at(-1)).seq, all.length, 'one chain: seq counts every line of the file');
+  });
+});
+
+describe('6. a crash (SIGKILL) under traffic, then a restart', () => {
+  /** Clients calling echo until stop(); resolves once `n` records are in the file. */
+  async function traffic(g, n) {
+    let stop = false;
+    const loops = [0, 1, 2, 3].map(async (i) => {
+      const c = await g.client(KINDS[i]);
+      for (let k = 0; !stop; k++) {
+        try { await c.call('echo', { text: `t${i}-${k}` }, { timeout: 5000 }); } catch { break; } // the gateway died
+      }
+      await c.close().catch(() => {});
+    });
+    await linesWhen(g.file, (l) => nrecords(l) >= n, `${n} records under traffic`);
+    return async () => { stop = true; await Promise.allSettled(loops); };
+  }
+
+  test('the chain continues from the last whole line; a torn last line stays a line of its own', async () => {
+    const g = await gateway('crash');
+    let done = await traffic(g, 20);
+    await g.kill();
+    await done();
+    let t = readAudit(g.file);
+    const killed1 = t.lines.length;
+    // a write cut short by the kill, if any, is the torn tail; else the file ends with a newline
+    const a = verifyChain(t.lines, { what: 'before the first crash' });
+    assert.ok(!reasons(t.lines).includes('shutdown'), 'no shutdown checkpoint after SIGKILL');
+    if (t.tail) process.stderr.write(`the kill cut a write: ${t.tail.length} bytes left torn\n`);
+    let prevWhole = a.last;
+    let torn = t.tail;
+
+    // restart: the chain goes on from the last whole line
+    await g.start();
+    let lines = await linesWhen(g.file, (l) => l.length > killed1 + (torn ? 1 : 0), 'the start checkpoint after the crash');
+    done = await traffic(g, nrecords(lines) + 10);
+    await g.kill();
+    await done();
+    t = readAudit(g.file);
+    let after = t.lines.slice(killed1 + (torn ? 1 : 0));
+    if (torn) assert.equal(t.lines[killed1], torn, 'the torn bytes are a line of their own');
+    const b = verifyChain(after, { prev: prevWhole, what: 'after the first restart' });
+    assert.equal(JSON.parse(after[0]).checkpoint?.reason, 'start', after[0]);
+    assert.equal(JSON.parse(after[0]).checkpoint.records, 0, 'records counts this process\'s records');
+
+    // a torn last line (a write cut short), then a restart
+    const killed2 = t.lines.length;
+    prevWhole = b.last;
+    torn = t.tail;
+    if (!torn) {
+      torn = '{"args_sha256":"' + 'f'.repeat(64) + '","decision":"allow","disposition":"allo';
+      fs.appendFileSync(g.file, torn);
+    }
+    const size = fs.statSync(g.file).size;
+    await g.start();
+    await g.gw.waitForLog(/ends inside a line/, { what: 'the torn line warned of' });
+    lines = await linesWhen(g.file, (l) => l.length >= killed2 + 2, 'the start checkpoint after the torn line');
+    const text = fs.readFileSync(g.file, 'utf8');
+    assert.equal(text[size], '\n', 'a newline first, ending the torn line');
+    assert.equal(lines[killed2], torn, 'the torn bytes are a line of their own, unchanged');
+    await echoes(g, 2);
+    await g.stop();
+    after = readAudit(g.file).lines.slice(killed2 + 1);
+    const c = verifyChain(after, { prev: prevWhole, what: 'after the torn line' });
+    assert.deepEqual(c.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records]), [['start', 0], ['shutdown', 2]]);
+    assert.equal(JSON.parse(after[0]).previous_hash, prevWhole.hash, 'the start checkpoint continues from the line before the torn one');
+  });
+});
+
+describe('7. audit.chain = false', () => {
+  test('no previous_hash, seq, event_hash, no checkpoint; one JSON object per line, keys in byte order', async () => {
+    const g = await gateway('nochain', { audit: { chain: false, signing_key: undefined } });
+    const c = await g.client();
+    assert.ok((await c.call('echo', { text: 'x' })).result);
+    assert.equal((await c.call('run_command', { command: 'id' })).error?.code, -32001);
+    await c.close();
+    await linesWhen(g.file, (l) => l.length === 2, '2 records');
+    const old = `${g.file}.1`;
+    fs.renameSync(g.file, old);
+    g.signal('SIGUSR1');
+    await H.waitUntil(() => fs.existsSync(g.file), { what: 'the new file' });
+    await echoes(g, 1);
+    await linesWhen(g.file, (l) => l.length === 1, 'a record in the new file');
+    await g.stop();
+    const all = [...readAudit(old).lines, ...readAudit(g.file).lines];
+    assert.equal(all.length, 3, all.join('\n'));
+    for (const l of all) {
+      const o = JSON.parse(l);
+      for (const k of ['previous_hash', 'seq', 'event_hash', 'checkpoint', 'signature']) assert.ok(!(k in o), `no ${k}: ${l}`);
+      const keys = Object.keys(o);
+      assert.deepEqual(keys, [...keys].sort(byBytes), `keys in byte order: ${l}`);
+      assert.ok(o.decision && o.disposition, l);
+    }
+    assert.deepEqual(all.map((l) => JSON.parse(l)).map((o) => [o.tool, o.disposition]), [['echo', 'allowed'], ['run_command', 'denied'], ['echo', 'allowed']]);
+  });
+});
+
+describe('8. configuration errors', () => {
+  const check = (name, audit) => {
+    const sub = path.join(dir, 'conf-errors', name);
+    fs.mkdirSync(sub, { recursive: true });
+    const conf = H.writeConf(sub, { upstreams: [{ name: 'cowork-os', url: s.url }], audit: { file: path.join(sub, 'audit.log'), ...audit } });
+    const r = spawnSync(H.tollgateBin(), ['-t', '-c', conf], { encoding: 'utf8', timeout: 20000 });
+    return { status: r.status, out: `${r.stdout}${r.stderr}` };
+  };
+  const keyOf = (name, text) => {
+    const f = path.join(dir, name);
+    fs.writeFileSync(f, text, { mode: 0o600 });
+    return f;
+  };
+
+  test('tollgate -t: a P-256 key passes; RSA, P-384, not a key, a missing file, chain = false, an unknown key fail naming it', () => {
+    const ok = check('ok', { signing_key: keyFile, checkpoint_lines: 5, checkpoint_seconds: 1 });
+    assert.equal(ok.status, 0, ok.out);
+    const pkcs8 = keyOf('p256.pkcs8.pem', KEY.privateKey.export({ type: 'pkcs8', format: 'pem' }));
+    const ok8 = check('ok-pkcs8', { signing_key: pkcs8 });
+    assert.equal(ok8.status, 0, ok8.out);
+    const rsa = keyOf('rsa.pem', crypto.generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ type: 'pkcs8', format: 'pem' }));
+    const p384 = keyOf('p384.pem', crypto.generateKeyPairSync('ec', { namedCurve: 'P-384' }).privateKey.export({ type: 'sec1', format: 'pem' }));
+    const junk = keyOf('junk.pem', '-----BEGIN EC PRIVATE KEY-----\nbm90IGEga2V5\n-----END EC PRIVATE KEY-----\n');
+    const pub = keyOf('pub.pem', KEY.publicKey.export({ type: 'spki', format: 'pem' }));
+    const cases = [
+      ['rsa', { signing_key: rsa }, /audit\.signing_key[^\n]*P-256/],
+      ['p384', { signing_key: p384 }, /audit\.signing_key[^\n]*P-256/],
+      ['junk', { signing_key: junk }, /audit\.signing_key[^\n]*not a private key/],
+      ['public', { signing_key: pub }, /audit\.signing_key[^\n]*not a private key/],
+      ['missing', { signing_key: path.join(dir, 'no-such.key') }, /audit\.signing_key/],
+      ['unchained', { chain: false, signing_key: keyFile }, /audit\.signing_key[^\n]*audit\.chain = true/],
+      ['unknown', { checkpoint_line: 5 }, /checkpoint_line\b/],
+      ['lines0', { checkpoint_lines: 0 }, /audit\.checkpoint_lines/],
+      ['seconds0', { checkpoint_seconds: 0 }, /audit\.checkpoint_seconds/],
+      ['chain-string', { chain: 'yes' }, /audit\.chain/],
+    ];
+    for (const [name, audit, re] of cases) {
+      const r = check(name, audit);
+      assert.notEqual(r.status, 0, `${name}: tollgate -t fails:\n${r.out}`);
+      assert.match(r.out, re, `${name}: the message names the directive:\n${r.out}`);
+      if (process.env.AUDIT_CHAIN_SHOW) process.stderr.write(`${name}: ${r.out}`);
+      assert.doesNotMatch(r.out, /AddressSanitizer|LeakSanitizer|runtime error:/, `${name}: sanitizer-clean`);
+    }
+  });
+});
+
+describe('9. a cluster: each instance its own chain', () => {
+  test('two instances sharing a redis-server: each file a valid chain with its own instance name', async () => {
+    const sub = path.join(dir, 'cluster');
+    fs.mkdirSync(sub);
+    const redis = await R.startRedis({ cleanup, dir: sub });
+    const secret = R.writeSecret(sub);
+    const prefix = `tollgate-audit-${H.randomToken(4)}:`;
+    const gs = [];
+    for (const name of ['alpha', 'beta']) {
+      gs.push(await gateway(`cluster/${name}`, {
+        conf: { cluster: { redis: redis.addr, key_prefix: prefix, secret_file: secret, on_unavailable: 'deny', instance: name } },
+      }));
+    }
+    for (const g of gs) await R.waitReady(Object.assign(g.gw, { name: 'instance' }));
+    // one grant's bucket of 1, shared: the second instance's call is limited
+    for (const [i, g] of gs.entries()) {
+      const c = await g.client('streamable', TOKENS.plain);
+      const a = await c.call('execute_code', { language: 'python', code: `${i}` });
+      assert.equal(i === 0 ? 'ok' : a.error?.code, i === 0 ? (a.result ? 'ok' : JSON.stringify(a)) : -32002, JSON.stringify(a));
+      assert.ok((await c.call('echo', { text: 'x' })).result);
+      await c.close();
+    }
+    for (const g of gs) await g.stop();
+    const files = gs.map((g) => readAudit(g.file).lines);
+    for (const [i, name] of ['alpha', 'beta'].entries()) {
+      const v = verifyChain(files[i], { what: name });
+      assert.deepEqual(v.checkpoints.map((c) => c.checkpoint.reason), ['start', 'shutdown'], name);
+      assert.ok(v.checkpoints.every((c) => c.checkpoint.instance === name), `${name}: ${JSON.stringify(v.checkpoints)}`);
+      assert.deepEqual(v.records.map((r) => [r.tool, r.decision]), [['execute_code', i === 0 ? 'allow' : 'limited'], ['echo', 'allow']], name);
+    }
+    assert.notEqual(JSON.parse(files[0][0]).event_hash, JSON.parse(files[1][0]).event_hash, 'two chains');
   });
 });
