@@ -154,19 +154,26 @@ void tg_audit_chain_set_conf(struct tg_audit_chain *c, const struct tg_conf *con
         }
     cJSON_Delete(c->in_force);
     c->in_force = f;
+    /* The key is read again at every start and reload, so that one replaced in its file signs from
+     * the reload on (what `tollgate audit pubkey -c CONF` prints); if it cannot be read, the one
+     * loaded before from the same file signs on. */
     const char *kp = conf->audit.signing_key;
-    if (kp == NULL || (c->key_path == NULL || strcmp(c->key_path, kp) != 0)) {
+    struct tg_ecsign *k = NULL;
+    char why[512] = "";
+    if (kp != NULL)
+        k = tg_ecsign_load(kp, why, sizeof(why));
+    int same = kp != NULL && c->key_path != NULL && strcmp(c->key_path, kp) == 0;
+    if (k != NULL || !same) {
         tg_ecsign_free(c->key);
-        c->key = NULL;
+        c->key = k;
         free(c->key_path);
         c->key_path = kp ? tg_xstrdup(kp) : NULL;
     }
-    if (kp != NULL && c->key == NULL) {
-        char why[512];
-        if ((c->key = tg_ecsign_load(kp, why, sizeof(why))) == NULL)
-            tg_log(TG_LOG_ERROR, "audit checkpoints are written unsigned: the signing key cannot be loaded",
-                   "file=%s error=\"%s\"", kp, why);
-    }
+    if (kp != NULL && k == NULL)
+        tg_log(TG_LOG_ERROR,
+               c->key ? "the audit signing key cannot be read again: the one loaded before signs on"
+                      : "audit checkpoints are written unsigned: the signing key cannot be loaded",
+               "file=%s error=\"%s\"", kp, why);
 }
 
 void tg_audit_chain_put_prev(const struct tg_audit_chain *c, struct tg_buf *b)

@@ -97,10 +97,11 @@ function readAudit(file) {
  * Checks `lines` as one stretch of a chain; throws at the first line that is not what it must be.
  *   prev: null (the stretch starts a chain: previous_hash null, seq 1) or {hash, seq, since} (it
  *     continues from that line; since = records after the last checkpoint before it, if known)
- *   signed: checkpoints must carry a signature that verifies with KEY and its key_sha256
+ *   signed: checkpoints must carry a signature that verifies with the public key whose SPKI DER's
+ *     SHA-256 is their key_sha256, one of `keys` (key_sha256 -> KeyObject; default: KEY alone)
  * Returns { records, checkpoints (parsed), last: {hash, seq, since} }.
  */
-function verifyChain(lines, { prev = null, signed = true, what = 'audit' } = {}) {
+function verifyChain(lines, { prev = null, signed = true, keys = { [KEY_SHA256]: KEY.publicKey }, what = 'audit' } = {}) {
   const records = [];
   const checkpoints = [];
   let since = prev?.since; // undefined: unknown until the first checkpoint of the stretch
@@ -134,10 +135,11 @@ function verifyChain(lines, { prev = null, signed = true, what = 'audit' } = {})
       else if (since !== undefined) assert.equal(cp.records, since, `${at}: records since the previous checkpoint`);
       if (signed) {
         assert.match(o.signature ?? '', /^[A-Za-z0-9+/]+={0,2}$/, `${at}: signature`);
+        const key = keys[cp.key_sha256];
+        assert.ok(key, `${at}: key_sha256 is not the SHA-256 of the public key's DER (${Object.keys(keys).join(', ')})`);
         const signedText = canon(without(raw, 'event_hash', 'signature'));
-        assert.ok(crypto.verify('sha256', Buffer.from(signedText), { key: KEY.publicKey, dsaEncoding: 'der' }, Buffer.from(o.signature, 'base64')),
+        assert.ok(crypto.verify('sha256', Buffer.from(signedText), { key, dsaEncoding: 'der' }, Buffer.from(o.signature, 'base64')),
           `${at}: the signature does not verify over ${signedText}`);
-        assert.equal(cp.key_sha256, KEY_SHA256, `${at}: key_sha256 is not the SHA-256 of the public key's DER`);
       } else {
         assert.ok(!('signature' in o) && !('key_sha256' in cp), `${at}: unsigned`);
       }
@@ -193,11 +195,11 @@ async function gateway(name, { audit = {}, conf = {}, policy = POLICY } = {}) {
     current.push(g.gw);
     return g.gw;
   };
-  /** SIGTERM; asserts a clean exit and a clean stderr. */
-  g.stop = async () => {
+  /** SIGTERM; asserts a clean exit and a clean stderr (error lines matching `allow` aside). */
+  g.stop = async (allow) => {
     const r = await g.gw.stop();
     assert.deepEqual(r, { code: 0, signal: null }, `tollgate exits 0 on SIGTERM:\n${g.gw.stderr().slice(-3000)}`);
-    assertCleanStderr(g.gw);
+    assertCleanStderr(g.gw, allow);
   };
   /** SIGKILL (meant: the harness's cleanup is told so). */
   g.kill = async () => {
@@ -345,6 +347,39 @@ describe('1. every transport: chained lines with decision and disposition, a sig
   });
 });
 
+describe('1b. arguments in the line (audit.args = "values"): canonical, whatever the client wrote', () => {
+  // The arguments as the client's bytes: escapes, number spellings, member order, integer-like
+  // and non-ASCII names (U+FF21 sorts before U+1F600 by UTF-8 bytes, after it by UTF-16 units), a
+  // redacted member. The line must be canonical (so its hash is of its
+  // canonical form) and say the same value.
+  const RAW = [
+    '{"text":"\\u0041"}',
+    '{"text":"a\\/b"}',
+    '{"text":"\\ud83d\\ude00 \\u2028 \\t"}',
+    '{ "text" : "spaced" }',
+    '{"text":"x","n":1.50,"big":12345678901234567890,"e":1E+2,"neg":-0,"f":0.1e-3}',
+    '{"text":"y","10":1,"9":2,"\u00e9":3,"Y":4,"\uff21":5,"\ud83d\ude00":6,"z":{"b":1,"a":[1.0,{"y":2,"x":1}]}}',
+    '{"text":"z","password":"hunter2","inner":{"token":"t","keep":"\\u0042"}}',
+  ];
+  test('every line verifies and holds the arguments\' value', async () => {
+    const g = await gateway('values', { audit: { args: 'values' } });
+    const c = await g.client();
+    for (const raw of RAW) {
+      const a = await c.call('echo', null, { raw });
+      assert.ok(a.result, `${raw}: ${JSON.stringify(a)}`);
+    }
+    await c.close();
+    await g.stop();
+    const lines = readAudit(g.file).lines;
+    const { records } = verifyChain(lines);
+    assert.equal(records.length, RAW.length, lines.join('\n'));
+    const redact = (v) => (v && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, ['password', 'token'].includes(k) ? '[redacted]' : redact(x)]))
+      : Array.isArray(v) ? v.map(redact) : v);
+    records.forEach((r, i) => assert.deepEqual(r.args, redact(JSON.parse(RAW[i])), `${RAW[i]}: ${lines[i + 1]}`));
+  });
+});
+
 describe('2. checkpoints every checkpoint_lines records and every checkpoint_seconds', () => {
   test('checkpoint_lines = 5: a "lines" checkpoint after every 5 records, records 5', async () => {
     const g = await gateway('lines', { audit: { checkpoint_lines: 5, checkpoint_seconds: 3600 } });
@@ -435,6 +470,38 @@ describe('4. reload', () => {
   });
 });
 
+describe('4b. the signing key replaced', () => {
+  test('a new key in the same file, SIGHUP: the reload checkpoint is signed with it; a broken key file fails the reload', async () => {
+    const kf = path.join(dir, 'rekey.key');
+    const pem = (k) => k.privateKey.export({ type: 'sec1', format: 'pem' });
+    fs.writeFileSync(kf, pem(KEY), { mode: 0o600 });
+    const g = await gateway('rekey', { audit: { signing_key: kf } });
+    await echoes(g, 1);
+    const K2 = crypto.generateKeyPairSync('ec', { namedCurve: 'P-256' });
+    const K2_SHA256 = sha256(K2.publicKey.export({ type: 'spki', format: 'der' }));
+    // replaced in place, as a deployment does: a new file renamed over the old one
+    fs.writeFileSync(`${kf}.new`, pem(K2), { mode: 0o600 });
+    fs.renameSync(`${kf}.new`, kf);
+    let from = g.gw.stderr().length;
+    g.signal('SIGHUP');
+    await g.gw.waitForLog(/configuration reloaded/, { from, what: 'the reload line' });
+    await linesWhen(g.file, (l) => reasons(l).includes('reload'), 'the reload checkpoint');
+    await echoes(g, 1);
+    // a file that is no key: the reload fails, and no checkpoint is written for it
+    fs.writeFileSync(kf, 'not a key\n');
+    from = g.gw.stderr().length;
+    g.signal('SIGHUP');
+    await g.gw.waitForLog(/reload failed/, { from, what: 'the failed reload' });
+    await echoes(g, 1);
+    await g.stop(/reload failed|reload error/);
+    const lines = readAudit(g.file).lines;
+    const v = verifyChain(lines, { keys: { [KEY_SHA256]: KEY.publicKey, [K2_SHA256]: K2.publicKey } });
+    assert.deepEqual(v.checkpoints.map((c) => [c.checkpoint.reason, c.checkpoint.key_sha256 === KEY_SHA256 ? 'old key' : c.checkpoint.key_sha256 === K2_SHA256 ? 'new key' : c.checkpoint.key_sha256]),
+      [['start', 'old key'], ['reload', 'new key'], ['shutdown', 'new key']], lines.join('\n'));
+    assert.equal(v.records.length, 3);
+  });
+});
+
 describe('5. shutdown and restart', () => {
   test('SIGTERM: the file ends with a "shutdown" checkpoint; a restart on it continues the chain', async () => {
     const g = await gateway('restart');
@@ -455,6 +522,24 @@ describe('5. shutdown and restart', () => {
     verifyChain(all);
     assert.deepEqual(reasons(all), ['start', 'shutdown', 'start', 'shutdown']);
     assert.equal(JSON.parse(all.at(-1)).seq, all.length, 'one chain: seq counts every line of the file');
+  });
+});
+
+describe('5b. a call in flight at SIGTERM', () => {
+  test('its record comes before the shutdown checkpoint, which stays the last line', async () => {
+    const g = await gateway('inflight', { policy: { version: '1', default: 'allow' } });
+    const c = await g.client();
+    const slow = c.call('slow', { seconds: 2 }, { timeout: 20000 }).catch((e) => e);
+    await H.waitUntil(() => s.records().some((r) => r.msg?.params?.name === 'slow'), { what: 'the slow call upstream' });
+    await g.stop();
+    await slow;
+    await c.close().catch(() => {});
+    const lines = readAudit(g.file).lines;
+    const v = verifyChain(lines);
+    assert.deepEqual(v.records.map((r) => r.tool), ['slow'], lines.join('\n'));
+    assert.deepEqual(reasons(lines), ['start', 'shutdown']);
+    assert.equal(JSON.parse(lines.at(-1)).checkpoint?.reason, 'shutdown', lines.at(-1));
+    assert.equal(v.checkpoints.at(-1).checkpoint.records, 1);
   });
 });
 
