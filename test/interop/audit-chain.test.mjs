@@ -436,6 +436,58 @@ describe('3. rotation', () => {
   });
 });
 
+describe('3b. rotation, other ways', () => {
+  test('SIGUSR1 without a rename: the rotate checkpoint, then the same file goes on; twice renamed: three files, one chain', async () => {
+    const g = await gateway('rotate2');
+    await echoes(g, 1);
+    await linesWhen(g.file, (l) => l.length === 2, 'a record');
+    g.signal('SIGUSR1'); // logrotate's copytruncate-less "reopen" with nothing moved
+    await linesWhen(g.file, (l) => reasons(l).includes('rotate'), 'the rotate checkpoint');
+    await echoes(g, 1);
+    await linesWhen(g.file, (l) => l.length === 4, 'a record after it, in the same file');
+    fs.renameSync(g.file, `${g.file}.2`);
+    g.signal('SIGUSR1');
+    await linesWhen(`${g.file}.2`, (l) => reasons(l).length === 2, 'the second rotate checkpoint');
+    await H.waitUntil(() => fs.existsSync(g.file), { what: 'the new file' });
+    fs.renameSync(g.file, `${g.file}.1`); // empty: nothing written yet
+    g.signal('SIGUSR1');
+    await linesWhen(`${g.file}.1`, (l) => l.length === 1, 'a rotate checkpoint alone in the empty file');
+    await H.waitUntil(() => fs.existsSync(g.file), { what: 'the newest file' });
+    await echoes(g, 1);
+    await g.stop();
+    const f2 = readAudit(`${g.file}.2`).lines;
+    const f1 = readAudit(`${g.file}.1`).lines;
+    const f0 = readAudit(g.file).lines;
+    const a = verifyChain(f2, { what: 'audit.log.2' });
+    const b = verifyChain(f1, { prev: a.last, what: 'audit.log.1' });
+    const c = verifyChain(f0, { prev: b.last, what: 'audit.log' });
+    assert.deepEqual(reasons(f2), ['start', 'rotate', 'rotate']);
+    assert.deepEqual(b.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records]), [['rotate', 0]]);
+    assert.deepEqual(c.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records]), [['shutdown', 1]]);
+  });
+
+  test('a reload naming another audit file: the old one ends with shutdown, the new one starts', async () => {
+    const g = await gateway('refile');
+    await echoes(g, 1);
+    await linesWhen(g.file, (l) => l.length === 2, 'a record');
+    const other = path.join(g.dir, 'other.log');
+    H.writeConf(g.dir, { ...g.confOpts, audit: { ...g.confOpts.audit, file: other } });
+    const from = g.gw.stderr().length;
+    g.signal('SIGHUP');
+    await g.gw.waitForLog(/configuration reloaded/, { from, what: 'the reload line' });
+    await linesWhen(other, (l) => l.length >= 1, 'the new file\'s first line');
+    await echoes(g, 1);
+    await g.stop();
+    const a = verifyChain(readAudit(g.file).lines, { what: 'old file' });
+    assert.deepEqual(reasons(readAudit(g.file).lines), ['start', 'shutdown']);
+    assert.equal(a.records.length, 1);
+    // the new file is a chain of its own, from nothing
+    const lines = readAudit(other).lines;
+    const b = verifyChain(lines, { what: 'new file' });
+    assert.deepEqual(b.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records]), [['start', 0], ['shutdown', 1]]);
+  });
+});
+
 describe('4. reload', () => {
   test('SIGHUP after the policy and the conf changed: a "reload" checkpoint with their new hashes', async () => {
     const g = await gateway('reload');
@@ -606,6 +658,24 @@ describe('6. a crash (SIGKILL) under traffic, then a restart', () => {
     const c = verifyChain(after, { prev: prevWhole, what: 'after the torn line' });
     assert.deepEqual(c.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records]), [['start', 0], ['shutdown', 2]]);
     assert.equal(JSON.parse(after[0]).previous_hash, prevWhole.hash, 'the start checkpoint continues from the line before the torn one');
+  });
+});
+
+describe('6b. a crash after a long line', () => {
+  test('a last line of 300 KB (beyond the first tail read): the restart continues from it', async () => {
+    const g = await gateway('longline', { audit: { args: 'values' } });
+    const c = await g.client();
+    const text = 'L'.repeat(300 * 1024);
+    assert.ok((await c.call('echo', { text })).result);
+    await c.close();
+    const before = await linesWhen(g.file, (l) => l.length === 2, 'the long record');
+    assert.ok(before[1].length > 300 * 1024);
+    await g.kill();
+    await g.start();
+    const lines = await linesWhen(g.file, (l) => l.length === 3, 'the start checkpoint after the crash');
+    verifyChain(lines);
+    assert.equal(JSON.parse(lines[2]).previous_hash, JSON.parse(before[1]).event_hash);
+    await g.stop();
   });
 });
 
