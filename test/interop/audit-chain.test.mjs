@@ -707,6 +707,34 @@ describe('7. audit.chain = false', () => {
   });
 });
 
+describe('7b. audit.chain turned on and off by reloads, on one file', () => {
+  test('off, on, off: the chained stretch starts from nothing with a start checkpoint and ends with a shutdown one', async () => {
+    const g = await gateway('toggle', { audit: { chain: false, signing_key: undefined } });
+    const reload = async (audit) => {
+      H.writeConf(g.dir, { ...g.confOpts, audit: { file: g.file, ...audit } });
+      const from = g.gw.stderr().length;
+      g.signal('SIGHUP');
+      await g.gw.waitForLog(/configuration reloaded/, { from, what: 'the reload line' });
+    };
+    await echoes(g, 1);
+    await linesWhen(g.file, (l) => l.length === 1, 'an unchained record');
+    await reload({ chain: true, signing_key: keyFile });
+    await linesWhen(g.file, (l) => l.length === 2, 'the start checkpoint');
+    await echoes(g, 1);
+    await linesWhen(g.file, (l) => l.length === 3, 'a chained record');
+    await reload({ chain: false });
+    await linesWhen(g.file, (l) => l.length === 4, 'the shutdown checkpoint');
+    await echoes(g, 1);
+    await g.stop();
+    const lines = readAudit(g.file).lines;
+    assert.equal(lines.length, 5, lines.join('\n'));
+    for (const i of [0, 4]) assert.ok(!('event_hash' in JSON.parse(lines[i])), `unchained: ${lines[i]}`);
+    const v = verifyChain(lines.slice(1, 4), { what: 'the chained stretch' });
+    assert.deepEqual(v.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records]), [['start', 0], ['shutdown', 1]]);
+    assert.match(g.gw.stderr(), /last line is not a chained line: a new chain starts/);
+  });
+});
+
 describe('8. configuration errors', () => {
   const check = (name, audit) => {
     const sub = path.join(dir, 'conf-errors', name);
