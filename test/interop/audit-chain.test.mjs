@@ -466,6 +466,46 @@ describe('3b. rotation, other ways', () => {
     assert.deepEqual(c.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records]), [['shutdown', 1]]);
   });
 
+  test('three rotations under traffic on every transport: one unbroken chain across four files, every call in it', async () => {
+    const g = await gateway('rotate-load');
+    let stop = false;
+    let answered = 0;
+    const loops = KINDS.map(async (kind) => {
+      const c = await g.client(kind);
+      for (let k = 0; !stop; k++) {
+        const a = await c.call('echo', { text: `${kind}-${k}` });
+        assert.equal(C.textOf(a), `${kind}-${k}`);
+        answered++;
+      }
+      await c.close();
+    });
+    const files = [];
+    for (let i = 3; i >= 1; i--) {
+      const n = nrecords(readAudit(g.file).lines);
+      await linesWhen(g.file, (l) => nrecords(l) >= n + 20, 'records under traffic');
+      fs.renameSync(g.file, `${g.file}.${i}`);
+      g.signal('SIGUSR1');
+      files.push(`${g.file}.${i}`);
+      await linesWhen(`${g.file}.${i}`, (l) => reasons(l).includes('rotate'), `the rotate checkpoint in audit.log.${i}`);
+    }
+    await linesWhen(g.file, (l) => nrecords(l) >= 20, 'records in the newest file');
+    stop = true;
+    await Promise.all(loops);
+    await g.stop();
+    files.push(g.file);
+    let prev = null;
+    let total = 0;
+    for (const f of files) {
+      const lines = readAudit(f).lines;
+      const v = verifyChain(lines, { prev, what: path.basename(f) });
+      const last = JSON.parse(lines.at(-1)).checkpoint?.reason;
+      assert.equal(last, f === g.file ? 'shutdown' : 'rotate', `${f} ends with its checkpoint`);
+      total += v.records.length;
+      prev = v.last;
+    }
+    assert.equal(total, answered, 'every answered call is in the chain, once');
+  });
+
   test('a reload naming another audit file: the old one ends with shutdown, the new one starts', async () => {
     const g = await gateway('refile');
     await echoes(g, 1);
