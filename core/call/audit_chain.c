@@ -193,10 +193,26 @@ void tg_audit_chain_put_seq(const struct tg_audit_chain *c, struct tg_buf *b)
     tg_buf_append_u64(b, c->seq + 1);
 }
 
-void tg_audit_chain_seal(struct tg_audit_chain *c, struct tg_buf *b, size_t mark)
+void tg_audit_chain_seal(struct tg_audit_chain *c, struct tg_buf *b, size_t mark, int canonical)
 {
     uint8_t h[32];
-    tg_sha256(b->base + mark, b->len - mark, h);
+    struct tg_json_doc doc = {0};
+    const char *why;
+    size_t off;
+    if (canonical) {
+        tg_sha256(b->base + mark, b->len - mark, h);
+    } else if (tg_json_parse(b->base + mark, b->len - mark, 300, 1, &doc, &why, &off) == 0) {
+        struct tg_buf cf;
+        tg_buf_init(&cf);
+        tg_json_canon_as_written(&cf, doc.root);
+        tg_sha256(cf.base, cf.len, h);
+        tg_buf_dispose(&cf);
+        cJSON_Delete(doc.root);
+    } else {
+        /* Not JSON: cannot happen for lines of ours; hashed as bytes, verify will say so. */
+        tg_log(TG_LOG_ERROR, "an audit line is not JSON: hashed as it is", "why=\"%s\" offset=%zu", why, off);
+        tg_sha256(b->base + mark, b->len - mark, h);
+    }
     tg_hex_encode(h, 32, c->prev);
     c->has_prev = 1;
     c->seq++;
@@ -259,7 +275,7 @@ void tg_audit_chain_checkpoint(struct tg_audit_chain *c, struct tg_buf *b, const
     size_t mark = b->len;
     checkpoint_body(c, b, body.base, s, stamp);
     tg_buf_dispose(&body);
-    tg_audit_chain_seal(c, b, mark);
+    tg_audit_chain_seal(c, b, mark, 1);
 }
 
 const char *tg_audit_disposition(const char *d)

@@ -31,8 +31,10 @@ void tg_audit_chain_set_conf(struct tg_audit_chain *c, const struct tg_conf *con
 void tg_audit_chain_put_prev(const struct tg_audit_chain *c, struct tg_buf *b);
 void tg_audit_chain_put_seq(const struct tg_audit_chain *c, struct tg_buf *b);
 /* b[mark..) is the whole line so far, ending with its '}': its event_hash and newline are
- * appended, and the chain moves on to it. */
-void tg_audit_chain_seal(struct tg_audit_chain *c, struct tg_buf *b, size_t mark);
+ * appended, and the chain moves on to it. canonical: the bytes are the line's canonical form
+ * already (members in byte order, no whitespace, at every depth); otherwise the line is parsed
+ * and its canonical form hashed (a line with a client's arguments, or several counters). */
+void tg_audit_chain_seal(struct tg_audit_chain *c, struct tg_buf *b, size_t mark, int canonical);
 /* Append a checkpoint line (reason: start lines interval reload rotate shutdown) to b. records:
  * since the last checkpoint; dropped: records lost since start. stamp: the line's time. */
 void tg_audit_chain_checkpoint(struct tg_audit_chain *c, struct tg_buf *b, const char *reason, uint64_t records,
