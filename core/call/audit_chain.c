@@ -35,13 +35,17 @@ void tg_audit_chain_free(struct tg_audit_chain *c)
     free(c);
 }
 
+/* How deep a line of ours can nest: a client's arguments sit one level down, and they can be as
+ * deep as a request may be (limits.json_depth, at most 1000). */
+#define LINE_DEPTH 1024
+
 /* A line the chain can continue from: a JSON object with a 64-hex event_hash and a seq. */
 static int take_line(struct tg_audit_chain *c, const char *p, size_t n)
 {
     struct tg_json_doc doc = {0};
     const char *why;
     size_t off;
-    if (tg_json_parse(p, n, 64, 1, &doc, &why, &off) != 0)
+    if (tg_json_parse(p, n, LINE_DEPTH, 1, &doc, &why, &off) != 0)
         return -1;
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(doc.root, "event_hash");
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(doc.root, "seq");
@@ -201,7 +205,7 @@ void tg_audit_chain_seal(struct tg_audit_chain *c, struct tg_buf *b, size_t mark
     size_t off;
     if (canonical) {
         tg_sha256(b->base + mark, b->len - mark, h);
-    } else if (tg_json_parse(b->base + mark, b->len - mark, 300, 1, &doc, &why, &off) == 0) {
+    } else if (tg_json_parse(b->base + mark, b->len - mark, LINE_DEPTH, 1, &doc, &why, &off) == 0) {
         struct tg_buf cf;
         tg_buf_init(&cf);
         tg_json_canon_as_written(&cf, doc.root);

@@ -393,6 +393,45 @@ describe('1b. arguments in the line (audit.args = "values"): hashed through the 
   });
 });
 
+describe('1c. deeply nested arguments (limits.json_depth = 1000)', () => {
+  const nest = (n, leaf = 1) => `{"text":"deep","x":${'['.repeat(n)}${leaf}${']'.repeat(n)}}`;
+
+  test('lines holding arguments nested 250, 270, 400 and 990 deep verify; a crash after one, the chain goes on', async () => {
+    const g = await gateway('deep', { audit: { args: 'values' }, conf: { limits: { json_depth: 1000 } } });
+    const c = await g.client();
+    for (const n of [250, 270, 400, 990]) assert.ok((await c.call('echo', null, { raw: nest(n) })).result, `depth ${n}`);
+    await c.close();
+    const before = await linesWhen(g.file, (l) => nrecords(l) === 4, 'the 4 records');
+    // a crash right after a deep line: the restart reads it to continue the chain
+    await g.kill();
+    await g.start();
+    await linesWhen(g.file, (l) => l.length === before.length + 1, 'the start checkpoint after the crash');
+    await g.stop();
+    const lines = readAudit(g.file).lines;
+    assert.deepEqual(reasons(lines), ['start', 'start', 'shutdown']);
+    verifyChain(lines);
+  });
+
+  test('an approval (retry mode) covers its own arguments, not others that differ 300 levels down', async () => {
+    const g = await gateway('deep-approval', { conf: { limits: { json_depth: 1000 } } });
+    const c = await g.client();
+    const write = (leaf) => c.call('write_file', null, { raw: nest(300, leaf).replace('"text":"deep"', '"path":"/tmp/deep","content":"x"') });
+    const p = await write(1);
+    assert.equal(p.error?.code, -32003, JSON.stringify(p));
+    const id = p.error.data.approval_id;
+    const item = (await admin(g.gw, 'GET', '/admin/approvals')).json.approvals.find((x) => x.id === id);
+    assert.equal((await admin(g.gw, 'POST', `/admin/approvals/${id}/approve`, { digest: item.digest })).status, 200);
+    const other = await write(2);
+    assert.equal(other.error?.code, -32003, `another call is not the approved one: ${JSON.stringify(other).slice(0, 300)}`);
+    assert.notEqual(other.error.data.approval_id, id);
+    const same = await write(1);
+    assert.ok(same.result && !same.result.isError, `the approved call runs: ${JSON.stringify(same).slice(0, 300)}`);
+    await c.close();
+    await g.stop();
+    verifyChain(readAudit(g.file).lines);
+  });
+});
+
 describe('2. checkpoints every checkpoint_lines records and every checkpoint_seconds', () => {
   test('checkpoint_lines = 5: a "lines" checkpoint after every 5 records, records 5', async () => {
     const g = await gateway('lines', { audit: { checkpoint_lines: 5, checkpoint_seconds: 3600 } });
