@@ -432,6 +432,42 @@ describe('1c. deeply nested arguments (limits.json_depth = 1000)', () => {
   });
 });
 
+describe('1d. lines with a history and several counters (written in the policy\'s order)', () => {
+  test('a toxic flow refused, a brake, two limits on one tool: every line verifies through its canonical form', async () => {
+    const g = await gateway('history', {
+      policy: {
+        version: '1', default: 'allow',
+        tools: {
+          delete_file: { tags: ['reads_secrets'] },
+          http_request: { tags: ['egress'] },
+          execute_code: { limits: [{ counter: 'z_rate', window: 'hour', max: 5, scope: 'grant' }, { counter: 'a_rate', window: 'day', max: 5, scope: 'grant' }] },
+          echo: { brake: { repeats: 1, within: '60s' } },
+          '*': { rules: [{ name: 'no-egress-after-secrets', when: { tags: ['egress'] }, conditions: [{ history: { tags: ['reads_secrets'], within: '10m' }, op: 'lt', value: 1 }] }] },
+        },
+      },
+    });
+    const c = await g.client();
+    assert.ok((await c.call('delete_file', { path: '/tmp/secret' })).result);
+    assert.equal((await c.call('http_request', { url: 'https://example.com/' })).error?.code, -32001);
+    assert.ok((await c.call('execute_code', { language: 'python', code: '1' })).result);
+    assert.ok((await c.call('echo', { text: 'again' })).result);
+    assert.equal((await c.call('echo', { text: 'again' })).error?.code, -32002);
+    await c.close();
+    await g.stop();
+    const lines = readAudit(g.file).lines;
+    const { records } = verifyChain(lines);
+    assert.deepEqual(records.map((r) => [r.tool, r.disposition, r.rule ?? null]), [
+      ['delete_file', 'allowed', null], ['http_request', 'denied', 'no-egress-after-secrets'], ['execute_code', 'allowed', null],
+      ['echo', 'allowed', null], ['echo', 'denied', 'brake']]);
+    const flow = lines.find((l) => l.includes('"tool":"http_request"'));
+    assert.ok(JSON.parse(flow).history, `the refusal names the read: ${flow}`);
+    const counted = lines.find((l) => l.includes('"tool":"execute_code"'));
+    assert.match(counted, /"counters":\{"z_rate":\d+,"a_rate":\d+\}/, 'counters in the policy\'s order');
+    // neither line is canonical as written: their hashes are of the canonical form
+    for (const l of [flow, counted]) assert.notEqual(l, `${canon(without(parseRaw(l), 'event_hash')).slice(0, -1)},"event_hash":"${JSON.parse(l).event_hash}"}`, l);
+  });
+});
+
 describe('2. checkpoints every checkpoint_lines records and every checkpoint_seconds', () => {
   test('checkpoint_lines = 5: a "lines" checkpoint after every 5 records, records 5', async () => {
     const g = await gateway('lines', { audit: { checkpoint_lines: 5, checkpoint_seconds: 3600 } });
