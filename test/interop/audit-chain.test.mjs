@@ -468,6 +468,23 @@ describe('1d. lines with a history and several counters (written in the policy\'
   });
 });
 
+describe('1e. a record dropped (over audit.max_pending_bytes)', () => {
+  test('no gap in the chain; the next checkpoint counts it in dropped, signed', async () => {
+    const g = await gateway('dropped', { audit: { args: 'values', max_pending_bytes: 4096 } });
+    const c = await g.client();
+    assert.ok((await c.call('echo', { text: 'small' })).result);
+    assert.ok((await c.call('echo', { text: 'B'.repeat(6000) })).result, 'the call is served; its record does not fit');
+    assert.ok((await c.call('echo', { text: 'small again' })).result);
+    await c.close();
+    await g.gw.waitForMetric('tollgate_audit_dropped_total', (v) => v === 1, { token: ADMIN_TOKEN });
+    await g.stop();
+    const lines = readAudit(g.file).lines;
+    const v = verifyChain(lines);
+    assert.deepEqual(v.records.map((r) => r.args.text), ['small', 'small again']);
+    assert.deepEqual(v.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records, x.checkpoint.dropped]), [['start', 0, 0], ['shutdown', 2, 1]]);
+  });
+});
+
 describe('2. checkpoints every checkpoint_lines records and every checkpoint_seconds', () => {
   test('checkpoint_lines = 5: a "lines" checkpoint after every 5 records, records 5', async () => {
     const g = await gateway('lines', { audit: { checkpoint_lines: 5, checkpoint_seconds: 3600 } });
