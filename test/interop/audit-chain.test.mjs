@@ -552,7 +552,7 @@ describe('3b. rotation, other ways', () => {
     await linesWhen(g.file, (l) => l.length === 4, 'a record after it, in the same file');
     fs.renameSync(g.file, `${g.file}.2`);
     g.signal('SIGUSR1');
-    await linesWhen(`${g.file}.2`, (l) => reasons(l).length === 2, 'the second rotate checkpoint');
+    await linesWhen(`${g.file}.2`, (l) => reasons(l).length === 3, 'the second rotate checkpoint');
     await H.waitUntil(() => fs.existsSync(g.file), { what: 'the new file' });
     fs.renameSync(g.file, `${g.file}.1`); // empty: nothing written yet
     g.signal('SIGUSR1');
