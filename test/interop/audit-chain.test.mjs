@@ -722,21 +722,29 @@ describe('5. shutdown and restart', () => {
   });
 });
 
-describe('5b. a call in flight at SIGTERM', () => {
-  test('its record comes before the shutdown checkpoint, which stays the last line', async () => {
-    const g = await gateway('inflight', { policy: { version: '1', default: 'allow' } });
+describe('5b. calls in flight at SIGTERM', () => {
+  test('their records come before the shutdown checkpoint, which stays the last line', async () => {
+    const g = await gateway('inflight', { policy: { version: '1', default: 'allow', tools: { write_file: { action: 'approve', approval_mode: 'hold', approval_timeout: 60 } } } });
     const c = await g.client();
     const slow = c.call('slow', { seconds: 2 }, { timeout: 20000 }).catch((e) => e);
+    // and a call held for a human's approval (hold mode: the client waits)
+    const c2 = await g.client('ws');
+    const held = c2.request('tools/call', { name: 'write_file', arguments: { path: '/tmp/held', content: 'x' }, _meta: { progressToken: 'p1' } }, { timeout: 20000 }).catch((e) => e);
     await H.waitUntil(() => s.records().some((r) => r.msg?.params?.name === 'slow'), { what: 'the slow call upstream' });
+    await H.waitUntil(async () => (await admin(g.gw, 'GET', '/admin/approvals')).json?.approvals?.length === 1, { what: 'the held call listed' });
     await g.stop();
     await slow;
+    await held;
     await c.close().catch(() => {});
+    await c2.close().catch(() => {});
     const lines = readAudit(g.file).lines;
     const v = verifyChain(lines);
-    assert.deepEqual(v.records.map((r) => r.tool), ['slow'], lines.join('\n'));
+    // the slow call served; the held one parked, then ended by the shutdown (order between them free)
+    assert.deepEqual(v.records.map((r) => [r.tool, r.decision, r.disposition, r.decided_by ?? null]).sort(),
+      [['slow', 'allow', 'allowed', null], ['write_file', 'approve', 'deferred', null], ['write_file', 'expired', 'denied', 'shutdown']], lines.join('\n'));
     assert.deepEqual(reasons(lines), ['start', 'shutdown']);
     assert.equal(JSON.parse(lines.at(-1)).checkpoint?.reason, 'shutdown', lines.at(-1));
-    assert.equal(v.checkpoints.at(-1).checkpoint.records, 1);
+    assert.equal(v.checkpoints.at(-1).checkpoint.records, 3);
   });
 });
 
