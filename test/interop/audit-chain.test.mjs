@@ -9,20 +9,31 @@
 //      CoWork OS stand-in (allowed, denied, rate-limited, parked for approval then approved or
 //      rejected through the admin API) give chained lines with the right decision and
 //      disposition; the file starts with a `start` checkpoint carrying the conf's and the
-//      policy's SHA-256 and the instance; the verifier itself fails on an edited line
+//      policy's SHA-256 and the instance; the verifier itself fails on each kind of tampering
+//      1b. audit.args = "values": arguments shown as the client wrote them, hashed canonically
+//      1c. limits.json_depth = 1000: deep arguments verify and survive a crash; an approval does
+//          not cover arguments that differ 300 levels down
+//      1d. a history and counters in the policy's order; 1e. a record dropped, counted, no gap
 //   2. checkpoint_lines = 5: a `lines` checkpoint after every 5 records; checkpoint_seconds = 1:
 //      none while idle, an `interval` checkpoint after a record
 //   3. rotation: the file renamed, SIGUSR1: the old file ends with a `rotate` checkpoint, the new
-//      file's first line continues from it
-//   4. SIGHUP after the policy and the conf changed: a `reload` checkpoint with the new hashes
-//   5. SIGTERM: the file ends with a `shutdown` checkpoint; a restart on it continues the chain
+//      file's first line continues from it; 3b. without a rename, twice, under traffic on every
+//      transport (one unbroken chain holding every call), a reload naming another file
+//   4. SIGHUP after the policy and the conf changed: a `reload` checkpoint with the new hashes;
+//      4b. the signing key replaced in its file signs from the reload on
+//   5. SIGTERM: the file ends with a `shutdown` checkpoint; a restart on it continues the chain;
+//      5b. calls in flight (served, held for approval) are recorded before that checkpoint
 //   6. SIGKILL under traffic, then restarts: the chain continues from the last whole line; a torn
-//      last line (appended here, as a cut write) stays a line of its own and the chain skips it
+//      last line (appended here, as a cut write) stays a line of its own and the chain skips it;
+//      6b. a last line longer than the writer's first tail read
 //   7. audit.chain = false: no chain members, no checkpoints, one JSON object per line, keys in
-//      byte order
-//   8. `tollgate -t` refuses an RSA key, a P-384 key, a file that is not a key, signing_key with
-//      chain = false, and an unknown audit key, naming the directive
+//      byte order; 7b. turned on and off by reloads on one file
+//   8. `tollgate -t` refuses an RSA key, a P-384 key, a public key, a file that is not a key, a
+//      missing one, signing_key with chain = false, an unknown audit member and out-of-range
+//      intervals, naming the directive
 //   9. two cluster instances (one redis-server): each its own file and chain, its own `instance`
+//
+// Every gateway stops with SIGTERM and must exit 0 with no error line and no sanitizer report.
 //
 //   TOLLGATE_BIN=build-asan/tollgate node --test test/interop/audit-chain.test.mjs
 
