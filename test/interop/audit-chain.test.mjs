@@ -526,6 +526,24 @@ describe('2. checkpoints every checkpoint_lines records and every checkpoint_sec
     assert.deepEqual(reasons(readAudit(g.file).lines), ['start', 'interval', 'shutdown']);
     verifyChain(readAudit(g.file).lines);
   });
+
+  test('both changed by a reload: the new intervals apply from the reload checkpoint on', async () => {
+    const g = await gateway('interval-reload', { audit: { checkpoint_lines: 10000, checkpoint_seconds: 3600 } });
+    await echoes(g, 1);
+    H.writeConf(g.dir, { ...g.confOpts, audit: { ...g.confOpts.audit, checkpoint_lines: 3, checkpoint_seconds: 1 } });
+    const from = g.gw.stderr().length;
+    g.signal('SIGHUP');
+    await g.gw.waitForLog(/configuration reloaded/, { from, what: 'the reload line' });
+    await echoes(g, 4); // 3: a lines checkpoint; the 4th: an interval one a second later
+    const lines = await linesWhen(g.file, (l) => reasons(l).includes('interval'), 'an interval checkpoint after the reload');
+    await g.stop();
+    const v = verifyChain(readAudit(g.file).lines); // records of each checkpoint: since the one before
+    const cps = v.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records]);
+    // typically start 0, reload 1, lines 3, interval 1, shutdown 0; a slow machine may tick between the calls
+    assert.deepEqual(cps.slice(0, 2), [['start', 0], ['reload', 1]], lines.join('\n'));
+    assert.ok(cps.some(([r, n]) => r === 'lines' && n === 3), JSON.stringify(cps));
+    assert.ok(cps.some(([r]) => r === 'interval'), JSON.stringify(cps));
+  });
 });
 
 describe('3. rotation', () => {
