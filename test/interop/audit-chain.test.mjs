@@ -844,7 +844,7 @@ describe('6. a crash (SIGKILL) under traffic, then a restart', () => {
 });
 
 describe('6b. a crash after a long line', () => {
-  test('a last line of 300 KB (beyond the first tail read): the restart continues from it', async () => {
+  test('a last line of 300 KB, then a torn one of 100 KB (beyond the first tail read): each restart continues the chain', async () => {
     const g = await gateway('longline', { audit: { args: 'values' } });
     const c = await g.client();
     const text = 'L'.repeat(300 * 1024);
@@ -857,6 +857,14 @@ describe('6b. a crash after a long line', () => {
     const lines = await linesWhen(g.file, (l) => l.length === 3, 'the start checkpoint after the crash');
     verifyChain(lines);
     assert.equal(JSON.parse(lines[2]).previous_hash, JSON.parse(before[1]).event_hash);
+    // a crash again, leaving 100 KB of a line torn (more than the first tail read, no newline in it)
+    await g.kill();
+    const torn = '{"args":{"text":"' + 'T'.repeat(100 * 1024);
+    fs.appendFileSync(g.file, torn);
+    await g.start();
+    const after = await linesWhen(g.file, (l) => l.length === 5, 'the start checkpoint after the torn line');
+    assert.equal(after[3], torn);
+    verifyChain(after.slice(4), { prev: { hash: JSON.parse(lines[2]).event_hash, seq: 3 }, what: 'after the torn line' });
     await g.stop();
   });
 });
