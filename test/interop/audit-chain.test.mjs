@@ -66,7 +66,7 @@ let agent;
 let current = []; // the gateways of the running test, for the failure context
 
 const logs = () => Object.fromEntries(current.map((g, i) => [`tollgate[${i}] (${g.status()}) stderr`, g.stderr()]));
-const test = (name, fn) => it(name, H.withLogs(logs, fn));
+const test = (name, fn) => it(name, H.withLogs(logs, (...a) => { current = []; return fn(...a); }));
 
 before(async () => {
   dir = H.makeTempDir(cleanup, 'tollgate-audit-chain-');
@@ -81,7 +81,8 @@ after(() => cleanup.run());
 // ---------------------------------------------------------------------------
 // The verifier
 
-/** JSON text parsed with every number kept as its text (JSON.rawJSON), so it is written back as it was. */
+/** JSON text parsed with every number kept as its text (JSON.rawJSON and the reviver's source text,
+ * both in the pinned Node 22), so it is written back as it was. */
 const parseRaw = (text) => JSON.parse(text, (k, v, ctx) => (typeof v === 'number' ? JSON.rawJSON(ctx.source) : v));
 const byBytes = (a, b) => Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
 
@@ -755,7 +756,7 @@ describe('5b. calls in flight at SIGTERM', () => {
   test('their records come before the shutdown checkpoint, which stays the last line', async () => {
     const g = await gateway('inflight', { policy: { version: '1', default: 'allow', tools: { write_file: { action: 'approve', approval_mode: 'hold', approval_timeout: 60 } } } });
     const c = await g.client();
-    const slow = c.call('slow', { seconds: 2 }, { timeout: 20000 }).catch((e) => e);
+    const slow = c.call('slow', { seconds: 1 }, { timeout: 20000 }).catch((e) => e);
     // and a call held for a human's approval (hold mode: the client waits)
     const c2 = await g.client('ws');
     const held = c2.request('tools/call', { name: 'write_file', arguments: { path: '/tmp/held', content: 'x' }, _meta: { progressToken: 'p1' } }, { timeout: 20000 }).catch((e) => e);
