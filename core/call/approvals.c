@@ -7,6 +7,7 @@
 #include "core/call/approvals_modes.h"
 #include "core/call/audit.h"
 #include "core/call/call.h"
+#include "core/call/denial.h"
 #include "core/call/webhook.h"
 #include "core/call/gateway.h"
 #include "core/base/json.h"
@@ -242,7 +243,7 @@ const char *tg_approvals_stale(struct tg_call *k, char *why, size_t n) { return 
 
 /* The answer to a call that was not approved: -32003 with {tool, approval_id, reason}, reason
  * being the approver's own words when they gave some, else what happened. */
-void tg_approvals_refuse(struct tg_call *k, const char *message, const char *reason)
+void tg_approvals_refuse(struct tg_call *k, const char *message, const char *reason, int again)
 {
     struct tg_buf data, e;
     tg_buf_init(&data);
@@ -254,6 +255,12 @@ void tg_approvals_refuse(struct tg_call *k, const char *message, const char *rea
     tg_buf_appends(&data, ",\"reason\":");
     tg_json_write_string(&data, reason, strlen(reason));
     tg_buf_append(&data, "}", 2); /* with its NUL: tg_rpc_error takes a C string */
+    struct tg_denial dn = {again ? TG_REMEDIATION_AVAILABLE : TG_REMEDIATION_UNAVAILABLE, NULL, NULL,
+                           again ? "user_action_required" : "permission_denied", NULL, data.base};
+    if (tg_call_answer_denial(k, message, &dn) == 0) {
+        tg_buf_dispose(&data);
+        return;
+    }
     tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_APPROVAL, message, data.base);
     k->sink->ops->answer(k->sink, k, 200, NULL, e.base, e.len);
     tg_buf_dispose(&e);
@@ -326,7 +333,7 @@ static int finish(struct tg_call *k, int approve, const char *by, const char *wh
             snprintf(message, sizeof(message),
                      "%s was approved, but the configuration in force no longer allows it: %s; the call was not made",
                      k->tool, no_longer);
-            tg_approvals_refuse(k, message, no_longer);
+            tg_approvals_refuse(k, message, no_longer, 0);
         }
         tg_call_close(k);
         return TG_APPROVAL_NOT_ALLOWED;
@@ -359,7 +366,7 @@ static int finish(struct tg_call *k, int approve, const char *by, const char *wh
         else
             snprintf(message, sizeof(message), "%s was refused by a human approver; the call was not made",
                      k->tool);
-        tg_approvals_refuse(k, message, reason && reason[0] ? reason : message);
+        tg_approvals_refuse(k, message, reason && reason[0] ? reason : message, why != NULL);
     }
     tg_call_close(k);
     return 0;

@@ -21,8 +21,11 @@ struct tg_session;
  * calls or limits.approvals_bytes; k's grant holds limits.approvals_per_grant of them (on this
  * member: each member counts its own). */
 int tg_approvals_room(struct tg_call *k, int in_batch, char *msg, size_t n, const char **reason);
-/* Refuse k at once, a call that could not be parked: -32003 with message and data.reason. */
-void tg_approvals_refuse(struct tg_call *k, const char *message, const char *reason);
+/* Refuse k at once, a call that could not be parked: -32003 with message and data.reason. With
+ * signals = "mcp-drafts" a CallToolResult instead (core/call/denial.h): remediation "available"
+ * when calling again can get the call through (again: a new approval, a free queue), else
+ * "unavailable". */
+void tg_approvals_refuse(struct tg_call *k, const char *message, const char *reason, int again);
 /* Park k (its message is in k->held): an id, a deadline, an audit line "approve", its bytes
  * counted, the credential it came with kept (its sink's), a webhook event. */
 void tg_approvals_park(struct tg_call *k);

@@ -8,6 +8,7 @@
 #include "core/base/log.h"
 #include "core/base/sha256.h"
 #include "core/call/call.h"
+#include "core/call/denial.h"
 #include "core/call/gateway.h"
 #include "core/call/tasks.h"
 #include "core/mcp/era.h"
@@ -186,8 +187,17 @@ static void answer_record(struct tg_call *k, int st, const char *id, const char 
         tg_json_write_string(&data, r, strlen(r));
     }
     tg_buf_append(&data, "}", 2); /* with its NUL: tg_rpc_error takes a C string */
-    tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_APPROVAL, msg, data.base);
-    sk->ops->answer(sk, k, 200, NULL, e.base, e.len);
+    /* mcp-drafts: waiting for a human is a remedy at a page (a "url" hint naming it); a refusal
+     * is final. Busy and unavailable are no authorization denial: they keep -32003. */
+    struct tg_denial dn = {TG_REMEDIATION_AVAILABLE, "url", url.base, "user_action_required", NULL, data.base};
+    if (st == TG_RECORD_DENIED) {
+        dn.remediation = TG_REMEDIATION_UNAVAILABLE;
+        dn.code = "permission_denied";
+    }
+    if ((st != TG_RECORD_PENDING && st != TG_RECORD_DENIED) || tg_call_answer_denial(k, msg, &dn) != 0) {
+        tg_rpc_error(&e, k->client_id, k->client_id_len, TG_RPC_APPROVAL, msg, data.base);
+        sk->ops->answer(sk, k, 200, NULL, e.base, e.len);
+    }
     tg_buf_dispose(&e);
     tg_buf_dispose(&data);
     tg_buf_dispose(&url);
@@ -396,12 +406,12 @@ static void task_start(struct tg_call *k)
         /* The extension's CreateTaskResult: the task's members, flat, beside resultType. */
         tg_buf_appends(&b, ",\"result\":{\"resultType\":\"task\",");
         tg_task_write(&b, t);
-        tg_buf_appends(&b, "}}");
     } else {
         tg_buf_appends(&b, ",\"result\":{\"task\":");
         tg_task_write(&b, t);
-        tg_buf_appends(&b, "}}");
     }
+    tg_call_task_denial_meta(k, &b); /* mcp-drafts: the envelope with a "task" hint (SEP-2643) */
+    tg_buf_appends(&b, "}}");
     struct tg_sink *sk = k->sink;
     if (sk != NULL) {
         sk->ops->answer(sk, k, 200, NULL, b.base, b.len);

@@ -609,7 +609,11 @@ void tg_audit_log(struct tg_audit *a, const struct tg_audit_conf *ac, const stru
     }
     FIELD(b, "decided_by", r->decided_by);
     FIELD(b, "decision", r->decision);
-    FIELD(b, "disposition", tg_audit_disposition(r->decision));
+    KEY(b, "disposition");
+    const char *disp = tg_audit_disposition(r->decision); /* a word of ours: no escaping */
+    tg_buf_append(b, "\"", 1);
+    tg_buf_appends(b, disp);
+    tg_buf_append(b, "\"", 1);
     FIELD(b, "grant", r->grant);
     if (r->history_json && r->history_json[0]) {
         KEY(b, "history");

@@ -106,6 +106,7 @@ void tg_call_audit(struct tg_call *k, const char *decision, double latency, cons
     r.decided_by = by;
     r.latency_ms = latency;
     r.outcome = outcome;
+    r.correlation_id = tg_call_denial_id(k, decision);
     tg_audit_log(k->srv->audit, &k->srv->conf->audit, &r);
 }
 

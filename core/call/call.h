@@ -114,6 +114,7 @@ struct tg_call {
     /* approvals (core/call/approvals.c) */
     int parked;
     char approval_id[33];
+    char denial_id[33];       /* signals = "mcp-drafts": the handle of its refusal (core/call/denial.h), or "" */
     uint64_t approval_deadline;
     uint64_t parked_at_wall;
     char approval_digest[65]; /* what an approver approves (tg_approvals_digest), hex */
@@ -246,6 +247,22 @@ void tg_call_answer_decision(struct tg_call *k, const struct tg_decision *d, con
  * a history condition, whether or not it named an earlier call (tollgate_history_refusals_total
  * {upstream,rule}); others not here. */
 void tg_call_count_refusal(struct tg_call *k, const struct tg_decision *d);
+/* The correlation id of k's audit line for decision: with signals = "mcp-drafts", a tools/call
+ * refused (or parked) by the gateway gets a handle, made once and sent in its answer's _meta
+ * (core/call/denial.c); NULL otherwise. */
+const char *tg_call_denial_id(struct tg_call *k, const char *decision);
+struct tg_denial;
+/* Answers k with a CallToolResult that says d (core/call/denial.h) and text; 0. -1: k's upstream
+ * keeps signals = "tollgate" or k is not a tools/call: nothing is sent, the caller answers
+ * (core/call/refusal.c). */
+int tg_call_answer_denial(struct tg_call *k, const char *text, struct tg_denial *d);
+/* A call parked for approval whose answer is a task (its CreateTaskResult, a tasks/get while it
+ * waits), with signals = "mcp-drafts": appends ,"_meta":{...} with the envelope, remediation
+ * "available" and a "task" hint, and returns 1; else 0, nothing appended (core/call/denial.c). */
+int tg_call_task_denial_meta(struct tg_call *k, struct tg_buf *b);
+/* A tools/call begins: its redacted arguments for the audit log, and a retry's echo of an
+ * authorization context noted in the log (it changes no decision). */
+void tg_call_tools_call_begin(struct tg_call *k, const struct cJSON *params, const struct cJSON *args);
 /* Send the session's DELETE, kill its child, close its stream: the session ends upstream. */
 void tg_call_close_upstream_session(struct tg_server *srv, struct tg_session *s);
 /* Message p (a notification) to s's upstream, on the session's link (as an answer to a server

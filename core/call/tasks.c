@@ -191,6 +191,7 @@ void tg_task_write_detail(struct tg_buf *b, const struct tg_task *t)
 {
     tg_buf_appends(b, "{\"resultType\":\"complete\",");
     tg_task_write(b, t);
+    tg_call_task_denial_meta(t->call, b); /* mcp-drafts: repeated while its approval waits */
     cJSON *root = t->answer != NULL && t->status != TG_TASK_CANCELLED ? cJSON_ParseWithLength(t->answer, t->answer_len)
                                                                      : NULL;
     const cJSON *v = tg_json_get(root, t->status == TG_TASK_COMPLETED ? "result" : "error");

@@ -12,6 +12,7 @@
 #include "core/call/audit.h"
 #include "core/conf/conf.h"
 #include "core/base/log.h"
+#include "core/cmd/audit_cmd.h"
 #include "core/cmd/policy_cmd.h"
 #include "core/cmd/pin.h"
 #include "core/cmd/scan.h"
@@ -39,8 +40,12 @@ static void usage(FILE *f)
                "  tollgate pin [-c FILE] [--diff] UPSTREAM\n"
                "                                pin an upstream's tool definitions, or compare them\n"
                "                                with what it lists now (tollgate pin --help)\n"
+               "  tollgate audit verify [--key PUB.pem] [--closed] FILE...\n"
+               "                                check chained audit files and checkpoint signatures\n"
+               "  tollgate audit pubkey (-c FILE | --key PRIV.pem) | tollgate audit keygen FILE\n"
+               "                                the audit signing key (tollgate audit --help)\n"
                "  tollgate -V                   print the version\n"
-               "  tollgate -h                   this help\n");
+               "  tollgate -h, --help           this help\n");
 }
 
 static int hash_token(int argc, char **argv)
@@ -149,6 +154,10 @@ int main(int argc, char **argv)
 {
     const char *conf_path = "conf/tollgate.conf";
     int check_only = 0;
+    if (argc == 2 && strcmp(argv[1], "--help") == 0) {
+        usage(stdout);
+        return 0;
+    }
     if (argc >= 2 && strcmp(argv[1], "hash-token") == 0)
         return hash_token(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "policy") == 0)
@@ -157,6 +166,8 @@ int main(int argc, char **argv)
         return tg_scan_cli(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "pin") == 0)
         return tg_pin_cli(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "audit") == 0)
+        return tg_audit_cli(argc - 1, argv + 1);
     int opt;
     while ((opt = getopt(argc, argv, "c:tVh")) != -1) {
         switch (opt) {

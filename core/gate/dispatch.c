@@ -155,7 +155,7 @@ static void park_admitted(struct tg_call *k, struct tg_buf *out, int in_batch, i
         return;
     }
     tg_call_audit(k, "rejected", -1, NULL, why == TG_APPROVAL_REFUSED_BATCH ? "(batch)" : "(queue full)");
-    tg_approvals_refuse(k, msg, reason);
+    tg_approvals_refuse(k, msg, reason, 1); /* a free queue, or the call alone, can take it */
     tg_call_close(k);
 }
 
@@ -451,7 +451,7 @@ static void handle_request(struct tg_exchange *x, struct tg_sink *sk, struct tg_
         if (k->mrtr != NULL)
             k->mrtr->b.name = k->tool;
         if (m->mid == TG_M_TOOLS_CALL)
-            k->args_json = tg_audit_args_values(&srv->conf->audit, args);
+            tg_call_tools_call_begin(k, params, args); /* its audited arguments, an echoed context */
     }
     struct tg_gate_request r = {x, m, params, args, listen, retry, parked};
     k->decide_no_wait = (sk->flags & TG_SINK_NO_WAIT) != 0;

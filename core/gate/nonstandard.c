@@ -30,6 +30,7 @@ void tg_gate_refuse_nonstandard(struct tg_exchange *x, struct tg_sink *sk, struc
     ar.method = m->method;
     ar.decision = "deny";
     ar.rule = "non-standard-method";
+    ar.correlation_id = NULL; /* a JSON-RPC error, no CallToolResult to carry a toolFailure */
     ar.latency_ms = -1;
     tg_audit_log(srv->audit, &srv->conf->audit, &ar);
     if (m->kind == TG_MSG_NOTIFICATION) {

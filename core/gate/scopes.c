@@ -57,6 +57,7 @@ int tg_gate_scopes_refused(struct tg_exchange *x, struct tg_sink *sk, struct tg_
     ar.tool = what;
     ar.decision = "deny";
     ar.rule = "insufficient_scope";
+    ar.correlation_id = NULL; /* a JSON-RPC error, no CallToolResult to carry a toolFailure */
     ar.latency_ms = -1;
     tg_audit_log(srv->audit, &srv->conf->audit, &ar);
 

@@ -50,6 +50,14 @@ static void answer_task(struct tg_sink *sk, const struct tg_msg *m, const struct
     struct tg_buf b;
     tg_buf_init(&b);
     tg_task_write(&b, &c);
+    struct tg_buf meta;
+    tg_buf_init(&meta);
+    if (tg_call_task_denial_meta(t->call, &meta)) { /* mcp-drafts: repeated while its approval waits */
+        b.len--; /* the Task's closing brace */
+        tg_buf_append(&b, meta.base, meta.len);
+        tg_buf_appends(&b, "}");
+    }
+    tg_buf_dispose(&meta);
     answer(sk, m, b.base, b.len);
     tg_buf_dispose(&b);
 }

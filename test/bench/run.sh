@@ -44,6 +44,7 @@
 #   BENCH_IDS            unique | fixed         (default unique; see call.lua)
 #   BENCH_RESULTS        results file           (default test/bench/results/last.txt)
 #   BENCH_KEEP_TMP       1 = keep the temp dir (configs, logs) after the run
+#   BENCH_AUDIT_OPTS     directives added to the -policy targets' audit group, e.g. "chain = false;"
 #
 # Builds nothing: run `cmake --build build` first.
 set -euo pipefail
@@ -215,7 +216,7 @@ EOF
         cat >"$d/allow.json" <<'EOF'
 {"version":"1","default":"deny","tools":{"echo":{"limits":[{"counter":"echo_rate","window":"second","max":100000000,"scope":"grant"}]}}}
 EOF
-        audit_line="audit = { file = \"$d/audit.log\"; };"
+        audit_line="audit = { file = \"$d/audit.log\"; ${BENCH_AUDIT_OPTS:-} };"
     fi
     write_tollgate_conf "$d" "policy = \"$d/allow.json\";" "$audit_line" "$init_line"
     # A tollgate built before upstream policies exist rejects the directive;

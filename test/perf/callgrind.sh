@@ -4,7 +4,7 @@
 # (test/perf/budget.json). Instructions do not move with the machine's load, so a change of a few
 # per cent is a change in the code, not noise.
 #
-#   test/perf/callgrind.sh [--update] [--budget FILE] [--tollgate BIN] [--upstream BIN] [--client BIN]
+#   test/perf/callgrind.sh [--update] [--budget FILE] [--tollgate BIN] [--upstream BIN] [--client BIN] [--insns BIN]
 #
 # Defaults: build-perf/tollgate, build-perf/test/bench/tg-bench-upstream and tg-bench-streams (a
 # Release tree: cmake -S . -B build-perf -DCMAKE_BUILD_TYPE=Release -DTOLLGATE_PERF_TESTS=ON).
@@ -29,6 +29,9 @@
 #   event_post        per message, Streamable HTTP POST answered with SSE        (streams.sh tollgate-post)
 #   event_sse         per message, legacy HTTP+SSE                               (streams.sh tollgate-sse)
 #   event_ws          per message, WebSocket                                     (streams.sh tollgate-ws)
+#   audit_chain       what the audit log's hash chain adds to one record, counted natively by
+#                     single-stepping (tg-bench-insns), not under callgrind: the policy figures run
+#                     with audit.chain = false, since valgrind hides the CPU's SHA extensions
 #
 # The check: a figure more than CG_TOLERANCE (10) per cent over its budget fails the test; one
 # more than that under it passes, with "lower the budget". No valgrind: the test fails.
@@ -36,7 +39,9 @@
 # Environment: CG_CONNS (4), CG_CALLS_SHORT/CG_CALLS_LONG (200/2200 echo calls),
 # CG_STREAMS_SHORT/CG_STREAMS_LONG (4/44 stream calls of 200 events), CG_TOLERANCE (10),
 # CG_FIGURES="NAME ..." measures only those (not with --update),
-# CG_KEEP=DIR keeps every run's callgrind file and logs there (for callgrind_annotate).
+# CG_KEEP=DIR keeps every run's callgrind file and logs there (for callgrind_annotate),
+# CG_AUDIT_OPTS="chain = false;" adds directives to the policy figures' audit group (to measure
+# what a setting costs; not with --update).
 set -euo pipefail
 export LC_ALL=C
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -45,6 +50,7 @@ root=$(cd "$here/../.." && pwd)
 TOLLGATE_BIN=$root/build-perf/tollgate
 UPSTREAM_BIN=$root/build-perf/test/bench/tg-bench-upstream
 CLIENT_BIN=$root/build-perf/test/bench/tg-bench-streams
+INSNS_BIN=$root/build-perf/test/bench/tg-bench-insns
 BUDGET=$here/budget.json
 UPDATE=0
 while [[ $# -gt 0 ]]; do
@@ -54,7 +60,8 @@ while [[ $# -gt 0 ]]; do
     --tollgate) TOLLGATE_BIN=$2; shift 2 ;;
     --upstream) UPSTREAM_BIN=$2; shift 2 ;;
     --client) CLIENT_BIN=$2; shift 2 ;;
-    *) echo "usage: $0 [--update] [--budget FILE] [--tollgate BIN] [--upstream BIN] [--client BIN]" >&2; exit 2 ;;
+    --insns) INSNS_BIN=$2; shift 2 ;;
+    *) echo "usage: $0 [--update] [--budget FILE] [--tollgate BIN] [--upstream BIN] [--client BIN] [--insns BIN]" >&2; exit 2 ;;
     esac
 done
 CONNS=${CG_CONNS:-4}
@@ -69,7 +76,7 @@ KEEP=${CG_KEEP:-}
 fail() { echo "perf.callgrind: FAIL: $*" >&2; exit 1; }
 command -v valgrind >/dev/null ||
     fail "valgrind not found: the instruction budget cannot be checked (scripts/install-deps.sh --test installs it)"
-for b in "$TOLLGATE_BIN" "$UPSTREAM_BIN" "$CLIENT_BIN"; do
+for b in "$TOLLGATE_BIN" "$UPSTREAM_BIN" "$CLIENT_BIN" "$INSNS_BIN"; do
     [[ -x $b ]] || fail "$b not found (cmake --build build-perf)"
 done
 [[ $UPDATE == 1 || -r $BUDGET ]] || fail "no budget file $BUDGET (make one with --update)"
@@ -119,7 +126,10 @@ write_conf() {
     mkdir -p "$d"
     if [[ $name == policy ]]; then
         echo '{"version":"1","default":"deny","tools":{"echo":{"limits":[{"counter":"echo_rate","window":"second","max":100000000,"scope":"grant"}]}}}' >"$d/policy.json"
-        audit="audit = { file = \"$d/audit.log\"; };"
+        # chain = false: valgrind hides the CPU's SHA extensions, so under callgrind the chain's
+        # SHA-256 of each line would be counted in portable code (about 30,000 Ir, where the CPU
+        # takes about 1,500): the chain is the audit_chain figure, counted natively.
+        audit="audit = { file = \"$d/audit.log\"; chain = false; ${CG_AUDIT_OPTS:-} };"
     else
         echo '{"version":"1","default":"allow"}' >"$d/policy.json"
     fi
@@ -150,8 +160,9 @@ declare -A wl=(
     [event_ws]="plain ws /bench/ws 2025-06-18 message"
     [call_2025_policy]="policy call /mcp 2025-06-18 call"
     [call_2026_policy]="policy call /local/mcp 2026-07-28 call"
+    [audit_chain]="native - - - record"
 )
-all_figures=(call_2025 call_2026 call_2025_policy call_2026_policy event_post event_sse event_ws)
+all_figures=(call_2025 call_2026 call_2025_policy call_2026_policy event_post event_sse event_ws audit_chain)
 read -r -a figures <<<"${CG_FIGURES:-${all_figures[*]}}"
 for f in "${figures[@]}"; do [[ -n ${wl[$f]:-} ]] || fail "unknown figure '$f' (${all_figures[*]})"; done
 ((UPDATE == 0 || ${#figures[@]} == ${#all_figures[@]})) || fail "--update writes every figure: leave CG_FIGURES unset"
@@ -239,6 +250,15 @@ for conf in plain policy; do
             "$(awk '{print $5}' <<<"${wl[$f]}")"
     done
 done
+# audit_chain: what the hash chain adds to one audit record (a chained record minus a plain one),
+# counted natively by single-stepping (tg-bench-insns): the SHA-256 as this CPU runs it.
+if [[ " ${figures[*]} " == *" audit_chain "* ]]; then
+    out=$("$INSNS_BIN") || fail "tg-bench-insns failed: $out"
+    value[audit_chain]=$(sed -n 's/^audit record, chained: [0-9]* instructions (+\([0-9]*\)).*/\1/p' <<<"$out")
+    [[ -n ${value[audit_chain]} ]] || fail "tg-bench-insns: no figure in: $out"
+    printf 'perf.callgrind: %-17s %9d instructions per record, natively (%s)\n' audit_chain "${value[audit_chain]}" \
+        "$(sed -n 's/^sha256 of \(.*\)/SHA-256 of \1/p' <<<"$out")"
+fi
 echo "perf.callgrind: measured in $(( $(date +%s) - start )) s"
 
 # ---- the budget ------------------------------------------------------------------------------
