@@ -61,6 +61,7 @@ const sha256 = (b) => crypto.createHash('sha256').update(b).digest('hex');
 const KEY_SHA256 = sha256(KEY.publicKey.export({ type: 'spki', format: 'der' }));
 let dir;
 let keyFile;
+let pubFile;
 let s;
 let agent;
 let current = []; // the gateways of the running test, for the failure context
@@ -74,6 +75,8 @@ before(async () => {
   cleanup.add(() => agent.destroy());
   keyFile = path.join(dir, 'audit.key');
   fs.writeFileSync(keyFile, KEY.privateKey.export({ type: 'sec1', format: 'pem' }), { mode: 0o600 });
+  pubFile = path.join(dir, 'audit.pub');
+  fs.writeFileSync(pubFile, KEY.publicKey.export({ type: 'spki', format: 'pem' }));
   s = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin.log') });
 });
 after(() => cleanup.run());
@@ -170,6 +173,21 @@ function verifyChain(lines, { prev = null, signed = true, keys = { [KEY_SHA256]:
     last = { hash: eh, seq: o.seq, since };
   });
   return { records, checkpoints, last };
+}
+
+/**
+ * The same files through `tollgate audit verify` (--key for each public key, --closed when the
+ * last file must end with a shutdown checkpoint): a second verifier, written apart from this
+ * one, must agree that the files are whole.
+ */
+function tollgateVerifies(files, { closed = true, pubs = [pubFile] } = {}) {
+  const args = ['audit', 'verify', ...pubs.flatMap((p) => ['--key', p]), ...(closed ? ['--closed'] : []), ...files];
+  const r = spawnSync(H.tollgateBin(), args, { encoding: 'utf8', timeout: 30000 });
+  const out = `${r.stdout}${r.stderr}`;
+  assert.doesNotMatch(out, /AddressSanitizer|LeakSanitizer|runtime error:/, `tollgate audit verify: sanitizer report:\n${out}`);
+  assert.equal(r.status, 0, `tollgate ${args.join(' ')}:\n${out}`);
+  assert.match(r.stdout, /^OK: /m, out);
+  return out;
 }
 
 // ---------------------------------------------------------------------------
@@ -361,6 +379,7 @@ describe('1. every transport: chained lines with decision and disposition, a sig
     const end = v.checkpoints.at(-1);
     assert.equal(JSON.parse(all.lines.at(-1)).checkpoint?.reason, 'shutdown', all.lines.at(-1));
     assert.equal(end.checkpoint.records, v.records.length, JSON.stringify(end));
+    tollgateVerifies([g.file]);
   });
 });
 
@@ -402,6 +421,7 @@ describe('1b. arguments in the line (audit.args = "values"): hashed through the 
     });
     // the client's order is kept where it is not byte order: the line is not canonical, and verifies
     assert.ok(lines.some((l) => l.startsWith('{"args":{"text":"x","n":1.50,')), lines.join('\n'));
+    tollgateVerifies([g.file]);
   });
 });
 
@@ -422,6 +442,7 @@ describe('1c. deeply nested arguments (limits.json_depth = 1000)', () => {
     const lines = readAudit(g.file).lines;
     assert.deepEqual(reasons(lines), ['start', 'start', 'shutdown']);
     verifyChain(lines);
+    tollgateVerifies([g.file]);
   });
 
   test('an approval (retry mode) covers its own arguments, not others that differ 300 levels down', async () => {
@@ -477,6 +498,7 @@ describe('1d. lines with a history and several counters (written in the policy\'
     assert.match(counted, /"counters":\{"z_rate":\d+,"a_rate":\d+\}/, 'counters in the policy\'s order');
     // neither line is canonical as written: their hashes are of the canonical form
     for (const l of [flow, counted]) assert.notEqual(l, `${canon(without(parseRaw(l), 'event_hash')).slice(0, -1)},"event_hash":"${JSON.parse(l).event_hash}"}`, l);
+    tollgateVerifies([g.file]);
   });
 });
 
@@ -494,6 +516,7 @@ describe('1e. a record dropped (over audit.max_pending_bytes)', () => {
     const v = verifyChain(lines);
     assert.deepEqual(v.records.map((r) => r.args.text), ['small', 'small again']);
     assert.deepEqual(v.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records, x.checkpoint.dropped]), [['start', 0, 0], ['shutdown', 2, 1]]);
+    tollgateVerifies([g.file]);
   });
 });
 
@@ -568,6 +591,7 @@ describe('3. rotation', () => {
     assert.ok(!JSON.parse(newLines[0]).checkpoint, `the new file starts with the next record: ${newLines[0]}`);
     assert.equal(JSON.parse(newLines[0]).previous_hash, JSON.parse(oldLines.at(-1)).event_hash);
     assert.deepEqual(b.checkpoints.map((c) => [c.checkpoint.reason, c.checkpoint.records]), [['shutdown', 3]]);
+    tollgateVerifies([g.file, old]); // in any order
   });
 });
 
@@ -599,6 +623,7 @@ describe('3b. rotation, other ways', () => {
     assert.deepEqual(reasons(f2), ['start', 'rotate', 'rotate']);
     assert.deepEqual(b.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records]), [['rotate', 0]]);
     assert.deepEqual(c.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records]), [['shutdown', 1]]);
+    tollgateVerifies([g.file, `${g.file}.1`, `${g.file}.2`]);
   });
 
   test('three rotations under traffic on every transport: one unbroken chain across four files, every call in it', async () => {
@@ -639,6 +664,7 @@ describe('3b. rotation, other ways', () => {
       prev = v.last;
     }
     assert.equal(total, answered, 'every answered call is in the chain, once');
+    tollgateVerifies(files);
   });
 
   test('a reload naming another audit file: the old one ends with shutdown, the new one starts', async () => {
@@ -694,6 +720,7 @@ describe('4. reload', () => {
     assert.equal(reload.instance, start.instance);
     assert.deepEqual(v.records.map((r) => [r.tool, r.disposition]), [['echo', 'allowed'], ['delete_file', 'allowed']]);
     assert.deepEqual(reasons(all), ['start', 'reload', 'shutdown']);
+    tollgateVerifies([g.file]);
   });
 });
 
@@ -726,6 +753,9 @@ describe('4b. the signing key replaced', () => {
     assert.deepEqual(v.checkpoints.map((c) => [c.checkpoint.reason, c.checkpoint.key_sha256 === KEY_SHA256 ? 'old key' : c.checkpoint.key_sha256 === K2_SHA256 ? 'new key' : c.checkpoint.key_sha256]),
       [['start', 'old key'], ['reload', 'new key'], ['shutdown', 'new key']], lines.join('\n'));
     assert.equal(v.records.length, 3);
+    const pub2 = path.join(g.dir, 'new.pub');
+    fs.writeFileSync(pub2, K2.publicKey.export({ type: 'spki', format: 'pem' }));
+    tollgateVerifies([g.file], { pubs: [pubFile, pub2] });
   });
 });
 
@@ -749,6 +779,7 @@ describe('5. shutdown and restart', () => {
     verifyChain(all);
     assert.deepEqual(reasons(all), ['start', 'shutdown', 'start', 'shutdown']);
     assert.equal(JSON.parse(all.at(-1)).seq, all.length, 'one chain: seq counts every line of the file');
+    tollgateVerifies([g.file]);
   });
 });
 
@@ -841,6 +872,7 @@ describe('6. a crash (SIGKILL) under traffic, then a restart', () => {
     const c = verifyChain(after, { prev: prevWhole, what: 'after the torn line' });
     assert.deepEqual(c.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records]), [['start', 0], ['shutdown', 2]]);
     assert.equal(JSON.parse(after[0]).previous_hash, prevWhole.hash, 'the start checkpoint continues from the line before the torn one');
+    tollgateVerifies([g.file]);
   });
 });
 
@@ -867,6 +899,7 @@ describe('6b. a crash after a long line', () => {
     assert.equal(after[3], torn);
     verifyChain(after.slice(4), { prev: { hash: JSON.parse(lines[2]).event_hash, seq: 3 }, what: 'after the torn line' });
     await g.stop();
+    tollgateVerifies([g.file]);
   });
 });
 
@@ -1001,6 +1034,7 @@ describe('9. a cluster: each instance its own chain', () => {
       assert.deepEqual(v.checkpoints.map((c) => c.checkpoint.reason), ['start', 'shutdown'], name);
       assert.ok(v.checkpoints.every((c) => c.checkpoint.instance === name), `${name}: ${JSON.stringify(v.checkpoints)}`);
       assert.deepEqual(v.records.map((r) => [r.tool, r.decision]), [['execute_code', i === 0 ? 'allow' : 'limited'], ['echo', 'allow']], name);
+      tollgateVerifies([gs[i].file]);
     }
     assert.notEqual(JSON.parse(files[0][0]).event_hash, JSON.parse(files[1][0]).event_hash, 'two chains');
   });
