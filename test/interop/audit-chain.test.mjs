@@ -533,6 +533,7 @@ describe('2. checkpoints every checkpoint_lines records and every checkpoint_sec
     const all = readAudit(g.file).lines;
     const v = verifyChain(all);
     assert.deepEqual(v.checkpoints.map((c) => [c.checkpoint.reason, c.checkpoint.records]), [['start', 0], ['lines', 5], ['lines', 5], ['shutdown', 2]]);
+    tollgateVerifies([g.file]);
   });
 
   test('checkpoint_seconds = 1: none while idle, an "interval" checkpoint after a record', async () => {
@@ -686,6 +687,8 @@ describe('3b. rotation, other ways', () => {
     const lines = readAudit(other).lines;
     const b = verifyChain(lines, { what: 'new file' });
     assert.deepEqual(b.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records]), [['start', 0], ['shutdown', 1]]);
+    tollgateVerifies([g.file]);
+    tollgateVerifies([other]);
   });
 });
 
@@ -806,6 +809,7 @@ describe('5b. calls in flight at SIGTERM', () => {
     assert.deepEqual(reasons(lines), ['start', 'shutdown']);
     assert.equal(JSON.parse(lines.at(-1)).checkpoint?.reason, 'shutdown', lines.at(-1));
     assert.equal(v.checkpoints.at(-1).checkpoint.records, 3);
+    tollgateVerifies([g.file]);
   });
 });
 
