@@ -134,10 +134,15 @@ static int by_name(const void *a, const void *b)
     return x < y ? -1 : x > y; /* never equal for two members: qsort is not stable, this is */
 }
 
+/* Deeper than any tree tg_json_parse() is asked to build (limits.json_depth is at most 1000;
+ * readers add at most 16 levels): a value is never cut short here, or two deep values that differ
+ * only below the cut would have one canonical form (one retry key, one audit line hash). */
+#define CANON_DEPTH_MAX 1100
+
 /* as_written: numbers as their text (tg_json_write), not by value. */
 static void canon(struct tg_buf *b, const cJSON *v, int depth, int as_written)
 {
-    if (v == NULL || depth > 256) {
+    if (v == NULL || depth > CANON_DEPTH_MAX) {
         tg_buf_appends(b, "null");
         return;
     }

@@ -38,13 +38,17 @@ void tg_audit_chain_free(struct tg_audit_chain *c)
     free(c);
 }
 
+/* How deep a line of ours can nest: a client's arguments sit one level down, and they can be as
+ * deep as a request may be (limits.json_depth, at most 1000). */
+#define LINE_DEPTH 1024
+
 /* A line the chain can continue from: a JSON object with a 64-hex event_hash and a seq. */
 static int take_line(struct tg_audit_chain *c, const char *p, size_t n)
 {
     struct tg_json_doc doc = {0};
     const char *why;
     size_t off;
-    if (tg_json_parse(p, n, 64, 1, &doc, &why, &off) != 0)
+    if (tg_json_parse(p, n, LINE_DEPTH, 1, &doc, &why, &off) != 0)
         return -1;
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(doc.root, "event_hash");
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(doc.root, "seq");
@@ -157,19 +161,26 @@ void tg_audit_chain_set_conf(struct tg_audit_chain *c, const struct tg_conf *con
         }
     cJSON_Delete(c->in_force);
     c->in_force = f;
+    /* The key is read again at every start and reload, so that one replaced in its file signs from
+     * the reload on (what `tollgate audit pubkey -c CONF` prints); if it cannot be read, the one
+     * loaded before from the same file signs on. */
     const char *kp = conf->audit.signing_key;
-    if (kp == NULL || (c->key_path == NULL || strcmp(c->key_path, kp) != 0)) {
+    struct tg_ecsign *k = NULL;
+    char why[512] = "";
+    if (kp != NULL)
+        k = tg_ecsign_load(kp, why, sizeof(why));
+    int same = kp != NULL && c->key_path != NULL && strcmp(c->key_path, kp) == 0;
+    if (k != NULL || !same) {
         tg_ecsign_free(c->key);
-        c->key = NULL;
+        c->key = k;
         free(c->key_path);
         c->key_path = kp ? tg_xstrdup(kp) : NULL;
     }
-    if (kp != NULL && c->key == NULL) {
-        char why[512];
-        if ((c->key = tg_ecsign_load(kp, why, sizeof(why))) == NULL)
-            tg_log(TG_LOG_ERROR, "audit checkpoints are written unsigned: the signing key cannot be loaded",
-                   "file=%s error=\"%s\"", kp, why);
-    }
+    if (kp != NULL && k == NULL)
+        tg_log(TG_LOG_ERROR,
+               c->key ? "the audit signing key cannot be read again: the one loaded before signs on"
+                      : "audit checkpoints are written unsigned: the signing key cannot be loaded",
+               "file=%s error=\"%s\"", kp, why);
 }
 
 void tg_audit_chain_put_prev(const struct tg_audit_chain *c, struct tg_buf *b)
@@ -222,7 +233,7 @@ void tg_audit_chain_seal(struct tg_audit_chain *c, struct tg_buf *b, size_t mark
     size_t off;
     if (canonical) {
         tg_sha256(b->base + mark, b->len - mark, h);
-    } else if (tg_json_parse(b->base + mark, b->len - mark, 300, 1, &doc, &why, &off) == 0) {
+    } else if (tg_json_parse(b->base + mark, b->len - mark, LINE_DEPTH, 1, &doc, &why, &off) == 0) {
         struct tg_buf cf;
         tg_buf_init(&cf);
         tg_json_canon_as_written(&cf, doc.root);

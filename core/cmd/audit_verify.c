@@ -25,7 +25,9 @@
 #include "core/base/sha256.h"
 #include "core/cmd/audit_verify.h"
 
-#define JSON_DEPTH 256
+/* As deep as the writer's lines go (core/call/audit_chain.c): a client's arguments, one level
+ * down, may nest as deep as a request may (limits.json_depth, at most 1000). */
+#define JSON_DEPTH 1024
 #define CHUNK (64u << 10)
 
 struct tg_audit_key {

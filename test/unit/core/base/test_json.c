@@ -1280,6 +1280,41 @@ static void canonical_forms(void **state)
     cJSON_Delete(n);
 }
 
+/* Values as deep as a request may be (limits.json_depth up to 1000) are never cut short: two that
+ * differ only at the bottom have two canonical forms, as written and by value. */
+static void canonical_deep_values(void **state)
+{
+    (void)state;
+    enum { DEPTH = 1000 };
+    char *t[2];
+    struct tg_json_doc d[2];
+    struct tg_buf c[2], w[2];
+    uint8_t h[2][32];
+    for (int i = 0; i < 2; i++) {
+        t[i] = malloc(2 * DEPTH + 2);
+        memset(t[i], '[', DEPTH - 1);
+        t[i][DEPTH - 1] = (char)('1' + i);
+        memset(t[i] + DEPTH, ']', DEPTH - 1);
+        t[i][2 * DEPTH - 1] = '\0';
+        assert_int_equal(tg_json_parse(t[i], strlen(t[i]), DEPTH, 1, &d[i], NULL, NULL), 0);
+        tg_buf_init(&c[i]);
+        tg_buf_init(&w[i]);
+        tg_json_canon(&c[i], d[i].root);
+        tg_json_canon_as_written(&w[i], d[i].root);
+        tg_json_canon_sha256(d[i].root, h[i]);
+        assert_int_equal(c[i].len, strlen(t[i])); /* the whole value, nothing replaced */
+        assert_memory_equal(w[i].base, t[i], w[i].len);
+    }
+    assert_memory_not_equal(c[0].base, c[1].base, c[0].len);
+    assert_memory_not_equal(h[0], h[1], 32);
+    for (int i = 0; i < 2; i++) {
+        tg_buf_dispose(&c[i]);
+        tg_buf_dispose(&w[i]);
+        cJSON_Delete(d[i].root);
+        free(t[i]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1311,6 +1346,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(writer_string_escapes),
         cmocka_unit_test(fast_scan_matches_strict),
         cmocka_unit_test(canonical_forms),
+        cmocka_unit_test(canonical_deep_values),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
