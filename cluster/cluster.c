@@ -651,6 +651,8 @@ void tg_cluster_metrics(const struct tg_cluster *cl, struct tg_buf *out)
         CC("redis_requests_total", "Requests made to Redis.", rs->requests);
         CC("redis_commands_total", "Commands written to Redis.", rs->commands);
         CC("redis_round_trips_total", "Writes to Redis that waited for replies.", rs->round_trips);
+        CC("redis_writes_total", "Writes to Redis's command connection (one per loop iteration carries every "
+           "request the iteration made).", rs->writes);
         CC("redis_reconnects_total", "Connections to Redis made after the first.", rs->reconnects);
         CC("redis_script_loads_total", "SCRIPT LOADs (at connect and after NOSCRIPT).", rs->script_loads);
         CC("redis_late_replies_total", "Redis replies that came after their request's deadline.", rs->late_replies);

@@ -81,6 +81,7 @@ struct tg_redis {
     void *ud;
     struct conn cmd, sub;
     uv_timer_t deadline_timer, kick;
+    uv_prepare_t writer; /* tg_redis_flush before each poll */
     struct tg_redis_req *pending, *pending_tail; /* sent, waiting, in deadline order */
     struct tg_redis_req *late;                   /* answered ETIMEDOUT, replies outstanding */
     struct tg_redis_req *done;                   /* to answer from kick */
@@ -96,6 +97,10 @@ struct tg_redis {
     struct tg_redis_stats st;
 };
 
+/* Put a connection's context on the loop (cluster/redis/uvio.c): 0, or -1 (the caller frees ac). */
+int tg__redis_attach(redisAsyncContext *ac, uv_loop_t *loop, struct conn *c);
+/* What the command connection's socket did not take is written once it is writable. */
+void tg__redis_want_write(redisAsyncContext *ac);
 /* Send verb (SUBSCRIBE, UNSUBSCRIBE) for channel on the pub/sub connection (which is up). */
 void tg__redis_sub_send(struct conn *c, const char *verb, const char *channel);
 char *tg__redis_strdup(const char *s);

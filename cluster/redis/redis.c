@@ -1,7 +1,10 @@
 /* The Redis client of a cluster of gateways: see cluster/redis/redis.h for the contract.
  *
  * Shape. One struct tg_redis holds two connections (commands, pub/sub), each a hiredis async
- * context on the loop through hiredis's libuv adapter, and four libuv timers: one per connection
+ * context on the loop through hooks of our own (cluster/redis/uvio.c), a prepare handle that
+ * writes what the iteration's requests buffered (tg_redis_flush: one write per iteration, each
+ * request sent in the iteration that made it, its callback run as its own reply is read), and
+ * four libuv timers: one per connection
  * (backoff while down, the connect + AUTH + SCRIPT LOAD deadline while connecting), one for the
  * deadlines of all requests (they share timeout_ms, so the oldest is the first list entry and one
  * timer suffices), and "kick", a 0 ms timer that delivers answers that must not be given inside
@@ -16,9 +19,9 @@
  * principle 6). The struct tg_redis outlives its contexts and handles: tg_redis_free() answers
  * the waiters, then kick frees the contexts and closes the timers, and the last close frees it.
  *
- * Known limit of hiredis 0.14's libuv adapter: when libuv reports a socket error on the poll
- * handle (a refused connect shows as POLLERR), the adapter ignores it and hiredis never learns;
- * the connect deadline (timeout_ms) and the overdue-connection reset cover that case. */
+ * A socket error libuv reports on the poll handle (a refused connect shows as POLLERR) is handed
+ * to hiredis as a read or a connect check (uvio.c); the connect deadline (timeout_ms) and the
+ * overdue-connection reset cover what is never reported. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -27,12 +30,6 @@
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmissing-prototypes"
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"
-#include <hiredis/adapters/libuv.h>
-#pragma GCC diagnostic pop
 
 #include "cluster/redis/redis.h"
 #include "cluster/redis/internal.h"
@@ -61,6 +58,7 @@ static uint64_t next_rand(struct tg_redis *r)
 }
 
 static void on_kick(uv_timer_t *t);
+static void on_writer(uv_prepare_t *h);
 
 static void kick(struct tg_redis *r)
 {
@@ -517,7 +515,7 @@ static void conn_start(struct conn *c)
         return;
     }
     ac->data = c;
-    if (redisLibuvAttach(ac, r->loop) != REDIS_OK) {
+    if (tg__redis_attach(ac, r->loop, c) != 0) {
         redisAsyncFree(ac);
         start_backoff(c);
         return;
@@ -591,9 +589,9 @@ static void on_kick(uv_timer_t *t)
         list_remove(q);
         req_release(q);
     }
-    uv_handle_t *hs[4] = {(uv_handle_t *)&r->cmd.timer, (uv_handle_t *)&r->sub.timer,
-                          (uv_handle_t *)&r->deadline_timer, (uv_handle_t *)&r->kick};
-    for (int i = 0; i < 4; i++) {
+    uv_handle_t *hs[5] = {(uv_handle_t *)&r->cmd.timer, (uv_handle_t *)&r->sub.timer,
+                          (uv_handle_t *)&r->deadline_timer, (uv_handle_t *)&r->kick, (uv_handle_t *)&r->writer};
+    for (int i = 0; i < 5; i++) {
         hs[i]->data = r;
         uv_close(hs[i], on_handle_closed);
     }
@@ -675,7 +673,11 @@ struct tg_redis *tg_redis_new(uv_loop_t *loop, const struct tg_redis_opts *o, tg
     r->deadline_timer.data = r;
     uv_timer_init(loop, &r->kick);
     r->kick.data = r;
-    r->handles_open = 4;
+    uv_prepare_init(loop, &r->writer);
+    r->writer.data = r;
+    uv_prepare_start(&r->writer, on_writer);
+    uv_unref((uv_handle_t *)&r->writer); /* it keeps no loop running */
+    r->handles_open = 5;
     return r;
 }
 
@@ -687,6 +689,7 @@ void tg_redis_free(struct tg_redis *r)
     uv_timer_stop(&r->cmd.timer);
     uv_timer_stop(&r->sub.timer);
     uv_timer_stop(&r->deadline_timer);
+    uv_prepare_stop(&r->writer);
     while (r->pending)
         answer(r->pending, TG_REDIS_ECLOSED, NULL);
     while (r->done) {
@@ -707,11 +710,15 @@ void tg_redis_flush(struct tg_redis *r)
         sdslen(ac->c.obuf) == 0)
         return;
     /* redisBufferWrite, not redisAsyncHandleWrite: the latter runs the disconnect path (and its
-     * callbacks) on an error; here an error is left for the poll that follows to find. */
+     * callbacks) on an error; here an error is left for the poll that follows to find. What the
+     * socket did not take is written when it is writable (uvio.c polls for it only then). */
     int done = 0;
-    if (redisBufferWrite(&ac->c, &done) == REDIS_OK && done && ac->ev.delWrite)
-        ac->ev.delWrite(ac->ev.data);
+    if (redisBufferWrite(&ac->c, &done) == REDIS_OK && !done)
+        tg__redis_want_write(ac);
+    r->st.writes++;
 }
+
+static void on_writer(uv_prepare_t *h) { tg_redis_flush(h->data); }
 
 const struct tg_redis_stats *tg_redis_stats(const struct tg_redis *r) { return &r->st; }
 

@@ -56,6 +56,8 @@ struct tg_redis_stats {
     uint64_t requests;       /* tg_redis_* requests made */
     uint64_t commands;       /* commands written to Redis (a counter batch of n ops is n) */
     uint64_t round_trips;    /* writes of one or more commands that waited for replies */
+    uint64_t writes;         /* writes to the command connection (at most one per loop iteration
+                              * once it is up, whatever the number of requests) */
     uint64_t errors[7];      /* requests answered with -status (index 1..6) */
     uint64_t reconnects;     /* connections made after the first */
     uint64_t script_loads;   /* SCRIPT LOADs (at connect and after NOSCRIPT) */
@@ -84,8 +86,10 @@ struct tg_redis *tg_redis_new(uv_loop_t *loop, const struct tg_redis_opts *o, tg
  * memory goes once hiredis and libuv have let go of it (the loop must run on until then). */
 void tg_redis_free(struct tg_redis *r);
 int tg_redis_up(const struct tg_redis *r);
-/* Write what the requests of this loop iteration queued now, instead of at the next poll: the
- * server calls it once per iteration, before it writes to clients. Replies never run inside it
+/* Write what the requests of this loop iteration queued, in one write. The client runs it itself
+ * from a prepare handle (just before the loop polls); the server calls it too, after its I/O
+ * callbacks and before it writes to clients, so that Redis starts on the iteration's decisions
+ * first. Requests are never written one by one when they are made. Replies never run inside it
  * (a failed write is noticed by the next poll). */
 void tg_redis_flush(struct tg_redis *r);
 const struct tg_redis_stats *tg_redis_stats(const struct tg_redis *r);
