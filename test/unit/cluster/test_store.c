@@ -567,6 +567,7 @@ static void session_records(void **state)
     assert_int_equal(f.found, 0);
 
     a.ops->session_share(a.ud, s, &http); /* written again */
+    settle(ca); /* a's SET and b's GET go on two connections: no order between them otherwise */
     fetch(&b, s->id_str, &f);
     assert_int_equal(f.found, 1);
     nended = 0;
