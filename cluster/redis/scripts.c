@@ -16,6 +16,7 @@
  * clock is always the caller's, never Redis TIME); an update that the local store makes without
  * moving expire_ms keeps the TTL (KEEPTTL). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,55 +218,105 @@ int tg__redis_op_parse(struct tg_counter_op *op, const redisReply *y, const stru
     return -1;
 }
 
+/* The decimal digits of x into out (at least 21 bytes), NUL-terminated; returns their length. */
+static size_t fmt_i64(char *out, int64_t x)
+{
+    char tmp[24];
+    size_t n = 0, len = 0;
+    uint64_t u = x < 0 ? 0 - (uint64_t)x : (uint64_t)x;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (x < 0)
+        out[len++] = '-';
+    while (n > 0)
+        out[len++] = tmp[--n];
+    out[len] = 0;
+    return len;
+}
+
+/* x as "%.17g" writes it (out: 32 bytes); returns the length. An integral value below 1e15 (every
+ * amount, capacity and limit a policy can state as a whole number) is its digits exactly as
+ * "%.17g" gives them, without the floating-point formatter (a decision's most expensive part of
+ * its request). -0 keeps its sign through snprintf. */
+static size_t fmt_g17(char *out, double x)
+{
+    if (x > -1e15 && x < 1e15 && x == (double)(int64_t)x && !(x == 0 && signbit(x)))
+        return fmt_i64(out, (int64_t)x);
+    int n = snprintf(out, 32, "%.17g", x);
+    return n < 0 ? 0 : (size_t)n;
+}
+
 void tg__redis_op_argv(struct tg__redis_argv *v, const struct tg_counter_op *op, const char *prefix, const char *sha,
                        const struct tg_redis_hist *hist)
 {
     char(*a)[32] = v->num;
+    size_t al[6];
     int na = 0;
     int is_hist = op->kind == TG_COP_HIST_GET || op->kind == TG_COP_HIST_ADD || op->kind == TG_COP_HIST_DEL;
-    snprintf(v->key, sizeof(v->key), "%s%s:%016" PRIx64 "%016" PRIx64, prefix, is_hist ? "h" : "c", op->h1, op->h2);
+    /* prefix, "c:" or "h:", then h1 and h2 as 16 lowercase hex digits each */
+    static const char hex[] = "0123456789abcdef";
+    size_t pl = strlen(prefix);
+    if (pl > sizeof(v->key) - 35)
+        pl = sizeof(v->key) - 35;
+    memcpy(v->key, prefix, pl);
+    char *k = v->key + pl;
+    *k++ = is_hist ? 'h' : 'c';
+    *k++ = ':';
+    for (int i = 60; i >= 0; i -= 4)
+        *k++ = hex[(op->h1 >> i) & 15];
+    for (int i = 60; i >= 0; i -= 4)
+        *k++ = hex[(op->h2 >> i) & 15];
+    *k = 0;
     v->argc = 0;
-    v->argv[v->argc++] = "EVALSHA";
-    v->argv[v->argc++] = sha;
-    v->argv[v->argc++] = "1";
-    v->argv[v->argc++] = v->key;
-    for (int k = 0; k < v->argc; k++)
-        v->argvlen[k] = strlen(v->argv[k]);
+    v->argv[v->argc] = "EVALSHA";
+    v->argvlen[v->argc++] = 7;
+    v->argv[v->argc] = sha;
+    v->argvlen[v->argc++] = strlen(sha);
+    v->argv[v->argc] = "1";
+    v->argvlen[v->argc++] = 1;
+    v->argv[v->argc] = v->key;
+    v->argvlen[v->argc++] = (size_t)(k - v->key);
     if (is_hist) {
         tg__redis_hist_argv(v, op, hist);
         return;
     }
+#define I(x) (al[na] = fmt_i64(a[na], (int64_t)(x)), na++)
+#define G(x) (al[na] = fmt_g17(a[na], (x)), na++)
     switch (op->kind) {
     case TG_COP_BUCKET_TAKE:
-        snprintf(a[na++], 32, "%.17g", op->capacity);
-        snprintf(a[na++], 32, "%" PRId64, op->window_ms);
-        snprintf(a[na++], 32, "%.17g", op->amount);
-        snprintf(a[na++], 32, "%" PRId64, op->now_ms);
+        G(op->capacity);
+        I(op->window_ms);
+        G(op->amount);
+        I(op->now_ms);
         break;
     case TG_COP_BUCKET_GIVE:
-        snprintf(a[na++], 32, "%.17g", op->capacity);
-        snprintf(a[na++], 32, "%.17g", op->amount);
+        G(op->capacity);
+        G(op->amount);
         break;
-    case TG_COP_WINDOW_GET: snprintf(a[na++], 32, "%" PRId64, op->window_start); break;
+    case TG_COP_WINDOW_GET: I(op->window_start); break;
     case TG_COP_WINDOW_ADD:
-        snprintf(a[na++], 32, "%" PRId64, op->window_start);
-        snprintf(a[na++], 32, "%" PRId64, op->window_ms);
-        snprintf(a[na++], 32, "%.17g", op->amount);
-        snprintf(a[na++], 32, "%.17g", op->limit);
-        snprintf(a[na++], 32, "%d", (int)op->limit_op);
-        snprintf(a[na++], 32, "%" PRId64, op->now_ms);
+        I(op->window_start);
+        I(op->window_ms);
+        G(op->amount);
+        G(op->limit);
+        I(op->limit_op);
+        I(op->now_ms);
         break;
     case TG_COP_WINDOW_SUB:
-        snprintf(a[na++], 32, "%" PRId64, op->window_start);
-        snprintf(a[na++], 32, "%.17g", op->amount);
+        I(op->window_start);
+        G(op->amount);
         break;
     case TG_COP_HIST_GET:
     case TG_COP_HIST_ADD:
     case TG_COP_HIST_DEL:
         break;
     }
-    for (int k = 0; k < na; k++) {
-        v->argvlen[v->argc] = strlen(a[k]);
-        v->argv[v->argc++] = a[k];
+#undef I
+#undef G
+    for (int i = 0; i < na; i++) {
+        v->argvlen[v->argc] = al[i];
+        v->argv[v->argc++] = a[i];
     }
 }

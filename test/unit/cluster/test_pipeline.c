@@ -13,10 +13,13 @@
 #include "test/unit/cluster/redis_helpers.h"
 
 #include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <math.h>
 #include <sched.h>
 
 #include "cluster/cluster.h"
 #include "cluster/redis/redis.h"
+#include "cluster/redis/scripts.h"
 #include "core/call/gateway.h"
 #include "core/call/shared.h"
 #include "policy/counters.h"
@@ -115,6 +118,57 @@ static void run_until_done(const struct answer *a, size_t n, uint64_t ms)
 }
 
 #define NREQ 120
+
+/* ---- (0) the request's text: numbers exactly as "%.17g" writes them --------------------------- */
+
+static void argv_numbers_as_printf(void **state)
+{
+    (void)state;
+    static const double fixed[] = {0, -0.0, 1, -1, 7, 10, 99, 100000000, 1e14, 999999999999999.0, 1e15, -1e15,
+                                   1e16, 9007199254740993.0, 0.5, 0.1, -2.5, 1e-300, 1e300, 4.9e-324, 123456.789};
+    uint64_t rs = 0x243f6a8885a308d3ULL;
+    for (int i = 0; i < 20000; i++) {
+        double x;
+        if (i < (int)(sizeof(fixed) / sizeof(fixed[0]))) {
+            x = fixed[i];
+        } else {
+            rs ^= rs << 13;
+            rs ^= rs >> 7;
+            rs ^= rs << 17;
+            switch (i % 4) {
+            case 0: x = (double)(int64_t)(rs % 2000000000000000ULL) - 1e15; break; /* integral, both signs */
+            case 1: x = (double)(rs % 1000000) / 8; break;                          /* halves, eighths */
+            case 2: memcpy(&x, &rs, sizeof(x)); break;                              /* any bits */
+            default: x = (double)(rs % 100000) * 1e10; break;                       /* large integral */
+            }
+            if (isnan(x) || isinf(x))
+                continue;
+        }
+        struct tg_counter_op op;
+        take_op(&op, rs, x);
+        op.amount = -x;
+        op.now_ms = (int64_t)rs;
+        op.window_ms = -(int64_t)(rs >> 3);
+        struct tg__redis_argv v;
+        tg__redis_op_argv(&v, &op, "pre:", "0123456789012345678901234567890123456789", NULL);
+        char want[64], key[128];
+        snprintf(key, sizeof(key), "pre:c:%016" PRIx64 "%016" PRIx64, op.h1, op.h2);
+        assert_int_equal(v.argc, 8);
+        assert_int_equal(v.argvlen[3], strlen(key));
+        assert_string_equal(v.argv[3], key);
+        snprintf(want, sizeof(want), "%.17g", op.capacity);
+        assert_int_equal(v.argvlen[4], strlen(want));
+        assert_string_equal(v.argv[4], want);
+        snprintf(want, sizeof(want), "%" PRId64, op.window_ms);
+        assert_string_equal(v.argv[5], want);
+        snprintf(want, sizeof(want), "%.17g", op.amount);
+        assert_int_equal(v.argvlen[6], strlen(want));
+        assert_string_equal(v.argv[6], want);
+        snprintf(want, sizeof(want), "%" PRId64, op.now_ms);
+        assert_int_equal(v.argvlen[7], strlen(want));
+        assert_string_equal(v.argv[7], want);
+    }
+}
 
 /* ---- (1) many in flight on one connection ------------------------------------------------- */
 
@@ -436,6 +490,7 @@ int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(argv_numbers_as_printf),
         cmocka_unit_test(many_in_flight_one_write),
         cmocka_unit_test(two_connections_race_paused),
         cmocka_unit_test(reply_never_comes),
