@@ -170,6 +170,39 @@ static void argv_numbers_as_printf(void **state)
     }
 }
 
+/* ---- (0b) a refused connect is seen when the socket says so, not at the connect deadline ----- */
+
+struct seen {
+    int down;
+    char why[160];
+};
+
+static void on_state_seen(void *ud, int up, const char *why)
+{
+    struct seen *x = ud;
+    if (!up && !x->down) {
+        x->down = 1;
+        snprintf(x->why, sizeof(x->why), "%s", why);
+    }
+}
+
+static void refused_connect_seen_at_once(void **state)
+{
+    (void)state;
+    char addr[64], why[128];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", th_free_port()); /* nothing listens there */
+    struct tg_redis_opts o = {.address = addr, .timeout_ms = 10000, .backoff_ms = 5000, .backoff_max_ms = 5000};
+    struct seen x = {0};
+    uint64_t t0 = th_ms();
+    struct tg_redis *r = tg_redis_new(loop, &o, on_state_seen, &x, why, sizeof(why));
+    assert_non_null(r);
+    th_run_until(loop, &x.down, 5000);
+    assert_true(x.down);
+    assert_true(th_ms() - t0 < 3000); /* the connect deadline is 10 s */
+    assert_non_null(strstr(x.why, "refused"));
+    finish(r);
+}
+
 /* ---- (1) many in flight on one connection ------------------------------------------------- */
 
 static void many_in_flight_one_write(void **state)
@@ -463,7 +496,10 @@ static void race_paused_then_restarted(void **state)
     stop_redis();
     decide_range(&ms, p, 40, 50);
     uv_run(loop, UV_RUN_NOWAIT);
-    th_kill(&srv);
+    /* SIGKILL while it is stopped (th_kill would let it run first): the 20 never run */
+    kill(srv.pid, SIGKILL);
+    waitpid(srv.pid, NULL, 0);
+    srv.pid = 0;
     wait_decided(&ms, 40, 50);
     for (int m = 0; m < 2; m++)
         for (int i = 40; i < 50; i++) {
@@ -491,6 +527,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(argv_numbers_as_printf),
+        cmocka_unit_test(refused_connect_seen_at_once),
         cmocka_unit_test(many_in_flight_one_write),
         cmocka_unit_test(two_connections_race_paused),
         cmocka_unit_test(reply_never_comes),
