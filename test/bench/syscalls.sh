@@ -25,10 +25,13 @@
 #             stime of /proc/PID/stat, ticks of 1/CLK_TCK s). On a shared 2-core machine these move
 #             by 10 % or more between runs; only strace's counts are stable.
 #
+# SYS_PROFILE=1 adds a run under perf record -e cpu-clock (software clock: kernel and user symbols,
+# no hardware counters needed) and writes the top symbols to RESULTS.TARGET.profile.txt.
 # SYS_CALLGRIND=1 adds nginx's instructions per operation (Ir/op; tollgate's are
 # test/perf/callgrind.sh's figures), see cg_nginx below.
 #
-# Environment: TOLLGATE_BIN, UPSTREAM_BIN, STREAMS_BIN (default build/...), NGINX_BIN,
+# Environment: TOLLGATE_BIN, UPSTREAM_BIN, STREAMS_BIN (default BENCH_BUILD/..., BENCH_BUILD
+# defaulting to build-rel, as bench.sh), NGINX_BIN,
 # SYS_DURATION (3), SYS_CONNS (50), SYS_SCONNS (8), SYS_STREAM_CALLS (200, strace), SYS_CPU_CALLS (3000, perf and cpu), SYS_PERF (1), SYS_TOP (8 names per
 # target), SYS_RESULTS (test/bench/results/syscalls.txt), BENCH_KEEP_TMP=1.
 set -euo pipefail
@@ -39,7 +42,7 @@ BENCH_NAME=syscalls.sh
 . "$here/lib.sh"
 root=$(cd "$here/../.." && pwd)
 
-B=${BENCH_BUILD:-$root/build}
+B=${BENCH_BUILD:-$root/build-rel}
 TOLLGATE_BIN=${TOLLGATE_BIN:-$B/tollgate}
 UPSTREAM_BIN=${UPSTREAM_BIN:-$B/test/bench/tg-bench-upstream}
 STREAMS_BIN=${STREAMS_BIN:-$B/test/bench/tg-bench-streams}
@@ -76,7 +79,7 @@ if [[ ${SYS_PERF:-1} == 1 ]] && command -v perf >/dev/null &&
 fi
 bench_tmp syscalls
 hz=$(getconf CLK_TCK)
-ticks() { awk '{sub(/^.*\) /, ""); print $12, $13}' "/proc/$1/stat"; } # utime stime
+ticks() { awk '{sub(/^.*\) /, ""); print $12, $13, $8}' "/proc/$1/stat"; } # utime stime minflt
 
 # ---- upstream, nginx (bench.sh's locations), tollgates (bench.sh's tg-policy and tg-stream) ----
 "$UPSTREAM_BIN" 0 --events "$EVENTS" >"$tmp/upstream.out" 2>"$tmp/upstream.err" &
@@ -200,7 +203,7 @@ ops() { # KIND URL DIR STREAM_CALLS
     esac
 }
 
-declare -A total user sys nops top ptotal ptop segs
+declare -A total user sys top ptotal ptop segs faults
 # TCP segments sent by the whole machine (/proc/net/snmp OutSegs): client, proxy and upstream on
 # loopback, and whatever else runs, so only a rough figure on a shared machine.
 out_segs() { awk '$1 == "Tcp:" && $2 ~ /^[0-9]+$/ {print $12; exit}' /proc/net/snmp; }
@@ -220,7 +223,7 @@ measure() { # TARGET KIND URL PID
     forget_pid "$st_pid"
     [[ -s $d/strace.txt ]] || die "$t: strace wrote nothing: $(cat "$d/strace.err")"
     # Rows: % time, seconds, usecs/call, calls, [errors], syscall.
-    total[$t]=$(awk -v n="$n" '/^ *[0-9.]+ / && $NF != "total" {c += $4} END {printf "%.2f", c / n}' "$d/strace.txt")
+    total[$t]=$(awk -v n="$n" '/^ *[0-9.]+ / && $NF != "total" {c += $4} END {printf "%.3f", c / n}' "$d/strace.txt")
     top[$t]=$(awk -v n="$n" '/^ *[0-9.]+ / && $NF != "total" {printf "%s %.3f\n", $NF, $4 / n}' "$d/strace.txt" |
         sort -k2,2gr | head -n "$TOP" | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2}')
     echo "   $n operations, ${total[$t]} syscalls each: ${top[$t]}" >&2
@@ -237,10 +240,51 @@ measure() { # TARGET KIND URL PID
         kill -INT "$p_pid"
         wait "$p_pid" 2>/dev/null || true
         forget_pid "$p_pid"
-        ptotal[$t]=$(awk -F, -v n="$n" '$3 == "raw_syscalls:sys_enter" {printf "%.2f", $1 / n}' "$d/perf.txt")
+        ptotal[$t]=$(awk -F, -v n="$n" '$3 == "raw_syscalls:sys_enter" {printf "%.3f", $1 / n}' "$d/perf.txt")
         ptop[$t]=$(awk -F, -v n="$n" '$3 ~ /^syscalls:sys_enter_/ && $1 > 0 {sub(/^syscalls:sys_enter_/, "", $3); printf "%s %.3f\n", $3, $1 / n}' "$d/perf.txt" |
             sort -k2,2gr | head -n "$TOP" | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2}')
         echo "   $n operations, ${ptotal[$t]} syscalls each: ${ptop[$t]}" >&2
+    fi
+    if [[ ${SYS_TRACE:-0} == 1 ]]; then
+        # Every syscall of a few operations, with sizes: which ones repeat per operation.
+        echo "== $t: strace -f -tt -p $4 (SYS_TRACE)" >&2
+        local tr_pid
+        strace -f -q -tt -e trace=read,write,writev,readv,recvfrom,sendto,epoll_wait,epoll_ctl,getsockopt,setsockopt \
+            -e abbrev=all -s 0 -p "$4" -o "$d/trace.txt" 2>"$d/trace.err" &
+        tr_pid=$!
+        pids+=("$tr_pid")
+        sleep 0.5
+        if [[ $2 == calls ]]; then
+            curl -sS -o /dev/null --max-time 5 -X POST "$3" -H 'Content-Type: application/json' \
+                -H 'Accept: application/json, text/event-stream' \
+                --data-binary '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"'"$PROTO"'","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}' || true
+        else
+            ops_stream "${2/post/post}" "$3" "$d/trace-run" 3 >/dev/null
+        fi
+        kill -INT "$tr_pid"
+        wait "$tr_pid" 2>/dev/null || true
+        forget_pid "$tr_pid"
+        mkdir -p "$(dirname "$RESULTS")"
+        cp "$d/trace.txt" "${RESULTS%.txt}.$t.trace.txt"
+        echo "   trace: ${RESULTS%.txt}.$t.trace.txt" >&2
+    fi
+    if [[ ${SYS_PROFILE:-0} == 1 ]]; then
+        # Where the CPU goes, kernel included: perf's software clock (no hardware counters needed).
+        echo "== $t: perf record -e cpu-clock -p $4" >&2
+        local r_pid
+        perf record -q -e cpu-clock -F 2999 -p "$4" -o "$d/perf.data" >/dev/null 2>"$d/record.err" &
+        r_pid=$!
+        pids+=("$r_pid")
+        sleep 0.5
+        n=$(ops "$2" "$3" "$d/profile-run" "$CPU_CALLS")
+        kill -INT "$r_pid"
+        wait "$r_pid" 2>/dev/null || true
+        forget_pid "$r_pid"
+        perf report -i "$d/perf.data" --no-children --sort dso,sym --stdio 2>/dev/null |
+            grep -v '^#' | grep . | head -n 25 >"$d/profile.txt" || true
+        mkdir -p "$(dirname "$RESULTS")"
+        cp "$d/profile.txt" "${RESULTS%.txt}.$t.profile.txt"
+        echo "   profile: ${RESULTS%.txt}.$t.profile.txt" >&2
     fi
     echo "== $t: CPU from /proc/$4/stat" >&2
     local a b s0 s1
@@ -249,8 +293,9 @@ measure() { # TARGET KIND URL PID
     n=$(ops "$2" "$3" "$d/cpu-run" "$CPU_CALLS")
     b=$(ticks "$4")
     s1=$(out_segs)
-    nops[$t]=$n
+
     segs[$t]=$(awk -v a="$s0" -v b="$s1" -v n="$n" 'BEGIN {printf "%.2f", (b - a) / n}')
+    faults[$t]=$(awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN {split(a, x); split(b, y); printf "%.3f", (y[3] - x[3]) / n}')
     user[$t]=$(awk -v a="$a" -v b="$b" -v n="$n" -v h="$hz" 'BEGIN {split(a, x); split(b, y); printf "%.3f", (y[1] - x[1]) / h * 1e6 / n}')
     sys[$t]=$(awk -v a="$a" -v b="$b" -v n="$n" -v h="$hz" 'BEGIN {split(a, x); split(b, y); printf "%.3f", (y[2] - x[2]) / h * 1e6 / n}')
     echo "   $n operations, user ${user[$t]} us, system ${sys[$t]} us each" >&2
@@ -314,10 +359,12 @@ mkdir -p "$(dirname "$RESULTS")"
     echo "# syscalls and CPU per operation $(date -u +%Y-%m-%dT%H:%M:%SZ)  $(uname -sr), $(nproc) cores, tree $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "# calls: wrk -c$CONNS ${DURATION}s, tools/call; streams: $SCALLS calls x ($EVENTS events + result) on $SCONNS sessions"
     echo "# operation = a tools/call (calls-*) or a message the client received (streams)"
-    printf '%-21s %9s %9s %9s %9s %9s %10s %8s\n' target 'strace/op' 'perf/op' 'user us' 'sys us' 'CPU us' 'Ir/op' 'segs/op'
+    printf '%-21s %9s %9s %9s %9s %9s %10s %8s %9s\n' target 'strace/op' 'perf/op' 'user us' 'sys us' 'CPU us' 'Ir/op' \
+        'segs/op' 'faults/op'
     for t in $targets; do
-        printf '%-21s %9s %9s %9s %9s %9s %10s %8s\n' "$t" "${total[$t]}" "${ptotal[$t]:--}" "${user[$t]}" "${sys[$t]}" \
-            "$(awk -v u="${user[$t]}" -v s="${sys[$t]}" 'BEGIN {printf "%.3f", u + s}')" "${cg_ir[$t]:--}" "${segs[$t]}"
+        printf '%-21s %9s %9s %9s %9s %9s %10s %8s %9s\n' "$t" "${total[$t]}" "${ptotal[$t]:--}" "${user[$t]}" "${sys[$t]}" \
+            "$(awk -v u="${user[$t]}" -v s="${sys[$t]}" 'BEGIN {printf "%.3f", u + s}')" "${cg_ir[$t]:--}" "${segs[$t]}" \
+            "${faults[$t]}"
     done
     echo "# syscalls per op by name, strace -c (the process slowed by tracing):"
     for t in $targets; do printf '#   %-21s %s\n' "$t" "${top[$t]}"; done
@@ -325,6 +372,7 @@ mkdir -p "$(dirname "$RESULTS")"
         echo "# syscalls per op by name, perf stat (not slowed; only the names counted: $perf_names):"
         for t in $targets; do printf '#   %-21s %s\n' "$t" "${ptop[$t]}"; done
     fi
+    echo "# faults/op: minor page faults of the proxy per op (minflt of /proc/PID/stat), in the cpu run"
     echo "# segs/op: TCP segments the whole machine sent per op during the cpu run (client, proxy, upstream)"
     echo "# CPU columns: one run each, without strace, on a shared machine: +-10 % or more between runs"
 } | tee "$RESULTS"
