@@ -704,7 +704,8 @@ static int reload_apply(struct tg_server *srv, struct tg_conf *nc, struct tg_tls
             free_contexts(tls, nc_listeners);
             return -1;
         }
-        tg_audit_close(srv->audit);
+        tg_audit_close(srv->audit); /* its last checkpoint now; freed once the loop runs */
+        tg_audit_hand_over(srv->audit, na);
     }
     srv->audit = na;
     tg_audit_set_conf(srv->audit, nc); /* a checkpoint: "start" in a new file, "reload" in the same one */

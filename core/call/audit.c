@@ -233,6 +233,12 @@ void tg_audit_set_conf(struct tg_audit *a, const struct tg_conf *conf)
     a->started = 1;
 }
 
+void tg_audit_hand_over(struct tg_audit *from, struct tg_audit *to)
+{
+    if (from != NULL && to != NULL && from->chain != NULL && to->chain != NULL && !to->started)
+        tg_audit_chain_adopt(to->chain, from->chain);
+}
+
 void tg_audit_close(struct tg_audit *a)
 {
     if (a == NULL)

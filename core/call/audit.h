@@ -23,7 +23,11 @@
 struct tg_audit;
 
 struct tg_audit *tg_audit_open(uv_loop_t *loop, const struct tg_audit_conf *ac, struct tg_buf *err);
-/* Flush what is buffered, then free (async; safe to call once). */
+/* A reload that names another file: to (opened, before its tg_audit_set_conf) continues the chain
+ * of from (after its tg_audit_close wrote its last checkpoint) when to's file was empty, so that
+ * the operator's files stay one chain. */
+void tg_audit_hand_over(struct tg_audit *from, struct tg_audit *to);
+/* Flush what is buffered, then free (async: a stays readable until the loop runs; safe to call once). */
 void tg_audit_close(struct tg_audit *a);
 /* What the chain's checkpoints record (the conf and policy files in force, the signing key):
  * called once after tg_audit_open (writes the "start" checkpoint) and after each reload that

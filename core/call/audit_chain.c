@@ -131,6 +131,15 @@ int tg_audit_chain_resume(struct tg_audit_chain *c, int wfd, const char *path)
     return torn;
 }
 
+void tg_audit_chain_adopt(struct tg_audit_chain *to, const struct tg_audit_chain *from)
+{
+    if (to->has_prev || !from->has_prev)
+        return; /* its file had a chain of its own, or there is nothing to continue */
+    memcpy(to->prev, from->prev, sizeof(to->prev));
+    to->has_prev = 1;
+    to->seq = from->seq;
+}
+
 void tg_audit_chain_set_conf(struct tg_audit_chain *c, const struct tg_conf *conf)
 {
     cJSON *f = cJSON_CreateObject();

@@ -24,6 +24,8 @@ void tg_audit_chain_free(struct tg_audit_chain *c);
  * Returns 1 when the file ends inside a line (a write cut short by a crash): the writer then
  * starts with a newline. */
 int tg_audit_chain_resume(struct tg_audit_chain *c, int wfd, const char *path);
+/* to, whose file was empty, continues from's chain (a reload that names another file). */
+void tg_audit_chain_adopt(struct tg_audit_chain *to, const struct tg_audit_chain *from);
 /* What checkpoints record: the conf file and the policy files of c, this instance's name, and the
  * key that signs (audit.signing_key, loaded again when it changed). */
 void tg_audit_chain_set_conf(struct tg_audit_chain *c, const struct tg_conf *conf);

@@ -668,7 +668,7 @@ describe('3b. rotation, other ways', () => {
     tollgateVerifies(files);
   });
 
-  test('a reload naming another audit file: the old one ends with shutdown, the new one starts', async () => {
+  test('a reload naming another audit file: the old one ends with shutdown, the new one continues its chain', async () => {
     const g = await gateway('refile');
     await echoes(g, 1);
     await linesWhen(g.file, (l) => l.length === 2, 'a record');
@@ -683,12 +683,11 @@ describe('3b. rotation, other ways', () => {
     const a = verifyChain(readAudit(g.file).lines, { what: 'old file' });
     assert.deepEqual(reasons(readAudit(g.file).lines), ['start', 'shutdown']);
     assert.equal(a.records.length, 1);
-    // the new file is a chain of its own, from nothing
+    // the new file (empty) continues the old file's chain from its shutdown checkpoint
     const lines = readAudit(other).lines;
-    const b = verifyChain(lines, { what: 'new file' });
+    const b = verifyChain(lines, { prev: a.last, what: 'new file' });
     assert.deepEqual(b.checkpoints.map((x) => [x.checkpoint.reason, x.checkpoint.records]), [['start', 0], ['shutdown', 1]]);
-    tollgateVerifies([g.file]);
-    tollgateVerifies([other]);
+    tollgateVerifies([g.file, other]);
   });
 });
 

@@ -10,109 +10,12 @@
 #include <unistd.h>
 
 #include <mbedtls/base64.h>
-#include <mbedtls/ctr_drbg.h>
-#include <mbedtls/entropy.h>
-#include <mbedtls/pk.h>
 
 #include "core/base/json.h"
 #include "core/base/sha256.h"
 #include "core/call/audit.h"
 
-struct fixture {
-    uv_loop_t loop;
-    char dir[64], path[128], key[128];
-    struct tg_conf conf;
-    mbedtls_pk_context pk; /* the key the test made: verifies the signatures */
-};
-
-static void make_key(struct fixture *f)
-{
-    mbedtls_entropy_context e;
-    mbedtls_ctr_drbg_context d;
-    mbedtls_entropy_init(&e);
-    mbedtls_ctr_drbg_init(&d);
-    assert_int_equal(mbedtls_ctr_drbg_seed(&d, mbedtls_entropy_func, &e, NULL, 0), 0);
-    mbedtls_pk_init(&f->pk);
-    assert_int_equal(mbedtls_pk_setup(&f->pk, mbedtls_pk_info_from_type(MBEDTLS_PK_ECKEY)), 0);
-    assert_int_equal(mbedtls_ecp_gen_key(MBEDTLS_ECP_DP_SECP256R1, mbedtls_pk_ec(f->pk), mbedtls_ctr_drbg_random, &d), 0);
-    unsigned char pem[1024];
-    assert_int_equal(mbedtls_pk_write_key_pem(&f->pk, pem, sizeof(pem)), 0);
-    FILE *fp = fopen(f->key, "w");
-    assert_non_null(fp);
-    fputs((char *)pem, fp);
-    fclose(fp);
-    mbedtls_ctr_drbg_free(&d);
-    mbedtls_entropy_free(&e);
-}
-
-static int setup(void **state)
-{
-    struct fixture *f = calloc(1, sizeof(*f));
-    snprintf(f->dir, sizeof(f->dir), "/tmp/tg-chain-XXXXXX");
-    assert_non_null(mkdtemp(f->dir));
-    snprintf(f->path, sizeof(f->path), "%s/audit.log", f->dir);
-    snprintf(f->key, sizeof(f->key), "%s/audit.key", f->dir);
-    make_key(f);
-    uv_loop_init(&f->loop);
-    f->conf.path = "/etc/tollgate/tollgate.conf";
-    memset(f->conf.sha256, 'a', 64);
-    f->conf.audit.file = f->path;
-    f->conf.audit.max_pending = 16 * 1024 * 1024;
-    f->conf.audit.chain = 1;
-    f->conf.audit.signing_key = f->key;
-    f->conf.audit.checkpoint_lines = 3;
-    f->conf.audit.checkpoint_seconds = 3600;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-    assert_int_equal(uv_loop_close(&f->loop), 0);
-    char p[160];
-    snprintf(p, sizeof(p), "%s.1", f->path);
-    unlink(p);
-    unlink(f->path);
-    unlink(f->key);
-    rmdir(f->dir);
-    mbedtls_pk_free(&f->pk);
-    free(f);
-    return 0;
-}
-
-static struct tg_audit *open_log(struct fixture *f)
-{
-    struct tg_buf err;
-    tg_buf_init(&err);
-    struct tg_audit *a = tg_audit_open(&f->loop, &f->conf.audit, &err);
-    assert_non_null(a);
-    tg_buf_dispose(&err);
-    tg_audit_set_conf(a, &f->conf);
-    return a;
-}
-
-static void close_log(struct fixture *f, struct tg_audit *a)
-{
-    tg_audit_close(a);
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-}
-
-static void log_one(struct fixture *f, struct tg_audit *a, int i)
-{
-    char tool[32];
-    snprintf(tool, sizeof(tool), "t\xc3\xa9-\"%d\"", i);
-    /* what tollgate writes in several forms: several counters out of byte order, a history object,
-     * argument text as the client spaced it, a latency */
-    struct tg_audit_record r = {.grant = "alice", .subject = "a\nb", .session = "s1", .upstream = "main",
-                                .method = "tools/call", .tool = tool, .decision = i % 2 ? "deny" : "allow",
-                                .rule = "r", .counters_json = "\"zeta\":1,\"alpha\":2.50",
-                                .history_json = "{\"tool\":\"read_env\",\"upstream\":\"u\",\"at\":\"x\"}",
-                                .args_json = "{ \"b\" : 1.0e0, \"a\": [1, {\"y\":2,\"x\":3}] }",
-                                .args_sha256 = "00", .latency_ms = 1.5, .outcome = "ok"};
-    tg_audit_log(a, &f->conf.audit, &r);
-}
+#include "test/unit/core/audit_writer.h"
 
 struct line {
     cJSON *j;
@@ -272,8 +175,7 @@ static void a_file_opened_again_continues_the_chain(void **state)
     a = open_log(f);
     log_one(f, a, 2);
     /* rotation: the old file ends with a checkpoint the new one continues from */
-    char old[160];
-    snprintf(old, sizeof(old), "%s.1", f->path);
+    const char *old = f->old;
     assert_int_equal(rename(f->path, old), 0);
     tg_audit_reopen(a);
     log_one(f, a, 3);
