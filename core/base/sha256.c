@@ -16,26 +16,43 @@
 #define NI 1
 #define K tg__sha256_k
 
-/* state: ABEF and CDGH, the order the round instruction takes. */
+/* Four rounds with the message words m (W[4g..4g+3]) and the constants of group g. */
+#define RNDS4(m, g)                                                                                                    \
+    do {                                                                                                               \
+        __m128i k_ = _mm_add_epi32((m), _mm_loadu_si128((const __m128i *)(K + 4 * (g))));                              \
+        s1 = _mm_sha256rnds2_epu32(s1, s0, k_);                                                                        \
+        s0 = _mm_sha256rnds2_epu32(s0, s1, _mm_shuffle_epi32(k_, 0x0e));                                               \
+    } while (0)
+/* W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16], four at a time: a (W[t-16..]) becomes the
+ * next four words, from b, c and d, the three groups after it. */
+#define NEXT4(a, b, c, d) (a) = _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32((a), (b)), _mm_alignr_epi8((d), (c), 4)), (d))
+
+/* state: ABEF and CDGH, the order the round instruction takes. The schedule rolls through four
+ * registers, each group of four words made just before it is needed, so nothing is kept in
+ * memory. */
 SHA_TARGET static void blocks(__m128i *abef, __m128i *cdgh, const uint8_t *p, size_t nblocks)
 {
     const __m128i be = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
     __m128i s0 = *abef, s1 = *cdgh;
     for (; nblocks > 0; nblocks--, p += 64) {
-        __m128i w[16];
-        for (int g = 0; g < 4; g++)
-            w[g] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * g)), be);
-        /* W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16], four at a time */
-        for (int g = 4; g < 16; g++) {
-            __m128i t = _mm_sha256msg1_epu32(w[g - 4], w[g - 3]);
-            t = _mm_add_epi32(t, _mm_alignr_epi8(w[g - 1], w[g - 2], 4));
-            w[g] = _mm_sha256msg2_epu32(t, w[g - 1]);
-        }
+        __m128i m0 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)p), be);
+        __m128i m1 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16)), be);
+        __m128i m2 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 32)), be);
+        __m128i m3 = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 48)), be);
         __m128i a = s0, c = s1;
-        for (int g = 0; g < 16; g++) {
-            __m128i m = _mm_add_epi32(w[g], _mm_loadu_si128((const __m128i *)(K + 4 * g)));
-            s1 = _mm_sha256rnds2_epu32(s1, s0, m);
-            s0 = _mm_sha256rnds2_epu32(s0, s1, _mm_shuffle_epi32(m, 0x0e));
+        RNDS4(m0, 0);
+        RNDS4(m1, 1);
+        RNDS4(m2, 2);
+        RNDS4(m3, 3);
+        for (int g = 4; g < 16; g += 4) {
+            NEXT4(m0, m1, m2, m3);
+            RNDS4(m0, g);
+            NEXT4(m1, m2, m3, m0);
+            RNDS4(m1, g + 1);
+            NEXT4(m2, m3, m0, m1);
+            RNDS4(m2, g + 2);
+            NEXT4(m3, m0, m1, m2);
+            RNDS4(m3, g + 3);
         }
         s0 = _mm_add_epi32(s0, a);
         s1 = _mm_add_epi32(s1, c);
@@ -60,9 +77,8 @@ SHA_TARGET static void sha256_ni(const uint8_t *p, size_t n, uint8_t out[32])
     last[rest] = 0x80;
     size_t total = rest + 1 + 8 <= 64 ? 64 : 128;
     memset(last + rest + 1, 0, total - rest - 1 - 8);
-    uint64_t bits = (uint64_t)n * 8;
-    for (int i = 0; i < 8; i++)
-        last[total - 1 - i] = (uint8_t)(bits >> (8 * i));
+    uint64_t bits = __builtin_bswap64((uint64_t)n * 8); /* big-endian */
+    memcpy(last + total - 8, &bits, 8);
     blocks(&abef, &cdgh, last, total / 64);
     /* back to A..H, big-endian */
     __m128i feba = _mm_shuffle_epi32(abef, 0x1b);

@@ -140,6 +140,19 @@ void tg_audit_chain_adopt(struct tg_audit_chain *to, const struct tg_audit_chain
     to->seq = from->seq;
 }
 
+/* policies[PATH] = the file's SHA-256, each file once by its real path (./a/../p.json is p.json). */
+static void add_policy(cJSON *pol, const char *path, const struct tg_policy *p)
+{
+    const char *h = p ? tg_policy_file_sha256(p) : NULL;
+    if (path == NULL || h == NULL)
+        return;
+    char *real = realpath(path, NULL);
+    const char *name = real ? real : path;
+    if (!cJSON_GetObjectItemCaseSensitive(pol, name))
+        cJSON_AddStringToObject(pol, name, h);
+    free(real);
+}
+
 void tg_audit_chain_set_conf(struct tg_audit_chain *c, const struct tg_conf *conf)
 {
     cJSON *f = cJSON_CreateObject();
@@ -157,17 +170,11 @@ void tg_audit_chain_set_conf(struct tg_audit_chain *c, const struct tg_conf *con
     cJSON *pol = cJSON_AddObjectToObject(f, "policies");
     for (size_t i = 0; i < conf->nupstreams; i++) {
         const struct tg_upstream_conf *u = &conf->upstreams[i];
-        const char *h = u->policy ? tg_policy_file_sha256(u->policy) : NULL;
-        if (u->policy_path && h && !cJSON_GetObjectItemCaseSensitive(pol, u->policy_path))
-            cJSON_AddStringToObject(pol, u->policy_path, h);
+        add_policy(pol, u->policy_path, u->policy);
     }
     for (size_t g = 0; g < conf->ngrants; g++)
-        for (size_t i = 0; i < conf->grants[g].npolicies; i++) {
-            const struct tg_grant_policy *gp = &conf->grants[g].policies[i];
-            const char *h = gp->policy ? tg_policy_file_sha256(gp->policy) : NULL;
-            if (gp->path && h && !cJSON_GetObjectItemCaseSensitive(pol, gp->path))
-                cJSON_AddStringToObject(pol, gp->path, h);
-        }
+        for (size_t i = 0; i < conf->grants[g].npolicies; i++)
+            add_policy(pol, conf->grants[g].policies[i].path, conf->grants[g].policies[i].policy);
     cJSON_Delete(c->in_force);
     c->in_force = f;
     /* The key is read again at every start and reload, so that one replaced in its file signs from

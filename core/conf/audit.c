@@ -9,18 +9,20 @@
 #include "core/base/sha256.h"
 #include "core/conf/internal.h"
 
-void tg__conf_file_sha256(FILE *f, char out[65])
+int tg__conf_read_all(FILE *f, struct tg_buf *text, char sha[65])
 {
-    struct tg_buf b;
-    tg_buf_init(&b);
     char chunk[16384];
     size_t n;
     while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        tg_buf_append(&b, chunk, n);
+        if (tg_buf_try_append(text, chunk, n, 16u << 20) != 0)
+            return 1;
+    if (ferror(f))
+        return -1;
     uint8_t h[32];
-    tg_sha256(b.base ? b.base : "", b.len, h);
-    tg_hex_encode(h, 32, out);
-    tg_buf_dispose(&b);
+    tg_sha256(text->base ? text->base : "", text->len, h);
+    tg_hex_encode(h, 32, sha);
+    tg_buf_append(text, "", 1);
+    return 0;
 }
 
 #define AUD(f) offsetof(struct tg_audit_conf, f)

@@ -633,10 +633,21 @@ struct tg_conf *tg_conf_load_flags(const char *path, struct tg_buf *err, unsigne
         config_destroy(&cfg);
         return NULL;
     }
+    /* Read once: the text parsed is the text whose SHA-256 the audit log's checkpoints record. */
     char sha[65];
-    tg__conf_file_sha256(f, sha); /* what the audit log's checkpoints record as the conf in force */
+    struct tg_buf text;
+    tg_buf_init(&text);
+    int rd = tg__conf_read_all(f, &text, sha);
     fclose(f);
-    if (config_read_file(&cfg, path) != CONFIG_TRUE) {
+    if (rd != 0) {
+        tg_buf_appendf(err, "%s: cannot read: %s\n", path, rd > 0 ? "larger than 16 MiB" : strerror(errno));
+        tg_buf_dispose(&text);
+        config_destroy(&cfg);
+        return NULL;
+    }
+    int parsed = config_read_string(&cfg, text.base);
+    tg_buf_dispose(&text);
+    if (parsed != CONFIG_TRUE) {
         const char *ef = config_error_file(&cfg);
         if (config_error_type(&cfg) == CONFIG_ERR_FILE_IO)
             tg_buf_appendf(err, "%s: cannot read: %s\n", path, strerror(errno));

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdint.h>
 
+#include "core/base/buf.h"
 #include "core/conf/conf.h"
 
 /* One row per scalar integer directive (nginx ngx_command_t, redis createIntConfig). Data only:
@@ -63,8 +64,9 @@ void tg__conf_load_signals(struct loader *ld, config_t *cfg, struct tg_conf *c);
 void tg__conf_load_audit(struct loader *ld, config_t *cfg, struct tg_conf *c);
 /* The file (or the folder it would be made in) must be writable by this process. */
 void tg__conf_check_writable(struct loader *ld, const config_setting_t *s, const char *directive, const char *path);
-/* Lowercase hex SHA-256 of what is left to read of f. */
-void tg__conf_file_sha256(FILE *f, char out[65]);
+/* What is left to read of f into text (NUL-terminated) and its SHA-256 in lowercase hex: 0, 1 past
+ * 16 MiB, -1 on a read error (errno). */
+int tg__conf_read_all(FILE *f, struct tg_buf *text, char sha[65]);
 /* Reports every member of grp whose name is not in the NULL-terminated known. */
 void tg__conf_check_members(struct loader *ld, const config_setting_t *grp, const char *const *known, const char *ctx);
 /* grp's token_sha256 into out: 1 if present and valid, 0 if absent (or invalid, reported). */

@@ -526,7 +526,9 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     const r = await H.waitUntil(async () => { const x = await retryCall(2, args); return status(x) === 'unavailable' ? null : x; },
       { what: 'the call made again once Redis answers' });
     assert.ok(ok(r), JSON.stringify(r));
-    const again = await retryCall(1, args);
+    // b learns through Redis that the approved call has finished: until then it says "running"
+    const again = await H.waitUntil(async () => { const x = await retryCall(1, args); return status(x) === 'running' ? null : x; },
+      { what: "b seeing the approved call's end" });
     assert.equal(status(again), 'pending', JSON.stringify(again));
     assert.equal(forwarded('/tmp/cluster-down', 'path').length, 1, 'ran exactly once');
     await decide(1, again.msg.error.data.approval_id, 'deny');
