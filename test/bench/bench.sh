@@ -14,9 +14,11 @@
 # and tollgate target one after the other (figures: medians of the rounds):
 #
 #   calls    tools/call, JSON answers: nginx /mcp vs tollgate with the seed-shaped policy and the
-#            audit log (run.sh's tollgate-policy); wrk + call.lua
+#            audit log (run.sh's tollgate-policy); wrk + call.lua; and direct (wrk -> the upstream)
+#   hop      the latency a hop adds: the same three targets at one call at a time (wrk -c1 -t1);
+#            hop = p50 through the proxy minus p50 direct, goal: tollgate's <= nginx's and <= 25 us
 #   sse      POST answered with SSE, 200 progress events per call: nginx (proxy_buffering off) vs
-#            tollgate /bench/mcp (streams.sh's tollgate-post); tg-bench-streams
+#            tollgate /bench/mcp (streams.sh's tollgate-post); tg-bench-streams; and direct
 #   ws       the same stream over tollgate's WebSocket (streams.sh's tollgate-ws) vs the nginx
 #            SSE figure of the same round
 #   tls      tools/call over TLS 1.2, ECDHE-ECDSA-AES128-GCM-SHA256, P-256 cert made now, keep-alive:
@@ -31,14 +33,17 @@
 #   cluster  the policy tollgate with cluster = { redis } (cluster.sh's shared phase, own
 #            redis-server) vs nginx and vs the row "calls" tollgate (local counters), same round
 #
-# Per target: throughput, p50/p99 (wrk), CPU per request or message of the proxy
-# (/proc/PID/stat), RSS at the end; per row the ratio, the goal and PASS/MISS. The JSON
+# Per target: CPU per request or message of the proxy (/proc/PID/stat: user + system, and the
+# system share; for direct, the upstream's own), then throughput, p50/p99 (wrk), RSS at the end;
+# per row the ratio the goal is on (CPU per op over nginx's; the hop row: the hop over nginx's),
+# the goal and PASS/MISS, and the throughput ratio. A direct target shows the limit: what the
+# upstream does alone, with no proxy. The JSON
 # (--json, default test/bench/results/bench.json) holds the same; --compare prints the change of
 # every figure present in both files and exits 1 when one got worse by more than 10 %
 # (bench_report.py says which direction is worse for each figure).
 #
 # Modes: full (default: 3 rounds of 5 s per wrk target, 1 + 5 s per stream target, 5,000 idle
-# sessions; about 4-5 minutes) and --quick (1 round of 2 s, 1 + 2 s streams, 1,000 sessions;
+# sessions; about 5-6 minutes) and --quick (1 round of 2 s, 1 + 2 s streams, 1,000 sessions;
 # about 1 minute). Environment: TOLLGATE_BIN, UPSTREAM_BIN, STREAMS_BIN, POLICY_BIN (default
 # build-rel/...), NGINX_BIN, REDIS_SERVER, NODE_BIN, BENCH_DURATION, BENCH_CONNS (50),
 # STREAMS_CONNS (8), MEM_SESSIONS, BENCH_KEEP_TMP=1, BENCH_GATEWAY_COMMIT (what the JSON's
@@ -138,7 +143,8 @@ started=$SECONDS
 } >>"$rec"
 
 # ---- measures of a process -------------------------------------------------------------------
-cpu_ticks() { awk '{sub(/^.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }
+cpu_ticks() { awk '{sub(/^.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; } # utime + stime
+sys_ticks() { awk '{sub(/^.*\) /, ""); print $13}' "/proc/$1/stat"; }        # stime
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 hz=$(getconf CLK_TCK)
 
@@ -316,8 +322,13 @@ ng_url=http://127.0.0.1:$nginx_port
 cluster_calls=0
 for ((round = 1; round <= rounds; round++)); do
     echo "== round $round of $rounds" >&2
+    drive_wrk calls direct "http://127.0.0.1:$up_port/mcp" 2025 "$up_pid"
     drive_wrk calls nginx "$ng_url/mcp" 2025 "$nginx_pid"
     drive_wrk calls tollgate "http://127.0.0.1:${tg_port[tg-policy]}/mcp" 2025 "${tg_pid[tg-policy]}"
+    drive_wrk hop direct "http://127.0.0.1:$up_port/mcp" 2025 "$up_pid" 1
+    drive_wrk hop nginx "$ng_url/mcp" 2025 "$nginx_pid" 1
+    drive_wrk hop tollgate "http://127.0.0.1:${tg_port[tg-policy]}/mcp" 2025 "${tg_pid[tg-policy]}" 1
+    drive_stream sse direct post "http://127.0.0.1:$up_port/mcp" "$up_pid"
     drive_stream sse nginx post "$ng_url/stream/mcp" "$nginx_pid"
     drive_stream sse tollgate post "http://127.0.0.1:${tg_port[tg-stream]}/bench/mcp" "${tg_pid[tg-stream]}"
     drive_stream ws tollgate ws "http://127.0.0.1:${tg_port[tg-stream]}/bench/ws" "${tg_pid[tg-stream]}"

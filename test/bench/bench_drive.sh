@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2154  # sourced by bench.sh, whose variables these are
 # The drivers of test/bench/bench.sh, sourced by it (they use its variables: tmp, here, pids,
-# CONNS, SCONNS, DURATION, EVENTS, MEM_SESSIONS, hz, round, and record/cpu_ticks/rss_kb).
+# CONNS, SCONNS, DURATION, EVENTS, MEM_SESSIONS, hz, round, and record/cpu_ticks/sys_ticks/rss_kb).
 # Each measures one target once and appends its figures with record ROW TARGET KEY VALUE;
 # bench_report.py takes the medians of the rounds.
 
@@ -30,26 +30,29 @@ mcp_session() {
     echo "$sid"
 }
 
-# drive_wrk ROW TARGET URL ERA PROXY_PID: wrk + call.lua for DURATION s on CONNS connections.
+# drive_wrk ROW TARGET URL ERA PROXY_PID [CONNECTIONS]: wrk + call.lua for DURATION s on CONNS
+# connections (or CONNECTIONS; the hop row runs one call at a time).
 drive_wrk() {
-    local row=$1 target=$2 url=$3 era=$4 pid=$5 d=$tmp/run/$1-$2-$round sid="" proto=$PROTO
+    local row=$1 target=$2 url=$3 era=$4 pid=$5 conns=${6:-$CONNS} d=$tmp/run/$1-$2-$round sid="" proto=$PROTO
     mkdir -p "$d"
     if [[ $era == 2025 ]]; then
         sid=$(mcp_session "$url" "$d")
     else
         proto=$PROTO_2026
     fi
-    echo "== $row/$target: $url (${DURATION}s, $CONNS connections, $era)" >&2
-    local c0 c1 wrc=0
+    echo "== $row/$target: $url (${DURATION}s, $conns connections, $era)" >&2
+    local c0 c1 s0 s1 wrc=0
     c0=$(cpu_ticks "$pid")
+    s0=$(sys_ticks "$pid")
     MCP_ERA=$era MCP_SESSION_ID=$sid MCP_PROTOCOL_VERSION=$proto \
-        wrk -t1 -c"$CONNS" -d"${DURATION}s" --timeout 5s --latency -s "$here/call.lua" "$url" \
+        wrk -t1 -c"$conns" -d"${DURATION}s" --timeout 5s --latency -s "$here/call.lua" "$url" \
         >"$d/wrk.out" 2>&1 &
     local wpid=$!
     pids+=("$wpid")
     wait "$wpid" || wrc=$?
     forget_pid "$wpid"
     c1=$(cpu_ticks "$pid")
+    s1=$(sys_ticks "$pid")
     ((wrc == 0)) || die "$row/$target: wrk failed (exit $wrc): $(tail -n 5 "$d/wrk.out")"
     local line kv
     line=$(grep '^BENCH_RESULT ' "$d/wrk.out") || die "$row/$target: no BENCH_RESULT from call.lua: $(tail -n 5 "$d/wrk.out")"
@@ -63,6 +66,7 @@ drive_wrk() {
     record "$row" "$target" p50_ms "$(awk -v u="${r[p50_us]}" 'BEGIN {printf "%.3f", u / 1000}')"
     record "$row" "$target" p99_ms "$(awk -v u="${r[p99_us]}" 'BEGIN {printf "%.3f", u / 1000}')"
     record "$row" "$target" cpu_us_per_req "$(awk -v t=$((c1 - c0)) -v h="$hz" -v n="${r[requests]}" 'BEGIN {printf "%.2f", t / h * 1e6 / n}')"
+    record "$row" "$target" cpu_sys_us_per_req "$(awk -v t=$((s1 - s0)) -v h="$hz" -v n="${r[requests]}" 'BEGIN {printf "%.2f", t / h * 1e6 / n}')"
     record "$row" "$target" rss_kb "$(rss_kb "$pid")"
     echo "   $(printf '%s/s  p50 %s us  p99 %s us' "${r[rps]}" "${r[p50_us]}" "${r[p99_us]}")" >&2
 }
@@ -73,8 +77,9 @@ drive_stream() {
     local row=$1 target=$2 smode=$3 url=$4 pid=$5 out=$tmp/run/$1-$2-$round.streams
     mkdir -p "$tmp/run"
     echo "== $row/$target: $smode $url ($SCONNS streams, 1+${DURATION}s, $EVENTS events per call)" >&2
-    local c0 c1 crc=0
+    local c0 c1 s0 s1 crc=0
     c0=$(cpu_ticks "$pid")
+    s0=$(sys_ticks "$pid")
     "$STREAMS_BIN" --mode "$smode" --url "$url" --conns "$SCONNS" --duration "$DURATION" --warmup 1 \
         --events "$EVENTS" >"$out" 2>&1 &
     local cpid=$!
@@ -82,6 +87,7 @@ drive_stream() {
     wait "$cpid" || crc=$?
     forget_pid "$cpid"
     c1=$(cpu_ticks "$pid")
+    s1=$(sys_ticks "$pid")
     ((crc == 0)) || die "$row/$target: tg-bench-streams failed (exit $crc): $(tail -n 3 "$out")"
     local line kv
     line=$(grep '^RESULT ' "$out") || die "$row/$target: no RESULT line: $(tail -n 3 "$out")"
@@ -91,13 +97,16 @@ drive_stream() {
     # CPU over warmup + measurement, per message at the measured rate.
     record "$row" "$target" cpu_us_per_msg "$(awk -v t=$((c1 - c0)) -v h="$hz" -v s=$((DURATION + 1)) -v m="${r[messages_per_s]}" \
         'BEGIN {printf "%.3f", (m > 0 ? t / h / s / m * 1e6 : 0)}')"
+    record "$row" "$target" cpu_sys_us_per_msg "$(awk -v t=$((s1 - s0)) -v h="$hz" -v s=$((DURATION + 1)) -v m="${r[messages_per_s]}" \
+        'BEGIN {printf "%.3f", (m > 0 ? t / h / s / m * 1e6 : 0)}')"
     record "$row" "$target" rss_kb "$(rss_kb "$pid")"
     echo "   ${r[messages_per_s]} messages/s" >&2
-    # The WebSocket row is compared with nginx relaying the same stream as SSE, in this round.
-    if [[ $row == sse && $target == nginx ]]; then
+    # The WebSocket row is compared with nginx relaying the same stream as SSE, in this round, and
+    # shows the same direct figure (the upstream serving the stream itself).
+    if [[ $row == sse && ($target == nginx || $target == direct) ]]; then
         local k
-        for k in events_per_s cpu_us_per_msg rss_kb; do
-            record ws nginx "$k" "$(awk -v r=sse -v t=nginx -v k="$k" '$1 == r && $2 == t && $3 == k {v = $4} END {print v}' "$rec")"
+        for k in events_per_s cpu_us_per_msg cpu_sys_us_per_msg rss_kb; do
+            record ws "$target" "$k" "$(awk -v r=sse -v t="$target" -v k="$k" '$1 == r && $2 == t && $3 == k {v = $4} END {print v}' "$rec")"
         done
     fi
 }

@@ -162,6 +162,10 @@ static void send_now(struct tg_conn *c, struct tg_buf *b);
 /* The least room a full cork makes when a small write finds it full: a burst is on its way. */
 #define STREAM_CORK (8u << 10)
 
+/* Room for a stream's head (status line, session id, cache and chunked headers), reserved with
+ * the room the last cork held, so that the burst behind it needs no realloc. */
+#define STREAM_HEAD_ROOM 512u
+
 /* The largest first room a cork takes from the last one's size. */
 #define CORK_LAST_MAX (128u << 10)
 
@@ -520,15 +524,20 @@ void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra, cons
     if (c->req.http_minor == 0)
         c->close_after = 1; /* HTTP/1.0 has no chunked encoding: the stream ends with the connection */
     c->env->metrics->http_status[status / 100]++;
-    struct tg_buf b;
-    tg_buf_init(&b);
-    append_head(c, &b, status, extra, ctype);
-    tg_buf_appends(&b, "Cache-Control: no-cache\r\n");
-    if (c->req.http_minor != 0)
-        tg_buf_appends(&b, "Transfer-Encoding: chunked\r\n");
-    tg_buf_appends(&b, "\r\n");
-    tg__http_send_owned(c, &b);
+    /* The head goes into the cork, like the stream's events: the first burst (an upstream's SSE
+     * answer often comes in one read) leaves with it in one write at the end of this iteration
+     * (the loop's check and prepare phases write every cork), not in a write of its own. */
     tg__http_set_phase(c, TG_CONN_STREAMING);
+    close_chunk(c);
+    struct tg_buf *k = cork_room(c, STREAM_HEAD_ROOM);
+    size_t before = k->len;
+    append_head(c, k, status, extra, ctype);
+    tg_buf_appends(k, "Cache-Control: no-cache\r\n");
+    if (c->req.http_minor != 0)
+        tg_buf_appends(k, "Transfer-Encoding: chunked\r\n");
+    tg_buf_appends(k, "\r\n");
+    c->log_bytes += k->len - before;
+    cork_grew(c);
 }
 
 static void stream_write(struct tg_conn *c, const char *p, size_t n, int joined)

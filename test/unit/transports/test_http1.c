@@ -24,6 +24,7 @@ struct t1 {
     int aborts, aborts_inside_handler, abort_in_run_pending;
     void *abort_exchange;
     struct tg_http_wait *wait; /* /wait: the answer still to come */
+    size_t sse_corked; /* /sse: bytes in the cork once the head and the first event are written */
 };
 
 static struct t1 *t1_of(struct hh *h) { return h->ud; }
@@ -64,6 +65,7 @@ static void handler(struct hh *h, struct tg_conn *c)
     } else if (tg_slice_eq(url, tg_slice_cstr("/sse"))) {
         tg_http_stream_begin(c, 200, NULL, "text/event-stream");
         tg_http_stream_write(c, "data: 1\n\n", 9);
+        t->sse_corked = c->cork.len;
         t->held = c;
     } else if (tg_slice_eq(url, tg_slice_cstr("/close"))) {
         c->exchange = h;
@@ -186,9 +188,15 @@ static void sse_stream_chunked_framing(void **state)
     struct hh *h = setup();
     hh_connect(h);
     HH_SEND(h, "GET /sse HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n");
+    static const char head[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                               "Transfer-Encoding: chunked\r\n\r\n";
+    static const char first[] = "9\r\ndata: 1\n\n\r\n";
     HH_EXPECT(h, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                  "Transfer-Encoding: chunked\r\n\r\n"
                  "9\r\ndata: 1\n\n\r\n");
+    /* The head waited in the cork with the first event: one write(2) for both, at the end of
+     * the iteration, not one for the head and one for the burst behind it. */
+    assert_int_equal(t1_of(h)->sse_corked, sizeof head - 1 + sizeof first - 1);
     struct tg_conn *c = t1_of(h)->held;
     assert_non_null(c);
     assert_int_equal(c->phase, TG_CONN_STREAMING);
