@@ -7,10 +7,10 @@
 #include <mbedtls/oid.h>
 #include <mbedtls/pk.h>
 #include <mbedtls/ssl.h>
+#include <mbedtls/ssl_internal.h>
 #include <mbedtls/ssl_ticket.h>
 #include <mbedtls/x509_crt.h>
 #include <arpa/inet.h>
-#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +41,11 @@ struct tg_tls_ctx {
     int has_ticket;
 };
 
+/* What of a record buffer outlives its record: the 8-byte sequence counter and the record header
+ * at its start (in TLS, in_ctr/out_ctr are the buffer's first bytes; nothing after the header
+ * outlives its record). */
+#define TG_TLS_KEPT 64
+
 /* One connection's TLS state. Owner: the connection (c->tls), made by tg_tls_new() on accept and
  * freed by tg_tls_free() in on_handle_closed(); in and out are borrowed for one call only. */
 struct tg_tls {
@@ -53,6 +58,10 @@ struct tg_tls {
     int client;
     unsigned char ip[16]; /* client to an IP literal: the address its certificate must name */
     size_t ip_len;
+    /* Trimmed (tg_tls_trim): the first bytes of the in and out record buffers, whose pages went
+     * back to the kernel whole; put back by untrim() before mbedtls touches the buffers again. */
+    int trimmed;
+    unsigned char kept[2][TG_TLS_KEPT];
     char err[192];
 };
 
@@ -279,13 +288,52 @@ static int bio_recv(void *ctx, unsigned char *buf, size_t len)
     return (int)n;
 }
 
+static uintptr_t page_size(void)
+{
+    static uintptr_t page;
+    if (page == 0)
+        page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    return page;
+}
+
+/* A record buffer of len bytes that starts on a page and fills whole pages, zeroed as mbedtls's
+ * calloc would: trimmed, it gives back every page it has (a malloc'd one keeps the pages it
+ * shares with its neighbours, about 2 of its 5). mbedtls frees it with free(). NULL: no memory. */
+static unsigned char *page_buf(size_t len)
+{
+    uintptr_t page = page_size();
+    void *p = NULL;
+    if (posix_memalign(&p, page, (len + page - 1) & ~(page - 1)) != 0)
+        return NULL;
+    memset(p, 0, len);
+    return p;
+}
+
+/* mbedtls_ssl_setup() took its record buffers with calloc: put page-aligned ones in their place
+ * (mbedtls 2.28's fields are public; its own in/out pointers are derived from them again). */
+static int page_align_buffers(mbedtls_ssl_context *ssl)
+{
+    unsigned char *in = page_buf(MBEDTLS_SSL_IN_BUFFER_LEN), *out = page_buf(MBEDTLS_SSL_OUT_BUFFER_LEN);
+    if (in == NULL || out == NULL) {
+        free(in);
+        free(out);
+        return -1;
+    }
+    free(ssl->in_buf);
+    free(ssl->out_buf);
+    ssl->in_buf = in;
+    ssl->out_buf = out;
+    mbedtls_ssl_reset_in_out_pointers(ssl);
+    return 0;
+}
+
 struct tg_tls *tg_tls_new(struct tg_tls_ctx *ctx)
 {
     struct tg_tls *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return NULL;
     mbedtls_ssl_init(&t->ssl);
-    if (mbedtls_ssl_setup(&t->ssl, &ctx->conf) != 0) {
+    if (mbedtls_ssl_setup(&t->ssl, &ctx->conf) != 0 || page_align_buffers(&t->ssl) != 0) {
         mbedtls_ssl_free(&t->ssl);
         free(t);
         return NULL;
@@ -319,6 +367,8 @@ struct tg_tls *tg_tls_client_new(struct tg_tls_client_ctx *ctx, const char *serv
     t->client = 1;
     mbedtls_ssl_init(&t->ssl);
     int r = mbedtls_ssl_setup(&t->ssl, &ctx->conf);
+    if (r == 0 && page_align_buffers(&t->ssl) != 0)
+        r = -1;
     if (r == 0 && inet_pton(AF_INET, server_name, t->ip) == 1)
         t->ip_len = 4;
     else if (r == 0 && inet_pton(AF_INET6, server_name, t->ip) == 1)
@@ -361,9 +411,20 @@ static int set_err(struct tg_tls *t, int r)
     return TG_EINVAL;
 }
 
+/* Before mbedtls reads or writes a record again: the counters and headers back in place. */
+static void untrim(struct tg_tls *t)
+{
+    if (!t->trimmed)
+        return;
+    memcpy(t->ssl.in_buf, t->kept[0], TG_TLS_KEPT);
+    memcpy(t->ssl.out_buf, t->kept[1], TG_TLS_KEPT);
+    t->trimmed = 0;
+}
+
 int tg_tls_feed(struct tg_tls *t, const char *in, size_t n, struct tg_buf *plain, size_t plain_ceiling,
                 struct tg_buf *out)
 {
+    untrim(t);
     t->in = in;
     t->in_len = n;
     t->out = out;
@@ -412,6 +473,7 @@ done:
 
 int tg_tls_write(struct tg_tls *t, const char *p, size_t n, struct tg_buf *out)
 {
+    untrim(t);
     t->out = out;
     int rc = 0;
     while (n > 0) {
@@ -431,6 +493,7 @@ int tg_tls_close_notify(struct tg_tls *t, struct tg_buf *out)
 {
     if (!t->established)
         return 0;
+    untrim(t);
     t->out = out;
     int r = mbedtls_ssl_close_notify(&t->ssl);
     t->out = NULL;
@@ -439,30 +502,28 @@ int tg_tls_close_notify(struct tg_tls *t, struct tg_buf *out)
 
 int tg_tls_established(const struct tg_tls *t) { return t->established; }
 
-/* The whole pages of a record buffer (a malloc block: mbedtls takes them with calloc) past its
- * first 64 bytes, where the 8-byte sequence counter and the record header live (in TLS,
- * in_ctr/out_ctr are the buffer's first bytes; nothing after the header outlives its record). */
-static size_t drop_pages(unsigned char *buf)
+/* The pages of a record buffer (page_buf: whole pages of its own), given back to the kernel. */
+static size_t drop_pages(unsigned char *buf, size_t len)
 {
-    static uintptr_t page;
-    if (buf == NULL)
+    uintptr_t page = page_size();
+    size_t n = (len + page - 1) & ~(page - 1);
+    if (((uintptr_t)buf & (page - 1)) != 0 || madvise(buf, n, MADV_DONTNEED) != 0)
         return 0;
-    if (page == 0)
-        page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = ((uintptr_t)buf + 64 + page - 1) & ~(page - 1);
-    uintptr_t hi = ((uintptr_t)buf + malloc_usable_size(buf)) & ~(page - 1);
-    if (hi <= lo || madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0)
-        return 0;
-    return hi - lo;
+    return n;
 }
 
 size_t tg_tls_trim(struct tg_tls *t)
 {
     mbedtls_ssl_context *s = &t->ssl;
-    if (!t->established || s->state != MBEDTLS_SSL_HANDSHAKE_OVER || s->in_left != 0 || s->in_msglen != 0 ||
-        s->in_offt != NULL || s->in_hslen != 0 || s->keep_current_message || s->out_left != 0)
+    if (t->trimmed || !t->established || s->state != MBEDTLS_SSL_HANDSHAKE_OVER || s->in_left != 0 ||
+        s->in_msglen != 0 || s->in_offt != NULL || s->in_hslen != 0 || s->keep_current_message || s->out_left != 0)
         return 0;
-    return drop_pages(s->in_buf) + drop_pages(s->out_buf);
+    memcpy(t->kept[0], s->in_buf, TG_TLS_KEPT);
+    memcpy(t->kept[1], s->out_buf, TG_TLS_KEPT);
+    size_t n = drop_pages(s->in_buf, MBEDTLS_SSL_IN_BUFFER_LEN);
+    n += drop_pages(s->out_buf, MBEDTLS_SSL_OUT_BUFFER_LEN);
+    t->trimmed = 1;
+    return n;
 }
 
 int tg_tls_peer_subject(const struct tg_tls *t, char *dn, size_t dnsz, char *cn, size_t cnsz)

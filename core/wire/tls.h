@@ -59,10 +59,12 @@ int tg_tls_write(struct tg_tls *t, const char *p, size_t n, struct tg_buf *out);
 int tg_tls_close_notify(struct tg_tls *t, struct tg_buf *out);
 int tg_tls_established(const struct tg_tls *t);
 /* Between records, an established connection's two record buffers (16 KiB each in mbedtls 2.28,
- * kept for its life) hold nothing but the sequence counters at their start: their other pages
- * are given back to the kernel (madvise MADV_DONTNEED; a later record faults in zeroed pages as
- * it needs them). Does nothing while a record is part read or part written, or data waits to be
- * read. Returns the bytes given back. */
+ * kept for its life; page-aligned whole pages of their own, see tg_tls_new()) hold nothing but the
+ * sequence counters and record headers at their start: those are copied aside and every page is
+ * given back to the kernel (madvise MADV_DONTNEED); the next tg_tls_feed, tg_tls_write or
+ * tg_tls_close_notify puts them back, and a record faults in zeroed pages as it needs them.
+ * Does nothing while a record is part read or part written, or data waits to be read, or when
+ * trimmed already. Returns the bytes given back. */
 size_t tg_tls_trim(struct tg_tls *t);
 /* How long a client connection is idle before its record buffers are trimmed (transports/http1). */
 #define TG_TLS_TRIM_MS 1000
