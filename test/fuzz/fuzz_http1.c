@@ -105,7 +105,7 @@ static void handler(struct fnet *n, struct tg_conn *c)
         uv_idle_start(&st.later, on_later);
     } else if (tg_slice_eq(url, TG_SLICE("/close"))) {
         tg_conn_close(c, "the handler closes");
-    } else if (tg_slice_eq(url, TG_SLICE("/up")) && c->parser.upgrade) {
+    } else if (tg_slice_eq(url, TG_SLICE("/up")) && c->x->parser.upgrade) {
         st.upgraded = 1;
         tg_http_upgrade(c, "Upgrade: echo\r\nConnection: Upgrade\r\n");
         tg_http_take_over(c, on_up_data, NULL, NULL, NULL);

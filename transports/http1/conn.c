@@ -204,7 +204,7 @@ static int on_message_complete(llhttp_t *p)
     return HPE_PAUSED;
 }
 
-static const llhttp_settings_t parser_settings = {
+const llhttp_settings_t tg__http_parser_settings = {
     .on_message_begin = on_message_begin,
     .on_url = on_url,
     .on_header_field = on_header_field,
@@ -434,9 +434,8 @@ void tg__http_finish_request(struct tg_conn *c)
         return;
     }
     /* Idle connections keep no request buffers (a session costs memory only while it works). */
-    tg__http_scratch_give(c);
+    tg__http_scratch_give(c); /* with the parser: the next request's scratch brings a fresh one */
     c->req_complete = 0;
-    llhttp_resume(&c->parser);
     tg__http_set_phase(c, TG_CONN_IDLE);
     if (c->in.len > 0 || c->read_stopped)
         tg__http_pend(c, TG_PEND_INPUT);
@@ -519,7 +518,7 @@ static void reply_parse_error(struct tg_conn *c, llhttp_errno_t err)
     int status = 400;
     const char *msg = "Bad Request: malformed HTTP";
     int code = c->reject_status;
-    const char *reason = code ? "limit" : llhttp_get_error_reason(&c->parser);
+    const char *reason = code ? "limit" : c->x != NULL ? llhttp_get_error_reason(&c->x->parser) : NULL;
     if (code) {
         status = code;
         msg = code == 413 ? "Content too large" : code == 414 ? "URI too long" : "Request header fields too large";
@@ -608,13 +607,14 @@ static void process_input_loop(struct tg_conn *c)
                 return;
             }
         }
-        llhttp_errno_t err = llhttp_execute(&c->parser, c->in.base, c->in.len);
+        tg__http_scratch_take(c); /* the parser lives in it (a request's first byte is here) */
+        llhttp_errno_t err = llhttp_execute(&c->x->parser, c->in.base, c->in.len);
         if (err == HPE_OK) {
             c->in.len = 0;
             return;
         }
         if (err == HPE_PAUSED || err == HPE_PAUSED_UPGRADE) {
-            const char *pos = llhttp_get_error_pos(&c->parser);
+            const char *pos = llhttp_get_error_pos(&c->x->parser);
             size_t used = pos ? (size_t)(pos - c->in.base) : c->in.len;
             tg_buf_consume(&c->in, used);
             if (!c->req_complete) {
@@ -779,8 +779,6 @@ void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, 
         c->over_limit = 1;
     }
     uv_tcp_nodelay(&c->tcp, 1);
-    llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
-    c->parser.data = c;
     if (l->tls != NULL) {
         c->tls = tg_tls_new(l->tls);
         if (c->tls == NULL) {

@@ -115,11 +115,12 @@ struct tg_http_req {
     unsigned head_flags;  /* llhttp's Connection and Upgrade flags as the head left them */
 };
 
-/* What a connection needs only while it has a request: the header offsets, the access line's
+/* What a connection needs only while it has a request: the parser, the header offsets, the access line's
  * who, and the storage of the request's head and body (moved into conn->req while it is taken).
  * Taken from the env's pool when a request begins and given back when it ends, so an idle
  * keep-alive connection holds none of it and a busy one allocates none of it. */
 struct tg_http_scratch {
+    llhttp_t parser; /* made afresh when a connection takes the scratch (a request's first byte) */
     struct tg_http_header headers[TG_HTTP_MAX_HEADERS];
     char log_grant[65], log_upstream[65], log_session[40]; /* set by the router; copies, so that a reload cannot leave them dangling */
     char log_subject[256]; /* who inside the grant (a JWT's subject claim, whole: under 256 bytes) */
@@ -141,7 +142,6 @@ struct tg_conn {
     uint64_t due_ms; /* the loop time the current phase's deadline falls at; 0: none (see arm()) */
     enum tg_conn_phase phase;
     struct tg_tls *tls;
-    llhttp_t parser;
     struct tg_buf in; /* plaintext not yet parsed */
     struct tg_http_req req;
     int req_complete;

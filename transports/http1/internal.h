@@ -56,6 +56,8 @@ int tg__http_out_drained(const struct tg_conn *c);
 
 /* The request under way is forgotten (its buffers kept). */
 void tg__http_req_reset(struct tg_http_req *r);
+/* llhttp callbacks of every connection's parser (conn.c). */
+extern const llhttp_settings_t tg__http_parser_settings;
 /* A request begins: the connection takes a scratch from the pool (scratch.c). */
 void tg__http_scratch_take(struct tg_conn *c);
 /* The request is over: its scratch goes back, with storage of a usual size. */

@@ -5,7 +5,8 @@
 #include "transports/http1/http1.h"
 #include "transports/http1/internal.h"
 
-/* A request begins: the connection takes a scratch (headers, who, head and body storage). */
+/* A request begins: the connection takes a scratch (a fresh parser, headers, who, head and body
+ * storage). Nothing if it has one already (the parser is part way through a request). */
 void tg__http_scratch_take(struct tg_conn *c)
 {
     if (c->x != NULL)
@@ -19,6 +20,8 @@ void tg__http_scratch_take(struct tg_conn *c)
         x = tg_xcalloc(1, sizeof(*x));
     }
     c->x = x;
+    llhttp_init(&x->parser, HTTP_REQUEST, &tg__http_parser_settings);
+    x->parser.data = c;
     x->log_grant[0] = x->log_upstream[0] = x->log_session[0] = x->log_subject[0] = '\0';
     c->req.headers = x->headers;
     c->req.head = x->head; /* the storage moves in */
