@@ -40,7 +40,6 @@ struct tg_session {
     uint64_t subject_serial;    /* with subject_tag: the conf serial, and its maker's who->jwt */
     int subject_jwt;            /* under it (a request under the same conf is matched by index) */
     int upstream;      /* index into the server's upstreams */
-    unsigned char log_level; /* up_modern: the level logging/setLevel asked for (tg_mcp_log_level), 0 none */
     char *listen_uris; /* up_modern: the resources its client subscribed to (a JSON array, bounded by
                         * TG_LISTEN_URIS_MAX and _BYTES in core/bridge/listen.h),
                         * which every listen standing in for its GET stream asks for; owned */
@@ -51,15 +50,18 @@ struct tg_session {
     char *up_who, *up_token; /* a channel's session on a token_exchange upstream: whose JWT opened the
                               * channel, and that JWT, for its calls (core/call/upauth.c); owned */
     char proto[24];    /* negotiated protocol version */
-    int initialized;   /* the initialize exchange succeeded */
-    int live;          /* in the table (0 after DELETE or expiry) */
+    /* The flags together, next to proto (no holes between wider members). */
+    unsigned char log_level; /* up_modern: the level logging/setLevel asked for (tg_mcp_log_level), 0 none */
+    uint8_t initialized;   /* the initialize exchange succeeded */
+    uint8_t live;          /* in the table (0 after DELETE or expiry) */
+    uint8_t init_pending;  /* initialize sent upstream, answer not seen yet */
+    unsigned char shared;  /* its record is in the cluster's Redis (published or adopted) */
     int refcnt;
-    int init_pending;       /* initialize sent upstream, answer not seen yet */
     uint64_t last_active_ms;
-    unsigned char shared;   /* its record is in the cluster's Redis (published or adopted) */
     uint64_t shared_touch_ms; /* when this gateway last renewed the record's expiry */
     unsigned inflight;
     int stalled;            /* client connections still holding a big answer of this session */
+    int nserver_reqs;       /* of server_reqs */
     struct tg_list calls;   /* in-flight calls of this session (struct tg_call, core/call/call.c) */
     struct tg_call *get_stream; /* the call carrying the session's stream of server messages, if any */
     struct tg_sink *channel;    /* the session's long-lived client stream (legacy SSE, WebSocket), if any */
@@ -76,7 +78,6 @@ struct tg_session {
                                    * sent as _meta with each request; owned, freed with the session */
     } u;
     struct tg_buf server_reqs; /* canonical ids of server-to-client requests awaiting the client's answer */
-    int nserver_reqs;
     struct tg_list streams; /* router's resumable client streams (replay buffers) */
     struct tg_session *hnext;
     struct tg_list link;    /* table's list, oldest activity first is not kept: sweep scans */

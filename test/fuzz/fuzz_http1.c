@@ -70,7 +70,7 @@ static void check_limits(const struct fnet *n, const struct tg_conn *c)
     const struct tg_http_req *r = &c->req;
     if (r->head.len > (size_t)n->limits.header_bytes || r->body.len > (size_t)n->limits.body_bytes)
         abort();
-    if (r->nheaders < 0 || r->nheaders > TG_HTTP_MAX_HEADERS)
+    if (r->nheaders > TG_HTTP_MAX_HEADERS)
         abort();
     if ((size_t)r->url_off + r->url_len > r->head.len)
         abort();

@@ -99,18 +99,18 @@ const char *tg_conn_phase_str(enum tg_conn_phase s);
 /* The request being read. Embedded in its connection (c->req): its buffers are reset for the
  * next request and freed with the connection in on_handle_closed(). */
 struct tg_http_req {
-    int method; /* llhttp_method_t */
+    uint8_t method; /* llhttp_method_t */
+    uint8_t nheaders; /* at most TG_HTTP_MAX_HEADERS */
+    uint8_t last_was_value;
+    uint8_t keep_alive;
+    uint8_t too_many_headers;
+    uint8_t http_minor; /* HTTP/1.<this>; known once the request is whole */
+    uint8_t upgrade;    /* llhttp's verdict: the request asks for another protocol (or is CONNECT) */
+    uint8_t in_trailers;  /* the head is over: fields llhttp reports now are a chunked body's trailers */
     struct tg_buf head; /* URL and header bytes, copied from the wire; the slices below point into it */
     uint32_t url_off, url_len;
     struct tg_http_header *headers; /* TG_HTTP_MAX_HEADERS of them, in the connection's scratch */
-    int nheaders;
-    int last_was_value;
     struct tg_buf body;
-    int keep_alive;
-    int too_many_headers;
-    int http_minor; /* HTTP/1.<this>; known once the request is whole */
-    int upgrade;    /* llhttp's verdict: the request asks for another protocol (or is CONNECT) */
-    int in_trailers;      /* the head is over: fields llhttp reports now are a chunked body's trailers */
     size_t trailer_bytes; /* trailer bytes read and discarded; with the head, under limits.header_bytes */
     unsigned head_flags;  /* llhttp's Connection and Upgrade flags as the head left them */
 };
@@ -140,34 +140,35 @@ struct tg_conn {
     const struct tg_http_listener *listener;
     uint64_t id;
     uint64_t due_ms; /* the loop time the current phase's deadline falls at; 0: none (see arm()) */
-    enum tg_conn_phase phase;
     struct tg_tls *tls;
     struct tg_buf in; /* plaintext not yet parsed */
     struct tg_http_req req;
-    int req_complete;
     struct tg_http_scratch *x; /* while a request is under way (see above), else NULL */
     /* For the access line of the current exchange: when it began, the status and the bytes sent
      * (who it was is in x). */
     uint64_t log_start_ms;
-    int log_status;
     uint64_t log_bytes;
     struct tg_auth_memo auth_memo; /* the router's: the last static token this connection proved */
-    int close_after; /* close once the current answer is written */
-    int over_limit;  /* accepted past limits.max_connections: its request gets 503, then it closes */
     size_t out_pending; /* bytes handed to uv_write (or corked) and not yet confirmed */
     size_t out_pending_corked; /* the part of out_pending still in cork */
-    int read_stopped;
-    int handles_open;
-    int eof;
-    int reject_status; /* set by a parser callback that refused the request (413, 414, 431) */
-    uint8_t in_process; /* process_input() is on the stack: do not re-enter it */
-    uint8_t trim_due;   /* IDLE on TLS: the deadline is TG_TLS_TRIM_MS's, then idle_timeout_ms's (timer.c) */
+    struct tg_list pend_node; /* in env->conn_pending while pend != 0 */
+    /* The small state, packed together (no holes between wider members). */
+    enum tg_conn_phase phase : 8;
     /* Work put off to the end of the loop iteration (tg_http_run_pending), so that no callback
      * runs inside the tg_http_* or tg_conn_close call that caused it. */
-    unsigned pend;            /* TG_PEND_* */
-    struct tg_list pend_node; /* in env->conn_pending while pend != 0 */
-    int wait_drain;           /* pipelined input waits for the output to drain below the mark */
-    uint32_t cork_last;       /* the size of the last cork written (in the padding before exchange) */
+    uint8_t pend;        /* TG_PEND_* */
+    uint8_t handles_open;
+    uint8_t req_complete;
+    uint8_t close_after; /* close once the current answer is written */
+    uint8_t over_limit;  /* accepted past limits.max_connections: its request gets 503, then it closes */
+    uint8_t read_stopped;
+    uint8_t eof;
+    uint8_t in_process;  /* process_input() is on the stack: do not re-enter it */
+    uint8_t trim_due;    /* IDLE on TLS: the deadline is TG_TLS_TRIM_MS's, then idle_timeout_ms's (timer.c) */
+    uint8_t wait_drain;  /* pipelined input waits for the output to drain below the mark */
+    uint16_t log_status; /* for the access line: the status sent */
+    uint16_t reject_status; /* set by a parser callback that refused the request (413, 414, 431) */
+    uint32_t cork_last;  /* the size of the last cork written */
     /* The handler's pending work for this request, if any. */
     void *exchange;
     tg_conn_cb on_abort; /* the client went away while exchange was set */
