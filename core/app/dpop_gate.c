@@ -54,7 +54,7 @@ int tg_dpop_gate(struct tg_server *srv, struct tg_conn *c, struct tg_slice path,
     }
     tg_buf_appends(&hdr, "\r\n");
     tg_buf_append(&hdr, "", 1);
-    tg_log(TG_LOG_INFO, "unauthorized", "conn=%llu peer=%s reason=\"%s\"", (unsigned long long)c->id, c->peer,
+    tg_log(TG_LOG_INFO, "unauthorized", "conn=%llu peer=%s reason=\"%s\"", (unsigned long long)c->id, tg_conn_peer(c),
            why ? why : "dpop");
     tg_respond_rpc(c, 401, hdr.base, NULL, 0, TG_RPC_INVALID_REQUEST,
                    v == TG_DPOP_BAD_PROOF ? "Unauthorized: a valid DPoP proof is required"

@@ -163,7 +163,7 @@ static void unauthorized(struct tg_server *srv, struct tg_conn *c, const char *m
         tg_buf_appendf(&hdr, ", error=\"invalid_token\", error_description=\"%s\"", why ? why : "invalid token");
     tg_buf_appends(&hdr, "\r\n");
     tg_buf_append(&hdr, "", 1);
-    tg_log(TG_LOG_INFO, "unauthorized", "conn=%llu peer=%s reason=\"%s\"", (unsigned long long)c->id, c->peer,
+    tg_log(TG_LOG_INFO, "unauthorized", "conn=%llu peer=%s reason=\"%s\"", (unsigned long long)c->id, tg_conn_peer(c),
            why ? why : (ar == TG_AUTH_MISSING ? "missing" : "invalid"));
     tg_respond_rpc(c, 401, hdr.base, NULL, 0, TG_RPC_INVALID_REQUEST,
                         "Unauthorized: a valid bearer token is required", NULL);
@@ -310,7 +310,7 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
         !tg_route_origin_allowed(c->listener->lc, tg_http_req_header(req, "origin"))) {
         char esc[128];
         tg_log(TG_LOG_INFO, "foreign origin refused", "conn=%llu peer=%s origin=%s", (unsigned long long)c->id,
-               c->peer, tg_log_esc(esc, sizeof(esc), tg_http_req_header(req, "origin")));
+               tg_conn_peer(c), tg_log_esc(esc, sizeof(esc), tg_http_req_header(req, "origin")));
         tg_respond_rpc(c, 403, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Forbidden: Origin not allowed", NULL);
         return;
     }

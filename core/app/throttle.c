@@ -57,9 +57,7 @@ static unsigned bucket_wait_s(const struct throttle_bucket *b, unsigned burst, u
 
 static void peer_addr(const struct tg_conn *c, char out[48])
 {
-    const char *colon = strrchr(c->peer, ':'); /* "ip:port", IPv6 without brackets */
-    size_t n = colon ? (size_t)(colon - c->peer) : strlen(c->peer);
-    snprintf(out, 48, "%.*s", (int)n, c->peer);
+    tg_conn_peer_ip(c, out);
 }
 
 /* The peer's slot; with make, a new one (evicting) when it has none; else NULL. */

@@ -524,7 +524,7 @@ static void reply_parse_error(struct tg_conn *c, llhttp_errno_t err)
         msg = code == 413 ? "Content too large" : code == 414 ? "URI too long" : "Request header fields too large";
     }
     char esc[160];
-    tg_log(TG_LOG_INFO, "bad request", "conn=%llu peer=%s status=%d reason=%s", (unsigned long long)c->id, c->peer,
+    tg_log(TG_LOG_INFO, "bad request", "conn=%llu peer=%s status=%d reason=%s", (unsigned long long)c->id, tg_conn_peer(c),
            status, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(reason ? reason : llhttp_errno_name(err))));
     c->close_after = 1;
     c->req.keep_alive = 0;
@@ -754,21 +754,22 @@ void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, 
     struct sockaddr_storage ss;
     int sl = sizeof(ss);
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &sl) == 0) {
-        char ip[48] = "";
-        int port = 0;
         if (ss.ss_family == AF_INET) {
-            uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
-            port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+            const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+            memcpy(c->peer.ip, &a->sin_addr, 4);
+            c->peer.port = ntohs(a->sin_port);
+            c->peer.family = 4;
         } else {
-            uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
-            port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+            const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+            memcpy(c->peer.ip, &a->sin6_addr, 16);
+            c->peer.port = ntohs(a->sin6_port);
+            c->peer.family = 6;
         }
-        snprintf(c->peer, sizeof(c->peer), "%s:%d", ip, port);
     }
     if (!l->is_admin && env->nconns > (size_t)env->limits->max_connections) {
         env->metrics->conns_rejected++;
         tg_log(TG_LOG_WARN, "connection limit reached", "conn=%llu peer=%s limit=%d", (unsigned long long)c->id,
-               c->peer, env->limits->max_connections);
+               tg_conn_peer(c), env->limits->max_connections);
         /* A clean 503 for its first request, on a plain connection and while the overflow is
          * small (each waits at most limits.header_timeout_ms); past that, or over TLS (no
          * handshake for a refusal), the connection is closed at once. */

@@ -130,6 +130,14 @@ struct tg_http_scratch {
 
 typedef void (*tg_conn_cb)(struct tg_conn *conn, void *exchange);
 
+/* A client's address as accept saw it, kept in binary (20 bytes, not a 64-byte string): it is
+ * printed only for a log line or a throttle's key. */
+struct tg_peer_addr {
+    uint8_t ip[16];
+    uint16_t port;
+    uint8_t family; /* 4 or 6; 0: not known (getpeername failed) */
+};
+
 /* One client connection. Owner: the transport (env->conns), from tg_http1_accept() until its
  * last handle's close callback, on_handle_closed(), frees it; tg_conn_close() only marks it.
  * Exchanges hold plain pointers to it and drop them when on_abort or up_gone says it closes. */
@@ -188,8 +196,14 @@ struct tg_conn {
     struct tg_buf tls_plain;  /* TLS: plaintext not encrypted yet (a big answer goes a slice per round) */
     size_t tls_plain_off;     /* of it, the part already encrypted */
     struct tg_list cork_node; /* in env->corked while cork holds bytes */
-    char peer[64];
+    struct tg_peer_addr peer; /* the client's address (tg_conn_peer() prints it) */
 };
+
+/* The client's "ip:port" (an IPv6 address without brackets), "" if not known: for a log line, in
+ * a buffer of the calling thread's that the next call overwrites. */
+const char *tg_conn_peer(const struct tg_conn *c);
+/* The client's address without the port into out (48 bytes), "" if not known. */
+void tg_conn_peer_ip(const struct tg_conn *c, char out[48]);
 
 /* Accept one connection from listener_handle (call it from the listener's connection callback). */
 void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listener_handle);

@@ -64,7 +64,7 @@ void tg__http_access_line(struct tg_conn *c, int status)
     const struct tg_http_scratch *x = c->x;
     tg_log(TG_LOG_INFO, "request", "conn=%llu peer=%s method=%s path=%s status=%d bytes=%llu ms=%llu grant=%s subject=%s "
            "session=%s upstream=%s",
-           (unsigned long long)c->id, c->peer, llhttp_method_name((llhttp_method_t)c->req.method),
+           (unsigned long long)c->id, tg_conn_peer(c), llhttp_method_name((llhttp_method_t)c->req.method),
            tg_log_esc(path, sizeof(path), url), status, (unsigned long long)c->log_bytes,
            (unsigned long long)(uv_now(c->env->loop) - c->log_start_ms), x && x->log_grant[0] ? x->log_grant : "-",
            x && x->log_subject[0] ? x->log_subject : "-",
@@ -605,4 +605,23 @@ void tg_http_raw_write2(struct tg_conn *c, const char *head, size_t hn, const ch
     tg_buf_append(k, head, hn);
     tg_buf_append(k, p, n);
     cork_grew(c);
+}
+
+void tg_conn_peer_ip(const struct tg_conn *c, char out[48])
+{
+    out[0] = '\0';
+    if (c->peer.family != 0 && uv_inet_ntop(c->peer.family == 4 ? AF_INET : AF_INET6, c->peer.ip, out, 48) != 0)
+        out[0] = '\0';
+}
+
+const char *tg_conn_peer(const struct tg_conn *c)
+{
+    static _Thread_local char s[56];
+    char ip[48];
+    tg_conn_peer_ip(c, ip);
+    if (c->peer.family == 0)
+        s[0] = '\0';
+    else
+        snprintf(s, sizeof(s), "%s:%d", ip, c->peer.port);
+    return s;
 }

@@ -86,7 +86,7 @@ static void on_timer(uv_timer_t *t)
     if (c->phase == TG_CONN_HANDSHAKE) {
         c->env->metrics->tls_handshake_failures++;
         tg_log(TG_LOG_INFO, "TLS handshake timed out", "conn=%llu peer=%s timeout_ms=%d", (unsigned long long)c->id,
-               c->peer, c->env->limits->tls_handshake_timeout_ms);
+               tg_conn_peer(c), c->env->limits->tls_handshake_timeout_ms);
     }
     tg_conn_close(c, c->phase == TG_CONN_HANDSHAKE ? "handshake timeout" : "idle timeout");
 }

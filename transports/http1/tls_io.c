@@ -70,7 +70,7 @@ static int feed(struct tg_conn *c, const char *p, size_t n)
         if (handshake) {
             env->metrics->tls_handshake_failures++;
             char esc[128];
-            tg_log(TG_LOG_INFO, "TLS handshake failed", "conn=%llu peer=%s error=%s", (unsigned long long)c->id, c->peer,
+            tg_log(TG_LOG_INFO, "TLS handshake failed", "conn=%llu peer=%s error=%s", (unsigned long long)c->id, tg_conn_peer(c),
                    tg_log_esc(esc, sizeof(esc), tg_slice_cstr(tg_tls_last_error(c->tls))));
         }
         tg_conn_close(c, r == TG_ELIMIT ? "input limit" : "TLS error");
@@ -84,7 +84,7 @@ static int feed(struct tg_conn *c, const char *p, size_t n)
         if (tg_tls_peer_subject(c->tls, dn, sizeof(dn), cn, sizeof(cn))) {
             char esc[600];
             tg_log(TG_LOG_DEBUG, "TLS client certificate", "conn=%llu peer=%s subject=%s", (unsigned long long)c->id,
-                   c->peer, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(dn)));
+                   tg_conn_peer(c), tg_log_esc(esc, sizeof(esc), tg_slice_cstr(dn)));
         }
         /* The first request must still arrive within the header timeout. */
         tg__http_arm(c, (uint64_t)env->limits->header_timeout_ms);
