@@ -45,6 +45,7 @@ struct tg_tls_ctx {
  * at its start (in TLS, in_ctr/out_ctr are the buffer's first bytes; nothing after the header
  * outlives its record). */
 #define TG_TLS_KEPT 64
+#define TG_TLS_ERR 192
 
 /* One connection's TLS state. Owner: the connection (c->tls), made by tg_tls_new() on accept and
  * freed by tg_tls_free() in on_handle_closed(); in and out are borrowed for one call only. */
@@ -62,7 +63,8 @@ struct tg_tls {
      * back to the kernel whole; put back by untrim() before mbedtls touches the buffers again. */
     int trimmed;
     unsigned char kept[2][TG_TLS_KEPT];
-    char err[192];
+    char *err; /* the last error's text (TG_TLS_ERR bytes), made at the first error: most
+                * connections never have one */
 };
 
 /* An https:// upstream's TLS client side: the CA chain its certificate must chain to, our
@@ -392,6 +394,7 @@ void tg_tls_free(struct tg_tls *t)
         return;
     mbedtls_ssl_free(&t->ssl);
     tg_tls_ctx_free(t->ctx); /* (NULL on the client side) */
+    free(t->err);
     free(t);
 }
 
@@ -404,10 +407,12 @@ static int set_err(struct tg_tls *t, int r)
         for (int i = 0; i < n && info[i]; i++)
             if (info[i] == '\n')
                 info[i] = i + 1 < n && info[i + 1] ? ';' : '\0';
-        snprintf(t->err, sizeof(t->err), "certificate verification failed: %s", n > 0 ? info : "unknown reason");
+        if (t->err != NULL || (t->err = malloc(TG_TLS_ERR)) != NULL)
+            snprintf(t->err, TG_TLS_ERR, "certificate verification failed: %s", n > 0 ? info : "unknown reason");
         return TG_EINVAL;
     }
-    mbedtls_strerror(r, t->err, sizeof(t->err));
+    if (t->err != NULL || (t->err = malloc(TG_TLS_ERR)) != NULL)
+        mbedtls_strerror(r, t->err, TG_TLS_ERR);
     return TG_EINVAL;
 }
 
@@ -550,4 +555,4 @@ int tg_tls_peer_subject(const struct tg_tls *t, char *dn, size_t dnsz, char *cn,
         cn[0] = '\0';
     return 1;
 }
-const char *tg_tls_last_error(const struct tg_tls *t) { return t->err; }
+const char *tg_tls_last_error(const struct tg_tls *t) { return t->err != NULL ? t->err : ""; }
