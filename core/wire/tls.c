@@ -6,6 +6,7 @@
 #include <mbedtls/error.h>
 #include <mbedtls/oid.h>
 #include <mbedtls/pk.h>
+#include <mbedtls/platform_util.h>
 #include <mbedtls/ssl.h>
 #include <mbedtls/ssl_internal.h>
 #include <mbedtls/ssl_ticket.h>
@@ -298,35 +299,46 @@ static uintptr_t page_size(void)
     return page;
 }
 
-/* A record buffer of len bytes that starts on a page and fills whole pages, zeroed as mbedtls's
- * calloc would: trimmed, it gives back every page it has (a malloc'd one keeps the pages it
- * shares with its neighbours, about 2 of its 5). mbedtls frees it with free(). NULL: no memory. */
-static unsigned char *page_buf(size_t len)
+/* Where out_buf starts in the block page_align_buffers() makes: the in buffer's whole pages. */
+static size_t in_pages(void)
 {
     uintptr_t page = page_size();
-    void *p = NULL;
-    if (posix_memalign(&p, page, (len + page - 1) & ~(page - 1)) != 0)
-        return NULL;
-    memset(p, 0, len);
-    return p;
+    return (MBEDTLS_SSL_IN_BUFFER_LEN + page - 1) & ~(page - 1);
 }
 
-/* mbedtls_ssl_setup() took its record buffers with calloc: put page-aligned ones in their place
- * (mbedtls 2.28's fields are public; its own in/out pointers are derived from them again). */
+/* mbedtls_ssl_setup() took its record buffers with calloc: put in their place one block that
+ * starts on a page and holds both, each in whole pages of its own, zeroed as calloc would
+ * (mbedtls 2.28's fields are public; its in/out pointers are derived from them again).
+ * Trimmed, they give back every page they have: malloc'd ones keep the pages they share with
+ * their neighbours, and two aligned blocks leave two alignment gaps. The block is in_buf's
+ * allocation: ssl_free() takes out_buf out before mbedtls frees in_buf. */
 static int page_align_buffers(mbedtls_ssl_context *ssl)
 {
-    unsigned char *in = page_buf(MBEDTLS_SSL_IN_BUFFER_LEN), *out = page_buf(MBEDTLS_SSL_OUT_BUFFER_LEN);
-    if (in == NULL || out == NULL) {
-        free(in);
-        free(out);
+    uintptr_t page = page_size();
+    size_t out_len = (MBEDTLS_SSL_OUT_BUFFER_LEN + page - 1) & ~(page - 1);
+    void *p = NULL;
+    if (posix_memalign(&p, page, in_pages() + out_len) != 0)
         return -1;
-    }
+    unsigned char *in = p, *out = in + in_pages();
+    memset(in, 0, MBEDTLS_SSL_IN_BUFFER_LEN);
+    memset(out, 0, MBEDTLS_SSL_OUT_BUFFER_LEN);
     free(ssl->in_buf);
     free(ssl->out_buf);
     ssl->in_buf = in;
     ssl->out_buf = out;
     mbedtls_ssl_reset_in_out_pointers(ssl);
     return 0;
+}
+
+/* mbedtls_ssl_free(), with out_buf (part of in_buf's block, if page_align_buffers() made it)
+ * wiped and taken out first: mbedtls wipes and frees in_buf, the whole block. */
+static void ssl_free(mbedtls_ssl_context *ssl)
+{
+    if (ssl->in_buf != NULL && ssl->out_buf == ssl->in_buf + in_pages()) {
+        mbedtls_platform_zeroize(ssl->out_buf, MBEDTLS_SSL_OUT_BUFFER_LEN);
+        ssl->out_buf = NULL;
+    }
+    mbedtls_ssl_free(ssl);
 }
 
 struct tg_tls *tg_tls_new(struct tg_tls_ctx *ctx)
@@ -336,7 +348,7 @@ struct tg_tls *tg_tls_new(struct tg_tls_ctx *ctx)
         return NULL;
     mbedtls_ssl_init(&t->ssl);
     if (mbedtls_ssl_setup(&t->ssl, &ctx->conf) != 0 || page_align_buffers(&t->ssl) != 0) {
-        mbedtls_ssl_free(&t->ssl);
+        ssl_free(&t->ssl);
         free(t);
         return NULL;
     }
@@ -380,7 +392,7 @@ struct tg_tls *tg_tls_client_new(struct tg_tls_client_ctx *ctx, const char *serv
     else if (r == 0)
         r = mbedtls_ssl_set_hostname(&t->ssl, server_name); /* both the SNI sent and the name checked */
     if (r != 0) {
-        mbedtls_ssl_free(&t->ssl);
+        ssl_free(&t->ssl);
         free(t);
         return NULL;
     }
@@ -392,7 +404,7 @@ void tg_tls_free(struct tg_tls *t)
 {
     if (t == NULL)
         return;
-    mbedtls_ssl_free(&t->ssl);
+    ssl_free(&t->ssl);
     tg_tls_ctx_free(t->ctx); /* (NULL on the client side) */
     free(t->err);
     free(t);
