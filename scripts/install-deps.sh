@@ -21,7 +21,8 @@ if [ "${1:-}" = "--test" ]; then
   # start their own, on loopback. haproxy: test/interop/cluster.test.mjs puts one in front of three
   # gateways (foreground, loopback, free ports; the packages' daemons are not used).
   # valgrind: perf.callgrind (test/perf/callgrind.sh) counts instructions per call under callgrind.
-  want+=(redis-server haproxy nginx-light wrk procps python3-minimal chromium systemd prometheus valgrind)
+  # jq: cli.audit checks a checkpoint's signature with jq + openssl, as docs/operations.md shows users.
+  want+=(redis-server haproxy nginx-light wrk procps python3-minimal chromium systemd prometheus valgrind jq)
 fi
 missing=()
 for p in "${want[@]}"; do

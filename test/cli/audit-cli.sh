@@ -45,6 +45,7 @@ has out "OK: 26 records, 5 checkpoints (5 signed), files $T/audit.log.2 $T/audit
 run 0 audit verify --closed --key "$T/pub.pem" "$T/audit.log" "$T/audit.log.1" "$T/audit.log.2" && has out "OK: 26 records"
 run 0 audit verify "$T"/audit.log* && has out "note: signatures not checked (no --key)"
 # The checkpoint's signature with jq and openssl alone (docs/operations.md).
+command -v jq >/dev/null || { echo "not ok - jq is not installed (scripts/install-deps.sh --test installs it)"; exit 1; }
 line=$(grep '"checkpoint"' "$T/audit.log.1" | head -1)
 if printf '%s' "$line" | jq -cSj 'del(.event_hash,.signature)' |
     openssl dgst -sha256 -verify "$T/pub.pem" -signature <(printf '%s' "$line" | jq -r .signature | base64 -d) | grep -q "Verified OK"; then
