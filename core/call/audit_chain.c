@@ -7,9 +7,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "core/base/ecsign.h"
 #include "core/base/json.h"
@@ -217,30 +214,6 @@ void tg_audit_chain_put_seq(const struct tg_audit_chain *c, struct tg_buf *b)
     tg_buf_append_u64(b, c->seq + 1);
 }
 
-/* 32 bytes as 64 lowercase hex digits, sixteen at a time (SSE2, which every x86-64 has). */
-static void hex32(const uint8_t in[32], char out[64])
-{
-#if defined(__SSE2__)
-    const __m128i low = _mm_set1_epi8(0x0f), nine = _mm_set1_epi8(9), zero = _mm_set1_epi8('0'),
-                  gap = _mm_set1_epi8('a' - '0' - 10);
-    for (int i = 0; i < 2; i++) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(in + 16 * i));
-        __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), low), lo = _mm_and_si128(v, low);
-        __m128i a = _mm_unpacklo_epi8(hi, lo), z = _mm_unpackhi_epi8(hi, lo); /* digits in order */
-        a = _mm_add_epi8(_mm_add_epi8(a, zero), _mm_and_si128(_mm_cmpgt_epi8(a, nine), gap));
-        z = _mm_add_epi8(_mm_add_epi8(z, zero), _mm_and_si128(_mm_cmpgt_epi8(z, nine), gap));
-        _mm_storeu_si128((__m128i *)(out + 32 * i), a);
-        _mm_storeu_si128((__m128i *)(out + 32 * i + 16), z);
-    }
-#else
-    static const char digits[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) {
-        out[2 * i] = digits[in[i] >> 4];
-        out[2 * i + 1] = digits[in[i] & 15];
-    }
-#endif
-}
-
 void tg_audit_chain_seal(struct tg_audit_chain *c, struct tg_buf *b, size_t mark, int canonical)
 {
     uint8_t h[32];
@@ -261,8 +234,7 @@ void tg_audit_chain_seal(struct tg_audit_chain *c, struct tg_buf *b, size_t mark
         tg_log(TG_LOG_ERROR, "an audit line is not JSON: hashed as it is", "why=\"%s\" offset=%zu", why, off);
         tg_sha256(b->base + mark, b->len - mark, h);
     }
-    hex32(h, c->prev);
-    c->prev[64] = '\0';
+    tg_hex_encode(h, 32, c->prev);
     c->has_prev = 1;
     c->seq++;
     b->len--; /* the closing brace: event_hash comes last */

@@ -103,10 +103,12 @@ const char *tg_call_denial_id(struct tg_call *k, const char *decision)
     static const char *const refusals[] = {"deny", "approve", "rejected", "expired", "refused"};
     if (k->denial_id[0] != '\0')
         return k->denial_id;
-    if (decision == NULL || !tg_denial_drafts(k))
+    if (decision == NULL || strcmp(decision, "allow") == 0) /* the usual line: no conf lookup for it */
         return NULL;
     for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++)
         if (strcmp(decision, refusals[i]) == 0) {
+            if (!tg_denial_drafts(k))
+                return NULL;
             tg_denial_new_id(k->denial_id);
             return k->denial_id;
         }
