@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tollgate against nginx, every row of the benchmark table, in ONE run (loopback only, bounded time):
 #
-#   test/bench/bench.sh [--quick] [--rounds N] [--json FILE] [--compare [BASELINE.json]]
+#   test/bench/bench.sh [--quick] [--rounds N] [--rows LIST] [--json FILE] [--compare [BASELINE.json]]
 #   test/bench/bench.sh --self-test          checks the --compare logic on two made-up files
 #   test/bench/bench.sh --compare-only NEW.json [BASELINE.json]
 #
@@ -42,6 +42,9 @@
 # every figure present in both files and exits 1 when one got worse by more than 10 %
 # (bench_report.py says which direction is worse for each figure).
 #
+# --rows LIST runs only the rows named (comma-separated, e.g. --rows hop,tls); the others are
+# reported NOT RUN.
+#
 # Modes: full (default: 3 rounds of 5 s per wrk target, 1 + 5 s per stream target, 5,000 idle
 # sessions; about 5-6 minutes) and --quick (1 round of 2 s, 1 + 2 s streams, 1,000 sessions;
 # about 1 minute). Environment: TOLLGATE_BIN, UPSTREAM_BIN, STREAMS_BIN, POLICY_BIN (default
@@ -60,11 +63,12 @@ BENCH_NAME=bench.sh
 root=$(cd "$here/../.." && pwd)
 report=$here/bench_report.py
 
-mode=full rounds="" json=$here/results/bench.json compare="" baseline=$here/baseline.json
+mode=full rounds="" rows_only="" json=$here/results/bench.json compare="" baseline=$here/baseline.json
 while [[ $# -gt 0 ]]; do
     case $1 in
     --quick) mode=quick ;;
     --rounds) rounds=${2:?--rounds N}; shift ;;
+    --rows) rows_only=${2:?--rows LIST}; shift ;;
     --json) json=${2:?--json FILE}; shift ;;
     --compare)
         if [[ $# -gt 1 && $2 != -* ]]; then compare=$2; shift; else compare=$baseline; fi ;;
@@ -76,6 +80,10 @@ while [[ $# -gt 0 ]]; do
     shift
 done
 [[ -z $compare || -f $compare ]] || die "--compare: no file $compare"
+for r in ${rows_only//,/ }; do
+    [[ $r =~ ^(calls|hop|sse|ws|tls|mem|policy|2026|cluster)$ ]] || die "--rows: unknown row '$r'"
+done
+want() { [[ -z $rows_only || ,$rows_only, == *,$1,* ]]; } # want ROW: is the row to be run
 
 B=${BENCH_BUILD:-$root/build-rel}
 TOLLGATE_BIN=${TOLLGATE_BIN:-$B/tollgate}
@@ -238,7 +246,7 @@ wait "$ng_pid" 2>/dev/null || true
 forget_pid "$ng_pid"
 start_nginx "$tmp/nginx" $((MEM_SESSIONS + 1000))
 nginx_pid=$ng_pid nginx_port=$ng_port nginx_tls_port=$ng_tls_port
-record mem nginx slot_bytes "$((($(rss_kb "$nginx_pid") - small_rss) * 1024 / MEM_SESSIONS))"
+want mem && record mem nginx slot_bytes "$((($(rss_kb "$nginx_pid") - small_rss) * 1024 / MEM_SESSIONS))"
 
 # ---- tollgates -----------------------------------------------------------------------------------
 # The seed policy's shape (default deny, the called tool under a token bucket too big to refuse
@@ -322,37 +330,41 @@ ng_url=http://127.0.0.1:$nginx_port
 cluster_calls=0
 for ((round = 1; round <= rounds; round++)); do
     echo "== round $round of $rounds" >&2
-    drive_wrk calls direct "http://127.0.0.1:$up_port/mcp" 2025 "$up_pid"
-    drive_wrk calls nginx "$ng_url/mcp" 2025 "$nginx_pid"
-    drive_wrk calls tollgate "http://127.0.0.1:${tg_port[tg-policy]}/mcp" 2025 "${tg_pid[tg-policy]}"
-    drive_wrk hop direct "http://127.0.0.1:$up_port/mcp" 2025 "$up_pid" 1
-    drive_wrk hop nginx "$ng_url/mcp" 2025 "$nginx_pid" 1
-    drive_wrk hop tollgate "http://127.0.0.1:${tg_port[tg-policy]}/mcp" 2025 "${tg_pid[tg-policy]}" 1
-    drive_stream sse direct post "http://127.0.0.1:$up_port/mcp" "$up_pid"
-    drive_stream sse nginx post "$ng_url/stream/mcp" "$nginx_pid"
-    drive_stream sse tollgate post "http://127.0.0.1:${tg_port[tg-stream]}/bench/mcp" "${tg_pid[tg-stream]}"
-    drive_stream ws tollgate ws "http://127.0.0.1:${tg_port[tg-stream]}/bench/ws" "${tg_pid[tg-stream]}"
-    if ((tls_ok)); then
+    want calls && drive_wrk calls direct "http://127.0.0.1:$up_port/mcp" 2025 "$up_pid"
+    want calls && drive_wrk calls nginx "$ng_url/mcp" 2025 "$nginx_pid"
+    want calls && drive_wrk calls tollgate "http://127.0.0.1:${tg_port[tg-policy]}/mcp" 2025 "${tg_pid[tg-policy]}"
+    want hop && drive_wrk hop direct "http://127.0.0.1:$up_port/mcp" 2025 "$up_pid" 1
+    want hop && drive_wrk hop nginx "$ng_url/mcp" 2025 "$nginx_pid" 1
+    want hop && drive_wrk hop tollgate "http://127.0.0.1:${tg_port[tg-policy]}/mcp" 2025 "${tg_pid[tg-policy]}" 1
+    want sse && drive_stream sse direct post "http://127.0.0.1:$up_port/mcp" "$up_pid"
+    want sse && drive_stream sse nginx post "$ng_url/stream/mcp" "$nginx_pid"
+    want sse && drive_stream sse tollgate post "http://127.0.0.1:${tg_port[tg-stream]}/bench/mcp" "${tg_pid[tg-stream]}"
+    want ws && drive_stream ws tollgate ws "http://127.0.0.1:${tg_port[tg-stream]}/bench/ws" "${tg_pid[tg-stream]}"
+    if ((tls_ok)) && want tls; then
         drive_wrk tls nginx "https://127.0.0.1:$nginx_tls_port/mcp" 2025 "$nginx_pid"
         drive_wrk tls tollgate "https://127.0.0.1:${tg_tls_port[tg-policy]}/mcp" 2025 "${tg_pid[tg-policy]}"
     fi
-    drive_wrk 2026 nginx "$ng_url/bench/mcp" 2026 "$nginx_pid"
-    drive_wrk 2026 tollgate "http://127.0.0.1:${tg_port[tg-2026]}/bench/mcp" 2026 "${tg_pid[tg-2026]}"
-    drive_wrk cluster tollgate "http://127.0.0.1:${tg_port[tg-cluster]}/mcp" 2025 "${tg_pid[tg-cluster]}"
+    want 2026 && drive_wrk 2026 nginx "$ng_url/bench/mcp" 2026 "$nginx_pid"
+    want 2026 && drive_wrk 2026 tollgate "http://127.0.0.1:${tg_port[tg-2026]}/bench/mcp" 2026 "${tg_pid[tg-2026]}"
+    want cluster && drive_wrk cluster tollgate "http://127.0.0.1:${tg_port[tg-cluster]}/mcp" 2025 "${tg_pid[tg-cluster]}"
 done
 # Redis's part of the cluster row: commands per call.
 "$REDIS_CLI" -p "$redis_port" INFO commandstats >"$tmp/commandstats.txt" 2>/dev/null || true
-record cluster redis evalsha_per_call "$(awk -F'[:=,]' -v n="$cluster_calls" '/^cmdstat_evalsha:/ {printf "%.3f", $3 / n}' "$tmp/commandstats.txt")"
+want cluster && record cluster redis evalsha_per_call "$(awk -F'[:=,]' -v n="$cluster_calls" '/^cmdstat_evalsha:/ {printf "%.3f", $3 / n}' "$tmp/commandstats.txt")"
 
 # ---- one decision -------------------------------------------------------------------------------
-echo "== policy: $POLICY_BIN" >&2
-"$POLICY_BIN" >"$tmp/policy.out" 2>&1 || die "tg-bench-policy failed: $(tail -n 5 "$tmp/policy.out")"
-sed 's/^/   /' "$tmp/policy.out" >&2
-record policy tollgate ns_per_decision "$(awk '/^best:/ {print $2; exit}' "$tmp/policy.out")"
+if want policy; then
+    echo "== policy: $POLICY_BIN" >&2
+    "$POLICY_BIN" >"$tmp/policy.out" 2>&1 || die "tg-bench-policy failed: $(tail -n 5 "$tmp/policy.out")"
+    sed 's/^/   /' "$tmp/policy.out" >&2
+    record policy tollgate ns_per_decision "$(awk '/^best:/ {print $2; exit}' "$tmp/policy.out")"
+fi
 
 # ---- idle sessions ------------------------------------------------------------------------------
-drive_idle_nginx "$ng_url/bench"
-drive_memory_sh
+if want mem; then
+    drive_idle_nginx "$ng_url/bench"
+    drive_memory_sh
+fi
 
 {
     echo "meta - uptime_end $(uptime | sed 's/^ *//')"
