@@ -100,6 +100,8 @@ void tg_call_audit(struct tg_call *k, const char *decision, double latency, cons
     r.counters_json = k->dec ? k->dec->counters_json : NULL;
     if (k->tool && !k->args_sha256[0] && k->mrtr != NULL && k->srv->audit != NULL && tg_mcp_mrtr_digest(k->mrtr) == 0)
         tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* its arguments were kept (an audit log since) */
+    else if (k->tool && !k->args_sha256[0] && k->digest_late && k->mrtr == NULL)
+        tg_audit_args_hash(k->late_args, k->args_sha256); /* settled while it was being sent */
     r.args_sha256 = k->tool && k->args_sha256[0] ? k->args_sha256 : NULL; /* none if no reader when it began */
     r.args_json = k->args_json;
     r.approval_id = k->approval_id[0] ? k->approval_id : NULL;

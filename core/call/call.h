@@ -83,6 +83,8 @@ struct tg_call {
     char *tool;               /* tools/call, resources/read, prompts/get: what was decided */
     struct tg_decision *dec;  /* the decision and its reservations */
     char args_sha256[65];
+    unsigned char digest_late;  /* args_sha256 is made once the request is sent (core/gate/dispatch.c) */
+    const struct cJSON *late_args; /* meanwhile, the arguments it is made from (the request's) */
     struct tg_mcp_mrtr_call *mrtr; /* a 2026 tools/call, prompts/get or resources/read: what an
                                     * input_required answer is sealed for (owned, strings borrowed
                                     * from the call) */

@@ -42,10 +42,12 @@ static void ev_answered(void *call, const char *p, size_t n, const struct tg_jso
         if (is_error && k->sink != NULL && (k->sink->flags & TG_SINK_NEW_SESSION) && k->sess->live)
             tg_session_remove(k->srv->sessions, k->sess); /* no session was made after all */
     }
-    tg_call_settle(k, is_error ? TG_OUT_ERROR : TG_OUT_OK, tg__call_latency(k));
+    double latency = tg__call_latency(k);
     k->answer_src = own;
     tg_call_answer(k, p, n, doc);
     k->answer_src = NULL;
+    /* Settled after the client has its answer: the audit line settling makes is not on its way. */
+    tg_call_settle(k, is_error ? TG_OUT_ERROR : TG_OUT_OK, latency);
     tg_call_finish(k);
 }
 
