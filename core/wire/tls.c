@@ -115,6 +115,7 @@ static int load_pair(mbedtls_x509_crt *crt, mbedtls_pk_context *key, const char 
 /* What both ends share: TLS 1.2 only, our suites and curves, no renegotiation. */
 static int conf_common(mbedtls_ssl_config *conf, int endpoint, mbedtls_ctr_drbg_context *drbg, const char **what)
 {
+    (void)tg__tls_gcm_fast(); /* its CPU check and mbedtls's own function found now, not at the first record */
     int r = mbedtls_ssl_config_defaults(conf, endpoint, MBEDTLS_SSL_TRANSPORT_STREAM, MBEDTLS_SSL_PRESET_DEFAULT);
     if (r != 0) {
         *what = "TLS defaults";

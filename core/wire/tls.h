@@ -75,4 +75,12 @@ size_t tg_tls_trim(struct tg_tls *t);
 int tg_tls_peer_subject(const struct tg_tls *t, char *dn, size_t dnsz, char *cn, size_t cnsz);
 const char *tg_tls_last_error(const struct tg_tls *t);
 
+/* core/wire/tls_gcm.c: the AES-GCM every record goes through, in place of mbedtls's (see there).
+ * Is its fast path on (the CPU has AES-NI and PCLMULQDQ, and not turned off)? */
+int tg__tls_gcm_fast(void);
+/* Off: every record through mbedtls's own function (tests compare the two). */
+void tg__tls_gcm_set_fast(int on);
+/* Records sealed or opened by the fast path since start (tests: mbedtls does call it). */
+unsigned long tg__tls_gcm_fast_calls(void);
+
 #endif
