@@ -360,11 +360,7 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
     double latency = k->first_sent_ns ? (double)(uv_hrtime() - k->first_sent_ns) / 1e6 : tg_upreq_elapsed_ms(r);
     enum tg_outcome o = outcome_of(k, r, err);
     detach(k);
-    /* A JSON answer goes to the client before the call settles: settling makes the audit line
-     * (its JSON and its hash), which has no part in the answer's way back. */
-    int answer_first = k->mode == MODE_JSON && err == 0;
-    if (!answer_first)
-        k->ev->settle(k->call, o, latency);
+    k->ev->settle(k->call, o, latency);
     const struct tg_upstream_conf *uc = tg_upstream_conf(k->uprt);
     /* Answering cannot end the call under us: a client that goes is heard of from the loop. */
     char why[160];
@@ -432,8 +428,6 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
         tell = err ? why : "upstream closed without answering";
         break;
     }
-    if (answer_first)
-        k->ev->settle(k->call, o, latency); /* MODE_JSON leaves o as it was */
     finish(k, o, tell, latency);
 }
 

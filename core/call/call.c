@@ -100,8 +100,6 @@ void tg_call_audit(struct tg_call *k, const char *decision, double latency, cons
     r.counters_json = k->dec ? k->dec->counters_json : NULL;
     if (k->tool && !k->args_sha256[0] && k->mrtr != NULL && k->srv->audit != NULL && tg_mcp_mrtr_digest(k->mrtr) == 0)
         tg_hex_encode(k->mrtr->b.args_sha256, 32, k->args_sha256); /* its arguments were kept (an audit log since) */
-    else if (k->tool && !k->args_sha256[0] && k->digest_late && k->mrtr == NULL)
-        tg_audit_args_hash(k->late_args, k->args_sha256); /* settled while it was being sent */
     r.args_sha256 = k->tool && k->args_sha256[0] ? k->args_sha256 : NULL; /* none if no reader when it began */
     r.args_json = k->args_json;
     r.approval_id = k->approval_id[0] ? k->approval_id : NULL;
@@ -112,7 +110,7 @@ void tg_call_audit(struct tg_call *k, const char *decision, double latency, cons
     tg_audit_log(k->srv->audit, &k->srv->conf->audit, &r);
 }
 
-void tg_call_settle(struct tg_call *k, enum tg_outcome o, double latency_ms)
+void tg__call_settle_hold(struct tg_call *k, enum tg_outcome o, double latency_ms)
 {
     if (k->settled)
         return;
@@ -121,8 +119,24 @@ void tg_call_settle(struct tg_call *k, enum tg_outcome o, double latency_ms)
         k->approval_settled(k, outcomes[o].give_back); /* the approval it used */
     if (outcomes[o].give_back)
         refund(k);
-    if (k->dec != NULL && outcomes[o].audit != NULL)
-        tg_call_audit(k, "allow", latency_ms, outcomes[o].audit, NULL);
+    if (k->dec != NULL && outcomes[o].audit != NULL) {
+        k->audit_held = outcomes[o].audit;
+        k->audit_held_ms = latency_ms;
+    }
+}
+
+void tg__call_audit_held(struct tg_call *k)
+{
+    const char *outcome = k->audit_held;
+    k->audit_held = NULL;
+    if (outcome != NULL)
+        tg_call_audit(k, "allow", k->audit_held_ms, outcome, NULL);
+}
+
+void tg_call_settle(struct tg_call *k, enum tg_outcome o, double latency_ms)
+{
+    tg__call_settle_hold(k, o, latency_ms);
+    tg__call_audit_held(k);
 }
 
 /* How long the upstream has had the call: from its first request (resumes included). */
@@ -166,6 +180,7 @@ void tg_call_close(struct tg_call *k)
     if (k->closed)
         return;
     k->closed = 1;
+    tg__call_audit_held(k); /* settled with an answer that did not go after all */
     if (k->deciding != NULL) {
         /* Its decision still waits for the shared store: what that takes is given back when it comes. */
         k->srv->store.ops->detach(k->srv->store.ud, k->deciding);

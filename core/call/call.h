@@ -69,6 +69,9 @@ struct tg_call {
     int is_init;
     int got_response;         /* 1: the answer was relayed, 2: it was an error object */
     int settled;              /* tg_call_settle() ran */
+    const char *audit_held;   /* settled with an answer on its way: the audit line's outcome, made
+                               * once the client has the answer (tg__call_audit_held) */
+    double audit_held_ms;
     uint64_t gid;
     char gid_str[24];
     size_t gid_len;
@@ -83,8 +86,6 @@ struct tg_call {
     char *tool;               /* tools/call, resources/read, prompts/get: what was decided */
     struct tg_decision *dec;  /* the decision and its reservations */
     char args_sha256[65];
-    unsigned char digest_late;  /* args_sha256 is made once the request is sent (core/gate/dispatch.c) */
-    const struct cJSON *late_args; /* meanwhile, the arguments it is made from (the request's) */
     struct tg_mcp_mrtr_call *mrtr; /* a 2026 tools/call, prompts/get or resources/read: what an
                                     * input_required answer is sealed for (owned, strings borrowed
                                     * from the call) */
@@ -226,6 +227,11 @@ int tg__call_refuse_server_request(struct tg_server *srv, struct tg_session *s, 
                                    size_t n, int refuse_all, const char *why);
 /* Keep or give back a decided call's reservations, and write its audit line: once per call. */
 void tg_call_settle(struct tg_call *k, enum tg_outcome o, double latency_ms);
+/* The same for a call whose answer goes to the client next: its audit line (its JSON and its
+ * hash) waits for tg__call_audit_held(), after the answer's write, so it is not on the answer's
+ * way; tg_call_close() writes it too, at the latest. */
+void tg__call_settle_hold(struct tg_call *k, enum tg_outcome o, double latency_ms);
+void tg__call_audit_held(struct tg_call *k);
 void tg_call_audit(struct tg_call *k, const char *decision, double latency, const char *outcome, const char *by);
 /* The upstream may have run it and the client is gone: audit client_gone, stop the upstream. */
 void tg_call_abandon(struct tg_call *k);

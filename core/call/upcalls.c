@@ -27,6 +27,7 @@ static int ev_answer(void *call, const char *p, size_t n, const struct tg_json_d
     k->answer_status = status;
     int mine = tg_call_answer(k, p, n, pre);
     k->answer_src = NULL;
+    tg__call_audit_held(k); /* the client has its answer: now the audit line (ev_settle held it) */
     if (!mine)
         k->answer_status = 0;
     return mine;
@@ -42,12 +43,11 @@ static void ev_answered(void *call, const char *p, size_t n, const struct tg_jso
         if (is_error && k->sink != NULL && (k->sink->flags & TG_SINK_NEW_SESSION) && k->sess->live)
             tg_session_remove(k->srv->sessions, k->sess); /* no session was made after all */
     }
-    double latency = tg__call_latency(k);
+    tg__call_settle_hold(k, is_error ? TG_OUT_ERROR : TG_OUT_OK, tg__call_latency(k));
     k->answer_src = own;
     tg_call_answer(k, p, n, doc);
     k->answer_src = NULL;
-    /* Settled after the client has its answer: the audit line settling makes is not on its way. */
-    tg_call_settle(k, is_error ? TG_OUT_ERROR : TG_OUT_OK, latency);
+    tg__call_audit_held(k); /* after the answer's write: not on its way */
     tg_call_finish(k);
 }
 
@@ -62,10 +62,12 @@ static void ev_sent(void *call, uint64_t timeout)
     tg_list_insert_tail(&k->srv->awaiting, &k->alink);
 }
 
+/* A kind settles a call just before it hands over the answer (ev_answer) or the end (ev_done):
+ * the audit line waits for either, so that it is made after the client's write. */
 static void ev_settle(void *call, enum tg_outcome o, double latency_ms)
 {
     struct tg_call *k = call;
-    tg_call_settle(k, o, latency_ms < 0 ? tg__call_latency(k) : latency_ms);
+    tg__call_settle_hold(k, o, latency_ms < 0 ? tg__call_latency(k) : latency_ms);
 }
 
 /* The upstream ended the session (404 to a message of it): it ends here too. */
@@ -92,7 +94,7 @@ static void ev_done(void *call, enum tg_outcome o, const char *why, double laten
 {
     struct tg_call *k = call;
     k->upcall = NULL;
-    tg_call_settle(k, o, latency_ms < 0 ? tg__call_latency(k) : latency_ms);
+    tg__call_settle_hold(k, o, latency_ms < 0 ? tg__call_latency(k) : latency_ms);
     if (why != NULL)
         tg_call_answer_error(k, why, 0);
     else if (o == TG_OUT_ACCEPTED && k->sink != NULL)
@@ -101,6 +103,7 @@ static void ev_done(void *call, enum tg_outcome o, const char *why, double laten
         session_gone(k);
     else if (o == TG_OUT_NO_STREAM && k->sink != NULL)
         k->sink->ops->bare(k->sink, k, 405, "Allow: POST, DELETE\r\n", NULL, 0);
+    tg__call_audit_held(k); /* after what the client was told */
     tg_call_finish(k);
 }
 

@@ -269,18 +269,8 @@ static void go_on(struct tg_call *k, struct tg_gate_request *r)
         park(k, &out, k->decide_no_wait);
         return;
     }
-    if (!k->digest_late) {
-        tg_call_send(k, out.base, out.len, k->decide_timeout_ms); /* 0 for a listen: it lasts */
-        tg_buf_dispose(&out);
-        return;
-    }
-    k->late_args = r->args; /* for an audit line made while sending (tg_call_audit) */
-    tg_call_send(k, out.base, out.len, k->decide_timeout_ms);
+    tg_call_send(k, out.base, out.len, k->decide_timeout_ms); /* 0 for a listen: it lasts */
     tg_buf_dispose(&out);
-    k->digest_late = 0;
-    k->late_args = NULL;
-    if (!k->args_sha256[0])
-        digest(k, r);
 }
 
 /* The one continuation after a decision, the store's inline (k->asking is the request) or later
@@ -298,15 +288,8 @@ static void on_decided(void *ud, enum tg_shared_outcome o, struct tg_decision *d
         if (d != k->dec)
             *k->dec = *d; /* TG_SHARED_FALLBACK too: decided on this gateway's counters */
         if (r != NULL && r->m->mid == TG_M_TOOLS_CALL &&
-            (k->srv->audit != NULL || k->dec->verdict == TG_VERDICT_APPROVE)) {
-            /* An allowed call's digest is only for its audit line, made when it settles: go_on
-             * makes it once the request is written upstream, off the call's way there (a 2026
-             * call's digest is its input_required binding's too: made now). */
-            if (k->dec->verdict == TG_VERDICT_ALLOW && r->retry != 2 && k->mrtr == NULL)
-                k->digest_late = 1;
-            else
-                digest(k, r);
-        }
+            (k->srv->audit != NULL || k->dec->verdict == TG_VERDICT_APPROVE))
+            digest(k, r);
         if (refused(k->srv, k, k->dec))
             return;
     }

@@ -113,8 +113,9 @@ static void done_with_each_outcome(void **state)
     }
 }
 
-/* settle before done: the audit line is written once, by the settlement, and done's outcome
- * then only says what the client gets. */
+/* settle before done: the audit line is written once, with the settlement's outcome, after what
+ * done tells the client (the line is held, not on the answer's way); done's outcome only says
+ * what the client gets. */
 static void settle_then_done_settles_once(void **state)
 {
     struct mw *m = mw_new(FAKE_HTTP);
@@ -124,9 +125,9 @@ static void settle_then_done_settles_once(void **state)
     struct tg_call *k = call_tool(m, s, &r, "once");
     fake_take(k);
     fake.ev->settle(k, TG_OUT_OK, 1);
-    assert_string_equal(mw_audit(m), "allow/ok");
-    fake.ev->done(k, TG_OUT_UNAVAILABLE, "upstream main is unavailable", 1);
     assert_string_equal(mw_audit(m), "");
+    fake.ev->done(k, TG_OUT_UNAVAILABLE, "upstream main is unavailable", 1);
+    assert_string_equal(mw_audit(m), "allow/ok");
     assert_int_equal(m->srv.metrics.refunds, 0);
     assert_string_equal(r.trace.base, "bind answer end release");
     rec_dispose(&r);

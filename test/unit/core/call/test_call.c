@@ -567,6 +567,38 @@ static void answer_reenters_call(void **state)
     }
 }
 
+static void hook_line_held(struct rec *r, struct tg_call *k)
+{
+    assert_non_null(k);
+    assert_true(k->settled);
+    assert_non_null(k->audit_held); /* settled, but its audit line is not made yet */
+    assert_string_equal(k->audit_held, "ok");
+}
+
+/* An answer is written before the call's audit line is made (the line, its JSON and its hash,
+ * is not on the answer's way), and the line still says how the call settled. */
+static void answer_before_audit_line(void **state)
+{
+    for (int kind = FAKE_HTTP; kind <= FAKE_LINK; kind++) {
+        struct mw *m = mw_new((enum fake_kind)kind);
+        struct tg_session *s = mw_session(m, 0);
+        struct rec r;
+        rec_init(&r);
+        r.on_answer = hook_line_held;
+        struct tg_call *k = call_tool(m, s, &r, 0, "1", "once");
+        if (kind == FAKE_HTTP)
+            fake_answer(k, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}");
+        else
+            fake_link(m, s, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}");
+        assert_non_null(strstr(r.trace.base, "answer"));
+        assert_null(k->audit_held);
+        assert_string_equal(mw_audit(m), "allow/ok");
+        tg_call_run_pending(&m->srv);
+        rec_dispose(&r);
+        mw_free(m);
+    }
+}
+
 /* The same inside a failure's answer (tg_call_fail), and inside the timeout's. */
 static void failure_answer_reenters_call(void **state)
 {
@@ -999,6 +1031,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(client_gone_before_written),
         cmocka_unit_test(link_server_request_with_nowhere_to_go_is_refused),
         cmocka_unit_test(answer_reenters_call),
+        cmocka_unit_test(answer_before_audit_line),
         cmocka_unit_test(failure_answer_reenters_call),
         cmocka_unit_test(send_failure_answer_reenters_call),
         cmocka_unit_test(release_reenters_call),
