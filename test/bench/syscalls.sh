@@ -25,6 +25,8 @@
 #             stime of /proc/PID/stat, ticks of 1/CLK_TCK s). On a shared 2-core machine these move
 #             by 10 % or more between runs; only strace's counts are stable.
 #
+# SYS_TURN=1 adds, for calls targets, the proxy's own time on a hop's path (best with SYS_CONNS=1):
+# from each read that brought a message to the write that passes it on, per direction (turn.py).
 # SYS_PROFILE=1 adds a run under perf record -e cpu-clock (software clock: kernel and user symbols,
 # no hardware counters needed) and writes the top symbols to RESULTS.TARGET.profile.txt.
 # SYS_CALLGRIND=1 adds nginx's instructions per operation (Ir/op; tollgate's are
@@ -285,6 +287,28 @@ measure() { # TARGET KIND URL PID
         mkdir -p "$(dirname "$RESULTS")"
         cp "$d/profile.txt" "${RESULTS%.txt}.$t.profile.txt"
         echo "   profile: ${RESULTS%.txt}.$t.profile.txt" >&2
+    fi
+    if [[ ${SYS_TURN:-0} == 1 && $2 == calls ]]; then
+        # The proxy's own part of a hop (use with SYS_CONNS=1): from the end of the read that
+        # brought a message to the start of the write that passes it on, in each direction, from
+        # syscall tracepoints with ns timestamps. Unlike wrk's p50, this hardly moves with the
+        # machine's load: it is what the proxy does between the two system calls.
+        echo "== $t: perf record -e syscalls:sys_exit_read... -p $4 (SYS_TURN)" >&2
+        local u_pid
+        perf record -q -e syscalls:sys_exit_read -e syscalls:sys_exit_recvfrom -e syscalls:sys_enter_write \
+            -e syscalls:sys_enter_writev -p "$4" -o "$d/turn.data" >/dev/null 2>"$d/turn.err" &
+        u_pid=$!
+        pids+=("$u_pid")
+        sleep 0.5
+        ops "$2" "$3" "$d/turn-run" "$CPU_CALLS" >/dev/null
+        kill -INT "$u_pid"
+        wait "$u_pid" 2>/dev/null || true
+        forget_pid "$u_pid"
+        perf script --ns -i "$d/turn.data" -F time,event,trace 2>/dev/null | python3 "$here/turn.py" >"$d/turn.txt" ||
+            echo "   (no tracepoints: perf needs root or perf_event_paranoid <= -1)" >"$d/turn.txt"
+        sed 's/^/   /' "$d/turn.txt" >&2
+        mkdir -p "$(dirname "$RESULTS")"
+        cp "$d/turn.txt" "${RESULTS%.txt}.$t.turn.txt"
     fi
     echo "== $t: CPU from /proc/$4/stat" >&2
     local a b s0 s1
