@@ -457,12 +457,19 @@ int tg_tls_feed(struct tg_tls *t, const char *in, size_t n, struct tg_buf *plain
         }
         t->established = 1;
     }
+    /* Room for what these bytes hold (a record's plaintext is shorter than it), not a whole
+     * record's 16 KiB: a small request then fits the buffer the connection kept from the last
+     * one, with no 16 KiB allocation per request. What a record fed in parts needs more comes
+     * in the next rounds. */
+    size_t want = t->in_len < 16384 - 64 ? t->in_len + 64 : 16384;
     for (;;) {
-        if (tg_buf_try_reserve(plain, 16384, plain_ceiling ? plain_ceiling + 16384 : 0) != 0) {
+        if (tg_buf_try_reserve(plain, want, plain_ceiling ? plain_ceiling + 16384 : 0) != 0) {
             rc = TG_ELIMIT;
             break;
         }
-        int r = mbedtls_ssl_read(&t->ssl, (unsigned char *)plain->base + plain->len, 16384);
+        size_t room = plain->cap - plain->len;
+        int r = mbedtls_ssl_read(&t->ssl, (unsigned char *)plain->base + plain->len, room < 16384 ? room : 16384);
+        want = 16384;
         if (r > 0) {
             plain->len += (size_t)r;
             if (plain_ceiling && plain->len > plain_ceiling) {
