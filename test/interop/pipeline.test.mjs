@@ -1,0 +1,416 @@
+// HTTP/1.1 pipelining to an upstream (`upstreams[].pool.pipeline`) with real peers:
+//   - the SDK client through tollgate to real SDK upstreams with `pool = { size = 2; pipeline = 8; }`:
+//     the CoWork OS stand-in over HTTP (`initialize = "local"`) and server-everything
+//     (streamableHttp); 8 clients x 40 concurrent echo calls each, every answer its own call's, the
+//     upstream reached over at most pool.size connections, and a TCP relay in front of each
+//     upstream that counts the requests arriving in one read (more than one: they were pipelined);
+//   - a streaming call (server-everything's long-running operation, with progress) while other
+//     calls run: all complete, and calls made once the stream is being read are not queued behind it;
+//   - faults, with a raw `net` upstream of the test's own that logs every request it reads:
+//     (a) it closes the connection with several pipelined requests unanswered: each of those calls
+//     is -32004, and each request arrived once (never sent again); (b) it answers the first with
+//     `Connection: close` and closes: the requests behind it are sent again and all succeed, each
+//     processed once; (c) a client leaves while its request heads the line: the calls behind it get
+//     their own answers, the connection stays pooled and the next call succeeds on it;
+//   - the refund rule: a pipelined call that failed after it was written keeps its rate-limit token.
+//
+//   node --test test/interop/pipeline.test.mjs
+
+import { describe, it, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import path from 'node:path';
+import * as H from './lib/harness.mjs';
+import * as A from './lib/attack.mjs';
+
+H.requireNodeModules();
+
+const ctx = A.makeContext('tollgate-pipeline-');
+const test = ctx.test(it);
+const POOL = { size: 2, pipeline: 8, queue_timeout_ms: 60000 };
+const CLIENTS = 8;
+const CALLS = 40; // per client, all in flight at once
+const LIMIT = 2; // the rate limit of the refund test: LIMIT calls per minute
+let gw;
+let standin;
+let everything;
+let raw; // the test's own upstream
+const relay = {}; // TCP relays in front of the SDK upstreams, by upstream name
+let auditFile;
+
+// ---------------------------------------------------------------------------
+// A TCP relay that counts what the gateway sends: connections, and per read how many HTTP request
+// lines arrived in it. Under pool.pipeline = 1 a connection never carries a second request before
+// the first one's answer, so a read holding two requests proves they were pipelined.
+
+const REQUEST_LINE = /(?:POST|GET|DELETE) \/\S* HTTP\/1\.1\r\n/g;
+
+async function startRelay(targetPort) {
+  const r = { conns: [], reads: [], sockets: new Set() };
+  const srv = net.createServer((down) => {
+    const c = { id: r.conns.length, requests: 0, toolsCalls: 0, methods: new Set() };
+    r.conns.push(c);
+    const up = net.connect(targetPort, '127.0.0.1');
+    for (const s of [down, up]) { r.sockets.add(s); s.on('error', () => {}); s.on('close', () => r.sockets.delete(s)); }
+    down.on('data', (d) => {
+      const text = d.toString('latin1');
+      const lines = text.match(REQUEST_LINE) ?? [];
+      const calls = (text.match(/"method":"tools\/call"/g) ?? []).length;
+      for (const l of lines) c.methods.add(l.split(' ')[0]);
+      c.requests += lines.length;
+      c.toolsCalls += calls;
+      r.reads.push({ conn: c.id, requests: lines.length, calls });
+      up.write(d);
+    });
+    up.on('data', (d) => down.write(d));
+    down.on('end', () => up.end());
+    up.on('end', () => down.end());
+    down.on('close', () => up.destroy());
+    up.on('close', () => down.destroy());
+  });
+  await new Promise((resolve) => srv.listen(0, '127.0.0.1', resolve));
+  r.port = srv.address().port;
+  r.url = `http://127.0.0.1:${r.port}/mcp`;
+  /** Connections that carried a tools/call. */
+  r.callConns = () => r.conns.filter((c) => c.toolsCalls > 0);
+  /** Reads of the relay from `from` on: how many held 1, 2, ... requests. */
+  r.histogram = (from = 0) => {
+    const h = {};
+    for (const x of r.reads.slice(from)) if (x.requests) h[x.requests] = (h[x.requests] ?? 0) + 1;
+    return h;
+  };
+  r.maxPerRead = (from = 0) => Math.max(0, ...r.reads.slice(from).map((x) => x.requests));
+  ctx.cleanup.add(() => new Promise((resolve) => {
+    for (const s of r.sockets) s.destroy();
+    srv.close(() => resolve());
+  }));
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+// The raw upstream: HTTP/1.1 over `net`, so that the test decides, per connection, when requests
+// are answered, dropped or answered with `Connection: close`. Every tools/call it reads is logged
+// in `received` ({conn, text}); every one it answers in `processed`. A plan armed with arm() is
+// taken by the connection that reads the next tools/call:
+//   { kind: 'drop', n }         once n requests were read on it, close it, none answered
+//   { kind: 'close-first', n }  once n were read, answer the first with Connection: close and close
+//   { kind: 'hold', n }         answer nothing until plan.release(); then all in order
+// Other connections answer each request as soon as it is read (in order).
+
+async function startRawUpstream() {
+  const u = { received: [], processed: [], conns: 0, plan: null, sockets: new Set() };
+  const respond = (c, req, { close = false } = {}) => {
+    let body;
+    if (req.json?.id === undefined) {
+      c.sock.write('HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n');
+      return;
+    }
+    const m = req.json.method;
+    let result = {};
+    if (m === 'tools/call') {
+      const text = String(req.json.params?.arguments?.text);
+      u.processed.push({ conn: c.id, text });
+      result = { content: [{ type: 'text', text }] };
+    } else if (m === 'tools/list') {
+      result = { tools: [{ name: 'echo', inputSchema: { type: 'object' } }] };
+    }
+    body = JSON.stringify({ jsonrpc: '2.0', id: req.json.id, result });
+    c.sock.write(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+      (close ? 'Connection: close\r\n' : '') + '\r\n' + body);
+  };
+  const step = (c) => {
+    const p = c.plan;
+    if (c.dead) return;
+    if (p?.kind === 'drop') {
+      if (c.pending.length >= p.n) { c.dead = true; p.fired = true; c.sock.destroy(); }
+      return;
+    }
+    if (p?.kind === 'close-first') {
+      if (c.pending.length >= p.n) {
+        c.dead = true;
+        p.fired = true;
+        respond(c, c.pending.shift(), { close: true });
+        c.pending = [];
+        c.sock.end();
+      }
+      return;
+    }
+    if (p?.kind === 'hold' && !p.released) return;
+    while (c.pending.length) respond(c, c.pending.shift());
+  };
+  const srv = net.createServer((sock) => {
+    const c = { id: u.conns++, sock, buf: Buffer.alloc(0), pending: [], plan: null, dead: false, reads: 0 };
+    u.sockets.add(sock);
+    sock.on('error', () => {});
+    sock.on('close', () => u.sockets.delete(sock));
+    sock.on('data', (d) => {
+      if (c.dead) return;
+      c.buf = Buffer.concat([c.buf, d]);
+      c.reads++;
+      for (;;) {
+        const i = c.buf.indexOf('\r\n\r\n');
+        if (i < 0) break;
+        const head = c.buf.subarray(0, i).toString('latin1');
+        assert.ok(!/\r\ntransfer-encoding:/i.test(head), `the raw upstream reads Content-Length bodies only: ${head}`);
+        const n = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0);
+        if (c.buf.length < i + 4 + n) break;
+        const text = c.buf.subarray(i + 4, i + 4 + n).toString('utf8');
+        c.buf = c.buf.subarray(i + 4 + n);
+        let json;
+        try { json = JSON.parse(text); } catch { json = null; }
+        const req = { head, json };
+        if (json?.method === 'tools/call') {
+          u.received.push({ conn: c.id, text: String(json.params?.arguments?.text) });
+          if (u.plan && !c.plan) { c.plan = u.plan; u.plan = null; c.plan.conn = c; }
+        }
+        c.pending.push(req);
+      }
+      step(c);
+    });
+  });
+  await new Promise((resolve) => srv.listen(0, '127.0.0.1', resolve));
+  u.port = srv.address().port;
+  u.url = `http://127.0.0.1:${u.port}/mcp`;
+  u.arm = (plan) => {
+    u.plan = plan;
+    plan.release = () => { plan.released = true; if (plan.conn) step(plan.conn); };
+    return plan;
+  };
+  u.receivedOf = (text) => u.received.filter((r) => r.text === text);
+  u.processedOf = (text) => u.processed.filter((r) => r.text === text);
+  ctx.cleanup.add(() => new Promise((resolve) => {
+    for (const s of u.sockets) s.destroy();
+    srv.close(() => resolve());
+  }));
+  return u;
+}
+
+// ---------------------------------------------------------------------------
+
+const auditLines = () => (fs.existsSync(auditFile) ? fs.readFileSync(auditFile, 'utf8') : '')
+  .split('\n').filter(Boolean).map((l) => JSON.parse(l));
+
+/** A raw 2025 session on /UP/mcp (initialize answered by the gateway). */
+async function session(up) {
+  const url = A.mcpUrl(gw, up);
+  const s = await H.rawInitialize(ctx.fetch, url);
+  return { url, headers: s.headers };
+}
+
+/** n SDK clients on /UP/mcp, each with its own connections to the gateway. */
+const sdkClients = (up, n) => Promise.all(Array.from({ length: n }, (_, i) =>
+  H.connectClient(A.mcpUrl(gw, up), { fetch: H.makeFetch({ cleanup: ctx.cleanup }), cleanup: ctx.cleanup, name: `pipe-${i}` })));
+
+/**
+ * CLIENTS x CALLS echo calls in flight at once, each with its own text (in argument `arg`); returns the mismatches
+ * (answers that are not their own call's) and the texts sent.
+ */
+async function echoStorm(clients, tag, arg, expect) {
+  const texts = [];
+  const wrong = [];
+  await Promise.all(clients.map((c, ci) => Promise.all(Array.from({ length: CALLS }, async (_, i) => {
+    const text = `${tag}-${ci}-${i}-${H.randomToken(6)}`;
+    texts.push(text);
+    const got = H.resultText(await c.client.callTool({ name: 'echo', arguments: { [arg]: text } }, undefined, { timeout: 60000 }));
+    if (got !== expect(text)) wrong.push({ sent: text, got });
+  }))));
+  return { texts, wrong };
+}
+
+before(async () => {
+  ctx.init();
+  auditFile = path.join(ctx.dir, 'audit.jsonl');
+  standin = await H.startStandin({ cleanup: ctx.cleanup, logFile: path.join(ctx.dir, 'standin.log') });
+  everything = await H.startEverything({ cleanup: ctx.cleanup });
+  raw = await startRawUpstream();
+  relay.cowork = await startRelay(standin.port);
+  relay.everything = await startRelay(everything.port);
+  ctx.extraLogs['stand-in output'] = () => standin.output();
+  ctx.extraLogs['raw upstream'] = () => JSON.stringify({ received: raw.received.slice(-40), processed: raw.processed.slice(-40) });
+  const limited = ctx.writePolicy('limited.json', {
+    version: '1', default: 'deny',
+    tools: { echo: { limits: [{ counter: 'pipe_refund', window: 'minute', max: LIMIT }] } },
+  });
+  const local = { initialize: 'local', protocol: '2025' };
+  gw = await ctx.gateway('pipe', {
+    admin: true,
+    audit: { file: auditFile },
+    upstreams: [
+      { name: 'cowork', url: relay.cowork.url, headers: { Authorization: `Bearer ${standin.token}` }, initialize: 'local', pool: POOL },
+      { name: 'everything', url: relay.everything.url, pool: POOL },
+      // One connection, so that every call in flight rides it.
+      { name: 'raw', url: raw.url, ...local, call_timeout_ms: 20000, pool: { size: 1, pipeline: 8 } },
+      { name: 'rawlim', url: raw.url, ...local, call_timeout_ms: 20000, pool: { size: 1, pipeline: 8 }, policy: limited },
+    ],
+  }, { admin: true });
+});
+
+after(async () => {
+  const s = ctx.summary();
+  try { await ctx.cleanup.run(); } finally { if (s) process.stderr.write(`# ${s}\n`); }
+});
+
+// ---------------------------------------------------------------------------
+
+describe('real SDK upstreams with pool = { size = 2; pipeline = 8; }', () => {
+  test(`CoWork OS stand-in (initialize = "local"): ${CLIENTS} clients x ${CALLS} concurrent calls, each answer its own, at most pool.size connections, requests pipelined`, async (t) => {
+    const clients = await sdkClients('cowork', CLIENTS);
+    const from = relay.cowork.reads.length;
+    const { texts, wrong } = await echoStorm(clients, 'cw', 'text', (s) => s);
+    assert.deepEqual(wrong, [], 'every answer is its own call\'s');
+    const seen = new Map();
+    for (const r of standin.records()) {
+      if (r.msg?.method === 'tools/call') {
+        const s = r.msg.params?.arguments?.text;
+        seen.set(s, (seen.get(s) ?? 0) + 1);
+      }
+    }
+    for (const s of texts) if (seen.get(s) !== 1) assert.fail(`the stand-in processed ${s} ${seen.get(s) ?? 0} times`);
+    const conns = standin.records().filter((r) => r.event === 'connection').length;
+    assert.ok(relay.cowork.conns.length <= POOL.size, `the relay saw ${relay.cowork.conns.length} connections (pool.size ${POOL.size})`);
+    assert.equal(conns, relay.cowork.conns.length, 'the stand-in saw the relay\'s connections');
+    const hist = relay.cowork.histogram(from);
+    t.diagnostic(`requests per read of the upstream connection: ${JSON.stringify(hist)}`);
+    assert.ok(relay.cowork.maxPerRead(from) >= 2, `several requests arrived in one read (pipelined): ${JSON.stringify(hist)}`);
+    await Promise.all(clients.map((c) => c.close()));
+  });
+
+  test(`server-everything (streamableHttp): ${CLIENTS} clients x ${CALLS} concurrent calls, each answer its own, calls on at most pool.size connections`, async (t) => {
+    const clients = await sdkClients('everything', CLIENTS);
+    const from = relay.everything.reads.length;
+    const { wrong } = await echoStorm(clients, 'ev', 'message', (s) => `Echo: ${s}`);
+    assert.deepEqual(wrong, [], 'every answer is its own call\'s');
+    const callConns = relay.everything.callConns();
+    const hist = relay.everything.histogram(from);
+    t.diagnostic(`connections: ${relay.everything.conns.length} (${callConns.length} with calls; methods ${JSON.stringify(relay.everything.conns.map((c) => [...c.methods]))}); requests per read: ${JSON.stringify(hist)}`);
+    assert.ok(callConns.length <= POOL.size, `calls rode ${callConns.length} connections (pool.size ${POOL.size})`);
+    assert.ok(relay.everything.maxPerRead(from) >= 2, `several requests arrived in one read (pipelined): ${JSON.stringify(hist)}`);
+    await Promise.all(clients.map((c) => c.close()));
+  });
+
+  test('a streaming call (long-running operation with progress) while other calls run: all complete; calls made once the stream is read are not queued behind it', async (t) => {
+    const clients = await sdkClients('everything', 4);
+    const [streamer, ...others] = clients;
+    const t0 = Date.now();
+    let firstProgress;
+    const progressed = new Promise((resolve) => { firstProgress = resolve; });
+    const progress = [];
+    const longOp = streamer.client.callTool(
+      { name: 'trigger-long-running-operation', arguments: { duration: 3, steps: 3 } }, undefined,
+      { timeout: 60000, onprogress: (p) => { progress.push(p); firstProgress(Date.now() - t0); } },
+    ).then((r) => ({ r, at: Date.now() - t0 }));
+    // Calls made together with it: some may join its connection before its answer is known to be
+    // a stream, and wait for it (not past their timeout).
+    const early = others.flatMap((c, ci) => Array.from({ length: 5 }, (_, i) => {
+      const text = `early-${ci}-${i}`;
+      return c.client.callTool({ name: 'echo', arguments: { message: text } }, undefined, { timeout: 60000 })
+        .then((r) => ({ text, got: H.resultText(r), at: Date.now() - t0 }));
+    }));
+    const progressAt = await H.within(progressed, 30000, 'the first progress notification');
+    const late = others.flatMap((c, ci) => Array.from({ length: 10 }, (_, i) => {
+      const text = `late-${ci}-${i}`;
+      return c.client.callTool({ name: 'echo', arguments: { message: text } }, undefined, { timeout: 60000 })
+        .then((r) => ({ text, got: H.resultText(r), at: Date.now() - t0 }));
+    }));
+    const [lr, er, la] = await Promise.all([longOp, Promise.all(early), Promise.all(late)]);
+    assert.deepEqual(progress.map((p) => p.progress), [1, 2, 3], 'the stream relayed its progress');
+    assert.match(H.resultText(lr.r), /Long running operation completed/);
+    for (const x of [...er, ...la]) assert.equal(x.got, `Echo: ${x.text}`);
+    const lateAfter = la.filter((x) => x.at >= lr.at);
+    t.diagnostic(`first progress at ${progressAt} ms, stream done at ${lr.at} ms; early calls done after it: ${er.filter((x) => x.at >= lr.at).length}/${er.length}; late calls done after it: ${lateAfter.length}/${la.length}`);
+    assert.deepEqual(lateAfter.map((x) => x.text), [], 'no call made while the stream was being read waited for its end');
+    await Promise.all(clients.map((c) => c.close()));
+  });
+});
+
+describe('faults on a pipelined connection (a raw upstream of the test\'s own, pool.size 1)', () => {
+  const N = 6;
+
+  test(`(a) the upstream closes with ${N} pipelined requests unanswered: each call is -32004, each request arrived once`, async () => {
+    const s = await session('raw');
+    const plan = raw.arm({ kind: 'drop', n: N });
+    const texts = Array.from({ length: N }, (_, i) => `drop-${i}-${H.randomToken(4)}`);
+    const answers = await Promise.all(texts.map((text, i) => A.rpc(ctx.fetch, s.url, s, A.call(`d${i}`, 'echo', { text }))));
+    assert.ok(plan.fired, 'the upstream read all of them on one connection before closing it');
+    assert.deepEqual(answers.map((a) => a.error?.code ?? H.resultText(a.result)), Array(N).fill(-32004), JSON.stringify(answers));
+    await H.quietFor(300); // nothing is sent again afterwards
+    for (const text of texts) assert.equal(raw.receivedOf(text).length, 1, `${text} arrived ${raw.receivedOf(text).length} times`);
+    assert.equal(new Set(texts.map((x) => raw.receivedOf(x)[0].conn)).size, 1, 'all on one connection');
+    // The pool goes on: the next call is served on a new connection.
+    const a = await A.rpc(ctx.fetch, s.url, s, A.call('after-a', 'echo', { text: 'after-drop' }));
+    assert.equal(H.resultText(a.result), 'after-drop');
+  });
+
+  test(`(b) the upstream answers the first of ${N} with Connection: close: the others are sent again once and all succeed, each processed once`, async () => {
+    const s = await session('raw');
+    const plan = raw.arm({ kind: 'close-first', n: N });
+    const texts = Array.from({ length: N }, (_, i) => `cc-${i}-${H.randomToken(4)}`);
+    const answers = await Promise.all(texts.map((text, i) => A.rpc(ctx.fetch, s.url, s, A.call(`c${i}`, 'echo', { text }))));
+    assert.ok(plan.fired, 'the upstream read all of them on one connection');
+    assert.deepEqual(answers.map((a) => a.error?.code ?? H.resultText(a.result)), texts, 'every call got its own answer');
+    const first = plan.conn.id;
+    for (const text of texts) {
+      assert.equal(raw.processedOf(text).length, 1, `${text} processed ${raw.processedOf(text).length} times`);
+      const rec = raw.receivedOf(text);
+      assert.equal(rec[0].conn, first, `${text} was first written on the closing connection`);
+      assert.ok(rec.length <= 2 && rec.slice(1).every((r) => r.conn !== first), `${text} sent again at most once, elsewhere: ${JSON.stringify(rec)}`);
+    }
+    const resent = texts.filter((x) => raw.receivedOf(x).length === 2);
+    assert.equal(resent.length, N - 1, `the ${N - 1} behind the closing answer were sent again: ${JSON.stringify(resent)}`);
+  });
+
+  test('(c) a client leaves while its request heads the line: the calls behind it get their own answers, the connection stays pooled', async () => {
+    const s = await session('raw');
+    const M = 4;
+    const plan = raw.arm({ kind: 'hold', n: M });
+    const goneBefore = auditLines().filter((l) => l.outcome === 'client_gone').length;
+    // The head of the line: a request of its own whose client the test destroys.
+    const headText = `head-${H.randomToken(4)}`;
+    const body = JSON.stringify(A.call('head', 'echo', { text: headText }));
+    const headReq = http.request(s.url, {
+      method: 'POST', agent: false,
+      headers: { ...H.MCP_HEADERS, ...s.headers, 'content-length': Buffer.byteLength(body) },
+    });
+    headReq.on('error', () => {});
+    headReq.end(body);
+    await H.waitUntil(() => raw.receivedOf(headText).length === 1, { what: 'the head request at the upstream' });
+    const texts = Array.from({ length: M - 1 }, (_, i) => `behind-${i}-${H.randomToken(4)}`);
+    const answers = Promise.all(texts.map((text, i) => A.rpc(ctx.fetch, s.url, s, A.call(`b${i}`, 'echo', { text }))));
+    await H.waitUntil(() => plan.conn?.pending.length === M, { what: `${M} requests pipelined on one connection`, detail: () => plan.conn?.pending.length });
+    headReq.destroy();
+    await H.waitUntil(() => auditLines().filter((l) => l.outcome === 'client_gone').length > goneBefore,
+      { what: 'the gateway to see the client gone (audit outcome client_gone)' });
+    plan.release();
+    const got = await answers;
+    assert.deepEqual(got.map((a) => a.error?.code ?? H.resultText(a.result)), texts, 'every call behind the gone one got its own answer');
+    assert.equal(raw.processedOf(headText).length, 1, 'the gone call\'s answer was read (and dropped)');
+    const a = await A.rpc(ctx.fetch, s.url, s, A.call('after-c', 'echo', { text: 'after-gone' }));
+    assert.equal(H.resultText(a.result), 'after-gone');
+    assert.equal(raw.processedOf('after-gone')[0].conn, plan.conn.id, 'the next call rode the same pooled connection');
+    A.assertAlive(gw);
+  });
+});
+
+describe('the refund rule on a pipelined connection', () => {
+  test(`${LIMIT} pipelined calls written and then lost with the connection are -32004 and keep their tokens: call ${LIMIT + 1} is rate limited (-32002)`, async () => {
+    const s = await session('rawlim');
+    const refunds = async () => (await gw.metrics())['tollgate_refunds_total'] ?? 0;
+    const refundsBefore = await refunds();
+    const plan = raw.arm({ kind: 'drop', n: LIMIT });
+    const texts = Array.from({ length: LIMIT }, (_, i) => `lim-${i}-${H.randomToken(4)}`);
+    const answers = await Promise.all(texts.map((text, i) => A.rpc(ctx.fetch, s.url, s, A.call(`l${i}`, 'echo', { text }))));
+    assert.ok(plan.fired, 'both were written on one connection');
+    assert.deepEqual(answers.map((a) => a.error?.code ?? 'result'), Array(LIMIT).fill(-32004));
+    const third = await A.rpc(ctx.fetch, s.url, s, A.call('l-next', 'echo', { text: 'lim-next' }));
+    assert.equal(third.error?.code, -32002, `not refunded, so the next call is rate limited: ${JSON.stringify(third)}`);
+    assert.equal(raw.receivedOf('lim-next').length, 0, 'the limited call never reached the upstream');
+    assert.equal(await refunds(), refundsBefore, 'tollgate_refunds_total did not move');
+    const lines = await H.waitUntil(() => {
+      const l = auditLines().filter((x) => x.upstream === 'rawlim' && x.outcome);
+      return l.length >= LIMIT && l;
+    }, { what: 'the audit lines of the lost calls' });
+    assert.deepEqual(lines.map((l) => l.outcome), Array(LIMIT).fill('unavailable'), 'audited as unavailable (kept: they may have run)');
+  });
+});
