@@ -302,13 +302,16 @@ describe('real SDK upstreams with pool = { size = 2; pipeline = 8; }', () => {
       { timeout: 60000, onprogress: (p) => { progress.push(p); firstProgress(Date.now() - t0); } },
     ).then((r) => ({ r, at: Date.now() - t0 }));
     // Calls made together with it: some may join its connection before its answer is known to be
-    // a stream, and wait for it (not past their timeout).
-    const early = others.flatMap((c, ci) => Array.from({ length: 5 }, (_, i) => {
+    // a stream, and wait for it (not past their timeout). Few, so that its connection keeps room
+    // for more than pool.pipeline calls: the late ones below must not take it.
+    const early = others.flatMap((c, ci) => Array.from({ length: 1 }, (_, i) => {
       const text = `early-${ci}-${i}`;
       return c.client.callTool({ name: 'echo', arguments: { message: text } }, undefined, { timeout: 60000 })
         .then((r) => ({ text, got: H.resultText(r), at: Date.now() - t0 }));
     }));
     const progressAt = await H.within(progressed, 30000, 'the first progress notification');
+    // More than pool.pipeline at once: with the other connection full, a pool that let a call join
+    // the stream's connection would make it wait for the stream's end.
     const late = others.flatMap((c, ci) => Array.from({ length: 10 }, (_, i) => {
       const text = `late-${ci}-${i}`;
       return c.client.callTool({ name: 'echo', arguments: { message: text } }, undefined, { timeout: 60000 })
