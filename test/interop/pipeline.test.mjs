@@ -112,6 +112,11 @@ async function startRawUpstream() {
     if (m === 'tools/call') {
       const text = String(req.json.params?.arguments?.text);
       u.processed.push({ conn: c.id, text });
+      if (text.startsWith('err-')) {
+        body = JSON.stringify({ jsonrpc: '2.0', id: req.json.id, error: { code: -32000, message: `refused ${text}` } });
+        c.sock.write(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+        return;
+      }
       result = { content: [{ type: 'text', text }] };
     } else if (m === 'tools/list') {
       result = { tools: [{ name: 'echo', inputSchema: { type: 'object' } }] };
@@ -141,10 +146,10 @@ async function startRawUpstream() {
     while (c.pending.length) respond(c, c.pending.shift());
   };
   const srv = net.createServer((sock) => {
-    const c = { id: u.conns++, sock, buf: Buffer.alloc(0), pending: [], plan: null, dead: false, reads: 0 };
+    const c = { id: u.conns++, sock, buf: Buffer.alloc(0), pending: [], plan: null, dead: false, reads: 0, closed: false };
     u.sockets.add(sock);
     sock.on('error', () => {});
-    sock.on('close', () => u.sockets.delete(sock));
+    sock.on('close', () => { c.closed = true; u.sockets.delete(sock); });
     sock.on('data', (d) => {
       if (c.dead) return;
       c.buf = Buffer.concat([c.buf, d]);
@@ -163,7 +168,7 @@ async function startRawUpstream() {
         const req = { head, json };
         if (json?.method === 'tools/call') {
           u.received.push({ conn: c.id, text: String(json.params?.arguments?.text) });
-          if (u.plan && !c.plan) { c.plan = u.plan; u.plan = null; c.plan.conn = c; }
+          if (u.plan && (!c.plan || c.plan.released)) { c.plan = u.plan; u.plan = null; c.plan.conn = c; }
         }
         c.pending.push(req);
       }
@@ -199,6 +204,20 @@ async function session(up) {
   return { url, headers: s.headers };
 }
 
+/** POSTs a call on a connection of its own; returns the request, which the test can destroy. */
+function leavingCall(s, id, text) {
+  const body = JSON.stringify(A.call(id, 'echo', { text }));
+  const req = http.request(s.url, {
+    method: 'POST', agent: false,
+    headers: { ...H.MCP_HEADERS, ...s.headers, 'content-length': Buffer.byteLength(body) },
+  });
+  req.on('error', () => {});
+  req.end(body);
+  return req;
+}
+
+const clientGone = () => auditLines().filter((l) => l.outcome === 'client_gone').length;
+
 /** n SDK clients on /UP/mcp, each with its own connections to the gateway. */
 const sdkClients = (up, n) => Promise.all(Array.from({ length: n }, (_, i) =>
   H.connectClient(A.mcpUrl(gw, up), { fetch: H.makeFetch({ cleanup: ctx.cleanup }), cleanup: ctx.cleanup, name: `pipe-${i}` })));
@@ -233,6 +252,10 @@ before(async () => {
     version: '1', default: 'deny',
     tools: { echo: { limits: [{ counter: 'pipe_refund', window: 'minute', max: LIMIT }] } },
   });
+  const control = ctx.writePolicy('control.json', {
+    version: '1', default: 'deny',
+    tools: { echo: { limits: [{ counter: 'pipe_refund_control', window: 'minute', max: LIMIT }] } },
+  });
   const local = { initialize: 'local', protocol: '2025' };
   gw = await ctx.gateway('pipe', {
     admin: true,
@@ -243,6 +266,8 @@ before(async () => {
       // One connection, so that every call in flight rides it.
       { name: 'raw', url: raw.url, ...local, call_timeout_ms: 20000, pool: { size: 1, pipeline: 8 } },
       { name: 'rawlim', url: raw.url, ...local, call_timeout_ms: 20000, pool: { size: 1, pipeline: 8 }, policy: limited },
+      { name: 'rawctl', url: raw.url, ...local, call_timeout_ms: 20000, pool: { size: 1, pipeline: 8 }, policy: control },
+      { name: 'rawto', url: raw.url, ...local, call_timeout_ms: 1000, pool: { size: 1, pipeline: 8 } },
     ],
   }, { admin: true });
 });
@@ -368,23 +393,16 @@ describe('faults on a pipelined connection (a raw upstream of the test\'s own, p
     const s = await session('raw');
     const M = 4;
     const plan = raw.arm({ kind: 'hold', n: M });
-    const goneBefore = auditLines().filter((l) => l.outcome === 'client_gone').length;
+    const goneBefore = clientGone();
     // The head of the line: a request of its own whose client the test destroys.
     const headText = `head-${H.randomToken(4)}`;
-    const body = JSON.stringify(A.call('head', 'echo', { text: headText }));
-    const headReq = http.request(s.url, {
-      method: 'POST', agent: false,
-      headers: { ...H.MCP_HEADERS, ...s.headers, 'content-length': Buffer.byteLength(body) },
-    });
-    headReq.on('error', () => {});
-    headReq.end(body);
+    const headReq = leavingCall(s, 'head', headText);
     await H.waitUntil(() => raw.receivedOf(headText).length === 1, { what: 'the head request at the upstream' });
     const texts = Array.from({ length: M - 1 }, (_, i) => `behind-${i}-${H.randomToken(4)}`);
     const answers = Promise.all(texts.map((text, i) => A.rpc(ctx.fetch, s.url, s, A.call(`b${i}`, 'echo', { text }))));
     await H.waitUntil(() => plan.conn?.pending.length === M, { what: `${M} requests pipelined on one connection`, detail: () => plan.conn?.pending.length });
     headReq.destroy();
-    await H.waitUntil(() => auditLines().filter((l) => l.outcome === 'client_gone').length > goneBefore,
-      { what: 'the gateway to see the client gone (audit outcome client_gone)' });
+    await H.waitUntil(() => clientGone() > goneBefore, { what: 'the gateway to see the client gone (audit outcome client_gone)' });
     plan.release();
     const got = await answers;
     assert.deepEqual(got.map((a) => a.error?.code ?? H.resultText(a.result)), texts, 'every call behind the gone one got its own answer');
@@ -394,9 +412,62 @@ describe('faults on a pipelined connection (a raw upstream of the test\'s own, p
     assert.equal(raw.processedOf('after-gone')[0].conn, plan.conn.id, 'the next call rode the same pooled connection');
     A.assertAlive(gw);
   });
+
+  test('(d) a client leaves while its request is in the middle of the line: the calls before and after it get their own answers', async () => {
+    const s = await session('raw');
+    const plan = raw.arm({ kind: 'hold', n: 3 });
+    const goneBefore = clientGone();
+    const [t1, t2, t3] = ['first', 'middle', 'last'].map((x) => `${x}-${H.randomToken(4)}`);
+    const a1 = A.rpc(ctx.fetch, s.url, s, A.call('m1', 'echo', { text: t1 }));
+    await H.waitUntil(() => raw.receivedOf(t1).length === 1, { what: 'the first request at the upstream' });
+    const mid = leavingCall(s, 'm2', t2);
+    await H.waitUntil(() => raw.receivedOf(t2).length === 1, { what: 'the middle request at the upstream' });
+    const a3 = A.rpc(ctx.fetch, s.url, s, A.call('m3', 'echo', { text: t3 }));
+    await H.waitUntil(() => plan.conn?.pending.length === 3, { what: '3 requests pipelined on one connection', detail: () => plan.conn?.pending.length });
+    mid.destroy();
+    await H.waitUntil(() => clientGone() > goneBefore, { what: 'the gateway to see the client gone' });
+    plan.release();
+    assert.equal(H.resultText((await a1).result), t1);
+    assert.equal(H.resultText((await a3).result), t3);
+    const a = await A.rpc(ctx.fetch, s.url, s, A.call('after-d', 'echo', { text: 'after-middle' }));
+    assert.equal(H.resultText(a.result), 'after-middle');
+    assert.equal(raw.processedOf('after-middle')[0].conn, plan.conn.id, 'the next call rode the same pooled connection');
+    A.assertAlive(gw);
+  });
+
+  test('(e) every call on a connection times out (call_timeout_ms) with its answer unread: the connection is closed, the next call gets a new one', async () => {
+    const s = await session('rawto');
+    const plan = raw.arm({ kind: 'hold', n: 3 });
+    const texts = Array.from({ length: 3 }, (_, i) => `to-${i}-${H.randomToken(4)}`);
+    const answers = await Promise.all(texts.map((text, i) => A.rpc(ctx.fetch, s.url, s, A.call(`t${i}`, 'echo', { text }))));
+    assert.deepEqual(answers.map((a) => a.error?.code ?? 'result'), Array(3).fill(-32004), JSON.stringify(answers));
+    assert.equal(plan.conn.pending.length, 3, 'all three were pipelined on one connection');
+    await H.waitUntil(() => plan.conn.closed, { what: 'the gateway to close the connection left with only abandoned requests' });
+    const a = await A.rpc(ctx.fetch, s.url, s, A.call('after-e', 'echo', { text: 'after-timeouts' }));
+    assert.equal(H.resultText(a.result), 'after-timeouts');
+    assert.notEqual(raw.processedOf('after-timeouts')[0].conn, plan.conn.id, 'on a new connection');
+    for (const text of texts) assert.equal(raw.receivedOf(text).length, 1, `${text} was not sent again`);
+    A.assertAlive(gw);
+  });
 });
 
 describe('the refund rule on a pipelined connection', () => {
+  test(`control: ${LIMIT} pipelined calls the upstream answers with a JSON-RPC error are refunded: call ${LIMIT + 1} passes`, async () => {
+    const s = await session('rawctl');
+    const refunds = async () => (await gw.metrics())['tollgate_refunds_total'] ?? 0;
+    const refundsBefore = await refunds();
+    const plan = raw.arm({ kind: 'hold', n: LIMIT });
+    const texts = Array.from({ length: LIMIT }, (_, i) => `err-${i}-${H.randomToken(4)}`);
+    const pending = Promise.all(texts.map((text, i) => A.rpc(ctx.fetch, s.url, s, A.call(`e${i}`, 'echo', { text }))));
+    await H.waitUntil(() => plan.conn?.pending.length === LIMIT, { what: `${LIMIT} requests pipelined on one connection` });
+    plan.release();
+    const answers = await pending;
+    assert.deepEqual(answers.map((a) => a.error?.message), texts.map((x) => `refused ${x}`), 'each its own error');
+    assert.equal(await refunds(), refundsBefore + LIMIT, 'each refund counted');
+    const next = await A.rpc(ctx.fetch, s.url, s, A.call('e-next', 'echo', { text: 'ctl-next' }));
+    assert.equal(H.resultText(next.result), 'ctl-next', `refunded, so the next call passes: ${JSON.stringify(next)}`);
+  });
+
   test(`${LIMIT} pipelined calls written and then lost with the connection are -32004 and keep their tokens: call ${LIMIT + 1} is rate limited (-32002)`, async () => {
     const s = await session('rawlim');
     const refunds = async () => (await gw.metrics())['tollgate_refunds_total'] ?? 0;
