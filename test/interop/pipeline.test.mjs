@@ -142,6 +142,19 @@ async function startRawUpstream() {
       }
       return;
     }
+    if (p?.kind === 'stream-first' && !p.released) {
+      // The first request's answer is an event stream that never ends: its head and one event once
+      // n requests were read (so that the others were written behind it); the others are never answered.
+      if (!p.streaming && c.pending.length >= p.n) { // once the others are written behind it
+        p.streaming = c.pending.shift();
+        const ev = JSON.stringify({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: 'streaming' } });
+        const chunk = `event: message\ndata: ${ev}\n\n`;
+        c.sock.write('HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n' +
+          `${Buffer.byteLength(chunk).toString(16)}\r\n${chunk}\r\n`);
+
+      }
+      return;
+    }
     if (p?.kind === 'hold' && !p.released) return;
     while (c.pending.length) respond(c, c.pending.shift());
   };
@@ -447,6 +460,35 @@ describe('faults on a pipelined connection (a raw upstream of the test\'s own, p
     assert.equal(H.resultText(a.result), 'after-timeouts');
     assert.notEqual(raw.processedOf('after-timeouts')[0].conn, plan.conn.id, 'on a new connection');
     for (const text of texts) assert.equal(raw.receivedOf(text).length, 1, `${text} was not sent again`);
+    A.assertAlive(gw);
+  });
+});
+
+describe('an event stream at the head of a pipelined line', () => {
+  // A client leaving a stream does not end it (Streamable HTTP: it may resume), and a cancel for it
+  // waits in the pool queue behind it (pool.size 1); its call_timeout_ms is what gives it up here.
+  test('(f) it times out: the connection is closed, the calls written behind it end with -32004 and are not sent again; the next call gets a new connection', async (t) => {
+    const s = await session('rawto');
+    const plan = raw.arm({ kind: 'stream-first', n: 3 });
+    const streamText = `stream-${H.randomToken(4)}`;
+    const t0 = Date.now();
+    const stream = H.postRaw(ctx.fetch, s.url, A.call('f0', 'echo', { text: streamText }), s.headers);
+    await H.waitUntil(() => raw.receivedOf(streamText).length === 1, { what: 'the streaming request at the upstream' });
+    const texts = ['f1', 'f2'].map((x) => `${x}-${H.randomToken(4)}`);
+    const behind = Promise.all(texts.map((text, i) => A.rpc(ctx.fetch, s.url, s, A.call(`f${i + 1}`, 'echo', { text }))));
+    const sr = await stream;
+    const got = await behind;
+    await H.waitUntil(() => plan.conn.closed, { what: 'the gateway to close the connection' });
+    t.diagnostic(`stream ended after ${Date.now() - t0} ms: ${sr.text.slice(0, 300).replace(/\n/g, ' | ')}`);
+    assert.ok(plan.streaming, 'the stream\'s head was sent with the others written behind it');
+    assert.equal(sr.messages.find((m) => m.id === 'f0')?.error?.code, -32004, `the stream's call timed out: ${sr.text}`);
+    assert.deepEqual(got.map((a) => a.error?.code ?? H.resultText(a.result)), [-32004, -32004],
+      `written behind a stream that was given up: ${JSON.stringify(got)}`);
+    await H.quietFor(300);
+    for (const x of [streamText, ...texts]) assert.equal(raw.receivedOf(x).length, 1, `${x} not sent again`);
+    const a = await A.rpc(ctx.fetch, s.url, s, A.call('after-f', 'echo', { text: 'after-stream' }));
+    assert.equal(H.resultText(a.result), 'after-stream');
+    assert.notEqual(raw.processedOf('after-stream')[0].conn, plan.conn.id, 'on a new connection');
     A.assertAlive(gw);
   });
 });
