@@ -96,6 +96,8 @@ async function startRelay(targetPort) {
 // taken by the connection that reads the next tools/call:
 //   { kind: 'drop', n }         once n requests were read on it, close it, none answered
 //   { kind: 'close-first', n }  once n were read, answer the first with Connection: close and close
+//                               (with `wait`: not before plan.release())
+//   { kind: 'partial-first', n } once n were read, write half of the first answer and close
 //   { kind: 'hold', n }         answer nothing until plan.release(); then all in order
 // Other connections answer each request as soon as it is read (in order).
 
@@ -132,7 +134,22 @@ async function startRawUpstream() {
       if (c.pending.length >= p.n) { c.dead = true; p.fired = true; c.sock.destroy(); }
       return;
     }
+    if (p?.kind === 'partial-first') {
+      if (c.pending.length >= p.n) {
+        // Half of the first answer, then the connection ends.
+        c.dead = true;
+        p.fired = true;
+        const req = c.pending.shift();
+        const text = String(req.json.params?.arguments?.text);
+        const body = JSON.stringify({ jsonrpc: '2.0', id: req.json.id, result: { content: [{ type: 'text', text }] } });
+        c.sock.write(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n` +
+          body.slice(0, body.length >> 1));
+        c.sock.end();
+      }
+      return;
+    }
     if (p?.kind === 'close-first') {
+      if (p.wait && !p.released) return;
       if (c.pending.length >= p.n) {
         c.dead = true;
         p.fired = true;
@@ -460,6 +477,46 @@ describe('faults on a pipelined connection (a raw upstream of the test\'s own, p
     assert.equal(H.resultText(a.result), 'after-timeouts');
     assert.notEqual(raw.processedOf('after-timeouts')[0].conn, plan.conn.id, 'on a new connection');
     for (const text of texts) assert.equal(raw.receivedOf(text).length, 1, `${text} was not sent again`);
+    A.assertAlive(gw);
+  });
+});
+
+describe('more faults on a pipelined connection', () => {
+  test('(g) the upstream closes half way through the first answer: every call written on it is -32004, none sent again', async () => {
+    const s = await session('raw');
+    const plan = raw.arm({ kind: 'partial-first', n: 4 });
+    const texts = Array.from({ length: 4 }, (_, i) => `half-${i}-${H.randomToken(4)}`);
+    const answers = await Promise.all(texts.map((text, i) => A.rpc(ctx.fetch, s.url, s, A.call(`g${i}`, 'echo', { text }))));
+    assert.ok(plan.fired);
+    assert.deepEqual(answers.map((a) => a.error?.code ?? H.resultText(a.result)), Array(4).fill(-32004), JSON.stringify(answers));
+    await H.quietFor(300);
+    for (const x of texts) assert.equal(raw.receivedOf(x).length, 1, `${x} not sent again`);
+    const a = await A.rpc(ctx.fetch, s.url, s, A.call('after-g', 'echo', { text: 'after-half' }));
+    assert.equal(H.resultText(a.result), 'after-half');
+    A.assertAlive(gw);
+  });
+
+  test('(h) Connection: close on the first answer with a call behind it whose client left: that one is not sent again, the others are', async () => {
+    const s = await session('raw');
+    const plan = raw.arm({ kind: 'close-first', n: 3, wait: true });
+    const goneBefore = clientGone();
+    const [t1, t2, t3] = ['h-first', 'h-gone', 'h-last'].map((x) => `${x}-${H.randomToken(4)}`);
+    const a1 = A.rpc(ctx.fetch, s.url, s, A.call('h1', 'echo', { text: t1 }));
+    await H.waitUntil(() => raw.receivedOf(t1).length === 1, { what: 'the first request at the upstream' });
+    const gone = leavingCall(s, 'h2', t2);
+    await H.waitUntil(() => raw.receivedOf(t2).length === 1, { what: 'the second request at the upstream' });
+    const a3 = A.rpc(ctx.fetch, s.url, s, A.call('h3', 'echo', { text: t3 }));
+    await H.waitUntil(() => plan.conn?.pending.length === 3, { what: '3 requests pipelined on one connection' });
+    gone.destroy();
+    await H.waitUntil(() => clientGone() > goneBefore, { what: 'the gateway to see the client gone' });
+    plan.release();
+    assert.equal(H.resultText((await a1).result), t1);
+    assert.equal(H.resultText((await a3).result), t3);
+    await H.quietFor(300);
+    assert.equal(raw.receivedOf(t2).length, 1, 'the gone client\'s call was not sent again');
+    assert.equal(raw.processedOf(t2).length, 0, 'nor processed');
+    assert.equal(raw.receivedOf(t3).length, 2, 'the live one behind was sent again');
+    assert.equal(raw.processedOf(t3).length, 1, 'and processed once');
     A.assertAlive(gw);
   });
 });
