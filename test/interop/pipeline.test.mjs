@@ -12,6 +12,8 @@
 //     `Connection: close` and closes: the requests behind it are sent again and all succeed, each
 //     processed once; (c) a client leaves while its request heads the line: the calls behind it get
 //     their own answers, the connection stays pooled and the next call succeeds on it;
+//     (d)-(h) a client leaving mid-line, timeouts, an answer cut half way, Connection: close with an
+//     abandoned call behind it, an event stream at the head of the line given up; (i) a reload;
 //   - the refund rule: a pipelined call that failed after it was written keeps its rate-limit token.
 //
 //   node --test test/interop/pipeline.test.mjs
@@ -585,5 +587,27 @@ describe('the refund rule on a pipelined connection', () => {
       return l.length >= LIMIT && l;
     }, { what: 'the audit lines of the lost calls' });
     assert.deepEqual(lines.map((l) => l.outcome), Array(LIMIT).fill('unavailable'), 'audited as unavailable (kept: they may have run)');
+  });
+});
+
+describe('reload with calls pipelined', () => {
+  test('(i) SIGHUP turning pipelining off while calls are pipelined and unanswered: they all get their own answers, and calls after it are served', async () => {
+    const s = await session('raw');
+    const N = 4;
+    const plan = raw.arm({ kind: 'hold', n: N });
+    const texts = Array.from({ length: N }, (_, i) => `rl-${i}-${H.randomToken(4)}`);
+    const pending = Promise.all(texts.map((text, i) => A.rpc(ctx.fetch, s.url, s, A.call(`r${i}`, 'echo', { text }))));
+    await H.waitUntil(() => plan.conn?.pending.length === N, { what: `${N} requests pipelined on one connection` });
+    const opts = gw.opts;
+    ctx.rewriteConf(gw, { ...opts, upstreams: opts.upstreams.map((u) => (u.name === 'raw' ? { ...u, pool: { size: 1, pipeline: 1 } } : u)) });
+    const from = gw.stderr().length;
+    process.kill(gw.proc.pid, 'SIGHUP');
+    await gw.waitForLog(/msg="configuration reloaded"/, { from });
+    plan.release();
+    assert.deepEqual((await pending).map((a) => a.error?.code ?? H.resultText(a.result)), texts, 'each its own answer');
+    const after = Array.from({ length: 6 }, (_, i) => `rl-after-${i}`);
+    const got = await Promise.all(after.map((text, i) => A.rpc(ctx.fetch, s.url, s, A.call(`ra${i}`, 'echo', { text }))));
+    assert.deepEqual(got.map((a) => a.error?.code ?? H.resultText(a.result)), after);
+    A.assertAlive(gw);
   });
 });
