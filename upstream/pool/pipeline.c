@@ -45,6 +45,8 @@ static void uncork(struct tg_upconn *c)
 void tg__upconn_push(struct tg_upconn *c, struct tg_upreq *r)
 {
     r->conn = c;
+    if (c->nreqs > 0)
+        c->up->metrics->upstream_pipelined++;
     tg_list_insert_tail(&c->reqs, &r->clink);
     c->nreqs++;
     c->nunsent++;
@@ -82,7 +84,8 @@ int tg__upconn_flush(struct tg_upconn *c)
     }
     int e = tg__upconn_write(c, bufs, n);
     if (e != 0)
-        return e; /* nothing of them was written: the close tries them again or ends them unsent */
+        return e;
+    c->up->metrics->upstream_writes++; /* nothing of them was written: the close tries them again or ends them unsent */
     for (l = c->reqs.prev; n > 0; l = l->prev, n--)
         tg_container_of(l, struct tg_upreq, clink)->sent = 1;
     c->nunsent = 0;

@@ -1539,9 +1539,13 @@ static void pipelined_calls_go_out_together(void **state)
         if (depth == 8) {
             assert_int_equal(f->srv.accepted, 1);
             assert_int_equal(f->srv.reads - reads, 1);
+            assert_int_equal(f->m.upstream_pipelined, 7); /* the batch's first took the idle connection */
+            assert_int_equal(f->m.upstream_writes, 2);
         } else {
             assert_int_equal(f->srv.accepted, 2);
             assert_true(f->srv.reads - reads >= 2);
+            assert_int_equal(f->m.upstream_pipelined, 0);
+            assert_int_equal(f->m.upstream_writes, 9);
         }
         fixture_finish(f);
         free(f);
