@@ -229,6 +229,17 @@ async function startRawUpstream() {
 const auditLines = () => (fs.existsSync(auditFile) ? fs.readFileSync(auditFile, 'utf8') : '')
   .split('\n').filter(Boolean).map((l) => JSON.parse(l));
 
+/** The gateway's pipelining counters: calls sent upstream, calls pipelined, request writes. */
+async function pipeCounters() {
+  const m = await gw.metrics();
+  return {
+    calls: m.tollgate_upstream_calls_total ?? 0,
+    pipelined: m.tollgate_upstream_pipelined_total ?? 0,
+    writes: m.tollgate_upstream_request_writes_total ?? 0,
+  };
+}
+const delta = (a, b) => Object.fromEntries(Object.keys(a).map((k) => [k, b[k] - a[k]]));
+
 /** A raw 2025 session on /UP/mcp (initialize answered by the gateway). */
 async function session(up) {
   const url = A.mcpUrl(gw, up);
@@ -315,6 +326,7 @@ describe('real SDK upstreams with pool = { size = 2; pipeline = 8; }', () => {
   test(`CoWork OS stand-in (initialize = "local"): ${CLIENTS} clients x ${CALLS} concurrent calls, each answer its own, at most pool.size connections, requests pipelined`, async (t) => {
     const clients = await sdkClients('cowork', CLIENTS);
     const from = relay.cowork.reads.length;
+    const m0 = await pipeCounters();
     const { texts, wrong } = await echoStorm(clients, 'cw', 'text', (s) => s);
     assert.deepEqual(wrong, [], 'every answer is its own call\'s');
     const seen = new Map();
@@ -329,7 +341,9 @@ describe('real SDK upstreams with pool = { size = 2; pipeline = 8; }', () => {
     assert.ok(relay.cowork.conns.length <= POOL.size, `the relay saw ${relay.cowork.conns.length} connections (pool.size ${POOL.size})`);
     assert.equal(conns, relay.cowork.conns.length, 'the stand-in saw the relay\'s connections');
     const hist = relay.cowork.histogram(from);
-    t.diagnostic(`requests per read of the upstream connection: ${JSON.stringify(hist)}`);
+    const d = delta(m0, await pipeCounters());
+    t.diagnostic(`requests per read of the upstream connection: ${JSON.stringify(hist)}; gateway: ${JSON.stringify(d)} (${(d.calls / d.writes).toFixed(2)} calls per write)`);
+    assert.ok(d.pipelined > 0 && d.writes < d.calls, `the gateway counted pipelined calls and fewer writes than calls: ${JSON.stringify(d)}`);
     assert.ok(relay.cowork.maxPerRead(from) >= 2, `several requests arrived in one read (pipelined): ${JSON.stringify(hist)}`);
     await Promise.all(clients.map((c) => c.close()));
   });
@@ -337,10 +351,14 @@ describe('real SDK upstreams with pool = { size = 2; pipeline = 8; }', () => {
   test(`server-everything (streamableHttp): ${CLIENTS} clients x ${CALLS} concurrent calls, each answer its own, calls on at most pool.size connections`, async (t) => {
     const clients = await sdkClients('everything', CLIENTS);
     const from = relay.everything.reads.length;
+    const m0 = await pipeCounters();
     const { wrong } = await echoStorm(clients, 'ev', 'message', (s) => `Echo: ${s}`);
     assert.deepEqual(wrong, [], 'every answer is its own call\'s');
     const callConns = relay.everything.callConns();
     const hist = relay.everything.histogram(from);
+    const d = delta(m0, await pipeCounters());
+    t.diagnostic(`gateway: ${JSON.stringify(d)} (${(d.calls / d.writes).toFixed(2)} calls per write)`);
+    assert.ok(d.pipelined > 0 && d.writes < d.calls, `the gateway counted pipelined calls and fewer writes than calls: ${JSON.stringify(d)}`);
     t.diagnostic(`connections: ${relay.everything.conns.length} (${callConns.length} with calls; methods ${JSON.stringify(relay.everything.conns.map((c) => [...c.methods]))}); requests per read: ${JSON.stringify(hist)}`);
     assert.ok(callConns.length <= POOL.size, `calls rode ${callConns.length} connections (pool.size ${POOL.size})`);
     assert.ok(relay.everything.maxPerRead(from) >= 2, `several requests arrived in one read (pipelined): ${JSON.stringify(hist)}`);
