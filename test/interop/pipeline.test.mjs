@@ -12,8 +12,9 @@
 //     `Connection: close` and closes: the requests behind it are sent again and all succeed, each
 //     processed once; (c) a client leaves while its request heads the line: the calls behind it get
 //     their own answers, the connection stays pooled and the next call succeeds on it;
-//     (d)-(h) a client leaving mid-line, timeouts, an answer cut half way, Connection: close with an
-//     abandoned call behind it, an event stream at the head of the line given up; (i) a reload;
+//     (d)-(k) a client leaving mid-line, timeouts, an answer cut half way, Connection: close with an
+//     abandoned call behind it, 103 interim answers, a body ended by the close, an event stream at
+//     the head of the line given up; (i) a reload; calls abandoned at random among pipelined ones;
 //   - the refund rule: a pipelined call that failed after it was written keeps its rate-limit token.
 //
 //   node --test test/interop/pipeline.test.mjs
@@ -37,6 +38,7 @@ const CALLS = 40; // per client, all in flight at once
 const LIMIT = 2; // the rate limit of the refund test: LIMIT calls per minute
 let gw;
 let standin;
+let jittery;
 let everything;
 let raw; // the test's own upstream
 const relay = {}; // TCP relays in front of the SDK upstreams, by upstream name
@@ -100,6 +102,8 @@ async function startRelay(targetPort) {
 //   { kind: 'close-first', n }  once n were read, answer the first with Connection: close and close
 //                               (with `wait`: not before plan.release())
 //   { kind: 'partial-first', n } once n were read, write half of the first answer and close
+//   { kind: 'hints', n }        once n were read, answer each after a 103 Early Hints interim response
+//   { kind: 'eof-first', n }    once n were read, answer the first with a body ended by the close
 //   { kind: 'hold', n }         answer nothing until plan.release(); then all in order
 // Other connections answer each request as soon as it is read (in order).
 
@@ -172,6 +176,26 @@ async function startRawUpstream() {
           `${Buffer.byteLength(chunk).toString(16)}\r\n${chunk}\r\n`);
 
       }
+      return;
+    }
+    if (p?.kind === 'hints') {
+      if (c.pending.length < p.n) return;
+      c.plan = null;
+      for (; c.pending.length;) {
+        c.sock.write('HTTP/1.1 103 Early Hints\r\nLink: </hint>; rel=preload\r\n\r\n');
+        respond(c, c.pending.shift());
+      }
+      return;
+    }
+    if (p?.kind === 'eof-first') {
+      if (c.pending.length < p.n) return;
+      c.dead = true;
+      p.fired = true;
+      const req = c.pending.shift();
+      const text = String(req.json.params?.arguments?.text);
+      u.processed.push({ conn: c.id, text });
+      const body = JSON.stringify({ jsonrpc: '2.0', id: req.json.id, result: { content: [{ type: 'text', text }] } });
+      c.sock.end(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n${body}`); // no length: the body ends at the close
       return;
     }
     if (p?.kind === 'hold' && !p.released) return;
@@ -288,6 +312,8 @@ before(async () => {
   everything = await H.startEverything({ cleanup: ctx.cleanup });
   raw = await startRawUpstream();
   relay.cowork = await startRelay(standin.port);
+  // A second stand-in whose answers take a random 0..30 ms, for calls abandoned at random.
+  jittery = await H.startStandin({ cleanup: ctx.cleanup, logFile: path.join(ctx.dir, 'standin-jitter.log'), extraArgs: ['--jitter-ms', '30'] });
   relay.everything = await startRelay(everything.port);
   ctx.extraLogs['stand-in output'] = () => standin.output();
   ctx.extraLogs['raw upstream'] = () => JSON.stringify({ received: raw.received.slice(-40), processed: raw.processed.slice(-40) });
@@ -306,6 +332,7 @@ before(async () => {
     upstreams: [
       { name: 'cowork', url: relay.cowork.url, headers: { Authorization: `Bearer ${standin.token}` }, initialize: 'local', pool: POOL },
       { name: 'everything', url: relay.everything.url, pool: POOL },
+      { name: 'jitter', url: jittery.url, headers: { Authorization: `Bearer ${jittery.token}` }, initialize: 'local', pool: POOL },
       // One connection, so that every call in flight rides it.
       { name: 'raw', url: raw.url, ...local, call_timeout_ms: 20000, pool: { size: 1, pipeline: 8 } },
       { name: 'rawlim', url: raw.url, ...local, call_timeout_ms: 20000, pool: { size: 1, pipeline: 8 }, policy: limited },
@@ -363,6 +390,33 @@ describe('real SDK upstreams with pool = { size = 2; pipeline = 8; }', () => {
     assert.ok(callConns.length <= POOL.size, `calls rode ${callConns.length} connections (pool.size ${POOL.size})`);
     assert.ok(relay.everything.maxPerRead(from) >= 2, `several requests arrived in one read (pipelined): ${JSON.stringify(hist)}`);
     await Promise.all(clients.map((c) => c.close()));
+  });
+
+  test('calls abandoned at random (every third cancelled by its client after 0..30 ms) among pipelined ones: every other call gets its own answer, the pool keeps working', async (t) => {
+    const clients = await sdkClients('jitter', 4);
+    let aborted = 0;
+    const wrong = [];
+    let served = 0;
+    await Promise.all(clients.map((c, ci) => Promise.all(Array.from({ length: CALLS }, async (_, i) => {
+      const text = `jit-${ci}-${i}-${H.randomToken(4)}`;
+      const ac = new AbortController();
+      if (i % 3 === 0) setTimeout(() => ac.abort('test'), Math.floor(Math.random() * 30));
+      try {
+        const got = H.resultText(await c.client.callTool({ name: 'echo', arguments: { text } }, undefined, { timeout: 60000, signal: ac.signal }));
+        served++;
+        if (got !== text) wrong.push({ sent: text, got });
+      } catch (e) {
+        if (!ac.signal.aborted) throw e;
+        aborted++;
+      }
+    }))));
+    t.diagnostic(`${served} answered, ${aborted} abandoned`);
+    assert.deepEqual(wrong, [], 'every answer is its own call\'s');
+    assert.ok(aborted > 0, 'some calls were abandoned');
+    const after = await clients[0].client.callTool({ name: 'echo', arguments: { text: 'jit-after' } });
+    assert.equal(H.resultText(after), 'jit-after');
+    await Promise.all(clients.map((c) => c.close()));
+    A.assertAlive(gw);
   });
 
   test('a streaming call (long-running operation with progress) while other calls run: all complete; calls made once the stream is read are not queued behind it', async (t) => {
@@ -537,6 +591,27 @@ describe('more faults on a pipelined connection', () => {
     assert.equal(raw.processedOf(t2).length, 0, 'nor processed');
     assert.equal(raw.receivedOf(t3).length, 2, 'the live one behind was sent again');
     assert.equal(raw.processedOf(t3).length, 1, 'and processed once');
+    A.assertAlive(gw);
+  });
+
+  test('(j) each answer after a 103 Early Hints interim response: every call gets its own answer (an interim response is no answer)', async () => {
+    const s = await session('raw');
+    raw.arm({ kind: 'hints', n: 4 });
+    const texts = Array.from({ length: 4 }, (_, i) => `hint-${i}-${H.randomToken(4)}`);
+    const answers = await Promise.all(texts.map((text, i) => A.rpc(ctx.fetch, s.url, s, A.call(`j${i}`, 'echo', { text }))));
+    assert.deepEqual(answers.map((a) => a.error?.code ?? H.resultText(a.result)), texts);
+    for (const x of texts) assert.equal(raw.receivedOf(x).length, 1, `${x} sent once`);
+  });
+
+  test('(k) the first answer\'s body ends at the close (no length): it is answered, the others are sent again once and processed once', async () => {
+    const s = await session('raw');
+    const plan = raw.arm({ kind: 'eof-first', n: 4 });
+    const texts = Array.from({ length: 4 }, (_, i) => `eof-${i}-${H.randomToken(4)}`);
+    const answers = await Promise.all(texts.map((text, i) => A.rpc(ctx.fetch, s.url, s, A.call(`k${i}`, 'echo', { text }))));
+    assert.ok(plan.fired);
+    assert.deepEqual(answers.map((a) => a.error?.code ?? H.resultText(a.result)), texts);
+    for (const x of texts) assert.equal(raw.processedOf(x).length, 1, `${x} processed once`);
+    assert.deepEqual(texts.map((x) => raw.receivedOf(x).length), [1, 2, 2, 2], 'the ones behind the close sent again once');
     A.assertAlive(gw);
   });
 });
