@@ -31,7 +31,9 @@
 #   BENCH_CONNS        wrk connections            (default 50)
 #   BENCH_THREADS      wrk threads                (default 1)
 #   BENCH_HAPROXY_THREADS  haproxy nbthread       (default 1, like run.sh's one nginx worker)
-#   BENCH_REDIS_N      requests per redis-benchmark case (default 200000)
+#   BENCH_PHASES       phases to run, in this order (default "local shared haproxy-1 haproxy-3";
+#                      e.g. "local shared" for shared/local alone)
+#   BENCH_REDIS_N      requests per redis-benchmark case (default 200000; 0: no redis-benchmark)
 #   BENCH_REDIS_CONNS  redis-benchmark clients    (default 50)
 #   BENCH_RESULTS      table                      (default test/bench/results/cluster.txt)
 #   BENCH_JSON         JSON                       (default: BENCH_RESULTS with .json)
@@ -59,6 +61,7 @@ CONNS=${BENCH_CONNS:-50}
 THREADS=${BENCH_THREADS:-1}
 HAPROXY_THREADS=${BENCH_HAPROXY_THREADS:-1}
 REDIS_N=${BENCH_REDIS_N:-200000}
+phases=${BENCH_PHASES:-local shared haproxy-1 haproxy-3}
 REDIS_CONNS=${BENCH_REDIS_CONNS:-50}
 RESULTS=${BENCH_RESULTS:-$here/results/cluster.txt}
 JSON=${BENCH_JSON:-${RESULTS%.txt}.json}
@@ -71,7 +74,10 @@ posint BENCH_ROUNDS "$ROUNDS"
 posint BENCH_CONNS "$CONNS"
 posint BENCH_THREADS "$THREADS"
 posint BENCH_HAPROXY_THREADS "$HAPROXY_THREADS"
-posint BENCH_REDIS_N "$REDIS_N"
+[[ $REDIS_N =~ ^[0-9]+$ ]] || die "BENCH_REDIS_N must be a number"
+for t in $phases; do
+    [[ $t == local || $t == shared || $t == haproxy-1 || $t == haproxy-3 ]] || die "BENCH_PHASES: unknown phase $t"
+done
 posint BENCH_REDIS_CONNS "$REDIS_CONNS"
 ((THREADS <= CONNS)) || die "BENCH_THREADS must be at most BENCH_CONNS"
 
@@ -353,7 +359,6 @@ median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print
 range() { tr ' ' '\n' <<<"$1" | grep . | sort -g | sed -n '1p;$p' | paste -sd-; }
 
 failed=()
-phases="local shared haproxy-1 haproxy-3"
 declare -A url_of=(
     [local]="http://127.0.0.1:${tg_port[local]}/mcp"
     [shared]="http://127.0.0.1:${tg_port[a]}/mcp"
@@ -409,12 +414,14 @@ rb_case() {
     rb_dps+=("$(awk -v r="$rps" -v c="$counters" 'BEGIN {printf "%.0f", r / c}')")
     echo "== redis-benchmark $label: $rps takes/s (p50 $p50 ms, p99 $p99 ms)" >&2
 }
-echo "== redis-benchmark: EVALSHA take, $REDIS_N requests, $REDIS_CONNS clients" >&2
-rb_case "1 counter, one key, -P 1" 1 1 0
-rb_case "1 counter, 100000 keys, -P 1" 1 1 100000
-rb_case "1 counter, one key, -P 16" 1 16 0
-rb_case "3 counters, 100000 keys, -P 3" 3 3 100000
-rb_case "3 counters, 100000 keys, -P 48" 3 48 100000
+if ((REDIS_N > 0)); then
+    echo "== redis-benchmark: EVALSHA take, $REDIS_N requests, $REDIS_CONNS clients" >&2
+    rb_case "1 counter, one key, -P 1" 1 1 0
+    rb_case "1 counter, 100000 keys, -P 1" 1 1 100000
+    rb_case "1 counter, one key, -P 16" 1 16 0
+    rb_case "3 counters, 100000 keys, -P 3" 3 3 100000
+    rb_case "3 counters, 100000 keys, -P 48" 3 48 100000
+fi
 
 # ---- report ------------------------------------------------------------------------
 declare -A rps p50 p99
@@ -423,7 +430,8 @@ for t in $phases; do
     p50[$t]=$(awk -v u="$(median "${p50_all[$t]}")" 'BEGIN {printf "%.2f", u / 1000}')
     p99[$t]=$(awk -v u="$(median "${p99_all[$t]}")" 'BEGIN {printf "%.2f", u / 1000}')
 done
-ratio() { awk -v a="${rps[$1]}" -v b="${rps[$2]}" 'BEGIN {printf "%.2f", a / b}'; }
+# ratio A B: A's calls/s over B's, or null when either phase was not run.
+ratio() { awk -v a="${rps[$1]:-}" -v b="${rps[$2]:-}" 'BEGIN {if (a == "" || b == "" || b == 0) print "null"; else printf "%.2f", a / b}'; }
 what() {
     case $1 in
     local) echo "1 tollgate, local counters" ;;
@@ -450,14 +458,14 @@ mkdir -p "$(dirname "$RESULTS")"
     echo "# rt/c, cmd/c, dec/c: tollgate_cluster_redis_round_trips_total, _redis_commands_total, _decisions_total"
     echo "#   (sums over instances a, b, c) per call answered; R cmd: Redis INFO commandstats calls per call"
     echo "# tg us, R us, hp us: CPU time (user + system) of tollgate (all instances), redis-server, haproxy per call"
-    for t in shared haproxy-1 haproxy-3; do echo "#   Redis commands per call, $t: ${rdetail[$t]}"; done
+    for t in $phases; do [[ $t == local ]] || echo "#   Redis commands per call, $t: ${rdetail[$t]:-}"; done
     echo "# CPU in % of one core during the last round's measurement (wrk and other load take the rest):"
     for t in $phases; do printf '#   %-10s %s\n' "$t" "${cpu_all[$t]}"; done
     echo "shared/local throughput:       $(ratio shared local)"
     echo "haproxy-3/haproxy-1:           $(ratio haproxy-3 haproxy-1)"
     echo "haproxy-1/shared (haproxy hop): $(ratio haproxy-1 shared)"
-    echo "# one Redis primary, the gateway's bucket-take script (EVALSHA), $REDIS_N requests, $REDIS_CONNS clients:"
-    printf '%-32s %12s %12s %8s %8s\n' case 'takes/s' 'decisions/s' 'p50 ms' 'p99 ms'
+    ((REDIS_N == 0)) || echo "# one Redis primary, the gateway's bucket-take script (EVALSHA), $REDIS_N requests, $REDIS_CONNS clients:"
+    ((REDIS_N == 0)) || printf '%-32s %12s %12s %8s %8s\n' case 'takes/s' 'decisions/s' 'p50 ms' 'p99 ms'
     for i in "${!rb_name[@]}"; do
         printf '%-32s %12s %12s %8s %8s\n' "${rb_name[$i]}" "${rb_rps[$i]}" "${rb_dps[$i]}" "${rb_p50[$i]}" "${rb_p99[$i]}"
     done
