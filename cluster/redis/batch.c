@@ -79,6 +79,7 @@ int tg__redis_batch_queue(struct tg_redis_req *q, size_t i)
         r->capbq = cap;
     }
     r->bq[r->nbq].q = q;
+    r->bq[r->nbq].kind = (unsigned char)q->ops[i].kind;
     r->bq[r->nbq++].i = i;
     q->outstanding++;
     return 0;
@@ -285,20 +286,31 @@ static void entry_fail(struct tg__redis_bent *e, int status, int replied)
         tg__redis_answer(q, status, NULL);
 }
 
-/* Entry e's own reply: as on_req_reply (redis.c) takes a single op's. */
-static void entry_reply(struct tg__redis_bent *e, const redisReply *y)
+/* The elements of an op's reply in the batch's flat array: its single script's (batch_lua). */
+static size_t nout(const struct tg__redis_bent *e)
+{
+    static const unsigned char n[] = {[TG_COP_BUCKET_TAKE] = 3, [TG_COP_BUCKET_GIVE] = 1, [TG_COP_WINDOW_GET] = 2,
+                                      [TG_COP_WINDOW_ADD] = 2, [TG_COP_WINDOW_SUB] = 1};
+    return n[e->kind];
+}
+
+/* Entry e's own reply (el: its elements, as a single script's array): as on_req_reply (redis.c)
+ * takes a single op's. */
+static void entry_reply(struct tg__redis_bent *e, redisReply **el, size_t n)
 {
     struct tg_redis_req *q = e->q;
-    if (q->answered || y->type == REDIS_REPLY_ERROR) {
+    if (q->answered) {
         entry_fail(e, TG_REDIS_EREPLY, 1);
         return;
     }
-    if (y->type == REDIS_REPLY_STRING) {
-        int bad = y->len == sizeof(TG__REDIS_BADVALUE) - 1 && memcmp(y->str, TG__REDIS_BADVALUE, y->len) == 0;
+    if (el[0]->type == REDIS_REPLY_STRING) {
+        int bad = el[0]->len == sizeof(TG__REDIS_BADVALUE) - 1 &&
+                  memcmp(el[0]->str, TG__REDIS_BADVALUE, el[0]->len) == 0;
         entry_fail(e, bad ? TG_REDIS_EVALUE : TG_REDIS_EREPLY, 1);
         return;
     }
-    int perr = q->ops ? tg__redis_op_parse(&q->ops[e->i], y, &q->hist) : 0;
+    redisReply y = {.type = REDIS_REPLY_ARRAY, .elements = n, .element = el};
+    int perr = q->ops ? tg__redis_op_parse(&q->ops[e->i], &y, &q->hist) : 0;
     if (perr < 0) {
         entry_fail(e, perr == -2 ? TG_REDIS_EVALUE : TG_REDIS_EREPLY, 1);
         return;
@@ -347,12 +359,23 @@ static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
                   memcmp(y->str, TG__REDIS_BADVALUE, sizeof(TG__REDIS_BADVALUE) - 1) == 0;
         for (size_t k = 0; k < b->n; k++)
             entry_fail(&b->ent[k], bad ? TG_REDIS_EVALUE : TG_REDIS_EREPLY, 1);
-    } else if (y->type != REDIS_REPLY_ARRAY || y->elements != b->n) {
-        for (size_t k = 0; k < b->n; k++)
-            entry_fail(&b->ent[k], TG_REDIS_EREPLY, 1);
     } else {
+        /* the flat array: each op's elements in turn (the entries keep their ops' kinds: a
+         * request answered meanwhile no longer has its ops) */
+        size_t want = 0;
         for (size_t k = 0; k < b->n; k++)
-            entry_reply(&b->ent[k], y->element[k]);
+            want += nout(&b->ent[k]);
+        if (y->type != REDIS_REPLY_ARRAY || y->elements != want) {
+            for (size_t k = 0; k < b->n; k++)
+                entry_fail(&b->ent[k], TG_REDIS_EREPLY, 1);
+        } else {
+            size_t at = 0;
+            for (size_t k = 0; k < b->n; k++) {
+                size_t m = nout(&b->ent[k]);
+                entry_reply(&b->ent[k], y->element + at, m);
+                at += m;
+            }
+        }
     }
     free(b);
 }

@@ -68,6 +68,7 @@ struct tg_redis_req {
 struct tg__redis_bent {
     struct tg_redis_req *q;
     size_t i;
+    unsigned char kind; /* ops[i].kind: q->ops goes once q is answered */
 };
 
 /* What the batch encoder reuses from flush to flush (batch.c). */
