@@ -3,8 +3,9 @@
  * Shape. One struct tg_redis holds two connections (commands, pub/sub), each a hiredis async
  * context on the loop through hooks of our own (cluster/redis/uvio.c), a prepare handle that
  * writes what the iteration's requests buffered (tg_redis_flush: one write per iteration, each
- * request sent in the iteration that made it, its callback run as its own reply is read), and
- * four libuv timers: one per connection
+ * request sent in the iteration that made it, its callback run as its own reply is read; the
+ * counter ops of several requests go as one batch script call, cluster/redis/batch.c), and four
+ * libuv timers: one per connection
  * (backoff while down, the connect + AUTH + SCRIPT LOAD deadline while connecting), one for the
  * deadlines of all requests (they share timeout_ms, so the oldest is the first list entry and one
  * timer suffices), and "kick", a 0 ms timer that delivers answers that must not be given inside
