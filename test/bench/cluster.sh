@@ -35,6 +35,7 @@
 #                      e.g. "local shared" for shared/local alone)
 #   BENCH_REDIS_N      requests per redis-benchmark case (default 200000; 0: no redis-benchmark)
 #   BENCH_REDIS_CONNS  redis-benchmark clients    (default 50)
+#   BENCH_PIPELINE     the gateways' upstreams[].pool.pipeline (default 16, as bench.sh; 1: none)
 #   BENCH_RESULTS      table                      (default test/bench/results/cluster.txt)
 #   BENCH_JSON         JSON                       (default: BENCH_RESULTS with .json)
 #   BENCH_KEEP_TMP     1 = keep the temp dir (configs, logs) after the run
@@ -142,7 +143,7 @@ upstreams = (
   { name = "bench"; url = "http://127.0.0.1:$up_port/mcp"; default = true;
     initialize = "local";
     policy = "$tmp/policy.json";
-    pool = { size = 64; }; }
+    pool = { size = 64; pipeline = ${BENCH_PIPELINE:-16}; }; }
 );
 EOF
     timeout 10 "$TOLLGATE_BIN" -t -c "$d/tollgate.conf" >"$d/check.log" 2>&1 ||
