@@ -77,7 +77,7 @@ static void handler(struct fnet *n, struct tg_conn *c)
 {
     (void)n;
     char accept[32];
-    if (!c->x->parser.upgrade || tg_ws_accept_key(tg_http_req_header(&c->req, "sec-websocket-key"), accept) != 0) {
+    if (!tg_http_scratch_of(c)->parser.upgrade || tg_ws_accept_key(tg_http_req_header(c->req, "sec-websocket-key"), accept) != 0) {
         tg_http_respond(c, 426, "Upgrade: websocket\r\n", "text/plain", "upgrade", 7);
         return;
     }

@@ -64,7 +64,7 @@ void tg__http_req_reset(struct tg_http_req *r)
 static void message_begin(struct tg_conn *c)
 {
     tg__http_scratch_take(c);
-    tg__http_req_reset(&c->req);
+    tg__http_req_reset(c->req);
     c->req_complete = 0;
     c->reject_status = 0;
     c->log_start_ms = uv_now(c->env->loop);
@@ -82,7 +82,7 @@ static int on_message_begin(llhttp_t *p)
 static int head_append(struct tg_conn *c, const char *at, size_t n)
 {
     size_t cap = (size_t)c->env->limits->header_bytes;
-    if (tg_buf_try_append(&c->req.head, at, n, cap) != 0) {
+    if (tg_buf_try_append(&c->req->head, at, n, cap) != 0) {
         c->env->metrics->limit_header_bytes++;
         return -1;
     }
@@ -92,13 +92,13 @@ static int head_append(struct tg_conn *c, const char *at, size_t n)
 static int on_url(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_conn *c = conn_of(p);
-    if (c->req.url_len == 0)
-        c->req.url_off = (uint32_t)c->req.head.len;
+    if (c->req->url_len == 0)
+        c->req->url_off = (uint32_t)c->req->head.len;
     if (head_append(c, at, n) != 0) {
         c->reject_status = 414;
         return -1;
     }
-    c->req.url_len += (uint32_t)n;
+    c->req->url_len += (uint32_t)n;
     return 0;
 }
 
@@ -110,7 +110,7 @@ static int on_url(llhttp_t *p, const char *at, size_t n)
 #define CONN_FLAGS (F_CONNECTION_KEEP_ALIVE | F_CONNECTION_CLOSE | F_CONNECTION_UPGRADE | F_UPGRADE)
 static int trailer_bytes(struct tg_conn *c, size_t n)
 {
-    struct tg_http_req *r = &c->req;
+    struct tg_http_req *r = c->req;
     r->trailer_bytes += n;
     if (r->head.len + r->trailer_bytes > (size_t)c->env->limits->header_bytes) {
         c->env->metrics->limit_header_bytes++;
@@ -123,7 +123,7 @@ static int trailer_bytes(struct tg_conn *c, size_t n)
 static int on_header_field(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_conn *c = conn_of(p);
-    struct tg_http_req *r = &c->req;
+    struct tg_http_req *r = c->req;
     if (r->in_trailers)
         return trailer_bytes(c, n);
     if (r->nheaders == 0 || r->last_was_value) {
@@ -149,7 +149,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n)
 static int on_header_value(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_conn *c = conn_of(p);
-    struct tg_http_req *r = &c->req;
+    struct tg_http_req *r = c->req;
     if (r->in_trailers)
         return trailer_bytes(c, n);
     if (r->nheaders == 0)
@@ -170,9 +170,9 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
 static int on_headers_complete(llhttp_t *p)
 {
     struct tg_conn *c = conn_of(p);
-    c->req.method = p->method;
-    c->req.in_trailers = 1; /* any field from here on is a trailer */
-    c->req.head_flags = p->flags & CONN_FLAGS;
+    c->req->method = p->method;
+    c->req->in_trailers = 1; /* any field from here on is a trailer */
+    c->req->head_flags = p->flags & CONN_FLAGS;
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > (uint64_t)c->env->limits->body_bytes) {
         c->env->metrics->limit_body_bytes++;
         c->reject_status = 413;
@@ -184,7 +184,7 @@ static int on_headers_complete(llhttp_t *p)
 static int on_body(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_conn *c = conn_of(p);
-    if (tg_buf_try_append(&c->req.body, at, n, (size_t)c->env->limits->body_bytes) != 0) {
+    if (tg_buf_try_append(&c->req->body, at, n, (size_t)c->env->limits->body_bytes) != 0) {
         c->env->metrics->limit_body_bytes++;
         c->reject_status = 413;
         return -1;
@@ -196,10 +196,10 @@ static int on_message_complete(llhttp_t *p)
 {
     struct tg_conn *c = conn_of(p);
     /* llhttp reads a trailer's Connection as a head's: the head's flags stand (keep-alive, llhttp's state) */
-    p->flags = (uint16_t)((p->flags & ~CONN_FLAGS) | c->req.head_flags);
-    c->req.keep_alive = llhttp_should_keep_alive(p);
-    c->req.http_minor = p->http_minor;
-    c->req.upgrade = p->upgrade;
+    p->flags = (uint16_t)((p->flags & ~CONN_FLAGS) | c->req->head_flags);
+    c->req->keep_alive = llhttp_should_keep_alive(p);
+    c->req->http_minor = p->http_minor;
+    c->req->upgrade = p->upgrade;
     c->req_complete = 1;
     return HPE_PAUSED;
 }
@@ -277,7 +277,6 @@ static void on_shutdown(uv_shutdown_t *req, int status)
     free(s);
     if (!uv_is_closing((uv_handle_t *)&c->tcp)) {
         uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
-        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
     }
 }
 
@@ -322,7 +321,6 @@ static void mark_closing(struct tg_conn *c, unsigned how)
         tg__http_out_sub(c, c->tls_plain.len - c->tls_plain_off);
     tg_buf_dispose(&c->tls_plain);
     c->tls_plain_off = 0;
-    uv_timer_stop(&c->timer);
     uv_read_stop((uv_stream_t *)&c->tcp);
     tg__http_set_phase(c, TG_CONN_CLOSING);
     c->pend &= ~TG_PEND_INPUT;
@@ -331,10 +329,8 @@ static void mark_closing(struct tg_conn *c, unsigned how)
 
 static void close_handles(struct tg_conn *c)
 {
-    if (!uv_is_closing((uv_handle_t *)&c->tcp)) {
+    if (!uv_is_closing((uv_handle_t *)&c->tcp))
         uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
-        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
-    }
 }
 
 /* Close after everything queued has been written (uv_shutdown waits for pending writes). */
@@ -429,7 +425,7 @@ void tg__http_finish_request(struct tg_conn *c)
     c->on_drain = NULL;
     if (c->phase >= TG_CONN_CLOSING)
         return;
-    if (c->close_after || !c->req.keep_alive || *c->env->draining) {
+    if (c->close_after || !c->req->keep_alive || *c->env->draining) {
         close_graceful(c);
         return;
     }
@@ -518,7 +514,8 @@ static void reply_parse_error(struct tg_conn *c, llhttp_errno_t err)
     int status = 400;
     const char *msg = "Bad Request: malformed HTTP";
     int code = c->reject_status;
-    const char *reason = code ? "limit" : c->x != NULL ? llhttp_get_error_reason(&c->x->parser) : NULL;
+    struct tg_http_scratch *x = tg_http_scratch_of(c);
+    const char *reason = code ? "limit" : x != NULL ? llhttp_get_error_reason(&x->parser) : NULL;
     if (code) {
         status = code;
         msg = code == 413 ? "Content too large" : code == 414 ? "URI too long" : "Request header fields too large";
@@ -527,7 +524,7 @@ static void reply_parse_error(struct tg_conn *c, llhttp_errno_t err)
     tg_log(TG_LOG_INFO, "bad request", "conn=%llu peer=%s status=%d reason=%s", (unsigned long long)c->id, tg_conn_peer(c),
            status, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(reason ? reason : llhttp_errno_name(err))));
     c->close_after = 1;
-    c->req.keep_alive = 0;
+    c->req->keep_alive = 0;
     tg__http_set_phase(c, TG_CONN_DISPATCHING);
     tg_http_respond_rpc_error(c, status, NULL, TG_RPC_INVALID_REQUEST, msg);
 }
@@ -552,9 +549,9 @@ static void process_input(struct tg_conn *c)
 static size_t take_fast(struct tg_conn *c)
 {
     const struct tg_limits *lim = c->env->limits;
-    struct tg_http_req *r = &c->req;
     struct tg_http_fast f;
     message_begin(c);
+    struct tg_http_req *r = c->req;
     if (!tg_http_fast_request(c->in.base, c->in.len, r->headers, TG_HTTP_MAX_HEADERS, &f) ||
         f.body_len > (uint64_t)lim->body_bytes ||
         tg_buf_try_append(&r->head, c->in.base, f.head_len, (size_t)lim->header_bytes) != 0 ||
@@ -577,7 +574,7 @@ static void request_ready(struct tg_conn *c)
     c->env->metrics->http_requests++;
     if (c->over_limit) {
         c->close_after = 1;
-        c->req.keep_alive = 0;
+        c->req->keep_alive = 0;
         tg_http_respond_rpc_error(c, 503, "Retry-After: 1\r\n", TG_RPC_UPSTREAM,
                                   "Service Unavailable: the gateway is at limits.max_connections; retry");
         return;
@@ -608,23 +605,24 @@ static void process_input_loop(struct tg_conn *c)
             }
         }
         tg__http_scratch_take(c); /* the parser lives in it (a request's first byte is here) */
-        llhttp_errno_t err = llhttp_execute(&c->x->parser, c->in.base, c->in.len);
+        llhttp_t *parser = &tg_http_scratch_of(c)->parser;
+        llhttp_errno_t err = llhttp_execute(parser, c->in.base, c->in.len);
         if (err == HPE_OK) {
             c->in.len = 0;
             return;
         }
         if (err == HPE_PAUSED || err == HPE_PAUSED_UPGRADE) {
-            const char *pos = llhttp_get_error_pos(&c->x->parser);
+            const char *pos = llhttp_get_error_pos(parser);
             size_t used = pos ? (size_t)(pos - c->in.base) : c->in.len;
             tg_buf_consume(&c->in, used);
             if (!c->req_complete) {
                 reply_parse_error(c, err);
                 return;
             }
-            if (c->req.upgrade) {
+            if (c->req->upgrade) {
                 /* The bytes after an Upgrade head belong to another protocol: this connection ends here. */
                 c->close_after = 1;
-                c->req.keep_alive = 0;
+                c->req->keep_alive = 0;
             }
             request_ready(c);
             return;
@@ -669,10 +667,9 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 static void on_handle_closed(uv_handle_t *h)
 {
     struct tg_conn *c = h->data;
-    if (--c->handles_open > 0)
-        return;
     c->phase = TG_CONN_CLOSED;
     tg_list_unlink(&c->pend_node);
+    tg_list_unlink(&c->due_node);
     if (tg_list_linked(&c->node)) { /* not linked when uv_accept failed */
         tg_list_unlink(&c->node);
         c->env->nconns--;
@@ -682,8 +679,6 @@ static void on_handle_closed(uv_handle_t *h)
     tg_tls_free(c->tls);
     tg_buf_dispose(&c->in);
     tg__http_scratch_give(c);
-    tg_buf_dispose(&c->req.head);
-    tg_buf_dispose(&c->req.body);
     tg_buf_dispose(&c->cork);
     free(c);
 }
@@ -726,6 +721,7 @@ void tg_http_env_init(struct tg_http_env *env, uv_loop_t *loop, const struct tg_
     tg_list_init(&env->conns);
     tg_list_init(&env->corked);
     tg_list_init(&env->conn_pending);
+    tg__http_timer_init(env);
 }
 
 void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listener_handle)
@@ -735,17 +731,14 @@ void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, 
     c->listener = l;
     c->id = ++env->next_conn_id;
     uv_tcp_init(env->loop, &c->tcp);
-    uv_timer_init(env->loop, &c->timer);
     c->tcp.data = c;
-    c->timer.data = c;
-    c->handles_open = 2;
     tg_list_init(&c->node);
+    tg_list_init(&c->due_node);
     tg_list_init(&c->cork_node);
     tg_list_init(&c->pend_node);
     if (uv_accept(listener_handle, (uv_stream_t *)&c->tcp) != 0) {
         c->phase = TG_CONN_CLOSING;
         uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
-        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
         return;
     }
     tg_list_insert_tail(&env->conns, &c->node);

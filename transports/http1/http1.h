@@ -36,6 +36,10 @@ typedef void (*tg_http_env_cb)(struct tg_http_env *env, struct tg_conn *conn);
 /* What connections need from whoever runs them (the server, or a test). Owner: the caller,
  * who embeds it (struct tg_server does) and keeps it, and what it points to, alive and
  * current while any connection made with it lives; tg_http_env_init() fills it in. */
+/* Durations of deadlines armed at once (header, idle and handshake timeouts, a TLS trim, a
+ * protocol's tick, and the same after a reload changed them). */
+#define TG_HTTP_DUE_LISTS 12
+
 struct tg_http_env {
     uv_loop_t *loop;
     const struct tg_limits *limits; /* the current limits: the owner repoints it on reload */
@@ -57,6 +61,14 @@ struct tg_http_env {
     uint64_t handshake_iter, handshake_ns;
     size_t handshakes_waiting;
     uint64_t next_conn_id;
+    /* Every connection's deadline (transports/http1/timer.c): one list per duration armed, in the
+     * order of the deadlines, and one timer for the earliest head, at timer_at (UINT64_MAX: none). */
+    struct tg_http_due {
+        uint64_t ms;
+        struct tg_list conns; /* by tg_conn.due_node */
+    } due[TG_HTTP_DUE_LISTS];
+    uv_timer_t timer;
+    uint64_t timer_at;
     char scratch[65536];            /* one read buffer for every connection (see on_alloc) */
     struct tg_http_scratch *xpool;  /* request scratches given back, at most TG_HTTP_XPOOL */
     size_t nxpool;
@@ -66,6 +78,8 @@ struct tg_http_env {
 
 void tg_http_env_init(struct tg_http_env *env, uv_loop_t *loop, const struct tg_limits *limits,
                       struct tg_metrics *metrics, const int *draining);
+/* Closes the env's timer (after every connection is gone; the loop runs its close callback). */
+void tg_http_env_close(struct tg_http_env *env);
 /* Frees the pool (after every connection is gone). */
 void tg_http_env_dispose(struct tg_http_env *env);
 
@@ -96,8 +110,9 @@ enum tg_conn_phase {
 const char *tg_conn_phase_str(enum tg_conn_phase s);
 
 
-/* The request being read. Embedded in its connection (c->req): its buffers are reset for the
- * next request and freed with the connection in on_handle_closed(). */
+/* The request being read. It lives in the connection's request scratch (below), so it exists
+ * only while a request is under way: c->req is NULL between requests. Its buffers are reset for
+ * the next request and kept, at a usual size, with the scratch in the env's pool. */
 struct tg_http_req {
     uint8_t method; /* llhttp_method_t */
     uint8_t nheaders; /* at most TG_HTTP_MAX_HEADERS */
@@ -115,16 +130,16 @@ struct tg_http_req {
     unsigned head_flags;  /* llhttp's Connection and Upgrade flags as the head left them */
 };
 
-/* What a connection needs only while it has a request: the parser, the header offsets, the access line's
- * who, and the storage of the request's head and body (moved into conn->req while it is taken).
+/* What a connection needs only while it has a request: the request itself (its fields and the
+ * storage of its head and body), the parser, the header offsets and the access line's who.
  * Taken from the env's pool when a request begins and given back when it ends, so an idle
  * keep-alive connection holds none of it and a busy one allocates none of it. */
 struct tg_http_scratch {
+    struct tg_http_req req; /* conn->req points here while the connection holds the scratch */
     llhttp_t parser; /* made afresh when a connection takes the scratch (a request's first byte) */
     struct tg_http_header headers[TG_HTTP_MAX_HEADERS];
     char log_grant[65], log_upstream[65], log_session[40]; /* set by the router; copies, so that a reload cannot leave them dangling */
     char log_subject[256]; /* who inside the grant (a JWT's subject claim, whole: under 256 bytes) */
-    struct tg_buf head, body;
     struct tg_http_scratch *next; /* in the pool */
 };
 
@@ -143,17 +158,18 @@ struct tg_peer_addr {
  * Exchanges hold plain pointers to it and drop them when on_abort or up_gone says it closes. */
 struct tg_conn {
     uv_tcp_t tcp;
-    uv_timer_t timer;
     struct tg_http_env *env;
     const struct tg_http_listener *listener;
     uint64_t id;
-    uint64_t due_ms; /* the loop time the current phase's deadline falls at; 0: none (see arm()) */
+    uint64_t due_ms; /* the loop time the current phase's deadline falls at; 0: none */
+    struct tg_list due_node; /* on one of env->due while due_ms != 0 (timer.c) */
     struct tg_tls *tls;
     struct tg_buf in; /* plaintext not yet parsed */
-    struct tg_http_req req;
-    struct tg_http_scratch *x; /* while a request is under way (see above), else NULL */
+    /* The request under way, in the connection's scratch (see above); NULL between requests. A
+     * handler reads it while the connection is DISPATCHING or STREAMING. */
+    struct tg_http_req *req;
     /* For the access line of the current exchange: when it began, the status and the bytes sent
-     * (who it was is in x). */
+     * (who it was is in the scratch). */
     uint64_t log_start_ms;
     uint64_t log_bytes;
     struct tg_auth_memo auth_memo; /* the router's: the last static token this connection proved */
@@ -165,7 +181,6 @@ struct tg_conn {
     /* Work put off to the end of the loop iteration (tg_http_run_pending), so that no callback
      * runs inside the tg_http_* or tg_conn_close call that caused it. */
     uint8_t pend;        /* TG_PEND_* */
-    uint8_t handles_open;
     uint8_t req_complete;
     uint8_t close_after; /* close once the current answer is written */
     uint8_t over_limit;  /* accepted past limits.max_connections: its request gets 503, then it closes */
@@ -198,6 +213,12 @@ struct tg_conn {
     struct tg_list cork_node; /* in env->corked while cork holds bytes */
     struct tg_peer_addr peer; /* the client's address (tg_conn_peer() prints it) */
 };
+
+/* The request scratch c holds (a request is under way), or NULL. */
+static inline struct tg_http_scratch *tg_http_scratch_of(const struct tg_conn *c)
+{
+    return c->req != NULL ? (struct tg_http_scratch *)((char *)c->req - offsetof(struct tg_http_scratch, req)) : NULL;
+}
 
 /* The client's "ip:port" (an IPv6 address without brackets), "" if not known: for a log line, in
  * a buffer of the calling thread's that the next call overwrites. */

@@ -16,9 +16,10 @@
 /* timer.c */
 /* Every phase transition passes here: it checks the edge and sets the one timer's deadline. */
 void tg__http_set_phase(struct tg_conn *c, enum tg_conn_phase s);
-/* The deadline of the phase c is in: ms from now (the timer moves only when it would fire
- * after it). */
+/* The deadline of the phase c is in: ms from now. */
 void tg__http_arm(struct tg_conn *c, uint64_t ms);
+/* The env's deadline lists and timer (tg_http_env_init). */
+void tg__http_timer_init(struct tg_http_env *env);
 
 /* conn.c */
 /* TLS: encrypt and write more of the plaintext queued in c->tls_plain (a slice per round, while

@@ -56,15 +56,15 @@ void tg__http_access_line(struct tg_conn *c, int status)
 {
     if (!c->env->access_log || c->log_start_ms == 0)
         return;
-    struct tg_slice url = tg_slice_of(c->req.head.base ? c->req.head.base + c->req.url_off : "", c->req.url_len);
+    struct tg_slice url = tg_slice_of(c->req->head.base ? c->req->head.base + c->req->url_off : "", c->req->url_len);
     const char *q = memchr(url.ptr, '?', url.len);
     if (q != NULL)
         url.len = (size_t)(q - url.ptr);
     char path[300], sess[64];
-    const struct tg_http_scratch *x = c->x;
+    const struct tg_http_scratch *x = tg_http_scratch_of(c);
     tg_log(TG_LOG_INFO, "request", "conn=%llu peer=%s method=%s path=%s status=%d bytes=%llu ms=%llu grant=%s subject=%s "
            "session=%s upstream=%s",
-           (unsigned long long)c->id, tg_conn_peer(c), llhttp_method_name((llhttp_method_t)c->req.method),
+           (unsigned long long)c->id, tg_conn_peer(c), llhttp_method_name((llhttp_method_t)c->req->method),
            tg_log_esc(path, sizeof(path), url), status, (unsigned long long)c->log_bytes,
            (unsigned long long)(uv_now(c->env->loop) - c->log_start_ms), x && x->log_grant[0] ? x->log_grant : "-",
            x && x->log_subject[0] ? x->log_subject : "-",
@@ -455,9 +455,9 @@ static void append_head(struct tg_conn *c, struct tg_buf *b, int status, const c
     }
     if (extra)
         tg_buf_appends(b, extra);
-    if (c->close_after || !c->req.keep_alive || *c->env->draining)
+    if (c->close_after || !c->req->keep_alive || *c->env->draining)
         tg_buf_appends(b, "Connection: close\r\n");
-    else if (c->req.http_minor == 0)
+    else if (c->req->http_minor == 0)
         tg_buf_appends(b, "Connection: keep-alive\r\n");
 }
 
@@ -476,7 +476,7 @@ void tg_http_respond(struct tg_conn *c, int status, const char *extra, const cha
     tg_buf_append(&b, "Content-Length: ", 16);
     tg_buf_append_u64(&b, len);
     tg_buf_append(&b, "\r\n\r\n", 4);
-    if (c->req.method != HTTP_HEAD) /* a HEAD answer has the length of the body, not the body */
+    if (c->req->method != HTTP_HEAD) /* a HEAD answer has the length of the body, not the body */
         tg_buf_append(&b, body, len);
     tg__http_send_owned(c, &b);
     tg__http_finish_request(c);
@@ -484,7 +484,7 @@ void tg_http_respond(struct tg_conn *c, int status, const char *extra, const cha
 
 void tg_http_respond_owned(struct tg_conn *c, int status, const char *extra, const char *ctype, struct tg_buf *body)
 {
-    if (body->len < 65536 || c->req.method == HTTP_HEAD || c->cork.len > 0 || c->phase >= TG_CONN_CLOSING) {
+    if (body->len < 65536 || c->req->method == HTTP_HEAD || c->cork.len > 0 || c->phase >= TG_CONN_CLOSING) {
         tg_http_respond(c, status, extra, ctype, body->base ? body->base : "", body->len);
         tg_buf_dispose(body);
         return;
@@ -521,7 +521,7 @@ void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra, cons
 {
     if (c->phase >= TG_CONN_CLOSING)
         return;
-    if (c->req.http_minor == 0)
+    if (c->req->http_minor == 0)
         c->close_after = 1; /* HTTP/1.0 has no chunked encoding: the stream ends with the connection */
     c->env->metrics->http_status[status / 100]++;
     /* The head goes into the cork, like the stream's events: the first burst (an upstream's SSE
@@ -533,7 +533,7 @@ void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra, cons
     size_t before = k->len;
     append_head(c, k, status, extra, ctype);
     tg_buf_appends(k, "Cache-Control: no-cache\r\n");
-    if (c->req.http_minor != 0)
+    if (c->req->http_minor != 0)
         tg_buf_appends(k, "Transfer-Encoding: chunked\r\n");
     tg_buf_appends(k, "\r\n");
     c->log_bytes += k->len - before;
@@ -546,7 +546,7 @@ static void stream_write(struct tg_conn *c, const char *p, size_t n, int joined)
         return;
     /* Straight into the cork, chunk framing and all: no buffer per event. */
     c->log_bytes += n;
-    if (c->req.http_minor == 0) { /* HTTP/1.0: the stream is the bytes, to the close */
+    if (c->req->http_minor == 0) { /* HTTP/1.0: the stream is the bytes, to the close */
         tg_buf_append(cork_room(c, n), p, n);
         cork_grew(c);
         return;
@@ -577,7 +577,7 @@ void tg_http_stream_end(struct tg_conn *c)
 {
     if (c->phase != TG_CONN_STREAMING)
         return;
-    if (c->req.http_minor != 0) {
+    if (c->req->http_minor != 0) {
         struct tg_buf b;
         tg_buf_init(&b);
         tg_buf_append(&b, "0\r\n\r\n", 5);

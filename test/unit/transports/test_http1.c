@@ -42,21 +42,21 @@ static void on_abort_record(struct tg_conn *c, void *exchange)
 static void handler(struct hh *h, struct tg_conn *c)
 {
     struct t1 *t = t1_of(h);
-    struct tg_slice url = tg_http_req_url(&c->req);
-    t->method = c->req.method;
-    struct tg_slice xt = tg_http_req_header(&c->req, "x-test");
+    struct tg_slice url = tg_http_req_url(c->req);
+    t->method = c->req->method;
+    struct tg_slice xt = tg_http_req_header(c->req, "x-test");
     snprintf(t->x_test, sizeof(t->x_test), "%.*s", (int)xt.len, xt.ptr ? xt.ptr : "");
-    struct tg_slice v = tg_http_req_header(&c->req, "authorization");
+    struct tg_slice v = tg_http_req_header(c->req, "authorization");
     snprintf(t->auth, sizeof(t->auth), "%.*s", v.ptr ? (int)v.len : 1, v.ptr ? v.ptr : "-");
-    v = tg_http_req_header(&c->req, "mcp-session-id");
+    v = tg_http_req_header(c->req, "mcp-session-id");
     snprintf(t->sid, sizeof(t->sid), "%.*s", v.ptr ? (int)v.len : 1, v.ptr ? v.ptr : "-");
-    v = tg_http_req_header(&c->req, "origin");
+    v = tg_http_req_header(c->req, "origin");
     snprintf(t->origin, sizeof(t->origin), "%.*s", v.ptr ? (int)v.len : 1, v.ptr ? v.ptr : "-");
-    t->nheaders = c->req.nheaders;
+    t->nheaders = c->req->nheaders;
     if (tg_slice_eq(url, tg_slice_cstr("/hello"))) {
         tg_http_respond(c, 200, NULL, "text/plain", "hello", 5);
     } else if (tg_slice_eq(url, tg_slice_cstr("/echo"))) {
-        tg_http_respond(c, 200, NULL, "application/json", c->req.body.base, c->req.body.len);
+        tg_http_respond(c, 200, NULL, "application/json", c->req->body.base, c->req->body.len);
     } else if (tg_slice_eq(url, tg_slice_cstr("/later"))) {
         t->held = c;
     } else if (tg_slice_eq(url, tg_slice_cstr("/wait"))) {
