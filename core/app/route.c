@@ -26,6 +26,7 @@
 #include "transports/channel.h"
 #include "transports/cred_watch.h"
 #include "transports/http1/http1.h"
+#include "core/mcp/legacy.h"
 #include "transports/legacy_sse.h"
 #include "transports/respond.h"
 #include "core/wire/tls.h"
@@ -231,7 +232,9 @@ static void on_shared_record(void *ud, int found, const struct tg_shared_session
             tg_hex_decode(w->owner, 64, s->subject_sha256);
             s->subject_tag = w->tag; /* its owner asked (match): later requests skip the SHA-256 */
             s->subject_serial = w->serial, s->subject_jwt = w->jwt;
-            tg_strlcpy(s->proto, rec->proto, sizeof(s->proto));
+            /* a member wrote its session's version: one the gateway knows, or "" */
+            const char *known = rec->proto != NULL ? tg_mcp_version_known(tg_slice_cstr(rec->proto)) : NULL;
+            s->proto = known != NULL ? known : "";
             s->up_session = rec->up_session ? tg_xstrdup(rec->up_session) : NULL;
             if (rec->up_modern) {
                 s->up_modern = 1;

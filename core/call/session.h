@@ -28,7 +28,7 @@ struct tg_session {
     char id_str[TG_SESSION_ID_LEN + 1];
     unsigned char up_modern; /* a 2025 session on a 2026-07-28-only upstream: the gateway answered
                               * initialize, requests go as 2026 (u.client_caps below) */
-    char *grant;       /* grant name (copied: grants can change on reload) */
+    const char *grant; /* grant name: a copy (grants can change on reload), kept in grant_name */
     char *subject;     /* who inside the grant made it (a 2025 session; copied), or NULL */
     char *issuer;      /* with subject: its JWT's issuer (copied), or NULL (none) */
     char *claims;      /* with subject: the claims of its maker's JWT that its policy's "set" names
@@ -49,8 +49,9 @@ struct tg_session {
                         * makes (DELETE, a reply, a legacy SSE stream's POSTs); owned, or NULL */
     char *up_who, *up_token; /* a channel's session on a token_exchange upstream: whose JWT opened the
                               * channel, and that JWT, for its calls (core/call/upauth.c); owned */
-    char proto[24];    /* negotiated protocol version */
-    /* The flags together, next to proto (no holes between wider members). */
+    const char *proto; /* negotiated protocol version: a version the gateway knows, as
+                        * tg_mcp_version_known() gives it (a static string), or "" */
+    /* The flags together (no holes between wider members). */
     unsigned char log_level; /* up_modern: the level logging/setLevel asked for (tg_mcp_log_level), 0 none */
     uint8_t initialized;   /* the initialize exchange succeeded */
     uint8_t live;          /* in the table (0 after DELETE or expiry) */
@@ -81,6 +82,8 @@ struct tg_session {
     struct tg_list streams; /* router's resumable client streams (replay buffers) */
     struct tg_session *hnext;
     struct tg_list link;    /* table's list, oldest activity first is not kept: sweep scans */
+    char grant_name[];      /* in the session's own allocation: a separate copy would take a
+                             * malloc chunk of its own (32 bytes for a short name) */
 };
 
 struct tg_session_table;

@@ -195,7 +195,7 @@ static inline void edge_expect_rpc(struct edge *t, int status, const char *id, i
 static inline struct tg_session *edge_session(struct edge *t, int u, const char *proto)
 {
     struct tg_session *s = mw_session(t->m, u);
-    snprintf(s->proto, sizeof(s->proto), "%s", proto);
+    s->proto = proto; /* a literal */
     return s;
 }
 
