@@ -67,9 +67,10 @@ static void message_begin(struct tg_conn *c)
     tg__http_req_reset(c->req);
     c->req_complete = 0;
     c->reject_status = 0;
-    c->log_start_ms = uv_now(c->env->loop);
-    c->log_status = 0;
-    c->log_bytes = 0;
+    struct tg_http_scratch *x = tg_http_scratch_of(c);
+    x->log_start_ms = uv_now(c->env->loop);
+    x->log_status = 0;
+    x->log_bytes = 0;
     tg__http_set_phase(c, TG_CONN_READING);
 }
 
@@ -289,12 +290,12 @@ static void tell_closing(struct tg_conn *c)
         c->on_watch = NULL;
         w(c, c->watch_ud);
     }
-    if (c->up_gone) {
-        tg_conn_cb gone = c->up_gone;
-        c->up_gone = NULL;
-        c->up_data = NULL;
-        c->up_tick = NULL;
-        gone(c, c->up_ud);
+    if (c->up != NULL) {
+        struct tg_conn_upgraded up = *c->up;
+        free(c->up);
+        c->up = NULL;
+        if (up.gone)
+            up.gone(c, up.ud);
     }
     tg_conn_cb abort_cb = c->on_abort;
     void *ex = c->exchange;
@@ -309,7 +310,7 @@ static void tell_closing(struct tg_conn *c)
 static void mark_closing(struct tg_conn *c, unsigned how)
 {
     if (c->phase == TG_CONN_DISPATCHING || c->phase == TG_CONN_STREAMING || c->phase == TG_CONN_READING)
-        tg__http_access_line(c, c->log_status ? c->log_status : 499); /* nginx's "client closed the request" */
+        tg__http_access_line(c, tg__http_status_sent(c, 499)); /* nginx's "client closed the request" */
     tg_list_unlink(&c->cork_node);
     if (c->out_pending_corked) { /* never written: it no longer counts */
         tg__http_out_sub(c, c->out_pending_corked);
@@ -317,10 +318,10 @@ static void mark_closing(struct tg_conn *c, unsigned how)
     }
     tg_buf_dispose(&c->cork);
     c->chunk_open = 0;
-    if (c->tls_plain.len > c->tls_plain_off) /* never encrypted: it no longer counts either */
-        tg__http_out_sub(c, c->tls_plain.len - c->tls_plain_off);
-    tg_buf_dispose(&c->tls_plain);
-    c->tls_plain_off = 0;
+    size_t waiting = tg__http_tls_waiting(c);
+    if (waiting > 0) /* never encrypted: it no longer counts either */
+        tg__http_out_sub(c, waiting);
+    tg__http_tls_backlog_free(c);
     uv_read_stop((uv_stream_t *)&c->tcp);
     tg__http_set_phase(c, TG_CONN_CLOSING);
     c->pend &= ~TG_PEND_INPUT;
@@ -344,13 +345,12 @@ static void close_graceful(struct tg_conn *c)
     if (c->tls != NULL) {
         struct tg_buf b;
         tg_buf_init(&b);
-        if (c->tls_plain.len > c->tls_plain_off) {
+        size_t n = tg__http_tls_waiting(c);
+        if (n > 0) {
             /* The answer still waiting for encryption goes before close_notify, all of it now. */
-            size_t n = c->tls_plain.len - c->tls_plain_off;
-            int r = tg_tls_write(c->tls, c->tls_plain.base + c->tls_plain_off, n, &b);
+            int r = tg_tls_write(c->tls, c->tls_plain->buf.base + c->tls_plain->off, n, &b);
             tg__http_out_sub(c, n);
-            tg_buf_dispose(&c->tls_plain);
-            c->tls_plain_off = 0;
+            tg__http_tls_backlog_free(c);
             if (r != 0) {
                 tg_buf_dispose(&b);
                 tg_conn_close(c, "TLS write failed");
@@ -419,7 +419,7 @@ void tg_http_run_pending(struct tg_http_env *env)
  * from the loop (tg_http_run_pending), never inside the answer that ended this request. */
 void tg__http_finish_request(struct tg_conn *c)
 {
-    tg__http_access_line(c, c->log_status);
+    tg__http_access_line(c, tg__http_status_sent(c, 0));
     c->exchange = NULL;
     c->on_abort = NULL;
     c->on_drain = NULL;
@@ -468,10 +468,14 @@ void tg_http_upgrade(struct tg_conn *c, const char *extra)
 
 void tg_http_take_over(struct tg_conn *c, tg_conn_cb on_data, tg_conn_cb on_tick, tg_conn_cb on_gone, void *ud)
 {
-    c->up_data = on_data;
-    c->up_tick = on_tick;
-    c->up_gone = on_gone;
-    c->up_ud = ud;
+    if (on_data == NULL && on_tick == NULL && on_gone == NULL) {
+        free(c->up); /* detached */
+        c->up = NULL;
+    } else {
+        if (c->up == NULL)
+            c->up = tg_xmalloc(sizeof(*c->up));
+        *c->up = (struct tg_conn_upgraded){.data = on_data, .tick = on_tick, .gone = on_gone, .ud = ud};
+    }
     /* Bytes that came with the handshake go to the new protocol from the loop, never inside
      * this call: its caller has not finished setting up (fuzz_e2e: a WebSocket frame in the
      * upgrade's packet was answered before the channel had its tg_ws, a NULL dereference). */
@@ -534,8 +538,8 @@ static void process_input_loop(struct tg_conn *c);
 static void process_input(struct tg_conn *c)
 {
     if (c->phase == TG_CONN_UPGRADED) {
-        if (c->up_data)
-            c->up_data(c, c->up_ud);
+        if (c->up != NULL && c->up->data)
+            c->up->data(c, c->up->ud);
         return;
     }
     c->in_process = 1;
@@ -679,6 +683,8 @@ static void on_handle_closed(uv_handle_t *h)
     tg_tls_free(c->tls);
     tg_buf_dispose(&c->in);
     tg__http_scratch_give(c);
+    tg__http_tls_backlog_free(c);
+    free(c->up);
     tg_buf_dispose(&c->cork);
     free(c);
 }

@@ -140,10 +140,31 @@ struct tg_http_scratch {
     struct tg_http_header headers[TG_HTTP_MAX_HEADERS];
     char log_grant[65], log_upstream[65], log_session[40]; /* set by the router; copies, so that a reload cannot leave them dangling */
     char log_subject[256]; /* who inside the grant (a JWT's subject claim, whole: under 256 bytes) */
+    /* The rest of the access line: when the exchange began (0: its line is written), the bytes
+     * sent and the status. */
+    uint64_t log_start_ms;
+    uint64_t log_bytes;
+    uint16_t log_status;
     struct tg_http_scratch *next; /* in the pool */
 };
 
 typedef void (*tg_conn_cb)(struct tg_conn *conn, void *exchange);
+
+/* The protocol that took an upgraded connection over: made by tg_http_take_over, so that other
+ * connections do not carry its fields. */
+struct tg_conn_upgraded {
+    tg_conn_cb data; /* bytes arrived in in */
+    tg_conn_cb tick; /* the connection's timer fired */
+    tg_conn_cb gone; /* the connection is closing */
+    void *ud;
+};
+
+/* A TLS connection's plaintext waiting to be encrypted: made when a big answer first waits, freed
+ * once it is all encrypted, so that no other connection carries its fields. */
+struct tg_tls_backlog {
+    struct tg_buf buf;
+    size_t off; /* of buf, the part already encrypted */
+};
 
 /* A client's address as accept saw it, kept in binary (20 bytes, not a 64-byte string): it is
  * printed only for a log line or a throttle's key. */
@@ -155,7 +176,7 @@ struct tg_peer_addr {
 
 /* One client connection. Owner: the transport (env->conns), from tg_http1_accept() until its
  * last handle's close callback, on_handle_closed(), frees it; tg_conn_close() only marks it.
- * Exchanges hold plain pointers to it and drop them when on_abort or up_gone says it closes. */
+ * Exchanges hold plain pointers to it and drop them when on_abort or up->gone says it closes. */
 struct tg_conn {
     uv_tcp_t tcp;
     struct tg_http_env *env;
@@ -168,10 +189,6 @@ struct tg_conn {
     /* The request under way, in the connection's scratch (see above); NULL between requests. A
      * handler reads it while the connection is DISPATCHING or STREAMING. */
     struct tg_http_req *req;
-    /* For the access line of the current exchange: when it began, the status and the bytes sent
-     * (who it was is in the scratch). */
-    uint64_t log_start_ms;
-    uint64_t log_bytes;
     struct tg_auth_memo auth_memo; /* the router's: the last static token this connection proved */
     size_t out_pending; /* bytes handed to uv_write (or corked) and not yet confirmed */
     size_t out_pending_corked; /* the part of out_pending still in cork */
@@ -181,17 +198,17 @@ struct tg_conn {
     /* Work put off to the end of the loop iteration (tg_http_run_pending), so that no callback
      * runs inside the tg_http_* or tg_conn_close call that caused it. */
     uint8_t pend;        /* TG_PEND_* */
-    uint8_t req_complete;
-    uint8_t close_after; /* close once the current answer is written */
-    uint8_t over_limit;  /* accepted past limits.max_connections: its request gets 503, then it closes */
-    uint8_t read_stopped;
-    uint8_t eof;
-    uint8_t in_process;  /* process_input() is on the stack: do not re-enter it */
-    uint8_t trim_due;    /* IDLE on TLS: the deadline is TG_TLS_TRIM_MS's, then idle_timeout_ms's (timer.c) */
-    uint8_t wait_drain;  /* pipelined input waits for the output to drain below the mark */
-    uint16_t log_status; /* for the access line: the status sent */
+    uint8_t req_complete : 1;
+    uint8_t close_after : 1; /* close once the current answer is written */
+    uint8_t over_limit : 1;  /* accepted past limits.max_connections: its request gets 503, then it closes */
+    uint8_t read_stopped : 1;
+    uint8_t eof : 1;
+    uint8_t in_process : 1;  /* process_input() is on the stack: do not re-enter it */
+    uint8_t trim_due : 1;    /* IDLE on TLS: the deadline is TG_TLS_TRIM_MS's, then idle_timeout_ms's (timer.c) */
+    uint8_t wait_drain : 1;  /* pipelined input waits for the output to drain below the mark */
     uint16_t reject_status; /* set by a parser callback that refused the request (413, 414, 431) */
     uint32_t cork_last;  /* the size of the last cork written */
+    struct tg_peer_addr peer; /* the client's address (tg_conn_peer() prints it) */
     /* The handler's pending work for this request, if any. */
     void *exchange;
     tg_conn_cb on_abort; /* the client went away while exchange was set */
@@ -200,18 +217,14 @@ struct tg_conn {
      * when out_pending falls below the low-water mark or the connection closes. */
     tg_conn_cb on_watch;
     void *watch_ud;
-    /* After an upgrade: the protocol that took the connection over. */
-    tg_conn_cb up_data; /* bytes arrived in in */
-    tg_conn_cb up_tick; /* the connection's timer fired */
-    tg_conn_cb up_gone; /* the connection is closing */
-    void *up_ud;
+    /* After an upgrade: the protocol that took the connection over (tg_http_take_over), or NULL. */
+    struct tg_conn_upgraded *up;
     struct tg_list node; /* in env->conns */
     struct tg_buf cork;       /* stream output gathered during this loop iteration */
     size_t chunk_open;        /* 1 + where in cork the open chunk starts (its size not written yet); 0: none */
-    struct tg_buf tls_plain;  /* TLS: plaintext not encrypted yet (a big answer goes a slice per round) */
-    size_t tls_plain_off;     /* of it, the part already encrypted */
+    struct tg_tls_backlog *tls_plain; /* TLS: plaintext not encrypted yet (a big answer goes a slice
+                                       * per round), or NULL (out.c) */
     struct tg_list cork_node; /* in env->corked while cork holds bytes */
-    struct tg_peer_addr peer; /* the client's address (tg_conn_peer() prints it) */
 };
 
 /* The request scratch c holds (a request is under way), or NULL. */
@@ -279,7 +292,7 @@ void tg_http_wait_start(struct tg_http_wait *w, struct tg_conn *c);
 struct tg_conn *tg_http_wait_stop(struct tg_http_wait *w);
 
 /* Closing marks: the connection stops reading and writing at once, and its users hear of it
- * (on_abort, up_gone, on_watch) from the loop after the current handler has returned, never
+ * (on_abort, up->gone, on_watch) from the loop after the current handler has returned, never
  * from inside this call or a tg_http_* call. The memory goes after the handles' close callbacks. */
 void tg_conn_close(struct tg_conn *c, const char *why);
 /* Close even a connection already waiting for its last writes (end of a drain). */

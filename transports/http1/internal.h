@@ -55,6 +55,28 @@ void tg__http_out_sub(struct tg_conn *c, size_t n);
 /* 1 when the connection's output, and the process's, are below their low-water marks. */
 int tg__http_out_drained(const struct tg_conn *c);
 
+/* TLS: the plaintext bytes waiting for encryption (out.c). */
+static inline size_t tg__http_tls_waiting(const struct tg_conn *c)
+{
+    return c->tls_plain != NULL ? c->tls_plain->buf.len - c->tls_plain->off : 0;
+}
+/* Drop the waiting plaintext and its block. */
+void tg__http_tls_backlog_free(struct tg_conn *c);
+
+/* Bytes sent, for the access line of the exchange under way (none after an upgrade). */
+static inline void tg__http_log_sent(struct tg_conn *c, size_t n)
+{
+    if (c->req != NULL)
+        tg_http_scratch_of(c)->log_bytes += n;
+}
+
+/* The status sent for the exchange under way, else none. */
+static inline int tg__http_status_sent(const struct tg_conn *c, int none)
+{
+    const struct tg_http_scratch *x = tg_http_scratch_of(c);
+    return x != NULL && x->log_status != 0 ? x->log_status : none;
+}
+
 /* The request under way is forgotten (its buffers kept). */
 void tg__http_req_reset(struct tg_http_req *r);
 /* llhttp callbacks of every connection's parser (conn.c). */

@@ -92,8 +92,8 @@ static void conn_due(struct tg_conn *c)
 {
     c->due_ms = 0;
     if (c->phase == TG_CONN_UPGRADED) {
-        if (c->up_tick)
-            c->up_tick(c, c->up_ud);
+        if (c->up != NULL && c->up->tick)
+            c->up->tick(c, c->up->ud);
         return;
     }
     if (c->phase == TG_CONN_IDLE && c->trim_due) {
