@@ -369,7 +369,7 @@ static void on_up_done(struct tg_upreq *r, int err, void *ud)
         if (err == TG_ETIMEDOUT)
             snprintf(why, sizeof(why), "upstream %s timed out", uc->name);
         else if (err == TG_ELIMIT)
-            snprintf(why, sizeof(why), "upstream %s is busy (pool and queue full)", uc->name);
+            snprintf(why, sizeof(why), "upstream %s is busy (its pool queue is full, or the call waited past pool.queue_timeout_ms)", uc->name);
         else if (err == TG_EBACKOFF)
             snprintf(why, sizeof(why), "upstream %s is unavailable (backing off after repeated failures)", uc->name);
         else

@@ -259,6 +259,10 @@ static void metrics_render(struct tg_server *srv, struct tg_buf *out)
     C("upstream_queue_timeouts_total", "Calls that waited too long for a pooled connection.",
       m->upstream_queue_timeouts);
     C("upstream_connects_total", "Upstream TCP connections opened.", m->upstream_connects);
+    C("upstream_pipelined_total", "Upstream calls written behind another on its connection (pool.pipeline).",
+      m->upstream_pipelined);
+    C("upstream_request_writes_total", "Writes of upstream requests (several pipelined calls leave in one).",
+      m->upstream_writes);
     C("upstream_backoff_refusals_total", "Upstream requests refused at once while the upstream was backing off.",
       m->upstream_backoff_refusals);
     tg_buf_appends(out, "# HELP tollgate_upstream_pool Upstream connections by state.\n"

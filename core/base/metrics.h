@@ -22,6 +22,7 @@ struct tg_metrics {
     uint64_t sessions_adopted; /* 2025 sessions another member of the cluster made, served here */
     uint64_t rpc_requests, rpc_notifications, rpc_responses, rpc_refused_nonstandard;
     uint64_t upstream_calls, upstream_errors, upstream_timeouts, upstream_connects, upstream_queue_timeouts;
+    uint64_t upstream_pipelined, upstream_writes; /* calls written behind another on its connection; writes of requests */
     uint64_t upstream_backoff_refusals; /* requests refused at once while an upstream is backing off */
     uint64_t sse_events_relayed;
     /* The loop's iterations: busy time (not waiting in poll) each, its longest and those of 100 ms

@@ -222,6 +222,7 @@ struct tg_upstream_conf {
     int pool_idle_timeout_ms;
     int queue_max;
     int queue_timeout_ms;
+    int pool_pipeline; /* requests in flight on one pooled connection; 1: no pipelining */
     char *policy_path;
     struct tg_policy *policy; /* the conf's reference; NULL: fails closed (everything denied and hidden) */
     char *pins_path;          /* pins = "FILE", or NULL */

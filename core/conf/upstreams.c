@@ -25,6 +25,7 @@ static const struct int_directive pool_directives[] = {
     {"idle_timeout_ms", UPS(pool_idle_timeout_ms), 100, 86400000, 30000, "idle pooled connection"},
     {"queue", UPS(queue_max), 0, 1000000, 1024, "calls waiting for a connection"},
     {"queue_timeout_ms", UPS(queue_timeout_ms), 1, 3600000, 5000, "queued call deadline"},
+    {"pipeline", UPS(pool_pipeline), 1, 64, 1, "requests in flight per connection (HTTP/1.1 pipelining)"},
     {NULL, 0, 0, 0, 0, NULL},
 };
 

@@ -46,7 +46,8 @@
 # sessions; about 5-6 minutes) and --quick (1 round of 2 s, 1 + 2 s streams, 1,000 sessions;
 # about 1 minute). Environment: TOLLGATE_BIN, UPSTREAM_BIN, STREAMS_BIN, POLICY_BIN (default
 # build-rel/...), NGINX_BIN, REDIS_SERVER, NODE_BIN, BENCH_DURATION, BENCH_CONNS (50),
-# STREAMS_CONNS (8), MEM_SESSIONS, BENCH_KEEP_TMP=1, BENCH_GATEWAY_COMMIT (what the JSON's
+# STREAMS_CONNS (8), MEM_SESSIONS, BENCH_PIPELINE (16: the tollgates' upstreams[].pool.pipeline;
+# 1 measures them without HTTP/1.1 pipelining, as nginx proxies), BENCH_KEEP_TMP=1, BENCH_GATEWAY_COMMIT (what the JSON's
 # meta.gateway_commit says the gateway is, for a TOLLGATE_BIN not built from this tree: unknown
 # without it).
 #
@@ -95,7 +96,8 @@ else
     : "${rounds:=3}" "${BENCH_DURATION:=5}" "${MEM_SESSIONS:=5000}"
 fi
 DURATION=$BENCH_DURATION CONNS=${BENCH_CONNS:-50} SCONNS=${STREAMS_CONNS:-8} EVENTS=200
-for v in rounds DURATION CONNS SCONNS MEM_SESSIONS; do
+BENCH_PIPELINE=${BENCH_PIPELINE:-16}
+for v in rounds DURATION CONNS SCONNS MEM_SESSIONS BENCH_PIPELINE; do
     [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || die "$v must be a positive integer"
 done
 need wrk "apt-get install wrk"
@@ -124,6 +126,7 @@ started=$SECONDS
     echo "meta - stream_sessions $SCONNS"
     echo "meta - events_per_call $EVENTS"
     echo "meta - idle_sessions $MEM_SESSIONS"
+    echo "meta - upstream_pipeline $BENCH_PIPELINE"
     echo "meta - when $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "meta - commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     # The last commit that changed anything but the benchmarks and the docs: the gateway measured,
@@ -267,7 +270,7 @@ limits = { inflight_per_session = $((CONNS > 64 ? CONNS : 64)); };
 grants = ( { name = "bench"; anonymous = true; } );
 upstreams = (
   { name = "bench"; url = "http://127.0.0.1:$up_port/mcp"; default = true;
-    initialize = "$init"; policy = "$tmp/$policy.json"; pool = { size = 64; }; }
+    initialize = "$init"; policy = "$tmp/$policy.json"; pool = { size = 64; pipeline = $BENCH_PIPELINE; }; }
 );
 EOF
     timeout 10 "$TOLLGATE_BIN" -t -c "$d/tollgate.conf" >"$d/check.log" 2>&1 ||

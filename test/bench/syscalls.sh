@@ -142,7 +142,7 @@ limits = { inflight_per_session = $((CONNS > 64 ? CONNS : 64)); };
 grants = ( { name = "bench"; anonymous = true; } );
 upstreams = (
   { name = "bench"; url = "http://127.0.0.1:$up_port/mcp"; default = true;
-    policy = "$tmp/$2.json"; pool = { size = 64; }; }
+    policy = "$tmp/$2.json"; pool = { size = 64; pipeline = ${SYS_PIPELINE:-16}; }; }
 );
 EOF
     "$TOLLGATE_BIN" -c "$d/tollgate.conf" >"$d/stdout.log" 2>"$d/stderr.log" &

@@ -7,7 +7,7 @@
 #include "core/base/log.h"
 #include "upstream/pool/internal.h"
 
-/* The part of a request uv_try_write() did not take, copied, made by tg__upconn_send(). Owner:
+/* The part of the requests uv_try_write() did not take, copied, made by conn_write(). Owner:
  * libuv until on_write_done(), which frees it. */
 struct upwrite {
     uv_write_t req;
@@ -164,6 +164,15 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
     return 0;
 }
 
+/* The final head is known: its owner hears of it (an orphan's answer is read and dropped). An
+ * event stream keeps later requests off the connection. */
+static void deliver_head(struct tg_upconn *c, struct tg_upreq *r)
+{
+    c->stream_head = r->ctype_len >= 17 && tg_token_eq_lower(r->ctype, "text/event-stream", 17);
+    if (!r->orphan)
+        r->cbs->on_head(r, r->status, r->ud);
+}
+
 static int on_headers_complete(llhttp_t *p)
 {
     struct tg_upconn *c = pconn(p);
@@ -175,8 +184,8 @@ static int on_headers_complete(llhttp_t *p)
         return -1; /* no upgrade was asked for: a malformed answer (its bytes are no body) */
     if (r->status >= 100 && r->status < 200)
         return 1; /* interim response, which has no body whatever it says: llhttp goes on to the final one */
-    r->cbs->on_head(r, r->status, r->ud);
-    if (c->req == NULL)
+    deliver_head(c, r);
+    if (c->req != r)
         return -1;
     return r->status == 204 || r->status == 304 ? 1 : 0; /* no content, whatever the headers say */
 }
@@ -187,8 +196,9 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
     struct tg_upreq *r = c->req;
     if (r == NULL)
         return -1;
-    r->cbs->on_data(r, at, n, r->ud);
-    return c->req == NULL ? -1 : 0;
+    if (!r->orphan)
+        r->cbs->on_data(r, at, n, r->ud);
+    return c->req != r ? -1 : 0;
 }
 
 static int on_message_complete(llhttp_t *p)
@@ -227,20 +237,32 @@ static void on_write_done(uv_write_t *req, int status)
     (void)status; /* a failed write shows up as a read error or EOF on the same connection */
 }
 
-/* Bytes to the socket: what uv_try_write() takes now (no request object, no extra epoll_ctl), the
- * rest copied and queued behind it. Returns 0 or a libuv error. */
-static int conn_write(struct tg_upconn *c, const char *p, size_t len)
+/* Bytes to the socket in one system call: what uv_try_write() takes now (no request object, no
+ * extra epoll_ctl), the rest copied and queued behind it. Returns 0 or a libuv error (then
+ * nothing was written). */
+static int conn_write(struct tg_upconn *c, const uv_buf_t *bufs, unsigned nbufs)
 {
-    size_t off = 0;
-    uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
-    int n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    size_t len = 0, off = 0;
+    for (unsigned i = 0; i < nbufs; i++)
+        len += bufs[i].len;
+    int n = uv_try_write((uv_stream_t *)&c->tcp, bufs, nbufs);
     if (n > 0)
         off = (size_t)n;
     if (off < len && (n >= 0 || n == UV_EAGAIN)) {
         struct upwrite *w = tg_xmalloc(sizeof(*w));
         w->base = tg_xmalloc(len - off);
-        memcpy(w->base, p + off, len - off);
-        b = uv_buf_init(w->base, (unsigned)(len - off));
+        size_t at = 0, skip = off;
+        for (unsigned i = 0; i < nbufs; i++) {
+            size_t k = bufs[i].len;
+            if (skip >= k) {
+                skip -= k;
+                continue;
+            }
+            memcpy(w->base + at, bufs[i].base + skip, k - skip);
+            at += k - skip;
+            skip = 0;
+        }
+        uv_buf_t b = uv_buf_init(w->base, (unsigned)(len - off));
         n = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write_done);
         if (n != 0) {
             free(w->base);
@@ -253,12 +275,26 @@ static int conn_write(struct tg_upconn *c, const char *p, size_t len)
 /* Records the TLS layer produced (handshake, alerts, application data), to the socket. */
 static int conn_write_records(struct tg_upconn *c, struct tg_buf *out)
 {
-    int n = out->len ? conn_write(c, out->base, out->len) : 0;
+    uv_buf_t b = uv_buf_init(out->base, (unsigned)out->len);
+    int n = out->len ? conn_write(c, &b, 1) : 0;
     tg_buf_dispose(out);
     return n;
 }
 
-void tg__upconn_send(struct tg_upconn *c)
+int tg__upconn_write(struct tg_upconn *c, const uv_buf_t *bufs, unsigned n)
+{
+    if (c->tls == NULL)
+        return conn_write(c, bufs, n);
+    struct tg_buf enc;
+    tg_buf_init(&enc);
+    int rc = 0;
+    for (unsigned i = 0; i < n && rc == 0; i++)
+        rc = tg_tls_write(c->tls, bufs[i].base, bufs[i].len, &enc) == 0 ? 0 : UV_EPROTO;
+    int w = conn_write_records(c, &enc);
+    return rc != 0 ? rc : w;
+}
+
+void tg__upconn_begin_answer(struct tg_upconn *c)
 {
     struct tg_upreq *r = c->req;
     c->complete = 0;
@@ -266,29 +302,15 @@ void tg__upconn_send(struct tg_upconn *c)
     c->in_value = 0;
     c->hname_len = 0;
     c->head_len = 0;
+    c->stream_head = 0;
     llhttp_init(&c->parser, HTTP_RESPONSE, &resp_settings);
     c->parser.data = c;
-    int n;
-    if (c->tls != NULL) {
-        struct tg_buf enc;
-        tg_buf_init(&enc);
-        n = tg_tls_write(c->tls, r->out.base, r->out.len, &enc) == 0 ? 0 : UV_EPROTO;
-        int w = conn_write_records(c, &enc);
-        if (n == 0)
-            n = w;
-    } else {
-        n = conn_write(c, r->out.base, r->out.len);
+    if (c->state == UC_BUSY && r->sent) {
+        if (r->paused)
+            uv_read_stop((uv_stream_t *)&c->tcp);
+        else
+            tg__upconn_read_start(c);
     }
-    if (n < 0) {
-        c->req = NULL;
-        r->conn = NULL;
-        tg__upconn_close(c);
-        tg__upreq_finish_later(r, TG_ECLOSED); /* tg__upconn_send runs inside tg_upreq_start too */
-        return;
-    }
-    r->sent = 1;
-    if (!r->paused)
-        tg__upconn_read_start(c);
 }
 
 static void on_conn_closed(uv_handle_t *h)
@@ -306,7 +328,9 @@ static void on_conn_closed(uv_handle_t *h)
     tg__upstream_maybe_free(u);
 }
 
-void tg__upconn_close(struct tg_upconn *c)
+void tg__upconn_close(struct tg_upconn *c) { tg__upconn_close_with(c, TG_ECLOSED, TG_RETRY_UNSENT, 0); }
+
+void tg__upconn_close_with(struct tg_upconn *c, int err, enum tg_retry retry, int later)
 {
     if (c->state == UC_CLOSING)
         return;
@@ -319,16 +343,12 @@ void tg__upconn_close(struct tg_upconn *c)
         u->ndedicated--;
     else
         u->npooled--;
-    struct tg_upreq *r = c->req;
-    c->req = NULL;
-    if (r != NULL)
-        r->conn = NULL;
     if (c->resolving)
         uv_cancel((uv_req_t *)&c->gai);
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
     uv_close((uv_handle_t *)&c->timer, on_conn_closed);
-    if (r != NULL && !r->done)
-        tg__upreq_finish(r, TG_ECLOSED);
+    uv_close((uv_handle_t *)&c->flush, on_conn_closed);
+    tg__upconn_fail_all(c, err, retry, later);
     if (!u->closing)
         tg__upstream_serve_queue(u); /* a pool slot is free again */
 }
@@ -339,17 +359,26 @@ static void on_conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(c->up->scratch, sizeof(c->up->scratch));
 }
 
-/* r's answer is whole: r is finished, and c goes back to the pool if keep (bytes after the
- * answer mean the connection is not sane: closed). */
-static void answered(struct tg_upconn *c, struct tg_upreq *r, int keep)
+/* r's answer (c's first) is whole: r is finished and the next answer on c is read. keep 0: the
+ * server ends the connection after it, and the requests behind r were not processed (RFC 9112
+ * §9.6): tried again elsewhere. more: bytes follow the answer that no request on c asked for. */
+static void answered(struct tg_upconn *c, struct tg_upreq *r, int keep, int more)
 {
-    c->req = NULL;
-    r->conn = NULL;
-    if (keep)
+    tg__upconn_advance(c);
+    if (!keep)
+        tg__upconn_close_with(c, TG_ECLOSED, TG_RETRY_CLOSED, 0);
+    else if (c->nreqs == 0 && more)
+        tg__upconn_close(c);
+    else if (c->nreqs == 0)
         tg__upconn_to_idle(c);
     else
-        tg__upconn_close(c);
-    tg__upreq_finish(r, 0);
+        c->reused = 0; /* the server is alive on it: a close now is no stale keep-alive's */
+    if (keep && c->nreqs > 0 && !tg_list_empty(&c->up->queue))
+        tg__upstream_serve_queue(c->up); /* room on c for one more */
+    if (r->orphan)
+        tg__upreq_release(r);
+    else
+        tg__upreq_finish(r, 0);
 }
 
 /* A header the request keeps (content-type, mcp-session-id): 0, or -1 when it does not fit,
@@ -363,10 +392,10 @@ static int keep_header(char *dst, size_t *len, size_t cap, const char *v, size_t
     return 0;
 }
 
-/* The first bytes of an answer, when they hold all of it in the shape core/wire/http_fast.h reads:
- * handed to the request as llhttp's callbacks hand one (on_head, on_data, finished), and 1;
- * 0 leaves them to llhttp, unread. */
-static int take_fast(struct tg_upconn *c, const char *p, size_t n)
+/* The first bytes of an answer, when they begin with all of it in the shape core/wire/http_fast.h
+ * reads: handed to the request as llhttp's callbacks hand one (on_head, on_data, finished), and
+ * the answer's length; 0 leaves them to llhttp, unread. */
+static size_t take_fast(struct tg_upconn *c, const char *p, size_t n)
 {
     struct tg_upreq *r = c->req;
     struct tg_http_header h[24]; /* more headers than that: llhttp reads the answer */
@@ -386,91 +415,96 @@ static int take_fast(struct tg_upconn *c, const char *p, size_t n)
         if (dst != NULL && keep_header(dst, len, cap, v, h[i].value_len) != 0)
             return 0;
     }
+    size_t used = f.head_len + (size_t)f.body_len;
     r->ctype_len = ctype_len;
     r->sid_len = sid_len;
     r->status = f.status;
-    r->cbs->on_head(r, r->status, r->ud);
-    if (c->req != NULL && f.body_len > 0)
+    deliver_head(c, r);
+    if (c->req == r && f.body_len > 0 && !r->orphan)
         r->cbs->on_data(r, p + f.head_len, (size_t)f.body_len, r->ud);
-    if (c->state == UC_CLOSING)
-        return 1;
-    if (c->req == NULL) { /* cancelled from a callback */
-        tg__upconn_close(c);
-        return 1;
-    }
+    if (c->state == UC_CLOSING || c->req != r)
+        return used; /* closed from a callback (r with it) */
     c->complete = 1;
-    answered(c, r, f.keep_alive && f.head_len + f.body_len == n);
-    return 1;
+    answered(c, r, f.keep_alive, used < n);
+    return used;
 }
 
-/* What the connection read (plaintext), or its end (nread < 0). */
+/* The connection ended (EOF or an error) while requests were on it. */
+static void conn_ended(struct tg_upconn *c)
+{
+    struct tg_upreq *r = c->req;
+    if (r->got_bytes && llhttp_finish(&c->parser) == HPE_OK && c->complete == 0 && r->status >= 200) {
+        /* body delimited by the close: llhttp_finish ran on_message_complete */
+    }
+    if (c->complete) {
+        answered(c, r, 0, 0); /* those behind it were not processed */
+        return;
+    }
+    /* A pooled connection the server had closed while idle: what was sent is tried once more on a
+     * fresh one (the first answer had not begun). */
+    int stale = !r->got_bytes && c->reused;
+    tg__upconn_close_with(c, TG_ECLOSED, stale ? TG_RETRY_STALE : TG_RETRY_UNSENT, 0);
+}
+
+/* What the connection read (plaintext), or its end (nread < 0). Several answers may be in one
+ * read (pipelining): each goes to its request, in order. */
 static void conn_bytes(struct tg_upconn *c, ssize_t nread, const uv_buf_t *buf)
 {
     struct tg_upstream *u = c->up;
-    struct tg_upreq *r = c->req;
-    if (c->state == UC_IDLE) {
+    if (c->state == UC_IDLE || c->req == NULL) {
         /* Bytes or EOF on an idle connection: the server closed it or misbehaves. */
         tg__upconn_close(c);
         return;
     }
-    if (r == NULL) {
-        tg__upconn_close(c);
-        return;
-    }
     if (nread < 0) {
-        if (r->got_bytes && llhttp_finish(&c->parser) == HPE_OK && c->complete == 0 && r->status >= 200) {
-            /* body delimited by the close: llhttp_finish ran on_message_complete */
+        conn_ended(c);
+        return;
+    }
+    const char *p = buf->base;
+    size_t n = (size_t)nread;
+    while (n > 0 && c->state == UC_BUSY) {
+        struct tg_upreq *r = c->req;
+        if (r == NULL || !r->sent) {
+            tg__upconn_close(c); /* an answer before its request was written */
+            return;
         }
-        if (c->complete) {
-            c->req = NULL;
-            r->conn = NULL;
+        if (!r->got_bytes) { /* the answer begins */
+            r->got_bytes = 1;
+            size_t used = take_fast(c, p, n);
+            if (used > 0) {
+                p += used;
+                n -= used;
+                continue;
+            }
+        }
+        llhttp_errno_t e = llhttp_execute(&c->parser, p, n);
+        if (c->state == UC_CLOSING)
+            return;
+        if (c->req != r) { /* taken off from a callback */
             tg__upconn_close(c);
-            tg__upreq_finish(r, 0);
             return;
         }
-        if (!r->got_bytes && c->reused && !r->retried && !u->closing) {
-            /* A pooled connection the server had closed while idle: try once more on a fresh one. */
-            c->req = NULL;
-            r->conn = NULL;
-            r->retried = 1;
+        if (e == HPE_PAUSED && c->complete) {
+            const char *pos = llhttp_get_error_pos(&c->parser);
+            size_t used = pos != NULL && pos >= p && pos <= p + n ? (size_t)(pos - p) : n;
+            p += used;
+            n -= used;
+            answered(c, r, llhttp_should_keep_alive(&c->parser), n > 0);
+            continue;
+        }
+        if (e != HPE_OK) {
+            char esc[128];
+            tg_log(TG_LOG_WARN, "malformed upstream response", "upstream=%s error=%s", u->uc->name,
+                   tg_log_esc(esc, sizeof(esc), tg_slice_cstr(llhttp_get_error_reason(&c->parser))));
+            req_why(r, llhttp_get_error_reason(&c->parser));
+            tg__upconn_advance(c);
             tg__upconn_close(c);
-            tg__upreq_acquire(r);
-            return;
+            if (r->orphan)
+                tg__upreq_release(r);
+            else
+                tg__upreq_finish(r, TG_EINVAL);
         }
-        c->req = NULL;
-        r->conn = NULL;
-        tg__upconn_close(c);
-        tg__upreq_finish(r, TG_ECLOSED);
         return;
-    }
-    if (!r->got_bytes) { /* the answer begins */
-        r->got_bytes = 1;
-        if (take_fast(c, buf->base, (size_t)nread))
-            return;
-    }
-    llhttp_errno_t e = llhttp_execute(&c->parser, buf->base, (size_t)nread);
-    if (c->state == UC_CLOSING)
-        return;
-    r = c->req;
-    if (r == NULL) { /* cancelled from a callback */
-        tg__upconn_close(c);
-        return;
-    }
-    if (e == HPE_PAUSED && c->complete) {
-        const char *pos = llhttp_get_error_pos(&c->parser);
-        int extra = pos != NULL && pos < buf->base + nread;
-        answered(c, r, llhttp_should_keep_alive(&c->parser) && !extra);
-        return;
-    }
-    if (e != HPE_OK) {
-        char esc[128];
-        tg_log(TG_LOG_WARN, "malformed upstream response", "upstream=%s error=%s", u->uc->name,
-               tg_log_esc(esc, sizeof(esc), tg_slice_cstr(llhttp_get_error_reason(&c->parser))));
-        req_why(r, llhttp_get_error_reason(&c->parser));
-        c->req = NULL;
-        r->conn = NULL;
-        tg__upconn_close(c);
-        tg__upreq_finish(r, TG_EINVAL);
     }
 }
 
@@ -521,11 +555,12 @@ static void on_conn_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
                tg_log_esc(esc, sizeof(esc), tg_slice_cstr(tg_tls_last_error(c->tls))));
         struct tg_upreq *r = c->req;
         req_why(r, tg_tls_last_error(c->tls));
-        c->req = NULL;
         if (r != NULL)
-            r->conn = NULL;
-        tg__upconn_close(c);
-        if (r != NULL)
+            tg__upconn_advance(c);
+        tg__upconn_close(c); /* the requests behind r: TG_ECLOSED */
+        if (r != NULL && r->orphan)
+            tg__upreq_release(r);
+        else if (r != NULL)
             tg__upreq_finish(r, TG_EINVAL);
         return;
     }
@@ -548,15 +583,7 @@ void tg__upconn_read_start(struct tg_upconn *c)
  * err, now or (later, when this runs inside tg_upreq_start) from the loop. */
 static void connect_failed(struct tg_upconn *c, int err, int later)
 {
-    struct tg_upreq *r = c->req;
-    c->req = NULL;
-    if (r)
-        r->conn = NULL;
-    tg__upconn_close(c);
-    if (r && later)
-        tg__upreq_finish_later(r, err);
-    else if (r)
-        tg__upreq_finish(r, err);
+    tg__upconn_close_with(c, err, TG_RETRY_NONE, later); /* never written: they end with err */
 }
 
 static void on_connect_timeout(uv_timer_t *t)
@@ -612,13 +639,13 @@ static void connection_ready(struct tg_upconn *c)
     tg__upstream_reached(u);
     u->metrics->upstream_connects++;
     uv_timer_stop(&c->timer);
-    struct tg_upreq *r = c->req;
-    if (r == NULL) {
+    if (c->req == NULL) {
         tg__upconn_to_idle(c);
         return;
     }
     c->state = UC_BUSY;
-    tg__upconn_send(c);
+    if (tg__upconn_flush(c) != 0)
+        tg__upconn_close(c);
 }
 
 static void start_connect(struct tg_upconn *c, const struct sockaddr *sa)
@@ -646,13 +673,7 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
             tg_log(TG_LOG_WARN, "upstream name resolution failed", "upstream=%s host=%s error=\"%s\"",
                    c->up->uc->name, c->up->uc->host, uv_strerror(status));
             tg__upstream_reach_failed(c->up);
-            struct tg_upreq *r = c->req;
-            c->req = NULL;
-            if (r)
-                r->conn = NULL;
-            tg__upconn_close(c);
-            if (r)
-                tg__upreq_finish(r, status < 0 ? status : TG_EINVAL);
+            tg__upconn_close_with(c, status < 0 ? status : TG_EINVAL, TG_RETRY_NONE, 0);
         }
         return;
     }
@@ -669,20 +690,23 @@ void tg__upconn_new(struct tg_upstream *u, struct tg_upreq *r, int dedicated)
     c->dedicated = dedicated;
     uv_tcp_init(u->loop, &c->tcp);
     uv_timer_init(u->loop, &c->timer);
+    uv_prepare_init(u->loop, &c->flush);
     c->tcp.data = c;
     c->timer.data = c;
+    c->flush.data = c;
     c->gai.data = c;
-    c->handles = 2;
+    c->handles = 3;
     u->open_conns++;
     tg_list_init(&c->link);
+    tg_list_init(&c->reqs);
+    tg_list_init(&c->corked);
     tg_list_insert_tail(&u->busy, &c->link);
     if (dedicated)
         u->ndedicated++;
     else
         u->npooled++;
-    c->req = r;
     if (r)
-        r->conn = c;
+        tg__upconn_push(c, r); /* written once connected */
     if (u->addr_literal) {
         start_connect(c, (const struct sockaddr *)&u->addr);
         return;
@@ -694,11 +718,6 @@ void tg__upconn_new(struct tg_upstream *u, struct tg_upreq *r, int dedicated)
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     if (uv_getaddrinfo(u->loop, &c->gai, on_resolved, u->uc->host, port, &hints) != 0) {
         c->resolving = 0;
-        c->req = NULL;
-        if (r)
-            r->conn = NULL;
-        tg__upconn_close(c);
-        if (r)
-            tg__upreq_finish_later(r, TG_EINVAL);
+        tg__upconn_close_with(c, TG_EINVAL, TG_RETRY_NONE, 1);
     }
 }

@@ -39,7 +39,17 @@ struct tg_upconn {
     struct tg_tls *tls;   /* https://: the record layer, from TCP connect until the free */
     struct tg_conf *tls_conf; /* reference: tls uses its conf's tls_ctx, which a reload may drop */
     struct tg_buf plain;  /* https://: one read's decrypted bytes, on their way to the parser */
-    struct tg_upreq *req;
+    struct tg_upreq *req; /* the request whose answer is read now: the first of reqs, or NULL */
+    /* Requests on this connection in the order they were (or will be) written: the answers come
+     * back in that order (HTTP/1.1 pipelining, upstreams[].pool.pipeline). Without pipelining
+     * there is at most one. */
+    struct tg_list reqs;
+    int nreqs;
+    int norphans;       /* of reqs, those whose owner let go: their answers are read and dropped */
+    int nunsent;        /* of reqs, those not written yet: they go out together before the loop polls */
+    int stream_head;    /* the answer being read is an event stream: no request joins behind it */
+    uv_prepare_t flush; /* pipelining: writes the unsent requests, once per loop iteration */
+    struct tg_list corked; /* pipelining: in up->corked while requests wait to be written */
     char hname[32];
     size_t hname_len;
     int hkind; /* 1 content-type, 2 mcp-session-id, 3 cache-control, 4 location (kept on request), 0 other */
@@ -63,6 +73,7 @@ struct tg_upstream {
     struct sockaddr_storage addr;
     int addr_literal;
     struct tg_list idle, busy, queue;
+    struct tg_list corked; /* pipelining: connections with requests not written yet this iteration */
     size_t npooled, nidle, nqueued, ndedicated;
     int closing;
     size_t open_conns;
@@ -100,7 +111,9 @@ struct tg_upreq {
     struct tg_buf out;
     uv_timer_t timer;
     struct tg_list qlink;
+    struct tg_list clink; /* in conn->reqs */
     int queued;
+    int orphan; /* done, but its answer must still be read off a pipelined connection: conn frees it */
     int dedicated;
     int done;
     int retried;
@@ -129,7 +142,39 @@ struct tg_upreq_meta {
     size_t loc_len;
 };
 
-/* upstream/pool/http_conn.c: one connection, one request at a time on it. */
+/* upstream/pool/pipeline.c: the requests of one connection, in order. */
+/* r joins c's requests (written now without pipelining, else before the loop polls). */
+void tg__upconn_push(struct tg_upconn *c, struct tg_upreq *r);
+/* The answer to c->req is whole (or c->req was taken off): the next request's answer is read. */
+void tg__upconn_advance(struct tg_upconn *c);
+/* r leaves c without its answer read: never written (taken out), the last on c (c closed) or
+ * one of several (orphaned: its answer is read and dropped). */
+void tg__upconn_drop(struct tg_upconn *c, struct tg_upreq *r);
+/* What a closing connection's requests may do besides ending with an error. */
+enum tg_retry {
+    TG_RETRY_NONE,   /* nothing: each ends with the error (the connection was never made) */
+    TG_RETRY_UNSENT, /* those never written are tried again elsewhere, once */
+    TG_RETRY_STALE,  /* those too that were written and got nothing (a kept-alive connection the
+                      * server had closed while idle), once */
+    TG_RETRY_CLOSED, /* the server ended the connection after an answer: those behind it were not
+                      * processed (RFC 9112 §9.6) and are tried again, however often */
+};
+/* c is closing: each request still on it ends with err (from the loop if later) or, as retry
+ * allows, is tried again elsewhere. */
+void tg__upconn_fail_all(struct tg_upconn *c, int err, enum tg_retry retry, int later);
+/* The pooled connection a new request should join (pipelining), or NULL: with busy 0, the one
+ * this iteration's requests gather on; with busy 1 (the pool is full), the least loaded. */
+struct tg_upconn *tg__upstream_pipeline_pick(struct tg_upstream *u, int busy);
+/* Free an orphan the connection owned. */
+void tg__upreq_release(struct tg_upreq *r);
+/* Write c's unsent requests now. Returns 0 or a libuv error (c is then closed). */
+int tg__upconn_flush(struct tg_upconn *c);
+/* Bytes to c's socket (upstream/pool/http_conn.c). */
+int tg__upconn_write(struct tg_upconn *c, const uv_buf_t *bufs, unsigned n);
+/* The parser made ready for c->req's answer. */
+void tg__upconn_begin_answer(struct tg_upconn *c);
+
+/* upstream/pool/http_conn.c: one connection, its requests written and answers read. */
 /* Fill r->out with the request: request line (target, or the URL's path if NULL), Host, the
  * upstream's configured headers (but those extra_headers sets too), extra_headers, and the body
  * with its Content-Length if any. */
@@ -137,10 +182,11 @@ void tg__upreq_format(struct tg_upreq *r, const char *method, const char *target
                       const char *body, size_t len);
 /* A new connection (resolved, then connected), carrying r (or NULL) once connected. */
 void tg__upconn_new(struct tg_upstream *u, struct tg_upreq *r, int dedicated);
-/* Write c->req's request and start reading its response. */
-void tg__upconn_send(struct tg_upconn *c);
-/* Idempotent; a request still on c gets on_done(TG_ECLOSED). */
+/* Idempotent; a request still on c gets on_done(TG_ECLOSED) (tg__upconn_fail_all). */
 void tg__upconn_close(struct tg_upconn *c);
+/* The same, with tg__upconn_fail_all's err, retry and later (tg__upconn_close: TG_ECLOSED,
+ * TG_RETRY_UNSENT, at once). */
+void tg__upconn_close_with(struct tg_upconn *c, int err, enum tg_retry retry, int later);
 /* Read the connection (a response, or an idle connection's close). */
 void tg__upconn_read_start(struct tg_upconn *c);
 

@@ -23,20 +23,18 @@ static void on_idle_timer(uv_timer_t *t)
     tg__upconn_close(c);
 }
 
+/* r onto idle connection c. */
 static void attach(struct tg_upconn *c, struct tg_upreq *r)
 {
-    c->req = r;
-    r->conn = c;
     c->state = UC_BUSY;
     tg_list_unlink(&c->link);
     tg_list_insert_tail(&c->up->busy, &c->link);
-    tg__upconn_send(c); /* the idle timer, if armed, runs on (on_idle_timer) */
+    tg__upconn_push(c, r); /* the idle timer, if armed, runs on (on_idle_timer) */
 }
 
 void tg__upconn_to_idle(struct tg_upconn *c)
 {
     struct tg_upstream *u = c->up;
-    c->req = NULL;
     c->reused = 1;
     if (u->closing || c->dedicated || (c->tls != NULL && c->tls_conf != u->conf)) {
         tg__upconn_close(c); /* (a TLS connection made before a reload: its settings are the old ones) */
@@ -67,13 +65,19 @@ static void on_req_timer_closed(uv_handle_t *h)
     tg__upstream_maybe_free(u);
 }
 
+/* Free r, unless a pipelined connection still owns it (an orphan: the connection frees it once
+ * its answer is read). */
 static void req_release(struct tg_upreq *r)
 {
+    if (r->orphan && r->conn != NULL)
+        return;
     uv_close((uv_handle_t *)&r->timer, on_req_timer_closed);
 }
 
-/* Take r off its queue or connection (a half-read response cannot be skipped on a shared
- * connection: that connection is closed). */
+void tg__upreq_release(struct tg_upreq *r) { req_release(r); }
+
+/* Take r off its queue or connection (upstream/pool/pipeline.c: taken out, orphaned, or its
+ * connection closed). */
 static void req_unhook(struct tg_upreq *r)
 {
     if (r->queued) {
@@ -81,12 +85,8 @@ static void req_unhook(struct tg_upreq *r)
         r->queued = 0;
         r->up->nqueued--;
     }
-    if (r->conn != NULL) {
-        struct tg_upconn *c = r->conn;
-        c->req = NULL;
-        r->conn = NULL;
-        tg__upconn_close(c);
-    }
+    if (r->conn != NULL)
+        tg__upconn_drop(r->conn, r);
 }
 
 /* Mark r done, stop its timer and unhook it. Returns 0 if r was already done. */
@@ -158,7 +158,7 @@ void tg__upstream_serve_queue(struct tg_upstream *u)
 {
     while (!tg_list_empty(&u->queue)) {
         struct tg_upreq *r = tg_container_of(u->queue.next, struct tg_upreq, qlink);
-        if (u->nidle == 0 && u->npooled >= (size_t)u->uc->pool_size)
+        if (u->nidle == 0 && u->npooled >= (size_t)u->uc->pool_size && tg__upstream_pipeline_pick(u, 1) == NULL)
             return;
         tg_list_unlink(&r->qlink);
         r->queued = 0;
@@ -204,9 +204,14 @@ void tg__upreq_acquire(struct tg_upreq *r)
         tg__upconn_new(u, r, 1);
         return;
     }
+    struct tg_upconn *c = tg__upstream_pipeline_pick(u, 0);
+    if (c != NULL) {
+        tg__upconn_push(c, r); /* joins the requests this iteration writes on c */
+        return;
+    }
     if (!tg_list_empty(&u->idle)) {
         /* Most recently used first: the others age out of the pool. */
-        struct tg_upconn *c = tg_container_of(u->idle.prev, struct tg_upconn, link);
+        c = tg_container_of(u->idle.prev, struct tg_upconn, link);
         u->nidle--;
         attach(c, r);
         return;
@@ -217,6 +222,10 @@ void tg__upreq_acquire(struct tg_upreq *r)
     }
     if (u->npooled < (size_t)u->uc->pool_size) {
         tg__upconn_new(u, r, 0);
+        return;
+    }
+    if ((c = tg__upstream_pipeline_pick(u, 1)) != NULL) {
+        tg__upconn_push(c, r);
         return;
     }
     if (u->nqueued >= (size_t)u->uc->queue_max) {
@@ -250,6 +259,7 @@ struct tg_upreq *tg_upreq_start_to(struct tg_upstream *u, const char *method, co
     r->timeout_ms = timeout_ms;
     r->start_ns = uv_hrtime();
     tg_list_init(&r->qlink);
+    tg_list_init(&r->clink);
     uv_timer_init(u->loop, &r->timer);
     r->timer.data = r;
     tg__upreq_format(r, method, target, extra_headers, body, len);
@@ -271,7 +281,7 @@ void tg_upreq_pause(struct tg_upreq *r)
     if (r->paused)
         return;
     r->paused = 1;
-    if (r->conn && r->conn->state == UC_BUSY)
+    if (r->conn && r->conn->state == UC_BUSY && r->conn->req == r)
         uv_read_stop((uv_stream_t *)&r->conn->tcp);
 }
 
@@ -280,7 +290,7 @@ void tg_upreq_resume(struct tg_upreq *r)
     if (!r->paused)
         return;
     r->paused = 0;
-    if (r->conn && r->conn->state == UC_BUSY)
+    if (r->conn && r->conn->state == UC_BUSY && r->conn->req == r)
         tg__upconn_read_start(r->conn);
 }
 
@@ -449,6 +459,7 @@ struct tg_upstream *tg_upstream_new(uv_loop_t *loop, struct tg_conf *conf, const
     tg_list_init(&u->idle);
     tg_list_init(&u->busy);
     tg_list_init(&u->queue);
+    tg_list_init(&u->corked);
     if (uc->host != NULL && (uv_ip4_addr(uc->host, uc->port, (struct sockaddr_in *)&u->addr) == 0 ||
                              uv_ip6_addr(uc->host, uc->port, (struct sockaddr_in6 *)&u->addr) == 0))
         u->addr_literal = 1;

@@ -51,6 +51,9 @@ struct srv {
     int garbage;    /* send bytes nobody asked for right after the response */
     const char *trailer; /* SRV_CHUNKED: trailer fields after the last chunk */
     uint64_t delay_ms; /* SRV_KEEPALIVE: answer this long after the request */
+    int hold;       /* SRV_KEEPALIVE: answers wait (in order, per connection) for srv_release() */
+    int quiet_after; /* SRV_KEEPALIVE: after this many answers in all, close without a word */
+    int reads;      /* reads that brought bytes */
     int served_by[256]; /* connection number (1-based, in accept order) of each request */
     struct tg_list conns;
     char last_method[16], last_url[64], last_host[128], last_x_test[64], last_accept[128];
@@ -71,6 +74,7 @@ struct sconn {
     size_t url_len, host_len, x_test_len, accept_len;
     struct tg_list link;
     int closing;
+    int ending; /* a write that closes after it is queued: nothing more is written */
     int handles;
     int number; /* accept order, from 1 */
 };
@@ -114,8 +118,9 @@ static void on_swrite(uv_write_t *req, int status)
 
 static void sc_write(struct sconn *c, const char *p, size_t n, int close_after)
 {
-    if (c->closing)
+    if (c->closing || c->ending)
         return;
+    c->ending = close_after;
     struct swrite *w = malloc(sizeof(*w) + n);
     assert_non_null(w);
     w->c = c;
@@ -168,13 +173,18 @@ static void respond(struct sconn *c)
         if (s->garbage)
             tg_buf_appends(&r, "HTTP/1.1 200 OK\r\n");
         s->answered++;
+        if (s->hold && s->mode == SRV_KEEPALIVE) {
+            tg_buf_append(&c->later, r.base, r.len);
+            break;
+        }
         if (s->delay_ms && s->mode == SRV_KEEPALIVE) {
             c->later.len = 0;
             tg_buf_append(&c->later, r.base, r.len);
             uv_timer_start(&c->timer, on_sc_timer, s->delay_ms, 0);
             break;
         }
-        sc_write(c, r.base, r.len, s->mode == SRV_CLOSE || s->mode == SRV_CLOSE_QUIETLY);
+        sc_write(c, r.base, r.len,
+                 s->mode == SRV_CLOSE || s->mode == SRV_CLOSE_QUIETLY || s->answered == s->quiet_after);
         break;
     case SRV_EOF_BODY:
         tg_buf_appends(&r, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n");
@@ -285,7 +295,8 @@ static int on_s_message_complete(llhttp_t *p)
     snprintf(s->last_x_test, sizeof(s->last_x_test), "%s", c->x_test);
     snprintf(s->last_accept, sizeof(s->last_accept), "%s", c->accept);
     respond(c);
-    return 0;
+    /* A server that ends the connection processes nothing after (RFC 9112 §9.6). */
+    return s->mode == SRV_CLOSE ? HPE_PAUSED : 0;
 }
 
 static llhttp_settings_t srv_settings;
@@ -306,8 +317,23 @@ static void on_s_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         sc_close(c);
         return;
     }
-    if (llhttp_execute(&c->parser, buf->base, (size_t)nread) != HPE_OK)
+    c->srv->reads++;
+    llhttp_errno_t e = llhttp_execute(&c->parser, buf->base, (size_t)nread);
+    if (e == HPE_PAUSED)
+        uv_read_stop(st); /* SRV_CLOSE: the answer's write closes it */
+    else if (e != HPE_OK)
         sc_close(c);
+}
+
+/* SRV_KEEPALIVE with hold: every held answer goes out now. */
+static void srv_release(struct srv *s)
+{
+    for (struct tg_list *l = s->conns.next; l != &s->conns; l = l->next) {
+        struct sconn *c = tg_container_of(l, struct sconn, link);
+        if (c->later.len > 0)
+            sc_write(c, c->later.base, c->later.len, 0);
+        c->later.len = 0;
+    }
 }
 
 static void on_s_connection(uv_stream_t *l, int status)
@@ -384,6 +410,7 @@ struct call {
     int idx;
     struct tg_upreq *r;
     int started, done, heads, err, status;
+    int sent_at_done; /* tg_upreq_sent() in on_done */
     struct tg_buf body;
     char sent[160];
     size_t sent_len;
@@ -443,6 +470,7 @@ static void on_done(struct tg_upreq *r, int err, void *ud)
     assert_ptr_equal(r, c->r);
     c->done++;
     c->err = err;
+    c->sent_at_done = tg_upreq_sent(r);
     c->t_done = uv_now(&f->loop);
     struct tg_slice ct = tg_upreq_content_type(r), sid = tg_upreq_session_id(r);
     snprintf(c->done_ctype, sizeof(c->done_ctype), "%.*s", (int)ct.len, ct.ptr);
@@ -1488,6 +1516,145 @@ static void retire_lets_calls_in_flight_finish(void **state)
     free(f);
 }
 
+/* ---- pipelining (upstreams[].pool.pipeline) ----------------------------------------------- */
+
+/* Calls started in one loop iteration ride one kept-alive connection and leave in one write: the
+ * server gets them in one read and each answer reaches its own call. Without pipelining the
+ * same calls open a second connection. */
+static void pipelined_calls_go_out_together(void **state)
+{
+    for (int depth = 1; depth <= 8; depth += 7) {
+        struct fixture *f = malloc(sizeof(*f));
+        fixture_init(f, SRV_KEEPALIVE, 2, 10);
+        f->uc.pool_pipeline = depth;
+        upstream_new(f);
+        start_call(f, 0, 2000);
+        run_until_done(f, 1, 2000);
+        int reads = f->srv.reads;
+        for (int i = 1; i <= 8; i++)
+            start_call(f, i, 2000);
+        run_until_done(f, 9, 4000);
+        for (int i = 0; i <= 8; i++)
+            expect_echo(f, i);
+        if (depth == 8) {
+            assert_int_equal(f->srv.accepted, 1);
+            assert_int_equal(f->srv.reads - reads, 1);
+            assert_int_equal(f->m.upstream_pipelined, 7); /* the batch's first took the idle connection */
+            assert_int_equal(f->m.upstream_writes, 2);
+        } else {
+            assert_int_equal(f->srv.accepted, 2);
+            assert_true(f->srv.reads - reads >= 2);
+            assert_int_equal(f->m.upstream_pipelined, 0);
+            assert_int_equal(f->m.upstream_writes, 9);
+        }
+        fixture_finish(f);
+        free(f);
+    }
+}
+
+/* A call taken off before it was written never reaches the server; one taken off after is read
+ * and dropped, and the connection stays in the pool; the calls around both get their own answers. */
+static void pipelined_cancel_written_and_unwritten(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 1, 10);
+    f->uc.pool_pipeline = 4;
+    f->srv.hold = 1;
+    upstream_new(f);
+    start_call(f, 0, 2000);
+    start_call(f, 1, 2000);
+    start_call(f, 2, 2000);
+    tg_upreq_cancel(f->calls[1].r); /* not written yet */
+    f->calls[1].started = 0;
+    RUN_UNTIL(f, f->srv.requests == 2, 2000);
+    start_call(f, 3, 2000);
+    RUN_UNTIL(f, f->srv.requests == 3, 2000);
+    tg_upreq_cancel(f->calls[3].r); /* written: its answer is on its way */
+    f->calls[3].started = 0;
+    srv_release(&f->srv);
+    run_until_done(f, 2, 2000);
+    expect_echo(f, 0);
+    expect_echo(f, 2);
+    f->srv.hold = 0;
+    start_call(f, 4, 2000);
+    run_until_done(f, 3, 2000);
+    expect_echo(f, 4);
+    assert_int_equal(f->srv.accepted, 1); /* the orphan's answer was read off: no new connection */
+    assert_int_equal(f->srv.requests, 4);
+    fixture_finish(f);
+    free(f);
+}
+
+/* The connection dies with written calls on it: each ends with TG_ECLOSED, none is sent again,
+ * and each says it may have run. */
+static void pipelined_connection_lost(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 1, 10);
+    f->uc.pool_pipeline = 4;
+    f->srv.hold = 1;
+    upstream_new(f);
+    for (int i = 0; i < 3; i++)
+        start_call(f, i, 2000);
+    RUN_UNTIL(f, f->srv.requests == 3, 2000);
+    sc_close(tg_container_of(f->srv.conns.next, struct sconn, link));
+    run_until_done(f, 3, 2000);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(f->calls[i].err, TG_ECLOSED);
+        assert_int_equal(f->calls[i].sent_at_done, 1);
+    }
+    assert_int_equal(f->srv.requests, 3);
+    assert_int_equal(f->srv.accepted, 1);
+    fixture_finish(f);
+    free(f);
+}
+
+/* The server ends the connection after its first answer ("Connection: close") and processes
+ * nothing after: the calls behind it are sent again, each until it is answered. */
+static void pipelined_server_close_sends_the_rest_again(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_CLOSE, 1, 10);
+    f->uc.pool_pipeline = 4;
+    upstream_new(f);
+    for (int i = 0; i < 4; i++)
+        start_call(f, i, 2000);
+    run_until_done(f, 4, 4000);
+    for (int i = 0; i < 4; i++)
+        expect_echo(f, i);
+    assert_int_equal(f->srv.requests, 4); /* each processed once */
+    fixture_finish(f);
+    free(f);
+}
+
+/* A kept-alive connection: the server answers the first of four pipelined calls with keep-alive
+ * headers, then closes without a word, having read (and perhaps run) the other three. It was not
+ * a connection the server had closed while idle (it answered one): the three end with
+ * TG_ECLOSED, saying they may have run, and are not written a second time. */
+static void pipelined_quiet_close_is_not_retried(void **state)
+{
+    struct fixture *f = malloc(sizeof(*f));
+    fixture_init(f, SRV_KEEPALIVE, 1, 10);
+    f->uc.pool_pipeline = 4;
+    f->srv.quiet_after = 2;
+    upstream_new(f);
+    start_call(f, 0, 2000);
+    run_until_done(f, 1, 2000); /* the connection goes back to the pool */
+    for (int i = 1; i < 5; i++)
+        start_call(f, i, 2000);
+    run_until_done(f, 5, 4000);
+    expect_echo(f, 0);
+    expect_echo(f, 1);
+    for (int i = 2; i < 5; i++) {
+        assert_int_equal(f->calls[i].err, TG_ECLOSED);
+        assert_int_equal(f->calls[i].sent_at_done, 1);
+    }
+    assert_int_equal(f->srv.requests, 5); /* the server read all five; none came twice */
+    assert_int_equal(f->srv.accepted, 1);
+    fixture_finish(f);
+    free(f);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1521,6 +1688,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(close_with_deferred_error_pending),
         cmocka_unit_test(sync_connect_failure_reported_later),
         cmocka_unit_test(retire_lets_calls_in_flight_finish),
+        cmocka_unit_test(pipelined_calls_go_out_together),
+        cmocka_unit_test(pipelined_cancel_written_and_unwritten),
+        cmocka_unit_test(pipelined_connection_lost),
+        cmocka_unit_test(pipelined_server_close_sends_the_rest_again),
+        cmocka_unit_test(pipelined_quiet_close_is_not_retried),
     };
     return TG_UNIT_RUN(tests, argc, argv);
 }
