@@ -60,8 +60,9 @@ void tg__http_req_reset(struct tg_http_req *r)
     r->head_flags = 0;
 }
 
-/* A request begins (llhttp's first byte of it, or the fast path's whole of it). */
-static void message_begin(struct tg_conn *c)
+/* A request begins (llhttp's first byte of it, or the fast path's whole of it): its state, not
+ * yet its phase. */
+static void request_begin(struct tg_conn *c)
 {
     tg__http_scratch_take(c);
     tg__http_req_reset(c->req);
@@ -71,12 +72,14 @@ static void message_begin(struct tg_conn *c)
     x->log_start_ms = uv_now(c->env->loop);
     x->log_status = 0;
     x->log_bytes = 0;
-    tg__http_set_phase(c, TG_CONN_READING);
 }
 
+/* llhttp's first byte of a request: READING, under limits.header_timeout_ms. */
 static int on_message_begin(llhttp_t *p)
 {
-    message_begin(conn_of(p));
+    struct tg_conn *c = conn_of(p);
+    request_begin(c);
+    tg__http_set_phase(c, TG_CONN_READING);
     return 0;
 }
 
@@ -549,12 +552,14 @@ static void process_input(struct tg_conn *c)
 
 /* The request at the start of c->in read by the fast path (core/wire/http_fast.h) and stored as llhttp's
  * callbacks store one: its length, or 0 to leave it to llhttp (whose on_message_begin resets
- * whatever this stored). A request over a limit is left to llhttp too, which refuses it. */
+ * whatever this stored). A request over a limit is left to llhttp too, which refuses it. The
+ * connection stays IDLE meanwhile: a request read whole goes to DISPATCHING at once, so no
+ * header deadline is armed for it (and one read in part gets its deadline from llhttp). */
 static size_t take_fast(struct tg_conn *c)
 {
     const struct tg_limits *lim = c->env->limits;
     struct tg_http_fast f;
-    message_begin(c);
+    request_begin(c);
     struct tg_http_req *r = c->req;
     if (!tg_http_fast_request(c->in.base, c->in.len, r->headers, TG_HTTP_MAX_HEADERS, &f) ||
         f.body_len > (uint64_t)lim->body_bytes ||

@@ -67,6 +67,7 @@ struct tg_http_env {
         uint64_t ms;
         struct tg_list conns; /* by tg_conn.due_node */
     } due[TG_HTTP_DUE_LISTS];
+    size_t ndue; /* slots of due given a duration */
     uv_timer_t timer;
     uint64_t timer_at;
     char scratch[65536];            /* one read buffer for every connection (see on_alloc) */

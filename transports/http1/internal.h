@@ -26,7 +26,12 @@ void tg__http_timer_init(struct tg_http_env *env);
  * the connection is under its mark). */
 void tg__http_tls_pump(struct tg_conn *c);
 /* log.access: the line of the exchange that ends now, with this status (once per exchange). */
-void tg__http_access_line(struct tg_conn *c, int status);
+void tg__http_access_line_write(struct tg_conn *c, int status);
+static inline void tg__http_access_line(struct tg_conn *c, int status)
+{
+    if (c->env->access_log) /* checked here: most gateways log no access lines */
+        tg__http_access_line_write(c, status);
+}
 /* Queue work (TG_PEND_*) for the end of the loop iteration. */
 void tg__http_pend(struct tg_conn *c, unsigned what);
 /* The current request is answered: close, or get ready for the next one. */

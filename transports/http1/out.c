@@ -52,10 +52,10 @@ const char *tg_http_status_text(int status)
 
 /* log.access: the exchange that ends now, one line. The path goes without its query string
  * (?access_token=… on /ws, sessionId on /messages), and nothing of a credential is logged. */
-void tg__http_access_line(struct tg_conn *c, int status)
+void tg__http_access_line_write(struct tg_conn *c, int status)
 {
     struct tg_http_scratch *x = tg_http_scratch_of(c);
-    if (!c->env->access_log || x == NULL || x->log_start_ms == 0)
+    if (x == NULL || x->log_start_ms == 0)
         return;
     struct tg_slice url = tg_slice_of(c->req->head.base ? c->req->head.base + c->req->url_off : "", c->req->url_len);
     const char *q = memchr(url.ptr, '?', url.len);

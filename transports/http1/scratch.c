@@ -24,7 +24,7 @@ void tg__http_scratch_take(struct tg_conn *c)
     llhttp_init(&x->parser, HTTP_REQUEST, &tg__http_parser_settings);
     x->parser.data = c;
     x->log_grant[0] = x->log_upstream[0] = x->log_session[0] = x->log_subject[0] = '\0';
-    x->log_start_ms = x->log_bytes = 0; /* no line until a request begins (message_begin) */
+    x->log_start_ms = x->log_bytes = 0; /* no line until a request begins (request_begin) */
     x->log_status = 0;
 }
 

@@ -8,24 +8,25 @@
 
 static void on_env_timer(uv_timer_t *t);
 
-/* The list for connections armed for ms: the one holding them, else an empty one, else (more
+/* The list for connections armed for ms: the one kept for ms (empty or not: a duration keeps its
+ * list, so that the usual few are found in the first slots), else an empty one, else (more
  * durations at once than lists, after reloads) the first. */
 static struct tg_list *due_list(struct tg_http_env *env, uint64_t ms)
 {
-    struct tg_http_due *empty = NULL;
-    for (size_t i = 0; i < TG_HTTP_DUE_LISTS; i++) {
-        struct tg_http_due *d = &env->due[i];
-        if (tg_list_empty(&d->conns)) {
-            if (empty == NULL)
-                empty = d;
-        } else if (d->ms == ms) {
-            return &d->conns;
-        }
+    for (size_t i = 0; i < env->ndue; i++)
+        if (env->due[i].ms == ms)
+            return &env->due[i].conns;
+    if (env->ndue < TG_HTTP_DUE_LISTS) {
+        struct tg_http_due *d = &env->due[env->ndue++];
+        d->ms = ms;
+        return &d->conns;
     }
-    if (empty == NULL)
-        return &env->due[0].conns;
-    empty->ms = ms;
-    return &empty->conns;
+    for (size_t i = 0; i < TG_HTTP_DUE_LISTS; i++)
+        if (tg_list_empty(&env->due[i].conns)) {
+            env->due[i].ms = ms; /* a duration no connection waits on any more gives its slot up */
+            return &env->due[i].conns;
+        }
+    return &env->due[0].conns;
 }
 
 /* Every connection's deadline is on one of the env's lists, one list per duration: armed at
@@ -130,7 +131,7 @@ static void on_env_timer(uv_timer_t *t)
     uint64_t now = uv_now(env->loop);
     struct tg_list round;
     tg_list_init(&round);
-    for (size_t i = 0; i < TG_HTTP_DUE_LISTS; i++) {
+    for (size_t i = 0; i < env->ndue; i++) {
         struct tg_list *l = &env->due[i].conns;
         while (!tg_list_empty(l)) {
             struct tg_conn *c = tg_container_of(l->next, struct tg_conn, due_node);
@@ -148,7 +149,7 @@ static void on_env_timer(uv_timer_t *t)
     }
     /* The next deadline: the earliest head (if the round armed the earliest, the timer is set). */
     uint64_t next = UINT64_MAX;
-    for (size_t i = 0; i < TG_HTTP_DUE_LISTS; i++) {
+    for (size_t i = 0; i < env->ndue; i++) {
         struct tg_list *l = &env->due[i].conns;
         if (!tg_list_empty(l) && tg_container_of(l->next, struct tg_conn, due_node)->due_ms < next)
             next = tg_container_of(l->next, struct tg_conn, due_node)->due_ms;
