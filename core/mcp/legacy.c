@@ -47,6 +47,8 @@ void tg_mcp_note_init_result(struct tg_session *s, const char *p, size_t n, int 
     cJSON_Delete(doc.root);
 }
 
+_Static_assert(TG_MCP_MAX_SERVER_REQUESTS <= UINT8_MAX, "tg_session.nserver_reqs is a uint8_t");
+
 void tg_mcp_note_server_request(struct tg_session *s, struct tg_slice id)
 {
     char *key = tg_mcp_id_key(id.ptr, id.len);
