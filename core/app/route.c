@@ -228,7 +228,7 @@ static void on_shared_record(void *ud, int found, const struct tg_shared_session
             s->last_active_ms = s->shared_touch_ms = uv_now(srv->loop);
             s->shared = 1;
             s->initialized = 1;
-            s->subject = tg_xstrdup(w->subject);
+            tg_session_set_subject(s, w->subject);
             tg_hex_decode(w->owner, 64, s->subject_sha256);
             s->subject_tag = w->tag; /* its owner asked (match): later requests skip the SHA-256 */
             s->subject_serial = w->serial, s->subject_jwt = w->jwt;

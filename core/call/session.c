@@ -263,6 +263,12 @@ void tg_session_remove(struct tg_session_table *t, struct tg_session *s)
     tg_session_unref(s);
 }
 
+void tg_session_set_subject(struct tg_session *s, const char *subject)
+{
+    /* A grant's own principal is named after the grant: no copy of its own (a 32-byte chunk) */
+    s->subject = strcmp(subject, s->grant_name) == 0 ? s->grant_name : tg_xstrdup(subject);
+}
+
 struct tg_session *tg_session_ref(struct tg_session *s)
 {
     s->refcnt++;
@@ -273,7 +279,8 @@ void tg_session_unref(struct tg_session *s)
 {
     if (--s->refcnt > 0)
         return;
-    free(s->subject);
+    if (s->subject != s->grant_name)
+        free(s->subject);
     free(s->issuer);
     free(s->claims);
     free(s->up_session);

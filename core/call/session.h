@@ -29,7 +29,9 @@ struct tg_session {
     unsigned char up_modern; /* a 2025 session on a 2026-07-28-only upstream: the gateway answered
                               * initialize, requests go as 2026 (u.client_caps below) */
     const char *grant; /* grant name: a copy (grants can change on reload), kept in grant_name */
-    char *subject;     /* who inside the grant made it (a 2025 session; copied), or NULL */
+    char *subject;     /* who inside the grant made it (a 2025 session; copied by
+                        * tg_session_set_subject: grant_name itself when it is the grant's name, as an
+                        * anonymous or static-token grant's is), or NULL */
     char *issuer;      /* with subject: its JWT's issuer (copied), or NULL (none) */
     char *claims;      /* with subject: the claims of its maker's JWT that its policy's "set" names
                         * (a compact JSON object, policy/bind.h), for the requests of a channel, which
@@ -106,6 +108,8 @@ int tg_session_id_sealed(const struct tg_session_table *t, struct tg_slice id);
 struct tg_session *tg_session_adopt(struct tg_session_table *t, struct tg_slice id, const char *grant, int upstream);
 /* Remove from the table and drop the table's reference. */
 void tg_session_remove(struct tg_session_table *t, struct tg_session *s);
+/* s->subject = a copy of subject (once). */
+void tg_session_set_subject(struct tg_session *s, const char *subject);
 struct tg_session *tg_session_ref(struct tg_session *s);
 void tg_session_unref(struct tg_session *s);
 
