@@ -63,6 +63,24 @@ struct tg_redis_req {
     struct slot slots[];       /* n of them (1 for a command) */
 };
 
+/* A counter op queued for the flush (cluster/redis/batch.c): ops[i] of q. Each holds one count of
+ * q->outstanding, so q lives until the entry is sent and answered, or dropped. */
+struct tg__redis_bent {
+    struct tg_redis_req *q;
+    size_t i;
+    unsigned char kind; /* ops[i].kind: q->ops goes once q is answered */
+};
+
+/* What the batch encoder reuses from flush to flush (batch.c). */
+struct tg__redis_scratch {
+    char *buf;
+    size_t cap;
+    const char **argv;
+    size_t *argvlen;
+    uint64_t *kh; /* the h1 of each distinct key of the batch being encoded */
+    size_t capargv;
+};
+
 struct sub {
     struct sub *next;
     char *channel;
@@ -88,6 +106,9 @@ struct tg_redis {
     redisAsyncContext *doomed[4];                /* to free from kick */
     int ndoomed;
     struct sub *subs;
+    struct tg__redis_bent *bq; /* counter ops of this iteration's requests, in the order made */
+    size_t nbq, capbq;
+    struct tg__redis_scratch bs;
     char sha[TG__REDIS_NSCRIPTS][41];
     int reported;        /* -1 nothing yet, else the last up reported */
     int connects;        /* contexts made, for stats.reconnects */
@@ -104,5 +125,32 @@ void tg__redis_want_write(redisAsyncContext *ac);
 /* Send verb (SUBSCRIBE, UNSUBSCRIBE) for channel on the pub/sub connection (which is up). */
 void tg__redis_sub_send(struct conn *c, const char *verb, const char *channel);
 char *tg__redis_strdup(const char *s);
+
+/* redis.c, for batch.c. Answer q now (from a loop callback), or from kick (a refusal). */
+void tg__redis_answer(struct tg_redis_req *q, int status, const struct redisReply *reply);
+void tg__redis_answer_later(struct tg_redis_req *q, int status);
+/* A reply (replied 1) or a going-away (0) for a request already answered: counted if it is late,
+ * and the request freed once nothing is outstanding. The caller decremented outstanding. */
+void tg__redis_late(struct tg_redis_req *q, int replied);
+/* ops[i] of q as its own EVALSHA: 0, -1 (the context refuses it), -2 (a history op it cannot send). */
+int tg__redis_send_op(struct tg_redis_req *q, size_t i);
+/* The connection behind ac failed (nothing if ac is no longer c's). */
+void tg__redis_conn_lost(struct conn *c, const redisAsyncContext *ac, const char *why);
+
+/* batch.c. Queue ops[i] (a counter op) of q, admitted, for the flush: 0. */
+int tg__redis_batch_queue(struct tg_redis_req *q, size_t i);
+/* Turn the queue into commands on the command connection (tg_redis_flush, before it writes):
+ * one request queued: its ops one EVALSHA each (send_op); more: batch script calls of at most
+ * TG__REDIS_BATCH_REQS requests and TG__REDIS_BATCH_OPS ops each. Down: each request queued is
+ * answered EDOWN from kick. No callback runs inside. */
+void tg__redis_batch_flush(struct tg_redis *r);
+/* tg_redis_free: the queue is forgotten (its requests are answered ECLOSED by the caller). */
+void tg__redis_batch_drop(struct tg_redis *r);
+/* The last handle closed: the queue's and encoder's memory. */
+void tg__redis_batch_dispose(struct tg_redis *r);
+/* After NOSCRIPT on ac: SCRIPT LOAD of every script, once while a reload is under way. */
+void tg__redis_reload_scripts(struct tg_redis *r, redisAsyncContext *ac);
+#define TG__REDIS_BATCH_REQS 64
+#define TG__REDIS_BATCH_OPS 256
 
 #endif

@@ -3,8 +3,9 @@
  * Shape. One struct tg_redis holds two connections (commands, pub/sub), each a hiredis async
  * context on the loop through hooks of our own (cluster/redis/uvio.c), a prepare handle that
  * writes what the iteration's requests buffered (tg_redis_flush: one write per iteration, each
- * request sent in the iteration that made it, its callback run as its own reply is read), and
- * four libuv timers: one per connection
+ * request sent in the iteration that made it, its callback run as its own reply is read; the
+ * counter ops of several requests go as one batch script call, cluster/redis/batch.c), and four
+ * libuv timers: one per connection
  * (backoff while down, the connect + AUTH + SCRIPT LOAD deadline while connecting), one for the
  * deadlines of all requests (they share timeout_ms, so the oldest is the first list entry and one
  * timer suffices), and "kick", a 0 ms timer that delivers answers that must not be given inside
@@ -36,8 +37,6 @@
 #include "cluster/redis/scripts.h"
 
 static void conn_start(struct conn *c);
-static void conn_lost(struct conn *c, const redisAsyncContext *ac, const char *why);
-static int send_op(struct tg_redis_req *q, size_t i);
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
@@ -114,6 +113,16 @@ static void req_release(struct tg_redis_req *q)
     free(q);
 }
 
+void tg__redis_late(struct tg_redis_req *q, int replied)
+{
+    struct tg_redis *r = q->r;
+    if (q->late && replied)
+        r->st.late_replies++;
+    if (q->outstanding == 0 && q->where == &r->late)
+        list_remove(q);
+    req_release(q);
+}
+
 static void set_state(struct conn *c, enum conn_state s)
 {
     c->state = s;
@@ -133,7 +142,7 @@ static void report(struct tg_redis *r, int up, const char *why)
 static void arm_deadline(struct tg_redis *r);
 
 /* Answer q now (we are in a loop callback, or in tg_redis_free for ECLOSED). */
-static void answer(struct tg_redis_req *q, int status, const struct redisReply *reply)
+void tg__redis_answer(struct tg_redis_req *q, int status, const struct redisReply *reply)
 {
     struct tg_redis *r = q->r;
     if (q->answered)
@@ -162,7 +171,7 @@ static void answer(struct tg_redis_req *q, int status, const struct redisReply *
 }
 
 /* Answer q from kick, later: the request was refused at once (down, busy). */
-static void answer_later(struct tg_redis_req *q, int status)
+void tg__redis_answer_later(struct tg_redis_req *q, int status)
 {
     q->status = status;
     if (q->where == &q->r->pending && q->r->st.pending > 0)
@@ -193,15 +202,15 @@ static int admit(struct tg_redis_req *q)
 {
     struct tg_redis *r = q->r;
     if (r->closing) {
-        answer_later(q, TG_REDIS_ECLOSED);
+        tg__redis_answer_later(q, TG_REDIS_ECLOSED);
         return 0;
     }
     if (r->cmd.state != CONN_UP) {
-        answer_later(q, TG_REDIS_EDOWN);
+        tg__redis_answer_later(q, TG_REDIS_EDOWN);
         return 0;
     }
     if (r->st.pending >= r->max_pending) {
-        answer_later(q, TG_REDIS_EBUSY);
+        tg__redis_answer_later(q, TG_REDIS_EBUSY);
         return 0;
     }
     int first = r->pending == NULL;
@@ -248,7 +257,7 @@ static void conn_reset(struct conn *c, const char *why)
     redisAsyncContext *ac = c->ac;
     if (!ac)
         return;
-    conn_lost(c, ac, why); /* ac no longer ours: its callbacks below answer and are ignored */
+    tg__redis_conn_lost(c, ac, why); /* ac no longer ours: its callbacks below answer and are ignored */
     redisAsyncFree(ac);    /* runs the outstanding callbacks with NULL, now */
 }
 
@@ -257,7 +266,7 @@ static void on_deadline(uv_timer_t *t)
     struct tg_redis *r = t->data;
     uint64_t now = uv_now(r->loop);
     while (r->pending && r->pending->deadline <= now && !r->closing)
-        answer(r->pending, TG_REDIS_ETIMEDOUT, NULL);
+        tg__redis_answer(r->pending, TG_REDIS_ETIMEDOUT, NULL);
     struct tg_redis_req *o = oldest_late(r);
     if (o && now > o->deadline + 4 * r->timeout_ms && r->cmd.ac && !r->closing) {
         char why[96];
@@ -269,8 +278,6 @@ static void on_deadline(uv_timer_t *t)
 
 /* ---- replies ------------------------------------------------------------------------------ */
 
-static void on_reload_reply(redisAsyncContext *ac, void *reply, void *privdata);
-
 static void on_req_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct slot *s = privdata;
@@ -279,22 +286,17 @@ static void on_req_reply(redisAsyncContext *ac, void *reply, void *privdata)
     const redisReply *y = reply;
     q->outstanding--;
     if (q->answered) {
-        if (q->late && y) {
-            r->st.late_replies++;
-        }
-        if (q->outstanding == 0 && q->where == &r->late)
-            list_remove(q);
-        req_release(q);
+        tg__redis_late(q, y != NULL);
         return;
     }
     if (!y) {
         /* the context is going away (hiredis is freeing it): the connection is lost */
-        conn_lost(&r->cmd, ac, ac->errstr[0] ? ac->errstr : "connection closed");
-        answer(q, TG_REDIS_EDOWN, NULL);
+        tg__redis_conn_lost(&r->cmd, ac, ac->errstr[0] ? ac->errstr : "connection closed");
+        tg__redis_answer(q, TG_REDIS_EDOWN, NULL);
         return;
     }
     if (q->kind == REQ_COMMAND) {
-        answer(q, y->type == REDIS_REPLY_ERROR ? TG_REDIS_EREPLY : TG_REDIS_OK, y);
+        tg__redis_answer(q, y->type == REDIS_REPLY_ERROR ? TG_REDIS_EREPLY : TG_REDIS_OK, y);
         return;
     }
     if (y->type == REDIS_REPLY_ERROR && y->len >= 8 && memcmp(y->str, "NOSCRIPT", 8) == 0 && !s->retried && q->ops &&
@@ -302,52 +304,34 @@ static void on_req_reply(redisAsyncContext *ac, void *reply, void *privdata)
         /* Redis lost the scripts (restart, SCRIPT FLUSH): load them again and send this op once
          * more behind the loads, on the same connection, so they run first. */
         s->retried = 1;
-        if (!r->cmd.reloading) {
-            r->cmd.reloading = 1;
-            r->cmd.reload_left = TG__REDIS_NSCRIPTS;
-            for (int k = 0; k < TG__REDIS_NSCRIPTS; k++) {
-                redisAsyncCommand(ac, on_reload_reply, &r->cmd, "SCRIPT LOAD %s", tg__redis_scripts[k]);
-                r->st.script_loads++;
-                r->st.commands++;
-            }
-        }
+        tg__redis_reload_scripts(r, ac);
         if (!q->retried) {
             q->retried = 1;
             r->st.round_trips++;
         }
-        if (send_op(q, s->i) < 0)
-            answer(q, TG_REDIS_EDOWN, NULL);
+        if (tg__redis_send_op(q, s->i) < 0)
+            tg__redis_answer(q, TG_REDIS_EDOWN, NULL);
         return;
     }
     if (y->type == REDIS_REPLY_ERROR) {
         int bad = y->len >= sizeof(TG__REDIS_BADVALUE) - 1 &&
                   memcmp(y->str, TG__REDIS_BADVALUE, sizeof(TG__REDIS_BADVALUE) - 1) == 0;
-        answer(q, bad ? TG_REDIS_EVALUE : TG_REDIS_EREPLY, NULL);
+        tg__redis_answer(q, bad ? TG_REDIS_EVALUE : TG_REDIS_EREPLY, NULL);
         return;
     }
     int perr = q->ops ? tg__redis_op_parse(&q->ops[s->i], y, &q->hist) : 0;
     if (perr < 0) {
-        answer(q, perr == -2 ? TG_REDIS_EVALUE : TG_REDIS_EREPLY, NULL);
+        tg__redis_answer(q, perr == -2 ? TG_REDIS_EVALUE : TG_REDIS_EREPLY, NULL);
         return;
     }
     if (++q->nreplied == q->n)
-        answer(q, TG_REDIS_OK, NULL);
-}
-
-static void on_reload_reply(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    struct conn *c = privdata;
-    (void)reply;
-    if (ac != c->ac)
-        return;
-    if (--c->reload_left <= 0)
-        c->reloading = 0;
+        tg__redis_answer(q, TG_REDIS_OK, NULL);
 }
 
 /* Send ops[i] of q as one EVALSHA (hiredis buffers it; the loop writes the batch at once).
  * Returns -1 if the context refuses it (disconnecting), -2 for a history op the request cannot
  * send (no bound, no entry). */
-static int send_op(struct tg_redis_req *q, size_t i)
+int tg__redis_send_op(struct tg_redis_req *q, size_t i)
 {
     struct tg_redis *r = q->r;
     const struct tg_counter_op *op = &q->ops[i];
@@ -384,7 +368,7 @@ static void start_backoff(struct conn *c)
 
 /* The connection behind ac failed or closed. Idempotent: nothing if ac is no longer ours. Never
  * frees ac (hiredis does, or the caller). */
-static void conn_lost(struct conn *c, const redisAsyncContext *ac, const char *why)
+void tg__redis_conn_lost(struct conn *c, const redisAsyncContext *ac, const char *why)
 {
     struct tg_redis *r = c->r;
     if (ac == NULL || ac != c->ac)
@@ -403,7 +387,7 @@ static void conn_lost(struct conn *c, const redisAsyncContext *ac, const char *w
 static void conn_doom(struct conn *c, redisAsyncContext *ac, const char *why)
 {
     struct tg_redis *r = c->r;
-    conn_lost(c, ac, why);
+    tg__redis_conn_lost(c, ac, why);
     if (r->ndoomed < (int)(sizeof(r->doomed) / sizeof(r->doomed[0])))
         r->doomed[r->ndoomed++] = ac;
     kick(r);
@@ -460,7 +444,7 @@ static void on_connect(const redisAsyncContext *cac, int status)
     if (status != REDIS_OK) {
         char why[200];
         snprintf(why, sizeof(why), "connect failed: %s", ac->errstr[0] ? ac->errstr : "error");
-        conn_lost(c, ac, why); /* hiredis frees ac after this callback */
+        tg__redis_conn_lost(c, ac, why); /* hiredis frees ac after this callback */
         return;
     }
     struct tg_redis *r = c->r;
@@ -491,7 +475,7 @@ static void on_disconnect(const redisAsyncContext *cac, int status)
             r->doomed[i] = r->doomed[--r->ndoomed];
             break;
         }
-    conn_lost(c, cac, cac->errstr[0] ? cac->errstr : "connection closed by Redis");
+    tg__redis_conn_lost(c, cac, cac->errstr[0] ? cac->errstr : "connection closed by Redis");
 }
 
 static void conn_start(struct conn *c)
@@ -555,6 +539,7 @@ static void on_handle_closed(uv_handle_t *h)
         free(s->channel);
         free(s);
     }
+    tg__redis_batch_dispose(r);
     free(r->host);
     free(r->password);
     free(r);
@@ -566,7 +551,7 @@ static void on_kick(uv_timer_t *t)
     while (r->done) {
         struct tg_redis_req *q = r->done;
         list_remove(q);
-        answer(q, q->status, NULL);
+        tg__redis_answer(q, q->status, NULL);
     }
     while (r->ndoomed > 0) {
         redisAsyncContext *ac = r->doomed[--r->ndoomed];
@@ -690,12 +675,13 @@ void tg_redis_free(struct tg_redis *r)
     uv_timer_stop(&r->sub.timer);
     uv_timer_stop(&r->deadline_timer);
     uv_prepare_stop(&r->writer);
+    tg__redis_batch_drop(r);
     while (r->pending)
-        answer(r->pending, TG_REDIS_ECLOSED, NULL);
+        tg__redis_answer(r->pending, TG_REDIS_ECLOSED, NULL);
     while (r->done) {
         struct tg_redis_req *q = r->done;
         list_remove(q);
-        answer(q, TG_REDIS_ECLOSED, NULL);
+        tg__redis_answer(q, TG_REDIS_ECLOSED, NULL);
     }
     uv_timer_stop(&r->kick);
     uv_timer_start(&r->kick, on_kick, 0, 0);
@@ -705,6 +691,7 @@ int tg_redis_up(const struct tg_redis *r) { return r->cmd.state == CONN_UP && !r
 
 void tg_redis_flush(struct tg_redis *r)
 {
+    tg__redis_batch_flush(r); /* the counter ops queued by this iteration's requests (batch.c) */
     redisAsyncContext *ac = r->cmd.ac;
     if (r->closing || r->cmd.state != CONN_UP || ac == NULL || (ac->c.flags & REDIS_CONNECTED) == 0 ||
         sdslen(ac->c.obuf) == 0)
@@ -753,14 +740,15 @@ struct tg_redis_req *tg_redis_counter_ops(struct tg_redis *r, const char *key_pr
     if (!admit(q))
         return q;
     if (n == 0) {
-        answer_later(q, TG_REDIS_OK);
+        tg__redis_answer_later(q, TG_REDIS_OK);
         return q;
     }
     r->st.round_trips++;
     for (size_t i = 0; i < n; i++) {
-        int e = send_op(q, i);
+        /* counter ops wait for the flush, which may make one batch call of the iteration's */
+        int e = ops[i].kind <= TG_COP_WINDOW_SUB ? tg__redis_batch_queue(q, i) : tg__redis_send_op(q, i);
         if (e < 0) {
-            answer_later(q, e == -2 ? TG_REDIS_EREPLY : TG_REDIS_EDOWN);
+            tg__redis_answer_later(q, e == -2 ? TG_REDIS_EREPLY : TG_REDIS_EDOWN);
             break;
         }
     }
@@ -776,7 +764,7 @@ struct tg_redis_req *tg_redis_command(struct tg_redis *r, tg_redis_reply_cb cb, 
     if (!admit(q))
         return q;
     if (redisAsyncCommandArgv(r->cmd.ac, on_req_reply, &q->slots[0], argc, (const char **)argv, argvlen) != REDIS_OK) {
-        answer_later(q, TG_REDIS_EDOWN);
+        tg__redis_answer_later(q, TG_REDIS_EDOWN);
         return q;
     }
     q->outstanding++;

@@ -54,7 +54,8 @@ struct tg_redis_opts {
 /* Counted for /metrics (the server prints them). */
 struct tg_redis_stats {
     uint64_t requests;       /* tg_redis_* requests made */
-    uint64_t commands;       /* commands written to Redis (a counter batch of n ops is n) */
+    uint64_t commands;       /* commands written to Redis (a single op is one; the counter ops of
+                              * several requests of one iteration are one batch call) */
     uint64_t round_trips;    /* writes of one or more commands that waited for replies */
     uint64_t writes;         /* writes to the command connection (at most one per loop iteration
                               * once it is up, whatever the number of requests) */
@@ -106,7 +107,9 @@ struct tg_redis_hist {
 };
 
 /* Run n counter operations in order, pipelined in one write, each one EVALSHA of its script (one
- * script per kind of operation, with the arithmetic of policy/counters.c reproduced exactly: a
+ * script per kind of operation; the counter operations of several requests made in one loop
+ * iteration go together as one call of the batch script, cluster/redis/batch.c, which answers each
+ * exactly as its own script would; with the arithmetic of policy/counters.c reproduced exactly: a
  * take/give/get/add/sub on Redis gives bit for bit what tg_counter_op_apply() gives on the local
  * store). Keys: key_prefix "c:" then h1 and h2 as 32 lowercase hex digits; each key expires
  * when it holds no more information (a full bucket, a past window). History operations go in the

@@ -26,7 +26,7 @@
 #include "cluster/redis/scripts.h"
 #include "core/base/num.h"
 
-#define LUA_COMMON                                                                                                   \
+#define LUA_HELPERS                                                                                                  \
     "local EPS = 2.220446049250313080847263336181640625e-16\n"                                                     \
     "local P10 = {1e1,1e2,1e3,1e4,1e5,1e6,1e7,1e8,1e9,1e10,1e11,1e12,1e13,1e14,1e15,1e16,1e17,1e18,1e19,1e20,"     \
     "1e21,1e22}\n"                                                                                                 \
@@ -85,6 +85,12 @@
     "  if x == nil or x ~= x or x == math.huge or x < 0 then return nil end\n"                   \
     "  return x\n"                                                                                 \
     "end\n"                                                                                        \
+    /* a value a script is about to store, as dec() would read it back (fmt then dec is exact) */ \
+    "local function valid(x) return x == x and x >= 0 and x < math.huge end\n"
+
+/* A single op's script: its key read and checked, then one op function below. */
+#define LUA_COMMON                                                                                 \
+    LUA_HELPERS                                                                                    \
     "local stamp, value\n"                                                                         \
     "local raw = redis.pcall('GET', KEYS[1])\n"                                                    \
     /* a key of another type (a list, a hash) is poison as well: no error to fall back from */    \
@@ -98,90 +104,215 @@
     "  end\n"                                                                                      \
     "end\n"
 
+/* The ops, as functions of the key's state (raw: the key exists; stamp, value: its numbers) and
+ * the op's arguments. Each writes its reply's elements into out from index o (take 3: ok, level,
+ * retry_ms; get and add 2: ok, value; give and sub 1: 1) and returns, when the key changes, its new
+ * stamp and value and the TTL to set in ms (for ttl(); nil: KEEPTTL). A value in a reply is a
+ * number when it is a whole number Redis can carry as an integer (below 2^53, and not -0), else
+ * its "%.17g" text; the C side reads both to the same double. The single scripts and the batch
+ * script run the same text, so a batch computes bit for bit what its ops one by one would. */
+#define OP_NUM                                                                                    \
+    "local function num(x)\n"                                                                      \
+    "  if x == floor(x) and x < 9007199254740992 and x > -9007199254740992 and (x ~= 0 or 1 / x > 0) then\n" \
+    "    return x\n"                                                                               \
+    "  end\n"                                                                                      \
+    "  return fmt(x)\n"                                                                            \
+    "end\n"
+#define OP_TAKE                                                                                   \
+    "local function op_take(out, o, raw, stamp, value, cap, w, amount, now)\n"                     \
+    "  local tokens = cap\n"                                                                       \
+    "  if raw then\n"                                                                              \
+    "    tokens = whole(value + refill(now - stamp, cap, w))\n"                                    \
+    "    if tokens > cap then tokens = cap end\n"                                                  \
+    "  end\n"                                                                                      \
+    "  if not (tokens >= amount) then\n"                                                           \
+    "    local retry = -1\n"                                                                       \
+    "    if not (amount > cap) then\n"                                                             \
+    "      local ms = ceil((amount - tokens) * w / cap)\n"                                         \
+    "      if ms < 1 then ms = 1 end\n"                                                            \
+    "      while ms < w and not (whole(tokens + refill(ms, cap, w)) >= amount) do ms = ms + 1 end\n" \
+    "      retry = ms\n"                                                                           \
+    "    end\n"                                                                                    \
+    "    out[o], out[o + 1], out[o + 2] = 0, num(tokens), retry\n"                                 \
+    "    if not raw then return end\n"                                                             \
+    "    local st = stamp\n"                                                                       \
+    "    if now > st then st = now end\n"                                                          \
+    "    return st, tokens\n"                                                                      \
+    "  end\n"                                                                                      \
+    "  local st = 0\n"                                                                             \
+    "  if raw then st = stamp end\n"                                                               \
+    "  tokens = whole(tokens - amount)\n"                                                          \
+    "  if now > st then st = now end\n"                                                            \
+    "  local expire = st + ceil((cap - tokens) * w / cap) + 1\n"                                   \
+    "  out[o], out[o + 1], out[o + 2] = 1, num(tokens), 0\n"                                       \
+    "  return st, tokens, expire - now\n"                                                          \
+    "end\n"
+#define OP_GIVE                                                                                   \
+    "local function op_give(out, o, raw, stamp, value, cap, amount)\n"                             \
+    "  out[o] = 1\n"                                                                               \
+    "  if not raw then return end\n"                                                               \
+    "  local v = whole(value + amount)\n"                                                          \
+    "  if v > cap then v = cap end\n"                                                              \
+    "  return stamp, v\n"                                                                          \
+    "end\n"
+#define OP_GET                                                                                    \
+    "local function op_get(out, o, raw, stamp, value, ws)\n"                                       \
+    "  out[o] = 1\n"                                                                               \
+    "  if not raw or stamp ~= ws then out[o + 1] = 0 else out[o + 1] = num(value) end\n"           \
+    "end\n"
+#define OP_ADD                                                                                    \
+    "local function op_add(out, o, raw, stamp, value, ws, w, amount, limit, op, now)\n"            \
+    "  local cur = 0\n"                                                                            \
+    "  if raw and stamp == ws then cur = value end\n"                                              \
+    "  local nxt = settle(cur + amount, cur, amount)\n"                                            \
+    "  local fits = true\n"                                                                        \
+    "  if op == 1 then fits = nxt <= limit elseif op == 2 then fits = nxt < limit end\n"           \
+    "  if not (amount >= 0) or nxt == math.huge or not fits then\n"                                \
+    "    out[o], out[o + 1] = 0, num(cur)\n"                                                       \
+    "    return\n"                                                                                 \
+    "  end\n"                                                                                      \
+    "  local left = w\n"                                                                           \
+    "  if now > 0 and now >= ws then left = ws + w - now end\n"                                    \
+    "  out[o], out[o + 1] = 1, num(nxt)\n"                                                         \
+    "  return ws, nxt, left\n"                                                                     \
+    "end\n"
+#define OP_SUB                                                                                    \
+    "local function op_sub(out, o, raw, stamp, value, ws, amount)\n"                               \
+    "  out[o] = 1\n"                                                                               \
+    "  if not raw or stamp ~= ws then return end\n"                                                \
+    "  local nxt = settle(value - amount, value, amount)\n"                                        \
+    "  if not (nxt > 0) then nxt = 0 end\n"                                                        \
+    "  return ws, nxt\n"                                                                           \
+    "end\n"
+/* A single script's end: the op's write, then its reply. */
+#define OP_STORE                                                                                  \
+    "if st then\n"                                                                                 \
+    "  local s = fmt(st) .. ' ' .. fmt(v)\n"                                                       \
+    "  if px then redis.call('SET', KEYS[1], s, 'PX', ttl(px)) else redis.call('SET', KEYS[1], s, 'KEEPTTL') end\n" \
+    "end\n"                                                                                        \
+    "return y\n"
+
 /* ARGV: capacity, window_ms, amount, now_ms. Returns {ok, level, retry_ms (-1: never)}. */
-static const char take_lua[] = LUA_COMMON
-    "local cap, w, amount, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])\n"
-    "local tokens = cap\n"
-    "if raw then\n"
-    "  tokens = whole(value + refill(now - stamp, cap, w))\n"
-    "  if tokens > cap then tokens = cap end\n"
-    "end\n"
-    "if not (tokens >= amount) then\n"
-    "  local retry = -1\n"
-    "  if not (amount > cap) then\n"
-    "    local ms = ceil((amount - tokens) * w / cap)\n"
-    "    if ms < 1 then ms = 1 end\n"
-    "    while ms < w and not (whole(tokens + refill(ms, cap, w)) >= amount) do ms = ms + 1 end\n"
-    "    retry = ms\n"
-    "  end\n"
-    "  if raw then\n"
-    "    local st = stamp\n"
-    "    if now > st then st = now end\n"
-    "    redis.call('SET', KEYS[1], fmt(st) .. ' ' .. fmt(tokens), 'KEEPTTL')\n"
-    "  end\n"
-    "  return {0, fmt(tokens), retry}\n"
-    "end\n"
-    "local st = 0\n"
-    "if raw then st = stamp end\n"
-    "tokens = whole(tokens - amount)\n"
-    "if now > st then st = now end\n"
-    "local expire = st + ceil((cap - tokens) * w / cap) + 1\n"
-    "redis.call('SET', KEYS[1], fmt(st) .. ' ' .. fmt(tokens), 'PX', ttl(expire - now))\n"
-    "return {1, fmt(tokens), 0}\n";
+static const char take_lua[] = LUA_COMMON OP_NUM OP_TAKE
+    "local y = {}\n"
+    "local st, v, px = op_take(y, 1, raw, stamp, value, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),\n"
+    "  tonumber(ARGV[4]))\n" OP_STORE;
 
 /* ARGV: capacity, amount. Returns {1}. */
-static const char give_lua[] = LUA_COMMON
-    "local cap, amount = tonumber(ARGV[1]), tonumber(ARGV[2])\n"
-    "if not raw then return {1} end\n"
-    "local v = whole(value + amount)\n"
-    "if v > cap then v = cap end\n"
-    "redis.call('SET', KEYS[1], fmt(stamp) .. ' ' .. fmt(v), 'KEEPTTL')\n"
-    "return {1}\n";
+static const char give_lua[] = LUA_COMMON OP_GIVE
+    "local y = {}\n"
+    "local st, v, px = op_give(y, 1, raw, stamp, value, tonumber(ARGV[1]), tonumber(ARGV[2]))\n" OP_STORE;
 
 /* ARGV: window_start. Returns {1, value}. */
-static const char get_lua[] = LUA_COMMON
-    "local ws = tonumber(ARGV[1])\n"
-    "if not raw or stamp ~= ws then return {1, '0'} end\n"
-    "return {1, fmt(value)}\n";
+static const char get_lua[] = LUA_COMMON OP_NUM OP_GET
+    "local y = {}\n"
+    "op_get(y, 1, raw, stamp, value, tonumber(ARGV[1]))\n"
+    "return y\n";
 
 /* ARGV: window_start, window_ms, amount, limit, limit_op (0 none, 1 <=, 2 <), now_ms (0: unknown,
  * the TTL is then the whole window, which is never shorter than what is left of it). Returns
  * {ok, value}. */
-static const char add_lua[] = LUA_COMMON
-    "local ws, w, amount, limit, op, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),\n"
-    "  tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])\n"
-    "local cur = 0\n"
-    "if raw and stamp == ws then cur = value end\n"
-    "local nxt = settle(cur + amount, cur, amount)\n"
-    "local fits = true\n"
-    "if op == 1 then fits = nxt <= limit elseif op == 2 then fits = nxt < limit end\n"
-    "if not (amount >= 0) or nxt == math.huge or not fits then return {0, fmt(cur)} end\n"
-    "local left = w\n"
-    "if now > 0 and now >= ws then left = ws + w - now end\n"
-    "redis.call('SET', KEYS[1], fmt(ws) .. ' ' .. fmt(nxt), 'PX', ttl(left))\n"
-    "return {1, fmt(nxt)}\n";
+static const char add_lua[] = LUA_COMMON OP_NUM OP_ADD
+    "local y = {}\n"
+    "local st, v, px = op_add(y, 1, raw, stamp, value, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),\n"
+    "  tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))\n" OP_STORE;
 
 /* ARGV: window_start, amount. Returns {1}. */
-static const char sub_lua[] = LUA_COMMON
-    "local ws, amount = tonumber(ARGV[1]), tonumber(ARGV[2])\n"
-    "if not raw or stamp ~= ws then return {1} end\n"
-    "local nxt = settle(value - amount, value, amount)\n"
-    "if not (nxt > 0) then nxt = 0 end\n"
-    "redis.call('SET', KEYS[1], fmt(ws) .. ' ' .. fmt(nxt), 'KEEPTTL')\n"
-    "return {1}\n";
+static const char sub_lua[] = LUA_COMMON OP_SUB
+    "local y = {}\n"
+    "local st, v, px = op_sub(y, 1, raw, stamp, value, tonumber(ARGV[1]), tonumber(ARGV[2]))\n" OP_STORE;
+
+/* The counter ops of several requests in one call (cluster/redis/batch.c). KEYS: the distinct
+ * keys. ARGV: per op, its kind (enum tg_counter_op_kind, 0..4), the index of its key in KEYS, then
+ * the arguments its single script takes. The ops run in order, exactly as their single scripts
+ * would one after the other: each key is read once (GET) into a table that each op reads and
+ * updates, and each key an op changed is written once at the end (SET), with the TTL its last
+ * PX gave it (KEEPTTL when no op set one). Returns one flat array: per op, the elements of its
+ * single script's reply (3 for a take, 2 for a get or an add, 1 for a give or a sub). A key whose
+ * value is not two finite decimal numbers of 0 or more fails each op on it, as it would fail each
+ * single script: that op's first element is then the string TGBADVALUE (the rest 0), and the
+ * other ops go on. */
+static const char batch_lua[] = LUA_HELPERS OP_NUM OP_TAKE OP_GIVE OP_GET OP_ADD OP_SUB
+    "local NARGS, NOUT = {[0] = 4, 2, 1, 6, 2}, {[0] = 3, 1, 2, 2, 1}\n"
+    "local cache, dirty, nd, out, o = {}, {}, 0, {}, 1\n"
+    "local function load(k)\n"
+    "  local c = {raw = false}\n"
+    "  local raw = redis.pcall('GET', KEYS[k])\n"
+    "  if type(raw) == 'table' then raw = '' end\n"
+    "  if raw then\n"
+    "    local s, v = string.match(raw, '^(%S+) (%S+)$')\n"
+    "    c.raw, c.stamp, c.value = true, dec(s), dec(v)\n"
+    "    c.bad = c.stamp == nil or c.value == nil\n"
+    "  end\n"
+    "  cache[k] = c\n"
+    "  return c\n"
+    "end\n"
+    "local i, n = 1, #ARGV\n"
+    "while i <= n do\n"
+    "  local kind, k = tonumber(ARGV[i]), tonumber(ARGV[i + 1])\n"
+    "  local na = NARGS[kind]\n"
+    "  if na == nil or KEYS[k] == nil or i + 1 + na > n then return redis.error_reply('ERR tollgate batch: malformed') end\n"
+    "  local a = i + 2\n"
+    "  i = a + na\n"
+    "  local c = cache[k] or load(k)\n"
+    "  if c.bad then\n"
+    "    out[o] = '" TG__REDIS_BADVALUE "'\n"
+    "    for j = 1, NOUT[kind] - 1 do out[o + j] = 0 end\n"
+    "  else\n"
+    "    local st, v, px\n"
+    "    if kind == 0 then\n"
+    "      st, v, px = op_take(out, o, c.raw, c.stamp, c.value, tonumber(ARGV[a]), tonumber(ARGV[a + 1]),\n"
+    "        tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]))\n"
+    "    elseif kind == 1 then\n"
+    "      st, v, px = op_give(out, o, c.raw, c.stamp, c.value, tonumber(ARGV[a]), tonumber(ARGV[a + 1]))\n"
+    "    elseif kind == 2 then\n"
+    "      op_get(out, o, c.raw, c.stamp, c.value, tonumber(ARGV[a]))\n"
+    "    elseif kind == 3 then\n"
+    "      st, v, px = op_add(out, o, c.raw, c.stamp, c.value, tonumber(ARGV[a]), tonumber(ARGV[a + 1]),\n"
+    "        tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]))\n"
+    "    else\n"
+    "      st, v, px = op_sub(out, o, c.raw, c.stamp, c.value, tonumber(ARGV[a]), tonumber(ARGV[a + 1]))\n"
+    "    end\n"
+    "    if st then\n"
+    /* what the next single script would read back: the numbers, or poison if one is not valid */
+    "      c.raw, c.stamp, c.value = true, st, v\n"
+    "      c.bad = not (valid(st) and valid(v))\n"
+    "      if px then c.px = px end\n"
+    "      if not c.dirty then\n"
+    "        c.dirty = true\n"
+    "        nd = nd + 1\n"
+    "        dirty[nd] = k\n"
+    "      end\n"
+    "    end\n"
+    "  end\n"
+    "  o = o + NOUT[kind]\n"
+    "end\n"
+    "for j = 1, nd do\n"
+    "  local k = dirty[j]\n"
+    "  local c = cache[k]\n"
+    "  local s = fmt(c.stamp) .. ' ' .. fmt(c.value)\n"
+    "  if c.px then redis.call('SET', KEYS[k], s, 'PX', ttl(c.px)) else redis.call('SET', KEYS[k], s, 'KEEPTTL') end\n"
+    "end\n"
+    "return out\n";
 
 const char *const tg__redis_scripts[TG__REDIS_NSCRIPTS] = {
     [TG_COP_BUCKET_TAKE] = take_lua, [TG_COP_BUCKET_GIVE] = give_lua, [TG_COP_WINDOW_GET] = get_lua,
     [TG_COP_WINDOW_ADD] = add_lua,   [TG_COP_WINDOW_SUB] = sub_lua,  [TG_COP_HIST_GET] = tg__redis_hist_get_lua,
     [TG_COP_HIST_ADD] = tg__redis_hist_add_lua, [TG_COP_HIST_DEL] = tg__redis_hist_del_lua,
+    [TG__REDIS_SCRIPT_BATCH] = batch_lua,
 };
 
 /* ---- the arguments of an op, and its answer ------------------------------------------------ */
 
-/* A number a script answered: -1 when the reply is not a string, -2 when the string is not a
- * finite decimal number (core/base/num.c: no nan, inf, hex or 1e999 becomes a counter's value). */
+/* A number a script answered: an integer (a whole number below 2^53), or a string; -1 when the
+ * reply is neither, -2 when the string is not a finite decimal number (core/base/num.c: no nan,
+ * inf, hex or 1e999 becomes a counter's value). */
 static int parse_double(const redisReply *e, double *out)
 {
+    if (e && e->type == REDIS_REPLY_INTEGER && e->integer < (1LL << 53) && e->integer > -(1LL << 53)) {
+        *out = (double)e->integer; /* a whole number the script sent as one (num()) */
+        return 0;
+    }
     if (!e || e->type != REDIS_REPLY_STRING)
         return -1;
     return tg_num_parse(e->str, e->len, out) == 0 ? 0 : -2;

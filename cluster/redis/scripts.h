@@ -1,12 +1,13 @@
 /* The Lua text of the counter and history scripts (cluster/redis/scripts.c, history.c), indexed
- * by enum tg_counter_op_kind. Internal to cluster/redis/redis.c. */
+ * by enum tg_counter_op_kind, then the batch script. Internal to cluster/redis. */
 #ifndef TG_CLUSTER_REDIS_SCRIPTS_H
 #define TG_CLUSTER_REDIS_SCRIPTS_H
 
 #include "cluster/redis/redis.h"
 #include "policy/counters.h"
 
-#define TG__REDIS_NSCRIPTS 8
+#define TG__REDIS_NSCRIPTS 9
+#define TG__REDIS_SCRIPT_BATCH 8 /* after the ops' scripts: the batch of counter ops (batch.c) */
 extern const char *const tg__redis_scripts[TG__REDIS_NSCRIPTS];
 
 struct redisReply;

@@ -31,8 +31,11 @@
 #   BENCH_CONNS        wrk connections            (default 50)
 #   BENCH_THREADS      wrk threads                (default 1)
 #   BENCH_HAPROXY_THREADS  haproxy nbthread       (default 1, like run.sh's one nginx worker)
-#   BENCH_REDIS_N      requests per redis-benchmark case (default 200000)
+#   BENCH_PHASES       phases to run, in this order (default "local shared haproxy-1 haproxy-3";
+#                      e.g. "local shared" for shared/local alone)
+#   BENCH_REDIS_N      requests per redis-benchmark case (default 200000; 0: no redis-benchmark)
 #   BENCH_REDIS_CONNS  redis-benchmark clients    (default 50)
+#   BENCH_PIPELINE     the gateways' upstreams[].pool.pipeline (default 16, as bench.sh; 1: none)
 #   BENCH_RESULTS      table                      (default test/bench/results/cluster.txt)
 #   BENCH_JSON         JSON                       (default: BENCH_RESULTS with .json)
 #   BENCH_KEEP_TMP     1 = keep the temp dir (configs, logs) after the run
@@ -59,6 +62,7 @@ CONNS=${BENCH_CONNS:-50}
 THREADS=${BENCH_THREADS:-1}
 HAPROXY_THREADS=${BENCH_HAPROXY_THREADS:-1}
 REDIS_N=${BENCH_REDIS_N:-200000}
+phases=${BENCH_PHASES:-local shared haproxy-1 haproxy-3}
 REDIS_CONNS=${BENCH_REDIS_CONNS:-50}
 RESULTS=${BENCH_RESULTS:-$here/results/cluster.txt}
 JSON=${BENCH_JSON:-${RESULTS%.txt}.json}
@@ -71,7 +75,10 @@ posint BENCH_ROUNDS "$ROUNDS"
 posint BENCH_CONNS "$CONNS"
 posint BENCH_THREADS "$THREADS"
 posint BENCH_HAPROXY_THREADS "$HAPROXY_THREADS"
-posint BENCH_REDIS_N "$REDIS_N"
+[[ $REDIS_N =~ ^[0-9]+$ ]] || die "BENCH_REDIS_N must be a number"
+for t in $phases; do
+    [[ $t == local || $t == shared || $t == haproxy-1 || $t == haproxy-3 ]] || die "BENCH_PHASES: unknown phase $t"
+done
 posint BENCH_REDIS_CONNS "$REDIS_CONNS"
 ((THREADS <= CONNS)) || die "BENCH_THREADS must be at most BENCH_CONNS"
 
@@ -136,7 +143,7 @@ upstreams = (
   { name = "bench"; url = "http://127.0.0.1:$up_port/mcp"; default = true;
     initialize = "local";
     policy = "$tmp/policy.json";
-    pool = { size = 64; }; }
+    pool = { size = 64; pipeline = ${BENCH_PIPELINE:-16}; }; }
 );
 EOF
     timeout 10 "$TOLLGATE_BIN" -t -c "$d/tollgate.conf" >"$d/check.log" 2>&1 ||
@@ -353,7 +360,6 @@ median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print
 range() { tr ' ' '\n' <<<"$1" | grep . | sort -g | sed -n '1p;$p' | paste -sd-; }
 
 failed=()
-phases="local shared haproxy-1 haproxy-3"
 declare -A url_of=(
     [local]="http://127.0.0.1:${tg_port[local]}/mcp"
     [shared]="http://127.0.0.1:${tg_port[a]}/mcp"
@@ -367,28 +373,41 @@ for ((round = 1; round <= ROUNDS; round++)); do
 done
 
 # ---- one Redis primary: the bucket-take script under redis-benchmark ------------------------
-"$SCRIPTS_BIN" take >"$tmp/take.lua" || die "$SCRIPTS_BIN take failed"
-sha=$(sha1sum "$tmp/take.lua" | cut -d' ' -f1)
-# The gateways loaded their scripts at connect: the text printed must be the one they run.
-[[ $(rcli SCRIPT EXISTS "$sha" | tr -d '\r') == 1 ]] ||
-    die "the take script printed by $SCRIPTS_BIN (sha1 $sha) is not the one tollgate loaded"
-[[ $(rcli -x SCRIPT LOAD <"$tmp/take.lua" | tr -d '\r') == "$sha" ]] || die "SCRIPT LOAD gave another sha"
+# rb_setup: load the scripts the cases drive (only when redis-benchmark runs).
+rb_setup() {
+    "$SCRIPTS_BIN" take >"$tmp/take.lua" || die "$SCRIPTS_BIN take failed"
+    sha=$(sha1sum "$tmp/take.lua" | cut -d' ' -f1)
+    # The gateways loaded their scripts at connect: the text printed must be the one they run.
+    [[ $(rcli SCRIPT EXISTS "$sha" | tr -d '\r') == 1 ]] ||
+        die "the take script printed by $SCRIPTS_BIN (sha1 $sha) is not the one tollgate loaded"
+    [[ $(rcli -x SCRIPT LOAD <"$tmp/take.lua" | tr -d '\r') == "$sha" ]] || die "SCRIPT LOAD gave another sha"
+    "$SCRIPTS_BIN" batch >"$tmp/batch.lua" || die "$SCRIPTS_BIN batch failed"
+    batch_sha=$(sha1sum "$tmp/batch.lua" | cut -d' ' -f1)
+    [[ $(rcli SCRIPT EXISTS "$batch_sha" | tr -d '\r') == 1 ]] ||
+        die "the batch script printed by $SCRIPTS_BIN (sha1 $batch_sha) is not the one tollgate loaded"
+}
 # ARGV as the gateway sends them for the bench policy: capacity, window_ms, amount, now_ms. now_ms
 # is fixed for a case (redis-benchmark repeats one command), which changes nothing in the cost:
 # every take reads the key, finds tokens and writes it back.
 now_ms=$(($(date +%s) * 1000))
 declare -a rb_name rb_counters rb_rps rb_p50 rb_p99 rb_dps
-# rb_case LABEL COUNTERS PIPELINE RANDOM_KEYS(0: one key)
+# rb_case LABEL COUNTERS PIPELINE RANDOM_KEYS(0: one key) [DECISIONS_PER_CALL: the batch script]
 rb_case() {
-    local label=$1 counters=$2 pipe=$3 keys=$4 key="tollgate-bench:c:hot" rflag=()
+    local label=$1 counters=$2 pipe=$3 keys=$4 batch=${5:-0} key="tollgate-bench:c:hot" rflag=()
     if ((keys > 0)); then
         key="tollgate-bench:c:__rand_int__"
         rflag=(-r "$keys")
     fi
     rcli CONFIG RESETSTAT >/dev/null
-    local out
-    out=$(timeout 300 "$REDIS_BENCHMARK" -p "$redis_port" -n "$REDIS_N" -c "$REDIS_CONNS" -P "$pipe" "${rflag[@]}" --csv \
-        EVALSHA "$sha" 1 "$key" 100000000 60000 1 "$now_ms" 2>"$tmp/rb.err") ||
+    local out cmd=(EVALSHA "$sha" 1 "$key" 100000000 60000 1 "$now_ms") n=$REDIS_N k
+    if ((batch > 0)); then
+        # the gateway's batch call for `batch` decisions of one take each on one key: kind 0, key 1
+        cmd=(EVALSHA "$batch_sha" 1 "$key")
+        for ((k = 0; k < batch; k++)); do cmd+=(0 1 100000000 60000 1 "$now_ms"); done
+        n=$((REDIS_N / batch))
+    fi
+    out=$(timeout 300 "$REDIS_BENCHMARK" -p "$redis_port" -n "$n" -c "$REDIS_CONNS" -P "$pipe" "${rflag[@]}" --csv \
+        "${cmd[@]}" 2>"$tmp/rb.err") ||
         die "redis-benchmark ($label) failed: $(cat "$tmp/rb.err")"
     local stats calls failed_n sets
     stats=$(rcli INFO commandstats | tr -d '\r')
@@ -396,8 +415,8 @@ rb_case() {
     failed_n=$(sed -n 's/^cmdstat_evalsha:.*failed_calls=\([0-9]*\).*/\1/p' <<<"$stats")
     sets=$(sed -n 's/^cmdstat_set:calls=\([0-9]*\),.*/\1/p' <<<"$stats")
     # Each take must have run and taken a token (SET): a benchmark of errors is worthless.
-    [[ ${calls:-0} -ge $REDIS_N && ${failed_n:-1} == 0 && ${sets:-0} == "$calls" ]] ||
-        die "redis-benchmark ($label): evalsha calls=${calls:-0} failed=${failed_n:-?} sets=${sets:-0}, expected $REDIS_N takes"
+    [[ ${calls:-0} -ge $n && ${failed_n:-1} == 0 && ${sets:-0} == "$calls" ]] ||
+        die "redis-benchmark ($label): evalsha calls=${calls:-0} failed=${failed_n:-?} sets=${sets:-0}, expected $n calls"
     local row
     row=$(tail -n 1 <<<"$out" | tr -d '"')
     IFS=, read -r _ rps _ _ p50 _ p99 _ <<<"$row"
@@ -406,15 +425,20 @@ rb_case() {
     rb_rps+=("$rps")
     rb_p50+=("$p50")
     rb_p99+=("$p99")
-    rb_dps+=("$(awk -v r="$rps" -v c="$counters" 'BEGIN {printf "%.0f", r / c}')")
+    rb_dps+=("$(awk -v r="$rps" -v c="$counters" -v b="$batch" 'BEGIN {printf "%.0f", (b > 0 ? r * b : r / c)}')")
     echo "== redis-benchmark $label: $rps takes/s (p50 $p50 ms, p99 $p99 ms)" >&2
 }
-echo "== redis-benchmark: EVALSHA take, $REDIS_N requests, $REDIS_CONNS clients" >&2
-rb_case "1 counter, one key, -P 1" 1 1 0
-rb_case "1 counter, 100000 keys, -P 1" 1 1 100000
-rb_case "1 counter, one key, -P 16" 1 16 0
-rb_case "3 counters, 100000 keys, -P 3" 3 3 100000
-rb_case "3 counters, 100000 keys, -P 48" 3 48 100000
+if ((REDIS_N > 0)); then
+    rb_setup
+    echo "== redis-benchmark: EVALSHA take, $REDIS_N requests, $REDIS_CONNS clients" >&2
+    rb_case "1 counter, one key, -P 1" 1 1 0
+    rb_case "1 counter, 100000 keys, -P 1" 1 1 100000
+    rb_case "1 counter, one key, -P 16" 1 16 0
+    rb_case "3 counters, 100000 keys, -P 3" 3 3 100000
+    rb_case "3 counters, 100000 keys, -P 48" 3 48 100000
+    rb_case "batch of 16 decisions, one key" 1 1 0 16
+    rb_case "batch of 64 decisions, one key" 1 1 0 64
+fi
 
 # ---- report ------------------------------------------------------------------------
 declare -A rps p50 p99
@@ -423,7 +447,8 @@ for t in $phases; do
     p50[$t]=$(awk -v u="$(median "${p50_all[$t]}")" 'BEGIN {printf "%.2f", u / 1000}')
     p99[$t]=$(awk -v u="$(median "${p99_all[$t]}")" 'BEGIN {printf "%.2f", u / 1000}')
 done
-ratio() { awk -v a="${rps[$1]}" -v b="${rps[$2]}" 'BEGIN {printf "%.2f", a / b}'; }
+# ratio A B: A's calls/s over B's, or null when either phase was not run.
+ratio() { awk -v a="${rps[$1]:-}" -v b="${rps[$2]:-}" 'BEGIN {if (a == "" || b == "" || b == 0) print "null"; else printf "%.2f", a / b}'; }
 what() {
     case $1 in
     local) echo "1 tollgate, local counters" ;;
@@ -450,14 +475,14 @@ mkdir -p "$(dirname "$RESULTS")"
     echo "# rt/c, cmd/c, dec/c: tollgate_cluster_redis_round_trips_total, _redis_commands_total, _decisions_total"
     echo "#   (sums over instances a, b, c) per call answered; R cmd: Redis INFO commandstats calls per call"
     echo "# tg us, R us, hp us: CPU time (user + system) of tollgate (all instances), redis-server, haproxy per call"
-    for t in shared haproxy-1 haproxy-3; do echo "#   Redis commands per call, $t: ${rdetail[$t]}"; done
+    for t in $phases; do [[ $t == local ]] || echo "#   Redis commands per call, $t: ${rdetail[$t]:-}"; done
     echo "# CPU in % of one core during the last round's measurement (wrk and other load take the rest):"
     for t in $phases; do printf '#   %-10s %s\n' "$t" "${cpu_all[$t]}"; done
     echo "shared/local throughput:       $(ratio shared local)"
     echo "haproxy-3/haproxy-1:           $(ratio haproxy-3 haproxy-1)"
     echo "haproxy-1/shared (haproxy hop): $(ratio haproxy-1 shared)"
-    echo "# one Redis primary, the gateway's bucket-take script (EVALSHA), $REDIS_N requests, $REDIS_CONNS clients:"
-    printf '%-32s %12s %12s %8s %8s\n' case 'takes/s' 'decisions/s' 'p50 ms' 'p99 ms'
+    ((REDIS_N == 0)) || echo "# one Redis primary, the gateway's bucket-take script (EVALSHA), $REDIS_N requests, $REDIS_CONNS clients:"
+    ((REDIS_N == 0)) || printf '%-32s %12s %12s %8s %8s\n' case 'calls/s' 'decisions/s' 'p50 ms' 'p99 ms'
     for i in "${!rb_name[@]}"; do
         printf '%-32s %12s %12s %8s %8s\n' "${rb_name[$i]}" "${rb_rps[$i]}" "${rb_dps[$i]}" "${rb_p50[$i]}" "${rb_p99[$i]}"
     done

@@ -11,7 +11,14 @@
 //   3. a reply that never comes (paused past cluster.timeout_ms): every call in flight -32004
 //      (on_unavailable = "deny"), none forwarded; their takes ran late and are not given back;
 //   4. Redis killed and restarted while calls wait in its socket: those -32004, none forwarded,
-//      none both refused and forwarded; the new (empty) Redis then gives exactly the budget.
+//      none both refused and forwarded; the new (empty) Redis then gives exactly the budget;
+//   5. a run across a SCRIPT FLUSH (NOSCRIPT on batches: scripts loaded again, batches sent
+//      again) and a restart of Redis with its data (SAVE, SIGKILL, started again on the same
+//      port), calls racing while the instances reconnect: exactly the budget forwarded in all.
+//
+// The counter operations an instance's loop iteration makes go to Redis as one batch script
+// call (cluster/redis/batch.c): each race asserts that Redis ran fewer EVALSHA than decisions,
+// so the batches, not one call per decision, are what is raced.
 //
 // The stand-in's request log is the proof of what reached the upstream: every call carries a
 // unique argument.
@@ -87,6 +94,12 @@ const race = (s, tag, n, from = 0) => Promise.all(Array.from({ length: n }, (_, 
 const family = (m, name) => Object.entries(m).filter(([k]) => k === name || k.startsWith(name + '{')).reduce((a, [, v]) => a + v, 0);
 const metricsAll = () => Promise.all([0, 1, 2].map((i) => c.metrics(i)));
 const delta = (before, after, name) => after.reduce((a, m, i) => a + family(m, name) - family(before[i], name), 0);
+/** Redis's own count of EVALSHA calls (INFO commandstats). */
+async function evalshaCalls() {
+  const info = String(await c.redis.command('INFO', 'commandstats'));
+  const m = /cmdstat_evalsha:calls=(\d+)/.exec(info);
+  return m ? Number(m[1]) : 0;
+}
 
 /** SIGSTOP, and wait until the kernel says the process is stopped. */
 async function pauseRedis() {
@@ -121,7 +134,7 @@ before(async () => {
   dir = H.makeTempDir(cleanup, 'tollgate-cluster-pipeline-');
   fetchFn = H.makeFetch({ cleanup });
   standin = await H.startStandin({ cleanup, token: UPSTREAM_TOKEN, logFile: path.join(dir, 'standin.log') });
-  const spec = { race: 60, pause: 60, never: 30, restart: 30 };
+  const spec = { race: 60, pause: 60, never: 30, restart: 30, resume: 90 };
   g = {};
   for (const [name, max] of Object.entries(spec)) g[name] = { token: `${name}-${H.randomToken()}`, policy: budgetPolicy(name, max) };
   c = await C.startCluster({
@@ -139,6 +152,7 @@ describe('cluster pipelining: many decisions in flight on each instance\'s Redis
   test('a 150-call race on a budget of 60: exactly 60 forwarded, one round trip per decision, fewer writes than decisions', async (t) => {
     const s = await session(g.race);
     const before = await metricsAll();
+    const ev0 = await evalshaCalls();
     const rs = await race(s, 'race', 150);
     const p = partition(rs, 'race');
     assert.deepEqual([p.oks, p.limited, p.fw], [60, 90, 60], JSON.stringify(rs.filter((r) => !ok(r) && errCode(r) !== -32002)).slice(0, 1500));
@@ -149,11 +163,14 @@ describe('cluster pipelining: many decisions in flight on each instance\'s Redis
     assert.equal(decisions, 150);
     assert.equal(rt, 150, 'one Redis round trip (one EVALSHA) per decision');
     assert.ok(writes > 0 && writes <= decisions, `writes to Redis ${writes} for ${decisions} decisions`);
-    t.diagnostic(`150 decisions: ${rt} round trips in ${writes} writes`);
+    const evalsha = (await evalshaCalls()) - ev0;
+    assert.ok(evalsha < decisions, `Redis ran ${evalsha} EVALSHA for ${decisions} decisions: no batch was made`);
+    t.diagnostic(`150 decisions: ${rt} round trips in ${writes} writes, ${evalsha} EVALSHA`);
   });
 
   test('Redis paused (SIGSTOP) with calls waiting in the sockets, resumed within the deadline: exactly the budget forwarded', async (t) => {
     const s = await session(g.pause);
+    const ev0 = await evalshaCalls();
     const first = race(s, 'pause', 45);
     await pauseRedis();
     let second;
@@ -168,6 +185,9 @@ describe('cluster pipelining: many decisions in flight on each instance\'s Redis
     t.diagnostic(`120 calls: ${p.oks} forwarded, ${p.limited} limited, ${p.unavailable} unavailable`);
     assert.equal(p.unavailable, 0, 'paused for less than cluster.timeout_ms: nothing failed');
     assert.deepEqual([p.oks, p.limited], [60, 60]);
+    const evalsha = (await evalshaCalls()) - ev0;
+    assert.ok(evalsha < 120, `Redis ran ${evalsha} EVALSHA for 120 decisions: the calls queued during the pause were not batched`);
+    t.diagnostic(`120 decisions in ${evalsha} EVALSHA`);
   });
 
   test('a reply that never comes: the calls in flight fail closed (-32004) at the deadline, none forwarded; their late takes are not given back', async (t) => {
@@ -219,5 +239,35 @@ describe('cluster pipelining: many decisions in flight on each instance\'s Redis
     const q = partition(again, 'restart-after');
     t.diagnostic(`after the restart: ${q.oks} forwarded, ${q.limited} limited, ${q.unavailable} unavailable`);
     assert.deepEqual([q.oks, q.limited, q.unavailable], [30, 30, 0]);
+  });
+
+  test('a run across SCRIPT FLUSH and a restart of Redis with its data, calls racing while the instances reconnect: exactly the budget forwarded', async (t) => {
+    const s = await session(g.resume);
+    const before = await metricsAll();
+    const ev0 = await evalshaCalls();
+    const a = await race(s, 'resume-a', 30);
+    // the scripts gone: the next batches meet NOSCRIPT, load them again and are sent once more
+    assert.equal(await c.redis.command('SCRIPT', 'FLUSH'), 'OK');
+    const b = await race(s, 'resume-b', 30);
+    const mid = await metricsAll();
+    assert.ok(delta(before, mid, 'tollgate_cluster_redis_script_loads_total') > 0, 'NOSCRIPT made an instance load the scripts again');
+    assert.ok((await evalshaCalls()) - ev0 < 60, 'the races were batched');
+    // a crash with the counters kept (SAVE first: the bench Redis has no persistence of its own),
+    // and calls racing while the instances notice it and reconnect
+    assert.equal(await c.redis.command('SAVE'), 'OK');
+    await c.redis.restart();
+    const c1 = race(s, 'resume-c', 30); // as the instances find Redis gone
+    await c.instances[0].waitForMetric('tollgate_cluster_redis_up', (v) => v === 1, { token: ADMIN_TOKEN, timeout: 15000 });
+    const c2 = race(s, 'resume-c', 30, 30); // a takes, b and c may still be reconnecting
+    const cc = [...(await c1), ...(await c2)];
+    for (let i = 0; i < 3; i++) await c.instances[i].waitForMetric('tollgate_cluster_redis_up', (v) => v === 1, { token: ADMIN_TOKEN, timeout: 15000 });
+    const d = await race(s, 'resume-d', 60);
+    const p = [partition(a, 'resume-a'), partition(b, 'resume-b'), partition(cc, 'resume-c'), partition(d, 'resume-d')];
+    t.diagnostic(`forwarded per wave ${p.map((x) => x.oks).join('/')}, -32004 ${p.map((x) => x.unavailable).join('/')}`);
+    assert.deepEqual([p[0].oks, p[1].oks], [30, 30], 'the first 60 of the budget of 90, across the SCRIPT FLUSH');
+    assert.equal(p[0].unavailable + p[1].unavailable + p[3].unavailable, 0, 'Redis answered these waves');
+    assert.equal(p[2].oks + p[2].limited + p[2].unavailable, 60, JSON.stringify(cc.filter((r) => !ok(r) && ![-32002, -32004].includes(errCode(r)))).slice(0, 1000));
+    assert.equal(p.reduce((x, y) => x + y.oks, 0), 90, 'exactly the budget forwarded across the restart');
+    assert.equal(p[3].limited, 60 - p[3].oks);
   });
 });
