@@ -134,7 +134,7 @@ void tg_cred_of_request(struct tg_server *srv, const struct tg_conn *c, const ch
          * new conf. The route's RFC 8707 resource is not at hand here, so a token whose aud names
          * only the resource (an issuer without audience) no longer holds: the stream ends, and the
          * client reconnects (fail closed, and rare). */
-        tg_auth_cred_of(conf, tg_http_req_header(&c->req, "authorization"), wall_ms() / 1000, g, cert, cn, NULL,
+        tg_auth_cred_of(conf, tg_http_req_header(c->req, "authorization"), wall_ms() / 1000, g, cert, cn, NULL,
                         &cred);
     }
     *out = cred;

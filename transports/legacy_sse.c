@@ -32,7 +32,7 @@ void tg_legacy_sse_open(struct tg_exchange *x, struct tg_conn *c)
     struct tg_buf b;
     tg_buf_init(&b);
     /* The endpoint is relative to this stream's URL, as the 2024-11-05 transport expects. */
-    struct tg_slice url = tg_http_req_url(&c->req);
+    struct tg_slice url = tg_http_req_url(c->req);
     size_t q = 0;
     while (q < url.len && url.ptr[q] != '?')
         q++;
@@ -58,9 +58,9 @@ static void stream_ended(struct tg_conn *c, const char *why)
 
 void tg_legacy_sse_messages(struct tg_exchange *x, struct tg_conn *c, struct tg_slice query)
 {
-    struct tg_slice ct = tg_http_req_header(&c->req, "content-type");
+    struct tg_slice ct = tg_http_req_header(c->req, "content-type");
     if (ct.ptr == NULL || !tg_slice_has_token(ct, "application/json") ||
-        tg_http_req_header_count(&c->req, "content-type") != 1) {
+        tg_http_req_header_count(c->req, "content-type") != 1) {
         tg_respond_rpc(c, 415, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Unsupported Media Type: Content-Type must be application/json", NULL);
         return;
@@ -82,7 +82,7 @@ void tg_legacy_sse_messages(struct tg_exchange *x, struct tg_conn *c, struct tg_
         return;
     }
     tg_channel_ref(ch);
-    int status = tg_channel_message(ch, x, c->req.body.base ? c->req.body.base : "", c->req.body.len);
+    int status = tg_channel_message(ch, x, c->req->body.base ? c->req->body.base : "", c->req->body.len);
     tg_channel_unref(ch);
     if (status == 401) {
         const char *ended = tg_cred_ended_why(x->srv, sid, x->grant->name); /* noted as the stream ended */

@@ -373,7 +373,7 @@ static int accept_ok(struct tg_slice accept, int need_json, int need_sse)
 
 int tg_streamable_accepts_sse(struct tg_conn *c)
 {
-    if (accept_ok(tg_http_req_header(&c->req, "accept"), 0, 1))
+    if (accept_ok(tg_http_req_header(c->req, "accept"), 0, 1))
         return 1;
     tg_respond_rpc(c, 406, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                         "Not Acceptable: Accept must list text/event-stream", NULL);
@@ -401,7 +401,7 @@ static void handle_batch(struct tg_exchange *x, struct tg_conn *c, const char *b
         tg_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_PARSE_ERROR, msg, NULL);
         return;
     }
-    struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
+    struct tg_slice sid = tg_http_req_header(c->req, "mcp-session-id");
     struct tg_session *s = sid.ptr ? tg_session_find(srv->sessions, sid) : NULL;
     const char *refusal = NULL;
     int status = 400;
@@ -450,7 +450,7 @@ static void answer_local_init(struct tg_conn *c, struct tg_session *s, struct tg
 /* The session a POST names, or an answered refusal (NULL). */
 static struct tg_session *post_session(struct tg_exchange *x, struct tg_conn *c, struct tg_msg *m)
 {
-    struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
+    struct tg_slice sid = tg_http_req_header(c->req, "mcp-session-id");
     if (m->kind == TG_MSG_REQUEST && m->mid == TG_M_INITIALIZE) {
         if (sid.ptr != NULL) {
             tg_respond_rpc(c, 400, NULL, m->id_raw, m->id_len, TG_RPC_INVALID_REQUEST,
@@ -496,7 +496,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
         return 1;
     }
     if (claim.era != TG_ERA_2026) {
-        struct tg_slice pv = tg_http_req_header(&c->req, "mcp-protocol-version");
+        struct tg_slice pv = tg_http_req_header(c->req, "mcp-protocol-version");
         char v[32];
         if (pv.ptr != NULL && pv.len < sizeof(v)) {
             memcpy(v, pv.ptr, pv.len);
@@ -520,7 +520,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
     }
     struct tg_mcp_header h[TG_HTTP_MAX_HEADERS];
     size_t nh = 0;
-    const struct tg_http_req *req = &c->req;
+    const struct tg_http_req *req = c->req;
     for (int i = 0; i < req->nheaders; i++) {
         const struct tg_http_header *hd = &req->headers[i];
         struct tg_slice name = tg_slice_of(req->head.base + hd->name_off, hd->name_len);
@@ -610,7 +610,7 @@ static int handle_modern(struct tg_exchange *x, struct tg_conn *c, struct tg_msg
 void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
 {
     struct tg_server *srv = x->srv;
-    struct tg_http_req *req = &c->req;
+    struct tg_http_req *req = c->req;
     struct tg_slice ct = tg_http_req_header(req, "content-type");
     if (ct.ptr == NULL || !tg_slice_has_token(ct, "application/json") ||
         tg_http_req_header_count(req, "content-type") != 1) {
@@ -684,7 +684,7 @@ void tg_streamable_post(struct tg_exchange *x, struct tg_conn *c)
 
 static struct tg_session *require_session(struct tg_exchange *x, struct tg_conn *c)
 {
-    struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
+    struct tg_slice sid = tg_http_req_header(c->req, "mcp-session-id");
     if (sid.ptr == NULL) {
         tg_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Bad Request: Mcp-Session-Id header is required", NULL);
@@ -695,7 +695,7 @@ static struct tg_session *require_session(struct tg_exchange *x, struct tg_conn 
         tg_respond_rpc(c, 404, NULL, NULL, 0, TG_RPC_INVALID_REQUEST, "Session not found", NULL);
         return NULL;
     }
-    struct tg_slice pv = tg_http_req_header(&c->req, "mcp-protocol-version");
+    struct tg_slice pv = tg_http_req_header(c->req, "mcp-protocol-version");
     if (pv.ptr != NULL && !tg_mcp_version_supported(pv)) {
         tg_respond_rpc(c, 400, NULL, NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Bad Request: unsupported MCP-Protocol-Version", NULL);
@@ -750,7 +750,7 @@ void tg_streamable_get(struct tg_exchange *x, struct tg_conn *c)
         tg_http_respond(c, 405, "Allow: POST, DELETE\r\n", NULL, "", 0);
         return;
     }
-    struct tg_slice last = tg_http_req_header(&c->req, "last-event-id");
+    struct tg_slice last = tg_http_req_header(c->req, "last-event-id");
     if (last.ptr != NULL) {
         resume_stream(c, s, last);
         return;

@@ -24,7 +24,7 @@ static void on_ws_closed(void *ud) { tg_channel_gone(ud); }
 
 void tg_ws_channel_open(struct tg_exchange *x, struct tg_conn *c)
 {
-    struct tg_http_req *req = &c->req;
+    struct tg_http_req *req = c->req;
     struct tg_slice up = tg_http_req_header(req, "upgrade");
     struct tg_slice conn = tg_http_req_header(req, "connection");
     struct tg_slice ver = tg_http_req_header(req, "sec-websocket-version");
@@ -32,7 +32,7 @@ void tg_ws_channel_open(struct tg_exchange *x, struct tg_conn *c)
     struct tg_slice proto = tg_http_req_header(req, "sec-websocket-protocol");
     char accept[32];
     if (up.ptr == NULL || !tg_slice_eq_nocase(up, "websocket") || !tg_slice_has_token(conn, "upgrade") ||
-        !c->req.upgrade) {
+        !c->req->upgrade) {
         tg_respond_rpc(c, 426, "Upgrade: websocket\r\n", NULL, 0, TG_RPC_INVALID_REQUEST,
                             "Upgrade Required: /ws is a WebSocket endpoint", NULL);
         return;

@@ -38,7 +38,7 @@ static int admin_authorized(struct tg_server *srv, struct tg_conn *c)
         return 0;
     struct tg_slice tok;
     uint8_t h[32];
-    if (tg_auth_bearer(tg_http_req_header(&c->req, "authorization"), &tok) != 0)
+    if (tg_auth_bearer(tg_http_req_header(c->req, "authorization"), &tok) != 0)
         return 0;
     tg_sha256(tok.ptr, tok.len, h);
     return tg_ct_equal(h, srv->conf->admin.token_sha256, 32);
@@ -60,7 +60,7 @@ static int admin_api_gate(struct tg_server *srv, struct tg_conn *c)
     }
     if (admin_authorized(srv, c))
         return 1;
-    if (tg_http_req_header(&c->req, "authorization").ptr != NULL) {
+    if (tg_http_req_header(c->req, "authorization").ptr != NULL) {
         tg_admin_throttle_failed(srv, c, TG_ADMIN_DOOR_API);
         tg_log(TG_LOG_WARN, "admin API bearer refused", "conn=%llu", (unsigned long long)c->id);
     }
@@ -406,7 +406,7 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
      * and the page. */
     struct decide_wait *w = tg_xcalloc(1, sizeof(*w));
     snprintf(w->by, sizeof(w->by), "api");
-    struct tg_slice who = tg_http_req_header(&c->req, "x-tollgate-approver");
+    struct tg_slice who = tg_http_req_header(c->req, "x-tollgate-approver");
     if (who.ptr != NULL && who.len > 0) {
         /* Recorded as given (JSON-escaped where it is written), printable ASCII only, bounded. */
         size_t o = 0;
@@ -420,11 +420,11 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
      * must be the parked call's; deny may give a reason ({"reason":"..."}) that goes to the client
      * in error.data.reason, as the page's form field does. Refused (400) rather than cut or
      * ignored when it is not that. */
-    if (c->req.body.len > 0) {
+    if (c->req->body.len > 0) {
         struct tg_json_doc doc = {0};
         const char *jerr;
         size_t joff;
-        int bad = tg_json_parse(c->req.body.base, c->req.body.len, 8, 1, &doc, &jerr, &joff) != 0;
+        int bad = tg_json_parse(c->req->body.base, c->req->body.len, 8, 1, &doc, &jerr, &joff) != 0;
         const cJSON *r = bad ? NULL : tg_json_get(doc.root, "reason");
         const cJSON *d = bad ? NULL : tg_json_get(doc.root, "digest");
         bad = bad || !cJSON_IsObject(doc.root) || (r != NULL && !cJSON_IsString(r)) ||
@@ -453,7 +453,7 @@ static void admin_decide(struct tg_server *srv, struct tg_conn *c, struct tg_sli
 
 void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)
 {
-    struct tg_slice url = tg_http_req_url(&c->req);
+    struct tg_slice url = tg_http_req_url(c->req);
     size_t q = 0;
     while (q < url.len && url.ptr[q] != '?')
         q++;
@@ -490,15 +490,15 @@ void tg_admin_handle(struct tg_server *srv, struct tg_conn *c)
         }
         if (!admin_api_gate(srv, c))
             return;
-        if (tg_slice_eq(path, TG_SLICE("/admin/approvals")) && c->req.method == HTTP_GET) {
+        if (tg_slice_eq(path, TG_SLICE("/admin/approvals")) && c->req->method == HTTP_GET) {
             list_approvals(srv, c);
             return;
         }
-        if (tg_slice_starts_with(path, "/admin/approvals/") && c->req.method == HTTP_POST) {
+        if (tg_slice_starts_with(path, "/admin/approvals/") && c->req->method == HTTP_POST) {
             admin_decide(srv, c, tg_slice_of(path.ptr + 17, path.len - 17));
             return;
         }
-        if (tg_slice_eq(path, TG_SLICE("/admin/reload")) && c->req.method == HTTP_POST) {
+        if (tg_slice_eq(path, TG_SLICE("/admin/reload")) && c->req->method == HTTP_POST) {
             /* Answered when the reload is over (the conf is read off the loop). */
             struct tg_http_wait *w = tg_xcalloc(1, sizeof(*w));
             tg_http_wait_start(w, c);

@@ -85,7 +85,7 @@ static int is_id(struct tg_slice s)
 /* The value of cookie `name` in the Cookie header, or an empty slice. */
 static struct tg_slice cookie_value(struct tg_conn *c, const char *name)
 {
-    struct tg_slice h = tg_http_req_header(&c->req, "cookie");
+    struct tg_slice h = tg_http_req_header(c->req, "cookie");
     size_t nl = strlen(name), i = 0;
     while (h.ptr != NULL && i < h.len) {
         while (i < h.len && (h.ptr[i] == ' ' || h.ptr[i] == ';'))
@@ -231,10 +231,10 @@ static int session_open(struct tg_server *srv, char id[ID_HEX + 1], const char *
 /* Does the request carry this session's CSRF token (header X-CSRF-Token, or form field csrf)? */
 static int csrf_ok(struct tg_conn *c, const struct ui_session *s)
 {
-    struct tg_slice t = tg_http_req_header(&c->req, "x-csrf-token");
+    struct tg_slice t = tg_http_req_header(c->req, "x-csrf-token");
     char field[ID_HEX + 2];
     if (t.ptr == NULL) {
-        long n = form_value(tg_slice_of(c->req.body.base, c->req.body.len), "csrf", field, sizeof(field));
+        long n = form_value(tg_slice_of(c->req->body.base, c->req->body.len), "csrf", field, sizeof(field));
         if (n < 0)
             return 0;
         t = tg_slice_of(field, (size_t)n);
@@ -292,7 +292,7 @@ static void on_login(struct tg_server *srv, struct tg_conn *c)
         return;
     }
     char tok[TOKEN_MAX];
-    long n = form_value(tg_slice_of(c->req.body.base, c->req.body.len), "token", tok, sizeof(tok));
+    long n = form_value(tg_slice_of(c->req->body.base, c->req->body.len), "token", tok, sizeof(tok));
     uint8_t h[32];
     int ok = 0;
     if (n > 0) {
@@ -301,7 +301,7 @@ static void on_login(struct tg_server *srv, struct tg_conn *c)
     }
     memset(tok, 0, sizeof(tok));
     char id[ID_HEX + 1], approver[sizeof(sessions[0].approver)];
-    if (form_value(tg_slice_of(c->req.body.base, c->req.body.len), "approver", approver, sizeof(approver)) < 0)
+    if (form_value(tg_slice_of(c->req->body.base, c->req->body.len), "approver", approver, sizeof(approver)) < 0)
         approver[0] = '\0'; /* none, or longer than the form's field takes */
     if (!ok)
         tg_admin_throttle_failed(srv, c, TG_ADMIN_DOOR_PAGE);
@@ -393,7 +393,7 @@ static void on_decide(struct tg_server *srv, struct tg_conn *c, const struct ui_
         return;
     }
     char reason[REASON_MAX + 1] = "";
-    long rn = approve ? -1 : form_value(tg_slice_of(c->req.body.base, c->req.body.len), "reason", reason, sizeof(reason));
+    long rn = approve ? -1 : form_value(tg_slice_of(c->req->body.base, c->req->body.len), "reason", reason, sizeof(reason));
     if (rn == -2) { /* refused rather than cut: the approver's words reach the client whole or not at all */
         respond_json(c, 400, "{\"error\":\"the reason is longer than 600 bytes\"}");
         return;
@@ -402,7 +402,7 @@ static void on_decide(struct tg_server *srv, struct tg_conn *c, const struct ui_
         reason[0] = '\0';
     clean_text(reason);
     char digest[ID_HEX + 1] = "";
-    if (approve && form_value(tg_slice_of(c->req.body.base, c->req.body.len), "digest", digest, sizeof(digest)) < 0)
+    if (approve && form_value(tg_slice_of(c->req->body.base, c->req->body.len), "digest", digest, sizeof(digest)) < 0)
         digest[0] = '\0'; /* none: refused as any digest but the call's */
     struct ui_wait *w = wait_new(c);
     w->approve = approve;
@@ -411,7 +411,7 @@ static void on_decide(struct tg_server *srv, struct tg_conn *c, const struct ui_
 
 void tg_approvals_page_handle(struct tg_server *srv, struct tg_conn *c, struct tg_slice path)
 {
-    int get = c->req.method == HTTP_GET, post = c->req.method == HTTP_POST;
+    int get = c->req->method == HTTP_GET, post = c->req->method == HTTP_POST;
     if (tg_slice_eq(path, TG_SLICE("/admin/ui"))) {
         respond(c, 308, "Location: /admin/ui/\r\n", "text/plain", "see /admin/ui/\n", 15);
         return;

@@ -21,7 +21,7 @@ int tg_dpop_gate(struct tg_server *srv, struct tg_conn *c, struct tg_slice path,
     if (!who->dpop && who->jkt[0] == '\0' &&
         (who->jwt == 0 || (size_t)who->jwt > conf->njwt || conf->jwt[who->jwt - 1].dpop != TG_DPOP_REQUIRED))
         return 0; /* a bearer token that is not bound, where that is allowed: nothing to check */
-    struct tg_http_req *req = &c->req;
+    struct tg_http_req *req = c->req;
     size_t max = (size_t)srv->conf->limits.dpop_replay_entries;
     if (srv->dpop_replay == NULL && who->dpop)
         srv->dpop_replay = tg_dpop_replay_new(max); /* made by the first proof, kept across reloads */

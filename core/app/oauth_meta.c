@@ -24,7 +24,7 @@ void tg_oauth_meta_base_url(struct tg_server *srv, struct tg_conn *c, struct tg_
         return;
     }
     tg_buf_appends(out, c->listener->tls ? "https://" : "http://");
-    struct tg_slice host = tg_http_req_header(&c->req, "host");
+    struct tg_slice host = tg_http_req_header(c->req, "host");
     int ok = host.ptr != NULL && host.len > 0 && host.len < 256;
     for (size_t i = 0; ok && i < host.len; i++) {
         char ch = host.ptr[i];

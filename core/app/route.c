@@ -26,6 +26,7 @@
 #include "transports/channel.h"
 #include "transports/cred_watch.h"
 #include "transports/http1/http1.h"
+#include "core/mcp/legacy.h"
 #include "transports/legacy_sse.h"
 #include "transports/respond.h"
 #include "core/wire/tls.h"
@@ -227,11 +228,13 @@ static void on_shared_record(void *ud, int found, const struct tg_shared_session
             s->last_active_ms = s->shared_touch_ms = uv_now(srv->loop);
             s->shared = 1;
             s->initialized = 1;
-            s->subject = tg_xstrdup(w->subject);
+            tg_session_set_subject(s, w->subject);
             tg_hex_decode(w->owner, 64, s->subject_sha256);
             s->subject_tag = w->tag; /* its owner asked (match): later requests skip the SHA-256 */
             s->subject_serial = w->serial, s->subject_jwt = w->jwt;
-            tg_strlcpy(s->proto, rec->proto, sizeof(s->proto));
+            /* a member wrote its session's version: one the gateway knows, or "" */
+            const char *known = rec->proto != NULL ? tg_mcp_version_known(tg_slice_cstr(rec->proto)) : NULL;
+            s->proto = known != NULL ? known : "";
             s->up_session = rec->up_session ? tg_xstrdup(rec->up_session) : NULL;
             if (rec->up_modern) {
                 s->up_modern = 1;
@@ -257,7 +260,7 @@ static int wait_for_shared_session(struct tg_server *srv, struct tg_conn *c, con
                                    int upstream)
 {
     const struct tg_grant_conf *g = who->grant;
-    struct tg_slice sid = tg_http_req_header(&c->req, "mcp-session-id");
+    struct tg_slice sid = tg_http_req_header(c->req, "mcp-session-id");
     if (sid.ptr == NULL || sid.len != TG_SESSION_ID_LEN || tg_session_find(srv->sessions, sid) != NULL ||
         !tg_session_id_sealed(srv->sessions, sid))
         return 0; /* here, absent, or forged: the transport answers as it always does */
@@ -279,7 +282,7 @@ static int wait_for_shared_session(struct tg_server *srv, struct tg_conn *c, con
 
 void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
 {
-    struct tg_http_req *req = &c->req;
+    struct tg_http_req *req = c->req;
     struct tg_slice url = tg_http_req_url(req);
     size_t q = 0;
     while (q < url.len && url.ptr[q] != '?')
@@ -374,8 +377,8 @@ void tg_route_handle(struct tg_server *srv, struct tg_conn *c)
     if (tg_dpop_gate(srv, c, path, &who, authz))
         return; /* 401: a DPoP-bound token without its proof, or DPoP where the issuer has none */
     const struct tg_grant_conf *g = who.grant;
-    if (c->env->access_log && c->x != NULL) { /* who, for the access line (copies: a reload may free the conf) */
-        struct tg_http_scratch *x = c->x;
+    if (c->env->access_log && c->req != NULL) { /* who, for the access line (copies: a reload may free the conf) */
+        struct tg_http_scratch *x = tg_http_scratch_of(c);
         tg_strlcpy(x->log_grant, g->name, sizeof(x->log_grant));
         tg_strlcpy(x->log_subject, who.subject, sizeof(x->log_subject));
         tg_strlcpy(x->log_upstream, srv->conf->upstreams[upstream].name, sizeof(x->log_upstream));

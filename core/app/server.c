@@ -432,12 +432,13 @@ void tg_server_dispose(struct tg_app *app)
         flush_all(srv);
         uv_run(srv->loop, UV_RUN_DEFAULT);
     } while (!tg_list_empty(&app->http.conn_pending) || !tg_list_empty(&srv->dead_calls));
+    tg_http_env_close(&app->http); /* the connections' deadline timer */
     if (app->flush_ready) {
         uv_close((uv_handle_t *)&app->flush_check, NULL);
         uv_close((uv_handle_t *)&app->flush_prepare, NULL);
         uv_close((uv_handle_t *)&app->pending_idle, NULL);
-        uv_run(srv->loop, UV_RUN_DEFAULT);
     }
+    uv_run(srv->loop, UV_RUN_DEFAULT);
     for (size_t i = 0; i < app->nlisteners; i++)
         tg_tls_ctx_free(app->listeners[i].http.tls);
     free(app->listeners);

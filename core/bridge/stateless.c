@@ -500,7 +500,7 @@ void tg_bridge_adopt(struct tg_exchange *x)
     s->u.bridge = b;
     if (x->uc->init_local) {
         /* The upstream hears 2025 from this session: the gateway speaks the latest 2025 version. */
-        tg_strlcpy(s->proto, TG_PROTO_LATEST, sizeof(s->proto));
+        s->proto = TG_PROTO_LATEST;
         s->initialized = 1;
         b->state = BOOT_READY;
     }

@@ -115,10 +115,20 @@ void tg_session_table_seal(struct tg_session_table *t, const uint8_t secret[32])
     memcpy(t->secret, secret, 32);
 }
 
+/* A zeroed session with room for its grant's name. */
+static struct tg_session *session_new(const char *grant)
+{
+    size_t n = strlen(grant) + 1;
+    struct tg_session *s = tg_xcalloc(1, sizeof(*s) + n);
+    memcpy(s->grant_name, grant, n);
+    s->grant = s->grant_name;
+    s->proto = "";
+    return s;
+}
+
 static void insert(struct tg_session_table *t, struct tg_session *s, const char *grant, int upstream)
 {
     tg_b64url_encode(s->id, sizeof(s->id), s->id_str);
-    s->grant = tg_xstrdup(grant);
     s->upstream = upstream;
     s->live = 1;
     s->refcnt = 1;
@@ -141,7 +151,7 @@ static void insert(struct tg_session_table *t, struct tg_session *s, const char 
 
 struct tg_session *tg_session_create(struct tg_session_table *t, const char *grant, int upstream)
 {
-    struct tg_session *s = tg_xcalloc(1, sizeof(*s));
+    struct tg_session *s = session_new(grant);
     if (tg_random(s->id, t->sealed ? 8 : sizeof(s->id)) != 0)
         abort(); /* no randomness means no unguessable ids: refuse to run rather than issue weak ones */
     if (t->sealed)
@@ -169,7 +179,7 @@ struct tg_session *tg_session_adopt(struct tg_session_table *t, struct tg_slice 
     uint8_t raw[16];
     if (!tg_session_id_sealed(t, id) || decode_id(id, raw) != 0 || tg_session_find(t, id) != NULL)
         return NULL;
-    struct tg_session *s = tg_xcalloc(1, sizeof(*s));
+    struct tg_session *s = session_new(grant);
     memcpy(s->id, raw, 16);
     insert(t, s, grant, upstream);
     if (memcmp(s->id_str, id.ptr, id.len) != 0) { /* not the canonical spelling of these bytes */
@@ -253,6 +263,12 @@ void tg_session_remove(struct tg_session_table *t, struct tg_session *s)
     tg_session_unref(s);
 }
 
+void tg_session_set_subject(struct tg_session *s, const char *subject)
+{
+    /* A grant's own principal is named after the grant: no copy of its own (a 32-byte chunk) */
+    s->subject = strcmp(subject, s->grant_name) == 0 ? s->grant_name : tg_xstrdup(subject);
+}
+
 struct tg_session *tg_session_ref(struct tg_session *s)
 {
     s->refcnt++;
@@ -263,8 +279,8 @@ void tg_session_unref(struct tg_session *s)
 {
     if (--s->refcnt > 0)
         return;
-    free(s->grant);
-    free(s->subject);
+    if (s->subject != s->grant_name)
+        free(s->subject);
     free(s->issuer);
     free(s->claims);
     free(s->up_session);

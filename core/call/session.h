@@ -28,8 +28,10 @@ struct tg_session {
     char id_str[TG_SESSION_ID_LEN + 1];
     unsigned char up_modern; /* a 2025 session on a 2026-07-28-only upstream: the gateway answered
                               * initialize, requests go as 2026 (u.client_caps below) */
-    char *grant;       /* grant name (copied: grants can change on reload) */
-    char *subject;     /* who inside the grant made it (a 2025 session; copied), or NULL */
+    const char *grant; /* grant name: a copy (grants can change on reload), kept in grant_name */
+    char *subject;     /* who inside the grant made it (a 2025 session; copied by
+                        * tg_session_set_subject: grant_name itself when it is the grant's name, as an
+                        * anonymous or static-token grant's is), or NULL */
     char *issuer;      /* with subject: its JWT's issuer (copied), or NULL (none) */
     char *claims;      /* with subject: the claims of its maker's JWT that its policy's "set" names
                         * (a compact JSON object, policy/bind.h), for the requests of a channel, which
@@ -38,8 +40,6 @@ struct tg_session {
                                  * request naming the session must match (else 404) */
     uint64_t subject_tag;       /* tg_principal_tag() of its maker, 0 if not known */
     uint64_t subject_serial;    /* with subject_tag: the conf serial, and its maker's who->jwt */
-    int subject_jwt;            /* under it (a request under the same conf is matched by index) */
-    int upstream;      /* index into the server's upstreams */
     char *listen_uris; /* up_modern: the resources its client subscribed to (a JSON array, bounded by
                         * TG_LISTEN_URIS_MAX and _BYTES in core/bridge/listen.h),
                         * which every listen standing in for its GET stream asks for; owned */
@@ -49,19 +49,10 @@ struct tg_session {
                         * makes (DELETE, a reply, a legacy SSE stream's POSTs); owned, or NULL */
     char *up_who, *up_token; /* a channel's session on a token_exchange upstream: whose JWT opened the
                               * channel, and that JWT, for its calls (core/call/upauth.c); owned */
-    char proto[24];    /* negotiated protocol version */
-    /* The flags together, next to proto (no holes between wider members). */
-    unsigned char log_level; /* up_modern: the level logging/setLevel asked for (tg_mcp_log_level), 0 none */
-    uint8_t initialized;   /* the initialize exchange succeeded */
-    uint8_t live;          /* in the table (0 after DELETE or expiry) */
-    uint8_t init_pending;  /* initialize sent upstream, answer not seen yet */
-    unsigned char shared;  /* its record is in the cluster's Redis (published or adopted) */
-    int refcnt;
+    const char *proto; /* negotiated protocol version: a version the gateway knows, as
+                        * tg_mcp_version_known() gives it (a static string), or "" */
     uint64_t last_active_ms;
     uint64_t shared_touch_ms; /* when this gateway last renewed the record's expiry */
-    unsigned inflight;
-    int stalled;            /* client connections still holding a big answer of this session */
-    int nserver_reqs;       /* of server_reqs */
     struct tg_list calls;   /* in-flight calls of this session (struct tg_call, core/call/call.c) */
     struct tg_call *get_stream; /* the call carrying the session's stream of server messages, if any */
     struct tg_sink *channel;    /* the session's long-lived client stream (legacy SSE, WebSocket), if any */
@@ -81,6 +72,20 @@ struct tg_session {
     struct tg_list streams; /* router's resumable client streams (replay buffers) */
     struct tg_session *hnext;
     struct tg_list link;    /* table's list, oldest activity first is not kept: sweep scans */
+    /* The narrow members together, last (no holes between wider members). */
+    int subject_jwt;        /* with subject_tag: under it (a request under the same conf is matched by index) */
+    int upstream;           /* index into the server's upstreams */
+    int refcnt;
+    unsigned inflight;
+    int stalled;            /* client connections still holding a big answer of this session */
+    uint8_t nserver_reqs;   /* of server_reqs, at most TG_MCP_MAX_SERVER_REQUESTS (core/mcp/legacy.h) */
+    unsigned char log_level; /* up_modern: the level logging/setLevel asked for (tg_mcp_log_level), 0 none */
+    uint8_t initialized : 1;  /* the initialize exchange succeeded */
+    uint8_t live : 1;         /* in the table (0 after DELETE or expiry) */
+    uint8_t init_pending : 1; /* initialize sent upstream, answer not seen yet */
+    uint8_t shared : 1;       /* its record is in the cluster's Redis (published or adopted) */
+    char grant_name[];      /* in the session's own allocation: a separate copy would take a
+                             * malloc chunk of its own (32 bytes for a short name) */
 };
 
 struct tg_session_table;
@@ -103,6 +108,8 @@ int tg_session_id_sealed(const struct tg_session_table *t, struct tg_slice id);
 struct tg_session *tg_session_adopt(struct tg_session_table *t, struct tg_slice id, const char *grant, int upstream);
 /* Remove from the table and drop the table's reference. */
 void tg_session_remove(struct tg_session_table *t, struct tg_session *s);
+/* s->subject = a copy of subject (once). */
+void tg_session_set_subject(struct tg_session *s, const char *subject);
 struct tg_session *tg_session_ref(struct tg_session *s);
 void tg_session_unref(struct tg_session *s);
 

@@ -731,7 +731,7 @@ int tg_dispatch_session_open(struct tg_exchange *x)
             tg_principal_of_grant(g, &own);
             who = &own;
         }
-        s->subject = tg_xstrdup(who->subject);
+        tg_session_set_subject(s, who->subject);
         const char *iss = tg_principal_issuer(srv->conf, who);
         s->issuer = iss[0] != '\0' ? tg_xstrdup(iss) : NULL;
         tg_principal_sha256(srv->conf, who, s->subject_sha256); /* once: the cluster record binds it */

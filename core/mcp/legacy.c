@@ -13,13 +13,15 @@
 
 static const char *const supported_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL};
 
-int tg_mcp_version_supported(struct tg_slice v)
+const char *tg_mcp_version_known(struct tg_slice v)
 {
     for (int i = 0; supported_versions[i]; i++)
         if (tg_slice_eq(v, tg_slice_cstr(supported_versions[i])))
-            return 1;
-    return 0;
+            return supported_versions[i];
+    return NULL;
 }
+
+int tg_mcp_version_supported(struct tg_slice v) { return tg_mcp_version_known(v) != NULL; }
 
 int tg_mcp_batch_allowed(const char *proto) { return strcmp(proto, "2025-03-26") == 0; }
 
@@ -32,9 +34,9 @@ void tg_mcp_note_init_result(struct tg_session *s, const char *p, size_t n, int 
     cJSON *pv = tg_json_get(res, "protocolVersion");
     /* It goes into every later MCP-Protocol-Version header: only a version the gateway knows
      * (an upstream's JSON string may carry CR/LF). */
-    if (cJSON_IsString(pv) && strlen(pv->valuestring) < sizeof(s->proto) &&
-        tg_mcp_version_supported(tg_slice_cstr(pv->valuestring))) {
-        strcpy(s->proto, pv->valuestring);
+    const char *known = cJSON_IsString(pv) ? tg_mcp_version_known(tg_slice_cstr(pv->valuestring)) : NULL;
+    if (known != NULL) {
+        s->proto = known;
         s->initialized = 1;
     } else if (cJSON_IsObject(res)) {
         char esc[64];
@@ -44,6 +46,8 @@ void tg_mcp_note_init_result(struct tg_session *s, const char *p, size_t n, int 
     }
     cJSON_Delete(doc.root);
 }
+
+_Static_assert(TG_MCP_MAX_SERVER_REQUESTS <= UINT8_MAX, "tg_session.nserver_reqs is a uint8_t");
 
 void tg_mcp_note_server_request(struct tg_session *s, struct tg_slice id)
 {
@@ -89,10 +93,8 @@ static const char *agreed_version(struct tg_session *s, struct tg_msg *m)
 {
     cJSON *params = tg_json_get(m->root, "params");
     cJSON *pv = tg_json_get(params, "protocolVersion");
-    const char *ver = TG_PROTO_LATEST;
-    if (cJSON_IsString(pv) && tg_mcp_version_supported(tg_slice_cstr(pv->valuestring)))
-        ver = pv->valuestring;
-    snprintf(s->proto, sizeof(s->proto), "%s", ver);
+    const char *ver = cJSON_IsString(pv) ? tg_mcp_version_known(tg_slice_cstr(pv->valuestring)) : NULL;
+    s->proto = ver != NULL ? ver : TG_PROTO_LATEST;
     s->initialized = 1;
     return s->proto;
 }

@@ -15,6 +15,9 @@ struct tg_upstream_conf;
 #define TG_MCP_MAX_SERVER_REQUESTS 64
 
 int tg_mcp_version_supported(struct tg_slice v);
+/* The gateway's own static copy of v if it is a version the gateway knows, else NULL (what a
+ * session's proto points to). */
+const char *tg_mcp_version_known(struct tg_slice v);
 /* JSON-RPC batches exist only in 2025-03-26. */
 int tg_mcp_batch_allowed(const char *proto);
 /* Learn the negotiated version from an initialize result (the session is then initialized). */

@@ -67,7 +67,7 @@ static void on_up_data(struct tg_conn *c, void *ud)
 
 static void check_limits(const struct fnet *n, const struct tg_conn *c)
 {
-    const struct tg_http_req *r = &c->req;
+    const struct tg_http_req *r = c->req;
     if (r->head.len > (size_t)n->limits.header_bytes || r->body.len > (size_t)n->limits.body_bytes)
         abort();
     if (r->nheaders > TG_HTTP_MAX_HEADERS)
@@ -87,12 +87,12 @@ static void handler(struct fnet *n, struct tg_conn *c)
 {
     check_limits(n, c);
     st.requests++;
-    struct tg_slice url = tg_http_req_url(&c->req);
+    struct tg_slice url = tg_http_req_url(c->req);
     /* Exercise the lookups the router makes on every request. */
-    (void)tg_http_req_header(&c->req, "content-type");
-    (void)tg_http_req_header_count(&c->req, "authorization");
+    (void)tg_http_req_header(c->req, "content-type");
+    (void)tg_http_req_header_count(c->req, "authorization");
     if (tg_slice_eq(url, TG_SLICE("/echo"))) {
-        tg_http_respond(c, 200, NULL, "application/json", c->req.body.base, c->req.body.len);
+        tg_http_respond(c, 200, NULL, "application/json", c->req->body.base, c->req->body.len);
     } else if (tg_slice_eq(url, TG_SLICE("/later")) || tg_slice_eq(url, TG_SLICE("/sse"))) {
         st.held = c;
         st.held_stream = url.len == 4;
@@ -105,7 +105,7 @@ static void handler(struct fnet *n, struct tg_conn *c)
         uv_idle_start(&st.later, on_later);
     } else if (tg_slice_eq(url, TG_SLICE("/close"))) {
         tg_conn_close(c, "the handler closes");
-    } else if (tg_slice_eq(url, TG_SLICE("/up")) && c->x->parser.upgrade) {
+    } else if (tg_slice_eq(url, TG_SLICE("/up")) && tg_http_scratch_of(c)->parser.upgrade) {
         st.upgraded = 1;
         tg_http_upgrade(c, "Upgrade: echo\r\nConnection: Upgrade\r\n");
         tg_http_take_over(c, on_up_data, NULL, NULL, NULL);

@@ -77,7 +77,7 @@ static void handler(struct fnet *n, struct tg_conn *c)
 {
     (void)n;
     char accept[32];
-    if (!c->x->parser.upgrade || tg_ws_accept_key(tg_http_req_header(&c->req, "sec-websocket-key"), accept) != 0) {
+    if (!tg_http_scratch_of(c)->parser.upgrade || tg_ws_accept_key(tg_http_req_header(c->req, "sec-websocket-key"), accept) != 0) {
         tg_http_respond(c, 426, "Upgrade: websocket\r\n", "text/plain", "upgrade", 7);
         return;
     }
@@ -181,12 +181,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         chunk = size;
     for (size_t off = 0; off < size; off += chunk)
         fnet_send(n, data + off, size - off < chunk ? size - off : chunk);
-    if ((st.mode & 0x10) && n->conn != NULL && n->conn->phase == TG_CONN_UPGRADED && n->conn->up_tick != NULL) {
+    if ((st.mode & 0x10) && n->conn != NULL && n->conn->phase == TG_CONN_UPGRADED && n->conn->up != NULL && n->conn->up->tick != NULL) {
         /* The ping timer, fired by hand: a ping goes out; the second tick finds no pong. */
-        n->conn->up_tick(n->conn, n->conn->up_ud);
+        n->conn->up->tick(n->conn, n->conn->up->ud);
         fnet_settle(n);
-        if (n->conn != NULL && n->conn->phase == TG_CONN_UPGRADED && n->conn->up_tick != NULL)
-            n->conn->up_tick(n->conn, n->conn->up_ud);
+        if (n->conn != NULL && n->conn->phase == TG_CONN_UPGRADED && n->conn->up != NULL && n->conn->up->tick != NULL)
+            n->conn->up->tick(n->conn, n->conn->up->ud);
         fnet_settle(n);
     }
     check_frames(n);

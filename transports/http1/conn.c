@@ -60,29 +60,33 @@ void tg__http_req_reset(struct tg_http_req *r)
     r->head_flags = 0;
 }
 
-/* A request begins (llhttp's first byte of it, or the fast path's whole of it). */
-static void message_begin(struct tg_conn *c)
+/* A request begins (llhttp's first byte of it, or the fast path's whole of it): its state, not
+ * yet its phase. */
+static void request_begin(struct tg_conn *c)
 {
     tg__http_scratch_take(c);
-    tg__http_req_reset(&c->req);
+    tg__http_req_reset(c->req);
     c->req_complete = 0;
     c->reject_status = 0;
-    c->log_start_ms = uv_now(c->env->loop);
-    c->log_status = 0;
-    c->log_bytes = 0;
-    tg__http_set_phase(c, TG_CONN_READING);
+    struct tg_http_scratch *x = tg_http_scratch_of(c);
+    x->log_start_ms = uv_now(c->env->loop);
+    x->log_status = 0;
+    x->log_bytes = 0;
 }
 
+/* llhttp's first byte of a request: READING, under limits.header_timeout_ms. */
 static int on_message_begin(llhttp_t *p)
 {
-    message_begin(conn_of(p));
+    struct tg_conn *c = conn_of(p);
+    request_begin(c);
+    tg__http_set_phase(c, TG_CONN_READING);
     return 0;
 }
 
 static int head_append(struct tg_conn *c, const char *at, size_t n)
 {
     size_t cap = (size_t)c->env->limits->header_bytes;
-    if (tg_buf_try_append(&c->req.head, at, n, cap) != 0) {
+    if (tg_buf_try_append(&c->req->head, at, n, cap) != 0) {
         c->env->metrics->limit_header_bytes++;
         return -1;
     }
@@ -92,13 +96,13 @@ static int head_append(struct tg_conn *c, const char *at, size_t n)
 static int on_url(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_conn *c = conn_of(p);
-    if (c->req.url_len == 0)
-        c->req.url_off = (uint32_t)c->req.head.len;
+    if (c->req->url_len == 0)
+        c->req->url_off = (uint32_t)c->req->head.len;
     if (head_append(c, at, n) != 0) {
         c->reject_status = 414;
         return -1;
     }
-    c->req.url_len += (uint32_t)n;
+    c->req->url_len += (uint32_t)n;
     return 0;
 }
 
@@ -110,7 +114,7 @@ static int on_url(llhttp_t *p, const char *at, size_t n)
 #define CONN_FLAGS (F_CONNECTION_KEEP_ALIVE | F_CONNECTION_CLOSE | F_CONNECTION_UPGRADE | F_UPGRADE)
 static int trailer_bytes(struct tg_conn *c, size_t n)
 {
-    struct tg_http_req *r = &c->req;
+    struct tg_http_req *r = c->req;
     r->trailer_bytes += n;
     if (r->head.len + r->trailer_bytes > (size_t)c->env->limits->header_bytes) {
         c->env->metrics->limit_header_bytes++;
@@ -123,7 +127,7 @@ static int trailer_bytes(struct tg_conn *c, size_t n)
 static int on_header_field(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_conn *c = conn_of(p);
-    struct tg_http_req *r = &c->req;
+    struct tg_http_req *r = c->req;
     if (r->in_trailers)
         return trailer_bytes(c, n);
     if (r->nheaders == 0 || r->last_was_value) {
@@ -149,7 +153,7 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n)
 static int on_header_value(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_conn *c = conn_of(p);
-    struct tg_http_req *r = &c->req;
+    struct tg_http_req *r = c->req;
     if (r->in_trailers)
         return trailer_bytes(c, n);
     if (r->nheaders == 0)
@@ -170,9 +174,9 @@ static int on_header_value(llhttp_t *p, const char *at, size_t n)
 static int on_headers_complete(llhttp_t *p)
 {
     struct tg_conn *c = conn_of(p);
-    c->req.method = p->method;
-    c->req.in_trailers = 1; /* any field from here on is a trailer */
-    c->req.head_flags = p->flags & CONN_FLAGS;
+    c->req->method = p->method;
+    c->req->in_trailers = 1; /* any field from here on is a trailer */
+    c->req->head_flags = p->flags & CONN_FLAGS;
     if ((p->flags & F_CONTENT_LENGTH) && p->content_length > (uint64_t)c->env->limits->body_bytes) {
         c->env->metrics->limit_body_bytes++;
         c->reject_status = 413;
@@ -184,7 +188,7 @@ static int on_headers_complete(llhttp_t *p)
 static int on_body(llhttp_t *p, const char *at, size_t n)
 {
     struct tg_conn *c = conn_of(p);
-    if (tg_buf_try_append(&c->req.body, at, n, (size_t)c->env->limits->body_bytes) != 0) {
+    if (tg_buf_try_append(&c->req->body, at, n, (size_t)c->env->limits->body_bytes) != 0) {
         c->env->metrics->limit_body_bytes++;
         c->reject_status = 413;
         return -1;
@@ -196,10 +200,10 @@ static int on_message_complete(llhttp_t *p)
 {
     struct tg_conn *c = conn_of(p);
     /* llhttp reads a trailer's Connection as a head's: the head's flags stand (keep-alive, llhttp's state) */
-    p->flags = (uint16_t)((p->flags & ~CONN_FLAGS) | c->req.head_flags);
-    c->req.keep_alive = llhttp_should_keep_alive(p);
-    c->req.http_minor = p->http_minor;
-    c->req.upgrade = p->upgrade;
+    p->flags = (uint16_t)((p->flags & ~CONN_FLAGS) | c->req->head_flags);
+    c->req->keep_alive = llhttp_should_keep_alive(p);
+    c->req->http_minor = p->http_minor;
+    c->req->upgrade = p->upgrade;
     c->req_complete = 1;
     return HPE_PAUSED;
 }
@@ -277,7 +281,6 @@ static void on_shutdown(uv_shutdown_t *req, int status)
     free(s);
     if (!uv_is_closing((uv_handle_t *)&c->tcp)) {
         uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
-        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
     }
 }
 
@@ -290,12 +293,12 @@ static void tell_closing(struct tg_conn *c)
         c->on_watch = NULL;
         w(c, c->watch_ud);
     }
-    if (c->up_gone) {
-        tg_conn_cb gone = c->up_gone;
-        c->up_gone = NULL;
-        c->up_data = NULL;
-        c->up_tick = NULL;
-        gone(c, c->up_ud);
+    if (c->up != NULL) {
+        struct tg_conn_upgraded up = *c->up;
+        free(c->up);
+        c->up = NULL;
+        if (up.gone)
+            up.gone(c, up.ud);
     }
     tg_conn_cb abort_cb = c->on_abort;
     void *ex = c->exchange;
@@ -310,7 +313,7 @@ static void tell_closing(struct tg_conn *c)
 static void mark_closing(struct tg_conn *c, unsigned how)
 {
     if (c->phase == TG_CONN_DISPATCHING || c->phase == TG_CONN_STREAMING || c->phase == TG_CONN_READING)
-        tg__http_access_line(c, c->log_status ? c->log_status : 499); /* nginx's "client closed the request" */
+        tg__http_access_line(c, tg__http_status_sent(c, 499)); /* nginx's "client closed the request" */
     tg_list_unlink(&c->cork_node);
     if (c->out_pending_corked) { /* never written: it no longer counts */
         tg__http_out_sub(c, c->out_pending_corked);
@@ -318,11 +321,10 @@ static void mark_closing(struct tg_conn *c, unsigned how)
     }
     tg_buf_dispose(&c->cork);
     c->chunk_open = 0;
-    if (c->tls_plain.len > c->tls_plain_off) /* never encrypted: it no longer counts either */
-        tg__http_out_sub(c, c->tls_plain.len - c->tls_plain_off);
-    tg_buf_dispose(&c->tls_plain);
-    c->tls_plain_off = 0;
-    uv_timer_stop(&c->timer);
+    size_t waiting = tg__http_tls_waiting(c);
+    if (waiting > 0) /* never encrypted: it no longer counts either */
+        tg__http_out_sub(c, waiting);
+    tg__http_tls_backlog_free(c);
     uv_read_stop((uv_stream_t *)&c->tcp);
     tg__http_set_phase(c, TG_CONN_CLOSING);
     c->pend &= ~TG_PEND_INPUT;
@@ -331,10 +333,8 @@ static void mark_closing(struct tg_conn *c, unsigned how)
 
 static void close_handles(struct tg_conn *c)
 {
-    if (!uv_is_closing((uv_handle_t *)&c->tcp)) {
+    if (!uv_is_closing((uv_handle_t *)&c->tcp))
         uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
-        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
-    }
 }
 
 /* Close after everything queued has been written (uv_shutdown waits for pending writes). */
@@ -348,13 +348,12 @@ static void close_graceful(struct tg_conn *c)
     if (c->tls != NULL) {
         struct tg_buf b;
         tg_buf_init(&b);
-        if (c->tls_plain.len > c->tls_plain_off) {
+        size_t n = tg__http_tls_waiting(c);
+        if (n > 0) {
             /* The answer still waiting for encryption goes before close_notify, all of it now. */
-            size_t n = c->tls_plain.len - c->tls_plain_off;
-            int r = tg_tls_write(c->tls, c->tls_plain.base + c->tls_plain_off, n, &b);
+            int r = tg_tls_write(c->tls, c->tls_plain->buf.base + c->tls_plain->off, n, &b);
             tg__http_out_sub(c, n);
-            tg_buf_dispose(&c->tls_plain);
-            c->tls_plain_off = 0;
+            tg__http_tls_backlog_free(c);
             if (r != 0) {
                 tg_buf_dispose(&b);
                 tg_conn_close(c, "TLS write failed");
@@ -423,13 +422,13 @@ void tg_http_run_pending(struct tg_http_env *env)
  * from the loop (tg_http_run_pending), never inside the answer that ended this request. */
 void tg__http_finish_request(struct tg_conn *c)
 {
-    tg__http_access_line(c, c->log_status);
+    tg__http_access_line(c, tg__http_status_sent(c, 0));
     c->exchange = NULL;
     c->on_abort = NULL;
     c->on_drain = NULL;
     if (c->phase >= TG_CONN_CLOSING)
         return;
-    if (c->close_after || !c->req.keep_alive || *c->env->draining) {
+    if (c->close_after || !c->req->keep_alive || *c->env->draining) {
         close_graceful(c);
         return;
     }
@@ -472,10 +471,14 @@ void tg_http_upgrade(struct tg_conn *c, const char *extra)
 
 void tg_http_take_over(struct tg_conn *c, tg_conn_cb on_data, tg_conn_cb on_tick, tg_conn_cb on_gone, void *ud)
 {
-    c->up_data = on_data;
-    c->up_tick = on_tick;
-    c->up_gone = on_gone;
-    c->up_ud = ud;
+    if (on_data == NULL && on_tick == NULL && on_gone == NULL) {
+        free(c->up); /* detached */
+        c->up = NULL;
+    } else {
+        if (c->up == NULL)
+            c->up = tg_xmalloc(sizeof(*c->up));
+        *c->up = (struct tg_conn_upgraded){.data = on_data, .tick = on_tick, .gone = on_gone, .ud = ud};
+    }
     /* Bytes that came with the handshake go to the new protocol from the loop, never inside
      * this call: its caller has not finished setting up (fuzz_e2e: a WebSocket frame in the
      * upgrade's packet was answered before the channel had its tg_ws, a NULL dereference). */
@@ -518,7 +521,8 @@ static void reply_parse_error(struct tg_conn *c, llhttp_errno_t err)
     int status = 400;
     const char *msg = "Bad Request: malformed HTTP";
     int code = c->reject_status;
-    const char *reason = code ? "limit" : c->x != NULL ? llhttp_get_error_reason(&c->x->parser) : NULL;
+    struct tg_http_scratch *x = tg_http_scratch_of(c);
+    const char *reason = code ? "limit" : x != NULL ? llhttp_get_error_reason(&x->parser) : NULL;
     if (code) {
         status = code;
         msg = code == 413 ? "Content too large" : code == 414 ? "URI too long" : "Request header fields too large";
@@ -527,7 +531,7 @@ static void reply_parse_error(struct tg_conn *c, llhttp_errno_t err)
     tg_log(TG_LOG_INFO, "bad request", "conn=%llu peer=%s status=%d reason=%s", (unsigned long long)c->id, tg_conn_peer(c),
            status, tg_log_esc(esc, sizeof(esc), tg_slice_cstr(reason ? reason : llhttp_errno_name(err))));
     c->close_after = 1;
-    c->req.keep_alive = 0;
+    c->req->keep_alive = 0;
     tg__http_set_phase(c, TG_CONN_DISPATCHING);
     tg_http_respond_rpc_error(c, status, NULL, TG_RPC_INVALID_REQUEST, msg);
 }
@@ -537,8 +541,8 @@ static void process_input_loop(struct tg_conn *c);
 static void process_input(struct tg_conn *c)
 {
     if (c->phase == TG_CONN_UPGRADED) {
-        if (c->up_data)
-            c->up_data(c, c->up_ud);
+        if (c->up != NULL && c->up->data)
+            c->up->data(c, c->up->ud);
         return;
     }
     c->in_process = 1;
@@ -548,13 +552,15 @@ static void process_input(struct tg_conn *c)
 
 /* The request at the start of c->in read by the fast path (core/wire/http_fast.h) and stored as llhttp's
  * callbacks store one: its length, or 0 to leave it to llhttp (whose on_message_begin resets
- * whatever this stored). A request over a limit is left to llhttp too, which refuses it. */
+ * whatever this stored). A request over a limit is left to llhttp too, which refuses it. The
+ * connection stays IDLE meanwhile: a request read whole goes to DISPATCHING at once, so no
+ * header deadline is armed for it (and one read in part gets its deadline from llhttp). */
 static size_t take_fast(struct tg_conn *c)
 {
     const struct tg_limits *lim = c->env->limits;
-    struct tg_http_req *r = &c->req;
     struct tg_http_fast f;
-    message_begin(c);
+    request_begin(c);
+    struct tg_http_req *r = c->req;
     if (!tg_http_fast_request(c->in.base, c->in.len, r->headers, TG_HTTP_MAX_HEADERS, &f) ||
         f.body_len > (uint64_t)lim->body_bytes ||
         tg_buf_try_append(&r->head, c->in.base, f.head_len, (size_t)lim->header_bytes) != 0 ||
@@ -577,7 +583,7 @@ static void request_ready(struct tg_conn *c)
     c->env->metrics->http_requests++;
     if (c->over_limit) {
         c->close_after = 1;
-        c->req.keep_alive = 0;
+        c->req->keep_alive = 0;
         tg_http_respond_rpc_error(c, 503, "Retry-After: 1\r\n", TG_RPC_UPSTREAM,
                                   "Service Unavailable: the gateway is at limits.max_connections; retry");
         return;
@@ -608,23 +614,24 @@ static void process_input_loop(struct tg_conn *c)
             }
         }
         tg__http_scratch_take(c); /* the parser lives in it (a request's first byte is here) */
-        llhttp_errno_t err = llhttp_execute(&c->x->parser, c->in.base, c->in.len);
+        llhttp_t *parser = &tg_http_scratch_of(c)->parser;
+        llhttp_errno_t err = llhttp_execute(parser, c->in.base, c->in.len);
         if (err == HPE_OK) {
             c->in.len = 0;
             return;
         }
         if (err == HPE_PAUSED || err == HPE_PAUSED_UPGRADE) {
-            const char *pos = llhttp_get_error_pos(&c->x->parser);
+            const char *pos = llhttp_get_error_pos(parser);
             size_t used = pos ? (size_t)(pos - c->in.base) : c->in.len;
             tg_buf_consume(&c->in, used);
             if (!c->req_complete) {
                 reply_parse_error(c, err);
                 return;
             }
-            if (c->req.upgrade) {
+            if (c->req->upgrade) {
                 /* The bytes after an Upgrade head belong to another protocol: this connection ends here. */
                 c->close_after = 1;
-                c->req.keep_alive = 0;
+                c->req->keep_alive = 0;
             }
             request_ready(c);
             return;
@@ -669,10 +676,9 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 static void on_handle_closed(uv_handle_t *h)
 {
     struct tg_conn *c = h->data;
-    if (--c->handles_open > 0)
-        return;
     c->phase = TG_CONN_CLOSED;
     tg_list_unlink(&c->pend_node);
+    tg_list_unlink(&c->due_node);
     if (tg_list_linked(&c->node)) { /* not linked when uv_accept failed */
         tg_list_unlink(&c->node);
         c->env->nconns--;
@@ -682,8 +688,8 @@ static void on_handle_closed(uv_handle_t *h)
     tg_tls_free(c->tls);
     tg_buf_dispose(&c->in);
     tg__http_scratch_give(c);
-    tg_buf_dispose(&c->req.head);
-    tg_buf_dispose(&c->req.body);
+    tg__http_tls_backlog_free(c);
+    free(c->up);
     tg_buf_dispose(&c->cork);
     free(c);
 }
@@ -726,6 +732,7 @@ void tg_http_env_init(struct tg_http_env *env, uv_loop_t *loop, const struct tg_
     tg_list_init(&env->conns);
     tg_list_init(&env->corked);
     tg_list_init(&env->conn_pending);
+    tg__http_timer_init(env);
 }
 
 void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, uv_stream_t *listener_handle)
@@ -735,17 +742,14 @@ void tg_http1_accept(struct tg_http_env *env, const struct tg_http_listener *l, 
     c->listener = l;
     c->id = ++env->next_conn_id;
     uv_tcp_init(env->loop, &c->tcp);
-    uv_timer_init(env->loop, &c->timer);
     c->tcp.data = c;
-    c->timer.data = c;
-    c->handles_open = 2;
     tg_list_init(&c->node);
+    tg_list_init(&c->due_node);
     tg_list_init(&c->cork_node);
     tg_list_init(&c->pend_node);
     if (uv_accept(listener_handle, (uv_stream_t *)&c->tcp) != 0) {
         c->phase = TG_CONN_CLOSING;
         uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
-        uv_close((uv_handle_t *)&c->timer, on_handle_closed);
         return;
     }
     tg_list_insert_tail(&env->conns, &c->node);

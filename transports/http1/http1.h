@@ -36,6 +36,10 @@ typedef void (*tg_http_env_cb)(struct tg_http_env *env, struct tg_conn *conn);
 /* What connections need from whoever runs them (the server, or a test). Owner: the caller,
  * who embeds it (struct tg_server does) and keeps it, and what it points to, alive and
  * current while any connection made with it lives; tg_http_env_init() fills it in. */
+/* Durations of deadlines armed at once (header, idle and handshake timeouts, a TLS trim, a
+ * protocol's tick, and the same after a reload changed them). */
+#define TG_HTTP_DUE_LISTS 12
+
 struct tg_http_env {
     uv_loop_t *loop;
     const struct tg_limits *limits; /* the current limits: the owner repoints it on reload */
@@ -57,6 +61,15 @@ struct tg_http_env {
     uint64_t handshake_iter, handshake_ns;
     size_t handshakes_waiting;
     uint64_t next_conn_id;
+    /* Every connection's deadline (transports/http1/timer.c): one list per duration armed, in the
+     * order of the deadlines, and one timer for the earliest head, at timer_at (UINT64_MAX: none). */
+    struct tg_http_due {
+        uint64_t ms;
+        struct tg_list conns; /* by tg_conn.due_node */
+    } due[TG_HTTP_DUE_LISTS];
+    size_t ndue; /* slots of due given a duration */
+    uv_timer_t timer;
+    uint64_t timer_at;
     char scratch[65536];            /* one read buffer for every connection (see on_alloc) */
     struct tg_http_scratch *xpool;  /* request scratches given back, at most TG_HTTP_XPOOL */
     size_t nxpool;
@@ -66,6 +79,8 @@ struct tg_http_env {
 
 void tg_http_env_init(struct tg_http_env *env, uv_loop_t *loop, const struct tg_limits *limits,
                       struct tg_metrics *metrics, const int *draining);
+/* Closes the env's timer (after every connection is gone; the loop runs its close callback). */
+void tg_http_env_close(struct tg_http_env *env);
 /* Frees the pool (after every connection is gone). */
 void tg_http_env_dispose(struct tg_http_env *env);
 
@@ -96,8 +111,9 @@ enum tg_conn_phase {
 const char *tg_conn_phase_str(enum tg_conn_phase s);
 
 
-/* The request being read. Embedded in its connection (c->req): its buffers are reset for the
- * next request and freed with the connection in on_handle_closed(). */
+/* The request being read. It lives in the connection's request scratch (below), so it exists
+ * only while a request is under way: c->req is NULL between requests. Its buffers are reset for
+ * the next request and kept, at a usual size, with the scratch in the env's pool. */
 struct tg_http_req {
     uint8_t method; /* llhttp_method_t */
     uint8_t nheaders; /* at most TG_HTTP_MAX_HEADERS */
@@ -115,20 +131,41 @@ struct tg_http_req {
     unsigned head_flags;  /* llhttp's Connection and Upgrade flags as the head left them */
 };
 
-/* What a connection needs only while it has a request: the parser, the header offsets, the access line's
- * who, and the storage of the request's head and body (moved into conn->req while it is taken).
+/* What a connection needs only while it has a request: the request itself (its fields and the
+ * storage of its head and body), the parser, the header offsets and the access line's who.
  * Taken from the env's pool when a request begins and given back when it ends, so an idle
  * keep-alive connection holds none of it and a busy one allocates none of it. */
 struct tg_http_scratch {
+    struct tg_http_req req; /* conn->req points here while the connection holds the scratch */
     llhttp_t parser; /* made afresh when a connection takes the scratch (a request's first byte) */
     struct tg_http_header headers[TG_HTTP_MAX_HEADERS];
     char log_grant[65], log_upstream[65], log_session[40]; /* set by the router; copies, so that a reload cannot leave them dangling */
     char log_subject[256]; /* who inside the grant (a JWT's subject claim, whole: under 256 bytes) */
-    struct tg_buf head, body;
+    /* The rest of the access line: when the exchange began (0: its line is written), the bytes
+     * sent and the status. */
+    uint64_t log_start_ms;
+    uint64_t log_bytes;
+    uint16_t log_status;
     struct tg_http_scratch *next; /* in the pool */
 };
 
 typedef void (*tg_conn_cb)(struct tg_conn *conn, void *exchange);
+
+/* The protocol that took an upgraded connection over: made by tg_http_take_over, so that other
+ * connections do not carry its fields. */
+struct tg_conn_upgraded {
+    tg_conn_cb data; /* bytes arrived in in */
+    tg_conn_cb tick; /* the connection's timer fired */
+    tg_conn_cb gone; /* the connection is closing */
+    void *ud;
+};
+
+/* A TLS connection's plaintext waiting to be encrypted: made when a big answer first waits, freed
+ * once it is all encrypted, so that no other connection carries its fields. */
+struct tg_tls_backlog {
+    struct tg_buf buf;
+    size_t off; /* of buf, the part already encrypted */
+};
 
 /* A client's address as accept saw it, kept in binary (20 bytes, not a 64-byte string): it is
  * printed only for a log line or a throttle's key. */
@@ -140,22 +177,19 @@ struct tg_peer_addr {
 
 /* One client connection. Owner: the transport (env->conns), from tg_http1_accept() until its
  * last handle's close callback, on_handle_closed(), frees it; tg_conn_close() only marks it.
- * Exchanges hold plain pointers to it and drop them when on_abort or up_gone says it closes. */
+ * Exchanges hold plain pointers to it and drop them when on_abort or up->gone says it closes. */
 struct tg_conn {
     uv_tcp_t tcp;
-    uv_timer_t timer;
     struct tg_http_env *env;
     const struct tg_http_listener *listener;
     uint64_t id;
-    uint64_t due_ms; /* the loop time the current phase's deadline falls at; 0: none (see arm()) */
+    uint64_t due_ms; /* the loop time the current phase's deadline falls at; 0: none */
+    struct tg_list due_node; /* on one of env->due while due_ms != 0 (timer.c) */
     struct tg_tls *tls;
     struct tg_buf in; /* plaintext not yet parsed */
-    struct tg_http_req req;
-    struct tg_http_scratch *x; /* while a request is under way (see above), else NULL */
-    /* For the access line of the current exchange: when it began, the status and the bytes sent
-     * (who it was is in x). */
-    uint64_t log_start_ms;
-    uint64_t log_bytes;
+    /* The request under way, in the connection's scratch (see above); NULL between requests. A
+     * handler reads it while the connection is DISPATCHING or STREAMING. */
+    struct tg_http_req *req;
     struct tg_auth_memo auth_memo; /* the router's: the last static token this connection proved */
     size_t out_pending; /* bytes handed to uv_write (or corked) and not yet confirmed */
     size_t out_pending_corked; /* the part of out_pending still in cork */
@@ -165,18 +199,17 @@ struct tg_conn {
     /* Work put off to the end of the loop iteration (tg_http_run_pending), so that no callback
      * runs inside the tg_http_* or tg_conn_close call that caused it. */
     uint8_t pend;        /* TG_PEND_* */
-    uint8_t handles_open;
-    uint8_t req_complete;
-    uint8_t close_after; /* close once the current answer is written */
-    uint8_t over_limit;  /* accepted past limits.max_connections: its request gets 503, then it closes */
-    uint8_t read_stopped;
-    uint8_t eof;
-    uint8_t in_process;  /* process_input() is on the stack: do not re-enter it */
-    uint8_t trim_due;    /* IDLE on TLS: the deadline is TG_TLS_TRIM_MS's, then idle_timeout_ms's (timer.c) */
-    uint8_t wait_drain;  /* pipelined input waits for the output to drain below the mark */
-    uint16_t log_status; /* for the access line: the status sent */
+    uint8_t req_complete : 1;
+    uint8_t close_after : 1; /* close once the current answer is written */
+    uint8_t over_limit : 1;  /* accepted past limits.max_connections: its request gets 503, then it closes */
+    uint8_t read_stopped : 1;
+    uint8_t eof : 1;
+    uint8_t in_process : 1;  /* process_input() is on the stack: do not re-enter it */
+    uint8_t trim_due : 1;    /* IDLE on TLS: the deadline is TG_TLS_TRIM_MS's, then idle_timeout_ms's (timer.c) */
+    uint8_t wait_drain : 1;  /* pipelined input waits for the output to drain below the mark */
     uint16_t reject_status; /* set by a parser callback that refused the request (413, 414, 431) */
     uint32_t cork_last;  /* the size of the last cork written */
+    struct tg_peer_addr peer; /* the client's address (tg_conn_peer() prints it) */
     /* The handler's pending work for this request, if any. */
     void *exchange;
     tg_conn_cb on_abort; /* the client went away while exchange was set */
@@ -185,19 +218,21 @@ struct tg_conn {
      * when out_pending falls below the low-water mark or the connection closes. */
     tg_conn_cb on_watch;
     void *watch_ud;
-    /* After an upgrade: the protocol that took the connection over. */
-    tg_conn_cb up_data; /* bytes arrived in in */
-    tg_conn_cb up_tick; /* the connection's timer fired */
-    tg_conn_cb up_gone; /* the connection is closing */
-    void *up_ud;
+    /* After an upgrade: the protocol that took the connection over (tg_http_take_over), or NULL. */
+    struct tg_conn_upgraded *up;
     struct tg_list node; /* in env->conns */
     struct tg_buf cork;       /* stream output gathered during this loop iteration */
     size_t chunk_open;        /* 1 + where in cork the open chunk starts (its size not written yet); 0: none */
-    struct tg_buf tls_plain;  /* TLS: plaintext not encrypted yet (a big answer goes a slice per round) */
-    size_t tls_plain_off;     /* of it, the part already encrypted */
+    struct tg_tls_backlog *tls_plain; /* TLS: plaintext not encrypted yet (a big answer goes a slice
+                                       * per round), or NULL (out.c) */
     struct tg_list cork_node; /* in env->corked while cork holds bytes */
-    struct tg_peer_addr peer; /* the client's address (tg_conn_peer() prints it) */
 };
+
+/* The request scratch c holds (a request is under way), or NULL. */
+static inline struct tg_http_scratch *tg_http_scratch_of(const struct tg_conn *c)
+{
+    return c->req != NULL ? (struct tg_http_scratch *)((char *)c->req - offsetof(struct tg_http_scratch, req)) : NULL;
+}
 
 /* The client's "ip:port" (an IPv6 address without brackets), "" if not known: for a log line, in
  * a buffer of the calling thread's that the next call overwrites. */
@@ -258,7 +293,7 @@ void tg_http_wait_start(struct tg_http_wait *w, struct tg_conn *c);
 struct tg_conn *tg_http_wait_stop(struct tg_http_wait *w);
 
 /* Closing marks: the connection stops reading and writing at once, and its users hear of it
- * (on_abort, up_gone, on_watch) from the loop after the current handler has returned, never
+ * (on_abort, up->gone, on_watch) from the loop after the current handler has returned, never
  * from inside this call or a tg_http_* call. The memory goes after the handles' close callbacks. */
 void tg_conn_close(struct tg_conn *c, const char *why);
 /* Close even a connection already waiting for its last writes (end of a drain). */

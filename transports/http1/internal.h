@@ -16,16 +16,22 @@
 /* timer.c */
 /* Every phase transition passes here: it checks the edge and sets the one timer's deadline. */
 void tg__http_set_phase(struct tg_conn *c, enum tg_conn_phase s);
-/* The deadline of the phase c is in: ms from now (the timer moves only when it would fire
- * after it). */
+/* The deadline of the phase c is in: ms from now. */
 void tg__http_arm(struct tg_conn *c, uint64_t ms);
+/* The env's deadline lists and timer (tg_http_env_init). */
+void tg__http_timer_init(struct tg_http_env *env);
 
 /* conn.c */
 /* TLS: encrypt and write more of the plaintext queued in c->tls_plain (a slice per round, while
  * the connection is under its mark). */
 void tg__http_tls_pump(struct tg_conn *c);
 /* log.access: the line of the exchange that ends now, with this status (once per exchange). */
-void tg__http_access_line(struct tg_conn *c, int status);
+void tg__http_access_line_write(struct tg_conn *c, int status);
+static inline void tg__http_access_line(struct tg_conn *c, int status)
+{
+    if (c->env->access_log) /* checked here: most gateways log no access lines */
+        tg__http_access_line_write(c, status);
+}
 /* Queue work (TG_PEND_*) for the end of the loop iteration. */
 void tg__http_pend(struct tg_conn *c, unsigned what);
 /* The current request is answered: close, or get ready for the next one. */
@@ -53,6 +59,28 @@ void tg__http_flush_cork(struct tg_conn *c);
 void tg__http_out_sub(struct tg_conn *c, size_t n);
 /* 1 when the connection's output, and the process's, are below their low-water marks. */
 int tg__http_out_drained(const struct tg_conn *c);
+
+/* TLS: the plaintext bytes waiting for encryption (out.c). */
+static inline size_t tg__http_tls_waiting(const struct tg_conn *c)
+{
+    return c->tls_plain != NULL ? c->tls_plain->buf.len - c->tls_plain->off : 0;
+}
+/* Drop the waiting plaintext and its block. */
+void tg__http_tls_backlog_free(struct tg_conn *c);
+
+/* Bytes sent, for the access line of the exchange under way (none after an upgrade). */
+static inline void tg__http_log_sent(struct tg_conn *c, size_t n)
+{
+    if (c->req != NULL)
+        tg_http_scratch_of(c)->log_bytes += n;
+}
+
+/* The status sent for the exchange under way, else none. */
+static inline int tg__http_status_sent(const struct tg_conn *c, int none)
+{
+    const struct tg_http_scratch *x = tg_http_scratch_of(c);
+    return x != NULL && x->log_status != 0 ? x->log_status : none;
+}
 
 /* The request under way is forgotten (its buffers kept). */
 void tg__http_req_reset(struct tg_http_req *r);

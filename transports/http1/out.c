@@ -52,25 +52,25 @@ const char *tg_http_status_text(int status)
 
 /* log.access: the exchange that ends now, one line. The path goes without its query string
  * (?access_token=… on /ws, sessionId on /messages), and nothing of a credential is logged. */
-void tg__http_access_line(struct tg_conn *c, int status)
+void tg__http_access_line_write(struct tg_conn *c, int status)
 {
-    if (!c->env->access_log || c->log_start_ms == 0)
+    struct tg_http_scratch *x = tg_http_scratch_of(c);
+    if (x == NULL || x->log_start_ms == 0)
         return;
-    struct tg_slice url = tg_slice_of(c->req.head.base ? c->req.head.base + c->req.url_off : "", c->req.url_len);
+    struct tg_slice url = tg_slice_of(c->req->head.base ? c->req->head.base + c->req->url_off : "", c->req->url_len);
     const char *q = memchr(url.ptr, '?', url.len);
     if (q != NULL)
         url.len = (size_t)(q - url.ptr);
     char path[300], sess[64];
-    const struct tg_http_scratch *x = c->x;
     tg_log(TG_LOG_INFO, "request", "conn=%llu peer=%s method=%s path=%s status=%d bytes=%llu ms=%llu grant=%s subject=%s "
            "session=%s upstream=%s",
-           (unsigned long long)c->id, tg_conn_peer(c), llhttp_method_name((llhttp_method_t)c->req.method),
-           tg_log_esc(path, sizeof(path), url), status, (unsigned long long)c->log_bytes,
-           (unsigned long long)(uv_now(c->env->loop) - c->log_start_ms), x && x->log_grant[0] ? x->log_grant : "-",
-           x && x->log_subject[0] ? x->log_subject : "-",
-           tg_log_esc(sess, sizeof(sess), tg_slice_cstr(x && x->log_session[0] ? x->log_session : "-")),
-           x && x->log_upstream[0] ? x->log_upstream : "-");
-    c->log_start_ms = 0;
+           (unsigned long long)c->id, tg_conn_peer(c), llhttp_method_name((llhttp_method_t)c->req->method),
+           tg_log_esc(path, sizeof(path), url), status, (unsigned long long)x->log_bytes,
+           (unsigned long long)(uv_now(c->env->loop) - x->log_start_ms), x->log_grant[0] ? x->log_grant : "-",
+           x->log_subject[0] ? x->log_subject : "-",
+           tg_log_esc(sess, sizeof(sess), tg_slice_cstr(x->log_session[0] ? x->log_session : "-")),
+           x->log_upstream[0] ? x->log_upstream : "-");
+    x->log_start_ms = 0;
 }
 
 /* ---- writing ------------------------------------------------------------------ */
@@ -118,14 +118,13 @@ static void watch_check(struct tg_conn *c)
  * here: it is what the pump turns into ciphertext). */
 static int wire_high(const struct tg_conn *c)
 {
-    size_t plain = c->tls_plain.len - c->tls_plain_off;
-    return c->out_pending - plain > (size_t)c->env->limits->output_high_water;
+    return c->out_pending - tg__http_tls_waiting(c) > (size_t)c->env->limits->output_high_water;
 }
 
 /* Output fell: resume whoever waits for it. */
 static void drained(struct tg_conn *c)
 {
-    if (c->phase < TG_CONN_CLOSING && c->tls_plain.len > c->tls_plain_off && !wire_high(c))
+    if (c->phase < TG_CONN_CLOSING && tg__http_tls_waiting(c) > 0 && !wire_high(c))
         tg__http_tls_pump(c);
     if (c->phase >= TG_CONN_CLOSING || !tg__http_out_drained(c))
         return;
@@ -135,7 +134,7 @@ static void drained(struct tg_conn *c)
         c->wait_drain = 0;
         tg__http_pend(c, TG_PEND_INPUT);
     }
-    if (c->phase == TG_CONN_UPGRADED && c->read_stopped && c->up_data != NULL) {
+    if (c->phase == TG_CONN_UPGRADED && c->read_stopped && c->up != NULL && c->up->data != NULL) {
         /* an upgraded protocol paused its reads on this mark: let it see its input again */
         tg__http_pend(c, TG_PEND_INPUT);
     }
@@ -235,7 +234,7 @@ void tg__http_send_owned(struct tg_conn *c, struct tg_buf *b)
         tg_buf_dispose(b);
         return;
     }
-    c->log_bytes += b->len;
+    tg__http_log_sent(c, b->len);
     if (c->phase == TG_CONN_STREAMING || c->phase == TG_CONN_UPGRADED) {
         close_chunk(c);
         if (c->cork.len == 0 && c->cork.cap == 0) {
@@ -298,18 +297,27 @@ void tg_http_flush_corked(struct tg_http_env *env)
  * between slices. */
 #define TLS_SLICE (256u << 10)
 
+void tg__http_tls_backlog_free(struct tg_conn *c)
+{
+    if (c->tls_plain == NULL)
+        return;
+    tg_buf_dispose(&c->tls_plain->buf);
+    free(c->tls_plain);
+    c->tls_plain = NULL;
+}
+
 void tg__http_tls_pump(struct tg_conn *c)
 {
-    for (int i = 0; i < 4 && c->phase < TG_CONN_CLOSING && c->tls_plain.len > c->tls_plain_off; i++) {
+    for (int i = 0; i < 4 && c->phase < TG_CONN_CLOSING && tg__http_tls_waiting(c) > 0; i++) {
         if (wire_high(c))
             return; /* drained() pumps again */
-        size_t n = c->tls_plain.len - c->tls_plain_off;
+        size_t n = tg__http_tls_waiting(c);
         if (n > TLS_SLICE)
             n = TLS_SLICE;
         struct tg_buf wire;
         tg_buf_init(&wire);
-        int r = tg_tls_write(c->tls, c->tls_plain.base + c->tls_plain_off, n, &wire);
-        c->tls_plain_off += n;
+        int r = tg_tls_write(c->tls, c->tls_plain->buf.base + c->tls_plain->off, n, &wire);
+        c->tls_plain->off += n;
         tg__http_out_sub(c, n);
         if (r != 0) {
             tg_buf_dispose(&wire);
@@ -320,13 +328,12 @@ void tg__http_tls_pump(struct tg_conn *c)
     }
     if (c->phase >= TG_CONN_CLOSING)
         return;
-    if (c->tls_plain.len > c->tls_plain_off) {
+    if (tg__http_tls_waiting(c) > 0) {
         if (!wire_high(c))
             tg__http_pend(c, TG_PEND_TLS); /* the next round, after other connections' work */
         return;
     }
-    tg_buf_dispose(&c->tls_plain);
-    c->tls_plain_off = 0;
+    tg__http_tls_backlog_free(c);
 }
 
 static void send_now(struct tg_conn *c, struct tg_buf *b)
@@ -336,13 +343,15 @@ static void send_now(struct tg_conn *c, struct tg_buf *b)
         return;
     }
     struct tg_buf wire;
-    if (c->tls != NULL && (b->len > TLS_SLICE || c->tls_plain.len > c->tls_plain_off)) {
+    if (c->tls != NULL && (b->len > TLS_SLICE || tg__http_tls_waiting(c) > 0)) {
         out_add(c, b->len);
-        if (c->tls_plain.len == 0) {
-            c->tls_plain = *b; /* take it as it is */
+        if (c->tls_plain == NULL) {
+            c->tls_plain = tg_xmalloc(sizeof(*c->tls_plain));
+            c->tls_plain->buf = *b; /* take it as it is */
+            c->tls_plain->off = 0;
             tg_buf_init(b);
         } else {
-            tg_buf_append(&c->tls_plain, b->base, b->len); /* behind what waits: the order holds */
+            tg_buf_append(&c->tls_plain->buf, b->base, b->len); /* behind what waits: the order holds */
             tg_buf_dispose(b);
         }
         tg__http_tls_pump(c);
@@ -441,7 +450,8 @@ void tg__http_send_wire(struct tg_conn *c, struct tg_buf *wire_in)
 
 static void append_head(struct tg_conn *c, struct tg_buf *b, int status, const char *extra, const char *ctype)
 {
-    c->log_status = status;
+    if (c->req != NULL)
+        tg_http_scratch_of(c)->log_status = status;
     /* Appends, not printf: this runs for every answer. */
     tg_buf_append(b, "HTTP/1.1 ", 9);
     tg_buf_append_u64(b, (uint64_t)(status < 0 ? 0 : status));
@@ -455,9 +465,9 @@ static void append_head(struct tg_conn *c, struct tg_buf *b, int status, const c
     }
     if (extra)
         tg_buf_appends(b, extra);
-    if (c->close_after || !c->req.keep_alive || *c->env->draining)
+    if (c->close_after || !c->req->keep_alive || *c->env->draining)
         tg_buf_appends(b, "Connection: close\r\n");
-    else if (c->req.http_minor == 0)
+    else if (c->req->http_minor == 0)
         tg_buf_appends(b, "Connection: keep-alive\r\n");
 }
 
@@ -476,7 +486,7 @@ void tg_http_respond(struct tg_conn *c, int status, const char *extra, const cha
     tg_buf_append(&b, "Content-Length: ", 16);
     tg_buf_append_u64(&b, len);
     tg_buf_append(&b, "\r\n\r\n", 4);
-    if (c->req.method != HTTP_HEAD) /* a HEAD answer has the length of the body, not the body */
+    if (c->req->method != HTTP_HEAD) /* a HEAD answer has the length of the body, not the body */
         tg_buf_append(&b, body, len);
     tg__http_send_owned(c, &b);
     tg__http_finish_request(c);
@@ -484,7 +494,7 @@ void tg_http_respond(struct tg_conn *c, int status, const char *extra, const cha
 
 void tg_http_respond_owned(struct tg_conn *c, int status, const char *extra, const char *ctype, struct tg_buf *body)
 {
-    if (body->len < 65536 || c->req.method == HTTP_HEAD || c->cork.len > 0 || c->phase >= TG_CONN_CLOSING) {
+    if (body->len < 65536 || c->req->method == HTTP_HEAD || c->cork.len > 0 || c->phase >= TG_CONN_CLOSING) {
         tg_http_respond(c, status, extra, ctype, body->base ? body->base : "", body->len);
         tg_buf_dispose(body);
         return;
@@ -498,7 +508,7 @@ void tg_http_respond_owned(struct tg_conn *c, int status, const char *extra, con
     tg_buf_append(&head, "Content-Length: ", 16);
     tg_buf_append_u64(&head, body->len);
     tg_buf_append(&head, "\r\n\r\n", 4);
-    c->log_bytes += head.len + body->len;
+    tg__http_log_sent(c, head.len + body->len);
     if (c->tls == NULL) {
         send_head_body(c, &head, body);
     } else {
@@ -521,7 +531,7 @@ void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra, cons
 {
     if (c->phase >= TG_CONN_CLOSING)
         return;
-    if (c->req.http_minor == 0)
+    if (c->req->http_minor == 0)
         c->close_after = 1; /* HTTP/1.0 has no chunked encoding: the stream ends with the connection */
     c->env->metrics->http_status[status / 100]++;
     /* The head goes into the cork, like the stream's events: the first burst (an upstream's SSE
@@ -533,10 +543,10 @@ void tg_http_stream_begin(struct tg_conn *c, int status, const char *extra, cons
     size_t before = k->len;
     append_head(c, k, status, extra, ctype);
     tg_buf_appends(k, "Cache-Control: no-cache\r\n");
-    if (c->req.http_minor != 0)
+    if (c->req->http_minor != 0)
         tg_buf_appends(k, "Transfer-Encoding: chunked\r\n");
     tg_buf_appends(k, "\r\n");
-    c->log_bytes += k->len - before;
+    tg__http_log_sent(c, k->len - before);
     cork_grew(c);
 }
 
@@ -545,8 +555,8 @@ static void stream_write(struct tg_conn *c, const char *p, size_t n, int joined)
     if (c->phase != TG_CONN_STREAMING || n == 0)
         return;
     /* Straight into the cork, chunk framing and all: no buffer per event. */
-    c->log_bytes += n;
-    if (c->req.http_minor == 0) { /* HTTP/1.0: the stream is the bytes, to the close */
+    tg__http_log_sent(c, n);
+    if (c->req->http_minor == 0) { /* HTTP/1.0: the stream is the bytes, to the close */
         tg_buf_append(cork_room(c, n), p, n);
         cork_grew(c);
         return;
@@ -577,7 +587,7 @@ void tg_http_stream_end(struct tg_conn *c)
 {
     if (c->phase != TG_CONN_STREAMING)
         return;
-    if (c->req.http_minor != 0) {
+    if (c->req->http_minor != 0) {
         struct tg_buf b;
         tg_buf_init(&b);
         tg_buf_append(&b, "0\r\n\r\n", 5);
@@ -600,7 +610,7 @@ void tg_http_raw_write2(struct tg_conn *c, const char *head, size_t hn, const ch
     }
     if (hn + n == 0)
         return;
-    c->log_bytes += hn + n;
+    tg__http_log_sent(c, hn + n);
     struct tg_buf *k = cork_room(c, hn + n);
     tg_buf_append(k, head, hn);
     tg_buf_append(k, p, n);

@@ -9,7 +9,7 @@
  * storage). Nothing if it has one already (the parser is part way through a request). */
 void tg__http_scratch_take(struct tg_conn *c)
 {
-    if (c->x != NULL)
+    if (c->req != NULL)
         return;
     struct tg_http_env *env = c->env;
     struct tg_http_scratch *x = env->xpool;
@@ -18,43 +18,36 @@ void tg__http_scratch_take(struct tg_conn *c)
         env->nxpool--;
     } else {
         x = tg_xcalloc(1, sizeof(*x));
+        x->req.headers = x->headers;
     }
-    c->x = x;
+    c->req = &x->req;
     llhttp_init(&x->parser, HTTP_REQUEST, &tg__http_parser_settings);
     x->parser.data = c;
     x->log_grant[0] = x->log_upstream[0] = x->log_session[0] = x->log_subject[0] = '\0';
-    c->req.headers = x->headers;
-    c->req.head = x->head; /* the storage moves in */
-    c->req.body = x->body;
-    tg_buf_init(&x->head);
-    tg_buf_init(&x->body);
+    x->log_start_ms = x->log_bytes = 0; /* no line until a request begins (request_begin) */
+    x->log_status = 0;
 }
 
 static void scratch_free(struct tg_http_scratch *x)
 {
-    tg_buf_dispose(&x->head);
-    tg_buf_dispose(&x->body);
+    tg_buf_dispose(&x->req.head);
+    tg_buf_dispose(&x->req.body);
     free(x);
 }
 
 /* The request is over: its scratch goes back to the pool, with storage of a usual size. */
 void tg__http_scratch_give(struct tg_conn *c)
 {
-    struct tg_http_scratch *x = c->x;
+    struct tg_http_scratch *x = tg_http_scratch_of(c);
     if (x == NULL)
         return;
     struct tg_http_env *env = c->env;
-    c->x = NULL;
-    tg__http_req_reset(&c->req);
-    c->req.headers = NULL;
-    x->head = c->req.head;
-    x->body = c->req.body;
-    tg_buf_init(&c->req.head);
-    tg_buf_init(&c->req.body);
-    if (x->head.cap > 4096)
-        tg_buf_dispose(&x->head);
-    if (x->body.cap > 16384)
-        tg_buf_dispose(&x->body);
+    c->req = NULL;
+    tg__http_req_reset(&x->req);
+    if (x->req.head.cap > 4096)
+        tg_buf_dispose(&x->req.head);
+    if (x->req.body.cap > 16384)
+        tg_buf_dispose(&x->req.body);
     if (env->nxpool >= TG_HTTP_XPOOL) {
         scratch_free(x);
         return;

@@ -528,7 +528,7 @@ static void session_records(void **state)
     tg_session_table_seal(t, secret);
     struct tg_session *s = tg_session_create(t, "g", 0);
     s->initialized = 1;
-    snprintf(s->proto, sizeof(s->proto), "2025-06-18");
+    s->proto = "2025-06-18";
     s->up_session = tg_xstrdup("up-1");
     struct tg_upstream_conf http = {0}, stdio = {0};
     http.name = "main";

@@ -628,7 +628,7 @@ static inline struct tg_session *mw_session(struct mw *m, int u)
     x.uc = &m->srv.conf->upstreams[u];
     assert_int_equal(tg_dispatch_session_open(&x), 0);
     x.sess->initialized = 1;
-    snprintf(x.sess->proto, sizeof(x.sess->proto), "2025-06-18");
+    x.sess->proto = "2025-06-18";
     return x.sess;
 }
 

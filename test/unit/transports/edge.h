@@ -56,7 +56,7 @@ static inline int edge_ends_with(struct tg_slice p, const char *suffix)
 static inline void edge_on_request(struct hh *h, struct tg_conn *c)
 {
     struct edge *t = h->ud;
-    struct tg_slice url = tg_http_req_url(&c->req);
+    struct tg_slice url = tg_http_req_url(c->req);
     size_t q = 0;
     while (q < url.len && url.ptr[q] != '?')
         q++;
@@ -68,7 +68,7 @@ static inline void edge_on_request(struct hh *h, struct tg_conn *c)
     x.grant = tg_conf_find_grant(t->srv->conf, "alice");
     x.upstream = path.len > 6 && memcmp(path.ptr, "/side/", 6) == 0 ? 1 : 0;
     x.uc = &t->srv->conf->upstreams[x.upstream];
-    int method = c->req.method;
+    int method = c->req->method;
     struct tg_auth_cred cred; /* a channel's, as the router keeps it */
     tg_auth_cred_of(t->srv->conf, TG_SLICE_NULL, 0, x.grant, NULL, NULL, NULL, &cred);
     if (edge_ends_with(path, "/sse") || edge_ends_with(path, "/ws"))
@@ -195,7 +195,7 @@ static inline void edge_expect_rpc(struct edge *t, int status, const char *id, i
 static inline struct tg_session *edge_session(struct edge *t, int u, const char *proto)
 {
     struct tg_session *s = mw_session(t->m, u);
-    snprintf(s->proto, sizeof(s->proto), "%s", proto);
+    s->proto = proto; /* a literal */
     return s;
 }
 

@@ -316,6 +316,7 @@ static inline void hh_free(struct hh *h)
     uv_close((uv_handle_t *)&h->prepare, NULL);
     uv_close((uv_handle_t *)&h->idle, NULL);
     uv_close((uv_handle_t *)&h->watchdog, NULL);
+    tg_http_env_close(&h->env);
     uv_run(&h->loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&h->loop) != 0) {
         uv_walk(&h->loop, hh_on_handle_describe, NULL);

@@ -42,21 +42,21 @@ static void on_abort_record(struct tg_conn *c, void *exchange)
 static void handler(struct hh *h, struct tg_conn *c)
 {
     struct t1 *t = t1_of(h);
-    struct tg_slice url = tg_http_req_url(&c->req);
-    t->method = c->req.method;
-    struct tg_slice xt = tg_http_req_header(&c->req, "x-test");
+    struct tg_slice url = tg_http_req_url(c->req);
+    t->method = c->req->method;
+    struct tg_slice xt = tg_http_req_header(c->req, "x-test");
     snprintf(t->x_test, sizeof(t->x_test), "%.*s", (int)xt.len, xt.ptr ? xt.ptr : "");
-    struct tg_slice v = tg_http_req_header(&c->req, "authorization");
+    struct tg_slice v = tg_http_req_header(c->req, "authorization");
     snprintf(t->auth, sizeof(t->auth), "%.*s", v.ptr ? (int)v.len : 1, v.ptr ? v.ptr : "-");
-    v = tg_http_req_header(&c->req, "mcp-session-id");
+    v = tg_http_req_header(c->req, "mcp-session-id");
     snprintf(t->sid, sizeof(t->sid), "%.*s", v.ptr ? (int)v.len : 1, v.ptr ? v.ptr : "-");
-    v = tg_http_req_header(&c->req, "origin");
+    v = tg_http_req_header(c->req, "origin");
     snprintf(t->origin, sizeof(t->origin), "%.*s", v.ptr ? (int)v.len : 1, v.ptr ? v.ptr : "-");
-    t->nheaders = c->req.nheaders;
+    t->nheaders = c->req->nheaders;
     if (tg_slice_eq(url, tg_slice_cstr("/hello"))) {
         tg_http_respond(c, 200, NULL, "text/plain", "hello", 5);
     } else if (tg_slice_eq(url, tg_slice_cstr("/echo"))) {
-        tg_http_respond(c, 200, NULL, "application/json", c->req.body.base, c->req.body.len);
+        tg_http_respond(c, 200, NULL, "application/json", c->req->body.base, c->req->body.len);
     } else if (tg_slice_eq(url, tg_slice_cstr("/later"))) {
         t->held = c;
     } else if (tg_slice_eq(url, tg_slice_cstr("/wait"))) {
@@ -521,6 +521,34 @@ static void header_timeout_408(void **state)
     teardown(h);
 }
 
+/* The deadlines are kept on one list per duration, in order within each: a connection armed
+ * after a reload cut header_timeout_ms is on a list of its own, and its deadline, earlier than
+ * those armed before with the old one, fires first and on time while theirs stand. (One list in
+ * the order of arming would keep it waiting behind them: 20 s, past the harness's watchdog.) */
+static void a_shorter_deadline_armed_later_fires_first(void **state)
+{
+    (void)state;
+    struct hh *h = setup();
+    h->limits.header_timeout_ms = 20000;
+    hh_connect(h);
+    HH_SEND(h, "GET /a HTTP/1.1\r\nHo"); /* a head that stays unfinished */
+    HH_RUN_UNTIL(h, h->conn->phase == TG_CONN_READING);
+    struct tg_conn *first = h->conn;
+    h->limits.header_timeout_ms = 50; /* as a reload would */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    uv_ip4_addr("127.0.0.1", h->port, &a);
+    assert_int_equal(connect(fd, (const struct sockaddr *)&a, sizeof(a)), 0);
+    HH_RUN_UNTIL(h, h->accepted == 2);
+    assert_int_equal(send(fd, "GET /b HTTP/1.1\r\nHo", 19, MSG_NOSIGNAL), 19);
+    HH_RUN_UNTIL(h, h->gone == 1); /* the second: 408, then closed */
+    assert_int_equal(first->phase, TG_CONN_READING);
+    HH_EXPECT_QUIET(h);
+    close(fd);
+    teardown(h);
+}
+
 static void on_waited(uv_timer_t *t) { *(int *)t->data = 1; }
 
 /* Runs the harness loop for ms (the server's timers with it). */
@@ -554,10 +582,10 @@ static struct hh *answered_once(int header_ms, int idle_ms)
     return h;
 }
 
-/* The connection's one timer is set lazily (http1_timer.c, tg__http_arm()): a deadline moved later leaves it
- * where it was, and it sets itself again when it fires early. Each timeout still counts from
- * the start of its own state, and nothing is due while a request is answered. The bounds are
- * lower bounds: a slow machine only makes the waits longer. */
+/* A connection's deadline moves between the env's lists as its state changes (transports/http1/
+ * timer.c, tg__http_arm()), and the env's one timer may fire for a deadline since moved. Each
+ * timeout still counts from the start of its own state, and nothing is due while a request is
+ * answered. The bounds are lower bounds: a slow machine only makes the waits longer. */
 static void timeouts_count_from_their_state(void **state)
 {
     /* Idle after an answer: closed no sooner than idle_timeout_ms after it (the timer, set for
@@ -727,6 +755,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(headers_over_limit_431),
         cmocka_unit_test(header_timeout_408),
         cmocka_unit_test(timeouts_count_from_their_state),
+        cmocka_unit_test(a_shorter_deadline_armed_later_fires_first),
         cmocka_unit_test(connection_close_honoured),
         cmocka_unit_test(close_in_handler_is_deferred),
         cmocka_unit_test(peer_close_aborts_held_request),

@@ -39,7 +39,7 @@ static void handler(struct hh *h, struct tg_conn *c)
 {
     struct tw *t = tw_of(h);
     char accept[32];
-    assert_int_equal(tg_ws_accept_key(tg_http_req_header(&c->req, "sec-websocket-key"), accept), 0);
+    assert_int_equal(tg_ws_accept_key(tg_http_req_header(c->req, "sec-websocket-key"), accept), 0);
     char extra[160];
     snprintf(extra, sizeof(extra), "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n", accept);
     tg_http_upgrade(c, extra);

@@ -359,7 +359,7 @@ static void link_gone_during_initialize(void **state)
     struct mw *m = mw_new(FAKE_LINK);
     struct tg_session *s = tg_session_ref(mw_session(m, 0));
     s->initialized = 0;
-    s->proto[0] = '\0';
+    s->proto = "";
     struct rec r1, r2;
     rec_init(&r1);
     rec_init(&r2);

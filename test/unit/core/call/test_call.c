@@ -948,7 +948,7 @@ static void initialize_outcomes(void **state)
             struct mw *m = mw_new((enum fake_kind)kind);
             struct tg_session *s = mw_session(m, 0);
             s->initialized = 0;
-            s->proto[0] = '\0';
+            s->proto = "";
             tg_session_ref(s);
             struct rec r;
             rec_init(&r);

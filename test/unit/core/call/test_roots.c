@@ -94,13 +94,11 @@ static void session_of_a_removed_grant_gets_no_roots(void **state)
     struct tg_session *s = mw_session(m, 1);
     struct rec r;
     open_call(m, s, &r);
-    free(s->grant);
-    s->grant = tg_xstrdup("gone");
+    s->grant = "gone";
     fake_link(m, s, "{\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"method\":\"roots/list\"}");
     assert_int_equal(r.nmessage, 0);
     assert_string_equal(fake.replies.base, "{\"jsonrpc\":\"2.0\",\"id\":\"s1\",\"result\":{\"roots\":[]}}\n");
-    free(s->grant);
-    s->grant = tg_xstrdup("alice");
+    s->grant = s->grant_name;
     fake_link(m, s, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}");
     rec_dispose(&r);
     mw_free(m);

@@ -529,7 +529,7 @@ static void upstream_values_into_headers(void **state)
     (void)state;
     struct tg_session s;
     memset(&s, 0, sizeof(s));
-    strcpy(s.proto, "2025-06-18");
+    s.proto = "2025-06-18";
     const char *evil = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":\"2025-06-18\\r\\nX-Evil: 1\"}}";
     tg_mcp_note_init_result(&s, evil, strlen(evil), 64);
     assert_string_equal(s.proto, "2025-06-18");
