@@ -122,6 +122,7 @@ before(async () => {
   await serve('refund', { key: c.untrusted.key, cert: c.untrusted.cert });
   await serve('plain', null);
   await serve('reload', good);
+  await serve('pipe', good);
   silent = await startSilent();
   ctx.cleanup.add(() => silent.stop());
   // The refused upstreams and the control are reached through a relay that reads the records sent.
@@ -147,6 +148,7 @@ before(async () => {
       { name: 'lsse', url: fx.good.url('/sse'), transport: 'sse', tls: { ca }, ...slow },
       { name: 'sn', url: fx.sni.url('/mcp'), tls: { ca, server_name: 'localhost' }, ...slow },
       { name: 'p', url: fx.pool.url('/mcp'), tls: { ca }, pool: { size: POOL }, ...slow },
+      { name: 'pp', url: fx.pipe.url('/mcp'), tls: { ca }, pool: { size: 1, pipeline: 8 }, ...slow },
       { name: 'idle', url: fx.idle.url('/mcp'), tls: { ca }, ...slow },
       { name: 'mok', url: fx.mtls.url('/mcp'), tls: { ca, cert: c.client.cert, key: c.client.key }, ...slow },
       { name: 'ins', url: fx.insecure.url('/mcp'), tls: { verify: false }, ...slow },
@@ -280,6 +282,24 @@ describe('https:// upstreams that verify: served end to end, pooled, kept alive'
     assert.equal(peak, POOL, 'the upstream had pool.size calls in flight at once, no more');
     assert.equal(burst.size, POOL, `the burst used pool.size connections: ${[...burst]}`);
     assert.ok(all.size <= POOL, `connections that carried calls, since the start: ${all.size} (pool.size ${POOL})`);
+  });
+
+  test('pipelining over TLS (pool.size 1, pipeline 8): concurrent calls ride one TLS connection, several in flight at the upstream at once, each answer its own', async (t) => {
+    const { client, close } = await sdk('pp');
+    await echo(client, 'warm'); // the session's own requests done before the burst
+    const from = fx.pipe.httpLog.length;
+    const ms = 400;
+    const sleeps = await Promise.all(Array.from({ length: 8 }, () =>
+      client.callTool({ name: 'sleep', arguments: { ms } }).then(H.resultText)));
+    assert.deepEqual(sleeps, Array(8).fill(`slept ${ms} ms`));
+    const texts = Array.from({ length: 40 }, (_, i) => `pipelined over TLS ${i} ${'x'.repeat(i * 7)}`);
+    assert.deepEqual(await Promise.all(texts.map((x) => echo(client, x))), texts, 'every answer reached its own call');
+    await close();
+    const conns = postConns(fx.pipe, from);
+    const peak = peakPosts(fx.pipe, from);
+    t.diagnostic(`48 calls on ${conns.size} connection(s), peak of calls in flight at the upstream ${peak}`);
+    assert.equal(conns.size, 1, `the calls rode one TLS connection: ${[...conns]}`);
+    assert.ok(peak >= 2, `pipelined requests were in flight together at the upstream (peak ${peak}); one at a time without pipelining`);
   });
 
   for (const how of ['destroy', 'end']) {
