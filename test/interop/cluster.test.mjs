@@ -773,7 +773,9 @@ describe('cluster: three instances, one redis-server, HAProxy in front', () => {
     const limited = results.filter((r) => code(r) === -32002).length;
     const failed = results.filter((r) => !ok(r) && code(r) !== -32002);
     t.diagnostic(`60 calls: ${oks} served, ${limited} limited, ${failed.length} failed at the kill (${failed.map((r) => r.status ?? r.error).join(', ')})`);
-    assert.ok(failed.length <= 6, `at most the calls in flight at the kill fail: ${JSON.stringify(failed).slice(0, 1500)}`);
+    // At most the 6 calls in flight at the kill, and per worker one more that HAProxy wrote on a
+    // kept-alive connection to the dead instance before it noticed (a POST it may not resend).
+    assert.ok(failed.length <= 12, `at most the calls in flight at the kill (and one more per worker) fail: ${JSON.stringify(failed).slice(0, 1500)}`);
     for (const r of failed) assert.ok(r.error || r.status >= 500, `a failure is a transport failure, not a wrong answer: ${JSON.stringify(r)}`);
     const fw = forwarded('kill-');
     assert.ok(fw.length <= 20, `overspent: ${fw.length} forwarded`);
