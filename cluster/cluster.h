@@ -40,6 +40,9 @@ struct tg_cluster_stats {
     uint64_t values_refused;     /* decisions refused: a counter or history entry in Redis did not parse */
     uint64_t listings_refused;   /* approval listings read from Redis that did not verify */
     uint64_t records_refused;    /* retry records read from Redis that did not verify (ignored) */
+    uint64_t decisions_lease;    /* decisions answered from this member's leases (Redis not asked) */
+    double lease_taken;          /* tokens taken from Redis into leases */
+    double lease_returned;       /* unspent leased tokens given back to Redis */
 };
 
 /* From the configuration's cluster group (enabled). local: this member's own store (the server's
