@@ -56,7 +56,8 @@ struct tg_cluster *tg_cluster_new(uv_loop_t *loop, const struct tg_cluster_conf 
 void tg_cluster_free(struct tg_cluster *cl);
 /* The cluster as a shared store (core/call/shared.h): st gets its operations. */
 void tg_cluster_store(struct tg_cluster *cl, struct tg_shared *st);
-/* A reload's cluster group: what can change without a restart (on_unavailable, timeout_ms). */
+/* A reload's cluster group: what can change without a restart (on_unavailable, lease; every lease
+ * is given back). */
 void tg_cluster_reconf(struct tg_cluster *cl, const struct tg_cluster_conf *cc);
 /* limits.history_calls (at start and at every reload): the history lists in Redis keep this many
  * calls per key, and a decision reads as many (default 64). */
