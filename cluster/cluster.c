@@ -702,6 +702,8 @@ void tg_cluster_metrics(const struct tg_cluster *cl, struct tg_buf *out)
     CC("lease_decisions_total", "Decisions answered from this instance's token leases (cluster.lease), Redis "
        "not asked.", cl->stats.decisions_lease);
     CC("lease_tokens_taken_total", "Tokens taken from Redis into this instance's leases.", cl->stats.lease_taken);
+    CC("lease_refills_total", "Leases topped up ahead of need (below half, nothing asked): takes of 0 with extra.",
+       cl->stats.lease_refills);
     CC("lease_tokens_returned_total", "Unspent leased tokens given back to Redis.", cl->stats.lease_returned);
     tg_buf_appendf(out,
                    "# HELP tollgate_cluster_lease_keys Buckets with a lease on this instance now.\n"

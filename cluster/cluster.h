@@ -43,6 +43,7 @@ struct tg_cluster_stats {
     uint64_t decisions_lease;    /* decisions answered from this member's leases (Redis not asked) */
     double lease_taken;          /* tokens taken from Redis into leases */
     double lease_returned;       /* unspent leased tokens given back to Redis */
+    uint64_t lease_refills;      /* takes of 0 with extra sent to top up a lease below half */
 };
 
 /* From the configuration's cluster group (enabled). local: this member's own store (the server's

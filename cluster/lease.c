@@ -215,8 +215,43 @@ void tg__lease_free(struct tg_lease *l)
             free(e);
         }
     free(l->tab);
-    l->cl = NULL;
+    l->tab = NULL;
+    l->cap = l->count = 0;
+    l->cl = NULL; /* refills still in flight end quietly (on_refill) */
     uv_close((uv_handle_t *)&l->timer, on_close);
+}
+
+/* A lease topped up ahead of need: a take of 0 with extra, whose answer fills the lease. */
+struct refill {
+    struct tg_lease *l;
+    struct tg_counter_op op;
+};
+
+static void on_refill(void *ud, int status)
+{
+    struct refill *f = ud;
+    if (f->l->cl != NULL)
+        tg__lease_answered(f->l, &f->op, 1, status == TG_REDIS_OK);
+    free(f);
+}
+
+/* A lease that fell below half its size while nothing is asked for it asks Redis for the rest
+ * now, so that the calls after it do not find it empty and wait for a round trip each. */
+static void refill(struct tg_lease *l, struct lent *e, const struct tg_counter_op *like)
+{
+    struct tg_cluster *cl = l->cl;
+    double want = floor(l->tokens - e->tokens - e->asking);
+    if (cl->redis == NULL || e->asking > 0 || !(e->tokens < l->tokens / 2) || want < 1)
+        return;
+    struct refill *f = tg_xcalloc(1, sizeof(*f));
+    f->l = l;
+    f->op = *like;
+    f->op.amount = 0;
+    f->op.extra = want;
+    f->op.ok = 0;
+    e->asking += want;
+    cl->stats.lease_refills++;
+    tg_redis_counter_ops(cl->redis, cl->key_prefix, &f->op, 1, NULL, on_refill, f);
 }
 
 int tg__lease_serve(struct tg_lease *l, struct tg_counter_op *ops, size_t n)
@@ -252,6 +287,11 @@ int tg__lease_serve(struct tg_lease *l, struct tg_counter_op *ops, size_t n)
         if (op->value > op->capacity)
             op->value = op->capacity;
         op->taken = op->amount;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct lent *e = find(l, ops[i].h1, ops[i].h2);
+        if (e != NULL)
+            refill(l, e, &ops[i]);
     }
     for (size_t i = 0; i < n; i++) {
         struct lent *e = find(l, ops[i].h1, ops[i].h2);
@@ -292,7 +332,7 @@ void tg__lease_ask(struct tg_lease *l, struct tg_counter_op *ops, size_t n)
 
 void tg__lease_answered(struct tg_lease *l, struct tg_counter_op *ops, size_t n, int ok)
 {
-    if (l == NULL) /* the cluster is going */
+    if (l == NULL || l->cl == NULL) /* the cluster is going */
         return;
     for (size_t i = 0; i < n; i++) {
         struct tg_counter_op *op = &ops[i];

@@ -1,9 +1,10 @@
 /* The token lease (cluster/lease.c, cluster.lease) against a redis-server of the test's own:
  *   - the "take up to" op, as a single script and in a batch: amount + extra when the bucket
  *     has it, else exactly amount, else refused, and what it took;
- *   - a member with a lease answers the decisions its lease covers inside decide, without a
- *     Redis command, also while Redis is stopped; the rest go to Redis and fill the lease again;
- *     a refund of a leased take goes back to the lease;
+ *   - a member with a lease answers the decisions its lease covers inside decide, without
+ *     waiting for Redis, also while Redis is stopped; below half it asks for the rest ahead of
+ *     need (one refill at a time); the rest go to Redis and fill the lease again; a refund of a
+ *     leased take goes back to the lease;
  *   - three members racing on one bucket with leases, Redis paused and resumed mid-run: never
  *     more than the budget forwarded, and what is not forwarded is what sits in leases;
  *   - leftovers come back: after cluster.lease.ms the unspent tokens are in Redis again and a
@@ -294,8 +295,10 @@ static void lease_served_locally(void **state)
         assert_true(x.d.shared);
         leased = x.d;
     }
-    assert_int_equal(rs->commands, commands);
+    assert_int_equal(rs->commands, commands); /* nothing written yet: a refill waits for the loop */
     assert_int_equal(tg_cluster_stats(a.cl)->decisions_lease, 4);
+    /* at 2 of 5 left it asked Redis for 3 more ahead of need (sent when the loop runs) */
+    assert_int_equal(tg_cluster_stats(a.cl)->lease_refills, 1);
     /* a refund of a leased take goes back to the lease (1 left, 2 now), not to Redis */
     a.st.ops->refund(a.st.ud, &leased);
     assert_true(tokens_in_redis("tglease2:") == 14);
@@ -307,8 +310,8 @@ static void lease_served_locally(void **state)
         assert_true(x.allowed);
     }
     kill(srv.pid, SIGCONT);
-    assert_int_equal(rs->commands, commands);
-    /* empty: to Redis again, which fills it again */
+    assert_int_equal(tg_cluster_stats(a.cl)->lease_refills, 1); /* one in flight at a time */
+    /* empty: to Redis again behind the refill (3), taking 1 + 2: it holds 5 again */
     ask(&a, p, &x);
     assert_int_equal(x.done, 0);
     wait_one(&x);
