@@ -92,6 +92,7 @@ struct tg_cluster *tg_cluster_new(uv_loop_t *loop, const struct tg_cluster_conf 
         tg_cluster_free(cl);
         return NULL;
     }
+    cl->lease = tg__lease_new(cl, cc);
     tg__cluster_approvals_start(cl); /* decisions for calls parked here, from other members */
     return cl;
 }
@@ -100,6 +101,12 @@ void tg_cluster_free(struct tg_cluster *cl)
 {
     if (cl == NULL)
         return;
+    /* Unspent leases go back (written now, best effort: a give that is not written loses its
+     * tokens, fewer calls, never more). */
+    tg__lease_free(cl->lease);
+    cl->lease = NULL;
+    if (cl->redis != NULL)
+        tg_redis_flush(cl->redis);
     /* The client answers every waiting request ECLOSED, which ends each job (on_ops). */
     if (cl->redis != NULL)
         tg_redis_free(cl->redis);
@@ -116,6 +123,7 @@ void tg_cluster_free(struct tg_cluster *cl)
 void tg_cluster_reconf(struct tg_cluster *cl, const struct tg_cluster_conf *cc)
 {
     cl->on_unavailable = cc->on_unavailable;
+    tg__lease_conf(cl->lease, cc); /* every lease back: the policy's buckets may have changed */
     if (memcmp(cl->conf.secret, cc->secret, sizeof(cl->conf.secret)) != 0)
         tg_log(TG_LOG_WARN, "cluster: a new secret_file takes effect at restart (session ids and envelopes stay sealed with the old one)",
                "secret_file=%s", cc->secret_file);
@@ -223,15 +231,19 @@ static void cluster_refund(void *ud, const struct tg_decision *d)
     }
     struct tg_counter_op g[TG_MAX_RESERVATIONS];
     size_t n = 0;
-    for (int i = d->nres - 1; i >= 0 && n < TG_MAX_RESERVATIONS; i--, n++) {
+    for (int i = d->nres - 1; i >= 0 && n < TG_MAX_RESERVATIONS; i--) {
         const struct tg_reservation *r = &d->res[i];
+        double amount = r->amount;
+        if (r->kind == 1 && (amount = tg__lease_refund(cl->lease, r->h1, r->h2, r->capacity, amount)) <= 0)
+            continue; /* back in this member's lease */
         memset(&g[n], 0, sizeof(g[n]));
         g[n].kind = r->kind == 1 ? TG_COP_BUCKET_GIVE : TG_COP_WINDOW_SUB;
         g[n].h1 = r->h1;
         g[n].h2 = r->h2;
         g[n].capacity = r->capacity;
-        g[n].amount = r->amount;
+        g[n].amount = amount;
         g[n].window_start = r->window_start;
+        n++;
     }
     send_effects(cl, g, n);
 }
@@ -355,6 +367,7 @@ static void send_round(struct tg_shared_job *j, size_t from, size_t n)
         memcpy(j->batch + n, j->spec, ns * sizeof(*j->batch));
     j->from = from;
     j->nround = n;
+    tg__lease_ask(j->cl->lease, j->batch, n); /* takes that may fill this member's leases */
     j->cl->stats.rounds++;
     j->cl->stats.history_adds += ns;
     struct tg_redis_hist h = hist_of(j);
@@ -443,6 +456,7 @@ static void on_ops(void *ud, int status)
     struct tg_shared_job *j = ud;
     j->req = NULL;
     struct tg_caller who = {j->grant, j->session, j->upstream, j->subject, j->issuer};
+    tg__lease_answered(j->cl->lease, j->batch, j->nround, status == TG_REDIS_OK);
     if (status != TG_REDIS_OK) {
         fail(j, status);
         return;
@@ -520,6 +534,21 @@ static struct tg_shared_job *job_new(struct tg_cluster *cl, const struct tg_shar
     return j;
 }
 
+/* The gives of a decision answered from the leases (a later check refused the call): back to
+ * the leases, what they cannot take in to Redis. */
+static void lease_effects(struct tg_cluster *cl, struct tg_counter_plan *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->neffects; i++) {
+        struct tg_counter_op *e = &p->effects[i];
+        if (e->kind == TG_COP_BUCKET_GIVE &&
+            (e->amount = tg__lease_refund(cl->lease, e->h1, e->h2, e->capacity, e->amount)) <= 0)
+            continue;
+        p->effects[n++] = *e;
+    }
+    send_effects(cl, p->effects, n);
+}
+
 static struct tg_shared_job *cluster_decide(void *ud, const struct tg_shared_ask *q, struct tg_decision *d,
                                             tg_shared_decided_cb cb, void *cb_ud)
 {
@@ -544,6 +573,29 @@ static struct tg_shared_job *cluster_decide(void *ud, const struct tg_shared_ask
         tg_plan_dispose(&plan);
         cb(cb_ud, TG_SHARED_DECIDED, d, NULL);
         return NULL;
+    }
+    if (n > 0 && !records && from == 0 && tg__lease_serve(cl->lease, plan.ops, n)) {
+        /* Every counter the decision takes from is in this member's leases: the second pass
+         * decides on those answers, without Redis. */
+        tg_plan_answered(&plan);
+        tg_plan_begin(&plan);
+        if (q->continuation)
+            tg_policy_decide_continuation(q->policy, &plan.base, &q->who, q->tool, q->args, q->now_ms, d);
+        else
+            tg_policy_decide_call(q->policy, &plan.base, &q->who, q->tool, q->args, q->now_ms, d);
+        n = tg_plan_end(&plan, &from);
+        for (size_t i = 0; i < plan.neffects; i++)
+            records |= plan.effects[i].kind == TG_COP_HIST_ADD;
+        if (n == 0 && !records && !plan.unsettled) {
+            lease_effects(cl, &plan);
+            d->shared = 1; /* its refunds come back here (cluster_refund), to the lease first */
+            cl->stats.decisions_lease++;
+            tg_plan_dispose(&plan);
+            cb(cb_ud, TG_SHARED_DECIDED, d, NULL);
+            return NULL;
+        }
+        /* The answers changed its path (it never does for takes that all succeed): on to
+         * Redis with what the lease answered kept (a failure gives it back to Redis). */
     }
     struct tg_shared_job *j = job_new(cl, q, &plan, cb, cb_ud);
     if (n == 0) {
@@ -647,6 +699,16 @@ void tg_cluster_metrics(const struct tg_cluster *cl, struct tg_buf *out)
        "not decided).", cl->stats.listings_refused);
     CC("approval_records_refused_total", "Retry-mode approval records read from Redis that did not verify "
        "(ignored).", cl->stats.records_refused);
+    CC("lease_decisions_total", "Decisions answered from this instance's token leases (cluster.lease), Redis "
+       "not asked.", cl->stats.decisions_lease);
+    CC("lease_tokens_taken_total", "Tokens taken from Redis into this instance's leases.", cl->stats.lease_taken);
+    CC("lease_refills_total", "Leases topped up ahead of need (below half, nothing asked): takes of 0 with extra.",
+       cl->stats.lease_refills);
+    CC("lease_tokens_returned_total", "Unspent leased tokens given back to Redis.", cl->stats.lease_returned);
+    tg_buf_appendf(out,
+                   "# HELP tollgate_cluster_lease_keys Buckets with a lease on this instance now.\n"
+                   "# TYPE tollgate_cluster_lease_keys gauge\ntollgate_cluster_lease_keys %llu\n",
+                   (unsigned long long)tg__lease_keys(cl->lease));
     if (rs != NULL) {
         CC("redis_requests_total", "Requests made to Redis.", rs->requests);
         CC("redis_commands_total", "Commands written to Redis.", rs->commands);

@@ -40,6 +40,10 @@ struct tg_cluster_stats {
     uint64_t values_refused;     /* decisions refused: a counter or history entry in Redis did not parse */
     uint64_t listings_refused;   /* approval listings read from Redis that did not verify */
     uint64_t records_refused;    /* retry records read from Redis that did not verify (ignored) */
+    uint64_t decisions_lease;    /* decisions answered from this member's leases (Redis not asked) */
+    double lease_taken;          /* tokens taken from Redis into leases */
+    double lease_returned;       /* unspent leased tokens given back to Redis */
+    uint64_t lease_refills;      /* takes of 0 with extra sent to top up a lease below half */
 };
 
 /* From the configuration's cluster group (enabled). local: this member's own store (the server's
@@ -53,7 +57,8 @@ struct tg_cluster *tg_cluster_new(uv_loop_t *loop, const struct tg_cluster_conf 
 void tg_cluster_free(struct tg_cluster *cl);
 /* The cluster as a shared store (core/call/shared.h): st gets its operations. */
 void tg_cluster_store(struct tg_cluster *cl, struct tg_shared *st);
-/* A reload's cluster group: what can change without a restart (on_unavailable, timeout_ms). */
+/* A reload's cluster group: what can change without a restart (on_unavailable, lease; every lease
+ * is given back). */
 void tg_cluster_reconf(struct tg_cluster *cl, const struct tg_cluster_conf *cc);
 /* limits.history_calls (at start and at every reload): the history lists in Redis keep this many
  * calls per key, and a decision reads as many (default 64). */

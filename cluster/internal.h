@@ -35,10 +35,34 @@ struct tg_cluster {
     size_t hist_calls;          /* limits.history_calls: what the history lists in Redis keep */
     uint8_t hist_key[16];       /* signs history entries (from the secret, its own label) */
     int up;
+    struct tg_lease *lease;     /* cluster.lease (lease.c); always made, off with tokens 0 */
     /* Who hears the session ends members announce (cluster/sessions.c subscribes). */
     void (*session_ended)(void *ud, const char *id);
     void *session_ended_ud;
 };
+
+/* The token lease (lease.c): tokens a member took from Redis ahead, per bucket, spent without
+ * asking Redis, given back after cluster.lease.ms, at reload and at shutdown. */
+struct tg_lease;
+struct tg_counter_op;
+struct tg_lease *tg__lease_new(struct tg_cluster *cl, const struct tg_cluster_conf *cc);
+/* Every lease given back (Redis), then the memory goes once the timer is closed. */
+void tg__lease_free(struct tg_lease *l);
+/* A reload's values: every lease given back first. */
+void tg__lease_conf(struct tg_lease *l, const struct tg_cluster_conf *cc);
+void tg__lease_give_all(struct tg_lease *l);
+/* A decision's first round ops[0, n): when every op is a bucket take the leases cover (each
+ * bucket's amounts summed), the amounts are spent from them and each op answered (ok, level: Redis's
+ * level at the last lease take plus what the lease still holds); 1. Else nothing changes; 0. */
+int tg__lease_serve(struct tg_lease *l, struct tg_counter_op *ops, size_t n);
+/* Before ops go to Redis: each bucket take asks for extra (op->extra) up to what the lease may
+ * hold; tg__lease_answered must follow, with ok 1 when the ops have their results. */
+void tg__lease_ask(struct tg_lease *l, struct tg_counter_op *ops, size_t n);
+void tg__lease_answered(struct tg_lease *l, struct tg_counter_op *ops, size_t n, int ok);
+/* A refund of amount to the bucket: what the lease takes in (up to its size); returns the rest,
+ * for Redis. */
+double tg__lease_refund(struct tg_lease *l, uint64_t h1, uint64_t h2, double capacity, double amount);
+size_t tg__lease_keys(const struct tg_lease *l);
 
 /* 2025 sessions on any member (sessions.c): a session's record (grant, upstream, upstream
  * session id, negotiated version) lives in Redis under key_prefix "s:" ID, so that a POST naming

@@ -202,11 +202,15 @@ struct tg_counter_op {
     int64_t window_start;  /* windows */
     double limit;          /* window add */
     enum tg_limit_op limit_op;
+    /* A shared store's own (cluster/lease.c): a take that may take this much more for the
+     * instance's lease when the bucket has it ("take up to"); 0: a plain take. */
+    double extra;
     /* The result: ok (take, add: 1 taken/added; get, give, sub: 1), value (take: the level
      * after, *left; add: *now_value; get: the value), retry_ms (take). */
     int ok;
     double value;
     uint64_t retry_ms;
+    double taken; /* a take with extra: what it took (amount + extra, amount, or 0) */
     /* History: an add's entry; a get's answer. Both point into memory that the plan (or the
      * caller of tg_counter_op_apply) keeps: see tg_plan_hist_alloc. */
     const struct tg_hist_entry *entry;

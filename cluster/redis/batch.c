@@ -79,7 +79,7 @@ int tg__redis_batch_queue(struct tg_redis_req *q, size_t i)
         r->capbq = cap;
     }
     r->bq[r->nbq].q = q;
-    r->bq[r->nbq].kind = (unsigned char)q->ops[i].kind;
+    r->bq[r->nbq].kind = (unsigned char)tg__redis_batch_kind(&q->ops[i]);
     r->bq[r->nbq++].i = i;
     q->outstanding++;
     return 0;
@@ -149,7 +149,7 @@ static int send_batch(struct tg_redis *r, redisAsyncContext *ac, struct batch *b
             p += v.argvlen[3];
         }
         s->argv[tail + na] = p;
-        s->argvlen[tail + na++] = put_uint(p, (size_t)op->kind);
+        s->argvlen[tail + na++] = put_uint(p, (size_t)tg__redis_batch_kind(op));
         p += s->argvlen[tail + na - 1];
         s->argv[tail + na] = p;
         s->argvlen[tail + na++] = put_uint(p, key + 1);
@@ -290,7 +290,8 @@ static void entry_fail(struct tg__redis_bent *e, int status, int replied)
 static size_t nout(const struct tg__redis_bent *e)
 {
     static const unsigned char n[] = {[TG_COP_BUCKET_TAKE] = 3, [TG_COP_BUCKET_GIVE] = 1, [TG_COP_WINDOW_GET] = 2,
-                                      [TG_COP_WINDOW_ADD] = 2, [TG_COP_WINDOW_SUB] = 1};
+                                      [TG_COP_WINDOW_ADD] = 2, [TG_COP_WINDOW_SUB] = 1,
+                                      [TG__REDIS_BATCH_TAKE_UPTO] = 4};
     return n[e->kind];
 }
 

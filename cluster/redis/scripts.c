@@ -119,11 +119,17 @@
     "  return fmt(x)\n"                                                                            \
     "end\n"
 #define OP_TAKE                                                                                   \
-    "local function op_take(out, o, raw, stamp, value, cap, w, amount, now)\n"                     \
+    "local function op_take(out, o, raw, stamp, value, cap, w, amount, now, extra)\n"              \
     "  local tokens = cap\n"                                                                       \
     "  if raw then\n"                                                                              \
     "    tokens = whole(value + refill(now - stamp, cap, w))\n"                                    \
     "    if tokens > cap then tokens = cap end\n"                                                  \
+    "  end\n"                                                                                      \
+    /* take up to (a lease, cluster/lease.c): amount + extra when the bucket has it, else amount */ \
+    "  local want = amount\n"                                                                      \
+    "  if extra then\n"                                                                            \
+    "    out[o + 3] = 0\n"                                                                         \
+    "    if extra > 0 and tokens >= amount + extra then want = amount + extra end\n"               \
     "  end\n"                                                                                      \
     "  if not (tokens >= amount) then\n"                                                           \
     "    local retry = -1\n"                                                                       \
@@ -141,10 +147,11 @@
     "  end\n"                                                                                      \
     "  local st = 0\n"                                                                             \
     "  if raw then st = stamp end\n"                                                               \
-    "  tokens = whole(tokens - amount)\n"                                                          \
+    "  tokens = whole(tokens - want)\n"                                                            \
     "  if now > st then st = now end\n"                                                            \
     "  local expire = st + ceil((cap - tokens) * w / cap) + 1\n"                                   \
     "  out[o], out[o + 1], out[o + 2] = 1, num(tokens), 0\n"                                       \
+    "  if extra then out[o + 3] = num(want) end\n"                                                 \
     "  return st, tokens, expire - now\n"                                                          \
     "end\n"
 #define OP_GIVE                                                                                   \
@@ -192,11 +199,14 @@
     "end\n"                                                                                        \
     "return y\n"
 
-/* ARGV: capacity, window_ms, amount, now_ms. Returns {ok, level, retry_ms (-1: never)}. */
+/* ARGV: capacity, window_ms, amount, now_ms, and for a take up to (a lease) extra. Returns
+ * {ok, level, retry_ms (-1: never)}, with extra {ok, level, retry_ms, taken}. */
 static const char take_lua[] = LUA_COMMON OP_NUM OP_TAKE
     "local y = {}\n"
+    "local ex = nil\n"
+    "if ARGV[5] then ex = tonumber(ARGV[5]) end\n"
     "local st, v, px = op_take(y, 1, raw, stamp, value, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]),\n"
-    "  tonumber(ARGV[4]))\n" OP_STORE;
+    "  tonumber(ARGV[4]), ex)\n" OP_STORE;
 
 /* ARGV: capacity, amount. Returns {1}. */
 static const char give_lua[] = LUA_COMMON OP_GIVE
@@ -223,17 +233,19 @@ static const char sub_lua[] = LUA_COMMON OP_SUB
     "local st, v, px = op_sub(y, 1, raw, stamp, value, tonumber(ARGV[1]), tonumber(ARGV[2]))\n" OP_STORE;
 
 /* The counter ops of several requests in one call (cluster/redis/batch.c). KEYS: the distinct
- * keys. ARGV: per op, its kind (enum tg_counter_op_kind, 0..4), the index of its key in KEYS, then
- * the arguments its single script takes. The ops run in order, exactly as their single scripts
+ * keys. ARGV: per op, its kind (enum tg_counter_op_kind, 0..4, or 5: a take up to, the 5
+ * arguments of a take with extra), the index of its key in KEYS, then the arguments its single
+ * script takes. The ops run in order, exactly as their single scripts
  * would one after the other: each key is read once (GET) into a table that each op reads and
  * updates, and each key an op changed is written once at the end (SET), with the TTL its last
  * PX gave it (KEEPTTL when no op set one). Returns one flat array: per op, the elements of its
- * single script's reply (3 for a take, 2 for a get or an add, 1 for a give or a sub). A key whose
+ * single script's reply (3 for a take, 4 for a take up to, 2 for a get or an add, 1 for a give or
+ * a sub). A key whose
  * value is not two finite decimal numbers of 0 or more fails each op on it, as it would fail each
  * single script: that op's first element is then the string TGBADVALUE (the rest 0), and the
  * other ops go on. */
 static const char batch_lua[] = LUA_HELPERS OP_NUM OP_TAKE OP_GIVE OP_GET OP_ADD OP_SUB
-    "local NARGS, NOUT = {[0] = 4, 2, 1, 6, 2}, {[0] = 3, 1, 2, 2, 1}\n"
+    "local NARGS, NOUT = {[0] = 4, 2, 1, 6, 2, 5}, {[0] = 3, 1, 2, 2, 1, 4}\n"
     "local cache, dirty, nd, out, o = {}, {}, 0, {}, 1\n"
     "local function load(k)\n"
     "  local c = {raw = false}\n"
@@ -260,9 +272,11 @@ static const char batch_lua[] = LUA_HELPERS OP_NUM OP_TAKE OP_GIVE OP_GET OP_ADD
     "    for j = 1, NOUT[kind] - 1 do out[o + j] = 0 end\n"
     "  else\n"
     "    local st, v, px\n"
-    "    if kind == 0 then\n"
+    "    if kind == 0 or kind == 5 then\n"
+    "      local ex = nil\n"
+    "      if kind == 5 then ex = tonumber(ARGV[a + 4]) end\n"
     "      st, v, px = op_take(out, o, c.raw, c.stamp, c.value, tonumber(ARGV[a]), tonumber(ARGV[a + 1]),\n"
-    "        tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]))\n"
+    "        tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), ex)\n"
     "    elseif kind == 1 then\n"
     "      st, v, px = op_give(out, o, c.raw, c.stamp, c.value, tonumber(ARGV[a]), tonumber(ARGV[a + 1]))\n"
     "    elseif kind == 2 then\n"
@@ -328,11 +342,19 @@ int tg__redis_op_parse(struct tg_counter_op *op, const redisReply *y, const stru
     op->ok = y->element[0]->integer ? 1 : 0;
     switch (op->kind) {
     case TG_COP_BUCKET_TAKE:
-        if (y->elements != 3 || y->element[2]->type != REDIS_REPLY_INTEGER)
+        if (y->elements != (op->extra > 0 ? 4u : 3u) || y->element[2]->type != REDIS_REPLY_INTEGER)
             return -1;
         if ((e = parse_double(y->element[1], &op->value)) < 0)
             return e;
         op->retry_ms = y->element[2]->integer < 0 ? UINT64_MAX : (uint64_t)y->element[2]->integer;
+        op->taken = op->ok ? op->amount : 0;
+        if (op->extra > 0) {
+            if ((e = parse_double(y->element[3], &op->taken)) < 0)
+                return e;
+            /* never more than asked for, nor less than a take that succeeded took */
+            if (op->ok ? !(op->taken >= op->amount && op->taken <= op->amount + op->extra) : op->taken != 0)
+                return -2;
+        }
         return 0;
     case TG_COP_WINDOW_GET:
     case TG_COP_WINDOW_ADD:
@@ -421,6 +443,8 @@ void tg__redis_op_argv(struct tg__redis_argv *v, const struct tg_counter_op *op,
         I(op->window_ms);
         G(op->amount);
         I(op->now_ms);
+        if (op->extra > 0)
+            G(op->extra);
         break;
     case TG_COP_BUCKET_GIVE:
         G(op->capacity);

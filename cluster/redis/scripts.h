@@ -18,6 +18,14 @@ struct redisReply;
 #define TG__REDIS_HIST_MAXLEN_S "325" /* the same, for the Lua text */
 _Static_assert(TG__REDIS_HIST_MAXLEN == 325, "TG__REDIS_HIST_MAXLEN_S");
 
+/* An op's kind in the batch script: its enum tg_counter_op_kind, or for a take with extra (a
+ * lease's take up to, cluster/lease.c) TG__REDIS_BATCH_TAKE_UPTO (it answers 4 elements). */
+#define TG__REDIS_BATCH_TAKE_UPTO 5
+static inline int tg__redis_batch_kind(const struct tg_counter_op *op)
+{
+    return op->kind == TG_COP_BUCKET_TAKE && op->extra > 0 ? TG__REDIS_BATCH_TAKE_UPTO : (int)op->kind;
+}
+
 /* The EVALSHA command of one op: argv points into the struct itself. */
 struct tg__redis_argv {
     char key[256];

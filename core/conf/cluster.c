@@ -20,6 +20,13 @@ static const struct int_directive cluster_ints[] = {
     {NULL, 0, 0, 0, 0, NULL},
 };
 
+static const struct int_directive lease_ints[] = {
+    {"tokens", CL(lease_tokens), 0, 1000000, 0, "tokens an instance takes ahead per bucket (0: no lease)"},
+    {"ms", CL(lease_ms), 1, 60000, 1000, "how long leased tokens may stay unspent on an instance"},
+    {"keys", CL(lease_keys), 1, 1000000, 16384, "buckets that may hold a lease at once"},
+    {NULL, 0, 0, 0, 0, NULL},
+};
+
 /* The secret: exactly 32 bytes, in a file only its owner may read or write. */
 static void load_secret(struct loader *ld, const config_setting_t *s, struct tg_cluster_conf *cc)
 {
@@ -65,7 +72,7 @@ void tg__conf_load_cluster(struct loader *ld, config_t *cfg, struct tg_conf *c)
         return;
     }
     static const char *const known[] = {"redis", "password", "key_prefix", "secret_file", "on_unavailable", "instance",
-                                        "timeout_ms", "backoff_ms", "backoff_max_ms", "session_ttl_ms", NULL};
+                                        "timeout_ms", "backoff_ms", "backoff_max_ms", "session_ttl_ms", "lease", NULL};
     tg__conf_check_members(ld, g, known, "cluster");
     cc->enabled = 1;
     cc->redis = tg__conf_get_str(ld, g, "redis", NULL, 1, "cluster");
@@ -107,6 +114,12 @@ void tg__conf_load_cluster(struct loader *ld, config_t *cfg, struct tg_conf *c)
             break;
         }
     tg__conf_load_ints(ld, g, cluster_ints, cc, "cluster", 0);
+    const config_setting_t *lg = config_setting_get_member(g, "lease");
+    if (lg != NULL && !config_setting_is_group(lg)) {
+        tg__conf_errf(ld, lg, "cluster.lease", "must be a group { tokens = N; ms = M; }");
+        lg = NULL;
+    }
+    tg__conf_load_ints(ld, lg, lease_ints, cc, "cluster.lease", 1);
     if (cc->backoff_max_ms < cc->backoff_ms)
         tg__conf_errf(ld, config_setting_get_member(g, "backoff_max_ms"), "cluster.backoff_max_ms",
                       "must be at least backoff_ms (%d)", cc->backoff_ms);

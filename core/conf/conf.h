@@ -62,6 +62,9 @@ struct tg_cluster_conf {
     int timeout_ms;   /* deadline of every Redis operation */
     int backoff_ms, backoff_max_ms; /* reconnect */
     int session_ttl_ms; /* a 2025 session's record lives this long after its last use */
+    /* cluster.lease (cluster/lease.c): tokens an instance may take ahead per bucket (0: off), how
+     * long it may keep them, and how many buckets may hold a lease at once. */
+    int lease_tokens, lease_ms, lease_keys;
 };
 
 /* The approvals group (core/conf/approvals.c). Embedded in struct tg_conf; owned strings and the

@@ -1023,6 +1023,43 @@ static void expand_env(void **state)
     unsetenv("ABC");
 }
 
+/* cluster.lease: off without the group, its values kept, out of range and unknown members refused. */
+static void cluster_lease(void **state)
+{
+    (void)state;
+    char key[512], head[1024], text[2048];
+    snprintf(key, sizeof(key), "%s/cluster.key", tmpdir);
+    FILE *f = fopen(key, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 32; i++)
+        fputc(i, f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(key, 0600), 0);
+    snprintf(head, sizeof(head), LISTEN GRANTS "upstreams = ( { name = \"a\"; url = \"http://127.0.0.1:1/\"; } );\n"
+             "cluster = { redis = \"127.0.0.1:6379\"; secret_file = \"%s\";\n", key);
+    struct loaded l;
+    snprintf(text, sizeof(text), "%s};\n", head);
+    load_ok(&l, text);
+    assert_int_equal(l.c->cluster.lease_tokens, 0); /* off */
+    assert_int_equal(l.c->cluster.lease_ms, 1000);
+    assert_int_equal(l.c->cluster.lease_keys, 16384);
+    loaded_dispose(&l);
+    snprintf(text, sizeof(text), "%s  lease = { tokens = 64; ms = 250; keys = 10; };\n};\n", head);
+    load_ok(&l, text);
+    assert_int_equal(l.c->cluster.lease_tokens, 64);
+    assert_int_equal(l.c->cluster.lease_ms, 250);
+    assert_int_equal(l.c->cluster.lease_keys, 10);
+    loaded_dispose(&l);
+    snprintf(text, sizeof(text), "%s  lease = { tokens = 2000000; };\n};\n", head);
+    expect_error(text, line_of(text, "tokens"), "cluster.lease.tokens", "out of range 0..1000000");
+    snprintf(text, sizeof(text), "%s  lease = { tokens = 8; ms = 0; };\n};\n", head);
+    expect_error(text, line_of(text, "ms = 0"), "cluster.lease.ms", "out of range 1..60000");
+    snprintf(text, sizeof(text), "%s  lease = { tokens = 8; tokenz = 1; };\n};\n", head);
+    expect_error(text, line_of(text, "tokenz"), "cluster.lease.tokenz", "unknown directive");
+    snprintf(text, sizeof(text), "%s  lease = 8;\n};\n", head);
+    expect_error(text, line_of(text, "lease"), "cluster.lease", "must be a group");
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -1052,6 +1089,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(jwt_sources),
         cmocka_unit_test(relative_paths_from_the_conf_folder),
         cmocka_unit_test(no_error_has_line_zero),
+        cmocka_unit_test(cluster_lease),
     };
     if (setup_dir(NULL) != 0)
         return 1;
